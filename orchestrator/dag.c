@@ -1,0 +1,1 @@
+/* dag: being written. */

@@ -1,0 +1,1 @@
+/* executor: being written. */

@@ -1,0 +1,1 @@
+/* params: being written. */

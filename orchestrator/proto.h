@@ -1,0 +1,59 @@
+/*
+ * proto: messages from a worker to the orchestrator, one JSON object per
+ * line on a dedicated pipe (fd DAGRUN_PROTO_FD, 3), never on stdout.
+ *
+ *   {"type":"log","level":"info","msg":"..."}
+ *   {"type":"progress","fraction":0.25,"msg":"step 50/200"}   msg optional
+ *   {"type":"metric","name":"loss","value":2.31,"step":50}
+ *   {"type":"output","key":"path","value":"/runs/.../model"}
+ *   {"type":"heartbeat"}
+ *   {"type":"result","status":0,"error":"..."}   last message; error optional
+ *
+ * Writers (worker side) are thread-safe: each message is one write(2) of at
+ * most PIPE_BUF bytes where possible (long log lines are truncated to fit),
+ * so lines from several threads never interleave.
+ */
+#ifndef DAGRUN_PROTO_H
+#define DAGRUN_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROTO_FD 3
+
+typedef enum proto_type {
+  PROTO_LOG,
+  PROTO_PROGRESS,
+  PROTO_METRIC,
+  PROTO_OUTPUT,
+  PROTO_HEARTBEAT,
+  PROTO_RESULT
+} proto_type;
+
+/* A parsed message. Strings point into storage owned by the message;
+ * release with proto_msg_free. */
+typedef struct proto_msg {
+  proto_type type;
+  int level;     /* LOG: dagrun_log_level */
+  char *text;    /* LOG msg, PROGRESS msg (may be NULL), RESULT error
+                    (may be NULL), METRIC name, OUTPUT key */
+  char *value;   /* OUTPUT value */
+  double number; /* PROGRESS fraction, METRIC value */
+  int64_t step;  /* METRIC step */
+  int status;    /* RESULT status */
+} proto_msg;
+
+/* Parses one line (without the newline). Returns 0 or DR_EPROTO. */
+int proto_parse(const char *line, size_t n, proto_msg *m);
+void proto_msg_free(proto_msg *m);
+
+/* Worker side: encode and write one message to fd. Return 0 or DR_EIO.
+ * Thread-safe. */
+int proto_send_log(int fd, int level, const char *msg);
+int proto_send_progress(int fd, double fraction, const char *msg);
+int proto_send_metric(int fd, const char *name, double value, int64_t step);
+int proto_send_output(int fd, const char *key, const char *value);
+int proto_send_heartbeat(int fd);
+int proto_send_result(int fd, int status, const char *error);
+
+#endif /* DAGRUN_PROTO_H */

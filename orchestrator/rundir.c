@@ -1,0 +1,1 @@
+/* rundir: being written. */

@@ -1,0 +1,101 @@
+/*
+ * spec: a DAG file, parsed and checked for structure. spec_load() turns the
+ * YAML tree into tasks with their settings (defaults applied), resolves
+ * `needs` to task indices, and reports every structural error it finds, each
+ * with file:line:col, what was found and what was expected: unknown keys
+ * (with "did you mean"), wrong types, bad durations, duplicate task names,
+ * unknown needs, unknown pools. Checks that need more than the file (cycles,
+ * stage plugins and their params, templates) live in check.h.
+ *
+ * Top-level keys: dag (required, [A-Za-z0-9_.-]+), description, params (map),
+ * defaults (map of task settings), max_parallel (int >= 1), pools (map of
+ * name to int >= 1), tasks (map, required, at least one), and the keys a
+ * later issue handles but which are accepted and kept as nodes now: schedule,
+ * timezone, catchup, overlap, alerts.
+ *
+ * Task keys: stage (required), needs (list of task names or one name),
+ * with (map), description, and the settings that `defaults` may also give:
+ * retries (int >= 0), retry_delay (duration), retry_backoff (number >= 1),
+ * retry_max_delay (duration), retry_jitter (number in [0,1]), retry_on (list
+ * of exit codes 1..255), timeout (duration, 0 = none), heartbeat_timeout
+ * (duration >= 1s, 0 = off), kill_grace (duration), pool (name), trigger
+ * (all_success | all_done), env (map of string to string).
+ *
+ * Ownership: a spec owns its tree; nodes pointed to from tasks are borrowed
+ * from spec->root. Single-threaded use.
+ */
+#ifndef DAGRUN_SPEC_H
+#define DAGRUN_SPEC_H
+
+#include <stddef.h>
+
+#include "util.h"
+#include "ydoc.h"
+
+typedef enum spec_trigger {
+  SPEC_TRIGGER_ALL_SUCCESS = 0, /* run only if every upstream succeeded */
+  SPEC_TRIGGER_ALL_DONE = 1     /* run once every upstream finished */
+} spec_trigger;
+
+typedef struct spec_retry {
+  int retries;          /* extra attempts after the first; default 0 */
+  double delay_s;       /* first retry delay; default 10s */
+  double backoff;       /* multiplier per retry; default 2 */
+  double max_delay_s;   /* cap; default 1h */
+  double jitter;        /* fraction removed at random; default 0.1 */
+  int *on;              /* exit codes worth retrying; NULL = any failure */
+  size_t n_on;
+} spec_retry;
+
+typedef struct spec_task {
+  char *name;
+  const ynode *node; /* the task's map (for positions) */
+  char *stage;       /* as written: a name or a path containing '/' */
+  const ynode *stage_node;
+  size_t *needs; /* indices into spec->tasks, in written order, no dups */
+  size_t n_needs;
+  const ynode *with; /* MAP or NULL */
+  const ynode *env;  /* MAP or NULL (task env merged over defaults env) */
+  char *description; /* NULL if none */
+  spec_retry retry;
+  double timeout_s;   /* 0 = none */
+  double heartbeat_s; /* 0 = off */
+  double kill_grace_s; /* SIGTERM -> SIGKILL; default 10s */
+  size_t pool;        /* index into spec->pools; SIZE_MAX = no pool */
+  spec_trigger trigger;
+} spec_task;
+
+typedef struct spec_pool {
+  char *name;
+  int size;
+} spec_pool;
+
+typedef struct spec {
+  char *path; /* as given */
+  char *dir;  /* directory of path: relative plugin paths resolve here */
+  ynode *root;
+  char *dag;
+  char *description;  /* NULL if none */
+  const ynode *params; /* MAP or NULL */
+  int max_parallel;    /* 0 = not set (the CLI decides) */
+  spec_pool *pools;
+  size_t n_pools;
+  spec_task *tasks; /* in the order written */
+  size_t n_tasks;
+  strmap task_index; /* name -> index */
+  const ynode *schedule, *alerts; /* kept for later issues; may be NULL */
+} spec;
+
+/* Loads and structurally validates a DAG file. Returns 0 with *out set,
+ * or DR_ESPEC (or DR_ENOENT/DR_EIO for the file) with every error added to
+ * d; *out is then still set when the YAML parsed (so more checks can run)
+ * and NULL otherwise. Caller frees with spec_free. */
+int spec_load(const char *path, spec **out, diags *d);
+/* Same from memory; name is the file name used in messages and dir. */
+int spec_parse(const char *name, const char *text, size_t len, spec **out,
+               diags *d);
+void spec_free(spec *s);
+/* Index of a task by name, or -1. */
+long spec_task_find(const spec *s, const char *name);
+
+#endif /* DAGRUN_SPEC_H */

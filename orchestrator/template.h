@@ -1,0 +1,68 @@
+/*
+ * template: resolves ${...} in DAG values into JSON (cJSON).
+ *
+ *   ${params.NAME}          a DAG param (params may use env and run only)
+ *   ${env:NAME}             an environment variable; ${env:NAME:-default}
+ *   ${run.id} ${run.date}   the run's id and its UTC date (YYYY-MM-DD)
+ *   ${run.dag}              the DAG name
+ *   ${tasks.T.dir}          directory of task T's outputs (<run>/<T>/out)
+ *   ${tasks.T.outputs.K}    output K of task T (set by its plugin)
+ *   $${                     a literal "${"
+ *
+ * A scalar that is exactly one template takes the referenced value's type
+ * (so `vocab: ${params.vocab}` stays an integer); otherwise the pieces are
+ * joined into a string. Plain scalars without templates become JSON by
+ * their YAML type; quoted ones are strings; lists and maps recurse.
+ *
+ * Every reference is validated whether or not its value is known: unknown
+ * params (with "did you mean"), unset env vars without default, unknown
+ * tasks, tasks that are not upstream of the task being resolved (tasks.*
+ * may only name transitive upstream tasks), unknown run fields, bad syntax.
+ * Errors carry file:line:col of the "${" inside the scalar (exact for plain
+ * and quoted single-line scalars, the node's position otherwise).
+ * Single-threaded.
+ */
+#ifndef DAGRUN_TEMPLATE_H
+#define DAGRUN_TEMPLATE_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+#include "spec.h"
+
+typedef struct tmpl_env {
+  const spec *s;
+  /* Resolved DAG params (from tmpl_resolve_params); NULL while resolving
+   * the params themselves. Borrowed. */
+  const cJSON *params;
+  /* Run fields; NULL at check time (then ${run.*} is DR_EDEFERRED). */
+  const char *run_id;
+  const char *run_date;
+  /* Task lookups; NULL at check time (then ${tasks.*} is DR_EDEFERRED).
+   * task_dir returns the task's out directory (borrowed). task_outputs
+   * returns the task's outputs object, or NULL if it has not finished
+   * successfully (then an outputs reference is DR_ETEMPLATE at run time:
+   * "task T produced no output K"). */
+  const char *(*task_dir)(void *ud, size_t task);
+  const cJSON *(*task_outputs)(void *ud, size_t task);
+  void *ud;
+} tmpl_env;
+
+/* Resolves one value. task is the index of the task the value belongs to,
+ * or SIZE_MAX for DAG-level values. Returns 0 with *out (caller frees with
+ * cJSON_Delete); DR_EDEFERRED when every reference is valid but some value
+ * is not known yet (*out NULL, no diagnostic); DR_ETEMPLATE with
+ * diagnostics (*out NULL). */
+int tmpl_resolve(const tmpl_env *e, size_t task, const ynode *value,
+                 cJSON **out, diags *d);
+
+/* Resolves spec->params into an object (params may reference env and run;
+ * a reference to params or tasks is an error). Returns 0 or DR_ETEMPLATE;
+ * with run_id NULL, params that use ${run.*} are left out of *out. */
+int tmpl_resolve_params(const tmpl_env *e, cJSON **out, diags *d);
+
+/* True if the YAML value contains a template reference to tasks.* (its
+ * final value waits for upstream tasks). */
+int tmpl_mentions_tasks(const ynode *value);
+
+#endif /* DAGRUN_TEMPLATE_H */

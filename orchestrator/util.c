@@ -1,0 +1,441 @@
+#define _GNU_SOURCE
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *dr_strerror(int err) {
+  switch (err) {
+  case DR_OK:
+    return "success";
+#define DR_XX(code, val, msg)                                                  \
+  case DR_##code:                                                              \
+    return msg;
+    DR_ERRNO_MAP(DR_XX)
+#undef DR_XX
+  }
+  return "unknown error";
+}
+
+static void out_of_memory(size_t n) {
+  fprintf(stderr, "dagrun: out of memory allocating %zu bytes\n", n);
+  abort();
+}
+
+void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p)
+    out_of_memory(n);
+  return p;
+}
+
+void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p)
+    out_of_memory(n * size);
+  return p;
+}
+
+void *xrealloc(void *p, size_t n) {
+  void *q = realloc(p, n ? n : 1);
+  if (!q)
+    out_of_memory(n);
+  return q;
+}
+
+char *xstrdup(const char *s) { return xstrndup(s, strlen(s)); }
+
+char *xstrndup(const char *s, size_t n) {
+  char *p = xmalloc(n + 1);
+  memcpy(p, s, n);
+  p[n] = '\0';
+  return p;
+}
+
+char *xasprintf(const char *fmt, ...) {
+  sbuf b = {0};
+  va_list ap;
+  va_start(ap, fmt);
+  sbuf_vprintf(&b, fmt, ap);
+  va_end(ap);
+  return sbuf_take(&b);
+}
+
+void sbuf_add(sbuf *b, const char *s, size_t n) {
+  VEC_RESERVE(b->s, b->cap, b->n + n + 1);
+  memcpy(b->s + b->n, s, n);
+  b->n += n;
+  b->s[b->n] = '\0';
+}
+
+void sbuf_puts(sbuf *b, const char *s) { sbuf_add(b, s, strlen(s)); }
+
+void sbuf_putc(sbuf *b, char c) { sbuf_add(b, &c, 1); }
+
+void sbuf_vprintf(sbuf *b, const char *fmt, va_list ap) {
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap2);
+  va_end(ap2);
+  if (n < 0)
+    return;
+  VEC_RESERVE(b->s, b->cap, b->n + (size_t)n + 1);
+  vsnprintf(b->s + b->n, (size_t)n + 1, fmt, ap);
+  b->n += (size_t)n;
+}
+
+void sbuf_printf(sbuf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  sbuf_vprintf(b, fmt, ap);
+  va_end(ap);
+}
+
+char *sbuf_take(sbuf *b) {
+  char *s = b->s ? b->s : xstrdup("");
+  b->s = NULL;
+  b->n = b->cap = 0;
+  return s;
+}
+
+void sbuf_free(sbuf *b) {
+  free(b->s);
+  b->s = NULL;
+  b->n = b->cap = 0;
+}
+
+void diags_vadd(diags *d, const char *file, int line, int col,
+                const char *fmt, va_list ap) {
+  sbuf b = {0};
+  sbuf_vprintf(&b, fmt, ap);
+  diag g = {file ? xstrdup(file) : NULL, line, col, sbuf_take(&b)};
+  VEC_PUSH(d->v, d->n, d->cap, g);
+}
+
+void diags_add(diags *d, const char *file, int line, int col, const char *fmt,
+               ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  diags_vadd(d, file, line, col, fmt, ap);
+  va_end(ap);
+}
+
+char *diag_format(const diag *g) {
+  sbuf b = {0};
+  if (g->file) {
+    sbuf_puts(&b, g->file);
+    if (g->line > 0) {
+      sbuf_printf(&b, ":%d", g->line);
+      if (g->col > 0)
+        sbuf_printf(&b, ":%d", g->col);
+    }
+    sbuf_puts(&b, ": ");
+  }
+  sbuf_printf(&b, "error: %s", g->msg);
+  return sbuf_take(&b);
+}
+
+void diags_print(const diags *d, FILE *f) {
+  for (size_t i = 0; i < d->n; i++) {
+    char *s = diag_format(&d->v[i]);
+    fprintf(f, "%s\n", s);
+    free(s);
+  }
+}
+
+void diags_free(diags *d) {
+  for (size_t i = 0; i < d->n; i++) {
+    free(d->v[i].file);
+    free(d->v[i].msg);
+  }
+  free(d->v);
+  d->v = NULL;
+  d->n = d->cap = 0;
+}
+
+/* FNV-1a: short keys, no adversarial input worth a keyed hash. */
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) {
+    h ^= (unsigned char)*s;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+static size_t strmap_slot(char **keys, size_t cap, const char *key) {
+  size_t i = (size_t)hash_str(key) & (cap - 1);
+  while (keys[i] && strcmp(keys[i], key) != 0)
+    i = (i + 1) & (cap - 1);
+  return i;
+}
+
+void strmap_put(strmap *m, const char *key, size_t val) {
+  if ((m->n + 1) * 2 > m->cap) {
+    size_t nc = m->cap ? m->cap * 2 : 16;
+    char **nk = xcalloc(nc, sizeof(char *));
+    size_t *nv = xcalloc(nc, sizeof(size_t));
+    for (size_t i = 0; i < m->cap; i++) {
+      if (m->keys[i]) {
+        size_t j = strmap_slot(nk, nc, m->keys[i]);
+        nk[j] = m->keys[i];
+        nv[j] = m->vals[i];
+      }
+    }
+    free(m->keys);
+    free(m->vals);
+    m->keys = nk;
+    m->vals = nv;
+    m->cap = nc;
+  }
+  size_t i = strmap_slot(m->keys, m->cap, key);
+  if (!m->keys[i]) {
+    m->keys[i] = xstrdup(key);
+    m->n++;
+  }
+  m->vals[i] = val;
+}
+
+int strmap_get(const strmap *m, const char *key, size_t *val) {
+  if (!m->cap)
+    return 0;
+  size_t i = strmap_slot(m->keys, m->cap, key);
+  if (!m->keys[i])
+    return 0;
+  if (val)
+    *val = m->vals[i];
+  return 1;
+}
+
+void strmap_free(strmap *m) {
+  for (size_t i = 0; i < m->cap; i++)
+    free(m->keys[i]);
+  free(m->keys);
+  free(m->vals);
+  memset(m, 0, sizeof(*m));
+}
+
+size_t edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  size_t *row = xmalloc((lb + 1) * sizeof(size_t));
+  for (size_t j = 0; j <= lb; j++)
+    row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t diag_prev = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t up = row[j];
+      size_t best = diag_prev + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best)
+        best = up + 1;
+      if (row[j - 1] + 1 < best)
+        best = row[j - 1] + 1;
+      row[j] = best;
+      diag_prev = up;
+    }
+  }
+  size_t d = row[lb];
+  free(row);
+  return d;
+}
+
+const char *closest_match(const char *word, const char *const *candidates) {
+  size_t limit = strlen(word) / 3;
+  if (limit < 1)
+    limit = 1;
+  const char *best = NULL;
+  size_t best_d = limit + 1;
+  for (; *candidates; candidates++) {
+    size_t d = edit_distance(word, *candidates);
+    if (d < best_d) {
+      best_d = d;
+      best = *candidates;
+    }
+  }
+  return best;
+}
+
+int parse_duration(const char *s, double *out) {
+  if (!s || !*s)
+    return DR_EINVAL;
+  char *end;
+  double total = 0;
+  const char *p = s;
+  int parts = 0;
+  while (*p) {
+    if (!(*p >= '0' && *p <= '9') && *p != '.')
+      return DR_EINVAL;
+    double v = strtod(p, &end);
+    if (end == p || v < 0)
+      return DR_EINVAL;
+    p = end;
+    double unit;
+    if (*p == '\0') {
+      if (parts > 0)
+        return DR_EINVAL; /* "1h30" is ambiguous */
+      unit = 1;
+    } else if (strncmp(p, "ms", 2) == 0) {
+      unit = 0.001;
+      p += 2;
+    } else if (*p == 's') {
+      unit = 1;
+      p++;
+    } else if (*p == 'm') {
+      unit = 60;
+      p++;
+    } else if (*p == 'h') {
+      unit = 3600;
+      p++;
+    } else if (*p == 'd') {
+      unit = 86400;
+      p++;
+    } else {
+      return DR_EINVAL;
+    }
+    total += v * unit;
+    parts++;
+  }
+  *out = total;
+  return 0;
+}
+
+void format_duration(double s, char *buf, size_t n) {
+  if (s < 0)
+    s = 0;
+  if (s < 1)
+    snprintf(buf, n, "%.0fms", s * 1000);
+  else if (s < 60)
+    snprintf(buf, n, "%.1fs", s);
+  else if (s < 3600)
+    snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+  else
+    snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
+}
+
+double now_monotonic(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+double now_wall(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void format_utc(double t, int millis, char *buf, size_t n) {
+  time_t sec = (time_t)t;
+  struct tm tm;
+  gmtime_r(&sec, &tm);
+  if (millis)
+    snprintf(buf, n, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+             (int)((t - (double)sec) * 1000));
+  else
+    snprintf(buf, n, "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+}
+
+int mkdir_p(const char *path, unsigned mode) {
+  char *p = xstrdup(path);
+  int rc = 0;
+  for (char *q = p + 1;; q++) {
+    if (*q == '/' || *q == '\0') {
+      char c = *q;
+      *q = '\0';
+      if (mkdir(p, mode) != 0 && errno != EEXIST) {
+        rc = errno == ENOENT ? DR_ENOENT : DR_EIO;
+        break;
+      }
+      *q = c;
+      if (c == '\0')
+        break;
+    }
+  }
+  free(p);
+  return rc;
+}
+
+static int fsync_dir_of(const char *path) {
+  char *dir = path_dirname(path);
+  int fd = open(dir, O_RDONLY | O_DIRECTORY);
+  free(dir);
+  if (fd < 0)
+    return DR_EIO;
+  int rc = fsync(fd) == 0 ? 0 : DR_EIO;
+  close(fd);
+  return rc;
+}
+
+int write_file_atomic(const char *path, const char *data, size_t n) {
+  char *tmp = xasprintf("%s.tmp.%ld", path, (long)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    free(tmp);
+    return DR_EIO;
+  }
+  size_t off = 0;
+  while (off < n) {
+    ssize_t w = write(fd, data + off, n - off);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      break;
+    }
+    off += (size_t)w;
+  }
+  int rc = (off == n && fsync(fd) == 0) ? 0 : DR_EIO;
+  if (close(fd) != 0)
+    rc = DR_EIO;
+  if (rc == 0 && rename(tmp, path) != 0)
+    rc = DR_EIO;
+  if (rc != 0)
+    unlink(tmp);
+  free(tmp);
+  return rc == 0 ? fsync_dir_of(path) : rc;
+}
+
+int read_file(const char *path, char **data, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return errno == ENOENT ? DR_ENOENT : DR_EIO;
+  sbuf b = {0};
+  char chunk[65536];
+  size_t r;
+  while ((r = fread(chunk, 1, sizeof(chunk), f)) > 0)
+    sbuf_add(&b, chunk, r);
+  int bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    sbuf_free(&b);
+    return DR_EIO;
+  }
+  if (n)
+    *n = b.n;
+  *data = sbuf_take(&b);
+  return 0;
+}
+
+char *path_dirname(const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash)
+    return xstrdup(".");
+  if (slash == path)
+    return xstrdup("/");
+  return xstrndup(path, (size_t)(slash - path));
+}
+
+char *path_join(const char *a, const char *b) {
+  if (b[0] == '/' || !a || !*a)
+    return xstrdup(b);
+  size_t la = strlen(a);
+  if (a[la - 1] == '/')
+    return xasprintf("%s%s", a, b);
+  return xasprintf("%s/%s", a, b);
+}

@@ -1,0 +1,148 @@
+/*
+ * Small shared pieces of the dagrun program: error codes, diagnostics
+ * (file:line:col messages), a growable string, a string hash map, duration
+ * parsing, file helpers. Nothing here knows about DAGs.
+ *
+ * All functions are safe to call from any thread on distinct objects.
+ * Allocation failure aborts the process (xmalloc): the orchestrator cannot
+ * do anything useful without memory, and plugins never use this module.
+ */
+#ifndef DAGRUN_UTIL_H
+#define DAGRUN_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Error codes: 0 is success, every error is negative. */
+#define DR_ERRNO_MAP(XX)                                                       \
+  XX(EINVAL, -1, "invalid argument")                                           \
+  XX(ENOENT, -2, "no such file or directory")                                  \
+  XX(EIO, -3, "input/output error")                                            \
+  XX(ESPEC, -4, "invalid DAG file")                                            \
+  XX(ECYCLE, -5, "dependency cycle")                                           \
+  XX(ETEMPLATE, -6, "unresolvable template")                                   \
+  XX(EDEFERRED, -7, "value known only when an upstream task finishes")         \
+  XX(EPLUGIN, -8, "not a loadable dagrun stage plugin")                        \
+  XX(EABI, -9, "plugin built for an incompatible ABI")                         \
+  XX(ESTAGE, -10, "unknown stage")                                             \
+  XX(EPARAM, -11, "invalid stage parameter")                                   \
+  XX(ESPAWN, -12, "cannot start process")                                      \
+  XX(EPROTO, -13, "malformed worker message")
+
+typedef enum {
+  DR_OK = 0,
+#define DR_XX(code, val, _) DR_##code = (val),
+  DR_ERRNO_MAP(DR_XX)
+#undef DR_XX
+} dr_err;
+
+/* Static description of an error code, never NULL. */
+const char *dr_strerror(int err);
+
+/* Memory: abort with a message when the system is out of memory. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+/* printf into a new string; caller frees. */
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Grows a dynamic array: ensures cap >= need, doubling. */
+#define VEC_RESERVE(ptr, cap, need)                                            \
+  do {                                                                         \
+    if ((need) > (cap)) {                                                      \
+      size_t nc_ = (cap) ? (cap) * 2 : 8;                                      \
+      while (nc_ < (need))                                                     \
+        nc_ *= 2;                                                              \
+      (ptr) = xrealloc((ptr), nc_ * sizeof(*(ptr)));                           \
+      (cap) = nc_;                                                             \
+    }                                                                          \
+  } while (0)
+#define VEC_PUSH(ptr, n, cap, val)                                             \
+  do {                                                                         \
+    VEC_RESERVE(ptr, cap, (n) + 1);                                            \
+    (ptr)[(n)++] = (val);                                                      \
+  } while (0)
+
+/* Growable NUL-terminated string. Zero-initialise to start empty. */
+typedef struct sbuf {
+  char *s;
+  size_t n, cap;
+} sbuf;
+void sbuf_add(sbuf *b, const char *s, size_t n);
+void sbuf_puts(sbuf *b, const char *s);
+void sbuf_putc(sbuf *b, char c);
+void sbuf_printf(sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void sbuf_vprintf(sbuf *b, const char *fmt, va_list ap);
+/* Returns the string (never NULL, "" when empty) and hands it to the caller;
+ * the buffer is left empty. */
+char *sbuf_take(sbuf *b);
+void sbuf_free(sbuf *b);
+
+/* Diagnostics: user-facing errors with a position. Kept in the order they
+ * were added; printed as "file:line:col: error: message". line/col are
+ * 1-based; 0 means unknown (then omitted). */
+typedef struct diag {
+  char *file;
+  int line, col;
+  char *msg;
+} diag;
+typedef struct diags {
+  diag *v;
+  size_t n, cap;
+} diags;
+void diags_add(diags *d, const char *file, int line, int col, const char *fmt,
+               ...) __attribute__((format(printf, 5, 6)));
+void diags_vadd(diags *d, const char *file, int line, int col,
+                const char *fmt, va_list ap);
+/* One diagnostic as "file:line:col: error: msg"; caller frees. */
+char *diag_format(const diag *g);
+void diags_print(const diags *d, FILE *f);
+void diags_free(diags *d);
+
+/* String-keyed hash map to a size_t value. Keys are copied. */
+typedef struct strmap {
+  char **keys;
+  size_t *vals;
+  size_t n, cap; /* cap is a power of two or 0 */
+} strmap;
+void strmap_put(strmap *m, const char *key, size_t val);
+/* Returns 1 and sets *val when found, 0 otherwise. val may be NULL. */
+int strmap_get(const strmap *m, const char *key, size_t *val);
+void strmap_free(strmap *m);
+
+/* Levenshtein distance, for "did you mean" suggestions. */
+size_t edit_distance(const char *a, const char *b);
+/* The candidate closest to word, or NULL when none is close enough
+ * (distance <= max(1, strlen(word)/3)). candidates is NULL-terminated. */
+const char *closest_match(const char *word, const char *const *candidates);
+
+/* Parses a duration: "500ms", "30s", "5m", "2h", "1d", "1h30m", or a plain
+ * non-negative number of seconds ("90", "1.5"). Returns 0 and seconds in
+ * *out, or DR_EINVAL. */
+int parse_duration(const char *s, double *out);
+/* Formats seconds compactly: "850ms", "12.3s", "4m05s", "2h03m". */
+void format_duration(double s, char *buf, size_t n);
+
+/* Monotonic and wall clocks in seconds. */
+double now_monotonic(void);
+double now_wall(void);
+/* UTC timestamp "2026-11-21T13:53:27Z" (with .mmm if millis) into buf. */
+void format_utc(double t, int millis, char *buf, size_t n);
+
+/* mkdir -p. Returns 0 or a negative errno-style DR_ code. */
+int mkdir_p(const char *path, unsigned mode);
+/* Writes a whole file atomically: temp name, fsync, rename, fsync dir. */
+int write_file_atomic(const char *path, const char *data, size_t n);
+/* Reads a whole file; caller frees *data (NUL-terminated). */
+int read_file(const char *path, char **data, size_t *n);
+/* Directory part of a path ("." when none); caller frees. */
+char *path_dirname(const char *path);
+/* Joins a and b with one '/'; b absolute returns a copy of b. Caller frees. */
+char *path_join(const char *a, const char *b);
+
+#endif /* DAGRUN_UTIL_H */

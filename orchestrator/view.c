@@ -1,0 +1,1 @@
+/* view: being written. */

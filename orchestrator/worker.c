@@ -1,0 +1,1 @@
+/* worker: being written. */

@@ -1,0 +1,1 @@
+/* ydoc: being written. */

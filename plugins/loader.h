@@ -1,0 +1,43 @@
+/*
+ * loader: finds and opens stage plugins and checks their ABI.
+ *
+ * A stage named in YAML is either a path (it contains '/'; relative paths
+ * are taken from the DAG file's directory) or a name, looked up as
+ * "<name>.so" in each directory of $DAGRUN_PLUGIN_PATH (colon-separated),
+ * then in the built-in stage directory next to the dagrun executable
+ * (<exe dir>/../<libdir>/dagrun/stages, the same in the build tree and in
+ * an installed prefix).
+ *
+ * Refusals name the file and the reason: dlopen's error, a missing entry
+ * symbol, a NULL descriptor, a different ABI major, a newer ABI minor, a
+ * struct_size smaller than ABI 1.0's, a missing name or run.
+ * Single-threaded.
+ */
+#ifndef DAGRUN_LOADER_H
+#define DAGRUN_LOADER_H
+
+#include <dagrun/plugin.h>
+#include <stddef.h>
+
+typedef struct loader_plugin {
+  char *path;                /* as opened */
+  void *handle;              /* dlopen handle */
+  const dagrun_stage *stage; /* owned by the plugin, valid until close */
+} loader_plugin;
+
+/* Resolves a stage reference to a file. Returns 0 with *path (caller
+ * frees), or DR_ESTAGE with a message in err saying where it looked (and
+ * "did you mean" among the stages found there). */
+int loader_find(const char *stage, const char *base_dir, char **path,
+                char *err, size_t errlen);
+
+/* Opens a plugin file and validates its descriptor. Returns 0 with *out
+ * (free with loader_close), DR_EPLUGIN or DR_EABI with a message in err. */
+int loader_open(const char *path, loader_plugin **out, char *err,
+                size_t errlen);
+void loader_close(loader_plugin *p);
+
+/* The directories searched, in order; NULL-terminated; valid until exit. */
+const char *const *loader_search_path(void);
+
+#endif /* DAGRUN_LOADER_H */

@@ -1,0 +1,1 @@
+/* exec stage: being written. */
