@@ -1,1 +1,309 @@
-/* executor: being written. */
+#include "executor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* How long to wait for the rest of a worker's messages after it exited.
+ * The pipe normally reports EOF at once; it stays open only when a
+ * process that outlived the worker (and escaped its group) kept fd 3. */
+#define DRAIN_TIMEOUT_MS 500
+/* Handles per attempt: process, pipe and four timers. */
+#define ATTEMPT_HANDLES 6
+
+typedef struct attempt attempt;
+struct attempt {
+  executor *x;
+  attempt *prev, *next;
+  size_t task;
+  uv_process_t proc;
+  uv_pipe_t pipe;
+  uv_timer_t timeout_timer, heartbeat_timer, kill_timer, drain_timer;
+  int open_handles;
+  int exited, eof, finished;
+  exec_end stop_reason; /* why we stopped it; EXEC_EXITED if we did not */
+  int64_t exit_status;
+  int term_signal;
+  uint64_t heartbeat_ms, grace_ms;
+  sbuf line;      /* partial protocol line */
+  char *error;    /* from the result message */
+  double started;
+};
+
+struct executor {
+  uv_loop_t *loop;
+  char *self_exe;
+  exec_callbacks cb;
+  attempt *running; /* doubly linked list */
+  size_t n_running;
+};
+
+executor *executor_create(uv_loop_t *loop, const char *self_exe,
+                          const exec_callbacks *cb) {
+  executor *x = xcalloc(1, sizeof(*x));
+  x->loop = loop;
+  x->self_exe = xstrdup(self_exe);
+  x->cb = *cb;
+  return x;
+}
+
+void executor_destroy(executor *x) {
+  if (!x)
+    return;
+  free(x->self_exe);
+  free(x);
+}
+
+size_t executor_running(const executor *x) { return x->n_running; }
+
+static void on_handle_closed(uv_handle_t *h) {
+  attempt *a = h->data;
+  if (--a->open_handles == 0) {
+    sbuf_free(&a->line);
+    free(a->error);
+    free(a);
+  }
+}
+
+static void close_handle(uv_handle_t *h) {
+  if (!uv_is_closing(h))
+    uv_close(h, on_handle_closed);
+}
+
+static void signal_group(attempt *a, int sig) {
+  /* The worker leads its own session and group (UV_PROCESS_DETACHED), so
+   * its pid names the group of everything it started. */
+  if (a->proc.pid > 0)
+    kill(-a->proc.pid, sig);
+}
+
+static void finish(attempt *a) {
+  if (a->finished || !a->exited || !a->eof)
+    return;
+  a->finished = 1;
+  executor *x = a->x;
+  exec_result r = {0};
+  r.duration_s = now_monotonic() - a->started;
+  r.error = a->error;
+  if (a->stop_reason != EXEC_EXITED) {
+    r.end = a->stop_reason;
+    r.exit_code = (int)a->exit_status;
+    r.term_signal = a->term_signal;
+  } else if (a->term_signal) {
+    r.end = EXEC_SIGNALED;
+    r.term_signal = a->term_signal;
+  } else {
+    r.end = EXEC_EXITED;
+    r.exit_code = (int)a->exit_status;
+  }
+  /* Unlink before the callback: it may start the next attempt. */
+  if (a->prev)
+    a->prev->next = a->next;
+  else
+    x->running = a->next;
+  if (a->next)
+    a->next->prev = a->prev;
+  x->n_running--;
+  x->cb.on_exit(x->cb.ud, a->task, &r);
+  close_handle((uv_handle_t *)&a->proc);
+  close_handle((uv_handle_t *)&a->pipe);
+  close_handle((uv_handle_t *)&a->timeout_timer);
+  close_handle((uv_handle_t *)&a->heartbeat_timer);
+  close_handle((uv_handle_t *)&a->kill_timer);
+  close_handle((uv_handle_t *)&a->drain_timer);
+}
+
+static void on_kill_timer(uv_timer_t *t) {
+  attempt *a = t->data;
+  signal_group(a, SIGKILL);
+}
+
+/* Stops the attempt for a reason: SIGTERM now, SIGKILL after the grace. */
+static void stop(attempt *a, exec_end reason, int force) {
+  if (a->exited)
+    return;
+  if (a->stop_reason == EXEC_EXITED)
+    a->stop_reason = reason;
+  uv_timer_stop(&a->timeout_timer);
+  uv_timer_stop(&a->heartbeat_timer);
+  if (force) {
+    signal_group(a, SIGKILL);
+    return;
+  }
+  if (uv_is_active((uv_handle_t *)&a->kill_timer))
+    return; /* already on its way out */
+  signal_group(a, SIGTERM);
+  uv_timer_start(&a->kill_timer, on_kill_timer, a->grace_ms, 0);
+}
+
+static void on_timeout(uv_timer_t *t) { stop(t->data, EXEC_TIMED_OUT, 0); }
+
+static void on_heartbeat_missed(uv_timer_t *t) { stop(t->data, EXEC_HUNG, 0); }
+
+static void on_drain_timeout(uv_timer_t *t) {
+  attempt *a = t->data;
+  uv_read_stop((uv_stream_t *)&a->pipe);
+  a->eof = 1;
+  finish(a);
+}
+
+static void on_worker_exit(uv_process_t *p, int64_t exit_status, int term_signal) {
+  attempt *a = p->data;
+  a->exited = 1;
+  a->exit_status = exit_status;
+  a->term_signal = term_signal;
+  /* Whatever the worker left running in its group dies with it. */
+  signal_group(a, SIGKILL);
+  uv_timer_stop(&a->timeout_timer);
+  uv_timer_stop(&a->heartbeat_timer);
+  uv_timer_stop(&a->kill_timer);
+  if (!a->eof)
+    uv_timer_start(&a->drain_timer, on_drain_timeout, DRAIN_TIMEOUT_MS, 0);
+  finish(a);
+}
+
+static void handle_line(attempt *a, const char *s, size_t n) {
+  if (n == 0)
+    return;
+  if (a->heartbeat_ms && !a->exited && a->stop_reason == EXEC_EXITED)
+    uv_timer_again(&a->heartbeat_timer);
+  proto_msg m;
+  if (proto_parse(s, n, &m) != 0)
+    return; /* a stray line is not worth failing the task over */
+  if (m.type == PROTO_RESULT && m.text) {
+    free(a->error);
+    a->error = xstrdup(m.text);
+  }
+  a->x->cb.on_message(a->x->cb.ud, a->task, &m);
+  proto_msg_free(&m);
+}
+
+/* One buffer serves every read: the loop is single-threaded and on_read
+ * consumes the data before returning. */
+static char read_buffer[65536];
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)h;
+  (void)suggested;
+  buf->base = read_buffer;
+  buf->len = sizeof(read_buffer);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  attempt *a = s->data;
+  if (nread > 0) {
+    const char *p = buf->base, *end = buf->base + nread;
+    while (p < end) {
+      const char *nl = memchr(p, '\n', (size_t)(end - p));
+      if (!nl) {
+        sbuf_add(&a->line, p, (size_t)(end - p));
+        break;
+      }
+      if (a->line.n) {
+        sbuf_add(&a->line, p, (size_t)(nl - p));
+        handle_line(a, a->line.s, a->line.n);
+        a->line.n = 0;
+      } else {
+        handle_line(a, p, (size_t)(nl - p));
+      }
+      p = nl + 1;
+    }
+  } else if (nread < 0) {
+    if (a->line.n) {
+      handle_line(a, a->line.s, a->line.n);
+      a->line.n = 0;
+    }
+    uv_read_stop(s);
+    uv_timer_stop(&a->drain_timer);
+    a->eof = 1;
+    finish(a);
+  }
+}
+
+static uint64_t to_ms(double s) { return s > 0 ? (uint64_t)(s * 1000.0) : 0; }
+
+int executor_start(executor *x, const exec_request *rq, char *err,
+                   size_t errlen) {
+  int log_fd =
+      open(rq->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    snprintf(err, errlen, "cannot open log %s: %s", rq->log_path,
+             strerror(errno));
+    return DR_EIO;
+  }
+  attempt *a = xcalloc(1, sizeof(*a));
+  a->x = x;
+  a->task = rq->task;
+  a->stop_reason = EXEC_EXITED;
+  a->heartbeat_ms = to_ms(rq->heartbeat_s);
+  a->grace_ms = to_ms(rq->kill_grace_s);
+  a->started = now_monotonic();
+  uv_pipe_init(x->loop, &a->pipe, 0);
+  a->pipe.data = a;
+  a->proc.data = a;
+  a->open_handles = 2;
+
+  uv_stdio_container_t stdio[4];
+  stdio[0].flags = UV_IGNORE;
+  stdio[1].flags = UV_INHERIT_FD;
+  stdio[1].data.fd = log_fd;
+  stdio[2].flags = UV_INHERIT_FD;
+  stdio[2].data.fd = log_fd;
+  stdio[3].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[3].data.stream = (uv_stream_t *)&a->pipe;
+  char *args[] = {"dagrun", "__worker", (char *)rq->attempt_json, NULL};
+  uv_process_options_t opt = {0};
+  opt.exit_cb = on_worker_exit;
+  opt.file = x->self_exe;
+  opt.args = args;
+  opt.env = rq->env;
+  opt.cwd = rq->cwd;
+  opt.flags = UV_PROCESS_DETACHED;
+  opt.stdio_count = 4;
+  opt.stdio = stdio;
+  int rc = uv_spawn(x->loop, &a->proc, &opt);
+  close(log_fd);
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot start worker %s: %s", x->self_exe,
+             uv_strerror(rc));
+    a->finished = 1;
+    close_handle((uv_handle_t *)&a->proc);
+    close_handle((uv_handle_t *)&a->pipe);
+    return DR_ESPAWN;
+  }
+
+  uv_timer_t *timers[] = {&a->timeout_timer, &a->heartbeat_timer,
+                          &a->kill_timer, &a->drain_timer};
+  for (size_t i = 0; i < 4; i++) {
+    uv_timer_init(x->loop, timers[i]);
+    timers[i]->data = a;
+  }
+  a->open_handles = ATTEMPT_HANDLES;
+  if (rq->timeout_s > 0)
+    uv_timer_start(&a->timeout_timer, on_timeout, to_ms(rq->timeout_s), 0);
+  if (a->heartbeat_ms)
+    uv_timer_start(&a->heartbeat_timer, on_heartbeat_missed, a->heartbeat_ms,
+                   a->heartbeat_ms);
+  uv_read_start((uv_stream_t *)&a->pipe, on_alloc, on_read);
+
+  a->next = x->running;
+  if (x->running)
+    x->running->prev = a;
+  x->running = a;
+  x->n_running++;
+  return 0;
+}
+
+void executor_cancel(executor *x, size_t task, int force) {
+  for (attempt *a = x->running; a; a = a->next) {
+    if (a->task == task) {
+      stop(a, EXEC_CANCELLED, force);
+      return;
+    }
+  }
+}

@@ -1,8 +1,395 @@
-/* dagrun: being written. */
+/*
+ * dagrun: the command line. Parses arguments, then hands over to the
+ * modules in the order data flows: spec -> check -> run directory ->
+ * scheduler (with the executor and the view) on one libuv loop.
+ *
+ * Exit codes: 0 success; 1 a task failed; 2 bad usage or a bad DAG file;
+ * 130 stopped by SIGINT (Ctrl-C); 143 stopped by SIGTERM.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "catalog.h"
+#include "check.h"
+#include "graph.h"
+#include "rundir.h"
+#include "sched.h"
+#include "spec.h"
+#include "template.h"
+#include "util.h"
+#include "view.h"
 #include "worker.h"
+
+#define EXIT_TASK_FAILED 1
+#define EXIT_USAGE 2
+
+static const char usage_text[] =
+    "usage: dagrun [run] FILE [options]    run a DAG now\n"
+    "       dagrun check FILE...            validate DAG files, report all "
+    "errors\n"
+    "       dagrun graph FILE [--format text|dot|mermaid]\n"
+    "       dagrun stages [--json]          installed stage plugins and "
+    "their params\n"
+    "       dagrun --version | --help\n"
+    "\n"
+    "run options:\n"
+    "  -j, --max-parallel N   tasks running at once (default: the DAG's\n"
+    "                         max_parallel, else the number of CPUs)\n"
+    "  --runs-dir DIR         where run directories go (default: "
+    "$DAGRUN_RUNS_DIR\n"
+    "                         or ./runs)\n"
+    "  --events json          one JSON object per state change on stdout\n"
+    "  --plain                timestamped lines even on a terminal\n"
+    "  -q, --quiet            only the final summary\n"
+    "\n"
+    "Stages are found by name on $DAGRUN_PLUGIN_PATH, then in the built-in\n"
+    "stage directory; a stage given as a path is taken from the DAG's "
+    "directory.\n";
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "dagrun: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n(see dagrun --help)\n");
+  return EXIT_USAGE;
+}
+
+/* Loads and checks a DAG file, printing every error. Returns 0 with *sp
+ * and *ck set, or EXIT_USAGE. */
+static int load_checked(const char *path, spec **sp, checked **ck) {
+  diags d = {0};
+  *sp = NULL;
+  *ck = NULL;
+  int rc = spec_load(path, sp, &d);
+  if (*sp && rc != DR_ENOENT && rc != DR_EIO) {
+    /* Structural errors do not stop the deeper checks: report all. */
+    check_spec(*sp, ck, &d);
+  }
+  if (d.n) {
+    diags_print(&d, stderr);
+    fprintf(stderr, "%s: %zu error%s\n", path, d.n, d.n == 1 ? "" : "s");
+    diags_free(&d);
+    checked_free(*ck);
+    spec_free(*sp);
+    *ck = NULL;
+    *sp = NULL;
+    return EXIT_USAGE;
+  }
+  if (rc != 0) {
+    fprintf(stderr, "dagrun: %s: %s\n", path, dr_strerror(rc));
+    checked_free(*ck);
+    spec_free(*sp);
+    return EXIT_USAGE;
+  }
+  return 0;
+}
+
+static int cmd_check(int argc, char **argv) {
+  if (argc < 1)
+    return usage_error("%s", "check needs a DAG file");
+  int bad = 0;
+  for (int i = 0; i < argc; i++) {
+    spec *sp;
+    checked *ck;
+    if (load_checked(argv[i], &sp, &ck) != 0) {
+      bad = 1;
+      continue;
+    }
+    printf("%s: ok (dag %s, %zu tasks)\n", argv[i], sp->dag, sp->n_tasks);
+    checked_free(ck);
+    spec_free(sp);
+  }
+  return bad ? EXIT_USAGE : 0;
+}
+
+static int cmd_graph(int argc, char **argv) {
+  const char *file = NULL, *format = "text";
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--format") == 0 && i + 1 < argc)
+      format = argv[++i];
+    else if (strncmp(argv[i], "--format=", 9) == 0)
+      format = argv[i] + 9;
+    else if (argv[i][0] == '-')
+      return usage_error("unknown option '%s' for graph", argv[i]);
+    else if (!file)
+      file = argv[i];
+    else
+      return usage_error("graph takes one DAG file, got also '%s'", argv[i]);
+  }
+  if (!file)
+    return usage_error("%s", "graph needs a DAG file");
+  if (strcmp(format, "text") != 0 && strcmp(format, "dot") != 0 &&
+      strcmp(format, "mermaid") != 0)
+    return usage_error("unknown graph format '%s' (expected text, dot or "
+                       "mermaid)",
+                       format);
+  spec *sp;
+  checked *ck;
+  if (load_checked(file, &sp, &ck) != 0)
+    return EXIT_USAGE;
+  int rc = graph_print(sp, format, stdout);
+  checked_free(ck);
+  spec_free(sp);
+  return rc == 0 ? 0 : EXIT_USAGE;
+}
+
+/* State shared by the run's callbacks. */
+typedef struct run_ctx {
+  uv_loop_t *loop;
+  view *v;
+  sched *s;
+  uv_signal_t sigint, sigterm;
+  int stop_signal; /* first signal that stopped the run */
+  int n_signals;
+} run_ctx;
+
+static void obs_event(void *ud, const sched_event *e) {
+  view_task_event(((run_ctx *)ud)->v, e);
+}
+
+static void obs_progress(void *ud, size_t task, double f, const char *msg) {
+  view_task_progress(((run_ctx *)ud)->v, task, f, msg);
+}
+
+static void obs_log(void *ud, size_t task, int level, const char *msg) {
+  view_task_log(((run_ctx *)ud)->v, task, level, msg);
+}
+
+static void obs_done(void *ud) {
+  run_ctx *r = ud;
+  /* Closing the signal watchers lets uv_run return. */
+  uv_close((uv_handle_t *)&r->sigint, NULL);
+  uv_close((uv_handle_t *)&r->sigterm, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  run_ctx *r = h->data;
+  r->n_signals++;
+  if (!r->stop_signal)
+    r->stop_signal = signum;
+  if (r->n_signals == 1) {
+    view_notice(r->v, signum == SIGINT
+                          ? "interrupted: stopping tasks (Ctrl-C again to "
+                            "kill them now)"
+                          : "terminated: stopping tasks");
+    sched_cancel(r->s, 0);
+  } else {
+    view_notice(r->v, "killing running tasks");
+    sched_cancel(r->s, 1);
+  }
+}
+
+static int write_run_json(const spec *sp, const rundir *run,
+                          const cJSON *params, const sched *s,
+                          const char *state, int max_parallel) {
+  cJSON *j = cJSON_CreateObject();
+  char ts[40];
+  cJSON_AddStringToObject(j, "dag", sp->dag);
+  cJSON_AddStringToObject(j, "file", sp->path);
+  cJSON_AddStringToObject(j, "run_id", run->id);
+  cJSON_AddStringToObject(j, "dir", run->path);
+  cJSON_AddStringToObject(j, "state", state);
+  format_utc(run->started, 1, ts, sizeof(ts));
+  cJSON_AddStringToObject(j, "started", ts);
+  if (strcmp(state, "running") != 0) {
+    double end = now_wall();
+    format_utc(end, 1, ts, sizeof(ts));
+    cJSON_AddStringToObject(j, "ended", ts);
+    cJSON_AddNumberToObject(j, "duration_s", end - run->started);
+  }
+  cJSON_AddNumberToObject(j, "max_parallel", max_parallel);
+  cJSON_AddItemToObject(j, "params", cJSON_Duplicate(params, 1));
+  cJSON_AddItemToObject(j, "tasks", sched_tasks_json(s));
+  char *text = cJSON_Print(j);
+  char *path = path_join(run->path, "run.json");
+  int rc = write_file_atomic(path, text, strlen(text));
+  if (rc != 0)
+    fprintf(stderr, "dagrun: cannot write %s: %s\n", path, strerror(errno));
+  free(path);
+  cJSON_free(text);
+  cJSON_Delete(j);
+  return rc;
+}
+
+static int default_parallelism(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+static int cmd_run(int argc, char **argv) {
+  const char *file = NULL;
+  const char *runs_dir = getenv("DAGRUN_RUNS_DIR");
+  int max_parallel = 0;
+  view_mode mode = isatty(STDOUT_FILENO) ? VIEW_TTY : VIEW_PLAIN;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if ((strcmp(a, "-j") == 0 || strcmp(a, "--max-parallel") == 0) &&
+        i + 1 < argc) {
+      char *end;
+      long n = strtol(argv[++i], &end, 10);
+      if (*end || n < 1 || n > 100000)
+        return usage_error("--max-parallel needs a number >= 1, got '%s'",
+                           argv[i]);
+      max_parallel = (int)n;
+    } else if (strncmp(a, "-j", 2) == 0 && a[2]) {
+      char *end;
+      long n = strtol(a + 2, &end, 10);
+      if (*end || n < 1 || n > 100000)
+        return usage_error("-j needs a number >= 1, got '%s'", a + 2);
+      max_parallel = (int)n;
+    } else if (strcmp(a, "--runs-dir") == 0 && i + 1 < argc) {
+      runs_dir = argv[++i];
+    } else if (strcmp(a, "--events") == 0 && i + 1 < argc) {
+      if (strcmp(argv[++i], "json") != 0)
+        return usage_error("--events takes 'json', got '%s'", argv[i]);
+      mode = VIEW_JSON;
+    } else if (strcmp(a, "--events=json") == 0) {
+      mode = VIEW_JSON;
+    } else if (strcmp(a, "--plain") == 0) {
+      if (mode == VIEW_TTY)
+        mode = VIEW_PLAIN;
+    } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
+      mode = VIEW_QUIET;
+    } else if (a[0] == '-') {
+      return usage_error("unknown option '%s'", a);
+    } else if (!file) {
+      file = a;
+    } else {
+      return usage_error("run takes one DAG file, got also '%s'", a);
+    }
+  }
+  if (!file)
+    return usage_error("%s", "run needs a DAG file");
+  if (!runs_dir || !*runs_dir)
+    runs_dir = "runs";
+
+  spec *sp;
+  checked *ck;
+  if (load_checked(file, &sp, &ck) != 0)
+    return EXIT_USAGE;
+  if (!max_parallel)
+    max_parallel = sp->max_parallel ? sp->max_parallel : default_parallelism();
+
+  char err[1024];
+  rundir *run;
+  if (rundir_create(runs_dir, sp->dag, &run, err, sizeof(err)) != 0) {
+    fprintf(stderr, "dagrun: %s\n", err);
+    checked_free(ck);
+    spec_free(sp);
+    return EXIT_USAGE;
+  }
+  /* DAG params again, now that run.* has values. */
+  diags d = {0};
+  cJSON *params = NULL;
+  tmpl_env te = {sp, NULL, run->id, run->date, NULL, NULL, NULL};
+  if (tmpl_resolve_params(&te, &params, &d) != 0) {
+    diags_print(&d, stderr);
+    diags_free(&d);
+    rundir_destroy(run);
+    checked_free(ck);
+    spec_free(sp);
+    return EXIT_USAGE;
+  }
+
+  char self_exe[4096];
+  ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
+  if (n <= 0) {
+    fprintf(stderr, "dagrun: cannot find its own executable: %s\n",
+            strerror(errno));
+    return EXIT_USAGE;
+  }
+  self_exe[n] = '\0';
+
+  run_ctx r = {0};
+  r.loop = uv_default_loop();
+  r.v = view_create(r.loop, mode, sp, stdout);
+  sched_opts so = {max_parallel, self_exe,
+                   {obs_event, obs_progress, obs_log, obs_done, &r}, 0};
+  r.s = sched_create(r.loop, ck, run, params, &so);
+  write_run_json(sp, run, params, r.s, "running", max_parallel);
+  uv_signal_init(r.loop, &r.sigint);
+  uv_signal_init(r.loop, &r.sigterm);
+  r.sigint.data = r.sigterm.data = &r;
+  uv_signal_start(&r.sigint, on_signal, SIGINT);
+  uv_signal_start(&r.sigterm, on_signal, SIGTERM);
+
+  view_run_started(r.v, run, max_parallel);
+  sched_start(r.s);
+  uv_run(r.loop, UV_RUN_DEFAULT);
+
+  size_t counts[TASK_CANCELLED + 1];
+  sched_counts(r.s, counts);
+  const char *state = r.stop_signal               ? "cancelled"
+                      : counts[TASK_SUCCESS] == sp->n_tasks ? "success"
+                                                            : "failed";
+  write_run_json(sp, run, params, r.s, state, max_parallel);
+  view_run_finished(r.v, state, r.s);
+  view_destroy(r.v);
+  uv_run(r.loop, UV_RUN_DEFAULT); /* let closed handles finish */
+  sched_destroy(r.s);
+  uv_loop_close(r.loop);
+
+  int code = r.stop_signal == SIGINT    ? 130
+             : r.stop_signal == SIGTERM ? 143
+             : strcmp(state, "success") == 0 ? 0
+                                             : EXIT_TASK_FAILED;
+  cJSON_Delete(params);
+  rundir_destroy(run);
+  checked_free(ck);
+  spec_free(sp);
+  return code;
+}
+
+static const char *const commands[] = {"run",  "check",   "graph", "stages",
+                                       "help", "version", NULL};
+
 int main(int argc, char **argv) {
-  if (argc == 3 && strcmp(argv[1], "__worker") == 0)
+  if (argc >= 2 && strcmp(argv[1], "__worker") == 0) {
+    if (argc != 3) {
+      fprintf(stderr, "usage: dagrun __worker ATTEMPT_JSON (internal)\n");
+      return EXIT_USAGE;
+    }
     return worker_main(argv[2]);
-  return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  if (argc < 2) {
+    fputs(usage_text, stderr);
+    return EXIT_USAGE;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ||
+      strcmp(cmd, "help") == 0) {
+    fputs(usage_text, stdout);
+    return 0;
+  }
+  if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+    printf("dagrun %s (plugin ABI %d.%d)\n", DAGRUN_VERSION, DAGRUN_ABI_MAJOR,
+           DAGRUN_ABI_MINOR);
+    return 0;
+  }
+  if (strcmp(cmd, "check") == 0)
+    return cmd_check(argc - 2, argv + 2);
+  if (strcmp(cmd, "graph") == 0)
+    return cmd_graph(argc - 2, argv + 2);
+  if (strcmp(cmd, "stages") == 0) {
+    int json = argc >= 3 && strcmp(argv[2], "--json") == 0;
+    if (argc > 3 || (argc == 3 && !json))
+      return usage_error("unknown option '%s' for stages", argv[2]);
+    return catalog_print(stdout, json) == 0 ? 0 : 1;
+  }
+  if (strcmp(cmd, "run") == 0)
+    return cmd_run(argc - 2, argv + 2);
+  /* `dagrun FILE` means `dagrun run FILE`; a word that is no file but
+   * looks like a command was probably a typo. */
+  const char *near = closest_match(cmd, commands);
+  if (cmd[0] != '-' && near && access(cmd, F_OK) != 0) {
+    fprintf(stderr, "dagrun: unknown command '%s'; did you mean '%s'?\n", cmd,
+            near);
+    return EXIT_USAGE;
+  }
+  return cmd_run(argc - 1, argv + 1);
 }

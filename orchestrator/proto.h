@@ -12,6 +12,17 @@
  * Writers (worker side) are thread-safe: each message is one write(2) of at
  * most PIPE_BUF bytes where possible (long log lines are truncated to fit),
  * so lines from several threads never interleave.
+ *
+ * Details:
+ * - JSON has no NaN or infinity: a non-finite metric value is sent as the
+ *   string "NaN", "Infinity" or "-Infinity", and parsed back.
+ * - Only texts are cut to fit PIPE_BUF (log msg, progress msg, result
+ *   error; they end in "...[truncated]"); an output value is never cut, its
+ *   line is written whole under the writers' lock instead.
+ * - A progress fraction must be in [0,1]; a metric step and a result status
+ *   must be integers. Anything else fails proto_parse.
+ * - Writers return DR_EIO for fd < 0 without a system call, and never raise
+ *   SIGPIPE themselves: the worker ignores it (EPIPE gives DR_EIO).
  */
 #ifndef DAGRUN_PROTO_H
 #define DAGRUN_PROTO_H

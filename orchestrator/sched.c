@@ -1,1 +1,716 @@
-/* sched: being written. */
+#include "sched.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "executor.h"
+#include "params.h"
+#include "template.h"
+#include "util.h"
+
+extern char **environ;
+
+typedef struct task_rt {
+  task_state state;
+  int attempt;          /* attempts started so far */
+  size_t n_waiting_up;  /* upstream tasks not in a terminal state */
+  int upstream_bad;     /* some upstream ended other than success */
+  uint64_t queued_seq;  /* FIFO order across pools */
+  int exit_code;        /* last attempt's, -1 if none */
+  char *reason;         /* last failure reason */
+  cJSON *outputs;       /* object, from the current attempt */
+  char *out_dir;        /* lazily computed */
+  int metrics_fd;       /* -1 when closed */
+  double started, ended; /* wall clock: first start, final end */
+  uv_timer_t *retry_timer;
+} task_rt;
+
+/* A FIFO of task indices; entries whose task left TASK_QUEUED (cancelled)
+ * are skipped when they reach the head. */
+typedef struct fifo {
+  size_t *v;
+  size_t head, n, cap;
+} fifo;
+
+struct sched {
+  uv_loop_t *loop;
+  const checked *c;
+  const spec *sp;
+  const rundir *run;
+  const cJSON *params;
+  sched_opts opts;
+  executor *x;
+  task_rt *t;
+  size_t *down_start, *down; /* downstream lists, CSR layout */
+  fifo *queues;              /* one per pool, the last for "no pool" */
+  int *pool_running;
+  int running;
+  uint64_t seq;
+  size_t n_terminal;
+  int cancelling, done_reported;
+  int pumping, pump_again;
+  uint64_t rng;
+  size_t *worklist;
+  size_t n_worklist, cap_worklist;
+};
+
+static const char *const state_names[] = {
+    "waiting", "queued",  "running",         "retry_wait",
+    "success", "failed", "upstream_failed", "cancelled"};
+
+const char *task_state_name(task_state s) { return state_names[s]; }
+
+int task_state_terminal(task_state s) { return s >= TASK_SUCCESS; }
+
+double sched_retry_delay(const spec_retry *r, int retry, double u) {
+  double d = r->delay_s * pow(r->backoff, retry > 1 ? retry - 1 : 0);
+  if (d > r->max_delay_s)
+    d = r->max_delay_s;
+  return d * (1.0 - r->jitter * u);
+}
+
+static double next_uniform(sched *s) {
+  /* xorshift64*: jitter needs spread, not cryptographic strength. */
+  uint64_t x = s->rng;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  s->rng = x;
+  return (double)((x * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+
+static void emit(sched *s, size_t i, task_state st, int exit_code,
+                 double duration, double retry_in, const char *reason) {
+  if (!s->opts.obs.task_event)
+    return;
+  const spec_task *st_ = &s->sp->tasks[i];
+  sched_event e = {i,        st,       s->t[i].attempt,
+                   1 + st_->retry.retries,
+                   exit_code, duration, retry_in, reason};
+  s->opts.obs.task_event(s->opts.obs.ud, &e);
+}
+
+static const char *out_dir(sched *s, size_t i) {
+  if (!s->t[i].out_dir)
+    s->t[i].out_dir = rundir_out(s->run, s->sp->tasks[i].name);
+  return s->t[i].out_dir;
+}
+
+static const char *tmpl_task_dir(void *ud, size_t task) {
+  return out_dir(ud, task);
+}
+
+static const cJSON *tmpl_task_outputs(void *ud, size_t task) {
+  sched *s = ud;
+  return s->t[task].state == TASK_SUCCESS ? s->t[task].outputs : NULL;
+}
+
+static void close_metrics(task_rt *t) {
+  if (t->metrics_fd >= 0) {
+    close(t->metrics_fd);
+    t->metrics_fd = -1;
+  }
+}
+
+static void check_done(sched *s) {
+  if (s->done_reported || s->n_terminal < s->sp->n_tasks ||
+      executor_running(s->x) > 0)
+    return;
+  s->done_reported = 1;
+  if (s->opts.obs.run_done)
+    s->opts.obs.run_done(s->opts.obs.ud);
+}
+
+static void enqueue(sched *s, size_t i);
+
+static void write_outputs(sched *s, size_t i) {
+  task_rt *t = &s->t[i];
+  if (!t->outputs || !t->outputs->child)
+    return;
+  char *task_dir = rundir_task(s->run, s->sp->tasks[i].name);
+  char *path = path_join(task_dir, "outputs.json");
+  char *text = cJSON_Print(t->outputs);
+  if (write_file_atomic(path, text, strlen(text)) != 0)
+    fprintf(stderr, "dagrun: cannot write %s: %s\n", path, strerror(errno));
+  cJSON_free(text);
+  free(path);
+  free(task_dir);
+}
+
+/* Moves task i to a terminal state and lets its downstream react. Works
+ * through a worklist rather than recursion: a failure at the head of a
+ * 10,000-task chain settles the whole chain. Downstream tasks that can no
+ * longer run are claimed (their state set) when pushed. */
+static void settle(sched *s, size_t i, task_state st, int exit_code,
+                   double duration, const char *reason) {
+  task_rt *ti = &s->t[i];
+  if (reason != ti->reason) {
+    free(ti->reason);
+    ti->reason = reason ? xstrdup(reason) : NULL;
+  }
+  ti->state = st;
+  s->n_worklist = 0;
+  VEC_PUSH(s->worklist, s->n_worklist, s->cap_worklist, i);
+  while (s->n_worklist) {
+    size_t k = s->worklist[--s->n_worklist];
+    task_rt *t = &s->t[k];
+    task_state kst = t->state;
+    t->ended = now_wall();
+    close_metrics(t);
+    s->n_terminal++;
+    if (kst == TASK_SUCCESS)
+      write_outputs(s, k);
+    if (k == i)
+      emit(s, k, kst, exit_code, duration, 0, t->reason);
+    else
+      emit(s, k, kst, -1, 0, 0, t->reason);
+    for (size_t e = s->down_start[k]; e < s->down_start[k + 1]; e++) {
+      size_t d = s->down[e];
+      task_rt *dt = &s->t[d];
+      dt->n_waiting_up--;
+      if (kst != TASK_SUCCESS)
+        dt->upstream_bad = 1;
+      if (dt->state != TASK_WAITING)
+        continue;
+      int blocked = dt->upstream_bad &&
+                    s->sp->tasks[d].trigger == SPEC_TRIGGER_ALL_SUCCESS;
+      if (s->cancelling && (blocked || dt->n_waiting_up == 0)) {
+        dt->state = TASK_CANCELLED;
+        dt->reason = xstrdup("run cancelled");
+      } else if (blocked) {
+        dt->state = TASK_UPSTREAM_FAILED;
+        dt->reason =
+            xasprintf("upstream task '%s' %s", s->sp->tasks[k].name,
+                      kst == TASK_CANCELLED ? "was cancelled"
+                      : kst == TASK_FAILED  ? "failed"
+                                            : "did not run");
+      } else {
+        if (dt->n_waiting_up == 0)
+          enqueue(s, d);
+        continue;
+      }
+      VEC_PUSH(s->worklist, s->n_worklist, s->cap_worklist, d);
+    }
+  }
+}
+
+static void enqueue(sched *s, size_t i) {
+  size_t pool = s->sp->tasks[i].pool;
+  fifo *q = &s->queues[pool == SIZE_MAX ? s->sp->n_pools : pool];
+  if (q->head > 0 && q->head == q->n)
+    q->head = q->n = 0;
+  VEC_PUSH(q->v, q->n, q->cap, i);
+  s->t[i].state = TASK_QUEUED;
+  s->t[i].queued_seq = s->seq++;
+  emit(s, i, TASK_QUEUED, -1, 0, 0, NULL);
+}
+
+/* Joins diagnostics into one reason line. */
+static char *diags_join(const diags *d) {
+  sbuf b = {0};
+  for (size_t i = 0; i < d->n; i++) {
+    char *m = diag_format(&d->v[i]);
+    if (i)
+      sbuf_puts(&b, "; ");
+    sbuf_puts(&b, m);
+    free(m);
+  }
+  return sbuf_take(&b);
+}
+
+static void json_to_env(const cJSON *obj, char ***env, size_t *n,
+                        size_t *cap) {
+  for (const cJSON *it = obj ? obj->child : NULL; it; it = it->next) {
+    char *v;
+    if (cJSON_IsString(it))
+      v = xasprintf("%s=%s", it->string, it->valuestring);
+    else if (cJSON_IsBool(it))
+      v = xasprintf("%s=%s", it->string, cJSON_IsTrue(it) ? "true" : "false");
+    else if (cJSON_IsNumber(it) && it->valuedouble == (double)(long long)it->valuedouble)
+      v = xasprintf("%s=%lld", it->string, (long long)it->valuedouble);
+    else if (cJSON_IsNumber(it))
+      v = xasprintf("%s=%.17g", it->string, it->valuedouble);
+    else
+      v = xasprintf("%s=", it->string);
+    VEC_PUSH(*env, *n, *cap, v);
+  }
+}
+
+/* The worker's environment: dagrun's own, less what the task overrides,
+ * plus the task's env and the DAGRUN_* facts. Caller frees each entry. */
+static char **build_env(sched *s, size_t i, const cJSON *task_env) {
+  const spec_task *st = &s->sp->tasks[i];
+  cJSON *facts = cJSON_CreateObject();
+  cJSON_AddStringToObject(facts, "DAGRUN_DAG", s->sp->dag);
+  cJSON_AddStringToObject(facts, "DAGRUN_RUN_ID", s->run->id);
+  cJSON_AddStringToObject(facts, "DAGRUN_RUN_DIR", s->run->path);
+  cJSON_AddStringToObject(facts, "DAGRUN_TASK", st->name);
+  cJSON_AddNumberToObject(facts, "DAGRUN_ATTEMPT", s->t[i].attempt);
+  cJSON_AddStringToObject(facts, "DAGRUN_OUT_DIR", out_dir(s, i));
+  char **env = NULL;
+  size_t n = 0, cap = 0;
+  json_to_env(facts, &env, &n, &cap);
+  json_to_env(task_env, &env, &n, &cap);
+  cJSON_Delete(facts);
+  size_t n_set = n;
+  for (char **e = environ; *e; e++) {
+    const char *eq = strchr(*e, '=');
+    size_t klen = eq ? (size_t)(eq - *e) : strlen(*e);
+    int overridden = 0;
+    for (size_t k = 0; k < n_set && !overridden; k++)
+      overridden = strncmp(env[k], *e, klen) == 0 && env[k][klen] == '=';
+    if (!overridden)
+      VEC_PUSH(env, n, cap, xstrdup(*e));
+  }
+  VEC_PUSH(env, n, cap, NULL);
+  return env;
+}
+
+static void free_env(char **env) {
+  for (char **e = env; e && *e; e++)
+    free(*e);
+  free(env);
+}
+
+static cJSON *attempt_json(sched *s, size_t i, cJSON *params,
+                           const char *attempt_dir) {
+  const spec_task *st = &s->sp->tasks[i];
+  const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddStringToObject(j, "plugin", p->path);
+  cJSON_AddStringToObject(j, "stage", p->stage->name);
+  cJSON_AddItemToObject(j, "params", params);
+  cJSON *dirs = cJSON_AddObjectToObject(j, "dirs");
+  char *task_dir = rundir_task(s->run, st->name);
+  cJSON_AddStringToObject(dirs, "out", out_dir(s, i));
+  cJSON_AddStringToObject(dirs, "task", task_dir);
+  cJSON_AddStringToObject(dirs, "attempt", attempt_dir);
+  cJSON_AddStringToObject(dirs, "run", s->run->path);
+  cJSON_AddStringToObject(dirs, "dag", s->sp->dir);
+  free(task_dir);
+  cJSON *info = cJSON_AddObjectToObject(j, "info");
+  cJSON_AddStringToObject(info, "dag", s->sp->dag);
+  cJSON_AddStringToObject(info, "task", st->name);
+  cJSON_AddStringToObject(info, "run_id", s->run->id);
+  cJSON_AddNumberToObject(info, "attempt", s->t[i].attempt);
+  return j;
+}
+
+/* Starts the next attempt of task i. A failure before the process starts
+ * (params that do not resolve, a directory that cannot be made) fails the
+ * task without retry: another attempt would meet the same problem. */
+static void launch(sched *s, size_t i) {
+  task_rt *t = &s->t[i];
+  const spec_task *st = &s->sp->tasks[i];
+  const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
+  t->attempt++;
+  if (t->attempt == 1)
+    t->started = now_wall();
+  cJSON_Delete(t->outputs);
+  t->outputs = cJSON_CreateObject();
+
+  char err[1024];
+  char *attempt_dir = rundir_attempt(s->run, st->name, t->attempt);
+  char *log_path = path_join(attempt_dir, "log");
+  char *json_path = path_join(attempt_dir, "attempt.json");
+  char *reason = NULL;
+  char **env = NULL;
+  diags d = {0};
+  tmpl_env te = {s->sp,         s->params,         s->run->id,
+                 s->run->date,  tmpl_task_dir,     tmpl_task_outputs,
+                 s};
+  cJSON *params = NULL, *task_env = NULL;
+
+  if (mkdir_p(out_dir(s, i), 0755) != 0 || mkdir_p(attempt_dir, 0755) != 0) {
+    reason = xasprintf("cannot create %s: %s", attempt_dir, strerror(errno));
+    goto failed;
+  }
+  if (params_build(p->stage->params, &te, i, &params, &d) != 0 ||
+      (st->env && tmpl_resolve(&te, i, st->env, &task_env, &d) != 0)) {
+    reason = d.n ? diags_join(&d)
+                 : xasprintf("params of task '%s' did not resolve", st->name);
+    goto failed;
+  }
+  cJSON *aj = attempt_json(s, i, params, attempt_dir);
+  params = NULL; /* owned by aj */
+  char *text = cJSON_PrintUnformatted(aj);
+  int wrc = write_file(json_path, text, strlen(text));
+  cJSON_free(text);
+  cJSON_Delete(aj);
+  if (wrc != 0) {
+    reason = xasprintf("cannot write %s: %s", json_path, strerror(errno));
+    goto failed;
+  }
+  env = build_env(s, i, task_env);
+  exec_request rq = {i,           json_path,       log_path,
+                     NULL,        env,             st->timeout_s,
+                     st->heartbeat_s, st->kill_grace_s};
+  if (executor_start(s->x, &rq, err, sizeof(err)) != 0) {
+    reason = xstrdup(err);
+    goto failed;
+  }
+  t->state = TASK_RUNNING;
+  s->running++;
+  if (st->pool != SIZE_MAX)
+    s->pool_running[st->pool]++;
+  emit(s, i, TASK_RUNNING, -1, 0, 0, NULL);
+  goto done;
+
+failed:
+  t->exit_code = -1;
+  settle(s, i, TASK_FAILED, -1, 0, reason);
+done:
+  free(reason);
+  free_env(env);
+  cJSON_Delete(params);
+  cJSON_Delete(task_env);
+  diags_free(&d);
+  free(json_path);
+  free(log_path);
+  free(attempt_dir);
+}
+
+/* Picks the queued task that was queued first among pools with room. */
+static long next_ready(sched *s) {
+  long best = -1;
+  uint64_t best_seq = UINT64_MAX;
+  for (size_t q = 0; q <= s->sp->n_pools; q++) {
+    fifo *f = &s->queues[q];
+    while (f->head < f->n && s->t[f->v[f->head]].state != TASK_QUEUED)
+      f->head++;
+    if (f->head == f->n)
+      continue;
+    if (q < s->sp->n_pools && s->pool_running[q] >= s->sp->pools[q].size)
+      continue;
+    size_t i = f->v[f->head];
+    if (s->t[i].queued_seq < best_seq) {
+      best_seq = s->t[i].queued_seq;
+      best = (long)q;
+    }
+  }
+  if (best < 0)
+    return -1;
+  fifo *f = &s->queues[best];
+  return (long)f->v[f->head++];
+}
+
+static void pump(sched *s) {
+  if (s->pumping) {
+    s->pump_again = 1;
+    return;
+  }
+  s->pumping = 1;
+  do {
+    s->pump_again = 0;
+    while (!s->cancelling && s->running < s->opts.max_parallel) {
+      long i = next_ready(s);
+      if (i < 0)
+        break;
+      launch(s, (size_t)i);
+    }
+  } while (s->pump_again);
+  s->pumping = 0;
+  check_done(s);
+}
+
+typedef struct retry_ctx {
+  uv_timer_t timer;
+  sched *s;
+  size_t task;
+} retry_ctx;
+
+static void on_retry_closed(uv_handle_t *h) { free(h->data); }
+
+static void on_retry_fire(uv_timer_t *timer) {
+  retry_ctx *rc = timer->data;
+  sched *s = rc->s;
+  size_t i = rc->task;
+  s->t[i].retry_timer = NULL;
+  uv_close((uv_handle_t *)timer, on_retry_closed);
+  if (s->t[i].state != TASK_RETRY_WAIT)
+    return;
+  enqueue(s, i);
+  pump(s);
+}
+
+static void schedule_retry(sched *s, size_t i, double delay) {
+  retry_ctx *rc = xcalloc(1, sizeof(*rc));
+  rc->s = s;
+  rc->task = i;
+  uv_timer_init(s->loop, &rc->timer);
+  rc->timer.data = rc;
+  s->t[i].retry_timer = &rc->timer;
+  uv_timer_start(&rc->timer, on_retry_fire, (uint64_t)(delay * 1000.0), 0);
+}
+
+static int retry_worth_it(const spec_retry *r, const exec_result *res) {
+  if (res->end != EXEC_EXITED || !r->on)
+    return 1;
+  for (size_t k = 0; k < r->n_on; k++)
+    if (r->on[k] == res->exit_code)
+      return 1;
+  return 0;
+}
+
+static char *failure_reason(const spec_task *st, const exec_result *r) {
+  char dur[32];
+  switch (r->end) {
+  case EXEC_EXITED:
+    return r->error ? xasprintf("exit %d: %s", r->exit_code, r->error)
+                    : xasprintf("exit %d", r->exit_code);
+  case EXEC_SIGNALED: {
+    const char *abbrev = sigabbrev_np(r->term_signal);
+    return xasprintf("killed by signal %d (SIG%s)", r->term_signal,
+                     abbrev ? abbrev : "?");
+  }
+  case EXEC_TIMED_OUT:
+    format_duration(st->timeout_s, dur, sizeof(dur));
+    return xasprintf("timed out after %s", dur);
+  case EXEC_HUNG:
+    format_duration(st->heartbeat_s, dur, sizeof(dur));
+    return xasprintf("hung: no heartbeat for %s", dur);
+  case EXEC_CANCELLED:
+    return xstrdup("cancelled");
+  case EXEC_SPAWN_FAILED:
+    break;
+  }
+  return xstrdup(r->error ? r->error : "could not start");
+}
+
+static void on_attempt_exit(void *ud, size_t i, const exec_result *r) {
+  sched *s = ud;
+  task_rt *t = &s->t[i];
+  const spec_task *st = &s->sp->tasks[i];
+  s->running--;
+  if (st->pool != SIZE_MAX)
+    s->pool_running[st->pool]--;
+  close_metrics(t);
+  t->exit_code = r->end == EXEC_EXITED ? r->exit_code : -1;
+
+  if (r->end == EXEC_EXITED && r->exit_code == 0) {
+    settle(s, i, TASK_SUCCESS, 0, r->duration_s, NULL);
+  } else if (r->end == EXEC_CANCELLED || s->cancelling) {
+    settle(s, i, TASK_CANCELLED, t->exit_code, r->duration_s, "cancelled");
+  } else {
+    char *reason = failure_reason(st, r);
+    if (t->attempt <= st->retry.retries && retry_worth_it(&st->retry, r)) {
+      double delay = sched_retry_delay(&st->retry, t->attempt,
+                                       next_uniform(s));
+      free(t->reason);
+      t->reason = reason;
+      t->state = TASK_RETRY_WAIT;
+      emit(s, i, TASK_RETRY_WAIT, t->exit_code, r->duration_s, delay, reason);
+      schedule_retry(s, i, delay);
+    } else {
+      settle(s, i, TASK_FAILED, t->exit_code, r->duration_s, reason);
+      free(reason);
+    }
+  }
+  pump(s);
+}
+
+static void append_metric(sched *s, size_t i, const proto_msg *m) {
+  task_rt *t = &s->t[i];
+  if (t->metrics_fd < 0) {
+    char *task_dir = rundir_task(s->run, s->sp->tasks[i].name);
+    char *path = path_join(task_dir, "metrics.jsonl");
+    t->metrics_fd =
+        open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    free(path);
+    free(task_dir);
+    if (t->metrics_fd < 0)
+      return;
+  }
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "time", now_wall());
+  cJSON_AddNumberToObject(j, "attempt", t->attempt);
+  cJSON_AddStringToObject(j, "name", m->text);
+  cJSON_AddNumberToObject(j, "value", m->number);
+  cJSON_AddNumberToObject(j, "step", (double)m->step);
+  char *line = cJSON_PrintUnformatted(j);
+  sbuf b = {0};
+  sbuf_puts(&b, line);
+  sbuf_putc(&b, '\n');
+  if (write(t->metrics_fd, b.s, b.n) < 0) {
+    /* A full disk loses metrics, not the run. */
+  }
+  sbuf_free(&b);
+  cJSON_free(line);
+  cJSON_Delete(j);
+}
+
+static void on_message(void *ud, size_t i, const proto_msg *m) {
+  sched *s = ud;
+  const sched_observer *o = &s->opts.obs;
+  switch (m->type) {
+  case PROTO_LOG:
+    if (o->task_log)
+      o->task_log(o->ud, i, m->level, m->text);
+    break;
+  case PROTO_PROGRESS:
+    if (o->task_progress)
+      o->task_progress(o->ud, i, m->number, m->text);
+    break;
+  case PROTO_METRIC:
+    append_metric(s, i, m);
+    break;
+  case PROTO_OUTPUT:
+    cJSON_DeleteItemFromObjectCaseSensitive(s->t[i].outputs, m->text);
+    cJSON_AddStringToObject(s->t[i].outputs, m->text, m->value);
+    break;
+  case PROTO_HEARTBEAT:
+  case PROTO_RESULT:
+    break;
+  }
+}
+
+sched *sched_create(uv_loop_t *loop, const checked *c, const rundir *run,
+                    const cJSON *params, const sched_opts *opts) {
+  sched *s = xcalloc(1, sizeof(*s));
+  const spec *sp = c->s;
+  s->loop = loop;
+  s->c = c;
+  s->sp = sp;
+  s->run = run;
+  s->params = params;
+  s->opts = *opts;
+  if (s->opts.max_parallel < 1)
+    s->opts.max_parallel = 1;
+  s->rng = opts->seed ? opts->seed
+                      : (uint64_t)(now_wall() * 1e6) ^ (uint64_t)getpid();
+  if (!s->rng)
+    s->rng = 1;
+  exec_callbacks cb = {on_message, on_attempt_exit, s};
+  s->x = executor_create(loop, opts->self_exe, &cb);
+  size_t n = sp->n_tasks;
+  s->t = xcalloc(n ? n : 1, sizeof(task_rt));
+  s->down_start = xcalloc(n + 1, sizeof(size_t));
+  size_t n_edges = 0;
+  for (size_t i = 0; i < n; i++) {
+    s->t[i].metrics_fd = -1;
+    s->t[i].exit_code = -1;
+    s->t[i].n_waiting_up = sp->tasks[i].n_needs;
+    for (size_t k = 0; k < sp->tasks[i].n_needs; k++)
+      s->down_start[sp->tasks[i].needs[k] + 1]++;
+    n_edges += sp->tasks[i].n_needs;
+  }
+  for (size_t i = 0; i < n; i++)
+    s->down_start[i + 1] += s->down_start[i];
+  s->down = xcalloc(n_edges ? n_edges : 1, sizeof(size_t));
+  size_t *fill = xcalloc(n ? n : 1, sizeof(size_t));
+  for (size_t i = 0; i < n; i++)
+    for (size_t k = 0; k < sp->tasks[i].n_needs; k++) {
+      size_t up = sp->tasks[i].needs[k];
+      s->down[s->down_start[up] + fill[up]++] = i;
+    }
+  free(fill);
+  s->queues = xcalloc(sp->n_pools + 1, sizeof(fifo));
+  s->pool_running = xcalloc(sp->n_pools + 1, sizeof(int));
+  return s;
+}
+
+void sched_start(sched *s) {
+  for (size_t i = 0; i < s->sp->n_tasks; i++)
+    if (s->t[i].n_waiting_up == 0 && s->t[i].state == TASK_WAITING)
+      enqueue(s, i);
+  pump(s);
+}
+
+void sched_cancel(sched *s, int force) {
+  s->cancelling = 1;
+  for (size_t i = 0; i < s->sp->n_tasks; i++) {
+    task_rt *t = &s->t[i];
+    switch (t->state) {
+    case TASK_RETRY_WAIT:
+      if (t->retry_timer) {
+        uv_timer_stop(t->retry_timer);
+        uv_close((uv_handle_t *)t->retry_timer, on_retry_closed);
+        t->retry_timer = NULL;
+      }
+      /* fall through */
+    case TASK_WAITING:
+    case TASK_QUEUED:
+      settle(s, i, TASK_CANCELLED, -1, 0, "run cancelled");
+      break;
+    case TASK_RUNNING:
+      executor_cancel(s->x, i, force);
+      break;
+    default:
+      break;
+    }
+  }
+  check_done(s);
+}
+
+void sched_counts(const sched *s, size_t counts[TASK_CANCELLED + 1]) {
+  memset(counts, 0, sizeof(size_t) * (TASK_CANCELLED + 1));
+  for (size_t i = 0; i < s->sp->n_tasks; i++)
+    counts[s->t[i].state]++;
+}
+
+task_state sched_task_state(const sched *s, size_t task) {
+  return s->t[task].state;
+}
+
+static void add_time(cJSON *j, const char *key, double t) {
+  char buf[40];
+  if (t <= 0)
+    return;
+  format_utc(t, 1, buf, sizeof(buf));
+  cJSON_AddStringToObject(j, key, buf);
+}
+
+cJSON *sched_tasks_json(const sched *s) {
+  cJSON *arr = cJSON_CreateArray();
+  for (size_t i = 0; i < s->sp->n_tasks; i++) {
+    const task_rt *t = &s->t[i];
+    const spec_task *st = &s->sp->tasks[i];
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "name", st->name);
+    cJSON_AddStringToObject(j, "stage", st->stage);
+    cJSON *needs = cJSON_AddArrayToObject(j, "needs");
+    for (size_t k = 0; k < st->n_needs; k++)
+      cJSON_AddItemToArray(
+          needs, cJSON_CreateString(s->sp->tasks[st->needs[k]].name));
+    cJSON_AddStringToObject(j, "state", task_state_name(t->state));
+    cJSON_AddNumberToObject(j, "attempts", t->attempt);
+    if (t->exit_code >= 0)
+      cJSON_AddNumberToObject(j, "exit_code", t->exit_code);
+    add_time(j, "started", t->started);
+    add_time(j, "ended", t->ended);
+    if (t->started > 0 && t->ended > 0)
+      cJSON_AddNumberToObject(j, "duration_s", t->ended - t->started);
+    if (t->reason && t->state != TASK_SUCCESS)
+      cJSON_AddStringToObject(j, "reason", t->reason);
+    if (t->outputs && t->outputs->child)
+      cJSON_AddItemToObject(j, "outputs", cJSON_Duplicate(t->outputs, 1));
+    cJSON_AddItemToArray(arr, j);
+  }
+  return arr;
+}
+
+void sched_destroy(sched *s) {
+  if (!s)
+    return;
+  for (size_t i = 0; i < s->sp->n_tasks; i++) {
+    cJSON_Delete(s->t[i].outputs);
+    free(s->t[i].reason);
+    free(s->t[i].out_dir);
+    close_metrics(&s->t[i]);
+  }
+  for (size_t q = 0; q <= s->sp->n_pools; q++)
+    free(s->queues[q].v);
+  free(s->queues);
+  free(s->pool_running);
+  free(s->down_start);
+  free(s->down);
+  free(s->t);
+  free(s->worklist);
+  executor_destroy(s->x);
+  free(s);
+}

@@ -14,6 +14,10 @@
  * joined into a string. Plain scalars without templates become JSON by
  * their YAML type; quoted ones are strings; lists and maps recurse.
  *
+ * A whole-scalar template keeps its type whether or not the scalar is
+ * quoted: inside YAML's { } and [ ] a template must be quoted, and
+ * `vocab: "${params.vocab}"` still means the integer.
+ *
  * Every reference is validated whether or not its value is known: unknown
  * params (with "did you mean"), unset env vars without default, unknown
  * tasks, tasks that are not upstream of the task being resolved (tasks.*
@@ -46,6 +50,11 @@ typedef struct tmpl_env {
   const char *(*task_dir)(void *ud, size_t task);
   const cJSON *(*task_outputs)(void *ud, size_t task);
   void *ud;
+  /* Reachability cache for the "is upstream" check (dag_reach_create on
+   * e->s); NULL makes each tasks.* reference walk the task's ancestors,
+   * which is fine for a few references but not for every task of a big
+   * DAG. Borrowed. */
+  struct dag_reach *reach;
 } tmpl_env;
 
 /* Resolves one value. task is the index of the task the value belongs to,
@@ -58,11 +67,18 @@ int tmpl_resolve(const tmpl_env *e, size_t task, const ynode *value,
 
 /* Resolves spec->params into an object (params may reference env and run;
  * a reference to params or tasks is an error). Returns 0 or DR_ETEMPLATE;
- * with run_id NULL, params that use ${run.*} are left out of *out. */
+ * with run_id NULL, params that use ${run.*} are left out of *out. *out is
+ * set in both cases (caller frees): on error it holds the params that did
+ * resolve, so later checks do not repeat the same errors. */
 int tmpl_resolve_params(const tmpl_env *e, cJSON **out, diags *d);
 
 /* True if the YAML value contains a template reference to tasks.* (its
  * final value waits for upstream tasks). */
 int tmpl_mentions_tasks(const ynode *value);
+
+/* Text of a scalar JSON value as it is interpolated into a string: strings
+ * as they are, numbers in their shortest exact form ("8", "0.02"),
+ * "true"/"false", "" for null. NULL for arrays and objects. Caller frees. */
+char *tmpl_scalar_text(const cJSON *v);
 
 #endif /* DAGRUN_TEMPLATE_H */

@@ -1,4 +1,3 @@
-#define _GNU_SOURCE
 #include "util.h"
 
 #include <errno.h>
@@ -373,6 +372,30 @@ static int fsync_dir_of(const char *path) {
   return rc;
 }
 
+static int write_all(int fd, const char *data, size_t n) {
+  size_t off = 0;
+  while (off < n) {
+    ssize_t w = write(fd, data + off, n - off);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      return DR_EIO;
+    }
+    off += (size_t)w;
+  }
+  return 0;
+}
+
+int write_file(const char *path, const char *data, size_t n) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return DR_EIO;
+  int rc = write_all(fd, data, n);
+  if (close(fd) != 0)
+    rc = DR_EIO;
+  return rc;
+}
+
 int write_file_atomic(const char *path, const char *data, size_t n) {
   char *tmp = xasprintf("%s.tmp.%ld", path, (long)getpid());
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -380,17 +403,7 @@ int write_file_atomic(const char *path, const char *data, size_t n) {
     free(tmp);
     return DR_EIO;
   }
-  size_t off = 0;
-  while (off < n) {
-    ssize_t w = write(fd, data + off, n - off);
-    if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      break;
-    }
-    off += (size_t)w;
-  }
-  int rc = (off == n && fsync(fd) == 0) ? 0 : DR_EIO;
+  int rc = (write_all(fd, data, n) == 0 && fsync(fd) == 0) ? 0 : DR_EIO;
   if (close(fd) != 0)
     rc = DR_EIO;
   if (rc == 0 && rename(tmp, path) != 0)

@@ -138,6 +138,9 @@ void format_utc(double t, int millis, char *buf, size_t n);
 int mkdir_p(const char *path, unsigned mode);
 /* Writes a whole file atomically: temp name, fsync, rename, fsync dir. */
 int write_file_atomic(const char *path, const char *data, size_t n);
+/* Writes a whole file in place, without fsync: for files that matter only
+ * while the process that reads them runs (a worker's attempt.json). */
+int write_file(const char *path, const char *data, size_t n);
 /* Reads a whole file; caller frees *data (NUL-terminated). */
 int read_file(const char *path, char **data, size_t *n);
 /* Directory part of a path ("." when none); caller frees. */

@@ -1,1 +1,798 @@
-/* worker: being written. */
+/*
+ * worker: runs one task attempt in its own process. Reads the attempt
+ * description, loads the plugin, implements the host table of
+ * <dagrun/plugin.h> and reports to the orchestrator on PROTO_FD.
+ *
+ * The attempt log is this process's stdout and stderr: host->log() lines
+ * go to stderr with a UTC timestamp and a level, and also travel on
+ * PROTO_FD as log messages.
+ */
+#include "worker.h"
+
+#include "loader.h"
+#include "proto.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <dagrun/plugin.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+/* heartbeat() calls closer together than this send nothing: any message
+ * counts as a heartbeat, and a plugin calling it in a tight loop must not
+ * flood the pipe. */
+#define WORKER_HEARTBEAT_MIN_MS 250
+
+/* Set by the SIGTERM handler; read by host->cancelled() from any thread. */
+static volatile sig_atomic_t cancel_flag;
+
+/* The plugin whose run() was called; never unloaded (see worker_main). */
+static loader_plugin *ran_plugin;
+
+struct dagrun_ctx {
+  cJSON *doc;    /* the attempt description */
+  cJSON *params; /* member of doc, normalised to the stage's schema */
+  const dagrun_stage *stage;
+  const char *dirs[5]; /* by dagrun_dir, point into doc */
+  const char *info[4]; /* by dagrun_info */
+  char attempt[24];    /* info "attempt" as decimal text */
+  int fd;              /* PROTO_FD, or -1 when it is not open */
+  atomic_llong last_msg_ms; /* monotonic time of the last message sent */
+  pthread_mutex_t lock;     /* guards error */
+  char *error;              /* last host->fail() text */
+};
+
+static const char *const level_tags[] = {"DEBUG", "INFO", "WARN", "ERROR"};
+static const char *const dir_keys[] = {"out", "task", "attempt", "run", "dag"};
+static const char *const info_keys[] = {"dag", "task", "run_id", "attempt"};
+
+static long long monotonic_ms(void) {
+  return (long long)(now_monotonic() * 1000.0);
+}
+
+static void on_sigterm(int sig) {
+  (void)sig;
+  cancel_flag = 1;
+}
+
+/* Writes a whole buffer to fd 2. Errors are ignored: the log is the only
+ * place left to report them. */
+static void write_stderr(const char *s, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(STDERR_FILENO, s, n);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      return;
+    }
+    s += w;
+    n -= (size_t)w;
+  }
+}
+
+/* One log-file line: "2026-11-21T13:53:27.123Z INFO msg". One write(2),
+ * so lines from several threads stay whole. */
+static void log_line(int level, const char *msg) {
+  if (level < 0 || level > 3)
+    level = DAGRUN_LOG_INFO;
+  char ts[40];
+  format_utc(now_wall(), 1, ts, sizeof(ts));
+  char *line = xasprintf("%s %s %s\n", ts, level_tags[level], msg);
+  write_stderr(line, strlen(line));
+  free(line);
+}
+
+static void log_linef(int level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void log_linef(int level, const char *fmt, ...) {
+  sbuf b = {0};
+  va_list ap;
+  va_start(ap, fmt);
+  sbuf_vprintf(&b, fmt, ap);
+  va_end(ap);
+  log_line(level, b.s);
+  sbuf_free(&b);
+}
+
+static void sent(dagrun_ctx *ctx, int rc) {
+  if (rc == 0)
+    atomic_store(&ctx->last_msg_ms, monotonic_ms());
+}
+
+/* Host table: params. Values were checked against the schema by
+ * normalise_params(); the getters still check types, because a plugin
+ * may ask for a name its schema does not declare. */
+
+static const cJSON *param(dagrun_ctx *ctx, const char *name) {
+  if (!ctx || !name || !ctx->params)
+    return NULL;
+  return cJSON_GetObjectItemCaseSensitive(ctx->params, name);
+}
+
+static int parse_int_text(const char *s, int64_t *out) {
+  if (!s || !*s)
+    return DR_EPARAM;
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno != 0 || *end != '\0' || end == s)
+    return DR_EPARAM;
+  *out = (int64_t)v;
+  return 0;
+}
+
+static int parse_float_text(const char *s, double *out) {
+  if (!s || !*s)
+    return DR_EPARAM;
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno == ERANGE || *end != '\0' || end == s)
+    return DR_EPARAM;
+  *out = v;
+  return 0;
+}
+
+/* The YAML 1.1 spellings too: a default of "yes" is as clear as "true". */
+static int parse_bool_text(const char *s, int *out) {
+  static const char *const yes[] = {"true", "yes", "on"};
+  static const char *const no[] = {"false", "no", "off"};
+  for (int i = 0; i < 3; i++) {
+    if (strcasecmp(s, yes[i]) == 0) {
+      *out = 1;
+      return 0;
+    }
+    if (strcasecmp(s, no[i]) == 0) {
+      *out = 0;
+      return 0;
+    }
+  }
+  return DR_EPARAM;
+}
+
+static int number_to_int(double d, int64_t *out) {
+  /* 2^63 is exactly representable; anything at or above overflows. */
+  if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0) ||
+      d != floor(d))
+    return DR_EPARAM;
+  *out = (int64_t)d;
+  return 0;
+}
+
+static int value_int(const cJSON *v, int64_t *out) {
+  if (!v)
+    return DR_ENOENT;
+  if (cJSON_IsNumber(v))
+    return number_to_int(v->valuedouble, out);
+  if (cJSON_IsString(v))
+    return parse_int_text(v->valuestring, out);
+  return DR_EPARAM;
+}
+
+static int value_float(const cJSON *v, double *out) {
+  if (!v)
+    return DR_ENOENT;
+  if (cJSON_IsNumber(v)) {
+    *out = v->valuedouble;
+    return 0;
+  }
+  if (cJSON_IsString(v))
+    return parse_float_text(v->valuestring, out);
+  return DR_EPARAM;
+}
+
+static int value_bool(const cJSON *v, int *out) {
+  if (!v)
+    return DR_ENOENT;
+  if (cJSON_IsBool(v)) {
+    *out = cJSON_IsTrue(v);
+    return 0;
+  }
+  if (cJSON_IsString(v))
+    return parse_bool_text(v->valuestring, out);
+  return DR_EPARAM;
+}
+
+static int host_param_string(dagrun_ctx *ctx, const char *name,
+                             const char **out) {
+  const cJSON *v = param(ctx, name);
+  if (!v)
+    return DR_ENOENT;
+  if (!cJSON_IsString(v) || !v->valuestring)
+    return DR_EPARAM;
+  *out = v->valuestring;
+  return 0;
+}
+
+static int host_param_int(dagrun_ctx *ctx, const char *name, int64_t *out) {
+  int64_t x;
+  int rc = value_int(param(ctx, name), &x);
+  if (rc == 0)
+    *out = x;
+  return rc;
+}
+
+static int host_param_float(dagrun_ctx *ctx, const char *name, double *out) {
+  double x;
+  int rc = value_float(param(ctx, name), &x);
+  if (rc == 0)
+    *out = x;
+  return rc;
+}
+
+static int host_param_bool(dagrun_ctx *ctx, const char *name, int *out) {
+  int x;
+  int rc = value_bool(param(ctx, name), &x);
+  if (rc == 0)
+    *out = x;
+  return rc;
+}
+
+static int host_param_list_size(dagrun_ctx *ctx, const char *name,
+                                size_t *n) {
+  const cJSON *v = param(ctx, name);
+  if (!v)
+    *n = 0;
+  else if (cJSON_IsArray(v))
+    *n = (size_t)cJSON_GetArraySize(v);
+  else if (cJSON_IsString(v))
+    *n = 1; /* a scalar is a 1-item list */
+  else
+    return DR_EPARAM;
+  return 0;
+}
+
+static int host_param_list_item(dagrun_ctx *ctx, const char *name, size_t i,
+                                const char **out) {
+  const cJSON *v = param(ctx, name);
+  if (!v)
+    return DR_ENOENT;
+  const cJSON *item = NULL;
+  if (cJSON_IsArray(v)) {
+    if (i >= (size_t)cJSON_GetArraySize(v))
+      return DR_EINVAL;
+    item = cJSON_GetArrayItem(v, (int)i);
+  } else if (cJSON_IsString(v)) {
+    if (i != 0)
+      return DR_EINVAL;
+    item = v;
+  }
+  if (!cJSON_IsString(item) || !item->valuestring)
+    return DR_EPARAM;
+  *out = item->valuestring;
+  return 0;
+}
+
+static int host_param_map_size(dagrun_ctx *ctx, const char *name, size_t *n) {
+  const cJSON *v = param(ctx, name);
+  if (!v)
+    *n = 0;
+  else if (cJSON_IsObject(v))
+    *n = (size_t)cJSON_GetArraySize(v);
+  else
+    return DR_EPARAM;
+  return 0;
+}
+
+static int host_param_map_entry(dagrun_ctx *ctx, const char *name, size_t i,
+                                const char **key, const char **value) {
+  const cJSON *v = param(ctx, name);
+  if (!v)
+    return DR_ENOENT;
+  if (!cJSON_IsObject(v))
+    return DR_EPARAM;
+  if (i >= (size_t)cJSON_GetArraySize(v))
+    return DR_EINVAL;
+  const cJSON *e = cJSON_GetArrayItem(v, (int)i);
+  if (!e || !e->string || !cJSON_IsString(e) || !e->valuestring)
+    return DR_EPARAM;
+  *key = e->string;
+  *value = e->valuestring;
+  return 0;
+}
+
+/* Host table: reporting. */
+
+/* Drops trailing newlines: plugins often end log formats with "\n". */
+static void chomp(sbuf *b) {
+  while (b->n > 0 && (b->s[b->n - 1] == '\n' || b->s[b->n - 1] == '\r'))
+    b->s[--b->n] = '\0';
+}
+
+static void host_log(dagrun_ctx *ctx, dagrun_log_level level, const char *fmt,
+                     ...) {
+  if (!fmt)
+    return;
+  sbuf b = {0};
+  va_list ap;
+  va_start(ap, fmt);
+  sbuf_vprintf(&b, fmt, ap);
+  va_end(ap);
+  sbuf_puts(&b, ""); /* never NULL, even for an empty message */
+  chomp(&b);
+  int lv = (int)level;
+  if (lv < DAGRUN_LOG_DEBUG || lv > DAGRUN_LOG_ERROR)
+    lv = DAGRUN_LOG_INFO;
+  log_line(lv, b.s);
+  if (ctx && ctx->fd >= 0)
+    sent(ctx, proto_send_log(ctx->fd, lv, b.s));
+  sbuf_free(&b);
+}
+
+static void host_progress(dagrun_ctx *ctx, double fraction,
+                          const char *message) {
+  if (!(fraction >= 0)) /* also NaN */
+    fraction = 0;
+  if (fraction > 1)
+    fraction = 1;
+  if (ctx && ctx->fd >= 0)
+    sent(ctx, proto_send_progress(ctx->fd, fraction, message));
+}
+
+static void host_metric(dagrun_ctx *ctx, const char *name, double value,
+                        int64_t step) {
+  if (!name || !*name) {
+    log_line(DAGRUN_LOG_WARN, "metric with no name ignored");
+    return;
+  }
+  if (ctx && ctx->fd >= 0)
+    sent(ctx, proto_send_metric(ctx->fd, name, value, step));
+}
+
+static int valid_output_key(const char *k) {
+  if (!k || !*k)
+    return 0;
+  for (; *k; k++)
+    if (!((*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z') ||
+          (*k >= '0' && *k <= '9') || *k == '_'))
+      return 0;
+  return 1;
+}
+
+static int host_output(dagrun_ctx *ctx, const char *key, const char *value) {
+  if (!valid_output_key(key) || !value) {
+    log_linef(DAGRUN_LOG_WARN, "output refused: key '%s' is not [A-Za-z0-9_]+",
+              key ? key : "(NULL)");
+    return DR_EINVAL;
+  }
+  /* In the log too: the file then says what the attempt produced. */
+  log_linef(DAGRUN_LOG_INFO, "output %s=%s", key, value);
+  if (ctx && ctx->fd >= 0)
+    sent(ctx, proto_send_output(ctx->fd, key, value));
+  return 0;
+}
+
+static void host_heartbeat(dagrun_ctx *ctx) {
+  if (!ctx || ctx->fd < 0)
+    return;
+  long long now = monotonic_ms();
+  if (now - atomic_load(&ctx->last_msg_ms) < WORKER_HEARTBEAT_MIN_MS)
+    return;
+  sent(ctx, proto_send_heartbeat(ctx->fd));
+}
+
+static int host_cancelled(dagrun_ctx *ctx) { return cancel_flag != 0; }
+
+static void host_fail(dagrun_ctx *ctx, const char *fmt, ...) {
+  if (!ctx || !fmt)
+    return;
+  sbuf b = {0};
+  va_list ap;
+  va_start(ap, fmt);
+  sbuf_vprintf(&b, fmt, ap);
+  va_end(ap);
+  sbuf_puts(&b, "");
+  chomp(&b);
+  char *msg = sbuf_take(&b);
+  if (pthread_mutex_lock(&ctx->lock) != 0) {
+    free(msg);
+    return;
+  }
+  free(ctx->error);
+  ctx->error = msg;
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+static const char *host_dir(dagrun_ctx *ctx, dagrun_dir which) {
+  if (!ctx || (int)which < 0 || (int)which >= 5)
+    return NULL;
+  return ctx->dirs[which];
+}
+
+static const char *host_info(dagrun_ctx *ctx, dagrun_info which) {
+  if (!ctx || (int)which < 0 || (int)which >= 4)
+    return NULL;
+  return ctx->info[which];
+}
+
+static const dagrun_host host_table = {
+    .struct_size = sizeof(dagrun_host),
+    .abi_version = DAGRUN_ABI_VERSION,
+    .param_string = host_param_string,
+    .param_int = host_param_int,
+    .param_float = host_param_float,
+    .param_bool = host_param_bool,
+    .param_list_size = host_param_list_size,
+    .param_list_item = host_param_list_item,
+    .param_map_size = host_param_map_size,
+    .param_map_entry = host_param_map_entry,
+    .log = host_log,
+    .progress = host_progress,
+    .metric = host_metric,
+    .output = host_output,
+    .heartbeat = host_heartbeat,
+    .cancelled = host_cancelled,
+    .fail = host_fail,
+    .dir = host_dir,
+    .info = host_info,
+};
+
+/* Setup: the attempt description and the params. */
+
+static const char *type_name(dagrun_param_type t) {
+  switch (t) {
+  case DAGRUN_PARAM_STRING:
+    return "a string";
+  case DAGRUN_PARAM_INT:
+    return "an integer";
+  case DAGRUN_PARAM_FLOAT:
+    return "a number";
+  case DAGRUN_PARAM_BOOL:
+    return "true or false";
+  case DAGRUN_PARAM_LIST:
+    return "a list of strings";
+  case DAGRUN_PARAM_MAP:
+    return "a map of strings";
+  }
+  return "?";
+}
+
+/* A short description of a value for error messages. */
+static char *describe(const cJSON *v) {
+  if (cJSON_IsString(v))
+    return xasprintf("\"%.60s%s\"", v->valuestring,
+                     strlen(v->valuestring) > 60 ? "..." : "");
+  if (cJSON_IsNumber(v))
+    return xasprintf("%g", v->valuedouble);
+  if (cJSON_IsBool(v))
+    return xstrdup(cJSON_IsTrue(v) ? "true" : "false");
+  if (cJSON_IsArray(v))
+    return xstrdup("a list");
+  if (cJSON_IsObject(v))
+    return xstrdup("a map");
+  return xstrdup("null");
+}
+
+/* A scalar as the text a YAML user wrote; NULL for lists, maps, null. */
+static char *scalar_text(const cJSON *v) {
+  if (cJSON_IsString(v))
+    return xstrdup(v->valuestring);
+  if (cJSON_IsBool(v))
+    return xstrdup(cJSON_IsTrue(v) ? "true" : "false");
+  if (cJSON_IsNumber(v)) {
+    double d = v->valuedouble;
+    if (d == floor(d) && fabs(d) < 1e15)
+      return xasprintf("%.0f", d);
+    /* Shortest text that reads back as the same double. */
+    for (int prec = 15; prec < 17; prec++) {
+      char *s = xasprintf("%.*g", prec, d);
+      if (strtod(s, NULL) == d)
+        return s;
+      free(s);
+    }
+    return xasprintf("%.17g", d);
+  }
+  return NULL;
+}
+
+/* A list or map whose items are all strings, from v; NULL if an item is
+ * not a scalar. */
+static cJSON *strings_of(const cJSON *v) {
+  cJSON *out = cJSON_IsObject(v) ? cJSON_CreateObject() : cJSON_CreateArray();
+  if (!out)
+    return NULL;
+  const cJSON *it;
+  cJSON_ArrayForEach(it, v) {
+    char *s = scalar_text(it);
+    cJSON *item = s ? cJSON_CreateString(s) : NULL;
+    free(s);
+    if (!item) {
+      cJSON_Delete(out);
+      return NULL;
+    }
+    if (cJSON_IsObject(v))
+      cJSON_AddItemToObject(out, it->string, item);
+    else
+      cJSON_AddItemToArray(out, item);
+  }
+  return out;
+}
+
+/* Checks v against type t and returns the canonical value to store (a new
+ * item), or NULL: strings for STRING, arrays of strings for LIST, objects
+ * of strings for MAP; INT, FLOAT and BOOL keep a number, bool or a string
+ * the getters parse, so an int64 beyond 2^53 written as text stays exact. */
+static cJSON *coerce(const cJSON *v, dagrun_param_type t) {
+  int64_t i;
+  double d;
+  int b;
+  switch (t) {
+  case DAGRUN_PARAM_STRING: {
+    char *s = scalar_text(v);
+    cJSON *r = s ? cJSON_CreateString(s) : NULL;
+    free(s);
+    return r;
+  }
+  case DAGRUN_PARAM_INT:
+    return value_int(v, &i) == 0 ? cJSON_Duplicate(v, 1) : NULL;
+  case DAGRUN_PARAM_FLOAT:
+    return value_float(v, &d) == 0 ? cJSON_Duplicate(v, 1) : NULL;
+  case DAGRUN_PARAM_BOOL:
+    return value_bool(v, &b) == 0 ? cJSON_Duplicate(v, 1) : NULL;
+  case DAGRUN_PARAM_LIST:
+    if (cJSON_IsArray(v))
+      return strings_of(v);
+    if (!cJSON_IsObject(v)) {
+      char *s = scalar_text(v);
+      cJSON *r = NULL;
+      if (s) {
+        r = cJSON_CreateArray();
+        cJSON_AddItemToArray(r, cJSON_CreateString(s));
+      }
+      free(s);
+      return r;
+    }
+    return NULL;
+  case DAGRUN_PARAM_MAP:
+    return cJSON_IsObject(v) ? strings_of(v) : NULL;
+  }
+  return NULL;
+}
+
+/* Fills in defaults and checks every declared param; the getters can then
+ * hand out strings that live as long as the document. */
+static int normalise_params(cJSON *params, const dagrun_stage *st, char *err,
+                            size_t errlen) {
+  for (const dagrun_param_spec *p = st->params; p && p->name; p++) {
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(params, p->name);
+    if (cJSON_IsNull(v)) {
+      cJSON_DeleteItemFromObjectCaseSensitive(params, p->name);
+      v = NULL;
+    }
+    int from_default = 0;
+    if (!v) {
+      int has_default = p->default_value && p->type != DAGRUN_PARAM_LIST &&
+                        p->type != DAGRUN_PARAM_MAP;
+      if (!has_default) {
+        if (p->required) {
+          snprintf(err, errlen, "missing required param '%s'", p->name);
+          return DR_EPARAM;
+        }
+        continue;
+      }
+      v = cJSON_CreateString(p->default_value);
+      cJSON_AddItemToObject(params, p->name, v);
+      from_default = 1;
+    }
+    cJSON *canon = coerce(v, p->type);
+    if (!canon) {
+      char *what = describe(v);
+      if (from_default)
+        snprintf(err, errlen,
+                 "the plugin's default for param '%s' is %s, not %s "
+                 "(a bug in the plugin)",
+                 p->name, what, type_name(p->type));
+      else
+        snprintf(err, errlen, "param '%s' must be %s, got %s", p->name,
+                 type_name(p->type), what);
+      free(what);
+      return DR_EPARAM;
+    }
+    cJSON_ReplaceItemInObjectCaseSensitive(params, p->name, canon);
+  }
+  return 0;
+}
+
+/* Ends the attempt before the plugin ran: log line, result message, 125. */
+static int setup_failed(int fd, const char *msg) {
+  log_linef(DAGRUN_LOG_ERROR, "dagrun worker: %s", msg);
+  if (fd >= 0)
+    (void)proto_send_result(fd, WORKER_EXIT_SETUP, msg);
+  return WORKER_EXIT_SETUP;
+}
+
+static int install_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sigemptyset(&sa.sa_mask);
+  /* The orchestrator may be gone; a write to the pipe must fail with EPIPE,
+   * not kill the attempt. */
+  sa.sa_handler = SIG_IGN;
+  if (sigaction(SIGPIPE, &sa, NULL) != 0)
+    return -1;
+  /* An inherited SIG_IGN for SIGCHLD would make children vanish before a
+   * stage can wait for them. */
+  sa.sa_handler = SIG_DFL;
+  if (sigaction(SIGCHLD, &sa, NULL) != 0)
+    return -1;
+  /* SA_RESTART: plugins that read or write need not expect EINTR; sleeps
+   * and sigtimedwait still return early, which is what cancellation
+   * wants. */
+  sa.sa_handler = on_sigterm;
+  sa.sa_flags = SA_RESTART;
+  if (sigaction(SIGTERM, &sa, NULL) != 0)
+    return -1;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  return sigprocmask(SIG_UNBLOCK, &set, NULL) == 0 ? 0 : -1;
+}
+
+static int read_attempt(dagrun_ctx *ctx, const char *path, char **plugin,
+                        char *err, size_t errlen) {
+  char *text = NULL;
+  size_t n = 0;
+  int rc = read_file(path, &text, &n);
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot read attempt file %s: %s", path,
+             dr_strerror(rc));
+    return rc;
+  }
+  ctx->doc = cJSON_ParseWithLength(text, n);
+  if (!ctx->doc || !cJSON_IsObject(ctx->doc)) {
+    const char *at = cJSON_GetErrorPtr();
+    long off = (!ctx->doc && at && at >= text && at <= text + n)
+                   ? (long)(at - text)
+                   : -1;
+    if (off >= 0)
+      snprintf(err, errlen, "%s: not a JSON object (error at byte %ld)", path,
+               off);
+    else
+      snprintf(err, errlen, "%s: not a JSON object", path);
+    free(text);
+    return DR_EINVAL;
+  }
+  free(text);
+
+  const cJSON *pl = cJSON_GetObjectItemCaseSensitive(ctx->doc, "plugin");
+  if (!cJSON_IsString(pl) || !*pl->valuestring) {
+    snprintf(err, errlen, "%s: \"plugin\" must be a path string", path);
+    return DR_EINVAL;
+  }
+  *plugin = xstrdup(pl->valuestring);
+
+  cJSON *params = cJSON_GetObjectItemCaseSensitive(ctx->doc, "params");
+  if (!params) {
+    params = cJSON_AddObjectToObject(ctx->doc, "params");
+  } else if (!cJSON_IsObject(params)) {
+    snprintf(err, errlen, "%s: \"params\" must be an object", path);
+    return DR_EINVAL;
+  }
+  ctx->params = params;
+
+  /* Plugins may use every directory without checking for NULL. */
+  const cJSON *dirs = cJSON_GetObjectItemCaseSensitive(ctx->doc, "dirs");
+  for (int i = 0; i < 5; i++) {
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(dirs, dir_keys[i]);
+    if (!cJSON_IsString(d)) {
+      snprintf(err, errlen, "%s: \"dirs\".\"%s\" must be a path string", path,
+               dir_keys[i]);
+      return DR_EINVAL;
+    }
+    ctx->dirs[i] = d->valuestring;
+  }
+
+  const cJSON *info = cJSON_GetObjectItemCaseSensitive(ctx->doc, "info");
+  for (int i = 0; i < 4; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(info, info_keys[i]);
+    if (cJSON_IsString(v)) {
+      ctx->info[i] = v->valuestring;
+    } else if (cJSON_IsNumber(v) && i == DAGRUN_INFO_ATTEMPT) {
+      snprintf(ctx->attempt, sizeof(ctx->attempt), "%.0f", v->valuedouble);
+      ctx->info[i] = ctx->attempt;
+    } else {
+      ctx->info[i] = ""; /* unknown facts are empty, never NULL */
+    }
+  }
+  return 0;
+}
+
+int worker_main(const char *attempt_json_path) {
+  /* Plugin printf()s should reach the log as they happen, not at exit. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
+
+  dagrun_ctx ctx;
+  memset(&ctx, 0, sizeof(ctx));
+  ctx.fd = -1;
+  atomic_init(&ctx.last_msg_ms, 0);
+  if (pthread_mutex_init(&ctx.lock, NULL) != 0)
+    return setup_failed(-1, "cannot create a mutex");
+
+  /* Run by hand, fd 3 may be closed: then the attempt runs, silently. */
+  int flags = fcntl(PROTO_FD, F_GETFD);
+  if (flags >= 0) {
+    ctx.fd = PROTO_FD;
+    /* Commands a stage starts must not hold the orchestrator's pipe. */
+    if (fcntl(PROTO_FD, F_SETFD, flags | FD_CLOEXEC) != 0)
+      log_linef(DAGRUN_LOG_WARN, "cannot set FD_CLOEXEC on fd %d: %s",
+                PROTO_FD, strerror(errno));
+  }
+  if (install_signals() != 0)
+    return setup_failed(ctx.fd, "cannot install signal handlers");
+
+  char err[1024];
+  char *plugin_path = NULL;
+  loader_plugin *plugin = NULL;
+  int status;
+  if (read_attempt(&ctx, attempt_json_path, &plugin_path, err, sizeof(err)) !=
+          0 ||
+      loader_open(plugin_path, &plugin, err, sizeof(err)) != 0) {
+    status = setup_failed(ctx.fd, err);
+    goto done;
+  }
+  ctx.stage = plugin->stage;
+  if (normalise_params(ctx.params, ctx.stage, err, sizeof(err)) != 0) {
+    char *msg = xasprintf("stage '%s' (%s): %s", ctx.stage->name, plugin_path,
+                          err);
+    status = setup_failed(ctx.fd, msg);
+    free(msg);
+    goto done;
+  }
+
+  log_linef(DAGRUN_LOG_INFO, "dagrun worker: stage %s %s (%s), task %s, "
+            "attempt %s", ctx.stage->name,
+            ctx.stage->version ? ctx.stage->version : "", plugin_path,
+            ctx.info[DAGRUN_INFO_TASK], ctx.info[DAGRUN_INFO_ATTEMPT]);
+  double t0 = now_monotonic();
+  status = ctx.stage->run(&ctx, &host_table);
+  double elapsed = now_monotonic() - t0;
+  fflush(stdout);
+
+  if (status < 0)
+    status = 1;
+  if (status > 255)
+    status = 255;
+  char *error = NULL;
+  if (pthread_mutex_lock(&ctx.lock) == 0) {
+    if (status != 0 && ctx.error)
+      error = xstrdup(ctx.error);
+    pthread_mutex_unlock(&ctx.lock);
+  }
+  char took[32];
+  format_duration(elapsed, took, sizeof(took));
+  if (status == 0)
+    log_linef(DAGRUN_LOG_INFO, "dagrun worker: stage %s succeeded in %s",
+              ctx.stage->name, took);
+  else
+    log_linef(DAGRUN_LOG_ERROR,
+              "dagrun worker: stage %s failed with status %d after %s: %s",
+              ctx.stage->name, status, took,
+              error ? error : "(no reason given: the plugin did not call "
+                              "host->fail())");
+  if (ctx.fd >= 0 && proto_send_result(ctx.fd, status, error) != 0)
+    log_line(DAGRUN_LOG_WARN, "dagrun worker: cannot send the result on the "
+                              "message pipe");
+  free(error);
+
+  /* A plugin that ran stays loaded: threads it left behind may still run
+   * its code until exit. */
+  ran_plugin = plugin;
+  plugin = NULL;
+done:
+  loader_close(plugin);
+  free(plugin_path);
+  free(ctx.error);
+  cJSON_Delete(ctx.doc);
+  pthread_mutex_destroy(&ctx.lock);
+  return status;
+}

@@ -1,1 +1,411 @@
-/* exec stage: being written. */
+/*
+ * exec: the built-in stage that runs a command.
+ *
+ *   stage: exec
+ *   with: {command: [python, prep.py, --out, out/], cwd: data, env: {A: b}}
+ *
+ * The command is an argv list run without a shell (no quoting surprises),
+ * unless shell: true, where it is one string for /bin/sh -c. It inherits
+ * the attempt's stdout and stderr (the log) and its process group, so a
+ * timeout or cancel that signals the group reaches the command too. The
+ * attempt's exit status is the command's.
+ */
+#define _GNU_SOURCE /* posix_spawn_file_actions_addchdir_np, sigabbrev_np */
+
+#include <dagrun/plugin.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* Exit statuses for failures before the command runs, as shells use
+ * them: 127 command not found, 126 found but cannot run; 2 for a task
+ * whose params make no sense. */
+#define EXEC_NOT_FOUND 127
+#define EXEC_CANNOT_RUN 126
+#define EXEC_BAD_PARAMS 2
+
+static const dagrun_param_spec params[] = {
+    {"command", DAGRUN_PARAM_LIST, NULL, 1,
+     "Program and arguments, e.g. [python, train.py, --lr, \"3e-4\"]; "
+     "one string when shell is true"},
+    {"shell", DAGRUN_PARAM_BOOL, "false", 0,
+     "Run command (one string) with /bin/sh -c"},
+    {"cwd", DAGRUN_PARAM_STRING, NULL, 0,
+     "Working directory; relative to the DAG file's directory "
+     "(default: the attempt's)"},
+    {"env", DAGRUN_PARAM_MAP, NULL, 0,
+     "Extra environment variables, on top of the inherited ones"},
+    {NULL, 0, NULL, 0, NULL},
+};
+
+static int has_space(const char *s) {
+  for (; *s; s++)
+    if (*s == ' ' || *s == '\t' || *s == '\n')
+      return 1;
+  return 0;
+}
+
+/* environ with the task's env map applied; the strings it adds are in
+ * *owned. Returns NULL on a bad entry (message via host->fail). */
+static char **build_env(dagrun_ctx *ctx, const dagrun_host *host,
+                        char ***owned, size_t *nowned) {
+  size_t nextra = 0;
+  *owned = NULL;
+  *nowned = 0;
+  if (host->param_map_size(ctx, "env", &nextra) != 0) {
+    host->fail(ctx, "env must be a map of NAME: value");
+    return NULL;
+  }
+  size_t nenv = 0;
+  while (environ[nenv])
+    nenv++;
+  char **env = calloc(nenv + nextra + 1, sizeof(char *));
+  char **extra = calloc(nextra + 1, sizeof(char *));
+  if (!env || !extra) {
+    free(env);
+    free(extra);
+    host->fail(ctx, "out of memory");
+    return NULL;
+  }
+  for (size_t i = 0; i < nextra; i++) {
+    const char *k, *v;
+    if (host->param_map_entry(ctx, "env", i, &k, &v) != 0 || !*k ||
+        strchr(k, '=')) {
+      host->fail(ctx, "env: bad variable name '%s'",
+                 host->param_map_entry(ctx, "env", i, &k, &v) == 0 ? k : "?");
+      goto fail;
+    }
+    size_t len = strlen(k) + strlen(v) + 2;
+    extra[i] = malloc(len);
+    if (!extra[i]) {
+      host->fail(ctx, "out of memory");
+      goto fail;
+    }
+    snprintf(extra[i], len, "%s=%s", k, v);
+    (*nowned)++;
+  }
+  /* Inherited variables first, minus those the task overrides. */
+  size_t n = 0;
+  for (size_t i = 0; i < nenv; i++) {
+    const char *eq = strchr(environ[i], '=');
+    size_t klen = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
+    int overridden = 0;
+    for (size_t j = 0; j < nextra && !overridden; j++)
+      overridden = strncmp(extra[j], environ[i], klen) == 0 &&
+                   extra[j][klen] == '=';
+    if (!overridden)
+      env[n++] = environ[i];
+  }
+  for (size_t j = 0; j < nextra; j++)
+    env[n++] = extra[j];
+  env[n] = NULL;
+  *owned = extra;
+  return env;
+fail:
+  for (size_t j = 0; j < nextra; j++)
+    free(extra[j]);
+  free(extra);
+  free(env);
+  *nowned = 0;
+  return NULL;
+}
+
+/* PATH as set by the task's env map, or NULL when it sets none. */
+static const char *task_path(char **owned, size_t nowned) {
+  for (size_t i = 0; i < nowned; i++)
+    if (strncmp(owned[i], "PATH=", 5) == 0)
+      return owned[i] + 5;
+  return NULL;
+}
+
+/* "prog arg1 arg2" for the log, cut to fit buf. */
+static void join_argv(const char **argv, char *buf, size_t n) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; argv[i] && used + 1 < n; i++) {
+    int w = snprintf(buf + used, n - used, "%s%s", i ? " " : "", argv[i]);
+    if (w < 0)
+      break;
+    used += (size_t)w;
+  }
+  if (used >= n && n > 4)
+    memcpy(buf + n - 4, "...", 4);
+}
+
+/* Looks prog up in path like execvp. Returns a malloc'd path or NULL. */
+static char *search_path(const char *prog, const char *path) {
+  const char *p = path;
+  while (p) {
+    const char *end = strchr(p, ':');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    size_t n = len + strlen(prog) + 2;
+    char *cand = malloc(n);
+    if (!cand)
+      return NULL;
+    if (len == 0)
+      snprintf(cand, n, "%s", prog); /* empty entry: current directory */
+    else
+      snprintf(cand, n, "%.*s/%s", (int)len, p, prog);
+    struct stat st;
+    if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) &&
+        access(cand, X_OK) == 0)
+      return cand;
+    free(cand);
+    p = end ? end + 1 : NULL;
+  }
+  return NULL;
+}
+
+/* Waits for pid while sending a heartbeat about every second. SIGCHLD is
+ * blocked by the caller, so an exit between waitpid and sigtimedwait stays
+ * pending and wakes the wait at once: a quick command costs no sleep. */
+static int wait_child(dagrun_ctx *ctx, const dagrun_host *host, pid_t pid,
+                      const sigset_t *chld, int *wstatus) {
+  int told_cancel = 0;
+  for (;;) {
+    pid_t r = waitpid(pid, wstatus, WNOHANG);
+    if (r == pid)
+      return 0;
+    if (r < 0 && errno != EINTR) {
+      host->fail(ctx, "waitpid: %s", strerror(errno));
+      return -1;
+    }
+    struct timespec one_second = {1, 0};
+    int sig = sigtimedwait(chld, NULL, &one_second);
+    if (sig < 0 && errno == EAGAIN)
+      host->heartbeat(ctx);
+    else if (sig < 0 && errno != EINTR) {
+      host->fail(ctx, "sigtimedwait: %s", strerror(errno));
+      return -1;
+    }
+    /* The group got the same SIGTERM; the command decides when to go. */
+    if (!told_cancel && host->cancelled(ctx)) {
+      told_cancel = 1;
+      host->log(ctx, DAGRUN_LOG_WARN,
+                "cancel requested; waiting for the command to exit");
+    }
+  }
+}
+
+static int exit_status_of(dagrun_ctx *ctx, const dagrun_host *host,
+                          const char *prog, int wstatus) {
+  if (WIFEXITED(wstatus)) {
+    int code = WEXITSTATUS(wstatus);
+    if (code != 0)
+      host->fail(ctx, "command %s exited with status %d", prog, code);
+    return code;
+  }
+  if (WIFSIGNALED(wstatus)) {
+    int sig = WTERMSIG(wstatus);
+    const char *abbrev = sigabbrev_np(sig);
+    host->fail(ctx, "command killed by signal %d (SIG%s)%s", sig,
+               abbrev ? abbrev : "?",
+               WCOREDUMP(wstatus) ? ", core dumped" : "");
+    return 128 + sig;
+  }
+  host->fail(ctx, "command ended with wait status %#x", (unsigned)wstatus);
+  return 1;
+}
+
+/* Gathers argv from the params; the strings belong to the host. */
+static const char **build_argv(dagrun_ctx *ctx, const dagrun_host *host) {
+  size_t n = 0;
+  int shell = 0;
+  if (host->param_list_size(ctx, "command", &n) != 0 || n == 0) {
+    host->fail(ctx, "command is empty; give an argv list ([prog, arg, ...])");
+    return NULL;
+  }
+  if (host->param_bool(ctx, "shell", &shell) != 0)
+    shell = 0;
+  const char **argv = calloc(n + 3, sizeof(char *));
+  if (!argv) {
+    host->fail(ctx, "out of memory");
+    return NULL;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (host->param_list_item(ctx, "command", i, &argv[i]) != 0) {
+      host->fail(ctx, "command item %zu is not a string", i);
+      free(argv);
+      return NULL;
+    }
+  }
+  if (shell) {
+    if (n != 1) {
+      host->fail(ctx, "shell: true needs command as one string, got a list "
+                      "of %zu items",
+                 n);
+      free(argv);
+      return NULL;
+    }
+    argv[2] = argv[0];
+    argv[0] = "/bin/sh";
+    argv[1] = "-c";
+    argv[3] = NULL;
+  } else if (n == 1 && has_space(argv[0])) {
+    host->fail(ctx, "command is one string with spaces; give an argv list "
+                    "([prog, arg, ...]) or set shell: true");
+    free(argv);
+    return NULL;
+  }
+  return argv;
+}
+
+static int run(dagrun_ctx *ctx, const dagrun_host *host) {
+  const char **argv = build_argv(ctx, host);
+  if (!argv)
+    return EXEC_BAD_PARAMS;
+
+  int status = EXEC_CANNOT_RUN;
+  char **owned = NULL, **env = NULL, *cwd = NULL, *resolved = NULL;
+  size_t nowned = 0;
+  int have_actions = 0, have_attr = 0, masked = 0;
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  sigset_t chld, old;
+
+  env = build_env(ctx, host, &owned, &nowned);
+  if (!env) {
+    status = EXEC_BAD_PARAMS;
+    goto out;
+  }
+
+  const char *cwd_param = NULL;
+  if (host->param_string(ctx, "cwd", &cwd_param) == 0 && *cwd_param) {
+    const char *dag_dir = host->dir(ctx, DAGRUN_DIR_DAG);
+    if (cwd_param[0] == '/' || !dag_dir || !*dag_dir) {
+      cwd = strdup(cwd_param);
+    } else {
+      size_t len = strlen(dag_dir) + strlen(cwd_param) + 2;
+      cwd = malloc(len);
+      if (cwd)
+        snprintf(cwd, len, "%s/%s", dag_dir, cwd_param);
+    }
+    if (!cwd) {
+      host->fail(ctx, "out of memory");
+      goto out;
+    }
+    /* Checked here because a failed chdir in the child reports ENOENT,
+     * which would read as "command not found". */
+    struct stat st;
+    if (stat(cwd, &st) != 0 || !S_ISDIR(st.st_mode)) {
+      host->fail(ctx, "cwd is not a directory: %s", cwd);
+      status = EXEC_BAD_PARAMS;
+      goto out;
+    }
+  }
+
+  /* posix_spawnp searches the worker's PATH; a PATH set in env wins. */
+  const char *prog = argv[0];
+  const char *path = task_path(owned, nowned);
+  if (!strchr(prog, '/') && path) {
+    resolved = search_path(prog, path);
+    if (!resolved) {
+      host->fail(ctx, "command not found: %s", prog);
+      status = EXEC_NOT_FOUND;
+      goto out;
+    }
+  }
+
+  int rc = posix_spawn_file_actions_init(&actions);
+  if (rc == 0) {
+    have_actions = 1;
+    if (cwd)
+      rc = posix_spawn_file_actions_addchdir_np(&actions, cwd);
+  }
+  if (rc == 0 && (rc = posix_spawnattr_init(&attr)) == 0)
+    have_attr = 1;
+  /* The child starts with an empty signal mask and default dispositions:
+   * the worker ignores SIGPIPE, and ignored signals survive exec. */
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  if (rc == 0)
+    rc = posix_spawnattr_setsigdefault(&attr, &all);
+  if (rc == 0)
+    rc = posix_spawnattr_setsigmask(&attr, &none);
+  if (rc == 0)
+    rc = posix_spawnattr_setflags(&attr,
+                                  POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  if (rc != 0) {
+    host->fail(ctx, "cannot prepare posix_spawn: %s", strerror(rc));
+    goto out;
+  }
+
+  /* Block SIGCHLD before the child exists, so its exit cannot be missed. */
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  if ((rc = pthread_sigmask(SIG_BLOCK, &chld, &old)) != 0) {
+    host->fail(ctx, "pthread_sigmask: %s", strerror(rc));
+    goto out;
+  }
+  masked = 1;
+
+  char shown[512];
+  join_argv(argv, shown, sizeof(shown));
+  host->log(ctx, DAGRUN_LOG_INFO, "running: %s", shown);
+  pid_t pid;
+  char *const *cargv = (char *const *)argv;
+  if (resolved)
+    rc = posix_spawn(&pid, resolved, &actions, &attr, cargv, env);
+  else
+    rc = posix_spawnp(&pid, prog, &actions, &attr, cargv, env);
+  if (rc != 0) {
+    if (rc == ENOENT) {
+      host->fail(ctx, "command not found: %s", prog);
+      status = EXEC_NOT_FOUND;
+    } else if (rc == EACCES || rc == ENOEXEC) {
+      host->fail(ctx, "command cannot be run: %s: %s", prog, strerror(rc));
+      status = EXEC_CANNOT_RUN;
+    } else {
+      host->fail(ctx, "cannot start %s: %s", prog, strerror(rc));
+      status = EXEC_CANNOT_RUN;
+    }
+    goto out;
+  }
+
+  int wstatus = 0;
+  if (wait_child(ctx, host, pid, &chld, &wstatus) != 0) {
+    status = 1;
+    goto out;
+  }
+  status = exit_status_of(ctx, host, prog, wstatus);
+
+out:
+  if (masked)
+    (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (have_attr)
+    (void)posix_spawnattr_destroy(&attr);
+  if (have_actions)
+    (void)posix_spawn_file_actions_destroy(&actions);
+  for (size_t i = 0; i < nowned; i++)
+    free(owned[i]);
+  free(owned);
+  free(env);
+  free(cwd);
+  free(resolved);
+  free(argv);
+  return status;
+}
+
+static const dagrun_stage stage = {
+    DAGRUN_STAGE_HEADER,
+    "exec",
+    "1.0.0",
+    "Runs a command (argv list, no shell unless shell: true).",
+    params,
+    run,
+};
+
+DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -1,0 +1,78 @@
+/*
+ * executor: runs task attempts as worker processes on a libuv loop.
+ *
+ * Each attempt is `dagrun __worker ATTEMPT_JSON` spawned in a new session
+ * (so its own process group, which the executor kills as a whole), with
+ * stdin from /dev/null, stdout and stderr appended to the attempt's log
+ * file, and fd 3 the protocol pipe (proto.h). Messages are parsed as they
+ * arrive and handed to on_message; any message resets the heartbeat timer.
+ *
+ * Stopping an attempt (timeout, missed heartbeat, cancel): SIGTERM to the
+ * process group, SIGKILL after the grace period. When the worker exits,
+ * whatever it left in its group (grandchildren, daemons) gets SIGKILL: an
+ * attempt owns everything it started.
+ *
+ * All functions run on the loop's thread; callbacks are called from it.
+ */
+#ifndef DAGRUN_EXECUTOR_H
+#define DAGRUN_EXECUTOR_H
+
+#include <stddef.h>
+#include <uv.h>
+
+#include "proto.h"
+
+typedef enum exec_end {
+  EXEC_EXITED,       /* exited on its own; exit_code holds the status */
+  EXEC_SIGNALED,     /* died of a signal it did not ask for (crash) */
+  EXEC_TIMED_OUT,    /* stopped because the task's timeout passed */
+  EXEC_HUNG,         /* stopped because no heartbeat came in time */
+  EXEC_CANCELLED,    /* stopped by executor_cancel */
+  EXEC_SPAWN_FAILED  /* never started */
+} exec_end;
+
+typedef struct exec_result {
+  exec_end end;
+  int exit_code;     /* EXEC_EXITED: 0..255 */
+  int term_signal;   /* EXEC_SIGNALED: the signal */
+  const char *error; /* the worker's own reason (result message) or the
+                        spawn error; NULL if none. Valid during on_exit. */
+  double duration_s;
+} exec_result;
+
+typedef struct exec_callbacks {
+  void (*on_message)(void *ud, size_t task, const proto_msg *m);
+  /* The attempt is over and all its messages were delivered. */
+  void (*on_exit)(void *ud, size_t task, const exec_result *r);
+  void *ud;
+} exec_callbacks;
+
+typedef struct exec_request {
+  size_t task; /* caller's id, passed back in callbacks */
+  const char *attempt_json; /* path given to the worker */
+  const char *log_path;     /* created/appended */
+  const char *cwd;          /* NULL: inherit */
+  char **env;               /* full environment, NULL-terminated */
+  double timeout_s;         /* 0: none */
+  double heartbeat_s;       /* 0: off */
+  double kill_grace_s;
+} exec_request;
+
+typedef struct executor executor;
+
+/* self_exe: path of the dagrun binary to run in worker mode. */
+executor *executor_create(uv_loop_t *loop, const char *self_exe,
+                          const exec_callbacks *cb);
+/* Starts an attempt. Returns 0, or DR_ESPAWN/DR_EIO with a message in err
+ * (on_exit is then not called). One attempt per task id at a time. */
+int executor_start(executor *x, const exec_request *rq, char *err,
+                   size_t errlen);
+/* Stops a running attempt: SIGTERM now, SIGKILL after its grace; with
+ * force, SIGKILL now. No-op if the task is not running. */
+void executor_cancel(executor *x, size_t task, int force);
+/* Number of attempts still running (or draining their pipe). */
+size_t executor_running(const executor *x);
+/* Frees the executor; only once executor_running() is 0. */
+void executor_destroy(executor *x);
+
+#endif /* DAGRUN_EXECUTOR_H */

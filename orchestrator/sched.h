@@ -1,0 +1,98 @@
+/*
+ * sched: the scheduler of one run, on one libuv loop.
+ *
+ * It owns every task's state and decides what runs next: a task becomes
+ * ready when its upstream tasks are done (all_success: all succeeded;
+ * all_done: all finished, however), waits in its pool's FIFO queue until a
+ * slot is free (max_parallel overall, each pool's size), and is started by
+ * the executor. A failed attempt is retried after a backoff timer when the
+ * task has retries left and the failure is worth retrying: any failure
+ * without `retry_on`; with it, exits whose code is listed, and always
+ * crashes, timeouts and missed heartbeats (the process did not get to
+ * decide). A task that fails for good marks its all_success downstream
+ * upstream_failed at once; the rest of the DAG goes on.
+ *
+ * Everything is an event on the loop: no sleeps, no polling. All functions
+ * run on the loop's thread.
+ */
+#ifndef DAGRUN_SCHED_H
+#define DAGRUN_SCHED_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <uv.h>
+
+#include "check.h"
+#include "rundir.h"
+#include "spec.h"
+
+typedef enum task_state {
+  TASK_WAITING,         /* upstream not done yet */
+  TASK_QUEUED,          /* ready, waiting for a slot */
+  TASK_RUNNING,         /* an attempt is running */
+  TASK_RETRY_WAIT,      /* failed, next attempt after a delay */
+  TASK_SUCCESS,         /* terminal */
+  TASK_FAILED,          /* terminal */
+  TASK_UPSTREAM_FAILED, /* terminal: never ran */
+  TASK_CANCELLED        /* terminal */
+} task_state;
+
+/* "waiting", "queued", "running", "retry_wait", "success", "failed",
+ * "upstream_failed", "cancelled". */
+const char *task_state_name(task_state s);
+int task_state_terminal(task_state s);
+
+/* A state change, for observers. Strings are valid during the callback. */
+typedef struct sched_event {
+  size_t task;
+  task_state state;
+  int attempt;      /* attempt number this event is about (0: none yet) */
+  int max_attempts; /* 1 + retries */
+  int exit_code;    /* attempt's exit code when it exited, else -1 */
+  double duration_s; /* attempt's duration for ends of attempts */
+  double retry_in_s; /* TASK_RETRY_WAIT: delay before the next attempt */
+  const char *reason; /* why it failed or was skipped, or NULL */
+} sched_event;
+
+typedef struct sched_observer {
+  void (*task_event)(void *ud, const sched_event *e);
+  void (*task_progress)(void *ud, size_t task, double fraction,
+                        const char *msg);
+  void (*task_log)(void *ud, size_t task, int level, const char *msg);
+  /* Every task is in a terminal state and no process is left. */
+  void (*run_done)(void *ud);
+  void *ud;
+} sched_observer;
+
+typedef struct sched_opts {
+  int max_parallel;     /* >= 1 */
+  const char *self_exe; /* dagrun binary for workers */
+  sched_observer obs;
+  uint64_t seed;        /* retry jitter; 0: from the clock */
+} sched_opts;
+
+typedef struct sched sched;
+
+/* Creates the scheduler for a checked spec, a created run directory and the
+ * run's resolved DAG params (borrowed; all must outlive the sched). */
+sched *sched_create(uv_loop_t *loop, const checked *c, const rundir *run,
+                    const cJSON *params, const sched_opts *opts);
+/* Queues the tasks without upstream and starts what fits. */
+void sched_start(sched *s);
+/* Stops the run: tasks not started are cancelled, running attempts get
+ * SIGTERM (force: SIGKILL) and end cancelled. */
+void sched_cancel(sched *s, int force);
+/* Per-state counts of the tasks. */
+void sched_counts(const sched *s, size_t counts[TASK_CANCELLED + 1]);
+task_state sched_task_state(const sched *s, size_t task);
+/* The run as JSON for run.json: tasks with state, attempts, exit codes,
+ * times, errors, outputs. Caller frees. */
+cJSON *sched_tasks_json(const sched *s);
+void sched_destroy(sched *s);
+
+/* Delay before retry number `retry` (1 for the first retry):
+ * min(max_delay, delay * backoff^(retry-1)) scaled by (1 - jitter * u),
+ * u uniform in [0,1). */
+double sched_retry_delay(const spec_retry *r, int retry, double u);
+
+#endif /* DAGRUN_SCHED_H */

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs every test: a release build with -Werror, then
+# the same tests again in a build with AddressSanitizer and UBSan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+
+jobs=$(nproc)
+echo "== build (RelWithDebInfo, -Werror)"
+scripts/build.sh build -DDAGRUN_WERROR=ON
+echo "== tests"
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== build (ASan + UBSan)"
+scripts/build.sh build-asan -DDAGRUN_WERROR=ON -DDAGRUN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+echo "== tests under ASan + UBSan"
+# handle_segv=0: the crash tests want a real SIGSEGV, not ASan's report.
+ASAN_OPTIONS=detect_leaks=1:handle_segv=0:handle_abort=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs"

@@ -1,0 +1,84 @@
+# Shared helpers for integration tests. Source it first thing:
+#   . "$(dirname "$0")/lib.sh"
+# It gives each test its own temporary directory ($T, removed on success)
+# and fails loudly with what was expected and what was found.
+set -euo pipefail
+
+: "${DAGRUN:?DAGRUN must name the dagrun binary (ctest sets it)}"
+: "${DAGRUN_SOURCE_DIR:?}"
+: "${DAGRUN_TEST_PLUGIN_DIR:?}"
+export DAGRUN_PLUGIN_PATH="$DAGRUN_TEST_PLUGIN_DIR"
+T=$(mktemp -d "${TMPDIR:-/tmp}/dagrun-test.XXXXXX")
+export DAGRUN_RUNS_DIR="$T/runs"
+cd "$T"
+TEST_NAME=$(basename "$0" .sh)
+
+fail() {
+  echo "FAIL [$TEST_NAME]: $*" >&2
+  echo "  (work dir kept: $T)" >&2
+  exit 1
+}
+
+pass() {
+  rm -rf "$T"
+  echo "ok"
+}
+
+# run_dagrun ARGS...: runs dagrun, stores its exit code in RC and its
+# output in $T/out and $T/err. Never fails by itself.
+run_dagrun() {
+  set +e
+  "$DAGRUN" "$@" >"$T/out" 2>"$T/err"
+  RC=$?
+  set -e
+}
+
+expect_rc() {
+  [ "$RC" -eq "$1" ] || fail "expected exit code $1, got $RC
+--- stdout:
+$(cat "$T/out")
+--- stderr:
+$(cat "$T/err")"
+}
+
+# expect_in FILE TEXT: FILE contains the fixed string TEXT.
+expect_in() {
+  grep -qF -- "$2" "$1" || fail "expected $1 to contain: $2
+--- $1:
+$(cat "$1")"
+}
+
+expect_not_in() {
+  if grep -qF -- "$2" "$1"; then fail "expected $1 not to contain: $2"; fi
+}
+
+# The one run directory made under $DAGRUN_RUNS_DIR/<dag>/.
+run_dir() {
+  local d
+  d=$(ls -d "$DAGRUN_RUNS_DIR/$1"/*/ 2>/dev/null | tail -n 1)
+  [ -n "$d" ] || fail "no run directory for dag $1"
+  echo "${d%/}"
+}
+
+# task_field RUN_DIR TASK FIELD: a field of a task in run.json.
+task_field() {
+  /usr/bin/python3 -c '
+import json, sys
+run = json.load(open(sys.argv[1] + "/run.json"))
+for t in run["tasks"]:
+    if t["name"] == sys.argv[2]:
+        v = t.get(sys.argv[3])
+        print("" if v is None else v)
+        break
+else:
+    sys.exit("no task " + sys.argv[2])
+' "$1" "$2" "$3"
+}
+
+# A process counts as alive unless it is gone or a zombie (a container's
+# init may be slow to reap the orphans a killed task leaves).
+pid_alive() {
+  local state
+  state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ]
+}

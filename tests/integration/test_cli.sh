@@ -1,0 +1,100 @@
+# The CLI a user meets: check reports every error with file:line:col and
+# exits 2; graph prints the DAG in three formats; stages lists plugins with
+# their params; a plugin built for another ABI is refused by name; typos of
+# commands get a suggestion.
+. "$(dirname "$0")/lib.sh"
+
+cat > bad.yaml <<'Y'
+dag: bad
+tasks:
+  a:
+    stage: exec
+    retires: 2
+    with: {command: ["true"]}
+  b:
+    stage: exec
+    needs: [c]
+    timeout: 2x
+    with: {command: ["true"]}
+Y
+run_dagrun check bad.yaml
+expect_rc 2
+expect_in "$T/err" "bad.yaml:5:5: error: unknown key 'retires'"
+expect_in "$T/err" "did you mean 'retries'?"
+expect_in "$T/err" "bad.yaml:9:13: error:"
+expect_in "$T/err" "'c'"
+expect_in "$T/err" "bad.yaml:10:14: error:"
+expect_in "$T/err" "2x"
+
+cat > cyc.yaml <<'Y'
+dag: cyc
+tasks:
+  a: {stage: exec, needs: [c], with: {command: ["true"]}}
+  b: {stage: exec, needs: [a], with: {command: ["true"]}}
+  c: {stage: exec, needs: [b], with: {command: ["true"]}}
+Y
+run_dagrun check cyc.yaml
+expect_rc 2
+expect_in "$T/err" "cycle"
+grep -qE "a -> b -> c -> a|b -> c -> a -> b|c -> a -> b -> c" "$T/err" || fail "cycle not printed: $(cat "$T/err")"
+# A DAG with errors does not run at all.
+run_dagrun run cyc.yaml
+expect_rc 2
+[ -d "$DAGRUN_RUNS_DIR/cyc" ] && fail "a run directory was made for an invalid DAG"
+
+cat > abi.yaml <<'Y'
+dag: abi
+tasks:
+  old: {stage: abi2}
+Y
+run_dagrun check abi.yaml
+expect_rc 2
+expect_in "$T/err" "abi2.so"
+expect_in "$T/err" "ABI 2.0"
+
+cat > missing.yaml <<'Y'
+dag: missing
+tasks:
+  a: {stage: exex, with: {command: ["true"]}}
+  b: {stage: exec, with: {comand: ["true"]}}
+  c: {stage: exec}
+Y
+run_dagrun check missing.yaml
+expect_rc 2
+expect_in "$T/err" "missing.yaml:3:14: error:"
+expect_in "$T/err" "did you mean 'exec'?"
+expect_in "$T/err" "did you mean 'command'?"
+expect_in "$T/err" "missing.yaml:5:6: error:"
+expect_in "$T/err" "command"
+
+run_dagrun check "$DAGRUN_SOURCE_DIR/dags/smoke.yaml"
+expect_rc 0
+expect_in "$T/out" "ok (dag smoke, 5 tasks)"
+
+run_dagrun graph "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" --format dot
+expect_rc 0
+expect_in "$T/out" "digraph"
+expect_in "$T/out" '"prepare" -> "count"'
+run_dagrun graph "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" --format mermaid
+expect_rc 0
+expect_in "$T/out" "flowchart"
+expect_in "$T/out" "prepare --> count"
+run_dagrun graph "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" --format text
+expect_rc 0
+expect_in "$T/out" "report"
+run_dagrun graph "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" --format svg
+expect_rc 2
+
+run_dagrun stages
+expect_in "$T/out" "exec"
+expect_in "$T/out" "command"
+expect_in "$T/out" "abi2.so"
+
+run_dagrun chek bad.yaml
+expect_rc 2
+expect_in "$T/err" "did you mean 'check'?"
+
+run_dagrun run no-such-file.yaml
+expect_rc 2
+expect_in "$T/err" "no-such-file.yaml"
+pass

@@ -1,0 +1,32 @@
+# The out-of-tree example: install dagrun into a prefix, build
+# examples/hello-stage/hello.c exactly as its README says (cc + pkg-config),
+# and run its DAG, which names the plugin by path.
+. "$(dirname "$0")/lib.sh"
+: "${DAGRUN_BUILD_DIR:?}"
+
+cmake --install "$DAGRUN_BUILD_DIR" --prefix "$T/prefix" >/dev/null
+pcdir=$(dirname "$(find "$T/prefix" -name dagrun-plugin.pc | head -n 1)")
+[ -n "$pcdir" ] || fail "dagrun-plugin.pc was not installed"
+export PKG_CONFIG_PATH="$pcdir"
+cp "$DAGRUN_SOURCE_DIR/examples/hello-stage/hello.c" "$DAGRUN_SOURCE_DIR/examples/hello-stage/hello.yaml" .
+cc -shared -fPIC $(pkg-config --cflags dagrun-plugin) -o hello.so hello.c \
+  || fail "the example does not build out of tree"
+# Exactly one exported function: the entry point.
+exports=$(nm -D --defined-only hello.so | awk '$2 == "T" {print $3}')
+[ "$exports" = dagrun_stage_entry ] || fail "hello.so exports: $exports"
+
+# The installed dagrun (not the build tree's) runs it.
+unset DAGRUN_PLUGIN_PATH
+set +e
+"$T/prefix/bin/dagrun" run hello.yaml --plain >"$T/out" 2>"$T/err"
+RC=$?
+set -e
+expect_rc 0
+R=$(run_dir hello)
+greeting=$(find "$R" -name greeting.txt | head -n 1)
+[ -n "$greeting" ] || fail "no greeting.txt in $R"
+[ -s "$greeting" ] || fail "greeting.txt is empty"
+# The installed dagrun finds its built-in stages next to itself.
+"$T/prefix/bin/dagrun" stages > stages.txt
+expect_in stages.txt exec
+pass

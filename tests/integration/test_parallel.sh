@@ -1,0 +1,33 @@
+# Independent tasks run at the same time (their 1 s sleeps overlap), and
+# -j 1 serialises them.
+. "$(dirname "$0")/lib.sh"
+
+cat > par.yaml <<'Y'
+dag: par
+tasks:
+  a: {stage: exec, with: {command: [sh, -c, 'date +%s.%N > "$DAGRUN_OUT_DIR/start"; sleep 1; date +%s.%N > "$DAGRUN_OUT_DIR/end"']}}
+  b: {stage: exec, with: {command: [sh, -c, 'date +%s.%N > "$DAGRUN_OUT_DIR/start"; sleep 1; date +%s.%N > "$DAGRUN_OUT_DIR/end"']}}
+Y
+run_dagrun run par.yaml -j 2 --plain
+expect_rc 0
+R=$(run_dir par)
+overlap=$(/usr/bin/python3 -c '
+import sys
+r = sys.argv[1]
+a0, a1, b0, b1 = (float(open(f"{r}/{t}/out/{w}").read()) for t in "ab" for w in ("start", "end"))
+print(min(a1, b1) - max(a0, b0))' "$R")
+/usr/bin/python3 -c "import sys; sys.exit(0 if $overlap > 0.5 else 1)" \
+  || fail "with -j 2 the two 1 s tasks overlapped only ${overlap}s"
+
+rm -rf "$DAGRUN_RUNS_DIR"
+run_dagrun run par.yaml -j 1 --plain
+expect_rc 0
+R=$(run_dir par)
+overlap=$(/usr/bin/python3 -c '
+import sys
+r = sys.argv[1]
+a0, a1, b0, b1 = (float(open(f"{r}/{t}/out/{w}").read()) for t in "ab" for w in ("start", "end"))
+print(min(a1, b1) - max(a0, b0))' "$R")
+/usr/bin/python3 -c "import sys; sys.exit(0 if $overlap < 0 else 1)" \
+  || fail "with -j 1 the tasks overlapped by ${overlap}s"
+pass
