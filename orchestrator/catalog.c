@@ -14,10 +14,10 @@
 #include <sys/stat.h>
 
 typedef struct entry {
-  char *file;          /* full path */
+  char *file;            /* full path */
   loader_plugin *plugin; /* NULL when it failed to load */
-  char *error;         /* why, when plugin is NULL */
-  char **shadows;      /* files of the same stage later in the path */
+  char *error;           /* why, when plugin is NULL */
+  char **shadows;        /* files of the same stage later in the path */
   size_t nshadows, capshadows;
 } entry;
 

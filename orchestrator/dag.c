@@ -162,6 +162,9 @@ static size_t tarjan(const spec *s, const unsigned char *alive, size_t *comp) {
   return n_comp;
 }
 
+/* Longest cycle shown in full; longer ones show both ends. */
+enum { CYCLE_SHOWN = 12 };
+
 /* Reports one shortest cycle through the first-written task of each
  * component that holds a cycle. */
 static void report_cycles(const spec *s, const csr *g,
@@ -196,8 +199,7 @@ static void report_cycles(const spec *s, const csr *g,
       const spec_task *t = &s->tasks[a];
       for (size_t j = 0; j < t->n_needs; j++)
         if (t->needs[j] == a)
-          diags_add(d, s->path, t->need_nodes[j]->line,
-                    t->need_nodes[j]->col,
+          diags_add(d, s->path, t->need_nodes[j]->line, t->need_nodes[j]->col,
                     "dependency cycle: %s -> %s (task '%s' needs itself)",
                     t->name, t->name, t->name);
       continue;
@@ -227,9 +229,18 @@ static void report_cycles(const spec *s, const csr *g,
     for (size_t v = last; v != a; v = parent[v])
       path[len++] = v;
     path[len++] = a;
+    /* path holds the cycle backwards: path[len-1] is a. A cycle through
+     * thousands of tasks is shown by its ends. */
     sbuf b = {0};
-    for (size_t i = len; i-- > 0;)
+    for (size_t k = 0, i = len; i-- > 0; k++) {
+      if (len > CYCLE_SHOWN && k == CYCLE_SHOWN / 2) {
+        size_t skip = len - CYCLE_SHOWN;
+        sbuf_printf(&b, "... (%zu more) -> ", skip);
+        i -= skip - 1;
+        continue;
+      }
       sbuf_printf(&b, "%s -> ", s->tasks[path[i]].name);
+    }
     sbuf_puts(&b, s->tasks[a].name);
     /* The cycle closes at a's `needs` entry naming `last`. */
     const spec_task *t = &s->tasks[a];
@@ -241,8 +252,7 @@ static void report_cycles(const spec *s, const csr *g,
       }
     }
     diags_add(d, s->path, line, col,
-              "dependency cycle: %s (each task needs the one before it)",
-              b.s);
+              "dependency cycle: %s (each task needs the one before it)", b.s);
     sbuf_free(&b);
     for (size_t i = 0; i < qt; i++)
       parent[queue[i]] = SIZE_MAX;
@@ -340,8 +350,8 @@ static void memo_put(memo *m, uint64_t key, int val) {
 
 struct dag_reach {
   const spec *s;
-  size_t *pos;   /* topological position of each task; NULL if cyclic */
-  int pos_done;  /* pos computed (or found impossible) */
+  size_t *pos;    /* topological position of each task; NULL if cyclic */
+  int pos_done;   /* pos computed (or found impossible) */
   uint32_t *seen; /* generation stamps for the search */
   uint32_t gen;
   size_t *stack;

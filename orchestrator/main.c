@@ -289,6 +289,7 @@ static int cmd_run(int argc, char **argv) {
   if (tmpl_resolve_params(&te, &params, &d) != 0) {
     diags_print(&d, stderr);
     diags_free(&d);
+    cJSON_Delete(params);
     rundir_destroy(run);
     checked_free(ck);
     spec_free(sp);

@@ -8,7 +8,10 @@
  * integer or a string holding one; FLOAT from a number or numeric string;
  * BOOL from true/false (or the strings "true"/"false"); LIST from a list
  * of scalars (each becomes a string) or from one scalar (a 1-item list);
- * MAP from a map of scalars (values become strings). Anything else is an
+ * MAP from a map of scalars (values become strings). A null value (`key:`
+ * or `key: ~`) means "not set": the default applies, and a required param
+ * is reported. A whole-scalar template is checked with the type of the
+ * value it refers to. Anything else is an
  * error naming the param, what was found and what was expected, at the
  * value's file:line:col.
  *

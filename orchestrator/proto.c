@@ -37,20 +37,35 @@ static int write_all(int fd, const char *s, size_t n) {
   return 0;
 }
 
-/* Cuts the string member key of o so that the encoded line shrinks by at
- * least over bytes. Returns 0, or -1 when there is nothing left to cut. */
-static int shorten(cJSON *o, const char *key, size_t over) {
+/* Bytes cJSON writes for c inside a string. */
+static size_t encoded_size(unsigned char c) {
+  if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' ||
+      c == '\r' || c == '\t')
+    return 2;
+  return c < 32 ? 6 : 1; /* \u00XX */
+}
+
+/* Cuts the string member key of o so that the encoded line, n bytes now,
+ * fits in limit bytes. Returns 0, or -1 when there is nothing to cut. */
+static int shorten(cJSON *o, const char *key, size_t n, size_t limit) {
   cJSON *t = cJSON_GetObjectItemCaseSensitive(o, key);
   if (!cJSON_IsString(t) || !t->valuestring)
     return -1;
   const char *text = t->valuestring;
-  size_t len = strlen(text);
-  size_t cut = over + sizeof(trunc_marker) - 1;
+  size_t len = strlen(text), enc = 0;
   if (len <= sizeof(trunc_marker) - 1)
     return -1;
-  /* Each raw byte encodes to at least one byte, so removing `cut` raw
-   * bytes removes at least `cut` encoded ones. */
-  size_t keep = len > cut ? len - cut : 0;
+  for (size_t i = 0; i < len; i++)
+    enc += encoded_size((unsigned char)text[i]);
+  size_t fixed = n - enc; /* the rest of the line */
+  size_t room = limit > fixed + sizeof(trunc_marker) - 1
+                    ? limit - fixed - (sizeof(trunc_marker) - 1)
+                    : 0;
+  size_t keep = 0, used = 0;
+  while (keep < len && used + encoded_size((unsigned char)text[keep]) <= room)
+    used += encoded_size((unsigned char)text[keep++]);
+  if (keep >= len) /* already fits: nothing to cut */
+    return -1;
   /* Do not split a UTF-8 sequence. */
   while (keep > 0 && ((unsigned char)text[keep] & 0xC0) == 0x80)
     keep--;
@@ -81,10 +96,9 @@ static int send_obj(int fd, cJSON *o, const char *trunc_key) {
     n = strlen(s);
     if (n + 1 <= PIPE_BUF || !trunc_key)
       break;
-    size_t over = n + 1 - PIPE_BUF;
     cJSON_free(s);
     s = NULL;
-    if (shorten(o, trunc_key, over) != 0) {
+    if (shorten(o, trunc_key, n, PIPE_BUF - 1) != 0) {
       s = cJSON_PrintUnformatted(o);
       if (!s) {
         cJSON_Delete(o);
@@ -172,7 +186,9 @@ int proto_send_output(int fd, const char *key, const char *value) {
   return send_obj(fd, o, NULL);
 }
 
-int proto_send_heartbeat(int fd) { return send_obj(fd, new_msg("heartbeat"), NULL); }
+int proto_send_heartbeat(int fd) {
+  return send_obj(fd, new_msg("heartbeat"), NULL);
+}
 
 int proto_send_result(int fd, int status, const char *error) {
   cJSON *o = new_msg("result");
@@ -267,8 +283,8 @@ static int parse_fields(const cJSON *o, proto_msg *m) {
     /* 2^53: the largest step a JSON number carries exactly. */
     if (get_string(o, "name", 0, &m->text) != 0 ||
         get_number(o, "value", &m->number) != 0 ||
-        get_integer(o, "step", -9007199254740992.0, 9007199254740992.0,
-                    &d) != 0)
+        get_integer(o, "step", -9007199254740992.0, 9007199254740992.0, &d) !=
+            0)
       return DR_EPROTO;
     m->step = (int64_t)d;
     return 0;

@@ -5,24 +5,37 @@
  */
 #include "spec.h"
 
+#include "dag.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char *const top_keys[] = {
-    "dag",      "description", "params",  "defaults", "max_parallel",
-    "pools",    "tasks",       "schedule", "timezone", "catchup",
-    "overlap",  "alerts",      NULL};
+    "dag",     "description", "params",   "defaults", "max_parallel",
+    "pools",   "tasks",       "schedule", "timezone", "catchup",
+    "overlap", "alerts",      NULL};
 
 /* A task's keys; the ones from "retries" on are settings that `defaults`
  * may also give. */
-static const char *const task_keys[] = {
-    "stage",        "needs",           "with",         "description",
-    "retries",      "retry_delay",     "retry_backoff", "retry_max_delay",
-    "retry_jitter", "retry_on",        "timeout",      "heartbeat_timeout",
-    "kill_grace",   "pool",            "trigger",      "env",
-    NULL};
+static const char *const task_keys[] = {"stage",
+                                        "needs",
+                                        "with",
+                                        "description",
+                                        "retries",
+                                        "retry_delay",
+                                        "retry_backoff",
+                                        "retry_max_delay",
+                                        "retry_jitter",
+                                        "retry_on",
+                                        "timeout",
+                                        "heartbeat_timeout",
+                                        "kill_grace",
+                                        "pool",
+                                        "trigger",
+                                        "env",
+                                        NULL};
 enum { FIRST_SETTING = 4 };
 static const char *const *const setting_keys = task_keys + FIRST_SETTING;
 
@@ -64,8 +77,8 @@ static void describe(sbuf *b, const ynode *v) {
 }
 
 /* "'<key>'<where>: expected <what>, found <description of v>" */
-static void type_err(ctx *c, const ynode *v, const char *key,
-                     const char *where, const char *what) {
+static void type_err(ctx *c, const ynode *v, const char *key, const char *where,
+                     const char *what) {
   sbuf b = {0};
   describe(&b, v);
   err(c, v, "'%s'%s: expected %s, found %s", key, where, what, b.s);
@@ -79,7 +92,7 @@ static void list_keys(sbuf *b, const char *const *keys) {
 
 static void unknown_key(ctx *c, const ynode *k, const char *where,
                         const char *const *keys) {
-  const char *m = closest_match(k->str, keys);
+  const char *m = spec_closest(k->str, keys);
   if (m) {
     err(c, k, "unknown key '%s'%s; did you mean '%s'?", k->str, where, m);
     return;
@@ -143,8 +156,7 @@ static size_t check_keys(ctx *c, const ynode *map, const char *where) {
   for (size_t i = 0; i < map->n; i++) {
     const ynode *k = map->items[2 * i];
     if (k->kind != YNODE_SCALAR) {
-      err(c, k, "expected a name as key%s, found %s", where,
-          ynode_a_type(k));
+      err(c, k, "expected a name as key%s, found %s", where, ynode_a_type(k));
       bad++;
       continue;
     }
@@ -182,8 +194,7 @@ static const char *get_string(ctx *c, const ynode *v, const char *key,
 }
 
 static int get_int(ctx *c, const ynode *v, const char *key, const char *where,
-                   long long min, long long max, const char *what,
-                   int *out) {
+                   long long min, long long max, const char *what, int *out) {
   int64_t x;
   if (ynode_int(v, &x) != 0) {
     type_err(c, v, key, where, what);
@@ -220,8 +231,7 @@ static const char duration_forms[] =
 /* An integer or float scalar counts seconds; a string goes through
  * parse_duration. min_nonzero: smallest value other than 0. */
 static int get_duration(ctx *c, const ynode *v, const char *key,
-                        const char *where, double min_nonzero,
-                        double *out) {
+                        const char *where, double min_nonzero, double *out) {
   double x;
   yscalar_type t = ynode_scalar_type(v);
   if (v->kind != YNODE_SCALAR || t == YSCALAR_NULL || t == YSCALAR_BOOL) {
@@ -234,8 +244,8 @@ static int get_duration(ctx *c, const ynode *v, const char *key,
   }
   if (t == YSCALAR_INT || t == YSCALAR_FLOAT) {
     if (ynode_float(v, &x) != 0 || !(x >= 0) || !isfinite(x)) {
-      err(c, v, "'%s'%s: a duration cannot be negative, found %s", key,
-          where, v->str);
+      err(c, v, "'%s'%s: a duration cannot be negative, found %s", key, where,
+          v->str);
       return DR_ESPEC;
     }
   } else if (parse_duration(v->str, &x) != 0 || !isfinite(x)) {
@@ -246,8 +256,8 @@ static int get_duration(ctx *c, const ynode *v, const char *key,
   if (x != 0 && x < min_nonzero) {
     char buf[32];
     format_duration(min_nonzero, buf, sizeof(buf));
-    err(c, v, "'%s'%s: expected 0 (off) or at least %s, found %s", key,
-        where, buf, v->str);
+    err(c, v, "'%s'%s: expected 0 (off) or at least %s, found %s", key, where,
+        buf, v->str);
     return DR_ESPEC;
   }
   *out = x;
@@ -255,8 +265,8 @@ static int get_duration(ctx *c, const ynode *v, const char *key,
 }
 
 /* Parses one task setting (retries ... env) into t. */
-static void parse_setting(ctx *c, const ynode *k, const ynode *v,
-                          spec_task *t, const char *where) {
+static void parse_setting(ctx *c, const ynode *k, const ynode *v, spec_task *t,
+                          const char *where) {
   const char *key = k->str;
   if (strcmp(key, "retries") == 0) {
     (void)get_int(c, v, key, where, 0, 1000000, "an integer >= 0",
@@ -308,7 +318,7 @@ static void parse_setting(ctx *c, const ynode *k, const ynode *v,
     } else if (strcmp(s, "all_done") == 0) {
       t->trigger = SPEC_TRIGGER_ALL_DONE;
     } else {
-      const char *m = closest_match(s, trigger_names);
+      const char *m = spec_closest(s, trigger_names);
       err(c, v,
           "'trigger'%s: expected all_success or all_done, found \"%s\"%s%s%s",
           where, s, m ? "; did you mean '" : "", m ? m : "", m ? "'?" : "");
@@ -392,7 +402,7 @@ static size_t resolve_pool(ctx *c, const ynode *v, const char *where) {
   for (size_t j = 0; j < c->s->n_pools; j++)
     names[j] = c->s->pools[j].name;
   names[c->s->n_pools] = NULL;
-  const char *m = closest_match(v->str, names);
+  const char *m = spec_closest(v->str, names);
   if (m) {
     err(c, v, "unknown pool '%s'%s; did you mean '%s'?", v->str, where, m);
   } else {
@@ -466,8 +476,8 @@ static void task_init(spec_task *t) {
 static void task_from_defaults(spec_task *t, const spec_task *def) {
   *t = *def;
   if (def->retry.on) {
-    t->retry.on = xmalloc((def->retry.n_on ? def->retry.n_on : 1) *
-                          sizeof(int));
+    t->retry.on =
+        xmalloc((def->retry.n_on ? def->retry.n_on : 1) * sizeof(int));
     memcpy(t->retry.on, def->retry.on, def->retry.n_on * sizeof(int));
   }
 }
@@ -588,13 +598,12 @@ static void resolve_needs(ctx *c, spec_task *t) {
     if (!strmap_get(&c->s->task_index, item->str, &idx)) {
       const char *m = NULL;
       if (c->n_suggested++ < MAX_NEED_SUGGESTIONS)
-        m = closest_match(item->str, task_names(c));
+        m = spec_closest(item->str, task_names(c));
       if (m)
         err(c, item, "task '%s' needs unknown task '%s'; did you mean '%s'?",
             t->name, item->str, m);
       else
-        err(c, item, "task '%s' needs unknown task '%s'", t->name,
-            item->str);
+        err(c, item, "task '%s' needs unknown task '%s'", t->name, item->str);
       continue;
     }
     /* Listing a task twice means the same as once. */
@@ -637,8 +646,8 @@ static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
     }
     size_t first;
     if (strmap_get(&s->task_index, k->str, &first)) {
-      err(c, k, "duplicate task name '%s' (first defined at line %d)",
-          k->str, keys[first]->line);
+      err(c, k, "duplicate task name '%s' (first defined at line %d)", k->str,
+          keys[first]->line);
       continue;
     }
     keys[s->n_tasks] = k;
@@ -694,8 +703,7 @@ static void parse_root(ctx *c) {
   } else {
     const char *name = get_string(c, v, "dag", "", "the DAG's name");
     if (name && !valid_dag_name(name))
-      err(c, v,
-          "invalid DAG name '%s': use letters, digits, '_', '-' and '.'",
+      err(c, v, "invalid DAG name '%s': use letters, digits, '_', '-' and '.'",
           name);
     else if (name)
       s->dag = xstrdup(name);
@@ -708,8 +716,8 @@ static void parse_root(ctx *c) {
   if ((v = ynode_get(root, "params")))
     parse_params(c, v);
   if ((v = ynode_get(root, "max_parallel")))
-    (void)get_int(c, v, "max_parallel", "", 1, 1000000,
-                  "an integer >= 1", &s->max_parallel);
+    (void)get_int(c, v, "max_parallel", "", 1, 1000000, "an integer >= 1",
+                  &s->max_parallel);
   if ((v = ynode_get(root, "pools")))
     parse_pools(c, v);
   s->schedule = ynode_get(root, "schedule");
@@ -785,12 +793,72 @@ void spec_free(spec *s) {
     free(s->pools[i].name);
   free(s->pools);
   strmap_free(&s->task_index);
+  dag_reach_destroy(s->reach);
   ynode_free(s->root);
   free(s->path);
   free(s->dir);
   free(s->dag);
   free(s->description);
   free(s);
+}
+
+/* Optimal string alignment distance: Levenshtein plus transpositions of
+ * neighbouring characters, the commonest typo. Stops early (returning
+ * limit + 1) once every cell of a row exceeds limit. */
+static size_t osa_distance(const char *a, const char *b, size_t limit) {
+  size_t la = strlen(a), lb = strlen(b);
+  if ((la > lb ? la - lb : lb - la) > limit)
+    return limit + 1;
+  size_t *rows = xmalloc(3 * (lb + 1) * sizeof(size_t));
+  size_t *prev2 = rows, *prev = rows + lb + 1, *cur = rows + 2 * (lb + 1);
+  for (size_t j = 0; j <= lb; j++)
+    prev[j] = j;
+  size_t d = 0;
+  for (size_t i = 1; i <= la; i++) {
+    cur[0] = i;
+    size_t row_min = cur[0];
+    for (size_t j = 1; j <= lb; j++) {
+      size_t cost = a[i - 1] != b[j - 1];
+      size_t best = prev[j - 1] + cost;
+      if (prev[j] + 1 < best)
+        best = prev[j] + 1;
+      if (cur[j - 1] + 1 < best)
+        best = cur[j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          prev2[j - 2] + 1 < best)
+        best = prev2[j - 2] + 1;
+      cur[j] = best;
+      if (best < row_min)
+        row_min = best;
+    }
+    if (row_min > limit) {
+      free(rows);
+      return limit + 1;
+    }
+    size_t *t = prev2;
+    prev2 = prev;
+    prev = cur;
+    cur = t;
+  }
+  d = prev[lb];
+  free(rows);
+  return d;
+}
+
+const char *spec_closest(const char *word, const char *const *candidates) {
+  size_t limit = strlen(word) / 3;
+  if (limit < 1)
+    limit = 1;
+  const char *best = NULL;
+  size_t best_d = limit + 1;
+  for (; *candidates; candidates++) {
+    size_t d = osa_distance(word, *candidates, best_d - 1);
+    if (d < best_d) {
+      best_d = d;
+      best = *candidates;
+    }
+  }
+  return best;
 }
 
 long spec_task_find(const spec *s, const char *name) {

@@ -21,6 +21,11 @@
  * (duration >= 1s, 0 = off), kill_grace (duration), pool (name), trigger
  * (all_success | all_done), env (map of string to string).
  *
+ * Task, param and pool names are [A-Za-z0-9_-]+: they appear in ${...}
+ * references and in directory names. A task listing the same need twice
+ * needs it once. `with:`, `env:`, `params:` and `defaults:` may be left
+ * empty (null), meaning none.
+ *
  * Ownership: a spec owns its tree; nodes pointed to from tasks are borrowed
  * from spec->root. Single-threaded use.
  */
@@ -38,12 +43,12 @@ typedef enum spec_trigger {
 } spec_trigger;
 
 typedef struct spec_retry {
-  int retries;          /* extra attempts after the first; default 0 */
-  double delay_s;       /* first retry delay; default 10s */
-  double backoff;       /* multiplier per retry; default 2 */
-  double max_delay_s;   /* cap; default 1h */
-  double jitter;        /* fraction removed at random; default 0.1 */
-  int *on;              /* exit codes worth retrying; NULL = any failure */
+  int retries;        /* extra attempts after the first; default 0 */
+  double delay_s;     /* first retry delay; default 10s */
+  double backoff;     /* multiplier per retry; default 2 */
+  double max_delay_s; /* cap; default 1h */
+  double jitter;      /* fraction removed at random; default 0.1 */
+  int *on;            /* exit codes worth retrying; NULL = any failure */
   size_t n_on;
 } spec_retry;
 
@@ -58,10 +63,10 @@ typedef struct spec_task {
   const ynode *env;  /* MAP or NULL (task env merged over defaults env) */
   char *description; /* NULL if none */
   spec_retry retry;
-  double timeout_s;   /* 0 = none */
-  double heartbeat_s; /* 0 = off */
+  double timeout_s;    /* 0 = none */
+  double heartbeat_s;  /* 0 = off */
   double kill_grace_s; /* SIGTERM -> SIGKILL; default 10s */
-  size_t pool;        /* index into spec->pools; SIZE_MAX = no pool */
+  size_t pool;         /* index into spec->pools; SIZE_MAX = no pool */
   spec_trigger trigger;
   const ynode **need_nodes; /* per needs[i]: the entry as written */
   const ynode *pool_node;   /* the pool name as written, or NULL */
@@ -77,15 +82,20 @@ typedef struct spec {
   char *dir;  /* directory of path: relative plugin paths resolve here */
   ynode *root;
   char *dag;
-  char *description;  /* NULL if none */
+  char *description;   /* NULL if none */
   const ynode *params; /* MAP or NULL */
   int max_parallel;    /* 0 = not set (the CLI decides) */
   spec_pool *pools;
   size_t n_pools;
   spec_task *tasks; /* in the order written */
   size_t n_tasks;
-  strmap task_index; /* name -> index */
+  strmap task_index;              /* name -> index */
   const ynode *schedule, *alerts; /* kept for later issues; may be NULL */
+  /* Cache of "is task A upstream of task B" answers (dag.h), created on
+   * first use by the template checks, freed by spec_free. A cache only:
+   * it does not change what the spec means, so it may be filled in
+   * through a const spec. */
+  struct dag_reach *reach;
 } spec;
 
 /* Loads and structurally validates a DAG file. Returns 0 with *out set,
@@ -99,5 +109,11 @@ int spec_parse(const char *name, const char *text, size_t len, spec **out,
 void spec_free(spec *s);
 /* Index of a task by name, or -1. */
 long spec_task_find(const spec *s, const char *name);
+
+/* "did you mean": the candidate closest to word, or NULL when none is
+ * close enough (distance <= max(1, strlen(word)/3)). Unlike util.h's
+ * closest_match, swapping two neighbouring letters counts as one edit, so
+ * "stpes" finds "steps". candidates is NULL-terminated; borrowed. */
+const char *spec_closest(const char *word, const char *const *candidates);
 
 #endif /* DAGRUN_SPEC_H */

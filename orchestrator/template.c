@@ -1,1 +1,568 @@
-/* template: being written. */
+/*
+ * template: ${...} references in YAML values -> cJSON values.
+ *
+ * A value is walked once; every reference in it is checked even after an
+ * error, so one `dagrun check` lists them all. A reference either yields a
+ * value, or is deferred (valid, but its value exists only at run time), or
+ * is an error with a diagnostic.
+ */
+#include "template.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dag.h"
+
+/* Above this many tasks, "did you mean" for an unknown task searches only
+ * the task's own needs instead of every name. */
+enum { SUGGEST_ALL_TASKS_MAX = 5000 };
+
+typedef struct rctx {
+  const tmpl_env *e;
+  size_t task;   /* SIZE_MAX: a DAG-level value */
+  int in_params; /* resolving spec->params */
+  diags *d;
+  int errors, deferred;
+} rctx;
+
+/* Where "${" starts inside a scalar: exact when the scalar is on one line
+ * and written plain or quoted (escapes aside), the node otherwise. */
+static void position(const ynode *v, size_t off, int *line, int *col) {
+  *line = v->line;
+  *col = v->col;
+  if (!v->oneline || v->style == YSTYLE_LITERAL || v->style == YSTYLE_FOLDED)
+    return;
+  int c = v->col + (v->style != YSTYLE_PLAIN);
+  for (size_t i = 0; i < off; i++)
+    if (((unsigned char)v->str[i] & 0xC0) != 0x80)
+      c++;
+  *col = c;
+}
+
+static void terr(rctx *r, const ynode *v, size_t off, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void terr(rctx *r, const ynode *v, size_t off, const char *fmt, ...) {
+  int line, col;
+  position(v, off, &line, &col);
+  va_list ap;
+  va_start(ap, fmt);
+  diags_vadd(r->d, r->e->s->path, line, col, fmt, ap);
+  va_end(ap);
+  r->errors++;
+}
+
+char *tmpl_scalar_text(const cJSON *v) {
+  if (cJSON_IsString(v))
+    return xstrdup(v->valuestring);
+  if (cJSON_IsBool(v))
+    return xstrdup(cJSON_IsTrue(v) ? "true" : "false");
+  if (cJSON_IsNull(v))
+    return xstrdup("");
+  if (cJSON_IsNumber(v)) {
+    double x = v->valuedouble;
+    if (x == floor(x) && fabs(x) < 9.2e18)
+      return xasprintf("%lld", (long long)x);
+    /* The shortest form that reads back as the same double. */
+    for (int prec = 15; prec <= 17; prec++) {
+      char *s = xasprintf("%.*g", prec, x);
+      if (prec == 17 || strtod(s, NULL) == x)
+        return s;
+      free(s);
+    }
+  }
+  return NULL;
+}
+
+/* A plain or quoted scalar without templates, as JSON. */
+static cJSON *scalar_value(const ynode *v) {
+  int64_t i;
+  double f;
+  int b;
+  switch (ynode_scalar_type(v)) {
+  case YSCALAR_NULL:
+    return cJSON_CreateNull();
+  case YSCALAR_BOOL:
+    (void)ynode_bool(v, &b);
+    return cJSON_CreateBool(b);
+  case YSCALAR_INT:
+    (void)ynode_int(v, &i);
+    return cJSON_CreateNumber((double)i);
+  case YSCALAR_FLOAT:
+    (void)ynode_float(v, &f);
+    return cJSON_CreateNumber(f);
+  case YSCALAR_STRING:
+    break;
+  }
+  return cJSON_CreateString(v->str);
+}
+
+static int name_char(char ch) {
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+         (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
+}
+
+/* Length of the [A-Za-z0-9_-]+ prefix of s[0..n). */
+static size_t name_len(const char *s, size_t n) {
+  size_t i = 0;
+  while (i < n && name_char(s[i]))
+    i++;
+  return i;
+}
+
+static int has_prefix(const char *s, size_t n, const char *p) {
+  size_t lp = strlen(p);
+  return n >= lp && memcmp(s, p, lp) == 0;
+}
+
+/* "did you mean" among the DAG's params; the text goes into b. */
+static void suggest_param(const spec *s, const char *name, sbuf *b) {
+  const ynode *p = s->params;
+  if (!p || p->n == 0) {
+    sbuf_puts(b, "; the DAG has no params");
+    return;
+  }
+  const char **names = xmalloc((p->n + 1) * sizeof(char *));
+  size_t k = 0;
+  for (size_t i = 0; i < p->n; i++)
+    if (p->items[2 * i]->kind == YNODE_SCALAR)
+      names[k++] = p->items[2 * i]->str;
+  names[k] = NULL;
+  const char *m = spec_closest(name, names);
+  if (m) {
+    sbuf_printf(b, "; did you mean '%s'?", m);
+  } else if (k <= 10) {
+    sbuf_puts(b, "; the params are: ");
+    for (size_t i = 0; i < k; i++)
+      sbuf_printf(b, "%s%s", i ? ", " : "", names[i]);
+  }
+  free(names);
+}
+
+static void suggest_task(const rctx *r, const char *name, sbuf *b) {
+  const spec *s = r->e->s;
+  size_t n = 0;
+  const char **names;
+  if (s->n_tasks <= SUGGEST_ALL_TASKS_MAX || r->task == SIZE_MAX) {
+    n = s->n_tasks <= SUGGEST_ALL_TASKS_MAX ? s->n_tasks : 0;
+    names = xmalloc((n + 1) * sizeof(char *));
+    for (size_t i = 0; i < n; i++)
+      names[i] = s->tasks[i].name;
+  } else {
+    const spec_task *t = &s->tasks[r->task];
+    n = t->n_needs;
+    names = xmalloc((n + 1) * sizeof(char *));
+    for (size_t i = 0; i < n; i++)
+      names[i] = s->tasks[t->needs[i]].name;
+  }
+  names[n] = NULL;
+  const char *m = spec_closest(name, names);
+  if (m)
+    sbuf_printf(b, "; did you mean '%s'?", m);
+  free(names);
+}
+
+/* The spec's upstream cache, created on first use. */
+static int is_upstream(const spec *s, size_t task, size_t up) {
+  if (!s->reach)
+    ((spec *)s)->reach = dag_reach_create(s);
+  return dag_is_upstream(s->reach, task, up);
+}
+
+static const char ref_forms[] =
+    "${params.NAME}, ${env:NAME}, ${env:NAME:-default}, ${run.id}, "
+    "${run.date}, ${run.dag}, ${tasks.TASK.dir} or ${tasks.TASK.outputs.KEY}";
+
+/* Resolves the reference x[0..n) (the text between "${" and "}", spaces
+ * trimmed) found at offset off of scalar v. Returns 0 with *out,
+ * DR_EDEFERRED, or DR_ETEMPLATE after a diagnostic. */
+static int resolve_ref(rctx *r, const ynode *v, size_t off, const char *x,
+                       size_t n, cJSON **out) {
+  const tmpl_env *e = r->e;
+  const spec *s = e->s;
+  *out = NULL;
+  if (has_prefix(x, n, "params.")) {
+    const char *name = x + 7;
+    size_t ln = n - 7;
+    if (ln == 0 || name_len(name, ln) != ln) {
+      terr(r, v, off, "bad param reference ${%.*s}: expected ${params.NAME}",
+           (int)n, x);
+      return DR_ETEMPLATE;
+    }
+    char *key = xstrndup(name, ln);
+    if (r->in_params || !e->params) {
+      terr(r, v, off,
+           "${params.%s} cannot be used in params: a param may use only "
+           "${env:...} and ${run...}",
+           key);
+      free(key);
+      return DR_ETEMPLATE;
+    }
+    if (!ynode_get(s->params, key)) {
+      sbuf b = {0};
+      suggest_param(s, key, &b);
+      terr(r, v, off, "unknown param '%s' in ${params.%s}%s", key, key,
+           b.s ? b.s : "");
+      sbuf_free(&b);
+      free(key);
+      return DR_ETEMPLATE;
+    }
+    const cJSON *val = cJSON_GetObjectItemCaseSensitive(e->params, key);
+    free(key);
+    if (!val)
+      return DR_EDEFERRED; /* uses ${run.*}, or failed to resolve itself */
+    *out = cJSON_Duplicate(val, 1);
+    return 0;
+  }
+  if (has_prefix(x, n, "env:")) {
+    const char *name = x + 4;
+    size_t ln = 0, rest = n - 4;
+    if (rest > 0 && !(name[0] >= '0' && name[0] <= '9'))
+      while (ln < rest && (name_char(name[ln]) && name[ln] != '-'))
+        ln++;
+    int has_default = ln + 2 <= rest && name[ln] == ':' && name[ln + 1] == '-';
+    if (ln == 0 || (ln != rest && !has_default)) {
+      terr(r, v, off,
+           "bad environment reference ${%.*s}: expected ${env:NAME} or "
+           "${env:NAME:-default}",
+           (int)n, x);
+      return DR_ETEMPLATE;
+    }
+    char *var = xstrndup(name, ln);
+    const char *val = getenv(var);
+    if (val && *val) {
+      *out = cJSON_CreateString(val);
+    } else if (has_default) {
+      /* As in the shell, ":-" also covers a variable set to "". */
+      char *def = xstrndup(name + ln + 2, rest - ln - 2);
+      *out = cJSON_CreateString(def);
+      free(def);
+    } else if (val) {
+      *out = cJSON_CreateString("");
+    } else {
+      terr(r, v, off,
+           "environment variable '%s' is not set (${env:%s}); set it, or "
+           "give a default: ${env:%s:-VALUE}",
+           var, var, var);
+      free(var);
+      return DR_ETEMPLATE;
+    }
+    free(var);
+    return 0;
+  }
+  if (has_prefix(x, n, "run.")) {
+    const char *f = x + 4;
+    size_t lf = n - 4;
+    if (lf == 3 && memcmp(f, "dag", 3) == 0) {
+      *out = cJSON_CreateString(s->dag ? s->dag : "");
+      return 0;
+    }
+    int is_id = lf == 2 && memcmp(f, "id", 2) == 0;
+    int is_date = lf == 4 && memcmp(f, "date", 4) == 0;
+    if (!is_id && !is_date) {
+      static const char *const fields[] = {"id", "date", "dag", NULL};
+      char *field = xstrndup(f, lf);
+      const char *m = spec_closest(field, fields);
+      if (m)
+        terr(r, v, off,
+             "unknown run field '%s' in ${%.*s}; did you mean ${run.%s}?",
+             field, (int)n, x, m);
+      else
+        terr(r, v, off,
+             "unknown run field '%s' in ${%.*s}; expected ${run.id}, "
+             "${run.date} or ${run.dag}",
+             field, (int)n, x);
+      free(field);
+      return DR_ETEMPLATE;
+    }
+    const char *val = is_id ? e->run_id : e->run_date;
+    if (!val)
+      return DR_EDEFERRED;
+    *out = cJSON_CreateString(val);
+    return 0;
+  }
+  if (has_prefix(x, n, "tasks.")) {
+    const char *tn = x + 6;
+    size_t rest = n - 6, lt = name_len(tn, rest);
+    const char *tail = tn + lt;
+    size_t ltail = rest - lt;
+    int is_dir = ltail == 4 && memcmp(tail, ".dir", 4) == 0;
+    int is_out = has_prefix(tail, ltail, ".outputs.");
+    size_t lk = is_out ? ltail - 9 : 0;
+    const char *k = tail + 9;
+    if (is_out) {
+      for (size_t i = 0; i < lk && is_out; i++)
+        is_out = name_char(k[i]) && k[i] != '-';
+      is_out = is_out && lk > 0;
+    }
+    if (lt == 0 || (!is_dir && !is_out)) {
+      terr(r, v, off,
+           "bad task reference ${%.*s}: expected ${tasks.TASK.dir} or "
+           "${tasks.TASK.outputs.KEY}",
+           (int)n, x);
+      return DR_ETEMPLATE;
+    }
+    char *name = xstrndup(tn, lt);
+    int rc = 0;
+    long up = spec_task_find(s, name);
+    if (r->in_params) {
+      terr(r, v, off,
+           "${%.*s} cannot be used in params: a param may use only "
+           "${env:...} and ${run...}",
+           (int)n, x);
+      rc = DR_ETEMPLATE;
+    } else if (r->task == SIZE_MAX) {
+      terr(r, v, off, "${%.*s} can be used only in a task's values", (int)n, x);
+      rc = DR_ETEMPLATE;
+    } else if (up < 0) {
+      sbuf b = {0};
+      suggest_task(r, name, &b);
+      terr(r, v, off, "unknown task '%s' in ${%.*s}%s", name, (int)n, x,
+           b.s ? b.s : "");
+      sbuf_free(&b);
+      rc = DR_ETEMPLATE;
+    } else if ((size_t)up == r->task) {
+      terr(r, v, off,
+           "task '%s' refers to itself in ${%.*s}; a task can use only the "
+           "outputs of tasks it needs",
+           name, (int)n, x);
+      rc = DR_ETEMPLATE;
+    } else if (!is_upstream(s, r->task, (size_t)up)) {
+      terr(r, v, off,
+           "task '%s' refers to task '%s' in ${%.*s}, but '%s' is not "
+           "upstream of '%s'; add '%s' to the needs of '%s' (directly or "
+           "through a task it needs)",
+           s->tasks[r->task].name, name, (int)n, x, name,
+           s->tasks[r->task].name, name, s->tasks[r->task].name);
+      rc = DR_ETEMPLATE;
+    } else if (is_dir) {
+      if (!e->task_dir) {
+        rc = DR_EDEFERRED;
+      } else {
+        const char *dir = e->task_dir(e->ud, (size_t)up);
+        *out = cJSON_CreateString(dir ? dir : "");
+      }
+    } else if (!e->task_outputs) {
+      rc = DR_EDEFERRED;
+    } else {
+      const cJSON *outs = e->task_outputs(e->ud, (size_t)up);
+      char *key = xstrndup(k, lk);
+      const cJSON *val =
+          outs ? cJSON_GetObjectItemCaseSensitive(outs, key) : NULL;
+      if (!val) {
+        terr(r, v, off, "task '%s' produced no output '%s' (${%.*s})", name,
+             key, (int)n, x);
+        rc = DR_ETEMPLATE;
+      } else {
+        *out = cJSON_Duplicate(val, 1);
+      }
+      free(key);
+    }
+    free(name);
+    return rc;
+  }
+  if (has_prefix(x, n, "env.") || has_prefix(x, n, "param.") ||
+      has_prefix(x, n, "task.")) {
+    const char *fix = x[0] == 'e' ? "env:" : x[0] == 'p' ? "params." : "tasks.";
+    const char *dot = memchr(x, '.', n);
+    terr(r, v, off, "unknown reference ${%.*s}; did you mean ${%s%.*s}?",
+         (int)n, x, fix, (int)(n - (size_t)(dot - x) - 1), dot + 1);
+    return DR_ETEMPLATE;
+  }
+  terr(r, v, off,
+       "unknown reference ${%.*s}: expected %s (write $${ for a literal ${)",
+       (int)n, x, ref_forms);
+  return DR_ETEMPLATE;
+}
+
+/* A scalar that holds "${": pieces joined into a string, or the one
+ * reference's value when it is the whole scalar. */
+static cJSON *resolve_text(rctx *r, const ynode *v) {
+  const char *s = v->str;
+  size_t len = strlen(s);
+  sbuf b = {0};
+  cJSON *whole = NULL;
+  int n_refs = 0, literal = 0, bad = 0;
+  size_t i = 0;
+  while (i < len) {
+    if (s[i] == '$' && s[i + 1] == '$' && s[i + 2] == '{') {
+      sbuf_puts(&b, "${");
+      literal = 1;
+      i += 3;
+      continue;
+    }
+    if (!(s[i] == '$' && s[i + 1] == '{')) {
+      sbuf_putc(&b, s[i++]);
+      literal = 1;
+      continue;
+    }
+    const char *close = memchr(s + i + 2, '}', len - i - 2);
+    if (!close) {
+      terr(r, v, i,
+           "unterminated reference '%.40s': missing '}' (write $${ for a "
+           "literal ${)",
+           s + i);
+      bad = 1;
+      break;
+    }
+    const char *x = s + i + 2;
+    size_t n = (size_t)(close - x);
+    while (n > 0 && (*x == ' ' || *x == '\t')) {
+      x++;
+      n--;
+    }
+    while (n > 0 && (x[n - 1] == ' ' || x[n - 1] == '\t'))
+      n--;
+    cJSON *val = NULL;
+    int rc;
+    if (n == 0) {
+      terr(r, v, i, "empty reference ${}: expected %s", ref_forms);
+      rc = DR_ETEMPLATE;
+    } else {
+      rc = resolve_ref(r, v, i, x, n, &val);
+    }
+    n_refs++;
+    if (rc == DR_EDEFERRED) {
+      r->deferred++;
+      bad = 1;
+    } else if (rc != 0) {
+      bad = 1;
+    } else if (cJSON_IsArray(val) || cJSON_IsObject(val)) {
+      /* Only a whole scalar may be a list or a map. */
+      if (i > 0 || close + 1 < s + len) {
+        terr(r, v, i,
+             "${%.*s} is a %s and cannot be part of a string; use it as the "
+             "whole value",
+             (int)n, x, cJSON_IsArray(val) ? "list" : "map");
+        bad = 1;
+      }
+    }
+    if (!bad && val) {
+      if (i == 0 && close + 1 == s + len) {
+        whole = val;
+        val = NULL;
+      } else {
+        char *t = tmpl_scalar_text(val);
+        sbuf_puts(&b, t);
+        free(t);
+      }
+    }
+    cJSON_Delete(val);
+    i = (size_t)(close - s) + 1;
+  }
+  if (bad) {
+    cJSON_Delete(whole);
+    sbuf_free(&b);
+    return NULL;
+  }
+  if (whole && n_refs == 1 && !literal) {
+    sbuf_free(&b);
+    return whole;
+  }
+  cJSON_Delete(whole);
+  char *str = sbuf_take(&b);
+  cJSON *out = cJSON_CreateString(str);
+  free(str);
+  return out;
+}
+
+/* NULL when something failed or was deferred (counted in r). */
+static cJSON *resolve_node(rctx *r, const ynode *v) {
+  if (v->kind == YNODE_SCALAR) {
+    if (!strstr(v->str, "${"))
+      return v->quoted ? cJSON_CreateString(v->str) : scalar_value(v);
+    return resolve_text(r, v);
+  }
+  int ok = 1;
+  cJSON *out =
+      v->kind == YNODE_SEQ ? cJSON_CreateArray() : cJSON_CreateObject();
+  for (size_t i = 0; i < v->n; i++) {
+    const ynode *item =
+        v->kind == YNODE_SEQ ? v->items[i] : v->items[2 * i + 1];
+    if (v->kind == YNODE_MAP && v->items[2 * i]->kind != YNODE_SCALAR)
+      continue; /* spec reports keys that are not names */
+    cJSON *c = resolve_node(r, item);
+    if (!c) {
+      ok = 0;
+      continue;
+    }
+    if (!ok) {
+      cJSON_Delete(c);
+      continue;
+    }
+    if (v->kind == YNODE_SEQ)
+      cJSON_AddItemToArray(out, c);
+    else
+      cJSON_AddItemToObject(out, v->items[2 * i]->str, c);
+  }
+  if (!ok) {
+    cJSON_Delete(out);
+    return NULL;
+  }
+  return out;
+}
+
+int tmpl_resolve(const tmpl_env *e, size_t task, const ynode *value,
+                 cJSON **out, diags *d) {
+  rctx r = {e, task, 0, d, 0, 0};
+  *out = resolve_node(&r, value);
+  if (r.errors) {
+    cJSON_Delete(*out);
+    *out = NULL;
+    return DR_ETEMPLATE;
+  }
+  if (r.deferred) {
+    cJSON_Delete(*out);
+    *out = NULL;
+    return DR_EDEFERRED;
+  }
+  return 0;
+}
+
+int tmpl_resolve_params(const tmpl_env *e, cJSON **out, diags *d) {
+  cJSON *obj = cJSON_CreateObject();
+  const ynode *p = e->s->params;
+  int errors = 0;
+  for (size_t i = 0; p && i < p->n; i++) {
+    const ynode *k = p->items[2 * i];
+    if (k->kind != YNODE_SCALAR)
+      continue;
+    rctx r = {e, SIZE_MAX, 1, d, 0, 0};
+    cJSON *v = resolve_node(&r, p->items[2 * i + 1]);
+    errors += r.errors;
+    if (v && !r.errors && !r.deferred)
+      cJSON_AddItemToObject(obj, k->str, v);
+    else
+      cJSON_Delete(v);
+  }
+  *out = obj;
+  return errors ? DR_ETEMPLATE : 0;
+}
+
+static int mentions(const char *s) {
+  for (const char *p = strstr(s, "${"); p; p = strstr(p + 2, "${")) {
+    if (p > s && p[-1] == '$')
+      continue; /* "$${": a literal */
+    const char *q = p + 2;
+    while (*q == ' ' || *q == '\t')
+      q++;
+    if (strncmp(q, "tasks.", 6) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+int tmpl_mentions_tasks(const ynode *value) {
+  if (!value)
+    return 0;
+  if (value->kind == YNODE_SCALAR)
+    return mentions(value->str);
+  for (size_t i = 0; i < value->n; i++) {
+    const ynode *item =
+        value->kind == YNODE_SEQ ? value->items[i] : value->items[2 * i + 1];
+    if (tmpl_mentions_tasks(item))
+      return 1;
+  }
+  return 0;
+}

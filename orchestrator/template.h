@@ -22,6 +22,8 @@
  * params (with "did you mean"), unset env vars without default, unknown
  * tasks, tasks that are not upstream of the task being resolved (tasks.*
  * may only name transitive upstream tasks), unknown run fields, bad syntax.
+ * The "is upstream" answers are cached in e->s (spec->reach), so checking
+ * every task of a 100,000-task DAG stays linear in practice.
  * Errors carry file:line:col of the "${" inside the scalar (exact for plain
  * and quoted single-line scalars, the node's position otherwise).
  * Single-threaded.
@@ -50,11 +52,6 @@ typedef struct tmpl_env {
   const char *(*task_dir)(void *ud, size_t task);
   const cJSON *(*task_outputs)(void *ud, size_t task);
   void *ud;
-  /* Reachability cache for the "is upstream" check (dag_reach_create on
-   * e->s); NULL makes each tasks.* reference walk the task's ancestors,
-   * which is fine for a few references but not for every task of a big
-   * DAG. Borrowed. */
-  struct dag_reach *reach;
 } tmpl_env;
 
 /* Resolves one value. task is the index of the task the value belongs to,

@@ -342,23 +342,20 @@ void format_utc(double t, int millis, char *buf, size_t n) {
 }
 
 int mkdir_p(const char *path, unsigned mode) {
-  char *p = xstrdup(path);
-  int rc = 0;
-  for (char *q = p + 1;; q++) {
-    if (*q == '/' || *q == '\0') {
-      char c = *q;
-      *q = '\0';
-      if (mkdir(p, mode) != 0 && errno != EEXIST) {
-        rc = errno == ENOENT ? DR_ENOENT : DR_EIO;
-        break;
-      }
-      *q = c;
-      if (c == '\0')
-        break;
-    }
-  }
-  free(p);
-  return rc;
+  /* The common case is a parent that exists: one syscall, not one per
+   * path component. */
+  if (mkdir(path, mode) == 0 || errno == EEXIST)
+    return 0;
+  if (errno != ENOENT)
+    return DR_EIO;
+  char *parent = path_dirname(path);
+  int rc = strcmp(parent, path) == 0 ? DR_ENOENT : mkdir_p(parent, mode);
+  free(parent);
+  if (rc != 0)
+    return rc;
+  if (mkdir(path, mode) == 0 || errno == EEXIST)
+    return 0;
+  return errno == ENOENT ? DR_ENOENT : DR_EIO;
 }
 
 static int fsync_dir_of(const char *path) {

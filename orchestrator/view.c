@@ -191,6 +191,8 @@ void view_run_started(view *v, const rundir *run, int max_parallel) {
     fprintf(v->out, "run %s  (%zu tasks, up to %d at once)\n  %s\n", run->id,
             v->s->n_tasks, max_parallel, run->path);
     uv_timer_start(&v->redraw, on_redraw, VIEW_REDRAW_MS, VIEW_REDRAW_MS);
+    /* Redrawing alone must not keep the loop (and so the run) alive. */
+    uv_unref((uv_handle_t *)&v->redraw);
     v->timer_on = 1;
     redraw(v);
     break;

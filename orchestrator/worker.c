@@ -43,10 +43,10 @@ struct dagrun_ctx {
   cJSON *doc;    /* the attempt description */
   cJSON *params; /* member of doc, normalised to the stage's schema */
   const dagrun_stage *stage;
-  const char *dirs[5]; /* by dagrun_dir, point into doc */
-  const char *info[4]; /* by dagrun_info */
-  char attempt[24];    /* info "attempt" as decimal text */
-  int fd;              /* PROTO_FD, or -1 when it is not open */
+  const char *dirs[5];      /* by dagrun_dir, point into doc */
+  const char *info[4];      /* by dagrun_info */
+  char attempt[24];         /* info "attempt" as decimal text */
+  int fd;                   /* PROTO_FD, or -1 when it is not open */
   atomic_llong last_msg_ms; /* monotonic time of the last message sent */
   pthread_mutex_t lock;     /* guards error */
   char *error;              /* last host->fail() text */
@@ -238,8 +238,7 @@ static int host_param_bool(dagrun_ctx *ctx, const char *name, int *out) {
   return rc;
 }
 
-static int host_param_list_size(dagrun_ctx *ctx, const char *name,
-                                size_t *n) {
+static int host_param_list_size(dagrun_ctx *ctx, const char *name, size_t *n) {
   const cJSON *v = param(ctx, name);
   if (!v)
     *n = 0;
@@ -587,6 +586,29 @@ static int normalise_params(cJSON *params, const dagrun_stage *st, char *err,
     cJSON *canon = coerce(v, p->type);
     if (!canon) {
       char *what = describe(v);
+      /* A list or map is fine; one of its items is not a scalar. */
+      const cJSON *it;
+      int k = 0;
+      if ((p->type == DAGRUN_PARAM_LIST && cJSON_IsArray(v)) ||
+          (p->type == DAGRUN_PARAM_MAP && cJSON_IsObject(v))) {
+        cJSON_ArrayForEach(it, v) {
+          if (cJSON_IsArray(it) || cJSON_IsObject(it) || cJSON_IsNull(it)) {
+            free(what);
+            what = describe(it);
+            if (it->string)
+              snprintf(err, errlen,
+                       "param '%s': entry '%s' must be a string, got %s",
+                       p->name, it->string, what);
+            else
+              snprintf(err, errlen,
+                       "param '%s': item %d must be a string, got %s", p->name,
+                       k, what);
+            free(what);
+            return DR_EPARAM;
+          }
+          k++;
+        }
+      }
       if (from_default)
         snprintf(err, errlen,
                  "the plugin's default for param '%s' is %s, not %s "
@@ -724,8 +746,8 @@ int worker_main(const char *attempt_json_path) {
     ctx.fd = PROTO_FD;
     /* Commands a stage starts must not hold the orchestrator's pipe. */
     if (fcntl(PROTO_FD, F_SETFD, flags | FD_CLOEXEC) != 0)
-      log_linef(DAGRUN_LOG_WARN, "cannot set FD_CLOEXEC on fd %d: %s",
-                PROTO_FD, strerror(errno));
+      log_linef(DAGRUN_LOG_WARN, "cannot set FD_CLOEXEC on fd %d: %s", PROTO_FD,
+                strerror(errno));
   }
   if (install_signals() != 0)
     return setup_failed(ctx.fd, "cannot install signal handlers");
@@ -742,17 +764,22 @@ int worker_main(const char *attempt_json_path) {
   }
   ctx.stage = plugin->stage;
   if (normalise_params(ctx.params, ctx.stage, err, sizeof(err)) != 0) {
-    char *msg = xasprintf("stage '%s' (%s): %s", ctx.stage->name, plugin_path,
-                          err);
+    char *msg =
+        xasprintf("stage '%s' (%s): %s", ctx.stage->name, plugin_path, err);
     status = setup_failed(ctx.fd, msg);
     free(msg);
     goto done;
   }
 
-  log_linef(DAGRUN_LOG_INFO, "dagrun worker: stage %s %s (%s), task %s, "
-            "attempt %s", ctx.stage->name,
-            ctx.stage->version ? ctx.stage->version : "", plugin_path,
-            ctx.info[DAGRUN_INFO_TASK], ctx.info[DAGRUN_INFO_ATTEMPT]);
+  if (*ctx.info[DAGRUN_INFO_TASK])
+    log_linef(
+        DAGRUN_LOG_INFO, "dagrun worker: stage %s %s (%s), task %s, attempt %s",
+        ctx.stage->name, ctx.stage->version ? ctx.stage->version : "",
+        plugin_path, ctx.info[DAGRUN_INFO_TASK], ctx.info[DAGRUN_INFO_ATTEMPT]);
+  else /* run by hand, without the executor's facts */
+    log_linef(DAGRUN_LOG_INFO, "dagrun worker: stage %s %s (%s)",
+              ctx.stage->name, ctx.stage->version ? ctx.stage->version : "",
+              plugin_path);
   double t0 = now_monotonic();
   status = ctx.stage->run(&ctx, &host_table);
   double elapsed = now_monotonic() - t0;
@@ -777,8 +804,9 @@ int worker_main(const char *attempt_json_path) {
     log_linef(DAGRUN_LOG_ERROR,
               "dagrun worker: stage %s failed with status %d after %s: %s",
               ctx.stage->name, status, took,
-              error ? error : "(no reason given: the plugin did not call "
-                              "host->fail())");
+              error ? error
+                    : "(no reason given: the plugin did not call "
+                      "host->fail())");
   if (ctx.fd >= 0 && proto_send_result(ctx.fd, status, error) != 0)
     log_line(DAGRUN_LOG_WARN, "dagrun worker: cannot send the result on the "
                               "message pipe");

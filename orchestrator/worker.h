@@ -14,6 +14,25 @@
  *    "info": {"dag": "smoke", "task": "hello", "run_id": "...",
  *             "attempt": 1}}
  *
+ * Before run(), params are checked against the plugin's schema: defaults
+ * filled in, required ones present, scalars given for STRING become text,
+ * a scalar for LIST becomes a 1-item list, list and map items become text,
+ * numbers written as text ("8") are accepted for INT and FLOAT, and
+ * true/false/yes/no/on/off for BOOL. A param that does not fit is a setup
+ * failure (125) naming the param, as is a missing required one. null is
+ * the same as absent.
+ *
+ * Other behaviour the executor can rely on:
+ * - fd 3 is made close-on-exec, so commands a stage starts never hold the
+ *   message pipe; if fd 3 is not open (run by hand) nothing is sent.
+ * - SIGPIPE is ignored, SIGCHLD is reset to default.
+ * - heartbeat() sends at most one message per 250 ms (any message counts).
+ * - The result message is the last one; it is absent when the plugin
+ *   crashed. Its error is sent only with a non-zero status. The status is
+ *   clamped to 0..255, a negative one becomes 1.
+ * - Setup failures and the start and end of run() are logged to stderr
+ *   ("<UTC time> LEVEL dagrun worker: ...").
+ *
  * Only main() calls worker_main, in a process of its own.
  */
 #ifndef DAGRUN_WORKER_H

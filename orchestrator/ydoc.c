@@ -71,8 +71,7 @@ static ynode *new_node(ydoc *doc, ynode_kind kind, int line, int col) {
   return n;
 }
 
-ynode *ynode_alloc(ynode *root, ynode_kind kind, size_t n, int line,
-                   int col) {
+ynode *ynode_alloc(ynode *root, ynode_kind kind, size_t n, int line, int col) {
   ydoc *doc = (ydoc *)root;
   ynode *node = new_node(doc, kind, line, col);
   size_t slots = kind == YNODE_MAP ? 2 * n : kind == YNODE_SEQ ? n : 0;
@@ -105,9 +104,14 @@ void ynode_free(ynode *n) {
  * nodes written, whichever is larger. */
 enum { EXPANDED_MIN_LIMIT = 1000000 };
 
+/* Everything downstream walks the tree recursively; a DAG file has no use
+ * for deep nesting, and a bound keeps a hostile file from exhausting the
+ * stack. */
+enum { MAX_DEPTH = 256 };
+
 typedef struct frame {
-  ynode *node;  /* the open collection (items not yet set) */
-  ynode **tmp;  /* children collected so far */
+  ynode *node; /* the open collection (items not yet set) */
+  ynode **tmp; /* children collected so far */
   size_t n, cap;
   uint64_t size; /* expanded size of the children, saturating */
   char *anchor;  /* libyaml's anchor of this collection, or NULL */
@@ -130,8 +134,8 @@ typedef struct parser {
   strmap anchor_index; /* name -> index into anchors */
   anchor *anchors;
   size_t n_anchors, cap_anchors;
-  uint64_t written;   /* nodes written in the file */
-  ynode *top;         /* the finished document node */
+  uint64_t written; /* nodes written in the file */
+  ynode *top;       /* the finished document node */
   uint64_t top_size;
   int failed;
 } parser;
@@ -308,6 +312,11 @@ static void close_collection(parser *p) {
 
 static void open_collection(parser *p, ynode_kind kind, yaml_mark_t m,
                             const unsigned char *anchor_name) {
+  if (p->depth >= MAX_DEPTH) {
+    perr(p, (int)m.line + 1, (int)m.column + 1,
+         "lists and maps nested more than %d levels deep", MAX_DEPTH);
+    return;
+  }
   VEC_RESERVE(p->stack, p->cap, p->depth + 1);
   frame *f = &p->stack[p->depth++];
   memset(f, 0, sizeof(*f));
@@ -354,8 +363,10 @@ static void on_alias(parser *p, const yaml_event_t *e) {
   int line = (int)e->start_mark.line + 1, col = (int)e->start_mark.column + 1;
   size_t i;
   if (!strmap_get(&p->anchor_index, name, &i)) {
-    perr(p, line, col, "unknown anchor '%s' in alias '*%s' (an anchor must "
-         "be defined with '&%s' before it is used)", name, name, name);
+    perr(p, line, col,
+         "unknown anchor '%s' in alias '*%s' (an anchor must "
+         "be defined with '&%s' before it is used)",
+         name, name, name);
     return;
   }
   /* A copy of the anchor's top node at the alias's position; children are
@@ -369,8 +380,8 @@ static void on_alias(parser *p, const yaml_event_t *e) {
 }
 
 /* 1-based line and column of a byte offset, counting UTF-8 characters. */
-static void offset_position(const char *text, size_t len, size_t off,
-                            int *line, int *col) {
+static void offset_position(const char *text, size_t len, size_t off, int *line,
+                            int *col) {
   *line = 1;
   *col = 1;
   for (size_t i = 0; i < off && i < len; i++) {
@@ -415,8 +426,8 @@ static void syntax_error(parser *p, yaml_parser_t *yp) {
     if (cl == line && cc == col)
       sbuf_printf(&b, " (%s)", yp->context);
     else
-      sbuf_printf(&b, " (%s that started at line %d, column %d)",
-                  yp->context, cl, cc);
+      sbuf_printf(&b, " (%s that started at line %d, column %d)", yp->context,
+                  cl, cc);
   }
   /* Hints for the two mistakes libyaml's words do not explain. */
   size_t ln;
@@ -473,7 +484,8 @@ int ydoc_parse(const char *name, const char *text, size_t len, ynode **root,
       on_alias(&p, &e);
       break;
     case YAML_SEQUENCE_START_EVENT:
-      open_collection(&p, YNODE_SEQ, e.start_mark, e.data.sequence_start.anchor);
+      open_collection(&p, YNODE_SEQ, e.start_mark,
+                      e.data.sequence_start.anchor);
       break;
     case YAML_MAPPING_START_EVENT:
       open_collection(&p, YNODE_MAP, e.start_mark, e.data.mapping_start.anchor);

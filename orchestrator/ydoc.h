@@ -9,6 +9,9 @@
  * equivalent to a deep copy, but costs one node), so alias bombs cost
  * neither memory nor time beyond a fixed limit on the expanded size.
  *
+ * Lists and maps nest at most 256 levels (deeper is an error), since
+ * everything downstream walks the tree recursively.
+ *
  * Scalars keep their text; whether a plain scalar is an int, float, bool or
  * null is decided by ynode_scalar_type() (YAML 1.2 core schema: only
  * true/false are booleans, so "no" and "on" stay strings). Quoted scalars
@@ -48,11 +51,11 @@ typedef enum yscalar_style {
 } yscalar_style;
 
 typedef enum yscalar_type {
-  YSCALAR_NULL,   /* "", "~", "null" (plain) */
-  YSCALAR_BOOL,   /* true/false (plain) */
-  YSCALAR_INT,    /* plain decimal integer, optional sign, fits int64 */
-  YSCALAR_FLOAT,  /* plain decimal float, .inf/.nan excluded */
-  YSCALAR_STRING  /* anything else, and every quoted scalar */
+  YSCALAR_NULL,  /* "", "~", "null" (plain) */
+  YSCALAR_BOOL,  /* true/false (plain) */
+  YSCALAR_INT,   /* plain decimal integer, optional sign, fits int64 */
+  YSCALAR_FLOAT, /* plain decimal float, .inf/.nan excluded */
+  YSCALAR_STRING /* anything else, and every quoted scalar */
 } yscalar_type;
 
 /* Parses a file. On success returns 0 and the root in *root (caller frees

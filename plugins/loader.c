@@ -132,8 +132,8 @@ static int find_path(const char *stage, const char *base_dir, char **path,
   return 0;
 }
 
-int loader_find(const char *stage, const char *base_dir, char **path,
-                char *err, size_t errlen) {
+int loader_find(const char *stage, const char *base_dir, char **path, char *err,
+                size_t errlen) {
   *path = NULL;
   if (!stage || !*stage) {
     snprintf(err, errlen, "empty stage name");
@@ -249,8 +249,7 @@ int loader_open(const char *path, loader_plugin **out, char *err,
   }
 
   /* Without a '/', dlopen would search the library path instead. */
-  char *open_path = strchr(path, '/') ? xstrdup(path)
-                                      : xasprintf("./%s", path);
+  char *open_path = strchr(path, '/') ? xstrdup(path) : xasprintf("./%s", path);
   void *h = dlopen(open_path, RTLD_NOW | RTLD_LOCAL);
   free(open_path);
   if (!h) {

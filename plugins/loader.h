@@ -12,6 +12,27 @@
  * symbol, a NULL descriptor, a different ABI major, a newer ABI minor, a
  * struct_size smaller than ABI 1.0's, a missing name or run.
  * Single-threaded.
+ *
+ * Messages (err), exactly:
+ *   P: no such file
+ *   P: not a regular file
+ *   P: not a loadable shared object: <dlerror, without the path>
+ *   P: not a dagrun stage plugin: no symbol 'dagrun_stage_entry' (export
+ *      it with DAGRUN_EXPORT)
+ *   P: dagrun_stage_entry() returned NULL
+ *   P: built for dagrun plugin ABI M.m, this dagrun supports ABI 1.0
+ *      (rebuild the plugin against this dagrun's <dagrun/plugin.h>)
+ *   P: stage descriptor is N bytes, smaller than ABI 1.0's S (define it
+ *      with DAGRUN_STAGE_HEADER)
+ *   P: stage name 'X' is not [a-z0-9_-]+
+ *   P: stage 'X' has no run function
+ *   P: param 'X' has unknown type T
+ * where P is the path as given to loader_open. loader_find:
+ *   unknown stage 'X': no X.so in DIR1, DIR2[; did you mean 'Y'?]
+ *      [; to use the file B/X.so, write stage: ./X.so]
+ *   stage file not found: REF (looked for JOINED)
+ * The search directories are realpath()s where they exist; a path found
+ * for a stage reference with a '/' is a realpath too.
  */
 #ifndef DAGRUN_LOADER_H
 #define DAGRUN_LOADER_H
@@ -28,8 +49,8 @@ typedef struct loader_plugin {
 /* Resolves a stage reference to a file. Returns 0 with *path (caller
  * frees), or DR_ESTAGE with a message in err saying where it looked (and
  * "did you mean" among the stages found there). */
-int loader_find(const char *stage, const char *base_dir, char **path,
-                char *err, size_t errlen);
+int loader_find(const char *stage, const char *base_dir, char **path, char *err,
+                size_t errlen);
 
 /* Opens a plugin file and validates its descriptor. Returns 0 with *out
  * (free with loader_close), DR_EPLUGIN or DR_EABI with a message in err. */

@@ -44,7 +44,7 @@ static const dagrun_param_spec params[] = {
      "Run command (one string) with /bin/sh -c"},
     {"cwd", DAGRUN_PARAM_STRING, NULL, 0,
      "Working directory; relative to the DAG file's directory "
-     "(default: the attempt's)"},
+     "(default: dagrun's own)"},
     {"env", DAGRUN_PARAM_MAP, NULL, 0,
      "Extra environment variables, on top of the inherited ones"},
     {NULL, 0, NULL, 0, NULL},
@@ -59,8 +59,8 @@ static int has_space(const char *s) {
 
 /* environ with the task's env map applied; the strings it adds are in
  * *owned. Returns NULL on a bad entry (message via host->fail). */
-static char **build_env(dagrun_ctx *ctx, const dagrun_host *host,
-                        char ***owned, size_t *nowned) {
+static char **build_env(dagrun_ctx *ctx, const dagrun_host *host, char ***owned,
+                        size_t *nowned) {
   size_t nextra = 0;
   *owned = NULL;
   *nowned = 0;
@@ -80,11 +80,10 @@ static char **build_env(dagrun_ctx *ctx, const dagrun_host *host,
     return NULL;
   }
   for (size_t i = 0; i < nextra; i++) {
-    const char *k, *v;
-    if (host->param_map_entry(ctx, "env", i, &k, &v) != 0 || !*k ||
-        strchr(k, '=')) {
-      host->fail(ctx, "env: bad variable name '%s'",
-                 host->param_map_entry(ctx, "env", i, &k, &v) == 0 ? k : "?");
+    const char *k = NULL, *v = NULL;
+    int rc = host->param_map_entry(ctx, "env", i, &k, &v);
+    if (rc != 0 || !*k || strchr(k, '=')) {
+      host->fail(ctx, "env: bad variable name '%s'", rc == 0 ? k : "?");
       goto fail;
     }
     size_t len = strlen(k) + strlen(v) + 2;
@@ -103,8 +102,8 @@ static char **build_env(dagrun_ctx *ctx, const dagrun_host *host,
     size_t klen = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
     int overridden = 0;
     for (size_t j = 0; j < nextra && !overridden; j++)
-      overridden = strncmp(extra[j], environ[i], klen) == 0 &&
-                   extra[j][klen] == '=';
+      overridden =
+          strncmp(extra[j], environ[i], klen) == 0 && extra[j][klen] == '=';
     if (!overridden)
       env[n++] = environ[i];
   }
@@ -159,8 +158,7 @@ static char *search_path(const char *prog, const char *path) {
     else
       snprintf(cand, n, "%.*s/%s", (int)len, p, prog);
     struct stat st;
-    if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) &&
-        access(cand, X_OK) == 0)
+    if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0)
       return cand;
     free(cand);
     p = end ? end + 1 : NULL;
@@ -243,8 +241,9 @@ static const char **build_argv(dagrun_ctx *ctx, const dagrun_host *host) {
   }
   if (shell) {
     if (n != 1) {
-      host->fail(ctx, "shell: true needs command as one string, got a list "
-                      "of %zu items",
+      host->fail(ctx,
+                 "shell: true needs command as one string, got a list "
+                 "of %zu items",
                  n);
       free(argv);
       return NULL;
@@ -336,8 +335,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   if (rc == 0)
     rc = posix_spawnattr_setsigmask(&attr, &none);
   if (rc == 0)
-    rc = posix_spawnattr_setflags(&attr,
-                                  POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF |
+                                             POSIX_SPAWN_SETSIGMASK);
   if (rc != 0) {
     host->fail(ctx, "cannot prepare posix_spawn: %s", strerror(rc));
     goto out;

@@ -64,7 +64,7 @@ expect_rc 2
 expect_in "$T/err" "missing.yaml:3:14: error:"
 expect_in "$T/err" "did you mean 'exec'?"
 expect_in "$T/err" "did you mean 'command'?"
-expect_in "$T/err" "missing.yaml:5:6: error:"
+expect_in "$T/err" "missing.yaml:5:14: error: task 'c' is missing required param 'command'"
 expect_in "$T/err" "command"
 
 run_dagrun check "$DAGRUN_SOURCE_DIR/dags/smoke.yaml"
@@ -78,10 +78,12 @@ expect_in "$T/out" '"prepare" -> "count"'
 run_dagrun graph "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" --format mermaid
 expect_rc 0
 expect_in "$T/out" "flowchart"
-expect_in "$T/out" "prepare --> count"
+expect_in "$T/out" 't0["prepare (exec)"]'
+expect_in "$T/out" 't1["count (exec)"]'
+expect_in "$T/out" "t0 --> t1"
 run_dagrun graph "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" --format text
 expect_rc 0
-expect_in "$T/out" "report"
+expect_in "$T/out" "report (exec) <- count, upper"
 run_dagrun graph "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" --format svg
 expect_rc 2
 

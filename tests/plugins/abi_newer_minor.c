@@ -4,8 +4,12 @@
 
 static int run(dagrun_ctx *ctx, const dagrun_host *host) { return 0; }
 
-static const dagrun_stage stage = {sizeof(dagrun_stage), (1u << 16) | 99u,
-                                   "abi_newer_minor", "1.0",
-                                   "Built for ABI 1.99 (tests)", NULL, run};
+static const dagrun_stage stage = {sizeof(dagrun_stage),
+                                   (1u << 16) | 99u,
+                                   "abi_newer_minor",
+                                   "1.0",
+                                   "Built for ABI 1.99 (tests)",
+                                   NULL,
+                                   run};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

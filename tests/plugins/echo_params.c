@@ -86,9 +86,12 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   return 0;
 }
 
-static const dagrun_stage stage = {DAGRUN_STAGE_HEADER, "echo_params", "1.0",
+static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
+                                   "echo_params",
+                                   "1.0",
                                    "Writes the params it got to out/params.txt "
                                    "(tests)",
-                                   params, run};
+                                   params,
+                                   run};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

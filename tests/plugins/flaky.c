@@ -8,7 +8,8 @@
 static const dagrun_param_spec params[] = {
     {"counter_file", DAGRUN_PARAM_STRING, NULL, 1,
      "File holding the number of runs so far"},
-    {"fail_times", DAGRUN_PARAM_INT, "2", 0, "Runs that fail before one passes"},
+    {"fail_times", DAGRUN_PARAM_INT, "2", 0,
+     "Runs that fail before one passes"},
     {"exit_code", DAGRUN_PARAM_INT, "3", 0, "Status of a failing run"},
     {NULL, 0, NULL, 0, NULL},
 };
@@ -44,8 +45,11 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   return 0;
 }
 
-static const dagrun_stage stage = {DAGRUN_STAGE_HEADER, "flaky", "1.0",
+static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
+                                   "flaky",
+                                   "1.0",
                                    "Fails N times, then succeeds (tests)",
-                                   params, run};
+                                   params,
+                                   run};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -13,8 +13,11 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   return 0; /* not reached */
 }
 
-static const dagrun_stage stage = {DAGRUN_STAGE_HEADER, "hang", "1.0",
+static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
+                                   "hang",
+                                   "1.0",
                                    "Hangs forever, ignoring cancel (tests)",
-                                   NULL, run};
+                                   NULL,
+                                   run};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

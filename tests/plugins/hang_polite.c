@@ -16,8 +16,11 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   return 1;
 }
 
-static const dagrun_stage stage = {DAGRUN_STAGE_HEADER, "hang_polite", "1.0",
+static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
+                                   "hang_polite",
+                                   "1.0",
                                    "Waits for cancel with heartbeats (tests)",
-                                   NULL, run};
+                                   NULL,
+                                   run};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -21,8 +21,11 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   return 0;
 }
 
-static const dagrun_stage stage = {DAGRUN_STAGE_HEADER, "outputs", "1.0",
+static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
+                                   "outputs",
+                                   "1.0",
                                    "Sets an output, a metric, progress (tests)",
-                                   params, run};
+                                   params,
+                                   run};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -35,9 +35,12 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   return 0;
 }
 
-static const dagrun_stage stage = {DAGRUN_STAGE_HEADER, "slow", "1.0",
+static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
+                                   "slow",
+                                   "1.0",
                                    "Sleeps with progress, honours cancel "
                                    "(tests)",
-                                   params, run};
+                                   params,
+                                   run};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }
