@@ -18,6 +18,7 @@ typedef struct task_view {
   double fraction; /* < 0: no progress reported */
   char *msg;
   double started; /* monotonic, of the current attempt */
+  double took;    /* duration of the last finished attempt */
 } task_view;
 
 struct view {
@@ -117,7 +118,10 @@ static void task_line(view *v, size_t i, sbuf *b) {
   } else if (t->state == TASK_RETRY_WAIT) {
     sbuf_printf(b, " retrying (attempt %d/%d next)", t->attempt + 1,
                 t->max_attempts);
-  } else if (task_state_terminal(t->state) && t->state != TASK_SUCCESS) {
+  } else if (t->state == TASK_SUCCESS) {
+    format_duration(t->took, dur, sizeof(dur));
+    sbuf_printf(b, " %s", dur);
+  } else if (task_state_terminal(t->state)) {
     sbuf_printf(b, " %s", task_state_name(t->state));
   }
 }
@@ -302,6 +306,8 @@ void view_task_event(view *v, const sched_event *e) {
   t->state = e->state;
   t->attempt = e->attempt;
   t->max_attempts = e->max_attempts;
+  if (e->state == TASK_SUCCESS || e->state == TASK_FAILED)
+    t->took = e->duration_s;
   if (e->state == TASK_RUNNING) {
     t->started = now_monotonic();
     t->fraction = -1;

@@ -30,4 +30,27 @@ a0, a1, b0, b1 = (float(open(f"{r}/{t}/out/{w}").read()) for t in "ab" for w in 
 print(min(a1, b1) - max(a0, b0))' "$R")
 /usr/bin/python3 -c "import sys; sys.exit(0 if $overlap < 0 else 1)" \
   || fail "with -j 1 the tasks overlapped by ${overlap}s"
+
+# A pool of size 1 serialises its tasks even with room overall, while a
+# task outside the pool runs beside them.
+rm -rf "$DAGRUN_RUNS_DIR"
+cat > pool.yaml <<'Y'
+dag: pool
+pools: {gpu: 1}
+tasks:
+  a: {stage: exec, pool: gpu, with: {command: [sh, -c, 'date +%s.%N > "$DAGRUN_OUT_DIR/start"; sleep 1; date +%s.%N > "$DAGRUN_OUT_DIR/end"']}}
+  b: {stage: exec, pool: gpu, with: {command: [sh, -c, 'date +%s.%N > "$DAGRUN_OUT_DIR/start"; sleep 1; date +%s.%N > "$DAGRUN_OUT_DIR/end"']}}
+  c: {stage: exec, with: {command: [sh, -c, 'date +%s.%N > "$DAGRUN_OUT_DIR/start"; sleep 1; date +%s.%N > "$DAGRUN_OUT_DIR/end"']}}
+Y
+run_dagrun run pool.yaml -j 3 --plain
+expect_rc 0
+R=$(run_dir pool)
+/usr/bin/python3 -c '
+import sys
+r = sys.argv[1]
+t = {k: [float(open(f"{r}/{k}/out/{w}").read()) for w in ("start", "end")] for k in "abc"}
+ov = lambda x, y: min(t[x][1], t[y][1]) - max(t[x][0], t[y][0])
+assert ov("a", "b") < 0, ("pool tasks overlapped", ov("a", "b"))
+assert max(ov("a", "c"), ov("b", "c")) > 0.5, ("c did not run beside the pool", t)
+' "$R" || fail "pool scheduling"
 pass
