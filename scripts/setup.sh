@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libuv1-dev libyaml-dev libcjson-dev
   # tests and benchmarks
-  python3 snakemake time
+  python3 jq snakemake time
 )
 
 sudo_cmd=()

@@ -1,116 +1,112 @@
-#!/ usr / bin / env bash
-#The worker(`dagrun __worker ATTEMPT_JSON`) run by hand, as the executor
-#runs it : an attempt file written here, messages on fd 3 into a file, the
-#log on stdout / stderr.Covers the exec stage and the misbehaving plugins.
-set -
-            euo pipefail
+#!/usr/bin/env bash
+# The worker (`dagrun __worker ATTEMPT_JSON`) run by hand, as the executor
+# runs it: an attempt file written here, messages on fd 3 into a file, the
+# log on stdout/stderr. Covers the exec stage and the misbehaving plugins.
+set -euo pipefail
 
-    : "${DAGRUN:?set DAGRUN to the dagrun binary}"
-    : "${DAGRUN_TEST_PLUGIN_DIR:?}" : "${DAGRUN_STAGE_DIR:?}" command -
-                                      v jq >
-        / dev / null ||
-{
-  echo "test_worker: needs jq" > &2;
-  exit 1;
+: "${DAGRUN:?set DAGRUN to the dagrun binary}"
+: "${DAGRUN_TEST_PLUGIN_DIR:?}"
+: "${DAGRUN_STAGE_DIR:?}"
+command -v jq >/dev/null || { echo "test_worker: needs jq" >&2; exit 1; }
+
+EXEC="$DAGRUN_STAGE_DIR/exec.so"
+TP="$DAGRUN_TEST_PLUGIN_DIR"
+WORK=$(mktemp -d)
+trap '[[ -n "${KEEP:-}" ]] || rm -rf "$WORK"' EXIT
+ulimit -c 0
+
+fail() {
+  echo "FAIL: $*" >&2
+  if [[ -n "${A:-}" && -d "$A" ]]; then
+    echo "--- log ($A/log):" >&2
+    cat "$A/log" >&2 || true
+    echo "--- messages ($A/msgs.jsonl):" >&2
+    cat "$A/msgs.jsonl" >&2 || true
+  fi
+  exit 1
 }
 
-EXEC = "$DAGRUN_STAGE_DIR/exec.so" TP = "$DAGRUN_TEST_PLUGIN_DIR" WORK =
-    $(mktemp - d) trap '[[ -n "${KEEP:-}" ]] || rm -rf "$WORK"' EXIT ulimit -
-    c 0
-
-    fail() {
-  echo "FAIL: $*" > &2 if[[-n "${A:-}" && -d "$A"]];
-  then echo "--- log ($A/log):" > &2 cat "$A/log" > &2 ||
-      true echo "--- messages ($A/msgs.jsonl):" > &2 cat "$A/msgs.jsonl" > &2 ||
-      true fi exit 1
-}
-
-#make_attempt NAME PLUGIN PARAMS_JSON : writes $WORK / NAME / attempt.json
-#and sets A to $WORK / NAME.
+# make_attempt NAME PLUGIN PARAMS_JSON: writes $WORK/NAME/attempt.json
+# and sets A to $WORK/NAME.
 make_attempt() {
-  A = "$WORK/$1" mkdir -
-      p "$A/run/task/out"
-        "$A/run/task/attempt-1"
-        "$A/dag" jq -
-      n-- arg plugin "$2" --argjson params "$3" --arg a "$A" --arg task
-      "$1" \
-    '{plugin: $plugin, stage: "x", params: $params, dirs : {
-        out : "\($a)/run/task/out",
-        task : "\($a)/run/task",
-        attempt : "\($a)/run/task/attempt-1",
-        run : "\($a)/run",
-        dag : "\($a)/dag"
-      },
-  info : {
-  dag:
-    "wtest", task : $task, run_id : "r-1", attempt : 1
-  }
-}
-' \
+  A="$WORK/$1"
+  mkdir -p "$A/run/task/out" "$A/run/task/attempt-1" "$A/dag"
+  jq -n --arg plugin "$2" --argjson params "$3" --arg a "$A" --arg task "$1" \
+    '{plugin: $plugin, stage: "x", params: $params,
+      dirs: {out: "\($a)/run/task/out", task: "\($a)/run/task",
+             attempt: "\($a)/run/task/attempt-1", run: "\($a)/run",
+             dag: "\($a)/dag"},
+      info: {dag: "wtest", task: $task, run_id: "r-1", attempt: 1}}' \
     >"$A/attempt.json"
 }
 
-#run_attempt : runs the worker on $A / attempt.json; sets RC.
-run_attempt(){
-    RC = 0 "$DAGRUN" __worker
-           "$A/attempt.json" 3 > "$A/msgs.jsonl" > "$A/log" 2 > & 1 ||
-         RC = $
-    ?
-#Every message is one whole JSON object per line.
-    jq - e - c."$A/msgs.jsonl" > / dev / null 2 > &1 ||
-        [[!-s "$A/msgs.jsonl"]] || fail "$A: messages are not JSON lines" }
-
-#attempt NAME PLUGIN PARAMS_JSON : both of the above.
-    attempt(){make_attempt "$@" run_attempt}
-
-    expect_rc(){[["$RC" == "$1"]] || fail "$A: exit status $RC, expected $1"}
-
-#expect_result STATUS[ERROR] : the last message is the result.
-    expect_result() {
-  local last want last = $(tail - n 1 "$A/msgs.jsonl") if [[$ # - ge 2]];
-  then want = $(jq - cn-- argjson s "$1" --arg e
-                "$2" '{type: "result", status: $s, error: $e}') else want =
-      $(jq - cn-- argjson s "$1" '{type: "result", status: $s}')
-          fi[["$(jq -c . <<<" $last ")" == "$want"]] ||
-      fail "$A: last message $last, expected $want"
+# run_attempt: runs the worker on $A/attempt.json; sets RC.
+run_attempt() {
+  RC=0
+  "$DAGRUN" __worker "$A/attempt.json" 3>"$A/msgs.jsonl" >"$A/log" 2>&1 ||
+    RC=$?
+  # Every message is one whole JSON object per line.
+  jq -e -c . "$A/msgs.jsonl" >/dev/null 2>&1 ||
+    [[ ! -s "$A/msgs.jsonl" ]] || fail "$A: messages are not JSON lines"
 }
 
-#expect_msg JSON : that exact message was sent.
-expect_msg(){local want want = $(jq - c.< < < "$1") jq - c."$A/msgs.jsonl" |
-                                   grep - qxF-- "$want" ||
-                               fail "$A: no message $want"}
+# attempt NAME PLUGIN PARAMS_JSON: both of the above.
+attempt() {
+  make_attempt "$@"
+  run_attempt
+}
 
-#expect_log REGEX : a log line matches(extended regex, whole line).
-expect_log(){grep - qxE-- "$1"
-                          "$A/log" ||
-             fail "$A: no log line matching /$1/"}
+expect_rc() {
+  [[ "$RC" == "$1" ]] || fail "$A: exit status $RC, expected $1"
+}
+
+# expect_result STATUS [ERROR]: the last message is the result.
+expect_result() {
+  local last want
+  last=$(tail -n 1 "$A/msgs.jsonl")
+  if [[ $# -ge 2 ]]; then
+    want=$(jq -cn --argjson s "$1" --arg e "$2" \
+      '{type: "result", status: $s, error: $e}')
+  else
+    want=$(jq -cn --argjson s "$1" '{type: "result", status: $s}')
+  fi
+  [[ "$(jq -c . <<<"$last")" == "$want" ]] ||
+    fail "$A: last message $last, expected $want"
+}
+
+# expect_msg JSON: that exact message was sent.
+expect_msg() {
+  local want
+  want=$(jq -c . <<<"$1")
+  jq -c . "$A/msgs.jsonl" | grep -qxF -- "$want" ||
+    fail "$A: no message $want"
+}
+
+# expect_log REGEX: a log line matches (extended regex, whole line).
+expect_log() {
+  grep -qxE -- "$1" "$A/log" || fail "$A: no log line matching /$1/"
+}
 
 no_log() {
-  if grep
-    -qE-- "$1"
-          "$A/log";
-  then fail "$A: log has /$1/";
-  fi
+  if grep -qE -- "$1" "$A/log"; then fail "$A: log has /$1/"; fi
 }
 
 TS='[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z'
 
-#-- - exec : success, log lines,                                               \
-    messages -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -
+# --- exec: success, log lines, messages ---------------------------------
 attempt true "$EXEC" '{"command": ["true"]}'
 expect_rc 0
 expect_result 0
 expect_log "$TS INFO running: true"
 expect_msg '{"type":"log","level":"info","msg":"running: true"}'
 
-#The command's stdout and stderr are the attempt log.
+# The command's stdout and stderr are the attempt log.
 attempt echo "$EXEC" '{"command": ["sh", "-c", "echo to-out; echo to-err >&2"]}'
 expect_rc 0
 expect_log "to-out"
 expect_log "to-err"
 
-#-- -                                                                          \
-    exec : exit codes -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- --
+# --- exec: exit codes ----------------------------------------------------
 attempt exit7 "$EXEC" '{"command": ["sh", "-c", "exit 7"]}'
 expect_rc 7
 expect_result 7 "command sh exited with status 7"
@@ -131,8 +127,7 @@ attempt term_cmd "$EXEC" '{"command": ["sh", "-c", "kill -TERM $$"]}'
 expect_rc 143
 expect_result 143 "command killed by signal 15 (SIGTERM)"
 
-#-- -                                                                          \
-    exec : shell -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -
+# --- exec: shell ---------------------------------------------------------
 attempt shell "$EXEC" \
   '{"command": "echo shell-says $((6 * 7)) | tr a-z A-Z", "shell": true}'
 expect_rc 0
@@ -147,11 +142,11 @@ expect_rc 2
 expect_result 2 "command is one string with spaces; give an argv list ([prog, arg, ...]) or set shell: true"
 no_log "bin"
 
-#A scalar command without spaces is a 1 - item list.
+# A scalar command without spaces is a 1-item list.
 attempt scalar "$EXEC" '{"command": "true"}'
 expect_rc 0
 
-#YAML numbers in an argv list arrive as numbers; they are arguments.
+# YAML numbers in an argv list arrive as numbers; they are arguments.
 attempt numbers "$EXEC" '{"command": ["sh", "-c", "echo n=$0", 5]}'
 expect_rc 0
 expect_log "n=5"
@@ -160,14 +155,13 @@ attempt nocommand "$EXEC" '{}'
 expect_rc 125
 expect_result 125 "stage 'exec' ($EXEC): missing required param 'command'"
 
-#-- -                                                                          \
-    exec : cwd -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -
+# --- exec: cwd -----------------------------------------------------------
 mkdir -p "$WORK/somewhere"
 attempt cwd_abs "$EXEC" "{\"command\": [\"pwd\"], \"cwd\": \"$WORK/somewhere\"}"
 expect_rc 0
 expect_log "$(readlink -f "$WORK/somewhere")"
 
-#A relative cwd is taken from the DAG file's directory.
+# A relative cwd is taken from the DAG file's directory.
 make_attempt cwd_rel "$EXEC" '{"command": ["pwd"], "cwd": "sub"}'
 mkdir -p "$A/dag/sub"
 run_attempt
@@ -178,63 +172,55 @@ attempt cwd_missing "$EXEC" '{"command": ["pwd"], "cwd": "/no/such/dir"}'
 expect_rc 2
 expect_result 2 "cwd is not a directory: /no/such/dir"
 
-#-- -                                                                          \
-    exec : env -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -
+# --- exec: env -----------------------------------------------------------
 export DR_TEST_INHERITED=inherited DR_TEST_OVERRIDE=old
 attempt env "$EXEC" '{"command": ["sh", "-c",
   "echo A=$DR_TEST_A I=$DR_TEST_INHERITED O=$DR_TEST_OVERRIDE"],
-  "env": {
-  "DR_TEST_A" : "x y", "DR_TEST_OVERRIDE" : "new"
-}
-}
-' expect_rc 0 expect_log
-        "A=x y I=inherited O=new"
+  "env": {"DR_TEST_A": "x y", "DR_TEST_OVERRIDE": "new"}}'
+expect_rc 0
+expect_log "A=x y I=inherited O=new"
 
-        attempt env_bad
-        "$EXE"
-        "C" '{"command": ["true"], "env": {"A=B": "x"}}' expect_rc 2 expect_result 2 "env: bad variable name 'A=B'"
+attempt env_bad "$EXEC" '{"command": ["true"], "env": {"A=B": "x"}}'
+expect_rc 2
+expect_result 2 "env: bad variable name 'A=B'"
 
-#PATH set in env is where the command is looked up.
-        mkdir -
-        p "$WORK/bin" printf '#!/bin/sh\necho mytool-ran\n' >
-    "$WORK/bin/dr-mytool" chmod + x
-        "$WORK/bin/dr-mytool" attempt env_path "$EXEC"
-        "{\"command\": [\"dr-mytool\"], \"env\": {\"PATH\": "
-        "\"$WORK/bin:/usr/bin:/bin\"}}" expect_rc 0 expect_log
-        "mytool-ran" attempt env_path_missing "$EXEC"
-        "{\"command\": [\"dr-mytool\"], \"env\": {\"PATH\": "
-        "\"/usr/bin:/bin\"}}" expect_rc 127
+# PATH set in env is where the command is looked up.
+mkdir -p "$WORK/bin"
+printf '#!/bin/sh\necho mytool-ran\n' >"$WORK/bin/dr-mytool"
+chmod +x "$WORK/bin/dr-mytool"
+attempt env_path "$EXEC" \
+  "{\"command\": [\"dr-mytool\"], \"env\": {\"PATH\": \"$WORK/bin:/usr/bin:/bin\"}}"
+expect_rc 0
+expect_log "mytool-ran"
+attempt env_path_missing "$EXEC" \
+  "{\"command\": [\"dr-mytool\"], \"env\": {\"PATH\": \"/usr/bin:/bin\"}}"
+expect_rc 127
 
-#-- -                                                                          \
-    exec : what the command inherits -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -
-#SIGPIPE is back to default : `yes` dies quietly when head exits.
-        attempt sigpipe
-        "$EXE"
-        "C" '{"command": "yes | head -n 1", "shell": true}' expect_rc 0 no_log
-        "Broken pipe"
+# --- exec: what the command inherits -------------------------------------
+# SIGPIPE is back to default: `yes` dies quietly when head exits.
+attempt sigpipe "$EXEC" '{"command": "yes | head -n 1", "shell": true}'
+expect_rc 0
+no_log "Broken pipe"
 
-#The message pipe is not the command's to keep open or write to.
-        attempt fd3 "$EXEC" \
-  '{"command": "if [ -e /dev/fd/3 ]; then echo FD3-OPEN; else echo FD3-CLOSED; fi", "shell"
-    : true
-}'
+# The message pipe is not the command's to keep open or write to.
+attempt fd3 "$EXEC" \
+  '{"command": "if [ -e /dev/fd/3 ]; then echo FD3-OPEN; else echo FD3-CLOSED; fi",
+    "shell": true}'
 expect_rc 0
 expect_log "FD3-CLOSED"
 
-#-- -                                                                          \
-    exec : heartbeats while the command runs -- -- -- -- -- -- -- -- -- -- -- -- -- -- -
+# --- exec: heartbeats while the command runs -----------------------------
 attempt heartbeat "$EXEC" '{"command": ["sleep", "2.5"]}'
 expect_rc 0
 n=$(grep -c '"type":"heartbeat"' "$A/msgs.jsonl" || true)
 [[ "$n" -ge 2 ]] || fail "$A: $n heartbeats during a 2.5 s command, expected >= 2"
 
-#-- - exec : quick commands are quick(no fixed sleep in the wait) -- -- -- -- --
+# --- exec: quick commands are quick (no fixed sleep in the wait) ----------
 # `sleep 0.01` rather than `true`: it surely outlives the first waitpid, so
-#a polling wait would show(20 x 200 ms polls = 4 s; done right, ~0.3 s).
+# a polling wait would show (20 x 200 ms polls = 4 s; done right, ~0.3 s).
 make_attempt quick "$EXEC" '{"command": ["sleep", "0.01"]}'
 start=$(date +%s%N)
-for _ in $(seq 20);
-do
+for _ in $(seq 20); do
   "$DAGRUN" __worker "$A/attempt.json" 3>/dev/null >/dev/null 2>&1 ||
     fail "exec sleep 0.01 failed"
 done
@@ -243,226 +229,160 @@ ms=$((($(date +%s%N) - start) / 1000000))
   fail "20 runs of exec 'sleep 0.01' took ${ms} ms (a polling wait?)"
 echo "20 x exec 'sleep 0.01': ${ms} ms"
 
-#-- -                                                                          \
-    exec : cancel reaches the command through the process group -- -- -- -- -- -
+# --- exec: cancel reaches the command through the process group -----------
 make_attempt cancel_exec "$EXEC" '{"command": ["sleep", "30"]}'
 setsid "$DAGRUN" __worker "$A/attempt.json" 3>"$A/msgs.jsonl" >"$A/log" 2>&1 &
 pid=$!
-for _ in $(seq 100);
-do
-  grep - q "running: sleep"
-           "$A/log" &&
-      break;
-sleep 0.05;
-done kill - TERM-- "-$pid" #the whole group,
-    as the orchestrator does RC = 0 wait "$pid" || RC = $
-    ? expect_rc 143 expect_result 143 "command killed by signal 15 "
-                                      "(SIGTERM)" expect_log
-                                      "$TS WARN cancel requested; waiting for "
-                                      "the command to exit"
+for _ in $(seq 100); do grep -q "running: sleep" "$A/log" && break; sleep 0.05; done
+kill -TERM -- "-$pid" # the whole group, as the orchestrator does
+RC=0
+wait "$pid" || RC=$?
+expect_rc 143
+expect_result 143 "command killed by signal 15 (SIGTERM)"
+expect_log "$TS WARN cancel requested; waiting for the command to exit"
 
-#-- - worker without fd 3(                                                     \
-    run by hand) -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -
-      make_attempt nofd "$EXEC" '{"command": ["sh", "-c", "echo by-hand"]}' RC =
-          0 "$DAGRUN" __worker "$A/attempt.json" 3 > &- > "$A/log" 2 > & 1 ||
-          RC =
-              $ ? expect_rc 0 expect_log "by-hand"
+# --- worker without fd 3 (run by hand) -----------------------------------
+make_attempt nofd "$EXEC" '{"command": ["sh", "-c", "echo by-hand"]}'
+RC=0
+"$DAGRUN" __worker "$A/attempt.json" 3>&- >"$A/log" 2>&1 || RC=$?
+expect_rc 0
+expect_log "by-hand"
 
-#-- -                                                                          \
-    crashing plugins take down only their attempt -- -- -- -- -- -- -- -- -- -- -- --
-                      attempt segv "$TP/segv.so" '{}' expect_rc 139 expect_log
-                      "segv: about to dereference NULL" if grep -
-                      q '"type":"result"' "$A/msgs.jsonl";
-then fail "$A: a result after a crash";
-fi
+# --- crashing plugins take down only their attempt ------------------------
+attempt segv "$TP/segv.so" '{}'
+expect_rc 139
+expect_log "segv: about to dereference NULL"
+if grep -q '"type":"result"' "$A/msgs.jsonl"; then fail "$A: a result after a crash"; fi
 
-    attempt abort "$TP/abort.so" '{}' expect_rc 134 expect_log
-    "$TS INFO abort: calling abort\(\)"
+attempt abort "$TP/abort.so" '{}'
+expect_rc 134
+expect_log "$TS INFO abort: calling abort\(\)"
 
-#-- -                                                                          \
-    refusals : exit 125 with the reason -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -
-    attempt abi2 "$TP/abi2.so" '{}' expect_rc 125 msg =
-        "$TP/abi2.so: built for dagrun plugin ABI 2.0, this dagrun supports "
-        "ABI 1.0 (rebuild the plugin against this dagrun's "
-        "<dagrun/plugin.h>)" expect_result 125 "$msg" grep -
-            qF "ERROR dagrun worker: $msg"
-               "$A/log" ||
-        fail
-        "$A: refusal not in the log"
+# --- refusals: exit 125 with the reason -----------------------------------
+attempt abi2 "$TP/abi2.so" '{}'
+expect_rc 125
+msg="$TP/abi2.so: built for dagrun plugin ABI 2.0, this dagrun supports ABI 1.0 (rebuild the plugin against this dagrun's <dagrun/plugin.h>)"
+expect_result 125 "$msg"
+grep -qF "ERROR dagrun worker: $msg" "$A/log" || fail "$A: refusal not in the log"
 
-        attempt minor
-        "$TP/abi_newer_minor.so" '{}' expect_rc 125 expect_result 125 "$TP/"
-                                                                      "abi_"
-                                                                      "newer_"
-                                                                      "minor."
-                                                                      "so: "
-                                                                      "built "
-                                                                      "for "
-                                                                      "dagrun "
-                                                                      "plugin "
-                                                                      "ABI "
-                                                                      "1.99, "
-                                                                      "this "
-                                                                      "dagrun "
-                                                                      "supports"
-                                                                      " ABI "
-                                                                      "1.0 "
-                                                                      "(rebuild"
-                                                                      " the "
-                                                                      "plugin "
-                                                                      "against "
-                                                                      "this "
-                                                                      "dagrun'"
-                                                                      "s "
-                                                                      "<dagrun/"
-                                                                      "plugin."
-                                                                      "h>)"
+attempt minor "$TP/abi_newer_minor.so" '{}'
+expect_rc 125
+expect_result 125 "$TP/abi_newer_minor.so: built for dagrun plugin ABI 1.99, this dagrun supports ABI 1.0 (rebuild the plugin against this dagrun's <dagrun/plugin.h>)"
 
-        attempt
-            noentry "$TP/noentry.so" '{}' expect_rc 125 expect_result 125 "$TP/"
-                                                                          "noen"
-                                                                          "try."
-                                                                          "so: "
-                                                                          "not "
-                                                                          "a "
-                                                                          "dagr"
-                                                                          "un "
-                                                                          "stag"
-                                                                          "e "
-                                                                          "plug"
-                                                                          "in: "
-                                                                          "no "
-                                                                          "symb"
-                                                                          "ol "
-                                                                          "'dag"
-                                                                          "run_"
-                                                                          "stag"
-                                                                          "e_"
-                                                                          "entr"
-                                                                          "y' "
-                                                                          "(exp"
-                                                                          "ort "
-                                                                          "it "
-                                                                          "with"
-                                                                          " DAG"
-                                                                          "RUN_"
-                                                                          "EXPO"
-                                                                          "RT)"
+attempt noentry "$TP/noentry.so" '{}'
+expect_rc 125
+expect_result 125 "$TP/noentry.so: not a dagrun stage plugin: no symbol 'dagrun_stage_entry' (export it with DAGRUN_EXPORT)"
 
-        attempt
-            nofile "$WORK/nothing.so" '{}' expect_rc 125 expect_result 125 "$WO"
-                                                                           "RK/"
-                                                                           "not"
-                                                                           "hin"
-                                                                           "g."
-                                                                           "so:"
-                                                                           " no"
-                                                                           " su"
-                                                                           "ch "
-                                                                           "fil"
-                                                                           "e"
+attempt nofile "$WORK/nothing.so" '{}'
+expect_rc 125
+expect_result 125 "$WORK/nothing.so: no such file"
 
-        A = "$WORK/badjson" mkdir - p "$A" echo '{"plugin": ' >
-                "$A/attempt.json" run_attempt expect_rc 125 jq -
-                    e 'select(.type == "result") | .status == 125 and (.error | test("not a JSON object"))' "$A/msgs.jsonl" >
-                / dev / null ||
-            fail "$A: no result for a broken attempt file"
+A="$WORK/badjson"
+mkdir -p "$A"
+echo '{"plugin": ' >"$A/attempt.json"
+run_attempt
+expect_rc 125
+jq -e 'select(.type == "result") | .status == 125 and (.error | test("not a JSON object"))' \
+  "$A/msgs.jsonl" >/dev/null || fail "$A: no result for a broken attempt file"
 
-            A = "$WORK/noattempt" mkdir - p "$A" RC =
-                    0 "$DAGRUN" __worker
-                      "$A/none.json" 3 > "$A/msgs.jsonl" > "$A/log" 2 > & 1 ||
-                    RC = $ ? expect_rc 125 expect_result 125 "cannot read "
-                                                             "attempt file "
-                                                             "$A/none.json: no "
-                                                             "such file or "
-                                                             "directory"
+A="$WORK/noattempt"
+mkdir -p "$A"
+RC=0
+"$DAGRUN" __worker "$A/none.json" 3>"$A/msgs.jsonl" >"$A/log" 2>&1 || RC=$?
+expect_rc 125
+expect_result 125 "cannot read attempt file $A/none.json: no such file or directory"
 
-#-- - params : types, defaults,                                                \
-    coercion -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- --
-                             attempt echo_params "$TP/"
-                                                 "echo_params."
-                                                 "s"
-                                                 "o" \
-  '{"s": "hi there", "i": 42, "f": 2.5, "b": true, "l": ["a", 1, true], "m"
-                           : {
-  "k" : "v", "n" : 3
-}
-}
-' expect_rc 0 diff - u - "$A/run/task/out/params.txt" << 'EOF' ||
-    fail "$A: params differ" s string hi there
-                i int 42 f float 2.5 b bool true l list 3 l[0] a
-                    l[1] 1 l[2] true m map 2 m[k] v m[n] 3 EOF
+# --- params: types, defaults, coercion ------------------------------------
+attempt echo_params "$TP/echo_params.so" \
+  '{"s": "hi there", "i": 42, "f": 2.5, "b": true, "l": ["a", 1, true],
+    "m": {"k": "v", "n": 3}}'
+expect_rc 0
+diff -u - "$A/run/task/out/params.txt" <<'EOF' || fail "$A: params differ"
+s string hi there
+i int 42
+f float 2.5
+b bool true
+l list 3
+l[0] a
+l[1] 1
+l[2] true
+m map 2
+m[k] v
+m[n] 3
+EOF
 
-                        attempt echo_defaults
-            "$TP/echo_params.so" '{}' expect_rc 0 diff -
-            u - "$A/run/task/out/params.txt"
-        << 'EOF' ||
-    fail "$A: defaults differ" s string default -
-            s i int 7 f float 0.5 b bool false l list 0 m map 0 EOF
+attempt echo_defaults "$TP/echo_params.so" '{}'
+expect_rc 0
+diff -u - "$A/run/task/out/params.txt" <<'EOF' || fail "$A: defaults differ"
+s string default-s
+i int 7
+f float 0.5
+b bool false
+l list 0
+m map 0
+EOF
 
-#Scalars as text and text as numbers, as YAML users write them.
-                attempt echo_coerce
-            "$TP/echo_params.so" '{"s": 12, "i": "9007199254740993", "f": 3, "b": "yes", "l": "one", "m": null}' expect_rc 0 diff -
-            u - "$A/run/task/out/params.txt"
-        << 'EOF' ||
-    fail "$A: coercion differs" s
-            string 12 i int 9007199254740993 f float 3 b bool true l
-                list 1 l[0] one m map 0 EOF
+# Scalars as text and text as numbers, as YAML users write them.
+attempt echo_coerce "$TP/echo_params.so" \
+  '{"s": 12, "i": "9007199254740993", "f": 3, "b": "yes", "l": "one", "m": null}'
+expect_rc 0
+diff -u - "$A/run/task/out/params.txt" <<'EOF' || fail "$A: coercion differs"
+s string 12
+i int 9007199254740993
+f float 3
+b bool true
+l list 1
+l[0] one
+m map 0
+EOF
 
-                    attempt echo_bad
-        "$TP/echo_params.so" '{"i": "twelve"}' expect_rc 125 expect_result 125 "stage 'echo_params' ($TP/echo_params.so): param 'i' must be an integer, got \"twelve\"" attempt
-            echo_bad_list "$TP/"
-                          "echo_params."
-                          "s"
-                          "o" '{"l": [["nested"]]}' expect_rc 125 expect_result 125 "stage 'echo_params' ($TP/echo_params.so): param 'l': item 0 must be a string, got a list"
+attempt echo_bad "$TP/echo_params.so" '{"i": "twelve"}'
+expect_rc 125
+expect_result 125 "stage 'echo_params' ($TP/echo_params.so): param 'i' must be an integer, got \"twelve\""
+attempt echo_bad_list "$TP/echo_params.so" '{"l": [["nested"]]}'
+expect_rc 125
+expect_result 125 "stage 'echo_params' ($TP/echo_params.so): param 'l': item 0 must be a string, got a list"
+attempt echo_bad_map "$TP/echo_params.so" '{"m": {"k": {"deep": 1}}}'
+expect_rc 125
+expect_result 125 "stage 'echo_params' ($TP/echo_params.so): param 'm': entry 'k' must be a string, got a map"
+attempt echo_bad_type "$TP/echo_params.so" '{"b": 3}'
+expect_rc 125
+expect_result 125 "stage 'echo_params' ($TP/echo_params.so): param 'b' must be true or false, got 3"
 
-        attempt
-            echo_bad_map "$TP/"
-                         "echo_params."
-                         "s"
-                         "o" '{"m": {"k": {"deep": 1}}}' expect_rc 125 expect_result 125 "stage 'echo_params' ($TP/echo_params.so): param 'm': entry 'k' must be a string, got a map" attempt
-                             echo_bad_type "$TP/"
-                                           "echo_params."
-                                           "s"
-                                           "o" '{"b": 3}' expect_rc 125 expect_result 125 "stage 'echo_params' ($TP/echo_params.so): param 'b' must be true or false, got 3"
+# --- flaky: status and reason, attempt after attempt -----------------------
+make_attempt flaky "$TP/flaky.so" "{\"counter_file\": \"$WORK/flaky.count\"}"
+run_attempt
+expect_rc 3
+expect_result 3 "flaky: failure 1 of 2 (on purpose)"
+run_attempt
+expect_rc 3
+expect_result 3 "flaky: failure 2 of 2 (on purpose)"
+run_attempt
+expect_rc 0
+expect_result 0
 
-#-- - flaky : status and reason,                                               \
-    attempt after attempt -- -- -- -- -- -- -- -- -- -- -- -
-        make_attempt flaky "$TP/flaky.so"
-                                                                                          "{\"counter_file\": \"$WORK/flaky.count\"}" run_attempt
-                                                                                              expect_rc 3 expect_result 3 "flaky: failure 1 of 2 (on purpose)" run_attempt
-                                                                                                  expect_rc 3 expect_result 3 "flaky: failure 2 of 2 (on purpose)" run_attempt
-                                                                                                      expect_rc 0 expect_result 0
+# Statuses outside 0..255 are clamped; negative is a failure.
+attempt flaky_neg "$TP/flaky.so" \
+  "{\"counter_file\": \"$WORK/neg.count\", \"exit_code\": -5}"
+expect_rc 1
+expect_result 1 "flaky: failure 1 of 2 (on purpose)"
+attempt flaky_big "$TP/flaky.so" \
+  "{\"counter_file\": \"$WORK/big.count\", \"exit_code\": 300}"
+expect_rc 255
 
-#Statuses outside 0..255 are clamped; negative is a failure.
-        attempt flaky_neg
-        "$TP/flaky.so"
-        "{\"counter_file\": \"$WORK/neg.count\", \"exit_code\": "
-        "-5}" expect_rc 1 expect_result 1 "flaky: failure 1 of 2 (on "
-                                          "purpose)" attempt flaky_big
-                                          "$TP/flaky.so"
-                                          "{\"counter_file\": "
-                                          "\"$WORK/big.count\", \"exit_code\": "
-                                          "300}" expect_rc 255
+# --- outputs, metrics, progress -------------------------------------------
+attempt outputs "$TP/outputs.so" '{"key": "model_path", "value": "/m/x y"}'
+expect_rc 0
+expect_msg '{"type":"progress","fraction":0.5,"msg":"half way"}'
+expect_msg '{"type":"metric","name":"loss","value":2.5,"step":7}'
+expect_msg '{"type":"output","key":"model_path","value":"/m/x y"}'
+expect_msg '{"type":"progress","fraction":1}'
+expect_log "$TS INFO output model_path=/m/x y"
 
-#-- - outputs, metrics,                                                        \
-    progress -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -
-        attempt outputs
-        "$TP/outputs.so" '{"key": "model_path", "value": "/m/x y"}' expect_rc 0 expect_msg '{"type":"progress","fraction":0.5,"msg":"half way"}' expect_msg '{"type":"metric","name":"loss","value":2.5,"step":7}' expect_msg '{"type":"output","key":"model_path","value":"/m/x y"}' expect_msg '{"type":"progress","fraction":1}' expect_log
-        "$TS INFO output model_path=/m/x y"
-
-        attempt outputs_bad
-        "$TP/outputs.so" '{"key": "bad-key"}' expect_rc 1 expect_result 1 "outp"
-                                                                          "uts:"
-                                                                          " key"
-                                                                          " '"
-                                                                          "bad-"
-                                                                          "key'"
-                                                                          " ref"
-                                                                          "use"
-                                                                          "d" if grep -
-        q '"type":"output"' "$A/msgs.jsonl";
-then fail "$A: bad key sent"; fi
+attempt outputs_bad "$TP/outputs.so" '{"key": "bad-key"}'
+expect_rc 1
+expect_result 1 "outputs: key 'bad-key' refused"
+if grep -q '"type":"output"' "$A/msgs.jsonl"; then fail "$A: bad key sent"; fi
 
 attempt slow "$TP/slow.so" '{"seconds": 0.3}'
 expect_rc 0
@@ -470,22 +390,22 @@ n=$(grep -c '"type":"progress"' "$A/msgs.jsonl" || true)
 [[ "$n" -ge 4 ]] || fail "$A: $n progress messages in 0.3 s, expected >= 4"
 expect_msg '{"type":"progress","fraction":1,"msg":"done"}'
 
-#-- -                                                                          \
-    cancel : SIGTERM makes a polite plugin return -- -- -- -- -- -- -- -- -- -- -- -- --
+# --- cancel: SIGTERM makes a polite plugin return --------------------------
 make_attempt polite "$TP/hang_polite.so" '{}'
 "$DAGRUN" __worker "$A/attempt.json" 3>"$A/msgs.jsonl" >"$A/log" 2>&1 &
 pid=$!
-for _ in $(seq 100);
-do
-grep - q '"type":"heartbeat"' "$A/msgs.jsonl" &&break sleep 0.05 done grep -
-        q '"type":"heartbeat"' "$A/msgs.jsonl" ||
-    fail "$A: no heartbeat" kill - TERM "$pid" RC = 0 timeout 5 tail-- pid =
-    "$pid" - f / dev / null ||
-    fail "$A: worker still running 5 s after SIGTERM" wait "$pid" || RC = $
-    ? expect_rc 1 expect_result 1 "cancelled" expect_log
-                                  "$TS WARN hang_polite: cancelled, "
-                                  "stopping" expect_log
-                                  "$TS ERROR dagrun worker: stage hang_polite "
-                                  "failed with status 1 after .*: cancelled"
+for _ in $(seq 100); do
+  grep -q '"type":"heartbeat"' "$A/msgs.jsonl" && break
+  sleep 0.05
+done
+grep -q '"type":"heartbeat"' "$A/msgs.jsonl" || fail "$A: no heartbeat"
+kill -TERM "$pid"
+RC=0
+timeout 5 tail --pid="$pid" -f /dev/null || fail "$A: worker still running 5 s after SIGTERM"
+wait "$pid" || RC=$?
+expect_rc 1
+expect_result 1 "cancelled"
+expect_log "$TS WARN hang_polite: cancelled, stopping"
+expect_log "$TS ERROR dagrun worker: stage hang_polite failed with status 1 after .*: cancelled"
 
-    echo ok
+echo ok
