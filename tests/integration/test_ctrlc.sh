@@ -35,4 +35,41 @@ expect_in "$T/out" "interrupted"
 expect_in "$T/out" "cancelled"
 /usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["state"]=="cancelled", r["state"]' "$R/run.json" \
   || fail "run.json state"
+
+# SIGTERM does the same, with exit code 143.
+rm -rf "$DAGRUN_RUNS_DIR" "$T"/*.pid
+"$DAGRUN" run cc.yaml --plain >"$T/out" 2>"$T/err" &
+pid=$!
+for _ in $(seq 100); do [ -s "$T/long1.pid" ] && break; sleep 0.1; done
+kill -TERM $pid
+set +e; wait $pid; RC=$?; set -e
+expect_rc 143
+pid_alive "$(cat "$T/long1.pid")" && fail "long1 still running after SIGTERM"
+
+# A task that ignores SIGTERM survives the first Ctrl-C until its grace
+# runs out (60 s here); a second Ctrl-C kills it at once.
+rm -rf "$DAGRUN_RUNS_DIR" "$T"/*.pid
+cat > stubborn.sh <<'S'
+trap '' TERM
+echo $$ > "$1"
+while :; do sleep 0.2; done
+S
+cat > st.yaml <<Y
+dag: st
+tasks:
+  stubborn: {stage: exec, kill_grace: 60s, with: {command: [sh, $T/stubborn.sh, $T/stubborn.pid]}}
+Y
+"$DAGRUN" run st.yaml --plain >"$T/out" 2>"$T/err" &
+pid=$!
+for _ in $(seq 100); do [ -s "$T/stubborn.pid" ] && break; sleep 0.1; done
+[ -s "$T/stubborn.pid" ] || fail "stubborn task did not start"
+kill -INT $pid
+sleep 0.5
+pid_alive "$(cat "$T/stubborn.pid")" || fail "the task died before its grace period"
+kill -0 $pid || fail "dagrun exited while a task was still stopping"
+kill -INT $pid
+set +e; wait $pid; RC=$?; set -e
+expect_rc 130
+pid_alive "$(cat "$T/stubborn.pid")" && fail "second Ctrl-C did not kill the task"
+expect_in "$T/out" "killing running tasks"
 pass
