@@ -4,6 +4,8 @@
  */
 #include "catalog.h"
 
+#include "params.h"
+
 #include "loader.h"
 #include "util.h"
 
@@ -79,24 +81,6 @@ static void scan_dir(catalog *c, const char *dir) {
   free(names);
 }
 
-static const char *type_word(dagrun_param_type t) {
-  switch (t) {
-  case DAGRUN_PARAM_STRING:
-    return "string";
-  case DAGRUN_PARAM_INT:
-    return "int";
-  case DAGRUN_PARAM_FLOAT:
-    return "float";
-  case DAGRUN_PARAM_BOOL:
-    return "bool";
-  case DAGRUN_PARAM_LIST:
-    return "list";
-  case DAGRUN_PARAM_MAP:
-    return "map";
-  }
-  return "?";
-}
-
 static const char *or_dash(const char *s) { return s && *s ? s : "-"; }
 
 static void print_text_stage(FILE *out, const entry *e) {
@@ -116,7 +100,7 @@ static void print_text_stage(FILE *out, const entry *e) {
   for (const dagrun_param_spec *p = st->params; p->name; p++) {
     int l = (int)strlen(p->name);
     wname = l > wname ? l : wname;
-    l = (int)strlen(type_word(p->type));
+    l = (int)strlen(params_type_name(p->type));
     wtype = l > wtype ? l : wtype;
     l = (int)strlen(or_dash(p->default_value));
     wdef = l > wdef ? l : wdef;
@@ -125,7 +109,7 @@ static void print_text_stage(FILE *out, const entry *e) {
           wdef, "DEFAULT", "REQUIRED", "HELP");
   for (const dagrun_param_spec *p = st->params; p->name; p++)
     fprintf(out, "  %-*s  %-*s  %-*s  %-8s  %s\n", wname, p->name, wtype,
-            type_word(p->type), wdef, or_dash(p->default_value),
+            params_type_name(p->type), wdef, or_dash(p->default_value),
             p->required ? "yes" : "no", p->help ? p->help : "");
 }
 
@@ -176,7 +160,7 @@ static cJSON *json_stage(const entry *e) {
   for (const dagrun_param_spec *p = st->params; p && p->name; p++) {
     cJSON *q = cJSON_CreateObject();
     cJSON_AddStringToObject(q, "name", p->name);
-    cJSON_AddStringToObject(q, "type", type_word(p->type));
+    cJSON_AddStringToObject(q, "type", params_type_name(p->type));
     if (p->default_value)
       cJSON_AddStringToObject(q, "default", p->default_value);
     else

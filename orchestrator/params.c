@@ -30,7 +30,7 @@ const char *params_type_name(dagrun_param_type t) {
   return "unknown";
 }
 
-static const char *expected(dagrun_param_type t) {
+const char *params_type_expected(dagrun_param_type t) {
   switch (t) {
   case DAGRUN_PARAM_STRING:
     return "a string";
@@ -229,7 +229,7 @@ static cJSON *coerce(pctx *p, const dagrun_param_spec *ps, const ynode *node,
     return NULL;
   }
   }
-  type_error(p, ps, node, v, expected(ps->type));
+  type_error(p, ps, node, v, params_type_expected(ps->type));
   return NULL;
 }
 
@@ -278,7 +278,7 @@ static void unknown_param(pctx *p, const dagrun_param_spec *schema,
   for (size_t i = 0; i < n; i++)
     names[i] = schema[i].name;
   names[n] = NULL;
-  const char *m = spec_closest(k->str, names);
+  const char *m = closest_match(k->str, names);
   if (m) {
     perr(p, k,
          "unknown param '%s' for stage '%s' in task '%s'; did you mean "

@@ -37,5 +37,8 @@ int params_build(const dagrun_param_spec *schema, const tmpl_env *e,
 /* Name of a param type for messages and `dagrun stages`: "string", "int",
  * "float", "bool", "list", "map". */
 const char *params_type_name(dagrun_param_type t);
+/* What a value of that type looks like, for "expected ..." messages:
+ * "an integer", "true or false", "a list of strings (or one string)". */
+const char *params_type_expected(dagrun_param_type t);
 
 #endif /* DAGRUN_PARAMS_H */

@@ -92,7 +92,7 @@ static void list_keys(sbuf *b, const char *const *keys) {
 
 static void unknown_key(ctx *c, const ynode *k, const char *where,
                         const char *const *keys) {
-  const char *m = spec_closest(k->str, keys);
+  const char *m = closest_match(k->str, keys);
   if (m) {
     err(c, k, "unknown key '%s'%s; did you mean '%s'?", k->str, where, m);
     return;
@@ -318,7 +318,7 @@ static void parse_setting(ctx *c, const ynode *k, const ynode *v, spec_task *t,
     } else if (strcmp(s, "all_done") == 0) {
       t->trigger = SPEC_TRIGGER_ALL_DONE;
     } else {
-      const char *m = spec_closest(s, trigger_names);
+      const char *m = closest_match(s, trigger_names);
       err(c, v,
           "'trigger'%s: expected all_success or all_done, found \"%s\"%s%s%s",
           where, s, m ? "; did you mean '" : "", m ? m : "", m ? "'?" : "");
@@ -402,7 +402,7 @@ static size_t resolve_pool(ctx *c, const ynode *v, const char *where) {
   for (size_t j = 0; j < c->s->n_pools; j++)
     names[j] = c->s->pools[j].name;
   names[c->s->n_pools] = NULL;
-  const char *m = spec_closest(v->str, names);
+  const char *m = closest_match(v->str, names);
   if (m) {
     err(c, v, "unknown pool '%s'%s; did you mean '%s'?", v->str, where, m);
   } else {
@@ -598,7 +598,7 @@ static void resolve_needs(ctx *c, spec_task *t) {
     if (!strmap_get(&c->s->task_index, item->str, &idx)) {
       const char *m = NULL;
       if (c->n_suggested++ < MAX_NEED_SUGGESTIONS)
-        m = spec_closest(item->str, task_names(c));
+        m = closest_match(item->str, task_names(c));
       if (m)
         err(c, item, "task '%s' needs unknown task '%s'; did you mean '%s'?",
             t->name, item->str, m);
@@ -800,65 +800,6 @@ void spec_free(spec *s) {
   free(s->dag);
   free(s->description);
   free(s);
-}
-
-/* Optimal string alignment distance: Levenshtein plus transpositions of
- * neighbouring characters, the commonest typo. Stops early (returning
- * limit + 1) once every cell of a row exceeds limit. */
-static size_t osa_distance(const char *a, const char *b, size_t limit) {
-  size_t la = strlen(a), lb = strlen(b);
-  if ((la > lb ? la - lb : lb - la) > limit)
-    return limit + 1;
-  size_t *rows = xmalloc(3 * (lb + 1) * sizeof(size_t));
-  size_t *prev2 = rows, *prev = rows + lb + 1, *cur = rows + 2 * (lb + 1);
-  for (size_t j = 0; j <= lb; j++)
-    prev[j] = j;
-  size_t d = 0;
-  for (size_t i = 1; i <= la; i++) {
-    cur[0] = i;
-    size_t row_min = cur[0];
-    for (size_t j = 1; j <= lb; j++) {
-      size_t cost = a[i - 1] != b[j - 1];
-      size_t best = prev[j - 1] + cost;
-      if (prev[j] + 1 < best)
-        best = prev[j] + 1;
-      if (cur[j - 1] + 1 < best)
-        best = cur[j - 1] + 1;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-          prev2[j - 2] + 1 < best)
-        best = prev2[j - 2] + 1;
-      cur[j] = best;
-      if (best < row_min)
-        row_min = best;
-    }
-    if (row_min > limit) {
-      free(rows);
-      return limit + 1;
-    }
-    size_t *t = prev2;
-    prev2 = prev;
-    prev = cur;
-    cur = t;
-  }
-  d = prev[lb];
-  free(rows);
-  return d;
-}
-
-const char *spec_closest(const char *word, const char *const *candidates) {
-  size_t limit = strlen(word) / 3;
-  if (limit < 1)
-    limit = 1;
-  const char *best = NULL;
-  size_t best_d = limit + 1;
-  for (; *candidates; candidates++) {
-    size_t d = osa_distance(word, *candidates, best_d - 1);
-    if (d < best_d) {
-      best_d = d;
-      best = *candidates;
-    }
-  }
-  return best;
 }
 
 long spec_task_find(const spec *s, const char *name) {

@@ -110,10 +110,4 @@ void spec_free(spec *s);
 /* Index of a task by name, or -1. */
 long spec_task_find(const spec *s, const char *name);
 
-/* "did you mean": the candidate closest to word, or NULL when none is
- * close enough (distance <= max(1, strlen(word)/3)). Unlike util.h's
- * closest_match, swapping two neighbouring letters counts as one edit, so
- * "stpes" finds "steps". candidates is NULL-terminated; borrowed. */
-const char *spec_closest(const char *word, const char *const *candidates);
-
 #endif /* DAGRUN_SPEC_H */

@@ -129,7 +129,7 @@ static void suggest_param(const spec *s, const char *name, sbuf *b) {
     if (p->items[2 * i]->kind == YNODE_SCALAR)
       names[k++] = p->items[2 * i]->str;
   names[k] = NULL;
-  const char *m = spec_closest(name, names);
+  const char *m = closest_match(name, names);
   if (m) {
     sbuf_printf(b, "; did you mean '%s'?", m);
   } else if (k <= 10) {
@@ -157,7 +157,7 @@ static void suggest_task(const rctx *r, const char *name, sbuf *b) {
       names[i] = s->tasks[t->needs[i]].name;
   }
   names[n] = NULL;
-  const char *m = spec_closest(name, names);
+  const char *m = closest_match(name, names);
   if (m)
     sbuf_printf(b, "; did you mean '%s'?", m);
   free(names);
@@ -263,7 +263,7 @@ static int resolve_ref(rctx *r, const ynode *v, size_t off, const char *x,
     if (!is_id && !is_date) {
       static const char *const fields[] = {"id", "date", "dag", NULL};
       char *field = xstrndup(f, lf);
-      const char *m = spec_closest(field, fields);
+      const char *m = closest_match(field, fields);
       if (m)
         terr(r, v, off,
              "unknown run field '%s' in ${%.*s}; did you mean ${run.%s}?",

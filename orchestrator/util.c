@@ -219,27 +219,46 @@ void strmap_free(strmap *m) {
   memset(m, 0, sizeof(*m));
 }
 
-size_t edit_distance(const char *a, const char *b) {
+/* Optimal string alignment distance: Levenshtein plus transpositions of
+ * neighbouring characters, the commonest typo. Stops early (returning
+ * limit + 1) once every cell of a row exceeds limit. */
+size_t edit_distance(const char *a, const char *b, size_t limit) {
   size_t la = strlen(a), lb = strlen(b);
-  size_t *row = xmalloc((lb + 1) * sizeof(size_t));
+  if ((la > lb ? la - lb : lb - la) > limit)
+    return limit + 1;
+  size_t *rows = xmalloc(3 * (lb + 1) * sizeof(size_t));
+  size_t *prev2 = rows, *prev = rows + lb + 1, *cur = rows + 2 * (lb + 1);
   for (size_t j = 0; j <= lb; j++)
-    row[j] = j;
+    prev[j] = j;
+  size_t d = 0;
   for (size_t i = 1; i <= la; i++) {
-    size_t diag_prev = row[0];
-    row[0] = i;
+    cur[0] = i;
+    size_t row_min = cur[0];
     for (size_t j = 1; j <= lb; j++) {
-      size_t up = row[j];
-      size_t best = diag_prev + (a[i - 1] != b[j - 1]);
-      if (up + 1 < best)
-        best = up + 1;
-      if (row[j - 1] + 1 < best)
-        best = row[j - 1] + 1;
-      row[j] = best;
-      diag_prev = up;
+      size_t cost = a[i - 1] != b[j - 1];
+      size_t best = prev[j - 1] + cost;
+      if (prev[j] + 1 < best)
+        best = prev[j] + 1;
+      if (cur[j - 1] + 1 < best)
+        best = cur[j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          prev2[j - 2] + 1 < best)
+        best = prev2[j - 2] + 1;
+      cur[j] = best;
+      if (best < row_min)
+        row_min = best;
     }
+    if (row_min > limit) {
+      free(rows);
+      return limit + 1;
+    }
+    size_t *t = prev2;
+    prev2 = prev;
+    prev = cur;
+    cur = t;
   }
-  size_t d = row[lb];
-  free(row);
+  d = prev[lb];
+  free(rows);
   return d;
 }
 
@@ -250,7 +269,7 @@ const char *closest_match(const char *word, const char *const *candidates) {
   const char *best = NULL;
   size_t best_d = limit + 1;
   for (; *candidates; candidates++) {
-    size_t d = edit_distance(word, *candidates);
+    size_t d = edit_distance(word, *candidates, best_d - 1);
     if (d < best_d) {
       best_d = d;
       best = *candidates;

@@ -115,10 +115,13 @@ void strmap_put(strmap *m, const char *key, size_t val);
 int strmap_get(const strmap *m, const char *key, size_t *val);
 void strmap_free(strmap *m);
 
-/* Levenshtein distance, for "did you mean" suggestions. */
-size_t edit_distance(const char *a, const char *b);
+/* Edit distance for "did you mean": Levenshtein plus swaps of two
+ * neighbouring letters, the commonest typo ("retires" is one edit from
+ * "retries"). Returns limit + 1 as soon as the distance exceeds limit. */
+size_t edit_distance(const char *a, const char *b, size_t limit);
 /* The candidate closest to word, or NULL when none is close enough
- * (distance <= max(1, strlen(word)/3)). candidates is NULL-terminated. */
+ * (distance <= max(1, strlen(word)/3)). candidates is NULL-terminated;
+ * the result is one of them. */
 const char *closest_match(const char *word, const char *const *candidates);
 
 /* Parses a duration: "500ms", "30s", "5m", "2h", "1d", "1h30m", or a plain

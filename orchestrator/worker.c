@@ -10,6 +10,7 @@
 #include "worker.h"
 
 #include "loader.h"
+#include "params.h"
 #include "proto.h"
 #include "util.h"
 
@@ -438,23 +439,6 @@ static const dagrun_host host_table = {
 
 /* Setup: the attempt description and the params. */
 
-static const char *type_name(dagrun_param_type t) {
-  switch (t) {
-  case DAGRUN_PARAM_STRING:
-    return "a string";
-  case DAGRUN_PARAM_INT:
-    return "an integer";
-  case DAGRUN_PARAM_FLOAT:
-    return "a number";
-  case DAGRUN_PARAM_BOOL:
-    return "true or false";
-  case DAGRUN_PARAM_LIST:
-    return "a list of strings";
-  case DAGRUN_PARAM_MAP:
-    return "a map of strings";
-  }
-  return "?";
-}
 
 /* A short description of a value for error messages. */
 static char *describe(const cJSON *v) {
@@ -613,10 +597,10 @@ static int normalise_params(cJSON *params, const dagrun_stage *st, char *err,
         snprintf(err, errlen,
                  "the plugin's default for param '%s' is %s, not %s "
                  "(a bug in the plugin)",
-                 p->name, what, type_name(p->type));
+                 p->name, what, params_type_expected(p->type));
       else
         snprintf(err, errlen, "param '%s' must be %s, got %s", p->name,
-                 type_name(p->type), what);
+                 params_type_expected(p->type), what);
       free(what);
       return DR_EPARAM;
     }

@@ -425,15 +425,15 @@ static void test_scale(void) {
 
 static void test_closest(void) {
   const char *const keys[] = {"retries", "steps", "timeout", "cwd", NULL};
-  CHECK_STR(spec_closest("retires", keys), "retries"); /* a swap */
-  CHECK_STR(spec_closest("stpes", keys), "steps");     /* a swap, short */
-  CHECK_STR(spec_closest("timeuot", keys), "timeout");
-  CHECK_STR(spec_closest("tiemout", keys), "timeout");
-  CHECK_STR(spec_closest("cdw", keys), "cwd");
-  CHECK(spec_closest("colour", keys) == NULL);
-  CHECK(spec_closest("cwdir", keys) == NULL); /* two edits on 5 letters */
+  CHECK_STR(closest_match("retires", keys), "retries"); /* a swap */
+  CHECK_STR(closest_match("stpes", keys), "steps");     /* a swap, short */
+  CHECK_STR(closest_match("timeuot", keys), "timeout");
+  CHECK_STR(closest_match("tiemout", keys), "timeout");
+  CHECK_STR(closest_match("cdw", keys), "cwd");
+  CHECK(closest_match("colour", keys) == NULL);
+  CHECK(closest_match("cwdir", keys) == NULL); /* two edits on 5 letters */
   const char *const none[] = {NULL};
-  CHECK(spec_closest("x", none) == NULL);
+  CHECK(closest_match("x", none) == NULL);
 }
 
 int main(void) {
