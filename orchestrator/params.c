@@ -233,34 +233,65 @@ static cJSON *coerce(pctx *p, const dagrun_param_spec *ps, const ynode *node,
   return NULL;
 }
 
-/* A schema default, from its YAML text. */
-static cJSON *default_value(pctx *p, const dagrun_param_spec *ps) {
+cJSON *params_default(const dagrun_param_spec *ps) {
   const char *s = ps->default_value;
   double x;
+  if (!s)
+    return NULL;
   switch (ps->type) {
   case DAGRUN_PARAM_STRING:
     return cJSON_CreateString(s);
   case DAGRUN_PARAM_INT:
-    if (parse_int(s, &x) == 0)
-      return cJSON_CreateNumber(x);
-    break;
+    return parse_int(s, &x) == 0 ? cJSON_CreateNumber(x) : NULL;
   case DAGRUN_PARAM_FLOAT:
-    if (parse_float(s, &x) == 0)
-      return cJSON_CreateNumber(x);
-    break;
+    return parse_float(s, &x) == 0 ? cJSON_CreateNumber(x) : NULL;
   case DAGRUN_PARAM_BOOL:
     if (strcmp(s, "true") == 0 || strcmp(s, "false") == 0)
       return cJSON_CreateBool(s[0] == 't');
-    break;
+    return NULL;
   case DAGRUN_PARAM_LIST:
   case DAGRUN_PARAM_MAP:
-    return NULL; /* no defaults: absent means empty */
+    break; /* no defaults: absent means empty */
   }
+  return NULL;
+}
+
+static int all_strings(const cJSON *v) {
+  for (const cJSON *c = v->child; c; c = c->next)
+    if (!cJSON_IsString(c))
+      return 0;
+  return 1;
+}
+
+int params_json_is(const cJSON *v, dagrun_param_type t) {
+  switch (t) {
+  case DAGRUN_PARAM_STRING:
+    return cJSON_IsString(v);
+  case DAGRUN_PARAM_INT:
+    return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) &&
+           fabs(v->valuedouble) < 9.3e18;
+  case DAGRUN_PARAM_FLOAT:
+    return cJSON_IsNumber(v);
+  case DAGRUN_PARAM_BOOL:
+    return cJSON_IsBool(v);
+  case DAGRUN_PARAM_LIST:
+    return cJSON_IsArray(v) && all_strings(v);
+  case DAGRUN_PARAM_MAP:
+    return cJSON_IsObject(v) && all_strings(v);
+  }
+  return 0;
+}
+
+/* A schema default, from its YAML text; reports a plugin's bad default. */
+static cJSON *default_value(pctx *p, const dagrun_param_spec *ps) {
+  cJSON *v = params_default(ps);
+  if (v || ps->type == DAGRUN_PARAM_LIST || ps->type == DAGRUN_PARAM_MAP)
+    return v;
   perr(p, p->t->stage_node,
        "stage '%s' declares an invalid default \"%s\" for its %s param '%s' "
        "(a bug in the plugin); set '%s' in task '%s'",
-       p->t->stage, s, params_type_name(ps->type), ps->name, ps->name,
-       p->t->name);
+       p->t->stage, ps->default_value, params_type_name(ps->type), ps->name,
+       ps->name, p->t->name);
   return NULL;
 }
 

@@ -34,6 +34,15 @@
 int params_build(const dagrun_param_spec *schema, const tmpl_env *e,
                  size_t task, cJSON **out, diags *d);
 
+/* A schema default as typed JSON (caller frees), or NULL when the param
+ * has none (lists and maps never do) or its text is not of its type. */
+cJSON *params_default(const dagrun_param_spec *ps);
+
+/* Non-zero if v is what params_build makes for type t: a string; an
+ * integral number; a number; a bool; an array of strings; an object of
+ * strings. The worker trusts nothing else. */
+int params_json_is(const cJSON *v, dagrun_param_type t);
+
 /* Name of a param type for messages and `dagrun stages`: "string", "int",
  * "float", "bool", "list", "map". */
 const char *params_type_name(dagrun_param_type t);

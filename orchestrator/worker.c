@@ -110,9 +110,9 @@ static void sent(dagrun_ctx *ctx, int rc) {
     atomic_store(&ctx->last_msg_ms, monotonic_ms());
 }
 
-/* Host table: params. Values were checked against the schema by
- * normalise_params(); the getters still check types, because a plugin
- * may ask for a name its schema does not declare. */
+/* Host table: params. check_params() made every declared param what
+ * params_build gives (typed JSON, defaults in); the getters still check
+ * types, because a plugin may ask for a name its schema does not declare. */
 
 static const cJSON *param(dagrun_ctx *ctx, const char *name) {
   if (!ctx || !name || !ctx->params)
@@ -120,122 +120,44 @@ static const cJSON *param(dagrun_ctx *ctx, const char *name) {
   return cJSON_GetObjectItemCaseSensitive(ctx->params, name);
 }
 
-static int parse_int_text(const char *s, int64_t *out) {
-  if (!s || !*s)
-    return DR_EPARAM;
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno != 0 || *end != '\0' || end == s)
-    return DR_EPARAM;
-  *out = (int64_t)v;
-  return 0;
-}
-
-static int parse_float_text(const char *s, double *out) {
-  if (!s || !*s)
-    return DR_EPARAM;
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno == ERANGE || *end != '\0' || end == s)
-    return DR_EPARAM;
-  *out = v;
-  return 0;
-}
-
-/* The YAML 1.1 spellings too: a default of "yes" is as clear as "true". */
-static int parse_bool_text(const char *s, int *out) {
-  static const char *const yes[] = {"true", "yes", "on"};
-  static const char *const no[] = {"false", "no", "off"};
-  for (int i = 0; i < 3; i++) {
-    if (strcasecmp(s, yes[i]) == 0) {
-      *out = 1;
-      return 0;
-    }
-    if (strcasecmp(s, no[i]) == 0) {
-      *out = 0;
-      return 0;
-    }
-  }
-  return DR_EPARAM;
-}
-
-static int number_to_int(double d, int64_t *out) {
-  /* 2^63 is exactly representable; anything at or above overflows. */
-  if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0) ||
-      d != floor(d))
-    return DR_EPARAM;
-  *out = (int64_t)d;
-  return 0;
-}
-
-static int value_int(const cJSON *v, int64_t *out) {
-  if (!v)
-    return DR_ENOENT;
-  if (cJSON_IsNumber(v))
-    return number_to_int(v->valuedouble, out);
-  if (cJSON_IsString(v))
-    return parse_int_text(v->valuestring, out);
-  return DR_EPARAM;
-}
-
-static int value_float(const cJSON *v, double *out) {
-  if (!v)
-    return DR_ENOENT;
-  if (cJSON_IsNumber(v)) {
-    *out = v->valuedouble;
-    return 0;
-  }
-  if (cJSON_IsString(v))
-    return parse_float_text(v->valuestring, out);
-  return DR_EPARAM;
-}
-
-static int value_bool(const cJSON *v, int *out) {
-  if (!v)
-    return DR_ENOENT;
-  if (cJSON_IsBool(v)) {
-    *out = cJSON_IsTrue(v);
-    return 0;
-  }
-  if (cJSON_IsString(v))
-    return parse_bool_text(v->valuestring, out);
-  return DR_EPARAM;
+/* The param if it has JSON type t; NULL with *rc set otherwise. */
+static const cJSON *typed_param(dagrun_ctx *ctx, const char *name,
+                                dagrun_param_type t, int *rc) {
+  const cJSON *v = param(ctx, name);
+  *rc = !v ? DR_ENOENT : params_json_is(v, t) ? 0 : DR_EPARAM;
+  return *rc == 0 ? v : NULL;
 }
 
 static int host_param_string(dagrun_ctx *ctx, const char *name,
                              const char **out) {
-  const cJSON *v = param(ctx, name);
-  if (!v)
-    return DR_ENOENT;
-  if (!cJSON_IsString(v) || !v->valuestring)
-    return DR_EPARAM;
-  *out = v->valuestring;
-  return 0;
+  int rc;
+  const cJSON *v = typed_param(ctx, name, DAGRUN_PARAM_STRING, &rc);
+  if (v)
+    *out = v->valuestring;
+  return rc;
 }
 
 static int host_param_int(dagrun_ctx *ctx, const char *name, int64_t *out) {
-  int64_t x;
-  int rc = value_int(param(ctx, name), &x);
-  if (rc == 0)
-    *out = x;
+  int rc;
+  const cJSON *v = typed_param(ctx, name, DAGRUN_PARAM_INT, &rc);
+  if (v)
+    *out = (int64_t)v->valuedouble;
   return rc;
 }
 
 static int host_param_float(dagrun_ctx *ctx, const char *name, double *out) {
-  double x;
-  int rc = value_float(param(ctx, name), &x);
-  if (rc == 0)
-    *out = x;
+  int rc;
+  const cJSON *v = typed_param(ctx, name, DAGRUN_PARAM_FLOAT, &rc);
+  if (v)
+    *out = v->valuedouble;
   return rc;
 }
 
 static int host_param_bool(dagrun_ctx *ctx, const char *name, int *out) {
-  int x;
-  int rc = value_bool(param(ctx, name), &x);
-  if (rc == 0)
-    *out = x;
+  int rc;
+  const cJSON *v = typed_param(ctx, name, DAGRUN_PARAM_BOOL, &rc);
+  if (v)
+    *out = cJSON_IsTrue(v);
   return rc;
 }
 
@@ -440,171 +362,38 @@ static const dagrun_host host_table = {
 /* Setup: the attempt description and the params. */
 
 
-/* A short description of a value for error messages. */
-static char *describe(const cJSON *v) {
-  if (cJSON_IsString(v))
-    return xasprintf("\"%.60s%s\"", v->valuestring,
-                     strlen(v->valuestring) > 60 ? "..." : "");
-  if (cJSON_IsNumber(v))
-    return xasprintf("%g", v->valuedouble);
-  if (cJSON_IsBool(v))
-    return xstrdup(cJSON_IsTrue(v) ? "true" : "false");
-  if (cJSON_IsArray(v))
-    return xstrdup("a list");
-  if (cJSON_IsObject(v))
-    return xstrdup("a map");
-  return xstrdup("null");
-}
-
-/* A scalar as the text a YAML user wrote; NULL for lists, maps, null. */
-static char *scalar_text(const cJSON *v) {
-  if (cJSON_IsString(v))
-    return xstrdup(v->valuestring);
-  if (cJSON_IsBool(v))
-    return xstrdup(cJSON_IsTrue(v) ? "true" : "false");
-  if (cJSON_IsNumber(v)) {
-    double d = v->valuedouble;
-    if (d == floor(d) && fabs(d) < 1e15)
-      return xasprintf("%.0f", d);
-    /* Shortest text that reads back as the same double. */
-    for (int prec = 15; prec < 17; prec++) {
-      char *s = xasprintf("%.*g", prec, d);
-      if (strtod(s, NULL) == d)
-        return s;
-      free(s);
-    }
-    return xasprintf("%.17g", d);
-  }
-  return NULL;
-}
-
-/* A list or map whose items are all strings, from v; NULL if an item is
- * not a scalar. */
-static cJSON *strings_of(const cJSON *v) {
-  cJSON *out = cJSON_IsObject(v) ? cJSON_CreateObject() : cJSON_CreateArray();
-  if (!out)
-    return NULL;
-  const cJSON *it;
-  cJSON_ArrayForEach(it, v) {
-    char *s = scalar_text(it);
-    cJSON *item = s ? cJSON_CreateString(s) : NULL;
-    free(s);
-    if (!item) {
-      cJSON_Delete(out);
-      return NULL;
-    }
-    if (cJSON_IsObject(v))
-      cJSON_AddItemToObject(out, it->string, item);
-    else
-      cJSON_AddItemToArray(out, item);
-  }
-  return out;
-}
-
-/* Checks v against type t and returns the canonical value to store (a new
- * item), or NULL: strings for STRING, arrays of strings for LIST, objects
- * of strings for MAP; INT, FLOAT and BOOL keep a number, bool or a string
- * the getters parse, so an int64 beyond 2^53 written as text stays exact. */
-static cJSON *coerce(const cJSON *v, dagrun_param_type t) {
-  int64_t i;
-  double d;
-  int b;
-  switch (t) {
-  case DAGRUN_PARAM_STRING: {
-    char *s = scalar_text(v);
-    cJSON *r = s ? cJSON_CreateString(s) : NULL;
-    free(s);
-    return r;
-  }
-  case DAGRUN_PARAM_INT:
-    return value_int(v, &i) == 0 ? cJSON_Duplicate(v, 1) : NULL;
-  case DAGRUN_PARAM_FLOAT:
-    return value_float(v, &d) == 0 ? cJSON_Duplicate(v, 1) : NULL;
-  case DAGRUN_PARAM_BOOL:
-    return value_bool(v, &b) == 0 ? cJSON_Duplicate(v, 1) : NULL;
-  case DAGRUN_PARAM_LIST:
-    if (cJSON_IsArray(v))
-      return strings_of(v);
-    if (!cJSON_IsObject(v)) {
-      char *s = scalar_text(v);
-      cJSON *r = NULL;
-      if (s) {
-        r = cJSON_CreateArray();
-        cJSON_AddItemToArray(r, cJSON_CreateString(s));
-      }
-      free(s);
-      return r;
-    }
-    return NULL;
-  case DAGRUN_PARAM_MAP:
-    return cJSON_IsObject(v) ? strings_of(v) : NULL;
-  }
-  return NULL;
-}
-
-/* Fills in defaults and checks every declared param; the getters can then
- * hand out strings that live as long as the document. */
-static int normalise_params(cJSON *params, const dagrun_stage *st, char *err,
-                            size_t errlen) {
+/* Makes the params what the plugin's schema promises: the defaults of
+ * absent params filled in, every declared param of its type. dagrun built
+ * them that way already (params_build); this guards a worker started on a
+ * hand-written attempt.json, or a plugin replaced since the check. */
+static int check_params(cJSON *params, const dagrun_stage *st, char *err,
+                        size_t errlen) {
   for (const dagrun_param_spec *p = st->params; p && p->name; p++) {
     cJSON *v = cJSON_GetObjectItemCaseSensitive(params, p->name);
-    if (cJSON_IsNull(v)) {
+    if (!v || cJSON_IsNull(v)) {
       cJSON_DeleteItemFromObjectCaseSensitive(params, p->name);
-      v = NULL;
-    }
-    int from_default = 0;
-    if (!v) {
-      int has_default = p->default_value && p->type != DAGRUN_PARAM_LIST &&
-                        p->type != DAGRUN_PARAM_MAP;
-      if (!has_default) {
-        if (p->required) {
-          snprintf(err, errlen, "missing required param '%s'", p->name);
-          return DR_EPARAM;
-        }
-        continue;
+      if (p->required) {
+        snprintf(err, errlen, "missing required param '%s'", p->name);
+        return DR_EPARAM;
       }
-      v = cJSON_CreateString(p->default_value);
-      cJSON_AddItemToObject(params, p->name, v);
-      from_default = 1;
-    }
-    cJSON *canon = coerce(v, p->type);
-    if (!canon) {
-      char *what = describe(v);
-      /* A list or map is fine; one of its items is not a scalar. */
-      const cJSON *it;
-      int k = 0;
-      if ((p->type == DAGRUN_PARAM_LIST && cJSON_IsArray(v)) ||
-          (p->type == DAGRUN_PARAM_MAP && cJSON_IsObject(v))) {
-        cJSON_ArrayForEach(it, v) {
-          if (cJSON_IsArray(it) || cJSON_IsObject(it) || cJSON_IsNull(it)) {
-            free(what);
-            what = describe(it);
-            if (it->string)
-              snprintf(err, errlen,
-                       "param '%s': entry '%s' must be a string, got %s",
-                       p->name, it->string, what);
-            else
-              snprintf(err, errlen,
-                       "param '%s': item %d must be a string, got %s", p->name,
-                       k, what);
-            free(what);
-            return DR_EPARAM;
-          }
-          k++;
-        }
-      }
-      if (from_default)
+      cJSON *d = params_default(p);
+      if (d)
+        cJSON_AddItemToObject(params, p->name, d);
+      else if (p->default_value && p->type != DAGRUN_PARAM_LIST &&
+               p->type != DAGRUN_PARAM_MAP) {
         snprintf(err, errlen,
-                 "the plugin's default for param '%s' is %s, not %s "
-                 "(a bug in the plugin)",
-                 p->name, what, params_type_expected(p->type));
-      else
-        snprintf(err, errlen, "param '%s' must be %s, got %s", p->name,
-                 params_type_expected(p->type), what);
-      free(what);
+                 "the plugin's default \"%s\" for param '%s' is not %s (a "
+                 "bug in the plugin)",
+                 p->default_value, p->name, params_type_expected(p->type));
+        return DR_EPARAM;
+      }
+    } else if (!params_json_is(v, p->type)) {
+      char *text = cJSON_PrintUnformatted(v);
+      snprintf(err, errlen, "param '%s' must be %s, got %.80s", p->name,
+               params_type_expected(p->type), text ? text : "?");
+      cJSON_free(text);
       return DR_EPARAM;
     }
-    cJSON_ReplaceItemInObjectCaseSensitive(params, p->name, canon);
   }
   return 0;
 }
@@ -747,7 +536,7 @@ int worker_main(const char *attempt_json_path) {
     goto done;
   }
   ctx.stage = plugin->stage;
-  if (normalise_params(ctx.params, ctx.stage, err, sizeof(err)) != 0) {
+  if (check_params(ctx.params, ctx.stage, err, sizeof(err)) != 0) {
     char *msg =
         xasprintf("stage '%s' (%s): %s", ctx.stage->name, plugin_path, err);
     status = setup_failed(ctx.fd, msg);

@@ -28,4 +28,33 @@ for line in open(sys.argv[1]):
     m = json.loads(line)
     assert {"name", "value", "step", "time", "attempt"} <= m.keys(), m
 ' "$R/produce/metrics.jsonl" || fail "metrics.jsonl: $(cat "$R/produce/metrics.jsonl")"
+
+# What YAML users write reaches the plugin typed to its schema: numbers as
+# strings, a scalar as a 1-item list, map values as strings, an env var
+# as an integer.
+cat > types.yaml <<'Y'
+dag: types
+tasks:
+  t:
+    stage: echo_params
+    with: {s: 12, i: "${env:DAGRUN_TEST_NUM}", f: 3, b: "true", l: one, m: {k: v, n: 3}}
+Y
+DAGRUN_TEST_NUM=42 run_dagrun run types.yaml --plain
+expect_rc 0
+R=$(run_dir types)
+diff -u - "$R/t/out/params.txt" <<'EOF' || fail "params as the plugin saw them differ"
+s string 12
+i int 42
+f float 3
+b bool true
+l list 1
+l[0] one
+m map 2
+m[k] v
+m[n] 3
+EOF
+# An env var that is no integer is caught by check, before anything runs.
+DAGRUN_TEST_NUM=forty run_dagrun check types.yaml
+expect_rc 2
+expect_in "$T/err" "param 'i' of stage 'echo_params' in task 't': expected an integer"
 pass
