@@ -645,26 +645,6 @@ yscalar_type ynode_scalar_type(const ynode *n) {
   return YSCALAR_STRING;
 }
 
-const char *ynode_type_name(const ynode *n) {
-  if (n->kind == YNODE_SEQ)
-    return "list";
-  if (n->kind == YNODE_MAP)
-    return "map";
-  switch (ynode_scalar_type(n)) {
-  case YSCALAR_NULL:
-    return "null";
-  case YSCALAR_BOOL:
-    return "boolean";
-  case YSCALAR_INT:
-    return "integer";
-  case YSCALAR_FLOAT:
-    return "number";
-  case YSCALAR_STRING:
-    break;
-  }
-  return "string";
-}
-
 const char *ynode_a_type(const ynode *n) {
   if (n->kind == YNODE_SEQ)
     return "a list";
@@ -683,6 +663,13 @@ const char *ynode_a_type(const ynode *n) {
     break;
   }
   return "a string";
+}
+
+const char *ynode_type_name(const ynode *n) {
+  /* The same words without the article: "an integer" -> "integer". */
+  const char *a = ynode_a_type(n);
+  const char *space = strchr(a, ' ');
+  return space ? space + 1 : a;
 }
 
 int ynode_int(const ynode *n, int64_t *out) {

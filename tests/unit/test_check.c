@@ -6,16 +6,6 @@
 #include "check.h"
 #include "testlib.h"
 
-static char *all_diags(const diags *d) {
-  sbuf b = {0};
-  for (size_t i = 0; i < d->n; i++) {
-    char *s = diag_format(&d->v[i]);
-    sbuf_printf(&b, "%s\n", s);
-    free(s);
-  }
-  return sbuf_take(&b);
-}
-
 static int starts_with(const char *s, const char *p) {
   return s && strncmp(s, p, strlen(p)) == 0;
 }

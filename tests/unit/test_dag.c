@@ -22,16 +22,6 @@ static char *order_names(const spec *s, const size_t *order) {
   return sbuf_take(&b);
 }
 
-static char *all_diags(const diags *d) {
-  sbuf b = {0};
-  for (size_t i = 0; i < d->n; i++) {
-    char *s = diag_format(&d->v[i]);
-    sbuf_printf(&b, "%s\n", s);
-    free(s);
-  }
-  return sbuf_take(&b);
-}
-
 static void test_stable_order(void) {
   /* Written order wins among ready tasks: c before b, though b is
    * needed by nothing and c is needed by e. */

@@ -18,16 +18,6 @@ static const dagrun_param_spec schema[] = {
     {NULL, 0, NULL, 0, NULL},
 };
 
-static char *all_diags(const diags *d) {
-  sbuf b = {0};
-  for (size_t i = 0; i < d->n; i++) {
-    char *s = diag_format(&d->v[i]);
-    sbuf_printf(&b, "%s\n", s);
-    free(s);
-  }
-  return sbuf_take(&b);
-}
-
 /* Builds params for the last task of a DAG made of `tasks` (YAML lines
  * under "tasks:"); returns the JSON or the diagnostics. */
 static char *build(const dagrun_param_spec *sch, const char *tasks,

@@ -5,17 +5,6 @@
 #include "spec.h"
 #include "testlib.h"
 
-/* Every diagnostic, formatted, one per line; caller frees. */
-static char *all_diags(const diags *d) {
-  sbuf b = {0};
-  for (size_t i = 0; i < d->n; i++) {
-    char *s = diag_format(&d->v[i]);
-    sbuf_printf(&b, "%s\n", s);
-    free(s);
-  }
-  return sbuf_take(&b);
-}
-
 /* Parses text that must fail; returns the diagnostics. */
 static char *errors_of(const char *text) {
   diags d = {0};

@@ -45,16 +45,6 @@ static const ynode *V;
 
 static const ynode *val(const char *key) { return ynode_get(V, key); }
 
-static char *all_diags(const diags *d) {
-  sbuf b = {0};
-  for (size_t i = 0; i < d->n; i++) {
-    char *s = diag_format(&d->v[i]);
-    sbuf_printf(&b, "%s\n", s);
-    free(s);
-  }
-  return sbuf_take(&b);
-}
-
 static char *json(const cJSON *j) {
   return j ? cJSON_PrintUnformatted(j) : strdup("(null)");
 }

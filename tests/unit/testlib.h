@@ -8,7 +8,10 @@
 #define DAGRUN_TESTLIB_H
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "util.h"
 
 static int test_failures_;
 static int test_checks_;
@@ -61,5 +64,16 @@ static int test_checks_;
             test_failures_);                                                   \
     return test_failures_ ? 1 : (test_checks_ ? 0 : 1);                        \
   } while (0)
+
+/* Every diagnostic, formatted, one per line; caller frees. */
+static inline char *all_diags(const diags *d) {
+  sbuf b = {0};
+  for (size_t i = 0; i < d->n; i++) {
+    char *s = diag_format(&d->v[i]);
+    sbuf_printf(&b, "%s\n", s);
+    free(s);
+  }
+  return sbuf_take(&b);
+}
 
 #endif
