@@ -99,4 +99,17 @@ expect_in "$T/err" "did you mean 'check'?"
 run_dagrun run no-such-file.yaml
 expect_rc 2
 expect_in "$T/err" "no-such-file.yaml"
+
+# Bad options and an unusable runs directory: a clear message, exit 2.
+run_dagrun run "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" -j 0
+expect_rc 2
+expect_in "$T/err" "--max-parallel needs a number >= 1, got '0'"
+run_dagrun run "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" --bogus
+expect_rc 2
+expect_in "$T/err" "unknown option '--bogus'"
+touch not-a-dir
+run_dagrun run "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" --runs-dir not-a-dir/runs
+expect_rc 2
+expect_in "$T/err" "cannot create"
+expect_in "$T/err" "not-a-dir/runs"
 pass

@@ -53,6 +53,22 @@ m map 2
 m[k] v
 m[n] 3
 EOF
+# An output the upstream task never set fails the task that needs it at
+# its start, with the reason, and without retrying: another attempt would
+# meet the same problem.
+cat > noout.yaml <<'Y'
+dag: noout
+tasks:
+  produce: {stage: outputs, with: {key: other, value: x}}
+  consume: {stage: exec, needs: [produce], retries: 3, with: {command: [echo, "${tasks.produce.outputs.model_path}"]}}
+Y
+run_dagrun run noout.yaml --plain
+expect_rc 1
+R=$(run_dir noout)
+[ "$(task_field "$R" consume state)" = failed ] || fail "consume: $(task_field "$R" consume state)"
+[ "$(task_field "$R" consume attempts)" = 1 ] || fail "consume attempts: $(task_field "$R" consume attempts)"
+expect_in "$T/out" "model_path"
+
 # An env var that is no integer is caught by check, before anything runs.
 DAGRUN_TEST_NUM=forty run_dagrun check types.yaml
 expect_rc 2
