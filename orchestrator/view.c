@@ -19,6 +19,7 @@ typedef struct task_view {
   char *msg;
   double started; /* monotonic, of the current attempt */
   double took;    /* duration of the last finished attempt */
+  char *reason;   /* why it failed for good */
 } task_view;
 
 struct view {
@@ -308,6 +309,10 @@ void view_task_event(view *v, const sched_event *e) {
   t->max_attempts = e->max_attempts;
   if (e->state == TASK_SUCCESS || e->state == TASK_FAILED)
     t->took = e->duration_s;
+  if (e->state == TASK_FAILED && e->reason) {
+    free(t->reason);
+    t->reason = xstrdup(e->reason);
+  }
   if (e->state == TASK_RUNNING) {
     t->started = now_monotonic();
     t->fraction = -1;
@@ -405,21 +410,28 @@ void view_run_finished(view *v, const char *state, const sched *s) {
   if (v->counts[TASK_CANCELLED])
     fprintf(v->out, ", %zu cancelled", v->counts[TASK_CANCELLED]);
   fputc('\n', v->out);
-  /* Where to look next: each failed task's last log. */
+  /* Where to look next: each failed task's reason and last log. */
   for (size_t i = 0; i < v->s->n_tasks; i++) {
     if (sched_task_state(s, i) != TASK_FAILED || v->t[i].attempt < 1)
       continue;
-    char *log = rundir_attempt(v->run, v->s->tasks[i].name, v->t[i].attempt);
-    fprintf(v->out, "  %s failed; log: %s/log\n", v->s->tasks[i].name, log);
+    char *dir = rundir_attempt(v->run, v->s->tasks[i].name, v->t[i].attempt);
+    char *log = path_join(dir, "log");
+    fprintf(v->out, "  %s failed: %s\n", v->s->tasks[i].name,
+            v->t[i].reason ? v->t[i].reason : "?");
+    if (access(log, F_OK) == 0)
+      fprintf(v->out, "    log: %s\n", log);
     free(log);
+    free(dir);
   }
   fflush(v->out);
 }
 
 static void on_view_closed(uv_handle_t *h) {
   view *v = h->data;
-  for (size_t i = 0; i < v->s->n_tasks; i++)
+  for (size_t i = 0; i < v->s->n_tasks; i++) {
     free(v->t[i].msg);
+    free(v->t[i].reason);
+  }
   free(v->t);
   free(v);
 }

@@ -25,7 +25,8 @@ R=$(run_dir crash)
 [ "$(task_field "$R" hang_t reason)" = "timed out after 1.0s" ] || fail "hang_t reason: $(task_field "$R" hang_t reason)"
 [ "$(task_field "$R" fine state)" = success ] || fail "fine: $(task_field "$R" fine state)"
 expect_in "$T/out" "segv: attempt 1/2 failed (killed by signal 11 (SIGSEGV))"
-expect_in "$T/out" "  segv failed; log: $R/segv/attempt-2/log"
+expect_in "$T/out" "  segv failed: killed by signal 11 (SIGSEGV)"
+expect_in "$T/out" "    log: $R/segv/attempt-2/log"
 # What the plugin printed before crashing is in its log.
 [ -s "$R/segv/attempt-1/log" ] || fail "segv attempt log is empty"
 pass
