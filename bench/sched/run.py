@@ -142,7 +142,7 @@ def count_stamps(work):
 
 def run_tool(tool, deps, name, args, rep):
     n = len(deps)
-    work = fresh_dir(os.path.join(args.out, "work", f"{name}-{tool}-{rep}"))
+    work = fresh_dir(os.path.join(args.work, f"{name}-{tool}-{rep}"))
     os.makedirs(os.path.join(work, "stamps"))
     log = os.path.join(args.out, f"{name}-{tool}-{rep}.log")
     timeout = 0
@@ -168,8 +168,6 @@ def run_tool(tool, deps, name, args, rep):
         print(f"  {tool} on {name}: rc={r['rc']}, "
               f"{count_stamps(work)}/{n} stamps; log {log}:\n{tail}",
               file=sys.stderr)
-    if not args.keep:
-        shutil.rmtree(work)
     return r
 
 
@@ -220,6 +218,9 @@ def main():
     p.add_argument("--skip-snakemake", action="store_true")
     p.add_argument("--dagrun", default=os.path.join(REPO, "build/bin/dagrun"))
     p.add_argument("--out", default=os.path.join(REPO, "bench/out"))
+    p.add_argument("--work", help="where the tools run (default: a new "
+                   "directory under OUT/work); e.g. on tmpfs to leave the "
+                   "disk out")
     p.add_argument("--repeat", type=int, default=3,
                    help="runs of dagrun and ninja per graph; the median "
                         "counts (snakemake runs once)")
@@ -233,6 +234,26 @@ def main():
     args.out = os.path.abspath(args.out)
     graphs = [g for g in args.graphs.split(",") if g]
     os.makedirs(args.out, exist_ok=True)
+    # A fresh work directory per invocation, removed only at the end: on
+    # ext4 without a journal, creating inodes right after deleting many
+    # (within about a minute) is several times slower, which would charge
+    # one tool for the clean-up of the previous one.
+    stamp = datetime.datetime.now().strftime("%Y%m%dT%H%M%S")
+    base = os.path.abspath(args.work or os.path.join(args.out, "work"))
+    args.work = os.path.join(base, f"{stamp}-{os.getpid()}")
+    os.makedirs(args.work)
+    try:
+        return bench(args, graphs)
+    finally:
+        if not args.keep:
+            shutil.rmtree(args.work, ignore_errors=True)
+            try:
+                os.rmdir(base)
+            except OSError:
+                pass
+
+
+def bench(args, graphs):
 
     tools = ["ninja", "dagrun"] + ([] if args.skip_snakemake else ["snakemake"])
     have = {t: shutil.which(t) is not None for t in ("ninja", "snakemake")}
@@ -311,7 +332,7 @@ def main():
     # ---- dagrun check on a big DAG
     if args.check_tasks > 0 and have["dagrun"]:
         n = args.check_tasks
-        work = fresh_dir(os.path.join(args.out, "work", "check"))
+        work = fresh_dir(os.path.join(args.work, "check"))
         deps = gen_graph("random", n, args.seed)
         path = os.path.join(work, "dag.yaml")
         write_dagrun(path, "check", deps)
@@ -322,8 +343,6 @@ def main():
         print(f"\ndagrun check, random DAG of {n} tasks "
               f"({sum(len(d) for d in deps)} edges, {size / 1e6:.1f} MB YAML): "
               f"{r['wall']:.2f} s, peak RSS {r['rss_kib'] / 1024:.1f} MiB, {state}")
-        if not args.keep:
-            shutil.rmtree(work)
     return 0
 
 
