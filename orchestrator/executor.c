@@ -3,8 +3,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -13,7 +16,7 @@
  * The pipe normally reports EOF at once; it stays open only when a
  * process that outlived the worker (and escaped its group) kept fd 3. */
 #define DRAIN_TIMEOUT_MS 500
-/* Handles per attempt: process, pipe and four timers. */
+/* Handles per attempt: the exit watch, the pipe and four timers. */
 #define ATTEMPT_HANDLES 6
 
 typedef struct attempt attempt;
@@ -21,7 +24,9 @@ struct attempt {
   executor *x;
   attempt *prev, *next;
   size_t task;
-  uv_process_t proc;
+  pid_t pid;        /* the worker, leader of its own session and group */
+  int pidfd;        /* readable once the worker has exited */
+  uv_poll_t exit_watch;
   uv_pipe_t pipe;
   uv_timer_t timeout_timer, heartbeat_timer, kill_timer, drain_timer;
   int open_handles;
@@ -63,6 +68,10 @@ size_t executor_running(const executor *x) { return x->n_running; }
 
 static void on_handle_closed(uv_handle_t *h) {
   attempt *a = h->data;
+  if (h == (uv_handle_t *)&a->exit_watch && a->pidfd >= 0) {
+    close(a->pidfd); /* uv_poll never owns its fd */
+    a->pidfd = -1;
+  }
   if (--a->open_handles == 0) {
     sbuf_free(&a->line);
     free(a->error);
@@ -78,8 +87,8 @@ static void close_handle(uv_handle_t *h) {
 static void signal_group(attempt *a, int sig) {
   /* The worker leads its own session and group (UV_PROCESS_DETACHED), so
    * its pid names the group of everything it started. */
-  if (a->proc.pid > 0)
-    kill(-a->proc.pid, sig);
+  if (a->pid > 0)
+    kill(-a->pid, sig);
 }
 
 static void finish(attempt *a) {
@@ -110,7 +119,7 @@ static void finish(attempt *a) {
     a->next->prev = a->prev;
   x->n_running--;
   x->cb.on_exit(x->cb.ud, a->task, &r);
-  close_handle((uv_handle_t *)&a->proc);
+  close_handle((uv_handle_t *)&a->exit_watch);
   close_handle((uv_handle_t *)&a->pipe);
   close_handle((uv_handle_t *)&a->timeout_timer);
   close_handle((uv_handle_t *)&a->heartbeat_timer);
@@ -152,13 +161,28 @@ static void on_drain_timeout(uv_timer_t *t) {
   finish(a);
 }
 
-static void on_worker_exit(uv_process_t *p, int64_t exit_status, int term_signal) {
-  attempt *a = p->data;
-  a->exited = 1;
-  a->exit_status = exit_status;
-  a->term_signal = term_signal;
-  /* Whatever the worker left running in its group dies with it. */
+/* The pidfd turned readable: the worker exited. Until it is reaped its
+ * zombie keeps its pid, so its process group cannot be a stranger's yet:
+ * kill what it left running in the group first, then reap. */
+static void on_worker_exit(uv_poll_t *w, int status, int events) {
+  attempt *a = w->data;
+  int wstatus;
+  pid_t r;
   signal_group(a, SIGKILL);
+  do
+    r = waitpid(a->pid, &wstatus, WNOHANG);
+  while (r < 0 && errno == EINTR);
+  if (r == 0)
+    return; /* not yet: spurious wake-up */
+  uv_poll_stop(w);
+  a->exited = 1;
+  if (r < 0) {
+    a->exit_status = 255; /* reaped elsewhere: cannot tell; count a failure */
+  } else if (WIFSIGNALED(wstatus)) {
+    a->term_signal = WTERMSIG(wstatus);
+  } else {
+    a->exit_status = WEXITSTATUS(wstatus);
+  }
   uv_timer_stop(&a->timeout_timer);
   uv_timer_stop(&a->heartbeat_timer);
   uv_timer_stop(&a->kill_timer);
@@ -227,6 +251,47 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 
 static uint64_t to_ms(double s) { return s > 0 ? (uint64_t)(s * 1000.0) : 0; }
 
+/* Starts `dagrun __worker ATTEMPT_JSON` in a new session with stdin from
+ * /dev/null, stdout and stderr on the log, fd 3 the message pipe, every
+ * signal at its default and none blocked. posix_spawn (a vfork underneath)
+ * rather than fork: fork copies the page tables of an orchestrator that
+ * holds a 10,000-task DAG, once per task, and that was most of dagrun's
+ * cost per task. Returns 0 or an errno value. */
+static int spawn_worker(const char *exe, const exec_request *rq, int log_fd,
+                        int pipe_fd, pid_t *pid) {
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  int rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  if (!rc)
+    rc = posix_spawn_file_actions_adddup2(&fa, log_fd, 1);
+  if (!rc)
+    rc = posix_spawn_file_actions_adddup2(&fa, log_fd, 2);
+  /* dup2 onto itself clears close-on-exec too (glibc >= 2.29). */
+  if (!rc)
+    rc = posix_spawn_file_actions_adddup2(&fa, pipe_fd, PROTO_FD);
+  if (!rc && rq->cwd)
+    rc = posix_spawn_file_actions_addchdir_np(&fa, rq->cwd);
+  if (!rc)
+    rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID |
+                                             POSIX_SPAWN_SETSIGMASK |
+                                             POSIX_SPAWN_SETSIGDEF);
+  if (!rc)
+    rc = posix_spawnattr_setsigmask(&attr, &none);
+  if (!rc)
+    rc = posix_spawnattr_setsigdefault(&attr, &all);
+  char *args[] = {"dagrun", "__worker", (char *)rq->attempt_json, NULL};
+  if (!rc)
+    rc = posix_spawn(pid, exe, &fa, &attr, args, rq->env);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  return rc;
+}
+
 int executor_start(executor *x, const exec_request *rq, char *err,
                    size_t errlen) {
   int log_fd =
@@ -236,46 +301,44 @@ int executor_start(executor *x, const exec_request *rq, char *err,
              strerror(errno));
     return DR_EIO;
   }
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    snprintf(err, errlen, "cannot create a pipe: %s", strerror(errno));
+    close(log_fd);
+    return DR_ESPAWN;
+  }
+  pid_t pid;
+  int rc = spawn_worker(x->self_exe, rq, log_fd, fds[1], &pid);
+  close(log_fd);
+  close(fds[1]);
+  int pidfd = rc == 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+  if (rc == 0 && pidfd < 0) {
+    rc = errno;
+    kill(-pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+  }
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot start worker %s: %s", x->self_exe,
+             strerror(rc));
+    close(fds[0]);
+    return DR_ESPAWN;
+  }
+
   attempt *a = xcalloc(1, sizeof(*a));
   a->x = x;
   a->task = rq->task;
+  a->pid = pid;
+  a->pidfd = pidfd;
   a->stop_reason = EXEC_EXITED;
   a->heartbeat_ms = to_ms(rq->heartbeat_s);
   a->grace_ms = to_ms(rq->kill_grace_s);
   a->started = now_monotonic();
   uv_pipe_init(x->loop, &a->pipe, 0);
+  uv_pipe_open(&a->pipe, fds[0]);
   a->pipe.data = a;
-  a->proc.data = a;
-  a->open_handles = 2;
-
-  uv_stdio_container_t stdio[4];
-  stdio[0].flags = UV_IGNORE;
-  stdio[1].flags = UV_INHERIT_FD;
-  stdio[1].data.fd = log_fd;
-  stdio[2].flags = UV_INHERIT_FD;
-  stdio[2].data.fd = log_fd;
-  stdio[3].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-  stdio[3].data.stream = (uv_stream_t *)&a->pipe;
-  char *args[] = {"dagrun", "__worker", (char *)rq->attempt_json, NULL};
-  uv_process_options_t opt = {0};
-  opt.exit_cb = on_worker_exit;
-  opt.file = x->self_exe;
-  opt.args = args;
-  opt.env = rq->env;
-  opt.cwd = rq->cwd;
-  opt.flags = UV_PROCESS_DETACHED;
-  opt.stdio_count = 4;
-  opt.stdio = stdio;
-  int rc = uv_spawn(x->loop, &a->proc, &opt);
-  close(log_fd);
-  if (rc != 0) {
-    snprintf(err, errlen, "cannot start worker %s: %s", x->self_exe,
-             uv_strerror(rc));
-    a->finished = 1;
-    close_handle((uv_handle_t *)&a->proc);
-    close_handle((uv_handle_t *)&a->pipe);
-    return DR_ESPAWN;
-  }
+  uv_poll_init(x->loop, &a->exit_watch, pidfd);
+  a->exit_watch.data = a;
+  uv_poll_start(&a->exit_watch, UV_READABLE, on_worker_exit);
 
   uv_timer_t *timers[] = {&a->timeout_timer, &a->heartbeat_timer,
                           &a->kill_timer, &a->drain_timer};

@@ -1,7 +1,8 @@
 /*
  * executor: runs task attempts as worker processes on a libuv loop.
  *
- * Each attempt is `dagrun __worker ATTEMPT_JSON` spawned in a new session
+ * Each attempt is `dagrun __worker ATTEMPT_JSON` started with posix_spawn
+ * in a new session
  * (so its own process group, which the executor kills as a whole), with
  * stdin from /dev/null, stdout and stderr appended to the attempt's log
  * file, and fd 3 the protocol pipe (proto.h). Messages are parsed as they
