@@ -2,6 +2,16 @@
 # -j 1 serialises them.
 . "$(dirname "$0")/lib.sh"
 
+# overlap_s RUN_DIR T1 T2: seconds the two tasks' start..end spans share
+# (negative: the gap between them), from the stamps each task wrote.
+overlap_s() {
+  /usr/bin/python3 -c '
+import sys
+r, x, y = sys.argv[1:]
+x0, x1, y0, y1 = (float(open(f"{r}/{t}/out/{w}").read()) for t in (x, y) for w in ("start", "end"))
+print(min(x1, y1) - max(x0, y0))' "$@"
+}
+
 cat > par.yaml <<'Y'
 dag: par
 tasks:
@@ -11,11 +21,7 @@ Y
 run_dagrun run par.yaml -j 2 --plain
 expect_rc 0
 R=$(run_dir par)
-overlap=$(/usr/bin/python3 -c '
-import sys
-r = sys.argv[1]
-a0, a1, b0, b1 = (float(open(f"{r}/{t}/out/{w}").read()) for t in "ab" for w in ("start", "end"))
-print(min(a1, b1) - max(a0, b0))' "$R")
+overlap=$(overlap_s "$R" a b)
 /usr/bin/python3 -c "import sys; sys.exit(0 if $overlap > 0.5 else 1)" \
   || fail "with -j 2 the two 1 s tasks overlapped only ${overlap}s"
 
@@ -23,11 +29,7 @@ rm -rf "$DAGRUN_RUNS_DIR"
 run_dagrun run par.yaml -j 1 --plain
 expect_rc 0
 R=$(run_dir par)
-overlap=$(/usr/bin/python3 -c '
-import sys
-r = sys.argv[1]
-a0, a1, b0, b1 = (float(open(f"{r}/{t}/out/{w}").read()) for t in "ab" for w in ("start", "end"))
-print(min(a1, b1) - max(a0, b0))' "$R")
+overlap=$(overlap_s "$R" a b)
 /usr/bin/python3 -c "import sys; sys.exit(0 if $overlap < 0 else 1)" \
   || fail "with -j 1 the tasks overlapped by ${overlap}s"
 
