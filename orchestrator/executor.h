@@ -28,16 +28,15 @@ typedef enum exec_end {
   EXEC_SIGNALED,     /* died of a signal it did not ask for (crash) */
   EXEC_TIMED_OUT,    /* stopped because the task's timeout passed */
   EXEC_HUNG,         /* stopped because no heartbeat came in time */
-  EXEC_CANCELLED,    /* stopped by executor_cancel */
-  EXEC_SPAWN_FAILED  /* never started */
+  EXEC_CANCELLED     /* stopped by executor_cancel */
 } exec_end;
 
 typedef struct exec_result {
   exec_end end;
   int exit_code;     /* EXEC_EXITED: 0..255 */
   int term_signal;   /* EXEC_SIGNALED: the signal */
-  const char *error; /* the worker's own reason (result message) or the
-                        spawn error; NULL if none. Valid during on_exit. */
+  const char *error; /* the worker's own reason (its result message), or
+                        NULL. Valid during on_exit. */
   double duration_s;
 } exec_result;
 

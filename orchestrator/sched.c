@@ -475,11 +475,9 @@ static char *failure_reason(const spec_task *st, const exec_result *r) {
     format_duration(st->heartbeat_s, dur, sizeof(dur));
     return xasprintf("hung: no heartbeat for %s", dur);
   case EXEC_CANCELLED:
-    return xstrdup("cancelled");
-  case EXEC_SPAWN_FAILED:
     break;
   }
-  return xstrdup(r->error ? r->error : "could not start");
+  return xstrdup("cancelled");
 }
 
 static void on_attempt_exit(void *ud, size_t i, const exec_result *r) {
