@@ -82,3 +82,14 @@ pid_alive() {
   state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
   [ -n "$state" ] && [ "$state" != Z ]
 }
+
+# write_term_ignorer FILE: a shell script that ignores SIGTERM, writes its
+# pid to its first argument and runs until SIGKILL (for the tests of the
+# grace period between SIGTERM and SIGKILL).
+write_term_ignorer() {
+  cat > "$1" <<'S'
+trap '' TERM
+echo $$ > "$1"
+while :; do sleep 0.2; done
+S
+}

@@ -49,11 +49,7 @@ pid_alive "$(cat "$T/long1.pid")" && fail "long1 still running after SIGTERM"
 # A task that ignores SIGTERM survives the first Ctrl-C until its grace
 # runs out (60 s here); a second Ctrl-C kills it at once.
 rm -rf "$DAGRUN_RUNS_DIR" "$T"/*.pid
-cat > stubborn.sh <<'S'
-trap '' TERM
-echo $$ > "$1"
-while :; do sleep 0.2; done
-S
+write_term_ignorer stubborn.sh
 cat > st.yaml <<Y
 dag: st
 tasks:

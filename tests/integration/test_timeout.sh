@@ -5,11 +5,7 @@
 
 # The grandchild ignores SIGTERM, so only the SIGKILL after the grace
 # period can end it.
-cat > grandchild.sh <<'S'
-trap '' TERM
-echo $$ > "$1"
-while :; do sleep 1; done
-S
+write_term_ignorer grandchild.sh
 cat > to.yaml <<Y
 dag: to
 tasks:
