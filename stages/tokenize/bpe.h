@@ -1,0 +1,108 @@
+/*
+ * bpe: a GPT-2 style byte-level BPE tokenizer.
+ *
+ * Text is split by the GPT-2 pre-tokenizer (pretok.h); each piece's bytes
+ * are mapped to tokens of one byte each, and merges are applied in rank
+ * order, lowest first, as GPT-2 and Hugging Face tokenizers do. Every byte
+ * string has an encoding, so decode(encode(x)) == x for any bytes,
+ * invalid UTF-8 included. Special tokens (e.g. "<|endoftext|>") are whole
+ * tokens that merges never produce.
+ *
+ * Ids: the 256 byte tokens, merged tokens and special tokens share one id
+ * space [0, bpe_vocab_size). Loaded tokenizers keep the ids of their
+ * files; trained ones number bytes 0..255 in GPT-2's byte-to-unicode
+ * order, then merges in rank order, then specials.
+ *
+ * Threads: a bpe is immutable once built and may be shared by threads.
+ * A bpe_encoder holds a cache and belongs to one thread at a time.
+ */
+#ifndef DAGRUN_BPE_H
+#define DAGRUN_BPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bpe bpe;
+typedef struct bpe_encoder bpe_encoder;
+
+/* A growable array of token ids. Zero-initialize; free with
+ * bpe_ids_free. */
+typedef struct bpe_ids {
+  uint32_t *v;
+  size_t n, cap;
+} bpe_ids;
+void bpe_ids_free(bpe_ids *ids);
+
+/* Frees a tokenizer; NULL is a no-op. */
+void bpe_destroy(bpe *b);
+
+/* Number of ids, specials included (max id + 1). */
+uint32_t bpe_vocab_size(const bpe *b);
+/* Number of merges (ranks 0..n-1). */
+size_t bpe_merge_count(const bpe *b);
+/* Id of a special token, or -1 if the tokenizer has none of that name. */
+int64_t bpe_special_id(const bpe *b, const char *content);
+/* The token's bytes (not NUL-terminated); *len set. NULL for a bad id.
+ * Valid while b lives. */
+const char *bpe_token_bytes(const bpe *b, uint32_t id, size_t *len);
+
+/* Per-thread encoder with a cache of pieces already encoded. Returns NULL
+ * when out of memory. */
+bpe_encoder *bpe_encoder_create(const bpe *b);
+void bpe_encoder_destroy(bpe_encoder *e);
+
+/* Appends the ids of text[0..len) to out. Special tokens' text in the
+ * input is encoded as ordinary text (a document that quotes
+ * "<|endoftext|>" does not end there), as tiktoken's encode_ordinary.
+ * Returns 0, or a negative value when out of memory. */
+int bpe_encode(bpe_encoder *e, const char *text, size_t len, bpe_ids *out);
+/* As bpe_encode, but the text of special tokens becomes their ids, as
+ * Hugging Face tokenizers' encode() does. */
+int bpe_encode_with_specials(bpe_encoder *e, const char *text, size_t len,
+                             bpe_ids *out);
+
+/* Writes the bytes of ids to *out (malloc'd, caller frees; *len set).
+ * Returns 0, or -1 for an id out of range (message in err). */
+int bpe_decode(const bpe *b, const uint32_t *ids, size_t n, char **out,
+               size_t *len, char *err, size_t errlen);
+
+/* Loading and saving (tokjson.c). Errors name the file and, for JSON,
+ * what was wrong; they return -1 with the message in err. */
+
+/* A Hugging Face tokenizer.json with a BPE model and ByteLevel
+ * pre-tokenizer (GPT-2's own, or one we wrote). Merges as "a b" strings
+ * or ["a", "b"] pairs; added_tokens become specials. */
+int bpe_load_hf(const char *path, bpe **out, char *err, size_t errlen);
+/* GPT-2's vocab.json (or encoder.json) + merges.txt (or vocab.bpe).
+ * "<|endoftext|>" is a special if the vocabulary has it. */
+int bpe_load_gpt2(const char *vocab_path, const char *merges_path, bpe **out,
+                  char *err, size_t errlen);
+/* Writes a tokenizer.json that Hugging Face tokenizers loads (BPE model,
+ * ByteLevel pre-tokenizer/decoder/post-processor, added_tokens for the
+ * specials) and that encodes text to the same ids as bpe_encode_with_
+ * specials. Written to a temporary name, fsynced and renamed. */
+int bpe_save_hf(const bpe *b, const char *path, char *err, size_t errlen);
+
+/* Training (bpe_train.c). Feed text with bpe_trainer_add (any thread, but
+ * one call at a time per trainer; or one trainer per thread, combined
+ * with bpe_trainer_merge), then bpe_trainer_finish builds the tokenizer. */
+typedef struct bpe_trainer bpe_trainer;
+typedef struct bpe_train_opts {
+  uint32_t vocab_size;     /* total ids: 256 bytes + merges + specials */
+  uint64_t min_frequency;  /* a pair seen fewer times is never merged (>=1) */
+  const char *const *specials; /* e.g. {"<|endoftext|>"} */
+  size_t nspecials;
+} bpe_train_opts;
+bpe_trainer *bpe_trainer_create(const bpe_train_opts *opts);
+void bpe_trainer_destroy(bpe_trainer *t);
+/* Counts the pre-tokenized pieces of one document. 0, or -1 out of memory. */
+int bpe_trainer_add(bpe_trainer *t, const char *text, size_t len);
+/* Adds src's counts into dst (src is left unchanged). 0 or -1. */
+int bpe_trainer_merge(bpe_trainer *dst, const bpe_trainer *src);
+/* Learns merges until vocab_size ids or no pair has min_frequency: the
+ * most frequent pair wins; ties go to the pair whose (left, right) token
+ * bytes compare lowest (memcmp, then length), so training is
+ * deterministic. Returns 0 and a new tokenizer, or -1 with err. */
+int bpe_trainer_finish(bpe_trainer *t, bpe **out, char *err, size_t errlen);
+
+#endif /* DAGRUN_BPE_H */
