@@ -1,0 +1,46 @@
+# The main job, as the README's quick start runs it: dags/pretrain.yaml on
+# the default corpus (Debian's fortunes) goes from raw text to token
+# shards, and a corpus given through DAGRUN_CORPUS replaces it.
+. "$(dirname "$0")/lib.sh"
+
+[ -d /usr/share/games/fortunes ] || fail "the default corpus is missing: apt-get install fortunes (scripts/setup.sh does)"
+run_dagrun check "$DAGRUN_SOURCE_DIR/dags/pretrain.yaml"
+expect_rc 0
+
+run_dagrun run "$DAGRUN_SOURCE_DIR/dags/pretrain.yaml" --plain
+expect_rc 0
+R=$(run_dir pretrain)
+/usr/bin/python3 - "$R" <<'P' || fail "pretrain's outputs are not what a training run needs"
+import json, sys
+R = sys.argv[1]
+shard = json.load(open(R + "/shard/out/manifest.json"))
+tok = json.load(open(R + "/tokenize/out/manifest.json"))
+# fortunes: about 2.5 MB in ~15,000 short texts, some of them repeated
+assert shard["documents"]["train"] > 10000, shard["documents"]
+assert shard["documents"]["val"] > 100, shard["documents"]
+assert shard["dropped"]["duplicate"] > 0, shard["dropped"]
+assert len([s for s in tok["shards"] if s["split"] == "train"]) == 8
+assert tok["tokenizer"]["vocab_size"] == 4096, tok["tokenizer"]
+assert tok["totals"]["train_tokens"] > 400000, tok["totals"]
+assert tok["totals"]["val_tokens"] > 5000, tok["totals"]
+# A 4096-id BPE on English prose: roughly 3-5 bytes per token.
+assert 0.15 < tok["totals"]["tokens_per_byte"] < 0.4, tok["totals"]
+P
+
+# Any corpus through one variable: a JSON Lines file.
+/usr/bin/python3 -c '
+import json
+with open("mine.jsonl", "w") as f:
+    for i in range(300):
+        f.write(json.dumps({"text": f"document {i}: " + "lorem ipsum dolor " * (i % 7 + 1)}) + "\n")
+'
+DAGRUN_CORPUS="$T/mine.jsonl" DAGRUN_CORPUS_FORMAT=jsonl run_dagrun run "$DAGRUN_SOURCE_DIR/dags/pretrain.yaml" --plain
+expect_rc 0
+R2=$(run_dir pretrain)
+[ "$R2" != "$R" ] || fail "no second run directory"
+/usr/bin/python3 -c '
+import json, sys
+m = json.load(open(sys.argv[1] + "/shard/out/manifest.json"))
+assert m["documents"]["kept"] == 300, m["documents"]
+' "$R2" || fail "DAGRUN_CORPUS did not replace the corpus"
+pass
