@@ -351,6 +351,10 @@ static int fill(corpus_reader *r, char *err, size_t errlen) {
     return 1;
   if (r->eof)
     return 0;
+  if (r->o.should_stop && r->o.should_stop(r->o.stop_arg)) {
+    set_err(err, errlen, "stopped");
+    return CORPUS_ECANCELED;
+  }
   int got = gzread(r->gz, r->chunk, CHUNK);
   if (got < 0) {
     int e;

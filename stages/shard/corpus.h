@@ -21,7 +21,8 @@
   X(ENOMEM, -12, "out of memory")                                              \
   X(EINVAL, -22, "invalid argument")                                           \
   X(ENOMATCH, -2, "input matched no files")                                    \
-  X(EREAD, -5, "file cannot be read")
+  X(EREAD, -5, "file cannot be read")                                         \
+  X(ECANCELED, -125, "stopped")
 
 typedef enum corpus_error {
 #define X(name, code, text) CORPUS_##name = code,
@@ -96,6 +97,11 @@ typedef struct corpus_opts {
    * CORPUS_DOC_TOO_LONG without being buffered (the max_bytes filter,
    * applied early so it also bounds memory). */
   size_t max_bytes;
+  /* Optional: asked before each 64 KiB read; non-zero stops the reader
+   * with CORPUS_ECANCELED, so a cancel needs no document boundary (one
+   * huge document, a gzip bomb). Called on the reader's thread. */
+  int (*should_stop)(void *arg);
+  void *stop_arg;
 } corpus_opts;
 
 typedef enum corpus_doc_status {
@@ -146,7 +152,8 @@ int corpus_reader_open(corpus_reader *r, const char *path, char *err,
 
 /* The next document of the open file: returns 1 with *doc filled, 0 at
  * the end of the file, or CORPUS_EREAD (corrupt or truncated gzip data,
- * an I/O error) with the reason in err, or CORPUS_ENOMEM. */
+ * an I/O error) with the reason in err, CORPUS_ECANCELED (should_stop
+ * said so) or CORPUS_ENOMEM. */
 int corpus_reader_next(corpus_reader *r, corpus_doc *doc, char *err,
                        size_t errlen);
 

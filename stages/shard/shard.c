@@ -757,6 +757,8 @@ static int read_file(worker *w, uint32_t fi) {
       shard_recs_pop(&w->recs, w->recs.n - recs_before);
       if (rc == CORPUS_ENOMEM)
         return -ENOMEM;
+      if (rc == CORPUS_ECANCELED)
+        return 0; /* stop is set; the task ends with its reason */
       drop_doc(w, w->counts, fi, 0, DROP_UNREADABLE, err);
       return 0;
     }
@@ -814,6 +816,19 @@ static int read_file(worker *w, uint32_t fi) {
   return 0;
 }
 
+/* The reader's stop hook: an error elsewhere, a policy failure or a
+ * cancel of the task. */
+static int reader_should_stop(void *arg) {
+  job *j = arg;
+  if (atomic_load(&j->stop))
+    return 1;
+  if (j->host->cancelled(j->ctx)) {
+    atomic_store(&j->stop, 1);
+    return 1;
+  }
+  return 0;
+}
+
 static void *pass1_thread(void *arg) {
   worker *w = arg;
   job *j = w->job;
@@ -846,9 +861,10 @@ static void *pass1_thread(void *arg) {
     atomic_fetch_add(&j->done, 1);
     j->host->heartbeat(j->ctx);
   }
-  if (!atomic_load(&j->stop) && spool_flush(&w->sp) != 0)
+  int frc;
+  if (!atomic_load(&j->stop) && (frc = spool_flush(&w->sp)) != 0)
     set_fatal(j, "cannot write the spool file in the attempt directory: %s",
-              strerror(errno));
+              strerror(-frc));
   pthread_mutex_lock(&j->lock);
   j->running--;
   pthread_cond_signal(&j->cond);
@@ -1258,8 +1274,10 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
     h->fail(ctx, "out of memory");
     return SHARD_FAILED;
   }
-  corpus_opts ro = {c->format, c->sep, c->separator, c->text_field,
-                    c->max_doc, (size_t)c->max_bytes};
+  corpus_opts ro = {c->format,    c->sep,
+                    c->separator, c->text_field,
+                    c->max_doc,   (size_t)c->max_bytes,
+                    reader_should_stop, j};
   docfilter_opts fo = {(uint64_t)c->min_bytes, (uint64_t)c->max_bytes,
                        c->min_alpha, c->max_repeat};
   for (unsigned i = 0; i < j->nworkers; i++) {
@@ -1295,6 +1313,8 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
     return SHARD_FAILED;
   }
   if (atomic_load(&j->stop) || h->cancelled(ctx)) {
+    h->log(ctx, DAGRUN_LOG_WARN, "shard: cancelled while reading; nothing "
+                                 "written to out/");
     h->fail(ctx, "cancelled");
     return SHARD_FAILED;
   }
@@ -1412,6 +1432,8 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
     return SHARD_FAILED;
   }
   if (atomic_load(&j->stop) || h->cancelled(ctx)) {
+    h->log(ctx, DAGRUN_LOG_WARN, "shard: cancelled while writing shards; "
+                                 "out/ keeps the last complete set");
     h->fail(ctx, "cancelled");
     return SHARD_FAILED;
   }

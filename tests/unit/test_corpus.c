@@ -94,7 +94,8 @@ static char *read_docs(const char *name, const corpus_opts *o) {
   } while (0)
 
 static corpus_opts text_opts(corpus_sep sep, const char *line) {
-  corpus_opts o = {CORPUS_TEXT, sep, line, "text", 1 << 20, 0};
+  corpus_opts o = {.format = CORPUS_TEXT, .sep = sep, .sep_line = line,
+                   .text_field = "text", .max_doc = 1 << 20};
   return o;
 }
 
@@ -166,7 +167,8 @@ static void test_too_large(void) {
   o.max_bytes = 5;
   CHECK_DOCS("big.txt", &o,
              "ok|1|short\ntoo_long|3|\ntoo_long|5|\nok|8|end\n");
-  corpus_opts j = {CORPUS_JSONL, CORPUS_SEP_NONE, NULL, "text", 20, 0};
+  corpus_opts j = {.format = CORPUS_JSONL, .sep = CORPUS_SEP_NONE, .sep_line = NULL,
+                   .text_field = "text", .max_doc = 20};
   put_str("big.jsonl", "{\"text\":\"a\"}\n{\"text\":\"0123456789abcdef\"}\n{\"text\":\"b\"}\n");
   CHECK_DOCS("big.jsonl", &j, "ok|1|a\ntoo_large|2|\nok|3|b\n");
 }
@@ -195,7 +197,8 @@ static const char jsonl_want[] =
     "ok|10|last\n";
 
 static void test_jsonl(void) {
-  corpus_opts o = {CORPUS_JSONL, CORPUS_SEP_NONE, NULL, "text", 1 << 20, 0};
+  corpus_opts o = {.format = CORPUS_JSONL, .sep = CORPUS_SEP_NONE, .sep_line = NULL,
+                   .text_field = "text", .max_doc = 1 << 20};
   put_file("a.jsonl", jsonl, sizeof(jsonl) - 1);
   CHECK_DOCS("a.jsonl", &o, jsonl_want);
   /* Another field name. */
@@ -213,7 +216,8 @@ static void test_jsonl(void) {
 
 static void test_gzip(void) {
   /* A .gz reads exactly as its plain content, for both formats. */
-  corpus_opts o = {CORPUS_JSONL, CORPUS_SEP_NONE, NULL, "text", 1 << 20, 0};
+  corpus_opts o = {.format = CORPUS_JSONL, .sep = CORPUS_SEP_NONE, .sep_line = NULL,
+                   .text_field = "text", .max_doc = 1 << 20};
   write_gz("a.jsonl.gz", jsonl, sizeof(jsonl) - 1);
   CHECK_DOCS("a.jsonl.gz", &o, jsonl_want);
   corpus_opts pct = text_opts(CORPUS_SEP_LINE, "%");
