@@ -204,7 +204,9 @@ typedef struct job {
   problem problems[MAX_PROBLEMS]; /* the first ones in canonical order */
   size_t nproblems;
   uint64_t nproblems_total;
-  size_t fail_file; /* policy fail: first bad input, SIZE_MAX: none */
+  /* Policy fail: the first bad input (SIZE_MAX: none). Written under
+   * lock, read without it by the readers deciding whether to go on. */
+  atomic_size_t fail_file;
   uint64_t fail_line;
   char fail_msg[1024];
   int fatal; /* an error that ends the task */
@@ -630,9 +632,9 @@ static int drop_doc(worker *w, uint64_t *counts, uint32_t file, uint64_t line,
   if (!drop_is_bad[kind] || !j->c->fail_on_bad)
     return 0;
   pthread_mutex_lock(&j->lock);
-  if (j->fail_file == SIZE_MAX ||
-      pos_before(file, line, (uint32_t)j->fail_file, j->fail_line)) {
-    j->fail_file = file;
+  size_t ff = atomic_load(&j->fail_file);
+  if (ff == SIZE_MAX || pos_before(file, line, (uint32_t)ff, j->fail_line)) {
+    atomic_store(&j->fail_file, file);
     j->fail_line = line;
     const char *path = j->files.v[file].path;
     if (line)
@@ -721,6 +723,13 @@ static int accept_doc(worker *w, uint64_t *counts, uint32_t fi, uint32_t di,
   return 1;
 }
 
+/* Forgets the records of the file being read, back to n records. */
+static void rollback(worker *w, size_t n) {
+  size_t k = w->recs.n - n;
+  shard_recs_pop(&w->recs, k);
+  atomic_fetch_sub(&w->job->nrecs, k);
+}
+
 /* Reads one file. Its counts and records join the worker's only when the
  * file is read to its end: a file that turns out unreadable halfway
  * counts as one unreadable file, not as part of a corpus. */
@@ -742,10 +751,10 @@ static int read_file(worker *w, uint32_t fi) {
   }
   uint32_t di = 0;
   for (;;) {
-    if ((di & 63) == 0 && (atomic_load(&j->stop) ||
-                           (j->c->fail_on_bad && j->fail_file < fi))) {
+    if ((di & 63) == 0 &&
+        (atomic_load(&j->stop) || atomic_load(&j->fail_file) < fi)) {
       corpus_reader_close(w->reader);
-      shard_recs_pop(&w->recs, w->recs.n - recs_before);
+      rollback(w, recs_before);
       return 0;
     }
     corpus_doc d;
@@ -754,7 +763,7 @@ static int read_file(worker *w, uint32_t fi) {
       break;
     if (rc < 0) {
       corpus_reader_close(w->reader);
-      shard_recs_pop(&w->recs, w->recs.n - recs_before);
+      rollback(w, recs_before);
       if (rc == CORPUS_ENOMEM)
         return -ENOMEM;
       if (rc == CORPUS_ECANCELED)
@@ -844,10 +853,7 @@ static void *pass1_thread(void *arg) {
     }
     /* With on_bad_input: fail, files after the first bad one need not be
      * read; files before it must be, in case one of them is worse. */
-    pthread_mutex_lock(&j->lock);
-    int past_failure = j->fail_file != SIZE_MAX && i > j->fail_file;
-    pthread_mutex_unlock(&j->lock);
-    if (past_failure)
+    if (i > atomic_load(&j->fail_file))
       break;
     int rc = read_file(w, (uint32_t)i);
     if (rc == -ENOMEM)
@@ -1308,7 +1314,7 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
     h->fail(ctx, "%s", j->fatal_msg);
     return SHARD_FAILED;
   }
-  if (j->fail_file != SIZE_MAX) {
+  if (atomic_load(&j->fail_file) != SIZE_MAX) {
     h->fail(ctx, "%s (on_bad_input: fail)", j->fail_msg);
     return SHARD_FAILED;
   }
@@ -1516,7 +1522,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   j.ctx = ctx;
   j.host = host;
   j.c = &c;
-  j.fail_file = SIZE_MAX;
+  atomic_init(&j.fail_file, SIZE_MAX);
   pthread_mutex_init(&j.lock, NULL);
   pthread_cond_init(&j.cond, NULL);
   int status = run_stage(ctx, host, &c, &j);
