@@ -266,7 +266,7 @@ int corpus_expand(const char *const *inputs, size_t ninputs,
 struct corpus_reader {
   corpus_opts o;
   size_t sep_len;
-  size_t limit;  /* bytes a document (text) or line (JSONL) may buffer */
+  size_t limit; /* bytes a document (text) or line (JSONL) may buffer */
   int limit_is_max_bytes; /* the limit comes from max_bytes, not max_doc */
   gzFile gz;
   unsigned char *chunk;
@@ -409,10 +409,10 @@ static int append(corpus_reader *r, const unsigned char *p, size_t n) {
 }
 
 typedef struct line_info {
-  size_t start;        /* dlen before the line */
-  int overflow_before; /* overflow before the line */
-  size_t len;          /* bytes without the '\n' */
-  int blank;           /* only spaces, tabs, '\r' */
+  size_t start;                    /* dlen before the line */
+  int overflow_before;             /* overflow before the line */
+  size_t len;                      /* bytes without the '\n' */
+  int blank;                       /* only spaces, tabs, '\r' */
   unsigned char head[SEP_MAX + 2]; /* the line's first bytes */
 } line_info;
 
@@ -472,8 +472,8 @@ static void emit_text(corpus_reader *r, corpus_doc *doc) {
       len--;
   }
   if (r->overflow || len > r->limit - 2)
-    doc->status = r->limit_is_max_bytes ? CORPUS_DOC_TOO_LONG
-                                        : CORPUS_DOC_TOO_LARGE;
+    doc->status =
+        r->limit_is_max_bytes ? CORPUS_DOC_TOO_LONG : CORPUS_DOC_TOO_LARGE;
   else if (len == 0)
     doc->status = CORPUS_DOC_EMPTY;
   else {
@@ -562,8 +562,8 @@ static int next_jsonl(corpus_reader *r, corpus_doc *doc, char *err,
         snprintf(doc->why, sizeof(doc->why),
                  "malformed JSON: unexpected end of line");
       else
-        snprintf(doc->why, sizeof(doc->why),
-                 "malformed JSON at column %zu", col);
+        snprintf(doc->why, sizeof(doc->why), "malformed JSON at column %zu",
+                 col);
       return 1;
     }
     if (!cJSON_IsObject(r->tree)) {
@@ -571,8 +571,7 @@ static int next_jsonl(corpus_reader *r, corpus_doc *doc, char *err,
       snprintf(doc->why, sizeof(doc->why), "line is not a JSON object");
       return 1;
     }
-    const cJSON *f =
-        cJSON_GetObjectItemCaseSensitive(r->tree, r->o.text_field);
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(r->tree, r->o.text_field);
     if (!cJSON_IsString(f) || !f->valuestring) {
       doc->status = CORPUS_DOC_MISSING_FIELD;
       snprintf(doc->why, sizeof(doc->why), "%s \"%.100s\"",
@@ -624,13 +623,27 @@ size_t corpus_json_escape(const char *s, size_t n, char *out, size_t outcap,
     char e[6] = {'\\', 0, 0, 0, 0, 0};
     size_t el = 2;
     switch (c) {
-    case '"': e[1] = '"'; break;
-    case '\\': e[1] = '\\'; break;
-    case '\n': e[1] = 'n'; break;
-    case '\r': e[1] = 'r'; break;
-    case '\t': e[1] = 't'; break;
-    case '\b': e[1] = 'b'; break;
-    case '\f': e[1] = 'f'; break;
+    case '"':
+      e[1] = '"';
+      break;
+    case '\\':
+      e[1] = '\\';
+      break;
+    case '\n':
+      e[1] = 'n';
+      break;
+    case '\r':
+      e[1] = 'r';
+      break;
+    case '\t':
+      e[1] = 't';
+      break;
+    case '\b':
+      e[1] = 'b';
+      break;
+    case '\f':
+      e[1] = 'f';
+      break;
     default:
       memcpy(e, "\\u00", 4);
       e[4] = hex[c >> 4];

@@ -21,7 +21,7 @@
   X(ENOMEM, -12, "out of memory")                                              \
   X(EINVAL, -22, "invalid argument")                                           \
   X(ENOMATCH, -2, "input matched no files")                                    \
-  X(EREAD, -5, "file cannot be read")                                         \
+  X(EREAD, -5, "file cannot be read")                                          \
   X(ECANCELED, -125, "stopped")
 
 typedef enum corpus_error {
@@ -86,8 +86,8 @@ typedef enum corpus_sep {
 
 typedef struct corpus_opts {
   corpus_format format;
-  corpus_sep sep;       /* text only */
-  const char *sep_line; /* CORPUS_SEP_LINE: the separator line, no '\n' */
+  corpus_sep sep;         /* text only */
+  const char *sep_line;   /* CORPUS_SEP_LINE: the separator line, no '\n' */
   const char *text_field; /* JSONL: name of the top-level string field */
   /* Longest document kept in memory, in bytes; a longer one is consumed
    * and reported CORPUS_DOC_TOO_LARGE without being buffered. For JSONL

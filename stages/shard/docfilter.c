@@ -182,7 +182,8 @@ int docfilter_check(docfilter *f, const char *s, size_t n,
     *verdict = DOCFILTER_TOO_LONG;
     return 0;
   }
-  if (o->min_alpha_ratio > 0 && docfilter_alpha_ratio(s, n) < o->min_alpha_ratio) {
+  if (o->min_alpha_ratio > 0 &&
+      docfilter_alpha_ratio(s, n) < o->min_alpha_ratio) {
     *verdict = DOCFILTER_LOW_ALPHA;
     return 0;
   }

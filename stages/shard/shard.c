@@ -54,8 +54,8 @@
 #define SHARD_BAD_PARAMS 2
 #define SHARD_FAILED 1
 
-#define MAX_PROBLEMS 100    /* problems listed in the manifest */
-#define LOGGED_PROBLEMS 10  /* problems also written to the log */
+#define MAX_PROBLEMS 100   /* problems listed in the manifest */
+#define LOGGED_PROBLEMS 10 /* problems also written to the log */
 #define MIN_MEMORY (4ull << 20)
 #define MAX_THREADS 256
 /* A pass-1 error already recorded with set_fatal. */
@@ -191,12 +191,12 @@ typedef struct job {
   worker *workers;
   unsigned nworkers;
 
-  atomic_size_t next;         /* next file (pass 1) or shard (pass 2) */
-  atomic_size_t done;         /* files or shards finished */
+  atomic_size_t next;               /* next file (pass 1) or shard (pass 2) */
+  atomic_size_t done;               /* files or shards finished */
   atomic_uint_least64_t bytes_done; /* input bytes finished (pass 1) */
   atomic_uint_least64_t nrecs;      /* records held by all workers */
-  atomic_int stop;            /* error, cancel or policy failure */
-  uint64_t rec_budget;        /* bytes the records may take */
+  atomic_int stop;                  /* error, cancel or policy failure */
+  uint64_t rec_budget;              /* bytes the records may take */
 
   pthread_mutex_t lock; /* guards what follows */
   pthread_cond_t cond;
@@ -239,11 +239,20 @@ static int parse_size(const char *s, uint64_t *out) {
     const char *unit;
     double mult;
   } units[] = {
-      {"", 1},          {"b", 1},          {"k", 1024.0},
-      {"kib", 1024.0},  {"kb", 1e3},       {"m", 1048576.0},
-      {"mib", 1048576.0}, {"mb", 1e6},     {"g", 1073741824.0},
-      {"gib", 1073741824.0}, {"gb", 1e9},  {"t", 1099511627776.0},
-      {"tib", 1099511627776.0}, {"tb", 1e12},
+      {"", 1},
+      {"b", 1},
+      {"k", 1024.0},
+      {"kib", 1024.0},
+      {"kb", 1e3},
+      {"m", 1048576.0},
+      {"mib", 1048576.0},
+      {"mb", 1e6},
+      {"g", 1073741824.0},
+      {"gib", 1073741824.0},
+      {"gb", 1e9},
+      {"t", 1099511627776.0},
+      {"tib", 1099511627776.0},
+      {"tb", 1e12},
   };
   for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
     if (strcasecmp(end, units[i].unit) == 0) {
@@ -339,8 +348,9 @@ static int read_params(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
     return -1;
   }
   if (c->val_shards < 1 || c->shards + c->val_shards > 65536) {
-    h->fail(ctx, "val_shards is %lld: it must be at least 1, and shards + "
-                 "val_shards at most 65536",
+    h->fail(ctx,
+            "val_shards is %lld: it must be at least 1, and shards + "
+            "val_shards at most 65536",
             (long long)c->val_shards);
     return -1;
   }
@@ -353,8 +363,9 @@ static int read_params(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
     return -1;
   }
   if (c->max_bytes && c->min_bytes > c->max_bytes) {
-    h->fail(ctx, "min_bytes (%lld) is above max_bytes (%lld): every "
-                 "document would be dropped",
+    h->fail(ctx,
+            "min_bytes (%lld) is above max_bytes (%lld): every "
+            "document would be dropped",
             (long long)c->min_bytes, (long long)c->max_bytes);
     return -1;
   }
@@ -499,8 +510,7 @@ static int spool_open(spool *sp, const char *dir, unsigned id, char *err,
   if (sp->fd >= 0)
     unlink(path);
   else
-    snprintf(err, errlen, "cannot create spool file %s: %s", path,
-             strerror(e));
+    snprintf(err, errlen, "cannot create spool file %s: %s", path, strerror(e));
   free(path);
   if (sp->fd < 0)
     return -e;
@@ -539,8 +549,8 @@ static int spool_put(spool *sp, const char *p, size_t n) {
 }
 
 /* Appends {"id":"<hex>","text":"<escaped>"}\n; *off and *len locate it. */
-static int spool_line(spool *sp, const char *hex, const char *text,
-                      size_t len, uint64_t *off, uint64_t *linelen) {
+static int spool_line(spool *sp, const char *hex, const char *text, size_t len,
+                      uint64_t *off, uint64_t *linelen) {
   *off = sp->off + sp->n;
   char head[64];
   int hn = snprintf(head, sizeof(head), "{\"id\":\"%s\",\"text\":\"", hex);
@@ -697,8 +707,11 @@ static int accept_doc(worker *w, uint64_t *counts, uint32_t fi, uint32_t di,
   XXH128_hash_t h = XXH3_128bits(d->text, d->len);
   char hex[33];
   hash_hex(h, hex);
-  shard_rec r = {.hash_hi = h.high64, .hash_lo = h.low64, .file = fi,
-                 .doc = di, .spool = (uint16_t)w->id};
+  shard_rec r = {.hash_hi = h.high64,
+                 .hash_lo = h.low64,
+                 .file = fi,
+                 .doc = di,
+                 .spool = (uint16_t)w->id};
   uint64_t linelen;
   int rc = spool_line(&w->sp, hex, d->text, d->len, &r.off, &linelen);
   if (rc != 0)
@@ -1009,10 +1022,10 @@ static int run_threads(job *j, unsigned n, void *(*fn)(void *), double base,
     }
     pthread_cond_timedwait(&j->cond, &j->lock, &t);
     pthread_mutex_unlock(&j->lock);
-    double frac = total_bytes
-                      ? (double)atomic_load(&j->bytes_done) / (double)total_bytes
-                      : (total ? (double)atomic_load(&j->done) / (double)total
-                               : 1.0);
+    double frac =
+        total_bytes
+            ? (double)atomic_load(&j->bytes_done) / (double)total_bytes
+            : (total ? (double)atomic_load(&j->done) / (double)total : 1.0);
     char msg[96];
     snprintf(msg, sizeof(msg), "%s: %zu/%zu", what,
              (size_t)atomic_load(&j->done), total);
@@ -1161,8 +1174,8 @@ static int write_file_atomic(const char *dir, const char *name,
   char *tmp = path_join(dir, tmpname), *dst = path_join(dir, name);
   int rc = (!tmp || !dst) ? -ENOMEM : 0;
   int fd = -1;
-  if (rc == 0 && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                            0644)) < 0)
+  if (rc == 0 &&
+      (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
     rc = -errno;
   if (rc == 0)
     rc = write_all(fd, text, strlen(text));
@@ -1240,9 +1253,9 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
     return SHARD_FAILED;
   }
   j->out_dir = out_dir;
-  int rc = corpus_expand(c->inputs, c->ninputs, h->dir(ctx, DAGRUN_DIR_DAG),
-                         c->excludes, c->nexcludes, &j->files, err,
-                         sizeof(err));
+  int rc =
+      corpus_expand(c->inputs, c->ninputs, h->dir(ctx, DAGRUN_DIR_DAG),
+                    c->excludes, c->nexcludes, &j->files, err, sizeof(err));
   if (rc != 0) {
     h->fail(ctx, "%s", err);
     return rc == CORPUS_ENOMATCH || rc == CORPUS_EINVAL ? SHARD_BAD_PARAMS
@@ -1280,9 +1293,8 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
     h->fail(ctx, "out of memory");
     return SHARD_FAILED;
   }
-  corpus_opts ro = {c->format,    c->sep,
-                    c->separator, c->text_field,
-                    c->max_doc,   (size_t)c->max_bytes,
+  corpus_opts ro = {c->format,          c->sep,     c->separator,
+                    c->text_field,      c->max_doc, (size_t)c->max_bytes,
                     reader_should_stop, j};
   docfilter_opts fo = {(uint64_t)c->min_bytes, (uint64_t)c->max_bytes,
                        c->min_alpha, c->max_repeat};
@@ -1319,8 +1331,9 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
     return SHARD_FAILED;
   }
   if (atomic_load(&j->stop) || h->cancelled(ctx)) {
-    h->log(ctx, DAGRUN_LOG_WARN, "shard: cancelled while reading; nothing "
-                                 "written to out/");
+    h->log(ctx, DAGRUN_LOG_WARN,
+           "shard: cancelled while reading; nothing "
+           "written to out/");
     h->fail(ctx, "cancelled");
     return SHARD_FAILED;
   }
@@ -1352,8 +1365,9 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
            (unsigned long long)p->line, drop_names[p->kind], p->reason);
   }
   if (j->nproblems_total > LOGGED_PROBLEMS)
-    h->log(ctx, DAGRUN_LOG_WARN, "... %llu problems in all (manifest.json "
-                                 "lists the first %d)",
+    h->log(ctx, DAGRUN_LOG_WARN,
+           "... %llu problems in all (manifest.json "
+           "lists the first %d)",
            (unsigned long long)j->nproblems_total, MAX_PROBLEMS);
 
   /* The plan. */
@@ -1438,8 +1452,9 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
     return SHARD_FAILED;
   }
   if (atomic_load(&j->stop) || h->cancelled(ctx)) {
-    h->log(ctx, DAGRUN_LOG_WARN, "shard: cancelled while writing shards; "
-                                 "out/ keeps the last complete set");
+    h->log(ctx, DAGRUN_LOG_WARN,
+           "shard: cancelled while writing shards; "
+           "out/ keeps the last complete set");
     h->fail(ctx, "cancelled");
     return SHARD_FAILED;
   }

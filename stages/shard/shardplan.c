@@ -25,8 +25,8 @@ uint64_t shard_recs_bytes(size_t n) {
 }
 
 static void *map_bytes(size_t n) {
-  void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                 -1, 0);
+  void *p =
+      mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? NULL : p;
 }
 
@@ -341,9 +341,8 @@ static void heap_down(shard_heap *h, size_t i) {
 }
 
 /* Assigns v[0..n) to shards first .. first+count-1. */
-static void assign_group(shard_rec *v, size_t n, uint32_t first,
-                         uint32_t count, uint32_t *heapv, uint64_t *bytes,
-                         uint64_t *docs) {
+static void assign_group(shard_rec *v, size_t n, uint32_t first, uint32_t count,
+                         uint32_t *heapv, uint64_t *bytes, uint64_t *docs) {
   shard_heap h = {heapv, count, bytes};
   /* All shards start at 0 bytes, so index order is already a heap. */
   for (uint32_t i = 0; i < count; i++)

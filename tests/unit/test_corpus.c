@@ -62,8 +62,8 @@ static char *read_docs(const char *name, const corpus_opts *o) {
     corpus_doc d;
     int rc;
     while ((rc = corpus_reader_next(r, &d, err, sizeof(err))) == 1) {
-      static const char *st[] = {"ok", "empty", "too_large", "too_long",
-                                 "malformed", "missing"};
+      static const char *st[] = {"ok",       "empty",     "too_large",
+                                 "too_long", "malformed", "missing"};
       sbuf_printf(&b, "%s|%llu|", st[d.status], (unsigned long long)d.line);
       if (d.status == CORPUS_DOC_OK)
         for (size_t i = 0; i < d.len; i++) {
@@ -94,8 +94,11 @@ static char *read_docs(const char *name, const corpus_opts *o) {
   } while (0)
 
 static corpus_opts text_opts(corpus_sep sep, const char *line) {
-  corpus_opts o = {.format = CORPUS_TEXT, .sep = sep, .sep_line = line,
-                   .text_field = "text", .max_doc = 1 << 20};
+  corpus_opts o = {.format = CORPUS_TEXT,
+                   .sep = sep,
+                   .sep_line = line,
+                   .text_field = "text",
+                   .max_doc = 1 << 20};
   return o;
 }
 
@@ -125,7 +128,8 @@ static void test_separators(void) {
   corpus_opts blank = text_opts(CORPUS_SEP_BLANK, NULL);
   /* Runs of blank lines (also spaces, tabs, CR) are one separator, and
    * never make empty documents, at the start or the end either. */
-  const char f[] = "\n\npara one\nstill one\n\n \t\n\r\npara two\r\n\r\nthree\n\n";
+  const char f[] =
+      "\n\npara one\nstill one\n\n \t\n\r\npara two\r\n\r\nthree\n\n";
   put_file("f.txt", f, sizeof(f) - 1);
   CHECK_DOCS("f.txt", &blank,
              "ok|3|para one\\nstill one\nok|8|para two\nok|10|three\n");
@@ -165,24 +169,28 @@ static void test_too_large(void) {
              "ok|1|short\nok|3|0123456789\ntoo_large|5|\nok|8|end\n");
   /* A lower max_bytes caps it first, as too_long. */
   o.max_bytes = 5;
-  CHECK_DOCS("big.txt", &o,
-             "ok|1|short\ntoo_long|3|\ntoo_long|5|\nok|8|end\n");
-  corpus_opts j = {.format = CORPUS_JSONL, .sep = CORPUS_SEP_NONE, .sep_line = NULL,
-                   .text_field = "text", .max_doc = 20};
-  put_str("big.jsonl", "{\"text\":\"a\"}\n{\"text\":\"0123456789abcdef\"}\n{\"text\":\"b\"}\n");
+  CHECK_DOCS("big.txt", &o, "ok|1|short\ntoo_long|3|\ntoo_long|5|\nok|8|end\n");
+  corpus_opts j = {.format = CORPUS_JSONL,
+                   .sep = CORPUS_SEP_NONE,
+                   .sep_line = NULL,
+                   .text_field = "text",
+                   .max_doc = 20};
+  put_str(
+      "big.jsonl",
+      "{\"text\":\"a\"}\n{\"text\":\"0123456789abcdef\"}\n{\"text\":\"b\"}\n");
   CHECK_DOCS("big.jsonl", &j, "ok|1|a\ntoo_large|2|\nok|3|b\n");
 }
 
 static const char jsonl[] =
-    "{\"text\":\"hello\",\"n\":1}\n"            /* 1 */
-    "\n"                                         /* 2: blank, skipped */
-    "{\"text\": \"two\\nlines \\u00e9\"}\r\n"    /* 3 */
-    "{\"txt\":\"no\"}\n"                         /* 4 */
-    "{\"text\":5}\n"                             /* 5 */
-    "{\"text\":\"oops\"\n"                       /* 6 */
-    "[1,2]\n"                                    /* 7 */
-    "{\"text\":\"\"}\n"                          /* 8 */
-    "{\"text\":\"end\"} x\n"                     /* 9: trailing garbage */
+    "{\"text\":\"hello\",\"n\":1}\n"                /* 1 */
+    "\n"                                            /* 2: blank, skipped */
+    "{\"text\": \"two\\nlines \\u00e9\"}\r\n"       /* 3 */
+    "{\"txt\":\"no\"}\n"                            /* 4 */
+    "{\"text\":5}\n"                                /* 5 */
+    "{\"text\":\"oops\"\n"                          /* 6 */
+    "[1,2]\n"                                       /* 7 */
+    "{\"text\":\"\"}\n"                             /* 8 */
+    "{\"text\":\"end\"} x\n"                        /* 9: trailing garbage */
     "  {\"other\":{\"text\":1},\"text\":\"last\"}"; /* 10, no newline */
 
 static const char jsonl_want[] =
@@ -197,8 +205,11 @@ static const char jsonl_want[] =
     "ok|10|last\n";
 
 static void test_jsonl(void) {
-  corpus_opts o = {.format = CORPUS_JSONL, .sep = CORPUS_SEP_NONE, .sep_line = NULL,
-                   .text_field = "text", .max_doc = 1 << 20};
+  corpus_opts o = {.format = CORPUS_JSONL,
+                   .sep = CORPUS_SEP_NONE,
+                   .sep_line = NULL,
+                   .text_field = "text",
+                   .max_doc = 1 << 20};
   put_file("a.jsonl", jsonl, sizeof(jsonl) - 1);
   CHECK_DOCS("a.jsonl", &o, jsonl_want);
   /* Another field name. */
@@ -216,8 +227,11 @@ static void test_jsonl(void) {
 
 static void test_gzip(void) {
   /* A .gz reads exactly as its plain content, for both formats. */
-  corpus_opts o = {.format = CORPUS_JSONL, .sep = CORPUS_SEP_NONE, .sep_line = NULL,
-                   .text_field = "text", .max_doc = 1 << 20};
+  corpus_opts o = {.format = CORPUS_JSONL,
+                   .sep = CORPUS_SEP_NONE,
+                   .sep_line = NULL,
+                   .text_field = "text",
+                   .max_doc = 1 << 20};
   write_gz("a.jsonl.gz", jsonl, sizeof(jsonl) - 1);
   CHECK_DOCS("a.jsonl.gz", &o, jsonl_want);
   corpus_opts pct = text_opts(CORPUS_SEP_LINE, "%");
@@ -272,29 +286,31 @@ static void test_utf8(void) {
       {"", 0, 0},
       {"plain ascii text!", 17, 17},
       {"caf\xc3\xa9", 5, 5},
-      {"\xe2\x82\xac", 3, 3},             /* U+20AC */
-      {"\xf0\x9f\x98\x80", 4, 4},         /* U+1F600 */
-      {"\xf4\x8f\xbf\xbf", 4, 4},         /* U+10FFFF, the last */
-      {"\xed\x9f\xbf", 3, 3},             /* U+D7FF, before surrogates */
-      {"\xee\x80\x80", 3, 3},             /* U+E000, after them */
-      {"a\0b", 3, 3},                     /* NUL is a character */
-      {"ab\xc0\xaf", 4, 2},               /* overlong '/' */
-      {"\xc1\xbf", 2, 0},                 /* overlong */
-      {"\xe0\x80\xaf", 3, 0},             /* overlong 3-byte */
-      {"\xe0\x9f\xbf", 3, 0},             /* overlong 3-byte, top */
-      {"\xf0\x8f\xbf\xbf", 4, 0},         /* overlong 4-byte */
-      {"x\xed\xa0\x80", 4, 1},            /* U+D800 surrogate */
-      {"\xed\xbf\xbf", 3, 0},             /* U+DFFF surrogate */
-      {"\xf4\x90\x80\x80", 4, 0},         /* U+110000 */
-      {"\xf5\x80\x80\x80", 4, 0},         /* lead byte past F4 */
+      {"\xe2\x82\xac", 3, 3},     /* U+20AC */
+      {"\xf0\x9f\x98\x80", 4, 4}, /* U+1F600 */
+      {"\xf4\x8f\xbf\xbf", 4, 4}, /* U+10FFFF, the last */
+      {"\xed\x9f\xbf", 3, 3},     /* U+D7FF, before surrogates */
+      {"\xee\x80\x80", 3, 3},     /* U+E000, after them */
+      {"a\0b", 3, 3},             /* NUL is a character */
+      {"ab\xc0\xaf", 4, 2},       /* overlong '/' */
+      {"\xc1\xbf", 2, 0},         /* overlong */
+      {"\xe0\x80\xaf", 3, 0},     /* overlong 3-byte */
+      {"\xe0\x9f\xbf", 3, 0},     /* overlong 3-byte, top */
+      {"\xf0\x8f\xbf\xbf", 4, 0}, /* overlong 4-byte */
+      {"x\xed\xa0\x80", 4, 1},    /* U+D800 surrogate */
+      {"\xed\xbf\xbf", 3, 0},     /* U+DFFF surrogate */
+      {"\xf4\x90\x80\x80", 4, 0}, /* U+110000 */
+      {"\xf5\x80\x80\x80", 4, 0}, /* lead byte past F4 */
       {"\xff", 1, 0},
-      {"\x80", 1, 0},                     /* lone continuation */
-      {"abc\xc3", 4, 3},                  /* truncated at the end */
-      {"\xe2\x82", 2, 0},                 /* truncated 3-byte */
-      {"\xf0\x9f\x98", 3, 0},             /* truncated 4-byte */
-      {"\xe2\x82z", 3, 0},                /* continuation missing */
+      {"\x80", 1, 0},         /* lone continuation */
+      {"abc\xc3", 4, 3},      /* truncated at the end */
+      {"\xe2\x82", 2, 0},     /* truncated 3-byte */
+      {"\xf0\x9f\x98", 3, 0}, /* truncated 4-byte */
+      {"\xe2\x82z", 3, 0},    /* continuation missing */
       {"\xc3\xa9\xc3(", 4, 2},
-      {"12345678\xc3\xa9" "12345678\xff", 19, 18}, /* past the fast path */
+      {"12345678\xc3\xa9"
+       "12345678\xff",
+       19, 18}, /* past the fast path */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     size_t got = docfilter_utf8_check(cases[i].s, cases[i].n);
@@ -315,8 +331,10 @@ static void test_filters(void) {
   CHECK_NEAR(docfilter_alpha_ratio("ab12", 4), 0.5, 1e-12);
   CHECK_NEAR(docfilter_alpha_ratio("a b ", 4), 0.5, 1e-12);
   /* Non-ASCII counts as one letter per code point, not per byte. */
-  CHECK_NEAR(docfilter_alpha_ratio("\xc3\xa9\xe2\x82\xac" "1", 6), 2.0 / 3,
-             1e-12);
+  CHECK_NEAR(docfilter_alpha_ratio("\xc3\xa9\xe2\x82\xac"
+                                   "1",
+                                   6),
+             2.0 / 3, 1e-12);
   CHECK_NEAR(docfilter_alpha_ratio("", 0), 0.0, 0);
 
   docfilter *f = docfilter_create(&(docfilter_opts){0, 0, 0, 1});
@@ -345,7 +363,7 @@ static void test_filters(void) {
       {{0, 5, 0, 1}, "abcdef", DOCFILTER_TOO_LONG},
       {{0, 0, 0.5, 1}, "ab12", DOCFILTER_KEEP},
       {{0, 0, 0.5, 1}, "a123", DOCFILTER_LOW_ALPHA},
-      {{0, 0, 0, 0.3}, "x\ny\nx\nz\n", DOCFILTER_KEEP},      /* 1/4 */
+      {{0, 0, 0, 0.3}, "x\ny\nx\nz\n", DOCFILTER_KEEP},           /* 1/4 */
       {{0, 0, 0, 0.3}, "x\ny\nx\nx\n", DOCFILTER_REPEATED_LINES}, /* 2/4 */
       {{0, 0, 0, 0}, "x\nx", DOCFILTER_REPEATED_LINES},
       /* The first failing filter names the drop. */
@@ -397,12 +415,13 @@ static void test_escape(void) {
   /* Streamed through a tiny buffer: an escape is never split, and the
    * pieces add up to the one-shot result. */
   sbuf b = {0};
-  const char *src = "ab\"cd\n\x02" "ef";
+  const char *src = "ab\"cd\n\x02"
+                    "ef";
   size_t done = 0, len = strlen(src);
   while (done < len) {
     char tiny[7];
-    size_t k = corpus_json_escape(src + done, len - done, tiny, sizeof(tiny),
-                                  &used);
+    size_t k =
+        corpus_json_escape(src + done, len - done, tiny, sizeof(tiny), &used);
     CHECK(k > 0);
     sbuf_printf(&b, "%.*s", (int)k, tiny);
     done += used;
@@ -481,8 +500,8 @@ static void test_expand(void) {
 }
 
 static shard_rec rec(uint64_t h, uint32_t file, uint32_t doc, uint32_t len) {
-  shard_rec r = {h * 7919, h, file, doc, (uint64_t)file * 1000 + doc, len, 0,
-                 0};
+  shard_rec r = {h * 7919, h, file, doc, (uint64_t)file * 1000 + doc,
+                 len,      0, 0};
   return r;
 }
 
