@@ -181,6 +181,7 @@ typedef struct worker {
   shard_recs recs;
   uint64_t counts[NDROPS];
   uint64_t read, accepted, text_bytes;
+  uint64_t file_problems; /* problems listed for the file being read */
 } worker;
 
 typedef struct job {
@@ -639,6 +640,7 @@ static int drop_doc(worker *w, uint64_t *counts, uint32_t file, uint64_t line,
   if (!drop_is_bad[kind] && kind != DROP_TOO_LARGE)
     return 0;
   add_problem(j, file, line, kind, reason);
+  w->file_problems++;
   if (!drop_is_bad[kind] || !j->c->fail_on_bad)
     return 0;
   pthread_mutex_lock(&j->lock);
@@ -743,6 +745,21 @@ static void rollback(worker *w, size_t n) {
   atomic_fetch_sub(&w->job->nrecs, k);
 }
 
+/* Withdraws the problems listed for file fi: it turned out unreadable,
+ * and its counts are dropped with it, so the manifest stays consistent. */
+static void withdraw_problems(worker *w, uint32_t fi) {
+  job *j = w->job;
+  pthread_mutex_lock(&j->lock);
+  size_t k = 0;
+  for (size_t i = 0; i < j->nproblems; i++)
+    if (j->problems[i].file != fi)
+      j->problems[k++] = j->problems[i];
+  j->nproblems = k;
+  j->nproblems_total -= w->file_problems;
+  pthread_mutex_unlock(&j->lock);
+  w->file_problems = 0;
+}
+
 /* Reads one file. Its counts and records join the worker's only when the
  * file is read to its end: a file that turns out unreadable halfway
  * counts as one unreadable file, not as part of a corpus. */
@@ -754,6 +771,7 @@ static int read_file(worker *w, uint32_t fi) {
   size_t recs_before = w->recs.n;
   char err[256];
   int stop_file = 0;
+  w->file_problems = 0;
   if (f->stat_errno) {
     drop_doc(w, w->counts, fi, 0, DROP_UNREADABLE, strerror(f->stat_errno));
     return 0;
@@ -781,6 +799,7 @@ static int read_file(worker *w, uint32_t fi) {
         return -ENOMEM;
       if (rc == CORPUS_ECANCELED)
         return 0; /* stop is set; the task ends with its reason */
+      withdraw_problems(w, fi);
       drop_doc(w, w->counts, fi, 0, DROP_UNREADABLE, err);
       return 0;
     }
@@ -1418,6 +1437,11 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
   }
   t.val = nval;
   t.train = kept - nval;
+  if (c->val_fraction > 0 && nval == 0)
+    h->log(ctx, DAGRUN_LOG_WARN,
+           "val_fraction is %g but %zu document%s cannot be split: no "
+           "validation shard",
+           c->val_fraction, kept, kept == 1 ? "" : "s");
   shardplan_group(j->recs, kept);
   for (size_t i = 0, d = 0; d <= j->nshards; d++) {
     while (i < kept && j->recs[i].dest < d)

@@ -13,10 +13,12 @@ printf 'good one\n%%\ngood two\n%%\n' > bad/a-good.txt
 printf 'fine doc\n%%\nline three\nbad \377 byte\n%%\nafter the bad one\n' > bad/b-utf8.txt
 : > bad/c-empty.txt
 ln -s /nonexistent/target bad/d-gone.txt
-# A gzip stream cut short: none of its documents may be kept.
+# A gzip stream cut short: none of its documents may be kept, and what
+# was seen in it before the cut (an invalid document) is not counted.
 /usr/bin/python3 -c '
 import gzip, os
-data = gzip.compress(("FROM-CORRUPT " + os.urandom(30000).hex() + "\n%\n").encode())
+data = gzip.compress(b"bad \xff first\n%\nFROM-CORRUPT "
+                     + os.urandom(100000).hex().encode() + b"\n%\n")
 open("bad/e-cut.txt.gz", "wb").write(data[: len(data) // 2])
 '
 nbad_unreadable=2
@@ -63,6 +65,8 @@ assert ("c-empty.txt", 0, "empty_file") in probs, probs
 assert ("d-gone.txt", 0, "unreadable") in probs, probs
 assert "No such file" in probs[("d-gone.txt", 0, "unreadable")], probs
 assert "truncated" in probs[("e-cut.txt.gz", 0, "unreadable")], probs
+assert [k for k in probs if k[0] == "e-cut.txt.gz"] == [("e-cut.txt.gz", 0, "unreadable")], probs
+assert m["problems_total"] == len(m["problems"]), m["problems_total"]
 # Canonical order: by file, then line.
 keys = [(p["file"], p["line"]) for p in m["problems"]]
 assert keys == sorted(keys), keys
