@@ -8,6 +8,7 @@
 #include <fnmatch.h>
 #include <glob.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -523,6 +524,22 @@ static int next_text(corpus_reader *r, corpus_doc *doc, char *err,
   return 1;
 }
 
+/* Whether the JSON text s has a \u0000 escape (not an escaped backslash
+ * followed by "u0000"): cJSON's strings end at a NUL, so the text would
+ * come back cut short. */
+static int has_nul_escape(const char *s, size_t n) {
+  const char *p = s, *end = s + n;
+  while ((p = memmem(p, (size_t)(end - p), "u0000", 5)) != NULL) {
+    size_t slashes = 0;
+    while (p - slashes > s && p[-1 - (ptrdiff_t)slashes] == '\\')
+      slashes++;
+    if (slashes % 2 == 1)
+      return 1;
+    p += 5;
+  }
+  return 0;
+}
+
 static int next_jsonl(corpus_reader *r, corpus_doc *doc, char *err,
                       size_t errlen) {
   cJSON_Delete(r->tree);
@@ -576,6 +593,13 @@ static int next_jsonl(corpus_reader *r, corpus_doc *doc, char *err,
       doc->status = CORPUS_DOC_MISSING_FIELD;
       snprintf(doc->why, sizeof(doc->why), "%s \"%.100s\"",
                f ? "not a string: field" : "no field", r->o.text_field);
+      return 1;
+    }
+    if (has_nul_escape(r->doc, len)) {
+      doc->status = CORPUS_DOC_MALFORMED_JSON;
+      snprintf(doc->why, sizeof(doc->why),
+               "\\u0000 (NUL) in the line: not supported, the text would "
+               "be cut short");
       return 1;
     }
     doc->text = f->valuestring;

@@ -134,7 +134,9 @@ typedef struct corpus_doc {
  *   first one) is reported CORPUS_DOC_EMPTY; a separator at the end of the
  *   file does not open a new document.
  * - BLANK: blank lines never make empty documents.
- * JSONL: one JSON object per line; blank lines are skipped.
+ * JSONL: one JSON object per line; blank lines are skipped. A line with
+ * a \u0000 escape is reported MALFORMED_JSON: the parser's strings end at
+ * NUL, so its text could not be kept exactly.
  * A UTF-8 byte order mark at the start of a file is dropped.
  */
 typedef struct corpus_reader corpus_reader;

@@ -191,7 +191,9 @@ static const char jsonl[] =
     "[1,2]\n"                                       /* 7 */
     "{\"text\":\"\"}\n"                             /* 8 */
     "{\"text\":\"end\"} x\n"                        /* 9: trailing garbage */
-    "  {\"other\":{\"text\":1},\"text\":\"last\"}"; /* 10, no newline */
+    "{\"text\":\"nul \\u0000 here\"}\n"             /* 10: NUL */
+    "{\"text\":\"not nul \\\\u0000\"}\n"            /* 11: \\ then u0000 */
+    "  {\"other\":{\"text\":1},\"text\":\"last\"}"; /* 12, no newline */
 
 static const char jsonl_want[] =
     "ok|1|hello\n"
@@ -202,7 +204,10 @@ static const char jsonl_want[] =
     "missing|7|line is not a JSON object\n"
     "empty|8|\n"
     "malformed|9|malformed JSON at column 16\n"
-    "ok|10|last\n";
+    "malformed|10|\\u0000 (NUL) in the line: not supported, the text would "
+    "be cut short\n"
+    "ok|11|not nul \\u0000\n"
+    "ok|12|last\n";
 
 static void test_jsonl(void) {
   corpus_opts o = {.format = CORPUS_JSONL,
@@ -222,7 +227,9 @@ static void test_jsonl(void) {
              "missing|7|line is not a JSON object\n"
              "missing|8|no field \"txt\"\n"
              "malformed|9|malformed JSON at column 16\n"
-             "missing|10|no field \"txt\"\n");
+             "missing|10|no field \"txt\"\n"
+             "missing|11|no field \"txt\"\n"
+             "missing|12|no field \"txt\"\n");
 }
 
 static void test_gzip(void) {
