@@ -612,6 +612,30 @@ static void test_plan(void) {
   free(before);
   shardplan_free_array(v, n);
 
+  /* pop across chunk boundaries (a chunk holds ~6,500 records). */
+  shard_recs c = {0};
+  for (uint32_t i = 0; i < 20000; i++) {
+    shard_rec r = rec(i, 0, i, 1);
+    shard_recs_push(&c, &r);
+  }
+  shard_recs_pop(&c, 12345);
+  CHECK_INT(c.n, 7655);
+  shard_rec more = rec(99999, 1, 0, 1);
+  CHECK_INT(shard_recs_push(&c, &more), 0);
+  CHECK_INT(shardplan_gather(&c, 1, &v, &n), 0);
+  CHECK_INT(n, 7656);
+  int in_order = 1;
+  for (size_t i = 0; i + 1 < n; i++)
+    in_order &= v[i].doc == i;
+  CHECK(in_order);
+  CHECK_INT(v[n - 1].hash_lo, 99999);
+  shardplan_free_array(v, n);
+  shard_recs_push(&c, &more);
+  shard_recs_pop(&c, 5); /* more than there are: empties the list */
+  CHECK_INT(c.n, 0);
+  CHECK(c.head == NULL && c.tail == NULL);
+  shard_recs_free(&c);
+
   CHECK_INT(shardplan_val_count(1, 0.5), 0);
   CHECK_INT(shardplan_val_count(2, 0.001), 1);
   CHECK_INT(shardplan_val_count(10, 0.99), 9);
