@@ -1,1 +1,195 @@
-/* placeholder: being written */
+/*
+ * The GPT-2 pre-tokenizer on PCRE2. See pretok.h.
+ */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "pretok.h"
+
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* GPT-2's pattern (openai/gpt-2 encoder.py), unchanged. */
+static const char gpt2_pattern[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+"
+    "|\\s+(?!\\S)|\\s+";
+
+/* The JIT stack grows from 32 KiB up to this. The pattern's repeats are
+ * single-character ones, which the JIT runs without a frame per
+ * character, so long whitespace or letter runs stay far below it; the
+ * ceiling only matters if that ever changes. */
+#define JIT_STACK_MAX (8u << 20)
+
+struct pretok {
+  pcre2_code *code;
+  int jit; /* 1 when JIT compilation succeeded */
+};
+
+struct pretok_matcher {
+  const pretok *p;
+  pcre2_match_data *md;
+  pcre2_match_context *mctx;
+  pcre2_jit_stack *stack;
+  const char *text;
+  size_t len, pos;
+  /* A match found past uncovered bytes, returned on the next call. */
+  size_t pend_start, pend_end;
+  int has_pend;
+};
+
+int pretok_create(pretok **out, char *err, size_t errlen) {
+  *out = NULL;
+  pretok *p = calloc(1, sizeof *p);
+  if (!p) {
+    snprintf(err, errlen, "pretok: out of memory");
+    return -1;
+  }
+  int ec;
+  PCRE2_SIZE eo;
+  p->code = pcre2_compile((PCRE2_SPTR)gpt2_pattern, PCRE2_ZERO_TERMINATED,
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF,
+                          &ec, &eo, NULL);
+  if (!p->code) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(ec, msg, sizeof msg);
+    snprintf(err, errlen, "pretok: pattern does not compile at %zu: %s",
+             (size_t)eo, (char *)msg);
+    free(p);
+    return -1;
+  }
+  /* Without JIT (a platform PCRE2 lacks it for) the interpreter gives the
+   * same pieces, only slower. */
+  p->jit = pcre2_jit_compile(p->code, PCRE2_JIT_COMPLETE) == 0;
+  *out = p;
+  return 0;
+}
+
+void pretok_destroy(pretok *p) {
+  if (!p)
+    return;
+  pcre2_code_free(p->code);
+  free(p);
+}
+
+pretok_matcher *pretok_matcher_create(const pretok *p) {
+  pretok_matcher *m = calloc(1, sizeof *m);
+  if (!m)
+    return NULL;
+  m->p = p;
+  m->md = pcre2_match_data_create_from_pattern(p->code, NULL);
+  m->mctx = pcre2_match_context_create(NULL);
+  if (!m->md || !m->mctx)
+    goto fail;
+  if (p->jit) {
+    m->stack = pcre2_jit_stack_create(32 * 1024, JIT_STACK_MAX, NULL);
+    if (!m->stack)
+      goto fail;
+    pcre2_jit_stack_assign(m->mctx, NULL, m->stack);
+  }
+  return m;
+fail:
+  pretok_matcher_destroy(m);
+  return NULL;
+}
+
+void pretok_matcher_destroy(pretok_matcher *m) {
+  if (!m)
+    return;
+  pcre2_jit_stack_free(m->stack);
+  pcre2_match_context_free(m->mctx);
+  pcre2_match_data_free(m->md);
+  free(m);
+}
+
+void pretok_begin(pretok_matcher *m, const char *text, size_t len) {
+  m->text = text;
+  m->len = len;
+  m->pos = 0;
+  m->has_pend = 0;
+}
+
+int pretok_next(pretok_matcher *m, size_t *start, size_t *n) {
+  if (m->has_pend) {
+    m->has_pend = 0;
+    *start = m->pend_start;
+    *n = m->pend_end - m->pend_start;
+    m->pos = m->pend_end;
+    return 1;
+  }
+  if (m->pos >= m->len)
+    return 0;
+  int rc;
+  /* PCRE2 wants a non-NULL subject even when it is empty. */
+  PCRE2_SPTR subj = (PCRE2_SPTR)m->text;
+  if (m->p->jit)
+    rc = pcre2_jit_match(m->p->code, subj, m->len, m->pos, 0, m->md,
+                         m->mctx);
+  else
+    rc = pcre2_match(m->p->code, subj, m->len, m->pos, 0, m->md, m->mctx);
+  if (rc == PCRE2_ERROR_NOMATCH) {
+    /* Only invalid UTF-8 is left: one piece of its own. */
+    *start = m->pos;
+    *n = m->len - m->pos;
+    m->pos = m->len;
+    return 1;
+  }
+  if (rc < 0)
+    return -1;
+  PCRE2_SIZE *ov = pcre2_get_ovector_pointer(m->md);
+  size_t s = ov[0], e = ov[1];
+  if (e <= s) /* the pattern cannot match empty; be safe anyway */
+    return -1;
+  if (s > m->pos) {
+    /* Bytes before the match are invalid UTF-8 no match covers. */
+    *start = m->pos;
+    *n = s - m->pos;
+    m->pend_start = s;
+    m->pend_end = e;
+    m->has_pend = 1;
+    m->pos = s;
+    return 1;
+  }
+  *start = s;
+  *n = e - s;
+  m->pos = e;
+  return 1;
+}
+
+int pretok_split(const pretok *p, const char *text, size_t len,
+                 size_t **offs, size_t *npieces, char *err, size_t errlen) {
+  *offs = NULL;
+  *npieces = 0;
+  pretok_matcher *m = pretok_matcher_create(p);
+  size_t cap = 16, n = 0;
+  size_t *v = malloc(cap * sizeof *v);
+  if (!m || !v)
+    goto oom;
+  pretok_begin(m, text, len);
+  size_t s, k;
+  int rc;
+  while ((rc = pretok_next(m, &s, &k)) == 1) {
+    if (n + 2 > cap) {
+      size_t *nv = realloc(v, 2 * cap * sizeof *v);
+      if (!nv)
+        goto oom;
+      v = nv;
+      cap *= 2;
+    }
+    v[n++] = s;
+  }
+  if (rc < 0) {
+    snprintf(err, errlen, "pretok: PCRE2 match failed");
+    free(v);
+    pretok_matcher_destroy(m);
+    return -1;
+  }
+  v[n] = len;
+  *offs = v;
+  *npieces = n;
+  pretok_matcher_destroy(m);
+  return 0;
+oom:
+  snprintf(err, errlen, "pretok: out of memory");
+  free(v);
+  pretok_matcher_destroy(m);
+  return -1;
+}

@@ -1,0 +1,53 @@
+/*
+ * pretok: the GPT-2 pre-tokenizer.
+ *
+ * Splits text into the pieces that byte-level BPE encodes one at a time,
+ * with GPT-2's pattern
+ *
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *
+ * compiled by PCRE2 (UTF, UCP, JIT). The input is bytes, not necessarily
+ * UTF-8: PCRE2_MATCH_INVALID_UTF keeps invalid sequences from being an
+ * error, and the bytes that no match covers become pieces of their own
+ * (a run of such bytes is one piece). So every input byte lies in exactly
+ * one piece, and the pieces, in order, concatenate to the input.
+ *
+ * Threads: a pretok (the compiled pattern) is immutable and may be shared
+ * by any number of threads. A pretok_matcher holds PCRE2's match data and
+ * JIT stack and belongs to one thread at a time.
+ */
+#ifndef DAGRUN_PRETOK_H
+#define DAGRUN_PRETOK_H
+
+#include <stddef.h>
+
+typedef struct pretok pretok;
+typedef struct pretok_matcher pretok_matcher;
+
+/* Compiles the pattern (JIT where the platform has it). Returns 0 and a
+ * new pretok in *out, or -1 with a message in err. */
+int pretok_create(pretok **out, char *err, size_t errlen);
+/* Frees the compiled pattern; NULL is a no-op. Every matcher made from it
+ * must be destroyed first. */
+void pretok_destroy(pretok *p);
+
+/* A matcher for one thread. Borrows p, which must outlive it. Returns
+ * NULL when out of memory. */
+pretok_matcher *pretok_matcher_create(const pretok *p);
+void pretok_matcher_destroy(pretok_matcher *m);
+
+/* Starts splitting text[0..len). The matcher borrows text until the last
+ * pretok_next call. */
+void pretok_begin(pretok_matcher *m, const char *text, size_t len);
+/* The next piece: returns 1 and sets *start (offset into the text) and
+ * *n (its length, >= 1); 0 when the text is done; -1 if PCRE2 failed
+ * (out of memory or match limits; the text cannot be split further). */
+int pretok_next(pretok_matcher *m, size_t *start, size_t *n);
+
+/* Convenience for tests and tools: the pieces of text as offsets, in
+ * order. *offs (malloc'd, caller frees) gets npieces + 1 entries, piece i
+ * being [offs[i], offs[i+1]). Returns 0, or -1 (message in err). */
+int pretok_split(const pretok *p, const char *text, size_t len,
+                 size_t **offs, size_t *npieces, char *err, size_t errlen);
+
+#endif /* DAGRUN_PRETOK_H */
