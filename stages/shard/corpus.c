@@ -346,6 +346,13 @@ int corpus_reader_open(corpus_reader *r, const char *path, char *err,
 
 uint64_t corpus_reader_bytes(const corpus_reader *r) { return r->bytes; }
 
+uint64_t corpus_reader_offset(const corpus_reader *r) {
+  if (!r->gz)
+    return 0;
+  z_off_t off = gzoffset(r->gz);
+  return off > 0 ? (uint64_t)off : 0;
+}
+
 /* Makes unread bytes available in chunk: 1, 0 at the end, or an error. */
 static int fill(corpus_reader *r, char *err, size_t errlen) {
   if (r->cpos < r->cend)

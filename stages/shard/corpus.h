@@ -163,6 +163,10 @@ int corpus_reader_next(corpus_reader *r, corpus_doc *doc, char *err,
  * file means the file is empty). */
 uint64_t corpus_reader_bytes(const corpus_reader *r);
 
+/* Bytes of the open file on disk (compressed, for gzip) consumed so far,
+ * read-ahead included: how far through the file the reader is. */
+uint64_t corpus_reader_offset(const corpus_reader *r);
+
 /* Closes the open file, if any. */
 void corpus_reader_close(corpus_reader *r);
 

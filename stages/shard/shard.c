@@ -182,6 +182,9 @@ typedef struct worker {
   uint64_t counts[NDROPS];
   uint64_t read, accepted, text_bytes;
   uint64_t file_problems; /* problems listed for the file being read */
+  /* On-disk bytes read of the current file, for the estimate in the
+   * too-many-documents message; other threads read it. */
+  atomic_uint_least64_t file_offset;
 } worker;
 
 typedef struct job {
@@ -726,13 +729,25 @@ static int accept_doc(worker *w, uint64_t *counts, uint32_t fi, uint32_t di,
   /* Each reader may hold one partly filled chunk on top. */
   if (shard_recs_bytes((size_t)n) + j->c->read_threads * shard_recs_bytes(1) >
       j->rec_budget) {
+    /* Scale what was read to the whole input (files done, and how far
+     * each reader is in its file, by size on disk) for a suggestion. */
+    atomic_store(&w->file_offset, corpus_reader_offset(w->reader));
+    uint64_t total = 0;
+    for (size_t i = 0; i < j->files.n; i++)
+      total += j->files.v[i].size;
+    uint64_t seen = atomic_load(&j->bytes_done);
+    for (unsigned i = 0; i < j->c->read_threads; i++)
+      seen += atomic_load(&j->workers[i].file_offset);
+    double share = total && seen < total ? (double)seen / (double)total : 1.0;
+    double need = 2.0 * (double)shard_recs_bytes((size_t)((double)n / share)) /
+                  0.9; /* records get half of it; 10% to spare */
+    uint64_t mib = (uint64_t)(need / 1048576.0) + 1;
     set_fatal(j,
-              "more than %llu documents: their records (40 bytes each) "
-              "would exceed half of memory_limit %s; raise memory_limit "
-              "(about %.0f MiB per million documents, twice what the "
-              "records take)",
-              (unsigned long long)n, j->c->memory_name,
-              2.0 * shard_recs_bytes(1000000) / 1048576.0);
+              "%llu documents in the first %.0f%% of the input already need "
+              "more than half of memory_limit %s for their records (40 "
+              "bytes each); set memory_limit to at least %lluMiB",
+              (unsigned long long)n, share * 100.0, j->c->memory_name,
+              (unsigned long long)mib);
     return ERR_REPORTED;
   }
   return 1;
@@ -782,6 +797,8 @@ static int read_file(worker *w, uint32_t fi) {
   }
   uint32_t di = 0;
   for (;;) {
+    if ((di & 63) == 0)
+      atomic_store(&w->file_offset, corpus_reader_offset(w->reader));
     if ((di & 63) == 0 &&
         (atomic_load(&j->stop) || atomic_load(&j->fail_file) < fi)) {
       corpus_reader_close(w->reader);
@@ -895,6 +912,7 @@ static void *pass1_thread(void *arg) {
                 strerror(-rc));
     if (rc < 0)
       break;
+    atomic_store(&w->file_offset, 0);
     atomic_fetch_add(&j->bytes_done, j->files.v[i].size);
     atomic_fetch_add(&j->done, 1);
     j->host->heartbeat(j->ctx);
