@@ -739,8 +739,11 @@ static int accept_doc(worker *w, uint64_t *counts, uint32_t fi, uint32_t di,
     for (unsigned i = 0; i < j->c->read_threads; i++)
       seen += atomic_load(&j->workers[i].file_offset);
     double share = total && seen < total ? (double)seen / (double)total : 1.0;
-    double need = 2.0 * (double)shard_recs_bytes((size_t)((double)n / share)) /
-                  0.9; /* records get half of it; 10% to spare */
+    /* The inverse of the check above, for 10% more documents than the
+     * estimate: memory_limit / 2 must hold them. */
+    double est = (double)n / share * 1.1;
+    double need = 2.0 * (double)(shard_recs_bytes((size_t)est) +
+                                 j->c->read_threads * shard_recs_bytes(1));
     uint64_t mib = (uint64_t)(need / 1048576.0) + 1;
     set_fatal(j,
               "%llu documents in the first %.0f%% of the input already need "

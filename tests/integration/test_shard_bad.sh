@@ -244,7 +244,7 @@ assert p["kind"] == "too_large" and p["line"] == 3, p
 ' "$R" || fail "too_large: $(cat "$R/shard/out/manifest.json")"
 
 # More documents than memory_limit can hold records for: a clear failure
-# that says what to raise, not an out-of-memory kill.
+# that says what to set, not an out-of-memory kill; and what it says works.
 /usr/bin/python3 -c '
 with open("many.txt", "w") as f:
     for i in range(120000):
@@ -256,5 +256,10 @@ tasks:
 Y
 run_dagrun run many.yaml --plain
 [ "$RC" -ne 0 ] || fail "120,000 documents fit in 4MiB?"
-expect_in "$T/out" "raise memory_limit"
+expect_in "$T/out" "set memory_limit to at least"
+suggested=$(sed -n 's/.*set memory_limit to at least \([0-9]*MiB\).*/\1/p' "$T/out" | head -n 1)
+[ -n "$suggested" ] || fail "no suggested memory_limit in: $(cat "$T/out")"
+sed -i "s/memory_limit: 4MiB/memory_limit: $suggested/; s/^dag: many/dag: many2/" many.yaml
+run_dagrun run many.yaml --plain
+expect_rc 0
 pass
