@@ -19,9 +19,16 @@ static const char gpt2_pattern[] =
  * ceiling only matters if that ever changes. */
 #define JIT_STACK_MAX (8u << 20)
 
+/* Classes of ASCII characters for the fast path. */
+enum { C_OTHER, C_LETTER, C_NUMBER, C_SPACE };
+
 struct pretok {
   pcre2_code *code;
   int jit; /* 1 when JIT compilation succeeded */
+  /* The class of each ASCII character, as PCRE2 itself sees \p{L},
+   * \p{N} and \s with UCP (asked once at creation, so the fast path
+   * cannot disagree with the pattern about, say, \v or \x1c). */
+  unsigned char cls[128];
 };
 
 struct pretok_matcher {
@@ -34,6 +41,7 @@ struct pretok_matcher {
   /* A match found past uncovered bytes, returned on the next call. */
   size_t pend_start, pend_end;
   int has_pend;
+  int fast; /* 1: the ASCII fast path is on (the default) */
 };
 
 int pretok_create(pretok **out, char *err, size_t errlen) {
@@ -59,6 +67,29 @@ int pretok_create(pretok **out, char *err, size_t errlen) {
   /* Without JIT (a platform PCRE2 lacks it for) the interpreter gives the
    * same pieces, only slower. */
   p->jit = pcre2_jit_compile(p->code, PCRE2_JIT_COMPLETE) == 0;
+  static const struct {
+    const char *re;
+    unsigned char cls;
+  } classes[] = {{"\\p{L}", C_LETTER}, {"\\p{N}", C_NUMBER}, {"\\s", C_SPACE}};
+  for (int k = 0; k < 3; k++) {
+    pcre2_code *c = pcre2_compile((PCRE2_SPTR)classes[k].re,
+                                  PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                                  &ec, &eo, NULL);
+    pcre2_match_data *md = c ? pcre2_match_data_create(1, NULL) : NULL;
+    if (!md) {
+      pcre2_code_free(c);
+      pretok_destroy(p);
+      snprintf(err, errlen, "pretok: cannot compile the ASCII classes");
+      return -1;
+    }
+    for (unsigned ch = 0; ch < 128; ch++) {
+      unsigned char b = (unsigned char)ch;
+      if (pcre2_match(c, &b, 1, 0, PCRE2_ANCHORED, md, NULL) >= 0)
+        p->cls[ch] = classes[k].cls;
+    }
+    pcre2_match_data_free(md);
+    pcre2_code_free(c);
+  }
   *out = p;
   return 0;
 }
@@ -75,6 +106,7 @@ pretok_matcher *pretok_matcher_create(const pretok *p) {
   if (!m)
     return NULL;
   m->p = p;
+  m->fast = 1;
   m->md = pcre2_match_data_create_from_pattern(p->code, NULL);
   m->mctx = pcre2_match_context_create(NULL);
   if (!m->md || !m->mctx)
@@ -107,6 +139,69 @@ void pretok_begin(pretok_matcher *m, const char *text, size_t len) {
   m->has_pend = 0;
 }
 
+void pretok_matcher_set_fast(pretok_matcher *m, int on) { m->fast = on; }
+
+/* The piece at i decided on ASCII alone, exactly as the pattern would:
+ * returns 1 and its end, or 0 when a byte >= 0x80 matters (a letter run
+ * may go on with an accented letter, a space may be NBSP, ...) and PCRE2
+ * must decide. Most text is mostly ASCII, and one PCRE2 call per piece
+ * costs more than the rest of encoding. */
+static int fast_piece(const unsigned char *cls, const unsigned char *t,
+                      size_t len, size_t i, size_t *end) {
+  unsigned c = t[i];
+  if (c >= 0x80)
+    return 0;
+  /* 's|'t|'re|'ve|'m|'ll|'d */
+  if (c == '\'' && i + 1 < len) {
+    unsigned d = t[i + 1];
+    if (d == 's' || d == 't' || d == 'm' || d == 'd') {
+      *end = i + 2;
+      return 1;
+    }
+    if (i + 2 < len) {
+      unsigned e = t[i + 2];
+      if ((d == 'r' && e == 'e') || (d == 'v' && e == 'e') ||
+          (d == 'l' && e == 'l')) {
+        *end = i + 3;
+        return 1;
+      }
+    }
+  }
+  /* " ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+": an optional space, then a
+   * run of one class. */
+  size_t j = i;
+  if (c == ' ' && i + 1 < len) {
+    unsigned d = t[i + 1];
+    if (d >= 0x80)
+      return 0;
+    if (cls[d] != C_SPACE) {
+      j = i + 1;
+      c = d;
+    }
+  }
+  unsigned k0 = cls[c];
+  size_t k = j + 1;
+  if (k0 != C_SPACE) {
+    while (k < len && t[k] < 0x80 && cls[t[k]] == k0)
+      k++;
+    if (k < len && t[k] >= 0x80)
+      return 0;
+    *end = k;
+    return 1;
+  }
+  /* "\s+(?!\S)|\s+": a whitespace run; before a non-space, all but its
+   * last character (which goes with what follows), or the one. */
+  while (k < len && t[k] < 0x80 && cls[t[k]] == C_SPACE)
+    k++;
+  if (k < len && t[k] >= 0x80)
+    return 0;
+  if (k == len || k - i == 1)
+    *end = k;
+  else
+    *end = k - 1;
+  return 1;
+}
+
 int pretok_next(pretok_matcher *m, size_t *start, size_t *n) {
   if (m->has_pend) {
     m->has_pend = 0;
@@ -117,6 +212,14 @@ int pretok_next(pretok_matcher *m, size_t *start, size_t *n) {
   }
   if (m->pos >= m->len)
     return 0;
+  size_t fe;
+  if (m->fast && fast_piece(m->p->cls, (const unsigned char *)m->text, m->len,
+                            m->pos, &fe)) {
+    *start = m->pos;
+    *n = fe - m->pos;
+    m->pos = fe;
+    return 1;
+  }
   int rc;
   /* PCRE2 wants a non-NULL subject even when it is empty. */
   PCRE2_SPTR subj = (PCRE2_SPTR)m->text;

@@ -44,6 +44,11 @@ void pretok_begin(pretok_matcher *m, const char *text, size_t len);
  * (out of memory or match limits; the text cannot be split further). */
 int pretok_next(pretok_matcher *m, size_t *start, size_t *n);
 
+/* Pieces made of ASCII are found without PCRE2, by code that follows
+ * the pattern exactly; 0 turns that off so every piece comes from PCRE2
+ * (the tests compare the two). */
+void pretok_matcher_set_fast(pretok_matcher *m, int on);
+
 /* Convenience for tests and tools: the pieces of text as offsets, in
  * order. *offs (malloc'd, caller frees) gets npieces + 1 entries, piece i
  * being [offs[i], offs[i+1]). Returns 0, or -1 (message in err). */

@@ -137,12 +137,65 @@ static void test_long_runs(void) {
   free(t);
 }
 
+/* The pieces' ends, with or without the ASCII fast path. */
+static size_t ends(pretok_matcher *m, const char *t, size_t len, size_t *out,
+                   size_t cap) {
+  size_t s, n, k = 0;
+  pretok_begin(m, t, len);
+  while (k < cap && pretok_next(m, &s, &n) == 1)
+    out[k++] = s + n;
+  return k;
+}
+
+static void test_fast_path(void) {
+  /* Random text from pieces that exercise every rule of the pattern at
+   * ASCII / non-ASCII borders: both ways must split identically. */
+  static const char *const bits[] = {
+      "a", "Z", "7", " ", "  ", "\t", "\n", "\r\n", "\v", "\f", "\x1c",
+      "'", "'s", "'re", "'ll", "'ve", "'d", "'m", "'t", "'r", "'x", "!", "..",
+      "\0", "\x7f", "\xc3\xa9", "\xc2\xa0", "\xe4\xb8\xad", "\xd9\xa3",
+      "\xcc\x81", "\xff", "\xe2\x80\x83", "\xf0\x9f\xa4\x96", "_", "-"};
+  size_t nb = sizeof bits / sizeof *bits;
+  pretok_matcher *fast = pretok_matcher_create(P);
+  pretok_matcher *slow = pretok_matcher_create(P);
+  pretok_matcher_set_fast(slow, 0);
+  char buf[512];
+  size_t ef[600], es[600];
+  uint64_t x = 0x2545F4914F6CDD1Dull;
+  int ok = 1;
+  for (int iter = 0; iter < 20000; iter++) {
+    size_t len = 0, want = (size_t)(iter % 60);
+    while (len < want) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      size_t b = x % nb;
+      size_t bl = b == 23 ? 1 : strlen(bits[b]); /* "\0" */
+      memcpy(buf + len, bits[b], bl);
+      len += bl;
+    }
+    size_t nf = ends(fast, buf, len, ef, 600);
+    size_t ns = ends(slow, buf, len, es, 600);
+    if (nf != ns || memcmp(ef, es, nf * sizeof *ef) != 0) {
+      if (ok) {
+        fprintf(stderr, "fast and PCRE2 splits differ on:");
+        for (size_t i = 0; i < len; i++)
+          fprintf(stderr, " %02x", (unsigned char)buf[i]);
+        fprintf(stderr, "\n");
+      }
+      ok = 0;
+    }
+  }
+  CHECK(ok);
+  pretok_matcher_destroy(fast);
+  pretok_matcher_destroy(slow);
+}
+
 int main(void) {
   char err[256];
   CHECK_INT(pretok_create(&P, err, sizeof err), 0);
   test_table();
   test_invalid_utf8();
   test_long_runs();
+  test_fast_path();
   pretok_destroy(P);
   pretok_destroy(NULL);
   TEST_DONE();
