@@ -239,11 +239,55 @@ fail:
  * heap, so a megabyte of spaces costs n log n, not n^2. */
 #define SHORT_PIECE 48
 
+/* A cache slot: 32 bytes, so a hit on a short piece reads one cache
+ * line. Pieces of up to 16 bytes are kept in the slot as two words (see
+ * short_key), longer ones in keys; up to two ids in the slot, more in
+ * ids. */
 typedef struct cslot {
-  uint64_t h;
-  uint32_t koff, klen; /* key bytes in keys; klen 0 = empty slot */
-  uint32_t ioff, nids; /* ids in ids */
+  uint32_t h;    /* the low bits of the piece's hash */
+  uint8_t klen;  /* 0 = empty slot */
+  uint8_t nids;  /* pieces of <= 64 bytes have <= 64 ids */
+  uint16_t pad;
+  uint32_t id[2];  /* the ids, or id[0] = their offset in ids */
+  uint64_t k0, k1; /* short_key's words, or k0 = offset in keys */
 } cslot;
+
+static inline uint64_t load64(const char *p) {
+  uint64_t w;
+  memcpy(&w, p, 8);
+  return w;
+}
+
+static inline uint32_t load32(const char *p) {
+  uint32_t w;
+  memcpy(&w, p, 4);
+  return w;
+}
+
+/* Two words that, with the length, identify a piece of 1..16 bytes:
+ * overlapping loads that together cover every byte, without a loop. */
+static inline void short_key(const char *p, size_t n, uint64_t *k0,
+                             uint64_t *k1) {
+  if (n >= 8) {
+    *k0 = load64(p);
+    *k1 = load64(p + n - 8);
+  } else if (n >= 4) {
+    *k0 = load32(p) | ((uint64_t)load32(p + n - 4) << 32);
+    *k1 = 0;
+  } else {
+    *k0 = (uint64_t)(unsigned char)p[0] |
+          ((uint64_t)(unsigned char)p[n / 2] << 8) |
+          ((uint64_t)(unsigned char)p[n - 1] << 16);
+    *k1 = 0;
+  }
+}
+
+static inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 32;
+  x *= 0xd6e8feb86659fd93ull;
+  x ^= x >> 32;
+  return x;
+}
 
 struct bpe_encoder {
   const bpe *b;
@@ -289,7 +333,7 @@ void bpe_encoder_destroy(bpe_encoder *e) {
   free(e);
 }
 
-static int ids_reserve(bpe_ids *o, size_t extra) {
+static inline int ids_reserve(bpe_ids *o, size_t extra) {
   if (o->n + extra <= o->cap)
     return 0;
   size_t cap = o->cap ? o->cap : 256;
@@ -476,6 +520,68 @@ static int cache_grow(bpe_encoder *e) {
   return 0;
 }
 
+/* Merges a piece of up to SHORT_PIECE bytes, appending its ids. */
+static int encode_short(const bpe *b, const char *p, size_t n,
+                        bpe_ids *out) {
+  uint32_t sym[SHORT_PIECE];
+  for (size_t k = 0; k < n; k++)
+    sym[k] = b->byte_id[(unsigned char)p[k]];
+  size_t k = merge_short(b, sym, n);
+  if (ids_reserve(out, k))
+    return -1;
+  memcpy(out->v + out->n, sym, k * sizeof *sym);
+  out->n += k;
+  return 0;
+}
+
+/* Remembers piece p (ids just appended to out from start). A failure to
+ * grow only costs speed later, so it is not an error. */
+static void cache_put(bpe_encoder *e, const char *p, size_t n, uint32_t h,
+                      uint64_t k0, uint64_t k1, const uint32_t *ids,
+                      size_t k) {
+  if (e->count >= CACHE_MAX_ENTRIES ||
+      e->nkeys + n + (e->nids + k) * 4 > CACHE_MAX_BYTES)
+    cache_reset(e);
+  else if (2 * (e->count + 1) > e->mask + 1 && cache_grow(e))
+    return;
+  if (n > 16) {
+    if (e->nkeys + n > e->capkeys) {
+      size_t cap = e->capkeys ? 2 * e->capkeys : 1u << 16;
+      while (cap < e->nkeys + n)
+        cap *= 2;
+      char *nk = realloc(e->keys, cap);
+      if (!nk)
+        return;
+      e->keys = nk;
+      e->capkeys = cap;
+    }
+    k0 = e->nkeys;
+    memcpy(e->keys + e->nkeys, p, n);
+    e->nkeys += n;
+  }
+  uint32_t id0 = k > 0 ? ids[0] : 0, id1 = k > 1 ? ids[1] : 0;
+  if (k > 2) {
+    if (e->nids + k > e->capids) {
+      size_t cap = e->capids ? 2 * e->capids : 1u << 14;
+      while (cap < e->nids + k)
+        cap *= 2;
+      uint32_t *ni = realloc(e->ids, cap * sizeof *ni);
+      if (!ni)
+        return;
+      e->ids = ni;
+      e->capids = cap;
+    }
+    id0 = (uint32_t)e->nids;
+    memcpy(e->ids + e->nids, ids, k * sizeof *ids);
+    e->nids += k;
+  }
+  size_t i = h & e->mask;
+  while (e->tab[i].klen)
+    i = (i + 1) & e->mask;
+  e->tab[i] = (cslot){h, (uint8_t)n, (uint8_t)k, 0, {id0, id1}, k0, k1};
+  e->count++;
+}
+
 /* Encodes one piece, through the cache when it is short. */
 static int encode_piece(bpe_encoder *e, const char *p, size_t n,
                         bpe_ids *out) {
@@ -486,30 +592,34 @@ static int encode_piece(bpe_encoder *e, const char *p, size_t n,
     out->v[out->n++] = b->byte_id[(unsigned char)p[0]];
     return 0;
   }
-  if (n > CACHE_MAX_PIECE) {
-    if (n <= SHORT_PIECE) { /* only if the limits are ever swapped */
-      uint32_t sym[SHORT_PIECE];
-      for (size_t i = 0; i < n; i++)
-        sym[i] = b->byte_id[(unsigned char)p[i]];
-      size_t k = merge_short(b, sym, n);
-      if (ids_reserve(out, k))
-        return -1;
-      memcpy(out->v + out->n, sym, k * sizeof *sym);
-      out->n += k;
-      return 0;
-    }
-    return encode_long(e, (const unsigned char *)p, n, out);
+  if (n > CACHE_MAX_PIECE)
+    return n <= SHORT_PIECE ? encode_short(b, p, n, out)
+                            : encode_long(e, (const unsigned char *)p, n, out);
+  uint64_t k0 = 0, k1 = 0, hh;
+  if (n <= 16) {
+    short_key(p, n, &k0, &k1);
+    hh = mix64(k0 * 0x9E3779B97F4A7C15ull ^ (k1 + n) * 0xc4ceb9fe1a85ec53ull);
+  } else {
+    hh = bpe_hash_bytes(p, n);
   }
-  uint64_t h = bpe_hash_bytes(p, n);
+  uint32_t h = (uint32_t)hh;
   size_t i = h & e->mask;
   for (;;) {
-    cslot *s = &e->tab[i];
+    const cslot *s = &e->tab[i];
     if (!s->klen)
       break;
-    if (s->h == h && s->klen == n && memcmp(e->keys + s->koff, p, n) == 0) {
-      if (ids_reserve(out, s->nids))
+    if (s->h == h && s->klen == n &&
+        (n <= 16 ? s->k0 == k0 && s->k1 == k1
+                 : memcmp(e->keys + s->k0, p, n) == 0)) {
+      if (ids_reserve(out, s->nids > 2 ? s->nids : 2))
         return -1;
-      memcpy(out->v + out->n, e->ids + s->ioff, s->nids * sizeof(uint32_t));
+      if (s->nids <= 2) {
+        out->v[out->n] = s->id[0];
+        out->v[out->n + 1] = s->id[1];
+      } else {
+        memcpy(out->v + out->n, e->ids + s->id[0],
+               s->nids * sizeof(uint32_t));
+      }
       out->n += s->nids;
       return 0;
     }
@@ -517,61 +627,12 @@ static int encode_piece(bpe_encoder *e, const char *p, size_t n,
   }
   /* A miss: encode, append to out, then remember. */
   size_t start = out->n;
-  if (n <= SHORT_PIECE) {
-    uint32_t sym[SHORT_PIECE];
-    for (size_t k = 0; k < n; k++)
-      sym[k] = b->byte_id[(unsigned char)p[k]];
-    size_t k = merge_short(b, sym, n);
-    if (ids_reserve(out, k))
-      return -1;
-    memcpy(out->v + out->n, sym, k * sizeof *sym);
-    out->n += k;
-  } else if (encode_long(e, (const unsigned char *)p, n, out)) {
-    return -1;
-  }
-  size_t k = out->n - start;
-  if (e->count >= CACHE_MAX_ENTRIES ||
-      e->nkeys + n + (e->nids + k) * 4 > CACHE_MAX_BYTES) {
-    cache_reset(e);
-  } else if (2 * (e->count + 1) > e->mask + 1) {
-    /* Growing failing only costs speed; the piece is still encoded. */
-    if (cache_grow(e))
-      return 0;
-  }
-  if (e->nkeys + n > e->capkeys) {
-    size_t cap = e->capkeys ? 2 * e->capkeys : 1u << 16;
-    while (cap < e->nkeys + n)
-      cap *= 2;
-    char *nk = realloc(e->keys, cap);
-    if (!nk)
-      return 0;
-    e->keys = nk;
-    e->capkeys = cap;
-  }
-  if (e->nids + k > e->capids) {
-    size_t cap = e->capids ? 2 * e->capids : 1u << 14;
-    while (cap < e->nids + k)
-      cap *= 2;
-    uint32_t *ni = realloc(e->ids, cap * sizeof *ni);
-    if (!ni)
-      return 0;
-    e->ids = ni;
-    e->capids = cap;
-  }
-  i = h & e->mask;
-  while (e->tab[i].klen)
-    i = (i + 1) & e->mask;
-  cslot *s = &e->tab[i];
-  s->h = h;
-  s->koff = (uint32_t)e->nkeys;
-  s->klen = (uint32_t)n;
-  s->ioff = (uint32_t)e->nids;
-  s->nids = (uint32_t)k;
-  memcpy(e->keys + e->nkeys, p, n);
-  e->nkeys += n;
-  memcpy(e->ids + e->nids, out->v + start, k * sizeof(uint32_t));
-  e->nids += k;
-  e->count++;
+  int rc = n <= SHORT_PIECE
+               ? encode_short(b, p, n, out)
+               : encode_long(e, (const unsigned char *)p, n, out);
+  if (rc)
+    return rc;
+  cache_put(e, p, n, h, k0, k1, out->v + start, out->n - start);
   return 0;
 }
 
