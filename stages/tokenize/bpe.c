@@ -88,7 +88,8 @@ int64_t bpe_special_id(const bpe *b, const char *content) {
   size_t n = strlen(content);
   for (size_t i = 0; i < b->nspecials; i++) {
     uint32_t id = b->specials[i];
-    if (b->tok_len[id] == n && memcmp(b->blob + b->tok_off[id], content, n) == 0)
+    if (b->tok_len[id] == n &&
+        memcmp(b->blob + b->tok_off[id], content, n) == 0)
       return id;
   }
   return -1;
@@ -104,9 +105,8 @@ const char *bpe_token_bytes(const bpe *b, uint32_t id, size_t *len) {
 }
 
 int bpe_build(bpe **out, uint32_t nvocab, const bpe_tokdef *toks,
-              const bpe_merge *merges, size_t nmerges,
-              const uint32_t *specials, size_t nspecials, char *err,
-              size_t errlen) {
+              const bpe_merge *merges, size_t nmerges, const uint32_t *specials,
+              size_t nspecials, char *err, size_t errlen) {
   *out = NULL;
   bpe *b = calloc(1, sizeof *b);
   if (!b)
@@ -130,8 +130,8 @@ int bpe_build(bpe **out, uint32_t nvocab, const bpe_tokdef *toks,
   b->is_special = calloc(nvocab + 1, 1);
   b->merges = malloc((nmerges + 1) * sizeof *b->merges);
   b->specials = malloc((nspecials + 1) * sizeof *b->specials);
-  if (!b->tok_off || !b->tok_len || !b->blob || !b->is_special ||
-      !b->merges || !b->specials)
+  if (!b->tok_off || !b->tok_len || !b->blob || !b->is_special || !b->merges ||
+      !b->specials)
     goto oom;
   size_t off = 0;
   for (uint32_t i = 0; i < nvocab; i++) {
@@ -185,8 +185,7 @@ int bpe_build(bpe **out, uint32_t nvocab, const bpe_tokdef *toks,
   for (size_t r = 0; r < nmerges; r++) {
     bpe_merge m = merges[r];
     if (m.left >= nvocab || m.right >= nvocab || m.result >= nvocab ||
-        !b->tok_len[m.left] || !b->tok_len[m.right] ||
-        !b->tok_len[m.result]) {
+        !b->tok_len[m.left] || !b->tok_len[m.right] || !b->tok_len[m.result]) {
       snprintf(err, errlen, "merge %zu names an id with no token", r);
       goto fail;
     }
@@ -244,9 +243,9 @@ fail:
  * short_key), longer ones in keys; up to two ids in the slot, more in
  * ids. */
 typedef struct cslot {
-  uint32_t h;    /* the low bits of the piece's hash */
-  uint8_t klen;  /* 0 = empty slot */
-  uint8_t nids;  /* pieces of <= 64 bytes have <= 64 ids */
+  uint32_t h;   /* the low bits of the piece's hash */
+  uint8_t klen; /* 0 = empty slot */
+  uint8_t nids; /* pieces of <= 64 bytes have <= 64 ids */
   uint16_t pad;
   uint32_t id[2];  /* the ids, or id[0] = their offset in ids */
   uint64_t k0, k1; /* short_key's words, or k0 = offset in keys */
@@ -521,8 +520,7 @@ static int cache_grow(bpe_encoder *e) {
 }
 
 /* Merges a piece of up to SHORT_PIECE bytes, appending its ids. */
-static int encode_short(const bpe *b, const char *p, size_t n,
-                        bpe_ids *out) {
+static int encode_short(const bpe *b, const char *p, size_t n, bpe_ids *out) {
   uint32_t sym[SHORT_PIECE];
   for (size_t k = 0; k < n; k++)
     sym[k] = b->byte_id[(unsigned char)p[k]];
@@ -537,8 +535,7 @@ static int encode_short(const bpe *b, const char *p, size_t n,
 /* Remembers piece p (ids just appended to out from start). A failure to
  * grow only costs speed later, so it is not an error. */
 static void cache_put(bpe_encoder *e, const char *p, size_t n, uint32_t h,
-                      uint64_t k0, uint64_t k1, const uint32_t *ids,
-                      size_t k) {
+                      uint64_t k0, uint64_t k1, const uint32_t *ids, size_t k) {
   if (e->count >= CACHE_MAX_ENTRIES ||
       e->nkeys + n + (e->nids + k) * 4 > CACHE_MAX_BYTES)
     cache_reset(e);
@@ -583,8 +580,7 @@ static void cache_put(bpe_encoder *e, const char *p, size_t n, uint32_t h,
 }
 
 /* Encodes one piece, through the cache when it is short. */
-static int encode_piece(bpe_encoder *e, const char *p, size_t n,
-                        bpe_ids *out) {
+static int encode_piece(bpe_encoder *e, const char *p, size_t n, bpe_ids *out) {
   const bpe *b = e->b;
   if (n == 1) {
     if (ids_reserve(out, 1))
@@ -617,8 +613,7 @@ static int encode_piece(bpe_encoder *e, const char *p, size_t n,
         out->v[out->n] = s->id[0];
         out->v[out->n + 1] = s->id[1];
       } else {
-        memcpy(out->v + out->n, e->ids + s->id[0],
-               s->nids * sizeof(uint32_t));
+        memcpy(out->v + out->n, e->ids + s->id[0], s->nids * sizeof(uint32_t));
       }
       out->n += s->nids;
       return 0;
@@ -627,9 +622,8 @@ static int encode_piece(bpe_encoder *e, const char *p, size_t n,
   }
   /* A miss: encode, append to out, then remember. */
   size_t start = out->n;
-  int rc = n <= SHORT_PIECE
-               ? encode_short(b, p, n, out)
-               : encode_long(e, (const unsigned char *)p, n, out);
+  int rc = n <= SHORT_PIECE ? encode_short(b, p, n, out)
+                            : encode_long(e, (const unsigned char *)p, n, out);
   if (rc)
     return rc;
   cache_put(e, p, n, h, k0, k1, out->v + start, out->n - start);
@@ -659,8 +653,7 @@ int bpe_encode_with_specials(bpe_encoder *e, const char *text, size_t len,
   /* Where each special next occurs at or after pos (len if nowhere);
    * recomputed only once pos passes it. */
   size_t stackbuf[8], *nextat = stackbuf;
-  if (b->nspecials > 8 &&
-      !(nextat = malloc(b->nspecials * sizeof *nextat)))
+  if (b->nspecials > 8 && !(nextat = malloc(b->nspecials * sizeof *nextat)))
     return -1;
   for (size_t k = 0; k < b->nspecials; k++)
     nextat[k] = (size_t)-1; /* not yet searched */
@@ -678,8 +671,8 @@ int bpe_encode_with_specials(bpe_encoder *e, const char *text, size_t len,
         nextat[k] = f ? (size_t)(f - text) : len;
       }
       /* The earliest; at one position, the longest (as HF's matcher). */
-      if (nextat[k] < best || (nextat[k] == best && nextat[k] < len &&
-                               sl > bestlen)) {
+      if (nextat[k] < best ||
+          (nextat[k] == best && nextat[k] < len && sl > bestlen)) {
         best = nextat[k];
         bestlen = sl;
         bestid = id;
@@ -708,8 +701,10 @@ int bpe_decode(const bpe *b, const uint32_t *ids, size_t n, char **out,
   size_t total = 0;
   for (size_t i = 0; i < n; i++) {
     if (ids[i] >= b->nvocab || b->tok_len[ids[i]] == 0) {
-      snprintf(err, errlen, "token id %u at position %zu is not in the "
-               "vocabulary (%u ids)", ids[i], i, b->nvocab);
+      snprintf(err, errlen,
+               "token id %u at position %zu is not in the "
+               "vocabulary (%u ids)",
+               ids[i], i, b->nvocab);
       return -1;
     }
     total += b->tok_len[ids[i]];

@@ -26,7 +26,7 @@ struct bpe {
   uint32_t nvocab;
   uint32_t *tok_off, *tok_len; /* bytes of id i: blob + tok_off[i] */
   char *blob;
-  uint8_t *is_special;  /* per id */
+  uint8_t *is_special;   /* per id */
   uint32_t byte_id[256]; /* the token of each single byte */
   bpe_merge *merges;     /* by rank */
   size_t nmerges;
@@ -51,9 +51,8 @@ typedef struct bpe_tokdef {
  * names existing tokens and that result's bytes are left's then
  * right's. Returns 0, or -1 with err. */
 int bpe_build(bpe **out, uint32_t nvocab, const bpe_tokdef *toks,
-              const bpe_merge *merges, size_t nmerges,
-              const uint32_t *specials, size_t nspecials, char *err,
-              size_t errlen);
+              const bpe_merge *merges, size_t nmerges, const uint32_t *specials,
+              size_t nspecials, char *err, size_t errlen);
 
 /* GPT-2's bytes_to_unicode: the code point that stands for byte b in
  * vocab files. */

@@ -164,8 +164,8 @@ int bpe_trainer_add(bpe_trainer *t, const char *text, size_t len) {
     for (size_t k = 0; k < t->nspecials; k++) {
       if (!t->speclen[k])
         continue;
-      const char *f = memmem(text + pos, len - pos, t->specials[k],
-                             t->speclen[k]);
+      const char *f =
+          memmem(text + pos, len - pos, t->specials[k], t->speclen[k]);
       size_t at = f ? (size_t)(f - text) : len;
       if (at < best || (at == best && at < len && t->speclen[k] > bestlen)) {
         best = at;
@@ -182,8 +182,7 @@ int bpe_trainer_add(bpe_trainer *t, const char *text, size_t len) {
 int bpe_trainer_merge(bpe_trainer *dst, const bpe_trainer *src) {
   for (size_t i = 0; i <= src->mask; i++) {
     const pslot *s = &src->tab[i];
-    if (s->count &&
-        piece_add(dst, src->keys + s->koff, s->klen, s->count))
+    if (s->count && piece_add(dst, src->keys + s->koff, s->klen, s->count))
       return -1;
   }
   return 0;
@@ -377,8 +376,8 @@ static void pair_add_word(learn *L, uint32_t p, uint32_t w) {
 
 /* Changes pair (a, b)'s count by d for word w. A pair that gains is
  * noted for a fresh heap entry after the merge. */
-static void pair_delta(learn *L, uint32_t a, uint32_t b, int64_t d,
-                       uint32_t w, uint32_t stamp) {
+static void pair_delta(learn *L, uint32_t a, uint32_t b, int64_t d, uint32_t w,
+                       uint32_t stamp) {
   uint32_t p = pair_get(L, a, b);
   if (p == UINT32_MAX)
     return;
@@ -406,8 +405,8 @@ static void pair_delta(learn *L, uint32_t a, uint32_t b, int64_t d,
  * (left bytes, right bytes), each compared by memcmp then length. */
 static int tok_cmp(const learn *L, uint32_t a, uint32_t b) {
   uint32_t la = L->tlen[a], lb = L->tlen[b];
-  int c = memcmp(L->tblob + L->toff[a], L->tblob + L->toff[b],
-                 la < lb ? la : lb);
+  int c =
+      memcmp(L->tblob + L->toff[a], L->tblob + L->toff[b], la < lb ? la : lb);
   if (c)
     return c;
   return (la > lb) - (la < lb);
@@ -579,8 +578,7 @@ int bpe_trainer_finish(bpe_trainer *t, bpe **out, char *err, size_t errlen) {
     uint32_t a = (uint32_t)(L.pkey[p] >> 32), b = (uint32_t)L.pkey[p];
     /* The new token's bytes; the id of an equal string made before. */
     size_t la = L.tlen[a], lb = L.tlen[b];
-    char stackb[256], *nb = la + lb <= sizeof stackb ? stackb
-                                                      : malloc(la + lb);
+    char stackb[256], *nb = la + lb <= sizeof stackb ? stackb : malloc(la + lb);
     if (!nb)
       goto oom;
     memcpy(nb, L.tblob + L.toff[a], la);
@@ -649,8 +647,8 @@ int bpe_trainer_finish(bpe_trainer *t, bpe **out, char *err, size_t errlen) {
     defs[L.ntok + i] = (bpe_tokdef){t->specials[i], t->speclen[i]};
     specids[i] = L.ntok + (uint32_t)i;
   }
-  rc = bpe_build(out, nvocab, defs, merges, nmerges, specids, t->nspecials,
-                 err, errlen);
+  rc = bpe_build(out, nvocab, defs, merges, nmerges, specids, t->nspecials, err,
+                 errlen);
   goto done;
 oom:
   snprintf(err, errlen, "out of memory while training");

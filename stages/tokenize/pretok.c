@@ -54,8 +54,8 @@ int pretok_create(pretok **out, char *err, size_t errlen) {
   int ec;
   PCRE2_SIZE eo;
   p->code = pcre2_compile((PCRE2_SPTR)gpt2_pattern, PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF,
-                          &ec, &eo, NULL);
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ec,
+                          &eo, NULL);
   if (!p->code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(ec, msg, sizeof msg);
@@ -72,9 +72,9 @@ int pretok_create(pretok **out, char *err, size_t errlen) {
     unsigned char cls;
   } classes[] = {{"\\p{L}", C_LETTER}, {"\\p{N}", C_NUMBER}, {"\\s", C_SPACE}};
   for (int k = 0; k < 3; k++) {
-    pcre2_code *c = pcre2_compile((PCRE2_SPTR)classes[k].re,
-                                  PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
-                                  &ec, &eo, NULL);
+    pcre2_code *c =
+        pcre2_compile((PCRE2_SPTR)classes[k].re, PCRE2_ZERO_TERMINATED,
+                      PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
     pcre2_match_data *md = c ? pcre2_match_data_create(1, NULL) : NULL;
     if (!md) {
       pcre2_code_free(c);
@@ -224,8 +224,7 @@ int pretok_next(pretok_matcher *m, size_t *start, size_t *n) {
   /* PCRE2 wants a non-NULL subject even when it is empty. */
   PCRE2_SPTR subj = (PCRE2_SPTR)m->text;
   if (m->p->jit)
-    rc = pcre2_jit_match(m->p->code, subj, m->len, m->pos, 0, m->md,
-                         m->mctx);
+    rc = pcre2_jit_match(m->p->code, subj, m->len, m->pos, 0, m->md, m->mctx);
   else
     rc = pcre2_match(m->p->code, subj, m->len, m->pos, 0, m->md, m->mctx);
   if (rc == PCRE2_ERROR_NOMATCH) {
@@ -257,8 +256,8 @@ int pretok_next(pretok_matcher *m, size_t *start, size_t *n) {
   return 1;
 }
 
-int pretok_split(const pretok *p, const char *text, size_t len,
-                 size_t **offs, size_t *npieces, char *err, size_t errlen) {
+int pretok_split(const pretok *p, const char *text, size_t len, size_t **offs,
+                 size_t *npieces, char *err, size_t errlen) {
   *offs = NULL;
   *npieces = 0;
   pretok_matcher *m = pretok_matcher_create(p);

@@ -52,7 +52,7 @@ void pretok_matcher_set_fast(pretok_matcher *m, int on);
 /* Convenience for tests and tools: the pieces of text as offsets, in
  * order. *offs (malloc'd, caller frees) gets npieces + 1 entries, piece i
  * being [offs[i], offs[i+1]). Returns 0, or -1 (message in err). */
-int pretok_split(const pretok *p, const char *text, size_t len,
-                 size_t **offs, size_t *npieces, char *err, size_t errlen);
+int pretok_split(const pretok *p, const char *text, size_t len, size_t **offs,
+                 size_t *npieces, char *err, size_t errlen);
 
 #endif /* DAGRUN_PRETOK_H */

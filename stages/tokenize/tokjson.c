@@ -127,8 +127,8 @@ static void smap_free(smap *m) {
 
 /* Returns the id of key, or UINT32_MAX; with add, inserts it (an
  * existing key keeps its id; *dup set). */
-static uint32_t smap_get(smap *m, const char *k, size_t n, int add,
-                         uint32_t id, int *dup) {
+static uint32_t smap_get(smap *m, const char *k, size_t n, int add, uint32_t id,
+                         int *dup) {
   size_t i = bpe_hash_bytes(k, n) & m->mask;
   while (m->key[i]) {
     if (m->klen[i] == n && memcmp(m->key[i], k, n) == 0) {
@@ -180,8 +180,8 @@ static int read_vocab(vocab_in *v, const cJSON *vocab, const cJSON *added,
     if (!cJSON_IsNumber(it) || it->valuedouble < 0 ||
         it->valuedouble >= (double)UINT32_MAX - 1 ||
         it->valuedouble != (double)(int64_t)it->valuedouble) {
-      snprintf(err, errlen, "%s: vocab entry \"%s\" has no valid id",
-               v->what, it->string);
+      snprintf(err, errlen, "%s: vocab entry \"%s\" has no valid id", v->what,
+               it->string);
       return -1;
     }
     if ((int64_t)it->valuedouble > maxid)
@@ -222,8 +222,8 @@ static int read_vocab(vocab_in *v, const cJSON *vocab, const cJSON *added,
    * spelling of the same id. */
   size_t k = 0;
   cJSON_ArrayForEach(it, added) {
-    uint32_t id = (uint32_t)cJSON_GetObjectItemCaseSensitive(it, "id")
-                      ->valuedouble;
+    uint32_t id =
+        (uint32_t)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
     const char *c =
         cJSON_GetObjectItemCaseSensitive(it, "content")->valuestring;
     if (v->defs[id].len) {
@@ -244,8 +244,8 @@ static int read_vocab(vocab_in *v, const cJSON *vocab, const cJSON *added,
     /* Keys come from the parsed JSON, which outlives the map. */
     smap_get(&v->map, it->string, sl, 1, id, &dup);
     if (dup) {
-      snprintf(err, errlen, "%s: vocab token \"%s\" is given twice",
-               v->what, it->string);
+      snprintf(err, errlen, "%s: vocab token \"%s\" is given twice", v->what,
+               it->string);
       return -1;
     }
     int special = 0;
@@ -278,13 +278,14 @@ static int add_merge(vocab_in *v, size_t r, const char *a, size_t la,
   uint32_t ia = smap_get(&v->map, a, la, 0, 0, NULL);
   uint32_t ib = smap_get(&v->map, b, lb, 0, 0, NULL);
   if (ia == UINT32_MAX || ib == UINT32_MAX) {
-    snprintf(err, errlen, "%s: merge %zu (\"%.*s %.*s\") names unknown "
-             "token \"%.*s\"", v->what, r + 1, (int)la, a, (int)lb, b,
+    snprintf(err, errlen,
+             "%s: merge %zu (\"%.*s %.*s\") names unknown "
+             "token \"%.*s\"",
+             v->what, r + 1, (int)la, a, (int)lb, b,
              (int)(ia == UINT32_MAX ? la : lb), ia == UINT32_MAX ? a : b);
     return -1;
   }
-  char stackb[512], *ab = la + lb <= sizeof stackb ? stackb
-                                                   : malloc(la + lb);
+  char stackb[512], *ab = la + lb <= sizeof stackb ? stackb : malloc(la + lb);
   if (!ab) {
     snprintf(err, errlen, "%s: out of memory", v->what);
     return -1;
@@ -293,9 +294,10 @@ static int add_merge(vocab_in *v, size_t r, const char *a, size_t la,
   memcpy(ab + la, b, lb);
   uint32_t ix = smap_get(&v->map, ab, la + lb, 0, 0, NULL);
   if (ix == UINT32_MAX)
-    snprintf(err, errlen, "%s: merge %zu (\"%.*s %.*s\") makes \"%.*s\", "
-             "which is not in the vocabulary", v->what, r + 1, (int)la, a,
-             (int)lb, b, (int)(la + lb), ab);
+    snprintf(err, errlen,
+             "%s: merge %zu (\"%.*s %.*s\") makes \"%.*s\", "
+             "which is not in the vocabulary",
+             v->what, r + 1, (int)la, a, (int)lb, b, (int)(la + lb), ab);
   if (ab != stackb)
     free(ab);
   if (ix == UINT32_MAX)
@@ -408,8 +410,7 @@ int bpe_load_hf(const char *path, bpe **out, char *err, size_t errlen) {
   for (int i = 0; i < 2; i++) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(model, affixes[i]);
     if (cJSON_IsString(a) && a->valuestring[0]) {
-      snprintf(err, errlen, "%s: model.%s is not supported", path,
-               affixes[i]);
+      snprintf(err, errlen, "%s: model.%s is not supported", path, affixes[i]);
       goto done;
     }
   }
@@ -479,8 +480,7 @@ int bpe_load_gpt2(const char *vocab_path, const char *merges_path, bpe **out,
   cJSON *added = NULL;
   int rc = -1;
   if (!cJSON_IsObject(root)) {
-    snprintf(err, errlen, "%s: not a JSON object of token -> id",
-             vocab_path);
+    snprintf(err, errlen, "%s: not a JSON object of token -> id", vocab_path);
     goto done;
   }
   /* GPT-2's one special, when the vocabulary has it. */
@@ -529,9 +529,10 @@ int bpe_load_gpt2(const char *vocab_path, const char *merges_path, bpe **out,
         const char *what = strstr(msg, "names unknown");
         if (!what)
           what = strstr(msg, "makes");
-        snprintf(err, errlen, "%s:%zu: merge \"%.*s\" %s (does %s go with "
-                 "this merges file?)", merges_path, lineno, (int)n, p,
-                 what ? what : msg, vocab_path);
+        snprintf(err, errlen,
+                 "%s:%zu: merge \"%.*s\" %s (does %s go with "
+                 "this merges file?)",
+                 merges_path, lineno, (int)n, p, what ? what : msg, vocab_path);
         goto done;
       }
       r++;
@@ -626,15 +627,14 @@ done:
 
 int bpe_save_hf(const bpe *b, const char *path, char *err, size_t errlen) {
   cJSON *root = cJSON_CreateObject();
-  char *sa = NULL, *sb = NULL, *text = NULL;
+  char *sa = NULL, *text = NULL;
   int rc = -1;
   size_t maxlen = 0;
   for (uint32_t i = 0; i < b->nvocab; i++)
     if (b->tok_len[i] > maxlen)
       maxlen = b->tok_len[i];
   sa = malloc(4 * maxlen + 4);
-  sb = malloc(2 * maxlen + 2);
-  if (!root || !sa || !sb)
+  if (!root || !sa)
     goto oom;
   cJSON_AddStringToObject(root, "version", "1.0");
   cJSON_AddNullToObject(root, "truncation");
@@ -716,6 +716,5 @@ done:
   cJSON_Delete(root);
   cJSON_free(text);
   free(sa);
-  free(sb);
   return rc;
 }

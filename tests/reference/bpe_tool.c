@@ -192,8 +192,8 @@ static int cmd_train(const char *path, const char *vocab, const char *out,
     fprintf(stderr,
             "trained %u ids (%zu merges) on %.1f MB: count %.2f s, merges "
             "%.2f s, total %.2f s\n",
-            bpe_vocab_size(b), bpe_merge_count(b), len / 1e6, t1 - t0,
-            t2 - t1, t2 - t0);
+            bpe_vocab_size(b), bpe_merge_count(b), len / 1e6, t1 - t0, t2 - t1,
+            t2 - t0);
   bpe_destroy(b);
   return rc ? 1 : 0;
 }
@@ -267,8 +267,8 @@ static int cmd_bench(const char *tok, const char *path, int repeat) {
   fprintf(stderr,
           "encoded %.1f MB into %zu tokens (%.3f bytes/token): best of %d "
           "%.3f s, %.1f MB/s\n",
-          len / 1e6, ids.n, (double)len / (double)(ids.n ? ids.n : 1),
-          repeat, best, len / 1e6 / best);
+          len / 1e6, ids.n, (double)len / (double)(ids.n ? ids.n : 1), repeat,
+          best, len / 1e6 / best);
   bpe_ids_free(&ids);
   bpe_encoder_destroy(e);
   bpe_destroy(b);

@@ -106,9 +106,9 @@ static bpe *train(const char *const *docs, const int *counts, size_t n,
   bpe_trainer *t = bpe_trainer_create(&o), *t2 = bpe_trainer_create(&o);
   for (size_t i = 0; i < n; i++)
     for (int k = 0; k < counts[i]; k++)
-      CHECK_INT(bpe_trainer_add(split && k % 2 ? t2 : t, docs[i],
-                                strlen(docs[i])),
-                0);
+      CHECK_INT(
+          bpe_trainer_add(split && k % 2 ? t2 : t, docs[i], strlen(docs[i])),
+          0);
   CHECK_INT(bpe_trainer_merge(t, t2), 0);
   bpe *b = NULL;
   int rc = bpe_trainer_finish(t, &b, err, sizeof err);
@@ -146,7 +146,7 @@ static void test_train_by_hand(void) {
    * then <|endoftext|> 263. */
   static const char *const docs[] = {"hug", "pug", "pun", "bun", "hugs"};
   static const int counts[] = {10, 5, 12, 4, 5};
-  static const char *const want[] = {"u g", "u n",  "h ug", "p un",
+  static const char *const want[] = {"u g",   "u n",  "h ug", "p un",
                                      "hug s", "p ug", "b un"};
   for (int split = 0; split < 2; split++) {
     bpe *b = train(docs, counts, 5, 300, 1, split);
@@ -284,8 +284,7 @@ static void test_against_gpt2_loop(void) {
         CHECK_INT(bpe_encode(e, t, n0, &ids), 0);
         int same = ids.n == n && memcmp(ids.v, w, n * sizeof *w) == 0;
         if (!same)
-          fprintf(stderr, "piece of %zu bytes (alphabet %d) differs\n", n0,
-                  a);
+          fprintf(stderr, "piece of %zu bytes (alphabet %d) differs\n", n0, a);
         ok &= same;
       }
       bpe_ids_free(&ids);
@@ -344,10 +343,26 @@ static void test_gpt2_known(void) {
  * tokenizer. */
 static void fuzz_round_trip(const bpe *b) {
   bpe_encoder *e = bpe_encoder_create(b);
-  static const char *const bits[] = {
-      "the", " ", "  ", "\n", "\t", "'s", "'S", "123", "\xc3\xa9",
-      "\xe6\x97\xa5", "\xf0\x9f\xa4\x96", "\xff", "\x80", "\xe4\xbd", "!",
-      "<|endoftext|>", "<|endof", "\xc2\xa0", "\0", "aaaaaaaa"};
+  static const char *const bits[] = {"the",
+                                     " ",
+                                     "  ",
+                                     "\n",
+                                     "\t",
+                                     "'s",
+                                     "'S",
+                                     "123",
+                                     "\xc3\xa9",
+                                     "\xe6\x97\xa5",
+                                     "\xf0\x9f\xa4\x96",
+                                     "\xff",
+                                     "\x80",
+                                     "\xe4\xbd",
+                                     "!",
+                                     "<|endoftext|>",
+                                     "<|endof",
+                                     "\xc2\xa0",
+                                     "\0",
+                                     "aaaaaaaa"};
   char *buf = malloc(8192);
   int ok = 1;
   for (uint64_t seed = 1; seed <= 400; seed++) {

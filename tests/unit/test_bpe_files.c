@@ -89,12 +89,11 @@ static void test_hf(void) {
   CHECK(strstr(err, "No such file") != NULL);
 
   hf_fails("not json at all", "not valid JSON", ":1:");
-  hf_fails("{\"model\": {\"vocab\": {}}\n  \"x\": 1}", "not valid JSON",
-           ":2:");
+  hf_fails("{\"model\": {\"vocab\": {}}\n  \"x\": 1}", "not valid JSON", ":2:");
   hf_fails("", "not valid JSON", NULL);
   hf_fails("[1, 2]", "no \"model\"", NULL);
-  hf_fails("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}",
-           "WordPiece", NULL);
+  hf_fails("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", "WordPiece",
+           NULL);
 
   char *j = hf_json("\"ab\": 256", "[]");
   /* Drop the merges: JSON without model.merges. */
@@ -169,7 +168,8 @@ static void test_gpt2(void) {
   CHECK(strstr(err, "v.json:1:") != NULL);
 
   /* A merges file that does not go with the vocabulary. */
-  const char *mm = put("merges.txt", "#version: 0.2\n\xc4\xa0 t\nqqqqqqqq zz\n");
+  const char *mm =
+      put("merges.txt", "#version: 0.2\n\xc4\xa0 t\nqqqqqqqq zz\n");
   CHECK_INT(bpe_load_gpt2(v, mm, &b, err, sizeof err), -1);
   CHECK(b == NULL);
   CHECK(strstr(err, "merges.txt:3:") != NULL);

@@ -43,8 +43,7 @@ static void test_table(void) {
   CHECK(cJSON_GetArraySize(cases) >= 30);
   const cJSON *c;
   cJSON_ArrayForEach(c, cases) {
-    const char *text =
-        cJSON_GetObjectItemCaseSensitive(c, "text")->valuestring;
+    const char *text = cJSON_GetObjectItemCaseSensitive(c, "text")->valuestring;
     sbuf want = {0};
     const cJSON *p;
     cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(c, "pieces"))
@@ -150,11 +149,41 @@ static size_t ends(pretok_matcher *m, const char *t, size_t len, size_t *out,
 static void test_fast_path(void) {
   /* Random text from pieces that exercise every rule of the pattern at
    * ASCII / non-ASCII borders: both ways must split identically. */
-  static const char *const bits[] = {
-      "a", "Z", "7", " ", "  ", "\t", "\n", "\r\n", "\v", "\f", "\x1c",
-      "'", "'s", "'re", "'ll", "'ve", "'d", "'m", "'t", "'r", "'x", "!", "..",
-      "\0", "\x7f", "\xc3\xa9", "\xc2\xa0", "\xe4\xb8\xad", "\xd9\xa3",
-      "\xcc\x81", "\xff", "\xe2\x80\x83", "\xf0\x9f\xa4\x96", "_", "-"};
+  static const char *const bits[] = {"a",
+                                     "Z",
+                                     "7",
+                                     " ",
+                                     "  ",
+                                     "\t",
+                                     "\n",
+                                     "\r\n",
+                                     "\v",
+                                     "\f",
+                                     "\x1c",
+                                     "'",
+                                     "'s",
+                                     "'re",
+                                     "'ll",
+                                     "'ve",
+                                     "'d",
+                                     "'m",
+                                     "'t",
+                                     "'r",
+                                     "'x",
+                                     "!",
+                                     "..",
+                                     "\0",
+                                     "\x7f",
+                                     "\xc3\xa9",
+                                     "\xc2\xa0",
+                                     "\xe4\xb8\xad",
+                                     "\xd9\xa3",
+                                     "\xcc\x81",
+                                     "\xff",
+                                     "\xe2\x80\x83",
+                                     "\xf0\x9f\xa4\x96",
+                                     "_",
+                                     "-"};
   size_t nb = sizeof bits / sizeof *bits;
   pretok_matcher *fast = pretok_matcher_create(P);
   pretok_matcher *slow = pretok_matcher_create(P);
