@@ -95,7 +95,9 @@ typedef struct bpe_train_opts {
 } bpe_train_opts;
 bpe_trainer *bpe_trainer_create(const bpe_train_opts *opts);
 void bpe_trainer_destroy(bpe_trainer *t);
-/* Counts the pre-tokenized pieces of one document. 0, or -1 out of memory. */
+/* Counts the pre-tokenized pieces of one document. The specials' text is
+ * cut out first and never counted (as Hugging Face's trainer does), so
+ * documents may be joined with "<|endoftext|>". 0, or -1 out of memory. */
 int bpe_trainer_add(bpe_trainer *t, const char *text, size_t len);
 /* Adds src's counts into dst (src is left unchanged). 0 or -1. */
 int bpe_trainer_merge(bpe_trainer *dst, const bpe_trainer *src);
