@@ -307,6 +307,8 @@ static int shard_line_text(const char *line, size_t len, char *out,
   }
 }
 
+static int file_sha256(const char *path, char hex[65]);
+
 /* ---- Workers ---- */
 
 /* Reads src line by line, hashing every byte so a shard changed since the
@@ -477,7 +479,13 @@ static void *encode_thread(void *arg) {
     }
     s->docs = info.n_docs;
     s->tokens = info.n_tokens;
-    tokfile_hex(info.sha256, s->tok_sha256);
+    /* The manifest lists what sha256sum prints for the whole file; the
+     * header's checksum covers the tokens only. */
+    if (file_sha256(s->dst, s->tok_sha256) != 0) {
+      snprintf(err, sizeof err, "%s: cannot read it back", s->dst);
+      job_fail(j, err);
+      break;
+    }
   }
   bpe_ids_free(&es.ids);
   bpe_encoder_destroy(es.enc);

@@ -36,7 +36,7 @@ tasks:
 Y
 }
 
-write_dag tok1 1 ", vocab_size: 400"
+write_dag tok1 1 ", vocab_size: 300"
 run_dagrun run tok1.yaml --plain
 expect_rc 0
 R1=$(run_dir tok1)
@@ -50,7 +50,7 @@ sed -n '/^```python$/,/^```$/p' "$DAGRUN_SOURCE_DIR/docs/token-shards.md" |
   awk 'BEGIN{n=0} /^```python$/{n++; next} /^```$/{next} n==1' > reader.py
 [ "$(wc -l < reader.py)" -le 22 ] || fail "the doc's reader is $(wc -l < reader.py) lines, promised ~20"
 /usr/bin/python3 reader.py "$out1/train-00000.tok" > reader.out || fail "doc reader failed: $(cat reader.out)"
-expect_in reader.out "vocabulary 400"
+expect_in reader.out "vocabulary 300"
 
 # Every token file: the reader's counts equal the manifest's, sha256sum
 # equals the manifest's, and the tokens decode to the shard's texts.
@@ -63,7 +63,7 @@ exec(src, ns)
 man = json.load(open(out + "/manifest.json"))
 tok = json.load(open(out + "/tokenizer.json"))
 assert man["format"] == "dagrun-tokens" and man["dtype"] == "uint16", man
-assert man["tokenizer"]["vocab_size"] == 400, man["tokenizer"]
+assert man["tokenizer"]["vocab_size"] == 300, man["tokenizer"]
 # GPT-2's byte <-> unicode table, written from its definition.
 bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
 cs, n = bs[:], 0
@@ -101,7 +101,7 @@ assert 0.1 < man["totals"]["tokens_per_byte"] < 0.9, man["totals"]
 P
 
 # Deterministic: another run with two threads writes the same bytes.
-write_dag tok2 2 ", vocab_size: 400"
+write_dag tok2 2 ", vocab_size: 300"
 run_dagrun run tok2.yaml --plain
 expect_rc 0
 R2=$(run_dir tok2)
