@@ -1,9 +1,10 @@
 /* Token shard files: see tokfile.h for the format. */
 #include "tokfile.h"
 
+#include "fileio.h"
+
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -64,15 +65,6 @@ static void encode_header(const tokfile_info *h, uint8_t out[TOKFILE_HEADER_SIZE
   put_u32(out + 72, h->eot_id);
 }
 
-void tokfile_hex(const uint8_t digest[32], char hex[65]) {
-  static const char digits[] = "0123456789abcdef";
-  for (int i = 0; i < 32; i++) {
-    hex[2 * i] = digits[digest[i] >> 4];
-    hex[2 * i + 1] = digits[digest[i] & 15];
-  }
-  hex[64] = '\0';
-}
-
 /* ---- Writing ---- */
 
 struct tokfile_writer {
@@ -84,21 +76,6 @@ struct tokfile_writer {
   size_t nbuf;
 };
 
-static int write_all(int fd, const void *p, size_t n) {
-  const char *c = p;
-  while (n > 0) {
-    ssize_t k = write(fd, c, n);
-    if (k < 0) {
-      if (errno == EINTR)
-        continue;
-      return -1;
-    }
-    c += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
 static int flush_buffer(tokfile_writer *w, char *err, size_t errlen) {
   if (w->nbuf == 0)
     return 0;
@@ -106,8 +83,9 @@ static int flush_buffer(tokfile_writer *w, char *err, size_t errlen) {
     seterr(err, errlen, "%s: SHA-256 update failed", w->tmp);
     return -1;
   }
-  if (write_all(w->fd, w->buf, w->nbuf) != 0) {
-    seterr(err, errlen, "%s: write: %s", w->tmp, strerror(errno));
+  int rc = fileio_write_all(w->fd, w->buf, w->nbuf);
+  if (rc != 0) {
+    seterr(err, errlen, "%s: write: %s", w->tmp, strerror(-rc));
     return -1;
   }
   w->nbuf = 0;
@@ -173,8 +151,9 @@ int tokfile_writer_create(const char *path, uint32_t vocab_size,
   }
   /* A zero header until the counts and checksum are known. */
   uint8_t zero[TOKFILE_HEADER_SIZE] = {0};
-  if (write_all(w->fd, zero, sizeof zero) != 0) {
-    seterr(err, errlen, "%s: write: %s", w->tmp, strerror(errno));
+  int rc = fileio_write_all(w->fd, zero, sizeof zero);
+  if (rc != 0) {
+    seterr(err, errlen, "%s: write: %s", w->tmp, strerror(-rc));
     tokfile_writer_abort(w);
     return -1;
   }
@@ -214,23 +193,10 @@ int tokfile_writer_add_doc(tokfile_writer *w, const uint32_t *ids, size_t n,
   return 0;
 }
 
-/* fsync of the directory makes the rename itself durable. */
-static int fsync_parent(const char *path) {
-  char *copy = strdup(path);
-  if (!copy)
-    return -1;
-  int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  free(copy);
-  if (fd < 0)
-    return -1;
-  int rc = fsync(fd);
-  close(fd);
-  return rc;
-}
-
 int tokfile_writer_finish(tokfile_writer *w, tokfile_info *info, char *err,
                           size_t errlen) {
   unsigned int dlen = 0;
+  int rc;
   if (flush_buffer(w, err, errlen) != 0)
     goto fail;
   if (EVP_DigestFinal_ex(w->sha, w->info.sha256, &dlen) != 1 || dlen != 32) {
@@ -256,9 +222,9 @@ int tokfile_writer_finish(tokfile_writer *w, tokfile_info *info, char *err,
     unlink(w->tmp);
     goto fail;
   }
-  if (fsync_parent(w->path) != 0) {
+  if ((rc = fileio_fsync_parent(w->path)) != 0) {
     seterr(err, errlen, "%s: fsync of the directory: %s", w->path,
-           strerror(errno));
+           strerror(-rc));
     goto fail;
   }
   if (info)
@@ -376,8 +342,8 @@ int tokfile_verify(const tokfile *f, char *err, size_t errlen) {
   }
   if (memcmp(digest, f->info.sha256, 32) != 0) {
     char want[65], got[65];
-    tokfile_hex(f->info.sha256, want);
-    tokfile_hex(digest, got);
+    fileio_hex(f->info.sha256, 32, want);
+    fileio_hex(digest, 32, got);
     seterr(err, errlen,
            "%s: checksum mismatch: header says sha256 %s, tokens hash to %s",
            f->path, want, got);

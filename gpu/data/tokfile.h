@@ -92,7 +92,4 @@ static inline uint32_t tokfile_get(const void *tokens, uint32_t token_bytes,
 /* Pointer to the first token (aligned to its width). */
 const void *tokfile_tokens(const tokfile *f);
 
-/* Formats a digest as 64 lower-case hex digits plus NUL into hex[65]. */
-void tokfile_hex(const uint8_t digest[32], char hex[65]);
-
 #endif /* DAGRUN_TOKFILE_H */

@@ -49,6 +49,9 @@
 #include "docfilter.h"
 #include "shardplan.h"
 
+#include "fileio.h"
+#include "stagekit.h"
+
 /* Exit statuses: 2 for params that make no sense (as exec does), 1 for
  * everything else. */
 #define SHARD_BAD_PARAMS 2
@@ -231,53 +234,6 @@ typedef struct job {
 /* ------------------------------------------------------------------ */
 /* Params                                                               */
 
-static int parse_size(const char *s, uint64_t *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (end == s || errno || !(v >= 0) || !isfinite(v))
-    return -1;
-  while (*end == ' ')
-    end++;
-  static const struct {
-    const char *unit;
-    double mult;
-  } units[] = {
-      {"", 1},
-      {"b", 1},
-      {"k", 1024.0},
-      {"kib", 1024.0},
-      {"kb", 1e3},
-      {"m", 1048576.0},
-      {"mib", 1048576.0},
-      {"mb", 1e6},
-      {"g", 1073741824.0},
-      {"gib", 1073741824.0},
-      {"gb", 1e9},
-      {"t", 1099511627776.0},
-      {"tib", 1099511627776.0},
-      {"tb", 1e12},
-  };
-  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-    if (strcasecmp(end, units[i].unit) == 0) {
-      double b = v * units[i].mult;
-      if (b >= 18446744073709549568.0)
-        return -1;
-      *out = (uint64_t)b;
-      return 0;
-    }
-  }
-  return -1;
-}
-
-static unsigned cpu_count(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-    return (unsigned)CPU_COUNT(&set);
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (unsigned)n : 1;
-}
-
 /* Reads and checks every param; on error says why through host->fail. */
 static int read_params(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
   memset(c, 0, sizeof(*c));
@@ -395,7 +351,7 @@ static int read_params(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
             (long long)c->threads, MAX_THREADS);
     return -1;
   }
-  if (parse_size(c->memory_name, &c->memory_limit) != 0) {
+  if (stagekit_parse_size(c->memory_name, &c->memory_limit) != 0) {
     h->fail(ctx, "memory_limit '%s' is not a size: write e.g. 512MiB or 2GiB",
             c->memory_name);
     return -1;
@@ -413,7 +369,7 @@ static int read_params(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
   if (md > (256u << 20))
     md = 256u << 20;
   c->max_doc = (size_t)md;
-  c->nthreads = c->threads ? (unsigned)c->threads : cpu_count();
+  c->nthreads = c->threads ? (unsigned)c->threads : stagekit_cpu_count();
   if (c->nthreads > MAX_THREADS)
     c->nthreads = MAX_THREADS;
   return 0;
@@ -433,65 +389,11 @@ static uint64_t thread_cost(const cfg *c) {
 /* ------------------------------------------------------------------ */
 /* Small I/O helpers                                                    */
 
-static int write_all(int fd, const void *p, size_t n) {
-  const char *s = p;
-  while (n > 0) {
-    ssize_t w = write(fd, s, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0)
-      return -errno;
-    s += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
-static int pread_all(int fd, void *p, size_t n, uint64_t off) {
-  char *s = p;
-  while (n > 0) {
-    ssize_t r = pread(fd, s, n, (off_t)off);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0)
-      return -errno;
-    if (r == 0)
-      return -EIO; /* the spool is shorter than its records say */
-    s += r;
-    n -= (size_t)r;
-    off += (uint64_t)r;
-  }
-  return 0;
-}
-
-static int fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0)
-    return -errno;
-  int rc = fsync(fd) == 0 ? 0 : -errno;
-  close(fd);
-  return rc;
-}
-
-static char *path_join(const char *dir, const char *name) {
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *p = malloc(n);
-  if (p)
-    snprintf(p, n, "%s/%s", dir, name);
-  return p;
-}
-
 static uint64_t peak_rss_bytes(void) {
   struct rusage ru;
   if (getrusage(RUSAGE_SELF, &ru) != 0)
     return 0;
   return (uint64_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 /* ------------------------------------------------------------------ */
@@ -506,7 +408,7 @@ static int spool_open(spool *sp, const char *dir, unsigned id, char *err,
   sp->fd = -1;
   char name[64];
   snprintf(name, sizeof(name), "shard-spool-%u.tmp", id);
-  char *path = path_join(dir, name);
+  char *path = fileio_join(dir, name);
   if (!path)
     return -ENOMEM;
   sp->fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -528,7 +430,7 @@ static int spool_open(spool *sp, const char *dir, unsigned id, char *err,
 }
 
 static int spool_flush(spool *sp) {
-  int rc = write_all(sp->fd, sp->buf, sp->n);
+  int rc = fileio_write_all(sp->fd, sp->buf, sp->n);
   if (rc == 0) {
     sp->off += sp->n;
     sp->n = 0;
@@ -945,7 +847,7 @@ static int write_shard(job *j, unsigned d, char *buf) {
   char name[64], tmpname[80];
   shard_name(j, d, name, sizeof(name));
   snprintf(tmpname, sizeof(tmpname), ".tmp-%s", name);
-  char *tmp = path_join(j->out_dir, tmpname);
+  char *tmp = fileio_join(j->out_dir, tmpname);
   if (!tmp)
     return -ENOMEM;
   j->tmp_paths[d] = tmp;
@@ -962,7 +864,7 @@ static int write_shard(job *j, unsigned d, char *buf) {
     int spool_fd = j->workers[r->spool].sp.fd;
     while (rc == 0 && left > 0) {
       if (used == j->copy_buf) {
-        rc = write_all(fd, buf, used);
+        rc = fileio_write_all(fd, buf, used);
         if (rc == 0 && EVP_DigestUpdate(sha, buf, used) != 1)
           rc = -EIO;
         used = 0;
@@ -970,7 +872,7 @@ static int write_shard(job *j, unsigned d, char *buf) {
           break;
       }
       size_t k = j->copy_buf - used < left ? j->copy_buf - used : left;
-      rc = pread_all(spool_fd, buf + used, k, off);
+      rc = fileio_pread_all(spool_fd, buf + used, k, off);
       used += k;
       off += k;
       left -= k;
@@ -979,7 +881,7 @@ static int write_shard(job *j, unsigned d, char *buf) {
       rc = -ECANCELED;
   }
   if (rc == 0 && used) {
-    rc = write_all(fd, buf, used);
+    rc = fileio_write_all(fd, buf, used);
     if (rc == 0 && EVP_DigestUpdate(sha, buf, used) != 1)
       rc = -EIO;
   }
@@ -1103,7 +1005,10 @@ static void clean_out_dir(const char *dir, int stale_shards, unsigned ntrain,
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     const char *n = e->d_name;
-    int remove = strncmp(n, ".tmp-", 5) == 0;
+    size_t len = strlen(n);
+    /* ".tmp-<shard>" and "manifest.json.tmp" (fileio's temporary). */
+    int remove = strncmp(n, ".tmp-", 5) == 0 ||
+                 (len > 4 && strcmp(n + len - 4, ".tmp") == 0);
     if (!remove && stale_shards && is_shard_file(n)) {
       unsigned idx;
       char tail[8];
@@ -1115,7 +1020,7 @@ static void clean_out_dir(const char *dir, int stale_shards, unsigned ntrain,
         remove = 1;
     }
     if (remove) {
-      char *p = path_join(dir, n);
+      char *p = fileio_join(dir, n);
       if (p)
         unlink(p);
       free(p);
@@ -1207,33 +1112,21 @@ static char *manifest_text(const job *j, const totals *t, unsigned threads,
   return s;
 }
 
-static int write_file_atomic(const char *dir, const char *name,
-                             const char *text, char *err, size_t errlen) {
-  char tmpname[128];
-  snprintf(tmpname, sizeof(tmpname), ".tmp-%s", name);
-  char *tmp = path_join(dir, tmpname), *dst = path_join(dir, name);
-  int rc = (!tmp || !dst) ? -ENOMEM : 0;
-  int fd = -1;
-  if (rc == 0 &&
-      (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
-    rc = -errno;
-  if (rc == 0)
-    rc = write_all(fd, text, strlen(text));
-  if (rc == 0)
-    rc = write_all(fd, "\n", 1);
-  if (rc == 0 && fsync(fd) != 0)
-    rc = -errno;
-  if (fd >= 0 && close(fd) != 0 && rc == 0)
-    rc = -errno;
-  if (rc == 0 && rename(tmp, dst) != 0)
-    rc = -errno;
-  if (rc != 0) {
-    snprintf(err, errlen, "cannot write %s/%s: %s", dir, name, strerror(-rc));
-    if (tmp)
-      unlink(tmp);
+/* manifest.json, written atomically, with a final newline. */
+static int write_manifest(const char *dir, const char *text, char *err,
+                          size_t errlen) {
+  size_t n = strlen(text);
+  char *path = fileio_join(dir, "manifest.json"), *buf = malloc(n + 1);
+  int rc = -ENOMEM;
+  if (path && buf) {
+    memcpy(buf, text, n);
+    buf[n] = '\n';
+    rc = fileio_write_atomic(path, buf, n + 1, err, errlen);
+  } else {
+    snprintf(err, errlen, "out of memory writing manifest.json");
   }
-  free(tmp);
-  free(dst);
+  free(path);
+  free(buf);
   return rc;
 }
 
@@ -1284,7 +1177,7 @@ static void drop_summary(const uint64_t *counts, char *buf, size_t n) {
 }
 
 static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
-  double t0 = now_s();
+  double t0 = stagekit_now();
   char err[1024];
   const char *out_dir = h->dir(ctx, DAGRUN_DIR_OUT);
   const char *scratch = h->dir(ctx, DAGRUN_DIR_ATTEMPT);
@@ -1360,7 +1253,7 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
    * the last good run stay until this one has its own). */
   clean_out_dir(out_dir, 0, 0, 0);
 
-  double t1 = now_s();
+  double t1 = stagekit_now();
   run_threads(j, n1, pass1_thread, 0.0, 0.8, j->files.n, "reading");
   if (j->fatal) {
     h->fail(ctx, "%s", j->fatal_msg);
@@ -1377,7 +1270,7 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
     h->fail(ctx, "cancelled");
     return SHARD_FAILED;
   }
-  double t_read = now_s() - t1;
+  double t_read = stagekit_now() - t1;
 
   totals t;
   memset(&t, 0, sizeof(t));
@@ -1490,7 +1383,7 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
   if (n2 < 1)
     n2 = 1;
   atomic_store(&j->stop, 0);
-  double t2 = now_s();
+  double t2 = stagekit_now();
   run_threads(j, n2, pass2_thread, 0.8, 0.2, j->nshards, "writing");
   if (j->fatal) {
     h->fail(ctx, "%s", j->fatal_msg);
@@ -1503,13 +1396,13 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
     h->fail(ctx, "cancelled");
     return SHARD_FAILED;
   }
-  double t_write = now_s() - t2;
+  double t_write = stagekit_now() - t2;
 
   /* Commit: shards under their names, stale ones out, manifest last. */
   for (unsigned d = 0; d < j->nshards; d++) {
     char name[64];
     shard_name(j, d, name, sizeof(name));
-    char *dst = path_join(out_dir, name);
+    char *dst = fileio_join(out_dir, name);
     if (!dst || rename(j->tmp_paths[d], dst) != 0) {
       h->fail(ctx, "cannot rename %s to %s: %s", j->tmp_paths[d],
               dst ? dst : name, strerror(errno));
@@ -1525,18 +1418,18 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
     h->fail(ctx, "out of memory");
     return SHARD_FAILED;
   }
-  rc = write_file_atomic(out_dir, "manifest.json", mf, err, sizeof(err));
+  rc = write_manifest(out_dir, mf, err, sizeof(err));
   free(mf);
   if (rc != 0) {
     h->fail(ctx, "%s", err);
     return SHARD_FAILED;
   }
-  if ((rc = fsync_dir(out_dir)) != 0) {
+  if ((rc = fileio_fsync_dir(out_dir)) != 0) {
     h->fail(ctx, "cannot sync %s: %s", out_dir, strerror(-rc));
     return SHARD_FAILED;
   }
 
-  char num[32], *mpath = path_join(out_dir, "manifest.json");
+  char num[32], *mpath = fileio_join(out_dir, "manifest.json");
   h->output(ctx, "dir", out_dir);
   if (mpath)
     h->output(ctx, "manifest", mpath);
@@ -1549,7 +1442,7 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
   uint64_t out_bytes = 0;
   for (unsigned d = 0; d < j->nshards; d++)
     out_bytes += j->shard_bytes[d];
-  double total_s = now_s() - t0;
+  double total_s = stagekit_now() - t0;
   double mbps = total_s > 0 ? (double)t.text_bytes / 1e6 / total_s : 0;
   char why[512];
   drop_summary(t.counts, why, sizeof(why));

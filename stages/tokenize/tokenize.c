@@ -17,6 +17,8 @@
 #include <dagrun/plugin.h>
 
 #include "bpe.h"
+#include "fileio.h"
+#include "stagekit.h"
 #include "tokfile.h"
 
 #include <cjson/cJSON.h>
@@ -95,20 +97,6 @@ typedef struct job {
   char err[1024]; /* first failure, under lock */
 } job;
 
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static char *join(const char *dir, const char *name) {
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *p = malloc(n);
-  if (p)
-    snprintf(p, n, "%s/%s", dir, name);
-  return p;
-}
-
 /* Records the first failure of any worker and tells the others to stop. */
 static void job_fail(job *j, const char *msg) {
   pthread_mutex_lock(&j->lock);
@@ -116,27 +104,6 @@ static void job_fail(job *j, const char *msg) {
     snprintf(j->err, sizeof j->err, "%s", msg);
   atomic_store(&j->failed, 1);
   pthread_mutex_unlock(&j->lock);
-}
-
-/* "123", "64KiB", "200MiB", "1.5GiB", "10MB": bytes, or -1. */
-static int64_t parse_size(const char *z) {
-  char *end;
-  errno = 0;
-  double v = strtod(z, &end);
-  if (end == z || errno || v < 0)
-    return -1;
-  while (*end == ' ')
-    end++;
-  static const struct {
-    const char *suffix;
-    double scale;
-  } units[] = {{"", 1},          {"B", 1},          {"KiB", 1024.0},
-               {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"KB", 1e3},
-               {"MB", 1e6},      {"GB", 1e9}};
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-    if (strcmp(end, units[i].suffix) == 0)
-      return (int64_t)(v * units[i].scale);
-  return -1;
 }
 
 /* ---- Reading the shard stage's JSONL lines ----
@@ -307,8 +274,6 @@ static int shard_line_text(const char *line, size_t len, char *out,
   }
 }
 
-static int file_sha256(const char *path, char hex[65]);
-
 /* ---- Workers ---- */
 
 /* Reads src line by line, hashing every byte so a shard changed since the
@@ -374,7 +339,7 @@ static int read_shard(job *j, shard *s, uint64_t max_bytes, doc_fn doc,
     unsigned dl = 0;
     char hex[65];
     EVP_DigestFinal_ex(sha, d, &dl);
-    tokfile_hex(d, hex);
+    fileio_hex(d, 32, hex);
     if (strcmp(hex, s->sha256) != 0) {
       snprintf(err, errlen,
                "%s: sha256 %s, but the shard manifest says %s: the shard "
@@ -481,7 +446,7 @@ static void *encode_thread(void *arg) {
     s->tokens = info.n_tokens;
     /* The manifest lists what sha256sum prints for the whole file; the
      * header's checksum covers the tokens only. */
-    if (file_sha256(s->dst, s->tok_sha256) != 0) {
+    if (fileio_sha256_file(s->dst, s->tok_sha256) != 0) {
       snprintf(err, sizeof err, "%s: cannot read it back", s->dst);
       job_fail(j, err);
       break;
@@ -577,12 +542,12 @@ static int load_shard_manifest(const char *shards_param, const char *dag_dir,
                                const char *out_dir, shard **out, size_t *nout,
                                char *err, size_t errlen) {
   char *base = shards_param[0] == '/' ? strdup(shards_param)
-                                      : join(dag_dir, shards_param);
+                                      : fileio_join(dag_dir, shards_param);
   struct stat st;
   char *manifest = NULL, *dir = NULL;
   if (base && stat(base, &st) == 0 && S_ISDIR(st.st_mode)) {
     dir = strdup(base);
-    manifest = join(base, "manifest.json");
+    manifest = fileio_join(base, "manifest.json");
   } else if (base) {
     manifest = strdup(base);
     char *slash = strrchr(base, '/');
@@ -634,12 +599,12 @@ static int load_shard_manifest(const char *shards_param, const char *dag_dir,
       shard *s = &v[k++];
       s->split = strdup(split->valuestring);
       s->name = strdup(path->valuestring);
-      s->src = join(dir, path->valuestring);
+      s->src = fileio_join(dir, path->valuestring);
       char *dot = strrchr(s->name, '.');
       size_t stem = dot ? (size_t)(dot - s->name) : strlen(s->name);
       char tokname[512];
       snprintf(tokname, sizeof tokname, "%.*s.tok", (int)stem, s->name);
-      s->dst = join(out_dir, tokname);
+      s->dst = fileio_join(out_dir, tokname);
       if (cJSON_IsString(sha) && strlen(sha->valuestring) == 64)
         memcpy(s->sha256, sha->valuestring, 65);
       struct stat sst;
@@ -685,7 +650,7 @@ static void remove_stale_tok_files(const char *out_dir) {
     size_t n = strlen(e->d_name);
     if ((n > 4 && strcmp(e->d_name + n - 4, ".tok") == 0) ||
         (n > 8 && strcmp(e->d_name + n - 8, ".tok.tmp") == 0)) {
-      char *p = join(out_dir, e->d_name);
+      char *p = fileio_join(out_dir, e->d_name);
       if (p)
         unlink(p);
       free(p);
@@ -694,62 +659,12 @@ static void remove_stale_tok_files(const char *out_dir) {
   closedir(d);
 }
 
-static int file_sha256(const char *path, char hex[65]) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp)
-    return -1;
-  EVP_MD_CTX *sha = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(sha, EVP_sha256(), NULL);
-  char buf[65536];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof buf, fp)) > 0)
-    EVP_DigestUpdate(sha, buf, k);
-  int rc = ferror(fp) ? -1 : 0;
-  fclose(fp);
-  uint8_t d[32];
-  unsigned dl;
-  EVP_DigestFinal_ex(sha, d, &dl);
-  EVP_MD_CTX_free(sha);
-  tokfile_hex(d, hex);
-  return rc;
-}
-
-/* Writes text to path atomically: temporary name, fsync, rename. */
-static int write_atomic(const char *path, const char *text, char *err,
-                        size_t errlen) {
-  size_t plen = strlen(path) + 5;
-  char *tmp = malloc(plen);
-  if (!tmp) {
-    snprintf(err, errlen, "out of memory");
-    return -1;
-  }
-  snprintf(tmp, plen, "%s.tmp", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  size_t n = strlen(text);
-  int rc = 0;
-  if (fd < 0 || write(fd, text, n) != (ssize_t)n || fsync(fd) != 0) {
-    snprintf(err, errlen, "%s: %s", path, strerror(errno));
-    rc = -1;
-  }
-  if (fd >= 0 && close(fd) != 0 && rc == 0) {
-    snprintf(err, errlen, "%s: %s", path, strerror(errno));
-    rc = -1;
-  }
-  if (rc == 0 && rename(tmp, path) != 0) {
-    snprintf(err, errlen, "rename to %s: %s", path, strerror(errno));
-    rc = -1;
-  }
-  if (rc != 0)
-    unlink(tmp);
-  free(tmp);
-  return rc;
-}
-
 /* ---- The stage ---- */
 
 typedef struct settings {
   const char *shards, *tokenizer, *vocab, *merges;
-  int64_t vocab_size, min_frequency, threads, train_sample;
+  int64_t vocab_size, min_frequency, threads;
+  uint64_t train_sample;
   const char **specials;
   size_t nspecials;
 } settings;
@@ -769,7 +684,7 @@ static int read_settings(dagrun_ctx *ctx, const dagrun_host *host,
     st->vocab = NULL;
   if (host->param_string(ctx, "merges", &st->merges) != 0)
     st->merges = NULL;
-  if ((st->train_sample = parse_size(sample)) < 0) {
+  if (stagekit_parse_size(sample, &st->train_sample) != 0) {
     host->fail(ctx, "train_sample: '%s' is not a size (e.g. 0, 200MiB, 1GB)",
                sample);
     return -1;
@@ -814,8 +729,7 @@ static int read_settings(dagrun_ctx *ctx, const dagrun_host *host,
     return -1;
   }
   if (st->threads == 0) {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    st->threads = ncpu > 0 ? ncpu : 1;
+    st->threads = stagekit_cpu_count();
   }
   if (!st->tokenizer && !st->vocab) {
     if (st->vocab_size < 256 + (int64_t)st->nspecials ||
@@ -847,10 +761,9 @@ static int train_tokenizer(job *j, const settings *st, char *err,
       train_bytes += j->shards[i].bytes;
     }
   j->sample_per_shard =
-      st->train_sample > 0 ? ((uint64_t)st->train_sample + ntrain - 1) / ntrain
-                           : 0;
-  j->total_bytes = st->train_sample > 0 && (uint64_t)st->train_sample < train_bytes
-                       ? (uint64_t)st->train_sample
+      st->train_sample > 0 ? (st->train_sample + ntrain - 1) / ntrain : 0;
+  j->total_bytes = st->train_sample > 0 && st->train_sample < train_bytes
+                       ? st->train_sample
                        : train_bytes;
   j->topts = (bpe_train_opts){
       .vocab_size = (uint32_t)st->vocab_size,
@@ -984,14 +897,14 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   }
 
   /* The tokenizer: loaded, or trained on the train shards. */
-  double t0 = now_seconds(), train_s = 0;
+  double t0 = stagekit_now(), train_s = 0;
   const char *source;
   if (st.tokenizer || st.vocab) {
     char *paths[3] = {NULL, NULL, NULL};
     const char *given[3] = {st.tokenizer, st.vocab, st.merges};
     for (int i = 0; i < 3; i++)
       if (given[i])
-        paths[i] = given[i][0] == '/' ? strdup(given[i]) : join(dag_dir, given[i]);
+        paths[i] = given[i][0] == '/' ? strdup(given[i]) : fileio_join(dag_dir, given[i]);
     int rc = st.tokenizer
                  ? bpe_load_hf(paths[0], &j.tok, err, sizeof err)
                  : bpe_load_gpt2(paths[1], paths[2], &j.tok, err, sizeof err);
@@ -1014,7 +927,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
       host->fail(ctx, "training the tokenizer: %s", err);
       goto done;
     }
-    train_s = now_seconds() - t0;
+    train_s = stagekit_now() - t0;
     source = "trained";
     host->log(ctx, DAGRUN_LOG_INFO,
               "trained %zu merges in %.2f s (%u ids)", bpe_merge_count(j.tok),
@@ -1028,10 +941,10 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
               "the tokenizer has no %s token: documents in the token files "
               "are not separated", EOT_TEXT);
 
-  char *tok_path = join(out_dir, "tokenizer.json");
+  char *tok_path = fileio_join(out_dir, "tokenizer.json");
   char tok_sha[65] = "";
   if (!tok_path || bpe_save_hf(j.tok, tok_path, err, sizeof err) != 0 ||
-      file_sha256(tok_path, tok_sha) != 0) {
+      fileio_sha256_file(tok_path, tok_sha) != 0) {
     host->fail(ctx, "writing tokenizer.json: %s", err);
     free(tok_path);
     goto done;
@@ -1042,9 +955,9 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   j.total_bytes = 0;
   for (size_t i = 0; i < j.nshards; i++)
     j.total_bytes += j.shards[i].bytes;
-  double t1 = now_seconds();
+  double t1 = stagekit_now();
   run_workers(&j, encode_thread, NULL, "encoded");
-  double encode_s = now_seconds() - t1;
+  double encode_s = stagekit_now() - t1;
   if (atomic_load(&j.failed) || host->cancelled(ctx)) {
     host->fail(ctx, "%s", atomic_load(&j.failed) ? j.err : "cancelled");
     remove_stale_tok_files(out_dir);
@@ -1053,8 +966,9 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   }
 
   manifest = manifest_json(&j, &st, source, tok_sha, train_s, encode_s);
-  char *mpath = join(out_dir, "manifest.json");
-  if (!manifest || !mpath || write_atomic(mpath, manifest, err, sizeof err) != 0) {
+  char *mpath = fileio_join(out_dir, "manifest.json");
+  if (!manifest || !mpath || fileio_write_atomic(mpath, manifest, strlen(manifest), err,
+                                     sizeof err) != 0) {
     host->fail(ctx, "writing manifest.json: %s", err);
     free(mpath);
     free(tok_path);

@@ -1,0 +1,145 @@
+/* Durable file operations; see fileio.h. */
+#include "fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+char *fileio_join(const char *dir, const char *name) {
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *p = malloc(n);
+  if (p)
+    snprintf(p, n, "%s/%s", dir, name);
+  return p;
+}
+
+int fileio_write_all(int fd, const void *p, size_t n) {
+  const char *s = p;
+  while (n > 0) {
+    ssize_t w = write(fd, s, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0)
+      return -errno;
+    s += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+int fileio_pread_all(int fd, void *p, size_t n, uint64_t off) {
+  char *s = p;
+  while (n > 0) {
+    ssize_t r = pread(fd, s, n, (off_t)off);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      return -errno;
+    if (r == 0)
+      return -EIO;
+    s += r;
+    n -= (size_t)r;
+    off += (uint64_t)r;
+  }
+  return 0;
+}
+
+int fileio_fsync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return -errno;
+  int rc = fsync(fd) == 0 ? 0 : -errno;
+  close(fd);
+  return rc;
+}
+
+int fileio_fsync_parent(const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash)
+    return fileio_fsync_dir(".");
+  if (slash == path)
+    return fileio_fsync_dir("/");
+  char *dir = strndup(path, (size_t)(slash - path));
+  if (!dir)
+    return -ENOMEM;
+  int rc = fileio_fsync_dir(dir);
+  free(dir);
+  return rc;
+}
+
+int fileio_write_atomic(const char *path, const void *data, size_t n,
+                        char *err, size_t errlen) {
+  size_t tlen = strlen(path) + 5;
+  char *tmp = malloc(tlen);
+  if (!tmp) {
+    snprintf(err, errlen, "%s: out of memory", path);
+    return -ENOMEM;
+  }
+  snprintf(tmp, tlen, "%s.tmp", path);
+  int rc = 0;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    rc = -errno;
+  if (rc == 0)
+    rc = fileio_write_all(fd, data, n);
+  if (rc == 0 && fsync(fd) != 0)
+    rc = -errno;
+  if (fd >= 0 && close(fd) != 0 && rc == 0)
+    rc = -errno;
+  if (rc == 0 && rename(tmp, path) != 0)
+    rc = -errno;
+  if (rc == 0)
+    rc = fileio_fsync_parent(path);
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot write %s: %s", path, strerror(-rc));
+    unlink(tmp);
+  }
+  free(tmp);
+  return rc;
+}
+
+void fileio_hex(const uint8_t *bytes, size_t n, char *hex) {
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; i++) {
+    hex[2 * i] = digits[bytes[i] >> 4];
+    hex[2 * i + 1] = digits[bytes[i] & 15];
+  }
+  hex[2 * n] = '\0';
+}
+
+int fileio_sha256_file(const char *path, char hex[65]) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -errno;
+  EVP_MD_CTX *sha = EVP_MD_CTX_new();
+  int rc = sha && EVP_DigestInit_ex(sha, EVP_sha256(), NULL) == 1 ? 0 : -ENOMEM;
+  static const size_t bufsize = 1 << 20;
+  char *buf = rc == 0 ? malloc(bufsize) : NULL;
+  if (rc == 0 && !buf)
+    rc = -ENOMEM;
+  while (rc == 0) {
+    ssize_t k = read(fd, buf, bufsize);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k < 0)
+      rc = -errno;
+    else if (k == 0)
+      break;
+    else if (EVP_DigestUpdate(sha, buf, (size_t)k) != 1)
+      rc = -EIO;
+  }
+  uint8_t d[32];
+  unsigned dl = 0;
+  if (rc == 0 && (EVP_DigestFinal_ex(sha, d, &dl) != 1 || dl != 32))
+    rc = -EIO;
+  if (rc == 0)
+    fileio_hex(d, 32, hex);
+  free(buf);
+  EVP_MD_CTX_free(sha);
+  close(fd);
+  return rc;
+}

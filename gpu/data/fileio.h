@@ -1,0 +1,40 @@
+/*
+ * fileio: the file operations that data must survive a crash with,
+ * shared by the engine's files (token files, checkpoints) and the stages.
+ * Every function is safe from any thread. Errors are -errno.
+ */
+#ifndef DAGRUN_FILEIO_H
+#define DAGRUN_FILEIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* "dir/name", malloc'd (caller frees); NULL when out of memory. */
+char *fileio_join(const char *dir, const char *name);
+
+/* Writes all n bytes, retrying short writes and EINTR. 0 or -errno. */
+int fileio_write_all(int fd, const void *p, size_t n);
+
+/* Reads exactly n bytes at off. 0, -errno, or -EIO when the file ends
+ * first. */
+int fileio_pread_all(int fd, void *p, size_t n, uint64_t off);
+
+/* fsync of a directory, which makes a rename in it durable. */
+int fileio_fsync_dir(const char *dir);
+/* fsync of the directory that holds path. */
+int fileio_fsync_parent(const char *path);
+
+/* Writes data to path so that a crash leaves either the old file or the
+ * whole new one: a temporary name beside it, fsync, rename, fsync of the
+ * directory. Returns 0, or -errno with a message naming path in err. */
+int fileio_write_atomic(const char *path, const void *data, size_t n,
+                        char *err, size_t errlen);
+
+/* SHA-256 of a whole file as 64 lower-case hex digits (what sha256sum
+ * prints) into hex[65]. 0 or -errno. */
+int fileio_sha256_file(const char *path, char hex[65]);
+
+/* n bytes as 2n lower-case hex digits plus NUL into hex. */
+void fileio_hex(const uint8_t *bytes, size_t n, char *hex);
+
+#endif /* DAGRUN_FILEIO_H */

@@ -1,0 +1,55 @@
+/* Param and timing helpers of the built-in stages; see stagekit.h. */
+#include "stagekit.h"
+
+#include <errno.h>
+#include <math.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+int stagekit_parse_size(const char *z, uint64_t *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(z, &end);
+  if (end == z || errno || !(v >= 0) || !isfinite(v))
+    return -1;
+  while (*end == ' ')
+    end++;
+  static const struct {
+    const char *unit;
+    double mult;
+  } units[] = {
+      {"", 1},           {"b", 1},
+      {"k", 1024.0},     {"kib", 1024.0},          {"kb", 1e3},
+      {"m", 1048576.0},  {"mib", 1048576.0},       {"mb", 1e6},
+      {"g", 1073741824.0}, {"gib", 1073741824.0},  {"gb", 1e9},
+      {"t", 1099511627776.0}, {"tib", 1099511627776.0}, {"tb", 1e12},
+  };
+  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+    if (strcasecmp(end, units[i].unit) == 0) {
+      double b = v * units[i].mult;
+      /* The largest double below 2^64: anything above does not fit. */
+      if (b >= 18446744073709549568.0)
+        return -1;
+      *out = (uint64_t)b;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+unsigned stagekit_cpu_count(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+    return (unsigned)CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (unsigned)n : 1;
+}
+
+double stagekit_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}

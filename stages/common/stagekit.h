@@ -1,0 +1,21 @@
+/*
+ * stagekit: small helpers the built-in stages share for reading their
+ * params and timing their work. Safe from any thread.
+ */
+#ifndef DAGRUN_STAGEKIT_H
+#define DAGRUN_STAGEKIT_H
+
+#include <stdint.h>
+
+/* A byte size as users write it: "123", "64KiB", "200MiB", "1.5GiB",
+ * "10MB" (binary KiB/MiB/GiB/TiB or K/M/G/T; decimal KB/MB/GB/TB; any
+ * case). Returns 0 and *out, or -1 for anything else. */
+int stagekit_parse_size(const char *z, uint64_t *out);
+
+/* CPUs this process may run on (its affinity mask), at least 1. */
+unsigned stagekit_cpu_count(void);
+
+/* Seconds on the monotonic clock, for durations. */
+double stagekit_now(void);
+
+#endif /* DAGRUN_STAGEKIT_H */
