@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the main job on this machine.
+# Sets up, builds and runs the main job on this machine: dags/pretrain.yaml
+# on the default corpus (DAGRUN_CORPUS and DAGRUN_CORPUS_FORMAT change it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh build
-exec build/bin/dagrun dags/smoke.yaml "$@"
+exec build/bin/dagrun dags/pretrain.yaml "$@"
