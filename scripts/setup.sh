@@ -7,10 +7,12 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libuv1-dev libyaml-dev libcjson-dev
   zlib1g-dev libxxhash-dev libssl-dev libpcre2-dev
+  # the CPU training engine: sgemm from OpenBLAS, OpenMP from gcc
+  libopenblas-dev
   # the default corpus of dags/pretrain.yaml
   fortunes
   # tests and benchmarks
-  python3 python3-numpy jq snakemake time sentencepiece
+  python3 python3-numpy python3-torch jq snakemake time sentencepiece
 )
 
 # Node.js runs the tokenizer's reference implementations; machines that

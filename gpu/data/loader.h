@@ -1,0 +1,65 @@
+/*
+ * loader: batches of (inputs, targets) for training and evaluation, cut
+ * from memory-mapped token files (tokfile.h). A batch is B windows of T+1
+ * consecutive tokens; inputs are the first T, targets the last T.
+ *
+ * Orders, both deterministic by seed:
+ *   LOADER_RANDOM      every batch draws B window starts uniformly from all
+ *                      files (weighted by their sizes) from a seeded RNG;
+ *   LOADER_SEQUENTIAL  epochs of non-overlapping windows over all files;
+ *                      each epoch visits them in an order shuffled by
+ *                      (seed, epoch). Evaluation uses this with no shuffle.
+ * The position (batches served, RNG state, epoch) is plain data: saved in
+ * a checkpoint and restored, the loader continues with the very batch it
+ * would have served next.
+ *
+ * A prefetch thread prepares the next `prefetch` batches while the caller
+ * trains on the current one; the batches are the same with or without it.
+ * One loader belongs to one consumer thread.
+ */
+#ifndef DAGRUN_LOADER_H
+#define DAGRUN_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum loader_order { LOADER_RANDOM = 0, LOADER_SEQUENTIAL = 1 } loader_order;
+
+typedef struct loader_config {
+  const char *const *paths; /* token files; all the same vocab_size */
+  size_t npaths;
+  int B, T;
+  loader_order order;
+  int shuffle;   /* LOADER_SEQUENTIAL: shuffle windows each epoch */
+  uint64_t seed;
+  int prefetch;  /* batches prepared ahead by a thread; 0 = none */
+} loader_config;
+
+typedef struct loader_pos {
+  uint64_t batches; /* batches served so far */
+  uint64_t epoch;   /* LOADER_SEQUENTIAL: current epoch */
+  uint64_t rng[4];  /* the RNG's state */
+} loader_pos;
+
+typedef struct loader loader;
+
+/* Opens and checks every file (tokfile_open + tokfile_verify), and that
+ * there is at least one window of T+1 tokens. 0, or -1 with a message
+ * naming the file. */
+int loader_create(const loader_config *cfg, loader **out, char *err,
+                  size_t errlen);
+void loader_destroy(loader *l); /* NULL is a no-op; stops the thread */
+
+/* The next batch into inputs[B*T] and targets[B*T]. Returns 0. */
+int loader_next(loader *l, uint32_t *inputs, uint32_t *targets);
+
+/* Where the loader is (the next batch to serve), and back there. */
+void loader_get_pos(const loader *l, loader_pos *pos);
+int loader_set_pos(loader *l, const loader_pos *pos);
+
+uint32_t loader_vocab_size(const loader *l);
+uint64_t loader_tokens(const loader *l);       /* in all files */
+/* LOADER_SEQUENTIAL: batches in one epoch (floor). */
+uint64_t loader_batches_per_epoch(const loader *l);
+
+#endif /* DAGRUN_LOADER_H */

@@ -1,0 +1,110 @@
+/*
+ * gpt: the GPT-2 family model of the training engine: configuration,
+ * presets, the parameter layout, initialization, and (through the CPU
+ * backend, gpu/cpu/) forward and backward passes.
+ *
+ * Model: token + learned position embeddings; n_layer pre-LayerNorm
+ * blocks of causal multi-head self-attention and a GELU (tanh
+ * approximation, as GPT-2) MLP of width 4C; a final LayerNorm; the output
+ * head tied to the token embedding; mean cross-entropy loss.
+ *
+ * Parameters live in one contiguous float array, gradients in another of
+ * the same layout, activations in a third (sized for the largest B x T
+ * seen). The tensors, in this order, with GPT-2's Hugging Face names
+ * (h.N. repeated per layer; the token embedding has padded_vocab rows,
+ * rows >= vocab_size are zero and never trained into):
+ *   wte.weight (Vp,C)  wpe.weight (T,C)
+ *   h.N.ln_1.weight (C)  h.N.ln_1.bias (C)
+ *   h.N.attn.c_attn.weight (C,3C)  h.N.attn.c_attn.bias (3C)
+ *   h.N.attn.c_proj.weight (C,C)   h.N.attn.c_proj.bias (C)
+ *   h.N.ln_2.weight (C)  h.N.ln_2.bias (C)
+ *   h.N.mlp.c_fc.weight (C,4C)     h.N.mlp.c_fc.bias (4C)
+ *   h.N.mlp.c_proj.weight (4C,C)   h.N.mlp.c_proj.bias (C)
+ *   ln_f.weight (C)  ln_f.bias (C)
+ * Weight matrices are stored as Hugging Face's Conv1D keeps them,
+ * (in, out), so y = x W + b and the tensors export as they are.
+ *
+ * Threads: one gpt is used by one thread at a time; the backend uses
+ * OpenMP and OpenBLAS threads inside a call.
+ */
+#ifndef DAGRUN_GPT_H
+#define DAGRUN_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct gpt_config {
+  int n_layer;
+  int n_head;
+  int n_embd;      /* C; a multiple of n_head */
+  int block_size;  /* T_max: context length, rows of wpe */
+  int vocab_size;  /* V: ids the tokenizer makes */
+  int padded_vocab; /* Vp: V rounded up to a multiple of 64 (gpt_config_finish) */
+} gpt_config;
+
+/* Fills cfg from a preset name, leaving vocab_size as it was:
+ *   gpt-tiny   L4  H4  C128 T128   (about 0.8M parameters + embeddings)
+ *   gpt-small  L6  H6  C384 T256
+ *   gpt2-124M  L12 H12 C768 T1024
+ *   gpt2-350M  L24 H16 C1024 T1024
+ * Returns 0, or -1 for an unknown name (message lists the presets). */
+int gpt_config_preset(const char *name, gpt_config *cfg, char *err,
+                      size_t errlen);
+/* Checks every field and sets padded_vocab. 0, or -1 with err. */
+int gpt_config_finish(gpt_config *cfg, char *err, size_t errlen);
+
+/* One parameter tensor of the layout above. */
+typedef struct gpt_tensor {
+  char name[48];
+  size_t offset;   /* into gpt_params() / gpt_grads(), in floats */
+  size_t numel;
+  int ndim;
+  int shape[2];
+  int decay;       /* 1 for weight matrices (c_attn, c_proj, c_fc); 0 for
+                      biases, LayerNorms and embeddings, as AdamW's
+                      default is to exclude them */
+} gpt_tensor;
+
+typedef struct gpt gpt;
+
+/* Allocates parameters and gradients (zeroed) for cfg (finished). Returns
+ * 0, or -1 with a message naming the bytes it could not get. */
+int gpt_create(const gpt_config *cfg, gpt **out, char *err, size_t errlen);
+void gpt_destroy(gpt *m); /* NULL is a no-op */
+
+const gpt_config *gpt_get_config(const gpt *m);
+size_t gpt_num_params(const gpt *m); /* floats in params (incl. padding rows) */
+float *gpt_params(gpt *m);
+float *gpt_grads(gpt *m);
+size_t gpt_tensor_count(const gpt *m);
+const gpt_tensor *gpt_tensor_at(const gpt *m, size_t i);
+/* The tensor of that name, or NULL. */
+const gpt_tensor *gpt_tensor_find(const gpt *m, const char *name);
+
+/* GPT-2's initialization, reproducible by seed: N(0, 0.02) for wte, wpe
+ * and weight matrices; N(0, 0.02/sqrt(2*n_layer)) for attn.c_proj.weight
+ * and mlp.c_proj.weight; zero biases; LayerNorm weight 1, bias 0; padding
+ * rows of wte zero. Same seed, same bits, on every machine. */
+void gpt_init(gpt *m, uint64_t seed);
+
+/* Forward pass over inputs (B,T) of ids < vocab_size, T <= block_size.
+ * With targets (B,T) also computes the mean cross-entropy loss into
+ * *loss (targets may be NULL: logits only, *loss untouched). Returns 0,
+ * or -1 with err (bad ids, out of memory for activations). */
+int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
+                int B, int T, float *loss, char *err, size_t errlen);
+/* Logits of the last forward, (B,T,Vp); columns >= vocab_size are not
+ * meaningful. Valid until the next forward. */
+const float *gpt_logits(const gpt *m);
+/* Sets every gradient to zero. */
+void gpt_zero_grad(gpt *m);
+/* Backward pass of the last forward (which had targets): ADDS
+ * d(scale * loss)/d(params) into gpt_grads(), so gradient accumulation
+ * over k micro-batches calls it with scale 1/k. */
+void gpt_backward(gpt *m, float scale);
+
+/* FLOPs of one forward+backward per token (6N + attention), for MFU and
+ * the tokens/s comparison. */
+double gpt_flops_per_token(const gpt *m);
+
+#endif /* DAGRUN_GPT_H */
