@@ -1,0 +1,941 @@
+/*
+ * train: the built-in stage that trains a GPT on the tokenize stage's
+ * token files with dagrun's engine (gpu/), on the CPU.
+ *
+ *   train:
+ *     stage: train
+ *     needs: [tokenize]
+ *     with: {data: "${tasks.tokenize.outputs.dir}", model: gpt-tiny,
+ *            steps: 2000}
+ *
+ * Checkpoints go to <task>/checkpoints/ every checkpoint_every steps, at
+ * the end, and when the task is stopped (timeout, Ctrl-C: SIGTERM), so
+ * that a retried attempt with resume: auto continues where the last one
+ * stopped: the same bits as if it had never stopped. Validation runs
+ * every eval_every steps; samples of generated text go to out/.
+ */
+#include <dagrun/plugin.h>
+
+#include "bpe.h"
+#include "ckpt.h"
+#include "fileio.h"
+#include "gpt.h"
+#include "loader.h"
+#include "optim.h"
+#include "spike.h"
+#include "stagekit.h"
+#include "tokfile.h"
+#include "trainstate.h"
+
+#include <cblas.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#define EXIT_FAILED 1
+#define EXIT_BAD_PARAMS 2
+
+static const dagrun_param_spec params[] = {
+    {"data", DAGRUN_PARAM_STRING, NULL, 1,
+     "The tokenize stage's output directory, e.g. "
+     "\"${tasks.tokenize.outputs.dir}\""},
+    {"model", DAGRUN_PARAM_STRING, "gpt-tiny", 0,
+     "Preset: gpt-tiny, gpt-small, gpt2-124M, gpt2-350M"},
+    {"n_layer", DAGRUN_PARAM_INT, "0", 0, "Layers (0: the preset's)"},
+    {"n_head", DAGRUN_PARAM_INT, "0", 0, "Attention heads (0: the preset's)"},
+    {"n_embd", DAGRUN_PARAM_INT, "0", 0, "Width (0: the preset's)"},
+    {"block_size", DAGRUN_PARAM_INT, "0", 0,
+     "Context length (0: the preset's)"},
+    {"seq_len", DAGRUN_PARAM_INT, "0", 0,
+     "Tokens per training sequence (0: block_size)"},
+    {"batch_size", DAGRUN_PARAM_INT, "16", 0, "Sequences per micro-batch"},
+    {"grad_accum", DAGRUN_PARAM_INT, "1", 0,
+     "Micro-batches per optimizer step (global batch = batch_size x this)"},
+    {"steps", DAGRUN_PARAM_INT, "1000", 0, "Optimizer steps"},
+    {"optimizer", DAGRUN_PARAM_STRING, "adamw", 0, "adamw or lion"},
+    {"lr", DAGRUN_PARAM_FLOAT, "0", 0,
+     "Peak learning rate (0: 1e-3 for adamw, 1e-4 for lion)"},
+    {"min_lr", DAGRUN_PARAM_FLOAT, "-1", 0,
+     "Final learning rate (-1: lr / 10)"},
+    {"warmup", DAGRUN_PARAM_INT, "-1", 0,
+     "Linear warmup steps (-1: 5% of steps)"},
+    {"schedule", DAGRUN_PARAM_STRING, "cosine", 0,
+     "After warmup: cosine, linear, or constant (with cooldown)"},
+    {"cooldown", DAGRUN_PARAM_INT, "0", 0,
+     "schedule constant: final steps decaying linearly to min_lr"},
+    {"beta1", DAGRUN_PARAM_FLOAT, "0.9", 0, "First-moment decay"},
+    {"beta2", DAGRUN_PARAM_FLOAT, "0", 0,
+     "Second-moment decay (0: 0.95 for adamw, 0.99 for lion)"},
+    {"eps", DAGRUN_PARAM_FLOAT, "1e-8", 0, "AdamW epsilon"},
+    {"weight_decay", DAGRUN_PARAM_FLOAT, "0.1", 0,
+     "Decoupled weight decay of weight matrices (not biases, LayerNorms, "
+     "embeddings)"},
+    {"grad_clip", DAGRUN_PARAM_FLOAT, "1.0", 0,
+     "Global gradient-norm clip (0: off)"},
+    {"seed", DAGRUN_PARAM_INT, "1234", 0,
+     "Seed of the initial weights, the data order and the samples"},
+    {"eval_every", DAGRUN_PARAM_INT, "100", 0,
+     "Validation every this many steps (0: only at the end)"},
+    {"eval_batches", DAGRUN_PARAM_INT, "20", 0,
+     "Validation batches (at most one pass over the validation shards)"},
+    {"checkpoint_every", DAGRUN_PARAM_INT, "500", 0,
+     "Checkpoint every this many steps (0: only at the end and on stop)"},
+    {"keep_checkpoints", DAGRUN_PARAM_INT, "3", 0,
+     "Checkpoints kept in <task>/checkpoints"},
+    {"resume", DAGRUN_PARAM_STRING, "auto", 0,
+     "auto (latest valid checkpoint of this task, if any), never, or a "
+     "checkpoint directory"},
+    {"spike_policy", DAGRUN_PARAM_STRING, "skip", 0,
+     "Loss-spike guard: none, skip, lower_lr, reset or rollback"},
+    {"spike_threshold", DAGRUN_PARAM_FLOAT, "6", 0,
+     "z-score of loss or grad norm over the recent window that is a spike"},
+    {"spike_window", DAGRUN_PARAM_INT, "50", 0, "Steps in that window"},
+    {"overfit_one_batch", DAGRUN_PARAM_BOOL, "false", 0,
+     "Sanity check: train on one batch; fail unless its loss falls below "
+     "overfit_target"},
+    {"overfit_target", DAGRUN_PARAM_FLOAT, "0.1", 0,
+     "overfit_one_batch: the loss to reach"},
+    {"threads", DAGRUN_PARAM_INT, "0", 0, "CPU threads (0: one per CPU)"},
+    {"samples", DAGRUN_PARAM_INT, "3", 0,
+     "Texts generated at the end, into out/samples.txt"},
+    {"sample_prompt", DAGRUN_PARAM_STRING, "", 0,
+     "Prompt of the samples (empty: start of a document)"},
+    {"sample_tokens", DAGRUN_PARAM_INT, "64", 0, "Tokens per sample"},
+    {"temperature", DAGRUN_PARAM_FLOAT, "0.8", 0, "Sampling temperature"},
+    {"top_k", DAGRUN_PARAM_INT, "40", 0, "Sample among the k likeliest"},
+    {NULL, 0, NULL, 0, NULL},
+};
+
+typedef struct cfg {
+  const char *data, *model_name, *resume, *prompt;
+  gpt_config model;
+  int B, T, accum, threads, top_k, nsamples, sample_tokens;
+  int64_t steps, eval_every, eval_batches, ckpt_every, keep;
+  optim_config opt;
+  lr_schedule sched;
+  double grad_clip, temperature, overfit_target;
+  uint64_t seed;
+  int spike_on, overfit;
+  spike_config spike;
+} cfg;
+
+typedef struct run_ctx {
+  dagrun_ctx *ctx;
+  const dagrun_host *h;
+  cfg c;
+  char **train_paths, **val_paths;
+  size_t ntrain, nval;
+  char *tokenizer_path;
+  uint32_t eot;
+  gpt *model;
+  optim *opt;
+  loader *train, *val;
+  loader_pos val_start;
+  spike_guard guard;
+  train_state st;
+  char ckpt_dir[4096];
+  char last_ckpt[4096];
+  uint32_t *inputs, *targets;
+} run_ctx;
+
+/* ---- Params ---- */
+
+static int get_int(dagrun_ctx *ctx, const dagrun_host *h, const char *name,
+                   int64_t lo, int64_t hi, int64_t *out) {
+  if (h->param_int(ctx, name, out) != 0 || *out < lo || *out > hi) {
+    h->fail(ctx, "%s must be an integer from %lld to %lld", name,
+            (long long)lo, (long long)hi);
+    return -1;
+  }
+  return 0;
+}
+
+static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
+  memset(c, 0, sizeof *c);
+  char err[512];
+  int64_t v, nl, nh, ne, bs, seq;
+  const char *z;
+  h->param_string(ctx, "data", &c->data);
+  h->param_string(ctx, "model", &c->model_name);
+  h->param_string(ctx, "resume", &c->resume);
+  h->param_string(ctx, "sample_prompt", &c->prompt);
+  if (gpt_config_preset(c->model_name, &c->model, err, sizeof err) != 0) {
+    h->fail(ctx, "model: %s", err);
+    return -1;
+  }
+  if (get_int(ctx, h, "n_layer", 0, 1000, &nl) || get_int(ctx, h, "n_head", 0, 1000, &nh) ||
+      get_int(ctx, h, "n_embd", 0, 1 << 16, &ne) ||
+      get_int(ctx, h, "block_size", 0, 1 << 20, &bs) ||
+      get_int(ctx, h, "seq_len", 0, 1 << 20, &seq))
+    return -1;
+  if (nl)
+    c->model.n_layer = (int)nl;
+  if (nh)
+    c->model.n_head = (int)nh;
+  if (ne)
+    c->model.n_embd = (int)ne;
+  if (bs)
+    c->model.block_size = (int)bs;
+  c->T = seq ? (int)seq : c->model.block_size;
+  if (c->T > c->model.block_size) {
+    h->fail(ctx, "seq_len %d is longer than the model's block_size %d", c->T,
+            c->model.block_size);
+    return -1;
+  }
+  if (get_int(ctx, h, "batch_size", 1, 1 << 20, &v))
+    return -1;
+  c->B = (int)v;
+  if (get_int(ctx, h, "grad_accum", 1, 1 << 20, &v))
+    return -1;
+  c->accum = (int)v;
+  if (get_int(ctx, h, "steps", 1, INT64_C(1) << 40, &c->steps) ||
+      get_int(ctx, h, "eval_every", 0, INT64_C(1) << 40, &c->eval_every) ||
+      get_int(ctx, h, "eval_batches", 1, INT64_C(1) << 30, &c->eval_batches) ||
+      get_int(ctx, h, "checkpoint_every", 0, INT64_C(1) << 40, &c->ckpt_every) ||
+      get_int(ctx, h, "keep_checkpoints", 1, 1000, &c->keep))
+    return -1;
+  if (get_int(ctx, h, "threads", 0, 1024, &v))
+    return -1;
+  c->threads = v ? (int)v : (int)stagekit_cpu_count();
+  if (get_int(ctx, h, "seed", 0, INT64_MAX, &v))
+    return -1;
+  c->seed = (uint64_t)v;
+
+  h->param_string(ctx, "optimizer", &z);
+  double lr, min_lr, beta1, beta2, eps, wd;
+  h->param_float(ctx, "lr", &lr);
+  h->param_float(ctx, "min_lr", &min_lr);
+  h->param_float(ctx, "beta1", &beta1);
+  h->param_float(ctx, "beta2", &beta2);
+  h->param_float(ctx, "eps", &eps);
+  h->param_float(ctx, "weight_decay", &wd);
+  h->param_float(ctx, "grad_clip", &c->grad_clip);
+  if (strcmp(z, "adamw") == 0) {
+    c->opt.kind = OPTIM_ADAMW;
+    if (lr == 0)
+      lr = 1e-3;
+    if (beta2 == 0)
+      beta2 = 0.95;
+  } else if (strcmp(z, "lion") == 0) {
+    c->opt.kind = OPTIM_LION;
+    if (lr == 0)
+      lr = 1e-4;
+    if (beta2 == 0)
+      beta2 = 0.99;
+  } else {
+    h->fail(ctx, "optimizer must be adamw or lion, not '%s'", z);
+    return -1;
+  }
+  if (!(lr > 0 && lr < 10) || !(beta1 >= 0 && beta1 < 1) ||
+      !(beta2 > 0 && beta2 < 1) || !(eps > 0) || !(wd >= 0) ||
+      !(c->grad_clip >= 0)) {
+    h->fail(ctx, "lr must be in (0,10), beta1 in [0,1), beta2 in (0,1), eps "
+                 "> 0, weight_decay and grad_clip >= 0");
+    return -1;
+  }
+  c->opt.beta1 = (float)beta1;
+  c->opt.beta2 = (float)beta2;
+  c->opt.eps = (float)eps;
+  c->opt.weight_decay = (float)wd;
+
+  int64_t warmup, cooldown;
+  if (get_int(ctx, h, "warmup", -1, INT64_C(1) << 40, &warmup) ||
+      get_int(ctx, h, "cooldown", 0, INT64_C(1) << 40, &cooldown))
+    return -1;
+  c->sched.max_lr = lr;
+  c->sched.min_lr = min_lr < 0 ? lr / 10 : min_lr;
+  c->sched.warmup_steps = warmup < 0 ? c->steps / 20 : warmup;
+  c->sched.total_steps = c->steps;
+  c->sched.cooldown_steps = cooldown;
+  h->param_string(ctx, "schedule", &z);
+  if (strcmp(z, "cosine") == 0)
+    c->sched.decay = LR_COSINE;
+  else if (strcmp(z, "linear") == 0)
+    c->sched.decay = LR_LINEAR;
+  else if (strcmp(z, "constant") == 0)
+    c->sched.decay = LR_CONSTANT;
+  else {
+    h->fail(ctx, "schedule must be cosine, linear or constant, not '%s'", z);
+    return -1;
+  }
+  if (c->sched.min_lr > lr) {
+    h->fail(ctx, "min_lr %g is above lr %g", c->sched.min_lr, lr);
+    return -1;
+  }
+
+  h->param_string(ctx, "spike_policy", &z);
+  static const struct {
+    const char *name;
+    spike_policy p;
+  } policies[] = {{"skip", SPIKE_SKIP},
+                  {"lower_lr", SPIKE_LOWER_LR},
+                  {"reset", SPIKE_RESET},
+                  {"rollback", SPIKE_ROLLBACK}};
+  int known = strcmp(z, "none") == 0;
+  for (size_t i = 0; i < 4; i++)
+    if (strcmp(z, policies[i].name) == 0) {
+      c->spike.policy = policies[i].p;
+      c->spike_on = known = 1;
+    }
+  if (!known) {
+    h->fail(ctx, "spike_policy must be none, skip, lower_lr, reset or "
+                 "rollback, not '%s'", z);
+    return -1;
+  }
+  int64_t window;
+  if (get_int(ctx, h, "spike_window", 2, SPIKE_MAX_WINDOW, &window))
+    return -1;
+  c->spike.window = (int)window;
+  c->spike.min_history = (int)(window < 20 ? window : 20);
+  h->param_float(ctx, "spike_threshold", &c->spike.threshold);
+  c->spike.lr_factor = 0.1;
+  c->spike.lr_steps = 100;
+
+  h->param_bool(ctx, "overfit_one_batch", &c->overfit);
+  h->param_float(ctx, "overfit_target", &c->overfit_target);
+  if (get_int(ctx, h, "samples", 0, 100, &v))
+    return -1;
+  c->nsamples = (int)v;
+  if (get_int(ctx, h, "sample_tokens", 1, 1 << 20, &v))
+    return -1;
+  c->sample_tokens = (int)v;
+  if (get_int(ctx, h, "top_k", 0, 1 << 30, &v))
+    return -1;
+  c->top_k = (int)v;
+  h->param_float(ctx, "temperature", &c->temperature);
+  if (!(c->temperature > 0)) {
+    h->fail(ctx, "temperature must be above 0");
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- Data: the tokenize stage's manifest ---- */
+
+static char *slurp(const char *path) {
+  FILE *fp = fopen(path, "rb");
+  if (!fp)
+    return NULL;
+  fseek(fp, 0, SEEK_END);
+  long n = ftell(fp);
+  fseek(fp, 0, SEEK_SET);
+  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (buf && fread(buf, 1, (size_t)n, fp) == (size_t)n)
+    buf[n] = '\0';
+  else {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(fp);
+  return buf;
+}
+
+static int load_data_manifest(run_ctx *r) {
+  const dagrun_host *h = r->h;
+  const char *dag_dir = h->dir(r->ctx, DAGRUN_DIR_DAG);
+  char *dir = r->c.data[0] == '/' ? strdup(r->c.data)
+                                  : fileio_join(dag_dir, r->c.data);
+  char *mpath = dir ? fileio_join(dir, "manifest.json") : NULL;
+  char *text = mpath ? slurp(mpath) : NULL;
+  cJSON *m = text ? cJSON_Parse(text) : NULL;
+  free(text);
+  int rc = -1;
+  const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(m, "format");
+  const cJSON *shards = cJSON_GetObjectItemCaseSensitive(m, "shards");
+  const cJSON *tok = cJSON_GetObjectItemCaseSensitive(m, "tokenizer");
+  if (!m || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "dagrun-tokens") ||
+      !cJSON_IsArray(shards) || !cJSON_IsObject(tok)) {
+    h->fail(r->ctx,
+            "%s: %s (data must be the tokenize stage's output directory, "
+            "e.g. \"${tasks.tokenize.outputs.dir}\")",
+            mpath ? mpath : r->c.data,
+            m ? "not a token manifest" : "missing or not JSON");
+    goto done;
+  }
+  size_t n = (size_t)cJSON_GetArraySize(shards);
+  r->train_paths = calloc(n + 1, sizeof(char *));
+  r->val_paths = calloc(n + 1, sizeof(char *));
+  const cJSON *it;
+  cJSON_ArrayForEach(it, shards) {
+    const cJSON *split = cJSON_GetObjectItemCaseSensitive(it, "split");
+    const cJSON *path = cJSON_GetObjectItemCaseSensitive(it, "path");
+    if (!cJSON_IsString(split) || !cJSON_IsString(path))
+      continue;
+    char *p = fileio_join(dir, path->valuestring);
+    if (strcmp(split->valuestring, "train") == 0)
+      r->train_paths[r->ntrain++] = p;
+    else
+      r->val_paths[r->nval++] = p;
+  }
+  const cJSON *tpath = cJSON_GetObjectItemCaseSensitive(tok, "path");
+  const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(tok, "vocab_size");
+  const cJSON *eot = cJSON_GetObjectItemCaseSensitive(tok, "eot_id");
+  if (r->ntrain == 0 || !cJSON_IsString(tpath) || !cJSON_IsNumber(vocab)) {
+    h->fail(r->ctx, "%s lists no train token files or no tokenizer", mpath);
+    goto done;
+  }
+  r->tokenizer_path = fileio_join(dir, tpath->valuestring);
+  r->c.model.vocab_size = vocab->valueint;
+  r->eot = cJSON_IsNumber(eot) ? (uint32_t)eot->valueint : TOKFILE_NO_EOT;
+  rc = 0;
+done:
+  cJSON_Delete(m);
+  free(mpath);
+  free(dir);
+  return rc;
+}
+
+/* Unigram entropy (nats) of the train tokens: the loss of a model that
+ * knows only token frequencies. The trained model must end well below. */
+static double unigram_entropy(run_ctx *r, uint64_t *ntokens) {
+  uint32_t V = (uint32_t)r->c.model.vocab_size;
+  uint64_t *count = calloc(V, sizeof *count), total = 0;
+  if (!count)
+    return NAN;
+  for (size_t i = 0; i < r->ntrain; i++) {
+    tokfile *f = NULL;
+    char err[512];
+    if (tokfile_open(r->train_paths[i], &f, err, sizeof err) != 0)
+      continue;
+    const tokfile_info *in = tokfile_header(f);
+    const void *t = tokfile_tokens(f);
+    for (uint64_t k = 0; k < in->n_tokens; k++) {
+      uint32_t id = tokfile_get(t, in->token_bytes, k);
+      if (id < V) {
+        count[id]++;
+        total++;
+      }
+    }
+    tokfile_close(f);
+  }
+  double H = 0;
+  for (uint32_t v = 0; v < V; v++)
+    if (count[v]) {
+      double p = (double)count[v] / (double)total;
+      H -= p * log(p);
+    }
+  free(count);
+  *ntokens = total;
+  return H;
+}
+
+/* ---- Pieces of the loop ---- */
+
+static double evaluate(run_ctx *r, int64_t step) {
+  if (!r->val)
+    return NAN;
+  loader_set_pos(r->val, &r->val_start);
+  uint64_t nb = loader_batches_per_epoch(r->val);
+  if (nb > (uint64_t)r->c.eval_batches)
+    nb = (uint64_t)r->c.eval_batches;
+  double sum = 0;
+  char err[512];
+  for (uint64_t b = 0; b < nb; b++) {
+    float loss = 0;
+    loader_next(r->val, r->inputs, r->targets);
+    if (gpt_forward(r->model, r->inputs, r->targets, r->c.B, r->c.T, &loss,
+                    err, sizeof err) != 0)
+      return NAN;
+    sum += loss;
+  }
+  double v = nb ? sum / (double)nb : NAN;
+  r->h->metric(r->ctx, "val_loss", v, step);
+  return v;
+}
+
+static int save_checkpoint(run_ctx *r, char *err, size_t errlen) {
+  if (trainstate_save(r->ckpt_dir, &r->st, r->last_ckpt, sizeof r->last_ckpt,
+                      err, errlen) != 0)
+    return -1;
+  int removed = ckpt_prune(r->ckpt_dir, (int)r->c.keep);
+  r->h->log(r->ctx, DAGRUN_LOG_INFO, "checkpoint step %lld: %s%s",
+            (long long)r->st.step, r->last_ckpt,
+            removed > 0 ? " (older ones pruned)" : "");
+  return 0;
+}
+
+static void report_invalid(void *arg, const char *dir, const char *why) {
+  run_ctx *r = arg;
+  r->h->log(r->ctx, DAGRUN_LOG_WARN, "skipping checkpoint %s: %s", dir, why);
+}
+
+/* resume: auto / never / a directory. Returns 0 (resumed or fresh), or
+ * -1 when the named checkpoint cannot be used. */
+static int maybe_resume(run_ctx *r) {
+  char err[1024];
+  char *dir = NULL;
+  if (strcmp(r->c.resume, "never") == 0)
+    return 0;
+  if (strcmp(r->c.resume, "auto") == 0) {
+    if (ckpt_find_latest(r->ckpt_dir, &dir, report_invalid, r, err,
+                         sizeof err) != 0) {
+      r->h->log(r->ctx, DAGRUN_LOG_WARN, "%s", err);
+      return 0;
+    }
+    if (!dir)
+      return 0;
+  } else {
+    dir = r->c.resume[0] == '/'
+              ? strdup(r->c.resume)
+              : fileio_join(r->h->dir(r->ctx, DAGRUN_DIR_DAG), r->c.resume);
+    if (ckpt_verify(dir, err, sizeof err) != 0) {
+      r->h->fail(r->ctx, "resume: %s", err);
+      free(dir);
+      return -1;
+    }
+  }
+  if (trainstate_load(dir, &r->st, err, sizeof err) != 0) {
+    r->h->fail(r->ctx, "resume from %s: %s", dir, err);
+    free(dir);
+    return -1;
+  }
+  r->h->log(r->ctx, DAGRUN_LOG_INFO, "resumed from %s at step %lld", dir,
+            (long long)r->st.step);
+  snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", dir);
+  free(dir);
+  return 0;
+}
+
+/* Samples: the prompt (or <|endoftext|>), then top-k sampling at the
+ * temperature, seeded, one token at a time over the last T tokens. */
+static uint64_t rng_next(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static int write_samples(run_ctx *r, const char *path) {
+  char err[1024];
+  bpe *tok = NULL;
+  if (bpe_load_hf(r->tokenizer_path, &tok, err, sizeof err) != 0) {
+    r->h->log(r->ctx, DAGRUN_LOG_WARN, "no samples: %s", err);
+    return -1;
+  }
+  FILE *fp = fopen(path, "w");
+  bpe_encoder *enc = bpe_encoder_create(tok);
+  const gpt_config *mc = gpt_get_config(r->model);
+  int V = mc->vocab_size, Vp = mc->padded_vocab, T = r->c.T;
+  size_t cap = (size_t)r->c.sample_tokens + 4096;
+  uint32_t *ctx = malloc(cap * sizeof *ctx);
+  float *probs = malloc((size_t)V * sizeof *probs);
+  int *idx = malloc((size_t)V * sizeof *idx);
+  uint64_t rng = r->c.seed ^ 0x5a3c1e0fu;
+  int rc = fp && enc && ctx && probs && idx ? 0 : -1;
+  for (int s = 0; rc == 0 && s < r->c.nsamples; s++) {
+    bpe_ids ids = {0};
+    size_t n = 0;
+    if (r->eot != TOKFILE_NO_EOT)
+      ctx[n++] = r->eot;
+    bpe_encode(enc, r->c.prompt, strlen(r->c.prompt), &ids);
+    for (size_t i = 0; i < ids.n && n < cap / 2; i++)
+      ctx[n++] = ids.v[i];
+    bpe_ids_free(&ids);
+    size_t start = n;
+    for (int k = 0; k < r->c.sample_tokens && n < cap; k++) {
+      int w = n < (size_t)T ? (int)n : T;
+      float loss;
+      if (gpt_forward(r->model, ctx + n - (size_t)w, NULL, 1, w, &loss, err,
+                      sizeof err) != 0) {
+        rc = -1;
+        break;
+      }
+      const float *lg = gpt_logits(r->model) + (size_t)(w - 1) * Vp;
+      /* Top-k by partial selection, then softmax at the temperature. */
+      for (int v = 0; v < V; v++)
+        idx[v] = v;
+      int K = r->c.top_k > 0 && r->c.top_k < V ? r->c.top_k : V;
+      for (int a = 0; a < K; a++) {
+        int best = a;
+        for (int b = a + 1; b < V; b++)
+          if (lg[idx[b]] > lg[idx[best]])
+            best = b;
+        int t = idx[a];
+        idx[a] = idx[best];
+        idx[best] = t;
+      }
+      double mx = lg[idx[0]], sum = 0;
+      for (int a = 0; a < K; a++) {
+        probs[a] = (float)exp((lg[idx[a]] - mx) / r->c.temperature);
+        sum += probs[a];
+      }
+      double u = (double)(rng_next(&rng) >> 11) / 9007199254740992.0 * sum;
+      int pick = K - 1;
+      for (int a = 0; a < K; a++) {
+        u -= probs[a];
+        if (u <= 0) {
+          pick = a;
+          break;
+        }
+      }
+      ctx[n++] = (uint32_t)idx[pick];
+    }
+    char *text = NULL;
+    size_t tlen = 0;
+    if (rc == 0 &&
+        bpe_decode(tok, ctx + start, n - start, &text, &tlen, err, sizeof err) == 0) {
+      fprintf(fp, "=== sample %d (prompt: \"%s\", temperature %g, top_k %d)\n%s%.*s\n\n",
+              s + 1, r->c.prompt, r->c.temperature, r->c.top_k, r->c.prompt,
+              (int)tlen, text);
+      free(text);
+    }
+  }
+  free(ctx);
+  free(probs);
+  free(idx);
+  bpe_encoder_destroy(enc);
+  bpe_destroy(tok);
+  if (fp && fclose(fp) != 0)
+    rc = -1;
+  return rc;
+}
+
+static void free_run(run_ctx *r) {
+  for (size_t i = 0; r->train_paths && i < r->ntrain; i++)
+    free(r->train_paths[i]);
+  for (size_t i = 0; r->val_paths && i < r->nval; i++)
+    free(r->val_paths[i]);
+  free(r->train_paths);
+  free(r->val_paths);
+  free(r->tokenizer_path);
+  loader_destroy(r->train);
+  loader_destroy(r->val);
+  optim_destroy(r->opt);
+  gpt_destroy(r->model);
+  free(r->inputs);
+  free(r->targets);
+}
+
+static uint64_t peak_rss(void) {
+  struct rusage ru;
+  return getrusage(RUSAGE_SELF, &ru) == 0 ? (uint64_t)ru.ru_maxrss * 1024 : 0;
+}
+
+/* ---- The stage ---- */
+
+static int setup(run_ctx *r) {
+  const dagrun_host *h = r->h;
+  char err[1024];
+  if (load_data_manifest(r) != 0)
+    return -1;
+  if (gpt_config_finish(&r->c.model, err, sizeof err) != 0 ||
+      gpt_create(&r->c.model, &r->model, err, sizeof err) != 0) {
+    h->fail(r->ctx, "model: %s", err);
+    return -1;
+  }
+  gpt_init(r->model, r->c.seed);
+  size_t nt = gpt_tensor_count(r->model);
+  optim_group *groups = calloc(nt, sizeof *groups);
+  for (size_t i = 0; groups && i < nt; i++) {
+    const gpt_tensor *t = gpt_tensor_at(r->model, i);
+    groups[i] = (optim_group){t->offset, t->numel, t->decay};
+  }
+  int rc = groups ? optim_create(&r->c.opt, gpt_num_params(r->model), groups,
+                                 nt, &r->opt, err, sizeof err)
+                  : -1;
+  free(groups);
+  if (rc != 0) {
+    h->fail(r->ctx, "optimizer: %s", err);
+    return -1;
+  }
+  spike_config sc = r->c.spike;
+  if (spike_init(&r->guard, &sc, err, sizeof err) != 0) {
+    h->fail(r->ctx, "spike guard: %s", err);
+    return -1;
+  }
+  loader_config lc = {
+      .paths = (const char *const *)r->train_paths,
+      .npaths = r->ntrain,
+      .B = r->c.B,
+      .T = r->c.T,
+      .order = LOADER_RANDOM,
+      .seed = r->c.seed,
+      .prefetch = 2,
+  };
+  if (loader_create(&lc, &r->train, err, sizeof err) != 0) {
+    h->fail(r->ctx, "train data: %s", err);
+    return -1;
+  }
+  if (r->nval) {
+    loader_config vc = lc;
+    vc.paths = (const char *const *)r->val_paths;
+    vc.npaths = r->nval;
+    vc.order = LOADER_SEQUENTIAL;
+    vc.shuffle = 0;
+    vc.prefetch = 0;
+    if (loader_create(&vc, &r->val, err, sizeof err) != 0) {
+      h->log(r->ctx, DAGRUN_LOG_WARN, "no validation: %s", err);
+      r->val = NULL;
+    } else {
+      loader_get_pos(r->val, &r->val_start);
+    }
+  }
+  size_t bt = (size_t)r->c.B * (size_t)r->c.T;
+  r->inputs = malloc(bt * sizeof(uint32_t));
+  r->targets = malloc(bt * sizeof(uint32_t));
+  if (!r->inputs || !r->targets) {
+    h->fail(r->ctx, "out of memory");
+    return -1;
+  }
+  r->st = (train_state){.model = r->model, .opt = r->opt, .train = r->train,
+                        .guard = &r->guard};
+  return 0;
+}
+
+static int run(dagrun_ctx *ctx, const dagrun_host *h) {
+  run_ctx r = {.ctx = ctx, .h = h};
+  char err[2048];
+  int status = EXIT_FAILED;
+  if (read_cfg(ctx, h, &r.c) != 0)
+    return EXIT_BAD_PARAMS;
+  omp_set_num_threads(r.c.threads);
+  openblas_set_num_threads(r.c.threads);
+  snprintf(r.ckpt_dir, sizeof r.ckpt_dir, "%s/checkpoints",
+           h->dir(ctx, DAGRUN_DIR_TASK));
+  if (setup(&r) != 0)
+    goto done;
+  const gpt_config *mc = gpt_get_config(r.model);
+  size_t np = gpt_num_params(r.model);
+  size_t opt_bytes = optim_state_floats(r.opt) * sizeof(float);
+  h->log(ctx, DAGRUN_LOG_INFO,
+         "model %s: %d layers, %d heads, width %d, context %d, vocab %d "
+         "(padded %d): %.2fM parameters; params + grads + optimizer %.1f MiB",
+         r.c.model_name, mc->n_layer, mc->n_head, mc->n_embd, mc->block_size,
+         mc->vocab_size, mc->padded_vocab, np / 1e6,
+         (2.0 * np * sizeof(float) + opt_bytes) / 1048576.0);
+  h->metric(ctx, "parameters", (double)np, 0);
+  uint64_t corpus_tokens = 0;
+  double H1 = unigram_entropy(&r, &corpus_tokens);
+  h->log(ctx, DAGRUN_LOG_INFO,
+         "%llu train tokens; unigram entropy %.4f nats (the loss of a model "
+         "that knows only token frequencies)",
+         (unsigned long long)corpus_tokens, H1);
+
+  if (maybe_resume(&r) != 0)
+    goto done;
+  double lnV = log((double)mc->vocab_size), init_loss = NAN;
+  if (r.st.step == 0) {
+    /* Pre-flight: at initialization every token is about equally likely,
+     * so the loss is close to ln(vocab); far off means a broken model or
+     * data. The batch is peeked with a copy of the loader position. */
+    loader_pos pos;
+    loader_get_pos(r.train, &pos);
+    float loss = 0;
+    loader_next(r.train, r.inputs, r.targets);
+    loader_set_pos(r.train, &pos);
+    if (gpt_forward(r.model, r.inputs, r.targets, r.c.B, r.c.T, &loss, err,
+                    sizeof err) != 0) {
+      h->fail(ctx, "first forward pass: %s", err);
+      goto done;
+    }
+    init_loss = loss;
+    h->log(ctx, DAGRUN_LOG_INFO, "loss at initialization %.4f, ln(vocab) %.4f",
+           init_loss, lnV);
+    h->metric(ctx, "init_loss", init_loss, 0);
+    if (!isfinite(init_loss)) {
+      h->fail(ctx, "loss at initialization is %g", init_loss);
+      goto done;
+    }
+    if (fabs(init_loss - lnV) > 0.5)
+      h->log(ctx, DAGRUN_LOG_WARN,
+             "loss at initialization %.3f is far from ln(vocab) %.3f",
+             init_loss, lnV);
+  }
+  if (r.c.overfit)
+    loader_next(r.train, r.inputs, r.targets); /* the one batch */
+
+  size_t tokens_per_step = (size_t)r.c.B * r.c.T * r.c.accum;
+  double t_start = stagekit_now(), t_last = 0, last_loss = NAN, val = NAN;
+  int64_t first_step = r.st.step;
+  float *weights = gpt_params(r.model), *grads = gpt_grads(r.model);
+  while (r.st.step < r.c.steps) {
+    int64_t step = r.st.step;
+    if (h->cancelled(ctx)) {
+      if (save_checkpoint(&r, err, sizeof err) != 0)
+        h->fail(ctx, "stopped at step %lld, and the checkpoint failed: %s",
+                (long long)step, err);
+      else
+        h->fail(ctx, "stopped at step %lld; checkpoint %s (resume: auto "
+                     "continues from it)", (long long)step, r.last_ckpt);
+      goto done;
+    }
+    gpt_zero_grad(r.model);
+    double loss = 0;
+    for (int m = 0; m < r.c.accum; m++) {
+      float l = 0;
+      if (!r.c.overfit)
+        loader_next(r.train, r.inputs, r.targets);
+      if (gpt_forward(r.model, r.inputs, r.targets, r.c.B, r.c.T, &l, err,
+                      sizeof err) != 0) {
+        h->fail(ctx, "step %lld: %s", (long long)step, err);
+        goto done;
+      }
+      gpt_backward(r.model, 1.0f / (float)r.c.accum);
+      loss += l / r.c.accum;
+    }
+    double gnorm = optim_clip_grad_norm(grads, np, r.c.grad_clip);
+    double lr = lr_at(&r.c.sched, step), z = 0;
+    int apply = 1;
+    if (r.c.spike_on && spike_check(&r.guard, loss, gnorm, &z)) {
+      h->log(ctx, DAGRUN_LOG_WARN,
+             "step %lld: loss spike (loss %.4f, grad norm %.3f, z %.1f): %s",
+             (long long)step, loss, gnorm, z,
+             r.c.spike.policy == SPIKE_SKIP       ? "update skipped"
+             : r.c.spike.policy == SPIKE_LOWER_LR ? "learning rate lowered"
+             : r.c.spike.policy == SPIKE_RESET    ? "update skipped, optimizer "
+                                                    "moments reset"
+                                                  : "rolling back");
+      h->metric(ctx, "spike_events", (double)r.guard.events, step);
+      if (r.c.spike.policy == SPIKE_SKIP)
+        apply = 0;
+      else if (r.c.spike.policy == SPIKE_RESET) {
+        apply = 0;
+        optim_reset(r.opt);
+      } else if (r.c.spike.policy == SPIKE_ROLLBACK) {
+        apply = 0;
+        if (r.last_ckpt[0]) {
+          /* Back to the checkpoint's weights and optimizer, but the data
+           * stays where it is: the batches since are skipped. */
+          loader *keep = r.st.train;
+          uint64_t events = r.guard.events;
+          r.st.train = NULL;
+          if (trainstate_load(r.last_ckpt, &r.st, err, sizeof err) != 0) {
+            h->fail(ctx, "rollback to %s: %s", r.last_ckpt, err);
+            goto done;
+          }
+          r.st.train = keep;
+          r.guard.events = events;
+          h->log(ctx, DAGRUN_LOG_INFO, "rolled back to step %lld",
+                 (long long)r.st.step);
+          continue;
+        }
+        h->log(ctx, DAGRUN_LOG_WARN, "no checkpoint yet: update skipped");
+      }
+    }
+    if (apply) {
+      lr *= spike_lr_factor(&r.guard);
+      optim_step(r.opt, weights, grads, (float)lr);
+    }
+    r.st.step++;
+    r.st.tokens += tokens_per_step;
+    last_loss = loss;
+    h->metric(ctx, "loss", loss, r.st.step);
+    h->metric(ctx, "lr", lr, r.st.step);
+    h->metric(ctx, "grad_norm", gnorm, r.st.step);
+    double now = stagekit_now();
+    if (now - t_last > 0.5 || r.st.step == r.c.steps) {
+      double el = now - t_start;
+      double tps = (double)(r.st.step - first_step) * tokens_per_step / el;
+      double eta = tps > 0 ? (double)(r.c.steps - r.st.step) * tokens_per_step / tps : 0;
+      char msg[160];
+      snprintf(msg, sizeof msg, "step %lld/%lld loss %.4f %.0f tok/s ETA %.0fs",
+               (long long)r.st.step, (long long)r.c.steps, loss, tps, eta);
+      h->progress(ctx, (double)r.st.step / r.c.steps, msg);
+      h->metric(ctx, "tokens_per_s", tps, r.st.step);
+      t_last = now;
+    }
+    if (!r.c.overfit && r.c.eval_every && r.st.step % r.c.eval_every == 0 &&
+        r.st.step < r.c.steps) {
+      val = evaluate(&r, r.st.step);
+      h->log(ctx, DAGRUN_LOG_INFO, "step %lld: loss %.4f, val loss %.4f",
+             (long long)r.st.step, loss, val);
+    }
+    if (r.c.ckpt_every && r.st.step % r.c.ckpt_every == 0 &&
+        r.st.step < r.c.steps && save_checkpoint(&r, err, sizeof err) != 0) {
+      h->fail(ctx, "checkpoint: %s", err);
+      goto done;
+    }
+  }
+  double train_s = stagekit_now() - t_start;
+  if (r.c.overfit) {
+    float l = 0;
+    gpt_forward(r.model, r.inputs, r.targets, r.c.B, r.c.T, &l, err, sizeof err);
+    h->log(ctx, DAGRUN_LOG_INFO, "overfit_one_batch: loss %.4f after %lld "
+           "steps (target %g)", l, (long long)r.c.steps, r.c.overfit_target);
+    if (!(l < r.c.overfit_target)) {
+      h->fail(ctx, "overfit_one_batch: loss %.4f did not fall below %g in "
+                   "%lld steps: the model, data or learning rate is broken",
+              l, r.c.overfit_target, (long long)r.c.steps);
+      goto done;
+    }
+    last_loss = l;
+  } else {
+    val = evaluate(&r, r.st.step);
+  }
+  if (save_checkpoint(&r, err, sizeof err) != 0) {
+    h->fail(ctx, "final checkpoint: %s", err);
+    goto done;
+  }
+  const char *out = h->dir(ctx, DAGRUN_DIR_OUT);
+  char *samples = fileio_join(out, "samples.txt");
+  if (samples && r.c.nsamples > 0 && write_samples(&r, samples) == 0)
+    h->output(ctx, "samples", samples);
+  free(samples);
+
+  double tps = r.st.step > first_step && train_s > 0
+                   ? (double)(r.st.step - first_step) * tokens_per_step / train_s
+                   : 0;
+  h->log(ctx, DAGRUN_LOG_INFO,
+         "done: %lld steps, %.0f tokens/s; loss %.4f, val loss %.4f, unigram "
+         "entropy %.4f; %llu loss spikes; peak RSS %.0f MiB",
+         (long long)r.st.step, tps, last_loss, val, H1,
+         (unsigned long long)r.guard.events, peak_rss() / 1048576.0);
+  cJSON *s = cJSON_CreateObject();
+  cJSON_AddNumberToObject(s, "steps", (double)r.st.step);
+  cJSON_AddNumberToObject(s, "tokens", (double)r.st.tokens);
+  cJSON_AddNumberToObject(s, "parameters", (double)np);
+  cJSON_AddNumberToObject(s, "loss", last_loss);
+  if (isfinite(val))
+    cJSON_AddNumberToObject(s, "val_loss", val);
+  else
+    cJSON_AddNullToObject(s, "val_loss");
+  cJSON_AddNumberToObject(s, "unigram_entropy", H1);
+  cJSON_AddNumberToObject(s, "ln_vocab", lnV);
+  if (isfinite(init_loss))
+    cJSON_AddNumberToObject(s, "init_loss", init_loss);
+  cJSON_AddNumberToObject(s, "tokens_per_s", tps);
+  cJSON_AddNumberToObject(s, "spike_events", (double)r.guard.events);
+  cJSON_AddNumberToObject(s, "peak_rss_bytes", (double)peak_rss());
+  cJSON_AddStringToObject(s, "checkpoint", r.last_ckpt);
+  cJSON_AddStringToObject(s, "tokenizer", r.tokenizer_path);
+  char *text = cJSON_Print(s);
+  cJSON_Delete(s);
+  char *spath = fileio_join(out, "summary.json");
+  if (!text || !spath ||
+      fileio_write_atomic(spath, text, strlen(text), err, sizeof err) != 0) {
+    h->fail(ctx, "summary.json: %s", err);
+    free(text);
+    free(spath);
+    goto done;
+  }
+  free(text);
+  h->output(ctx, "checkpoint", r.last_ckpt);
+  h->output(ctx, "checkpoints", r.ckpt_dir);
+  h->output(ctx, "tokenizer", r.tokenizer_path);
+  h->output(ctx, "summary", spath);
+  free(spath);
+  char num[32];
+  snprintf(num, sizeof num, "%.6f", val);
+  h->output(ctx, "val_loss", num);
+  status = 0;
+done:
+  free_run(&r);
+  return status;
+}
+
+static const dagrun_stage stage = {
+    DAGRUN_STAGE_HEADER,
+    "train",
+    "1.0.0",
+    "Trains a GPT on token files with dagrun's engine (CPU): AdamW or Lion, "
+    "warmup + cosine, clipping, spike guard, exact resume.",
+    params,
+    run,
+};
+
+DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -1,0 +1,295 @@
+/* A training run's state as a checkpoint; see trainstate.h. */
+#include "trainstate.h"
+
+#include "ckpt.h"
+#include "fileio.h"
+#include "safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* optim.bin: a 64-byte header, then the moments as float32. */
+#define OPTIM_MAGIC "DROPTIM1"
+#define OPTIM_HEADER 64u
+
+typedef struct optim_header {
+  char magic[8];
+  uint32_t version, header_size;
+  uint32_t kind, pad;
+  uint64_t t, nfloats;
+  uint8_t zero[24];
+} optim_header;
+_Static_assert(sizeof(optim_header) == OPTIM_HEADER, "optim.bin header");
+
+/* Integers above 2^53 do not survive a JSON number, so 64-bit state goes
+ * as decimal strings. */
+static void add_u64(cJSON *o, const char *key, uint64_t v) {
+  char buf[24];
+  snprintf(buf, sizeof buf, "%" PRIu64, v);
+  cJSON_AddStringToObject(o, key, buf);
+}
+
+static int get_u64(const cJSON *o, const char *key, uint64_t *v) {
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!cJSON_IsString(it))
+    return -1;
+  char *end;
+  errno = 0;
+  *v = strtoull(it->valuestring, &end, 10);
+  return (errno || *end || end == it->valuestring) ? -1 : 0;
+}
+
+static cJSON *model_json(const gpt_config *c) {
+  cJSON *m = cJSON_CreateObject();
+  cJSON_AddNumberToObject(m, "n_layer", c->n_layer);
+  cJSON_AddNumberToObject(m, "n_head", c->n_head);
+  cJSON_AddNumberToObject(m, "n_embd", c->n_embd);
+  cJSON_AddNumberToObject(m, "block_size", c->block_size);
+  cJSON_AddNumberToObject(m, "vocab_size", c->vocab_size);
+  return m;
+}
+
+static int write_weights(const char *path, gpt *m, char *err, size_t errlen) {
+  size_t n = gpt_tensor_count(m);
+  st_tensor *ts = calloc(n, sizeof *ts);
+  if (!ts) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  const gpt_config *c = gpt_get_config(m);
+  float *p = gpt_params(m);
+  for (size_t i = 0; i < n; i++) {
+    const gpt_tensor *t = gpt_tensor_at(m, i);
+    ts[i].name = t->name;
+    ts[i].dtype = ST_F32;
+    ts[i].ndim = t->ndim;
+    for (int d = 0; d < t->ndim; d++)
+      ts[i].shape[d] = t->shape[d];
+    ts[i].data = p + t->offset;
+    /* The padding rows of the token embedding are not the model's. */
+    if (strcmp(t->name, "wte.weight") == 0)
+      ts[i].shape[0] = c->vocab_size;
+  }
+  const char *keys[] = {"format"}, *values[] = {"pt"};
+  int rc = st_write(path, ts, n, 0, keys, values, 1, err, errlen);
+  free(ts);
+  return rc;
+}
+
+int trainstate_save(const char *parent, const train_state *s, char *path,
+                    size_t pathlen, char *err, size_t errlen) {
+  ckpt_writer *w = NULL;
+  if (ckpt_begin(parent, s->step, &w, err, errlen) != 0)
+    return -1;
+  char *model_path = fileio_join(ckpt_writer_dir(w), "model.safetensors");
+  if (!model_path || write_weights(model_path, s->model, err, errlen) != 0) {
+    free(model_path);
+    ckpt_abort(w);
+    return -1;
+  }
+  free(model_path);
+
+  size_t nf = optim_state_floats(s->opt);
+  size_t bytes = OPTIM_HEADER + nf * sizeof(float);
+  uint8_t *buf = malloc(bytes);
+  if (!buf) {
+    snprintf(err, errlen, "out of memory for optim.bin (%zu bytes)", bytes);
+    ckpt_abort(w);
+    return -1;
+  }
+  optim_header h = {.version = 1, .header_size = OPTIM_HEADER};
+  memcpy(h.magic, OPTIM_MAGIC, 8);
+  h.t = optim_get_t(s->opt);
+  h.nfloats = nf;
+  memcpy(buf, &h, sizeof h);
+  memcpy(buf + OPTIM_HEADER, optim_state(s->opt), nf * sizeof(float));
+  int rc = ckpt_add_file(w, "optim.bin", buf, bytes, err, errlen);
+  free(buf);
+  if (rc == 0)
+    rc = ckpt_add_file(w, "guard.bin", s->guard, sizeof *s->guard, err,
+                       errlen);
+  if (rc != 0) {
+    ckpt_abort(w);
+    return -1;
+  }
+
+  cJSON *st = cJSON_CreateObject();
+  add_u64(st, "step", (uint64_t)s->step);
+  add_u64(st, "tokens", s->tokens);
+  cJSON_AddItemToObject(st, "model", model_json(gpt_get_config(s->model)));
+  if (s->train) {
+    loader_pos pos;
+    loader_get_pos(s->train, &pos);
+    cJSON *l = cJSON_AddObjectToObject(st, "loader");
+    add_u64(l, "batches", pos.batches);
+    add_u64(l, "epoch", pos.epoch);
+    char key[8];
+    for (int i = 0; i < 4; i++) {
+      snprintf(key, sizeof key, "rng%d", i);
+      add_u64(l, key, pos.rng[i]);
+    }
+  }
+  char *text = cJSON_PrintUnformatted(st);
+  cJSON_Delete(st);
+  if (!text) {
+    snprintf(err, errlen, "out of memory");
+    ckpt_abort(w);
+    return -1;
+  }
+  rc = ckpt_commit(w, text, path, pathlen, err, errlen);
+  free(text);
+  return rc;
+}
+
+int trainstate_load_weights(const char *dir, gpt *m, char *err,
+                            size_t errlen) {
+  char *path = fileio_join(dir, "model.safetensors");
+  st_file *f = NULL;
+  if (!path || st_open(path, &f, err, errlen) != 0) {
+    free(path);
+    return -1;
+  }
+  const gpt_config *c = gpt_get_config(m);
+  float *p = gpt_params(m);
+  int rc = 0;
+  for (size_t i = 0; i < gpt_tensor_count(m) && rc == 0; i++) {
+    const gpt_tensor *t = gpt_tensor_at(m, i);
+    const st_tensor *s = st_find(f, t->name);
+    int64_t rows = strcmp(t->name, "wte.weight") == 0 ? c->vocab_size
+                                                       : t->shape[0];
+    int64_t numel = t->ndim == 2 ? rows * t->shape[1] : rows;
+    if (!s || s->dtype != ST_F32 || s->ndim != t->ndim ||
+        s->shape[0] != rows || (t->ndim == 2 && s->shape[1] != t->shape[1])) {
+      snprintf(err, errlen,
+               "%s: tensor %s is missing or has another dtype or shape than "
+               "this model's (%" PRId64 " x %d)",
+               path, t->name, rows, t->ndim == 2 ? t->shape[1] : 1);
+      rc = -1;
+      break;
+    }
+    memset(p + t->offset, 0, t->numel * sizeof(float));
+    memcpy(p + t->offset, s->data, (size_t)numel * sizeof(float));
+  }
+  st_close(f);
+  free(path);
+  return rc;
+}
+
+static void *read_all(const char *dir, const char *name, size_t *n, char *err,
+                      size_t errlen) {
+  char *path = fileio_join(dir, name);
+  FILE *fp = path ? fopen(path, "rb") : NULL;
+  void *buf = NULL;
+  if (!fp) {
+    snprintf(err, errlen, "%s/%s: %s", dir, name, strerror(errno));
+    free(path);
+    return NULL;
+  }
+  fseek(fp, 0, SEEK_END);
+  long size = ftell(fp);
+  fseek(fp, 0, SEEK_SET);
+  if (size >= 0 && (buf = malloc((size_t)size + 1)) &&
+      fread(buf, 1, (size_t)size, fp) == (size_t)size) {
+    *n = (size_t)size;
+  } else {
+    snprintf(err, errlen, "%s: cannot read", path);
+    free(buf);
+    buf = NULL;
+  }
+  fclose(fp);
+  free(path);
+  return buf;
+}
+
+int trainstate_load(const char *dir, train_state *s, char *err,
+                    size_t errlen) {
+  int64_t step = 0;
+  char *text = NULL;
+  if (ckpt_read_state(dir, &step, &text, err, errlen) != 0)
+    return -1;
+  cJSON *st = cJSON_Parse(text);
+  free(text);
+  int rc = -1;
+  uint8_t *ob = NULL, *gb = NULL;
+  const gpt_config *c = gpt_get_config(s->model);
+  const cJSON *mj = cJSON_GetObjectItemCaseSensitive(st, "model");
+  static const char *const dims[] = {"n_layer", "n_head", "n_embd",
+                                     "block_size", "vocab_size"};
+  const int have[] = {c->n_layer, c->n_head, c->n_embd, c->block_size,
+                      c->vocab_size};
+  for (int i = 0; i < 5; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(mj, dims[i]);
+    if (!cJSON_IsNumber(v) || v->valueint != have[i]) {
+      snprintf(err, errlen,
+               "%s: a checkpoint of another model (%s %d, this run has %d)",
+               dir, dims[i], cJSON_IsNumber(v) ? v->valueint : -1, have[i]);
+      goto done;
+    }
+  }
+  uint64_t tokens = 0;
+  if (get_u64(st, "tokens", &tokens) != 0) {
+    snprintf(err, errlen, "%s: manifest state has no tokens count", dir);
+    goto done;
+  }
+  if (trainstate_load_weights(dir, s->model, err, errlen) != 0)
+    goto done;
+
+  size_t n = 0;
+  if (!(ob = read_all(dir, "optim.bin", &n, err, errlen)))
+    goto done;
+  optim_header h;
+  size_t nf = optim_state_floats(s->opt);
+  memcpy(&h, ob, n < sizeof h ? n : sizeof h);
+  if (n < sizeof h || memcmp(h.magic, OPTIM_MAGIC, 8) != 0 ||
+      h.header_size != OPTIM_HEADER || h.nfloats != nf ||
+      n != OPTIM_HEADER + nf * sizeof(float)) {
+    snprintf(err, errlen,
+             "%s/optim.bin: not the state of this run's optimizer (%" PRIu64
+             " floats, this one has %zu)",
+             dir, n >= sizeof h ? h.nfloats : 0, nf);
+    goto done;
+  }
+  memcpy(optim_state(s->opt), ob + OPTIM_HEADER, nf * sizeof(float));
+  optim_set_t(s->opt, h.t);
+
+  if (!(gb = read_all(dir, "guard.bin", &n, err, errlen)))
+    goto done;
+  if (n != sizeof *s->guard) {
+    snprintf(err, errlen, "%s/guard.bin: %zu bytes, expected %zu", dir, n,
+             sizeof *s->guard);
+    goto done;
+  }
+  /* The window and counters come from the checkpoint; the policy stays
+   * what this run's params say. */
+  spike_config cfg = s->guard->cfg;
+  memcpy(s->guard, gb, n);
+  s->guard->cfg = cfg;
+
+  if (s->train) {
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(st, "loader");
+    loader_pos pos;
+    char key[8];
+    int bad = get_u64(l, "batches", &pos.batches) != 0 ||
+              get_u64(l, "epoch", &pos.epoch) != 0;
+    for (int i = 0; i < 4 && !bad; i++) {
+      snprintf(key, sizeof key, "rng%d", i);
+      bad = get_u64(l, key, &pos.rng[i]) != 0;
+    }
+    if (bad || loader_set_pos(s->train, &pos) != 0) {
+      snprintf(err, errlen, "%s: no usable data loader position", dir);
+      goto done;
+    }
+  }
+  s->step = step;
+  s->tokens = tokens;
+  rc = 0;
+done:
+  free(ob);
+  free(gb);
+  cJSON_Delete(st);
+  return rc;
+}

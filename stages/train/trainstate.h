@@ -1,0 +1,46 @@
+/*
+ * trainstate: the whole state of a training run as a checkpoint (ckpt.h):
+ *   model.safetensors  the weights, fp32, GPT-2 names (wte without its
+ *                      padding rows, which are always zero)
+ *   optim.bin          the optimizer's step count and moments
+ *   guard.bin          the loss-spike guard's window
+ *   manifest.json      checksums, and "state": step, tokens seen, the
+ *                      train loader's position, the model's shape
+ * Loading it back and training on gives the same bits as never stopping.
+ */
+#ifndef DAGRUN_TRAINSTATE_H
+#define DAGRUN_TRAINSTATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt.h"
+#include "loader.h"
+#include "optim.h"
+#include "spike.h"
+
+typedef struct train_state {
+  gpt *model;
+  optim *opt;
+  loader *train; /* may be NULL (position not saved / restored) */
+  spike_guard *guard;
+  int64_t step;    /* optimizer steps done */
+  uint64_t tokens; /* training tokens consumed */
+} train_state;
+
+/* Writes checkpoint s->step under parent; its path goes to path (may be
+ * NULL). 0 or -1 with err. */
+int trainstate_save(const char *parent, const train_state *s, char *path,
+                    size_t pathlen, char *err, size_t errlen);
+
+/* Loads dir (which must pass ckpt_verify) into s, whose model, optimizer
+ * and guard are already created with the run's config: a checkpoint of
+ * another model shape or optimizer is refused, naming both. 0 or -1. */
+int trainstate_load(const char *dir, train_state *s, char *err,
+                    size_t errlen);
+
+/* Loads only the weights of a checkpoint dir into m (same shape). */
+int trainstate_load_weights(const char *dir, gpt *m, char *err,
+                            size_t errlen);
+
+#endif /* DAGRUN_TRAINSTATE_H */
