@@ -1,1 +1,633 @@
-/* placeholder: being written */
+/*
+ * gpt_cpu: the CPU backend of the GPT-2 model (gpu/model/gpt.h): forward
+ * and backward by hand in fp32, matrix products through OpenBLAS's
+ * cblas_sgemm, the rest in OpenMP loops.
+ *
+ * Determinism: every sum over the B*T positions (weight and bias
+ * gradients, embedding gradients) is either one sgemm or a loop in which
+ * each thread owns a fixed range of output columns and adds the rows in
+ * order; no float is accumulated by two threads. With the same thread
+ * count, the same inputs give the same bits.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt.h"
+#include "gpt_impl.h"
+
+#define LN_EPS 1e-5f
+
+/* ---------------------------------------------------------------------
+ * Activations: one allocation carved for (B,T). Per layer (all kept for
+ * the backward pass):
+ *   ln1 (B,T,C)  ln1_mean (B,T)  ln1_rstd (B,T)  qkv (B,T,3C)
+ *   att (B,NH,T,T)  atty (B,T,C)  res2 (B,T,C)
+ *   ln2 (B,T,C)  ln2_mean (B,T)  ln2_rstd (B,T)
+ *   fch (B,T,4C)  fch_gelu (B,T,4C)  res3 (B,T,C)
+ * then encoded (B,T,C), lnf (B,T,C), lnf_mean, lnf_rstd (B,T),
+ * logits (B,T,Vp), lse (B,T) (log-sum-exp of each row over [0,V)),
+ * losses (B,T), and the backward scratch (one layer at a time):
+ *   dres (B,T,C)  dbuf (B,T,C)  dqkv (B,T,3C)  d4c (B,T,4C)
+ *   datt (B,NH,T,T)  dlogits (B,T,Vp)
+ * --------------------------------------------------------------------- */
+typedef struct layer_acts {
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2;
+  float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
+} layer_acts;
+
+typedef struct acts {
+  float *layers; /* base of layer 0 */
+  size_t layer_size;
+  float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *lse, *losses;
+  float *dres, *dbuf, *dqkv, *d4c, *datt, *dlogits;
+} acts;
+
+static size_t layer_floats(size_t BT, size_t C, size_t NH, size_t B,
+                           size_t T) {
+  return BT * C * 5 + BT * 4 + BT * 3 * C + B * NH * T * T + BT * 4 * C * 2;
+}
+
+/* Carves m->acts (which must hold acts_floats()) for (B,T); with base
+ * NULL only counts. Returns the floats used. */
+static size_t carve(const gpt *m, float *base, int B, int T, acts *a) {
+  size_t C = m->cfg.n_embd, NH = m->cfg.n_head, Vp = m->cfg.padded_vocab;
+  size_t BT = (size_t)B * T, L = m->cfg.n_layer;
+  size_t off = 0;
+#define TAKE(field, n)                                                         \
+  do {                                                                         \
+    if (base)                                                                  \
+      a->field = base + off;                                                   \
+    off += (n);                                                                \
+  } while (0)
+  TAKE(layers, 0);
+  a->layer_size = layer_floats(BT, C, NH, B, T);
+  off += L * a->layer_size;
+  TAKE(encoded, BT * C);
+  TAKE(lnf, BT * C);
+  TAKE(lnf_mean, BT);
+  TAKE(lnf_rstd, BT);
+  TAKE(logits, BT * Vp);
+  TAKE(lse, BT);
+  TAKE(losses, BT);
+  TAKE(dres, BT * C);
+  TAKE(dbuf, BT * C);
+  TAKE(dqkv, BT * 3 * C);
+  TAKE(d4c, BT * 4 * C);
+  TAKE(datt, (size_t)B * NH * T * T);
+  TAKE(dlogits, BT * Vp);
+#undef TAKE
+  return off;
+}
+
+static layer_acts layer_at(const gpt *m, const acts *a, int l, int B, int T) {
+  size_t C = m->cfg.n_embd, NH = m->cfg.n_head, BT = (size_t)B * T;
+  float *p = a->layers + (size_t)l * a->layer_size;
+  layer_acts la;
+#define TAKE(field, n)                                                         \
+  do {                                                                         \
+    la.field = p;                                                              \
+    p += (n);                                                                  \
+  } while (0)
+  TAKE(ln1, BT * C);
+  TAKE(ln1_mean, BT);
+  TAKE(ln1_rstd, BT);
+  TAKE(qkv, BT * 3 * C);
+  TAKE(att, (size_t)B * NH * T * T);
+  TAKE(atty, BT * C);
+  TAKE(res2, BT * C);
+  TAKE(ln2, BT * C);
+  TAKE(ln2_mean, BT);
+  TAKE(ln2_rstd, BT);
+  TAKE(fch, BT * 4 * C);
+  TAKE(fch_gelu, BT * 4 * C);
+  TAKE(res3, BT * C);
+#undef TAKE
+  return la;
+}
+
+/* ---------------------------------------------------------------------
+ * Kernels.
+ * --------------------------------------------------------------------- */
+
+/* ids (B,T), wte (Vp,C), wpe (T,C) -> out (B,T,C) */
+static void encoder_forward(float *out, const uint32_t *ids, const float *wte,
+                            const float *wpe, int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < B * T; bt++) {
+    const float *we = wte + (size_t)ids[bt] * C;
+    const float *pe = wpe + (size_t)(bt % T) * C;
+    float *o = out + (size_t)bt * C;
+    for (int c = 0; c < C; c++)
+      o[c] = we[c] + pe[c];
+  }
+}
+
+/* dout (B,T,C) -> dwte (Vp,C) += at ids, dwpe (T,C) += summed over B.
+ * Each thread owns a range of channels and walks the positions in order,
+ * so a token repeated in the batch is added in a fixed order. */
+static void encoder_backward(float *dwte, float *dwpe, const float *dout,
+                             const uint32_t *ids, int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+  for (int c0 = 0; c0 < C; c0 += 16) {
+    int c1 = c0 + 16 < C ? c0 + 16 : C;
+    for (int bt = 0; bt < B * T; bt++) {
+      const float *d = dout + (size_t)bt * C;
+      float *we = dwte + (size_t)ids[bt] * C;
+      for (int c = c0; c < c1; c++)
+        we[c] += d[c];
+    }
+  }
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < T; t++) {
+    float *pe = dwpe + (size_t)t * C;
+    for (int b = 0; b < B; b++) {
+      const float *d = dout + ((size_t)b * T + t) * C;
+      for (int c = 0; c < C; c++)
+        pe[c] += d[c];
+    }
+  }
+}
+
+/* inp (N,C), w (C), b (C) -> out (N,C), mean (N), rstd (N) */
+static void layernorm_forward(float *out, float *mean, float *rstd,
+                              const float *inp, const float *w,
+                              const float *b, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    const float *x = inp + (size_t)i * C;
+    float m = 0.0f;
+    for (int c = 0; c < C; c++)
+      m += x[c];
+    m /= C;
+    float v = 0.0f;
+    for (int c = 0; c < C; c++) {
+      float d = x[c] - m;
+      v += d * d;
+    }
+    v /= C;
+    float s = 1.0f / sqrtf(v + LN_EPS);
+    float *o = out + (size_t)i * C;
+    for (int c = 0; c < C; c++)
+      o[c] = (x[c] - m) * s * w[c] + b[c];
+    mean[i] = m;
+    rstd[i] = s;
+  }
+}
+
+/* dout (N,C), inp (N,C), mean, rstd (N), w (C) -> dinp (N,C) +=,
+ * dw (C) +=, db (C) += */
+static void layernorm_backward(float *dinp, float *dw, float *db,
+                               const float *dout, const float *inp,
+                               const float *w, const float *mean,
+                               const float *rstd, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    const float *d = dout + (size_t)i * C, *x = inp + (size_t)i * C;
+    float m = mean[i], s = rstd[i];
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    for (int c = 0; c < C; c++) {
+      float dn = w[c] * d[c];
+      dnorm_mean += dn;
+      dnorm_norm_mean += dn * (x[c] - m) * s;
+    }
+    dnorm_mean /= C;
+    dnorm_norm_mean /= C;
+    float *di = dinp + (size_t)i * C;
+    for (int c = 0; c < C; c++) {
+      float norm = (x[c] - m) * s;
+      di[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+  }
+  /* Weight and bias: each thread owns a range of channels. */
+#pragma omp parallel for schedule(static)
+  for (int c0 = 0; c0 < C; c0 += 16) {
+    int c1 = c0 + 16 < C ? c0 + 16 : C;
+    float aw[16] = {0}, ab[16] = {0};
+    for (int i = 0; i < N; i++) {
+      const float *d = dout + (size_t)i * C, *x = inp + (size_t)i * C;
+      float m = mean[i], s = rstd[i];
+      for (int c = c0; c < c1; c++) {
+        aw[c - c0] += d[c] * (x[c] - m) * s;
+        ab[c - c0] += d[c];
+      }
+    }
+    for (int c = c0; c < c1; c++) {
+      dw[c] += aw[c - c0];
+      db[c] += ab[c - c0];
+    }
+  }
+}
+
+/* inp (N,IC), w (IC,OC), b (OC) -> out (N,OC) = inp w + b */
+static void matmul_forward(float *out, const float *inp, const float *w,
+                           const float *b, int N, int IC, int OC) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++)
+    memcpy(out + (size_t)i * OC, b, (size_t)OC * sizeof(float));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, IC, 1.0f, inp,
+              IC, w, OC, 1.0f, out, OC);
+}
+
+/* Column sums: dout (N,OC) -> db (OC) +=, each thread a range of columns. */
+static void bias_backward(float *db, const float *dout, int N, int OC) {
+#pragma omp parallel for schedule(static)
+  for (int c0 = 0; c0 < OC; c0 += 64) {
+    int c1 = c0 + 64 < OC ? c0 + 64 : OC;
+    float acc[64] = {0};
+    for (int i = 0; i < N; i++) {
+      const float *d = dout + (size_t)i * OC;
+      for (int c = c0; c < c1; c++)
+        acc[c - c0] += d[c];
+    }
+    for (int c = c0; c < c1; c++)
+      db[c] += acc[c - c0];
+  }
+}
+
+/* dout (N,OC), inp (N,IC), w (IC,OC) -> dinp (N,IC) = dout w^T
+ * (overwritten), dw (IC,OC) += inp^T dout, db (OC) += sum of dout */
+static void matmul_backward(float *dinp, float *dw, float *db,
+                            const float *dout, const float *inp,
+                            const float *w, int N, int IC, int OC) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, IC, OC, 1.0f, dout,
+              OC, w, OC, 0.0f, dinp, IC);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, N, 1.0f, inp,
+              IC, dout, OC, 1.0f, dw, OC);
+  bias_backward(db, dout, N, OC);
+}
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+
+/* inp (N) -> out (N): GELU, tanh approximation */
+static void gelu_forward(float *out, const float *inp, size_t N) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < N; i++) {
+    float x = inp[i];
+    float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+    out[i] = 0.5f * x * (1.0f + tanhf(u));
+  }
+}
+
+/* inp (N), dout (N) -> dinout (N) = dout * gelu'(inp), in place */
+static void gelu_backward(float *dinout, const float *inp, size_t N) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < N; i++) {
+    float x = inp[i];
+    float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+    float th = tanhf(u);
+    float sech2 = 1.0f - th * th;
+    float g = 0.5f * (1.0f + th) +
+              0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+    dinout[i] *= g;
+  }
+}
+
+/* OpenBLAS's own threads stay out of the per-head products, which run one
+ * per OpenMP thread. */
+static int blas_threads_begin(void) {
+  int n = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+  return n;
+}
+static void blas_threads_end(int n) { openblas_set_num_threads(n); }
+
+/* qkv (B,T,3C) -> att (B,NH,T,T) softmax probabilities (zero above the
+ * diagonal), out (B,T,C) */
+static void attention_forward(float *out, float *att, const float *qkv, int B,
+                              int T, int C, int NH) {
+  int hs = C / NH;
+  float scale = 1.0f / sqrtf((float)hs);
+  int nb = blas_threads_begin();
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * NH; bh++) {
+    int b = bh / NH, h = bh % NH;
+    const float *q = qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
+    const float *k = q + C, *v = q + 2 * C;
+    float *a = att + (size_t)bh * T * T;
+    /* q (T,hs), k (T,hs) -> a (T,T) = q k^T */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q,
+                3 * C, k, 3 * C, 0.0f, a, T);
+    for (int i = 0; i < T; i++) {
+      float *r = a + (size_t)i * T;
+      float mx = r[0];
+      for (int j = 1; j <= i; j++)
+        mx = r[j] > mx ? r[j] : mx;
+      float sum = 0.0f;
+      for (int j = 0; j <= i; j++) {
+        r[j] = expf(r[j] - mx);
+        sum += r[j];
+      }
+      float inv = 1.0f / sum;
+      for (int j = 0; j <= i; j++)
+        r[j] *= inv;
+      for (int j = i + 1; j < T; j++)
+        r[j] = 0.0f;
+    }
+    /* a (T,T), v (T,hs) -> out[b,:,h] (T,hs) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T,
+                v, 3 * C, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
+  }
+  blas_threads_end(nb);
+}
+
+/* dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) -> dqkv (B,T,3C)
+ * (overwritten); datt (B,NH,T,T) is scratch */
+static void attention_backward(float *dqkv, float *datt, const float *dout,
+                               const float *qkv, const float *att, int B,
+                               int T, int C, int NH) {
+  int hs = C / NH;
+  float scale = 1.0f / sqrtf((float)hs);
+  int nb = blas_threads_begin();
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * NH; bh++) {
+    int b = bh / NH, h = bh % NH;
+    size_t qoff = (size_t)b * T * 3 * C + (size_t)h * hs;
+    const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
+    float *dq = dqkv + qoff, *dk = dq + C, *dv = dq + 2 * C;
+    const float *a = att + (size_t)bh * T * T;
+    float *da = datt + (size_t)bh * T * T;
+    const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
+    /* dy (T,hs), v (T,hs) -> da (T,T) = dy v^T */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C,
+                v, 3 * C, 0.0f, da, T);
+    /* a (T,T), dy (T,hs) -> dv (T,hs) = a^T dy */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T,
+                dy, C, 0.0f, dv, 3 * C);
+    /* Softmax backward, in place: da -> d(pre-softmax scores) * scale. */
+    for (int i = 0; i < T; i++) {
+      const float *ar = a + (size_t)i * T;
+      float *dr = da + (size_t)i * T;
+      float s = 0.0f;
+      for (int j = 0; j <= i; j++)
+        s += ar[j] * dr[j];
+      for (int j = 0; j <= i; j++)
+        dr[j] = scale * ar[j] * (dr[j] - s);
+      for (int j = i + 1; j < T; j++)
+        dr[j] = 0.0f;
+    }
+    /* da (T,T), k (T,hs) -> dq (T,hs) = da k */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da,
+                T, k, 3 * C, 0.0f, dq, 3 * C);
+    /* da (T,T), q (T,hs) -> dk (T,hs) = da^T q */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da, T,
+                q, 3 * C, 0.0f, dk, 3 * C);
+  }
+  blas_threads_end(nb);
+}
+
+/* logits (N,Vp), targets (N) -> lse (N), losses (N); softmax over [0,V) */
+static void crossentropy_forward(float *lse, float *losses,
+                                 const float *logits, const uint32_t *targets,
+                                 int N, int V, int Vp) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    const float *r = logits + (size_t)i * Vp;
+    float mx = r[0];
+    for (int j = 1; j < V; j++)
+      mx = r[j] > mx ? r[j] : mx;
+    float sum = 0.0f;
+    for (int j = 0; j < V; j++)
+      sum += expf(r[j] - mx);
+    lse[i] = mx + logf(sum);
+    if (targets)
+      losses[i] = lse[i] - r[targets[i]];
+  }
+}
+
+/* logits (N,Vp), lse (N), targets (N) -> dlogits (N,Vp) = dloss *
+ * (softmax - onehot) over [0,V), zero in the padding columns */
+static void crossentropy_backward(float *dlogits, const float *logits,
+                                  const float *lse, const uint32_t *targets,
+                                  float dloss, int N, int V, int Vp) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    const float *r = logits + (size_t)i * Vp;
+    float *d = dlogits + (size_t)i * Vp;
+    float l = lse[i];
+    for (int j = 0; j < V; j++)
+      d[j] = dloss * expf(r[j] - l);
+    d[targets[i]] -= dloss;
+    for (int j = V; j < Vp; j++)
+      d[j] = 0.0f;
+  }
+}
+
+/* ---------------------------------------------------------------------
+ * The passes.
+ * --------------------------------------------------------------------- */
+
+static int ensure_acts(gpt *m, int B, int T, char *err, size_t errlen) {
+  acts a;
+  size_t need = carve(m, NULL, B, T, &a);
+  size_t nids = (size_t)B * T;
+  if (need > m->acts_cap) {
+    free(m->acts);
+    m->acts = malloc(need * sizeof(float));
+    m->acts_cap = m->acts ? need : 0;
+    if (!m->acts) {
+      snprintf(err, errlen,
+               "gpt: out of memory: could not allocate %zu bytes of "
+               "activations for B=%d T=%d",
+               need * sizeof(float), B, T);
+      return -1;
+    }
+  }
+  if (nids > m->ids_cap) {
+    free(m->inputs);
+    free(m->targets);
+    m->inputs = malloc(nids * sizeof(uint32_t));
+    m->targets = malloc(nids * sizeof(uint32_t));
+    m->ids_cap = (m->inputs && m->targets) ? nids : 0;
+    if (!m->ids_cap) {
+      snprintf(err, errlen, "gpt: out of memory for %zu token ids", nids);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static int check_ids(const uint32_t *ids, size_t n, int V, const char *what,
+                     char *err, size_t errlen) {
+  for (size_t i = 0; i < n; i++) {
+    if (ids[i] >= (uint32_t)V) {
+      snprintf(err, errlen,
+               "gpt: %s[%zu] is %u, not a token id (vocab_size is %d)", what,
+               i, ids[i], V);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
+                int B, int T, float *loss, char *err, size_t errlen) {
+  const gpt_config *c = &m->cfg;
+  int C = c->n_embd, NH = c->n_head, V = c->vocab_size, Vp = c->padded_vocab;
+  if (B < 1 || T < 1 || T > c->block_size) {
+    snprintf(err, errlen,
+             "gpt: batch B=%d T=%d; B must be >= 1 and T between 1 and "
+             "block_size %d",
+             B, T, c->block_size);
+    return -1;
+  }
+  size_t N = (size_t)B * T;
+  if ((double)N * Vp > 9.0e15 || (double)B * NH * T * T > 9.0e15) {
+    snprintf(err, errlen, "gpt: batch B=%d T=%d is too large", B, T);
+    return -1;
+  }
+  if (check_ids(inputs, N, V, "inputs", err, errlen) != 0 ||
+      (targets && check_ids(targets, N, V, "targets", err, errlen) != 0))
+    return -1;
+  m->B = m->T = 0;
+  m->have_loss = 0;
+  if (ensure_acts(m, B, T, err, errlen) != 0)
+    return -1;
+  memcpy(m->inputs, inputs, N * sizeof(uint32_t));
+  if (targets)
+    memcpy(m->targets, targets, N * sizeof(uint32_t));
+  acts a;
+  carve(m, m->acts, B, T, &a);
+
+  encoder_forward(a.encoded, inputs, gpt_p(m, 0), gpt_p(m, 1), B, T, C);
+  const float *res = a.encoded; /* residual stream (B,T,C) */
+  for (int l = 0; l < c->n_layer; l++) {
+    layer_acts la = layer_at(m, &a, l, B, T);
+#define P(k) gpt_p(m, gpt_ti(l, k))
+    /* res (B,T,C) -> ln1 (B,T,C) -> qkv (B,T,3C) -> atty (B,T,C) */
+    layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, res, P(GPT_LN1_W),
+                      P(GPT_LN1_B), (int)N, C);
+    matmul_forward(la.qkv, la.ln1, P(GPT_QKV_W), P(GPT_QKV_B), (int)N, C,
+                   3 * C);
+    attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
+    /* res2 (B,T,C) = res + atty c_proj + bias */
+    memcpy(la.res2, res, N * C * sizeof(float));
+    {
+      const float *bias = P(GPT_ATTPROJ_B);
+#pragma omp parallel for schedule(static)
+      for (size_t i = 0; i < N; i++)
+        for (int j = 0; j < C; j++)
+          la.res2[i * C + j] += bias[j];
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, C, C,
+                  1.0f, la.atty, C, P(GPT_ATTPROJ_W), C, 1.0f, la.res2, C);
+    }
+    /* res2 -> ln2 (B,T,C) -> fch (B,T,4C) -> fch_gelu (B,T,4C) */
+    layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2,
+                      P(GPT_LN2_W), P(GPT_LN2_B), (int)N, C);
+    matmul_forward(la.fch, la.ln2, P(GPT_FC_W), P(GPT_FC_B), (int)N, C,
+                   4 * C);
+    gelu_forward(la.fch_gelu, la.fch, N * 4 * C);
+    /* res3 (B,T,C) = res2 + fch_gelu c_proj + bias */
+    memcpy(la.res3, la.res2, N * C * sizeof(float));
+    {
+      const float *bias = P(GPT_FCPROJ_B);
+#pragma omp parallel for schedule(static)
+      for (size_t i = 0; i < N; i++)
+        for (int j = 0; j < C; j++)
+          la.res3[i * C + j] += bias[j];
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, C, 4 * C,
+                  1.0f, la.fch_gelu, 4 * C, P(GPT_FCPROJ_W), C, 1.0f, la.res3,
+                  C);
+    }
+#undef P
+    res = la.res3;
+  }
+  size_t lf = gpt_ti(c->n_layer, 0);
+  layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, res, gpt_p(m, lf),
+                    gpt_p(m, lf + 1), (int)N, C);
+  /* lnf (B,T,C), wte (Vp,C) -> logits (B,T,Vp) = lnf wte^T; columns
+   * [V,Vp) are set to zero rather than multiplied by the zero rows. */
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, V, C, 1.0f,
+              a.lnf, C, gpt_p(m, 0), C, 0.0f, a.logits, Vp);
+  if (Vp > V) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++)
+      memset(a.logits + i * Vp + V, 0, (size_t)(Vp - V) * sizeof(float));
+  }
+  m->B = B;
+  m->T = T;
+  if (targets) {
+    crossentropy_forward(a.lse, a.losses, a.logits, targets, (int)N, V, Vp);
+    double sum = 0.0;
+    for (size_t i = 0; i < N; i++)
+      sum += a.losses[i];
+    m->loss = (float)(sum / (double)N);
+    m->have_loss = 1;
+    *loss = m->loss;
+  }
+  return 0;
+}
+
+const float *gpt_logits(const gpt *m) {
+  if (!m->B)
+    return NULL;
+  acts a;
+  carve(m, m->acts, m->B, m->T, &a);
+  return a.logits;
+}
+
+void gpt_zero_grad(gpt *m) {
+  memset(m->grads, 0, m->n_params * sizeof(float));
+}
+
+void gpt_backward(gpt *m, float scale) {
+  if (!m->have_loss)
+    return;
+  const gpt_config *c = &m->cfg;
+  int B = m->B, T = m->T, C = c->n_embd, NH = c->n_head, V = c->vocab_size;
+  int Vp = c->padded_vocab, L = c->n_layer;
+  int N = B * T;
+  acts a;
+  carve(m, m->acts, B, T, &a);
+
+  /* Loss -> dlogits (B,T,Vp): d(scale * mean loss). */
+  crossentropy_backward(a.dlogits, a.logits, a.lse, m->targets,
+                        scale / (float)N, N, V, Vp);
+  /* dlogits (B,T,V) -> dbuf (B,T,C) = dlogits wte; dwte (V,C) +=
+   * dlogits^T lnf. The padding rows of dwte are not touched. */
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f,
+              a.dlogits, Vp, gpt_p(m, 0), C, 0.0f, a.dbuf, C);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f,
+              a.dlogits, Vp, a.lnf, C, 1.0f, gpt_g(m, 0), C);
+  /* dbuf -> dres (B,T,C), the residual stream's gradient. */
+  memset(a.dres, 0, (size_t)N * C * sizeof(float));
+  size_t lf = gpt_ti(L, 0);
+  const float *last =
+      L > 0 ? layer_at(m, &a, L - 1, B, T).res3 : a.encoded;
+  layernorm_backward(a.dres, gpt_g(m, lf), gpt_g(m, lf + 1), a.dbuf, last,
+                     gpt_p(m, lf), a.lnf_mean, a.lnf_rstd, N, C);
+
+  for (int l = L - 1; l >= 0; l--) {
+    layer_acts la = layer_at(m, &a, l, B, T);
+    const float *res = l > 0 ? layer_at(m, &a, l - 1, B, T).res3 : a.encoded;
+#define P(k) gpt_p(m, gpt_ti(l, k))
+#define G(k) gpt_g(m, gpt_ti(l, k))
+    /* MLP. dres = d res3 (B,T,C) -> d4c (B,T,4C) = d fch_gelu -> d fch */
+    matmul_backward(a.d4c, G(GPT_FCPROJ_W), G(GPT_FCPROJ_B), a.dres,
+                    la.fch_gelu, P(GPT_FCPROJ_W), N, 4 * C, C);
+    gelu_backward(a.d4c, la.fch, (size_t)N * 4 * C);
+    /* d fch (B,T,4C) -> dbuf (B,T,C) = d ln2 */
+    matmul_backward(a.dbuf, G(GPT_FC_W), G(GPT_FC_B), a.d4c, la.ln2,
+                    P(GPT_FC_W), N, C, 4 * C);
+    /* d ln2 -> dres += (now d res2) */
+    layernorm_backward(a.dres, G(GPT_LN2_W), G(GPT_LN2_B), a.dbuf, la.res2,
+                       P(GPT_LN2_W), la.ln2_mean, la.ln2_rstd, N, C);
+    /* Attention. dres = d res2 -> dbuf (B,T,C) = d atty */
+    matmul_backward(a.dbuf, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), a.dres,
+                    la.atty, P(GPT_ATTPROJ_W), N, C, C);
+    /* d atty -> dqkv (B,T,3C) */
+    attention_backward(a.dqkv, a.datt, a.dbuf, la.qkv, la.att, B, T, C, NH);
+    /* dqkv -> dbuf (B,T,C) = d ln1 */
+    matmul_backward(a.dbuf, G(GPT_QKV_W), G(GPT_QKV_B), a.dqkv, la.ln1,
+                    P(GPT_QKV_W), N, C, 3 * C);
+    /* d ln1 -> dres += (now d of the layer's input) */
+    layernorm_backward(a.dres, G(GPT_LN1_W), G(GPT_LN1_B), a.dbuf, res,
+                       P(GPT_LN1_W), la.ln1_mean, la.ln1_rstd, N, C);
+#undef P
+#undef G
+  }
+  encoder_backward(gpt_g(m, 0), gpt_g(m, 1), a.dres, m->inputs, B, T, C);
+}

@@ -1,1 +1,256 @@
-/* placeholder: being written */
+/*
+ * gpt: configuration, presets, the parameter layout, GPT-2's
+ * initialization and the FLOP count. The forward and backward passes are
+ * the backend's (gpu/cpu/gpt_cpu.c).
+ */
+#include "gpt.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt_impl.h"
+
+static const struct {
+  const char *name;
+  int n_layer, n_head, n_embd, block_size;
+} presets[] = {
+    {"gpt-tiny", 4, 4, 128, 128},
+    {"gpt-small", 6, 6, 384, 256},
+    {"gpt2-124M", 12, 12, 768, 1024},
+    {"gpt2-350M", 24, 16, 1024, 1024},
+};
+#define N_PRESETS (sizeof presets / sizeof presets[0])
+
+int gpt_config_preset(const char *name, gpt_config *cfg, char *err,
+                      size_t errlen) {
+  for (size_t i = 0; i < N_PRESETS; i++) {
+    if (name && strcmp(name, presets[i].name) == 0) {
+      cfg->n_layer = presets[i].n_layer;
+      cfg->n_head = presets[i].n_head;
+      cfg->n_embd = presets[i].n_embd;
+      cfg->block_size = presets[i].block_size;
+      return 0;
+    }
+  }
+  snprintf(err, errlen,
+           "gpt: unknown model preset \"%s\" (presets: gpt-tiny, gpt-small, "
+           "gpt2-124M, gpt2-350M)",
+           name ? name : "(null)");
+  return -1;
+}
+
+/* Upper bounds that keep every size below in int and size_t arithmetic
+ * with room to spare; far above anything the engine trains. */
+#define GPT_MAX_DIM 65536
+#define GPT_MAX_LAYERS 1024
+#define GPT_MAX_VOCAB (1 << 24)
+
+int gpt_config_finish(gpt_config *cfg, char *err, size_t errlen) {
+  const struct {
+    const char *name;
+    int v, max;
+  } f[] = {
+      {"n_layer", cfg->n_layer, GPT_MAX_LAYERS},
+      {"n_head", cfg->n_head, GPT_MAX_DIM},
+      {"n_embd", cfg->n_embd, GPT_MAX_DIM},
+      {"block_size", cfg->block_size, GPT_MAX_DIM},
+      {"vocab_size", cfg->vocab_size, GPT_MAX_VOCAB},
+  };
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    if (f[i].v < 1 || f[i].v > f[i].max) {
+      snprintf(err, errlen, "gpt: %s is %d; it must be between 1 and %d",
+               f[i].name, f[i].v, f[i].max);
+      return -1;
+    }
+  }
+  if (cfg->n_embd % cfg->n_head != 0) {
+    snprintf(err, errlen,
+             "gpt: n_embd (%d) must be a multiple of n_head (%d), so that "
+             "every head has n_embd/n_head channels",
+             cfg->n_embd, cfg->n_head);
+    return -1;
+  }
+  cfg->padded_vocab = (cfg->vocab_size + 63) / 64 * 64;
+  return 0;
+}
+
+static void add_tensor(gpt_tensor *t, size_t *n, size_t *off,
+                       const char *name, int d0, int d1, int decay) {
+  gpt_tensor *p = &t[(*n)++];
+  snprintf(p->name, sizeof p->name, "%s", name);
+  p->offset = *off;
+  p->ndim = d1 ? 2 : 1;
+  p->shape[0] = d0;
+  p->shape[1] = d1;
+  p->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+  p->decay = decay;
+  *off += p->numel;
+}
+
+int gpt_create(const gpt_config *cfg, gpt **out, char *err, size_t errlen) {
+  *out = NULL;
+  gpt_config c = *cfg;
+  if (gpt_config_finish(&c, err, errlen) != 0)
+    return -1;
+  if (c.padded_vocab != cfg->padded_vocab) {
+    snprintf(err, errlen,
+             "gpt: padded_vocab is %d, expected %d (call gpt_config_finish "
+             "first)",
+             cfg->padded_vocab, c.padded_vocab);
+    return -1;
+  }
+  gpt *m = calloc(1, sizeof *m);
+  if (!m) {
+    snprintf(err, errlen, "gpt: out of memory (%zu bytes)", sizeof *m);
+    return -1;
+  }
+  m->cfg = c;
+  int L = c.n_layer, C = c.n_embd;
+  m->tensors = calloc(4 + (size_t)L * GPT_NLAYER_TENSORS, sizeof *m->tensors);
+  if (!m->tensors) {
+    snprintf(err, errlen, "gpt: out of memory for the tensor table");
+    gpt_destroy(m);
+    return -1;
+  }
+  size_t n = 0, off = 0;
+  gpt_tensor *t = m->tensors;
+  add_tensor(t, &n, &off, "wte.weight", c.padded_vocab, C, 0);
+  add_tensor(t, &n, &off, "wpe.weight", c.block_size, C, 0);
+  for (int l = 0; l < L; l++) {
+    char z[48];
+#define T_(suffix, d0, d1, decay)                                              \
+  snprintf(z, sizeof z, "h.%d.%s", l, suffix);                                 \
+  add_tensor(t, &n, &off, z, d0, d1, decay)
+    T_("ln_1.weight", C, 0, 0);
+    T_("ln_1.bias", C, 0, 0);
+    T_("attn.c_attn.weight", C, 3 * C, 1);
+    T_("attn.c_attn.bias", 3 * C, 0, 0);
+    T_("attn.c_proj.weight", C, C, 1);
+    T_("attn.c_proj.bias", C, 0, 0);
+    T_("ln_2.weight", C, 0, 0);
+    T_("ln_2.bias", C, 0, 0);
+    T_("mlp.c_fc.weight", C, 4 * C, 1);
+    T_("mlp.c_fc.bias", 4 * C, 0, 0);
+    T_("mlp.c_proj.weight", 4 * C, C, 1);
+    T_("mlp.c_proj.bias", C, 0, 0);
+#undef T_
+  }
+  add_tensor(t, &n, &off, "ln_f.weight", C, 0, 0);
+  add_tensor(t, &n, &off, "ln_f.bias", C, 0, 0);
+  m->n_tensors = n;
+  m->n_params = off;
+  size_t bytes = off * sizeof(float);
+  m->params = calloc(off, sizeof(float));
+  m->grads = calloc(off, sizeof(float));
+  if (!m->params || !m->grads) {
+    snprintf(err, errlen,
+             "gpt: out of memory: could not allocate %zu bytes for the "
+             "parameters and %zu for their gradients",
+             bytes, bytes);
+    gpt_destroy(m);
+    return -1;
+  }
+  /* LayerNorm weights are 1 even before gpt_init, so a fresh model is a
+   * sane one. */
+  gpt_init(m, 0);
+  *out = m;
+  return 0;
+}
+
+void gpt_destroy(gpt *m) {
+  if (!m)
+    return;
+  free(m->params);
+  free(m->grads);
+  free(m->tensors);
+  free(m->acts);
+  free(m->inputs);
+  free(m->targets);
+  free(m);
+}
+
+const gpt_config *gpt_get_config(const gpt *m) { return &m->cfg; }
+size_t gpt_num_params(const gpt *m) { return m->n_params; }
+float *gpt_params(gpt *m) { return m->params; }
+float *gpt_grads(gpt *m) { return m->grads; }
+size_t gpt_tensor_count(const gpt *m) { return m->n_tensors; }
+const gpt_tensor *gpt_tensor_at(const gpt *m, size_t i) {
+  return i < m->n_tensors ? &m->tensors[i] : NULL;
+}
+const gpt_tensor *gpt_tensor_find(const gpt *m, const char *name) {
+  for (size_t i = 0; i < m->n_tensors; i++)
+    if (strcmp(m->tensors[i].name, name) == 0)
+      return &m->tensors[i];
+  return NULL;
+}
+
+/* splitmix64: a tiny generator whose stream is fixed by the seed on every
+ * machine (integer arithmetic only). */
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in (0,1]: 53 random bits, never 0, so log() is finite. */
+static double uniform01(uint64_t *s) {
+  return ((double)(splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+}
+
+/* Fills n floats with N(0, std) by Box-Muller, both values of each pair
+ * used, in order. Double precision until the final rounding, so the
+ * floats are the same wherever libm's log/cos/sin round alike. */
+static void fill_normal(float *p, size_t n, double std, uint64_t *s) {
+  const double two_pi = 6.283185307179586476925286766559;
+  for (size_t i = 0; i < n; i += 2) {
+    double u1 = uniform01(s), u2 = uniform01(s);
+    double r = sqrt(-2.0 * log(u1));
+    p[i] = (float)(std * r * cos(two_pi * u2));
+    if (i + 1 < n)
+      p[i + 1] = (float)(std * r * sin(two_pi * u2));
+  }
+}
+
+void gpt_init(gpt *m, uint64_t seed) {
+  const gpt_config *c = &m->cfg;
+  uint64_t s = seed ^ 0x6770742d696e6974ULL; /* "gpt-init" */
+  double std = 0.02;
+  double proj_std = 0.02 / sqrt(2.0 * c->n_layer);
+  memset(m->params, 0, m->n_params * sizeof(float));
+  for (size_t i = 0; i < m->n_tensors; i++) {
+    const gpt_tensor *t = &m->tensors[i];
+    float *p = m->params + t->offset;
+    if (i == 0) {
+      /* wte: real rows only; padding rows stay zero. */
+      fill_normal(p, (size_t)c->vocab_size * c->n_embd, std, &s);
+    } else if (t->ndim == 2) {
+      int is_proj = strstr(t->name, "c_proj.weight") != NULL;
+      fill_normal(p, t->numel, is_proj ? proj_std : std, &s);
+    } else if (strstr(t->name, "ln_") && strstr(t->name, ".weight")) {
+      for (size_t j = 0; j < t->numel; j++)
+        p[j] = 1.0f;
+    }
+  }
+}
+
+/*
+ * FLOPs per token of one forward+backward, as PaLM (appendix B) and
+ * llm.c count them: 6N for the matrix products of the N parameters that
+ * take part in one (per token: 2N forward, 4N backward), plus attention's
+ * two T x T products, 12 L C T (forward 2*2*C*T per layer, backward twice
+ * that). N counts the layers' weights and biases and the tied head
+ * (vocab_size x C, used once as the output matrix); position embeddings,
+ * the token lookup and the LayerNorms are left out as they do no matrix
+ * product. T is block_size, the context the model is trained at.
+ */
+double gpt_flops_per_token(const gpt *m) {
+  const gpt_config *c = &m->cfg;
+  double C = c->n_embd, L = c->n_layer, T = c->block_size;
+  double per_layer = 12.0 * C * C + 9.0 * C; /* the 4 matrices + biases */
+  double N = L * per_layer + (double)c->vocab_size * C;
+  return 6.0 * N + 12.0 * L * C * T;
+}

@@ -1,0 +1,54 @@
+/*
+ * gpt_impl: the inside of a gpt, shared by gpu/model/gpt.c (configuration,
+ * layout, initialization) and its backends (gpu/cpu/gpt_cpu.c: forward
+ * and backward). Not part of the engine's API: code outside gpu/ uses
+ * gpt.h only.
+ */
+#ifndef DAGRUN_GPT_IMPL_H
+#define DAGRUN_GPT_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt.h"
+
+/* Tensors of one layer, in layout order (gpt.h). */
+enum {
+  GPT_LN1_W, GPT_LN1_B, GPT_QKV_W, GPT_QKV_B, GPT_ATTPROJ_W, GPT_ATTPROJ_B,
+  GPT_LN2_W, GPT_LN2_B, GPT_FC_W, GPT_FC_B, GPT_FCPROJ_W, GPT_FCPROJ_B,
+  GPT_NLAYER_TENSORS
+};
+
+struct gpt {
+  gpt_config cfg;
+  size_t n_params;     /* floats in params and grads */
+  float *params;       /* one allocation, layout of gpt.h */
+  float *grads;        /* same layout */
+  gpt_tensor *tensors; /* 2 + 12 n_layer + 2 */
+  size_t n_tensors;
+
+  /* Activations and backward scratch: one allocation, carved for the
+   * (B,T) of the last forward; regrown only when a bigger one comes. */
+  float *acts;
+  size_t acts_cap; /* floats */
+  uint32_t *inputs, *targets; /* (B,T) copies of the last forward's ids */
+  size_t ids_cap;
+  int B, T;        /* of the last forward; 0 before any */
+  int have_loss;   /* the last forward had targets */
+  float loss;      /* its mean loss */
+};
+
+/* The first float of the tensor with index i (gpt.h's order). */
+static inline float *gpt_p(struct gpt *m, size_t i) {
+  return m->params + m->tensors[i].offset;
+}
+static inline float *gpt_g(struct gpt *m, size_t i) {
+  return m->grads + m->tensors[i].offset;
+}
+/* Index of tensor k (GPT_LN1_W...) of layer l; 0 is wte, 1 wpe, and
+ * ln_f's weight and bias come last. */
+static inline size_t gpt_ti(int l, int k) {
+  return 2 + (size_t)l * GPT_NLAYER_TENSORS + (size_t)k;
+}
+
+#endif /* DAGRUN_GPT_IMPL_H */
