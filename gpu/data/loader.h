@@ -17,22 +17,26 @@
  * trains on the current one; the batches are the same with or without it.
  * One loader belongs to one consumer thread.
  */
-#ifndef DAGRUN_LOADER_H
-#define DAGRUN_LOADER_H
+/* Not DAGRUN_LOADER_H: plugins/loader.h, the plugin loader, has that. */
+#ifndef DAGRUN_DATA_LOADER_H
+#define DAGRUN_DATA_LOADER_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum loader_order { LOADER_RANDOM = 0, LOADER_SEQUENTIAL = 1 } loader_order;
+typedef enum loader_order {
+  LOADER_RANDOM = 0,
+  LOADER_SEQUENTIAL = 1
+} loader_order;
 
 typedef struct loader_config {
   const char *const *paths; /* token files; all the same vocab_size */
   size_t npaths;
   int B, T;
   loader_order order;
-  int shuffle;   /* LOADER_SEQUENTIAL: shuffle windows each epoch */
+  int shuffle; /* LOADER_SEQUENTIAL: shuffle windows each epoch */
   uint64_t seed;
-  int prefetch;  /* batches prepared ahead by a thread; 0 = none */
+  int prefetch; /* batches prepared ahead by a thread; 0 = none */
 } loader_config;
 
 typedef struct loader_pos {
@@ -58,8 +62,8 @@ void loader_get_pos(const loader *l, loader_pos *pos);
 int loader_set_pos(loader *l, const loader_pos *pos);
 
 uint32_t loader_vocab_size(const loader *l);
-uint64_t loader_tokens(const loader *l);       /* in all files */
+uint64_t loader_tokens(const loader *l); /* in all files */
 /* LOADER_SEQUENTIAL: batches in one epoch (floor). */
 uint64_t loader_batches_per_epoch(const loader *l);
 
-#endif /* DAGRUN_LOADER_H */
+#endif /* DAGRUN_DATA_LOADER_H */
