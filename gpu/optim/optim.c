@@ -23,6 +23,7 @@
 
 struct optim {
   optim_config cfg;
+  double b1, b2, wd; /* cfg's, as written (as_written) */
   size_t n;
   optim_group *groups; /* sorted by offset */
   size_t ngroups;
@@ -44,6 +45,24 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
 static int group_cmp(const void *a, const void *b) {
   const optim_group *x = a, *y = b;
   return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/*
+ * The config holds fp32 hyperparameters, but a user writes 0.95 and
+ * torch computes 1 - 0.95 in double: with the float as it is, 1 - beta2
+ * would be off by up to 1e-5 relative. So the float is read back as the
+ * shortest decimal that rounds to it (what the user wrote, as Python's
+ * repr of a float32 gives), then used in double like Python does.
+ */
+static double as_written(float x) {
+  char buf[32];
+  for (int prec = 6; prec <= 9; prec++) {
+    snprintf(buf, sizeof buf, "%.*g", prec, (double)x);
+    double d = strtod(buf, NULL);
+    if ((float)d == x)
+      return d;
+  }
+  return (double)x;
 }
 
 static int beta_ok(float b) { return b >= 0.0f && b < 1.0f; }
@@ -73,6 +92,9 @@ int optim_create(const optim_config *cfg, size_t n, const optim_group *groups,
   if (!o)
     return fail(err, errlen, "optim: out of memory");
   o->cfg = *cfg;
+  o->b1 = as_written(cfg->beta1);
+  o->b2 = as_written(cfg->beta2);
+  o->wd = as_written(cfg->weight_decay);
   o->n = n;
   o->ngroups = ngroups;
   o->groups = malloc((ngroups ? ngroups : 1) * sizeof *o->groups);
@@ -103,14 +125,13 @@ int optim_create(const optim_config *cfg, size_t n, const optim_group *groups,
   }
   if (end != n) {
     optim_destroy(o);
-    return fail(err, errlen,
-                "optim: groups cover [0, %zu) of %zu parameters", end, n);
+    return fail(err, errlen, "optim: groups cover [0, %zu) of %zu parameters",
+                end, n);
   }
   o->nstate = (cfg->kind == OPTIM_ADAMW ? 2 : 1) * n;
   o->state = calloc(o->nstate ? o->nstate : 1, sizeof *o->state);
   if (!o->state) {
-    fail(err, errlen, "optim: out of memory for %zu moment floats",
-         o->nstate);
+    fail(err, errlen, "optim: out of memory for %zu moment floats", o->nstate);
     optim_destroy(o);
     return -1;
   }
@@ -135,16 +156,15 @@ void optim_destroy(optim *o) {
  * The scalars are computed in double, as Python computes them, and applied
  * in float, as torch's CPU kernels apply them to fp32 tensors.
  */
-static void adamw_step(optim *o, float *params, const float *grads,
-                       float lr) {
-  const double b1 = o->cfg.beta1, b2 = o->cfg.beta2;
+static void adamw_step(optim *o, float *params, const float *grads, float lr) {
+  const double b1 = o->b1, b2 = o->b2;
   const double t = (double)o->t;
   const float c1 = (float)b1, c1m = (float)(1.0 - b1);
   const float c2 = (float)b2, c2m = (float)(1.0 - b2);
   const float step_size = (float)((double)lr / (1.0 - pow(b1, t)));
   const float bc2_sqrt = (float)sqrt(1.0 - pow(b2, t));
   const float eps = o->cfg.eps;
-  const float keep = (float)(1.0 - (double)lr * o->cfg.weight_decay);
+  const float keep = (float)(1.0 - (double)lr * o->wd);
   float *m = o->state, *v = o->state + o->n;
 
 #pragma omp parallel
@@ -177,10 +197,10 @@ static float signf_(float x) { return (float)((x > 0.0f) - (x < 0.0f)); }
  *   m = b2 m + (1-b2) g
  */
 static void lion_step(optim *o, float *params, const float *grads, float lr) {
-  const double b1 = o->cfg.beta1, b2 = o->cfg.beta2;
+  const double b1 = o->b1, b2 = o->b2;
   const float c1 = (float)b1, c1m = (float)(1.0 - b1);
   const float c2 = (float)b2, c2m = (float)(1.0 - b2);
-  const float keep = (float)(1.0 - (double)lr * o->cfg.weight_decay);
+  const float keep = (float)(1.0 - (double)lr * o->wd);
   float *m = o->state;
 
 #pragma omp parallel
@@ -307,8 +327,7 @@ double lr_at(const lr_schedule *s, int64_t step) {
       p = 1.0;
     if (s->decay == LR_LINEAR)
       return s->max_lr - (s->max_lr - s->min_lr) * p;
-    return s->min_lr +
-           (s->max_lr - s->min_lr) * 0.5 * (1.0 + cos(M_PI * p));
+    return s->min_lr + (s->max_lr - s->min_lr) * 0.5 * (1.0 + cos(M_PI * p));
   }
   }
 }

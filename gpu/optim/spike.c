@@ -72,9 +72,9 @@ static double zscore(const double *ring, int n, double x) {
   for (int i = 0; i < n; i++)
     ss += (ring[i] - mean) * (ring[i] - mean);
   double sd = sqrt(ss / n);
-  const double floor = 1e-3 * fabs(mean) + 1e-8;
-  if (sd < floor)
-    sd = floor;
+  const double sd_min = 1e-3 * fabs(mean) + 1e-8;
+  if (sd < sd_min)
+    sd = sd_min;
   return (x - mean) / sd;
 }
 
