@@ -817,6 +817,14 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
         h->log(ctx, DAGRUN_LOG_WARN, "no checkpoint yet: update skipped");
       }
     }
+    /* A non-finite loss or gradient never reaches the weights, whatever
+     * the policy (lower_lr would apply it, none would not look). */
+    if (apply && (!isfinite(loss) || !isfinite(gnorm))) {
+      apply = 0;
+      h->log(ctx, DAGRUN_LOG_WARN,
+             "step %lld: loss %g, grad norm %g: update skipped",
+             (long long)step, loss, gnorm);
+    }
     if (apply) {
       lr *= spike_lr_factor(&r.guard);
       optim_step(r.opt, weights, grads, (float)lr);
