@@ -467,6 +467,9 @@ int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
                 int B, int T, float *loss, char *err, size_t errlen) {
   const gpt_config *c = &m->cfg;
   int C = c->n_embd, NH = c->n_head, V = c->vocab_size, Vp = c->padded_vocab;
+  /* Whatever happens next, the last forward's results are gone. */
+  m->B = m->T = 0;
+  m->have_loss = 0;
   if (B < 1 || T < 1 || T > c->block_size) {
     snprintf(err, errlen,
              "gpt: batch B=%d T=%d; B must be >= 1 and T between 1 and "
@@ -482,8 +485,6 @@ int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   if (check_ids(inputs, N, V, "inputs", err, errlen) != 0 ||
       (targets && check_ids(targets, N, V, "targets", err, errlen) != 0))
     return -1;
-  m->B = m->T = 0;
-  m->have_loss = 0;
   if (ensure_acts(m, B, T, err, errlen) != 0)
     return -1;
   memcpy(m->inputs, inputs, N * sizeof(uint32_t));

@@ -153,9 +153,6 @@ int gpt_create(const gpt_config *cfg, gpt **out, char *err, size_t errlen) {
     gpt_destroy(m);
     return -1;
   }
-  /* LayerNorm weights are 1 even before gpt_init, so a fresh model is a
-   * sane one. */
-  gpt_init(m, 0);
   *out = m;
   return 0;
 }

@@ -1,0 +1,421 @@
+/*
+ * test_gpt: the GPT-2 model's configuration, layout, initialization and
+ * CPU forward/backward (gpu/model/gpt.h). The math itself is checked
+ * against PyTorch in tests/integration/test_gpt_torch.sh; here: what the
+ * contract promises (presets, counts, init statistics, gradient
+ * accumulation, determinism, refusals) and a finite-difference check.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "gpt.h"
+#include "testlib.h"
+
+static char err[512];
+
+static gpt *make(int L, int H, int C, int T, int V) {
+  gpt_config cfg = {L, H, C, T, V, 0};
+  gpt *m = NULL;
+  if (gpt_config_finish(&cfg, err, sizeof err) != 0 ||
+      gpt_create(&cfg, &m, err, sizeof err) != 0) {
+    fprintf(stderr, "make: %s\n", err);
+    return NULL;
+  }
+  return m;
+}
+
+static uint64_t rng(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+static void random_ids(uint32_t *ids, int n, int V, uint64_t seed) {
+  for (int i = 0; i < n; i++)
+    ids[i] = (uint32_t)(rng(&seed) % (uint64_t)V);
+}
+
+/* Moves every parameter but wte's padding rows by up to +-amp, so that
+ * biases and LayerNorms are not at their trivial init values. */
+static void perturb(gpt *m, float amp, uint64_t seed) {
+  const gpt_config *c = gpt_get_config(m);
+  float *p = gpt_params(m);
+  size_t pad0 = (size_t)c->vocab_size * c->n_embd;
+  size_t pad1 = (size_t)c->padded_vocab * c->n_embd;
+  for (size_t i = 0; i < gpt_num_params(m); i++)
+    if (i < pad0 || i >= pad1)
+      p[i] += amp * (float)((double)(rng(&seed) >> 11) /
+                                9007199254740992.0 * 2.0 - 1.0);
+}
+
+static double tensor_std(gpt *m, const char *name, size_t n) {
+  const gpt_tensor *t = gpt_tensor_find(m, name);
+  const float *p = gpt_params(m) + t->offset;
+  if (!n)
+    n = t->numel;
+  double s = 0, s2 = 0;
+  for (size_t i = 0; i < n; i++) {
+    s += p[i];
+    s2 += (double)p[i] * p[i];
+  }
+  double mean = s / n;
+  return sqrt(s2 / n - mean * mean);
+}
+
+static void test_presets(void) {
+  gpt_config c = {0};
+  c.vocab_size = 50257;
+  CHECK_INT(gpt_config_preset("gpt-tiny", &c, err, sizeof err), 0);
+  CHECK(c.n_layer == 4 && c.n_head == 4 && c.n_embd == 128 &&
+        c.block_size == 128);
+  CHECK_INT(gpt_config_preset("gpt-small", &c, err, sizeof err), 0);
+  CHECK(c.n_layer == 6 && c.n_head == 6 && c.n_embd == 384 &&
+        c.block_size == 256);
+  CHECK_INT(gpt_config_preset("gpt2-124M", &c, err, sizeof err), 0);
+  CHECK(c.n_layer == 12 && c.n_head == 12 && c.n_embd == 768 &&
+        c.block_size == 1024);
+  CHECK_INT(gpt_config_preset("gpt2-350M", &c, err, sizeof err), 0);
+  CHECK(c.n_layer == 24 && c.n_head == 16 && c.n_embd == 1024 &&
+        c.block_size == 1024);
+  CHECK_INT(c.vocab_size, 50257); /* left as it was */
+  CHECK_INT(gpt_config_preset("gpt-huge", &c, err, sizeof err), -1);
+  CHECK(strstr(err, "gpt-huge") && strstr(err, "gpt2-124M"));
+
+  CHECK_INT(gpt_config_finish(&c, err, sizeof err), 0);
+  CHECK_INT(c.padded_vocab, 50304);
+  gpt_config d = {2, 2, 32, 16, 64, 0};
+  CHECK_INT(gpt_config_finish(&d, err, sizeof err), 0);
+  CHECK_INT(d.padded_vocab, 64);
+  d.vocab_size = 67;
+  CHECK_INT(gpt_config_finish(&d, err, sizeof err), 0);
+  CHECK_INT(d.padded_vocab, 128);
+  d.vocab_size = 1;
+  CHECK_INT(gpt_config_finish(&d, err, sizeof err), 0);
+  CHECK_INT(d.padded_vocab, 64);
+
+  gpt_config bad = {2, 3, 32, 16, 67, 0};
+  CHECK_INT(gpt_config_finish(&bad, err, sizeof err), -1);
+  CHECK(strstr(err, "n_embd (32) must be a multiple of n_head (3)"));
+  bad = (gpt_config){0, 2, 32, 16, 67, 0};
+  CHECK_INT(gpt_config_finish(&bad, err, sizeof err), -1);
+  CHECK(strstr(err, "n_layer is 0"));
+  bad = (gpt_config){2, 2, 32, 16, 0, 0};
+  CHECK_INT(gpt_config_finish(&bad, err, sizeof err), -1);
+  CHECK(strstr(err, "vocab_size is 0"));
+  bad = (gpt_config){2, 2, 32, -1, 67, 0};
+  CHECK_INT(gpt_config_finish(&bad, err, sizeof err), -1);
+  CHECK(strstr(err, "block_size is -1"));
+  /* gpt_create refuses a config that was not finished. */
+  gpt_config raw = {2, 2, 32, 16, 67, 0};
+  gpt *m = (gpt *)1;
+  CHECK_INT(gpt_create(&raw, &m, err, sizeof err), -1);
+  CHECK(m == NULL);
+  CHECK(strstr(err, "gpt_config_finish"));
+  gpt_destroy(NULL);
+}
+
+/* Hugging Face's gpt2 has 124,439,808 parameters: wte 50257 x 768 and
+ * the rest. Ours hold wte with 50304 rows, the 47 padding rows are not
+ * parameters of the model, so they are subtracted. */
+static void test_param_count(void) {
+  gpt_config c = {0};
+  c.vocab_size = 50257;
+  gpt_config_preset("gpt2-124M", &c, err, sizeof err);
+  gpt_config_finish(&c, err, sizeof err);
+  gpt *m = NULL;
+  CHECK_INT(gpt_create(&c, &m, err, sizeof err), 0);
+  if (!m)
+    return;
+  size_t padding = (size_t)(c.padded_vocab - c.vocab_size) * c.n_embd;
+  CHECK_INT(gpt_num_params(m) - padding, 124439808);
+  CHECK_INT(gpt_tensor_count(m), 2 + 12 * 12 + 2);
+  size_t sum = 0;
+  for (size_t i = 0; i < gpt_tensor_count(m); i++) {
+    const gpt_tensor *t = gpt_tensor_at(m, i);
+    CHECK_INT(t->offset, sum); /* packed, in order */
+    sum += t->numel;
+  }
+  CHECK_INT(sum, gpt_num_params(m));
+  CHECK(gpt_tensor_at(m, gpt_tensor_count(m)) == NULL);
+  const gpt_tensor *t = gpt_tensor_find(m, "wte.weight");
+  CHECK(t && t->offset == 0 && t->shape[0] == 50304 && t->shape[1] == 768 &&
+        t->decay == 0);
+  t = gpt_tensor_find(m, "h.11.mlp.c_fc.weight");
+  CHECK(t && t->ndim == 2 && t->shape[0] == 768 && t->shape[1] == 3072 &&
+        t->decay == 1);
+  t = gpt_tensor_find(m, "h.3.attn.c_attn.bias");
+  CHECK(t && t->ndim == 1 && t->shape[0] == 2304 && t->decay == 0);
+  t = gpt_tensor_find(m, "ln_f.bias");
+  CHECK(t && t->offset + t->numel == gpt_num_params(m));
+  CHECK(gpt_tensor_find(m, "h.12.ln_1.weight") == NULL);
+  /* FLOPs: 6N + 12 L C T with N the layers' weights and biases and the
+   * V x C head. */
+  double N = 12.0 * (12.0 * 768 * 768 + 9.0 * 768) + 50257.0 * 768;
+  CHECK_NEAR(gpt_flops_per_token(m), 6 * N + 12.0 * 12 * 768 * 1024, 1.0);
+  gpt_destroy(m);
+}
+
+static void test_init(void) {
+  gpt *m = make(4, 4, 128, 128, 1000), *m2 = make(4, 4, 128, 128, 1000);
+  if (!m || !m2)
+    return;
+  /* Zeroed at creation, as gpt.h says. */
+  float *p = gpt_params(m);
+  int zero = 1;
+  for (size_t i = 0; i < gpt_num_params(m); i++)
+    zero &= p[i] == 0.0f;
+  CHECK(zero);
+  gpt_init(m, 42);
+  double want_proj = 0.02 / sqrt(2.0 * 4);
+  CHECK_NEAR(tensor_std(m, "wte.weight", 1000 * 128), 0.02, 0.0005);
+  CHECK_NEAR(tensor_std(m, "wpe.weight", 0), 0.02, 0.0005);
+  CHECK_NEAR(tensor_std(m, "h.0.attn.c_attn.weight", 0), 0.02, 0.0005);
+  CHECK_NEAR(tensor_std(m, "h.3.mlp.c_fc.weight", 0), 0.02, 0.0005);
+  CHECK_NEAR(tensor_std(m, "h.1.attn.c_proj.weight", 0), want_proj, 0.0003);
+  CHECK_NEAR(tensor_std(m, "h.2.mlp.c_proj.weight", 0), want_proj, 0.0003);
+  for (size_t i = 0; i < gpt_tensor_count(m); i++) {
+    const gpt_tensor *t = gpt_tensor_at(m, i);
+    const float *q = p + t->offset;
+    if (t->ndim == 2)
+      continue;
+    float want = strstr(t->name, "ln_") && strstr(t->name, ".weight") ? 1.0f
+                                                                      : 0.0f;
+    int ok = 1;
+    for (size_t j = 0; j < t->numel; j++)
+      ok &= q[j] == want;
+    if (!ok)
+      fprintf(stderr, "tensor %s is not all %g\n", t->name, want);
+    CHECK(ok);
+  }
+  const gpt_tensor *wte = gpt_tensor_find(m, "wte.weight");
+  int padzero = 1;
+  for (size_t j = 1000 * 128; j < wte->numel; j++)
+    padzero &= p[j] == 0.0f;
+  CHECK(padzero);
+  /* The same seed gives the same bits, another seed other ones. */
+  gpt_init(m2, 42);
+  CHECK(memcmp(p, gpt_params(m2), gpt_num_params(m) * sizeof(float)) == 0);
+  gpt_init(m2, 43);
+  CHECK(memcmp(p, gpt_params(m2), gpt_num_params(m) * sizeof(float)) != 0);
+  /* Re-init resets a model that has been changed. */
+  perturb(m2, 0.1f, 5);
+  gpt_init(m2, 42);
+  CHECK(memcmp(p, gpt_params(m2), gpt_num_params(m) * sizeof(float)) == 0);
+  /* A few fixed values: the stream must not change between versions or
+   * machines (checkpoints and runs are reproduced by seed). */
+  CHECK_NEAR(p[0], 0.0269027483, 1e-10);
+  CHECK_NEAR(p[1], 0.0183219146, 1e-10);
+  gpt_destroy(m);
+  gpt_destroy(m2);
+}
+
+static void test_loss_at_init(void) {
+  const int V = 500, B = 4, T = 32;
+  gpt *m = make(2, 2, 64, 32, V);
+  if (!m)
+    return;
+  gpt_init(m, 1);
+  uint32_t in[4 * 32], tg[4 * 32];
+  random_ids(in, B * T, V, 1);
+  random_ids(tg, B * T, V, 2);
+  float loss = -1;
+  CHECK_INT(gpt_forward(m, in, tg, B, T, &loss, err, sizeof err), 0);
+  CHECK_NEAR(loss, log((double)V), 0.1);
+  /* Logits over the padding columns are zero (wte's rows are). */
+  const gpt_config *c = gpt_get_config(m);
+  const float *lg = gpt_logits(m);
+  int ok = 1;
+  for (int i = 0; i < B * T; i++)
+    for (int j = V; j < c->padded_vocab; j++)
+      ok &= lg[(size_t)i * c->padded_vocab + j] == 0.0f;
+  CHECK(ok);
+  /* Without targets: logits only, the same, and *loss untouched. */
+  float keep = 123.0f;
+  float l0 = lg[7];
+  CHECK_INT(gpt_forward(m, in, NULL, B, T, &keep, err, sizeof err), 0);
+  CHECK(keep == 123.0f);
+  CHECK(gpt_logits(m)[7] == l0);
+  /* Backward after a forward without targets does nothing. */
+  gpt_zero_grad(m);
+  gpt_backward(m, 1.0f);
+  int allzero = 1;
+  for (size_t i = 0; i < gpt_num_params(m); i++)
+    allzero &= gpt_grads(m)[i] == 0.0f;
+  CHECK(allzero);
+  gpt_destroy(m);
+}
+
+/* Central differences in float on the loss, eps 1e-2, for the entry of
+ * largest gradient of each of a handful of tensors. The loss is ~4 and
+ * float-exact to ~1e-6, so the difference quotient is good to ~1e-4
+ * absolute: the check is |fd - g| <= 2e-4 + 2% |g|. The exact comparison
+ * of every gradient is the PyTorch test's. */
+static void test_grad_fd(void) {
+  const int V = 67, B = 2, T = 8;
+  gpt *m = make(2, 2, 16, 8, V);
+  if (!m)
+    return;
+  gpt_init(m, 3);
+  perturb(m, 0.3f, 9);
+  uint32_t in[16], tg[16];
+  random_ids(in, B * T, V, 3);
+  random_ids(tg, B * T, V, 4);
+  float loss;
+  CHECK_INT(gpt_forward(m, in, tg, B, T, &loss, err, sizeof err), 0);
+  gpt_zero_grad(m);
+  gpt_backward(m, 1.0f);
+  const char *names[] = {"wte.weight",          "wpe.weight",
+                         "h.0.ln_1.weight",     "h.0.attn.c_attn.weight",
+                         "h.0.attn.c_attn.bias", "h.1.attn.c_proj.weight",
+                         "h.1.ln_2.bias",       "h.1.mlp.c_fc.weight",
+                         "h.0.mlp.c_proj.bias", "ln_f.weight"};
+  float *p = gpt_params(m), *g = gpt_grads(m);
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    const gpt_tensor *t = gpt_tensor_find(m, names[k]);
+    size_t best = t->offset;
+    for (size_t j = t->offset; j < t->offset + t->numel; j++)
+      if (fabsf(g[j]) > fabsf(g[best]))
+        best = j;
+    const float eps = 1e-2f;
+    float keep = p[best], lp, lm;
+    p[best] = keep + eps;
+    gpt_forward(m, in, tg, B, T, &lp, err, sizeof err);
+    p[best] = keep - eps;
+    gpt_forward(m, in, tg, B, T, &lm, err, sizeof err);
+    p[best] = keep;
+    double fd = ((double)lp - lm) / (2.0 * eps);
+    double an = g[best];
+    int ok = fabs(fd - an) <= 2e-4 + 0.02 * fabs(an);
+    fprintf(stderr, "fd %-24s grad %+.6f fd %+.6f %s\n", names[k], an, fd,
+            ok ? "ok" : "FAIL");
+    CHECK(ok);
+    CHECK(fabs(an) > 1e-3); /* a real gradient, not a trivial 0 == 0 */
+  }
+  gpt_destroy(m);
+}
+
+static void run_step(gpt *m, const uint32_t *in, const uint32_t *tg, int B,
+                     int T, float *loss) {
+  gpt_zero_grad(m);
+  if (gpt_forward(m, in, tg, B, T, loss, err, sizeof err) != 0)
+    fprintf(stderr, "forward: %s\n", err);
+  gpt_backward(m, 1.0f);
+}
+
+static void test_determinism(void) {
+  const int V = 300, B = 4, T = 32;
+  gpt *a = make(2, 4, 64, 32, V), *b = make(2, 4, 64, 32, V);
+  if (!a || !b)
+    return;
+  gpt_init(a, 11);
+  gpt_init(b, 11);
+  uint32_t in[4 * 32], tg[4 * 32];
+  random_ids(in, B * T, V, 5);
+  random_ids(tg, B * T, V, 6);
+  float la, lb, lc;
+  run_step(a, in, tg, B, T, &la);
+  run_step(b, in, tg, B, T, &lb);
+  size_t bytes = gpt_num_params(a) * sizeof(float);
+  CHECK(memcmp(&la, &lb, sizeof la) == 0);
+  CHECK(memcmp(gpt_grads(a), gpt_grads(b), bytes) == 0);
+  /* The same model again, after a bigger batch has regrown its
+   * activations and a smaller one has used part of them. */
+  uint32_t big_in[8 * 32], big_tg[8 * 32];
+  random_ids(big_in, 8 * T, V, 7);
+  random_ids(big_tg, 8 * T, V, 8);
+  run_step(b, big_in, big_tg, 8, T, &lc);
+  run_step(b, in, tg, 2, 16, &lc);
+  run_step(b, in, tg, B, T, &lc);
+  CHECK(memcmp(&la, &lc, sizeof la) == 0);
+  CHECK(memcmp(gpt_grads(a), gpt_grads(b), bytes) == 0);
+  gpt_destroy(a);
+  gpt_destroy(b);
+}
+
+/* Two half batches with scale 0.5 give the gradient of the whole batch
+ * (its mean loss): within 1e-6 of each tensor's largest value. */
+static void test_accumulation(void) {
+  const int V = 200, B = 4, T = 16;
+  gpt *m = make(2, 2, 32, 16, V);
+  if (!m)
+    return;
+  gpt_init(m, 21);
+  perturb(m, 0.1f, 22);
+  uint32_t in[4 * 16], tg[4 * 16];
+  random_ids(in, B * T, V, 23);
+  random_ids(tg, B * T, V, 24);
+  float full, h1, h2;
+  run_step(m, in, tg, B, T, &full);
+  size_t n = gpt_num_params(m);
+  float *want = malloc(n * sizeof(float));
+  if (!want)
+    return;
+  memcpy(want, gpt_grads(m), n * sizeof(float));
+  gpt_zero_grad(m);
+  CHECK_INT(gpt_forward(m, in, tg, B / 2, T, &h1, err, sizeof err), 0);
+  gpt_backward(m, 0.5f);
+  CHECK_INT(gpt_forward(m, in + B / 2 * T, tg + B / 2 * T, B / 2, T, &h2, err,
+                        sizeof err),
+            0);
+  gpt_backward(m, 0.5f);
+  CHECK_NEAR(0.5 * (h1 + h2), full, 1e-6 * full);
+  const float *g = gpt_grads(m);
+  double worst = 0;
+  for (size_t i = 0; i < gpt_tensor_count(m); i++) {
+    const gpt_tensor *t = gpt_tensor_at(m, i);
+    double mx = 0, d = 0;
+    for (size_t j = t->offset; j < t->offset + t->numel; j++) {
+      mx = fmax(mx, fabs(want[j]));
+      d = fmax(d, fabs(want[j] - g[j]));
+    }
+    if (mx > 0)
+      worst = fmax(worst, d / mx);
+  }
+  fprintf(stderr, "accumulation: worst relative difference %.3g\n", worst);
+  CHECK(worst < 1e-6);
+  free(want);
+  gpt_destroy(m);
+}
+
+static void test_refusals(void) {
+  const int V = 67;
+  gpt *m = make(1, 1, 8, 8, V);
+  if (!m)
+    return;
+  gpt_init(m, 1);
+  uint32_t in[8] = {0, 1, 2, 3, 4, 5, 6, 66}, tg[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  float loss = 7.0f;
+  CHECK_INT(gpt_forward(m, in, tg, 1, 8, &loss, err, sizeof err), 0);
+  in[3] = 67; /* in the padding, not a token */
+  err[0] = 0;
+  CHECK_INT(gpt_forward(m, in, tg, 1, 8, &loss, err, sizeof err), -1);
+  CHECK(strstr(err, "inputs[3] is 67") && strstr(err, "vocab_size is 67"));
+  in[3] = 3;
+  tg[7] = 0xffffffffu;
+  CHECK_INT(gpt_forward(m, in, tg, 1, 8, &loss, err, sizeof err), -1);
+  CHECK(strstr(err, "targets[7] is 4294967295"));
+  tg[7] = 8;
+  CHECK_INT(gpt_forward(m, in, tg, 1, 9, &loss, err, sizeof err), -1);
+  CHECK(strstr(err, "block_size 8"));
+  CHECK_INT(gpt_forward(m, in, tg, 0, 8, &loss, err, sizeof err), -1);
+  /* A refused forward leaves nothing for backward to use. */
+  gpt_zero_grad(m);
+  gpt_backward(m, 1.0f);
+  CHECK(gpt_grads(m)[0] == 0.0f);
+  CHECK(gpt_logits(m) == NULL);
+  gpt_destroy(m);
+}
+
+int main(void) {
+  test_presets();
+  test_param_count();
+  test_init();
+  test_loss_at_init();
+  test_grad_fd();
+  test_determinism();
+  test_accumulation();
+  test_refusals();
+  TEST_DONE();
+}
