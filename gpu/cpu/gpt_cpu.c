@@ -21,6 +21,57 @@
 
 #define LN_EPS 1e-5f
 
+/*
+ * Threads. OpenBLAS keeps its own thread pool; run beside OpenMP's on the
+ * same cores, the two pools spin against each other. So during a pass
+ * OpenBLAS is held to one thread and every product is cut by the OpenMP
+ * threads into blocks of rows (or columns) of C, one sgemm each. Each
+ * element of C is computed by one thread, whole, in an order that depends
+ * only on the thread count: deterministic.
+ */
+static int blas_threads_begin(void) {
+  int n = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+  return n;
+}
+static void blas_threads_end(int n) { openblas_set_num_threads(n); }
+
+/* C (M,N) = alpha op(A) op(B) + beta C, row-major, cut over the larger of
+ * M and N among the OpenMP threads. */
+static void gemm(int ta, int tb, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta,
+                 float *C, int ldc) {
+  enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans;
+  enum CBLAS_TRANSPOSE TB = tb ? CblasTrans : CblasNoTrans;
+  int nt = omp_get_max_threads();
+  if (nt <= 1 || (double)M * N * K < 1 << 18) {
+    cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, alpha, A, lda, B, ldb, beta,
+                C, ldc);
+    return;
+  }
+  int by_rows = M >= N;
+  int D = by_rows ? M : N;
+  int chunk = (D + nt - 1) / nt;
+  chunk = (chunk + 15) / 16 * 16;
+#pragma omp parallel for schedule(static, 1)
+  for (int i = 0; i < nt; i++) {
+    int d0 = i * chunk, d1 = d0 + chunk < D ? d0 + chunk : D;
+    if (d0 >= d1)
+      continue;
+    if (by_rows) {
+      /* rows d0..d1 of C: of op(A), rows of A or its columns */
+      const float *a = ta ? A + d0 : A + (size_t)d0 * lda;
+      cblas_sgemm(CblasRowMajor, TA, TB, d1 - d0, N, K, alpha, a, lda, B,
+                  ldb, beta, C + (size_t)d0 * ldc, ldc);
+    } else {
+      /* columns d0..d1 of C: of op(B), columns of B or its rows */
+      const float *b = tb ? B + (size_t)d0 * ldb : B + d0;
+      cblas_sgemm(CblasRowMajor, TA, TB, M, d1 - d0, K, alpha, A, lda, b, ldb,
+                  beta, C + d0, ldc);
+    }
+  }
+}
+
 /* ---------------------------------------------------------------------
  * Activations: one allocation carved for (B,T). Per layer (all kept for
  * the backward pass):
@@ -228,8 +279,7 @@ static void matmul_forward(float *out, const float *inp, const float *w,
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++)
     memcpy(out + (size_t)i * OC, b, (size_t)OC * sizeof(float));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, IC, 1.0f, inp,
-              IC, w, OC, 1.0f, out, OC);
+  gemm(0, 0, N, OC, IC, 1.0f, inp, IC, w, OC, 1.0f, out, OC);
 }
 
 /* Column sums: dout (N,OC) -> db (OC) +=, each thread a range of columns. */
@@ -253,10 +303,8 @@ static void bias_backward(float *db, const float *dout, int N, int OC) {
 static void matmul_backward(float *dinp, float *dw, float *db,
                             const float *dout, const float *inp,
                             const float *w, int N, int IC, int OC) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, IC, OC, 1.0f, dout,
-              OC, w, OC, 0.0f, dinp, IC);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, N, 1.0f, inp,
-              IC, dout, OC, 1.0f, dw, OC);
+  gemm(0, 1, N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, IC);
+  gemm(1, 0, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
   bias_backward(db, dout, N, OC);
 }
 
@@ -286,22 +334,12 @@ static void gelu_backward(float *dinout, const float *inp, size_t N) {
   }
 }
 
-/* OpenBLAS's own threads stay out of the per-head products, which run one
- * per OpenMP thread. */
-static int blas_threads_begin(void) {
-  int n = openblas_get_num_threads();
-  openblas_set_num_threads(1);
-  return n;
-}
-static void blas_threads_end(int n) { openblas_set_num_threads(n); }
-
 /* qkv (B,T,3C) -> att (B,NH,T,T) softmax probabilities (zero above the
  * diagonal), out (B,T,C) */
 static void attention_forward(float *out, float *att, const float *qkv, int B,
                               int T, int C, int NH) {
   int hs = C / NH;
   float scale = 1.0f / sqrtf((float)hs);
-  int nb = blas_threads_begin();
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
@@ -331,7 +369,6 @@ static void attention_forward(float *out, float *att, const float *qkv, int B,
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T,
                 v, 3 * C, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
   }
-  blas_threads_end(nb);
 }
 
 /* dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) -> dqkv (B,T,3C)
@@ -341,7 +378,6 @@ static void attention_backward(float *dqkv, float *datt, const float *dout,
                                int T, int C, int NH) {
   int hs = C / NH;
   float scale = 1.0f / sqrtf((float)hs);
-  int nb = blas_threads_begin();
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
@@ -376,7 +412,6 @@ static void attention_backward(float *dqkv, float *datt, const float *dout,
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da, T,
                 q, 3 * C, 0.0f, dk, 3 * C);
   }
-  blas_threads_end(nb);
 }
 
 /* logits (N,Vp), targets (N) -> lse (N), losses (N); softmax over [0,V) */
@@ -463,8 +498,8 @@ static int check_ids(const uint32_t *ids, size_t n, int V, const char *what,
   return 0;
 }
 
-int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
-                int B, int T, float *loss, char *err, size_t errlen) {
+static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
+                   int B, int T, float *loss, char *err, size_t errlen) {
   const gpt_config *c = &m->cfg;
   int C = c->n_embd, NH = c->n_head, V = c->vocab_size, Vp = c->padded_vocab;
   /* Whatever happens next, the last forward's results are gone. */
@@ -512,8 +547,8 @@ int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
       for (size_t i = 0; i < N; i++)
         for (int j = 0; j < C; j++)
           la.res2[i * C + j] += bias[j];
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, C, C,
-                  1.0f, la.atty, C, P(GPT_ATTPROJ_W), C, 1.0f, la.res2, C);
+      gemm(0, 0, (int)N, C, C, 1.0f, la.atty, C, P(GPT_ATTPROJ_W), C, 1.0f,
+           la.res2, C);
     }
     /* res2 -> ln2 (B,T,C) -> fch (B,T,4C) -> fch_gelu (B,T,4C) */
     layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2,
@@ -529,9 +564,8 @@ int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
       for (size_t i = 0; i < N; i++)
         for (int j = 0; j < C; j++)
           la.res3[i * C + j] += bias[j];
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, C, 4 * C,
-                  1.0f, la.fch_gelu, 4 * C, P(GPT_FCPROJ_W), C, 1.0f, la.res3,
-                  C);
+      gemm(0, 0, (int)N, C, 4 * C, 1.0f, la.fch_gelu, 4 * C, P(GPT_FCPROJ_W),
+           C, 1.0f, la.res3, C);
     }
 #undef P
     res = la.res3;
@@ -541,8 +575,8 @@ int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
                     gpt_p(m, lf + 1), (int)N, C);
   /* lnf (B,T,C), wte (Vp,C) -> logits (B,T,Vp) = lnf wte^T; columns
    * [V,Vp) are set to zero rather than multiplied by the zero rows. */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, V, C, 1.0f,
-              a.lnf, C, gpt_p(m, 0), C, 0.0f, a.logits, Vp);
+  gemm(0, 1, (int)N, V, C, 1.0f, a.lnf, C, gpt_p(m, 0), C, 0.0f, a.logits,
+       Vp);
   if (Vp > V) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < N; i++)
@@ -562,6 +596,14 @@ int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   return 0;
 }
 
+int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
+                int B, int T, float *loss, char *err, size_t errlen) {
+  int nb = blas_threads_begin();
+  int rc = forward(m, inputs, targets, B, T, loss, err, errlen);
+  blas_threads_end(nb);
+  return rc;
+}
+
 const float *gpt_logits(const gpt *m) {
   if (!m->B)
     return NULL;
@@ -574,9 +616,7 @@ void gpt_zero_grad(gpt *m) {
   memset(m->grads, 0, m->n_params * sizeof(float));
 }
 
-void gpt_backward(gpt *m, float scale) {
-  if (!m->have_loss)
-    return;
+static void backward(gpt *m, float scale) {
   const gpt_config *c = &m->cfg;
   int B = m->B, T = m->T, C = c->n_embd, NH = c->n_head, V = c->vocab_size;
   int Vp = c->padded_vocab, L = c->n_layer;
@@ -589,10 +629,8 @@ void gpt_backward(gpt *m, float scale) {
                         scale / (float)N, N, V, Vp);
   /* dlogits (B,T,V) -> dbuf (B,T,C) = dlogits wte; dwte (V,C) +=
    * dlogits^T lnf. The padding rows of dwte are not touched. */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f,
-              a.dlogits, Vp, gpt_p(m, 0), C, 0.0f, a.dbuf, C);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f,
-              a.dlogits, Vp, a.lnf, C, 1.0f, gpt_g(m, 0), C);
+  gemm(0, 0, N, C, V, 1.0f, a.dlogits, Vp, gpt_p(m, 0), C, 0.0f, a.dbuf, C);
+  gemm(1, 0, V, C, N, 1.0f, a.dlogits, Vp, a.lnf, C, 1.0f, gpt_g(m, 0), C);
   /* dbuf -> dres (B,T,C), the residual stream's gradient. */
   memset(a.dres, 0, (size_t)N * C * sizeof(float));
   size_t lf = gpt_ti(L, 0);
@@ -631,4 +669,12 @@ void gpt_backward(gpt *m, float scale) {
 #undef G
   }
   encoder_backward(gpt_g(m, 0), gpt_g(m, 1), a.dres, m->inputs, B, T, C);
+}
+
+void gpt_backward(gpt *m, float scale) {
+  if (!m->have_loss)
+    return;
+  int nb = blas_threads_begin();
+  backward(m, scale);
+  blas_threads_end(nb);
 }
