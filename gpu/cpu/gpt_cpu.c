@@ -83,7 +83,8 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha,
  * logits (B,T,Vp), lse (B,T) (log-sum-exp of each row over [0,V)),
  * losses (B,T), and the backward scratch (one layer at a time):
  *   dres (B,T,C)  dbuf (B,T,C)  dqkv (B,T,3C)  d4c (B,T,4C)
- *   datt (B,NH,T,T)  dlogits (B,T,Vp)
+ *   datt (B,NH,T,T)  dlogits (B,T,Vp) (the forward's probabilities
+ *   until the backward turns them into the logits' gradient)
  * --------------------------------------------------------------------- */
 typedef struct layer_acts {
   float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2;
@@ -310,13 +311,20 @@ static void matmul_backward(float *dinp, float *dw, float *db,
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 
+/* tanh through one expf: glibc's expf is several times faster than its
+ * tanhf, and the absolute error (what GELU's 0.5 x (1 + tanh) feels) stays
+ * at float rounding; exp overflowing to inf gives 1, as it should. */
+static inline float fast_tanhf(float u) {
+  return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
+}
+
 /* inp (N) -> out (N): GELU, tanh approximation */
 static void gelu_forward(float *out, const float *inp, size_t N) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < N; i++) {
     float x = inp[i];
     float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-    out[i] = 0.5f * x * (1.0f + tanhf(u));
+    out[i] = 0.5f * x * (1.0f + fast_tanhf(u));
   }
 }
 
@@ -326,7 +334,7 @@ static void gelu_backward(float *dinout, const float *inp, size_t N) {
   for (size_t i = 0; i < N; i++) {
     float x = inp[i];
     float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-    float th = tanhf(u);
+    float th = fast_tanhf(u);
     float sech2 = 1.0f - th * th;
     float g = 0.5f * (1.0f + th) +
               0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
@@ -414,40 +422,44 @@ static void attention_backward(float *dqkv, float *datt, const float *dout,
   }
 }
 
-/* logits (N,Vp), targets (N) -> lse (N), losses (N); softmax over [0,V) */
-static void crossentropy_forward(float *lse, float *losses,
+/* logits (N,Vp), targets (N) -> lse (N), losses (N), probs (N,Vp):
+ * softmax over [0,V), zero in the padding columns */
+static void crossentropy_forward(float *lse, float *losses, float *probs,
                                  const float *logits, const uint32_t *targets,
                                  int N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
     const float *r = logits + (size_t)i * Vp;
+    float *pr = probs + (size_t)i * Vp;
     float mx = r[0];
     for (int j = 1; j < V; j++)
       mx = r[j] > mx ? r[j] : mx;
     float sum = 0.0f;
+    for (int j = 0; j < V; j++) {
+      pr[j] = expf(r[j] - mx);
+      sum += pr[j];
+    }
+    float inv = 1.0f / sum;
     for (int j = 0; j < V; j++)
-      sum += expf(r[j] - mx);
+      pr[j] *= inv;
+    for (int j = V; j < Vp; j++)
+      pr[j] = 0.0f;
     lse[i] = mx + logf(sum);
-    if (targets)
-      losses[i] = lse[i] - r[targets[i]];
+    losses[i] = lse[i] - r[targets[i]];
   }
 }
 
-/* logits (N,Vp), lse (N), targets (N) -> dlogits (N,Vp) = dloss *
- * (softmax - onehot) over [0,V), zero in the padding columns */
-static void crossentropy_backward(float *dlogits, const float *logits,
-                                  const float *lse, const uint32_t *targets,
-                                  float dloss, int N, int V, int Vp) {
+/* probs (N,Vp), targets (N) -> dlogits (N,Vp) = dloss * (probs - onehot),
+ * in place (the padding columns stay zero) */
+static void crossentropy_backward(float *probs_dlogits,
+                                  const uint32_t *targets, float dloss, int N,
+                                  int V, int Vp) {
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
-    const float *r = logits + (size_t)i * Vp;
-    float *d = dlogits + (size_t)i * Vp;
-    float l = lse[i];
+    float *d = probs_dlogits + (size_t)i * Vp;
     for (int j = 0; j < V; j++)
-      d[j] = dloss * expf(r[j] - l);
+      d[j] *= dloss;
     d[targets[i]] -= dloss;
-    for (int j = V; j < Vp; j++)
-      d[j] = 0.0f;
   }
 }
 
@@ -585,7 +597,8 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   m->B = B;
   m->T = T;
   if (targets) {
-    crossentropy_forward(a.lse, a.losses, a.logits, targets, (int)N, V, Vp);
+    crossentropy_forward(a.lse, a.losses, a.dlogits, a.logits, targets,
+                         (int)N, V, Vp);
     double sum = 0.0;
     for (size_t i = 0; i < N; i++)
       sum += a.losses[i];
@@ -624,9 +637,10 @@ static void backward(gpt *m, float scale) {
   acts a;
   carve(m, m->acts, B, T, &a);
 
-  /* Loss -> dlogits (B,T,Vp): d(scale * mean loss). */
-  crossentropy_backward(a.dlogits, a.logits, a.lse, m->targets,
-                        scale / (float)N, N, V, Vp);
+  /* Loss -> dlogits (B,T,Vp): d(scale * mean loss), from the forward's
+   * probabilities in place; so a second backward of the same forward
+   * would be wrong, and gpt_backward allows one. */
+  crossentropy_backward(a.dlogits, m->targets, scale / (float)N, N, V, Vp);
   /* dlogits (B,T,V) -> dbuf (B,T,C) = dlogits wte; dwte (V,C) +=
    * dlogits^T lnf. The padding rows of dwte are not touched. */
   gemm(0, 0, N, C, V, 1.0f, a.dlogits, Vp, gpt_p(m, 0), C, 0.0f, a.dbuf, C);
@@ -677,4 +691,5 @@ void gpt_backward(gpt *m, float scale) {
   int nb = blas_threads_begin();
   backward(m, scale);
   blas_threads_end(nb);
+  m->have_loss = 0; /* the probabilities are spent */
 }

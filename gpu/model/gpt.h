@@ -100,7 +100,8 @@ const float *gpt_logits(const gpt *m);
 void gpt_zero_grad(gpt *m);
 /* Backward pass of the last forward (which had targets): ADDS
  * d(scale * loss)/d(params) into gpt_grads(), so gradient accumulation
- * over k micro-batches calls it with scale 1/k. */
+ * over k micro-batches calls it with scale 1/k. Once per forward: without
+ * a forward with targets since the last backward, it does nothing. */
 void gpt_backward(gpt *m, float scale);
 
 /* FLOPs of one forward+backward per token (6N + attention), for MFU and

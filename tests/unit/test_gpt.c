@@ -361,6 +361,10 @@ static void test_accumulation(void) {
             0);
   gpt_backward(m, 0.5f);
   CHECK_NEAR(0.5 * (h1 + h2), full, 1e-6 * full);
+  /* A second backward of the same forward adds nothing. */
+  float g0 = gpt_grads(m)[5];
+  gpt_backward(m, 0.5f);
+  CHECK(gpt_grads(m)[5] == g0);
   const float *g = gpt_grads(m);
   double worst = 0;
   for (size_t i = 0; i < gpt_tensor_count(m); i++) {
