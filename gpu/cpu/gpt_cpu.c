@@ -45,8 +45,8 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha,
   enum CBLAS_TRANSPOSE TB = tb ? CblasTrans : CblasNoTrans;
   int nt = omp_get_max_threads();
   if (nt <= 1 || (double)M * N * K < 1 << 18) {
-    cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, alpha, A, lda, B, ldb, beta,
-                C, ldc);
+    cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                ldc);
     return;
   }
   int by_rows = M >= N;
@@ -61,8 +61,8 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha,
     if (by_rows) {
       /* rows d0..d1 of C: of op(A), rows of A or its columns */
       const float *a = ta ? A + d0 : A + (size_t)d0 * lda;
-      cblas_sgemm(CblasRowMajor, TA, TB, d1 - d0, N, K, alpha, a, lda, B,
-                  ldb, beta, C + (size_t)d0 * ldc, ldc);
+      cblas_sgemm(CblasRowMajor, TA, TB, d1 - d0, N, K, alpha, a, lda, B, ldb,
+                  beta, C + (size_t)d0 * ldc, ldc);
     } else {
       /* columns d0..d1 of C: of op(B), columns of B or its rows */
       const float *b = tb ? B + (size_t)d0 * ldb : B + d0;
@@ -98,8 +98,7 @@ typedef struct acts {
   float *dres, *dbuf, *dqkv, *d4c, *datt, *dlogits;
 } acts;
 
-static size_t layer_floats(size_t BT, size_t C, size_t NH, size_t B,
-                           size_t T) {
+static size_t layer_floats(size_t BT, size_t C, size_t NH, size_t B, size_t T) {
   return BT * C * 5 + BT * 4 + BT * 3 * C + B * NH * T * T + BT * 4 * C * 2;
 }
 
@@ -206,8 +205,8 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout,
 
 /* inp (N,C), w (C), b (C) -> out (N,C), mean (N), rstd (N) */
 static void layernorm_forward(float *out, float *mean, float *rstd,
-                              const float *inp, const float *w,
-                              const float *b, int N, int C) {
+                              const float *inp, const float *w, const float *b,
+                              int N, int C) {
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
     const float *x = inp + (size_t)i * C;
@@ -302,8 +301,8 @@ static void bias_backward(float *db, const float *dout, int N, int OC) {
 /* dout (N,OC), inp (N,IC), w (IC,OC) -> dinp (N,IC) = dout w^T
  * (overwritten), dw (IC,OC) += inp^T dout, db (OC) += sum of dout */
 static void matmul_backward(float *dinp, float *dw, float *db,
-                            const float *dout, const float *inp,
-                            const float *w, int N, int IC, int OC) {
+                            const float *dout, const float *inp, const float *w,
+                            int N, int IC, int OC) {
   gemm(0, 1, N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, IC);
   gemm(1, 0, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
   bias_backward(db, dout, N, OC);
@@ -382,8 +381,8 @@ static void attention_forward(float *out, float *att, const float *qkv, int B,
 /* dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) -> dqkv (B,T,3C)
  * (overwritten); datt (B,NH,T,T) is scratch */
 static void attention_backward(float *dqkv, float *datt, const float *dout,
-                               const float *qkv, const float *att, int B,
-                               int T, int C, int NH) {
+                               const float *qkv, const float *att, int B, int T,
+                               int C, int NH) {
   int hs = C / NH;
   float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
@@ -451,9 +450,8 @@ static void crossentropy_forward(float *lse, float *losses, float *probs,
 
 /* probs (N,Vp), targets (N) -> dlogits (N,Vp) = dloss * (probs - onehot),
  * in place (the padding columns stay zero) */
-static void crossentropy_backward(float *probs_dlogits,
-                                  const uint32_t *targets, float dloss, int N,
-                                  int V, int Vp) {
+static void crossentropy_backward(float *probs_dlogits, const uint32_t *targets,
+                                  float dloss, int N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
     float *d = probs_dlogits + (size_t)i * Vp;
@@ -502,8 +500,8 @@ static int check_ids(const uint32_t *ids, size_t n, int V, const char *what,
   for (size_t i = 0; i < n; i++) {
     if (ids[i] >= (uint32_t)V) {
       snprintf(err, errlen,
-               "gpt: %s[%zu] is %u, not a token id (vocab_size is %d)", what,
-               i, ids[i], V);
+               "gpt: %s[%zu] is %u, not a token id (vocab_size is %d)", what, i,
+               ids[i], V);
       return -1;
     }
   }
@@ -563,10 +561,9 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
            la.res2, C);
     }
     /* res2 -> ln2 (B,T,C) -> fch (B,T,4C) -> fch_gelu (B,T,4C) */
-    layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2,
-                      P(GPT_LN2_W), P(GPT_LN2_B), (int)N, C);
-    matmul_forward(la.fch, la.ln2, P(GPT_FC_W), P(GPT_FC_B), (int)N, C,
-                   4 * C);
+    layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, P(GPT_LN2_W),
+                      P(GPT_LN2_B), (int)N, C);
+    matmul_forward(la.fch, la.ln2, P(GPT_FC_W), P(GPT_FC_B), (int)N, C, 4 * C);
     gelu_forward(la.fch_gelu, la.fch, N * 4 * C);
     /* res3 (B,T,C) = res2 + fch_gelu c_proj + bias */
     memcpy(la.res3, la.res2, N * C * sizeof(float));
@@ -576,8 +573,8 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
       for (size_t i = 0; i < N; i++)
         for (int j = 0; j < C; j++)
           la.res3[i * C + j] += bias[j];
-      gemm(0, 0, (int)N, C, 4 * C, 1.0f, la.fch_gelu, 4 * C, P(GPT_FCPROJ_W),
-           C, 1.0f, la.res3, C);
+      gemm(0, 0, (int)N, C, 4 * C, 1.0f, la.fch_gelu, 4 * C, P(GPT_FCPROJ_W), C,
+           1.0f, la.res3, C);
     }
 #undef P
     res = la.res3;
@@ -587,8 +584,7 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
                     gpt_p(m, lf + 1), (int)N, C);
   /* lnf (B,T,C), wte (Vp,C) -> logits (B,T,Vp) = lnf wte^T; columns
    * [V,Vp) are set to zero rather than multiplied by the zero rows. */
-  gemm(0, 1, (int)N, V, C, 1.0f, a.lnf, C, gpt_p(m, 0), C, 0.0f, a.logits,
-       Vp);
+  gemm(0, 1, (int)N, V, C, 1.0f, a.lnf, C, gpt_p(m, 0), C, 0.0f, a.logits, Vp);
   if (Vp > V) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < N; i++)
@@ -597,8 +593,8 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   m->B = B;
   m->T = T;
   if (targets) {
-    crossentropy_forward(a.lse, a.losses, a.dlogits, a.logits, targets,
-                         (int)N, V, Vp);
+    crossentropy_forward(a.lse, a.losses, a.dlogits, a.logits, targets, (int)N,
+                         V, Vp);
     double sum = 0.0;
     for (size_t i = 0; i < N; i++)
       sum += a.losses[i];
@@ -609,8 +605,8 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   return 0;
 }
 
-int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
-                int B, int T, float *loss, char *err, size_t errlen) {
+int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets, int B,
+                int T, float *loss, char *err, size_t errlen) {
   int nb = blas_threads_begin();
   int rc = forward(m, inputs, targets, B, T, loss, err, errlen);
   blas_threads_end(nb);
@@ -625,9 +621,7 @@ const float *gpt_logits(const gpt *m) {
   return a.logits;
 }
 
-void gpt_zero_grad(gpt *m) {
-  memset(m->grads, 0, m->n_params * sizeof(float));
-}
+void gpt_zero_grad(gpt *m) { memset(m->grads, 0, m->n_params * sizeof(float)); }
 
 static void backward(gpt *m, float scale) {
   const gpt_config *c = &m->cfg;
@@ -648,8 +642,7 @@ static void backward(gpt *m, float scale) {
   /* dbuf -> dres (B,T,C), the residual stream's gradient. */
   memset(a.dres, 0, (size_t)N * C * sizeof(float));
   size_t lf = gpt_ti(L, 0);
-  const float *last =
-      L > 0 ? layer_at(m, &a, L - 1, B, T).res3 : a.encoded;
+  const float *last = L > 0 ? layer_at(m, &a, L - 1, B, T).res3 : a.encoded;
   layernorm_backward(a.dres, gpt_g(m, lf), gpt_g(m, lf + 1), a.dbuf, last,
                      gpt_p(m, lf), a.lnf_mean, a.lnf_rstd, N, C);
 
@@ -669,8 +662,8 @@ static void backward(gpt *m, float scale) {
     layernorm_backward(a.dres, G(GPT_LN2_W), G(GPT_LN2_B), a.dbuf, la.res2,
                        P(GPT_LN2_W), la.ln2_mean, la.ln2_rstd, N, C);
     /* Attention. dres = d res2 -> dbuf (B,T,C) = d atty */
-    matmul_backward(a.dbuf, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), a.dres,
-                    la.atty, P(GPT_ATTPROJ_W), N, C, C);
+    matmul_backward(a.dbuf, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), a.dres, la.atty,
+                    P(GPT_ATTPROJ_W), N, C, C);
     /* d atty -> dqkv (B,T,3C) */
     attention_backward(a.dqkv, a.datt, a.dbuf, la.qkv, la.att, B, T, C, NH);
     /* dqkv -> dbuf (B,T,C) = d ln1 */

@@ -77,8 +77,8 @@ int gpt_config_finish(gpt_config *cfg, char *err, size_t errlen) {
   return 0;
 }
 
-static void add_tensor(gpt_tensor *t, size_t *n, size_t *off,
-                       const char *name, int d0, int d1, int decay) {
+static void add_tensor(gpt_tensor *t, size_t *n, size_t *off, const char *name,
+                       int d0, int d1, int decay) {
   gpt_tensor *p = &t[(*n)++];
   snprintf(p->name, sizeof p->name, "%s", name);
   p->offset = *off;

@@ -14,8 +14,18 @@
 
 /* Tensors of one layer, in layout order (gpt.h). */
 enum {
-  GPT_LN1_W, GPT_LN1_B, GPT_QKV_W, GPT_QKV_B, GPT_ATTPROJ_W, GPT_ATTPROJ_B,
-  GPT_LN2_W, GPT_LN2_B, GPT_FC_W, GPT_FC_B, GPT_FCPROJ_W, GPT_FCPROJ_B,
+  GPT_LN1_W,
+  GPT_LN1_B,
+  GPT_QKV_W,
+  GPT_QKV_B,
+  GPT_ATTPROJ_W,
+  GPT_ATTPROJ_B,
+  GPT_LN2_W,
+  GPT_LN2_B,
+  GPT_FC_W,
+  GPT_FC_B,
+  GPT_FCPROJ_W,
+  GPT_FCPROJ_B,
   GPT_NLAYER_TENSORS
 };
 
@@ -30,12 +40,12 @@ struct gpt {
   /* Activations and backward scratch: one allocation, carved for the
    * (B,T) of the last forward; regrown only when a bigger one comes. */
   float *acts;
-  size_t acts_cap; /* floats */
+  size_t acts_cap;            /* floats */
   uint32_t *inputs, *targets; /* (B,T) copies of the last forward's ids */
   size_t ids_cap;
-  int B, T;        /* of the last forward; 0 before any */
-  int have_loss;   /* the last forward had targets */
-  float loss;      /* its mean loss */
+  int B, T;      /* of the last forward; 0 before any */
+  int have_loss; /* the last forward had targets */
+  float loss;    /* its mean loss */
 };
 
 /* The first float of the tensor with index i (gpt.h's order). */

@@ -66,8 +66,8 @@ static int dump(const char *dir) {
   size_t pad0 = (size_t)V * C, pad1 = (size_t)cfg->padded_vocab * C;
   for (size_t i = 0; i < gpt_num_params(m); i++)
     if (i < pad0 || i >= pad1)
-      p[i] += (float)((double)(rng_next(&s) >> 11) / 9007199254740992.0 -
-                      0.5) * 0.4f;
+      p[i] += (float)((double)(rng_next(&s) >> 11) / 9007199254740992.0 - 0.5) *
+              0.4f;
   uint32_t in[3 * 16], tg[3 * 16];
   for (int i = 0; i < B * T; i++) {
     in[i] = (uint32_t)(rng_next(&s) % V);
@@ -93,8 +93,8 @@ static int dump(const char *dir) {
           cfg->padded_vocab, B, T);
   for (size_t i = 0; i < gpt_tensor_count(m); i++) {
     const gpt_tensor *t = gpt_tensor_at(m, i);
-    fprintf(f, "%s %zu %zu %d %d\n", t->name, t->offset, t->numel,
-            t->shape[0], t->ndim == 2 ? t->shape[1] : 0);
+    fprintf(f, "%s %zu %zu %d %d\n", t->name, t->offset, t->numel, t->shape[0],
+            t->ndim == 2 ? t->shape[1] : 0);
   }
   fclose(f);
   snprintf(path, sizeof path, "%s/loss.txt", dir);
@@ -156,8 +156,8 @@ static int bench(int L, int H, int C, int T, int V, int B, int iters) {
   double tok = (double)B * T * iters;
   printf("L%d H%d C%d T%d V%d B%d: %.0f tokens/s forward+backward "
          "(forward %.1f ms, backward %.1f ms per step), loss %.4f\n",
-         L, H, C, T, V, B, tok / (tf + tb), 1e3 * tf / iters,
-         1e3 * tb / iters, loss);
+         L, H, C, T, V, B, tok / (tf + tb), 1e3 * tf / iters, 1e3 * tb / iters,
+         loss);
   free(in);
   free(tg);
   gpt_destroy(m);

@@ -46,8 +46,9 @@ static void perturb(gpt *m, float amp, uint64_t seed) {
   size_t pad1 = (size_t)c->padded_vocab * c->n_embd;
   for (size_t i = 0; i < gpt_num_params(m); i++)
     if (i < pad0 || i >= pad1)
-      p[i] += amp * (float)((double)(rng(&seed) >> 11) /
-                                9007199254740992.0 * 2.0 - 1.0);
+      p[i] +=
+          amp *
+          (float)((double)(rng(&seed) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
 static double tensor_std(gpt *m, const char *name, size_t n) {
@@ -180,8 +181,8 @@ static void test_init(void) {
     const float *q = p + t->offset;
     if (t->ndim == 2)
       continue;
-    float want = strstr(t->name, "ln_") && strstr(t->name, ".weight") ? 1.0f
-                                                                      : 0.0f;
+    float want =
+        strstr(t->name, "ln_") && strstr(t->name, ".weight") ? 1.0f : 0.0f;
     int ok = 1;
     for (size_t j = 0; j < t->numel; j++)
       ok &= q[j] == want;
@@ -266,11 +267,11 @@ static void test_grad_fd(void) {
   CHECK_INT(gpt_forward(m, in, tg, B, T, &loss, err, sizeof err), 0);
   gpt_zero_grad(m);
   gpt_backward(m, 1.0f);
-  const char *names[] = {"wte.weight",          "wpe.weight",
-                         "h.0.ln_1.weight",     "h.0.attn.c_attn.weight",
+  const char *names[] = {"wte.weight",           "wpe.weight",
+                         "h.0.ln_1.weight",      "h.0.attn.c_attn.weight",
                          "h.0.attn.c_attn.bias", "h.1.attn.c_proj.weight",
-                         "h.1.ln_2.bias",       "h.1.mlp.c_fc.weight",
-                         "h.0.mlp.c_proj.bias", "ln_f.weight"};
+                         "h.1.ln_2.bias",        "h.1.mlp.c_fc.weight",
+                         "h.0.mlp.c_proj.bias",  "ln_f.weight"};
   float *p = gpt_params(m), *g = gpt_grads(m);
   for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
     const gpt_tensor *t = gpt_tensor_find(m, names[k]);
