@@ -10,6 +10,7 @@
  * count, the same inputs give the same bits.
  */
 #include <cblas.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -523,7 +524,8 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
     return -1;
   }
   size_t N = (size_t)B * T;
-  if ((double)N * Vp > 9.0e15 || (double)B * NH * T * T > 9.0e15) {
+  if ((double)N * 4 * C > INT_MAX || (double)N * Vp > 9.0e15 ||
+      (double)B * NH * T * T > 9.0e15) {
     snprintf(err, errlen, "gpt: batch B=%d T=%d is too large", B, T);
     return -1;
   }
