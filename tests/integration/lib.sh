@@ -93,3 +93,32 @@ echo $$ > "$1"
 while :; do sleep 0.2; done
 S
 }
+
+# make_token_data NAME VOCAB: a small English-like corpus, sharded and
+# tokenized by the real stages; prints the tokenize task's out/ directory.
+make_token_data() {
+  mkdir -p "$T/corpus-$1"
+  /usr/bin/python3 - "$T/corpus-$1" <<'P'
+import random, sys
+rng = random.Random(11)
+subjects = "the cat|a dog|my model|the gpu|our team|this loss|the data".split("|")
+verbs = "eats|trains on|ignores|follows|beats|learns from|writes".split("|")
+objects = "the fish|a batch|the tokens|every epoch|the logs|some text".split("|")
+for f in range(4):
+    with open(f"{sys.argv[1]}/part{f}.txt", "w") as out:
+        docs = []
+        for d in range(150):
+            n = rng.randint(3, 12)
+            docs.append(" ".join(f"{rng.choice(subjects)} {rng.choice(verbs)} {rng.choice(objects)}."
+                                 for _ in range(n)) + f" ({f}.{d})")
+        out.write("\n%\n".join(docs) + "\n")
+P
+  cat > "$T/data-$1.yaml" <<Y
+dag: data-$1
+tasks:
+  shard: {stage: shard, with: {input: "$T/corpus-$1", separator: "%", shards: 2, val_fraction: 0.1}}
+  tokenize: {stage: tokenize, needs: [shard], with: {shards: "\${tasks.shard.outputs.dir}", vocab_size: $2}}
+Y
+  "$DAGRUN" run "$T/data-$1.yaml" -q >"$T/data-$1.log" 2>&1 || fail "making token data failed: $(cat "$T/data-$1.log")"
+  echo "$(run_dir "data-$1")/tokenize/out"
+}
