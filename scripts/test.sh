@@ -15,5 +15,8 @@ echo "== build (ASan + UBSan)"
 scripts/build.sh build-asan -DDAGRUN_WERROR=ON -DDAGRUN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 echo "== tests under ASan + UBSan"
 # handle_segv=0: the crash tests want a real SIGSEGV, not ASan's report.
+# DAGRUN_TEST_SANITIZED: the main job trains a few steps, not its full
+# run (that ran in the release build above).
+DAGRUN_TEST_SANITIZED=1 \
 ASAN_OPTIONS=detect_leaks=1:handle_segv=0:handle_abort=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
