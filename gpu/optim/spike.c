@@ -33,6 +33,9 @@ int spike_init(spike_guard *g, const spike_config *cfg, char *err,
     return fail(err, errlen,
                 "spike guard: min_history must be 2..window (%d), got %d",
                 cfg->window, cfg->min_history);
+  if (!(cfg->min_rise >= 0.0) || !isfinite(cfg->min_rise))
+    return fail(err, errlen, "spike guard: min_rise must be >= 0, got %g",
+                cfg->min_rise);
   if (!(cfg->threshold > 0.0) || !isfinite(cfg->threshold))
     return fail(err, errlen,
                 "spike guard: threshold must be a z-score > 0, got %g",
@@ -60,10 +63,11 @@ int spike_init(spike_guard *g, const spike_config *cfg, char *err,
   return 0;
 }
 
-/* How many deviations x lies above the mean of the n values in ring.
- * The deviation has a floor relative to the mean, so that a perfectly
- * flat history does not turn rounding noise into an infinite z. */
-static double zscore(const double *ring, int n, double x) {
+/* How many deviations x lies above the mean of the n values in ring
+ * (*mean_out gets the mean). The deviation has a floor relative to the
+ * mean, so that a perfectly flat history does not turn rounding noise
+ * into an infinite z. */
+static double zscore(const double *ring, int n, double x, double *mean_out) {
   double sum = 0.0;
   for (int i = 0; i < n; i++)
     sum += ring[i];
@@ -75,6 +79,7 @@ static double zscore(const double *ring, int n, double x) {
   const double sd_min = 1e-3 * fabs(mean) + 1e-8;
   if (sd < sd_min)
     sd = sd_min;
+  *mean_out = mean;
   return (x - mean) / sd;
 }
 
@@ -91,12 +96,16 @@ int spike_check(spike_guard *g, double loss, double gnorm, double *z) {
     /* The ring's order does not matter to a mean and a deviation, but the
      * summation order is fixed by the slots, so a resumed run computes
      * the same z bit for bit. */
-    const double zl = zscore(g->loss, g->n, loss);
-    const double zg = zscore(g->gnorm, g->n, gnorm);
+    double ml, mg;
+    const double zl = zscore(g->loss, g->n, loss, &ml);
+    const double zg = zscore(g->gnorm, g->n, gnorm, &mg);
     const double zm = zl > zg ? zl : zg;
+    const double rise = 1.0 + g->cfg.min_rise;
+    const int spike = (zl > g->cfg.threshold && loss > ml * rise) ||
+                      (zg > g->cfg.threshold && gnorm > mg * rise);
     if (z)
       *z = zm;
-    if (zm > g->cfg.threshold) {
+    if (spike) {
       g->events++;
       /* This step and the next lr_steps run at the lowered rate. */
       if (g->cfg.policy == SPIKE_LOWER_LR)

@@ -2,8 +2,11 @@
  * spike: the loss-spike guard. It keeps a rolling window of recent
  * losses and grad norms; a step whose loss or grad norm lies more than
  * `threshold` standard deviations above the window's mean (a z-score,
- * once the window holds at least `min_history` steps) is a spike, and the
- * caller applies the configured policy. Spikes are not added to the
+ * once the window holds at least `min_history` steps) and at least
+ * `min_rise` (a fraction) above that mean is a spike, and the caller
+ * applies the configured policy. The rise condition keeps a quiet stretch,
+ * whose deviation is tiny, from calling ordinary batch-to-batch noise a
+ * spike. Spikes are not added to the
  * window, so one bad batch does not raise the bar for the next.
  */
 #ifndef DAGRUN_SPIKE_H
@@ -24,6 +27,7 @@ typedef struct spike_config {
   int window;       /* steps remembered (e.g. 50) */
   int min_history;  /* steps before any verdict (e.g. 20) */
   double threshold; /* z-score (e.g. 6) */
+  double min_rise;  /* e.g. 0.3: at least 30% above the mean; 0 = any */
   spike_policy policy;
   double lr_factor; /* SPIKE_LOWER_LR: e.g. 0.1 */
   int lr_steps;     /* SPIKE_LOWER_LR: e.g. 100 */

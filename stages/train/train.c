@@ -95,6 +95,8 @@ static const dagrun_param_spec params[] = {
     {"spike_threshold", DAGRUN_PARAM_FLOAT, "6", 0,
      "z-score of loss or grad norm over the recent window that is a spike"},
     {"spike_window", DAGRUN_PARAM_INT, "50", 0, "Steps in that window"},
+    {"spike_min_rise", DAGRUN_PARAM_FLOAT, "0.3", 0,
+     "...and at least this fraction above the window's mean (0.3 = 30%)"},
     {"overfit_one_batch", DAGRUN_PARAM_BOOL, "false", 0,
      "Sanity check: train on one batch; fail unless its loss falls below "
      "overfit_target"},
@@ -293,6 +295,7 @@ static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
   c->spike.window = (int)window;
   c->spike.min_history = (int)(window < 20 ? window : 20);
   h->param_float(ctx, "spike_threshold", &c->spike.threshold);
+  h->param_float(ctx, "spike_min_rise", &c->spike.min_rise);
   c->spike.lr_factor = 0.1;
   c->spike.lr_steps = 100;
 

@@ -443,6 +443,21 @@ static void test_spike_verdicts(void) {
   for (int i = 0; i < 30; i++)
     spike_check(&g, 0.0, 0.0, NULL);
   CHECK_INT(spike_check(&g, 1e-12, 0.0, &z), 0);
+
+  /* min_rise: on a quiet stretch a 10% rise is many deviations but not a
+   * spike; a 50% rise is. */
+  c.min_rise = 0.3;
+  CHECK(spike_init(&g, &c, err, sizeof err) == 0);
+  for (int i = 0; i < 30; i++)
+    CHECK_INT(spike_check(&g, 3.0 + 0.01 * (i % 2), 1.0, NULL), 0);
+  CHECK_INT(spike_check(&g, 3.3, 1.0, &z), 0);
+  CHECK(z > 6);
+  CHECK_INT(spike_check(&g, 4.5, 1.0, &z), 1);
+  CHECK_INT(spike_check(&g, 3.0, 1.2, NULL), 0);
+  CHECK_INT(spike_check(&g, 3.0, 2.0, NULL), 1);
+  c.min_rise = -1;
+  CHECK(spike_init(&g, &c, err, sizeof err) == -1);
+  CHECK(strstr(err, "min_rise") != NULL);
 }
 
 static void test_spike_window(void) {
