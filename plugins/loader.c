@@ -250,7 +250,10 @@ int loader_open(const char *path, loader_plugin **out, char *err,
 
   /* Without a '/', dlopen would search the library path instead. */
   char *open_path = strchr(path, '/') ? xstrdup(path) : xasprintf("./%s", path);
-  void *h = dlopen(open_path, RTLD_NOW | RTLD_LOCAL);
+  /* RTLD_NODELETE: a stage's libraries stay mapped after dlclose. Runtimes
+   * such as OpenMP and OpenBLAS (the train stage's) start threads and keep
+   * global state that unloading would pull out from under them. */
+  void *h = dlopen(open_path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   free(open_path);
   if (!h) {
     const char *why = dlerror();
