@@ -427,6 +427,40 @@ static double unigram_entropy(run_ctx *r, uint64_t *ntokens) {
   return H;
 }
 
+/* ---- Fault injection ----
+ * DAGRUN_FAULT_SPIKE_STEPS="80,120" turns the batches of those steps into
+ * bad ones (loss x20, gradients x100), once each, so that tests can
+ * provoke the loss-spike guard's policies, as SQLite's fault tests do. */
+#define MAX_FAULTS 16
+
+typedef struct faults {
+  int64_t step[MAX_FAULTS];
+  int n;
+} faults;
+
+static void faults_read(faults *f) {
+  const char *z = getenv("DAGRUN_FAULT_SPIKE_STEPS");
+  f->n = 0;
+  while (z && *z && f->n < MAX_FAULTS) {
+    char *end;
+    long long v = strtoll(z, &end, 10);
+    if (end == z)
+      break;
+    f->step[f->n++] = v;
+    z = *end == ',' ? end + 1 : end;
+  }
+}
+
+/* Whether step is a listed one not yet used; uses it. */
+static int faults_take(faults *f, int64_t step) {
+  for (int i = 0; i < f->n; i++)
+    if (f->step[i] == step) {
+      f->step[i] = f->step[--f->n];
+      return 1;
+    }
+  return 0;
+}
+
 /* ---- Pieces of the loop ---- */
 
 static double evaluate(run_ctx *r, int64_t step) {
@@ -755,6 +789,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   size_t tokens_per_step = (size_t)r.c.B * r.c.T * r.c.accum;
   double t_start = stagekit_now(), t_last = 0, last_loss = NAN, val = NAN;
   int64_t first_step = r.st.step;
+  faults fault;
+  faults_read(&fault);
   float *weights = gpt_params(r.model), *grads = gpt_grads(r.model);
   while (r.st.step < r.c.steps) {
     int64_t step = r.st.step;
@@ -780,6 +816,13 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
       }
       gpt_backward(r.model, 1.0f / (float)r.c.accum);
       loss += l / r.c.accum;
+    }
+    if (faults_take(&fault, step)) {
+      h->log(ctx, DAGRUN_LOG_WARN, "step %lld: injected bad batch "
+             "(DAGRUN_FAULT_SPIKE_STEPS)", (long long)step);
+      loss *= 20;
+      for (size_t i = 0; i < np; i++)
+        grads[i] *= 100;
     }
     double gnorm = optim_clip_grad_norm(grads, np, r.c.grad_clip);
     double lr = lr_at(&r.c.sched, step), z = 0;

@@ -6,7 +6,7 @@
 . "$(dirname "$0")/lib.sh"
 
 DATA=$(make_token_data t 320)
-MODEL='n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, batch_size: 4, threads: 2'
+MODEL='n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, batch_size: 4, threads: 1'
 
 train_dag() { # NAME EXTRA_PARAMS
   cat > "$1.yaml" <<Y
@@ -46,6 +46,23 @@ cmp "$R/train/checkpoints/step-00000200/model.safetensors" "$R2/train/checkpoint
 cmp "$R/train/checkpoints/step-00000200/optim.bin" "$R2/train/checkpoints/step-00000200/optim.bin" ||
   fail "resumed run's optimizer state differs"
 
+# resume: auto skips a corrupt checkpoint for the previous valid one. The
+# learn attempt is run again by hand in the same task directory, with its
+# newest checkpoint truncated: it resumes from step 100, says why, and
+# ends with the same bits as before.
+cp "$R/train/checkpoints/step-00000200/model.safetensors" want-200.safetensors
+truncate -s 2000 "$R/train/checkpoints/step-00000200/model.safetensors"
+set +e
+"$DAGRUN" __worker "$R/train/attempt-1/attempt.json" 3>again.msgs >again.log 2>&1
+rc=$?
+set -e
+[ "$rc" -eq 0 ] || fail "re-run attempt failed ($rc): $(cat again.log)"
+expect_in again.log "skipping checkpoint"
+expect_in again.log "step-00000200: model.safetensors: truncated"
+expect_in again.log "resumed from $R/train/checkpoints/step-00000100 at step 100"
+cmp want-200.safetensors "$R/train/checkpoints/step-00000200/model.safetensors" ||
+  fail "resumed from the older checkpoint, the run ended with other weights"
+
 # A corrupt checkpoint is refused with the file named.
 cp -r "$R/train/checkpoints/step-00000100" bad-ckpt
 truncate -s 1000 bad-ckpt/model.safetensors
@@ -69,6 +86,34 @@ expect_in "$T/out" "overfit_one_batch: loss"
 train_dag lion "steps: 60, optimizer: lion, lr: 0.001, samples: 0"
 run_dagrun run lion.yaml --plain
 expect_rc 0
+
+# The loss-spike guard, on a bad batch injected at step 60: each policy
+# does what it says, and the event is logged and counted.
+for policy in skip lower_lr reset rollback; do
+  train_dag "spike_$policy" "steps: 100, lr: 0.003, checkpoint_every: 40, samples: 0, spike_policy: $policy"
+  DAGRUN_FAULT_SPIKE_STEPS=60 run_dagrun run "spike_$policy.yaml" --plain
+  expect_rc 0
+  RS=$(run_dir "spike_$policy")
+  expect_in "$RS/train/attempt-1/log" "step 60: loss spike"
+  /usr/bin/python3 - "$RS/train" "$policy" <<'P' || fail "spike policy $policy: $(grep -i spike "$RS/train/attempt-1/log")"
+import json, sys
+d, policy = sys.argv[1:3]
+s = json.load(open(d + "/out/summary.json"))
+assert s["spike_events"] == 1 and s["steps"] == 100, s
+log = open(d + "/attempt-1/log").read()
+lr = {}
+for line in open(d + "/metrics.jsonl"):
+    m = json.loads(line)
+    if m["name"] == "lr":
+        lr[m["step"]] = m["value"]
+want = {"skip": "update skipped", "lower_lr": "learning rate lowered",
+        "reset": "optimizer moments reset", "rollback": "rolled back to step 40"}[policy]
+assert want in log, want
+if policy == "lower_lr":
+    # this step and the next 100 run at a tenth of the schedule's rate
+    assert lr[61] < 0.2 * lr[60] and lr[62] < 0.2 * lr[59], (lr[59], lr[60], lr[61], lr[62])
+P
+done
 
 train_dag badopt "optimizer: sgd"
 run_dagrun run badopt.yaml --plain
