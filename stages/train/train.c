@@ -563,6 +563,10 @@ static int write_samples(run_ctx *r, const char *path) {
   float *probs = malloc((size_t)V * sizeof *probs);
   int *idx = malloc((size_t)V * sizeof *idx);
   uint64_t rng = r->c.seed ^ 0x5a3c1e0fu;
+  /* One sequence, one token at a time: too little work per parallel
+   * region for threads to pay, and on a busy machine their barriers cost
+   * a time slice each. */
+  omp_set_num_threads(1);
   int rc = fp && enc && ctx && probs && idx ? 0 : -1;
   for (int s = 0; rc == 0 && s < r->c.nsamples; s++) {
     bpe_ids ids = {0};
@@ -625,6 +629,7 @@ static int write_samples(run_ctx *r, const char *path) {
   free(ctx);
   free(probs);
   free(idx);
+  omp_set_num_threads(r->c.threads);
   bpe_encoder_destroy(enc);
   bpe_destroy(tok);
   if (fp && fclose(fp) != 0)
@@ -724,8 +729,38 @@ static int setup(run_ctx *r) {
   return 0;
 }
 
+/* The settings that shape the run, for the checkpoint's manifest. */
+static char *config_json(const cfg *c) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "model", c->model_name);
+  cJSON_AddNumberToObject(o, "batch_size", c->B);
+  cJSON_AddNumberToObject(o, "seq_len", c->T);
+  cJSON_AddNumberToObject(o, "grad_accum", c->accum);
+  cJSON_AddNumberToObject(o, "steps", (double)c->steps);
+  cJSON_AddStringToObject(o, "optimizer",
+                          c->opt.kind == OPTIM_ADAMW ? "adamw" : "lion");
+  cJSON_AddNumberToObject(o, "lr", c->sched.max_lr);
+  cJSON_AddNumberToObject(o, "min_lr", c->sched.min_lr);
+  cJSON_AddNumberToObject(o, "warmup", (double)c->sched.warmup_steps);
+  cJSON_AddStringToObject(o, "schedule",
+                          c->sched.decay == LR_COSINE   ? "cosine"
+                          : c->sched.decay == LR_LINEAR ? "linear"
+                                                        : "constant");
+  cJSON_AddNumberToObject(o, "cooldown", (double)c->sched.cooldown_steps);
+  cJSON_AddNumberToObject(o, "beta1", c->opt.beta1);
+  cJSON_AddNumberToObject(o, "beta2", c->opt.beta2);
+  cJSON_AddNumberToObject(o, "eps", c->opt.eps);
+  cJSON_AddNumberToObject(o, "weight_decay", c->opt.weight_decay);
+  cJSON_AddNumberToObject(o, "grad_clip", c->grad_clip);
+  cJSON_AddNumberToObject(o, "seed", (double)c->seed);
+  char *text = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return text;
+}
+
 static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   run_ctx r = {.ctx = ctx, .h = h};
+  char *config_text = NULL;
   char err[2048];
   int status = EXIT_FAILED;
   if (read_cfg(ctx, h, &r.c) != 0)
@@ -736,6 +771,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
            h->dir(ctx, DAGRUN_DIR_TASK));
   if (setup(&r) != 0)
     goto done;
+  config_text = config_json(&r.c);
+  r.st.config_json = config_text;
   const gpt_config *mc = gpt_get_config(r.model);
   size_t np = gpt_num_params(r.model);
   size_t opt_bytes = optim_state_floats(r.opt) * sizeof(float);
@@ -978,6 +1015,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   h->output(ctx, "val_loss", num);
   status = 0;
 done:
+  free(config_text);
   free_run(&r);
   return status;
 }

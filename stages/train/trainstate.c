@@ -121,6 +121,9 @@ int trainstate_save(const char *parent, const train_state *s, char *path,
   add_u64(st, "step", (uint64_t)s->step);
   add_u64(st, "tokens", s->tokens);
   cJSON_AddItemToObject(st, "model", model_json(gpt_get_config(s->model)));
+  cJSON *config = s->config_json ? cJSON_Parse(s->config_json) : NULL;
+  if (config)
+    cJSON_AddItemToObject(st, "config", config);
   if (s->train) {
     loader_pos pos;
     loader_get_pos(s->train, &pos);

@@ -26,6 +26,10 @@ typedef struct train_state {
   spike_guard *guard;
   int64_t step;    /* optimizer steps done */
   uint64_t tokens; /* training tokens consumed */
+  /* The run's settings as a JSON object's text (borrowed; may be NULL),
+   * kept in the manifest as "config" so a checkpoint says how it was
+   * made. Not read back: the resuming run's params rule. */
+  const char *config_json;
 } train_state;
 
 /* Writes checkpoint s->step under parent; its path goes to path (may be
