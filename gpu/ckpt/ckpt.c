@@ -210,16 +210,7 @@ int ckpt_add_file(ckpt_writer *w, const char *name, const void *data, size_t n,
     seterr(err, errlen, "out of memory");
     return -1;
   }
-  int rc = 0;
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    rc = -errno;
-  if (rc == 0)
-    rc = fileio_write_all(fd, data, n);
-  if (rc == 0 && fsync(fd) != 0)
-    rc = -errno;
-  if (fd >= 0 && close(fd) != 0 && rc == 0)
-    rc = -errno;
+  int rc = fileio_write_durable(path, data, n);
   if (rc != 0)
     seterr(err, errlen, "cannot write %s: %s", path, strerror(-rc));
   free(path);

@@ -71,6 +71,19 @@ int fileio_fsync_parent(const char *path) {
   return rc;
 }
 
+int fileio_write_durable(const char *path, const void *data, size_t n) {
+  int rc = 0;
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return -errno;
+  rc = fileio_write_all(fd, data, n);
+  if (rc == 0 && fsync(fd) != 0)
+    rc = -errno;
+  if (close(fd) != 0 && rc == 0)
+    rc = -errno;
+  return rc;
+}
+
 int fileio_write_atomic(const char *path, const void *data, size_t n,
                         char *err, size_t errlen) {
   size_t tlen = strlen(path) + 5;
@@ -80,16 +93,7 @@ int fileio_write_atomic(const char *path, const void *data, size_t n,
     return -ENOMEM;
   }
   snprintf(tmp, tlen, "%s.tmp", path);
-  int rc = 0;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    rc = -errno;
-  if (rc == 0)
-    rc = fileio_write_all(fd, data, n);
-  if (rc == 0 && fsync(fd) != 0)
-    rc = -errno;
-  if (fd >= 0 && close(fd) != 0 && rc == 0)
-    rc = -errno;
+  int rc = fileio_write_durable(tmp, data, n);
   if (rc == 0 && rename(tmp, path) != 0)
     rc = -errno;
   if (rc == 0)

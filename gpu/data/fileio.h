@@ -24,6 +24,10 @@ int fileio_fsync_dir(const char *dir);
 /* fsync of the directory that holds path. */
 int fileio_fsync_parent(const char *path);
 
+/* Creates (or truncates) path with data and fsyncs it: on disk when it
+ * returns 0. -errno otherwise (a partial file may be left). */
+int fileio_write_durable(const char *path, const void *data, size_t n);
+
 /* Writes data to path so that a crash leaves either the old file or the
  * whole new one: a temporary name beside it, fsync, rename, fsync of the
  * directory. Returns 0, or -errno with a message naming path in err. */

@@ -11,6 +11,8 @@
  */
 #include "loader.h"
 
+#include "rng.h"
+
 #include "tokfile.h"
 
 #include <errno.h>
@@ -79,46 +81,6 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(err, errlen, fmt, ap);
   va_end(ap);
-}
-
-/* ---- RNG: xoshiro256** seeded through splitmix64 ---- */
-
-static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static void rng_seed(uint64_t s[4], uint64_t seed) {
-  uint64_t x = seed;
-  for (int i = 0; i < 4; i++)
-    s[i] = splitmix64(&x);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t rng_next(uint64_t s[4]) {
-  uint64_t result = rotl(s[1] * 5, 7) * 9;
-  uint64_t t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return result;
-}
-
-/* Uniform in [0, n), n > 0, without modulo bias: draws below 2^64 mod n
- * are rejected. */
-static uint64_t rng_below(uint64_t s[4], uint64_t n) {
-  uint64_t threshold = (0 - n) % n;
-  for (;;) {
-    uint64_t r = rng_next(s);
-    if (r >= threshold)
-      return r % n;
-  }
 }
 
 /* ---- Where windows are ---- */

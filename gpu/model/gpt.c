@@ -5,6 +5,8 @@
  */
 #include "gpt.h"
 
+#include "rng.h"
+
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -184,18 +186,9 @@ const gpt_tensor *gpt_tensor_find(const gpt *m, const char *name) {
   return NULL;
 }
 
-/* splitmix64: a tiny generator whose stream is fixed by the seed on every
- * machine (integer arithmetic only). */
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 /* Uniform in (0,1]: 53 random bits, never 0, so log() is finite. */
 static double uniform01(uint64_t *s) {
-  return ((double)(splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+  return ((double)(rng_splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
 }
 
 /* Fills n floats with N(0, std) by Box-Muller, both values of each pair

@@ -123,6 +123,11 @@ int spike_check(spike_guard *g, double loss, double gnorm, double *z) {
   return 0;
 }
 
+void spike_forget(spike_guard *g) {
+  g->n = 0;
+  g->head = 0;
+}
+
 double spike_lr_factor(spike_guard *g) {
   if (g->cfg.policy != SPIKE_LOWER_LR || g->lowered_steps_left <= 0)
     return 1.0;

@@ -51,6 +51,10 @@ int spike_init(spike_guard *g, const spike_config *cfg, char *err,
  * z-score), 0 otherwise (and the step joins the window). A NaN or
  * infinite loss or norm is always a spike. */
 int spike_check(spike_guard *g, double loss, double gnorm, double *z);
+/* Empties the window, keeping the event count: after the optimizer's
+ * moments are reset, the first updates are unlike the ones before, and
+ * the old statistics would call them spikes. */
+void spike_forget(spike_guard *g);
 /* The LR multiplier for this step under SPIKE_LOWER_LR (1 otherwise);
  * counts down the lowered steps. Call once per applied step. */
 double spike_lr_factor(spike_guard *g);

@@ -3,6 +3,8 @@
  */
 #include "shardplan.h"
 
+#include "rng.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -252,47 +254,11 @@ size_t shardplan_dedup(shard_rec *v, size_t n) {
 /* ------------------------------------------------------------------ */
 /* Shuffle */
 
-static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t xoshiro(uint64_t s[4]) {
-  uint64_t result = rotl(s[1] * 5, 7) * 9;
-  uint64_t t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return result;
-}
-
-/* Uniform in [0, bound), without modulo bias (Lemire's method). */
-static uint64_t below(uint64_t s[4], uint64_t bound) {
-  unsigned __int128 m = (unsigned __int128)xoshiro(s) * bound;
-  uint64_t low = (uint64_t)m;
-  if (low < bound) {
-    uint64_t threshold = -bound % bound;
-    while (low < threshold) {
-      m = (unsigned __int128)xoshiro(s) * bound;
-      low = (uint64_t)m;
-    }
-  }
-  return (uint64_t)(m >> 64);
-}
-
 void shardplan_shuffle(shard_rec *v, size_t n, uint64_t seed) {
-  uint64_t s[4], x = seed;
-  for (int i = 0; i < 4; i++)
-    s[i] = splitmix64(&x);
+  uint64_t s[4];
+  rng_seed(s, seed);
   for (size_t i = n; i > 1; i--) {
-    size_t j = (size_t)below(s, i);
+    size_t j = (size_t)rng_below(s, i);
     swap_rec(&v[i - 1], &v[j]);
   }
 }

@@ -22,6 +22,7 @@
 #include "gpt.h"
 #include "loader.h"
 #include "optim.h"
+#include "rng.h"
 #include "spike.h"
 #include "stagekit.h"
 #include "tokfile.h"
@@ -540,13 +541,6 @@ static int maybe_resume(run_ctx *r) {
 
 /* Samples: the prompt (or <|endoftext|>), then top-k sampling at the
  * temperature, seeded, one token at a time over the last T tokens. */
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 static int write_samples(run_ctx *r, const char *path) {
   char err[1024];
   bpe *tok = NULL;
@@ -605,7 +599,7 @@ static int write_samples(run_ctx *r, const char *path) {
         probs[a] = (float)exp((lg[idx[a]] - mx) / r->c.temperature);
         sum += probs[a];
       }
-      double u = (double)(rng_next(&rng) >> 11) / 9007199254740992.0 * sum;
+      double u = (double)(rng_splitmix64(&rng) >> 11) / 9007199254740992.0 * sum;
       int pick = K - 1;
       for (int a = 0; a < K; a++) {
         u -= probs[a];
@@ -879,6 +873,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
       else if (r.c.spike.policy == SPIKE_RESET) {
         apply = 0;
         optim_reset(r.opt);
+        spike_forget(&r.guard);
       } else if (r.c.spike.policy == SPIKE_ROLLBACK) {
         apply = 0;
         if (r.last_ckpt[0]) {

@@ -455,6 +455,12 @@ static void test_spike_verdicts(void) {
   CHECK_INT(spike_check(&g, 4.5, 1.0, &z), 1);
   CHECK_INT(spike_check(&g, 3.0, 1.2, NULL), 0);
   CHECK_INT(spike_check(&g, 3.0, 2.0, NULL), 1);
+  /* spike_forget: no verdicts until min_history steps again; the count
+   * stays. */
+  uint64_t events = g.events;
+  spike_forget(&g);
+  CHECK_INT(spike_check(&g, 100.0, 50.0, &z), 0);
+  CHECK_INT(g.events, events);
   c.min_rise = -1;
   CHECK(spike_init(&g, &c, err, sizeof err) == -1);
   CHECK(strstr(err, "min_rise") != NULL);
