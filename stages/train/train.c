@@ -20,7 +20,7 @@
 #include "ckpt.h"
 #include "fileio.h"
 #include "gpt.h"
-#include "loader.h"
+#include "dataloader.h"
 #include "optim.h"
 #include "rng.h"
 #include "spike.h"

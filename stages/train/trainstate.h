@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "gpt.h"
-#include "loader.h"
+#include "dataloader.h"
 #include "optim.h"
 #include "spike.h"
 

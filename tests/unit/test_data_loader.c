@@ -1,5 +1,5 @@
 /*
- * The training data loader (gpu/data/loader.h): batches are windows of
+ * The training data loader (gpu/data/dataloader.h): batches are windows of
  * real token files, the same for the same seed with or without the
  * prefetch thread, a sequential epoch visits every window once, and a
  * saved position continues with exactly the batches that would have come.
@@ -7,7 +7,7 @@
  * (tests/unit/test_loader.c is the plugin loader's test; its loader.h
  * comes first on the include path, hence the relative include.)
  */
-#include "../../gpu/data/loader.h"
+#include "dataloader.h"
 #include "testlib.h"
 #include "tokfile.h"
 

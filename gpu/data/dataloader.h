@@ -1,5 +1,5 @@
 /*
- * loader: batches of (inputs, targets) for training and evaluation, cut
+ * dataloader: batches of (inputs, targets) for training and evaluation, cut
  * from memory-mapped token files (tokfile.h). A batch is B windows of T+1
  * consecutive tokens; inputs are the first T, targets the last T.
  *
@@ -17,7 +17,7 @@
  * trains on the current one; the batches are the same with or without it.
  * One loader belongs to one consumer thread.
  */
-/* Not DAGRUN_LOADER_H: plugins/loader.h, the plugin loader, has that. */
+/* Named dataloader, not loader: plugins/loader.h is the plugin loader. */
 #ifndef DAGRUN_DATA_LOADER_H
 #define DAGRUN_DATA_LOADER_H
 

@@ -9,7 +9,7 @@
  * consumer's position when it is served. So the batches, and the saved
  * positions, are the same with or without the thread.
  */
-#include "loader.h"
+#include "dataloader.h"
 
 #include "rng.h"
 
