@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 char *fileio_join(const char *dir, const char *name) {
@@ -104,6 +105,30 @@ int fileio_write_atomic(const char *path, const void *data, size_t n,
   }
   free(tmp);
   return rc;
+}
+
+char *fileio_read_all(const char *path, size_t *n, char *err, size_t errlen) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return NULL;
+  }
+  size_t size = (size_t)st.st_size;
+  char *buf = malloc(size + 1);
+  int rc = buf ? fileio_pread_all(fd, buf, size, 0) : -ENOMEM;
+  close(fd);
+  if (rc != 0) {
+    snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+    free(buf);
+    return NULL;
+  }
+  buf[size] = '\0';
+  if (n)
+    *n = size;
+  return buf;
 }
 
 void fileio_hex(const uint8_t *bytes, size_t n, char *hex) {

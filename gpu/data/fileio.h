@@ -34,6 +34,10 @@ int fileio_write_durable(const char *path, const void *data, size_t n);
 int fileio_write_atomic(const char *path, const void *data, size_t n,
                         char *err, size_t errlen);
 
+/* The whole file, malloc'd with a NUL after its n bytes (caller frees),
+ * *n set (may be NULL). NULL with "path: reason" in err on failure. */
+char *fileio_read_all(const char *path, size_t *n, char *err, size_t errlen);
+
 /* SHA-256 of a whole file as 64 lower-case hex digits (what sha256sum
  * prints) into hex[65]. 0 or -errno. */
 int fileio_sha256_file(const char *path, char hex[65]);

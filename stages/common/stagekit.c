@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,6 +47,13 @@ unsigned stagekit_cpu_count(void) {
     return (unsigned)CPU_COUNT(&set);
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (unsigned)n : 1;
+}
+
+uint64_t stagekit_peak_rss(void) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) != 0)
+    return 0;
+  return (uint64_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
 }
 
 double stagekit_now(void) {

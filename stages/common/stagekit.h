@@ -15,6 +15,9 @@ int stagekit_parse_size(const char *z, uint64_t *out);
 /* CPUs this process may run on (its affinity mask), at least 1. */
 unsigned stagekit_cpu_count(void);
 
+/* The process's peak resident memory so far, in bytes. */
+uint64_t stagekit_peak_rss(void);
+
 /* Seconds on the monotonic clock, for durations. */
 double stagekit_now(void);
 

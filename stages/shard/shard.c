@@ -36,7 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -384,16 +383,6 @@ static uint64_t thread_cost(const cfg *c) {
   if (c->max_repeat < 1)
     per_doc += 4;
   return fixed + per_doc * c->max_doc;
-}
-
-/* ------------------------------------------------------------------ */
-/* Small I/O helpers                                                    */
-
-static uint64_t peak_rss_bytes(void) {
-  struct rusage ru;
-  if (getrusage(RUSAGE_SELF, &ru) != 0)
-    return 0;
-  return (uint64_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
 }
 
 /* ------------------------------------------------------------------ */
@@ -1412,7 +1401,7 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
     free(dst);
   }
   clean_out_dir(out_dir, 1, j->ntrain, nvalshards);
-  uint64_t rss = peak_rss_bytes();
+  uint64_t rss = stagekit_peak_rss();
   char *mf = manifest_text(j, &t, n1, rss);
   if (!mf) {
     h->fail(ctx, "out of memory");

@@ -506,36 +506,6 @@ static void free_shards(shard *v, size_t n) {
   free(v);
 }
 
-static char *slurp(const char *path, char *err, size_t errlen) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp) {
-    snprintf(err, errlen, "%s: %s", path, strerror(errno));
-    return NULL;
-  }
-  char *buf = NULL;
-  size_t n = 0, cap = 0;
-  for (;;) {
-    if (n + 4096 + 1 > cap) {
-      cap = cap ? cap * 2 : 65536;
-      char *nb = realloc(buf, cap);
-      if (!nb) {
-        free(buf);
-        fclose(fp);
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-      }
-      buf = nb;
-    }
-    size_t k = fread(buf + n, 1, cap - n - 1, fp);
-    n += k;
-    if (k == 0)
-      break;
-  }
-  fclose(fp);
-  buf[n] = '\0';
-  return buf;
-}
-
 /* Reads the shard stage's manifest.json in dir: the shards, train first.
  * Names a missing or foreign manifest clearly. */
 static int load_shard_manifest(const char *shards_param, const char *dag_dir,
@@ -556,7 +526,7 @@ static int load_shard_manifest(const char *shards_param, const char *dag_dir,
   free(base);
   int rc = -1;
   cJSON *root = NULL;
-  char *text = manifest && dir ? slurp(manifest, err, errlen) : NULL;
+  char *text = manifest && dir ? fileio_read_all(manifest, NULL, err, errlen) : NULL;
   if (!text)
     goto done;
   root = cJSON_Parse(text);

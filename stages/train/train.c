@@ -36,7 +36,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #define EXIT_FAILED 1
 #define EXIT_BAD_PARAMS 2
@@ -321,31 +320,15 @@ static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
 
 /* ---- Data: the tokenize stage's manifest ---- */
 
-static char *slurp(const char *path) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp)
-    return NULL;
-  fseek(fp, 0, SEEK_END);
-  long n = ftell(fp);
-  fseek(fp, 0, SEEK_SET);
-  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-  if (buf && fread(buf, 1, (size_t)n, fp) == (size_t)n)
-    buf[n] = '\0';
-  else {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(fp);
-  return buf;
-}
-
 static int load_data_manifest(run_ctx *r) {
   const dagrun_host *h = r->h;
   const char *dag_dir = h->dir(r->ctx, DAGRUN_DIR_DAG);
   char *dir = r->c.data[0] == '/' ? strdup(r->c.data)
                                   : fileio_join(dag_dir, r->c.data);
   char *mpath = dir ? fileio_join(dir, "manifest.json") : NULL;
-  char *text = mpath ? slurp(mpath) : NULL;
+  char ignored[512];
+  char *text = mpath ? fileio_read_all(mpath, NULL, ignored, sizeof ignored)
+                     : NULL;
   cJSON *m = text ? cJSON_Parse(text) : NULL;
   free(text);
   int rc = -1;
@@ -645,11 +628,6 @@ static void free_run(run_ctx *r) {
   gpt_destroy(r->model);
   free(r->inputs);
   free(r->targets);
-}
-
-static uint64_t peak_rss(void) {
-  struct rusage ru;
-  return getrusage(RUSAGE_SELF, &ru) == 0 ? (uint64_t)ru.ru_maxrss * 1024 : 0;
 }
 
 /* ---- The stage ---- */
@@ -970,7 +948,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
          "done: %lld steps, %.0f tokens/s; loss %.4f, val loss %.4f, unigram "
          "entropy %.4f; %llu loss spikes; peak RSS %.0f MiB",
          (long long)r.st.step, tps, last_loss, val, H1,
-         (unsigned long long)r.guard.events, peak_rss() / 1048576.0);
+         (unsigned long long)r.guard.events, stagekit_peak_rss() / 1048576.0);
   cJSON *s = cJSON_CreateObject();
   cJSON_AddNumberToObject(s, "steps", (double)r.st.step);
   cJSON_AddNumberToObject(s, "tokens", (double)r.st.tokens);
@@ -986,7 +964,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
     cJSON_AddNumberToObject(s, "init_loss", init_loss);
   cJSON_AddNumberToObject(s, "tokens_per_s", tps);
   cJSON_AddNumberToObject(s, "spike_events", (double)r.guard.events);
-  cJSON_AddNumberToObject(s, "peak_rss_bytes", (double)peak_rss());
+  cJSON_AddNumberToObject(s, "peak_rss_bytes", (double)stagekit_peak_rss());
   cJSON_AddStringToObject(s, "checkpoint", r.last_ckpt);
   cJSON_AddStringToObject(s, "tokenizer", r.tokenizer_path);
   char *text = cJSON_Print(s);

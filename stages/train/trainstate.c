@@ -182,32 +182,6 @@ int trainstate_load_weights(const char *dir, gpt *m, char *err,
   return rc;
 }
 
-static void *read_all(const char *dir, const char *name, size_t *n, char *err,
-                      size_t errlen) {
-  char *path = fileio_join(dir, name);
-  FILE *fp = path ? fopen(path, "rb") : NULL;
-  void *buf = NULL;
-  if (!fp) {
-    snprintf(err, errlen, "%s/%s: %s", dir, name, strerror(errno));
-    free(path);
-    return NULL;
-  }
-  fseek(fp, 0, SEEK_END);
-  long size = ftell(fp);
-  fseek(fp, 0, SEEK_SET);
-  if (size >= 0 && (buf = malloc((size_t)size + 1)) &&
-      fread(buf, 1, (size_t)size, fp) == (size_t)size) {
-    *n = (size_t)size;
-  } else {
-    snprintf(err, errlen, "%s: cannot read", path);
-    free(buf);
-    buf = NULL;
-  }
-  fclose(fp);
-  free(path);
-  return buf;
-}
-
 int trainstate_load(const char *dir, train_state *s, char *err,
                     size_t errlen) {
   int64_t step = 0;
@@ -242,7 +216,10 @@ int trainstate_load(const char *dir, train_state *s, char *err,
     goto done;
 
   size_t n = 0;
-  if (!(ob = read_all(dir, "optim.bin", &n, err, errlen)))
+  char *path = fileio_join(dir, "optim.bin");
+  ob = path ? (uint8_t *)fileio_read_all(path, &n, err, errlen) : NULL;
+  free(path);
+  if (!ob)
     goto done;
   optim_header h;
   size_t nf = optim_state_floats(s->opt);
@@ -259,7 +236,10 @@ int trainstate_load(const char *dir, train_state *s, char *err,
   memcpy(optim_state(s->opt), ob + OPTIM_HEADER, nf * sizeof(float));
   optim_set_t(s->opt, h.t);
 
-  if (!(gb = read_all(dir, "guard.bin", &n, err, errlen)))
+  path = fileio_join(dir, "guard.bin");
+  gb = path ? (uint8_t *)fileio_read_all(path, &n, err, errlen) : NULL;
+  free(path);
+  if (!gb)
     goto done;
   if (n != sizeof *s->guard) {
     snprintf(err, errlen, "%s/guard.bin: %zu bytes, expected %zu", dir, n,
