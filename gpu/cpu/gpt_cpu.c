@@ -618,7 +618,7 @@ int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets, int B,
 const float *gpt_logits(const gpt *m) {
   if (!m->B)
     return NULL;
-  acts a;
+  acts a = {0};
   carve(m, m->acts, m->B, m->T, &a);
   return a.logits;
 }

@@ -45,4 +45,15 @@ int fileio_sha256_file(const char *path, char hex[65]);
 /* n bytes as 2n lower-case hex digits plus NUL into hex. */
 void fileio_hex(const uint8_t *bytes, size_t n, char *hex);
 
+/* Copies src to dst (created or truncated, mode 0644), streaming in
+ * blocks, and fsyncs dst: on disk when it returns 0. -1 with a message
+ * naming the file and the reason in err otherwise (a partial dst may be
+ * left; callers copy under temporary names). */
+int fileio_copy_durable(const char *src, const char *dst, char *err,
+                        size_t errlen);
+/* Removes path and, if it is a directory, everything under it (symlinks
+ * are removed, not followed). 0 (also when path does not exist) or
+ * -errno. */
+int fileio_remove_tree(const char *path);
+
 #endif /* DAGRUN_FILEIO_H */

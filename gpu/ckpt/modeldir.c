@@ -1,0 +1,1 @@
+#include "modeldir.h" /* placeholder: being written */

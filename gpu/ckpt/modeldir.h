@@ -1,0 +1,62 @@
+/*
+ * modeldir: opens any directory that holds a model dagrun wrote or can
+ * read, so that validate, export, `dagrun generate` and train's init_from
+ * take the same paths:
+ *   - a dagrun checkpoint (ckpt.h: manifest.json of format
+ *     "dagrun-checkpoint"): verified, its shape from the manifest's
+ *     state.model, its step from the manifest;
+ *   - a directory of checkpoints (the train stage's <task>/checkpoints):
+ *     its latest valid checkpoint;
+ *   - a promoted model (the checkpoint stage's models/<name>): a
+ *     checkpoint plus tokenizer.json and promotion.json;
+ *   - a Hugging Face GPT-2 directory (config.json with model_type "gpt2"
+ *     plus model.safetensors), as the export stage writes it and as the
+ *     Hub has GPT-2.
+ * The tokenizer is the directory's tokenizer.json when there is one, else
+ * (a checkpoint) the "tokenizer" path in the manifest's state.config, as
+ * the train stage records it, if that file exists.
+ */
+#ifndef DAGRUN_MODELDIR_H
+#define DAGRUN_MODELDIR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt.h"
+
+typedef enum modeldir_kind {
+  MODELDIR_CHECKPOINT = 0, /* a dagrun checkpoint (also a promoted one) */
+  MODELDIR_HF = 1          /* a Hugging Face GPT-2 directory */
+} modeldir_kind;
+
+typedef struct modeldir_info {
+  modeldir_kind kind;
+  char dir[4096];       /* the model's directory (the checkpoint chosen) */
+  char weights[4096];   /* its model.safetensors */
+  char tokenizer[4096]; /* its tokenizer.json, or "" when none was found */
+  gpt_config config;    /* finished (gpt_config_finish) */
+  int64_t step;         /* a checkpoint's step; -1 for HF */
+} modeldir_info;
+
+/* Resolves path (a directory of one of the kinds above) into info.
+ * Verifies a checkpoint's checksums (a corrupt one is refused naming the
+ * file; in a directory of checkpoints the latest valid one is taken).
+ * 0, or -1 with err naming path and what it expected to find. */
+int modeldir_open(const char *path, modeldir_info *info, char *err,
+                  size_t errlen);
+
+/* Creates the model of info->config and reads info->weights into it.
+ * 0, or -1 with err (*out untouched). */
+int modeldir_load(const modeldir_info *info, gpt **out, char *err,
+                  size_t errlen);
+
+/* The Hugging Face config.json of a GPT-2 of cfg (GPT2LMHeadModel,
+ * model_type gpt2, gelu_new, layer_norm_epsilon 1e-5, no dropout, tied
+ * embeddings, n_positions = block_size), with bos/eos_token_id eot_id when
+ * eot_id >= 0, and torch_dtype "float32" or "bfloat16". malloc'd JSON
+ * text (caller frees), NULL when out of memory. modeldir_open reads it
+ * back. */
+char *modeldir_hf_config_json(const gpt_config *cfg, int64_t eot_id,
+                              const char *torch_dtype);
+
+#endif /* DAGRUN_MODELDIR_H */

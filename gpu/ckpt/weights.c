@@ -1,0 +1,1 @@
+#include "weights.h" /* placeholder: being written */

@@ -1,0 +1,1 @@
+#include "decode.h" /* placeholder: being written */

@@ -1,0 +1,1 @@
+#include "evaluate.h" /* placeholder: being written */

@@ -1,0 +1,34 @@
+/*
+ * evaluate: a model's loss, perplexity and next-token accuracy on
+ * held-out token files, deterministic (the loader's sequential order, a
+ * fixed number of batches).
+ */
+#ifndef DAGRUN_EVALUATE_H
+#define DAGRUN_EVALUATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dataloader.h"
+#include "gpt.h"
+
+typedef struct eval_result {
+  double loss;       /* mean cross-entropy per token (nats) */
+  double perplexity; /* exp(loss) */
+  double accuracy;   /* fraction of positions whose likeliest id (the
+                        argmax over the real vocabulary) is the target */
+  uint64_t tokens;   /* positions evaluated */
+  uint64_t batches;
+} eval_result;
+
+/* Runs ld's batches of (B, T) through m from ld's current position:
+ * max_batches of them, or one epoch (loader_batches_per_epoch) when
+ * max_batches is 0 or more than an epoch. B and T must be ld's.
+ * cancelled (may be NULL) is polled between batches with arg; when it
+ * returns non-zero, evaluation stops with -1 and "cancelled" in err.
+ * 0, or -1 with err (a forward failed, out of memory, no batches). */
+int evaluate_model(gpt *m, loader *ld, int B, int T, uint64_t max_batches,
+                   int (*cancelled)(void *arg), void *arg, eval_result *out,
+                   char *err, size_t errlen);
+
+#endif /* DAGRUN_EVALUATE_H */

@@ -1,0 +1,1 @@
+#include "registry.h" /* placeholder: being written */

@@ -1,0 +1,1 @@
+#include "textgen.h" /* placeholder: being written */

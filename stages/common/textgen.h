@@ -1,0 +1,49 @@
+/*
+ * textgen: text from a model and its tokenizer, for the train and
+ * validate stages' samples and for `dagrun generate`.
+ *
+ * The context starts with <|endoftext|> when the tokenizer has it (the
+ * model saw it before every document, so this is "the start of a
+ * document"), then the prompt's ids; tokens are then drawn with
+ * decode_sample (decode.h) at the temperature and top_k from a splitmix64
+ * state seeded by seed, through a KV-cache decoder. Same model, prompt
+ * and options: same text.
+ */
+#ifndef DAGRUN_TEXTGEN_H
+#define DAGRUN_TEXTGEN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bpe.h"
+#include "gpt.h"
+
+typedef struct textgen_opts {
+  const char *prompt;  /* may be "" */
+  int max_tokens;      /* new tokens at most */
+  double temperature;  /* <= 0: greedy */
+  int top_k;           /* <= 0: all */
+  uint64_t seed;
+  int stop_at_eot;     /* stop when the model ends the document */
+} textgen_opts;
+
+/* Generates after the prompt, calling emit with each new token's bytes
+ * as soon as it is drawn (a token may end inside a UTF-8 character; the
+ * next one completes it). The end-of-text token is not emitted. cancelled
+ * (may be NULL) is polled per token with arg. Returns the number of new
+ * tokens, or -1 with err. */
+int textgen_run(gpt *m, const bpe *tok, const textgen_opts *o,
+                void (*emit)(void *arg, const char *bytes, size_t n),
+                int (*cancelled)(void *arg), void *arg, char *err,
+                size_t errlen);
+
+/* n samples into path (replaced atomically), sample i with seed o->seed
+ * + i, each as
+ *   === sample I (prompt: "P", temperature T, top_k K, seed S)
+ *   P<generated text>
+ *   <blank line>
+ * 0, or -1 with err. */
+int textgen_write_samples(gpt *m, const bpe *tok, const textgen_opts *o,
+                          int n, const char *path, char *err, size_t errlen);
+
+#endif /* DAGRUN_TEXTGEN_H */

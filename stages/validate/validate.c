@@ -1,0 +1,1 @@
+#include <dagrun/plugin.h> /* placeholder: being written */
