@@ -1,0 +1,87 @@
+/* The tokenize stage's output directory; see tokdata.h. */
+#include "tokdata.h"
+
+#include "fileio.h"
+#include "tokfile.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tokdata_open(const char *base, const char *dir, tokdata *td, char *err,
+                 size_t errlen) {
+  memset(td, 0, sizeof *td);
+  td->eot = TOKFILE_NO_EOT;
+  td->dir = dir[0] == '/' ? strdup(dir) : fileio_join(base, dir);
+  char *mpath = td->dir ? fileio_join(td->dir, "manifest.json") : NULL;
+  char ignored[512];
+  char *text =
+      mpath ? fileio_read_all(mpath, NULL, ignored, sizeof ignored) : NULL;
+  cJSON *m = text ? cJSON_Parse(text) : NULL;
+  free(text);
+  int rc = -1;
+  const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(m, "format");
+  const cJSON *shards = cJSON_GetObjectItemCaseSensitive(m, "shards");
+  const cJSON *tok = cJSON_GetObjectItemCaseSensitive(m, "tokenizer");
+  if (!m || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "dagrun-tokens") ||
+      !cJSON_IsArray(shards) || !cJSON_IsObject(tok)) {
+    snprintf(err, errlen,
+             "%s: %s (data must be the tokenize stage's output directory, "
+             "e.g. \"${tasks.tokenize.outputs.dir}\")",
+             mpath ? mpath : dir,
+             m ? "not a token manifest" : "missing or not JSON");
+    goto done;
+  }
+  size_t n = (size_t)cJSON_GetArraySize(shards);
+  td->train = calloc(n + 1, sizeof(char *));
+  td->val = calloc(n + 1, sizeof(char *));
+  if (!td->train || !td->val) {
+    snprintf(err, errlen, "out of memory");
+    goto done;
+  }
+  const cJSON *it;
+  cJSON_ArrayForEach(it, shards) {
+    const cJSON *split = cJSON_GetObjectItemCaseSensitive(it, "split");
+    const cJSON *path = cJSON_GetObjectItemCaseSensitive(it, "path");
+    if (!cJSON_IsString(split) || !cJSON_IsString(path))
+      continue;
+    char *p = fileio_join(td->dir, path->valuestring);
+    if (strcmp(split->valuestring, "train") == 0)
+      td->train[td->ntrain++] = p;
+    else
+      td->val[td->nval++] = p;
+  }
+  const cJSON *tpath = cJSON_GetObjectItemCaseSensitive(tok, "path");
+  const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(tok, "vocab_size");
+  const cJSON *eot = cJSON_GetObjectItemCaseSensitive(tok, "eot_id");
+  if (td->ntrain == 0 || !cJSON_IsString(tpath) || !cJSON_IsNumber(vocab)) {
+    snprintf(err, errlen, "%s lists no train token files or no tokenizer",
+             mpath);
+    goto done;
+  }
+  td->tokenizer = fileio_join(td->dir, tpath->valuestring);
+  td->vocab_size = vocab->valueint;
+  if (cJSON_IsNumber(eot))
+    td->eot = (uint32_t)eot->valueint;
+  rc = 0;
+done:
+  cJSON_Delete(m);
+  free(mpath);
+  if (rc != 0)
+    tokdata_free(td);
+  return rc;
+}
+
+void tokdata_free(tokdata *td) {
+  for (size_t i = 0; td->train && i < td->ntrain; i++)
+    free(td->train[i]);
+  for (size_t i = 0; td->val && i < td->nval; i++)
+    free(td->val[i]);
+  free(td->train);
+  free(td->val);
+  free(td->tokenizer);
+  free(td->dir);
+  memset(td, 0, sizeof *td);
+  td->eot = TOKFILE_NO_EOT;
+}
