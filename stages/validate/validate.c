@@ -218,10 +218,25 @@ static int load(vrun *r) {
       .T = (int)r->c.T,
       .order = LOADER_SEQUENTIAL,
   };
-  if (loader_create(&lc, &r->val, err, sizeof err) != 0) {
-    h->fail(r->ctx, "validation data: %s (a smaller batch_size or seq_len "
-                    "needs fewer tokens)", err);
-    return -1;
+  /* A small validation split may not fill one batch: evaluate what there
+   * is with fewer or shorter sequences rather than nothing, and say so. */
+  while (loader_create(&lc, &r->val, err, sizeof err) != 0) {
+    if (lc.B > 1)
+      lc.B /= 2;
+    else if (lc.T > 8)
+      lc.T /= 2;
+    else {
+      h->fail(r->ctx, "validation data: %s", err);
+      return -1;
+    }
+  }
+  if (lc.B != r->c.B || lc.T != r->c.T) {
+    h->log(r->ctx, DAGRUN_LOG_WARN,
+           "the validation split is too small for batches of %lldx%lld: "
+           "evaluating %dx%d", (long long)r->c.B, (long long)r->c.T, lc.B,
+           lc.T);
+    r->c.B = lc.B;
+    r->c.T = lc.T;
   }
   h->log(r->ctx, DAGRUN_LOG_INFO,
          "model %s (%s, step %lld): %d layers, width %d, context %d, vocab "
