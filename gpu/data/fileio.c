@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,4 +172,83 @@ int fileio_sha256_file(const char *path, char hex[65]) {
   EVP_MD_CTX_free(sha);
   close(fd);
   return rc;
+}
+
+/* The block a copy moves at a time: large enough that the system calls
+ * cost nothing next to the disk, small enough to sit on any stack of
+ * threads (it is malloc'd anyway). */
+#define COPY_BLOCK ((size_t)1 << 20)
+
+int fileio_copy_durable(const char *src, const char *dst, char *err,
+                        size_t errlen) {
+  int in = open(src, O_RDONLY | O_CLOEXEC);
+  if (in < 0) {
+    snprintf(err, errlen, "copy %s -> %s: cannot open %s: %s", src, dst, src,
+             strerror(errno));
+    return -1;
+  }
+  int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out < 0) {
+    snprintf(err, errlen, "copy %s -> %s: cannot create %s: %s", src, dst, dst,
+             strerror(errno));
+    close(in);
+    return -1;
+  }
+  char *buf = malloc(COPY_BLOCK);
+  int rc = buf ? 0 : -1;
+  if (!buf)
+    snprintf(err, errlen, "copy %s -> %s: out of memory", src, dst);
+  while (rc == 0) {
+    ssize_t k = read(in, buf, COPY_BLOCK);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k < 0) {
+      snprintf(err, errlen, "copy %s -> %s: cannot read %s: %s", src, dst, src,
+               strerror(errno));
+      rc = -1;
+    } else if (k == 0) {
+      break;
+    } else {
+      int e = fileio_write_all(out, buf, (size_t)k);
+      if (e != 0) {
+        snprintf(err, errlen, "copy %s -> %s: %s", src, dst, strerror(-e));
+        rc = -1;
+      }
+    }
+  }
+  free(buf);
+  if (rc == 0 && fsync(out) != 0) {
+    snprintf(err, errlen, "copy %s -> %s: fsync: %s", src, dst,
+             strerror(errno));
+    rc = -1;
+  }
+  /* close() can report a write the file system deferred (NFS). */
+  if (close(out) != 0 && rc == 0) {
+    snprintf(err, errlen, "copy %s -> %s: %s", src, dst, strerror(errno));
+    rc = -1;
+  }
+  close(in);
+  return rc;
+}
+
+/* nftw's callback has no argument: it returns the errno of a failed
+ * removal (positive), which nftw hands back, apart from its own -1. */
+static int remove_one(const char *path, const struct stat *st, int flag,
+                      struct FTW *ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  return remove(path) == 0 || errno == ENOENT ? 0 : errno;
+}
+
+int fileio_remove_tree(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) != 0)
+    return errno == ENOENT ? 0 : -errno;
+  /* FTW_DEPTH: a directory after its contents; FTW_PHYS: a symlink is
+   * removed, never followed out of the tree. */
+  int rc = nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+  if (rc == -1)
+    return errno ? -errno : -EIO;
+  return rc > 0 ? -rc : 0;
 }
