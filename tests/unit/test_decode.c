@@ -1,0 +1,238 @@
+/*
+ * test_decode: the KV-cache decoder (gpu/model/decode.h) against the
+ * training engine's forward pass on the same tokens, across the sliding
+ * window's rebuilds, and the sampler's promises: greedy is the argmax,
+ * top_k 1 is the argmax at any temperature, a seed gives the same draws,
+ * and the draws follow the softmax at the temperature over the top k.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "decode.h"
+#include "gpt.h"
+#include "rng.h"
+#include "testlib.h"
+
+static char err[512];
+
+static gpt *make(int L, int H, int C, int T, int V) {
+  gpt_config cfg = {L, H, C, T, V, 0};
+  gpt *m = NULL;
+  if (gpt_config_finish(&cfg, err, sizeof err) != 0 ||
+      gpt_create(&cfg, &m, err, sizeof err) != 0) {
+    fprintf(stderr, "make: %s\n", err);
+    return NULL;
+  }
+  return m;
+}
+
+static double uniform(uint64_t *s) {
+  return (double)(rng_splitmix64(s) >> 11) / 9007199254740992.0;
+}
+
+/* Moves every parameter but wte's padding rows by up to +-amp, so that
+ * biases and LayerNorms are not at their trivial init values. */
+static void perturb(gpt *m, float amp, uint64_t seed) {
+  const gpt_config *c = gpt_get_config(m);
+  float *p = gpt_params(m);
+  size_t pad0 = (size_t)c->vocab_size * c->n_embd;
+  size_t pad1 = (size_t)c->padded_vocab * c->n_embd;
+  for (size_t i = 0; i < gpt_num_params(m); i++)
+    if (i < pad0 || i >= pad1)
+      p[i] += amp * (float)(uniform(&seed) * 2.0 - 1.0);
+}
+
+/* max |a - b| / max |b| over the first V entries */
+static double rel_err(const float *a, const float *b, int V) {
+  double dmax = 0, bmax = 0;
+  for (int v = 0; v < V; v++) {
+    double dd = fabs((double)a[v] - b[v]);
+    dmax = dd > dmax ? dd : dmax;
+    bmax = fabs(b[v]) > bmax ? fabs(b[v]) : bmax;
+  }
+  return bmax > 0 ? dmax / bmax : dmax;
+}
+
+/* Every push's logits equal gpt_forward's on the tokens the window holds,
+ * over 3.5 windows (so the window slides several times), and reset gives
+ * the same logits again. */
+static void test_matches_forward(int L, int H, int C, int T, int V) {
+  gpt *m = make(L, H, C, T, V);
+  CHECK(m != NULL);
+  if (!m)
+    return;
+  gpt_init(m, 7);
+  perturb(m, 0.05f, 99);
+  const gpt_config *c = gpt_get_config(m);
+  decoder *d = NULL;
+  CHECK_INT(decoder_create(m, &d, err, sizeof err), 0);
+  if (!d) {
+    fprintf(stderr, "decoder_create: %s\n", err);
+    gpt_destroy(m);
+    return;
+  }
+  int n = T * 7 / 2;
+  uint32_t *seq = malloc((size_t)n * sizeof *seq);
+  uint32_t *win = malloc((size_t)T * sizeof *win);
+  float *first = malloc((size_t)c->padded_vocab * sizeof *first);
+  uint64_t s = 2024;
+  for (int i = 0; i < n; i++)
+    seq[i] = (uint32_t)(rng_splitmix64(&s) % (uint64_t)V);
+  /* The window as decode.h describes it: full at T tokens, then the last
+   * T/2 (the new one included). */
+  size_t w = 0;
+  int keep = T / 2 > 0 ? T / 2 : 1, slides = 0;
+  double worst = 0;
+  for (int i = 0; i < n; i++) {
+    if (w == (size_t)T) {
+      memmove(win, win + T - (keep - 1), (size_t)(keep - 1) * sizeof *win);
+      w = (size_t)keep - 1;
+      slides++;
+    }
+    win[w++] = seq[i];
+    const float *lg = decoder_push(d, seq[i], err, sizeof err);
+    CHECK(lg != NULL);
+    if (!lg)
+      break;
+    CHECK_INT(decoder_length(d), w);
+    float loss;
+    CHECK_INT(gpt_forward(m, win, NULL, 1, (int)w, &loss, err, sizeof err), 0);
+    const float *ref = gpt_logits(m) + (w - 1) * (size_t)c->padded_vocab;
+    double e = rel_err(lg, ref, V);
+    worst = e > worst ? e : worst;
+    if (e >= 1e-4)
+      fprintf(stderr, "position %d (window %zu): relative error %g\n", i, w,
+              e);
+    CHECK(e < 1e-4);
+    for (int v = V; v < c->padded_vocab; v++)
+      CHECK(lg[v] == 0.0f);
+    if (i == 0)
+      memcpy(first, lg, (size_t)c->padded_vocab * sizeof *first);
+  }
+  CHECK_INT(slides, 5); /* 56 tokens, T 16: at 17, 25, 33, 41, 49 */
+  fprintf(stderr, "L%d C%d T%d V%d: worst relative error %g, %d slides\n", L,
+          C, T, V, worst, slides);
+  decoder_reset(d);
+  CHECK_INT(decoder_length(d), 0);
+  const float *again = decoder_push(d, seq[0], err, sizeof err);
+  CHECK(again && memcmp(again, first, (size_t)V * sizeof(float)) == 0);
+  free(seq);
+  free(win);
+  free(first);
+  decoder_destroy(d);
+  gpt_destroy(m);
+}
+
+static void test_bad_token(void) {
+  gpt *m = make(1, 2, 16, 8, 50);
+  gpt_init(m, 1);
+  decoder *d = NULL;
+  CHECK_INT(decoder_create(m, &d, err, sizeof err), 0);
+  err[0] = '\0';
+  CHECK(decoder_push(d, 50, err, sizeof err) == NULL);
+  CHECK(strstr(err, "50") != NULL && strstr(err, "vocab_size") != NULL);
+  CHECK_INT(decoder_length(d), 0);
+  CHECK(decoder_push(d, 49, err, sizeof err) != NULL);
+  CHECK_INT(decoder_length(d), 1);
+  decoder_destroy(d);
+  decoder_destroy(NULL);
+  gpt_destroy(m);
+}
+
+static void test_greedy(void) {
+  float lg[300];
+  uint64_t s = 5;
+  for (int trial = 0; trial < 20; trial++) {
+    int best = 0;
+    for (int v = 0; v < 300; v++) {
+      lg[v] = (float)(uniform(&s) * 10 - 5);
+      if (lg[v] > lg[best])
+        best = v;
+    }
+    uint64_t st = (uint64_t)trial;
+    CHECK_INT(decode_sample(lg, 300, 0.0, 40, &st), best);
+    /* top_k 1 is the argmax whatever the temperature */
+    CHECK_INT(decode_sample(lg, 300, 5.0, 1, &st), best);
+    CHECK_INT(decode_sample(lg, 300, 0.01, 1, &st), best);
+  }
+  /* Ties go to the lowest id, greedy or top_k 1. */
+  for (int v = 0; v < 300; v++)
+    lg[v] = 0.0f;
+  lg[201] = lg[17] = lg[250] = 3.0f;
+  uint64_t st = 1;
+  CHECK_INT(decode_sample(lg, 300, 0.0, 0, &st), 17);
+  CHECK_INT(decode_sample(lg, 300, -1.0, 0, &st), 17);
+  CHECK_INT(decode_sample(lg, 300, 1.0, 1, &st), 17);
+  /* Only the first vocab_size logits count. */
+  lg[299] = 100.0f;
+  CHECK_INT(decode_sample(lg, 299, 0.0, 0, &st), 17);
+}
+
+static void test_seeded(void) {
+  float lg[500];
+  uint64_t s = 11;
+  for (int v = 0; v < 500; v++)
+    lg[v] = (float)(uniform(&s) * 4);
+  uint64_t a = 42, b = 42, c = 43;
+  int differ = 0, distinct = 0;
+  uint32_t prev = 0;
+  for (int i = 0; i < 200; i++) {
+    uint64_t before = a;
+    uint32_t x = decode_sample(lg, 500, 1.0, 50, &a);
+    uint32_t y = decode_sample(lg, 500, 1.0, 50, &b);
+    uint32_t z = decode_sample(lg, 500, 1.0, 50, &c);
+    CHECK(a != before); /* the state advances */
+    CHECK_INT(x, y);
+    differ += x != z;
+    distinct += i > 0 && x != prev;
+    prev = x;
+  }
+  CHECK(differ > 100); /* another seed, other draws */
+  CHECK(distinct > 100);
+}
+
+/* Frequencies of n draws against the softmax at the temperature over the
+ * top k: within 5 sigma. */
+static void check_freq(const float *lg, int V, double temp, int k,
+                       const double *want) {
+  enum { N = 20000 };
+  int count[8] = {0};
+  uint64_t st = 777;
+  for (int i = 0; i < N; i++) {
+    uint32_t id = decode_sample(lg, V, temp, k, &st);
+    CHECK(id < (uint32_t)V);
+    if (id < (uint32_t)V)
+      count[id]++;
+  }
+  for (int v = 0; v < V; v++) {
+    double f = (double)count[v] / N;
+    double sigma = sqrt(want[v] * (1 - want[v]) / N);
+    if (fabs(f - want[v]) > 5 * sigma + 1e-12)
+      fprintf(stderr, "id %d: frequency %g, softmax %g (T %g, k %d)\n", v, f,
+              want[v], temp, k);
+    CHECK(fabs(f - want[v]) <= 5 * sigma + 1e-12);
+  }
+}
+
+static void test_distribution(void) {
+  float two[2] = {0.0f, 1.0f};
+  double p1 = 1 / (1 + exp(-1.0));
+  check_freq(two, 2, 1.0, 0, (double[]){1 - p1, p1});
+  double p2 = 1 / (1 + exp(-0.5)); /* temperature 2 halves the gap */
+  check_freq(two, 2, 2.0, 0, (double[]){1 - p2, p2});
+  /* top_k 2 of 4: ids 0 and 3 are never drawn, 1 and 2 by softmax. */
+  float four[4] = {-1.0f, 1.5f, 2.0f, -3.0f};
+  double q = 1 / (1 + exp(-0.5));
+  check_freq(four, 4, 1.0, 2, (double[]){0, 1 - q, q, 0});
+}
+
+int main(void) {
+  test_matches_forward(2, 2, 32, 16, 100);
+  test_matches_forward(3, 4, 64, 16, 321);
+  test_bad_token();
+  test_greedy();
+  test_seeded();
+  test_distribution();
+  TEST_DONE();
+}

@@ -1,0 +1,197 @@
+/*
+ * test_evaluate: evaluate_model (gpu/model/evaluate.h) on real token
+ * files against the same batches computed by hand: the loss is the mean
+ * of gpt_forward's losses, the accuracy a brute-force count of positions
+ * whose likeliest id is the target, perplexity exp(loss); two calls agree
+ * to the bit, and a cancelled evaluation stops with -1.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dataloader.h"
+#include "evaluate.h"
+#include "fileio.h"
+#include "gpt.h"
+#include "rng.h"
+#include "testlib.h"
+#include "tokfile.h"
+
+#define V_ 10
+#define B_ 3
+#define T_ 8
+
+static char dir[] = "/tmp/dagrun-evaluate-XXXXXX";
+static char err[512];
+static const char *paths[2];
+
+static void write_tokens(const char *path, size_t n, uint64_t seed) {
+  tokfile_writer *w = NULL;
+  CHECK_INT(tokfile_writer_create(path, V_, TOKFILE_NO_EOT, &w, err,
+                                  sizeof err),
+            0);
+  uint32_t doc[50];
+  /* Documents of 50 tokens, mostly counting up (so a model can be right
+   * about some), now and then a random one. */
+  for (size_t at = 0; at < n; at += 50) {
+    for (int j = 0; j < 50; j++)
+      doc[j] = rng_splitmix64(&seed) % 4 == 0
+                   ? (uint32_t)(rng_splitmix64(&seed) % V_)
+                   : (uint32_t)((at + (size_t)j) % V_);
+    CHECK_INT(tokfile_writer_add_doc(w, doc, 50, err, sizeof err), 0);
+  }
+  CHECK_INT(tokfile_writer_finish(w, NULL, err, sizeof err), 0);
+}
+
+static loader *make_loader(void) {
+  loader_config c = {.paths = paths,
+                     .npaths = 2,
+                     .B = B_,
+                     .T = T_,
+                     .order = LOADER_SEQUENTIAL,
+                     .seed = 3};
+  loader *l = NULL;
+  if (loader_create(&c, &l, err, sizeof err) != 0)
+    fprintf(stderr, "loader_create: %s\n", err);
+  return l;
+}
+
+static gpt *make_model(void) {
+  gpt_config cfg = {2, 2, 16, T_, V_, 0};
+  gpt *m = NULL;
+  if (gpt_config_finish(&cfg, err, sizeof err) != 0 ||
+      gpt_create(&cfg, &m, err, sizeof err) != 0) {
+    fprintf(stderr, "model: %s\n", err);
+    return NULL;
+  }
+  gpt_init(m, 5);
+  /* Large random moves: logits far from uniform, so that accuracy and
+   * loss say something about this model in particular. */
+  float *p = gpt_params(m);
+  uint64_t s = 8;
+  size_t pad0 = (size_t)V_ * 16, pad1 = (size_t)cfg.padded_vocab * 16;
+  for (size_t i = 0; i < gpt_num_params(m); i++)
+    if (i < pad0 || i >= pad1)
+      p[i] += 0.6f * (float)((double)(rng_splitmix64(&s) >> 11) /
+                                 9007199254740992.0 * 2 - 1);
+  return m;
+}
+
+/* The reference: nb batches from a fresh loader, by hand. */
+static void by_hand(gpt *m, uint64_t nb, double *loss, double *acc) {
+  loader *l = make_loader();
+  uint32_t in[B_ * T_], tg[B_ * T_];
+  double sum = 0;
+  uint64_t ok = 0;
+  int Vp = gpt_get_config(m)->padded_vocab;
+  for (uint64_t b = 0; b < nb; b++) {
+    float lo = 0;
+    loader_next(l, in, tg);
+    CHECK_INT(gpt_forward(m, in, tg, B_, T_, &lo, err, sizeof err), 0);
+    sum += lo;
+    const float *lg = gpt_logits(m);
+    for (int i = 0; i < B_ * T_; i++) {
+      /* The target is the argmax when no other id beats it, and no
+       * lower id ties it. */
+      const float *r = lg + (size_t)i * Vp;
+      int best = 1;
+      for (int v = 0; v < V_; v++)
+        if (v != (int)tg[i] &&
+            (r[v] > r[tg[i]] || (r[v] == r[tg[i]] && v < (int)tg[i])))
+          best = 0;
+      ok += best;
+    }
+  }
+  *loss = sum / (double)nb;
+  *acc = (double)ok / (double)(nb * B_ * T_);
+  loader_destroy(l);
+}
+
+static int polls;
+static int cancel_after_two(void *arg) {
+  (void)arg;
+  return ++polls > 2;
+}
+static int never(void *arg) {
+  (void)arg;
+  polls++;
+  return 0;
+}
+
+int main(void) {
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  char *p0 = fileio_join(dir, "a.tok"), *p1 = fileio_join(dir, "b.tok");
+  paths[0] = p0;
+  paths[1] = p1;
+  write_tokens(p0, 300, 1);
+  write_tokens(p1, 150, 2);
+  gpt *m = make_model();
+  loader *ld = make_loader();
+  CHECK(m && ld);
+  if (!m || !ld)
+    TEST_DONE();
+  uint64_t epoch = loader_batches_per_epoch(ld);
+  /* 450 tokens: windows of 9 (T+1), 3 per batch */
+  CHECK(epoch >= 10);
+
+  loader_pos start;
+  loader_get_pos(ld, &start);
+  eval_result r = {0}, r2 = {0};
+  CHECK_INT(evaluate_model(m, ld, B_, T_, 4, never, NULL, &r, err, sizeof err),
+            0);
+  CHECK_INT(polls, 4);
+  double want_loss, want_acc;
+  by_hand(m, 4, &want_loss, &want_acc);
+  CHECK_INT(r.batches, 4);
+  CHECK_INT(r.tokens, 4 * B_ * T_);
+  CHECK_NEAR(r.loss, want_loss, 1e-6 * want_loss);
+  CHECK_NEAR(r.perplexity, exp(r.loss), 1e-9 * r.perplexity);
+  CHECK_NEAR(r.accuracy, want_acc, 1e-12);
+  CHECK(r.accuracy > 0.05 && r.accuracy < 0.95); /* the count means something */
+  CHECK(fabs(r.loss - log((double)V_)) > 0.05); /* not a uniform model */
+  fprintf(stderr, "4 batches: loss %.5f (by hand %.5f), accuracy %.4f (%.4f)\n",
+          r.loss, want_loss, r.accuracy, want_acc);
+
+  /* From the same position again: the same result, to the bit. */
+  loader_set_pos(ld, &start);
+  CHECK_INT(evaluate_model(m, ld, B_, T_, 4, NULL, NULL, &r2, err, sizeof err),
+            0);
+  CHECK(memcmp(&r, &r2, sizeof r) == 0);
+
+  /* max_batches 0, or more than an epoch: one epoch. */
+  loader_set_pos(ld, &start);
+  CHECK_INT(evaluate_model(m, ld, B_, T_, 0, NULL, NULL, &r, err, sizeof err),
+            0);
+  CHECK_INT(r.batches, epoch);
+  by_hand(m, epoch, &want_loss, &want_acc);
+  CHECK_NEAR(r.loss, want_loss, 1e-6 * want_loss);
+  CHECK_NEAR(r.accuracy, want_acc, 1e-12);
+  loader_set_pos(ld, &start);
+  CHECK_INT(evaluate_model(m, ld, B_, T_, epoch * 5, NULL, NULL, &r2, err,
+                           sizeof err),
+            0);
+  CHECK_INT(r2.batches, epoch);
+  CHECK(r2.loss == r.loss);
+
+  /* Cancelled on the third poll: -1, "cancelled", out untouched. */
+  polls = 0;
+  eval_result r3 = {.loss = -7};
+  err[0] = '\0';
+  CHECK_INT(evaluate_model(m, ld, B_, T_, 0, cancel_after_two, NULL, &r3, err,
+                           sizeof err),
+            -1);
+  CHECK(strstr(err, "cancelled") != NULL);
+  CHECK_INT(polls, 3);
+  CHECK(r3.loss == -7);
+
+  loader_destroy(ld);
+  gpt_destroy(m);
+  fileio_remove_tree(dir);
+  free(p0);
+  free(p1);
+  TEST_DONE();
+}
