@@ -1,1 +1,403 @@
-#include "modeldir.h" /* placeholder: being written */
+/*
+ * Opening a model directory of any kind dagrun reads; see modeldir.h.
+ */
+#include "modeldir.h"
+
+#include "ckpt.h"
+#include "fileio.h"
+#include "weights.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CKPT_FORMAT "dagrun-checkpoint"
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || !errlen)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+static int is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int is_file(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* dir/name into out (size n); -1 when it does not fit. */
+static int join_into(char *out, size_t n, const char *dir, const char *name) {
+  int k = snprintf(out, n, "%s/%s", dir, name);
+  return k < 0 || (size_t)k >= n ? -1 : 0;
+}
+
+/* dir/name parsed as JSON, or NULL when the file is not there or is not
+ * JSON (*exists says which). */
+static cJSON *read_json(const char *dir, const char *name, int *exists) {
+  char path[4096], ignored[256];
+  *exists = 0;
+  if (join_into(path, sizeof path, dir, name) != 0 || !is_file(path))
+    return NULL;
+  *exists = 1;
+  char *text = fileio_read_all(path, NULL, ignored, sizeof ignored);
+  cJSON *j = text ? cJSON_Parse(text) : NULL;
+  free(text);
+  return j;
+}
+
+/* ---- A dagrun checkpoint ---- */
+
+static int open_checkpoint(const char *dir, modeldir_info *info, char *err,
+                           size_t errlen) {
+  char sub[1024];
+  if (ckpt_verify(dir, sub, sizeof sub) != 0) {
+    seterr(err, errlen, "%s: a corrupt checkpoint: %s", dir, sub);
+    return -1;
+  }
+  int64_t step = 0;
+  char *text = NULL;
+  if (ckpt_read_state(dir, &step, &text, sub, sizeof sub) != 0) {
+    seterr(err, errlen, "%s", sub);
+    return -1;
+  }
+  cJSON *st = cJSON_Parse(text);
+  free(text);
+  const cJSON *mj = cJSON_GetObjectItemCaseSensitive(st, "model");
+  static const char *const dims[] = {"n_layer", "n_head", "n_embd",
+                                     "block_size", "vocab_size"};
+  int v[5];
+  for (int i = 0; i < 5; i++) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(mj, dims[i]);
+    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) ||
+        x->valuedouble < 1 || x->valuedouble > 1e9) {
+      seterr(err, errlen,
+             "%s: the manifest's state.model has no %s: not a checkpoint of "
+             "the train stage",
+             dir, dims[i]);
+      cJSON_Delete(st);
+      return -1;
+    }
+    v[i] = (int)x->valuedouble;
+  }
+  memset(info, 0, sizeof *info);
+  info->kind = MODELDIR_CHECKPOINT;
+  info->step = step;
+  info->config = (gpt_config){.n_layer = v[0],
+                              .n_head = v[1],
+                              .n_embd = v[2],
+                              .block_size = v[3],
+                              .vocab_size = v[4]};
+  if (gpt_config_finish(&info->config, sub, sizeof sub) != 0) {
+    seterr(err, errlen, "%s: the manifest's model: %s", dir, sub);
+    cJSON_Delete(st);
+    return -1;
+  }
+  if (snprintf(info->dir, sizeof info->dir, "%s", dir) >=
+          (int)sizeof info->dir ||
+      join_into(info->weights, sizeof info->weights, dir,
+                "model.safetensors") != 0) {
+    seterr(err, errlen, "%s: path too long", dir);
+    cJSON_Delete(st);
+    return -1;
+  }
+  if (!is_file(info->weights)) {
+    seterr(err, errlen, "%s: a checkpoint without model.safetensors", dir);
+    cJSON_Delete(st);
+    return -1;
+  }
+  /* The tokenizer: one beside the weights (a promoted model, an export),
+   * else the one the train stage recorded, if it is still there. */
+  char tok[4096];
+  const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(st, "config");
+  const cJSON *tp = cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer");
+  if (join_into(tok, sizeof tok, dir, "tokenizer.json") == 0 && is_file(tok))
+    snprintf(info->tokenizer, sizeof info->tokenizer, "%s", tok);
+  else if (cJSON_IsString(tp) && is_file(tp->valuestring) &&
+           strlen(tp->valuestring) < sizeof info->tokenizer)
+    snprintf(info->tokenizer, sizeof info->tokenizer, "%s", tp->valuestring);
+  cJSON_Delete(st);
+  return 0;
+}
+
+/* ---- A Hugging Face GPT-2 directory ---- */
+
+/* An integer field of config.json, or dflt when it is absent (as
+ * GPT2Config's defaults); -1 with err when it is not a positive integer. */
+static int hf_int(const cJSON *cfg, const char *key, int dflt, int *out,
+                  const char *path, char *err, size_t errlen) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(cfg, key);
+  if (!x || cJSON_IsNull(x)) {
+    *out = dflt;
+    return 0;
+  }
+  if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) ||
+      x->valuedouble < 1 || x->valuedouble > 1e9) {
+    seterr(err, errlen, "%s: \"%s\" is not a positive integer", path, key);
+    return -1;
+  }
+  *out = (int)x->valuedouble;
+  return 0;
+}
+
+/* A boolean field: 1, 0, or dflt when absent. */
+static int hf_bool(const cJSON *cfg, const char *key, int dflt) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(cfg, key);
+  return cJSON_IsBool(x) ? cJSON_IsTrue(x) : dflt;
+}
+
+/* Refuses a GPT-2 variant this engine would compute differently: what
+ * transformers would run is not what we would, and the logits would
+ * silently differ. */
+static int hf_check_variant(const cJSON *cfg, int n_embd, const char *path,
+                            char *err, size_t errlen) {
+  const cJSON *act =
+      cJSON_GetObjectItemCaseSensitive(cfg, "activation_function");
+  if (act &&
+      !(cJSON_IsString(act) && strcmp(act->valuestring, "gelu_new") == 0)) {
+    seterr(err, errlen,
+           "%s: activation_function \"%s\": dagrun's engine computes "
+           "\"gelu_new\" (GELU, tanh approximation) only",
+           path, cJSON_IsString(act) ? act->valuestring : "(not a string)");
+    return -1;
+  }
+  const cJSON *eps =
+      cJSON_GetObjectItemCaseSensitive(cfg, "layer_norm_epsilon");
+  if (eps && !(cJSON_IsNumber(eps) && fabs(eps->valuedouble - 1e-5) <= 1e-12)) {
+    seterr(err, errlen,
+           "%s: layer_norm_epsilon %g: dagrun's engine uses 1e-05 only", path,
+           cJSON_IsNumber(eps) ? eps->valuedouble : NAN);
+    return -1;
+  }
+  static const char *const off[] = {"scale_attn_by_inverse_layer_idx",
+                                    "reorder_and_upcast_attn"};
+  for (int i = 0; i < 2; i++)
+    if (hf_bool(cfg, off[i], 0)) {
+      seterr(err, errlen, "%s: %s is true: dagrun's engine does not do that",
+             path, off[i]);
+      return -1;
+    }
+  if (!hf_bool(cfg, "scale_attn_weights", 1)) {
+    seterr(err, errlen,
+           "%s: scale_attn_weights is false: dagrun's engine always scales "
+           "attention by 1/sqrt(head size)",
+           path);
+    return -1;
+  }
+  if (!hf_bool(cfg, "tie_word_embeddings", 1)) {
+    seterr(err, errlen,
+           "%s: tie_word_embeddings is false: dagrun's engine ties the "
+           "output head to the token embedding",
+           path);
+    return -1;
+  }
+  const cJSON *inner = cJSON_GetObjectItemCaseSensitive(cfg, "n_inner");
+  if (inner && !cJSON_IsNull(inner) &&
+      !(cJSON_IsNumber(inner) && inner->valuedouble == 4.0 * n_embd)) {
+    seterr(err, errlen,
+           "%s: n_inner %g: dagrun's engine has an MLP of width 4 x n_embd "
+           "(%d)",
+           path, cJSON_IsNumber(inner) ? inner->valuedouble : NAN, 4 * n_embd);
+    return -1;
+  }
+  return 0;
+}
+
+static int open_hf(const char *dir, const cJSON *cfg, modeldir_info *info,
+                   char *err, size_t errlen) {
+  char path[4096];
+  if (join_into(path, sizeof path, dir, "config.json") != 0) {
+    seterr(err, errlen, "%s: path too long", dir);
+    return -1;
+  }
+  const cJSON *mt = cJSON_GetObjectItemCaseSensitive(cfg, "model_type");
+  if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "gpt2") != 0) {
+    seterr(err, errlen,
+           "%s: model_type \"%s\": dagrun's engine runs GPT-2 (\"gpt2\") "
+           "models only",
+           path, cJSON_IsString(mt) ? mt->valuestring : "(none)");
+    return -1;
+  }
+  /* GPT2Config's defaults stand in for absent fields, as transformers
+   * reads the file. */
+  gpt_config c = {0};
+  int n_ctx = 0;
+  if (hf_int(cfg, "n_layer", 12, &c.n_layer, path, err, errlen) ||
+      hf_int(cfg, "n_head", 12, &c.n_head, path, err, errlen) ||
+      hf_int(cfg, "n_embd", 768, &c.n_embd, path, err, errlen) ||
+      hf_int(cfg, "vocab_size", 50257, &c.vocab_size, path, err, errlen) ||
+      hf_int(cfg, "n_ctx", 1024, &n_ctx, path, err, errlen) ||
+      hf_int(cfg, "n_positions", n_ctx, &c.block_size, path, err, errlen))
+    return -1;
+  if (hf_check_variant(cfg, c.n_embd, path, err, errlen) != 0)
+    return -1;
+  char sub[512];
+  if (gpt_config_finish(&c, sub, sizeof sub) != 0) {
+    seterr(err, errlen, "%s: %s", path, sub);
+    return -1;
+  }
+  memset(info, 0, sizeof *info);
+  info->kind = MODELDIR_HF;
+  info->step = -1;
+  info->config = c;
+  snprintf(info->dir, sizeof info->dir, "%s", dir);
+  if (join_into(info->weights, sizeof info->weights, dir,
+                "model.safetensors") != 0 ||
+      !is_file(info->weights)) {
+    seterr(err, errlen,
+           "%s: a GPT-2 config.json without model.safetensors beside it "
+           "(dagrun reads safetensors weights, not pytorch_model.bin)",
+           dir);
+    return -1;
+  }
+  char tok[4096];
+  if (join_into(tok, sizeof tok, dir, "tokenizer.json") == 0 && is_file(tok))
+    snprintf(info->tokenizer, sizeof info->tokenizer, "%s", tok);
+  return 0;
+}
+
+/* ---- Any of them ---- */
+
+typedef struct skipped {
+  char first[1024]; /* the newest invalid checkpoint and why */
+} skipped;
+
+static void note_invalid(void *arg, const char *dir, const char *why) {
+  skipped *s = arg;
+  if (!s->first[0])
+    snprintf(s->first, sizeof s->first, "%s: %s", dir, why);
+}
+
+int modeldir_open(const char *path, modeldir_info *info, char *err,
+                  size_t errlen) {
+  if (!path || !*path) {
+    seterr(err, errlen, "no model directory given");
+    return -1;
+  }
+  if (!is_dir(path)) {
+    seterr(err, errlen, "%s: %s", path,
+           access(path, F_OK) == 0 ? "not a directory" : strerror(errno));
+    return -1;
+  }
+  if (strlen(path) > 4000) {
+    seterr(err, errlen, "%s: path too long", path);
+    return -1;
+  }
+  int exists = 0;
+  cJSON *m = read_json(path, "manifest.json", &exists);
+  const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(m, "format");
+  int is_ckpt =
+      cJSON_IsString(fmt) && strcmp(fmt->valuestring, CKPT_FORMAT) == 0;
+  int unreadable = exists && !m;
+  cJSON_Delete(m);
+  if (is_ckpt)
+    return open_checkpoint(path, info, err, errlen);
+  if (unreadable) {
+    seterr(err, errlen, "%s/manifest.json: not JSON (a corrupt checkpoint?)",
+           path);
+    return -1;
+  }
+
+  cJSON *cfg = read_json(path, "config.json", &exists);
+  if (exists) {
+    int rc = -1;
+    if (!cJSON_IsObject(cfg))
+      seterr(err, errlen, "%s/config.json: not a JSON object", path);
+    else
+      rc = open_hf(path, cfg, info, err, errlen);
+    cJSON_Delete(cfg);
+    return rc;
+  }
+
+  skipped sk = {{0}};
+  char *latest = NULL, sub[1024];
+  if (ckpt_find_latest(path, &latest, note_invalid, &sk, sub, sizeof sub) ==
+          0 &&
+      latest) {
+    int rc = open_checkpoint(latest, info, err, errlen);
+    free(latest);
+    return rc;
+  }
+  if (sk.first[0])
+    seterr(err, errlen,
+           "%s: a directory of checkpoints with no valid one (newest: %s)",
+           path, sk.first);
+  else
+    seterr(err, errlen,
+           "%s: not a model directory: expected a dagrun checkpoint "
+           "(manifest.json), a directory of checkpoints (step-*), or a "
+           "Hugging Face GPT-2 directory (config.json + model.safetensors)",
+           path);
+  return -1;
+}
+
+int modeldir_load(const modeldir_info *info, gpt **out, char *err,
+                  size_t errlen) {
+  gpt_config c = info->config;
+  gpt *m = NULL;
+  char sub[1024];
+  if (gpt_config_finish(&c, sub, sizeof sub) != 0 ||
+      gpt_create(&c, &m, sub, sizeof sub) != 0) {
+    seterr(err, errlen, "%s: %s", info->dir, sub);
+    return -1;
+  }
+  if (weights_load(info->weights, m, err, errlen) != 0) {
+    gpt_destroy(m);
+    return -1;
+  }
+  *out = m;
+  return 0;
+}
+
+char *modeldir_hf_config_json(const gpt_config *cfg, int64_t eot_id,
+                              const char *torch_dtype) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON *arch = cJSON_CreateArray();
+  if (!o || !arch) {
+    cJSON_Delete(o);
+    cJSON_Delete(arch);
+    return NULL;
+  }
+  cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
+  cJSON_AddItemToObject(o, "architectures", arch);
+  cJSON_AddStringToObject(o, "model_type", "gpt2");
+  cJSON_AddNumberToObject(o, "vocab_size", cfg->vocab_size);
+  cJSON_AddNumberToObject(o, "n_positions", cfg->block_size);
+  cJSON_AddNumberToObject(o, "n_ctx", cfg->block_size);
+  cJSON_AddNumberToObject(o, "n_embd", cfg->n_embd);
+  cJSON_AddNumberToObject(o, "n_layer", cfg->n_layer);
+  cJSON_AddNumberToObject(o, "n_head", cfg->n_head);
+  cJSON_AddNullToObject(o, "n_inner");
+  cJSON_AddStringToObject(o, "activation_function", "gelu_new");
+  cJSON_AddNumberToObject(o, "resid_pdrop", 0.0);
+  cJSON_AddNumberToObject(o, "embd_pdrop", 0.0);
+  cJSON_AddNumberToObject(o, "attn_pdrop", 0.0);
+  cJSON_AddNumberToObject(o, "layer_norm_epsilon", 1e-5);
+  cJSON_AddNumberToObject(o, "initializer_range", 0.02);
+  cJSON_AddBoolToObject(o, "scale_attn_weights", 1);
+  cJSON_AddBoolToObject(o, "scale_attn_by_inverse_layer_idx", 0);
+  cJSON_AddBoolToObject(o, "reorder_and_upcast_attn", 0);
+  cJSON_AddBoolToObject(o, "tie_word_embeddings", 1);
+  cJSON_AddBoolToObject(o, "use_cache", 1);
+  if (eot_id >= 0) {
+    cJSON_AddNumberToObject(o, "bos_token_id", (double)eot_id);
+    cJSON_AddNumberToObject(o, "eos_token_id", (double)eot_id);
+  }
+  cJSON_AddStringToObject(o, "torch_dtype",
+                          torch_dtype ? torch_dtype : "float32");
+  char *text = cJSON_Print(o);
+  cJSON_Delete(o);
+  return text;
+}

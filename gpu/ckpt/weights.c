@@ -1,1 +1,199 @@
-#include "weights.h" /* placeholder: being written */
+/*
+ * A gpt's parameters to and from safetensors with GPT-2's names; see
+ * weights.h.
+ */
+#include "weights.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The prefix GPT2LMHeadModel's state dict puts before GPT2Model's names. */
+#define HF_PREFIX "transformer."
+
+int weights_save(const char *path, gpt *m, st_dtype dtype,
+                 const char *const *meta_keys, const char *const *meta_values,
+                 size_t n_meta, char *err, size_t errlen) {
+  size_t n = gpt_tensor_count(m);
+  st_tensor *ts = calloc(n, sizeof *ts);
+  const char **keys = malloc((n_meta + 1) * sizeof *keys);
+  const char **values = malloc((n_meta + 1) * sizeof *values);
+  if (!ts || !keys || !values) {
+    free(ts);
+    free(keys);
+    free(values);
+    snprintf(err, errlen, "%s: out of memory", path);
+    return -1;
+  }
+  const gpt_config *c = gpt_get_config(m);
+  float *p = gpt_params(m);
+  for (size_t i = 0; i < n; i++) {
+    const gpt_tensor *t = gpt_tensor_at(m, i);
+    ts[i].name = t->name;
+    ts[i].dtype = dtype;
+    ts[i].ndim = t->ndim;
+    for (int d = 0; d < t->ndim; d++)
+      ts[i].shape[d] = t->shape[d];
+    ts[i].data = p + t->offset;
+    /* The padding rows of the token embedding are not the model's. */
+    if (strcmp(t->name, "wte.weight") == 0)
+      ts[i].shape[0] = c->vocab_size;
+  }
+  keys[0] = "format";
+  values[0] = "pt";
+  for (size_t i = 0; i < n_meta; i++) {
+    keys[i + 1] = meta_keys[i];
+    values[i + 1] = meta_values[i];
+  }
+  int rc = st_write(path, ts, n, dtype == ST_BF16, keys, values, n_meta + 1,
+                    err, errlen);
+  free(ts);
+  free(keys);
+  free(values);
+  return rc;
+}
+
+/* "(2 x 3)" for a file's shape. */
+static void shape_text(const int64_t *shape, int ndim, char *buf, size_t len) {
+  size_t at = 0;
+  at += (size_t)snprintf(buf + at, len - at, "(");
+  for (int d = 0; d < ndim && at < len; d++)
+    at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, d ? " x " : "",
+                           shape[d]);
+  if (at < len)
+    snprintf(buf + at, len - at, ")");
+}
+
+/* A tensor of a GPT-2 file that is not a parameter and is not needed:
+ * the tied output head and the attention masks. */
+static int ignorable(const char *name) {
+  if (strcmp(name, "lm_head.weight") == 0)
+    return 1;
+  if (strncmp(name, "h.", 2) != 0)
+    return 0;
+  const char *s = name + 2;
+  if (*s < '0' || *s > '9')
+    return 0;
+  while (*s >= '0' && *s <= '9')
+    s++;
+  return strcmp(s, ".attn.bias") == 0 || strcmp(s, ".attn.masked_bias") == 0;
+}
+
+/* name without the "transformer." prefix. */
+static const char *plain_name(const char *name) {
+  size_t k = strlen(HF_PREFIX);
+  return strncmp(name, HF_PREFIX, k) == 0 ? name + k : name;
+}
+
+/* Copies numel elements of s into dst as float32 (BF16 widened: its bits
+ * are the top half of a float32's). The file's data may be unaligned. */
+static void read_elements(const st_tensor *s, float *dst, size_t numel) {
+  if (s->dtype == ST_F32) {
+    memcpy(dst, s->data, numel * sizeof(float));
+    return;
+  }
+  const unsigned char *b = s->data;
+  for (size_t i = 0; i < numel; i++) {
+    uint16_t h;
+    memcpy(&h, b + 2 * i, 2);
+    uint32_t u = (uint32_t)h << 16;
+    memcpy(dst + i, &u, 4);
+  }
+}
+
+/* The index of the parameter of that name, or gpt_tensor_count(m). */
+static size_t param_index(const gpt *m, const char *name) {
+  size_t n = gpt_tensor_count(m), i = 0;
+  while (i < n && strcmp(gpt_tensor_at(m, i)->name, name) != 0)
+    i++;
+  return i;
+}
+
+int weights_load(const char *path, gpt *m, char *err, size_t errlen) {
+  st_file *f = NULL;
+  if (st_open(path, &f, err, errlen) != 0)
+    return -1;
+  const gpt_config *c = gpt_get_config(m);
+  size_t nt = gpt_tensor_count(m);
+  /* seen[i]: the file tensor that gave parameter i, +1 (0: none yet). */
+  size_t *seen = calloc(nt, sizeof *seen);
+  float *p = gpt_params(m);
+  char want[64], have[64];
+  int rc = -1;
+  if (!seen) {
+    snprintf(err, errlen, "%s: out of memory", path);
+    goto done;
+  }
+  for (size_t k = 0; k < st_count(f); k++) {
+    const st_tensor *s = st_at(f, k);
+    const char *name = plain_name(s->name);
+    size_t i = param_index(m, name);
+    if (i == nt) {
+      if (ignorable(name))
+        continue;
+      snprintf(err, errlen,
+               "%s: tensor \"%s\" is not a parameter of this GPT-2 (%d "
+               "layers): the file is another model",
+               path, s->name, c->n_layer);
+      goto done;
+    }
+    const gpt_tensor *t = gpt_tensor_at(m, i);
+    if (seen[i]) {
+      snprintf(err, errlen, "%s: tensor \"%s\" is there twice (as \"%s\")",
+               path, name, st_at(f, seen[i] - 1)->name);
+      goto done;
+    }
+    seen[i] = k + 1;
+    /* The token embedding may come with or without padding rows. */
+    int is_wte = strcmp(t->name, "wte.weight") == 0;
+    int64_t rows = t->shape[0];
+    if (is_wte && s->ndim == 2 && s->shape[0] == c->vocab_size)
+      rows = c->vocab_size;
+    int64_t shape[2] = {rows, t->ndim == 2 ? t->shape[1] : 0};
+    int ok = s->ndim == t->ndim;
+    for (int d = 0; ok && d < t->ndim; d++)
+      ok = s->shape[d] == shape[d];
+    if (!ok) {
+      int64_t model_shape[2] = {is_wte ? c->vocab_size : t->shape[0],
+                                t->ndim == 2 ? t->shape[1] : 0};
+      shape_text(model_shape, t->ndim, want, sizeof want);
+      shape_text(s->shape, s->ndim, have, sizeof have);
+      snprintf(err, errlen,
+               "%s: tensor \"%s\" has shape %s, this model's is %s: the file "
+               "is another model",
+               path, s->name, have, want);
+      goto done;
+    }
+  }
+  for (size_t i = 0; i < nt; i++)
+    if (!seen[i]) {
+      const gpt_tensor *t = gpt_tensor_at(m, i);
+      int64_t model_shape[2] = {
+          strcmp(t->name, "wte.weight") == 0 ? c->vocab_size : t->shape[0],
+          t->ndim == 2 ? t->shape[1] : 0};
+      shape_text(model_shape, t->ndim, want, sizeof want);
+      snprintf(err, errlen,
+               "%s: tensor \"%s\" %s is missing: the file is another model",
+               path, t->name, want);
+      goto done;
+    }
+  /* Every tensor is there with its shape: only now is m changed, so a
+   * refused file leaves it as it was. */
+  for (size_t i = 0; i < nt; i++) {
+    const gpt_tensor *t = gpt_tensor_at(m, i);
+    const st_tensor *s = st_at(f, seen[i] - 1);
+    size_t cols = t->ndim == 2 ? (size_t)t->shape[1] : 1;
+    size_t numel = (size_t)s->shape[0] * cols;
+    memset(p + t->offset, 0, t->numel * sizeof(float));
+    /* wte's padding rows, when the file has them, stay zero too. */
+    if (strcmp(t->name, "wte.weight") == 0)
+      numel = (size_t)c->vocab_size * cols;
+    read_elements(s, p + t->offset, numel);
+  }
+  rc = 0;
+done:
+  free(seen);
+  st_close(f);
+  return rc;
+}

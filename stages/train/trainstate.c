@@ -4,6 +4,7 @@
 #include "ckpt.h"
 #include "fileio.h"
 #include "safetensors.h"
+#include "weights.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -53,40 +54,14 @@ static cJSON *model_json(const gpt_config *c) {
   return m;
 }
 
-static int write_weights(const char *path, gpt *m, char *err, size_t errlen) {
-  size_t n = gpt_tensor_count(m);
-  st_tensor *ts = calloc(n, sizeof *ts);
-  if (!ts) {
-    snprintf(err, errlen, "out of memory");
-    return -1;
-  }
-  const gpt_config *c = gpt_get_config(m);
-  float *p = gpt_params(m);
-  for (size_t i = 0; i < n; i++) {
-    const gpt_tensor *t = gpt_tensor_at(m, i);
-    ts[i].name = t->name;
-    ts[i].dtype = ST_F32;
-    ts[i].ndim = t->ndim;
-    for (int d = 0; d < t->ndim; d++)
-      ts[i].shape[d] = t->shape[d];
-    ts[i].data = p + t->offset;
-    /* The padding rows of the token embedding are not the model's. */
-    if (strcmp(t->name, "wte.weight") == 0)
-      ts[i].shape[0] = c->vocab_size;
-  }
-  const char *keys[] = {"format"}, *values[] = {"pt"};
-  int rc = st_write(path, ts, n, 0, keys, values, 1, err, errlen);
-  free(ts);
-  return rc;
-}
-
 int trainstate_save(const char *parent, const train_state *s, char *path,
                     size_t pathlen, char *err, size_t errlen) {
   ckpt_writer *w = NULL;
   if (ckpt_begin(parent, s->step, &w, err, errlen) != 0)
     return -1;
   char *model_path = fileio_join(ckpt_writer_dir(w), "model.safetensors");
-  if (!model_path || write_weights(model_path, s->model, err, errlen) != 0) {
+  if (!model_path || weights_save(model_path, s->model, ST_F32, NULL, NULL, 0,
+                                  err, errlen) != 0) {
     free(model_path);
     ckpt_abort(w);
     return -1;
@@ -110,8 +85,7 @@ int trainstate_save(const char *parent, const train_state *s, char *path,
   int rc = ckpt_add_file(w, "optim.bin", buf, bytes, err, errlen);
   free(buf);
   if (rc == 0)
-    rc = ckpt_add_file(w, "guard.bin", s->guard, sizeof *s->guard, err,
-                       errlen);
+    rc = ckpt_add_file(w, "guard.bin", s->guard, sizeof *s->guard, err, errlen);
   if (rc != 0) {
     ckpt_abort(w);
     return -1;
@@ -148,42 +122,7 @@ int trainstate_save(const char *parent, const train_state *s, char *path,
   return rc;
 }
 
-int trainstate_load_weights(const char *dir, gpt *m, char *err,
-                            size_t errlen) {
-  char *path = fileio_join(dir, "model.safetensors");
-  st_file *f = NULL;
-  if (!path || st_open(path, &f, err, errlen) != 0) {
-    free(path);
-    return -1;
-  }
-  const gpt_config *c = gpt_get_config(m);
-  float *p = gpt_params(m);
-  int rc = 0;
-  for (size_t i = 0; i < gpt_tensor_count(m) && rc == 0; i++) {
-    const gpt_tensor *t = gpt_tensor_at(m, i);
-    const st_tensor *s = st_find(f, t->name);
-    int64_t rows = strcmp(t->name, "wte.weight") == 0 ? c->vocab_size
-                                                       : t->shape[0];
-    int64_t numel = t->ndim == 2 ? rows * t->shape[1] : rows;
-    if (!s || s->dtype != ST_F32 || s->ndim != t->ndim ||
-        s->shape[0] != rows || (t->ndim == 2 && s->shape[1] != t->shape[1])) {
-      snprintf(err, errlen,
-               "%s: tensor %s is missing or has another dtype or shape than "
-               "this model's (%" PRId64 " x %d)",
-               path, t->name, rows, t->ndim == 2 ? t->shape[1] : 1);
-      rc = -1;
-      break;
-    }
-    memset(p + t->offset, 0, t->numel * sizeof(float));
-    memcpy(p + t->offset, s->data, (size_t)numel * sizeof(float));
-  }
-  st_close(f);
-  free(path);
-  return rc;
-}
-
-int trainstate_load(const char *dir, train_state *s, char *err,
-                    size_t errlen) {
+int trainstate_load(const char *dir, train_state *s, char *err, size_t errlen) {
   int64_t step = 0;
   char *text = NULL;
   if (ckpt_read_state(dir, &step, &text, err, errlen) != 0)
@@ -212,8 +151,14 @@ int trainstate_load(const char *dir, train_state *s, char *err,
     snprintf(err, errlen, "%s: manifest state has no tokens count", dir);
     goto done;
   }
-  if (trainstate_load_weights(dir, s->model, err, errlen) != 0)
+  char *wpath = fileio_join(dir, "model.safetensors");
+  if (!wpath)
+    snprintf(err, errlen, "out of memory");
+  if (!wpath || weights_load(wpath, s->model, err, errlen) != 0) {
+    free(wpath);
     goto done;
+  }
+  free(wpath);
 
   size_t n = 0;
   char *path = fileio_join(dir, "optim.bin");

@@ -43,8 +43,4 @@ int trainstate_save(const char *parent, const train_state *s, char *path,
 int trainstate_load(const char *dir, train_state *s, char *err,
                     size_t errlen);
 
-/* Loads only the weights of a checkpoint dir into m (same shape). */
-int trainstate_load_weights(const char *dir, gpt *m, char *err,
-                            size_t errlen);
-
 #endif /* DAGRUN_TRAINSTATE_H */
