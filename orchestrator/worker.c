@@ -415,6 +415,10 @@ static int install_signals(void) {
   sa.sa_handler = SIG_IGN;
   if (sigaction(SIGPIPE, &sa, NULL) != 0)
     return -1;
+  /* A write past RLIMIT_FSIZE then fails with EFBIG, which the stage
+   * reports and cleans up after, instead of the attempt being killed
+   * mid-write with its temporaries left behind. */
+  signal(SIGXFSZ, SIG_IGN);
   /* An inherited SIG_IGN for SIGCHLD would make children vanish before a
    * stage can wait for them. */
   sa.sa_handler = SIG_DFL;
