@@ -35,6 +35,9 @@ static const char usage_text[] =
     "       dagrun graph FILE [--format text|dot|mermaid]\n"
     "       dagrun stages [--json]          installed stage plugins and "
     "their params\n"
+    "       dagrun generate MODEL_DIR [--prompt TEXT] [options]\n"
+    "                                       text from a trained model "
+    "(--help: options)\n"
     "       dagrun --version | --help\n"
     "\n"
     "run options:\n"
@@ -345,8 +348,38 @@ static int cmd_run(int argc, char **argv) {
   return code;
 }
 
-static const char *const commands[] = {"run",  "check",   "graph", "stages",
-                                       "help", "version", NULL};
+/* `dagrun generate ...`: runs dagrun-generate, installed beside the stage
+ * plugins (DAGRUN_LIBEXEC_DIR_REL from this executable's directory), with
+ * the arguments after "generate". The engine stays out of this program.
+ * Returns only when it cannot run it. */
+static int cmd_generate(char **argv) {
+  char self_exe[4096];
+  ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
+  if (n <= 0) {
+    fprintf(stderr, "dagrun: cannot find its own executable: %s\n",
+            strerror(errno));
+    return EXIT_TASK_FAILED;
+  }
+  self_exe[n] = '\0';
+  char *slash = strrchr(self_exe, '/');
+  if (slash)
+    *slash = '\0';
+  char prog[4096 + 64];
+  snprintf(prog, sizeof prog, "%s/%s/dagrun-generate", self_exe,
+           DAGRUN_LIBEXEC_DIR_REL);
+  /* argv[0] becomes the program; argv[1] ("generate") is dropped. */
+  argv[1] = prog;
+  execv(prog, argv + 1);
+  fprintf(stderr,
+          "dagrun: cannot run %s: %s (dagrun generate needs the "
+          "dagrun-generate program installed with dagrun)\n",
+          prog, strerror(errno));
+  return EXIT_TASK_FAILED;
+}
+
+static const char *const commands[] = {"run",     "check",    "graph",
+                                       "stages",  "generate", "help",
+                                       "version", NULL};
 
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "__worker") == 0) {
@@ -384,6 +417,8 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "run") == 0)
     return cmd_run(argc - 2, argv + 2);
+  if (strcmp(cmd, "generate") == 0)
+    return cmd_generate(argv);
   /* `dagrun FILE` means `dagrun run FILE`; a word that is no file but
    * looks like a command was probably a typo. */
   const char *near = closest_match(cmd, commands);

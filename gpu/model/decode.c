@@ -52,9 +52,9 @@ struct decoder {
 };
 
 static const char *const layer_names[12] = {
-    "ln_1.weight",      "ln_1.bias",      "attn.c_attn.weight",
+    "ln_1.weight",      "ln_1.bias",          "attn.c_attn.weight",
     "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
-    "ln_2.weight",      "ln_2.bias",      "mlp.c_fc.weight",
+    "ln_2.weight",      "ln_2.bias",          "mlp.c_fc.weight",
     "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
 
 static int find_offset(gpt *m, const char *name, size_t numel, size_t *off,
@@ -111,7 +111,7 @@ int decoder_create(gpt *m, decoder **out, char *err, size_t errlen) {
   d->logits = d->att + T;
 
   /* Shapes as gpt.h lists them: (in, out) weights, per-layer vectors. */
-  size_t numel[12] = {C, C, C * 3 * C, 3 * C, C * C, C,
+  size_t numel[12] = {C, C, C * 3 * C, 3 * C, C * C,     C,
                       C, C, C * 4 * C, 4 * C, 4 * C * C, C};
   if (find_offset(m, "wte.weight", Vp * C, &d->wte, err, errlen) ||
       find_offset(m, "wpe.weight", T * C, &d->wpe, err, errlen) ||
@@ -180,8 +180,8 @@ static void layernorm(float *out, const float *inp, const float *w,
 
 /* inp (N,IC), w (IC,OC), b (OC) -> out (N,OC) = inp w + b, or out += that
  * when accumulate (the residual stream) */
-static void linear(float *out, const float *inp, const float *w,
-                   const float *b, int N, int IC, int OC, int accumulate) {
+static void linear(float *out, const float *inp, const float *w, const float *b,
+                   int N, int IC, int OC, int accumulate) {
   for (int i = 0; i < N; i++) {
     float *o = out + (size_t)i * OC;
     if (accumulate)
@@ -195,8 +195,8 @@ static void linear(float *out, const float *inp, const float *w,
     cblas_sgemv(CblasRowMajor, CblasTrans, IC, OC, 1.0f, w, OC, inp, 1, 1.0f,
                 out, 1);
   else
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, IC, 1.0f,
-                inp, IC, w, OC, 1.0f, out, OC);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, IC, 1.0f, inp,
+                IC, w, OC, 1.0f, out, OC);
 }
 
 /* tanh through one expf, as gpt_cpu.c (the same rounding) */
@@ -387,8 +387,8 @@ static uint32_t argmax(const float *logits, int V) {
   return (uint32_t)best;
 }
 
-uint32_t decode_sample(const float *logits, int vocab_size,
-                       double temperature, int top_k, uint64_t *rng) {
+uint32_t decode_sample(const float *logits, int vocab_size, double temperature,
+                       int top_k, uint64_t *rng) {
   int V = vocab_size;
   if (V <= 1 || temperature <= 0)
     return V <= 1 ? 0 : argmax(logits, V);

@@ -1,1 +1,269 @@
-int main(void) { return 1; } /* placeholder: being written */
+/*
+ * dagrun-generate: text from a model directory, streamed to stdout as it
+ * is drawn. `dagrun generate ...` runs it (orchestrator/main.c), so that
+ * the orchestrator itself does not link the engine.
+ *
+ * stdout gets the prompt and the generated text only (a pipe gets the
+ * text); stderr gets what was loaded, the seed, and the speed.
+ *
+ * Exit status: 0; 1 when the model, its tokenizer or the generation
+ * fails; 2 for bad usage.
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bpe.h"
+#include "gpt.h"
+#include "modeldir.h"
+#include "stagekit.h"
+#include "textgen.h"
+
+#define EXIT_FAILED 1
+#define EXIT_USAGE 2
+
+static const char usage_text[] =
+    "usage: dagrun generate MODEL_DIR [options]\n"
+    "\n"
+    "Writes text from a model to stdout, token by token. MODEL_DIR is a\n"
+    "checkpoint, a directory of checkpoints (its latest valid one), a\n"
+    "promoted model or a Hugging Face GPT-2 directory.\n"
+    "\n"
+    "  --prompt TEXT        text to continue (default: a new document)\n"
+    "  --tokens N           new tokens at most (default 200)\n"
+    "  --temperature T      sampling temperature (default 0.8; 0 = greedy,\n"
+    "                       the likeliest token every time)\n"
+    "  --top-k K            sample among the K likeliest (default 40; 0 = "
+    "all)\n"
+    "  --seed S             the draws' seed (default: random, printed on\n"
+    "                       stderr, so that a text can be made again)\n"
+    "  --tokenizer PATH     a tokenizer.json (default: the model's)\n"
+    "  --no-stop            go on past the end of a document\n"
+    "  --threads N          threads for loading the model (generation runs\n"
+    "                       on one: one token is too little work to share)\n"
+    "  -h, --help           this text\n";
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "dagrun generate: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n(see dagrun generate --help)\n");
+  return EXIT_USAGE;
+}
+
+/* A whole-string integer in [lo, hi]. */
+static int parse_ll(const char *z, long long lo, long long hi, long long *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(z, &end, 10);
+  if (!*z || *end || errno || v < lo || v > hi)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+static uint64_t random_seed(void) {
+  uint64_t s = 0;
+  if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s)
+    s = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid();
+  /* Printable and typeable: 53 bits are plenty of seeds. */
+  return s >> 11;
+}
+
+static void emit_stdout(void *arg, const char *bytes, size_t n) {
+  (void)arg;
+  fwrite(bytes, 1, n, stdout);
+  fflush(stdout);
+}
+
+typedef struct args {
+  const char *model_dir, *prompt, *tokenizer;
+  long long tokens, top_k, threads;
+  double temperature;
+  uint64_t seed;
+  int have_seed, no_stop;
+} args;
+
+/* Fills a from argv; returns -1 (help printed: exit 0), 0, or
+ * EXIT_USAGE after a message. */
+static int parse_args(int argc, char **argv, args *a) {
+  *a = (args){.prompt = "",
+              .tokens = 200,
+              .top_k = 40,
+              .threads = 0,
+              .temperature = 0.8};
+  for (int i = 1; i < argc; i++) {
+    const char *o = argv[i];
+    if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {
+      fputs(usage_text, stdout);
+      return -1;
+    }
+    if (strcmp(o, "--no-stop") == 0) {
+      a->no_stop = 1;
+      continue;
+    }
+    if (strcmp(o, "--") == 0 && i + 1 < argc && !a->model_dir) {
+      a->model_dir = argv[++i];
+      continue;
+    }
+    if (o[0] != '-' || !o[1]) {
+      if (a->model_dir)
+        return usage_error("one MODEL_DIR only; got also '%s'", o);
+      a->model_dir = o;
+      continue;
+    }
+    /* --name VALUE or --name=VALUE */
+    static const char *const with_value[] = {
+        "--prompt", "--tokens",    "--temperature", "--top-k",
+        "--seed",   "--tokenizer", "--threads",     NULL};
+    const char *name = NULL, *val = NULL;
+    for (int k = 0; with_value[k]; k++) {
+      size_t n = strlen(with_value[k]);
+      if (strcmp(o, with_value[k]) == 0) {
+        name = with_value[k];
+        if (i + 1 >= argc)
+          return usage_error("%s needs a value", name);
+        val = argv[++i];
+      } else if (strncmp(o, with_value[k], n) == 0 && o[n] == '=') {
+        name = with_value[k];
+        val = o + n + 1;
+      }
+      if (name)
+        break;
+    }
+    if (!name)
+      return usage_error("unknown option '%s'", o);
+    long long v;
+    if (strcmp(name, "--prompt") == 0) {
+      a->prompt = val;
+    } else if (strcmp(name, "--tokenizer") == 0) {
+      a->tokenizer = val;
+    } else if (strcmp(name, "--tokens") == 0) {
+      if (parse_ll(val, 0, INT_MAX, &v) != 0)
+        return usage_error("--tokens needs a number >= 0, got '%s'", val);
+      a->tokens = v;
+    } else if (strcmp(name, "--top-k") == 0) {
+      if (parse_ll(val, 0, INT_MAX, &v) != 0)
+        return usage_error("--top-k needs a number >= 0, got '%s'", val);
+      a->top_k = v;
+    } else if (strcmp(name, "--threads") == 0) {
+      if (parse_ll(val, 1, 4096, &v) != 0)
+        return usage_error("--threads needs a number from 1 to 4096, got "
+                           "'%s'",
+                           val);
+      a->threads = v;
+    } else if (strcmp(name, "--seed") == 0) {
+      char *end;
+      errno = 0;
+      unsigned long long s = strtoull(val, &end, 10);
+      if (!*val || *end || errno || val[0] == '-')
+        return usage_error("--seed needs a number >= 0, got '%s'", val);
+      a->seed = s;
+      a->have_seed = 1;
+    } else { /* --temperature */
+      char *end;
+      errno = 0;
+      double t = strtod(val, &end);
+      if (!*val || *end || errno || !isfinite(t) || t < 0)
+        return usage_error("--temperature needs a number >= 0, got '%s'", val);
+      a->temperature = t;
+    }
+  }
+  if (!a->model_dir)
+    return usage_error("%s", "needs a MODEL_DIR");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  args a;
+  int rc = parse_args(argc, argv, &a);
+  if (rc != 0)
+    return rc < 0 ? 0 : rc;
+  int threads = a.threads ? (int)a.threads : (int)stagekit_cpu_count();
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+
+  char err[4096];
+  modeldir_info *info = calloc(1, sizeof *info);
+  gpt *m = NULL;
+  bpe *tok = NULL;
+  if (!info) {
+    fprintf(stderr, "dagrun generate: out of memory\n");
+    return EXIT_FAILED;
+  }
+  rc = EXIT_FAILED;
+  if (modeldir_open(a.model_dir, info, err, sizeof err) != 0 ||
+      modeldir_load(info, &m, err, sizeof err) != 0) {
+    fprintf(stderr, "dagrun generate: %s\n", err);
+    goto done;
+  }
+  const char *tpath = a.tokenizer ? a.tokenizer : info->tokenizer;
+  if (!tpath[0]) {
+    fprintf(stderr,
+            "dagrun generate: %s has no tokenizer (no tokenizer.json, and "
+            "its checkpoint names none that exists); pass --tokenizer "
+            "PATH/tokenizer.json\n",
+            info->dir);
+    goto done;
+  }
+  if (bpe_load_hf(tpath, &tok, err, sizeof err) != 0) {
+    fprintf(stderr, "dagrun generate: tokenizer: %s\n", err);
+    goto done;
+  }
+  const gpt_config *c = gpt_get_config(m);
+  if (bpe_vocab_size(tok) > (uint32_t)c->vocab_size)
+    fprintf(stderr,
+            "dagrun generate: warning: the tokenizer %s has %u ids, the "
+            "model %d: it is probably not this model's tokenizer\n",
+            tpath, bpe_vocab_size(tok), c->vocab_size);
+  char step[48] = "";
+  if (info->kind == MODELDIR_CHECKPOINT)
+    snprintf(step, sizeof step, ", step %lld", (long long)info->step);
+  fprintf(stderr,
+          "dagrun generate: %s (%s%s; %.2fM parameters: %d layers, %d "
+          "heads, width %d, context %d, vocab %d); tokenizer %s\n",
+          info->dir,
+          info->kind == MODELDIR_HF ? "Hugging Face GPT-2" : "checkpoint", step,
+          gpt_num_params(m) / 1e6, c->n_layer, c->n_head, c->n_embd,
+          c->block_size, c->vocab_size, tpath);
+  if (!a.have_seed)
+    a.seed = random_seed();
+  fprintf(stderr,
+          "dagrun generate: seed %llu (--seed %llu gives this text "
+          "again)\n",
+          (unsigned long long)a.seed, (unsigned long long)a.seed);
+
+  textgen_opts o = {.prompt = a.prompt,
+                    .max_tokens = (int)a.tokens,
+                    .temperature = a.temperature,
+                    .top_k = (int)a.top_k,
+                    .seed = a.seed,
+                    .stop_at_eot = !a.no_stop};
+  fputs(a.prompt, stdout);
+  fflush(stdout);
+  double t0 = stagekit_now();
+  int n = textgen_run(m, tok, &o, emit_stdout, NULL, NULL, err, sizeof err);
+  double dt = stagekit_now() - t0;
+  fputc('\n', stdout);
+  fflush(stdout);
+  if (n < 0) {
+    fprintf(stderr, "dagrun generate: %s\n", err);
+    goto done;
+  }
+  fprintf(stderr, "dagrun generate: %d tokens in %.2f s: %.1f tokens/s\n", n,
+          dt, dt > 0 ? n / dt : 0.0);
+  rc = ferror(stdout) ? EXIT_FAILED : 0;
+done:
+  bpe_destroy(tok);
+  gpt_destroy(m);
+  free(info);
+  return rc;
+}

@@ -18,13 +18,15 @@
 
 #include "bpe.h"
 #include "ckpt.h"
+#include "dataloader.h"
+#include "evaluate.h"
 #include "fileio.h"
 #include "gpt.h"
-#include "dataloader.h"
+#include "modeldir.h"
 #include "optim.h"
-#include "rng.h"
 #include "spike.h"
 #include "stagekit.h"
+#include "textgen.h"
 #include "tokfile.h"
 #include "trainstate.h"
 
@@ -90,6 +92,11 @@ static const dagrun_param_spec params[] = {
     {"resume", DAGRUN_PARAM_STRING, "auto", 0,
      "auto (latest valid checkpoint of this task, if any), never, or a "
      "checkpoint directory"},
+    {"init_from", DAGRUN_PARAM_STRING, "", 0,
+     "Fine-tuning: a model directory (a checkpoint, a checkpoints dir, a "
+     "promoted model, a Hugging Face GPT-2) whose weights and shape start "
+     "the run (model and shape params ignored; optimizer and schedule "
+     "fresh). A checkpoint of this task to resume comes first"},
     {"spike_policy", DAGRUN_PARAM_STRING, "skip", 0,
      "Loss-spike guard: none, skip, lower_lr, reset or rollback"},
     {"spike_threshold", DAGRUN_PARAM_FLOAT, "6", 0,
@@ -114,9 +121,9 @@ static const dagrun_param_spec params[] = {
 };
 
 typedef struct cfg {
-  const char *data, *model_name, *resume, *prompt;
+  const char *data, *model_name, *resume, *prompt, *init_from;
   gpt_config model;
-  int B, T, accum, threads, top_k, nsamples, sample_tokens;
+  int B, T, seq_len, accum, threads, top_k, nsamples, sample_tokens;
   int64_t steps, eval_every, eval_batches, ckpt_every, keep;
   optim_config opt;
   lr_schedule sched;
@@ -134,6 +141,7 @@ typedef struct run_ctx {
   size_t ntrain, nval;
   char *tokenizer_path;
   uint32_t eot;
+  char *init_dir; /* init_from's model directory, resolved; NULL if none */
   gpt *model;
   optim *opt;
   loader *train, *val;
@@ -166,6 +174,7 @@ static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
   h->param_string(ctx, "model", &c->model_name);
   h->param_string(ctx, "resume", &c->resume);
   h->param_string(ctx, "sample_prompt", &c->prompt);
+  h->param_string(ctx, "init_from", &c->init_from);
   if (gpt_config_preset(c->model_name, &c->model, err, sizeof err) != 0) {
     h->fail(ctx, "model: %s", err);
     return -1;
@@ -183,8 +192,10 @@ static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
     c->model.n_embd = (int)ne;
   if (bs)
     c->model.block_size = (int)bs;
+  c->seq_len = (int)seq;
   c->T = seq ? (int)seq : c->model.block_size;
-  if (c->T > c->model.block_size) {
+  /* With init_from the model's own block_size rules (init_from_model). */
+  if (c->T > c->model.block_size && !c->init_from[0]) {
     h->fail(ctx, "seq_len %d is longer than the model's block_size %d", c->T,
             c->model.block_size);
     return -1;
@@ -447,26 +458,23 @@ static int faults_take(faults *f, int64_t step) {
 
 /* ---- Pieces of the loop ---- */
 
+/* Validation loss over the first eval_batches batches of the
+ * validation files (the same ones every time); NAN when there is no
+ * validation or it failed (logged). */
 static double evaluate(run_ctx *r, int64_t step) {
   if (!r->val)
     return NAN;
   loader_set_pos(r->val, &r->val_start);
-  uint64_t nb = loader_batches_per_epoch(r->val);
-  if (nb > (uint64_t)r->c.eval_batches)
-    nb = (uint64_t)r->c.eval_batches;
-  double sum = 0;
+  eval_result er;
   char err[512];
-  for (uint64_t b = 0; b < nb; b++) {
-    float loss = 0;
-    loader_next(r->val, r->inputs, r->targets);
-    if (gpt_forward(r->model, r->inputs, r->targets, r->c.B, r->c.T, &loss,
-                    err, sizeof err) != 0)
-      return NAN;
-    sum += loss;
+  if (evaluate_model(r->model, r->val, r->c.B, r->c.T,
+                     (uint64_t)r->c.eval_batches, NULL, NULL, &er, err,
+                     sizeof err) != 0) {
+    r->h->log(r->ctx, DAGRUN_LOG_WARN, "validation: %s", err);
+    return NAN;
   }
-  double v = nb ? sum / (double)nb : NAN;
-  r->h->metric(r->ctx, "val_loss", v, step);
-  return v;
+  r->h->metric(r->ctx, "val_loss", er.loss, step);
+  return er.loss;
 }
 
 static int save_checkpoint(run_ctx *r, char *err, size_t errlen) {
@@ -515,15 +523,17 @@ static int maybe_resume(run_ctx *r) {
     free(dir);
     return -1;
   }
-  r->h->log(r->ctx, DAGRUN_LOG_INFO, "resumed from %s at step %lld", dir,
-            (long long)r->st.step);
+  r->h->log(r->ctx, DAGRUN_LOG_INFO, "resumed from %s at step %lld%s", dir,
+            (long long)r->st.step,
+            r->init_dir ? " (a checkpoint of this task comes before "
+                          "init_from)"
+                        : "");
   snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", dir);
   free(dir);
   return 0;
 }
 
-/* Samples: the prompt (or <|endoftext|>), then top-k sampling at the
- * temperature, seeded, one token at a time over the last T tokens. */
+/* Samples: textgen.h's, seeded by the run's seed (sample i: seed + i). */
 static int write_samples(run_ctx *r, const char *path) {
   char err[1024];
   bpe *tok = NULL;
@@ -531,86 +541,17 @@ static int write_samples(run_ctx *r, const char *path) {
     r->h->log(r->ctx, DAGRUN_LOG_WARN, "no samples: %s", err);
     return -1;
   }
-  FILE *fp = fopen(path, "w");
-  bpe_encoder *enc = bpe_encoder_create(tok);
-  const gpt_config *mc = gpt_get_config(r->model);
-  int V = mc->vocab_size, Vp = mc->padded_vocab, T = r->c.T;
-  size_t cap = (size_t)r->c.sample_tokens + 4096;
-  uint32_t *ctx = malloc(cap * sizeof *ctx);
-  float *probs = malloc((size_t)V * sizeof *probs);
-  int *idx = malloc((size_t)V * sizeof *idx);
-  uint64_t rng = r->c.seed ^ 0x5a3c1e0fu;
-  /* One sequence, one token at a time: too little work per parallel
-   * region for threads to pay, and on a busy machine their barriers cost
-   * a time slice each. */
-  omp_set_num_threads(1);
-  int rc = fp && enc && ctx && probs && idx ? 0 : -1;
-  for (int s = 0; rc == 0 && s < r->c.nsamples; s++) {
-    bpe_ids ids = {0};
-    size_t n = 0;
-    if (r->eot != TOKFILE_NO_EOT)
-      ctx[n++] = r->eot;
-    bpe_encode(enc, r->c.prompt, strlen(r->c.prompt), &ids);
-    for (size_t i = 0; i < ids.n && n < cap / 2; i++)
-      ctx[n++] = ids.v[i];
-    bpe_ids_free(&ids);
-    size_t start = n;
-    for (int k = 0; k < r->c.sample_tokens && n < cap; k++) {
-      int w = n < (size_t)T ? (int)n : T;
-      float loss;
-      if (gpt_forward(r->model, ctx + n - (size_t)w, NULL, 1, w, &loss, err,
-                      sizeof err) != 0) {
-        rc = -1;
-        break;
-      }
-      const float *lg = gpt_logits(r->model) + (size_t)(w - 1) * Vp;
-      /* Top-k by partial selection, then softmax at the temperature. */
-      for (int v = 0; v < V; v++)
-        idx[v] = v;
-      int K = r->c.top_k > 0 && r->c.top_k < V ? r->c.top_k : V;
-      for (int a = 0; a < K; a++) {
-        int best = a;
-        for (int b = a + 1; b < V; b++)
-          if (lg[idx[b]] > lg[idx[best]])
-            best = b;
-        int t = idx[a];
-        idx[a] = idx[best];
-        idx[best] = t;
-      }
-      double mx = lg[idx[0]], sum = 0;
-      for (int a = 0; a < K; a++) {
-        probs[a] = (float)exp((lg[idx[a]] - mx) / r->c.temperature);
-        sum += probs[a];
-      }
-      double u = (double)(rng_splitmix64(&rng) >> 11) / 9007199254740992.0 * sum;
-      int pick = K - 1;
-      for (int a = 0; a < K; a++) {
-        u -= probs[a];
-        if (u <= 0) {
-          pick = a;
-          break;
-        }
-      }
-      ctx[n++] = (uint32_t)idx[pick];
-    }
-    char *text = NULL;
-    size_t tlen = 0;
-    if (rc == 0 &&
-        bpe_decode(tok, ctx + start, n - start, &text, &tlen, err, sizeof err) == 0) {
-      fprintf(fp, "=== sample %d (prompt: \"%s\", temperature %g, top_k %d)\n%s%.*s\n\n",
-              s + 1, r->c.prompt, r->c.temperature, r->c.top_k, r->c.prompt,
-              (int)tlen, text);
-      free(text);
-    }
-  }
-  free(ctx);
-  free(probs);
-  free(idx);
-  omp_set_num_threads(r->c.threads);
-  bpe_encoder_destroy(enc);
+  textgen_opts o = {.prompt = r->c.prompt,
+                    .max_tokens = r->c.sample_tokens,
+                    .temperature = r->c.temperature,
+                    .top_k = r->c.top_k,
+                    .seed = r->c.seed,
+                    .stop_at_eot = 1};
+  int rc = textgen_write_samples(r->model, tok, &o, r->c.nsamples, path, err,
+                                 sizeof err);
+  if (rc != 0)
+    r->h->log(r->ctx, DAGRUN_LOG_WARN, "no samples: %s", err);
   bpe_destroy(tok);
-  if (fp && fclose(fp) != 0)
-    rc = -1;
   return rc;
 }
 
@@ -622,6 +563,7 @@ static void free_run(run_ctx *r) {
   free(r->train_paths);
   free(r->val_paths);
   free(r->tokenizer_path);
+  free(r->init_dir);
   loader_destroy(r->train);
   loader_destroy(r->val);
   optim_destroy(r->opt);
@@ -632,17 +574,86 @@ static void free_run(run_ctx *r) {
 
 /* ---- The stage ---- */
 
+/* init_from: the model, its shape and its weights from a model directory
+ * (modeldir.h), instead of a preset and gpt_init. The data must have the
+ * model's vocabulary. A checkpoint of this task, when resume finds one,
+ * replaces these weights later (maybe_resume): it was made from them. */
+static int init_from_model(run_ctx *r) {
+  const dagrun_host *h = r->h;
+  char err[2048];
+  const char *z = r->c.init_from;
+  char *path = z[0] == '/' ? strdup(z)
+                           : fileio_join(h->dir(r->ctx, DAGRUN_DIR_DAG), z);
+  modeldir_info *info = calloc(1, sizeof *info);
+  if (!path || !info) {
+    h->fail(r->ctx, "out of memory");
+    free(path);
+    free(info);
+    return -1;
+  }
+  int rc = -1;
+  if (modeldir_open(path, info, err, sizeof err) != 0) {
+    h->fail(r->ctx, "init_from: %s", err);
+    goto done;
+  }
+  const gpt_config *mc = &info->config;
+  if (mc->vocab_size != r->c.model.vocab_size) {
+    h->fail(r->ctx,
+            "init_from: %s has a vocabulary of %d tokens, but the data's "
+            "tokenizer has %d: fine-tuning needs the data tokenized with "
+            "the model's own tokenizer",
+            info->dir, mc->vocab_size, r->c.model.vocab_size);
+    goto done;
+  }
+  r->c.T = r->c.seq_len ? r->c.seq_len : mc->block_size;
+  if (r->c.T > mc->block_size) {
+    h->fail(r->ctx, "seq_len %d is longer than the init_from model's "
+                    "block_size %d", r->c.T, mc->block_size);
+    goto done;
+  }
+  if (modeldir_load(info, &r->model, err, sizeof err) != 0) {
+    h->fail(r->ctx, "init_from: %s", err);
+    goto done;
+  }
+  r->c.model = *mc;
+  r->c.model_name = "init_from";
+  r->init_dir = strdup(info->dir);
+  char what[64];
+  if (info->kind == MODELDIR_HF)
+    snprintf(what, sizeof what, "Hugging Face GPT-2");
+  else
+    snprintf(what, sizeof what, "checkpoint of step %lld",
+             (long long)info->step);
+  h->log(r->ctx, DAGRUN_LOG_INFO,
+         "init_from %s (%s): its weights start the run, with its shape "
+         "(%d layers, %d heads, width %d, context %d); the model, n_layer, "
+         "n_head, n_embd and block_size params are ignored; optimizer and "
+         "schedule start fresh",
+         info->dir, what, mc->n_layer, mc->n_head, mc->n_embd,
+         mc->block_size);
+  rc = 0;
+done:
+  free(path);
+  free(info);
+  return rc;
+}
+
 static int setup(run_ctx *r) {
   const dagrun_host *h = r->h;
   char err[1024];
   if (load_data_manifest(r) != 0)
     return -1;
-  if (gpt_config_finish(&r->c.model, err, sizeof err) != 0 ||
-      gpt_create(&r->c.model, &r->model, err, sizeof err) != 0) {
-    h->fail(r->ctx, "model: %s", err);
-    return -1;
+  if (r->c.init_from[0]) {
+    if (init_from_model(r) != 0)
+      return -1;
+  } else {
+    if (gpt_config_finish(&r->c.model, err, sizeof err) != 0 ||
+        gpt_create(&r->c.model, &r->model, err, sizeof err) != 0) {
+      h->fail(r->ctx, "model: %s", err);
+      return -1;
+    }
+    gpt_init(r->model, r->c.seed);
   }
-  gpt_init(r->model, r->c.seed);
   size_t nt = gpt_tensor_count(r->model);
   optim_group *groups = calloc(nt, sizeof *groups);
   for (size_t i = 0; groups && i < nt; i++) {
@@ -701,10 +712,17 @@ static int setup(run_ctx *r) {
   return 0;
 }
 
-/* The settings that shape the run, for the checkpoint's manifest. */
-static char *config_json(const cfg *c) {
+/* The settings that shape the run, for the checkpoint's manifest; the
+ * tokenizer's path lets modeldir.h find the tokenizer of a bare
+ * checkpoint. */
+static char *config_json(const run_ctx *r) {
+  const cfg *c = &r->c;
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "model", c->model_name);
+  if (r->init_dir)
+    cJSON_AddStringToObject(o, "init_from", r->init_dir);
+  if (r->tokenizer_path)
+    cJSON_AddStringToObject(o, "tokenizer", r->tokenizer_path);
   cJSON_AddNumberToObject(o, "batch_size", c->B);
   cJSON_AddNumberToObject(o, "seq_len", c->T);
   cJSON_AddNumberToObject(o, "grad_accum", c->accum);
@@ -743,7 +761,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
            h->dir(ctx, DAGRUN_DIR_TASK));
   if (setup(&r) != 0)
     goto done;
-  config_text = config_json(&r.c);
+  config_text = config_json(&r);
   r.st.config_json = config_text;
   const gpt_config *mc = gpt_get_config(r.model);
   size_t np = gpt_num_params(r.model);
@@ -787,7 +805,9 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
       h->fail(ctx, "loss at initialization is %g", init_loss);
       goto done;
     }
-    if (fabs(init_loss - lnV) > 0.5)
+    /* A model from init_from has learned: its loss is meant to be far
+     * below ln(vocab). */
+    if (fabs(init_loss - lnV) > 0.5 && !r.init_dir)
       h->log(ctx, DAGRUN_LOG_WARN,
              "loss at initialization %.3f is far from ln(vocab) %.3f",
              init_loss, lnV);

@@ -102,8 +102,7 @@ static void test_matches_forward(int L, int H, int C, int T, int V) {
     double e = rel_err(lg, ref, V);
     worst = e > worst ? e : worst;
     if (e >= 1e-4)
-      fprintf(stderr, "position %d (window %zu): relative error %g\n", i, w,
-              e);
+      fprintf(stderr, "position %d (window %zu): relative error %g\n", i, w, e);
     CHECK(e < 1e-4);
     for (int v = V; v < c->padded_vocab; v++)
       CHECK(lg[v] == 0.0f);
@@ -111,8 +110,8 @@ static void test_matches_forward(int L, int H, int C, int T, int V) {
       memcpy(first, lg, (size_t)c->padded_vocab * sizeof *first);
   }
   CHECK_INT(slides, 5); /* 56 tokens, T 16: at 17, 25, 33, 41, 49 */
-  fprintf(stderr, "L%d C%d T%d V%d: worst relative error %g, %d slides\n", L,
-          C, T, V, worst, slides);
+  fprintf(stderr, "L%d C%d T%d V%d: worst relative error %g, %d slides\n", L, C,
+          T, V, worst, slides);
   decoder_reset(d);
   CHECK_INT(decoder_length(d), 0);
   const float *again = decoder_push(d, seq[0], err, sizeof err);

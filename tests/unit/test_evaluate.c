@@ -28,9 +28,8 @@ static const char *paths[2];
 
 static void write_tokens(const char *path, size_t n, uint64_t seed) {
   tokfile_writer *w = NULL;
-  CHECK_INT(tokfile_writer_create(path, V_, TOKFILE_NO_EOT, &w, err,
-                                  sizeof err),
-            0);
+  CHECK_INT(
+      tokfile_writer_create(path, V_, TOKFILE_NO_EOT, &w, err, sizeof err), 0);
   uint32_t doc[50];
   /* Documents of 50 tokens, mostly counting up (so a model can be right
    * about some), now and then a random one. */
@@ -74,7 +73,8 @@ static gpt *make_model(void) {
   for (size_t i = 0; i < gpt_num_params(m); i++)
     if (i < pad0 || i >= pad1)
       p[i] += 0.6f * (float)((double)(rng_splitmix64(&s) >> 11) /
-                                 9007199254740992.0 * 2 - 1);
+                                 9007199254740992.0 * 2 -
+                             1);
   return m;
 }
 
@@ -152,7 +152,7 @@ int main(void) {
   CHECK_NEAR(r.perplexity, exp(r.loss), 1e-9 * r.perplexity);
   CHECK_NEAR(r.accuracy, want_acc, 1e-12);
   CHECK(r.accuracy > 0.05 && r.accuracy < 0.95); /* the count means something */
-  CHECK(fabs(r.loss - log((double)V_)) > 0.05); /* not a uniform model */
+  CHECK(fabs(r.loss - log((double)V_)) > 0.05);  /* not a uniform model */
   fprintf(stderr, "4 batches: loss %.5f (by hand %.5f), accuracy %.4f (%.4f)\n",
           r.loss, want_loss, r.accuracy, want_acc);
 
