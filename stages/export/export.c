@@ -1,1 +1,702 @@
-#include <dagrun/plugin.h> /* placeholder: being written */
+/*
+ * export: the built-in stage that turns a model dagrun made into a
+ * directory others can use.
+ *
+ *   export:
+ *     stage: export
+ *     needs: [checkpoint]
+ *     with: {model: "${tasks.checkpoint.outputs.model}", dtype: bfloat16}
+ *
+ * format safetensors (the default) writes a Hugging Face GPT-2 directory:
+ * model.safetensors (GPT-2's names, float32 or bfloat16), config.json,
+ * generation_config.json, tokenizer.json (the source's, byte for byte),
+ * tokenizer_config.json, special_tokens_map.json, vocab.json +
+ * merges.txt, and a README.md model card; GPT2LMHeadModel and
+ * AutoTokenizer load it with from_pretrained. format dagrun copies the
+ * checkpoint as it is (weights, optimizer state, manifest) plus
+ * tokenizer.json, for train's resume / init_from elsewhere.
+ *
+ * The directory is built in a temporary sibling, every file fsynced, and
+ * renamed into place only when complete; an export already there is
+ * replaced then, not before. A failed export leaves nothing behind.
+ */
+#include <dagrun/plugin.h>
+
+#include "bpe.h"
+#include "ckpt.h"
+#include "fileio.h"
+#include "gpt.h"
+#include "modeldir.h"
+#include "weights.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define EXIT_FAILED 1
+#define EXIT_BAD_PARAMS 2
+
+#define EOT "<|endoftext|>"
+
+static const dagrun_param_spec params[] = {
+    {"model", DAGRUN_PARAM_STRING, NULL, 1,
+     "The model: a checkpoint, a directory of checkpoints, a promoted model "
+     "or a Hugging Face GPT-2 directory, e.g. "
+     "\"${tasks.checkpoint.outputs.model}\" (relative: to the DAG file)"},
+    {"tokenizer", DAGRUN_PARAM_STRING, "", 0,
+     "tokenizer.json (empty: the model's own, or the one its training "
+     "recorded)"},
+    {"format", DAGRUN_PARAM_STRING, "safetensors", 0,
+     "safetensors (a Hugging Face GPT-2 directory) or dagrun (the "
+     "checkpoint as it is, for resume / init_from)"},
+    {"dtype", DAGRUN_PARAM_STRING, "float32", 0,
+     "Weights of format safetensors: float32 or bfloat16"},
+    {"dir", DAGRUN_PARAM_STRING, "", 0,
+     "Where to write it (empty: <task>/out/model; relative: to the DAG "
+     "file); an export already there is replaced once the new one is "
+     "complete"},
+    {"name", DAGRUN_PARAM_STRING, "", 0,
+     "The model's name in its model card (empty: <dag>-<task>)"},
+    {NULL, 0, NULL, 0, NULL},
+};
+
+typedef enum export_format { FORMAT_SAFETENSORS, FORMAT_DAGRUN } export_format;
+
+typedef struct exporter {
+  dagrun_ctx *ctx;
+  const dagrun_host *h;
+  export_format format;
+  st_dtype dtype;
+  const char *name_param;
+  char *source;    /* the model param, resolved */
+  char *tokenizer; /* the tokenizer used, resolved */
+  char *dest, *tmp, *old;
+  modeldir_info info;
+  bpe *tok;
+  int64_t eot;
+} exporter;
+
+/* ---- Small helpers ---- */
+
+/* z against the DAG file's directory unless absolute; malloc'd. */
+static char *resolve(exporter *x, const char *z) {
+  return z[0] == '/' ? strdup(z)
+                     : fileio_join(x->h->dir(x->ctx, DAGRUN_DIR_DAG), z);
+}
+
+static int exists(const char *path) {
+  struct stat st;
+  return lstat(path, &st) == 0;
+}
+
+/* mkdir -p of path. 0 or -errno. */
+static int mkdir_p(const char *path) {
+  char buf[PATH_MAX];
+  if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+    return -ENAMETOOLONG;
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/')
+      continue;
+    *p = '\0';
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+      return -errno;
+    *p = '/';
+  }
+  if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+    return -errno;
+  return 0;
+}
+
+/* Whether inner is outer or lies under it (both existing paths). */
+static int is_within(const char *inner, const char *outer) {
+  char a[PATH_MAX], b[PATH_MAX];
+  if (!realpath(inner, a) || !realpath(outer, b))
+    return 0;
+  size_t n = strlen(b);
+  return strncmp(a, b, n) == 0 && (a[n] == '\0' || a[n] == '/');
+}
+
+/* Writes text as dir/name (atomic, fsynced). 0 or -1 with the reason
+ * given to host->fail. */
+static int put_text(exporter *x, const char *name, const char *text) {
+  char err[1024];
+  char *path = fileio_join(x->tmp, name);
+  int rc = path ? fileio_write_atomic(path, text, strlen(text), err, sizeof err)
+                : -ENOMEM;
+  if (rc != 0)
+    x->h->fail(x->ctx, "%s", path ? err : "out of memory");
+  free(path);
+  return rc == 0 ? 0 : -1;
+}
+
+/* cJSON_Print of o as Hugging Face's files have JSON (two-space indent,
+ * "key": value) plus a newline, written as name; deletes o. cJSON
+ * escapes tabs inside strings, so every literal tab is its layout. */
+static int put_json(exporter *x, const char *name, cJSON *o) {
+  char *text = o ? cJSON_Print(o) : NULL;
+  cJSON_Delete(o);
+  size_t n = text ? strlen(text) : 0;
+  char *out = text ? malloc(2 * n + 2) : NULL;
+  if (!out) {
+    free(text);
+    x->h->fail(x->ctx, "%s: out of memory", name);
+    return -1;
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (text[i] != '\t') {
+      out[k++] = text[i];
+    } else if (i > 0 && text[i - 1] == ':') {
+      out[k++] = ' ';
+    } else {
+      out[k++] = ' ';
+      out[k++] = ' ';
+    }
+  }
+  out[k++] = '\n';
+  out[k] = '\0';
+  free(text);
+  int rc = put_text(x, name, out);
+  free(out);
+  return rc;
+}
+
+static int copy_in(exporter *x, const char *src, const char *name) {
+  char err[1024];
+  char *dst = fileio_join(x->tmp, name);
+  int rc = dst ? fileio_copy_durable(src, dst, err, sizeof err) : -1;
+  if (rc != 0)
+    x->h->fail(x->ctx, "copying %s: %s", src, dst ? err : "out of memory");
+  free(dst);
+  return rc == 0 ? 0 : -1;
+}
+
+/* ---- The Hugging Face files ---- */
+
+static int write_weights(exporter *x) {
+  char err[1024];
+  gpt *m = NULL;
+  if (modeldir_load(&x->info, &m, err, sizeof err) != 0) {
+    x->h->fail(x->ctx, "model: %s", err);
+    return -1;
+  }
+  char *path = fileio_join(x->tmp, "model.safetensors");
+  int rc = path
+               ? weights_save(path, m, x->dtype, NULL, NULL, 0, err, sizeof err)
+               : -1;
+  if (rc != 0)
+    x->h->fail(x->ctx, "%s", path ? err : "out of memory");
+  free(path);
+  gpt_destroy(m);
+  return rc;
+}
+
+static int write_configs(exporter *x) {
+  const gpt_config *c = &x->info.config;
+  const char *dt = x->dtype == ST_BF16 ? "bfloat16" : "float32";
+  char *text = modeldir_hf_config_json(c, x->eot, dt);
+  cJSON *cfg = text ? cJSON_Parse(text) : NULL;
+  free(text);
+  if (put_json(x, "config.json", cfg) != 0)
+    return -1;
+
+  /* Sampling as the train stage's samples do it. */
+  cJSON *g = cJSON_CreateObject();
+  cJSON_AddNumberToObject(g, "bos_token_id", (double)x->eot);
+  cJSON_AddNumberToObject(g, "eos_token_id", (double)x->eot);
+  cJSON_AddNumberToObject(g, "pad_token_id", (double)x->eot);
+  cJSON_AddNumberToObject(g, "max_length", c->block_size);
+  cJSON_AddBoolToObject(g, "do_sample", 1);
+  cJSON_AddNumberToObject(g, "temperature", 0.8);
+  cJSON_AddNumberToObject(g, "top_k", 40);
+  if (put_json(x, "generation_config.json", g) != 0)
+    return -1;
+
+  cJSON *t = cJSON_CreateObject();
+  cJSON_AddStringToObject(t, "tokenizer_class", "GPT2TokenizerFast");
+  cJSON_AddNumberToObject(t, "model_max_length", c->block_size);
+  cJSON_AddStringToObject(t, "bos_token", EOT);
+  cJSON_AddStringToObject(t, "eos_token", EOT);
+  cJSON_AddStringToObject(t, "unk_token", EOT);
+  cJSON_AddBoolToObject(t, "add_prefix_space", 0);
+  cJSON_AddBoolToObject(t, "add_bos_token", 0);
+  cJSON_AddBoolToObject(t, "clean_up_tokenization_spaces", 0);
+  cJSON_AddStringToObject(t, "errors", "replace");
+  if (put_json(x, "tokenizer_config.json", t) != 0)
+    return -1;
+
+  cJSON *s = cJSON_CreateObject();
+  cJSON_AddStringToObject(s, "bos_token", EOT);
+  cJSON_AddStringToObject(s, "eos_token", EOT);
+  cJSON_AddStringToObject(s, "unk_token", EOT);
+  return put_json(x, "special_tokens_map.json", s);
+}
+
+/* vocab.json and merges.txt, GPT-2's original tokenizer files, from
+ * tokenizer.json's model.vocab (plus the added tokens, as GPT-2's
+ * vocab.json has <|endoftext|>) and model.merges ("a b" strings or
+ * ["a", "b"] pairs). */
+static int write_vocab_merges(exporter *x) {
+  char err[1024];
+  char *text = fileio_read_all(x->tokenizer, NULL, err, sizeof err);
+  cJSON *root = text ? cJSON_Parse(text) : NULL;
+  int read_ok = text != NULL;
+  free(text);
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+  const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
+  const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+  const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+  const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+  int rc = -1;
+  FILE *mf = NULL;
+  char *mtext = NULL;
+  size_t mlen = 0;
+  if (!cJSON_IsString(type) || strcmp(type->valuestring, "BPE") != 0 ||
+      !cJSON_IsObject(vocab) || !cJSON_IsArray(merges)) {
+    x->h->fail(x->ctx, "%s: no BPE model with vocab and merges%s%s",
+               x->tokenizer, read_ok ? "" : ": ", read_ok ? "" : err);
+    goto done;
+  }
+  cJSON *v = cJSON_Duplicate(vocab, 1);
+  const cJSON *a;
+  cJSON_ArrayForEach(a, added) {
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(a, "content");
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id");
+    if (v && cJSON_IsString(content) && cJSON_IsNumber(id) &&
+        !cJSON_GetObjectItemCaseSensitive(v, content->valuestring))
+      cJSON_AddNumberToObject(v, content->valuestring, id->valuedouble);
+  }
+  char *vtext = v ? cJSON_PrintUnformatted(v) : NULL;
+  cJSON_Delete(v);
+  if (!vtext) {
+    x->h->fail(x->ctx, "vocab.json: out of memory");
+    goto done;
+  }
+  rc = put_text(x, "vocab.json", vtext);
+  free(vtext);
+  if (rc != 0)
+    goto done;
+  rc = -1;
+  mf = open_memstream(&mtext, &mlen);
+  if (!mf) {
+    x->h->fail(x->ctx, "merges.txt: out of memory");
+    goto done;
+  }
+  fputs("#version: 0.2\n", mf);
+  const cJSON *m;
+  cJSON_ArrayForEach(m, merges) {
+    const cJSON *l = cJSON_GetArrayItem(m, 0), *r = cJSON_GetArrayItem(m, 1);
+    if (cJSON_IsString(m)) {
+      fprintf(mf, "%s\n", m->valuestring);
+    } else if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 &&
+               cJSON_IsString(l) && cJSON_IsString(r)) {
+      fprintf(mf, "%s %s\n", l->valuestring, r->valuestring);
+    } else {
+      x->h->fail(x->ctx, "%s: a merge is neither \"a b\" nor [\"a\", \"b\"]",
+                 x->tokenizer);
+      goto done;
+    }
+  }
+  if (fclose(mf) != 0) {
+    mf = NULL;
+    x->h->fail(x->ctx, "merges.txt: out of memory");
+    goto done;
+  }
+  mf = NULL;
+  rc = put_text(x, "merges.txt", mtext);
+done:
+  if (mf)
+    fclose(mf);
+  free(mtext);
+  cJSON_Delete(root);
+  return rc;
+}
+
+/* A number of promotion.json, or NAN. */
+static double json_number(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* README.md: a short model card. */
+static int write_card(exporter *x) {
+  const gpt_config *c = &x->info.config;
+  const char *dag = x->h->info(x->ctx, DAGRUN_INFO_DAG);
+  const char *task = x->h->info(x->ctx, DAGRUN_INFO_TASK);
+  char *card = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&card, &len);
+  if (!f) {
+    x->h->fail(x->ctx, "README.md: out of memory");
+    return -1;
+  }
+  /* Parameters without wte's padding rows, as GPT-2 counts them. */
+  double C = c->n_embd, L = c->n_layer;
+  double nparams = (double)c->vocab_size * C + (double)c->block_size * C +
+                   L * (12 * C * C + 13 * C) + 2 * C;
+  fprintf(f,
+          "---\nlibrary_name: transformers\ntags:\n- gpt2\n- dagrun\n---\n\n");
+  if (x->name_param[0])
+    fprintf(f, "# %s\n\n", x->name_param);
+  else
+    fprintf(f, "# %s-%s\n\n", dag, task);
+  fprintf(f,
+          "A GPT-2 model trained with dagrun: %d layers, %d heads, width %d, "
+          "context %d tokens, vocabulary %d (%.2fM parameters), weights in "
+          "%s.\n\n",
+          c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size,
+          nparams / 1e6, x->dtype == ST_BF16 ? "bfloat16" : "float32");
+  fprintf(f, "## Where it came from\n\n");
+  fprintf(f, "- Source: `%s` (%s", x->info.dir,
+          x->info.kind == MODELDIR_HF ? "a Hugging Face GPT-2 directory"
+                                      : "a dagrun checkpoint");
+  if (x->info.step >= 0)
+    fprintf(f, ", step %lld", (long long)x->info.step);
+  fprintf(f, ")\n");
+  fprintf(f, "- Exported by the DAG `%s`, task `%s`, run `%s`\n", dag, task,
+          x->h->info(x->ctx, DAGRUN_INFO_RUN_ID));
+  fprintf(f, "- Tokenizer: byte-level BPE, %d ids, `%s` = %lld\n",
+          c->vocab_size, EOT, (long long)x->eot);
+  char err[256];
+  char *ppath = fileio_join(x->info.dir, "promotion.json");
+  char *ptext = ppath && exists(ppath)
+                    ? fileio_read_all(ppath, NULL, err, sizeof err)
+                    : NULL;
+  cJSON *prom = ptext ? cJSON_Parse(ptext) : NULL;
+  free(ptext);
+  free(ppath);
+  double vl = json_number(prom, "val_loss"),
+         ppl = json_number(prom, "perplexity"),
+         acc = json_number(prom, "accuracy");
+  if (!isnan(vl) || !isnan(ppl) || !isnan(acc)) {
+    fprintf(f, "- Validation (promotion.json):");
+    if (!isnan(vl))
+      fprintf(f, " loss %.4f", vl);
+    if (!isnan(ppl))
+      fprintf(f, ", perplexity %.2f", ppl);
+    if (!isnan(acc))
+      fprintf(f, ", next-token accuracy %.2f%%", 100 * acc);
+    fprintf(f, "\n");
+  }
+  cJSON_Delete(prom);
+  fprintf(f,
+          "\n## Use it\n\n"
+          "With transformers:\n\n"
+          "```python\n"
+          "from transformers import AutoTokenizer, GPT2LMHeadModel\n\n"
+          "tok = AutoTokenizer.from_pretrained(\"%s\")\n"
+          "model = GPT2LMHeadModel.from_pretrained(\"%s\")\n"
+          "ids = tok(\"Once upon a time\", return_tensors=\"pt\").input_ids\n"
+          "out = model.generate(ids, max_new_tokens=50, do_sample=True, "
+          "top_k=40)\n"
+          "print(tok.decode(out[0]))\n"
+          "```\n\n"
+          "With dagrun:\n\n"
+          "```sh\n"
+          "dagrun generate %s --prompt \"Once upon a time\"\n"
+          "```\n\n"
+          "The context is %d tokens: longer inputs must be cut to the last "
+          "%d.\n",
+          x->dest, x->dest, x->dest, c->block_size, c->block_size);
+  if (fclose(f) != 0) {
+    x->h->fail(x->ctx, "README.md: out of memory");
+    free(card);
+    return -1;
+  }
+  int rc = put_text(x, "README.md", card);
+  free(card);
+  return rc;
+}
+
+static int export_safetensors(exporter *x) {
+  if (write_weights(x) != 0 || x->h->cancelled(x->ctx))
+    return -1;
+  x->h->progress(x->ctx, 0.6, "weights written");
+  if (write_configs(x) != 0 ||
+      copy_in(x, x->tokenizer, "tokenizer.json") != 0 ||
+      write_vocab_merges(x) != 0 || write_card(x) != 0)
+    return -1;
+  return 0;
+}
+
+/* ---- format dagrun ---- */
+
+static int export_dagrun(exporter *x) {
+  if (x->info.kind != MODELDIR_CHECKPOINT) {
+    x->h->fail(x->ctx,
+               "format dagrun: %s is a Hugging Face directory, and a dagrun "
+               "checkpoint needs what it lacks (the optimizer state, the "
+               "training position); export it with format safetensors, or "
+               "train from it with init_from",
+               x->info.dir);
+    return -1;
+  }
+  DIR *d = opendir(x->info.dir);
+  if (!d) {
+    x->h->fail(x->ctx, "%s: %s", x->info.dir, strerror(errno));
+    return -1;
+  }
+  struct dirent *e;
+  int rc = 0;
+  while (rc == 0 && (e = readdir(d)) != NULL) {
+    /* The tokenizer goes in below, whichever it is. */
+    if (e->d_name[0] == '.' || strcmp(e->d_name, "tokenizer.json") == 0)
+      continue;
+    char *src = fileio_join(x->info.dir, e->d_name);
+    struct stat st;
+    if (src && stat(src, &st) == 0 && S_ISREG(st.st_mode))
+      rc = copy_in(x, src, e->d_name);
+    free(src);
+    if (rc == 0 && x->h->cancelled(x->ctx))
+      rc = -1;
+  }
+  closedir(d);
+  if (rc != 0)
+    return -1;
+  if (copy_in(x, x->tokenizer, "tokenizer.json") != 0)
+    return -1;
+  /* The copy must be the checkpoint it was: checksums and all. A
+   * checkpoint whose manifest lists its own tokenizer.json, exported with
+   * another tokenizer, fails here. */
+  char err[1024];
+  if (ckpt_verify(x->tmp, err, sizeof err) != 0) {
+    x->h->fail(x->ctx, "the copy of %s does not verify: %s", x->info.dir, err);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- The stage ---- */
+
+/* Puts the finished temporary directory in place of dest: the old export
+ * is moved aside, the new one renamed in, the old one removed. */
+static int swap_in(exporter *x) {
+  char *parent = strdup(x->dest), *slash = parent ? strrchr(parent, '/') : NULL;
+  if (!slash) {
+    free(parent);
+    x->h->fail(x->ctx, "out of memory");
+    return -1;
+  }
+  *slash = '\0';
+  int rc = fileio_fsync_dir(x->tmp);
+  int had_old = 0;
+  if (rc == 0 && exists(x->dest)) {
+    rc = rename(x->dest, x->old) == 0 ? 0 : -errno;
+    had_old = rc == 0;
+  }
+  if (rc == 0 && rename(x->tmp, x->dest) != 0) {
+    rc = -errno;
+    if (had_old) /* the old export back where it was */
+      rename(x->old, x->dest);
+  }
+  if (rc == 0)
+    rc = fileio_fsync_dir(slash == parent ? "/" : parent);
+  if (rc != 0)
+    x->h->fail(x->ctx, "cannot put %s in place: %s", x->dest, strerror(-rc));
+  else if (had_old && fileio_remove_tree(x->old) != 0)
+    x->h->log(x->ctx, DAGRUN_LOG_WARN, "could not remove the old export %s",
+              x->old);
+  free(parent);
+  return rc == 0 ? 0 : -1;
+}
+
+/* Reads the params; exit status 0 or EXIT_BAD_PARAMS. */
+static int read_params(exporter *x) {
+  const dagrun_host *h = x->h;
+  const char *model = "", *tok = "", *format = "", *dtype = "", *dir = "";
+  h->param_string(x->ctx, "model", &model);
+  h->param_string(x->ctx, "tokenizer", &tok);
+  h->param_string(x->ctx, "format", &format);
+  h->param_string(x->ctx, "dtype", &dtype);
+  h->param_string(x->ctx, "dir", &dir);
+  h->param_string(x->ctx, "name", &x->name_param);
+  if (!x->name_param)
+    x->name_param = "";
+  if (!model || !*model) {
+    h->fail(x->ctx, "model must name a model directory, e.g. "
+                    "\"${tasks.checkpoint.outputs.model}\"");
+    return EXIT_BAD_PARAMS;
+  }
+  if (strcmp(format, "safetensors") == 0) {
+    x->format = FORMAT_SAFETENSORS;
+  } else if (strcmp(format, "dagrun") == 0) {
+    x->format = FORMAT_DAGRUN;
+  } else {
+    h->fail(x->ctx, "format must be safetensors or dagrun, not '%s'", format);
+    return EXIT_BAD_PARAMS;
+  }
+  if (strcmp(dtype, "float32") == 0) {
+    x->dtype = ST_F32;
+  } else if (strcmp(dtype, "bfloat16") == 0) {
+    x->dtype = ST_BF16;
+  } else {
+    h->fail(x->ctx, "dtype must be float32 or bfloat16, not '%s'", dtype);
+    return EXIT_BAD_PARAMS;
+  }
+  if (x->format == FORMAT_DAGRUN && x->dtype != ST_F32) {
+    h->fail(x->ctx,
+            "dtype %s is for format safetensors: format dagrun "
+            "copies the checkpoint as it is (float32)",
+            dtype);
+    return EXIT_BAD_PARAMS;
+  }
+  x->source = resolve(x, model);
+  x->tokenizer = *tok ? resolve(x, tok) : NULL;
+  x->dest = *dir ? resolve(x, dir)
+                 : fileio_join(h->dir(x->ctx, DAGRUN_DIR_OUT), "model");
+  if (!x->source || (*tok && !x->tokenizer) || !x->dest) {
+    h->fail(x->ctx, "out of memory");
+    return EXIT_FAILED;
+  }
+  /* No trailing slashes: the temporary sibling is named after the last
+   * component. */
+  size_t n = strlen(x->dest);
+  while (n > 1 && x->dest[n - 1] == '/')
+    x->dest[--n] = '\0';
+  return 0;
+}
+
+/* The model and tokenizer, and whether they belong together. */
+static int open_source(exporter *x) {
+  const dagrun_host *h = x->h;
+  char err[2048];
+  if (modeldir_open(x->source, &x->info, err, sizeof err) != 0) {
+    h->fail(x->ctx, "model: %s", err);
+    return -1;
+  }
+  if (!x->tokenizer) {
+    if (!x->info.tokenizer[0]) {
+      h->fail(x->ctx,
+              "model %s has no tokenizer.json beside it, and its checkpoint "
+              "records none that still exists: set tokenizer",
+              x->info.dir);
+      return -1;
+    }
+    x->tokenizer = strdup(x->info.tokenizer);
+  }
+  if (!x->tokenizer ||
+      bpe_load_hf(x->tokenizer, &x->tok, err, sizeof err) != 0) {
+    h->fail(x->ctx, "tokenizer: %s", x->tokenizer ? err : "out of memory");
+    return -1;
+  }
+  uint32_t tv = bpe_vocab_size(x->tok);
+  if ((int64_t)tv != x->info.config.vocab_size) {
+    h->fail(x->ctx,
+            "the tokenizer %s has %u ids but the model %s has a vocabulary "
+            "of %d: they do not belong together",
+            x->tokenizer, tv, x->info.dir, x->info.config.vocab_size);
+    return -1;
+  }
+  x->eot = bpe_special_id(x->tok, EOT);
+  if (x->eot < 0) {
+    h->fail(x->ctx,
+            "the tokenizer %s has no %s token, which GPT-2's configs name "
+            "as bos/eos/unk",
+            x->tokenizer, EOT);
+    return -1;
+  }
+  if (exists(x->dest) && is_within(x->info.dir, x->dest)) {
+    h->fail(x->ctx,
+            "dir %s holds the model being exported (%s): choose "
+            "another dir",
+            x->dest, x->info.dir);
+    return -1;
+  }
+  return 0;
+}
+
+static int run(dagrun_ctx *ctx, const dagrun_host *h) {
+  exporter x = {.ctx = ctx, .h = h};
+  int status = read_params(&x);
+  if (status != 0)
+    goto done;
+  status = EXIT_FAILED;
+  if (open_source(&x) != 0)
+    goto done;
+  h->log(ctx, DAGRUN_LOG_INFO,
+         "exporting %s (%s, step %lld: %d layers, %d heads, width %d, "
+         "context %d, vocab %d) with tokenizer %s as %s%s to %s",
+         x.info.dir, x.info.kind == MODELDIR_HF ? "Hugging Face" : "checkpoint",
+         (long long)x.info.step, x.info.config.n_layer, x.info.config.n_head,
+         x.info.config.n_embd, x.info.config.block_size,
+         x.info.config.vocab_size, x.tokenizer,
+         x.format == FORMAT_DAGRUN ? "dagrun" : "safetensors",
+         x.format == FORMAT_DAGRUN ? ""
+         : x.dtype == ST_BF16      ? " bfloat16"
+                                   : " float32",
+         x.dest);
+
+  /* The temporary and the old export are hidden siblings of dest; stale
+   * ones (a killed attempt's) go first. */
+  size_t n = strlen(x.dest) + 16;
+  char *parent = strdup(x.dest), *slash = parent ? strrchr(parent, '/') : NULL;
+  x.tmp = malloc(n);
+  x.old = malloc(n);
+  if (!slash || !x.tmp || !x.old) {
+    free(parent);
+    h->fail(ctx, "out of memory");
+    goto done;
+  }
+  *slash = '\0';
+  const char *pdir = slash == parent ? "" : parent;
+  snprintf(x.tmp, n, "%s/.%s.tmp", pdir, slash + 1);
+  snprintf(x.old, n, "%s/.%s.old", pdir, slash + 1);
+  int rc = *pdir ? mkdir_p(pdir) : 0;
+  free(parent);
+  if (rc == 0)
+    rc = fileio_remove_tree(x.tmp);
+  if (rc == 0 && !exists(x.dest))
+    rc = fileio_remove_tree(x.old); /* a crash after moving the old aside */
+  if (rc == 0 && mkdir(x.tmp, 0755) != 0)
+    rc = -errno;
+  if (rc != 0) {
+    h->fail(ctx, "cannot create %s: %s", x.tmp, strerror(-rc));
+    goto done;
+  }
+  h->progress(ctx, 0.1, "writing");
+  rc = x.format == FORMAT_DAGRUN ? export_dagrun(&x) : export_safetensors(&x);
+  if (rc == 0 && h->cancelled(ctx)) {
+    h->fail(ctx, "stopped before the export was complete; nothing written");
+    rc = -1;
+  }
+  if (rc != 0 || swap_in(&x) != 0) {
+    fileio_remove_tree(x.tmp);
+    goto done;
+  }
+  char *weights = fileio_join(x.dest, "model.safetensors");
+  h->output(ctx, "dir", x.dest);
+  h->output(ctx, "format",
+            x.format == FORMAT_DAGRUN ? "dagrun" : "safetensors");
+  h->output(ctx, "model", weights ? weights : "");
+  h->log(ctx, DAGRUN_LOG_INFO, "exported to %s", x.dest);
+  h->progress(ctx, 1.0, "done");
+  free(weights);
+  status = 0;
+done:
+  bpe_destroy(x.tok);
+  free(x.source);
+  free(x.tokenizer);
+  free(x.dest);
+  free(x.tmp);
+  free(x.old);
+  return status;
+}
+
+static const dagrun_stage stage = {
+    DAGRUN_STAGE_HEADER,
+    "export",
+    "1.0.0",
+    "Exports a model as a Hugging Face GPT-2 directory (safetensors, "
+    "config, tokenizer files, model card) or as a dagrun checkpoint.",
+    params,
+    run,
+};
+
+DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

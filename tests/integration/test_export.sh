@@ -1,0 +1,195 @@
+# The export stage on a model trained here: the Hugging Face directory it
+# writes is read by an independent reader (tests/reference/check_export.py:
+# names, shapes, dtypes, values equal to the checkpoint's, or rounded to
+# nearest even in bfloat16; configs; tokenizer files), its weights give
+# PyTorch's GPT-2 the logits our engine computes (relative error < 1e-4),
+# its tokenizer.json encodes text as Hugging Face's tokenizers.js does;
+# format dagrun is a checkpoint train resumes from; and what must be
+# refused is (another vocabulary, a tokenizer without <|endoftext|>, an HF
+# source as format dagrun, bad params), leaving no half-written export.
+# Where transformers is installed, tests/reference/hf_check.py also loads
+# the exports with from_pretrained.
+. "$(dirname "$0")/lib.sh"
+
+REF="$DAGRUN_SOURCE_DIR/tests/reference"
+BIN="$DAGRUN_BUILD_DIR/bin"
+NM="${DAGRUN_NPM_DIR:?}/node_modules"
+for b in model_logits bpe_tool; do
+  [ -x "$BIN/$b" ] || fail "no $BIN/$b (build the $b target)"
+done
+[ -d "$NM/@huggingface/tokenizers" ] || fail "no @huggingface/tokenizers in $NM (run scripts/setup.sh)"
+command -v node >/dev/null || fail "node is needed for the tokenizer reference"
+
+DATA=$(make_token_data t 320)
+MODEL='n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, batch_size: 4, threads: 1'
+cat > export.yaml <<Y
+dag: export
+tasks:
+  train: {stage: train, with: {data: "$DATA", $MODEL, steps: 50, lr: 0.003, eval_every: 0, checkpoint_every: 25, samples: 0}}
+  fp32: {stage: export, needs: [train], with: {model: "\${tasks.train.outputs.checkpoints}", name: tiny-test}}
+  bf16: {stage: export, needs: [train], with: {model: "\${tasks.train.outputs.checkpoints}", dtype: bfloat16}}
+  ckpt: {stage: export, needs: [train], with: {model: "\${tasks.train.outputs.checkpoints}", format: dagrun}}
+  again: {stage: export, needs: [fp32], with: {model: "\${tasks.fp32.outputs.dir}"}}
+Y
+run_dagrun run export.yaml --plain
+expect_rc 0
+R=$(run_dir export)
+CK="$R/train/checkpoints/step-00000050"
+TOK="$DATA/tokenizer.json"
+[ -d "$CK" ] || fail "no final checkpoint: $(ls "$R/train/checkpoints")"
+E32="$R/fp32/out/model"
+E16="$R/bf16/out/model"
+ED="$R/ckpt/out/model"
+/usr/bin/python3 - "$R" <<'P' || fail "outputs: $(cat "$R"/*/outputs.json)"
+import json, sys
+r = sys.argv[1]
+for task, fmt in [("fp32", "safetensors"), ("bf16", "safetensors"), ("ckpt", "dagrun")]:
+    o = json.load(open("%s/%s/outputs.json" % (r, task)))
+    d = "%s/%s/out/model" % (r, task)
+    assert o == {"dir": d, "format": fmt, "model": d + "/model.safetensors"}, o
+P
+
+# The files, by an independent reader.
+/usr/bin/python3 "$REF/check_export.py" files "$E32" "$CK" float32 "$TOK" >check32.log 2>&1 ||
+  fail "fp32 export: $(cat check32.log)"
+/usr/bin/python3 "$REF/check_export.py" files "$E16" "$CK" bfloat16 "$TOK" >check16.log 2>&1 ||
+  fail "bf16 export: $(cat check16.log)"
+expect_in "$E32/README.md" "# tiny-test"
+expect_in "$E32/README.md" "step 50"
+expect_in "$E32/README.md" "$CK"
+# Re-exported from the Hugging Face export: the same weights.
+cmp "$E32/model.safetensors" "$R/again/out/model/model.safetensors" ||
+  fail "exporting the export changed its weights"
+cmp "$E32/config.json" "$R/again/out/model/config.json" || fail "exporting the export changed config.json"
+
+# Logits: our engine on the checkpoint against PyTorch's GPT-2 on the
+# exported tensors, for a prompt's ids.
+printf 'the cat eats the fish. a dog trains on every epoch. our team writes the logs.' > prompt.txt
+"$BIN/bpe_tool" encode "$E32/tokenizer.json" prompt.txt > prompt.ids || fail "encoding the prompt failed"
+[ "$(wc -w < prompt.ids)" -ge 8 ] || fail "prompt too short: $(cat prompt.ids)"
+/usr/bin/python3 -c 'import sys; v = open(sys.argv[1]).read().split()[:32]; open(sys.argv[1], "w").write(" ".join(v) + "\n")' prompt.ids
+"$BIN/model_logits" "$CK" prompt.ids ours.bin > ours.txt || fail "model_logits on the checkpoint failed"
+expect_in ours.txt "kind checkpoint step 50"
+/usr/bin/python3 "$REF/check_export.py" logits "$E32" prompt.ids ours.bin >logits32.log 2>&1 ||
+  fail "fp32 logits: $(cat logits32.log)"
+cat logits32.log
+# The bf16 export, opened by modeldir as a Hugging Face directory, gives
+# PyTorch's logits on the same bf16 weights.
+"$BIN/model_logits" "$E16" prompt.ids ours16.bin > ours16.txt || fail "model_logits on the bf16 export failed"
+expect_in ours16.txt "kind hf step -1"
+expect_in ours16.txt "tokenizer $E16/tokenizer.json"
+/usr/bin/python3 "$REF/check_export.py" logits "$E16" prompt.ids ours16.bin >logits16.log 2>&1 ||
+  fail "bf16 logits: $(cat logits16.log)"
+cat logits16.log
+# format dagrun: the very same model.
+"$BIN/model_logits" "$ED" prompt.ids oursd.bin > /dev/null || fail "model_logits on the dagrun export failed"
+cmp ours.bin oursd.bin || fail "the dagrun export's logits differ from the checkpoint's"
+
+# The tokenizer: tokenizers.js on the exported tokenizer.json gives our
+# ids; GPT-2's vocab.json + merges.txt give them too.
+cat "$REF/varied.txt" > text.txt
+printf '<|endoftext|>the cat eats the fish.\n' >> text.txt
+node "$REF/hf_encode.mjs" "$NM" "$E32/tokenizer.json" text.txt > hf.ids 2> hf.err ||
+  fail "tokenizers.js failed: $(cat hf.err)"
+"$BIN/bpe_tool" encode-specials "$E32/tokenizer.json" text.txt > our.ids || fail "bpe_tool encode failed"
+[ "$(wc -w < our.ids)" -gt 100 ] || fail "too few ids"
+cmp -s hf.ids our.ids || fail "tokenizers.js ids differ from ours on the exported tokenizer.json"
+"$BIN/bpe_tool" encode "$E32/tokenizer.json" text.txt > a.ids
+"$BIN/bpe_tool" encode "$E32/vocab.json,$E32/merges.txt" text.txt > b.ids ||
+  fail "bpe_tool cannot read the exported vocab.json + merges.txt"
+cmp -s a.ids b.ids || fail "vocab.json + merges.txt encode differently from tokenizer.json"
+
+# format dagrun: the checkpoint's files as they were, checksums good,
+# tokenizer.json beside them, and train resumes from it.
+/usr/bin/python3 "$REF/check_export.py" manifest "$ED" >man.log 2>&1 || fail "dagrun export: $(cat man.log)"
+cmp "$TOK" "$ED/tokenizer.json" || fail "dagrun export: tokenizer.json differs"
+for f in model.safetensors optim.bin manifest.json; do
+  cmp "$CK/$f" "$ED/$f" || fail "dagrun export: $f differs from the checkpoint's"
+done
+cat > resume.yaml <<Y
+dag: resume
+tasks:
+  train: {stage: train, with: {data: "$DATA", $MODEL, steps: 60, lr: 0.003, eval_every: 0, samples: 0, resume: "$ED"}}
+Y
+run_dagrun run resume.yaml --plain
+expect_rc 0
+expect_in "$(run_dir resume)/train/attempt-1/log" "resumed from $ED at step 50"
+
+# Where transformers is installed: from_pretrained on both exports.
+for e in "$E32" "$E16"; do
+  /usr/bin/python3 "$REF/hf_check.py" "$e" "$BIN/model_logits" "$BIN/bpe_tool" text.txt >hf.log 2>&1 ||
+    fail "hf_check.py on $e: $(cat hf.log)"
+  cat hf.log
+done
+
+# Refusals. A tokenizer of another vocabulary: both sizes named, and an
+# export already in dir stays as it was.
+DATA2=$(make_token_data u 300)
+V1=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$E32/config.json")
+V2=$(/usr/bin/python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); print(max(list(t["model"]["vocab"].values()) + [a["id"] for a in t["added_tokens"]]) + 1)' "$DATA2/tokenizer.json")
+[ "$V1" != "$V2" ] || fail "the two vocabularies have the same size $V1"
+mkdir -p keep
+cp -r "$E32" keep/model
+cat > refuse.yaml <<Y
+dag: refuse
+tasks:
+  vocab: {stage: export, with: {model: "$CK", tokenizer: "$DATA2/tokenizer.json"}}
+  replace: {stage: export, with: {model: "$CK", tokenizer: "$DATA2/tokenizer.json", dir: "$T/keep/model"}}
+  hfdagrun: {stage: export, with: {model: "$E32", format: dagrun}}
+  notmodel: {stage: export, with: {model: "$DATA"}}
+  badformat: {stage: export, with: {model: "$CK", format: onnx}}
+  baddtype: {stage: export, with: {model: "$CK", dtype: float16}}
+  dagrunbf16: {stage: export, with: {model: "$CK", format: dagrun, dtype: bfloat16}}
+Y
+run_dagrun run refuse.yaml --plain
+expect_rc 1
+RR=$(run_dir refuse)
+expect_in "$RR/vocab/attempt-1/log" "has $V2 ids but the model"
+expect_in "$RR/vocab/attempt-1/log" "vocabulary of $V1"
+[ -z "$(ls -A "$RR/vocab/out")" ] || fail "a refused export left files: $(ls -A "$RR/vocab/out")"
+[ "$(ls -A keep)" = model ] || fail "a refused export left files beside dir: $(ls -A keep)"
+for f in model.safetensors config.json tokenizer.json; do
+  cmp "$E32/$f" "keep/model/$f" || fail "a refused export changed the export already in dir ($f)"
+done
+expect_in "$RR/hfdagrun/attempt-1/log" "format dagrun"
+expect_in "$RR/hfdagrun/attempt-1/log" "Hugging Face"
+expect_in "$RR/notmodel/attempt-1/log" "$DATA: not a model directory"
+expect_in "$RR/badformat/attempt-1/log" "format must be safetensors or dagrun, not 'onnx'"
+expect_in "$RR/baddtype/attempt-1/log" "dtype must be float32 or bfloat16, not 'float16'"
+expect_in "$RR/dagrunbf16/attempt-1/log" "dtype bfloat16 is for format safetensors"
+for t in vocab replace hfdagrun notmodel; do
+  [ "$(task_field "$RR" $t exit_code)" = 1 ] || fail "$t: exit code $(task_field "$RR" $t exit_code)"
+done
+for t in badformat baddtype dagrunbf16; do
+  [ "$(task_field "$RR" $t exit_code)" = 2 ] || fail "$t: exit code $(task_field "$RR" $t exit_code)"
+done
+
+# A tokenizer without <|endoftext|> (renamed, same size) is refused.
+/usr/bin/python3 - "$TOK" noeot.json <<'P'
+import json, sys
+t = json.load(open(sys.argv[1]))
+for a in t["added_tokens"]:
+    if a["content"] == "<|endoftext|>":
+        a["content"] = "<|end|>"
+v = t["model"]["vocab"]
+if "<|endoftext|>" in v:
+    v["<|end|>"] = v.pop("<|endoftext|>")
+json.dump(t, open(sys.argv[2], "w"))
+P
+# And a successful export over an existing one replaces it whole.
+cat > more.yaml <<Y
+dag: more
+tasks:
+  noeot: {stage: export, with: {model: "$CK", tokenizer: "$T/noeot.json"}}
+  replace: {stage: export, with: {model: "$CK", dtype: bfloat16, dir: "$T/keep/model"}}
+Y
+run_dagrun run more.yaml --plain
+expect_rc 1
+RM=$(run_dir more)
+expect_in "$RM/noeot/attempt-1/log" "has no <|endoftext|>"
+[ "$(task_field "$RM" replace state)" = success ] || fail "replace: $(cat "$RM/replace/attempt-1/log")"
+[ "$(ls -A keep)" = model ] || fail "replacing left files beside dir: $(ls -A keep)"
+cmp "$E16/model.safetensors" keep/model/model.safetensors || fail "the replaced export is not the new one"
+/usr/bin/python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["torch_dtype"] == "bfloat16"' keep/model/config.json ||
+  fail "the replaced export's config.json: $(cat keep/model/config.json)"
+pass
