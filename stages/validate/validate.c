@@ -309,7 +309,9 @@ static void check_gates(vrun *r) {
   if (c->min_improvement.on) {
     double prev = NAN;
     r->previous = previous_model(r, &prev);
-    if (r->previous && !(prev - e->loss >= c->min_improvement.limit))
+    /* 1e-9: the previous loss went through JSON text, which may round
+     * away its last bit; no gate should hinge on that. */
+    if (r->previous && !(prev - e->loss >= c->min_improvement.limit - 1e-9))
       add_failure(r,
                   "val_loss %.4f against %.4f of the previous model %s: an "
                   "improvement of %.4f, less than min_improvement %g",
