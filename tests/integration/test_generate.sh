@@ -113,6 +113,15 @@ gen h --help
 [ "$RC" -eq 0 ] || fail "--help: exit $RC"
 expect_in h.out "--temperature"
 
+# dagrun without its dagrun-generate beside it says what is missing.
+mkdir -p "$T/lonely/bin" && cp "$DAGRUN" "$T/lonely/bin/dagrun"
+set +e
+"$T/lonely/bin/dagrun" generate "$CK" >lonely.out 2>lonely.err
+RC=$?
+set -e
+[ "$RC" -ne 0 ] || fail "dagrun generate without dagrun-generate succeeded"
+expect_in lonely.err "dagrun-generate"
+
 # init_from: starts from the first model's weights (its shape, whatever
 # the params say), so its loss at initialization is near the first run's
 # final loss, far below ln(vocab).
@@ -122,6 +131,7 @@ expect_rc 0
 R2=$(run_dir tune)
 expect_in "$R2/train/attempt-1/log" "init_from $CK/step-00000200"
 expect_in "$R2/train/attempt-1/log" "params are ignored"
+expect_in "$R2/train/attempt-1/log" "loss at initialization"
 /usr/bin/python3 - "$R/train/out/summary.json" "$R2/train/out/summary.json" <<'P' || fail "init_from did not start from the model: $(cat "$R2/train/out/summary.json")"
 import json, sys
 first = json.load(open(sys.argv[1]))
