@@ -8,6 +8,7 @@
 #include "weights.h"
 
 #include <cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -270,6 +271,21 @@ static int open_hf(const char *dir, const cJSON *cfg, modeldir_info *info,
 
 /* ---- Any of them ---- */
 
+/* Whether dir has an entry named step-*: a directory of checkpoints.
+ * Asked before ckpt_find_latest, so that any other directory gets the
+ * "not a model directory" answer without a scan for checkpoints. */
+static int has_step_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return 0;
+  struct dirent *e;
+  int found = 0;
+  while (!found && (e = readdir(d)) != NULL)
+    found = strncmp(e->d_name, "step-", 5) == 0;
+  closedir(d);
+  return found;
+}
+
 typedef struct skipped {
   char first[1024]; /* the newest invalid checkpoint and why */
 } skipped;
@@ -323,7 +339,8 @@ int modeldir_open(const char *path, modeldir_info *info, char *err,
 
   skipped sk = {{0}};
   char *latest = NULL, sub[1024];
-  if (ckpt_find_latest(path, &latest, note_invalid, &sk, sub, sizeof sub) ==
+  if (has_step_entries(path) &&
+      ckpt_find_latest(path, &latest, note_invalid, &sk, sub, sizeof sub) ==
           0 &&
       latest) {
     int rc = open_checkpoint(latest, info, err, errlen);

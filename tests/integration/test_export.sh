@@ -164,6 +164,24 @@ for t in badformat baddtype dagrunbf16; do
   [ "$(task_field "$RR" $t exit_code)" = 2 ] || fail "$t: exit code $(task_field "$RR" $t exit_code)"
 done
 
+# A write that fails half-way (the file size limit, as a full disk would):
+# the task fails, the temporary directory is gone, and the export already
+# in dir is untouched.
+cat > full.yaml <<Y
+dag: full
+tasks:
+  full: {stage: export, with: {model: "$CK", dir: "$T/keep/model"}}
+Y
+set +e
+(ulimit -f 100; "$DAGRUN" run full.yaml --plain) >"$T/out" 2>"$T/err"
+RC=$?
+set -e
+expect_rc 1
+RF=$(run_dir full)
+expect_in "$RF/full/attempt-1/log" "model.safetensors: File too large"
+[ "$(ls -A keep)" = model ] || fail "a failed write left files beside dir: $(ls -A keep)"
+cmp "$E32/model.safetensors" keep/model/model.safetensors || fail "a failed write changed the export in dir"
+
 # A tokenizer without <|endoftext|> (renamed, same size) is refused.
 /usr/bin/python3 - "$TOK" noeot.json <<'P'
 import json, sys
