@@ -37,8 +37,10 @@
 /* Set by the SIGTERM handler; read by host->cancelled() from any thread. */
 static volatile sig_atomic_t cancel_flag;
 
-/* The plugin whose run() was called; never unloaded (see worker_main). */
-static loader_plugin *ran_plugin;
+/* The plugin whose run() was called; never unloaded (see worker_main).
+ * volatile: the compiler must keep this never-read store, or an optimized
+ * build's LeakSanitizer reports the plugin as leaked. */
+static loader_plugin *volatile ran_plugin;
 
 struct dagrun_ctx {
   cJSON *doc;    /* the attempt description */

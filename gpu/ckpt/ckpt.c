@@ -628,7 +628,8 @@ static int scan(const char *parent, entry **out, size_t *n, char ***tmps,
     }
   }
   closedir(d);
-  qsort(v, *n, sizeof(*v), cmp_desc);
+  if (*n) /* qsort of NULL, even of 0 items, is undefined */
+    qsort(v, *n, sizeof(*v), cmp_desc);
   *out = v;
   return rc;
 }
