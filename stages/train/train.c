@@ -27,6 +27,7 @@
 #include "spike.h"
 #include "stagekit.h"
 #include "textgen.h"
+#include "tokdata.h"
 #include "tokfile.h"
 #include "trainstate.h"
 
@@ -137,10 +138,7 @@ typedef struct run_ctx {
   dagrun_ctx *ctx;
   const dagrun_host *h;
   cfg c;
-  char **train_paths, **val_paths;
-  size_t ntrain, nval;
-  char *tokenizer_path;
-  uint32_t eot;
+  tokdata data; /* the token files and the tokenizer */
   char *init_dir; /* init_from's model directory, resolved; NULL if none */
   gpt *model;
   optim *opt;
@@ -332,60 +330,14 @@ static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
 /* ---- Data: the tokenize stage's manifest ---- */
 
 static int load_data_manifest(run_ctx *r) {
-  const dagrun_host *h = r->h;
-  const char *dag_dir = h->dir(r->ctx, DAGRUN_DIR_DAG);
-  char *dir = r->c.data[0] == '/' ? strdup(r->c.data)
-                                  : fileio_join(dag_dir, r->c.data);
-  char *mpath = dir ? fileio_join(dir, "manifest.json") : NULL;
-  char ignored[512];
-  char *text = mpath ? fileio_read_all(mpath, NULL, ignored, sizeof ignored)
-                     : NULL;
-  cJSON *m = text ? cJSON_Parse(text) : NULL;
-  free(text);
-  int rc = -1;
-  const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(m, "format");
-  const cJSON *shards = cJSON_GetObjectItemCaseSensitive(m, "shards");
-  const cJSON *tok = cJSON_GetObjectItemCaseSensitive(m, "tokenizer");
-  if (!m || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "dagrun-tokens") ||
-      !cJSON_IsArray(shards) || !cJSON_IsObject(tok)) {
-    h->fail(r->ctx,
-            "%s: %s (data must be the tokenize stage's output directory, "
-            "e.g. \"${tasks.tokenize.outputs.dir}\")",
-            mpath ? mpath : r->c.data,
-            m ? "not a token manifest" : "missing or not JSON");
-    goto done;
+  char err[1024];
+  if (tokdata_open(r->h->dir(r->ctx, DAGRUN_DIR_DAG), r->c.data, &r->data,
+                   err, sizeof err) != 0) {
+    r->h->fail(r->ctx, "%s", err);
+    return -1;
   }
-  size_t n = (size_t)cJSON_GetArraySize(shards);
-  r->train_paths = calloc(n + 1, sizeof(char *));
-  r->val_paths = calloc(n + 1, sizeof(char *));
-  const cJSON *it;
-  cJSON_ArrayForEach(it, shards) {
-    const cJSON *split = cJSON_GetObjectItemCaseSensitive(it, "split");
-    const cJSON *path = cJSON_GetObjectItemCaseSensitive(it, "path");
-    if (!cJSON_IsString(split) || !cJSON_IsString(path))
-      continue;
-    char *p = fileio_join(dir, path->valuestring);
-    if (strcmp(split->valuestring, "train") == 0)
-      r->train_paths[r->ntrain++] = p;
-    else
-      r->val_paths[r->nval++] = p;
-  }
-  const cJSON *tpath = cJSON_GetObjectItemCaseSensitive(tok, "path");
-  const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(tok, "vocab_size");
-  const cJSON *eot = cJSON_GetObjectItemCaseSensitive(tok, "eot_id");
-  if (r->ntrain == 0 || !cJSON_IsString(tpath) || !cJSON_IsNumber(vocab)) {
-    h->fail(r->ctx, "%s lists no train token files or no tokenizer", mpath);
-    goto done;
-  }
-  r->tokenizer_path = fileio_join(dir, tpath->valuestring);
-  r->c.model.vocab_size = vocab->valueint;
-  r->eot = cJSON_IsNumber(eot) ? (uint32_t)eot->valueint : TOKFILE_NO_EOT;
-  rc = 0;
-done:
-  cJSON_Delete(m);
-  free(mpath);
-  free(dir);
-  return rc;
+  r->c.model.vocab_size = r->data.vocab_size;
+  return 0;
 }
 
 /* Unigram entropy (nats) of the train tokens: the loss of a model that
@@ -395,10 +347,10 @@ static double unigram_entropy(run_ctx *r, uint64_t *ntokens) {
   uint64_t *count = calloc(V, sizeof *count), total = 0;
   if (!count)
     return NAN;
-  for (size_t i = 0; i < r->ntrain; i++) {
+  for (size_t i = 0; i < r->data.ntrain; i++) {
     tokfile *f = NULL;
     char err[512];
-    if (tokfile_open(r->train_paths[i], &f, err, sizeof err) != 0)
+    if (tokfile_open(r->data.train[i], &f, err, sizeof err) != 0)
       continue;
     const tokfile_info *in = tokfile_header(f);
     const void *t = tokfile_tokens(f);
@@ -537,7 +489,7 @@ static int maybe_resume(run_ctx *r) {
 static int write_samples(run_ctx *r, const char *path) {
   char err[1024];
   bpe *tok = NULL;
-  if (bpe_load_hf(r->tokenizer_path, &tok, err, sizeof err) != 0) {
+  if (bpe_load_hf(r->data.tokenizer, &tok, err, sizeof err) != 0) {
     r->h->log(r->ctx, DAGRUN_LOG_WARN, "no samples: %s", err);
     return -1;
   }
@@ -556,13 +508,7 @@ static int write_samples(run_ctx *r, const char *path) {
 }
 
 static void free_run(run_ctx *r) {
-  for (size_t i = 0; r->train_paths && i < r->ntrain; i++)
-    free(r->train_paths[i]);
-  for (size_t i = 0; r->val_paths && i < r->nval; i++)
-    free(r->val_paths[i]);
-  free(r->train_paths);
-  free(r->val_paths);
-  free(r->tokenizer_path);
+  tokdata_free(&r->data);
   free(r->init_dir);
   loader_destroy(r->train);
   loader_destroy(r->val);
@@ -674,8 +620,8 @@ static int setup(run_ctx *r) {
     return -1;
   }
   loader_config lc = {
-      .paths = (const char *const *)r->train_paths,
-      .npaths = r->ntrain,
+      .paths = (const char *const *)r->data.train,
+      .npaths = r->data.ntrain,
       .B = r->c.B,
       .T = r->c.T,
       .order = LOADER_RANDOM,
@@ -686,10 +632,10 @@ static int setup(run_ctx *r) {
     h->fail(r->ctx, "train data: %s", err);
     return -1;
   }
-  if (r->nval) {
+  if (r->data.nval) {
     loader_config vc = lc;
-    vc.paths = (const char *const *)r->val_paths;
-    vc.npaths = r->nval;
+    vc.paths = (const char *const *)r->data.val;
+    vc.npaths = r->data.nval;
     vc.order = LOADER_SEQUENTIAL;
     vc.shuffle = 0;
     vc.prefetch = 0;
@@ -721,8 +667,8 @@ static char *config_json(const run_ctx *r) {
   cJSON_AddStringToObject(o, "model", c->model_name);
   if (r->init_dir)
     cJSON_AddStringToObject(o, "init_from", r->init_dir);
-  if (r->tokenizer_path)
-    cJSON_AddStringToObject(o, "tokenizer", r->tokenizer_path);
+  if (r->data.tokenizer)
+    cJSON_AddStringToObject(o, "tokenizer", r->data.tokenizer);
   cJSON_AddNumberToObject(o, "batch_size", c->B);
   cJSON_AddNumberToObject(o, "seq_len", c->T);
   cJSON_AddNumberToObject(o, "grad_accum", c->accum);
@@ -986,7 +932,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   cJSON_AddNumberToObject(s, "spike_events", (double)r.guard.events);
   cJSON_AddNumberToObject(s, "peak_rss_bytes", (double)stagekit_peak_rss());
   cJSON_AddStringToObject(s, "checkpoint", r.last_ckpt);
-  cJSON_AddStringToObject(s, "tokenizer", r.tokenizer_path);
+  cJSON_AddStringToObject(s, "tokenizer", r.data.tokenizer);
   char *text = cJSON_Print(s);
   cJSON_Delete(s);
   char *spath = fileio_join(out, "summary.json");
@@ -1000,7 +946,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   free(text);
   h->output(ctx, "checkpoint", r.last_ckpt);
   h->output(ctx, "checkpoints", r.ckpt_dir);
-  h->output(ctx, "tokenizer", r.tokenizer_path);
+  h->output(ctx, "tokenizer", r.data.tokenizer);
   h->output(ctx, "summary", spath);
   free(spath);
   char num[32];
