@@ -10,25 +10,9 @@
 #include "testlib.h"
 
 #include <fcntl.h>
-#include <stdarg.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static char root[] = "/tmp/dagrun-ckpt-XXXXXX";
-
-static char *path_in(const char *fmt, ...) {
-  static char buf[8][512];
-  static int k;
-  char *p = buf[k++ % 8];
-  char rel[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(rel, sizeof rel, fmt, ap);
-  va_end(ap);
-  snprintf(p, 512, "%s/%s", root, rel);
-  return p;
-}
 
 static int exists(const char *p) { return access(p, F_OK) == 0; }
 
@@ -63,13 +47,13 @@ static void test_commit_verify(void) {
   char err[1024] = "", final[512] = "";
   char parent[512];
   snprintf(parent, sizeof parent, "%s",
-           path_in("a/b/ckpts")); /* created as needed */
+           test_path("a/b/ckpts")); /* created as needed */
   ckpt_writer *w = NULL;
   CHECK_INT(ckpt_begin(parent, 100, &w, err, sizeof err), 0);
   if (!w)
     return;
   char *tmp = strdup(ckpt_writer_dir(w));
-  CHECK_STR(tmp, path_in("a/b/ckpts/.step-00000100.tmp"));
+  CHECK_STR(tmp, test_path("a/b/ckpts/.step-00000100.tmp"));
   unsigned char model[4096];
   for (int i = 0; i < 4096; i++)
     model[i] = (unsigned char)i;
@@ -91,7 +75,7 @@ static void test_commit_verify(void) {
                         final, sizeof final, err, sizeof err),
             0);
   char dir[512];
-  snprintf(dir, sizeof dir, "%s", path_in("a/b/ckpts/step-00000100"));
+  snprintf(dir, sizeof dir, "%s", test_path("a/b/ckpts/step-00000100"));
   CHECK_STR(final, dir);
   CHECK(!exists(tmp));
   free(tmp);
@@ -127,14 +111,14 @@ static void test_commit_verify(void) {
   CHECK_INT(ckpt_begin(parent, 101, &w, err, sizeof err), 0);
   CHECK_INT(ckpt_commit(w, "[1, 2]", NULL, 0, err, sizeof err), -1);
   CHECK_STR(err, "checkpoint state is not a JSON object");
-  CHECK(!exists(path_in("a/b/ckpts/.step-00000101.tmp")));
-  CHECK(!exists(path_in("a/b/ckpts/step-00000101")));
+  CHECK(!exists(test_path("a/b/ckpts/.step-00000101.tmp")));
+  CHECK(!exists(test_path("a/b/ckpts/step-00000101")));
   /* Abort removes the temporary. */
   CHECK_INT(ckpt_begin(parent, 102, &w, err, sizeof err), 0);
-  CHECK(exists(path_in("a/b/ckpts/.step-00000102.tmp")));
+  CHECK(exists(test_path("a/b/ckpts/.step-00000102.tmp")));
   ckpt_abort(w);
   ckpt_abort(NULL);
-  CHECK(!exists(path_in("a/b/ckpts/.step-00000102.tmp")));
+  CHECK(!exists(test_path("a/b/ckpts/.step-00000102.tmp")));
 }
 
 static void flip_byte(const char *path, off_t at) {
@@ -149,10 +133,10 @@ static void flip_byte(const char *path, off_t at) {
 static void test_damage(void) {
   char err[1024] = "";
   char parent[512];
-  snprintf(parent, sizeof parent, "%s", path_in("damage"));
+  snprintf(parent, sizeof parent, "%s", test_path("damage"));
   CHECK_INT(make_ckpt(parent, 5), 0);
   char dir[400], model[512], optim[512], manifest[512];
-  snprintf(dir, sizeof dir, "%s", path_in("damage/step-00000005"));
+  snprintf(dir, sizeof dir, "%s", test_path("damage/step-00000005"));
   snprintf(model, sizeof model, "%s/model.safetensors", dir);
   snprintf(optim, sizeof optim, "%s/optim.bin", dir);
   snprintf(manifest, sizeof manifest, "%s/manifest.json", dir);
@@ -230,7 +214,7 @@ static void on_invalid(void *arg, const char *dir, const char *why) {
 static void test_find_latest(void) {
   char err[512] = "";
   char parent[512];
-  snprintf(parent, sizeof parent, "%s", path_in("find"));
+  snprintf(parent, sizeof parent, "%s", test_path("find"));
   char *out = (char *)1;
   /* No directory yet: no checkpoint, not an error. */
   CHECK_INT(ckpt_find_latest(parent, &out, NULL, NULL, err, sizeof err), 0);
@@ -240,34 +224,35 @@ static void test_find_latest(void) {
   CHECK_INT(make_ckpt(parent, 2), 0);
   /* A crashed attempt's temporary, a step directory without a manifest
    * and one with a truncated file, all newer than step 2. */
-  CHECK_INT(mkdir(path_in("find/.step-00000003.tmp"), 0755), 0);
+  CHECK_INT(mkdir(test_path("find/.step-00000003.tmp"), 0755), 0);
   CHECK_INT(make_ckpt(parent, 3), 0);
-  CHECK_INT(
-      rename(path_in("find/step-00000003"), path_in("find/.step-00000009.tmp")),
-      0);
-  CHECK_INT(mkdir(path_in("find/step-00000004"), 0755), 0);
+  CHECK_INT(rename(test_path("find/step-00000003"),
+                   test_path("find/.step-00000009.tmp")),
+            0);
+  CHECK_INT(mkdir(test_path("find/step-00000004"), 0755), 0);
   CHECK_INT(make_ckpt(parent, 10), 0);
-  CHECK_INT(truncate(path_in("find/step-00000010/optim.bin"), 10), 0);
+  CHECK_INT(truncate(test_path("find/step-00000010/optim.bin"), 10), 0);
   /* Names that are not checkpoints at all are ignored. */
-  CHECK_INT(mkdir(path_in("find/step-x"), 0755), 0);
-  CHECK_INT(mkdir(path_in("find/other"), 0755), 0);
+  CHECK_INT(mkdir(test_path("find/step-x"), 0755), 0);
+  CHECK_INT(mkdir(test_path("find/other"), 0755), 0);
 
   seen s = {0};
   CHECK_INT(ckpt_find_latest(parent, &out, on_invalid, &s, err, sizeof err), 0);
-  CHECK_STR(out, path_in("find/step-00000002"));
+  CHECK_STR(out, test_path("find/step-00000002"));
   free(out);
   CHECK_INT(s.n, 2);
-  CHECK_STR(s.dirs[0], path_in("find/step-00000010"));
+  CHECK_STR(s.dirs[0], test_path("find/step-00000010"));
   CHECK_STR(s.whys[0], "optim.bin: truncated: 10 of 1000 bytes");
-  CHECK_STR(s.dirs[1], path_in("find/step-00000004"));
+  CHECK_STR(s.dirs[1], test_path("find/step-00000004"));
   CHECK_STR(s.whys[1], "missing manifest.json (an incomplete checkpoint?)");
 
   /* A checkpoint copied under another step's name does not pass. */
   CHECK_INT(
-      rename(path_in("find/step-00000002"), path_in("find/step-00000007")), 0);
+      rename(test_path("find/step-00000002"), test_path("find/step-00000007")),
+      0);
   s.n = 0;
   CHECK_INT(ckpt_find_latest(parent, &out, on_invalid, &s, err, sizeof err), 0);
-  CHECK_STR(out, path_in("find/step-00000001"));
+  CHECK_STR(out, test_path("find/step-00000001"));
   free(out);
   CHECK_INT(s.n, 3);
   CHECK_STR(s.whys[1], "manifest.json: step 2, but the directory is "
@@ -275,11 +260,11 @@ static void test_find_latest(void) {
 
   /* Writing step 4 again replaces the broken one. */
   CHECK_INT(make_ckpt(parent, 4), 0);
-  CHECK_INT(ckpt_verify(path_in("find/step-00000004"), err, sizeof err), 0);
-  CHECK(!exists(path_in("find/.step-00000004.old")));
+  CHECK_INT(ckpt_verify(test_path("find/step-00000004"), err, sizeof err), 0);
+  CHECK(!exists(test_path("find/.step-00000004.old")));
 
   /* A parent that is not a directory is an error. */
-  CHECK_INT(ckpt_find_latest(path_in("find/step-00000004/optim.bin"), &out,
+  CHECK_INT(ckpt_find_latest(test_path("find/step-00000004/optim.bin"), &out,
                              NULL, NULL, err, sizeof err),
             -1);
   CHECK(strstr(err, "cannot read ") != NULL);
@@ -287,34 +272,34 @@ static void test_find_latest(void) {
 
 static void test_prune(void) {
   char parent[512];
-  snprintf(parent, sizeof parent, "%s", path_in("prune"));
+  snprintf(parent, sizeof parent, "%s", test_path("prune"));
   for (int s = 10; s <= 50; s += 10)
     CHECK_INT(make_ckpt(parent, s), 0);
-  CHECK_INT(mkdir(path_in("prune/.step-00000060.tmp"), 0755), 0);
+  CHECK_INT(mkdir(test_path("prune/.step-00000060.tmp"), 0755), 0);
   CHECK_INT(ckpt_prune(parent, 2), 4);
-  CHECK(!exists(path_in("prune/step-00000010")));
-  CHECK(!exists(path_in("prune/step-00000020")));
-  CHECK(!exists(path_in("prune/step-00000030")));
-  CHECK(exists(path_in("prune/step-00000040")));
-  CHECK(exists(path_in("prune/step-00000050")));
-  CHECK(!exists(path_in("prune/.step-00000060.tmp")));
+  CHECK(!exists(test_path("prune/step-00000010")));
+  CHECK(!exists(test_path("prune/step-00000020")));
+  CHECK(!exists(test_path("prune/step-00000030")));
+  CHECK(exists(test_path("prune/step-00000040")));
+  CHECK(exists(test_path("prune/step-00000050")));
+  CHECK(!exists(test_path("prune/.step-00000060.tmp")));
   CHECK_INT(ckpt_prune(parent, 2), 0);
 
   /* The newest is broken: it does not count, and the newest valid one is
    * never removed. The broken one stays (newer than any valid one). */
   CHECK_INT(make_ckpt(parent, 60), 0);
-  CHECK_INT(truncate(path_in("prune/step-00000060/model.safetensors"), 1), 0);
+  CHECK_INT(truncate(test_path("prune/step-00000060/model.safetensors"), 1), 0);
   CHECK_INT(ckpt_prune(parent, 1), 1);
-  CHECK(exists(path_in("prune/step-00000060")));
-  CHECK(exists(path_in("prune/step-00000050")));
-  CHECK(!exists(path_in("prune/step-00000040")));
+  CHECK(exists(test_path("prune/step-00000060")));
+  CHECK(exists(test_path("prune/step-00000050")));
+  CHECK(!exists(test_path("prune/step-00000040")));
 
   /* A broken one between valid ones goes. */
   CHECK_INT(make_ckpt(parent, 70), 0);
   CHECK_INT(ckpt_prune(parent, 2), 1);
-  CHECK(!exists(path_in("prune/step-00000060")));
-  CHECK(exists(path_in("prune/step-00000050")));
-  CHECK(exists(path_in("prune/step-00000070")));
+  CHECK(!exists(test_path("prune/step-00000060")));
+  CHECK(exists(test_path("prune/step-00000050")));
+  CHECK(exists(test_path("prune/step-00000070")));
 }
 
 /* A child that begins checkpoint 200, writes one file and half of the
@@ -322,7 +307,7 @@ static void test_prune(void) {
 static void test_crash(void) {
   char err[512] = "";
   char parent[512];
-  snprintf(parent, sizeof parent, "%s", path_in("crash"));
+  snprintf(parent, sizeof parent, "%s", test_path("crash"));
   CHECK_INT(make_ckpt(parent, 100), 0);
   fflush(NULL);
   pid_t pid = fork();
@@ -341,42 +326,37 @@ static void test_crash(void) {
   int status = 0;
   CHECK(waitpid(pid, &status, 0) == pid);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 9);
-  CHECK(exists(path_in("crash/.step-00000200.tmp/optim.bin")));
+  CHECK(exists(test_path("crash/.step-00000200.tmp/optim.bin")));
 
   /* Killed between the manifest and the rename: still a temporary. */
   CHECK_INT(make_ckpt(parent, 300), 0);
-  CHECK_INT(rename(path_in("crash/step-00000300"),
-                   path_in("crash/.step-00000300.tmp")),
+  CHECK_INT(rename(test_path("crash/step-00000300"),
+                   test_path("crash/.step-00000300.tmp")),
             0);
 
   seen s = {0};
   char *out = NULL;
   CHECK_INT(ckpt_find_latest(parent, &out, on_invalid, &s, err, sizeof err), 0);
-  CHECK_STR(out, path_in("crash/step-00000100"));
+  CHECK_STR(out, test_path("crash/step-00000100"));
   CHECK_INT(s.n, 0);
   free(out);
 
   /* The run resumes from 100 and writes 200 over the stale temporary. */
   CHECK_INT(make_ckpt(parent, 200), 0);
   CHECK_INT(ckpt_find_latest(parent, &out, NULL, NULL, err, sizeof err), 0);
-  CHECK_STR(out, path_in("crash/step-00000200"));
+  CHECK_STR(out, test_path("crash/step-00000200"));
   free(out);
   CHECK_INT(ckpt_prune(parent, 5), 1); /* .step-00000300.tmp */
 }
 
 int main(void) {
-  if (!mkdtemp(root)) {
-    perror("mkdtemp");
+  if (test_tmpdir_make("ckpt") != 0)
     return 1;
-  }
   test_commit_verify();
   test_damage();
   test_find_latest();
   test_prune();
   test_crash();
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-  if (system(cmd) != 0)
-    fprintf(stderr, "could not remove %s\n", root);
+  test_tmpdir_remove();
   TEST_DONE();
 }

@@ -14,16 +14,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-static char dir[] = "/tmp/dagrun-dataloader-XXXXXX";
-
-static char *path_in(const char *name) {
-  static char buf[8][256];
-  static int k;
-  char *p = buf[k++ % 8];
-  snprintf(p, 256, "%s/%s", dir, name);
-  return p;
-}
-
 #define EOT 0u
 #define T_ 16
 #define B_ 5
@@ -335,7 +325,7 @@ static void test_resume(void) {
 /* Ids above 65535 come from 4-byte files as uint32. */
 static void test_wide(void) {
   static uint32_t w[300];
-  const char *p = path_in("wide.tok");
+  const char *p = test_path("wide.tok");
   write_tokens(p, 70000, 69000, w, 300);
   const char *paths[1] = {p};
   loader_config c = {.paths = paths,
@@ -381,7 +371,7 @@ static void test_errors(void) {
 
   /* Too short for one window, in one file or in each of several. */
   static uint32_t s[10];
-  const char *shortp = path_in("short.tok");
+  const char *shortp = test_path("short.tok");
   write_tokens(shortp, 4000, 3000, s, 10);
   const char *one[1] = {shortp};
   snprintf(want, sizeof want,
@@ -395,7 +385,7 @@ static void test_errors(void) {
   refused(both, 2, 1000, want);
 
   /* Another vocabulary: both files named. */
-  const char *mixed[3] = {fpaths[0], shortp, path_in("wide.tok")};
+  const char *mixed[3] = {fpaths[0], shortp, test_path("wide.tok")};
   snprintf(want, sizeof want,
            "%s: vocab_size 70000, but %s has vocab_size 4000 (all token "
            "files of a loader must share one vocabulary)",
@@ -403,7 +393,7 @@ static void test_errors(void) {
   refused(mixed, 3, 4, want);
 
   /* Missing and corrupt files: tokfile's own messages. */
-  const char *missing[2] = {fpaths[0], path_in("nope.tok")};
+  const char *missing[2] = {fpaths[0], test_path("nope.tok")};
   loader_config c = {.paths = missing, .npaths = 2, .B = 1, .T = 4};
   char err[1024] = "";
   loader *l = NULL;
@@ -411,7 +401,7 @@ static void test_errors(void) {
   CHECK(strstr(err, "nope.tok") != NULL);
 
   static uint32_t cbuf[200];
-  const char *corrupt = path_in("corrupt.tok");
+  const char *corrupt = test_path("corrupt.tok");
   write_tokens(corrupt, 4000, 1, cbuf, 200);
   int fd = open(corrupt, O_RDWR);
   unsigned char byte = 0x77;
@@ -430,12 +420,10 @@ static void test_errors(void) {
 }
 
 int main(void) {
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
+  if (test_tmpdir_make("dataloader") != 0)
     return 1;
-  }
-  fpaths[0] = strdup(path_in("f0.tok"));
-  fpaths[1] = strdup(path_in("f1.tok"));
+  fpaths[0] = strdup(test_path("f0.tok"));
+  fpaths[1] = strdup(test_path("f1.tok"));
   write_tokens(fpaths[0], 4000, 1, f0, 1000);
   write_tokens(fpaths[1], 4000, 2000, f1, 537);
   test_basics();
@@ -448,8 +436,8 @@ int main(void) {
   const char *names[] = {"f0.tok", "f1.tok", "wide.tok", "short.tok",
                          "corrupt.tok"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-    unlink(path_in(names[i]));
-  rmdir(dir);
+    unlink(test_path("%s", names[i]));
+  rmdir(test_tmpdir());
   free((char *)fpaths[0]);
   free((char *)fpaths[1]);
   TEST_DONE();

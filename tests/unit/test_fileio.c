@@ -12,26 +12,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static char root[] = "/tmp/dagrun-fileio-XXXXXX";
-
-static char *path_in(const char *fmt, ...) {
-  static char buf[8][512];
-  static int k;
-  char *p = buf[k++ % 8];
-  char rel[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(rel, sizeof rel, fmt, ap);
-  va_end(ap);
-  snprintf(p, 512, "%s/%s", root, rel);
-  return p;
-}
 
 static int exists(const char *p) {
   struct stat st;
@@ -65,25 +49,25 @@ static void test_copy(void) {
   /* 3 MiB + 17 bytes: three whole blocks and a partial one. */
   size_t n = (3u << 20) + 17;
   unsigned char *data = pattern(n);
-  CHECK_INT(fileio_write_durable(path_in("big"), data, n), 0);
-  CHECK_INT(
-      fileio_copy_durable(path_in("big"), path_in("big.copy"), err, sizeof err),
-      0);
-  CHECK(same_bytes(path_in("big.copy"), data, n));
+  CHECK_INT(fileio_write_durable(test_path("big"), data, n), 0);
+  CHECK_INT(fileio_copy_durable(test_path("big"), test_path("big.copy"), err,
+                                sizeof err),
+            0);
+  CHECK(same_bytes(test_path("big.copy"), data, n));
 
   /* Over a longer file: the copy is truncated to the source's size. */
-  CHECK_INT(fileio_write_durable(path_in("short"), "abc", 3), 0);
-  CHECK_INT(fileio_copy_durable(path_in("short"), path_in("big.copy"), err,
+  CHECK_INT(fileio_write_durable(test_path("short"), "abc", 3), 0);
+  CHECK_INT(fileio_copy_durable(test_path("short"), test_path("big.copy"), err,
                                 sizeof err),
             0);
-  CHECK(same_bytes(path_in("big.copy"), (const unsigned char *)"abc", 3));
+  CHECK(same_bytes(test_path("big.copy"), (const unsigned char *)"abc", 3));
 
   /* An empty file copies to an empty file. */
-  CHECK_INT(fileio_write_durable(path_in("empty"), "", 0), 0);
-  CHECK_INT(fileio_copy_durable(path_in("empty"), path_in("empty.copy"), err,
-                                sizeof err),
+  CHECK_INT(fileio_write_durable(test_path("empty"), "", 0), 0);
+  CHECK_INT(fileio_copy_durable(test_path("empty"), test_path("empty.copy"),
+                                err, sizeof err),
             0);
-  CHECK(same_bytes(path_in("empty.copy"), (const unsigned char *)"", 0));
+  CHECK(same_bytes(test_path("empty.copy"), (const unsigned char *)"", 0));
   free(data);
 }
 
@@ -91,28 +75,28 @@ static void test_copy_fails(void) {
   char err[1024];
   /* No destination directory: the destination is named. */
   err[0] = '\0';
-  CHECK_INT(fileio_copy_durable(path_in("short"), path_in("nodir/x"), err,
+  CHECK_INT(fileio_copy_durable(test_path("short"), test_path("nodir/x"), err,
                                 sizeof err),
             -1);
-  CHECK(strstr(err, path_in("nodir/x")) != NULL);
+  CHECK(strstr(err, test_path("nodir/x")) != NULL);
   CHECK(strstr(err, "No such file or directory") != NULL);
-  CHECK(!exists(path_in("nodir")));
+  CHECK(!exists(test_path("nodir")));
 
   /* A missing source: named, and no destination made. */
   err[0] = '\0';
-  CHECK_INT(fileio_copy_durable(path_in("missing"), path_in("m.copy"), err,
+  CHECK_INT(fileio_copy_durable(test_path("missing"), test_path("m.copy"), err,
                                 sizeof err),
             -1);
   CHECK(strstr(err, "cannot open") != NULL);
-  CHECK(strstr(err, path_in("missing")) != NULL);
-  CHECK(!exists(path_in("m.copy")));
+  CHECK(strstr(err, test_path("missing")) != NULL);
+  CHECK(!exists(test_path("m.copy")));
 
   /* A directory opens but cannot be read as a file. */
-  mkdir(path_in("adir"), 0755);
+  mkdir(test_path("adir"), 0755);
   err[0] = '\0';
-  CHECK_INT(
-      fileio_copy_durable(path_in("adir"), path_in("d.copy"), err, sizeof err),
-      -1);
+  CHECK_INT(fileio_copy_durable(test_path("adir"), test_path("d.copy"), err,
+                                sizeof err),
+            -1);
   CHECK(strstr(err, "cannot read") != NULL);
   CHECK(strstr(err, "Is a directory") != NULL);
   fprintf(stderr, "(as expected) %s\n", err);
@@ -121,26 +105,27 @@ static void test_copy_fails(void) {
 /* A source without read permission, from a process that is not root
  * (root reads anything): its own child when the test runs as root. */
 static void test_copy_unreadable(void) {
-  CHECK_INT(fileio_write_durable(path_in("secret"), "xyz", 3), 0);
-  CHECK_INT(chmod(path_in("secret"), 0000), 0);
-  CHECK_INT(chmod(root, 0777), 0);
+  CHECK_INT(fileio_write_durable(test_path("secret"), "xyz", 3), 0);
+  CHECK_INT(chmod(test_path("secret"), 0000), 0);
+  CHECK_INT(chmod(test_tmpdir(), 0777), 0);
   pid_t pid = fork();
   if (pid == 0) {
     if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
       _exit(3);
     char err[1024] = "";
-    int rc = fileio_copy_durable(path_in("secret"), path_in("s.copy"), err,
+    int rc = fileio_copy_durable(test_path("secret"), test_path("s.copy"), err,
                                  sizeof err);
     fprintf(stderr, "(as expected) %s\n", err);
     _exit(rc == -1 && strstr(err, "Permission denied") &&
-                  strstr(err, path_in("secret")) && !exists(path_in("s.copy"))
+                  strstr(err, test_path("secret")) &&
+                  !exists(test_path("s.copy"))
               ? 0
               : 1);
   }
   int status = 0;
   CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  CHECK_INT(chmod(root, 0700), 0);
+  CHECK_INT(chmod(test_tmpdir(), 0700), 0);
 }
 
 /* A file size limit (ulimit -f) under the copy's size: with SIGXFSZ
@@ -149,7 +134,7 @@ static void test_copy_unreadable(void) {
 static void test_copy_file_too_large(void) {
   size_t n = 3u << 20;
   unsigned char *data = pattern(n);
-  CHECK_INT(fileio_write_durable(path_in("big3"), data, n), 0);
+  CHECK_INT(fileio_write_durable(test_path("big3"), data, n), 0);
   free(data);
   pid_t pid = fork();
   if (pid == 0) {
@@ -158,11 +143,11 @@ static void test_copy_file_too_large(void) {
     if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
       _exit(3);
     char err[1024] = "";
-    int rc = fileio_copy_durable(path_in("big3"), path_in("big3.copy"), err,
+    int rc = fileio_copy_durable(test_path("big3"), test_path("big3.copy"), err,
                                  sizeof err);
     fprintf(stderr, "(as expected) %s\n", err);
     _exit(rc == -1 && strstr(err, "File too large") &&
-                  strstr(err, path_in("big3.copy"))
+                  strstr(err, test_path("big3.copy"))
               ? 0
               : 1);
   }
@@ -174,74 +159,72 @@ static void test_copy_file_too_large(void) {
 static void test_remove_tree(void) {
   /* tree/a/b/c.txt, tree/top.txt, tree/link -> outside (a directory),
    * tree/dangling -> nowhere. */
-  CHECK_INT(mkdir(path_in("tree"), 0755), 0);
-  CHECK_INT(mkdir(path_in("tree/a"), 0755), 0);
-  CHECK_INT(mkdir(path_in("tree/a/b"), 0755), 0);
-  CHECK_INT(fileio_write_durable(path_in("tree/a/b/c.txt"), "c", 1), 0);
-  CHECK_INT(fileio_write_durable(path_in("tree/top.txt"), "t", 1), 0);
-  CHECK_INT(mkdir(path_in("outside"), 0755), 0);
-  CHECK_INT(fileio_write_durable(path_in("outside/keep.txt"), "k", 1), 0);
-  CHECK_INT(symlink(path_in("outside"), path_in("tree/link")), 0);
-  CHECK_INT(symlink(path_in("nowhere"), path_in("tree/dangling")), 0);
-  CHECK_INT(fileio_remove_tree(path_in("tree")), 0);
-  CHECK(!exists(path_in("tree")));
+  CHECK_INT(mkdir(test_path("tree"), 0755), 0);
+  CHECK_INT(mkdir(test_path("tree/a"), 0755), 0);
+  CHECK_INT(mkdir(test_path("tree/a/b"), 0755), 0);
+  CHECK_INT(fileio_write_durable(test_path("tree/a/b/c.txt"), "c", 1), 0);
+  CHECK_INT(fileio_write_durable(test_path("tree/top.txt"), "t", 1), 0);
+  CHECK_INT(mkdir(test_path("outside"), 0755), 0);
+  CHECK_INT(fileio_write_durable(test_path("outside/keep.txt"), "k", 1), 0);
+  CHECK_INT(symlink(test_path("outside"), test_path("tree/link")), 0);
+  CHECK_INT(symlink(test_path("nowhere"), test_path("tree/dangling")), 0);
+  CHECK_INT(fileio_remove_tree(test_path("tree")), 0);
+  CHECK(!exists(test_path("tree")));
   /* The symlink went, not what it pointed at. */
-  CHECK(exists(path_in("outside/keep.txt")));
+  CHECK(exists(test_path("outside/keep.txt")));
 
   /* A symlink named itself: the link goes, the directory stays. */
-  CHECK_INT(symlink(path_in("outside"), path_in("link2")), 0);
-  CHECK_INT(fileio_remove_tree(path_in("link2")), 0);
-  CHECK(!exists(path_in("link2")));
-  CHECK(exists(path_in("outside/keep.txt")));
+  CHECK_INT(symlink(test_path("outside"), test_path("link2")), 0);
+  CHECK_INT(fileio_remove_tree(test_path("link2")), 0);
+  CHECK(!exists(test_path("link2")));
+  CHECK(exists(test_path("outside/keep.txt")));
 
   /* A plain file, and a path that is not there. */
-  CHECK_INT(fileio_remove_tree(path_in("short")), 0);
-  CHECK(!exists(path_in("short")));
-  CHECK_INT(fileio_remove_tree(path_in("never-was")), 0);
+  CHECK_INT(fileio_remove_tree(test_path("short")), 0);
+  CHECK(!exists(test_path("short")));
+  CHECK_INT(fileio_remove_tree(test_path("never-was")), 0);
 
   /* A path through a file cannot be looked at: the error comes back. */
-  CHECK_INT(fileio_remove_tree(path_in("empty/x")), -ENOTDIR);
+  CHECK_INT(fileio_remove_tree(test_path("empty/x")), -ENOTDIR);
 }
 
 /* A tree in a directory the process may not write to: not removed, and
  * the error says why (as a user other than root, who may do anything). */
 static void test_remove_tree_denied(void) {
-  CHECK_INT(mkdir(path_in("locked"), 0755), 0);
-  CHECK_INT(mkdir(path_in("locked/sub"), 0755), 0);
-  CHECK_INT(chmod(path_in("locked/sub"), 0777), 0); /* past the umask */
-  CHECK_INT(fileio_write_durable(path_in("locked/sub/f"), "f", 1), 0);
-  CHECK_INT(chmod(path_in("locked/sub/f"), 0666), 0);
-  CHECK_INT(chmod(root, 0777), 0);
+  CHECK_INT(mkdir(test_path("locked"), 0755), 0);
+  CHECK_INT(mkdir(test_path("locked/sub"), 0755), 0);
+  CHECK_INT(chmod(test_path("locked/sub"), 0777), 0); /* past the umask */
+  CHECK_INT(fileio_write_durable(test_path("locked/sub/f"), "f", 1), 0);
+  CHECK_INT(chmod(test_path("locked/sub/f"), 0666), 0);
+  CHECK_INT(chmod(test_tmpdir(), 0777), 0);
   pid_t pid = fork();
   if (pid == 0) {
     if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
       _exit(3);
     /* sub's contents go (sub is writable), sub itself cannot (locked is
      * not). */
-    int rc = fileio_remove_tree(path_in("locked/sub"));
+    int rc = fileio_remove_tree(test_path("locked/sub"));
     _exit(rc == -EACCES ? 0 : 1);
   }
   int status = 0;
   CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  CHECK(exists(path_in("locked/sub")));
-  CHECK(!exists(path_in("locked/sub/f")));
-  CHECK_INT(chmod(root, 0700), 0);
+  CHECK(exists(test_path("locked/sub")));
+  CHECK(!exists(test_path("locked/sub/f")));
+  CHECK_INT(chmod(test_tmpdir(), 0700), 0);
 }
 
 int main(void) {
-  if (!mkdtemp(root)) {
-    perror("mkdtemp");
+  if (test_tmpdir_make("fileio") != 0)
     return 1;
-  }
   test_copy();
   test_copy_fails();
   test_copy_unreadable();
   test_copy_file_too_large();
   test_remove_tree();
   test_remove_tree_denied();
-  chmod(path_in("secret"), 0600);
+  chmod(test_path("secret"), 0600);
   if (test_failures_ == 0)
-    fileio_remove_tree(root);
+    fileio_remove_tree(test_tmpdir());
   TEST_DONE();
 }

@@ -21,21 +21,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char root[] = "/tmp/dagrun-modeldir-XXXXXX";
-
-static char *path_in(const char *fmt, ...) {
-  static char buf[8][512];
-  static int k;
-  char *p = buf[k++ % 8];
-  char rel[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(rel, sizeof rel, fmt, ap);
-  va_end(ap);
-  snprintf(p, 512, "%s/%s", root, rel);
-  return p;
-}
-
 /* L2 H2 C32 T16 V100 (padded to 128): wte has padding rows. */
 static gpt_config small_config(void) {
   gpt_config c = {.n_layer = 2,
@@ -84,8 +69,8 @@ static void test_round_trip(void) {
     return;
   const char *k[] = {"step"}, *v[] = {"12"};
   char p32[512], p16[512];
-  snprintf(p32, sizeof p32, "%s", path_in("f32.safetensors"));
-  snprintf(p16, sizeof p16, "%s", path_in("bf16.safetensors"));
+  snprintf(p32, sizeof p32, "%s", test_path("f32.safetensors"));
+  snprintf(p16, sizeof p16, "%s", test_path("bf16.safetensors"));
   CHECK_INT(weights_save(p32, a, ST_F32, k, v, 1, err, sizeof err), 0);
   CHECK_INT(weights_save(p16, a, ST_BF16, NULL, NULL, 0, err, sizeof err), 0);
 
@@ -205,7 +190,7 @@ static void test_hf_names_and_refusals(void) {
     return;
   /* GPT2LMHeadModel's state dict: prefix, tied head, attention masks. */
   char p[512];
-  snprintf(p, sizeof p, "%s", path_in("hf.safetensors"));
+  snprintf(p, sizeof p, "%s", test_path("hf.safetensors"));
   CHECK_INT(
       write_variant(p, a, &(variant){"transformer.", 1, NULL, NULL, NULL}), 0);
   CHECK_INT(weights_load(p, b, err, sizeof err), 0);
@@ -267,7 +252,8 @@ static void test_hf_names_and_refusals(void) {
   }
   /* Not a file at all. */
   err[0] = '\0';
-  CHECK_INT(weights_load(path_in("nope.safetensors"), b, err, sizeof err), -1);
+  CHECK_INT(weights_load(test_path("nope.safetensors"), b, err, sizeof err),
+            -1);
   CHECK(strstr(err, "nope.safetensors") != NULL);
   gpt_destroy(a);
   gpt_destroy(b);
@@ -325,24 +311,25 @@ static void test_open_checkpoints(void) {
   if (!a || !a2 || !a3)
     return;
   char tok[512];
-  snprintf(tok, sizeof tok, "%s", path_in("data/tokenizer.json"));
-  mkdir(path_in("data"), 0755);
+  snprintf(tok, sizeof tok, "%s", test_path("data/tokenizer.json"));
+  mkdir(test_path("data"), 0755);
   CHECK_INT(write_text(tok, "{}"), 0);
   char parent[512];
-  snprintf(parent, sizeof parent, "%s", path_in("train/checkpoints"));
+  snprintf(parent, sizeof parent, "%s", test_path("train/checkpoints"));
   CHECK_INT(make_ckpt(parent, 100, a, tok), 0);
   CHECK_INT(make_ckpt(parent, 200, a2, tok), 0);
 
   /* One checkpoint. */
   modeldir_info info;
   char c100[512];
-  snprintf(c100, sizeof c100, "%s", path_in("train/checkpoints/step-00000100"));
+  snprintf(c100, sizeof c100, "%s",
+           test_path("train/checkpoints/step-00000100"));
   CHECK_INT(modeldir_open(c100, &info, err, sizeof err), 0);
   CHECK_INT(info.kind, MODELDIR_CHECKPOINT);
   CHECK_INT(info.step, 100);
   CHECK_STR(info.dir, c100);
-  CHECK_STR(info.weights, path_in("train/checkpoints/step-00000100/"
-                                  "model.safetensors"));
+  CHECK_STR(info.weights, test_path("train/checkpoints/step-00000100/"
+                                    "model.safetensors"));
   CHECK_STR(info.tokenizer, tok);
   gpt_config want = small_config();
   CHECK(same_config(&info.config, &want));
@@ -354,13 +341,13 @@ static void test_open_checkpoints(void) {
   /* The directory of checkpoints: the latest valid one, past a corrupt
    * newer one. */
   CHECK_INT(make_ckpt(parent, 300, a3, tok), 0);
-  CHECK_INT(truncate(path_in("train/checkpoints/step-00000300/"
-                             "model.safetensors"),
+  CHECK_INT(truncate(test_path("train/checkpoints/step-00000300/"
+                               "model.safetensors"),
                      100),
             0);
   CHECK_INT(modeldir_open(parent, &info, err, sizeof err), 0);
   CHECK_INT(info.step, 200);
-  CHECK_STR(info.dir, path_in("train/checkpoints/step-00000200"));
+  CHECK_STR(info.dir, test_path("train/checkpoints/step-00000200"));
   m = NULL;
   CHECK_INT(modeldir_load(&info, &m, err, sizeof err), 0);
   CHECK(m && same_params(m, a2));
@@ -368,7 +355,7 @@ static void test_open_checkpoints(void) {
 
   /* The corrupt one, named directly, is refused naming the file. */
   err[0] = '\0';
-  CHECK_INT(modeldir_open(path_in("train/checkpoints/step-00000300"), &info,
+  CHECK_INT(modeldir_open(test_path("train/checkpoints/step-00000300"), &info,
                           err, sizeof err),
             -1);
   CHECK(strstr(err, "step-00000300") && strstr(err, "model.safetensors") &&
@@ -378,13 +365,14 @@ static void test_open_checkpoints(void) {
    * wins over the recorded one. */
   char promoted[512];
   snprintf(promoted, sizeof promoted, "%s",
-           path_in("models/best/step-00000100"));
-  CHECK_INT(make_ckpt(path_in("models/best"), 100, a, tok), 0);
+           test_path("models/best/step-00000100"));
+  CHECK_INT(make_ckpt(test_path("models/best"), 100, a, tok), 0);
   CHECK_INT(
-      write_text(path_in("models/best/step-00000100/tokenizer.json"), "{}"), 0);
+      write_text(test_path("models/best/step-00000100/tokenizer.json"), "{}"),
+      0);
   CHECK_INT(modeldir_open(promoted, &info, err, sizeof err), 0);
   CHECK_STR(info.tokenizer,
-            path_in("models/best/step-00000100/tokenizer.json"));
+            test_path("models/best/step-00000100/tokenizer.json"));
 
   /* The recorded tokenizer gone: no tokenizer, the model still opens. */
   unlink(tok);
@@ -392,10 +380,11 @@ static void test_open_checkpoints(void) {
   CHECK_STR(info.tokenizer, "");
 
   /* A directory of only corrupt checkpoints: says so. */
-  CHECK_INT(make_ckpt(path_in("allbad"), 5, a, tok), 0);
-  CHECK_INT(truncate(path_in("allbad/step-00000005/model.safetensors"), 10), 0);
+  CHECK_INT(make_ckpt(test_path("allbad"), 5, a, tok), 0);
+  CHECK_INT(truncate(test_path("allbad/step-00000005/model.safetensors"), 10),
+            0);
   err[0] = '\0';
-  CHECK_INT(modeldir_open(path_in("allbad"), &info, err, sizeof err), -1);
+  CHECK_INT(modeldir_open(test_path("allbad"), &info, err, sizeof err), -1);
   CHECK(strstr(err, "allbad") && strstr(err, "no valid"));
   gpt_destroy(a);
   gpt_destroy(a2);
@@ -460,15 +449,15 @@ static void test_open_hf(void) {
     cJSON_Delete(cfg);
   }
   char hf[512];
-  snprintf(hf, sizeof hf, "%s", path_in("hf"));
+  snprintf(hf, sizeof hf, "%s", test_path("hf"));
   CHECK_INT(make_hf(hf, a, ST_BF16, NULL), 0);
-  CHECK_INT(write_text(path_in("hf/tokenizer.json"), "{}"), 0);
+  CHECK_INT(write_text(test_path("hf/tokenizer.json"), "{}"), 0);
   modeldir_info info;
   CHECK_INT(modeldir_open(hf, &info, err, sizeof err), 0);
   CHECK_INT(info.kind, MODELDIR_HF);
   CHECK_INT(info.step, -1);
-  CHECK_STR(info.weights, path_in("hf/model.safetensors"));
-  CHECK_STR(info.tokenizer, path_in("hf/tokenizer.json"));
+  CHECK_STR(info.weights, test_path("hf/model.safetensors"));
+  CHECK_STR(info.tokenizer, test_path("hf/tokenizer.json"));
   gpt_config want = small_config();
   CHECK(same_config(&info.config, &want));
   gpt *m = NULL;
@@ -497,7 +486,7 @@ static void test_open_hf(void) {
       {"model_type", "\"llama\"", "llama"},
   };
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-    const char *d = path_in("hfbad%zu", i);
+    const char *d = test_path("hfbad%zu", i);
     CHECK_INT(make_hf(d, a, ST_F32, refused[i].key, refused[i].value, NULL), 0);
     err[0] = '\0';
     CHECK_INT(modeldir_open(d, &info, err, sizeof err), -1);
@@ -507,12 +496,13 @@ static void test_open_hf(void) {
     }
   }
   /* n_inner 4C is what we compute: accepted. */
-  CHECK_INT(make_hf(path_in("hfinner"), a, ST_F32, "n_inner", "128", NULL), 0);
-  CHECK_INT(modeldir_open(path_in("hfinner"), &info, err, sizeof err), 0);
+  CHECK_INT(make_hf(test_path("hfinner"), a, ST_F32, "n_inner", "128", NULL),
+            0);
+  CHECK_INT(modeldir_open(test_path("hfinner"), &info, err, sizeof err), 0);
   /* config.json without weights. */
-  unlink(path_in("hfinner/model.safetensors"));
+  unlink(test_path("hfinner/model.safetensors"));
   err[0] = '\0';
-  CHECK_INT(modeldir_open(path_in("hfinner"), &info, err, sizeof err), -1);
+  CHECK_INT(modeldir_open(test_path("hfinner"), &info, err, sizeof err), -1);
   CHECK(strstr(err, "model.safetensors") != NULL);
   gpt_destroy(a);
 }
@@ -520,43 +510,38 @@ static void test_open_hf(void) {
 static void test_not_a_model(void) {
   char err[1024] = "";
   modeldir_info info;
-  const char *d = path_in("empty");
+  const char *d = test_path("empty");
   mkdir(d, 0755);
-  CHECK_INT(write_text(path_in("empty/notes.txt"), "hello"), 0);
+  CHECK_INT(write_text(test_path("empty/notes.txt"), "hello"), 0);
   CHECK_INT(modeldir_open(d, &info, err, sizeof err), -1);
   CHECK(strstr(err, d) && strstr(err, "not a model directory"));
   /* The tokenize stage's output: a manifest.json, but not a checkpoint. */
-  d = path_in("tokens");
+  d = test_path("tokens");
   mkdir(d, 0755);
-  CHECK_INT(write_text(path_in("tokens/manifest.json"),
+  CHECK_INT(write_text(test_path("tokens/manifest.json"),
                        "{\"format\": \"dagrun-tokens\"}"),
             0);
   err[0] = '\0';
   CHECK_INT(modeldir_open(d, &info, err, sizeof err), -1);
   CHECK(strstr(err, d) && strstr(err, "not a model directory"));
-  d = path_in("missing/dir");
+  d = test_path("missing/dir");
   err[0] = '\0';
   CHECK_INT(modeldir_open(d, &info, err, sizeof err), -1);
   CHECK(strstr(err, d) != NULL);
-  d = path_in("empty/notes.txt");
+  d = test_path("empty/notes.txt");
   err[0] = '\0';
   CHECK_INT(modeldir_open(d, &info, err, sizeof err), -1);
   CHECK(strstr(err, d) && strstr(err, "not a directory"));
 }
 
 int main(void) {
-  if (!mkdtemp(root)) {
-    perror("mkdtemp");
+  if (test_tmpdir_make("modeldir") != 0)
     return 1;
-  }
   test_round_trip();
   test_hf_names_and_refusals();
   test_open_checkpoints();
   test_open_hf();
   test_not_a_model();
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-  if (system(cmd) != 0)
-    fprintf(stderr, "could not remove %s\n", root);
+  test_tmpdir_remove();
   TEST_DONE();
 }

@@ -44,21 +44,7 @@ static int make_dirs(const char *path) {
 #include <sys/resource.h>
 #include <sys/wait.h>
 
-static char top[] = "/tmp/dagrun-registry-XXXXXX";
 static char tok_path[600];
-
-static char *path_in(const char *fmt, ...) {
-  static char buf[16][1024];
-  static int k;
-  char *p = buf[k++ % 16];
-  char rel[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(rel, sizeof rel, fmt, ap);
-  va_end(ap);
-  snprintf(p, 1024, "%s/%s", top, rel);
-  return p;
-}
 
 static int exists(const char *p) {
   struct stat st;
@@ -71,7 +57,7 @@ static int exists(const char *p) {
 static int make_ckpt(const char *tag, int64_t step, char *path, size_t len) {
   char err[512] = "";
   ckpt_writer *w = NULL;
-  if (ckpt_begin(path_in("ckpts-%s", tag), step, &w, err, sizeof err) != 0) {
+  if (ckpt_begin(test_path("ckpts-%s", tag), step, &w, err, sizeof err) != 0) {
     fprintf(stderr, "ckpt_begin: %s\n", err);
     return -1;
   }
@@ -169,11 +155,11 @@ static void test_default_root(void) {
   free(r);
   unsetenv("DAGRUN_MODELS_DIR");
   /* A real runs directory: its parent, resolved. */
-  CHECK_INT(make_dirs(path_in("area/runs/mydag/run-1")), 0);
+  CHECK_INT(make_dirs(test_path("area/runs/mydag/run-1")), 0);
   char real[PATH_MAX], want[PATH_MAX + 64];
-  CHECK(realpath(path_in("area"), real) != NULL);
+  CHECK(realpath(test_path("area"), real) != NULL);
   snprintf(want, sizeof want, "%s/models/mydag", real);
-  r = registry_default_root(path_in("area/runs/mydag/run-1/"), "mydag");
+  r = registry_default_root(test_path("area/runs/mydag/run-1/"), "mydag");
   CHECK_STR(r, want);
   free(r);
   /* One that does not exist (yet): said literally. */
@@ -189,7 +175,7 @@ static void test_default_root(void) {
 }
 
 static void test_promote(void) {
-  const char *root = path_in("reg-one");
+  const char *root = test_path("reg-one");
   char err[2048] = "";
   registry_entry *v = NULL;
   size_t n = 99;
@@ -216,7 +202,7 @@ static void test_promote(void) {
   memset(&e, 0, sizeof e);
   CHECK_INT(registry_promote(root, &p, &e, err, sizeof err), 0);
   CHECK_STR(e.name, "runA-step-00000100");
-  CHECK_STR(e.path, path_in("reg-one/runA-step-00000100"));
+  CHECK_STR(e.path, test_path("reg-one/runA-step-00000100"));
   CHECK_INT(e.seq, 1);
   CHECK_INT(e.step, 100);
   CHECK_NEAR(e.val_loss, 2.5, 0);
@@ -231,16 +217,16 @@ static void test_promote(void) {
   const char *files[] = {"model.safetensors", "optim.bin", "manifest.json",
                          "tokenizer.json", "promotion.json"};
   for (size_t i = 0; i < 5; i++)
-    CHECK(exists(path_in("reg-one/runA-step-00000100/%s", files[i])));
+    CHECK(exists(test_path("reg-one/runA-step-00000100/%s", files[i])));
   char cmd[4096];
   snprintf(cmd, sizeof cmd, "cmp -s '%s/model.safetensors' '%s'", ck,
-           path_in("reg-one/runA-step-00000100/model.safetensors"));
+           test_path("reg-one/runA-step-00000100/model.safetensors"));
   CHECK_INT(system(cmd), 0);
   snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", tok_path,
-           path_in("reg-one/runA-step-00000100/tokenizer.json"));
+           test_path("reg-one/runA-step-00000100/tokenizer.json"));
   CHECK_INT(system(cmd), 0);
 
-  cJSON *o = read_json(path_in("reg-one/runA-step-00000100/promotion.json"));
+  cJSON *o = read_json(test_path("reg-one/runA-step-00000100/promotion.json"));
   CHECK(cJSON_IsObject(o));
   CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(o, "format")),
             "dagrun-model");
@@ -279,7 +265,7 @@ static void test_promote(void) {
   CHECK_INT(promote(root, "runB", 50, NAN, &e, err, sizeof err), 0);
   CHECK_INT(e.seq, 2);
   CHECK(isnan(e.val_loss) && isnan(e.perplexity) && isnan(e.accuracy));
-  o = read_json(path_in("reg-one/runB-step-00000050/promotion.json"));
+  o = read_json(test_path("reg-one/runB-step-00000050/promotion.json"));
   CHECK(cJSON_IsNull(cJSON_GetObjectItem(o, "val_loss")));
   CHECK(cJSON_IsNull(cJSON_GetObjectItem(o, "perplexity")));
   CHECK(cJSON_IsNull(cJSON_GetObjectItem(o, "accuracy")));
@@ -288,7 +274,7 @@ static void test_promote(void) {
   CHECK_STR(link_of(root, "latest"), "runB-step-00000050");
   CHECK_STR(link_of(root, "best"), "runA-step-00000100");
   /* Reading through the link reaches the model. */
-  CHECK(exists(path_in("reg-one/latest/model.safetensors")));
+  CHECK(exists(test_path("reg-one/latest/model.safetensors")));
 
   /* A better one becomes best; list is by seq, whatever the names. */
   CHECK_INT(promote(root, "a-early-name", 7, 1.5, &e, err, sizeof err), 0);
@@ -304,12 +290,12 @@ static void test_promote(void) {
   free(v);
 
   /* A directory that is not an entry is neither listed nor removed. */
-  CHECK_INT(mkdir(path_in("reg-one/notes"), 0755), 0);
+  CHECK_INT(mkdir(test_path("reg-one/notes"), 0755), 0);
   CHECK_INT(registry_list(root, &v, &n, err, sizeof err), 0);
   CHECK_INT(n, 3);
   free(v);
   CHECK_INT(registry_retain(root, 1, 0, NULL, NULL, err, sizeof err), 2);
-  CHECK(exists(path_in("reg-one/notes")));
+  CHECK(exists(test_path("reg-one/notes")));
 }
 
 /* on_removed: the names, one a line. */
@@ -320,7 +306,7 @@ static void note_removed(void *arg, const registry_entry *e) {
 }
 
 static void test_retention(void) {
-  const char *root = path_in("reg-ret");
+  const char *root = test_path("reg-ret");
   char err[2048] = "", removed[4096] = "";
   const double loss[6] = {5, 3, 4, 2.5, 6, 7};
   registry_entry e;
@@ -342,8 +328,8 @@ static void test_retention(void) {
   for (size_t i = 0; i < n && i < 4; i++)
     CHECK_STR(v[i].name, want[i]);
   free(v);
-  CHECK(!exists(path_in("reg-ret/r-step-00000100")));
-  CHECK(!exists(path_in("reg-ret/r-step-00000300")));
+  CHECK(!exists(test_path("reg-ret/r-step-00000100")));
+  CHECK(!exists(test_path("reg-ret/r-step-00000300")));
   CHECK(!has_temporaries(root));
   CHECK_STR(link_of(root, "latest"), "r-step-00000600");
   CHECK_STR(link_of(root, "best"), "r-step-00000400");
@@ -366,13 +352,13 @@ static void test_retention(void) {
   CHECK_INT(registry_retain(root, 1, -1, NULL, NULL, err, sizeof err), -1);
   /* No registry at all: nothing removed, nothing created. */
   CHECK_INT(
-      registry_retain(path_in("reg-none"), 1, 1, NULL, NULL, err, sizeof err),
+      registry_retain(test_path("reg-none"), 1, 1, NULL, NULL, err, sizeof err),
       0);
-  CHECK(!exists(path_in("reg-none")));
+  CHECK(!exists(test_path("reg-none")));
 }
 
 static void test_nan_never_best(void) {
-  const char *root = path_in("reg-nan");
+  const char *root = test_path("reg-nan");
   char err[2048] = "", removed[4096] = "";
   registry_entry e;
   CHECK_INT(promote(root, "n", 1, NAN, &e, err, sizeof err), 0);
@@ -380,7 +366,7 @@ static void test_nan_never_best(void) {
   /* Nothing validated: no best link. */
   CHECK_STR(link_of(root, "latest"), "n-step-00000002");
   CHECK_STR(link_of(root, "best"), "");
-  CHECK(!exists(path_in("reg-nan/best")));
+  CHECK(!exists(test_path("reg-nan/best")));
   CHECK_INT(promote(root, "n", 3, 9.0, &e, err, sizeof err), 0);
   CHECK_INT(promote(root, "n", 4, NAN, &e, err, sizeof err), 0);
   CHECK_INT(promote(root, "n", 5, NAN, &e, err, sizeof err), 0);
@@ -395,11 +381,11 @@ static void test_nan_never_best(void) {
   /* keep_best 0: the validated one goes, and best with it. */
   CHECK_INT(registry_retain(root, 1, 0, NULL, NULL, err, sizeof err), 1);
   CHECK_STR(link_of(root, "best"), "");
-  CHECK(!exists(path_in("reg-nan/best")));
+  CHECK(!exists(test_path("reg-nan/best")));
 }
 
 static void test_refusals(void) {
-  const char *root = path_in("reg-refuse");
+  const char *root = test_path("reg-refuse");
   char err[2048] = "";
   registry_entry e;
   CHECK_INT(promote(root, "ok", 10, 3.0, &e, err, sizeof err), 0);
@@ -434,9 +420,9 @@ static void test_refusals(void) {
   CHECK_STR(after, before);
   free(after);
   /* Into a registry not made yet: it is still not made. */
-  CHECK_INT(registry_promote(path_in("reg-never"), &p, &e, err, sizeof err),
+  CHECK_INT(registry_promote(test_path("reg-never"), &p, &e, err, sizeof err),
             -1);
-  CHECK(!exists(path_in("reg-never")));
+  CHECK(!exists(test_path("reg-never")));
 
   /* A truncated one: the same. */
   CHECK_INT(make_ckpt("trunc", 30, ck, sizeof ck), 0);
@@ -455,7 +441,7 @@ static void test_refusals(void) {
   CHECK_INT(make_ckpt("notok", 40, ck, sizeof ck), 0);
   p.checkpoint = ck;
   p.run = "notok";
-  p.tokenizer = path_in("no-such-tokenizer.json");
+  p.tokenizer = test_path("no-such-tokenizer.json");
   CHECK_INT(registry_promote(root, &p, &e, err, sizeof err), -1);
   CHECK(strstr(err, "no-such-tokenizer.json") != NULL);
   after = snapshot(root);
@@ -489,9 +475,9 @@ static void test_refusals(void) {
   CHECK_STR(link_of(root, "best"), "ok-step-00000010");
 
   /* A stale temporary (an interrupted promotion) goes with the next. */
-  CHECK_INT(mkdir(path_in("reg-refuse/.tmp-x"), 0755), 0);
-  CHECK_INT(fileio_write_durable(path_in("reg-refuse/.tmp-x/model.safetensors"),
-                                 "half", 4),
+  CHECK_INT(mkdir(test_path("reg-refuse/.tmp-x"), 0755), 0);
+  CHECK_INT(fileio_write_durable(
+                test_path("reg-refuse/.tmp-x/model.safetensors"), "half", 4),
             0);
   registry_entry *v = NULL;
   size_t n = 0;
@@ -499,7 +485,7 @@ static void test_refusals(void) {
   CHECK_INT(n, 1); /* not an entry */
   free(v);
   CHECK_INT(promote(root, "next", 11, 4.0, &e, err, sizeof err), 0);
-  CHECK(!exists(path_in("reg-refuse/.tmp-x")));
+  CHECK(!exists(test_path("reg-refuse/.tmp-x")));
   CHECK(!has_temporaries(root));
   free(before);
 }
@@ -507,7 +493,7 @@ static void test_refusals(void) {
 /* A copy that fails half-way (the file size limit, as `ulimit -f`): the
  * promotion says so, and no entry or temporary is left. */
 static void test_copy_fails(void) {
-  const char *root = path_in("reg-fsize");
+  const char *root = test_path("reg-fsize");
   char err[2048] = "";
   registry_entry e;
   CHECK_INT(promote(root, "first", 1, 2.0, &e, err, sizeof err), 0);
@@ -568,12 +554,10 @@ static void test_copy_fails(void) {
 }
 
 int main(void) {
-  if (!mkdtemp(top)) {
-    perror("mkdtemp");
+  if (test_tmpdir_make("registry") != 0)
     return 1;
-  }
   unsetenv("DAGRUN_MODELS_DIR");
-  snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", top);
+  snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", test_tmpdir());
   const char *tok = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}";
   if (fileio_write_durable(tok_path, tok, strlen(tok)) != 0)
     return 1;
@@ -584,6 +568,6 @@ int main(void) {
   test_refusals();
   test_copy_fails();
   if (test_failures_ == 0)
-    fileio_remove_tree(top);
+    fileio_remove_tree(test_tmpdir());
   TEST_DONE();
 }

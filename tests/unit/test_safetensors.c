@@ -12,16 +12,6 @@
 #include <math.h>
 #include <unistd.h>
 
-static char dir[] = "/tmp/dagrun-safetensors-XXXXXX";
-
-static char *path_in(const char *name) {
-  static char buf[8][256];
-  static int k;
-  char *p = buf[k++ % 8];
-  snprintf(p, 256, "%s/%s", dir, name);
-  return p;
-}
-
 static float from_bits(uint32_t u) {
   float f;
   memcpy(&f, &u, 4);
@@ -49,9 +39,9 @@ static void test_exact_bytes(void) {
   st_tensor t = {
       .name = "a", .dtype = ST_F32, .ndim = 1, .shape = {2}, .data = a};
   const char *k[] = {"format"}, *v[] = {"pt"};
-  const char *p = path_in("exact.safetensors");
+  const char *p = test_path("exact.safetensors");
   CHECK_INT(st_write(p, &t, 1, 0, k, v, 1, err, sizeof err), 0);
-  CHECK(access(path_in("exact.safetensors.tmp"), F_OK) != 0);
+  CHECK(access(test_path("exact.safetensors.tmp"), F_OK) != 0);
   size_t n = 0;
   char *b = slurp(p, &n);
   if (!b)
@@ -91,7 +81,7 @@ static void test_round_trip(void) {
        .data = w + 6},
       {.name = "w4", .dtype = ST_F32, .ndim = 1, .shape = {4}, .data = w},
   };
-  const char *p = path_in("rt.safetensors");
+  const char *p = test_path("rt.safetensors");
   CHECK_INT(st_write(p, ts, 5, 0, NULL, NULL, 0, err, sizeof err), 0);
   st_file *f = NULL;
   CHECK_INT(st_open(p, &f, err, sizeof err), 0);
@@ -168,7 +158,7 @@ static void test_bf16_rounding(void) {
   st_tensor t = {
       .name = "x", .dtype = ST_BF16, .ndim = 1, .shape = {N}, .data = src};
   char err[512];
-  const char *p = path_in("bf16.safetensors");
+  const char *p = test_path("bf16.safetensors");
   CHECK_INT(st_write(p, &t, 1, 1, NULL, NULL, 0, err, sizeof err), 0);
   st_file *f = NULL;
   CHECK_INT(st_open(p, &f, err, sizeof err), 0);
@@ -215,7 +205,7 @@ static void test_bf16_rounding(void) {
 /* A file with the given header text (not padded) and n data bytes. */
 static const char *raw_file(const char *name, const char *json, size_t n,
                             long long hlen_override) {
-  const char *p = path_in(name);
+  const char *p = test_path("%s", name);
   FILE *fp = fopen(p, "wb");
   uint64_t hl = hlen_override >= 0 ? (uint64_t)hlen_override : strlen(json);
   for (int i = 0; i < 8; i++)
@@ -251,7 +241,7 @@ static void test_refused(void) {
   refused(raw_file("short", "", 0, 4), "header length 4 beyond the file's 8 "
                                        "bytes");
   /* raw_file writes the 8-byte prefix; make it 5 bytes long. */
-  const char *tiny = path_in("tiny");
+  const char *tiny = test_path("tiny");
   FILE *fp = fopen(tiny, "wb");
   fputs("abcde", fp);
   fclose(fp);
@@ -312,13 +302,13 @@ static void test_refused(void) {
           "tensor \"t\" listed twice");
   refused(raw_file("junk", T1("[0,8]") " x", 8, -1),
           "header is not a JSON object");
-  refused(path_in("missing"), "No such file or directory");
+  refused(test_path("missing"), "No such file or directory");
 
   /* A file we wrote, then truncated or with its prefix bumped. */
   float d[2] = {1, 2};
   st_tensor t = {
       .name = "t", .dtype = ST_F32, .ndim = 1, .shape = {2}, .data = d};
-  const char *p = path_in("cut.safetensors");
+  const char *p = test_path("cut.safetensors");
   CHECK_INT(st_write(p, &t, 1, 0, NULL, NULL, 0, err, sizeof err), 0);
   size_t full = 0;
   free(slurp(p, &full));
@@ -345,17 +335,12 @@ static void test_refused(void) {
 }
 
 int main(void) {
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
+  if (test_tmpdir_make("safetensors") != 0)
     return 1;
-  }
   test_exact_bytes();
   test_round_trip();
   test_bf16_rounding();
   test_refused();
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (system(cmd) != 0)
-    fprintf(stderr, "could not remove %s\n", dir);
+  test_tmpdir_remove();
   TEST_DONE();
 }

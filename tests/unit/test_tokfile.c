@@ -7,16 +7,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char dir[] = "/tmp/dagrun-tokfile-XXXXXX";
-
-static char *path_in(const char *name) {
-  static char buf[4][256];
-  static int k;
-  char *p = buf[k++ % 4];
-  snprintf(p, 256, "%s/%s", dir, name);
-  return p;
-}
-
 static void flip_byte(const char *path, off_t at) {
   int fd = open(path, O_RDWR);
   unsigned char c;
@@ -29,7 +19,7 @@ static void flip_byte(const char *path, off_t at) {
 static void test_round_trip_uint16(void) {
   char err[512] = "";
   tokfile_writer *w = NULL;
-  const char *p = path_in("a.tok");
+  const char *p = test_path("a.tok");
   CHECK_INT(tokfile_writer_create(p, 4096, 4095, &w, err, sizeof err), 0);
   uint32_t doc1[] = {1, 2, 3}, doc2[] = {4000, 0};
   CHECK_INT(tokfile_writer_add_doc(w, doc1, 3, err, sizeof err), 0);
@@ -37,7 +27,7 @@ static void test_round_trip_uint16(void) {
   CHECK_INT(tokfile_writer_add_doc(w, NULL, 0, err, sizeof err), 0);
   tokfile_info info;
   CHECK_INT(tokfile_writer_finish(w, &info, err, sizeof err), 0);
-  CHECK(access(path_in("a.tok.tmp"), F_OK) != 0);
+  CHECK(access(test_path("a.tok.tmp"), F_OK) != 0);
   struct stat st;
   CHECK_INT(stat(p, &st), 0);
   /* 3 documents, each led by the end-of-text id: 3 + 5 tokens. */
@@ -77,7 +67,7 @@ static void test_round_trip_uint16(void) {
 static void test_wide_vocab_uses_uint32(void) {
   char err[512] = "";
   tokfile_writer *w = NULL;
-  const char *p = path_in("wide.tok");
+  const char *p = test_path("wide.tok");
   CHECK_INT(tokfile_writer_create(p, 100000, TOKFILE_NO_EOT, &w, err,
                                   sizeof err), 0);
   uint32_t doc[] = {99999, 65536, 7};
@@ -98,7 +88,7 @@ static void test_wide_vocab_uses_uint32(void) {
 static void test_bad_ids_and_files(void) {
   char err[512] = "";
   tokfile_writer *w = NULL;
-  const char *p = path_in("bad.tok");
+  const char *p = test_path("bad.tok");
   /* An id outside the vocabulary is refused; abort leaves nothing. */
   CHECK_INT(tokfile_writer_create(p, 10, 9, &w, err, sizeof err), 0);
   uint32_t doc[] = {3, 10};
@@ -106,13 +96,13 @@ static void test_bad_ids_and_files(void) {
   CHECK(strstr(err, "token id 10 outside the vocabulary") != NULL);
   tokfile_writer_abort(w);
   CHECK(access(p, F_OK) != 0);
-  CHECK(access(path_in("bad.tok.tmp"), F_OK) != 0);
+  CHECK(access(test_path("bad.tok.tmp"), F_OK) != 0);
   CHECK_INT(tokfile_writer_create(p, 10, 10, &w, err, sizeof err), -1);
   CHECK(w == NULL);
 
   /* A file that is not a token file, or of a newer version. */
   tokfile *f = NULL;
-  const char *q = path_in("text.tok");
+  const char *q = test_path("text.tok");
   FILE *fp = fopen(q, "w");
   for (int i = 0; i < 200; i++)
     fputc('x', fp);
@@ -126,7 +116,7 @@ static void test_bad_ids_and_files(void) {
   CHECK_INT(tokfile_open(p, &f, err, sizeof err), -1);
   CHECK(strstr(err, "version") != NULL);
 
-  CHECK_INT(tokfile_open(path_in("missing.tok"), &f, err, sizeof err), -1);
+  CHECK_INT(tokfile_open(test_path("missing.tok"), &f, err, sizeof err), -1);
   CHECK(strstr(err, "No such file") != NULL);
   CHECK_INT(tokfile_writer_create("/nonexistent-dir/x.tok", 10, 9, &w, err,
                                   sizeof err), -1);
@@ -134,16 +124,11 @@ static void test_bad_ids_and_files(void) {
 }
 
 int main(void) {
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
+  if (test_tmpdir_make("tokfile") != 0)
     return 1;
-  }
   test_round_trip_uint16();
   test_wide_vocab_uses_uint32();
   test_bad_ids_and_files();
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd) != 0)
-    fprintf(stderr, "could not remove %s\n", dir);
+  test_tmpdir_remove();
   TEST_DONE();
 }

@@ -7,6 +7,7 @@
 #ifndef DAGRUN_TESTLIB_H
 #define DAGRUN_TESTLIB_H
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,48 @@ static inline char *all_diags(const diags *d) {
     free(s);
   }
   return sbuf_take(&b);
+}
+
+/* A test's temporary directory: test_tmpdir_make("x") creates
+ * /tmp/dagrun-x-XXXXXX (mkdtemp) and remembers it as test_tmpdir();
+ * test_path formats a path under it, into one of 16 static buffers used
+ * in turn (so a few results can be held at once); test_tmpdir_remove
+ * takes the whole tree away (rm -rf). */
+static inline char *test_tmpdir(void) {
+  static char dir[256];
+  return dir;
+}
+
+/* 0, or -1 after saying why. */
+static inline int test_tmpdir_make(const char *name) {
+  char *dir = test_tmpdir();
+  snprintf(dir, 256, "/tmp/dagrun-%s-XXXXXX", name);
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return -1;
+  }
+  return 0;
+}
+
+__attribute__((format(printf, 1, 2))) static inline char *
+test_path(const char *fmt, ...) {
+  static char buf[16][1024];
+  static int k;
+  char *p = buf[k++ % 16];
+  char rel[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(rel, sizeof rel, fmt, ap);
+  va_end(ap);
+  snprintf(p, 1024, "%s/%s", test_tmpdir(), rel);
+  return p;
+}
+
+static inline void test_tmpdir_remove(void) {
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_tmpdir());
+  if (system(cmd) != 0)
+    fprintf(stderr, "could not remove %s\n", test_tmpdir());
 }
 
 #endif
