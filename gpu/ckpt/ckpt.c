@@ -56,50 +56,6 @@ static char *xprintf(const char *fmt, ...) {
 
 /* ---- Small file-system helpers ---- */
 
-static int rm_one(const char *path, const struct stat *st, int flag,
-                  struct FTW *ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  return remove(path) == 0 || errno == ENOENT ? 0 : -1;
-}
-
-/* rm -rf path; 0 when it is gone. */
-static int rm_rf(const char *path) {
-  struct stat st;
-  if (lstat(path, &st) != 0)
-    return errno == ENOENT ? 0 : -1;
-  return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* mkdir -p; 0 or -errno. */
-static int mkdir_p(const char *path) {
-  char *p = strdup(path);
-  if (!p)
-    return -ENOMEM;
-  int rc = 0;
-  for (char *s = p + 1; rc == 0; s++) {
-    if (*s != '/' && *s != '\0')
-      continue;
-    char c = *s;
-    *s = '\0';
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
-      rc = -errno;
-    *s = c;
-    if (c == '\0')
-      break;
-  }
-  free(p);
-  if (rc == 0) {
-    struct stat st;
-    if (stat(path, &st) != 0)
-      rc = -errno;
-    else if (!S_ISDIR(st.st_mode))
-      rc = -ENOTDIR;
-  }
-  return rc;
-}
-
 /* A plain file name: no directory part, not "." or "..". */
 static int plain_name(const char *name) {
   return *name && !strchr(name, '/') && strcmp(name, ".") != 0 &&
@@ -167,7 +123,7 @@ int ckpt_begin(const char *parent, int64_t step, ckpt_writer **out, char *err,
     seterr(err, errlen, "checkpoint step %" PRId64 " is negative", step);
     return -1;
   }
-  int rc = mkdir_p(parent);
+  int rc = fileio_mkdir_p(parent);
   if (rc != 0) {
     seterr(err, errlen, "cannot create %s: %s", parent, strerror(-rc));
     return -1;
@@ -185,7 +141,7 @@ int ckpt_begin(const char *parent, int64_t step, ckpt_writer **out, char *err,
     return -1;
   }
   /* A temporary of the same step is a crashed attempt's: start afresh. */
-  if (rm_rf(w->tmp) != 0 || mkdir(w->tmp, 0755) != 0) {
+  if (fileio_remove_tree(w->tmp) != 0 || mkdir(w->tmp, 0755) != 0) {
     seterr(err, errlen, "cannot create %s: %s", w->tmp, strerror(errno));
     free(w->parent);
     free(w->tmp);
@@ -221,7 +177,7 @@ void ckpt_abort(ckpt_writer *w) {
   if (!w)
     return;
   if (w->tmp)
-    rm_rf(w->tmp);
+    fileio_remove_tree(w->tmp);
   free(w->parent);
   free(w->tmp);
   free(w->final);
@@ -375,7 +331,7 @@ int ckpt_commit(ckpt_writer *w, const char *state_json, char *final_path,
   struct stat st;
   if (lstat(w->final, &st) == 0) {
     old = xprintf("%s/.step-%08lld.old", w->parent, (long long)w->step);
-    if (!old || rm_rf(old) != 0 || rename(w->final, old) != 0) {
+    if (!old || fileio_remove_tree(old) != 0 || rename(w->final, old) != 0) {
       seterr(err, errlen, "cannot move %s aside: %s", w->final,
              strerror(errno));
       goto fail;
@@ -402,7 +358,7 @@ int ckpt_commit(ckpt_writer *w, const char *state_json, char *final_path,
     return -1;
   }
   if (old)
-    rm_rf(old);
+    fileio_remove_tree(old);
   if (final_path && final_len)
     snprintf(final_path, final_len, "%s", w->final);
   free(text);
@@ -690,11 +646,11 @@ int ckpt_prune(const char *parent, int keep) {
         valid++;
         continue;
       }
-      if (valid > 0 && rm_rf(v[i].path) == 0)
+      if (valid > 0 && fileio_remove_tree(v[i].path) == 0)
         removed++;
     }
     for (size_t i = 0; i < ntmp; i++)
-      if (rm_rf(tmps[i]) == 0)
+      if (fileio_remove_tree(tmps[i]) == 0)
         removed++;
     if (removed)
       fileio_fsync_dir(parent);

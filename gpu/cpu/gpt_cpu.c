@@ -204,10 +204,10 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout,
   }
 }
 
-/* inp (N,C), w (C), b (C) -> out (N,C), mean (N), rstd (N) */
-static void layernorm_forward(float *out, float *mean, float *rstd,
-                              const float *inp, const float *w, const float *b,
-                              int N, int C) {
+/* inp (N,C), w (C), b (C) -> out (N,C), mean (N), rstd (N); see
+ * gpt_impl.h. */
+void gpt_cpu_layernorm(float *out, float *mean, float *rstd, const float *inp,
+                       const float *w, const float *b, int N, int C) {
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
     const float *x = inp + (size_t)i * C;
@@ -225,8 +225,10 @@ static void layernorm_forward(float *out, float *mean, float *rstd,
     float *o = out + (size_t)i * C;
     for (int c = 0; c < C; c++)
       o[c] = (x[c] - m) * s * w[c] + b[c];
-    mean[i] = m;
-    rstd[i] = s;
+    if (mean)
+      mean[i] = m;
+    if (rstd)
+      rstd[i] = s;
   }
 }
 
@@ -318,8 +320,8 @@ static inline float fast_tanhf(float u) {
   return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
 }
 
-/* inp (N) -> out (N): GELU, tanh approximation */
-static void gelu_forward(float *out, const float *inp, size_t N) {
+/* inp (N) -> out (N): GELU, tanh approximation; see gpt_impl.h. */
+void gpt_cpu_gelu(float *out, const float *inp, size_t N) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < N; i++) {
     float x = inp[i];
@@ -546,7 +548,7 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
     layer_acts la = layer_at(m, &a, l, B, T);
 #define P(k) gpt_p(m, gpt_ti(l, k))
     /* res (B,T,C) -> ln1 (B,T,C) -> qkv (B,T,3C) -> atty (B,T,C) */
-    layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, res, P(GPT_LN1_W),
+    gpt_cpu_layernorm(la.ln1, la.ln1_mean, la.ln1_rstd, res, P(GPT_LN1_W),
                       P(GPT_LN1_B), (int)N, C);
     matmul_forward(la.qkv, la.ln1, P(GPT_QKV_W), P(GPT_QKV_B), (int)N, C,
                    3 * C);
@@ -563,10 +565,10 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
            la.res2, C);
     }
     /* res2 -> ln2 (B,T,C) -> fch (B,T,4C) -> fch_gelu (B,T,4C) */
-    layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, P(GPT_LN2_W),
+    gpt_cpu_layernorm(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, P(GPT_LN2_W),
                       P(GPT_LN2_B), (int)N, C);
     matmul_forward(la.fch, la.ln2, P(GPT_FC_W), P(GPT_FC_B), (int)N, C, 4 * C);
-    gelu_forward(la.fch_gelu, la.fch, N * 4 * C);
+    gpt_cpu_gelu(la.fch_gelu, la.fch, N * 4 * C);
     /* res3 (B,T,C) = res2 + fch_gelu c_proj + bias */
     memcpy(la.res3, la.res2, N * C * sizeof(float));
     {
@@ -582,7 +584,7 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
     res = la.res3;
   }
   size_t lf = gpt_ti(c->n_layer, 0);
-  layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, res, gpt_p(m, lf),
+  gpt_cpu_layernorm(a.lnf, a.lnf_mean, a.lnf_rstd, res, gpt_p(m, lf),
                     gpt_p(m, lf + 1), (int)N, C);
   /* lnf (B,T,C), wte (Vp,C) -> logits (B,T,Vp) = lnf wte^T; columns
    * [V,Vp) are set to zero rather than multiplied by the zero rows. */

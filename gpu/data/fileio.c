@@ -252,3 +252,30 @@ int fileio_remove_tree(const char *path) {
     return errno ? -errno : -EIO;
   return rc > 0 ? -rc : 0;
 }
+
+int fileio_mkdir_p(const char *path) {
+  char *p = strdup(path);
+  if (!p)
+    return -ENOMEM;
+  int rc = 0;
+  for (char *s = p + 1; rc == 0; s++) {
+    if (*s != '/' && *s != '\0')
+      continue;
+    char c = *s;
+    *s = '\0';
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+      rc = -errno;
+    *s = c;
+    if (c == '\0')
+      break;
+  }
+  free(p);
+  if (rc == 0) {
+    struct stat st;
+    if (stat(path, &st) != 0)
+      rc = -errno;
+    else if (!S_ISDIR(st.st_mode))
+      rc = -ENOTDIR;
+  }
+  return rc;
+}

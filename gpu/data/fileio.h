@@ -51,6 +51,10 @@ void fileio_hex(const uint8_t *bytes, size_t n, char *hex);
  * left; callers copy under temporary names). */
 int fileio_copy_durable(const char *src, const char *dst, char *err,
                         size_t errlen);
+/* mkdir -p with mode 0755: path and any missing parents. 0 (also when it
+ * exists as a directory), -ENOTDIR when it exists as something else, or
+ * -errno. */
+int fileio_mkdir_p(const char *path);
 /* Removes path and, if it is a directory, everything under it (symlinks
  * are removed, not followed). 0 (also when path does not exist) or
  * -errno. */

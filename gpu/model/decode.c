@@ -17,10 +17,9 @@
 
 #include "decode.h"
 #include "gpt.h"
+#include "gpt_impl.h"
 #include "rng.h"
 
-#define LN_EPS 1e-5f
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 
 /* The tensors of one layer, as pointers into the model's parameters. */
 typedef struct layer_w {
@@ -156,28 +155,6 @@ static layer_w layer_at(const decoder *d, int l) {
   return w;
 }
 
-/* inp (N,C), w (C), b (C) -> out (N,C), as gpt_cpu.c computes it */
-static void layernorm(float *out, const float *inp, const float *w,
-                      const float *b, int N, int C) {
-  for (int i = 0; i < N; i++) {
-    const float *x = inp + (size_t)i * C;
-    float m = 0.0f;
-    for (int c = 0; c < C; c++)
-      m += x[c];
-    m /= C;
-    float v = 0.0f;
-    for (int c = 0; c < C; c++) {
-      float dd = x[c] - m;
-      v += dd * dd;
-    }
-    v /= C;
-    float s = 1.0f / sqrtf(v + LN_EPS);
-    float *o = out + (size_t)i * C;
-    for (int c = 0; c < C; c++)
-      o[c] = (x[c] - m) * s * w[c] + b[c];
-  }
-}
-
 /* inp (N,IC), w (IC,OC), b (OC) -> out (N,OC) = inp w + b, or out += that
  * when accumulate (the residual stream) */
 static void linear(float *out, const float *inp, const float *w, const float *b,
@@ -197,19 +174,6 @@ static void linear(float *out, const float *inp, const float *w, const float *b,
   else
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, IC, 1.0f, inp,
                 IC, w, OC, 1.0f, out, OC);
-}
-
-/* tanh through one expf, as gpt_cpu.c (the same rounding) */
-static inline float fast_tanhf(float u) {
-  return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
-}
-
-static void gelu(float *x, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float v = x[i];
-    float u = GELU_SCALE * (v + 0.044715f * v * v * v);
-    x[i] = 0.5f * v * (1.0f + fast_tanhf(u));
-  }
 }
 
 /* Runs the N tokens ids at positions d->n .. d->n+N-1 through the model,
@@ -237,7 +201,7 @@ static void forward_rows(decoder *d, const uint32_t *ids, int N,
     float *kc = d->kcache + (size_t)l * T * C;
     float *vc = d->vcache + (size_t)l * T * C;
     /* x (N,C) -> ln (N,C) -> qkv (N,3C) */
-    layernorm(d->ln, d->x, w.ln1_w, w.ln1_b, N, C);
+    gpt_cpu_layernorm(d->ln, NULL, NULL, d->x, w.ln1_w, w.ln1_b, N, C);
     linear(d->qkv, d->ln, w.qkv_w, w.qkv_b, N, C, 3 * C, 0);
     /* Keys and values of the new rows into the cache (positions p0..). */
     for (int i = 0; i < N; i++) {
@@ -281,9 +245,9 @@ static void forward_rows(decoder *d, const uint32_t *ids, int N,
     /* x += atty c_proj + b */
     linear(d->x, d->atty, w.proj_w, w.proj_b, N, C, C, 1);
     /* x (N,C) -> ln (N,C) -> fch (N,4C) -> gelu -> x += fch c_proj + b */
-    layernorm(d->ln, d->x, w.ln2_w, w.ln2_b, N, C);
+    gpt_cpu_layernorm(d->ln, NULL, NULL, d->x, w.ln2_w, w.ln2_b, N, C);
     linear(d->fch, d->ln, w.fc_w, w.fc_b, N, C, 4 * C, 0);
-    gelu(d->fch, (size_t)N * 4 * C);
+    gpt_cpu_gelu(d->fch, d->fch, (size_t)N * 4 * C);
     linear(d->x, d->fch, w.fcproj_w, w.fcproj_b, N, 4 * C, C, 1);
   }
   d->n += (size_t)N;
@@ -291,7 +255,8 @@ static void forward_rows(decoder *d, const uint32_t *ids, int N,
     return;
   /* Last row: x (C) -> ln_f (C) -> logits (Vp) = wte[:V] x, padding 0 */
   const float *last = d->x + (size_t)(N - 1) * C;
-  layernorm(d->ln, last, params + d->lnf_w, params + d->lnf_b, 1, C);
+  gpt_cpu_layernorm(d->ln, NULL, NULL, last, params + d->lnf_w,
+                    params + d->lnf_b, 1, C);
   cblas_sgemv(CblasRowMajor, CblasNoTrans, d->V, C, 1.0f, wte, C, d->ln, 1,
               0.0f, d->logits, 1);
   for (int v = d->V; v < d->Vp; v++)

@@ -1,8 +1,8 @@
 /*
  * gpt_impl: the inside of a gpt, shared by gpu/model/gpt.c (configuration,
- * layout, initialization) and its backends (gpu/cpu/gpt_cpu.c: forward
- * and backward). Not part of the engine's API: code outside gpu/ uses
- * gpt.h only.
+ * layout, initialization), its backends (gpu/cpu/gpt_cpu.c: forward and
+ * backward) and the CPU decoder (gpu/model/decode.c). Not part of the
+ * engine's API: code outside gpu/ uses gpt.h only.
  */
 #ifndef DAGRUN_GPT_IMPL_H
 #define DAGRUN_GPT_IMPL_H
@@ -60,5 +60,16 @@ static inline float *gpt_g(struct gpt *m, size_t i) {
 static inline size_t gpt_ti(int l, int k) {
   return 2 + (size_t)l * GPT_NLAYER_TENSORS + (size_t)k;
 }
+
+/* LayerNorm (eps 1e-5, as GPT-2) of N rows of C: inp (N,C), w (C), b (C)
+ * -> out (N,C), and each row's mean and 1/std into mean (N) and rstd (N)
+ * for the backward pass (either may be NULL). Rows run on OpenMP threads.
+ * gpu/cpu/gpt_cpu.c. */
+void gpt_cpu_layernorm(float *out, float *mean, float *rstd, const float *inp,
+                       const float *w, const float *b, int N, int C);
+
+/* GELU, tanh approximation (GPT-2's gelu_new), of N floats: inp -> out
+ * (may be the same array). OpenMP threads. gpu/cpu/gpt_cpu.c. */
+void gpt_cpu_gelu(float *out, const float *inp, size_t N);
 
 #endif /* DAGRUN_GPT_IMPL_H */

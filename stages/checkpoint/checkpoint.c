@@ -328,12 +328,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   registry_entry *v = NULL;
   size_t n = 0;
   if (registry_list(root, &v, &n, err, sizeof err) == 0) {
-    const registry_entry *best = NULL;
-    for (size_t i = 0; i < n; i++)
-      if (isfinite(v[i].val_loss) &&
-          (!best || v[i].val_loss < best->val_loss ||
-           (v[i].val_loss == best->val_loss && v[i].seq > best->seq)))
-        best = &v[i];
+    const registry_entry *best = registry_best(v, n);
     host->log(ctx, DAGRUN_LOG_INFO,
               "registry %s: %zu models (retention removed %d, keep_last %lld, "
               "keep_best %lld); latest %s, best %s",

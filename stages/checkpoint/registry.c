@@ -58,34 +58,6 @@ static char *xprintf(const char *fmt, ...) {
   return s;
 }
 
-/* mkdir -p; 0 or -errno. */
-static int make_dirs(const char *path) {
-  char *p = strdup(path);
-  if (!p)
-    return -ENOMEM;
-  int rc = 0;
-  for (char *s = p + 1; rc == 0; s++) {
-    if (*s != '/' && *s != '\0')
-      continue;
-    char c = *s;
-    *s = '\0';
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
-      rc = -errno;
-    *s = c;
-    if (c == '\0')
-      break;
-  }
-  free(p);
-  if (rc == 0) {
-    struct stat st;
-    if (stat(path, &st) != 0)
-      rc = -errno;
-    else if (!S_ISDIR(st.st_mode))
-      rc = -ENOTDIR;
-  }
-  return rc;
-}
-
 /* ---- The default root ---- */
 
 char *registry_default_root(const char *run_dir, const char *dag) {
@@ -289,9 +261,7 @@ static int set_link(const char *root, const char *link, const char *target,
   return rc;
 }
 
-/* Of v[0..n), the entry with the lowest finite val_loss (the newest of
- * equals), or NULL. */
-static const registry_entry *best_of(const registry_entry *v, size_t n) {
+const registry_entry *registry_best(const registry_entry *v, size_t n) {
   const registry_entry *best = NULL;
   for (size_t i = 0; i < n; i++)
     if (isfinite(v[i].val_loss) &&
@@ -307,7 +277,7 @@ static int update_links(const char *root, char *err, size_t errlen) {
   size_t n = 0;
   if (registry_list(root, &v, &n, err, errlen) != 0)
     return -1;
-  const registry_entry *best = best_of(v, n);
+  const registry_entry *best = registry_best(v, n);
   int rc = set_link(root, "latest", n ? v[n - 1].name : NULL, err, errlen);
   if (rc == 0)
     rc = set_link(root, "best", best ? best->name : NULL, err, errlen);
@@ -574,7 +544,7 @@ int registry_promote(const char *root, const registry_promotion *p,
     seterr(err, errlen, "out of memory");
     goto done;
   }
-  if ((e = make_dirs(root)) != 0) {
+  if ((e = fileio_mkdir_p(root)) != 0) {
     seterr(err, errlen, "cannot create the registry %s: %s", root,
            strerror(-e));
     goto done;

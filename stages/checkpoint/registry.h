@@ -70,6 +70,10 @@ typedef struct registry_promotion {
 int registry_promote(const char *root, const registry_promotion *p,
                      registry_entry *out, char *err, size_t errlen);
 
+/* Of v[0..n) (registry_list's order), the entry with the lowest finite
+ * val_loss, the newest of equals; NULL when none has one. */
+const registry_entry *registry_best(const registry_entry *v, size_t n);
+
 /* Retention: keeps the keep_last newest entries and the keep_best with
  * the lowest validation loss (entries without one never count as best),
  * removes every other entry (each passed to on_removed, which may be

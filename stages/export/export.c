@@ -96,24 +96,6 @@ static int exists(const char *path) {
   return lstat(path, &st) == 0;
 }
 
-/* mkdir -p of path. 0 or -errno. */
-static int mkdir_p(const char *path) {
-  char buf[PATH_MAX];
-  if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-    return -ENAMETOOLONG;
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/')
-      continue;
-    *p = '\0';
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-      return -errno;
-    *p = '/';
-  }
-  if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-    return -errno;
-  return 0;
-}
-
 /* Whether inner is outer or lies under it (both existing paths). */
 static int is_within(const char *inner, const char *outer) {
   char a[PATH_MAX], b[PATH_MAX];
@@ -648,7 +630,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   const char *pdir = slash == parent ? "" : parent;
   snprintf(x.tmp, n, "%s/.%s.tmp", pdir, slash + 1);
   snprintf(x.old, n, "%s/.%s.old", pdir, slash + 1);
-  int rc = *pdir ? mkdir_p(pdir) : 0;
+  int rc = *pdir ? fileio_mkdir_p(pdir) : 0;
   free(parent);
   if (rc == 0)
     rc = fileio_remove_tree(x.tmp);
