@@ -17,7 +17,6 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,25 +33,6 @@ struct ckpt_writer {
   char *tmp;   /* parent/.step-N.tmp */
   char *final; /* parent/step-N */
 };
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
-static char *xprintf(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *s = NULL;
-  if (vasprintf(&s, fmt, ap) < 0)
-    s = NULL;
-  va_end(ap);
-  return s;
-}
 
 /* ---- Small file-system helpers ---- */
 
@@ -120,29 +100,29 @@ int ckpt_begin(const char *parent, int64_t step, ckpt_writer **out, char *err,
                size_t errlen) {
   *out = NULL;
   if (step < 0) {
-    seterr(err, errlen, "checkpoint step %" PRId64 " is negative", step);
+    fileio_seterr(err, errlen, "checkpoint step %" PRId64 " is negative", step);
     return -1;
   }
   int rc = fileio_mkdir_p(parent);
   if (rc != 0) {
-    seterr(err, errlen, "cannot create %s: %s", parent, strerror(-rc));
+    fileio_seterr(err, errlen, "cannot create %s: %s", parent, strerror(-rc));
     return -1;
   }
   ckpt_writer *w = calloc(1, sizeof(*w));
   if (w) {
     w->parent = strdup(parent);
     w->step = step;
-    w->tmp = xprintf("%s/.step-%08lld.tmp", parent, (long long)step);
-    w->final = xprintf("%s/step-%08lld", parent, (long long)step);
+    w->tmp = fileio_xprintf("%s/.step-%08lld.tmp", parent, (long long)step);
+    w->final = fileio_xprintf("%s/step-%08lld", parent, (long long)step);
   }
   if (!w || !w->parent || !w->tmp || !w->final) {
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
     ckpt_abort(w);
     return -1;
   }
   /* A temporary of the same step is a crashed attempt's: start afresh. */
   if (fileio_remove_tree(w->tmp) != 0 || mkdir(w->tmp, 0755) != 0) {
-    seterr(err, errlen, "cannot create %s: %s", w->tmp, strerror(errno));
+    fileio_seterr(err, errlen, "cannot create %s: %s", w->tmp, strerror(errno));
     free(w->parent);
     free(w->tmp);
     free(w->final);
@@ -158,17 +138,18 @@ const char *ckpt_writer_dir(const ckpt_writer *w) { return w->tmp; }
 int ckpt_add_file(ckpt_writer *w, const char *name, const void *data, size_t n,
                   char *err, size_t errlen) {
   if (!plain_name(name) || strcmp(name, MANIFEST) == 0) {
-    seterr(err, errlen, "checkpoint file name \"%s\" is not allowed", name);
+    fileio_seterr(err, errlen, "checkpoint file name \"%s\" is not allowed",
+                  name);
     return -1;
   }
   char *path = fileio_join(w->tmp, name);
   if (!path) {
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
     return -1;
   }
   int rc = fileio_write_durable(path, data, n);
   if (rc != 0)
-    seterr(err, errlen, "cannot write %s: %s", path, strerror(-rc));
+    fileio_seterr(err, errlen, "cannot write %s: %s", path, strerror(-rc));
   free(path);
   return rc == 0 ? 0 : -1;
 }
@@ -246,7 +227,7 @@ static int add_entry(cJSON *files, const char *dir, const char *name, char *err,
                      size_t errlen) {
   char *path = fileio_join(dir, name);
   if (!path) {
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
     return -1;
   }
   int rc = -1, e;
@@ -254,17 +235,18 @@ static int add_entry(cJSON *files, const char *dir, const char *name, char *err,
   char hex[65];
   cJSON *o = NULL;
   if (lstat(path, &st) != 0) {
-    seterr(err, errlen, "cannot stat %s: %s", path, strerror(errno));
+    fileio_seterr(err, errlen, "cannot stat %s: %s", path, strerror(errno));
   } else if (!S_ISREG(st.st_mode)) {
-    seterr(err, errlen,
-           "%s: not a regular file (a checkpoint holds only files)", path);
+    fileio_seterr(err, errlen,
+                  "%s: not a regular file (a checkpoint holds only files)",
+                  path);
   } else if ((e = fsync_path(path)) != 0 ||
              (e = fileio_sha256_file(path, hex)) != 0) {
-    seterr(err, errlen, "cannot read %s: %s", path, strerror(-e));
+    fileio_seterr(err, errlen, "cannot read %s: %s", path, strerror(-e));
   } else if (!(o = cJSON_AddObjectToObject(files, name)) ||
              !cJSON_AddNumberToObject(o, "bytes", (double)st.st_size) ||
              !cJSON_AddStringToObject(o, "sha256", hex)) {
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
   } else {
     rc = 0;
   }
@@ -277,7 +259,7 @@ static char *make_manifest(ckpt_writer *w, const char *state_json, char *err,
                            size_t errlen) {
   cJSON *state = cJSON_Parse(state_json ? state_json : "{}");
   if (!cJSON_IsObject(state)) {
-    seterr(err, errlen, "checkpoint state is not a JSON object");
+    fileio_seterr(err, errlen, "checkpoint state is not a JSON object");
     cJSON_Delete(state);
     return NULL;
   }
@@ -288,12 +270,12 @@ static char *make_manifest(ckpt_writer *w, const char *state_json, char *err,
       !cJSON_AddNumberToObject(root, "version", CKPT_VERSION) ||
       !cJSON_AddNumberToObject(root, "step", (double)w->step) ||
       !(files = cJSON_AddObjectToObject(root, "files"))) {
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
     goto done;
   }
   int rc = list_files(w->tmp, &names, &n);
   if (rc != 0) {
-    seterr(err, errlen, "cannot list %s: %s", w->tmp, strerror(-rc));
+    fileio_seterr(err, errlen, "cannot list %s: %s", w->tmp, strerror(-rc));
     goto done;
   }
   for (size_t i = 0; i < n; i++)
@@ -303,7 +285,7 @@ static char *make_manifest(ckpt_writer *w, const char *state_json, char *err,
   state = NULL; /* root's now */
   text = cJSON_Print(root);
   if (!text)
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
 done:
   free_list(names, n);
   cJSON_Delete(state);
@@ -319,7 +301,7 @@ int ckpt_commit(ckpt_writer *w, const char *state_json, char *final_path,
     goto fail;
   mpath = fileio_join(w->tmp, MANIFEST);
   if (!mpath) {
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
     goto fail;
   }
   /* The manifest last: a directory with one has all its files. */
@@ -330,23 +312,23 @@ int ckpt_commit(ckpt_writer *w, const char *state_json, char *final_path,
    * place: at every moment one of the two is under a name we read. */
   struct stat st;
   if (lstat(w->final, &st) == 0) {
-    old = xprintf("%s/.step-%08lld.old", w->parent, (long long)w->step);
+    old = fileio_xprintf("%s/.step-%08lld.old", w->parent, (long long)w->step);
     if (!old || fileio_remove_tree(old) != 0 || rename(w->final, old) != 0) {
-      seterr(err, errlen, "cannot move %s aside: %s", w->final,
-             strerror(errno));
+      fileio_seterr(err, errlen, "cannot move %s aside: %s", w->final,
+                    strerror(errno));
       goto fail;
     }
   }
   if (rename(w->tmp, w->final) != 0) {
-    seterr(err, errlen, "cannot rename %s to %s: %s", w->tmp, w->final,
-           strerror(errno));
+    fileio_seterr(err, errlen, "cannot rename %s to %s: %s", w->tmp, w->final,
+                  strerror(errno));
     if (old)
       rename(old, w->final);
     goto fail;
   }
   int rc = fileio_fsync_dir(w->parent);
   if (rc != 0) {
-    seterr(err, errlen, "cannot fsync %s: %s", w->parent, strerror(-rc));
+    fileio_seterr(err, errlen, "cannot fsync %s: %s", w->parent, strerror(-rc));
     /* The rename happened; the checkpoint is complete but maybe not yet
      * durable. Leave it: a later check says whether it survived. */
     free(text);
@@ -383,23 +365,24 @@ fail:
 static cJSON *load_manifest(const char *dir, char *err, size_t errlen) {
   char *path = fileio_join(dir, MANIFEST), *text = NULL;
   if (!path) {
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
     return NULL;
   }
   int rc = read_text(path, &text);
   free(path);
   if (rc == -ENOENT) {
-    seterr(err, errlen, "missing " MANIFEST " (an incomplete checkpoint?)");
+    fileio_seterr(err, errlen,
+                  "missing " MANIFEST " (an incomplete checkpoint?)");
     return NULL;
   }
   if (rc != 0) {
-    seterr(err, errlen, MANIFEST ": %s", strerror(-rc));
+    fileio_seterr(err, errlen, MANIFEST ": %s", strerror(-rc));
     return NULL;
   }
   cJSON *m = cJSON_Parse(text);
   free(text);
   if (!cJSON_IsObject(m)) {
-    seterr(err, errlen, MANIFEST ": not a JSON object");
+    fileio_seterr(err, errlen, MANIFEST ": not a JSON object");
     cJSON_Delete(m);
     return NULL;
   }
@@ -409,17 +392,18 @@ static cJSON *load_manifest(const char *dir, char *err, size_t errlen) {
   const cJSON *files = cJSON_GetObjectItemCaseSensitive(m, "files");
   const cJSON *state = cJSON_GetObjectItemCaseSensitive(m, "state");
   if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, CKPT_FORMAT) != 0) {
-    seterr(err, errlen, MANIFEST ": format is not \"" CKPT_FORMAT "\"");
+    fileio_seterr(err, errlen, MANIFEST ": format is not \"" CKPT_FORMAT "\"");
   } else if (!cJSON_IsNumber(ver) || ver->valuedouble != CKPT_VERSION) {
-    seterr(err, errlen, MANIFEST ": version %g, this dagrun reads version %d",
-           cJSON_IsNumber(ver) ? ver->valuedouble : 0.0, CKPT_VERSION);
+    fileio_seterr(err, errlen,
+                  MANIFEST ": version %g, this dagrun reads version %d",
+                  cJSON_IsNumber(ver) ? ver->valuedouble : 0.0, CKPT_VERSION);
   } else if (!cJSON_IsNumber(step) || step->valuedouble < 0 ||
              step->valuedouble != (double)(int64_t)step->valuedouble) {
-    seterr(err, errlen, MANIFEST ": no \"step\" number");
+    fileio_seterr(err, errlen, MANIFEST ": no \"step\" number");
   } else if (!cJSON_IsObject(files)) {
-    seterr(err, errlen, MANIFEST ": no \"files\" object");
+    fileio_seterr(err, errlen, MANIFEST ": no \"files\" object");
   } else if (!cJSON_IsObject(state)) {
-    seterr(err, errlen, MANIFEST ": no \"state\" object");
+    fileio_seterr(err, errlen, MANIFEST ": no \"state\" object");
   } else {
     return m;
   }
@@ -435,12 +419,12 @@ static int verify_file(const char *dir, const cJSON *o, char *err,
   const cJSON *sha = cJSON_GetObjectItemCaseSensitive(o, "sha256");
   if (!plain_name(name) || !cJSON_IsNumber(bytes) || bytes->valuedouble < 0 ||
       !cJSON_IsString(sha) || strlen(sha->valuestring) != 64) {
-    seterr(err, errlen, MANIFEST ": bad entry for \"%s\"", name);
+    fileio_seterr(err, errlen, MANIFEST ": bad entry for \"%s\"", name);
     return -1;
   }
   char *path = fileio_join(dir, name);
   if (!path) {
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
     return -1;
   }
   int rc = -1;
@@ -450,24 +434,24 @@ static int verify_file(const char *dir, const cJSON *o, char *err,
   int e;
   if (stat(path, &st) != 0) {
     if (errno == ENOENT)
-      seterr(err, errlen, "%s: missing", name);
+      fileio_seterr(err, errlen, "%s: missing", name);
     else
-      seterr(err, errlen, "%s: %s", name, strerror(errno));
+      fileio_seterr(err, errlen, "%s: %s", name, strerror(errno));
   } else if (!S_ISREG(st.st_mode)) {
-    seterr(err, errlen, "%s: not a regular file", name);
+    fileio_seterr(err, errlen, "%s: not a regular file", name);
   } else if ((uint64_t)st.st_size < want) {
-    seterr(err, errlen, "%s: truncated: %lld of %" PRIu64 " bytes", name,
-           (long long)st.st_size, want);
+    fileio_seterr(err, errlen, "%s: truncated: %lld of %" PRIu64 " bytes", name,
+                  (long long)st.st_size, want);
   } else if ((uint64_t)st.st_size > want) {
-    seterr(err, errlen, "%s: %lld bytes, the manifest says %" PRIu64, name,
-           (long long)st.st_size, want);
+    fileio_seterr(err, errlen, "%s: %lld bytes, the manifest says %" PRIu64,
+                  name, (long long)st.st_size, want);
   } else if ((e = fileio_sha256_file(path, hex)) != 0) {
-    seterr(err, errlen, "%s: %s", name, strerror(-e));
+    fileio_seterr(err, errlen, "%s: %s", name, strerror(-e));
   } else if (strcmp(hex, sha->valuestring) != 0) {
-    seterr(err, errlen,
-           "%s: sha256 mismatch: the manifest says %s, the file "
-           "hashes to %s",
-           name, sha->valuestring, hex);
+    fileio_seterr(err, errlen,
+                  "%s: sha256 mismatch: the manifest says %s, the file "
+                  "hashes to %s",
+                  name, sha->valuestring, hex);
   } else {
     rc = 0;
   }
@@ -486,8 +470,9 @@ int ckpt_verify(const char *dir, char *err, size_t errlen) {
   int64_t dstep,
       mstep = (int64_t)cJSON_GetObjectItemCaseSensitive(m, "step")->valuedouble;
   if (parse_step_name(base, &dstep) && dstep != mstep) {
-    seterr(err, errlen, MANIFEST ": step %" PRId64 ", but the directory is %s",
-           mstep, base);
+    fileio_seterr(err, errlen,
+                  MANIFEST ": step %" PRId64 ", but the directory is %s", mstep,
+                  base);
     cJSON_Delete(m);
     return -1;
   }
@@ -507,7 +492,7 @@ int ckpt_read_state(const char *dir, int64_t *step, char **state_json,
   char sub[512];
   cJSON *m = load_manifest(dir, sub, sizeof sub);
   if (!m) {
-    seterr(err, errlen, "%s: %s", dir, sub);
+    fileio_seterr(err, errlen, "%s: %s", dir, sub);
     return -1;
   }
   *step = (int64_t)cJSON_GetObjectItemCaseSensitive(m, "step")->valuedouble;
@@ -515,7 +500,7 @@ int ckpt_read_state(const char *dir, int64_t *step, char **state_json,
       cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(m, "state"));
   cJSON_Delete(m);
   if (!*state_json) {
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
     return -1;
   }
   return 0;
@@ -607,7 +592,7 @@ int ckpt_find_latest(const char *parent, char **out,
   if (rc == -ENOENT) /* no checkpoints yet */
     return 0;
   if (rc != 0) {
-    seterr(err, errlen, "cannot read %s: %s", parent, strerror(-rc));
+    fileio_seterr(err, errlen, "cannot read %s: %s", parent, strerror(-rc));
     free_entries(v, n);
     return -1;
   }

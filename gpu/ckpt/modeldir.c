@@ -11,7 +11,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,15 +18,6 @@
 #include <unistd.h>
 
 #define CKPT_FORMAT "dagrun-checkpoint"
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 static int is_dir(const char *path) {
   struct stat st;
@@ -65,13 +55,13 @@ static int open_checkpoint(const char *dir, modeldir_info *info, char *err,
                            size_t errlen) {
   char sub[1024];
   if (ckpt_verify(dir, sub, sizeof sub) != 0) {
-    seterr(err, errlen, "%s: a corrupt checkpoint: %s", dir, sub);
+    fileio_seterr(err, errlen, "%s: a corrupt checkpoint: %s", dir, sub);
     return -1;
   }
   int64_t step = 0;
   char *text = NULL;
   if (ckpt_read_state(dir, &step, &text, sub, sizeof sub) != 0) {
-    seterr(err, errlen, "%s", sub);
+    fileio_seterr(err, errlen, "%s", sub);
     return -1;
   }
   cJSON *st = cJSON_Parse(text);
@@ -84,10 +74,11 @@ static int open_checkpoint(const char *dir, modeldir_info *info, char *err,
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(mj, dims[i]);
     if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) ||
         x->valuedouble < 1 || x->valuedouble > 1e9) {
-      seterr(err, errlen,
-             "%s: the manifest's state.model has no %s: not a checkpoint of "
-             "the train stage",
-             dir, dims[i]);
+      fileio_seterr(
+          err, errlen,
+          "%s: the manifest's state.model has no %s: not a checkpoint of "
+          "the train stage",
+          dir, dims[i]);
       cJSON_Delete(st);
       return -1;
     }
@@ -102,7 +93,7 @@ static int open_checkpoint(const char *dir, modeldir_info *info, char *err,
                               .block_size = v[3],
                               .vocab_size = v[4]};
   if (gpt_config_finish(&info->config, sub, sizeof sub) != 0) {
-    seterr(err, errlen, "%s: the manifest's model: %s", dir, sub);
+    fileio_seterr(err, errlen, "%s: the manifest's model: %s", dir, sub);
     cJSON_Delete(st);
     return -1;
   }
@@ -110,12 +101,13 @@ static int open_checkpoint(const char *dir, modeldir_info *info, char *err,
           (int)sizeof info->dir ||
       join_into(info->weights, sizeof info->weights, dir,
                 "model.safetensors") != 0) {
-    seterr(err, errlen, "%s: path too long", dir);
+    fileio_seterr(err, errlen, "%s: path too long", dir);
     cJSON_Delete(st);
     return -1;
   }
   if (!is_file(info->weights)) {
-    seterr(err, errlen, "%s: a checkpoint without model.safetensors", dir);
+    fileio_seterr(err, errlen, "%s: a checkpoint without model.safetensors",
+                  dir);
     cJSON_Delete(st);
     return -1;
   }
@@ -146,7 +138,8 @@ static int hf_int(const cJSON *cfg, const char *key, int dflt, int *out,
   }
   if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) ||
       x->valuedouble < 1 || x->valuedouble > 1e9) {
-    seterr(err, errlen, "%s: \"%s\" is not a positive integer", path, key);
+    fileio_seterr(err, errlen, "%s: \"%s\" is not a positive integer", path,
+                  key);
     return -1;
   }
   *out = (int)x->valuedouble;
@@ -168,49 +161,53 @@ static int hf_check_variant(const cJSON *cfg, int n_embd, const char *path,
       cJSON_GetObjectItemCaseSensitive(cfg, "activation_function");
   if (act &&
       !(cJSON_IsString(act) && strcmp(act->valuestring, "gelu_new") == 0)) {
-    seterr(err, errlen,
-           "%s: activation_function \"%s\": dagrun's engine computes "
-           "\"gelu_new\" (GELU, tanh approximation) only",
-           path, cJSON_IsString(act) ? act->valuestring : "(not a string)");
+    fileio_seterr(err, errlen,
+                  "%s: activation_function \"%s\": dagrun's engine computes "
+                  "\"gelu_new\" (GELU, tanh approximation) only",
+                  path,
+                  cJSON_IsString(act) ? act->valuestring : "(not a string)");
     return -1;
   }
   const cJSON *eps =
       cJSON_GetObjectItemCaseSensitive(cfg, "layer_norm_epsilon");
   if (eps && !(cJSON_IsNumber(eps) && fabs(eps->valuedouble - 1e-5) <= 1e-12)) {
-    seterr(err, errlen,
-           "%s: layer_norm_epsilon %g: dagrun's engine uses 1e-05 only", path,
-           cJSON_IsNumber(eps) ? eps->valuedouble : NAN);
+    fileio_seterr(err, errlen,
+                  "%s: layer_norm_epsilon %g: dagrun's engine uses 1e-05 only",
+                  path, cJSON_IsNumber(eps) ? eps->valuedouble : NAN);
     return -1;
   }
   static const char *const off[] = {"scale_attn_by_inverse_layer_idx",
                                     "reorder_and_upcast_attn"};
   for (int i = 0; i < 2; i++)
     if (hf_bool(cfg, off[i], 0)) {
-      seterr(err, errlen, "%s: %s is true: dagrun's engine does not do that",
-             path, off[i]);
+      fileio_seterr(err, errlen,
+                    "%s: %s is true: dagrun's engine does not do that", path,
+                    off[i]);
       return -1;
     }
   if (!hf_bool(cfg, "scale_attn_weights", 1)) {
-    seterr(err, errlen,
-           "%s: scale_attn_weights is false: dagrun's engine always scales "
-           "attention by 1/sqrt(head size)",
-           path);
+    fileio_seterr(
+        err, errlen,
+        "%s: scale_attn_weights is false: dagrun's engine always scales "
+        "attention by 1/sqrt(head size)",
+        path);
     return -1;
   }
   if (!hf_bool(cfg, "tie_word_embeddings", 1)) {
-    seterr(err, errlen,
-           "%s: tie_word_embeddings is false: dagrun's engine ties the "
-           "output head to the token embedding",
-           path);
+    fileio_seterr(err, errlen,
+                  "%s: tie_word_embeddings is false: dagrun's engine ties the "
+                  "output head to the token embedding",
+                  path);
     return -1;
   }
   const cJSON *inner = cJSON_GetObjectItemCaseSensitive(cfg, "n_inner");
   if (inner && !cJSON_IsNull(inner) &&
       !(cJSON_IsNumber(inner) && inner->valuedouble == 4.0 * n_embd)) {
-    seterr(err, errlen,
-           "%s: n_inner %g: dagrun's engine has an MLP of width 4 x n_embd "
-           "(%d)",
-           path, cJSON_IsNumber(inner) ? inner->valuedouble : NAN, 4 * n_embd);
+    fileio_seterr(
+        err, errlen,
+        "%s: n_inner %g: dagrun's engine has an MLP of width 4 x n_embd "
+        "(%d)",
+        path, cJSON_IsNumber(inner) ? inner->valuedouble : NAN, 4 * n_embd);
     return -1;
   }
   return 0;
@@ -220,15 +217,16 @@ static int open_hf(const char *dir, const cJSON *cfg, modeldir_info *info,
                    char *err, size_t errlen) {
   char path[4096];
   if (join_into(path, sizeof path, dir, "config.json") != 0) {
-    seterr(err, errlen, "%s: path too long", dir);
+    fileio_seterr(err, errlen, "%s: path too long", dir);
     return -1;
   }
   const cJSON *mt = cJSON_GetObjectItemCaseSensitive(cfg, "model_type");
   if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "gpt2") != 0) {
-    seterr(err, errlen,
-           "%s: model_type \"%s\": dagrun's engine runs GPT-2 (\"gpt2\") "
-           "models only",
-           path, cJSON_IsString(mt) ? mt->valuestring : "(none)");
+    fileio_seterr(
+        err, errlen,
+        "%s: model_type \"%s\": dagrun's engine runs GPT-2 (\"gpt2\") "
+        "models only",
+        path, cJSON_IsString(mt) ? mt->valuestring : "(none)");
     return -1;
   }
   /* GPT2Config's defaults stand in for absent fields, as transformers
@@ -246,7 +244,7 @@ static int open_hf(const char *dir, const cJSON *cfg, modeldir_info *info,
     return -1;
   char sub[512];
   if (gpt_config_finish(&c, sub, sizeof sub) != 0) {
-    seterr(err, errlen, "%s: %s", path, sub);
+    fileio_seterr(err, errlen, "%s: %s", path, sub);
     return -1;
   }
   memset(info, 0, sizeof *info);
@@ -257,10 +255,10 @@ static int open_hf(const char *dir, const cJSON *cfg, modeldir_info *info,
   if (join_into(info->weights, sizeof info->weights, dir,
                 "model.safetensors") != 0 ||
       !is_file(info->weights)) {
-    seterr(err, errlen,
-           "%s: a GPT-2 config.json without model.safetensors beside it "
-           "(dagrun reads safetensors weights, not pytorch_model.bin)",
-           dir);
+    fileio_seterr(err, errlen,
+                  "%s: a GPT-2 config.json without model.safetensors beside it "
+                  "(dagrun reads safetensors weights, not pytorch_model.bin)",
+                  dir);
     return -1;
   }
   char tok[4096];
@@ -299,16 +297,17 @@ static void note_invalid(void *arg, const char *dir, const char *why) {
 int modeldir_open(const char *path, modeldir_info *info, char *err,
                   size_t errlen) {
   if (!path || !*path) {
-    seterr(err, errlen, "no model directory given");
+    fileio_seterr(err, errlen, "no model directory given");
     return -1;
   }
   if (!is_dir(path)) {
-    seterr(err, errlen, "%s: %s", path,
-           access(path, F_OK) == 0 ? "not a directory" : strerror(errno));
+    fileio_seterr(err, errlen, "%s: %s", path,
+                  access(path, F_OK) == 0 ? "not a directory"
+                                          : strerror(errno));
     return -1;
   }
   if (strlen(path) > 4000) {
-    seterr(err, errlen, "%s: path too long", path);
+    fileio_seterr(err, errlen, "%s: path too long", path);
     return -1;
   }
   int exists = 0;
@@ -321,8 +320,8 @@ int modeldir_open(const char *path, modeldir_info *info, char *err,
   if (is_ckpt)
     return open_checkpoint(path, info, err, errlen);
   if (unreadable) {
-    seterr(err, errlen, "%s/manifest.json: not JSON (a corrupt checkpoint?)",
-           path);
+    fileio_seterr(err, errlen,
+                  "%s/manifest.json: not JSON (a corrupt checkpoint?)", path);
     return -1;
   }
 
@@ -330,7 +329,7 @@ int modeldir_open(const char *path, modeldir_info *info, char *err,
   if (exists) {
     int rc = -1;
     if (!cJSON_IsObject(cfg))
-      seterr(err, errlen, "%s/config.json: not a JSON object", path);
+      fileio_seterr(err, errlen, "%s/config.json: not a JSON object", path);
     else
       rc = open_hf(path, cfg, info, err, errlen);
     cJSON_Delete(cfg);
@@ -348,15 +347,17 @@ int modeldir_open(const char *path, modeldir_info *info, char *err,
     return rc;
   }
   if (sk.first[0])
-    seterr(err, errlen,
-           "%s: a directory of checkpoints with no valid one (newest: %s)",
-           path, sk.first);
+    fileio_seterr(
+        err, errlen,
+        "%s: a directory of checkpoints with no valid one (newest: %s)", path,
+        sk.first);
   else
-    seterr(err, errlen,
-           "%s: not a model directory: expected a dagrun checkpoint "
-           "(manifest.json), a directory of checkpoints (step-*), or a "
-           "Hugging Face GPT-2 directory (config.json + model.safetensors)",
-           path);
+    fileio_seterr(
+        err, errlen,
+        "%s: not a model directory: expected a dagrun checkpoint "
+        "(manifest.json), a directory of checkpoints (step-*), or a "
+        "Hugging Face GPT-2 directory (config.json + model.safetensors)",
+        path);
   return -1;
 }
 
@@ -367,7 +368,7 @@ int modeldir_load(const modeldir_info *info, gpt **out, char *err,
   char sub[1024];
   if (gpt_config_finish(&c, sub, sizeof sub) != 0 ||
       gpt_create(&c, &m, sub, sizeof sub) != 0) {
-    seterr(err, errlen, "%s: %s", info->dir, sub);
+    fileio_seterr(err, errlen, "%s: %s", info->dir, sub);
     return -1;
   }
   if (weights_load(info->weights, m, err, errlen) != 0) {

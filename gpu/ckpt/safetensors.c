@@ -15,7 +15,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,15 +27,6 @@ _Static_assert(sizeof(float) == 4, "F32 is a 4-byte float");
  * is little-endian, and so is every machine we build for. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "safetensors files are little-endian");
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 static const char *dtype_name(st_dtype d) {
   return d == ST_BF16 ? "BF16" : "F32";
@@ -88,11 +78,12 @@ static char *make_header(const st_tensor *tensors, size_t n,
       goto oom;
     for (size_t i = 0; i < n_meta; i++) {
       if (!meta_keys[i] || !meta_values[i]) {
-        seterr(err, errlen, "metadata entry %zu has no key or value", i);
+        fileio_seterr(err, errlen, "metadata entry %zu has no key or value", i);
         goto fail;
       }
       if (cJSON_GetObjectItemCaseSensitive(meta, meta_keys[i])) {
-        seterr(err, errlen, "metadata key \"%s\" given twice", meta_keys[i]);
+        fileio_seterr(err, errlen, "metadata key \"%s\" given twice",
+                      meta_keys[i]);
         goto fail;
       }
       if (!cJSON_AddStringToObject(meta, meta_keys[i], meta_values[i]))
@@ -103,23 +94,24 @@ static char *make_header(const st_tensor *tensors, size_t n,
   for (size_t i = 0; i < n; i++) {
     const st_tensor *t = &tensors[i];
     if (!t->name || !*t->name || strcmp(t->name, "__metadata__") == 0) {
-      seterr(err, errlen, "tensor %zu: name \"%s\" is not allowed", i,
-             t->name ? t->name : "(null)");
+      fileio_seterr(err, errlen, "tensor %zu: name \"%s\" is not allowed", i,
+                    t->name ? t->name : "(null)");
       goto fail;
     }
     if (cJSON_GetObjectItemCaseSensitive(root, t->name)) {
-      seterr(err, errlen, "tensor \"%s\" given twice", t->name);
+      fileio_seterr(err, errlen, "tensor \"%s\" given twice", t->name);
       goto fail;
     }
     if (t->dtype != ST_F32 && t->dtype != ST_BF16) {
-      seterr(err, errlen, "tensor \"%s\": unknown dtype %d", t->name,
-             (int)t->dtype);
+      fileio_seterr(err, errlen, "tensor \"%s\": unknown dtype %d", t->name,
+                    (int)t->dtype);
       goto fail;
     }
     int64_t numel =
         t->ndim >= 0 && t->ndim <= 4 ? numel_of(t->ndim, t->shape) : -1;
     if (numel < 0 || (numel > 0 && !t->data)) {
-      seterr(err, errlen, "tensor \"%s\": bad shape or no data", t->name);
+      fileio_seterr(err, errlen, "tensor \"%s\": bad shape or no data",
+                    t->name);
       goto fail;
     }
     uint64_t bytes = (uint64_t)numel * dtype_size(t->dtype);
@@ -140,7 +132,7 @@ static char *make_header(const st_tensor *tensors, size_t n,
     cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + bytes)));
     off += bytes;
     if (off >= (1ull << 53)) {
-      seterr(err, errlen, "tensors too large for one file");
+      fileio_seterr(err, errlen, "tensors too large for one file");
       goto fail;
     }
   }
@@ -163,7 +155,7 @@ static char *make_header(const st_tensor *tensors, size_t n,
   return text;
 
 oom:
-  seterr(err, errlen, "out of memory");
+  fileio_seterr(err, errlen, "out of memory");
 fail:
   cJSON_Delete(root);
   return NULL;
@@ -205,13 +197,13 @@ int st_write(const char *path, const st_tensor *tensors, size_t n,
   char *header = make_header(tensors, n, meta_keys, meta_values, n_meta, &hlen,
                              &data_bytes, sub, sizeof sub);
   if (!header) {
-    seterr(err, errlen, "%s: %s", path, sub);
+    fileio_seterr(err, errlen, "%s: %s", path, sub);
     return -1;
   }
   char *tmp = malloc(strlen(path) + 5);
   if (!tmp) {
     free(header);
-    seterr(err, errlen, "%s: out of memory", path);
+    fileio_seterr(err, errlen, "%s: out of memory", path);
     return -1;
   }
   sprintf(tmp, "%s.tmp", path);
@@ -237,7 +229,7 @@ int st_write(const char *path, const st_tensor *tensors, size_t n,
   if (rc == 0)
     rc = fileio_fsync_parent(path);
   if (rc != 0) {
-    seterr(err, errlen, "cannot write %s: %s", path, strerror(-rc));
+    fileio_seterr(err, errlen, "cannot write %s: %s", path, strerror(-rc));
     unlink(tmp);
   }
   free(tmp);
@@ -297,17 +289,17 @@ static int parse_tensor(const cJSON *o, uint64_t data_size, st_tensor *t,
   const char *name = o->string;
   t->name = name;
   if (!cJSON_IsObject(o)) {
-    seterr(err, errlen, "tensor \"%s\": not an object", name);
+    fileio_seterr(err, errlen, "tensor \"%s\": not an object", name);
     return -1;
   }
   const cJSON *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype");
   const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, "shape");
   const cJSON *offs = cJSON_GetObjectItemCaseSensitive(o, "data_offsets");
   if (!cJSON_IsString(dt) || !cJSON_IsArray(shape) || !cJSON_IsArray(offs)) {
-    seterr(err, errlen,
-           "tensor \"%s\": needs \"dtype\" (a string), \"shape\" and "
-           "\"data_offsets\" (arrays)",
-           name);
+    fileio_seterr(err, errlen,
+                  "tensor \"%s\": needs \"dtype\" (a string), \"shape\" and "
+                  "\"data_offsets\" (arrays)",
+                  name);
     return -1;
   }
   if (strcmp(dt->valuestring, "F32") == 0) {
@@ -315,16 +307,17 @@ static int parse_tensor(const cJSON *o, uint64_t data_size, st_tensor *t,
   } else if (strcmp(dt->valuestring, "BF16") == 0) {
     t->dtype = ST_BF16;
   } else {
-    seterr(err, errlen,
-           "tensor \"%s\": dtype \"%s\" is not supported "
-           "(F32 and BF16 are)",
-           name, dt->valuestring);
+    fileio_seterr(err, errlen,
+                  "tensor \"%s\": dtype \"%s\" is not supported "
+                  "(F32 and BF16 are)",
+                  name, dt->valuestring);
     return -1;
   }
   int nd = cJSON_GetArraySize(shape);
   if (nd > 4) {
-    seterr(err, errlen, "tensor \"%s\": %d dimensions, at most 4 supported",
-           name, nd);
+    fileio_seterr(err, errlen,
+                  "tensor \"%s\": %d dimensions, at most 4 supported", name,
+                  nd);
     return -1;
   }
   t->ndim = nd;
@@ -332,7 +325,8 @@ static int parse_tensor(const cJSON *o, uint64_t data_size, st_tensor *t,
     uint64_t v;
     if (get_uint(cJSON_GetArrayItem(shape, d), &v) != 0 ||
         v > (uint64_t)INT64_MAX) {
-      seterr(err, errlen, "tensor \"%s\": shape[%d] is not a size", name, d);
+      fileio_seterr(err, errlen, "tensor \"%s\": shape[%d] is not a size", name,
+                    d);
       return -1;
     }
     t->shape[d] = (int64_t)v;
@@ -342,25 +336,26 @@ static int parse_tensor(const cJSON *o, uint64_t data_size, st_tensor *t,
   if (cJSON_GetArraySize(offs) != 2 ||
       get_uint(cJSON_GetArrayItem(offs, 0), &b) != 0 ||
       get_uint(cJSON_GetArrayItem(offs, 1), &e) != 0 || e < b) {
-    seterr(err, errlen,
-           "tensor \"%s\": data_offsets must be [begin, end] with "
-           "begin <= end",
-           name);
+    fileio_seterr(err, errlen,
+                  "tensor \"%s\": data_offsets must be [begin, end] with "
+                  "begin <= end",
+                  name);
     return -1;
   }
   if (e > data_size) {
-    seterr(err, errlen,
-           "tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
-           "] beyond the data section's %" PRIu64 " bytes",
-           name, b, e, data_size);
+    fileio_seterr(err, errlen,
+                  "tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
+                  "] beyond the data section's %" PRIu64 " bytes",
+                  name, b, e, data_size);
     return -1;
   }
   if (numel < 0 || e - b != (uint64_t)numel * dtype_size(t->dtype)) {
-    seterr(err, errlen,
-           "tensor \"%s\": %" PRIu64 " bytes in data_offsets, but %s x %" PRId64
-           " elements is %" PRIu64,
-           name, e - b, dtype_name(t->dtype), numel,
-           numel < 0 ? 0 : (uint64_t)numel * dtype_size(t->dtype));
+    fileio_seterr(err, errlen,
+                  "tensor \"%s\": %" PRIu64
+                  " bytes in data_offsets, but %s x %" PRId64
+                  " elements is %" PRIu64,
+                  name, e - b, dtype_name(t->dtype), numel,
+                  numel < 0 ? 0 : (uint64_t)numel * dtype_size(t->dtype));
     return -1;
   }
   r->begin = b;
@@ -372,7 +367,7 @@ int st_open(const char *path, st_file **out, char *err, size_t errlen) {
   *out = NULL;
   st_file *f = calloc(1, sizeof(*f));
   if (!f) {
-    seterr(err, errlen, "%s: out of memory", path);
+    fileio_seterr(err, errlen, "%s: out of memory", path);
     return -1;
   }
   range *ranges = NULL;
@@ -380,19 +375,19 @@ int st_open(const char *path, st_file **out, char *err, size_t errlen) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0) {
-    seterr(sub, sizeof sub, "%s", strerror(errno));
+    fileio_seterr(sub, sizeof sub, "%s", strerror(errno));
     goto fail;
   }
   f->size = (size_t)st.st_size;
   if (f->size < 8) {
-    seterr(sub, sizeof sub, "%zu bytes, too short for a safetensors file",
-           f->size);
+    fileio_seterr(sub, sizeof sub,
+                  "%zu bytes, too short for a safetensors file", f->size);
     goto fail;
   }
   f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (f->map == MAP_FAILED) {
     f->map = NULL;
-    seterr(sub, sizeof sub, "cannot map: %s", strerror(errno));
+    fileio_seterr(sub, sizeof sub, "cannot map: %s", strerror(errno));
     goto fail;
   }
   const uint8_t *p = f->map;
@@ -400,22 +395,22 @@ int st_open(const char *path, st_file **out, char *err, size_t errlen) {
   for (int i = 0; i < 8; i++)
     hlen |= (uint64_t)p[i] << (8 * i);
   if (hlen > f->size - 8) {
-    seterr(sub, sizeof sub,
-           "header length %" PRIu64 " beyond the file's %zu bytes", hlen,
-           f->size);
+    fileio_seterr(sub, sizeof sub,
+                  "header length %" PRIu64 " beyond the file's %zu bytes", hlen,
+                  f->size);
     goto fail;
   }
   const char *end = NULL;
   f->header =
       cJSON_ParseWithLengthOpts((const char *)p + 8, (size_t)hlen, &end, 0);
   if (!f->header || !cJSON_IsObject(f->header)) {
-    seterr(sub, sizeof sub, "header is not a JSON object");
+    fileio_seterr(sub, sizeof sub, "header is not a JSON object");
     goto fail;
   }
   /* After the JSON, only the padding. */
   for (const char *q = end; q < (const char *)p + 8 + hlen; q++)
     if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r' && *q != '\0') {
-      seterr(sub, sizeof sub, "header is not a JSON object");
+      fileio_seterr(sub, sizeof sub, "header is not a JSON object");
       goto fail;
     }
   uint64_t data_size = f->size - 8 - hlen;
@@ -425,19 +420,19 @@ int st_open(const char *path, st_file **out, char *err, size_t errlen) {
   f->tensors = calloc(count ? count : 1, sizeof(*f->tensors));
   ranges = calloc(count ? count : 1, sizeof(*ranges));
   if (!f->tensors || !ranges) {
-    seterr(sub, sizeof sub, "out of memory");
+    fileio_seterr(sub, sizeof sub, "out of memory");
     goto fail;
   }
   for (cJSON *o = f->header->child; o; o = o->next) {
     if (strcmp(o->string, "__metadata__") == 0) {
       if (!cJSON_IsObject(o)) {
-        seterr(sub, sizeof sub, "__metadata__ is not an object");
+        fileio_seterr(sub, sizeof sub, "__metadata__ is not an object");
         goto fail;
       }
       for (cJSON *m = o->child; m; m = m->next)
         if (!cJSON_IsString(m)) {
-          seterr(sub, sizeof sub, "__metadata__ \"%s\" is not a string",
-                 m->string);
+          fileio_seterr(sub, sizeof sub, "__metadata__ \"%s\" is not a string",
+                        m->string);
           goto fail;
         }
       f->meta = o;
@@ -445,7 +440,7 @@ int st_open(const char *path, st_file **out, char *err, size_t errlen) {
     }
     for (size_t i = 0; i < f->n; i++)
       if (strcmp(f->tensors[i].name, o->string) == 0) {
-        seterr(sub, sizeof sub, "tensor \"%s\" listed twice", o->string);
+        fileio_seterr(sub, sizeof sub, "tensor \"%s\" listed twice", o->string);
         goto fail;
       }
     st_tensor *t = &f->tensors[f->n];
@@ -462,26 +457,27 @@ int st_open(const char *path, st_file **out, char *err, size_t errlen) {
   for (size_t k = 0; k < f->n; k++) {
     const char *name = f->tensors[ranges[k].i].name;
     if (ranges[k].begin < at) {
-      seterr(sub, sizeof sub,
-             "tensor \"%s\": data_offsets overlap another "
-             "tensor's",
-             name);
+      fileio_seterr(sub, sizeof sub,
+                    "tensor \"%s\": data_offsets overlap another "
+                    "tensor's",
+                    name);
       goto fail;
     }
     if (ranges[k].begin > at) {
-      seterr(sub, sizeof sub,
-             "tensor \"%s\": data_offsets leave a gap of %" PRIu64
-             " bytes before it",
-             name, ranges[k].begin - at);
+      fileio_seterr(sub, sizeof sub,
+                    "tensor \"%s\": data_offsets leave a gap of %" PRIu64
+                    " bytes before it",
+                    name, ranges[k].begin - at);
       goto fail;
     }
     at = ranges[k].end;
   }
   if (at != data_size) {
-    seterr(sub, sizeof sub,
-           "%" PRIu64 " bytes of data after the last tensor (the data section "
-           "has %" PRIu64 ", the tensors cover %" PRIu64 ")",
-           data_size - at, data_size, at);
+    fileio_seterr(sub, sizeof sub,
+                  "%" PRIu64
+                  " bytes of data after the last tensor (the data section "
+                  "has %" PRIu64 ", the tensors cover %" PRIu64 ")",
+                  data_size - at, data_size, at);
     goto fail;
   }
   free(ranges);
@@ -490,7 +486,7 @@ int st_open(const char *path, st_file **out, char *err, size_t errlen) {
   return 0;
 
 fail:
-  seterr(err, errlen, "%s: %s", path, sub);
+  fileio_seterr(err, errlen, "%s: %s", path, sub);
   free(ranges);
   if (fd >= 0)
     close(fd);

@@ -11,6 +11,7 @@
  */
 #include "dataloader.h"
 
+#include "fileio.h"
 #include "rng.h"
 
 #include "tokfile.h"
@@ -18,7 +19,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,15 +73,6 @@ struct loader {
   pthread_mutex_t mu;
   pthread_cond_t not_empty, not_full;
 };
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 /* ---- Where windows are ---- */
 
@@ -240,21 +231,22 @@ int loader_create(const loader_config *cfg, loader **out, char *err,
                   size_t errlen) {
   *out = NULL;
   if (!cfg->paths || cfg->npaths == 0) {
-    seterr(err, errlen, "loader: no token files given");
+    fileio_seterr(err, errlen, "loader: no token files given");
     return -1;
   }
   if (cfg->B <= 0 || cfg->T <= 0) {
-    seterr(err, errlen, "loader: B = %d and T = %d must both be positive",
-           cfg->B, cfg->T);
+    fileio_seterr(err, errlen,
+                  "loader: B = %d and T = %d must both be positive", cfg->B,
+                  cfg->T);
     return -1;
   }
   if (cfg->prefetch < 0) {
-    seterr(err, errlen, "loader: prefetch = %d must not be negative",
-           cfg->prefetch);
+    fileio_seterr(err, errlen, "loader: prefetch = %d must not be negative",
+                  cfg->prefetch);
     return -1;
   }
   if (cfg->order != LOADER_RANDOM && cfg->order != LOADER_SEQUENTIAL) {
-    seterr(err, errlen, "loader: unknown order %d", (int)cfg->order);
+    fileio_seterr(err, errlen, "loader: unknown order %d", (int)cfg->order);
     return -1;
   }
   loader *l = calloc(1, sizeof(*l));
@@ -287,10 +279,10 @@ int loader_create(const loader_config *cfg, loader **out, char *err,
     if (i == 0) {
       l->vocab_size = h->vocab_size;
     } else if (h->vocab_size != l->vocab_size) {
-      seterr(err, errlen,
-             "%s: vocab_size %" PRIu32 ", but %s has vocab_size %" PRIu32
-             " (all token files of a loader must share one vocabulary)",
-             f->path, h->vocab_size, cfg->paths[0], l->vocab_size);
+      fileio_seterr(err, errlen,
+                    "%s: vocab_size %" PRIu32 ", but %s has vocab_size %" PRIu32
+                    " (all token files of a loader must share one vocabulary)",
+                    f->path, h->vocab_size, cfg->paths[0], l->vocab_size);
       goto fail;
     }
     f->tokens = tokfile_tokens(f->tf);
@@ -308,14 +300,15 @@ int loader_create(const loader_config *cfg, loader **out, char *err,
   l->total_windows = l->cum_windows[l->nfiles];
   if (l->total_starts == 0) {
     if (l->nfiles == 1)
-      seterr(err, errlen,
-             "%s: %" PRIu64 " tokens, fewer than one window of T+1 = %d",
-             cfg->paths[0], l->files[0].n_tokens, cfg->T + 1);
+      fileio_seterr(err, errlen,
+                    "%s: %" PRIu64 " tokens, fewer than one window of T+1 = %d",
+                    cfg->paths[0], l->files[0].n_tokens, cfg->T + 1);
     else
-      seterr(err, errlen,
-             "no token file holds one window of T+1 = %d tokens (the "
-             "largest, %s, has %" PRIu64 "; windows never cross files)",
-             cfg->T + 1, cfg->paths[largest], l->files[largest].n_tokens);
+      fileio_seterr(err, errlen,
+                    "no token file holds one window of T+1 = %d tokens (the "
+                    "largest, %s, has %" PRIu64 "; windows never cross files)",
+                    cfg->T + 1, cfg->paths[largest],
+                    l->files[largest].n_tokens);
     goto fail;
   }
   if (l->order == LOADER_SEQUENTIAL && l->shuffle) {
@@ -344,8 +337,8 @@ int loader_create(const loader_config *cfg, loader **out, char *err,
     }
     int rc = prefetch_start(l);
     if (rc != 0) {
-      seterr(err, errlen, "loader: cannot start the prefetch thread: %s",
-             strerror(-rc));
+      fileio_seterr(err, errlen, "loader: cannot start the prefetch thread: %s",
+                    strerror(-rc));
       goto fail;
     }
   }
@@ -353,7 +346,7 @@ int loader_create(const loader_config *cfg, loader **out, char *err,
   return 0;
 
 oom:
-  seterr(err, errlen, "loader: out of memory");
+  fileio_seterr(err, errlen, "loader: out of memory");
 fail:
   if (l)
     free_loader(l);

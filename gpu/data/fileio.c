@@ -5,11 +5,31 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <openssl/evp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+void fileio_seterr(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || !errlen)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+char *fileio_xprintf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *s = NULL;
+  if (vasprintf(&s, fmt, ap) < 0)
+    s = NULL;
+  va_end(ap);
+  return s;
+}
 
 char *fileio_join(const char *dir, const char *name) {
   size_t n = strlen(dir) + strlen(name) + 2;

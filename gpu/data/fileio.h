@@ -9,6 +9,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Error reporting lives here because every module of the engine and the
+ * stages links dagrun_data and reports errors into caller buffers. */
+
+/* printf into err[errlen], truncating; a no-op when err is NULL or errlen
+ * is 0. */
+void fileio_seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* printf into a malloc'd string (caller frees); NULL when out of memory. */
+char *fileio_xprintf(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
 /* "dir/name", malloc'd (caller frees); NULL when out of memory. */
 char *fileio_join(const char *dir, const char *name);
 

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,15 +20,6 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 /* Ids are buffered and written in blocks of this many bytes. */
 #define WRITE_BUFFER_BYTES (1u << 20)
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 static void put_u32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; i++)
@@ -80,12 +70,12 @@ static int flush_buffer(tokfile_writer *w, char *err, size_t errlen) {
   if (w->nbuf == 0)
     return 0;
   if (EVP_DigestUpdate(w->sha, w->buf, w->nbuf) != 1) {
-    seterr(err, errlen, "%s: SHA-256 update failed", w->tmp);
+    fileio_seterr(err, errlen, "%s: SHA-256 update failed", w->tmp);
     return -1;
   }
   int rc = fileio_write_all(w->fd, w->buf, w->nbuf);
   if (rc != 0) {
-    seterr(err, errlen, "%s: write: %s", w->tmp, strerror(-rc));
+    fileio_seterr(err, errlen, "%s: write: %s", w->tmp, strerror(-rc));
     return -1;
   }
   w->nbuf = 0;
@@ -111,17 +101,18 @@ int tokfile_writer_create(const char *path, uint32_t vocab_size,
                           size_t errlen) {
   *out = NULL;
   if (vocab_size == 0) {
-    seterr(err, errlen, "%s: vocabulary size 0", path);
+    fileio_seterr(err, errlen, "%s: vocabulary size 0", path);
     return -1;
   }
   if (eot_id != TOKFILE_NO_EOT && eot_id >= vocab_size) {
-    seterr(err, errlen, "%s: end-of-text id %u outside the vocabulary (%u)",
-           path, eot_id, vocab_size);
+    fileio_seterr(err, errlen,
+                  "%s: end-of-text id %u outside the vocabulary (%u)", path,
+                  eot_id, vocab_size);
     return -1;
   }
   tokfile_writer *w = calloc(1, sizeof *w);
   if (!w) {
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
     return -1;
   }
   w->fd = -1;
@@ -132,7 +123,7 @@ int tokfile_writer_create(const char *path, uint32_t vocab_size,
   if (!w->path || !w->tmp || !w->buf || !w->sha ||
       EVP_DigestInit_ex(w->sha, EVP_sha256(), NULL) != 1) {
     tokfile_writer_abort(w);
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
     return -1;
   }
   sprintf(w->tmp, "%s.tmp", path);
@@ -145,7 +136,7 @@ int tokfile_writer_create(const char *path, uint32_t vocab_size,
   };
   w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w->fd < 0) {
-    seterr(err, errlen, "%s: %s", w->tmp, strerror(errno));
+    fileio_seterr(err, errlen, "%s: %s", w->tmp, strerror(errno));
     tokfile_writer_abort(w);
     return -1;
   }
@@ -153,7 +144,7 @@ int tokfile_writer_create(const char *path, uint32_t vocab_size,
   uint8_t zero[TOKFILE_HEADER_SIZE] = {0};
   int rc = fileio_write_all(w->fd, zero, sizeof zero);
   if (rc != 0) {
-    seterr(err, errlen, "%s: write: %s", w->tmp, strerror(-rc));
+    fileio_seterr(err, errlen, "%s: write: %s", w->tmp, strerror(-rc));
     tokfile_writer_abort(w);
     return -1;
   }
@@ -164,8 +155,8 @@ int tokfile_writer_create(const char *path, uint32_t vocab_size,
 static int put_token(tokfile_writer *w, uint32_t id, char *err,
                      size_t errlen) {
   if (id >= w->info.vocab_size) {
-    seterr(err, errlen, "%s: token id %u outside the vocabulary (%u)",
-           w->path, id, w->info.vocab_size);
+    fileio_seterr(err, errlen, "%s: token id %u outside the vocabulary (%u)",
+                  w->path, id, w->info.vocab_size);
     return -1;
   }
   if (w->nbuf + 4 > WRITE_BUFFER_BYTES && flush_buffer(w, err, errlen) != 0)
@@ -200,31 +191,31 @@ int tokfile_writer_finish(tokfile_writer *w, tokfile_info *info, char *err,
   if (flush_buffer(w, err, errlen) != 0)
     goto fail;
   if (EVP_DigestFinal_ex(w->sha, w->info.sha256, &dlen) != 1 || dlen != 32) {
-    seterr(err, errlen, "%s: SHA-256 failed", w->tmp);
+    fileio_seterr(err, errlen, "%s: SHA-256 failed", w->tmp);
     goto fail;
   }
   uint8_t header[TOKFILE_HEADER_SIZE];
   encode_header(&w->info, header);
   if (pwrite(w->fd, header, sizeof header, 0) != (ssize_t)sizeof header ||
       fsync(w->fd) != 0) {
-    seterr(err, errlen, "%s: %s", w->tmp, strerror(errno));
+    fileio_seterr(err, errlen, "%s: %s", w->tmp, strerror(errno));
     goto fail;
   }
   if (close(w->fd) != 0) {
     w->fd = -1;
     unlink(w->tmp);
-    seterr(err, errlen, "%s: close: %s", w->tmp, strerror(errno));
+    fileio_seterr(err, errlen, "%s: close: %s", w->tmp, strerror(errno));
     goto fail;
   }
   w->fd = -1;
   if (rename(w->tmp, w->path) != 0) {
-    seterr(err, errlen, "rename %s: %s", w->tmp, strerror(errno));
+    fileio_seterr(err, errlen, "rename %s: %s", w->tmp, strerror(errno));
     unlink(w->tmp);
     goto fail;
   }
   if ((rc = fileio_fsync_parent(w->path)) != 0) {
-    seterr(err, errlen, "%s: fsync of the directory: %s", w->path,
-           strerror(-rc));
+    fileio_seterr(err, errlen, "%s: fsync of the directory: %s", w->path,
+                  strerror(-rc));
     goto fail;
   }
   if (info)
@@ -258,19 +249,20 @@ int tokfile_open(const char *path, tokfile **out, char *err, size_t errlen) {
   *out = NULL;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    seterr(err, errlen, "%s: %s", path, strerror(errno));
+    fileio_seterr(err, errlen, "%s: %s", path, strerror(errno));
     return -1;
   }
   struct stat st;
   if (fstat(fd, &st) != 0) {
-    seterr(err, errlen, "%s: %s", path, strerror(errno));
+    fileio_seterr(err, errlen, "%s: %s", path, strerror(errno));
     close(fd);
     return -1;
   }
   if ((uint64_t)st.st_size < TOKFILE_HEADER_SIZE) {
-    seterr(err, errlen,
-           "%s: not a token file: %lld bytes, shorter than the %u-byte header",
-           path, (long long)st.st_size, TOKFILE_HEADER_SIZE);
+    fileio_seterr(
+        err, errlen,
+        "%s: not a token file: %lld bytes, shorter than the %u-byte header",
+        path, (long long)st.st_size, TOKFILE_HEADER_SIZE);
     close(fd);
     return -1;
   }
@@ -278,20 +270,20 @@ int tokfile_open(const char *path, tokfile **out, char *err, size_t errlen) {
   if (!f || !(f->path = strdup(path))) {
     free(f);
     close(fd);
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
     return -1;
   }
   f->size = (size_t)st.st_size;
   f->map = mmap(NULL, f->size, PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (f->map == MAP_FAILED) {
-    seterr(err, errlen, "%s: mmap: %s", path, strerror(errno));
+    fileio_seterr(err, errlen, "%s: mmap: %s", path, strerror(errno));
     tokfile_close(f);
     return -1;
   }
   const uint8_t *h = f->map;
   if (memcmp(h, TOKFILE_MAGIC, 8) != 0) {
-    seterr(err, errlen, "%s: not a token file (bad magic)", path);
+    fileio_seterr(err, errlen, "%s: not a token file (bad magic)", path);
     tokfile_close(f);
     return -1;
   }
@@ -305,25 +297,28 @@ int tokfile_open(const char *path, tokfile **out, char *err, size_t errlen) {
   memcpy(in->sha256, h + 40, 32);
   in->eot_id = get_u32(h + 72);
   if (in->version != TOKFILE_VERSION) {
-    seterr(err, errlen, "%s: token file version %u; this dagrun reads %u",
-           path, in->version, TOKFILE_VERSION);
+    fileio_seterr(err, errlen,
+                  "%s: token file version %u; this dagrun reads %u", path,
+                  in->version, TOKFILE_VERSION);
     tokfile_close(f);
     return -1;
   }
   if (in->header_size != TOKFILE_HEADER_SIZE ||
       (in->token_bytes != 2 && in->token_bytes != 4)) {
-    seterr(err, errlen, "%s: bad header (header size %u, token width %u)",
-           path, in->header_size, in->token_bytes);
+    fileio_seterr(err, errlen,
+                  "%s: bad header (header size %u, token width %u)", path,
+                  in->header_size, in->token_bytes);
     tokfile_close(f);
     return -1;
   }
   uint64_t want = (uint64_t)in->header_size;
   if (in->n_tokens > (UINT64_MAX - want) / in->token_bytes ||
       want + in->n_tokens * in->token_bytes != (uint64_t)f->size) {
-    seterr(err, errlen,
-           "%s: truncated or corrupt: header says %llu tokens of %u bytes, "
-           "file has %zu bytes",
-           path, (unsigned long long)in->n_tokens, in->token_bytes, f->size);
+    fileio_seterr(
+        err, errlen,
+        "%s: truncated or corrupt: header says %llu tokens of %u bytes, "
+        "file has %zu bytes",
+        path, (unsigned long long)in->n_tokens, in->token_bytes, f->size);
     tokfile_close(f);
     return -1;
   }
@@ -337,24 +332,27 @@ int tokfile_verify(const tokfile *f, char *err, size_t errlen) {
   const uint8_t *p = (const uint8_t *)f->map + f->info.header_size;
   size_t n = f->size - f->info.header_size;
   if (EVP_Digest(p, n, digest, &dlen, EVP_sha256(), NULL) != 1 || dlen != 32) {
-    seterr(err, errlen, "%s: SHA-256 failed", f->path);
+    fileio_seterr(err, errlen, "%s: SHA-256 failed", f->path);
     return -1;
   }
   if (memcmp(digest, f->info.sha256, 32) != 0) {
     char want[65], got[65];
     fileio_hex(f->info.sha256, 32, want);
     fileio_hex(digest, 32, got);
-    seterr(err, errlen,
-           "%s: checksum mismatch: header says sha256 %s, tokens hash to %s",
-           f->path, want, got);
+    fileio_seterr(
+        err, errlen,
+        "%s: checksum mismatch: header says sha256 %s, tokens hash to %s",
+        f->path, want, got);
     return -1;
   }
   const uint8_t *t = p;
   for (uint64_t i = 0; i < f->info.n_tokens; i++) {
     uint32_t id = tokfile_get(t, f->info.token_bytes, i);
     if (id >= f->info.vocab_size) {
-      seterr(err, errlen, "%s: token %llu has id %u, outside the vocabulary "
-             "(%u)", f->path, (unsigned long long)i, id, f->info.vocab_size);
+      fileio_seterr(err, errlen,
+                    "%s: token %llu has id %u, outside the vocabulary "
+                    "(%u)",
+                    f->path, (unsigned long long)i, id, f->info.vocab_size);
       return -1;
     }
   }

@@ -23,7 +23,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,31 +38,12 @@
 #define MANIFEST "manifest.json"
 #define TMP_PREFIX ".tmp-"
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
-static char *xprintf(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *s = NULL;
-  if (vasprintf(&s, fmt, ap) < 0)
-    s = NULL;
-  va_end(ap);
-  return s;
-}
-
 /* ---- The default root ---- */
 
 char *registry_default_root(const char *run_dir, const char *dag) {
   const char *env = getenv("DAGRUN_MODELS_DIR");
   if (env && *env)
-    return xprintf("%s/%s", env, dag);
+    return fileio_xprintf("%s/%s", env, dag);
   /* <runs> is run_dir less its last two names (<dag>/<run id>). */
   char *runs = strdup(run_dir);
   if (!runs)
@@ -86,13 +66,13 @@ char *registry_default_root(const char *run_dir, const char *dag) {
   if (realpath(runs, real)) {
     char *slash = strrchr(real, '/');
     if (slash == real)
-      out = xprintf("/models/%s", dag);
+      out = fileio_xprintf("/models/%s", dag);
     else {
       *slash = '\0';
-      out = xprintf("%s/models/%s", real, dag);
+      out = fileio_xprintf("%s/models/%s", real, dag);
     }
   } else {
-    out = xprintf("%s/../models/%s", runs, dag);
+    out = fileio_xprintf("%s/../models/%s", runs, dag);
   }
   free(runs);
   return out;
@@ -113,7 +93,7 @@ static void copy_str(char *dst, size_t n, const cJSON *o, const char *key) {
 /* The entry <root>/<name> from its promotion.json: 0, or -1 when it is
  * not a complete entry. */
 static int read_entry(const char *root, const char *name, registry_entry *e) {
-  char *path = xprintf("%s/%s/" PROMOTION, root, name);
+  char *path = fileio_xprintf("%s/%s/" PROMOTION, root, name);
   char ignored[256];
   char *text =
       path ? fileio_read_all(path, NULL, ignored, sizeof ignored) : NULL;
@@ -158,8 +138,8 @@ int registry_list(const char *root, registry_entry **out, size_t *n, char *err,
   if (!d) {
     if (errno == ENOENT)
       return 0;
-    seterr(err, errlen, "cannot read the registry %s: %s", root,
-           strerror(errno));
+    fileio_seterr(err, errlen, "cannot read the registry %s: %s", root,
+                  strerror(errno));
     return -1;
   }
   registry_entry *v = NULL;
@@ -170,7 +150,7 @@ int registry_list(const char *root, registry_entry **out, size_t *n, char *err,
      * symlinks, which lstat tells apart from the entries. */
     if (de->d_name[0] == '.')
       continue;
-    char *p = xprintf("%s/%s", root, de->d_name);
+    char *p = fileio_xprintf("%s/%s", root, de->d_name);
     struct stat st;
     int isdir = p && lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
     free(p);
@@ -182,7 +162,7 @@ int registry_list(const char *root, registry_entry **out, size_t *n, char *err,
       if (!nv) {
         closedir(d);
         free(v);
-        seterr(err, errlen, "out of memory");
+        fileio_seterr(err, errlen, "out of memory");
         return -1;
       }
       v = nv;
@@ -205,11 +185,11 @@ int registry_list(const char *root, registry_entry **out, size_t *n, char *err,
 /* Takes root/.lock (waiting for another promotion or retention to end):
  * the fd, or -1 with err. */
 static int lock_root(const char *root, char *err, size_t errlen) {
-  char *p = xprintf("%s/.lock", root);
+  char *p = fileio_xprintf("%s/.lock", root);
   int fd = p ? open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
   if (fd < 0) {
-    seterr(err, errlen, "cannot open %s: %s", p ? p : root,
-           p ? strerror(errno) : "out of memory");
+    fileio_seterr(err, errlen, "cannot open %s: %s", p ? p : root,
+                  p ? strerror(errno) : "out of memory");
     free(p);
     return -1;
   }
@@ -217,7 +197,7 @@ static int lock_root(const char *root, char *err, size_t errlen) {
   while ((rc = flock(fd, LOCK_EX)) != 0 && errno == EINTR)
     ;
   if (rc != 0) {
-    seterr(err, errlen, "cannot lock %s: %s", p, strerror(errno));
+    fileio_seterr(err, errlen, "cannot lock %s: %s", p, strerror(errno));
     close(fd);
     fd = -1;
   }
@@ -235,23 +215,23 @@ static void unlock_root(int fd) {
  * removes the link. 0 or -1 with err. */
 static int set_link(const char *root, const char *link, const char *target,
                     char *err, size_t errlen) {
-  char *path = xprintf("%s/%s", root, link);
-  char *tmp = xprintf("%s/" TMP_PREFIX "link-%s", root, link);
+  char *path = fileio_xprintf("%s/%s", root, link);
+  char *tmp = fileio_xprintf("%s/" TMP_PREFIX "link-%s", root, link);
   int rc = -1;
   if (!path || !tmp) {
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
   } else if (!target) {
     if (unlink(path) == 0 || errno == ENOENT)
       rc = 0;
     else
-      seterr(err, errlen, "cannot remove %s: %s", path, strerror(errno));
+      fileio_seterr(err, errlen, "cannot remove %s: %s", path, strerror(errno));
   } else {
     unlink(tmp);
     if (symlink(target, tmp) != 0)
-      seterr(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+      fileio_seterr(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
     else if (rename(tmp, path) != 0) {
-      seterr(err, errlen, "cannot rename %s to %s: %s", tmp, path,
-             strerror(errno));
+      fileio_seterr(err, errlen, "cannot rename %s to %s: %s", tmp, path,
+                    strerror(errno));
       unlink(tmp);
     } else
       rc = 0;
@@ -284,7 +264,7 @@ static int update_links(const char *root, char *err, size_t errlen) {
   free(v);
   int e;
   if (rc == 0 && (e = fileio_fsync_dir(root)) != 0) {
-    seterr(err, errlen, "cannot fsync %s: %s", root, strerror(-e));
+    fileio_seterr(err, errlen, "cannot fsync %s: %s", root, strerror(-e));
     rc = -1;
   }
   return rc;
@@ -295,7 +275,7 @@ static int update_links(const char *root, char *err, size_t errlen) {
 static int remove_temporaries(const char *root, char *err, size_t errlen) {
   DIR *d = opendir(root);
   if (!d) {
-    seterr(err, errlen, "cannot read %s: %s", root, strerror(errno));
+    fileio_seterr(err, errlen, "cannot read %s: %s", root, strerror(errno));
     return -1;
   }
   int rc = 0;
@@ -303,11 +283,11 @@ static int remove_temporaries(const char *root, char *err, size_t errlen) {
   while (rc == 0 && (de = readdir(d)) != NULL) {
     if (strncmp(de->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) != 0)
       continue;
-    char *p = xprintf("%s/%s", root, de->d_name);
+    char *p = fileio_xprintf("%s/%s", root, de->d_name);
     int e = p ? fileio_remove_tree(p) : -ENOMEM;
     if (e != 0) {
-      seterr(err, errlen, "cannot remove the stale %s: %s", p ? p : de->d_name,
-             strerror(-e));
+      fileio_seterr(err, errlen, "cannot remove the stale %s: %s",
+                    p ? p : de->d_name, strerror(-e));
       rc = -1;
     }
     free(p);
@@ -326,7 +306,7 @@ static char **checkpoint_files(const char *dir, char *err, size_t errlen) {
   char *text = path ? fileio_read_all(path, NULL, sub, sizeof sub) : NULL;
   free(path);
   if (!text) {
-    seterr(err, errlen, "%s", sub);
+    fileio_seterr(err, errlen, "%s", sub);
     return NULL;
   }
   cJSON *m = cJSON_Parse(text);
@@ -336,7 +316,7 @@ static char **checkpoint_files(const char *dir, char *err, size_t errlen) {
   char **v = calloc(n + 2, sizeof *v);
   if (!v) {
     cJSON_Delete(m);
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
     return NULL;
   }
   size_t k = 0;
@@ -347,18 +327,19 @@ static char **checkpoint_files(const char *dir, char *err, size_t errlen) {
      * has one of them is not one we can promote without losing it. */
     if (strcmp(f->string, TOKENIZER) == 0 ||
         strcmp(f->string, PROMOTION) == 0) {
-      seterr(err, errlen,
-             "%s/" MANIFEST " lists %s, a name the registry keeps for its "
-             "own file",
-             dir, f->string);
+      fileio_seterr(err, errlen,
+                    "%s/" MANIFEST
+                    " lists %s, a name the registry keeps for its "
+                    "own file",
+                    dir, f->string);
       ok = 0;
     } else if (!(v[k++] = strdup(f->string))) {
-      seterr(err, errlen, "out of memory");
+      fileio_seterr(err, errlen, "out of memory");
       ok = 0;
     }
   }
   if (ok && !(v[k++] = strdup(MANIFEST))) {
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
     ok = 0;
   }
   cJSON_Delete(m);
@@ -427,7 +408,7 @@ static int build_entry(const char *tmp, const char *src,
                        int64_t seq, int64_t step, const char *tok_sha,
                        cJSON *validation, char *err, size_t errlen) {
   if (mkdir(tmp, 0755) != 0) {
-    seterr(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    fileio_seterr(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
     cJSON_Delete(validation);
     return -1;
   }
@@ -437,14 +418,14 @@ static int build_entry(const char *tmp, const char *src,
     char *from = fileio_join(src, files[i]), *to = fileio_join(tmp, files[i]);
     rc = from && to ? fileio_copy_durable(from, to, err, errlen) : -1;
     if (!from || !to)
-      seterr(err, errlen, "out of memory");
+      fileio_seterr(err, errlen, "out of memory");
     free(from);
     free(to);
   }
   free_names(files);
   char *tok_to = fileio_join(tmp, TOKENIZER);
   if (rc == 0 && !tok_to) {
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
     rc = -1;
   }
   if (rc == 0)
@@ -454,14 +435,15 @@ static int build_entry(const char *tmp, const char *src,
   char sub[1024], hex[65];
   int e;
   if (rc == 0 && ckpt_verify(tmp, sub, sizeof sub) != 0) {
-    seterr(err, errlen, "the copy in %s does not verify: %s", tmp, sub);
+    fileio_seterr(err, errlen, "the copy in %s does not verify: %s", tmp, sub);
     rc = -1;
   }
   if (rc == 0 && (e = fileio_sha256_file(tok_to, hex)) != 0) {
-    seterr(err, errlen, "cannot read %s: %s", tok_to, strerror(-e));
+    fileio_seterr(err, errlen, "cannot read %s: %s", tok_to, strerror(-e));
     rc = -1;
   } else if (rc == 0 && strcmp(hex, tok_sha) != 0) {
-    seterr(err, errlen, "the copy %s differs from %s", tok_to, p->tokenizer);
+    fileio_seterr(err, errlen, "the copy %s differs from %s", tok_to,
+                  p->tokenizer);
     rc = -1;
   }
   free(tok_to);
@@ -472,13 +454,13 @@ static int build_entry(const char *tmp, const char *src,
   char *text = promotion_json(p, name, seq, step, src, tok_sha, validation);
   char *ppath = fileio_join(tmp, PROMOTION);
   if (!text || !ppath) {
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
     rc = -1;
   } else if ((e = fileio_write_durable(ppath, text, strlen(text))) != 0) {
-    seterr(err, errlen, "cannot write %s: %s", ppath, strerror(-e));
+    fileio_seterr(err, errlen, "cannot write %s: %s", ppath, strerror(-e));
     rc = -1;
   } else if ((e = fileio_fsync_dir(tmp)) != 0) {
-    seterr(err, errlen, "cannot fsync %s: %s", tmp, strerror(-e));
+    fileio_seterr(err, errlen, "cannot fsync %s: %s", tmp, strerror(-e));
     rc = -1;
   }
   free(text);
@@ -489,15 +471,17 @@ static int build_entry(const char *tmp, const char *src,
 int registry_promote(const char *root, const registry_promotion *p,
                      registry_entry *out, char *err, size_t errlen) {
   if (!p->checkpoint || !p->tokenizer || !plain_run_id(p->run)) {
-    seterr(err, errlen,
-           "a promotion needs a checkpoint, a tokenizer and a run id that "
-           "is a plain name");
+    fileio_seterr(
+        err, errlen,
+        "a promotion needs a checkpoint, a tokenizer and a run id that "
+        "is a plain name");
     return -1;
   }
   /* Everything about the source is checked before anything is written. */
   char sub[1024];
   if (ckpt_verify(p->checkpoint, sub, sizeof sub) != 0) {
-    seterr(err, errlen, "checkpoint %s is corrupt: %s", p->checkpoint, sub);
+    fileio_seterr(err, errlen, "checkpoint %s is corrupt: %s", p->checkpoint,
+                  sub);
     return -1;
   }
   int64_t step;
@@ -509,15 +493,17 @@ int registry_promote(const char *root, const registry_promotion *p,
   char tok_sha[65];
   int e;
   if (stat(p->tokenizer, &st) != 0) {
-    seterr(err, errlen, "tokenizer %s: %s", p->tokenizer, strerror(errno));
+    fileio_seterr(err, errlen, "tokenizer %s: %s", p->tokenizer,
+                  strerror(errno));
     return -1;
   }
   if (!S_ISREG(st.st_mode)) {
-    seterr(err, errlen, "tokenizer %s: not a regular file", p->tokenizer);
+    fileio_seterr(err, errlen, "tokenizer %s: not a regular file",
+                  p->tokenizer);
     return -1;
   }
   if ((e = fileio_sha256_file(p->tokenizer, tok_sha)) != 0) {
-    seterr(err, errlen, "tokenizer %s: %s", p->tokenizer, strerror(-e));
+    fileio_seterr(err, errlen, "tokenizer %s: %s", p->tokenizer, strerror(-e));
     return -1;
   }
   cJSON *validation = NULL;
@@ -525,7 +511,8 @@ int registry_promote(const char *root, const registry_promotion *p,
     validation = cJSON_Parse(p->validation_json);
     if (!cJSON_IsObject(validation)) {
       cJSON_Delete(validation);
-      seterr(err, errlen, "the validation metrics are not a JSON object");
+      fileio_seterr(err, errlen,
+                    "the validation metrics are not a JSON object");
       return -1;
     }
   }
@@ -535,25 +522,26 @@ int registry_promote(const char *root, const registry_promotion *p,
 
   char name[256];
   snprintf(name, sizeof name, "%s-step-%08lld", p->run, (long long)step);
-  char *final = xprintf("%s/%s", root, name);
-  char *tmp = xprintf("%s/" TMP_PREFIX "%s", root, name);
+  char *final = fileio_xprintf("%s/%s", root, name);
+  char *tmp = fileio_xprintf("%s/" TMP_PREFIX "%s", root, name);
   int lock = -1, rc = -1;
   registry_entry *v = NULL;
   size_t n = 0;
   if (!final || !tmp) {
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
     goto done;
   }
   if ((e = fileio_mkdir_p(root)) != 0) {
-    seterr(err, errlen, "cannot create the registry %s: %s", root,
-           strerror(-e));
+    fileio_seterr(err, errlen, "cannot create the registry %s: %s", root,
+                  strerror(-e));
     goto done;
   }
   if ((lock = lock_root(root, err, errlen)) < 0 ||
       remove_temporaries(root, err, errlen) != 0)
     goto done;
   if (lstat(final, &st) == 0) {
-    seterr(err, errlen, "%s is already in the registry (%s)", name, final);
+    fileio_seterr(err, errlen, "%s is already in the registry (%s)", name,
+                  final);
     goto done;
   }
   if (registry_list(root, &v, &n, err, errlen) != 0)
@@ -563,8 +551,8 @@ int registry_promote(const char *root, const registry_promotion *p,
                    errlen);
   validation = NULL; /* build_entry's */
   if (rc == 0 && rename(tmp, final) != 0) {
-    seterr(err, errlen, "cannot rename %s to %s: %s", tmp, final,
-           strerror(errno));
+    fileio_seterr(err, errlen, "cannot rename %s to %s: %s", tmp, final,
+                  strerror(errno));
     rc = -1;
   }
   if (rc != 0) {
@@ -572,12 +560,12 @@ int registry_promote(const char *root, const registry_promotion *p,
     goto done;
   }
   if ((e = fileio_fsync_dir(root)) != 0) {
-    seterr(err, errlen, "cannot fsync %s: %s", root, strerror(-e));
+    fileio_seterr(err, errlen, "cannot fsync %s: %s", root, strerror(-e));
     rc = -1;
     goto done;
   }
   if (out && read_entry(root, name, out) != 0) {
-    seterr(err, errlen, "%s: cannot read back its " PROMOTION, final);
+    fileio_seterr(err, errlen, "%s: cannot read back its " PROMOTION, final);
     rc = -1;
     goto done;
   }
@@ -605,9 +593,9 @@ int registry_retain(const char *root, int keep_last, int keep_best,
                     void (*on_removed)(void *arg, const registry_entry *e),
                     void *arg, char *err, size_t errlen) {
   if (keep_last < 1 || keep_best < 0) {
-    seterr(err, errlen,
-           "keep_last must be at least 1 and keep_best at "
-           "least 0");
+    fileio_seterr(err, errlen,
+                  "keep_last must be at least 1 and keep_best at "
+                  "least 0");
     return -1;
   }
   struct stat st;
@@ -625,7 +613,7 @@ int registry_retain(const char *root, int keep_last, int keep_best,
   keep = calloc(n ? n : 1, 1);
   by_loss = calloc(n ? n : 1, sizeof *by_loss);
   if (!keep || !by_loss) {
-    seterr(err, errlen, "out of memory");
+    fileio_seterr(err, errlen, "out of memory");
     goto done;
   }
   /* v is by seq ascending: the newest are at the end. */
@@ -645,7 +633,7 @@ int registry_retain(const char *root, int keep_last, int keep_best,
     /* Out of the entries' names in one rename, then removed at leisure:
      * a crash between the two leaves a .tmp-* the next promotion
      * removes. */
-    char *gone = xprintf("%s/" TMP_PREFIX "del-%s", root, v[i].name);
+    char *gone = fileio_xprintf("%s/" TMP_PREFIX "del-%s", root, v[i].name);
     int e = 0;
     if (!gone)
       e = -ENOMEM;
@@ -653,7 +641,8 @@ int registry_retain(const char *root, int keep_last, int keep_best,
              rename(v[i].path, gone) != 0)
       e = -errno;
     if (e != 0) {
-      seterr(err, errlen, "cannot remove %s: %s", v[i].path, strerror(-e));
+      fileio_seterr(err, errlen, "cannot remove %s: %s", v[i].path,
+                    strerror(-e));
       removed = -1;
     } else {
       /* Should this fail, the .tmp-del-* goes with the next promotion. */

@@ -3,11 +3,12 @@
  */
 #include "corpus.h"
 
+#include "fileio.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fnmatch.h>
 #include <glob.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,18 +30,6 @@ const char *corpus_strerror(int code) {
   default:
     return "unknown error";
   }
-}
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
 }
 
 /* ------------------------------------------------------------------ */
@@ -166,8 +155,8 @@ static int add_path(walk_ctx *w, const char *path, int found) {
     int e = errno;
     struct stat lst;
     if (!found && lstat(path, &lst) != 0) {
-      set_err(w->err, w->errlen, "input %s matched no files (%s)", path,
-              strerror(e));
+      fileio_seterr(w->err, w->errlen, "input %s matched no files (%s)", path,
+                    strerror(e));
       return CORPUS_ENOMATCH;
     }
     char *p = strdup(path);
@@ -197,14 +186,15 @@ int corpus_expand(const char *const *inputs, size_t ninputs,
   memset(out, 0, sizeof(*out));
   walk_ctx w = {excludes, nexcludes, out, err, errlen};
   if (ninputs == 0) {
-    set_err(err, errlen, "input is empty: give files, directories or globs");
+    fileio_seterr(err, errlen,
+                  "input is empty: give files, directories or globs");
     return CORPUS_EINVAL;
   }
   int rc = 0;
   for (size_t i = 0; i < ninputs && rc == 0; i++) {
     const char *in = inputs[i];
     if (!in || !*in) {
-      set_err(err, errlen, "input item %zu is an empty string", i);
+      fileio_seterr(err, errlen, "input item %zu is an empty string", i);
       rc = CORPUS_EINVAL;
       break;
     }
@@ -226,21 +216,21 @@ int corpus_expand(const char *const *inputs, size_t ninputs,
       } else if (grc == GLOB_NOSPACE) {
         rc = CORPUS_ENOMEM;
       } else if (grc != GLOB_NOMATCH) {
-        set_err(err, errlen, "input %s: cannot expand the glob", path);
+        fileio_seterr(err, errlen, "input %s: cannot expand the glob", path);
         rc = CORPUS_EREAD;
       }
     } else {
       rc = add_path(&w, path, 0);
     }
     if (rc == 0 && out->n == before) {
-      set_err(err, errlen, "input %s matched no files", path);
+      fileio_seterr(err, errlen, "input %s matched no files", path);
       rc = CORPUS_ENOMATCH;
     }
     free(path);
   }
   if (rc != 0) {
     if (rc == CORPUS_ENOMEM)
-      set_err(err, errlen, "out of memory while listing the inputs");
+      fileio_seterr(err, errlen, "out of memory while listing the inputs");
     corpus_files_free(out);
     return rc;
   }
@@ -337,7 +327,7 @@ int corpus_reader_open(corpus_reader *r, const char *path, char *err,
   /* "e": O_CLOEXEC. gzread reads a file without the gzip magic as is. */
   r->gz = gzopen(path, "rbe");
   if (!r->gz) {
-    set_err(err, errlen, "%s", errno ? strerror(errno) : "out of memory");
+    fileio_seterr(err, errlen, "%s", errno ? strerror(errno) : "out of memory");
     return CORPUS_EREAD;
   }
   gzbuffer(r->gz, CHUNK);
@@ -360,7 +350,7 @@ static int fill(corpus_reader *r, char *err, size_t errlen) {
   if (r->eof)
     return 0;
   if (r->o.should_stop && r->o.should_stop(r->o.stop_arg)) {
-    set_err(err, errlen, "stopped");
+    fileio_seterr(err, errlen, "stopped");
     return CORPUS_ECANCELED;
   }
   int got = gzread(r->gz, r->chunk, CHUNK);
@@ -369,15 +359,16 @@ static int fill(corpus_reader *r, char *err, size_t errlen) {
     const char *msg = gzerror(r->gz, &e);
     if (e == Z_ERRNO)
       msg = strerror(errno);
-    set_err(err, errlen, "%s%s", e == Z_DATA_ERROR ? "corrupt gzip data: " : "",
-            msg);
+    fileio_seterr(err, errlen, "%s%s",
+                  e == Z_DATA_ERROR ? "corrupt gzip data: " : "", msg);
     return CORPUS_EREAD;
   }
   if (got == 0) {
     int e;
     (void)gzerror(r->gz, &e);
     if (e == Z_BUF_ERROR) { /* the input ended inside a gzip stream */
-      set_err(err, errlen, "truncated gzip data (unexpected end of file)");
+      fileio_seterr(err, errlen,
+                    "truncated gzip data (unexpected end of file)");
       return CORPUS_EREAD;
     }
     r->eof = 1;
@@ -619,7 +610,7 @@ static int next_jsonl(corpus_reader *r, corpus_doc *doc, char *err,
 int corpus_reader_next(corpus_reader *r, corpus_doc *doc, char *err,
                        size_t errlen) {
   if (!r->gz) {
-    set_err(err, errlen, "no file open");
+    fileio_seterr(err, errlen, "no file open");
     return CORPUS_EINVAL;
   }
   if (r->o.format == CORPUS_JSONL)
