@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "alerts.h"
 #include "catalog.h"
 #include "check.h"
 #include "graph.h"
@@ -71,6 +72,7 @@ static int load_checked(const char *path, spec **sp, checked **ck) {
   if (*sp && rc != DR_ENOENT && rc != DR_EIO) {
     /* Structural errors do not stop the deeper checks: report all. */
     check_spec(*sp, ck, &d);
+    alerts_check(*sp, (*ck)->params, &d);
   }
   if (d.n) {
     diags_print(&d, stderr);
@@ -145,6 +147,7 @@ typedef struct run_ctx {
   uv_loop_t *loop;
   view *v;
   sched *s;
+  alerts *al; /* NULL: the DAG has no alerts */
   uv_signal_t sigint, sigterm;
   int stop_signal; /* first signal that stopped the run */
   int n_signals;
@@ -152,6 +155,7 @@ typedef struct run_ctx {
 
 static void obs_event(void *ud, const sched_event *e) {
   view_task_event(((run_ctx *)ud)->v, e);
+  alerts_task_event(((run_ctx *)ud)->al, e);
 }
 
 static void obs_progress(void *ud, size_t task, double f, const char *msg) {
@@ -311,6 +315,8 @@ static int cmd_run(int argc, char **argv) {
   run_ctx r = {0};
   r.loop = uv_default_loop();
   r.v = view_create(r.loop, mode, sp, stdout);
+  if (alerts_create(r.loop, sp, run, params, &r.al, err, sizeof(err)) != 0)
+    fprintf(stderr, "dagrun: alerts off for this run: %s\n", err);
   sched_opts so = {max_parallel, self_exe,
                    {obs_event, obs_progress, obs_log, obs_done, &r}, 0};
   r.s = sched_create(r.loop, ck, run, params, &so);
@@ -333,7 +339,10 @@ static int cmd_run(int argc, char **argv) {
   write_run_json(sp, run, params, r.s, state, max_parallel);
   view_run_finished(r.v, state, r.s);
   view_destroy(r.v);
-  uv_run(r.loop, UV_RUN_DEFAULT); /* let closed handles finish */
+  alerts_run_finished(r.al, state, sp->n_tasks, now_wall() - run->started);
+  /* Lets closed handles finish, and alert deliveries (up to a grace). */
+  uv_run(r.loop, UV_RUN_DEFAULT);
+  alerts_destroy(r.al);
   sched_destroy(r.s);
   uv_loop_close(r.loop);
 

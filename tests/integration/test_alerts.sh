@@ -1,0 +1,144 @@
+# Webhook alerts, delivered to a real HTTP server on loopback: retry and
+# failure alerts with their fields, one success alert, retries on 500, an
+# endpoint that never answers, the webhook URL kept out of every file and
+# output, and `dagrun check` errors for bad alerts.
+. "$(dirname "$0")/lib.sh"
+unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY
+
+cat > server.py <<'P'
+import http.server, json, socketserver, sys, threading, time
+bodies = sys.argv[1]
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", 0))
+        body = self.rfile.read(n)
+        if self.path.startswith("/ok"):
+            with open(bodies, "ab") as f:
+                f.write(body + b"\n")
+            self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+        elif self.path.startswith("/fail500"):
+            self.send_response(500); self.end_headers()
+        elif self.path.startswith("/hang"):
+            time.sleep(3600)
+        else:
+            self.send_response(404); self.end_headers()
+class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+s = S(("127.0.0.1", 0), H)
+with open(sys.argv[2] + ".tmp", "w") as f:
+    f.write(str(s.server_address[1]))
+import os; os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+s.serve_forever()
+P
+/usr/bin/python3 server.py "$T/bodies.jsonl" "$T/port" &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null || true' EXIT
+for _ in $(seq 100); do [ -s "$T/port" ] && break; sleep 0.05; done
+[ -s "$T/port" ] || fail "test HTTP server did not start"
+PORT=$(cat "$T/port")
+BASE="http://127.0.0.1:$PORT"
+SECRET=SECRET-TOKEN-123
+
+# dag_file NAME EXIT ON URL [EXTRA]: a one-task DAG whose task exits EXIT.
+dag_file() {
+  cat > "$1.yaml" <<Y
+dag: $1
+defaults: {retry_delay: 100ms, retry_jitter: 0}
+alerts:
+  - on: [$3]
+    webhook: $4
+${5:-}
+tasks:
+  job:
+    stage: exec
+    retries: 1
+    with: {command: [sh, -c, 'echo first line; echo "it broke" >&2; exit $2']}
+Y
+}
+
+# 1. A failing task: a retry alert, then a failure alert, with every field.
+export HOOK="$BASE/ok/$SECRET?token=$SECRET"
+dag_file fails 3 "failure, retry" '${env:HOOK}'
+run_dagrun run fails.yaml --plain
+expect_rc 1
+R=$(run_dir fails)
+/usr/bin/python3 - "$T/bodies.jsonl" "$R" <<'P' || fail "alert bodies: $(cat "$T/bodies.jsonl")"
+import json, sys
+b = [json.loads(l) for l in open(sys.argv[1])]
+assert [x["event"] for x in b] == ["retry", "failure"], b
+for x in b:
+    for k in ["text", "dag", "run", "task", "state", "attempt", "error",
+              "log_tail", "link"]:
+        assert k in x, (k, x)
+    assert x["dag"] == "fails" and x["task"] == "job", x
+    assert "it broke" in x["log_tail"] and "first line" in x["log_tail"], x
+    assert sys.argv[2] in x["link"], x
+r, f = b
+assert r["state"] == "retry_wait" and r["attempt"] == 1, r
+assert f["state"] == "failed" and f["attempt"] == 2 and f["max_attempts"] == 2, f
+assert "failed" in f["text"] and "job" in f["text"] and "exit" in f["error"], f
+P
+expect_in "$R/alerts.jsonl" "\"webhook\":\"$BASE\""
+[ "$(grep -c '"result":"delivered"' "$R/alerts.jsonl")" = 2 ] || fail "alerts.jsonl: $(cat "$R/alerts.jsonl")"
+# The URL's secret is in no file of the run and in no output.
+if grep -rqF "$SECRET" "$DAGRUN_RUNS_DIR"; then
+  fail "secret found under the runs dir: $(grep -rlF "$SECRET" "$DAGRUN_RUNS_DIR")"
+fi
+expect_not_in "$T/out" "$SECRET"
+expect_not_in "$T/err" "$SECRET"
+
+# 2. A successful run: one success alert.
+rm -f "$T/bodies.jsonl"
+dag_file works 0 "failure, retry, success" "$BASE/ok"
+run_dagrun run works.yaml --plain
+expect_rc 0
+[ "$(wc -l < "$T/bodies.jsonl")" = 1 ] || fail "expected one alert: $(cat "$T/bodies.jsonl")"
+expect_in "$T/bodies.jsonl" '"event":"success"'
+expect_in "$T/bodies.jsonl" '"state":"success"'
+
+# 3. An endpoint answering 500: three tries, 1 s then 2 s apart; the run's
+# result is unchanged.
+dag_file five 0 success "$BASE/fail500"
+run_dagrun run five.yaml --plain
+expect_rc 0
+R=$(run_dir five)
+[ "$(grep -c '"status":500' "$R/alerts.jsonl")" = 3 ] || fail "expected 3 tries with status 500: $(cat "$R/alerts.jsonl")"
+expect_in "$R/alerts.jsonl" '"attempt":3'
+expect_in "$R/alerts.jsonl" '"result":"failed"'
+
+# 4. An endpoint that never answers: the per-try timeout is recorded...
+dag_file hang1 0 success "$BASE/hang" "    timeout: 1s"
+start=$(date +%s)
+run_dagrun run hang1.yaml --plain
+expect_rc 0
+R=$(run_dir hang1)
+expect_in "$R/alerts.jsonl" 'timed out'
+# ... and with the default 10 s timeout the run still ends within the 5 s
+# grace, with its own exit code, saying it gave up.
+dag_file hang2 4 failure "$BASE/hang"
+run_dagrun run hang2.yaml --plain
+expect_rc 1
+elapsed=$(( $(date +%s) - start ))
+[ "$elapsed" -lt 20 ] || fail "runs with a hanging webhook took ${elapsed}s"
+R=$(run_dir hang2)
+expect_in "$R/alerts.jsonl" '"result":"abandoned"'
+expect_in "$T/err" "gave up on 1 alert delivery"
+
+# 5. `dagrun check` reports bad alerts with file:line:col.
+cat > bad.yaml <<'Y'
+dag: bad
+alerts:
+  - on: [failur, success]
+    webhook: http://example.invalid/x
+  - on: [failure]
+    deadline: 2h
+tasks:
+  job: {stage: exec, with: {command: ["true"]}}
+Y
+run_dagrun check bad.yaml
+expect_rc 2
+expect_in "$T/err" "bad.yaml:3:10: error: alert 1: unknown event 'failur'; did you mean 'failure'?"
+expect_in "$T/err" "bad.yaml:5:5: error: alert 2: missing 'webhook'"
+expect_in "$T/err" "bad.yaml:6:15: error: alert 2: 'deadline' without the 'deadline' event"
+pass
