@@ -1,0 +1,404 @@
+/*
+ * cron: next fire times on a table of expressions x zones x start times
+ * (both DST transitions in Europe/Berlin and America/New_York, Feb 29,
+ * day-of-month/day-of-week OR), every parse error with its column, the
+ * bounded search for impossible expressions, and cron_due's catch-up.
+ * The expected times were checked independently with Python's zoneinfo
+ * (e.g. 2026-03-08T07:00:00Z is 03:00 EDT, 2026-10-25T01:00:00Z is 02:00
+ * CET), not taken from this code.
+ */
+#include <stdint.h>
+#include <time.h>
+
+#include "cron.h"
+#include "testlib.h"
+
+/* "2026-03-08T07:00:00Z" -> UTC seconds. */
+static int64_t utc(const char *z) {
+  struct tm tm = {0};
+  if (sscanf(z, "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+             &tm.tm_hour, &tm.tm_min, &tm.tm_sec) != 6)
+    abort();
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return (int64_t)timegm(&tm);
+}
+
+static char *iso(int64_t t) {
+  static char buf[8][32];
+  static int k;
+  char *b = buf[k++ % 8];
+  time_t tt = (time_t)t;
+  struct tm tm;
+  gmtime_r(&tt, &tm);
+  strftime(b, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return b;
+}
+
+typedef struct next_case {
+  const char *expr, *zone, *after;
+  const char *want[6]; /* the next fire times in order, NULL-terminated */
+} next_case;
+
+static const next_case next_cases[] = {
+    /* America/New_York, spring forward 2026-03-08: 02:00 EST -> 03:00 EDT
+     * at 07:00Z. A fixed job inside the gap fires once at 03:00 EDT. */
+    {"30 2 * * *", "America/New_York", "2026-03-07T12:00:00Z",
+     {"2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"}},
+    {"0 2 * * *", "America/New_York", "2026-03-07T12:00:00Z",
+     {"2026-03-08T07:00:00Z", "2026-03-09T06:00:00Z"}},
+    /* 03:00 exists and is also where the gap lands: once. */
+    {"0 3 * * *", "America/New_York", "2026-03-07T12:00:00Z",
+     {"2026-03-08T07:00:00Z", "2026-03-09T07:00:00Z"}},
+    /* From exactly the second before the transition. */
+    {"30 2 * * *", "America/New_York", "2026-03-08T06:59:59Z",
+     {"2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"}},
+    {"*/15 * * * *", "America/New_York", "2026-03-08T06:40:00Z",
+     {"2026-03-08T06:45:00Z", "2026-03-08T07:00:00Z", "2026-03-08T07:15:00Z"}},
+    {"@hourly", "America/New_York", "2026-03-08T05:30:00Z",
+     {"2026-03-08T06:00:00Z", "2026-03-08T07:00:00Z", "2026-03-08T08:00:00Z"}},
+    /* Fall back 2026-11-01: 02:00 EDT -> 01:00 EST at 06:00Z. A fixed job
+     * in the repeated hour fires once, at the first (EDT) pass. */
+    {"30 1 * * *", "America/New_York", "2026-10-31T12:00:00Z",
+     {"2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"}},
+    /* ... also when the search starts inside the second pass. */
+    {"30 1 * * *", "America/New_York", "2026-11-01T06:10:00Z",
+     {"2026-11-02T06:30:00Z"}},
+    {"0 1 * * *", "America/New_York", "2026-10-31T12:00:00Z",
+     {"2026-11-01T05:00:00Z", "2026-11-02T06:00:00Z"}},
+    /* Star jobs follow real time through the repeat. */
+    {"*/15 * * * *", "America/New_York", "2026-11-01T05:40:00Z",
+     {"2026-11-01T05:45:00Z", "2026-11-01T06:00:00Z", "2026-11-01T06:15:00Z",
+      "2026-11-01T06:30:00Z", "2026-11-01T06:45:00Z", "2026-11-01T07:00:00Z"}},
+    {"@hourly", "America/New_York", "2026-11-01T04:30:00Z",
+     {"2026-11-01T05:00:00Z", "2026-11-01T06:00:00Z", "2026-11-01T07:00:00Z"}},
+    /* Europe/Berlin, spring forward 2026-03-29: 02:00 CET -> 03:00 CEST at
+     * 01:00Z. */
+    {"30 2 * * *", "Europe/Berlin", "2026-03-28T12:00:00Z",
+     {"2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"}},
+    {"@hourly", "Europe/Berlin", "2026-03-29T00:30:00Z",
+     {"2026-03-29T01:00:00Z", "2026-03-29T02:00:00Z"}},
+    {"*/15 * * * *", "Europe/Berlin", "2026-03-29T00:40:00Z",
+     {"2026-03-29T00:45:00Z", "2026-03-29T01:00:00Z", "2026-03-29T01:15:00Z"}},
+    /* Fall back 2026-10-25: 03:00 CEST -> 02:00 CET at 01:00Z. */
+    {"30 2 * * *", "Europe/Berlin", "2026-10-24T12:00:00Z",
+     {"2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"}},
+    {"*/30 * * * *", "Europe/Berlin", "2026-10-25T00:10:00Z",
+     {"2026-10-25T00:30:00Z", "2026-10-25T01:00:00Z", "2026-10-25T01:30:00Z",
+      "2026-10-25T02:00:00Z"}},
+    {"@hourly", "Europe/Berlin", "2026-10-25T00:30:00Z",
+     {"2026-10-25T01:00:00Z", "2026-10-25T02:00:00Z"}},
+    /* Ordinary days in a zone: 09:00 CET/CEST. */
+    {"0 9 * * MON-FRI", "Europe/Berlin", "2026-11-20T12:00:00Z",
+     {"2026-11-23T08:00:00Z", "2026-11-24T08:00:00Z"}},
+    /* Feb 29 only in leap years. */
+    {"0 0 29 2 *", "UTC", "2026-01-01T00:00:00Z",
+     {"2028-02-29T00:00:00Z", "2032-02-29T00:00:00Z"}},
+    {"0 0 29 2 *", "UTC", "2028-02-29T00:00:00Z", {"2032-02-29T00:00:00Z"}},
+    /* Both day fields restricted: the 1st OR a Monday. */
+    {"0 0 1 * MON", "UTC", "2026-10-31T12:00:00Z",
+     {"2026-11-01T00:00:00Z", "2026-11-02T00:00:00Z", "2026-11-09T00:00:00Z",
+      "2026-11-16T00:00:00Z", "2026-11-23T00:00:00Z", "2026-11-30T00:00:00Z"}},
+    /* A star-led day field: both must match (odd days that are Mondays). */
+    {"0 0 */2 * MON", "UTC", "2026-10-31T12:00:00Z",
+     {"2026-11-09T00:00:00Z", "2026-11-23T00:00:00Z"}},
+    {"0 0 * * MON", "UTC", "2026-10-31T12:00:00Z", {"2026-11-02T00:00:00Z"}},
+    /* Names, any case; 7 is Sunday. */
+    {"0 12 * jan,Dec Sat,SUN", "UTC", "2026-11-21T00:00:00Z",
+     {"2026-12-05T12:00:00Z", "2026-12-06T12:00:00Z", "2026-12-12T12:00:00Z"}},
+    {"0 0 * * 7", "UTC", "2026-11-21T00:00:00Z", {"2026-11-22T00:00:00Z"}},
+    {"0 0 * * 0", "UTC", "2026-11-21T00:00:00Z", {"2026-11-22T00:00:00Z"}},
+    /* Lists, ranges, steps. */
+    {"1-10/3 * * * *", "UTC", "2026-01-01T00:00:00Z",
+     {"2026-01-01T00:01:00Z", "2026-01-01T00:04:00Z", "2026-01-01T00:07:00Z",
+      "2026-01-01T00:10:00Z", "2026-01-01T01:01:00Z"}},
+    {"5/20 1,3 * * *", "UTC", "2026-01-01T00:00:00Z",
+     {"2026-01-01T01:05:00Z", "2026-01-01T01:25:00Z", "2026-01-01T01:45:00Z",
+      "2026-01-01T03:05:00Z"}},
+    /* Strictly after. */
+    {"* * * * *", "UTC", "2026-01-01T00:00:00Z", {"2026-01-01T00:01:00Z"}},
+    {"* * * * *", "UTC", "2026-01-01T00:00:30Z", {"2026-01-01T00:01:00Z"}},
+    /* Macros. */
+    {"@daily", "UTC", "2026-11-21T10:00:00Z", {"2026-11-22T00:00:00Z"}},
+    {"@midnight", "UTC", "2026-11-21T10:00:00Z", {"2026-11-22T00:00:00Z"}},
+    {"@weekly", "UTC", "2026-11-21T10:00:00Z", {"2026-11-22T00:00:00Z"}},
+    {"@monthly", "UTC", "2026-11-21T10:00:00Z", {"2026-12-01T00:00:00Z"}},
+    {"@yearly", "UTC", "2026-11-21T10:00:00Z", {"2027-01-01T00:00:00Z"}},
+    {"@ANNUALLY", "UTC", "2026-11-21T10:00:00Z", {"2027-01-01T00:00:00Z"}},
+    {"@daily", "America/New_York", "2026-11-21T10:00:00Z",
+     {"2026-11-22T05:00:00Z"}},
+};
+
+static void test_next(void) {
+  char err[256];
+  for (size_t i = 0; i < sizeof next_cases / sizeof next_cases[0]; i++) {
+    const next_case *c = &next_cases[i];
+    cron_expr *e;
+    cron_zone *z;
+    int col;
+    CHECK_INT(cron_parse(c->expr, &e, &col, err, sizeof err), 0);
+    CHECK_INT(cron_zone_open(c->zone, &z, err, sizeof err), 0);
+    if (!e || !z) {
+      cron_destroy(e);
+      cron_zone_close(z);
+      continue;
+    }
+    int64_t t = utc(c->after), f;
+    for (int k = 0; k < 6 && c->want[k]; k++) {
+      if (cron_next(e, z, t, &f, err, sizeof err) != 0) {
+        fprintf(stderr, "%s in %s: %s\n", c->expr, c->zone, err);
+        CHECK(0);
+        break;
+      }
+      if (f != utc(c->want[k]))
+        fprintf(stderr, "case %zu: %s in %s after %s\n", i, c->expr, c->zone,
+                iso(t));
+      CHECK_STR(iso(f), c->want[k]);
+      t = f;
+    }
+    cron_destroy(e);
+    cron_zone_close(z);
+  }
+}
+
+typedef struct err_case {
+  const char *expr;
+  int col;
+  const char *msg;
+} err_case;
+
+static const err_case err_cases[] = {
+    {"0 24 * * *", 3, "hour: 24 is out of range 0-23"},
+    {"60 * * * *", 1, "minute: 60 is out of range 0-59"},
+    {"* * 0 * *", 5, "day-of-month: 0 is out of range 1-31"},
+    {"* * 32 * *", 5, "day-of-month: 32 is out of range 1-31"},
+    {"* * * 13 *", 7, "month: 13 is out of range 1-12"},
+    {"* * * * 8", 9, "day-of-week: 8 is out of range 0-7"},
+    {"  0 24 * * *", 5, "hour: 24 is out of range 0-23"},
+    {"0 1,2,99 * * *", 7, "hour: 99 is out of range 0-23"},
+    {"* * * FOO *", 7,
+     "month: 'FOO' is not a number or a month name (JAN-DEC)"},
+    {"* * * * MON-FUN", 13,
+     "day-of-week: 'FUN' is not a number or a day name (SUN-SAT)"},
+    {"x * * * *", 1, "minute: 'x' is not a number"},
+    {"1-x * * * *", 3, "minute: 'x' is not a number"},
+    {"1x * * * *", 1, "minute: '1x' is not a number"},
+    {"*/0 * * * *", 3, "minute: step 0 is out of range 1-60"},
+    {"* */25 * * *", 5, "hour: step 25 is out of range 1-24"},
+    {"*/ * * * *", 3, "minute: missing step after '/'"},
+    {"*/a * * * *", 3, "minute: step 'a' is not a number"},
+    {"1,,2 * * * *", 3, "minute: empty item in list"},
+    {"1, * * * *", 3, "minute: empty item in list"},
+    {"-5 * * * *", 1, "minute: missing value"},
+    {"5-2 * * * *", 1,
+     "minute: range 5-2 goes backwards (wrap-around is not supported: write "
+     "it as a list, e.g. 22-23,0-2)"},
+    {"* * * *", 8,
+     "expected 5 fields (minute hour day-of-month month day-of-week), found "
+     "4"},
+    {"* * * * * *", 11,
+     "unexpected 6th field '*': expected 5 fields (minute hour day-of-month "
+     "month day-of-week)"},
+    {"", 1,
+     "empty schedule: expected 5 fields (minute hour day-of-month month "
+     "day-of-week) or a macro like @daily"},
+    {"@fortnightly", 1,
+     "unknown macro '@fortnightly' (expected @hourly, @daily, @midnight, "
+     "@weekly, @monthly, @yearly or @annually)"},
+    {"@daily 5", 8, "unexpected '5' after @daily"},
+};
+
+static void test_parse_errors(void) {
+  char err[256];
+  for (size_t i = 0; i < sizeof err_cases / sizeof err_cases[0]; i++) {
+    const err_case *c = &err_cases[i];
+    cron_expr *e = (cron_expr *)1;
+    int col = -1;
+    err[0] = 0;
+    CHECK_INT(cron_parse(c->expr, &e, &col, err, sizeof err), DR_EINVAL);
+    CHECK(e == NULL);
+    CHECK_STR(err, c->msg);
+    if (col != c->col)
+      fprintf(stderr, "for '%s':\n", c->expr);
+    CHECK_INT(col, c->col);
+  }
+}
+
+static void test_zones(void) {
+  char err[256];
+  cron_zone *z = (cron_zone *)1;
+  CHECK_INT(cron_zone_open("Mars/Base", &z, err, sizeof err), DR_ENOENT);
+  CHECK(z == NULL);
+  CHECK(strstr(err, "unknown time zone 'Mars/Base'") != NULL);
+  CHECK_INT(cron_zone_open("../../etc/passwd", &z, err, sizeof err),
+            DR_ENOENT);
+  CHECK_INT(cron_zone_open("zone.tab", &z, err, sizeof err), DR_ENOENT);
+  CHECK_INT(cron_zone_open(NULL, &z, err, sizeof err), 0);
+  CHECK_STR(cron_zone_name(z), "UTC");
+  cron_zone_close(z);
+  cron_zone_close(NULL);
+  cron_destroy(NULL);
+
+  /* The zone code leaves the process's TZ as it found it. */
+  setenv("TZ", "Asia/Tokyo", 1);
+  CHECK_INT(cron_zone_open("America/New_York", &z, err, sizeof err), 0);
+  char buf[96];
+  cron_format(z, utc("2026-03-08T07:00:00Z"), buf, sizeof buf);
+  CHECK_STR(buf, "2026-03-08T03:00:00-04:00 EDT  (2026-03-08T07:00:00Z)");
+  cron_format(z, utc("2026-11-01T06:00:00Z"), buf, sizeof buf);
+  CHECK_STR(buf, "2026-11-01T01:00:00-05:00 EST  (2026-11-01T06:00:00Z)");
+  CHECK_STR(getenv("TZ"), "Asia/Tokyo");
+  unsetenv("TZ");
+  cron_format(z, utc("2026-06-01T12:00:00Z"), buf, sizeof buf);
+  CHECK(getenv("TZ") == NULL);
+  /* Local wall time -> UTC: ordinary, repeated (first), in the gap. */
+  CHECK_STR(iso(cron_zone_to_utc(z, utc("2026-06-01T08:00:00Z"))),
+            "2026-06-01T12:00:00Z");
+  CHECK_STR(iso(cron_zone_to_utc(z, utc("2026-11-01T01:30:00Z"))),
+            "2026-11-01T05:30:00Z");
+  CHECK_STR(iso(cron_zone_to_utc(z, utc("2026-03-08T02:30:00Z"))),
+            "2026-03-08T07:30:00Z");
+  cron_zone_close(z);
+  CHECK_INT(cron_zone_open("UTC", &z, err, sizeof err), 0);
+  cron_format(z, utc("2026-03-08T07:00:00Z"), buf, sizeof buf);
+  CHECK_STR(buf, "2026-03-08T07:00:00+00:00 UTC  (2026-03-08T07:00:00Z)");
+  cron_zone_close(z);
+}
+
+/* An expression that never fires ends with an error, quickly. */
+static void test_impossible(void) {
+  const char *never[] = {"0 0 30 2 *", "0 0 31 4,6,9,11 *", "0 0 31 2 *"};
+  char err[256];
+  for (size_t i = 0; i < 3; i++) {
+    cron_expr *e;
+    cron_zone *z;
+    int col;
+    CHECK_INT(cron_parse(never[i], &e, &col, err, sizeof err), 0);
+    CHECK_INT(cron_zone_open("Europe/Berlin", &z, err, sizeof err), 0);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int64_t f;
+    CHECK_INT(cron_next(e, z, utc("2026-01-01T00:00:00Z"), &f, err,
+                        sizeof err),
+              DR_ENOENT);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    CHECK_STR(err, "no fire time in 5 years");
+    double s = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+    CHECK(s < 0.5);
+    cron_destroy(e);
+    cron_zone_close(z);
+  }
+}
+
+static void test_due(void) {
+  char err[256];
+  cron_expr *e;
+  cron_zone *z;
+  int col, capped;
+  size_t n;
+  int64_t out[CRON_CATCHUP_MAX];
+  CHECK_INT(cron_zone_open("UTC", &z, err, sizeof err), 0);
+  CHECK_INT(cron_parse("0 * * * *", &e, &col, err, sizeof err), 0);
+  int64_t last = utc("2026-01-01T00:00:00Z"), now = utc("2026-01-01T05:30:00Z");
+  /* With catch-up: every missed hour, in order. */
+  CHECK_INT(cron_due(e, z, last, now, 1, out, 100, &n, &capped, err,
+                     sizeof err),
+            0);
+  CHECK_INT(n, 5);
+  CHECK_INT(capped, 0);
+  CHECK_STR(iso(out[0]), "2026-01-01T01:00:00Z");
+  CHECK_STR(iso(out[4]), "2026-01-01T05:00:00Z");
+  /* Without: only the latest. */
+  CHECK_INT(cron_due(e, z, last, now, 0, out, 100, &n, &capped, err,
+                     sizeof err),
+            0);
+  CHECK_INT(n, 1);
+  CHECK_STR(iso(out[0]), "2026-01-01T05:00:00Z");
+  /* A fire exactly at now is due; one at last_fire is not. */
+  CHECK_INT(cron_due(e, z, last, utc("2026-01-01T01:00:00Z"), 1, out, 100, &n,
+                     &capped, err, sizeof err),
+            0);
+  CHECK_INT(n, 1);
+  CHECK_STR(iso(out[0]), "2026-01-01T01:00:00Z");
+  /* Nothing due. */
+  CHECK_INT(cron_due(e, z, last, utc("2026-01-01T00:59:00Z"), 0, out, 100, &n,
+                     &capped, err, sizeof err),
+            0);
+  CHECK_INT(n, 0);
+  CHECK_INT(cron_due(e, z, last, last, 1, out, 100, &n, &capped, err,
+                     sizeof err),
+            0);
+  CHECK_INT(n, 0);
+  /* The cap: the earliest max, and capped set. */
+  CHECK_INT(cron_due(e, z, last, now, 1, out, 3, &n, &capped, err,
+                     sizeof err),
+            0);
+  CHECK_INT(n, 3);
+  CHECK_INT(capped, 1);
+  CHECK_STR(iso(out[2]), "2026-01-01T03:00:00Z");
+  /* Exactly max missed: not capped. */
+  CHECK_INT(cron_due(e, z, last, now, 1, out, 5, &n, &capped, err,
+                     sizeof err),
+            0);
+  CHECK_INT(n, 5);
+  CHECK_INT(capped, 0);
+  cron_destroy(e);
+
+  /* A month of missed minutes: catch-up stops at CRON_CATCHUP_MAX. */
+  CHECK_INT(cron_parse("* * * * *", &e, &col, err, sizeof err), 0);
+  now = utc("2026-02-01T00:00:00Z");
+  CHECK_INT(cron_due(e, z, last, now, 1, out, 100000, &n, &capped, err,
+                     sizeof err),
+            0);
+  CHECK_INT(n, CRON_CATCHUP_MAX);
+  CHECK_INT(capped, 1);
+  CHECK_STR(iso(out[0]), "2026-01-01T00:01:00Z");
+  CHECK_STR(iso(out[999]), "2026-01-01T16:40:00Z");
+  CHECK_INT(cron_due(e, z, last, now + 30, 0, out, 1, &n, &capped, err,
+                     sizeof err),
+            0);
+  CHECK_INT(n, 1);
+  CHECK_STR(iso(out[0]), "2026-02-01T00:00:00Z");
+  cron_destroy(e);
+
+  /* Without catch-up, long downtime, a rare job: found by widening. */
+  CHECK_INT(cron_parse("0 0 29 2 *", &e, &col, err, sizeof err), 0);
+  CHECK_INT(cron_due(e, z, utc("2020-01-01T00:00:00Z"),
+                     utc("2026-06-01T00:00:00Z"), 0, out, 1, &n, &capped, err,
+                     sizeof err),
+            0);
+  CHECK_INT(n, 1);
+  CHECK_STR(iso(out[0]), "2024-02-29T00:00:00Z");
+  cron_destroy(e);
+  cron_zone_close(z);
+
+  /* Across the New York fall-back, catch-up keeps both 01:00s of an
+   * hourly job and one of a daily 01:30. */
+  CHECK_INT(cron_zone_open("America/New_York", &z, err, sizeof err), 0);
+  CHECK_INT(cron_parse("@hourly", &e, &col, err, sizeof err), 0);
+  CHECK_INT(cron_due(e, z, utc("2026-11-01T04:00:00Z"),
+                     utc("2026-11-01T07:00:00Z"), 1, out, 100, &n, &capped,
+                     err, sizeof err),
+            0);
+  CHECK_INT(n, 3);
+  CHECK_STR(iso(out[1]), "2026-11-01T06:00:00Z");
+  cron_destroy(e);
+  CHECK_INT(cron_parse("30 1 * * *", &e, &col, err, sizeof err), 0);
+  CHECK_INT(cron_due(e, z, utc("2026-10-31T12:00:00Z"),
+                     utc("2026-11-01T12:00:00Z"), 1, out, 100, &n, &capped,
+                     err, sizeof err),
+            0);
+  CHECK_INT(n, 1);
+  CHECK_STR(iso(out[0]), "2026-11-01T05:30:00Z");
+  cron_destroy(e);
+  cron_zone_close(z);
+}
+
+int main(void) {
+  test_next();
+  test_parse_errors();
+  test_zones();
+  test_impossible();
+  test_due();
+  TEST_DONE();
+}
