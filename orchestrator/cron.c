@@ -35,9 +35,9 @@ struct cron_zone {
 
 /* ---- parsing ----------------------------------------------------------- */
 
-static const char *const month_names[] = {"JAN", "FEB", "MAR", "APR",
-                                          "MAY", "JUN", "JUL", "AUG",
-                                          "SEP", "OCT", "NOV", "DEC", NULL};
+static const char *const month_names[] = {"JAN", "FEB", "MAR", "APR", "MAY",
+                                          "JUN", "JUL", "AUG", "SEP", "OCT",
+                                          "NOV", "DEC", NULL};
 static const char *const day_names[] = {"SUN", "MON", "TUE", "WED",
                                         "THU", "FRI", "SAT", NULL};
 
@@ -85,14 +85,14 @@ static int parse_value(const perr *p, const field_def *f, const char *s,
     long v = 0;
     for (size_t i = 0; i < n; i++) {
       if (!isdigit((unsigned char)s[i]))
-        return fail(p, col, "%s: '%.*s' is not a number%s", f->name, (int)n,
-                    s, f->names_hint ? f->names_hint : "");
+        return fail(p, col, "%s: '%.*s' is not a number%s", f->name, (int)n, s,
+                    f->names_hint ? f->names_hint : "");
       if (v < 1000000)
         v = v * 10 + (s[i] - '0');
     }
     if (v < f->lo || v > f->hi)
-      return fail(p, col, "%s: %.*s is out of range %d-%d", f->name, (int)n,
-                  s, f->lo, f->hi);
+      return fail(p, col, "%s: %.*s is out of range %d-%d", f->name, (int)n, s,
+                  f->lo, f->hi);
     *out = (int)v;
     return 0;
   }
@@ -176,8 +176,8 @@ static int parse_fields(const perr *p, const char *z, const token *tok,
       size_t j = i;
       while (j < n && s[j] != ',')
         j++;
-      int rc = parse_item(p, &fields[k], s + i, j - i,
-                          (int)(tok[k].at + i) + 1, &bits[k]);
+      int rc = parse_item(p, &fields[k], s + i, j - i, (int)(tok[k].at + i) + 1,
+                          &bits[k]);
       if (rc != 0)
         return rc;
       i = j + 1;
@@ -197,7 +197,7 @@ static int parse_fields(const perr *p, const char *z, const token *tok,
 
 static const struct {
   const char *name, *expr;
-} macros[] = {{"@hourly", "0 * * * *"},  {"@daily", "0 0 * * *"},
+} macros[] = {{"@hourly", "0 * * * *"},   {"@daily", "0 0 * * *"},
               {"@midnight", "0 0 * * *"}, {"@weekly", "0 0 * * 0"},
               {"@monthly", "0 0 1 * *"},  {"@yearly", "0 0 1 1 *"},
               {"@annually", "0 0 1 1 *"}};
@@ -241,7 +241,8 @@ int cron_parse(const char *z, cron_expr **out, int *col, char *err,
     size_t mn = tok[0].n;
     const char *expr = NULL;
     for (size_t i = 0; i < sizeof macros / sizeof macros[0]; i++)
-      if (strlen(macros[i].name) == mn && strncasecmp(m, macros[i].name, mn) == 0)
+      if (strlen(macros[i].name) == mn &&
+          strncasecmp(m, macros[i].name, mn) == 0)
         expr = macros[i].expr;
     if (!expr)
       return fail(&p, (int)tok[0].at + 1,
@@ -280,8 +281,7 @@ void cron_destroy(cron_expr *e) { free(e); }
 
 /* ---- zones ------------------------------------------------------------- */
 
-int cron_zone_open(const char *name, cron_zone **out, char *err,
-                   size_t nerr) {
+int cron_zone_open(const char *name, cron_zone **out, char *err, size_t nerr) {
   *out = NULL;
   if (!name || !*name)
     name = "UTC";
@@ -294,13 +294,12 @@ int cron_zone_open(const char *name, cron_zone **out, char *err,
       ok = isalnum((unsigned char)*c) || strchr("/_+-.", *c);
     if (ok) {
       const char *dir = getenv("TZDIR");
-      char *path = xasprintf("%s/%s", dir && *dir ? dir : "/usr/share/zoneinfo",
-                             name);
+      char *path =
+          xasprintf("%s/%s", dir && *dir ? dir : "/usr/share/zoneinfo", name);
       struct stat st;
       char magic[4] = {0};
-      FILE *f = stat(path, &st) == 0 && S_ISREG(st.st_mode)
-                    ? fopen(path, "rb")
-                    : NULL;
+      FILE *f = stat(path, &st) == 0 && S_ISREG(st.st_mode) ? fopen(path, "rb")
+                                                            : NULL;
       ok = f && fread(magic, 1, 4, f) == 4 && memcmp(magic, "TZif", 4) == 0;
       if (f)
         fclose(f);
@@ -468,8 +467,8 @@ static int local_next(const cron_expr *e, int64_t from, int64_t lim,
     int m, d;
     civil_from_days(day, &y, &m, &d);
     if (!((e->month >> m) & 1)) {
-      day = m == 12 ? days_from_civil(y + 1, 1, 1)
-                    : days_from_civil(y, m + 1, 1);
+      day =
+          m == 12 ? days_from_civil(y + 1, 1, 1) : days_from_civil(y, m + 1, 1);
       h = mi = 0;
       continue;
     }

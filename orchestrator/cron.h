@@ -64,9 +64,8 @@ void cron_destroy(cron_expr *e); /* NULL is a no-op */
 /* Opens a zone by IANA name; NULL or "" means UTC. Returns 0 with *out
  * (free with cron_zone_close), or DR_ENOENT with "unknown time zone
  * 'Mars/Base'" in err. */
-int cron_zone_open(const char *name, cron_zone **out, char *err,
-                   size_t nerr);
-void cron_zone_close(cron_zone *z); /* NULL is a no-op */
+int cron_zone_open(const char *name, cron_zone **out, char *err, size_t nerr);
+void cron_zone_close(cron_zone *z);             /* NULL is a no-op */
 const char *cron_zone_name(const cron_zone *z); /* borrowed */
 
 /* The first fire time strictly after `after` (UTC seconds) into *out.

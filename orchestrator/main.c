@@ -11,12 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
 #include "alerts.h"
 #include "catalog.h"
 #include "check.h"
+#include "cron.h"
 #include "graph.h"
 #include "rundir.h"
 #include "sched.h"
@@ -39,6 +41,8 @@ static const char usage_text[] =
     "       dagrun generate MODEL_DIR [--prompt TEXT] [options]\n"
     "                                       text from a trained model "
     "(--help: options)\n"
+    "       dagrun cron-next \"EXPR\" [--tz ZONE] [-n N] [--from TIME]\n"
+    "                                       next fire times of a schedule\n"
     "       dagrun --version | --help\n"
     "\n"
     "run options:\n"
@@ -386,9 +390,131 @@ static int cmd_generate(char **argv) {
   return EXIT_TASK_FAILED;
 }
 
-static const char *const commands[] = {"run",     "check",    "graph",
-                                       "stages",  "generate", "help",
-                                       "version", NULL};
+/* "2026-03-08T01:30[:00]" (local time in z), with "Z" or "+01:00" (an
+ * absolute time), or a date alone (local midnight) -> UTC seconds. */
+static int parse_when(const char *s, const cron_zone *z, int64_t *out) {
+  int y, mo, d, h = 0, mi = 0, sec = 0, n = 0, k = 0;
+  if (sscanf(s, "%4d-%2d-%2d%n", &y, &mo, &d, &n) != 3)
+    return -1;
+  const char *p = s + n;
+  if (*p == 'T' || *p == ' ') {
+    if (sscanf(p + 1, "%2d:%2d%n", &h, &mi, &k) != 2)
+      return -1;
+    p += 1 + k;
+    if (*p == ':') {
+      if (sscanf(p + 1, "%2d%n", &sec, &k) != 1)
+        return -1;
+      p += 1 + k;
+    }
+  }
+  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 59 ||
+      h < 0 || mi < 0 || sec < 0)
+    return -1;
+  struct tm tm = {0};
+  tm.tm_year = y - 1900;
+  tm.tm_mon = mo - 1;
+  tm.tm_mday = d;
+  tm.tm_hour = h;
+  tm.tm_min = mi;
+  tm.tm_sec = sec;
+  int64_t local = (int64_t)timegm(&tm);
+  if (*p == 0) {
+    *out = cron_zone_to_utc(z, local);
+    return 0;
+  }
+  if (strcmp(p, "Z") == 0) {
+    *out = local;
+    return 0;
+  }
+  int oh, om = 0;
+  if ((*p == '+' || *p == '-') &&
+      (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &k) == 2 ||
+       sscanf(p + 1, "%2d%2d%n", &oh, &om, &k) == 2) &&
+      p[1 + k] == 0 && oh <= 14 && om <= 59) {
+    *out = local - (*p == '-' ? -1 : 1) * (int64_t)(oh * 3600 + om * 60);
+    return 0;
+  }
+  return -1;
+}
+
+/* dagrun cron-next "EXPR" [--tz ZONE] [-n N] [--from TIME]: what a
+ * schedule will do, one fire time a line, local and UTC. */
+static int cmd_cron_next(int argc, char **argv) {
+  const char *expr = NULL, *tz = "UTC", *from = NULL;
+  long count = 5;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if ((strcmp(a, "--tz") == 0 || strcmp(a, "-n") == 0 ||
+         strcmp(a, "--from") == 0) &&
+        i + 1 >= argc)
+      return usage_error("%s needs a value", a);
+    if (strcmp(a, "--tz") == 0) {
+      tz = argv[++i];
+    } else if (strcmp(a, "--from") == 0) {
+      from = argv[++i];
+    } else if (strcmp(a, "-n") == 0) {
+      char *end;
+      count = strtol(argv[++i], &end, 10);
+      if (*end || end == argv[i] || count < 1 || count > 1000)
+        return usage_error("-n needs a number from 1 to 1000, got '%s'",
+                           argv[i]);
+    } else if (a[0] == '-' && a[1]) {
+      return usage_error("unknown option '%s' for cron-next", a);
+    } else if (expr) {
+      return usage_error("cron-next takes one expression (quote it), got "
+                         "also '%s'",
+                         a);
+    } else {
+      expr = a;
+    }
+  }
+  if (!expr)
+    return usage_error("%s", "cron-next needs an expression, e.g. dagrun "
+                             "cron-next \"30 2 * * *\" --tz Europe/Berlin");
+  char err[256];
+  int col;
+  cron_expr *e;
+  cron_zone *z;
+  if (cron_parse(expr, &e, &col, err, sizeof err) != 0) {
+    fprintf(stderr, "dagrun: cron expression, column %d: %s\n  %s\n  %*s^\n",
+            col, err, expr, col - 1, "");
+    return EXIT_USAGE;
+  }
+  if (cron_zone_open(tz, &z, err, sizeof err) != 0) {
+    fprintf(stderr, "dagrun: %s\n", err);
+    cron_destroy(e);
+    return EXIT_USAGE;
+  }
+  /* --from includes a fire time at that very time; now does not. */
+  int64_t after = (int64_t)time(NULL), t;
+  if (from && parse_when(from, z, &t) != 0) {
+    cron_destroy(e);
+    cron_zone_close(z);
+    return usage_error("--from takes a time like 2026-03-08T01:30 (local "
+                       "in --tz) or 2026-03-08T06:30:00Z, got '%s'",
+                       from);
+  }
+  if (from)
+    after = t - 1;
+  int rc = 0;
+  for (long i = 0; i < count; i++) {
+    char buf[96];
+    if (cron_next(e, z, after, &after, err, sizeof err) != 0) {
+      fprintf(stderr, "dagrun: %s\n", err);
+      rc = EXIT_USAGE;
+      break;
+    }
+    cron_format(z, after, buf, sizeof buf);
+    printf("%s\n", buf);
+  }
+  cron_destroy(e);
+  cron_zone_close(z);
+  return rc;
+}
+
+static const char *const commands[] = {"run",     "check",     "graph",
+                                       "stages",  "generate",  "help",
+                                       "version", "cron-next", NULL};
 
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "__worker") == 0) {
@@ -426,6 +552,8 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "run") == 0)
     return cmd_run(argc - 2, argv + 2);
+  if (strcmp(cmd, "cron-next") == 0)
+    return cmd_cron_next(argc - 2, argv + 2);
   if (strcmp(cmd, "generate") == 0)
     return cmd_generate(argv);
   /* `dagrun FILE` means `dagrun run FILE`; a word that is no file but

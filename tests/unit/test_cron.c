@@ -43,76 +43,124 @@ typedef struct next_case {
 static const next_case next_cases[] = {
     /* America/New_York, spring forward 2026-03-08: 02:00 EST -> 03:00 EDT
      * at 07:00Z. A fixed job inside the gap fires once at 03:00 EDT. */
-    {"30 2 * * *", "America/New_York", "2026-03-07T12:00:00Z",
+    {"30 2 * * *",
+     "America/New_York",
+     "2026-03-07T12:00:00Z",
      {"2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"}},
-    {"0 2 * * *", "America/New_York", "2026-03-07T12:00:00Z",
+    {"0 2 * * *",
+     "America/New_York",
+     "2026-03-07T12:00:00Z",
      {"2026-03-08T07:00:00Z", "2026-03-09T06:00:00Z"}},
     /* 03:00 exists and is also where the gap lands: once. */
-    {"0 3 * * *", "America/New_York", "2026-03-07T12:00:00Z",
+    {"0 3 * * *",
+     "America/New_York",
+     "2026-03-07T12:00:00Z",
      {"2026-03-08T07:00:00Z", "2026-03-09T07:00:00Z"}},
     /* From exactly the second before the transition. */
-    {"30 2 * * *", "America/New_York", "2026-03-08T06:59:59Z",
+    {"30 2 * * *",
+     "America/New_York",
+     "2026-03-08T06:59:59Z",
      {"2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"}},
-    {"*/15 * * * *", "America/New_York", "2026-03-08T06:40:00Z",
+    {"*/15 * * * *",
+     "America/New_York",
+     "2026-03-08T06:40:00Z",
      {"2026-03-08T06:45:00Z", "2026-03-08T07:00:00Z", "2026-03-08T07:15:00Z"}},
-    {"@hourly", "America/New_York", "2026-03-08T05:30:00Z",
+    {"@hourly",
+     "America/New_York",
+     "2026-03-08T05:30:00Z",
      {"2026-03-08T06:00:00Z", "2026-03-08T07:00:00Z", "2026-03-08T08:00:00Z"}},
     /* Fall back 2026-11-01: 02:00 EDT -> 01:00 EST at 06:00Z. A fixed job
      * in the repeated hour fires once, at the first (EDT) pass. */
-    {"30 1 * * *", "America/New_York", "2026-10-31T12:00:00Z",
+    {"30 1 * * *",
+     "America/New_York",
+     "2026-10-31T12:00:00Z",
      {"2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"}},
     /* ... also when the search starts inside the second pass. */
-    {"30 1 * * *", "America/New_York", "2026-11-01T06:10:00Z",
+    {"30 1 * * *",
+     "America/New_York",
+     "2026-11-01T06:10:00Z",
      {"2026-11-02T06:30:00Z"}},
-    {"0 1 * * *", "America/New_York", "2026-10-31T12:00:00Z",
+    {"0 1 * * *",
+     "America/New_York",
+     "2026-10-31T12:00:00Z",
      {"2026-11-01T05:00:00Z", "2026-11-02T06:00:00Z"}},
     /* Star jobs follow real time through the repeat. */
-    {"*/15 * * * *", "America/New_York", "2026-11-01T05:40:00Z",
+    {"*/15 * * * *",
+     "America/New_York",
+     "2026-11-01T05:40:00Z",
      {"2026-11-01T05:45:00Z", "2026-11-01T06:00:00Z", "2026-11-01T06:15:00Z",
       "2026-11-01T06:30:00Z", "2026-11-01T06:45:00Z", "2026-11-01T07:00:00Z"}},
-    {"@hourly", "America/New_York", "2026-11-01T04:30:00Z",
+    {"@hourly",
+     "America/New_York",
+     "2026-11-01T04:30:00Z",
      {"2026-11-01T05:00:00Z", "2026-11-01T06:00:00Z", "2026-11-01T07:00:00Z"}},
     /* Europe/Berlin, spring forward 2026-03-29: 02:00 CET -> 03:00 CEST at
      * 01:00Z. */
-    {"30 2 * * *", "Europe/Berlin", "2026-03-28T12:00:00Z",
+    {"30 2 * * *",
+     "Europe/Berlin",
+     "2026-03-28T12:00:00Z",
      {"2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"}},
-    {"@hourly", "Europe/Berlin", "2026-03-29T00:30:00Z",
+    {"@hourly",
+     "Europe/Berlin",
+     "2026-03-29T00:30:00Z",
      {"2026-03-29T01:00:00Z", "2026-03-29T02:00:00Z"}},
-    {"*/15 * * * *", "Europe/Berlin", "2026-03-29T00:40:00Z",
+    {"*/15 * * * *",
+     "Europe/Berlin",
+     "2026-03-29T00:40:00Z",
      {"2026-03-29T00:45:00Z", "2026-03-29T01:00:00Z", "2026-03-29T01:15:00Z"}},
     /* Fall back 2026-10-25: 03:00 CEST -> 02:00 CET at 01:00Z. */
-    {"30 2 * * *", "Europe/Berlin", "2026-10-24T12:00:00Z",
+    {"30 2 * * *",
+     "Europe/Berlin",
+     "2026-10-24T12:00:00Z",
      {"2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"}},
-    {"*/30 * * * *", "Europe/Berlin", "2026-10-25T00:10:00Z",
+    {"*/30 * * * *",
+     "Europe/Berlin",
+     "2026-10-25T00:10:00Z",
      {"2026-10-25T00:30:00Z", "2026-10-25T01:00:00Z", "2026-10-25T01:30:00Z",
       "2026-10-25T02:00:00Z"}},
-    {"@hourly", "Europe/Berlin", "2026-10-25T00:30:00Z",
+    {"@hourly",
+     "Europe/Berlin",
+     "2026-10-25T00:30:00Z",
      {"2026-10-25T01:00:00Z", "2026-10-25T02:00:00Z"}},
     /* Ordinary days in a zone: 09:00 CET/CEST. */
-    {"0 9 * * MON-FRI", "Europe/Berlin", "2026-11-20T12:00:00Z",
+    {"0 9 * * MON-FRI",
+     "Europe/Berlin",
+     "2026-11-20T12:00:00Z",
      {"2026-11-23T08:00:00Z", "2026-11-24T08:00:00Z"}},
     /* Feb 29 only in leap years. */
-    {"0 0 29 2 *", "UTC", "2026-01-01T00:00:00Z",
+    {"0 0 29 2 *",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2028-02-29T00:00:00Z", "2032-02-29T00:00:00Z"}},
     {"0 0 29 2 *", "UTC", "2028-02-29T00:00:00Z", {"2032-02-29T00:00:00Z"}},
     /* Both day fields restricted: the 1st OR a Monday. */
-    {"0 0 1 * MON", "UTC", "2026-10-31T12:00:00Z",
+    {"0 0 1 * MON",
+     "UTC",
+     "2026-10-31T12:00:00Z",
      {"2026-11-01T00:00:00Z", "2026-11-02T00:00:00Z", "2026-11-09T00:00:00Z",
       "2026-11-16T00:00:00Z", "2026-11-23T00:00:00Z", "2026-11-30T00:00:00Z"}},
     /* A star-led day field: both must match (odd days that are Mondays). */
-    {"0 0 */2 * MON", "UTC", "2026-10-31T12:00:00Z",
+    {"0 0 */2 * MON",
+     "UTC",
+     "2026-10-31T12:00:00Z",
      {"2026-11-09T00:00:00Z", "2026-11-23T00:00:00Z"}},
     {"0 0 * * MON", "UTC", "2026-10-31T12:00:00Z", {"2026-11-02T00:00:00Z"}},
     /* Names, any case; 7 is Sunday. */
-    {"0 12 * jan,Dec Sat,SUN", "UTC", "2026-11-21T00:00:00Z",
+    {"0 12 * jan,Dec Sat,SUN",
+     "UTC",
+     "2026-11-21T00:00:00Z",
      {"2026-12-05T12:00:00Z", "2026-12-06T12:00:00Z", "2026-12-12T12:00:00Z"}},
     {"0 0 * * 7", "UTC", "2026-11-21T00:00:00Z", {"2026-11-22T00:00:00Z"}},
     {"0 0 * * 0", "UTC", "2026-11-21T00:00:00Z", {"2026-11-22T00:00:00Z"}},
     /* Lists, ranges, steps. */
-    {"1-10/3 * * * *", "UTC", "2026-01-01T00:00:00Z",
+    {"1-10/3 * * * *",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-01T00:01:00Z", "2026-01-01T00:04:00Z", "2026-01-01T00:07:00Z",
       "2026-01-01T00:10:00Z", "2026-01-01T01:01:00Z"}},
-    {"5/20 1,3 * * *", "UTC", "2026-01-01T00:00:00Z",
+    {"5/20 1,3 * * *",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-01T01:05:00Z", "2026-01-01T01:25:00Z", "2026-01-01T01:45:00Z",
       "2026-01-01T03:05:00Z"}},
     /* Strictly after. */
@@ -125,7 +173,9 @@ static const next_case next_cases[] = {
     {"@monthly", "UTC", "2026-11-21T10:00:00Z", {"2026-12-01T00:00:00Z"}},
     {"@yearly", "UTC", "2026-11-21T10:00:00Z", {"2027-01-01T00:00:00Z"}},
     {"@ANNUALLY", "UTC", "2026-11-21T10:00:00Z", {"2027-01-01T00:00:00Z"}},
-    {"@daily", "America/New_York", "2026-11-21T10:00:00Z",
+    {"@daily",
+     "America/New_York",
+     "2026-11-21T10:00:00Z",
      {"2026-11-22T05:00:00Z"}},
 };
 
@@ -230,8 +280,7 @@ static void test_zones(void) {
   CHECK_INT(cron_zone_open("Mars/Base", &z, err, sizeof err), DR_ENOENT);
   CHECK(z == NULL);
   CHECK(strstr(err, "unknown time zone 'Mars/Base'") != NULL);
-  CHECK_INT(cron_zone_open("../../etc/passwd", &z, err, sizeof err),
-            DR_ENOENT);
+  CHECK_INT(cron_zone_open("../../etc/passwd", &z, err, sizeof err), DR_ENOENT);
   CHECK_INT(cron_zone_open("zone.tab", &z, err, sizeof err), DR_ENOENT);
   CHECK_INT(cron_zone_open(NULL, &z, err, sizeof err), 0);
   CHECK_STR(cron_zone_name(z), "UTC");
@@ -278,8 +327,7 @@ static void test_impossible(void) {
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     int64_t f;
-    CHECK_INT(cron_next(e, z, utc("2026-01-01T00:00:00Z"), &f, err,
-                        sizeof err),
+    CHECK_INT(cron_next(e, z, utc("2026-01-01T00:00:00Z"), &f, err, sizeof err),
               DR_ENOENT);
     clock_gettime(CLOCK_MONOTONIC, &b);
     CHECK_STR(err, "no fire time in 5 years");
@@ -301,17 +349,15 @@ static void test_due(void) {
   CHECK_INT(cron_parse("0 * * * *", &e, &col, err, sizeof err), 0);
   int64_t last = utc("2026-01-01T00:00:00Z"), now = utc("2026-01-01T05:30:00Z");
   /* With catch-up: every missed hour, in order. */
-  CHECK_INT(cron_due(e, z, last, now, 1, out, 100, &n, &capped, err,
-                     sizeof err),
-            0);
+  CHECK_INT(
+      cron_due(e, z, last, now, 1, out, 100, &n, &capped, err, sizeof err), 0);
   CHECK_INT(n, 5);
   CHECK_INT(capped, 0);
   CHECK_STR(iso(out[0]), "2026-01-01T01:00:00Z");
   CHECK_STR(iso(out[4]), "2026-01-01T05:00:00Z");
   /* Without: only the latest. */
-  CHECK_INT(cron_due(e, z, last, now, 0, out, 100, &n, &capped, err,
-                     sizeof err),
-            0);
+  CHECK_INT(
+      cron_due(e, z, last, now, 0, out, 100, &n, &capped, err, sizeof err), 0);
   CHECK_INT(n, 1);
   CHECK_STR(iso(out[0]), "2026-01-01T05:00:00Z");
   /* A fire exactly at now is due; one at last_fire is not. */
@@ -325,20 +371,17 @@ static void test_due(void) {
                      &capped, err, sizeof err),
             0);
   CHECK_INT(n, 0);
-  CHECK_INT(cron_due(e, z, last, last, 1, out, 100, &n, &capped, err,
-                     sizeof err),
-            0);
+  CHECK_INT(
+      cron_due(e, z, last, last, 1, out, 100, &n, &capped, err, sizeof err), 0);
   CHECK_INT(n, 0);
   /* The cap: the earliest max, and capped set. */
-  CHECK_INT(cron_due(e, z, last, now, 1, out, 3, &n, &capped, err,
-                     sizeof err),
+  CHECK_INT(cron_due(e, z, last, now, 1, out, 3, &n, &capped, err, sizeof err),
             0);
   CHECK_INT(n, 3);
   CHECK_INT(capped, 1);
   CHECK_STR(iso(out[2]), "2026-01-01T03:00:00Z");
   /* Exactly max missed: not capped. */
-  CHECK_INT(cron_due(e, z, last, now, 1, out, 5, &n, &capped, err,
-                     sizeof err),
+  CHECK_INT(cron_due(e, z, last, now, 1, out, 5, &n, &capped, err, sizeof err),
             0);
   CHECK_INT(n, 5);
   CHECK_INT(capped, 0);
@@ -347,16 +390,16 @@ static void test_due(void) {
   /* A month of missed minutes: catch-up stops at CRON_CATCHUP_MAX. */
   CHECK_INT(cron_parse("* * * * *", &e, &col, err, sizeof err), 0);
   now = utc("2026-02-01T00:00:00Z");
-  CHECK_INT(cron_due(e, z, last, now, 1, out, 100000, &n, &capped, err,
-                     sizeof err),
-            0);
+  CHECK_INT(
+      cron_due(e, z, last, now, 1, out, 100000, &n, &capped, err, sizeof err),
+      0);
   CHECK_INT(n, CRON_CATCHUP_MAX);
   CHECK_INT(capped, 1);
   CHECK_STR(iso(out[0]), "2026-01-01T00:01:00Z");
   CHECK_STR(iso(out[999]), "2026-01-01T16:40:00Z");
-  CHECK_INT(cron_due(e, z, last, now + 30, 0, out, 1, &n, &capped, err,
-                     sizeof err),
-            0);
+  CHECK_INT(
+      cron_due(e, z, last, now + 30, 0, out, 1, &n, &capped, err, sizeof err),
+      0);
   CHECK_INT(n, 1);
   CHECK_STR(iso(out[0]), "2026-02-01T00:00:00Z");
   cron_destroy(e);
@@ -377,16 +420,16 @@ static void test_due(void) {
   CHECK_INT(cron_zone_open("America/New_York", &z, err, sizeof err), 0);
   CHECK_INT(cron_parse("@hourly", &e, &col, err, sizeof err), 0);
   CHECK_INT(cron_due(e, z, utc("2026-11-01T04:00:00Z"),
-                     utc("2026-11-01T07:00:00Z"), 1, out, 100, &n, &capped,
-                     err, sizeof err),
+                     utc("2026-11-01T07:00:00Z"), 1, out, 100, &n, &capped, err,
+                     sizeof err),
             0);
   CHECK_INT(n, 3);
   CHECK_STR(iso(out[1]), "2026-11-01T06:00:00Z");
   cron_destroy(e);
   CHECK_INT(cron_parse("30 1 * * *", &e, &col, err, sizeof err), 0);
   CHECK_INT(cron_due(e, z, utc("2026-10-31T12:00:00Z"),
-                     utc("2026-11-01T12:00:00Z"), 1, out, 100, &n, &capped,
-                     err, sizeof err),
+                     utc("2026-11-01T12:00:00Z"), 1, out, 100, &n, &capped, err,
+                     sizeof err),
             0);
   CHECK_INT(n, 1);
   CHECK_STR(iso(out[0]), "2026-11-01T05:30:00Z");
