@@ -235,6 +235,28 @@ void alerts_redact_url(const char *url, char *buf, size_t n) {
   curl_url_cleanup(u);
 }
 
+void alerts_redact_params(const spec *s, cJSON *params) {
+  const ynode *al = s->alerts;
+  if (!al || al->kind != YNODE_SEQ || !cJSON_IsObject(params))
+    return;
+  for (size_t i = 0; i < al->n; i++) {
+    const ynode *w = ynode_get(al->items[i], "webhook");
+    if (!w || w->kind != YNODE_SCALAR)
+      continue;
+    for (const char *p = strstr(w->str, "${params."); p;
+         p = strstr(p + 1, "${params.")) {
+      const char *z = p + 9;
+      size_t n = strspn(z, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                           "0123456789_-");
+      char *name = xstrndup(z, n);
+      if (cJSON_GetObjectItemCaseSensitive(params, name))
+        cJSON_ReplaceItemInObjectCaseSensitive(params, name,
+                                               cJSON_CreateString("(redacted)"));
+      free(name);
+    }
+  }
+}
+
 /* ---- delivery --------------------------------------------------------- */
 
 typedef struct hook {

@@ -71,6 +71,11 @@ void alerts_run_finished(alerts *a, const char *state, size_t n_tasks,
  * alerts_run_finished). NULL is a no-op. */
 void alerts_destroy(alerts *a);
 
+/* Replaces, in a copy of the DAG params meant for a file (run.json), the
+ * value of every param that an alert webhook uses with "(redacted)": a
+ * webhook built from ${params.hook} makes that param a secret. */
+void alerts_redact_params(const spec *s, cJSON *params);
+
 /* scheme://host[:port] of a URL, never its user, path or query, into buf
  * ("(invalid URL)" when it does not parse). */
 void alerts_redact_url(const char *url, char *buf, size_t n);

@@ -213,7 +213,9 @@ static int write_run_json(const spec *sp, const rundir *run,
     cJSON_AddNumberToObject(j, "duration_s", end - run->started);
   }
   cJSON_AddNumberToObject(j, "max_parallel", max_parallel);
-  cJSON_AddItemToObject(j, "params", cJSON_Duplicate(params, 1));
+  cJSON *shown = cJSON_Duplicate(params, 1);
+  alerts_redact_params(sp, shown); /* params in a webhook are secrets */
+  cJSON_AddItemToObject(j, "params", shown);
   cJSON_AddItemToObject(j, "tasks", sched_tasks_json(s));
   char *text = cJSON_Print(j);
   char *path = path_join(run->path, "run.json");

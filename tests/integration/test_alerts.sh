@@ -88,11 +88,19 @@ fi
 expect_not_in "$T/out" "$SECRET"
 expect_not_in "$T/err" "$SECRET"
 
-# 2. A successful run: one success alert.
+# 2. A successful run: one success alert. The webhook comes through a
+# param this time, which run.json must not show either.
 rm -f "$T/bodies.jsonl"
-dag_file works 0 "failure, retry, success" "$BASE/ok"
-run_dagrun run works.yaml --plain
+export HOOK2="$BASE/ok/$SECRET-2"
+dag_file works 0 "failure, retry, success" '${params.hook}' \
+  "params: {hook: '\${env:HOOK2}', other: visible}"
+run_dagrun run works.yaml --events json
 expect_rc 0
+R=$(run_dir works)
+expect_in "$R/run.json" '"other":'
+if grep -rqF "$SECRET" "$DAGRUN_RUNS_DIR" "$T/out" "$T/err"; then
+  fail "secret found: $(grep -rlF "$SECRET" "$DAGRUN_RUNS_DIR" "$T/out" "$T/err")"
+fi
 [ "$(wc -l < "$T/bodies.jsonl")" = 1 ] || fail "expected one alert: $(cat "$T/bodies.jsonl")"
 expect_in "$T/bodies.jsonl" '"event":"success"'
 expect_in "$T/bodies.jsonl" '"state":"success"'
