@@ -5,6 +5,7 @@
  */
 #include "spec.h"
 
+#include "cron.h"
 #include "dag.h"
 
 #include <math.h>
@@ -40,6 +41,7 @@ enum { FIRST_SETTING = 4 };
 static const char *const *const setting_keys = task_keys + FIRST_SETTING;
 
 static const char *const trigger_names[] = {"all_success", "all_done", NULL};
+static const char *const overlap_names[] = {"skip", "queue", "allow", NULL};
 
 /* Beyond this many unknown `needs`, stop searching 100,000 names for a
  * suggestion: each search costs a pass over every task name. */
@@ -677,6 +679,53 @@ static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
   }
 }
 
+/* The cron trigger's keys. A bad expression is reported at the bad token
+ * when the scalar is on one line (plain or quoted: no escapes before it). */
+static void parse_schedule(ctx *c, const ynode *root) {
+  spec *s = c->s;
+  const ynode *v;
+  char msg[256];
+  if ((v = ynode_get(root, "schedule"))) {
+    const char *z = get_string(c, v, "schedule", "",
+                               "a cron expression such as \"30 2 * * *\" or "
+                               "\"@daily\"");
+    cron_expr *e = NULL;
+    int col = 1;
+    if (z && cron_parse(z, &e, &col, msg, sizeof msg) != 0) {
+      int at = v->col;
+      if (v->oneline && v->style <= YSTYLE_DOUBLE)
+        at += col - 1 + (v->style != YSTYLE_PLAIN);
+      diags_add(c->d, s->path, v->line, at, "'schedule': %s", msg);
+      c->errors++;
+    }
+    cron_destroy(e);
+  }
+  if ((v = ynode_get(root, "timezone"))) {
+    const char *z = get_string(c, v, "timezone", "", "an IANA time zone name");
+    cron_zone *zone = NULL;
+    if (z && cron_zone_open(z, &zone, msg, sizeof msg) != 0)
+      err(c, v, "'timezone': %s", msg);
+    else if (z)
+      s->timezone = xstrdup(z);
+    cron_zone_close(zone);
+  }
+  if ((v = ynode_get(root, "catchup")) && ynode_bool(v, &s->catchup) != 0)
+    type_err(c, v, "catchup", "", "true or false");
+  if ((v = ynode_get(root, "overlap"))) {
+    const char *o = get_string(c, v, "overlap", "", "skip, queue or allow");
+    size_t i = 0;
+    while (o && overlap_names[i] && strcmp(o, overlap_names[i]) != 0)
+      i++;
+    if (o && overlap_names[i]) {
+      s->overlap = (spec_overlap)i;
+    } else if (o) {
+      const char *m = closest_match(o, overlap_names);
+      err(c, v, "'overlap': expected skip, queue or allow, found \"%s\"%s%s%s",
+          o, m ? "; did you mean '" : "", m ? m : "", m ? "'?" : "");
+    }
+  }
+}
+
 static void parse_root(ctx *c) {
   spec *s = c->s;
   const ynode *root = s->root;
@@ -721,6 +770,7 @@ static void parse_root(ctx *c) {
   if ((v = ynode_get(root, "pools")))
     parse_pools(c, v);
   s->schedule = ynode_get(root, "schedule");
+  parse_schedule(c, root);
   s->alerts = ynode_get(root, "alerts");
 
   spec_task def;
@@ -799,6 +849,7 @@ void spec_free(spec *s) {
   free(s->dir);
   free(s->dag);
   free(s->description);
+  free(s->timezone);
   free(s);
 }
 

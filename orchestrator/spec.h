@@ -9,9 +9,11 @@
  *
  * Top-level keys: dag (required, [A-Za-z0-9_.-]+), description, params (map),
  * defaults (map of task settings), max_parallel (int >= 1), pools (map of
- * name to int >= 1), tasks (map, required, at least one), and the keys a
- * later issue handles but which are accepted and kept as nodes now: schedule,
- * timezone, catchup, overlap, alerts.
+ * name to int >= 1), tasks (map, required, at least one), the cron trigger
+ * (cron.h): schedule (a cron expression or macro, errors pointing at the
+ * bad token), timezone (an IANA name, default UTC), catchup (bool, default
+ * false), overlap (skip | queue | allow, default skip), and alerts, which
+ * is kept as a node here.
  *
  * Task keys: stage (required), needs (list of task names or one name),
  * with (map), description, and the settings that `defaults` may also give:
@@ -41,6 +43,13 @@ typedef enum spec_trigger {
   SPEC_TRIGGER_ALL_SUCCESS = 0, /* run only if every upstream succeeded */
   SPEC_TRIGGER_ALL_DONE = 1     /* run once every upstream finished */
 } spec_trigger;
+
+/* What a cron trigger does while the previous run is still going. */
+typedef enum spec_overlap {
+  SPEC_OVERLAP_SKIP = 0,  /* do not start another run */
+  SPEC_OVERLAP_QUEUE = 1, /* start it when the previous one ends */
+  SPEC_OVERLAP_ALLOW = 2  /* start it now, beside the previous one */
+} spec_overlap;
 
 typedef struct spec_retry {
   int retries;        /* extra attempts after the first; default 0 */
@@ -91,6 +100,11 @@ typedef struct spec {
   size_t n_tasks;
   strmap task_index;              /* name -> index */
   const ynode *schedule, *alerts; /* kept for later issues; may be NULL */
+  /* The cron trigger, valid when schedule is (a scalar whose expression
+   * cron_parse accepts). */
+  char *timezone;       /* IANA name; NULL = UTC */
+  int catchup;          /* 1: every missed fire time; 0: only the latest */
+  spec_overlap overlap; /* default SPEC_OVERLAP_SKIP */
   /* Cache of "is task A upstream of task B" answers (dag.h), created on
    * first use by the template checks, freed by spec_free. A cache only:
    * it does not change what the spec means, so it may be filled in

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "cron.h"
+#include "spec.h"
 #include "testlib.h"
 
 /* "2026-03-08T07:00:00Z" -> UTC seconds. */
@@ -437,11 +438,76 @@ static void test_due(void) {
   cron_zone_close(z);
 }
 
+/* A DAG file's trigger keys: parsed into the spec, errors at file:line:col
+ * (the column of the bad token inside the expression). */
+static void test_spec_keys(void) {
+  const char *good = "dag: d\n"
+                     "schedule: \"*/15 2 * * *\"\n"
+                     "timezone: Europe/Berlin\n"
+                     "catchup: true\n"
+                     "overlap: queue\n"
+                     "tasks: {a: {stage: exec}}\n";
+  diags d = {0};
+  spec *s;
+  CHECK_INT(spec_parse("good.yaml", good, strlen(good), &s, &d), 0);
+  CHECK_INT(d.n, 0);
+  CHECK(s && s->schedule);
+  CHECK_STR(s ? s->timezone : NULL, "Europe/Berlin");
+  CHECK_INT(s ? s->catchup : -1, 1);
+  CHECK_INT(s ? (int)s->overlap : -1, SPEC_OVERLAP_QUEUE);
+  spec_free(s);
+  diags_free(&d);
+
+  const char *defaults =
+      "dag: d\nschedule: '@daily'\ntasks: {a: {stage: exec}}\n";
+  d = (diags){0};
+  CHECK_INT(spec_parse("def.yaml", defaults, strlen(defaults), &s, &d), 0);
+  CHECK(s && s->timezone == NULL && s->catchup == 0 &&
+        s->overlap == SPEC_OVERLAP_SKIP);
+  spec_free(s);
+  diags_free(&d);
+
+  const char *bad = "dag: d\n"
+                    "schedule: \"0 24 * * *\"\n"
+                    "timezone: Mars/Base\n"
+                    "catchup: maybe\n"
+                    "overlap: skp\n"
+                    "tasks: {a: {stage: exec}}\n";
+  d = (diags){0};
+  CHECK_INT(spec_parse("bad.yaml", bad, strlen(bad), &s, &d), DR_ESPEC);
+  char *all = all_diags(&d);
+  CHECK_STR(all,
+            "bad.yaml:2:14: error: 'schedule': hour: 24 is out of range "
+            "0-23\n"
+            "bad.yaml:3:11: error: 'timezone': unknown time zone 'Mars/Base' "
+            "(expected an IANA name such as Europe/Berlin or "
+            "America/New_York)\n"
+            "bad.yaml:4:10: error: 'catchup': expected true or false, found a "
+            "string (\"maybe\")\n"
+            "bad.yaml:5:10: error: 'overlap': expected skip, queue or allow, "
+            "found \"skp\"; did you mean 'skip'?\n");
+  free(all);
+  spec_free(s);
+  diags_free(&d);
+
+  const char *plain =
+      "dag: d\nschedule: 0 2 * * MON-FUN\ntasks: {a: {stage: exec}}\n";
+  d = (diags){0};
+  CHECK_INT(spec_parse("plain.yaml", plain, strlen(plain), &s, &d), DR_ESPEC);
+  all = all_diags(&d);
+  CHECK_STR(all, "plain.yaml:2:23: error: 'schedule': day-of-week: 'FUN' is "
+                 "not a number or a day name (SUN-SAT)\n");
+  free(all);
+  spec_free(s);
+  diags_free(&d);
+}
+
 int main(void) {
   test_next();
   test_parse_errors();
   test_zones();
   test_impossible();
   test_due();
+  test_spec_keys();
   TEST_DONE();
 }
