@@ -179,6 +179,12 @@ static size_t parse_alerts(const spec *s, alert_cfg **out, size_t *n_out,
   return d->n - before;
 }
 
+/* A webhook that resolves to "" (`${env:HOOK:-}` with HOOK unset) turns
+ * its alert off. */
+static int webhook_off(const cJSON *v) {
+  return cJSON_IsString(v) && v->valuestring[0] == '\0';
+}
+
 static int is_http_url(const char *z) {
   return strncmp(z, "http://", 7) == 0 || strncmp(z, "https://", 8) == 0;
 }
@@ -204,7 +210,8 @@ int alerts_check(const spec *s, const cJSON *params, diags *d) {
     int rc = tmpl_resolve(&e, SIZE_MAX, w, &out, d);
     nerr += d->n - b;
     /* The value may be a secret: messages never show it. */
-    if (rc == 0 && (!cJSON_IsString(out) || !is_http_url(out->valuestring))) {
+    if (rc == 0 && !webhook_off(out) &&
+        (!cJSON_IsString(out) || !is_http_url(out->valuestring))) {
       err_at(d, s, w,
              "alert %zu: 'webhook' must resolve to an http:// or https:// "
              "URL",
@@ -854,8 +861,12 @@ int alerts_create(uv_loop_t *loop, const spec *s, const rundir *run,
     h->deadline_s = v[i].deadline_s;
     h->timeout_s = v[i].timeout_s;
     cJSON *url = NULL;
-    if (tmpl_resolve(&te, SIZE_MAX, v[i].webhook, &url, &d) != 0 ||
-        !cJSON_IsString(url) || !is_http_url(url->valuestring)) {
+    int r = tmpl_resolve(&te, SIZE_MAX, v[i].webhook, &url, &d);
+    if (r == 0 && webhook_off(url)) {
+      h->events = 0;
+      snprintf(h->redacted, sizeof(h->redacted), "(off)");
+    } else if (r != 0 || !cJSON_IsString(url) ||
+               !is_http_url(url->valuestring)) {
       snprintf(err, errlen,
                "%s:%d:%d: alert %zu: the webhook does not resolve to an "
                "http(s) URL",

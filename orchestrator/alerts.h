@@ -7,6 +7,9 @@
  *       deadline: 2h     # with `deadline`: the run not finished by then
  *       timeout: 10s     # per delivery attempt, connect + transfer
  *
+ * A webhook that resolves to "" (e.g. `${env:HOOK:-}` with HOOK unset)
+ * turns its alert off.
+ *
  * Events: `failure` (a task failed for good), `retry` (a failed attempt
  * will be retried), `success` (the run succeeded: one alert per run),
  * `deadline` (the run still going `deadline` after it started).

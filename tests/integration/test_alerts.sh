@@ -133,7 +133,15 @@ R=$(run_dir hang2)
 expect_in "$R/alerts.jsonl" '"result":"abandoned"'
 expect_in "$T/err" "gave up on 1 alert delivery"
 
-# 5. `dagrun check` reports bad alerts with file:line:col.
+# 5. A webhook that resolves to "" turns its alert off.
+rm -f "$T/bodies.jsonl"
+unset NO_HOOK
+dag_file off 3 "failure, retry" '${env:NO_HOOK:-}'
+run_dagrun run off.yaml --plain
+expect_rc 1
+[ ! -e "$T/bodies.jsonl" ] || fail "an alert with an empty webhook was sent"
+
+# 6. `dagrun check` reports bad alerts with file:line:col.
 cat > bad.yaml <<'Y'
 dag: bad
 alerts:
