@@ -542,8 +542,22 @@ static int no_fire(char *err, size_t nerr) {
   return DR_ENOENT;
 }
 
+/* Years 1900-9999: far from time_t's limits, so the search's arithmetic
+ * cannot overflow. */
+static const int64_t time_min = -2208988800LL, time_max = 253402300799LL;
+
+static int out_of_range(int64_t t, char *err, size_t nerr) {
+  if (t >= time_min && t <= time_max)
+    return 0;
+  snprintf(err, nerr, "time %lld is out of range (years 1900-9999)",
+           (long long)t);
+  return DR_EINVAL;
+}
+
 int cron_next(const cron_expr *e, const cron_zone *z, int64_t after,
               int64_t *out, char *err, size_t nerr) {
+  if (out_of_range(after, err, nerr))
+    return DR_EINVAL;
   tzsave s;
   tz_enter(z, &s);
   int rc = next_fire(e, z, after, out);
@@ -556,8 +570,8 @@ int cron_due(const cron_expr *e, const cron_zone *z, int64_t last_fire,
              int *capped, char *err, size_t nerr) {
   *n = 0;
   *capped = 0;
-  (void)err;
-  (void)nerr;
+  if (out_of_range(last_fire, err, nerr) || out_of_range(now, err, nerr))
+    return DR_EINVAL;
   if (max == 0 || now <= last_fire)
     return 0;
   if (max > CRON_CATCHUP_MAX)

@@ -70,7 +70,8 @@ const char *cron_zone_name(const cron_zone *z); /* borrowed */
 
 /* The first fire time strictly after `after` (UTC seconds) into *out.
  * Returns 0, or DR_ENOENT with "no fire time in 5 years" in err when the
- * expression never fires (`0 0 30 2 *`) within CRON_SEARCH_YEARS. Bounded:
+ * expression never fires (`0 0 30 2 *`) within CRON_SEARCH_YEARS, or
+ * DR_EINVAL for a time outside the years 1900-9999. Bounded:
  * it skips whole months, days and hours that cannot match. */
 int cron_next(const cron_expr *e, const cron_zone *z, int64_t after,
               int64_t *out, char *err, size_t nerr);

@@ -502,6 +502,68 @@ static void test_spec_keys(void) {
   diags_free(&d);
 }
 
+/* Random input never crashes the parser (ASan in CI), and an error
+ * always points inside the expression or just past its end. Times far out
+ * are refused, not overflowed. */
+static void test_fuzz(void) {
+  /* Half random characters, half random fields (mostly valid ones). */
+  static const char alphabet[] = "0123456789*/-, @\tJANmonSunxX7";
+  static const char *const parts[] = {"*", "*/5", "1-3",    "JAN", "mon-fri",
+                                      "7", "1,2", "0-59/7", "2/9", "60",
+                                      "x", "5/",  "@daily", ""};
+  char z[64], err[256];
+  unsigned seed = 12345;
+  int ok = 1, parsed = 0;
+  for (int i = 0; i < 20000; i++) {
+    size_t n = 0;
+    if (i % 2) {
+      n = (size_t)(i % 23);
+      for (size_t k = 0; k < n; k++) {
+        seed = seed * 1103515245u + 12345u;
+        z[k] = alphabet[(seed >> 16) % (sizeof alphabet - 1)];
+      }
+    } else {
+      int nf = 4 + i % 3;
+      for (int k = 0; k < nf; k++) {
+        seed = seed * 1103515245u + 12345u;
+        const char *p =
+            parts[(seed >> 16) % 14 < 8 ? (seed >> 16) % 4 : (seed >> 16) % 14];
+        n += (size_t)snprintf(z + n, sizeof z - n, "%s%s", k ? " " : "", p);
+      }
+    }
+    z[n] = 0;
+    cron_expr *e;
+    int col = 0;
+    int rc = cron_parse(z, &e, &col, err, sizeof err);
+    if (rc == 0) {
+      parsed++;
+      cron_destroy(e);
+    } else if (rc != DR_EINVAL || col < 1 || col > (int)n + 1 || !err[0]) {
+      fprintf(stderr, "fuzz: '%s' -> %d at column %d\n", z, rc, col);
+      ok = 0;
+    }
+  }
+  CHECK(ok);
+  CHECK(parsed > 0);
+
+  cron_expr *e;
+  cron_zone *z0;
+  int col, capped;
+  int64_t f, out[4];
+  size_t n;
+  CHECK_INT(cron_parse("* * * * *", &e, &col, err, sizeof err), 0);
+  CHECK_INT(cron_zone_open("Europe/Berlin", &z0, err, sizeof err), 0);
+  CHECK_INT(cron_next(e, z0, INT64_MAX, &f, err, sizeof err), DR_EINVAL);
+  CHECK_INT(cron_next(e, z0, INT64_MIN, &f, err, sizeof err), DR_EINVAL);
+  CHECK_INT(
+      cron_due(e, z0, 0, INT64_MAX, 1, out, 4, &n, &capped, err, sizeof err),
+      DR_EINVAL);
+  CHECK_INT(cron_next(e, z0, utc("9999-12-31T23:58:00Z"), &f, err, sizeof err),
+            0);
+  cron_destroy(e);
+  cron_zone_close(z0);
+}
+
 int main(void) {
   test_next();
   test_parse_errors();
@@ -509,5 +571,6 @@ int main(void) {
   test_impossible();
   test_due();
   test_spec_keys();
+  test_fuzz();
   TEST_DONE();
 }
