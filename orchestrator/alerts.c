@@ -30,8 +30,8 @@
 
 static const char *const event_names[] = {"failure", "retry", "success",
                                           "deadline", NULL};
-static const char *const alert_keys[] = {"on", "webhook", "deadline",
-                                         "timeout", NULL};
+static const char *const alert_keys[] = {"on", "webhook", "deadline", "timeout",
+                                         NULL};
 
 /* One entry of `alerts:` as written. */
 typedef struct alert_cfg {
@@ -56,8 +56,8 @@ static void err_at(diags *d, const spec *s, const ynode *n, const char *fmt,
 static int get_duration(const spec *s, const ynode *v, const char *key,
                         size_t idx, double *out, diags *d) {
   double x = -1;
-  yscalar_type t = v->kind == YNODE_SCALAR ? ynode_scalar_type(v)
-                                           : YSCALAR_NULL;
+  yscalar_type t =
+      v->kind == YNODE_SCALAR ? ynode_scalar_type(v) : YSCALAR_NULL;
   if (v->kind == YNODE_SCALAR && (t == YSCALAR_INT || t == YSCALAR_FLOAT))
     (void)ynode_float(v, &x);
   else if (v->kind == YNODE_SCALAR && t == YSCALAR_STRING &&
@@ -67,8 +67,7 @@ static int get_duration(const spec *s, const ynode *v, const char *key,
     err_at(d, s, v,
            "alert %zu: '%s' expects a positive duration (e.g. 90, 30s, 5m, "
            "2h), found %s",
-           idx + 1, key,
-           v->kind == YNODE_SCALAR ? v->str : ynode_a_type(v));
+           idx + 1, key, v->kind == YNODE_SCALAR ? v->str : ynode_a_type(v));
     return DR_ESPEC;
   }
   *out = x;
@@ -103,8 +102,8 @@ static size_t parse_alerts(const spec *s, alert_cfg **out, size_t *n_out,
   *out = NULL;
   *n_out = 0;
   const ynode *al = s->alerts;
-  if (!al || (al->kind == YNODE_SCALAR &&
-              ynode_scalar_type(al) == YSCALAR_NULL))
+  if (!al ||
+      (al->kind == YNODE_SCALAR && ynode_scalar_type(al) == YSCALAR_NULL))
     return 0;
   if (al->kind != YNODE_SEQ) {
     err_at(d, s, al, "'alerts' expects a list of alerts, found %s",
@@ -139,8 +138,9 @@ static size_t parse_alerts(const spec *s, alert_cfg **out, size_t *n_out,
       } else {
         const char *near = closest_match(z, alert_keys);
         err_at(d, s, key, "alert %zu: unknown key '%s'%s%s%s", i + 1, z,
-               near ? "; did you mean '" : " (expected on, webhook, "
-                                           "deadline, timeout)",
+               near ? "; did you mean '"
+                    : " (expected on, webhook, "
+                      "deadline, timeout)",
                near ? near : "", near ? "'?" : "");
       }
     }
@@ -253,12 +253,13 @@ void alerts_redact_params(const spec *s, cJSON *params) {
     for (const char *p = strstr(w->str, "${params."); p;
          p = strstr(p + 1, "${params.")) {
       const char *z = p + 9;
-      size_t n = strspn(z, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                           "0123456789_-");
+      size_t n =
+          strspn(z, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                    "0123456789_-");
       char *name = xstrndup(z, n);
       if (cJSON_GetObjectItemCaseSensitive(params, name))
-        cJSON_ReplaceItemInObjectCaseSensitive(params, name,
-                                               cJSON_CreateString("(redacted)"));
+        cJSON_ReplaceItemInObjectCaseSensitive(
+            params, name, cJSON_CreateString("(redacted)"));
       free(name);
     }
   }
@@ -308,7 +309,7 @@ struct alerts {
   uv_timer_t curl_timer, grace;
   hook *hooks;
   size_t n_hooks;
-  delivery *live; /* deliveries not yet done */
+  delivery *live;  /* deliveries not yet done */
   sock_ctx *socks; /* sockets being polled */
   size_t n_live;
   FILE *log;
@@ -462,22 +463,19 @@ static void start_try(delivery *dl) {
     return;
   }
   if (!dl->headers)
-    dl->headers =
-        curl_slist_append(NULL, "Content-Type: application/json");
+    dl->headers = curl_slist_append(NULL, "Content-Type: application/json");
   long ms = (long)(dl->h->timeout_s * 1000);
   int bad = 0;
   bad |= curl_easy_setopt(e, CURLOPT_URL, dl->h->url) != CURLE_OK;
-  bad |= curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") !=
-         CURLE_OK;
+  bad |= curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;
   bad |= curl_easy_setopt(e, CURLOPT_POSTFIELDS, dl->body) != CURLE_OK;
   bad |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, dl->headers) != CURLE_OK;
-  bad |= curl_easy_setopt(e, CURLOPT_USERAGENT,
-                          "dagrun/" DAGRUN_VERSION) != CURLE_OK;
+  bad |= curl_easy_setopt(e, CURLOPT_USERAGENT, "dagrun/" DAGRUN_VERSION) !=
+         CURLE_OK;
   bad |= curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, ms) != CURLE_OK;
   bad |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, ms) != CURLE_OK;
   bad |= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) != CURLE_OK;
-  bad |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard_body) !=
-         CURLE_OK;
+  bad |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard_body) != CURLE_OK;
   bad |= curl_easy_setopt(e, CURLOPT_ERRORBUFFER, dl->errbuf) != CURLE_OK;
   bad |= curl_easy_setopt(e, CURLOPT_PRIVATE, dl) != CURLE_OK;
   if (bad || curl_multi_add_handle(a->multi, e) != CURLM_OK) {
@@ -687,8 +685,8 @@ void alerts_task_event(alerts *a, const sched_event *e) {
   char *text;
   if (e->state == TASK_FAILED) {
     text = xasprintf(":x: %s run %s: task %s failed (attempt %d/%d): %s",
-                     a->s->dag, a->run->id, task, e->attempt,
-                     e->max_attempts, why);
+                     a->s->dag, a->run->id, task, e->attempt, e->max_attempts,
+                     why);
     send_alert(a, EV_FAILURE, "failure", NULL, task, e->attempt,
                e->max_attempts, "failed", why, text);
   } else {
@@ -696,8 +694,8 @@ void alerts_task_event(alerts *a, const sched_event *e) {
     format_duration(e->retry_in_s, d, sizeof(d));
     text = xasprintf(":warning: %s run %s: task %s failed (attempt %d/%d), "
                      "retrying in %s: %s",
-                     a->s->dag, a->run->id, task, e->attempt,
-                     e->max_attempts, d, why);
+                     a->s->dag, a->run->id, task, e->attempt, e->max_attempts,
+                     d, why);
     send_alert(a, EV_RETRY, "retry", NULL, task, e->attempt, e->max_attempts,
                "retry_wait", why, text);
   }
@@ -713,8 +711,7 @@ static void on_deadline(uv_timer_t *t) {
                          "(deadline)",
                          a->s->dag, a->run->id, d);
   char *error = xasprintf("not finished after %s", d);
-  send_alert(a, EV_DEADLINE, "deadline", h, NULL, 0, 0, "running", error,
-             text);
+  send_alert(a, EV_DEADLINE, "deadline", h, NULL, 0, 0, "running", error, text);
   free(error);
   free(text);
 }
@@ -774,10 +771,10 @@ void alerts_run_finished(alerts *a, const char *state, size_t n_tasks,
   if (strcmp(state, "success") == 0) {
     char d[32];
     format_duration(duration_s, d, sizeof(d));
-    char *text = xasprintf(":white_check_mark: %s run %s succeeded (%zu "
-                           "task%s in %s)",
-                           a->s->dag, a->run->id, n_tasks,
-                           n_tasks == 1 ? "" : "s", d);
+    char *text =
+        xasprintf(":white_check_mark: %s run %s succeeded (%zu "
+                  "task%s in %s)",
+                  a->s->dag, a->run->id, n_tasks, n_tasks == 1 ? "" : "s", d);
     send_alert(a, EV_SUCCESS, "success", NULL, NULL, 0, 0, "success", NULL,
                text);
     free(text);
@@ -823,8 +820,7 @@ static void set_secret_parts(hook *h) {
 }
 
 int alerts_create(uv_loop_t *loop, const spec *s, const rundir *run,
-                  const cJSON *params, alerts **out, char *err,
-                  size_t errlen) {
+                  const cJSON *params, alerts **out, char *err, size_t errlen) {
   *out = NULL;
   diags d = {0};
   alert_cfg *v;

@@ -55,8 +55,7 @@ typedef struct alerts alerts;
  * message in err that never contains a resolved webhook. Its handles do
  * not keep the loop alive while the run goes on. */
 int alerts_create(uv_loop_t *loop, const spec *s, const rundir *run,
-                  const cJSON *params, alerts **out, char *err,
-                  size_t errlen);
+                  const cJSON *params, alerts **out, char *err, size_t errlen);
 
 /* A task state change from the scheduler's observer; sends `retry` and
  * `failure` alerts. NULL a: no-op. */
