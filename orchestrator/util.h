@@ -29,7 +29,9 @@
   XX(ESTAGE, -10, "unknown stage")                                             \
   XX(EPARAM, -11, "invalid stage parameter")                                   \
   XX(ESPAWN, -12, "cannot start process")                                      \
-  XX(EPROTO, -13, "malformed worker message")
+  XX(EPROTO, -13, "malformed worker message")                                 \
+  XX(ESTORE, -14, "run store error")                                           \
+  XX(EVERSION, -15, "run store written by a newer dagrun")
 
 typedef enum {
   DR_OK = 0,

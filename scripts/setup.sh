@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libuv1-dev libyaml-dev libcjson-dev libcurl4-openssl-dev
+  libuv1-dev libyaml-dev libcjson-dev libcurl4-openssl-dev libsqlite3-dev
   zlib1g-dev libxxhash-dev libssl-dev libpcre2-dev
   # the CPU training engine: sgemm from OpenBLAS, OpenMP from gcc
   libopenblas-dev

@@ -1,0 +1,118 @@
+/*
+ * store: the run history, a SQLite database (WAL mode).
+ *
+ * Where: $DAGRUN_HOME/state.db, else .dagrun/state.db under the current
+ * directory. One row per run, per task of a run and per attempt of a task:
+ *
+ *   runs     (id, dag, dag_file, run_dir, state, started, finished, params)
+ *   tasks    (run_id, name, state, attempts, exit_code, error, started,
+ *             finished, outputs)
+ *   attempts (run_id, task, n, pid, state, exit_code, error, started,
+ *             finished, log)
+ *
+ * Times are wall-clock seconds since the epoch (REAL, NULL when unknown);
+ * params and outputs are JSON text; exit_code is NULL when there is none.
+ * An attempt's state is "starting" (recorded before its process is
+ * spawned: pid NULL), "running" (spawned, pid set), then "success",
+ * "failed" or "cancelled".
+ *
+ * Durability: synchronous=FULL. In WAL mode NORMAL is safe against a crash
+ * of dagrun but may drop the last commits on a power cut or kernel crash;
+ * the store's promise is that a state change is on disk before it is acted
+ * on (a task recorded "success" before its downstream starts), which only
+ * FULL keeps. The cost is one fsync per state change: negligible next to
+ * starting a process.
+ *
+ * Every write runs in its own transaction (BEGIN IMMEDIATE, so that
+ * concurrent writers wait on busy_timeout instead of failing on a lock
+ * upgrade). Errors return DR_ESTORE (DR_EVERSION for a database written by
+ * a newer dagrun) with sqlite3_errmsg and the database's path in err.
+ *
+ * A store handle is used by one thread at a time; several processes may
+ * open the same database (each `dagrun run` writes, `dagrun runs` and
+ * `status` read while runs write).
+ */
+#ifndef DAGRUN_STORE_H
+#define DAGRUN_STORE_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+/* The schema this dagrun writes (PRAGMA user_version). */
+#define STORE_SCHEMA_VERSION 1
+
+typedef struct store store;
+
+/* The database path from the environment: $DAGRUN_HOME/state.db, or
+ * .dagrun/state.db. Caller frees. */
+char *store_default_path(void);
+
+/* Opens the database at path. With create, makes its directory and the
+ * file and schema if missing; without, a missing file is DR_ENOENT. A
+ * database with a newer schema is refused with DR_EVERSION. Returns 0 with
+ * *out (close with store_close) or an error with a message in err. */
+int store_open(const char *path, int create, store **out, char *err,
+               size_t errlen);
+/* Closes the database; NULL is a no-op. */
+void store_close(store *st);
+/* The path it was opened with; valid while st is open. */
+const char *store_path(const store *st);
+
+/* Records a new run in state "running" and its tasks in state "waiting",
+ * in one transaction. params_json may be NULL. */
+int store_run_begin(store *st, const char *id, const char *dag,
+                    const char *dag_file, const char *run_dir, double started,
+                    const char *params_json, const char *const *tasks,
+                    size_t n_tasks, char *err, size_t errlen);
+/* Sets the run's final state and end time. */
+int store_run_finish(store *st, const char *id, const char *state,
+                     double finished, char *err, size_t errlen);
+
+/* A task's row after a state change. exit_code < 0: none; error,
+ * outputs_json may be NULL; started/finished <= 0: left as they are. */
+typedef struct store_task_update {
+  const char *state;
+  int attempts;
+  int exit_code;
+  const char *error;
+  double started, finished;
+  const char *outputs_json;
+} store_task_update;
+int store_task_set(store *st, const char *run_id, const char *task,
+                   const store_task_update *u, char *err, size_t errlen);
+
+/* Attempt n of a task is about to start: recorded "starting", and the task
+ * "running" with n attempts, in one transaction. */
+int store_attempt_begin(store *st, const char *run_id, const char *task,
+                        int n, const char *log_path, double started,
+                        char *err, size_t errlen);
+/* The attempt's process was spawned: state "running", pid. */
+int store_attempt_pid(store *st, const char *run_id, const char *task, int n,
+                      int pid, char *err, size_t errlen);
+/* The attempt is over. exit_code < 0: none; error may be NULL. */
+int store_attempt_end(store *st, const char *run_id, const char *task, int n,
+                      const char *state, int exit_code, const char *error,
+                      double finished, char *err, size_t errlen);
+
+/* Reading. Each returns a new cJSON (caller frees) or NULL with err set.
+ * Times are numbers (seconds), NULL columns are left out. */
+
+/* Runs newest first, of one dag (NULL: all), at most limit (<= 0: all):
+ * [{id, dag, dag_file, run_dir, state, started, finished, tasks_total,
+ *   tasks_succeeded}]. */
+cJSON *store_runs(store *st, const char *dag, int limit, char *err,
+                  size_t errlen);
+/* The run whose id is id_prefix or starts with it: {..., params, tasks:
+ * [{name, state, attempts, exit_code, error, started, finished, outputs,
+ * attempt_list: [{n, pid, state, exit_code, error, started, finished,
+ * log}]}]}. *rc: 0, DR_ENOENT (no such run) or DR_EINVAL (the prefix is
+ * ambiguous), DR_ESTORE; err says which. */
+cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
+                 size_t errlen);
+/* One attempt (n <= 0: the latest) of a task of a run (full id):
+ * {n, pid, state, exit_code, error, started, finished, log}. *rc: 0,
+ * DR_ENOENT (no such task or attempt yet), DR_ESTORE. */
+cJSON *store_attempt(store *st, const char *run_id, const char *task, int n,
+                     int *rc, char *err, size_t errlen);
+
+#endif /* DAGRUN_STORE_H */

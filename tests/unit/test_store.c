@@ -1,0 +1,272 @@
+/* The run store: creating, schema version refusal, writes read back, a
+ * file that is no database, and readers that go on while a writer writes
+ * (WAL). */
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "store.h"
+#include "testlib.h"
+
+static const char *num_key(const cJSON *o, const char *k, double *v) {
+  const cJSON *j = cJSON_GetObjectItem(o, k);
+  if (!cJSON_IsNumber(j))
+    return NULL;
+  *v = j->valuedouble;
+  return k;
+}
+
+static const char *str_key(const cJSON *o, const char *k) {
+  const cJSON *j = cJSON_GetObjectItem(o, k);
+  return cJSON_IsString(j) ? j->valuestring : NULL;
+}
+
+static void test_records(void) {
+  char err[1024];
+  store *st;
+  const char *db = test_path("a/b/state.db");
+  /* Without create, a missing database is ENOENT. */
+  CHECK_INT(store_open(db, 0, &st, err, sizeof err), DR_ENOENT);
+  CHECK_INT(store_open(db, 1, &st, err, sizeof err), 0);
+  if (!st) {
+    fprintf(stderr, "%s\n", err);
+    return;
+  }
+  CHECK_STR(store_path(st), db);
+  const char *tasks[] = {"a", "b"};
+  CHECK_INT(store_run_begin(st, "20260101T000000Z-aaaa", "d", "/x/d.yaml",
+                            "/runs/d/1", 1000.0, "{\"k\":1}", tasks, 2, err,
+                            sizeof err),
+            0);
+  CHECK_INT(store_run_begin(st, "20260102T000000Z-bbbb", "e", "/x/e.yaml",
+                            "/runs/e/1", 2000.0, NULL, tasks, 1, err,
+                            sizeof err),
+            0);
+  /* The same id twice is refused, and the failed transaction leaves
+   * nothing behind. */
+  CHECK_INT(store_run_begin(st, "20260102T000000Z-bbbb", "e", NULL, NULL,
+                            3000.0, NULL, tasks, 1, err, sizeof err),
+            DR_ESTORE);
+  CHECK(strstr(err, db) != NULL);
+  CHECK(strstr(err, "UNIQUE") != NULL);
+
+  const char *id = "20260101T000000Z-aaaa";
+  CHECK_INT(store_attempt_begin(st, id, "a", 1, "/runs/d/1/a/attempt-1/log",
+                                1001.0, err, sizeof err),
+            0);
+  CHECK_INT(store_attempt_pid(st, id, "a", 1, 4242, err, sizeof err), 0);
+  CHECK_INT(store_attempt_end(st, id, "a", 1, "failed", 3, "exit 3", 1002.0,
+                              err, sizeof err),
+            0);
+  store_task_update u = {"retry_wait", 1, 3, "exit 3", 0, 0, NULL};
+  CHECK_INT(store_task_set(st, id, "a", &u, err, sizeof err), 0);
+  CHECK_INT(store_attempt_begin(st, id, "a", 2, "/runs/d/1/a/attempt-2/log",
+                                1003.0, err, sizeof err),
+            0);
+  CHECK_INT(store_attempt_pid(st, id, "a", 2, 4243, err, sizeof err), 0);
+  CHECK_INT(store_attempt_end(st, id, "a", 2, "success", 0, NULL, 1004.0,
+                              err, sizeof err),
+            0);
+  store_task_update u2 = {"success", 2, 0, NULL, 0, 1004.0, "{\"out\":\"v\"}"};
+  CHECK_INT(store_task_set(st, id, "a", &u2, err, sizeof err), 0);
+  /* An update of a task that was never recorded is an error. */
+  CHECK_INT(store_task_set(st, id, "nope", &u2, err, sizeof err), DR_ESTORE);
+  CHECK_INT(store_run_finish(st, id, "failed", 1005.0, err, sizeof err), 0);
+
+  /* Newest first; filtered by dag; limited. */
+  cJSON *runs = store_runs(st, NULL, 0, err, sizeof err);
+  CHECK_INT(cJSON_GetArraySize(runs), 2);
+  CHECK_STR(str_key(cJSON_GetArrayItem(runs, 0), "id"),
+            "20260102T000000Z-bbbb");
+  double v = 0;
+  cJSON *r1 = cJSON_GetArrayItem(runs, 1);
+  CHECK(num_key(r1, "tasks_total", &v) && v == 2);
+  CHECK(num_key(r1, "tasks_succeeded", &v) && v == 1);
+  CHECK(num_key(r1, "finished", &v) && v == 1005.0);
+  cJSON_Delete(runs);
+  runs = store_runs(st, "d", 0, err, sizeof err);
+  CHECK_INT(cJSON_GetArraySize(runs), 1);
+  cJSON_Delete(runs);
+  runs = store_runs(st, NULL, 1, err, sizeof err);
+  CHECK_INT(cJSON_GetArraySize(runs), 1);
+  cJSON_Delete(runs);
+
+  /* By prefix; ambiguous; unknown. */
+  int rc;
+  cJSON *run = store_run(st, "20260101", &rc, err, sizeof err);
+  CHECK_INT(rc, 0);
+  CHECK_STR(str_key(run, "state"), "failed");
+  CHECK(cJSON_IsObject(cJSON_GetObjectItem(run, "params")));
+  cJSON *ta = cJSON_GetArrayItem(cJSON_GetObjectItem(run, "tasks"), 0);
+  CHECK_STR(str_key(ta, "name"), "a");
+  CHECK_STR(str_key(ta, "state"), "success");
+  CHECK(num_key(ta, "attempts", &v) && v == 2);
+  CHECK(num_key(ta, "started", &v) && v == 1001.0);
+  CHECK_STR(str_key(cJSON_GetObjectItem(ta, "outputs"), "out"), "v");
+  cJSON *al = cJSON_GetObjectItem(ta, "attempt_list");
+  CHECK_INT(cJSON_GetArraySize(al), 2);
+  cJSON *a1 = cJSON_GetArrayItem(al, 0);
+  CHECK(num_key(a1, "pid", &v) && v == 4242);
+  CHECK(num_key(a1, "exit_code", &v) && v == 3);
+  CHECK_STR(str_key(a1, "error"), "exit 3");
+  CHECK_STR(str_key(a1, "state"), "failed");
+  cJSON *tb = cJSON_GetArrayItem(cJSON_GetObjectItem(run, "tasks"), 1);
+  CHECK_STR(str_key(tb, "state"), "waiting");
+  CHECK(cJSON_GetObjectItem(tb, "exit_code") == NULL);
+  cJSON_Delete(run);
+  CHECK(store_run(st, "2026", &rc, err, sizeof err) == NULL);
+  CHECK_INT(rc, DR_EINVAL);
+  CHECK(store_run(st, "1999", &rc, err, sizeof err) == NULL);
+  CHECK_INT(rc, DR_ENOENT);
+
+  cJSON *att = store_attempt(st, id, "a", 0, &rc, err, sizeof err);
+  CHECK_INT(rc, 0);
+  CHECK(num_key(att, "n", &v) && v == 2);
+  CHECK_STR(str_key(att, "log"), "/runs/d/1/a/attempt-2/log");
+  cJSON_Delete(att);
+  att = store_attempt(st, id, "a", 1, &rc, err, sizeof err);
+  CHECK(num_key(att, "pid", &v) && v == 4242);
+  cJSON_Delete(att);
+  CHECK(store_attempt(st, id, "a", 3, &rc, err, sizeof err) == NULL);
+  CHECK_INT(rc, DR_ENOENT);
+  CHECK(store_attempt(st, id, "b", 0, &rc, err, sizeof err) == NULL);
+  CHECK_INT(rc, DR_ENOENT);
+  CHECK(strstr(err, "not started") != NULL);
+  CHECK(store_attempt(st, id, "zz", 0, &rc, err, sizeof err) == NULL);
+  CHECK_INT(rc, DR_ENOENT);
+  CHECK(strstr(err, "no task 'zz'") != NULL);
+  store_close(st);
+  store_close(NULL);
+
+  /* Reopened: everything is still there; journal mode is WAL. */
+  CHECK_INT(store_open(db, 0, &st, err, sizeof err), 0);
+  runs = st ? store_runs(st, NULL, 0, err, sizeof err) : NULL;
+  CHECK_INT(cJSON_GetArraySize(runs), 2);
+  cJSON_Delete(runs);
+  store_close(st);
+  sqlite3 *raw;
+  CHECK_INT(sqlite3_open(db, &raw), SQLITE_OK);
+  sqlite3_stmt *s;
+  sqlite3_prepare_v2(raw, "PRAGMA journal_mode", -1, &s, NULL);
+  CHECK_INT(sqlite3_step(s), SQLITE_ROW);
+  CHECK_STR((const char *)sqlite3_column_text(s, 0), "wal");
+  sqlite3_finalize(s);
+
+  /* A database from a newer dagrun is refused, and not changed. */
+  CHECK_INT(sqlite3_exec(raw, "PRAGMA user_version = 99", 0, 0, 0),
+            SQLITE_OK);
+  sqlite3_close(raw);
+  CHECK_INT(store_open(db, 1, &st, err, sizeof err), DR_EVERSION);
+  CHECK(st == NULL);
+  CHECK(strstr(err, "schema version 99") != NULL);
+  CHECK(strstr(err, db) != NULL);
+  CHECK(strstr(err, "DAGRUN_HOME") != NULL);
+}
+
+static void test_not_a_database(void) {
+  char err[1024];
+  store *st;
+  const char *db = test_path("junk.db");
+  FILE *f = fopen(db, "w");
+  for (int i = 0; i < 200; i++)
+    fputs("this is not a database file at all\n", f);
+  fclose(f);
+  CHECK_INT(store_open(db, 1, &st, err, sizeof err), DR_ESTORE);
+  CHECK(st == NULL);
+  CHECK(strstr(err, db) != NULL);
+  CHECK(strstr(err, "not a database") != NULL);
+  /* A directory where the file should be made cannot be made. */
+  const char *blocked = test_path("file-not-dir/state.db");
+  f = fopen(test_path("file-not-dir"), "w");
+  fclose(f);
+  CHECK(store_open(blocked, 1, &st, err, sizeof err) != 0);
+  CHECK(strstr(err, blocked) != NULL);
+}
+
+/* A reader is never blocked by a writer's open transaction (it sees the
+ * last commit), and many reads while another process commits hundreds of
+ * changes all succeed with consistent snapshots. */
+static void test_concurrent(void) {
+  char err[1024];
+  store *st;
+  const char *db = test_path("conc.db");
+  CHECK_INT(store_open(db, 1, &st, err, sizeof err), 0);
+  if (!st)
+    return;
+  const char *tasks[] = {"t"};
+  CHECK_INT(store_run_begin(st, "r1", "d", NULL, NULL, 1.0, NULL, tasks, 1,
+                            err, sizeof err),
+            0);
+
+  sqlite3 *w;
+  sqlite3_open(db, &w);
+  CHECK_INT(sqlite3_exec(w,
+                         "BEGIN IMMEDIATE; UPDATE runs SET state = 'x';",
+                         0, 0, 0),
+            SQLITE_OK);
+  double t0 = now_monotonic();
+  int rc;
+  cJSON *run = store_run(st, "r1", &rc, err, sizeof err);
+  CHECK_INT(rc, 0);
+  CHECK_STR(str_key(run, "state"), "running");
+  CHECK(now_monotonic() - t0 < 1.0);
+  cJSON_Delete(run);
+  sqlite3_exec(w, "ROLLBACK", 0, 0, 0);
+  sqlite3_close(w);
+
+  pid_t pid = fork();
+  if (pid == 0) {
+    store *ws;
+    if (store_open(db, 1, &ws, err, sizeof err) != 0)
+      _exit(2);
+    for (int n = 1; n <= 300; n++) {
+      if (store_attempt_begin(ws, "r1", "t", n, "log", n, err, sizeof err) ||
+          store_attempt_pid(ws, "r1", "t", n, 100 + n, err, sizeof err) ||
+          store_attempt_end(ws, "r1", "t", n, "failed", 1, "e", n + 0.5, err,
+                            sizeof err)) {
+        fprintf(stderr, "writer: %s\n", err);
+        _exit(1);
+      }
+    }
+    store_close(ws);
+    _exit(0);
+  }
+  int reads = 0, bad = 0, last = 0, done = 0, status = 0;
+  while (!done) {
+    done = waitpid(pid, &status, WNOHANG) == pid;
+    cJSON *r = store_run(st, "r1", &rc, err, sizeof err);
+    if (!r) {
+      fprintf(stderr, "reader: %s\n", err);
+      bad++;
+      break;
+    }
+    cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItem(r, "tasks"), 0);
+    int n = (int)cJSON_GetObjectItem(t, "attempts")->valuedouble;
+    int listed = cJSON_GetArraySize(cJSON_GetObjectItem(t, "attempt_list"));
+    /* One snapshot: the task's count and its attempt rows agree, and
+     * time only goes forward. */
+    if (n != listed || n < last)
+      bad++;
+    last = n;
+    reads++;
+    cJSON_Delete(r);
+  }
+  if (!done)
+    waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK_INT(bad, 0);
+  CHECK(reads > 1);
+  CHECK_INT(last, 300);
+  store_close(st);
+}
+
+int main(void) {
+  if (test_tmpdir_make("store") != 0)
+    return 1;
+  test_records();
+  test_not_a_database();
+  test_concurrent();
+  if (!test_failures_)
+    test_tmpdir_remove();
+  TEST_DONE();
+}
