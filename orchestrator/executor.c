@@ -362,6 +362,13 @@ int executor_start(executor *x, const exec_request *rq, char *err,
   return 0;
 }
 
+int executor_pid(const executor *x, size_t task) {
+  for (const attempt *a = x->running; a; a = a->next)
+    if (a->task == task && !a->finished)
+      return (int)a->pid;
+  return 0;
+}
+
 void executor_cancel(executor *x, size_t task, int force) {
   for (attempt *a = x->running; a; a = a->next) {
     if (a->task == task) {

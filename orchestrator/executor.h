@@ -70,6 +70,8 @@ int executor_start(executor *x, const exec_request *rq, char *err,
 /* Stops a running attempt: SIGTERM now, SIGKILL after its grace; with
  * force, SIGKILL now. No-op if the task is not running. */
 void executor_cancel(executor *x, size_t task, int force);
+/* The worker pid of the task's running attempt, or 0 when none. */
+int executor_pid(const executor *x, size_t task);
 /* Number of attempts still running (or draining their pipe). */
 size_t executor_running(const executor *x);
 /* Frees the executor; only once executor_running() is 0. */

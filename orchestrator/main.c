@@ -20,9 +20,11 @@
 #include "check.h"
 #include "cron.h"
 #include "graph.h"
+#include "history.h"
 #include "rundir.h"
 #include "sched.h"
 #include "spec.h"
+#include "store.h"
 #include "template.h"
 #include "util.h"
 #include "view.h"
@@ -43,6 +45,11 @@ static const char usage_text[] =
     "(--help: options)\n"
     "       dagrun cron-next \"EXPR\" [--tz ZONE] [-n N] [--from TIME]\n"
     "                                       next fire times of a schedule\n"
+    "       dagrun runs [DAG] [-n N] [--json]  recorded runs, newest first\n"
+    "       dagrun status RUN [--json]      a run's tasks: states, attempts, "
+    "exits\n"
+    "       dagrun logs RUN TASK [--attempt N] [--follow]\n"
+    "                                       an attempt's stdout+stderr\n"
     "       dagrun --version | --help\n"
     "\n"
     "run options:\n"
@@ -54,6 +61,10 @@ static const char usage_text[] =
     "  --events json          one JSON object per state change on stdout\n"
     "  --plain                timestamped lines even on a terminal\n"
     "  -q, --quiet            only the final summary\n"
+    "\n"
+    "Runs are recorded in $DAGRUN_HOME/state.db (default: "
+    ".dagrun/state.db);\n"
+    "RUN is a run id or a unique prefix of one.\n"
     "\n"
     "Stages are found by name on $DAGRUN_PLUGIN_PATH, then in the built-in\n"
     "stage directory; a stage given as a path is taken from the DAG's "
@@ -152,14 +163,22 @@ typedef struct run_ctx {
   view *v;
   sched *s;
   alerts *al; /* NULL: the DAG has no alerts */
+  history *h; /* the run store's record of this run */
   uv_signal_t sigint, sigterm;
   int stop_signal; /* first signal that stopped the run */
   int n_signals;
 } run_ctx;
 
 static void obs_event(void *ud, const sched_event *e) {
+  /* The store first: what is recorded precedes what is shown or sent. */
+  history_task_event(((run_ctx *)ud)->h, ((run_ctx *)ud)->s, e);
   view_task_event(((run_ctx *)ud)->v, e);
   alerts_task_event(((run_ctx *)ud)->al, e);
+}
+
+static void obs_attempt_start(void *ud, size_t task, int attempt,
+                              const char *log_path) {
+  history_attempt_start(((run_ctx *)ud)->h, task, attempt, log_path);
 }
 
 static void obs_progress(void *ud, size_t task, double f, const char *msg) {
@@ -287,10 +306,26 @@ static int cmd_run(int argc, char **argv) {
   if (!max_parallel)
     max_parallel = sp->max_parallel ? sp->max_parallel : default_parallelism();
 
+  /* The store is opened before anything runs: a run that could not be
+   * recorded is refused, not run unrecorded. */
   char err[1024];
+  char *db_path = store_default_path();
+  store *db;
+  if (store_open(db_path, 1, &db, err, sizeof(err)) != 0) {
+    fprintf(stderr,
+            "dagrun: %s\ndagrun: not running %s: its history cannot be "
+            "recorded in %s (set DAGRUN_HOME to a writable directory)\n",
+            err, file, db_path);
+    free(db_path);
+    checked_free(ck);
+    spec_free(sp);
+    return EXIT_USAGE;
+  }
+  free(db_path);
   rundir *run;
   if (rundir_create(runs_dir, sp->dag, &run, err, sizeof(err)) != 0) {
     fprintf(stderr, "dagrun: %s\n", err);
+    store_close(db);
     checked_free(ck);
     spec_free(sp);
     return EXIT_USAGE;
@@ -304,9 +339,31 @@ static int cmd_run(int argc, char **argv) {
     diags_free(&d);
     cJSON_Delete(params);
     rundir_destroy(run);
+    store_close(db);
     checked_free(ck);
     spec_free(sp);
     return EXIT_USAGE;
+  }
+
+  run_ctx r = {0};
+  {
+    cJSON *shown = cJSON_Duplicate(params, 1);
+    alerts_redact_params(sp, shown); /* params in a webhook are secrets */
+    char *pj = cJSON_PrintUnformatted(shown);
+    int hrc = history_begin(db, sp, run, pj, &r.h, err, sizeof(err));
+    cJSON_free(pj);
+    cJSON_Delete(shown);
+    if (hrc != 0) {
+      fprintf(stderr, "dagrun: %s\ndagrun: not running %s: its history "
+                      "cannot be recorded\n",
+              err, file);
+      cJSON_Delete(params);
+      rundir_destroy(run);
+      store_close(db);
+      checked_free(ck);
+      spec_free(sp);
+      return EXIT_USAGE;
+    }
   }
 
   char self_exe[4096];
@@ -318,13 +375,14 @@ static int cmd_run(int argc, char **argv) {
   }
   self_exe[n] = '\0';
 
-  run_ctx r = {0};
   r.loop = uv_default_loop();
   r.v = view_create(r.loop, mode, sp, stdout);
   if (alerts_create(r.loop, sp, run, params, &r.al, err, sizeof(err)) != 0)
     fprintf(stderr, "dagrun: alerts off for this run: %s\n", err);
   sched_opts so = {max_parallel, self_exe,
-                   {obs_event, obs_progress, obs_log, obs_done, &r}, 0};
+                   {obs_event, obs_progress, obs_log, obs_done, &r,
+                    obs_attempt_start},
+                   0};
   r.s = sched_create(r.loop, ck, run, params, &so);
   write_run_json(sp, run, params, r.s, "running", max_parallel);
   uv_signal_init(r.loop, &r.sigint);
@@ -342,6 +400,8 @@ static int cmd_run(int argc, char **argv) {
   const char *state = r.stop_signal               ? "cancelled"
                       : counts[TASK_SUCCESS] == sp->n_tasks ? "success"
                                                             : "failed";
+  history_finish(r.h, state);
+  r.h = NULL;
   write_run_json(sp, run, params, r.s, state, max_parallel);
   view_run_finished(r.v, state, r.s);
   view_destroy(r.v);
@@ -358,6 +418,7 @@ static int cmd_run(int argc, char **argv) {
                                              : EXIT_TASK_FAILED;
   cJSON_Delete(params);
   rundir_destroy(run);
+  store_close(db);
   checked_free(ck);
   spec_free(sp);
   return code;
@@ -514,9 +575,9 @@ static int cmd_cron_next(int argc, char **argv) {
   return rc;
 }
 
-static const char *const commands[] = {"run",     "check",     "graph",
-                                       "stages",  "generate",  "help",
-                                       "version", "cron-next", NULL};
+static const char *const commands[] = {
+    "run",  "check",     "graph", "stages", "generate", "help",
+    "version", "cron-next", "runs", "status", "logs", NULL};
 
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "__worker") == 0) {
@@ -558,6 +619,12 @@ int main(int argc, char **argv) {
     return cmd_cron_next(argc - 2, argv + 2);
   if (strcmp(cmd, "generate") == 0)
     return cmd_generate(argv);
+  if (strcmp(cmd, "runs") == 0)
+    return history_cmd_runs(argc - 2, argv + 2);
+  if (strcmp(cmd, "status") == 0)
+    return history_cmd_status(argc - 2, argv + 2);
+  if (strcmp(cmd, "logs") == 0)
+    return history_cmd_logs(argc - 2, argv + 2);
   /* `dagrun FILE` means `dagrun run FILE`; a word that is no file but
    * looks like a command was probably a typo. */
   const char *near = closest_match(cmd, commands);

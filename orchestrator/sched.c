@@ -91,7 +91,9 @@ static void emit(sched *s, size_t i, task_state st, int exit_code,
   const spec_task *st_ = &s->sp->tasks[i];
   sched_event e = {i,        st,       s->t[i].attempt,
                    1 + st_->retry.retries,
-                   exit_code, duration, retry_in, reason};
+                   exit_code, duration, retry_in, reason, 0};
+  if (st == TASK_RUNNING)
+    e.pid = executor_pid(s->x, i);
   s->opts.obs.task_event(s->opts.obs.ud, &e);
 }
 
@@ -350,6 +352,8 @@ static void launch(sched *s, size_t i) {
   exec_request rq = {i,           json_path,       log_path,
                      NULL,        env,             st->timeout_s,
                      st->heartbeat_s, st->kill_grace_s};
+  if (s->opts.obs.attempt_start)
+    s->opts.obs.attempt_start(s->opts.obs.ud, i, t->attempt, log_path);
   if (executor_start(s->x, &rq, err, sizeof(err)) != 0) {
     reason = xstrdup(err);
     goto failed;
@@ -653,6 +657,10 @@ void sched_counts(const sched *s, size_t counts[TASK_CANCELLED + 1]) {
 
 task_state sched_task_state(const sched *s, size_t task) {
   return s->t[task].state;
+}
+
+const cJSON *sched_task_outputs(const sched *s, size_t task) {
+  return s->t[task].outputs;
 }
 
 static void add_time(cJSON *j, const char *key, double t) {

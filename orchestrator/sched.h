@@ -52,6 +52,7 @@ typedef struct sched_event {
   double duration_s; /* attempt's duration for ends of attempts */
   double retry_in_s; /* TASK_RETRY_WAIT: delay before the next attempt */
   const char *reason; /* why it failed or was skipped, or NULL */
+  int pid;            /* TASK_RUNNING: the attempt's worker process */
 } sched_event;
 
 typedef struct sched_observer {
@@ -62,6 +63,13 @@ typedef struct sched_observer {
   /* Every task is in a terminal state and no process is left. */
   void (*run_done)(void *ud);
   void *ud;
+  /* Attempt `attempt` of task is about to start: called after its
+   * directory and attempt.json are made and before its process is
+   * spawned, so that what an observer records about it precedes it. Then
+   * comes TASK_RUNNING with the pid, or TASK_FAILED when the spawn
+   * failed. log_path is valid during the call. May be NULL. */
+  void (*attempt_start)(void *ud, size_t task, int attempt,
+                        const char *log_path);
 } sched_observer;
 
 typedef struct sched_opts {
@@ -85,6 +93,10 @@ void sched_cancel(sched *s, int force);
 /* Per-state counts of the tasks. */
 void sched_counts(const sched *s, size_t counts[TASK_CANCELLED + 1]);
 task_state sched_task_state(const sched *s, size_t task);
+/* The key/value outputs of the task's current attempt (an object, maybe
+ * empty, or NULL before it ran). Borrowed: valid until the next attempt
+ * starts or sched_destroy. */
+const cJSON *sched_task_outputs(const sched *s, size_t task);
 /* The run as JSON for run.json: tasks with state, attempts, exit codes,
  * times, errors, outputs. Caller frees. */
 cJSON *sched_tasks_json(const sched *s);

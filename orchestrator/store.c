@@ -41,8 +41,9 @@
   XX(RUN_FIND, "SELECT id, dag, dag_file, run_dir, state, started, finished, " \
                "params FROM runs WHERE substr(id, 1, length(?1)) = ?1 "        \
                "ORDER BY id LIMIT 2")                                          \
-  XX(TASKS_OF, "SELECT name, state, attempts, exit_code, error, started, "     \
-               "finished, outputs FROM tasks WHERE run_id = ?1 ORDER BY rowid")\
+  XX(TASKS_OF,                                                                 \
+     "SELECT name, state, attempts, exit_code, error, started, "               \
+     "finished, outputs FROM tasks WHERE run_id = ?1 ORDER BY rowid")          \
   XX(ATTS_OF, "SELECT n, pid, state, exit_code, error, started, finished, "    \
               "log FROM attempts WHERE run_id = ?1 AND task = ?2 ORDER BY n")  \
   XX(TASK_EXISTS, "SELECT 1 FROM tasks WHERE run_id = ?1 AND name = ?2")
@@ -120,9 +121,9 @@ static int exec_sql(store *st, const char *sql, char *err, size_t errlen) {
 
 static sqlite3_stmt *stmt(store *st, int which, char *err, size_t errlen) {
   if (!st->stmt[which]) {
-    int rc = sqlite3_prepare_v3(st->db, stmt_sql[which], -1,
-                                SQLITE_PREPARE_PERSISTENT, &st->stmt[which],
-                                NULL);
+    int rc =
+        sqlite3_prepare_v3(st->db, stmt_sql[which], -1,
+                           SQLITE_PREPARE_PERSISTENT, &st->stmt[which], NULL);
     if (rc != SQLITE_OK) {
       fail(st, rc, err, errlen, "preparing a statement");
       return NULL;
@@ -160,9 +161,9 @@ static int read_version(store *st, int *v, char *err, size_t errlen) {
   rc = sqlite3_step(s);
   *v = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : 0;
   sqlite3_finalize(s);
-  return rc == SQLITE_ROW ? 0
-                          : fail(st, rc, err, errlen,
-                                 "reading the schema version");
+  return rc == SQLITE_ROW
+             ? 0
+             : fail(st, rc, err, errlen, "reading the schema version");
 }
 
 /* Creates the schema in an empty database, or checks the version of an
@@ -187,8 +188,7 @@ static int init_schema(store *st, char *err, size_t errlen) {
     if ((rc = exec_sql(st, schema_sql, err, errlen)) != 0)
       goto out;
     char sql[64];
-    snprintf(sql, sizeof sql, "PRAGMA user_version = %d",
-             STORE_SCHEMA_VERSION);
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", STORE_SCHEMA_VERSION);
     if ((rc = exec_sql(st, sql, err, errlen)) != 0)
       goto out;
   }
@@ -352,32 +352,36 @@ int store_run_finish(store *st, const char *id, const char *state,
   return commit(st, rc, err, errlen);
 }
 
+/* The task update inside an open transaction. */
+static int task_set(store *st, const char *run_id, const char *task,
+                    const store_task_update *u, char *err, size_t errlen) {
+  sqlite3_stmt *s = stmt(st, S_TASK_SET, err, errlen);
+  if (!s)
+    return DR_ESTORE;
+  bind_text(s, 1, run_id);
+  bind_text(s, 2, task);
+  bind_text(s, 3, u->state);
+  sqlite3_bind_int(s, 4, u->attempts);
+  bind_code(s, 5, u->exit_code);
+  bind_text(s, 6, u->error);
+  bind_time(s, 7, u->started);
+  bind_time(s, 8, u->finished);
+  bind_text(s, 9, u->outputs_json);
+  return step_write(st, s, 1, "recording a task's state", err, errlen);
+}
+
 int store_task_set(store *st, const char *run_id, const char *task,
                    const store_task_update *u, char *err, size_t errlen) {
   int rc = begin(st, err, errlen);
   if (rc)
     return rc;
-  sqlite3_stmt *s = stmt(st, S_TASK_SET, err, errlen);
-  if (!s) {
-    rc = DR_ESTORE;
-  } else {
-    bind_text(s, 1, run_id);
-    bind_text(s, 2, task);
-    bind_text(s, 3, u->state);
-    sqlite3_bind_int(s, 4, u->attempts);
-    bind_code(s, 5, u->exit_code);
-    bind_text(s, 6, u->error);
-    bind_time(s, 7, u->started);
-    bind_time(s, 8, u->finished);
-    bind_text(s, 9, u->outputs_json);
-    rc = step_write(st, s, 1, "recording a task's state", err, errlen);
-  }
+  rc = task_set(st, run_id, task, u, err, errlen);
   return commit(st, rc, err, errlen);
 }
 
-int store_attempt_begin(store *st, const char *run_id, const char *task,
-                        int n, const char *log_path, double started,
-                        char *err, size_t errlen) {
+int store_attempt_begin(store *st, const char *run_id, const char *task, int n,
+                        const char *log_path, double started, char *err,
+                        size_t errlen) {
   int rc = begin(st, err, errlen);
   if (rc)
     return rc;
@@ -426,7 +430,8 @@ int store_attempt_pid(store *st, const char *run_id, const char *task, int n,
 
 int store_attempt_end(store *st, const char *run_id, const char *task, int n,
                       const char *state, int exit_code, const char *error,
-                      double finished, char *err, size_t errlen) {
+                      double finished, const store_task_update *task_u,
+                      char *err, size_t errlen) {
   int rc = begin(st, err, errlen);
   if (rc)
     return rc;
@@ -441,9 +446,10 @@ int store_attempt_end(store *st, const char *run_id, const char *task, int n,
     bind_code(s, 5, exit_code);
     bind_text(s, 6, error);
     bind_time(s, 7, finished);
-    rc = step_write(st, s, 1, "recording the end of an attempt", err,
-                    errlen);
+    rc = step_write(st, s, 1, "recording the end of an attempt", err, errlen);
   }
+  if (rc == 0 && task_u)
+    rc = task_set(st, run_id, task, task_u, err, errlen);
   return commit(st, rc, err, errlen);
 }
 
@@ -471,10 +477,9 @@ static void add_col(cJSON *obj, sqlite3_stmt *s, int i, const char *key,
 
 cJSON *store_runs(store *st, const char *dag, int limit, char *err,
                   size_t errlen) {
-  static const char *const keys[] = {"id",      "dag",      "dag_file",
-                                     "run_dir", "state",    "started",
-                                     "finished", "tasks_total",
-                                     "tasks_succeeded"};
+  static const char *const keys[] = {
+      "id",      "dag",      "dag_file",    "run_dir",        "state",
+      "started", "finished", "tasks_total", "tasks_succeeded"};
   sqlite3_stmt *s = stmt(st, S_RUNS_LIST, err, errlen);
   if (!s)
     return NULL;
@@ -497,9 +502,8 @@ cJSON *store_runs(store *st, const char *dag, int limit, char *err,
   return arr;
 }
 
-static const char *const att_keys[] = {"n",     "pid",     "state",
-                                       "exit_code", "error", "started",
-                                       "finished",  "log"};
+static const char *const att_keys[] = {
+    "n", "pid", "state", "exit_code", "error", "started", "finished", "log"};
 
 /* The attempts of a task, in order, as an array; NULL on error. */
 static cJSON *attempts_of(store *st, const char *run_id, const char *task,
@@ -530,12 +534,11 @@ static cJSON *attempts_of(store *st, const char *run_id, const char *task,
  * are one consistent snapshot while a writer goes on (WAL). */
 cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
                  size_t errlen) {
-  static const char *const keys[] = {"id",      "dag",   "dag_file",
-                                     "run_dir", "state", "started",
-                                     "finished", "params"};
-  static const char *const task_keys[] = {
-      "name",    "state",    "attempts", "exit_code",
-      "error",   "started",  "finished", "outputs"};
+  static const char *const keys[] = {"id",    "dag",     "dag_file", "run_dir",
+                                     "state", "started", "finished", "params"};
+  static const char *const task_keys[] = {"name",      "state",  "attempts",
+                                          "exit_code", "error",  "started",
+                                          "finished",  "outputs"};
   cJSON *run = NULL;
   *rc = DR_ESTORE;
   if (exec_sql(st, "BEGIN", err, errlen) != 0)

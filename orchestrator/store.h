@@ -83,16 +83,19 @@ int store_task_set(store *st, const char *run_id, const char *task,
 
 /* Attempt n of a task is about to start: recorded "starting", and the task
  * "running" with n attempts, in one transaction. */
-int store_attempt_begin(store *st, const char *run_id, const char *task,
-                        int n, const char *log_path, double started,
-                        char *err, size_t errlen);
+int store_attempt_begin(store *st, const char *run_id, const char *task, int n,
+                        const char *log_path, double started, char *err,
+                        size_t errlen);
 /* The attempt's process was spawned: state "running", pid. */
 int store_attempt_pid(store *st, const char *run_id, const char *task, int n,
                       int pid, char *err, size_t errlen);
-/* The attempt is over. exit_code < 0: none; error may be NULL. */
+/* The attempt is over. exit_code < 0: none; error may be NULL. With
+ * task_u, the task's new row is written in the same transaction, so that
+ * no reader sees the attempt over and the task still running. */
 int store_attempt_end(store *st, const char *run_id, const char *task, int n,
                       const char *state, int exit_code, const char *error,
-                      double finished, char *err, size_t errlen);
+                      double finished, const store_task_update *task_u,
+                      char *err, size_t errlen);
 
 /* Reading. Each returns a new cJSON (caller frees) or NULL with err set.
  * Times are numbers (seconds), NULL columns are left out. */

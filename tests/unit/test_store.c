@@ -56,7 +56,7 @@ static void test_records(void) {
             0);
   CHECK_INT(store_attempt_pid(st, id, "a", 1, 4242, err, sizeof err), 0);
   CHECK_INT(store_attempt_end(st, id, "a", 1, "failed", 3, "exit 3", 1002.0,
-                              err, sizeof err),
+                              NULL, err, sizeof err),
             0);
   store_task_update u = {"retry_wait", 1, 3, "exit 3", 0, 0, NULL};
   CHECK_INT(store_task_set(st, id, "a", &u, err, sizeof err), 0);
@@ -64,11 +64,11 @@ static void test_records(void) {
                                 1003.0, err, sizeof err),
             0);
   CHECK_INT(store_attempt_pid(st, id, "a", 2, 4243, err, sizeof err), 0);
-  CHECK_INT(store_attempt_end(st, id, "a", 2, "success", 0, NULL, 1004.0,
+  /* The attempt's end and the task's state: one transaction. */
+  store_task_update u2 = {"success", 2, 0, NULL, 0, 1004.0, "{\"out\":\"v\"}"};
+  CHECK_INT(store_attempt_end(st, id, "a", 2, "success", 0, NULL, 1004.0, &u2,
                               err, sizeof err),
             0);
-  store_task_update u2 = {"success", 2, 0, NULL, 0, 1004.0, "{\"out\":\"v\"}"};
-  CHECK_INT(store_task_set(st, id, "a", &u2, err, sizeof err), 0);
   /* An update of a task that was never recorded is an error. */
   CHECK_INT(store_task_set(st, id, "nope", &u2, err, sizeof err), DR_ESTORE);
   CHECK_INT(store_run_finish(st, id, "failed", 1005.0, err, sizeof err), 0);
@@ -153,8 +153,7 @@ static void test_records(void) {
   sqlite3_finalize(s);
 
   /* A database from a newer dagrun is refused, and not changed. */
-  CHECK_INT(sqlite3_exec(raw, "PRAGMA user_version = 99", 0, 0, 0),
-            SQLITE_OK);
+  CHECK_INT(sqlite3_exec(raw, "PRAGMA user_version = 99", 0, 0, 0), SQLITE_OK);
   sqlite3_close(raw);
   CHECK_INT(store_open(db, 1, &st, err, sizeof err), DR_EVERSION);
   CHECK(st == NULL);
@@ -194,16 +193,15 @@ static void test_concurrent(void) {
   if (!st)
     return;
   const char *tasks[] = {"t"};
-  CHECK_INT(store_run_begin(st, "r1", "d", NULL, NULL, 1.0, NULL, tasks, 1,
-                            err, sizeof err),
+  CHECK_INT(store_run_begin(st, "r1", "d", NULL, NULL, 1.0, NULL, tasks, 1, err,
+                            sizeof err),
             0);
 
   sqlite3 *w;
   sqlite3_open(db, &w);
-  CHECK_INT(sqlite3_exec(w,
-                         "BEGIN IMMEDIATE; UPDATE runs SET state = 'x';",
-                         0, 0, 0),
-            SQLITE_OK);
+  CHECK_INT(
+      sqlite3_exec(w, "BEGIN IMMEDIATE; UPDATE runs SET state = 'x';", 0, 0, 0),
+      SQLITE_OK);
   double t0 = now_monotonic();
   int rc;
   cJSON *run = store_run(st, "r1", &rc, err, sizeof err);
@@ -222,8 +220,8 @@ static void test_concurrent(void) {
     for (int n = 1; n <= 300; n++) {
       if (store_attempt_begin(ws, "r1", "t", n, "log", n, err, sizeof err) ||
           store_attempt_pid(ws, "r1", "t", n, 100 + n, err, sizeof err) ||
-          store_attempt_end(ws, "r1", "t", n, "failed", 1, "e", n + 0.5, err,
-                            sizeof err)) {
+          store_attempt_end(ws, "r1", "t", n, "failed", 1, "e", n + 0.5, NULL,
+                            err, sizeof err)) {
         fprintf(stderr, "writer: %s\n", err);
         _exit(1);
       }

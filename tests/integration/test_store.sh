@@ -1,0 +1,173 @@
+# The run store: `dagrun run` records runs, tasks and attempts in
+# $DAGRUN_HOME/state.db; `dagrun runs`, `status` and `logs` read them back
+# (as run.json has them), `logs --follow` follows a running attempt to its
+# end, and a store that cannot be opened refuses the run up front.
+. "$(dirname "$0")/lib.sh"
+export DAGRUN_HOME="$T/home"
+
+cat > st.yaml <<Y
+dag: st
+defaults: {retry_delay: 100ms, retry_jitter: 0}
+tasks:
+  hello: {stage: exec, with: {command: [sh, -c, 'echo hello-out; echo hello-err >&2']}}
+  flaky:
+    stage: exec
+    retries: 1
+    with: {command: [sh, -c, 'if [ -f $T/flaky.done ]; then echo second-try; else touch $T/flaky.done; echo first-try; exit 3; fi']}
+  after: {stage: exec, needs: [flaky], with: {command: [echo, after-ran]}}
+  bad: {stage: exec, with: {command: [sh, -c, 'echo bad-out; exit 4']}}
+  never: {stage: exec, needs: [bad], with: {command: [echo, never]}}
+Y
+run_dagrun run st.yaml --plain
+expect_rc 1
+R=$(run_dir st)
+ID=$(basename "$R")
+[ -f "$DAGRUN_HOME/state.db" ] || fail "no $DAGRUN_HOME/state.db"
+[ ! -e .dagrun ] || fail "DAGRUN_HOME set, yet .dagrun/ was made"
+
+# runs: the run, its state and succeeded/total tasks.
+run_dagrun runs
+expect_rc 0
+expect_in "$T/out" "$ID"
+grep -E "^$ID +st +failed .* 3/5\$" "$T/out" >/dev/null || fail "runs line: $(cat "$T/out")"
+run_dagrun runs other-dag
+expect_rc 0
+expect_not_in "$T/out" "$ID"
+
+# status --json agrees with run.json on every task's state, attempts and
+# exit code; the attempts have pids, logs and exit codes.
+run_dagrun status "$ID" --json
+expect_rc 0
+/usr/bin/python3 - "$T/out" "$R/run.json" <<'P' || fail "status --json does not match run.json: $(cat "$T/out")"
+import json, sys
+st = json.load(open(sys.argv[1]))
+rj = json.load(open(sys.argv[2]))
+assert st["state"] == rj["state"] == "failed", (st["state"], rj["state"])
+assert st["run_dir"] == rj["dir"]
+tasks = {t["name"]: t for t in st["tasks"]}
+assert len(tasks) == len(rj["tasks"]) == 5
+for t in rj["tasks"]:
+    s = tasks[t["name"]]
+    assert s["state"] == t["state"], (t["name"], s["state"], t["state"])
+    assert s["attempts"] == t["attempts"], (t["name"], s, t)
+    assert s.get("exit_code") == t.get("exit_code"), (t["name"], s, t)
+    assert s.get("error") == t.get("reason"), (t["name"], s, t)
+    assert len(s["attempt_list"]) == t["attempts"]
+    for a in s["attempt_list"]:
+        assert a["pid"] > 0 and a["log"].endswith("attempt-%d/log" % a["n"])
+        assert a["finished"] >= a["started"] > 0
+fl = tasks["flaky"]["attempt_list"]
+assert [a["state"] for a in fl] == ["failed", "success"], fl
+assert [a["exit_code"] for a in fl] == [3, 0], fl
+assert tasks["bad"]["attempt_list"][0]["exit_code"] == 4
+assert tasks["never"]["state"] == "upstream_failed"
+P
+run_dagrun status "$ID"
+expect_rc 0
+grep -E "^flaky +success +2 +0 " "$T/out" >/dev/null || fail "status: $(cat "$T/out")"
+grep -E "^bad +failed +1 +4 .*exit 4" "$T/out" >/dev/null || fail "status: $(cat "$T/out")"
+
+# logs: the latest attempt, or the one asked for.
+run_dagrun logs "$ID" hello
+expect_rc 0
+expect_in "$T/out" hello-out
+expect_in "$T/out" hello-err
+run_dagrun logs "$ID" flaky
+expect_rc 0
+# (the worker logs the command line too: compare whole lines)
+grep -qx second-try "$T/out" || fail "no second-try in: $(cat "$T/out")"
+! grep -qx first-try "$T/out" || fail "first-try in the 2nd attempt's log"
+run_dagrun logs "$ID" flaky --attempt 1
+expect_rc 0
+grep -qx first-try "$T/out" || fail "no first-try in: $(cat "$T/out")"
+! grep -qx second-try "$T/out" || fail "second-try in the 1st attempt's log"
+run_dagrun logs "$ID" flaky --attempt 3
+expect_rc 2
+expect_in "$T/err" "no attempt 3"
+run_dagrun logs "$ID" never
+expect_rc 2
+expect_in "$T/err" "has not started"
+run_dagrun logs "$ID" nope
+expect_rc 2
+expect_in "$T/err" "no task 'nope'"
+
+# A unique prefix names the run; an unknown one is exit 2.
+run_dagrun status "${ID:0:${#ID}-2}"
+expect_rc 0
+expect_in "$T/out" "run $ID"
+run_dagrun status 1999
+expect_rc 2
+expect_in "$T/err" "no run '1999'"
+run_dagrun logs 1999 hello
+expect_rc 2
+
+# logs --follow on a running task: every line arrives, and follow ends
+# when the attempt does (not before, not long after).
+cat > tick.yaml <<'Y'
+dag: tick
+tasks:
+  ticker: {stage: exec, with: {command: [sh, -c, 'for i in 1 2 3 4 5 6 7 8 9 10; do echo tick-$i; sleep 0.2; done']}}
+Y
+"$DAGRUN" run tick.yaml -q >"$T/tick.out" 2>&1 &
+BG=$!
+TID=
+for _ in $(seq 100); do
+  TID=$("$DAGRUN" runs tick --json 2>/dev/null | /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); print(r[0]["id"] if r else "")')
+  [ -n "$TID" ] && break
+  sleep 0.05
+done
+[ -n "$TID" ] || fail "the tick run was not recorded"
+start=$(date +%s.%N)
+run_dagrun logs "$TID" ticker --follow
+end=$(date +%s.%N)
+expect_rc 0
+for i in 1 2 3 4 5 6 7 8 9 10; do grep -qx "tick-$i" "$T/out" || fail "follow missed tick-$i: $(cat "$T/out")"; done
+"$DAGRUN" status "$TID" --json > "$T/tick.json"
+/usr/bin/python3 - "$T/tick.json" "$start" "$end" <<'P' || fail "follow ended at the wrong time: $(cat "$T/tick.json")"
+import json, sys
+run = json.load(open(sys.argv[1]))
+start, end = float(sys.argv[2]), float(sys.argv[3])
+t = run["tasks"][0]
+a = t["attempt_list"][0]
+# Follow began while the task ran (it started before the last tick), and
+# it stopped once the attempt was recorded over, within a second.
+assert t["state"] == "success", t
+assert a["state"] == "success", a
+assert start < a["finished"], (start, a)
+assert end >= a["finished"] - 0.05 and end - a["finished"] < 1.5, (end, a)
+P
+wait "$BG" || fail "the tick run failed: $(cat "$T/tick.out")"
+
+# runs: newest first, -n, a DAG filter.
+run_dagrun runs -n 1
+expect_rc 0
+expect_in "$T/out" "$TID"
+expect_not_in "$T/out" "$ID"
+run_dagrun runs st --json
+expect_rc 0
+expect_in "$T/out" "\"$ID\""
+expect_not_in "$T/out" "\"$TID\""
+# A prefix that names both runs is ambiguous.
+common=$(/usr/bin/python3 -c 'import os,sys; print(os.path.commonprefix(sys.argv[1:]))' "$ID" "$TID")
+run_dagrun status "$common"
+expect_rc 2
+expect_in "$T/err" "more than one run"
+
+# A DAGRUN_HOME that is a file: the store cannot be opened, the run is
+# refused before anything runs, naming the path and DAGRUN_HOME.
+: > "$T/not-a-dir"
+DAGRUN_HOME="$T/not-a-dir" run_dagrun run tick.yaml
+expect_rc 2
+expect_in "$T/err" "$T/not-a-dir/state.db"
+expect_in "$T/err" "DAGRUN_HOME"
+[ "$(ls "$DAGRUN_RUNS_DIR/tick" | wc -l)" = 1 ] || fail "a refused run made a run directory"
+# A corrupt database: the same.
+mkdir -p "$T/corrupt"
+head -c 8192 /dev/urandom > "$T/corrupt/state.db"
+DAGRUN_HOME="$T/corrupt" run_dagrun run tick.yaml
+expect_rc 2
+expect_in "$T/err" "$T/corrupt/state.db"
+# Without DAGRUN_HOME the store is .dagrun/state.db here.
+(unset DAGRUN_HOME; cd "$T" && "$DAGRUN" run st.yaml -q >/dev/null 2>&1 || true)
+[ -f "$T/.dagrun/state.db" ] || fail "no .dagrun/state.db without DAGRUN_HOME"
+pass
