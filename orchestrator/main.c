@@ -345,6 +345,15 @@ static int cmd_run(int argc, char **argv) {
     return EXIT_USAGE;
   }
 
+  char self_exe[4096];
+  ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
+  if (n <= 0) {
+    fprintf(stderr, "dagrun: cannot find its own executable: %s\n",
+            strerror(errno));
+    return EXIT_USAGE;
+  }
+  self_exe[n] = '\0';
+
   run_ctx r = {0};
   {
     cJSON *shown = cJSON_Duplicate(params, 1);
@@ -365,15 +374,6 @@ static int cmd_run(int argc, char **argv) {
       return EXIT_USAGE;
     }
   }
-
-  char self_exe[4096];
-  ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
-  if (n <= 0) {
-    fprintf(stderr, "dagrun: cannot find its own executable: %s\n",
-            strerror(errno));
-    return EXIT_USAGE;
-  }
-  self_exe[n] = '\0';
 
   r.loop = uv_default_loop();
   r.v = view_create(r.loop, mode, sp, stdout);
