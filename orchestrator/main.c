@@ -3,8 +3,10 @@
  * modules in the order data flows: spec -> check -> run directory ->
  * scheduler (with the executor and the view) on one libuv loop.
  *
- * Exit codes: 0 success; 1 a task failed; 2 bad usage or a bad DAG file;
- * 130 stopped by SIGINT (Ctrl-C); 143 stopped by SIGTERM.
+ * Exit codes: 0 success; 1 a task failed; 2 bad usage or a bad DAG file,
+ * a run store that cannot be opened (run), an unknown or ambiguous run,
+ * task or attempt (runs, status, logs); 130 stopped by SIGINT (Ctrl-C);
+ * 143 stopped by SIGTERM.
  */
 #include <errno.h>
 #include <signal.h>

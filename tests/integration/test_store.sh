@@ -153,6 +153,28 @@ run_dagrun status "$common"
 expect_rc 2
 expect_in "$T/err" "more than one run"
 
+# Three runs at once write the same store (WAL, busy timeout): all three
+# are recorded complete.
+cat > par.yaml <<'Y'
+dag: par
+tasks:
+  a: {stage: exec, with: {command: [echo, a]}}
+  b: {stage: exec, needs: [a], with: {command: [echo, b]}}
+  c: {stage: exec, needs: [a], with: {command: [echo, c]}}
+Y
+pids=
+for k in 1 2 3; do "$DAGRUN" run par.yaml -q >"$T/par$k.out" 2>&1 & pids="$pids $!"; done
+for p in $pids; do wait "$p" || fail "a concurrent run failed: $(cat "$T"/par*.out)"; done
+run_dagrun runs par --json
+expect_rc 0
+/usr/bin/python3 - "$T/out" <<'P' || fail "concurrent runs: $(cat "$T/out")"
+import json, sys
+runs = json.load(open(sys.argv[1]))
+assert len(runs) == 3, runs
+for r in runs:
+    assert r["state"] == "success" and r["tasks_succeeded"] == r["tasks_total"] == 3, r
+P
+
 # A DAGRUN_HOME that is a file: the store cannot be opened, the run is
 # refused before anything runs, naming the path and DAGRUN_HOME.
 : > "$T/not-a-dir"
