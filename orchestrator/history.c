@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -30,6 +31,20 @@ static void broke(history *h) {
   h->broken = 1;
 }
 
+static history *history_new(store *st, const spec *sp, const char *run_id) {
+  history *h = xcalloc(1, sizeof(*h));
+  size_t n = sp->n_tasks ? sp->n_tasks : 1;
+  h->st = st;
+  h->sp = sp;
+  h->run_id = xstrdup(run_id);
+  h->open_attempt = xcalloc(n, sizeof(int));
+  h->last_exit = xcalloc(n, sizeof(int));
+  h->last_error = xcalloc(n, sizeof(char *));
+  for (size_t i = 0; i < sp->n_tasks; i++)
+    h->last_exit[i] = -1;
+  return h;
+}
+
 int history_begin(store *st, const spec *sp, const rundir *run,
                   const char *params_json, history **out, char *err,
                   size_t errlen) {
@@ -43,19 +58,28 @@ int history_begin(store *st, const spec *sp, const rundir *run,
                            sp->n_tasks, err, errlen);
   free(abs);
   free(names);
+  if (rc == 0)
+    rc = store_run_claim(st, run->id, (int)getpid(),
+                         proc_start_time((int)getpid()), 0, 0, err, errlen);
   if (rc != 0)
     return rc;
-  history *h = xcalloc(1, sizeof(*h));
-  size_t n = sp->n_tasks ? sp->n_tasks : 1;
-  h->st = st;
-  h->sp = sp;
-  h->run_id = xstrdup(run->id);
-  h->open_attempt = xcalloc(n, sizeof(int));
-  h->last_exit = xcalloc(n, sizeof(int));
-  h->last_error = xcalloc(n, sizeof(char *));
-  for (size_t i = 0; i < sp->n_tasks; i++)
-    h->last_exit[i] = -1;
-  *out = h;
+  *out = history_new(st, sp, run->id);
+  return 0;
+}
+
+int history_resume(store *st, const spec *sp, const char *run_id,
+                   const sched_preset *preset, history **out, char *err,
+                   size_t errlen) {
+  *out = NULL;
+  for (size_t i = 0; i < sp->n_tasks; i++) {
+    if (preset[i].succeeded)
+      continue;
+    store_task_update u = {"waiting", preset[i].attempts, -1, NULL, 0, 0, NULL};
+    int rc = store_task_set(st, run_id, sp->tasks[i].name, &u, err, errlen);
+    if (rc != 0)
+      return rc;
+  }
+  *out = history_new(st, sp, run_id);
   return 0;
 }
 
@@ -80,8 +104,8 @@ void history_task_event(history *h, const sched *s, const sched_event *e) {
   if (e->state == TASK_RUNNING) {
     /* The task row went to "running" with the attempt's start. */
     if (h->open_attempt[i] == e->attempt && e->pid > 0 &&
-        store_attempt_pid(h->st, h->run_id, name, e->attempt, e->pid, h->err,
-                          sizeof h->err) != 0)
+        store_attempt_pid(h->st, h->run_id, name, e->attempt, e->pid,
+                          proc_start_time(e->pid), h->err, sizeof h->err) != 0)
       broke(h);
     return;
   }

@@ -40,11 +40,18 @@
 typedef struct history history;
 
 /* Records the start of a run in st (borrowed, must outlive the history),
- * with its resolved params (may be NULL). Returns 0 with *out, or an error
+ * with its resolved params (may be NULL), this process as its
+ * orchestrator. Returns 0 with *out, or an error
  * with a message in err. */
 int history_begin(store *st, const spec *sp, const rundir *run,
                   const char *params_json, history **out, char *err,
                   size_t errlen);
+/* Records that the run run_id, already in st, goes on (`dagrun resume`):
+ * its tasks that had not succeeded (preset, one per task) go back to
+ * "waiting"; the caller has claimed the run (store_run_claim). */
+int history_resume(store *st, const spec *sp, const char *run_id,
+                   const sched_preset *preset, history **out, char *err,
+                   size_t errlen);
 /* Observer parts: call from the sched observer's task_event and
  * attempt_start. s is the run's scheduler (for outputs). */
 void history_task_event(history *h, const sched *s, const sched_event *e);

@@ -5,8 +5,10 @@
  *
  * Exit codes: 0 success; 1 a task failed; 2 bad usage or a bad DAG file,
  * a run store that cannot be opened (run), an unknown or ambiguous run,
- * task or attempt (runs, status, logs); 130 stopped by SIGINT (Ctrl-C);
- * 143 stopped by SIGTERM.
+ * task or attempt (runs, status, logs, resume, cancel), a resumed run
+ * whose DAG file does not load or no longer matches; 1 also: resume of a
+ * run still running, cancel of a run not running; 130 stopped by SIGINT
+ * (Ctrl-C); 143 stopped by SIGTERM.
  */
 #include <errno.h>
 #include <signal.h>
@@ -23,6 +25,7 @@
 #include "cron.h"
 #include "graph.h"
 #include "history.h"
+#include "resume.h"
 #include "rundir.h"
 #include "sched.h"
 #include "spec.h"
@@ -52,6 +55,12 @@ static const char usage_text[] =
     "exits\n"
     "       dagrun logs RUN TASK [--attempt N] [--follow]\n"
     "                                       an attempt's stdout+stderr\n"
+    "       dagrun resume RUN [-j N] [--plain|-q|--events json]\n"
+    "                                       go on with a run: re-run what "
+    "had not\n"
+    "                                       succeeded, in its run "
+    "directory\n"
+    "       dagrun cancel RUN               stop a running run\n"
     "       dagrun --version | --help\n"
     "\n"
     "run options:\n"
@@ -254,6 +263,61 @@ static int default_parallelism(void) {
   return n > 0 ? (int)n : 1;
 }
 
+/* Runs (or, with preset, goes on with) a run whose start or resumption is
+ * recorded in h (taken over: finished here), on the default loop. Returns
+ * the exit code. */
+static int execute(const spec *sp, const checked *ck, const rundir *run,
+                   const cJSON *params, history *h, int max_parallel,
+                   view_mode mode, const char *self_exe,
+                   const sched_preset *preset) {
+  char err[1024];
+  run_ctx r = {0};
+  r.h = h;
+  r.loop = uv_default_loop();
+  r.v = view_create(r.loop, mode, sp, stdout);
+  if (alerts_create(r.loop, sp, run, params, &r.al, err, sizeof(err)) != 0)
+    fprintf(stderr, "dagrun: alerts off for this run: %s\n", err);
+  sched_opts so = {
+      max_parallel,
+      self_exe,
+      {obs_event, obs_progress, obs_log, obs_done, &r, obs_attempt_start},
+      0,
+      preset};
+  r.s = sched_create(r.loop, ck, run, params, &so);
+  write_run_json(sp, run, params, r.s, "running", max_parallel);
+  uv_signal_init(r.loop, &r.sigint);
+  uv_signal_init(r.loop, &r.sigterm);
+  r.sigint.data = r.sigterm.data = &r;
+  uv_signal_start(&r.sigint, on_signal, SIGINT);
+  uv_signal_start(&r.sigterm, on_signal, SIGTERM);
+
+  view_run_started(r.v, run, max_parallel);
+  sched_start(r.s);
+  uv_run(r.loop, UV_RUN_DEFAULT);
+
+  size_t counts[TASK_CANCELLED + 1];
+  sched_counts(r.s, counts);
+  const char *state = r.stop_signal                         ? "cancelled"
+                      : counts[TASK_SUCCESS] == sp->n_tasks ? "success"
+                                                            : "failed";
+  history_finish(r.h, state);
+  r.h = NULL;
+  write_run_json(sp, run, params, r.s, state, max_parallel);
+  view_run_finished(r.v, state, r.s);
+  view_destroy(r.v);
+  alerts_run_finished(r.al, state, sp->n_tasks, now_wall() - run->started);
+  /* Lets closed handles finish, and alert deliveries (up to a grace). */
+  uv_run(r.loop, UV_RUN_DEFAULT);
+  alerts_destroy(r.al);
+  sched_destroy(r.s);
+  uv_loop_close(r.loop);
+
+  return r.stop_signal == SIGINT         ? 130
+         : r.stop_signal == SIGTERM      ? 143
+         : strcmp(state, "success") == 0 ? 0
+                                         : EXIT_TASK_FAILED;
+}
+
 static int cmd_run(int argc, char **argv) {
   const char *file = NULL;
   const char *runs_dir = getenv("DAGRUN_RUNS_DIR");
@@ -356,17 +420,18 @@ static int cmd_run(int argc, char **argv) {
   }
   self_exe[n] = '\0';
 
-  run_ctx r = {0};
+  history *h;
   {
     cJSON *shown = cJSON_Duplicate(params, 1);
     alerts_redact_params(sp, shown); /* params in a webhook are secrets */
     char *pj = cJSON_PrintUnformatted(shown);
-    int hrc = history_begin(db, sp, run, pj, &r.h, err, sizeof(err));
+    int hrc = history_begin(db, sp, run, pj, &h, err, sizeof(err));
     cJSON_free(pj);
     cJSON_Delete(shown);
     if (hrc != 0) {
-      fprintf(stderr, "dagrun: %s\ndagrun: not running %s: its history "
-                      "cannot be recorded\n",
+      fprintf(stderr,
+              "dagrun: %s\ndagrun: not running %s: its history "
+              "cannot be recorded\n",
               err, file);
       cJSON_Delete(params);
       rundir_destroy(run);
@@ -377,52 +442,256 @@ static int cmd_run(int argc, char **argv) {
     }
   }
 
-  r.loop = uv_default_loop();
-  r.v = view_create(r.loop, mode, sp, stdout);
-  if (alerts_create(r.loop, sp, run, params, &r.al, err, sizeof(err)) != 0)
-    fprintf(stderr, "dagrun: alerts off for this run: %s\n", err);
-  sched_opts so = {max_parallel, self_exe,
-                   {obs_event, obs_progress, obs_log, obs_done, &r,
-                    obs_attempt_start},
-                   0};
-  r.s = sched_create(r.loop, ck, run, params, &so);
-  write_run_json(sp, run, params, r.s, "running", max_parallel);
-  uv_signal_init(r.loop, &r.sigint);
-  uv_signal_init(r.loop, &r.sigterm);
-  r.sigint.data = r.sigterm.data = &r;
-  uv_signal_start(&r.sigint, on_signal, SIGINT);
-  uv_signal_start(&r.sigterm, on_signal, SIGTERM);
-
-  view_run_started(r.v, run, max_parallel);
-  sched_start(r.s);
-  uv_run(r.loop, UV_RUN_DEFAULT);
-
-  size_t counts[TASK_CANCELLED + 1];
-  sched_counts(r.s, counts);
-  const char *state = r.stop_signal               ? "cancelled"
-                      : counts[TASK_SUCCESS] == sp->n_tasks ? "success"
-                                                            : "failed";
-  history_finish(r.h, state);
-  r.h = NULL;
-  write_run_json(sp, run, params, r.s, state, max_parallel);
-  view_run_finished(r.v, state, r.s);
-  view_destroy(r.v);
-  alerts_run_finished(r.al, state, sp->n_tasks, now_wall() - run->started);
-  /* Lets closed handles finish, and alert deliveries (up to a grace). */
-  uv_run(r.loop, UV_RUN_DEFAULT);
-  alerts_destroy(r.al);
-  sched_destroy(r.s);
-  uv_loop_close(r.loop);
-
-  int code = r.stop_signal == SIGINT    ? 130
-             : r.stop_signal == SIGTERM ? 143
-             : strcmp(state, "success") == 0 ? 0
-                                             : EXIT_TASK_FAILED;
+  int code =
+      execute(sp, ck, run, params, h, max_parallel, mode, self_exe, NULL);
   cJSON_Delete(params);
   rundir_destroy(run);
   store_close(db);
   checked_free(ck);
   spec_free(sp);
+  return code;
+}
+
+/* Opens the run store and finds run id_prefix in it. Returns 0 with *db and
+ * *run (caller closes and frees), or the exit code after saying why. */
+static int find_run(const char *id_prefix, store **db, cJSON **run) {
+  char err[1024];
+  char *path = store_default_path();
+  int rc = store_open(path, 0, db, err, sizeof err);
+  if (rc == DR_ENOENT)
+    fprintf(stderr, "dagrun: no run store at %s: no run recorded there\n",
+            path);
+  else if (rc != 0)
+    fprintf(stderr, "dagrun: %s\n", err);
+  free(path);
+  if (rc != 0)
+    return rc == DR_ENOENT ? EXIT_USAGE : EXIT_TASK_FAILED;
+  *run = store_run(*db, id_prefix, &rc, err, sizeof err);
+  if (!*run) {
+    fprintf(stderr, "dagrun: %s\n", err);
+    store_close(*db);
+    *db = NULL;
+    return rc == DR_ESTORE ? EXIT_TASK_FAILED : EXIT_USAGE;
+  }
+  return 0;
+}
+
+static const char *json_str(const cJSON *o, const char *k) {
+  const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsString(j) ? j->valuestring : "";
+}
+
+static double json_num(const cJSON *o, const char *k) {
+  const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsNumber(j) ? j->valuedouble : 0;
+}
+
+/* The DAG params of a resumed run: as the DAG resolves them for its run id
+ * and date, with the recorded values on top (secrets were recorded
+ * "(redacted)": those come from the DAG). Caller frees; NULL after
+ * printing why. */
+static cJSON *resume_params(const spec *sp, const rundir *run,
+                            const cJSON *recorded) {
+  diags d = {0};
+  cJSON *params = NULL;
+  tmpl_env te = {sp, NULL, run->id, run->date, NULL, NULL, NULL};
+  if (tmpl_resolve_params(&te, &params, &d) != 0) {
+    diags_print(&d, stderr);
+    diags_free(&d);
+    cJSON_Delete(params);
+    return NULL;
+  }
+  const cJSON *it;
+  cJSON_ArrayForEach(it, recorded) {
+    if (!it->string || !cJSON_GetObjectItemCaseSensitive(params, it->string))
+      continue;
+    if (cJSON_IsString(it) && strcmp(it->valuestring, "(redacted)") == 0)
+      continue;
+    cJSON_ReplaceItemInObjectCaseSensitive(params, it->string,
+                                           cJSON_Duplicate(it, 1));
+  }
+  return params;
+}
+
+/* dagrun resume RUN [options]: goes on with a recorded run in its run
+ * directory, running again only what had not succeeded. */
+static int cmd_resume(int argc, char **argv) {
+  const char *id = NULL;
+  int max_parallel = 0;
+  view_mode mode = isatty(STDOUT_FILENO) ? VIEW_TTY : VIEW_PLAIN;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if ((strcmp(a, "-j") == 0 || strcmp(a, "--max-parallel") == 0) &&
+        i + 1 < argc) {
+      char *end;
+      long n = strtol(argv[++i], &end, 10);
+      if (*end || n < 1 || n > 100000)
+        return usage_error("--max-parallel needs a number >= 1, got '%s'",
+                           argv[i]);
+      max_parallel = (int)n;
+    } else if (strcmp(a, "--events=json") == 0 ||
+               (strcmp(a, "--events") == 0 && i + 1 < argc &&
+                strcmp(argv[++i], "json") == 0)) {
+      mode = VIEW_JSON;
+    } else if (strcmp(a, "--plain") == 0) {
+      if (mode == VIEW_TTY)
+        mode = VIEW_PLAIN;
+    } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
+      mode = VIEW_QUIET;
+    } else if (a[0] == '-') {
+      return usage_error("unknown option '%s' for resume", a);
+    } else if (!id) {
+      id = a;
+    } else {
+      return usage_error("resume takes one run, got also '%s'", a);
+    }
+  }
+  if (!id)
+    return usage_error("%s", "resume needs a run id (see dagrun runs)");
+
+  store *db;
+  cJSON *rec;
+  int code = find_run(id, &db, &rec);
+  if (code != 0)
+    return code;
+  const char *run_id = json_str(rec, "id");
+  const char *state = json_str(rec, "state");
+  int owner;
+  code = EXIT_TASK_FAILED;
+  spec *sp = NULL;
+  checked *ck = NULL;
+  rundir *run = NULL;
+  cJSON *params = NULL;
+  sched_preset *preset = NULL;
+  char err[1024];
+  if (resume_owner_alive(rec, &owner) && strcmp(state, "running") == 0) {
+    fprintf(stderr,
+            "dagrun: run %s is still running (dagrun pid %d): not resuming "
+            "it; `dagrun cancel %s` stops it\n",
+            run_id, owner, run_id);
+    goto out;
+  }
+  if (strcmp(state, "success") == 0) {
+    printf("run %s already succeeded: nothing to resume\n", run_id);
+    code = 0;
+    goto out;
+  }
+  code = EXIT_USAGE;
+  if (load_checked(json_str(rec, "dag_file"), &sp, &ck) != 0) {
+    fprintf(stderr,
+            "dagrun: cannot resume run %s: its DAG file %s does not "
+            "load\n",
+            run_id, json_str(rec, "dag_file"));
+    goto out;
+  }
+  if (rundir_open(json_str(rec, "run_dir"), run_id, json_num(rec, "started"),
+                  &run, err, sizeof err) != 0) {
+    fprintf(stderr, "dagrun: cannot resume run %s: %s\n", run_id, err);
+    goto out;
+  }
+  if (!(params = resume_params(
+            sp, run, cJSON_GetObjectItemCaseSensitive(rec, "params"))))
+    goto out;
+  char self_exe[4096];
+  ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
+  if (n <= 0) {
+    fprintf(stderr, "dagrun: cannot find its own executable: %s\n",
+            strerror(errno));
+    goto out;
+  }
+  self_exe[n] = '\0';
+  /* Claimed before the orphans are handled: of two resumes at once, one
+   * goes on and the other stops here. */
+  int me = (int)getpid();
+  if (store_run_claim(db, run_id, me, proc_start_time(me), owner,
+                      (long long)json_num(rec, "orch_start"), err,
+                      sizeof err) != 0) {
+    fprintf(stderr, "dagrun: cannot resume run %s: %s\n", run_id, err);
+    code = EXIT_TASK_FAILED;
+    goto out;
+  }
+  history *h = NULL;
+  if (!(preset = resume_prepare(db, rec, sp, err, sizeof err)) ||
+      history_resume(db, sp, run_id, preset, &h, err, sizeof err) != 0) {
+    fprintf(stderr, "dagrun: cannot resume run %s: %s\n", run_id, err);
+    store_run_finish(db, run_id, state, now_wall(), err, sizeof err);
+    goto out;
+  }
+  if (!max_parallel)
+    max_parallel = sp->max_parallel ? sp->max_parallel : default_parallelism();
+  code = execute(sp, ck, run, params, h, max_parallel, mode, self_exe, preset);
+out:
+  free(preset);
+  cJSON_Delete(params);
+  rundir_destroy(run);
+  checked_free(ck);
+  spec_free(sp);
+  cJSON_Delete(rec);
+  store_close(db);
+  return code;
+}
+
+/* How long `dagrun cancel` waits for the run to be recorded finished. */
+#define CANCEL_WAIT_S 60.0
+
+/* dagrun cancel RUN: asks the dagrun running RUN to stop it (SIGTERM, as
+ * Ctrl-C does) and waits until the run is recorded finished. */
+static int cmd_cancel(int argc, char **argv) {
+  if (argc != 1 || argv[0][0] == '-')
+    return usage_error("%s", "usage: dagrun cancel RUN");
+  store *db;
+  cJSON *rec;
+  int code = find_run(argv[0], &db, &rec);
+  if (code != 0)
+    return code;
+  char *run_id = xstrdup(json_str(rec, "id"));
+  int owner;
+  code = EXIT_TASK_FAILED;
+  if (strcmp(json_str(rec, "state"), "running") != 0) {
+    fprintf(stderr, "dagrun: run %s is not running (it %s)\n", run_id,
+            strcmp(json_str(rec, "state"), "success") == 0
+                ? "succeeded"
+                : json_str(rec, "state"));
+  } else if (!resume_owner_alive(rec, &owner)) {
+    fprintf(stderr,
+            "dagrun: run %s is not running: the dagrun that ran it is gone; "
+            "`dagrun resume %s` finishes it\n",
+            run_id, run_id);
+  } else if (kill(owner, SIGTERM) != 0) {
+    fprintf(stderr, "dagrun: cannot signal dagrun pid %d: %s\n", owner,
+            strerror(errno));
+  } else {
+    double end = now_monotonic() + CANCEL_WAIT_S;
+    int rc;
+    char err[1024];
+    for (;;) {
+      cJSON_Delete(rec);
+      rec = store_run(db, run_id, &rc, err, sizeof err);
+      if (rec && strcmp(json_str(rec, "state"), "running") != 0) {
+        printf("run %s %s\n", run_id, json_str(rec, "state"));
+        code = 0;
+        break;
+      }
+      if (!rec || !proc_alive(owner, (long long)json_num(rec, "orch_start"))) {
+        fprintf(stderr,
+                "dagrun: run %s: its dagrun ended without recording "
+                "the end of the run\n",
+                run_id);
+        break;
+      }
+      if (now_monotonic() > end) {
+        fprintf(stderr,
+                "dagrun: run %s still running %.0fs after SIGTERM "
+                "to dagrun pid %d\n",
+                run_id, CANCEL_WAIT_S, owner);
+        break;
+      }
+      uv_sleep(100);
+    }
+  }
+  free(run_id);
+  cJSON_Delete(rec);
+  store_close(db);
   return code;
 }
 
@@ -578,8 +847,8 @@ static int cmd_cron_next(int argc, char **argv) {
 }
 
 static const char *const commands[] = {
-    "run",  "check",     "graph", "stages", "generate", "help",
-    "version", "cron-next", "runs", "status", "logs", NULL};
+    "run",       "check", "graph",  "stages", "generate", "help",   "version",
+    "cron-next", "runs",  "status", "logs",   "resume",   "cancel", NULL};
 
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "__worker") == 0) {
@@ -627,6 +896,10 @@ int main(int argc, char **argv) {
     return history_cmd_status(argc - 2, argv + 2);
   if (strcmp(cmd, "logs") == 0)
     return history_cmd_logs(argc - 2, argv + 2);
+  if (strcmp(cmd, "resume") == 0)
+    return cmd_resume(argc - 2, argv + 2);
+  if (strcmp(cmd, "cancel") == 0)
+    return cmd_cancel(argc - 2, argv + 2);
   /* `dagrun FILE` means `dagrun run FILE`; a word that is no file but
    * looks like a command was probably a typo. */
   const char *near = closest_match(cmd, commands);

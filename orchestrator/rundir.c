@@ -76,6 +76,27 @@ int rundir_create(const char *base, const char *dag, rundir **out, char *err,
   return DR_EIO;
 }
 
+int rundir_open(const char *path, const char *id, double started,
+                rundir **out, char *err, size_t errlen) {
+  struct stat sb;
+  if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    snprintf(err, errlen, "run directory %s is gone", path);
+    return DR_ENOENT;
+  }
+  time_t sec = (time_t)started;
+  struct tm tm;
+  char date[16];
+  gmtime_r(&sec, &tm);
+  strftime(date, sizeof(date), "%Y-%m-%d", &tm);
+  rundir *r = xcalloc(1, sizeof(*r));
+  r->path = xstrdup(path);
+  r->id = xstrdup(id);
+  r->date = xstrdup(date);
+  r->started = started;
+  *out = r;
+  return 0;
+}
+
 void rundir_destroy(rundir *r) {
   if (!r)
     return;

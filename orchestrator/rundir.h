@@ -27,6 +27,11 @@ typedef struct rundir {
  * message in err. */
 int rundir_create(const char *base, const char *dag, rundir **out, char *err,
                   size_t errlen);
+/* An existing run directory (a run being resumed): its absolute path, id
+ * and start time as recorded. Returns 0 with *out, or DR_ENOENT with a
+ * message in err when the directory is gone. */
+int rundir_open(const char *path, const char *id, double started,
+                rundir **out, char *err, size_t errlen);
 void rundir_destroy(rundir *r);
 
 /* Paths; caller frees. */

@@ -613,6 +613,23 @@ sched *sched_create(uv_loop_t *loop, const checked *c, const rundir *run,
   free(fill);
   s->queues = xcalloc(sp->n_pools + 1, sizeof(fifo));
   s->pool_running = xcalloc(sp->n_pools + 1, sizeof(int));
+  s->opts.preset = NULL; /* borrowed for this call only */
+  for (size_t i = 0; opts->preset && i < n; i++) {
+    const sched_preset *p = &opts->preset[i];
+    task_rt *t = &s->t[i];
+    t->attempt = p->attempts > 0 ? p->attempts : 0;
+    t->started = p->started;
+    if (!p->succeeded)
+      continue;
+    t->state = TASK_SUCCESS;
+    t->exit_code = 0;
+    t->ended = p->ended;
+    t->outputs =
+        p->outputs ? cJSON_Duplicate(p->outputs, 1) : cJSON_CreateObject();
+    s->n_terminal++;
+    for (size_t e = s->down_start[i]; e < s->down_start[i + 1]; e++)
+      s->t[s->down[e]].n_waiting_up--;
+  }
   return s;
 }
 

@@ -72,11 +72,25 @@ typedef struct sched_observer {
                         const char *log_path);
 } sched_observer;
 
+/* What an earlier execution of the same run left of a task, for
+ * `dagrun resume`. */
+typedef struct sched_preset {
+  int succeeded;        /* it succeeded: it stays so and does not run */
+  int attempts;         /* attempts made so far: the next is attempts + 1 */
+  const cJSON *outputs; /* succeeded: its key/value outputs (copied), for
+                           downstream templates; may be NULL */
+  double started, ended; /* wall clock, 0 when unknown */
+} sched_preset;
+
 typedef struct sched_opts {
   int max_parallel;     /* >= 1 */
   const char *self_exe; /* dagrun binary for workers */
   sched_observer obs;
   uint64_t seed;        /* retry jitter; 0: from the clock */
+  /* NULL, or one entry per task: the run starts from these states.
+   * Succeeded tasks count as done for their downstream from the start;
+   * no event is emitted for them. Borrowed during sched_create only. */
+  const sched_preset *preset;
 } sched_opts;
 
 typedef struct sched sched;

@@ -28,8 +28,11 @@
                    "WHERE run_id = ?1 AND name = ?2")                          \
   XX(ATT_INSERT, "INSERT INTO attempts(run_id, task, n, state, started, log) " \
                  "VALUES(?1, ?2, ?3, 'starting', ?4, ?5)")                     \
-  XX(ATT_PID, "UPDATE attempts SET pid = ?4, state = 'running' "               \
-              "WHERE run_id = ?1 AND task = ?2 AND n = ?3")                    \
+  XX(ATT_PID, "UPDATE attempts SET pid = ?4, pid_start = ?5, "                 \
+              "state = 'running' WHERE run_id = ?1 AND task = ?2 AND n = ?3")  \
+  XX(RUN_CLAIM, "UPDATE runs SET state = 'running', finished = NULL, "         \
+                "orch_pid = ?2, orch_start = ?3 WHERE id = ?1 AND "            \
+                "orch_pid IS ?4 AND orch_start IS ?5")                         \
   XX(ATT_END, "UPDATE attempts SET state = ?4, exit_code = ?5, error = ?6, "   \
               "finished = ?7 WHERE run_id = ?1 AND task = ?2 AND n = ?3")      \
   XX(RUNS_LIST,                                                                \
@@ -39,13 +42,15 @@
      "t.state = 'success') FROM runs r WHERE ?1 IS NULL OR r.dag = ?1 "        \
      "ORDER BY r.started DESC, r.id DESC LIMIT ?2")                            \
   XX(RUN_FIND, "SELECT id, dag, dag_file, run_dir, state, started, finished, " \
-               "params FROM runs WHERE substr(id, 1, length(?1)) = ?1 "        \
+               "params, orch_pid, orch_start FROM runs WHERE substr(id, 1, "   \
+               "length(?1)) = ?1 "                                             \
                "ORDER BY id LIMIT 2")                                          \
   XX(TASKS_OF,                                                                 \
      "SELECT name, state, attempts, exit_code, error, started, "               \
      "finished, outputs FROM tasks WHERE run_id = ?1 ORDER BY rowid")          \
   XX(ATTS_OF, "SELECT n, pid, state, exit_code, error, started, finished, "    \
-              "log FROM attempts WHERE run_id = ?1 AND task = ?2 ORDER BY n")  \
+              "log, pid_start FROM attempts WHERE run_id = ?1 AND task = ?2 "  \
+              "ORDER BY n")                                                    \
   XX(TASK_EXISTS, "SELECT 1 FROM tasks WHERE run_id = ?1 AND name = ?2")
 
 enum {
@@ -76,7 +81,9 @@ static const char schema_sql[] =
     "  state TEXT NOT NULL,\n"
     "  started REAL,\n"
     "  finished REAL,\n"
-    "  params TEXT\n"
+    "  params TEXT,\n"
+    "  orch_pid INTEGER,\n"
+    "  orch_start INTEGER\n"
     ");\n"
     "CREATE INDEX runs_dag_started ON runs(dag, started);\n"
     "CREATE INDEX runs_started ON runs(started);\n"
@@ -103,10 +110,18 @@ static const char schema_sql[] =
     "  started REAL,\n"
     "  finished REAL,\n"
     "  log TEXT,\n"
+    "  pid_start INTEGER,\n"
     "  PRIMARY KEY(run_id, task, n),\n"
     "  FOREIGN KEY(run_id, task) REFERENCES tasks(run_id, name)\n"
     "    ON DELETE CASCADE\n"
     ");\n";
+
+/* Version 1 -> 2: who runs a run (the orchestrator's pid and process start
+ * time, against pid reuse) and each attempt's process start time. */
+static const char migrate_v1_sql[] =
+    "ALTER TABLE runs ADD COLUMN orch_pid INTEGER;\n"
+    "ALTER TABLE runs ADD COLUMN orch_start INTEGER;\n"
+    "ALTER TABLE attempts ADD COLUMN pid_start INTEGER;\n";
 
 static int fail(store *st, int rc, char *err, size_t errlen, const char *what) {
   snprintf(err, errlen, "run store %s: %s: %s", st->path, what,
@@ -184,9 +199,11 @@ static int init_schema(store *st, char *err, size_t errlen) {
     rc = DR_EVERSION;
     goto out;
   }
-  if (v == 0) {
-    if ((rc = exec_sql(st, schema_sql, err, errlen)) != 0)
-      goto out;
+  if (v == 0 && (rc = exec_sql(st, schema_sql, err, errlen)) != 0)
+    goto out;
+  if (v == 1 && (rc = exec_sql(st, migrate_v1_sql, err, errlen)) != 0)
+    goto out;
+  if (v < STORE_SCHEMA_VERSION) {
     char sql[64];
     snprintf(sql, sizeof sql, "PRAGMA user_version = %d", STORE_SCHEMA_VERSION);
     if ((rc = exec_sql(st, sql, err, errlen)) != 0)
@@ -286,6 +303,13 @@ static void bind_code(sqlite3_stmt *s, int i, int code) {
     sqlite3_bind_null(s, i);
 }
 
+static void bind_i64(sqlite3_stmt *s, int i, long long v) {
+  if (v > 0)
+    sqlite3_bind_int64(s, i, v);
+  else
+    sqlite3_bind_null(s, i);
+}
+
 /* Steps a bound write statement to its end; with must_change, a statement
  * that changed no row is an error (a task or attempt never recorded). */
 static int step_write(store *st, sqlite3_stmt *s, int must_change,
@@ -352,6 +376,35 @@ int store_run_finish(store *st, const char *id, const char *state,
   return commit(st, rc, err, errlen);
 }
 
+int store_run_claim(store *st, const char *id, int pid, long long pid_start,
+                    int old_pid, long long old_start, char *err,
+                    size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  sqlite3_stmt *s = stmt(st, S_RUN_CLAIM, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+  } else {
+    bind_text(s, 1, id);
+    sqlite3_bind_int(s, 2, pid);
+    bind_i64(s, 3, pid_start);
+    bind_i64(s, 4, old_pid);
+    bind_i64(s, 5, old_start);
+    rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    if (rc != SQLITE_DONE) {
+      rc = fail(st, rc, err, errlen, "claiming a run");
+    } else if (sqlite3_changes(st->db) == 0) {
+      snprintf(err, errlen, "run %s was claimed by another dagrun", id);
+      rc = DR_EBUSY;
+    } else {
+      rc = 0;
+    }
+  }
+  return commit(st, rc, err, errlen);
+}
+
 /* The task update inside an open transaction. */
 static int task_set(store *st, const char *run_id, const char *task,
                     const store_task_update *u, char *err, size_t errlen) {
@@ -411,7 +464,7 @@ out:
 }
 
 int store_attempt_pid(store *st, const char *run_id, const char *task, int n,
-                      int pid, char *err, size_t errlen) {
+                      int pid, long long pid_start, char *err, size_t errlen) {
   int rc = begin(st, err, errlen);
   if (rc)
     return rc;
@@ -423,6 +476,7 @@ int store_attempt_pid(store *st, const char *run_id, const char *task, int n,
     bind_text(s, 2, task);
     sqlite3_bind_int(s, 3, n);
     sqlite3_bind_int(s, 4, pid);
+    bind_i64(s, 5, pid_start);
     rc = step_write(st, s, 1, "recording an attempt's pid", err, errlen);
   }
   return commit(st, rc, err, errlen);
@@ -502,8 +556,9 @@ cJSON *store_runs(store *st, const char *dag, int limit, char *err,
   return arr;
 }
 
-static const char *const att_keys[] = {
-    "n", "pid", "state", "exit_code", "error", "started", "finished", "log"};
+static const char *const att_keys[] = {"n",         "pid",   "state",
+                                       "exit_code", "error", "started",
+                                       "finished",  "log",   "pid_start"};
 
 /* The attempts of a task, in order, as an array; NULL on error. */
 static cJSON *attempts_of(store *st, const char *run_id, const char *task,
@@ -517,7 +572,7 @@ static cJSON *attempts_of(store *st, const char *run_id, const char *task,
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     cJSON *a = cJSON_CreateObject();
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 9; i++)
       add_col(a, s, i, att_keys[i], 0);
     cJSON_AddItemToArray(arr, a);
   }
@@ -534,8 +589,9 @@ static cJSON *attempts_of(store *st, const char *run_id, const char *task,
  * are one consistent snapshot while a writer goes on (WAL). */
 cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
                  size_t errlen) {
-  static const char *const keys[] = {"id",    "dag",     "dag_file", "run_dir",
-                                     "state", "started", "finished", "params"};
+  static const char *const keys[] = {
+      "id",      "dag",      "dag_file", "run_dir",  "state",
+      "started", "finished", "params",   "orch_pid", "orch_start"};
   static const char *const task_keys[] = {"name",      "state",  "attempts",
                                           "exit_code", "error",  "started",
                                           "finished",  "outputs"};
@@ -551,7 +607,7 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
   while ((src = sqlite3_step(s)) == SQLITE_ROW) {
     if (n++ == 0) {
       run = cJSON_CreateObject();
-      for (int i = 0; i < 8; i++)
+      for (int i = 0; i < 10; i++)
         add_col(run, s, i, keys[i], i == 7);
     }
   }

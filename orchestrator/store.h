@@ -4,11 +4,12 @@
  * Where: $DAGRUN_HOME/state.db, else .dagrun/state.db under the current
  * directory. One row per run, per task of a run and per attempt of a task:
  *
- *   runs     (id, dag, dag_file, run_dir, state, started, finished, params)
+ *   runs     (id, dag, dag_file, run_dir, state, started, finished, params,
+ *             orch_pid, orch_start)
  *   tasks    (run_id, name, state, attempts, exit_code, error, started,
  *             finished, outputs)
  *   attempts (run_id, task, n, pid, state, exit_code, error, started,
- *             finished, log)
+ *             finished, log, pid_start)
  *
  * Times are wall-clock seconds since the epoch (REAL, NULL when unknown);
  * params and outputs are JSON text; exit_code is NULL when there is none.
@@ -39,7 +40,7 @@
 #include <stddef.h>
 
 /* The schema this dagrun writes (PRAGMA user_version). */
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
 
 typedef struct store store;
 
@@ -68,6 +69,14 @@ int store_run_begin(store *st, const char *id, const char *dag,
 int store_run_finish(store *st, const char *id, const char *state,
                      double finished, char *err, size_t errlen);
 
+/* Makes pid (started at pid_start) the run's orchestrator and the run
+ * "running" again (finished cleared), provided the recorded orchestrator
+ * is still old_pid/old_start (0: none recorded): two dagruns that claim a
+ * run at once cannot both win. DR_EBUSY when another claimed it first. */
+int store_run_claim(store *st, const char *id, int pid, long long pid_start,
+                    int old_pid, long long old_start, char *err,
+                    size_t errlen);
+
 /* A task's row after a state change. exit_code < 0: none; error,
  * outputs_json may be NULL; started/finished <= 0: left as they are. */
 typedef struct store_task_update {
@@ -86,9 +95,10 @@ int store_task_set(store *st, const char *run_id, const char *task,
 int store_attempt_begin(store *st, const char *run_id, const char *task, int n,
                         const char *log_path, double started, char *err,
                         size_t errlen);
-/* The attempt's process was spawned: state "running", pid. */
+/* The attempt's process was spawned: state "running", pid and its start
+ * time (0: unknown). */
 int store_attempt_pid(store *st, const char *run_id, const char *task, int n,
-                      int pid, char *err, size_t errlen);
+                      int pid, long long pid_start, char *err, size_t errlen);
 /* The attempt is over. exit_code < 0: none; error may be NULL. With
  * task_u, the task's new row is written in the same transaction, so that
  * no reader sees the attempt over and the task still running. */
@@ -108,7 +118,8 @@ cJSON *store_runs(store *st, const char *dag, int limit, char *err,
 /* The run whose id is id_prefix or starts with it: {..., params, tasks:
  * [{name, state, attempts, exit_code, error, started, finished, outputs,
  * attempt_list: [{n, pid, state, exit_code, error, started, finished,
- * log}]}]}. *rc: 0, DR_ENOENT (no such run) or DR_EINVAL (the prefix is
+ * log, pid_start}]}]}, the run's own keys including orch_pid and
+ * orch_start when recorded. *rc: 0, DR_ENOENT (no such run) or DR_EINVAL (the prefix is
  * ambiguous), DR_ESTORE; err says which. */
 cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
                  size_t errlen);

@@ -341,6 +341,37 @@ double now_monotonic(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+long long proc_start_time(int pid) {
+  char path[64], buf[1024];
+  if (pid <= 0)
+    return 0;
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  /* The command name (field 2) may hold spaces and parentheses: fields
+   * are counted from the last ')'. A zombie is gone for our purposes. */
+  char *p = strrchr(buf, ')');
+  if (!p || p[1] != ' ' || p[2] == 'Z')
+    return 0;
+  p += 2;
+  for (int field = 3; field < 22; field++) {
+    p = strchr(p, ' ');
+    if (!p)
+      return 0;
+    p++;
+  }
+  return strtoll(p, NULL, 10);
+}
+
+int proc_alive(int pid, long long start) {
+  long long t = proc_start_time(pid);
+  return t > 0 && (start <= 0 || t == start);
+}
+
 double now_wall(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);

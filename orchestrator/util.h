@@ -31,7 +31,8 @@
   XX(ESPAWN, -12, "cannot start process")                                      \
   XX(EPROTO, -13, "malformed worker message")                                 \
   XX(ESTORE, -14, "run store error")                                           \
-  XX(EVERSION, -15, "run store written by a newer dagrun")
+  XX(EVERSION, -15, "run store written by a newer dagrun")                   \
+  XX(EBUSY, -16, "in use by another process")
 
 typedef enum {
   DR_OK = 0,
@@ -138,6 +139,13 @@ double now_monotonic(void);
 double now_wall(void);
 /* UTC timestamp "2026-11-21T13:53:27Z" (with .mmm if millis) into buf. */
 void format_utc(double t, int millis, char *buf, size_t n);
+
+/* The start time of process pid (/proc/PID/stat field 22, clock ticks
+ * since boot): with the pid, it names one process even after the pid is
+ * reused. 0 when there is no such process. */
+long long proc_start_time(int pid);
+/* Whether process pid exists and started at start (start 0: any). */
+int proc_alive(int pid, long long start);
 
 /* mkdir -p. Returns 0 or a negative errno-style DR_ code. */
 int mkdir_p(const char *path, unsigned mode);

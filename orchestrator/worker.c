@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -400,6 +401,40 @@ static int check_params(cJSON *params, const dagrun_stage *st, char *err,
   return 0;
 }
 
+/* How long a worker whose dagrun died waits, after SIGTERM to its group,
+ * before it kills the group. */
+#define WORKER_ORPHAN_GRACE_S 10
+
+/* Watches the message pipe: when its read end closes, the dagrun that
+ * started this attempt is gone (killed, crashed), nobody will record the
+ * result, and `dagrun resume` will run the task again. So the attempt
+ * stops as if cancelled: SIGTERM to its process group (the plugin sees
+ * cancelled(), commands it started get the signal), SIGKILL after a
+ * grace. Only when the worker leads its own group, as the executor makes
+ * it: a worker run by hand never signals its caller's group. */
+static void *watch_pipe(void *arg) {
+  int fd = *(int *)arg;
+  struct pollfd pfd = {fd, 0, 0};
+  for (;;) {
+    int n = poll(&pfd, 1, -1);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 || (pfd.revents & POLLNVAL))
+      return NULL;
+    if (pfd.revents & (POLLERR | POLLHUP))
+      break;
+  }
+  log_line(DAGRUN_LOG_ERROR, "dagrun worker: dagrun is gone (message pipe "
+                             "closed): stopping this attempt");
+  cancel_flag = 1;
+  kill(0, SIGTERM);
+  sleep(WORKER_ORPHAN_GRACE_S);
+  log_line(DAGRUN_LOG_ERROR, "dagrun worker: still running after the grace: "
+                             "killing this attempt");
+  kill(0, SIGKILL);
+  return NULL;
+}
+
 /* Ends the attempt before the plugin ran: log line, result message, 125. */
 static int setup_failed(int fd, const char *msg) {
   log_linef(DAGRUN_LOG_ERROR, "dagrun worker: %s", msg);
@@ -530,6 +565,20 @@ int worker_main(const char *attempt_json_path) {
   }
   if (install_signals() != 0)
     return setup_failed(ctx.fd, "cannot install signal handlers");
+  static int watched_fd;
+  pthread_t watcher;
+  watched_fd = ctx.fd;
+  if (ctx.fd >= 0 && getpgrp() == getpid()) {
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) == 0) {
+      pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+      if (pthread_create(&watcher, &attr, watch_pipe, &watched_fd) != 0)
+        log_line(DAGRUN_LOG_WARN, "dagrun worker: cannot watch the message "
+                                  "pipe: this attempt will not stop by "
+                                  "itself if dagrun dies");
+      pthread_attr_destroy(&attr);
+    }
+  }
 
   char err[1024];
   char *plugin_path = NULL;

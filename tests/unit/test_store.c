@@ -1,4 +1,5 @@
-/* The run store: creating, schema version refusal, writes read back, a
+/* The run store: creating, schema version refusal, migration from
+ * version 1, writes read back, a
  * file that is no database, and readers that go on while a writer writes
  * (WAL). */
 #include <sqlite3.h>
@@ -54,7 +55,7 @@ static void test_records(void) {
   CHECK_INT(store_attempt_begin(st, id, "a", 1, "/runs/d/1/a/attempt-1/log",
                                 1001.0, err, sizeof err),
             0);
-  CHECK_INT(store_attempt_pid(st, id, "a", 1, 4242, err, sizeof err), 0);
+  CHECK_INT(store_attempt_pid(st, id, "a", 1, 4242, 0, err, sizeof err), 0);
   CHECK_INT(store_attempt_end(st, id, "a", 1, "failed", 3, "exit 3", 1002.0,
                               NULL, err, sizeof err),
             0);
@@ -63,7 +64,7 @@ static void test_records(void) {
   CHECK_INT(store_attempt_begin(st, id, "a", 2, "/runs/d/1/a/attempt-2/log",
                                 1003.0, err, sizeof err),
             0);
-  CHECK_INT(store_attempt_pid(st, id, "a", 2, 4243, err, sizeof err), 0);
+  CHECK_INT(store_attempt_pid(st, id, "a", 2, 4243, 0, err, sizeof err), 0);
   /* The attempt's end and the task's state: one transaction. */
   store_task_update u2 = {"success", 2, 0, NULL, 0, 1004.0, "{\"out\":\"v\"}"};
   CHECK_INT(store_attempt_end(st, id, "a", 2, "success", 0, NULL, 1004.0, &u2,
@@ -162,6 +163,79 @@ static void test_records(void) {
   CHECK(strstr(err, "DAGRUN_HOME") != NULL);
 }
 
+/* A version 1 database (before orchestrator pids) is migrated when opened:
+ * its runs stay readable, claiming a run works, and a claim whose expected
+ * orchestrator is no longer the recorded one loses (DR_EBUSY). */
+static void test_migrate_v1(void) {
+  char err[1024];
+  const char *db = test_path("v1.db");
+  sqlite3 *raw;
+  CHECK_INT(sqlite3_open(db, &raw), SQLITE_OK);
+  CHECK_INT(
+      sqlite3_exec(
+          raw,
+          "CREATE TABLE runs(id TEXT PRIMARY KEY, dag TEXT NOT NULL, dag_file "
+          "TEXT, run_dir TEXT, state TEXT NOT NULL, started REAL, finished "
+          "REAL, params TEXT);"
+          "CREATE TABLE tasks(run_id TEXT NOT NULL, name TEXT NOT NULL, state "
+          "TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, exit_code "
+          "INTEGER, error TEXT, started REAL, finished REAL, outputs TEXT, "
+          "PRIMARY KEY(run_id, name));"
+          "CREATE TABLE attempts(run_id TEXT NOT NULL, task TEXT NOT NULL, n "
+          "INTEGER NOT NULL, pid INTEGER, state TEXT NOT NULL, exit_code "
+          "INTEGER, error TEXT, started REAL, finished REAL, log TEXT, "
+          "PRIMARY KEY(run_id, task, n));"
+          "INSERT INTO runs VALUES('old', 'd', '/x/d.yaml', '/r', 'failed', "
+          "1.0, 2.0, NULL);"
+          "INSERT INTO tasks VALUES('old', 't', 'failed', 1, 3, 'boom', 1.0, "
+          "2.0, NULL);"
+          "INSERT INTO attempts VALUES('old', 't', 1, 77, 'running', NULL, "
+          "NULL, 1.0, NULL, '/r/t/attempt-1/log');"
+          "PRAGMA user_version = 1;",
+          0, 0, 0),
+      SQLITE_OK);
+  sqlite3_close(raw);
+  store *st;
+  CHECK_INT(store_open(db, 1, &st, err, sizeof err), 0);
+  if (!st) {
+    fprintf(stderr, "%s\n", err);
+    return;
+  }
+  int rc;
+  cJSON *run = store_run(st, "old", &rc, err, sizeof err);
+  CHECK_INT(rc, 0);
+  CHECK_STR(str_key(run, "state"), "failed");
+  CHECK(cJSON_GetObjectItem(run, "orch_pid") == NULL);
+  cJSON_Delete(run);
+  CHECK_INT(store_run_claim(st, "old", 1234, 99, 0, 0, err, sizeof err), 0);
+  /* A second claimer that still expects no orchestrator loses. */
+  CHECK_INT(store_run_claim(st, "old", 5678, 98, 0, 0, err, sizeof err),
+            DR_EBUSY);
+  CHECK_INT(store_attempt_pid(st, "old", "t", 1, 77, 4242, err, sizeof err),
+            0);
+  run = store_run(st, "old", &rc, err, sizeof err);
+  double v = 0;
+  CHECK_STR(str_key(run, "state"), "running");
+  CHECK(num_key(run, "orch_pid", &v) && v == 1234);
+  CHECK(num_key(run, "orch_start", &v) && v == 99);
+  CHECK(cJSON_GetObjectItem(run, "finished") == NULL);
+  const cJSON *a = cJSON_GetArrayItem(
+      cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(run, "tasks"),
+                                             0),
+                          "attempt_list"),
+      0);
+  CHECK(num_key(a, "pid_start", &v) && v == 4242);
+  cJSON_Delete(run);
+  store_close(st);
+  CHECK_INT(sqlite3_open(db, &raw), SQLITE_OK);
+  sqlite3_stmt *s;
+  sqlite3_prepare_v2(raw, "PRAGMA user_version", -1, &s, NULL);
+  CHECK_INT(sqlite3_step(s), SQLITE_ROW);
+  CHECK_INT(sqlite3_column_int(s, 0), STORE_SCHEMA_VERSION);
+  sqlite3_finalize(s);
+  sqlite3_close(raw);
+}
+
 static void test_not_a_database(void) {
   char err[1024];
   store *st;
@@ -219,7 +293,7 @@ static void test_concurrent(void) {
       _exit(2);
     for (int n = 1; n <= 300; n++) {
       if (store_attempt_begin(ws, "r1", "t", n, "log", n, err, sizeof err) ||
-          store_attempt_pid(ws, "r1", "t", n, 100 + n, err, sizeof err) ||
+          store_attempt_pid(ws, "r1", "t", n, 100 + n, 0, err, sizeof err) ||
           store_attempt_end(ws, "r1", "t", n, "failed", 1, "e", n + 0.5, NULL,
                             err, sizeof err)) {
         fprintf(stderr, "writer: %s\n", err);
@@ -262,6 +336,7 @@ int main(void) {
   if (test_tmpdir_make("store") != 0)
     return 1;
   test_records();
+  test_migrate_v1();
   test_not_a_database();
   test_concurrent();
   if (!test_failures_)
