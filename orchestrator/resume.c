@@ -1,5 +1,6 @@
 #include "resume.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -48,6 +49,40 @@ static int group_gone(int pgid, double secs) {
   }
 }
 
+/* The worker process running attempt_json ("dagrun __worker PATH"), for an
+ * attempt whose pid was never recorded (dagrun died between the spawn and
+ * that commit); 0 when there is none. */
+static int find_worker(const char *attempt_json) {
+  DIR *d = opendir("/proc");
+  if (!d)
+    return 0;
+  int found = 0;
+  struct dirent *e;
+  while (!found && (e = readdir(d))) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end || pid <= 0)
+      continue;
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+      continue;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* argv[0] NUL argv[1] NUL argv[2] NUL */
+    size_t a0 = strlen(buf);
+    if (a0 + 1 >= n || strcmp(buf + a0 + 1, "__worker") != 0)
+      continue;
+    const char *a2 = buf + a0 + 1 + sizeof("__worker");
+    if (a2 < buf + n && strcmp(a2, attempt_json) == 0)
+      found = (int)pid;
+  }
+  closedir(d);
+  return found;
+}
+
 /* Ends an orphaned attempt: stops its worker if it lives on and says why
  * in a new string (caller frees). */
 static char *orphan(const cJSON *a, int owner_pid) {
@@ -56,10 +91,19 @@ static char *orphan(const cJSON *a, int owner_pid) {
   char who[48] = "its dagrun";
   if (owner_pid > 0)
     snprintf(who, sizeof who, "its dagrun (pid %d)", owner_pid);
-  if (pid <= 0)
-    return xasprintf("orphaned: %s died before the worker's pid was "
-                     "recorded",
-                     who);
+  if (pid <= 0) {
+    const char *log = str(a, "log");
+    char *dir = log ? path_dirname(log) : NULL;
+    char *json = dir ? path_join(dir, "attempt.json") : NULL;
+    pid = json ? find_worker(json) : 0;
+    start = proc_start_time(pid);
+    free(json);
+    free(dir);
+    if (pid <= 0 || start <= 0)
+      return xasprintf("orphaned: %s died before the worker's pid was "
+                       "recorded; no worker left",
+                       who);
+  }
   if (start <= 0 || !proc_alive(pid, start))
     return xasprintf("orphaned: %s died; worker (pid %d) gone", who, pid);
   /* The worker leads its own process group (executor.c). */

@@ -18,6 +18,7 @@ extern char **environ;
 typedef struct task_rt {
   task_state state;
   int attempt;          /* attempts started so far */
+  int attempt_base;     /* of those, made before this execution (resume) */
   size_t n_waiting_up;  /* upstream tasks not in a terminal state */
   int upstream_bad;     /* some upstream ended other than success */
   uint64_t queued_seq;  /* FIFO order across pools */
@@ -90,7 +91,7 @@ static void emit(sched *s, size_t i, task_state st, int exit_code,
     return;
   const spec_task *st_ = &s->sp->tasks[i];
   sched_event e = {i,        st,       s->t[i].attempt,
-                   1 + st_->retry.retries,
+                   s->t[i].attempt_base + 1 + st_->retry.retries,
                    exit_code, duration, retry_in, reason, 0};
   if (st == TASK_RUNNING)
     e.pid = executor_pid(s->x, i);
@@ -311,7 +312,7 @@ static void launch(sched *s, size_t i) {
   const spec_task *st = &s->sp->tasks[i];
   const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
   t->attempt++;
-  if (t->attempt == 1)
+  if (t->attempt == 1 || t->started <= 0)
     t->started = now_wall();
   cJSON_Delete(t->outputs);
   t->outputs = cJSON_CreateObject();
@@ -500,9 +501,9 @@ static void on_attempt_exit(void *ud, size_t i, const exec_result *r) {
     settle(s, i, TASK_CANCELLED, t->exit_code, r->duration_s, "cancelled");
   } else {
     char *reason = failure_reason(st, r);
-    if (t->attempt <= st->retry.retries && retry_worth_it(&st->retry, r)) {
-      double delay = sched_retry_delay(&st->retry, t->attempt,
-                                       next_uniform(s));
+    int made = t->attempt - t->attempt_base;
+    if (made <= st->retry.retries && retry_worth_it(&st->retry, r)) {
+      double delay = sched_retry_delay(&st->retry, made, next_uniform(s));
       free(t->reason);
       t->reason = reason;
       t->state = TASK_RETRY_WAIT;
@@ -617,7 +618,7 @@ sched *sched_create(uv_loop_t *loop, const checked *c, const rundir *run,
   for (size_t i = 0; opts->preset && i < n; i++) {
     const sched_preset *p = &opts->preset[i];
     task_rt *t = &s->t[i];
-    t->attempt = p->attempts > 0 ? p->attempts : 0;
+    t->attempt = t->attempt_base = p->attempts > 0 ? p->attempts : 0;
     t->started = p->started;
     if (!p->succeeded)
       continue;

@@ -47,7 +47,7 @@ typedef struct sched_event {
   size_t task;
   task_state state;
   int attempt;      /* attempt number this event is about (0: none yet) */
-  int max_attempts; /* 1 + retries */
+  int max_attempts; /* 1 + retries (+ attempts made before a resume) */
   int exit_code;    /* attempt's exit code when it exited, else -1 */
   double duration_s; /* attempt's duration for ends of attempts */
   double retry_in_s; /* TASK_RETRY_WAIT: delay before the next attempt */
@@ -76,7 +76,8 @@ typedef struct sched_observer {
  * `dagrun resume`. */
 typedef struct sched_preset {
   int succeeded;        /* it succeeded: it stays so and does not run */
-  int attempts;         /* attempts made so far: the next is attempts + 1 */
+  int attempts;         /* attempts made so far: the next is attempts + 1,
+                           with the task's retries afresh */
   const cJSON *outputs; /* succeeded: its key/value outputs (copied), for
                            downstream templates; may be NULL */
   double started, ended; /* wall clock, 0 when unknown */

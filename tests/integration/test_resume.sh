@@ -38,6 +38,11 @@ tasks:
     needs: [b]
     with: {command: [sh, -c, 'echo "c \$1" >> $T/c.log', x, '\${tasks.a.outputs.k}']}
   d: {stage: exec, with: {command: [sh, -c, 'echo d >> $T/d.log']}}
+  e:
+    stage: exec
+    retries: 1
+    retry_delay: 10ms
+    with: {command: [sh, -c, 'echo e >> $T/e.log; [ \$(wc -l < $T/e.log) -ge 4 ]']}
 Y
 run_dagrun run r.yaml --plain
 expect_rc 1
@@ -52,6 +57,8 @@ expect_rc 0
 [ "$(cat "$T/b.log")" = "b
 b" ] || fail "b should have run twice: $(cat "$T/b.log")"
 [ "$(cat "$T/c.log")" = "c from-a" ] || fail "c: $(cat "$T/c.log")"
+# e failed twice (attempt and retry); resumed, it gets its retry again.
+[ "$(wc -l < "$T/e.log")" -eq 4 ] || fail "e ran $(wc -l < "$T/e.log") times"
 expect_not_in "$T/out" "a: running"
 status_json "$ID"
 /usr/bin/python3 - "$T/st.json" "$R/run.json" <<'P' || fail "after resume: $(cat "$T/st.json")"
@@ -63,6 +70,7 @@ assert all(x["state"] == "success" for x in st["tasks"]), st["tasks"]
 assert [a["state"] for a in t["b"]["attempt_list"]] == ["failed", "success"]
 assert t["b"]["attempts"] == 2 and len(t["a"]["attempt_list"]) == 1
 assert len(t["c"]["attempt_list"]) == 1
+assert [a["n"] for a in t["e"]["attempt_list"]] == [1, 2, 3, 4]
 assert rj["tasks"][0]["outputs"]["k"] == "from-a"
 P
 [ -f "$R/b/attempt-2/log" ] || fail "no attempt-2 directory for b"
@@ -192,6 +200,36 @@ expect_rc 0
 check_ticks
 status_json "$KID"
 /usr/bin/python3 - "$T/st.json" <<'P' || fail "2b: $(cat "$T/st.json")"
+import json, sys
+st = json.load(open(sys.argv[1]))
+assert st["state"] == "success", st["state"]
+sl = {x["name"]: x for x in st["tasks"]}["slow"]["attempt_list"]
+assert [a["state"] for a in sl] == ["orphaned", "success"], sl
+assert "still running" in sl[0]["error"], sl[0]
+P
+
+# 2c'. The same, but dagrun died between spawning the worker and recording
+# its pid (the attempt is "starting", no pid): resume finds the worker by
+# its command line and stops it all the same.
+reset_k
+make_k 60 1 100ms
+start_k
+wait_for 10 test -s "$T/slow.ticks" || fail "slow never started: $(cat "$T/k.out")"
+KID=$(k_id)
+kill -9 "$PID"
+wait "$PID" 2>/dev/null || true
+/usr/bin/python3 - "$DAGRUN_HOME/state.db" <<'P'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("UPDATE attempts SET state = 'starting', pid = NULL, pid_start = NULL WHERE task = 'slow'")
+db.commit()
+P
+make_k 10 0 100ms
+run_dagrun resume "$KID" --plain
+expect_rc 0
+check_ticks
+status_json "$KID"
+/usr/bin/python3 - "$T/st.json" <<'P' || fail "2c': $(cat "$T/st.json")"
 import json, sys
 st = json.load(open(sys.argv[1]))
 assert st["state"] == "success", st["state"]
