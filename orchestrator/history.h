@@ -5,7 +5,10 @@
  *
  * What is recorded, and when (all on the loop's thread, each a committed
  * transaction before dagrun goes on):
- *   - the run and all its tasks ("waiting"), before the first task starts;
+ *   - the run and all its tasks ("waiting"), with this dagrun's pid and
+ *     start time as its orchestrator, before the first task starts (a
+ *     resumed run: its unfinished tasks back to "waiting", after
+ *     `dagrun resume` claimed it and recorded its orphaned attempts);
  *   - each task's state change (queued, running, retry_wait and the
  *     terminal states), from the scheduler's observer, which sched calls
  *     after changing its own state and before acting on it: a success is
