@@ -263,6 +263,18 @@ static int default_parallelism(void) {
   return n > 0 ? (int)n : 1;
 }
 
+/* From the moment the store names this process as a run's dagrun until
+ * the loop watches for them, SIGINT and SIGTERM (`dagrun cancel`) wait
+ * blocked: they then stop the run cleanly instead of killing dagrun with
+ * the run recorded as running. */
+static void stop_signals_block(int block) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
+}
+
 /* Runs (or, with preset, goes on with) a run whose start or resumption is
  * recorded in h (taken over: finished here), on the default loop. Returns
  * the exit code. */
@@ -290,6 +302,7 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
   r.sigint.data = r.sigterm.data = &r;
   uv_signal_start(&r.sigint, on_signal, SIGINT);
   uv_signal_start(&r.sigterm, on_signal, SIGTERM);
+  stop_signals_block(0);
 
   view_run_started(r.v, run, max_parallel);
   sched_start(r.s);
@@ -425,6 +438,7 @@ static int cmd_run(int argc, char **argv) {
     cJSON *shown = cJSON_Duplicate(params, 1);
     alerts_redact_params(sp, shown); /* params in a webhook are secrets */
     char *pj = cJSON_PrintUnformatted(shown);
+    stop_signals_block(1);
     int hrc = history_begin(db, sp, run, pj, &h, err, sizeof(err));
     cJSON_free(pj);
     cJSON_Delete(shown);
@@ -603,6 +617,7 @@ static int cmd_resume(int argc, char **argv) {
   /* Claimed before the orphans are handled: of two resumes at once, one
    * goes on and the other stops here. */
   int me = (int)getpid();
+  stop_signals_block(1);
   if (store_run_claim(db, run_id, me, proc_start_time(me), owner,
                       (long long)json_num(rec, "orch_start"), err,
                       sizeof err) != 0) {

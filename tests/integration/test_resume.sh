@@ -265,7 +265,7 @@ P
 make_k 10 0 100ms
 
 # 2d. As soon as the run is recorded (before a task starts, or as early as
-# can be caught), then resume.
+# the test can catch it: then first may be running), then resume.
 reset_k
 start_k
 wait_for 10 sh -c "\"$DAGRUN\" runs k | grep -q running" || fail "run never recorded"
@@ -275,8 +275,18 @@ KID=$(k_id)
 run_dagrun resume "$KID" --plain
 expect_rc 0
 check_ticks
-[ "$(wc -l < "$T/first.log")" -eq 1 ] || fail "first ran $(wc -l < "$T/first.log") times"
 [ "$(wc -l < "$T/last.log")" -eq 1 ] || fail "last did not run once"
+# first may have been caught running (then orphaned and run again): it ran
+# at most once per recorded attempt, and only its last attempt succeeded.
+status_json "$KID"
+/usr/bin/python3 - "$T/st.json" "$(wc -l < "$T/first.log")" <<'P' || fail "2d: first ran $(wc -l < "$T/first.log") times: $(cat "$T/st.json")"
+import json, sys
+st = json.load(open(sys.argv[1]))
+assert st["state"] == "success", st["state"]
+fa = {x["name"]: x for x in st["tasks"]}["first"]["attempt_list"]
+assert 1 <= int(sys.argv[2]) <= len(fa), fa
+assert [a["state"] for a in fa] == ["orphaned"] * (len(fa) - 1) + ["success"], fa
+P
 
 # ---- 3. cancel and a refused resume of a running run.
 reset_k
@@ -302,4 +312,16 @@ P
 run_dagrun cancel "$KID"
 expect_rc 1
 expect_in "$T/err" "not running"
+
+# cancel as soon as the run is recorded: it is stopped cleanly all the
+# same, never left "running".
+reset_k
+start_k
+wait_for 10 sh -c "\"$DAGRUN\" runs k | grep -q running" || fail "run never recorded"
+KID=$(k_id)
+run_dagrun cancel "$KID"
+expect_rc 0
+expect_in "$T/out" "cancelled"
+wait "$PID" && fail "cancelled dagrun exited 0" || true
+"$DAGRUN" runs k | grep -q cancelled || fail "early cancel: $("$DAGRUN" runs k)"
 pass
