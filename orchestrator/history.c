@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -74,7 +75,8 @@ int history_resume(store *st, const spec *sp, const char *run_id,
   for (size_t i = 0; i < sp->n_tasks; i++) {
     if (preset[i].succeeded)
       continue;
-    store_task_update u = {"waiting", preset[i].attempts, -1, NULL, 0, 0, NULL};
+    store_task_update u = {
+        "waiting", preset[i].attempts, -1, NULL, 0, 0, NULL, NULL, NULL};
     int rc = store_task_set(st, run_id, sp->tasks[i].name, &u, err, errlen);
     if (rc != 0)
       return rc;
@@ -119,16 +121,19 @@ void history_task_event(history *h, const sched *s, const sched_event *e) {
     }
   }
   char *outputs = NULL;
-  const cJSON *o = e->state == TASK_SUCCESS ? sched_task_outputs(s, i) : NULL;
+  int ok = task_state_succeeded(e->state);
+  const cJSON *o = ok ? sched_task_outputs(s, i) : NULL;
   if (o && o->child)
     outputs = cJSON_PrintUnformatted(o);
   store_task_update u = {task_state_name(e->state),
                          e->attempt,
                          h->last_exit[i],
-                         e->state == TASK_SUCCESS ? NULL : h->last_error[i],
+                         ok ? NULL : h->last_error[i],
                          0,
                          terminal ? now : 0,
-                         outputs};
+                         outputs,
+                         sched_task_fingerprint(s, i),
+                         e->state == TASK_CACHED ? e->cached_from : NULL};
   int rc;
   if ((e->state == TASK_RETRY_WAIT || terminal) && e->attempt > 0 &&
       h->open_attempt[i] == e->attempt) {
@@ -395,7 +400,8 @@ static void copy_new(FILE *f, long *off) {
 }
 
 static int terminal_name(const char *state) {
-  return strcmp(state, "success") == 0 || strcmp(state, "failed") == 0 ||
+  return strcmp(state, "success") == 0 || strcmp(state, "cached") == 0 ||
+         strcmp(state, "failed") == 0 ||
          strcmp(state, "upstream_failed") == 0 ||
          strcmp(state, "cancelled") == 0;
 }
@@ -498,5 +504,36 @@ int history_cmd_logs(int argc, char **argv) {
     fclose(f);
   free(log);
   store_close(st);
+  return rc;
+}
+
+/* A cache source is usable while its out/ directory and every output that
+ * is an absolute path still exist. */
+static int cache_usable(void *ud, const char *run_dir, const char *task,
+                        const cJSON *outputs) {
+  (void)ud;
+  struct stat sb;
+  char *task_dir = path_join(run_dir, task);
+  char *out = path_join(task_dir, "out");
+  int ok = stat(out, &sb) == 0 && S_ISDIR(sb.st_mode);
+  free(out);
+  free(task_dir);
+  for (const cJSON *o = outputs->child; ok && o; o = o->next)
+    if (cJSON_IsString(o) && o->valuestring[0] == '/')
+      ok = stat(o->valuestring, &sb) == 0;
+  return ok;
+}
+
+int history_cache_lookup(history *h, const char *fingerprint, char **from_run,
+                         char **from_out_dir, cJSON **outputs) {
+  if (!h || h->broken)
+    return 0;
+  int rc = store_cache_find(h->st, fingerprint, cache_usable, NULL, from_run,
+                            from_out_dir, outputs, h->err, sizeof h->err);
+  if (rc < 0) {
+    /* A lookup that fails runs the task: the cache is an optimisation. */
+    fprintf(stderr, "dagrun: cache lookup: %s\n", h->err);
+    return 0;
+  }
   return rc;
 }

@@ -60,6 +60,13 @@ int history_resume(store *st, const spec *sp, const char *run_id,
 void history_task_event(history *h, const sched *s, const sched_event *e);
 void history_attempt_start(history *h, size_t task, int attempt,
                            const char *log_path);
+/* The fingerprint cache's lookup (sched_opts.cache_lookup): the newest
+ * successful task in the store with this fingerprint whose out/ directory
+ * and absolute-path outputs still exist. Returns 1 with *from_run,
+ * *from_out_dir, *outputs (caller frees), or 0 (none, or the store failed:
+ * said on stderr, and the task runs). */
+int history_cache_lookup(history *h, const char *fingerprint, char **from_run,
+                         char **from_out_dir, cJSON **outputs);
 /* Records the run's final state and frees h; NULL is a no-op. */
 void history_finish(history *h, const char *state);
 

@@ -72,6 +72,9 @@ static const char usage_text[] =
     "  --events json          one JSON object per state change on stdout\n"
     "  --plain                timestamped lines even on a terminal\n"
     "  -q, --quiet            only the final summary\n"
+    "  --no-cache             run every task, even one whose fingerprint\n"
+    "                         matches an earlier successful task (run,\n"
+    "                         resume)\n"
     "\n"
     "Runs are recorded in $DAGRUN_HOME/state.db (default: "
     ".dagrun/state.db);\n"
@@ -187,6 +190,14 @@ static void obs_event(void *ud, const sched_event *e) {
   alerts_task_event(((run_ctx *)ud)->al, e);
 }
 
+static int obs_cache_lookup(void *ud, size_t task, const char *fingerprint,
+                            char **from_run, char **from_out_dir,
+                            cJSON **outputs) {
+  (void)task;
+  return history_cache_lookup(((run_ctx *)ud)->h, fingerprint, from_run,
+                              from_out_dir, outputs);
+}
+
 static void obs_attempt_start(void *ud, size_t task, int attempt,
                               const char *log_path) {
   history_attempt_start(((run_ctx *)ud)->h, task, attempt, log_path);
@@ -281,7 +292,7 @@ static void stop_signals_block(int block) {
 static int execute(const spec *sp, const checked *ck, const rundir *run,
                    const cJSON *params, history *h, int max_parallel,
                    view_mode mode, const char *self_exe,
-                   const sched_preset *preset) {
+                   const sched_preset *preset, int no_cache) {
   char err[1024];
   run_ctx r = {0};
   r.h = h;
@@ -294,7 +305,9 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
       self_exe,
       {obs_event, obs_progress, obs_log, obs_done, &r, obs_attempt_start},
       0,
-      preset};
+      preset,
+      obs_cache_lookup,
+      no_cache};
   r.s = sched_create(r.loop, ck, run, params, &so);
   write_run_json(sp, run, params, r.s, "running", max_parallel);
   uv_signal_init(r.loop, &r.sigint);
@@ -310,9 +323,10 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
 
   size_t counts[TASK_CANCELLED + 1];
   sched_counts(r.s, counts);
-  const char *state = r.stop_signal                         ? "cancelled"
-                      : counts[TASK_SUCCESS] == sp->n_tasks ? "success"
-                                                            : "failed";
+  const char *state =
+      r.stop_signal                                               ? "cancelled"
+      : counts[TASK_SUCCESS] + counts[TASK_CACHED] == sp->n_tasks ? "success"
+                                                                  : "failed";
   history_finish(r.h, state);
   r.h = NULL;
   write_run_json(sp, run, params, r.s, state, max_parallel);
@@ -334,7 +348,7 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
 static int cmd_run(int argc, char **argv) {
   const char *file = NULL;
   const char *runs_dir = getenv("DAGRUN_RUNS_DIR");
-  int max_parallel = 0;
+  int max_parallel = 0, no_cache = 0;
   view_mode mode = isatty(STDOUT_FILENO) ? VIEW_TTY : VIEW_PLAIN;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
@@ -365,6 +379,8 @@ static int cmd_run(int argc, char **argv) {
         mode = VIEW_PLAIN;
     } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
       mode = VIEW_QUIET;
+    } else if (strcmp(a, "--no-cache") == 0) {
+      no_cache = 1;
     } else if (a[0] == '-') {
       return usage_error("unknown option '%s'", a);
     } else if (!file) {
@@ -456,8 +472,8 @@ static int cmd_run(int argc, char **argv) {
     }
   }
 
-  int code =
-      execute(sp, ck, run, params, h, max_parallel, mode, self_exe, NULL);
+  int code = execute(sp, ck, run, params, h, max_parallel, mode, self_exe, NULL,
+                     no_cache);
   cJSON_Delete(params);
   rundir_destroy(run);
   store_close(db);
@@ -531,7 +547,7 @@ static cJSON *resume_params(const spec *sp, const rundir *run,
  * directory, running again only what had not succeeded. */
 static int cmd_resume(int argc, char **argv) {
   const char *id = NULL;
-  int max_parallel = 0;
+  int max_parallel = 0, no_cache = 0;
   view_mode mode = isatty(STDOUT_FILENO) ? VIEW_TTY : VIEW_PLAIN;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
@@ -552,6 +568,8 @@ static int cmd_resume(int argc, char **argv) {
         mode = VIEW_PLAIN;
     } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
       mode = VIEW_QUIET;
+    } else if (strcmp(a, "--no-cache") == 0) {
+      no_cache = 1;
     } else if (a[0] == '-') {
       return usage_error("unknown option '%s' for resume", a);
     } else if (!id) {
@@ -634,7 +652,8 @@ static int cmd_resume(int argc, char **argv) {
   }
   if (!max_parallel)
     max_parallel = sp->max_parallel ? sp->max_parallel : default_parallelism();
-  code = execute(sp, ck, run, params, h, max_parallel, mode, self_exe, preset);
+  code = execute(sp, ck, run, params, h, max_parallel, mode, self_exe, preset,
+                 no_cache);
 out:
   free(preset);
   cJSON_Delete(params);

@@ -208,6 +208,7 @@ sched_preset *resume_prepare(store *st, cJSON *run, const spec *sp, char *err,
       pre[i].succeeded = 1;
       pre[i].ended = num(t, "finished");
       pre[i].outputs = task_outputs(t, run_dir, name);
+      pre[i].fingerprint = str(t, "fingerprint");
     }
   }
   return pre;

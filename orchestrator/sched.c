@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <openssl/evp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,10 @@ typedef struct task_rt {
   int metrics_fd;       /* -1 when closed */
   double started, ended; /* wall clock: first start, final end */
   uv_timer_t *retry_timer;
+  int cache_checked; /* the cache was consulted (first attempt only) */
+  char *fingerprint; /* hex SHA-256, NULL when none */
+  char *cached_from; /* TASK_CACHED: the run it came from */
+  char *fp_dir;      /* what ${tasks.T.dir} is in fingerprints */
 } task_rt;
 
 /* A FIFO of task indices; entries whose task left TASK_QUEUED (cancelled)
@@ -61,12 +66,16 @@ struct sched {
 };
 
 static const char *const state_names[] = {
-    "waiting", "queued",  "running",         "retry_wait",
-    "success", "failed", "upstream_failed", "cancelled"};
+    "waiting", "queued", "running",         "retry_wait", "success",
+    "cached",  "failed", "upstream_failed", "cancelled"};
 
 const char *task_state_name(task_state s) { return state_names[s]; }
 
 int task_state_terminal(task_state s) { return s >= TASK_SUCCESS; }
+
+int task_state_succeeded(task_state s) {
+  return s == TASK_SUCCESS || s == TASK_CACHED;
+}
 
 double sched_retry_delay(const spec_retry *r, int retry, double u) {
   double d = r->delay_s * pow(r->backoff, retry > 1 ? retry - 1 : 0);
@@ -90,11 +99,20 @@ static void emit(sched *s, size_t i, task_state st, int exit_code,
   if (!s->opts.obs.task_event)
     return;
   const spec_task *st_ = &s->sp->tasks[i];
-  sched_event e = {i,        st,       s->t[i].attempt,
+  sched_event e = {i,
+                   st,
+                   s->t[i].attempt,
                    s->t[i].attempt_base + 1 + st_->retry.retries,
-                   exit_code, duration, retry_in, reason, 0};
+                   exit_code,
+                   duration,
+                   retry_in,
+                   reason,
+                   0,
+                   NULL};
   if (st == TASK_RUNNING)
     e.pid = executor_pid(s->x, i);
+  if (st == TASK_CACHED)
+    e.cached_from = s->t[i].cached_from;
   s->opts.obs.task_event(s->opts.obs.ud, &e);
 }
 
@@ -108,9 +126,19 @@ static const char *tmpl_task_dir(void *ud, size_t task) {
   return out_dir(ud, task);
 }
 
+/* In a fingerprint a task's directory is named, not given: it differs
+ * from run to run, and the task's own fingerprint stands for its content. */
+static const char *tmpl_fp_dir(void *ud, size_t task) {
+  sched *s = ud;
+  if (!s->t[task].fp_dir)
+    s->t[task].fp_dir =
+        xasprintf("${dagrun:task-dir:%s}", s->sp->tasks[task].name);
+  return s->t[task].fp_dir;
+}
+
 static const cJSON *tmpl_task_outputs(void *ud, size_t task) {
   sched *s = ud;
-  return s->t[task].state == TASK_SUCCESS ? s->t[task].outputs : NULL;
+  return task_state_succeeded(s->t[task].state) ? s->t[task].outputs : NULL;
 }
 
 static void close_metrics(task_rt *t) {
@@ -166,7 +194,7 @@ static void settle(sched *s, size_t i, task_state st, int exit_code,
     t->ended = now_wall();
     close_metrics(t);
     s->n_terminal++;
-    if (kst == TASK_SUCCESS)
+    if (task_state_succeeded(kst))
       write_outputs(s, k);
     if (k == i)
       emit(s, k, kst, exit_code, duration, 0, t->reason);
@@ -176,7 +204,7 @@ static void settle(sched *s, size_t i, task_state st, int exit_code,
       size_t d = s->down[e];
       task_rt *dt = &s->t[d];
       dt->n_waiting_up--;
-      if (kst != TASK_SUCCESS)
+      if (!task_state_succeeded(kst))
         dt->upstream_bad = 1;
       if (dt->state != TASK_WAITING)
         continue;
@@ -380,6 +408,121 @@ done:
   free(attempt_dir);
 }
 
+/* Sorts the keys of every object in j, recursively, for a canonical text. */
+static void sort_keys(cJSON *j) {
+  if (!j)
+    return;
+  for (cJSON *c = j->child; c; c = c->next)
+    sort_keys(c);
+  if (!cJSON_IsObject(j))
+    return;
+  cJSON *sorted = NULL;
+  while (j->child) {
+    cJSON *c = j->child;
+    j->child = c->next;
+    cJSON **pp = &sorted;
+    while (*pp && strcmp((*pp)->string, c->string) <= 0)
+      pp = &(*pp)->next;
+    c->next = *pp;
+    *pp = c;
+  }
+  /* Relinks prev: cJSON keeps the head's prev pointing at the tail. */
+  cJSON *prev = NULL;
+  for (cJSON *c = sorted; c; c = c->next) {
+    c->prev = prev;
+    prev = c;
+  }
+  if (sorted)
+    sorted->prev = prev;
+  j->child = sorted;
+}
+
+/* The task's fingerprint (see sched.h), or NULL when an upstream task has
+ * none. Caller frees. */
+static char *fingerprint(sched *s, size_t i, const cJSON *params,
+                         const cJSON *task_env) {
+  const spec_task *st = &s->sp->tasks[i];
+  const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "v", 1);
+  cJSON_AddStringToObject(j, "stage", p->stage->name);
+  if (p->stage->version)
+    cJSON_AddStringToObject(j, "version", p->stage->version);
+  else
+    cJSON_AddNullToObject(j, "version");
+  cJSON_AddItemToObject(
+      j, "params", params ? cJSON_Duplicate(params, 1) : cJSON_CreateObject());
+  cJSON_AddItemToObject(
+      j, "env", task_env ? cJSON_Duplicate(task_env, 1) : cJSON_CreateObject());
+  cJSON *ups = cJSON_AddArrayToObject(j, "upstream");
+  for (size_t k = 0; k < st->n_needs; k++) {
+    const task_rt *u = &s->t[st->needs[k]];
+    if (!task_state_succeeded(u->state) || !u->fingerprint) {
+      cJSON_Delete(j);
+      return NULL;
+    }
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "name", s->sp->tasks[st->needs[k]].name);
+    cJSON_AddStringToObject(e, "fingerprint", u->fingerprint);
+    cJSON_AddItemToObject(e, "outputs",
+                          u->outputs ? cJSON_Duplicate(u->outputs, 1)
+                                     : cJSON_CreateObject());
+    cJSON_AddItemToArray(ups, e);
+  }
+  sort_keys(j);
+  char *text = cJSON_PrintUnformatted(j);
+  cJSON_Delete(j);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n_md = 0;
+  char *hex = NULL;
+  if (text && EVP_Digest(text, strlen(text), md, &n_md, EVP_sha256(), NULL)) {
+    hex = xmalloc(2 * n_md + 1);
+    for (unsigned k = 0; k < n_md; k++)
+      snprintf(hex + 2 * k, 3, "%02x", md[k]);
+  }
+  cJSON_free(text);
+  return hex;
+}
+
+/* Before the first attempt of task i: computes its fingerprint and, when
+ * the cache may be used and has it, settles the task TASK_CACHED. Returns
+ * 1 when it did (the task must not be launched). Params that do not
+ * resolve give no fingerprint: launch reports them. */
+static int try_cache(sched *s, size_t i) {
+  task_rt *t = &s->t[i];
+  const spec_task *st = &s->sp->tasks[i];
+  const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
+  if (t->cache_checked)
+    return 0;
+  t->cache_checked = 1;
+  diags d = {0};
+  tmpl_env te = {s->sp,       s->params,         s->run->id, s->run->date,
+                 tmpl_fp_dir, tmpl_task_outputs, s};
+  cJSON *params = NULL, *task_env = NULL;
+  if (params_build(p->stage->params, &te, i, &params, &d) == 0 &&
+      (!st->env || tmpl_resolve(&te, i, st->env, &task_env, &d) == 0))
+    t->fingerprint = fingerprint(s, i, params, task_env);
+  cJSON_Delete(params);
+  cJSON_Delete(task_env);
+  diags_free(&d);
+  char *from_run = NULL, *from_dir = NULL;
+  cJSON *outputs = NULL;
+  if (!t->fingerprint || !st->cache || s->opts.no_cache ||
+      !s->opts.cache_lookup ||
+      !s->opts.cache_lookup(s->opts.obs.ud, i, t->fingerprint, &from_run,
+                            &from_dir, &outputs))
+    return 0;
+  free(t->cached_from);
+  t->cached_from = from_run;
+  free(t->out_dir);
+  t->out_dir = from_dir;
+  cJSON_Delete(t->outputs);
+  t->outputs = outputs ? outputs : cJSON_CreateObject();
+  t->started = now_wall();
+  settle(s, i, TASK_CACHED, -1, 0, NULL);
+  return 1;
+}
+
 /* Picks the queued task that was queued first among pools with room. */
 static long next_ready(sched *s) {
   long best = -1;
@@ -416,7 +559,8 @@ static void pump(sched *s) {
       long i = next_ready(s);
       if (i < 0)
         break;
-      launch(s, (size_t)i);
+      if (!try_cache(s, (size_t)i))
+        launch(s, (size_t)i);
     }
   } while (s->pump_again);
   s->pumping = 0;
@@ -627,6 +771,8 @@ sched *sched_create(uv_loop_t *loop, const checked *c, const rundir *run,
     t->ended = p->ended;
     t->outputs =
         p->outputs ? cJSON_Duplicate(p->outputs, 1) : cJSON_CreateObject();
+    t->fingerprint = p->fingerprint ? xstrdup(p->fingerprint) : NULL;
+    t->cache_checked = 1;
     s->n_terminal++;
     for (size_t e = s->down_start[i]; e < s->down_start[i + 1]; e++)
       s->t[s->down[e]].n_waiting_up--;
@@ -681,6 +827,14 @@ const cJSON *sched_task_outputs(const sched *s, size_t task) {
   return s->t[task].outputs;
 }
 
+const char *sched_task_fingerprint(const sched *s, size_t task) {
+  return s->t[task].fingerprint;
+}
+
+const char *sched_task_cached_from(const sched *s, size_t task) {
+  return s->t[task].cached_from;
+}
+
 static void add_time(cJSON *j, const char *key, double t) {
   char buf[40];
   if (t <= 0)
@@ -709,8 +863,12 @@ cJSON *sched_tasks_json(const sched *s) {
     add_time(j, "ended", t->ended);
     if (t->started > 0 && t->ended > 0)
       cJSON_AddNumberToObject(j, "duration_s", t->ended - t->started);
-    if (t->reason && t->state != TASK_SUCCESS)
+    if (t->reason && !task_state_succeeded(t->state))
       cJSON_AddStringToObject(j, "reason", t->reason);
+    if (t->cached_from)
+      cJSON_AddStringToObject(j, "cached_from", t->cached_from);
+    if (t->fingerprint)
+      cJSON_AddStringToObject(j, "fingerprint", t->fingerprint);
     if (t->outputs && t->outputs->child)
       cJSON_AddItemToObject(j, "outputs", cJSON_Duplicate(t->outputs, 1));
     cJSON_AddItemToArray(arr, j);
@@ -725,6 +883,9 @@ void sched_destroy(sched *s) {
     cJSON_Delete(s->t[i].outputs);
     free(s->t[i].reason);
     free(s->t[i].out_dir);
+    free(s->t[i].fingerprint);
+    free(s->t[i].cached_from);
+    free(s->t[i].fp_dir);
     close_metrics(&s->t[i]);
   }
   for (size_t q = 0; q <= s->sp->n_pools; q++)

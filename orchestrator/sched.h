@@ -12,6 +12,19 @@
  * decide). A task that fails for good marks its all_success downstream
  * upstream_failed at once; the rest of the DAG goes on.
  *
+ * The fingerprint cache: before a task's first attempt (of this
+ * execution) is started, its fingerprint is computed: SHA-256, as hex, of
+ * the canonical JSON (keys sorted, no spaces) of its stage name, the
+ * plugin's version string, its resolved params, its resolved task env
+ * (${tasks.T.dir} standing for itself there, not for a run's path),
+ * and per upstream task (in `needs` order) its name, fingerprint and
+ * outputs. A task with an upstream that has no fingerprint (did not
+ * succeed, or was succeeded before a resume) gets none. When the task may
+ * be cached (its `cache:` and opts.no_cache allow it) and
+ * opts.cache_lookup finds an earlier successful task with that
+ * fingerprint, the task does not run: it becomes TASK_CACHED with that
+ * task's outputs and out/ directory (which `${tasks.T.dir}` then names).
+ *
  * Everything is an event on the loop: no sleeps, no polling. All functions
  * run on the loop's thread.
  */
@@ -32,15 +45,19 @@ typedef enum task_state {
   TASK_RUNNING,         /* an attempt is running */
   TASK_RETRY_WAIT,      /* failed, next attempt after a delay */
   TASK_SUCCESS,         /* terminal */
+  TASK_CACHED,          /* terminal, success-like: reused an earlier run's
+                           task (fingerprint cache), did not run */
   TASK_FAILED,          /* terminal */
   TASK_UPSTREAM_FAILED, /* terminal: never ran */
   TASK_CANCELLED        /* terminal */
 } task_state;
 
-/* "waiting", "queued", "running", "retry_wait", "success", "failed",
- * "upstream_failed", "cancelled". */
+/* "waiting", "queued", "running", "retry_wait", "success", "cached",
+ * "failed", "upstream_failed", "cancelled". */
 const char *task_state_name(task_state s);
 int task_state_terminal(task_state s);
+/* TASK_SUCCESS or TASK_CACHED: counts as success for downstream and run. */
+int task_state_succeeded(task_state s);
 
 /* A state change, for observers. Strings are valid during the callback. */
 typedef struct sched_event {
@@ -53,6 +70,7 @@ typedef struct sched_event {
   double retry_in_s; /* TASK_RETRY_WAIT: delay before the next attempt */
   const char *reason; /* why it failed or was skipped, or NULL */
   int pid;            /* TASK_RUNNING: the attempt's worker process */
+  const char *cached_from; /* TASK_CACHED: the run the outputs came from */
 } sched_event;
 
 typedef struct sched_observer {
@@ -81,6 +99,7 @@ typedef struct sched_preset {
   const cJSON *outputs; /* succeeded: its key/value outputs (copied), for
                            downstream templates; may be NULL */
   double started, ended; /* wall clock, 0 when unknown */
+  const char *fingerprint; /* succeeded: as recorded, or NULL (copied) */
 } sched_preset;
 
 typedef struct sched_opts {
@@ -92,6 +111,13 @@ typedef struct sched_opts {
    * Succeeded tasks count as done for their downstream from the start;
    * no event is emitted for them. Borrowed during sched_create only. */
   const sched_preset *preset;
+  /* The fingerprint cache; NULL: off. Called on the loop's thread with
+   * obs.ud, a task that may be cached and its fingerprint: returns 1 with
+   * *from_run, *from_out_dir and *outputs (an object) of the earlier task to
+   * reuse, which the sched takes over, or 0 to run the task. */
+  int (*cache_lookup)(void *ud, size_t task, const char *fingerprint,
+                      char **from_run, char **from_out_dir, cJSON **outputs);
+  int no_cache; /* `dagrun run --no-cache`: look nothing up */
 } sched_opts;
 
 typedef struct sched sched;
@@ -112,6 +138,11 @@ task_state sched_task_state(const sched *s, size_t task);
  * empty, or NULL before it ran). Borrowed: valid until the next attempt
  * starts or sched_destroy. */
 const cJSON *sched_task_outputs(const sched *s, size_t task);
+/* The task's fingerprint (hex), or NULL when it has none (yet). Borrowed:
+ * valid until sched_destroy. */
+const char *sched_task_fingerprint(const sched *s, size_t task);
+/* TASK_CACHED: the run whose task it reused; else NULL. Borrowed. */
+const char *sched_task_cached_from(const sched *s, size_t task);
 /* The run as JSON for run.json: tasks with state, attempts, exit codes,
  * times, errors, outputs. Caller frees. */
 cJSON *sched_tasks_json(const sched *s);

@@ -20,23 +20,12 @@ static const char *const top_keys[] = {
 
 /* A task's keys; the ones from "retries" on are settings that `defaults`
  * may also give. */
-static const char *const task_keys[] = {"stage",
-                                        "needs",
-                                        "with",
-                                        "description",
-                                        "retries",
-                                        "retry_delay",
-                                        "retry_backoff",
-                                        "retry_max_delay",
-                                        "retry_jitter",
-                                        "retry_on",
-                                        "timeout",
-                                        "heartbeat_timeout",
-                                        "kill_grace",
-                                        "pool",
-                                        "trigger",
-                                        "env",
-                                        NULL};
+static const char *const task_keys[] = {
+    "stage",        "needs",       "with",          "description",
+    "retries",      "retry_delay", "retry_backoff", "retry_max_delay",
+    "retry_jitter", "retry_on",    "timeout",       "heartbeat_timeout",
+    "kill_grace",   "pool",        "trigger",       "env",
+    "cache",        NULL};
 enum { FIRST_SETTING = 4 };
 static const char *const *const setting_keys = task_keys + FIRST_SETTING;
 
@@ -325,6 +314,9 @@ static void parse_setting(ctx *c, const ynode *k, const ynode *v, spec_task *t,
           "'trigger'%s: expected all_success or all_done, found \"%s\"%s%s%s",
           where, s, m ? "; did you mean '" : "", m ? m : "", m ? "'?" : "");
     }
+  } else if (strcmp(key, "cache") == 0) {
+    if (ynode_bool(v, &t->cache) != 0)
+      type_err(c, v, key, where, "true or false");
   } else if (strcmp(key, "env") == 0) {
     if (v->kind == YNODE_SCALAR && ynode_scalar_type(v) == YSCALAR_NULL)
       return;
@@ -374,7 +366,7 @@ static void parse_settings(ctx *c, const ynode *map, spec_task *t,
           "'%s' cannot be set in defaults, only in each task; defaults may "
           "set: retries, retry_delay, retry_backoff, retry_max_delay, "
           "retry_jitter, retry_on, timeout, heartbeat_timeout, kill_grace, "
-          "pool, trigger, env",
+          "pool, trigger, env, cache",
           k->str);
     } else if (!in_list(k->str, task_keys)) {
       unknown_key(c, k, where, is_defaults ? setting_keys : task_keys);
@@ -472,6 +464,7 @@ static void task_init(spec_task *t) {
   t->retry.jitter = 0.1;
   t->kill_grace_s = 10;
   t->pool = SIZE_MAX;
+  t->cache = 1;
 }
 
 /* Copies defaults into a task; owned pointers are duplicated. */

@@ -77,6 +77,8 @@ typedef struct spec_task {
   double kill_grace_s; /* SIGTERM -> SIGKILL; default 10s */
   size_t pool;         /* index into spec->pools; SIZE_MAX = no pool */
   spec_trigger trigger;
+  int cache; /* `cache:` (default true): may be skipped by the fingerprint
+                cache */
   const ynode **need_nodes; /* per needs[i]: the entry as written */
   const ynode *pool_node;   /* the pool name as written, or NULL */
 } spec_task;

@@ -21,7 +21,9 @@
   XX(TASK_SET, "UPDATE tasks SET state = ?3, attempts = ?4, exit_code = ?5, "  \
                "error = ?6, started = coalesce(?7, started), "                 \
                "finished = coalesce(?8, finished), "                           \
-               "outputs = coalesce(?9, outputs) "                              \
+               "outputs = coalesce(?9, outputs), "                             \
+               "fingerprint = coalesce(?10, fingerprint), "                    \
+               "cached_from = coalesce(?11, cached_from) "                     \
                "WHERE run_id = ?1 AND name = ?2")                              \
   XX(TASK_RUNNING, "UPDATE tasks SET state = 'running', attempts = ?3, "       \
                    "started = coalesce(started, ?4) "                          \
@@ -39,19 +41,24 @@
      "SELECT r.id, r.dag, r.dag_file, r.run_dir, r.state, r.started, "         \
      "r.finished, (SELECT count(*) FROM tasks t WHERE t.run_id = r.id), "      \
      "(SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND "                \
-     "t.state = 'success') FROM runs r WHERE ?1 IS NULL OR r.dag = ?1 "        \
+     "t.state IN ('success', 'cached')) FROM runs r "                          \
+     "WHERE ?1 IS NULL OR r.dag = ?1 "                                         \
      "ORDER BY r.started DESC, r.id DESC LIMIT ?2")                            \
   XX(RUN_FIND, "SELECT id, dag, dag_file, run_dir, state, started, finished, " \
                "params, orch_pid, orch_start FROM runs WHERE substr(id, 1, "   \
                "length(?1)) = ?1 "                                             \
                "ORDER BY id LIMIT 2")                                          \
-  XX(TASKS_OF,                                                                 \
-     "SELECT name, state, attempts, exit_code, error, started, "               \
-     "finished, outputs FROM tasks WHERE run_id = ?1 ORDER BY rowid")          \
+  XX(TASKS_OF, "SELECT name, state, attempts, exit_code, error, started, "     \
+               "finished, outputs, fingerprint, cached_from FROM tasks "       \
+               "WHERE run_id = ?1 ORDER BY rowid")                             \
   XX(ATTS_OF, "SELECT n, pid, state, exit_code, error, started, finished, "    \
               "log, pid_start FROM attempts WHERE run_id = ?1 AND task = ?2 "  \
               "ORDER BY n")                                                    \
-  XX(TASK_EXISTS, "SELECT 1 FROM tasks WHERE run_id = ?1 AND name = ?2")
+  XX(TASK_EXISTS, "SELECT 1 FROM tasks WHERE run_id = ?1 AND name = ?2")       \
+  XX(CACHE_FIND, "SELECT t.run_id, t.name, t.outputs, r.run_dir FROM tasks t " \
+                 "JOIN runs r ON r.id = t.run_id WHERE t.fingerprint = ?1 "    \
+                 "AND t.state = 'success' AND r.run_dir IS NOT NULL "          \
+                 "ORDER BY t.finished DESC, t.rowid DESC")
 
 enum {
 #define XX(name, sql) S_##name,
@@ -97,8 +104,11 @@ static const char schema_sql[] =
     "  started REAL,\n"
     "  finished REAL,\n"
     "  outputs TEXT,\n"
+    "  fingerprint TEXT,\n"
+    "  cached_from TEXT,\n"
     "  PRIMARY KEY(run_id, name)\n"
     ");\n"
+    "CREATE INDEX tasks_fingerprint ON tasks(fingerprint);\n"
     "CREATE TABLE attempts(\n"
     "  run_id TEXT NOT NULL,\n"
     "  task TEXT NOT NULL,\n"
@@ -122,6 +132,13 @@ static const char migrate_v1_sql[] =
     "ALTER TABLE runs ADD COLUMN orch_pid INTEGER;\n"
     "ALTER TABLE runs ADD COLUMN orch_start INTEGER;\n"
     "ALTER TABLE attempts ADD COLUMN pid_start INTEGER;\n";
+
+/* Version 2 -> 3: the fingerprint cache (each task's fingerprint, and for a
+ * cached task the run its outputs came from). */
+static const char migrate_v2_sql[] =
+    "ALTER TABLE tasks ADD COLUMN fingerprint TEXT;\n"
+    "ALTER TABLE tasks ADD COLUMN cached_from TEXT;\n"
+    "CREATE INDEX tasks_fingerprint ON tasks(fingerprint);\n";
 
 static int fail(store *st, int rc, char *err, size_t errlen, const char *what) {
   snprintf(err, errlen, "run store %s: %s: %s", st->path, what,
@@ -202,6 +219,8 @@ static int init_schema(store *st, char *err, size_t errlen) {
   if (v == 0 && (rc = exec_sql(st, schema_sql, err, errlen)) != 0)
     goto out;
   if (v == 1 && (rc = exec_sql(st, migrate_v1_sql, err, errlen)) != 0)
+    goto out;
+  if (v >= 1 && v <= 2 && (rc = exec_sql(st, migrate_v2_sql, err, errlen)) != 0)
     goto out;
   if (v < STORE_SCHEMA_VERSION) {
     char sql[64];
@@ -420,6 +439,8 @@ static int task_set(store *st, const char *run_id, const char *task,
   bind_time(s, 7, u->started);
   bind_time(s, 8, u->finished);
   bind_text(s, 9, u->outputs_json);
+  bind_text(s, 10, u->fingerprint);
+  bind_text(s, 11, u->cached_from);
   return step_write(st, s, 1, "recording a task's state", err, errlen);
 }
 
@@ -592,9 +613,9 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
   static const char *const keys[] = {
       "id",      "dag",      "dag_file", "run_dir",  "state",
       "started", "finished", "params",   "orch_pid", "orch_start"};
-  static const char *const task_keys[] = {"name",      "state",  "attempts",
-                                          "exit_code", "error",  "started",
-                                          "finished",  "outputs"};
+  static const char *const task_keys[] = {
+      "name",    "state",    "attempts", "exit_code",   "error",
+      "started", "finished", "outputs",  "fingerprint", "cached_from"};
   cJSON *run = NULL;
   *rc = DR_ESTORE;
   if (exec_sql(st, "BEGIN", err, errlen) != 0)
@@ -636,7 +657,7 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
   bind_text(s, 1, id);
   while ((src = sqlite3_step(s)) == SQLITE_ROW) {
     cJSON *t = cJSON_CreateObject();
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 10; i++)
       add_col(t, s, i, task_keys[i], i == 7);
     cJSON_AddItemToArray(tasks, t);
   }
@@ -714,4 +735,40 @@ cJSON *store_attempt(store *st, const char *run_id, const char *task, int n,
   }
   *rc = 0;
   return pick;
+}
+
+int store_cache_find(store *st, const char *fingerprint,
+                     int (*usable)(void *ud, const char *run_dir,
+                                   const char *task, const cJSON *outputs),
+                     void *ud, char **run_id, char **out_dir, cJSON **outputs,
+                     char *err, size_t errlen) {
+  *run_id = *out_dir = NULL;
+  *outputs = NULL;
+  sqlite3_stmt *s = stmt(st, S_CACHE_FIND, err, errlen);
+  if (!s)
+    return DR_ESTORE;
+  bind_text(s, 1, fingerprint);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    const char *rid = (const char *)sqlite3_column_text(s, 0);
+    const char *name = (const char *)sqlite3_column_text(s, 1);
+    const char *oj = (const char *)sqlite3_column_text(s, 2);
+    const char *dir = (const char *)sqlite3_column_text(s, 3);
+    cJSON *o = oj ? cJSON_Parse(oj) : cJSON_CreateObject();
+    if (!o || !cJSON_IsObject(o) || !rid || !name || !dir ||
+        !usable(ud, dir, name, o)) {
+      cJSON_Delete(o);
+      continue;
+    }
+    char *task_dir = path_join(dir, name);
+    *out_dir = path_join(task_dir, "out");
+    free(task_dir);
+    *run_id = xstrdup(rid);
+    *outputs = o;
+    sqlite3_reset(s);
+    return 1;
+  }
+  sqlite3_reset(s);
+  return rc == SQLITE_DONE ? 0
+                           : fail(st, rc, err, errlen, "looking up the cache");
 }

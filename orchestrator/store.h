@@ -7,12 +7,16 @@
  *   runs     (id, dag, dag_file, run_dir, state, started, finished, params,
  *             orch_pid, orch_start)
  *   tasks    (run_id, name, state, attempts, exit_code, error, started,
- *             finished, outputs)
+ *             finished, outputs, fingerprint, cached_from)
  *   attempts (run_id, task, n, pid, state, exit_code, error, started,
  *             finished, log, pid_start)
  *
  * Times are wall-clock seconds since the epoch (REAL, NULL when unknown);
  * params and outputs are JSON text; exit_code is NULL when there is none.
+ * A task's fingerprint (hex SHA-256, see sched.h) is indexed for the
+ * cache; cached_from is, for a task in state "cached", the run whose task
+ * it reused. Schema history: v2 added orch_pid, orch_start, pid_start;
+ * v3 fingerprint and cached_from (older databases are migrated on open).
  * An attempt's state is "starting" (recorded before its process is
  * spawned: pid NULL), "running" (spawned, pid set), then "success",
  * "failed" or "cancelled".
@@ -40,7 +44,7 @@
 #include <stddef.h>
 
 /* The schema this dagrun writes (PRAGMA user_version). */
-#define STORE_SCHEMA_VERSION 2
+#define STORE_SCHEMA_VERSION 3
 
 typedef struct store store;
 
@@ -86,6 +90,8 @@ typedef struct store_task_update {
   const char *error;
   double started, finished;
   const char *outputs_json;
+  const char *fingerprint; /* NULL: left as it is */
+  const char *cached_from; /* NULL: left as it is */
 } store_task_update;
 int store_task_set(store *st, const char *run_id, const char *task,
                    const store_task_update *u, char *err, size_t errlen);
@@ -107,12 +113,23 @@ int store_attempt_end(store *st, const char *run_id, const char *task, int n,
                       double finished, const store_task_update *task_u,
                       char *err, size_t errlen);
 
+/* The fingerprint cache: the newest task in state "success" (any run,
+ * any dag) whose fingerprint is fingerprint and for which usable(ud,
+ * run_dir, task name, outputs) says yes (non-zero). Returns 1 with *run_id,
+ * *out_dir (the task's out/ directory) and *outputs (caller frees all
+ * three), 0 when there is none, or DR_ESTORE. */
+int store_cache_find(store *st, const char *fingerprint,
+                     int (*usable)(void *ud, const char *run_dir,
+                                   const char *task, const cJSON *outputs),
+                     void *ud, char **run_id, char **out_dir, cJSON **outputs,
+                     char *err, size_t errlen);
+
 /* Reading. Each returns a new cJSON (caller frees) or NULL with err set.
  * Times are numbers (seconds), NULL columns are left out. */
 
 /* Runs newest first, of one dag (NULL: all), at most limit (<= 0: all):
  * [{id, dag, dag_file, run_dir, state, started, finished, tasks_total,
- *   tasks_succeeded}]. */
+ *   tasks_succeeded (success or cached)}]. */
 cJSON *store_runs(store *st, const char *dag, int limit, char *err,
                   size_t errlen);
 /* The run whose id is id_prefix or starts with it: {..., params, tasks:

@@ -49,6 +49,8 @@ static const char *symbol(task_state s) {
     return "\033[33m↻\033[0m";
   case TASK_SUCCESS:
     return "\033[32m✓\033[0m";
+  case TASK_CACHED:
+    return "\033[32m≡\033[0m";
   case TASK_FAILED:
     return "\033[31m✗\033[0m";
   case TASK_UPSTREAM_FAILED:
@@ -134,8 +136,9 @@ static void redraw(view *v) {
   clear_block(v);
   char el[32];
   format_duration(now_monotonic() - v->started, el, sizeof(el));
-  size_t done = v->counts[TASK_SUCCESS] + v->counts[TASK_FAILED] +
-                v->counts[TASK_UPSTREAM_FAILED] + v->counts[TASK_CANCELLED];
+  size_t done = v->counts[TASK_SUCCESS] + v->counts[TASK_CACHED] +
+                v->counts[TASK_FAILED] + v->counts[TASK_UPSTREAM_FAILED] +
+                v->counts[TASK_CANCELLED];
   sbuf b = {0};
   sbuf_printf(&b, "\033[1m%s\033[0m  %zu/%zu done  %zu running", v->s->dag,
               done, v->s->n_tasks, v->counts[TASK_RUNNING]);
@@ -249,6 +252,11 @@ static void plain_event(view *v, const sched_event *e) {
     stamp(v);
     fprintf(v->out, "%s: success in %s\n", name, dur);
     break;
+  case TASK_CACHED:
+    stamp(v);
+    fprintf(v->out, "%s: cached (from run %s)\n", name,
+            e->cached_from ? e->cached_from : "?");
+    break;
   case TASK_RETRY_WAIT: {
     char in[32];
     format_duration(e->retry_in_s, in, sizeof(in));
@@ -294,6 +302,8 @@ static void json_event(view *v, const sched_event *e) {
     cJSON_AddNumberToObject(j, "retry_in_s", e->retry_in_s);
   if (e->reason)
     cJSON_AddStringToObject(j, "reason", e->reason);
+  if (e->cached_from)
+    cJSON_AddStringToObject(j, "cached_from", e->cached_from);
   char *line = cJSON_PrintUnformatted(j);
   fprintf(v->out, "%s\n", line);
   cJSON_free(line);
@@ -403,6 +413,8 @@ void view_run_finished(view *v, const char *state, const sched *s) {
   }
   fprintf(v->out, "run %s %s in %s: %zu succeeded", v->run->id, state, el,
           v->counts[TASK_SUCCESS]);
+  if (v->counts[TASK_CACHED])
+    fprintf(v->out, ", %zu cached", v->counts[TASK_CACHED]);
   if (v->counts[TASK_FAILED])
     fprintf(v->out, ", %zu failed", v->counts[TASK_FAILED]);
   if (v->counts[TASK_UPSTREAM_FAILED])

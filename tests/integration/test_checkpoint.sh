@@ -18,7 +18,7 @@ dag: train
 tasks:
   train: {stage: train, with: {data: "$DATA", n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, batch_size: 4, threads: 1, steps: 60, lr: 0.003, eval_every: 0, checkpoint_every: 10, keep_checkpoints: 10, samples: 0}}
 Y
-run_dagrun run train.yaml --plain
+run_dagrun run train.yaml --no-cache --plain
 expect_rc 0
 CK="$(run_dir train)/train/checkpoints"
 ck() { echo "$CK/step-$(printf %08d "$1")"; }
@@ -47,7 +47,7 @@ dag: $1
 tasks:
   checkpoint: {stage: checkpoint, with: {checkpoint: "$2", metrics: "$3", dir: "$REG", ${KEEP:-keep_last: 2, keep_best: 2} ${4:-}}}
 Y
-  run_dagrun run "$1.yaml" --plain
+  run_dagrun run "$1.yaml" --no-cache --plain
 }
 # The registry's names, link targets and file sizes: equal = untouched.
 snap() { (cd "$REG" && find . -printf '%p %y %s %l\n' | sort); }
@@ -173,16 +173,16 @@ expect_rc 1
 expect_in "$T/out" "tokenizer $T/nope.json: No such file or directory"
 [ "$(snap)" = "$BEFORE" ] || fail "a refused promotion changed the registry"
 
-# A copy that fails half-way: under ulimit -f 64 (KiB) the run's logs and
-# small files fit but the 146 KiB model.safetensors does not. The task
-# fails saying so; no entry, no temporary is left.
+# A copy that fails half-way: under ulimit -f 140 (KiB) the run's logs, the
+# run store's WAL and small files fit but the 146 KiB model.safetensors
+# does not. The task fails saying so; no entry, no temporary is left.
 cat > full.yaml <<Y
 dag: full
 tasks:
   checkpoint: {stage: checkpoint, with: {checkpoint: "$(ck 30)", metrics: "$(metrics 30 1.0)", dir: "$REG", keep_last: 2, keep_best: 2, tokenizer: "$TOK"}}
 Y
 set +e
-(ulimit -f 64 && exec "$DAGRUN" run full.yaml --plain) >"$T/out" 2>"$T/err"
+(ulimit -f 140 && exec "$DAGRUN" run full.yaml --plain) >"$T/out" 2>"$T/err"
 RC=$?
 set -e
 expect_rc 1
@@ -194,7 +194,7 @@ ls -a "$REG" | grep -q '^\.tmp-' && fail "a failed copy left $(ls -a "$REG" | gr
 # The same promotion without the limit goes through (in a new run): with
 # loss 1.0 it is the new best; 20 (3.0) and 50 (6.0) go.
 sed 's/^dag: full$/dag: full2/' full.yaml > full2.yaml
-run_dagrun run full2.yaml --plain
+run_dagrun run full2.yaml --no-cache --plain
 expect_rc 0
 [ "$(steps "$REG")" = "40 60 30" ] || fail "after the retried copy: $(steps "$REG")"
 [ "$(readlink "$REG/best")" = "$(entry_of full2 name)" ] || fail "best -> $(readlink "$REG/best")"
@@ -219,11 +219,11 @@ dag: pdef
 tasks:
   checkpoint: {stage: checkpoint, with: {checkpoint: "$(ck 20)", tokenizer: "$TOK"}}
 Y
-run_dagrun run pdef.yaml --plain
+run_dagrun run pdef.yaml --no-cache --plain
 expect_rc 0
 [ -f "$T/models/pdef/latest/promotion.json" ] || fail "no $T/models/pdef/latest: $(ls -R "$T/models" | head)"
 [ "$(entry_of pdef models)" = "$T/models/pdef" ] || fail "models output $(entry_of pdef models)"
-DAGRUN_MODELS_DIR="$T/elsewhere" run_dagrun run pdef.yaml --plain
+DAGRUN_MODELS_DIR="$T/elsewhere" run_dagrun run pdef.yaml --no-cache --plain
 expect_rc 0
 [ -f "$T/elsewhere/pdef/latest/promotion.json" ] || fail "DAGRUN_MODELS_DIR not used"
 
@@ -234,7 +234,7 @@ dag: nock
 tasks:
   checkpoint: {stage: checkpoint, with: {dir: "$T/x"}}
 Y
-run_dagrun run nock.yaml --plain
+run_dagrun run nock.yaml --no-cache --plain
 [ "$RC" -ne 0 ] || fail "a checkpoint task without checkpoint ran"
 grep -q "checkpoint" "$T/out" "$T/err" || fail "no message about the missing param: $(cat "$T/out" "$T/err")"
 REG="$T/registry"

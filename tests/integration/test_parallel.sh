@@ -18,7 +18,7 @@ tasks:
   a: {stage: exec, with: {command: [sh, -c, 'date +%s.%N > "$DAGRUN_OUT_DIR/start"; sleep 1; date +%s.%N > "$DAGRUN_OUT_DIR/end"']}}
   b: {stage: exec, with: {command: [sh, -c, 'date +%s.%N > "$DAGRUN_OUT_DIR/start"; sleep 1; date +%s.%N > "$DAGRUN_OUT_DIR/end"']}}
 Y
-run_dagrun run par.yaml -j 2 --plain
+run_dagrun run par.yaml --no-cache -j 2 --plain
 expect_rc 0
 R=$(run_dir par)
 overlap=$(overlap_s "$R" a b)
@@ -26,7 +26,7 @@ overlap=$(overlap_s "$R" a b)
   || fail "with -j 2 the two 1 s tasks overlapped only ${overlap}s"
 
 rm -rf "$DAGRUN_RUNS_DIR"
-run_dagrun run par.yaml -j 1 --plain
+run_dagrun run par.yaml --no-cache -j 1 --plain
 expect_rc 0
 R=$(run_dir par)
 overlap=$(overlap_s "$R" a b)
@@ -44,7 +44,7 @@ tasks:
   b: {stage: exec, pool: gpu, with: {command: [sh, -c, 'date +%s.%N > "$DAGRUN_OUT_DIR/start"; sleep 1; date +%s.%N > "$DAGRUN_OUT_DIR/end"']}}
   c: {stage: exec, with: {command: [sh, -c, 'date +%s.%N > "$DAGRUN_OUT_DIR/start"; sleep 1; date +%s.%N > "$DAGRUN_OUT_DIR/end"']}}
 Y
-run_dagrun run pool.yaml -j 3 --plain
+run_dagrun run pool.yaml --no-cache -j 3 --plain
 expect_rc 0
 R=$(run_dir pool)
 /usr/bin/python3 -c '

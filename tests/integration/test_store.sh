@@ -163,7 +163,7 @@ tasks:
   c: {stage: exec, needs: [a], with: {command: [echo, c]}}
 Y
 pids=
-for k in 1 2 3; do "$DAGRUN" run par.yaml -q >"$T/par$k.out" 2>&1 & pids="$pids $!"; done
+for k in 1 2 3; do "$DAGRUN" run par.yaml -q --no-cache >"$T/par$k.out" 2>&1 & pids="$pids $!"; done
 for p in $pids; do wait "$p" || fail "a concurrent run failed: $(cat "$T"/par*.out)"; done
 run_dagrun runs par --json
 expect_rc 0

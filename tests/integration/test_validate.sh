@@ -15,7 +15,7 @@ dag: train
 tasks:
   train: {stage: train, with: {data: "$DATA", $MODEL, steps: 150, lr: 0.01, eval_every: 0, checkpoint_every: 30, keep_checkpoints: 10, samples: 0}}
 Y
-run_dagrun run train.yaml --plain
+run_dagrun run train.yaml --no-cache --plain
 expect_rc 0
 CKPTS="$(run_dir train)/train/checkpoints"
 
@@ -35,7 +35,7 @@ metric() { # METRICS_JSON KEY
 # The latest checkpoint of the directory, twice: the same numbers.
 validate_dag latest "checkpoint: \"$CKPTS\", samples: 2, sample_tokens: 12, prompt: \"the cat\""
 for i in 1 2; do
-  run_dagrun run latest.yaml --plain
+  run_dagrun run latest.yaml --no-cache --plain
   expect_rc 0
 done
 R1=$(ls -d "$DAGRUN_RUNS_DIR"/latest/*/ | head -n 1)
@@ -62,7 +62,7 @@ LATEST_LOSS=$(metric "$R1/validate/out/metrics.json" val_loss)
 
 # A named step: the earlier checkpoint scores worse.
 validate_dag early "checkpoint: \"$CKPTS\", step: 30, samples: 0"
-run_dagrun run early.yaml --plain
+run_dagrun run early.yaml --no-cache --plain
 expect_rc 0
 EARLY_LOSS=$(metric "$(run_dir early)/validate/out/metrics.json" val_loss)
 /usr/bin/python3 -c "import sys; sys.exit(not ($EARLY_LOSS > $LATEST_LOSS + 0.2))" ||
@@ -77,7 +77,7 @@ tasks:
   checkpoint: {stage: checkpoint, needs: [validate], with: {checkpoint: "\${tasks.validate.outputs.checkpoint}", metrics: "\${tasks.validate.outputs.metrics}"}}
   export: {stage: export, needs: [checkpoint], with: {model: "\${tasks.checkpoint.outputs.model}"}}
 Y
-run_dagrun run gated.yaml --plain
+run_dagrun run gated.yaml --no-cache --plain
 expect_rc 1
 RG=$(run_dir gated)
 [ "$(task_field "$RG" validate state)" = failed ] || fail "validate: $(task_field "$RG" validate state)"
@@ -99,46 +99,46 @@ tasks:
   validate: {stage: validate, with: {checkpoint: "\${env:CKPT}", data: "$DATA", threads: 1, samples: 0, min_improvement: 0, models: "$T/models/promote"}}
   checkpoint: {stage: checkpoint, needs: [validate], with: {checkpoint: "\${tasks.validate.outputs.checkpoint}", metrics: "\${tasks.validate.outputs.metrics}", dir: "$T/models/promote"}}
 Y
-CKPT="$CKPTS/step-00000150" run_dagrun run promote.yaml --plain
+CKPT="$CKPTS/step-00000150" run_dagrun run promote.yaml --no-cache --plain
 expect_rc 0
 expect_in "$(ls -d "$DAGRUN_RUNS_DIR"/promote/*/ | tail -n 1)/validate/attempt-1/log" "no validated model in"
-CKPT="$CKPTS/step-00000030" run_dagrun run promote.yaml --plain
+CKPT="$CKPTS/step-00000030" run_dagrun run promote.yaml --no-cache --plain
 expect_rc 1
 RW=$(ls -dt "$DAGRUN_RUNS_DIR"/promote/*/ | head -n 1)
 expect_in "$RW/validate/attempt-1/log" "less than min_improvement 0"
 expect_in "$RW/validate/attempt-1/log" "$T/models/promote/"
 [ "$(task_field "${RW%/}" checkpoint state)" = upstream_failed ] || fail "worse model reached checkpoint"
 # The same model again improves by exactly 0: min_improvement 0 passes.
-CKPT="$CKPTS/step-00000150" run_dagrun run promote.yaml --plain
+CKPT="$CKPTS/step-00000150" run_dagrun run promote.yaml --no-cache --plain
 expect_rc 0
 
 # Bad inputs.
 validate_dag nostep "checkpoint: \"$CKPTS\", step: 7"
-run_dagrun run nostep.yaml --plain
+run_dagrun run nostep.yaml --no-cache --plain
 expect_rc 1
 expect_in "$(run_dir nostep)/validate/attempt-1/log" "step-00000007"
 
 OTHER=$(make_token_data w 300)
 validate_dag vocab "checkpoint: \"$CKPTS\", data: \"$OTHER\""
 sed -i "s|data: \"$DATA\", ||" vocab.yaml
-run_dagrun run vocab.yaml --plain
+run_dagrun run vocab.yaml --no-cache --plain
 expect_rc 1
 expect_in "$(run_dir vocab)/validate/attempt-1/log" "vocabulary of 320 tokens"
 expect_in "$(run_dir vocab)/validate/attempt-1/log" "tokenized into 300"
 
 validate_dag long "checkpoint: \"$CKPTS\", seq_len: 64"
-run_dagrun run long.yaml --plain
+run_dagrun run long.yaml --no-cache --plain
 expect_rc 1
 expect_in "$(run_dir long)/validate/attempt-1/log" "longer than the model's context 32"
 
 validate_dag notdata "checkpoint: \"$CKPTS\""
 sed -i "s|data: \"$DATA\"|data: \"$T\"|" notdata.yaml
-run_dagrun run notdata.yaml --plain
+run_dagrun run notdata.yaml --no-cache --plain
 expect_rc 1
 expect_in "$(run_dir notdata)/validate/attempt-1/log" "tokenize stage's output directory"
 
 validate_dag badgate "checkpoint: \"$CKPTS\", max_val_loss: -1"
-run_dagrun run badgate.yaml --plain
+run_dagrun run badgate.yaml --no-cache --plain
 expect_rc 1
 expect_in "$(run_dir badgate)/validate/attempt-1/log" "max_val_loss must be above 0"
 pass

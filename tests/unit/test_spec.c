@@ -165,13 +165,15 @@ static void test_unknown_keys(void) {
             "dag.yaml:8:25: error: 'stage' cannot be set in defaults, only in "
             "each task; defaults may set: retries, retry_delay, "
             "retry_backoff, retry_max_delay, retry_jitter, retry_on, "
-            "timeout, heartbeat_timeout, kill_grace, pool, trigger, env\n"
+            "timeout, heartbeat_timeout, kill_grace, pool, trigger, env, "
+            "cache\n"
             "dag.yaml:4:5: error: unknown key 'retires' in task 'a'; did you "
             "mean 'retries'?\n"
             "dag.yaml:6:5: error: unknown key 'colour' in task 'a'; expected "
             "one of: stage, needs, with, description, retries, retry_delay, "
             "retry_backoff, retry_max_delay, retry_jitter, retry_on, "
-            "timeout, heartbeat_timeout, kill_grace, pool, trigger, env\n");
+            "timeout, heartbeat_timeout, kill_grace, pool, trigger, env, "
+            "cache\n");
   free(e);
 }
 

@@ -59,14 +59,15 @@ static void test_records(void) {
   CHECK_INT(store_attempt_end(st, id, "a", 1, "failed", 3, "exit 3", 1002.0,
                               NULL, err, sizeof err),
             0);
-  store_task_update u = {"retry_wait", 1, 3, "exit 3", 0, 0, NULL};
+  store_task_update u = {"retry_wait", 1, 3, "exit 3", 0, 0, NULL, NULL, NULL};
   CHECK_INT(store_task_set(st, id, "a", &u, err, sizeof err), 0);
   CHECK_INT(store_attempt_begin(st, id, "a", 2, "/runs/d/1/a/attempt-2/log",
                                 1003.0, err, sizeof err),
             0);
   CHECK_INT(store_attempt_pid(st, id, "a", 2, 4243, 0, err, sizeof err), 0);
   /* The attempt's end and the task's state: one transaction. */
-  store_task_update u2 = {"success", 2, 0, NULL, 0, 1004.0, "{\"out\":\"v\"}"};
+  store_task_update u2 = {"success",         2,    0,   NULL, 0, 1004.0,
+                          "{\"out\":\"v\"}", NULL, NULL};
   CHECK_INT(store_attempt_end(st, id, "a", 2, "success", 0, NULL, 1004.0, &u2,
                               err, sizeof err),
             0);
@@ -166,6 +167,16 @@ static void test_records(void) {
 /* A version 1 database (before orchestrator pids) is migrated when opened:
  * its runs stay readable, claiming a run works, and a claim whose expected
  * orchestrator is no longer the recorded one loses (DR_EBUSY). */
+static int usable_yes(void *ud, const char *run_dir, const char *task,
+                      const cJSON *outputs) {
+  return 1;
+}
+
+static int usable_no(void *ud, const char *run_dir, const char *task,
+                     const cJSON *outputs) {
+  return 0;
+}
+
 static void test_migrate_v1(void) {
   char err[1024];
   const char *db = test_path("v1.db");
@@ -225,6 +236,35 @@ static void test_migrate_v1(void) {
                           "attempt_list"),
       0);
   CHECK(num_key(a, "pid_start", &v) && v == 4242);
+  cJSON_Delete(run);
+  /* v3's columns exist after the migration: the cache finds a success by
+   * its fingerprint, never a failure, and only while usable says so. */
+  store_task_update uf = {"failed", 1, 1, "boom", 0, 3.0, NULL, "fp", NULL};
+  CHECK_INT(store_task_set(st, "old", "t", &uf, err, sizeof err), 0);
+  char *from = NULL, *dir = NULL;
+  cJSON *outs = NULL;
+  CHECK_INT(store_cache_find(st, "fp", usable_yes, NULL, &from, &dir, &outs,
+                             err, sizeof err),
+            0);
+  store_task_update us = {"success",       1,    0,   NULL, 0, 4.0,
+                          "{\"k\":\"v\"}", NULL, NULL};
+  CHECK_INT(store_task_set(st, "old", "t", &us, err, sizeof err), 0);
+  CHECK_INT(store_cache_find(st, "fp", usable_no, NULL, &from, &dir, &outs, err,
+                             sizeof err),
+            0);
+  CHECK_INT(store_cache_find(st, "fp", usable_yes, NULL, &from, &dir, &outs,
+                             err, sizeof err),
+            1);
+  CHECK_STR(from, "old");
+  CHECK_STR(dir, "/r/t/out");
+  CHECK_STR(str_key(outs, "k"), "v");
+  free(from);
+  free(dir);
+  cJSON_Delete(outs);
+  run = store_run(st, "old", &rc, err, sizeof err);
+  CHECK_STR(str_key(cJSON_GetArrayItem(cJSON_GetObjectItem(run, "tasks"), 0),
+                    "fingerprint"),
+            "fp");
   cJSON_Delete(run);
   store_close(st);
   CHECK_INT(sqlite3_open(db, &raw), SQLITE_OK);
