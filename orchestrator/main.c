@@ -345,42 +345,73 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
                                          : EXIT_TASK_FAILED;
 }
 
+/* What `run` and `resume` both take: how many at once, how to show the
+ * run, whether to use the cache. */
+typedef struct exec_flags {
+  int max_parallel, no_cache;
+  view_mode mode;
+} exec_flags;
+
+static void exec_flags_init(exec_flags *f) {
+  f->max_parallel = 0;
+  f->no_cache = 0;
+  f->mode = isatty(STDOUT_FILENO) ? VIEW_TTY : VIEW_PLAIN;
+}
+
+/* Reads argv[*i] (and its value) if it is one of exec_flags' options.
+ * Returns 1 when it was (with *i past it), 0 when it is not one of
+ * them, or EXIT_USAGE after a usage error. */
+static int exec_flag(int argc, char **argv, int *i, exec_flags *f) {
+  const char *a = argv[*i];
+  const char *num = NULL;
+  if ((strcmp(a, "-j") == 0 || strcmp(a, "--max-parallel") == 0) &&
+      *i + 1 < argc)
+    num = argv[++*i];
+  else if (strncmp(a, "-j", 2) == 0 && a[2])
+    num = a + 2;
+  if (num) {
+    char *end;
+    long n = strtol(num, &end, 10);
+    if (*end || n < 1 || n > 100000) {
+      usage_error("--max-parallel needs a number >= 1, got '%s'", num);
+      return EXIT_USAGE;
+    }
+    f->max_parallel = (int)n;
+  } else if (strcmp(a, "--events") == 0 && *i + 1 < argc) {
+    if (strcmp(argv[++*i], "json") != 0) {
+      usage_error("--events takes 'json', got '%s'", argv[*i]);
+      return EXIT_USAGE;
+    }
+    f->mode = VIEW_JSON;
+  } else if (strcmp(a, "--events=json") == 0) {
+    f->mode = VIEW_JSON;
+  } else if (strcmp(a, "--plain") == 0) {
+    if (f->mode == VIEW_TTY)
+      f->mode = VIEW_PLAIN;
+  } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
+    f->mode = VIEW_QUIET;
+  } else if (strcmp(a, "--no-cache") == 0) {
+    f->no_cache = 1;
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
 static int cmd_run(int argc, char **argv) {
   const char *file = NULL;
   const char *runs_dir = getenv("DAGRUN_RUNS_DIR");
-  int max_parallel = 0, no_cache = 0;
-  view_mode mode = isatty(STDOUT_FILENO) ? VIEW_TTY : VIEW_PLAIN;
+  exec_flags fl;
+  exec_flags_init(&fl);
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
-    if ((strcmp(a, "-j") == 0 || strcmp(a, "--max-parallel") == 0) &&
-        i + 1 < argc) {
-      char *end;
-      long n = strtol(argv[++i], &end, 10);
-      if (*end || n < 1 || n > 100000)
-        return usage_error("--max-parallel needs a number >= 1, got '%s'",
-                           argv[i]);
-      max_parallel = (int)n;
-    } else if (strncmp(a, "-j", 2) == 0 && a[2]) {
-      char *end;
-      long n = strtol(a + 2, &end, 10);
-      if (*end || n < 1 || n > 100000)
-        return usage_error("-j needs a number >= 1, got '%s'", a + 2);
-      max_parallel = (int)n;
-    } else if (strcmp(a, "--runs-dir") == 0 && i + 1 < argc) {
+    int used = exec_flag(argc, argv, &i, &fl);
+    if (used == EXIT_USAGE)
+      return EXIT_USAGE;
+    if (used)
+      continue;
+    if (strcmp(a, "--runs-dir") == 0 && i + 1 < argc) {
       runs_dir = argv[++i];
-    } else if (strcmp(a, "--events") == 0 && i + 1 < argc) {
-      if (strcmp(argv[++i], "json") != 0)
-        return usage_error("--events takes 'json', got '%s'", argv[i]);
-      mode = VIEW_JSON;
-    } else if (strcmp(a, "--events=json") == 0) {
-      mode = VIEW_JSON;
-    } else if (strcmp(a, "--plain") == 0) {
-      if (mode == VIEW_TTY)
-        mode = VIEW_PLAIN;
-    } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
-      mode = VIEW_QUIET;
-    } else if (strcmp(a, "--no-cache") == 0) {
-      no_cache = 1;
     } else if (a[0] == '-') {
       return usage_error("unknown option '%s'", a);
     } else if (!file) {
@@ -398,8 +429,9 @@ static int cmd_run(int argc, char **argv) {
   checked *ck;
   if (load_checked(file, &sp, &ck) != 0)
     return EXIT_USAGE;
-  if (!max_parallel)
-    max_parallel = sp->max_parallel ? sp->max_parallel : default_parallelism();
+  if (!fl.max_parallel)
+    fl.max_parallel =
+        sp->max_parallel ? sp->max_parallel : default_parallelism();
 
   /* The store is opened before anything runs: a run that could not be
    * recorded is refused, not run unrecorded. */
@@ -472,8 +504,8 @@ static int cmd_run(int argc, char **argv) {
     }
   }
 
-  int code = execute(sp, ck, run, params, h, max_parallel, mode, self_exe, NULL,
-                     no_cache);
+  int code = execute(sp, ck, run, params, h, fl.max_parallel, fl.mode, self_exe,
+                     NULL, fl.no_cache);
   cJSON_Delete(params);
   rundir_destroy(run);
   store_close(db);
@@ -547,30 +579,16 @@ static cJSON *resume_params(const spec *sp, const rundir *run,
  * directory, running again only what had not succeeded. */
 static int cmd_resume(int argc, char **argv) {
   const char *id = NULL;
-  int max_parallel = 0, no_cache = 0;
-  view_mode mode = isatty(STDOUT_FILENO) ? VIEW_TTY : VIEW_PLAIN;
+  exec_flags fl;
+  exec_flags_init(&fl);
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
-    if ((strcmp(a, "-j") == 0 || strcmp(a, "--max-parallel") == 0) &&
-        i + 1 < argc) {
-      char *end;
-      long n = strtol(argv[++i], &end, 10);
-      if (*end || n < 1 || n > 100000)
-        return usage_error("--max-parallel needs a number >= 1, got '%s'",
-                           argv[i]);
-      max_parallel = (int)n;
-    } else if (strcmp(a, "--events=json") == 0 ||
-               (strcmp(a, "--events") == 0 && i + 1 < argc &&
-                strcmp(argv[++i], "json") == 0)) {
-      mode = VIEW_JSON;
-    } else if (strcmp(a, "--plain") == 0) {
-      if (mode == VIEW_TTY)
-        mode = VIEW_PLAIN;
-    } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
-      mode = VIEW_QUIET;
-    } else if (strcmp(a, "--no-cache") == 0) {
-      no_cache = 1;
-    } else if (a[0] == '-') {
+    int used = exec_flag(argc, argv, &i, &fl);
+    if (used == EXIT_USAGE)
+      return EXIT_USAGE;
+    if (used)
+      continue;
+    if (a[0] == '-') {
       return usage_error("unknown option '%s' for resume", a);
     } else if (!id) {
       id = a;
@@ -650,10 +668,11 @@ static int cmd_resume(int argc, char **argv) {
     store_run_finish(db, run_id, state, now_wall(), err, sizeof err);
     goto out;
   }
-  if (!max_parallel)
-    max_parallel = sp->max_parallel ? sp->max_parallel : default_parallelism();
-  code = execute(sp, ck, run, params, h, max_parallel, mode, self_exe, preset,
-                 no_cache);
+  if (!fl.max_parallel)
+    fl.max_parallel =
+        sp->max_parallel ? sp->max_parallel : default_parallelism();
+  code = execute(sp, ck, run, params, h, fl.max_parallel, fl.mode, self_exe,
+                 preset, fl.no_cache);
 out:
   free(preset);
   cJSON_Delete(params);
