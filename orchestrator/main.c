@@ -345,6 +345,18 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
                                          : EXIT_TASK_FAILED;
 }
 
+/* The dagrun executable, which workers run: 0, or -1 after saying why. */
+static int find_self_exe(char *buf, size_t len) {
+  ssize_t n = readlink("/proc/self/exe", buf, len - 1);
+  if (n <= 0) {
+    fprintf(stderr, "dagrun: cannot find its own executable: %s\n",
+            strerror(errno));
+    return -1;
+  }
+  buf[n] = '\0';
+  return 0;
+}
+
 /* What `run` and `resume` both take: how many at once, how to show the
  * run, whether to use the cache. */
 typedef struct exec_flags {
@@ -473,13 +485,8 @@ static int cmd_run(int argc, char **argv) {
   }
 
   char self_exe[4096];
-  ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
-  if (n <= 0) {
-    fprintf(stderr, "dagrun: cannot find its own executable: %s\n",
-            strerror(errno));
+  if (find_self_exe(self_exe, sizeof self_exe) != 0)
     return EXIT_USAGE;
-  }
-  self_exe[n] = '\0';
 
   history *h;
   {
@@ -643,13 +650,8 @@ static int cmd_resume(int argc, char **argv) {
             sp, run, cJSON_GetObjectItemCaseSensitive(rec, "params"))))
     goto out;
   char self_exe[4096];
-  ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
-  if (n <= 0) {
-    fprintf(stderr, "dagrun: cannot find its own executable: %s\n",
-            strerror(errno));
+  if (find_self_exe(self_exe, sizeof self_exe) != 0)
     goto out;
-  }
-  self_exe[n] = '\0';
   /* Claimed before the orphans are handled: of two resumes at once, one
    * goes on and the other stops here. */
   int me = (int)getpid();
