@@ -550,6 +550,27 @@ static void add_col(cJSON *obj, sqlite3_stmt *s, int i, const char *key,
   }
 }
 
+/* Steps s to its end, adding one object per row to arr (keys name the
+ * columns in order; column json_col, or none when -1, holds JSON text).
+ * 0, or -1 with err saying it failed while `what`. */
+static int rows_into(store *st, sqlite3_stmt *s, cJSON *arr,
+                     const char *const *keys, int nkeys, int json_col,
+                     const char *what, char *err, size_t errlen) {
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; i < nkeys; i++)
+      add_col(o, s, i, keys[i], i == json_col);
+    cJSON_AddItemToArray(arr, o);
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) {
+    fail(st, rc, err, errlen, what);
+    return -1;
+  }
+  return 0;
+}
+
 cJSON *store_runs(store *st, const char *dag, int limit, char *err,
                   size_t errlen) {
   static const char *const keys[] = {
@@ -561,16 +582,7 @@ cJSON *store_runs(store *st, const char *dag, int limit, char *err,
   bind_text(s, 1, dag);
   sqlite3_bind_int(s, 2, limit > 0 ? limit : -1);
   cJSON *arr = cJSON_CreateArray();
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    cJSON *r = cJSON_CreateObject();
-    for (int i = 0; i < 9; i++)
-      add_col(r, s, i, keys[i], 0);
-    cJSON_AddItemToArray(arr, r);
-  }
-  sqlite3_reset(s);
-  if (rc != SQLITE_DONE) {
-    fail(st, rc, err, errlen, "listing runs");
+  if (rows_into(st, s, arr, keys, 9, -1, "listing runs", err, errlen) != 0) {
     cJSON_Delete(arr);
     return NULL;
   }
@@ -590,16 +602,8 @@ static cJSON *attempts_of(store *st, const char *run_id, const char *task,
   bind_text(s, 1, run_id);
   bind_text(s, 2, task);
   cJSON *arr = cJSON_CreateArray();
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    cJSON *a = cJSON_CreateObject();
-    for (int i = 0; i < 9; i++)
-      add_col(a, s, i, att_keys[i], 0);
-    cJSON_AddItemToArray(arr, a);
-  }
-  sqlite3_reset(s);
-  if (rc != SQLITE_DONE) {
-    fail(st, rc, err, errlen, "reading attempts");
+  if (rows_into(st, s, arr, att_keys, 9, -1, "reading attempts", err,
+                errlen) != 0) {
     cJSON_Delete(arr);
     return NULL;
   }
@@ -624,19 +628,15 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
   if (!s)
     goto out;
   bind_text(s, 1, id_prefix);
-  int n = 0, src;
-  while ((src = sqlite3_step(s)) == SQLITE_ROW) {
-    if (n++ == 0) {
-      run = cJSON_CreateObject();
-      for (int i = 0; i < 10; i++)
-        add_col(run, s, i, keys[i], i == 7);
-    }
-  }
-  sqlite3_reset(s);
-  if (src != SQLITE_DONE) {
-    fail(st, src, err, errlen, "finding a run");
+  cJSON *found = cJSON_CreateArray();
+  if (rows_into(st, s, found, keys, 10, 7, "finding a run", err, errlen) !=
+      0) {
+    cJSON_Delete(found);
     goto bad;
   }
+  int n = cJSON_GetArraySize(found);
+  run = n > 0 ? cJSON_DetachItemFromArray(found, 0) : NULL;
+  cJSON_Delete(found);
   if (n == 0) {
     snprintf(err, errlen, "no run '%s' in %s", id_prefix, st->path);
     *rc = DR_ENOENT;
@@ -655,15 +655,8 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
     goto bad;
   }
   bind_text(s, 1, id);
-  while ((src = sqlite3_step(s)) == SQLITE_ROW) {
-    cJSON *t = cJSON_CreateObject();
-    for (int i = 0; i < 10; i++)
-      add_col(t, s, i, task_keys[i], i == 7);
-    cJSON_AddItemToArray(tasks, t);
-  }
-  sqlite3_reset(s);
-  if (src != SQLITE_DONE) {
-    fail(st, src, err, errlen, "reading tasks");
+  if (rows_into(st, s, tasks, task_keys, 10, 7, "reading tasks", err,
+                errlen) != 0) {
     free(id);
     goto bad;
   }

@@ -61,3 +61,14 @@ double stagekit_now(void) {
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
+
+int stagekit_param_int(dagrun_ctx *ctx, const dagrun_host *h,
+                       const char *name, int64_t lo, int64_t hi,
+                       int64_t *out) {
+  if (h->param_int(ctx, name, out) != 0 || *out < lo || *out > hi) {
+    h->fail(ctx, "%s must be an integer from %lld to %lld", name,
+            (long long)lo, (long long)hi);
+    return -1;
+  }
+  return 0;
+}

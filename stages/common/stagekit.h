@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include <dagrun/plugin.h>
+
 /* A byte size as users write it: "123", "64KiB", "200MiB", "1.5GiB",
  * "10MB" (binary KiB/MiB/GiB/TiB or K/M/G/T; decimal KB/MB/GB/TB; any
  * case). Returns 0 and *out, or -1 for anything else. */
@@ -20,5 +22,12 @@ uint64_t stagekit_peak_rss(void);
 
 /* Seconds on the monotonic clock, for durations. */
 double stagekit_now(void);
+
+/* The int param name into *out when it lies in [lo, hi]; otherwise fails
+ * the attempt with "NAME must be an integer from LO to HI" and returns
+ * -1. */
+int stagekit_param_int(dagrun_ctx *ctx, const dagrun_host *h,
+                       const char *name, int64_t lo, int64_t hi,
+                       int64_t *out);
 
 #endif /* DAGRUN_STAGEKIT_H */

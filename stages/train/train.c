@@ -153,16 +153,6 @@ typedef struct run_ctx {
 
 /* ---- Params ---- */
 
-static int get_int(dagrun_ctx *ctx, const dagrun_host *h, const char *name,
-                   int64_t lo, int64_t hi, int64_t *out) {
-  if (h->param_int(ctx, name, out) != 0 || *out < lo || *out > hi) {
-    h->fail(ctx, "%s must be an integer from %lld to %lld", name,
-            (long long)lo, (long long)hi);
-    return -1;
-  }
-  return 0;
-}
-
 static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
   memset(c, 0, sizeof *c);
   char err[512];
@@ -177,10 +167,10 @@ static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
     h->fail(ctx, "model: %s", err);
     return -1;
   }
-  if (get_int(ctx, h, "n_layer", 0, 1000, &nl) || get_int(ctx, h, "n_head", 0, 1000, &nh) ||
-      get_int(ctx, h, "n_embd", 0, 1 << 16, &ne) ||
-      get_int(ctx, h, "block_size", 0, 1 << 20, &bs) ||
-      get_int(ctx, h, "seq_len", 0, 1 << 20, &seq))
+  if (stagekit_param_int(ctx, h, "n_layer", 0, 1000, &nl) || stagekit_param_int(ctx, h, "n_head", 0, 1000, &nh) ||
+      stagekit_param_int(ctx, h, "n_embd", 0, 1 << 16, &ne) ||
+      stagekit_param_int(ctx, h, "block_size", 0, 1 << 20, &bs) ||
+      stagekit_param_int(ctx, h, "seq_len", 0, 1 << 20, &seq))
     return -1;
   if (nl)
     c->model.n_layer = (int)nl;
@@ -198,22 +188,22 @@ static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
             c->model.block_size);
     return -1;
   }
-  if (get_int(ctx, h, "batch_size", 1, 1 << 20, &v))
+  if (stagekit_param_int(ctx, h, "batch_size", 1, 1 << 20, &v))
     return -1;
   c->B = (int)v;
-  if (get_int(ctx, h, "grad_accum", 1, 1 << 20, &v))
+  if (stagekit_param_int(ctx, h, "grad_accum", 1, 1 << 20, &v))
     return -1;
   c->accum = (int)v;
-  if (get_int(ctx, h, "steps", 1, INT64_C(1) << 40, &c->steps) ||
-      get_int(ctx, h, "eval_every", 0, INT64_C(1) << 40, &c->eval_every) ||
-      get_int(ctx, h, "eval_batches", 1, INT64_C(1) << 30, &c->eval_batches) ||
-      get_int(ctx, h, "checkpoint_every", 0, INT64_C(1) << 40, &c->ckpt_every) ||
-      get_int(ctx, h, "keep_checkpoints", 1, 1000, &c->keep))
+  if (stagekit_param_int(ctx, h, "steps", 1, INT64_C(1) << 40, &c->steps) ||
+      stagekit_param_int(ctx, h, "eval_every", 0, INT64_C(1) << 40, &c->eval_every) ||
+      stagekit_param_int(ctx, h, "eval_batches", 1, INT64_C(1) << 30, &c->eval_batches) ||
+      stagekit_param_int(ctx, h, "checkpoint_every", 0, INT64_C(1) << 40, &c->ckpt_every) ||
+      stagekit_param_int(ctx, h, "keep_checkpoints", 1, 1000, &c->keep))
     return -1;
-  if (get_int(ctx, h, "threads", 0, 1024, &v))
+  if (stagekit_param_int(ctx, h, "threads", 0, 1024, &v))
     return -1;
   c->threads = v ? (int)v : (int)stagekit_cpu_count();
-  if (get_int(ctx, h, "seed", 0, INT64_MAX, &v))
+  if (stagekit_param_int(ctx, h, "seed", 0, INT64_MAX, &v))
     return -1;
   c->seed = (uint64_t)v;
 
@@ -255,8 +245,8 @@ static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
   c->opt.weight_decay = (float)wd;
 
   int64_t warmup, cooldown;
-  if (get_int(ctx, h, "warmup", -1, INT64_C(1) << 40, &warmup) ||
-      get_int(ctx, h, "cooldown", 0, INT64_C(1) << 40, &cooldown))
+  if (stagekit_param_int(ctx, h, "warmup", -1, INT64_C(1) << 40, &warmup) ||
+      stagekit_param_int(ctx, h, "cooldown", 0, INT64_C(1) << 40, &cooldown))
     return -1;
   c->sched.max_lr = lr;
   c->sched.min_lr = min_lr < 0 ? lr / 10 : min_lr;
@@ -299,7 +289,7 @@ static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
     return -1;
   }
   int64_t window;
-  if (get_int(ctx, h, "spike_window", 2, SPIKE_MAX_WINDOW, &window))
+  if (stagekit_param_int(ctx, h, "spike_window", 2, SPIKE_MAX_WINDOW, &window))
     return -1;
   c->spike.window = (int)window;
   c->spike.min_history = (int)(window < 20 ? window : 20);
@@ -310,13 +300,13 @@ static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
 
   h->param_bool(ctx, "overfit_one_batch", &c->overfit);
   h->param_float(ctx, "overfit_target", &c->overfit_target);
-  if (get_int(ctx, h, "samples", 0, 100, &v))
+  if (stagekit_param_int(ctx, h, "samples", 0, 100, &v))
     return -1;
   c->nsamples = (int)v;
-  if (get_int(ctx, h, "sample_tokens", 1, 1 << 20, &v))
+  if (stagekit_param_int(ctx, h, "sample_tokens", 1, 1 << 20, &v))
     return -1;
   c->sample_tokens = (int)v;
-  if (get_int(ctx, h, "top_k", 0, 1 << 30, &v))
+  if (stagekit_param_int(ctx, h, "top_k", 0, 1 << 30, &v))
     return -1;
   c->top_k = (int)v;
   h->param_float(ctx, "temperature", &c->temperature);

@@ -107,16 +107,6 @@ typedef struct vrun {
   cJSON *previous; /* the previous promoted model, or NULL */
 } vrun;
 
-static int get_int(vrun *r, const char *name, int64_t lo, int64_t hi,
-                   int64_t *out) {
-  if (r->h->param_int(r->ctx, name, out) != 0 || *out < lo || *out > hi) {
-    r->h->fail(r->ctx, "%s must be an integer from %lld to %lld", name,
-               (long long)lo, (long long)hi);
-    return -1;
-  }
-  return 0;
-}
-
 static void get_gate(vrun *r, const char *name, gate *g) {
   g->on = r->h->param_float(r->ctx, name, &g->limit) == 0;
 }
@@ -129,15 +119,15 @@ static int read_cfg(vrun *r) {
   h->param_string(r->ctx, "models", &c->models);
   h->param_string(r->ctx, "prompt", &c->prompt);
   h->param_float(r->ctx, "temperature", &c->temperature);
-  if (get_int(r, "step", -1, INT64_MAX, &c->step) ||
-      get_int(r, "batch_size", 1, 1 << 16, &c->B) ||
-      get_int(r, "seq_len", 0, 1 << 20, &c->T) ||
-      get_int(r, "max_batches", 0, INT64_C(1) << 40, &c->max_batches) ||
-      get_int(r, "samples", 0, 100, &c->nsamples) ||
-      get_int(r, "sample_tokens", 1, 1 << 20, &c->sample_tokens) ||
-      get_int(r, "top_k", 0, 1 << 30, &c->top_k) ||
-      get_int(r, "seed", 0, INT64_MAX, &c->seed) ||
-      get_int(r, "threads", 0, 1024, &c->threads))
+  if (stagekit_param_int(r->ctx, r->h, "step", -1, INT64_MAX, &c->step) ||
+      stagekit_param_int(r->ctx, r->h, "batch_size", 1, 1 << 16, &c->B) ||
+      stagekit_param_int(r->ctx, r->h, "seq_len", 0, 1 << 20, &c->T) ||
+      stagekit_param_int(r->ctx, r->h, "max_batches", 0, INT64_C(1) << 40, &c->max_batches) ||
+      stagekit_param_int(r->ctx, r->h, "samples", 0, 100, &c->nsamples) ||
+      stagekit_param_int(r->ctx, r->h, "sample_tokens", 1, 1 << 20, &c->sample_tokens) ||
+      stagekit_param_int(r->ctx, r->h, "top_k", 0, 1 << 30, &c->top_k) ||
+      stagekit_param_int(r->ctx, r->h, "seed", 0, INT64_MAX, &c->seed) ||
+      stagekit_param_int(r->ctx, r->h, "threads", 0, 1024, &c->threads))
     return -1;
   get_gate(r, "max_val_loss", &c->max_loss);
   get_gate(r, "max_perplexity", &c->max_ppl);
