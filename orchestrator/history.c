@@ -47,7 +47,8 @@ static history *history_new(store *st, const spec *sp, const char *run_id) {
 }
 
 int history_begin(store *st, const spec *sp, const rundir *run,
-                  const char *params_json, history **out, char *err,
+                  const char *params_json, const char *trigger,
+                  double logical_date, history **out, char *err,
                   size_t errlen) {
   *out = NULL;
   const char **names = xcalloc(sp->n_tasks ? sp->n_tasks : 1, sizeof(char *));
@@ -55,7 +56,8 @@ int history_begin(store *st, const spec *sp, const rundir *run,
     names[i] = sp->tasks[i].name;
   char *abs = realpath(sp->path, NULL);
   int rc = store_run_begin(st, run->id, sp->dag, abs ? abs : sp->path,
-                           run->path, run->started, params_json, names,
+                           run->path, run->started, params_json, trigger,
+                           logical_date, names,
                            sp->n_tasks, err, errlen);
   free(abs);
   free(names);
@@ -268,7 +270,7 @@ int history_cmd_runs(int argc, char **argv) {
   if (rc != 0)
     return EXIT_FAILED;
   char err[1024];
-  cJSON *runs = store_runs(st, dag, (int)limit, err, sizeof err);
+  cJSON *runs = store_runs(st, dag, NULL, (int)limit, err, sizeof err);
   if (!runs) {
     fprintf(stderr, "dagrun: %s\n", err);
     store_close(st);

@@ -43,11 +43,12 @@
 typedef struct history history;
 
 /* Records the start of a run in st (borrowed, must outlive the history),
- * with its resolved params (may be NULL), this process as its
- * orchestrator. Returns 0 with *out, or an error
- * with a message in err. */
+ * with its resolved params (may be NULL), what started it (trigger, see
+ * store.h; logical_date 0: none), this process as its orchestrator.
+ * Returns 0 with *out, or an error with a message in err. */
 int history_begin(store *st, const spec *sp, const rundir *run,
-                  const char *params_json, history **out, char *err,
+                  const char *params_json, const char *trigger,
+                  double logical_date, history **out, char *err,
                   size_t errlen);
 /* Records that the run run_id, already in st, goes on (`dagrun resume`):
  * its tasks that had not succeeded (preset, one per task) go back to

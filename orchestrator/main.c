@@ -494,7 +494,7 @@ static int cmd_run(int argc, char **argv) {
     alerts_redact_params(sp, shown); /* params in a webhook are secrets */
     char *pj = cJSON_PrintUnformatted(shown);
     stop_signals_block(1);
-    int hrc = history_begin(db, sp, run, pj, &h, err, sizeof(err));
+    int hrc = history_begin(db, sp, run, pj, "manual", 0, &h, err, sizeof(err));
     cJSON_free(pj);
     cJSON_Delete(shown);
     if (hrc != 0) {

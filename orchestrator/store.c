@@ -14,7 +14,8 @@
   XX(COMMIT, "COMMIT")                                                         \
   XX(ROLLBACK, "ROLLBACK")                                                     \
   XX(RUN_INSERT, "INSERT INTO runs(id, dag, dag_file, run_dir, state, "        \
-                 "started, params) VALUES(?1, ?2, ?3, ?4, 'running', ?5, ?6)") \
+                 "started, params, trigger, logical_date) "                    \
+                 "VALUES(?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8)")          \
   XX(RUN_FINISH, "UPDATE runs SET state = ?2, finished = ?3 WHERE id = ?1")    \
   XX(TASK_INSERT, "INSERT INTO tasks(run_id, name, state, attempts) "          \
                   "VALUES(?1, ?2, 'waiting', 0)")                              \
@@ -41,11 +42,13 @@
      "SELECT r.id, r.dag, r.dag_file, r.run_dir, r.state, r.started, "         \
      "r.finished, (SELECT count(*) FROM tasks t WHERE t.run_id = r.id), "      \
      "(SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND "                \
-     "t.state IN ('success', 'cached')) FROM runs r "                          \
-     "WHERE ?1 IS NULL OR r.dag = ?1 "                                         \
+     "t.state IN ('success', 'cached')), r.trigger, r.logical_date, "          \
+     "r.orch_pid, r.orch_start FROM runs r "                                   \
+     "WHERE (?1 IS NULL OR r.dag = ?1) AND (?3 IS NULL OR r.state = ?3) "      \
      "ORDER BY r.started DESC, r.id DESC LIMIT ?2")                            \
   XX(RUN_FIND, "SELECT id, dag, dag_file, run_dir, state, started, finished, " \
-               "params, orch_pid, orch_start FROM runs WHERE substr(id, 1, "   \
+               "params, orch_pid, orch_start, trigger, logical_date "          \
+               "FROM runs WHERE substr(id, 1, "                                \
                "length(?1)) = ?1 "                                             \
                "ORDER BY id LIMIT 2")                                          \
   XX(TASKS_OF, "SELECT name, state, attempts, exit_code, error, started, "     \
@@ -58,7 +61,18 @@
   XX(CACHE_FIND, "SELECT t.run_id, t.name, t.outputs, r.run_dir FROM tasks t " \
                  "JOIN runs r ON r.id = t.run_id WHERE t.fingerprint = ?1 "    \
                  "AND t.state = 'success' AND r.run_dir IS NOT NULL "          \
-                 "ORDER BY t.finished DESC, t.rowid DESC")
+                 "ORDER BY t.finished DESC, t.rowid DESC")                     \
+  XX(ALERT_INSERT, "INSERT INTO alert_deliveries(run_id, time, event, task, "  \
+                   "attempt, try, status, error, duration_s, result, "         \
+                   "endpoint) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, " \
+                   "?11)")                                                     \
+  XX(ALERTS_OF, "SELECT time, event, task, attempt, try, status, error, "      \
+                "duration_s, result, endpoint FROM alert_deliveries "          \
+                "WHERE run_id = ?1 ORDER BY rowid")                            \
+  XX(CRON_GET, "SELECT last_fire FROM cron_state WHERE dag = ?1")              \
+  XX(CRON_SET, "INSERT INTO cron_state(dag, last_fire, updated) "              \
+               "VALUES(?1, ?2, ?3) ON CONFLICT(dag) DO UPDATE SET "            \
+               "last_fire = excluded.last_fire, updated = excluded.updated")
 
 enum {
 #define XX(name, sql) S_##name,
@@ -79,6 +93,28 @@ struct store {
   sqlite3_stmt *stmt[S_COUNT];
 };
 
+/* The tables version 4 added, in both the new schema and the migration. */
+#define V4_TABLES_SQL                                                          \
+  "CREATE TABLE alert_deliveries(\n"                                           \
+  "  run_id TEXT NOT NULL,\n"                                                  \
+  "  time REAL NOT NULL,\n"                                                    \
+  "  event TEXT NOT NULL,\n"                                                   \
+  "  task TEXT,\n"                                                             \
+  "  attempt INTEGER,\n"                                                       \
+  "  try INTEGER NOT NULL,\n"                                                  \
+  "  status INTEGER,\n"                                                        \
+  "  error TEXT,\n"                                                            \
+  "  duration_s REAL,\n"                                                       \
+  "  result TEXT NOT NULL,\n"                                                  \
+  "  endpoint TEXT\n"                                                          \
+  ");\n"                                                                       \
+  "CREATE INDEX alert_deliveries_run ON alert_deliveries(run_id);\n"           \
+  "CREATE TABLE cron_state(\n"                                                 \
+  "  dag TEXT PRIMARY KEY,\n"                                                  \
+  "  last_fire INTEGER NOT NULL,\n"                                            \
+  "  updated REAL\n"                                                           \
+  ");\n"
+
 static const char schema_sql[] =
     "CREATE TABLE runs(\n"
     "  id TEXT PRIMARY KEY,\n"
@@ -90,7 +126,9 @@ static const char schema_sql[] =
     "  finished REAL,\n"
     "  params TEXT,\n"
     "  orch_pid INTEGER,\n"
-    "  orch_start INTEGER\n"
+    "  orch_start INTEGER,\n"
+    "  trigger TEXT,\n"
+    "  logical_date REAL\n"
     ");\n"
     "CREATE INDEX runs_dag_started ON runs(dag, started);\n"
     "CREATE INDEX runs_started ON runs(started);\n"
@@ -124,7 +162,7 @@ static const char schema_sql[] =
     "  PRIMARY KEY(run_id, task, n),\n"
     "  FOREIGN KEY(run_id, task) REFERENCES tasks(run_id, name)\n"
     "    ON DELETE CASCADE\n"
-    ");\n";
+    ");\n" V4_TABLES_SQL;
 
 /* Version 1 -> 2: who runs a run (the orchestrator's pid and process start
  * time, against pid reuse) and each attempt's process start time. */
@@ -139,6 +177,12 @@ static const char migrate_v2_sql[] =
     "ALTER TABLE tasks ADD COLUMN fingerprint TEXT;\n"
     "ALTER TABLE tasks ADD COLUMN cached_from TEXT;\n"
     "CREATE INDEX tasks_fingerprint ON tasks(fingerprint);\n";
+
+/* Version 3 -> 4: how a run was started (trigger, logical date), alert
+ * deliveries, and each scheduled DAG's last cron fire time (dagrun serve). */
+static const char migrate_v3_sql[] =
+    "ALTER TABLE runs ADD COLUMN trigger TEXT;\n"
+    "ALTER TABLE runs ADD COLUMN logical_date REAL;\n" V4_TABLES_SQL;
 
 static int fail(store *st, int rc, char *err, size_t errlen, const char *what) {
   snprintf(err, errlen, "run store %s: %s: %s", st->path, what,
@@ -221,6 +265,8 @@ static int init_schema(store *st, char *err, size_t errlen) {
   if (v == 1 && (rc = exec_sql(st, migrate_v1_sql, err, errlen)) != 0)
     goto out;
   if (v >= 1 && v <= 2 && (rc = exec_sql(st, migrate_v2_sql, err, errlen)) != 0)
+    goto out;
+  if (v >= 1 && v <= 3 && (rc = exec_sql(st, migrate_v3_sql, err, errlen)) != 0)
     goto out;
   if (v < STORE_SCHEMA_VERSION) {
     char sql[64];
@@ -346,7 +392,8 @@ static int step_write(store *st, sqlite3_stmt *s, int must_change,
 
 int store_run_begin(store *st, const char *id, const char *dag,
                     const char *dag_file, const char *run_dir, double started,
-                    const char *params_json, const char *const *tasks,
+                    const char *params_json, const char *trigger,
+                    double logical_date, const char *const *tasks,
                     size_t n_tasks, char *err, size_t errlen) {
   int rc = begin(st, err, errlen);
   if (rc)
@@ -362,6 +409,8 @@ int store_run_begin(store *st, const char *id, const char *dag,
   bind_text(s, 4, run_dir);
   bind_time(s, 5, started);
   bind_text(s, 6, params_json);
+  bind_text(s, 7, trigger);
+  bind_time(s, 8, logical_date);
   if ((rc = step_write(st, s, 1, "recording a run", err, errlen)) != 0)
     goto out;
   for (size_t i = 0; i < n_tasks; i++) {
@@ -571,18 +620,21 @@ static int rows_into(store *st, sqlite3_stmt *s, cJSON *arr,
   return 0;
 }
 
-cJSON *store_runs(store *st, const char *dag, int limit, char *err,
-                  size_t errlen) {
+cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
+                  char *err, size_t errlen) {
   static const char *const keys[] = {
-      "id",      "dag",      "dag_file",    "run_dir",        "state",
-      "started", "finished", "tasks_total", "tasks_succeeded"};
+      "id",          "dag",          "dag_file",        "run_dir",
+      "state",       "started",      "finished",        "tasks_total",
+      "tasks_succeeded", "trigger",  "logical_date",    "orch_pid",
+      "orch_start"};
   sqlite3_stmt *s = stmt(st, S_RUNS_LIST, err, errlen);
   if (!s)
     return NULL;
   bind_text(s, 1, dag);
   sqlite3_bind_int(s, 2, limit > 0 ? limit : -1);
+  bind_text(s, 3, state);
   cJSON *arr = cJSON_CreateArray();
-  if (rows_into(st, s, arr, keys, 9, -1, "listing runs", err, errlen) != 0) {
+  if (rows_into(st, s, arr, keys, 13, -1, "listing runs", err, errlen) != 0) {
     cJSON_Delete(arr);
     return NULL;
   }
@@ -616,7 +668,8 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
                  size_t errlen) {
   static const char *const keys[] = {
       "id",      "dag",      "dag_file", "run_dir",  "state",
-      "started", "finished", "params",   "orch_pid", "orch_start"};
+      "started", "finished", "params",   "orch_pid", "orch_start",
+      "trigger", "logical_date"};
   static const char *const task_keys[] = {
       "name",    "state",    "attempts", "exit_code",   "error",
       "started", "finished", "outputs",  "fingerprint", "cached_from"};
@@ -629,7 +682,7 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
     goto out;
   bind_text(s, 1, id_prefix);
   cJSON *found = cJSON_CreateArray();
-  if (rows_into(st, s, found, keys, 10, 7, "finding a run", err, errlen) !=
+  if (rows_into(st, s, found, keys, 12, 7, "finding a run", err, errlen) !=
       0) {
     cJSON_Delete(found);
     goto bad;
@@ -764,4 +817,82 @@ int store_cache_find(store *st, const char *fingerprint,
   sqlite3_reset(s);
   return rc == SQLITE_DONE ? 0
                            : fail(st, rc, err, errlen, "looking up the cache");
+}
+
+int store_alert_record(store *st, const char *run_id,
+                       const store_alert_delivery *d, char *err,
+                       size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  sqlite3_stmt *s = stmt(st, S_ALERT_INSERT, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+  } else {
+    bind_text(s, 1, run_id);
+    sqlite3_bind_double(s, 2, d->time);
+    bind_text(s, 3, d->event);
+    bind_text(s, 4, d->task);
+    bind_i64(s, 5, d->attempt);
+    sqlite3_bind_int(s, 6, d->try_n);
+    bind_i64(s, 7, d->http_status);
+    bind_text(s, 8, d->error);
+    sqlite3_bind_double(s, 9, d->duration_s);
+    bind_text(s, 10, d->result);
+    bind_text(s, 11, d->endpoint);
+    rc = step_write(st, s, 1, "recording an alert delivery", err, errlen);
+  }
+  return commit(st, rc, err, errlen);
+}
+
+cJSON *store_alerts(store *st, const char *run_id, char *err, size_t errlen) {
+  static const char *const keys[] = {"time",     "event",  "task",
+                                     "attempt",  "try",    "status",
+                                     "error",    "duration_s", "result",
+                                     "endpoint"};
+  sqlite3_stmt *s = stmt(st, S_ALERTS_OF, err, errlen);
+  if (!s)
+    return NULL;
+  bind_text(s, 1, run_id);
+  cJSON *arr = cJSON_CreateArray();
+  if (rows_into(st, s, arr, keys, 10, -1, "reading alert deliveries", err,
+                errlen) != 0) {
+    cJSON_Delete(arr);
+    return NULL;
+  }
+  return arr;
+}
+
+int store_cron_get(store *st, const char *dag, long long *last_fire,
+                   char *err, size_t errlen) {
+  sqlite3_stmt *s = stmt(st, S_CRON_GET, err, errlen);
+  if (!s)
+    return DR_ESTORE;
+  bind_text(s, 1, dag);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW)
+    *last_fire = sqlite3_column_int64(s, 0);
+  sqlite3_reset(s);
+  if (rc == SQLITE_ROW)
+    return 0;
+  if (rc == SQLITE_DONE)
+    return DR_ENOENT;
+  return fail(st, rc, err, errlen, "reading a cron trigger's state");
+}
+
+int store_cron_set(store *st, const char *dag, long long last_fire,
+                   double now, char *err, size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  sqlite3_stmt *s = stmt(st, S_CRON_SET, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+  } else {
+    bind_text(s, 1, dag);
+    sqlite3_bind_int64(s, 2, last_fire);
+    sqlite3_bind_double(s, 3, now);
+    rc = step_write(st, s, 1, "recording a cron trigger's state", err, errlen);
+  }
+  return commit(st, rc, err, errlen);
 }

@@ -5,18 +5,25 @@
  * directory. One row per run, per task of a run and per attempt of a task:
  *
  *   runs     (id, dag, dag_file, run_dir, state, started, finished, params,
- *             orch_pid, orch_start)
+ *             orch_pid, orch_start, trigger, logical_date)
  *   tasks    (run_id, name, state, attempts, exit_code, error, started,
  *             finished, outputs, fingerprint, cached_from)
  *   attempts (run_id, task, n, pid, state, exit_code, error, started,
  *             finished, log, pid_start)
+ *   alert_deliveries (run_id, time, event, task, attempt, try, status,
+ *             error, duration_s, result, endpoint)
+ *   cron_state (dag, last_fire, updated)
  *
  * Times are wall-clock seconds since the epoch (REAL, NULL when unknown);
  * params and outputs are JSON text; exit_code is NULL when there is none.
  * A task's fingerprint (hex SHA-256, see sched.h) is indexed for the
  * cache; cached_from is, for a task in state "cached", the run whose task
  * it reused. Schema history: v2 added orch_pid, orch_start, pid_start;
- * v3 fingerprint and cached_from (older databases are migrated on open).
+ * v3 fingerprint and cached_from; v4 trigger and logical_date, the
+ * alert_deliveries and cron_state tables (older databases are migrated on
+ * open). A run's trigger says what started it: "manual" (`dagrun run`),
+ * "cron" or "api" (`dagrun serve`), "backfill"; its logical_date is the
+ * schedule time it stands for (cron and backfill runs), else NULL.
  * An attempt's state is "starting" (recorded before its process is
  * spawned: pid NULL), "running" (spawned, pid set), then "success",
  * "failed" or "cancelled".
@@ -44,7 +51,7 @@
 #include <stddef.h>
 
 /* The schema this dagrun writes (PRAGMA user_version). */
-#define STORE_SCHEMA_VERSION 3
+#define STORE_SCHEMA_VERSION 4
 
 typedef struct store store;
 
@@ -64,10 +71,12 @@ void store_close(store *st);
 const char *store_path(const store *st);
 
 /* Records a new run in state "running" and its tasks in state "waiting",
- * in one transaction. params_json may be NULL. */
+ * in one transaction. params_json and trigger may be NULL, logical_date 0
+ * (none). */
 int store_run_begin(store *st, const char *id, const char *dag,
                     const char *dag_file, const char *run_dir, double started,
-                    const char *params_json, const char *const *tasks,
+                    const char *params_json, const char *trigger,
+                    double logical_date, const char *const *tasks,
                     size_t n_tasks, char *err, size_t errlen);
 /* Sets the run's final state and end time. */
 int store_run_finish(store *st, const char *id, const char *state,
@@ -127,11 +136,12 @@ int store_cache_find(store *st, const char *fingerprint,
 /* Reading. Each returns a new cJSON (caller frees) or NULL with err set.
  * Times are numbers (seconds), NULL columns are left out. */
 
-/* Runs newest first, of one dag (NULL: all), at most limit (<= 0: all):
- * [{id, dag, dag_file, run_dir, state, started, finished, tasks_total,
- *   tasks_succeeded (success or cached)}]. */
-cJSON *store_runs(store *st, const char *dag, int limit, char *err,
-                  size_t errlen);
+/* Runs newest first, of one dag (NULL: all), in one state (NULL: any), at
+ * most limit (<= 0: all): [{id, dag, dag_file, run_dir, state, started,
+ * finished, tasks_total, tasks_succeeded (success or cached), trigger,
+ * logical_date, orch_pid, orch_start}]. */
+cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
+                  char *err, size_t errlen);
 /* The run whose id is id_prefix or starts with it: {..., params, tasks:
  * [{name, state, attempts, exit_code, error, started, finished, outputs,
  * attempt_list: [{n, pid, state, exit_code, error, started, finished,
@@ -145,5 +155,34 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
  * DR_ENOENT (no such task or attempt yet), DR_ESTORE. */
 cJSON *store_attempt(store *st, const char *run_id, const char *task, int n,
                      int *rc, char *err, size_t errlen);
+
+/* One delivery try of a webhook alert (alerts.h), as recorded. */
+typedef struct store_alert_delivery {
+  double time;        /* when the try ended */
+  const char *event;  /* failure, retry, success, deadline */
+  const char *task;   /* NULL: about the run */
+  int attempt;        /* the task's attempt, 0: none */
+  int try_n;          /* 1, 2, 3 */
+  int http_status;    /* 0: no answer */
+  const char *error;  /* NULL: none */
+  double duration_s;
+  const char *result; /* "delivered", "retrying", "failed", "abandoned" */
+  const char *endpoint; /* scheme://host[:port] only, never the URL */
+} store_alert_delivery;
+int store_alert_record(store *st, const char *run_id,
+                       const store_alert_delivery *d, char *err,
+                       size_t errlen);
+/* A run's alert deliveries in order: [{time, event, task, attempt, try,
+ * status, error, duration_s, result, endpoint}] (NULL columns left out),
+ * or NULL with err. */
+cJSON *store_alerts(store *st, const char *run_id, char *err, size_t errlen);
+
+/* The cron trigger of dag (dagrun serve): the last schedule time it fired
+ * or decided not to (UTC seconds). store_cron_get returns 0 with
+ * *last_fire, DR_ENOENT when dag has none yet, or DR_ESTORE. */
+int store_cron_get(store *st, const char *dag, long long *last_fire,
+                   char *err, size_t errlen);
+int store_cron_set(store *st, const char *dag, long long last_fire, double now,
+                   char *err, size_t errlen);
 
 #endif /* DAGRUN_STORE_H */

@@ -36,17 +36,18 @@ static void test_records(void) {
   CHECK_STR(store_path(st), db);
   const char *tasks[] = {"a", "b"};
   CHECK_INT(store_run_begin(st, "20260101T000000Z-aaaa", "d", "/x/d.yaml",
-                            "/runs/d/1", 1000.0, "{\"k\":1}", tasks, 2, err,
+                            "/runs/d/1", 1000.0, "{\"k\":1}", "cron", 960.0,
+                            tasks, 2, err,
                             sizeof err),
             0);
   CHECK_INT(store_run_begin(st, "20260102T000000Z-bbbb", "e", "/x/e.yaml",
-                            "/runs/e/1", 2000.0, NULL, tasks, 1, err,
+                            "/runs/e/1", 2000.0, NULL, NULL, 0, tasks, 1, err,
                             sizeof err),
             0);
   /* The same id twice is refused, and the failed transaction leaves
    * nothing behind. */
   CHECK_INT(store_run_begin(st, "20260102T000000Z-bbbb", "e", NULL, NULL,
-                            3000.0, NULL, tasks, 1, err, sizeof err),
+                            3000.0, NULL, NULL, 0, tasks, 1, err, sizeof err),
             DR_ESTORE);
   CHECK(strstr(err, db) != NULL);
   CHECK(strstr(err, "UNIQUE") != NULL);
@@ -76,7 +77,7 @@ static void test_records(void) {
   CHECK_INT(store_run_finish(st, id, "failed", 1005.0, err, sizeof err), 0);
 
   /* Newest first; filtered by dag; limited. */
-  cJSON *runs = store_runs(st, NULL, 0, err, sizeof err);
+  cJSON *runs = store_runs(st, NULL, NULL, 0, err, sizeof err);
   CHECK_INT(cJSON_GetArraySize(runs), 2);
   CHECK_STR(str_key(cJSON_GetArrayItem(runs, 0), "id"),
             "20260102T000000Z-bbbb");
@@ -86,12 +87,48 @@ static void test_records(void) {
   CHECK(num_key(r1, "tasks_succeeded", &v) && v == 1);
   CHECK(num_key(r1, "finished", &v) && v == 1005.0);
   cJSON_Delete(runs);
-  runs = store_runs(st, "d", 0, err, sizeof err);
+  runs = store_runs(st, "d", NULL, 0, err, sizeof err);
   CHECK_INT(cJSON_GetArraySize(runs), 1);
   cJSON_Delete(runs);
-  runs = store_runs(st, NULL, 1, err, sizeof err);
+  runs = store_runs(st, NULL, NULL, 1, err, sizeof err);
   CHECK_INT(cJSON_GetArraySize(runs), 1);
   cJSON_Delete(runs);
+  /* By state: "e" is still running; what started "d" is kept. */
+  runs = store_runs(st, NULL, "running", 0, err, sizeof err);
+  CHECK_INT(cJSON_GetArraySize(runs), 1);
+  CHECK_STR(str_key(cJSON_GetArrayItem(runs, 0), "dag"), "e");
+  CHECK(str_key(cJSON_GetArrayItem(runs, 0), "trigger") == NULL);
+  cJSON_Delete(runs);
+  runs = store_runs(st, "d", "failed", 0, err, sizeof err);
+  CHECK_INT(cJSON_GetArraySize(runs), 1);
+  CHECK_STR(str_key(cJSON_GetArrayItem(runs, 0), "trigger"), "cron");
+  CHECK(num_key(cJSON_GetArrayItem(runs, 0), "logical_date", &v) && v == 960.0);
+  cJSON_Delete(runs);
+
+  /* Alert deliveries, in order, NULL columns left out. */
+  store_alert_delivery d1 = {1006.0, "failure", "a", 2, 1, 500, "HTTP 500",
+                             0.25, "retrying", "http://127.0.0.1:9"};
+  store_alert_delivery d2 = {1007.0, "failure", "a", 2, 2, 200, NULL,
+                             0.5, "delivered", "http://127.0.0.1:9"};
+  CHECK_INT(store_alert_record(st, id, &d1, err, sizeof err), 0);
+  CHECK_INT(store_alert_record(st, id, &d2, err, sizeof err), 0);
+  cJSON *als = store_alerts(st, id, err, sizeof err);
+  CHECK_INT(cJSON_GetArraySize(als), 2);
+  CHECK_STR(str_key(cJSON_GetArrayItem(als, 0), "result"), "retrying");
+  CHECK_STR(str_key(cJSON_GetArrayItem(als, 1), "result"), "delivered");
+  CHECK(str_key(cJSON_GetArrayItem(als, 1), "error") == NULL);
+  CHECK(num_key(cJSON_GetArrayItem(als, 1), "try", &v) && v == 2);
+  cJSON_Delete(als);
+
+  /* Cron state: none, then set, then moved on. */
+  long long last = 0;
+  CHECK_INT(store_cron_get(st, "d", &last, err, sizeof err), DR_ENOENT);
+  CHECK_INT(store_cron_set(st, "d", 3600, 3601.0, err, sizeof err), 0);
+  CHECK_INT(store_cron_get(st, "d", &last, err, sizeof err), 0);
+  CHECK(last == 3600);
+  CHECK_INT(store_cron_set(st, "d", 7200, 7201.0, err, sizeof err), 0);
+  CHECK_INT(store_cron_get(st, "d", &last, err, sizeof err), 0);
+  CHECK(last == 7200);
 
   /* By prefix; ambiguous; unknown. */
   int rc;
@@ -142,7 +179,7 @@ static void test_records(void) {
 
   /* Reopened: everything is still there; journal mode is WAL. */
   CHECK_INT(store_open(db, 0, &st, err, sizeof err), 0);
-  runs = st ? store_runs(st, NULL, 0, err, sizeof err) : NULL;
+  runs = st ? store_runs(st, NULL, NULL, 0, err, sizeof err) : NULL;
   CHECK_INT(cJSON_GetArraySize(runs), 2);
   cJSON_Delete(runs);
   store_close(st);
@@ -261,6 +298,14 @@ static void test_migrate_v1(void) {
   free(from);
   free(dir);
   cJSON_Delete(outs);
+  /* v4's tables and columns too: a migrated run has no trigger. */
+  long long last = 0;
+  CHECK_INT(store_cron_set(st, "d", 60, 61.0, err, sizeof err), 0);
+  CHECK_INT(store_cron_get(st, "d", &last, err, sizeof err), 0);
+  CHECK(last == 60);
+  cJSON *old_runs = store_runs(st, NULL, NULL, 0, err, sizeof err);
+  CHECK(old_runs && str_key(cJSON_GetArrayItem(old_runs, 0), "trigger") == NULL);
+  cJSON_Delete(old_runs);
   run = store_run(st, "old", &rc, err, sizeof err);
   CHECK_STR(str_key(cJSON_GetArrayItem(cJSON_GetObjectItem(run, "tasks"), 0),
                     "fingerprint"),
@@ -307,7 +352,7 @@ static void test_concurrent(void) {
   if (!st)
     return;
   const char *tasks[] = {"t"};
-  CHECK_INT(store_run_begin(st, "r1", "d", NULL, NULL, 1.0, NULL, tasks, 1, err,
+  CHECK_INT(store_run_begin(st, "r1", "d", NULL, NULL, 1.0, NULL, NULL, 0, tasks, 1, err,
                             sizeof err),
             0);
 
