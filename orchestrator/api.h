@@ -1,0 +1,82 @@
+/*
+ * api: the HTTP API and dashboard of `dagrun serve`, on libmicrohttpd.
+ *
+ * The server runs on libmicrohttpd's own threads. What it reads (runs,
+ * tasks, attempts, logs, metrics, alert deliveries) it reads itself: from
+ * the run store (a store handle per request, store.h) and the run
+ * directories the store names. What it needs from the daemon (the loaded
+ * DAGs, starting and cancelling runs) it asks through api_actions, whose
+ * functions are called on the server's threads and must be thread-safe.
+ *
+ * Endpoints (JSON everywhere, errors as {"error": "..."}; the OpenAPI
+ * document at /api/openapi.json is the reference):
+ *   GET  /                                   the dashboard (HTML)
+ *   GET  /api/health                         {status, version, uptime_s, dags}
+ *   GET  /api/openapi.json                   the OpenAPI 3 document
+ *   GET  /api/dags                           actions->dags
+ *   GET  /api/dags/{dag}                     one DAG, with its recent runs
+ *   GET  /api/runs?dag=&state=&limit=        store_runs
+ *   GET  /api/runs/{run}                     store_run (id or unique prefix)
+ *   GET  /api/runs/{run}/tasks/{task}/log?attempt=N&offset=B
+ *                                            {attempt, offset, next_offset,
+ *                                             size, eof, text}
+ *   GET  /api/runs/{run}/metrics             {task: [metric objects]} from
+ *                                            <run_dir>/<task>/metrics.jsonl
+ *   GET  /api/runs/{run}/alerts              store_alerts
+ *   POST /api/dags/{dag}/runs                trigger: body {"params": {...}}
+ *                                            (optional); 201 {run_id, dag}
+ *   POST /api/runs/{run}/cancel              202 {run_id}
+ *
+ * Authentication: GETs are open (the server listens on 127.0.0.1 unless
+ * told otherwise). POSTs need a bearer token (Authorization: Bearer T) or
+ * an HMAC-SHA256 signature of the body (X-Dagrun-Timestamp: unix seconds,
+ * X-Dagrun-Signature: sha256=hex(HMAC(secret, timestamp "." body)), the
+ * timestamp within 5 minutes of now); both compared in constant time. A
+ * server with neither configured refuses every POST (403).
+ */
+#ifndef DAGRUN_API_H
+#define DAGRUN_API_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+/* What the daemon does for the API. Called on the server's threads. */
+typedef struct api_actions {
+  /* The loaded DAGs: [{name, file, description, schedule, timezone,
+   * catchup, overlap, next_fire (UTC seconds) , error (a DAG file that does
+   * not load: its message with file:line:col; the other keys may then be
+   * missing), tasks: [{name, stage, needs: [names]}]}]. Caller frees. */
+  cJSON *(*dags)(void *ud);
+  /* Starts a run of dag now, with params (an object of param overrides, or
+   * NULL). Returns 0 with the new run's id in run_id, else an HTTP status
+   * with a message in err: 404 (no such DAG), 400 (bad params, a DAG that
+   * does not load), 409 (overlap: skip and a run is going), 503 (shutting
+   * down), 500. */
+  int (*trigger)(void *ud, const char *dag, const cJSON *params, char *run_id,
+                 size_t run_id_len, char *err, size_t errlen);
+  /* Stops a run (full id). Returns 0, or an HTTP status with err: 404 (no
+   * such run), 409 (already finished), 500. */
+  int (*cancel)(void *ud, const char *run_id, char *err, size_t errlen);
+  void *ud;
+} api_actions;
+
+typedef struct api_config {
+  const char *host;        /* address to listen on, e.g. "127.0.0.1" */
+  int port;                /* 0: any free port (see api_port) */
+  const char *token;       /* bearer token, or NULL */
+  const char *hmac_secret; /* HMAC key, or NULL */
+  const char *store_path;  /* the run store */
+} api_config;
+
+typedef struct api_server api_server;
+
+/* Starts serving. Strings in cfg are copied. Returns 0 with *out, or
+ * DR_EIO with a message in err (address in use, bad host). */
+int api_start(const api_config *cfg, const api_actions *actions,
+              api_server **out, char *err, size_t errlen);
+/* The port it listens on. */
+int api_port(const api_server *s);
+/* Stops accepting, waits for requests in progress, frees s. NULL: no-op. */
+void api_stop(api_server *s);
+
+#endif /* DAGRUN_API_H */
