@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alerts.h"
 #include "dag.h"
 #include "params.h"
 #include "template.h"
@@ -155,4 +156,25 @@ void checked_free(checked *c) {
   free(c->task_plugin);
   cJSON_Delete(c->params);
   free(c);
+}
+
+int check_load(const char *path, spec **sp, checked **ck, diags *d) {
+  *sp = NULL;
+  *ck = NULL;
+  size_t before = d->n;
+  int rc = spec_load(path, sp, d);
+  if (*sp && rc != DR_ENOENT && rc != DR_EIO) {
+    /* Structural errors do not stop the deeper checks: report all. */
+    check_spec(*sp, ck, d);
+    alerts_check(*sp, (*ck)->params, d);
+  }
+  if (rc == 0 && d->n > before)
+    rc = DR_ESPEC;
+  if (rc != 0) {
+    checked_free(*ck);
+    spec_free(*sp);
+    *ck = NULL;
+    *sp = NULL;
+  }
+  return rc;
 }

@@ -26,4 +26,10 @@ typedef struct checked {
 int check_spec(const spec *s, checked **out, diags *d);
 void checked_free(checked *c);
 
+/* Loads a DAG file and runs every check on it, the alerts' included: what
+ * `dagrun check` reports. Returns 0 with *sp and *ck (caller frees), or an
+ * error (DR_ESPEC, DR_ENOENT, DR_EIO) with *sp and *ck NULL and every error
+ * found in d (none for a file that cannot be read: the code says why). */
+int check_load(const char *path, spec **sp, checked **ck, diags *d);
+
 #endif /* DAGRUN_CHECK_H */

@@ -646,3 +646,48 @@ void cron_format(const cron_zone *z, int64_t t, char *buf, size_t n) {
   snprintf(buf, n, "%s%c%02ld:%02ld %s  (%s)", lbuf, off < 0 ? '-' : '+',
            a / 3600, a % 3600 / 60, abbr, ubuf);
 }
+
+int cron_parse_time(const char *s, const cron_zone *z, int64_t *out) {
+  int y, mo, d, h = 0, mi = 0, sec = 0, n = 0, k = 0;
+  if (sscanf(s, "%4d-%2d-%2d%n", &y, &mo, &d, &n) != 3)
+    return -1;
+  const char *p = s + n;
+  if (*p == 'T' || *p == ' ') {
+    if (sscanf(p + 1, "%2d:%2d%n", &h, &mi, &k) != 2)
+      return -1;
+    p += 1 + k;
+    if (*p == ':') {
+      if (sscanf(p + 1, "%2d%n", &sec, &k) != 1)
+        return -1;
+      p += 1 + k;
+    }
+  }
+  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 59 ||
+      h < 0 || mi < 0 || sec < 0)
+    return -1;
+  struct tm tm = {0};
+  tm.tm_year = y - 1900;
+  tm.tm_mon = mo - 1;
+  tm.tm_mday = d;
+  tm.tm_hour = h;
+  tm.tm_min = mi;
+  tm.tm_sec = sec;
+  int64_t local = (int64_t)timegm(&tm);
+  if (*p == 0) {
+    *out = cron_zone_to_utc(z, local);
+    return 0;
+  }
+  if (strcmp(p, "Z") == 0) {
+    *out = local;
+    return 0;
+  }
+  int oh, om = 0;
+  if ((*p == '+' || *p == '-') &&
+      (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &k) == 2 ||
+       sscanf(p + 1, "%2d%2d%n", &oh, &om, &k) == 2) &&
+      p[1 + k] == 0 && oh <= 14 && om <= 59) {
+    *out = local - (*p == '-' ? -1 : 1) * (int64_t)(oh * 3600 + om * 60);
+    return 0;
+  }
+  return -1;
+}

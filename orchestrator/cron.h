@@ -92,6 +92,12 @@ int cron_due(const cron_expr *e, const cron_zone *z, int64_t last_fire,
  * the same distance after the transition (02:30 -> 03:30 local). */
 int64_t cron_zone_to_utc(const cron_zone *z, int64_t local);
 
+/* Parses a time given by a user: "2026-03-08T01:30[:00]" (a local time in
+ * z, as cron_zone_to_utc takes it), the same with "Z" or an offset such as
+ * "+01:00" (an absolute time), or a date alone (local midnight). Returns 0
+ * with UTC seconds in *out, or -1. */
+int cron_parse_time(const char *s, const cron_zone *z, int64_t *out);
+
 /* Formats t as "2026-03-08T03:00:00-04:00 EDT  (2026-03-08T07:00:00Z)"
  * into buf (64 bytes are enough). */
 void cron_format(const cron_zone *z, int64_t t, char *buf, size_t n);

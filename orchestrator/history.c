@@ -282,15 +282,19 @@ int history_cmd_runs(int argc, char **argv) {
     fprintf(stderr, "dagrun: no runs%s%s recorded in %s\n", dag ? " of " : "",
             dag ? dag : "", store_path(st));
   } else {
-    printf("%-26s %-16s %-10s %-21s %9s %s\n", "RUN", "DAG", "STATE", "STARTED",
-           "DURATION", "TASKS");
+    printf("%-26s %-16s %-10s %-21s %9s %-6s %-8s %s\n", "RUN", "DAG",
+           "STATE", "STARTED", "DURATION", "TASKS", "TRIGGER", "FOR");
     for (cJSON *r = runs->child; r; r = r->next) {
-      char t[40], d[32];
+      char t[40], d[32], tasks[32], logical[40] = "";
       fmt_time(num(r, "started", 0), t, sizeof t);
       fmt_span(r, d, sizeof d);
-      printf("%-26s %-16s %-10s %-21s %9s %d/%d\n", str(r, "id", "?"),
-             str(r, "dag", "?"), str(r, "state", "?"), t, d,
-             (int)num(r, "tasks_succeeded", 0), (int)num(r, "tasks_total", 0));
+      snprintf(tasks, sizeof tasks, "%d/%d", (int)num(r, "tasks_succeeded", 0),
+               (int)num(r, "tasks_total", 0));
+      if (num(r, "logical_date", 0) > 0)
+        fmt_time(num(r, "logical_date", 0), logical, sizeof logical);
+      printf("%-26s %-16s %-10s %-21s %9s %-6s %-8s %s\n", str(r, "id", "?"),
+             str(r, "dag", "?"), str(r, "state", "?"), t, d, tasks,
+             str(r, "trigger", "manual"), logical);
     }
   }
   cJSON_Delete(runs);

@@ -20,6 +20,7 @@
 #include <uv.h>
 
 #include "alerts.h"
+#include "backfill.h"
 #include "catalog.h"
 #include "check.h"
 #include "cron.h"
@@ -61,6 +62,13 @@ static const char usage_text[] =
     "                                       succeeded, in its run "
     "directory\n"
     "       dagrun cancel RUN               stop a running run\n"
+    "       dagrun backfill FILE --from TIME --to TIME [run options]\n"
+    "                                       one run per schedule time in "
+    "the range\n"
+    "       dagrun serve PATH... [--port N] [--token-file F] ...\n"
+    "                                       daemon: cron triggers, HTTP "
+    "API,\n"
+    "                                       dashboard (--help: options)\n"
     "       dagrun --version | --help\n"
     "\n"
     "run options:\n"
@@ -75,6 +83,13 @@ static const char usage_text[] =
     "  --no-cache             run every task, even one whose fingerprint\n"
     "                         matches an earlier successful task (run,\n"
     "                         resume)\n"
+    "  -p, --param NAME=VALUE set a DAG param (keeps its type; lists and\n"
+    "                         maps as JSON); repeatable\n"
+    "  --run-id ID            the run's id (default: time + random)\n"
+    "  --logical-date TIME    the schedule time the run stands for\n"
+    "                         (${run.date}), e.g. 2026-11-21T02:30:00Z\n"
+    "  --trigger KIND         recorded as what started it: manual, cron,\n"
+    "                         api, backfill\n"
     "\n"
     "Runs are recorded in $DAGRUN_HOME/state.db (default: "
     ".dagrun/state.db);\n"
@@ -95,31 +110,15 @@ static int usage_error(const char *fmt, const char *arg) {
  * and *ck set, or EXIT_USAGE. */
 static int load_checked(const char *path, spec **sp, checked **ck) {
   diags d = {0};
-  *sp = NULL;
-  *ck = NULL;
-  int rc = spec_load(path, sp, &d);
-  if (*sp && rc != DR_ENOENT && rc != DR_EIO) {
-    /* Structural errors do not stop the deeper checks: report all. */
-    check_spec(*sp, ck, &d);
-    alerts_check(*sp, (*ck)->params, &d);
-  }
+  int rc = check_load(path, sp, ck, &d);
   if (d.n) {
     diags_print(&d, stderr);
     fprintf(stderr, "%s: %zu error%s\n", path, d.n, d.n == 1 ? "" : "s");
-    diags_free(&d);
-    checked_free(*ck);
-    spec_free(*sp);
-    *ck = NULL;
-    *sp = NULL;
-    return EXIT_USAGE;
-  }
-  if (rc != 0) {
+  } else if (rc != 0) {
     fprintf(stderr, "dagrun: %s: %s\n", path, dr_strerror(rc));
-    checked_free(*ck);
-    spec_free(*sp);
-    return EXIT_USAGE;
   }
-  return 0;
+  diags_free(&d);
+  return rc == 0 ? 0 : EXIT_USAGE;
 }
 
 static int cmd_check(int argc, char **argv) {
@@ -410,33 +409,113 @@ static int exec_flag(int argc, char **argv, int *i, exec_flags *f) {
   return 1;
 }
 
+static int run_file(const char *file, const char *runs_dir,
+                    const exec_flags *flp, const char *run_id,
+                    const char *trigger, double logical_date,
+                    char *const *overrides, size_t n_overrides);
+
+/* What started a run, as `dagrun run --trigger` takes it (store.h). */
+static const char *const run_triggers[] = {"manual", "cron", "api", "backfill",
+                                           NULL};
+
+/* Applies `--param NAME=VALUE` overrides (argv-style "NAME=VALUE" strings)
+ * to the resolved DAG params: 0, or EXIT_USAGE after saying why. */
+static int apply_param_overrides(const spec *sp, cJSON *params,
+                                 char *const *kv, size_t n) {
+  char err[512];
+  for (size_t i = 0; i < n; i++) {
+    const char *eq = strchr(kv[i], '=');
+    if (!eq || eq == kv[i])
+      return usage_error("--param takes NAME=VALUE, got '%s'", kv[i]);
+    char *name = xstrndup(kv[i], (size_t)(eq - kv[i]));
+    int rc = tmpl_override_param(sp, params, name, eq + 1, err, sizeof err);
+    free(name);
+    if (rc != 0) {
+      fprintf(stderr, "dagrun: --param %s: %s\n", kv[i], err);
+      return EXIT_USAGE;
+    }
+  }
+  return 0;
+}
+
 static int cmd_run(int argc, char **argv) {
   const char *file = NULL;
   const char *runs_dir = getenv("DAGRUN_RUNS_DIR");
+  const char *run_id = NULL, *trigger = "manual";
+  double logical_date = 0;
+  char **overrides = xcalloc((size_t)argc + 1, sizeof(char *));
+  size_t n_overrides = 0;
+  int code = EXIT_USAGE;
   exec_flags fl;
   exec_flags_init(&fl);
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     int used = exec_flag(argc, argv, &i, &fl);
     if (used == EXIT_USAGE)
-      return EXIT_USAGE;
+      goto done;
     if (used)
       continue;
     if (strcmp(a, "--runs-dir") == 0 && i + 1 < argc) {
       runs_dir = argv[++i];
+    } else if ((strcmp(a, "--param") == 0 || strcmp(a, "-p") == 0) &&
+               i + 1 < argc) {
+      overrides[n_overrides++] = argv[++i];
+    } else if (strcmp(a, "--run-id") == 0 && i + 1 < argc) {
+      run_id = argv[++i];
+      if (!rundir_id_valid(run_id)) {
+        usage_error("bad --run-id '%s': expected letters, digits, '_', '.' "
+                    "and '-', not starting with '.'",
+                    run_id);
+        goto done;
+      }
+    } else if (strcmp(a, "--trigger") == 0 && i + 1 < argc) {
+      trigger = argv[++i];
+      int known = 0;
+      for (size_t k = 0; run_triggers[k]; k++)
+        known |= strcmp(trigger, run_triggers[k]) == 0;
+      if (!known) {
+        usage_error("--trigger takes manual, cron, api or backfill, got '%s'",
+                    trigger);
+        goto done;
+      }
+    } else if (strcmp(a, "--logical-date") == 0 && i + 1 < argc) {
+      int64_t t;
+      if (cron_parse_time(argv[++i], NULL, &t) != 0) {
+        usage_error("--logical-date takes a time such as "
+                    "2026-11-21T02:30:00Z, got '%s'",
+                    argv[i]);
+        goto done;
+      }
+      logical_date = (double)t;
     } else if (a[0] == '-') {
-      return usage_error("unknown option '%s'", a);
+      usage_error("unknown option '%s'", a);
+      goto done;
     } else if (!file) {
       file = a;
     } else {
-      return usage_error("run takes one DAG file, got also '%s'", a);
+      usage_error("run takes one DAG file, got also '%s'", a);
+      goto done;
     }
   }
-  if (!file)
-    return usage_error("%s", "run needs a DAG file");
+  if (!file) {
+    usage_error("%s", "run needs a DAG file");
+    goto done;
+  }
   if (!runs_dir || !*runs_dir)
     runs_dir = "runs";
+  code = run_file(file, runs_dir, &fl, run_id, trigger, logical_date,
+                  overrides, n_overrides);
+done:
+  free(overrides);
+  return code;
+}
 
+/* `dagrun run` once its command line is read. */
+static int run_file(const char *file, const char *runs_dir,
+                    const exec_flags *flp, const char *run_id,
+                    const char *trigger, double logical_date,
+                    char *const *overrides, size_t n_overrides) {
+  exec_flags fl = *flp;
   spec *sp;
   checked *ck;
   if (load_checked(file, &sp, &ck) != 0)
@@ -462,7 +541,8 @@ static int cmd_run(int argc, char **argv) {
   }
   free(db_path);
   rundir *run;
-  if (rundir_create(runs_dir, sp->dag, &run, err, sizeof(err)) != 0) {
+  if (rundir_create(runs_dir, sp->dag, run_id, logical_date, &run, err,
+                    sizeof(err)) != 0) {
     fprintf(stderr, "dagrun: %s\n", err);
     store_close(db);
     checked_free(ck);
@@ -473,10 +553,12 @@ static int cmd_run(int argc, char **argv) {
   diags d = {0};
   cJSON *params = NULL;
   tmpl_env te = {sp, NULL, run->id, run->date, NULL, NULL, NULL};
-  if (tmpl_resolve_params(&te, &params, &d) != 0) {
+  if (tmpl_resolve_params(&te, &params, &d) != 0 ||
+      apply_param_overrides(sp, params, overrides, n_overrides) != 0) {
     diags_print(&d, stderr);
     diags_free(&d);
     cJSON_Delete(params);
+    rmdir(run->path); /* nothing ran: no trace of a run */
     rundir_destroy(run);
     store_close(db);
     checked_free(ck);
@@ -494,7 +576,8 @@ static int cmd_run(int argc, char **argv) {
     alerts_redact_params(sp, shown); /* params in a webhook are secrets */
     char *pj = cJSON_PrintUnformatted(shown);
     stop_signals_block(1);
-    int hrc = history_begin(db, sp, run, pj, "manual", 0, &h, err, sizeof(err));
+    int hrc = history_begin(db, sp, run, pj, trigger, logical_date, &h, err,
+                            sizeof(err));
     cJSON_free(pj);
     cJSON_Delete(shown);
     if (hrc != 0) {
@@ -642,7 +725,7 @@ static int cmd_resume(int argc, char **argv) {
     goto out;
   }
   if (rundir_open(json_str(rec, "run_dir"), run_id, json_num(rec, "started"),
-                  &run, err, sizeof err) != 0) {
+                  json_num(rec, "logical_date"), &run, err, sizeof err) != 0) {
     fprintf(stderr, "dagrun: cannot resume run %s: %s\n", run_id, err);
     goto out;
   }
@@ -779,53 +862,6 @@ static int cmd_generate(char **argv) {
   return EXIT_TASK_FAILED;
 }
 
-/* "2026-03-08T01:30[:00]" (local time in z), with "Z" or "+01:00" (an
- * absolute time), or a date alone (local midnight) -> UTC seconds. */
-static int parse_when(const char *s, const cron_zone *z, int64_t *out) {
-  int y, mo, d, h = 0, mi = 0, sec = 0, n = 0, k = 0;
-  if (sscanf(s, "%4d-%2d-%2d%n", &y, &mo, &d, &n) != 3)
-    return -1;
-  const char *p = s + n;
-  if (*p == 'T' || *p == ' ') {
-    if (sscanf(p + 1, "%2d:%2d%n", &h, &mi, &k) != 2)
-      return -1;
-    p += 1 + k;
-    if (*p == ':') {
-      if (sscanf(p + 1, "%2d%n", &sec, &k) != 1)
-        return -1;
-      p += 1 + k;
-    }
-  }
-  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 59 ||
-      h < 0 || mi < 0 || sec < 0)
-    return -1;
-  struct tm tm = {0};
-  tm.tm_year = y - 1900;
-  tm.tm_mon = mo - 1;
-  tm.tm_mday = d;
-  tm.tm_hour = h;
-  tm.tm_min = mi;
-  tm.tm_sec = sec;
-  int64_t local = (int64_t)timegm(&tm);
-  if (*p == 0) {
-    *out = cron_zone_to_utc(z, local);
-    return 0;
-  }
-  if (strcmp(p, "Z") == 0) {
-    *out = local;
-    return 0;
-  }
-  int oh, om = 0;
-  if ((*p == '+' || *p == '-') &&
-      (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &k) == 2 ||
-       sscanf(p + 1, "%2d%2d%n", &oh, &om, &k) == 2) &&
-      p[1 + k] == 0 && oh <= 14 && om <= 59) {
-    *out = local - (*p == '-' ? -1 : 1) * (int64_t)(oh * 3600 + om * 60);
-    return 0;
-  }
-  return -1;
-}
-
 /* dagrun cron-next "EXPR" [--tz ZONE] [-n N] [--from TIME]: what a
  * schedule will do, one fire time a line, local and UTC. */
 static int cmd_cron_next(int argc, char **argv) {
@@ -876,7 +912,7 @@ static int cmd_cron_next(int argc, char **argv) {
   }
   /* --from includes a fire time at that very time; now does not. */
   int64_t after = (int64_t)time(NULL), t;
-  if (from && parse_when(from, z, &t) != 0) {
+  if (from && cron_parse_time(from, z, &t) != 0) {
     cron_destroy(e);
     cron_zone_close(z);
     return usage_error("--from takes a time like 2026-03-08T01:30 (local "
@@ -903,7 +939,8 @@ static int cmd_cron_next(int argc, char **argv) {
 
 static const char *const commands[] = {
     "run",       "check", "graph",  "stages", "generate", "help",   "version",
-    "cron-next", "runs",  "status", "logs",   "resume",   "cancel", NULL};
+    "cron-next", "runs",  "status", "logs",   "resume",   "cancel",
+    "backfill",  "serve", NULL};
 
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "__worker") == 0) {
@@ -955,6 +992,12 @@ int main(int argc, char **argv) {
     return cmd_resume(argc - 2, argv + 2);
   if (strcmp(cmd, "cancel") == 0)
     return cmd_cancel(argc - 2, argv + 2);
+  if (strcmp(cmd, "backfill") == 0) {
+    char self_exe[4096];
+    if (find_self_exe(self_exe, sizeof self_exe) != 0)
+      return EXIT_USAGE;
+    return backfill_cmd(argc - 2, argv + 2, self_exe);
+  }
   /* `dagrun FILE` means `dagrun run FILE`; a word that is no file but
    * looks like a command was probably a typo. */
   const char *near = closest_match(cmd, commands);

@@ -18,20 +18,32 @@
 typedef struct rundir {
   char *path;     /* <base>/<dag>/<id>, absolute */
   char *id;       /* e.g. 20261121T135327Z-3fa9 */
-  char *date;     /* UTC date of the start, YYYY-MM-DD */
+  char *date;     /* UTC date of the run's logical date (a cron or
+                     backfill run's schedule time), else of its start:
+                     YYYY-MM-DD, ${run.date} */
   double started; /* wall clock */
 } rundir;
 
-/* Creates a new, uniquely named run directory under base (created if
- * needed). Returns 0 with *out (free with rundir_destroy) or DR_EIO with a
- * message in err. */
-int rundir_create(const char *base, const char *dag, rundir **out, char *err,
+/* A new run id for a run started at t (wall clock): the UTC time and 16
+ * random bits, e.g. 20261121T135327Z-3fa9. Caller frees. */
+char *rundir_new_id(double t);
+/* Whether id may name a run: [A-Za-z0-9_.-]+, not starting with '.', at
+ * most 128 bytes. */
+int rundir_id_valid(const char *id);
+
+/* Creates the run directory base/dag/<id> (base created if needed): id
+ * given (`dagrun run --run-id`, dagrun serve) or, when NULL, a new unique
+ * one. logical_date: the schedule time the run stands for, 0: none.
+ * Returns 0 with *out (free with rundir_destroy), DR_EINVAL for a bad id,
+ * DR_EEXIST when the given id exists, or DR_EIO; a message in err. */
+int rundir_create(const char *base, const char *dag, const char *id,
+                  double logical_date, rundir **out, char *err,
                   size_t errlen);
-/* An existing run directory (a run being resumed): its absolute path, id
- * and start time as recorded. Returns 0 with *out, or DR_ENOENT with a
- * message in err when the directory is gone. */
+/* An existing run directory (a run being resumed): its absolute path, id,
+ * start time and logical date (0: none) as recorded. Returns 0 with *out,
+ * or DR_ENOENT with a message in err when the directory is gone. */
 int rundir_open(const char *path, const char *id, double started,
-                rundir **out, char *err, size_t errlen);
+                double logical_date, rundir **out, char *err, size_t errlen);
 void rundir_destroy(rundir *r);
 
 /* Paths; caller frees. */

@@ -852,3 +852,19 @@ long spec_task_find(const spec *s, const char *name) {
     return -1;
   return (long)i;
 }
+
+int spec_schedule_open(const spec *s, cron_expr **e, cron_zone **z, char *err,
+                       size_t errlen) {
+  *e = NULL;
+  *z = NULL;
+  if (!s->schedule || s->schedule->kind != YNODE_SCALAR) {
+    snprintf(err, errlen, "%s has no schedule", s->path);
+    return DR_ENOENT;
+  }
+  int rc = cron_parse(s->schedule->str, e, NULL, err, errlen);
+  if (rc == 0 && (rc = cron_zone_open(s->timezone, z, err, errlen)) != 0) {
+    cron_destroy(*e);
+    *e = NULL;
+  }
+  return rc;
+}

@@ -123,6 +123,14 @@ int spec_load(const char *path, spec **out, diags *d);
 int spec_parse(const char *name, const char *text, size_t len, spec **out,
                diags *d);
 void spec_free(spec *s);
+/* The DAG's cron trigger, compiled: 0 with *e and *z (free with
+ * cron_destroy and cron_zone_close), DR_ENOENT when it has no schedule,
+ * or another error with err (a spec that did not check). */
+struct cron_expr;
+struct cron_zone;
+int spec_schedule_open(const spec *s, struct cron_expr **e,
+                       struct cron_zone **z, char *err, size_t errlen);
+
 /* Index of a task by name, or -1. */
 long spec_task_find(const spec *s, const char *name);
 

@@ -566,3 +566,48 @@ int tmpl_mentions_tasks(const ynode *value) {
   }
   return 0;
 }
+
+int tmpl_override_param(const spec *s, cJSON *params, const char *name,
+                        const char *text, char *err, size_t errlen) {
+  if (!ynode_get(s->params, name)) {
+    sbuf b = {0};
+    suggest_param(s, name, &b);
+    snprintf(err, errlen, "unknown param '%s'%s", name, b.s ? b.s : "");
+    sbuf_free(&b);
+    return DR_EINVAL;
+  }
+  const cJSON *old = cJSON_GetObjectItemCaseSensitive(params, name);
+  cJSON *v = NULL;
+  if (!old || cJSON_IsString(old) || cJSON_IsNull(old)) {
+    v = cJSON_CreateString(text);
+  } else if (cJSON_IsNumber(old)) {
+    char *end;
+    double d = strtod(text, &end);
+    if (*text && !*end && d == d)
+      v = cJSON_CreateNumber(d);
+  } else if (cJSON_IsBool(old)) {
+    if (strcmp(text, "true") == 0 || strcmp(text, "false") == 0)
+      v = cJSON_CreateBool(text[0] == 't');
+  } else {
+    v = cJSON_Parse(text);
+    if (v && (cJSON_IsArray(v) != cJSON_IsArray(old) ||
+              cJSON_IsObject(v) != cJSON_IsObject(old))) {
+      cJSON_Delete(v);
+      v = NULL;
+    }
+  }
+  if (!v) {
+    snprintf(err, errlen, "param '%s' is %s in the DAG; '%s' is not", name,
+             cJSON_IsNumber(old) ? "a number"
+             : cJSON_IsBool(old) ? "true or false"
+             : cJSON_IsArray(old) ? "a list (give it as JSON)"
+                                  : "a map (give it as JSON)",
+             text);
+    return DR_EINVAL;
+  }
+  if (old)
+    cJSON_ReplaceItemInObjectCaseSensitive(params, name, v);
+  else
+    cJSON_AddItemToObject(params, name, v);
+  return 0;
+}

@@ -69,6 +69,17 @@ int tmpl_resolve(const tmpl_env *e, size_t task, const ynode *value,
  * resolve, so later checks do not repeat the same errors. */
 int tmpl_resolve_params(const tmpl_env *e, cJSON **out, diags *d);
 
+/* Sets DAG param name in params (resolved, see above) to text given on
+ * the command line or through the API (`--param NAME=VALUE`). The value
+ * keeps the param's type in the DAG: a number must parse as one, a bool
+ * is true or false, a list or map is given as JSON, a string (or a param
+ * that did not resolve) takes text as it is. Params cannot reference
+ * params, so no other value depends on it. Returns 0, or DR_EINVAL with
+ * the message in err: an unknown param ("did you mean"), a value of the
+ * wrong type. */
+int tmpl_override_param(const spec *s, cJSON *params, const char *name,
+                        const char *text, char *err, size_t errlen);
+
 /* True if the YAML value contains a template reference to tasks.* (its
  * final value waits for upstream tasks). */
 int tmpl_mentions_tasks(const ynode *value);

@@ -32,7 +32,8 @@
   XX(EPROTO, -13, "malformed worker message")                                 \
   XX(ESTORE, -14, "run store error")                                           \
   XX(EVERSION, -15, "run store written by a newer dagrun")                   \
-  XX(EBUSY, -16, "in use by another process")
+  XX(EBUSY, -16, "in use by another process")                                 \
+  XX(EEXIST, -17, "already exists")
 
 typedef enum {
   DR_OK = 0,
