@@ -29,6 +29,7 @@
 #include "resume.h"
 #include "rundir.h"
 #include "sched.h"
+#include "serve.h"
 #include "spec.h"
 #include "store.h"
 #include "template.h"
@@ -992,6 +993,12 @@ int main(int argc, char **argv) {
     return cmd_resume(argc - 2, argv + 2);
   if (strcmp(cmd, "cancel") == 0)
     return cmd_cancel(argc - 2, argv + 2);
+  if (strcmp(cmd, "serve") == 0) {
+    char self_exe[4096];
+    if (find_self_exe(self_exe, sizeof self_exe) != 0)
+      return EXIT_USAGE;
+    return serve_cmd(argc - 2, argv + 2, self_exe);
+  }
   if (strcmp(cmd, "backfill") == 0) {
     char self_exe[4096];
     if (find_self_exe(self_exe, sizeof self_exe) != 0)
