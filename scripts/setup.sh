@@ -7,6 +7,8 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libuv1-dev libyaml-dev libcjson-dev libcurl4-openssl-dev libsqlite3-dev
   zlib1g-dev libxxhash-dev libssl-dev libpcre2-dev
+  # dagrun serve's HTTP API
+  libmicrohttpd-dev
   # the CPU training engine: sgemm from OpenBLAS, OpenMP from gcc
   libopenblas-dev
   # the default corpus of dags/pretrain.yaml
