@@ -203,7 +203,7 @@ static dag_entry *find_dag(server *s, const char *name) {
 static char *diags_text(const diags *d, int rc, const char *path) {
   sbuf b = {0};
   for (size_t i = 0; i < d->n; i++) {
-    char *line = diag_format(&d->items[i]);
+    char *line = diag_format(&d->v[i]);
     sbuf_printf(&b, "%s%s", i ? "\n" : "", line);
     free(line);
   }
@@ -815,6 +815,13 @@ static void loop_cancel(server *s, api_request *r) {
         say("queued run %s of %s cancelled", r->run_id_in, e->sp->dag);
         return;
       }
+  }
+  /* One of ours (its dagrun may not have recorded itself yet). */
+  child_run *c = find_child(s, r->run_id_in);
+  if (c) {
+    uv_process_kill(&c->proc, SIGTERM);
+    say("run %s: cancel asked through the API", r->run_id_in);
+    return;
   }
   int rc, pid = 0;
   cJSON *run = store_run(s->st, r->run_id_in, &rc, r->err, sizeof r->err);
