@@ -476,7 +476,7 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
         sig);
   else
     say("run %s of %s ended (exit %d)", c->run_id, c->dag, (int)status);
-  if (s->stop_runs) {
+  if (s->stopping && s->stop_runs) {
     /* Stopped by the shutdown: resumed at the next start. */
     char err[512];
     int rc;
@@ -529,7 +529,9 @@ static void fire_cron(server *s, dag_entry *e) {
     return;
   char err[512];
   trigger_plan plan;
-  int busy = dag_busy(s, e->sp->dag);
+  /* Runs waiting in the queue are ahead of this one: a time due now must
+   * not overtake them. */
+  int busy = e->nq > 0 || dag_busy(s, e->sp->dag);
   if (trigger_plan_at(e->cron, e->zone, e->last, now, e->sp->catchup,
                       e->sp->overlap, busy, &plan, err, sizeof err) != 0) {
     say("%s: schedule: %s", e->sp->dag, err);
@@ -895,6 +897,7 @@ static void on_tick(uv_timer_t *t) {
     dag_entry *e = s->dags[i];
     if (!e->sp)
       continue;
+    queue_pump(s, e); /* first: what waited goes before what is new */
     if (!s->no_cron)
       fire_cron(s, e);
     queue_pump(s, e);
@@ -978,6 +981,13 @@ static void recover(server *s) {
                    !resume_owner_alive(r, &pid);
     if (!interrupted && !orphaned)
       continue;
+    const cJSON *file = cJSON_GetObjectItemCaseSensitive(r, "dag_file");
+    if (!cJSON_IsString(file) || access(file->valuestring, R_OK) != 0) {
+      say("not resuming run %s of %s: its DAG file %s is gone",
+          id->valuestring, dag->valuestring,
+          cJSON_IsString(file) ? file->valuestring : "(unknown)");
+      continue;
+    }
     say("resuming run %s of %s (%s)", id->valuestring, dag->valuestring,
         interrupted ? "interrupted by the last shutdown"
                     : "its dagrun died");

@@ -1,0 +1,292 @@
+# `dagrun serve` for real: DAG files from a directory, cron triggers on a
+# fake clock (DAGRUN_FAKE_CLOCK: one minute per second) with each overlap
+# policy, catch-up after downtime with and without `catchup`, the HTTP API
+# with and without a valid token or HMAC signature and with a malformed
+# body, reloading changed, broken and new files, SIGTERM stopping runs that
+# the next start resumes, kill -9 of the daemon leaving its runs going, and
+# one daemon per store.
+. "$(dirname "$0")/lib.sh"
+export DAGRUN_HOME="$T/home"
+mkdir -p dags
+echo "s3cret-token" > token
+echo "hmac-key-42" > hmac
+
+# minute-by-minute DAGs whose runs last 2.5 fake minutes
+for ov in skip queue allow; do
+  cat > "dags/m_$ov.yaml" <<Y
+dag: m_$ov
+schedule: "* * * * *"
+overlap: $ov
+tasks:
+  a: {stage: exec, cache: false, with: {command: [sh, -c, 'sleep 2.5']}}
+Y
+done
+
+SERVE_PID=
+# start_serve LOG [ARGS...]: starts the daemon on a free port; sets PORT.
+start_serve() {
+  local log=$1
+  shift
+  "$DAGRUN" serve dags --port 0 --token-file token --hmac-secret-file hmac "$@" >"$log" 2>&1 &
+  SERVE_PID=$!
+  for _ in $(seq 100); do
+    PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$log")
+    [ -n "$PORT" ] && return 0
+    pid_alive "$SERVE_PID" || fail "serve exited: $(cat "$log")"
+    sleep 0.1
+  done
+  fail "serve did not start listening: $(cat "$log")"
+}
+
+stop_serve() {
+  kill -TERM "$SERVE_PID"
+  for _ in $(seq 300); do
+    pid_alive "$SERVE_PID" || { wait "$SERVE_PID" || true; return 0; }
+    sleep 0.1
+  done
+  fail "serve did not stop after SIGTERM"
+}
+
+# http METHOD PATH [BODY] [auth: none|token|badtoken|hmac|badhmac|stalehmac]
+# prints "STATUS BODY".
+http() {
+  /usr/bin/python3 - "$PORT" "$@" <<'P'
+import hashlib, hmac, sys, time, urllib.error, urllib.request
+port, method, path = sys.argv[1:4]
+body = sys.argv[4].encode() if len(sys.argv) > 4 else None
+auth = sys.argv[5] if len(sys.argv) > 5 else "none"
+h = {"Content-Type": "application/json"}
+if auth == "token":
+    h["Authorization"] = "Bearer s3cret-token"
+elif auth == "badtoken":
+    h["Authorization"] = "Bearer s3cret-tokem"
+elif auth.endswith("hmac"):
+    ts = str(int(time.time()) - (600 if auth == "stalehmac" else 0))
+    key = b"hmac-key-42" if auth != "badhmac" else b"hmac-key-43"
+    h["X-Dagrun-Timestamp"] = ts
+    h["X-Dagrun-Signature"] = "sha256=" + hmac.new(key, ts.encode() + b"." + (body or b""), hashlib.sha256).hexdigest()
+req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method, headers=h)
+try:
+    with urllib.request.urlopen(req, timeout=30) as r:
+        print(r.status, r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode())
+P
+}
+
+# runs_json DAG: the store's runs of DAG as JSON, oldest first.
+runs_json() {
+  "$DAGRUN" runs "$1" --json | /usr/bin/python3 -c 'import json,sys; print(json.dumps(sorted(json.load(sys.stdin), key=lambda r: r["started"])))'
+}
+
+# ---- overlap on a fake clock: 9 fake minutes ----
+T0=$(date -d 2026-03-08T06:58:30Z +%s)
+# (--on-shutdown finish: the runs going at the end finish, so that no run
+# is left for the next start to resume.)
+DAGRUN_FAKE_CLOCK="$T0*60" start_serve "$T/serve1.log" --on-shutdown finish
+sleep 9.2
+stop_serve
+expect_in "$T/serve1.log" "m_skip: run for 2026-03-08T07:00:00+00:00 UTC  (2026-03-08T07:00:00Z) skipped (overlap: skip, a run is going)"
+for ov in skip queue allow; do runs_json "m_$ov" > "runs_$ov.json"; done
+/usr/bin/python3 - <<'P' || fail "overlap policies: $(cat "$T/serve1.log")"
+import json
+def load(ov):
+    return json.load(open(f"runs_{ov}.json"))
+def overlaps(runs):
+    return any(a["started"] < b.get("finished", 1e12) and b["started"] < a.get("finished", 1e12)
+               for i, a in enumerate(runs) for b in runs[i + 1:])
+skip, queue, allow = load("skip"), load("queue"), load("allow")
+minute = 60
+for name, runs in (("skip", skip), ("queue", queue), ("allow", allow)):
+    assert all(r["trigger"] == "cron" for r in runs), (name, runs)
+    assert len(runs) >= 2, (name, len(runs))
+    assert all(r["state"] == "success" for r in runs), (name, [r["state"] for r in runs])
+# skip: never two at once, and fire times were skipped (runs last 2.5 min)
+assert not overlaps(skip), skip
+ld = [r["logical_date"] for r in skip]
+assert any(b - a > minute for a, b in zip(ld, ld[1:])), ld
+# queue: never two at once, and no fire time is missing between runs
+assert not overlaps(queue), queue
+ld = [r["logical_date"] for r in queue]
+assert all(b - a == minute for a, b in zip(ld, ld[1:])), ld
+# allow: every fire time ran at its time, beside the previous runs
+assert overlaps(allow), allow
+ld = [r["logical_date"] for r in allow]
+assert all(b - a == minute for a, b in zip(ld, ld[1:])), ld
+assert len(allow) > len(skip), (len(allow), len(skip))
+P
+expect_in "$T/serve1.log" "stopped"
+
+# ---- catch-up after downtime ----
+rm dags/m_*.yaml
+for c in true false; do
+  cat > "dags/c_$c.yaml" <<Y
+dag: c_$c
+schedule: "*/10 * * * *"
+catchup: $c
+tasks:
+  a: {stage: exec, cache: false, with: {command: [sh, -c, 'echo "date \${run.date}"']}}
+Y
+done
+# First sight at 12:00 (fake): nothing is due; the daemon records 12:00.
+T1=$(date -d 2026-06-01T12:00:00Z +%s)
+DAGRUN_FAKE_CLOCK="$T1*1" start_serve "$T/serve2.log"
+sleep 1
+stop_serve
+[ -z "$(runs_json c_true | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin) or "")')" ] || fail "runs before any schedule time"
+# Down until 12:55: 12:10 ... 12:50 were missed (5 times).
+T2=$(date -d 2026-06-01T12:55:00Z +%s)
+DAGRUN_FAKE_CLOCK="$T2*1" start_serve "$T/serve3.log"
+for _ in $(seq 100); do
+  n=$(runs_json c_true | /usr/bin/python3 -c 'import json,sys; print(sum(r["state"] == "success" for r in json.load(sys.stdin)))')
+  [ "$n" -ge 5 ] && break
+  sleep 0.2
+done
+stop_serve
+expect_in "$T/serve3.log" "c_false: 4 earlier schedule times missed while down, not run (catchup: false)"
+expect_in "$T/serve3.log" "c_true: run for 2026-06-01T12:10:00+00:00 UTC  (2026-06-01T12:10:00Z) queued (catch-up)"
+runs_json c_true > c_true.json
+runs_json c_false > c_false.json
+/usr/bin/python3 - "$T1" <<'P' || fail "catch-up: $(cat c_true.json c_false.json)"
+import json, sys
+t1 = int(sys.argv[1])
+ct, cf = json.load(open("c_true.json")), json.load(open("c_false.json"))
+# every missed time, in order, one after another
+assert [r["logical_date"] for r in ct] == [t1 + 600 * k for k in range(1, 6)], ct
+assert all(r["state"] == "success" for r in ct), ct
+assert all(a["finished"] <= b["started"] for a, b in zip(ct, ct[1:])), ct
+# only the latest
+assert [r["logical_date"] for r in cf] == [t1 + 3000], cf
+P
+
+# ---- the API ----
+rm dags/c_*.yaml
+cat > dags/api.yaml <<'Y'
+dag: api
+params: {n: 1, who: world}
+overlap: skip
+tasks:
+  a: {stage: exec, cache: false, with: {command: [sh, -c, 'echo "n=${params.n} who=${params.who}"; sleep ${params.n}']}}
+Y
+start_serve "$T/serve4.log" --no-cron
+out=$(http GET /api/health)
+case "$out" in "200 "*'"status":"ok"'*) ;; *) fail "health: $out" ;; esac
+out=$(http GET /api/dags)
+case "$out" in "200 "*'"name":"api"'*) ;; *) fail "dags: $out" ;; esac
+for auth in none badtoken badhmac stalehmac; do
+  out=$(http POST /api/dags/api/runs '{"params":{"n":0}}' $auth)
+  case "$out" in "401 "*) ;; *) fail "trigger with $auth auth: $out" ;; esac
+done
+out=$(http POST /api/dags/api/runs '{"params": {"n": 0' token)
+case "$out" in "400 "*malformed*) ;; *) fail "malformed body: $out" ;; esac
+out=$(http POST /api/dags/api/runs '{"params":{"n":"many"}}' token)
+case "$out" in "400 "*"param 'n' is a number"*) ;; *) fail "bad param: $out" ;; esac
+out=$(http POST /api/dags/nope/runs '{}' token)
+case "$out" in "404 "*) ;; *) fail "unknown dag: $out" ;; esac
+[ ! -d "$DAGRUN_RUNS_DIR/api" ] || fail "refused triggers made runs: $(ls "$DAGRUN_RUNS_DIR/api")"
+out=$(http POST /api/dags/api/runs '{"params":{"n":2,"who":"hmac"}}' hmac)
+case "$out" in "201 "*) ;; *) fail "trigger with HMAC: $out" ;; esac
+RUN1=$(echo "$out" | sed 's/^201 //' | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+# overlap: skip, and a run is going
+out=$(http POST /api/dags/api/runs '{}' token)
+case "$out" in "409 "*) ;; *) fail "trigger while running (overlap skip): $out" ;; esac
+for _ in $(seq 100); do
+  [ "$("$DAGRUN" status "$RUN1" --json 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null)" = success ] && break
+  sleep 0.1
+done
+expect_in "$DAGRUN_RUNS_DIR/api/$RUN1/a/attempt-1/log" "n=2 who=hmac"
+out=$(http GET "/api/runs/$RUN1")
+case "$out" in "200 "*'"trigger":"api"'*'"state":"success"'*) ;; *) fail "run by id: $out" ;; esac
+
+# cancel through the API
+out=$(http POST /api/dags/api/runs '{"params":{"n":30}}' token)
+RUN2=$(echo "$out" | sed 's/^201 //' | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+sleep 1
+out=$(http POST "/api/runs/$RUN2/cancel" '' none)
+case "$out" in "401 "*) ;; *) fail "cancel without a token: $out" ;; esac
+out=$(http POST "/api/runs/$RUN2/cancel" '' token)
+case "$out" in "202 "*) ;; *) fail "cancel: $out" ;; esac
+for _ in $(seq 100); do
+  st=$("$DAGRUN" status "$RUN2" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+  [ "$st" = cancelled ] && break
+  sleep 0.1
+done
+[ "$st" = cancelled ] || fail "cancelled run is $st"
+
+# ---- reload: a changed file, a broken one, a new one ----
+sed -i 's/who: world/who: reloaded/' dags/api.yaml
+cat > dags/new.yaml <<'Y'
+dag: newcomer
+tasks: {a: {stage: exec, with: {command: ["true"]}}}
+Y
+for _ in $(seq 50); do grep -q "loaded dag newcomer" "$T/serve4.log" && grep -q "reloaded dag api" "$T/serve4.log" && break; sleep 0.1; done
+expect_in "$T/serve4.log" "reloaded dag api"
+out=$(http POST /api/dags/api/runs '{"params":{"n":0}}' token)
+RUN3=$(echo "$out" | sed 's/^201 //' | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+for _ in $(seq 50); do [ -s "$DAGRUN_RUNS_DIR/api/$RUN3/a/attempt-1/log" ] && grep -q "who=" "$DAGRUN_RUNS_DIR/api/$RUN3/a/attempt-1/log" && break; sleep 0.1; done
+expect_in "$DAGRUN_RUNS_DIR/api/$RUN3/a/attempt-1/log" "n=0 who=reloaded"
+printf 'dag: api\ntasks:\n  a: {stage: exec, with: {command: [true]}, needs: [ghost]}\n' > dags/api.yaml
+for _ in $(seq 50); do grep -q "api.yaml does not load (the previous version stays in use)" "$T/serve4.log" && break; sleep 0.1; done
+expect_in "$T/serve4.log" "api.yaml does not load (the previous version stays in use)"
+out=$(http GET /api/dags)
+case "$out" in *'"error":"'*"api.yaml:3:"*"ghost"*) ;; *) fail "broken file's error in /api/dags: $out" ;; esac
+out=$(http POST /api/dags/api/runs '{"params":{"n":0}}' token)
+case "$out" in "201 "*) ;; *) fail "the previous version of a broken file still runs: $out" ;; esac
+# one daemon per store
+run_dagrun serve dags --port 0
+expect_rc 2
+expect_in "$T/err" "another dagrun serve (pid $SERVE_PID)"
+stop_serve
+
+# ---- SIGTERM stops runs; the next start resumes them ----
+cat > dags/api.yaml <<Y
+dag: api
+params: {n: 1}
+tasks:
+  a: {stage: exec, cache: false, with: {command: [sh, -c, 'if [ -f $T/resumed.flag ]; then echo second; else touch $T/resumed.flag; sleep 60; fi']}}
+  b: {stage: exec, needs: [a], with: {command: [echo, b-ran]}}
+Y
+start_serve "$T/serve5.log" --no-cron
+out=$(http POST /api/dags/api/runs '{}' token)
+RUN4=$(echo "$out" | sed 's/^201 //' | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+for _ in $(seq 100); do [ -f "$T/resumed.flag" ] && break; sleep 0.1; done
+stop_serve
+expect_in "$T/serve5.log" "stopping run $RUN4"
+[ "$("$DAGRUN" status "$RUN4" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')" = interrupted ] ||
+  fail "run stopped by the shutdown: $("$DAGRUN" status "$RUN4")"
+start_serve "$T/serve6.log" --no-cron
+for _ in $(seq 150); do
+  st=$("$DAGRUN" status "$RUN4" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+  [ "$st" = success ] && break
+  sleep 0.1
+done
+[ "$st" = success ] || fail "resumed run: $st $(cat "$T/serve6.log")"
+expect_in "$T/serve6.log" "resuming run $RUN4 of api (interrupted by the last shutdown)"
+expect_in "$DAGRUN_RUNS_DIR/api/$RUN4/b/attempt-1/log" "b-ran"
+
+# ---- kill -9 of the daemon: its run goes on, and counts as going ----
+cat > dags/api.yaml <<'Y'
+dag: api
+overlap: skip
+tasks:
+  a: {stage: exec, cache: false, with: {command: [sh, -c, 'sleep 3; echo survived']}}
+Y
+for _ in $(seq 50); do grep -q "reloaded dag api" "$T/serve6.log" && break; sleep 0.1; done
+out=$(http POST /api/dags/api/runs '{}' token)
+RUN5=$(echo "$out" | sed 's/^201 //' | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+sleep 0.5
+kill -9 "$SERVE_PID"
+wait "$SERVE_PID" 2>/dev/null || true
+start_serve "$T/serve7.log" --no-cron
+out=$(http POST /api/dags/api/runs '{}' token)
+case "$out" in "409 "*) ;; *) fail "a run left by a killed daemon does not count as going: $out" ;; esac
+for _ in $(seq 100); do
+  st=$("$DAGRUN" status "$RUN5" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+  [ "$st" = success ] && break
+  sleep 0.1
+done
+[ "$st" = success ] || fail "run of a killed daemon: $st"
+expect_in "$DAGRUN_RUNS_DIR/api/$RUN5/a/attempt-1/log" "survived"
+expect_not_in "$T/serve7.log" "resuming run $RUN5"
+stop_serve
+pass
