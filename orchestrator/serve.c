@@ -199,17 +199,13 @@ static dag_entry *find_dag(server *s, const char *name) {
   return NULL;
 }
 
-/* Every diagnostic as text, one per line. */
-static char *diags_text(const diags *d, int rc, const char *path) {
-  sbuf b = {0};
-  for (size_t i = 0; i < d->n; i++) {
-    char *line = diag_format(&d->v[i]);
-    sbuf_printf(&b, "%s%s", i ? "\n" : "", line);
-    free(line);
-  }
+/* Why a file does not load: its diagnostics, or the error code's text. */
+static char *load_error(const diags *d, int rc, const char *path) {
   if (!d->n)
-    sbuf_printf(&b, "%s: %s", path, dr_strerror(rc));
-  return sbuf_take(&b);
+    return xasprintf("%s: %s", path, dr_strerror(rc));
+  char *text = diags_text(d);
+  text[strlen(text) - 1] = '\0'; /* the last newline */
+  return text;
 }
 
 /* The schedule of a freshly loaded entry: its last handled time from the
@@ -262,7 +258,7 @@ static void entry_load(server *s, dag_entry *e) {
   }
   if (rc != 0) {
     free(e->error);
-    e->error = diags_text(&d, rc, e->file);
+    e->error = load_error(&d, rc, e->file);
     diags_free(&d);
     say("%s does not load%s:\n%s", e->file,
         e->sp ? " (the previous version stays in use)" : "", e->error);

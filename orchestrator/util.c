@@ -139,12 +139,20 @@ char *diag_format(const diag *g) {
   return sbuf_take(&b);
 }
 
-void diags_print(const diags *d, FILE *f) {
+char *diags_text(const diags *d) {
+  sbuf b = {0};
   for (size_t i = 0; i < d->n; i++) {
     char *s = diag_format(&d->v[i]);
-    fprintf(f, "%s\n", s);
+    sbuf_printf(&b, "%s\n", s);
     free(s);
   }
+  return sbuf_take(&b);
+}
+
+void diags_print(const diags *d, FILE *f) {
+  char *text = diags_text(d);
+  fputs(text, f);
+  free(text);
 }
 
 void diags_free(diags *d) {

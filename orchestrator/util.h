@@ -105,6 +105,9 @@ void diags_vadd(diags *d, const char *file, int line, int col,
                 const char *fmt, va_list ap);
 /* One diagnostic as "file:line:col: error: msg"; caller frees. */
 char *diag_format(const diag *g);
+/* Every diagnostic formatted, one a line (each ending in '\n'); caller
+ * frees. */
+char *diags_text(const diags *d);
 void diags_print(const diags *d, FILE *f);
 void diags_free(diags *d);
 

@@ -14,17 +14,6 @@
 #include "spec.h"
 #include "testlib.h"
 
-/* "2026-03-08T07:00:00Z" -> UTC seconds. */
-static int64_t utc(const char *z) {
-  struct tm tm = {0};
-  if (sscanf(z, "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-             &tm.tm_hour, &tm.tm_min, &tm.tm_sec) != 6)
-    abort();
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  return (int64_t)timegm(&tm);
-}
-
 static char *iso(int64_t t) {
   static char buf[8][32];
   static int k;
@@ -194,14 +183,14 @@ static void test_next(void) {
       cron_zone_close(z);
       continue;
     }
-    int64_t t = utc(c->after), f;
+    int64_t t = test_utc(c->after), f;
     for (int k = 0; k < 6 && c->want[k]; k++) {
       if (cron_next(e, z, t, &f, err, sizeof err) != 0) {
         fprintf(stderr, "%s in %s: %s\n", c->expr, c->zone, err);
         CHECK(0);
         break;
       }
-      if (f != utc(c->want[k]))
+      if (f != test_utc(c->want[k]))
         fprintf(stderr, "case %zu: %s in %s after %s\n", i, c->expr, c->zone,
                 iso(t));
       CHECK_STR(iso(f), c->want[k]);
@@ -293,24 +282,24 @@ static void test_zones(void) {
   setenv("TZ", "Asia/Tokyo", 1);
   CHECK_INT(cron_zone_open("America/New_York", &z, err, sizeof err), 0);
   char buf[96];
-  cron_format(z, utc("2026-03-08T07:00:00Z"), buf, sizeof buf);
+  cron_format(z, test_utc("2026-03-08T07:00:00Z"), buf, sizeof buf);
   CHECK_STR(buf, "2026-03-08T03:00:00-04:00 EDT  (2026-03-08T07:00:00Z)");
-  cron_format(z, utc("2026-11-01T06:00:00Z"), buf, sizeof buf);
+  cron_format(z, test_utc("2026-11-01T06:00:00Z"), buf, sizeof buf);
   CHECK_STR(buf, "2026-11-01T01:00:00-05:00 EST  (2026-11-01T06:00:00Z)");
   CHECK_STR(getenv("TZ"), "Asia/Tokyo");
   unsetenv("TZ");
-  cron_format(z, utc("2026-06-01T12:00:00Z"), buf, sizeof buf);
+  cron_format(z, test_utc("2026-06-01T12:00:00Z"), buf, sizeof buf);
   CHECK(getenv("TZ") == NULL);
   /* Local wall time -> UTC: ordinary, repeated (first), in the gap. */
-  CHECK_STR(iso(cron_zone_to_utc(z, utc("2026-06-01T08:00:00Z"))),
+  CHECK_STR(iso(cron_zone_to_utc(z, test_utc("2026-06-01T08:00:00Z"))),
             "2026-06-01T12:00:00Z");
-  CHECK_STR(iso(cron_zone_to_utc(z, utc("2026-11-01T01:30:00Z"))),
+  CHECK_STR(iso(cron_zone_to_utc(z, test_utc("2026-11-01T01:30:00Z"))),
             "2026-11-01T05:30:00Z");
-  CHECK_STR(iso(cron_zone_to_utc(z, utc("2026-03-08T02:30:00Z"))),
+  CHECK_STR(iso(cron_zone_to_utc(z, test_utc("2026-03-08T02:30:00Z"))),
             "2026-03-08T07:30:00Z");
   cron_zone_close(z);
   CHECK_INT(cron_zone_open("UTC", &z, err, sizeof err), 0);
-  cron_format(z, utc("2026-03-08T07:00:00Z"), buf, sizeof buf);
+  cron_format(z, test_utc("2026-03-08T07:00:00Z"), buf, sizeof buf);
   CHECK_STR(buf, "2026-03-08T07:00:00+00:00 UTC  (2026-03-08T07:00:00Z)");
   cron_zone_close(z);
 }
@@ -328,7 +317,7 @@ static void test_impossible(void) {
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     int64_t f;
-    CHECK_INT(cron_next(e, z, utc("2026-01-01T00:00:00Z"), &f, err, sizeof err),
+    CHECK_INT(cron_next(e, z, test_utc("2026-01-01T00:00:00Z"), &f, err, sizeof err),
               DR_ENOENT);
     clock_gettime(CLOCK_MONOTONIC, &b);
     CHECK_STR(err, "no fire time in 5 years");
@@ -348,7 +337,7 @@ static void test_due(void) {
   int64_t out[CRON_CATCHUP_MAX];
   CHECK_INT(cron_zone_open("UTC", &z, err, sizeof err), 0);
   CHECK_INT(cron_parse("0 * * * *", &e, &col, err, sizeof err), 0);
-  int64_t last = utc("2026-01-01T00:00:00Z"), now = utc("2026-01-01T05:30:00Z");
+  int64_t last = test_utc("2026-01-01T00:00:00Z"), now = test_utc("2026-01-01T05:30:00Z");
   /* With catch-up: every missed hour, in order. */
   CHECK_INT(
       cron_due(e, z, last, now, 1, out, 100, &n, &capped, err, sizeof err), 0);
@@ -362,13 +351,13 @@ static void test_due(void) {
   CHECK_INT(n, 1);
   CHECK_STR(iso(out[0]), "2026-01-01T05:00:00Z");
   /* A fire exactly at now is due; one at last_fire is not. */
-  CHECK_INT(cron_due(e, z, last, utc("2026-01-01T01:00:00Z"), 1, out, 100, &n,
+  CHECK_INT(cron_due(e, z, last, test_utc("2026-01-01T01:00:00Z"), 1, out, 100, &n,
                      &capped, err, sizeof err),
             0);
   CHECK_INT(n, 1);
   CHECK_STR(iso(out[0]), "2026-01-01T01:00:00Z");
   /* Nothing due. */
-  CHECK_INT(cron_due(e, z, last, utc("2026-01-01T00:59:00Z"), 0, out, 100, &n,
+  CHECK_INT(cron_due(e, z, last, test_utc("2026-01-01T00:59:00Z"), 0, out, 100, &n,
                      &capped, err, sizeof err),
             0);
   CHECK_INT(n, 0);
@@ -390,7 +379,7 @@ static void test_due(void) {
 
   /* A month of missed minutes: catch-up stops at CRON_CATCHUP_MAX. */
   CHECK_INT(cron_parse("* * * * *", &e, &col, err, sizeof err), 0);
-  now = utc("2026-02-01T00:00:00Z");
+  now = test_utc("2026-02-01T00:00:00Z");
   CHECK_INT(
       cron_due(e, z, last, now, 1, out, 100000, &n, &capped, err, sizeof err),
       0);
@@ -407,8 +396,8 @@ static void test_due(void) {
 
   /* Without catch-up, long downtime, a rare job: found by widening. */
   CHECK_INT(cron_parse("0 0 29 2 *", &e, &col, err, sizeof err), 0);
-  CHECK_INT(cron_due(e, z, utc("2020-01-01T00:00:00Z"),
-                     utc("2026-06-01T00:00:00Z"), 0, out, 1, &n, &capped, err,
+  CHECK_INT(cron_due(e, z, test_utc("2020-01-01T00:00:00Z"),
+                     test_utc("2026-06-01T00:00:00Z"), 0, out, 1, &n, &capped, err,
                      sizeof err),
             0);
   CHECK_INT(n, 1);
@@ -420,16 +409,16 @@ static void test_due(void) {
    * hourly job and one of a daily 01:30. */
   CHECK_INT(cron_zone_open("America/New_York", &z, err, sizeof err), 0);
   CHECK_INT(cron_parse("@hourly", &e, &col, err, sizeof err), 0);
-  CHECK_INT(cron_due(e, z, utc("2026-11-01T04:00:00Z"),
-                     utc("2026-11-01T07:00:00Z"), 1, out, 100, &n, &capped, err,
+  CHECK_INT(cron_due(e, z, test_utc("2026-11-01T04:00:00Z"),
+                     test_utc("2026-11-01T07:00:00Z"), 1, out, 100, &n, &capped, err,
                      sizeof err),
             0);
   CHECK_INT(n, 3);
   CHECK_STR(iso(out[1]), "2026-11-01T06:00:00Z");
   cron_destroy(e);
   CHECK_INT(cron_parse("30 1 * * *", &e, &col, err, sizeof err), 0);
-  CHECK_INT(cron_due(e, z, utc("2026-10-31T12:00:00Z"),
-                     utc("2026-11-01T12:00:00Z"), 1, out, 100, &n, &capped, err,
+  CHECK_INT(cron_due(e, z, test_utc("2026-10-31T12:00:00Z"),
+                     test_utc("2026-11-01T12:00:00Z"), 1, out, 100, &n, &capped, err,
                      sizeof err),
             0);
   CHECK_INT(n, 1);
@@ -558,7 +547,7 @@ static void test_fuzz(void) {
   CHECK_INT(
       cron_due(e, z0, 0, INT64_MAX, 1, out, 4, &n, &capped, err, sizeof err),
       DR_EINVAL);
-  CHECK_INT(cron_next(e, z0, utc("9999-12-31T23:58:00Z"), &f, err, sizeof err),
+  CHECK_INT(cron_next(e, z0, test_utc("9999-12-31T23:58:00Z"), &f, err, sizeof err),
             0);
   cron_destroy(e);
   cron_zone_close(z0);

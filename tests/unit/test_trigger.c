@@ -15,16 +15,6 @@
 #include "testlib.h"
 #include "trigger.h"
 
-static int64_t utc(const char *z) {
-  struct tm tm = {0};
-  if (sscanf(z, "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-             &tm.tm_hour, &tm.tm_min, &tm.tm_sec) != 6)
-    abort();
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  return (int64_t)timegm(&tm);
-}
-
 static cron_expr *expr(const char *s) {
   cron_expr *e;
   char err[128];
@@ -48,7 +38,7 @@ static void test_one_due(void) {
   cron_zone *z;
   char err[128];
   CHECK_INT(cron_zone_open("UTC", &z, err, sizeof err), 0);
-  int64_t t0 = utc("2026-11-21T00:00:00");
+  int64_t t0 = test_utc("2026-11-21T00:00:00");
   /* Before the next schedule time: nothing, last unchanged. */
   trigger_plan p = plan_at(e, z, t0, t0 + 599, 0, SPEC_OVERLAP_SKIP, 0);
   CHECK_INT((int)p.n, 0);
@@ -82,12 +72,12 @@ static void test_downtime(void) {
   cron_zone *z;
   char err[128];
   CHECK_INT(cron_zone_open(NULL, &z, err, sizeof err), 0);
-  int64_t t0 = utc("2026-11-21T00:00:00");
-  int64_t now = utc("2026-11-21T01:05:00");
+  int64_t t0 = test_utc("2026-11-21T00:00:00");
+  int64_t now = test_utc("2026-11-21T01:05:00");
   /* Down from 00:00 to 01:05: six times missed (00:10 ... 01:00). */
   trigger_plan p = plan_at(e, z, t0, now, 0, SPEC_OVERLAP_SKIP, 0);
   CHECK_INT((int)p.n, 1);
-  CHECK(p.d[0].at == utc("2026-11-21T01:00:00"));
+  CHECK(p.d[0].at == test_utc("2026-11-21T01:00:00"));
   CHECK_INT(p.d[0].action, TRIGGER_START);
   CHECK_INT((int)p.dropped, 5);
   CHECK(p.last == p.d[0].at);
@@ -104,7 +94,7 @@ static void test_downtime(void) {
       CHECK(p.d[i].at == t0 + 600 * (int64_t)(i + 1));
       CHECK_INT(p.d[i].action, TRIGGER_QUEUE);
     }
-    CHECK(p.last == utc("2026-11-21T01:00:00"));
+    CHECK(p.last == test_utc("2026-11-21T01:00:00"));
     CHECK(!p.more);
     free(p.d);
   }
@@ -132,11 +122,11 @@ static void test_dst(void) {
   cron_zone *z;
   char err[128];
   CHECK_INT(cron_zone_open("America/New_York", &z, err, sizeof err), 0);
-  trigger_plan p = plan_at(e, z, utc("2026-03-07T07:30:00"),
-                           utc("2026-03-09T12:00:00"), 1, SPEC_OVERLAP_SKIP, 0);
+  trigger_plan p = plan_at(e, z, test_utc("2026-03-07T07:30:00"),
+                           test_utc("2026-03-09T12:00:00"), 1, SPEC_OVERLAP_SKIP, 0);
   CHECK_INT((int)p.n, 2);
-  CHECK(p.d[0].at == utc("2026-03-08T07:00:00"));
-  CHECK(p.d[1].at == utc("2026-03-09T06:30:00"));
+  CHECK(p.d[0].at == test_utc("2026-03-08T07:00:00"));
+  CHECK(p.d[1].at == test_utc("2026-03-09T06:30:00"));
   free(p.d);
   cron_destroy(e);
   cron_zone_close(z);
@@ -152,7 +142,7 @@ static int simulate(spec_overlap ov, int catchup, int64_t *starts,
   cron_zone *z;
   char err[128];
   CHECK_INT(cron_zone_open(NULL, &z, err, sizeof err), 0);
-  int64_t t0 = utc("2026-11-21T00:00:00"), last = t0;
+  int64_t t0 = test_utc("2026-11-21T00:00:00"), last = t0;
   int64_t ends[64];
   int n_runs = 0, going = 0;
   int64_t queue[64];
@@ -193,7 +183,7 @@ static int simulate(spec_overlap ov, int catchup, int64_t *starts,
 static void test_simulated_day(void) {
   int64_t starts[64];
   int most;
-  int64_t t0 = utc("2026-11-21T00:00:00");
+  int64_t t0 = test_utc("2026-11-21T00:00:00");
   /* skip: 00:10 runs to 00:35; 00:20 and 00:30 skipped; 00:40 runs ...
    * one run at a time, every 30 minutes. */
   int n = simulate(SPEC_OVERLAP_SKIP, 0, starts, &most);

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <time.h>
 
 #include "util.h"
 
@@ -66,16 +68,19 @@ static int test_checks_;
     return test_failures_ ? 1 : (test_checks_ ? 0 : 1);                        \
   } while (0)
 
-/* Every diagnostic, formatted, one per line; caller frees. */
-static inline char *all_diags(const diags *d) {
-  sbuf b = {0};
-  for (size_t i = 0; i < d->n; i++) {
-    char *s = diag_format(&d->v[i]);
-    sbuf_printf(&b, "%s\n", s);
-    free(s);
-  }
-  return sbuf_take(&b);
+/* "2026-03-08T07:00:00" (UTC) -> seconds since the epoch. */
+static inline int64_t test_utc(const char *z) {
+  struct tm tm = {0};
+  if (sscanf(z, "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+             &tm.tm_hour, &tm.tm_min, &tm.tm_sec) != 6)
+    abort();
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return (int64_t)timegm(&tm);
 }
+
+/* Every diagnostic, formatted, one per line; caller frees. */
+static inline char *all_diags(const diags *d) { return diags_text(d); }
 
 /* A test's temporary directory: test_tmpdir_make("x") creates
  * /tmp/dagrun-x-XXXXXX (mkdtemp) and remembers it as test_tmpdir();
