@@ -152,14 +152,14 @@ static double jnum(const cJSON *o, const char *k) {
 
 /* "X-Dagrun-Timestamp: ts" and "X-Dagrun-Signature: sha256=..." of body
  * with key, into h[0] and h[1] (h[2] = NULL). */
-static void sign(const char *key, long long ts, const char *body, char h[2][128],
-                 const char **hv) {
+static void sign(const char *key, long long ts, const char *body,
+                 char h[2][128], const char **hv) {
   char msg[4096];
   int n = snprintf(msg, sizeof msg, "%lld.%s", ts, body);
   unsigned char md[32];
   unsigned len = 0;
-  HMAC(EVP_sha256(), key, (int)strlen(key), (unsigned char *)msg, (size_t)n,
-       md, &len);
+  HMAC(EVP_sha256(), key, (int)strlen(key), (unsigned char *)msg, (size_t)n, md,
+       &len);
   char hex[65];
   for (int i = 0; i < 32; i++)
     snprintf(hex + 2 * i, 3, "%02x", md[i]);
@@ -205,23 +205,26 @@ static void make_store(const char *db) {
   CHECK_INT(store_attempt_pid(st, RUN_A, "train", 1, 4242, 0, err, sizeof err),
             0);
   store_task_update u = {"success", 1, 0, NULL, 0, 1010.0, NULL, NULL, NULL};
-  CHECK_INT(store_attempt_end(st, RUN_A, "train", 1, "success", 0, NULL,
-                              1010.0, &u, err, sizeof err),
+  CHECK_INT(store_attempt_end(st, RUN_A, "train", 1, "success", 0, NULL, 1010.0,
+                              &u, err, sizeof err),
             0);
   CHECK_INT(store_run_finish(st, RUN_A, "failed", 1020.0, err, sizeof err), 0);
-  store_alert_delivery d = {1020.5, "failure", NULL, 0, 1, 200, NULL,
-                            0.05,   "delivered", "https://hooks.example.com"};
+  store_alert_delivery d = {
+      1020.5, "failure", NULL, 0,           1,
+      200,    NULL,      0.05, "delivered", "https://hooks.example.com"};
   CHECK_INT(store_alert_record(st, RUN_A, &d, err, sizeof err), 0);
 
   /* Metrics: three series and lines that are not metrics. */
   const char *m =
-      "{\"time\":1002,\"attempt\":1,\"name\":\"loss\",\"value\":4.2,\"step\":1}\n"
+      "{\"time\":1002,\"attempt\":1,\"name\":\"loss\",\"value\":4.2,\"step\":1}"
+      "\n"
       "{\"time\":1003,\"attempt\":1,\"name\":\"tokens_per_s\",\"value\":900,"
       "\"step\":1}\n"
       "not json at all\n"
       "{\"name\":\"loss\",\"step\":2}\n"
       "[1,2,3]\n"
-      "{\"time\":1004,\"attempt\":1,\"name\":\"loss\",\"value\":3.9,\"step\":2}\n"
+      "{\"time\":1004,\"attempt\":1,\"name\":\"loss\",\"value\":3.9,\"step\":2}"
+      "\n"
       "{\"time\":1005,\"attempt\":1,\"name\":\"val_loss\",\"value\":4.0,"
       "\"step\":2}\n"
       "{\"time\":1006,\"attempt\":1,\"name\":\"loss\",\"value\":3.7,"; /* cut */
@@ -507,12 +510,12 @@ static void test_trigger(void) {
 
   /* Bodies the action never sees. */
   const char *bad[] = {
-      "{\"params\": {\"steps\": 10}",   /* malformed */
-      "{\"params\": [1, 2]}",           /* params not an object */
+      "{\"params\": {\"steps\": 10}",      /* malformed */
+      "{\"params\": [1, 2]}",              /* params not an object */
       "{\"params\": {\"a\": {\"b\": 1}}}", /* not a scalar */
-      "{\"parms\": {}}",                /* unknown key */
-      "[1]",                            /* not an object */
-      "{} trailing",                    /* garbage after the object */
+      "{\"parms\": {}}",                   /* unknown key */
+      "[1]",                               /* not an object */
+      "{} trailing",                       /* garbage after the object */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     r = http("POST", path, bad[i], strlen(bad[i]), right);
@@ -621,8 +624,8 @@ static void test_openapi(void) {
   CHECK_INT(r.status, 200);
   CHECK(has_header(&r, "Content-Type", "application/json"));
   CHECK(r.json != NULL);
-  CHECK(strncmp(jstr(r.json, "openapi") ? jstr(r.json, "openapi") : "",
-                "3.0.", 4) == 0);
+  CHECK(strncmp(jstr(r.json, "openapi") ? jstr(r.json, "openapi") : "", "3.0.",
+                4) == 0);
   const cJSON *paths = cJSON_GetObjectItem(r.json, "paths");
   /* Every path the server routes, with its method. */
   static const char *const routed[][2] = {
@@ -643,8 +646,7 @@ static void test_openapi(void) {
   for (size_t i = 0; i < n; i++) {
     const cJSON *p = cJSON_GetObjectItem(paths, routed[i][0]);
     if (!p || !cJSON_GetObjectItem(p, routed[i][1]))
-      fprintf(stderr, "openapi.json: no %s %s\n", routed[i][1],
-              routed[i][0]);
+      fprintf(stderr, "openapi.json: no %s %s\n", routed[i][1], routed[i][0]);
     CHECK(p && cJSON_GetObjectItem(p, routed[i][1]));
   }
   CHECK_INT(cJSON_GetArraySize(paths), n);
@@ -672,6 +674,50 @@ static void test_openapi(void) {
       cJSON_GetObjectItem(r.json, "components"), "securitySchemes");
   CHECK_INT(cJSON_GetArraySize(schemes), 2);
   resp_free(&r);
+}
+
+/* Requests at once, as the dashboard makes them: each on its own
+ * connection and thread, each with its own store handle. */
+static void test_concurrent(void) {
+  enum { N = 24 };
+  static const char *const paths[] = {"/api/health",
+                                      "/api/runs",
+                                      "/api/runs/" RUN_A,
+                                      "/api/runs/" RUN_A "/metrics",
+                                      "/api/runs/" RUN_B "/tasks/train/log",
+                                      "/api/dags/nightly"};
+  CURLM *m = curl_multi_init();
+  CURL *h[N];
+  sbuf body[N];
+  for (int i = 0; i < N; i++) {
+    char url[512];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port_, paths[i % 6]);
+    memset(&body[i], 0, sizeof body[i]);
+    h[i] = curl_easy_init();
+    curl_easy_setopt(h[i], CURLOPT_URL, url);
+    curl_easy_setopt(h[i], CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(h[i], CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(h[i], CURLOPT_WRITEDATA, &body[i]);
+    curl_multi_add_handle(m, h[i]);
+  }
+  int running = 1;
+  while (running) {
+    CHECK_INT(curl_multi_perform(m, &running), CURLM_OK);
+    if (running)
+      curl_multi_poll(m, NULL, 0, 1000, NULL);
+  }
+  for (int i = 0; i < N; i++) {
+    long status = 0;
+    curl_easy_getinfo(h[i], CURLINFO_RESPONSE_CODE, &status);
+    CHECK_INT(status, 200);
+    cJSON *j = cJSON_ParseWithLength(body[i].s ? body[i].s : "", body[i].n);
+    CHECK(j != NULL);
+    cJSON_Delete(j);
+    curl_multi_remove_handle(m, h[i]);
+    curl_easy_cleanup(h[i]);
+    sbuf_free(&body[i]);
+  }
+  curl_multi_cleanup(m);
 }
 
 /* ---- Servers configured otherwise ---- */
@@ -767,6 +813,7 @@ int main(void) {
   test_routing();
   test_dashboard();
   test_openapi();
+  test_concurrent();
   test_no_credentials(db);
   test_start_errors(db);
 
