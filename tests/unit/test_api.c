@@ -650,6 +650,41 @@ static void test_openapi(void) {
     CHECK(p && cJSON_GetObjectItem(p, routed[i][1]));
   }
   CHECK_INT(cJSON_GetArraySize(paths), n);
+  /* The list above is the server's: each entry of api.c's route table
+   * ({"GET", pattern, R_...}, a star in the pattern standing for one
+   * {parameter}) is in it. A route added without its documentation fails
+   * here. */
+  char *src = NULL;
+  size_t src_n = 0;
+  CHECK_INT(read_file(TEST_SOURCE_DIR "/orchestrator/api.c", &src, &src_n), 0);
+  size_t n_routes = 0;
+  for (const char *z = src ? strstr(src, "routes[] = {") : NULL;
+       z && (z = strstr(z, "{\"")) && strncmp(z, "{\"", 2) == 0; z++) {
+    char method[8], pattern[128];
+    if (sscanf(z, "{\"%7[A-Z]\", \"%127[^\"]\", R_", method, pattern) != 2)
+      break;
+    n_routes++;
+    int found = 0;
+    for (size_t i = 0; i < n && !found; i++) {
+      /* Compare with each {parameter} read as '*'. */
+      char templ[128];
+      size_t k = 0;
+      for (const char *c = routed[i][0]; *c && k + 1 < sizeof templ; c++) {
+        templ[k++] = *c == '{' ? '*' : *c;
+        if (*c == '{')
+          while (*c && *c != '}')
+            c++;
+      }
+      templ[k] = '\0';
+      found = !strcmp(templ, pattern) && !strcasecmp(routed[i][1], method);
+    }
+    if (!found)
+      fprintf(stderr, "api.c routes %s %s: not in openapi.json\n", method,
+              pattern);
+    CHECK(found);
+  }
+  CHECK_INT(n_routes, n);
+  free(src);
   /* And every documented path is routed. */
   const cJSON *p;
   cJSON_ArrayForEach(p, paths) {
