@@ -538,6 +538,12 @@ static void test_trigger(void) {
   r = http("POST", path, big, big_n, right);
   CHECK_INT(r.status, 413);
   resp_free(&r);
+  /* The same without a Content-Length (chunked): refused as it comes. */
+  const char *chunked[] = {"Authorization: Bearer " TOKEN,
+                           "Transfer-Encoding: chunked", NULL};
+  r = http("POST", path, big, big_n, chunked);
+  CHECK_INT(r.status, 413);
+  resp_free(&r);
   /* Just under: accepted. */
   big_n = (1u << 20) - 10;
   big[big_n - 1] = '}';
