@@ -629,10 +629,10 @@ static unsigned get_metrics(api_server *s, const char *id, cJSON **out) {
 
 /* ---- POST: authentication, bodies, actions ---- */
 
-static void sha256(const void *p, size_t n, unsigned char md[32]) {
+/* 1 with md, 0 when libcrypto fails (then nothing may compare equal). */
+static int sha256(const void *p, size_t n, unsigned char md[32]) {
   unsigned len = 0;
-  if (!EVP_Digest(p, n, md, &len, EVP_sha256(), NULL))
-    memset(md, 0, 32);
+  return EVP_Digest(p, n, md, &len, EVP_sha256(), NULL) == 1 && len == 32;
 }
 
 static int hexval(char c) {
@@ -665,9 +665,9 @@ static unsigned authorize(const api_server *s, struct MHD_Connection *c,
       /* Digests of both, so that the comparison takes the same time
        * whatever the lengths. */
       unsigned char a[32], b[32];
-      sha256(given, strlen(given), a);
-      sha256(s->token, strlen(s->token), b);
-      if (CRYPTO_memcmp(a, b, 32) == 0)
+      int ok = sha256(given, strlen(given), a) &&
+               sha256(s->token, strlen(s->token), b);
+      if (ok && CRYPTO_memcmp(a, b, 32) == 0)
         return 0;
       *out = err_json("invalid bearer token");
       return MHD_HTTP_UNAUTHORIZED;
