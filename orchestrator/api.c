@@ -39,17 +39,17 @@ extern const size_t api_dashboard_html_len;
 extern const unsigned char api_openapi_json[];
 extern const size_t api_openapi_json_len;
 
-#define API_MAX_BODY (1u << 20)       /* POST bodies: 413 beyond */
-#define API_LOG_CHUNK (256u << 10)    /* most bytes of log per request */
-#define API_METRICS_MAX 5000          /* points per series before thinning */
-#define API_METRICS_NAMES 256         /* distinct metric names per task */
-#define API_AUTH_SKEW 300             /* seconds an HMAC timestamp may be off */
-#define API_CONN_LIMIT 64             /* connections at once */
-#define API_CONN_TIMEOUT 30           /* seconds an idle connection is kept */
-#define API_RUNS_DEFAULT 100          /* GET /api/runs without limit */
+#define API_MAX_BODY (1u << 20)    /* POST bodies: 413 beyond */
+#define API_LOG_CHUNK (256u << 10) /* most bytes of log per request */
+#define API_METRICS_MAX 5000       /* points per series before thinning */
+#define API_METRICS_NAMES 256      /* distinct metric names per task */
+#define API_AUTH_SKEW 300          /* seconds an HMAC timestamp may be off */
+#define API_CONN_LIMIT 64          /* connections at once */
+#define API_CONN_TIMEOUT 30        /* seconds an idle connection is kept */
+#define API_RUNS_DEFAULT 100       /* GET /api/runs without limit */
 #define API_RUNS_MAX 10000
-#define API_DAG_RUNS 20               /* recent runs in GET /api/dags/{dag} */
-#define API_SEG_MAX 256               /* longest path segment routed */
+#define API_DAG_RUNS 20 /* recent runs in GET /api/dags/{dag} */
+#define API_SEG_MAX 256 /* longest path segment routed */
 
 struct api_server {
   struct MHD_Daemon *d;
@@ -144,8 +144,9 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status,
   cJSON_Delete(j);
   if (!text)
     return MHD_NO;
-  struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(
-      strlen(text), text, free_cjson_text);
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer_with_free_callback(strlen(text), text,
+                                                         free_cjson_text);
   if (!resp) {
     cJSON_free(text);
     return MHD_NO;
@@ -164,8 +165,8 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status,
 static enum MHD_Result send_static(struct MHD_Connection *c,
                                    const unsigned char *data, size_t n,
                                    const char *ctype, int html) {
-  struct MHD_Response *resp = MHD_create_response_from_buffer(
-      n, (void *)data, MHD_RESPMEM_PERSISTENT);
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(n, (void *)data, MHD_RESPMEM_PERSISTENT);
   if (!resp)
     return MHD_NO;
   common_headers(resp, ctype);
@@ -228,7 +229,7 @@ static unsigned find_run(const api_server *s, const char *id, store **st,
   store_close(*st);
   *st = NULL;
   *out = err_json("%s", err);
-  return rc == DR_ENOENT  ? MHD_HTTP_NOT_FOUND
+  return rc == DR_ENOENT   ? MHD_HTTP_NOT_FOUND
          : rc == DR_EINVAL ? MHD_HTTP_BAD_REQUEST
                            : MHD_HTTP_INTERNAL_SERVER_ERROR;
 }
@@ -293,8 +294,7 @@ static unsigned get_dag(api_server *s, const char *name, cJSON **out) {
   return MHD_HTTP_OK;
 }
 
-static unsigned get_runs(api_server *s, struct MHD_Connection *c,
-                         cJSON **out) {
+static unsigned get_runs(api_server *s, struct MHD_Connection *c, cJSON **out) {
   long long limit;
   if (query_int(c, "limit", API_RUNS_DEFAULT, 1, API_RUNS_MAX, &limit)) {
     *out = err_json("limit: expected an integer from 1 to %d", API_RUNS_MAX);
@@ -372,8 +372,8 @@ static char *utf8_clean(const unsigned char *p, size_t n) {
   sbuf_add(&b, "", 0);
   while (i < n) {
     unsigned char c = p[i];
-    size_t len = c == 0                 ? 0
-                 : c < 0x80             ? 1
+    size_t len = c == 0                   ? 0
+                 : c < 0x80               ? 1
                  : c >= 0xC2 && c <= 0xDF ? 2
                  : c >= 0xE0 && c <= 0xEF ? 3
                  : c >= 0xF0 && c <= 0xF4 ? 4
@@ -402,8 +402,8 @@ static char *utf8_clean(const unsigned char *p, size_t n) {
   return sbuf_take(&b);
 }
 
-static unsigned get_log(api_server *s, struct MHD_Connection *c,
-                        const char *id, const char *task, cJSON **out) {
+static unsigned get_log(api_server *s, struct MHD_Connection *c, const char *id,
+                        const char *task, cJSON **out) {
   long long attempt, offset;
   if (!name_ok(task)) {
     *out = err_json("invalid task name '%.128s': expected letters, digits, "
@@ -428,7 +428,8 @@ static unsigned get_log(api_server *s, struct MHD_Connection *c,
   char err[1024];
   int rc = 0;
   const char *run_id = str_of(run, "id");
-  cJSON *a = store_attempt(st, run_id, task, (int)attempt, &rc, err, sizeof err);
+  cJSON *a =
+      store_attempt(st, run_id, task, (int)attempt, &rc, err, sizeof err);
   store_close(st);
   if (!a) {
     if (rc == DR_ENOENT && attempt > 0)
@@ -445,8 +446,8 @@ static unsigned get_log(api_server *s, struct MHD_Connection *c,
   cJSON_Delete(run);
   const char *state = str_of(a, "state");
   const char *log = str_of(a, "log");
-  int running = !state || !strcmp(state, "starting") ||
-                !strcmp(state, "running");
+  int running =
+      !state || !strcmp(state, "starting") || !strcmp(state, "running");
   /* A log not there yet (an attempt that is starting) reads as empty. */
   long long size = 0;
   unsigned char *buf = NULL;
@@ -463,8 +464,8 @@ static unsigned get_log(api_server *s, struct MHD_Connection *c,
       size = (long long)sb.st_size;
     if (offset > size)
       offset = size;
-    size_t want = (size_t)(size - offset < API_LOG_CHUNK ? size - offset
-                                                         : API_LOG_CHUNK);
+    size_t want =
+        (size_t)(size - offset < API_LOG_CHUNK ? size - offset : API_LOG_CHUNK);
     buf = xmalloc(want + 1);
     while (got < want) {
       ssize_t r = pread(fd, buf + got, want - got, (off_t)offset + got);
@@ -507,7 +508,7 @@ static unsigned get_log(api_server *s, struct MHD_Connection *c,
 /* One metric event of a metrics.jsonl, compactly. */
 typedef struct mpoint {
   double time, attempt, value, step;
-  unsigned name;        /* index into the task's names */
+  unsigned name; /* index into the task's names */
   unsigned char has_time, has_attempt;
 } mpoint;
 
@@ -628,10 +629,10 @@ static unsigned get_metrics(api_server *s, const char *id, cJSON **out) {
 
 /* ---- POST: authentication, bodies, actions ---- */
 
-static void sha256(const void *p, size_t n, unsigned char md[32]) {
+/* 1 with md, 0 when libcrypto fails (then nothing may compare equal). */
+static int sha256(const void *p, size_t n, unsigned char md[32]) {
   unsigned len = 0;
-  if (!EVP_Digest(p, n, md, &len, EVP_sha256(), NULL))
-    memset(md, 0, 32);
+  return EVP_Digest(p, n, md, &len, EVP_sha256(), NULL) == 1 && len == 32;
 }
 
 static int hexval(char c) {
@@ -664,9 +665,9 @@ static unsigned authorize(const api_server *s, struct MHD_Connection *c,
       /* Digests of both, so that the comparison takes the same time
        * whatever the lengths. */
       unsigned char a[32], b[32];
-      sha256(given, strlen(given), a);
-      sha256(s->token, strlen(s->token), b);
-      if (CRYPTO_memcmp(a, b, 32) == 0)
+      int ok = sha256(given, strlen(given), a) &&
+               sha256(s->token, strlen(s->token), b);
+      if (ok && CRYPTO_memcmp(a, b, 32) == 0)
         return 0;
       *out = err_json("invalid bearer token");
       return MHD_HTTP_UNAUTHORIZED;
@@ -788,10 +789,9 @@ static unsigned post_trigger(api_server *s, struct MHD_Connection *c,
     }
   }
   char run_id[256] = "", err[1024] = "";
-  int rc = s->act.trigger
-               ? s->act.trigger(s->act.ud, dag, params, run_id, sizeof run_id,
-                                err, sizeof err)
-               : MHD_HTTP_SERVICE_UNAVAILABLE;
+  int rc = s->act.trigger ? s->act.trigger(s->act.ud, dag, params, run_id,
+                                           sizeof run_id, err, sizeof err)
+                          : MHD_HTTP_SERVICE_UNAVAILABLE;
   cJSON_Delete(body);
   if (rc != 0) {
     *out = err_json("%s", err[0] ? err : "cannot start a run");
@@ -821,7 +821,8 @@ static unsigned post_cancel(api_server *s, struct MHD_Connection *c,
   char full[256];
   snprintf(full, sizeof full, "%s", id);
   status = find_run(s, id, &st, &run, out);
-  if (status == MHD_HTTP_BAD_REQUEST || status == MHD_HTTP_INTERNAL_SERVER_ERROR)
+  if (status == MHD_HTTP_BAD_REQUEST ||
+      status == MHD_HTTP_INTERNAL_SERVER_ERROR)
     return status;
   if (status == 0) {
     snprintf(full, sizeof full, "%s", str_of(run, "id"));
@@ -1108,7 +1109,8 @@ int api_start(const api_config *cfg, const api_actions *actions,
   s->secret = cfg->hmac_secret ? xstrdup(cfg->hmac_secret) : NULL;
   s->store_path =
       cfg->store_path ? xstrdup(cfg->store_path) : store_default_path();
-  s->act = *actions;
+  if (actions)
+    s->act = *actions;
   s->started = now_monotonic();
   pthread_mutex_init(&s->log_mu, NULL);
   s->starting = 1;
@@ -1117,8 +1119,8 @@ int api_start(const api_config *cfg, const api_actions *actions,
       flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
       MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_CONNECTION_LIMIT,
       (unsigned)API_CONN_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)API_CONN_TIMEOUT, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-      s, MHD_OPTION_EXTERNAL_LOGGER, on_log, s, MHD_OPTION_END);
+      (unsigned)API_CONN_TIMEOUT, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+      MHD_OPTION_EXTERNAL_LOGGER, on_log, s, MHD_OPTION_END);
   int saved = errno;
   pthread_mutex_lock(&s->log_mu);
   s->starting = 0;

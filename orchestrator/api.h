@@ -18,14 +18,20 @@
  *   GET  /api/runs?dag=&state=&limit=        store_runs
  *   GET  /api/runs/{run}                     store_run (id or unique prefix)
  *   GET  /api/runs/{run}/tasks/{task}/log?attempt=N&offset=B
- *                                            {attempt, offset, next_offset,
- *                                             size, eof, text}
- *   GET  /api/runs/{run}/metrics             {task: [metric objects]} from
+ *                                            {attempt, state, offset,
+ *                                             next_offset, size, eof, text}
+ *   GET  /api/runs/{run}/metrics             {tasks: {task: [metric
+ *                                            objects]}, downsampled: {task:
+ *                                            {name: k}}} from
  *                                            <run_dir>/<task>/metrics.jsonl
  *   GET  /api/runs/{run}/alerts              store_alerts
  *   POST /api/dags/{dag}/runs                trigger: body {"params": {...}}
  *                                            (optional); 201 {run_id, dag}
  *   POST /api/runs/{run}/cancel              202 {run_id}
+ *
+ * The metrics are wrapped in "tasks" (not {task: [...]} at the top, as
+ * first planned) so that "downsampled" (the series thinned to every k-th
+ * point, above 5000 points) cannot collide with a task of that name.
  *
  * Authentication: GETs are open (the server listens on 127.0.0.1 unless
  * told otherwise). POSTs need a bearer token (Authorization: Bearer T) or
