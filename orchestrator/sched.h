@@ -36,6 +36,7 @@
 #include <uv.h>
 
 #include "check.h"
+#include "secrets.h"
 #include "rundir.h"
 #include "spec.h"
 
@@ -118,6 +119,13 @@ typedef struct sched_opts {
   int (*cache_lookup)(void *ud, size_t task, const char *fingerprint,
                       char **from_run, char **from_out_dir, cJSON **outputs);
   int no_cache; /* `dagrun run --no-cache`: look nothing up */
+  /* The run's secrets (secrets.h), borrowed, may be NULL: masked in what
+   * the sched writes (attempt.json, outputs.json, metrics, attempt logs
+   * through the executor) and hands to observers (reasons, log and
+   * progress messages, sched_task_outputs, sched_tasks_json). Templates
+   * of downstream tasks still see the real outputs, and workers the real
+   * params. */
+  const secrets *secrets;
 } sched_opts;
 
 typedef struct sched sched;
