@@ -455,16 +455,18 @@ static void record(delivery *dl, long status, const char *error,
   cJSON_free(line);
   cJSON_Delete(j);
   if (a->db) {
-    store_alert_delivery sd = {now_wall(),
-                               dl->event,
-                               dl->task,
-                               dl->task ? dl->task_attempt : 0,
-                               dl->tries,
-                               status > 0 ? (int)status : 0,
-                               masked,
-                               round(duration * 1000) / 1000,
-                               result,
-                               dl->h->redacted};
+    store_alert_delivery sd = {
+        .time = now_wall(),
+        .event = dl->event,
+        .task = dl->task,
+        .attempt = dl->task ? dl->task_attempt : 0,
+        .try_n = dl->tries,
+        .http_status = status > 0 ? (int)status : 0,
+        .error = masked,
+        .duration_s = round(duration * 1000) / 1000,
+        .result = result,
+        .endpoint = dl->h->redacted,
+    };
     char err[512];
     if (store_alert_record(a->db, a->run->id, &sd, err, sizeof(err)) != 0 &&
         !a->db_failed) {

@@ -169,8 +169,7 @@ typedef struct collect_ctx {
 static void collect_param(void *ud, const char *name, const ynode *at) {
   (void)at;
   collect_ctx *c = ud;
-  char *z =
-      value_text(cJSON_GetObjectItemCaseSensitive(c->params, name));
+  char *z = value_text(cJSON_GetObjectItemCaseSensitive(c->params, name));
   secrets_add(c->set, z);
   free(z);
 }
@@ -211,8 +210,9 @@ secrets *secrets_collect(const spec *s, const cJSON *params,
   const ynode *al = s->alerts;
   if (!al || al->kind != YNODE_SEQ)
     return set;
-  tmpl_env te = {s,    params, run ? run->id : NULL, run ? run->date : NULL,
-                 NULL, NULL,   NULL};
+  tmpl_env te = {
+      s,    params, run ? run->id : NULL, run ? run->date : NULL, NULL,
+      NULL, NULL};
   for (size_t i = 0; i < al->n; i++) {
     const ynode *w = ynode_get(al->items[i], "webhook");
     if (!w || w->kind != YNODE_SCALAR)

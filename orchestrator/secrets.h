@@ -54,8 +54,7 @@ void secrets_mask_json(const secrets *set, cJSON *j);
 /* The set of a run: spec s, its resolved DAG params (borrowed) and its run
  * directory (for ${run.*} in webhooks; may be NULL). Webhooks that do not
  * resolve are left out (alerts_create reports them). Caller frees. */
-secrets *secrets_collect(const spec *s, const cJSON *params,
-                         const rundir *run);
+secrets *secrets_collect(const spec *s, const cJSON *params, const rundir *run);
 
 /* In a copy of the DAG params meant for a file (run.json, the store):
  * replaces the value of every secret param (listed in `secrets:` or used

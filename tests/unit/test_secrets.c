@@ -40,8 +40,8 @@ static char *stream(const secrets *set, const char *text, const size_t *cuts,
 static void test_mask(void) {
   secrets *set = secrets_create();
   secrets_add(set, "hunter22");
-  secrets_add(set, "abc"); /* too short: not a secret */
-  secrets_add(set, "hunter22"); /* a duplicate */
+  secrets_add(set, "abc");         /* too short: not a secret */
+  secrets_add(set, "hunter22");    /* a duplicate */
   secrets_add(set, "hunter22xyz"); /* longer, same start: longest wins */
   CHECK_INT(secrets_count(set), 2);
   CHECK_INT(secrets_max_len(set), 11);
