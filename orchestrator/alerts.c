@@ -99,8 +99,8 @@ static void parse_event(const spec *s, const ynode *v, size_t idx,
 }
 
 /* `tasks: [name, ...]` of alert idx: indices into c->tasks. */
-static void parse_tasks(const spec *s, const ynode *v, size_t idx,
-                        alert_cfg *c, diags *d) {
+static void parse_tasks(const spec *s, const ynode *v, size_t idx, alert_cfg *c,
+                        diags *d) {
   if (v->kind != YNODE_SEQ) {
     err_at(d, s, v, "alert %zu: 'tasks' expects a list of task names, found %s",
            idx + 1, ynode_a_type(v));
@@ -114,8 +114,8 @@ static void parse_tasks(const spec *s, const ynode *v, size_t idx,
     names[k] = s->tasks[k].name;
   for (size_t k = 0; k < v->n; k++) {
     const ynode *it = v->items[k];
-    long t = it->kind == YNODE_SCALAR && it->str ? spec_task_find(s, it->str)
-                                                 : -1;
+    long t =
+        it->kind == YNODE_SCALAR && it->str ? spec_task_find(s, it->str) : -1;
     if (it->kind != YNODE_SCALAR) {
       err_at(d, s, it, "alert %zu: 'tasks' expects task names, found %s",
              idx + 1, ynode_a_type(it));
@@ -301,7 +301,7 @@ typedef struct hook {
   char redacted[256];
   unsigned events;
   double deadline_s, timeout_s;
-  uv_timer_t deadline_timer; /* the run's deadline (no `tasks:`) */
+  uv_timer_t deadline_timer;            /* the run's deadline (no `tasks:`) */
   struct task_deadline *task_deadlines; /* per `tasks:` entry */
   size_t n_task_deadlines;
 } hook;
@@ -342,9 +342,9 @@ struct alerts {
   uv_loop_t *loop;
   const spec *s;
   const rundir *run;
-  store *db;       /* NULL: deliveries go to alerts.jsonl only */
-  int db_failed;   /* a store write failed (said once) */
-  secrets *secret; /* masked in everything recorded or sent */
+  store *db;                   /* NULL: deliveries go to alerts.jsonl only */
+  int db_failed;               /* a store write failed (said once) */
+  secrets *secret;             /* masked in everything recorded or sent */
   int *attempt, *max_attempts; /* per task: latest, from the events */
   CURLM *multi;
   uv_timer_t curl_timer, grace;
@@ -966,8 +966,8 @@ int alerts_create(uv_loop_t *loop, const spec *s, const rundir *run,
     h->deadline_s = v[i].deadline_s;
     h->timeout_s = v[i].timeout_s;
     if (v[i].tasks) {
-      h->task_deadlines = xcalloc(v[i].n_tasks ? v[i].n_tasks : 1,
-                                  sizeof(task_deadline));
+      h->task_deadlines =
+          xcalloc(v[i].n_tasks ? v[i].n_tasks : 1, sizeof(task_deadline));
       h->n_task_deadlines = v[i].n_tasks;
       for (size_t k = 0; k < v[i].n_tasks; k++) {
         h->task_deadlines[k].h = h;

@@ -400,10 +400,15 @@ static void launch(sched *s, size_t i) {
     goto failed;
   }
   env = build_env(s, i, task_env);
-  exec_request rq = {i,           json_path,       log_path,
-                     NULL,        env,             st->timeout_s,
-                     st->heartbeat_s, st->kill_grace_s, s->opts.secrets,
-                     real};
+  exec_request rq = {.task = i,
+                     .attempt_json = json_path,
+                     .log_path = log_path,
+                     .env = env,
+                     .timeout_s = st->timeout_s,
+                     .heartbeat_s = st->heartbeat_s,
+                     .kill_grace_s = st->kill_grace_s,
+                     .secrets = s->opts.secrets,
+                     .attempt_text = real};
   if (s->opts.obs.attempt_start)
     s->opts.obs.attempt_start(s->opts.obs.ud, i, t->attempt, log_path);
   int xrc = executor_start(s->x, &rq, err, sizeof(err));
@@ -911,8 +916,7 @@ cJSON *sched_tasks_json(const sched *s) {
     if (t->fingerprint)
       cJSON_AddStringToObject(j, "fingerprint", t->fingerprint);
     if (t->outputs && t->outputs->child)
-      cJSON_AddItemToObject(j, "outputs",
-                            cJSON_Duplicate(shown_outputs(t), 1));
+      cJSON_AddItemToObject(j, "outputs", cJSON_Duplicate(shown_outputs(t), 1));
     cJSON_AddItemToArray(arr, j);
   }
   return arr;

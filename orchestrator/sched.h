@@ -36,8 +36,8 @@
 #include <uv.h>
 
 #include "check.h"
-#include "secrets.h"
 #include "rundir.h"
+#include "secrets.h"
 #include "spec.h"
 
 typedef enum task_state {
