@@ -874,7 +874,12 @@ const cJSON *sched_task_outputs(const sched *s, size_t task) {
 }
 
 const char *sched_task_fingerprint(const sched *s, size_t task) {
-  return s->t[task].fingerprint;
+  const task_rt *t = &s->t[task];
+  /* Outputs recorded masked cannot be reused: the store has no cache
+   * entry for the task (its downstream still has fingerprints). */
+  if (t->shown && !cJSON_Compare(t->shown, t->outputs, 1))
+    return NULL;
+  return t->fingerprint;
 }
 
 const char *sched_task_cached_from(const sched *s, size_t task) {

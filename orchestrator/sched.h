@@ -146,7 +146,9 @@ task_state sched_task_state(const sched *s, size_t task);
  * empty, or NULL before it ran). Borrowed: valid until the next attempt
  * starts or sched_destroy. */
 const cJSON *sched_task_outputs(const sched *s, size_t task);
-/* The task's fingerprint (hex), or NULL when it has none (yet). Borrowed:
+/* The task's fingerprint (hex), or NULL when it has none (yet), or when
+ * an output of its current attempt held a secret (masked outputs are no
+ * use to a later run: such a task is never a cache entry). Borrowed:
  * valid until sched_destroy. */
 const char *sched_task_fingerprint(const sched *s, size_t task);
 /* TASK_CACHED: the run whose task it reused; else NULL. Borrowed. */
