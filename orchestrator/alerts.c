@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "secrets.h"
+#include "store.h"
 #include "template.h"
 
 #define EV_FAILURE 1u
@@ -30,8 +32,8 @@
 
 static const char *const event_names[] = {"failure", "retry", "success",
                                           "deadline", NULL};
-static const char *const alert_keys[] = {"on", "webhook", "deadline", "timeout",
-                                         NULL};
+static const char *const alert_keys[] = {"on",      "webhook", "deadline",
+                                         "timeout", "tasks",   NULL};
 
 /* One entry of `alerts:` as written. */
 typedef struct alert_cfg {
@@ -39,6 +41,8 @@ typedef struct alert_cfg {
   unsigned events;
   double deadline_s; /* 0: none */
   double timeout_s;
+  size_t *tasks; /* `tasks:` (per-task deadlines), or NULL */
+  size_t n_tasks;
 } alert_cfg;
 
 /* ---- parsing ---------------------------------------------------------- */
@@ -94,8 +98,47 @@ static void parse_event(const spec *s, const ynode *v, size_t idx,
          m ? "'?" : "");
 }
 
-/* Parses s->alerts into *out (caller frees; entries with errors are kept
- * with what parsed). Returns the number of errors added. */
+/* `tasks: [name, ...]` of alert idx: indices into c->tasks. */
+static void parse_tasks(const spec *s, const ynode *v, size_t idx, alert_cfg *c,
+                        diags *d) {
+  if (v->kind != YNODE_SEQ) {
+    err_at(d, s, v, "alert %zu: 'tasks' expects a list of task names, found %s",
+           idx + 1, ynode_a_type(v));
+    return;
+  }
+  free(c->tasks);
+  c->tasks = xcalloc(v->n ? v->n : 1, sizeof(size_t));
+  c->n_tasks = 0;
+  const char **names = xcalloc(s->n_tasks + 1, sizeof(char *));
+  for (size_t k = 0; k < s->n_tasks; k++)
+    names[k] = s->tasks[k].name;
+  for (size_t k = 0; k < v->n; k++) {
+    const ynode *it = v->items[k];
+    long t =
+        it->kind == YNODE_SCALAR && it->str ? spec_task_find(s, it->str) : -1;
+    if (it->kind != YNODE_SCALAR) {
+      err_at(d, s, it, "alert %zu: 'tasks' expects task names, found %s",
+             idx + 1, ynode_a_type(it));
+    } else if (t < 0) {
+      const char *m = closest_match(it->str, names);
+      err_at(d, s, it, "alert %zu: unknown task '%s'%s%s%s", idx + 1, it->str,
+             m ? "; did you mean '" : "", m ? m : "", m ? "'?" : "");
+    } else {
+      c->tasks[c->n_tasks++] = (size_t)t;
+    }
+  }
+  free(names);
+}
+
+static void free_cfgs(alert_cfg *v, size_t n) {
+  for (size_t i = 0; v && i < n; i++)
+    free(v[i].tasks);
+  free(v);
+}
+
+/* Parses s->alerts into *out (caller frees with free_cfgs; entries with
+ * errors are kept with what parsed). Returns the number of errors
+ * added. */
 static size_t parse_alerts(const spec *s, alert_cfg **out, size_t *n_out,
                            diags *d) {
   size_t before = d->n;
@@ -122,7 +165,7 @@ static size_t parse_alerts(const spec *s, alert_cfg **out, size_t *n_out,
              i + 1, ynode_a_type(m));
       continue;
     }
-    const ynode *on = NULL, *deadline = NULL;
+    const ynode *on = NULL, *deadline = NULL, *tasks = NULL;
     for (size_t k = 0; k < m->n; k++) {
       const ynode *key = m->items[2 * k], *val = m->items[2 * k + 1];
       const char *z = key->str ? key->str : "";
@@ -135,12 +178,15 @@ static size_t parse_alerts(const spec *s, alert_cfg **out, size_t *n_out,
         (void)get_duration(s, val, "deadline", i, &c->deadline_s, d);
       } else if (strcmp(z, "timeout") == 0) {
         (void)get_duration(s, val, "timeout", i, &c->timeout_s, d);
+      } else if (strcmp(z, "tasks") == 0) {
+        tasks = val;
+        parse_tasks(s, val, i, c, d);
       } else {
         const char *near = closest_match(z, alert_keys);
         err_at(d, s, key, "alert %zu: unknown key '%s'%s%s%s", i + 1, z,
                near ? "; did you mean '"
                     : " (expected on, webhook, "
-                      "deadline, timeout)",
+                      "deadline, timeout, tasks)",
                near ? near : "", near ? "'?" : "");
       }
     }
@@ -167,6 +213,11 @@ static size_t parse_alerts(const spec *s, alert_cfg **out, size_t *n_out,
       err_at(d, s, deadline,
              "alert %zu: 'deadline' without the 'deadline' event in 'on' "
              "would never fire",
+             i + 1);
+    if (tasks && !(c->events & EV_DEADLINE))
+      err_at(d, s, tasks,
+             "alert %zu: 'tasks' names the tasks of a per-task deadline: it "
+             "needs the 'deadline' event in 'on'",
              i + 1);
     if ((c->events & EV_DEADLINE) && !deadline)
       err_at(d, s, on,
@@ -220,7 +271,7 @@ int alerts_check(const spec *s, const cJSON *params, diags *d) {
     }
     cJSON_Delete(out);
   }
-  free(v);
+  free_cfgs(v, n);
   return nerr ? DR_ESPEC : 0;
 }
 
@@ -242,41 +293,27 @@ void alerts_redact_url(const char *url, char *buf, size_t n) {
   curl_url_cleanup(u);
 }
 
-void alerts_redact_params(const spec *s, cJSON *params) {
-  const ynode *al = s->alerts;
-  if (!al || al->kind != YNODE_SEQ || !cJSON_IsObject(params))
-    return;
-  for (size_t i = 0; i < al->n; i++) {
-    const ynode *w = ynode_get(al->items[i], "webhook");
-    if (!w || w->kind != YNODE_SCALAR)
-      continue;
-    for (const char *p = strstr(w->str, "${params."); p;
-         p = strstr(p + 1, "${params.")) {
-      const char *z = p + 9;
-      size_t n =
-          strspn(z, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                    "0123456789_-");
-      char *name = xstrndup(z, n);
-      if (cJSON_GetObjectItemCaseSensitive(params, name))
-        cJSON_ReplaceItemInObjectCaseSensitive(
-            params, name, cJSON_CreateString("(redacted)"));
-      free(name);
-    }
-  }
-}
-
 /* ---- delivery --------------------------------------------------------- */
 
 typedef struct hook {
   struct alerts *a;
   char *url; /* resolved: a secret, never written or printed */
   char redacted[256];
-  /* Parts of url that must not appear in an error message we record. */
-  char *secret_parts[4];
   unsigned events;
   double deadline_s, timeout_s;
-  uv_timer_t deadline_timer;
+  uv_timer_t deadline_timer;            /* the run's deadline (no `tasks:`) */
+  struct task_deadline *task_deadlines; /* per `tasks:` entry */
+  size_t n_task_deadlines;
 } hook;
+
+/* A per-task deadline: started when the task first runs, stopped when it
+ * ends. */
+typedef struct task_deadline {
+  hook *h;
+  size_t task;
+  int started;
+  uv_timer_t timer;
+} task_deadline;
 
 typedef struct delivery {
   struct alerts *a;
@@ -305,6 +342,10 @@ struct alerts {
   uv_loop_t *loop;
   const spec *s;
   const rundir *run;
+  store *db;                   /* NULL: deliveries go to alerts.jsonl only */
+  int db_failed;               /* a store write failed (said once) */
+  secrets *secret;             /* masked in everything recorded or sent */
+  int *attempt, *max_attempts; /* per task: latest, from the events */
   CURLM *multi;
   uv_timer_t curl_timer, grace;
   hook *hooks;
@@ -401,8 +442,9 @@ static void record(delivery *dl, long status, const char *error,
     cJSON_AddNumberToObject(j, "status", (double)status);
   else
     cJSON_AddNullToObject(j, "status");
-  if (error)
-    cJSON_AddStringToObject(j, "error", error);
+  char *masked = secrets_mask(a->secret, error);
+  if (masked)
+    cJSON_AddStringToObject(j, "error", masked);
   else
     cJSON_AddNullToObject(j, "error");
   cJSON_AddNumberToObject(j, "duration_s", round(duration * 1000) / 1000);
@@ -412,6 +454,31 @@ static void record(delivery *dl, long status, const char *error,
   fflush(a->log);
   cJSON_free(line);
   cJSON_Delete(j);
+  if (a->db) {
+    store_alert_delivery sd = {
+        .time = now_wall(),
+        .event = dl->event,
+        .task = dl->task,
+        .attempt = dl->task ? dl->task_attempt : 0,
+        .try_n = dl->tries,
+        .http_status = status > 0 ? (int)status : 0,
+        .error = masked,
+        .duration_s = round(duration * 1000) / 1000,
+        .result = result,
+        .endpoint = dl->h->redacted,
+    };
+    char err[512];
+    if (store_alert_record(a->db, a->run->id, &sd, err, sizeof(err)) != 0 &&
+        !a->db_failed) {
+      /* The delivery is in alerts.jsonl; the run goes on. */
+      a->db_failed = 1;
+      fprintf(stderr,
+              "dagrun: alert deliveries are not recorded in the run store "
+              "(see alerts.jsonl): %s\n",
+              err);
+    }
+  }
+  free(masked);
 }
 
 static void shutdown_all(struct alerts *a);
@@ -489,15 +556,10 @@ static void start_try(delivery *dl) {
 
 static void on_backoff(uv_timer_t *t) { start_try(t->data); }
 
-/* A message for alerts.jsonl that cannot leak the URL: curl's detailed
- * message unless it mentions a secret part of the URL, else its generic
- * one. */
-static const char *safe_error(delivery *dl, CURLcode res) {
-  const char *z = dl->errbuf[0] ? dl->errbuf : curl_easy_strerror(res);
-  for (int i = 0; i < 4; i++)
-    if (dl->h->secret_parts[i] && strstr(z, dl->h->secret_parts[i]))
-      return curl_easy_strerror(res);
-  return z;
+/* curl's detailed message, else its generic one; record() masks the
+ * URL and its secret parts in it. */
+static const char *curl_error(delivery *dl, CURLcode res) {
+  return dl->errbuf[0] ? dl->errbuf : curl_easy_strerror(res);
 }
 
 static void check_multi_info(struct alerts *a) {
@@ -521,7 +583,7 @@ static void check_multi_info(struct alerts *a) {
     const char *error = NULL;
     char buf[64];
     if (res != CURLE_OK) {
-      error = safe_error(dl, res);
+      error = curl_error(dl, res);
     } else if (!ok) {
       snprintf(buf, sizeof(buf), "HTTP status %ld", status);
       error = buf;
@@ -653,6 +715,8 @@ static void send_alert(struct alerts *a, unsigned ev, const char *event,
       char *link = xasprintf("file://%s", a->run->path);
       cJSON_AddStringToObject(b, "link", link);
       free(link);
+      /* The error and the log are the task's: they may quote a secret. */
+      secrets_mask_json(a->secret, b);
     }
     delivery *dl = xcalloc(1, sizeof(*dl));
     dl->a = a;
@@ -675,9 +739,37 @@ static void send_alert(struct alerts *a, unsigned ev, const char *event,
   cJSON_Delete(b);
 }
 
+static void on_task_deadline(uv_timer_t *t);
+
+/* Starts the per-task deadlines of task i when it first runs, stops them
+ * when it ends. */
+static void task_deadlines(struct alerts *a, const sched_event *e) {
+  int end = task_state_terminal(e->state);
+  if (e->state != TASK_RUNNING && !end)
+    return;
+  for (size_t i = 0; i < a->n_hooks; i++) {
+    hook *h = &a->hooks[i];
+    for (size_t k = 0; k < h->n_task_deadlines; k++) {
+      task_deadline *td = &h->task_deadlines[k];
+      if (td->task != e->task)
+        continue;
+      if (end) {
+        uv_timer_stop(&td->timer);
+      } else if (!td->started && (h->events & EV_DEADLINE)) {
+        td->started = 1;
+        uv_timer_start(&td->timer, on_task_deadline,
+                       (uint64_t)(h->deadline_s * 1000), 0);
+      }
+    }
+  }
+}
+
 void alerts_task_event(alerts *a, const sched_event *e) {
   if (!a || a->shut)
     return;
+  a->attempt[e->task] = e->attempt;
+  a->max_attempts[e->task] = e->max_attempts;
+  task_deadlines(a, e);
   if (e->state != TASK_FAILED && e->state != TASK_RETRY_WAIT)
     return;
   const char *task = a->s->tasks[e->task].name;
@@ -712,6 +804,23 @@ static void on_deadline(uv_timer_t *t) {
                          a->s->dag, a->run->id, d);
   char *error = xasprintf("not finished after %s", d);
   send_alert(a, EV_DEADLINE, "deadline", h, NULL, 0, 0, "running", error, text);
+  free(error);
+  free(text);
+}
+
+static void on_task_deadline(uv_timer_t *t) {
+  task_deadline *td = t->data;
+  hook *h = td->h;
+  struct alerts *a = h->a;
+  const char *task = a->s->tasks[td->task].name;
+  char d[32];
+  format_duration(h->deadline_s, d, sizeof(d));
+  char *text = xasprintf(":alarm_clock: %s run %s: task %s still running "
+                         "after %s (deadline)",
+                         a->s->dag, a->run->id, task, d);
+  char *error = xasprintf("task %s not finished %s after it started", task, d);
+  send_alert(a, EV_DEADLINE, "deadline", h, task, a->attempt[td->task],
+             a->max_attempts[td->task], "running", error, text);
   free(error);
   free(text);
 }
@@ -754,8 +863,12 @@ static void shutdown_all(struct alerts *a) {
   uv_timer_stop(&a->grace);
   close_handle(a, (uv_handle_t *)&a->grace);
   close_handle(a, (uv_handle_t *)&a->curl_timer);
-  for (size_t i = 0; i < a->n_hooks; i++)
-    close_handle(a, (uv_handle_t *)&a->hooks[i].deadline_timer);
+  for (size_t i = 0; i < a->n_hooks; i++) {
+    hook *h = &a->hooks[i];
+    close_handle(a, (uv_handle_t *)&h->deadline_timer);
+    for (size_t k = 0; k < h->n_task_deadlines; k++)
+      close_handle(a, (uv_handle_t *)&h->task_deadlines[k].timer);
+  }
   if (a->log) {
     fclose(a->log);
     a->log = NULL;
@@ -766,8 +879,12 @@ void alerts_run_finished(alerts *a, const char *state, size_t n_tasks,
                          double duration_s) {
   if (!a || a->finished)
     return;
-  for (size_t i = 0; i < a->n_hooks; i++)
-    uv_timer_stop(&a->hooks[i].deadline_timer);
+  for (size_t i = 0; i < a->n_hooks; i++) {
+    hook *h = &a->hooks[i];
+    uv_timer_stop(&h->deadline_timer);
+    for (size_t k = 0; k < h->n_task_deadlines; k++)
+      uv_timer_stop(&h->task_deadlines[k].timer);
+  }
   if (strcmp(state, "success") == 0) {
     char d[32];
     format_duration(duration_s, d, sizeof(d));
@@ -798,29 +915,17 @@ static void free_hooks(struct alerts *a) {
       memset(h->url, 0, strlen(h->url));
       free(h->url);
     }
-    for (int k = 0; k < 4; k++)
-      free(h->secret_parts[k]);
+    free(h->task_deadlines);
   }
   free(a->hooks);
-}
-
-static void set_secret_parts(hook *h) {
-  CURLU *u = curl_url();
-  CURLUPart parts[4] = {CURLUPART_USER, CURLUPART_PASSWORD, CURLUPART_PATH,
-                        CURLUPART_QUERY};
-  for (int k = 0; u && k < 4; k++) {
-    char *z = NULL;
-    if (curl_url_set(u, CURLUPART_URL, h->url, 0) == CURLUE_OK &&
-        curl_url_get(u, parts[k], &z, 0) == CURLUE_OK && z &&
-        strcmp(z, "/") != 0 && strlen(z) >= 3)
-      h->secret_parts[k] = xstrdup(z);
-    curl_free(z);
-  }
-  curl_url_cleanup(u);
+  free(a->attempt);
+  free(a->max_attempts);
+  secrets_destroy(a->secret);
 }
 
 int alerts_create(uv_loop_t *loop, const spec *s, const rundir *run,
-                  const cJSON *params, alerts **out, char *err, size_t errlen) {
+                  const cJSON *params, store *db, alerts **out, char *err,
+                  size_t errlen) {
   *out = NULL;
   diags d = {0};
   alert_cfg *v;
@@ -828,7 +933,7 @@ int alerts_create(uv_loop_t *loop, const spec *s, const rundir *run,
   if (parse_alerts(s, &v, &n, &d) != 0 || n == 0) {
     int bad = d.n > 0;
     diags_free(&d);
-    free(v);
+    free_cfgs(v, n);
     if (bad)
       snprintf(err, errlen, "%s: invalid alerts", s->path);
     return bad ? DR_ESPEC : 0;
@@ -836,7 +941,7 @@ int alerts_create(uv_loop_t *loop, const spec *s, const rundir *run,
   static int curl_ready;
   if (!curl_ready) {
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-      free(v);
+      free_cfgs(v, n);
       snprintf(err, errlen, "cannot initialise libcurl");
       return DR_EIO;
     }
@@ -846,6 +951,10 @@ int alerts_create(uv_loop_t *loop, const spec *s, const rundir *run,
   a->loop = loop;
   a->s = s;
   a->run = run;
+  a->db = db;
+  a->secret = secrets_collect(s, params, run);
+  a->attempt = xcalloc(s->n_tasks ? s->n_tasks : 1, sizeof(int));
+  a->max_attempts = xcalloc(s->n_tasks ? s->n_tasks : 1, sizeof(int));
   a->hooks = xcalloc(n, sizeof(hook));
   a->n_hooks = n;
   tmpl_env te = {s, params, run->id, run->date, NULL, NULL, NULL};
@@ -856,6 +965,15 @@ int alerts_create(uv_loop_t *loop, const spec *s, const rundir *run,
     h->events = v[i].events;
     h->deadline_s = v[i].deadline_s;
     h->timeout_s = v[i].timeout_s;
+    if (v[i].tasks) {
+      h->task_deadlines =
+          xcalloc(v[i].n_tasks ? v[i].n_tasks : 1, sizeof(task_deadline));
+      h->n_task_deadlines = v[i].n_tasks;
+      for (size_t k = 0; k < v[i].n_tasks; k++) {
+        h->task_deadlines[k].h = h;
+        h->task_deadlines[k].task = v[i].tasks[k];
+      }
+    }
     cJSON *url = NULL;
     int r = tmpl_resolve(&te, SIZE_MAX, v[i].webhook, &url, &d);
     if (r == 0 && webhook_off(url)) {
@@ -871,12 +989,11 @@ int alerts_create(uv_loop_t *loop, const spec *s, const rundir *run,
     } else {
       h->url = xstrdup(url->valuestring);
       alerts_redact_url(h->url, h->redacted, sizeof(h->redacted));
-      set_secret_parts(h);
     }
     cJSON_Delete(url);
   }
   diags_free(&d);
-  free(v);
+  free_cfgs(v, n);
   char *path = path_join(run->path, "alerts.jsonl");
   if (rc == 0) {
     a->log = fopen(path, "ae");
@@ -916,9 +1033,17 @@ int alerts_create(uv_loop_t *loop, const spec *s, const rundir *run,
     uv_unref((uv_handle_t *)&h->deadline_timer);
     h->deadline_timer.data = h;
     a->n_open++;
-    if ((h->events & EV_DEADLINE) && h->deadline_s > 0)
+    /* With `tasks:` the deadline is each task's, from its start. */
+    if ((h->events & EV_DEADLINE) && h->deadline_s > 0 && !h->task_deadlines)
       uv_timer_start(&h->deadline_timer, on_deadline,
                      (uint64_t)(h->deadline_s * 1000), 0);
+    for (size_t k = 0; k < h->n_task_deadlines; k++) {
+      uv_timer_t *t = &h->task_deadlines[k].timer;
+      uv_timer_init(loop, t);
+      uv_unref((uv_handle_t *)t);
+      t->data = &h->task_deadlines[k];
+      a->n_open++;
+    }
   }
   *out = a;
   return 0;

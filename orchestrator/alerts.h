@@ -5,6 +5,8 @@
  *     - on: [failure, retry, success, deadline]
  *       webhook: ${env:DAGRUN_WEBHOOK_URL}   # templated like task values
  *       deadline: 2h     # with `deadline`: the run not finished by then
+ *       tasks: [train]   # optional: instead each task not finished
+ *                        # `deadline` after it first started running
  *       timeout: 10s     # per delivery attempt, connect + transfer
  *
  * A webhook that resolves to "" (e.g. `${env:HOOK:-}` with HOOK unset)
@@ -12,7 +14,9 @@
  *
  * Events: `failure` (a task failed for good), `retry` (a failed attempt
  * will be retried), `success` (the run succeeded: one alert per run),
- * `deadline` (the run still going `deadline` after it started).
+ * `deadline` (the run still going `deadline` after it started; with
+ * `tasks:`, one alert per listed task still not finished `deadline` after
+ * its first attempt started, naming the task).
  *
  * Each alert is POSTed as Slack-compatible JSON ("text" plus dag, run,
  * task, state, attempt, max_attempts, error, log_tail, link, event),
@@ -20,9 +24,12 @@
  * interface. A delivery is tried at most 3 times, 1 s then 2 s apart, on
  * network errors, HTTP 5xx and 429; other answers are final. Nothing here
  * blocks the run or changes its result. Every delivery attempt is appended
- * to <run>/alerts.jsonl with the webhook reduced to scheme://host[:port]:
+ * to <run>/alerts.jsonl, and recorded in the run store when one is given
+ * (store_alert_record; a failing store write is said once on stderr and
+ * changes nothing else), with the webhook reduced to scheme://host[:port]:
  * webhook URLs carry secrets in their path and query, and the resolved URL
- * is never written anywhere nor printed.
+ * is never written anywhere nor printed. Bodies and records are masked
+ * with the run's secrets (secrets.h).
  *
  * All functions run on the loop's thread.
  */
@@ -36,6 +43,7 @@
 #include "rundir.h"
 #include "sched.h"
 #include "spec.h"
+#include "store.h"
 
 /* Seconds a finished run waits for deliveries still in flight. */
 #define ALERTS_GRACE_S 5.0
@@ -50,15 +58,17 @@ typedef struct alerts alerts;
 
 /* Creates the alerts of a run: resolves the webhooks with the run's params
  * and fields, opens <run>/alerts.jsonl and starts the deadline timers. All
- * arguments are borrowed and must outlive the object. Returns 0 with *out
+ * arguments are borrowed and must outlive the object; db (may be NULL) is
+ * the run store, used on the loop's thread. Returns 0 with *out
  * (NULL when the DAG has no alerts), or DR_ETEMPLATE / DR_EIO with a
  * message in err that never contains a resolved webhook. Its handles do
  * not keep the loop alive while the run goes on. */
 int alerts_create(uv_loop_t *loop, const spec *s, const rundir *run,
-                  const cJSON *params, alerts **out, char *err, size_t errlen);
+                  const cJSON *params, store *db, alerts **out, char *err,
+                  size_t errlen);
 
 /* A task state change from the scheduler's observer; sends `retry` and
- * `failure` alerts. NULL a: no-op. */
+ * `failure` alerts, starts and stops per-task deadlines. NULL a: no-op. */
 void alerts_task_event(alerts *a, const sched_event *e);
 
 /* The run ended in state ("success", "failed", "cancelled"): stops the
@@ -72,11 +82,6 @@ void alerts_run_finished(alerts *a, const char *state, size_t n_tasks,
 /* Frees the object; its handles must be closed (the loop ran after
  * alerts_run_finished). NULL is a no-op. */
 void alerts_destroy(alerts *a);
-
-/* Replaces, in a copy of the DAG params meant for a file (run.json), the
- * value of every param that an alert webhook uses with "(redacted)": a
- * webhook built from ${params.hook} makes that param a secret. */
-void alerts_redact_params(const spec *s, cJSON *params);
 
 /* scheme://host[:port] of a URL, never its user, path or query, into buf
  * ("(invalid URL)" when it does not parse). */

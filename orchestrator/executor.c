@@ -6,6 +6,7 @@
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,8 +17,12 @@
  * The pipe normally reports EOF at once; it stays open only when a
  * process that outlived the worker (and escaped its group) kept fd 3. */
 #define DRAIN_TIMEOUT_MS 500
-/* Handles per attempt: the exit watch, the pipe and four timers. */
+/* Handles per attempt: the exit watch, the pipe and four timers (and the
+ * log pipe when the run has secrets). */
 #define ATTEMPT_HANDLES 6
+/* Where a worker finds its attempt description when the one on disk is
+ * masked: a memfd, named to it as /dev/fd/4. */
+#define ATTEMPT_FD 4
 
 typedef struct attempt attempt;
 struct attempt {
@@ -29,8 +34,13 @@ struct attempt {
   uv_poll_t exit_watch;
   uv_pipe_t pipe;
   uv_timer_t timeout_timer, heartbeat_timer, kill_timer, drain_timer;
+  /* With secrets: stdout and stderr come through log_pipe, masked on
+   * their way to log_fd. Without, the worker writes the log itself. */
+  uv_pipe_t log_pipe;
+  secrets_stream *masker;
+  int log_fd; /* -1 when not ours */
   int open_handles;
-  int exited, eof, finished;
+  int exited, eof, log_eof, finished;
   exec_end stop_reason; /* why we stopped it; EXEC_EXITED if we did not */
   int64_t exit_status;
   int term_signal;
@@ -73,6 +83,9 @@ static void on_handle_closed(uv_handle_t *h) {
     a->pidfd = -1;
   }
   if (--a->open_handles == 0) {
+    secrets_stream_destroy(a->masker);
+    if (a->log_fd >= 0)
+      close(a->log_fd);
     sbuf_free(&a->line);
     free(a->error);
     free(a);
@@ -92,7 +105,7 @@ static void signal_group(attempt *a, int sig) {
 }
 
 static void finish(attempt *a) {
-  if (a->finished || !a->exited || !a->eof)
+  if (a->finished || !a->exited || !a->eof || !a->log_eof)
     return;
   a->finished = 1;
   executor *x = a->x;
@@ -125,6 +138,8 @@ static void finish(attempt *a) {
   close_handle((uv_handle_t *)&a->heartbeat_timer);
   close_handle((uv_handle_t *)&a->kill_timer);
   close_handle((uv_handle_t *)&a->drain_timer);
+  if (a->masker)
+    close_handle((uv_handle_t *)&a->log_pipe);
 }
 
 static void on_kill_timer(uv_timer_t *t) {
@@ -154,10 +169,20 @@ static void on_timeout(uv_timer_t *t) { stop(t->data, EXEC_TIMED_OUT, 0); }
 
 static void on_heartbeat_missed(uv_timer_t *t) { stop(t->data, EXEC_HUNG, 0); }
 
+/* The log pipe is done: what the masker held back goes to the log. */
+static void log_ended(attempt *a) {
+  if (a->log_eof)
+    return;
+  uv_read_stop((uv_stream_t *)&a->log_pipe);
+  secrets_stream_flush(a->masker);
+  a->log_eof = 1;
+}
+
 static void on_drain_timeout(uv_timer_t *t) {
   attempt *a = t->data;
   uv_read_stop((uv_stream_t *)&a->pipe);
   a->eof = 1;
+  log_ended(a);
   finish(a);
 }
 
@@ -186,7 +211,7 @@ static void on_worker_exit(uv_poll_t *w, int status, int events) {
   uv_timer_stop(&a->timeout_timer);
   uv_timer_stop(&a->heartbeat_timer);
   uv_timer_stop(&a->kill_timer);
-  if (!a->eof)
+  if (!a->eof || !a->log_eof)
     uv_timer_start(&a->drain_timer, on_drain_timeout, DRAIN_TIMEOUT_MS, 0);
   finish(a);
 }
@@ -243,8 +268,35 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       a->line.n = 0;
     }
     uv_read_stop(s);
-    uv_timer_stop(&a->drain_timer);
     a->eof = 1;
+    if (a->log_eof)
+      uv_timer_stop(&a->drain_timer);
+    finish(a);
+  }
+}
+
+/* Writes masked log bytes. A full disk loses log lines, not the run. */
+static void log_sink(void *ud, const char *p, size_t n) {
+  attempt *a = ud;
+  while (n > 0) {
+    ssize_t w = write(a->log_fd, p, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return;
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+static void on_log_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  attempt *a = s->data;
+  if (nread > 0) {
+    secrets_stream_write(a->masker, buf->base, (size_t)nread);
+  } else if (nread < 0) {
+    log_ended(a);
+    if (a->eof)
+      uv_timer_stop(&a->drain_timer);
     finish(a);
   }
 }
@@ -258,7 +310,7 @@ static uint64_t to_ms(double s) { return s > 0 ? (uint64_t)(s * 1000.0) : 0; }
  * holds a 10,000-task DAG, once per task, and that was most of dagrun's
  * cost per task. Returns 0 or an errno value. */
 static int spawn_worker(const char *exe, const exec_request *rq, int log_fd,
-                        int pipe_fd, pid_t *pid) {
+                        int pipe_fd, int attempt_fd, pid_t *pid) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
   sigset_t none, all;
@@ -274,6 +326,8 @@ static int spawn_worker(const char *exe, const exec_request *rq, int log_fd,
   /* dup2 onto itself clears close-on-exec too (glibc >= 2.29). */
   if (!rc)
     rc = posix_spawn_file_actions_adddup2(&fa, pipe_fd, PROTO_FD);
+  if (!rc && attempt_fd >= 0)
+    rc = posix_spawn_file_actions_adddup2(&fa, attempt_fd, ATTEMPT_FD);
   if (!rc && rq->cwd)
     rc = posix_spawn_file_actions_addchdir_np(&fa, rq->cwd);
   if (!rc)
@@ -284,7 +338,10 @@ static int spawn_worker(const char *exe, const exec_request *rq, int log_fd,
     rc = posix_spawnattr_setsigmask(&attr, &none);
   if (!rc)
     rc = posix_spawnattr_setsigdefault(&attr, &all);
-  char *args[] = {"dagrun", "__worker", (char *)rq->attempt_json, NULL};
+  char fd_path[32];
+  snprintf(fd_path, sizeof(fd_path), "/dev/fd/%d", ATTEMPT_FD);
+  char *args[] = {"dagrun", "__worker",
+                  attempt_fd >= 0 ? fd_path : (char *)rq->attempt_json, NULL};
   if (!rc)
     rc = posix_spawn(pid, exe, &fa, &attr, args, rq->env);
   posix_spawn_file_actions_destroy(&fa);
@@ -292,8 +349,37 @@ static int spawn_worker(const char *exe, const exec_request *rq, int log_fd,
   return rc;
 }
 
+/* A memfd holding text, at offset 0; -1 with errno on failure. */
+static int memfd_with(const char *text) {
+  int fd = memfd_create("dagrun-attempt", MFD_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  size_t n = strlen(text);
+  while (n > 0) {
+    ssize_t w = write(fd, text, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) {
+      int e = errno;
+      close(fd);
+      errno = w < 0 ? e : EIO;
+      return -1;
+    }
+    text += w;
+    n -= (size_t)w;
+  }
+  if (lseek(fd, 0, SEEK_SET) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
 int executor_start(executor *x, const exec_request *rq, char *err,
                    size_t errlen) {
+  int masked = secrets_count(rq->secrets) > 0;
   int log_fd =
       open(rq->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) {
@@ -301,16 +387,36 @@ int executor_start(executor *x, const exec_request *rq, char *err,
              strerror(errno));
     return DR_EIO;
   }
-  int fds[2];
+  int fds[2], lfds[2] = {-1, -1}, attempt_fd = -1;
   if (pipe2(fds, O_CLOEXEC) != 0) {
     snprintf(err, errlen, "cannot create a pipe: %s", strerror(errno));
     close(log_fd);
     return DR_ESPAWN;
   }
+  if ((masked && pipe2(lfds, O_CLOEXEC) != 0) ||
+      (rq->attempt_text && (attempt_fd = memfd_with(rq->attempt_text)) < 0)) {
+    snprintf(err, errlen, "cannot create a pipe: %s", strerror(errno));
+    close(log_fd);
+    close(fds[0]);
+    close(fds[1]);
+    if (lfds[0] >= 0) {
+      close(lfds[0]);
+      close(lfds[1]);
+    }
+    return DR_ESPAWN;
+  }
   pid_t pid;
-  int rc = spawn_worker(x->self_exe, rq, log_fd, fds[1], &pid);
-  close(log_fd);
+  int rc = spawn_worker(x->self_exe, rq, masked ? lfds[1] : log_fd, fds[1],
+                        attempt_fd, &pid);
+  if (!masked) {
+    close(log_fd);
+    log_fd = -1;
+  }
   close(fds[1]);
+  if (lfds[1] >= 0)
+    close(lfds[1]);
+  if (attempt_fd >= 0)
+    close(attempt_fd);
   int pidfd = rc == 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
   if (rc == 0 && pidfd < 0) {
     rc = errno;
@@ -321,6 +427,10 @@ int executor_start(executor *x, const exec_request *rq, char *err,
     snprintf(err, errlen, "cannot start worker %s: %s", x->self_exe,
              strerror(rc));
     close(fds[0]);
+    if (lfds[0] >= 0)
+      close(lfds[0]);
+    if (log_fd >= 0)
+      close(log_fd);
     return DR_ESPAWN;
   }
 
@@ -347,6 +457,16 @@ int executor_start(executor *x, const exec_request *rq, char *err,
     timers[i]->data = a;
   }
   a->open_handles = ATTEMPT_HANDLES;
+  a->log_fd = log_fd;
+  a->log_eof = !masked;
+  if (masked) {
+    a->masker = secrets_stream_create(rq->secrets, log_sink, a);
+    uv_pipe_init(x->loop, &a->log_pipe, 0);
+    uv_pipe_open(&a->log_pipe, lfds[0]);
+    a->log_pipe.data = a;
+    a->open_handles++;
+    uv_read_start((uv_stream_t *)&a->log_pipe, on_alloc, on_log_read);
+  }
   if (rq->timeout_s > 0)
     uv_timer_start(&a->timeout_timer, on_timeout, to_ms(rq->timeout_s), 0);
   if (a->heartbeat_ms)

@@ -5,7 +5,12 @@
  * in a new session
  * (so its own process group, which the executor kills as a whole), with
  * stdin from /dev/null, stdout and stderr appended to the attempt's log
- * file, and fd 3 the protocol pipe (proto.h). Messages are parsed as they
+ * file, and fd 3 the protocol pipe (proto.h). When the run has secrets
+ * (secrets.h), stdout and stderr are a pipe instead, read here and
+ * written to the log masked (a secret split across two reads included),
+ * and the attempt description the worker reads is the unmasked
+ * attempt_text, given as a memfd named /dev/fd/4, while the file on disk
+ * is masked. Messages are parsed as they
  * arrive and handed to on_message; any message resets the heartbeat timer.
  *
  * Stopping an attempt (timeout, missed heartbeat, cancel): SIGTERM to the
@@ -22,6 +27,7 @@
 #include <uv.h>
 
 #include "proto.h"
+#include "secrets.h"
 
 typedef enum exec_end {
   EXEC_EXITED,       /* exited on its own; exit_code holds the status */
@@ -56,6 +62,12 @@ typedef struct exec_request {
   double timeout_s;         /* 0: none */
   double heartbeat_s;       /* 0: off */
   double kill_grace_s;
+  /* The run's secrets, masked in the log (borrowed: must outlive the
+   * attempt); NULL or empty: the worker writes the log directly. */
+  const secrets *secrets;
+  /* The attempt description to give the worker instead of the file at
+   * attempt_json (which is then a masked copy), or NULL. */
+  const char *attempt_text;
 } exec_request;
 
 typedef struct executor executor;

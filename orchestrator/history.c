@@ -23,6 +23,8 @@ struct history {
   char err[1024];
 };
 
+store *history_store(const history *h) { return h ? h->st : NULL; }
+
 static void broke(history *h) {
   if (!h->broken)
     fprintf(stderr,

@@ -68,6 +68,8 @@ void history_attempt_start(history *h, size_t task, int attempt,
  * said on stderr, and the task runs). */
 int history_cache_lookup(history *h, const char *fingerprint, char **from_run,
                          char **from_out_dir, cJSON **outputs);
+/* The store h records into (borrowed), or NULL for a NULL h. */
+store *history_store(const history *h);
 /* Records the run's final state and frees h; NULL is a no-op. */
 void history_finish(history *h, const char *state);
 

@@ -29,6 +29,7 @@
 #include "resume.h"
 #include "rundir.h"
 #include "sched.h"
+#include "secrets.h"
 #include "serve.h"
 #include "spec.h"
 #include "store.h"
@@ -112,6 +113,8 @@ static int usage_error(const char *fmt, const char *arg) {
 static int load_checked(const char *path, spec **sp, checked **ck) {
   diags d = {0};
   int rc = check_load(path, sp, ck, &d);
+  if (rc == 0)
+    secrets_warn(*sp, (*ck)->params, stderr);
   if (d.n) {
     diags_print(&d, stderr);
     fprintf(stderr, "%s: %zu error%s\n", path, d.n, d.n == 1 ? "" : "s");
@@ -255,7 +258,7 @@ static int write_run_json(const spec *sp, const rundir *run,
   }
   cJSON_AddNumberToObject(j, "max_parallel", max_parallel);
   cJSON *shown = cJSON_Duplicate(params, 1);
-  alerts_redact_params(sp, shown); /* params in a webhook are secrets */
+  secrets_redact_params(sp, shown);
   cJSON_AddItemToObject(j, "params", shown);
   cJSON_AddItemToObject(j, "tasks", sched_tasks_json(s));
   char *text = cJSON_Print(j);
@@ -298,7 +301,9 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
   r.h = h;
   r.loop = uv_default_loop();
   r.v = view_create(r.loop, mode, sp, stdout);
-  if (alerts_create(r.loop, sp, run, params, &r.al, err, sizeof(err)) != 0)
+  secrets *sec = secrets_collect(sp, params, run);
+  if (alerts_create(r.loop, sp, run, params, history_store(h), &r.al, err,
+                    sizeof(err)) != 0)
     fprintf(stderr, "dagrun: alerts off for this run: %s\n", err);
   sched_opts so = {
       max_parallel,
@@ -307,7 +312,8 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
       0,
       preset,
       obs_cache_lookup,
-      no_cache};
+      no_cache,
+      sec};
   r.s = sched_create(r.loop, ck, run, params, &so);
   write_run_json(sp, run, params, r.s, "running", max_parallel);
   uv_signal_init(r.loop, &r.sigint);
@@ -337,6 +343,7 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
   uv_run(r.loop, UV_RUN_DEFAULT);
   alerts_destroy(r.al);
   sched_destroy(r.s);
+  secrets_destroy(sec);
   uv_loop_close(r.loop);
 
   return r.stop_signal == SIGINT         ? 130
@@ -574,7 +581,7 @@ static int run_file(const char *file, const char *runs_dir,
   history *h;
   {
     cJSON *shown = cJSON_Duplicate(params, 1);
-    alerts_redact_params(sp, shown); /* params in a webhook are secrets */
+    secrets_redact_params(sp, shown);
     char *pj = cJSON_PrintUnformatted(shown);
     stop_signals_block(1);
     int hrc = history_begin(db, sp, run, pj, trigger, logical_date, &h, err,

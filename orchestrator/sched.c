@@ -26,6 +26,7 @@ typedef struct task_rt {
   int exit_code;        /* last attempt's, -1 if none */
   char *reason;         /* last failure reason */
   cJSON *outputs;       /* object, from the current attempt */
+  cJSON *shown;         /* outputs masked (secrets.h), or NULL: the same */
   char *out_dir;        /* lazily computed */
   int metrics_fd;       /* -1 when closed */
   double started, ended; /* wall clock: first start, final end */
@@ -159,13 +160,23 @@ static void check_done(sched *s) {
 
 static void enqueue(sched *s, size_t i);
 
+/* What may be written or shown of task i's outputs: masked. */
+static const cJSON *shown_outputs(const task_rt *t) {
+  return t->shown ? t->shown : t->outputs;
+}
+
+/* A copy of text with the run's secrets masked. Caller frees. */
+static char *masked(const sched *s, const char *text) {
+  return secrets_mask(s->opts.secrets, text);
+}
+
 static void write_outputs(sched *s, size_t i) {
   task_rt *t = &s->t[i];
   if (!t->outputs || !t->outputs->child)
     return;
   char *task_dir = rundir_task(s->run, s->sp->tasks[i].name);
   char *path = path_join(task_dir, "outputs.json");
-  char *text = cJSON_Print(t->outputs);
+  char *text = cJSON_Print(shown_outputs(t));
   if (write_file_atomic(path, text, strlen(text)) != 0)
     fprintf(stderr, "dagrun: cannot write %s: %s\n", path, strerror(errno));
   cJSON_free(text);
@@ -182,7 +193,8 @@ static void settle(sched *s, size_t i, task_state st, int exit_code,
   task_rt *ti = &s->t[i];
   if (reason != ti->reason) {
     free(ti->reason);
-    ti->reason = reason ? xstrdup(reason) : NULL;
+    /* Reasons go to events, the store, run.json and alerts. */
+    ti->reason = masked(s, reason);
   }
   ti->state = st;
   s->n_worklist = 0;
@@ -344,6 +356,8 @@ static void launch(sched *s, size_t i) {
     t->started = now_wall();
   cJSON_Delete(t->outputs);
   t->outputs = cJSON_CreateObject();
+  cJSON_Delete(t->shown);
+  t->shown = NULL;
 
   char err[1024];
   char *attempt_dir = rundir_attempt(s->run, st->name, t->attempt);
@@ -370,20 +384,36 @@ static void launch(sched *s, size_t i) {
   cJSON *aj = attempt_json(s, i, params, attempt_dir);
   params = NULL; /* owned by aj */
   char *text = cJSON_PrintUnformatted(aj);
+  /* On disk masked; the worker gets the real one (executor.h). */
+  char *real = NULL;
+  if (secrets_count(s->opts.secrets)) {
+    real = text;
+    secrets_mask_json(s->opts.secrets, aj);
+    text = cJSON_PrintUnformatted(aj);
+  }
   int wrc = write_file(json_path, text, strlen(text));
   cJSON_free(text);
   cJSON_Delete(aj);
   if (wrc != 0) {
+    cJSON_free(real);
     reason = xasprintf("cannot write %s: %s", json_path, strerror(errno));
     goto failed;
   }
   env = build_env(s, i, task_env);
-  exec_request rq = {i,           json_path,       log_path,
-                     NULL,        env,             st->timeout_s,
-                     st->heartbeat_s, st->kill_grace_s};
+  exec_request rq = {.task = i,
+                     .attempt_json = json_path,
+                     .log_path = log_path,
+                     .env = env,
+                     .timeout_s = st->timeout_s,
+                     .heartbeat_s = st->heartbeat_s,
+                     .kill_grace_s = st->kill_grace_s,
+                     .secrets = s->opts.secrets,
+                     .attempt_text = real};
   if (s->opts.obs.attempt_start)
     s->opts.obs.attempt_start(s->opts.obs.ud, i, t->attempt, log_path);
-  if (executor_start(s->x, &rq, err, sizeof(err)) != 0) {
+  int xrc = executor_start(s->x, &rq, err, sizeof(err));
+  cJSON_free(real);
+  if (xrc != 0) {
     reason = xstrdup(err);
     goto failed;
   }
@@ -649,9 +679,11 @@ static void on_attempt_exit(void *ud, size_t i, const exec_result *r) {
     if (made <= st->retry.retries && retry_worth_it(&st->retry, r)) {
       double delay = sched_retry_delay(&st->retry, made, next_uniform(s));
       free(t->reason);
-      t->reason = reason;
+      t->reason = masked(s, reason);
+      free(reason);
       t->state = TASK_RETRY_WAIT;
-      emit(s, i, TASK_RETRY_WAIT, t->exit_code, r->duration_s, delay, reason);
+      emit(s, i, TASK_RETRY_WAIT, t->exit_code, r->duration_s, delay,
+           t->reason);
       schedule_retry(s, i, delay);
     } else {
       settle(s, i, TASK_FAILED, t->exit_code, r->duration_s, reason);
@@ -676,7 +708,9 @@ static void append_metric(sched *s, size_t i, const proto_msg *m) {
   cJSON *j = cJSON_CreateObject();
   cJSON_AddNumberToObject(j, "time", now_wall());
   cJSON_AddNumberToObject(j, "attempt", t->attempt);
-  cJSON_AddStringToObject(j, "name", m->text);
+  char *name = masked(s, m->text);
+  cJSON_AddStringToObject(j, "name", name);
+  free(name);
   cJSON_AddNumberToObject(j, "value", m->number);
   cJSON_AddNumberToObject(j, "step", (double)m->step);
   char *line = cJSON_PrintUnformatted(j);
@@ -696,12 +730,18 @@ static void on_message(void *ud, size_t i, const proto_msg *m) {
   const sched_observer *o = &s->opts.obs;
   switch (m->type) {
   case PROTO_LOG:
-    if (o->task_log)
-      o->task_log(o->ud, i, m->level, m->text);
+    if (o->task_log) {
+      char *z = masked(s, m->text);
+      o->task_log(o->ud, i, m->level, z);
+      free(z);
+    }
     break;
   case PROTO_PROGRESS:
-    if (o->task_progress)
-      o->task_progress(o->ud, i, m->number, m->text);
+    if (o->task_progress) {
+      char *z = masked(s, m->text);
+      o->task_progress(o->ud, i, m->number, z);
+      free(z);
+    }
     break;
   case PROTO_METRIC:
     append_metric(s, i, m);
@@ -709,6 +749,12 @@ static void on_message(void *ud, size_t i, const proto_msg *m) {
   case PROTO_OUTPUT:
     cJSON_DeleteItemFromObjectCaseSensitive(s->t[i].outputs, m->text);
     cJSON_AddStringToObject(s->t[i].outputs, m->text, m->value);
+    /* Downstream templates get the value; files and the store do not. */
+    if (secrets_count(s->opts.secrets)) {
+      cJSON_Delete(s->t[i].shown);
+      s->t[i].shown = cJSON_Duplicate(s->t[i].outputs, 1);
+      secrets_mask_json(s->opts.secrets, s->t[i].shown);
+    }
     break;
   case PROTO_HEARTBEAT:
   case PROTO_RESULT:
@@ -824,11 +870,16 @@ task_state sched_task_state(const sched *s, size_t task) {
 }
 
 const cJSON *sched_task_outputs(const sched *s, size_t task) {
-  return s->t[task].outputs;
+  return shown_outputs(&s->t[task]);
 }
 
 const char *sched_task_fingerprint(const sched *s, size_t task) {
-  return s->t[task].fingerprint;
+  const task_rt *t = &s->t[task];
+  /* Outputs recorded masked cannot be reused: the store has no cache
+   * entry for the task (its downstream still has fingerprints). */
+  if (t->shown && !cJSON_Compare(t->shown, t->outputs, 1))
+    return NULL;
+  return t->fingerprint;
 }
 
 const char *sched_task_cached_from(const sched *s, size_t task) {
@@ -870,7 +921,7 @@ cJSON *sched_tasks_json(const sched *s) {
     if (t->fingerprint)
       cJSON_AddStringToObject(j, "fingerprint", t->fingerprint);
     if (t->outputs && t->outputs->child)
-      cJSON_AddItemToObject(j, "outputs", cJSON_Duplicate(t->outputs, 1));
+      cJSON_AddItemToObject(j, "outputs", cJSON_Duplicate(shown_outputs(t), 1));
     cJSON_AddItemToArray(arr, j);
   }
   return arr;
@@ -881,6 +932,7 @@ void sched_destroy(sched *s) {
     return;
   for (size_t i = 0; i < s->sp->n_tasks; i++) {
     cJSON_Delete(s->t[i].outputs);
+    cJSON_Delete(s->t[i].shown);
     free(s->t[i].reason);
     free(s->t[i].out_dir);
     free(s->t[i].fingerprint);

@@ -37,6 +37,7 @@
 
 #include "check.h"
 #include "rundir.h"
+#include "secrets.h"
 #include "spec.h"
 
 typedef enum task_state {
@@ -118,6 +119,13 @@ typedef struct sched_opts {
   int (*cache_lookup)(void *ud, size_t task, const char *fingerprint,
                       char **from_run, char **from_out_dir, cJSON **outputs);
   int no_cache; /* `dagrun run --no-cache`: look nothing up */
+  /* The run's secrets (secrets.h), borrowed, may be NULL: masked in what
+   * the sched writes (attempt.json, outputs.json, metrics, attempt logs
+   * through the executor) and hands to observers (reasons, log and
+   * progress messages, sched_task_outputs, sched_tasks_json). Templates
+   * of downstream tasks still see the real outputs, and workers the real
+   * params. */
+  const secrets *secrets;
 } sched_opts;
 
 typedef struct sched sched;
@@ -138,7 +146,9 @@ task_state sched_task_state(const sched *s, size_t task);
  * empty, or NULL before it ran). Borrowed: valid until the next attempt
  * starts or sched_destroy. */
 const cJSON *sched_task_outputs(const sched *s, size_t task);
-/* The task's fingerprint (hex), or NULL when it has none (yet). Borrowed:
+/* The task's fingerprint (hex), or NULL when it has none (yet), or when
+ * an output of its current attempt held a secret (masked outputs are no
+ * use to a later run: such a task is never a cache entry). Borrowed:
  * valid until sched_destroy. */
 const char *sched_task_fingerprint(const sched *s, size_t task);
 /* TASK_CACHED: the run whose task it reused; else NULL. Borrowed. */

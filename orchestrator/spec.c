@@ -16,7 +16,7 @@
 static const char *const top_keys[] = {
     "dag",     "description", "params",   "defaults", "max_parallel",
     "pools",   "tasks",       "schedule", "timezone", "catchup",
-    "overlap", "alerts",      NULL};
+    "overlap", "alerts",      "secrets",  NULL};
 
 /* A task's keys; the ones from "retries" on are settings that `defaults`
  * may also give. */
@@ -455,6 +455,50 @@ static void parse_params(ctx *c, const ynode *v) {
   c->s->params = v;
 }
 
+/* `secrets: [name, ...]`: names of declared params whose values are
+ * secrets (secrets.h). Runs after parse_params. */
+static void parse_secrets(ctx *c, const ynode *v) {
+  spec *s = c->s;
+  if (v->kind == YNODE_SCALAR && ynode_scalar_type(v) == YSCALAR_NULL)
+    return;
+  if (v->kind != YNODE_SEQ) {
+    type_err(c, v, "secrets", "", "a list of param names");
+    return;
+  }
+  const ynode *ps = s->params;
+  size_t np = ps ? ps->n : 0;
+  const char **names = xcalloc(np + 1, sizeof(char *));
+  for (size_t i = 0; i < np; i++)
+    names[i] = ps->items[2 * i]->str;
+  s->secrets = xcalloc(v->n ? v->n : 1, sizeof(char *));
+  s->secret_nodes = xcalloc(v->n ? v->n : 1, sizeof(ynode *));
+  for (size_t i = 0; i < v->n; i++) {
+    const ynode *item = v->items[i];
+    if (item->kind != YNODE_SCALAR ||
+        ynode_scalar_type(item) != YSCALAR_STRING) {
+      sbuf b = {0};
+      describe(&b, item);
+      err(c, item, "'secrets': expected a param name, found %s", b.s);
+      sbuf_free(&b);
+      continue;
+    }
+    if (!ps || !ynode_get(ps, item->str)) {
+      const char *m = closest_match(item->str, names);
+      if (m)
+        err(c, item, "'secrets' names unknown param '%s'; did you mean '%s'?",
+            item->str, m);
+      else
+        err(c, item,
+            "'secrets' names unknown param '%s' (declare it under 'params')",
+            item->str);
+      continue;
+    }
+    s->secret_nodes[s->n_secrets] = item;
+    s->secrets[s->n_secrets++] = xstrdup(item->str);
+  }
+  free(names);
+}
+
 /* Fills a task with the built-in defaults. */
 static void task_init(spec_task *t) {
   memset(t, 0, sizeof(*t));
@@ -765,6 +809,8 @@ static void parse_root(ctx *c) {
   s->schedule = ynode_get(root, "schedule");
   parse_schedule(c, root);
   s->alerts = ynode_get(root, "alerts");
+  if ((v = ynode_get(root, "secrets")))
+    parse_secrets(c, v);
 
   spec_task def;
   task_init(&def);
@@ -835,6 +881,10 @@ void spec_free(spec *s) {
   for (size_t i = 0; i < s->n_pools; i++)
     free(s->pools[i].name);
   free(s->pools);
+  for (size_t i = 0; i < s->n_secrets; i++)
+    free(s->secrets[i]);
+  free(s->secrets);
+  free(s->secret_nodes);
   strmap_free(&s->task_index);
   dag_reach_destroy(s->reach);
   ynode_free(s->root);

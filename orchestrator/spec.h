@@ -12,8 +12,9 @@
  * name to int >= 1), tasks (map, required, at least one), the cron trigger
  * (cron.h): schedule (a cron expression or macro, errors pointing at the
  * bad token), timezone (an IANA name, default UTC), catchup (bool, default
- * false), overlap (skip | queue | allow, default skip), and alerts, which
- * is kept as a node here.
+ * false), overlap (skip | queue | allow, default skip), secrets (a list
+ * of names of declared params whose values are secrets, see secrets.h),
+ * and alerts, which is kept as a node here.
  *
  * Task keys: stage (required), needs (list of task names or one name),
  * with (map), description, and the settings that `defaults` may also give:
@@ -102,6 +103,10 @@ typedef struct spec {
   size_t n_tasks;
   strmap task_index;              /* name -> index */
   const ynode *schedule, *alerts; /* kept for later issues; may be NULL */
+  /* `secrets:`: names of declared params (and their entries as written). */
+  char **secrets;
+  const ynode **secret_nodes;
+  size_t n_secrets;
   /* The cron trigger, valid when schedule is (a scalar whose expression
    * cron_parse accepts). */
   char *timezone;       /* IANA name; NULL = UTC */

@@ -590,6 +590,10 @@ int worker_main(const char *attempt_json_path) {
     status = setup_failed(ctx.fd, err);
     goto done;
   }
+  /* A description given as a memfd (the one on disk is masked, see
+   * executor.h) holds secrets: the commands a stage starts do not get it. */
+  if (strncmp(attempt_json_path, "/dev/fd/", 8) == 0)
+    close(atoi(attempt_json_path + 8));
   ctx.stage = plugin->stage;
   if (check_params(ctx.params, ctx.stage, err, sizeof(err)) != 0) {
     char *msg =

@@ -5,6 +5,9 @@
  * messages on PROTO_FD and returns the process's exit status: the plugin's
  * status (0..255), 125 when the plugin cannot be loaded or its params are
  * unreadable. SIGTERM sets the cancellation flag the plugin polls.
+ * When the run has secrets, ATTEMPT_JSON is /dev/fd/N, a memfd holding the
+ * unmasked description (the attempt.json on disk is masked, executor.h);
+ * the worker closes fd N once read, so commands a stage starts lack it.
  *
  * Attempt description (JSON), written by executor.c:
  *   {"plugin": "/abs/exec.so", "stage": "exec",

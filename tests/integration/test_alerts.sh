@@ -1,7 +1,8 @@
 # Webhook alerts, delivered to a real HTTP server on loopback: retry and
 # failure alerts with their fields, one success alert, retries on 500, an
-# endpoint that never answers, the webhook URL kept out of every file and
-# output, and `dagrun check` errors for bad alerts.
+# endpoint that never answers, every try recorded in the run store as in
+# alerts.jsonl, run and per-task deadlines, the webhook URL kept out of
+# every file and output, and `dagrun check` errors for bad alerts.
 . "$(dirname "$0")/lib.sh"
 unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY
 
@@ -39,6 +40,29 @@ for _ in $(seq 100); do [ -s "$T/port" ] && break; sleep 0.05; done
 PORT=$(cat "$T/port")
 BASE="http://127.0.0.1:$PORT"
 SECRET=SECRET-TOKEN-123
+
+# store_matches_jsonl RUN_DIR: the run store's alert_deliveries rows of the
+# run are alerts.jsonl's lines (count, order, event, try, status, result),
+# and their endpoint is scheme://host:port only (no path, no query).
+store_matches_jsonl() {
+  /usr/bin/python3 - "$1" "$T/.dagrun/state.db" "$BASE" <<'P' || fail "alert_deliveries of $1 do not match its alerts.jsonl"
+import json, os, sqlite3, sys
+run_dir, db, base = sys.argv[1:]
+lines = [json.loads(l) for l in open(run_dir + "/alerts.jsonl")]
+con = sqlite3.connect(db)
+rows = con.execute("SELECT event, task, try, status, result, endpoint, error "
+                   "FROM alert_deliveries WHERE run_id = ? ORDER BY rowid",
+                   (os.path.basename(run_dir),)).fetchall()
+assert len(lines) > 0 and len(rows) == len(lines), (rows, lines)
+for r, l in zip(rows, lines):
+    assert r[0] == l["event"] and r[1] == l["task"], (r, l)
+    assert r[2] == l["attempt"] and r[4] == l["result"], (r, l)
+    assert (r[3] or None) == l["status"], (r, l)
+    assert r[6] == l["error"], (r, l)
+    assert r[5] == base and r[5] == l["webhook"], (r, l)
+    assert "/fail500" not in r[5] and "/hang" not in r[5] and "?" not in r[5], r
+P
+}
 
 # dag_file NAME EXIT ON URL [EXTRA]: a one-task DAG whose task exits EXIT.
 dag_file() {
@@ -114,6 +138,7 @@ R=$(run_dir five)
 [ "$(grep -c '"status":500' "$R/alerts.jsonl")" = 3 ] || fail "expected 3 tries with status 500: $(cat "$R/alerts.jsonl")"
 expect_in "$R/alerts.jsonl" '"attempt":3'
 expect_in "$R/alerts.jsonl" '"result":"failed"'
+store_matches_jsonl "$R"
 
 # 4. An endpoint that never answers: the per-try timeout is recorded...
 dag_file hang1 0 success "$BASE/hang" "    timeout: 1s"
@@ -122,6 +147,7 @@ run_dagrun run hang1.yaml --plain
 expect_rc 0
 R=$(run_dir hang1)
 expect_in "$R/alerts.jsonl" 'timed out'
+store_matches_jsonl "$R"
 # ... and with the default 10 s timeout the run still ends within the 5 s
 # grace, with its own exit code, saying it gave up.
 elapsed=$(( $(date +%s) - start ))
@@ -134,6 +160,7 @@ elapsed=$(( $(date +%s) - start ))
 [ "$elapsed" -lt 9 ] || fail "a run with a hanging webhook took ${elapsed}s"
 R=$(run_dir hang2)
 expect_in "$R/alerts.jsonl" '"result":"abandoned"'
+store_matches_jsonl "$R"
 expect_in "$T/err" "gave up on 1 alert delivery"
 
 # 5. A run still going after its deadline: one deadline alert.
@@ -151,6 +178,30 @@ expect_rc 0
 expect_in "$T/bodies.jsonl" '"event":"deadline"'
 expect_in "$T/bodies.jsonl" '"state":"running"'
 
+# 5b. Per-task deadlines: each listed task not finished 1 s after it
+# started. slow (2.5 s) gets one alert naming it; fast does not, and
+# neither does the run as a whole (it takes longer than 1 s).
+rm -f "$T/bodies.jsonl"
+cat > tasklate.yaml <<Y
+dag: tasklate
+alerts:
+  - {on: [deadline], webhook: "$BASE/ok", deadline: 1s, tasks: [slow, fast]}
+tasks:
+  fast: {stage: exec, with: {command: [sleep, "0.2"]}}
+  slow: {stage: exec, needs: [fast], with: {command: [sh, -c, 'echo slow going; sleep 2.5']}}
+Y
+run_dagrun run tasklate.yaml --plain
+expect_rc 0
+[ "$(wc -l < "$T/bodies.jsonl")" = 1 ] || fail "expected one deadline alert: $(cat "$T/bodies.jsonl" 2>/dev/null)"
+/usr/bin/python3 - "$T/bodies.jsonl" <<'P' || fail "deadline alert: $(cat "$T/bodies.jsonl")"
+import json, sys
+[b] = [json.loads(l) for l in open(sys.argv[1])]
+assert b["event"] == "deadline" and b["task"] == "slow", b
+assert b["state"] == "running" and b["attempt"] == 1, b
+assert "slow" in b["text"] and "slow going" in b["log_tail"], b
+P
+store_matches_jsonl "$(run_dir tasklate)"
+
 # 6. A webhook that resolves to "" turns its alert off.
 rm -f "$T/bodies.jsonl"
 unset NO_HOOK
@@ -167,6 +218,7 @@ alerts:
     webhook: http://example.invalid/x
   - on: [failure]
     deadline: 2h
+  - {on: [deadline], webhook: "http://x.invalid/", deadline: 1s, tasks: [jbo]}
 tasks:
   job: {stage: exec, with: {command: ["true"]}}
 Y
@@ -175,4 +227,5 @@ expect_rc 2
 expect_in "$T/err" "bad.yaml:3:10: error: alert 1: unknown event 'failur'; did you mean 'failure'?"
 expect_in "$T/err" "bad.yaml:5:5: error: alert 2: missing 'webhook'"
 expect_in "$T/err" "bad.yaml:6:15: error: alert 2: 'deadline' without the 'deadline' event"
+expect_in "$T/err" "bad.yaml:7:74: error: alert 3: unknown task 'jbo'; did you mean 'job'?"
 pass
