@@ -61,7 +61,7 @@ struct api_server {
    * printed to stderr afterwards. */
   pthread_mutex_t log_mu;
   int starting;
-  char start_msg[256];
+  char start_msg[512];
 };
 
 /* One request's state across libmicrohttpd's calls: the body so far. */
