@@ -175,6 +175,8 @@ static void write_outputs(sched *s, size_t i) {
   if (!t->outputs || !t->outputs->child)
     return;
   char *task_dir = rundir_task(s->run, s->sp->tasks[i].name);
+  /* A cached task never ran here: its directory is made for this file. */
+  mkdir_p(task_dir, 0755);
   char *path = path_join(task_dir, "outputs.json");
   char *text = cJSON_Print(shown_outputs(t));
   if (write_file_atomic(path, text, strlen(text)) != 0)

@@ -157,6 +157,9 @@ state_is "$O2" produce cached
 state_is "$O2" consume success
 [ "$(cat "$O2/consume/out/got")" = "$CACHE_DATA v2" ] ||
   fail "consume got: $(cat "$O2/consume/out/got")"
+# The cached task's outputs are in the new run too, written without error.
+expect_in "$O2/produce/outputs.json" "\"p\""
+expect_not_in "$T/err" "cannot write"
 rm "$CACHE_DATA"
 sleep 1
 run_dagrun run o.yaml --plain
