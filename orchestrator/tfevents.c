@@ -25,8 +25,8 @@ static void crc_init(void) {
   }
   for (uint32_t i = 0; i < 256; i++)
     for (int t = 1; t < 8; t++)
-      crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^
-                        crc_table[0][crc_table[t - 1][i] & 0xFF];
+      crc_table[t][i] =
+          (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
 }
 
 uint32_t tfevents_crc32c(uint32_t crc, const void *data, size_t n) {
@@ -174,8 +174,8 @@ void tfevents_frame(const uint8_t *data, size_t n, uint8_t hdr[12],
 /* ---- The writer ---- */
 
 struct tfevents {
-  int fd;       /* -1 once broken */
-  off_t good;   /* end of the last whole record */
+  int fd;     /* -1 once broken */
+  off_t good; /* end of the last whole record */
   char *path;
   uint8_t *rec; /* record buffer, grown as tags need */
   size_t cap;

@@ -58,6 +58,7 @@ static void test_crc(void) {
   CHECK_INT(tfevents_mask(0), 0xA282EAD8u);
 }
 
+/* clang-format off */
 /* Reference bytes, made without this code:
  *
  *   import struct
@@ -91,11 +92,12 @@ static const uint8_t ev_version[] = {
 static const uint8_t frame_loss_hdr[] = {0x1a, 0x00, 0x00, 0x00, 0x00, 0x00,
                                          0x00, 0x00, 0x12, 0x9b, 0xd8, 0x2d};
 static const uint8_t frame_loss_ftr[] = {0xd7, 0x06, 0x78, 0x53};
+/* clang-format on */
 
 static void test_encoding(void) {
   uint8_t buf[128];
-  size_t n = tfevents_encode_scalar(buf, sizeof buf, 1700000000.5, 42, "loss",
-                                    2.5f);
+  size_t n =
+      tfevents_encode_scalar(buf, sizeof buf, 1700000000.5, 42, "loss", 2.5f);
   CHECK_INT(n, sizeof ev_loss);
   CHECK(n == sizeof ev_loss && memcmp(buf, ev_loss, n) == 0);
   n = tfevents_encode_scalar(buf, sizeof buf, 1.0, -1, "time_data_s", 0.125f);
@@ -116,8 +118,8 @@ static void test_encoding(void) {
 
   /* Step 0 and a value of +0.0 are proto3 defaults: left out. */
   n = tfevents_encode_scalar(buf, sizeof buf, 2.0, 0, "x", 0.0f);
-  static const uint8_t zero[] = {0x09, 0, 0, 0, 0, 0, 0, 0, 0x40, 0x2a,
-                                 0x05, 0x0a, 0x03, 0x0a, 0x01, 'x'};
+  static const uint8_t zero[] = {0x09, 0,    0,    0,    0,    0,    0,    0,
+                                 0x40, 0x2a, 0x05, 0x0a, 0x03, 0x0a, 0x01, 'x'};
   CHECK_INT(n, sizeof zero);
   CHECK(n == sizeof zero && memcmp(buf, zero, n) == 0);
 
@@ -210,8 +212,7 @@ static void test_writer(void) {
     CHECK_INT(tfevents_scalar(w, 1700000001.0 + i, i, "loss", 1.0f / i), 0);
   /* A second writer in the same second: its own file, with a suffix. */
   tfevents *w2 = NULL;
-  CHECK_INT(tfevents_create(test_tmpdir(), 1700000000.25, &w2, err,
-                            sizeof err),
+  CHECK_INT(tfevents_create(test_tmpdir(), 1700000000.25, &w2, err, sizeof err),
             0);
   char want2[600];
   snprintf(want2, sizeof want2, "%s.1", want);
