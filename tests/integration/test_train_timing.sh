@@ -71,13 +71,19 @@ run_dagrun run nopeak.yaml --plain
 expect_rc 0
 check_times "$(run_dir nopeak)" 12 1 0 || fail "step times without peak_tflops"
 
-# A slow loader: each batch takes 50 ms to make, several times a step's
-# compute (about 15 ms), so the training thread waits for data most of
-# the time. The
-# stage warns, with the share and what to change, at the end of the first
-# 50-step window, and not again at the end of the run (10 more steps).
+# A slow loader: each batch takes 4 times a step's compute to make (as
+# measured above: a sanitizer build is slower), so the training thread
+# waits for data most of the time. The stage warns, with the share and
+# what to change, at the end of the first 50-step window, and not again at
+# the end of the run (10 more steps).
+DELAY=$(/usr/bin/python3 -c '
+import json, sys
+t = [j["value"] for j in map(json.loads, open(sys.argv[1])) if j["name"] == "step_time_s"]
+print(max(20, round(4000 * sum(t) / len(t))))
+' "$(run_dir nopeak)/train/metrics.jsonl")
+echo "loader delay: $DELAY ms a batch"
 train_dag slow "steps: 60"
-DAGRUN_TEST_LOADER_DELAY_MS=50 run_dagrun run slow.yaml --plain
+DAGRUN_TEST_LOADER_DELAY_MS=$DELAY run_dagrun run slow.yaml --plain
 expect_rc 0
 RS=$(run_dir slow)
 check_times "$RS" 60 1 0 || fail "step times with a slow loader"
@@ -92,7 +98,7 @@ share=$(sed -n 's/.*data wait is \([0-9]*\)% of step time.*/\1/p' "$RS/train/att
 # Without prefetch the advice is to turn it on; a short run (12 steps) is
 # checked at its end.
 train_dag slow0 "steps: 12, prefetch: 0"
-DAGRUN_TEST_LOADER_DELAY_MS=20 run_dagrun run slow0.yaml --plain
+DAGRUN_TEST_LOADER_DELAY_MS=$DELAY run_dagrun run slow0.yaml --plain
 expect_rc 0
 expect_in "$(run_dir slow0)/train/attempt-1/log" "(train param prefetch is 0): set prefetch: 2"
 
