@@ -12,6 +12,7 @@
 #include "executor.h"
 #include "params.h"
 #include "template.h"
+#include "tfevents.h"
 #include "util.h"
 
 extern char **environ;
@@ -29,6 +30,8 @@ typedef struct task_rt {
   cJSON *shown;         /* outputs masked (secrets.h), or NULL: the same */
   char *out_dir;        /* lazily computed */
   int metrics_fd;       /* -1 when closed */
+  tfevents *tb;         /* the attempt's TensorBoard events, NULL if none */
+  int tb_failed;        /* the attempt's events file could not be made */
   double started, ended; /* wall clock: first start, final end */
   uv_timer_t *retry_timer;
   int cache_checked; /* the cache was consulted (first attempt only) */
@@ -142,11 +145,16 @@ static const cJSON *tmpl_task_outputs(void *ud, size_t task) {
   return task_state_succeeded(s->t[task].state) ? s->t[task].outputs : NULL;
 }
 
+/* Ends the attempt's metrics: the next attempt starts a new events file
+ * (and tries again to make one). */
 static void close_metrics(task_rt *t) {
   if (t->metrics_fd >= 0) {
     close(t->metrics_fd);
     t->metrics_fd = -1;
   }
+  tfevents_destroy(t->tb);
+  t->tb = NULL;
+  t->tb_failed = 0;
 }
 
 static void check_done(sched *s) {
@@ -695,8 +703,48 @@ static void on_attempt_exit(void *ud, size_t i, const exec_result *r) {
   pump(s);
 }
 
+/* Task i's metric as a TensorBoard scalar too. Opened at the attempt's
+ * first metric; a file that cannot be made or written is said once and
+ * costs its records only. */
+static void append_tfevent(sched *s, size_t i, double now, const char *name,
+                           const proto_msg *m) {
+  task_rt *t = &s->t[i];
+  const sched_observer *o = &s->opts.obs;
+  char err[1024];
+  if (t->tb_failed)
+    return;
+  if (!t->tb) {
+    char *task_dir = rundir_task(s->run, s->sp->tasks[i].name);
+    int rc = tfevents_create(task_dir, now, &t->tb, err, sizeof err);
+    free(task_dir);
+    if (rc != 0) {
+      t->tb_failed = 1;
+      if (o->task_log) {
+        char *z = xasprintf("TensorBoard events not written: %s", err);
+        o->task_log(o->ud, i, DAGRUN_LOG_WARN, z);
+        free(z);
+      }
+      return;
+    }
+  }
+  if (tfevents_scalar(t->tb, now, m->step, name, (float)m->number) != 0) {
+    t->tb_failed = 1;
+    if (o->task_log) {
+      char *z = xasprintf("TensorBoard events cut short: cannot write %s",
+                          tfevents_path(t->tb));
+      o->task_log(o->ud, i, DAGRUN_LOG_WARN, z);
+      free(z);
+    }
+    tfevents_destroy(t->tb);
+    t->tb = NULL;
+  }
+}
+
 static void append_metric(sched *s, size_t i, const proto_msg *m) {
   task_rt *t = &s->t[i];
+  double now = now_wall();
+  char *name = masked(s, m->text);
+  append_tfevent(s, i, now, name, m);
   if (t->metrics_fd < 0) {
     char *task_dir = rundir_task(s->run, s->sp->tasks[i].name);
     char *path = path_join(task_dir, "metrics.jsonl");
@@ -704,13 +752,14 @@ static void append_metric(sched *s, size_t i, const proto_msg *m) {
         open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     free(path);
     free(task_dir);
-    if (t->metrics_fd < 0)
+    if (t->metrics_fd < 0) {
+      free(name);
       return;
+    }
   }
   cJSON *j = cJSON_CreateObject();
-  cJSON_AddNumberToObject(j, "time", now_wall());
+  cJSON_AddNumberToObject(j, "time", now);
   cJSON_AddNumberToObject(j, "attempt", t->attempt);
-  char *name = masked(s, m->text);
   cJSON_AddStringToObject(j, "name", name);
   free(name);
   cJSON_AddNumberToObject(j, "value", m->number);

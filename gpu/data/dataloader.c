@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct lfile {
   tokfile *tf;
@@ -50,6 +51,7 @@ struct loader {
   loader_order order;
   int shuffle;
   uint64_t seed;
+  int test_delay_ms;
   uint32_t vocab_size;
   uint64_t total_tokens;
 
@@ -125,6 +127,12 @@ static void copy_window(const loader *l, const lfile *f, uint64_t start, int b,
 /* Computes the batch at g->pos and advances g->pos past it. */
 static void gen_batch(const loader *l, gen *g, uint32_t *inputs,
                       uint32_t *targets) {
+  if (l->test_delay_ms) {
+    struct timespec d = {l->test_delay_ms / 1000,
+                         (long)(l->test_delay_ms % 1000) * 1000000L};
+    while (nanosleep(&d, &d) != 0 && errno == EINTR) {
+    }
+  }
   if (l->order == LOADER_RANDOM) {
     for (int b = 0; b < l->B; b++) {
       uint64_t k = rng_below(g->pos.rng, l->total_starts);
@@ -258,6 +266,7 @@ int loader_create(const loader_config *cfg, loader **out, char *err,
   l->shuffle = cfg->shuffle;
   l->seed = cfg->seed;
   l->prefetch = cfg->prefetch;
+  l->test_delay_ms = cfg->test_delay_ms > 0 ? cfg->test_delay_ms : 0;
   l->g.perm_epoch = UINT64_MAX;
   l->files = calloc(cfg->npaths, sizeof(*l->files));
   l->cum_starts = calloc(cfg->npaths + 1, sizeof(uint64_t));

@@ -37,6 +37,10 @@ typedef struct loader_config {
   int shuffle; /* LOADER_SEQUENTIAL: shuffle windows each epoch */
   uint64_t seed;
   int prefetch; /* batches prepared ahead by a thread; 0 = none */
+  /* Test hook: each batch takes this many more milliseconds to make (a
+   * slow disk, for the train stage's data-wait warning; the train stage
+   * sets it from DAGRUN_TEST_LOADER_DELAY_MS). 0 in real use. */
+  int test_delay_ms;
 } loader_config;
 
 typedef struct loader_pos {

@@ -111,6 +111,11 @@ static const dagrun_param_spec params[] = {
     {"overfit_target", DAGRUN_PARAM_FLOAT, "0.1", 0,
      "overfit_one_batch: the loss to reach"},
     {"threads", DAGRUN_PARAM_INT, "0", 0, "CPU threads (0: one per CPU)"},
+    {"prefetch", DAGRUN_PARAM_INT, "2", 0,
+     "Train batches the loader's thread prepares ahead (0: made on the "
+     "training thread)"},
+    {"peak_tflops", DAGRUN_PARAM_FLOAT, "0", 0,
+     "The hardware's peak TFLOP/s, for the mfu metric (0: unknown, no mfu)"},
     {"samples", DAGRUN_PARAM_INT, "3", 0,
      "Texts generated at the end, into out/samples.txt"},
     {"sample_prompt", DAGRUN_PARAM_STRING, "", 0,
@@ -125,6 +130,8 @@ typedef struct cfg {
   const char *data, *model_name, *resume, *prompt, *init_from;
   gpt_config model;
   int B, T, seq_len, accum, threads, top_k, nsamples, sample_tokens;
+  int prefetch, test_delay_ms;
+  double peak_tflops;
   int64_t steps, eval_every, eval_batches, ckpt_every, keep;
   optim_config opt;
   lr_schedule sched;
@@ -203,6 +210,18 @@ static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
   if (stagekit_param_int(ctx, h, "threads", 0, 1024, &v))
     return -1;
   c->threads = v ? (int)v : (int)stagekit_cpu_count();
+  if (stagekit_param_int(ctx, h, "prefetch", 0, 1024, &v))
+    return -1;
+  c->prefetch = (int)v;
+  h->param_float(ctx, "peak_tflops", &c->peak_tflops);
+  if (!(c->peak_tflops >= 0) || isinf(c->peak_tflops)) {
+    h->fail(ctx, "peak_tflops must be 0 (unknown) or a positive number");
+    return -1;
+  }
+  /* Test hook: a slow loader (dataloader.h), to provoke the data-wait
+   * warning. */
+  const char *delay = getenv("DAGRUN_TEST_LOADER_DELAY_MS");
+  c->test_delay_ms = delay ? atoi(delay) : 0;
   if (stagekit_param_int(ctx, h, "seed", 0, INT64_MAX, &v))
     return -1;
   c->seed = (uint64_t)v;
@@ -616,7 +635,8 @@ static int setup(run_ctx *r) {
       .T = r->c.T,
       .order = LOADER_RANDOM,
       .seed = r->c.seed,
-      .prefetch = 2,
+      .prefetch = r->c.prefetch,
+      .test_delay_ms = r->c.test_delay_ms,
   };
   if (loader_create(&lc, &r->train, err, sizeof err) != 0) {
     h->fail(r->ctx, "train data: %s", err);
@@ -629,6 +649,7 @@ static int setup(run_ctx *r) {
     vc.order = LOADER_SEQUENTIAL;
     vc.shuffle = 0;
     vc.prefetch = 0;
+    vc.test_delay_ms = 0;
     if (loader_create(&vc, &r->val, err, sizeof err) != 0) {
       h->log(r->ctx, DAGRUN_LOG_WARN, "no validation: %s", err);
       r->val = NULL;
@@ -682,6 +703,80 @@ static char *config_json(const run_ctx *r) {
   char *text = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return text;
+}
+
+/* ---- Where the time goes ---- */
+
+/* The seconds since *t, and *t moved to now: one clock read a phase. */
+static double lap(double *t) {
+  double now = stagekit_now(), d = now - *t;
+  *t = now;
+  return d;
+}
+
+/* Model FLOPs per trained token (forward + backward):
+ *
+ *   6N + 6*L*C*T
+ *
+ * N the parameters that take part in matrix products (all but the
+ * position embeddings, which are only added; the token embeddings count
+ * as the tied LM head), L layers, C width, T sequence length. 6N is 2N
+ * for the forward pass and 4N for the backward; 6*L*C*T is attention's
+ * QK^T and AV products, PaLM's 12*L*C*T halved for the causal mask, since
+ * MFU counts the work the model needs, not what a kernel spends (the CPU
+ * engine computes the full T x T products). */
+static double flops_per_token(const gpt_config *mc, size_t n_params, int T) {
+  double N = (double)n_params - (double)mc->block_size * mc->n_embd;
+  return 6.0 * N + 6.0 * mc->n_layer * (double)mc->n_embd * T;
+}
+
+/* The data-wait watch: data wait as a share of step time, summed over
+ * windows of DW_WINDOW steps (and the last, shorter one when it has at
+ * least DW_MIN steps); above DW_SHARE it warns, at most once every
+ * DW_QUIET steps. */
+#define DW_WINDOW 50
+#define DW_MIN 10
+#define DW_SHARE 0.05
+#define DW_QUIET 1000
+
+typedef struct data_watch {
+  double data, total; /* seconds in the window */
+  int n;              /* steps in the window */
+  int64_t next_warn;  /* no warning before this step */
+} data_watch;
+
+static void watch_data(run_ctx *r, data_watch *w, int64_t step, double data_s,
+                       double step_s) {
+  w->data += data_s;
+  w->total += step_s;
+  w->n++;
+  if (w->n < DW_WINDOW && !(step == r->c.steps && w->n >= DW_MIN))
+    return;
+  double share = w->total > 0 ? w->data / w->total : 0;
+  if (share > DW_SHARE && step >= w->next_warn) {
+    char advice[400];
+    if (r->c.prefetch == 0)
+      snprintf(advice, sizeof advice,
+               "the batches are made on the training thread (train param "
+               "prefetch is 0): set prefetch: 2 so that the loader's thread "
+               "prepares them ahead");
+    else
+      snprintf(advice, sizeof advice,
+               "raise the loader's prefetch depth (train param prefetch, now "
+               "%d) if the wait comes in bursts; if it is steady, the "
+               "loader's thread makes batches slower than the model trains "
+               "on them: put the token files on faster storage (local disk, "
+               "page cache) or use fewer, larger shards",
+               r->c.prefetch);
+    r->h->log(r->ctx, DAGRUN_LOG_WARN,
+              "data wait is %.0f%% of step time (steps %lld-%lld: %.2f ms of "
+              "%.2f ms a step): %s",
+              100 * share, (long long)(step - w->n + 1), (long long)step,
+              1e3 * w->data / w->n, 1e3 * w->total / w->n, advice);
+    w->next_warn = step + DW_QUIET;
+  }
+  w->data = w->total = 0;
+  w->n = 0;
 }
 
 static int run(dagrun_ctx *ctx, const dagrun_host *h) {
@@ -752,6 +847,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
     loader_next(r.train, r.inputs, r.targets); /* the one batch */
 
   size_t tokens_per_step = (size_t)r.c.B * r.c.T * r.c.accum;
+  double fpt = flops_per_token(mc, np, r.c.T);
+  data_watch dwatch = {0};
   double t_start = stagekit_now(), t_last = 0, last_loss = NAN, val = NAN;
   int64_t first_step = r.st.step;
   faults fault;
@@ -768,18 +865,33 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
                      "continues from it)", (long long)step, r.last_ckpt);
       goto done;
     }
+    /* Where the step's time goes, summed over its micro-batches: data wait
+     * (blocked on the loader), forward, backward, optimizer (zeroing the
+     * gradients, clipping, the spike guard, the update) and communication
+     * (none in one process; ZeRO's collectives will fill it). A monotonic
+     * clock around each phase measures the work itself because the CPU
+     * engine is synchronous. The GPU backend's kernels are asynchronous:
+     * there each phase is to be timed with CUDA events recorded on the
+     * stream around it and read after the step's synchronization
+     * (cudaEventElapsedTime), not with host clocks. */
+    double t_step = stagekit_now(), tk = t_step;
+    double t_data = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_comm = 0;
     gpt_zero_grad(r.model);
+    t_opt += lap(&tk);
     double loss = 0;
     for (int m = 0; m < r.c.accum; m++) {
       float l = 0;
       if (!r.c.overfit)
         loader_next(r.train, r.inputs, r.targets);
+      t_data += lap(&tk);
       if (gpt_forward(r.model, r.inputs, r.targets, r.c.B, r.c.T, &l, err,
                       sizeof err) != 0) {
         h->fail(ctx, "step %lld: %s", (long long)step, err);
         goto done;
       }
+      t_fwd += lap(&tk);
       gpt_backward(r.model, 1.0f / (float)r.c.accum);
+      t_bwd += lap(&tk);
       loss += l / r.c.accum;
     }
     if (faults_take(&fault, step)) {
@@ -788,6 +900,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
       loss *= 20;
       for (size_t i = 0; i < np; i++)
         grads[i] *= 100;
+      lap(&tk); /* fault injection is no phase of a real step */
     }
     double gnorm = optim_clip_grad_norm(grads, np, r.c.grad_clip);
     double lr = lr_at(&r.c.sched, step), z = 0;
@@ -802,6 +915,9 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
                                                     "moments reset"
                                                   : "rolling back");
       h->metric(ctx, "spike_events", (double)r.guard.events, step);
+      /* The spike at the step its loss would be reported at, so that a
+       * plot marks it on the loss curve. */
+      h->metric(ctx, "spike", loss, step + 1);
       if (r.c.spike.policy == SPIKE_SKIP)
         apply = 0;
       else if (r.c.spike.policy == SPIKE_RESET) {
@@ -841,12 +957,30 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
       lr *= spike_lr_factor(&r.guard);
       optim_step(r.opt, weights, grads, (float)lr);
     }
+    t_opt += lap(&tk);
+    double step_s = tk - t_step;
     r.st.step++;
     r.st.tokens += tokens_per_step;
     last_loss = loss;
     h->metric(ctx, "loss", loss, r.st.step);
     h->metric(ctx, "lr", lr, r.st.step);
     h->metric(ctx, "grad_norm", gnorm, r.st.step);
+    h->metric(ctx, "time_data_s", t_data, r.st.step);
+    h->metric(ctx, "time_forward_s", t_fwd, r.st.step);
+    h->metric(ctx, "time_backward_s", t_bwd, r.st.step);
+    h->metric(ctx, "time_optimizer_s", t_opt, r.st.step);
+    h->metric(ctx, "time_comm_s", t_comm, r.st.step);
+    h->metric(ctx, "step_time_s", step_s, r.st.step);
+    h->metric(ctx, "tokens", (double)r.st.tokens, r.st.step);
+    /* This step's achieved model FLOP/s (tokens_per_s, below, is the
+     * run's average, evaluations and checkpoints included). */
+    if (step_s > 0) {
+      double fps = fpt * (double)tokens_per_step / step_s;
+      h->metric(ctx, "flops_per_s", fps, r.st.step);
+      if (r.c.peak_tflops > 0)
+        h->metric(ctx, "mfu", fps / (r.c.peak_tflops * 1e12), r.st.step);
+    }
+    watch_data(&r, &dwatch, r.st.step, t_data, step_s);
     double now = stagekit_now();
     if (now - t_last > 0.5 || r.st.step == r.c.steps) {
       double el = now - t_start;

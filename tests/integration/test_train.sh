@@ -101,11 +101,14 @@ d, policy = sys.argv[1:3]
 s = json.load(open(d + "/out/summary.json"))
 assert s["spike_events"] == 1 and s["steps"] == 100, s
 log = open(d + "/attempt-1/log").read()
-lr = {}
+lr, loss, spike = {}, {}, {}
 for line in open(d + "/metrics.jsonl"):
     m = json.loads(line)
-    if m["name"] == "lr":
-        lr[m["step"]] = m["value"]
+    {"lr": lr, "loss": loss, "spike": spike}.get(m["name"], {})[m["step"]] = m["value"]
+# The spike, at the step its loss is reported at (none after a rollback).
+assert list(spike) == [61], spike
+if policy != "rollback":
+    assert spike[61] == loss[61] and loss[61] > 3 * loss[60], (spike, loss[60], loss[61])
 want = {"skip": "update skipped", "lower_lr": "learning rate lowered",
         "reset": "optimizer moments reset", "rollback": "rolled back to step 40"}[policy]
 assert want in log, want
