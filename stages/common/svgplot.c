@@ -270,7 +270,9 @@ static void axis_init(axis *a, double mn, double mx, int log, int target) {
                         m19[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
     const double *m = span > 2.5 ? m1 : span > 1 ? m125 : m19;
     int nm = span > 2.5 ? 1 : span > 1 ? 3 : 9;
-    int ds = span > 8 ? (int)ceil(span / 8) : 1;
+    /* Every decade gets a grid line (labels that would overlap are
+     * skipped when drawn); only absurd ranges thin the decades out. */
+    int ds = span > 40 ? (int)ceil(span / 40) : 1;
     a->nt = 0;
     a->step = 0;
     for (int k = (int)floor(log10(a->lo)); k <= (int)ceil(log10(a->hi)); k++) {
