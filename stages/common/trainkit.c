@@ -7,6 +7,8 @@
 #include "modeldir.h"
 #include "stagekit.h"
 
+#include <cblas.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,5 +226,29 @@ int trainkit_forward_backward(gpt *model, loader *ld, uint32_t *inputs,
     gpt_backward(model, 1.0f / (float)accum);
     *loss += l / accum;
   }
+  return 0;
+}
+
+void trainkit_set_threads(int n) {
+  if (n <= 0)
+    n = (int)stagekit_cpu_count();
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+int trainkit_write_out(dagrun_ctx *ctx, const dagrun_host *h,
+                       const char *name, const char *text, char **path) {
+  char err[1024] = "out of memory";
+  char *p = fileio_join(h->dir(ctx, DAGRUN_DIR_OUT), name);
+  if (!p || !text ||
+      fileio_write_atomic(p, text, strlen(text), err, sizeof err) != 0) {
+    h->fail(ctx, "%s: %s", name, err);
+    free(p);
+    return -1;
+  }
+  if (path)
+    *path = p;
+  else
+    free(p);
   return 0;
 }

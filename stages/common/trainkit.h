@@ -111,4 +111,14 @@ int trainkit_forward_backward(gpt *model, loader *ld, uint32_t *inputs,
                               uint32_t *targets, int B, int T, int accum,
                               double *loss, char *err, size_t errlen);
 
+/* OpenMP's and OpenBLAS's threads: n (0: one per CPU this process may
+ * use). */
+void trainkit_set_threads(int n);
+
+/* Writes text to the task's out/<name> (atomically: a temporary name,
+ * fsync, rename); *path (caller frees; may be NULL) gets its path. 0, or
+ * -1 after failing the attempt, naming the file. */
+int trainkit_write_out(dagrun_ctx *ctx, const dagrun_host *h,
+                       const char *name, const char *text, char **path);
+
 #endif /* DAGRUN_TRAINKIT_H */
