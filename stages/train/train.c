@@ -31,11 +31,9 @@
 #include "trainkit.h"
 #include "trainstate.h"
 
-#include <cblas.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -514,8 +512,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   int status = EXIT_FAILED;
   if (read_cfg(ctx, h, &r.c) != 0)
     return EXIT_BAD_PARAMS;
-  omp_set_num_threads(r.c.threads);
-  openblas_set_num_threads(r.c.threads);
+  trainkit_set_threads(r.c.threads);
   snprintf(r.ckpt_dir, sizeof r.ckpt_dir, "%s/checkpoints",
            h->dir(ctx, DAGRUN_DIR_TASK));
   if (setup(&r) != 0)
