@@ -176,21 +176,14 @@ static int measure(sweep *s, int B) {
     return 1;
   }
   gpt *model = NULL;
-  optim *opt = NULL;
-  loader *ld = NULL;
-  size_t n = (size_t)B * T;
-  uint32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
+  trainkit_stepper st = {0};
   int rc = 1;
   reset_hwm();
-  if (!in || !tg || gpt_create(&s->m.cfg, &model, err, sizeof err) != 0 ||
-      trainkit_make_optim(model, &s->opt, &opt, err, sizeof err) != 0) {
-    snprintf(s->why, sizeof s->why, "out of memory: micro-batch %d: %s", B,
-             in && tg ? err : "no memory for the batch");
-    goto done;
-  }
-  if (trainkit_train_loader(&s->data, B, T, s->seed, &ld, err, sizeof err) !=
-      0) {
-    snprintf(s->why, sizeof s->why, "data: micro-batch %d: %s", B, err);
+  if (gpt_create(&s->m.cfg, &model, err, sizeof err) != 0 ||
+      trainkit_stepper_init(&st, model, &s->opt, &s->data, B, T, s->seed, err,
+                            sizeof err) != 0) {
+    snprintf(s->why, sizeof s->why, "%smicro-batch %d: %s",
+             strstr(err, "out of memory") ? "out of memory: " : "", B, err);
     goto done;
   }
   memcpy(gpt_params(model), s->weights0,
@@ -199,23 +192,19 @@ static int measure(sweep *s, int B) {
   *r = (row){.B = B, .memory_bytes = est.total};
   double t0 = 0, sum_loss = 0, sum_norm = 0;
   for (int64_t i = 0; i <= s->steps; i++) {
-    double loss;
+    double loss, norm;
     if (h->cancelled(s->ctx)) {
       h->fail(s->ctx, "stopped at micro-batch %d", B);
       rc = -1;
       goto done;
     }
-    if (trainkit_forward_backward(model, ld, in, tg, B, T, 1, &loss, err,
-                                  sizeof err) != 0) {
-      /* Activations are allocated by the first forward. */
-      snprintf(s->why, sizeof s->why, "out of memory: micro-batch %d: %s", B,
-               err);
+    /* Activations are allocated by the first forward. */
+    if (trainkit_stepper_step(&st, s->lr, s->grad_clip, &loss, &norm, err,
+                              sizeof err) != 0) {
+      snprintf(s->why, sizeof s->why, "%smicro-batch %d: %s",
+               strstr(err, "out of memory") ? "out of memory: " : "", B, err);
       goto done;
     }
-    double norm = optim_clip_grad_norm(gpt_grads(model),
-                                       gpt_num_params(model), s->grad_clip);
-    if (isfinite(loss) && isfinite(norm))
-      optim_step(opt, gpt_params(model), gpt_grads(model), (float)s->lr);
     if (i == 0) { /* the warm-up step: first touch of every buffer */
       t0 = stagekit_now();
       continue;
@@ -224,12 +213,12 @@ static int measure(sweep *s, int B) {
     sum_norm += norm;
   }
   double el = stagekit_now() - t0;
-  r->tokens_per_s = el > 0 ? (double)n * (double)s->steps / el : 0;
+  r->tokens_per_s = el > 0 ? (double)B * T * (double)s->steps / el : 0;
   r->loss = sum_loss / (double)s->steps;
   r->grad_norm = sum_norm / (double)s->steps;
   r->rss_peak = vm_hwm();
   uint64_t held = gpt_allocated_bytes(model) +
-                  optim_state_floats(opt) * sizeof(float);
+                  optim_state_floats(st.opt) * sizeof(float);
   if (held != est.total)
     h->log(s->ctx, DAGRUN_LOG_WARN,
            "micro-batch %d: the engine holds %llu bytes, the estimate said "
@@ -257,11 +246,8 @@ static int measure(sweep *s, int B) {
          r->grad_norm);
   rc = r->unstable ? 1 : 0;
 done:
-  loader_destroy(ld);
-  optim_destroy(opt);
+  trainkit_stepper_free(&st);
   gpt_destroy(model);
-  free(in);
-  free(tg);
   return rc;
 }
 

@@ -8,6 +8,7 @@
 #include "stagekit.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,6 +227,50 @@ int trainkit_forward_backward(gpt *model, loader *ld, uint32_t *inputs,
     gpt_backward(model, 1.0f / (float)accum);
     *loss += l / accum;
   }
+  return 0;
+}
+
+void trainkit_stepper_free(trainkit_stepper *s) {
+  optim_destroy(s->opt);
+  loader_destroy(s->ld);
+  free(s->inputs);
+  free(s->targets);
+  memset(s, 0, sizeof *s);
+}
+
+int trainkit_stepper_init(trainkit_stepper *s, gpt *model,
+                          const optim_config *oc, const tokdata *td, int B,
+                          int T, uint64_t seed, char *err, size_t errlen) {
+  size_t n = (size_t)B * T;
+  memset(s, 0, sizeof *s);
+  s->model = model;
+  s->B = B;
+  s->T = T;
+  s->inputs = malloc(n * sizeof(uint32_t));
+  s->targets = malloc(n * sizeof(uint32_t));
+  if (!s->inputs || !s->targets) {
+    snprintf(err, errlen, "out of memory for a batch of %d x %d", B, T);
+    trainkit_stepper_free(s);
+    return -1;
+  }
+  if (trainkit_make_optim(model, oc, &s->opt, err, errlen) != 0 ||
+      trainkit_train_loader(td, B, T, seed, &s->ld, err, errlen) != 0) {
+    trainkit_stepper_free(s);
+    return -1;
+  }
+  return 0;
+}
+
+int trainkit_stepper_step(trainkit_stepper *s, double lr, double grad_clip,
+                          double *loss, double *norm, char *err,
+                          size_t errlen) {
+  if (trainkit_forward_backward(s->model, s->ld, s->inputs, s->targets, s->B,
+                                s->T, 1, loss, err, errlen) != 0)
+    return -1;
+  float *grads = gpt_grads(s->model);
+  *norm = optim_clip_grad_norm(grads, gpt_num_params(s->model), grad_clip);
+  if (isfinite(*loss) && isfinite(*norm))
+    optim_step(s->opt, gpt_params(s->model), grads, (float)lr);
   return 0;
 }
 

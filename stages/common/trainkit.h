@@ -111,6 +111,31 @@ int trainkit_forward_backward(gpt *model, loader *ld, uint32_t *inputs,
                               uint32_t *targets, int B, int T, int accum,
                               double *loss, char *err, size_t errlen);
 
+/* What plain training steps on a model need besides it: an optimizer,
+ * the train loader and a batch's buffers (the stages that take a few
+ * steps to measure something: batch_sweep, lr_find). */
+typedef struct trainkit_stepper {
+  gpt *model;  /* borrowed */
+  optim *opt;
+  loader *ld;
+  uint32_t *inputs, *targets; /* (B,T) */
+  int B, T;
+} trainkit_stepper;
+
+/* Makes s's optimizer (oc), loader (td's train files, seed) and buffers
+ * for model. 0, or -1 with err (s freed). */
+int trainkit_stepper_init(trainkit_stepper *s, gpt *model,
+                          const optim_config *oc, const tokdata *td, int B,
+                          int T, uint64_t seed, char *err, size_t errlen);
+/* One step on the next batch: forward, backward, clip to grad_clip (0:
+ * no clipping), and the update at lr, which is skipped when the loss or
+ * the grad norm is not finite. *loss and *norm (before clipping) are
+ * set. 0, or -1 with err (a forward failed: out of memory). */
+int trainkit_stepper_step(trainkit_stepper *s, double lr, double grad_clip,
+                          double *loss, double *norm, char *err,
+                          size_t errlen);
+void trainkit_stepper_free(trainkit_stepper *s); /* not the model */
+
 /* OpenMP's and OpenBLAS's threads: n (0: one per CPU this process may
  * use). */
 void trainkit_set_threads(int n);

@@ -110,23 +110,12 @@ static int read_params(finder *f) {
 static int range_test(finder *f, gpt *model) {
   const dagrun_host *h = f->h;
   char err[1024];
-  optim *opt = NULL;
-  loader *ld = NULL;
-  size_t n = (size_t)f->B * f->m.T;
-  uint32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
+  trainkit_stepper st;
   int rc = -1;
-  if (!in || !tg) {
-    h->fail(f->ctx, "out of memory for the batch");
-    goto done;
-  }
-  if (trainkit_make_optim(model, &f->opt, &opt, err, sizeof err) != 0) {
-    h->fail(f->ctx, "optimizer: %s", err);
-    goto done;
-  }
-  if (trainkit_train_loader(&f->data, f->B, f->m.T, f->seed, &ld, err,
-                            sizeof err) != 0) {
-    h->fail(f->ctx, "train data: %s", err);
-    goto done;
+  if (trainkit_stepper_init(&st, model, &f->opt, &f->data, f->B, f->m.T,
+                            f->seed, err, sizeof err) != 0) {
+    h->fail(f->ctx, "%s", err);
+    return -1;
   }
   double avg = 0, best = INFINITY;
   snprintf(f->why, sizeof f->why,
@@ -135,20 +124,16 @@ static int range_test(finder *f, gpt *model) {
   for (int64_t i = 0; i < f->steps; i++) {
     double lr = f->min_lr * pow(f->max_lr / f->min_lr,
                                 (double)i / (double)(f->steps - 1));
-    double loss;
+    double loss, norm;
     if (h->cancelled(f->ctx)) {
       h->fail(f->ctx, "stopped at step %lld", (long long)i);
       goto done;
     }
-    if (trainkit_forward_backward(model, ld, in, tg, f->B, f->m.T, 1, &loss,
-                                  err, sizeof err) != 0) {
+    if (trainkit_stepper_step(&st, lr, f->grad_clip, &loss, &norm, err,
+                              sizeof err) != 0) {
       h->fail(f->ctx, "step %lld: %s", (long long)i, err);
       goto done;
     }
-    double norm = optim_clip_grad_norm(gpt_grads(model),
-                                       gpt_num_params(model), f->grad_clip);
-    if (isfinite(loss) && isfinite(norm))
-      optim_step(opt, gpt_params(model), gpt_grads(model), (float)lr);
     avg = f->beta * avg + (1 - f->beta) * loss;
     double sm = avg / (1 - pow(f->beta, (double)(i + 1)));
     f->lr[f->n] = lr;
@@ -178,10 +163,7 @@ static int range_test(finder *f, gpt *model) {
   }
   rc = 0;
 done:
-  loader_destroy(ld);
-  optim_destroy(opt);
-  free(in);
-  free(tg);
+  trainkit_stepper_free(&st);
   return rc;
 }
 

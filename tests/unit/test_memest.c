@@ -14,6 +14,7 @@
 #include "gpt.h"
 #include "optim.h"
 #include "testlib.h"
+#include "trainkit.h"
 
 static char err[512];
 
@@ -24,17 +25,10 @@ static uint64_t malloc_in_use(void) {
 }
 
 static optim *make_optim(const gpt *m, optim_kind kind) {
-  size_t nt = gpt_tensor_count(m);
-  optim_group *g = calloc(nt, sizeof *g);
-  for (size_t i = 0; i < nt; i++) {
-    const gpt_tensor *t = gpt_tensor_at(m, i);
-    g[i] = (optim_group){t->offset, t->numel, t->decay};
-  }
   optim_config oc = {kind, 0.9f, 0.95f, 1e-8f, 0.1f};
   optim *o = NULL;
-  if (optim_create(&oc, gpt_num_params(m), g, nt, &o, err, sizeof err) != 0)
+  if (trainkit_make_optim(m, &oc, &o, err, sizeof err) != 0)
     fprintf(stderr, "optim: %s\n", err);
-  free(g);
   return o;
 }
 
