@@ -391,9 +391,8 @@ static int write_results(sweep *s, int pick, int accum) {
   char *svg = sweep_svg(s);
   char *jpath = NULL;
   int rc = -1;
-  if (trainkit_write_out(s->ctx, h, "sweep.json", json, &jpath) == 0 &&
-      trainkit_write_out(s->ctx, h, "sweep.csv", csv, NULL) == 0 &&
-      trainkit_write_out(s->ctx, h, "sweep.svg", svg, NULL) == 0) {
+  if (trainkit_write_results(s->ctx, h, "sweep", json, csv, svg, &jpath) ==
+      0) {
     char v[64];
     snprintf(v, sizeof v, "%d", p->B);
     h->output(s->ctx, "micro_batch", v);

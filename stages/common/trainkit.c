@@ -297,3 +297,21 @@ int trainkit_write_out(dagrun_ctx *ctx, const dagrun_host *h,
     free(p);
   return 0;
 }
+
+int trainkit_write_results(dagrun_ctx *ctx, const dagrun_host *h,
+                           const char *stem, const char *json,
+                           const char *csv, const char *svg,
+                           char **json_path) {
+  const char *ext[3] = {"json", "csv", "svg"}, *text[3] = {json, csv, svg};
+  *json_path = NULL;
+  for (int i = 0; i < 3; i++) {
+    char name[256];
+    snprintf(name, sizeof name, "%s.%s", stem, ext[i]);
+    if (trainkit_write_out(ctx, h, name, text[i], i ? NULL : json_path) != 0) {
+      free(*json_path);
+      *json_path = NULL;
+      return -1;
+    }
+  }
+  return 0;
+}

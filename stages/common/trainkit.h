@@ -146,4 +146,12 @@ void trainkit_set_threads(int n);
 int trainkit_write_out(dagrun_ctx *ctx, const dagrun_host *h,
                        const char *name, const char *text, char **path);
 
+/* A finder's results: out/<stem>.json, .csv and .svg (trainkit_write_out
+ * each; a NULL text is an out-of-memory failure), then *json_path (caller
+ * frees) is the JSON's path. */
+int trainkit_write_results(dagrun_ctx *ctx, const dagrun_host *h,
+                           const char *stem, const char *json,
+                           const char *csv, const char *svg,
+                           char **json_path);
+
 #endif /* DAGRUN_TRAINKIT_H */

@@ -248,9 +248,8 @@ static int write_results(finder *f, double suggestion, double min_loss_lr) {
   char *svg = finder_svg(f, suggestion, min_loss_lr);
   char *jpath = NULL;
   int rc = -1;
-  if (trainkit_write_out(f->ctx, h, "lr_find.json", json, &jpath) == 0 &&
-      trainkit_write_out(f->ctx, h, "lr_find.csv", csv, NULL) == 0 &&
-      trainkit_write_out(f->ctx, h, "lr_find.svg", svg, NULL) == 0) {
+  if (trainkit_write_results(f->ctx, h, "lr_find", json, csv, svg, &jpath) ==
+      0) {
     char v[64];
     snprintf(v, sizeof v, "%.6g", suggestion);
     h->output(f->ctx, "lr", v);
