@@ -72,8 +72,8 @@ static const dagrun_param_spec params[] = {
 typedef struct row {
   int B;
   double tokens_per_s;
-  uint64_t memory_bytes; /* the engine's, computed (gpt_memory_estimate) */
-  uint64_t rss_peak;     /* VmHWM over this size's steps */
+  uint64_t memory_bytes;  /* the engine's, computed (gpt_memory_estimate) */
+  uint64_t rss_peak;      /* VmHWM over this size's steps */
   double loss, grad_norm; /* means over the measured steps */
   int unstable;
 } row;
@@ -171,8 +171,8 @@ static int measure(sweep *s, int B) {
              "memory_cap: micro-batch %d would take %.1f MiB (params %.1f, "
              "grads %.1f, optimizer %.1f, activations %.1f), above the "
              "memory_cap of %.1f MiB",
-             B, mib(est.total), mib(est.params), mib(est.grads),
-             mib(est.optim), mib(est.acts), mib(s->cap));
+             B, mib(est.total), mib(est.params), mib(est.grads), mib(est.optim),
+             mib(est.acts), mib(s->cap));
     return 1;
   }
   gpt *model = NULL;
@@ -186,8 +186,7 @@ static int measure(sweep *s, int B) {
              strstr(err, "out of memory") ? "out of memory: " : "", B, err);
     goto done;
   }
-  memcpy(gpt_params(model), s->weights0,
-         gpt_num_params(model) * sizeof(float));
+  memcpy(gpt_params(model), s->weights0, gpt_num_params(model) * sizeof(float));
   row *r = &s->rows[s->nrows];
   *r = (row){.B = B, .memory_bytes = est.total};
   double t0 = 0, sum_loss = 0, sum_norm = 0;
@@ -217,13 +216,13 @@ static int measure(sweep *s, int B) {
   r->loss = sum_loss / (double)s->steps;
   r->grad_norm = sum_norm / (double)s->steps;
   r->rss_peak = vm_hwm();
-  uint64_t held = gpt_allocated_bytes(model) +
-                  optim_state_floats(st.opt) * sizeof(float);
+  uint64_t held =
+      gpt_allocated_bytes(model) + optim_state_floats(st.opt) * sizeof(float);
   if (held != est.total)
     h->log(s->ctx, DAGRUN_LOG_WARN,
            "micro-batch %d: the engine holds %llu bytes, the estimate said "
-           "%llu", B, (unsigned long long)held,
-           (unsigned long long)est.total);
+           "%llu",
+           B, (unsigned long long)held, (unsigned long long)est.total);
   s->nrows++;
   if (!isfinite(r->loss) || !isfinite(r->grad_norm)) {
     r->unstable = 1;
@@ -259,13 +258,11 @@ static int recommend(const sweep *s) {
   double best = 0;
   int pick = -1;
   for (int i = 0; i < s->nrows; i++)
-    if (!s->rows[i].unstable &&
-        (!s->target || s->rows[i].B <= s->target) &&
+    if (!s->rows[i].unstable && (!s->target || s->rows[i].B <= s->target) &&
         s->rows[i].tokens_per_s > best)
       best = s->rows[i].tokens_per_s;
   for (int i = 0; i < s->nrows; i++)
-    if (!s->rows[i].unstable &&
-        (!s->target || s->rows[i].B <= s->target) &&
+    if (!s->rows[i].unstable && (!s->target || s->rows[i].B <= s->target) &&
         s->rows[i].tokens_per_s >= 0.95 * best)
       pick = i;
   return pick;
@@ -305,8 +302,9 @@ static char *sweep_svg(const sweep *s) {
   if (a && b) {
     /* The second chart moves down by the first's height (320 by
      * default) and a gap. */
-    const char *head = "<svg xmlns=\"http://www.w3.org/2000/svg\" "
-                       "width=\"640\" height=\"650\" viewBox=\"0 0 640 650\">\n";
+    const char *head =
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" "
+        "width=\"640\" height=\"650\" viewBox=\"0 0 640 650\">\n";
     size_t len = strlen(head) + strlen(a) + strlen(b) + 64;
     out = malloc(len);
     if (out)
@@ -365,16 +363,18 @@ static int write_results(sweep *s, int pick, int accum) {
   char *csv = malloc(cap);
   size_t off = 0;
   if (csv) {
-    off += (size_t)snprintf(csv, cap, "batch,tokens_per_s,memory_bytes,"
-                                      "rss_peak_bytes,loss,grad_norm,"
-                                      "stopped_reason\n");
+    off += (size_t)snprintf(csv, cap,
+                            "batch,tokens_per_s,memory_bytes,"
+                            "rss_peak_bytes,loss,grad_norm,"
+                            "stopped_reason\n");
     for (int i = 0; i < s->nrows; i++) {
       const row *r = &s->rows[i];
-      off += (size_t)snprintf(csv + off, cap - off, "%d,%.1f,%llu,%llu,%.6f,"
-                              "%.6f,", r->B, r->tokens_per_s,
-                              (unsigned long long)r->memory_bytes,
-                              (unsigned long long)r->rss_peak, r->loss,
-                              r->grad_norm);
+      off += (size_t)snprintf(
+          csv + off, cap - off,
+          "%d,%.1f,%llu,%llu,%.6f,"
+          "%.6f,",
+          r->B, r->tokens_per_s, (unsigned long long)r->memory_bytes,
+          (unsigned long long)r->rss_peak, r->loss, r->grad_norm);
       if (i == s->nrows - 1) { /* quoted: the reason has commas */
         csv[off++] = '"';
         for (const char *c = s->why; *c && off < cap - 4; c++) {
@@ -391,8 +391,7 @@ static int write_results(sweep *s, int pick, int accum) {
   char *svg = sweep_svg(s);
   char *jpath = NULL;
   int rc = -1;
-  if (trainkit_write_results(s->ctx, h, "sweep", json, csv, svg, &jpath) ==
-      0) {
+  if (trainkit_write_results(s->ctx, h, "sweep", json, csv, svg, &jpath) == 0) {
     char v[64];
     snprintf(v, sizeof v, "%d", p->B);
     h->output(s->ctx, "micro_batch", v);
@@ -416,15 +415,16 @@ static int write_results(sweep *s, int pick, int accum) {
 
 static void log_table(const sweep *s, int pick) {
   const dagrun_host *h = s->h;
-  h->log(s->ctx, DAGRUN_LOG_INFO,
-         "%10s %12s %12s %12s %9s %10s", "micro", "tokens/s", "engine MiB",
-         "peak RSS MiB", "loss", "grad norm");
+  h->log(s->ctx, DAGRUN_LOG_INFO, "%10s %12s %12s %12s %9s %10s", "micro",
+         "tokens/s", "engine MiB", "peak RSS MiB", "loss", "grad norm");
   for (int i = 0; i < s->nrows; i++) {
     const row *r = &s->rows[i];
     h->log(s->ctx, DAGRUN_LOG_INFO, "%10d %12.0f %12.1f %12.1f %9.4f %10.3f%s",
            r->B, r->tokens_per_s, mib(r->memory_bytes), mib(r->rss_peak),
            r->loss, r->grad_norm,
-           i == pick ? "  <- recommended" : r->unstable ? "  unstable" : "");
+           i == pick     ? "  <- recommended"
+           : r->unstable ? "  unstable"
+                         : "");
   }
   h->log(s->ctx, DAGRUN_LOG_INFO, "stopped: %s", s->why);
 }
@@ -463,8 +463,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   h->log(ctx, DAGRUN_LOG_INFO,
          "model %s: %d layers, %d heads, width %d, seq_len %d, vocab %d: "
          "%.2fM parameters; memory_cap %.1f MiB; %lld steps per size",
-         s->m.name, mc->n_layer, mc->n_head, mc->n_embd, s->m.T,
-         mc->vocab_size, np / 1e6, mib(s->cap), (long long)s->steps);
+         s->m.name, mc->n_layer, mc->n_head, mc->n_embd, s->m.T, mc->vocab_size,
+         np / 1e6, mib(s->cap), (long long)s->steps);
 
   int B = 1;
   for (;;) {
@@ -477,8 +477,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
       break;
     if ((int64_t)B * 2 > s->max_batch || s->nrows == MAX_ROWS) {
       snprintf(s->why, sizeof s->why,
-               "max_batch: micro-batch %d would be above max_batch %lld",
-               B * 2, (long long)s->max_batch);
+               "max_batch: micro-batch %d would be above max_batch %lld", B * 2,
+               (long long)s->max_batch);
       break;
     }
     B *= 2;

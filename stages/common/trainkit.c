@@ -55,8 +55,8 @@ double trainkit_default_lr(optim_kind kind) {
   return kind == OPTIM_LION ? 1e-4 : 1e-3;
 }
 
-int trainkit_read_optim(dagrun_ctx *ctx, const dagrun_host *h,
-                        optim_config *o, double *grad_clip) {
+int trainkit_read_optim(dagrun_ctx *ctx, const dagrun_host *h, optim_config *o,
+                        double *grad_clip) {
   const char *z;
   double beta1, beta2, eps, wd;
   memset(o, 0, sizeof *o);
@@ -76,8 +76,8 @@ int trainkit_read_optim(dagrun_ctx *ctx, const dagrun_host *h,
   }
   if (beta2 == 0)
     beta2 = o->kind == OPTIM_ADAMW ? 0.95 : 0.99;
-  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 > 0 && beta2 < 1) ||
-      !(eps > 0) || !(wd >= 0) || !(*grad_clip >= 0)) {
+  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 > 0 && beta2 < 1) || !(eps > 0) ||
+      !(wd >= 0) || !(*grad_clip >= 0)) {
     h->fail(ctx, "beta1 must be in [0,1), beta2 in (0,1), eps > 0, "
                  "weight_decay and grad_clip >= 0");
     return -1;
@@ -89,11 +89,11 @@ int trainkit_read_optim(dagrun_ctx *ctx, const dagrun_host *h,
   return 0;
 }
 
-int trainkit_open_data(dagrun_ctx *ctx, const dagrun_host *h,
-                       trainkit_model *m, tokdata *td) {
+int trainkit_open_data(dagrun_ctx *ctx, const dagrun_host *h, trainkit_model *m,
+                       tokdata *td) {
   char err[1024];
-  if (tokdata_open(h->dir(ctx, DAGRUN_DIR_DAG), m->data, td, err,
-                   sizeof err) != 0) {
+  if (tokdata_open(h->dir(ctx, DAGRUN_DIR_DAG), m->data, td, err, sizeof err) !=
+      0) {
     h->fail(ctx, "%s", err);
     return -1;
   }
@@ -108,8 +108,8 @@ static int init_from_model(dagrun_ctx *ctx, const dagrun_host *h,
                            trainkit_model *m, gpt **out, char **init_dir) {
   char err[2048];
   const char *z = m->init_from;
-  char *path = z[0] == '/' ? strdup(z)
-                           : fileio_join(h->dir(ctx, DAGRUN_DIR_DAG), z);
+  char *path =
+      z[0] == '/' ? strdup(z) : fileio_join(h->dir(ctx, DAGRUN_DIR_DAG), z);
   modeldir_info *info = calloc(1, sizeof *info);
   if (!path || !info) {
     h->fail(ctx, "out of memory");
@@ -133,8 +133,10 @@ static int init_from_model(dagrun_ctx *ctx, const dagrun_host *h,
   }
   m->T = m->seq_len ? m->seq_len : mc->block_size;
   if (m->T > mc->block_size) {
-    h->fail(ctx, "seq_len %d is longer than the init_from model's "
-                 "block_size %d", m->T, mc->block_size);
+    h->fail(ctx,
+            "seq_len %d is longer than the init_from model's "
+            "block_size %d",
+            m->T, mc->block_size);
     goto done;
   }
   if (modeldir_load(info, out, err, sizeof err) != 0) {
@@ -155,8 +157,7 @@ static int init_from_model(dagrun_ctx *ctx, const dagrun_host *h,
          "(%d layers, %d heads, width %d, context %d); the model, n_layer, "
          "n_head, n_embd and block_size params are ignored; optimizer and "
          "schedule start fresh",
-         info->dir, what, mc->n_layer, mc->n_head, mc->n_embd,
-         mc->block_size);
+         info->dir, what, mc->n_layer, mc->n_head, mc->n_embd, mc->block_size);
   rc = 0;
 done:
   free(path);
@@ -181,8 +182,8 @@ int trainkit_make_model(dagrun_ctx *ctx, const dagrun_host *h,
   return 0;
 }
 
-int trainkit_make_optim(const gpt *model, const optim_config *oc,
-                        optim **out, char *err, size_t errlen) {
+int trainkit_make_optim(const gpt *model, const optim_config *oc, optim **out,
+                        char *err, size_t errlen) {
   size_t nt = gpt_tensor_count(model);
   optim_group *groups = calloc(nt, sizeof *groups);
   if (!groups) {
@@ -193,8 +194,8 @@ int trainkit_make_optim(const gpt *model, const optim_config *oc,
     const gpt_tensor *t = gpt_tensor_at(model, i);
     groups[i] = (optim_group){t->offset, t->numel, t->decay};
   }
-  int rc = optim_create(oc, gpt_num_params(model), groups, nt, out, err,
-                        errlen);
+  int rc =
+      optim_create(oc, gpt_num_params(model), groups, nt, out, err, errlen);
   free(groups);
   return rc;
 }
@@ -281,8 +282,8 @@ void trainkit_set_threads(int n) {
   openblas_set_num_threads(n);
 }
 
-int trainkit_write_out(dagrun_ctx *ctx, const dagrun_host *h,
-                       const char *name, const char *text, char **path) {
+int trainkit_write_out(dagrun_ctx *ctx, const dagrun_host *h, const char *name,
+                       const char *text, char **path) {
   char err[1024] = "out of memory";
   char *p = fileio_join(h->dir(ctx, DAGRUN_DIR_OUT), name);
   if (!p || !text ||
@@ -299,9 +300,8 @@ int trainkit_write_out(dagrun_ctx *ctx, const dagrun_host *h,
 }
 
 int trainkit_write_results(dagrun_ctx *ctx, const dagrun_host *h,
-                           const char *stem, const char *json,
-                           const char *csv, const char *svg,
-                           char **json_path) {
+                           const char *stem, const char *json, const char *csv,
+                           const char *svg, char **json_path) {
   const char *ext[3] = {"json", "csv", "svg"}, *text[3] = {json, csv, svg};
   *json_path = NULL;
   for (int i = 0; i < 3; i++) {

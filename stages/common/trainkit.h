@@ -21,6 +21,7 @@
 #include "optim.h"
 #include "tokdata.h"
 
+/* clang-format off */
 /* Param spec entries for a stage's params array: the data, the model
  * (preset, overrides, seq_len) and init_from. */
 #define TRAINKIT_MODEL_PARAMS                                                  \
@@ -54,15 +55,16 @@
        "embeddings)"},                                                         \
       {"grad_clip", DAGRUN_PARAM_FLOAT, "1.0", 0,                              \
        "Global gradient-norm clip (0: off)"}
+/* clang-format on */
 
 typedef struct trainkit_model {
-  const char *data;       /* borrowed from the host's params */
-  const char *name;       /* preset, or "init_from" once loaded from one */
-  const char *init_from;  /* "" when none */
-  gpt_config cfg;         /* the preset with the overrides; vocab_size and
-                             padded_vocab set by trainkit_make_model */
-  int seq_len;            /* as given; 0: block_size */
-  int T;                  /* tokens per sequence */
+  const char *data;      /* borrowed from the host's params */
+  const char *name;      /* preset, or "init_from" once loaded from one */
+  const char *init_from; /* "" when none */
+  gpt_config cfg;        /* the preset with the overrides; vocab_size and
+                            padded_vocab set by trainkit_make_model */
+  int seq_len;           /* as given; 0: block_size */
+  int T;                 /* tokens per sequence */
 } trainkit_model;
 
 /* Reads TRAINKIT_MODEL_PARAMS into m. */
@@ -71,8 +73,8 @@ int trainkit_read_model(dagrun_ctx *ctx, const dagrun_host *h,
 
 /* Reads TRAINKIT_OPTIM_PARAMS into o (beta2 defaulted by the kind) and
  * *grad_clip. */
-int trainkit_read_optim(dagrun_ctx *ctx, const dagrun_host *h,
-                        optim_config *o, double *grad_clip);
+int trainkit_read_optim(dagrun_ctx *ctx, const dagrun_host *h, optim_config *o,
+                        double *grad_clip);
 
 /* The learning rate an lr param of 0 means: 1e-3 for AdamW, 1e-4 for
  * Lion. */
@@ -80,8 +82,8 @@ double trainkit_default_lr(optim_kind kind);
 
 /* Opens m->data (the tokenize stage's output, relative to the DAG's
  * directory) into td, and sets m->cfg.vocab_size from it. */
-int trainkit_open_data(dagrun_ctx *ctx, const dagrun_host *h,
-                       trainkit_model *m, tokdata *td);
+int trainkit_open_data(dagrun_ctx *ctx, const dagrun_host *h, trainkit_model *m,
+                       tokdata *td);
 
 /* The model to train: with init_from, that directory's weights and shape
  * (m->cfg, m->T and m->name follow it; *init_dir, caller frees, is the
@@ -94,8 +96,8 @@ int trainkit_make_model(dagrun_ctx *ctx, const dagrun_host *h,
 
 /* An optimizer over model's tensors, weight decay on those that take it.
  * Caller destroys *out. */
-int trainkit_make_optim(const gpt *model, const optim_config *oc,
-                        optim **out, char *err, size_t errlen);
+int trainkit_make_optim(const gpt *model, const optim_config *oc, optim **out,
+                        char *err, size_t errlen);
 
 /* The train files of td in the random order of seed, batches of (B,T),
  * two prefetched. Caller destroys *out. */
@@ -115,7 +117,7 @@ int trainkit_forward_backward(gpt *model, loader *ld, uint32_t *inputs,
  * the train loader and a batch's buffers (the stages that take a few
  * steps to measure something: batch_sweep, lr_find). */
 typedef struct trainkit_stepper {
-  gpt *model;  /* borrowed */
+  gpt *model; /* borrowed */
   optim *opt;
   loader *ld;
   uint32_t *inputs, *targets; /* (B,T) */
@@ -132,8 +134,7 @@ int trainkit_stepper_init(trainkit_stepper *s, gpt *model,
  * the grad norm is not finite. *loss and *norm (before clipping) are
  * set. 0, or -1 with err (a forward failed: out of memory). */
 int trainkit_stepper_step(trainkit_stepper *s, double lr, double grad_clip,
-                          double *loss, double *norm, char *err,
-                          size_t errlen);
+                          double *loss, double *norm, char *err, size_t errlen);
 void trainkit_stepper_free(trainkit_stepper *s); /* not the model */
 
 /* OpenMP's and OpenBLAS's threads: n (0: one per CPU this process may
@@ -143,15 +144,14 @@ void trainkit_set_threads(int n);
 /* Writes text to the task's out/<name> (atomically: a temporary name,
  * fsync, rename); *path (caller frees; may be NULL) gets its path. 0, or
  * -1 after failing the attempt, naming the file. */
-int trainkit_write_out(dagrun_ctx *ctx, const dagrun_host *h,
-                       const char *name, const char *text, char **path);
+int trainkit_write_out(dagrun_ctx *ctx, const dagrun_host *h, const char *name,
+                       const char *text, char **path);
 
 /* A finder's results: out/<stem>.json, .csv and .svg (trainkit_write_out
  * each; a NULL text is an out-of-memory failure), then *json_path (caller
  * frees) is the JSON's path. */
 int trainkit_write_results(dagrun_ctx *ctx, const dagrun_host *h,
-                           const char *stem, const char *json,
-                           const char *csv, const char *svg,
-                           char **json_path);
+                           const char *stem, const char *json, const char *csv,
+                           const char *svg, char **json_path);
 
 #endif /* DAGRUN_TRAINKIT_H */

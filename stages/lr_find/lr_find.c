@@ -69,8 +69,8 @@ typedef struct finder {
   tokdata data;
   /* The points tried: lr[i], raw loss[i], smoothed[i]. */
   double *lr, *loss, *smooth;
-  int n;        /* points recorded */
-  int n_ok;     /* ...of which before the divergence */
+  int n;         /* points recorded */
+  int n_ok;      /* ...of which before the divergence */
   char why[256]; /* stopped_reason */
 } finder;
 
@@ -95,8 +95,8 @@ static int read_params(finder *f) {
   h->param_float(ctx, "smoothing", &f->beta);
   h->param_float(ctx, "diverge_factor", &f->factor);
   if (!(f->min_lr > 0 && f->min_lr < f->max_lr && f->max_lr < 1e6)) {
-    h->fail(ctx, "min_lr %g and max_lr %g: need 0 < min_lr < max_lr",
-            f->min_lr, f->max_lr);
+    h->fail(ctx, "min_lr %g and max_lr %g: need 0 < min_lr < max_lr", f->min_lr,
+            f->max_lr);
     return -1;
   }
   if (!(f->beta >= 0 && f->beta < 1) || !(f->factor > 1)) {
@@ -118,12 +118,12 @@ static int range_test(finder *f, gpt *model) {
     return -1;
   }
   double avg = 0, best = INFINITY;
-  snprintf(f->why, sizeof f->why,
-           "max_lr: reached max_lr %g without diverging", f->max_lr);
+  snprintf(f->why, sizeof f->why, "max_lr: reached max_lr %g without diverging",
+           f->max_lr);
   f->n_ok = (int)f->steps;
   for (int64_t i = 0; i < f->steps; i++) {
-    double lr = f->min_lr * pow(f->max_lr / f->min_lr,
-                                (double)i / (double)(f->steps - 1));
+    double lr = f->min_lr *
+                pow(f->max_lr / f->min_lr, (double)i / (double)(f->steps - 1));
     double loss, norm;
     if (h->cancelled(f->ctx)) {
       h->fail(f->ctx, "stopped at step %lld", (long long)i);
@@ -145,8 +145,8 @@ static int range_test(finder *f, gpt *model) {
     if (i % 10 == 0)
       h->progress(f->ctx, (double)i / (double)f->steps, NULL);
     if (!isfinite(loss) || !isfinite(sm)) {
-      snprintf(f->why, sizeof f->why,
-               "diverged: the loss is %g at lr %.3g", loss, lr);
+      snprintf(f->why, sizeof f->why, "diverged: the loss is %g at lr %.3g",
+               loss, lr);
       f->n_ok = f->n - 1;
       break;
     }
@@ -296,8 +296,9 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
     goto done;
   int k = steepest(&f);
   if (k < 0) {
-    h->fail(ctx, "only %d points before the loss %s: too few to find the "
-                 "steepest descent; lower min_lr or raise steps",
+    h->fail(ctx,
+            "only %d points before the loss %s: too few to find the "
+            "steepest descent; lower min_lr or raise steps",
             f.n_ok, f.n_ok < f.n ? "diverged" : "stopped");
     goto done;
   }
