@@ -105,9 +105,10 @@ static size_t layer_floats(size_t BT, size_t C, size_t NH, size_t B, size_t T) {
 
 /* Carves m->acts (which must hold acts_floats()) for (B,T); with base
  * NULL only counts. Returns the floats used. */
-static size_t carve(const gpt *m, float *base, int B, int T, acts *a) {
-  size_t C = m->cfg.n_embd, NH = m->cfg.n_head, Vp = m->cfg.padded_vocab;
-  size_t BT = (size_t)B * T, L = m->cfg.n_layer;
+static size_t carve(const gpt_config *cfg, float *base, int B, int T,
+                    acts *a) {
+  size_t C = cfg->n_embd, NH = cfg->n_head, Vp = cfg->padded_vocab;
+  size_t BT = (size_t)B * T, L = cfg->n_layer;
   size_t off = 0;
 #define TAKE(field, n)                                                         \
   do {                                                                         \
@@ -133,6 +134,13 @@ static size_t carve(const gpt *m, float *base, int B, int T, acts *a) {
   TAKE(dlogits, BT * Vp);
 #undef TAKE
   return off;
+}
+
+uint64_t gpt_cpu_act_bytes(const gpt_config *cfg, int B, int T) {
+  acts a;
+  size_t nids = (size_t)B * T;
+  return (uint64_t)carve(cfg, NULL, B, T, &a) * sizeof(float) +
+         2 * (uint64_t)nids * sizeof(uint32_t);
 }
 
 static layer_acts layer_at(const gpt *m, const acts *a, int l, int B, int T) {
@@ -470,7 +478,7 @@ static void crossentropy_backward(float *probs_dlogits, const uint32_t *targets,
 
 static int ensure_acts(gpt *m, int B, int T, char *err, size_t errlen) {
   acts a;
-  size_t need = carve(m, NULL, B, T, &a);
+  size_t need = carve(&m->cfg, NULL, B, T, &a);
   size_t nids = (size_t)B * T;
   if (need > m->acts_cap) {
     free(m->acts);
@@ -540,7 +548,7 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   if (targets)
     memcpy(m->targets, targets, N * sizeof(uint32_t));
   acts a;
-  carve(m, m->acts, B, T, &a);
+  carve(&m->cfg, m->acts, B, T, &a);
 
   encoder_forward(a.encoded, inputs, gpt_p(m, 0), gpt_p(m, 1), B, T, C);
   const float *res = a.encoded; /* residual stream (B,T,C) */
@@ -621,7 +629,7 @@ const float *gpt_logits(const gpt *m) {
   if (!m->B)
     return NULL;
   acts a = {0};
-  carve(m, m->acts, m->B, m->T, &a);
+  carve(&m->cfg, m->acts, m->B, m->T, &a);
   return a.logits;
 }
 
@@ -633,7 +641,7 @@ static void backward(gpt *m, float scale) {
   int Vp = c->padded_vocab, L = c->n_layer;
   int N = B * T;
   acts a;
-  carve(m, m->acts, B, T, &a);
+  carve(&m->cfg, m->acts, B, T, &a);
 
   /* Loss -> dlogits (B,T,Vp): d(scale * mean loss), from the forward's
    * probabilities in place; so a second backward of the same forward

@@ -186,6 +186,28 @@ const gpt_tensor *gpt_tensor_find(const gpt *m, const char *name) {
   return NULL;
 }
 
+size_t gpt_config_num_params(const gpt_config *cfg) {
+  size_t C = cfg->n_embd, L = cfg->n_layer;
+  /* wte (Vp,C), wpe (T,C), per layer 12C^2 + 13C (gpt.h's list), ln_f */
+  return (size_t)cfg->padded_vocab * C + (size_t)cfg->block_size * C +
+         L * (12 * C * C + 13 * C) + 2 * C;
+}
+
+void gpt_memory_estimate(const gpt_config *cfg, int B, int T,
+                         int optim_floats_per_param, gpt_memory *out) {
+  uint64_t n = gpt_config_num_params(cfg);
+  out->params = out->grads = n * sizeof(float);
+  out->optim = n * (uint64_t)optim_floats_per_param * sizeof(float);
+  out->acts = gpt_cpu_act_bytes(cfg, B, T);
+  out->total = out->params + out->grads + out->optim + out->acts;
+}
+
+uint64_t gpt_allocated_bytes(const gpt *m) {
+  return 2 * (uint64_t)m->n_params * sizeof(float) +
+         (uint64_t)m->acts_cap * sizeof(float) +
+         2 * (uint64_t)m->ids_cap * sizeof(uint32_t);
+}
+
 /* Uniform in (0,1]: 53 random bits, never 0, so log() is finite. */
 static double uniform01(uint64_t *s) {
   return ((double)(rng_splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0);

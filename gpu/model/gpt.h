@@ -104,6 +104,33 @@ void gpt_zero_grad(gpt *m);
  * a forward with targets since the last backward, it does nothing. */
 void gpt_backward(gpt *m, float scale);
 
+/* The memory the engine takes to train a model, in bytes. */
+typedef struct gpt_memory {
+  uint64_t params, grads; /* the parameter and gradient arrays */
+  uint64_t optim;         /* the optimizer's moments */
+  uint64_t acts;          /* activations, backward scratch, id copies */
+  uint64_t total;         /* the sum */
+} gpt_memory;
+
+/* What training cfg (finished) on micro-batches of (B,T) takes, computed
+ * without allocating anything: parameters, gradients,
+ * optim_floats_per_param floats of optimizer state per parameter (optim.h's
+ * optim_state_floats_for(kind, 1): 2 for AdamW, 1 for Lion) and the
+ * backend's activations for (B,T). It is exactly what gpt_allocated_bytes
+ * plus the optimizer's optim_state_floats * 4 come to after a first
+ * forward at (B,T); the small tensor table and the C library's own
+ * overhead are left out. */
+void gpt_memory_estimate(const gpt_config *cfg, int B, int T,
+                         int optim_floats_per_param, gpt_memory *out);
+
+/* The bytes m holds now: parameters, gradients, and the activations and
+ * id buffers of the largest batch it has run (none before a forward). */
+uint64_t gpt_allocated_bytes(const gpt *m);
+
+/* Parameters (floats, with wte's padding rows) of cfg (finished), as
+ * gpt_num_params counts them for the model gpt_create would make. */
+size_t gpt_config_num_params(const gpt_config *cfg);
+
 /* FLOPs of one forward+backward per token (6N + attention), for MFU and
  * the tokens/s comparison. */
 double gpt_flops_per_token(const gpt *m);

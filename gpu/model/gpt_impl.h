@@ -72,4 +72,9 @@ void gpt_cpu_layernorm(float *out, float *mean, float *rstd, const float *inp,
  * (may be the same array). OpenMP threads. gpu/cpu/gpt_cpu.c. */
 void gpt_cpu_gelu(float *out, const float *inp, size_t N);
 
+/* Bytes of the activations, backward scratch and input/target id copies
+ * that a forward at (B,T) makes the CPU backend allocate (ensure_acts),
+ * computed without allocating. gpu/cpu/gpt_cpu.c. */
+uint64_t gpt_cpu_act_bytes(const gpt_config *cfg, int B, int T);
+
 #endif /* DAGRUN_GPT_IMPL_H */

@@ -128,7 +128,7 @@ int optim_create(const optim_config *cfg, size_t n, const optim_group *groups,
     return fail(err, errlen, "optim: groups cover [0, %zu) of %zu parameters",
                 end, n);
   }
-  o->nstate = (cfg->kind == OPTIM_ADAMW ? 2 : 1) * n;
+  o->nstate = optim_state_floats_for(cfg->kind, n);
   o->state = calloc(o->nstate ? o->nstate : 1, sizeof *o->state);
   if (!o->state) {
     fail(err, errlen, "optim: out of memory for %zu moment floats", o->nstate);
@@ -238,6 +238,9 @@ void optim_reset(optim *o) {
 uint64_t optim_get_t(const optim *o) { return o->t; }
 void optim_set_t(optim *o, uint64_t t) { o->t = t; }
 size_t optim_state_floats(const optim *o) { return o->nstate; }
+size_t optim_state_floats_for(optim_kind kind, size_t n) {
+  return (kind == OPTIM_ADAMW ? 2 : 1) * n;
+}
 float *optim_state(optim *o) { return o->state; }
 
 /* ---- Grad-norm clipping ---- */

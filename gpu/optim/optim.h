@@ -52,6 +52,9 @@ void optim_reset(optim *o);
 uint64_t optim_get_t(const optim *o);
 void optim_set_t(optim *o, uint64_t t);
 size_t optim_state_floats(const optim *o);
+/* The state floats an optimizer of that kind keeps for n parameters,
+ * without making one (memory estimates). */
+size_t optim_state_floats_for(optim_kind kind, size_t n);
 float *optim_state(optim *o);
 
 /* Global L2 norm of grads[0..n), computed in double. If max_norm > 0 and

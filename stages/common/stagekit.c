@@ -62,6 +62,12 @@ double stagekit_now(void) {
   return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
+double stagekit_lap(double *t) {
+  double now = stagekit_now(), d = now - *t;
+  *t = now;
+  return d;
+}
+
 int stagekit_param_int(dagrun_ctx *ctx, const dagrun_host *h,
                        const char *name, int64_t lo, int64_t hi,
                        int64_t *out) {

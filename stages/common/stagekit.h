@@ -22,6 +22,9 @@ uint64_t stagekit_peak_rss(void);
 
 /* Seconds on the monotonic clock, for durations. */
 double stagekit_now(void);
+/* Seconds from *t to now, and *t moved to now: consecutive phases of a
+ * piece of work timed with one clock. */
+double stagekit_lap(double *t);
 
 /* The int param name into *out when it lies in [lo, hi]; otherwise fails
  * the attempt with "NAME must be an integer from LO to HI" and returns

@@ -42,6 +42,7 @@ typedef struct svgplot_chart {
   int width, height; /* viewBox size; 0: 640 x 320 */
   const svgplot_mark *marks;
   size_t n_marks;
+  const char *mark_legend; /* the marks' legend entry; NULL: "events" */
 } svgplot_chart;
 
 /* A line chart of n series. Caller frees. */
@@ -65,5 +66,9 @@ char *svgplot_stacked_bars(const svgplot_chart *c, const double *x,
 /* s escaped for XML/HTML text and attribute values (& < > " '). Caller
  * frees. */
 char *svgplot_escape(const char *s);
+
+/* v as a short label, three significant digits: "1.2k", "3.4M", "0.25",
+ * "1e-4", "2.5e-5" (the axes' format), into out[cap]. */
+void svgplot_format_number(char *out, size_t cap, double v);
 
 #endif /* DAGRUN_SVGPLOT_H */

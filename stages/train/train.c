@@ -22,20 +22,18 @@
 #include "evaluate.h"
 #include "fileio.h"
 #include "gpt.h"
-#include "modeldir.h"
 #include "optim.h"
 #include "spike.h"
 #include "stagekit.h"
 #include "textgen.h"
 #include "tokdata.h"
 #include "tokfile.h"
+#include "trainkit.h"
 #include "trainstate.h"
 
-#include <cblas.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,23 +42,12 @@
 #define EXIT_BAD_PARAMS 2
 
 static const dagrun_param_spec params[] = {
-    {"data", DAGRUN_PARAM_STRING, NULL, 1,
-     "The tokenize stage's output directory, e.g. "
-     "\"${tasks.tokenize.outputs.dir}\""},
-    {"model", DAGRUN_PARAM_STRING, "gpt-tiny", 0,
-     "Preset: gpt-tiny, gpt-small, gpt2-124M, gpt2-350M"},
-    {"n_layer", DAGRUN_PARAM_INT, "0", 0, "Layers (0: the preset's)"},
-    {"n_head", DAGRUN_PARAM_INT, "0", 0, "Attention heads (0: the preset's)"},
-    {"n_embd", DAGRUN_PARAM_INT, "0", 0, "Width (0: the preset's)"},
-    {"block_size", DAGRUN_PARAM_INT, "0", 0,
-     "Context length (0: the preset's)"},
-    {"seq_len", DAGRUN_PARAM_INT, "0", 0,
-     "Tokens per training sequence (0: block_size)"},
+    TRAINKIT_MODEL_PARAMS,
     {"batch_size", DAGRUN_PARAM_INT, "16", 0, "Sequences per micro-batch"},
     {"grad_accum", DAGRUN_PARAM_INT, "1", 0,
      "Micro-batches per optimizer step (global batch = batch_size x this)"},
     {"steps", DAGRUN_PARAM_INT, "1000", 0, "Optimizer steps"},
-    {"optimizer", DAGRUN_PARAM_STRING, "adamw", 0, "adamw or lion"},
+    TRAINKIT_OPTIM_PARAMS,
     {"lr", DAGRUN_PARAM_FLOAT, "0", 0,
      "Peak learning rate (0: 1e-3 for adamw, 1e-4 for lion)"},
     {"min_lr", DAGRUN_PARAM_FLOAT, "-1", 0,
@@ -71,15 +58,6 @@ static const dagrun_param_spec params[] = {
      "After warmup: cosine, linear, or constant (with cooldown)"},
     {"cooldown", DAGRUN_PARAM_INT, "0", 0,
      "schedule constant: final steps decaying linearly to min_lr"},
-    {"beta1", DAGRUN_PARAM_FLOAT, "0.9", 0, "First-moment decay"},
-    {"beta2", DAGRUN_PARAM_FLOAT, "0", 0,
-     "Second-moment decay (0: 0.95 for adamw, 0.99 for lion)"},
-    {"eps", DAGRUN_PARAM_FLOAT, "1e-8", 0, "AdamW epsilon"},
-    {"weight_decay", DAGRUN_PARAM_FLOAT, "0.1", 0,
-     "Decoupled weight decay of weight matrices (not biases, LayerNorms, "
-     "embeddings)"},
-    {"grad_clip", DAGRUN_PARAM_FLOAT, "1.0", 0,
-     "Global gradient-norm clip (0: off)"},
     {"seed", DAGRUN_PARAM_INT, "1234", 0,
      "Seed of the initial weights, the data order and the samples"},
     {"eval_every", DAGRUN_PARAM_INT, "100", 0,
@@ -93,11 +71,6 @@ static const dagrun_param_spec params[] = {
     {"resume", DAGRUN_PARAM_STRING, "auto", 0,
      "auto (latest valid checkpoint of this task, if any), never, or a "
      "checkpoint directory"},
-    {"init_from", DAGRUN_PARAM_STRING, "", 0,
-     "Fine-tuning: a model directory (a checkpoint, a checkpoints dir, a "
-     "promoted model, a Hugging Face GPT-2) whose weights and shape start "
-     "the run (model and shape params ignored; optimizer and schedule "
-     "fresh). A checkpoint of this task to resume comes first"},
     {"spike_policy", DAGRUN_PARAM_STRING, "skip", 0,
      "Loss-spike guard: none, skip, lower_lr, reset or rollback"},
     {"spike_threshold", DAGRUN_PARAM_FLOAT, "6", 0,
@@ -127,10 +100,10 @@ static const dagrun_param_spec params[] = {
 };
 
 typedef struct cfg {
-  const char *data, *model_name, *resume, *prompt, *init_from;
-  gpt_config model;
-  int B, T, seq_len, accum, threads, top_k, nsamples, sample_tokens;
-  int prefetch, test_delay_ms;
+  trainkit_model m; /* data, model, shape, seq_len, init_from */
+  const char *resume, *prompt;
+  int B, accum, threads, top_k, nsamples, sample_tokens;
+  int prefetch;
   double peak_tflops;
   int64_t steps, eval_every, eval_batches, ckpt_every, keep;
   optim_config opt;
@@ -162,39 +135,13 @@ typedef struct run_ctx {
 
 static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
   memset(c, 0, sizeof *c);
-  char err[512];
-  int64_t v, nl, nh, ne, bs, seq;
+  int64_t v;
   const char *z;
-  h->param_string(ctx, "data", &c->data);
-  h->param_string(ctx, "model", &c->model_name);
+  if (trainkit_read_model(ctx, h, &c->m) != 0 ||
+      trainkit_read_optim(ctx, h, &c->opt, &c->grad_clip) != 0)
+    return -1;
   h->param_string(ctx, "resume", &c->resume);
   h->param_string(ctx, "sample_prompt", &c->prompt);
-  h->param_string(ctx, "init_from", &c->init_from);
-  if (gpt_config_preset(c->model_name, &c->model, err, sizeof err) != 0) {
-    h->fail(ctx, "model: %s", err);
-    return -1;
-  }
-  if (stagekit_param_int(ctx, h, "n_layer", 0, 1000, &nl) || stagekit_param_int(ctx, h, "n_head", 0, 1000, &nh) ||
-      stagekit_param_int(ctx, h, "n_embd", 0, 1 << 16, &ne) ||
-      stagekit_param_int(ctx, h, "block_size", 0, 1 << 20, &bs) ||
-      stagekit_param_int(ctx, h, "seq_len", 0, 1 << 20, &seq))
-    return -1;
-  if (nl)
-    c->model.n_layer = (int)nl;
-  if (nh)
-    c->model.n_head = (int)nh;
-  if (ne)
-    c->model.n_embd = (int)ne;
-  if (bs)
-    c->model.block_size = (int)bs;
-  c->seq_len = (int)seq;
-  c->T = seq ? (int)seq : c->model.block_size;
-  /* With init_from the model's own block_size rules (init_from_model). */
-  if (c->T > c->model.block_size && !c->init_from[0]) {
-    h->fail(ctx, "seq_len %d is longer than the model's block_size %d", c->T,
-            c->model.block_size);
-    return -1;
-  }
   if (stagekit_param_int(ctx, h, "batch_size", 1, 1 << 20, &v))
     return -1;
   c->B = (int)v;
@@ -218,50 +165,19 @@ static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
     h->fail(ctx, "peak_tflops must be 0 (unknown) or a positive number");
     return -1;
   }
-  /* Test hook: a slow loader (dataloader.h), to provoke the data-wait
-   * warning. */
-  const char *delay = getenv("DAGRUN_TEST_LOADER_DELAY_MS");
-  c->test_delay_ms = delay ? atoi(delay) : 0;
   if (stagekit_param_int(ctx, h, "seed", 0, INT64_MAX, &v))
     return -1;
   c->seed = (uint64_t)v;
 
-  h->param_string(ctx, "optimizer", &z);
-  double lr, min_lr, beta1, beta2, eps, wd;
+  double lr, min_lr;
   h->param_float(ctx, "lr", &lr);
   h->param_float(ctx, "min_lr", &min_lr);
-  h->param_float(ctx, "beta1", &beta1);
-  h->param_float(ctx, "beta2", &beta2);
-  h->param_float(ctx, "eps", &eps);
-  h->param_float(ctx, "weight_decay", &wd);
-  h->param_float(ctx, "grad_clip", &c->grad_clip);
-  if (strcmp(z, "adamw") == 0) {
-    c->opt.kind = OPTIM_ADAMW;
-    if (lr == 0)
-      lr = 1e-3;
-    if (beta2 == 0)
-      beta2 = 0.95;
-  } else if (strcmp(z, "lion") == 0) {
-    c->opt.kind = OPTIM_LION;
-    if (lr == 0)
-      lr = 1e-4;
-    if (beta2 == 0)
-      beta2 = 0.99;
-  } else {
-    h->fail(ctx, "optimizer must be adamw or lion, not '%s'", z);
+  if (lr == 0)
+    lr = trainkit_default_lr(c->opt.kind);
+  if (!(lr > 0 && lr < 10)) {
+    h->fail(ctx, "lr must be in (0,10)");
     return -1;
   }
-  if (!(lr > 0 && lr < 10) || !(beta1 >= 0 && beta1 < 1) ||
-      !(beta2 > 0 && beta2 < 1) || !(eps > 0) || !(wd >= 0) ||
-      !(c->grad_clip >= 0)) {
-    h->fail(ctx, "lr must be in (0,10), beta1 in [0,1), beta2 in (0,1), eps "
-                 "> 0, weight_decay and grad_clip >= 0");
-    return -1;
-  }
-  c->opt.beta1 = (float)beta1;
-  c->opt.beta2 = (float)beta2;
-  c->opt.eps = (float)eps;
-  c->opt.weight_decay = (float)wd;
 
   int64_t warmup, cooldown;
   if (stagekit_param_int(ctx, h, "warmup", -1, INT64_C(1) << 40, &warmup) ||
@@ -336,23 +252,10 @@ static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
   return 0;
 }
 
-/* ---- Data: the tokenize stage's manifest ---- */
-
-static int load_data_manifest(run_ctx *r) {
-  char err[1024];
-  if (tokdata_open(r->h->dir(r->ctx, DAGRUN_DIR_DAG), r->c.data, &r->data,
-                   err, sizeof err) != 0) {
-    r->h->fail(r->ctx, "%s", err);
-    return -1;
-  }
-  r->c.model.vocab_size = r->data.vocab_size;
-  return 0;
-}
-
 /* Unigram entropy (nats) of the train tokens: the loss of a model that
  * knows only token frequencies. The trained model must end well below. */
 static double unigram_entropy(run_ctx *r, uint64_t *ntokens) {
-  uint32_t V = (uint32_t)r->c.model.vocab_size;
+  uint32_t V = (uint32_t)r->c.m.cfg.vocab_size;
   uint64_t *count = calloc(V, sizeof *count), total = 0;
   if (!count)
     return NAN;
@@ -428,7 +331,7 @@ static double evaluate(run_ctx *r, int64_t step) {
   loader_set_pos(r->val, &r->val_start);
   eval_result er;
   char err[512];
-  if (evaluate_model(r->model, r->val, r->c.B, r->c.T,
+  if (evaluate_model(r->model, r->val, r->c.B, r->c.m.T,
                      (uint64_t)r->c.eval_batches, NULL, NULL, &er, err,
                      sizeof err) != 0) {
     r->h->log(r->ctx, DAGRUN_LOG_WARN, "validation: %s", err);
@@ -529,97 +432,17 @@ static void free_run(run_ctx *r) {
 
 /* ---- The stage ---- */
 
-/* init_from: the model, its shape and its weights from a model directory
- * (modeldir.h), instead of a preset and gpt_init. The data must have the
- * model's vocabulary. A checkpoint of this task, when resume finds one,
- * replaces these weights later (maybe_resume): it was made from them. */
-static int init_from_model(run_ctx *r) {
-  const dagrun_host *h = r->h;
-  char err[2048];
-  const char *z = r->c.init_from;
-  char *path = z[0] == '/' ? strdup(z)
-                           : fileio_join(h->dir(r->ctx, DAGRUN_DIR_DAG), z);
-  modeldir_info *info = calloc(1, sizeof *info);
-  if (!path || !info) {
-    h->fail(r->ctx, "out of memory");
-    free(path);
-    free(info);
-    return -1;
-  }
-  int rc = -1;
-  if (modeldir_open(path, info, err, sizeof err) != 0) {
-    h->fail(r->ctx, "init_from: %s", err);
-    goto done;
-  }
-  const gpt_config *mc = &info->config;
-  if (mc->vocab_size != r->c.model.vocab_size) {
-    h->fail(r->ctx,
-            "init_from: %s has a vocabulary of %d tokens, but the data's "
-            "tokenizer has %d: fine-tuning needs the data tokenized with "
-            "the model's own tokenizer",
-            info->dir, mc->vocab_size, r->c.model.vocab_size);
-    goto done;
-  }
-  r->c.T = r->c.seq_len ? r->c.seq_len : mc->block_size;
-  if (r->c.T > mc->block_size) {
-    h->fail(r->ctx, "seq_len %d is longer than the init_from model's "
-                    "block_size %d", r->c.T, mc->block_size);
-    goto done;
-  }
-  if (modeldir_load(info, &r->model, err, sizeof err) != 0) {
-    h->fail(r->ctx, "init_from: %s", err);
-    goto done;
-  }
-  r->c.model = *mc;
-  r->c.model_name = "init_from";
-  r->init_dir = strdup(info->dir);
-  char what[64];
-  if (info->kind == MODELDIR_HF)
-    snprintf(what, sizeof what, "Hugging Face GPT-2");
-  else
-    snprintf(what, sizeof what, "checkpoint of step %lld",
-             (long long)info->step);
-  h->log(r->ctx, DAGRUN_LOG_INFO,
-         "init_from %s (%s): its weights start the run, with its shape "
-         "(%d layers, %d heads, width %d, context %d); the model, n_layer, "
-         "n_head, n_embd and block_size params are ignored; optimizer and "
-         "schedule start fresh",
-         info->dir, what, mc->n_layer, mc->n_head, mc->n_embd,
-         mc->block_size);
-  rc = 0;
-done:
-  free(path);
-  free(info);
-  return rc;
-}
-
 static int setup(run_ctx *r) {
   const dagrun_host *h = r->h;
   char err[1024];
-  if (load_data_manifest(r) != 0)
+  /* A checkpoint of this task, when resume finds one, replaces
+   * init_from's weights later (maybe_resume): it was made from them. */
+  if (trainkit_open_data(r->ctx, h, &r->c.m, &r->data) != 0 ||
+      trainkit_make_model(r->ctx, h, &r->c.m, r->c.seed, &r->model,
+                          &r->init_dir) != 0)
     return -1;
-  if (r->c.init_from[0]) {
-    if (init_from_model(r) != 0)
-      return -1;
-  } else {
-    if (gpt_config_finish(&r->c.model, err, sizeof err) != 0 ||
-        gpt_create(&r->c.model, &r->model, err, sizeof err) != 0) {
-      h->fail(r->ctx, "model: %s", err);
-      return -1;
-    }
-    gpt_init(r->model, r->c.seed);
-  }
-  size_t nt = gpt_tensor_count(r->model);
-  optim_group *groups = calloc(nt, sizeof *groups);
-  for (size_t i = 0; groups && i < nt; i++) {
-    const gpt_tensor *t = gpt_tensor_at(r->model, i);
-    groups[i] = (optim_group){t->offset, t->numel, t->decay};
-  }
-  int rc = groups ? optim_create(&r->c.opt, gpt_num_params(r->model), groups,
-                                 nt, &r->opt, err, sizeof err)
-                  : -1;
-  free(groups);
-  if (rc != 0) {
+  if (trainkit_make_optim(r->model, &r->c.opt, &r->opt, err, sizeof err) !=
+      0) {
     h->fail(r->ctx, "optimizer: %s", err);
     return -1;
   }
@@ -628,28 +451,20 @@ static int setup(run_ctx *r) {
     h->fail(r->ctx, "spike guard: %s", err);
     return -1;
   }
-  loader_config lc = {
-      .paths = (const char *const *)r->data.train,
-      .npaths = r->data.ntrain,
-      .B = r->c.B,
-      .T = r->c.T,
-      .order = LOADER_RANDOM,
-      .seed = r->c.seed,
-      .prefetch = r->c.prefetch,
-      .test_delay_ms = r->c.test_delay_ms,
-  };
-  if (loader_create(&lc, &r->train, err, sizeof err) != 0) {
+  if (trainkit_train_loader(&r->data, r->c.B, r->c.m.T, r->c.seed,
+                            r->c.prefetch, &r->train, err, sizeof err) != 0) {
     h->fail(r->ctx, "train data: %s", err);
     return -1;
   }
   if (r->data.nval) {
-    loader_config vc = lc;
-    vc.paths = (const char *const *)r->data.val;
-    vc.npaths = r->data.nval;
-    vc.order = LOADER_SEQUENTIAL;
-    vc.shuffle = 0;
-    vc.prefetch = 0;
-    vc.test_delay_ms = 0;
+    loader_config vc = {
+        .paths = (const char *const *)r->data.val,
+        .npaths = r->data.nval,
+        .B = r->c.B,
+        .T = r->c.m.T,
+        .order = LOADER_SEQUENTIAL,
+        .seed = r->c.seed,
+    };
     if (loader_create(&vc, &r->val, err, sizeof err) != 0) {
       h->log(r->ctx, DAGRUN_LOG_WARN, "no validation: %s", err);
       r->val = NULL;
@@ -657,7 +472,7 @@ static int setup(run_ctx *r) {
       loader_get_pos(r->val, &r->val_start);
     }
   }
-  size_t bt = (size_t)r->c.B * (size_t)r->c.T;
+  size_t bt = (size_t)r->c.B * (size_t)r->c.m.T;
   r->inputs = malloc(bt * sizeof(uint32_t));
   r->targets = malloc(bt * sizeof(uint32_t));
   if (!r->inputs || !r->targets) {
@@ -675,13 +490,13 @@ static int setup(run_ctx *r) {
 static char *config_json(const run_ctx *r) {
   const cfg *c = &r->c;
   cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "model", c->model_name);
+  cJSON_AddStringToObject(o, "model", c->m.name);
   if (r->init_dir)
     cJSON_AddStringToObject(o, "init_from", r->init_dir);
   if (r->data.tokenizer)
     cJSON_AddStringToObject(o, "tokenizer", r->data.tokenizer);
   cJSON_AddNumberToObject(o, "batch_size", c->B);
-  cJSON_AddNumberToObject(o, "seq_len", c->T);
+  cJSON_AddNumberToObject(o, "seq_len", c->m.T);
   cJSON_AddNumberToObject(o, "grad_accum", c->accum);
   cJSON_AddNumberToObject(o, "steps", (double)c->steps);
   cJSON_AddStringToObject(o, "optimizer",
@@ -708,12 +523,6 @@ static char *config_json(const run_ctx *r) {
 /* ---- Where the time goes ---- */
 
 /* The seconds since *t, and *t moved to now: one clock read a phase. */
-static double lap(double *t) {
-  double now = stagekit_now(), d = now - *t;
-  *t = now;
-  return d;
-}
-
 /* Model FLOPs per trained token (forward + backward):
  *
  *   6N + 6*L*C*T
@@ -786,8 +595,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   int status = EXIT_FAILED;
   if (read_cfg(ctx, h, &r.c) != 0)
     return EXIT_BAD_PARAMS;
-  omp_set_num_threads(r.c.threads);
-  openblas_set_num_threads(r.c.threads);
+  trainkit_set_threads(r.c.threads);
   snprintf(r.ckpt_dir, sizeof r.ckpt_dir, "%s/checkpoints",
            h->dir(ctx, DAGRUN_DIR_TASK));
   if (setup(&r) != 0)
@@ -800,7 +608,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   h->log(ctx, DAGRUN_LOG_INFO,
          "model %s: %d layers, %d heads, width %d, context %d, vocab %d "
          "(padded %d): %.2fM parameters; params + grads + optimizer %.1f MiB",
-         r.c.model_name, mc->n_layer, mc->n_head, mc->n_embd, mc->block_size,
+         r.c.m.name, mc->n_layer, mc->n_head, mc->n_embd, mc->block_size,
          mc->vocab_size, mc->padded_vocab, np / 1e6,
          (2.0 * np * sizeof(float) + opt_bytes) / 1048576.0);
   h->metric(ctx, "parameters", (double)np, 0);
@@ -823,7 +631,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
     float loss = 0;
     loader_next(r.train, r.inputs, r.targets);
     loader_set_pos(r.train, &pos);
-    if (gpt_forward(r.model, r.inputs, r.targets, r.c.B, r.c.T, &loss, err,
+    if (gpt_forward(r.model, r.inputs, r.targets, r.c.B, r.c.m.T, &loss, err,
                     sizeof err) != 0) {
       h->fail(ctx, "first forward pass: %s", err);
       goto done;
@@ -846,8 +654,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   if (r.c.overfit)
     loader_next(r.train, r.inputs, r.targets); /* the one batch */
 
-  size_t tokens_per_step = (size_t)r.c.B * r.c.T * r.c.accum;
-  double fpt = flops_per_token(mc, np, r.c.T);
+  size_t tokens_per_step = (size_t)r.c.B * r.c.m.T * r.c.accum;
+  double fpt = flops_per_token(mc, np, r.c.m.T);
   data_watch dwatch = {0};
   double t_start = stagekit_now(), t_last = 0, last_loss = NAN, val = NAN;
   int64_t first_step = r.st.step;
@@ -865,42 +673,32 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
                      "continues from it)", (long long)step, r.last_ckpt);
       goto done;
     }
-    /* Where the step's time goes, summed over its micro-batches: data wait
-     * (blocked on the loader), forward, backward, optimizer (zeroing the
-     * gradients, clipping, the spike guard, the update) and communication
-     * (none in one process; ZeRO's collectives will fill it). A monotonic
-     * clock around each phase measures the work itself because the CPU
-     * engine is synchronous. The GPU backend's kernels are asynchronous:
-     * there each phase is to be timed with CUDA events recorded on the
-     * stream around it and read after the step's synchronization
-     * (cudaEventElapsedTime), not with host clocks. */
-    double t_step = stagekit_now(), tk = t_step;
-    double t_data = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_comm = 0;
-    gpt_zero_grad(r.model);
-    t_opt += lap(&tk);
+    /* Where the step's time goes: data wait (blocked on the loader),
+     * forward, backward (trainkit_forward_backward measures them; see
+     * trainkit.h for why host clocks are right on the CPU and CUDA events
+     * on the GPU), optimizer (zeroing the gradients, clipping, the spike
+     * guard, the update) and communication (none in one process; ZeRO's
+     * collectives will fill it). */
+    double t_step = stagekit_now();
+    trainkit_times tt;
     double loss = 0;
-    for (int m = 0; m < r.c.accum; m++) {
-      float l = 0;
-      if (!r.c.overfit)
-        loader_next(r.train, r.inputs, r.targets);
-      t_data += lap(&tk);
-      if (gpt_forward(r.model, r.inputs, r.targets, r.c.B, r.c.T, &l, err,
-                      sizeof err) != 0) {
-        h->fail(ctx, "step %lld: %s", (long long)step, err);
-        goto done;
-      }
-      t_fwd += lap(&tk);
-      gpt_backward(r.model, 1.0f / (float)r.c.accum);
-      t_bwd += lap(&tk);
-      loss += l / r.c.accum;
+    if (trainkit_forward_backward(r.model, r.c.overfit ? NULL : r.train,
+                                  r.inputs, r.targets, r.c.B, r.c.m.T,
+                                  r.c.accum, &loss, &tt, err,
+                                  sizeof err) != 0) {
+      h->fail(ctx, "step %lld: %s", (long long)step, err);
+      goto done;
     }
+    double tk = stagekit_now();
+    double t_data = tt.data, t_fwd = tt.forward, t_bwd = tt.backward;
+    double t_opt = tt.zero, t_comm = 0;
     if (faults_take(&fault, step)) {
       h->log(ctx, DAGRUN_LOG_WARN, "step %lld: injected bad batch "
              "(DAGRUN_FAULT_SPIKE_STEPS)", (long long)step);
       loss *= 20;
       for (size_t i = 0; i < np; i++)
         grads[i] *= 100;
-      lap(&tk); /* fault injection is no phase of a real step */
+      stagekit_lap(&tk); /* fault injection is no phase of a real step */
     }
     double gnorm = optim_clip_grad_norm(grads, np, r.c.grad_clip);
     double lr = lr_at(&r.c.sched, step), z = 0;
@@ -957,7 +755,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
       lr *= spike_lr_factor(&r.guard);
       optim_step(r.opt, weights, grads, (float)lr);
     }
-    t_opt += lap(&tk);
+    t_opt += stagekit_lap(&tk);
     double step_s = tk - t_step;
     r.st.step++;
     r.st.tokens += tokens_per_step;
@@ -1008,7 +806,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   double train_s = stagekit_now() - t_start;
   if (r.c.overfit) {
     float l = 0;
-    gpt_forward(r.model, r.inputs, r.targets, r.c.B, r.c.T, &l, err, sizeof err);
+    gpt_forward(r.model, r.inputs, r.targets, r.c.B, r.c.m.T, &l, err, sizeof err);
     h->log(ctx, DAGRUN_LOG_INFO, "overfit_one_batch: loss %.4f after %lld "
            "steps (target %g)", l, (long long)r.c.steps, r.c.overfit_target);
     if (!(l < r.c.overfit_target)) {

@@ -1,0 +1,329 @@
+/*
+ * trainkit: what train, batch_sweep and lr_find share (trainkit.h).
+ */
+#include "trainkit.h"
+
+#include "fileio.h"
+#include "modeldir.h"
+#include "stagekit.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int trainkit_read_model(dagrun_ctx *ctx, const dagrun_host *h,
+                        trainkit_model *m) {
+  char err[512];
+  int64_t nl, nh, ne, bs, seq;
+  memset(m, 0, sizeof *m);
+  h->param_string(ctx, "data", &m->data);
+  h->param_string(ctx, "model", &m->name);
+  h->param_string(ctx, "init_from", &m->init_from);
+  if (gpt_config_preset(m->name, &m->cfg, err, sizeof err) != 0) {
+    h->fail(ctx, "model: %s", err);
+    return -1;
+  }
+  if (stagekit_param_int(ctx, h, "n_layer", 0, 1000, &nl) ||
+      stagekit_param_int(ctx, h, "n_head", 0, 1000, &nh) ||
+      stagekit_param_int(ctx, h, "n_embd", 0, 1 << 16, &ne) ||
+      stagekit_param_int(ctx, h, "block_size", 0, 1 << 20, &bs) ||
+      stagekit_param_int(ctx, h, "seq_len", 0, 1 << 20, &seq))
+    return -1;
+  if (nl)
+    m->cfg.n_layer = (int)nl;
+  if (nh)
+    m->cfg.n_head = (int)nh;
+  if (ne)
+    m->cfg.n_embd = (int)ne;
+  if (bs)
+    m->cfg.block_size = (int)bs;
+  m->seq_len = (int)seq;
+  m->T = seq ? (int)seq : m->cfg.block_size;
+  /* With init_from the model's own block_size rules (trainkit_make_model). */
+  if (m->T > m->cfg.block_size && !m->init_from[0]) {
+    h->fail(ctx, "seq_len %d is longer than the model's block_size %d", m->T,
+            m->cfg.block_size);
+    return -1;
+  }
+  return 0;
+}
+
+double trainkit_default_lr(optim_kind kind) {
+  return kind == OPTIM_LION ? 1e-4 : 1e-3;
+}
+
+int trainkit_read_optim(dagrun_ctx *ctx, const dagrun_host *h, optim_config *o,
+                        double *grad_clip) {
+  const char *z;
+  double beta1, beta2, eps, wd;
+  memset(o, 0, sizeof *o);
+  h->param_string(ctx, "optimizer", &z);
+  h->param_float(ctx, "beta1", &beta1);
+  h->param_float(ctx, "beta2", &beta2);
+  h->param_float(ctx, "eps", &eps);
+  h->param_float(ctx, "weight_decay", &wd);
+  h->param_float(ctx, "grad_clip", grad_clip);
+  if (strcmp(z, "adamw") == 0)
+    o->kind = OPTIM_ADAMW;
+  else if (strcmp(z, "lion") == 0)
+    o->kind = OPTIM_LION;
+  else {
+    h->fail(ctx, "optimizer must be adamw or lion, not '%s'", z);
+    return -1;
+  }
+  if (beta2 == 0)
+    beta2 = o->kind == OPTIM_ADAMW ? 0.95 : 0.99;
+  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 > 0 && beta2 < 1) || !(eps > 0) ||
+      !(wd >= 0) || !(*grad_clip >= 0)) {
+    h->fail(ctx, "beta1 must be in [0,1), beta2 in (0,1), eps > 0, "
+                 "weight_decay and grad_clip >= 0");
+    return -1;
+  }
+  o->beta1 = (float)beta1;
+  o->beta2 = (float)beta2;
+  o->eps = (float)eps;
+  o->weight_decay = (float)wd;
+  return 0;
+}
+
+int trainkit_open_data(dagrun_ctx *ctx, const dagrun_host *h, trainkit_model *m,
+                       tokdata *td) {
+  char err[1024];
+  if (tokdata_open(h->dir(ctx, DAGRUN_DIR_DAG), m->data, td, err, sizeof err) !=
+      0) {
+    h->fail(ctx, "%s", err);
+    return -1;
+  }
+  m->cfg.vocab_size = td->vocab_size;
+  return 0;
+}
+
+/* init_from: the model, its shape and its weights from a model directory
+ * (modeldir.h), instead of a preset and gpt_init. The data must have the
+ * model's vocabulary. The directory is only read. */
+static int init_from_model(dagrun_ctx *ctx, const dagrun_host *h,
+                           trainkit_model *m, gpt **out, char **init_dir) {
+  char err[2048];
+  const char *z = m->init_from;
+  char *path =
+      z[0] == '/' ? strdup(z) : fileio_join(h->dir(ctx, DAGRUN_DIR_DAG), z);
+  modeldir_info *info = calloc(1, sizeof *info);
+  if (!path || !info) {
+    h->fail(ctx, "out of memory");
+    free(path);
+    free(info);
+    return -1;
+  }
+  int rc = -1;
+  if (modeldir_open(path, info, err, sizeof err) != 0) {
+    h->fail(ctx, "init_from: %s", err);
+    goto done;
+  }
+  const gpt_config *mc = &info->config;
+  if (mc->vocab_size != m->cfg.vocab_size) {
+    h->fail(ctx,
+            "init_from: %s has a vocabulary of %d tokens, but the data's "
+            "tokenizer has %d: fine-tuning needs the data tokenized with "
+            "the model's own tokenizer",
+            info->dir, mc->vocab_size, m->cfg.vocab_size);
+    goto done;
+  }
+  m->T = m->seq_len ? m->seq_len : mc->block_size;
+  if (m->T > mc->block_size) {
+    h->fail(ctx,
+            "seq_len %d is longer than the init_from model's "
+            "block_size %d",
+            m->T, mc->block_size);
+    goto done;
+  }
+  if (modeldir_load(info, out, err, sizeof err) != 0) {
+    h->fail(ctx, "init_from: %s", err);
+    goto done;
+  }
+  m->cfg = *mc;
+  m->name = "init_from";
+  *init_dir = strdup(info->dir);
+  char what[64];
+  if (info->kind == MODELDIR_HF)
+    snprintf(what, sizeof what, "Hugging Face GPT-2");
+  else
+    snprintf(what, sizeof what, "checkpoint of step %lld",
+             (long long)info->step);
+  h->log(ctx, DAGRUN_LOG_INFO,
+         "init_from %s (%s): its weights start the run, with its shape "
+         "(%d layers, %d heads, width %d, context %d); the model, n_layer, "
+         "n_head, n_embd and block_size params are ignored; optimizer and "
+         "schedule start fresh",
+         info->dir, what, mc->n_layer, mc->n_head, mc->n_embd, mc->block_size);
+  rc = 0;
+done:
+  free(path);
+  free(info);
+  return rc;
+}
+
+int trainkit_make_model(dagrun_ctx *ctx, const dagrun_host *h,
+                        trainkit_model *m, uint64_t seed, gpt **out,
+                        char **init_dir) {
+  char err[1024];
+  *out = NULL;
+  *init_dir = NULL;
+  if (m->init_from[0])
+    return init_from_model(ctx, h, m, out, init_dir);
+  if (gpt_config_finish(&m->cfg, err, sizeof err) != 0 ||
+      gpt_create(&m->cfg, out, err, sizeof err) != 0) {
+    h->fail(ctx, "model: %s", err);
+    return -1;
+  }
+  gpt_init(*out, seed);
+  return 0;
+}
+
+int trainkit_make_optim(const gpt *model, const optim_config *oc, optim **out,
+                        char *err, size_t errlen) {
+  size_t nt = gpt_tensor_count(model);
+  optim_group *groups = calloc(nt, sizeof *groups);
+  if (!groups) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  for (size_t i = 0; i < nt; i++) {
+    const gpt_tensor *t = gpt_tensor_at(model, i);
+    groups[i] = (optim_group){t->offset, t->numel, t->decay};
+  }
+  int rc =
+      optim_create(oc, gpt_num_params(model), groups, nt, out, err, errlen);
+  free(groups);
+  return rc;
+}
+
+int trainkit_train_loader(const tokdata *td, int B, int T, uint64_t seed,
+                          int prefetch, loader **out, char *err,
+                          size_t errlen) {
+  const char *delay = getenv("DAGRUN_TEST_LOADER_DELAY_MS");
+  loader_config lc = {
+      .paths = (const char *const *)td->train,
+      .npaths = td->ntrain,
+      .B = B,
+      .T = T,
+      .order = LOADER_RANDOM,
+      .seed = seed,
+      .prefetch = prefetch,
+      .test_delay_ms = delay ? atoi(delay) : 0,
+  };
+  return loader_create(&lc, out, err, errlen);
+}
+
+int trainkit_forward_backward(gpt *model, loader *ld, uint32_t *inputs,
+                              uint32_t *targets, int B, int T, int accum,
+                              double *loss, trainkit_times *times, char *err,
+                              size_t errlen) {
+  trainkit_times t = {0};
+  double tk = stagekit_now();
+  gpt_zero_grad(model);
+  t.zero = stagekit_lap(&tk);
+  *loss = 0;
+  for (int k = 0; k < accum; k++) {
+    float l = 0;
+    if (ld)
+      loader_next(ld, inputs, targets);
+    t.data += stagekit_lap(&tk);
+    if (gpt_forward(model, inputs, targets, B, T, &l, err, errlen) != 0)
+      return -1;
+    t.forward += stagekit_lap(&tk);
+    gpt_backward(model, 1.0f / (float)accum);
+    t.backward += stagekit_lap(&tk);
+    *loss += l / accum;
+  }
+  if (times)
+    *times = t;
+  return 0;
+}
+
+void trainkit_stepper_free(trainkit_stepper *s) {
+  optim_destroy(s->opt);
+  loader_destroy(s->ld);
+  free(s->inputs);
+  free(s->targets);
+  memset(s, 0, sizeof *s);
+}
+
+int trainkit_stepper_init(trainkit_stepper *s, gpt *model,
+                          const optim_config *oc, const tokdata *td, int B,
+                          int T, uint64_t seed, char *err, size_t errlen) {
+  size_t n = (size_t)B * T;
+  memset(s, 0, sizeof *s);
+  s->model = model;
+  s->B = B;
+  s->T = T;
+  s->inputs = malloc(n * sizeof(uint32_t));
+  s->targets = malloc(n * sizeof(uint32_t));
+  if (!s->inputs || !s->targets) {
+    snprintf(err, errlen, "out of memory for a batch of %d x %d", B, T);
+    trainkit_stepper_free(s);
+    return -1;
+  }
+  if (trainkit_make_optim(model, oc, &s->opt, err, errlen) != 0 ||
+      trainkit_train_loader(td, B, T, seed, 2, &s->ld, err, errlen) != 0) {
+    trainkit_stepper_free(s);
+    return -1;
+  }
+  return 0;
+}
+
+int trainkit_stepper_step(trainkit_stepper *s, double lr, double grad_clip,
+                          double *loss, double *norm, char *err,
+                          size_t errlen) {
+  if (trainkit_forward_backward(s->model, s->ld, s->inputs, s->targets, s->B,
+                                s->T, 1, loss, NULL, err, errlen) != 0)
+    return -1;
+  float *grads = gpt_grads(s->model);
+  *norm = optim_clip_grad_norm(grads, gpt_num_params(s->model), grad_clip);
+  if (isfinite(*loss) && isfinite(*norm))
+    optim_step(s->opt, gpt_params(s->model), grads, (float)lr);
+  return 0;
+}
+
+void trainkit_set_threads(int n) {
+  if (n <= 0)
+    n = (int)stagekit_cpu_count();
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+int trainkit_write_out(dagrun_ctx *ctx, const dagrun_host *h, const char *name,
+                       const char *text, char **path) {
+  char err[1024] = "out of memory";
+  char *p = fileio_join(h->dir(ctx, DAGRUN_DIR_OUT), name);
+  if (!p || !text ||
+      fileio_write_atomic(p, text, strlen(text), err, sizeof err) != 0) {
+    h->fail(ctx, "%s: %s", name, err);
+    free(p);
+    return -1;
+  }
+  if (path)
+    *path = p;
+  else
+    free(p);
+  return 0;
+}
+
+int trainkit_write_results(dagrun_ctx *ctx, const dagrun_host *h,
+                           const char *stem, const char *json, const char *csv,
+                           const char *svg, char **json_path) {
+  const char *ext[3] = {"json", "csv", "svg"}, *text[3] = {json, csv, svg};
+  *json_path = NULL;
+  for (int i = 0; i < 3; i++) {
+    char name[256];
+    snprintf(name, sizeof name, "%s.%s", stem, ext[i]);
+    if (trainkit_write_out(ctx, h, name, text[i], i ? NULL : json_path) != 0) {
+      free(*json_path);
+      *json_path = NULL;
+      return -1;
+    }
+  }
+  return 0;
+}
