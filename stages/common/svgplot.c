@@ -786,6 +786,190 @@ char *svgplot_stacked_bars(const svgplot_chart *c, const double *x,
   return sb_finish(&b);
 }
 
+/* ---- timelines --------------------------------------------------------- */
+
+/* A caller's colour, or black when it could break out of the attribute:
+ * "#rrggbb", a name or rgb(...) pass. */
+static const char *safe_color(const char *z) {
+  if (!z || !*z)
+    return palette[0];
+  for (const char *p = z; *p; p++)
+    if (!strchr("#abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                "0123456789(),. %", *p))
+      return "#000000";
+  return z;
+}
+
+#define ROW_H 24.0
+
+/* At most max characters of s (UTF-8 aware: never cuts a character),
+ * with an ellipsis when cut, escaped. */
+static void sb_esc_trunc(sb *b, const char *s, size_t max) {
+  if (!s)
+    return;
+  size_t n = 0, i = 0;
+  while (s[i] && n < max) {
+    i++;
+    while ((s[i] & 0xC0) == 0x80)
+      i++;
+    n++;
+  }
+  if (!s[i]) {
+    sb_esc(b, s);
+    return;
+  }
+  char *cut = malloc(i + 1);
+  if (!cut) {
+    b->oom = 1;
+    return;
+  }
+  memcpy(cut, s, i);
+  cut[i] = '\0';
+  sb_esc(b, cut);
+  sb_puts(b, "\xe2\x80\xa6");
+  free(cut);
+}
+
+char *svgplot_timeline(const svgplot_chart *c, const svgplot_row *rows,
+                       size_t n_rows, const svgplot_key *keys,
+                       size_t n_keys) {
+  sb b = {0};
+  double xmn = INFINITY, xmx = -INFINITY, longest = 0;
+  size_t total = 0;
+  for (size_t r = 0; r < n_rows; r++) {
+    double w = text_w(rows[r].label);
+    longest = fmax(longest, fmin(w, 28 * CHAR_W));
+    for (size_t i = 0; i < rows[r].n; i++) {
+      const svgplot_span *sp = &rows[r].spans[i];
+      if (!isfinite(sp->start) || !isfinite(sp->end))
+        continue;
+      total++;
+      xmn = fmin(xmn, fmin(sp->start, sp->end));
+      xmx = fmax(xmx, fmax(sp->start, sp->end));
+    }
+  }
+  legend_item *li = calloc(n_keys + 1, sizeof *li);
+  if (!li)
+    return NULL;
+  for (size_t k = 0; k < n_keys; k++)
+    li[k] = (legend_item){keys[k].label ? keys[k].label : "",
+                          safe_color(keys[k].color), 2};
+  /* The row labels set the left margin, which moves the legend. */
+  frame f;
+  frame_init(&f, c, li, n_keys);
+  f.ml = fmax(64, longest + 16);
+  f.legend_rows = legend_rows(&f, li, n_keys);
+  f.mt = 30 + (f.legend_rows ? 16.0 * f.legend_rows + 4 : 0);
+  if (c->height <= 0)
+    f.H = f.mt + ROW_H * (double)(n_rows ? n_rows : 1) + f.mb;
+  open_svg(&b, &f, c);
+  draw_legend(&b, &f, li, n_keys);
+  free(li);
+
+  if (!total) {
+    draw_no_data(&b, &f);
+    for (size_t r = 0; r < n_rows; r++) {
+      sb_puts(&b, "<g class=\"series\" data-label=\"");
+      sb_esc(&b, rows[r].label);
+      sb_puts(&b, "\" data-points=\"0\"></g>\n");
+    }
+    sb_puts(&b, "</svg>\n");
+    return sb_finish(&b);
+  }
+  if (xmn > 0)
+    xmn = 0;
+  axis ax;
+  double pw = f.W - f.ml - f.mr;
+  axis_init(&ax, xmn, xmx, 0, pw > 400 ? 7 : 4);
+  ax.p0 = f.ml;
+  ax.p1 = f.W - f.mr;
+  double y0 = f.mt, y1 = f.H - f.mb, rh = (y1 - y0) / (double)n_rows;
+  char num[64];
+
+  /* Row stripes and labels, then the grid over them. */
+  for (size_t r = 0; r < n_rows; r++) {
+    double y = y0 + rh * (double)r;
+    if (r % 2)
+      sb_printf(&b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+                    "height=\"%.1f\" fill=\"#f6f6f6\"/>\n",
+                f.ml, y, pw, rh);
+    sb_printf(&b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" "
+                  "fill=\"#222222\">",
+              f.ml - 6, y + rh / 2 + 4);
+    sb_esc_trunc(&b, rows[r].label, 28);
+    sb_puts(&b, "</text>\n");
+  }
+  sb_puts(&b, "<g class=\"grid\" stroke=\"#e0e0e0\">\n");
+  for (int i = 0; i < ax.nt; i++) {
+    double x = axis_map(&ax, ax.tick[i]);
+    sb_printf(&b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
+                  "y2=\"%.1f\"/>\n",
+              x, y0, x, y1);
+  }
+  sb_puts(&b, "</g>\n");
+  sb_printf(&b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" "
+                "width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+                "stroke=\"#888888\"/>\n",
+            f.ml, y0, pw, y1 - y0);
+  sb_puts(&b, "<g class=\"ticks\" fill=\"#444444\">\n");
+  double last = -1e9, last_w = 0;
+  for (int i = 0; i < ax.nt; i++) {
+    double x = axis_map(&ax, ax.tick[i]);
+    fmt_num(num, sizeof num, ax.tick[i], ax.step);
+    double w = text_w(num);
+    if (x - last < (w + last_w) / 2 + 8)
+      continue;
+    last = x;
+    last_w = w;
+    sb_printf(&b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
+                  "y2=\"%.1f\" stroke=\"#888888\"/>",
+              x, y1, x, y1 + 4);
+    sb_printf(&b, "<text x=\"%.1f\" y=\"%.1f\" "
+                  "text-anchor=\"middle\">%s</text>\n",
+              x, y1 + 16, num);
+  }
+  sb_puts(&b, "</g>\n");
+  if (c->xlabel && *c->xlabel) {
+    sb_printf(&b, "<text class=\"xlabel\" x=\"%.1f\" y=\"%.1f\" "
+                  "text-anchor=\"middle\" fill=\"#222222\">",
+              f.ml + pw / 2, f.H - 8);
+    sb_esc(&b, c->xlabel);
+    sb_puts(&b, "</text>\n");
+  }
+
+  double bh = fmin(rh * 0.6, 16);
+  for (size_t r = 0; r < n_rows; r++) {
+    size_t cnt = 0;
+    for (size_t i = 0; i < rows[r].n; i++)
+      cnt += isfinite(rows[r].spans[i].start) &&
+             isfinite(rows[r].spans[i].end);
+    sb_puts(&b, "<g class=\"series\" data-label=\"");
+    sb_esc(&b, rows[r].label);
+    sb_printf(&b, "\" data-points=\"%zu\">\n", cnt);
+    double yc = y0 + rh * ((double)r + 0.5);
+    for (size_t i = 0; i < rows[r].n; i++) {
+      const svgplot_span *sp = &rows[r].spans[i];
+      if (!isfinite(sp->start) || !isfinite(sp->end))
+        continue;
+      double xa = axis_map(&ax, fmin(sp->start, sp->end));
+      double xb = axis_map(&ax, fmax(sp->start, sp->end));
+      if (xb - xa < 2)
+        xb = xa + 2;
+      sb_printf(&b, "<rect class=\"span\" x=\"%.1f\" y=\"%.1f\" "
+                    "width=\"%.1f\" height=\"%.1f\" rx=\"2\" "
+                    "fill=\"",
+                xa, yc - bh / 2, xb - xa, bh);
+      sb_puts(&b, safe_color(sp->color));
+      sb_puts(&b, "\" stroke=\"#ffffff\" stroke-width=\"0.5\"><title>");
+      sb_esc(&b, sp->label ? sp->label : rows[r].label);
+      sb_puts(&b, "</title></rect>\n");
+    }
+    sb_puts(&b, "</g>\n");
+  }
+  sb_puts(&b, "</svg>\n");
+  return sb_finish(&b);
+}
+
 /* ---- exported for tests and the report --------------------------------- */
 
 void svgplot_format_number(char *out, size_t cap, double v) {

@@ -246,7 +246,38 @@ static void test_dense(void) {
   free(y);
 }
 
+static void test_timeline(void) {
+  /* A task that failed once and succeeded on retry, and one after it. */
+  svgplot_span prep[2] = {{0.0, 0.013, "#d62728", "prep attempt 1: failed"},
+                          {0.11, 0.12, "#2ca02c", "prep attempt 2: success"}};
+  svgplot_span train[1] = {{0.12, 2.5, "#2ca02c", "train <attempt 1>"}};
+  svgplot_row rows[3] = {{"prep", prep, 2}, {"train", train, 1},
+                         {"cached_task", NULL, 0}};
+  svgplot_key keys[2] = {{"success", "#2ca02c"}, {"failed", "\"><x"}};
+  svgplot_chart c = {.title = "Timeline", .xlabel = "seconds since start (s)"};
+  char *svg = svgplot_timeline(&c, rows, 3, keys, 2);
+  CHECK(svg != NULL);
+  if (!svg)
+    return;
+  CHECK_INT(points_of(svg, "prep"), 2);
+  CHECK_INT(points_of(svg, "train"), 1);
+  CHECK_INT(points_of(svg, "cached_task"), 0);
+  CHECK_INT(count(svg, "class=\"span\""), 3);
+  CHECK(strstr(svg, "train &lt;attempt 1&gt;") != NULL);
+  CHECK(strstr(svg, "\"><x") == NULL); /* a colour cannot break out */
+  CHECK(strstr(svg, ">failed</text>") != NULL);
+  /* Rows fit: title 30 + legend 20 + 3 rows of 24 + axis 44. */
+  CHECK(strstr(svg, "height=\"166\"") != NULL);
+  CHECK(strstr(svg, "text-anchor=\"middle\">2.5</text>") != NULL);
+  CHECK(well_formed(svg));
+  free(svg);
+  svg = svgplot_timeline(&c, rows + 2, 1, NULL, 0);
+  CHECK(svg && strstr(svg, "no data") != NULL);
+  free(svg);
+}
+
 int main(void) {
+  test_timeline();
   test_numbers();
   test_escape();
   test_lines();
