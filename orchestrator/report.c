@@ -187,6 +187,12 @@ static void load_attempts(rep *r, rtask *t, const cJSON *st) {
       x->start = t->started;
     if (i == t->n_attempts && t->ended > 0)
       x->end = t->ended;
+    /* Files touched since (copied, restored) say nothing: keep the bars
+     * inside the task's recorded span. */
+    if (t->started > 0 && t->ended >= t->started) {
+      x->start = fmin(fmax(x->start, t->started), t->ended);
+      x->end = fmin(fmax(x->end, x->start), t->ended);
+    }
     x->exit_code = i == t->n_attempts ? t->exit_code : -1;
     x->state = i < t->n_attempts ? "failed"
                : strcmp(t->state, "success") == 0   ? "success"

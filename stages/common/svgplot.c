@@ -148,7 +148,16 @@ static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v;
 /* v as a short label: 1.2k, 3.4M, 0.25, 1e-4, 2.5e-5. step > 0 is the
  * spacing between neighbouring tick values, which says how many digits
  * tell them apart; step == 0 gives three significant digits. */
+static void fmt_num_style(char *out, size_t cap, double v, double step,
+                          int plain);
 static void fmt_num(char *out, size_t cap, double v, double step) {
+  fmt_num_style(out, cap, v, step, 0);
+}
+
+/* plain: below 1000, decimals only (no 1e-4 form), so that the ticks of
+ * one axis read alike ("0.00095", "0.001", "0.00105"). */
+static void fmt_num_style(char *out, size_t cap, double v, double step,
+                          int plain) {
   double a = fabs(v);
   if (!isfinite(v)) {
     snprintf(out, cap, "%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
@@ -162,7 +171,7 @@ static void fmt_num(char *out, size_t cap, double v, double step) {
     double div;
     const char *suffix;
   } big[] = {{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}};
-  if (a >= 1e15 || a < 1e-3) {
+  if (a >= 1e15 || (a < 1e-3 && !plain)) {
     int e = (int)floor(log10(a));
     double m = v / pow(10, e);
     if (fabs(m) >= 9.9995) { /* rounding carried into the next decade */
@@ -189,8 +198,8 @@ static void fmt_num(char *out, size_t cap, double v, double step) {
       return;
     }
   }
-  int dec = step > 0 ? clampi((int)ceil(-log10(step) - 1e-9), 0, 6)
-                     : clampi(2 - (int)floor(log10(a)), 0, 6);
+  int dec = step > 0 ? clampi((int)ceil(-log10(step) - 1e-9), 0, 9)
+                     : clampi(2 - (int)floor(log10(a)), 0, 9);
   snprintf(out, cap, "%.*f", dec, v);
   trim_zeros(out);
   if (strcmp(out, "-0") == 0)
@@ -419,6 +428,16 @@ static void draw_legend(sb *b, const frame *f, const legend_item *li,
   sb_puts(b, "</g>\n");
 }
 
+/* Whether a linear axis's labels are all plain decimals: its largest
+ * tick is at least 0.001 and below 1000. Log axes label each decade as
+ * it reads best. */
+static int axis_plain(const axis *a) {
+  double amax = 0;
+  for (int i = 0; i < a->nt; i++)
+    amax = fmax(amax, fabs(a->tick[i]));
+  return !a->log && amax >= 1e-3 && amax < 1e3;
+}
+
 /* Grid, frame, ticks, tick labels and axis labels. */
 static void draw_axes(sb *b, const frame *f, const axis *ax, const axis *ay,
                       const svgplot_chart *c) {
@@ -449,7 +468,8 @@ static void draw_axes(sb *b, const frame *f, const axis *ax, const axis *ay,
     if (fabs(y - last) < 13)
       continue;
     last = y;
-    fmt_num(num, sizeof num, ay->tick[i], ay->log ? 0 : ay->step);
+    fmt_num_style(num, sizeof num, ay->tick[i], ay->log ? 0 : ay->step,
+                  axis_plain(ay));
     sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
                  "stroke=\"#888888\"/>",
               x0 - 4, y, x0, y);
@@ -460,7 +480,8 @@ static void draw_axes(sb *b, const frame *f, const axis *ax, const axis *ay,
   double last_w = 0;
   for (int i = 0; i < ax->nt; i++) {
     double x = axis_map(ax, ax->tick[i]);
-    fmt_num(num, sizeof num, ax->tick[i], ax->log ? 0 : ax->step);
+    fmt_num_style(num, sizeof num, ax->tick[i], ax->log ? 0 : ax->step,
+                  axis_plain(ax));
     double w = text_w(num);
     if (x - last < (w + last_w) / 2 + 8)
       continue;

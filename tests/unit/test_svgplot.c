@@ -186,6 +186,19 @@ static void test_log_axes(void) {
   free(svg);
 }
 
+static void test_small_linear(void) {
+  /* A flat learning rate near 1e-3: the axis's labels all read as
+   * decimals, not "9.5e-4" next to "0.001". */
+  double x[3] = {1, 2, 3}, y[3] = {1e-3, 1e-3, 1e-3};
+  svgplot_series s = {.label = "lr", .x = x, .y = y, .n = 3};
+  svgplot_chart c = {.title = "lr", .xlabel = "step", .ylabel = "lr"};
+  char *svg = svgplot_lines(&c, &s, 1);
+  CHECK(svg && strstr(svg, "e-4<") == NULL);
+  CHECK(svg && strstr(svg, ">0.001</text>") != NULL);
+  CHECK(svg && strstr(svg, ">0.00095</text>") != NULL);
+  free(svg);
+}
+
 static void test_no_data(void) {
   double x[2] = {1, 2}, y[2] = {-1, 0};
   svgplot_series s = {.label = "loss", .x = x, .y = y, .n = 2};
@@ -283,6 +296,7 @@ int main(void) {
   test_lines();
   test_log_axes();
   test_no_data();
+  test_small_linear();
   test_stacked();
   test_dense();
   TEST_DONE();
