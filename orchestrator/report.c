@@ -1206,7 +1206,7 @@ static void write_validation_one(rep *r, const rtask *t, const cJSON *vm) {
   sbuf_puts(b, "</tbody></table>\n");
 }
 
-static void write_validation(rep *r) {
+static int write_validation(rep *r) {
   sbuf *b = &r->out;
   size_t mark = b->n;
   int any = 0;
@@ -1229,9 +1229,10 @@ static void write_validation(rep *r) {
   if (!any) {
     b->n = mark;
     b->s[mark] = '\0';
-    return;
+    return 0;
   }
   sbuf_puts(b, "</section>\n");
+  return 1;
 }
 
 /* ---- (f) finder results and figures ---------------------------------------- */
@@ -1321,7 +1322,7 @@ static int write_figures(rep *r, const rtask *t) {
   return n > 0;
 }
 
-static void write_finders(rep *r) {
+static int write_finders(rep *r) {
   sbuf *b = &r->out;
   size_t mark = b->n;
   int any = 0;
@@ -1359,9 +1360,10 @@ static void write_finders(rep *r) {
   if (!any) {
     b->n = mark;
     b->s[mark] = '\0';
-    return;
+    return 0;
   }
   sbuf_puts(b, "</section>\n");
+  return 1;
 }
 
 /* ---- (g) parameters ---------------------------------------------------------- */
@@ -1463,6 +1465,22 @@ static void write_page(rep *r) {
     if (metrics_load(r->t[i].dir, &ms[i]) == 0)
       training[i] = metrics_get(&ms[i], "loss") != NULL;
 
+  /* The sections first, so that the contents name only those there. */
+  sbuf head = r->out;
+  r->out = (sbuf){0};
+  b = &r->out;
+  sbuf_puts(b, "<main>\n");
+  write_tasks(r);
+  write_timeline(r);
+  for (size_t i = 0; i < r->n; i++)
+    if (training[i])
+      write_training(r, &r->t[i], &ms[i]);
+  int has_validation = write_validation(r);
+  int has_finders = write_finders(r);
+  write_params(r);
+  sbuf body = r->out;
+  r->out = head;
+  b = &r->out;
   sbuf_puts(b, "<nav><a href=\"#tasks\">DAG and tasks</a>"
                "<a href=\"#timeline\">Timeline</a>");
   for (size_t i = 0; i < r->n; i++)
@@ -1473,16 +1491,13 @@ static void write_page(rep *r) {
       esc(b, r->t[i].name);
       sbuf_puts(b, "</a>");
     }
-  sbuf_puts(b, "<a href=\"#validation\">Validation</a><a href=\"#finders\">"
-               "Finders</a><a href=\"#params\">Parameters</a></nav>\n<main>\n");
-  write_tasks(r);
-  write_timeline(r);
-  for (size_t i = 0; i < r->n; i++)
-    if (training[i])
-      write_training(r, &r->t[i], &ms[i]);
-  write_validation(r);
-  write_finders(r);
-  write_params(r);
+  if (has_validation)
+    sbuf_puts(b, "<a href=\"#validation\">Validation</a>");
+  if (has_finders)
+    sbuf_puts(b, "<a href=\"#finders\">Finders and figures</a>");
+  sbuf_puts(b, "<a href=\"#params\">Parameters</a></nav>\n");
+  sbuf_add(b, body.s, body.n);
+  sbuf_free(&body);
   char now[40];
   format_utc(r->now, 0, now, sizeof now);
   sbuf_printf(b, "<footer>Written by dagrun %s at %s. Regenerate with "

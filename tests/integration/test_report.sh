@@ -87,6 +87,11 @@ class Page(html.parser.HTMLParser):
         self.open(tag, dict(attrs))
     def open(self, tag, a):
         cls = (a.get("class") or "").split()
+        if a.get("id"):
+            check(a["id"] not in ids, "two elements with id %r" % a["id"])
+            ids.add(a["id"])
+        if tag == "a" and (a.get("href") or "").startswith("#"):
+            links.append(a["href"][1:])
         if tag == "svg" and "chart" in cls:
             self.chart = a.get("data-title")
             check(self.chart not in self.charts, "two charts titled %r" % self.chart)
@@ -131,10 +136,16 @@ class Page(html.parser.HTMLParser):
         if self.in_header:
             self.header.append(data.strip())
 
+ids, links = set(), []
 p = Page()
 p.feed(text)
 p.close()
 check(not p.stack, "unclosed elements: %s" % p.stack)
+# The contents link to sections that are there (no finder ran: none).
+for l in links:
+    check(l in ids, "a link to #%s, which is not in the page" % l)
+check("train-train" in links and "validation" in links and "finders" not in links,
+      "contents: %s" % links)
 c = p.charts
 
 # The header: run id, state, trigger, logical date.

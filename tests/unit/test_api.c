@@ -644,6 +644,7 @@ static void test_dashboard(void) {
   /* The app: it polls the API and draws SVG. */
   CHECK(strstr(r.body.s, "/api/dags") != NULL);
   CHECK(strstr(r.body.s, "/metrics") != NULL);
+  CHECK(strstr(r.body.s, "/report`") != NULL); /* a link to each report */
   CHECK(strstr(r.body.s, "createElementNS") != NULL);
   /* Self-contained, and never puts data in innerHTML. */
   CHECK(strstr(r.body.s, "<script src") == NULL);

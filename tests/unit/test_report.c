@@ -181,6 +181,11 @@ int main(void) {
   CHECK(strstr(html, "lr_find/out/evil.svg: not embedded") != NULL);
   CHECK(strstr(html, "lr_find/out/handler.svg: not embedded") != NULL);
 
+  /* The contents name the sections there are. */
+  CHECK(strstr(html, "<a href=\"#finders\">") != NULL);
+  CHECK(strstr(html, "<a href=\"#validation\">") != NULL);
+  CHECK(strstr(html, "id=\"finders\"") != NULL);
+
   /* Params: the run's as recorded, a task's from its latest attempt. */
   CHECK(strstr(html, "(attempt 2, secrets masked)") != NULL);
   CHECK(strstr(html, "api_key") != NULL);
