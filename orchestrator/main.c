@@ -25,8 +25,8 @@
 #include "check.h"
 #include "cron.h"
 #include "graph.h"
-#include "report.h"
 #include "history.h"
+#include "report.h"
 #include "resume.h"
 #include "rundir.h"
 #include "sched.h"
@@ -952,8 +952,8 @@ static int cmd_cron_next(int argc, char **argv) {
 
 static const char *const commands[] = {
     "run",       "check", "graph",  "stages", "generate", "help",   "version",
-    "cron-next", "runs",  "status", "logs",   "resume",   "cancel", "report",
-    "backfill",  "serve", NULL};
+    "cron-next", "runs",  "status", "logs",   "resume",   "cancel",
+    "backfill",  "serve", "report", NULL};
 
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "__worker") == 0) {

@@ -46,11 +46,21 @@ static void esc(sbuf *b, const char *s) {
     return;
   for (; *s; s++) {
     switch (*s) {
-    case '&': sbuf_puts(b, "&amp;"); break;
-    case '<': sbuf_puts(b, "&lt;"); break;
-    case '>': sbuf_puts(b, "&gt;"); break;
-    case '"': sbuf_puts(b, "&quot;"); break;
-    case '\'': sbuf_puts(b, "&#39;"); break;
+    case '&':
+      sbuf_puts(b, "&amp;");
+      break;
+    case '<':
+      sbuf_puts(b, "&lt;");
+      break;
+    case '>':
+      sbuf_puts(b, "&gt;");
+      break;
+    case '"':
+      sbuf_puts(b, "&quot;");
+      break;
+    case '\'':
+      sbuf_puts(b, "&#39;");
+      break;
     default:
       /* Control characters are not allowed in HTML text. */
       if ((unsigned char)*s < 0x20 && *s != '\n' && *s != '\t')
@@ -95,7 +105,8 @@ static void fmt_num(char *buf, size_t n, double v) {
   svgplot_format_number(buf, n, v);
 }
 
-/* ---- the run as the report sees it ---------------------------------------- */
+/* ---- the run as the report sees it ----------------------------------------
+ */
 
 typedef struct attempt {
   int n;
@@ -132,10 +143,10 @@ typedef struct rep {
 static const char *state_color(const char *s) {
   static const struct {
     const char *state, *color;
-  } map[] = {{"waiting", "#c9ced8"},  {"queued", "#a9b8d6"},
-             {"running", "#3d8bfd"},  {"starting", "#3d8bfd"},
-             {"retry_wait", "#f0a830"}, {"success", "#2fa36b"},
-             {"cached", "#7cc4a0"},   {"failed", "#d9434b"},
+  } map[] = {{"waiting", "#c9ced8"},         {"queued", "#a9b8d6"},
+             {"running", "#3d8bfd"},         {"starting", "#3d8bfd"},
+             {"retry_wait", "#f0a830"},      {"success", "#2fa36b"},
+             {"cached", "#7cc4a0"},          {"failed", "#d9434b"},
              {"upstream_failed", "#e89aa0"}, {"cancelled", "#8a8f9c"}};
   for (size_t i = 0; s && i < sizeof map / sizeof map[0]; i++)
     if (strcmp(map[i].state, s) == 0)
@@ -157,8 +168,8 @@ static const cJSON *store_task(const cJSON *srun, const char *name) {
 /* Attempts from the store; else, from the attempt directories (the
  * attempt.json written at the start, the log last written at the end). */
 static void load_attempts(rep *r, rtask *t, const cJSON *st) {
-  const cJSON *al = st ? cJSON_GetObjectItemCaseSensitive(st, "attempt_list")
-                       : NULL;
+  const cJSON *al =
+      st ? cJSON_GetObjectItemCaseSensitive(st, "attempt_list") : NULL;
   int n = cJSON_GetArraySize(al);
   if (n > 0) {
     t->att = xcalloc((size_t)n, sizeof *t->att);
@@ -194,7 +205,7 @@ static void load_attempts(rep *r, rtask *t, const cJSON *st) {
       x->end = fmin(fmax(x->end, x->start), t->ended);
     }
     x->exit_code = i == t->n_attempts ? t->exit_code : -1;
-    x->state = i < t->n_attempts ? "failed"
+    x->state = i < t->n_attempts                    ? "failed"
                : strcmp(t->state, "success") == 0   ? "success"
                : strcmp(t->state, "running") == 0   ? "running"
                : strcmp(t->state, "cancelled") == 0 ? "cancelled"
@@ -438,7 +449,8 @@ static void series_xy(const mseries *s, double scale, double **x, double **y) {
   }
 }
 
-/* ---- HTML pieces ---------------------------------------------------------- */
+/* ---- HTML pieces ----------------------------------------------------------
+ */
 
 static void add_chart(rep *r, char *svg) {
   if (!svg)
@@ -504,7 +516,8 @@ static void kv_table(sbuf *b, const cJSON *o, int scalars_only) {
   sbuf_puts(b, "</tbody></table>\n");
 }
 
-/* ---- (a) header ----------------------------------------------------------- */
+/* ---- (a) header -----------------------------------------------------------
+ */
 
 static void write_header(rep *r) {
   sbuf *b = &r->out;
@@ -545,7 +558,8 @@ static void write_header(rep *r) {
   sbuf_puts(b, "</dl>\n</header>\n");
 }
 
-/* ---- (b) the DAG and its tasks -------------------------------------------- */
+/* ---- (b) the DAG and its tasks --------------------------------------------
+ */
 
 #define BOX_W 160.0
 #define BOX_H 44.0
@@ -576,8 +590,8 @@ static void write_dag(rep *r) {
               "font-size=\"12\">\n<title>The DAG: tasks by dependency depth, "
               "coloured by state</title>\n",
               W, H, W * 4 / 3, H * 4 / 3);
-  sbuf_printf(b, "<rect width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n",
-              W, H);
+  sbuf_printf(b, "<rect width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", W,
+              H);
   /* Box i's top-left corner, each column centred vertically. */
 #define BX(i) (10 + COL_W * r->t[i].depth)
 #define BY(i)                                                                  \
@@ -592,11 +606,13 @@ static void write_dag(rep *r) {
         continue;
       double x1 = BX(j) + BOX_W, y1 = BY(j) + BOX_H / 2;
       double x2 = BX(i) - 2, y2 = BY(i) + BOX_H / 2, mx = (x1 + x2) / 2;
-      sbuf_printf(b, "<path class=\"edge\" d=\"M%.1f %.1f C%.1f %.1f %.1f "
-                     "%.1f %.1f %.1f\"/>",
+      sbuf_printf(b,
+                  "<path class=\"edge\" d=\"M%.1f %.1f C%.1f %.1f %.1f "
+                  "%.1f %.1f %.1f\"/>",
                   x1, y1, mx, y1, mx, y2, x2 - 6, y2);
-      sbuf_printf(b, "<polygon points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\" "
-                     "fill=\"#7a8294\" stroke=\"none\"/>\n",
+      sbuf_printf(b,
+                  "<polygon points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\" "
+                  "fill=\"#7a8294\" stroke=\"none\"/>\n",
                   x2, y2, x2 - 8, y2 - 4.5, x2 - 8, y2 + 4.5);
     }
   }
@@ -618,12 +634,14 @@ static void write_dag(rep *r) {
       esc(b, t->error);
     }
     sbuf_puts(b, "</title>");
-    sbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\" "
-                   "rx=\"6\" fill=\"#ffffff\" stroke=\"%s\" "
-                   "stroke-width=\"2\"/>",
+    sbuf_printf(b,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\" "
+                "rx=\"6\" fill=\"#ffffff\" stroke=\"%s\" "
+                "stroke-width=\"2\"/>",
                 x, y, BOX_W, BOX_H, c);
-    sbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"8\" height=\"%.0f\" "
-                   "rx=\"3\" fill=\"%s\"/>",
+    sbuf_printf(b,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"8\" height=\"%.0f\" "
+                "rx=\"3\" fill=\"%s\"/>",
                 x, y, BOX_H, c);
     /* Long names are cut to fit the box; the <title> has them whole. */
     char name[64];
@@ -632,12 +650,14 @@ static void write_dag(rep *r) {
       snprintf(name, sizeof name, "%.19s\xe2\x80\xa6", t->name);
     else
       snprintf(name, sizeof name, "%s", t->name);
-    sbuf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-weight=\"bold\" "
-                   "fill=\"#1d2330\">",
+    sbuf_printf(b,
+                "<text x=\"%.1f\" y=\"%.1f\" font-weight=\"bold\" "
+                "fill=\"#1d2330\">",
                 x + 16, y + 18);
     esc(b, name);
-    sbuf_printf(b, "</text><text x=\"%.1f\" y=\"%.1f\" fill=\"#555b6b\" "
-                   "font-size=\"11\">",
+    sbuf_printf(b,
+                "</text><text x=\"%.1f\" y=\"%.1f\" fill=\"#555b6b\" "
+                "font-size=\"11\">",
                 x + 16, y + 34);
     esc(b, t->state);
     if (t->n_attempts > 1)
@@ -674,8 +694,9 @@ static void write_tasks(rep *r) {
     esc(b, t->stage);
     sbuf_puts(b, "</td><td>");
     badge(b, t->state);
-    sbuf_printf(b, "</td><td class=\"num\">%d</td><td class=\"num\">%s</td>"
-                   "<td class=\"num\">%s</td><td class=\"err\">",
+    sbuf_printf(b,
+                "</td><td class=\"num\">%d</td><td class=\"num\">%s</td>"
+                "<td class=\"num\">%s</td><td class=\"err\">",
                 t->n_attempts, code, dur);
     if (t->error)
       esc(b, t->error);
@@ -689,7 +710,8 @@ static void write_tasks(rep *r) {
   sbuf_puts(b, "</tbody></table>\n</section>\n");
 }
 
-/* ---- (c) the timeline ------------------------------------------------------ */
+/* ---- (c) the timeline ------------------------------------------------------
+ */
 
 static const char *outcome_color(const char *state) {
   if (strcmp(state, "success") == 0)
@@ -727,10 +749,9 @@ static void write_timeline(rep *r) {
       format_duration(end - x->start, dur, sizeof dur);
       if (x->exit_code >= 0)
         snprintf(code, sizeof code, ", exit %d", x->exit_code);
-      labels[i][a] = xasprintf("%s attempt %d: %s%s after %s%s%s", t->name,
-                               x->n, x->state, code, dur,
-                               x->error ? ": " : "",
-                               x->error ? x->error : "");
+      labels[i][a] =
+          xasprintf("%s attempt %d: %s%s after %s%s%s", t->name, x->n, x->state,
+                    code, dur, x->error ? ": " : "", x->error ? x->error : "");
       spans[i][a] = (svgplot_span){x->start > 0 ? x->start - t0 : NAN,
                                    x->start > 0 ? end - t0 : NAN,
                                    outcome_color(x->state), labels[i][a]};
@@ -745,8 +766,8 @@ static void write_timeline(rep *r) {
   svgplot_chart c = {.title = "Attempts of every task",
                      .xlabel = "time since the run started (s)",
                      .width = 900};
-  add_chart(r, svgplot_timeline(&c, rows, r->n, keys,
-                                sizeof keys / sizeof keys[0]));
+  add_chart(
+      r, svgplot_timeline(&c, rows, r->n, keys, sizeof keys / sizeof keys[0]));
   note(r, retried ? "One bar per attempt: a task that was retried has "
                     "several bars on its row; hover a bar for its outcome."
                   : "One bar per attempt; hover a bar for its outcome.");
@@ -762,7 +783,8 @@ static void write_timeline(rep *r) {
   sbuf_puts(b, "</section>\n");
 }
 
-/* ---- (d) training curves --------------------------------------------------- */
+/* ---- (d) training curves ---------------------------------------------------
+ */
 
 /* The task's params from its latest attempt.json (masked), or NULL;
  * caller frees. *n_out: that attempt's number. */
@@ -875,8 +897,8 @@ static void metric_chart(rep *r, const metrics *m, const char *task,
   }
   char *t = xasprintf("%s: %s", task, title);
   svgplot_series se = {.label = name, .x = x, .y = y, .n = s->n};
-  svgplot_chart c = {.title = t, .xlabel = "step", .ylabel = ylabel,
-                     .logy = logy};
+  svgplot_chart c = {
+      .title = t, .xlabel = "step", .ylabel = ylabel, .logy = logy};
   add_chart(r, svgplot_lines(&c, &se, 1));
   free(t);
   free(x);
@@ -940,10 +962,12 @@ static void time_chart(rep *r, const metrics *m, const char *task) {
   for (size_t k = 0; k < N_TIME_PARTS; k++)
     if (parts[k])
       st[ns++] = (svgplot_stack){time_parts[k].label, v[k]};
-  char *t = xasprintf("%s: where the time goes (mean per step, %zu step%s "
-                      "a bar)",
-                      task, (n + nb - 1) / nb, (n + nb - 1) / nb == 1 ? "" : "s");
-  svgplot_chart c = {.title = t, .xlabel = "step",
+  char *t =
+      xasprintf("%s: where the time goes (mean per step, %zu step%s "
+                "a bar)",
+                task, (n + nb - 1) / nb, (n + nb - 1) / nb == 1 ? "" : "s");
+  svgplot_chart c = {.title = t,
+                     .xlabel = "step",
                      .ylabel = scale > 1 ? "time per step (ms)"
                                          : "time per step (s)"};
   add_chart(r, svgplot_stacked_bars(&c, x, nb, st, ns));
@@ -1026,10 +1050,9 @@ static void write_training(rep *r, const rtask *t, const metrics *m) {
   double *lx, *ly, *vx, *vy;
   series_xy(loss, 1, &lx, &ly);
   series_xy(val, 1, &vx, &vy);
-  svgplot_series s[2] = {{.label = "loss (train)", .x = lx, .y = ly,
-                          .n = loss ? loss->n : 0},
-                         {.label = "val_loss", .x = vx, .y = vy,
-                          .n = val ? val->n : 0}};
+  svgplot_series s[2] = {
+      {.label = "loss (train)", .x = lx, .y = ly, .n = loss ? loss->n : 0},
+      {.label = "val_loss", .x = vx, .y = vy, .n = val ? val->n : 0}};
   char *title = xasprintf("%s: loss", t->name);
   svgplot_chart c = {.title = title,
                      .xlabel = "step",
@@ -1057,14 +1080,14 @@ static void write_training(rep *r, const rtask *t, const metrics *m) {
     st[1].x = tvx;
     svgplot_mark *tmarks = xcalloc(n_marks ? n_marks : 1, sizeof *tmarks);
     for (size_t i = 0; i < n_marks; i++)
-      tmarks[i] = (svgplot_mark){tok ? value_at(tok, marks[i].x)
-                                     : marks[i].x * tps,
-                                 marks[i].label};
+      tmarks[i] = (svgplot_mark){
+          tok ? value_at(tok, marks[i].x) : marks[i].x * tps, marks[i].label};
     title = xasprintf("%s: loss against tokens", t->name);
     svgplot_chart ct = c;
     ct.title = title;
-    ct.xlabel = tok ? "tokens seen" : "tokens seen (step \xc3\x97 tokens "
-                                      "per step)";
+    ct.xlabel = tok ? "tokens seen"
+                    : "tokens seen (step \xc3\x97 tokens "
+                      "per step)";
     ct.marks = tmarks;
     add_chart(r, svgplot_lines(&ct, st, val && val->n ? 2 : 1));
     free(title);
@@ -1119,7 +1142,8 @@ static void write_training(rep *r, const rtask *t, const metrics *m) {
   sbuf_puts(b, "</section>\n");
 }
 
-/* ---- (e) validation and samples ------------------------------------------- */
+/* ---- (e) validation and samples -------------------------------------------
+ */
 
 static void write_samples(rep *r, const rtask *t) {
   char *p = xasprintf("%s/out/samples.txt", t->dir);
@@ -1129,7 +1153,8 @@ static void write_samples(rep *r, const rtask *t) {
     sbuf *b = &r->out;
     sbuf_puts(b, "<h3>Samples from ");
     esc(b, t->name);
-    sbuf_puts(b, " <small>(out/samples.txt)</small></h3>\n<pre class=\"samples\">");
+    sbuf_puts(
+        b, " <small>(out/samples.txt)</small></h3>\n<pre class=\"samples\">");
     if (n > MAX_SAMPLES_BYTES) {
       size_t cut = MAX_SAMPLES_BYTES;
       while (cut > 0 && ((unsigned char)text[cut] & 0xC0) == 0x80)
@@ -1173,8 +1198,9 @@ static void write_validation_one(rep *r, const rtask *t, const cJSON *vm) {
       snprintf(num, sizeof num, "%.0f", v->valuedouble);
     else
       snprintf(num, sizeof num, rows[i].fmt, v->valuedouble);
-    sbuf_printf(b, "<tr><th>%s</th><td class=\"num\" data-key=\"%s\">%s</td>"
-                   "</tr>\n",
+    sbuf_printf(b,
+                "<tr><th>%s</th><td class=\"num\" data-key=\"%s\">%s</td>"
+                "</tr>\n",
                 rows[i].label, rows[i].key, num);
   }
   const char *ck = jstr(vm, "checkpoint");
@@ -1210,7 +1236,8 @@ static int write_validation(rep *r) {
   sbuf *b = &r->out;
   size_t mark = b->n;
   int any = 0;
-  sbuf_puts(b, "<section id=\"validation\">\n<h2>Validation and samples</h2>\n");
+  sbuf_puts(b,
+            "<section id=\"validation\">\n<h2>Validation and samples</h2>\n");
   for (size_t i = 0; i < r->n; i++) {
     const rtask *t = &r->t[i];
     char *p = xasprintf("%s/out/metrics.json", t->dir);
@@ -1235,7 +1262,8 @@ static int write_validation(rep *r) {
   return 1;
 }
 
-/* ---- (f) finder results and figures ---------------------------------------- */
+/* ---- (f) finder results and figures ----------------------------------------
+ */
 
 /* Whether an SVG file may go into the page as it is: it is an <svg>
  * element, and holds nothing that runs or fetches (script, event
@@ -1245,11 +1273,10 @@ static int svg_safe(const char *z) {
     z++;
   if (strncmp(z, "<svg", 4) != 0)
     return 0;
-  static const char *const bad[] = {"<script", "javascript:",
-                                    "<foreignobject", "href=\"http",
-                                    "href='http", "href=\"//", "href='//",
-                                    "url(http", "url(//", "@import",
-                                    "<iframe", "<embed", "<object"};
+  static const char *const bad[] = {
+      "<script",   "javascript:", "<foreignobject", "href=\"http", "href='http",
+      "href=\"//", "href='//",    "url(http",       "url(//",      "@import",
+      "<iframe",   "<embed",      "<object"};
   for (const char *p = z; *p; p++) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
       if (strncasecmp(p, bad[i], strlen(bad[i])) == 0)
@@ -1366,7 +1393,8 @@ static int write_finders(rep *r) {
   return 1;
 }
 
-/* ---- (g) parameters ---------------------------------------------------------- */
+/* ---- (g) parameters
+ * ---------------------------------------------------------- */
 
 static void write_params(rep *r) {
   sbuf *b = &r->out;
@@ -1396,7 +1424,8 @@ static void write_params(rep *r) {
   sbuf_puts(b, "</section>\n");
 }
 
-/* ---- the page ------------------------------------------------------------------- */
+/* ---- the page
+ * ------------------------------------------------------------------- */
 
 static const char css[] =
     ":root{--ink:#1d2330;--muted:#6b7385;--line:#dde1e8;--bg:#f6f7f9}\n"
@@ -1500,8 +1529,9 @@ static void write_page(rep *r) {
   sbuf_free(&body);
   char now[40];
   format_utc(r->now, 0, now, sizeof now);
-  sbuf_printf(b, "<footer>Written by dagrun %s at %s. Regenerate with "
-                 "<code>dagrun report ",
+  sbuf_printf(b,
+              "<footer>Written by dagrun %s at %s. Regenerate with "
+              "<code>dagrun report ",
               DAGRUN_VERSION, now);
   esc(b, r->id);
   sbuf_puts(b, "</code>.</footer>\n</main>\n</body>\n</html>\n");
@@ -1538,14 +1568,16 @@ int report_write(store *st, const char *run_dir, const char *run_id,
   return 0;
 }
 
-/* ---- `dagrun report RUN` ---------------------------------------------------- */
+/* ---- `dagrun report RUN` ----------------------------------------------------
+ */
 
 int report_cmd(int argc, char **argv) {
   const char *id = NULL;
   for (int i = 0; i < argc; i++) {
     if (argv[i][0] == '-') {
-      fprintf(stderr, "dagrun: unknown option '%s' for report\n(see dagrun "
-                      "--help)\n",
+      fprintf(stderr,
+              "dagrun: unknown option '%s' for report\n(see dagrun "
+              "--help)\n",
               argv[i]);
       return EXIT_USAGE;
     }

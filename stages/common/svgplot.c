@@ -19,14 +19,13 @@
 
 /* Tableau 10: distinct, readable on white, colour-blind friendlier than
  * the rainbow. */
-static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c",
-                                      "#d62728", "#9467bd", "#8c564b",
-                                      "#e377c2", "#7f7f7f", "#bcbd22",
-                                      "#17becf"};
+static const char *const palette[] = {
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 #define N_PALETTE (sizeof palette / sizeof palette[0])
 
-#define CHAR_W 6.2   /* estimated width of a character at font-size 11 */
-#define MAX_TICKS 64 /* more than any axis draws; bounds the arrays */
+#define CHAR_W 6.2    /* estimated width of a character at font-size 11 */
+#define MAX_TICKS 64  /* more than any axis draws; bounds the arrays */
 #define MARKER_MAX 30 /* series of at most this many points get circles */
 
 /* ---- growing string buffer ---------------------------------------- */
@@ -95,11 +94,21 @@ static void sb_esc(sb *b, const char *s) {
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
     switch (c) {
-    case '&': sb_puts(b, "&amp;"); break;
-    case '<': sb_puts(b, "&lt;"); break;
-    case '>': sb_puts(b, "&gt;"); break;
-    case '"': sb_puts(b, "&quot;"); break;
-    case '\'': sb_puts(b, "&#39;"); break;
+    case '&':
+      sb_puts(b, "&amp;");
+      break;
+    case '<':
+      sb_puts(b, "&lt;");
+      break;
+    case '>':
+      sb_puts(b, "&gt;");
+      break;
+    case '"':
+      sb_puts(b, "&quot;");
+      break;
+    case '\'':
+      sb_puts(b, "&#39;");
+      break;
     default:
       if (c < 0x20 && c != '\t' && c != '\n')
         break;
@@ -143,7 +152,9 @@ static void trim_zeros(char *z) {
     *e = '\0';
 }
 
-static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+static int clampi(int v, int lo, int hi) {
+  return v < lo ? lo : v > hi ? hi : v;
+}
 
 /* v as a short label: 1.2k, 3.4M, 0.25, 1e-4, 2.5e-5. step > 0 is the
  * spacing between neighbouring tick values, which says how many digits
@@ -188,9 +199,9 @@ static void fmt_num_style(char *out, size_t cap, double v, double step,
   for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
     if (a >= big[i].div) {
       double s = v / big[i].div;
-      int dec = step > 0 ? clampi((int)ceil(-log10(step / big[i].div) - 1e-9),
-                                  0, 6)
-                         : clampi(2 - (int)floor(log10(fabs(s))), 0, 2);
+      int dec = step > 0
+                    ? clampi((int)ceil(-log10(step / big[i].div) - 1e-9), 0, 6)
+                    : clampi(2 - (int)floor(log10(fabs(s))), 0, 2);
       char num[64];
       snprintf(num, sizeof num, "%.*f", dec, s);
       trim_zeros(num);
@@ -210,8 +221,8 @@ static void fmt_num_style(char *out, size_t cap, double v, double step,
 
 typedef struct axis {
   int log;
-  double lo, hi;      /* data range drawn (lo < hi; > 0 when log) */
-  double p0, p1;      /* pixel positions of lo and hi */
+  double lo, hi; /* data range drawn (lo < hi; > 0 when log) */
+  double p0, p1; /* pixel positions of lo and hi */
   double tick[MAX_TICKS];
   int major[MAX_TICKS]; /* decade ticks of a log axis: darker grid */
   int nt;
@@ -330,7 +341,9 @@ typedef struct frame {
   int legend_rows;
 } frame;
 
-static double text_w(const char *s) { return CHAR_W * (double)strlen(s ? s : ""); }
+static double text_w(const char *s) {
+  return CHAR_W * (double)strlen(s ? s : "");
+}
 
 /* Lays out the legend rows and sets the margins. */
 static int legend_rows(const frame *f, const legend_item *li, size_t n) {
@@ -366,9 +379,8 @@ static void frame_init(frame *f, const svgplot_chart *c, const legend_item *li,
 }
 
 static void open_svg(sb *b, const frame *f, const svgplot_chart *c) {
-  sb_printf(b,
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" "
-            "data-title=\"");
+  sb_printf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" "
+               "data-title=\"");
   sb_esc(b, c->title);
   sb_printf(b,
             "\" viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" height=\"%.0f\" "
@@ -376,11 +388,13 @@ static void open_svg(sb *b, const frame *f, const svgplot_chart *c) {
             "<title>",
             f->W, f->H, f->W, f->H);
   sb_esc(b, c->title);
-  sb_printf(b, "</title>\n<rect x=\"0\" y=\"0\" width=\"%.0f\" "
-               "height=\"%.0f\" fill=\"#ffffff\"/>\n",
+  sb_printf(b,
+            "</title>\n<rect x=\"0\" y=\"0\" width=\"%.0f\" "
+            "height=\"%.0f\" fill=\"#ffffff\"/>\n",
             f->W, f->H);
-  sb_printf(b, "<text x=\"%.1f\" y=\"19\" font-size=\"13\" "
-               "font-weight=\"bold\" fill=\"#222222\">",
+  sb_printf(b,
+            "<text x=\"%.1f\" y=\"19\" font-size=\"13\" "
+            "font-weight=\"bold\" fill=\"#222222\">",
             f->ml);
   sb_esc(b, c->title);
   sb_puts(b, "</text>\n");
@@ -404,19 +418,22 @@ static void draw_legend(sb *b, const frame *f, const legend_item *li,
                 x + 10, y + 6, li[i].color);
       break;
     case 2:
-      sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"10\" "
-                   "fill=\"%s\"/>",
+      sb_printf(b,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"10\" "
+                "fill=\"%s\"/>",
                 x + 4, y + 1, li[i].color);
       break;
     case 3:
-      sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                   "stroke=\"%s\" stroke-width=\"1.5\" "
-                   "stroke-dasharray=\"3 2\"/>",
+      sb_printf(b,
+                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                "stroke=\"%s\" stroke-width=\"1.5\" "
+                "stroke-dasharray=\"3 2\"/>",
                 x + 10, y, x + 10, y + 12, li[i].color);
       break;
     default:
-      sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                   "stroke=\"%s\" stroke-width=\"2.5\"/>",
+      sb_printf(b,
+                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                "stroke=\"%s\" stroke-width=\"2.5\"/>",
                 x, y + 6, x + 20, y + 6, li[i].color);
     }
     sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#333333\">", x + 26,
@@ -446,19 +463,22 @@ static void draw_axes(sb *b, const frame *f, const axis *ax, const axis *ay,
   sb_puts(b, "<g class=\"grid\" stroke-width=\"1\">\n");
   for (int i = 0; i < ay->nt; i++) {
     double y = axis_map(ay, ay->tick[i]);
-    sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                 "stroke=\"%s\"/>\n",
+    sb_printf(b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+              "stroke=\"%s\"/>\n",
               x0, y, x1, y, ay->log && ay->major[i] ? "#d0d0d0" : "#ececec");
   }
   for (int i = 0; i < ax->nt; i++) {
     double x = axis_map(ax, ax->tick[i]);
-    sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                 "stroke=\"%s\"/>\n",
+    sb_printf(b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+              "stroke=\"%s\"/>\n",
               x, y0, x, y1, ax->log && ax->major[i] ? "#d0d0d0" : "#ececec");
   }
   sb_puts(b, "</g>\n");
-  sb_printf(b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-               "height=\"%.1f\" fill=\"none\" stroke=\"#888888\"/>\n",
+  sb_printf(b,
+            "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+            "height=\"%.1f\" fill=\"none\" stroke=\"#888888\"/>\n",
             x0, y1, x1 - x0, y0 - y1);
   /* Tick labels, skipping any that would overlap the previous one. */
   sb_puts(b, "<g class=\"ticks\" fill=\"#444444\">\n");
@@ -470,8 +490,9 @@ static void draw_axes(sb *b, const frame *f, const axis *ax, const axis *ay,
     last = y;
     fmt_num_style(num, sizeof num, ay->tick[i], ay->log ? 0 : ay->step,
                   axis_plain(ay));
-    sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                 "stroke=\"#888888\"/>",
+    sb_printf(b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+              "stroke=\"#888888\"/>",
               x0 - 4, y, x0, y);
     sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
               x0 - 6, y + 4, num);
@@ -487,8 +508,9 @@ static void draw_axes(sb *b, const frame *f, const axis *ax, const axis *ay,
       continue;
     last = x;
     last_w = w;
-    sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                 "stroke=\"#888888\"/>",
+    sb_printf(b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+              "stroke=\"#888888\"/>",
               x, y0, x, y0 + 4);
     sb_printf(b,
               "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
@@ -496,16 +518,18 @@ static void draw_axes(sb *b, const frame *f, const axis *ax, const axis *ay,
   }
   sb_puts(b, "</g>\n");
   if (c->xlabel && *c->xlabel) {
-    sb_printf(b, "<text class=\"xlabel\" x=\"%.1f\" y=\"%.1f\" "
-                 "text-anchor=\"middle\" fill=\"#222222\">",
+    sb_printf(b,
+              "<text class=\"xlabel\" x=\"%.1f\" y=\"%.1f\" "
+              "text-anchor=\"middle\" fill=\"#222222\">",
               (x0 + x1) / 2, f->H - 8);
     sb_esc(b, c->xlabel);
     sb_printf(b, "%s</text>\n", ax->log ? " (log scale)" : "");
   }
   if (c->ylabel && *c->ylabel) {
-    sb_printf(b, "<text class=\"ylabel\" transform=\"rotate(-90)\" "
-                 "x=\"%.1f\" y=\"14\" text-anchor=\"middle\" "
-                 "fill=\"#222222\">",
+    sb_printf(b,
+              "<text class=\"ylabel\" transform=\"rotate(-90)\" "
+              "x=\"%.1f\" y=\"14\" text-anchor=\"middle\" "
+              "fill=\"#222222\">",
               -(y0 + y1) / 2);
     sb_esc(b, c->ylabel);
     sb_printf(b, "%s</text>\n", ay->log ? " (log scale)" : "");
@@ -514,12 +538,14 @@ static void draw_axes(sb *b, const frame *f, const axis *ax, const axis *ay,
 
 static void draw_no_data(sb *b, const frame *f) {
   double x0 = f->ml, x1 = f->W - f->mr, y0 = f->H - f->mb, y1 = f->mt;
-  sb_printf(b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-               "height=\"%.1f\" fill=\"#fafafa\" stroke=\"#bbbbbb\"/>\n",
+  sb_printf(b,
+            "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+            "height=\"%.1f\" fill=\"#fafafa\" stroke=\"#bbbbbb\"/>\n",
             x0, y1, x1 - x0, y0 - y1);
-  sb_printf(b, "<text class=\"nodata\" x=\"%.1f\" y=\"%.1f\" "
-               "text-anchor=\"middle\" font-size=\"14\" fill=\"#777777\">"
-               "no data</text>\n",
+  sb_printf(b,
+            "<text class=\"nodata\" x=\"%.1f\" y=\"%.1f\" "
+            "text-anchor=\"middle\" font-size=\"14\" fill=\"#777777\">"
+            "no data</text>\n",
             (x0 + x1) / 2, (y0 + y1) / 2 + 5);
 }
 
@@ -543,8 +569,9 @@ static int mark_ok(const svgplot_chart *c, double x) {
  * covers, with x non-decreasing, is drawn as each pixel column's first,
  * lowest, highest and last point: the same picture, a fraction of the
  * text. */
-static void draw_polyline(sb *b, const svgplot_chart *c, const svgplot_series *s,
-                          const axis *ax, const axis *ay, const char *color) {
+static void draw_polyline(sb *b, const svgplot_chart *c,
+                          const svgplot_series *s, const axis *ax,
+                          const axis *ay, const char *color) {
   size_t n_ok = 0;
   int sorted = 1;
   double prev = -INFINITY;
@@ -560,8 +587,9 @@ static void draw_polyline(sb *b, const svgplot_chart *c, const svgplot_series *s
     return;
   double width = fabs(ax->p1 - ax->p0);
   int decimate = sorted && (double)n_ok > 4 * width;
-  sb_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" "
-               "stroke-linejoin=\"round\" points=\"",
+  sb_printf(b,
+            "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" "
+            "stroke-linejoin=\"round\" points=\"",
             color);
   long col = -1;
   double first_y = 0, min_y = 0, max_y = 0, last_y = 0, cx = 0;
@@ -569,7 +597,7 @@ static void draw_polyline(sb *b, const svgplot_chart *c, const svgplot_series *s
 #define FLUSH_COL()                                                            \
   do {                                                                         \
     if (have) {                                                                \
-      sb_printf(b, "%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f ", cx, first_y,   \
+      sb_printf(b, "%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f ", cx, first_y,    \
                 cx, min_y, cx, max_y, cx, last_y);                             \
     }                                                                          \
   } while (0)
@@ -603,8 +631,7 @@ static void draw_polyline(sb *b, const svgplot_chart *c, const svgplot_series *s
   sb_puts(b, "\"/>\n");
 }
 
-char *svgplot_lines(const svgplot_chart *c, const svgplot_series *s,
-                    size_t n) {
+char *svgplot_lines(const svgplot_chart *c, const svgplot_series *s, size_t n) {
   sb b = {0};
   /* Data range over every drawable point and mark. */
   double xmn = INFINITY, xmx = -INFINITY, ymn = INFINITY, ymx = -INFINITY;
@@ -683,10 +710,10 @@ char *svgplot_lines(const svgplot_chart *c, const svgplot_series *s,
         char xs[64], ys[64];
         fmt_num(xs, sizeof xs, s[k].x[i], 0);
         fmt_num(ys, sizeof ys, s[k].y[i], 0);
-        sb_printf(&b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" "
-                      "fill=\"%s\"><title>",
-                  axis_map(&ax, s[k].x[i]), axis_map(&ay, s[k].y[i]), r,
-                  color);
+        sb_printf(&b,
+                  "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" "
+                  "fill=\"%s\"><title>",
+                  axis_map(&ax, s[k].x[i]), axis_map(&ay, s[k].y[i]), r, color);
         sb_esc(&b, s[k].label);
         sb_printf(&b, ": %s at %s</title></circle>\n", ys, xs);
       }
@@ -698,9 +725,10 @@ char *svgplot_lines(const svgplot_chart *c, const svgplot_series *s,
     if (!mark_ok(c, c->marks[m].x))
       continue;
     double x = axis_map(&ax, c->marks[m].x);
-    sb_printf(&b, "<line class=\"mark\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
-                  "y2=\"%.1f\" stroke=\"#d62728\" stroke-width=\"1.5\" "
-                  "stroke-dasharray=\"4 3\"><title>",
+    sb_printf(&b,
+              "<line class=\"mark\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
+              "y2=\"%.1f\" stroke=\"#d62728\" stroke-width=\"1.5\" "
+              "stroke-dasharray=\"4 3\"><title>",
               x, f.H - f.mb, x, f.mt);
     sb_esc(&b, c->marks[m].label);
     sb_puts(&b, "</title></line>\n");
@@ -716,9 +744,8 @@ static double bar_value(const svgplot_stack *st, size_t i) {
   return isfinite(v) && v > 0 ? v : 0;
 }
 
-char *svgplot_stacked_bars(const svgplot_chart *c, const double *x,
-                           size_t n_x, const svgplot_stack *stacks,
-                           size_t n_stacks) {
+char *svgplot_stacked_bars(const svgplot_chart *c, const double *x, size_t n_x,
+                           const svgplot_stack *stacks, size_t n_stacks) {
   sb b = {0};
   double xmn = INFINITY, xmx = -INFINITY, ymx = 0, gap = INFINITY;
   size_t n_ok = 0;
@@ -794,8 +821,9 @@ char *svgplot_stacked_bars(const svgplot_chart *c, const double *x,
       base[i] += v;
       fmt_num(xs, sizeof xs, x[i], 0);
       fmt_num(vs, sizeof vs, v, 0);
-      sb_printf(&b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-                    "height=\"%.1f\"><title>",
+      sb_printf(&b,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+                "height=\"%.1f\"><title>",
                 axis_map(&ax, x[i]) - bw / 2, yb, bw, ya - yb);
       sb_esc(&b, stacks[k].label);
       sb_printf(&b, ": %s at %s</title></rect>\n", vs, xs);
@@ -816,7 +844,8 @@ static const char *safe_color(const char *z) {
     return palette[0];
   for (const char *p = z; *p; p++)
     if (!strchr("#abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                "0123456789(),. %", *p))
+                "0123456789(),. %",
+                *p))
       return "#000000";
   return z;
 }
@@ -852,8 +881,7 @@ static void sb_esc_trunc(sb *b, const char *s, size_t max) {
 }
 
 char *svgplot_timeline(const svgplot_chart *c, const svgplot_row *rows,
-                       size_t n_rows, const svgplot_key *keys,
-                       size_t n_keys) {
+                       size_t n_rows, const svgplot_key *keys, size_t n_keys) {
   sb b = {0};
   double xmn = INFINITY, xmx = -INFINITY, longest = 0;
   size_t total = 0;
@@ -911,11 +939,13 @@ char *svgplot_timeline(const svgplot_chart *c, const svgplot_row *rows,
   for (size_t r = 0; r < n_rows; r++) {
     double y = y0 + rh * (double)r;
     if (r % 2)
-      sb_printf(&b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-                    "height=\"%.1f\" fill=\"#f6f6f6\"/>\n",
+      sb_printf(&b,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+                "height=\"%.1f\" fill=\"#f6f6f6\"/>\n",
                 f.ml, y, pw, rh);
-    sb_printf(&b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" "
-                  "fill=\"#222222\">",
+    sb_printf(&b,
+              "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" "
+              "fill=\"#222222\">",
               f.ml - 6, y + rh / 2 + 4);
     sb_esc_trunc(&b, rows[r].label, 28);
     sb_puts(&b, "</text>\n");
@@ -923,14 +953,16 @@ char *svgplot_timeline(const svgplot_chart *c, const svgplot_row *rows,
   sb_puts(&b, "<g class=\"grid\" stroke=\"#e0e0e0\">\n");
   for (int i = 0; i < ax.nt; i++) {
     double x = axis_map(&ax, ax.tick[i]);
-    sb_printf(&b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
-                  "y2=\"%.1f\"/>\n",
+    sb_printf(&b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
+              "y2=\"%.1f\"/>\n",
               x, y0, x, y1);
   }
   sb_puts(&b, "</g>\n");
-  sb_printf(&b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" "
-                "width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
-                "stroke=\"#888888\"/>\n",
+  sb_printf(&b,
+            "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" "
+            "width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+            "stroke=\"#888888\"/>\n",
             f.ml, y0, pw, y1 - y0);
   sb_puts(&b, "<g class=\"ticks\" fill=\"#444444\">\n");
   double last = -1e9, last_w = 0;
@@ -942,17 +974,20 @@ char *svgplot_timeline(const svgplot_chart *c, const svgplot_row *rows,
       continue;
     last = x;
     last_w = w;
-    sb_printf(&b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
-                  "y2=\"%.1f\" stroke=\"#888888\"/>",
+    sb_printf(&b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
+              "y2=\"%.1f\" stroke=\"#888888\"/>",
               x, y1, x, y1 + 4);
-    sb_printf(&b, "<text x=\"%.1f\" y=\"%.1f\" "
-                  "text-anchor=\"middle\">%s</text>\n",
+    sb_printf(&b,
+              "<text x=\"%.1f\" y=\"%.1f\" "
+              "text-anchor=\"middle\">%s</text>\n",
               x, y1 + 16, num);
   }
   sb_puts(&b, "</g>\n");
   if (c->xlabel && *c->xlabel) {
-    sb_printf(&b, "<text class=\"xlabel\" x=\"%.1f\" y=\"%.1f\" "
-                  "text-anchor=\"middle\" fill=\"#222222\">",
+    sb_printf(&b,
+              "<text class=\"xlabel\" x=\"%.1f\" y=\"%.1f\" "
+              "text-anchor=\"middle\" fill=\"#222222\">",
               f.ml + pw / 2, f.H - 8);
     sb_esc(&b, c->xlabel);
     sb_puts(&b, "</text>\n");
@@ -962,8 +997,7 @@ char *svgplot_timeline(const svgplot_chart *c, const svgplot_row *rows,
   for (size_t r = 0; r < n_rows; r++) {
     size_t cnt = 0;
     for (size_t i = 0; i < rows[r].n; i++)
-      cnt += isfinite(rows[r].spans[i].start) &&
-             isfinite(rows[r].spans[i].end);
+      cnt += isfinite(rows[r].spans[i].start) && isfinite(rows[r].spans[i].end);
     sb_puts(&b, "<g class=\"series\" data-label=\"");
     sb_esc(&b, rows[r].label);
     sb_printf(&b, "\" data-points=\"%zu\">\n", cnt);
@@ -976,9 +1010,10 @@ char *svgplot_timeline(const svgplot_chart *c, const svgplot_row *rows,
       double xb = axis_map(&ax, fmax(sp->start, sp->end));
       if (xb - xa < 2)
         xb = xa + 2;
-      sb_printf(&b, "<rect class=\"span\" x=\"%.1f\" y=\"%.1f\" "
-                    "width=\"%.1f\" height=\"%.1f\" rx=\"2\" "
-                    "fill=\"",
+      sb_printf(&b,
+                "<rect class=\"span\" x=\"%.1f\" y=\"%.1f\" "
+                "width=\"%.1f\" height=\"%.1f\" rx=\"2\" "
+                "fill=\"",
                 xa, yc - bh / 2, xb - xa, bh);
       sb_puts(&b, safe_color(sp->color));
       sb_puts(&b, "\" stroke=\"#ffffff\" stroke-width=\"0.5\"><title>");

@@ -96,12 +96,18 @@ static void make_run(void) {
     int from = a == 1 ? 1 : 101, to = a == 1 ? 120 : 200;
     for (int s = from; s <= to; s++) {
       double loss = 5 * exp(-s / 80.0) + 2 + (a == 1 ? 0.5 : 0);
-      const char *names[] = {"loss", "lr", "grad_norm", "tokens", "mfu",
-                             "time_data_s", "time_forward_s",
-                             "time_backward_s", "time_optimizer_s",
+      const char *names[] = {"loss",
+                             "lr",
+                             "grad_norm",
+                             "tokens",
+                             "mfu",
+                             "time_data_s",
+                             "time_forward_s",
+                             "time_backward_s",
+                             "time_optimizer_s",
                              "time_comm_s"};
-      double vals[] = {loss, 1e-3, 0.8, 64.0 * s, 0.31, 0.004, 0.02, 0.04,
-                       0.006, 0};
+      double vals[] = {loss,  1e-3, 0.8,  64.0 * s, 0.31,
+                       0.004, 0.02, 0.04, 0.006,    0};
       for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++)
         sbuf_printf(&m,
                     "{\"time\":%d,\"attempt\":%d,\"name\":\"%s\","

@@ -65,10 +65,10 @@ static void test_numbers(void) {
   static const struct {
     double v;
     const char *want;
-  } cases[] = {{0, "0"},         {12, "12"},        {0.25, "0.25"},
-               {1200, "1.2k"},   {3.4e6, "3.4M"},   {1234567, "1.23M"},
-               {1e-4, "1e-4"},   {2.5e-5, "2.5e-5"}, {-1500, "-1.5k"},
-               {2e9, "2G"},      {3.14159, "3.14"}, {0.001, "0.001"},
+  } cases[] = {{0, "0"},       {12, "12"},         {0.25, "0.25"},
+               {1200, "1.2k"}, {3.4e6, "3.4M"},    {1234567, "1.23M"},
+               {1e-4, "1e-4"}, {2.5e-5, "2.5e-5"}, {-1500, "-1.5k"},
+               {2e9, "2G"},    {3.14159, "3.14"},  {0.001, "0.001"},
                {999.4, "999"}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     svgplot_format_number(z, sizeof z, cases[i].v);
@@ -174,8 +174,8 @@ static void test_log_axes(void) {
   /* Throughput in the millions: k/M labels on a linear axis. */
   double bx[4] = {1, 2, 4, 8}, by[4] = {2.1e5, 4e5, 7.5e5, 1.0e6};
   svgplot_series t = {.label = "tokens/s", .x = bx, .y = by, .n = 4};
-  svgplot_chart c2 = {.title = "throughput", .xlabel = "batch size",
-                      .ylabel = "tokens/s"};
+  svgplot_chart c2 = {
+      .title = "throughput", .xlabel = "batch size", .ylabel = "tokens/s"};
   svg = svgplot_lines(&c2, &t, 1);
   CHECK(svg != NULL);
   if (!svg)
@@ -264,8 +264,8 @@ static void test_timeline(void) {
   svgplot_span prep[2] = {{0.0, 0.013, "#d62728", "prep attempt 1: failed"},
                           {0.11, 0.12, "#2ca02c", "prep attempt 2: success"}};
   svgplot_span train[1] = {{0.12, 2.5, "#2ca02c", "train <attempt 1>"}};
-  svgplot_row rows[3] = {{"prep", prep, 2}, {"train", train, 1},
-                         {"cached_task", NULL, 0}};
+  svgplot_row rows[3] = {
+      {"prep", prep, 2}, {"train", train, 1}, {"cached_task", NULL, 0}};
   svgplot_key keys[2] = {{"success", "#2ca02c"}, {"failed", "\"><x"}};
   svgplot_chart c = {.title = "Timeline", .xlabel = "seconds since start (s)"};
   char *svg = svgplot_timeline(&c, rows, 3, keys, 2);
