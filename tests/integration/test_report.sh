@@ -219,6 +219,24 @@ expect_in "$T/out" "$R/report.html"
 check_report "$R/report.html" > charts2.json
 cmp charts.json charts2.json || fail "the regenerated report has other charts: $(cat charts.json charts2.json)"
 
+# A failed run has its report too, and `dagrun resume` writes it again:
+# the task's second attempt on the timeline, the run now a success.
+cat > flaky.yaml <<Y
+dag: flaky
+tasks:
+  step: {stage: exec, with: {command: [sh, -c, 'test -f "$T/ok" || { echo "not yet <ok>" >&2; exit 4; }']}}
+Y
+run_dagrun run flaky.yaml --plain
+expect_rc 1
+F=$(run_dir flaky)
+expect_in "$F/report.html" 'data-task="step" data-state="failed"'
+expect_in "$F/report.html" 'data-label="step" data-points="1"'
+touch "$T/ok"
+run_dagrun resume "$(basename "$F")" --plain
+expect_rc 0
+expect_in "$F/report.html" 'data-task="step" data-state="success"'
+expect_in "$F/report.html" 'data-label="step" data-points="2"'
+
 run_dagrun report nosuchrun
 expect_rc 2
 expect_in "$T/err" "nosuchrun"
