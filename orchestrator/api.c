@@ -627,6 +627,50 @@ static unsigned get_metrics(api_server *s, const char *id, cJSON **out) {
   return MHD_HTTP_OK;
 }
 
+/* GET /api/runs/{run}/report: the run's report.html as written (report.h).
+ * 0 with *html (caller frees) and *len, or a status with *out. */
+static unsigned get_report(api_server *s, const char *id, char **html,
+                           size_t *len, cJSON **out) {
+  store *st;
+  cJSON *run;
+  unsigned status = find_run(s, id, &st, &run, out);
+  if (status)
+    return status;
+  store_close(st);
+  const char *run_dir = str_of(run, "run_dir");
+  char *path = run_dir ? path_join(run_dir, "report.html") : NULL;
+  if (!path || read_file(path, html, len) != 0) {
+    *out = err_json("run %s has no report.html (written when a run ends; "
+                    "`dagrun report RUN` writes it again)",
+                    str_of(run, "id") ? str_of(run, "id") : id);
+    status = MHD_HTTP_NOT_FOUND;
+  }
+  free(path);
+  cJSON_Delete(run);
+  return status;
+}
+
+/* Sends a report page (taken). It holds no script: the policy forbids
+ * any, and anything fetched from anywhere. */
+static enum MHD_Result send_report(struct MHD_Connection *c, char *html,
+                                   size_t len) {
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer_with_free_callback(len, html, free);
+  if (!resp) {
+    free(html);
+    return MHD_NO;
+  }
+  common_headers(resp, "text/html; charset=utf-8");
+  MHD_add_response_header(resp, "Content-Security-Policy",
+                          "default-src 'none'; style-src 'unsafe-inline'; "
+                          "img-src data:; base-uri 'none'; "
+                          "form-action 'none'; frame-ancestors 'none'");
+  MHD_add_response_header(resp, "X-Frame-Options", "DENY");
+  enum MHD_Result r = MHD_queue_response(c, MHD_HTTP_OK, resp);
+  MHD_destroy_response(resp);
+  return r;
+}
+
 /* ---- POST: authentication, bodies, actions ---- */
 
 /* 1 with md, 0 when libcrypto fails (then nothing may compare equal). */
@@ -860,7 +904,8 @@ typedef enum {
   R_LOG,
   R_METRICS,
   R_ALERTS,
-  R_CANCEL
+  R_CANCEL,
+  R_REPORT
 } route_id;
 
 /* Every route; '*' is one path segment. openapi.json describes each (a
@@ -881,6 +926,7 @@ static const struct route {
     {"GET", "/api/runs/*/metrics", R_METRICS},
     {"GET", "/api/runs/*/alerts", R_ALERTS},
     {"POST", "/api/runs/*/cancel", R_CANCEL},
+    {"GET", "/api/runs/*/report", R_REPORT},
 };
 
 /* Whether url matches pattern; the segments that '*' matched go to caps. */
@@ -979,6 +1025,14 @@ static enum MHD_Result dispatch(api_server *s, struct MHD_Connection *c,
   case R_CANCEL:
     status = post_cancel(s, c, caps[0], r, &out);
     break;
+  case R_REPORT: {
+    char *html = NULL;
+    size_t len = 0;
+    status = get_report(s, caps[0], &html, &len, &out);
+    if (!status)
+      return send_report(c, html, len);
+    break;
+  }
   }
   if (!out)
     out = err_json("internal error");

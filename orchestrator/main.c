@@ -26,6 +26,7 @@
 #include "cron.h"
 #include "graph.h"
 #include "history.h"
+#include "report.h"
 #include "resume.h"
 #include "rundir.h"
 #include "sched.h"
@@ -64,6 +65,7 @@ static const char usage_text[] =
     "                                       succeeded, in its run "
     "directory\n"
     "       dagrun cancel RUN               stop a running run\n"
+    "       dagrun report RUN               (re)write the run's report.html\n"
     "       dagrun backfill FILE --from TIME --to TIME [run options]\n"
     "                                       one run per schedule time in "
     "the range\n"
@@ -333,9 +335,12 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
       r.stop_signal                                               ? "cancelled"
       : counts[TASK_SUCCESS] + counts[TASK_CACHED] == sp->n_tasks ? "success"
                                                                   : "failed";
+  store *db = history_store(r.h); /* the caller's: still open after */
   history_finish(r.h, state);
   r.h = NULL;
   write_run_json(sp, run, params, r.s, state, max_parallel);
+  if (report_write(db, run->path, run->id, NULL, err, sizeof err) != 0)
+    fprintf(stderr, "dagrun: warning: no report.html: %s\n", err);
   view_run_finished(r.v, state, r.s);
   view_destroy(r.v);
   alerts_run_finished(r.al, state, sp->n_tasks, now_wall() - run->started);
@@ -948,7 +953,7 @@ static int cmd_cron_next(int argc, char **argv) {
 static const char *const commands[] = {
     "run",       "check", "graph",  "stages", "generate", "help",   "version",
     "cron-next", "runs",  "status", "logs",   "resume",   "cancel",
-    "backfill",  "serve", NULL};
+    "backfill",  "serve", "report", NULL};
 
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "__worker") == 0) {
@@ -996,6 +1001,8 @@ int main(int argc, char **argv) {
     return history_cmd_status(argc - 2, argv + 2);
   if (strcmp(cmd, "logs") == 0)
     return history_cmd_logs(argc - 2, argv + 2);
+  if (strcmp(cmd, "report") == 0)
+    return report_cmd(argc - 2, argv + 2);
   if (strcmp(cmd, "resume") == 0)
     return cmd_resume(argc - 2, argv + 2);
   if (strcmp(cmd, "cancel") == 0)

@@ -15,6 +15,8 @@ packages=(
   fortunes
   # tests and benchmarks
   python3 python3-numpy python3-torch jq snakemake time sentencepiece
+  # tests: the run report rendered headless (tests/integration/test_report.sh)
+  chromium
 )
 
 # Node.js runs the tokenizer's reference implementations; machines that

@@ -19,14 +19,13 @@
 
 /* Tableau 10: distinct, readable on white, colour-blind friendlier than
  * the rainbow. */
-static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c",
-                                      "#d62728", "#9467bd", "#8c564b",
-                                      "#e377c2", "#7f7f7f", "#bcbd22",
-                                      "#17becf"};
+static const char *const palette[] = {
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 #define N_PALETTE (sizeof palette / sizeof palette[0])
 
-#define CHAR_W 6.2   /* estimated width of a character at font-size 11 */
-#define MAX_TICKS 64 /* more than any axis draws; bounds the arrays */
+#define CHAR_W 6.2    /* estimated width of a character at font-size 11 */
+#define MAX_TICKS 64  /* more than any axis draws; bounds the arrays */
 #define MARKER_MAX 30 /* series of at most this many points get circles */
 
 /* ---- growing string buffer ---------------------------------------- */
@@ -95,11 +94,21 @@ static void sb_esc(sb *b, const char *s) {
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
     switch (c) {
-    case '&': sb_puts(b, "&amp;"); break;
-    case '<': sb_puts(b, "&lt;"); break;
-    case '>': sb_puts(b, "&gt;"); break;
-    case '"': sb_puts(b, "&quot;"); break;
-    case '\'': sb_puts(b, "&#39;"); break;
+    case '&':
+      sb_puts(b, "&amp;");
+      break;
+    case '<':
+      sb_puts(b, "&lt;");
+      break;
+    case '>':
+      sb_puts(b, "&gt;");
+      break;
+    case '"':
+      sb_puts(b, "&quot;");
+      break;
+    case '\'':
+      sb_puts(b, "&#39;");
+      break;
     default:
       if (c < 0x20 && c != '\t' && c != '\n')
         break;
@@ -143,12 +152,23 @@ static void trim_zeros(char *z) {
     *e = '\0';
 }
 
-static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+static int clampi(int v, int lo, int hi) {
+  return v < lo ? lo : v > hi ? hi : v;
+}
 
 /* v as a short label: 1.2k, 3.4M, 0.25, 1e-4, 2.5e-5. step > 0 is the
  * spacing between neighbouring tick values, which says how many digits
  * tell them apart; step == 0 gives three significant digits. */
+static void fmt_num_style(char *out, size_t cap, double v, double step,
+                          int plain);
 static void fmt_num(char *out, size_t cap, double v, double step) {
+  fmt_num_style(out, cap, v, step, 0);
+}
+
+/* plain: below 1000, decimals only (no 1e-4 form), so that the ticks of
+ * one axis read alike ("0.00095", "0.001", "0.00105"). */
+static void fmt_num_style(char *out, size_t cap, double v, double step,
+                          int plain) {
   double a = fabs(v);
   if (!isfinite(v)) {
     snprintf(out, cap, "%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
@@ -162,7 +182,7 @@ static void fmt_num(char *out, size_t cap, double v, double step) {
     double div;
     const char *suffix;
   } big[] = {{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}};
-  if (a >= 1e15 || a < 1e-3) {
+  if (a >= 1e15 || (a < 1e-3 && !plain)) {
     int e = (int)floor(log10(a));
     double m = v / pow(10, e);
     if (fabs(m) >= 9.9995) { /* rounding carried into the next decade */
@@ -179,9 +199,9 @@ static void fmt_num(char *out, size_t cap, double v, double step) {
   for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
     if (a >= big[i].div) {
       double s = v / big[i].div;
-      int dec = step > 0 ? clampi((int)ceil(-log10(step / big[i].div) - 1e-9),
-                                  0, 6)
-                         : clampi(2 - (int)floor(log10(fabs(s))), 0, 2);
+      int dec = step > 0
+                    ? clampi((int)ceil(-log10(step / big[i].div) - 1e-9), 0, 6)
+                    : clampi(2 - (int)floor(log10(fabs(s))), 0, 2);
       char num[64];
       snprintf(num, sizeof num, "%.*f", dec, s);
       trim_zeros(num);
@@ -189,8 +209,8 @@ static void fmt_num(char *out, size_t cap, double v, double step) {
       return;
     }
   }
-  int dec = step > 0 ? clampi((int)ceil(-log10(step) - 1e-9), 0, 6)
-                     : clampi(2 - (int)floor(log10(a)), 0, 6);
+  int dec = step > 0 ? clampi((int)ceil(-log10(step) - 1e-9), 0, 9)
+                     : clampi(2 - (int)floor(log10(a)), 0, 9);
   snprintf(out, cap, "%.*f", dec, v);
   trim_zeros(out);
   if (strcmp(out, "-0") == 0)
@@ -201,8 +221,8 @@ static void fmt_num(char *out, size_t cap, double v, double step) {
 
 typedef struct axis {
   int log;
-  double lo, hi;      /* data range drawn (lo < hi; > 0 when log) */
-  double p0, p1;      /* pixel positions of lo and hi */
+  double lo, hi; /* data range drawn (lo < hi; > 0 when log) */
+  double p0, p1; /* pixel positions of lo and hi */
   double tick[MAX_TICKS];
   int major[MAX_TICKS]; /* decade ticks of a log axis: darker grid */
   int nt;
@@ -321,7 +341,9 @@ typedef struct frame {
   int legend_rows;
 } frame;
 
-static double text_w(const char *s) { return CHAR_W * (double)strlen(s ? s : ""); }
+static double text_w(const char *s) {
+  return CHAR_W * (double)strlen(s ? s : "");
+}
 
 /* Lays out the legend rows and sets the margins. */
 static int legend_rows(const frame *f, const legend_item *li, size_t n) {
@@ -357,9 +379,8 @@ static void frame_init(frame *f, const svgplot_chart *c, const legend_item *li,
 }
 
 static void open_svg(sb *b, const frame *f, const svgplot_chart *c) {
-  sb_printf(b,
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" "
-            "data-title=\"");
+  sb_printf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" "
+               "data-title=\"");
   sb_esc(b, c->title);
   sb_printf(b,
             "\" viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" height=\"%.0f\" "
@@ -367,11 +388,13 @@ static void open_svg(sb *b, const frame *f, const svgplot_chart *c) {
             "<title>",
             f->W, f->H, f->W, f->H);
   sb_esc(b, c->title);
-  sb_printf(b, "</title>\n<rect x=\"0\" y=\"0\" width=\"%.0f\" "
-               "height=\"%.0f\" fill=\"#ffffff\"/>\n",
+  sb_printf(b,
+            "</title>\n<rect x=\"0\" y=\"0\" width=\"%.0f\" "
+            "height=\"%.0f\" fill=\"#ffffff\"/>\n",
             f->W, f->H);
-  sb_printf(b, "<text x=\"%.1f\" y=\"19\" font-size=\"13\" "
-               "font-weight=\"bold\" fill=\"#222222\">",
+  sb_printf(b,
+            "<text x=\"%.1f\" y=\"19\" font-size=\"13\" "
+            "font-weight=\"bold\" fill=\"#222222\">",
             f->ml);
   sb_esc(b, c->title);
   sb_puts(b, "</text>\n");
@@ -395,19 +418,22 @@ static void draw_legend(sb *b, const frame *f, const legend_item *li,
                 x + 10, y + 6, li[i].color);
       break;
     case 2:
-      sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"10\" "
-                   "fill=\"%s\"/>",
+      sb_printf(b,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"10\" "
+                "fill=\"%s\"/>",
                 x + 4, y + 1, li[i].color);
       break;
     case 3:
-      sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                   "stroke=\"%s\" stroke-width=\"1.5\" "
-                   "stroke-dasharray=\"3 2\"/>",
+      sb_printf(b,
+                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                "stroke=\"%s\" stroke-width=\"1.5\" "
+                "stroke-dasharray=\"3 2\"/>",
                 x + 10, y, x + 10, y + 12, li[i].color);
       break;
     default:
-      sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                   "stroke=\"%s\" stroke-width=\"2.5\"/>",
+      sb_printf(b,
+                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                "stroke=\"%s\" stroke-width=\"2.5\"/>",
                 x, y + 6, x + 20, y + 6, li[i].color);
     }
     sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#333333\">", x + 26,
@@ -419,6 +445,16 @@ static void draw_legend(sb *b, const frame *f, const legend_item *li,
   sb_puts(b, "</g>\n");
 }
 
+/* Whether a linear axis's labels are all plain decimals: its largest
+ * tick is at least 0.001 and below 1000. Log axes label each decade as
+ * it reads best. */
+static int axis_plain(const axis *a) {
+  double amax = 0;
+  for (int i = 0; i < a->nt; i++)
+    amax = fmax(amax, fabs(a->tick[i]));
+  return !a->log && amax >= 1e-3 && amax < 1e3;
+}
+
 /* Grid, frame, ticks, tick labels and axis labels. */
 static void draw_axes(sb *b, const frame *f, const axis *ax, const axis *ay,
                       const svgplot_chart *c) {
@@ -427,19 +463,22 @@ static void draw_axes(sb *b, const frame *f, const axis *ax, const axis *ay,
   sb_puts(b, "<g class=\"grid\" stroke-width=\"1\">\n");
   for (int i = 0; i < ay->nt; i++) {
     double y = axis_map(ay, ay->tick[i]);
-    sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                 "stroke=\"%s\"/>\n",
+    sb_printf(b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+              "stroke=\"%s\"/>\n",
               x0, y, x1, y, ay->log && ay->major[i] ? "#d0d0d0" : "#ececec");
   }
   for (int i = 0; i < ax->nt; i++) {
     double x = axis_map(ax, ax->tick[i]);
-    sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                 "stroke=\"%s\"/>\n",
+    sb_printf(b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+              "stroke=\"%s\"/>\n",
               x, y0, x, y1, ax->log && ax->major[i] ? "#d0d0d0" : "#ececec");
   }
   sb_puts(b, "</g>\n");
-  sb_printf(b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-               "height=\"%.1f\" fill=\"none\" stroke=\"#888888\"/>\n",
+  sb_printf(b,
+            "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+            "height=\"%.1f\" fill=\"none\" stroke=\"#888888\"/>\n",
             x0, y1, x1 - x0, y0 - y1);
   /* Tick labels, skipping any that would overlap the previous one. */
   sb_puts(b, "<g class=\"ticks\" fill=\"#444444\">\n");
@@ -449,9 +488,11 @@ static void draw_axes(sb *b, const frame *f, const axis *ax, const axis *ay,
     if (fabs(y - last) < 13)
       continue;
     last = y;
-    fmt_num(num, sizeof num, ay->tick[i], ay->log ? 0 : ay->step);
-    sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                 "stroke=\"#888888\"/>",
+    fmt_num_style(num, sizeof num, ay->tick[i], ay->log ? 0 : ay->step,
+                  axis_plain(ay));
+    sb_printf(b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+              "stroke=\"#888888\"/>",
               x0 - 4, y, x0, y);
     sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
               x0 - 6, y + 4, num);
@@ -460,14 +501,16 @@ static void draw_axes(sb *b, const frame *f, const axis *ax, const axis *ay,
   double last_w = 0;
   for (int i = 0; i < ax->nt; i++) {
     double x = axis_map(ax, ax->tick[i]);
-    fmt_num(num, sizeof num, ax->tick[i], ax->log ? 0 : ax->step);
+    fmt_num_style(num, sizeof num, ax->tick[i], ax->log ? 0 : ax->step,
+                  axis_plain(ax));
     double w = text_w(num);
     if (x - last < (w + last_w) / 2 + 8)
       continue;
     last = x;
     last_w = w;
-    sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                 "stroke=\"#888888\"/>",
+    sb_printf(b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+              "stroke=\"#888888\"/>",
               x, y0, x, y0 + 4);
     sb_printf(b,
               "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
@@ -475,16 +518,18 @@ static void draw_axes(sb *b, const frame *f, const axis *ax, const axis *ay,
   }
   sb_puts(b, "</g>\n");
   if (c->xlabel && *c->xlabel) {
-    sb_printf(b, "<text class=\"xlabel\" x=\"%.1f\" y=\"%.1f\" "
-                 "text-anchor=\"middle\" fill=\"#222222\">",
+    sb_printf(b,
+              "<text class=\"xlabel\" x=\"%.1f\" y=\"%.1f\" "
+              "text-anchor=\"middle\" fill=\"#222222\">",
               (x0 + x1) / 2, f->H - 8);
     sb_esc(b, c->xlabel);
     sb_printf(b, "%s</text>\n", ax->log ? " (log scale)" : "");
   }
   if (c->ylabel && *c->ylabel) {
-    sb_printf(b, "<text class=\"ylabel\" transform=\"rotate(-90)\" "
-                 "x=\"%.1f\" y=\"14\" text-anchor=\"middle\" "
-                 "fill=\"#222222\">",
+    sb_printf(b,
+              "<text class=\"ylabel\" transform=\"rotate(-90)\" "
+              "x=\"%.1f\" y=\"14\" text-anchor=\"middle\" "
+              "fill=\"#222222\">",
               -(y0 + y1) / 2);
     sb_esc(b, c->ylabel);
     sb_printf(b, "%s</text>\n", ay->log ? " (log scale)" : "");
@@ -493,12 +538,14 @@ static void draw_axes(sb *b, const frame *f, const axis *ax, const axis *ay,
 
 static void draw_no_data(sb *b, const frame *f) {
   double x0 = f->ml, x1 = f->W - f->mr, y0 = f->H - f->mb, y1 = f->mt;
-  sb_printf(b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-               "height=\"%.1f\" fill=\"#fafafa\" stroke=\"#bbbbbb\"/>\n",
+  sb_printf(b,
+            "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+            "height=\"%.1f\" fill=\"#fafafa\" stroke=\"#bbbbbb\"/>\n",
             x0, y1, x1 - x0, y0 - y1);
-  sb_printf(b, "<text class=\"nodata\" x=\"%.1f\" y=\"%.1f\" "
-               "text-anchor=\"middle\" font-size=\"14\" fill=\"#777777\">"
-               "no data</text>\n",
+  sb_printf(b,
+            "<text class=\"nodata\" x=\"%.1f\" y=\"%.1f\" "
+            "text-anchor=\"middle\" font-size=\"14\" fill=\"#777777\">"
+            "no data</text>\n",
             (x0 + x1) / 2, (y0 + y1) / 2 + 5);
 }
 
@@ -522,8 +569,9 @@ static int mark_ok(const svgplot_chart *c, double x) {
  * covers, with x non-decreasing, is drawn as each pixel column's first,
  * lowest, highest and last point: the same picture, a fraction of the
  * text. */
-static void draw_polyline(sb *b, const svgplot_chart *c, const svgplot_series *s,
-                          const axis *ax, const axis *ay, const char *color) {
+static void draw_polyline(sb *b, const svgplot_chart *c,
+                          const svgplot_series *s, const axis *ax,
+                          const axis *ay, const char *color) {
   size_t n_ok = 0;
   int sorted = 1;
   double prev = -INFINITY;
@@ -539,8 +587,9 @@ static void draw_polyline(sb *b, const svgplot_chart *c, const svgplot_series *s
     return;
   double width = fabs(ax->p1 - ax->p0);
   int decimate = sorted && (double)n_ok > 4 * width;
-  sb_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" "
-               "stroke-linejoin=\"round\" points=\"",
+  sb_printf(b,
+            "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" "
+            "stroke-linejoin=\"round\" points=\"",
             color);
   long col = -1;
   double first_y = 0, min_y = 0, max_y = 0, last_y = 0, cx = 0;
@@ -548,7 +597,7 @@ static void draw_polyline(sb *b, const svgplot_chart *c, const svgplot_series *s
 #define FLUSH_COL()                                                            \
   do {                                                                         \
     if (have) {                                                                \
-      sb_printf(b, "%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f ", cx, first_y,   \
+      sb_printf(b, "%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f ", cx, first_y,    \
                 cx, min_y, cx, max_y, cx, last_y);                             \
     }                                                                          \
   } while (0)
@@ -582,8 +631,7 @@ static void draw_polyline(sb *b, const svgplot_chart *c, const svgplot_series *s
   sb_puts(b, "\"/>\n");
 }
 
-char *svgplot_lines(const svgplot_chart *c, const svgplot_series *s,
-                    size_t n) {
+char *svgplot_lines(const svgplot_chart *c, const svgplot_series *s, size_t n) {
   sb b = {0};
   /* Data range over every drawable point and mark. */
   double xmn = INFINITY, xmx = -INFINITY, ymn = INFINITY, ymx = -INFINITY;
@@ -662,10 +710,10 @@ char *svgplot_lines(const svgplot_chart *c, const svgplot_series *s,
         char xs[64], ys[64];
         fmt_num(xs, sizeof xs, s[k].x[i], 0);
         fmt_num(ys, sizeof ys, s[k].y[i], 0);
-        sb_printf(&b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" "
-                      "fill=\"%s\"><title>",
-                  axis_map(&ax, s[k].x[i]), axis_map(&ay, s[k].y[i]), r,
-                  color);
+        sb_printf(&b,
+                  "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" "
+                  "fill=\"%s\"><title>",
+                  axis_map(&ax, s[k].x[i]), axis_map(&ay, s[k].y[i]), r, color);
         sb_esc(&b, s[k].label);
         sb_printf(&b, ": %s at %s</title></circle>\n", ys, xs);
       }
@@ -677,9 +725,10 @@ char *svgplot_lines(const svgplot_chart *c, const svgplot_series *s,
     if (!mark_ok(c, c->marks[m].x))
       continue;
     double x = axis_map(&ax, c->marks[m].x);
-    sb_printf(&b, "<line class=\"mark\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
-                  "y2=\"%.1f\" stroke=\"#d62728\" stroke-width=\"1.5\" "
-                  "stroke-dasharray=\"4 3\"><title>",
+    sb_printf(&b,
+              "<line class=\"mark\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
+              "y2=\"%.1f\" stroke=\"#d62728\" stroke-width=\"1.5\" "
+              "stroke-dasharray=\"4 3\"><title>",
               x, f.H - f.mb, x, f.mt);
     sb_esc(&b, c->marks[m].label);
     sb_puts(&b, "</title></line>\n");
@@ -695,9 +744,8 @@ static double bar_value(const svgplot_stack *st, size_t i) {
   return isfinite(v) && v > 0 ? v : 0;
 }
 
-char *svgplot_stacked_bars(const svgplot_chart *c, const double *x,
-                           size_t n_x, const svgplot_stack *stacks,
-                           size_t n_stacks) {
+char *svgplot_stacked_bars(const svgplot_chart *c, const double *x, size_t n_x,
+                           const svgplot_stack *stacks, size_t n_stacks) {
   sb b = {0};
   double xmn = INFINITY, xmx = -INFINITY, ymx = 0, gap = INFINITY;
   size_t n_ok = 0;
@@ -773,8 +821,9 @@ char *svgplot_stacked_bars(const svgplot_chart *c, const double *x,
       base[i] += v;
       fmt_num(xs, sizeof xs, x[i], 0);
       fmt_num(vs, sizeof vs, v, 0);
-      sb_printf(&b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-                    "height=\"%.1f\"><title>",
+      sb_printf(&b,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+                "height=\"%.1f\"><title>",
                 axis_map(&ax, x[i]) - bw / 2, yb, bw, ya - yb);
       sb_esc(&b, stacks[k].label);
       sb_printf(&b, ": %s at %s</title></rect>\n", vs, xs);
@@ -782,6 +831,197 @@ char *svgplot_stacked_bars(const svgplot_chart *c, const double *x,
     sb_puts(&b, "</g>\n");
   }
   free(base);
+  sb_puts(&b, "</svg>\n");
+  return sb_finish(&b);
+}
+
+/* ---- timelines --------------------------------------------------------- */
+
+/* A caller's colour, or black when it could break out of the attribute:
+ * "#rrggbb", a name or rgb(...) pass. */
+static const char *safe_color(const char *z) {
+  if (!z || !*z)
+    return palette[0];
+  for (const char *p = z; *p; p++)
+    if (!strchr("#abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                "0123456789(),. %",
+                *p))
+      return "#000000";
+  return z;
+}
+
+#define ROW_H 24.0
+
+/* At most max characters of s (UTF-8 aware: never cuts a character),
+ * with an ellipsis when cut, escaped. */
+static void sb_esc_trunc(sb *b, const char *s, size_t max) {
+  if (!s)
+    return;
+  size_t n = 0, i = 0;
+  while (s[i] && n < max) {
+    i++;
+    while ((s[i] & 0xC0) == 0x80)
+      i++;
+    n++;
+  }
+  if (!s[i]) {
+    sb_esc(b, s);
+    return;
+  }
+  char *cut = malloc(i + 1);
+  if (!cut) {
+    b->oom = 1;
+    return;
+  }
+  memcpy(cut, s, i);
+  cut[i] = '\0';
+  sb_esc(b, cut);
+  sb_puts(b, "\xe2\x80\xa6");
+  free(cut);
+}
+
+char *svgplot_timeline(const svgplot_chart *c, const svgplot_row *rows,
+                       size_t n_rows, const svgplot_key *keys, size_t n_keys) {
+  sb b = {0};
+  double xmn = INFINITY, xmx = -INFINITY, longest = 0;
+  size_t total = 0;
+  for (size_t r = 0; r < n_rows; r++) {
+    double w = text_w(rows[r].label);
+    longest = fmax(longest, fmin(w, 28 * CHAR_W));
+    for (size_t i = 0; i < rows[r].n; i++) {
+      const svgplot_span *sp = &rows[r].spans[i];
+      if (!isfinite(sp->start) || !isfinite(sp->end))
+        continue;
+      total++;
+      xmn = fmin(xmn, fmin(sp->start, sp->end));
+      xmx = fmax(xmx, fmax(sp->start, sp->end));
+    }
+  }
+  legend_item *li = calloc(n_keys + 1, sizeof *li);
+  if (!li)
+    return NULL;
+  for (size_t k = 0; k < n_keys; k++)
+    li[k] = (legend_item){keys[k].label ? keys[k].label : "",
+                          safe_color(keys[k].color), 2};
+  /* The row labels set the left margin, which moves the legend. */
+  frame f;
+  frame_init(&f, c, li, n_keys);
+  f.ml = fmax(64, longest + 16);
+  f.legend_rows = legend_rows(&f, li, n_keys);
+  f.mt = 30 + (f.legend_rows ? 16.0 * f.legend_rows + 4 : 0);
+  if (c->height <= 0)
+    f.H = f.mt + ROW_H * (double)(n_rows ? n_rows : 1) + f.mb;
+  open_svg(&b, &f, c);
+  draw_legend(&b, &f, li, n_keys);
+  free(li);
+
+  if (!total) {
+    draw_no_data(&b, &f);
+    for (size_t r = 0; r < n_rows; r++) {
+      sb_puts(&b, "<g class=\"series\" data-label=\"");
+      sb_esc(&b, rows[r].label);
+      sb_puts(&b, "\" data-points=\"0\"></g>\n");
+    }
+    sb_puts(&b, "</svg>\n");
+    return sb_finish(&b);
+  }
+  if (xmn > 0)
+    xmn = 0;
+  axis ax;
+  double pw = f.W - f.ml - f.mr;
+  axis_init(&ax, xmn, xmx, 0, pw > 400 ? 7 : 4);
+  ax.p0 = f.ml;
+  ax.p1 = f.W - f.mr;
+  double y0 = f.mt, y1 = f.H - f.mb, rh = (y1 - y0) / (double)n_rows;
+  char num[64];
+
+  /* Row stripes and labels, then the grid over them. */
+  for (size_t r = 0; r < n_rows; r++) {
+    double y = y0 + rh * (double)r;
+    if (r % 2)
+      sb_printf(&b,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+                "height=\"%.1f\" fill=\"#f6f6f6\"/>\n",
+                f.ml, y, pw, rh);
+    sb_printf(&b,
+              "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" "
+              "fill=\"#222222\">",
+              f.ml - 6, y + rh / 2 + 4);
+    sb_esc_trunc(&b, rows[r].label, 28);
+    sb_puts(&b, "</text>\n");
+  }
+  sb_puts(&b, "<g class=\"grid\" stroke=\"#e0e0e0\">\n");
+  for (int i = 0; i < ax.nt; i++) {
+    double x = axis_map(&ax, ax.tick[i]);
+    sb_printf(&b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
+              "y2=\"%.1f\"/>\n",
+              x, y0, x, y1);
+  }
+  sb_puts(&b, "</g>\n");
+  sb_printf(&b,
+            "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" "
+            "width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+            "stroke=\"#888888\"/>\n",
+            f.ml, y0, pw, y1 - y0);
+  sb_puts(&b, "<g class=\"ticks\" fill=\"#444444\">\n");
+  double last = -1e9, last_w = 0;
+  for (int i = 0; i < ax.nt; i++) {
+    double x = axis_map(&ax, ax.tick[i]);
+    fmt_num(num, sizeof num, ax.tick[i], ax.step);
+    double w = text_w(num);
+    if (x - last < (w + last_w) / 2 + 8)
+      continue;
+    last = x;
+    last_w = w;
+    sb_printf(&b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
+              "y2=\"%.1f\" stroke=\"#888888\"/>",
+              x, y1, x, y1 + 4);
+    sb_printf(&b,
+              "<text x=\"%.1f\" y=\"%.1f\" "
+              "text-anchor=\"middle\">%s</text>\n",
+              x, y1 + 16, num);
+  }
+  sb_puts(&b, "</g>\n");
+  if (c->xlabel && *c->xlabel) {
+    sb_printf(&b,
+              "<text class=\"xlabel\" x=\"%.1f\" y=\"%.1f\" "
+              "text-anchor=\"middle\" fill=\"#222222\">",
+              f.ml + pw / 2, f.H - 8);
+    sb_esc(&b, c->xlabel);
+    sb_puts(&b, "</text>\n");
+  }
+
+  double bh = fmin(rh * 0.6, 16);
+  for (size_t r = 0; r < n_rows; r++) {
+    size_t cnt = 0;
+    for (size_t i = 0; i < rows[r].n; i++)
+      cnt += isfinite(rows[r].spans[i].start) && isfinite(rows[r].spans[i].end);
+    sb_puts(&b, "<g class=\"series\" data-label=\"");
+    sb_esc(&b, rows[r].label);
+    sb_printf(&b, "\" data-points=\"%zu\">\n", cnt);
+    double yc = y0 + rh * ((double)r + 0.5);
+    for (size_t i = 0; i < rows[r].n; i++) {
+      const svgplot_span *sp = &rows[r].spans[i];
+      if (!isfinite(sp->start) || !isfinite(sp->end))
+        continue;
+      double xa = axis_map(&ax, fmin(sp->start, sp->end));
+      double xb = axis_map(&ax, fmax(sp->start, sp->end));
+      if (xb - xa < 2)
+        xb = xa + 2;
+      sb_printf(&b,
+                "<rect class=\"span\" x=\"%.1f\" y=\"%.1f\" "
+                "width=\"%.1f\" height=\"%.1f\" rx=\"2\" "
+                "fill=\"",
+                xa, yc - bh / 2, xb - xa, bh);
+      sb_puts(&b, safe_color(sp->color));
+      sb_puts(&b, "\" stroke=\"#ffffff\" stroke-width=\"0.5\"><title>");
+      sb_esc(&b, sp->label ? sp->label : rows[r].label);
+      sb_puts(&b, "</title></rect>\n");
+    }
+    sb_puts(&b, "</g>\n");
+  }
   sb_puts(&b, "</svg>\n");
   return sb_finish(&b);
 }

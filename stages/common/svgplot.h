@@ -24,7 +24,7 @@ typedef struct svgplot_series {
   const char *label;
   const double *x, *y; /* n points */
   size_t n;
-  int markers_only;    /* points without a line (e.g. one final eval) */
+  int markers_only; /* points without a line (e.g. one final eval) */
 } svgplot_series;
 
 /* A vertical mark at x (e.g. a loss-spike guard event), with a label
@@ -46,8 +46,7 @@ typedef struct svgplot_chart {
 } svgplot_chart;
 
 /* A line chart of n series. Caller frees. */
-char *svgplot_lines(const svgplot_chart *c, const svgplot_series *s,
-                    size_t n);
+char *svgplot_lines(const svgplot_chart *c, const svgplot_series *s, size_t n);
 
 /* One stack of a stacked bar chart: v[i] is its value at x[i]. */
 typedef struct svgplot_stack {
@@ -59,9 +58,38 @@ typedef struct svgplot_stack {
  * x, stacks drawn bottom to top in order. Each stack is a
  * <g class="series" data-label=... data-points=n_x> of <rect>s. Caller
  * frees. */
-char *svgplot_stacked_bars(const svgplot_chart *c, const double *x,
-                           size_t n_x, const svgplot_stack *stacks,
-                           size_t n_stacks);
+char *svgplot_stacked_bars(const svgplot_chart *c, const double *x, size_t n_x,
+                           const svgplot_stack *stacks, size_t n_stacks);
+
+/* One bar of a timeline row, from start to end (x units), filled with
+ * color ("#rrggbb"; NULL: the palette's first), label shown on hover. */
+typedef struct svgplot_span {
+  double start, end;
+  const char *color;
+  const char *label;
+} svgplot_span;
+
+/* A row of a timeline: its label and its bars. */
+typedef struct svgplot_row {
+  const char *label;
+  const svgplot_span *spans;
+  size_t n;
+} svgplot_row;
+
+/* A legend entry for colours that mean something (outcomes). */
+typedef struct svgplot_key {
+  const char *label;
+  const char *color;
+} svgplot_key;
+
+/* A timeline (Gantt chart): rows top to bottom, each a
+ * <g class="series" data-label=row data-points=bars drawn> of
+ * <rect class="span">s; a linear x axis (c->xlabel) from 0 or the
+ * earliest start; a legend of keys. Spans with a non-finite start or end
+ * are left out; a span shorter than a pixel is drawn a pixel or two wide.
+ * c->height 0: as tall as the rows need. Caller frees. */
+char *svgplot_timeline(const svgplot_chart *c, const svgplot_row *rows,
+                       size_t n_rows, const svgplot_key *keys, size_t n_keys);
 
 /* s escaped for XML/HTML text and attribute values (& < > " '). Caller
  * frees. */

@@ -442,6 +442,33 @@ static void test_metrics(void) {
   resp_free(&r);
 }
 
+static void test_report(void) {
+  /* A run's report.html, served as the page it is, under a policy that
+   * lets no script run. */
+  const char *page = "<!DOCTYPE html>\n<title>report</title><p>run A</p>\n";
+  write_text(test_path("runs/nightly/" RUN_A "/report.html"), page,
+             strlen(page));
+  resp r = get("/api/runs/" RUN_A "/report");
+  CHECK_INT(r.status, 200);
+  CHECK(has_header(&r, "Content-Type", "text/html"));
+  CHECK(has_header(&r, "Content-Security-Policy", "default-src 'none'"));
+  CHECK_STR(r.body.s, page);
+  resp_free(&r);
+  /* A unique prefix finds it too. */
+  r = get("/api/runs/20261121T10/report");
+  CHECK_INT(r.status, 200);
+  resp_free(&r);
+  /* No report yet: 404 as JSON. */
+  r = get("/api/runs/" RUN_B "/report");
+  CHECK_INT(r.status, 404);
+  CHECK(has_header(&r, "Content-Type", "application/json"));
+  CHECK(jstr(r.json, "error") && strstr(jstr(r.json, "error"), "report.html"));
+  resp_free(&r);
+  r = get("/api/runs/nosuchrun/report");
+  CHECK_INT(r.status, 404);
+  resp_free(&r);
+}
+
 /* ---- Writes ---- */
 
 static void test_trigger(void) {
@@ -617,6 +644,7 @@ static void test_dashboard(void) {
   /* The app: it polls the API and draws SVG. */
   CHECK(strstr(r.body.s, "/api/dags") != NULL);
   CHECK(strstr(r.body.s, "/metrics") != NULL);
+  CHECK(strstr(r.body.s, "/report`") != NULL); /* a link to each report */
   CHECK(strstr(r.body.s, "createElementNS") != NULL);
   /* Self-contained, and never puts data in innerHTML. */
   CHECK(strstr(r.body.s, "<script src") == NULL);
@@ -647,6 +675,7 @@ static void test_openapi(void) {
       {"/api/runs/{run}/metrics", "get"},
       {"/api/runs/{run}/alerts", "get"},
       {"/api/runs/{run}/cancel", "post"},
+      {"/api/runs/{run}/report", "get"},
   };
   size_t n = sizeof routed / sizeof routed[0];
   for (size_t i = 0; i < n; i++) {
@@ -849,6 +878,7 @@ int main(void) {
   test_reads();
   test_logs();
   test_metrics();
+  test_report();
   test_trigger();
   test_cancel();
   test_routing();

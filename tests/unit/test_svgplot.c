@@ -65,10 +65,10 @@ static void test_numbers(void) {
   static const struct {
     double v;
     const char *want;
-  } cases[] = {{0, "0"},         {12, "12"},        {0.25, "0.25"},
-               {1200, "1.2k"},   {3.4e6, "3.4M"},   {1234567, "1.23M"},
-               {1e-4, "1e-4"},   {2.5e-5, "2.5e-5"}, {-1500, "-1.5k"},
-               {2e9, "2G"},      {3.14159, "3.14"}, {0.001, "0.001"},
+  } cases[] = {{0, "0"},       {12, "12"},         {0.25, "0.25"},
+               {1200, "1.2k"}, {3.4e6, "3.4M"},    {1234567, "1.23M"},
+               {1e-4, "1e-4"}, {2.5e-5, "2.5e-5"}, {-1500, "-1.5k"},
+               {2e9, "2G"},    {3.14159, "3.14"},  {0.001, "0.001"},
                {999.4, "999"}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     svgplot_format_number(z, sizeof z, cases[i].v);
@@ -174,8 +174,8 @@ static void test_log_axes(void) {
   /* Throughput in the millions: k/M labels on a linear axis. */
   double bx[4] = {1, 2, 4, 8}, by[4] = {2.1e5, 4e5, 7.5e5, 1.0e6};
   svgplot_series t = {.label = "tokens/s", .x = bx, .y = by, .n = 4};
-  svgplot_chart c2 = {.title = "throughput", .xlabel = "batch size",
-                      .ylabel = "tokens/s"};
+  svgplot_chart c2 = {
+      .title = "throughput", .xlabel = "batch size", .ylabel = "tokens/s"};
   svg = svgplot_lines(&c2, &t, 1);
   CHECK(svg != NULL);
   if (!svg)
@@ -183,6 +183,19 @@ static void test_log_axes(void) {
   CHECK(strstr(svg, ">400k</text>") != NULL);
   CHECK(strstr(svg, ">1M</text>") != NULL);
   CHECK_INT(count(svg, "<circle"), 4); /* markers; the legend is a line */
+  free(svg);
+}
+
+static void test_small_linear(void) {
+  /* A flat learning rate near 1e-3: the axis's labels all read as
+   * decimals, not "9.5e-4" next to "0.001". */
+  double x[3] = {1, 2, 3}, y[3] = {1e-3, 1e-3, 1e-3};
+  svgplot_series s = {.label = "lr", .x = x, .y = y, .n = 3};
+  svgplot_chart c = {.title = "lr", .xlabel = "step", .ylabel = "lr"};
+  char *svg = svgplot_lines(&c, &s, 1);
+  CHECK(svg && strstr(svg, "e-4<") == NULL);
+  CHECK(svg && strstr(svg, ">0.001</text>") != NULL);
+  CHECK(svg && strstr(svg, ">0.00095</text>") != NULL);
   free(svg);
 }
 
@@ -246,12 +259,44 @@ static void test_dense(void) {
   free(y);
 }
 
+static void test_timeline(void) {
+  /* A task that failed once and succeeded on retry, and one after it. */
+  svgplot_span prep[2] = {{0.0, 0.013, "#d62728", "prep attempt 1: failed"},
+                          {0.11, 0.12, "#2ca02c", "prep attempt 2: success"}};
+  svgplot_span train[1] = {{0.12, 2.5, "#2ca02c", "train <attempt 1>"}};
+  svgplot_row rows[3] = {
+      {"prep", prep, 2}, {"train", train, 1}, {"cached_task", NULL, 0}};
+  svgplot_key keys[2] = {{"success", "#2ca02c"}, {"failed", "\"><x"}};
+  svgplot_chart c = {.title = "Timeline", .xlabel = "seconds since start (s)"};
+  char *svg = svgplot_timeline(&c, rows, 3, keys, 2);
+  CHECK(svg != NULL);
+  if (!svg)
+    return;
+  CHECK_INT(points_of(svg, "prep"), 2);
+  CHECK_INT(points_of(svg, "train"), 1);
+  CHECK_INT(points_of(svg, "cached_task"), 0);
+  CHECK_INT(count(svg, "class=\"span\""), 3);
+  CHECK(strstr(svg, "train &lt;attempt 1&gt;") != NULL);
+  CHECK(strstr(svg, "\"><x") == NULL); /* a colour cannot break out */
+  CHECK(strstr(svg, ">failed</text>") != NULL);
+  /* Rows fit: title 30 + legend 20 + 3 rows of 24 + axis 44. */
+  CHECK(strstr(svg, "height=\"166\"") != NULL);
+  CHECK(strstr(svg, "text-anchor=\"middle\">2.5</text>") != NULL);
+  CHECK(well_formed(svg));
+  free(svg);
+  svg = svgplot_timeline(&c, rows + 2, 1, NULL, 0);
+  CHECK(svg && strstr(svg, "no data") != NULL);
+  free(svg);
+}
+
 int main(void) {
+  test_timeline();
   test_numbers();
   test_escape();
   test_lines();
   test_log_axes();
   test_no_data();
+  test_small_linear();
   test_stacked();
   test_dense();
   TEST_DONE();
