@@ -31,7 +31,7 @@ tasks:
   train:
     stage: train
     needs: [prep]
-    with: {data: "$DATA", n_layer: 1, n_head: 2, n_embd: 16, block_size: 16, batch_size: 4, threads: 1, steps: 30, eval_every: 10, eval_batches: 2, lr: "\${params.lr}", samples: 1, sample_tokens: 8, checkpoint_every: 0, spike_window: 8}
+    with: {data: "$DATA", n_layer: 1, n_head: 2, n_embd: 16, block_size: 16, batch_size: 4, threads: 1, steps: 30, eval_every: 10, eval_batches: 2, lr: "\${params.lr}", samples: 1, sample_tokens: 8, checkpoint_every: 0, spike_window: 8, peak_tflops: 0.05}
   validate:
     stage: validate
     needs: [train]
@@ -187,7 +187,17 @@ for title, label in (("train: learning rate", "lr"),
     check(ch is not None and ch["series"].get(label) == steps,
           "%s: %s" % (title, ch and ch["series"]))
 check("train: throughput" in c, "no throughput chart")
-check("MFU: not plotted" in text, "no word on the missing MFU metric")
+# MFU (train was given peak_tflops) and where the time went: a bar per
+# step (30 steps: fewer than the 60-bar cap), a stack per phase.
+ch = c.get("train: model FLOPs utilization")
+check(ch is not None and ch["series"].get("mfu") == steps,
+      "MFU chart: %s" % (ch and ch["series"]))
+tc = [v for k, v in c.items() if k.startswith("train: where the time goes")]
+check(len(tc) == 1, "time-split chart: %s" % list(c))
+if tc:
+    check(tc[0]["series"] == {k: steps for k in ("data wait", "forward", "backward",
+                                                 "optimizer", "communication")},
+          "time-split stacks: %s" % tc[0]["series"])
 
 # Validation numbers as validate wrote them.
 vm = json.load(open(run_dir + "/validate/out/metrics.json"))
