@@ -40,35 +40,14 @@ static const char *jstr(const cJSON *o, const char *k) {
   return cJSON_IsString(j) ? j->valuestring : NULL;
 }
 
-/* HTML text and attribute values: & < > " ' escaped. */
+/* HTML text and attribute values: & < > " ' escaped (svgplot's
+ * escaping, so that the page and its charts agree). */
 static void esc(sbuf *b, const char *s) {
   if (!s)
     return;
-  for (; *s; s++) {
-    switch (*s) {
-    case '&':
-      sbuf_puts(b, "&amp;");
-      break;
-    case '<':
-      sbuf_puts(b, "&lt;");
-      break;
-    case '>':
-      sbuf_puts(b, "&gt;");
-      break;
-    case '"':
-      sbuf_puts(b, "&quot;");
-      break;
-    case '\'':
-      sbuf_puts(b, "&#39;");
-      break;
-    default:
-      /* Control characters are not allowed in HTML text. */
-      if ((unsigned char)*s < 0x20 && *s != '\n' && *s != '\t')
-        sbuf_putc(b, ' ');
-      else
-        sbuf_putc(b, *s);
-    }
-  }
+  char *e = svgplot_escape(s);
+  sbuf_puts(b, e);
+  free(e);
 }
 
 /* "2026-11-21T20:24:42.111Z" -> seconds since the epoch, or 0. */
