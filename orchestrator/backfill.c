@@ -190,7 +190,7 @@ int backfill_cmd(int argc, char **argv, const char *self_exe) {
               sp->dag, sp->schedule->str, cron_zone_name(z), from_s, to_s);
   }
   if (n <= 0)
-    goto free_cron;
+    goto free_times;
 
   /* What already succeeded, to skip. */
   cJSON *done = NULL;
