@@ -257,7 +257,6 @@ int backfill_cmd(int argc, char **argv, const char *self_exe) {
   cJSON_Delete(done);
 free_times:
   free(times);
-free_cron:
   cron_destroy(e);
   cron_zone_close(z);
 free_spec:
