@@ -1,0 +1,96 @@
+/*
+ * comm: the collectives distributed training needs, behind one small
+ * interface, with the backends that really move the bytes: MPI (Open MPI,
+ * CPU ranks), NCCL (GPU ranks; built where CUDA and NCCL are found) and
+ * "self" (one rank, no library: what a plain single-process run uses).
+ * No home-made transport.
+ *
+ * Buffers are host memory for MPI and self, device memory for NCCL. Sums
+ * are of float32. Every function returns 0, or -1 with a message in err
+ * that names the operation, the backend and the library's error text; a
+ * failed collective leaves the communicator unusable (abort it).
+ *
+ * Async variants return a request that comm_wait completes; at most
+ * COMM_MAX_INFLIGHT requests may be outstanding per communicator, and
+ * requests complete in any order. Overlap with compute is the point:
+ * ZeRO-2 reduce-scatters gradient buckets while backward goes on.
+ *
+ * Failure of a peer: MPI runs with MPI_ERRORS_RETURN and a timeout
+ * (comm_config.timeout_s) on waits, NCCL communicators are created
+ * non-blocking and polled with the same timeout; when it passes, the call
+ * fails and comm_abort stops every rank instead of hanging.
+ *
+ * Threads: one thread uses a communicator at a time.
+ */
+#ifndef DAGRUN_COMM_H
+#define DAGRUN_COMM_H
+
+#include <stddef.h>
+
+#define COMM_MAX_INFLIGHT 16
+
+typedef enum comm_backend {
+  COMM_SELF = 0, /* one rank */
+  COMM_MPI = 1,  /* ranks launched by mpirun/srun (or a singleton) */
+  COMM_NCCL = 2  /* GPU ranks; bootstrap through MPI or a rendezvous */
+} comm_backend;
+
+typedef struct comm_config {
+  comm_backend backend;
+  double timeout_s; /* a collective not done by then fails; 0: 300 s */
+  /* NCCL only: how ranks find each other when they were not launched by
+   * MPI: a directory shared by the gang (dagrun's rendezvous, one file
+   * with the unique id written by rank 0), with rank and size given. */
+  const char *rendezvous_dir;
+  int rank, size, device;
+} comm_config;
+
+typedef struct comm comm;
+typedef struct comm_req comm_req;
+
+/* Creates the communicator of this process's gang. For MPI, initializes
+ * MPI (MPI_Init_thread, funneled) if nobody did. Returns 0 with *out, or
+ * -1 with err. */
+int comm_create(const comm_config *cfg, comm **out, char *err,
+                size_t errlen);
+int comm_rank(const comm *c);
+int comm_size(const comm *c);
+comm_backend comm_backend_of(const comm *c);
+const char *comm_backend_name(comm_backend b); /* "self", "mpi", "nccl" */
+
+/* buf[0..n) summed over ranks, in place, on every rank. */
+int comm_allreduce_sum(comm *c, float *buf, size_t n, char *err,
+                       size_t errlen);
+/* send[0..n*size) summed over ranks; rank r gets the sum's slice
+ * [r*n, (r+1)*n) in recv[0..n). */
+int comm_reduce_scatter_sum(comm *c, const float *send, float *recv, size_t n,
+                            char *err, size_t errlen);
+/* Each rank's send[0..n) into recv[r*n .. (r+1)*n) on every rank. send
+ * may be recv + rank*n (in place). */
+int comm_allgather(comm *c, const float *send, float *recv, size_t n,
+                   char *err, size_t errlen);
+/* bytes of buf from root to every rank. */
+int comm_broadcast(comm *c, void *buf, size_t bytes, int root, char *err,
+                   size_t errlen);
+int comm_barrier(comm *c, char *err, size_t errlen);
+
+/* The same, started; *req completes in comm_wait. */
+int comm_iallreduce_sum(comm *c, float *buf, size_t n, comm_req **req,
+                        char *err, size_t errlen);
+int comm_ireduce_scatter_sum(comm *c, const float *send, float *recv,
+                             size_t n, comm_req **req, char *err,
+                             size_t errlen);
+int comm_iallgather(comm *c, const float *send, float *recv, size_t n,
+                    comm_req **req, char *err, size_t errlen);
+/* Waits for req (freed), up to the timeout. */
+int comm_wait(comm *c, comm_req *req, char *err, size_t errlen);
+
+/* Stops every rank of the gang (MPI_Abort / ncclCommAbort + exit code):
+ * for a rank that found a peer gone or a collective timed out. Does not
+ * return. */
+void comm_abort(comm *c, int code) __attribute__((noreturn));
+/* Frees the communicator (and finalizes MPI when comm_create initialized
+ * it). NULL: no-op. */
+void comm_destroy(comm *c);
+
+#endif /* DAGRUN_COMM_H */
