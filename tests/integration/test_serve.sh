@@ -27,6 +27,7 @@ SERVE_PID=
 start_serve() {
   local log=$1
   shift
+  : >"$log" # before the background job opens it: sed reads it at once
   "$DAGRUN" serve dags --port 0 --token-file token --hmac-secret-file hmac "$@" >"$log" 2>&1 &
   SERVE_PID=$!
   for _ in $(seq 100); do
