@@ -75,6 +75,23 @@ except urllib.error.HTTPError as e:
 P
 }
 
+# run_state RUN: the run's state in the store ("" while it is not there).
+run_state() {
+  "$DAGRUN" status "$1" --json 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null || true
+}
+
+# wait_state RUN STATE TRIES: waits (0.1 s a try) until the run is in
+# STATE; fails naming the state it is in.
+wait_state() {
+  local st
+  for _ in $(seq "$3"); do
+    st=$(run_state "$1")
+    [ "$st" = "$2" ] && return 0
+    sleep 0.1
+  done
+  fail "run $1 is ${st:-not recorded}, expected $2"
+}
+
 # runs_json DAG: the store's runs of DAG as JSON, oldest first.
 runs_json() {
   "$DAGRUN" runs "$1" --json | /usr/bin/python3 -c 'import json,sys; print(json.dumps(sorted(json.load(sys.stdin), key=lambda r: r["started"])))'
@@ -191,10 +208,7 @@ RUN1=$(echo "$out" | sed 's/^201 //' | /usr/bin/python3 -c 'import json,sys; pri
 # overlap: skip, and a run is going
 out=$(http POST /api/dags/api/runs '{}' token)
 case "$out" in "409 "*) ;; *) fail "trigger while running (overlap skip): $out" ;; esac
-for _ in $(seq 100); do
-  [ "$("$DAGRUN" status "$RUN1" --json 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null)" = success ] && break
-  sleep 0.1
-done
+wait_state "$RUN1" success 100
 expect_in "$DAGRUN_RUNS_DIR/api/$RUN1/a/attempt-1/log" "n=2 who=hmac"
 out=$(http GET "/api/runs/$RUN1")
 case "$out" in "200 "*'"trigger":"api"'*'"state":"success"'*) ;; *) fail "run by id: $out" ;; esac
@@ -207,12 +221,7 @@ out=$(http POST "/api/runs/$RUN2/cancel" '' none)
 case "$out" in "401 "*) ;; *) fail "cancel without a token: $out" ;; esac
 out=$(http POST "/api/runs/$RUN2/cancel" '' token)
 case "$out" in "202 "*) ;; *) fail "cancel: $out" ;; esac
-for _ in $(seq 100); do
-  st=$("$DAGRUN" status "$RUN2" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
-  [ "$st" = cancelled ] && break
-  sleep 0.1
-done
-[ "$st" = cancelled ] || fail "cancelled run is $st"
+wait_state "$RUN2" cancelled 100
 
 # ---- reload: a changed file, a broken one, a new one ----
 sed -i 's/who: world/who: reloaded/' dags/api.yaml
@@ -253,15 +262,10 @@ RUN4=$(echo "$out" | sed 's/^201 //' | /usr/bin/python3 -c 'import json,sys; pri
 for _ in $(seq 100); do [ -f "$T/resumed.flag" ] && break; sleep 0.1; done
 stop_serve
 expect_in "$T/serve5.log" "stopping run $RUN4"
-[ "$("$DAGRUN" status "$RUN4" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')" = interrupted ] ||
+[ "$(run_state "$RUN4")" = interrupted ] ||
   fail "run stopped by the shutdown: $("$DAGRUN" status "$RUN4")"
 start_serve "$T/serve6.log" --no-cron
-for _ in $(seq 150); do
-  st=$("$DAGRUN" status "$RUN4" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
-  [ "$st" = success ] && break
-  sleep 0.1
-done
-[ "$st" = success ] || fail "resumed run: $st $(cat "$T/serve6.log")"
+wait_state "$RUN4" success 150
 expect_in "$T/serve6.log" "resuming run $RUN4 of api (interrupted by the last shutdown)"
 expect_in "$DAGRUN_RUNS_DIR/api/$RUN4/b/attempt-1/log" "b-ran"
 
@@ -281,12 +285,7 @@ wait "$SERVE_PID" 2>/dev/null || true
 start_serve "$T/serve7.log" --no-cron
 out=$(http POST /api/dags/api/runs '{}' token)
 case "$out" in "409 "*) ;; *) fail "a run left by a killed daemon does not count as going: $out" ;; esac
-for _ in $(seq 100); do
-  st=$("$DAGRUN" status "$RUN5" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
-  [ "$st" = success ] && break
-  sleep 0.1
-done
-[ "$st" = success ] || fail "run of a killed daemon: $st"
+wait_state "$RUN5" success 100
 expect_in "$DAGRUN_RUNS_DIR/api/$RUN5/a/attempt-1/log" "survived"
 expect_not_in "$T/serve7.log" "resuming run $RUN5"
 stop_serve
