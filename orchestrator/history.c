@@ -48,6 +48,16 @@ static history *history_new(store *st, const spec *sp, const char *run_id) {
   return h;
 }
 
+char *history_dag_sha256(const char *path) {
+  char *data;
+  size_t n;
+  if (read_file(path, &data, &n) != 0)
+    return NULL;
+  char *hex = sha256_hex(data, n);
+  free(data);
+  return hex;
+}
+
 int history_begin(store *st, const spec *sp, const rundir *run,
                   const char *params_json, const char *trigger,
                   double logical_date, history **out, char *err,
@@ -57,11 +67,13 @@ int history_begin(store *st, const spec *sp, const rundir *run,
   for (size_t i = 0; i < sp->n_tasks; i++)
     names[i] = sp->tasks[i].name;
   char *abs = realpath(sp->path, NULL);
+  char *dag_sha = history_dag_sha256(sp->path);
   int rc = store_run_begin(st, run->id, sp->dag, abs ? abs : sp->path,
                            run->path, run->started, params_json, trigger,
-                           logical_date, names,
+                           logical_date, dag_sha, names,
                            sp->n_tasks, err, errlen);
   free(abs);
+  free(dag_sha);
   free(names);
   if (rc == 0)
     rc = store_run_claim(st, run->id, (int)getpid(),

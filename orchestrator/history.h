@@ -50,6 +50,10 @@ int history_begin(store *st, const spec *sp, const rundir *run,
                   const char *params_json, const char *trigger,
                   double logical_date, history **out, char *err,
                   size_t errlen);
+/* SHA-256 (hex) of the DAG file at path as recorded with a run, or NULL
+ * when it cannot be read. Caller frees. */
+char *history_dag_sha256(const char *path);
+
 /* Records that the run run_id, already in st, goes on (`dagrun resume`):
  * its tasks that had not succeeded (preset, one per task) go back to
  * "waiting"; the caller has claimed the run (store_run_claim). */

@@ -737,6 +737,18 @@ static int cmd_resume(int argc, char **argv) {
             run_id, json_str(rec, "dag_file"));
     goto out;
   }
+  {
+    /* Resuming with an edited DAG file is allowed (fixing a task is what
+     * resume is for) but never silent. */
+    const char *was = json_str(rec, "dag_sha256");
+    char *now = history_dag_sha256(json_str(rec, "dag_file"));
+    if (was && now && strcmp(was, now) != 0)
+      fprintf(stderr,
+              "dagrun: warning: %s changed since run %s started; resuming "
+              "with the file as it is now\n",
+              json_str(rec, "dag_file"), run_id);
+    free(now);
+  }
   if (rundir_open(json_str(rec, "run_dir"), run_id, json_num(rec, "started"),
                   json_num(rec, "logical_date"), &run, err, sizeof err) != 0) {
     fprintf(stderr, "dagrun: cannot resume run %s: %s\n", run_id, err);

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <openssl/evp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -512,14 +511,7 @@ static char *fingerprint(sched *s, size_t i, const cJSON *params,
   sort_keys(j);
   char *text = cJSON_PrintUnformatted(j);
   cJSON_Delete(j);
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n_md = 0;
-  char *hex = NULL;
-  if (text && EVP_Digest(text, strlen(text), md, &n_md, EVP_sha256(), NULL)) {
-    hex = xmalloc(2 * n_md + 1);
-    for (unsigned k = 0; k < n_md; k++)
-      snprintf(hex + 2 * k, 3, "%02x", md[k]);
-  }
+  char *hex = text ? sha256_hex(text, strlen(text)) : NULL;
   cJSON_free(text);
   return hex;
 }

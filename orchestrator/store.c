@@ -14,8 +14,8 @@
   XX(COMMIT, "COMMIT")                                                         \
   XX(ROLLBACK, "ROLLBACK")                                                     \
   XX(RUN_INSERT, "INSERT INTO runs(id, dag, dag_file, run_dir, state, "        \
-                 "started, params, trigger, logical_date) "                    \
-                 "VALUES(?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8)")          \
+                 "started, params, trigger, logical_date, dag_sha256) "        \
+                 "VALUES(?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8, ?9)")      \
   XX(RUN_FINISH, "UPDATE runs SET state = ?2, finished = ?3 WHERE id = ?1")    \
   XX(TASK_INSERT, "INSERT INTO tasks(run_id, name, state, attempts) "          \
                   "VALUES(?1, ?2, 'waiting', 0)")                              \
@@ -47,7 +47,8 @@
      "WHERE (?1 IS NULL OR r.dag = ?1) AND (?3 IS NULL OR r.state = ?3) "      \
      "ORDER BY r.started DESC, r.id DESC LIMIT ?2")                            \
   XX(RUN_FIND, "SELECT id, dag, dag_file, run_dir, state, started, finished, " \
-               "params, orch_pid, orch_start, trigger, logical_date "          \
+               "params, orch_pid, orch_start, trigger, logical_date, "         \
+               "dag_sha256 "                                                   \
                "FROM runs WHERE substr(id, 1, "                                \
                "length(?1)) = ?1 "                                             \
                "ORDER BY id LIMIT 2")                                          \
@@ -128,7 +129,8 @@ static const char schema_sql[] =
     "  orch_pid INTEGER,\n"
     "  orch_start INTEGER,\n"
     "  trigger TEXT,\n"
-    "  logical_date REAL\n"
+    "  logical_date REAL,\n"
+    "  dag_sha256 TEXT\n"
     ");\n"
     "CREATE INDEX runs_dag_started ON runs(dag, started);\n"
     "CREATE INDEX runs_started ON runs(started);\n"
@@ -182,7 +184,8 @@ static const char migrate_v2_sql[] =
  * deliveries, and each scheduled DAG's last cron fire time (dagrun serve). */
 static const char migrate_v3_sql[] =
     "ALTER TABLE runs ADD COLUMN trigger TEXT;\n"
-    "ALTER TABLE runs ADD COLUMN logical_date REAL;\n" V4_TABLES_SQL;
+    "ALTER TABLE runs ADD COLUMN logical_date REAL;\n"
+    "ALTER TABLE runs ADD COLUMN dag_sha256 TEXT;\n" V4_TABLES_SQL;
 
 static int fail(store *st, int rc, char *err, size_t errlen, const char *what) {
   snprintf(err, errlen, "run store %s: %s: %s", st->path, what,
@@ -393,8 +396,9 @@ static int step_write(store *st, sqlite3_stmt *s, int must_change,
 int store_run_begin(store *st, const char *id, const char *dag,
                     const char *dag_file, const char *run_dir, double started,
                     const char *params_json, const char *trigger,
-                    double logical_date, const char *const *tasks,
-                    size_t n_tasks, char *err, size_t errlen) {
+                    double logical_date, const char *dag_sha256,
+                    const char *const *tasks, size_t n_tasks, char *err,
+                    size_t errlen) {
   int rc = begin(st, err, errlen);
   if (rc)
     return rc;
@@ -411,6 +415,7 @@ int store_run_begin(store *st, const char *id, const char *dag,
   bind_text(s, 6, params_json);
   bind_text(s, 7, trigger);
   bind_time(s, 8, logical_date);
+  bind_text(s, 9, dag_sha256);
   if ((rc = step_write(st, s, 1, "recording a run", err, errlen)) != 0)
     goto out;
   for (size_t i = 0; i < n_tasks; i++) {
@@ -669,7 +674,7 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
   static const char *const keys[] = {
       "id",      "dag",      "dag_file", "run_dir",  "state",
       "started", "finished", "params",   "orch_pid", "orch_start",
-      "trigger", "logical_date"};
+      "trigger", "logical_date", "dag_sha256"};
   static const char *const task_keys[] = {
       "name",    "state",    "attempts", "exit_code",   "error",
       "started", "finished", "outputs",  "fingerprint", "cached_from"};
@@ -682,7 +687,7 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
     goto out;
   bind_text(s, 1, id_prefix);
   cJSON *found = cJSON_CreateArray();
-  if (rows_into(st, s, found, keys, 12, 7, "finding a run", err, errlen) !=
+  if (rows_into(st, s, found, keys, 13, 7, "finding a run", err, errlen) !=
       0) {
     cJSON_Delete(found);
     goto bad;

@@ -5,7 +5,7 @@
  * directory. One row per run, per task of a run and per attempt of a task:
  *
  *   runs     (id, dag, dag_file, run_dir, state, started, finished, params,
- *             orch_pid, orch_start, trigger, logical_date)
+ *             orch_pid, orch_start, trigger, logical_date, dag_sha256)
  *   tasks    (run_id, name, state, attempts, exit_code, error, started,
  *             finished, outputs, fingerprint, cached_from)
  *   attempts (run_id, task, n, pid, state, exit_code, error, started,
@@ -19,7 +19,8 @@
  * A task's fingerprint (hex SHA-256, see sched.h) is indexed for the
  * cache; cached_from is, for a task in state "cached", the run whose task
  * it reused. Schema history: v2 added orch_pid, orch_start, pid_start;
- * v3 fingerprint and cached_from; v4 trigger and logical_date, the
+ * v3 fingerprint and cached_from; v4 trigger, logical_date and dag_sha256 (of the DAG file
+ * when the run began, for resume to notice an edited file), the
  * alert_deliveries and cron_state tables (older databases are migrated on
  * open). A run's trigger says what started it: "manual" (`dagrun run`),
  * "cron" or "api" (`dagrun serve`), "backfill"; its logical_date is the
@@ -71,13 +72,14 @@ void store_close(store *st);
 const char *store_path(const store *st);
 
 /* Records a new run in state "running" and its tasks in state "waiting",
- * in one transaction. params_json and trigger may be NULL, logical_date 0
- * (none). */
+ * in one transaction. params_json, trigger and dag_sha256 may be NULL,
+ * logical_date 0 (none). */
 int store_run_begin(store *st, const char *id, const char *dag,
                     const char *dag_file, const char *run_dir, double started,
                     const char *params_json, const char *trigger,
-                    double logical_date, const char *const *tasks,
-                    size_t n_tasks, char *err, size_t errlen);
+                    double logical_date, const char *dag_sha256,
+                    const char *const *tasks, size_t n_tasks, char *err,
+                    size_t errlen);
 /* Sets the run's final state and end time. */
 int store_run_finish(store *st, const char *id, const char *state,
                      double finished, char *err, size_t errlen);

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -506,4 +507,15 @@ char *path_join(const char *a, const char *b) {
   if (a[la - 1] == '/')
     return xasprintf("%s%s", a, b);
   return xasprintf("%s/%s", a, b);
+}
+
+char *sha256_hex(const void *data, size_t n) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n_md = 0;
+  if (!EVP_Digest(data, n, md, &n_md, EVP_sha256(), NULL))
+    return NULL;
+  char *hex = xmalloc(2 * n_md + 1);
+  for (unsigned k = 0; k < n_md; k++)
+    snprintf(hex + 2 * k, 3, "%02x", md[k]);
+  return hex;
 }

@@ -151,6 +151,10 @@ long long proc_start_time(int pid);
 /* Whether process pid exists and started at start (start 0: any). */
 int proc_alive(int pid, long long start);
 
+/* SHA-256 of n bytes as 64 lowercase hex digits; caller frees. NULL only
+ * when libcrypto fails. */
+char *sha256_hex(const void *data, size_t n);
+
 /* mkdir -p. Returns 0 or a negative errno-style DR_ code. */
 int mkdir_p(const char *path, unsigned mode);
 /* Writes a whole file atomically: temp name, fsync, rename, fsync dir. */

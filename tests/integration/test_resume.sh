@@ -51,6 +51,7 @@ ID=$(basename "$R")
 touch "$T/marker"
 run_dagrun resume "$ID" --plain
 expect_rc 0
+expect_not_in "$T/err" "changed since"
 [ "$(ls "$DAGRUN_RUNS_DIR/r" | wc -l)" -eq 1 ] || fail "resume made another run directory: $(ls "$DAGRUN_RUNS_DIR/r")"
 [ "$(cat "$T/a.log")" = a ] || fail "a_log ran again: $(cat "$T/a.log")"
 [ "$(cat "$T/d.log")" = d ] || fail "d ran again: $(cat "$T/d.log")"
@@ -82,6 +83,21 @@ expect_in "$T/out" "already succeeded"
 run_dagrun cancel "$ID"
 expect_rc 1
 expect_in "$T/err" "is not running"
+# A DAG file fixed between the run and the resume: resumed with the
+# file as it is now, and said so.
+cat > fix.yaml <<'Y'
+dag: fix
+tasks:
+  t: {stage: exec, with: {command: [sh, -c, 'exit 4']}}
+Y
+run_dagrun run fix.yaml --plain
+expect_rc 1
+FID=$(basename "$(run_dir fix)")
+sed -i "s/exit 4/exit 0/" fix.yaml
+run_dagrun resume "$FID" --plain
+expect_rc 0
+expect_in "$T/err" "fix.yaml changed since run $FID started; resuming with the file as it is now"
+
 run_dagrun resume nosuchrun
 expect_rc 2
 

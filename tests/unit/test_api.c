@@ -193,7 +193,7 @@ static void make_store(const char *db) {
   const char *dir_a = test_path("runs/nightly/" RUN_A);
   const char *dir_b = test_path("runs/nightly/" RUN_B);
   CHECK_INT(store_run_begin(st, RUN_A, "nightly", "/dags/nightly.yaml", dir_a,
-                            1000.0, "{\"steps\":5}", "cron", 960.0, tasks, 2,
+                            1000.0, "{\"steps\":5}", "cron", 960.0, NULL, tasks, 2,
                             err, sizeof err),
             0);
   const char *log_a = test_path("runs/nightly/" RUN_A "/train/attempt-1/log");
@@ -242,7 +242,7 @@ static void make_store(const char *db) {
    * two-byte characters, so that the 256 KiB chunk boundary falls inside
    * one, and the last byte is the first half of one. */
   CHECK_INT(store_run_begin(st, RUN_B, "nightly", "/dags/nightly.yaml", dir_b,
-                            2000.0, NULL, "api", 0, tasks, 2, err, sizeof err),
+                            2000.0, NULL, "api", 0, NULL, tasks, 2, err, sizeof err),
             0);
   const char *log_b1 = test_path("runs/nightly/" RUN_B "/train/attempt-1/log");
   const char *log_b2 = test_path("runs/nightly/" RUN_B "/train/attempt-2/log");

@@ -37,17 +37,17 @@ static void test_records(void) {
   const char *tasks[] = {"a", "b"};
   CHECK_INT(store_run_begin(st, "20260101T000000Z-aaaa", "d", "/x/d.yaml",
                             "/runs/d/1", 1000.0, "{\"k\":1}", "cron", 960.0,
-                            tasks, 2, err,
+                            "ab12", tasks, 2, err,
                             sizeof err),
             0);
   CHECK_INT(store_run_begin(st, "20260102T000000Z-bbbb", "e", "/x/e.yaml",
-                            "/runs/e/1", 2000.0, NULL, NULL, 0, tasks, 1, err,
+                            "/runs/e/1", 2000.0, NULL, NULL, 0, NULL, tasks, 1, err,
                             sizeof err),
             0);
   /* The same id twice is refused, and the failed transaction leaves
    * nothing behind. */
   CHECK_INT(store_run_begin(st, "20260102T000000Z-bbbb", "e", NULL, NULL,
-                            3000.0, NULL, NULL, 0, tasks, 1, err, sizeof err),
+                            3000.0, NULL, NULL, 0, NULL, tasks, 1, err, sizeof err),
             DR_ESTORE);
   CHECK(strstr(err, db) != NULL);
   CHECK(strstr(err, "UNIQUE") != NULL);
@@ -135,6 +135,7 @@ static void test_records(void) {
   cJSON *run = store_run(st, "20260101", &rc, err, sizeof err);
   CHECK_INT(rc, 0);
   CHECK_STR(str_key(run, "state"), "failed");
+  CHECK_STR(str_key(run, "dag_sha256"), "ab12");
   CHECK(cJSON_IsObject(cJSON_GetObjectItem(run, "params")));
   cJSON *ta = cJSON_GetArrayItem(cJSON_GetObjectItem(run, "tasks"), 0);
   CHECK_STR(str_key(ta, "name"), "a");
@@ -352,7 +353,7 @@ static void test_concurrent(void) {
   if (!st)
     return;
   const char *tasks[] = {"t"};
-  CHECK_INT(store_run_begin(st, "r1", "d", NULL, NULL, 1.0, NULL, NULL, 0, tasks, 1, err,
+  CHECK_INT(store_run_begin(st, "r1", "d", NULL, NULL, 1.0, NULL, NULL, 0, NULL, tasks, 1, err,
                             sizeof err),
             0);
 
