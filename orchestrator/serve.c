@@ -771,7 +771,9 @@ static void loop_trigger(server *s, api_request *r) {
     return;
   }
   char *id = rundir_new_id(now_wall());
-  if (dag_busy(s, e->sp->dag) && e->sp->overlap != SPEC_OVERLAP_ALLOW) {
+  /* Queued runs count as going: an API run does not overtake them. */
+  int busy = e->nq > 0 || dag_busy(s, e->sp->dag);
+  if (busy && e->sp->overlap != SPEC_OVERLAP_ALLOW) {
     if (e->sp->overlap == SPEC_OVERLAP_SKIP) {
       r->status = 409;
       snprintf(r->err, sizeof r->err,
