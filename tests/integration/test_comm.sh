@@ -15,8 +15,11 @@ CHECK="$DAGRUN_BUILD_DIR/bin/comm_check"
 command -v mpirun >/dev/null || fail "no mpirun (Debian: openmpi-bin libopenmpi-dev)"
 # Debian's Open MPI refuses root without these; CI containers run as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# In the sanitizer build: leaks inside libmpi/libopen-pal are Open MPI's.
+# In the sanitizer build: leaks inside Open MPI's libraries are Open MPI's
+# (tests/lsan-mpi.supp says which); the slow unwinder is what lets the
+# suppressions see through Open MPI's frames.
 export LSAN_OPTIONS="suppressions=$DAGRUN_SOURCE_DIR/tests/lsan-mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 MPIRUN=(mpirun --oversubscribe --bind-to none)
 
 # run NAME CMD...: runs CMD under `timeout 60`, output in $T/NAME.out,
