@@ -126,8 +126,7 @@ static const comm_ops self_ops = {self_start, self_test, self_abort,
 
 /* ---- the communicator --------------------------------------------------- */
 
-int comm_create(const comm_config *cfg, comm **out, char *err,
-                size_t errlen) {
+int comm_create(const comm_config *cfg, comm **out, char *err, size_t errlen) {
   *out = NULL;
   if (!cfg) {
     seterr(err, errlen, "comm: no configuration");
@@ -190,8 +189,7 @@ comm_backend comm_backend_of(const comm *c) { return c->backend; }
 /* Checks the arguments and the communicator's state, then starts op in a
  * slot: a free async slot when async, else the blocking one. */
 static int start(comm *c, int async, comm_op op, const void *send, void *recv,
-                 size_t n, int root, comm_req **req, char *err,
-                 size_t errlen) {
+                 size_t n, int root, comm_req **req, char *err, size_t errlen) {
   const char *bn = comm_backend_name(c->backend), *on = comm_op_name(op);
   if (c->broken) {
     seterr(err, errlen,
@@ -201,8 +199,7 @@ static int start(comm *c, int async, comm_op op, const void *send, void *recv,
     return -1;
   }
   if (n > 0 && (!recv || (op != COMM_OP_BROADCAST && !send))) {
-    seterr(err, errlen, "comm %s: %s: NULL buffer for %zu elements", bn, on,
-           n);
+    seterr(err, errlen, "comm %s: %s: NULL buffer for %zu elements", bn, on, n);
     return -1;
   }
   if (op == COMM_OP_BROADCAST && (root < 0 || root >= c->size)) {
@@ -239,8 +236,9 @@ static int start(comm *c, int async, comm_op op, const void *send, void *recv,
 
 int comm_wait(comm *c, comm_req *req, char *err, size_t errlen) {
   if (!req || req->c != c || !req->used) {
-    seterr(err, errlen, "comm %s: wait: not a request in flight on this "
-                        "communicator",
+    seterr(err, errlen,
+           "comm %s: wait: not a request in flight on this "
+           "communicator",
            comm_backend_name(c->backend));
     return -1;
   }
@@ -277,8 +275,8 @@ int comm_wait(comm *c, comm_req *req, char *err, size_t errlen) {
   }
 }
 
-static int blocking(comm *c, comm_op op, const void *send, void *recv,
-                    size_t n, int root, char *err, size_t errlen) {
+static int blocking(comm *c, comm_op op, const void *send, void *recv, size_t n,
+                    int root, char *err, size_t errlen) {
   comm_req *r;
   if (start(c, 0, op, send, recv, n, root, &r, err, errlen) != 0)
     return -1;
@@ -295,8 +293,8 @@ int comm_reduce_scatter_sum(comm *c, const float *send, float *recv, size_t n,
   return blocking(c, COMM_OP_REDUCE_SCATTER, send, recv, n, 0, err, errlen);
 }
 
-int comm_allgather(comm *c, const float *send, float *recv, size_t n,
-                   char *err, size_t errlen) {
+int comm_allgather(comm *c, const float *send, float *recv, size_t n, char *err,
+                   size_t errlen) {
   return blocking(c, COMM_OP_ALLGATHER, send, recv, n, 0, err, errlen);
 }
 
@@ -314,9 +312,8 @@ int comm_iallreduce_sum(comm *c, float *buf, size_t n, comm_req **req,
   return start(c, 1, COMM_OP_ALLREDUCE, buf, buf, n, 0, req, err, errlen);
 }
 
-int comm_ireduce_scatter_sum(comm *c, const float *send, float *recv,
-                             size_t n, comm_req **req, char *err,
-                             size_t errlen) {
+int comm_ireduce_scatter_sum(comm *c, const float *send, float *recv, size_t n,
+                             comm_req **req, char *err, size_t errlen) {
   return start(c, 1, COMM_OP_REDUCE_SCATTER, send, recv, n, 0, req, err,
                errlen);
 }

@@ -62,11 +62,9 @@ struct comm {
 };
 
 /* Backends' constructors: fill c->ops, c->impl, c->rank, c->size. */
-int comm_mpi_create(comm *c, const comm_config *cfg, char *err,
-                    size_t errlen);
+int comm_mpi_create(comm *c, const comm_config *cfg, char *err, size_t errlen);
 #ifdef DAGRUN_COMM_HAVE_NCCL
-int comm_nccl_create(comm *c, const comm_config *cfg, char *err,
-                     size_t errlen);
+int comm_nccl_create(comm *c, const comm_config *cfg, char *err, size_t errlen);
 #endif
 
 /* Sleeps a little longer each call (from 0 up to about 1 ms): the wait

@@ -46,8 +46,7 @@ static void mpierr(char *err, size_t errlen, const char *what, int rc) {
 }
 
 static int mpi_start(comm *c, int slot, comm_op op, const void *send,
-                     void *recv, size_t n, int root, char *err,
-                     size_t errlen) {
+                     void *recv, size_t n, int root, char *err, size_t errlen) {
   mpi_state *s = c->impl;
   if (n > (size_t)INT_MAX) {
     seterr(err, errlen,
@@ -60,12 +59,12 @@ static int mpi_start(comm *c, int slot, comm_op op, const void *send,
   MPI_Request *r = &s->req[slot];
   switch (op) {
   case COMM_OP_ALLREDUCE:
-    rc = MPI_Iallreduce(MPI_IN_PLACE, recv, cnt, MPI_FLOAT, MPI_SUM, s->comm,
-                        r);
+    rc =
+        MPI_Iallreduce(MPI_IN_PLACE, recv, cnt, MPI_FLOAT, MPI_SUM, s->comm, r);
     break;
   case COMM_OP_REDUCE_SCATTER:
-    rc = MPI_Ireduce_scatter_block(send, recv, cnt, MPI_FLOAT, MPI_SUM,
-                                   s->comm, r);
+    rc = MPI_Ireduce_scatter_block(send, recv, cnt, MPI_FLOAT, MPI_SUM, s->comm,
+                                   r);
     break;
   case COMM_OP_ALLGATHER: {
     /* In place when this rank's part already sits at its place in recv. */
@@ -125,11 +124,9 @@ static void mpi_destroy(comm *c, int broken) {
   c->impl = NULL;
 }
 
-static const comm_ops mpi_ops = {mpi_start, mpi_test, mpi_abort,
-                                 mpi_destroy};
+static const comm_ops mpi_ops = {mpi_start, mpi_test, mpi_abort, mpi_destroy};
 
-int comm_mpi_create(comm *c, const comm_config *cfg, char *err,
-                    size_t errlen) {
+int comm_mpi_create(comm *c, const comm_config *cfg, char *err, size_t errlen) {
   (void)cfg;
   int inited = 0, finalized = 0, rc;
   MPI_Finalized(&finalized);

@@ -74,8 +74,8 @@ static int cuda_ok(cudaError_t e, const char *what, char *err, size_t errlen) {
   return 0;
 }
 
-static void ncclerr(nccl_state *s, ncclResult_t r, const char *what,
-                    char *err, size_t errlen) {
+static void ncclerr(nccl_state *s, ncclResult_t r, const char *what, char *err,
+                    size_t errlen) {
   const char *last = ncclGetLastError(s ? s->comm : NULL);
   seterr(err, errlen, "comm nccl: %s: %s%s%s", what, ncclGetErrorString(r),
          last && *last ? ": " : "", last ? last : "");
@@ -83,8 +83,8 @@ static void ncclerr(nccl_state *s, ncclResult_t r, const char *what,
 
 /* Polls the communicator until NCCL has finished what it was doing
  * (ncclInProgress -> ncclSuccess), up to timeout_s. */
-static int settle(nccl_state *s, const char *what, double timeout_s,
-                  char *err, size_t errlen) {
+static int settle(nccl_state *s, const char *what, double timeout_s, char *err,
+                  size_t errlen) {
   double t0 = comm_now();
   unsigned iter = 0;
   for (;;) {
@@ -119,8 +119,7 @@ static int nccl_start(comm *c, int slot, comm_op op, const void *send,
   ncclResult_t r = ncclSuccess;
   switch (op) {
   case COMM_OP_ALLREDUCE:
-    r = ncclAllReduce(recv, recv, n, ncclFloat32, ncclSum, s->comm,
-                      s->stream);
+    r = ncclAllReduce(recv, recv, n, ncclFloat32, ncclSum, s->comm, s->stream);
     break;
   case COMM_OP_REDUCE_SCATTER:
     r = ncclReduceScatter(send, recv, n, ncclFloat32, ncclSum, s->comm,
@@ -136,8 +135,8 @@ static int nccl_start(comm *c, int slot, comm_op op, const void *send,
   case COMM_OP_BARRIER:
     /* NCCL has no barrier: an allreduce of one float every rank must
      * join. */
-    r = ncclAllReduce(s->scratch, s->scratch, 1, ncclFloat32, ncclSum,
-                      s->comm, s->stream);
+    r = ncclAllReduce(s->scratch, s->scratch, 1, ncclFloat32, ncclSum, s->comm,
+                      s->stream);
     break;
   }
   if (r != ncclSuccess && r != ncclInProgress) {
@@ -319,13 +318,11 @@ static int id_read(const char *dir, int size, double timeout_s,
            path);
     return -1;
   }
-  if (h[0] != NCCL_ID_VERSION || h[1] != NCCL_ID_HEADER ||
-      got != sizeof buf) {
+  if (h[0] != NCCL_ID_VERSION || h[1] != NCCL_ID_HEADER || got != sizeof buf) {
     seterr(err, errlen,
            "comm nccl: rendezvous: %s has version %u, header %u bytes, %zu "
            "bytes in all; this dagrun reads version %u, %u, %zu",
-           path, h[0], h[1], got, NCCL_ID_VERSION, NCCL_ID_HEADER,
-           sizeof buf);
+           path, h[0], h[1], got, NCCL_ID_VERSION, NCCL_ID_HEADER, sizeof buf);
     return -1;
   }
   if (h[2] != (uint32_t)size) {
@@ -360,8 +357,7 @@ int comm_nccl_create(comm *c, const comm_config *cfg, char *err,
     return -1;
   }
   int ndev = 0;
-  if (!cuda_ok(cudaGetDeviceCount(&ndev), "create: counting GPUs", err,
-               errlen))
+  if (!cuda_ok(cudaGetDeviceCount(&ndev), "create: counting GPUs", err, errlen))
     goto fail;
   if (ndev < 1) {
     seterr(err, errlen, "comm nccl: create: CUDA sees no GPU");
@@ -369,9 +365,8 @@ int comm_nccl_create(comm *c, const comm_config *cfg, char *err,
   }
   s->device = cfg->device >= 0 ? cfg->device : local_rank() % ndev;
   if (s->device >= ndev) {
-    seterr(err, errlen,
-           "comm nccl: create: device %d, but CUDA sees %d GPU%s", s->device,
-           ndev, ndev == 1 ? "" : "s");
+    seterr(err, errlen, "comm nccl: create: device %d, but CUDA sees %d GPU%s",
+           s->device, ndev, ndev == 1 ? "" : "s");
     goto fail;
   }
   if (!cuda_ok(cudaSetDevice(s->device), "create: cudaSetDevice", err,
@@ -384,9 +379,9 @@ int comm_nccl_create(comm *c, const comm_config *cfg, char *err,
                err, errlen))
     goto fail;
   for (; s->nev < COMM_NSLOTS; s->nev++)
-    if (!cuda_ok(cudaEventCreateWithFlags(&s->ev[s->nev],
-                                          cudaEventDisableTiming),
-                 "create: cudaEventCreate", err, errlen))
+    if (!cuda_ok(
+            cudaEventCreateWithFlags(&s->ev[s->nev], cudaEventDisableTiming),
+            "create: cudaEventCreate", err, errlen))
       goto fail;
 
   /* Rank, size and the unique id. */

@@ -41,9 +41,9 @@ static uint64_t splitmix(uint64_t x) {
 
 /* Rank r's element i of the buffer tagged tag. */
 static float val(int r, int tag, size_t i) {
-  uint64_t h = splitmix(splitmix(splitmix(20260421u + (uint64_t)r) ^
-                                 (uint64_t)tag) ^
-                        (uint64_t)i);
+  uint64_t h =
+      splitmix(splitmix(splitmix(20260421u + (uint64_t)r) ^ (uint64_t)tag) ^
+               (uint64_t)i);
   return (float)((int)(h % 2001) - 1000) / 8.0f;
 }
 
@@ -108,8 +108,7 @@ static void check_reduce_scatter(size_t n, int tag) {
   fill(s, R, tag, n * N);
   for (size_t i = 0; i < n; i++)
     r[i] = -999;
-  CALL("reduce_scatter",
-       comm_reduce_scatter_sum(C, s, r, n, err, sizeof err));
+  CALL("reduce_scatter", comm_reduce_scatter_sum(C, s, r, n, err, sizeof err));
   for (size_t i = 0; i < n; i++)
     expect("reduce_scatter", n, i, r[i], sum(tag, (size_t)R * n + i));
   free(s);
@@ -141,8 +140,8 @@ static void check_broadcast(size_t nbytes, int tag) {
   int root = N - 1; /* not rank 0 as soon as there are two */
   unsigned char *b = xmalloc(nbytes);
   for (size_t i = 0; i < nbytes; i++)
-    b[i] = R == root ? (unsigned char)splitmix((uint64_t)tag * 1000003 + i)
-                     : 0xEE;
+    b[i] =
+        R == root ? (unsigned char)splitmix((uint64_t)tag * 1000003 + i) : 0xEE;
   CALL("broadcast", comm_broadcast(C, b, nbytes, root, err, sizeof err));
   for (size_t i = 0; i < nbytes; i++)
     expect("broadcast", nbytes, i, b[i],
@@ -170,9 +169,9 @@ static void check_async(size_t n, int tag) {
       buf[k] = xmalloc(n * N * sizeof(float));
       out[k] = xmalloc(n * sizeof(float));
       fill(buf[k], R, t, n * N);
-      CALL("ireduce_scatter", comm_ireduce_scatter_sum(C, buf[k], out[k], n,
-                                                       &req[k], err,
-                                                       sizeof err));
+      CALL("ireduce_scatter",
+           comm_ireduce_scatter_sum(C, buf[k], out[k], n, &req[k], err,
+                                    sizeof err));
       break;
     default: /* allgather, in place for odd k/3 */
       out[k] = xmalloc(n * N * sizeof(float));
@@ -182,8 +181,8 @@ static void check_async(size_t n, int tag) {
         buf[k] = xmalloc(n * sizeof(float));
       }
       fill(buf[k], R, t, n);
-      CALL("iallgather", comm_iallgather(C, buf[k], out[k], n, &req[k], err,
-                                         sizeof err));
+      CALL("iallgather",
+           comm_iallgather(C, buf[k], out[k], n, &req[k], err, sizeof err));
       break;
     }
   }
@@ -203,8 +202,7 @@ static void check_async(size_t n, int tag) {
       break;
     case 1:
       for (size_t i = 0; i < n; i++)
-        expect("ireduce_scatter", n, i, out[k][i],
-               sum(t, (size_t)R * n + i));
+        expect("ireduce_scatter", n, i, out[k][i], sum(t, (size_t)R * n + i));
       free(buf[k]);
       free(out[k]);
       break;
@@ -266,8 +264,9 @@ static int failure_mode(const char *mode) {
   fill(b, R, 1, 1000);
   if (comm_allreduce_sum(C, b, 1000, err, sizeof err) != 0)
     die("allreduce");
-  fprintf(stderr, "comm_check: rank %d: the allreduce returned, with a rank "
-                  "gone\n",
+  fprintf(stderr,
+          "comm_check: rank %d: the allreduce returned, with a rank "
+          "gone\n",
           R);
   return 1;
 }
@@ -281,7 +280,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(backend, "self"))
     cfg.backend = COMM_SELF;
   else {
-    fprintf(stderr, "usage: comm_check mpi|self [all|die-kill|die-exit|hang]\n");
+    fprintf(stderr,
+            "usage: comm_check mpi|self [all|die-kill|die-exit|hang]\n");
     return 2;
   }
   const char *t = getenv("COMM_CHECK_TIMEOUT");

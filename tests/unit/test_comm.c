@@ -41,8 +41,7 @@ int main(void) {
   comm_req *r[COMM_MAX_INFLIGHT + 1];
   for (int k = 0; k < COMM_MAX_INFLIGHT; k++)
     CHECK_INT(comm_iallreduce_sum(c, a, 3, &r[k], err, sizeof err), 0);
-  CHECK_INT(comm_iallgather(c, b, a, 3, &r[COMM_MAX_INFLIGHT], err,
-                            sizeof err),
+  CHECK_INT(comm_iallgather(c, b, a, 3, &r[COMM_MAX_INFLIGHT], err, sizeof err),
             -1);
   CHECK(has(err, "comm self: allgather: 16 requests already in flight"));
   CHECK_INT(comm_barrier(c, err, sizeof err), 0); /* still usable */
