@@ -275,6 +275,35 @@ int comm_wait(comm *c, comm_req *req, char *err, size_t errlen) {
   }
 }
 
+int comm_test(comm *c, comm_req *req, int *done, char *err, size_t errlen) {
+  *done = 0;
+  if (!req || req->c != c || !req->used) {
+    seterr(err, errlen,
+           "comm %s: test: not a request in flight on this communicator",
+           comm_backend_name(c->backend));
+    return -1;
+  }
+  int rc = -1;
+  if (c->broken)
+    seterr(err, errlen,
+           "comm %s: %s: the communicator is unusable after an earlier "
+           "failure (abort it)",
+           comm_backend_name(c->backend), comm_op_name(req->op));
+  else
+    rc = c->ops->test(c, req->slot, err, errlen);
+  if (rc == 0)
+    return 0;
+  if (req->slot != COMM_BLOCKING_SLOT)
+    c->ninflight--;
+  req->used = 0;
+  if (rc < 0) {
+    c->broken = 1;
+    return -1;
+  }
+  *done = 1;
+  return 0;
+}
+
 static int blocking(comm *c, comm_op op, const void *send, void *recv, size_t n,
                     int root, char *err, size_t errlen) {
   comm_req *r;

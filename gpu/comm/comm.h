@@ -87,6 +87,12 @@ int comm_iallgather(comm *c, const float *send, float *recv, size_t n,
                     comm_req **req, char *err, size_t errlen);
 /* Waits for req (freed), up to the timeout. */
 int comm_wait(comm *c, comm_req *req, char *err, size_t errlen);
+/* Added to the contract: polls req without waiting. *done = 1: it
+ * completed (req freed, as by comm_wait); *done = 0: not yet (req still
+ * in flight). -1 with err (req freed) when it failed. MPI moves
+ * nonblocking collectives along only inside MPI calls: to overlap a
+ * request with compute, call this now and then (between layers). */
+int comm_test(comm *c, comm_req *req, int *done, char *err, size_t errlen);
 
 /* Stops every rank of the gang (MPI_Abort / ncclCommAbort + exit code):
  * for a rank that found a peer gone or a collective timed out. Does not

@@ -218,6 +218,39 @@ static void check_async(size_t n, int tag) {
   }
 }
 
+/* comm_test: an allreduce polled to completion while this rank "computes"
+ * (ZeRO's overlap), and a reduce-scatter polled once, then waited for. */
+static void check_test(size_t n, int tag) {
+  float *a = xmalloc(n * sizeof *a), *s = xmalloc(n * N * sizeof *s),
+        *r = xmalloc(n * sizeof *r);
+  fill(a, R, tag, n);
+  fill(s, R, tag + 1, n * N);
+  comm_req *ra, *rs;
+  CALL("iallreduce", comm_iallreduce_sum(C, a, n, &ra, err, sizeof err));
+  CALL("ireduce_scatter",
+       comm_ireduce_scatter_sum(C, s, r, n, &rs, err, sizeof err));
+  int done = 0;
+  long polls = 0;
+  volatile double work = 0;
+  while (!done) {
+    for (int i = 0; i < 1000; i++)
+      work += i * 0.5;
+    CALL("test", comm_test(C, ra, &done, err, sizeof err));
+    polls++;
+  }
+  CALL("test", comm_test(C, rs, &done, err, sizeof err));
+  if (!done)
+    CALL("wait", comm_wait(C, rs, err, sizeof err));
+  for (size_t i = 0; i < n; i++)
+    expect("iallreduce polled with comm_test", n, i, a[i], sum(tag, i));
+  for (size_t i = 0; i < n; i++)
+    expect("ireduce_scatter after comm_test", n, i, r[i],
+           sum(tag + 1, (size_t)R * n + i));
+  free(a);
+  free(s);
+  free(r);
+}
+
 /* COMM_MAX_INFLIGHT requests in flight: one more is refused with a clear
  * message (and the communicator stays usable), a blocking call still
  * works, and all of them complete. */
@@ -307,6 +340,8 @@ int main(int argc, char **argv) {
     CALL("barrier", comm_barrier(C, err, sizeof err));
     check_async(n, tag);
     tag += 6;
+    check_test(n, tag);
+    tag += 2;
   }
   check_allreduce(0, tag++); /* nothing to do, but it must work */
   check_inflight_limit(tag);

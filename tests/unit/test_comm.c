@@ -49,6 +49,12 @@ int main(void) {
     CHECK_INT(comm_wait(c, r[k], err, sizeof err), 0);
   CHECK_INT(comm_wait(c, r[0], err, sizeof err), -1); /* already waited */
   CHECK(has(err, "not a request in flight"));
+  int done = 0;
+  CHECK_INT(comm_iallgather(c, b, a, 3, &r[0], err, sizeof err), 0);
+  CHECK_INT(comm_test(c, r[0], &done, err, sizeof err), 0);
+  CHECK_INT(done, 1);
+  CHECK_INT(comm_test(c, r[0], &done, err, sizeof err), -1); /* freed */
+  CHECK_INT(done, 0);
 
   /* Bad arguments are refused with the operation's name. */
   CHECK_INT(comm_broadcast(c, a, 4, 1, err, sizeof err), -1);
