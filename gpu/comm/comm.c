@@ -166,8 +166,9 @@ int comm_create(const comm_config *cfg, comm **out, char *err, size_t errlen) {
 #else
     seterr(err, errlen,
            "comm nccl: this dagrun was built without NCCL (no CUDA toolkit "
-           "or no nccl.h/libnccl found at build time); use the mpi or self "
-           "backend, or rebuild where CUDA and NCCL are installed");
+           "or no nccl.h/libnccl found at build time, or DAGRUN_NCCL=OFF); "
+           "use the mpi or self backend, or rebuild where CUDA and NCCL are "
+           "installed");
 #endif
     break;
   default:
