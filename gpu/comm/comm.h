@@ -57,6 +57,9 @@ int comm_rank(const comm *c);
 int comm_size(const comm *c);
 comm_backend comm_backend_of(const comm *c);
 const char *comm_backend_name(comm_backend b); /* "self", "mpi", "nccl" */
+/* 1 if this build has backend b (self and MPI always; NCCL where CUDA and
+ * NCCL were found at build time), else 0. Any thread. */
+int comm_backend_available(comm_backend b);
 
 /* buf[0..n) summed over ranks, in place, on every rank. */
 int comm_allreduce_sum(comm *c, float *buf, size_t n, char *err,
@@ -84,6 +87,12 @@ int comm_iallgather(comm *c, const float *send, float *recv, size_t n,
                     comm_req **req, char *err, size_t errlen);
 /* Waits for req (freed), up to the timeout. */
 int comm_wait(comm *c, comm_req *req, char *err, size_t errlen);
+/* Added to the contract: polls req without waiting. *done = 1: it
+ * completed (req freed, as by comm_wait); *done = 0: not yet (req still
+ * in flight). -1 with err (req freed) when it failed. MPI moves
+ * nonblocking collectives along only inside MPI calls: to overlap a
+ * request with compute, call this now and then (between layers). */
+int comm_test(comm *c, comm_req *req, int *done, char *err, size_t errlen);
 
 /* Stops every rank of the gang (MPI_Abort / ncclCommAbort + exit code):
  * for a rank that found a peer gone or a collective timed out. Does not
