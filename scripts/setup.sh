@@ -11,6 +11,9 @@ packages=(
   libmicrohttpd-dev
   # the CPU training engine: sgemm from OpenBLAS, OpenMP from gcc
   libopenblas-dev
+  # distributed training's comm layer (gpu/comm/): Open MPI for CPU ranks,
+  # mpirun for the gangs of its tests
+  libopenmpi-dev openmpi-bin
   # the default corpus of dags/pretrain.yaml
   fortunes
   # tests and benchmarks

@@ -57,6 +57,9 @@ int comm_rank(const comm *c);
 int comm_size(const comm *c);
 comm_backend comm_backend_of(const comm *c);
 const char *comm_backend_name(comm_backend b); /* "self", "mpi", "nccl" */
+/* 1 if this build has backend b (self and MPI always; NCCL where CUDA and
+ * NCCL were found at build time), else 0. Any thread. */
+int comm_backend_available(comm_backend b);
 
 /* buf[0..n) summed over ranks, in place, on every rank. */
 int comm_allreduce_sum(comm *c, float *buf, size_t n, char *err,

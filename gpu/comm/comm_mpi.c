@@ -1,0 +1,187 @@
+/*
+ * comm_mpi.c: the MPI backend (Open MPI): CPU ranks launched by mpirun or
+ * srun, or a singleton. Works on a duplicate of MPI_COMM_WORLD with
+ * MPI_ERRORS_RETURN; every operation is MPI's nonblocking collective,
+ * tested by comm.c's wait loop, so that a peer that died makes the wait
+ * fail after the timeout instead of hanging.
+ */
+#include "comm_impl.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct mpi_state {
+  MPI_Comm comm;
+  int owns_init; /* this communicator holds a reference on MPI_Init */
+  MPI_Request req[COMM_NSLOTS];
+} mpi_state;
+
+/* Communicators that initialized MPI (or inherited the duty to finalize
+ * it): the last one destroyed finalizes. One thread uses MPI (funneled). */
+static int mpi_owned_refs;
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || errlen == 0)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+/* "comm mpi: <what>: <MPI's error text>". */
+static void mpierr(char *err, size_t errlen, const char *what, int rc) {
+  char z[MPI_MAX_ERROR_STRING + 1];
+  int len = 0;
+  if (MPI_Error_string(rc, z, &len) != MPI_SUCCESS)
+    snprintf(z, sizeof z, "MPI error %d", rc);
+  else
+    z[len] = 0;
+  seterr(err, errlen, "comm mpi: %s: %s", what, z);
+}
+
+static int mpi_start(comm *c, int slot, comm_op op, const void *send,
+                     void *recv, size_t n, int root, char *err,
+                     size_t errlen) {
+  mpi_state *s = c->impl;
+  if (n > (size_t)INT_MAX) {
+    seterr(err, errlen,
+           "comm mpi: %s: %zu elements is more than MPI's int count takes "
+           "(%d); split the buffer",
+           comm_op_name(op), n, INT_MAX);
+    return -2;
+  }
+  int cnt = (int)n, rc = MPI_SUCCESS;
+  MPI_Request *r = &s->req[slot];
+  switch (op) {
+  case COMM_OP_ALLREDUCE:
+    rc = MPI_Iallreduce(MPI_IN_PLACE, recv, cnt, MPI_FLOAT, MPI_SUM, s->comm,
+                        r);
+    break;
+  case COMM_OP_REDUCE_SCATTER:
+    rc = MPI_Ireduce_scatter_block(send, recv, cnt, MPI_FLOAT, MPI_SUM,
+                                   s->comm, r);
+    break;
+  case COMM_OP_ALLGATHER: {
+    /* In place when this rank's part already sits at its place in recv. */
+    const float *mine = (const float *)recv + (size_t)c->rank * n;
+    rc = MPI_Iallgather(send == mine ? MPI_IN_PLACE : send, cnt, MPI_FLOAT,
+                        recv, cnt, MPI_FLOAT, s->comm, r);
+    break;
+  }
+  case COMM_OP_BROADCAST:
+    rc = MPI_Ibcast(recv, cnt, MPI_BYTE, root, s->comm, r);
+    break;
+  case COMM_OP_BARRIER:
+    rc = MPI_Ibarrier(s->comm, r);
+    break;
+  }
+  if (rc != MPI_SUCCESS) {
+    mpierr(err, errlen, comm_op_name(op), rc);
+    return -1;
+  }
+  return 0;
+}
+
+static int mpi_test(comm *c, int slot, char *err, size_t errlen) {
+  mpi_state *s = c->impl;
+  int done = 0;
+  int rc = MPI_Test(&s->req[slot], &done, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) {
+    mpierr(err, errlen, comm_op_name(c->req[slot].op), rc);
+    return -1;
+  }
+  return done ? 1 : 0;
+}
+
+__attribute__((noreturn)) static void mpi_abort(comm *c, int code) {
+  mpi_state *s = c->impl;
+  fflush(stdout);
+  fflush(stderr);
+  MPI_Abort(s->comm, code);
+  exit(code); /* MPI_Abort does not return; in case it does */
+}
+
+static void mpi_destroy(comm *c, int broken) {
+  mpi_state *s = c->impl;
+  if (!s)
+    return;
+  /* A collective still pending (a peer gone, a wait that timed out) would
+   * make MPI_Comm_free and MPI_Finalize wait for it forever: leave MPI as
+   * it is then; the process is about to end anyway. */
+  if (!broken) {
+    MPI_Comm_free(&s->comm);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (s->owns_init && --mpi_owned_refs == 0 && !finalized)
+      MPI_Finalize();
+  }
+  free(s);
+  c->impl = NULL;
+}
+
+static const comm_ops mpi_ops = {mpi_start, mpi_test, mpi_abort,
+                                 mpi_destroy};
+
+int comm_mpi_create(comm *c, const comm_config *cfg, char *err,
+                    size_t errlen) {
+  (void)cfg;
+  int inited = 0, finalized = 0, rc;
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    seterr(err, errlen, "comm mpi: create: MPI was already finalized");
+    return -1;
+  }
+  mpi_state *s = calloc(1, sizeof *s);
+  if (!s) {
+    seterr(err, errlen, "comm mpi: create: out of memory");
+    return -1;
+  }
+  for (int i = 0; i < COMM_NSLOTS; i++)
+    s->req[i] = MPI_REQUEST_NULL;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    int provided = 0;
+    rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    if (rc != MPI_SUCCESS) {
+      mpierr(err, errlen, "MPI_Init_thread", rc);
+      free(s);
+      return -1;
+    }
+    if (provided < MPI_THREAD_FUNNELED) {
+      seterr(err, errlen,
+             "comm mpi: create: this MPI gives thread level %d, less than "
+             "MPI_THREAD_FUNNELED",
+             provided);
+      MPI_Finalize();
+      free(s);
+      return -1;
+    }
+  }
+  if (!inited || mpi_owned_refs > 0) {
+    s->owns_init = 1;
+    mpi_owned_refs++;
+  }
+  rc = MPI_Comm_dup(MPI_COMM_WORLD, &s->comm);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_rank(s->comm, &c->rank);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_size(s->comm, &c->size);
+  if (rc != MPI_SUCCESS) {
+    mpierr(err, errlen, "create", rc);
+    if (s->owns_init && --mpi_owned_refs == 0)
+      MPI_Finalize();
+    free(s);
+    return -1;
+  }
+  c->ops = &mpi_ops;
+  c->impl = s;
+  return 0;
+}

@@ -1,0 +1,458 @@
+/*
+ * comm_nccl.c: the NCCL backend: GPU ranks, buffers in device memory.
+ * Plain C against NCCL and the CUDA runtime API; built only where CUDA
+ * and NCCL are found (DAGRUN_COMM_HAVE_NCCL).
+ *
+ * The communicator is created non-blocking (config.blocking = 0) and its
+ * state polled with ncclCommGetAsyncError up to the timeout, so that a
+ * peer that never shows up or dies makes the call fail instead of hang.
+ * Every operation is enqueued on the communicator's own CUDA stream and
+ * followed by an event in the request's slot; comm.c's wait loop polls
+ * the event (and NCCL's asynchronous error) with the same timeout.
+ *
+ * Bootstrap (the unique id from rank 0 to the others):
+ * - cfg->rendezvous_dir set: rank 0 writes <dir>/nccl-id atomically
+ *   (temporary name, fsync, rename, fsync of the directory); the others
+ *   poll for it up to the timeout. rank and size come from cfg. The
+ *   directory must be fresh for each gang (a stale nccl-id from an
+ *   earlier gang would be read as this one's).
+ * - else: through MPI (ranks launched by mpirun or srun): an MPI
+ *   communicator of this layer (initializing MPI if nobody did) gives
+ *   rank and size and broadcasts the id; it lives as long as this one.
+ * Device: cfg->device, or when negative the local rank (DAGRUN_LOCAL_RANK,
+ * OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID) modulo the device count.
+ */
+#include "comm_impl.h"
+
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <nccl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct nccl_state {
+  ncclComm_t comm;
+  cudaStream_t stream;
+  cudaEvent_t ev[COMM_NSLOTS];
+  int nev;        /* events created */
+  float *scratch; /* one device float: the barrier's allreduce */
+  comm *mpi;      /* the bootstrap communicator, when through MPI */
+  int device;
+} nccl_state;
+
+/* The rendezvous file: magic, version, header size, gang size, then the
+ * unique id. Integers little-endian as the host writes them (x86-64 and
+ * aarch64 gangs). */
+#define NCCL_ID_MAGIC "DGNCCLID"
+#define NCCL_ID_VERSION 1u
+#define NCCL_ID_HEADER 24u
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || errlen == 0)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+static int cuda_ok(cudaError_t e, const char *what, char *err, size_t errlen) {
+  if (e == cudaSuccess)
+    return 1;
+  int nogpu = e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice;
+  seterr(err, errlen, "comm nccl: %s: CUDA error %s: %s%s", what,
+         cudaGetErrorName(e), cudaGetErrorString(e),
+         nogpu ? " (no GPU or no NVIDIA driver on this machine?)" : "");
+  return 0;
+}
+
+static void ncclerr(nccl_state *s, ncclResult_t r, const char *what,
+                    char *err, size_t errlen) {
+  const char *last = ncclGetLastError(s ? s->comm : NULL);
+  seterr(err, errlen, "comm nccl: %s: %s%s%s", what, ncclGetErrorString(r),
+         last && *last ? ": " : "", last ? last : "");
+}
+
+/* Polls the communicator until NCCL has finished what it was doing
+ * (ncclInProgress -> ncclSuccess), up to timeout_s. */
+static int settle(nccl_state *s, const char *what, double timeout_s,
+                  char *err, size_t errlen) {
+  double t0 = comm_now();
+  unsigned iter = 0;
+  for (;;) {
+    ncclResult_t st = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(s->comm, &st);
+    if (r != ncclSuccess) {
+      ncclerr(s, r, what, err, errlen);
+      return -1;
+    }
+    if (st == ncclSuccess)
+      return 0;
+    if (st != ncclInProgress) {
+      ncclerr(s, st, what, err, errlen);
+      return -1;
+    }
+    if (comm_now() - t0 > timeout_s) {
+      seterr(err, errlen,
+             "comm nccl: %s: no answer from the other ranks in %g s (a rank "
+             "died?)",
+             what, timeout_s);
+      return -1;
+    }
+    comm_backoff(&iter);
+  }
+}
+
+static int nccl_start(comm *c, int slot, comm_op op, const void *send,
+                      void *recv, size_t n, int root, char *err,
+                      size_t errlen) {
+  nccl_state *s = c->impl;
+  const char *what = comm_op_name(op);
+  ncclResult_t r = ncclSuccess;
+  switch (op) {
+  case COMM_OP_ALLREDUCE:
+    r = ncclAllReduce(recv, recv, n, ncclFloat32, ncclSum, s->comm,
+                      s->stream);
+    break;
+  case COMM_OP_REDUCE_SCATTER:
+    r = ncclReduceScatter(send, recv, n, ncclFloat32, ncclSum, s->comm,
+                          s->stream);
+    break;
+  case COMM_OP_ALLGATHER:
+    /* NCCL itself takes send == recv + rank*n as in place. */
+    r = ncclAllGather(send, recv, n, ncclFloat32, s->comm, s->stream);
+    break;
+  case COMM_OP_BROADCAST:
+    r = ncclBroadcast(recv, recv, n, ncclUint8, root, s->comm, s->stream);
+    break;
+  case COMM_OP_BARRIER:
+    /* NCCL has no barrier: an allreduce of one float every rank must
+     * join. */
+    r = ncclAllReduce(s->scratch, s->scratch, 1, ncclFloat32, ncclSum,
+                      s->comm, s->stream);
+    break;
+  }
+  if (r != ncclSuccess && r != ncclInProgress) {
+    ncclerr(s, r, what, err, errlen);
+    return -1;
+  }
+  if (r == ncclInProgress && settle(s, what, c->timeout_s, err, errlen) != 0)
+    return -1;
+  if (!cuda_ok(cudaEventRecord(s->ev[slot], s->stream), what, err, errlen))
+    return -1;
+  return 0;
+}
+
+static int nccl_test(comm *c, int slot, char *err, size_t errlen) {
+  nccl_state *s = c->impl;
+  const char *what = comm_op_name(c->req[slot].op);
+  cudaError_t e = cudaEventQuery(s->ev[slot]);
+  if (e == cudaSuccess)
+    return 1;
+  if (e != cudaErrorNotReady) {
+    cuda_ok(e, what, err, errlen);
+    return -1;
+  }
+  ncclResult_t st = ncclSuccess;
+  ncclResult_t r = ncclCommGetAsyncError(s->comm, &st);
+  if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress)) {
+    ncclerr(s, r != ncclSuccess ? r : st, what, err, errlen);
+    return -1;
+  }
+  return 0;
+}
+
+/* Frees what state holds. broken: abort the NCCL communicator instead of
+ * finalizing it (finalize waits for the peers). */
+static void state_free(nccl_state *s, int broken, double timeout_s) {
+  if (!s)
+    return;
+  if (s->comm) {
+    int aborted = broken;
+    if (!broken) {
+      char e[256];
+      ncclResult_t r = ncclCommFinalize(s->comm);
+      if ((r != ncclSuccess && r != ncclInProgress) ||
+          settle(s, "finalize", timeout_s, e, sizeof e) != 0)
+        aborted = 1;
+    }
+    if (aborted)
+      ncclCommAbort(s->comm);
+    else
+      ncclCommDestroy(s->comm);
+  }
+  for (int i = 0; i < s->nev; i++)
+    cudaEventDestroy(s->ev[i]);
+  if (s->stream)
+    cudaStreamDestroy(s->stream);
+  if (s->scratch)
+    cudaFree(s->scratch);
+  if (s->mpi) {
+    /* The bootstrap communicator has nothing in flight, but when this one
+     * failed a peer may be gone: do not let MPI_Finalize wait for it. */
+    if (broken)
+      s->mpi->broken = 1;
+    comm_destroy(s->mpi);
+  }
+  free(s);
+}
+
+__attribute__((noreturn)) static void nccl_abort(comm *c, int code) {
+  nccl_state *s = c->impl;
+  fflush(stdout);
+  fflush(stderr);
+  if (s && s->comm)
+    ncclCommAbort(s->comm);
+  if (s && s->mpi)
+    comm_abort(s->mpi, code); /* stops the other ranks too */
+  exit(code);
+}
+
+static void nccl_destroy(comm *c, int broken) {
+  state_free(c->impl, broken, c->timeout_s);
+  c->impl = NULL;
+}
+
+static const comm_ops nccl_ops = {nccl_start, nccl_test, nccl_abort,
+                                  nccl_destroy};
+
+/* ---- bootstrap through a rendezvous directory ---------------------------- */
+
+static int write_all(int fd, const void *p, size_t n) {
+  const char *b = p;
+  while (n > 0) {
+    ssize_t w = write(fd, b, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return -1;
+    b += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+static int id_write(const char *dir, int size, const ncclUniqueId *id,
+                    char *err, size_t errlen) {
+  char path[4096], tmp[4200];
+  snprintf(path, sizeof path, "%s/nccl-id", dir);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  unsigned char buf[NCCL_ID_HEADER + sizeof *id];
+  uint32_t h[4] = {NCCL_ID_VERSION, NCCL_ID_HEADER, (uint32_t)size, 0};
+  memcpy(buf, NCCL_ID_MAGIC, 8);
+  memcpy(buf + 8, h, sizeof h);
+  memcpy(buf + NCCL_ID_HEADER, id, sizeof *id);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    seterr(err, errlen, "comm nccl: rendezvous: cannot create %s: %s", tmp,
+           strerror(errno));
+    return -1;
+  }
+  if (write_all(fd, buf, sizeof buf) != 0 || fsync(fd) != 0) {
+    seterr(err, errlen, "comm nccl: rendezvous: cannot write %s: %s", tmp,
+           strerror(errno));
+    close(fd);
+    unlink(tmp);
+    return -1;
+  }
+  close(fd);
+  if (rename(tmp, path) != 0) {
+    seterr(err, errlen, "comm nccl: rendezvous: cannot rename %s to %s: %s",
+           tmp, path, strerror(errno));
+    unlink(tmp);
+    return -1;
+  }
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return 0;
+}
+
+static int id_read(const char *dir, int size, double timeout_s,
+                   ncclUniqueId *id, char *err, size_t errlen) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/nccl-id", dir);
+  double t0 = comm_now();
+  unsigned iter = 0;
+  int fd;
+  while ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+    if (errno != ENOENT) {
+      seterr(err, errlen, "comm nccl: rendezvous: cannot open %s: %s", path,
+             strerror(errno));
+      return -1;
+    }
+    if (comm_now() - t0 > timeout_s) {
+      seterr(err, errlen,
+             "comm nccl: rendezvous: no %s from rank 0 in %g s (did rank 0 "
+             "start?)",
+             path, timeout_s);
+      return -1;
+    }
+    iter = iter < 200 ? 200 : iter; /* a file: no need to spin */
+    comm_backoff(&iter);
+  }
+  unsigned char buf[NCCL_ID_HEADER + sizeof *id];
+  size_t got = 0;
+  while (got < sizeof buf) {
+    ssize_t r = read(fd, buf + got, sizeof buf - got);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    got += (size_t)r;
+  }
+  close(fd);
+  uint32_t h[4];
+  memcpy(h, buf + 8, sizeof h);
+  if (got < NCCL_ID_HEADER || memcmp(buf, NCCL_ID_MAGIC, 8) != 0) {
+    seterr(err, errlen, "comm nccl: rendezvous: %s is not an NCCL id file",
+           path);
+    return -1;
+  }
+  if (h[0] != NCCL_ID_VERSION || h[1] != NCCL_ID_HEADER ||
+      got != sizeof buf) {
+    seterr(err, errlen,
+           "comm nccl: rendezvous: %s has version %u, header %u bytes, %zu "
+           "bytes in all; this dagrun reads version %u, %u, %zu",
+           path, h[0], h[1], got, NCCL_ID_VERSION, NCCL_ID_HEADER,
+           sizeof buf);
+    return -1;
+  }
+  if (h[2] != (uint32_t)size) {
+    seterr(err, errlen,
+           "comm nccl: rendezvous: %s was written for a gang of %u ranks, "
+           "this one has %d (a stale file from another gang?)",
+           path, h[2], size);
+    return -1;
+  }
+  memcpy(id, buf + NCCL_ID_HEADER, sizeof *id);
+  return 0;
+}
+
+/* ---- create -------------------------------------------------------------- */
+
+static int local_rank(void) {
+  static const char *vars[] = {"DAGRUN_LOCAL_RANK",
+                               "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v)
+      return atoi(v);
+  }
+  return 0;
+}
+
+int comm_nccl_create(comm *c, const comm_config *cfg, char *err,
+                     size_t errlen) {
+  nccl_state *s = calloc(1, sizeof *s);
+  if (!s) {
+    seterr(err, errlen, "comm nccl: create: out of memory");
+    return -1;
+  }
+  int ndev = 0;
+  if (!cuda_ok(cudaGetDeviceCount(&ndev), "create: counting GPUs", err,
+               errlen))
+    goto fail;
+  if (ndev < 1) {
+    seterr(err, errlen, "comm nccl: create: CUDA sees no GPU");
+    goto fail;
+  }
+  s->device = cfg->device >= 0 ? cfg->device : local_rank() % ndev;
+  if (s->device >= ndev) {
+    seterr(err, errlen,
+           "comm nccl: create: device %d, but CUDA sees %d GPU%s", s->device,
+           ndev, ndev == 1 ? "" : "s");
+    goto fail;
+  }
+  if (!cuda_ok(cudaSetDevice(s->device), "create: cudaSetDevice", err,
+               errlen) ||
+      !cuda_ok(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking),
+               "create: cudaStreamCreate", err, errlen) ||
+      !cuda_ok(cudaMalloc((void **)&s->scratch, sizeof(float)),
+               "create: cudaMalloc", err, errlen) ||
+      !cuda_ok(cudaMemset(s->scratch, 0, sizeof(float)), "create: cudaMemset",
+               err, errlen))
+    goto fail;
+  for (; s->nev < COMM_NSLOTS; s->nev++)
+    if (!cuda_ok(cudaEventCreateWithFlags(&s->ev[s->nev],
+                                          cudaEventDisableTiming),
+                 "create: cudaEventCreate", err, errlen))
+      goto fail;
+
+  /* Rank, size and the unique id. */
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  ncclResult_t r;
+  if (cfg->rendezvous_dir) {
+    if (cfg->size < 1 || cfg->rank < 0 || cfg->rank >= cfg->size) {
+      seterr(err, errlen,
+             "comm nccl: create: rank %d of size %d is not a rank of a gang",
+             cfg->rank, cfg->size);
+      goto fail;
+    }
+    c->rank = cfg->rank;
+    c->size = cfg->size;
+    if (c->rank == 0) {
+      if ((r = ncclGetUniqueId(&id)) != ncclSuccess) {
+        ncclerr(NULL, r, "create: ncclGetUniqueId", err, errlen);
+        goto fail;
+      }
+      if (c->size > 1 &&
+          id_write(cfg->rendezvous_dir, c->size, &id, err, errlen) != 0)
+        goto fail;
+    } else if (id_read(cfg->rendezvous_dir, c->size, c->timeout_s, &id, err,
+                       errlen) != 0) {
+      goto fail;
+    }
+  } else {
+    comm_config mc = {0};
+    mc.backend = COMM_MPI;
+    mc.timeout_s = c->timeout_s;
+    if (comm_create(&mc, &s->mpi, err, errlen) != 0)
+      goto fail;
+    c->rank = comm_rank(s->mpi);
+    c->size = comm_size(s->mpi);
+    if (c->rank == 0 && (r = ncclGetUniqueId(&id)) != ncclSuccess) {
+      ncclerr(NULL, r, "create: ncclGetUniqueId", err, errlen);
+      goto fail;
+    }
+    if (comm_broadcast(s->mpi, &id, sizeof id, 0, err, errlen) != 0)
+      goto fail;
+  }
+
+  /* Non-blocking: the call returns at once, the state says when the
+   * communicator is ready or failed. */
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  r = ncclCommInitRankConfig(&s->comm, c->size, id, c->rank, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    ncclerr(s, r, "create: ncclCommInitRankConfig", err, errlen);
+    if (s->comm) {
+      ncclCommAbort(s->comm);
+      s->comm = NULL;
+    }
+    goto fail;
+  }
+  if (settle(s, "create", c->timeout_s, err, errlen) != 0) {
+    ncclCommAbort(s->comm);
+    s->comm = NULL;
+    goto fail;
+  }
+  c->ops = &nccl_ops;
+  c->impl = s;
+  return 0;
+
+fail:
+  state_free(s, 1, c->timeout_s);
+  return -1;
+}
