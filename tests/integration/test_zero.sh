@@ -4,7 +4,9 @@
 # - world sizes 1, 2, 4 x stages 0-3: the losses of every step equal
 #   stage 0's and those of one rank with the whole batch (relative
 #   difference < 1e-5), and so do the final weights (max abs difference
-#   < 1e-5 of the largest weight);
+#   < 1e-5 of the largest weight; the attention key biases, whose exact
+#   gradient is 0 and whose fp32 gradient is rounding noise that AdamW
+#   amplifies, are reported apart: zero_check's compare says why);
 # - stage 2 with the reduce-scatter after backward, and with one bucket,
 #   gives the same;
 # - each rank's measured gradient and optimizer bytes (and stage 3's
@@ -21,12 +23,9 @@ command -v mpirun >/dev/null || fail "mpirun (Open MPI) is needed"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-# Open MPI's own allocations are not ours: a LeakSanitizer build reads
-# its suppressions from here (libmpi, libopen-pal and their plugins only).
-if [ -n "${LSAN_OPTIONS+x}" ] || [ -n "${ASAN_OPTIONS+x}" ] ||
-  ldd "$TOOL" | grep -q libasan; then
-  export LSAN_OPTIONS="suppressions=$DAGRUN_SOURCE_DIR/tests/reference/lsan_mpi.supp:print_suppressions=0"
-fi
+# Open MPI's own allocations are not ours: LeakSanitizer (the sanitizer
+# build) skips libmpi and Open MPI's runtime only (tests/lsan-mpi.supp).
+export LSAN_OPTIONS="suppressions=$DAGRUN_SOURCE_DIR/tests/lsan-mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 
 GB=4 # the global batch: sequences per step over all ranks
 
@@ -118,7 +117,7 @@ CK="$T/ck/step-00000010"
 for f in 0 1 2 3; do
   [ -f "$CK/zero-rank-0000$f.safetensors" ] || fail "no shard file $f"
 done
-grep -q '"world_size":4' "$CK/manifest.json" || fail "manifest: no world size"
+grep -q '"world_size":[[:space:]]*4,' "$CK/manifest.json" || fail "manifest: no world size"
 zr from2 2 1 --load "$CK"
 zr from1 1 0 --load "$CK"
 zr from4s3 4 3 --load "$CK"
