@@ -1,9 +1,9 @@
 # ZeRO data parallelism (gpu/dist/zero.h) on CPU ranks under mpirun,
 # with tests/reference/zero_check (a 2-layer, width-32 GPT, 20 steps,
-# global batch of 4 sequences of 16 tokens, clipping at norm 0.5):
-# - world sizes 1, 2, 4 x stages 0-3: the losses of every step equal
-#   stage 0's and those of one rank with the whole batch (relative
-#   difference < 1e-5), and so do the final weights (max abs difference
+# global batch of 4 sequences of 16 tokens, clipping at norm 1.5):
+# - world sizes 1, 2, 4 x stages 0-3: the losses and global gradient
+#   norms of every step equal stage 0's and those of one rank with the
+#   whole batch (relative difference < 1e-5), and so do the final weights (max abs difference
 #   < 1e-5 of the largest weight; the attention key biases, whose exact
 #   gradient is 0 and whose fp32 gradient is rounding noise that AdamW
 #   amplifies, are reported apart: zero_check's compare says why);
@@ -40,19 +40,25 @@ zr() {
 $(tail -20 "$T/$name.err")"
 }
 
-# same_losses A B [FIRST]: the losses of steps >= FIRST in A and B agree
-# within 1e-5 relative, and B has them all.
+# same_losses A B [FIRST]: the losses and gradient norms of steps >= FIRST
+# in A and B agree within 1e-5 relative, and B has them all.
 same_losses() {
   awk -v first="${3:-1}" -v a="$1" -v b="$2" '
     FNR == 1 { f++ }
-    $1 == "step" && $2 >= first { if (f == 1) la[$2] = $4; else lb[$2] = $4 }
+    $1 == "step" && $2 >= first {
+      if (f == 1) { la[$2] = $4; na[$2] = $6 } else { lb[$2] = $4; nb[$2] = $6 }
+    }
+    function off(x, y,  d, m) {
+      d = x - y; if (d < 0) d = -d
+      m = x < 0 ? -x : x
+      return d > 1e-5 * m
+    }
     END {
       n = 0
       for (s in la) {
         if (!(s in lb)) { print "step " s " missing in " b; exit 1 }
-        d = la[s] - lb[s]; if (d < 0) d = -d
-        m = la[s] < 0 ? -la[s] : la[s]
-        if (d > 1e-5 * m) { print "step " s ": " la[s] " vs " lb[s]; exit 1 }
+        if (off(la[s], lb[s])) { print "step " s ": loss " la[s] " vs " lb[s]; exit 1 }
+        if (off(na[s], nb[s])) { print "step " s ": norm " na[s] " vs " nb[s]; exit 1 }
         n++
       }
       if (n == 0) { print "no steps in " a; exit 1 }
@@ -67,8 +73,8 @@ same_weights() {
 
 # The reference: one rank with the whole batch, plain data parallelism.
 zr ref 1 0
-awk '$1 == "step" && $6 > 0.5 { c = 1 } END { exit !c }' "$T/ref.out" ||
-  fail "no step clipped (norm > 0.5): the clipping path is not tested
+awk '$1 == "step" { if ($6 > 1.5) c = 1; else u = 1 } END { exit !(c && u) }' \
+  "$T/ref.out" || fail "clipping at 1.5 should cut some steps and not others
 $(cat "$T/ref.out")"
 [ "$(grep -c '^step ' "$T/ref.out")" = 20 ] || fail "ref: not 20 steps"
 cat "$T/ref.out" | head -3
