@@ -38,6 +38,8 @@ struct zero {
   int nio;     /* in flight */
   int cur;     /* next io slot */
   int hook_rc; /* a failure inside the backward hook */
+  int in_hook; /* buckets started now count as early */
+  int early;   /* buckets started from the hook this step */
   char hook_err[256];
   uint64_t peak_params, peak_grads;
 };
@@ -199,6 +201,7 @@ static int bucket_start(zero *z, size_t b, char *err, size_t errlen) {
     return -1;
   z->cur = (z->cur + 1) % ZERO_INFLIGHT;
   z->nio++;
+  z->early += z->in_hook;
   return 0;
 }
 
@@ -219,9 +222,13 @@ static int buckets_ready(zero *z, size_t final_from, char *err,
 
 static void grad_hook(void *arg, size_t final_from) {
   zero *z = arg;
+  /* The engine's last call (final_from 0) comes when backward is done:
+   * those buckets are not overlapped with anything. */
+  z->in_hook = final_from > 0;
   if (z->hook_rc == 0 &&
       buckets_ready(z, final_from, z->hook_err, sizeof z->hook_err) != 0)
     z->hook_rc = -1;
+  z->in_hook = 0;
 }
 
 /* ---- The step ---- */
@@ -272,6 +279,7 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets,
   if (st >= 2) {
     z->next = z->nbuckets;
     z->hook_rc = 0;
+    z->early = 0;
     if (!z->cfg.no_overlap)
       gpt_set_grad_hook(m, grad_hook, z);
   }
@@ -333,6 +341,8 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets,
     return -1;
   res->loss = l / (float)z->N;
   res->norm = norm;
+  res->buckets = st >= 2 ? (int)z->nbuckets : 0;
+  res->buckets_early = st >= 2 ? z->early : 0;
   return 0;
 }
 

@@ -75,6 +75,9 @@ void zero_destroy(zero *z); /* NULL is a no-op; not collective */
 typedef struct zero_step_result {
   float loss;  /* this step's loss, mean over ranks (before the update) */
   double norm; /* the global gradient norm before clipping */
+  int buckets, buckets_early; /* stage 2/3: reduce-scatters, and those
+                                 started from the backward hook, before
+                                 backward was over */
 } zero_step_result;
 
 /* One training step: forward and backward of this rank's micro-batch

@@ -14,6 +14,10 @@
 # - a checkpoint saved by 4 ranks at stage 2 after step 10, loaded by 2
 #   ranks at stage 1 and by 1 rank at stage 0, gives steps 11-20 the
 #   losses and final weights of the uninterrupted 4-rank run;
+# - with 5 ranks (padded shards) stages 1 and 3 match one rank with
+#   micro-batch 5, and a stage-3 checkpoint of 5 ranks resumes on 1 rank;
+# - stage 2 starts some buckets during backward (the hook), none with
+#   --no-overlap;
 # - a truncated shard file is refused with a message that names it.
 . "$(dirname "$0")/lib.sh"
 
@@ -39,7 +43,7 @@ zr() {
   local name=$1 n=$2 stage=$3
   shift 3
   mpirun --oversubscribe --bind-to none -np "$n" "$TOOL" --stage "$stage" \
-    --micro $((GB / n)) --dump "$T/$name.w" "$@" >"$T/$name.out" \
+    --micro "${MICRO:-$((GB / n))}" --dump "$T/$name.w" "$@" >"$T/$name.out" \
     2>"$T/$name.err" || fail "zero_check $name ($n ranks, stage $stage) failed:
 $(tail -20 "$T/$name.err")"
 }
@@ -111,8 +115,15 @@ for n in 1 2 4; do
   done
 done
 
-# Stage 2 variants: reduce-scatter after backward; the default bucket.
+# Stage 2's overlap: with buckets of 1000 floats, 4 ranks (shards of
+# 7008), the buckets past the embeddings (wte and wpe, 2560 floats, whose
+# gradients are final last) start from the backward hook; without overlap
+# none does, and the result is the same.
+awk '$1 == "step" && $10 > 0 { e = 1 } END { exit !e }' "$T/n4s2.out" ||
+  fail "stage 2: no bucket was started during backward"
 zr s2late 4 2 --bucket 1000 --no-overlap
+awk '$1 == "step" && $10 != 0 { e = 1 } END { exit e }' "$T/s2late.out" ||
+  fail "stage 2 --no-overlap started buckets during backward"
 same_losses ref s2late || fail "stage 2 without overlap: losses differ"
 same_weights ref s2late
 zr s2one 2 2
@@ -136,6 +147,20 @@ for r in from2 from1 from4s3; do
   same_losses full "$r" 11 || fail "$r: losses after the load differ"
   same_weights full "$r"
 done
+
+# Padded shards: 5 ranks cut P = 28032 into 5 x 5607 (3 floats of
+# padding on the last rank), against one rank with micro-batch 5; the
+# stage 3 run saves after step 10 and one rank at stage 2 goes on from it.
+MICRO=5 zr ref5 1 0
+MICRO=1 zr n5s1 5 1
+MICRO=1 zr n5s3 5 3 --bucket 500 --save-at 10 --ckpt "$T/ck5"
+MICRO=5 zr from5 1 2 --load "$T/ck5/step-00000010"
+for r in n5s1 n5s3; do
+  same_losses ref5 "$r" || fail "$r: losses differ from 1 rank x 5"
+  same_weights ref5 "$r"
+done
+same_losses n5s3 from5 11 || fail "from5: losses after the load differ"
+same_weights n5s3 from5
 
 # A damaged shard is refused, naming the file.
 cp -r "$CK" "$T/bad"

@@ -5,10 +5,10 @@
  *
  *   mpirun -np N zero_check --stage S --micro B [--steps 20]
  *       [--bucket FLOATS] [--no-overlap] [--save-at K --ckpt PARENT]
- *       [--load DIR] [--dump FILE]
+ *       [--load DIR] [--dump FILE] [--layers L --width C]
  *   zero_check --compare A B      (two dumps: max abs and relative diff)
  *
- * Model: 2 layers, 4 heads, width 32, context 16, vocab 64, gpt_init
+ * Model (--layers and --width change it, for timings): 2 layers, 4 heads, width 32, context 16, vocab 64, gpt_init
  * seed 1234; AdamW (0.9, 0.95, eps 1e-8, decay 0.1), LR 1e-2 with 2 warmup
  * steps then cosine to 1e-3 over 20 steps, clipping at global norm 1.5
  * (some steps are cut, some not: AdamW hardly notices a scale applied to
@@ -17,7 +17,9 @@
  * (seed, s, j) alone; rank r takes j in [r*B, (r+1)*B). So N ranks of
  * micro-batch B see exactly what one rank of micro-batch N*B sees.
  *
- * Rank 0 prints "step <s> loss <l> norm <n>" per step (s from 1), a "mem"
+ * Rank 0 prints "step <s> loss <l> norm <n> buckets <b> early <e>" per
+ * step (s from 1; b reduce-scatter buckets, e of them started during
+ * backward), a "mem"
  * line (its bytes and the formulas, zero.h's zero_memory), "step_ms" (mean
  * time of the steps after the first) and "hash" of the final weights;
  * --dump writes them as raw little-endian floats.
@@ -80,8 +82,9 @@ static float *read_dump(const char *path, size_t *n) {
 }
 
 /* The model every run trains. */
+static int n_layer = 2, n_embd = 32;
 static int make_model(gpt **m, char *err, size_t errlen) {
-  gpt_config cfg = {.n_layer = 2, .n_head = 4, .n_embd = 32,
+  gpt_config cfg = {.n_layer = n_layer, .n_head = 4, .n_embd = n_embd,
                     .block_size = CTX, .vocab_size = VOCAB};
   if (gpt_config_finish(&cfg, err, errlen) != 0 ||
       gpt_create(&cfg, m, err, errlen) != 0)
@@ -171,6 +174,10 @@ int main(int argc, char **argv) {
       load = v;
     else if (strcmp(a, "--dump") == 0)
       dump = v;
+    else if (strcmp(a, "--layers") == 0)
+      n_layer = atoi(v);
+    else if (strcmp(a, "--width") == 0)
+      n_embd = atoi(v);
     else {
       fprintf(stderr, "zero_check: unknown option %s\n", a);
       return 2;
@@ -229,8 +236,8 @@ int main(int argc, char **argv) {
       t_n++;
     }
     if (r == 0)
-      printf("step %" PRId64 " loss %.9g norm %.9g\n", s + 1, res.loss,
-             res.norm);
+      printf("step %" PRId64 " loss %.9g norm %.9g buckets %d early %d\n",
+             s + 1, res.loss, res.norm, res.buckets, res.buckets_early);
     if (s + 1 == save_at && zero_save(z, ckdir, save_at, err, sizeof err) != 0)
       goto fail;
   }
