@@ -88,8 +88,7 @@ int zero_create(const zero_config *zc, gpt *model, const optim_config *oc,
                 comm *c, zero **out, char *err, size_t errlen) {
   *out = NULL;
   if (zc->stage < 0 || zc->stage > 3) {
-    snprintf(err, errlen, "zero: stage %d; it must be 0, 1, 2 or 3",
-             zc->stage);
+    snprintf(err, errlen, "zero: stage %d; it must be 0, 1, 2 or 3", zc->stage);
     return -1;
   }
   zero *z = calloc(1, sizeof *z);
@@ -114,9 +113,10 @@ int zero_create(const zero_config *zc, gpt *model, const optim_config *oc,
   size_t on = st == 0 ? z->P : z->S, olo = st == 0 ? 0 : z->lo;
 
   /* Room for the all-gather of N slices of S into the engine's arrays. */
-  if (st >= 1 && gpt_acquire(model, st == 1 ? GPT_BUF_PARAMS | GPT_BUF_GRADS
-                                             : GPT_BUF_PARAMS,
-                             padded, err, errlen) != 0)
+  if (st >= 1 &&
+      gpt_acquire(model,
+                  st == 1 ? GPT_BUF_PARAMS | GPT_BUF_GRADS : GPT_BUF_PARAMS,
+                  padded, err, errlen) != 0)
     goto fail;
   if (st >= 2) {
     z->bf = zc->bucket_floats ? zc->bucket_floats : (size_t)1 << 20;
@@ -207,8 +207,7 @@ static int bucket_start(zero *z, size_t b, char *err, size_t errlen) {
 
 /* Starts every bucket not yet started whose lowest piece (rank 0's, at
  * flat offset b*bf) lies in the final part [final_from, P). */
-static int buckets_ready(zero *z, size_t final_from, char *err,
-                         size_t errlen) {
+static int buckets_ready(zero *z, size_t final_from, char *err, size_t errlen) {
   while (z->next > 0) {
     size_t b = z->next - 1;
     if (b * z->bf < final_from)
@@ -252,8 +251,8 @@ static double sumsq(const float *x, size_t n) {
   return s;
 }
 
-int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets,
-              int B, int T, float lr, double max_norm, zero_step_result *res,
+int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
+              int T, float lr, double max_norm, zero_step_result *res,
               char *err, size_t errlen) {
   gpt *m = z->m;
   int st = z->cfg.stage;
@@ -506,8 +505,8 @@ int zero_save(zero *z, const char *parent, int64_t step, char *err,
  * files: params into pdst (flat offset pa), state arrays into sdst (flat
  * offset sa, stride sstride) when sdst is set. */
 static int load_ranges(const char *dir, cJSON *ranks, size_t k, float *pdst,
-                       size_t pa, size_t pb, float *sdst, size_t sa,
-                       size_t sb, size_t sstride, char *err, size_t errlen) {
+                       size_t pa, size_t pb, float *sdst, size_t sa, size_t sb,
+                       size_t sstride, char *err, size_t errlen) {
   cJSON *o;
   cJSON_ArrayForEach(o, ranks) {
     cJSON *f = cJSON_GetObjectItem(o, "file");

@@ -84,18 +84,18 @@ typedef struct zero_step_result {
  * inputs/targets (B,T), gradients averaged over ranks, clipped to the
  * global norm max_norm (0: no clipping), one optimizer update at lr, the
  * parameters made whole again (stages 1-2). Collective. */
-int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets,
-              int B, int T, float lr, double max_norm, zero_step_result *res,
+int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
+              int T, float lr, double max_norm, zero_step_result *res,
               char *err, size_t errlen);
 
 /* Per-rank bytes: what the rank holds between steps and the most it held
  * during a step, next to ZeRO's formulas with Psi = P parameters. */
 typedef struct zero_memory {
   int stage, world;
-  uint64_t n_params;              /* Psi */
-  uint64_t params, grads, optim;  /* held now (after a step) */
+  uint64_t n_params;                /* Psi */
+  uint64_t params, grads, optim;    /* held now (after a step) */
   uint64_t peak_params, peak_grads; /* most held during the last step */
-  uint64_t comm;                  /* bucket send buffers (stage 2/3) */
+  uint64_t comm;                    /* bucket send buffers (stage 2/3) */
   /* fp32 training: params 4Psi, grads 4Psi, optimizer 4Psi per state
    * float (AdamW 8Psi), each divided by N where the stage shards it. */
   uint64_t f_params, f_grads, f_optim;

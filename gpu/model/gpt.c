@@ -223,8 +223,7 @@ int gpt_acquire(gpt *m, int what, size_t cap, char *err, size_t errlen) {
       ((what & GPT_BUF_GRADS) && regrow(&m->grads, &m->grads_cap, cap) != 0)) {
     snprintf(err, errlen,
              "gpt: out of memory: could not allocate %zu bytes of %s", cap * 4,
-             (what & GPT_BUF_GRADS) ? "parameters or gradients"
-                                    : "parameters");
+             (what & GPT_BUF_GRADS) ? "parameters or gradients" : "parameters");
     return -1;
   }
   return 0;

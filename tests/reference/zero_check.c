@@ -8,14 +8,14 @@
  *       [--load DIR] [--dump FILE] [--layers L --width C]
  *   zero_check --compare A B      (two dumps: max abs and relative diff)
  *
- * Model (--layers and --width change it, for timings): 2 layers, 4 heads, width 32, context 16, vocab 64, gpt_init
- * seed 1234; AdamW (0.9, 0.95, eps 1e-8, decay 0.1), LR 1e-2 with 2 warmup
- * steps then cosine to 1e-3 over 20 steps, clipping at global norm 1.5
- * (some steps are cut, some not: AdamW hardly notices a scale applied to
- * every step).
- * Data: step s's global batch is sequences j = 0..N*B-1, each drawn from
- * (seed, s, j) alone; rank r takes j in [r*B, (r+1)*B). So N ranks of
- * micro-batch B see exactly what one rank of micro-batch N*B sees.
+ * Model (--layers and --width change it, for timings): 2 layers, 4 heads, width
+ * 32, context 16, vocab 64, gpt_init seed 1234; AdamW (0.9, 0.95, eps 1e-8,
+ * decay 0.1), LR 1e-2 with 2 warmup steps then cosine to 1e-3 over 20 steps,
+ * clipping at global norm 1.5 (some steps are cut, some not: AdamW hardly
+ * notices a scale applied to every step). Data: step s's global batch is
+ * sequences j = 0..N*B-1, each drawn from (seed, s, j) alone; rank r takes j in
+ * [r*B, (r+1)*B). So N ranks of micro-batch B see exactly what one rank of
+ * micro-batch N*B sees.
  *
  * Rank 0 prints "step <s> loss <l> norm <n> buckets <b> early <e>" per
  * step (s from 1; b reduce-scatter buckets, e of them started during
@@ -84,8 +84,11 @@ static float *read_dump(const char *path, size_t *n) {
 /* The model every run trains. */
 static int n_layer = 2, n_embd = 32;
 static int make_model(gpt **m, char *err, size_t errlen) {
-  gpt_config cfg = {.n_layer = n_layer, .n_head = 4, .n_embd = n_embd,
-                    .block_size = CTX, .vocab_size = VOCAB};
+  gpt_config cfg = {.n_layer = n_layer,
+                    .n_head = 4,
+                    .n_embd = n_embd,
+                    .block_size = CTX,
+                    .vocab_size = VOCAB};
   if (gpt_config_finish(&cfg, err, errlen) != 0 ||
       gpt_create(&cfg, m, err, errlen) != 0)
     return -1;
