@@ -139,7 +139,7 @@ void gpt_release(gpt *m, int what);
 /* Makes the arrays named by what hold cap floats (at least n_params):
  * kept contents are kept, new floats (all of a released array) are zero;
  * floats past n_params are not part of the model and the engine never
- * touches them. 0, or -1 with err (the arrays as they were). */
+ * touches them. 0, or -1 with err (an array that was grown stays so). */
 int gpt_acquire(gpt *m, int what, size_t cap, char *err, size_t errlen);
 /* Floats allocated for GPT_BUF_PARAMS or GPT_BUF_GRADS (0 if released). */
 size_t gpt_capacity(const gpt *m, int what);
