@@ -657,6 +657,8 @@ static void backward(gpt *m, float scale) {
   const float *last = L > 0 ? layer_at(m, &a, L - 1, B, T).res3 : a.encoded;
   layernorm_backward(a.dres, gpt_g(m, lf), gpt_g(m, lf + 1), a.dbuf, last,
                      gpt_p(m, lf), a.lnf_mean, a.lnf_rstd, N, C);
+  if (m->grad_hook)
+    m->grad_hook(m->grad_hook_arg, m->tensors[lf].offset);
 
   for (int l = L - 1; l >= 0; l--) {
     layer_acts la = layer_at(m, &a, l, B, T);
@@ -686,8 +688,14 @@ static void backward(gpt *m, float scale) {
                        P(GPT_LN1_W), la.ln1_mean, la.ln1_rstd, N, C);
 #undef P
 #undef G
+    /* Layer l's tensors are contiguous and nothing after this touches
+     * them: the gradient from layer l on is final. */
+    if (m->grad_hook)
+      m->grad_hook(m->grad_hook_arg, m->tensors[gpt_ti(l, 0)].offset);
   }
   encoder_backward(gpt_g(m, 0), gpt_g(m, 1), a.dres, m->inputs, B, T, C);
+  if (m->grad_hook)
+    m->grad_hook(m->grad_hook_arg, 0);
 }
 
 void gpt_backward(gpt *m, float scale) {

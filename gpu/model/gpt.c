@@ -155,6 +155,7 @@ int gpt_create(const gpt_config *cfg, gpt **out, char *err, size_t errlen) {
     gpt_destroy(m);
     return -1;
   }
+  m->params_cap = m->grads_cap = off;
   *out = m;
   return 0;
 }
@@ -186,6 +187,58 @@ const gpt_tensor *gpt_tensor_find(const gpt *m, const char *name) {
   return NULL;
 }
 
+void gpt_release(gpt *m, int what) {
+  if (what & GPT_BUF_PARAMS) {
+    free(m->params);
+    m->params = NULL;
+    m->params_cap = 0;
+  }
+  if (what & GPT_BUF_GRADS) {
+    free(m->grads);
+    m->grads = NULL;
+    m->grads_cap = 0;
+  }
+}
+
+/* *buf (cap floats) grown or made to hold want floats, the old contents
+ * kept and the rest zero. */
+static int regrow(float **buf, size_t *cap, size_t want) {
+  if (*buf && *cap == want)
+    return 0;
+  float *p = realloc(*buf, want * sizeof(float));
+  if (!p)
+    return -1;
+  if (want > *cap)
+    memset(p + *cap, 0, (want - *cap) * sizeof(float));
+  *buf = p;
+  *cap = want;
+  return 0;
+}
+
+int gpt_acquire(gpt *m, int what, size_t cap, char *err, size_t errlen) {
+  if (cap < m->n_params)
+    cap = m->n_params;
+  if (((what & GPT_BUF_PARAMS) &&
+       regrow(&m->params, &m->params_cap, cap) != 0) ||
+      ((what & GPT_BUF_GRADS) && regrow(&m->grads, &m->grads_cap, cap) != 0)) {
+    snprintf(err, errlen,
+             "gpt: out of memory: could not allocate %zu bytes of %s", cap * 4,
+             (what & GPT_BUF_GRADS) ? "parameters or gradients" : "parameters");
+    return -1;
+  }
+  return 0;
+}
+
+size_t gpt_capacity(const gpt *m, int what) {
+  return what == GPT_BUF_PARAMS ? m->params_cap : m->grads_cap;
+}
+
+void gpt_set_grad_hook(gpt *m, void (*hook)(void *arg, size_t final_from),
+                       void *arg) {
+  m->grad_hook = hook;
+  m->grad_hook_arg = arg;
+}
+
 size_t gpt_config_num_params(const gpt_config *cfg) {
   size_t C = cfg->n_embd, L = cfg->n_layer;
   /* wte (Vp,C), wpe (T,C), per layer 12C^2 + 13C (gpt.h's list), ln_f */
@@ -203,7 +256,7 @@ void gpt_memory_estimate(const gpt_config *cfg, int B, int T,
 }
 
 uint64_t gpt_allocated_bytes(const gpt *m) {
-  return 2 * (uint64_t)m->n_params * sizeof(float) +
+  return ((uint64_t)m->params_cap + m->grads_cap) * sizeof(float) +
          (uint64_t)m->acts_cap * sizeof(float) +
          2 * (uint64_t)m->ids_cap * sizeof(uint32_t);
 }

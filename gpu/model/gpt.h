@@ -127,6 +127,32 @@ void gpt_memory_estimate(const gpt_config *cfg, int B, int T,
  * id buffers of the largest batch it has run (none before a forward). */
 uint64_t gpt_allocated_bytes(const gpt *m);
 
+/* ---- For data-parallel training (gpu/dist/zero.h) ----
+ * ZeRO drops the full parameter and gradient arrays between steps and
+ * wants them longer than n_params, so that a collective over N equal
+ * slices can write straight into them. */
+enum { GPT_BUF_PARAMS = 1, GPT_BUF_GRADS = 2 };
+/* Frees the arrays named by what (GPT_BUF_* or'ed): gpt_params /
+ * gpt_grads return NULL and forward / backward must not run until
+ * gpt_acquire makes them again. */
+void gpt_release(gpt *m, int what);
+/* Makes the arrays named by what hold cap floats (at least n_params):
+ * kept contents are kept, new floats (all of a released array) are zero;
+ * floats past n_params are not part of the model and the engine never
+ * touches them. 0, or -1 with err (an array that was grown stays so). */
+int gpt_acquire(gpt *m, int what, size_t cap, char *err, size_t errlen);
+/* Floats allocated for GPT_BUF_PARAMS or GPT_BUF_GRADS (0 if released). */
+size_t gpt_capacity(const gpt *m, int what);
+/* Calls hook(arg, final_from) during gpt_backward each time more of the
+ * gradient is final: after it, gpt_grads()[final_from, n_params) will not
+ * change in this backward. The CPU backend calls it after ln_f, after
+ * each layer (from the last), and with 0 at the end. The hook runs on the
+ * calling thread between kernels and may start communication (ZeRO-2
+ * buckets) but must not write the gradients below final_from. NULL: none.
+ * The hook stays set until changed. */
+void gpt_set_grad_hook(gpt *m, void (*hook)(void *arg, size_t final_from),
+                       void *arg);
+
 /* Parameters (floats, with wte's padding rows) of cfg (finished), as
  * gpt_num_params counts them for the model gpt_create would make. */
 size_t gpt_config_num_params(const gpt_config *cfg);

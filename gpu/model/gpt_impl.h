@@ -34,6 +34,11 @@ struct gpt {
   size_t n_params;     /* floats in params and grads */
   float *params;       /* one allocation, layout of gpt.h */
   float *grads;        /* same layout */
+  size_t params_cap, grads_cap; /* floats allocated (>= n_params; 0 while
+                                   released, gpt_acquire) */
+  /* gpt_set_grad_hook's callback, called by backward. */
+  void (*grad_hook)(void *arg, size_t final_from);
+  void *grad_hook_arg;
   gpt_tensor *tensors; /* 2 + 12 n_layer + 2 */
   size_t n_tensors;
 

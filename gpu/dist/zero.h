@@ -1,0 +1,129 @@
+/*
+ * zero: data-parallel training of the GPT engine (gpt.h) over the comm
+ * layer (comm.h), with ZeRO's sharding of optimizer state (stage 1),
+ * gradients (stage 2) and parameters (stage 3); stage 0 is plain data
+ * parallelism.
+ *
+ * Every rank holds a gpt of the same configuration and the same initial
+ * weights (gpt_init with the same seed) and runs its own micro-batch; the
+ * step's gradient is the mean over ranks, so N ranks of micro-batch B
+ * train exactly as one rank of micro-batch N*B.
+ *
+ * Shards. With P = gpt_num_params and N ranks, S = ceil(P/N); rank r owns
+ * the contiguous slice [r*S, (r+1)*S) of the flat parameter (and
+ * gradient) vector, padded with zeros past P so that every rank has S.
+ *   stage 0  all-reduce of the gradients; every rank updates everything.
+ *   stage 1  all-reduce of the gradients; optimizer state for the shard
+ *            only; each rank updates its shard; all-gather of parameters.
+ *   stage 2  the gradients are reduce-scattered in buckets of
+ *            bucket_floats per rank (bucket k is shard-local range
+ *            [k*b, (k+1)*b) of every rank's shard, packed into one
+ *            comm_ireduce_scatter_sum). With overlap on, a bucket starts
+ *            from the engine's backward hook (gpt_set_grad_hook) as soon
+ *            as all its N pieces are final, while backward goes on. The
+ *            rank keeps only its gradient shard between steps: the
+ *            engine's full gradient array is made at the start of
+ *            backward and freed after the last bucket is sent, because
+ *            the CPU engine's backward adds into one flat gradient array
+ *            of P floats (it cannot write a layer's gradient into a
+ *            smaller buffer). Note that with the engine's layout (wte
+ *            first, its gradient final only at the very end of backward)
+ *            bucket k is ready only when rank 0's piece, the lowest, is:
+ *            buckets that reach into the embeddings wait for the end.
+ *   stage 3  the parameters are sharded too. NOT per layer: the CPU
+ *            engine reads its weights from one flat array, so the full
+ *            parameters are all-gathered into a freshly made array before
+ *            forward and freed after backward (and the gradient as in
+ *            stage 2). Between steps a rank holds only its shards; during
+ *            forward/backward it holds the whole model once.
+ * Gradient clipping uses the global norm (shard sums of squares summed
+ * over ranks), so every stage clips identically. No gradient
+ * accumulation: one micro-batch per rank per step.
+ *
+ * Threads: the thread that owns the comm (comm.h: one at a time) calls
+ * every function; all but zero_memory_get are collective: every rank
+ * calls them in the same order. A -1 from a collective leaves the gang
+ * out of step: the caller aborts it (comm_abort).
+ */
+#ifndef DAGRUN_ZERO_H
+#define DAGRUN_ZERO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "gpt.h"
+#include "optim.h"
+
+typedef struct zero_config {
+  int stage;            /* 0, 1, 2 or 3 */
+  size_t bucket_floats; /* stage 2/3: per-rank bucket; 0: 1<<20 */
+  int no_overlap;       /* stage 2/3: reduce-scatter after backward
+                           instead of from the backward hook */
+} zero_config;
+
+typedef struct zero zero;
+
+/* Takes over model (borrowed: it must outlive the zero; its parameters
+ * must be the same on every rank) and makes the optimizer for this rank's
+ * part. Stage 3 frees the model's full parameter array, keeping the
+ * shard; stage 2/3 free its gradient array. Collective. 0 or -1 with err. */
+int zero_create(const zero_config *zc, gpt *model, const optim_config *oc,
+                comm *c, zero **out, char *err, size_t errlen);
+void zero_destroy(zero *z); /* NULL is a no-op; not collective */
+
+typedef struct zero_step_result {
+  float loss;  /* this step's loss, mean over ranks (before the update) */
+  double norm; /* the global gradient norm before clipping */
+  int buckets, buckets_early; /* stage 2/3: reduce-scatters, and those
+                                 started from the backward hook, before
+                                 backward was over */
+} zero_step_result;
+
+/* One training step: forward and backward of this rank's micro-batch
+ * inputs/targets (B,T), gradients averaged over ranks, clipped to the
+ * global norm max_norm (0: no clipping), one optimizer update at lr, the
+ * parameters made whole again (stages 1-2). Collective. */
+int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
+              int T, float lr, double max_norm, zero_step_result *res,
+              char *err, size_t errlen);
+
+/* Per-rank bytes: what the rank holds between steps and the most it held
+ * during a step, next to ZeRO's formulas with Psi = P parameters. */
+typedef struct zero_memory {
+  int stage, world;
+  uint64_t n_params;                /* Psi */
+  uint64_t params, grads, optim;    /* held now (after a step) */
+  uint64_t peak_params, peak_grads; /* most held during the last step */
+  uint64_t comm;                    /* bucket send buffers (stage 2/3) */
+  /* fp32 training: params 4Psi, grads 4Psi, optimizer 4Psi per state
+   * float (AdamW 8Psi), each divided by N where the stage shards it. */
+  uint64_t f_params, f_grads, f_optim;
+  /* The issue's mixed-precision Adam formula, for reference: 16Psi,
+   * 4Psi + 12Psi/N, 2Psi + 14Psi/N, 16Psi/N. */
+  uint64_t f_mixed;
+} zero_memory;
+void zero_memory_get(const zero *z, zero_memory *out);
+
+/* The full parameters (n_params floats) into out on every rank (stage 3
+ * gathers them). Collective. */
+int zero_gather_params(zero *z, float *out, char *err, size_t errlen);
+
+/* Sharded checkpoint under parent/step-<step>/ (ckpt.h: built under a
+ * temporary name, fsynced, renamed): one safetensors file per rank,
+ * zero-rank-<r>.safetensors, with "params" (n) and "optim" (k,n) for the
+ * rank's range [r*S, min((r+1)*S, P)) (k state floats per parameter), and
+ * ckpt's manifest.json (sha256 of every file) whose state holds the
+ * world size, stage, P, S, optimizer, step count and each file's range.
+ * The same files whatever the stage: stage 0 writes its slice of the
+ * full state. Collective. */
+int zero_save(zero *z, const char *parent, int64_t step, char *err,
+              size_t errlen);
+/* Loads a checkpoint directory written by zero_save with any world size
+ * and stage: the shards are re-cut for this gang's size and stage. The
+ * model configuration and optimizer kind must match. *step gets its step.
+ * Collective. */
+int zero_load(zero *z, const char *dir, int64_t *step, char *err,
+              size_t errlen);
+
+#endif /* DAGRUN_ZERO_H */

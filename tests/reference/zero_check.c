@@ -1,0 +1,286 @@
+/*
+ * zero_check: a tiny GPT trained for a few steps with ZeRO data
+ * parallelism (gpu/dist/zero.h) under mpirun, for
+ * tests/integration/test_zero.sh.
+ *
+ *   mpirun -np N zero_check --stage S --micro B [--steps 20]
+ *       [--bucket FLOATS] [--no-overlap] [--save-at K --ckpt PARENT]
+ *       [--load DIR] [--dump FILE] [--layers L --width C]
+ *   zero_check --compare A B      (two dumps: max abs and relative diff)
+ *
+ * Model (--layers and --width change it, for timings): 2 layers, 4 heads, width
+ * 32, context 16, vocab 64, gpt_init seed 1234; AdamW (0.9, 0.95, eps 1e-8,
+ * decay 0.1), LR 1e-2 with 2 warmup steps then cosine to 1e-3 over 20 steps,
+ * clipping at global norm 1.5 (some steps are cut, some not: AdamW hardly
+ * notices a scale applied to every step). Data: step s's global batch is
+ * sequences j = 0..N*B-1, each drawn from (seed, s, j) alone; rank r takes j in
+ * [r*B, (r+1)*B). So N ranks of micro-batch B see exactly what one rank of
+ * micro-batch N*B sees.
+ *
+ * Rank 0 prints "step <s> loss <l> norm <n> buckets <b> early <e>" per
+ * step (s from 1; b reduce-scatter buckets, e of them started during
+ * backward), a "mem"
+ * line (its bytes and the formulas, zero.h's zero_memory), "step_ms" (mean
+ * time of the steps after the first) and "hash" of the final weights;
+ * --dump writes them as raw little-endian floats.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm.h"
+#include "gpt.h"
+#include "optim.h"
+#include "zero.h"
+
+#define SEED 1234
+#define VOCAB 64
+#define CTX 16
+
+static uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/* Sequence j of step s: T+1 tokens of a noisy affine walk, so there is
+ * something to learn. */
+static void draw(uint64_t s, uint64_t j, uint32_t *tok, int T) {
+  uint64_t h = mix(mix((uint64_t)SEED) ^ mix(s * 1000003ULL + j));
+  uint32_t x = (uint32_t)(h % VOCAB);
+  for (int t = 0; t <= T; t++) {
+    tok[t] = x;
+    h = mix(h);
+    x = (h % 10 == 0) ? (uint32_t)((h >> 8) % VOCAB) : (x * 5 + 3) % VOCAB;
+  }
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static float *read_dump(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  fseek(f, 0, SEEK_END);
+  long sz = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  float *p = malloc((size_t)sz + 4);
+  *n = (size_t)sz / sizeof(float);
+  if (p && fread(p, sizeof(float), *n, f) != *n) {
+    free(p);
+    p = NULL;
+  }
+  fclose(f);
+  return p;
+}
+
+/* The model every run trains. */
+static int n_layer = 2, n_embd = 32;
+static int make_model(gpt **m, char *err, size_t errlen) {
+  gpt_config cfg = {.n_layer = n_layer,
+                    .n_head = 4,
+                    .n_embd = n_embd,
+                    .block_size = CTX,
+                    .vocab_size = VOCAB};
+  if (gpt_config_finish(&cfg, err, errlen) != 0 ||
+      gpt_create(&cfg, m, err, errlen) != 0)
+    return -1;
+  gpt_init(*m, SEED);
+  return 0;
+}
+
+/* Prints the largest difference of two dumps relative to the largest
+ * weight, over all weights but the attention key biases (the middle third
+ * of each c_attn.bias), and separately the largest difference of those.
+ * A key bias adds q.b_k to every score of a softmax row, which the
+ * softmax ignores: its gradient is 0 in exact arithmetic, and in fp32 it
+ * is rounding noise that AdamW's normalization turns into steps of up to
+ * lr. Any two summation orders (world sizes, a reduce-scatter instead of
+ * an all-reduce, thread counts) move these weights differently. */
+static int compare(const char *a, const char *b) {
+  size_t na, nb;
+  char err[256];
+  gpt *m = NULL;
+  float *x = read_dump(a, &na), *y = read_dump(b, &nb);
+  char *kb = NULL;
+  if (!x || !y || na != nb || make_model(&m, err, sizeof err) != 0 ||
+      na != gpt_num_params(m) || !(kb = calloc(na, 1))) {
+    fprintf(stderr, "zero_check: cannot compare %s and %s\n", a, b);
+    free(x);
+    free(y);
+    gpt_destroy(m);
+    return 1;
+  }
+  int C = gpt_get_config(m)->n_embd;
+  for (int l = 0; l < gpt_get_config(m)->n_layer; l++) {
+    char name[64];
+    snprintf(name, sizeof name, "h.%d.attn.c_attn.bias", l);
+    const gpt_tensor *t = gpt_tensor_find(m, name);
+    memset(kb + t->offset + C, 1, (size_t)C);
+  }
+  double mad = 0, mx = 0, kmad = 0;
+  for (size_t i = 0; i < na; i++) {
+    double d = x[i] > y[i] ? x[i] - y[i] : y[i] - x[i];
+    double v = x[i] > 0 ? x[i] : -x[i];
+    if (kb[i])
+      kmad = d > kmad ? d : kmad;
+    else
+      mad = d > mad ? d : mad;
+    mx = v > mx ? v : mx;
+  }
+  printf("max_abs_diff %.9g rel %.9g key_bias_max_abs_diff %.9g\n", mad,
+         mx > 0 ? mad / mx : mad, kmad);
+  free(kb);
+  free(x);
+  free(y);
+  gpt_destroy(m);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 4 && strcmp(argv[1], "--compare") == 0)
+    return compare(argv[2], argv[3]);
+  zero_config zc = {0};
+  int B = 0, steps = 20, save_at = -1;
+  const char *ckdir = NULL, *load = NULL, *dump = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--no-overlap") == 0) {
+      zc.no_overlap = 1;
+      continue;
+    }
+    if (!v) {
+      fprintf(stderr, "zero_check: %s wants a value\n", a);
+      return 2;
+    }
+    i++;
+    if (strcmp(a, "--stage") == 0)
+      zc.stage = atoi(v);
+    else if (strcmp(a, "--micro") == 0)
+      B = atoi(v);
+    else if (strcmp(a, "--steps") == 0)
+      steps = atoi(v);
+    else if (strcmp(a, "--bucket") == 0)
+      zc.bucket_floats = (size_t)atol(v);
+    else if (strcmp(a, "--save-at") == 0)
+      save_at = atoi(v);
+    else if (strcmp(a, "--ckpt") == 0)
+      ckdir = v;
+    else if (strcmp(a, "--load") == 0)
+      load = v;
+    else if (strcmp(a, "--dump") == 0)
+      dump = v;
+    else if (strcmp(a, "--layers") == 0)
+      n_layer = atoi(v);
+    else if (strcmp(a, "--width") == 0)
+      n_embd = atoi(v);
+    else {
+      fprintf(stderr, "zero_check: unknown option %s\n", a);
+      return 2;
+    }
+  }
+  if (B < 1 || (save_at >= 0 && !ckdir)) {
+    fprintf(stderr, "zero_check: --micro B >= 1 needed (and --ckpt with "
+                    "--save-at)\n");
+    return 2;
+  }
+
+  char err[512];
+  comm_config cc = {.backend = COMM_MPI, .timeout_s = 60};
+  comm *c = NULL;
+  if (comm_create(&cc, &c, err, sizeof err) != 0) {
+    fprintf(stderr, "zero_check: %s\n", err);
+    return 1;
+  }
+  int r = comm_rank(c);
+  gpt *m = NULL;
+  zero *z = NULL;
+  uint32_t *tok = NULL, *in = NULL, *tg = NULL;
+  float *w = NULL;
+  if (make_model(&m, err, sizeof err) != 0)
+    goto fail;
+  optim_config oc = {OPTIM_ADAMW, 0.9f, 0.95f, 1e-8f, 0.1f};
+  if (zero_create(&zc, m, &oc, c, &z, err, sizeof err) != 0)
+    goto fail;
+  int64_t start = 0;
+  if (load && zero_load(z, load, &start, err, sizeof err) != 0)
+    goto fail;
+  lr_schedule ls = {1e-2, 1e-3, 2, 20, LR_COSINE, 0};
+  int T = CTX;
+  tok = malloc((size_t)(T + 1) * sizeof *tok);
+  in = malloc((size_t)B * T * sizeof *in);
+  tg = malloc((size_t)B * T * sizeof *tg);
+  if (!tok || !in || !tg) {
+    snprintf(err, sizeof err, "out of memory");
+    goto fail;
+  }
+  double t_sum = 0;
+  int t_n = 0;
+  for (int64_t s = start; s < steps; s++) {
+    for (int b = 0; b < B; b++) {
+      draw((uint64_t)s, (uint64_t)r * B + b, tok, T);
+      memcpy(in + (size_t)b * T, tok, (size_t)T * sizeof *tok);
+      memcpy(tg + (size_t)b * T, tok + 1, (size_t)T * sizeof *tok);
+    }
+    zero_step_result res;
+    double t0 = now_ms();
+    if (zero_step(z, in, tg, B, T, (float)lr_at(&ls, s), 1.5, &res, err,
+                  sizeof err) != 0)
+      goto fail;
+    if (s > start) {
+      t_sum += now_ms() - t0;
+      t_n++;
+    }
+    if (r == 0)
+      printf("step %" PRId64 " loss %.9g norm %.9g buckets %d early %d\n",
+             s + 1, res.loss, res.norm, res.buckets, res.buckets_early);
+    if (s + 1 == save_at && zero_save(z, ckdir, save_at, err, sizeof err) != 0)
+      goto fail;
+  }
+  zero_memory zm;
+  zero_memory_get(z, &zm);
+  size_t P = gpt_num_params(m);
+  w = malloc(P * sizeof *w);
+  if (!w || zero_gather_params(z, w, err, sizeof err) != 0)
+    goto fail;
+  if (r == 0) {
+    printf("mem stage %d world %d psi %" PRIu64 " params %" PRIu64
+           " grads %" PRIu64 " optim %" PRIu64 " peak_params %" PRIu64
+           " peak_grads %" PRIu64 " comm %" PRIu64 " f_params %" PRIu64
+           " f_grads %" PRIu64 " f_optim %" PRIu64 " f_mixed %" PRIu64 "\n",
+           zm.stage, zm.world, zm.n_params, zm.params, zm.grads, zm.optim,
+           zm.peak_params, zm.peak_grads, zm.comm, zm.f_params, zm.f_grads,
+           zm.f_optim, zm.f_mixed);
+    printf("step_ms %.3f\n", t_n ? t_sum / t_n : 0.0);
+    uint64_t h = 1469598103934665603ULL;
+    const unsigned char *p = (const unsigned char *)w;
+    for (size_t i = 0; i < P * sizeof *w; i++)
+      h = (h ^ p[i]) * 1099511628211ULL;
+    printf("hash %016" PRIx64 "\n", h);
+    if (dump) {
+      FILE *f = fopen(dump, "wb");
+      if (!f || fwrite(w, sizeof *w, P, f) != P || fclose(f) != 0) {
+        snprintf(err, sizeof err, "cannot write %s", dump);
+        goto fail;
+      }
+    }
+  }
+  free(w);
+  free(tok);
+  free(in);
+  free(tg);
+  zero_destroy(z);
+  gpt_destroy(m);
+  comm_destroy(c);
+  return 0;
+fail:
+  fprintf(stderr, "zero_check: rank %d: %s\n", r, err);
+  comm_abort(c, 1);
+}
