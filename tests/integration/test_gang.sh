@@ -148,6 +148,26 @@ expect_in "$T/out" "timed out after 1.0s"
 [ $((end - start)) -lt 10 ] || fail "timeout took $((end - start)) s"
 all_gone "$T/to-0" "$T/to-1" "$T/to-2"
 
+# --- Ranks that hang without a sign of life: the first missed heartbeat
+# stops the gang, and no worker of it is left.
+cat > hb.yaml <<Y
+dag: hb
+tasks:
+  gang: {stage: hang, world_size: 3, heartbeat_timeout: 1s, kill_grace: 500ms}
+Y
+start=$(date +%s)
+run_dagrun run hb.yaml --plain
+end=$(date +%s)
+expect_rc 1
+expect_in "$T/out" "hung: no heartbeat for 1.0s; stopped ranks"
+R=$(run_dir hb)
+case "$(task_field "$R" gang reason)" in
+"rank "[012]" hung: no heartbeat for 1.0s; stopped ranks "*) ;;
+*) fail "reason: $(task_field "$R" gang reason)" ;;
+esac
+[ $((end - start)) -lt 10 ] || fail "hung gang took $((end - start)) s"
+if pgrep -f "$R/gang" >/dev/null; then fail "workers of the hung gang left: $(pgrep -af "$R/gang")"; fi
+
 # --- Ctrl-C and SIGTERM of dagrun stop every rank.
 cat > cc.yaml <<Y
 dag: cc
