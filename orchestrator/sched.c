@@ -38,7 +38,8 @@ typedef struct task_rt {
   char *fingerprint; /* hex SHA-256, NULL when none */
   char *cached_from; /* TASK_CACHED: the run it came from */
   char *fp_dir;      /* what ${tasks.T.dir} is in fingerprints */
-  cJSON *ranks;      /* a gang's last attempt: how each rank ended, or NULL */
+  /* A gang's last attempt: how each rank ended (run.json), or NULL. */
+  cJSON *ranks;
 } task_rt;
 
 /* A FIFO of task indices; entries whose task left TASK_QUEUED (cancelled)

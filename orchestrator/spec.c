@@ -337,6 +337,7 @@ static void parse_setting(ctx *c, const ynode *k, const ynode *v, spec_task *t,
     const char *s = get_string(c, v, key, where, "local, mpirun or srun");
     if (!s)
       return;
+    t->launcher_node = v;
     if (strcmp(s, "local") == 0) {
       t->launcher = SPEC_LAUNCHER_LOCAL;
     } else if (strcmp(s, "mpirun") == 0 || strcmp(s, "srun") == 0) {
@@ -761,7 +762,10 @@ static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
   for (size_t i = 0; i < s->n_tasks; i++) {
     spec_task *t = &s->tasks[i];
     resolve_needs(c, t);
-    if (t->hosts && t->launcher == SPEC_LAUNCHER_LOCAL)
+    /* A refused launcher is error enough; hosts are judged with a local
+     * one. */
+    if (t->hosts && t->launcher == SPEC_LAUNCHER_LOCAL &&
+        (!t->launcher_node || strcmp(t->launcher_node->str, "local") == 0))
       err(c, t->hosts,
           "'hosts' in task '%s': hosts name the machines of launcher mpirun "
           "or srun; launcher local runs every rank on this machine",

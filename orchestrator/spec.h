@@ -92,7 +92,8 @@ typedef struct spec_task {
   const ynode *pool_node;   /* the pool name as written, or NULL */
   int world_size;           /* ranks; 1 = not a gang */
   spec_launcher launcher;
-  const ynode *hosts; /* SEQ of host names as written, or NULL */
+  const ynode *launcher_node; /* the launcher as written, or NULL */
+  const ynode *hosts;         /* SEQ of host names as written, or NULL */
 } spec_task;
 
 typedef struct spec_pool {
