@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,10 +29,16 @@ typedef struct attempt attempt;
 typedef struct proc proc;
 
 /* One process of an attempt: rank `rank` of its gang (rank 0 alone when
- * the task is not a gang). */
+ * the task is not a gang), or the launcher (rank -1) that started the
+ * gang's ranks. A rank under a launcher is virtual: not our child, known
+ * only by the message socket it connects to; it has "exited" when that
+ * closes, with the status of its result message. */
 struct proc {
   attempt *at;
   int rank;
+  int virt;         /* a rank under a launcher: no process handle */
+  uv_pipe_t server; /* virt: where the rank connects */
+  int connected, got_result, result_status;
   pid_t pid; /* the worker, leader of its own session and group */
   int pidfd; /* readable once the worker has exited */
   uv_poll_t exit_watch;
@@ -72,6 +79,9 @@ struct attempt {
   int failed_rank; /* -1: none */
   sbuf stopped;    /* "0, 1, 3": the ranks stopped because of it */
   exec_rank_end *ends;
+  proc *launcher; /* mpirun; NULL when none or finished */
+  int has_launcher;
+  exec_rank_end launcher_end;
   char *error; /* the failed rank's (or rank 0's) result message */
   double started;
 };
@@ -150,6 +160,10 @@ static void attempt_finish(attempt *at) {
   r.ranks = at->ends;
   const exec_rank_end *e =
       &at->ends[at->failed_rank >= 0 ? at->failed_rank : 0];
+  /* Every rank said it succeeded but the launcher failed: its status. */
+  if (!at->ended && at->has_launcher &&
+      (at->launcher_end.exit_code != 0 || at->launcher_end.term_signal))
+    e = &at->launcher_end;
   if (at->cause == EXEC_EXITED || at->cause == EXEC_SIGNALED) {
     if (e->term_signal) {
       r.end = EXEC_SIGNALED;
@@ -181,19 +195,26 @@ static void finish(proc *a) {
     return;
   a->finished = 1;
   attempt *at = a->at;
-  exec_rank_end *e = &at->ends[a->rank];
+  exec_rank_end *e = a->rank < 0 ? &at->launcher_end : &at->ends[a->rank];
   if (a->term_signal) {
     e->exit_code = -1;
     e->term_signal = a->term_signal;
   } else {
     e->exit_code = (int)a->exit_status;
   }
-  if (a->rank == at->failed_rank || (at->failed_rank < 0 && a->rank == 0)) {
+  if (a->rank >= 0 &&
+      (a->rank == at->failed_rank || (at->failed_rank < 0 && a->rank == 0))) {
     free(at->error);
     at->error = a->error ? xstrdup(a->error) : NULL;
   }
-  at->procs[a->rank] = NULL;
-  close_handle((uv_handle_t *)&a->exit_watch);
+  if (a->rank < 0)
+    at->launcher = NULL;
+  else
+    at->procs[a->rank] = NULL;
+  if (a->virt)
+    close_handle((uv_handle_t *)&a->server);
+  else
+    close_handle((uv_handle_t *)&a->exit_watch);
   close_handle((uv_handle_t *)&a->pipe);
   close_handle((uv_handle_t *)&a->timeout_timer);
   close_handle((uv_handle_t *)&a->heartbeat_timer);
@@ -201,7 +222,7 @@ static void finish(proc *a) {
   close_handle((uv_handle_t *)&a->drain_timer);
   if (a->masker)
     close_handle((uv_handle_t *)&a->log_pipe);
-  if (++at->n_finished == at->n)
+  if (++at->n_finished == at->n + at->has_launcher)
     attempt_finish(at);
 }
 
@@ -237,6 +258,8 @@ static void attempt_stop(attempt *at, exec_end cause, int rank, int force) {
     at->cause = cause;
     at->failed_rank = rank;
   }
+  if (at->launcher)
+    stop(at->launcher, rank < 0 ? cause : EXEC_CANCELLED, force);
   for (int r = 0; r < at->n; r++) {
     proc *p = at->procs[r];
     if (!p || p->exited)
@@ -271,11 +294,27 @@ static void log_ended(proc *a) {
   a->log_eof = 1;
 }
 
+/* A virtual rank's socket closed (or never opened before its launcher
+ * ended): it has exited, with the status it reported, or 255 when it
+ * reported none (it crashed, or was killed). */
+static void virt_exited(proc *a) {
+  if (a->exited)
+    return;
+  a->exited = 1;
+  a->exit_status = a->got_result ? a->result_status : 255;
+  uv_timer_stop(&a->timeout_timer);
+  uv_timer_stop(&a->heartbeat_timer);
+  if (a->stop_reason == EXEC_EXITED && a->exit_status)
+    attempt_stop(a->at, EXEC_EXITED, a->rank, 0);
+}
+
 static void on_drain_timeout(uv_timer_t *t) {
   proc *a = t->data;
   uv_read_stop((uv_stream_t *)&a->pipe);
   a->eof = 1;
   log_ended(a);
+  if (a->virt)
+    virt_exited(a);
   finish(a);
 }
 
@@ -306,10 +345,20 @@ static void on_worker_exit(uv_poll_t *w, int status, int events) {
   uv_timer_stop(&a->timeout_timer);
   uv_timer_stop(&a->heartbeat_timer);
   uv_timer_stop(&a->kill_timer);
-  /* A rank that failed on its own stops the rest of its gang. */
-  if (a->stop_reason == EXEC_EXITED && (a->term_signal || a->exit_status))
+  /* A rank that failed on its own stops the rest of its gang. A launcher
+   * stops its own ranks; those still connected say how they ended, and
+   * those that do not by then are counted as killed. */
+  if (a->rank < 0) {
+    attempt *at = a->at;
+    for (int k = 0; k < at->n; k++)
+      if (at->procs[k] && !at->procs[k]->eof)
+        uv_timer_start(&at->procs[k]->drain_timer, on_drain_timeout,
+                       DRAIN_TIMEOUT_MS, 0);
+  } else if (a->stop_reason == EXEC_EXITED &&
+             (a->term_signal || a->exit_status)) {
     attempt_stop(a->at, a->term_signal ? EXEC_SIGNALED : EXEC_EXITED, a->rank,
                  0);
+  }
   if (!a->eof || !a->log_eof)
     uv_timer_start(&a->drain_timer, on_drain_timeout, DRAIN_TIMEOUT_MS, 0);
   finish(a);
@@ -323,6 +372,10 @@ static void handle_line(proc *a, const char *s, size_t n) {
   proto_msg m;
   if (proto_parse(s, n, &m) != 0)
     return; /* a stray line is not worth failing the task over */
+  if (m.type == PROTO_RESULT) {
+    a->got_result = 1;
+    a->result_status = m.status;
+  }
   if (m.type == PROTO_RESULT && m.text) {
     free(a->error);
     a->error = xstrdup(m.text);
@@ -373,6 +426,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     a->eof = 1;
     if (a->log_eof)
       uv_timer_stop(&a->drain_timer);
+    if (a->virt)
+      virt_exited(a);
     finish(a);
   }
 }
@@ -426,7 +481,8 @@ static int spawn_worker(const char *exe, const exec_request *rq, char **env,
   if (!rc)
     rc = posix_spawn_file_actions_adddup2(&fa, log_fd, 2);
   /* dup2 onto itself clears close-on-exec too (glibc >= 2.29). */
-  if (!rc)
+  /* A launcher gets no message pipe: its ranks connect to sockets. */
+  if (!rc && pipe_fd >= 0)
     rc = posix_spawn_file_actions_adddup2(&fa, pipe_fd, PROTO_FD);
   if (!rc && attempt_fd >= 0)
     rc = posix_spawn_file_actions_adddup2(&fa, attempt_fd, ATTEMPT_FD);
@@ -444,8 +500,24 @@ static int spawn_worker(const char *exe, const exec_request *rq, char **env,
   snprintf(fd_path, sizeof(fd_path), "/dev/fd/%d", ATTEMPT_FD);
   char *args[] = {"dagrun", "__worker",
                   attempt_fd >= 0 ? fd_path : (char *)rq->attempt_json, NULL};
-  if (!rc)
-    rc = posix_spawn(pid, exe, &fa, &attr, args, env);
+  char **argv = args;
+  size_t n_pre = 0;
+  while (rq->launcher_argv && rq->launcher_argv[n_pre])
+    n_pre++;
+  if (n_pre) {
+    /* launcher ARGS... /path/to/dagrun __worker ATTEMPT_JSON */
+    argv = xcalloc(n_pre + 4, sizeof(*argv));
+    memcpy(argv, rq->launcher_argv, n_pre * sizeof(*argv));
+    argv[n_pre] = (char *)exe;
+    argv[n_pre + 1] = args[1];
+    argv[n_pre + 2] = args[2];
+  }
+  if (!rc && n_pre)
+    rc = posix_spawnp(pid, argv[0], &fa, &attr, argv, env);
+  else if (!rc)
+    rc = posix_spawn(pid, exe, &fa, &attr, argv, env);
+  if (argv != args)
+    free(argv);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   return rc;
@@ -515,8 +587,9 @@ static int spawn_one(executor *x, const exec_request *rq, char **env,
     return DR_ESPAWN;
   }
   pid_t pid;
-  int rc = spawn_worker(x->self_exe, rq, env, masked ? lfds[1] : log_fd, fds[1],
-                        attempt_fd, &pid);
+  int launcher = rq->launcher_argv != NULL;
+  int rc = spawn_worker(x->self_exe, rq, env, masked ? lfds[1] : log_fd,
+                        launcher ? -1 : fds[1], attempt_fd, &pid);
   if (!masked) {
     close(log_fd);
     log_fd = -1;
@@ -533,8 +606,9 @@ static int spawn_one(executor *x, const exec_request *rq, char **env,
     waitpid(pid, NULL, 0);
   }
   if (rc != 0) {
-    snprintf(err, errlen, "cannot start worker %s: %s", x->self_exe,
-             strerror(rc));
+    snprintf(err, errlen, "cannot start %s %s: %s",
+             launcher ? "launcher" : "worker",
+             launcher ? rq->launcher_argv[0] : x->self_exe, strerror(rc));
     close(fds[0]);
     if (lfds[0] >= 0)
       close(lfds[0]);
@@ -573,11 +647,17 @@ static proc *proc_start(attempt *at, int rank, const exec_request *rq,
   a->pid = sp->pid;
   a->pidfd = sp->pidfd;
   a->stop_reason = EXEC_EXITED;
-  a->heartbeat_ms = to_ms(rq->heartbeat_s);
+  /* A launcher sends no messages: its ranks' heartbeats count. */
+  a->heartbeat_ms = rank < 0 ? 0 : to_ms(rq->heartbeat_s);
   a->grace_ms = to_ms(rq->kill_grace_s);
   uv_pipe_init(x->loop, &a->pipe, 0);
-  uv_pipe_open(&a->pipe, sp->pipe_fd);
   a->pipe.data = a;
+  if (rank < 0) {
+    close(sp->pipe_fd); /* nobody writes to it */
+    a->eof = 1;
+  } else {
+    uv_pipe_open(&a->pipe, sp->pipe_fd);
+  }
   uv_poll_init(x->loop, &a->exit_watch, sp->pidfd);
   a->exit_watch.data = a;
   uv_poll_start(&a->exit_watch, UV_READABLE, on_worker_exit);
@@ -604,12 +684,136 @@ static proc *proc_start(attempt *at, int rank, const exec_request *rq,
   if (a->heartbeat_ms)
     uv_timer_start(&a->heartbeat_timer, on_heartbeat_missed, a->heartbeat_ms,
                    a->heartbeat_ms);
-  uv_read_start((uv_stream_t *)&a->pipe, on_alloc, on_read);
+  if (rank >= 0)
+    uv_read_start((uv_stream_t *)&a->pipe, on_alloc, on_read);
   return a;
+}
+
+static void on_rank_connected(uv_stream_t *server, int status) {
+  proc *a = server->data;
+  if (status < 0 || a->connected)
+    return;
+  if (uv_accept(server, (uv_stream_t *)&a->pipe) != 0)
+    return;
+  a->connected = 1;
+  uv_read_start((uv_stream_t *)&a->pipe, on_alloc, on_read);
+  /* One rank, one connection: the socket file is not needed any more. */
+  uv_close((uv_handle_t *)server, on_handle_closed);
+}
+
+/* Rank `rank` under a launcher: listens on its socket. Returns NULL with
+ * err when the socket cannot be made. */
+static proc *virt_start(attempt *at, int rank, const exec_request *rq,
+                        const char *sock, char *err, size_t errlen) {
+  executor *x = at->x;
+  struct sockaddr_un sa;
+  if (strlen(sock) >= sizeof(sa.sun_path)) {
+    snprintf(err, errlen,
+             "socket path %s is too long (%zu bytes at most): use a shorter "
+             "runs directory",
+             sock, sizeof(sa.sun_path) - 1);
+    return NULL;
+  }
+  proc *a = xcalloc(1, sizeof(*a));
+  a->at = at;
+  a->rank = rank;
+  a->virt = 1;
+  a->pidfd = -1;
+  a->log_fd = -1;
+  a->log_eof = 1;
+  a->stop_reason = EXEC_EXITED;
+  a->heartbeat_ms = to_ms(rq->heartbeat_s);
+  a->grace_ms = to_ms(rq->kill_grace_s);
+  uv_pipe_init(x->loop, &a->pipe, 0);
+  a->pipe.data = a;
+  uv_pipe_init(x->loop, &a->server, 0);
+  a->server.data = a;
+  uv_timer_t *timers[] = {&a->timeout_timer, &a->heartbeat_timer,
+                          &a->kill_timer, &a->drain_timer};
+  for (size_t i = 0; i < 4; i++) {
+    uv_timer_init(x->loop, timers[i]);
+    timers[i]->data = a;
+  }
+  a->open_handles = ATTEMPT_HANDLES;
+  (void)unlink(sock);
+  int rc = uv_pipe_bind(&a->server, sock);
+  if (rc == 0)
+    rc = uv_listen((uv_stream_t *)&a->server, 4, on_rank_connected);
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot listen on %s: %s", sock, uv_strerror(rc));
+    close_handle((uv_handle_t *)&a->server);
+    close_handle((uv_handle_t *)&a->pipe);
+    for (size_t i = 0; i < 4; i++)
+      close_handle((uv_handle_t *)timers[i]);
+    return NULL;
+  }
+  if (a->heartbeat_ms)
+    uv_timer_start(&a->heartbeat_timer, on_heartbeat_missed, a->heartbeat_ms,
+                   a->heartbeat_ms);
+  return a;
+}
+
+static attempt *attempt_new(executor *x, const exec_request *rq, int n) {
+  attempt *at = xcalloc(1, sizeof(*at));
+  at->x = x;
+  at->task = rq->task;
+  at->n = n;
+  at->failed_rank = -1;
+  at->cause = EXEC_EXITED;
+  at->started = now_monotonic();
+  at->procs = xcalloc((size_t)n, sizeof(*at->procs));
+  at->ends = xcalloc((size_t)n, sizeof(*at->ends));
+  return at;
+}
+
+static void attempt_link(executor *x, attempt *at) {
+  at->next = x->running;
+  if (x->running)
+    x->running->prev = at;
+  x->running = at;
+  x->n_running++;
+}
+
+/* A gang started by a launcher (mpirun): one socket per rank, then the
+ * launcher, which starts the ranks. */
+static int start_launched(executor *x, const exec_request *rq, char *err,
+                          size_t errlen) {
+  int n = (int)rq->n_ranks;
+  attempt *at = attempt_new(x, rq, n);
+  int r;
+  for (r = 0; r < n; r++) {
+    at->procs[r] = virt_start(at, r, rq, rq->ranks[r].socket_path, err, errlen);
+    if (!at->procs[r])
+      break;
+  }
+  spawned sp;
+  if (r < n || spawn_one(x, rq, rq->env, rq->log_path, &sp, err, errlen) != 0) {
+    /* The procs free themselves as their handles close. */
+    for (int k = 0; k < n; k++) {
+      proc *a = at->procs[k];
+      if (!a)
+        continue;
+      close_handle((uv_handle_t *)&a->server);
+      close_handle((uv_handle_t *)&a->pipe);
+      close_handle((uv_handle_t *)&a->timeout_timer);
+      close_handle((uv_handle_t *)&a->heartbeat_timer);
+      close_handle((uv_handle_t *)&a->kill_timer);
+      close_handle((uv_handle_t *)&a->drain_timer);
+    }
+    attempt_free(at);
+    return r < n ? DR_EIO : DR_ESPAWN;
+  }
+  at->launcher = proc_start(at, -1, rq, &sp);
+  at->has_launcher = 1;
+  at->pid0 = sp.pid;
+  attempt_link(x, at);
+  return 0;
 }
 
 int executor_start(executor *x, const exec_request *rq, char *err,
                    size_t errlen) {
+  if (rq->launcher_argv)
+    return start_launched(x, rq, err, errlen);
   int n = rq->n_ranks > 1 ? (int)rq->n_ranks : 1;
   spawned *sp = xcalloc((size_t)n, sizeof(*sp));
   /* All ranks are spawned before any handle is made, so that a rank that
@@ -625,25 +829,12 @@ int executor_start(executor *x, const exec_request *rq, char *err,
       return rc;
     }
   }
-  attempt *at = xcalloc(1, sizeof(*at));
-  at->x = x;
-  at->task = rq->task;
-  at->n = n;
-  at->failed_rank = -1;
-  at->cause = EXEC_EXITED;
+  attempt *at = attempt_new(x, rq, n);
   at->pid0 = sp[0].pid;
-  at->started = now_monotonic();
-  at->procs = xcalloc((size_t)n, sizeof(*at->procs));
-  at->ends = xcalloc((size_t)n, sizeof(*at->ends));
   for (int r = 0; r < n; r++)
     at->procs[r] = proc_start(at, r, rq, &sp[r]);
   free(sp);
-
-  at->next = x->running;
-  if (x->running)
-    x->running->prev = at;
-  x->running = at;
-  x->n_running++;
+  attempt_link(x, at);
   return 0;
 }
 

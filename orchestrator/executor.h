@@ -40,11 +40,11 @@
 #include "secrets.h"
 
 typedef enum exec_end {
-  EXEC_EXITED,       /* exited on its own; exit_code holds the status */
-  EXEC_SIGNALED,     /* died of a signal it did not ask for (crash) */
-  EXEC_TIMED_OUT,    /* stopped because the task's timeout passed */
-  EXEC_HUNG,         /* stopped because no heartbeat came in time */
-  EXEC_CANCELLED     /* stopped by executor_cancel */
+  EXEC_EXITED,    /* exited on its own; exit_code holds the status */
+  EXEC_SIGNALED,  /* died of a signal it did not ask for (crash) */
+  EXEC_TIMED_OUT, /* stopped because the task's timeout passed */
+  EXEC_HUNG,      /* stopped because no heartbeat came in time */
+  EXEC_CANCELLED  /* stopped by executor_cancel */
 } exec_end;
 
 /* How one rank of an attempt ended. */
@@ -83,10 +83,14 @@ typedef struct exec_callbacks {
 typedef struct exec_rank {
   char **env;           /* full environment, NULL-terminated */
   const char *log_path; /* created/appended */
+  /* With a launcher: the Unix socket rank r connects to (made here; at
+   * most 107 bytes), instead of env and log_path, which the launcher's
+   * rank sets up itself (worker.h). */
+  const char *socket_path;
 } exec_rank;
 
 typedef struct exec_request {
-  size_t task; /* caller's id, passed back in callbacks */
+  size_t task;              /* caller's id, passed back in callbacks */
   const char *attempt_json; /* path given to the worker */
   const char *log_path;     /* created/appended */
   const char *cwd;          /* NULL: inherit */
@@ -104,6 +108,17 @@ typedef struct exec_request {
    * (borrowed), instead of env and log_path. 0 or 1: one worker. */
   size_t n_ranks;
   const exec_rank *ranks;
+  /* A gang started by a launcher: its argv (NULL-terminated, e.g.
+   * mpirun -np N ...), to which `dagrun __worker ATTEMPT_JSON` is
+   * appended; the launcher runs with env, its output goes to log_path,
+   * and it gets no message pipe: each rank connects to
+   * ranks[r].socket_path instead. A rank has ended when its socket
+   * closes, with the status of its result message (none: 255). The
+   * launcher is stopped (SIGTERM to its group, SIGKILL after the grace)
+   * when a rank fails, on timeout and on cancel; it stops its ranks.
+   * NULL: the ranks are started here. attempt_text is not supported with
+   * a launcher. */
+  char *const *launcher_argv;
 } exec_request;
 
 typedef struct executor executor;

@@ -388,7 +388,10 @@ static int gang_prepare(sched *s, size_t i, const char *attempt_dir,
       rc = -1;
     }
     ranks[r].log_path = r == 0 ? xstrdup(log_path) : xstrdup(log);
-    ranks[r].env = build_env(s, i, task_env, r, rdv);
+    if (s->sp->tasks[i].launcher == SPEC_LAUNCHER_LOCAL)
+      ranks[r].env = build_env(s, i, task_env, r, rdv);
+    else
+      ranks[r].socket_path = path_join(dir, "worker.sock");
     free(log);
     free(dir);
   }
@@ -402,9 +405,71 @@ static void free_env(char **env);
 static void gang_free(exec_rank *ranks, int n) {
   for (int r = 0; ranks && r < n; r++) {
     free((char *)ranks[r].log_path);
+    free((char *)ranks[r].socket_path);
     free_env(ranks[r].env);
   }
   free(ranks);
+}
+
+/* env with "NAME=value" (taken over) in front, so that it wins. */
+static char **env_with(char **env, char *kv) {
+  size_t n = 0;
+  while (env[n])
+    n++;
+  env = xrealloc(env, (n + 2) * sizeof(*env));
+  memmove(env + 1, env, (n + 1) * sizeof(*env));
+  env[0] = kv;
+  return env;
+}
+
+/* launcher mpirun: its environment (env plus what the ranks need, passed
+ * on with -x) and its argv, as `mpirun -np N --oversubscribe --bind-to
+ * none [--host H,...] -x NAME...`. Caller frees *argv with free_env. */
+static char **mpirun_setup(sched *s, size_t i, const cJSON *task_env,
+                           const char *attempt_dir, char ***env) {
+  const spec_task *st = &s->sp->tasks[i];
+  char *rdv = path_join(attempt_dir, "rendezvous");
+  *env = env_with(*env, xasprintf("DAGRUN_GANG_DIR=%s", attempt_dir));
+  *env = env_with(*env, xasprintf("DAGRUN_RENDEZVOUS=%s", rdv));
+  free(rdv);
+  /* Open MPI refuses to run as root unless told twice. */
+  if (geteuid() == 0) {
+    *env = env_with(*env, xstrdup("OMPI_ALLOW_RUN_AS_ROOT=1"));
+    *env = env_with(*env, xstrdup("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"));
+  }
+  char **argv = NULL;
+  size_t n = 0, cap = 0;
+  VEC_PUSH(argv, n, cap, xstrdup("mpirun"));
+  VEC_PUSH(argv, n, cap, xstrdup("-np"));
+  VEC_PUSH(argv, n, cap, xasprintf("%d", st->world_size));
+  VEC_PUSH(argv, n, cap, xstrdup("--oversubscribe"));
+  VEC_PUSH(argv, n, cap, xstrdup("--bind-to"));
+  VEC_PUSH(argv, n, cap, xstrdup("none"));
+  if (st->hosts && st->hosts->n) {
+    sbuf h = {0};
+    for (size_t k = 0; k < st->hosts->n; k++)
+      sbuf_printf(&h, "%s%s", k ? "," : "", st->hosts->items[k]->str);
+    VEC_PUSH(argv, n, cap, xstrdup("--host"));
+    VEC_PUSH(argv, n, cap, sbuf_take(&h));
+  }
+  static const char *const passed[] = {
+      "DAGRUN_GANG_DIR",    "DAGRUN_RENDEZVOUS",
+      "DAGRUN_DAG",         "DAGRUN_RUN_ID",
+      "DAGRUN_RUN_DIR",     "DAGRUN_TASK",
+      "DAGRUN_ATTEMPT",     "DAGRUN_OUT_DIR",
+      "DAGRUN_PLUGIN_PATH", NULL};
+  for (size_t k = 0; passed[k]; k++) {
+    if (strcmp(passed[k], "DAGRUN_PLUGIN_PATH") == 0 && !getenv(passed[k]))
+      continue;
+    VEC_PUSH(argv, n, cap, xstrdup("-x"));
+    VEC_PUSH(argv, n, cap, xstrdup(passed[k]));
+  }
+  for (const cJSON *it = task_env ? task_env->child : NULL; it; it = it->next) {
+    VEC_PUSH(argv, n, cap, xstrdup("-x"));
+    VEC_PUSH(argv, n, cap, xstrdup(it->string));
+  }
+  VEC_PUSH(argv, n, cap, NULL);
+  return argv;
 }
 
 static cJSON *attempt_json(sched *s, size_t i, cJSON *params,
@@ -453,6 +518,7 @@ static void launch(sched *s, size_t i) {
   char *reason = NULL;
   char **env = NULL;
   exec_rank *ranks = NULL;
+  char **launcher_argv = NULL;
   diags d = {0};
   tmpl_env te = {s->sp,         s->params,         s->run->id,
                  s->run->date,  tmpl_task_dir,     tmpl_task_outputs,
@@ -488,9 +554,19 @@ static void launch(sched *s, size_t i) {
     goto failed;
   }
   env = build_env(s, i, task_env, -1, NULL);
-  if (st->world_size > 1 &&
-      gang_prepare(s, i, attempt_dir, log_path, task_env, &ranks, &reason) != 0)
+  if (st->launcher != SPEC_LAUNCHER_LOCAL && real) {
+    cJSON_free(real);
+    reason = xasprintf("launcher mpirun cannot run a task of a run with "
+                       "secrets yet: its ranks would see them masked");
     goto failed;
+  }
+  if ((st->world_size > 1 || st->launcher != SPEC_LAUNCHER_LOCAL) &&
+      gang_prepare(s, i, attempt_dir, log_path, task_env, &ranks, &reason) != 0) {
+    cJSON_free(real);
+    goto failed;
+  }
+  if (st->launcher == SPEC_LAUNCHER_MPIRUN)
+    launcher_argv = mpirun_setup(s, i, task_env, attempt_dir, &env);
   exec_request rq = {.task = i,
                      .attempt_json = json_path,
                      .log_path = log_path,
@@ -501,7 +577,8 @@ static void launch(sched *s, size_t i) {
                      .secrets = s->opts.secrets,
                      .attempt_text = real,
                      .n_ranks = ranks ? (size_t)st->world_size : 0,
-                     .ranks = ranks};
+                     .ranks = ranks,
+                     .launcher_argv = launcher_argv};
   if (s->opts.obs.attempt_start)
     s->opts.obs.attempt_start(s->opts.obs.ud, i, t->attempt, log_path);
   int xrc = executor_start(s->x, &rq, err, sizeof(err));
@@ -524,6 +601,7 @@ done:
   free(reason);
   free_env(env);
   gang_free(ranks, st->world_size);
+  free_env(launcher_argv);
   cJSON_Delete(params);
   cJSON_Delete(task_env);
   diags_free(&d);

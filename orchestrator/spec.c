@@ -340,11 +340,13 @@ static void parse_setting(ctx *c, const ynode *k, const ynode *v, spec_task *t,
     t->launcher_node = v;
     if (strcmp(s, "local") == 0) {
       t->launcher = SPEC_LAUNCHER_LOCAL;
-    } else if (strcmp(s, "mpirun") == 0 || strcmp(s, "srun") == 0) {
+    } else if (strcmp(s, "mpirun") == 0) {
+      t->launcher = SPEC_LAUNCHER_MPIRUN;
+    } else if (strcmp(s, "srun") == 0) {
       /* Said at check time, never run locally instead. */
       err(c, v,
-          "'launcher'%s: '%s' is not supported yet; only 'local' gangs "
-          "(every rank on this machine) run today",
+          "'launcher'%s: '%s' is not supported yet; use local (every rank "
+          "on this machine) or mpirun",
           where, s);
     } else {
       const char *m = closest_match(s, launcher_names);

@@ -24,7 +24,7 @@
  * (duration >= 1s, 0 = off), kill_grace (duration), pool (name), trigger
  * (all_success | all_done), env (map of string to string), world_size
  * (int >= 1, default 1: more makes the task a gang of that many ranks),
- * launcher (local, the default; mpirun and srun are refused as not
+ * launcher (local, the default, or mpirun; srun is refused as not
  * supported yet), hosts (list of host names; not with launcher local).
  *
  * Task, param and pool names are [A-Za-z0-9_-]+: they appear in ${...}
@@ -57,7 +57,8 @@ typedef enum spec_overlap {
 
 /* How the ranks of a gang are started. */
 typedef enum spec_launcher {
-  SPEC_LAUNCHER_LOCAL = 0 /* one worker per rank on this machine */
+  SPEC_LAUNCHER_LOCAL = 0, /* one worker per rank on this machine */
+  SPEC_LAUNCHER_MPIRUN = 1 /* mpirun starts the ranks (Open MPI) */
 } spec_launcher;
 
 typedef struct spec_retry {
