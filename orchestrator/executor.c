@@ -302,6 +302,13 @@ static void virt_exited(proc *a) {
     return;
   a->exited = 1;
   a->exit_status = a->got_result ? a->result_status : 255;
+  if (!a->got_result) {
+    free(a->error);
+    a->error =
+        xstrdup(a->connected ? "ended without a result (crashed or killed)"
+                             : "never connected to dagrun (see the launcher's "
+                               "output in the attempt's log)");
+  }
   uv_timer_stop(&a->timeout_timer);
   uv_timer_stop(&a->heartbeat_timer);
   if (a->stop_reason == EXEC_EXITED && a->exit_status)
