@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,12 +26,21 @@
 #define ATTEMPT_FD 4
 
 typedef struct attempt attempt;
-struct attempt {
-  executor *x;
-  attempt *prev, *next;
-  size_t task;
-  pid_t pid;        /* the worker, leader of its own session and group */
-  int pidfd;        /* readable once the worker has exited */
+typedef struct proc proc;
+
+/* One process of an attempt: rank `rank` of its gang (rank 0 alone when
+ * the task is not a gang), or the launcher (rank -1) that started the
+ * gang's ranks. A rank under a launcher is virtual: not our child, known
+ * only by the message socket it connects to; it has "exited" when that
+ * closes, with the status of its result message. */
+struct proc {
+  attempt *at;
+  int rank;
+  int virt;         /* a rank under a launcher: no process handle */
+  uv_pipe_t server; /* virt: where the rank connects */
+  int connected, got_result, result_status;
+  pid_t pid; /* the worker, leader of its own session and group */
+  int pidfd; /* readable once the worker has exited */
   uv_poll_t exit_watch;
   uv_pipe_t pipe;
   uv_timer_t timeout_timer, heartbeat_timer, kill_timer, drain_timer;
@@ -45,8 +55,34 @@ struct attempt {
   int64_t exit_status;
   int term_signal;
   uint64_t heartbeat_ms, grace_ms;
-  sbuf line;      /* partial protocol line */
-  char *error;    /* from the result message */
+  sbuf line;   /* partial protocol line */
+  char *error; /* from the result message */
+};
+
+/* One attempt: its processes, one per rank, and what became of them. It
+ * lives until every rank has finished (exited, pipes drained); a proc
+ * lives until its handles are closed, and the attempt no longer points
+ * to it once it finished. */
+struct attempt {
+  executor *x;
+  attempt *prev, *next;
+  size_t task;
+  int n;        /* world size */
+  proc **procs; /* per rank; NULL once that rank finished */
+  pid_t pid0;   /* rank 0's */
+  int n_finished;
+  /* Why the attempt ends early: EXEC_EXITED while nothing went wrong;
+   * EXEC_TIMED_OUT or EXEC_CANCELLED for the whole gang; otherwise the
+   * end of rank failed_rank, the first that failed. */
+  exec_end cause;
+  int ended;       /* cause is set */
+  int failed_rank; /* -1: none */
+  sbuf stopped;    /* "0, 1, 3": the ranks stopped because of it */
+  exec_rank_end *ends;
+  proc *launcher; /* mpirun; NULL when none or finished */
+  int has_launcher;
+  exec_rank_end launcher_end;
+  char *error; /* the failed rank's (or rank 0's) result message */
   double started;
 };
 
@@ -77,7 +113,7 @@ void executor_destroy(executor *x) {
 size_t executor_running(const executor *x) { return x->n_running; }
 
 static void on_handle_closed(uv_handle_t *h) {
-  attempt *a = h->data;
+  proc *a = h->data;
   if (h == (uv_handle_t *)&a->exit_watch && a->pidfd >= 0) {
     close(a->pidfd); /* uv_poll never owns its fd */
     a->pidfd = -1;
@@ -97,42 +133,88 @@ static void close_handle(uv_handle_t *h) {
     uv_close(h, on_handle_closed);
 }
 
-static void signal_group(attempt *a, int sig) {
+static void signal_group(proc *a, int sig) {
   /* The worker leads its own session and group (UV_PROCESS_DETACHED), so
    * its pid names the group of everything it started. */
   if (a->pid > 0)
     kill(-a->pid, sig);
 }
 
-static void finish(attempt *a) {
+static void attempt_free(attempt *at) {
+  free(at->procs);
+  free(at->ends);
+  free(at->error);
+  sbuf_free(&at->stopped);
+  free(at);
+}
+
+/* Every rank has finished: the attempt's result goes to on_exit. */
+static void attempt_finish(attempt *at) {
+  executor *x = at->x;
+  exec_result r = {0};
+  r.duration_s = now_monotonic() - at->started;
+  r.error = at->error;
+  r.n_ranks = at->n;
+  r.failed_rank = at->failed_rank;
+  r.stopped = at->stopped.s ? at->stopped.s : "";
+  r.ranks = at->ends;
+  const exec_rank_end *e =
+      &at->ends[at->failed_rank >= 0 ? at->failed_rank : 0];
+  /* Every rank said it succeeded but the launcher failed: its status. */
+  if (!at->ended && at->has_launcher &&
+      (at->launcher_end.exit_code != 0 || at->launcher_end.term_signal))
+    e = &at->launcher_end;
+  if (at->cause == EXEC_EXITED || at->cause == EXEC_SIGNALED) {
+    if (e->term_signal) {
+      r.end = EXEC_SIGNALED;
+      r.term_signal = e->term_signal;
+    } else {
+      r.end = EXEC_EXITED;
+      r.exit_code = e->exit_code;
+    }
+  } else {
+    r.end = at->cause;
+    r.exit_code = e->exit_code < 0 ? 0 : e->exit_code;
+    r.term_signal = e->term_signal;
+  }
+  /* Unlink before the callback: it may start the next attempt. */
+  if (at->prev)
+    at->prev->next = at->next;
+  else
+    x->running = at->next;
+  if (at->next)
+    at->next->prev = at->prev;
+  x->n_running--;
+  x->cb.on_exit(x->cb.ud, at->task, &r);
+  attempt_free(at);
+}
+
+/* Rank a has exited and its pipes are drained. */
+static void finish(proc *a) {
   if (a->finished || !a->exited || !a->eof || !a->log_eof)
     return;
   a->finished = 1;
-  executor *x = a->x;
-  exec_result r = {0};
-  r.duration_s = now_monotonic() - a->started;
-  r.error = a->error;
-  if (a->stop_reason != EXEC_EXITED) {
-    r.end = a->stop_reason;
-    r.exit_code = (int)a->exit_status;
-    r.term_signal = a->term_signal;
-  } else if (a->term_signal) {
-    r.end = EXEC_SIGNALED;
-    r.term_signal = a->term_signal;
+  attempt *at = a->at;
+  exec_rank_end *e = a->rank < 0 ? &at->launcher_end : &at->ends[a->rank];
+  if (a->term_signal) {
+    e->exit_code = -1;
+    e->term_signal = a->term_signal;
   } else {
-    r.end = EXEC_EXITED;
-    r.exit_code = (int)a->exit_status;
+    e->exit_code = (int)a->exit_status;
   }
-  /* Unlink before the callback: it may start the next attempt. */
-  if (a->prev)
-    a->prev->next = a->next;
+  if (a->rank >= 0 &&
+      (a->rank == at->failed_rank || (at->failed_rank < 0 && a->rank == 0))) {
+    free(at->error);
+    at->error = a->error ? xstrdup(a->error) : NULL;
+  }
+  if (a->rank < 0)
+    at->launcher = NULL;
   else
-    x->running = a->next;
-  if (a->next)
-    a->next->prev = a->prev;
-  x->n_running--;
-  x->cb.on_exit(x->cb.ud, a->task, &r);
-  close_handle((uv_handle_t *)&a->exit_watch);
+    at->procs[a->rank] = NULL;
+  if (a->virt)
+    close_handle((uv_handle_t *)&a->server);
+  else
+    close_handle((uv_handle_t *)&a->exit_watch);
   close_handle((uv_handle_t *)&a->pipe);
   close_handle((uv_handle_t *)&a->timeout_timer);
   close_handle((uv_handle_t *)&a->heartbeat_timer);
@@ -140,15 +222,17 @@ static void finish(attempt *a) {
   close_handle((uv_handle_t *)&a->drain_timer);
   if (a->masker)
     close_handle((uv_handle_t *)&a->log_pipe);
+  if (++at->n_finished == at->n + at->has_launcher)
+    attempt_finish(at);
 }
 
 static void on_kill_timer(uv_timer_t *t) {
-  attempt *a = t->data;
+  proc *a = t->data;
   signal_group(a, SIGKILL);
 }
 
-/* Stops the attempt for a reason: SIGTERM now, SIGKILL after the grace. */
-static void stop(attempt *a, exec_end reason, int force) {
+/* Stops one rank for a reason: SIGTERM now, SIGKILL after the grace. */
+static void stop(proc *a, exec_end reason, int force) {
   if (a->exited)
     return;
   if (a->stop_reason == EXEC_EXITED)
@@ -165,12 +249,44 @@ static void stop(attempt *a, exec_end reason, int force) {
   uv_timer_start(&a->kill_timer, on_kill_timer, a->grace_ms, 0);
 }
 
-static void on_timeout(uv_timer_t *t) { stop(t->data, EXEC_TIMED_OUT, 0); }
+/* The attempt ends early for cause (a rank's failure when rank >= 0, else
+ * a timeout or cancel of the whole gang): every rank still running is
+ * stopped. The first cause is the one reported. */
+static void attempt_stop(attempt *at, exec_end cause, int rank, int force) {
+  if (!at->ended) {
+    at->ended = 1;
+    at->cause = cause;
+    at->failed_rank = rank;
+  }
+  if (at->launcher)
+    stop(at->launcher, rank < 0 ? cause : EXEC_CANCELLED, force);
+  for (int r = 0; r < at->n; r++) {
+    proc *p = at->procs[r];
+    if (!p || p->exited)
+      continue;
+    int already = p->stop_reason != EXEC_EXITED;
+    stop(p, r == rank || rank < 0 ? cause : EXEC_CANCELLED, force);
+    if (r != rank && !already && !at->ends[r].stopped) {
+      at->ends[r].stopped = 1;
+      if (at->stopped.n)
+        sbuf_puts(&at->stopped, ", ");
+      sbuf_printf(&at->stopped, "%d", r);
+    }
+  }
+}
 
-static void on_heartbeat_missed(uv_timer_t *t) { stop(t->data, EXEC_HUNG, 0); }
+static void on_timeout(uv_timer_t *t) {
+  proc *a = t->data;
+  attempt_stop(a->at, EXEC_TIMED_OUT, -1, 0);
+}
+
+static void on_heartbeat_missed(uv_timer_t *t) {
+  proc *a = t->data;
+  attempt_stop(a->at, EXEC_HUNG, a->rank, 0);
+}
 
 /* The log pipe is done: what the masker held back goes to the log. */
-static void log_ended(attempt *a) {
+static void log_ended(proc *a) {
   if (a->log_eof)
     return;
   uv_read_stop((uv_stream_t *)&a->log_pipe);
@@ -178,11 +294,34 @@ static void log_ended(attempt *a) {
   a->log_eof = 1;
 }
 
+/* A virtual rank's socket closed (or never opened before its launcher
+ * ended): it has exited, with the status it reported, or 255 when it
+ * reported none (it crashed, or was killed). */
+static void virt_exited(proc *a) {
+  if (a->exited)
+    return;
+  a->exited = 1;
+  a->exit_status = a->got_result ? a->result_status : 255;
+  if (!a->got_result) {
+    free(a->error);
+    a->error =
+        xstrdup(a->connected ? "ended without a result (crashed or killed)"
+                             : "never connected to dagrun (see the launcher's "
+                               "output in the attempt's log)");
+  }
+  uv_timer_stop(&a->timeout_timer);
+  uv_timer_stop(&a->heartbeat_timer);
+  if (a->stop_reason == EXEC_EXITED && a->exit_status)
+    attempt_stop(a->at, EXEC_EXITED, a->rank, 0);
+}
+
 static void on_drain_timeout(uv_timer_t *t) {
-  attempt *a = t->data;
+  proc *a = t->data;
   uv_read_stop((uv_stream_t *)&a->pipe);
   a->eof = 1;
   log_ended(a);
+  if (a->virt)
+    virt_exited(a);
   finish(a);
 }
 
@@ -190,9 +329,11 @@ static void on_drain_timeout(uv_timer_t *t) {
  * zombie keeps its pid, so its process group cannot be a stranger's yet:
  * kill what it left running in the group first, then reap. */
 static void on_worker_exit(uv_poll_t *w, int status, int events) {
-  attempt *a = w->data;
+  proc *a = w->data;
   int wstatus;
   pid_t r;
+  (void)status;
+  (void)events;
   signal_group(a, SIGKILL);
   do
     r = waitpid(a->pid, &wstatus, WNOHANG);
@@ -211,12 +352,26 @@ static void on_worker_exit(uv_poll_t *w, int status, int events) {
   uv_timer_stop(&a->timeout_timer);
   uv_timer_stop(&a->heartbeat_timer);
   uv_timer_stop(&a->kill_timer);
+  /* A rank that failed on its own stops the rest of its gang. A launcher
+   * stops its own ranks; those still connected say how they ended, and
+   * those that do not by then are counted as killed. */
+  if (a->rank < 0) {
+    attempt *at = a->at;
+    for (int k = 0; k < at->n; k++)
+      if (at->procs[k] && !at->procs[k]->eof)
+        uv_timer_start(&at->procs[k]->drain_timer, on_drain_timeout,
+                       DRAIN_TIMEOUT_MS, 0);
+  } else if (a->stop_reason == EXEC_EXITED &&
+             (a->term_signal || a->exit_status)) {
+    attempt_stop(a->at, a->term_signal ? EXEC_SIGNALED : EXEC_EXITED, a->rank,
+                 0);
+  }
   if (!a->eof || !a->log_eof)
     uv_timer_start(&a->drain_timer, on_drain_timeout, DRAIN_TIMEOUT_MS, 0);
   finish(a);
 }
 
-static void handle_line(attempt *a, const char *s, size_t n) {
+static void handle_line(proc *a, const char *s, size_t n) {
   if (n == 0)
     return;
   if (a->heartbeat_ms && !a->exited && a->stop_reason == EXEC_EXITED)
@@ -224,11 +379,18 @@ static void handle_line(attempt *a, const char *s, size_t n) {
   proto_msg m;
   if (proto_parse(s, n, &m) != 0)
     return; /* a stray line is not worth failing the task over */
+  if (m.type == PROTO_RESULT) {
+    a->got_result = 1;
+    a->result_status = m.status;
+  }
   if (m.type == PROTO_RESULT && m.text) {
     free(a->error);
     a->error = xstrdup(m.text);
   }
-  a->x->cb.on_message(a->x->cb.ud, a->task, &m);
+  /* Progress, metrics and outputs are rank 0's; the other ranks' log
+   * lines are in their own log files already (the worker writes both). */
+  if (a->rank == 0)
+    a->at->x->cb.on_message(a->at->x->cb.ud, a->at->task, &m);
   proto_msg_free(&m);
 }
 
@@ -244,7 +406,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-  attempt *a = s->data;
+  proc *a = s->data;
   if (nread > 0) {
     const char *p = buf->base, *end = buf->base + nread;
     while (p < end) {
@@ -271,13 +433,15 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     a->eof = 1;
     if (a->log_eof)
       uv_timer_stop(&a->drain_timer);
+    if (a->virt)
+      virt_exited(a);
     finish(a);
   }
 }
 
 /* Writes masked log bytes. A full disk loses log lines, not the run. */
 static void log_sink(void *ud, const char *p, size_t n) {
-  attempt *a = ud;
+  proc *a = ud;
   while (n > 0) {
     ssize_t w = write(a->log_fd, p, n);
     if (w < 0 && errno == EINTR)
@@ -290,7 +454,7 @@ static void log_sink(void *ud, const char *p, size_t n) {
 }
 
 static void on_log_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-  attempt *a = s->data;
+  proc *a = s->data;
   if (nread > 0) {
     secrets_stream_write(a->masker, buf->base, (size_t)nread);
   } else if (nread < 0) {
@@ -309,8 +473,8 @@ static uint64_t to_ms(double s) { return s > 0 ? (uint64_t)(s * 1000.0) : 0; }
  * rather than fork: fork copies the page tables of an orchestrator that
  * holds a 10,000-task DAG, once per task, and that was most of dagrun's
  * cost per task. Returns 0 or an errno value. */
-static int spawn_worker(const char *exe, const exec_request *rq, int log_fd,
-                        int pipe_fd, int attempt_fd, pid_t *pid) {
+static int spawn_worker(const char *exe, const exec_request *rq, char **env,
+                        int log_fd, int pipe_fd, int attempt_fd, pid_t *pid) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
   sigset_t none, all;
@@ -324,7 +488,8 @@ static int spawn_worker(const char *exe, const exec_request *rq, int log_fd,
   if (!rc)
     rc = posix_spawn_file_actions_adddup2(&fa, log_fd, 2);
   /* dup2 onto itself clears close-on-exec too (glibc >= 2.29). */
-  if (!rc)
+  /* A launcher gets no message pipe: its ranks connect to sockets. */
+  if (!rc && pipe_fd >= 0)
     rc = posix_spawn_file_actions_adddup2(&fa, pipe_fd, PROTO_FD);
   if (!rc && attempt_fd >= 0)
     rc = posix_spawn_file_actions_adddup2(&fa, attempt_fd, ATTEMPT_FD);
@@ -342,8 +507,24 @@ static int spawn_worker(const char *exe, const exec_request *rq, int log_fd,
   snprintf(fd_path, sizeof(fd_path), "/dev/fd/%d", ATTEMPT_FD);
   char *args[] = {"dagrun", "__worker",
                   attempt_fd >= 0 ? fd_path : (char *)rq->attempt_json, NULL};
-  if (!rc)
-    rc = posix_spawn(pid, exe, &fa, &attr, args, rq->env);
+  char **argv = args;
+  size_t n_pre = 0;
+  while (rq->launcher_argv && rq->launcher_argv[n_pre])
+    n_pre++;
+  if (n_pre) {
+    /* launcher ARGS... /path/to/dagrun __worker ATTEMPT_JSON */
+    argv = xcalloc(n_pre + 4, sizeof(*argv));
+    memcpy(argv, rq->launcher_argv, n_pre * sizeof(*argv));
+    argv[n_pre] = (char *)exe;
+    argv[n_pre + 1] = args[1];
+    argv[n_pre + 2] = args[2];
+  }
+  if (!rc && n_pre)
+    rc = posix_spawnp(pid, argv[0], &fa, &attr, argv, env);
+  else if (!rc)
+    rc = posix_spawn(pid, exe, &fa, &attr, argv, env);
+  if (argv != args)
+    free(argv);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   return rc;
@@ -377,14 +558,21 @@ static int memfd_with(const char *text) {
   return fd;
 }
 
-int executor_start(executor *x, const exec_request *rq, char *err,
-                   size_t errlen) {
+/* A worker started, before its handles exist. */
+typedef struct spawned {
+  pid_t pid;
+  int pidfd, pipe_fd, log_pipe_fd, log_fd;
+} spawned;
+
+/* Starts one worker with env and its log at log_path. Returns 0 or
+ * DR_ESPAWN/DR_EIO with a message in err. */
+static int spawn_one(executor *x, const exec_request *rq, char **env,
+                     const char *log_path, spawned *sp, char *err,
+                     size_t errlen) {
   int masked = secrets_count(rq->secrets) > 0;
-  int log_fd =
-      open(rq->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) {
-    snprintf(err, errlen, "cannot open log %s: %s", rq->log_path,
-             strerror(errno));
+    snprintf(err, errlen, "cannot open log %s: %s", log_path, strerror(errno));
     return DR_EIO;
   }
   int fds[2], lfds[2] = {-1, -1}, attempt_fd = -1;
@@ -406,8 +594,9 @@ int executor_start(executor *x, const exec_request *rq, char *err,
     return DR_ESPAWN;
   }
   pid_t pid;
-  int rc = spawn_worker(x->self_exe, rq, masked ? lfds[1] : log_fd, fds[1],
-                        attempt_fd, &pid);
+  int launcher = rq->launcher_argv != NULL;
+  int rc = spawn_worker(x->self_exe, rq, env, masked ? lfds[1] : log_fd,
+                        launcher ? -1 : fds[1], attempt_fd, &pid);
   if (!masked) {
     close(log_fd);
     log_fd = -1;
@@ -424,8 +613,9 @@ int executor_start(executor *x, const exec_request *rq, char *err,
     waitpid(pid, NULL, 0);
   }
   if (rc != 0) {
-    snprintf(err, errlen, "cannot start worker %s: %s", x->self_exe,
-             strerror(rc));
+    snprintf(err, errlen, "cannot start %s %s: %s",
+             launcher ? "launcher" : "worker",
+             launcher ? rq->launcher_argv[0] : x->self_exe, strerror(rc));
     close(fds[0]);
     if (lfds[0] >= 0)
       close(lfds[0]);
@@ -433,20 +623,49 @@ int executor_start(executor *x, const exec_request *rq, char *err,
       close(log_fd);
     return DR_ESPAWN;
   }
+  sp->pid = pid;
+  sp->pidfd = pidfd;
+  sp->pipe_fd = fds[0];
+  sp->log_pipe_fd = lfds[0];
+  sp->log_fd = log_fd;
+  return 0;
+}
 
-  attempt *a = xcalloc(1, sizeof(*a));
-  a->x = x;
-  a->task = rq->task;
-  a->pid = pid;
-  a->pidfd = pidfd;
+/* Undoes spawn_one: kills the worker's group and reaps it. */
+static void unspawn(spawned *sp) {
+  kill(-sp->pid, SIGKILL);
+  while (waitpid(sp->pid, NULL, 0) < 0 && errno == EINTR)
+    ;
+  close(sp->pidfd);
+  close(sp->pipe_fd);
+  if (sp->log_pipe_fd >= 0)
+    close(sp->log_pipe_fd);
+  if (sp->log_fd >= 0)
+    close(sp->log_fd);
+}
+
+/* The handles of rank `rank`, a worker spawned as sp. */
+static proc *proc_start(attempt *at, int rank, const exec_request *rq,
+                        const spawned *sp) {
+  executor *x = at->x;
+  proc *a = xcalloc(1, sizeof(*a));
+  a->at = at;
+  a->rank = rank;
+  a->pid = sp->pid;
+  a->pidfd = sp->pidfd;
   a->stop_reason = EXEC_EXITED;
-  a->heartbeat_ms = to_ms(rq->heartbeat_s);
+  /* A launcher sends no messages: its ranks' heartbeats count. */
+  a->heartbeat_ms = rank < 0 ? 0 : to_ms(rq->heartbeat_s);
   a->grace_ms = to_ms(rq->kill_grace_s);
-  a->started = now_monotonic();
   uv_pipe_init(x->loop, &a->pipe, 0);
-  uv_pipe_open(&a->pipe, fds[0]);
   a->pipe.data = a;
-  uv_poll_init(x->loop, &a->exit_watch, pidfd);
+  if (rank < 0) {
+    close(sp->pipe_fd); /* nobody writes to it */
+    a->eof = 1;
+  } else {
+    uv_pipe_open(&a->pipe, sp->pipe_fd);
+  }
+  uv_poll_init(x->loop, &a->exit_watch, sp->pidfd);
   a->exit_watch.data = a;
   uv_poll_start(&a->exit_watch, UV_READABLE, on_worker_exit);
 
@@ -457,12 +676,12 @@ int executor_start(executor *x, const exec_request *rq, char *err,
     timers[i]->data = a;
   }
   a->open_handles = ATTEMPT_HANDLES;
-  a->log_fd = log_fd;
-  a->log_eof = !masked;
-  if (masked) {
+  a->log_fd = sp->log_fd;
+  a->log_eof = sp->log_pipe_fd < 0;
+  if (sp->log_pipe_fd >= 0) {
     a->masker = secrets_stream_create(rq->secrets, log_sink, a);
     uv_pipe_init(x->loop, &a->log_pipe, 0);
-    uv_pipe_open(&a->log_pipe, lfds[0]);
+    uv_pipe_open(&a->log_pipe, sp->log_pipe_fd);
     a->log_pipe.data = a;
     a->open_handles++;
     uv_read_start((uv_stream_t *)&a->log_pipe, on_alloc, on_log_read);
@@ -472,27 +691,171 @@ int executor_start(executor *x, const exec_request *rq, char *err,
   if (a->heartbeat_ms)
     uv_timer_start(&a->heartbeat_timer, on_heartbeat_missed, a->heartbeat_ms,
                    a->heartbeat_ms);
-  uv_read_start((uv_stream_t *)&a->pipe, on_alloc, on_read);
+  if (rank >= 0)
+    uv_read_start((uv_stream_t *)&a->pipe, on_alloc, on_read);
+  return a;
+}
 
-  a->next = x->running;
+static void on_rank_connected(uv_stream_t *server, int status) {
+  proc *a = server->data;
+  if (status < 0 || a->connected)
+    return;
+  if (uv_accept(server, (uv_stream_t *)&a->pipe) != 0)
+    return;
+  a->connected = 1;
+  uv_read_start((uv_stream_t *)&a->pipe, on_alloc, on_read);
+  /* One rank, one connection: the socket file is not needed any more. */
+  uv_close((uv_handle_t *)server, on_handle_closed);
+}
+
+/* Rank `rank` under a launcher: listens on its socket. Returns NULL with
+ * err when the socket cannot be made. */
+static proc *virt_start(attempt *at, int rank, const exec_request *rq,
+                        const char *sock, char *err, size_t errlen) {
+  executor *x = at->x;
+  struct sockaddr_un sa;
+  if (strlen(sock) >= sizeof(sa.sun_path)) {
+    snprintf(err, errlen,
+             "socket path %s is too long (%zu bytes at most): use a shorter "
+             "runs directory",
+             sock, sizeof(sa.sun_path) - 1);
+    return NULL;
+  }
+  proc *a = xcalloc(1, sizeof(*a));
+  a->at = at;
+  a->rank = rank;
+  a->virt = 1;
+  a->pidfd = -1;
+  a->log_fd = -1;
+  a->log_eof = 1;
+  a->stop_reason = EXEC_EXITED;
+  a->heartbeat_ms = to_ms(rq->heartbeat_s);
+  a->grace_ms = to_ms(rq->kill_grace_s);
+  uv_pipe_init(x->loop, &a->pipe, 0);
+  a->pipe.data = a;
+  uv_pipe_init(x->loop, &a->server, 0);
+  a->server.data = a;
+  uv_timer_t *timers[] = {&a->timeout_timer, &a->heartbeat_timer,
+                          &a->kill_timer, &a->drain_timer};
+  for (size_t i = 0; i < 4; i++) {
+    uv_timer_init(x->loop, timers[i]);
+    timers[i]->data = a;
+  }
+  a->open_handles = ATTEMPT_HANDLES;
+  (void)unlink(sock);
+  int rc = uv_pipe_bind(&a->server, sock);
+  if (rc == 0)
+    rc = uv_listen((uv_stream_t *)&a->server, 4, on_rank_connected);
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot listen on %s: %s", sock, uv_strerror(rc));
+    close_handle((uv_handle_t *)&a->server);
+    close_handle((uv_handle_t *)&a->pipe);
+    for (size_t i = 0; i < 4; i++)
+      close_handle((uv_handle_t *)timers[i]);
+    return NULL;
+  }
+  if (a->heartbeat_ms)
+    uv_timer_start(&a->heartbeat_timer, on_heartbeat_missed, a->heartbeat_ms,
+                   a->heartbeat_ms);
+  return a;
+}
+
+static attempt *attempt_new(executor *x, const exec_request *rq, int n) {
+  attempt *at = xcalloc(1, sizeof(*at));
+  at->x = x;
+  at->task = rq->task;
+  at->n = n;
+  at->failed_rank = -1;
+  at->cause = EXEC_EXITED;
+  at->started = now_monotonic();
+  at->procs = xcalloc((size_t)n, sizeof(*at->procs));
+  at->ends = xcalloc((size_t)n, sizeof(*at->ends));
+  return at;
+}
+
+static void attempt_link(executor *x, attempt *at) {
+  at->next = x->running;
   if (x->running)
-    x->running->prev = a;
-  x->running = a;
+    x->running->prev = at;
+  x->running = at;
   x->n_running++;
+}
+
+/* A gang started by a launcher (mpirun): one socket per rank, then the
+ * launcher, which starts the ranks. */
+static int start_launched(executor *x, const exec_request *rq, char *err,
+                          size_t errlen) {
+  int n = (int)rq->n_ranks;
+  attempt *at = attempt_new(x, rq, n);
+  int r;
+  for (r = 0; r < n; r++) {
+    at->procs[r] = virt_start(at, r, rq, rq->ranks[r].socket_path, err, errlen);
+    if (!at->procs[r])
+      break;
+  }
+  spawned sp;
+  if (r < n || spawn_one(x, rq, rq->env, rq->log_path, &sp, err, errlen) != 0) {
+    /* The procs free themselves as their handles close. */
+    for (int k = 0; k < n; k++) {
+      proc *a = at->procs[k];
+      if (!a)
+        continue;
+      close_handle((uv_handle_t *)&a->server);
+      close_handle((uv_handle_t *)&a->pipe);
+      close_handle((uv_handle_t *)&a->timeout_timer);
+      close_handle((uv_handle_t *)&a->heartbeat_timer);
+      close_handle((uv_handle_t *)&a->kill_timer);
+      close_handle((uv_handle_t *)&a->drain_timer);
+    }
+    attempt_free(at);
+    return r < n ? DR_EIO : DR_ESPAWN;
+  }
+  at->launcher = proc_start(at, -1, rq, &sp);
+  at->has_launcher = 1;
+  at->pid0 = sp.pid;
+  attempt_link(x, at);
+  return 0;
+}
+
+int executor_start(executor *x, const exec_request *rq, char *err,
+                   size_t errlen) {
+  if (rq->launcher_argv)
+    return start_launched(x, rq, err, errlen);
+  int n = rq->n_ranks > 1 ? (int)rq->n_ranks : 1;
+  spawned *sp = xcalloc((size_t)n, sizeof(*sp));
+  /* All ranks are spawned before any handle is made, so that a rank that
+   * cannot start undoes the others without the loop's help. */
+  for (int r = 0; r < n; r++) {
+    char **env = rq->n_ranks > 1 ? rq->ranks[r].env : rq->env;
+    const char *log = rq->n_ranks > 1 ? rq->ranks[r].log_path : rq->log_path;
+    int rc = spawn_one(x, rq, env, log, &sp[r], err, errlen);
+    if (rc != 0) {
+      while (r-- > 0)
+        unspawn(&sp[r]);
+      free(sp);
+      return rc;
+    }
+  }
+  attempt *at = attempt_new(x, rq, n);
+  at->pid0 = sp[0].pid;
+  for (int r = 0; r < n; r++)
+    at->procs[r] = proc_start(at, r, rq, &sp[r]);
+  free(sp);
+  attempt_link(x, at);
   return 0;
 }
 
 int executor_pid(const executor *x, size_t task) {
   for (const attempt *a = x->running; a; a = a->next)
-    if (a->task == task && !a->finished)
-      return (int)a->pid;
+    if (a->task == task)
+      return (int)a->pid0;
   return 0;
 }
 
 void executor_cancel(executor *x, size_t task, int force) {
   for (attempt *a = x->running; a; a = a->next) {
     if (a->task == task) {
-      stop(a, EXEC_CANCELLED, force);
+      attempt_stop(a, EXEC_CANCELLED, -1, force);
       return;
     }
   }

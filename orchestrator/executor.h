@@ -18,6 +18,16 @@
  * whatever it left in its group (grandchildren, daemons) gets SIGKILL: an
  * attempt owns everything it started.
  *
+ * Gangs: an attempt with n_ranks > 1 starts that many workers together,
+ * each as above (its own session, log and message pipe), rank r with the
+ * environment and log of ranks[r]. Only rank 0's messages reach
+ * on_message (the others' still count as heartbeats). The attempt is over
+ * when every rank has finished. It succeeds when every rank exited 0; the
+ * first rank that fails (non-zero exit, crash, missed heartbeat) stops the
+ * others at once (SIGTERM to their groups, SIGKILL after the grace), and
+ * the attempt's result is that rank's. A timeout or cancel stops every
+ * rank.
+ *
  * All functions run on the loop's thread; callbacks are called from it.
  */
 #ifndef DAGRUN_EXECUTOR_H
@@ -30,12 +40,20 @@
 #include "secrets.h"
 
 typedef enum exec_end {
-  EXEC_EXITED,       /* exited on its own; exit_code holds the status */
-  EXEC_SIGNALED,     /* died of a signal it did not ask for (crash) */
-  EXEC_TIMED_OUT,    /* stopped because the task's timeout passed */
-  EXEC_HUNG,         /* stopped because no heartbeat came in time */
-  EXEC_CANCELLED     /* stopped by executor_cancel */
+  EXEC_EXITED,    /* exited on its own; exit_code holds the status */
+  EXEC_SIGNALED,  /* died of a signal it did not ask for (crash) */
+  EXEC_TIMED_OUT, /* stopped because the task's timeout passed */
+  EXEC_HUNG,      /* stopped because no heartbeat came in time */
+  EXEC_CANCELLED  /* stopped by executor_cancel */
 } exec_end;
+
+/* How one rank of an attempt ended. */
+typedef struct exec_rank_end {
+  int exit_code;   /* exited: 0..255; -1 when killed by a signal */
+  int term_signal; /* killed by a signal: the signal; else 0 */
+  int stopped;     /* 1: stopped by the executor (another rank failed,
+                      timeout, cancel) */
+} exec_rank_end;
 
 typedef struct exec_result {
   exec_end end;
@@ -44,6 +62,14 @@ typedef struct exec_result {
   const char *error; /* the worker's own reason (its result message), or
                         NULL. Valid during on_exit. */
   double duration_s;
+  /* The gang: world size, the rank whose failure ended the attempt (-1:
+   * none, or the whole gang was stopped), the ranks stopped because of
+   * it as text ("0, 1, 3", "" when none), and how each rank ended
+   * (n_ranks entries). Valid during on_exit. */
+  int n_ranks;
+  int failed_rank;
+  const char *stopped;
+  const exec_rank_end *ranks;
 } exec_result;
 
 typedef struct exec_callbacks {
@@ -53,8 +79,18 @@ typedef struct exec_callbacks {
   void *ud;
 } exec_callbacks;
 
+/* One rank of a gang. */
+typedef struct exec_rank {
+  char **env;           /* full environment, NULL-terminated */
+  const char *log_path; /* created/appended */
+  /* With a launcher: the Unix socket rank r connects to (made here; at
+   * most 107 bytes), instead of env and log_path, which the launcher's
+   * rank sets up itself (worker.h). */
+  const char *socket_path;
+} exec_rank;
+
 typedef struct exec_request {
-  size_t task; /* caller's id, passed back in callbacks */
+  size_t task;              /* caller's id, passed back in callbacks */
   const char *attempt_json; /* path given to the worker */
   const char *log_path;     /* created/appended */
   const char *cwd;          /* NULL: inherit */
@@ -68,6 +104,21 @@ typedef struct exec_request {
   /* The attempt description to give the worker instead of the file at
    * attempt_json (which is then a masked copy), or NULL. */
   const char *attempt_text;
+  /* A gang: n_ranks > 1 workers, rank r with ranks[r]'s env and log
+   * (borrowed), instead of env and log_path. 0 or 1: one worker. */
+  size_t n_ranks;
+  const exec_rank *ranks;
+  /* A gang started by a launcher: its argv (NULL-terminated, e.g.
+   * mpirun -np N ...), to which `dagrun __worker ATTEMPT_JSON` is
+   * appended; the launcher runs with env, its output goes to log_path,
+   * and it gets no message pipe: each rank connects to
+   * ranks[r].socket_path instead. A rank has ended when its socket
+   * closes, with the status of its result message (none: 255). The
+   * launcher is stopped (SIGTERM to its group, SIGKILL after the grace)
+   * when a rank fails, on timeout and on cancel; it stops its ranks.
+   * NULL: the ranks are started here. attempt_text is not supported with
+   * a launcher. */
+  char *const *launcher_argv;
 } exec_request;
 
 typedef struct executor executor;
@@ -82,7 +133,8 @@ int executor_start(executor *x, const exec_request *rq, char *err,
 /* Stops a running attempt: SIGTERM now, SIGKILL after its grace; with
  * force, SIGKILL now. No-op if the task is not running. */
 void executor_cancel(executor *x, size_t task, int force);
-/* The worker pid of the task's running attempt, or 0 when none. */
+/* The worker pid of the task's running attempt (rank 0's for a gang), or
+ * 0 when none. */
 int executor_pid(const executor *x, size_t task);
 /* Number of attempts still running (or draining their pipe). */
 size_t executor_running(const executor *x);

@@ -433,10 +433,14 @@ static void sleep_ms(long ms) {
 
 int history_cmd_logs(int argc, char **argv) {
   const char *id = NULL, *task = NULL;
-  long attempt = 0;
+  long attempt = 0, rank = 0;
   int follow = 0;
   for (int i = 0; i < argc; i++) {
-    if (strcmp(argv[i], "--attempt") == 0) {
+    if (strcmp(argv[i], "--rank") == 0) {
+      if (i + 1 >= argc || parse_count(argv[++i], 0, 65535, &rank) != 0)
+        return usage("--rank needs a number >= 0, got '%s'",
+                     i < argc ? argv[i] : "");
+    } else if (strcmp(argv[i], "--attempt") == 0) {
       if (i + 1 >= argc || parse_count(argv[++i], 1, 1000000, &attempt) != 0)
         return usage("--attempt needs a number >= 1, got '%s'",
                      i < argc ? argv[i] : "");
@@ -491,6 +495,24 @@ int history_cmd_logs(int argc, char **argv) {
     if (a && !log) {
       n = (int)num(a, "n", 0);
       log = xstrdup(str(a, "log", ""));
+      /* A gang's rank r logs to rank-<r>/log beside rank 0's log. */
+      if (rank > 0) {
+        char *dir = xstrdup(log), *slash = strrchr(dir, '/');
+        if (slash)
+          *slash = 0;
+        free(log);
+        log = xasprintf("%s/rank-%ld/log", slash ? dir : ".", rank);
+        free(dir);
+        if (access(log, F_OK) != 0 && !follow) {
+          fprintf(stderr,
+                  "dagrun: attempt %d of task '%s' has no rank %ld (not a "
+                  "gang, or a smaller one)\n",
+                  n, task, rank);
+          cJSON_Delete(run);
+          rc = EXIT_USAGE;
+          break;
+        }
+      }
     }
     if (log && !f) {
       f = fopen(log, "rb");

@@ -57,7 +57,7 @@ static const char usage_text[] =
     "       dagrun runs [DAG] [-n N] [--json]  recorded runs, newest first\n"
     "       dagrun status RUN [--json]      a run's tasks: states, attempts, "
     "exits\n"
-    "       dagrun logs RUN TASK [--attempt N] [--follow]\n"
+    "       dagrun logs RUN TASK [--attempt N] [--rank R] [--follow]\n"
     "                                       an attempt's stdout+stderr\n"
     "       dagrun resume RUN [-j N] [--plain|-q|--events json]\n"
     "                                       go on with a run: re-run what "

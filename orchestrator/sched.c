@@ -37,6 +37,8 @@ typedef struct task_rt {
   char *fingerprint; /* hex SHA-256, NULL when none */
   char *cached_from; /* TASK_CACHED: the run it came from */
   char *fp_dir;      /* what ${tasks.T.dir} is in fingerprints */
+  /* A gang's last attempt: how each rank ended (run.json), or NULL. */
+  cJSON *ranks;
 } task_rt;
 
 /* A FIFO of task indices; entries whose task left TASK_QUEUED (cancelled)
@@ -293,11 +295,41 @@ static void json_to_env(const cJSON *obj, char ***env, size_t *n,
   }
 }
 
+/* Rank r's CUDA device in a local gang: the r-th of dagrun's own
+ * CUDA_VISIBLE_DEVICES when that list has one, else r. Caller frees. */
+static char *rank_device(int r) {
+  const char *v = getenv("CUDA_VISIBLE_DEVICES");
+  for (int k = 0; v && *v; k++) {
+    size_t len = strcspn(v, ",");
+    if (k == r)
+      return xasprintf("%.*s", (int)len, v);
+    v += len;
+    if (*v == ',')
+      v++;
+  }
+  return xasprintf("%d", r);
+}
+
 /* The worker's environment: dagrun's own, less what the task overrides,
- * plus the task's env and the DAGRUN_* facts. Caller frees each entry. */
-static char **build_env(sched *s, size_t i, const cJSON *task_env) {
+ * plus the task's env and the DAGRUN_* facts. For rank `rank` (>= 0) of a
+ * gang, also DAGRUN_RANK, DAGRUN_WORLD_SIZE, DAGRUN_LOCAL_RANK,
+ * DAGRUN_RENDEZVOUS and, unless the task's env sets it,
+ * CUDA_VISIBLE_DEVICES (rank_device). Caller frees each entry. */
+static char **build_env(sched *s, size_t i, const cJSON *task_env, int rank,
+                        const char *rendezvous) {
   const spec_task *st = &s->sp->tasks[i];
   cJSON *facts = cJSON_CreateObject();
+  if (rank >= 0) {
+    cJSON_AddNumberToObject(facts, "DAGRUN_RANK", rank);
+    cJSON_AddNumberToObject(facts, "DAGRUN_WORLD_SIZE", st->world_size);
+    cJSON_AddNumberToObject(facts, "DAGRUN_LOCAL_RANK", rank);
+    cJSON_AddStringToObject(facts, "DAGRUN_RENDEZVOUS", rendezvous);
+    if (!cJSON_GetObjectItemCaseSensitive(task_env, "CUDA_VISIBLE_DEVICES")) {
+      char *dev = rank_device(rank);
+      cJSON_AddStringToObject(facts, "CUDA_VISIBLE_DEVICES", dev);
+      free(dev);
+    }
+  }
   cJSON_AddStringToObject(facts, "DAGRUN_DAG", s->sp->dag);
   cJSON_AddStringToObject(facts, "DAGRUN_RUN_ID", s->run->id);
   cJSON_AddStringToObject(facts, "DAGRUN_RUN_DIR", s->run->path);
@@ -327,6 +359,116 @@ static void free_env(char **env) {
   for (char **e = env; e && *e; e++)
     free(*e);
   free(env);
+}
+
+/* A gang's ranks for one attempt: rendezvous/ made empty, rank-<r>/ for
+ * each rank with its log (rank 0's is the attempt's log, which
+ * rank-0/log links to), and each rank's environment. Returns 0 with
+ * *out (free with gang_free), or -1 with *reason. */
+static int gang_prepare(sched *s, size_t i, const char *attempt_dir,
+                        const char *log_path, const cJSON *task_env,
+                        exec_rank **out, char **reason) {
+  int n = s->sp->tasks[i].world_size;
+  char *rdv = path_join(attempt_dir, "rendezvous");
+  exec_rank *ranks = xcalloc((size_t)n, sizeof(*ranks));
+  int rc = 0;
+  if (mkdir_p(rdv, 0755) != 0) {
+    *reason = xasprintf("cannot create %s: %s", rdv, strerror(errno));
+    rc = -1;
+  }
+  for (int r = 0; r < n && rc == 0; r++) {
+    char name[32];
+    snprintf(name, sizeof name, "rank-%d", r);
+    char *dir = path_join(attempt_dir, name);
+    char *log = path_join(dir, "log");
+    if (mkdir_p(dir, 0755) != 0 ||
+        (r == 0 && symlink("../log", log) != 0 && errno != EEXIST)) {
+      *reason = xasprintf("cannot create %s: %s", log, strerror(errno));
+      rc = -1;
+    }
+    ranks[r].log_path = r == 0 ? xstrdup(log_path) : xstrdup(log);
+    if (s->sp->tasks[i].launcher == SPEC_LAUNCHER_LOCAL)
+      ranks[r].env = build_env(s, i, task_env, r, rdv);
+    else
+      ranks[r].socket_path = path_join(dir, "worker.sock");
+    free(log);
+    free(dir);
+  }
+  free(rdv);
+  *out = ranks;
+  return rc;
+}
+
+static void free_env(char **env);
+
+static void gang_free(exec_rank *ranks, int n) {
+  for (int r = 0; ranks && r < n; r++) {
+    free((char *)ranks[r].log_path);
+    free((char *)ranks[r].socket_path);
+    free_env(ranks[r].env);
+  }
+  free(ranks);
+}
+
+/* env with "NAME=value" (taken over) in front, so that it wins. */
+static char **env_with(char **env, char *kv) {
+  size_t n = 0;
+  while (env[n])
+    n++;
+  env = xrealloc(env, (n + 2) * sizeof(*env));
+  memmove(env + 1, env, (n + 1) * sizeof(*env));
+  env[0] = kv;
+  return env;
+}
+
+/* launcher mpirun: its environment (env plus what the ranks need, passed
+ * on with -x) and its argv, as `mpirun -np N --oversubscribe --bind-to
+ * none [--host H,...] -x NAME...`. Caller frees *argv with free_env. */
+static char **mpirun_setup(sched *s, size_t i, const cJSON *task_env,
+                           const char *attempt_dir, char ***env) {
+  const spec_task *st = &s->sp->tasks[i];
+  char *rdv = path_join(attempt_dir, "rendezvous");
+  *env = env_with(*env, xasprintf("DAGRUN_GANG_DIR=%s", attempt_dir));
+  *env = env_with(*env, xasprintf("DAGRUN_RENDEZVOUS=%s", rdv));
+  free(rdv);
+  /* Open MPI refuses to run as root unless told twice. */
+  if (geteuid() == 0) {
+    *env = env_with(*env, xstrdup("OMPI_ALLOW_RUN_AS_ROOT=1"));
+    *env = env_with(*env, xstrdup("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"));
+  }
+  char **argv = NULL;
+  size_t n = 0, cap = 0;
+  VEC_PUSH(argv, n, cap, xstrdup("mpirun"));
+  VEC_PUSH(argv, n, cap, xstrdup("-np"));
+  VEC_PUSH(argv, n, cap, xasprintf("%d", st->world_size));
+  VEC_PUSH(argv, n, cap, xstrdup("--oversubscribe"));
+  VEC_PUSH(argv, n, cap, xstrdup("--bind-to"));
+  VEC_PUSH(argv, n, cap, xstrdup("none"));
+  if (st->hosts && st->hosts->n) {
+    sbuf h = {0};
+    for (size_t k = 0; k < st->hosts->n; k++)
+      sbuf_printf(&h, "%s%s", k ? "," : "", st->hosts->items[k]->str);
+    VEC_PUSH(argv, n, cap, xstrdup("--host"));
+    VEC_PUSH(argv, n, cap, sbuf_take(&h));
+  }
+  static const char *const passed[] = {
+      "DAGRUN_GANG_DIR",    "DAGRUN_RENDEZVOUS",
+      "DAGRUN_DAG",         "DAGRUN_RUN_ID",
+      "DAGRUN_RUN_DIR",     "DAGRUN_TASK",
+      "DAGRUN_ATTEMPT",     "DAGRUN_OUT_DIR",
+      "DAGRUN_PLUGIN_PATH", NULL};
+  for (size_t k = 0; passed[k]; k++) {
+    if (strcmp(passed[k], "DAGRUN_PLUGIN_PATH") == 0 && !getenv(passed[k]))
+      continue;
+    VEC_PUSH(argv, n, cap, xstrdup("-x"));
+    VEC_PUSH(argv, n, cap, xstrdup(passed[k]));
+  }
+  for (const cJSON *it = task_env ? task_env->child : NULL; it; it = it->next) {
+    VEC_PUSH(argv, n, cap, xstrdup("-x"));
+    VEC_PUSH(argv, n, cap, xstrdup(it->string));
+  }
+  VEC_PUSH(argv, n, cap, NULL);
+  return argv;
 }
 
 static cJSON *attempt_json(sched *s, size_t i, cJSON *params,
@@ -374,6 +516,8 @@ static void launch(sched *s, size_t i) {
   char *json_path = path_join(attempt_dir, "attempt.json");
   char *reason = NULL;
   char **env = NULL;
+  exec_rank *ranks = NULL;
+  char **launcher_argv = NULL;
   diags d = {0};
   tmpl_env te = {s->sp,         s->params,         s->run->id,
                  s->run->date,  tmpl_task_dir,     tmpl_task_outputs,
@@ -408,7 +552,20 @@ static void launch(sched *s, size_t i) {
     reason = xasprintf("cannot write %s: %s", json_path, strerror(errno));
     goto failed;
   }
-  env = build_env(s, i, task_env);
+  env = build_env(s, i, task_env, -1, NULL);
+  if (st->launcher != SPEC_LAUNCHER_LOCAL && real) {
+    cJSON_free(real);
+    reason = xasprintf("launcher mpirun cannot run a task of a run with "
+                       "secrets yet: its ranks would see them masked");
+    goto failed;
+  }
+  if ((st->world_size > 1 || st->launcher != SPEC_LAUNCHER_LOCAL) &&
+      gang_prepare(s, i, attempt_dir, log_path, task_env, &ranks, &reason) != 0) {
+    cJSON_free(real);
+    goto failed;
+  }
+  if (st->launcher == SPEC_LAUNCHER_MPIRUN)
+    launcher_argv = mpirun_setup(s, i, task_env, attempt_dir, &env);
   exec_request rq = {.task = i,
                      .attempt_json = json_path,
                      .log_path = log_path,
@@ -417,7 +574,10 @@ static void launch(sched *s, size_t i) {
                      .heartbeat_s = st->heartbeat_s,
                      .kill_grace_s = st->kill_grace_s,
                      .secrets = s->opts.secrets,
-                     .attempt_text = real};
+                     .attempt_text = real,
+                     .n_ranks = ranks ? (size_t)st->world_size : 0,
+                     .ranks = ranks,
+                     .launcher_argv = launcher_argv};
   if (s->opts.obs.attempt_start)
     s->opts.obs.attempt_start(s->opts.obs.ud, i, t->attempt, log_path);
   int xrc = executor_start(s->x, &rq, err, sizeof(err));
@@ -439,6 +599,8 @@ failed:
 done:
   free(reason);
   free_env(env);
+  gang_free(ranks, st->world_size);
+  free_env(launcher_argv);
   cJSON_Delete(params);
   cJSON_Delete(task_env);
   diags_free(&d);
@@ -493,6 +655,10 @@ static char *fingerprint(sched *s, size_t i, const cJSON *params,
       j, "params", params ? cJSON_Duplicate(params, 1) : cJSON_CreateObject());
   cJSON_AddItemToObject(
       j, "env", task_env ? cJSON_Duplicate(task_env, 1) : cJSON_CreateObject());
+  /* A gang's result may depend on its size; a plain task's fingerprint
+   * stays what it was before gangs. */
+  if (st->world_size > 1)
+    cJSON_AddNumberToObject(j, "world_size", st->world_size);
   cJSON *ups = cJSON_AddArrayToObject(j, "upstream");
   for (size_t k = 0; k < st->n_needs; k++) {
     const task_rt *u = &s->t[st->needs[k]];
@@ -638,7 +804,7 @@ static int retry_worth_it(const spec_retry *r, const exec_result *res) {
   return 0;
 }
 
-static char *failure_reason(const spec_task *st, const exec_result *r) {
+static char *failure_reason_1(const spec_task *st, const exec_result *r) {
   char dur[32];
   switch (r->end) {
   case EXEC_EXITED:
@@ -661,6 +827,45 @@ static char *failure_reason(const spec_task *st, const exec_result *r) {
   return xstrdup("cancelled");
 }
 
+/* Why an attempt failed; for a gang, which rank failed first and which
+ * were stopped because of it: "rank 2 exited 3; stopped ranks 0, 1, 3". */
+static char *failure_reason(const spec_task *st, const exec_result *r) {
+  char *one = failure_reason_1(st, r);
+  if (r->n_ranks <= 1)
+    return one;
+  sbuf b = {0};
+  if (r->failed_rank >= 0 && r->end == EXEC_EXITED)
+    sbuf_printf(&b, "rank %d exited %d%s%s", r->failed_rank, r->exit_code,
+                r->error ? ": " : "", r->error ? r->error : "");
+  else if (r->failed_rank >= 0)
+    sbuf_printf(&b, "rank %d %s", r->failed_rank, one);
+  else
+    sbuf_printf(&b, "%s", one);
+  if (*r->stopped)
+    sbuf_printf(&b, "; stopped rank%s %s", strchr(r->stopped, ',') ? "s" : "",
+                r->stopped);
+  free(one);
+  return sbuf_take(&b);
+}
+
+/* How each rank of a gang's attempt ended, for run.json. */
+static cJSON *ranks_json(const exec_result *r) {
+  cJSON *arr = cJSON_CreateArray();
+  for (int k = 0; k < r->n_ranks; k++) {
+    const exec_rank_end *e = &r->ranks[k];
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "rank", k);
+    if (e->term_signal)
+      cJSON_AddNumberToObject(j, "signal", e->term_signal);
+    else
+      cJSON_AddNumberToObject(j, "exit_code", e->exit_code);
+    if (e->stopped)
+      cJSON_AddBoolToObject(j, "stopped", 1);
+    cJSON_AddItemToArray(arr, j);
+  }
+  return arr;
+}
+
 static void on_attempt_exit(void *ud, size_t i, const exec_result *r) {
   sched *s = ud;
   task_rt *t = &s->t[i];
@@ -670,6 +875,8 @@ static void on_attempt_exit(void *ud, size_t i, const exec_result *r) {
     s->pool_running[st->pool]--;
   close_metrics(t);
   t->exit_code = r->end == EXEC_EXITED ? r->exit_code : -1;
+  cJSON_Delete(t->ranks);
+  t->ranks = r->n_ranks > 1 ? ranks_json(r) : NULL;
 
   if (r->end == EXEC_EXITED && r->exit_code == 0) {
     settle(s, i, TASK_SUCCESS, 0, r->duration_s, NULL);
@@ -965,6 +1172,10 @@ cJSON *sched_tasks_json(const sched *s) {
       cJSON_AddStringToObject(j, "fingerprint", t->fingerprint);
     if (t->outputs && t->outputs->child)
       cJSON_AddItemToObject(j, "outputs", cJSON_Duplicate(shown_outputs(t), 1));
+    if (st->world_size > 1)
+      cJSON_AddNumberToObject(j, "world_size", st->world_size);
+    if (t->ranks)
+      cJSON_AddItemToObject(j, "ranks", cJSON_Duplicate(t->ranks, 1));
     cJSON_AddItemToArray(arr, j);
   }
   return arr;
@@ -981,6 +1192,7 @@ void sched_destroy(sched *s) {
     free(s->t[i].fingerprint);
     free(s->t[i].cached_from);
     free(s->t[i].fp_dir);
+    cJSON_Delete(s->t[i].ranks);
     close_metrics(&s->t[i]);
   }
   for (size_t q = 0; q <= s->sp->n_pools; q++)

@@ -17,7 +17,7 @@
  * the canonical JSON (keys sorted, no spaces) of its stage name, the
  * plugin's version string, its resolved params, its resolved task env
  * (${tasks.T.dir} standing for itself there, not for a run's path),
- * and per upstream task (in `needs` order) its name, fingerprint and
+ * its world_size when above 1, and per upstream task (in `needs` order) its name, fingerprint and
  * outputs. A task with an upstream that has no fingerprint (did not
  * succeed, or was succeeded before a resume) gets none. When the task may
  * be cached (its `cache:` and opts.no_cache allow it) and

@@ -20,16 +20,32 @@ static const char *const top_keys[] = {
 
 /* A task's keys; the ones from "retries" on are settings that `defaults`
  * may also give. */
-static const char *const task_keys[] = {
-    "stage",        "needs",       "with",          "description",
-    "retries",      "retry_delay", "retry_backoff", "retry_max_delay",
-    "retry_jitter", "retry_on",    "timeout",       "heartbeat_timeout",
-    "kill_grace",   "pool",        "trigger",       "env",
-    "cache",        NULL};
+static const char *const task_keys[] = {"stage",
+                                        "needs",
+                                        "with",
+                                        "description",
+                                        "retries",
+                                        "retry_delay",
+                                        "retry_backoff",
+                                        "retry_max_delay",
+                                        "retry_jitter",
+                                        "retry_on",
+                                        "timeout",
+                                        "heartbeat_timeout",
+                                        "kill_grace",
+                                        "pool",
+                                        "trigger",
+                                        "env",
+                                        "cache",
+                                        "world_size",
+                                        "launcher",
+                                        "hosts",
+                                        NULL};
 enum { FIRST_SETTING = 4 };
 static const char *const *const setting_keys = task_keys + FIRST_SETTING;
 
 static const char *const trigger_names[] = {"all_success", "all_done", NULL};
+static const char *const launcher_names[] = {"local", "mpirun", "srun", NULL};
 static const char *const overlap_names[] = {"skip", "queue", "allow", NULL};
 
 /* Beyond this many unknown `needs`, stop searching 100,000 names for a
@@ -314,6 +330,46 @@ static void parse_setting(ctx *c, const ynode *k, const ynode *v, spec_task *t,
           "'trigger'%s: expected all_success or all_done, found \"%s\"%s%s%s",
           where, s, m ? "; did you mean '" : "", m ? m : "", m ? "'?" : "");
     }
+  } else if (strcmp(key, "world_size") == 0) {
+    (void)get_int(c, v, key, where, 1, 65536, "an integer >= 1 (ranks)",
+                  &t->world_size);
+  } else if (strcmp(key, "launcher") == 0) {
+    const char *s = get_string(c, v, key, where, "local, mpirun or srun");
+    if (!s)
+      return;
+    t->launcher_node = v;
+    if (strcmp(s, "local") == 0) {
+      t->launcher = SPEC_LAUNCHER_LOCAL;
+    } else if (strcmp(s, "mpirun") == 0) {
+      t->launcher = SPEC_LAUNCHER_MPIRUN;
+    } else if (strcmp(s, "srun") == 0) {
+      /* Said at check time, never run locally instead. */
+      err(c, v,
+          "'launcher'%s: '%s' is not supported yet; use local (every rank "
+          "on this machine) or mpirun",
+          where, s);
+    } else {
+      const char *m = closest_match(s, launcher_names);
+      err(c, v,
+          "'launcher'%s: expected local, mpirun or srun, found \"%s\"%s%s%s",
+          where, s, m ? "; did you mean '" : "", m ? m : "", m ? "'?" : "");
+    }
+  } else if (strcmp(key, "hosts") == 0) {
+    if (v->kind != YNODE_SEQ) {
+      type_err(c, v, key, where, "a list of host names");
+      return;
+    }
+    size_t bad = 0;
+    for (size_t i = 0; i < v->n; i++) {
+      const char *h = get_string(c, v->items[i], key, where, "a host name");
+      if (!h || !*h || strpbrk(h, ", \t\n")) {
+        if (h)
+          err(c, v->items[i], "'hosts'%s: \"%s\" is not a host name", where, h);
+        bad++;
+      }
+    }
+    if (!bad)
+      t->hosts = v;
   } else if (strcmp(key, "cache") == 0) {
     if (ynode_bool(v, &t->cache) != 0)
       type_err(c, v, key, where, "true or false");
@@ -366,7 +422,7 @@ static void parse_settings(ctx *c, const ynode *map, spec_task *t,
           "'%s' cannot be set in defaults, only in each task; defaults may "
           "set: retries, retry_delay, retry_backoff, retry_max_delay, "
           "retry_jitter, retry_on, timeout, heartbeat_timeout, kill_grace, "
-          "pool, trigger, env, cache",
+          "pool, trigger, env, cache, world_size, launcher, hosts",
           k->str);
     } else if (!in_list(k->str, task_keys)) {
       unknown_key(c, k, where, is_defaults ? setting_keys : task_keys);
@@ -509,6 +565,8 @@ static void task_init(spec_task *t) {
   t->kill_grace_s = 10;
   t->pool = SIZE_MAX;
   t->cache = 1;
+  t->world_size = 1;
+  t->launcher = SPEC_LAUNCHER_LOCAL;
 }
 
 /* Copies defaults into a task; owned pointers are duplicated. */
@@ -706,6 +764,14 @@ static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
   for (size_t i = 0; i < s->n_tasks; i++) {
     spec_task *t = &s->tasks[i];
     resolve_needs(c, t);
+    /* A refused launcher is error enough; hosts are judged with a local
+     * one. */
+    if (t->hosts && t->launcher == SPEC_LAUNCHER_LOCAL &&
+        (!t->launcher_node || strcmp(t->launcher_node->str, "local") == 0))
+      err(c, t->hosts,
+          "'hosts' in task '%s': hosts name the machines of launcher mpirun "
+          "or srun; launcher local runs every rank on this machine",
+          t->name);
     if (t->pool_node && t->pool_node != def->pool_node) {
       char *where = xasprintf(" in task '%s'", t->name);
       t->pool = resolve_pool(c, t->pool_node, where);

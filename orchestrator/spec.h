@@ -22,7 +22,10 @@
  * retry_max_delay (duration), retry_jitter (number in [0,1]), retry_on (list
  * of exit codes 1..255), timeout (duration, 0 = none), heartbeat_timeout
  * (duration >= 1s, 0 = off), kill_grace (duration), pool (name), trigger
- * (all_success | all_done), env (map of string to string).
+ * (all_success | all_done), env (map of string to string), world_size
+ * (int >= 1, default 1: more makes the task a gang of that many ranks),
+ * launcher (local, the default, or mpirun; srun is refused as not
+ * supported yet), hosts (list of host names; not with launcher local).
  *
  * Task, param and pool names are [A-Za-z0-9_-]+: they appear in ${...}
  * references and in directory names. A task listing the same need twice
@@ -51,6 +54,12 @@ typedef enum spec_overlap {
   SPEC_OVERLAP_QUEUE = 1, /* start it when the previous one ends */
   SPEC_OVERLAP_ALLOW = 2  /* start it now, beside the previous one */
 } spec_overlap;
+
+/* How the ranks of a gang are started. */
+typedef enum spec_launcher {
+  SPEC_LAUNCHER_LOCAL = 0, /* one worker per rank on this machine */
+  SPEC_LAUNCHER_MPIRUN = 1 /* mpirun starts the ranks (Open MPI) */
+} spec_launcher;
 
 typedef struct spec_retry {
   int retries;        /* extra attempts after the first; default 0 */
@@ -82,6 +91,10 @@ typedef struct spec_task {
                 cache */
   const ynode **need_nodes; /* per needs[i]: the entry as written */
   const ynode *pool_node;   /* the pool name as written, or NULL */
+  int world_size;           /* ranks; 1 = not a gang */
+  spec_launcher launcher;
+  const ynode *launcher_node; /* the launcher as written, or NULL */
+  const ynode *hosts;         /* SEQ of host names as written, or NULL */
 } spec_task;
 
 typedef struct spec_pool {

@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 /* heartbeat() calls closer together than this send nothing: any message
@@ -543,9 +545,81 @@ static int read_attempt(dagrun_ctx *ctx, const char *path, char **plugin,
   return 0;
 }
 
+/* A rank started by mpirun (executor.h: launchers) inherits neither its
+ * log nor the message pipe: with DAGRUN_GANG_DIR set and fd 3 closed, it
+ * learns its rank from Open MPI's environment (OMPI_COMM_WORLD_RANK, or
+ * PMI_RANK / SLURM_PROCID), exports DAGRUN_RANK, DAGRUN_WORLD_SIZE and
+ * DAGRUN_LOCAL_RANK for its stage, appends its stdout and stderr to its
+ * log (rank 0: DIR/log, rank r: DIR/rank-<r>/log) and connects to
+ * DIR/rank-<r>/worker.sock, which becomes fd 3. A failure is written to
+ * stderr and the rank runs on without messages. */
+static void join_gang(const char *dir) {
+  const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+  const char *size = getenv("OMPI_COMM_WORLD_SIZE");
+  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (!rank)
+    rank = getenv("PMI_RANK");
+  if (!rank)
+    rank = getenv("SLURM_PROCID");
+  if (!size)
+    size = getenv("PMI_SIZE");
+  if (!size)
+    size = getenv("SLURM_NTASKS");
+  if (!local)
+    local = getenv("SLURM_LOCALID");
+  if (!rank) {
+    log_line(DAGRUN_LOG_ERROR, "dagrun worker: DAGRUN_GANG_DIR is set but "
+                               "no launcher said this process's rank");
+    return;
+  }
+  setenv("DAGRUN_RANK", rank, 1);
+  if (size)
+    setenv("DAGRUN_WORLD_SIZE", size, 1);
+  setenv("DAGRUN_LOCAL_RANK", local ? local : rank, 1);
+  char *log = atoi(rank) == 0 ? xasprintf("%s/log", dir)
+                              : xasprintf("%s/rank-%s/log", dir, rank);
+  int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+  } else {
+    log_linef(DAGRUN_LOG_ERROR, "dagrun worker: cannot open %s: %s", log,
+              strerror(errno));
+  }
+  free(log);
+  char *sock = xasprintf("%s/rank-%s/worker.sock", dir, rank);
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  int s = -1;
+  if (strlen(sock) >= sizeof(sa.sun_path)) {
+    log_linef(DAGRUN_LOG_ERROR, "dagrun worker: socket path too long: %s",
+              sock);
+  } else {
+    memcpy(sa.sun_path, sock, strlen(sock) + 1);
+    s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0 || connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
+      log_linef(DAGRUN_LOG_ERROR, "dagrun worker: cannot connect to %s: %s",
+                sock, strerror(errno));
+      if (s >= 0)
+        close(s);
+      s = -1;
+    }
+  }
+  if (s >= 0 && s != PROTO_FD) {
+    dup2(s, PROTO_FD); /* the copy is inheritable; set CLOEXEC below */
+    close(s);
+  }
+  free(sock);
+}
+
 int worker_main(const char *attempt_json_path) {
   /* Plugin printf()s should reach the log as they happen, not at exit. */
   setvbuf(stdout, NULL, _IOLBF, 0);
+  const char *gang_dir = getenv("DAGRUN_GANG_DIR");
+  if (gang_dir && *gang_dir && fcntl(PROTO_FD, F_GETFD) < 0)
+    join_gang(gang_dir);
 
   dagrun_ctx ctx;
   memset(&ctx, 0, sizeof(ctx));

@@ -16,6 +16,8 @@ packages=(
   libopenmpi-dev openmpi-bin
   # the default corpus of dags/pretrain.yaml
   fortunes
+  # gangs with launcher: mpirun (tests/integration/test_gang_mpirun.sh)
+  openmpi-bin
   # tests and benchmarks
   python3 python3-numpy python3-torch jq snakemake time sentencepiece
   # tests: the run report rendered headless (tests/integration/test_report.sh)

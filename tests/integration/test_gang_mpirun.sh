@@ -1,0 +1,106 @@
+# Gangs started by mpirun (Open MPI): each rank learns its rank from
+# mpirun, writes its own log and reports to dagrun over its socket; a
+# failing rank, a timeout and Ctrl-C stop the whole gang.
+. "$(dirname "$0")/lib.sh"
+
+command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
+
+all_gone() {
+  for f in "$@"; do
+    [ -s "$f" ] || fail "$f: no pid written"
+    pid_alive "$(cat "$f")" && fail "rank process $(cat "$f") ($f) still running"
+  done
+  return 0
+}
+
+# --- Two ranks: environment, logs, outputs of rank 0, per-rank exits.
+cat > m.yaml <<Y
+dag: m
+tasks:
+  env:
+    stage: exec
+    world_size: 2
+    launcher: mpirun
+    with:
+      command: [sh, -c, 'echo "hello from rank \$DAGRUN_RANK"; echo "\$DAGRUN_RANK \$DAGRUN_WORLD_SIZE \$DAGRUN_LOCAL_RANK \$DAGRUN_RENDEZVOUS" > $T/env-\$DAGRUN_RANK']
+  ro:
+    stage: rank_output
+    world_size: 2
+    launcher: mpirun
+Y
+run_dagrun run m.yaml --plain
+expect_rc 0
+R=$(run_dir m)
+for r in 0 1; do
+  [ "$(cat "$T/env-$r")" = "$r 2 $r $R/env/attempt-1/rendezvous" ] \
+    || fail "rank $r environment: $(cat "$T/env-$r" 2>/dev/null)"
+  expect_in "$R/env/attempt-1/rank-$r/log" "hello from rank $r"
+done
+expect_not_in "$R/env/attempt-1/log" "hello from rank 1"
+[ "$(task_field "$R" ro outputs)" = "{'rank': '0'}" ] || fail "ro outputs: $(task_field "$R" ro outputs)"
+/usr/bin/python3 - "$R/run.json" <<'P' || fail "run.json ranks"
+import json, sys
+t = [t for t in json.load(open(sys.argv[1]))["tasks"] if t["name"] == "env"][0]
+assert t["world_size"] == 2, t
+assert [(r["rank"], r["exit_code"]) for r in t["ranks"]] == [(0, 0), (1, 0)], t["ranks"]
+P
+run_dagrun logs "$(basename "$R")" env --rank 1
+expect_rc 0
+expect_in "$T/out" "hello from rank 1"
+
+# --- Rank 1 exits 3 while rank 0 sleeps: the gang stops within seconds,
+# and the retry runs both ranks again.
+cat > f.yaml <<Y
+dag: f
+tasks:
+  gang:
+    stage: exec
+    world_size: 2
+    launcher: mpirun
+    cache: false
+    retries: 1
+    retry_delay: 0
+    with:
+      command: [sh, -c, 'echo \$\$ > $T/pid-\$DAGRUN_ATTEMPT-\$DAGRUN_RANK; if [ \$DAGRUN_ATTEMPT = 1 ]; then if [ \$DAGRUN_RANK = 1 ]; then sleep 0.3; exit 3; fi; exec sleep 60; fi']
+Y
+start=$(date +%s)
+run_dagrun run f.yaml --plain
+end=$(date +%s)
+expect_rc 0
+[ $((end - start)) -lt 20 ] || fail "the gang took $((end - start)) s: rank 0 was not stopped"
+all_gone "$T/pid-1-0"
+[ -s "$T/pid-2-0" ] && [ -s "$T/pid-2-1" ] || fail "attempt 2 did not run both ranks"
+expect_in "$T/out" "rank 1 exited 3"
+expect_in "$T/out" "stopped rank 0"
+
+# --- Timeout and Ctrl-C stop every rank.
+cat > to.yaml <<Y
+dag: to
+tasks:
+  gang:
+    stage: exec
+    world_size: 2
+    launcher: mpirun
+    timeout: 1s
+    kill_grace: 2s
+    with:
+      command: [sh, -c, 'echo \$\$ > $T/to-\$DAGRUN_RANK; exec sleep 60']
+Y
+run_dagrun run to.yaml --plain
+expect_rc 1
+expect_in "$T/out" "timed out after 1.0s; stopped ranks 0, 1"
+all_gone "$T/to-0" "$T/to-1"
+
+sed -e 's/timeout: 1s/timeout: 0/' -e 's/dag: to/dag: cc/' -e 's/to-/cc-/g' to.yaml > cc.yaml
+"$DAGRUN" run cc.yaml --plain >"$T/out" 2>"$T/err" &
+pid=$!
+for _ in $(seq 100); do [ -s "$T/cc-0" ] && [ -s "$T/cc-1" ] && break; sleep 0.1; done
+[ -s "$T/cc-0" ] && [ -s "$T/cc-1" ] || fail "ranks did not start"
+kill -INT $pid
+set +e
+wait $pid
+RC=$?
+set -e
+expect_rc 130
+all_gone "$T/cc-0" "$T/cc-1"
+pass
