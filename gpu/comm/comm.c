@@ -12,9 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+void comm_seterr(char *err, size_t errlen, const char *fmt, ...) {
   if (!err || errlen == 0)
     return;
   va_list ap;
@@ -129,17 +127,17 @@ static const comm_ops self_ops = {self_start, self_test, self_abort,
 int comm_create(const comm_config *cfg, comm **out, char *err, size_t errlen) {
   *out = NULL;
   if (!cfg) {
-    seterr(err, errlen, "comm: no configuration");
+    comm_seterr(err, errlen, "comm: no configuration");
     return -1;
   }
   if (cfg->timeout_s < 0) {
-    seterr(err, errlen, "comm %s: timeout_s %g is negative",
+    comm_seterr(err, errlen, "comm %s: timeout_s %g is negative",
            comm_backend_name(cfg->backend), cfg->timeout_s);
     return -1;
   }
   comm *c = calloc(1, sizeof *c);
   if (!c) {
-    seterr(err, errlen, "comm %s: out of memory",
+    comm_seterr(err, errlen, "comm %s: out of memory",
            comm_backend_name(cfg->backend));
     return -1;
   }
@@ -164,7 +162,7 @@ int comm_create(const comm_config *cfg, comm **out, char *err, size_t errlen) {
 #ifdef DAGRUN_COMM_HAVE_NCCL
     rc = comm_nccl_create(c, cfg, err, errlen);
 #else
-    seterr(err, errlen,
+    comm_seterr(err, errlen,
            "comm nccl: this dagrun was built without NCCL (no CUDA toolkit "
            "or no nccl.h/libnccl found at build time, or DAGRUN_NCCL=OFF); "
            "use the mpi or self backend, or rebuild where CUDA and NCCL are "
@@ -172,7 +170,7 @@ int comm_create(const comm_config *cfg, comm **out, char *err, size_t errlen) {
 #endif
     break;
   default:
-    seterr(err, errlen, "comm: unknown backend %d", (int)cfg->backend);
+    comm_seterr(err, errlen, "comm: unknown backend %d", (int)cfg->backend);
     break;
   }
   if (rc != 0) {
@@ -193,18 +191,18 @@ static int start(comm *c, int async, comm_op op, const void *send, void *recv,
                  size_t n, int root, comm_req **req, char *err, size_t errlen) {
   const char *bn = comm_backend_name(c->backend), *on = comm_op_name(op);
   if (c->broken) {
-    seterr(err, errlen,
+    comm_seterr(err, errlen,
            "comm %s: %s: the communicator is unusable after an earlier "
            "failure (abort it)",
            bn, on);
     return -1;
   }
   if (n > 0 && (!recv || (op != COMM_OP_BROADCAST && !send))) {
-    seterr(err, errlen, "comm %s: %s: NULL buffer for %zu elements", bn, on, n);
+    comm_seterr(err, errlen, "comm %s: %s: NULL buffer for %zu elements", bn, on, n);
     return -1;
   }
   if (op == COMM_OP_BROADCAST && (root < 0 || root >= c->size)) {
-    seterr(err, errlen, "comm %s: broadcast: root %d is not a rank (size %d)",
+    comm_seterr(err, errlen, "comm %s: broadcast: root %d is not a rank (size %d)",
            bn, root, c->size);
     return -1;
   }
@@ -213,7 +211,7 @@ static int start(comm *c, int async, comm_op op, const void *send, void *recv,
     for (slot = 0; slot < COMM_MAX_INFLIGHT && c->req[slot].used; slot++) {
     }
     if (slot == COMM_MAX_INFLIGHT) {
-      seterr(err, errlen,
+      comm_seterr(err, errlen,
              "comm %s: %s: %d requests already in flight (the most there may "
              "be; comm_wait some first)",
              bn, on, COMM_MAX_INFLIGHT);
@@ -237,7 +235,7 @@ static int start(comm *c, int async, comm_op op, const void *send, void *recv,
 
 int comm_wait(comm *c, comm_req *req, char *err, size_t errlen) {
   if (!req || req->c != c || !req->used) {
-    seterr(err, errlen,
+    comm_seterr(err, errlen,
            "comm %s: wait: not a request in flight on this "
            "communicator",
            comm_backend_name(c->backend));
@@ -247,7 +245,7 @@ int comm_wait(comm *c, comm_req *req, char *err, size_t errlen) {
     c->ninflight--;
   req->used = 0;
   if (c->broken) {
-    seterr(err, errlen,
+    comm_seterr(err, errlen,
            "comm %s: %s: the communicator is unusable after an earlier "
            "failure (abort it)",
            comm_backend_name(c->backend), comm_op_name(req->op));
@@ -265,7 +263,7 @@ int comm_wait(comm *c, comm_req *req, char *err, size_t errlen) {
     }
     if (comm_now() - t0 > c->timeout_s) {
       c->broken = 1;
-      seterr(err, errlen,
+      comm_seterr(err, errlen,
              "comm %s: %s: no answer from the other ranks in %g s (a rank "
              "died?)",
              comm_backend_name(c->backend), comm_op_name(req->op),
@@ -279,14 +277,14 @@ int comm_wait(comm *c, comm_req *req, char *err, size_t errlen) {
 int comm_test(comm *c, comm_req *req, int *done, char *err, size_t errlen) {
   *done = 0;
   if (!req || req->c != c || !req->used) {
-    seterr(err, errlen,
+    comm_seterr(err, errlen,
            "comm %s: test: not a request in flight on this communicator",
            comm_backend_name(c->backend));
     return -1;
   }
   int rc = -1;
   if (c->broken)
-    seterr(err, errlen,
+    comm_seterr(err, errlen,
            "comm %s: %s: the communicator is unusable after an earlier "
            "failure (abort it)",
            comm_backend_name(c->backend), comm_op_name(req->op));

@@ -73,4 +73,9 @@ void comm_backoff(unsigned *iter);
 /* Seconds on the monotonic clock. */
 double comm_now(void);
 
+/* printf into err (when err is not NULL): the one way every backend
+ * writes its messages. */
+void comm_seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #endif /* DAGRUN_COMM_IMPL_H */

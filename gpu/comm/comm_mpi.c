@@ -23,16 +23,6 @@ typedef struct mpi_state {
  * it): the last one destroyed finalizes. One thread uses MPI (funneled). */
 static int mpi_owned_refs;
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 /* "comm mpi: <what>: <MPI's error text>". */
 static void mpierr(char *err, size_t errlen, const char *what, int rc) {
@@ -42,14 +32,14 @@ static void mpierr(char *err, size_t errlen, const char *what, int rc) {
     snprintf(z, sizeof z, "MPI error %d", rc);
   else
     z[len] = 0;
-  seterr(err, errlen, "comm mpi: %s: %s", what, z);
+  comm_seterr(err, errlen, "comm mpi: %s: %s", what, z);
 }
 
 static int mpi_start(comm *c, int slot, comm_op op, const void *send,
                      void *recv, size_t n, int root, char *err, size_t errlen) {
   mpi_state *s = c->impl;
   if (n > (size_t)INT_MAX) {
-    seterr(err, errlen,
+    comm_seterr(err, errlen,
            "comm mpi: %s: %zu elements is more than MPI's int count takes "
            "(%d); split the buffer",
            comm_op_name(op), n, INT_MAX);
@@ -131,12 +121,12 @@ int comm_mpi_create(comm *c, const comm_config *cfg, char *err, size_t errlen) {
   int inited = 0, finalized = 0, rc;
   MPI_Finalized(&finalized);
   if (finalized) {
-    seterr(err, errlen, "comm mpi: create: MPI was already finalized");
+    comm_seterr(err, errlen, "comm mpi: create: MPI was already finalized");
     return -1;
   }
   mpi_state *s = calloc(1, sizeof *s);
   if (!s) {
-    seterr(err, errlen, "comm mpi: create: out of memory");
+    comm_seterr(err, errlen, "comm mpi: create: out of memory");
     return -1;
   }
   for (int i = 0; i < COMM_NSLOTS; i++)
@@ -151,7 +141,7 @@ int comm_mpi_create(comm *c, const comm_config *cfg, char *err, size_t errlen) {
       return -1;
     }
     if (provided < MPI_THREAD_FUNNELED) {
-      seterr(err, errlen,
+      comm_seterr(err, errlen,
              "comm mpi: create: this MPI gives thread level %d, less than "
              "MPI_THREAD_FUNNELED",
              provided);

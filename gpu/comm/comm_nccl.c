@@ -53,22 +53,12 @@ typedef struct nccl_state {
 #define NCCL_ID_VERSION 1u
 #define NCCL_ID_HEADER 24u
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 static int cuda_ok(cudaError_t e, const char *what, char *err, size_t errlen) {
   if (e == cudaSuccess)
     return 1;
   int nogpu = e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice;
-  seterr(err, errlen, "comm nccl: %s: CUDA error %s: %s%s", what,
+  comm_seterr(err, errlen, "comm nccl: %s: CUDA error %s: %s%s", what,
          cudaGetErrorName(e), cudaGetErrorString(e),
          nogpu ? " (no GPU or no NVIDIA driver on this machine?)" : "");
   return 0;
@@ -77,7 +67,7 @@ static int cuda_ok(cudaError_t e, const char *what, char *err, size_t errlen) {
 static void ncclerr(nccl_state *s, ncclResult_t r, const char *what, char *err,
                     size_t errlen) {
   const char *last = ncclGetLastError(s ? s->comm : NULL);
-  seterr(err, errlen, "comm nccl: %s: %s%s%s", what, ncclGetErrorString(r),
+  comm_seterr(err, errlen, "comm nccl: %s: %s%s%s", what, ncclGetErrorString(r),
          last && *last ? ": " : "", last ? last : "");
 }
 
@@ -101,7 +91,7 @@ static int settle(nccl_state *s, const char *what, double timeout_s, char *err,
       return -1;
     }
     if (comm_now() - t0 > timeout_s) {
-      seterr(err, errlen,
+      comm_seterr(err, errlen,
              "comm nccl: %s: no answer from the other ranks in %g s (a rank "
              "died?)",
              what, timeout_s);
@@ -251,12 +241,12 @@ static int id_write(const char *dir, int size, const ncclUniqueId *id,
   memcpy(buf + NCCL_ID_HEADER, id, sizeof *id);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    seterr(err, errlen, "comm nccl: rendezvous: cannot create %s: %s", tmp,
+    comm_seterr(err, errlen, "comm nccl: rendezvous: cannot create %s: %s", tmp,
            strerror(errno));
     return -1;
   }
   if (write_all(fd, buf, sizeof buf) != 0 || fsync(fd) != 0) {
-    seterr(err, errlen, "comm nccl: rendezvous: cannot write %s: %s", tmp,
+    comm_seterr(err, errlen, "comm nccl: rendezvous: cannot write %s: %s", tmp,
            strerror(errno));
     close(fd);
     unlink(tmp);
@@ -264,7 +254,7 @@ static int id_write(const char *dir, int size, const ncclUniqueId *id,
   }
   close(fd);
   if (rename(tmp, path) != 0) {
-    seterr(err, errlen, "comm nccl: rendezvous: cannot rename %s to %s: %s",
+    comm_seterr(err, errlen, "comm nccl: rendezvous: cannot rename %s to %s: %s",
            tmp, path, strerror(errno));
     unlink(tmp);
     return -1;
@@ -286,12 +276,12 @@ static int id_read(const char *dir, int size, double timeout_s,
   int fd;
   while ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
     if (errno != ENOENT) {
-      seterr(err, errlen, "comm nccl: rendezvous: cannot open %s: %s", path,
+      comm_seterr(err, errlen, "comm nccl: rendezvous: cannot open %s: %s", path,
              strerror(errno));
       return -1;
     }
     if (comm_now() - t0 > timeout_s) {
-      seterr(err, errlen,
+      comm_seterr(err, errlen,
              "comm nccl: rendezvous: no %s from rank 0 in %g s (did rank 0 "
              "start?)",
              path, timeout_s);
@@ -314,19 +304,19 @@ static int id_read(const char *dir, int size, double timeout_s,
   uint32_t h[4];
   memcpy(h, buf + 8, sizeof h);
   if (got < NCCL_ID_HEADER || memcmp(buf, NCCL_ID_MAGIC, 8) != 0) {
-    seterr(err, errlen, "comm nccl: rendezvous: %s is not an NCCL id file",
+    comm_seterr(err, errlen, "comm nccl: rendezvous: %s is not an NCCL id file",
            path);
     return -1;
   }
   if (h[0] != NCCL_ID_VERSION || h[1] != NCCL_ID_HEADER || got != sizeof buf) {
-    seterr(err, errlen,
+    comm_seterr(err, errlen,
            "comm nccl: rendezvous: %s has version %u, header %u bytes, %zu "
            "bytes in all; this dagrun reads version %u, %u, %zu",
            path, h[0], h[1], got, NCCL_ID_VERSION, NCCL_ID_HEADER, sizeof buf);
     return -1;
   }
   if (h[2] != (uint32_t)size) {
-    seterr(err, errlen,
+    comm_seterr(err, errlen,
            "comm nccl: rendezvous: %s was written for a gang of %u ranks, "
            "this one has %d (a stale file from another gang?)",
            path, h[2], size);
@@ -353,19 +343,19 @@ int comm_nccl_create(comm *c, const comm_config *cfg, char *err,
                      size_t errlen) {
   nccl_state *s = calloc(1, sizeof *s);
   if (!s) {
-    seterr(err, errlen, "comm nccl: create: out of memory");
+    comm_seterr(err, errlen, "comm nccl: create: out of memory");
     return -1;
   }
   int ndev = 0;
   if (!cuda_ok(cudaGetDeviceCount(&ndev), "create: counting GPUs", err, errlen))
     goto fail;
   if (ndev < 1) {
-    seterr(err, errlen, "comm nccl: create: CUDA sees no GPU");
+    comm_seterr(err, errlen, "comm nccl: create: CUDA sees no GPU");
     goto fail;
   }
   s->device = cfg->device >= 0 ? cfg->device : local_rank() % ndev;
   if (s->device >= ndev) {
-    seterr(err, errlen, "comm nccl: create: device %d, but CUDA sees %d GPU%s",
+    comm_seterr(err, errlen, "comm nccl: create: device %d, but CUDA sees %d GPU%s",
            s->device, ndev, ndev == 1 ? "" : "s");
     goto fail;
   }
@@ -390,7 +380,7 @@ int comm_nccl_create(comm *c, const comm_config *cfg, char *err,
   ncclResult_t r;
   if (cfg->rendezvous_dir) {
     if (cfg->size < 1 || cfg->rank < 0 || cfg->rank >= cfg->size) {
-      seterr(err, errlen,
+      comm_seterr(err, errlen,
              "comm nccl: create: rank %d of size %d is not a rank of a gang",
              cfg->rank, cfg->size);
       goto fail;
