@@ -637,9 +637,13 @@ static void parse_task(ctx *c, spec_task *t, const ynode *k, const ynode *v,
         t->stage_node = tv;
       }
     } else if (strcmp(tk->str, "with") == 0) {
-      if (tv->kind == YNODE_MAP)
+      if (tv->kind == YNODE_MAP) {
+        sbuf w = {0};
+        sbuf_printf(&w, " in 'with'%s", where);
+        check_keys(c, tv, w.s); /* a param set twice: one would be lost */
+        sbuf_free(&w);
         t->with = tv;
-      else if (!(tv->kind == YNODE_SCALAR &&
+      } else if (!(tv->kind == YNODE_SCALAR &&
                  ynode_scalar_type(tv) == YSCALAR_NULL))
         type_err(c, tv, "with", where, "a map of stage params");
     } else if (strcmp(tk->str, "description") == 0) {

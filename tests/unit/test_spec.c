@@ -343,6 +343,13 @@ static void test_missing_and_duplicates(void) {
   CHECK_STR(e, "dag.yaml:6:5: error: duplicate key 'timeout' in task 'a' "
                "(first set at line 5)\n");
   free(e);
+  /* A stage param set twice, in a flow map too: YAML would keep one. */
+  e = errors_of("dag: d\n"
+                "tasks:\n"
+                "  a: {stage: exec, with: {steps: 20, steps: 100000}}\n");
+  CHECK_STR(e, "dag.yaml:3:38: error: duplicate key 'steps' in 'with' in "
+               "task 'a' (first set at line 3)\n");
+  free(e);
 }
 
 static void test_syntax_error_no_spec(void) {
