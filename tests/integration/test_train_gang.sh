@@ -7,13 +7,14 @@
 #   final weights (max abs difference < 1e-4 of the largest weight;
 #   measured: 6e-6, in the attention biases).
 # - The final output checkpoint (full weights, written by rank 0) is read
-#   by validate downstream, and a plain train refuses to resume from it
+#   by validate downstream, the checkpoints output by export, and a plain train refuses to resume from it
 #   (no optimizer state), saying so.
 # - Rank 1 killed by SIGKILL after step 13 (the test hook
 #   DAGRUN_TEST_KILL_RANK_AT_STEP): the gang stops (no process of the
 #   attempt left), the retry resumes from the sharded checkpoint of step
 #   10, says so, and ends with the losses of steps 11-20 and the final
 #   weights of the uninterrupted run (relative difference < 1e-5).
+# - A timeout stops the gang, which writes a sharded checkpoint first.
 # - world_size 2 with launcher local, and grad_accum 2 in a gang, are
 #   refused with messages that say what to do.
 . "$(dirname "$0")/lib.sh"
@@ -102,6 +103,7 @@ tasks:
     $ENV
     with: {$MODEL, batch_size: 2, zero_stage: $stage, checkpoint_every: 5}
   validate: {stage: validate, needs: [train], with: {data: "$DATA", threads: 1, max_batches: 4, checkpoint: "\${tasks.train.outputs.checkpoint}"}}
+  export: {stage: export, needs: [train], with: {model: "\${tasks.train.outputs.checkpoints}"}}
 Y
   run_dagrun run z$stage.yaml --plain
   expect_rc 0
@@ -117,6 +119,7 @@ Y
     fail "checkpoint output: $(task_field "$R" train outputs)"
   /usr/bin/python3 -c "import json, math, sys; v = json.load(open(sys.argv[1]))['val_loss']; assert math.isfinite(v) and v < 6, v" \
     "$R/validate/out/metrics.json" || fail "validate: $(cat "$R/validate/out/metrics.json")"
+  ls "$R/export/out/model/"*.safetensors >/dev/null || fail "export: $(ls -R "$R/export/out")"
 done
 Z2=$(run_dir z2)
 
@@ -161,6 +164,31 @@ grep -E '^(1[1-9]|20) ' z2.losses > z2.tail
 same_losses z2.tail kill.losses 1e-5
 same_weights "$Z2/train/model/step-00000020/model.safetensors" \
   "$RK/train/model/step-00000020/model.safetensors" 1e-5
+
+# --- A timeout stops the gang: the ranks agree on the stop and write a
+# sharded checkpoint together before they go.
+cat > to.yaml <<Y
+dag: to
+tasks:
+  train:
+    stage: train
+    world_size: 2
+    launcher: mpirun
+    timeout: 8s
+    kill_grace: 20s
+    env: {DAGRUN_TEST_LOADER_DELAY_MS: "50", OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1", LSAN_OPTIONS: "$LSAN_OPTIONS", ASAN_OPTIONS: "$ASAN_OPTIONS"}
+    with: {${MODEL/steps: 20/steps: 100000}, batch_size: 2, zero_stage: 1}
+Y
+run_dagrun run to.yaml --plain
+expect_rc 1
+expect_in "$T/out" "timed out after 8.0s"
+RT=$(run_dir to)
+expect_in "$RT/train/attempt-1/log" "sharded checkpoint step"
+ls "$RT/train/checkpoints/"step-*/zero-rank-00001.safetensors >/dev/null ||
+  fail "no sharded checkpoint on stop: $(ls "$RT/train/checkpoints")"
+if pgrep -f "$RT/train/attempt-1" >/dev/null; then
+  fail "processes of the stopped gang left: $(pgrep -af "$RT/train/attempt-1")"
+fi
 
 # --- Refused: ranks that MPI did not start, and gradient accumulation.
 cat > local.yaml <<Y
