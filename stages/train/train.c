@@ -13,6 +13,9 @@
  * that a retried attempt with resume: auto continues where the last one
  * stopped: the same bits as if it had never stopped. Validation runs
  * every eval_every steps; samples of generated text go to out/.
+ *
+ * In a gang (world_size > 1, launcher: mpirun) it trains data-parallel
+ * with ZeRO (gpu/dist/zero.h): see run_gang below.
  */
 #include <dagrun/plugin.h>
 
@@ -1320,7 +1323,8 @@ static const dagrun_stage stage = {
     "train",
     "1.0.0",
     "Trains a GPT on token files with dagrun's engine (CPU): AdamW or Lion, "
-    "warmup + cosine, clipping, spike guard, exact resume.",
+    "warmup + cosine, clipping, spike guard, exact resume; data-parallel "
+    "with ZeRO in a gang.",
     params,
     run,
 };
