@@ -13,10 +13,14 @@
  * that a retried attempt with resume: auto continues where the last one
  * stopped: the same bits as if it had never stopped. Validation runs
  * every eval_every steps; samples of generated text go to out/.
+ *
+ * In a gang (world_size > 1, launcher: mpirun) it trains data-parallel
+ * with ZeRO (gpu/dist/zero.h): see run_gang below.
  */
 #include <dagrun/plugin.h>
 
 #include "bpe.h"
+#include "comm.h"
 #include "ckpt.h"
 #include "dataloader.h"
 #include "evaluate.h"
@@ -30,13 +34,17 @@
 #include "tokfile.h"
 #include "trainkit.h"
 #include "trainstate.h"
+#include "zero.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define EXIT_FAILED 1
 #define EXIT_BAD_PARAMS 2
@@ -96,6 +104,13 @@ static const dagrun_param_spec params[] = {
     {"sample_tokens", DAGRUN_PARAM_INT, "64", 0, "Tokens per sample"},
     {"temperature", DAGRUN_PARAM_FLOAT, "0.8", 0, "Sampling temperature"},
     {"top_k", DAGRUN_PARAM_INT, "40", 0, "Sample among the k likeliest"},
+    {"zero_stage", DAGRUN_PARAM_INT, "1", 0,
+     "In a gang (world_size > 1, launcher: mpirun): ZeRO stage 0 (plain "
+     "data parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ "
+     "parameters); ignored by one process"},
+    {"zero_bucket", DAGRUN_PARAM_INT, "0", 0,
+     "In a gang, ZeRO stages 2-3: floats per rank in a gradient "
+     "reduce-scatter bucket (0: 1048576)"},
     {NULL, 0, NULL, 0, NULL},
 };
 
@@ -325,13 +340,13 @@ static int faults_take(faults *f, int64_t step) {
 /* Validation loss over the first eval_batches batches of the
  * validation files (the same ones every time); NAN when there is no
  * validation or it failed (logged). */
-static double evaluate(run_ctx *r, int64_t step) {
+static double evaluate(run_ctx *r, gpt *model, int64_t step) {
   if (!r->val)
     return NAN;
   loader_set_pos(r->val, &r->val_start);
   eval_result er;
   char err[512];
-  if (evaluate_model(r->model, r->val, r->c.B, r->c.m.T,
+  if (evaluate_model(model, r->val, r->c.B, r->c.m.T,
                      (uint64_t)r->c.eval_batches, NULL, NULL, &er, err,
                      sizeof err) != 0) {
     r->h->log(r->ctx, DAGRUN_LOG_WARN, "validation: %s", err);
@@ -398,7 +413,7 @@ static int maybe_resume(run_ctx *r) {
 }
 
 /* Samples: textgen.h's, seeded by the run's seed (sample i: seed + i). */
-static int write_samples(run_ctx *r, const char *path) {
+static int write_samples(run_ctx *r, gpt *model, const char *path) {
   char err[1024];
   bpe *tok = NULL;
   if (bpe_load_hf(r->data.tokenizer, &tok, err, sizeof err) != 0) {
@@ -411,7 +426,7 @@ static int write_samples(run_ctx *r, const char *path) {
                     .top_k = r->c.top_k,
                     .seed = r->c.seed,
                     .stop_at_eot = 1};
-  int rc = textgen_write_samples(r->model, tok, &o, r->c.nsamples, path, err,
+  int rc = textgen_write_samples(model, tok, &o, r->c.nsamples, path, err,
                                  sizeof err);
   if (rc != 0)
     r->h->log(r->ctx, DAGRUN_LOG_WARN, "no samples: %s", err);
@@ -432,7 +447,11 @@ static void free_run(run_ctx *r) {
 
 /* ---- The stage ---- */
 
-static int setup(run_ctx *r) {
+/* nranks > 1: a gang's rank. Its train loader serves the global batch
+ * (nranks x batch_size sequences, the order of one process with that
+ * batch size), of which each rank trains on its own rows; ZeRO makes the
+ * optimizer (none here). */
+static int setup(run_ctx *r, int nranks) {
   const dagrun_host *h = r->h;
   char err[1024];
   /* A checkpoint of this task, when resume finds one, replaces
@@ -441,8 +460,9 @@ static int setup(run_ctx *r) {
       trainkit_make_model(r->ctx, h, &r->c.m, r->c.seed, &r->model,
                           &r->init_dir) != 0)
     return -1;
-  if (trainkit_make_optim(r->model, &r->c.opt, &r->opt, err, sizeof err) !=
-      0) {
+  if (nranks == 1 &&
+      trainkit_make_optim(r->model, &r->c.opt, &r->opt, err, sizeof err) !=
+          0) {
     h->fail(r->ctx, "optimizer: %s", err);
     return -1;
   }
@@ -451,7 +471,7 @@ static int setup(run_ctx *r) {
     h->fail(r->ctx, "spike guard: %s", err);
     return -1;
   }
-  if (trainkit_train_loader(&r->data, r->c.B, r->c.m.T, r->c.seed,
+  if (trainkit_train_loader(&r->data, r->c.B * nranks, r->c.m.T, r->c.seed,
                             r->c.prefetch, &r->train, err, sizeof err) != 0) {
     h->fail(r->ctx, "train data: %s", err);
     return -1;
@@ -472,7 +492,7 @@ static int setup(run_ctx *r) {
       loader_get_pos(r->val, &r->val_start);
     }
   }
-  size_t bt = (size_t)r->c.B * (size_t)r->c.m.T;
+  size_t bt = (size_t)r->c.B * (size_t)nranks * (size_t)r->c.m.T;
   r->inputs = malloc(bt * sizeof(uint32_t));
   r->targets = malloc(bt * sizeof(uint32_t));
   if (!r->inputs || !r->targets) {
@@ -588,6 +608,419 @@ static void watch_data(run_ctx *r, data_watch *w, int64_t step, double data_s,
   w->n = 0;
 }
 
+/* ---- Data-parallel training in a gang (gpu/dist/zero.h) ----
+ *
+ * A task with world_size N > 1 and launcher: mpirun runs this stage in N
+ * ranks; each makes the same model (the same seed), draws the same global
+ * batch of N x batch_size sequences (the order one process with that
+ * batch size would see) and trains on its own batch_size rows of it, and
+ * ZeRO (zero_stage) averages the gradients over the ranks, shards what
+ * the stage shards and updates. N ranks of batch_size B therefore train
+ * as one process of batch size N*B. Every collective is called by every
+ * rank in the same order: the stop request is agreed on by an all-reduce
+ * each step, evaluation at stage 3 gathers the parameters on all ranks.
+ * Rank 0 alone reports (metrics, progress, outputs, samples, the final
+ * model); the others' host calls would be ignored by dagrun.
+ *
+ * Checkpoints are ZeRO's sharded ones (zero_save: one file per rank and a
+ * manifest) in <task>/checkpoints, so that a retried attempt with resume:
+ * auto continues from the newest (re-cut if the world size changed). The
+ * loader's position is not in them: the resumed run replays the loader's
+ * batches up to the step (cheap: a batch is a copy of B*N*T tokens). At
+ * the end rank 0 also writes the full weights as a train checkpoint
+ * without optimizer state into <task>/model (trainstate.h): the outputs
+ * checkpoint and checkpoints point there, so that validate and export
+ * read it as they read one process's.
+ *
+ * Not in a gang: gradient accumulation (ZeRO takes one micro-batch per
+ * rank per step: refused), overfit_one_batch (refused), the loss-spike
+ * guard and DAGRUN_FAULT_SPIKE_STEPS (ZeRO updates inside its step:
+ * ignored, said in the log).
+ *
+ * Test hook: DAGRUN_TEST_KILL_RANK_AT_STEP=R:S makes rank R raise SIGKILL
+ * when it is about to train step S+1 (S steps done), once per task: it
+ * leaves <task>/test-kill-rank.done first, and a rank that finds that
+ * file does not do it again (the retried attempt runs through). */
+
+/* DAGRUN_WORLD_SIZE: the ranks of this task's gang; 1 when not in one. */
+static int gang_size(void) {
+  const char *z = getenv("DAGRUN_WORLD_SIZE");
+  int n = z ? atoi(z) : 1;
+  return n > 1 ? n : 1;
+}
+
+typedef struct gang {
+  comm *c;
+  zero *z;
+  int rank, N, stage;
+  gpt *full;   /* rank 0, stage 3: the gathered model for eval / the end */
+  float *buf;  /* stage 3: the gathered parameters (every rank) */
+} gang;
+
+/* A failure in the middle of the collectives: every rank must stop. */
+static _Noreturn void gang_abort(run_ctx *r, gang *g, const char *what,
+                                 const char *err) {
+  r->h->fail(r->ctx, "rank %d: %s: %s", g->rank, what, err);
+  r->h->log(r->ctx, DAGRUN_LOG_ERROR, "rank %d: %s: %s (stopping the gang)",
+            g->rank, what, err);
+  comm_abort(g->c, EXIT_FAILED);
+}
+
+/* The whole model with the current weights on rank 0 (NULL on the
+ * others). Stages 0-2 hold the full parameters on every rank after a
+ * step; stage 3 gathers them (collective). */
+static gpt *gang_model(run_ctx *r, gang *g) {
+  char err[1024];
+  if (g->stage < 3)
+    return g->rank == 0 ? r->model : NULL;
+  size_t np = gpt_num_params(r->model);
+  if (!g->buf && !(g->buf = malloc(np * sizeof(float))))
+    gang_abort(r, g, "gathering the parameters", "out of memory");
+  if (zero_gather_params(g->z, g->buf, err, sizeof err) != 0)
+    gang_abort(r, g, "gathering the parameters", err);
+  if (g->rank != 0)
+    return NULL;
+  if (!g->full &&
+      gpt_create(gpt_get_config(r->model), &g->full, err, sizeof err) != 0)
+    gang_abort(r, g, "the model for evaluation", err);
+  memcpy(gpt_params(g->full), g->buf, np * sizeof(float));
+  return g->full;
+}
+
+/* A sharded checkpoint of step (collective); rank 0 prunes and logs. */
+static void gang_save(run_ctx *r, gang *g) {
+  char err[1024];
+  if (zero_save(g->z, r->ckpt_dir, r->st.step, err, sizeof err) != 0)
+    gang_abort(r, g, "sharded checkpoint", err);
+  if (g->rank != 0)
+    return;
+  if (snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s/step-%08lld",
+               r->ckpt_dir, (long long)r->st.step) >= (int)sizeof r->last_ckpt)
+    r->last_ckpt[0] = '\0'; /* too long a path to name */
+  int removed = ckpt_prune(r->ckpt_dir, (int)r->c.keep);
+  r->h->log(r->ctx, DAGRUN_LOG_INFO, "sharded checkpoint step %lld (%d ranks): "
+            "%s%s", (long long)r->st.step, g->N, r->last_ckpt,
+            removed > 0 ? " (older ones pruned)" : "");
+}
+
+/* The checkpoint to resume from, found by rank 0 and broadcast so that
+ * every rank loads the same one; "" when none. */
+static int gang_find_resume(run_ctx *r, gang *g, char *dir, size_t dirlen) {
+  char err[1024];
+  memset(dir, 0, dirlen);
+  if (g->rank == 0 && strcmp(r->c.resume, "never") != 0) {
+    char *found = NULL;
+    if (strcmp(r->c.resume, "auto") == 0) {
+      if (ckpt_find_latest(r->ckpt_dir, &found, report_invalid, r, err,
+                           sizeof err) != 0)
+        r->h->log(r->ctx, DAGRUN_LOG_WARN, "%s", err);
+    } else {
+      found = r->c.resume[0] == '/'
+                  ? strdup(r->c.resume)
+                  : fileio_join(r->h->dir(r->ctx, DAGRUN_DIR_DAG),
+                                r->c.resume);
+    }
+    if (found)
+      snprintf(dir, dirlen, "%s", found);
+    free(found);
+  }
+  if (comm_broadcast(g->c, dir, dirlen, 0, err, sizeof err) != 0)
+    gang_abort(r, g, "agreeing on the checkpoint", err);
+  return 0;
+}
+
+/* The test hook DAGRUN_TEST_KILL_RANK_AT_STEP (above). */
+static void gang_test_kill(run_ctx *r, gang *g) {
+  const char *z = getenv("DAGRUN_TEST_KILL_RANK_AT_STEP");
+  int rank;
+  long long step;
+  if (!z || sscanf(z, "%d:%lld", &rank, &step) != 2 || rank != g->rank ||
+      step != r->st.step)
+    return;
+  char *flag =
+      fileio_join(r->h->dir(r->ctx, DAGRUN_DIR_TASK), "test-kill-rank.done");
+  int fd = flag ? open(flag, O_CREAT | O_EXCL | O_WRONLY, 0644) : -1;
+  free(flag);
+  if (fd < 0)
+    return; /* done once already */
+  close(fd);
+  r->h->log(r->ctx, DAGRUN_LOG_WARN,
+            "rank %d: killing itself after step %lld "
+            "(DAGRUN_TEST_KILL_RANK_AT_STEP)", g->rank, step);
+  raise(SIGKILL);
+}
+
+static int run_gang(run_ctx *r, int N) {
+  dagrun_ctx *ctx = r->ctx;
+  const dagrun_host *h = r->h;
+  char err[2048];
+  gang g = {.N = N};
+  int64_t v;
+  if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE")) {
+    h->fail(ctx, "world_size %d, but the ranks were not started by mpirun: "
+                 "the train stage's CPU ranks talk over MPI; set launcher: "
+                 "mpirun on this task", N);
+    return EXIT_BAD_PARAMS;
+  }
+  if (stagekit_param_int(ctx, h, "zero_stage", 0, 3, &v))
+    return EXIT_BAD_PARAMS;
+  g.stage = (int)v;
+  int64_t bucket;
+  if (stagekit_param_int(ctx, h, "zero_bucket", 0, INT64_C(1) << 40, &bucket))
+    return EXIT_BAD_PARAMS;
+  if (r->c.accum > 1) {
+    h->fail(ctx, "grad_accum %d in a gang: ZeRO takes one micro-batch per "
+                 "rank per step; raise batch_size or world_size instead "
+                 "(global batch = world_size x batch_size)", r->c.accum);
+    return EXIT_BAD_PARAMS;
+  }
+  if (r->c.overfit) {
+    h->fail(ctx, "overfit_one_batch is a one-process check: run it without "
+                 "world_size");
+    return EXIT_BAD_PARAMS;
+  }
+  if (stagekit_param_int(ctx, h, "threads", 0, 1024, &v))
+    return EXIT_BAD_PARAMS;
+  if (v == 0) { /* the CPUs shared by the ranks (one host) */
+    int n = (int)stagekit_cpu_count() / N;
+    trainkit_set_threads(n > 0 ? n : 1);
+  }
+
+  comm_config cc = {.backend = COMM_MPI};
+  if (comm_create(&cc, &g.c, err, sizeof err) != 0) {
+    h->fail(ctx, "%s", err);
+    return EXIT_FAILED;
+  }
+  g.rank = comm_rank(g.c);
+  if (comm_size(g.c) != N) {
+    h->fail(ctx, "MPI says %d ranks, DAGRUN_WORLD_SIZE %d", comm_size(g.c), N);
+    comm_abort(g.c, EXIT_FAILED);
+  }
+  int lead = g.rank == 0;
+  if (setup(r, N) != 0)
+    comm_abort(g.c, EXIT_FAILED);
+  char *config_text = config_json(r);
+  r->st.config_json = config_text;
+  const gpt_config *mc = gpt_get_config(r->model);
+  size_t np = gpt_num_params(r->model);
+  int B = r->c.B, T = r->c.m.T;
+  size_t bt = (size_t)B * T;
+  char resume_dir[4096];
+  gang_find_resume(r, &g, resume_dir, sizeof resume_dir);
+  if (lead) {
+    h->log(ctx, DAGRUN_LOG_INFO,
+           "model %s: %d layers, %d heads, width %d, context %d, vocab %d: "
+           "%.2fM parameters",
+           r->c.m.name, mc->n_layer, mc->n_head, mc->n_embd, mc->block_size,
+           mc->vocab_size, np / 1e6);
+    h->log(ctx, DAGRUN_LOG_INFO,
+           "gang of %d ranks (MPI), ZeRO stage %d: global batch %d x %d = %d "
+           "sequences of %d tokens a step", N, g.stage, N, B, N * B, T);
+    h->metric(ctx, "parameters", (double)np, 0);
+    if (r->c.spike_on)
+      h->log(ctx, DAGRUN_LOG_WARN, "the loss-spike guard is not applied in "
+                                   "a gang (ZeRO updates inside its step)");
+  }
+  double lnV = log((double)mc->vocab_size), init_loss = NAN;
+  if (lead && !resume_dir[0]) {
+    /* Pre-flight as in one process, on rank 0's rows of the first batch,
+     * before ZeRO takes the model (stage 3 frees its parameters). */
+    loader_pos pos;
+    loader_get_pos(r->train, &pos);
+    float loss = 0;
+    loader_next(r->train, r->inputs, r->targets);
+    loader_set_pos(r->train, &pos);
+    if (gpt_forward(r->model, r->inputs, r->targets, B, T, &loss, err,
+                    sizeof err) != 0)
+      gang_abort(r, &g, "first forward pass", err);
+    init_loss = loss;
+    h->log(ctx, DAGRUN_LOG_INFO, "loss at initialization %.4f, ln(vocab) %.4f",
+           init_loss, lnV);
+    h->metric(ctx, "init_loss", init_loss, 0);
+  }
+
+  zero_config zc = {.stage = g.stage, .bucket_floats = (size_t)bucket};
+  if (zero_create(&zc, r->model, &r->c.opt, g.c, &g.z, err, sizeof err) != 0)
+    gang_abort(r, &g, "ZeRO", err);
+  if (resume_dir[0]) {
+    int64_t step = 0;
+    if (zero_load(g.z, resume_dir, &step, err, sizeof err) != 0)
+      gang_abort(r, &g, "resume", err);
+    /* The loader's position: the batches of the steps done, replayed. */
+    for (int64_t k = 0; k < step; k++)
+      loader_next(r->train, r->inputs, r->targets);
+    r->st.step = step;
+    r->st.tokens = (uint64_t)step * N * bt;
+    snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", resume_dir);
+    if (lead)
+      h->log(ctx, DAGRUN_LOG_INFO,
+             "resumed from sharded checkpoint %s at step %lld", resume_dir,
+             (long long)step);
+  }
+
+  size_t tokens_per_step = (size_t)N * bt;
+  double t_start = stagekit_now(), t_last = 0, last_loss = NAN, val = NAN;
+  int64_t first_step = r->st.step;
+  uint32_t *in = r->inputs + (size_t)g.rank * bt;
+  uint32_t *tg = r->targets + (size_t)g.rank * bt;
+  while (r->st.step < r->c.steps) {
+    int64_t step = r->st.step;
+    /* A stop (timeout, Ctrl-C) may reach the ranks at different steps:
+     * they agree on it, then checkpoint together. */
+    float stop = h->cancelled(ctx) ? 1.0f : 0.0f;
+    if (comm_allreduce_sum(g.c, &stop, 1, err, sizeof err) != 0)
+      gang_abort(r, &g, "step", err);
+    if (stop > 0) {
+      gang_save(r, &g);
+      h->fail(ctx, "stopped at step %lld; sharded checkpoint %s (resume: "
+                   "auto continues from it)", (long long)step, r->last_ckpt);
+      zero_destroy(g.z);
+      comm_destroy(g.c);
+      free(config_text);
+      free(g.buf);
+      gpt_destroy(g.full);
+      return EXIT_FAILED;
+    }
+    gang_test_kill(r, &g);
+    double t_step = stagekit_now();
+    loader_next(r->train, r->inputs, r->targets);
+    double t_data = stagekit_now() - t_step;
+    double lr = lr_at(&r->c.sched, step);
+    zero_step_result res;
+    if (zero_step(g.z, in, tg, B, T, (float)lr, r->c.grad_clip, &res, err,
+                  sizeof err) != 0)
+      gang_abort(r, &g, "step", err);
+    double step_s = stagekit_now() - t_step;
+    r->st.step++;
+    r->st.tokens += tokens_per_step;
+    last_loss = res.loss;
+    if (lead) {
+      h->metric(ctx, "loss", res.loss, r->st.step);
+      h->metric(ctx, "lr", lr, r->st.step);
+      h->metric(ctx, "grad_norm", res.norm, r->st.step);
+      h->metric(ctx, "time_data_s", t_data, r->st.step);
+      h->metric(ctx, "step_time_s", step_s, r->st.step);
+      h->metric(ctx, "tokens", (double)r->st.tokens, r->st.step);
+      double now = stagekit_now();
+      if (now - t_last > 0.5 || r->st.step == r->c.steps) {
+        double el = now - t_start;
+        double tps = (double)(r->st.step - first_step) * tokens_per_step / el;
+        char msg[160];
+        snprintf(msg, sizeof msg, "step %lld/%lld loss %.4f %.0f tok/s",
+                 (long long)r->st.step, (long long)r->c.steps, res.loss, tps);
+        h->progress(ctx, (double)r->st.step / r->c.steps, msg);
+        h->metric(ctx, "tokens_per_s", tps, r->st.step);
+        t_last = now;
+      }
+      if (r->st.step == first_step + 1) {
+        zero_memory zm;
+        zero_memory_get(g.z, &zm);
+        h->log(ctx, DAGRUN_LOG_INFO,
+               "rank 0 holds params %.2f MiB, grads %.2f MiB, optimizer "
+               "%.2f MiB (ZeRO fp32 formula: %.2f, %.2f, %.2f MiB)",
+               zm.params / 1048576.0, zm.grads / 1048576.0,
+               zm.optim / 1048576.0, zm.f_params / 1048576.0,
+               zm.f_grads / 1048576.0, zm.f_optim / 1048576.0);
+      }
+    }
+    if (r->c.eval_every && r->st.step % r->c.eval_every == 0 &&
+        r->st.step < r->c.steps) {
+      gpt *m = gang_model(r, &g);
+      if (m) {
+        val = evaluate(r, m, r->st.step);
+        h->log(ctx, DAGRUN_LOG_INFO, "step %lld: loss %.4f, val loss %.4f",
+               (long long)r->st.step, res.loss, val);
+      }
+    }
+    if (r->c.ckpt_every && r->st.step % r->c.ckpt_every == 0 &&
+        r->st.step < r->c.steps)
+      gang_save(r, &g);
+  }
+  double train_s = stagekit_now() - t_start;
+  gang_save(r, &g);
+  gpt *m = gang_model(r, &g);
+  /* The collectives are over; the ranks other than 0 are done. */
+  int status = 0;
+  if (lead) {
+    status = EXIT_FAILED;
+    val = evaluate(r, m, r->st.step);
+    char model_dir[4096], final[4096];
+    snprintf(model_dir, sizeof model_dir, "%s/model",
+             h->dir(ctx, DAGRUN_DIR_TASK));
+    train_state fs = {.model = m, .step = r->st.step, .tokens = r->st.tokens,
+                      .config_json = config_text};
+    if (trainstate_save(model_dir, &fs, final, sizeof final, err,
+                        sizeof err) != 0) {
+      h->fail(ctx, "final model: %s", err);
+      goto out;
+    }
+    ckpt_prune(model_dir, 1);
+    h->log(ctx, DAGRUN_LOG_INFO, "full model (weights only) at step %lld: %s",
+           (long long)r->st.step, final);
+    const char *out = h->dir(ctx, DAGRUN_DIR_OUT);
+    char *samples = fileio_join(out, "samples.txt");
+    if (samples && r->c.nsamples > 0 && write_samples(r, m, samples) == 0)
+      h->output(ctx, "samples", samples);
+    free(samples);
+    double tps = r->st.step > first_step && train_s > 0
+                     ? (double)(r->st.step - first_step) * tokens_per_step /
+                           train_s
+                     : 0;
+    h->log(ctx, DAGRUN_LOG_INFO,
+           "done: %lld steps on %d ranks, %.0f tokens/s; loss %.4f, val loss "
+           "%.4f; peak RSS of rank 0 %.0f MiB",
+           (long long)r->st.step, N, tps, last_loss, val,
+           stagekit_peak_rss() / 1048576.0);
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddNumberToObject(s, "steps", (double)r->st.step);
+    cJSON_AddNumberToObject(s, "tokens", (double)r->st.tokens);
+    cJSON_AddNumberToObject(s, "parameters", (double)np);
+    cJSON_AddNumberToObject(s, "world_size", N);
+    cJSON_AddNumberToObject(s, "zero_stage", g.stage);
+    cJSON_AddNumberToObject(s, "global_batch", N * B);
+    cJSON_AddNumberToObject(s, "loss", last_loss);
+    if (isfinite(val))
+      cJSON_AddNumberToObject(s, "val_loss", val);
+    else
+      cJSON_AddNullToObject(s, "val_loss");
+    cJSON_AddNumberToObject(s, "ln_vocab", lnV);
+    if (isfinite(init_loss))
+      cJSON_AddNumberToObject(s, "init_loss", init_loss);
+    cJSON_AddNumberToObject(s, "tokens_per_s", tps);
+    cJSON_AddStringToObject(s, "checkpoint", final);
+    cJSON_AddStringToObject(s, "sharded_checkpoint", r->last_ckpt);
+    cJSON_AddStringToObject(s, "tokenizer", r->data.tokenizer);
+    char *text = cJSON_Print(s);
+    cJSON_Delete(s);
+    char *spath = fileio_join(out, "summary.json");
+    if (!text || !spath ||
+        fileio_write_atomic(spath, text, strlen(text), err, sizeof err) != 0) {
+      h->fail(ctx, "summary.json: %s", err);
+      free(text);
+      free(spath);
+      goto out;
+    }
+    free(text);
+    h->output(ctx, "checkpoint", final);
+    h->output(ctx, "checkpoints", model_dir);
+    h->output(ctx, "sharded_checkpoints", r->ckpt_dir);
+    h->output(ctx, "tokenizer", r->data.tokenizer);
+    h->output(ctx, "summary", spath);
+    free(spath);
+    char num[32];
+    snprintf(num, sizeof num, "%.6f", val);
+    h->output(ctx, "val_loss", num);
+    status = 0;
+  }
+out:
+  zero_destroy(g.z);
+  comm_destroy(g.c);
+  free(config_text);
+  free(g.buf);
+  gpt_destroy(g.full);
+  return status;
+}
+
 static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   run_ctx r = {.ctx = ctx, .h = h};
   char *config_text = NULL;
@@ -598,7 +1031,11 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   trainkit_set_threads(r.c.threads);
   snprintf(r.ckpt_dir, sizeof r.ckpt_dir, "%s/checkpoints",
            h->dir(ctx, DAGRUN_DIR_TASK));
-  if (setup(&r) != 0)
+  if (gang_size() > 1) {
+    status = run_gang(&r, gang_size());
+    goto done;
+  }
+  if (setup(&r, 1) != 0)
     goto done;
   config_text = config_json(&r);
   r.st.config_json = config_text;
@@ -793,7 +1230,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
     }
     if (!r.c.overfit && r.c.eval_every && r.st.step % r.c.eval_every == 0 &&
         r.st.step < r.c.steps) {
-      val = evaluate(&r, r.st.step);
+      val = evaluate(&r, r.model, r.st.step);
       h->log(ctx, DAGRUN_LOG_INFO, "step %lld: loss %.4f, val loss %.4f",
              (long long)r.st.step, loss, val);
     }
@@ -817,7 +1254,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
     }
     last_loss = l;
   } else {
-    val = evaluate(&r, r.st.step);
+    val = evaluate(&r, r.model, r.st.step);
   }
   if (save_checkpoint(&r, err, sizeof err) != 0) {
     h->fail(ctx, "final checkpoint: %s", err);
@@ -825,7 +1262,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   }
   const char *out = h->dir(ctx, DAGRUN_DIR_OUT);
   char *samples = fileio_join(out, "samples.txt");
-  if (samples && r.c.nsamples > 0 && write_samples(&r, samples) == 0)
+  if (samples && r.c.nsamples > 0 && write_samples(&r, r.model, samples) == 0)
     h->output(ctx, "samples", samples);
   free(samples);
 
@@ -886,7 +1323,8 @@ static const dagrun_stage stage = {
     "train",
     "1.0.0",
     "Trains a GPT on token files with dagrun's engine (CPU): AdamW or Lion, "
-    "warmup + cosine, clipping, spike guard, exact resume.",
+    "warmup + cosine, clipping, spike guard, exact resume; data-parallel "
+    "with ZeRO in a gang.",
     params,
     run,
 };

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* optim.bin: a 64-byte header, then the moments as float32. */
 #define OPTIM_MAGIC "DROPTIM1"
@@ -54,6 +55,26 @@ static cJSON *model_json(const gpt_config *c) {
   return m;
 }
 
+/* optim.bin: the header, then the optimizer's state floats. */
+static int add_optim(ckpt_writer *w, optim *opt, char *err, size_t errlen) {
+  size_t nf = optim_state_floats(opt);
+  size_t bytes = OPTIM_HEADER + nf * sizeof(float);
+  uint8_t *buf = malloc(bytes);
+  if (!buf) {
+    snprintf(err, errlen, "out of memory for optim.bin (%zu bytes)", bytes);
+    return -1;
+  }
+  optim_header h = {.version = 1, .header_size = OPTIM_HEADER};
+  memcpy(h.magic, OPTIM_MAGIC, 8);
+  h.t = optim_get_t(opt);
+  h.nfloats = nf;
+  memcpy(buf, &h, sizeof h);
+  memcpy(buf + OPTIM_HEADER, optim_state(opt), nf * sizeof(float));
+  int rc = ckpt_add_file(w, "optim.bin", buf, bytes, err, errlen);
+  free(buf);
+  return rc;
+}
+
 int trainstate_save(const char *parent, const train_state *s, char *path,
                     size_t pathlen, char *err, size_t errlen) {
   ckpt_writer *w = NULL;
@@ -68,25 +89,14 @@ int trainstate_save(const char *parent, const train_state *s, char *path,
   }
   free(model_path);
 
-  size_t nf = optim_state_floats(s->opt);
-  size_t bytes = OPTIM_HEADER + nf * sizeof(float);
-  uint8_t *buf = malloc(bytes);
-  if (!buf) {
-    snprintf(err, errlen, "out of memory for optim.bin (%zu bytes)", bytes);
+  /* Weights only (no opt, no guard): the full model a gang writes at its
+   * end. */
+  if (s->opt && add_optim(w, s->opt, err, errlen) != 0) {
     ckpt_abort(w);
     return -1;
   }
-  optim_header h = {.version = 1, .header_size = OPTIM_HEADER};
-  memcpy(h.magic, OPTIM_MAGIC, 8);
-  h.t = optim_get_t(s->opt);
-  h.nfloats = nf;
-  memcpy(buf, &h, sizeof h);
-  memcpy(buf + OPTIM_HEADER, optim_state(s->opt), nf * sizeof(float));
-  int rc = ckpt_add_file(w, "optim.bin", buf, bytes, err, errlen);
-  free(buf);
-  if (rc == 0)
-    rc = ckpt_add_file(w, "guard.bin", s->guard, sizeof *s->guard, err, errlen);
-  if (rc != 0) {
+  if (s->guard && ckpt_add_file(w, "guard.bin", s->guard, sizeof *s->guard,
+                                err, errlen) != 0) {
     ckpt_abort(w);
     return -1;
   }
@@ -117,7 +127,7 @@ int trainstate_save(const char *parent, const train_state *s, char *path,
     ckpt_abort(w);
     return -1;
   }
-  rc = ckpt_commit(w, text, path, pathlen, err, errlen);
+  int rc = ckpt_commit(w, text, path, pathlen, err, errlen);
   free(text);
   return rc;
 }
@@ -162,6 +172,15 @@ int trainstate_load(const char *dir, train_state *s, char *err, size_t errlen) {
 
   size_t n = 0;
   char *path = fileio_join(dir, "optim.bin");
+  if (path && access(path, F_OK) != 0) {
+    snprintf(err, errlen,
+             "%s: weights only, no optimizer state (the full model a gang "
+             "writes at its end): use it as init_from, or resume the gang "
+             "from its sharded checkpoints",
+             dir);
+    free(path);
+    goto done;
+  }
   ob = path ? (uint8_t *)fileio_read_all(path, &n, err, errlen) : NULL;
   free(path);
   if (!ob)

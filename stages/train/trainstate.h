@@ -21,6 +21,10 @@
 
 typedef struct train_state {
   gpt *model;
+  /* opt and guard may be NULL for trainstate_save: a weights-only
+   * checkpoint (no optim.bin, guard.bin; the full model a gang writes at
+   * its end), which validate and export read and trainstate_load refuses
+   * with a message saying so. */
   optim *opt;
   loader *train; /* may be NULL (position not saved / restored) */
   spike_guard *guard;

@@ -1,0 +1,211 @@
+# The train stage in a gang (world_size 2, launcher mpirun): data-parallel
+# training with ZeRO (gpu/dist/zero.h) on CPU ranks.
+# - Two ranks of batch_size 2 train as one process of batch_size 4 on the
+#   same data (each rank takes its half of the global batch the one
+#   process would draw): at every ZeRO stage 0-3 the 20 per-step losses
+#   equal the one process's (relative difference < 1e-4) and so do the
+#   final weights (max abs difference < 1e-4 of the largest weight;
+#   measured: 6e-6, in the attention biases).
+# - The final output checkpoint (full weights, written by rank 0) is read
+#   by validate downstream, the checkpoints output by export, and a plain train refuses to resume from it
+#   (no optimizer state), saying so.
+# - Rank 1 killed by SIGKILL after step 13 (the test hook
+#   DAGRUN_TEST_KILL_RANK_AT_STEP): the gang stops (no process of the
+#   attempt left), the retry resumes from the sharded checkpoint of step
+#   10, says so, and ends with the losses of steps 11-20 and the final
+#   weights of the uninterrupted run (relative difference < 1e-5).
+# - A timeout stops the gang, which writes a sharded checkpoint first.
+# - world_size 2 with launcher local, and grad_accum 2 in a gang, are
+#   refused with messages that say what to do.
+. "$(dirname "$0")/lib.sh"
+
+command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
+# Open MPI's own allocations are not ours (the sanitizer build).
+export LSAN_OPTIONS="suppressions=$DAGRUN_SOURCE_DIR/tests/lsan-mpi-zero.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+
+DATA=$(make_token_data gang 320)
+MODEL="data: \"$DATA\", n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, threads: 1, steps: 20, lr: 0.003, warmup: 2, eval_every: 10, samples: 0, spike_policy: none"
+ENV='env: {OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1", LSAN_OPTIONS: "'"$LSAN_OPTIONS"'", ASAN_OPTIONS: "'"$ASAN_OPTIONS"'"}'
+
+# losses RUN_DIR [ATTEMPT]: the loss metric of each step, one per line.
+losses() {
+  /usr/bin/python3 - "$1/train/metrics.jsonl" "${2:-0}" <<'P'
+import json, sys
+want = int(sys.argv[2])
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m["name"] == "loss" and (want == 0 or m["attempt"] == want):
+        print(m["step"], repr(m["value"]))
+P
+}
+
+# same_losses A B TOL: the same steps, losses within relative TOL.
+same_losses() {
+  /usr/bin/python3 - "$1" "$2" "$3" <<'P' || fail "losses differ: $1 vs $2"
+import sys
+a = dict(l.split() for l in open(sys.argv[1]))
+b = dict(l.split() for l in open(sys.argv[2]))
+tol = float(sys.argv[3])
+assert a and set(a) == set(b), (sorted(a), sorted(b))
+for s in a:
+    x, y = float(a[s]), float(b[s])
+    assert abs(x - y) <= tol * abs(x), (s, x, y)
+P
+}
+
+# same_weights A B TOL: two model.safetensors, max abs difference <= TOL
+# times the largest weight.
+same_weights() {
+  /usr/bin/python3 - "$1" "$2" "$3" <<'P' || fail "weights differ: $1 vs $2"
+import json, struct, sys
+import numpy as np
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    out = {}
+    for k, v in h.items():
+        s, e = v["data_offsets"]
+        out[k] = np.frombuffer(b[8 + n + s:8 + n + e], dtype=np.float32)
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert set(a) == set(b), (sorted(a), sorted(b))
+big = max(float(np.abs(v).max()) for v in a.values())
+worst = max(float(np.abs(a[k] - b[k]).max()) for k in a)
+assert worst <= float(sys.argv[3]) * big, (worst, big)
+P
+}
+
+# --- The reference: one process, batch_size 4.
+cat > one.yaml <<Y
+dag: one
+tasks:
+  train: {stage: train, with: {$MODEL, batch_size: 4}}
+Y
+run_dagrun run one.yaml --plain
+expect_rc 0
+R1=$(run_dir one)
+losses "$R1" > one.losses
+[ "$(wc -l < one.losses)" -eq 20 ] || fail "one process: $(cat one.losses)"
+
+# --- Two ranks of batch_size 2, each ZeRO stage; stage 2 also feeds
+# validate, which reads the final checkpoint.
+for stage in 0 1 2 3; do
+  cat > z$stage.yaml <<Y
+dag: z$stage
+tasks:
+  train:
+    stage: train
+    world_size: 2
+    launcher: mpirun
+    $ENV
+    with: {$MODEL, batch_size: 2, zero_stage: $stage, checkpoint_every: 5}
+  validate: {stage: validate, needs: [train], with: {data: "$DATA", threads: 1, max_batches: 4, checkpoint: "\${tasks.train.outputs.checkpoint}"}}
+  export: {stage: export, needs: [train], with: {model: "\${tasks.train.outputs.checkpoints}"}}
+Y
+  run_dagrun run z$stage.yaml --plain
+  expect_rc 0
+  R=$(run_dir z$stage)
+  expect_in "$R/train/attempt-1/log" "ZeRO stage $stage: global batch 2 x 2 = 4 sequences"
+  losses "$R" > z$stage.losses
+  same_losses one.losses z$stage.losses 1e-4
+  same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
+    "$R/train/model/step-00000020/model.safetensors" 1e-4
+  [ -s "$R/train/checkpoints/step-00000020/zero-rank-00001.safetensors" ] ||
+    fail "no sharded checkpoint: $(ls "$R/train/checkpoints")"
+  [ "$(task_field "$R" train outputs | sed -n "s/.*'checkpoint': '\([^']*\)'.*/\1/p")" = "$R/train/model/step-00000020" ] ||
+    fail "checkpoint output: $(task_field "$R" train outputs)"
+  /usr/bin/python3 -c "import json, math, sys; v = json.load(open(sys.argv[1]))['val_loss']; assert math.isfinite(v) and v < 6, v" \
+    "$R/validate/out/metrics.json" || fail "validate: $(cat "$R/validate/out/metrics.json")"
+  ls "$R/export/out/model/"*.safetensors >/dev/null || fail "export: $(ls -R "$R/export/out")"
+done
+Z2=$(run_dir z2)
+
+# A plain train does not resume from the weights-only final model.
+cat > wo.yaml <<Y
+dag: wo
+tasks:
+  train: {stage: train, with: {$MODEL, batch_size: 4, resume: "$Z2/train/model/step-00000020"}}
+Y
+run_dagrun run wo.yaml --plain
+expect_rc 1
+expect_in "$T/out" "weights only, no optimizer state"
+
+# --- Rank 1 dies after step 13; the retry resumes from step 10.
+cat > kill.yaml <<Y
+dag: kill
+tasks:
+  train:
+    stage: train
+    world_size: 2
+    launcher: mpirun
+    retries: 1
+    retry_delay: 0
+    env: {DAGRUN_TEST_KILL_RANK_AT_STEP: "1:13", OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1", LSAN_OPTIONS: "$LSAN_OPTIONS", ASAN_OPTIONS: "$ASAN_OPTIONS"}
+    with: {$MODEL, batch_size: 2, zero_stage: 2, checkpoint_every: 5}
+Y
+start=$(date +%s)
+run_dagrun run kill.yaml --plain
+end=$(date +%s)
+expect_rc 0
+[ $((end - start)) -lt 60 ] || fail "the killed gang took $((end - start)) s"
+RK=$(run_dir kill)
+expect_in "$RK/train/attempt-1/rank-1/log" "killing itself after step 13"
+[ -d "$RK/train/attempt-2" ] || fail "no retry"
+if pgrep -f "$RK/train/attempt-1" >/dev/null; then
+  fail "processes of the killed attempt left: $(pgrep -af "$RK/train/attempt-1")"
+fi
+expect_in "$RK/train/attempt-2/log" "resumed from sharded checkpoint $RK/train/checkpoints/step-00000010 at step 10"
+losses "$RK" 2 > kill.losses
+[ "$(head -1 kill.losses | cut -d' ' -f1)" = 11 ] || fail "the retry did not start at step 11: $(cat kill.losses)"
+grep -E '^(1[1-9]|20) ' z2.losses > z2.tail
+same_losses z2.tail kill.losses 1e-5
+same_weights "$Z2/train/model/step-00000020/model.safetensors" \
+  "$RK/train/model/step-00000020/model.safetensors" 1e-5
+
+# --- A timeout stops the gang: the ranks agree on the stop and write a
+# sharded checkpoint together before they go.
+cat > to.yaml <<Y
+dag: to
+tasks:
+  train:
+    stage: train
+    world_size: 2
+    launcher: mpirun
+    timeout: 8s
+    kill_grace: 20s
+    env: {DAGRUN_TEST_LOADER_DELAY_MS: "50", OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1", LSAN_OPTIONS: "$LSAN_OPTIONS", ASAN_OPTIONS: "$ASAN_OPTIONS"}
+    with: {${MODEL/steps: 20/steps: 100000}, batch_size: 2, zero_stage: 1}
+Y
+run_dagrun run to.yaml --plain
+expect_rc 1
+expect_in "$T/out" "timed out after 8.0s"
+RT=$(run_dir to)
+expect_in "$RT/train/attempt-1/log" "sharded checkpoint step"
+ls "$RT/train/checkpoints/"step-*/zero-rank-00001.safetensors >/dev/null ||
+  fail "no sharded checkpoint on stop: $(ls "$RT/train/checkpoints")"
+if pgrep -f "$RT/train/attempt-1" >/dev/null; then
+  fail "processes of the stopped gang left: $(pgrep -af "$RT/train/attempt-1")"
+fi
+
+# --- Refused: ranks that MPI did not start, and gradient accumulation.
+cat > local.yaml <<Y
+dag: local
+tasks:
+  train: {stage: train, world_size: 2, launcher: local, $ENV, with: {$MODEL, batch_size: 2}}
+Y
+run_dagrun run local.yaml --plain
+expect_rc 1
+expect_in "$T/out" "set launcher: mpirun"
+
+cat > accum.yaml <<Y
+dag: accum
+tasks:
+  train: {stage: train, world_size: 2, launcher: mpirun, $ENV, with: {$MODEL, batch_size: 2, grad_accum: 2}}
+Y
+run_dagrun run accum.yaml --plain
+expect_rc 1
+expect_in "$T/out" "grad_accum 2 in a gang"
+pass
