@@ -1111,6 +1111,10 @@ int serve_cmd(int argc, char **argv, const char *self_exe) {
              *getenv("DAGRUN_API_HMAC_SECRET")) {
     hmac = xstrdup(getenv("DAGRUN_API_HMAC_SECRET"));
   }
+  /* The runs this daemon starts inherit its environment: the API's
+   * credentials must not reach their tasks (and their logs). */
+  unsetenv("DAGRUN_API_TOKEN");
+  unsetenv("DAGRUN_API_HMAC_SECRET");
   if (!is_loopback(host) && !token && !hmac) {
     fprintf(stderr,
             "dagrun serve: refusing to listen on %s without "

@@ -289,4 +289,38 @@ wait_state "$RUN5" success 100
 expect_in "$DAGRUN_RUNS_DIR/api/$RUN5/a/attempt-1/log" "survived"
 expect_not_in "$T/serve7.log" "resuming run $RUN5"
 stop_serve
+
+# ---- credentials from the environment stay with the daemon ----
+cat > dags/api.yaml <<'Y'
+dag: api
+tasks:
+  a: {stage: exec, cache: false, with: {command: [sh, -c, 'env; echo "token=[$DAGRUN_API_TOKEN] hmac=[$DAGRUN_API_HMAC_SECRET]"']}}
+Y
+: >"$T/serve8.log"
+DAGRUN_API_TOKEN=env-token-77 DAGRUN_API_HMAC_SECRET=env-hmac-88 \
+  "$DAGRUN" serve dags --port 0 --no-cron >"$T/serve8.log" 2>&1 &
+SERVE_PID=$!
+for _ in $(seq 100); do
+  PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$T/serve8.log")
+  [ -n "$PORT" ] && break
+  sleep 0.1
+done
+[ -n "$PORT" ] || fail "serve with env credentials: $(cat "$T/serve8.log")"
+out=$(http POST /api/dags/api/runs '{}' token)
+case "$out" in "401 "*) ;; *) fail "the file's token accepted by a daemon given another in its env: $out" ;; esac
+out=$(/usr/bin/python3 - "$PORT" <<'P'
+import sys, urllib.request
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/api/dags/api/runs", data=b"{}",
+                             method="POST", headers={"Authorization": "Bearer env-token-77"})
+with urllib.request.urlopen(req, timeout=30) as r:
+    print(r.status, r.read().decode())
+P
+)
+case "$out" in "201 "*) ;; *) fail "trigger with the token from DAGRUN_API_TOKEN: $out" ;; esac
+RUN6=$(echo "$out" | sed 's/^201 //' | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+wait_state "$RUN6" success 100
+expect_in "$DAGRUN_RUNS_DIR/api/$RUN6/a/attempt-1/log" "token=[] hmac=[]"
+expect_not_in "$DAGRUN_RUNS_DIR/api/$RUN6/a/attempt-1/log" "env-token-77"
+expect_not_in "$DAGRUN_RUNS_DIR/api/$RUN6/a/attempt-1/log" "env-hmac-88"
+stop_serve
 pass
