@@ -4,41 +4,7 @@
 # alerts.jsonl, run and per-task deadlines, the webhook URL kept out of
 # every file and output, and `dagrun check` errors for bad alerts.
 . "$(dirname "$0")/lib.sh"
-unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY
-
-cat > server.py <<'P'
-import http.server, json, socketserver, sys, threading, time
-bodies = sys.argv[1]
-class H(http.server.BaseHTTPRequestHandler):
-    def log_message(self, *a): pass
-    def do_POST(self):
-        n = int(self.headers.get("Content-Length", 0))
-        body = self.rfile.read(n)
-        if self.path.startswith("/ok"):
-            with open(bodies, "ab") as f:
-                f.write(body + b"\n")
-            self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
-        elif self.path.startswith("/fail500"):
-            self.send_response(500); self.end_headers()
-        elif self.path.startswith("/hang"):
-            time.sleep(3600)
-        else:
-            self.send_response(404); self.end_headers()
-class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-s = S(("127.0.0.1", 0), H)
-with open(sys.argv[2] + ".tmp", "w") as f:
-    f.write(str(s.server_address[1]))
-import os; os.rename(sys.argv[2] + ".tmp", sys.argv[2])
-s.serve_forever()
-P
-/usr/bin/python3 server.py "$T/bodies.jsonl" "$T/port" &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true' EXIT
-for _ in $(seq 100); do [ -s "$T/port" ] && break; sleep 0.05; done
-[ -s "$T/port" ] || fail "test HTTP server did not start"
-PORT=$(cat "$T/port")
-BASE="http://127.0.0.1:$PORT"
+start_webhook_server
 SECRET=SECRET-TOKEN-123
 
 # store_matches_jsonl RUN_DIR: the run store's alert_deliveries rows of the

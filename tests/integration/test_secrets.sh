@@ -8,33 +8,7 @@
 # the real value (it writes it to a file of its own, the one place it may
 # appear), and so does a downstream task through ${tasks.T.outputs.K}.
 . "$(dirname "$0")/lib.sh"
-unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY
-
-cat > server.py <<'P'
-import http.server, socketserver, sys
-bodies = sys.argv[1]
-class H(http.server.BaseHTTPRequestHandler):
-    def log_message(self, *a): pass
-    def do_POST(self):
-        n = int(self.headers.get("Content-Length", 0))
-        body = self.rfile.read(n)
-        with open(bodies, "ab") as f:
-            f.write(body + b"\n")
-        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
-class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-s = S(("127.0.0.1", 0), H)
-with open(sys.argv[2] + ".tmp", "w") as f:
-    f.write(str(s.server_address[1]))
-import os; os.rename(sys.argv[2] + ".tmp", sys.argv[2])
-s.serve_forever()
-P
-/usr/bin/python3 server.py "$T/bodies.jsonl" "$T/port" &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true' EXIT
-for _ in $(seq 100); do [ -s "$T/port" ] && break; sleep 0.05; done
-[ -s "$T/port" ] || fail "test HTTP server did not start"
-BASE="http://127.0.0.1:$(cat "$T/port")"
+start_webhook_server
 
 TOKEN="tok-$(/usr/bin/python3 -c 'import secrets; print(secrets.token_hex(20))')"
 HOOK_KEY="key-$(/usr/bin/python3 -c 'import secrets; print(secrets.token_hex(12))')"
