@@ -1,0 +1,175 @@
+/*
+ * kernels: the CUDA kernels and cuBLASLt products of the GPU backend
+ * (gpu/cuda/gpt_cuda.cu), one host launcher per op. The backend is the
+ * CPU engine's model (gpu/model/gpt.h, gpu/cpu/gpt_cpu.c) in mixed
+ * precision: activations and the parameters used for compute are BF16
+ * (floatX); LayerNorm statistics, losses, gradients of parameters and
+ * the optimizer's master weights and moments are FP32.
+ *
+ * Conventions for every launcher:
+ * - Pointers are device pointers; shapes are row-major, named as in
+ *   gpt_cpu.c: N = B*T rows, C channels, OC output channels, NH heads,
+ *   hs = C/NH, V the vocabulary, Vp it padded to a multiple of 64.
+ * - Weight matrices are (in, out) as the CPU engine keeps them:
+ *   y = x W + b.
+ * - Every launcher runs on `stream`, checks its launch
+ *   (cudaGetLastError) and returns 0, or -1 with a message in err naming
+ *   the op and CUDA's error string. Kernels never allocate: scratch comes
+ *   from the caller, with the size a *_scratch_bytes function gives.
+ * - "+=" in a comment means the op adds into its output (gradient
+ *   accumulation over micro-batches and over the residual stream);
+ *   otherwise it overwrites.
+ * - deterministic: where an op would use atomics across blocks, 1 picks a
+ *   fixed-order reduction so that two runs give the same bits.
+ */
+#ifndef DAGRUN_CUDA_KERNELS_CUH
+#define DAGRUN_CUDA_KERNELS_CUH
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+typedef __nv_bfloat16 floatX;
+
+typedef struct kern_ctx {
+  cudaStream_t stream;
+  cublasLtHandle_t lt;
+  void *lt_workspace; /* for cuBLASLt's algorithms */
+  size_t lt_workspace_bytes;
+  int deterministic;
+  int sm_count; /* multiProcessorCount, for grid sizing */
+} kern_ctx;
+
+/* Makes lt, a 32 MiB workspace, the stream (non-blocking) and reads the
+ * device's SM count; on the current device. 0, or -1 with err. */
+int kern_ctx_init(kern_ctx *k, int deterministic, char *err, size_t errlen);
+void kern_ctx_destroy(kern_ctx *k);
+
+/* ---- Conversions ---- */
+/* out[i] = (floatX)in[i] (round to nearest even), n floats. */
+int kern_f32_to_bf16(const kern_ctx *k, floatX *out, const float *in, size_t n,
+                     char *err, size_t errlen);
+int kern_bf16_to_f32(const kern_ctx *k, float *out, const floatX *in, size_t n,
+                     char *err, size_t errlen);
+
+/* ---- Embedding ---- */
+/* ids (N) < V, wte (Vp,C), wpe (T,C) -> out (B,T,C) = wte[id] + wpe[t] */
+int kern_encoder_forward(const kern_ctx *k, floatX *out, const int *ids,
+                         const floatX *wte, const floatX *wpe, int B, int T,
+                         int C, char *err, size_t errlen);
+/* dout (B,T,C) -> dwte (Vp,C) += at ids, dwpe (T,C) += summed over B.
+ * Deterministic mode adds a token repeated in the batch in a fixed order
+ * (scratch: kern_encoder_backward_scratch_bytes). */
+size_t kern_encoder_backward_scratch_bytes(int B, int T, int C);
+int kern_encoder_backward(const kern_ctx *k, float *dwte, float *dwpe,
+                          void *scratch, const floatX *dout, const int *ids,
+                          const int *ids_host, int B, int T, int C, char *err,
+                          size_t errlen);
+
+/* ---- LayerNorm (eps 1e-5) ---- */
+/* inp (N,C), w (C), b (C) -> out (N,C), mean (N), rstd (N) */
+int kern_layernorm_forward(const kern_ctx *k, floatX *out, float *mean,
+                           float *rstd, const floatX *inp, const floatX *w,
+                           const floatX *b, int N, int C, char *err,
+                           size_t errlen);
+/* residual = inp1 + inp2 (N,C), then out = LayerNorm(residual): the
+ * residual add of a block fused with the next LayerNorm. */
+int kern_residual_layernorm_forward(const kern_ctx *k, floatX *residual,
+                                    floatX *out, float *mean, float *rstd,
+                                    const floatX *inp1, const floatX *inp2,
+                                    const floatX *w, const floatX *b, int N,
+                                    int C, char *err, size_t errlen);
+/* dout (N,C), inp (N,C), w, mean, rstd -> dinp (N,C) +=, dw (C) +=,
+ * db (C) += (scratch: kern_layernorm_backward_scratch_bytes, for the
+ * per-block partial sums of dw and db, reduced in a fixed order). */
+size_t kern_layernorm_backward_scratch_bytes(int N, int C, int sm_count);
+int kern_layernorm_backward(const kern_ctx *k, floatX *dinp, float *dw,
+                            float *db, void *scratch, const floatX *dout,
+                            const floatX *inp, const floatX *w,
+                            const float *mean, const float *rstd, int N, int C,
+                            char *err, size_t errlen);
+
+/* ---- Residual ---- */
+/* out = a + b, n elements */
+int kern_residual_forward(const kern_ctx *k, floatX *out, const floatX *a,
+                          const floatX *b, size_t n, char *err, size_t errlen);
+
+/* ---- Matrix products (cuBLASLt, FP32 accumulation) ---- */
+/* inp (N,C), w (C,OC), bias (OC) or NULL -> out (N,OC) = inp w + bias.
+ * gelu_aux non-NULL: out = GELU(inp w + bias) (tanh approximation) and
+ * gelu_aux (N,OC) keeps the pre-GELU values for the backward pass
+ * (cuBLASLt's GELU_AUX_BIAS epilogue). */
+int kern_matmul_forward(const kern_ctx *k, floatX *out, floatX *gelu_aux,
+                        const floatX *inp, const floatX *w, const floatX *bias,
+                        int N, int C, int OC, char *err, size_t errlen);
+/* dout (N,OC), inp (N,C), w (C,OC) ->
+ *   dinp (N,C) = dout w^T (overwritten), then, if gelu_aux is non-NULL,
+ *   multiplied by GELU'(gelu_aux) (gelu_aux (N,C) is the pre-GELU input
+ *   of the layer that made inp; cuBLASLt's DGELU epilogue);
+ *   dw (C,OC) += inp^T dout; dbias (OC) += sum of dout's rows (NULL: none).
+ * scratch: kern_matmul_backward_scratch_bytes (dbias partial sums). */
+size_t kern_matmul_backward_scratch_bytes(int N, int OC, int sm_count);
+int kern_matmul_backward(const kern_ctx *k, floatX *dinp, float *dw,
+                         float *dbias, void *scratch, const floatX *dout,
+                         const floatX *inp, const floatX *w,
+                         const floatX *gelu_aux, int N, int C, int OC,
+                         char *err, size_t errlen);
+
+/* ---- GELU (tanh approximation), when not fused into a product ---- */
+int kern_gelu_forward(const kern_ctx *k, floatX *out, const floatX *inp,
+                      size_t n, char *err, size_t errlen);
+/* dinout = dinout * GELU'(inp), in place */
+int kern_gelu_backward(const kern_ctx *k, floatX *dinout, const floatX *inp,
+                       size_t n, char *err, size_t errlen);
+
+/* ---- Causal self-attention, fused (never a (B,NH,T,T) matrix) ---- */
+/* qkv (B,T,3C) (q, k, v of head h at channels h*hs of each third) ->
+ * out (B,T,C), lse (B,NH,T) = log-sum-exp of each query's scaled scores
+ * (1/sqrt(hs)), kept for the backward pass. */
+int kern_attention_forward(const kern_ctx *k, floatX *out, float *lse,
+                           const floatX *qkv, int B, int T, int C, int NH,
+                           char *err, size_t errlen);
+/* dout (B,T,C), qkv, out, lse -> dqkv (B,T,3C) (overwritten).
+ * scratch: kern_attention_backward_scratch_bytes. */
+size_t kern_attention_backward_scratch_bytes(int B, int T, int C, int NH);
+int kern_attention_backward(const kern_ctx *k, floatX *dqkv, void *scratch,
+                            const floatX *dout, const floatX *qkv,
+                            const floatX *out, const float *lse, int B, int T,
+                            int C, int NH, char *err, size_t errlen);
+
+/* ---- Classifier: softmax + cross-entropy + dlogits in one pass ---- */
+/* logits (N,Vp) (columns >= V ignored), targets (N) < V ->
+ * losses (N) = lse - logit[target]; if dloss != 0, logits is overwritten
+ * with dlogits = dloss * (softmax - onehot) (padding columns 0), so the
+ * full probabilities are never stored. */
+int kern_fused_classifier(const kern_ctx *k, floatX *logits, float *losses,
+                          const int *targets, float dloss, int N, int V,
+                          int Vp, char *err, size_t errlen);
+
+/* ---- Reductions ---- */
+/* *out = sum of x[i]^2 over n floats, in a fixed order (deterministic in
+ * every mode). scratch: kern_norm_scratch_bytes. out is device memory. */
+size_t kern_norm_scratch_bytes(size_t n, int sm_count);
+int kern_sum_squares(const kern_ctx *k, float *out, void *scratch,
+                     const float *x, size_t n, char *err, size_t errlen);
+/* *out = mean of x (n floats), fixed order. scratch as kern_sum_squares. */
+int kern_mean(const kern_ctx *k, float *out, void *scratch, const float *x,
+              size_t n, char *err, size_t errlen);
+
+/* ---- Optimizers (fused: one kernel per group and step) ----
+ * master (n) FP32 weights, updated; params (n) their BF16 copy, rewritten;
+ * grads (n) FP32, each multiplied by grad_scale (clipping and, for FP16,
+ * unscaling) before use; the same formulas as gpu/optim/optim.h. Adam's
+ * bias corrections come as b1_corr = 1 - b1^t, b2_corr = 1 - b2^t. */
+int kern_adamw_update(const kern_ctx *k, float *master, floatX *params,
+                      float *m, float *v, const float *grads, size_t n,
+                      float lr, float beta1, float beta2, float b1_corr,
+                      float b2_corr, float eps, float weight_decay,
+                      float grad_scale, char *err, size_t errlen);
+int kern_lion_update(const kern_ctx *k, float *master, floatX *params,
+                     float *m, const float *grads, size_t n, float lr,
+                     float beta1, float beta2, float weight_decay,
+                     float grad_scale, char *err, size_t errlen);
+
+#endif /* DAGRUN_CUDA_KERNELS_CUH */
