@@ -125,21 +125,23 @@ int kern_encoder_backward(const kern_ctx *k, float *dwte, float *dwpe,
   size_t N = (size_t)B * T, n = N * C;
   if (n == 0)
     return 0;
+  /* Refused before anything runs, so that an error leaves the gradients
+   * as they were. */
+  if (!ids_host && k->deterministic)
+    return kc_fail(err, errlen, op,
+                   "deterministic mode needs the token ids on the host "
+                   "(ids_host) to add repeated tokens in a fixed order");
+  if (ids_host && !scratch)
+    return kc_fail(err, errlen, op, "no scratch for the token buckets");
   wpe_backward_kernel<<<kc_grid((size_t)T * C, BLOCK, k->sm_count), BLOCK, 0,
                         k->stream>>>(dwpe, dout, B, T, C);
   if (kc_check(op, err, errlen))
     return -1;
   if (!ids_host) {
-    if (k->deterministic)
-      return kc_fail(err, errlen, op,
-                     "deterministic mode needs the token ids on the host "
-                     "(ids_host) to add repeated tokens in a fixed order");
     wte_backward_atomic_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0,
                                  k->stream>>>(dwte, dout, ids, C, n);
     return kc_check(op, err, errlen);
   }
-  if (!scratch)
-    return kc_fail(err, errlen, op, "no scratch for the token buckets");
   /* Buckets on the host: positions sorted by (token, position). */
   std::vector<int> order(N);
   for (size_t i = 0; i < N; i++)
