@@ -19,6 +19,8 @@
  * CUDA itself fails (no device, out of memory).
  *
  * Usage: kernel_check [--quick]  (--quick: skips the T=1024 attention)
+ *        kernel_check --probe  (exits 0 if CUDA sees a device, else 3,
+ *                               saying why: tests/gpu/run.sh's GPU check)
  */
 #include <math.h>
 #include <stdarg.h>
@@ -701,12 +703,17 @@ static void check_shape_errors(const kern_ctx *k) {
 
 int main(int argc, char **argv) {
   bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  bool probe = argc > 1 && strcmp(argv[1], "--probe") == 0;
   int ndev = 0;
   cudaError_t e = cudaGetDeviceCount(&ndev);
   if (e != cudaSuccess || ndev == 0) {
-    fprintf(stderr, "kernel_check: no CUDA device (%s)\n",
+    fprintf(probe ? stdout : stderr, "kernel_check: no CUDA device (%s)\n",
             e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    return 2;
+    return probe ? 3 : 2;
+  }
+  if (probe) {
+    printf("kernel_check: %d CUDA device(s)\n", ndev);
+    return 0;
   }
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
