@@ -94,19 +94,6 @@ __device__ __forceinline__ float kc_block_sum(float v, float *shared) {
   return r;
 }
 
-__device__ __forceinline__ float kc_block_max(float v, float *shared) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int nwarps = blockDim.x / 32;
-  v = kc_warp_max(v);
-  if (lane == 0)
-    shared[warp] = v;
-  __syncthreads();
-  float r = lane < nwarps ? shared[lane] : -INFINITY;
-  r = kc_warp_max(r);
-  __syncthreads();
-  return r;
-}
-
 __device__ __forceinline__ float kc_f(floatX x) { return __bfloat162float(x); }
 /* Round to nearest even, as kern_f32_to_bf16 promises. */
 __device__ __forceinline__ floatX kc_x(float x) { return __float2bfloat16_rn(x); }
