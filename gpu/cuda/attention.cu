@@ -30,8 +30,8 @@
 /* dst[r*ld + d] = src[(t0+r)*stride + d] for r < rows, d < hs; rows at or
  * past T read as 0. The whole block loads. */
 __device__ __forceinline__ void att_load(float *dst, int ld, const floatX *src,
-                                         size_t stride, int t0, int rows,
-                                         int T, int hs) {
+                                         size_t stride, int t0, int rows, int T,
+                                         int hs) {
   for (int idx = threadIdx.x; idx < rows * hs; idx += blockDim.x) {
     int r = idx / hs, d = idx % hs, t = t0 + r;
     dst[r * ld + d] = t < T ? kc_f(src[(size_t)t * stride + d]) : 0.0f;
@@ -61,8 +61,8 @@ __device__ __forceinline__ void att_axpy(float acc[ATT_DPL], float w,
 
 /* acc += sum over tile rows j < n of w_j tile[j], w_j being lane j's w. */
 __device__ __forceinline__ void att_accumulate(float acc[ATT_DPL], float w,
-                                               const float *tile, int ld,
-                                               int n, int hs) {
+                                               const float *tile, int ld, int n,
+                                               int hs) {
   for (int j = 0; j < n; j++)
     att_axpy(acc, __shfl_sync(0xffffffffu, w, j), tile + j * ld, hs);
 }
@@ -80,8 +80,8 @@ struct att_head {
   const floatX *qkv; /* this (b, h)'s q at t=0; k at +C, v at +2C */
   float scale;       /* 1/sqrt(hs), as gpt_cpu.c */
 };
-__device__ __forceinline__ att_head att_head_of(const floatX *qkv, int T,
-                                                int C, int NH) {
+__device__ __forceinline__ att_head att_head_of(const floatX *qkv, int T, int C,
+                                                int NH) {
   att_head a;
   a.hs = C / NH;
   a.ld = a.hs + 1;
@@ -95,9 +95,8 @@ __device__ __forceinline__ att_head att_head_of(const floatX *qkv, int T,
 }
 
 /* dst[d] = BF16(mul * acc[i]) for this lane's dims d = lane + 32i < hs. */
-__device__ __forceinline__ void att_store(floatX *dst,
-                                          const float acc[ATT_DPL], float mul,
-                                          int hs) {
+__device__ __forceinline__ void att_store(floatX *dst, const float acc[ATT_DPL],
+                                          float mul, int hs) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int i = 0; i < ATT_DPL; i++) {
@@ -146,8 +145,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         continue;
       const int j = k0 + lane;
       const bool ok = j <= qi;
-      const float s = ok ? scale * att_dot(Qs + r * hs, Ks + lane * ld, hs)
-                         : -INFINITY;
+      const float s =
+          ok ? scale * att_dot(Qs + r * hs, Ks + lane * ld, hs) : -INFINITY;
       /* Key k0 <= qi is always in: the tile's maximum is finite. */
       const float mnew = fmaxf(mrow[rr], kc_warp_max(s));
       const float p = ok ? expf(s - mnew) : 0.0f;
@@ -180,8 +179,8 @@ __global__ void attention_dsum_kernel(float *Dsum, const floatX *dout,
                                       int NH) {
   const int hs = C / NH, lane = threadIdx.x % 32;
   const long long rows = (long long)B * NH * T;
-  for (long long r = (long long)blockIdx.x * (blockDim.x / 32) +
-                     threadIdx.x / 32;
+  for (long long r =
+           (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
        r < rows; r += (long long)gridDim.x * (blockDim.x / 32)) {
     const int t = (int)(r % T), bh = (int)(r / T), b = bh / NH, h = bh % NH;
     const size_t off = ((size_t)b * T + t) * C + (size_t)h * hs;
@@ -351,9 +350,8 @@ static int att_launch(void (*kern)(Args...), dim3 grid, size_t smem,
                       const kern_ctx *k, const char *op, char *err,
                       size_t errlen, Args... args) {
   if (smem > 48 * 1024 &&
-      kc_cuda(cudaFuncSetAttribute(kern,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)smem),
+      kc_cuda(cudaFuncSetAttribute(
+                  kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
               op, "cudaFuncSetAttribute (shared memory)", err, errlen))
     return -1;
   kern<<<grid, ATT_WARPS * 32, smem, k->stream>>>(args...);

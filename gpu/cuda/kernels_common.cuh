@@ -96,7 +96,9 @@ __device__ __forceinline__ float kc_block_sum(float v, float *shared) {
 
 __device__ __forceinline__ float kc_f(floatX x) { return __bfloat162float(x); }
 /* Round to nearest even, as kern_f32_to_bf16 promises. */
-__device__ __forceinline__ floatX kc_x(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ floatX kc_x(float x) {
+  return __float2bfloat16_rn(x);
+}
 
 /* GELU, tanh approximation (gpt_cpu.c's gpt_cpu_gelu / gelu_backward). */
 #define KC_GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */

@@ -59,8 +59,8 @@ __global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd,
         kc_x8 ov;
 #pragma unroll
         for (int j = 0; j < 8; j++)
-          ov.v[j] = kc_x((kc_f(xv.v[j]) - m) * s * kc_f(wv.v[j]) +
-                         kc_f(bv.v[j]));
+          ov.v[j] =
+              kc_x((kc_f(xv.v[j]) - m) * s * kc_f(wv.v[j]) + kc_f(bv.v[j]));
         kc_store8(o + c, ov);
       }
     } else {
@@ -79,13 +79,14 @@ static int ln_forward(const kern_ctx *k, floatX *residual, floatX *out,
                       const floatX *inp2, const floatX *w, const floatX *b,
                       int N, int C, const char *op, char *err, size_t errlen) {
   if (N <= 0 || C <= 0)
-    return N < 0 || C < 0 ? kc_fail(err, errlen, op, "bad shape N=%d C=%d", N, C)
-                          : 0;
+    return N < 0 || C < 0
+               ? kc_fail(err, errlen, op, "bad shape N=%d C=%d", N, C)
+               : 0;
   /* The vector path's loads go through the read-only cache (__ldg),
    * which must not see data the kernel writes: the fused residual path
    * writes the row it normalizes, so it takes the scalar path. */
-  int vec = !residual && C % 8 == 0 && kc_aligned16(inp) &&
-            kc_aligned16(out) && kc_aligned16(w) && kc_aligned16(b);
+  int vec = !residual && C % 8 == 0 && kc_aligned16(inp) && kc_aligned16(out) &&
+            kc_aligned16(w) && kc_aligned16(b);
   unsigned grid = kc_grid((size_t)N, LN_WARPS, k->sm_count);
   if (vec)
     layernorm_forward_kernel<true><<<grid, LN_WARPS * 32, 0, k->stream>>>(
@@ -192,8 +193,8 @@ static int colsums(const kern_ctx *k, float *out_a, float *out_b,
   if (kc_check(op, err, errlen))
     return -1;
   colsum_final_kernel<<<kc_grid((size_t)OC, 256, k->sm_count), 256, 0,
-                        k->stream>>>(out_a, inp ? out_b : NULL, scratch,
-                                     part_b, (int)chunks, OC);
+                        k->stream>>>(out_a, inp ? out_b : NULL, scratch, part_b,
+                                     (int)chunks, OC);
   return kc_check(op, err, errlen);
 }
 

@@ -39,12 +39,12 @@
 
 typedef struct lt_mm {
   int m, n, k;
-  int ta, tb;         /* op T on A, B */
+  int ta, tb; /* op T on A, B */
   const floatX *A, *B;
   int lda, ldb;
-  void *D;            /* BF16, or FP32 when d_f32 */
+  void *D; /* BF16, or FP32 when d_f32 */
   int ldd;
-  int d_f32;          /* D (and C) FP32, beta 1: accumulate */
+  int d_f32; /* D (and C) FP32, beta 1: accumulate */
   cublasLtEpilogue_t epi;
   const floatX *bias; /* BIAS epilogues */
   floatX *aux;        /* GELU_AUX / DGELU epilogues */
@@ -106,8 +106,8 @@ static int lt_matmul(const kern_ctx *k, const lt_mm *p, const char *op,
   {
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
         k->lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS &&
-                                              found == 0)) {
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
+        (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
       rc = 1;
       goto done;
     }
@@ -204,8 +204,8 @@ int kern_matmul_backward(const kern_ctx *k, floatX *dinp, float *dw,
   static const char op[] = "kern_matmul_backward";
   if (check_shape(N, C, OC, op, err, errlen))
     return -1;
-  if (dbias && kc_colsum(k, dbias, (float *)scratch, dout, N, OC, op, err,
-                         errlen))
+  if (dbias &&
+      kc_colsum(k, dbias, (float *)scratch, dout, N, OC, op, err, errlen))
     return -1;
   /* dinp first: dout (OC x N) by W^T. */
   lt_mm p;

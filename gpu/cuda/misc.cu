@@ -49,8 +49,8 @@ __global__ void encoder_forward_kernel(floatX *out, const int *ids,
        i += (size_t)gridDim.x * blockDim.x) {
     size_t bt = i / (size_t)C;
     int c = (int)(i % (size_t)C), t = (int)(bt % (size_t)T);
-    out[i] = kc_x(kc_f(wte[(size_t)ids[bt] * C + c]) +
-                  kc_f(wpe[(size_t)t * C + c]));
+    out[i] =
+        kc_x(kc_f(wte[(size_t)ids[bt] * C + c]) + kc_f(wpe[(size_t)t * C + c]));
   }
 }
 
@@ -218,8 +218,8 @@ int kern_gelu_backward(const kern_ctx *k, floatX *dinout, const floatX *inp,
                        size_t n, char *err, size_t errlen) {
   if (n == 0)
     return 0;
-  gelu_backward_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0,
-                         k->stream>>>(dinout, inp, n);
+  gelu_backward_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0, k->stream>>>(
+      dinout, inp, n);
   return kc_check("kern_gelu_backward", err, errlen);
 }
 
@@ -273,8 +273,8 @@ static int reduce(const kern_ctx *k, float *out, void *scratch, const float *x,
                   size_t errlen) {
   unsigned g = red_blocks(n);
   float *partial = (float *)scratch;
-  reduce_partial_kernel<SQUARE><<<g, RED_THREADS, 0, k->stream>>>(partial, x,
-                                                                  n);
+  reduce_partial_kernel<SQUARE>
+      <<<g, RED_THREADS, 0, k->stream>>>(partial, x, n);
   if (kc_check(op, err, errlen))
     return -1;
   reduce_final_kernel<<<1, RED_MAX_BLOCKS, 0, k->stream>>>(out, partial, g,

@@ -30,6 +30,9 @@
 #include <string.h>
 
 #include <algorithm>
+#include <functional>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -44,14 +47,22 @@ typedef std::vector<float> vecf;
 static int g_fail, g_pass;
 static char g_err[512];
 
+/* A failed CUDA call or launcher ends the current check (run() below
+ * counts it as failed and goes on with the next one). */
+struct check_abort : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+static std::string where(const char *file, int line, const char *call) {
+  return std::string(file) + ":" + std::to_string(line) + ": " + call;
+}
+
 #define CK(call)                                                               \
   do {                                                                         \
     cudaError_t e_ = (call);                                                   \
-    if (e_ != cudaSuccess) {                                                   \
-      fprintf(stderr, "kernel_check: %s:%d: %s: %s\n", __FILE__, __LINE__,     \
-              #call, cudaGetErrorString(e_));                                  \
-      exit(2);                                                                 \
-    }                                                                          \
+    if (e_ != cudaSuccess)                                                     \
+      throw check_abort(where(__FILE__, __LINE__, #call) + ": " +              \
+                        cudaGetErrorString(e_));                               \
   } while (0)
 
 /* A launcher that must succeed; then the stream is synchronized so that
@@ -59,11 +70,9 @@ static char g_err[512];
 #define KR(k, call)                                                            \
   do {                                                                         \
     g_err[0] = 0;                                                              \
-    if ((call) != 0) {                                                         \
-      fprintf(stderr, "kernel_check: %s:%d: %s failed: %s\n", __FILE__,        \
-              __LINE__, #call, g_err);                                         \
-      exit(1);                                                                 \
-    }                                                                          \
+    if ((call) != 0)                                                           \
+      throw check_abort(where(__FILE__, __LINE__, #call) +                     \
+                        " failed: " + g_err);                                  \
     CK(cudaStreamSynchronize((k)->stream));                                    \
   } while (0)
 #define E g_err, sizeof g_err
@@ -110,6 +119,8 @@ template <typename T> struct Dev {
     CK(cudaMalloc(&p, (count ? count : 1) * sizeof(T)));
     CK(cudaMemset(p, 0, (count ? count : 1) * sizeof(T)));
   }
+  /* Allocated and filled with h (float, or rounded to BF16). */
+  explicit Dev(const vecf &h);
   ~Dev() { cudaFree(p); }
   Dev(const Dev &) = delete;
   Dev &operator=(const Dev &) = delete;
@@ -127,8 +138,10 @@ static void up(Dev<floatX> &d, const vecf &h) {
                 cudaMemcpyHostToDevice));
 }
 static void up(Dev<int> &d, const std::vector<int> &h) {
-  CK(cudaMemcpy(d.p, h.data(), h.size() * sizeof(int),
-                cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d.p, h.data(), h.size() * sizeof(int), cudaMemcpyHostToDevice));
+}
+template <typename T> Dev<T>::Dev(const vecf &h) : Dev(h.size()) {
+  up(*this, h);
 }
 static vecf down(const Dev<float> &d) {
   vecf h(d.n);
@@ -142,11 +155,6 @@ static vecf down(const Dev<floatX> &d) {
   for (size_t i = 0; i < d.n; i++)
     h[i] = __bfloat162float(t[i]);
   return h;
-}
-template <typename T> static Dev<T> *mk(const vecf &h) {
-  Dev<T> *d = new Dev<T>(h.size());
-  up(*d, h);
-  return d;
 }
 
 /* ---- Checks ---- */
@@ -168,8 +176,8 @@ static void cmp(const std::string &what, const vecf &gpu, const vecf &cpu,
   }
   double rel = mc > 0 ? md / mc : md;
   bool ok = gpu.size() == cpu.size() && bad == 0 && rel <= tol;
-  printf("%s %-58s rel err %.2e (tol %.0e)", ok ? "PASS" : "FAIL",
-         what.c_str(), rel, tol);
+  printf("%s %-58s rel err %.2e (tol %.0e)", ok ? "PASS" : "FAIL", what.c_str(),
+         rel, tol);
   if (bad)
     printf(" %zu non-finite", bad);
   if (!ok && md > 0)
@@ -234,12 +242,12 @@ static void check_conversions(const kern_ctx *k, Rng &r) {
   KR(k, kern_f32_to_bf16(k, dx.p, df.p, n, E));
   KR(k, kern_bf16_to_f32(k, back.p, dx.p, n, E));
   /* Round to nearest even on both sides: exact. */
-  check(shape("f32_to_bf16 + bf16_to_f32 n=%zu", n), same_bits(down(back), want),
-        "bitwise equal to host rounding");
+  check(shape("f32_to_bf16 + bf16_to_f32 n=%zu", n),
+        same_bits(down(back), want), "bitwise equal to host rounding");
 }
 
-static void check_encoder(const kern_ctx *k, const kern_ctx *knd, Rng &r,
-                          int B, int T, int C, int V, int Vp) {
+static void check_encoder(const kern_ctx *k, const kern_ctx *knd, Rng &r, int B,
+                          int T, int C, int V, int Vp) {
   const size_t N = (size_t)B * T;
   /* Tokens from a small range: many repeats, as real text has. */
   std::vector<int> ids(N);
@@ -256,8 +264,8 @@ static void check_encoder(const kern_ctx *k, const kern_ctx *knd, Rng &r,
                           T, C);
   Dev<int> dids(N);
   up(dids, ids);
-  Dev<floatX> *dwte = mk<floatX>(wte), *dwpe = mk<floatX>(wpe), out(N * C);
-  KR(k, kern_encoder_forward(k, out.p, dids.p, dwte->p, dwpe->p, B, T, C, E));
+  Dev<floatX> dwte(wte), dwpe(wpe), out(N * C);
+  KR(k, kern_encoder_forward(k, out.p, dids.p, dwte.p, dwpe.p, B, T, C, E));
   cmp("encoder_forward " + s, down(out), out_cpu, TOL_BF16);
 
   /* Backward: += into gradients that already hold values. */
@@ -267,34 +275,33 @@ static void check_encoder(const kern_ctx *k, const kern_ctx *knd, Rng &r,
   vecf gwte = gwte0, gwpe = gwpe0;
   gpt_cpu_encoder_backward(gwte.data(), gwpe.data(), dout.data(), u.data(), B,
                            T, C);
-  Dev<floatX> *ddout = mk<floatX>(dout);
-  Dev<float> *gte = mk<float>(gwte0), *gpe = mk<float>(gwpe0);
+  Dev<floatX> ddout(dout);
+  Dev<float> gte(gwte0), gpe(gwpe0);
   Dev<char> scratch(kern_encoder_backward_scratch_bytes(B, T, C));
-  KR(k, kern_encoder_backward(k, gte->p, gpe->p, scratch.p, ddout->p, dids.p,
+  KR(k, kern_encoder_backward(k, gte.p, gpe.p, scratch.p, ddout.p, dids.p,
                               ids.data(), B, T, C, E));
-  vecf first = down(*gte);
+  vecf first = down(gte);
   /* FP32 sums of a few BF16 values over the same inputs. */
   cmp("encoder_backward dwte (bucketed) " + s, first, gwte, TOL_F32);
-  cmp("encoder_backward dwpe " + s, down(*gpe), gwpe, TOL_F32);
-  up(*gte, gwte0);
-  up(*gpe, gwpe0);
-  KR(k, kern_encoder_backward(k, gte->p, gpe->p, scratch.p, ddout->p, dids.p,
+  cmp("encoder_backward dwpe " + s, down(gpe), gwpe, TOL_F32);
+  up(gte, gwte0);
+  up(gpe, gwpe0);
+  KR(k, kern_encoder_backward(k, gte.p, gpe.p, scratch.p, ddout.p, dids.p,
                               ids.data(), B, T, C, E));
-  check("encoder_backward deterministic " + s, same_bits(first, down(*gte)),
+  check("encoder_backward deterministic " + s, same_bits(first, down(gte)),
         "two runs bitwise equal");
   /* Without host ids: atomics, allowed only outside deterministic mode. */
-  up(*gte, gwte0);
-  up(*gpe, gwpe0);
-  KR(knd, kern_encoder_backward(knd, gte->p, gpe->p, scratch.p, ddout->p,
-                                dids.p, NULL, B, T, C, E));
+  up(gte, gwte0);
+  up(gpe, gwpe0);
+  KR(knd, kern_encoder_backward(knd, gte.p, gpe.p, scratch.p, ddout.p, dids.p,
+                                NULL, B, T, C, E));
   CK(cudaDeviceSynchronize());
-  cmp("encoder_backward dwte (atomic, non-deterministic) " + s, down(*gte),
-      gwte, TOL_F32);
+  cmp("encoder_backward dwte (atomic, non-deterministic) " + s, down(gte), gwte,
+      TOL_F32);
   expect_error("encoder_backward refuses atomics in deterministic mode",
-               kern_encoder_backward(k, gte->p, gpe->p, scratch.p, ddout->p,
+               kern_encoder_backward(k, gte.p, gpe.p, scratch.p, ddout.p,
                                      dids.p, NULL, B, T, C, E),
                "kern_encoder_backward");
-  delete dwte, delete dwpe, delete ddout, delete gte, delete gpe;
 }
 
 static void check_layernorm(const kern_ctx *k, Rng &r, int N, int C) {
@@ -310,11 +317,11 @@ static void check_layernorm(const kern_ctx *k, Rng &r, int N, int C) {
   vecf out_cpu((size_t)N * C), mean_cpu(N), rstd_cpu(N);
   gpt_cpu_layernorm(out_cpu.data(), mean_cpu.data(), rstd_cpu.data(), x.data(),
                     w.data(), b.data(), N, C);
-  Dev<floatX> *dx = mk<floatX>(x), *dx2 = mk<floatX>(x2), *dw = mk<floatX>(w),
-              *db = mk<floatX>(b), out((size_t)N * C), res((size_t)N * C);
+  Dev<floatX> dx(x), dx2(x2), dw(w), db(b), out((size_t)N * C),
+      res((size_t)N * C);
   Dev<float> mean(N), rstd(N);
-  KR(k, kern_layernorm_forward(k, out.p, mean.p, rstd.p, dx->p, dw->p, db->p, N,
-                               C, E));
+  KR(k, kern_layernorm_forward(k, out.p, mean.p, rstd.p, dx.p, dw.p, db.p, N, C,
+                               E));
   cmp("layernorm_forward out " + s, down(out), out_cpu, TOL_BF16);
   /* Statistics: FP32 sums over C of the same values. */
   cmp("layernorm_forward mean " + s, down(mean), mean_cpu, TOL_F32);
@@ -322,8 +329,8 @@ static void check_layernorm(const kern_ctx *k, Rng &r, int N, int C) {
   /* Without statistics (a recomputing pass): the same out. */
   vecf out_first = down(out);
   CK(cudaMemset(out.p, 0, out.n * sizeof(floatX)));
-  KR(k, kern_layernorm_forward(k, out.p, NULL, NULL, dx->p, dw->p, db->p, N, C,
-                               E));
+  KR(k,
+     kern_layernorm_forward(k, out.p, NULL, NULL, dx.p, dw.p, db.p, N, C, E));
   check("layernorm_forward mean, rstd NULL " + s,
         same_bits(out_first, down(out)), "same out");
 
@@ -333,8 +340,8 @@ static void check_layernorm(const kern_ctx *k, Rng &r, int N, int C) {
     rcpu[i] = bf16r(x[i] + x2[i]);
   gpt_cpu_layernorm(out2.data(), m2.data(), s2.data(), rcpu.data(), w.data(),
                     b.data(), N, C);
-  KR(k, kern_residual_layernorm_forward(k, res.p, out.p, mean.p, rstd.p, dx->p,
-                                        dx2->p, dw->p, db->p, N, C, E));
+  KR(k, kern_residual_layernorm_forward(k, res.p, out.p, mean.p, rstd.p, dx.p,
+                                        dx2.p, dw.p, db.p, N, C, E));
   cmp("residual_layernorm_forward residual " + s, down(res), rcpu, TOL_BF16);
   cmp("residual_layernorm_forward out " + s, down(out), out2, TOL_BF16);
   cmp("residual_layernorm_forward rstd " + s, down(rstd), s2, TOL_F32);
@@ -343,36 +350,33 @@ static void check_layernorm(const kern_ctx *k, Rng &r, int N, int C) {
    * gradients that already hold values. */
   vecf dout = randn(r, (size_t)N * C, 0.0f, 1.0f, true);
   vecf dinp0 = randn(r, (size_t)N * C, 0.0f, 0.5f, true);
-  vecf gw0 = randn(r, C, 0.0f, 1.0f, false), gb0 = randn(r, C, 0.0f, 1.0f, false);
+  vecf gw0 = randn(r, C, 0.0f, 1.0f, false),
+       gb0 = randn(r, C, 0.0f, 1.0f, false);
   vecf dinp = dinp0, gw = gw0, gb = gb0;
   gpt_cpu_layernorm_backward(dinp.data(), gw.data(), gb.data(), dout.data(),
                              x.data(), w.data(), mean_cpu.data(),
                              rstd_cpu.data(), N, C);
-  Dev<floatX> *ddout = mk<floatX>(dout), *ddinp = mk<floatX>(dinp0);
-  Dev<float> *dgw = mk<float>(gw0), *dgb = mk<float>(gb0);
-  Dev<float> *dmean = mk<float>(mean_cpu), *drstd = mk<float>(rstd_cpu);
+  Dev<floatX> ddout(dout), ddinp(dinp0);
+  Dev<float> dgw(gw0), dgb(gb0);
+  Dev<float> dmean(mean_cpu), drstd(rstd_cpu);
   Dev<char> scratch(kern_layernorm_backward_scratch_bytes(N, C, k->sm_count));
-  KR(k, kern_layernorm_backward(k, ddinp->p, dgw->p, dgb->p, scratch.p,
-                                ddout->p, dx->p, dw->p, dmean->p, drstd->p, N,
-                                C, E));
-  vecf gw_first = down(*dgw), gb_first = down(*dgb), dinp_first = down(*ddinp);
+  KR(k, kern_layernorm_backward(k, ddinp.p, dgw.p, dgb.p, scratch.p, ddout.p,
+                                dx.p, dw.p, dmean.p, drstd.p, N, C, E));
+  vecf gw_first = down(dgw), gb_first = down(dgb), dinp_first = down(ddinp);
   /* dinp: BF16 output of a sum with cancelling terms (w*d - means). */
   cmp("layernorm_backward dinp " + s, dinp_first, dinp, TOL_PRODUCT);
   /* dw, db: FP32 sums over N rows in another order. */
   cmp("layernorm_backward dw " + s, gw_first, gw, TOL_F32_GEMM);
   cmp("layernorm_backward db " + s, gb_first, gb, TOL_F32_GEMM);
-  up(*ddinp, dinp0);
-  up(*dgw, gw0);
-  up(*dgb, gb0);
-  KR(k, kern_layernorm_backward(k, ddinp->p, dgw->p, dgb->p, scratch.p,
-                                ddout->p, dx->p, dw->p, dmean->p, drstd->p, N,
-                                C, E));
+  up(ddinp, dinp0);
+  up(dgw, gw0);
+  up(dgb, gb0);
+  KR(k, kern_layernorm_backward(k, ddinp.p, dgw.p, dgb.p, scratch.p, ddout.p,
+                                dx.p, dw.p, dmean.p, drstd.p, N, C, E));
   check("layernorm_backward deterministic " + s,
-        same_bits(gw_first, down(*dgw)) && same_bits(gb_first, down(*dgb)) &&
-            same_bits(dinp_first, down(*ddinp)),
+        same_bits(gw_first, down(dgw)) && same_bits(gb_first, down(dgb)) &&
+            same_bits(dinp_first, down(ddinp)),
         "two runs bitwise equal");
-  delete dx, delete dx2, delete dw, delete db, delete ddout, delete ddinp;
-  delete dgw, delete dgb, delete dmean, delete drstd;
 }
 
 /* y = x W + b, optionally GELU'd, and its backward (optionally through
@@ -389,10 +393,10 @@ static void check_matmul(const kern_ctx *k, Rng &r, int N, int C, int OC,
   y = pre;
   if (gelu)
     gpt_cpu_gelu(y.data(), pre.data(), y.size());
-  Dev<floatX> *dx = mk<floatX>(x), *dw = mk<floatX>(w), *db = mk<floatX>(b);
+  Dev<floatX> dx(x), dw(w), db(b);
   Dev<floatX> out((size_t)N * OC), aux((size_t)N * OC);
-  KR(k, kern_matmul_forward(k, out.p, gelu ? aux.p : NULL, dx->p, dw->p,
-                            bias ? db->p : NULL, N, C, OC, E));
+  KR(k, kern_matmul_forward(k, out.p, gelu ? aux.p : NULL, dx.p, dw.p,
+                            bias ? db.p : NULL, N, C, OC, E));
   cmp("matmul_forward out " + s, down(out), y, TOL_PRODUCT);
   if (gelu)
     cmp("matmul_forward gelu_aux " + s, down(aux), pre, TOL_PRODUCT);
@@ -408,14 +412,14 @@ static void check_matmul(const kern_ctx *k, Rng &r, int N, int C, int OC,
                           x.data(), w.data(), N, C, OC);
   if (gelu)
     gpt_cpu_gelu_backward(dinp.data(), xpre.data(), dinp.size());
-  Dev<floatX> *ddout = mk<floatX>(dout), *dxpre = mk<floatX>(xpre);
+  Dev<floatX> ddout(dout), dxpre(xpre);
   Dev<floatX> ddinp((size_t)N * C);
-  Dev<float> *dgw = mk<float>(gw0), *dgb = mk<float>(gb0);
+  Dev<float> dgw(gw0), dgb(gb0);
   Dev<char> scratch(kern_matmul_backward_scratch_bytes(N, OC, k->sm_count));
-  KR(k, kern_matmul_backward(k, ddinp.p, dgw->p, bias ? dgb->p : NULL,
-                             scratch.p, ddout->p, dx->p, dw->p,
-                             gelu ? dxpre->p : NULL, N, C, OC, E));
-  vecf gw_first = down(*dgw), gb_first = down(*dgb), di_first = down(ddinp);
+  KR(k, kern_matmul_backward(k, ddinp.p, dgw.p, bias ? dgb.p : NULL, scratch.p,
+                             ddout.p, dx.p, dw.p, gelu ? dxpre.p : NULL, N, C,
+                             OC, E));
+  vecf gw_first = down(dgw), gb_first = down(dgb), di_first = down(ddinp);
   cmp("matmul_backward dinp " + s, di_first, dinp, TOL_PRODUCT);
   cmp("matmul_backward dw " + s, gw_first, gw, TOL_F32_GEMM);
   if (bias)
@@ -423,37 +427,34 @@ static void check_matmul(const kern_ctx *k, Rng &r, int N, int C, int OC,
   else
     check("matmul_backward dbias NULL leaves it " + s, same_bits(gb_first, gb0),
           "untouched");
-  up(*dgw, gw0);
-  up(*dgb, gb0);
-  KR(k, kern_matmul_backward(k, ddinp.p, dgw->p, bias ? dgb->p : NULL,
-                             scratch.p, ddout->p, dx->p, dw->p,
-                             gelu ? dxpre->p : NULL, N, C, OC, E));
+  up(dgw, gw0);
+  up(dgb, gb0);
+  KR(k, kern_matmul_backward(k, ddinp.p, dgw.p, bias ? dgb.p : NULL, scratch.p,
+                             ddout.p, dx.p, dw.p, gelu ? dxpre.p : NULL, N, C,
+                             OC, E));
   check("matmul_backward deterministic " + s,
-        same_bits(gw_first, down(*dgw)) && same_bits(gb_first, down(*dgb)) &&
+        same_bits(gw_first, down(dgw)) && same_bits(gb_first, down(dgb)) &&
             same_bits(di_first, down(ddinp)),
         "two runs bitwise equal");
-  delete dx, delete dw, delete db, delete ddout, delete dxpre, delete dgw,
-      delete dgb;
 }
 
 static void check_elementwise(const kern_ctx *k, Rng &r, size_t n) {
   std::string s = shape("n=%zu", n);
   vecf a = randn(r, n, 0.0f, 2.0f, true), b = randn(r, n, 0.0f, 1.0f, true);
-  Dev<floatX> *da = mk<floatX>(a), *dbb = mk<floatX>(b), out(n);
+  Dev<floatX> da(a), dbb(b), out(n);
   vecf want(n);
   gpt_cpu_gelu(want.data(), a.data(), n);
-  KR(k, kern_gelu_forward(k, out.p, da->p, n, E));
+  KR(k, kern_gelu_forward(k, out.p, da.p, n, E));
   cmp("gelu_forward " + s, down(out), want, TOL_BF16);
   want = b;
   gpt_cpu_gelu_backward(want.data(), a.data(), n);
-  KR(k, kern_gelu_backward(k, dbb->p, da->p, n, E));
-  cmp("gelu_backward " + s, down(*dbb), want, TOL_BF16);
-  up(*dbb, b);
+  KR(k, kern_gelu_backward(k, dbb.p, da.p, n, E));
+  cmp("gelu_backward " + s, down(dbb), want, TOL_BF16);
+  up(dbb, b);
   for (size_t i = 0; i < n; i++)
     want[i] = a[i] + b[i];
-  KR(k, kern_residual_forward(k, out.p, da->p, dbb->p, n, E));
+  KR(k, kern_residual_forward(k, out.p, da.p, dbb.p, n, E));
   cmp("residual_forward " + s, down(out), want, TOL_BF16);
-  delete da, delete dbb;
 }
 
 /* The CPU's lse from its probabilities: lse_i = s_ij - log p_ij at the
@@ -488,9 +489,9 @@ static void check_attention(const kern_ctx *k, Rng &r, int B, int T, int C,
   gpt_cpu_attention_forward(out_cpu.data(), att.data(), qkv.data(), B, T, C,
                             NH);
   vecf lse_cpu = cpu_lse(qkv, att, B, T, C, NH);
-  Dev<floatX> *dqkv = mk<floatX>(qkv), out(n), dq(n3), dq2(n3);
+  Dev<floatX> dqkv(qkv), out(n), dq(n3), dq2(n3);
   Dev<float> lse((size_t)B * NH * T);
-  KR(k, kern_attention_forward(k, out.p, lse.p, dqkv->p, B, T, C, NH, E));
+  KR(k, kern_attention_forward(k, out.p, lse.p, dqkv.p, B, T, C, NH, E));
   /* out: BF16 of an FP32 weighted mean of V rows. */
   cmp("attention_forward out " + s, down(out), out_cpu, TOL_BF16);
   /* lse: FP32 on the same inputs (exp/log of another library). */
@@ -500,12 +501,12 @@ static void check_attention(const kern_ctx *k, Rng &r, int B, int T, int C,
   vecf datt((size_t)B * NH * T * T);
   gpt_cpu_attention_backward(dqkv_cpu.data(), datt.data(), dout.data(),
                              qkv.data(), att.data(), B, T, C, NH);
-  Dev<floatX> *ddout = mk<floatX>(dout);
+  Dev<floatX> ddout(dout);
   Dev<char> scratch(kern_attention_backward_scratch_bytes(B, T, C, NH));
   /* The GPU's own out and lse, as the backend passes them. D = rowsum(dout
    * * out) then comes from BF16 out: with the BF16 output rounding, a
    * product tolerance. */
-  KR(k, kern_attention_backward(k, dq.p, scratch.p, ddout->p, dqkv->p, out.p,
+  KR(k, kern_attention_backward(k, dq.p, scratch.p, ddout.p, dqkv.p, out.p,
                                 lse.p, B, T, C, NH, E));
   vecf g = down(dq);
   /* Each of q, k, v separately: their scales differ. */
@@ -520,11 +521,10 @@ static void check_attention(const kern_ctx *k, Rng &r, int B, int T, int C,
     cmp(std::string("attention_backward ") + names[part] + " " + s, gp, cp,
         TOL_PRODUCT);
   }
-  KR(k, kern_attention_backward(k, dq2.p, scratch.p, ddout->p, dqkv->p, out.p,
+  KR(k, kern_attention_backward(k, dq2.p, scratch.p, ddout.p, dqkv.p, out.p,
                                 lse.p, B, T, C, NH, E));
   check("attention_backward deterministic " + s, same_bits(g, down(dq2)),
         "two runs bitwise equal");
-  delete dqkv, delete ddout;
 }
 
 static void check_classifier(const kern_ctx *k, Rng &r, int N, int V, int Vp) {
@@ -543,18 +543,18 @@ static void check_classifier(const kern_ctx *k, Rng &r, int N, int V, int Vp) {
                                logits.data(), u.data(), N, V, Vp);
   const float dloss = 1.0f / N;
   gpt_cpu_crossentropy_backward(probs.data(), u.data(), dloss, N, V, Vp);
-  Dev<floatX> *dl = mk<floatX>(logits);
+  Dev<floatX> dl(logits);
   Dev<int> dt(N);
   up(dt, tg);
   Dev<float> dloss_out(N);
   /* Loss only: logits untouched. */
-  KR(k, kern_fused_classifier(k, dl->p, dloss_out.p, dt.p, 0.0f, N, V, Vp, E));
+  KR(k, kern_fused_classifier(k, dl.p, dloss_out.p, dt.p, 0.0f, N, V, Vp, E));
   cmp("fused_classifier losses (dloss=0) " + s, down(dloss_out), losses,
       TOL_F32);
   check("fused_classifier dloss=0 leaves logits " + s,
-        same_bits(down(*dl), logits), "bitwise unchanged");
-  KR(k, kern_fused_classifier(k, dl->p, dloss_out.p, dt.p, dloss, N, V, Vp, E));
-  vecf g = down(*dl);
+        same_bits(down(dl), logits), "bitwise unchanged");
+  KR(k, kern_fused_classifier(k, dl.p, dloss_out.p, dt.p, dloss, N, V, Vp, E));
+  vecf g = down(dl);
   cmp("fused_classifier losses " + s, down(dloss_out), losses, TOL_F32);
   /* dlogits: BF16 of dloss * (p - onehot). */
   cmp("fused_classifier dlogits " + s, g, probs, TOL_BF16);
@@ -589,22 +589,21 @@ static void check_reductions(const kern_ctx *k, Rng &r, size_t n) {
     sum += x[i];
     sabs += fabs(x[i]);
   }
-  Dev<float> *dx = mk<float>(x), out(1), out2(1);
+  Dev<float> dx(x), out(1), out2(1);
   Dev<char> scratch(kern_norm_scratch_bytes(n, k->sm_count));
-  KR(k, kern_sum_squares(k, out.p, scratch.p, dx->p, n, E));
-  KR(k, kern_sum_squares(k, out2.p, scratch.p, dx->p, n, E));
+  KR(k, kern_sum_squares(k, out.p, scratch.p, dx.p, n, E));
+  KR(k, kern_sum_squares(k, out2.p, scratch.p, dx.p, n, E));
   vecf a = down(out);
   /* Against a double sum: FP32 partial sums of ~n/2^18 terms each. */
   cmp("sum_squares " + s, a, vecf(1, (float)ss), TOL_F32);
   check("sum_squares deterministic " + s, same_bits(a, down(out2)),
         "two runs bitwise equal");
-  KR(k, kern_mean(k, out.p, scratch.p, dx->p, n, E));
+  KR(k, kern_mean(k, out.p, scratch.p, dx.p, n, E));
   /* The mean can be near 0: its error relative to mean |x|. */
   double d = fabs((double)down(out)[0] - sum / n) / (sabs / n);
   char buf[96];
   snprintf(buf, sizeof buf, "|gpu-cpu| / mean|x| %.2e (tol %.0e)", d, TOL_F32);
   check("mean " + s, d <= TOL_F32, buf);
-  delete dx;
 }
 
 /* Optimizers against optim_step on the same state: the same formulas and
@@ -625,10 +624,9 @@ static void check_optim(const kern_ctx *k, Rng &r, optim_kind kind, int decay,
   optim_group gr = {0, n, decay};
   optim *o = NULL;
   char err[256];
-  if (optim_create(&cfg, n, &gr, 1, &o, err, sizeof err)) {
-    fprintf(stderr, "kernel_check: %s\n", err);
-    exit(1);
-  }
+  if (optim_create(&cfg, n, &gr, 1, &o, err, sizeof err))
+    throw check_abort(err);
+  std::unique_ptr<optim, void (*)(optim *)> own(o, optim_destroy);
   const uint64_t t = 7; /* a step past the first: moments matter */
   const float lr = kind == OPTIM_ADAMW ? 6e-4f : 1e-4f, gscale = 0.5f;
   vecf p = randn(r, n, 0.0f, 0.05f, false), g = randn(r, n, 0.0f, 0.01f, false);
@@ -645,23 +643,22 @@ static void check_optim(const kern_ctx *k, Rng &r, optim_kind kind, int decay,
     memcpy(st + n, v.data(), n * sizeof(float));
   optim_set_t(o, t - 1);
   optim_step(o, pc.data(), gs.data(), lr);
-  vecf mc(st, st + n), vc = kind == OPTIM_ADAMW ? vecf(st + n, st + 2 * n) : vecf();
+  vecf mc(st, st + n),
+      vc = kind == OPTIM_ADAMW ? vecf(st + n, st + 2 * n) : vecf();
 
-  Dev<float> *dp = mk<float>(p), *dg = mk<float>(g), *dm = mk<float>(m),
-             *dv = mk<float>(v);
+  Dev<float> dp(p), dg(g), dm(m), dv(v);
   Dev<floatX> pb(n);
   const float wd = decay ? cfg.weight_decay : 0.0f;
   if (kind == OPTIM_ADAMW) {
     float c1 = (float)(1.0 - pow(optim_as_written(cfg.beta1), (double)t));
     float c2 = (float)(1.0 - pow(optim_as_written(cfg.beta2), (double)t));
-    KR(k, kern_adamw_update(k, dp->p, pb.p, dm->p, dv->p, dg->p, n, lr,
-                            cfg.beta1, cfg.beta2, c1, c2, cfg.eps, wd, gscale,
-                            E));
+    KR(k, kern_adamw_update(k, dp.p, pb.p, dm.p, dv.p, dg.p, n, lr, cfg.beta1,
+                            cfg.beta2, c1, c2, cfg.eps, wd, gscale, E));
   } else {
-    KR(k, kern_lion_update(k, dp->p, pb.p, dm->p, dg->p, n, lr, cfg.beta1,
+    KR(k, kern_lion_update(k, dp.p, pb.p, dm.p, dg.p, n, lr, cfg.beta1,
                            cfg.beta2, wd, gscale, E));
   }
-  vecf pg = down(*dp);
+  vecf pg = down(dp);
   /* The update is ~lr of p: compare the change, not p, so that the
    * tolerance means something. AdamW: the bias corrections arrive rounded
    * to float (1 ulp of the step size, 1e-7), so 1e-6 of the update. */
@@ -672,9 +669,9 @@ static void check_optim(const kern_ctx *k, Rng &r, optim_kind kind, int decay,
   }
   double tol = kind == OPTIM_ADAMW ? 1e-6 : 0.0;
   cmp(std::string(name) + " update " + s, dgpu, dcpu, tol);
-  cmp(std::string(name) + " m " + s, down(*dm), mc, 0.0);
+  cmp(std::string(name) + " m " + s, down(dm), mc, 0.0);
   if (kind == OPTIM_ADAMW)
-    cmp(std::string(name) + " v " + s, down(*dv), vc, 0.0);
+    cmp(std::string(name) + " v " + s, down(dv), vc, 0.0);
   vecf want(n);
   for (size_t i = 0; i < n; i++)
     want[i] = bf16r(pg[i]);
@@ -682,12 +679,9 @@ static void check_optim(const kern_ctx *k, Rng &r, optim_kind kind, int decay,
         "round to nearest even of master");
   if (kind == OPTIM_ADAMW)
     expect_error("adamw_update refuses b1_corr = 0 (step 0)",
-                 kern_adamw_update(k, dp->p, pb.p, dm->p, dv->p, dg->p, n, lr,
-                                   0.9f, 0.95f, 0.0f, 0.1f, 1e-8f, 0.0f, 1.0f,
-                                   E),
+                 kern_adamw_update(k, dp.p, pb.p, dm.p, dv.p, dg.p, n, lr, 0.9f,
+                                   0.95f, 0.0f, 0.1f, 1e-8f, 0.0f, 1.0f, E),
                  "kern_adamw_update");
-  optim_destroy(o);
-  delete dp, delete dg, delete dm, delete dv;
 }
 
 static void check_shape_errors(const kern_ctx *k) {
@@ -702,10 +696,29 @@ static void check_shape_errors(const kern_ctx *k) {
   expect_error("matmul_forward refuses N=0",
                kern_matmul_forward(k, a.p, NULL, a.p, a.p, NULL, 0, 8, 8, E),
                "kern_matmul_forward");
-  expect_error("layernorm_forward refuses C<0",
-               kern_layernorm_forward(k, a.p, f.p, f.p, a.p, a.p, a.p, 4, -1,
-                                      E),
-               "kern_layernorm_forward");
+  expect_error(
+      "layernorm_forward refuses C<0",
+      kern_layernorm_forward(k, a.p, f.p, f.p, a.p, a.p, a.p, 4, -1, E),
+      "kern_layernorm_forward");
+}
+
+/* Runs one group of checks; an abort counts as one failure. After an
+ * error inside a kernel the CUDA context is unusable, and nothing after
+ * it could pass: then the program stops. */
+static void run(const std::function<void()> &f) {
+  try {
+    f();
+  } catch (const check_abort &e) {
+    printf("FAIL %s\n", e.what());
+    g_fail++;
+    cudaError_t st = cudaDeviceSynchronize();
+    if (st != cudaSuccess) {
+      printf("kernel_check: the CUDA context is lost (%s); stopping: %d "
+             "passed, %d failed\n",
+             cudaGetErrorString(st), g_pass, g_fail);
+      exit(1);
+    }
+  }
 }
 
 int main(int argc, char **argv) {
@@ -723,7 +736,10 @@ int main(int argc, char **argv) {
     return 0;
   }
   cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
+  if ((e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) {
+    fprintf(stderr, "kernel_check: %s\n", cudaGetErrorString(e));
+    return 2;
+  }
   printf("kernel_check on %s (sm_%d%d, %d SMs)\n", prop.name, prop.major,
          prop.minor, prop.multiProcessorCount);
   kern_ctx k, knd;
@@ -733,45 +749,57 @@ int main(int argc, char **argv) {
   }
   Rng r(20261121);
 
-  check_conversions(&k, r);
-  /* GPT-2 shapes (B=4, T=64, C=768, V=50257 padded to 50304) and odd
-   * ones (C=96, C=100 not a multiple of 8, T=77 not a multiple of the
-   * tiles). */
-  check_encoder(&k, &knd, r, 4, 64, 768, 50257, 50304);
-  check_encoder(&k, &knd, r, 3, 77, 96, 1000, 1024);
-  check_layernorm(&k, r, 4 * 64, 768);
-  check_layernorm(&k, r, 3 * 77, 96);
-  check_layernorm(&k, r, 37, 100);
-  check_matmul(&k, r, 4 * 64, 768, 3 * 768, true, false, "");  /* qkv */
-  check_matmul(&k, r, 4 * 64, 768, 4 * 768, true, true, "");   /* fc */
-  check_matmul(&k, r, 4 * 64, 4 * 768, 768, true, false, "");  /* fcproj */
-  check_matmul(&k, r, 4 * 64, 768, 50304, false, false, "");   /* lm head */
-  check_matmul(&k, r, 3 * 77, 96, 384, true, true, "");
-  check_matmul(&k, r, 3 * 77, 96, 100, false, false, "");
+  run([&] { check_conversions(&k, r); });
+  /* GPT-2 124M's shapes (B=4, T=64, C=768, NH=12, V=50257 padded to
+   * 50304) and odd ones: C=96 and C=100 (not a multiple of 8: LayerNorm's
+   * scalar path), T=77 and T=33 (not multiples of the attention tiles),
+   * head sizes 32, 48 and 128. */
+  run([&] { check_encoder(&k, &knd, r, 4, 64, 768, 50257, 50304); });
+  run([&] { check_encoder(&k, &knd, r, 3, 77, 96, 1000, 1024); });
+  run([&] { check_layernorm(&k, r, 4 * 64, 768); });
+  run([&] { check_layernorm(&k, r, 3 * 77, 96); });
+  run([&] { check_layernorm(&k, r, 37, 100); });
+  /* A block's four products (qkv, fc with GELU, fcproj, attproj is
+   * qkv's shape transposed), the LM head, and odd widths. */
+  struct mm {
+    int N, C, OC;
+    bool bias, gelu;
+  };
+  static const mm mms[] = {
+      {256, 768, 2304, true, false}, {256, 768, 3072, true, true},
+      {256, 3072, 768, true, false}, {256, 768, 50304, false, false},
+      {231, 96, 384, true, true},    {231, 96, 100, false, false}};
+  for (const mm &m : mms)
+    run([&] { check_matmul(&k, r, m.N, m.C, m.OC, m.bias, m.gelu, ""); });
   /* The GELU epilogues' fallback (separate GELU kernels). */
   setenv("DAGRUN_CUDA_NO_GELU_EPILOGUE", "1", 1);
-  check_matmul(&k, r, 4 * 64, 768, 4 * 768, true, true, " (no epilogue)");
-  check_matmul(&k, r, 3 * 77, 96, 384, false, true, " (no epilogue)");
+  for (const mm &m : mms)
+    if (m.gelu)
+      run([&] {
+        check_matmul(&k, r, m.N, m.C, m.OC, m.bias, true, " (no epilogue)");
+      });
   unsetenv("DAGRUN_CUDA_NO_GELU_EPILOGUE");
-  check_elementwise(&k, r, 4 * 64 * 3072 + 5);
-  check_attention(&k, r, 4, 64, 768, 12);
-  check_attention(&k, r, 4, 128, 768, 12);
-  check_attention(&k, r, 2, 77, 96, 2);   /* hs=48, T not a tile multiple */
-  check_attention(&k, r, 1, 100, 256, 2); /* hs=128 */
-  check_attention(&k, r, 2, 33, 96, 3);   /* hs=32 */
-  if (!quick)
-    check_attention(&k, r, 4, 1024, 768, 12);
-  check_classifier(&k, r, 4 * 64, 50257, 50304);
-  check_classifier(&k, r, 37, 1000, 1024);
-  check_classifier_errors(&k);
-  check_reductions(&k, r, 1);
-  check_reductions(&k, r, 1000);
-  check_reductions(&k, r, 124475904 / 8 + 7);
-  check_optim(&k, r, OPTIM_ADAMW, 1, 1000003);
-  check_optim(&k, r, OPTIM_ADAMW, 0, 4097);
-  check_optim(&k, r, OPTIM_LION, 1, 1000003);
-  check_optim(&k, r, OPTIM_LION, 0, 4097);
-  check_shape_errors(&k);
+  run([&] { check_elementwise(&k, r, 4 * 64 * 3072 + 5); });
+  struct att {
+    int B, T, C, NH;
+  };
+  static const att atts[] = {{4, 64, 768, 12}, {4, 128, 768, 12},
+                             {2, 77, 96, 2},   {1, 100, 256, 2},
+                             {2, 33, 96, 3},   {4, 1024, 768, 12}};
+  for (const att &a : atts)
+    if (!quick || a.T < 1024)
+      run([&] { check_attention(&k, r, a.B, a.T, a.C, a.NH); });
+  run([&] { check_classifier(&k, r, 4 * 64, 50257, 50304); });
+  run([&] { check_classifier(&k, r, 37, 1000, 1024); });
+  run([&] { check_classifier_errors(&k); });
+  /* Reductions up to GPT-2 124M's parameter count / 8. */
+  for (size_t n : {(size_t)1, (size_t)1000, (size_t)15559495})
+    run([&] { check_reductions(&k, r, n); });
+  for (optim_kind kind : {OPTIM_ADAMW, OPTIM_LION}) {
+    run([&] { check_optim(&k, r, kind, 1, 1000003); });
+    run([&] { check_optim(&k, r, kind, 0, 4097); });
+  }
+  run([&] { check_shape_errors(&k); });
 
   kern_ctx_destroy(&knd);
   kern_ctx_destroy(&k);
