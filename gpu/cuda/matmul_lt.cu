@@ -60,6 +60,16 @@ typedef struct lt_mm {
     }                                                                          \
   } while (0)
 
+/* The alignment of p in bytes, up to cuBLASLt's default assumption of
+ * 256: its heuristic would otherwise pick algorithms that need 256-byte
+ * aligned matrices, and a caller may pass a slice of a larger buffer. */
+static uint32_t lt_alignment(const void *p) {
+  uint32_t a = 256;
+  while (a > 1 && (uintptr_t)p % a != 0)
+    a /= 2;
+  return a;
+}
+
 /* One cublasLtMatmul. 0 done; 1 cuBLASLt has no algorithm for it (nothing
  * ran, err untouched: the caller may fall back); -1 error in err. */
 static int lt_matmul(const kern_ctx *k, const lt_mm *p, const char *op,
@@ -75,6 +85,8 @@ static int lt_matmul(const kern_ctx *k, const lt_mm *p, const char *op,
   const cudaDataType_t dtype = p->d_f32 ? CUDA_R_32F : CUDA_R_16BF;
   const float alpha = 1.0f, beta = p->d_f32 ? 1.0f : 0.0f;
   const size_t ws = k->lt_workspace_bytes;
+  const uint32_t align_a = lt_alignment(p->A), align_b = lt_alignment(p->B);
+  const uint32_t align_d = lt_alignment(p->D);
 
   LT_TRY(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
@@ -103,6 +115,18 @@ static int lt_matmul(const kern_ctx *k, const lt_mm *p, const char *op,
   LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
   LT_TRY(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  LT_TRY(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+      sizeof align_a));
+  LT_TRY(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+      sizeof align_b));
+  LT_TRY(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
+      sizeof align_d));
+  LT_TRY(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+      sizeof align_d));
   {
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
         k->lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);

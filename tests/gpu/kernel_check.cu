@@ -438,6 +438,24 @@ static void check_matmul(const kern_ctx *k, Rng &r, int N, int C, int OC,
         "two runs bitwise equal");
 }
 
+/* Operands that are slices of larger buffers, one row in (C=100: the
+ * input starts 200 bytes in, 8-byte aligned): cuBLASLt must be told, or
+ * it may pick an algorithm that needs 256-byte alignment. */
+static void check_matmul_slices(const kern_ctx *k, Rng &r) {
+  const int N = 64, C = 100, OC = 72;
+  std::string s = shape("N=%d C=%d OC=%d at row 1 of their buffers", N, C, OC);
+  vecf x = randn(r, (size_t)(N + 1) * C, 0.0f, 1.0f, true);
+  vecf w = randn(r, (size_t)C * OC, 0.0f, 0.05f, true);
+  vecf b = randn(r, OC, 0.0f, 0.5f, true), y((size_t)N * OC);
+  gpt_cpu_matmul_forward(y.data(), x.data() + C, w.data(), b.data(), N, C, OC);
+  Dev<floatX> dx(x), dw(w), db(b), out((size_t)(N + 1) * OC);
+  KR(k, kern_matmul_forward(k, out.p + OC, NULL, dx.p + C, dw.p, db.p, N, C, OC,
+                            E));
+  vecf got = down(out);
+  cmp("matmul_forward out " + s, vecf(got.begin() + OC, got.end()), y,
+      TOL_PRODUCT);
+}
+
 static void check_elementwise(const kern_ctx *k, Rng &r, size_t n) {
   std::string s = shape("n=%zu", n);
   vecf a = randn(r, n, 0.0f, 2.0f, true), b = randn(r, n, 0.0f, 1.0f, true);
@@ -779,6 +797,7 @@ int main(int argc, char **argv) {
         check_matmul(&k, r, m.N, m.C, m.OC, m.bias, true, " (no epilogue)");
       });
   unsetenv("DAGRUN_CUDA_NO_GELU_EPILOGUE");
+  run([&] { check_matmul_slices(&k, r); });
   run([&] { check_elementwise(&k, r, 4 * 64 * 3072 + 5); });
   struct att {
     int B, T, C, NH;
