@@ -22,12 +22,12 @@
  * type (BF16), cuBLASLt's default, so their type attributes stay unset.
  * The GELU aux leading dimension must be a multiple of 8.
  *
- * Fallbacks: where cuBLASLt has no algorithm for the GELU_AUX(_BIAS) or
- * DGELU epilogue (heuristic finds none, e.g. a channel count that is not
- * a multiple of 8, or a cuBLASLt without the epilogue for BF16), the
- * product runs without it and GELU (or its gradient) runs as its own
- * kernel: the same result, one more pass over memory. The environment
- * variable DAGRUN_CUDA_NO_GELU_EPILOGUE=1 forces that path (tests).
+ * Fallbacks: where the GELU aux leading dimension is not a multiple of 8,
+ * or cuBLASLt has no algorithm for the GELU_AUX(_BIAS) or DGELU epilogue
+ * (its heuristic finds none), the product runs without it and GELU (or its
+ * gradient) runs as its own kernel: the same result, one more pass over memory.
+ * The environment variable DAGRUN_CUDA_NO_GELU_EPILOGUE=1 forces that path
+ * (tests).
  *
  * The bias gradient is kc_colsum (layernorm.cu): FP32, fixed order.
  * Determinism: cuBLAS documents bit-wise identical results from run to
@@ -198,7 +198,7 @@ int kern_matmul_forward(const kern_ctx *k, floatX *out, floatX *gelu_aux,
   p.D = out, p.ldd = OC;
   p.bias = bias;
   p.epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-  if (gelu_aux && gelu_epilogue_allowed()) {
+  if (gelu_aux && gelu_epilogue_allowed() && OC % 8 == 0) {
     p.epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     p.aux = gelu_aux, p.aux_ld = OC;
     int rc = lt_matmul(k, &p, op, err, errlen);
@@ -240,7 +240,7 @@ int kern_matmul_backward(const kern_ctx *k, floatX *dinp, float *dw,
   p.D = dinp, p.ldd = C;
   p.epi = CUBLASLT_EPILOGUE_DEFAULT;
   int rc = 1;
-  if (gelu_aux && gelu_epilogue_allowed()) {
+  if (gelu_aux && gelu_epilogue_allowed() && C % 8 == 0) {
     p.epi = CUBLASLT_EPILOGUE_DGELU;
     p.aux = (floatX *)gelu_aux, p.aux_ld = C;
     rc = lt_matmul(k, &p, op, err, errlen);

@@ -777,16 +777,20 @@ int main(int argc, char **argv) {
   run([&] { check_layernorm(&k, r, 4 * 64, 768); });
   run([&] { check_layernorm(&k, r, 3 * 77, 96); });
   run([&] { check_layernorm(&k, r, 37, 100); });
-  /* A block's four products (qkv, fc with GELU, fcproj, attproj is
-   * qkv's shape transposed), the LM head, and odd widths. */
+  /* A block's products (qkv, fc with GELU, fcproj; attproj is a smaller
+   * one of the same kind), the LM head (no bias), and odd widths. */
   struct mm {
     int N, C, OC;
     bool bias, gelu;
   };
   static const mm mms[] = {
-      {256, 768, 2304, true, false}, {256, 768, 3072, true, true},
-      {256, 3072, 768, true, false}, {256, 768, 50304, false, false},
-      {231, 96, 384, true, true},    {231, 96, 100, false, false}};
+      {256, 768, 2304, true, false},
+      {256, 768, 3072, true, true},
+      {256, 3072, 768, true, false},
+      {256, 768, 50304, false, false},
+      {231, 96, 384, true, true},
+      {231, 100, 100, true, true}, /* aux ld 100: no epilogue */
+      {231, 96, 100, false, false}};
   for (const mm &m : mms)
     run([&] { check_matmul(&k, r, m.N, m.C, m.OC, m.bias, m.gelu, ""); });
   /* The GELU epilogues' fallback (separate GELU kernels). */
