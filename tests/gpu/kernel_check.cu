@@ -718,6 +718,25 @@ static void check_shape_errors(const kern_ctx *k) {
       "layernorm_forward refuses C<0",
       kern_layernorm_forward(k, a.p, f.p, f.p, a.p, a.p, a.p, 4, -1, E),
       "kern_layernorm_forward");
+  expect_error("layernorm_backward refuses N<0",
+               kern_layernorm_backward(k, a.p, f.p, f.p, f.p, a.p, a.p, a.p,
+                                       f.p, f.p, -1, 8, E),
+               "kern_layernorm_backward");
+  /* Refused before anything runs: the pointers are never used. */
+  expect_error("attention_forward refuses B*NH > 65535",
+               kern_attention_forward(k, a.p, f.p, a.p, 65536, 4, 64, 1, E),
+               "kern_attention_forward");
+  expect_error("matmul_backward refuses more than 65535 row chunks (dbias)",
+               kern_matmul_backward(k, a.p, f.p, f.p, f.p, a.p, a.p, a.p, NULL,
+                                    65535 * 128 + 1, 8, 8, E),
+               "kern_matmul_backward");
+  static const int ids_host[4] = {0, 1, 2, 3};
+  expect_error("encoder_backward refuses host ids without scratch",
+               kern_encoder_backward(k, f.p, f.p, NULL, a.p, (const int *)f.p,
+                                     ids_host, 1, 4, 8, E),
+               "kern_encoder_backward");
+  expect_error("mean refuses n=0", kern_mean(k, f.p, f.p, f.p, 0, E),
+               "kern_mean");
 }
 
 /* Runs one group of checks; an abort counts as one failure. After an
