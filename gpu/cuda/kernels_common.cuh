@@ -115,7 +115,7 @@ __device__ __forceinline__ float kc_gelu_grad(float x) {
 }
 
 /* 8 BF16 in one 128-bit load or store (p 16-byte aligned). */
-struct kc_x8 {
+struct alignas(16) kc_x8 {
   floatX v[8];
 };
 __device__ __forceinline__ kc_x8 kc_load8(const floatX *p) {
