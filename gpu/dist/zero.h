@@ -102,6 +102,11 @@ typedef struct zero_memory {
   /* The issue's mixed-precision Adam formula, for reference: 16Psi,
    * 4Psi + 12Psi/N, 2Psi + 14Psi/N, 16Psi/N. */
   uint64_t f_mixed;
+  /* The most parameter bytes held during a step, by the formula: stage 3
+   * the shard and the most gathered groups at once (zero.c's
+   * peak_groups: the group in use and the next, prefetched), stages 0-2
+   * f_params. Compare peak_params. */
+  uint64_t f_peak_params;
 } zero_memory;
 void zero_memory_get(const zero *z, zero_memory *out);
 

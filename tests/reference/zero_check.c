@@ -254,10 +254,11 @@ int main(int argc, char **argv) {
     printf("mem stage %d world %d psi %" PRIu64 " params %" PRIu64
            " grads %" PRIu64 " optim %" PRIu64 " peak_params %" PRIu64
            " peak_grads %" PRIu64 " comm %" PRIu64 " f_params %" PRIu64
-           " f_grads %" PRIu64 " f_optim %" PRIu64 " f_mixed %" PRIu64 "\n",
+           " f_grads %" PRIu64 " f_optim %" PRIu64 " f_mixed %" PRIu64
+           " f_peak_params %" PRIu64 "\n",
            zm.stage, zm.world, zm.n_params, zm.params, zm.grads, zm.optim,
            zm.peak_params, zm.peak_grads, zm.comm, zm.f_params, zm.f_grads,
-           zm.f_optim, zm.f_mixed);
+           zm.f_optim, zm.f_mixed, zm.f_peak_params);
     printf("step_ms %.3f\n", t_n ? t_sum / t_n : 0.0);
     uint64_t h = 1469598103934665603ULL;
     const unsigned char *p = (const unsigned char *)w;
