@@ -6,7 +6,8 @@
  *   mpirun -np N zero_check --stage S --micro B [--steps 20]
  *       [--bucket FLOATS] [--no-overlap] [--save-at K --ckpt PARENT]
  *       [--load DIR] [--dump FILE] [--layers L --width C]
- *   zero_check --compare A B      (two dumps: max abs and relative diff)
+ *   zero_check [--layers L --width C] --compare A B
+ *       (two dumps of that model: max abs and relative diff)
  *
  * Model (--layers and --width change it, for timings): 2 layers, 4 heads, width
  * 32, context 16, vocab 64, gpt_init seed 1234; AdamW (0.9, 0.95, eps 1e-8,
@@ -145,12 +146,16 @@ static int compare(const char *a, const char *b) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 4 && strcmp(argv[1], "--compare") == 0)
-    return compare(argv[2], argv[3]);
   zero_config zc = {0};
   int B = 0, steps = 20, save_at = -1;
   const char *ckdir = NULL, *load = NULL, *dump = NULL;
+  const char *cmp_a = NULL, *cmp_b = NULL;
   for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--compare") == 0 && i + 2 < argc) {
+      cmp_a = argv[++i];
+      cmp_b = argv[++i];
+      continue;
+    }
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--no-overlap") == 0) {
       zc.no_overlap = 1;
@@ -186,6 +191,8 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  if (cmp_a)
+    return compare(cmp_a, cmp_b);
   if (B < 1 || (save_at >= 0 && !ckdir)) {
     fprintf(stderr, "zero_check: --micro B >= 1 needed (and --ckpt with "
                     "--save-at)\n");
