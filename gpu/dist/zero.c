@@ -940,6 +940,39 @@ static int load_ranges(const char *dir, cJSON *ranks, size_t k, size_t P,
   return 0;
 }
 
+/* The manifest of the sharded checkpoint dir, checked against a model of
+ * P parameters and an optimizer of that kind: *root (caller deletes)
+ * holds *ranks, *t the optimizer's step count, *step the checkpoint's. */
+static int read_manifest(const char *dir, size_t P, optim_kind kind,
+                         cJSON **root, cJSON **ranks, uint64_t *t,
+                         int64_t *step, char *err, size_t errlen) {
+  char *txt = NULL;
+  *root = NULL;
+  if (ckpt_read_state(dir, step, &txt, err, errlen) != 0)
+    return -1;
+  *root = cJSON_Parse(txt);
+  free(txt);
+  cJSON *zo = cJSON_GetObjectItem(*root, "zero");
+  cJSON *jP = cJSON_GetObjectItem(zo, "n_params");
+  cJSON *on = cJSON_GetObjectItem(zo, "optim");
+  cJSON *jt = cJSON_GetObjectItem(zo, "t");
+  *ranks = cJSON_GetObjectItem(zo, "ranks");
+  if (!cJSON_IsNumber(jP) || !cJSON_IsString(on) || !cJSON_IsNumber(jt) ||
+      !cJSON_IsArray(*ranks)) {
+    snprintf(err, errlen, "zero: %s is not a ZeRO checkpoint", dir);
+    return -1;
+  }
+  if ((size_t)jP->valuedouble != P || strcmp(on->valuestring, optim_name(kind)) != 0) {
+    snprintf(err, errlen,
+             "zero: %s holds %.0f parameters and %s state; this model has "
+             "%zu and %s",
+             dir, jP->valuedouble, on->valuestring, P, optim_name(kind));
+    return -1;
+  }
+  *t = (uint64_t)jt->valuedouble;
+  return 0;
+}
+
 int zero_load(zero *z, const char *dir, int64_t *step, char *err,
               size_t errlen) {
   int rc = 0;
@@ -947,43 +980,69 @@ int zero_load(zero *z, const char *dir, int64_t *step, char *err,
     rc = ckpt_verify(dir, err, errlen);
   if (!all_ok(z, rc, err, errlen))
     return -1;
-  char *txt = NULL;
-  cJSON *root = NULL;
-  rc = ckpt_read_state(dir, step, &txt, err, errlen);
+  cJSON *root, *ranks;
+  uint64_t t;
+  rc = read_manifest(dir, z->P, z->oc.kind, &root, &ranks, &t, step, err,
+                     errlen);
   if (rc == 0) {
-    root = cJSON_Parse(txt);
-    cJSON *zo = cJSON_GetObjectItem(root, "zero");
-    cJSON *P = cJSON_GetObjectItem(zo, "n_params");
-    cJSON *on = cJSON_GetObjectItem(zo, "optim");
-    cJSON *t = cJSON_GetObjectItem(zo, "t");
-    cJSON *ranks = cJSON_GetObjectItem(zo, "ranks");
-    if (!cJSON_IsNumber(P) || !cJSON_IsString(on) || !cJSON_IsNumber(t) ||
-        !cJSON_IsArray(ranks)) {
-      snprintf(err, errlen, "zero: %s is not a ZeRO checkpoint", dir);
-      rc = -1;
-    } else if ((size_t)P->valuedouble != z->P ||
-               strcmp(on->valuestring, optim_name(z->oc.kind)) != 0) {
-      snprintf(err, errlen,
-               "zero: %s holds %.0f parameters and %s state; this model has "
-               "%zu and %s",
-               dir, P->valuedouble, on->valuestring, z->P,
-               optim_name(z->oc.kind));
-      rc = -1;
-    } else {
-      float *base;
-      size_t stride;
-      state_view(z, &base, &stride);
-      /* Stages 0-2 hold every parameter, stage 3 its pieces. */
-      zrange all = {0, z->P, 0, z->P};
-      int s3 = z->cfg.stage == 3;
-      rc = load_ranges(dir, ranks, z->k, z->P, param_base(z),
-                       s3 ? z->rg : &all, s3 ? z->nrg : 1, base, z->rg,
-                       z->nrg, stride, err, errlen);
-      if (rc == 0)
-        optim_set_t(z->opt, (uint64_t)t->valuedouble);
-    }
+    float *base;
+    size_t stride;
+    state_view(z, &base, &stride);
+    /* Stages 0-2 hold every parameter, stage 3 its pieces. */
+    zrange all = {0, z->P, 0, z->P};
+    int s3 = z->cfg.stage == 3;
+    rc = load_ranges(dir, ranks, z->k, z->P, param_base(z), s3 ? z->rg : &all,
+                     s3 ? z->nrg : 1, base, z->rg, z->nrg, stride, err,
+                     errlen);
+    if (rc == 0)
+      optim_set_t(z->opt, t);
   }
   cJSON_Delete(root);
-  free(txt);
   return all_ok(z, rc, err, errlen) ? 0 : -1;
+}
+
+int zero_is_sharded(const char *dir) {
+  char *txt = NULL, err[256];
+  int64_t step;
+  if (ckpt_read_state(dir, &step, &txt, err, sizeof err) != 0)
+    return 0;
+  cJSON *root = cJSON_Parse(txt);
+  free(txt);
+  int yes = cJSON_IsObject(cJSON_GetObjectItem(root, "zero"));
+  cJSON_Delete(root);
+  return yes;
+}
+
+int zero_read_whole(const char *dir, gpt *model, optim *opt, optim_kind kind,
+                    int64_t *step, char *err, size_t errlen) {
+  size_t P = gpt_num_params(model), k = optim_state_floats_for(kind, 1);
+  if (optim_state_floats(opt) != optim_state_floats_for(kind, P)) {
+    snprintf(err, errlen, "zero: the optimizer is not over the whole model");
+    return -1;
+  }
+  if (ckpt_verify(dir, err, errlen) != 0)
+    return -1;
+  cJSON *root, *ranks;
+  uint64_t t;
+  int rc = read_manifest(dir, P, kind, &root, &ranks, &t, step, err, errlen);
+  if (rc == 0) {
+    zrange all = {0, P, 0, P};
+    rc = load_ranges(dir, ranks, k, P, gpt_params(model), &all, 1,
+                     optim_state(opt), &all, 1, P, err, errlen);
+  }
+  if (rc == 0)
+    optim_set_t(opt, t);
+  cJSON_Delete(root);
+  return rc;
+}
+
+void zero_set_optim_state(zero *z, const float *state, uint64_t t) {
+  float *base;
+  size_t stride;
+  state_view(z, &base, &stride);
+  for (size_t j = 0; j < z->nrg; j++)
+    for (size_t x = 0; x < z->k; x++)
+      memcpy(base + x * stride + z->rg[j].local,
+             state + x * z->P + z->rg[j].flat, z->rg[j].n * sizeof(float));
+  optim_set_t(z->opt, t);
 }

@@ -158,4 +158,27 @@ int zero_save(zero *z, const char *parent, int64_t step, char *err,
 int zero_load(zero *z, const char *dir, int64_t *step, char *err,
               size_t errlen);
 
+/* Between one process and a gang. A one-process run keeps the whole
+ * model and an optimizer over all P parameters in layout order (its
+ * state k arrays of P floats: trainkit's optimizer); these move that
+ * state into and out of the sharded form. */
+
+/* 1 if dir's manifest is zero_save's (its state has "zero"), else 0
+ * (also when the manifest cannot be read: the loader that follows says
+ * why). Reads one file; any thread. */
+int zero_is_sharded(const char *dir);
+/* Reads the sharded checkpoint dir (any world size and stage) whole:
+ * the weights into model's parameter array, the optimizer state and step
+ * count into opt (of that kind, over all of model's parameters, as
+ * above); *step gets the checkpoint's step. No comm, not collective. 0,
+ * or -1 with err (a damaged file, another model or optimizer). */
+int zero_read_whole(const char *dir, gpt *model, optim *opt, optim_kind kind,
+                    int64_t *step, char *err, size_t errlen);
+/* This rank's optimizer state taken from a whole-model optimizer's state
+ * (k arrays of P floats, as above) and step count t; the parameters are
+ * those zero_create took from the model. For a gang resuming one
+ * process's checkpoint: load it into the model and an optimizer first,
+ * then zero_create, then this. Not collective. */
+void zero_set_optim_state(zero *z, const float *state, uint64_t t);
+
 #endif /* DAGRUN_ZERO_H */

@@ -372,6 +372,29 @@ static void report_invalid(void *arg, const char *dir, const char *why) {
   r->h->log(r->ctx, DAGRUN_LOG_WARN, "skipping checkpoint %s: %s", dir, why);
 }
 
+/* A gang's sharded checkpoint (zero.h) resumed by one process: read
+ * whole into the model and optimizer. It holds no loader position: the
+ * batches of the steps done are replayed, which continues the gang's data
+ * order exactly when this run's batch is the gang's global batch
+ * (batch_size = world_size x the gang's, grad_accum 1). The spike guard's
+ * window starts empty (a gang keeps none). */
+static int resume_sharded(run_ctx *r, const char *dir, char *err,
+                          size_t errlen) {
+  int64_t step = 0;
+  if (zero_read_whole(dir, r->model, r->opt, r->c.opt.kind, &step, err,
+                      errlen) != 0)
+    return -1;
+  for (int64_t k = 0; k < step * r->c.accum; k++)
+    loader_next(r->train, r->inputs, r->targets);
+  r->st.step = step;
+  r->st.tokens = (uint64_t)step * r->c.B * r->c.m.T * r->c.accum;
+  r->h->log(r->ctx, DAGRUN_LOG_INFO,
+            "%s is a gang's sharded checkpoint: read whole, the data "
+            "loader replayed to step %lld",
+            dir, (long long)step);
+  return 0;
+}
+
 /* resume: auto / never / a directory. Returns 0 (resumed or fresh), or
  * -1 when the named checkpoint cannot be used. */
 static int maybe_resume(run_ctx *r) {
@@ -397,7 +420,9 @@ static int maybe_resume(run_ctx *r) {
       return -1;
     }
   }
-  if (trainstate_load(dir, &r->st, err, sizeof err) != 0) {
+  if ((zero_is_sharded(dir) ? resume_sharded(r, dir, err, sizeof err)
+                             : trainstate_load(dir, &r->st, err, sizeof err)) !=
+      0) {
     r->h->fail(r->ctx, "resume from %s: %s", dir, err);
     free(dir);
     return -1;
@@ -839,12 +864,35 @@ static int run_gang(run_ctx *r, int N) {
     h->metric(ctx, "init_loss", init_loss, 0);
   }
 
+  /* One process's checkpoint (trainstate.h: full weights and optimizer
+   * state) is read whole by every rank into the model, before ZeRO takes
+   * it, and into an optimizer over the whole model, whose state ZeRO cuts
+   * after. Its loader position is for one process's batch: replaying the
+   * steps' batches continues its data order exactly when the global
+   * batch is that batch. */
+  int sharded = resume_dir[0] && zero_is_sharded(resume_dir);
+  optim *whole = NULL;
+  if (resume_dir[0] && !sharded) {
+    train_state ts = r->st;
+    ts.train = NULL;
+    if (trainkit_make_optim(r->model, &r->c.opt, &whole, err, sizeof err) !=
+        0)
+      gang_abort(r, &g, "resume", err);
+    ts.opt = whole;
+    if (ckpt_verify(resume_dir, err, sizeof err) != 0 ||
+        trainstate_load(resume_dir, &ts, err, sizeof err) != 0)
+      gang_abort(r, &g, "resume", err);
+    r->st.step = ts.step;
+  }
   zero_config zc = {.stage = g.stage, .bucket_floats = (size_t)bucket};
   if (zero_create(&zc, r->model, &r->c.opt, g.c, &g.z, err, sizeof err) != 0)
     gang_abort(r, &g, "ZeRO", err);
   if (resume_dir[0]) {
-    int64_t step = 0;
-    if (zero_load(g.z, resume_dir, &step, err, sizeof err) != 0)
+    int64_t step = r->st.step;
+    if (whole)
+      zero_set_optim_state(g.z, optim_state(whole), optim_get_t(whole));
+    optim_destroy(whole);
+    if (sharded && zero_load(g.z, resume_dir, &step, err, sizeof err) != 0)
       gang_abort(r, &g, "resume", err);
     /* The loader's position: the batches of the steps done, replayed. */
     for (int64_t k = 0; k < step; k++)
@@ -853,8 +901,8 @@ static int run_gang(run_ctx *r, int N) {
     r->st.tokens = (uint64_t)step * N * bt;
     snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", resume_dir);
     if (lead)
-      h->log(ctx, DAGRUN_LOG_INFO,
-             "resumed from sharded checkpoint %s at step %lld", resume_dir,
+      h->log(ctx, DAGRUN_LOG_INFO, "resumed from %s checkpoint %s at step %lld",
+             sharded ? "sharded" : "one-process", resume_dir,
              (long long)step);
   }
 
