@@ -102,6 +102,13 @@ typedef struct zero_step_result {
                                  one per group), and those started from
                                  the backward hook, before backward was
                                  over */
+  /* Where the step's time went, in seconds, adding up to zero_step's
+   * wall time: forward and backward computing, the comm calls the rank
+   * spent waiting in (or starting) that compute did not hide (the hooks'
+   * waits inside forward and backward included, the async transfers that
+   * went on meanwhile not), and the rest (clipping, the update, zeroing,
+   * packing stage 2's buckets after backward). */
+  double t_forward, t_backward, t_comm, t_optimizer;
 } zero_step_result;
 
 /* One training step: forward and backward of this rank's micro-batch

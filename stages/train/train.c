@@ -96,7 +96,8 @@ static const dagrun_param_spec params[] = {
      "Train batches the loader's thread prepares ahead (0: made on the "
      "training thread)"},
     {"peak_tflops", DAGRUN_PARAM_FLOAT, "0", 0,
-     "The hardware's peak TFLOP/s, for the mfu metric (0: unknown, no mfu)"},
+     "The hardware's peak TFLOP/s, for the mfu metric (0: unknown, no mfu); "
+     "in a gang, one rank's"},
     {"samples", DAGRUN_PARAM_INT, "3", 0,
      "Texts generated at the end, into out/samples.txt"},
     {"sample_prompt", DAGRUN_PARAM_STRING, "", 0,
@@ -584,6 +585,35 @@ static double flops_per_token(const gpt_config *mc, size_t n_params, int T) {
   return 6.0 * N + 6.0 * mc->n_layer * (double)mc->n_embd * T;
 }
 
+/* Where a step's time went (seconds), as both paths report it. */
+typedef struct step_times {
+  double data, forward, backward, optimizer, comm, step;
+} step_times;
+
+/* The step's time metrics, tokens seen and achieved model FLOP/s of the
+ * whole run (and MFU when peak_tflops, one device's, is known: against
+ * ranks devices' peak), at step. */
+static void report_step_times(run_ctx *r, int64_t step, const step_times *t,
+                              double fpt, size_t tokens_per_step, int ranks) {
+  dagrun_ctx *ctx = r->ctx;
+  const dagrun_host *h = r->h;
+  h->metric(ctx, "time_data_s", t->data, step);
+  h->metric(ctx, "time_forward_s", t->forward, step);
+  h->metric(ctx, "time_backward_s", t->backward, step);
+  h->metric(ctx, "time_optimizer_s", t->optimizer, step);
+  h->metric(ctx, "time_comm_s", t->comm, step);
+  h->metric(ctx, "step_time_s", t->step, step);
+  h->metric(ctx, "tokens", (double)r->st.tokens, step);
+  /* This step's achieved model FLOP/s (tokens_per_s is the run's
+   * average, evaluations and checkpoints included). */
+  if (t->step > 0) {
+    double fps = fpt * (double)tokens_per_step / t->step;
+    h->metric(ctx, "flops_per_s", fps, step);
+    if (r->c.peak_tflops > 0)
+      h->metric(ctx, "mfu", fps / (ranks * r->c.peak_tflops * 1e12), step);
+  }
+}
+
 /* The data-wait watch: data wait as a share of step time, summed over
  * windows of DW_WINDOW steps (and the last, shorter one when it has at
  * least DW_MIN steps); above DW_SHARE it warns, at most once every
@@ -907,6 +937,7 @@ static int run_gang(run_ctx *r, int N) {
   }
 
   size_t tokens_per_step = (size_t)N * bt;
+  double fpt = flops_per_token(mc, np, T);
   double t_start = stagekit_now(), t_last = 0, last_loss = NAN, val = NAN;
   int64_t first_step = r->st.step;
   uint32_t *in = r->inputs + (size_t)g.rank * bt;
@@ -938,7 +969,10 @@ static int run_gang(run_ctx *r, int N) {
     if (zero_step(g.z, in, tg, B, T, (float)lr, r->c.grad_clip, &res, err,
                   sizeof err) != 0)
       gang_abort(r, &g, "step", err);
-    double step_s = stagekit_now() - t_step;
+    /* Rank 0's time; zero_step's phases add up to its own wall time. */
+    step_times times = {t_data, res.t_forward, res.t_backward,
+                        res.t_optimizer, res.t_comm,
+                        stagekit_now() - t_step};
     r->st.step++;
     r->st.tokens += tokens_per_step;
     last_loss = res.loss;
@@ -946,9 +980,14 @@ static int run_gang(run_ctx *r, int N) {
       h->metric(ctx, "loss", res.loss, r->st.step);
       h->metric(ctx, "lr", lr, r->st.step);
       h->metric(ctx, "grad_norm", res.norm, r->st.step);
-      h->metric(ctx, "time_data_s", t_data, r->st.step);
-      h->metric(ctx, "step_time_s", step_s, r->st.step);
-      h->metric(ctx, "tokens", (double)r->st.tokens, r->st.step);
+      report_step_times(r, r->st.step, &times, fpt, tokens_per_step, N);
+      /* The overlap achieved: reduce-scatters started while backward
+       * still ran, of all of them. */
+      if (res.buckets > 0) {
+        h->metric(ctx, "comm_buckets_early", res.buckets_early, r->st.step);
+        h->metric(ctx, "comm_overlap",
+                  (double)res.buckets_early / res.buckets, r->st.step);
+      }
       double now = stagekit_now();
       if (now - t_last > 0.5 || r->st.step == r->c.steps) {
         double el = now - t_start;
@@ -1248,21 +1287,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
     h->metric(ctx, "loss", loss, r.st.step);
     h->metric(ctx, "lr", lr, r.st.step);
     h->metric(ctx, "grad_norm", gnorm, r.st.step);
-    h->metric(ctx, "time_data_s", t_data, r.st.step);
-    h->metric(ctx, "time_forward_s", t_fwd, r.st.step);
-    h->metric(ctx, "time_backward_s", t_bwd, r.st.step);
-    h->metric(ctx, "time_optimizer_s", t_opt, r.st.step);
-    h->metric(ctx, "time_comm_s", t_comm, r.st.step);
-    h->metric(ctx, "step_time_s", step_s, r.st.step);
-    h->metric(ctx, "tokens", (double)r.st.tokens, r.st.step);
-    /* This step's achieved model FLOP/s (tokens_per_s, below, is the
-     * run's average, evaluations and checkpoints included). */
-    if (step_s > 0) {
-      double fps = fpt * (double)tokens_per_step / step_s;
-      h->metric(ctx, "flops_per_s", fps, r.st.step);
-      if (r.c.peak_tflops > 0)
-        h->metric(ctx, "mfu", fps / (r.c.peak_tflops * 1e12), r.st.step);
-    }
+    step_times times = {t_data, t_fwd, t_bwd, t_opt, t_comm, step_s};
+    report_step_times(&r, r.st.step, &times, fpt, tokens_per_step, 1);
     watch_data(&r, &dwatch, r.st.step, t_data, step_s);
     double now = stagekit_now();
     if (now - t_last > 0.5 || r.st.step == r.c.steps) {
