@@ -14,6 +14,22 @@
 #   attempt left), the retry resumes from the sharded checkpoint of step
 #   10, says so, and ends with the losses of steps 11-20 and the final
 #   weights of the uninterrupted run (relative difference < 1e-5).
+# - Each step of a gang reports where its time went, as one process does:
+#   time_data_s, time_forward_s, time_backward_s, time_optimizer_s,
+#   time_comm_s (collectives the rank waited in), all >= 0, adding up to
+#   step_time_s within 5% (or 0.5 ms); forward and backward > 0, comm > 0
+#   (two ranks always exchange something); tokens = steps x 128;
+#   flops_per_s > 0; the overlap (comm_overlap, the share of
+#   reduce-scatters started during backward) is 0 at stage 2 (one bucket,
+#   holding the embeddings, final last) and 3 of 4 at stage 3 (one per
+#   group; the embeddings' last).
+# - Resume across shapes: one process's checkpoint of step 10 (weights,
+#   optimizer, step) continued by a gang of 2 at stage 3, and the stage-2
+#   gang's sharded checkpoint of step 10 continued by one process, give
+#   steps 11-20 the losses of the uninterrupted runs (relative difference
+#   < 1e-4, as one process against a gang above; measured about 1e-6). A
+#   gang refuses the weights-only final model, and one process a sharded
+#   checkpoint of another model, saying why.
 # - A timeout stops the gang, which writes a sharded checkpoint first.
 # - world_size 2 with launcher local, and grad_accum 2 in a gang, are
 #   refused with messages that say what to do.
@@ -78,11 +94,12 @@ assert worst <= float(sys.argv[3]) * big, (worst, big)
 P
 }
 
-# --- The reference: one process, batch_size 4.
+# --- The reference: one process, batch_size 4 (a checkpoint at step 10
+# for the resume below).
 cat > one.yaml <<Y
 dag: one
 tasks:
-  train: {stage: train, with: {$MODEL, batch_size: 4}}
+  train: {stage: train, with: {$MODEL, batch_size: 4, checkpoint_every: 10}}
 Y
 run_dagrun run one.yaml --plain
 expect_rc 0
@@ -120,8 +137,94 @@ Y
   /usr/bin/python3 -c "import json, math, sys; v = json.load(open(sys.argv[1]))['val_loss']; assert math.isfinite(v) and v < 6, v" \
     "$R/validate/out/metrics.json" || fail "validate: $(cat "$R/validate/out/metrics.json")"
   ls "$R/export/out/model/"*.safetensors >/dev/null || fail "export: $(ls -R "$R/export/out")"
+  # Where the time went, per step.
+  /usr/bin/python3 - "$R/train/metrics.jsonl" "$stage" <<'P' || fail "stage $stage: step times: see above"
+import collections, json, sys
+m = collections.defaultdict(dict)
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    m[e["name"]][e["step"]] = e["value"]
+stage = int(sys.argv[2])
+phases = ["time_data_s", "time_forward_s", "time_backward_s", "time_optimizer_s", "time_comm_s"]
+worst = 0
+for s in range(1, 21):
+    v = {k: m[k][s] for k in phases + ["step_time_s", "tokens", "flops_per_s"]}
+    assert all(v[k] >= 0 for k in phases), (s, v)
+    assert v["time_forward_s"] > 0 and v["time_backward_s"] > 0 and v["time_comm_s"] > 0, (s, v)
+    gap = abs(sum(v[k] for k in phases) - v["step_time_s"])
+    assert gap <= max(0.05 * v["step_time_s"], 5e-4), (s, gap, v)
+    worst = max(worst, gap / v["step_time_s"])
+    assert v["tokens"] == s * 128 and v["flops_per_s"] > 0, (s, v)
+    if stage >= 2:
+        # Stage 2 here sends one bucket (the default is bigger than the
+        # shard), which holds the embeddings: final last, never early.
+        # Stage 3 sends a group at a time: all but the embeddings early.
+        o = m["comm_overlap"][s]
+        assert (o == 0 if stage == 2 else 0.5 < o < 1), (s, o)
+n = 20
+print("stage %d: step %.2f ms = data %.3f + fwd %.2f + bwd %.2f + opt %.3f + comm %.2f (means), phases vs step at worst %.2f%%%s" % (
+    stage, *(1e3 * sum(m[k][s] for s in range(1, 21)) / n for k in ["step_time_s"] + phases), 100 * worst,
+    ", overlap %.2f" % (sum(m["comm_overlap"].values()) / n) if stage >= 2 else ""))
+P
 done
 Z2=$(run_dir z2)
+
+# --- Resume across shapes. One process's step-10 checkpoint, on by a
+# gang at stage 3 (the shards cut from the whole state):
+cat > o2g.yaml <<Y
+dag: o2g
+tasks:
+  train:
+    stage: train
+    world_size: 2
+    launcher: mpirun
+    $ENV
+    with: {$MODEL, batch_size: 2, zero_stage: 3, resume: "$R1/train/checkpoints/step-00000010"}
+Y
+run_dagrun run o2g.yaml --plain
+expect_rc 0
+RO=$(run_dir o2g)
+expect_in "$RO/train/attempt-1/log" "resumed from one-process checkpoint $R1/train/checkpoints/step-00000010 at step 10"
+losses "$RO" > o2g.losses
+grep -E '^(1[1-9]|20) ' one.losses > one.tail
+same_losses one.tail o2g.losses 1e-4
+# ...and the stage-2 gang's sharded step-10 checkpoint, on by one process
+# of the gang's global batch:
+cat > g2o.yaml <<Y
+dag: g2o
+tasks:
+  train: {stage: train, with: {$MODEL, batch_size: 4, resume: "$Z2/train/checkpoints/step-00000010"}}
+Y
+run_dagrun run g2o.yaml --plain
+expect_rc 0
+RG=$(run_dir g2o)
+expect_in "$RG/train/attempt-1/log" "is a gang's sharded checkpoint: read whole"
+losses "$RG" > g2o.losses
+grep -E '^(1[1-9]|20) ' z2.losses > z2.tail
+same_losses z2.tail g2o.losses 1e-4
+# Refused: a gang resuming the weights-only final model; one process
+# resuming a sharded checkpoint of another model.
+cat > wog.yaml <<Y
+dag: wog
+tasks:
+  train:
+    stage: train
+    world_size: 2
+    launcher: mpirun
+    $ENV
+    with: {$MODEL, batch_size: 2, resume: "$Z2/train/model/step-00000020"}
+Y
+run_dagrun run wog.yaml --plain
+expect_rc 1
+expect_in "$T/out" "weights only, no optimizer state"
+cat > g2big.yaml <<Y
+dag: g2big
+tasks:
+  train: {stage: train, with: {${MODEL/n_embd: 32/n_embd: 64}, batch_size: 4, resume: "$Z2/train/checkpoints/step-00000010"}}
+Y
+run_dagrun run g2big.yaml --plain
+expect_rc 1
+expect_in "$T/out" "parameters and adamw state; this model has"
 
 # A plain train does not resume from the weights-only final model.
 cat > wo.yaml <<Y
@@ -160,7 +263,6 @@ fi
 expect_in "$RK/train/attempt-2/log" "resumed from sharded checkpoint $RK/train/checkpoints/step-00000010 at step 10"
 losses "$RK" 2 > kill.losses
 [ "$(head -1 kill.losses | cut -d' ' -f1)" = 11 ] || fail "the retry did not start at step 11: $(cat kill.losses)"
-grep -E '^(1[1-9]|20) ' z2.losses > z2.tail
 same_losses z2.tail kill.losses 1e-5
 same_weights "$Z2/train/model/step-00000020/model.safetensors" \
   "$RK/train/model/step-00000020/model.safetensors" 1e-5
