@@ -27,7 +27,8 @@
 #   at stage 3 and on 1 rank at stage 0 with the same losses and weights;
 # - stage 2 starts some buckets during backward (the hook), none with
 #   --no-overlap;
-# - a truncated shard file is refused with a message that names it.
+# - a truncated shard file is refused with a message that names it, and
+#   a manifest whose ranges reach past the model with one that says so.
 . "$(dirname "$0")/lib.sh"
 
 TOOL="$DAGRUN_BUILD_DIR/bin/zero_check"
@@ -222,6 +223,20 @@ for r in from3to2 from3to1; do
   same_losses full3 "$r" 11 || fail "$r: losses after the load differ"
   same_weights full3 "$r"
 done
+
+# A manifest whose ranges lie outside the model is refused.
+cp -r "$T/ck3/step-00000010" "$T/badr"
+/usr/bin/python3 - "$T/badr/manifest.json" <<'P'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["state"]["zero"]["ranks"][1]["ranges"][0] = [0, 99999999]
+json.dump(m, open(sys.argv[1], "w"))
+P
+if mpirun --oversubscribe --bind-to none -np 2 "$TOOL" --stage 3 --micro 2 \
+  --load "$T/badr" >"$T/badr.out" 2>"$T/badr.err"; then
+  fail "a manifest with a range past the model was loaded"
+fi
+grep -q "a bad entry in the manifest's ranks" "$T/badr.err" || fail "bad ranges: $(cat "$T/badr.err")"
 
 # A damaged shard is refused, naming the file.
 cp -r "$CK" "$T/bad"
