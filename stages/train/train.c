@@ -110,8 +110,8 @@ static const dagrun_param_spec params[] = {
      "data parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ "
      "parameters); ignored by one process"},
     {"zero_bucket", DAGRUN_PARAM_INT, "0", 0,
-     "In a gang, ZeRO stages 2-3: floats per rank in a gradient "
-     "reduce-scatter bucket (0: 1048576)"},
+     "In a gang, ZeRO stage 2: floats per rank in a gradient "
+     "reduce-scatter bucket (0: 1048576; stage 3 sends a layer at a time)"},
     {NULL, 0, NULL, 0, NULL},
 };
 
