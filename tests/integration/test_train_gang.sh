@@ -172,72 +172,48 @@ P
 done
 Z2=$(run_dir z2)
 
+# train_dag NAME WITH [gang]: runs NAME.yaml, a DAG of one train task
+# with params WITH; "gang" makes it a gang of 2 ranks under mpirun.
+train_dag() {
+  if [ "${3:-}" = gang ]; then
+    printf 'dag: %s\ntasks:\n  train:\n    stage: train\n    world_size: 2\n    launcher: mpirun\n    %s\n    with: {%s}\n' \
+      "$1" "$ENV" "$2" > "$1.yaml"
+  else
+    printf 'dag: %s\ntasks:\n  train: {stage: train, with: {%s}}\n' "$1" "$2" > "$1.yaml"
+  fi
+  run_dagrun run "$1.yaml" --plain
+}
+
+# resumed_as REF NAME TEXT: the run of NAME succeeded, its log says TEXT,
+# and its losses are REF's of steps 11-20.
+resumed_as() {
+  expect_rc 0
+  local R
+  R=$(run_dir "$2")
+  expect_in "$R/train/attempt-1/log" "$3"
+  losses "$R" > "$2.losses"
+  grep -E '^(1[1-9]|20) ' "$1.losses" > "$1.tail"
+  same_losses "$1.tail" "$2.losses" 1e-5
+}
+
 # --- Resume across shapes. One process's step-10 checkpoint, on by a
-# gang at stage 3 (the shards cut from the whole state):
-cat > o2g.yaml <<Y
-dag: o2g
-tasks:
-  train:
-    stage: train
-    world_size: 2
-    launcher: mpirun
-    $ENV
-    with: {$MODEL, batch_size: 2, zero_stage: 3, resume: "$R1/train/checkpoints/step-00000010"}
-Y
-run_dagrun run o2g.yaml --plain
-expect_rc 0
-RO=$(run_dir o2g)
-expect_in "$RO/train/attempt-1/log" "resumed from one-process checkpoint $R1/train/checkpoints/step-00000010 at step 10"
-losses "$RO" > o2g.losses
-grep -E '^(1[1-9]|20) ' one.losses > one.tail
-same_losses one.tail o2g.losses 1e-5
-# ...and the stage-2 gang's sharded step-10 checkpoint, on by one process
-# of the gang's global batch:
-cat > g2o.yaml <<Y
-dag: g2o
-tasks:
-  train: {stage: train, with: {$MODEL, batch_size: 4, resume: "$Z2/train/checkpoints/step-00000010"}}
-Y
-run_dagrun run g2o.yaml --plain
-expect_rc 0
-RG=$(run_dir g2o)
-expect_in "$RG/train/attempt-1/log" "is a gang's sharded checkpoint: read whole"
-losses "$RG" > g2o.losses
-grep -E '^(1[1-9]|20) ' z2.losses > z2.tail
-same_losses z2.tail g2o.losses 1e-5
-# Refused: a gang resuming the weights-only final model; one process
-# resuming a sharded checkpoint of another model.
-cat > wog.yaml <<Y
-dag: wog
-tasks:
-  train:
-    stage: train
-    world_size: 2
-    launcher: mpirun
-    $ENV
-    with: {$MODEL, batch_size: 2, resume: "$Z2/train/model/step-00000020"}
-Y
-run_dagrun run wog.yaml --plain
+# gang at stage 3 (the shards cut from the whole state), and the stage-2
+# gang's sharded one, on by one process of the gang's global batch:
+train_dag o2g "$MODEL, batch_size: 2, zero_stage: 3, resume: \"$R1/train/checkpoints/step-00000010\"" gang
+resumed_as one o2g "resumed from one-process checkpoint $R1/train/checkpoints/step-00000010 at step 10"
+train_dag g2o "$MODEL, batch_size: 4, resume: \"$Z2/train/checkpoints/step-00000010\""
+resumed_as z2 g2o "is a gang's sharded checkpoint: read whole"
+# Refused: the weights-only final model, by a gang and by one process;
+# one process resuming a sharded checkpoint of another model.
+train_dag wog "$MODEL, batch_size: 2, resume: \"$Z2/train/model/step-00000020\"" gang
 expect_rc 1
 expect_in "$T/out" "weights only, no optimizer state"
-cat > g2big.yaml <<Y
-dag: g2big
-tasks:
-  train: {stage: train, with: {${MODEL/n_embd: 32/n_embd: 64}, batch_size: 4, resume: "$Z2/train/checkpoints/step-00000010"}}
-Y
-run_dagrun run g2big.yaml --plain
+train_dag wo "$MODEL, batch_size: 4, resume: \"$Z2/train/model/step-00000020\""
+expect_rc 1
+expect_in "$T/out" "weights only, no optimizer state"
+train_dag g2big "${MODEL/n_embd: 32/n_embd: 64}, batch_size: 4, resume: \"$Z2/train/checkpoints/step-00000010\""
 expect_rc 1
 expect_in "$T/out" "parameters and adamw state; this model has"
-
-# A plain train does not resume from the weights-only final model.
-cat > wo.yaml <<Y
-dag: wo
-tasks:
-  train: {stage: train, with: {$MODEL, batch_size: 4, resume: "$Z2/train/model/step-00000020"}}
-Y
-run_dagrun run wo.yaml --plain
-expect_rc 1
-expect_in "$T/out" "weights only, no optimizer state"
 
 # --- Rank 1 dies after step 13; the retry resumes from step 10.
 cat > kill.yaml <<Y
