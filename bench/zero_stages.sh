@@ -24,7 +24,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 echo "world size 2, $layers layers, width $width, micro-batch $micro x 16 tokens per rank, $steps steps, median of $repeats runs"
-printf "%-6s %10s %8s %s\n" stage ms/step ratio "peak param MiB (rank 0)"
+printf "%-6s %10s %8s %10s  %s\n" stage ms/step ratio "peak MiB" "rank 0's split of the last run, ms: forward backward comm optimizer"
 base=""
 for stage in 0 1 2 3; do
   ms=()
@@ -38,5 +38,6 @@ for stage in 0 1 2 3; do
   med=$(printf "%s\n" "${ms[@]}" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
   [ -n "$base" ] || base=$med
   peak=$(awk '$1 == "mem" { for (i = 2; i < NF; i += 2) if ($i == "peak_params") print $(i + 1) / 1048576 }' "$out/s$stage.out")
-  printf "%-6s %10.2f %8.2f %.2f\n" "$stage" "$med" "$(awk -v a="$med" -v b="$base" 'BEGIN { print a / b }')" "$peak"
+  split=$(awk '$1 == "phases_ms" { printf "%.1f %.1f %.1f %.1f", $3, $5, $7, $9 }' "$out/s$stage.out")
+  printf "%-6s %10.2f %8.2f %10.2f  %s\n" "$stage" "$med" "$(awk -v a="$med" -v b="$base" 'BEGIN { print a / b }')" "$peak" "$split"
 done

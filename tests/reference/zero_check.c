@@ -22,7 +22,8 @@
  * step (s from 1; b reduce-scatter buckets, e of them started during
  * backward), a "mem"
  * line (its bytes and the formulas, zero.h's zero_memory), "step_ms" (mean
- * time of the steps after the first) and "hash" of the final weights;
+ * time of the steps after the first), "phases_ms" (its split: forward,
+ * backward, comm not hidden, optimizer) and "hash" of the final weights;
  * --dump writes them as raw little-endian floats.
  */
 #include <inttypes.h>
@@ -228,7 +229,7 @@ int main(int argc, char **argv) {
     snprintf(err, sizeof err, "out of memory");
     goto fail;
   }
-  double t_sum = 0;
+  double t_sum = 0, ph[4] = {0};
   int t_n = 0;
   for (int64_t s = start; s < steps; s++) {
     for (int b = 0; b < B; b++) {
@@ -244,6 +245,10 @@ int main(int argc, char **argv) {
     if (s > start) {
       t_sum += now_ms() - t0;
       t_n++;
+      ph[0] += res.t_forward;
+      ph[1] += res.t_backward;
+      ph[2] += res.t_comm;
+      ph[3] += res.t_optimizer;
     }
     if (r == 0)
       printf("step %" PRId64 " loss %.9g norm %.9g buckets %d early %d\n",
@@ -267,6 +272,10 @@ int main(int argc, char **argv) {
            zm.peak_params, zm.peak_grads, zm.comm, zm.f_params, zm.f_grads,
            zm.f_optim, zm.f_mixed, zm.f_peak_params);
     printf("step_ms %.3f\n", t_n ? t_sum / t_n : 0.0);
+    /* Where it went (zero_step_result's split, rank 0), ms a step. */
+    printf("phases_ms forward %.3f backward %.3f comm %.3f optimizer %.3f\n",
+           t_n ? 1e3 * ph[0] / t_n : 0.0, t_n ? 1e3 * ph[1] / t_n : 0.0,
+           t_n ? 1e3 * ph[2] / t_n : 0.0, t_n ? 1e3 * ph[3] / t_n : 0.0);
     uint64_t h = 1469598103934665603ULL;
     const unsigned char *p = (const unsigned char *)w;
     for (size_t i = 0; i < P * sizeof *w; i++)
