@@ -24,18 +24,21 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 echo "world size 2, $layers layers, width $width, micro-batch $micro x 16 tokens per rank, $steps steps, median of $repeats runs"
-printf "%-6s %10s %8s %10s  %s\n" stage ms/step ratio "peak MiB" "rank 0's split of the last run, ms: forward backward comm optimizer"
-base=""
-for stage in 0 1 2 3; do
-  ms=()
-  for ((i = 0; i < repeats; i++)); do
+# The stages take turns within each round, so that a load that comes and
+# goes on the machine falls on all of them alike.
+for ((i = 0; i < repeats; i++)); do
+  for stage in 0 1 2 3; do
     mpirun --oversubscribe --bind-to none -np 2 "$tool" --stage "$stage" \
       --micro "$micro" --steps "$steps" --layers "$layers" --width "$width" \
       >"$out/s$stage.out" 2>"$out/s$stage.err" ||
       { echo "zero_stages: stage $stage failed: $(tail -5 "$out/s$stage.err")" >&2; exit 1; }
-    ms+=("$(awk '$1 == "step_ms" { print $2 }' "$out/s$stage.out")")
+    awk '$1 == "step_ms" { print $2 }' "$out/s$stage.out" >>"$out/ms$stage"
   done
-  med=$(printf "%s\n" "${ms[@]}" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+done
+printf "%-6s %10s %8s %10s  %s\n" stage ms/step ratio "peak MiB" "rank 0's split of the last run, ms: forward backward comm optimizer"
+base=""
+for stage in 0 1 2 3; do
+  med=$(sort -g "$out/ms$stage" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
   [ -n "$base" ] || base=$med
   peak=$(awk '$1 == "mem" { for (i = 2; i < NF; i += 2) if ($i == "peak_params") print $(i + 1) / 1048576 }' "$out/s$stage.out")
   split=$(awk '$1 == "phases_ms" { printf "%.1f %.1f %.1f %.1f", $3, $5, $7, $9 }' "$out/s$stage.out")
