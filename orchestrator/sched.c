@@ -421,35 +421,63 @@ static char **env_with(char **env, char *kv) {
   return env;
 }
 
-/* launcher mpirun: its environment (env plus what the ranks need, passed
- * on with -x) and its argv, as `mpirun -np N --oversubscribe --bind-to
- * none [--host H,...] -x NAME...`. Caller frees *argv with free_env. */
-static char **mpirun_setup(sched *s, size_t i, const cJSON *task_env,
-                           const char *attempt_dir, char ***env) {
+/* hosts as one comma-separated list (caller frees), and their number. */
+static char *hosts_list(const spec_task *st, size_t *n) {
+  sbuf h = {0};
+  for (size_t k = 0; k < st->hosts->n; k++)
+    sbuf_printf(&h, "%s%s", k ? "," : "", st->hosts->items[k]->str);
+  *n = st->hosts->n;
+  return sbuf_take(&h);
+}
+
+/* The argv of a gang's launcher, and its environment (env plus what the
+ * ranks need to join the gang: worker.h). Caller frees *argv with
+ * free_env.
+ * - mpirun: `mpirun -np N --oversubscribe --bind-to none [--host
+ *   H,...] -x NAME...`: Open MPI passes on only the variables named with
+ *   -x to ranks on other hosts.
+ * - srun: `srun --ntasks=N --kill-on-bad-exit=1 --job-name=dagrun-TASK
+ *   [--nodes=K --nodelist=H,...]`: srun passes on the whole environment
+ *   (--export=ALL, its default), and --kill-on-bad-exit makes one failing
+ *   rank end the step, as mpirun does by itself. Inside an allocation
+ *   (sbatch, salloc) it is a step of that job, else a job of its own. */
+static char **launcher_setup(sched *s, size_t i, const cJSON *task_env,
+                             const char *attempt_dir, char ***env) {
   const spec_task *st = &s->sp->tasks[i];
   char *rdv = path_join(attempt_dir, "rendezvous");
   *env = env_with(*env, xasprintf("DAGRUN_GANG_DIR=%s", attempt_dir));
   *env = env_with(*env, xasprintf("DAGRUN_RENDEZVOUS=%s", rdv));
   free(rdv);
+  char **argv = NULL;
+  size_t n = 0, cap = 0, n_hosts = 0;
+  char *hosts = st->hosts && st->hosts->n ? hosts_list(st, &n_hosts) : NULL;
+  if (st->launcher == SPEC_LAUNCHER_SRUN) {
+    VEC_PUSH(argv, n, cap, xstrdup("srun"));
+    VEC_PUSH(argv, n, cap, xasprintf("--ntasks=%d", st->world_size));
+    VEC_PUSH(argv, n, cap, xstrdup("--kill-on-bad-exit=1"));
+    VEC_PUSH(argv, n, cap, xasprintf("--job-name=dagrun-%s", st->name));
+    if (hosts) {
+      VEC_PUSH(argv, n, cap, xasprintf("--nodes=%zu", n_hosts));
+      VEC_PUSH(argv, n, cap, xasprintf("--nodelist=%s", hosts));
+    }
+    free(hosts);
+    VEC_PUSH(argv, n, cap, NULL);
+    return argv;
+  }
   /* Open MPI refuses to run as root unless told twice. */
   if (geteuid() == 0) {
     *env = env_with(*env, xstrdup("OMPI_ALLOW_RUN_AS_ROOT=1"));
     *env = env_with(*env, xstrdup("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"));
   }
-  char **argv = NULL;
-  size_t n = 0, cap = 0;
   VEC_PUSH(argv, n, cap, xstrdup("mpirun"));
   VEC_PUSH(argv, n, cap, xstrdup("-np"));
   VEC_PUSH(argv, n, cap, xasprintf("%d", st->world_size));
   VEC_PUSH(argv, n, cap, xstrdup("--oversubscribe"));
   VEC_PUSH(argv, n, cap, xstrdup("--bind-to"));
   VEC_PUSH(argv, n, cap, xstrdup("none"));
-  if (st->hosts && st->hosts->n) {
-    sbuf h = {0};
-    for (size_t k = 0; k < st->hosts->n; k++)
-      sbuf_printf(&h, "%s%s", k ? "," : "", st->hosts->items[k]->str);
+  if (hosts) {
     VEC_PUSH(argv, n, cap, xstrdup("--host"));
-    VEC_PUSH(argv, n, cap, sbuf_take(&h));
+    VEC_PUSH(argv, n, cap, hosts);
   }
   static const char *const passed[] = {
       "DAGRUN_GANG_DIR",    "DAGRUN_RENDEZVOUS",
@@ -555,8 +583,9 @@ static void launch(sched *s, size_t i) {
   env = build_env(s, i, task_env, -1, NULL);
   if (st->launcher != SPEC_LAUNCHER_LOCAL && real) {
     cJSON_free(real);
-    reason = xasprintf("launcher mpirun cannot run a task of a run with "
-                       "secrets yet: its ranks would see them masked");
+    reason = xasprintf("launcher %s cannot run a task of a run with "
+                       "secrets yet: its ranks would see them masked",
+                       st->launcher == SPEC_LAUNCHER_SRUN ? "srun" : "mpirun");
     goto failed;
   }
   if ((st->world_size > 1 || st->launcher != SPEC_LAUNCHER_LOCAL) &&
@@ -564,8 +593,8 @@ static void launch(sched *s, size_t i) {
     cJSON_free(real);
     goto failed;
   }
-  if (st->launcher == SPEC_LAUNCHER_MPIRUN)
-    launcher_argv = mpirun_setup(s, i, task_env, attempt_dir, &env);
+  if (st->launcher != SPEC_LAUNCHER_LOCAL)
+    launcher_argv = launcher_setup(s, i, task_env, attempt_dir, &env);
   exec_request rq = {.task = i,
                      .attempt_json = json_path,
                      .log_path = log_path,

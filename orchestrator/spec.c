@@ -343,11 +343,7 @@ static void parse_setting(ctx *c, const ynode *k, const ynode *v, spec_task *t,
     } else if (strcmp(s, "mpirun") == 0) {
       t->launcher = SPEC_LAUNCHER_MPIRUN;
     } else if (strcmp(s, "srun") == 0) {
-      /* Said at check time, never run locally instead. */
-      err(c, v,
-          "'launcher'%s: '%s' is not supported yet; use local (every rank "
-          "on this machine) or mpirun",
-          where, s);
+      t->launcher = SPEC_LAUNCHER_SRUN;
     } else {
       const char *m = closest_match(s, launcher_names);
       err(c, v,
@@ -768,7 +764,7 @@ static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
   for (size_t i = 0; i < s->n_tasks; i++) {
     spec_task *t = &s->tasks[i];
     resolve_needs(c, t);
-    /* A refused launcher is error enough; hosts are judged with a local
+    /* A misspelt launcher is error enough; hosts are judged with a local
      * one. */
     if (t->hosts && t->launcher == SPEC_LAUNCHER_LOCAL &&
         (!t->launcher_node || strcmp(t->launcher_node->str, "local") == 0))

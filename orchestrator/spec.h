@@ -24,8 +24,8 @@
  * (duration >= 1s, 0 = off), kill_grace (duration), pool (name), trigger
  * (all_success | all_done), env (map of string to string), world_size
  * (int >= 1, default 1: more makes the task a gang of that many ranks),
- * launcher (local, the default, or mpirun; srun is refused as not
- * supported yet), hosts (list of host names; not with launcher local).
+ * launcher (local, the default, mpirun or srun), hosts (list of host
+ * names; not with launcher local).
  *
  * Task, param and pool names are [A-Za-z0-9_-]+: they appear in ${...}
  * references and in directory names. A task listing the same need twice
@@ -58,7 +58,8 @@ typedef enum spec_overlap {
 /* How the ranks of a gang are started. */
 typedef enum spec_launcher {
   SPEC_LAUNCHER_LOCAL = 0, /* one worker per rank on this machine */
-  SPEC_LAUNCHER_MPIRUN = 1 /* mpirun starts the ranks (Open MPI) */
+  SPEC_LAUNCHER_MPIRUN = 1, /* mpirun starts the ranks (Open MPI) */
+  SPEC_LAUNCHER_SRUN = 2    /* srun starts the ranks (Slurm) */
 } spec_launcher;
 
 typedef struct spec_retry {

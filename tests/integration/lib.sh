@@ -164,3 +164,101 @@ P
   PORT=$(cat "$T/port")
   BASE="http://127.0.0.1:$PORT"
 }
+
+# all_gone FILE...: each FILE holds the pid of a rank process, and none of
+# them is still running.
+all_gone() {
+  for f in "$@"; do
+    [ -s "$f" ] || fail "$f: no pid written"
+    pid_alive "$(cat "$f")" && fail "rank process $(cat "$f") ($f) still running"
+  done
+  return 0
+}
+
+# free_port: a TCP port on loopback that nothing listens on now.
+free_port() {
+  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# start_slurm: a private one-node Slurm cluster (Debian's slurmctld,
+# slurmd and munge), as root and without systemd: a fresh munge key and
+# munged on its own socket, a slurm.conf with every directory under
+# $T/slurm and ports nobody else uses, then slurmctld -D and slurmd -D in
+# the background. Exports SLURM_CONF; returns once sinfo shows the node
+# idle. stop_slurm (also run when the test exits) ends the daemons.
+start_slurm() {
+  for c in munged slurmctld slurmd srun sinfo; do
+    command -v "$c" >/dev/null || fail "$c not found (scripts/setup.sh installs slurmctld, slurmd, slurm-client and munge)"
+  done
+  [ "$(id -u)" -eq 0 ] || fail "start_slurm runs Slurm's daemons as root"
+  local d="$T/slurm" host ctld_port slurmd_port srun_base
+  host=$(hostname -s)
+  mkdir -p "$d/munge" "$d/state" "$d/spool" "$d/log"
+  chmod 700 "$d/munge"
+  head -c 1024 /dev/urandom > "$d/munge/munge.key"
+  chmod 400 "$d/munge/munge.key"
+  # --force: munged refuses a socket directory that not everyone may
+  # enter, as a private test directory is; root still reaches it.
+  munged --force --key-file="$d/munge/munge.key" --socket="$d/munge/sock" \
+    --pid-file="$d/munge/pid" --log-file="$d/log/munged.log" \
+    --seed-file="$d/munge/seed" || fail "munged did not start: $(cat "$d/log/munged.log" 2>/dev/null)"
+  ctld_port=$(free_port)
+  slurmd_port=$(free_port)
+  srun_base=$((40000 + RANDOM % 20000))
+  cat > "$d/slurm.conf" <<C
+ClusterName=dagrun-test
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+SrunPortRange=$srun_base-$((srun_base + 99))
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$d/munge/sock
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$d/state
+SlurmdSpoolDir=$d/spool
+SlurmctldPidFile=$d/slurmctld.pid
+SlurmdPidFile=$d/slurmd.pid
+SlurmctldLogFile=$d/log/slurmctld.log
+SlurmdLogFile=$d/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+KillWait=2
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
+C
+  export SLURM_CONF="$d/slurm.conf"
+  trap stop_slurm EXIT
+  slurmctld -D -i > "$d/log/slurmctld.out" 2>&1 &
+  SLURMCTLD_PID=$!
+  slurmd -D > "$d/log/slurmd.out" 2>&1 &
+  SLURMD_PID=$!
+  for _ in $(seq 150); do
+    [ "$(sinfo -h -o %t 2>/dev/null)" = idle ] && return 0
+    sleep 0.2
+  done
+  fail "Slurm did not come up: sinfo says '$(sinfo -h -o %t 2>&1)'
+--- slurmctld:
+$(tail -n 20 "$d/log/slurmctld.out")
+--- slurmd:
+$(tail -n 20 "$d/log/slurmd.out")"
+}
+
+stop_slurm() {
+  local p
+  for p in ${SLURMD_PID:-} ${SLURMCTLD_PID:-}; do
+    kill "$p" 2>/dev/null && { wait "$p" 2>/dev/null || true; }
+  done
+  SLURMD_PID= SLURMCTLD_PID=
+  [ -s "$T/slurm/munge/pid" ] && kill "$(cat "$T/slurm/munge/pid")" 2>/dev/null
+  rm -f "$T/slurm/munge/pid"
+  return 0
+}

@@ -5,14 +5,6 @@
 
 command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
 
-all_gone() {
-  for f in "$@"; do
-    [ -s "$f" ] || fail "$f: no pid written"
-    pid_alive "$(cat "$f")" && fail "rank process $(cat "$f") ($f) still running"
-  done
-  return 0
-}
-
 # --- Two ranks: environment, logs, outputs of rank 0, per-rank exits.
 cat > m.yaml <<Y
 dag: m

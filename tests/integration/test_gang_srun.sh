@@ -1,0 +1,109 @@
+# Gangs started by srun, on a real (private, one-node) Slurm cluster:
+# each rank takes its rank from Slurm, writes its own log and reports to
+# dagrun; a failing rank ends the step and the retry runs the gang again;
+# a timeout cancels the step and leaves no rank behind.
+. "$(dirname "$0")/lib.sh"
+
+start_slurm
+HOST=$(hostname -s)
+
+# --- Two ranks on the node named in hosts: environment from Slurm, logs
+# per rank, the outputs of rank 0.
+cat > s.yaml <<Y
+dag: s
+tasks:
+  env:
+    stage: exec
+    world_size: 2
+    launcher: srun
+    hosts: [$HOST]
+    with:
+      command: [sh, -c, 'echo "hello from rank \$DAGRUN_RANK"; echo "\$DAGRUN_RANK \$DAGRUN_WORLD_SIZE \$DAGRUN_LOCAL_RANK \$SLURM_JOB_NAME \$SLURM_STEP_NUM_TASKS \$SLURMD_NODENAME" > $T/env-\$DAGRUN_RANK']
+  ro:
+    stage: rank_output
+    world_size: 2
+    launcher: srun
+Y
+run_dagrun check s.yaml
+expect_rc 0
+run_dagrun run s.yaml --plain
+expect_rc 0
+R=$(run_dir s)
+for r in 0 1; do
+  [ "$(cat "$T/env-$r")" = "$r 2 $r dagrun-env 2 $HOST" ] \
+    || fail "rank $r environment: $(cat "$T/env-$r" 2>/dev/null)"
+  expect_in "$R/env/attempt-1/rank-$r/log" "hello from rank $r"
+done
+expect_not_in "$R/env/attempt-1/log" "hello from rank 1"
+[ "$(task_field "$R" ro outputs)" = "{'rank': '0'}" ] || fail "ro outputs: $(task_field "$R" ro outputs)"
+/usr/bin/python3 - "$R/run.json" <<'P' || fail "run.json ranks"
+import json, sys
+t = [t for t in json.load(open(sys.argv[1]))["tasks"] if t["name"] == "env"][0]
+assert t["world_size"] == 2, t
+assert [(r["rank"], r["exit_code"]) for r in t["ranks"]] == [(0, 0), (1, 0)], t["ranks"]
+P
+# Slurm ran it: the job is in the controller's records under its name.
+scontrol show job 2>/dev/null | grep -q "JobName=dagrun-env" || fail "no Slurm job dagrun-env: $(scontrol show job 2>&1)"
+
+# --- A node that is not in the cluster: srun refuses, the task fails
+# and says why.
+cat > nn.yaml <<Y
+dag: nn
+tasks:
+  gang: {stage: exec, world_size: 2, launcher: srun, hosts: [no-such-node], with: {command: ["true"]}}
+Y
+run_dagrun run nn.yaml --plain
+expect_rc 1
+R=$(run_dir nn)
+expect_in "$R/gang/attempt-1/log" "srun: error: Unable to allocate resources: Invalid node name specified"
+expect_in "$T/out" "never connected to dagrun"
+
+# --- Rank 1 exits 3 while rank 0 sleeps: --kill-on-bad-exit ends the
+# step within seconds, and the retry runs both ranks again.
+cat > f.yaml <<Y
+dag: f
+tasks:
+  gang:
+    stage: exec
+    world_size: 2
+    launcher: srun
+    cache: false
+    retries: 1
+    retry_delay: 0
+    with:
+      command: [sh, -c, 'echo \$\$ > $T/pid-\$DAGRUN_ATTEMPT-\$DAGRUN_RANK; if [ \$DAGRUN_ATTEMPT = 1 ]; then if [ \$DAGRUN_RANK = 1 ]; then sleep 0.3; exit 3; fi; exec sleep 60; fi']
+Y
+start=$(date +%s)
+run_dagrun run f.yaml --plain
+end=$(date +%s)
+expect_rc 0
+[ $((end - start)) -lt 30 ] || fail "the gang took $((end - start)) s: rank 0 was not stopped"
+all_gone "$T/pid-1-0" "$T/pid-1-1"
+[ -s "$T/pid-2-0" ] && [ -s "$T/pid-2-1" ] || fail "attempt 2 did not run both ranks"
+expect_in "$T/out" "rank 1 exited 3"
+expect_in "$T/out" "stopped rank 0"
+
+# --- A timeout cancels the step: no rank survives, even one that
+# ignores SIGTERM, and Slurm has no step or job left running.
+write_term_ignorer stubborn.sh
+cat > to.yaml <<Y
+dag: to
+tasks:
+  gang:
+    stage: exec
+    world_size: 2
+    launcher: srun
+    timeout: 2s
+    kill_grace: 2s
+    with:
+      command: [sh, -c, 'exec sh $T/stubborn.sh $T/to-\$DAGRUN_RANK']
+Y
+run_dagrun run to.yaml --plain
+expect_rc 1
+expect_in "$T/out" "timed out after 2.0s; stopped ranks 0, 1"
+all_gone "$T/to-0" "$T/to-1"
+for _ in $(seq 50); do [ -z "$(squeue -h)" ] && break; sleep 0.2; done
+[ -z "$(squeue -h)" ] || fail "Slurm still runs: $(squeue)"
+
+stop_slurm
+pass
