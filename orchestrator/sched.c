@@ -389,8 +389,6 @@ static int gang_prepare(sched *s, size_t i, const char *attempt_dir,
     ranks[r].log_path = r == 0 ? xstrdup(log_path) : xstrdup(log);
     if (s->sp->tasks[i].launcher == SPEC_LAUNCHER_LOCAL)
       ranks[r].env = build_env(s, i, task_env, r, rdv);
-    else
-      ranks[r].socket_path = path_join(dir, "worker.sock");
     free(log);
     free(dir);
   }
@@ -404,7 +402,6 @@ static void free_env(char **env);
 static void gang_free(exec_rank *ranks, int n) {
   for (int r = 0; ranks && r < n; r++) {
     free((char *)ranks[r].log_path);
-    free((char *)ranks[r].socket_path);
     free_env(ranks[r].env);
   }
   free(ranks);
@@ -481,6 +478,7 @@ static char **launcher_setup(sched *s, size_t i, const cJSON *task_env,
   }
   static const char *const passed[] = {
       "DAGRUN_GANG_DIR",    "DAGRUN_RENDEZVOUS",
+      "DAGRUN_GANG_ADDR",   "DAGRUN_GANG_TOKEN",
       "DAGRUN_DAG",         "DAGRUN_RUN_ID",
       "DAGRUN_RUN_DIR",     "DAGRUN_TASK",
       "DAGRUN_ATTEMPT",     "DAGRUN_OUT_DIR",
@@ -497,6 +495,50 @@ static char **launcher_setup(sched *s, size_t i, const cJSON *task_env,
   }
   VEC_PUSH(argv, n, cap, NULL);
   return argv;
+}
+
+/* Whether host names this machine: localhost, a loopback address, or
+ * this machine's name, short or full. */
+static int host_is_local(const char *host) {
+  char me[256];
+  if (strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
+      strcmp(host, "::1") == 0)
+    return 1;
+  if (gethostname(me, sizeof(me)) != 0)
+    return 0;
+  me[sizeof(me) - 1] = '\0';
+  size_t n_me = strcspn(me, "."), n_host = strcspn(host, ".");
+  return strcmp(host, me) == 0 ||
+         (n_me == n_host && strncmp(host, me, n_me) == 0 &&
+          (!host[n_host] || !me[n_me]));
+}
+
+/* Where a launched gang's rendezvous listens (an IP address) and the
+ * name its ranks connect to (executor.h), in host (n bytes): the task's
+ * `rendezvous` address when it gives one (a wildcard one reached by this
+ * machine's name); else loopback when every rank runs here (mpirun
+ * without hosts, or hosts that all name this machine), and every
+ * interface, reached by this machine's name, when not: srun without hosts
+ * may put ranks on any node of its allocation. */
+static const char *rdv_where(const spec_task *st, char *host, size_t n) {
+  const char *bind = st->rdv_bind;
+  if (!*bind) {
+    int local = st->launcher == SPEC_LAUNCHER_MPIRUN;
+    if (st->hosts && st->hosts->n) {
+      local = 1;
+      for (size_t k = 0; k < st->hosts->n && local; k++)
+        local = host_is_local(st->hosts->items[k]->str);
+    }
+    bind = local ? "127.0.0.1" : "0.0.0.0";
+  }
+  if (strcmp(bind, "0.0.0.0") != 0 && strcmp(bind, "::") != 0) {
+    snprintf(host, n, "%s", bind);
+  } else if (gethostname(host, n) != 0) {
+    snprintf(host, n, "localhost");
+  } else {
+    host[n - 1] = '\0';
+  }
+  return bind;
 }
 
 static cJSON *attempt_json(sched *s, size_t i, cJSON *params,
@@ -546,6 +588,8 @@ static void launch(sched *s, size_t i) {
   char **env = NULL;
   exec_rank *ranks = NULL;
   char **launcher_argv = NULL;
+  char rdv_host[256] = "";
+  const char *rdv_bind = NULL;
   diags d = {0};
   tmpl_env te = {s->sp,         s->params,         s->run->id,
                  s->run->date,  tmpl_task_dir,     tmpl_task_outputs,
@@ -593,8 +637,10 @@ static void launch(sched *s, size_t i) {
     cJSON_free(real);
     goto failed;
   }
-  if (st->launcher != SPEC_LAUNCHER_LOCAL)
+  if (st->launcher != SPEC_LAUNCHER_LOCAL) {
     launcher_argv = launcher_setup(s, i, task_env, attempt_dir, &env);
+    rdv_bind = rdv_where(st, rdv_host, sizeof(rdv_host));
+  }
   exec_request rq = {.task = i,
                      .attempt_json = json_path,
                      .log_path = log_path,
@@ -606,7 +652,10 @@ static void launch(sched *s, size_t i) {
                      .attempt_text = real,
                      .n_ranks = ranks ? (size_t)st->world_size : 0,
                      .ranks = ranks,
-                     .launcher_argv = launcher_argv};
+                     .launcher_argv = launcher_argv,
+                     .rdv_bind = rdv_bind,
+                     .rdv_port = st->rdv_port,
+                     .rdv_host = rdv_host};
   if (s->opts.obs.attempt_start)
     s->opts.obs.attempt_start(s->opts.obs.ud, i, t->attempt, log_path);
   int xrc = executor_start(s->x, &rq, err, sizeof(err));
@@ -873,6 +922,19 @@ static char *failure_reason(const spec_task *st, const exec_result *r) {
   if (*r->stopped)
     sbuf_printf(&b, "; stopped rank%s %s", strchr(r->stopped, ',') ? "s" : "",
                 r->stopped);
+  /* A launched gang stopped whole while some rank had not even joined:
+   * that rank, not the timeout, is what to look at. */
+  if (r->rendezvous && r->failed_rank < 0) {
+    sbuf late = {0};
+    int n_late = 0;
+    for (int k = 0; k < r->n_ranks; k++)
+      if (r->ranks[k].never_joined)
+        sbuf_printf(&late, "%s%d", n_late++ ? ", " : "", k);
+    if (n_late)
+      sbuf_printf(&b, "; rank%s %s never connected to dagrun's rendezvous at %s",
+                  n_late > 1 ? "s" : "", late.s, r->rendezvous);
+    sbuf_free(&late);
+  }
   free(one);
   return sbuf_take(&b);
 }
