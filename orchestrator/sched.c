@@ -922,13 +922,15 @@ static char *failure_reason(const spec_task *st, const exec_result *r) {
   if (*r->stopped)
     sbuf_printf(&b, "; stopped rank%s %s", strchr(r->stopped, ',') ? "s" : "",
                 r->stopped);
-  /* A launched gang stopped whole while some rank had not even joined:
-   * that rank, not the timeout, is what to look at. */
-  if (r->rendezvous && r->failed_rank < 0) {
+  /* A launched rank that never joined is likely the cause, whatever
+   * ended the gang first (a timeout, or the launcher stopping the other
+   * ranks when it failed): name it. The failed rank's own error says so
+   * already. */
+  if (r->rendezvous) {
     sbuf late = {0};
     int n_late = 0;
     for (int k = 0; k < r->n_ranks; k++)
-      if (r->ranks[k].never_joined)
+      if (r->ranks[k].never_joined && k != r->failed_rank)
         sbuf_printf(&late, "%s%d", n_late++ ? ", " : "", k);
     if (n_late)
       sbuf_printf(&b, "; rank%s %s never connected to dagrun's rendezvous at %s",

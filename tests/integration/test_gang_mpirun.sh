@@ -65,6 +65,91 @@ all_gone "$T/pid-1-0"
 expect_in "$T/out" "rank 1 exited 3"
 expect_in "$T/out" "stopped rank 0"
 
+# --- The rendezvous on a port the task names: the ranks join there, and
+# the token that proved them is not left for the stage to see.
+PORT=$(free_port)
+cat > rv.yaml <<Y
+dag: rv
+tasks:
+  gang:
+    stage: exec
+    world_size: 2
+    launcher: mpirun
+    rendezvous: "127.0.0.1:$PORT"
+    with:
+      command: [sh, -c, 'echo "\$DAGRUN_GANG_ADDR \$\${DAGRUN_GANG_TOKEN:-no-token}" > $T/rv-\$DAGRUN_RANK']
+Y
+run_dagrun run rv.yaml --plain
+expect_rc 0
+for r in 0 1; do
+  [ "$(cat "$T/rv-$r")" = "127.0.0.1:$PORT no-token" ] || fail "rank $r saw: $(cat "$T/rv-$r")"
+done
+
+# A wrapper mpirun starts rank 1 through rank.sh, which, as $RANK_MODE
+# says, gives it a wrong token or never starts its worker.
+mkdir -p bin
+cat > bin/mpirun <<'W'
+#!/usr/bin/python3
+import os, sys
+args = sys.argv[1:]
+i = args.index("__worker") - 1
+args[i:i + 1] = ["/bin/sh", os.environ["T"] + "/rank.sh", args[i]]
+os.execv("/usr/bin/mpirun", ["mpirun"] + args)
+W
+chmod +x bin/mpirun
+cat > rank.sh <<'S'
+if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then
+  echo $$ > "$T/late-pid"
+  case $RANK_MODE in
+    badtoken) export DAGRUN_GANG_TOKEN=00000000000000000000000000000000 ;;
+    never) exec sleep 60 ;;
+  esac
+fi
+exec "$@"
+S
+cat > late.yaml <<Y
+dag: late
+tasks:
+  gang:
+    stage: exec
+    world_size: 2
+    launcher: mpirun
+    timeout: 30s
+    kill_grace: 1s
+    with:
+      command: [sh, -c, 'echo \$\$ > $T/late-\$DAGRUN_RANK; exec sleep 60']
+Y
+export T
+# --- A rank with a wrong token is refused and says so; the refusal is in
+# the attempt's log, and the gang fails without waiting for its timeout.
+set +e
+start=$(date +%s)
+PATH="$T/bin:$PATH" RANK_MODE=badtoken "$DAGRUN" run late.yaml --plain >"$T/out" 2>"$T/err"
+RC=$?
+end=$(date +%s)
+set -e
+expect_rc 1
+[ $((end - start)) -lt 15 ] || fail "the refused rank's gang took $((end - start)) s"
+R=$(run_dir late)
+expect_in "$R/gang/attempt-1/log" "WARN dagrun: refused a connection to the gang's rendezvous from 127.0.0.1:"
+expect_in "$R/gang/attempt-1/log" ": wrong token"
+expect_in "$R/gang/attempt-1/log" "refused rank 1 (a wrong DAGRUN_GANG_TOKEN"
+expect_not_in "$T/out" "timed out"
+expect_in "$T/out" "rank 1 never connected to dagrun's rendezvous at 127.0.0.1:"
+all_gone "$T/late-0" "$T/late-pid"
+
+# --- A rank that never connects: the gang's timeout stops it and says
+# which rank never joined, and where it was expected.
+rm -f "$T"/late-*
+sed -e 's/timeout: 30s/timeout: 3s/' late.yaml > never.yaml
+set +e
+PATH="$T/bin:$PATH" RANK_MODE=never "$DAGRUN" run never.yaml --plain >"$T/out" 2>"$T/err"
+RC=$?
+set -e
+expect_rc 1
+expect_in "$T/out" "timed out after 3.0s; stopped ranks 0, 1; rank 1 never connected to dagrun's rendezvous at 127.0.0.1:"
+all_gone "$T/late-0" "$T/late-pid"
+
 # --- Timeout and Ctrl-C stop every rank.
 cat > to.yaml <<Y
 dag: to

@@ -18,11 +18,17 @@ tasks:
     launcher: srun
     hosts: [$HOST]
     with:
-      command: [sh, -c, 'echo "hello from rank \$DAGRUN_RANK"; echo "\$DAGRUN_RANK \$DAGRUN_WORLD_SIZE \$DAGRUN_LOCAL_RANK \$SLURM_JOB_NAME \$SLURM_STEP_NUM_TASKS \$SLURMD_NODENAME" > $T/env-\$DAGRUN_RANK']
+      command: [sh, -c, 'echo "hello from rank \$DAGRUN_RANK"; echo "\$DAGRUN_RANK \$DAGRUN_WORLD_SIZE \$DAGRUN_LOCAL_RANK \$SLURM_JOB_NAME \$SLURM_STEP_NUM_TASKS \$SLURMD_NODENAME" > $T/env-\$DAGRUN_RANK; echo "\$DAGRUN_GANG_ADDR" > $T/envaddr-\$DAGRUN_RANK']
   ro:
     stage: rank_output
     world_size: 2
     launcher: srun
+  addr:
+    stage: exec
+    world_size: 2
+    launcher: srun
+    with:
+      command: [sh, -c, 'echo "\$DAGRUN_GANG_ADDR" > $T/addr-\$DAGRUN_RANK']
 Y
 run_dagrun check s.yaml
 expect_rc 0
@@ -35,6 +41,14 @@ for r in 0 1; do
   expect_in "$R/env/attempt-1/rank-$r/log" "hello from rank $r"
 done
 expect_not_in "$R/env/attempt-1/log" "hello from rank 1"
+# The rendezvous: loopback when hosts names only this machine; without
+# hosts srun may use any node, so every interface, reached by this
+# machine's name.
+for r in 0 1; do
+  grep -qx "127\.0\.0\.1:[0-9]*" "$T/envaddr-$r" || fail "rank $r of env joined at: $(cat "$T/envaddr-$r")"
+  grep -qx "$(hostname):[0-9]*" "$T/addr-$r" || fail "rank $r of addr joined at: $(cat "$T/addr-$r")"
+done
+
 [ "$(task_field "$R" ro outputs)" = "{'rank': '0'}" ] || fail "ro outputs: $(task_field "$R" ro outputs)"
 /usr/bin/python3 - "$R/run.json" <<'P' || fail "run.json ranks"
 import json, sys
