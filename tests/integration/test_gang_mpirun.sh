@@ -115,7 +115,7 @@ tasks:
     world_size: 2
     launcher: mpirun
     timeout: 30s
-    kill_grace: 1s
+    kill_grace: 5s
     with:
       command: [sh, -c, 'echo \$\$ > $T/late-\$DAGRUN_RANK; exec sleep 60']
 Y
