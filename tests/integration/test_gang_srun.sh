@@ -119,5 +119,40 @@ all_gone "$T/to-0" "$T/to-1"
 for _ in $(seq 50); do [ -z "$(squeue -h)" ] && break; sleep 0.2; done
 [ -z "$(squeue -h)" ] || fail "Slurm still runs: $(squeue)"
 
+# --- The train stage in a gang under srun: MPI ranks bootstrap through
+# Slurm's PMIx (SLURM_MPI_TYPE, as a cluster's MpiDefault would say), and
+# train as the same gang does under mpirun: the same losses, step by step.
+# Open MPI's own allocations are not ours (the sanitizer build).
+export LSAN_OPTIONS="suppressions=$DAGRUN_SOURCE_DIR/tests/lsan-mpi-zero.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+DATA=$(make_token_data srun 320)
+for l in mpirun srun; do
+  cat > t$l.yaml <<Y
+dag: t$l
+tasks:
+  train:
+    stage: train
+    world_size: 2
+    launcher: $l
+    cache: false
+    env: {SLURM_MPI_TYPE: pmix, OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1", LSAN_OPTIONS: "$LSAN_OPTIONS", ASAN_OPTIONS: "$ASAN_OPTIONS"}
+    with: {data: "$DATA", n_layer: 1, n_head: 2, n_embd: 16, block_size: 16, threads: 1, steps: 4, lr: 0.003, warmup: 1, eval_every: 0, samples: 0, spike_policy: none, batch_size: 2, zero_stage: 1}
+Y
+  run_dagrun run t$l.yaml --plain
+  expect_rc 0
+  R=$(run_dir t$l)
+  expect_in "$R/train/attempt-1/log" "ZeRO stage 1: global batch 2 x 2 = 4 sequences"
+  /usr/bin/python3 - "$R/train/metrics.jsonl" > $l.losses <<'P'
+import json, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m["name"] == "loss":
+        print(m["step"], repr(m["value"]))
+P
+  [ "$(wc -l < $l.losses)" -eq 4 ] || fail "$l losses: $(cat $l.losses)"
+done
+cmp -s mpirun.losses srun.losses || fail "losses under srun differ from mpirun's:
+$(paste mpirun.losses srun.losses)"
+
 stop_slurm
 pass
