@@ -102,6 +102,7 @@ if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then
   echo $$ > "$T/late-pid"
   case $RANK_MODE in
     badtoken) export DAGRUN_GANG_TOKEN=00000000000000000000000000000000 ;;
+    nolog) export DAGRUN_GANG_DIR=/nonexistent/attempt ;;
     never) exec sleep 60 ;;
   esac
 fi
@@ -137,6 +138,30 @@ expect_in "$R/gang/attempt-1/log" "refused rank 1 (a wrong DAGRUN_GANG_TOKEN"
 expect_not_in "$T/out" "timed out"
 expect_in "$T/out" "rank 1 never connected to dagrun's rendezvous at 127.0.0.1:"
 all_gone "$T/late-0" "$T/late-pid"
+
+# --- A rank whose host does not see the runs directory (as on a host
+# without the shared filesystem) fails at once, and dagrun says why.
+rm -f "$T"/late-*
+set +e
+PATH="$T/bin:$PATH" RANK_MODE=nolog "$DAGRUN" run late.yaml --plain >"$T/out" 2>"$T/err"
+RC=$?
+set -e
+expect_rc 1
+expect_in "$T/out" "rank 1 exited 125: rank 1 on $(hostname) cannot open its log /nonexistent/attempt/rank-1/log: No such file or directory (a gang across hosts needs the runs directory on a filesystem every host shares, at the same path)"
+all_gone "$T/late-0"
+
+# --- A port the task names that is taken: the attempt fails saying so.
+/usr/bin/python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
+import os; os.rename(sys.argv[1] + ".tmp", sys.argv[1]); time.sleep(60)' "$T/taken" &
+HOLDER=$!
+for _ in $(seq 100); do [ -s "$T/taken" ] && break; sleep 0.05; done
+sed -e "s/rendezvous: .*/rendezvous: \"127.0.0.1:$(cat "$T/taken")\"\n    cache: false/" -e 's/dag: rv/dag: taken/' rv.yaml > taken.yaml
+run_dagrun run taken.yaml --plain
+kill $HOLDER
+expect_rc 1
+expect_in "$T/out" "cannot listen for the gang's ranks on 127.0.0.1:$(cat "$T/taken"): address already in use"
 
 # --- A rank that never connects: the gang's timeout stops it and says
 # which rank never joined, and where it was expected.
