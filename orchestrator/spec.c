@@ -274,6 +274,14 @@ static int get_duration(ctx *c, const ynode *v, const char *key,
 }
 
 /* Parses one task setting (retries ... env) into t. */
+/* Whether the task's launcher is local as written (or by default): a
+ * misspelt launcher is error enough, and keys that only a launcher uses
+ * (hosts, rendezvous) are judged against a local one. */
+static int local_as_written(const spec_task *t) {
+  return t->launcher == SPEC_LAUNCHER_LOCAL &&
+         (!t->launcher_node || strcmp(t->launcher_node->str, "local") == 0);
+}
+
 /* rendezvous: "auto", "ADDRESS", "ADDRESS:PORT" or "[IPv6]:PORT", the
  * address an IP literal (dagrun binds it without a lookup on its loop).
  * Returns 0 with t->rdv_bind and t->rdv_port set, or -1. */
@@ -825,16 +833,12 @@ static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
   for (size_t i = 0; i < s->n_tasks; i++) {
     spec_task *t = &s->tasks[i];
     resolve_needs(c, t);
-    /* A misspelt launcher is error enough; hosts are judged with a local
-     * one. */
-    if (t->hosts && t->launcher == SPEC_LAUNCHER_LOCAL &&
-        (!t->launcher_node || strcmp(t->launcher_node->str, "local") == 0))
+    if (t->hosts && local_as_written(t))
       err(c, t->hosts,
           "'hosts' in task '%s': hosts name the machines of launcher mpirun "
           "or srun; launcher local runs every rank on this machine",
           t->name);
-    if (t->rendezvous_node && t->launcher == SPEC_LAUNCHER_LOCAL &&
-        (!t->launcher_node || strcmp(t->launcher_node->str, "local") == 0))
+    if (t->rendezvous_node && local_as_written(t))
       err(c, t->rendezvous_node,
           "'rendezvous' in task '%s': the rendezvous is where the ranks of "
           "launcher mpirun or srun join; launcher local's ranks need none",

@@ -262,3 +262,34 @@ stop_slurm() {
   rm -f "$T/slurm/munge/pid"
   return 0
 }
+
+# expect_gang_stops_and_retries LAUNCHER: a 2-rank gang started by
+# LAUNCHER (mpirun, srun) whose rank 1 exits 3 in its first attempt while
+# rank 0 sleeps: the launcher stops rank 0 within seconds (none of the
+# first attempt's ranks is left), the failure names both ranks, and the
+# retry runs both ranks again.
+expect_gang_stops_and_retries() {
+  cat > "$T/f-$1.yaml" <<Y
+dag: f-$1
+tasks:
+  gang:
+    stage: exec
+    world_size: 2
+    launcher: $1
+    cache: false
+    retries: 1
+    retry_delay: 0
+    with:
+      command: [sh, -c, 'echo \$\$ > $T/pid-$1-\$DAGRUN_ATTEMPT-\$DAGRUN_RANK; if [ \$DAGRUN_ATTEMPT = 1 ]; then if [ \$DAGRUN_RANK = 1 ]; then sleep 0.3; exit 3; fi; exec sleep 60; fi']
+Y
+  local start end
+  start=$(date +%s)
+  run_dagrun run "$T/f-$1.yaml" --plain
+  end=$(date +%s)
+  expect_rc 0
+  [ $((end - start)) -lt 30 ] || fail "the $1 gang took $((end - start)) s: rank 0 was not stopped"
+  all_gone "$T/pid-$1-1-0" "$T/pid-$1-1-1"
+  [ -s "$T/pid-$1-2-0" ] && [ -s "$T/pid-$1-2-1" ] || fail "attempt 2 did not run both ranks"
+  expect_in "$T/out" "rank 1 exited 3"
+  expect_in "$T/out" "stopped rank 0"
+}

@@ -42,28 +42,7 @@ expect_in "$T/out" "hello from rank 1"
 
 # --- Rank 1 exits 3 while rank 0 sleeps: the gang stops within seconds,
 # and the retry runs both ranks again.
-cat > f.yaml <<Y
-dag: f
-tasks:
-  gang:
-    stage: exec
-    world_size: 2
-    launcher: mpirun
-    cache: false
-    retries: 1
-    retry_delay: 0
-    with:
-      command: [sh, -c, 'echo \$\$ > $T/pid-\$DAGRUN_ATTEMPT-\$DAGRUN_RANK; if [ \$DAGRUN_ATTEMPT = 1 ]; then if [ \$DAGRUN_RANK = 1 ]; then sleep 0.3; exit 3; fi; exec sleep 60; fi']
-Y
-start=$(date +%s)
-run_dagrun run f.yaml --plain
-end=$(date +%s)
-expect_rc 0
-[ $((end - start)) -lt 20 ] || fail "the gang took $((end - start)) s: rank 0 was not stopped"
-all_gone "$T/pid-1-0"
-[ -s "$T/pid-2-0" ] && [ -s "$T/pid-2-1" ] || fail "attempt 2 did not run both ranks"
-expect_in "$T/out" "rank 1 exited 3"
-expect_in "$T/out" "stopped rank 0"
+expect_gang_stops_and_retries mpirun
 
 # --- The rendezvous on a port the task names: the ranks join there, and
 # the token that proved them is not left for the stage to see.

@@ -74,28 +74,7 @@ expect_in "$T/out" "never connected to dagrun"
 
 # --- Rank 1 exits 3 while rank 0 sleeps: --kill-on-bad-exit ends the
 # step within seconds, and the retry runs both ranks again.
-cat > f.yaml <<Y
-dag: f
-tasks:
-  gang:
-    stage: exec
-    world_size: 2
-    launcher: srun
-    cache: false
-    retries: 1
-    retry_delay: 0
-    with:
-      command: [sh, -c, 'echo \$\$ > $T/pid-\$DAGRUN_ATTEMPT-\$DAGRUN_RANK; if [ \$DAGRUN_ATTEMPT = 1 ]; then if [ \$DAGRUN_RANK = 1 ]; then sleep 0.3; exit 3; fi; exec sleep 60; fi']
-Y
-start=$(date +%s)
-run_dagrun run f.yaml --plain
-end=$(date +%s)
-expect_rc 0
-[ $((end - start)) -lt 30 ] || fail "the gang took $((end - start)) s: rank 0 was not stopped"
-all_gone "$T/pid-1-0" "$T/pid-1-1"
-[ -s "$T/pid-2-0" ] && [ -s "$T/pid-2-1" ] || fail "attempt 2 did not run both ranks"
-expect_in "$T/out" "rank 1 exited 3"
-expect_in "$T/out" "stopped rank 0"
+expect_gang_stops_and_retries srun
 
 # --- A timeout cancels the step: no rank survives, even one that
 # ignores SIGTERM, and Slurm has no step or job left running.
