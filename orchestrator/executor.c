@@ -893,8 +893,9 @@ static void on_join_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   char *nl = memchr(j->buf, '\n', j->n);
   if (!nl) {
     if (j->n == sizeof(j->buf)) {
-      attempt_log(j->at, "refused a connection to the gang's rendezvous "
-                         "from %s: not a dagrun rank (no join line)",
+      attempt_log(j->at,
+                  "refused a connection to the gang's rendezvous "
+                  "from %s: not a dagrun rank (no join line)",
                   j->peer);
       joiner_close(j);
     }
@@ -964,10 +965,9 @@ static int rdv_open(attempt *at, const exec_request *rq, char *err,
     snprintf(at->token + 2 * i, 3, "%02x", raw[i]);
   struct sockaddr_storage ss;
   int v6 = strchr(rq->rdv_bind, ':') != NULL;
-  int rc = v6 ? uv_ip6_addr(rq->rdv_bind, rq->rdv_port,
-                            (struct sockaddr_in6 *)&ss)
-              : uv_ip4_addr(rq->rdv_bind, rq->rdv_port,
-                            (struct sockaddr_in *)&ss);
+  int rc =
+      v6 ? uv_ip6_addr(rq->rdv_bind, rq->rdv_port, (struct sockaddr_in6 *)&ss)
+         : uv_ip4_addr(rq->rdv_bind, rq->rdv_port, (struct sockaddr_in *)&ss);
   at->rdv = xcalloc(1, sizeof(*at->rdv));
   uv_tcp_init(at->x->loop, at->rdv);
   at->rdv->data = at;
@@ -984,9 +984,9 @@ static int rdv_open(attempt *at, const exec_request *rq, char *err,
              uv_strerror(rc));
     return DR_EIO;
   }
-  int port = ntohs(ss.ss_family == AF_INET6
-                       ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                       : ((struct sockaddr_in *)&ss)->sin_port);
+  int port =
+      ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                     : ((struct sockaddr_in *)&ss)->sin_port);
   int host_v6 = strchr(rq->rdv_host, ':') != NULL;
   at->rdv_addr = xasprintf("%s%s%s:%d", host_v6 ? "[" : "", rq->rdv_host,
                            host_v6 ? "]" : "", port);

@@ -49,10 +49,10 @@ typedef enum exec_end {
 
 /* How one rank of an attempt ended. */
 typedef struct exec_rank_end {
-  int exit_code;   /* exited: 0..255; -1 when killed by a signal */
-  int term_signal; /* killed by a signal: the signal; else 0 */
-  int stopped;     /* 1: stopped by the executor (another rank failed,
-                      timeout, cancel) */
+  int exit_code;    /* exited: 0..255; -1 when killed by a signal */
+  int term_signal;  /* killed by a signal: the signal; else 0 */
+  int stopped;      /* 1: stopped by the executor (another rank failed,
+                       timeout, cancel) */
   int never_joined; /* 1: a launched rank that never connected to the
                        rendezvous */
 } exec_rank_end;

@@ -477,12 +477,10 @@ static char **launcher_setup(sched *s, size_t i, const cJSON *task_env,
     VEC_PUSH(argv, n, cap, hosts);
   }
   static const char *const passed[] = {
-      "DAGRUN_GANG_DIR",    "DAGRUN_RENDEZVOUS",
-      "DAGRUN_GANG_ADDR",   "DAGRUN_GANG_TOKEN",
-      "DAGRUN_DAG",         "DAGRUN_RUN_ID",
-      "DAGRUN_RUN_DIR",     "DAGRUN_TASK",
-      "DAGRUN_ATTEMPT",     "DAGRUN_OUT_DIR",
-      "DAGRUN_PLUGIN_PATH", NULL};
+      "DAGRUN_GANG_DIR",   "DAGRUN_RENDEZVOUS",  "DAGRUN_GANG_ADDR",
+      "DAGRUN_GANG_TOKEN", "DAGRUN_DAG",         "DAGRUN_RUN_ID",
+      "DAGRUN_RUN_DIR",    "DAGRUN_TASK",        "DAGRUN_ATTEMPT",
+      "DAGRUN_OUT_DIR",    "DAGRUN_PLUGIN_PATH", NULL};
   for (size_t k = 0; passed[k]; k++) {
     if (strcmp(passed[k], "DAGRUN_PLUGIN_PATH") == 0 && !getenv(passed[k]))
       continue;
@@ -933,7 +931,8 @@ static char *failure_reason(const spec_task *st, const exec_result *r) {
       if (r->ranks[k].never_joined && k != r->failed_rank)
         sbuf_printf(&late, "%s%d", n_late++ ? ", " : "", k);
     if (n_late)
-      sbuf_printf(&b, "; rank%s %s never connected to dagrun's rendezvous at %s",
+      sbuf_printf(&b,
+                  "; rank%s %s never connected to dagrun's rendezvous at %s",
                   n_late > 1 ? "s" : "", late.s, r->rendezvous);
     sbuf_free(&late);
   }

@@ -59,7 +59,7 @@ typedef enum spec_overlap {
 
 /* How the ranks of a gang are started. */
 typedef enum spec_launcher {
-  SPEC_LAUNCHER_LOCAL = 0, /* one worker per rank on this machine */
+  SPEC_LAUNCHER_LOCAL = 0,  /* one worker per rank on this machine */
   SPEC_LAUNCHER_MPIRUN = 1, /* mpirun starts the ranks (Open MPI) */
   SPEC_LAUNCHER_SRUN = 2    /* srun starts the ranks (Slurm) */
 } spec_launcher;

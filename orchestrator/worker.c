@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -28,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -366,7 +366,6 @@ static const dagrun_host host_table = {
 
 /* Setup: the attempt description and the params. */
 
-
 /* Makes the params what the plugin's schema promises: the defaults of
  * absent params filled in, every declared param of its type. dagrun built
  * them that way already (params_build); this guards a worker started on a
@@ -657,14 +656,16 @@ static int join_gang(const char *dir, char *err, size_t errlen) {
   const char *addr = getenv("DAGRUN_GANG_ADDR");
   const char *token = getenv("DAGRUN_GANG_TOKEN");
   if (!rank) {
-    snprintf(err, errlen, "DAGRUN_GANG_DIR is set but no launcher said this "
-                          "process's rank");
+    snprintf(err, errlen,
+             "DAGRUN_GANG_DIR is set but no launcher said this "
+             "process's rank");
     return -1;
   }
   if (!addr || !token) {
-    snprintf(err, errlen, "DAGRUN_GANG_DIR is set but DAGRUN_GANG_ADDR or "
-                          "DAGRUN_GANG_TOKEN is not: this rank's launcher "
-                          "was not started by dagrun");
+    snprintf(err, errlen,
+             "DAGRUN_GANG_DIR is set but DAGRUN_GANG_ADDR or "
+             "DAGRUN_GANG_TOKEN is not: this rank's launcher "
+             "was not started by dagrun");
     return -1;
   }
   setenv("DAGRUN_RANK", rank, 1);
@@ -709,8 +710,7 @@ int worker_main(const char *attempt_json_path) {
   if (gang_dir && *gang_dir && fcntl(PROTO_FD, F_GETFD) < 0) {
     char gerr[1024];
     if (join_gang(gang_dir, gerr, sizeof(gerr)) != 0)
-      return setup_failed(fcntl(PROTO_FD, F_GETFD) >= 0 ? PROTO_FD : -1,
-                          gerr);
+      return setup_failed(fcntl(PROTO_FD, F_GETFD) >= 0 ? PROTO_FD : -1, gerr);
   }
 
   dagrun_ctx ctx;
