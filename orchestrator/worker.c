@@ -415,14 +415,16 @@ static int check_params(cJSON *params, const dagrun_stage *st, char *err,
  * it: a worker run by hand never signals its caller's group. */
 static void *watch_pipe(void *arg) {
   int fd = *(int *)arg;
-  struct pollfd pfd = {fd, 0, 0};
+  /* POLLRDHUP: a launched rank's fd 3 is a TCP connection, where dagrun's
+   * end closing shows as that, not as POLLHUP (which a pipe gives). */
+  struct pollfd pfd = {fd, POLLRDHUP, 0};
   for (;;) {
     int n = poll(&pfd, 1, -1);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 || (pfd.revents & POLLNVAL))
       return NULL;
-    if (pfd.revents & (POLLERR | POLLHUP))
+    if (pfd.revents & (POLLERR | POLLHUP | POLLRDHUP))
       break;
   }
   log_line(DAGRUN_LOG_ERROR, "dagrun worker: dagrun is gone (message pipe "

@@ -64,8 +64,9 @@ for r in 0 1; do
   [ "$(cat "$T/rv-$r")" = "127.0.0.1:$PORT no-token" ] || fail "rank $r saw: $(cat "$T/rv-$r")"
 done
 
-# A wrapper mpirun starts rank 1 through rank.sh, which, as $RANK_MODE
-# says, gives it a wrong token or never starts its worker.
+# A wrapper mpirun starts each rank through rank.sh, which, as $RANK_MODE
+# says, gives rank 1 a wrong token, a runs directory it cannot see, or
+# never starts its worker, or writes each rank's pid.
 mkdir -p bin
 cat > bin/mpirun <<'W'
 #!/usr/bin/python3
@@ -77,6 +78,7 @@ os.execv("/usr/bin/mpirun", ["mpirun"] + args)
 W
 chmod +x bin/mpirun
 cat > rank.sh <<'S'
+[ "$RANK_MODE" = pids ] && echo $$ > "$T/k9-$OMPI_COMM_WORLD_RANK"
 if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then
   echo $$ > "$T/late-pid"
   case $RANK_MODE in
@@ -187,4 +189,30 @@ RC=$?
 set -e
 expect_rc 130
 all_gone "$T/cc-0" "$T/cc-1"
+# --- dagrun killed by SIGKILL mid-gang: each rank sees its connection
+# to the rendezvous close and stops (a stage that ignores cancel, as hang
+# does, by SIGKILL after the worker's 10 s grace), and mpirun ends with
+# them. The ranks' stage sends nothing, so only the closed connection can
+# tell them.
+cat > k9.yaml <<Y
+dag: k9
+tasks:
+  gang: {stage: hang, world_size: 2, launcher: mpirun}
+Y
+PATH="$T/bin:$PATH" RANK_MODE=pids "$DAGRUN" run k9.yaml --plain >"$T/out" 2>"$T/err" &
+pid=$!
+for _ in $(seq 100); do [ -s "$T/k9-0" ] && [ -s "$T/k9-1" ] && break; sleep 0.1; done
+[ -s "$T/k9-0" ] && [ -s "$T/k9-1" ] || fail "ranks did not start"
+sleep 1 # both joined
+kill -KILL $pid
+wait $pid 2>/dev/null || true
+for _ in $(seq 200); do
+  pid_alive "$(cat "$T/k9-0")" || pid_alive "$(cat "$T/k9-1")" || break
+  sleep 0.1
+done
+# Left running, they would outlive the test: end them, then fail.
+for f in "$T/k9-0" "$T/k9-1"; do
+  pid_alive "$(cat "$f")" && kill -KILL "$(cat "$f")" "$(cat "$T/k9-0")" "$(cat "$T/k9-1")" 2>/dev/null &&
+    fail "rank process $(cat "$f") ($f) still running after dagrun was killed"
+done
 pass
