@@ -293,3 +293,62 @@ Y
   expect_in "$T/out" "rank 1 exited 3"
   expect_in "$T/out" "stopped rank 0"
 }
+
+# wrap_launcher LAUNCHER: $T/bin/LAUNCHER (first on PATH for dagrun when
+# a test puts it there) runs the real one with each rank started through
+# $T/rank.sh, which, as $RANK_MODE says, writes each rank's pid to
+# $T/k9-RANK (pids), or for rank 1 (its pid in $T/late-pid) sets a wrong
+# token (badtoken), a runs directory its host cannot see (nolog), or
+# never starts its worker (never).
+wrap_launcher() {
+  mkdir -p "$T/bin"
+  cat > "$T/bin/$1" <<W
+#!/usr/bin/python3
+import os, sys
+args = sys.argv[1:]
+i = args.index("__worker") - 1
+args[i:i + 1] = ["/bin/sh", "$T/rank.sh", args[i]]
+os.execv("$(command -v "$1")", ["$1"] + args)
+W
+  chmod +x "$T/bin/$1"
+  cat > "$T/rank.sh" <<'S'
+rank=${OMPI_COMM_WORLD_RANK:-$SLURM_PROCID}
+[ "$RANK_MODE" = pids ] && echo $$ > "$T/k9-$rank"
+if [ "$rank" = 1 ]; then
+  echo $$ > "$T/late-pid"
+  case $RANK_MODE in
+    badtoken) export DAGRUN_GANG_TOKEN=00000000000000000000000000000000 ;;
+    nolog) export DAGRUN_GANG_DIR=/nonexistent/attempt ;;
+    never) exec sleep 60 ;;
+  esac
+fi
+exec "$@"
+S
+  export T
+}
+
+# expect_no_rank_outlives_kill9 DAG_FILE: runs DAG_FILE (a 2-rank gang
+# of stage hang, which sends nothing and ignores cancel, under a launcher
+# wrapped by wrap_launcher) and kills dagrun by SIGKILL once both ranks
+# run: each rank must see its connection to the rendezvous close and stop
+# (by SIGKILL after the worker's 10 s grace), and none may be left.
+expect_no_rank_outlives_kill9() {
+  rm -f "$T"/k9-*
+  PATH="$T/bin:$PATH" RANK_MODE=pids "$DAGRUN" run "$1" --plain >"$T/out" 2>"$T/err" &
+  local pid=$! f
+  for _ in $(seq 100); do [ -s "$T/k9-0" ] && [ -s "$T/k9-1" ] && break; sleep 0.1; done
+  [ -s "$T/k9-0" ] && [ -s "$T/k9-1" ] || fail "ranks did not start"
+  sleep 1 # both joined
+  kill -KILL $pid
+  wait $pid 2>/dev/null || true
+  for _ in $(seq 200); do
+    pid_alive "$(cat "$T/k9-0")" || pid_alive "$(cat "$T/k9-1")" || break
+    sleep 0.1
+  done
+  # Left running, they would outlive the test: end them, then fail.
+  for f in "$T/k9-0" "$T/k9-1"; do
+    pid_alive "$(cat "$f")" && kill -KILL "$(cat "$T/k9-0")" "$(cat "$T/k9-1")" 2>/dev/null &&
+      fail "rank process $(cat "$f") ($f) still running after dagrun was killed"
+  done
+  return 0
+}

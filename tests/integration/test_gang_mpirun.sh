@@ -64,31 +64,8 @@ for r in 0 1; do
   [ "$(cat "$T/rv-$r")" = "127.0.0.1:$PORT no-token" ] || fail "rank $r saw: $(cat "$T/rv-$r")"
 done
 
-# A wrapper mpirun starts each rank through rank.sh, which, as $RANK_MODE
-# says, gives rank 1 a wrong token, a runs directory it cannot see, or
-# never starts its worker, or writes each rank's pid.
-mkdir -p bin
-cat > bin/mpirun <<'W'
-#!/usr/bin/python3
-import os, sys
-args = sys.argv[1:]
-i = args.index("__worker") - 1
-args[i:i + 1] = ["/bin/sh", os.environ["T"] + "/rank.sh", args[i]]
-os.execv("/usr/bin/mpirun", ["mpirun"] + args)
-W
-chmod +x bin/mpirun
-cat > rank.sh <<'S'
-[ "$RANK_MODE" = pids ] && echo $$ > "$T/k9-$OMPI_COMM_WORLD_RANK"
-if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then
-  echo $$ > "$T/late-pid"
-  case $RANK_MODE in
-    badtoken) export DAGRUN_GANG_TOKEN=00000000000000000000000000000000 ;;
-    nolog) export DAGRUN_GANG_DIR=/nonexistent/attempt ;;
-    never) exec sleep 60 ;;
-  esac
-fi
-exec "$@"
-S
+# Ranks started through rank.sh (lib.sh: wrap_launcher).
+wrap_launcher mpirun
 cat > late.yaml <<Y
 dag: late
 tasks:
@@ -199,20 +176,5 @@ dag: k9
 tasks:
   gang: {stage: hang, world_size: 2, launcher: mpirun}
 Y
-PATH="$T/bin:$PATH" RANK_MODE=pids "$DAGRUN" run k9.yaml --plain >"$T/out" 2>"$T/err" &
-pid=$!
-for _ in $(seq 100); do [ -s "$T/k9-0" ] && [ -s "$T/k9-1" ] && break; sleep 0.1; done
-[ -s "$T/k9-0" ] && [ -s "$T/k9-1" ] || fail "ranks did not start"
-sleep 1 # both joined
-kill -KILL $pid
-wait $pid 2>/dev/null || true
-for _ in $(seq 200); do
-  pid_alive "$(cat "$T/k9-0")" || pid_alive "$(cat "$T/k9-1")" || break
-  sleep 0.1
-done
-# Left running, they would outlive the test: end them, then fail.
-for f in "$T/k9-0" "$T/k9-1"; do
-  pid_alive "$(cat "$f")" && kill -KILL "$(cat "$f")" "$(cat "$T/k9-0")" "$(cat "$T/k9-1")" 2>/dev/null &&
-    fail "rank process $(cat "$f") ($f) still running after dagrun was killed"
-done
+expect_no_rank_outlives_kill9 k9.yaml
 pass

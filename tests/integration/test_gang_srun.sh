@@ -98,6 +98,18 @@ all_gone "$T/to-0" "$T/to-1"
 for _ in $(seq 50); do [ -z "$(squeue -h)" ] && break; sleep 0.2; done
 [ -z "$(squeue -h)" ] || fail "Slurm still runs: $(squeue)"
 
+# --- dagrun killed by SIGKILL mid-gang: the ranks see their connections
+# close and stop, and srun's step ends with them.
+wrap_launcher srun
+cat > k9.yaml <<Y
+dag: k9
+tasks:
+  gang: {stage: hang, world_size: 2, launcher: srun}
+Y
+expect_no_rank_outlives_kill9 k9.yaml
+for _ in $(seq 100); do [ -z "$(squeue -h)" ] && break; sleep 0.2; done
+[ -z "$(squeue -h)" ] || fail "Slurm still runs: $(squeue)"
+
 # --- The train stage in a gang under srun: MPI ranks bootstrap through
 # Slurm's PMIx (SLURM_MPI_TYPE, as a cluster's MpiDefault would say), and
 # train as the same gang does under mpirun: the same losses, step by step.
