@@ -1,14 +1,17 @@
 #include "executor.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,8 +22,14 @@
  * process that outlived the worker (and escaped its group) kept fd 3. */
 #define DRAIN_TIMEOUT_MS 500
 /* Handles per attempt: the exit watch, the pipe and four timers (and the
- * log pipe when the run has secrets). */
+ * log pipe when the run has secrets). A launched rank has no exit watch. */
 #define ATTEMPT_HANDLES 6
+/* A launched rank's join line, "dagrun-join TOKEN RANK", is far shorter;
+ * a connection that sends this much without a newline is not a rank. */
+#define JOIN_LINE_MAX 256
+/* The per-attempt secret a launched rank proves itself with: random bytes,
+ * sent as hex. */
+#define TOKEN_BYTES 16
 /* Where a worker finds its attempt description when the one on disk is
  * masked: a memfd, named to it as /dev/fd/4. */
 #define ATTEMPT_FD 4
@@ -28,16 +37,17 @@
 typedef struct attempt attempt;
 typedef struct proc proc;
 
+typedef struct joiner joiner;
+
 /* One process of an attempt: rank `rank` of its gang (rank 0 alone when
  * the task is not a gang), or the launcher (rank -1) that started the
  * gang's ranks. A rank under a launcher is virtual: not our child, known
- * only by the message socket it connects to; it has "exited" when that
- * closes, with the status of its result message. */
+ * only by the connection it makes to the rendezvous; it has "exited" when
+ * that closes, with the status of its result message. */
 struct proc {
   attempt *at;
   int rank;
-  int virt;         /* a rank under a launcher: no process handle */
-  uv_pipe_t server; /* virt: where the rank connects */
+  int virt; /* a rank under a launcher: no process handle */
   int connected, got_result, result_status;
   pid_t pid; /* the worker, leader of its own session and group */
   int pidfd; /* readable once the worker has exited */
@@ -79,9 +89,19 @@ struct attempt {
   int failed_rank; /* -1: none */
   sbuf stopped;    /* "0, 1, 3": the ranks stopped because of it */
   exec_rank_end *ends;
-  proc *launcher; /* mpirun; NULL when none or finished */
+  proc *launcher; /* mpirun or srun; NULL when none or finished */
   int has_launcher;
   exec_rank_end launcher_end;
+  /* The rendezvous of a launched gang: the TCP listener (NULL once every
+   * rank joined or the attempt is over), the connections that have not
+   * said which rank they are yet, the token they must send, the address
+   * the ranks were given ("host:port") and the launcher's log, where
+   * refused connections are written. */
+  uv_tcp_t *rdv;
+  joiner *joiners;
+  char token[2 * TOKEN_BYTES + 1];
+  char *rdv_addr;
+  char *log_path;
   char *error; /* the failed rank's (or rank 0's) result message */
   double started;
 };
@@ -140,7 +160,11 @@ static void signal_group(proc *a, int sig) {
     kill(-a->pid, sig);
 }
 
+static void rdv_close(attempt *at);
+
 static void attempt_free(attempt *at) {
+  free(at->rdv_addr);
+  free(at->log_path);
   free(at->procs);
   free(at->ends);
   free(at->error);
@@ -158,6 +182,7 @@ static void attempt_finish(attempt *at) {
   r.failed_rank = at->failed_rank;
   r.stopped = at->stopped.s ? at->stopped.s : "";
   r.ranks = at->ends;
+  r.rendezvous = at->rdv_addr;
   const exec_rank_end *e =
       &at->ends[at->failed_rank >= 0 ? at->failed_rank : 0];
   /* Every rank said it succeeded but the launcher failed: its status. */
@@ -177,6 +202,7 @@ static void attempt_finish(attempt *at) {
     r.exit_code = e->exit_code < 0 ? 0 : e->exit_code;
     r.term_signal = e->term_signal;
   }
+  rdv_close(at);
   /* Unlink before the callback: it may start the next attempt. */
   if (at->prev)
     at->prev->next = at->next;
@@ -211,9 +237,7 @@ static void finish(proc *a) {
     at->launcher = NULL;
   else
     at->procs[a->rank] = NULL;
-  if (a->virt)
-    close_handle((uv_handle_t *)&a->server);
-  else
+  if (!a->virt)
     close_handle((uv_handle_t *)&a->exit_watch);
   close_handle((uv_handle_t *)&a->pipe);
   close_handle((uv_handle_t *)&a->timeout_timer);
@@ -302,12 +326,16 @@ static void virt_exited(proc *a) {
     return;
   a->exited = 1;
   a->exit_status = a->got_result ? a->result_status : 255;
+  if (!a->connected)
+    a->at->ends[a->rank].never_joined = 1;
   if (!a->got_result) {
     free(a->error);
-    a->error =
-        xstrdup(a->connected ? "ended without a result (crashed or killed)"
-                             : "never connected to dagrun (see the launcher's "
-                               "output in the attempt's log)");
+    a->error = a->connected
+                   ? xstrdup("ended without a result (crashed or killed)")
+                   : xasprintf("never connected to dagrun's rendezvous at %s "
+                               "(see the launcher's output in the attempt's "
+                               "log)",
+                               a->at->rdv_addr);
   }
   uv_timer_stop(&a->timeout_timer);
   uv_timer_stop(&a->heartbeat_timer);
@@ -405,25 +433,30 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   buf->len = sizeof(read_buffer);
 }
 
+/* Message bytes from rank a, split into lines. */
+static void consume(proc *a, const char *p, size_t n) {
+  const char *end = p + n;
+  while (p < end) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (!nl) {
+      sbuf_add(&a->line, p, (size_t)(end - p));
+      break;
+    }
+    if (a->line.n) {
+      sbuf_add(&a->line, p, (size_t)(nl - p));
+      handle_line(a, a->line.s, a->line.n);
+      a->line.n = 0;
+    } else {
+      handle_line(a, p, (size_t)(nl - p));
+    }
+    p = nl + 1;
+  }
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   proc *a = s->data;
   if (nread > 0) {
-    const char *p = buf->base, *end = buf->base + nread;
-    while (p < end) {
-      const char *nl = memchr(p, '\n', (size_t)(end - p));
-      if (!nl) {
-        sbuf_add(&a->line, p, (size_t)(end - p));
-        break;
-      }
-      if (a->line.n) {
-        sbuf_add(&a->line, p, (size_t)(nl - p));
-        handle_line(a, a->line.s, a->line.n);
-        a->line.n = 0;
-      } else {
-        handle_line(a, p, (size_t)(nl - p));
-      }
-      p = nl + 1;
-    }
+    consume(a, buf->base, (size_t)nread);
   } else if (nread < 0) {
     if (a->line.n) {
       handle_line(a, a->line.s, a->line.n);
@@ -696,31 +729,273 @@ static proc *proc_start(attempt *at, int rank, const exec_request *rq,
   return a;
 }
 
-static void on_rank_connected(uv_stream_t *server, int status) {
-  proc *a = server->data;
-  if (status < 0 || a->connected)
-    return;
-  if (uv_accept(server, (uv_stream_t *)&a->pipe) != 0)
-    return;
-  a->connected = 1;
-  uv_read_start((uv_stream_t *)&a->pipe, on_alloc, on_read);
-  /* One rank, one connection: the socket file is not needed any more. */
-  uv_close((uv_handle_t *)server, on_handle_closed);
+/* The rendezvous of a launched gang. Every rank connects to one TCP
+ * listener and sends "dagrun-join TOKEN RANK\n"; dagrun answers "ok\n"
+ * and the connection becomes that rank's message stream, or, for a wrong
+ * token, an unknown rank or one already joined, writes why to the
+ * attempt's log and closes it. Ranks on other hosts can reach a TCP port
+ * where they could not reach a Unix socket in the run directory, and the
+ * token keeps out anyone else who can reach the port. */
+struct joiner {
+  uv_tcp_t tcp;
+  attempt *at; /* NULL once it leaves the attempt's list */
+  joiner *next;
+  char buf[JOIN_LINE_MAX];
+  size_t n;
+  char peer[64]; /* "address:port", for the log */
+};
+
+static void on_joiner_closed(uv_handle_t *h) { free(h->data); }
+
+static void joiner_close(joiner *j) {
+  attempt *at = j->at;
+  if (at) {
+    joiner **pp = &at->joiners;
+    while (*pp != j)
+      pp = &(*pp)->next;
+    *pp = j->next;
+    j->at = NULL;
+  }
+  uv_close((uv_handle_t *)&j->tcp, on_joiner_closed);
 }
 
-/* Rank `rank` under a launcher: listens on its socket. Returns NULL with
- * err when the socket cannot be made. */
-static proc *virt_start(attempt *at, int rank, const exec_request *rq,
-                        const char *sock, char *err, size_t errlen) {
-  executor *x = at->x;
-  struct sockaddr_un sa;
-  if (strlen(sock) >= sizeof(sa.sun_path)) {
-    snprintf(err, errlen,
-             "socket path %s is too long (%zu bytes at most): use a shorter "
-             "runs directory",
-             sock, sizeof(sa.sun_path) - 1);
-    return NULL;
+static void on_rdv_closed(uv_handle_t *h) { free(h); }
+
+/* Stops listening and drops the connections that have not joined. */
+static void rdv_close(attempt *at) {
+  while (at->joiners)
+    joiner_close(at->joiners);
+  if (at->rdv) {
+    uv_close((uv_handle_t *)at->rdv, on_rdv_closed);
+    at->rdv = NULL;
   }
+}
+
+/* Writes one line to the attempt's log (the launcher's output): a
+ * refused connection is worth a trace where the user looks. */
+static void attempt_log(attempt *at, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void attempt_log(attempt *at, const char *fmt, ...) {
+  char ts[40];
+  format_utc(now_wall(), 1, ts, sizeof(ts));
+  sbuf b = {0};
+  sbuf_printf(&b, "%s WARN dagrun: ", ts);
+  va_list ap;
+  va_start(ap, fmt);
+  sbuf_vprintf(&b, fmt, ap);
+  va_end(ap);
+  sbuf_add(&b, "\n", 1);
+  int fd = open(at->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    (void)!write(fd, b.s, b.n);
+    close(fd);
+  }
+  sbuf_free(&b);
+}
+
+/* Compares n bytes in a time that does not depend on where they differ,
+ * so that the token cannot be guessed a byte at a time. */
+static int same_secret(const char *a, const char *b, size_t n) {
+  unsigned char d = 0;
+  for (size_t i = 0; i < n; i++)
+    d |= (unsigned char)(a[i] ^ b[i]);
+  return d == 0;
+}
+
+/* The joining rank of line "dagrun-join TOKEN RANK", or -1 with *why. */
+static int join_rank(attempt *at, char *line, const char **why) {
+  char *save = NULL;
+  const char *word = strtok_r(line, " ", &save);
+  const char *token = strtok_r(NULL, " ", &save);
+  const char *rank = strtok_r(NULL, " ", &save);
+  if (!word || strcmp(word, "dagrun-join") != 0 || !token || !rank) {
+    *why = "not a dagrun rank (no join line)";
+    return -1;
+  }
+  if (strlen(token) != 2 * TOKEN_BYTES ||
+      !same_secret(token, at->token, 2 * TOKEN_BYTES)) {
+    *why = "wrong token";
+    return -1;
+  }
+  char *end;
+  long r = strtol(rank, &end, 10);
+  if (*end || end == rank || r < 0 || r >= at->n) {
+    *why = "no such rank";
+    return -1;
+  }
+  proc *p = at->procs[r];
+  if (!p || p->connected || p->exited) {
+    *why = "that rank has joined already";
+    return -1;
+  }
+  return (int)r;
+}
+
+/* The joiner proved itself as rank `rank`: its connection becomes the
+ * rank's message stream. The socket moves to the rank's uv_pipe_t (libuv
+ * reads any stream socket through one) as a duplicate, since a handle
+ * cannot change hands; bytes sent after the join line go first. */
+static void join(joiner *j, int rank, const char *rest, size_t n_rest) {
+  attempt *at = j->at;
+  proc *p = at->procs[rank];
+  uv_os_fd_t fd;
+  int dup_fd = -1;
+  if (uv_fileno((uv_handle_t *)&j->tcp, &fd) == 0)
+    dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  char rest_copy[JOIN_LINE_MAX];
+  memcpy(rest_copy, rest, n_rest);
+  joiner_close(j);
+  if (dup_fd < 0 || uv_pipe_open(&p->pipe, dup_fd) != 0) {
+    attempt_log(at, "cannot take rank %d's connection: %s", rank,
+                strerror(errno));
+    if (dup_fd >= 0)
+      close(dup_fd);
+    return;
+  }
+  /* Three bytes on a socket that was just accepted fit its send buffer:
+   * a plain write cannot block or be short. A rank that is gone by now
+   * shows as the end of its stream. */
+  (void)!write(dup_fd, "ok\n", 3);
+  p->connected = 1;
+  consume(p, rest_copy, n_rest);
+  uv_read_start((uv_stream_t *)&p->pipe, on_alloc, on_read);
+  int all = 1;
+  for (int r = 0; r < at->n && all; r++)
+    all = !at->procs[r] || at->procs[r]->connected;
+  if (all && at->rdv) {
+    /* Nobody else may join this attempt. */
+    uv_close((uv_handle_t *)at->rdv, on_rdv_closed);
+    at->rdv = NULL;
+  }
+}
+
+static void on_join_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  joiner *j = h->data;
+  (void)suggested;
+  buf->base = j->buf + j->n;
+  buf->len = sizeof(j->buf) - j->n;
+}
+
+static void on_join_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  joiner *j = s->data;
+  (void)buf;
+  if (!j->at)
+    return;
+  if (nread < 0) {
+    attempt_log(j->at,
+                "a connection to the gang's rendezvous from %s closed before "
+                "it said which rank it is",
+                j->peer);
+    joiner_close(j);
+    return;
+  }
+  j->n += (size_t)nread;
+  char *nl = memchr(j->buf, '\n', j->n);
+  if (!nl) {
+    if (j->n == sizeof(j->buf)) {
+      attempt_log(j->at,
+                  "refused a connection to the gang's rendezvous "
+                  "from %s: not a dagrun rank (no join line)",
+                  j->peer);
+      joiner_close(j);
+    }
+    return;
+  }
+  *nl = '\0';
+  const char *why = NULL;
+  int rank = join_rank(j->at, j->buf, &why);
+  if (rank < 0) {
+    attempt_log(j->at,
+                "refused a connection to the gang's rendezvous from %s: %s",
+                j->peer, why);
+    joiner_close(j);
+    return;
+  }
+  uv_read_stop(s);
+  join(j, rank, nl + 1, (size_t)(j->buf + j->n - (nl + 1)));
+}
+
+/* "address:port" of a connected peer, for the log. */
+static void peer_name(uv_tcp_t *t, char *out, size_t n) {
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  char ip[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  snprintf(out, n, "an unknown address");
+  if (uv_tcp_getpeername(t, (struct sockaddr *)&ss, &len) != 0)
+    return;
+  if (ss.ss_family == AF_INET) {
+    uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+    port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+    port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+  }
+  snprintf(out, n, "%s:%d", ip, port);
+}
+
+static void on_rdv_connection(uv_stream_t *server, int status) {
+  attempt *at = server->data;
+  if (status < 0)
+    return;
+  joiner *j = xcalloc(1, sizeof(*j));
+  uv_tcp_init(at->x->loop, &j->tcp);
+  j->tcp.data = j;
+  if (uv_accept(server, (uv_stream_t *)&j->tcp) != 0) {
+    uv_close((uv_handle_t *)&j->tcp, on_joiner_closed);
+    return;
+  }
+  peer_name(&j->tcp, j->peer, sizeof(j->peer));
+  j->at = at;
+  j->next = at->joiners;
+  at->joiners = j;
+  uv_read_start((uv_stream_t *)&j->tcp, on_join_alloc, on_join_read);
+}
+
+/* Listens on rq->rdv_bind:rq->rdv_port (port 0: one the system picks)
+ * and makes the token. Returns 0, or DR_EIO with err. */
+static int rdv_open(attempt *at, const exec_request *rq, char *err,
+                    size_t errlen) {
+  unsigned char raw[TOKEN_BYTES];
+  if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+    snprintf(err, errlen, "cannot make the gang's token: %s", strerror(errno));
+    return DR_EIO;
+  }
+  for (size_t i = 0; i < sizeof(raw); i++)
+    snprintf(at->token + 2 * i, 3, "%02x", raw[i]);
+  struct sockaddr_storage ss;
+  int v6 = strchr(rq->rdv_bind, ':') != NULL;
+  int rc =
+      v6 ? uv_ip6_addr(rq->rdv_bind, rq->rdv_port, (struct sockaddr_in6 *)&ss)
+         : uv_ip4_addr(rq->rdv_bind, rq->rdv_port, (struct sockaddr_in *)&ss);
+  at->rdv = xcalloc(1, sizeof(*at->rdv));
+  uv_tcp_init(at->x->loop, at->rdv);
+  at->rdv->data = at;
+  if (rc == 0)
+    rc = uv_tcp_bind(at->rdv, (const struct sockaddr *)&ss, 0);
+  if (rc == 0)
+    rc = uv_listen((uv_stream_t *)at->rdv, 128, on_rdv_connection);
+  int len = sizeof(ss);
+  if (rc == 0)
+    rc = uv_tcp_getsockname(at->rdv, (struct sockaddr *)&ss, &len);
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot listen for the gang's ranks on %s%s%s:%d: %s",
+             v6 ? "[" : "", rq->rdv_bind, v6 ? "]" : "", rq->rdv_port,
+             uv_strerror(rc));
+    return DR_EIO;
+  }
+  int port =
+      ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                     : ((struct sockaddr_in *)&ss)->sin_port);
+  int host_v6 = strchr(rq->rdv_host, ':') != NULL;
+  at->rdv_addr = xasprintf("%s%s%s:%d", host_v6 ? "[" : "", rq->rdv_host,
+                           host_v6 ? "]" : "", port);
+  return 0;
+}
+
+/* Rank `rank` under a launcher: waits for its connection. */
+static proc *virt_start(attempt *at, int rank, const exec_request *rq) {
+  executor *x = at->x;
   proc *a = xcalloc(1, sizeof(*a));
   a->at = at;
   a->rank = rank;
@@ -733,27 +1008,13 @@ static proc *virt_start(attempt *at, int rank, const exec_request *rq,
   a->grace_ms = to_ms(rq->kill_grace_s);
   uv_pipe_init(x->loop, &a->pipe, 0);
   a->pipe.data = a;
-  uv_pipe_init(x->loop, &a->server, 0);
-  a->server.data = a;
   uv_timer_t *timers[] = {&a->timeout_timer, &a->heartbeat_timer,
                           &a->kill_timer, &a->drain_timer};
   for (size_t i = 0; i < 4; i++) {
     uv_timer_init(x->loop, timers[i]);
     timers[i]->data = a;
   }
-  a->open_handles = ATTEMPT_HANDLES;
-  (void)unlink(sock);
-  int rc = uv_pipe_bind(&a->server, sock);
-  if (rc == 0)
-    rc = uv_listen((uv_stream_t *)&a->server, 4, on_rank_connected);
-  if (rc != 0) {
-    snprintf(err, errlen, "cannot listen on %s: %s", sock, uv_strerror(rc));
-    close_handle((uv_handle_t *)&a->server);
-    close_handle((uv_handle_t *)&a->pipe);
-    for (size_t i = 0; i < 4; i++)
-      close_handle((uv_handle_t *)timers[i]);
-    return NULL;
-  }
+  a->open_handles = ATTEMPT_HANDLES - 1; /* no exit watch */
   if (a->heartbeat_ms)
     uv_timer_start(&a->heartbeat_timer, on_heartbeat_missed, a->heartbeat_ms,
                    a->heartbeat_ms);
@@ -781,35 +1042,38 @@ static void attempt_link(executor *x, attempt *at) {
   x->n_running++;
 }
 
-/* A gang started by a launcher (mpirun): one socket per rank, then the
- * launcher, which starts the ranks. */
+/* A gang started by a launcher (mpirun, srun): the rendezvous, then
+ * the launcher, which starts the ranks; they are told where to join by
+ * DAGRUN_GANG_ADDR and DAGRUN_GANG_TOKEN in its environment. */
 static int start_launched(executor *x, const exec_request *rq, char *err,
                           size_t errlen) {
   int n = (int)rq->n_ranks;
   attempt *at = attempt_new(x, rq, n);
-  int r;
-  for (r = 0; r < n; r++) {
-    at->procs[r] = virt_start(at, r, rq, rq->ranks[r].socket_path, err, errlen);
-    if (!at->procs[r])
-      break;
-  }
-  spawned sp;
-  if (r < n || spawn_one(x, rq, rq->env, rq->log_path, &sp, err, errlen) != 0) {
-    /* The procs free themselves as their handles close. */
-    for (int k = 0; k < n; k++) {
-      proc *a = at->procs[k];
-      if (!a)
-        continue;
-      close_handle((uv_handle_t *)&a->server);
-      close_handle((uv_handle_t *)&a->pipe);
-      close_handle((uv_handle_t *)&a->timeout_timer);
-      close_handle((uv_handle_t *)&a->heartbeat_timer);
-      close_handle((uv_handle_t *)&a->kill_timer);
-      close_handle((uv_handle_t *)&a->drain_timer);
-    }
+  at->log_path = xstrdup(rq->log_path);
+  if (rdv_open(at, rq, err, errlen) != 0) {
+    rdv_close(at);
     attempt_free(at);
-    return r < n ? DR_EIO : DR_ESPAWN;
+    return DR_EIO;
   }
+  size_t n_env = 0;
+  while (rq->env[n_env])
+    n_env++;
+  char **env = xcalloc(n_env + 3, sizeof(*env));
+  env[0] = xasprintf("DAGRUN_GANG_ADDR=%s", at->rdv_addr);
+  env[1] = xasprintf("DAGRUN_GANG_TOKEN=%s", at->token);
+  memcpy(env + 2, rq->env, n_env * sizeof(*env));
+  spawned sp;
+  int rc = spawn_one(x, rq, env, rq->log_path, &sp, err, errlen);
+  free(env[0]);
+  free(env[1]);
+  free(env);
+  if (rc != 0) {
+    rdv_close(at);
+    attempt_free(at);
+    return rc;
+  }
+  for (int r = 0; r < n; r++)
+    at->procs[r] = virt_start(at, r, rq);
   at->launcher = proc_start(at, -1, rq, &sp);
   at->has_launcher = 1;
   at->pid0 = sp.pid;

@@ -49,10 +49,12 @@ typedef enum exec_end {
 
 /* How one rank of an attempt ended. */
 typedef struct exec_rank_end {
-  int exit_code;   /* exited: 0..255; -1 when killed by a signal */
-  int term_signal; /* killed by a signal: the signal; else 0 */
-  int stopped;     /* 1: stopped by the executor (another rank failed,
-                      timeout, cancel) */
+  int exit_code;    /* exited: 0..255; -1 when killed by a signal */
+  int term_signal;  /* killed by a signal: the signal; else 0 */
+  int stopped;      /* 1: stopped by the executor (another rank failed,
+                       timeout, cancel) */
+  int never_joined; /* 1: a launched rank that never connected to the
+                       rendezvous */
 } exec_rank_end;
 
 typedef struct exec_result {
@@ -70,6 +72,9 @@ typedef struct exec_result {
   int failed_rank;
   const char *stopped;
   const exec_rank_end *ranks;
+  /* A launched gang: the rendezvous address its ranks were given
+   * ("host:port"); else NULL. Valid during on_exit. */
+  const char *rendezvous;
 } exec_result;
 
 typedef struct exec_callbacks {
@@ -83,10 +88,6 @@ typedef struct exec_callbacks {
 typedef struct exec_rank {
   char **env;           /* full environment, NULL-terminated */
   const char *log_path; /* created/appended */
-  /* With a launcher: the Unix socket rank r connects to (made here; at
-   * most 107 bytes), instead of env and log_path, which the launcher's
-   * rank sets up itself (worker.h). */
-  const char *socket_path;
 } exec_rank;
 
 typedef struct exec_request {
@@ -111,14 +112,23 @@ typedef struct exec_request {
   /* A gang started by a launcher: its argv (NULL-terminated, e.g.
    * mpirun -np N ...), to which `dagrun __worker ATTEMPT_JSON` is
    * appended; the launcher runs with env, its output goes to log_path,
-   * and it gets no message pipe: each rank connects to
-   * ranks[r].socket_path instead. A rank has ended when its socket
-   * closes, with the status of its result message (none: 255). The
-   * launcher is stopped (SIGTERM to its group, SIGKILL after the grace)
-   * when a rank fails, on timeout and on cancel; it stops its ranks.
-   * NULL: the ranks are started here. attempt_text is not supported with
-   * a launcher. */
+   * and it gets no message pipe: its ranks join the gang's rendezvous
+   * instead, a TCP listener on rdv_bind (an IP address) port rdv_port
+   * (0: any free one). The launcher's environment gets
+   * DAGRUN_GANG_ADDR=rdv_host:PORT, where the ranks connect, and
+   * DAGRUN_GANG_TOKEN, a random secret made for this attempt that each
+   * rank sends with its rank ("dagrun-join TOKEN RANK\n"; answered "ok\n").
+   * A connection with a wrong token, an unknown rank or a rank that
+   * joined already is closed and written to log_path. A joined rank's
+   * connection carries its messages; the rank has ended when it closes,
+   * with the status of its result message (none: 255). The launcher is
+   * stopped (SIGTERM to its group, SIGKILL after the grace) when a rank
+   * fails, on timeout and on cancel; it stops its ranks. NULL: the ranks
+   * are started here. attempt_text is not supported with a launcher. */
   char *const *launcher_argv;
+  const char *rdv_bind;
+  int rdv_port;
+  const char *rdv_host;
 } exec_request;
 
 typedef struct executor executor;

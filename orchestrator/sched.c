@@ -389,8 +389,6 @@ static int gang_prepare(sched *s, size_t i, const char *attempt_dir,
     ranks[r].log_path = r == 0 ? xstrdup(log_path) : xstrdup(log);
     if (s->sp->tasks[i].launcher == SPEC_LAUNCHER_LOCAL)
       ranks[r].env = build_env(s, i, task_env, r, rdv);
-    else
-      ranks[r].socket_path = path_join(dir, "worker.sock");
     free(log);
     free(dir);
   }
@@ -404,7 +402,6 @@ static void free_env(char **env);
 static void gang_free(exec_rank *ranks, int n) {
   for (int r = 0; ranks && r < n; r++) {
     free((char *)ranks[r].log_path);
-    free((char *)ranks[r].socket_path);
     free_env(ranks[r].env);
   }
   free(ranks);
@@ -421,42 +418,69 @@ static char **env_with(char **env, char *kv) {
   return env;
 }
 
-/* launcher mpirun: its environment (env plus what the ranks need, passed
- * on with -x) and its argv, as `mpirun -np N --oversubscribe --bind-to
- * none [--host H,...] -x NAME...`. Caller frees *argv with free_env. */
-static char **mpirun_setup(sched *s, size_t i, const cJSON *task_env,
-                           const char *attempt_dir, char ***env) {
+/* hosts as one comma-separated list (caller frees), and their number. */
+static char *hosts_list(const spec_task *st, size_t *n) {
+  sbuf h = {0};
+  for (size_t k = 0; k < st->hosts->n; k++)
+    sbuf_printf(&h, "%s%s", k ? "," : "", st->hosts->items[k]->str);
+  *n = st->hosts->n;
+  return sbuf_take(&h);
+}
+
+/* The argv of a gang's launcher, and its environment (env plus what the
+ * ranks need to join the gang: worker.h). Caller frees *argv with
+ * free_env.
+ * - mpirun: `mpirun -np N --oversubscribe --bind-to none [--host
+ *   H,...] -x NAME...`: Open MPI passes on only the variables named with
+ *   -x to ranks on other hosts.
+ * - srun: `srun --ntasks=N --kill-on-bad-exit=1 --job-name=dagrun-TASK
+ *   [--nodes=K --nodelist=H,...]`: srun passes on the whole environment
+ *   (--export=ALL, its default), and --kill-on-bad-exit makes one failing
+ *   rank end the step, as mpirun does by itself. Inside an allocation
+ *   (sbatch, salloc) it is a step of that job, else a job of its own. */
+static char **launcher_setup(sched *s, size_t i, const cJSON *task_env,
+                             const char *attempt_dir, char ***env) {
   const spec_task *st = &s->sp->tasks[i];
   char *rdv = path_join(attempt_dir, "rendezvous");
   *env = env_with(*env, xasprintf("DAGRUN_GANG_DIR=%s", attempt_dir));
   *env = env_with(*env, xasprintf("DAGRUN_RENDEZVOUS=%s", rdv));
   free(rdv);
+  char **argv = NULL;
+  size_t n = 0, cap = 0, n_hosts = 0;
+  char *hosts = st->hosts && st->hosts->n ? hosts_list(st, &n_hosts) : NULL;
+  if (st->launcher == SPEC_LAUNCHER_SRUN) {
+    VEC_PUSH(argv, n, cap, xstrdup("srun"));
+    VEC_PUSH(argv, n, cap, xasprintf("--ntasks=%d", st->world_size));
+    VEC_PUSH(argv, n, cap, xstrdup("--kill-on-bad-exit=1"));
+    VEC_PUSH(argv, n, cap, xasprintf("--job-name=dagrun-%s", st->name));
+    if (hosts) {
+      VEC_PUSH(argv, n, cap, xasprintf("--nodes=%zu", n_hosts));
+      VEC_PUSH(argv, n, cap, xasprintf("--nodelist=%s", hosts));
+    }
+    free(hosts);
+    VEC_PUSH(argv, n, cap, NULL);
+    return argv;
+  }
   /* Open MPI refuses to run as root unless told twice. */
   if (geteuid() == 0) {
     *env = env_with(*env, xstrdup("OMPI_ALLOW_RUN_AS_ROOT=1"));
     *env = env_with(*env, xstrdup("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"));
   }
-  char **argv = NULL;
-  size_t n = 0, cap = 0;
   VEC_PUSH(argv, n, cap, xstrdup("mpirun"));
   VEC_PUSH(argv, n, cap, xstrdup("-np"));
   VEC_PUSH(argv, n, cap, xasprintf("%d", st->world_size));
   VEC_PUSH(argv, n, cap, xstrdup("--oversubscribe"));
   VEC_PUSH(argv, n, cap, xstrdup("--bind-to"));
   VEC_PUSH(argv, n, cap, xstrdup("none"));
-  if (st->hosts && st->hosts->n) {
-    sbuf h = {0};
-    for (size_t k = 0; k < st->hosts->n; k++)
-      sbuf_printf(&h, "%s%s", k ? "," : "", st->hosts->items[k]->str);
+  if (hosts) {
     VEC_PUSH(argv, n, cap, xstrdup("--host"));
-    VEC_PUSH(argv, n, cap, sbuf_take(&h));
+    VEC_PUSH(argv, n, cap, hosts);
   }
   static const char *const passed[] = {
-      "DAGRUN_GANG_DIR",    "DAGRUN_RENDEZVOUS",
-      "DAGRUN_DAG",         "DAGRUN_RUN_ID",
-      "DAGRUN_RUN_DIR",     "DAGRUN_TASK",
-      "DAGRUN_ATTEMPT",     "DAGRUN_OUT_DIR",
-      "DAGRUN_PLUGIN_PATH", NULL};
+      "DAGRUN_GANG_DIR",   "DAGRUN_RENDEZVOUS",  "DAGRUN_GANG_ADDR",
+      "DAGRUN_GANG_TOKEN", "DAGRUN_DAG",         "DAGRUN_RUN_ID",
+      "DAGRUN_RUN_DIR",    "DAGRUN_TASK",        "DAGRUN_ATTEMPT",
+      "DAGRUN_OUT_DIR",    "DAGRUN_PLUGIN_PATH", NULL};
   for (size_t k = 0; passed[k]; k++) {
     if (strcmp(passed[k], "DAGRUN_PLUGIN_PATH") == 0 && !getenv(passed[k]))
       continue;
@@ -469,6 +493,50 @@ static char **mpirun_setup(sched *s, size_t i, const cJSON *task_env,
   }
   VEC_PUSH(argv, n, cap, NULL);
   return argv;
+}
+
+/* Whether host names this machine: localhost, a loopback address, or
+ * this machine's name, short or full. */
+static int host_is_local(const char *host) {
+  char me[256];
+  if (strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
+      strcmp(host, "::1") == 0)
+    return 1;
+  if (gethostname(me, sizeof(me)) != 0)
+    return 0;
+  me[sizeof(me) - 1] = '\0';
+  size_t n_me = strcspn(me, "."), n_host = strcspn(host, ".");
+  return strcmp(host, me) == 0 ||
+         (n_me == n_host && strncmp(host, me, n_me) == 0 &&
+          (!host[n_host] || !me[n_me]));
+}
+
+/* Where a launched gang's rendezvous listens (an IP address) and the
+ * name its ranks connect to (executor.h), in host (n bytes): the task's
+ * `rendezvous` address when it gives one (a wildcard one reached by this
+ * machine's name); else loopback when every rank runs here (mpirun
+ * without hosts, or hosts that all name this machine), and every
+ * interface, reached by this machine's name, when not: srun without hosts
+ * may put ranks on any node of its allocation. */
+static const char *rdv_where(const spec_task *st, char *host, size_t n) {
+  const char *bind = st->rdv_bind;
+  if (!*bind) {
+    int local = st->launcher == SPEC_LAUNCHER_MPIRUN;
+    if (st->hosts && st->hosts->n) {
+      local = 1;
+      for (size_t k = 0; k < st->hosts->n && local; k++)
+        local = host_is_local(st->hosts->items[k]->str);
+    }
+    bind = local ? "127.0.0.1" : "0.0.0.0";
+  }
+  if (strcmp(bind, "0.0.0.0") != 0 && strcmp(bind, "::") != 0) {
+    snprintf(host, n, "%s", bind);
+  } else if (gethostname(host, n) != 0) {
+    snprintf(host, n, "localhost");
+  } else {
+    host[n - 1] = '\0';
+  }
+  return bind;
 }
 
 static cJSON *attempt_json(sched *s, size_t i, cJSON *params,
@@ -518,6 +586,8 @@ static void launch(sched *s, size_t i) {
   char **env = NULL;
   exec_rank *ranks = NULL;
   char **launcher_argv = NULL;
+  char rdv_host[256] = "";
+  const char *rdv_bind = NULL;
   diags d = {0};
   tmpl_env te = {s->sp,         s->params,         s->run->id,
                  s->run->date,  tmpl_task_dir,     tmpl_task_outputs,
@@ -555,8 +625,9 @@ static void launch(sched *s, size_t i) {
   env = build_env(s, i, task_env, -1, NULL);
   if (st->launcher != SPEC_LAUNCHER_LOCAL && real) {
     cJSON_free(real);
-    reason = xasprintf("launcher mpirun cannot run a task of a run with "
-                       "secrets yet: its ranks would see them masked");
+    reason = xasprintf("launcher %s cannot run a task of a run with "
+                       "secrets yet: its ranks would see them masked",
+                       st->launcher == SPEC_LAUNCHER_SRUN ? "srun" : "mpirun");
     goto failed;
   }
   if ((st->world_size > 1 || st->launcher != SPEC_LAUNCHER_LOCAL) &&
@@ -564,8 +635,10 @@ static void launch(sched *s, size_t i) {
     cJSON_free(real);
     goto failed;
   }
-  if (st->launcher == SPEC_LAUNCHER_MPIRUN)
-    launcher_argv = mpirun_setup(s, i, task_env, attempt_dir, &env);
+  if (st->launcher != SPEC_LAUNCHER_LOCAL) {
+    launcher_argv = launcher_setup(s, i, task_env, attempt_dir, &env);
+    rdv_bind = rdv_where(st, rdv_host, sizeof(rdv_host));
+  }
   exec_request rq = {.task = i,
                      .attempt_json = json_path,
                      .log_path = log_path,
@@ -577,7 +650,10 @@ static void launch(sched *s, size_t i) {
                      .attempt_text = real,
                      .n_ranks = ranks ? (size_t)st->world_size : 0,
                      .ranks = ranks,
-                     .launcher_argv = launcher_argv};
+                     .launcher_argv = launcher_argv,
+                     .rdv_bind = rdv_bind,
+                     .rdv_port = st->rdv_port,
+                     .rdv_host = rdv_host};
   if (s->opts.obs.attempt_start)
     s->opts.obs.attempt_start(s->opts.obs.ud, i, t->attempt, log_path);
   int xrc = executor_start(s->x, &rq, err, sizeof(err));
@@ -844,6 +920,22 @@ static char *failure_reason(const spec_task *st, const exec_result *r) {
   if (*r->stopped)
     sbuf_printf(&b, "; stopped rank%s %s", strchr(r->stopped, ',') ? "s" : "",
                 r->stopped);
+  /* A launched rank that never joined is likely the cause, whatever
+   * ended the gang first (a timeout, or the launcher stopping the other
+   * ranks when it failed): name it. The failed rank's own error says so
+   * already. */
+  if (r->rendezvous) {
+    sbuf late = {0};
+    int n_late = 0;
+    for (int k = 0; k < r->n_ranks; k++)
+      if (r->ranks[k].never_joined && k != r->failed_rank)
+        sbuf_printf(&late, "%s%d", n_late++ ? ", " : "", k);
+    if (n_late)
+      sbuf_printf(&b,
+                  "; rank%s %s never connected to dagrun's rendezvous at %s",
+                  n_late > 1 ? "s" : "", late.s, r->rendezvous);
+    sbuf_free(&late);
+  }
   free(one);
   return sbuf_take(&b);
 }

@@ -8,6 +8,7 @@
 #include "cron.h"
 #include "dag.h"
 
+#include <arpa/inet.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -40,6 +41,7 @@ static const char *const task_keys[] = {"stage",
                                         "world_size",
                                         "launcher",
                                         "hosts",
+                                        "rendezvous",
                                         NULL};
 enum { FIRST_SETTING = 4 };
 static const char *const *const setting_keys = task_keys + FIRST_SETTING;
@@ -272,6 +274,60 @@ static int get_duration(ctx *c, const ynode *v, const char *key,
 }
 
 /* Parses one task setting (retries ... env) into t. */
+/* Whether the task's launcher is local as written (or by default): a
+ * misspelt launcher is error enough, and keys that only a launcher uses
+ * (hosts, rendezvous) are judged against a local one. */
+static int local_as_written(const spec_task *t) {
+  return t->launcher == SPEC_LAUNCHER_LOCAL &&
+         (!t->launcher_node || strcmp(t->launcher_node->str, "local") == 0);
+}
+
+/* rendezvous: "auto", "ADDRESS", "ADDRESS:PORT" or "[IPv6]:PORT", the
+ * address an IP literal (dagrun binds it without a lookup on its loop).
+ * Returns 0 with t->rdv_bind and t->rdv_port set, or -1. */
+static int parse_rendezvous(const char *s, spec_task *t) {
+  char addr[INET6_ADDRSTRLEN + 2];
+  const char *port = NULL;
+  if (strcmp(s, "auto") == 0) {
+    t->rdv_bind[0] = '\0';
+    t->rdv_port = 0;
+    return 0;
+  }
+  if (s[0] == '[') {
+    const char *close = strchr(s, ']');
+    if (!close || (size_t)(close - s - 1) >= sizeof(addr) ||
+        (close[1] && close[1] != ':'))
+      return -1;
+    memcpy(addr, s + 1, (size_t)(close - s - 1));
+    addr[close - s - 1] = '\0';
+    port = close[1] ? close + 2 : NULL;
+  } else {
+    const char *colon = strchr(s, ':');
+    /* Two colons or more: a bare IPv6 address, without a port. */
+    if (colon && strchr(colon + 1, ':'))
+      colon = NULL;
+    size_t n = colon ? (size_t)(colon - s) : strlen(s);
+    if (n >= sizeof(addr))
+      return -1;
+    memcpy(addr, s, n);
+    addr[n] = '\0';
+    port = colon ? colon + 1 : NULL;
+  }
+  unsigned char buf[sizeof(struct in6_addr)];
+  if (inet_pton(strchr(addr, ':') ? AF_INET6 : AF_INET, addr, buf) != 1)
+    return -1;
+  long p = 0;
+  if (port) {
+    char *end;
+    p = strtol(port, &end, 10);
+    if (!*port || *end || p < 1 || p > 65535)
+      return -1;
+  }
+  memcpy(t->rdv_bind, addr, strlen(addr) + 1);
+  t->rdv_port = (int)p;
+  return 0;
+}
+
 static void parse_setting(ctx *c, const ynode *k, const ynode *v, spec_task *t,
                           const char *where) {
   const char *key = k->str;
@@ -343,11 +399,7 @@ static void parse_setting(ctx *c, const ynode *k, const ynode *v, spec_task *t,
     } else if (strcmp(s, "mpirun") == 0) {
       t->launcher = SPEC_LAUNCHER_MPIRUN;
     } else if (strcmp(s, "srun") == 0) {
-      /* Said at check time, never run locally instead. */
-      err(c, v,
-          "'launcher'%s: '%s' is not supported yet; use local (every rank "
-          "on this machine) or mpirun",
-          where, s);
+      t->launcher = SPEC_LAUNCHER_SRUN;
     } else {
       const char *m = closest_match(s, launcher_names);
       err(c, v,
@@ -370,6 +422,18 @@ static void parse_setting(ctx *c, const ynode *k, const ynode *v, spec_task *t,
     }
     if (!bad)
       t->hosts = v;
+  } else if (strcmp(key, "rendezvous") == 0) {
+    const char *s = get_string(c, v, key, where,
+                               "auto, an IP address or ADDRESS:PORT");
+    if (!s)
+      return;
+    if (parse_rendezvous(s, t) != 0)
+      err(c, v,
+          "'rendezvous'%s: expected auto, an IP address or ADDRESS:PORT "
+          "(IPv6 as [ADDRESS]:PORT, port 1-65535) that dagrun listens on "
+          "for the gang's ranks, found \"%s\"",
+          where, s);
+    t->rendezvous_node = v;
   } else if (strcmp(key, "cache") == 0) {
     if (ynode_bool(v, &t->cache) != 0)
       type_err(c, v, key, where, "true or false");
@@ -422,7 +486,8 @@ static void parse_settings(ctx *c, const ynode *map, spec_task *t,
           "'%s' cannot be set in defaults, only in each task; defaults may "
           "set: retries, retry_delay, retry_backoff, retry_max_delay, "
           "retry_jitter, retry_on, timeout, heartbeat_timeout, kill_grace, "
-          "pool, trigger, env, cache, world_size, launcher, hosts",
+          "pool, trigger, env, cache, world_size, launcher, hosts, "
+          "rendezvous",
           k->str);
     } else if (!in_list(k->str, task_keys)) {
       unknown_key(c, k, where, is_defaults ? setting_keys : task_keys);
@@ -768,13 +833,15 @@ static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
   for (size_t i = 0; i < s->n_tasks; i++) {
     spec_task *t = &s->tasks[i];
     resolve_needs(c, t);
-    /* A refused launcher is error enough; hosts are judged with a local
-     * one. */
-    if (t->hosts && t->launcher == SPEC_LAUNCHER_LOCAL &&
-        (!t->launcher_node || strcmp(t->launcher_node->str, "local") == 0))
+    if (t->hosts && local_as_written(t))
       err(c, t->hosts,
           "'hosts' in task '%s': hosts name the machines of launcher mpirun "
           "or srun; launcher local runs every rank on this machine",
+          t->name);
+    if (t->rendezvous_node && local_as_written(t))
+      err(c, t->rendezvous_node,
+          "'rendezvous' in task '%s': the rendezvous is where the ranks of "
+          "launcher mpirun or srun join; launcher local's ranks need none",
           t->name);
     if (t->pool_node && t->pool_node != def->pool_node) {
       char *where = xasprintf(" in task '%s'", t->name);

@@ -24,8 +24,10 @@
  * (duration >= 1s, 0 = off), kill_grace (duration), pool (name), trigger
  * (all_success | all_done), env (map of string to string), world_size
  * (int >= 1, default 1: more makes the task a gang of that many ranks),
- * launcher (local, the default, or mpirun; srun is refused as not
- * supported yet), hosts (list of host names; not with launcher local).
+ * launcher (local, the default, mpirun or srun), hosts (list of host
+ * names; not with launcher local), rendezvous (auto, the default, or the
+ * IP address, with an optional port, that dagrun listens on for the ranks
+ * of a launched gang; not with launcher local).
  *
  * Task, param and pool names are [A-Za-z0-9_-]+: they appear in ${...}
  * references and in directory names. A task listing the same need twice
@@ -57,8 +59,9 @@ typedef enum spec_overlap {
 
 /* How the ranks of a gang are started. */
 typedef enum spec_launcher {
-  SPEC_LAUNCHER_LOCAL = 0, /* one worker per rank on this machine */
-  SPEC_LAUNCHER_MPIRUN = 1 /* mpirun starts the ranks (Open MPI) */
+  SPEC_LAUNCHER_LOCAL = 0,  /* one worker per rank on this machine */
+  SPEC_LAUNCHER_MPIRUN = 1, /* mpirun starts the ranks (Open MPI) */
+  SPEC_LAUNCHER_SRUN = 2    /* srun starts the ranks (Slurm) */
 } spec_launcher;
 
 typedef struct spec_retry {
@@ -95,6 +98,11 @@ typedef struct spec_task {
   spec_launcher launcher;
   const ynode *launcher_node; /* the launcher as written, or NULL */
   const ynode *hosts;         /* SEQ of host names as written, or NULL */
+  /* rendezvous: the IP address to listen on ("" = auto: sched.c picks)
+   * and the port (0 = any free one). */
+  char rdv_bind[46];
+  int rdv_port;
+  const ynode *rendezvous_node; /* as written, or NULL */
 } spec_task;
 
 typedef struct spec_pool {

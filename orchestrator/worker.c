@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -29,7 +30,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 /* heartbeat() calls closer together than this send nothing: any message
@@ -366,7 +366,6 @@ static const dagrun_host host_table = {
 
 /* Setup: the attempt description and the params. */
 
-
 /* Makes the params what the plugin's schema promises: the defaults of
  * absent params filled in, every declared param of its type. dagrun built
  * them that way already (params_build); this guards a worker started on a
@@ -416,14 +415,16 @@ static int check_params(cJSON *params, const dagrun_stage *st, char *err,
  * it: a worker run by hand never signals its caller's group. */
 static void *watch_pipe(void *arg) {
   int fd = *(int *)arg;
-  struct pollfd pfd = {fd, 0, 0};
+  /* POLLRDHUP: a launched rank's fd 3 is a TCP connection, where dagrun's
+   * end closing shows as that, not as POLLHUP (which a pipe gives). */
+  struct pollfd pfd = {fd, POLLRDHUP, 0};
   for (;;) {
     int n = poll(&pfd, 1, -1);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 || (pfd.revents & POLLNVAL))
       return NULL;
-    if (pfd.revents & (POLLERR | POLLHUP))
+    if (pfd.revents & (POLLERR | POLLHUP | POLLRDHUP))
       break;
   }
   log_line(DAGRUN_LOG_ERROR, "dagrun worker: dagrun is gone (message pipe "
@@ -545,81 +546,174 @@ static int read_attempt(dagrun_ctx *ctx, const char *path, char **plugin,
   return 0;
 }
 
-/* A rank started by mpirun (executor.h: launchers) inherits neither its
- * log nor the message pipe: with DAGRUN_GANG_DIR set and fd 3 closed, it
- * learns its rank from Open MPI's environment (OMPI_COMM_WORLD_RANK, or
- * PMI_RANK / SLURM_PROCID), exports DAGRUN_RANK, DAGRUN_WORLD_SIZE and
- * DAGRUN_LOCAL_RANK for its stage, appends its stdout and stderr to its
- * log (rank 0: DIR/log, rank r: DIR/rank-<r>/log) and connects to
- * DIR/rank-<r>/worker.sock, which becomes fd 3. A failure is written to
- * stderr and the rank runs on without messages. */
-static void join_gang(const char *dir) {
-  const char *rank = getenv("OMPI_COMM_WORLD_RANK");
-  const char *size = getenv("OMPI_COMM_WORLD_SIZE");
-  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  if (!rank)
-    rank = getenv("PMI_RANK");
-  if (!rank)
-    rank = getenv("SLURM_PROCID");
-  if (!size)
-    size = getenv("PMI_SIZE");
-  if (!size)
-    size = getenv("SLURM_NTASKS");
-  if (!local)
-    local = getenv("SLURM_LOCALID");
+/* How long a rank waits for dagrun's answer to its join line. dagrun
+ * answers at once; only a stuck network takes this long. */
+#define JOIN_ANSWER_MS 60000
+
+/* Connects to dagrun's rendezvous at addr ("host:port", "[v6]:port") and
+ * joins as rank, proving it with token: sends "dagrun-join TOKEN RANK\n"
+ * and waits for "ok\n" (executor.h). Returns the socket, or -1 with err. */
+static int rdv_connect(const char *addr, const char *token, const char *rank,
+                       char *err, size_t errlen) {
+  char host[256];
+  const char *port;
+  const char *colon = strrchr(addr, ':');
+  size_t n = colon ? (size_t)(colon - addr) : 0;
+  if (addr[0] == '[' && n >= 2 && addr[n - 1] == ']') {
+    addr++;
+    n -= 2;
+  }
+  if (!colon || n == 0 || n >= sizeof(host)) {
+    snprintf(err, errlen, "DAGRUN_GANG_ADDR=%s is not host:port", addr);
+    return -1;
+  }
+  memcpy(host, addr, n);
+  host[n] = '\0';
+  port = colon + 1;
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  int gai = getaddrinfo(host, port, &hints, &res);
+  if (gai != 0) {
+    snprintf(err, errlen, "cannot resolve dagrun's rendezvous %s: %s", host,
+             gai_strerror(gai));
+    return -1;
+  }
+  int s = -1, e = 0;
+  for (struct addrinfo *ai = res; ai && s < 0; ai = ai->ai_next) {
+    s = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (s >= 0 && connect(s, ai->ai_addr, ai->ai_addrlen) != 0) {
+      e = errno;
+      close(s);
+      s = -1;
+    }
+  }
+  freeaddrinfo(res);
+  if (s < 0) {
+    snprintf(err, errlen, "cannot connect to dagrun's rendezvous at %s:%s: %s",
+             host, port, strerror(e));
+    return -1;
+  }
+  /* One short line on a fresh connection: one send, never a partial
+   * one. MSG_NOSIGNAL: a rendezvous that closed must not kill the rank. */
+  char *line = xasprintf("dagrun-join %s %s\n", token, rank);
+  ssize_t w;
+  do
+    w = send(s, line, strlen(line), MSG_NOSIGNAL);
+  while (w < 0 && errno == EINTR);
+  int rc = w == (ssize_t)strlen(line) ? 0 : -1;
+  free(line);
+  char ans[4] = {0};
+  size_t got = 0;
+  while (rc == 0 && got < 3) {
+    struct pollfd pfd = {s, POLLIN, 0};
+    int pr = poll(&pfd, 1, JOIN_ANSWER_MS);
+    if (pr < 0 && errno == EINTR)
+      continue;
+    ssize_t r = pr > 0 ? read(s, ans + got, 3 - got) : -1;
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    got += (size_t)r;
+  }
+  if (rc != 0 || strcmp(ans, "ok\n") != 0) {
+    snprintf(err, errlen,
+             "dagrun's rendezvous at %s:%s refused rank %s (a wrong "
+             "DAGRUN_GANG_TOKEN, or a rank that joined already: see the "
+             "attempt's log)",
+             host, port, rank);
+    close(s);
+    return -1;
+  }
+  return s;
+}
+
+/* A rank started by a launcher (mpirun, srun; executor.h) inherits
+ * neither its log nor the message pipe: with DAGRUN_GANG_DIR set and fd 3
+ * closed, it learns its rank from the launcher's environment
+ * (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK or SLURM_PROCID, and the
+ * matching size and local rank), exports DAGRUN_RANK, DAGRUN_WORLD_SIZE
+ * and DAGRUN_LOCAL_RANK for its stage, joins dagrun's rendezvous at
+ * DAGRUN_GANG_ADDR with DAGRUN_GANG_TOKEN (the connection becomes fd 3),
+ * and appends its stdout and stderr to its log (rank 0: DIR/log, rank r:
+ * DIR/rank-<r>/log), DIR being on a filesystem every host shares. Returns
+ * 0, or -1 with err (fd 3 is open when the rank joined: the error can go
+ * to dagrun). */
+static int join_gang(const char *dir, char *err, size_t errlen) {
+  const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK",
+                                   "PMI_RANK", "SLURM_PROCID", NULL};
+  const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                   "SLURM_NTASKS", NULL};
+  const char *const local_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK",
+                                    "MPI_LOCALRANKID", "SLURM_LOCALID", NULL};
+  const char *rank = NULL, *size = NULL, *local = NULL;
+  for (size_t k = 0; !rank && rank_vars[k]; k++)
+    rank = getenv(rank_vars[k]);
+  for (size_t k = 0; !size && size_vars[k]; k++)
+    size = getenv(size_vars[k]);
+  for (size_t k = 0; !local && local_vars[k]; k++)
+    local = getenv(local_vars[k]);
+  const char *addr = getenv("DAGRUN_GANG_ADDR");
+  const char *token = getenv("DAGRUN_GANG_TOKEN");
   if (!rank) {
-    log_line(DAGRUN_LOG_ERROR, "dagrun worker: DAGRUN_GANG_DIR is set but "
-                               "no launcher said this process's rank");
-    return;
+    snprintf(err, errlen,
+             "DAGRUN_GANG_DIR is set but no launcher said this "
+             "process's rank");
+    return -1;
+  }
+  if (!addr || !token) {
+    snprintf(err, errlen,
+             "DAGRUN_GANG_DIR is set but DAGRUN_GANG_ADDR or "
+             "DAGRUN_GANG_TOKEN is not: this rank's launcher "
+             "was not started by dagrun");
+    return -1;
   }
   setenv("DAGRUN_RANK", rank, 1);
   if (size)
     setenv("DAGRUN_WORLD_SIZE", size, 1);
   setenv("DAGRUN_LOCAL_RANK", local ? local : rank, 1);
+  int s = rdv_connect(addr, token, rank, err, errlen);
+  if (s < 0)
+    return -1;
+  if (s != PROTO_FD) {
+    dup2(s, PROTO_FD); /* the copy is inheritable; set CLOEXEC later */
+    close(s);
+  }
+  /* The stage must not see the token: it proves nothing once joined, but
+   * a command the stage runs could print it. */
+  unsetenv("DAGRUN_GANG_TOKEN");
   char *log = atoi(rank) == 0 ? xasprintf("%s/log", dir)
                               : xasprintf("%s/rank-%s/log", dir, rank);
   int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd >= 0) {
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    close(fd);
-  } else {
-    log_linef(DAGRUN_LOG_ERROR, "dagrun worker: cannot open %s: %s", log,
-              strerror(errno));
+  if (fd < 0) {
+    char me[256] = "?";
+    gethostname(me, sizeof(me) - 1);
+    snprintf(err, errlen,
+             "rank %s on %s cannot open its log %s: %s (a gang across hosts "
+             "needs the runs directory on a filesystem every host shares, "
+             "at the same path)",
+             rank, me, log, strerror(errno));
+    free(log);
+    return -1;
   }
+  dup2(fd, STDOUT_FILENO);
+  dup2(fd, STDERR_FILENO);
+  close(fd);
   free(log);
-  char *sock = xasprintf("%s/rank-%s/worker.sock", dir, rank);
-  struct sockaddr_un sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sun_family = AF_UNIX;
-  int s = -1;
-  if (strlen(sock) >= sizeof(sa.sun_path)) {
-    log_linef(DAGRUN_LOG_ERROR, "dagrun worker: socket path too long: %s",
-              sock);
-  } else {
-    memcpy(sa.sun_path, sock, strlen(sock) + 1);
-    s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s < 0 || connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
-      log_linef(DAGRUN_LOG_ERROR, "dagrun worker: cannot connect to %s: %s",
-                sock, strerror(errno));
-      if (s >= 0)
-        close(s);
-      s = -1;
-    }
-  }
-  if (s >= 0 && s != PROTO_FD) {
-    dup2(s, PROTO_FD); /* the copy is inheritable; set CLOEXEC below */
-    close(s);
-  }
-  free(sock);
+  return 0;
 }
 
 int worker_main(const char *attempt_json_path) {
   /* Plugin printf()s should reach the log as they happen, not at exit. */
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *gang_dir = getenv("DAGRUN_GANG_DIR");
-  if (gang_dir && *gang_dir && fcntl(PROTO_FD, F_GETFD) < 0)
-    join_gang(gang_dir);
+  if (gang_dir && *gang_dir && fcntl(PROTO_FD, F_GETFD) < 0) {
+    char gerr[1024];
+    if (join_gang(gang_dir, gerr, sizeof(gerr)) != 0)
+      return setup_failed(fcntl(PROTO_FD, F_GETFD) >= 0 ? PROTO_FD : -1, gerr);
+  }
 
   dagrun_ctx ctx;
   memset(&ctx, 0, sizeof(ctx));

@@ -28,14 +28,18 @@
  * Other behaviour the executor can rely on:
  * - fd 3 is made close-on-exec, so commands a stage starts never hold the
  *   message pipe; if fd 3 is not open (run by hand) nothing is sent.
- * - A rank of a gang started by a launcher (mpirun): with fd 3 not open
- *   and DAGRUN_GANG_DIR set (the attempt's directory), the worker takes
- *   its rank from the launcher's environment (OMPI_COMM_WORLD_RANK,
- *   PMI_RANK or SLURM_PROCID, and the matching size and local rank),
- *   exports DAGRUN_RANK, DAGRUN_WORLD_SIZE and DAGRUN_LOCAL_RANK, appends
- *   its stdout and stderr to its log (DIR/log for rank 0, else
- *   DIR/rank-<r>/log) and connects to DIR/rank-<r>/worker.sock, which
- *   becomes fd 3.
+ * - A rank of a gang started by a launcher (mpirun, srun): with fd 3 not
+ *   open and DAGRUN_GANG_DIR set (the attempt's directory), the worker
+ *   takes its rank from the launcher's environment (OMPI_COMM_WORLD_RANK,
+ *   PMIX_RANK, PMI_RANK or SLURM_PROCID, and the matching size and local
+ *   rank), exports DAGRUN_RANK, DAGRUN_WORLD_SIZE and DAGRUN_LOCAL_RANK,
+ *   joins the rendezvous at DAGRUN_GANG_ADDR with DAGRUN_GANG_TOKEN
+ *   (executor.h; the connection becomes fd 3, and the token is removed
+ *   from the environment) and appends its stdout and stderr to its log
+ *   (DIR/log for rank 0, else DIR/rank-<r>/log). A rank that cannot join
+ *   or open its log (DIR not on a filesystem its host shares) fails with
+ *   125 before the stage runs, saying why on stderr (the launcher's
+ *   output) and, once joined, in its result.
  * - SIGPIPE is ignored, SIGCHLD is reset to default.
  * - heartbeat() sends at most one message per 250 ms (any message counts).
  * - The result message is the last one; it is absent when the plugin

@@ -18,6 +18,12 @@ packages=(
   fortunes
   # gangs with launcher: mpirun (tests/integration/test_gang_mpirun.sh)
   openmpi-bin
+  # gangs with launcher: srun on a private one-node Slurm cluster
+  # (tests/integration/test_gang_srun.sh)
+  slurmctld slurmd slurm-client munge
+  # a gang across two "hosts", the second reached by mpirun through ssh
+  # (tests/integration/test_gang_ssh.sh)
+  openssh-server openssh-client
   # tests and benchmarks
   python3 python3-numpy python3-torch jq snakemake time sentencepiece
   # tests: the run report rendered headless (tests/integration/test_report.sh)

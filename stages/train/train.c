@@ -811,7 +811,8 @@ static int run_gang(run_ctx *r, int N) {
   char err[2048];
   gang g = {.N = N};
   int64_t v;
-  if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE")) {
+  if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE") &&
+      !getenv("PMIX_RANK")) {
     h->fail(ctx, "world_size %d, but the ranks were not started by mpirun: "
                  "the train stage's CPU ranks talk over MPI; set launcher: "
                  "mpirun on this task", N);

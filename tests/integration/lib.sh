@@ -164,3 +164,191 @@ P
   PORT=$(cat "$T/port")
   BASE="http://127.0.0.1:$PORT"
 }
+
+# all_gone FILE...: each FILE holds the pid of a rank process, and none of
+# them is still running.
+all_gone() {
+  for f in "$@"; do
+    [ -s "$f" ] || fail "$f: no pid written"
+    pid_alive "$(cat "$f")" && fail "rank process $(cat "$f") ($f) still running"
+  done
+  return 0
+}
+
+# free_port: a TCP port on loopback that nothing listens on now.
+free_port() {
+  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# start_slurm: a private one-node Slurm cluster (Debian's slurmctld,
+# slurmd and munge), as root and without systemd: a fresh munge key and
+# munged on its own socket, a slurm.conf with every directory under
+# $T/slurm and ports nobody else uses, then slurmctld -D and slurmd -D in
+# the background. Exports SLURM_CONF; returns once sinfo shows the node
+# idle. stop_slurm (also run when the test exits) ends the daemons.
+start_slurm() {
+  for c in munged slurmctld slurmd srun sinfo; do
+    command -v "$c" >/dev/null || fail "$c not found (scripts/setup.sh installs slurmctld, slurmd, slurm-client and munge)"
+  done
+  [ "$(id -u)" -eq 0 ] || fail "start_slurm runs Slurm's daemons as root"
+  local d="$T/slurm" host ctld_port slurmd_port srun_base
+  host=$(hostname -s)
+  mkdir -p "$d/munge" "$d/state" "$d/spool" "$d/log"
+  chmod 700 "$d/munge"
+  head -c 1024 /dev/urandom > "$d/munge/munge.key"
+  chmod 400 "$d/munge/munge.key"
+  # --force: munged refuses a socket directory that not everyone may
+  # enter, as a private test directory is; root still reaches it.
+  munged --force --key-file="$d/munge/munge.key" --socket="$d/munge/sock" \
+    --pid-file="$d/munge/pid" --log-file="$d/log/munged.log" \
+    --seed-file="$d/munge/seed" || fail "munged did not start: $(cat "$d/log/munged.log" 2>/dev/null)"
+  ctld_port=$(free_port)
+  slurmd_port=$(free_port)
+  srun_base=$((40000 + RANDOM % 20000))
+  cat > "$d/slurm.conf" <<C
+ClusterName=dagrun-test
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+SrunPortRange=$srun_base-$((srun_base + 99))
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$d/munge/sock
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$d/state
+SlurmdSpoolDir=$d/spool
+SlurmctldPidFile=$d/slurmctld.pid
+SlurmdPidFile=$d/slurmd.pid
+SlurmctldLogFile=$d/log/slurmctld.log
+SlurmdLogFile=$d/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+KillWait=2
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
+C
+  export SLURM_CONF="$d/slurm.conf"
+  trap stop_slurm EXIT
+  slurmctld -D -i > "$d/log/slurmctld.out" 2>&1 &
+  SLURMCTLD_PID=$!
+  slurmd -D > "$d/log/slurmd.out" 2>&1 &
+  SLURMD_PID=$!
+  for _ in $(seq 150); do
+    [ "$(sinfo -h -o %t 2>/dev/null)" = idle ] && return 0
+    sleep 0.2
+  done
+  fail "Slurm did not come up: sinfo says '$(sinfo -h -o %t 2>&1)'
+--- slurmctld:
+$(tail -n 20 "$d/log/slurmctld.out")
+--- slurmd:
+$(tail -n 20 "$d/log/slurmd.out")"
+}
+
+stop_slurm() {
+  local p
+  for p in ${SLURMD_PID:-} ${SLURMCTLD_PID:-}; do
+    kill "$p" 2>/dev/null && { wait "$p" 2>/dev/null || true; }
+  done
+  SLURMD_PID= SLURMCTLD_PID=
+  [ -s "$T/slurm/munge/pid" ] && kill "$(cat "$T/slurm/munge/pid")" 2>/dev/null
+  rm -f "$T/slurm/munge/pid"
+  return 0
+}
+
+# expect_gang_stops_and_retries LAUNCHER: a 2-rank gang started by
+# LAUNCHER (mpirun, srun) whose rank 1 exits 3 in its first attempt while
+# rank 0 sleeps: the launcher stops rank 0 within seconds (none of the
+# first attempt's ranks is left), the failure names both ranks, and the
+# retry runs both ranks again.
+expect_gang_stops_and_retries() {
+  cat > "$T/f-$1.yaml" <<Y
+dag: f-$1
+tasks:
+  gang:
+    stage: exec
+    world_size: 2
+    launcher: $1
+    cache: false
+    retries: 1
+    retry_delay: 0
+    with:
+      command: [sh, -c, 'echo \$\$ > $T/pid-$1-\$DAGRUN_ATTEMPT-\$DAGRUN_RANK; if [ \$DAGRUN_ATTEMPT = 1 ]; then if [ \$DAGRUN_RANK = 1 ]; then sleep 0.3; exit 3; fi; exec sleep 60; fi']
+Y
+  local start end
+  start=$(date +%s)
+  run_dagrun run "$T/f-$1.yaml" --plain
+  end=$(date +%s)
+  expect_rc 0
+  [ $((end - start)) -lt 30 ] || fail "the $1 gang took $((end - start)) s: rank 0 was not stopped"
+  all_gone "$T/pid-$1-1-0" "$T/pid-$1-1-1"
+  [ -s "$T/pid-$1-2-0" ] && [ -s "$T/pid-$1-2-1" ] || fail "attempt 2 did not run both ranks"
+  expect_in "$T/out" "rank 1 exited 3"
+  expect_in "$T/out" "stopped rank 0"
+}
+
+# wrap_launcher LAUNCHER: $T/bin/LAUNCHER (first on PATH for dagrun when
+# a test puts it there) runs the real one with each rank started through
+# $T/rank.sh, which, as $RANK_MODE says, writes each rank's pid to
+# $T/k9-RANK (pids), or for rank 1 (its pid in $T/late-pid) sets a wrong
+# token (badtoken), a runs directory its host cannot see (nolog), or
+# never starts its worker (never).
+wrap_launcher() {
+  mkdir -p "$T/bin"
+  cat > "$T/bin/$1" <<W
+#!/usr/bin/python3
+import os, sys
+args = sys.argv[1:]
+i = args.index("__worker") - 1
+args[i:i + 1] = ["/bin/sh", "$T/rank.sh", args[i]]
+os.execv("$(command -v "$1")", ["$1"] + args)
+W
+  chmod +x "$T/bin/$1"
+  cat > "$T/rank.sh" <<'S'
+rank=${OMPI_COMM_WORLD_RANK:-$SLURM_PROCID}
+[ "$RANK_MODE" = pids ] && echo $$ > "$T/k9-$rank"
+if [ "$rank" = 1 ]; then
+  echo $$ > "$T/late-pid"
+  case $RANK_MODE in
+    badtoken) export DAGRUN_GANG_TOKEN=00000000000000000000000000000000 ;;
+    nolog) export DAGRUN_GANG_DIR=/nonexistent/attempt ;;
+    never) exec sleep 60 ;;
+  esac
+fi
+exec "$@"
+S
+  export T
+}
+
+# expect_no_rank_outlives_kill9 DAG_FILE: runs DAG_FILE (a 2-rank gang
+# of stage hang, which sends nothing and ignores cancel, under a launcher
+# wrapped by wrap_launcher) and kills dagrun by SIGKILL once both ranks
+# run: each rank must see its connection to the rendezvous close and stop
+# (by SIGKILL after the worker's 10 s grace), and none may be left.
+expect_no_rank_outlives_kill9() {
+  rm -f "$T"/k9-*
+  PATH="$T/bin:$PATH" RANK_MODE=pids "$DAGRUN" run "$1" --plain >"$T/out" 2>"$T/err" &
+  local pid=$! f
+  for _ in $(seq 100); do [ -s "$T/k9-0" ] && [ -s "$T/k9-1" ] && break; sleep 0.1; done
+  [ -s "$T/k9-0" ] && [ -s "$T/k9-1" ] || fail "ranks did not start"
+  sleep 1 # both joined
+  kill -KILL $pid
+  wait $pid 2>/dev/null || true
+  for _ in $(seq 200); do
+    pid_alive "$(cat "$T/k9-0")" || pid_alive "$(cat "$T/k9-1")" || break
+    sleep 0.1
+  done
+  # Left running, they would outlive the test: end them, then fail.
+  for f in "$T/k9-0" "$T/k9-1"; do
+    pid_alive "$(cat "$f")" && kill -KILL "$(cat "$T/k9-0")" "$(cat "$T/k9-1")" 2>/dev/null &&
+      fail "rank process $(cat "$f") ($f) still running after dagrun was killed"
+  done
+  return 0
+}

@@ -5,14 +5,6 @@
 . "$(dirname "$0")/lib.sh"
 
 # all_gone FILE...: every pid named in the files has exited.
-all_gone() {
-  for f in "$@"; do
-    [ -s "$f" ] || fail "$f: no pid written"
-    pid_alive "$(cat "$f")" && fail "rank process $(cat "$f") ($f) still running"
-  done
-  return 0
-}
-
 # wait_for FILE...: each file exists (up to 10 s).
 wait_for() {
   for _ in $(seq 100); do
@@ -199,15 +191,21 @@ dag: bad
 tasks:
   a: {stage: exec, world_size: 0, with: {command: ["true"]}}
   b: {stage: exec, launcher: mpirn, with: {command: ["true"]}}
-  c: {stage: exec, launcher: srun, with: {command: ["true"]}}
+  c: {stage: exec, launcher: sruun, with: {command: ["true"]}}
   d: {stage: exec, hosts: [n1], with: {command: ["true"]}}
+  e: {stage: exec, launcher: mpirun, rendezvous: 10.0.0.300, with: {command: ["true"]}}
+  f: {stage: exec, launcher: srun, rendezvous: "127.0.0.1:70000", with: {command: ["true"]}}
+  g: {stage: exec, world_size: 2, rendezvous: 127.0.0.1, with: {command: ["true"]}}
 Y
 run_dagrun check bad.yaml
 expect_rc 2
 expect_in "$T/err" "bad.yaml:3:32: error: 'world_size' in task 'a': expected an integer >= 1"
 expect_in "$T/err" "bad.yaml:4:30: error: 'launcher' in task 'b': expected local, mpirun or srun, found \"mpirn\"; did you mean 'mpirun'?"
-expect_in "$T/err" "bad.yaml:5:30: error: 'launcher' in task 'c': 'srun' is not supported yet"
+expect_in "$T/err" "bad.yaml:5:30: error: 'launcher' in task 'c': expected local, mpirun or srun, found \"sruun\"; did you mean 'srun'?"
 expect_in "$T/err" "bad.yaml:6:27: error: 'hosts' in task 'd'"
+expect_in "$T/err" "bad.yaml:7:50: error: 'rendezvous' in task 'e': expected auto, an IP address or ADDRESS:PORT (IPv6 as [ADDRESS]:PORT, port 1-65535) that dagrun listens on for the gang's ranks, found \"10.0.0.300\""
+expect_in "$T/err" "bad.yaml:8:48: error: 'rendezvous' in task 'f': expected auto"
+expect_in "$T/err" "bad.yaml:9:47: error: 'rendezvous' in task 'g': the rendezvous is where the ranks of launcher mpirun or srun join"
 cat > bad2.yaml <<Y
 dag: bad2
 defaults: {world_size: two}

@@ -5,14 +5,6 @@
 
 command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
 
-all_gone() {
-  for f in "$@"; do
-    [ -s "$f" ] || fail "$f: no pid written"
-    pid_alive "$(cat "$f")" && fail "rank process $(cat "$f") ($f) still running"
-  done
-  return 0
-}
-
 # --- Two ranks: environment, logs, outputs of rank 0, per-rank exits.
 cat > m.yaml <<Y
 dag: m
@@ -50,28 +42,99 @@ expect_in "$T/out" "hello from rank 1"
 
 # --- Rank 1 exits 3 while rank 0 sleeps: the gang stops within seconds,
 # and the retry runs both ranks again.
-cat > f.yaml <<Y
-dag: f
+expect_gang_stops_and_retries mpirun
+
+# --- The rendezvous on a port the task names: the ranks join there, and
+# the token that proved them is not left for the stage to see.
+PORT=$(free_port)
+cat > rv.yaml <<Y
+dag: rv
 tasks:
   gang:
     stage: exec
     world_size: 2
     launcher: mpirun
-    cache: false
-    retries: 1
-    retry_delay: 0
+    rendezvous: "127.0.0.1:$PORT"
     with:
-      command: [sh, -c, 'echo \$\$ > $T/pid-\$DAGRUN_ATTEMPT-\$DAGRUN_RANK; if [ \$DAGRUN_ATTEMPT = 1 ]; then if [ \$DAGRUN_RANK = 1 ]; then sleep 0.3; exit 3; fi; exec sleep 60; fi']
+      command: [sh, -c, 'echo "\$DAGRUN_GANG_ADDR \$\${DAGRUN_GANG_TOKEN:-no-token}" > $T/rv-\$DAGRUN_RANK']
 Y
-start=$(date +%s)
-run_dagrun run f.yaml --plain
-end=$(date +%s)
+run_dagrun run rv.yaml --plain
 expect_rc 0
-[ $((end - start)) -lt 20 ] || fail "the gang took $((end - start)) s: rank 0 was not stopped"
-all_gone "$T/pid-1-0"
-[ -s "$T/pid-2-0" ] && [ -s "$T/pid-2-1" ] || fail "attempt 2 did not run both ranks"
-expect_in "$T/out" "rank 1 exited 3"
-expect_in "$T/out" "stopped rank 0"
+for r in 0 1; do
+  [ "$(cat "$T/rv-$r")" = "127.0.0.1:$PORT no-token" ] || fail "rank $r saw: $(cat "$T/rv-$r")"
+done
+
+# Ranks started through rank.sh (lib.sh: wrap_launcher).
+wrap_launcher mpirun
+cat > late.yaml <<Y
+dag: late
+tasks:
+  gang:
+    stage: exec
+    world_size: 2
+    launcher: mpirun
+    timeout: 30s
+    kill_grace: 5s
+    with:
+      command: [sh, -c, 'echo \$\$ > $T/late-\$DAGRUN_RANK; exec sleep 60']
+Y
+export T
+# --- A rank with a wrong token is refused and says so; the refusal is in
+# the attempt's log, and the gang fails without waiting for its timeout.
+set +e
+start=$(date +%s)
+PATH="$T/bin:$PATH" RANK_MODE=badtoken "$DAGRUN" run late.yaml --plain >"$T/out" 2>"$T/err"
+RC=$?
+end=$(date +%s)
+set -e
+expect_rc 1
+[ $((end - start)) -lt 15 ] || fail "the refused rank's gang took $((end - start)) s"
+R=$(run_dir late)
+expect_in "$R/gang/attempt-1/log" "WARN dagrun: refused a connection to the gang's rendezvous from 127.0.0.1:"
+expect_in "$R/gang/attempt-1/log" ": wrong token"
+expect_in "$R/gang/attempt-1/log" "refused rank 1 (a wrong DAGRUN_GANG_TOKEN"
+expect_not_in "$T/out" "timed out"
+expect_in "$T/out" "rank 1 never connected to dagrun's rendezvous at 127.0.0.1:"
+all_gone "$T/late-pid"
+# Rank 0 may have been stopped before its stage started.
+[ ! -e "$T/late-0" ] || all_gone "$T/late-0"
+
+# --- A rank whose host does not see the runs directory (as on a host
+# without the shared filesystem) fails at once, and dagrun says why.
+rm -f "$T"/late-*
+set +e
+PATH="$T/bin:$PATH" RANK_MODE=nolog "$DAGRUN" run late.yaml --plain >"$T/out" 2>"$T/err"
+RC=$?
+set -e
+expect_rc 1
+expect_in "$T/out" "rank 1 exited 125: rank 1 on $(hostname) cannot open its log /nonexistent/attempt/rank-1/log: No such file or directory (a gang across hosts needs the runs directory on a filesystem every host shares, at the same path)"
+all_gone "$T/late-pid"
+[ ! -e "$T/late-0" ] || all_gone "$T/late-0"
+
+# --- A port the task names that is taken: the attempt fails saying so.
+/usr/bin/python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
+import os; os.rename(sys.argv[1] + ".tmp", sys.argv[1]); time.sleep(60)' "$T/taken" &
+HOLDER=$!
+for _ in $(seq 100); do [ -s "$T/taken" ] && break; sleep 0.05; done
+sed -e "s/rendezvous: .*/rendezvous: \"127.0.0.1:$(cat "$T/taken")\"\n    cache: false/" -e 's/dag: rv/dag: taken/' rv.yaml > taken.yaml
+run_dagrun run taken.yaml --plain
+kill $HOLDER
+expect_rc 1
+expect_in "$T/out" "cannot listen for the gang's ranks on 127.0.0.1:$(cat "$T/taken"): address already in use"
+
+# --- A rank that never connects: the gang's timeout stops it and says
+# which rank never joined, and where it was expected.
+rm -f "$T"/late-*
+sed -e 's/timeout: 30s/timeout: 3s/' late.yaml > never.yaml
+set +e
+PATH="$T/bin:$PATH" RANK_MODE=never "$DAGRUN" run never.yaml --plain >"$T/out" 2>"$T/err"
+RC=$?
+set -e
+expect_rc 1
+expect_in "$T/out" "timed out after 3.0s; stopped ranks 0, 1; rank 1 never connected to dagrun's rendezvous at 127.0.0.1:"
+all_gone "$T/late-0" "$T/late-pid"
 
 # --- Timeout and Ctrl-C stop every rank.
 cat > to.yaml <<Y
@@ -103,4 +166,15 @@ RC=$?
 set -e
 expect_rc 130
 all_gone "$T/cc-0" "$T/cc-1"
+# --- dagrun killed by SIGKILL mid-gang: each rank sees its connection
+# to the rendezvous close and stops (a stage that ignores cancel, as hang
+# does, by SIGKILL after the worker's 10 s grace), and mpirun ends with
+# them. The ranks' stage sends nothing, so only the closed connection can
+# tell them.
+cat > k9.yaml <<Y
+dag: k9
+tasks:
+  gang: {stage: hang, world_size: 2, launcher: mpirun}
+Y
+expect_no_rank_outlives_kill9 k9.yaml
 pass

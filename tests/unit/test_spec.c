@@ -166,14 +166,14 @@ static void test_unknown_keys(void) {
             "each task; defaults may set: retries, retry_delay, "
             "retry_backoff, retry_max_delay, retry_jitter, retry_on, "
             "timeout, heartbeat_timeout, kill_grace, pool, trigger, env, "
-            "cache, world_size, launcher, hosts\n"
+            "cache, world_size, launcher, hosts, rendezvous\n"
             "dag.yaml:4:5: error: unknown key 'retires' in task 'a'; did you "
             "mean 'retries'?\n"
             "dag.yaml:6:5: error: unknown key 'colour' in task 'a'; expected "
             "one of: stage, needs, with, description, retries, retry_delay, "
             "retry_backoff, retry_max_delay, retry_jitter, retry_on, "
             "timeout, heartbeat_timeout, kill_grace, pool, trigger, env, "
-            "cache, world_size, launcher, hosts\n");
+            "cache, world_size, launcher, hosts, rendezvous\n");
   free(e);
 }
 
