@@ -898,6 +898,11 @@ extern "C" int gpt_cuda_optim_reset(gpt_cuda *g, char *err, size_t errlen) {
 
 /* ---- Memory ---- */
 
+extern "C" int gpt_cuda_synchronize(gpt_cuda *g, char *err, size_t errlen) {
+  CK(cudaStreamSynchronize(g->k.stream));
+  return 0;
+}
+
 extern "C" uint64_t gpt_cuda_allocated_bytes(const gpt_cuda *g) {
   return g->bytes + g->k.lt_workspace_bytes;
 }

@@ -150,6 +150,10 @@ int gpt_cuda_upload(gpt_cuda *g, const gpt *host, optim *opt, char *err,
 int gpt_cuda_download_grads(gpt_cuda *g, float *out, char *err,
                             size_t errlen);
 
+/* Waits for the work queued on the gpt_cuda's stream (a phase's end, for
+ * host clocks around it). */
+int gpt_cuda_synchronize(gpt_cuda *g, char *err, size_t errlen);
+
 /* Device bytes this gpt_cuda allocated (all of it, at create). */
 uint64_t gpt_cuda_allocated_bytes(const gpt_cuda *g);
 /* Device memory in use by this process and everything else on the
