@@ -1,0 +1,55 @@
+/* kern_ctx: the stream, cuBLASLt handle and workspace every launcher uses
+ * (kernels.cuh). */
+#include "kernels_common.cuh"
+
+#define KC_LT_WORKSPACE_BYTES ((size_t)32 << 20)
+
+int kern_ctx_init(kern_ctx *k, int deterministic, char *err, size_t errlen) {
+  static const char op[] = "kern_ctx_init";
+  memset(k, 0, sizeof *k);
+  k->deterministic = deterministic;
+  int dev = 0;
+  if (kc_cuda(cudaGetDevice(&dev), op, "cudaGetDevice", err, errlen) ||
+      kc_cuda(cudaDeviceGetAttribute(&k->sm_count,
+                                     cudaDevAttrMultiProcessorCount, dev),
+              op, "cudaDeviceGetAttribute", err, errlen) ||
+      kc_cuda(cudaStreamCreateWithFlags(&k->stream, cudaStreamNonBlocking), op,
+              "cudaStreamCreateWithFlags", err, errlen))
+    goto fail;
+  {
+    cublasStatus_t st = cublasLtCreate(&k->lt);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      k->lt = NULL;
+      kc_fail(err, errlen, op, "cublasLtCreate: %s", cublasLtGetStatusName(st));
+      goto fail;
+    }
+  }
+  if (kc_cuda(cudaMalloc(&k->lt_workspace, KC_LT_WORKSPACE_BYTES), op,
+              "cudaMalloc of the 32 MiB cuBLASLt workspace", err, errlen)) {
+    k->lt_workspace = NULL;
+    goto fail;
+  }
+  k->lt_workspace_bytes = KC_LT_WORKSPACE_BYTES;
+  return 0;
+fail:
+  kern_ctx_destroy(k);
+  return -1;
+}
+
+void kern_ctx_destroy(kern_ctx *k) {
+  if (!k)
+    return;
+  /* Errors are ignored here: a destroy has nobody to report to, and the
+   * process is usually ending. */
+  if (k->stream)
+    (void)cudaStreamSynchronize(k->stream);
+  if (k->lt_workspace)
+    (void)cudaFree(k->lt_workspace);
+  if (k->lt)
+    (void)cublasLtDestroy(k->lt);
+  if (k->stream)
+    (void)cudaStreamDestroy(k->stream);
+  int det = k->deterministic;
+  memset(k, 0, sizeof *k);
+  k->deterministic = det;
+}

@@ -1,0 +1,257 @@
+/* LayerNorm forward (plain and fused with the residual add) and backward,
+ * and the fixed-order column sums that its backward and the bias
+ * gradient of matmul_lt.cu share. */
+#include "kernels_common.cuh"
+
+#define LN_EPS 1e-5f
+#define LN_WARPS 8 /* rows per block: one warp a row */
+
+/* Row statistics of x (C floats, this lane's share read by get(c)), over
+ * the warp: mean and 1/std, two passes as the CPU engine (gpt_cpu.c). */
+template <typename Get>
+__device__ __forceinline__ void ln_stats(Get get, int C, float *mean,
+                                         float *rstd) {
+  const int lane = threadIdx.x % 32;
+  float s = 0.0f;
+  for (int c = lane; c < C; c += 32)
+    s += get(c);
+  float m = kc_warp_sum(s) / C;
+  float v = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    float d = get(c) - m;
+    v += d * d;
+  }
+  v = kc_warp_sum(v) / C;
+  *mean = m;
+  *rstd = rsqrtf(v + LN_EPS);
+}
+
+/* inp (N,C) -> out (N,C), mean (N), rstd (N); one warp a row. VEC: C is
+ * a multiple of 8 and the arrays 16-byte aligned, so the final pass moves
+ * 8 BF16 per 128-bit access. residual/inp2 non-NULL: the row is first
+ * residual = inp + inp2 (rounded to BF16, then normalized: the backward
+ * pass sees the same residual). */
+template <bool VEC>
+__global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd,
+                                         floatX *residual, const floatX *inp,
+                                         const floatX *inp2, const floatX *w,
+                                         const floatX *b, int N, int C) {
+  const int lane = threadIdx.x % 32;
+  for (long long row = (long long)blockIdx.x * LN_WARPS + threadIdx.x / 32;
+       row < N; row += (long long)gridDim.x * LN_WARPS) {
+    const floatX *x = inp + (size_t)row * C;
+    if (residual) {
+      /* Each lane writes and later reads back only its own channels, so
+       * no synchronization is needed between the passes. */
+      const floatX *x2 = inp2 + (size_t)row * C;
+      floatX *r = residual + (size_t)row * C;
+      for (int c = lane; c < C; c += 32)
+        r[c] = kc_x(kc_f(x[c]) + kc_f(x2[c]));
+      x = r;
+    }
+    float m, s;
+    ln_stats([&](int c) { return kc_f(x[c]); }, C, &m, &s);
+    floatX *o = out + (size_t)row * C;
+    if (VEC) {
+      for (int c = lane * 8; c < C; c += 32 * 8) {
+        kc_x8 xv = kc_load8(x + c), wv = kc_load8(w + c), bv = kc_load8(b + c);
+        kc_x8 ov;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+          ov.v[j] = kc_x((kc_f(xv.v[j]) - m) * s * kc_f(wv.v[j]) +
+                         kc_f(bv.v[j]));
+        kc_store8(o + c, ov);
+      }
+    } else {
+      for (int c = lane; c < C; c += 32)
+        o[c] = kc_x((kc_f(x[c]) - m) * s * kc_f(w[c]) + kc_f(b[c]));
+    }
+    if (lane == 0) {
+      mean[row] = m;
+      rstd[row] = s;
+    }
+  }
+}
+
+static int ln_forward(const kern_ctx *k, floatX *residual, floatX *out,
+                      float *mean, float *rstd, const floatX *inp,
+                      const floatX *inp2, const floatX *w, const floatX *b,
+                      int N, int C, const char *op, char *err, size_t errlen) {
+  if (N <= 0 || C <= 0)
+    return N < 0 || C < 0 ? kc_fail(err, errlen, op, "bad shape N=%d C=%d", N, C)
+                          : 0;
+  /* __ldg of the 128-bit loads: inp may be residual (written in this
+   * kernel), so the vector path reads it only where there is no residual
+   * write. */
+  int vec = !residual && C % 8 == 0 && kc_aligned16(inp) &&
+            kc_aligned16(out) && kc_aligned16(w) && kc_aligned16(b);
+  unsigned grid = kc_grid((size_t)N, LN_WARPS, k->sm_count);
+  if (vec)
+    layernorm_forward_kernel<true><<<grid, LN_WARPS * 32, 0, k->stream>>>(
+        out, mean, rstd, residual, inp, inp2, w, b, N, C);
+  else
+    layernorm_forward_kernel<false><<<grid, LN_WARPS * 32, 0, k->stream>>>(
+        out, mean, rstd, residual, inp, inp2, w, b, N, C);
+  return kc_check(op, err, errlen);
+}
+
+int kern_layernorm_forward(const kern_ctx *k, floatX *out, float *mean,
+                           float *rstd, const floatX *inp, const floatX *w,
+                           const floatX *b, int N, int C, char *err,
+                           size_t errlen) {
+  return ln_forward(k, NULL, out, mean, rstd, inp, NULL, w, b, N, C,
+                    "kern_layernorm_forward", err, errlen);
+}
+
+int kern_residual_layernorm_forward(const kern_ctx *k, floatX *residual,
+                                    floatX *out, float *mean, float *rstd,
+                                    const floatX *inp1, const floatX *inp2,
+                                    const floatX *w, const floatX *b, int N,
+                                    int C, char *err, size_t errlen) {
+  return ln_forward(k, residual, out, mean, rstd, inp1, inp2, w, b, N, C,
+                    "kern_residual_layernorm_forward", err, errlen);
+}
+
+/* ---- Fixed-order column sums ---- */
+
+/* Column sums of one chunk of KC_COLSUM_ROWS rows: block (32, 8), blockIdx.x
+ * picks 32 columns, blockIdx.y the chunk. Thread (lane, y) sums rows
+ * y, y+8, ... of the chunk for column lane; the 8 partials are added in
+ * order. part_a (chunks, OC) gets the sums of dout; with LN, part_b
+ * (chunks, OC) gets those of dout * (inp - mean) * rstd (LayerNorm's dw). */
+template <bool LN>
+__global__ void colsum_partial_kernel(float *part_a, float *part_b,
+                                      const floatX *dout, const floatX *inp,
+                                      const float *mean, const float *rstd,
+                                      int N, int OC) {
+  __shared__ float sa[8][33], sb[8][33];
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  const int r0 = blockIdx.y * KC_COLSUM_ROWS;
+  const int r1 = min(N, r0 + KC_COLSUM_ROWS);
+  float a = 0.0f, bb = 0.0f;
+  if (c < OC) {
+    for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+      float d = kc_f(dout[(size_t)r * OC + c]);
+      a += d;
+      if (LN)
+        bb += d * (kc_f(inp[(size_t)r * OC + c]) - mean[r]) * rstd[r];
+    }
+  }
+  sa[threadIdx.y][threadIdx.x] = a;
+  sb[threadIdx.y][threadIdx.x] = bb;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < OC) {
+    float ta = 0.0f, tb = 0.0f;
+    for (int y = 0; y < 8; y++) {
+      ta += sa[y][threadIdx.x];
+      tb += sb[y][threadIdx.x];
+    }
+    part_a[(size_t)blockIdx.y * OC + c] = ta;
+    if (LN)
+      part_b[(size_t)blockIdx.y * OC + c] = tb;
+  }
+}
+
+/* out_a (OC) += sum over chunks of part_a, in chunk order; same for b. */
+__global__ void colsum_final_kernel(float *out_a, float *out_b,
+                                    const float *part_a, const float *part_b,
+                                    int nchunks, int OC) {
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < OC;
+       c += gridDim.x * blockDim.x) {
+    float a = 0.0f, bb = 0.0f;
+    for (int i = 0; i < nchunks; i++) {
+      a += part_a[(size_t)i * OC + c];
+      if (out_b)
+        bb += part_b[(size_t)i * OC + c];
+    }
+    out_a[c] += a;
+    if (out_b)
+      out_b[c] += bb;
+  }
+}
+
+/* Both column sums; inp NULL: only out_a (plain column sums). scratch:
+ * 2 * chunks * OC floats with inp, chunks * OC without. */
+static int colsums(const kern_ctx *k, float *out_a, float *out_b,
+                   float *scratch, const floatX *dout, const floatX *inp,
+                   const float *mean, const float *rstd, int N, int OC,
+                   const char *op, char *err, size_t errlen) {
+  size_t chunks = kc_colsum_chunks(N);
+  if (chunks > 65535)
+    return kc_fail(err, errlen, op, "N=%d rows: more than %d row chunks", N,
+                   65535);
+  dim3 grid(kc_cdiv((size_t)OC, 32), (unsigned)chunks), block(32, 8);
+  float *part_b = scratch + chunks * (size_t)OC;
+  if (inp)
+    colsum_partial_kernel<true><<<grid, block, 0, k->stream>>>(
+        scratch, part_b, dout, inp, mean, rstd, N, OC);
+  else
+    colsum_partial_kernel<false><<<grid, block, 0, k->stream>>>(
+        scratch, NULL, dout, NULL, NULL, NULL, N, OC);
+  if (kc_check(op, err, errlen))
+    return -1;
+  colsum_final_kernel<<<kc_grid((size_t)OC, 256, k->sm_count), 256, 0,
+                        k->stream>>>(out_a, inp ? out_b : NULL, scratch,
+                                     part_b, (int)chunks, OC);
+  return kc_check(op, err, errlen);
+}
+
+int kc_colsum(const kern_ctx *k, float *db, float *scratch, const floatX *dout,
+              int N, int OC, const char *op, char *err, size_t errlen) {
+  return colsums(k, db, NULL, scratch, dout, NULL, NULL, NULL, N, OC, op, err,
+                 errlen);
+}
+
+/* ---- Backward ---- */
+
+/* dinp (N,C) += LayerNorm's input gradient (gpt_cpu.c's formula); one
+ * warp a row, no cross-row sums. */
+__global__ void layernorm_dinp_kernel(floatX *dinp, const floatX *dout,
+                                      const floatX *inp, const floatX *w,
+                                      const float *mean, const float *rstd,
+                                      int N, int C) {
+  const int lane = threadIdx.x % 32;
+  for (long long row = (long long)blockIdx.x * LN_WARPS + threadIdx.x / 32;
+       row < N; row += (long long)gridDim.x * LN_WARPS) {
+    const floatX *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+    const float m = mean[row], s = rstd[row];
+    float dm = 0.0f, dnm = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+      float dn = kc_f(w[c]) * kc_f(d[c]);
+      dm += dn;
+      dnm += dn * (kc_f(x[c]) - m) * s;
+    }
+    dm = kc_warp_sum(dm) / C;
+    dnm = kc_warp_sum(dnm) / C;
+    floatX *di = dinp + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) {
+      float norm = (kc_f(x[c]) - m) * s;
+      float g = (kc_f(w[c]) * kc_f(d[c]) - dm - norm * dnm) * s;
+      di[c] = kc_x(kc_f(di[c]) + g);
+    }
+  }
+}
+
+size_t kern_layernorm_backward_scratch_bytes(int N, int C, int sm_count) {
+  return 2 * kc_colsum_chunks(N) * (size_t)(C > 0 ? C : 0) * sizeof(float);
+}
+
+int kern_layernorm_backward(const kern_ctx *k, floatX *dinp, float *dw,
+                            float *db, void *scratch, const floatX *dout,
+                            const floatX *inp, const floatX *w,
+                            const float *mean, const float *rstd, int N, int C,
+                            char *err, size_t errlen) {
+  static const char op[] = "kern_layernorm_backward";
+  if (N < 0 || C < 0)
+    return kc_fail(err, errlen, op, "bad shape N=%d C=%d", N, C);
+  if (N == 0 || C == 0)
+    return 0;
+  layernorm_dinp_kernel<<<kc_grid((size_t)N, LN_WARPS, k->sm_count),
+                          LN_WARPS * 32, 0, k->stream>>>(dinp, dout, inp, w,
+                                                         mean, rstd, N, C);
+  if (kc_check(op, err, errlen))
+    return -1;
+  /* db is the column sum of dout, dw that of dout * normalized input. */
+  return colsums(k, db, dw, (float *)scratch, dout, inp, mean, rstd, N, C, op,
+                 err, errlen);
+}

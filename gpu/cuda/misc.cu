@@ -1,0 +1,295 @@
+/* The element-wise and small ops of kernels.cuh: conversions, the
+ * embedding, the residual add, GELU, and the fixed-order reductions. */
+#include <algorithm>
+#include <vector>
+
+#include "kernels_common.cuh"
+
+#define BLOCK 256
+
+/* ---- Conversions ---- */
+
+__global__ void f32_to_bf16_kernel(floatX *out, const float *in, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    out[i] = kc_x(in[i]);
+}
+
+__global__ void bf16_to_f32_kernel(float *out, const floatX *in, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    out[i] = kc_f(in[i]);
+}
+
+int kern_f32_to_bf16(const kern_ctx *k, floatX *out, const float *in, size_t n,
+                     char *err, size_t errlen) {
+  if (n == 0)
+    return 0;
+  f32_to_bf16_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0, k->stream>>>(
+      out, in, n);
+  return kc_check("kern_f32_to_bf16", err, errlen);
+}
+
+int kern_bf16_to_f32(const kern_ctx *k, float *out, const floatX *in, size_t n,
+                     char *err, size_t errlen) {
+  if (n == 0)
+    return 0;
+  bf16_to_f32_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0, k->stream>>>(
+      out, in, n);
+  return kc_check("kern_bf16_to_f32", err, errlen);
+}
+
+/* ---- Embedding ---- */
+
+/* ids (B,T), wte (Vp,C), wpe (T,C) -> out (B,T,C) */
+__global__ void encoder_forward_kernel(floatX *out, const int *ids,
+                                       const floatX *wte, const floatX *wpe,
+                                       int T, int C, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t bt = i / (size_t)C;
+    int c = (int)(i % (size_t)C), t = (int)(bt % (size_t)T);
+    out[i] = kc_x(kc_f(wte[(size_t)ids[bt] * C + c]) +
+                  kc_f(wpe[(size_t)t * C + c]));
+  }
+}
+
+int kern_encoder_forward(const kern_ctx *k, floatX *out, const int *ids,
+                         const floatX *wte, const floatX *wpe, int B, int T,
+                         int C, char *err, size_t errlen) {
+  size_t n = (size_t)B * T * C;
+  if (n == 0)
+    return 0;
+  encoder_forward_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0,
+                           k->stream>>>(out, ids, wte, wpe, T, C, n);
+  return kc_check("kern_encoder_forward", err, errlen);
+}
+
+/* dwpe (T,C) += sum over b of dout (B,T,C): one thread per (t,c), b in
+ * order. */
+__global__ void wpe_backward_kernel(float *dwpe, const floatX *dout, int B,
+                                    int T, int C) {
+  size_t n = (size_t)T * C;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float acc = 0.0f;
+    for (int b = 0; b < B; b++)
+      acc += kc_f(dout[(size_t)b * n + i]);
+    dwpe[i] += acc;
+  }
+}
+
+/* Bucketed dwte: bucket u has token tok[u] and the positions
+ * pos[start[u] .. start[u+1]) in increasing order. One block per bucket,
+ * threads over channels: each row of dwte is written by one thread per
+ * channel, positions added in order, so no atomics and the same bits
+ * every run. */
+__global__ void wte_backward_bucketed_kernel(float *dwte, const floatX *dout,
+                                             const int *tok, const int *start,
+                                             const int *pos, int nbuckets,
+                                             int C) {
+  for (int u = blockIdx.x; u < nbuckets; u += gridDim.x) {
+    float *row = dwte + (size_t)tok[u] * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      float acc = 0.0f;
+      for (int p = start[u]; p < start[u + 1]; p++)
+        acc += kc_f(dout[(size_t)pos[p] * C + c]);
+      row[c] += acc;
+    }
+  }
+}
+
+/* Without the ids on the host: float atomics (the order of a repeated
+ * token's additions varies between runs). */
+__global__ void wte_backward_atomic_kernel(float *dwte, const floatX *dout,
+                                           const int *ids, int C, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t bt = i / (size_t)C;
+    int c = (int)(i % (size_t)C);
+    atomicAdd(dwte + (size_t)ids[bt] * C + c, kc_f(dout[i]));
+  }
+}
+
+/* Scratch: the buckets, as ints: tok (N), start (N+1), pos (N). */
+size_t kern_encoder_backward_scratch_bytes(int B, int T, int C) {
+  size_t N = (size_t)B * T;
+  return (3 * N + 1) * sizeof(int);
+}
+
+int kern_encoder_backward(const kern_ctx *k, float *dwte, float *dwpe,
+                          void *scratch, const floatX *dout, const int *ids,
+                          const int *ids_host, int B, int T, int C, char *err,
+                          size_t errlen) {
+  static const char op[] = "kern_encoder_backward";
+  size_t N = (size_t)B * T, n = N * C;
+  if (n == 0)
+    return 0;
+  wpe_backward_kernel<<<kc_grid((size_t)T * C, BLOCK, k->sm_count), BLOCK, 0,
+                        k->stream>>>(dwpe, dout, B, T, C);
+  if (kc_check(op, err, errlen))
+    return -1;
+  if (!ids_host) {
+    if (k->deterministic)
+      return kc_fail(err, errlen, op,
+                     "deterministic mode needs the token ids on the host "
+                     "(ids_host) to add repeated tokens in a fixed order");
+    wte_backward_atomic_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0,
+                                 k->stream>>>(dwte, dout, ids, C, n);
+    return kc_check(op, err, errlen);
+  }
+  if (!scratch)
+    return kc_fail(err, errlen, op, "no scratch for the token buckets");
+  /* Buckets on the host: positions sorted by (token, position). */
+  std::vector<int> order(N);
+  for (size_t i = 0; i < N; i++)
+    order[i] = (int)i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return ids_host[a] < ids_host[b]; });
+  std::vector<int> buf(3 * N + 1);
+  int *tok = buf.data(), *start = tok + N, *pos = start + N + 1;
+  int nb = 0;
+  for (size_t i = 0; i < N; i++) {
+    if (i == 0 || ids_host[order[i]] != ids_host[order[i - 1]]) {
+      tok[nb] = ids_host[order[i]];
+      start[nb++] = (int)i;
+    }
+    pos[i] = order[i];
+  }
+  start[nb] = (int)N;
+  /* One copy of the three arrays, laid out in scratch as in buf. From
+   * pageable memory, cudaMemcpyAsync returns once buf is staged, so buf
+   * may go when this returns. */
+  int *dtok = (int *)scratch, *dstart = dtok + N, *dpos = dstart + N + 1;
+  if (kc_cuda(cudaMemcpyAsync(scratch, buf.data(), buf.size() * sizeof(int),
+                              cudaMemcpyHostToDevice, k->stream),
+              op, "cudaMemcpyAsync of the token buckets", err, errlen))
+    return -1;
+  int block = C < 32 ? 32 : (C < BLOCK ? ((C + 31) / 32) * 32 : BLOCK);
+  unsigned grid = (unsigned)std::min(nb, 65535);
+  wte_backward_bucketed_kernel<<<grid, block, 0, k->stream>>>(
+      dwte, dout, dtok, dstart, dpos, nb, C);
+  return kc_check(op, err, errlen);
+}
+
+/* ---- Residual and GELU ---- */
+
+__global__ void residual_kernel(floatX *out, const floatX *a, const floatX *b,
+                                size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    out[i] = kc_x(kc_f(a[i]) + kc_f(b[i]));
+}
+
+int kern_residual_forward(const kern_ctx *k, floatX *out, const floatX *a,
+                          const floatX *b, size_t n, char *err, size_t errlen) {
+  if (n == 0)
+    return 0;
+  residual_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0, k->stream>>>(
+      out, a, b, n);
+  return kc_check("kern_residual_forward", err, errlen);
+}
+
+__global__ void gelu_forward_kernel(floatX *out, const floatX *inp, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    out[i] = kc_x(kc_gelu(kc_f(inp[i])));
+}
+
+__global__ void gelu_backward_kernel(floatX *dinout, const floatX *inp,
+                                     size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    dinout[i] = kc_x(kc_f(dinout[i]) * kc_gelu_grad(kc_f(inp[i])));
+}
+
+int kern_gelu_forward(const kern_ctx *k, floatX *out, const floatX *inp,
+                      size_t n, char *err, size_t errlen) {
+  if (n == 0)
+    return 0;
+  gelu_forward_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0, k->stream>>>(
+      out, inp, n);
+  return kc_check("kern_gelu_forward", err, errlen);
+}
+
+int kern_gelu_backward(const kern_ctx *k, floatX *dinout, const floatX *inp,
+                       size_t n, char *err, size_t errlen) {
+  if (n == 0)
+    return 0;
+  gelu_backward_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0,
+                         k->stream>>>(dinout, inp, n);
+  return kc_check("kern_gelu_backward", err, errlen);
+}
+
+/* ---- Reductions ----
+ * Two stages: RED_BLOCKS(n) blocks each sum a strided share of x into
+ * one partial (scratch), then one block adds the partials. The number of
+ * blocks depends on n only, not on the device, so the order of the
+ * additions (and the bits of the result) is the same everywhere. */
+#define RED_THREADS 256
+#define RED_MAX_BLOCKS 1024
+
+static unsigned red_blocks(size_t n) {
+  size_t g = (n + 2047) / 2048;
+  if (g > RED_MAX_BLOCKS)
+    g = RED_MAX_BLOCKS;
+  return g ? (unsigned)g : 1u;
+}
+
+size_t kern_norm_scratch_bytes(size_t n, int sm_count) {
+  return (size_t)red_blocks(n) * sizeof(float);
+}
+
+template <bool SQUARE>
+__global__ void reduce_partial_kernel(float *partial, const float *x,
+                                      size_t n) {
+  __shared__ float sh[32];
+  float acc = 0.0f;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float v = x[i];
+    acc += SQUARE ? v * v : v;
+  }
+  acc = kc_block_sum(acc, sh);
+  if (threadIdx.x == 0)
+    partial[blockIdx.x] = acc;
+}
+
+/* One block of RED_MAX_BLOCKS threads: *out = scale * sum of partial. */
+__global__ void reduce_final_kernel(float *out, const float *partial,
+                                    unsigned nparts, float scale) {
+  __shared__ float sh[32];
+  float v = threadIdx.x < nparts ? partial[threadIdx.x] : 0.0f;
+  v = kc_block_sum(v, sh);
+  if (threadIdx.x == 0)
+    *out = v * scale;
+}
+
+template <bool SQUARE>
+static int reduce(const kern_ctx *k, float *out, void *scratch, const float *x,
+                  size_t n, float scale, const char *op, char *err,
+                  size_t errlen) {
+  unsigned g = red_blocks(n);
+  float *partial = (float *)scratch;
+  reduce_partial_kernel<SQUARE><<<g, RED_THREADS, 0, k->stream>>>(partial, x,
+                                                                  n);
+  if (kc_check(op, err, errlen))
+    return -1;
+  reduce_final_kernel<<<1, RED_MAX_BLOCKS, 0, k->stream>>>(out, partial, g,
+                                                           scale);
+  return kc_check(op, err, errlen);
+}
+
+int kern_sum_squares(const kern_ctx *k, float *out, void *scratch,
+                     const float *x, size_t n, char *err, size_t errlen) {
+  return reduce<true>(k, out, scratch, x, n, 1.0f, "kern_sum_squares", err,
+                      errlen);
+}
+
+int kern_mean(const kern_ctx *k, float *out, void *scratch, const float *x,
+              size_t n, char *err, size_t errlen) {
+  if (n == 0)
+    return kc_fail(err, errlen, "kern_mean", "mean of 0 elements");
+  return reduce<false>(k, out, scratch, x, n, (float)(1.0 / (double)n),
+                       "kern_mean", err, errlen);
+}
