@@ -472,6 +472,55 @@ static void crossentropy_backward(float *probs_dlogits, const uint32_t *targets,
   }
 }
 
+/* The kernels above under gpt_impl.h's names, for the CUDA kernels'
+ * reference test (tests/gpu/kernel_check.cu). Wrappers rather than
+ * renames, so that the passes below keep their short names. */
+void gpt_cpu_encoder_forward(float *out, const uint32_t *ids, const float *wte,
+                             const float *wpe, int B, int T, int C) {
+  encoder_forward(out, ids, wte, wpe, B, T, C);
+}
+void gpt_cpu_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                              const uint32_t *ids, int B, int T, int C) {
+  encoder_backward(dwte, dwpe, dout, ids, B, T, C);
+}
+void gpt_cpu_layernorm_backward(float *dinp, float *dw, float *db,
+                                const float *dout, const float *inp,
+                                const float *w, const float *mean,
+                                const float *rstd, int N, int C) {
+  layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+void gpt_cpu_matmul_forward(float *out, const float *inp, const float *w,
+                            const float *b, int N, int IC, int OC) {
+  matmul_forward(out, inp, w, b, N, IC, OC);
+}
+void gpt_cpu_matmul_backward(float *dinp, float *dw, float *db,
+                             const float *dout, const float *inp,
+                             const float *w, int N, int IC, int OC) {
+  matmul_backward(dinp, dw, db, dout, inp, w, N, IC, OC);
+}
+void gpt_cpu_gelu_backward(float *dinout, const float *inp, size_t N) {
+  gelu_backward(dinout, inp, N);
+}
+void gpt_cpu_attention_forward(float *out, float *att, const float *qkv, int B,
+                               int T, int C, int NH) {
+  attention_forward(out, att, qkv, B, T, C, NH);
+}
+void gpt_cpu_attention_backward(float *dqkv, float *datt, const float *dout,
+                                const float *qkv, const float *att, int B,
+                                int T, int C, int NH) {
+  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+}
+void gpt_cpu_crossentropy_forward(float *lse, float *losses, float *probs,
+                                  const float *logits, const uint32_t *targets,
+                                  int N, int V, int Vp) {
+  crossentropy_forward(lse, losses, probs, logits, targets, N, V, Vp);
+}
+void gpt_cpu_crossentropy_backward(float *probs_dlogits,
+                                   const uint32_t *targets, float dloss, int N,
+                                   int V, int Vp) {
+  crossentropy_backward(probs_dlogits, targets, dloss, N, V, Vp);
+}
+
 /* ---------------------------------------------------------------------
  * The passes.
  * --------------------------------------------------------------------- */

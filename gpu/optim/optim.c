@@ -23,7 +23,7 @@
 
 struct optim {
   optim_config cfg;
-  double b1, b2, wd; /* cfg's, as written (as_written) */
+  double b1, b2, wd; /* cfg's, as written (optim_as_written) */
   size_t n;
   optim_group *groups; /* sorted by offset */
   size_t ngroups;
@@ -45,24 +45,6 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
 static int group_cmp(const void *a, const void *b) {
   const optim_group *x = a, *y = b;
   return x->offset < y->offset ? -1 : x->offset > y->offset;
-}
-
-/*
- * The config holds fp32 hyperparameters, but a user writes 0.95 and
- * torch computes 1 - 0.95 in double: with the float as it is, 1 - beta2
- * would be off by up to 1e-5 relative. So the float is read back as the
- * shortest decimal that rounds to it (what the user wrote, as Python's
- * repr of a float32 gives), then used in double like Python does.
- */
-static double as_written(float x) {
-  char buf[32];
-  for (int prec = 6; prec <= 9; prec++) {
-    snprintf(buf, sizeof buf, "%.*g", prec, (double)x);
-    double d = strtod(buf, NULL);
-    if ((float)d == x)
-      return d;
-  }
-  return (double)x;
 }
 
 static int beta_ok(float b) { return b >= 0.0f && b < 1.0f; }
@@ -92,9 +74,9 @@ int optim_create(const optim_config *cfg, size_t n, const optim_group *groups,
   if (!o)
     return fail(err, errlen, "optim: out of memory");
   o->cfg = *cfg;
-  o->b1 = as_written(cfg->beta1);
-  o->b2 = as_written(cfg->beta2);
-  o->wd = as_written(cfg->weight_decay);
+  o->b1 = optim_as_written(cfg->beta1);
+  o->b2 = optim_as_written(cfg->beta2);
+  o->wd = optim_as_written(cfg->weight_decay);
   o->n = n;
   o->ngroups = ngroups;
   o->groups = malloc((ngroups ? ngroups : 1) * sizeof *o->groups);

@@ -18,6 +18,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 typedef enum optim_kind { OPTIM_ADAMW = 0, OPTIM_LION = 1 } optim_kind;
 
@@ -62,6 +64,26 @@ float *optim_state(optim *o);
  * torch.nn.utils.clip_grad_norm_, with its 1e-6). Returns the norm before
  * clipping. */
 double optim_clip_grad_norm(float *grads, size_t n, double max_norm);
+
+/*
+ * The config holds fp32 hyperparameters, but a user writes 0.95 and
+ * torch computes 1 - 0.95 in double: with the float as it is, 1 - beta2
+ * would be off by up to 1e-5 relative. So the float is read back as the
+ * shortest decimal that rounds to it (what the user wrote, as Python's
+ * repr of a float32 gives), then used in double like Python does. Inline
+ * here so that the CUDA optimizers (gpu/cuda/optim.cu) derive the same
+ * constants, to the bit, without linking the engine.
+ */
+static inline double optim_as_written(float x) {
+  char buf[32];
+  for (int prec = 6; prec <= 9; prec++) {
+    snprintf(buf, sizeof buf, "%.*g", prec, (double)x);
+    double d = strtod(buf, NULL);
+    if ((float)d == x)
+      return d;
+  }
+  return (double)x;
+}
 
 /* ---- Learning rate ---- */
 typedef enum lr_decay { LR_COSINE = 0, LR_LINEAR = 1, LR_CONSTANT = 2 } lr_decay;
