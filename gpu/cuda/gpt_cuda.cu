@@ -867,7 +867,9 @@ extern "C" int gpt_cuda_step(gpt_cuda *g, float lr, char *err,
                              size_t errlen) {
   const optim_config *oc = &g->o.opt;
   g->t++;
-  double b1 = oc->beta1, b2 = oc->beta2, t = (double)g->t;
+  /* The betas as the user wrote them, in double, as optim.c does. */
+  double b1 = optim_as_written(oc->beta1), b2 = optim_as_written(oc->beta2);
+  double t = (double)g->t;
   float b1c = (float)(1.0 - pow(b1, t)), b2c = (float)(1.0 - pow(b2, t));
   float *m = g->ostate, *v = g->ostate + g->np;
   for (size_t i = 0; i < g->nruns; i++) {
