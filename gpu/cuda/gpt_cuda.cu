@@ -442,8 +442,9 @@ extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
                 "gpt_cuda: batch B=%d T=%d; B must be >= 1 and T between 1 "
                 "and block_size %d",
                 o->B, o->T, cfg->block_size);
-  if ((double)o->B * o->T * 4 * cfg->n_embd > 2147483647.0 ||
-      (double)o->B * o->T * cfg->padded_vocab > 2147483647.0)
+  /* The kernels index rows of (N, 4C) with int; the (N, Vp) logits by
+   * row, in size_t. */
+  if ((double)o->B * o->T * 4 * cfg->n_embd > 2147483647.0)
     return fail(err, errlen, "gpt_cuda: batch B=%d T=%d is too large", o->B,
                 o->T);
   if (o->opt.kind != OPTIM_ADAMW && o->opt.kind != OPTIM_LION)
