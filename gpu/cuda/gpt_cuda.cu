@@ -543,22 +543,31 @@ extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
 
 /* ---- Parameters and state ---- */
 
-extern "C" int gpt_cuda_upload(gpt_cuda *g, const gpt *host, optim *opt,
-                               char *err, size_t errlen) {
+/* host (and opt, may be NULL) have this gpt_cuda's sizes: 0, or -1. */
+static int check_host(const gpt_cuda *g, const gpt *host, optim *opt,
+                      char *err, size_t errlen) {
   if (gpt_num_params(host) != g->np)
     return fail(err, errlen,
                 "gpt_cuda: the host model has %zu parameters, the GPU's %zu",
                 gpt_num_params(host), g->np);
+  size_t nst = optim_state_floats_for(g->o.opt.kind, g->np);
+  if (opt && optim_state_floats(opt) != nst)
+    return fail(err, errlen,
+                "gpt_cuda: the optimizer has %zu state floats, the GPU's %zu "
+                "(another optimizer kind?)",
+                optim_state_floats(opt), nst);
+  return 0;
+}
+
+extern "C" int gpt_cuda_upload(gpt_cuda *g, const gpt *host, optim *opt,
+                               char *err, size_t errlen) {
+  if (check_host(g, host, opt, err, errlen) != 0)
+    return -1;
   CK(cudaMemcpyAsync(g->master, gpt_params((gpt *)host), g->np * 4,
                      cudaMemcpyHostToDevice, g->k.stream));
   KK(kern_f32_to_bf16(&g->k, g->params, g->master, g->np, err, errlen));
   if (opt) {
     size_t nst = optim_state_floats_for(g->o.opt.kind, g->np);
-    if (optim_state_floats(opt) != nst)
-      return fail(err, errlen,
-                  "gpt_cuda: the optimizer has %zu state floats, the GPU's "
-                  "%zu (another optimizer kind?)",
-                  optim_state_floats(opt), nst);
     CK(cudaMemcpyAsync(g->ostate, optim_state(opt), nst * 4,
                        cudaMemcpyHostToDevice, g->k.stream));
     g->t = optim_get_t(opt);
@@ -570,19 +579,12 @@ extern "C" int gpt_cuda_upload(gpt_cuda *g, const gpt *host, optim *opt,
 
 extern "C" int gpt_cuda_download(gpt_cuda *g, gpt *host, optim *opt,
                                  char *err, size_t errlen) {
-  if (gpt_num_params(host) != g->np)
-    return fail(err, errlen,
-                "gpt_cuda: the host model has %zu parameters, the GPU's %zu",
-                gpt_num_params(host), g->np);
+  if (check_host(g, host, opt, err, errlen) != 0)
+    return -1;
   CK(cudaMemcpyAsync(gpt_params(host), g->master, g->np * 4,
                      cudaMemcpyDeviceToHost, g->k.stream));
   if (opt) {
     size_t nst = optim_state_floats_for(g->o.opt.kind, g->np);
-    if (optim_state_floats(opt) != nst)
-      return fail(err, errlen,
-                  "gpt_cuda: the optimizer has %zu state floats, the GPU's "
-                  "%zu (another optimizer kind?)",
-                  optim_state_floats(opt), nst);
     CK(cudaMemcpyAsync(optim_state(opt), g->ostate, nst * 4,
                        cudaMemcpyDeviceToHost, g->k.stream));
     optim_set_t(opt, g->t);

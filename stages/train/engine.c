@@ -23,31 +23,38 @@ struct engine {
 #endif
 };
 
-int engine_parse_device(const char *z, engine_want *out, char *err,
+/* z as the index of one of names (n of them) into *out; else -1 with
+ * "<what> must be a, b or c, not 'z'". */
+static int parse_choice(const char *z, const char *const *names, int n,
+                        const char *what, int *out, char *err,
                         size_t errlen) {
-  static const char *names[] = {"auto", "cpu", "cuda"};
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < n; i++)
     if (z && strcmp(z, names[i]) == 0) {
-      *out = (engine_want)i;
+      *out = i;
       return 0;
     }
-  snprintf(err, errlen, "device must be auto, cpu or cuda, not '%s'",
-           z ? z : "");
+  snprintf(err, errlen, "%s must be %s, %s or %s, not '%s'", what, names[0],
+           names[1], names[2], z ? z : "");
   return -1;
 }
 
-static const char *recompute_names[] = {"none", "gelu", "block"};
+static const char *const device_names[] = {"auto", "cpu", "cuda"};
+static const char *const recompute_names[] = {"none", "gelu", "block"};
+
+int engine_parse_device(const char *z, engine_want *out, char *err,
+                        size_t errlen) {
+  int i = 0;
+  int rc = parse_choice(z, device_names, 3, "device", &i, err, errlen);
+  *out = (engine_want)i;
+  return rc;
+}
 
 int engine_parse_recompute(const char *z, engine_recompute *out, char *err,
                            size_t errlen) {
-  for (int i = 0; i < 3; i++)
-    if (z && strcmp(z, recompute_names[i]) == 0) {
-      *out = (engine_recompute)i;
-      return 0;
-    }
-  snprintf(err, errlen, "recompute must be none, gelu or block, not '%s'",
-           z ? z : "");
-  return -1;
+  int i = 0;
+  int rc = parse_choice(z, recompute_names, 3, "recompute", &i, err, errlen);
+  *out = (engine_recompute)i;
+  return rc;
 }
 
 const char *engine_recompute_name(engine_recompute r) {
