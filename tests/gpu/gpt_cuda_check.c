@@ -296,13 +296,15 @@ static int cmd_recompute(void) {
     gpt_cuda_destroy(g);
   }
   /* The forward pass is the same in every mode (the same kernels on the
-   * same weights): the same loss; the recomputed activations are the
+   * same weights): the same loss (to 1e-5, in case cuBLASLt picks another
+   * algorithm for buffers at other addresses); the recomputed activations are the
    * kept ones again (GELU by another kernel than the product's epilogue:
    * within BF16 rounding). */
   for (int r = 1; r < 3; r++) {
     double cos, rel;
     compare(grads[r], grads[0], np, &cos, &rel);
-    CHECK(loss[r] == loss[0], "recompute %s: loss %.7f vs none %.7f",
+    CHECK(fabsf(loss[r] - loss[0]) <= 1e-5f * loss[0],
+          "recompute %s: loss %.7f vs none %.7f",
           gpt_recompute_name((gpt_recompute)r), loss[r], loss[0]);
     CHECK(cos > 0.999 && rel < 2e-2,
           "recompute %s: gradients vs none: cosine %.6f rel %.4f",
