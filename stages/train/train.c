@@ -1,6 +1,7 @@
 /*
  * train: the built-in stage that trains a GPT on the tokenize stage's
- * token files with dagrun's engine (gpu/), on the CPU.
+ * token files with dagrun's engine (gpu/), on the CPU or, with device:
+ * cuda (or auto where there is a GPU), on one GPU (engine.h).
  *
  *   train:
  *     stage: train
@@ -1450,7 +1451,8 @@ static const dagrun_stage stage = {
     DAGRUN_STAGE_HEADER,
     "train",
     "1.0.0",
-    "Trains a GPT on token files with dagrun's engine (CPU): AdamW or Lion, "
+    "Trains a GPT on token files with dagrun's engine (CPU or one GPU): "
+    "AdamW or Lion, "
     "warmup + cosine, clipping, spike guard, exact resume; data-parallel "
     "with ZeRO in a gang.",
     params,
