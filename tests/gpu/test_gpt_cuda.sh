@@ -6,7 +6,7 @@
 #   oversized batch are refused;
 # - recompute: none, gelu and block give the same loss and gradients, each
 #   with less device memory than the one before, as estimated;
-# - oom: gpt2-350M at 512 x 1024 fails with the clear message (naming the
+# - oom: gpt2-350M at 256 x 1024 fails with the clear message (naming the
 #   batch and what to change), and the device still works after it.
 . "$(dirname "$0")/gpu_env.sh"
 
