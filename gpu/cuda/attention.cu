@@ -30,8 +30,8 @@
 /* dst[r*ld + d] = src[(t0+r)*stride + d] for r < rows, d < hs; rows at or
  * past T read as 0. The whole block loads. */
 __device__ __forceinline__ void att_load(float *dst, int ld, const floatX *src,
-                                         size_t stride, int t0, int rows,
-                                         int T, int hs) {
+                                         size_t stride, int t0, int rows, int T,
+                                         int hs) {
   for (int idx = threadIdx.x; idx < rows * hs; idx += blockDim.x) {
     int r = idx / hs, d = idx % hs, t = t0 + r;
     dst[r * ld + d] = t < T ? kc_f(src[(size_t)t * stride + d]) : 0.0f;
@@ -59,10 +59,51 @@ __device__ __forceinline__ void att_axpy(float acc[ATT_DPL], float w,
   }
 }
 
+/* acc += sum over tile rows j < n of w_j tile[j], w_j being lane j's w. */
+__device__ __forceinline__ void att_accumulate(float acc[ATT_DPL], float w,
+                                               const float *tile, int ld, int n,
+                                               int hs) {
+  for (int j = 0; j < n; j++)
+    att_axpy(acc, __shfl_sync(0xffffffffu, w, j), tile + j * ld, hs);
+}
+
 /* Row rr of this warp within the block: interleaved, so that the causal
  * work (row-dependent) is spread over the warps. */
 __device__ __forceinline__ int att_row(int rr) {
   return rr * ATT_WARPS + (int)threadIdx.x / 32;
+}
+
+/* What each kernel derives from its block's (batch, head). */
+struct att_head {
+  int hs, ld, b, h, bh;
+  size_t C3;
+  const floatX *qkv; /* this (b, h)'s q at t=0; k at +C, v at +2C */
+  float scale;       /* 1/sqrt(hs), as gpt_cpu.c */
+};
+__device__ __forceinline__ att_head att_head_of(const floatX *qkv, int T, int C,
+                                                int NH) {
+  att_head a;
+  a.hs = C / NH;
+  a.ld = a.hs + 1;
+  a.bh = blockIdx.y;
+  a.b = a.bh / NH;
+  a.h = a.bh % NH;
+  a.C3 = 3 * (size_t)C;
+  a.qkv = qkv + (size_t)a.b * T * a.C3 + (size_t)a.h * a.hs;
+  a.scale = 1.0f / sqrtf((float)a.hs);
+  return a;
+}
+
+/* dst[d] = BF16(mul * acc[i]) for this lane's dims d = lane + 32i < hs. */
+__device__ __forceinline__ void att_store(floatX *dst, const float acc[ATT_DPL],
+                                          float mul, int hs) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < ATT_DPL; i++) {
+    int d = lane + 32 * i;
+    if (d < hs)
+      dst[d] = kc_x(mul * acc[i]);
+  }
 }
 
 /* ---- Forward ---- */
@@ -73,13 +114,13 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     attention_forward_kernel(floatX *out, float *lse, const floatX *qkv, int T,
                              int C, int NH) {
   extern __shared__ float sm[];
-  const int hs = C / NH, ld = hs + 1, lane = threadIdx.x % 32;
+  const att_head a = att_head_of(qkv, T, C, NH);
+  const int hs = a.hs, ld = a.ld, lane = threadIdx.x % 32;
+  const size_t C3 = a.C3;
+  const floatX *base = a.qkv;
+  const float scale = a.scale;
   float *Qs = sm, *Ks = Qs + ATT_ROWS * hs, *Vs = Ks + ATT_TILE * ld;
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int q0 = blockIdx.x * ATT_ROWS;
-  const size_t C3 = 3 * (size_t)C;
-  const floatX *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-  const float scale = 1.0f / sqrtf((float)hs);
 
   att_load(Qs, hs, base, C3, q0, ATT_ROWS, T, hs);
   float o[ATT_RPW][ATT_DPL], mrow[ATT_RPW], lrow[ATT_RPW];
@@ -104,8 +145,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         continue;
       const int j = k0 + lane;
       const bool ok = j <= qi;
-      const float s = ok ? scale * att_dot(Qs + r * hs, Ks + lane * ld, hs)
-                         : -INFINITY;
+      const float s =
+          ok ? scale * att_dot(Qs + r * hs, Ks + lane * ld, hs) : -INFINITY;
       /* Key k0 <= qi is always in: the tile's maximum is finite. */
       const float mnew = fmaxf(mrow[rr], kc_warp_max(s));
       const float p = ok ? expf(s - mnew) : 0.0f;
@@ -115,9 +156,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 #pragma unroll
       for (int i = 0; i < ATT_DPL; i++)
         o[rr][i] *= corr;
-      const int nj = min(ATT_TILE, qi - k0 + 1);
-      for (int jj = 0; jj < nj; jj++)
-        att_axpy(o[rr], __shfl_sync(0xffffffffu, p, jj), Vs + jj * ld, hs);
+      att_accumulate(o[rr], p, Vs, ld, min(ATT_TILE, qi - k0 + 1), hs);
     }
   }
 #pragma unroll
@@ -125,16 +164,10 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     const int qi = q0 + att_row(rr);
     if (qi >= T)
       continue;
-    const float inv = 1.0f / lrow[rr];
-    floatX *dst = out + ((size_t)b * T + qi) * C + (size_t)h * hs;
-#pragma unroll
-    for (int i = 0; i < ATT_DPL; i++) {
-      int d = lane + 32 * i;
-      if (d < hs)
-        dst[d] = kc_x(o[rr][i] * inv);
-    }
+    att_store(out + ((size_t)a.b * T + qi) * C + (size_t)a.h * hs, o[rr],
+              1.0f / lrow[rr], hs);
     if (lane == 0)
-      lse[(size_t)bh * T + qi] = mrow[rr] + logf(lrow[rr]);
+      lse[(size_t)a.bh * T + qi] = mrow[rr] + logf(lrow[rr]);
   }
 }
 
@@ -146,8 +179,8 @@ __global__ void attention_dsum_kernel(float *Dsum, const floatX *dout,
                                       int NH) {
   const int hs = C / NH, lane = threadIdx.x % 32;
   const long long rows = (long long)B * NH * T;
-  for (long long r = (long long)blockIdx.x * (blockDim.x / 32) +
-                     threadIdx.x / 32;
+  for (long long r =
+           (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
        r < rows; r += (long long)gridDim.x * (blockDim.x / 32)) {
     const int t = (int)(r % T), bh = (int)(r / T), b = bh / NH, h = bh % NH;
     const size_t off = ((size_t)b * T + t) * C + (size_t)h * hs;
@@ -169,14 +202,14 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
                         const floatX *qkv, const float *lse, int T, int C,
                         int NH) {
   extern __shared__ float sm[];
-  const int hs = C / NH, ld = hs + 1, lane = threadIdx.x % 32;
+  const att_head a = att_head_of(qkv, T, C, NH);
+  const int hs = a.hs, ld = a.ld, lane = threadIdx.x % 32;
+  const size_t C3 = a.C3;
+  const floatX *base = a.qkv;
+  const int b = a.b, h = a.h, bh = a.bh;
   float *Qs = sm, *dOs = Qs + ATT_ROWS * hs, *Ks = dOs + ATT_ROWS * hs,
         *Vs = Ks + ATT_TILE * ld;
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int q0 = blockIdx.x * ATT_ROWS;
-  const size_t C3 = 3 * (size_t)C;
-  const floatX *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-  const float scale = 1.0f / sqrtf((float)hs);
 
   att_load(Qs, hs, base, C3, q0, ATT_ROWS, T, hs);
   att_load(dOs, hs, dout + (size_t)b * T * C + (size_t)h * hs, C, q0, ATT_ROWS,
@@ -205,14 +238,12 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
       const bool ok = k0 + lane <= qi;
       float ds = 0.0f;
       if (ok) {
-        float p = expf(scale * att_dot(Qs + r * hs, Ks + lane * ld, hs) -
+        float p = expf(a.scale * att_dot(Qs + r * hs, Ks + lane * ld, hs) -
                        lse_r[rr]);
         float dp = att_dot(dOs + r * hs, Vs + lane * ld, hs);
         ds = p * (dp - D_r[rr]);
       }
-      const int nj = min(ATT_TILE, qi - k0 + 1);
-      for (int jj = 0; jj < nj; jj++)
-        att_axpy(dq[rr], __shfl_sync(0xffffffffu, ds, jj), Ks + jj * ld, hs);
+      att_accumulate(dq[rr], ds, Ks, ld, min(ATT_TILE, qi - k0 + 1), hs);
     }
   }
 #pragma unroll
@@ -220,13 +251,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     const int qi = q0 + att_row(rr);
     if (qi >= T)
       continue;
-    floatX *dst = dqkv + ((size_t)b * T + qi) * C3 + (size_t)h * hs;
-#pragma unroll
-    for (int i = 0; i < ATT_DPL; i++) {
-      int d = lane + 32 * i;
-      if (d < hs)
-        dst[d] = kc_x(scale * dq[rr][i]);
-    }
+    att_store(dqkv + ((size_t)b * T + qi) * C3 + (size_t)h * hs, dq[rr],
+              a.scale, hs);
   }
 }
 
@@ -240,16 +266,16 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
                           const floatX *qkv, const float *lse, int T, int C,
                           int NH) {
   extern __shared__ float sm[];
-  const int hs = C / NH, ld = hs + 1, lane = threadIdx.x % 32;
+  const att_head a = att_head_of(qkv, T, C, NH);
+  const int hs = a.hs, ld = a.ld, lane = threadIdx.x % 32;
+  const size_t C3 = a.C3;
+  const floatX *base = a.qkv;
+  const int b = a.b, h = a.h, bh = a.bh;
+  const floatX *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
   float *Kr = sm, *Vr = Kr + ATT_ROWS * hs, *Qt = Vr + ATT_ROWS * hs,
         *dOt = Qt + ATT_TILE * ld, *lse_t = dOt + ATT_TILE * ld,
         *D_t = lse_t + ATT_TILE;
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int kb0 = blockIdx.x * ATT_ROWS;
-  const size_t C3 = 3 * (size_t)C;
-  const floatX *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-  const floatX *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
-  const float scale = 1.0f / sqrtf((float)hs);
 
   att_load(Kr, hs, base + C, C3, kb0, ATT_ROWS, T, hs);
   att_load(Vr, hs, base + 2 * C, C3, kb0, ATT_ROWS, T, hs);
@@ -279,15 +305,13 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
       const bool ok = qi >= kj && qi < T;
       float p = 0.0f, ds = 0.0f;
       if (ok) {
-        p = expf(scale * att_dot(Kr + r * hs, Qt + lane * ld, hs) -
+        p = expf(a.scale * att_dot(Kr + r * hs, Qt + lane * ld, hs) -
                  lse_t[lane]);
         float dp = att_dot(Vr + r * hs, dOt + lane * ld, hs);
         ds = p * (dp - D_t[lane]);
       }
-      for (int ii = 0; ii < ni; ii++) {
-        att_axpy(dv[rr], __shfl_sync(0xffffffffu, p, ii), dOt + ii * ld, hs);
-        att_axpy(dk[rr], __shfl_sync(0xffffffffu, ds, ii), Qt + ii * ld, hs);
-      }
+      att_accumulate(dv[rr], p, dOt, ld, ni, hs);
+      att_accumulate(dk[rr], ds, Qt, ld, ni, hs);
     }
   }
 #pragma unroll
@@ -296,14 +320,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     if (kj >= T)
       continue;
     floatX *dst = dqkv + ((size_t)b * T + kj) * C3 + (size_t)h * hs;
-#pragma unroll
-    for (int i = 0; i < ATT_DPL; i++) {
-      int d = lane + 32 * i;
-      if (d < hs) {
-        dst[C + d] = kc_x(scale * dk[rr][i]);
-        dst[2 * C + d] = kc_x(dv[rr][i]);
-      }
-    }
+    att_store(dst + C, dk[rr], a.scale, hs);
+    att_store(dst + 2 * C, dv[rr], 1.0f, hs);
   }
 }
 
@@ -332,9 +350,8 @@ static int att_launch(void (*kern)(Args...), dim3 grid, size_t smem,
                       const kern_ctx *k, const char *op, char *err,
                       size_t errlen, Args... args) {
   if (smem > 48 * 1024 &&
-      kc_cuda(cudaFuncSetAttribute(kern,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)smem),
+      kc_cuda(cudaFuncSetAttribute(
+                  kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
               op, "cudaFuncSetAttribute (shared memory)", err, errlen))
     return -1;
   kern<<<grid, ATT_WARPS * 32, smem, k->stream>>>(args...);

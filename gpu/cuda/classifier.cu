@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(CLS_BLOCK)
 }
 
 int kern_fused_classifier(const kern_ctx *k, floatX *logits, float *losses,
-                          const int *targets, float dloss, int N, int V,
-                          int Vp, char *err, size_t errlen) {
+                          const int *targets, float dloss, int N, int V, int Vp,
+                          char *err, size_t errlen) {
   static const char op[] = "kern_fused_classifier";
   if (N < 0 || V <= 0 || Vp < V)
     return kc_fail(err, errlen, op, "bad shape N=%d V=%d Vp=%d", N, V, Vp);

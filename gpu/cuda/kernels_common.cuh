@@ -94,22 +94,11 @@ __device__ __forceinline__ float kc_block_sum(float v, float *shared) {
   return r;
 }
 
-__device__ __forceinline__ float kc_block_max(float v, float *shared) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int nwarps = blockDim.x / 32;
-  v = kc_warp_max(v);
-  if (lane == 0)
-    shared[warp] = v;
-  __syncthreads();
-  float r = lane < nwarps ? shared[lane] : -INFINITY;
-  r = kc_warp_max(r);
-  __syncthreads();
-  return r;
-}
-
 __device__ __forceinline__ float kc_f(floatX x) { return __bfloat162float(x); }
 /* Round to nearest even, as kern_f32_to_bf16 promises. */
-__device__ __forceinline__ floatX kc_x(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ floatX kc_x(float x) {
+  return __float2bfloat16_rn(x);
+}
 
 /* GELU, tanh approximation (gpt_cpu.c's gpt_cpu_gelu / gelu_backward). */
 #define KC_GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
@@ -126,7 +115,7 @@ __device__ __forceinline__ float kc_gelu_grad(float x) {
 }
 
 /* 8 BF16 in one 128-bit load or store (p 16-byte aligned). */
-struct kc_x8 {
+struct alignas(16) kc_x8 {
   floatX v[8];
 };
 __device__ __forceinline__ kc_x8 kc_load8(const floatX *p) {

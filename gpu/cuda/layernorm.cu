@@ -26,11 +26,12 @@ __device__ __forceinline__ void ln_stats(Get get, int C, float *mean,
   *rstd = rsqrtf(v + LN_EPS);
 }
 
-/* inp (N,C) -> out (N,C), mean (N), rstd (N); one warp a row. VEC: C is
- * a multiple of 8 and the arrays 16-byte aligned, so the final pass moves
- * 8 BF16 per 128-bit access. residual/inp2 non-NULL: the row is first
- * residual = inp + inp2 (rounded to BF16, then normalized: the backward
- * pass sees the same residual). */
+/* inp (N,C) -> out (N,C), mean (N), rstd (N); one warp a row. mean or
+ * rstd may be NULL, as in gpt_cpu_layernorm (a recomputing pass keeps
+ * the first ones). VEC: C is a multiple of 8 and the arrays 16-byte
+ * aligned, so the final pass moves 8 BF16 per 128-bit access.
+ * residual/inp2 non-NULL: the row is first residual = inp + inp2 (rounded
+ * to BF16, then normalized: the backward pass sees the same residual). */
 template <bool VEC>
 __global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd,
                                          floatX *residual, const floatX *inp,
@@ -58,18 +59,18 @@ __global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd,
         kc_x8 ov;
 #pragma unroll
         for (int j = 0; j < 8; j++)
-          ov.v[j] = kc_x((kc_f(xv.v[j]) - m) * s * kc_f(wv.v[j]) +
-                         kc_f(bv.v[j]));
+          ov.v[j] =
+              kc_x((kc_f(xv.v[j]) - m) * s * kc_f(wv.v[j]) + kc_f(bv.v[j]));
         kc_store8(o + c, ov);
       }
     } else {
       for (int c = lane; c < C; c += 32)
         o[c] = kc_x((kc_f(x[c]) - m) * s * kc_f(w[c]) + kc_f(b[c]));
     }
-    if (lane == 0) {
+    if (lane == 0 && mean)
       mean[row] = m;
+    if (lane == 0 && rstd)
       rstd[row] = s;
-    }
   }
 }
 
@@ -78,13 +79,14 @@ static int ln_forward(const kern_ctx *k, floatX *residual, floatX *out,
                       const floatX *inp2, const floatX *w, const floatX *b,
                       int N, int C, const char *op, char *err, size_t errlen) {
   if (N <= 0 || C <= 0)
-    return N < 0 || C < 0 ? kc_fail(err, errlen, op, "bad shape N=%d C=%d", N, C)
-                          : 0;
-  /* __ldg of the 128-bit loads: inp may be residual (written in this
-   * kernel), so the vector path reads it only where there is no residual
-   * write. */
-  int vec = !residual && C % 8 == 0 && kc_aligned16(inp) &&
-            kc_aligned16(out) && kc_aligned16(w) && kc_aligned16(b);
+    return N < 0 || C < 0
+               ? kc_fail(err, errlen, op, "bad shape N=%d C=%d", N, C)
+               : 0;
+  /* The vector path's loads go through the read-only cache (__ldg),
+   * which must not see data the kernel writes: the fused residual path
+   * writes the row it normalizes, so it takes the scalar path. */
+  int vec = !residual && C % 8 == 0 && kc_aligned16(inp) && kc_aligned16(out) &&
+            kc_aligned16(w) && kc_aligned16(b);
   unsigned grid = kc_grid((size_t)N, LN_WARPS, k->sm_count);
   if (vec)
     layernorm_forward_kernel<true><<<grid, LN_WARPS * 32, 0, k->stream>>>(
@@ -191,8 +193,8 @@ static int colsums(const kern_ctx *k, float *out_a, float *out_b,
   if (kc_check(op, err, errlen))
     return -1;
   colsum_final_kernel<<<kc_grid((size_t)OC, 256, k->sm_count), 256, 0,
-                        k->stream>>>(out_a, inp ? out_b : NULL, scratch,
-                                     part_b, (int)chunks, OC);
+                        k->stream>>>(out_a, inp ? out_b : NULL, scratch, part_b,
+                                     (int)chunks, OC);
   return kc_check(op, err, errlen);
 }
 

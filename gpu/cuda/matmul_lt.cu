@@ -22,12 +22,12 @@
  * type (BF16), cuBLASLt's default, so their type attributes stay unset.
  * The GELU aux leading dimension must be a multiple of 8.
  *
- * Fallbacks: where cuBLASLt has no algorithm for the GELU_AUX(_BIAS) or
- * DGELU epilogue (heuristic finds none, e.g. a channel count that is not
- * a multiple of 8, or a cuBLASLt without the epilogue for BF16), the
- * product runs without it and GELU (or its gradient) runs as its own
- * kernel: the same result, one more pass over memory. The environment
- * variable DAGRUN_CUDA_NO_GELU_EPILOGUE=1 forces that path (tests).
+ * Fallbacks: where the GELU aux leading dimension is not a multiple of 8,
+ * or cuBLASLt has no algorithm for the GELU_AUX(_BIAS) or DGELU epilogue
+ * (its heuristic finds none), the product runs without it and GELU (or its
+ * gradient) runs as its own kernel: the same result, one more pass over memory.
+ * The environment variable DAGRUN_CUDA_NO_GELU_EPILOGUE=1 forces that path
+ * (tests).
  *
  * The bias gradient is kc_colsum (layernorm.cu): FP32, fixed order.
  * Determinism: cuBLAS documents bit-wise identical results from run to
@@ -39,12 +39,12 @@
 
 typedef struct lt_mm {
   int m, n, k;
-  int ta, tb;         /* op T on A, B */
+  int ta, tb; /* op T on A, B */
   const floatX *A, *B;
   int lda, ldb;
-  void *D;            /* BF16, or FP32 when d_f32 */
+  void *D; /* BF16, or FP32 when d_f32 */
   int ldd;
-  int d_f32;          /* D (and C) FP32, beta 1: accumulate */
+  int d_f32; /* D (and C) FP32, beta 1: accumulate */
   cublasLtEpilogue_t epi;
   const floatX *bias; /* BIAS epilogues */
   floatX *aux;        /* GELU_AUX / DGELU epilogues */
@@ -59,6 +59,16 @@ typedef struct lt_mm {
       goto done;                                                               \
     }                                                                          \
   } while (0)
+
+/* The alignment of p in bytes, up to cuBLASLt's default assumption of
+ * 256: its heuristic would otherwise pick algorithms that need 256-byte
+ * aligned matrices, and a caller may pass a slice of a larger buffer. */
+static uint32_t lt_alignment(const void *p) {
+  uint32_t a = 256;
+  while (a > 1 && (uintptr_t)p % a != 0)
+    a /= 2;
+  return a;
+}
 
 /* One cublasLtMatmul. 0 done; 1 cuBLASLt has no algorithm for it (nothing
  * ran, err untouched: the caller may fall back); -1 error in err. */
@@ -75,6 +85,8 @@ static int lt_matmul(const kern_ctx *k, const lt_mm *p, const char *op,
   const cudaDataType_t dtype = p->d_f32 ? CUDA_R_32F : CUDA_R_16BF;
   const float alpha = 1.0f, beta = p->d_f32 ? 1.0f : 0.0f;
   const size_t ws = k->lt_workspace_bytes;
+  const uint32_t align_a = lt_alignment(p->A), align_b = lt_alignment(p->B);
+  const uint32_t align_d = lt_alignment(p->D);
 
   LT_TRY(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
@@ -103,11 +115,23 @@ static int lt_matmul(const kern_ctx *k, const lt_mm *p, const char *op,
   LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
   LT_TRY(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  LT_TRY(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+      sizeof align_a));
+  LT_TRY(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+      sizeof align_b));
+  LT_TRY(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
+      sizeof align_d));
+  LT_TRY(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+      sizeof align_d));
   {
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
         k->lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS &&
-                                              found == 0)) {
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
+        (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
       rc = 1;
       goto done;
     }
@@ -174,7 +198,7 @@ int kern_matmul_forward(const kern_ctx *k, floatX *out, floatX *gelu_aux,
   p.D = out, p.ldd = OC;
   p.bias = bias;
   p.epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-  if (gelu_aux && gelu_epilogue_allowed()) {
+  if (gelu_aux && gelu_epilogue_allowed() && OC % 8 == 0) {
     p.epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     p.aux = gelu_aux, p.aux_ld = OC;
     int rc = lt_matmul(k, &p, op, err, errlen);
@@ -204,8 +228,8 @@ int kern_matmul_backward(const kern_ctx *k, floatX *dinp, float *dw,
   static const char op[] = "kern_matmul_backward";
   if (check_shape(N, C, OC, op, err, errlen))
     return -1;
-  if (dbias && kc_colsum(k, dbias, (float *)scratch, dout, N, OC, op, err,
-                         errlen))
+  if (dbias &&
+      kc_colsum(k, dbias, (float *)scratch, dout, N, OC, op, err, errlen))
     return -1;
   /* dinp first: dout (OC x N) by W^T. */
   lt_mm p;
@@ -216,7 +240,7 @@ int kern_matmul_backward(const kern_ctx *k, floatX *dinp, float *dw,
   p.D = dinp, p.ldd = C;
   p.epi = CUBLASLT_EPILOGUE_DEFAULT;
   int rc = 1;
-  if (gelu_aux && gelu_epilogue_allowed()) {
+  if (gelu_aux && gelu_epilogue_allowed() && C % 8 == 0) {
     p.epi = CUBLASLT_EPILOGUE_DGELU;
     p.aux = (floatX *)gelu_aux, p.aux_ld = C;
     rc = lt_matmul(k, &p, op, err, errlen);

@@ -49,8 +49,8 @@ __global__ void encoder_forward_kernel(floatX *out, const int *ids,
        i += (size_t)gridDim.x * blockDim.x) {
     size_t bt = i / (size_t)C;
     int c = (int)(i % (size_t)C), t = (int)(bt % (size_t)T);
-    out[i] = kc_x(kc_f(wte[(size_t)ids[bt] * C + c]) +
-                  kc_f(wpe[(size_t)t * C + c]));
+    out[i] =
+        kc_x(kc_f(wte[(size_t)ids[bt] * C + c]) + kc_f(wpe[(size_t)t * C + c]));
   }
 }
 
@@ -125,21 +125,23 @@ int kern_encoder_backward(const kern_ctx *k, float *dwte, float *dwpe,
   size_t N = (size_t)B * T, n = N * C;
   if (n == 0)
     return 0;
+  /* Refused before anything runs, so that an error leaves the gradients
+   * as they were. */
+  if (!ids_host && k->deterministic)
+    return kc_fail(err, errlen, op,
+                   "deterministic mode needs the token ids on the host "
+                   "(ids_host) to add repeated tokens in a fixed order");
+  if (ids_host && !scratch)
+    return kc_fail(err, errlen, op, "no scratch for the token buckets");
   wpe_backward_kernel<<<kc_grid((size_t)T * C, BLOCK, k->sm_count), BLOCK, 0,
                         k->stream>>>(dwpe, dout, B, T, C);
   if (kc_check(op, err, errlen))
     return -1;
   if (!ids_host) {
-    if (k->deterministic)
-      return kc_fail(err, errlen, op,
-                     "deterministic mode needs the token ids on the host "
-                     "(ids_host) to add repeated tokens in a fixed order");
     wte_backward_atomic_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0,
                                  k->stream>>>(dwte, dout, ids, C, n);
     return kc_check(op, err, errlen);
   }
-  if (!scratch)
-    return kc_fail(err, errlen, op, "no scratch for the token buckets");
   /* Buckets on the host: positions sorted by (token, position). */
   std::vector<int> order(N);
   for (size_t i = 0; i < N; i++)
@@ -216,8 +218,8 @@ int kern_gelu_backward(const kern_ctx *k, floatX *dinout, const floatX *inp,
                        size_t n, char *err, size_t errlen) {
   if (n == 0)
     return 0;
-  gelu_backward_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0,
-                         k->stream>>>(dinout, inp, n);
+  gelu_backward_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0, k->stream>>>(
+      dinout, inp, n);
   return kc_check("kern_gelu_backward", err, errlen);
 }
 
@@ -271,8 +273,8 @@ static int reduce(const kern_ctx *k, float *out, void *scratch, const float *x,
                   size_t errlen) {
   unsigned g = red_blocks(n);
   float *partial = (float *)scratch;
-  reduce_partial_kernel<SQUARE><<<g, RED_THREADS, 0, k->stream>>>(partial, x,
-                                                                  n);
+  reduce_partial_kernel<SQUARE>
+      <<<g, RED_THREADS, 0, k->stream>>>(partial, x, n);
   if (kc_check(op, err, errlen))
     return -1;
   reduce_final_kernel<<<1, RED_MAX_BLOCKS, 0, k->stream>>>(out, partial, g,

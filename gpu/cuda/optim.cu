@@ -92,17 +92,16 @@ int kern_adamw_update(const kern_ctx *k, float *master, floatX *params,
   const opt_consts c = opt_constants(lr, beta1, beta2, weight_decay);
   const float step = (float)((double)lr / (double)b1_corr);
   const float bc2_sqrt = (float)sqrt((double)b2_corr);
-  adamw_kernel<<<kc_grid(n, OPT_BLOCK, k->sm_count), OPT_BLOCK, 0,
-                 k->stream>>>(master, params, m, v, grads, n, c.b1, c.b1m,
-                              c.b2, c.b2m, step, bc2_sqrt, eps, c.keep,
-                              c.decay, grad_scale);
+  adamw_kernel<<<kc_grid(n, OPT_BLOCK, k->sm_count), OPT_BLOCK, 0, k->stream>>>(
+      master, params, m, v, grads, n, c.b1, c.b1m, c.b2, c.b2m, step, bc2_sqrt,
+      eps, c.keep, c.decay, grad_scale);
   return kc_check(op, err, errlen);
 }
 
-int kern_lion_update(const kern_ctx *k, float *master, floatX *params,
-                     float *m, const float *grads, size_t n, float lr,
-                     float beta1, float beta2, float weight_decay,
-                     float grad_scale, char *err, size_t errlen) {
+int kern_lion_update(const kern_ctx *k, float *master, floatX *params, float *m,
+                     const float *grads, size_t n, float lr, float beta1,
+                     float beta2, float weight_decay, float grad_scale,
+                     char *err, size_t errlen) {
   if (n == 0)
     return 0;
   const opt_consts c = opt_constants(lr, beta1, beta2, weight_decay);

@@ -1,0 +1,850 @@
+/*
+ * kernel_check: every launcher of gpu/cuda/kernels.cuh against the CPU
+ * engine's own op (gpt_impl.h's gpt_cpu_*, gpu/optim/optim.h's
+ * optim_step) on seeded random inputs at GPT-2 shapes and odd ones.
+ *
+ * Both sides get the same inputs: values are drawn in FP32 and rounded
+ * to BF16 first, and the CPU computes in FP32 on those rounded values.
+ * So the measured difference is only the GPU's own rounding: BF16 outputs
+ * (8 significant bits: one rounding is a relative error up to 2^-9 = 2e-3
+ * of the value) and FP32 sums in another order.
+ *
+ * The error of an op is max |gpu - cpu| / max |cpu| over the tensor,
+ * checked against a tolerance stated per op below (with why). Each
+ * backward pass also runs twice in deterministic mode and must give the
+ * same bits. A few launchers get bad input on purpose and must return -1
+ * with a message naming the op.
+ *
+ * Prints one line per check; exits 0 when all pass, 1 otherwise, 2 when
+ * CUDA itself fails (no device, out of memory).
+ *
+ * Usage: kernel_check [--quick]  (--quick: skips the T=1024 attention)
+ *        kernel_check --probe  (exits 0 if CUDA sees a device, else 3,
+ *                               saying why: tests/gpu/run.sh's GPU check)
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels.cuh"
+extern "C" {
+#include "gpt_impl.h"
+#include "optim.h"
+}
+
+typedef std::vector<float> vecf;
+
+static int g_fail, g_pass;
+static char g_err[512];
+
+/* A failed CUDA call or launcher ends the current check (run() below
+ * counts it as failed and goes on with the next one). */
+struct check_abort : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+static std::string where(const char *file, int line, const char *call) {
+  return std::string(file) + ":" + std::to_string(line) + ": " + call;
+}
+
+#define CK(call)                                                               \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess)                                                     \
+      throw check_abort(where(__FILE__, __LINE__, #call) + ": " +              \
+                        cudaGetErrorString(e_));                               \
+  } while (0)
+
+/* A launcher that must succeed; then the stream is synchronized so that
+ * an error inside the kernel shows here, named. */
+#define KR(k, call)                                                            \
+  do {                                                                         \
+    g_err[0] = 0;                                                              \
+    if ((call) != 0)                                                           \
+      throw check_abort(where(__FILE__, __LINE__, #call) +                     \
+                        " failed: " + g_err);                                  \
+    CK(cudaStreamSynchronize((k)->stream));                                    \
+  } while (0)
+#define E g_err, sizeof g_err
+
+/* ---- Random inputs (splitmix64, Box-Muller) ---- */
+
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed) {}
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uni() { return (double)(next() >> 11) * (1.0 / 9007199254740992.0); }
+  float normal() {
+    double u1 = uni(), u2 = uni();
+    if (u1 < 1e-300)
+      u1 = 1e-300;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+  }
+};
+
+static float bf16r(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+/* n values mean + std * N(0,1), rounded to BF16 (inputs of BF16 tensors)
+ * or not. */
+static vecf randn(Rng &r, size_t n, float mean, float std, bool round) {
+  vecf v(n);
+  for (size_t i = 0; i < n; i++) {
+    float x = mean + std * r.normal();
+    v[i] = round ? bf16r(x) : x;
+  }
+  return v;
+}
+
+/* ---- Device buffers ---- */
+
+template <typename T> struct Dev {
+  T *p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t count) : n(count) {
+    CK(cudaMalloc(&p, (count ? count : 1) * sizeof(T)));
+    CK(cudaMemset(p, 0, (count ? count : 1) * sizeof(T)));
+  }
+  /* Allocated and filled with h (float, or rounded to BF16). */
+  explicit Dev(const vecf &h);
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev &) = delete;
+  Dev &operator=(const Dev &) = delete;
+};
+
+static void up(Dev<float> &d, const vecf &h) {
+  CK(cudaMemcpy(d.p, h.data(), h.size() * sizeof(float),
+                cudaMemcpyHostToDevice));
+}
+static void up(Dev<floatX> &d, const vecf &h) {
+  std::vector<floatX> t(h.size());
+  for (size_t i = 0; i < h.size(); i++)
+    t[i] = __float2bfloat16_rn(h[i]);
+  CK(cudaMemcpy(d.p, t.data(), t.size() * sizeof(floatX),
+                cudaMemcpyHostToDevice));
+}
+static void up(Dev<int> &d, const std::vector<int> &h) {
+  CK(cudaMemcpy(d.p, h.data(), h.size() * sizeof(int), cudaMemcpyHostToDevice));
+}
+template <typename T> Dev<T>::Dev(const vecf &h) : Dev(h.size()) {
+  up(*this, h);
+}
+static vecf down(const Dev<float> &d) {
+  vecf h(d.n);
+  CK(cudaMemcpy(h.data(), d.p, d.n * sizeof(float), cudaMemcpyDeviceToHost));
+  return h;
+}
+static vecf down(const Dev<floatX> &d) {
+  std::vector<floatX> t(d.n);
+  CK(cudaMemcpy(t.data(), d.p, d.n * sizeof(floatX), cudaMemcpyDeviceToHost));
+  vecf h(d.n);
+  for (size_t i = 0; i < d.n; i++)
+    h[i] = __bfloat162float(t[i]);
+  return h;
+}
+
+/* ---- Checks ---- */
+
+/* max|gpu - cpu| / max|cpu| <= tol; any non-finite GPU value fails. */
+static void cmp(const std::string &what, const vecf &gpu, const vecf &cpu,
+                double tol) {
+  double md = 0.0, mc = 0.0;
+  size_t worst = 0, bad = 0;
+  for (size_t i = 0; i < cpu.size(); i++) {
+    if (!std::isfinite(gpu[i]) && std::isfinite(cpu[i]))
+      bad++;
+    double d = fabs((double)gpu[i] - (double)cpu[i]);
+    if (d > md) {
+      md = d;
+      worst = i;
+    }
+    mc = std::max(mc, fabs((double)cpu[i]));
+  }
+  double rel = mc > 0 ? md / mc : md;
+  bool ok = gpu.size() == cpu.size() && bad == 0 && rel <= tol;
+  printf("%s %-58s rel err %.2e (tol %.0e)", ok ? "PASS" : "FAIL", what.c_str(),
+         rel, tol);
+  if (bad)
+    printf(" %zu non-finite", bad);
+  if (!ok && md > 0)
+    printf(" worst [%zu] gpu %g cpu %g", worst, (double)gpu[worst],
+           (double)cpu[worst]);
+  printf("\n");
+  ok ? g_pass++ : g_fail++;
+}
+
+static void check(const std::string &what, bool ok, const char *detail) {
+  printf("%s %-58s %s\n", ok ? "PASS" : "FAIL", what.c_str(), detail);
+  ok ? g_pass++ : g_fail++;
+}
+
+static bool same_bits(const vecf &a, const vecf &b) {
+  return a.size() == b.size() &&
+         memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/* A launcher given bad input must return -1 with its name in err. */
+static void expect_error(const std::string &what, int rc, const char *op) {
+  bool ok = rc == -1 && strstr(g_err, op) != NULL;
+  std::string detail = "-> " + std::to_string(rc) + ": " + g_err;
+  check(what, ok, detail.c_str());
+  g_err[0] = 0;
+}
+
+static std::vector<uint32_t> to_u32(const std::vector<int> &v) {
+  return std::vector<uint32_t>(v.begin(), v.end());
+}
+
+static std::string shape(const char *fmt, ...) {
+  char buf[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+/* Tolerances. BF16 output: one rounding (2^-9 relative, at most 2e-3 of
+ * max|cpu|) plus FP32 differences, so 1e-2 leaves 5x room and still
+ * catches any wrong index, scale or formula (those give O(1) errors).
+ * Products (matmul, attention) get 2e-2: their BF16 outputs feed sums
+ * whose terms cancel, so a small result can carry the rounding of large
+ * terms. FP32 outputs on identical inputs differ only by the order of
+ * FP32 sums: 1e-4 for sums of a few hundred terms, 1e-3 for cuBLASLt's
+ * dW (sums of N products, other blocking, FP32 accumulate). */
+static const double TOL_BF16 = 1e-2, TOL_PRODUCT = 2e-2, TOL_F32 = 1e-4,
+                    TOL_F32_GEMM = 1e-3;
+
+/* ---- Ops ---- */
+
+static void check_conversions(const kern_ctx *k, Rng &r) {
+  const size_t n = 1000003;
+  vecf x = randn(r, n, 0.0f, 3.0f, false), want(n);
+  for (size_t i = 0; i < n; i++)
+    want[i] = bf16r(x[i]);
+  Dev<float> df(n), back(n);
+  Dev<floatX> dx(n);
+  up(df, x);
+  KR(k, kern_f32_to_bf16(k, dx.p, df.p, n, E));
+  KR(k, kern_bf16_to_f32(k, back.p, dx.p, n, E));
+  /* Round to nearest even on both sides: exact. */
+  check(shape("f32_to_bf16 + bf16_to_f32 n=%zu", n),
+        same_bits(down(back), want), "bitwise equal to host rounding");
+}
+
+static void check_encoder(const kern_ctx *k, const kern_ctx *knd, Rng &r, int B,
+                          int T, int C, int V, int Vp) {
+  const size_t N = (size_t)B * T;
+  /* Tokens from a small range: many repeats, as real text has. */
+  std::vector<int> ids(N);
+  for (size_t i = 0; i < N; i++)
+    ids[i] = (int)(r.next() % (uint64_t)std::min(V, 50));
+  ids[0] = V - 1; /* the last token too */
+  vecf wte = randn(r, (size_t)Vp * C, 0.0f, 0.02f, true);
+  vecf wpe = randn(r, (size_t)T * C, 0.0f, 0.01f, true);
+  std::string s = shape("B=%d T=%d C=%d", B, T, C);
+
+  vecf out_cpu(N * C);
+  std::vector<uint32_t> u = to_u32(ids);
+  gpt_cpu_encoder_forward(out_cpu.data(), u.data(), wte.data(), wpe.data(), B,
+                          T, C);
+  Dev<int> dids(N);
+  up(dids, ids);
+  Dev<floatX> dwte(wte), dwpe(wpe), out(N * C);
+  KR(k, kern_encoder_forward(k, out.p, dids.p, dwte.p, dwpe.p, B, T, C, E));
+  cmp("encoder_forward " + s, down(out), out_cpu, TOL_BF16);
+
+  /* Backward: += into gradients that already hold values. */
+  vecf dout = randn(r, N * C, 0.0f, 1.0f, true);
+  vecf gwte0 = randn(r, (size_t)Vp * C, 0.0f, 0.1f, false);
+  vecf gwpe0 = randn(r, (size_t)T * C, 0.0f, 0.1f, false);
+  vecf gwte = gwte0, gwpe = gwpe0;
+  gpt_cpu_encoder_backward(gwte.data(), gwpe.data(), dout.data(), u.data(), B,
+                           T, C);
+  Dev<floatX> ddout(dout);
+  Dev<float> gte(gwte0), gpe(gwpe0);
+  Dev<char> scratch(kern_encoder_backward_scratch_bytes(B, T, C));
+  KR(k, kern_encoder_backward(k, gte.p, gpe.p, scratch.p, ddout.p, dids.p,
+                              ids.data(), B, T, C, E));
+  vecf first = down(gte);
+  /* FP32 sums of a few BF16 values over the same inputs. */
+  cmp("encoder_backward dwte (bucketed) " + s, first, gwte, TOL_F32);
+  cmp("encoder_backward dwpe " + s, down(gpe), gwpe, TOL_F32);
+  up(gte, gwte0);
+  up(gpe, gwpe0);
+  KR(k, kern_encoder_backward(k, gte.p, gpe.p, scratch.p, ddout.p, dids.p,
+                              ids.data(), B, T, C, E));
+  check("encoder_backward deterministic " + s, same_bits(first, down(gte)),
+        "two runs bitwise equal");
+  /* Without host ids: atomics, allowed only outside deterministic mode. */
+  up(gte, gwte0);
+  up(gpe, gwpe0);
+  KR(knd, kern_encoder_backward(knd, gte.p, gpe.p, scratch.p, ddout.p, dids.p,
+                                NULL, B, T, C, E));
+  CK(cudaDeviceSynchronize());
+  cmp("encoder_backward dwte (atomic, non-deterministic) " + s, down(gte), gwte,
+      TOL_F32);
+  expect_error("encoder_backward refuses atomics in deterministic mode",
+               kern_encoder_backward(k, gte.p, gpe.p, scratch.p, ddout.p,
+                                     dids.p, NULL, B, T, C, E),
+               "kern_encoder_backward");
+}
+
+static void check_layernorm(const kern_ctx *k, Rng &r, int N, int C) {
+  std::string s = shape("N=%d C=%d", N, C);
+  /* Rows with an offset and a scale of their own, as activations have. */
+  vecf x((size_t)N * C), x2 = randn(r, (size_t)N * C, 0.0f, 0.5f, true);
+  for (int i = 0; i < N; i++) {
+    float off = r.normal(), sc = 0.5f + 2.0f * (float)r.uni();
+    for (int c = 0; c < C; c++)
+      x[(size_t)i * C + c] = bf16r(off + sc * r.normal());
+  }
+  vecf w = randn(r, C, 1.0f, 0.1f, true), b = randn(r, C, 0.0f, 0.1f, true);
+  vecf out_cpu((size_t)N * C), mean_cpu(N), rstd_cpu(N);
+  gpt_cpu_layernorm(out_cpu.data(), mean_cpu.data(), rstd_cpu.data(), x.data(),
+                    w.data(), b.data(), N, C);
+  Dev<floatX> dx(x), dx2(x2), dw(w), db(b), out((size_t)N * C),
+      res((size_t)N * C);
+  Dev<float> mean(N), rstd(N);
+  KR(k, kern_layernorm_forward(k, out.p, mean.p, rstd.p, dx.p, dw.p, db.p, N, C,
+                               E));
+  cmp("layernorm_forward out " + s, down(out), out_cpu, TOL_BF16);
+  /* Statistics: FP32 sums over C of the same values. */
+  cmp("layernorm_forward mean " + s, down(mean), mean_cpu, TOL_F32);
+  cmp("layernorm_forward rstd " + s, down(rstd), rstd_cpu, TOL_F32);
+  /* Without statistics (a recomputing pass): the same out. */
+  vecf out_first = down(out);
+  CK(cudaMemset(out.p, 0, out.n * sizeof(floatX)));
+  KR(k,
+     kern_layernorm_forward(k, out.p, NULL, NULL, dx.p, dw.p, db.p, N, C, E));
+  check("layernorm_forward mean, rstd NULL " + s,
+        same_bits(out_first, down(out)), "same out");
+
+  /* Fused: residual = x + x2 (rounded to BF16), out = LN(residual). */
+  vecf rcpu((size_t)N * C), out2((size_t)N * C), m2(N), s2(N);
+  for (size_t i = 0; i < rcpu.size(); i++)
+    rcpu[i] = bf16r(x[i] + x2[i]);
+  gpt_cpu_layernorm(out2.data(), m2.data(), s2.data(), rcpu.data(), w.data(),
+                    b.data(), N, C);
+  KR(k, kern_residual_layernorm_forward(k, res.p, out.p, mean.p, rstd.p, dx.p,
+                                        dx2.p, dw.p, db.p, N, C, E));
+  cmp("residual_layernorm_forward residual " + s, down(res), rcpu, TOL_BF16);
+  cmp("residual_layernorm_forward out " + s, down(out), out2, TOL_BF16);
+  cmp("residual_layernorm_forward rstd " + s, down(rstd), s2, TOL_F32);
+
+  /* Backward from the CPU's statistics (the same on both sides), into
+   * gradients that already hold values. */
+  vecf dout = randn(r, (size_t)N * C, 0.0f, 1.0f, true);
+  vecf dinp0 = randn(r, (size_t)N * C, 0.0f, 0.5f, true);
+  vecf gw0 = randn(r, C, 0.0f, 1.0f, false),
+       gb0 = randn(r, C, 0.0f, 1.0f, false);
+  vecf dinp = dinp0, gw = gw0, gb = gb0;
+  gpt_cpu_layernorm_backward(dinp.data(), gw.data(), gb.data(), dout.data(),
+                             x.data(), w.data(), mean_cpu.data(),
+                             rstd_cpu.data(), N, C);
+  Dev<floatX> ddout(dout), ddinp(dinp0);
+  Dev<float> dgw(gw0), dgb(gb0);
+  Dev<float> dmean(mean_cpu), drstd(rstd_cpu);
+  Dev<char> scratch(kern_layernorm_backward_scratch_bytes(N, C, k->sm_count));
+  KR(k, kern_layernorm_backward(k, ddinp.p, dgw.p, dgb.p, scratch.p, ddout.p,
+                                dx.p, dw.p, dmean.p, drstd.p, N, C, E));
+  vecf gw_first = down(dgw), gb_first = down(dgb), dinp_first = down(ddinp);
+  /* dinp: BF16 output of a sum with cancelling terms (w*d - means). */
+  cmp("layernorm_backward dinp " + s, dinp_first, dinp, TOL_PRODUCT);
+  /* dw, db: FP32 sums over N rows in another order. */
+  cmp("layernorm_backward dw " + s, gw_first, gw, TOL_F32_GEMM);
+  cmp("layernorm_backward db " + s, gb_first, gb, TOL_F32_GEMM);
+  up(ddinp, dinp0);
+  up(dgw, gw0);
+  up(dgb, gb0);
+  KR(k, kern_layernorm_backward(k, ddinp.p, dgw.p, dgb.p, scratch.p, ddout.p,
+                                dx.p, dw.p, dmean.p, drstd.p, N, C, E));
+  check("layernorm_backward deterministic " + s,
+        same_bits(gw_first, down(dgw)) && same_bits(gb_first, down(dgb)) &&
+            same_bits(dinp_first, down(ddinp)),
+        "two runs bitwise equal");
+}
+
+/* y = x W + b, optionally GELU'd, and its backward (optionally through
+ * the GELU of the layer that made x). */
+static void check_matmul(const kern_ctx *k, Rng &r, int N, int C, int OC,
+                         bool bias, bool gelu, const char *tag) {
+  std::string s = shape("N=%d C=%d OC=%d%s%s%s", N, C, OC, bias ? " bias" : "",
+                        gelu ? " gelu" : "", tag);
+  vecf x = randn(r, (size_t)N * C, 0.0f, 1.0f, true);
+  vecf w = randn(r, (size_t)C * OC, 0.0f, 0.05f, true);
+  vecf b = bias ? randn(r, OC, 0.0f, 0.5f, true) : vecf(OC, 0.0f);
+  vecf pre((size_t)N * OC), y;
+  gpt_cpu_matmul_forward(pre.data(), x.data(), w.data(), b.data(), N, C, OC);
+  y = pre;
+  if (gelu)
+    gpt_cpu_gelu(y.data(), pre.data(), y.size());
+  Dev<floatX> dx(x), dw(w), db(b);
+  Dev<floatX> out((size_t)N * OC), aux((size_t)N * OC);
+  KR(k, kern_matmul_forward(k, out.p, gelu ? aux.p : NULL, dx.p, dw.p,
+                            bias ? db.p : NULL, N, C, OC, E));
+  cmp("matmul_forward out " + s, down(out), y, TOL_PRODUCT);
+  if (gelu)
+    cmp("matmul_forward gelu_aux " + s, down(aux), pre, TOL_PRODUCT);
+
+  /* Backward. gelu: x is taken as GELU(xpre) of an earlier layer and
+   * dinp goes through GELU'(xpre). dw and dbias accumulate. */
+  vecf xpre = randn(r, (size_t)N * C, 0.0f, 1.5f, true);
+  vecf dout = randn(r, (size_t)N * OC, 0.0f, 1.0f, true);
+  vecf gw0 = randn(r, (size_t)C * OC, 0.0f, 1.0f, false);
+  vecf gb0 = randn(r, OC, 0.0f, 1.0f, false);
+  vecf dinp((size_t)N * C), gw = gw0, gb = gb0;
+  gpt_cpu_matmul_backward(dinp.data(), gw.data(), gb.data(), dout.data(),
+                          x.data(), w.data(), N, C, OC);
+  if (gelu)
+    gpt_cpu_gelu_backward(dinp.data(), xpre.data(), dinp.size());
+  Dev<floatX> ddout(dout), dxpre(xpre);
+  Dev<floatX> ddinp((size_t)N * C);
+  Dev<float> dgw(gw0), dgb(gb0);
+  Dev<char> scratch(kern_matmul_backward_scratch_bytes(N, OC, k->sm_count));
+  KR(k, kern_matmul_backward(k, ddinp.p, dgw.p, bias ? dgb.p : NULL, scratch.p,
+                             ddout.p, dx.p, dw.p, gelu ? dxpre.p : NULL, N, C,
+                             OC, E));
+  vecf gw_first = down(dgw), gb_first = down(dgb), di_first = down(ddinp);
+  cmp("matmul_backward dinp " + s, di_first, dinp, TOL_PRODUCT);
+  cmp("matmul_backward dw " + s, gw_first, gw, TOL_F32_GEMM);
+  if (bias)
+    cmp("matmul_backward dbias " + s, gb_first, gb, TOL_F32_GEMM);
+  else
+    check("matmul_backward dbias NULL leaves it " + s, same_bits(gb_first, gb0),
+          "untouched");
+  up(dgw, gw0);
+  up(dgb, gb0);
+  KR(k, kern_matmul_backward(k, ddinp.p, dgw.p, bias ? dgb.p : NULL, scratch.p,
+                             ddout.p, dx.p, dw.p, gelu ? dxpre.p : NULL, N, C,
+                             OC, E));
+  check("matmul_backward deterministic " + s,
+        same_bits(gw_first, down(dgw)) && same_bits(gb_first, down(dgb)) &&
+            same_bits(di_first, down(ddinp)),
+        "two runs bitwise equal");
+}
+
+/* Operands that are slices of larger buffers, one row in (C=100: the
+ * input starts 200 bytes in, 8-byte aligned): cuBLASLt must be told, or
+ * it may pick an algorithm that needs 256-byte alignment. */
+static void check_matmul_slices(const kern_ctx *k, Rng &r) {
+  const int N = 64, C = 100, OC = 72;
+  std::string s = shape("N=%d C=%d OC=%d at row 1 of their buffers", N, C, OC);
+  vecf x = randn(r, (size_t)(N + 1) * C, 0.0f, 1.0f, true);
+  vecf w = randn(r, (size_t)C * OC, 0.0f, 0.05f, true);
+  vecf b = randn(r, OC, 0.0f, 0.5f, true), y((size_t)N * OC);
+  gpt_cpu_matmul_forward(y.data(), x.data() + C, w.data(), b.data(), N, C, OC);
+  Dev<floatX> dx(x), dw(w), db(b), out((size_t)(N + 1) * OC);
+  KR(k, kern_matmul_forward(k, out.p + OC, NULL, dx.p + C, dw.p, db.p, N, C, OC,
+                            E));
+  vecf got = down(out);
+  cmp("matmul_forward out " + s, vecf(got.begin() + OC, got.end()), y,
+      TOL_PRODUCT);
+}
+
+static void check_elementwise(const kern_ctx *k, Rng &r, size_t n) {
+  std::string s = shape("n=%zu", n);
+  vecf a = randn(r, n, 0.0f, 2.0f, true), b = randn(r, n, 0.0f, 1.0f, true);
+  Dev<floatX> da(a), dbb(b), out(n);
+  vecf want(n);
+  gpt_cpu_gelu(want.data(), a.data(), n);
+  KR(k, kern_gelu_forward(k, out.p, da.p, n, E));
+  cmp("gelu_forward " + s, down(out), want, TOL_BF16);
+  want = b;
+  gpt_cpu_gelu_backward(want.data(), a.data(), n);
+  KR(k, kern_gelu_backward(k, dbb.p, da.p, n, E));
+  cmp("gelu_backward " + s, down(dbb), want, TOL_BF16);
+  up(dbb, b);
+  for (size_t i = 0; i < n; i++)
+    want[i] = a[i] + b[i];
+  KR(k, kern_residual_forward(k, out.p, da.p, dbb.p, n, E));
+  cmp("residual_forward " + s, down(out), want, TOL_BF16);
+}
+
+/* The CPU's lse from its probabilities: lse_i = s_ij - log p_ij at the
+ * row's largest p (>= 1/(i+1), so the log is accurate). */
+static vecf cpu_lse(const vecf &qkv, const vecf &att, int B, int T, int C,
+                    int NH) {
+  int hs = C / NH;
+  float scale = 1.0f / sqrtf((float)hs);
+  vecf lse((size_t)B * NH * T);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int i = 0; i < T; i++) {
+        const float *a = att.data() + (((size_t)b * NH + h) * T + i) * T;
+        int j = (int)(std::max_element(a, a + i + 1) - a);
+        const float *q = qkv.data() + ((size_t)b * T + i) * 3 * C + h * hs;
+        const float *kk = qkv.data() + ((size_t)b * T + j) * 3 * C + C + h * hs;
+        double s = 0.0;
+        for (int d = 0; d < hs; d++)
+          s += (double)q[d] * kk[d];
+        lse[((size_t)b * NH + h) * T + i] =
+            (float)(s * scale - log((double)a[j]));
+      }
+  return lse;
+}
+
+static void check_attention(const kern_ctx *k, Rng &r, int B, int T, int C,
+                            int NH) {
+  std::string s = shape("B=%d T=%d C=%d NH=%d (hs=%d)", B, T, C, NH, C / NH);
+  const size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
+  vecf qkv = randn(r, n3, 0.0f, 1.0f, true);
+  vecf out_cpu(n), att((size_t)B * NH * T * T);
+  gpt_cpu_attention_forward(out_cpu.data(), att.data(), qkv.data(), B, T, C,
+                            NH);
+  vecf lse_cpu = cpu_lse(qkv, att, B, T, C, NH);
+  Dev<floatX> dqkv(qkv), out(n), dq(n3), dq2(n3);
+  Dev<float> lse((size_t)B * NH * T);
+  KR(k, kern_attention_forward(k, out.p, lse.p, dqkv.p, B, T, C, NH, E));
+  /* out: BF16 of an FP32 weighted mean of V rows. */
+  cmp("attention_forward out " + s, down(out), out_cpu, TOL_BF16);
+  /* lse: FP32 on the same inputs (exp/log of another library). */
+  cmp("attention_forward lse " + s, down(lse), lse_cpu, TOL_F32);
+
+  vecf dout = randn(r, n, 0.0f, 1.0f, true), dqkv_cpu(n3);
+  vecf datt((size_t)B * NH * T * T);
+  gpt_cpu_attention_backward(dqkv_cpu.data(), datt.data(), dout.data(),
+                             qkv.data(), att.data(), B, T, C, NH);
+  Dev<floatX> ddout(dout);
+  Dev<char> scratch(kern_attention_backward_scratch_bytes(B, T, C, NH));
+  /* The GPU's own out and lse, as the backend passes them. D = rowsum(dout
+   * * out) then comes from BF16 out: with the BF16 output rounding, a
+   * product tolerance. */
+  KR(k, kern_attention_backward(k, dq.p, scratch.p, ddout.p, dqkv.p, out.p,
+                                lse.p, B, T, C, NH, E));
+  vecf g = down(dq);
+  /* Each of q, k, v separately: their scales differ. */
+  for (int part = 0; part < 3; part++) {
+    static const char *names[] = {"dq", "dk", "dv"};
+    vecf gp, cp;
+    for (size_t bt = 0; bt < (size_t)B * T; bt++)
+      for (int c = 0; c < C; c++) {
+        gp.push_back(g[bt * 3 * C + part * C + c]);
+        cp.push_back(dqkv_cpu[bt * 3 * C + part * C + c]);
+      }
+    cmp(std::string("attention_backward ") + names[part] + " " + s, gp, cp,
+        TOL_PRODUCT);
+  }
+  KR(k, kern_attention_backward(k, dq2.p, scratch.p, ddout.p, dqkv.p, out.p,
+                                lse.p, B, T, C, NH, E));
+  check("attention_backward deterministic " + s, same_bits(g, down(dq2)),
+        "two runs bitwise equal");
+}
+
+static void check_classifier(const kern_ctx *k, Rng &r, int N, int V, int Vp) {
+  std::string s = shape("N=%d V=%d Vp=%d", N, V, Vp);
+  vecf logits = randn(r, (size_t)N * Vp, 0.0f, 2.0f, true);
+  for (int i = 0; i < N; i++)
+    for (int j = V; j < Vp; j++)
+      logits[(size_t)i * Vp + j] = 7.0f; /* padding: must be ignored */
+  std::vector<int> tg(N);
+  for (int i = 0; i < N; i++)
+    tg[i] = (int)(r.next() % (uint64_t)V);
+  tg[0] = V - 1;
+  std::vector<uint32_t> u = to_u32(tg);
+  vecf lse(N), losses(N), probs((size_t)N * Vp);
+  gpt_cpu_crossentropy_forward(lse.data(), losses.data(), probs.data(),
+                               logits.data(), u.data(), N, V, Vp);
+  const float dloss = 1.0f / N;
+  gpt_cpu_crossentropy_backward(probs.data(), u.data(), dloss, N, V, Vp);
+  Dev<floatX> dl(logits);
+  Dev<int> dt(N);
+  up(dt, tg);
+  Dev<float> dloss_out(N);
+  /* Loss only: logits untouched. */
+  KR(k, kern_fused_classifier(k, dl.p, dloss_out.p, dt.p, 0.0f, N, V, Vp, E));
+  cmp("fused_classifier losses (dloss=0) " + s, down(dloss_out), losses,
+      TOL_F32);
+  check("fused_classifier dloss=0 leaves logits " + s,
+        same_bits(down(dl), logits), "bitwise unchanged");
+  KR(k, kern_fused_classifier(k, dl.p, dloss_out.p, dt.p, dloss, N, V, Vp, E));
+  vecf g = down(dl);
+  cmp("fused_classifier losses " + s, down(dloss_out), losses, TOL_F32);
+  /* dlogits: BF16 of dloss * (p - onehot). */
+  cmp("fused_classifier dlogits " + s, g, probs, TOL_BF16);
+  bool pad0 = true;
+  for (int i = 0; i < N; i++)
+    for (int j = V; j < Vp; j++)
+      pad0 = pad0 && g[(size_t)i * Vp + j] == 0.0f;
+  check("fused_classifier padding columns " + s, pad0, "all 0");
+}
+
+static void check_classifier_errors(const kern_ctx *k) {
+  Dev<floatX> l(64 * 2);
+  Dev<float> loss(2);
+  Dev<int> t(2);
+  std::vector<int> bad = {3, 64}; /* 64 >= V */
+  up(t, bad);
+  expect_error("fused_classifier refuses Vp < V",
+               kern_fused_classifier(k, l.p, loss.p, t.p, 1.0f, 2, 64, 32, E),
+               "kern_fused_classifier");
+  KR(k, kern_fused_classifier(k, l.p, loss.p, t.p, 0.0f, 2, 64, 64, E));
+  vecf lv = down(loss);
+  check("fused_classifier target >= V gives a NaN loss",
+        std::isfinite(lv[0]) && std::isnan(lv[1]), "loss[1] is NaN");
+}
+
+static void check_reductions(const kern_ctx *k, Rng &r, size_t n) {
+  std::string s = shape("n=%zu", n);
+  vecf x = randn(r, n, 0.25f, 1.0f, false);
+  double ss = 0.0, sum = 0.0, sabs = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    ss += (double)x[i] * x[i];
+    sum += x[i];
+    sabs += fabs(x[i]);
+  }
+  Dev<float> dx(x), out(1), out2(1);
+  Dev<char> scratch(kern_norm_scratch_bytes(n, k->sm_count));
+  KR(k, kern_sum_squares(k, out.p, scratch.p, dx.p, n, E));
+  KR(k, kern_sum_squares(k, out2.p, scratch.p, dx.p, n, E));
+  vecf a = down(out);
+  /* Against a double sum: FP32 partial sums of ~n/2^18 terms each. */
+  cmp("sum_squares " + s, a, vecf(1, (float)ss), TOL_F32);
+  check("sum_squares deterministic " + s, same_bits(a, down(out2)),
+        "two runs bitwise equal");
+  KR(k, kern_mean(k, out.p, scratch.p, dx.p, n, E));
+  /* The mean can be near 0: its error relative to mean |x|. */
+  double d = fabs((double)down(out)[0] - sum / n) / (sabs / n);
+  char buf[96];
+  snprintf(buf, sizeof buf, "|gpu-cpu| / mean|x| %.2e (tol %.0e)", d, TOL_F32);
+  check("mean " + s, d <= TOL_F32, buf);
+}
+
+/* Optimizers against optim_step on the same state: the same formulas and
+ * constants with IEEE-rounded operations on both sides, so equal up to
+ * the rounding of the bias corrections the caller passes (AdamW) and
+ * exactly equal for Lion. */
+static void check_optim(const kern_ctx *k, Rng &r, optim_kind kind, int decay,
+                        size_t n) {
+  const char *name = kind == OPTIM_ADAMW ? "adamw_update" : "lion_update";
+  std::string s = shape("n=%zu decay=%d", n, decay);
+  optim_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.kind = kind;
+  cfg.beta1 = 0.9f;
+  cfg.beta2 = kind == OPTIM_ADAMW ? 0.95f : 0.99f;
+  cfg.eps = 1e-8f;
+  cfg.weight_decay = kind == OPTIM_ADAMW ? 0.1f : 1.0f;
+  optim_group gr = {0, n, decay};
+  optim *o = NULL;
+  char err[256];
+  if (optim_create(&cfg, n, &gr, 1, &o, err, sizeof err))
+    throw check_abort(err);
+  std::unique_ptr<optim, void (*)(optim *)> own(o, optim_destroy);
+  const uint64_t t = 7; /* a step past the first: moments matter */
+  const float lr = kind == OPTIM_ADAMW ? 6e-4f : 1e-4f, gscale = 0.5f;
+  vecf p = randn(r, n, 0.0f, 0.05f, false), g = randn(r, n, 0.0f, 0.01f, false);
+  vecf m = randn(r, n, 0.0f, 0.005f, false), v(n);
+  for (size_t i = 0; i < n; i++)
+    v[i] = 1e-5f * (float)r.uni();
+  /* CPU: the grads pre-scaled (the kernels scale inside). */
+  vecf gs(n), pc = p;
+  for (size_t i = 0; i < n; i++)
+    gs[i] = g[i] * gscale;
+  float *st = optim_state(o);
+  memcpy(st, m.data(), n * sizeof(float));
+  if (kind == OPTIM_ADAMW)
+    memcpy(st + n, v.data(), n * sizeof(float));
+  optim_set_t(o, t - 1);
+  optim_step(o, pc.data(), gs.data(), lr);
+  vecf mc(st, st + n),
+      vc = kind == OPTIM_ADAMW ? vecf(st + n, st + 2 * n) : vecf();
+
+  Dev<float> dp(p), dg(g), dm(m), dv(v);
+  Dev<floatX> pb(n);
+  const float wd = decay ? cfg.weight_decay : 0.0f;
+  if (kind == OPTIM_ADAMW) {
+    float c1 = (float)(1.0 - pow(optim_as_written(cfg.beta1), (double)t));
+    float c2 = (float)(1.0 - pow(optim_as_written(cfg.beta2), (double)t));
+    KR(k, kern_adamw_update(k, dp.p, pb.p, dm.p, dv.p, dg.p, n, lr, cfg.beta1,
+                            cfg.beta2, c1, c2, cfg.eps, wd, gscale, E));
+  } else {
+    KR(k, kern_lion_update(k, dp.p, pb.p, dm.p, dg.p, n, lr, cfg.beta1,
+                           cfg.beta2, wd, gscale, E));
+  }
+  vecf pg = down(dp);
+  /* The update is ~lr of p: compare the change, not p, so that the
+   * tolerance means something. AdamW: the bias corrections arrive rounded
+   * to float (1 ulp of the step size, 1e-7), so 1e-6 of the update. */
+  vecf dgpu(n), dcpu(n);
+  for (size_t i = 0; i < n; i++) {
+    dgpu[i] = pg[i] - p[i];
+    dcpu[i] = pc[i] - p[i];
+  }
+  double tol = kind == OPTIM_ADAMW ? 1e-6 : 0.0;
+  cmp(std::string(name) + " update " + s, dgpu, dcpu, tol);
+  cmp(std::string(name) + " m " + s, down(dm), mc, 0.0);
+  if (kind == OPTIM_ADAMW)
+    cmp(std::string(name) + " v " + s, down(dv), vc, 0.0);
+  vecf want(n);
+  for (size_t i = 0; i < n; i++)
+    want[i] = bf16r(pg[i]);
+  check(std::string(name) + " bf16 copy " + s, same_bits(down(pb), want),
+        "round to nearest even of master");
+  if (kind == OPTIM_ADAMW)
+    expect_error("adamw_update refuses b1_corr = 0 (step 0)",
+                 kern_adamw_update(k, dp.p, pb.p, dm.p, dv.p, dg.p, n, lr, 0.9f,
+                                   0.95f, 0.0f, 0.1f, 1e-8f, 0.0f, 1.0f, E),
+                 "kern_adamw_update");
+}
+
+static void check_shape_errors(const kern_ctx *k) {
+  Dev<floatX> a(4096);
+  Dev<float> f(4096);
+  expect_error("attention_forward refuses hs > 128",
+               kern_attention_forward(k, a.p, f.p, a.p, 1, 4, 258, 1, E),
+               "kern_attention_forward");
+  expect_error("attention_forward refuses C % NH != 0",
+               kern_attention_forward(k, a.p, f.p, a.p, 1, 4, 96, 5, E),
+               "kern_attention_forward");
+  expect_error("matmul_forward refuses N=0",
+               kern_matmul_forward(k, a.p, NULL, a.p, a.p, NULL, 0, 8, 8, E),
+               "kern_matmul_forward");
+  expect_error(
+      "layernorm_forward refuses C<0",
+      kern_layernorm_forward(k, a.p, f.p, f.p, a.p, a.p, a.p, 4, -1, E),
+      "kern_layernorm_forward");
+  expect_error("layernorm_backward refuses N<0",
+               kern_layernorm_backward(k, a.p, f.p, f.p, f.p, a.p, a.p, a.p,
+                                       f.p, f.p, -1, 8, E),
+               "kern_layernorm_backward");
+  /* Refused before anything runs: the pointers are never used. */
+  expect_error("attention_forward refuses B*NH > 65535",
+               kern_attention_forward(k, a.p, f.p, a.p, 65536, 4, 64, 1, E),
+               "kern_attention_forward");
+  expect_error("matmul_backward refuses more than 65535 row chunks (dbias)",
+               kern_matmul_backward(k, a.p, f.p, f.p, f.p, a.p, a.p, a.p, NULL,
+                                    65535 * 128 + 1, 8, 8, E),
+               "kern_matmul_backward");
+  static const int ids_host[4] = {0, 1, 2, 3};
+  expect_error("encoder_backward refuses host ids without scratch",
+               kern_encoder_backward(k, f.p, f.p, NULL, a.p, (const int *)f.p,
+                                     ids_host, 1, 4, 8, E),
+               "kern_encoder_backward");
+  expect_error("mean refuses n=0", kern_mean(k, f.p, f.p, f.p, 0, E),
+               "kern_mean");
+}
+
+/* Runs one group of checks; an abort counts as one failure. After an
+ * error inside a kernel the CUDA context is unusable, and nothing after
+ * it could pass: then the program stops. */
+static void run(const std::function<void()> &f) {
+  try {
+    f();
+  } catch (const check_abort &e) {
+    printf("FAIL %s\n", e.what());
+    g_fail++;
+    cudaError_t st = cudaDeviceSynchronize();
+    if (st != cudaSuccess) {
+      printf("kernel_check: the CUDA context is lost (%s); stopping: %d "
+             "passed, %d failed\n",
+             cudaGetErrorString(st), g_pass, g_fail);
+      exit(1);
+    }
+  }
+}
+
+int main(int argc, char **argv) {
+  bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  bool probe = argc > 1 && strcmp(argv[1], "--probe") == 0;
+  int ndev = 0;
+  cudaError_t e = cudaGetDeviceCount(&ndev);
+  if (e != cudaSuccess || ndev == 0) {
+    fprintf(probe ? stdout : stderr, "kernel_check: no CUDA device (%s)\n",
+            e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return probe ? 3 : 2;
+  }
+  if (probe) {
+    printf("kernel_check: %d CUDA device(s)\n", ndev);
+    return 0;
+  }
+  cudaDeviceProp prop;
+  if ((e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) {
+    fprintf(stderr, "kernel_check: %s\n", cudaGetErrorString(e));
+    return 2;
+  }
+  printf("kernel_check on %s (sm_%d%d, %d SMs)\n", prop.name, prop.major,
+         prop.minor, prop.multiProcessorCount);
+  kern_ctx k, knd;
+  if (kern_ctx_init(&k, 1, E) || kern_ctx_init(&knd, 0, E)) {
+    fprintf(stderr, "kernel_check: %s\n", g_err);
+    return 2;
+  }
+  Rng r(20261121);
+
+  run([&] { check_conversions(&k, r); });
+  /* GPT-2 124M's shapes (B=4, T=64, C=768, NH=12, V=50257 padded to
+   * 50304) and odd ones: C=96 and C=100 (not a multiple of 8: LayerNorm's
+   * scalar path), T=77 and T=33 (not multiples of the attention tiles),
+   * head sizes 32, 48 and 128. */
+  run([&] { check_encoder(&k, &knd, r, 4, 64, 768, 50257, 50304); });
+  run([&] { check_encoder(&k, &knd, r, 3, 77, 96, 1000, 1024); });
+  run([&] { check_layernorm(&k, r, 4 * 64, 768); });
+  run([&] { check_layernorm(&k, r, 3 * 77, 96); });
+  run([&] { check_layernorm(&k, r, 37, 100); });
+  /* A block's products (qkv, fc with GELU, fcproj; attproj is a smaller
+   * one of the same kind), the LM head (no bias), and odd widths. */
+  struct mm {
+    int N, C, OC;
+    bool bias, gelu;
+  };
+  static const mm mms[] = {
+      {256, 768, 2304, true, false},
+      {256, 768, 3072, true, true},
+      {256, 3072, 768, true, false},
+      {256, 768, 50304, false, false},
+      {231, 96, 384, true, true},
+      {231, 100, 100, true, true}, /* aux ld 100: no epilogue */
+      {231, 96, 100, false, false}};
+  for (const mm &m : mms)
+    run([&] { check_matmul(&k, r, m.N, m.C, m.OC, m.bias, m.gelu, ""); });
+  /* The GELU epilogues' fallback (separate GELU kernels). */
+  setenv("DAGRUN_CUDA_NO_GELU_EPILOGUE", "1", 1);
+  for (const mm &m : mms)
+    if (m.gelu)
+      run([&] {
+        check_matmul(&k, r, m.N, m.C, m.OC, m.bias, true, " (no epilogue)");
+      });
+  unsetenv("DAGRUN_CUDA_NO_GELU_EPILOGUE");
+  run([&] { check_matmul_slices(&k, r); });
+  run([&] { check_elementwise(&k, r, 4 * 64 * 3072 + 5); });
+  struct att {
+    int B, T, C, NH;
+  };
+  static const att atts[] = {{4, 64, 768, 12}, {4, 128, 768, 12},
+                             {2, 77, 96, 2},   {1, 100, 256, 2},
+                             {2, 33, 96, 3},   {4, 1024, 768, 12}};
+  for (const att &a : atts)
+    if (!quick || a.T < 1024)
+      run([&] { check_attention(&k, r, a.B, a.T, a.C, a.NH); });
+  run([&] { check_classifier(&k, r, 4 * 64, 50257, 50304); });
+  run([&] { check_classifier(&k, r, 37, 1000, 1024); });
+  run([&] { check_classifier_errors(&k); });
+  /* Reductions up to GPT-2 124M's parameter count / 8. */
+  for (size_t n : {(size_t)1, (size_t)1000, (size_t)15559495})
+    run([&] { check_reductions(&k, r, n); });
+  for (optim_kind kind : {OPTIM_ADAMW, OPTIM_LION}) {
+    run([&] { check_optim(&k, r, kind, 1, 1000003); });
+    run([&] { check_optim(&k, r, kind, 0, 4097); });
+  }
+  run([&] { check_shape_errors(&k); });
+
+  kern_ctx_destroy(&knd);
+  kern_ctx_destroy(&k);
+  printf("kernel_check: %d passed, %d failed\n", g_pass, g_fail);
+  return g_fail ? 1 : 0;
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Runs every GPU test against a build: kernel_check (each CUDA kernel
+# against the CPU engine's op), then every tests/gpu/test_*.sh, each
+# given the build directory as $1 (and as DAGRUN_BUILD_DIR).
+#
+#   tests/gpu/run.sh BUILD_DIR [--quick]
+#
+# Exits 0 when all pass, 1 when any fails, 77 (ctest: "Skipped") when
+# there is nothing to run them on: CUDA not built in BUILD_DIR, or no
+# GPU (nvidia-smi missing or failing, or CUDA seeing 0 devices).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+if [ $# -lt 1 ]; then
+  echo "usage: tests/gpu/run.sh BUILD_DIR [--quick]" >&2
+  exit 2
+fi
+if ! build=$(cd "$1" 2>/dev/null && pwd); then
+  echo "run.sh: no build directory $1" >&2
+  exit 2
+fi
+shift
+skip() {
+  echo "SKIPPED: $*"
+  exit 77
+}
+
+check=$build/bin/kernel_check
+if [ ! -x "$check" ]; then
+  cache=$build/CMakeCache.txt
+  if [ ! -f "$cache" ]; then
+    echo "run.sh: $build is not a CMake build directory" >&2
+    exit 2
+  fi
+  if grep -q '^DAGRUN_CUDA:BOOL=OFF' "$cache"; then
+    skip "CUDA not built in $build (configured with -DDAGRUN_CUDA=OFF)"
+  fi
+  if ! grep -q '^CMAKE_CUDA_COMPILER:.*nvcc' "$cache"; then
+    skip "CUDA not built in $build (no nvcc found when it was configured)"
+  fi
+  echo "run.sh: CUDA is configured in $build but $check is missing:" \
+    "build it (ninja -C $build kernel_check)" >&2
+  exit 1
+fi
+
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  skip "no GPU (nvidia-smi not found)"
+fi
+if ! smi=$(nvidia-smi -L 2>&1); then
+  skip "no GPU (nvidia-smi failed: $(echo "$smi" | head -n 1))"
+fi
+if ! probe=$("$check" --probe 2>&1); then
+  skip "no GPU (${probe#kernel_check: })"
+fi
+echo "$smi"
+
+failed=()
+echo "== kernel_check"
+"$check" "$@" || failed+=(kernel_check)
+for t in "$here"/test_*.sh; do
+  [ -e "$t" ] || continue
+  name=$(basename "$t" .sh)
+  echo "== $name"
+  DAGRUN_BUILD_DIR=$build bash "$t" "$build" || failed+=("$name")
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "GPU tests FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "GPU tests: all passed"
