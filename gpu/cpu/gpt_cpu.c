@@ -568,6 +568,19 @@ static int check_ids(const uint32_t *ids, size_t n, int V, const char *what,
   return 0;
 }
 
+/* The parameter hook's calls (gpt.h's gpt_set_param_hook): 0 without a
+ * hook. */
+static int params_need(gpt *m, int g, int next) {
+  return m->param_hook ? m->param_hook(m->param_hook_arg, GPT_PARAMS_NEED, g,
+                                       next)
+                       : 0;
+}
+static int params_done(gpt *m, int g, int next) {
+  return m->param_hook ? m->param_hook(m->param_hook_arg, GPT_PARAMS_DONE, g,
+                                       next)
+                       : 0;
+}
+
 static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
                    int B, int T, float *loss, char *err, size_t errlen) {
   const gpt_config *c = &m->cfg;
@@ -599,9 +612,16 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   acts a;
   carve(&m->cfg, m->acts, B, T, &a);
 
+  int L = c->n_layer;
+  if (params_need(m, 0, 1) != 0)
+    goto hook_failed;
   encoder_forward(a.encoded, inputs, gpt_p(m, 0), gpt_p(m, 1), B, T, C);
+  if (params_done(m, 0, 1) != 0)
+    goto hook_failed;
   const float *res = a.encoded; /* residual stream (B,T,C) */
-  for (int l = 0; l < c->n_layer; l++) {
+  for (int l = 0; l < L; l++) {
+    if (params_need(m, 1 + l, 2 + l) != 0)
+      goto hook_failed;
     layer_acts la = layer_at(m, &a, l, B, T);
 #define P(k) gpt_p(m, gpt_ti(l, k))
     /* res (B,T,C) -> ln1 (B,T,C) -> qkv (B,T,3C) -> atty (B,T,C) */
@@ -638,14 +658,25 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
            1.0f, la.res3, C);
     }
 #undef P
+    if (params_done(m, 1 + l, 2 + l) != 0)
+      goto hook_failed;
     res = la.res3;
   }
-  size_t lf = gpt_ti(c->n_layer, 0);
+  size_t lf = gpt_ti(L, 0);
+  /* After the tied head, a forward with targets is for training: the
+   * backward starts with the head again (group 0). */
+  int after = targets ? 0 : -1;
+  if (params_need(m, L + 1, 0) != 0)
+    goto hook_failed;
   gpt_cpu_layernorm(a.lnf, a.lnf_mean, a.lnf_rstd, res, gpt_p(m, lf),
                     gpt_p(m, lf + 1), (int)N, C);
+  if (params_done(m, L + 1, 0) != 0 || params_need(m, 0, after) != 0)
+    goto hook_failed;
   /* lnf (B,T,C), wte (Vp,C) -> logits (B,T,Vp) = lnf wte^T; columns
    * [V,Vp) are set to zero rather than multiplied by the zero rows. */
   gemm(0, 1, (int)N, V, C, 1.0f, a.lnf, C, gpt_p(m, 0), C, 0.0f, a.logits, Vp);
+  if (params_done(m, 0, after) != 0)
+    goto hook_failed;
   if (Vp > V) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < N; i++)
@@ -664,6 +695,10 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
     *loss = m->loss;
   }
   return 0;
+hook_failed:
+  m->B = m->T = 0;
+  snprintf(err, errlen, "gpt: a parameter hook failed");
+  return -1;
 }
 
 int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets, int B,
@@ -698,18 +733,28 @@ static void backward(gpt *m, float scale) {
   crossentropy_backward(a.dlogits, m->targets, scale / (float)N, N, V, Vp);
   /* dlogits (B,T,V) -> dbuf (B,T,C) = dlogits wte; dwte (V,C) +=
    * dlogits^T lnf. The padding rows of dwte are not touched. */
+  if (params_need(m, 0, L + 1) != 0)
+    return;
   gemm(0, 0, N, C, V, 1.0f, a.dlogits, Vp, gpt_p(m, 0), C, 0.0f, a.dbuf, C);
   gemm(1, 0, V, C, N, 1.0f, a.dlogits, Vp, a.lnf, C, 1.0f, gpt_g(m, 0), C);
+  if (params_done(m, 0, L + 1) != 0 || params_need(m, L + 1, L) != 0)
+    return;
   /* dbuf -> dres (B,T,C), the residual stream's gradient. */
   memset(a.dres, 0, (size_t)N * C * sizeof(float));
   size_t lf = gpt_ti(L, 0);
   const float *last = L > 0 ? layer_at(m, &a, L - 1, B, T).res3 : a.encoded;
   layernorm_backward(a.dres, gpt_g(m, lf), gpt_g(m, lf + 1), a.dbuf, last,
                      gpt_p(m, lf), a.lnf_mean, a.lnf_rstd, N, C);
+  if (params_done(m, L + 1, L) != 0)
+    return;
   if (m->grad_hook)
     m->grad_hook(m->grad_hook_arg, m->tensors[lf].offset);
 
   for (int l = L - 1; l >= 0; l--) {
+    /* Layer l is group 1 + l; the next one needed is layer l - 1's. */
+    int next = l > 0 ? l : -1;
+    if (params_need(m, 1 + l, next) != 0)
+      return;
     layer_acts la = layer_at(m, &a, l, B, T);
     const float *res = l > 0 ? layer_at(m, &a, l - 1, B, T).res3 : a.encoded;
 #define P(k) gpt_p(m, gpt_ti(l, k))
@@ -737,6 +782,8 @@ static void backward(gpt *m, float scale) {
                        P(GPT_LN1_W), la.ln1_mean, la.ln1_rstd, N, C);
 #undef P
 #undef G
+    if (params_done(m, 1 + l, next) != 0)
+      return;
     /* Layer l's tensors are contiguous and nothing after this touches
      * them: the gradient from layer l on is final. */
     if (m->grad_hook)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ckpt.h"
 #include "safetensors.h"
@@ -17,8 +18,28 @@
 
 typedef struct bucket_io {
   comm_req *req;
-  float *send; /* N * bucket_floats */
+  float *send;  /* stage 2: N * bucket_floats, kept between steps */
+  int group;    /* stage 3: the group whose gradient this reduce-scatter
+                   sends (its buffer is freed when it is done); else -1 */
 } bucket_io;
+
+/* A flat range of the model that a rank owns: [flat, flat + n) real
+ * floats at local (in its shard, or in the full vector at stage 0),
+ * followed by pad - n floats of padding there. */
+typedef struct zrange {
+  size_t flat, n, local, pad;
+} zrange;
+
+/* Stage 3: one of the engine's parameter groups (gpt.h). */
+typedef struct zgroup {
+  size_t off, n; /* flat range */
+  size_t S;      /* each rank's piece: ceil(n/N) floats */
+  size_t so;     /* where this rank's piece starts in its shard */
+  float *full;   /* the gathered parameters (N*S) while resident */
+  comm_req *ag;  /* the all-gather into full still in flight (prefetch) */
+  float *grad;   /* backward: the group's gradient (N*S, zero past n)
+                    until its reduce-scatter is done */
+} zgroup;
 
 struct zero {
   zero_config cfg;
@@ -27,10 +48,19 @@ struct zero {
   optim_config oc;
   optim *opt;
   int N, r;
-  size_t P, S, lo; /* lo = r*S */
+  size_t P, S, lo; /* lo = r*S (stages 0-2) */
   size_t k;        /* optimizer state floats per parameter */
   float *pshard;   /* stage 3: the parameter shard (S) */
   float *gshard;   /* stage 2/3: the gradient shard (S) */
+  zrange *rg;      /* this rank's ranges (optimizer state, checkpoint) */
+  size_t nrg;
+  /* stage 3 */
+  zgroup *grp;
+  size_t ng;
+  int in_bwd;        /* the engine is in backward (its hook needs grads) */
+  size_t rs_next;    /* groups >= rs_next have their reduce-scatter
+                        started (counting down) */
+  uint64_t gathered, gradbytes; /* bytes of group buffers held now */
   /* stage 2/3 buckets */
   size_t bf, nbuckets;
   size_t next; /* buckets >= next have been started (counting down) */
@@ -42,31 +72,74 @@ struct zero {
   int early;   /* buckets started from the hook this step */
   char hook_err[256];
   uint64_t peak_params, peak_grads;
+  /* The step's seconds in comm calls (zero_step_result.t_comm), and when
+   * the one under way began. */
+  double t_comm, tq;
 };
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int timed_end(zero *z, int rc) {
+  z->t_comm += now_s() - z->tq;
+  return rc;
+}
+/* A comm call of the step, its time counted as communication: the rank
+ * waits in it (or starts an async one) instead of computing. The comma
+ * sequences the clock before the call. */
+#define TIMED(z, call) ((z)->tq = now_s(), timed_end((z), (call)))
+
+/* The flat ranges rank q owns and where they sit in its shard (stage 0:
+ * everything, in the full vector): stages 1-2 one contiguous slice of S,
+ * stage 3 one piece of every group. out holds ng + 1; returns the count. */
+static size_t ranges_of(const zero *z, int q, zrange *out) {
+  size_t P = z->P;
+  if (z->cfg.stage == 0) {
+    out[0] = (zrange){0, P, 0, P};
+    return 1;
+  }
+  if (z->cfg.stage < 3) {
+    size_t a = (size_t)q * z->S;
+    size_t n = a < P ? (P - a < z->S ? P - a : z->S) : 0;
+    out[0] = (zrange){a < P ? a : P, n, 0, z->S};
+    return 1;
+  }
+  for (size_t g = 0; g < z->ng; g++) {
+    const zgroup *gr = &z->grp[g];
+    size_t a = (size_t)q * gr->S;
+    size_t n = a < gr->n ? (gr->n - a < gr->S ? gr->n - a : gr->S) : 0;
+    out[g] = (zrange){gr->off + (a < gr->n ? a : gr->n), n, gr->so, gr->S};
+  }
+  return z->ng;
+}
 
 static size_t minz(size_t a, size_t b) { return a < b ? a : b; }
 
 /* ---- Helpers ---- */
 
-/* Optimizer groups for the flat range [lo, lo+n) of m, with offsets
- * relative to lo; floats past P (padding) are a group without decay. */
-static int make_groups(gpt *m, size_t lo, size_t n, optim_group **out,
-                       size_t *ng) {
-  size_t nt = gpt_tensor_count(m), P = gpt_num_params(m);
-  optim_group *g = calloc(nt + 1, sizeof *g);
+/* Optimizer groups for the ranges rg of m, at their local offsets:
+ * each tensor's part of a range, and its padding, without decay. */
+static int make_groups(gpt *m, const zrange *rg, size_t nrg,
+                       optim_group **out, size_t *ng) {
+  size_t nt = gpt_tensor_count(m);
+  optim_group *g = calloc(nrg * (nt + 1), sizeof *g);
   if (!g)
     return -1;
-  size_t k = 0, hi = lo + n;
-  for (size_t i = 0; i < nt; i++) {
-    const gpt_tensor *t = gpt_tensor_at(m, i);
-    size_t a = t->offset > lo ? t->offset : lo;
-    size_t b = minz(t->offset + t->numel, hi);
-    if (a < b)
-      g[k++] = (optim_group){a - lo, b - a, t->decay};
-  }
-  if (hi > P) {
-    size_t a = P > lo ? P : lo;
-    g[k++] = (optim_group){a - lo, hi - a, 0};
+  size_t k = 0;
+  for (size_t j = 0; j < nrg; j++) {
+    size_t lo = rg[j].flat, hi = lo + rg[j].n;
+    for (size_t i = 0; i < nt; i++) {
+      const gpt_tensor *t = gpt_tensor_at(m, i);
+      size_t a = t->offset > lo ? t->offset : lo;
+      size_t b = minz(t->offset + t->numel, hi);
+      if (a < b)
+        g[k++] = (optim_group){rg[j].local + (a - lo), b - a, t->decay};
+    }
+    if (rg[j].pad > rg[j].n)
+      g[k++] = (optim_group){rg[j].local + rg[j].n, rg[j].pad - rg[j].n, 0};
   }
   *out = g;
   *ng = k;
@@ -75,9 +148,9 @@ static int make_groups(gpt *m, size_t lo, size_t n, optim_group **out,
 
 static void track_peak(zero *z) {
   uint64_t p = (uint64_t)gpt_capacity(z->m, GPT_BUF_PARAMS) * 4 +
-               (z->pshard ? (uint64_t)z->S * 4 : 0);
+               (z->pshard ? (uint64_t)z->S * 4 : 0) + z->gathered;
   uint64_t g = (uint64_t)gpt_capacity(z->m, GPT_BUF_GRADS) * 4 +
-               (z->gshard ? (uint64_t)z->S * 4 : 0);
+               (z->gshard ? (uint64_t)z->S * 4 : 0) + z->gradbytes;
   if (p > z->peak_params)
     z->peak_params = p;
   if (g > z->peak_grads)
@@ -106,34 +179,63 @@ int zero_create(const zero_config *zc, gpt *model, const optim_config *oc,
   z->S = (z->P + (size_t)z->N - 1) / (size_t)z->N;
   z->lo = (size_t)z->r * z->S;
   z->k = optim_state_floats_for(oc->kind, 1);
+  for (int i = 0; i < ZERO_INFLIGHT; i++)
+    z->io[i].group = -1;
   size_t padded = z->S * (size_t)z->N;
   int st = zc->stage;
   optim_group *groups = NULL;
   size_t ng = 0;
-  size_t on = st == 0 ? z->P : z->S, olo = st == 0 ? 0 : z->lo;
 
+  if (st == 3) {
+    /* Each group cut in N pieces: the shard is this rank's piece of
+     * every group, one after the other. */
+    z->ng = gpt_group_count(model);
+    z->grp = calloc(z->ng, sizeof *z->grp);
+    if (!z->grp) {
+      snprintf(err, errlen, "zero: out of memory");
+      goto fail;
+    }
+    z->S = 0;
+    for (size_t g = 0; g < z->ng; g++) {
+      zgroup *gr = &z->grp[g];
+      gpt_group_range(model, g, &gr->off, &gr->n);
+      gr->S = (gr->n + (size_t)z->N - 1) / (size_t)z->N;
+      gr->so = z->S;
+      z->S += gr->S;
+    }
+  }
+  z->rg = calloc(z->ng + 1, sizeof *z->rg);
+  if (!z->rg) {
+    snprintf(err, errlen, "zero: out of memory");
+    goto fail;
+  }
+  z->nrg = ranges_of(z, z->r, z->rg);
   /* Room for the all-gather of N slices of S into the engine's arrays. */
-  if (st >= 1 &&
+  if ((st == 1 || st == 2) &&
       gpt_acquire(model,
                   st == 1 ? GPT_BUF_PARAMS | GPT_BUF_GRADS : GPT_BUF_PARAMS,
                   padded, err, errlen) != 0)
     goto fail;
   if (st >= 2) {
-    z->bf = zc->bucket_floats ? zc->bucket_floats : (size_t)1 << 20;
-    if (z->bf > z->S)
-      z->bf = z->S;
-    z->nbuckets = (z->S + z->bf - 1) / z->bf;
     z->gshard = calloc(z->S, sizeof(float));
-    for (int i = 0; i < ZERO_INFLIGHT; i++) {
-      z->io[i].send = malloc(z->bf * (size_t)z->N * sizeof(float));
-      if (!z->io[i].send)
-        z->gshard = (free(z->gshard), NULL);
-    }
     if (!z->gshard) {
       snprintf(err, errlen, "zero: out of memory for the gradient shard");
       goto fail;
     }
     gpt_release(model, GPT_BUF_GRADS);
+  }
+  if (st == 2) {
+    z->bf = zc->bucket_floats ? zc->bucket_floats : (size_t)1 << 20;
+    if (z->bf > z->S)
+      z->bf = z->S;
+    z->nbuckets = (z->S + z->bf - 1) / z->bf;
+    for (int i = 0; i < ZERO_INFLIGHT; i++) {
+      z->io[i].send = malloc(z->bf * (size_t)z->N * sizeof(float));
+      if (!z->io[i].send) {
+        snprintf(err, errlen, "zero: out of memory for the gradient buckets");
+        goto fail;
+      }
+    }
   }
   if (st == 3) {
     z->pshard = calloc(z->S, sizeof(float));
@@ -141,15 +243,19 @@ int zero_create(const zero_config *zc, gpt *model, const optim_config *oc,
       snprintf(err, errlen, "zero: out of memory for the parameter shard");
       goto fail;
     }
-    memcpy(z->pshard, gpt_params(model) + z->lo,
-           (z->lo < z->P ? minz(z->S, z->P - z->lo) : 0) * sizeof(float));
+    const float *p = gpt_params(model);
+    for (size_t j = 0; j < z->nrg; j++)
+      memcpy(z->pshard + z->rg[j].local, p + z->rg[j].flat,
+             z->rg[j].n * sizeof(float));
+    /* The engine finds each group where the parameter hook puts it. */
     gpt_release(model, GPT_BUF_PARAMS);
   }
-  if (make_groups(model, olo, on, &groups, &ng) != 0) {
+  if (make_groups(model, z->rg, z->nrg, &groups, &ng) != 0) {
     snprintf(err, errlen, "zero: out of memory");
     goto fail;
   }
-  int rc = optim_create(oc, on, groups, ng, &z->opt, err, errlen);
+  int rc = optim_create(oc, st == 0 ? z->P : z->S, groups, ng, &z->opt, err,
+                        errlen);
   free(groups);
   if (rc != 0)
     goto fail;
@@ -166,28 +272,78 @@ void zero_destroy(zero *z) {
   optim_destroy(z->opt);
   free(z->pshard);
   free(z->gshard);
+  free(z->rg);
+  for (size_t g = 0; g < z->ng; g++) {
+    /* Only after a failed step, which leaves the gang to be aborted:
+     * requests still in flight are MPI's to drop. */
+    free(z->grp[g].full);
+    free(z->grp[g].grad);
+  }
+  free(z->grp);
   for (int i = 0; i < ZERO_INFLIGHT; i++)
-    free(z->io[i].send);
+    if (z->io[i].group < 0)
+      free(z->io[i].send);
   free(z);
 }
 
 /* ---- Stage 2/3 buckets ---- */
 
-static int bucket_wait_one(zero *z, char *err, size_t errlen) {
+/* A stage-3 group's gradient buffer, its reduce-scatter done. */
+static void group_grad_free(zero *z, bucket_io *io) {
+  zgroup *gr = &z->grp[io->group];
+  free(gr->grad);
+  gr->grad = NULL;
+  z->gradbytes -= (uint64_t)gr->S * (size_t)z->N * 4;
+  io->send = NULL;
+  io->group = -1;
+}
+
+/* Waits for the oldest reduce-scatter in flight (with test_only, only
+ * checks whether it is done: *done). */
+static int bucket_wait_oldest(zero *z, int test_only, int *done, char *err,
+                              size_t errlen) {
   int slot = (z->cur - z->nio + ZERO_INFLIGHT) % ZERO_INFLIGHT;
-  comm_req *req = z->io[slot].req;
-  z->io[slot].req = NULL;
+  bucket_io *io = &z->io[slot];
+  int rc, ok = 1;
+  if (test_only)
+    rc = TIMED(z, comm_test(z->c, io->req, &ok, err, errlen));
+  else
+    rc = TIMED(z, comm_wait(z->c, io->req, err, errlen));
+  if (done)
+    *done = ok;
+  if (rc == 0 && !ok)
+    return 0;
+  io->req = NULL;
   z->nio--;
-  return comm_wait(z->c, req, err, errlen);
+  if (io->group >= 0)
+    group_grad_free(z, io);
+  return rc;
+}
+
+static int bucket_wait_one(zero *z, char *err, size_t errlen) {
+  return bucket_wait_oldest(z, 0, NULL, err, errlen);
+}
+
+/* Takes the next io slot (waiting for the oldest when all are busy). */
+static bucket_io *bucket_slot(zero *z, char *err, size_t errlen) {
+  if (z->nio == ZERO_INFLIGHT && bucket_wait_one(z, err, errlen) != 0)
+    return NULL;
+  return &z->io[z->cur];
+}
+
+static void bucket_started(zero *z) {
+  z->cur = (z->cur + 1) % ZERO_INFLIGHT;
+  z->nio++;
+  z->early += z->in_hook;
 }
 
 /* Packs bucket b (shard-local [b*bf, ...) of every rank's shard) and
  * starts its reduce-scatter into the gradient shard. */
 static int bucket_start(zero *z, size_t b, char *err, size_t errlen) {
-  if (z->nio == ZERO_INFLIGHT && bucket_wait_one(z, err, errlen) != 0)
+  bucket_io *io = bucket_slot(z, err, errlen);
+  if (!io)
     return -1;
   size_t off = b * z->bf, n = minz(z->bf, z->S - off);
-  bucket_io *io = &z->io[z->cur];
   const float *g = gpt_grads(z->m);
   for (int q = 0; q < z->N; q++) {
     size_t a = (size_t)q * z->S + off;
@@ -196,18 +352,42 @@ static int bucket_start(zero *z, size_t b, char *err, size_t errlen) {
     memcpy(dst, g + a, have * sizeof(float));
     memset(dst + have, 0, (n - have) * sizeof(float));
   }
-  if (comm_ireduce_scatter_sum(z->c, io->send, z->gshard + off, n, &io->req,
-                               err, errlen) != 0)
+  if (TIMED(z, comm_ireduce_scatter_sum(z->c, io->send, z->gshard + off, n,
+                                        &io->req, err, errlen)) != 0)
     return -1;
-  z->cur = (z->cur + 1) % ZERO_INFLIGHT;
-  z->nio++;
-  z->early += z->in_hook;
+  bucket_started(z);
+  return 0;
+}
+
+/* Stage 3: starts the reduce-scatter of group g's gradient (final) into
+ * its piece of the gradient shard; the engine no longer has it. */
+static int group_rs_start(zero *z, size_t g, char *err, size_t errlen) {
+  bucket_io *io = bucket_slot(z, err, errlen);
+  if (!io)
+    return -1;
+  zgroup *gr = &z->grp[g];
+  gpt_set_group_grads(z->m, g, NULL);
+  io->send = gr->grad;
+  io->group = (int)g;
+  if (TIMED(z, comm_ireduce_scatter_sum(z->c, gr->grad, z->gshard + gr->so,
+                                        gr->S, &io->req, err, errlen)) != 0)
+    return -1;
+  bucket_started(z);
   return 0;
 }
 
 /* Starts every bucket not yet started whose lowest piece (rank 0's, at
  * flat offset b*bf) lies in the final part [final_from, P). */
 static int buckets_ready(zero *z, size_t final_from, char *err, size_t errlen) {
+  /* Stage 3: every group that lies in the final part. */
+  while (z->grp && z->rs_next > 0) {
+    size_t g = z->rs_next - 1;
+    if (z->grp[g].off < final_from)
+      return 0;
+    if (group_rs_start(z, g, err, errlen) != 0)
+      return -1;
+    z->rs_next = g;
+  }
   while (z->next > 0) {
     size_t b = z->next - 1;
     if (b * z->bf < final_from)
@@ -230,6 +410,108 @@ static void grad_hook(void *arg, size_t final_from) {
   z->in_hook = 0;
 }
 
+/* ---- Stage 3: the parameters, one group at a time ---- */
+
+/* Starts (async) or does the all-gather of group g's pieces into a new
+ * buffer of N*S floats (the group's n, then padding). */
+static int group_gather(zero *z, size_t g, int async, char *err,
+                        size_t errlen) {
+  zgroup *gr = &z->grp[g];
+  size_t nf = gr->S * (size_t)z->N;
+  gr->full = malloc(nf * sizeof(float));
+  if (!gr->full) {
+    snprintf(err, errlen, "zero: out of memory for %zu parameters of group %zu",
+             nf, g);
+    return -1;
+  }
+  z->gathered += (uint64_t)nf * 4;
+  track_peak(z);
+  if (async)
+    return TIMED(z, comm_iallgather(z->c, z->pshard + gr->so, gr->full, gr->S,
+                                    &gr->ag, err, errlen));
+  return TIMED(z, comm_allgather(z->c, z->pshard + gr->so, gr->full, gr->S,
+                                 err, errlen));
+}
+
+static void group_drop(zero *z, size_t g) {
+  zgroup *gr = &z->grp[g];
+  free(gr->full);
+  gr->full = NULL;
+  z->gathered -= (uint64_t)gr->S * (size_t)z->N * 4;
+  gpt_set_group_params(z->m, g, NULL);
+}
+
+/* MPI moves a nonblocking collective along only inside MPI calls: a look
+ * at the requests in flight between layers lets the prefetch and the
+ * reduce-scatters progress while the engine computes. */
+static int progress(zero *z, char *err, size_t errlen) {
+  for (size_t g = 0; g < z->ng; g++) {
+    zgroup *gr = &z->grp[g];
+    int done;
+    if (gr->ag && TIMED(z, comm_test(z->c, gr->ag, &done, err, errlen)) != 0) {
+      gr->ag = NULL;
+      return -1;
+    }
+    if (gr->ag && done)
+      gr->ag = NULL;
+  }
+  int done = 1;
+  while (z->nio > 0 && done)
+    if (bucket_wait_oldest(z, 1, &done, err, errlen) != 0)
+      return -1;
+  return 0;
+}
+
+/* The engine's parameter hook (gpt_set_param_hook): group g's parameters
+ * gathered before use (or the prefetch waited for), the next group's
+ * all-gather started, and g's freed after use unless it is needed again
+ * at once; in backward, g's gradient made (zeroed) too. */
+static int param_hook(void *arg, int event, int g, int next) {
+  zero *z = arg;
+  char *err = z->hook_err;
+  size_t errlen = sizeof z->hook_err;
+  zgroup *gr = &z->grp[g];
+  if (z->hook_rc != 0)
+    return -1;
+  if (event == GPT_PARAMS_DONE) {
+    if (next != g)
+      group_drop(z, (size_t)g);
+    if (progress(z, err, errlen) != 0)
+      goto fail;
+    return 0;
+  }
+  if (!gr->full && group_gather(z, (size_t)g, 0, err, errlen) != 0)
+    goto fail;
+  if (gr->ag) {
+    comm_req *req = gr->ag;
+    gr->ag = NULL;
+    if (TIMED(z, comm_wait(z->c, req, err, errlen)) != 0)
+      goto fail;
+  }
+  gpt_set_group_params(z->m, (size_t)g, gr->full);
+  if (z->in_bwd && !gr->grad) {
+    size_t nf = gr->S * (size_t)z->N;
+    gr->grad = calloc(nf, sizeof(float));
+    if (!gr->grad) {
+      snprintf(err, errlen,
+               "zero: out of memory for %zu gradients of group %zu", nf,
+               (size_t)g);
+      goto fail;
+    }
+    z->gradbytes += (uint64_t)nf * 4;
+    gpt_set_group_grads(z->m, (size_t)g, gr->grad);
+    track_peak(z);
+  }
+  if (!z->cfg.no_overlap && next >= 0 && next != g &&
+      !z->grp[next].full &&
+      group_gather(z, (size_t)next, 1, err, errlen) != 0)
+    goto fail;
+  return 0;
+fail:
+  z->hook_rc = -1;
+  return -1;
+}
+
 /* ---- The step ---- */
 
 /* Sum over ranks of a double, carried as two floats (high part and the
@@ -238,7 +520,7 @@ static int allreduce_double(zero *z, double *x, char *err, size_t errlen) {
   float hl[2];
   hl[0] = (float)*x;
   hl[1] = (float)(*x - (double)hl[0]);
-  if (comm_allreduce_sum(z->c, hl, 2, err, errlen) != 0)
+  if (TIMED(z, comm_allreduce_sum(z->c, hl, 2, err, errlen)) != 0)
     return -1;
   *x = (double)hl[0] + (double)hl[1];
   return 0;
@@ -256,40 +538,55 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
               char *err, size_t errlen) {
   gpt *m = z->m;
   int st = z->cfg.stage;
-  size_t padded = z->S * (size_t)z->N;
+  double t0 = now_s();
+  z->t_comm = 0;
   z->peak_params = z->peak_grads = 0;
+  z->hook_rc = 0;
+  z->early = 0;
   track_peak(z);
-  /* Stage 3: the whole model for this forward and backward. */
+  /* Stage 3: each group's parameters gathered by the parameter hook just
+   * before the engine uses them, and its gradient made there in
+   * backward. */
   if (st == 3) {
-    if (gpt_acquire(m, GPT_BUF_PARAMS, padded, err, errlen) != 0)
-      return -1;
-    if (comm_allgather(z->c, z->pshard, gpt_params(m), z->S, err, errlen) != 0)
-      return -1;
+    z->in_bwd = 0;
+    gpt_set_param_hook(m, param_hook, z);
   }
-  if (st >= 2 && gpt_acquire(m, GPT_BUF_GRADS, z->P, err, errlen) != 0)
+  if (st == 2 && gpt_acquire(m, GPT_BUF_GRADS, z->P, err, errlen) != 0)
     return -1;
   if (st < 2)
     gpt_zero_grad(m);
   track_peak(z);
   float loss = 0.0f;
-  if (gpt_forward(m, inputs, targets, B, T, &loss, err, errlen) != 0)
+  double tf = now_s();
+  if (gpt_forward(m, inputs, targets, B, T, &loss, err, errlen) != 0) {
+    gpt_set_param_hook(m, NULL, NULL);
+    if (z->hook_rc != 0)
+      snprintf(err, errlen, "%s", z->hook_err);
     return -1;
+  }
   /* The mean over ranks of each rank's mean: 1/N in the backward. */
   if (st >= 2) {
     z->next = z->nbuckets;
-    z->hook_rc = 0;
-    z->early = 0;
+    z->rs_next = z->ng;
+    z->in_bwd = 1;
     if (!z->cfg.no_overlap)
       gpt_set_grad_hook(m, grad_hook, z);
   }
+  /* Forward's and backward's own time: their wall time less the comm
+   * waits inside them (the hooks'). */
+  double tb = now_s(), c_fwd = z->t_comm;
+  res->t_forward = tb - tf - c_fwd;
   gpt_backward(m, 1.0f / (float)z->N);
   gpt_set_grad_hook(m, NULL, NULL);
+  gpt_set_param_hook(m, NULL, NULL);
+  res->t_backward = now_s() - tb - (z->t_comm - c_fwd);
   float *g; /* this rank's gradient slice [lo, lo+S) or all of it */
   size_t gn;
   double norm;
   if (st < 2) {
     if (z->N > 1 &&
-        comm_allreduce_sum(z->c, gpt_grads(m), z->P, err, errlen) != 0)
+        TIMED(z, comm_allreduce_sum(z->c, gpt_grads(m), z->P, err, errlen)) !=
+            0)
       return -1;
     /* Every rank has the whole reduced gradient: its norm needs no
      * communication. */
@@ -307,7 +604,8 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
       if (bucket_wait_one(z, err, errlen) != 0)
         return -1;
     /* Only the shard is kept. */
-    gpt_release(m, GPT_BUF_GRADS);
+    if (st == 2)
+      gpt_release(m, GPT_BUF_GRADS);
     g = z->gshard;
     gn = z->S;
     norm = sumsq(g, gn);
@@ -329,20 +627,45 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
   } else if (st < 3) {
     float *p = gpt_params(m);
     optim_step(z->opt, p + z->lo, g, lr);
-    if (comm_allgather(z->c, p + z->lo, p, z->S, err, errlen) != 0)
+    if (TIMED(z, comm_allgather(z->c, p + z->lo, p, z->S, err, errlen)) != 0)
       return -1;
   } else {
     optim_step(z->opt, z->pshard, g, lr);
-    gpt_release(m, GPT_BUF_PARAMS);
   }
   float l = loss;
-  if (z->N > 1 && comm_allreduce_sum(z->c, &l, 1, err, errlen) != 0)
+  if (z->N > 1 && TIMED(z, comm_allreduce_sum(z->c, &l, 1, err, errlen)) != 0)
     return -1;
   res->loss = l / (float)z->N;
   res->norm = norm;
-  res->buckets = st >= 2 ? (int)z->nbuckets : 0;
+  res->t_comm = z->t_comm;
+  res->t_optimizer = now_s() - t0 - res->t_forward - res->t_backward - z->t_comm;
+  res->buckets = st == 3 ? (int)z->ng : st == 2 ? (int)z->nbuckets : 0;
   res->buckets_early = st >= 2 ? z->early : 0;
   return 0;
+}
+
+/* Stage 3's most gathered floats at once, from the engine's order of
+ * groups (gpt.h's gpt_set_param_hook: forward 0, 1 .. L, L+1, 0; backward
+ * 0, L+1, L .. 1): the group in use and the next one, prefetched during
+ * it (without overlap, the group in use alone). A formula, not a
+ * measurement: zero_memory's peak_params is measured. */
+static uint64_t peak_groups(const zero *z) {
+  size_t L = z->ng - 2, n = 0, order[2 * 1024 + 8];
+  order[n++] = 0;
+  for (size_t l = 1; l <= L + 1; l++)
+    order[n++] = l;
+  order[n++] = 0;
+  order[n++] = L + 1;
+  for (size_t l = L; l >= 1; l--)
+    order[n++] = l;
+  uint64_t most = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t f = (uint64_t)z->grp[order[i]].S * (size_t)z->N;
+    if (!z->cfg.no_overlap && i + 1 < n && order[i + 1] != order[i])
+      f += (uint64_t)z->grp[order[i + 1]].S * (size_t)z->N;
+    most = f > most ? f : most;
+  }
+  return most;
 }
 
 void zero_memory_get(const zero *z, zero_memory *o) {
@@ -365,6 +688,7 @@ void zero_memory_get(const zero *z, zero_memory *o) {
   o->f_optim = st >= 1 ? 4 * z->k * Psi / N : 4 * z->k * Psi;
   static const uint64_t rep[4] = {16, 4, 2, 0}; /* replicated bytes/param */
   o->f_mixed = rep[st] * Psi + (16 - rep[st]) * Psi / (st == 0 ? 1 : N);
+  o->f_peak_params = st == 3 ? 4 * Psi / N + 4 * peak_groups(z) : o->f_params;
 }
 
 int zero_gather_params(zero *z, float *out, char *err, size_t errlen) {
@@ -372,14 +696,22 @@ int zero_gather_params(zero *z, float *out, char *err, size_t errlen) {
     memcpy(out, gpt_params(z->m), z->P * sizeof(float));
     return 0;
   }
-  float *all = malloc(z->S * (size_t)z->N * sizeof(float));
+  /* Group by group, through one buffer of the largest. */
+  size_t most = 0;
+  for (size_t g = 0; g < z->ng; g++)
+    most = z->grp[g].S > most ? z->grp[g].S : most;
+  float *all = malloc(most * (size_t)z->N * sizeof(float));
   if (!all) {
     snprintf(err, errlen, "zero: out of memory");
     return -1;
   }
-  int rc = comm_allgather(z->c, z->pshard, all, z->S, err, errlen);
-  if (rc == 0)
-    memcpy(out, all, z->P * sizeof(float));
+  int rc = 0;
+  for (size_t g = 0; g < z->ng && rc == 0; g++) {
+    const zgroup *gr = &z->grp[g];
+    rc = comm_allgather(z->c, z->pshard + gr->so, all, gr->S, err, errlen);
+    if (rc == 0)
+      memcpy(out + gr->off, all, gr->n * sizeof(float));
+  }
   free(all);
   return rc;
 }
@@ -404,12 +736,21 @@ static const char *optim_name(optim_kind k) {
   return k == OPTIM_LION ? "lion" : "adamw";
 }
 
-/* The optimizer state of this rank, as k arrays: base pointer and the
- * distance between arrays, and the flat offset of its first float. */
-static void state_view(zero *z, float **base, size_t *stride, size_t *flo) {
+/* The optimizer state: k arrays of stride floats from base, laid out as
+ * the rank's ranges' local offsets say. */
+static void state_view(zero *z, float **base, size_t *stride) {
   *base = optim_state(z->opt);
   *stride = z->cfg.stage == 0 ? z->P : z->S;
-  *flo = z->cfg.stage == 0 ? 0 : z->lo;
+}
+
+/* Where the rank's parameters are for its ranges' local offsets. */
+static float *param_base(zero *z) {
+  return z->cfg.stage == 3 ? z->pshard : gpt_params(z->m);
+}
+
+/* Stage 0-2 ranges hold their parameters at their flat offset. */
+static size_t param_at(const zero *z, const zrange *rg) {
+  return z->cfg.stage == 3 ? rg->local : rg->flat;
 }
 
 int zero_save(zero *z, const char *parent, int64_t step, char *err,
@@ -427,29 +768,33 @@ int zero_save(zero *z, const char *parent, int64_t step, char *err,
     ckpt_abort(w);
     return -1;
   }
-  /* This rank's range of the real parameters. */
-  size_t a = minz(z->lo, z->P), n = minz(z->S, z->P - a);
+  /* This rank's real parameters, its ranges one after the other. */
+  size_t n = 0;
+  for (size_t j = 0; j < z->nrg; j++)
+    n += z->rg[j].n;
   float *params = malloc((n + 1) * sizeof(float));
   float *state = malloc((z->k * n + 1) * sizeof(float));
   rc = -1;
   if (!params || !state) {
     snprintf(err, errlen, "zero: out of memory for the checkpoint");
   } else {
-    if (z->cfg.stage == 3)
-      memcpy(params, z->pshard, n * sizeof(float));
-    else
-      memcpy(params, gpt_params(z->m) + a, n * sizeof(float));
-    float *base;
-    size_t stride, flo;
-    state_view(z, &base, &stride, &flo);
-    for (size_t j = 0; j < z->k; j++)
-      memcpy(state + j * n, base + j * stride + (a - flo), n * sizeof(float));
+    float *base, *pb = param_base(z);
+    size_t stride, at = 0;
+    state_view(z, &base, &stride);
+    for (size_t i = 0; i < z->nrg; i++) {
+      const zrange *q = &z->rg[i];
+      memcpy(params + at, pb + param_at(z, q), q->n * sizeof(float));
+      for (size_t j = 0; j < z->k; j++)
+        memcpy(state + j * n + at, base + j * stride + q->local,
+               q->n * sizeof(float));
+      at += q->n;
+    }
     char path[4200], zr[16], zw[16], zs[16], zlo[32];
     snprintf(path, sizeof path, "%s/zero-rank-%05d.safetensors", dir, z->r);
     snprintf(zr, sizeof zr, "%d", z->r);
     snprintf(zw, sizeof zw, "%d", z->N);
     snprintf(zs, sizeof zs, "%d", z->cfg.stage);
-    snprintf(zlo, sizeof zlo, "%zu", a);
+    snprintf(zlo, sizeof zlo, "%zu", z->rg[0].flat);
     const char *keys[] = {"rank", "world_size", "stage", "offset"};
     const char *vals[] = {zr, zw, zs, zlo};
     st_tensor t[2] = {
@@ -476,18 +821,27 @@ int zero_save(zero *z, const char *parent, int64_t step, char *err,
     cJSON_AddStringToObject(zo, "optim", optim_name(z->oc.kind));
     cJSON_AddNumberToObject(zo, "optim_floats", (double)z->k);
     cJSON_AddNumberToObject(zo, "t", (double)optim_get_t(z->opt));
-    for (int q = 0; q < z->N; q++) {
+    zrange *qr = calloc(z->ng + 1, sizeof *qr);
+    for (int q = 0; q < z->N && qr; q++) {
       char f[64];
-      size_t qa = minz((size_t)q * z->S, z->P);
+      size_t nq = ranges_of(z, q, qr);
       snprintf(f, sizeof f, "zero-rank-%05d.safetensors", q);
       cJSON *o = cJSON_CreateObject();
       cJSON_AddStringToObject(o, "file", f);
-      cJSON_AddNumberToObject(o, "begin", (double)qa);
-      cJSON_AddNumberToObject(o, "end", (double)(qa + minz(z->S, z->P - qa)));
+      /* The file's params are these flat ranges, one after the other. */
+      cJSON *ra = cJSON_AddArrayToObject(o, "ranges");
+      for (size_t j = 0; j < nq; j++) {
+        cJSON *pair = cJSON_CreateArray();
+        cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)qr[j].flat));
+        cJSON_AddItemToArray(
+            pair, cJSON_CreateNumber((double)(qr[j].flat + qr[j].n)));
+        cJSON_AddItemToArray(ra, pair);
+      }
       cJSON_AddItemToArray(ranks, o);
     }
     cJSON_AddItemToObject(zo, "ranks", ranks);
-    char *txt = cJSON_PrintUnformatted(root);
+    char *txt = qr ? cJSON_PrintUnformatted(root) : NULL;
+    free(qr);
     cJSON_Delete(root);
     if (!txt) {
       snprintf(err, errlen, "zero: out of memory for the manifest");
@@ -501,35 +855,87 @@ int zero_save(zero *z, const char *parent, int64_t step, char *err,
   return all_ok(z, rc, err, errlen) ? 0 : -1;
 }
 
-/* Copies the intersection of [a, b) with each saved range from the saved
- * files: params into pdst (flat offset pa), state arrays into sdst (flat
- * offset sa, stride sstride) when sdst is set. */
-static int load_ranges(const char *dir, cJSON *ranks, size_t k, float *pdst,
-                       size_t pa, size_t pb, float *sdst, size_t sa, size_t sb,
+/* The flat ranges of a manifest's rank entry ("ranges": [[begin, end],
+ * ...], or one "begin" and "end"), into *out (caller frees). 0, or -1
+ * for a malformed entry. */
+static int saved_ranges(cJSON *o, size_t P, zrange **out, size_t *n) {
+  cJSON *ra = cJSON_GetObjectItem(o, "ranges"), *e;
+  cJSON *jb = cJSON_GetObjectItem(o, "begin"),
+        *je = cJSON_GetObjectItem(o, "end");
+  size_t cnt = cJSON_IsArray(ra) ? (size_t)cJSON_GetArraySize(ra) : 1;
+  zrange *r = calloc(cnt + 1, sizeof *r);
+  if (!r)
+    return -1;
+  size_t k = 0, at = 0;
+  if (cJSON_IsArray(ra)) {
+    cJSON_ArrayForEach(e, ra) {
+      cJSON *b = cJSON_GetArrayItem(e, 0), *x = cJSON_GetArrayItem(e, 1);
+      if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 ||
+          !cJSON_IsNumber(b) || !cJSON_IsNumber(x))
+        goto bad;
+      r[k++] = (zrange){(size_t)b->valuedouble,
+                        (size_t)x->valuedouble - (size_t)b->valuedouble, at, 0};
+      at += r[k - 1].n;
+    }
+  } else if (cJSON_IsNumber(jb) && cJSON_IsNumber(je)) {
+    r[k++] = (zrange){(size_t)jb->valuedouble,
+                      (size_t)je->valuedouble - (size_t)jb->valuedouble, 0, 0};
+  } else {
+    goto bad;
+  }
+  for (size_t j = 0; j < k; j++)
+    if (r[j].flat > P || r[j].n > P - r[j].flat)
+      goto bad;
+  *out = r;
+  *n = k;
+  return 0;
+bad:
+  free(r);
+  return -1;
+}
+
+/* Copies the intersection of every range saved in dir's files with the
+ * wanted ranges: parameters into pdst (range pr[j]'s flat floats at
+ * pdst + pr[j].local) and, when sdst is set, the optimizer state into
+ * its k arrays (sdst + x*sstride + sr[j].local). */
+static int load_ranges(const char *dir, cJSON *ranks, size_t k, size_t P,
+                       float *pdst, const zrange *pr, size_t npr, float *sdst, const zrange *sr, size_t nsr,
                        size_t sstride, char *err, size_t errlen) {
   cJSON *o;
   cJSON_ArrayForEach(o, ranks) {
     cJSON *f = cJSON_GetObjectItem(o, "file");
-    cJSON *jb = cJSON_GetObjectItem(o, "begin"),
-          *je = cJSON_GetObjectItem(o, "end");
-    if (!cJSON_IsString(f) || !cJSON_IsNumber(jb) || !cJSON_IsNumber(je) ||
-        strchr(f->valuestring, '/')) {
+    zrange *q = NULL;
+    size_t nq = 0;
+    if (!cJSON_IsString(f) || strchr(f->valuestring, '/') ||
+        saved_ranges(o, P, &q, &nq) != 0) {
       snprintf(err, errlen, "zero: %s: a bad entry in the manifest's ranks",
                dir);
       return -1;
     }
-    size_t qb = (size_t)jb->valuedouble, qe = (size_t)je->valuedouble;
-    int want_p = pdst && qb < pb && pa < qe;
-    int want_s = sdst && qb < sb && sa < qe;
-    if (!want_p && !want_s)
+    /* Does any saved range meet a wanted one? */
+    size_t n = 0;
+    int want = 0;
+    for (size_t i = 0; i < nq; i++) {
+      n += q[i].n;
+      for (size_t j = 0; j < npr; j++)
+        want |= q[i].flat < pr[j].flat + pr[j].n &&
+                pr[j].flat < q[i].flat + q[i].n;
+      for (size_t j = 0; sdst && j < nsr; j++)
+        want |= q[i].flat < sr[j].flat + sr[j].n &&
+                sr[j].flat < q[i].flat + q[i].n;
+    }
+    if (!want) {
+      free(q);
       continue;
+    }
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, f->valuestring);
     st_file *sf;
-    if (st_open(path, &sf, err, errlen) != 0)
+    if (st_open(path, &sf, err, errlen) != 0) {
+      free(q);
       return -1;
+    }
     const st_tensor *tp = st_find(sf, "params"), *ts = st_find(sf, "optim");
-    size_t n = qe - qb;
     if (!tp || !ts || tp->dtype != ST_F32 || ts->dtype != ST_F32 ||
         tp->ndim != 1 || (size_t)tp->shape[0] != n || ts->ndim != 2 ||
         (size_t)ts->shape[0] != k || (size_t)ts->shape[1] != n) {
@@ -537,22 +943,63 @@ static int load_ranges(const char *dir, cJSON *ranks, size_t k, float *pdst,
                "zero: %s: params (%zu) and optim (%zu,%zu) expected", path, n,
                k, n);
       st_close(sf);
+      free(q);
       return -1;
     }
-    if (want_p) {
-      size_t a = qb > pa ? qb : pa, b = minz(qe, pb);
-      memcpy(pdst + (a - pa), (const float *)tp->data + (a - qb),
-             (b - a) * sizeof(float));
-    }
-    if (want_s) {
-      size_t a = qb > sa ? qb : sa, b = minz(qe, sb);
-      for (size_t j = 0; j < k; j++)
-        memcpy(sdst + j * sstride + (a - sa),
-               (const float *)ts->data + j * n + (a - qb),
-               (b - a) * sizeof(float));
+    const float *fp = tp->data, *fs = ts->data;
+    for (size_t i = 0; i < nq; i++) {
+      size_t qb = q[i].flat, qe = qb + q[i].n;
+      for (size_t j = 0; j < npr; j++) {
+        size_t a = qb > pr[j].flat ? qb : pr[j].flat;
+        size_t b = minz(qe, pr[j].flat + pr[j].n);
+        if (a < b)
+          memcpy(pdst + pr[j].local + (a - pr[j].flat), fp + q[i].local + (a - qb),
+                 (b - a) * sizeof(float));
+      }
+      for (size_t j = 0; sdst && j < nsr; j++) {
+        size_t a = qb > sr[j].flat ? qb : sr[j].flat;
+        size_t b = minz(qe, sr[j].flat + sr[j].n);
+        for (size_t x = 0; a < b && x < k; x++)
+          memcpy(sdst + x * sstride + sr[j].local + (a - sr[j].flat),
+                 fs + x * n + q[i].local + (a - qb), (b - a) * sizeof(float));
+      }
     }
     st_close(sf);
+    free(q);
   }
+  return 0;
+}
+
+/* The manifest of the sharded checkpoint dir, checked against a model of
+ * P parameters and an optimizer of that kind: *root (caller deletes)
+ * holds *ranks, *t the optimizer's step count, *step the checkpoint's. */
+static int read_manifest(const char *dir, size_t P, optim_kind kind,
+                         cJSON **root, cJSON **ranks, uint64_t *t,
+                         int64_t *step, char *err, size_t errlen) {
+  char *txt = NULL;
+  *root = NULL;
+  if (ckpt_read_state(dir, step, &txt, err, errlen) != 0)
+    return -1;
+  *root = cJSON_Parse(txt);
+  free(txt);
+  cJSON *zo = cJSON_GetObjectItem(*root, "zero");
+  cJSON *jP = cJSON_GetObjectItem(zo, "n_params");
+  cJSON *on = cJSON_GetObjectItem(zo, "optim");
+  cJSON *jt = cJSON_GetObjectItem(zo, "t");
+  *ranks = cJSON_GetObjectItem(zo, "ranks");
+  if (!cJSON_IsNumber(jP) || !cJSON_IsString(on) || !cJSON_IsNumber(jt) ||
+      !cJSON_IsArray(*ranks)) {
+    snprintf(err, errlen, "zero: %s is not a ZeRO checkpoint", dir);
+    return -1;
+  }
+  if ((size_t)jP->valuedouble != P || strcmp(on->valuestring, optim_name(kind)) != 0) {
+    snprintf(err, errlen,
+             "zero: %s holds %.0f parameters and %s state; this model has "
+             "%zu and %s",
+             dir, jP->valuedouble, on->valuestring, P, optim_name(kind));
+    return -1;
+  }
+  *t = (uint64_t)jt->valuedouble;
   return 0;
 }
 
@@ -563,44 +1010,69 @@ int zero_load(zero *z, const char *dir, int64_t *step, char *err,
     rc = ckpt_verify(dir, err, errlen);
   if (!all_ok(z, rc, err, errlen))
     return -1;
-  char *txt = NULL;
-  cJSON *root = NULL;
-  rc = ckpt_read_state(dir, step, &txt, err, errlen);
+  cJSON *root, *ranks;
+  uint64_t t;
+  rc = read_manifest(dir, z->P, z->oc.kind, &root, &ranks, &t, step, err,
+                     errlen);
   if (rc == 0) {
-    root = cJSON_Parse(txt);
-    cJSON *zo = cJSON_GetObjectItem(root, "zero");
-    cJSON *P = cJSON_GetObjectItem(zo, "n_params");
-    cJSON *on = cJSON_GetObjectItem(zo, "optim");
-    cJSON *t = cJSON_GetObjectItem(zo, "t");
-    cJSON *ranks = cJSON_GetObjectItem(zo, "ranks");
-    if (!cJSON_IsNumber(P) || !cJSON_IsString(on) || !cJSON_IsNumber(t) ||
-        !cJSON_IsArray(ranks)) {
-      snprintf(err, errlen, "zero: %s is not a ZeRO checkpoint", dir);
-      rc = -1;
-    } else if ((size_t)P->valuedouble != z->P ||
-               strcmp(on->valuestring, optim_name(z->oc.kind)) != 0) {
-      snprintf(err, errlen,
-               "zero: %s holds %.0f parameters and %s state; this model has "
-               "%zu and %s",
-               dir, P->valuedouble, on->valuestring, z->P,
-               optim_name(z->oc.kind));
-      rc = -1;
-    } else {
-      float *base;
-      size_t stride, flo;
-      state_view(z, &base, &stride, &flo);
-      size_t sb = minz(flo + stride, z->P);
-      /* Stages 0-2 hold every parameter, stage 3 its shard. */
-      float *pdst = z->cfg.stage == 3 ? z->pshard : gpt_params(z->m);
-      size_t pa = z->cfg.stage == 3 ? z->lo : 0;
-      size_t pb = z->cfg.stage == 3 ? minz(z->lo + z->S, z->P) : z->P;
-      rc = load_ranges(dir, ranks, z->k, pdst, pa, pb, base, flo, sb, stride,
-                       err, errlen);
-      if (rc == 0)
-        optim_set_t(z->opt, (uint64_t)t->valuedouble);
-    }
+    float *base;
+    size_t stride;
+    state_view(z, &base, &stride);
+    /* Stages 0-2 hold every parameter, stage 3 its pieces. */
+    zrange all = {0, z->P, 0, z->P};
+    int s3 = z->cfg.stage == 3;
+    rc = load_ranges(dir, ranks, z->k, z->P, param_base(z), s3 ? z->rg : &all,
+                     s3 ? z->nrg : 1, base, z->rg, z->nrg, stride, err,
+                     errlen);
+    if (rc == 0)
+      optim_set_t(z->opt, t);
   }
   cJSON_Delete(root);
-  free(txt);
   return all_ok(z, rc, err, errlen) ? 0 : -1;
+}
+
+int zero_is_sharded(const char *dir) {
+  char *txt = NULL, err[256];
+  int64_t step;
+  if (ckpt_read_state(dir, &step, &txt, err, sizeof err) != 0)
+    return 0;
+  cJSON *root = cJSON_Parse(txt);
+  free(txt);
+  int yes = cJSON_IsObject(cJSON_GetObjectItem(root, "zero"));
+  cJSON_Delete(root);
+  return yes;
+}
+
+int zero_read_whole(const char *dir, gpt *model, optim *opt, optim_kind kind,
+                    int64_t *step, char *err, size_t errlen) {
+  size_t P = gpt_num_params(model), k = optim_state_floats_for(kind, 1);
+  if (optim_state_floats(opt) != optim_state_floats_for(kind, P)) {
+    snprintf(err, errlen, "zero: the optimizer is not over the whole model");
+    return -1;
+  }
+  if (ckpt_verify(dir, err, errlen) != 0)
+    return -1;
+  cJSON *root, *ranks;
+  uint64_t t;
+  int rc = read_manifest(dir, P, kind, &root, &ranks, &t, step, err, errlen);
+  if (rc == 0) {
+    zrange all = {0, P, 0, P};
+    rc = load_ranges(dir, ranks, k, P, gpt_params(model), &all, 1,
+                     optim_state(opt), &all, 1, P, err, errlen);
+  }
+  if (rc == 0)
+    optim_set_t(opt, t);
+  cJSON_Delete(root);
+  return rc;
+}
+
+void zero_set_optim_state(zero *z, const float *state, uint64_t t) {
+  float *base;
+  size_t stride;
+  state_view(z, &base, &stride);
+  for (size_t j = 0; j < z->nrg; j++)
+    for (size_t x = 0; x < z->k; x++)
+      memcpy(base + x * stride + z->rg[j].local,
+             state + x * z->P + z->rg[j].flat, z->rg[j].n * sizeof(float));
+  optim_set_t(z->opt, t);
 }

@@ -9,9 +9,16 @@
  * step's gradient is the mean over ranks, so N ranks of micro-batch B
  * train exactly as one rank of micro-batch N*B.
  *
- * Shards. With P = gpt_num_params and N ranks, S = ceil(P/N); rank r owns
- * the contiguous slice [r*S, (r+1)*S) of the flat parameter (and
- * gradient) vector, padded with zeros past P so that every rank has S.
+ * Shards. With P = gpt_num_params and N ranks, stages 1-2 cut the flat
+ * parameter (and gradient) vector in N slices of S = ceil(P/N): rank r
+ * owns [r*S, (r+1)*S), padded with zeros past P so that every rank has
+ * S. Stage 3 cuts each of the engine's parameter groups (gpt.h: the
+ * embeddings, each layer, ln_f) in N pieces of S_g = ceil(n_g/N): rank r
+ * owns piece r of every group, and its shard is those pieces one after
+ * the other (S = the sum of the S_g). So one all-gather of S_g floats
+ * per rank makes a group whole, and one reduce-scatter of its gradient
+ * leaves each rank its piece: the same equal-slice collectives as the
+ * other stages, per layer.
  *   stage 0  all-reduce of the gradients; every rank updates everything.
  *   stage 1  all-reduce of the gradients; optimizer state for the shard
  *            only; each rank updates its shard; all-gather of parameters.
@@ -30,12 +37,26 @@
  *            first, its gradient final only at the very end of backward)
  *            bucket k is ready only when rank 0's piece, the lowest, is:
  *            buckets that reach into the embeddings wait for the end.
- *   stage 3  the parameters are sharded too. NOT per layer: the CPU
- *            engine reads its weights from one flat array, so the full
- *            parameters are all-gathered into a freshly made array before
- *            forward and freed after backward (and the gradient as in
- *            stage 2). Between steps a rank holds only its shards; during
- *            forward/backward it holds the whole model once.
+ *   stage 3  the parameters are sharded too, and gathered per layer:
+ *            the engine's parameter hook (gpt_set_param_hook) gathers a
+ *            group into a buffer of its own just before forward or
+ *            backward uses it, and frees it right after (the tied head,
+ *            group 0, is kept from the end of forward to the start of
+ *            backward, which uses it next). With overlap on, the next
+ *            group's all-gather (comm_iallgather) is started when a
+ *            group is taken into use, so it moves while that one
+ *            computes. In backward the hook also makes the group's
+ *            gradient (N*S_g floats, zeroed); when the engine says it is
+ *            final (gpt_set_grad_hook: after each layer, ln_f first,
+ *            the embeddings last) its reduce-scatter starts, and the
+ *            buffer is freed when that is done (at most ZERO_INFLIGHT in
+ *            flight). bucket_floats is not used: a group is a bucket.
+ *            Between steps a rank holds only its shards; during a step,
+ *            about two groups' parameters at once (the one in use and
+ *            the next; zero_memory's f_peak_params says exactly) and the
+ *            embeddings' gradient plus a few layers'. Nothing is kept
+ *            resident beyond that: the embeddings are gathered for the
+ *            lookup and again for the head.
  * Gradient clipping uses the global norm (shard sums of squares summed
  * over ranks), so every stage clips identically. No gradient
  * accumulation: one micro-batch per rank per step.
@@ -57,9 +78,11 @@
 
 typedef struct zero_config {
   int stage;            /* 0, 1, 2 or 3 */
-  size_t bucket_floats; /* stage 2/3: per-rank bucket; 0: 1<<20 */
+  size_t bucket_floats; /* stage 2: per-rank bucket; 0: 1<<20 */
   int no_overlap;       /* stage 2/3: reduce-scatter after backward
-                           instead of from the backward hook */
+                           instead of from the backward hook; stage 3
+                           also gathers each group only when it is
+                           needed (no prefetch) */
 } zero_config;
 
 typedef struct zero zero;
@@ -75,9 +98,17 @@ void zero_destroy(zero *z); /* NULL is a no-op; not collective */
 typedef struct zero_step_result {
   float loss;  /* this step's loss, mean over ranks (before the update) */
   double norm; /* the global gradient norm before clipping */
-  int buckets, buckets_early; /* stage 2/3: reduce-scatters, and those
-                                 started from the backward hook, before
-                                 backward was over */
+  int buckets, buckets_early; /* stage 2/3: reduce-scatters (stage 3:
+                                 one per group), and those started from
+                                 the backward hook, before backward was
+                                 over */
+  /* Where the step's time went, in seconds, adding up to zero_step's
+   * wall time: forward and backward computing, the comm calls the rank
+   * spent waiting in (or starting) that compute did not hide (the hooks'
+   * waits inside forward and backward included, the async transfers that
+   * went on meanwhile not), and the rest (clipping, the update, zeroing,
+   * packing stage 2's buckets after backward). */
+  double t_forward, t_backward, t_comm, t_optimizer;
 } zero_step_result;
 
 /* One training step: forward and backward of this rank's micro-batch
@@ -102,6 +133,11 @@ typedef struct zero_memory {
   /* The issue's mixed-precision Adam formula, for reference: 16Psi,
    * 4Psi + 12Psi/N, 2Psi + 14Psi/N, 16Psi/N. */
   uint64_t f_mixed;
+  /* The most parameter bytes held during a step, by the formula: stage 3
+   * the shard and the most gathered groups at once (zero.c's
+   * peak_groups: the group in use and the next, prefetched), stages 0-2
+   * f_params. Compare peak_params. */
+  uint64_t f_peak_params;
 } zero_memory;
 void zero_memory_get(const zero *z, zero_memory *out);
 
@@ -111,19 +147,45 @@ int zero_gather_params(zero *z, float *out, char *err, size_t errlen);
 
 /* Sharded checkpoint under parent/step-<step>/ (ckpt.h: built under a
  * temporary name, fsynced, renamed): one safetensors file per rank,
- * zero-rank-<r>.safetensors, with "params" (n) and "optim" (k,n) for the
- * rank's range [r*S, min((r+1)*S, P)) (k state floats per parameter), and
- * ckpt's manifest.json (sha256 of every file) whose state holds the
- * world size, stage, P, S, optimizer, step count and each file's range.
- * The same files whatever the stage: stage 0 writes its slice of the
- * full state. Collective. */
+ * zero-rank-<r>.safetensors, with "params" (n) and "optim" (k,n) (k state
+ * floats per parameter) for the flat ranges the rank owns, one after the
+ * other: at stages 1-2 its slice [r*S, min((r+1)*S, P)), at stage 3 its
+ * piece of every group, at stage 0 everything (every rank writes the
+ * same). ckpt's manifest.json (sha256 of every file) holds in its state
+ * the world size, stage, P, S, optimizer, step count and each file's
+ * "ranges" ([[begin, end], ...], flat; checkpoints made before stage 3
+ * was per layer say "begin" and "end", and load too). Collective. */
 int zero_save(zero *z, const char *parent, int64_t step, char *err,
               size_t errlen);
 /* Loads a checkpoint directory written by zero_save with any world size
- * and stage: the shards are re-cut for this gang's size and stage. The
+ * and stage: the shards are re-cut for this gang's size and stage (each
+ * rank reads the intersection of the saved ranges with its own). The
  * model configuration and optimizer kind must match. *step gets its step.
  * Collective. */
 int zero_load(zero *z, const char *dir, int64_t *step, char *err,
               size_t errlen);
+
+/* Between one process and a gang. A one-process run keeps the whole
+ * model and an optimizer over all P parameters in layout order (its
+ * state k arrays of P floats: trainkit's optimizer); these move that
+ * state into and out of the sharded form. */
+
+/* 1 if dir's manifest is zero_save's (its state has "zero"), else 0
+ * (also when the manifest cannot be read: the loader that follows says
+ * why). Reads one file; any thread. */
+int zero_is_sharded(const char *dir);
+/* Reads the sharded checkpoint dir (any world size and stage) whole:
+ * the weights into model's parameter array, the optimizer state and step
+ * count into opt (of that kind, over all of model's parameters, as
+ * above); *step gets the checkpoint's step. No comm, not collective. 0,
+ * or -1 with err (a damaged file, another model or optimizer). */
+int zero_read_whole(const char *dir, gpt *model, optim *opt, optim_kind kind,
+                    int64_t *step, char *err, size_t errlen);
+/* This rank's optimizer state taken from a whole-model optimizer's state
+ * (k arrays of P floats, as above) and step count t; the parameters are
+ * those zero_create took from the model. For a gang resuming one
+ * process's checkpoint: load it into the model and an optimizer first,
+ * then zero_create, then this. Not collective. */
+void zero_set_optim_state(zero *z, const float *state, uint64_t t);
 
 #endif /* DAGRUN_ZERO_H */

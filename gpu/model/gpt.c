@@ -92,6 +92,17 @@ static void add_tensor(gpt_tensor *t, size_t *n, size_t *off, const char *name,
   *off += p->numel;
 }
 
+/* Every group of the arrays named by what back on the full array (NULL
+ * while it is released). */
+static void groups_reset(gpt *m, int what) {
+  for (size_t g = 0; g < m->n_groups; g++) {
+    if (what & GPT_BUF_PARAMS)
+      m->gp[g] = m->params ? m->params + m->group_off[g] : NULL;
+    if (what & GPT_BUF_GRADS)
+      m->gg[g] = m->grads ? m->grads + m->group_off[g] : NULL;
+  }
+}
+
 int gpt_create(const gpt_config *cfg, gpt **out, char *err, size_t errlen) {
   *out = NULL;
   gpt_config c = *cfg;
@@ -144,6 +155,28 @@ int gpt_create(const gpt_config *cfg, gpt **out, char *err, size_t errlen) {
   add_tensor(t, &n, &off, "ln_f.bias", C, 0, 0);
   m->n_tensors = n;
   m->n_params = off;
+  /* Groups: the embeddings (tensors 0-1), each layer, ln_f. */
+  m->n_groups = (size_t)L + 2;
+  m->group_off = calloc(m->n_groups + 1, sizeof *m->group_off);
+  m->gp = calloc(m->n_groups, sizeof *m->gp);
+  m->gg = calloc(m->n_groups, sizeof *m->gg);
+  m->tloc = calloc(n, sizeof *m->tloc);
+  if (!m->group_off || !m->gp || !m->gg || !m->tloc) {
+    snprintf(err, errlen, "gpt: out of memory for the tensor table");
+    gpt_destroy(m);
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    size_t g = i < 2 ? 0
+               : i < 2 + (size_t)L * GPT_NLAYER_TENSORS
+                   ? 1 + (i - 2) / GPT_NLAYER_TENSORS
+                   : (size_t)L + 1;
+    if (i == 0 || g != m->tloc[i - 1].group)
+      m->group_off[g] = t[i].offset;
+    m->tloc[i].group = g;
+    m->tloc[i].local = t[i].offset - m->group_off[g];
+  }
+  m->group_off[m->n_groups] = off;
   size_t bytes = off * sizeof(float);
   m->params = calloc(off, sizeof(float));
   m->grads = calloc(off, sizeof(float));
@@ -156,6 +189,7 @@ int gpt_create(const gpt_config *cfg, gpt **out, char *err, size_t errlen) {
     return -1;
   }
   m->params_cap = m->grads_cap = off;
+  groups_reset(m, GPT_BUF_PARAMS | GPT_BUF_GRADS);
   *out = m;
   return 0;
 }
@@ -166,6 +200,10 @@ void gpt_destroy(gpt *m) {
   free(m->params);
   free(m->grads);
   free(m->tensors);
+  free(m->group_off);
+  free(m->gp);
+  free(m->gg);
+  free(m->tloc);
   free(m->acts);
   free(m->inputs);
   free(m->targets);
@@ -198,6 +236,7 @@ void gpt_release(gpt *m, int what) {
     m->grads = NULL;
     m->grads_cap = 0;
   }
+  groups_reset(m, what);
 }
 
 /* *buf (cap floats) grown or made to hold want floats, the old contents
@@ -224,8 +263,10 @@ int gpt_acquire(gpt *m, int what, size_t cap, char *err, size_t errlen) {
     snprintf(err, errlen,
              "gpt: out of memory: could not allocate %zu bytes of %s", cap * 4,
              (what & GPT_BUF_GRADS) ? "parameters or gradients" : "parameters");
+    groups_reset(m, what);
     return -1;
   }
+  groups_reset(m, what);
   return 0;
 }
 
@@ -237,6 +278,21 @@ void gpt_set_grad_hook(gpt *m, void (*hook)(void *arg, size_t final_from),
                        void *arg) {
   m->grad_hook = hook;
   m->grad_hook_arg = arg;
+}
+
+size_t gpt_group_count(const gpt *m) { return m->n_groups; }
+
+void gpt_group_range(const gpt *m, size_t g, size_t *offset, size_t *n) {
+  *offset = m->group_off[g];
+  *n = m->group_off[g + 1] - m->group_off[g];
+}
+
+void gpt_set_group_params(gpt *m, size_t g, float *p) { m->gp[g] = p; }
+void gpt_set_group_grads(gpt *m, size_t g, float *gr) { m->gg[g] = gr; }
+
+void gpt_set_param_hook(gpt *m, gpt_param_hook_fn hook, void *arg) {
+  m->param_hook = hook;
+  m->param_hook_arg = arg;
 }
 
 size_t gpt_config_num_params(const gpt_config *cfg) {

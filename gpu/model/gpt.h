@@ -153,6 +153,47 @@ size_t gpt_capacity(const gpt *m, int what);
 void gpt_set_grad_hook(gpt *m, void (*hook)(void *arg, size_t final_from),
                        void *arg);
 
+/* ---- Parameter groups, for ZeRO stage 3 (gpu/dist/zero.h) ----
+ * The layout (above) falls into n_layer + 2 groups, each a contiguous
+ * range: group 0 the embeddings (wte, wpe), group 1 + l layer l's twelve
+ * tensors, group n_layer + 1 ln_f. Forward and backward read a group's
+ * parameters and add its gradients through two base pointers (the
+ * group's first float), which are the full arrays' (gpt_params() +
+ * offset) unless moved: so ZeRO-3 can gather one group into a buffer of
+ * its own just before the engine uses it, and free it after. */
+size_t gpt_group_count(const gpt *m);
+/* Group g's flat range: *offset (floats into gpt_params()) and *n. */
+void gpt_group_range(const gpt *m, size_t g, size_t *offset, size_t *n);
+/* Where the engine reads group g's parameters (p) or adds its gradients
+ * (gr) from now on: p[0] / gr[0] is the group's first float, borrowed
+ * (NULL: none; the engine must not reach that group until it is set).
+ * gpt_acquire and gpt_release put every group of the arrays they touch
+ * back on the full array (NULL when released). gpt_zero_grad and
+ * gpt_params / gpt_grads see only the full arrays. */
+void gpt_set_group_params(gpt *m, size_t g, float *p);
+void gpt_set_group_grads(gpt *m, size_t g, float *gr);
+
+/* Events of the parameter hook. */
+enum { GPT_PARAMS_NEED = 1, GPT_PARAMS_DONE = 2 };
+/* hook(arg, event, group, next), called on the calling thread between
+ * kernels: GPT_PARAMS_NEED before forward or backward reads group's
+ * parameters (the hook places them, gpt_set_group_params, and in
+ * backward the gradients too, zeroed, before it returns), GPT_PARAMS_DONE
+ * after the pass is done with them. next is the group the engine will
+ * need after this one (-1: none), a hint for prefetching, and on DONE
+ * whether the parameters are wanted again at once (next == group): the
+ * CPU backend's order is, in forward, 0, 1 .. n_layer, n_layer + 1, 0
+ * (the tied head), with next 0 after the last when the forward has
+ * targets (the backward starts with group 0); in backward 0, n_layer + 1,
+ * n_layer .. 1. The embeddings' gradients keep growing after their DONE
+ * in backward (the token and position lookups come last): the gradient
+ * hook's final_from 0 says when they are final. A non-zero return stops
+ * the pass: forward returns -1 ("a parameter hook failed"), backward
+ * returns at once with partial gradients (the caller that set the hook
+ * knows why). The hook stays set until changed; NULL: none. */
+typedef int (*gpt_param_hook_fn)(void *arg, int event, int group, int next);
+void gpt_set_param_hook(gpt *m, gpt_param_hook_fn hook, void *arg);
+
 /* Parameters (floats, with wte's padding rows) of cfg (finished), as
  * gpt_num_params counts them for the model gpt_create would make. */
 size_t gpt_config_num_params(const gpt_config *cfg);

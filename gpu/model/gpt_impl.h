@@ -39,8 +39,22 @@ struct gpt {
   /* gpt_set_grad_hook's callback, called by backward. */
   void (*grad_hook)(void *arg, size_t final_from);
   void *grad_hook_arg;
+  /* gpt_set_param_hook's callback, called by forward and backward. */
+  gpt_param_hook_fn param_hook;
+  void *param_hook_arg;
   gpt_tensor *tensors; /* 2 + 12 n_layer + 2 */
   size_t n_tensors;
+  /* Parameter groups (gpt.h): group g is the flat range [group_off[g],
+   * group_off[g+1]). The kernels find a tensor through its group's base
+   * pointers, gp[g] and gg[g] (the group's first float), which are the
+   * full arrays' (params + group_off[g]) unless gpt_set_group_params /
+   * _grads moved them; tloc[i] is tensor i's group and offset in it. */
+  size_t n_groups;  /* n_layer + 2 */
+  size_t *group_off; /* n_groups + 1 */
+  float **gp, **gg;  /* n_groups each */
+  struct gpt_tloc {
+    size_t group, local;
+  } *tloc; /* n_tensors */
 
   /* Activations and backward scratch: one allocation, carved for the
    * (B,T) of the last forward; regrown only when a bigger one comes. */
@@ -53,12 +67,14 @@ struct gpt {
   float loss;    /* its mean loss */
 };
 
-/* The first float of the tensor with index i (gpt.h's order). */
+/* The first float of the tensor with index i (gpt.h's order), wherever
+ * its group is: one more load than a flat array's offset, nothing a
+ * kernel notices. */
 static inline float *gpt_p(struct gpt *m, size_t i) {
-  return m->params + m->tensors[i].offset;
+  return m->gp[m->tloc[i].group] + m->tloc[i].local;
 }
 static inline float *gpt_g(struct gpt *m, size_t i) {
-  return m->grads + m->tensors[i].offset;
+  return m->gg[m->tloc[i].group] + m->tloc[i].local;
 }
 /* Index of tensor k (GPT_LN1_W...) of layer l; 0 is wte, 1 wpe, and
  * ln_f's weight and bias come last. */

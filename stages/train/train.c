@@ -98,7 +98,8 @@ static const dagrun_param_spec params[] = {
      "Train batches the loader's thread prepares ahead (0: made on the "
      "training thread)"},
     {"peak_tflops", DAGRUN_PARAM_FLOAT, "0", 0,
-     "The hardware's peak TFLOP/s, for the mfu metric (0: unknown, no mfu)"},
+     "The hardware's peak TFLOP/s, for the mfu metric (0: unknown, no mfu); "
+     "in a gang, one rank's"},
     {"samples", DAGRUN_PARAM_INT, "3", 0,
      "Texts generated at the end, into out/samples.txt"},
     {"sample_prompt", DAGRUN_PARAM_STRING, "", 0,
@@ -122,8 +123,8 @@ static const dagrun_param_spec params[] = {
      "data parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ "
      "parameters); ignored by one process"},
     {"zero_bucket", DAGRUN_PARAM_INT, "0", 0,
-     "In a gang, ZeRO stages 2-3: floats per rank in a gradient "
-     "reduce-scatter bucket (0: 1048576)"},
+     "In a gang, ZeRO stage 2: floats per rank in a gradient "
+     "reduce-scatter bucket (0: 1048576; stage 3 sends a layer at a time)"},
     {NULL, 0, NULL, 0, NULL},
 };
 
@@ -422,6 +423,29 @@ static void report_invalid(void *arg, const char *dir, const char *why) {
   r->h->log(r->ctx, DAGRUN_LOG_WARN, "skipping checkpoint %s: %s", dir, why);
 }
 
+/* A gang's sharded checkpoint (zero.h) resumed by one process: read
+ * whole into the model and optimizer. It holds no loader position: the
+ * batches of the steps done are replayed, which continues the gang's data
+ * order exactly when this run's batch is the gang's global batch
+ * (batch_size = world_size x the gang's, grad_accum 1). The spike guard's
+ * window starts empty (a gang keeps none). */
+static int resume_sharded(run_ctx *r, const char *dir, char *err,
+                          size_t errlen) {
+  int64_t step = 0;
+  if (zero_read_whole(dir, r->model, r->opt, r->c.opt.kind, &step, err,
+                      errlen) != 0)
+    return -1;
+  for (int64_t k = 0; k < step * r->c.accum; k++)
+    loader_next(r->train, r->inputs, r->targets);
+  r->st.step = step;
+  r->st.tokens = (uint64_t)step * r->c.B * r->c.m.T * r->c.accum;
+  r->h->log(r->ctx, DAGRUN_LOG_INFO,
+            "%s is a gang's sharded checkpoint: read whole, the data "
+            "loader replayed to step %lld",
+            dir, (long long)step);
+  return 0;
+}
+
 /* resume: auto / never / a directory. Returns 0 (resumed or fresh), or
  * -1 when the named checkpoint cannot be used. */
 static int maybe_resume(run_ctx *r) {
@@ -447,7 +471,9 @@ static int maybe_resume(run_ctx *r) {
       return -1;
     }
   }
-  if (trainstate_load(dir, &r->st, err, sizeof err) != 0) {
+  if ((zero_is_sharded(dir) ? resume_sharded(r, dir, err, sizeof err)
+                             : trainstate_load(dir, &r->st, err, sizeof err)) !=
+      0) {
     r->h->fail(r->ctx, "resume from %s: %s", dir, err);
     free(dir);
     return -1;
@@ -616,6 +642,35 @@ static char *config_json(const run_ctx *r) {
 static double flops_per_token(const gpt_config *mc, size_t n_params, int T) {
   double N = (double)n_params - (double)mc->block_size * mc->n_embd;
   return 6.0 * N + 6.0 * mc->n_layer * (double)mc->n_embd * T;
+}
+
+/* Where a step's time went (seconds), as both paths report it. */
+typedef struct step_times {
+  double data, forward, backward, optimizer, comm, step;
+} step_times;
+
+/* The step's time metrics, tokens seen and achieved model FLOP/s of the
+ * whole run (and MFU when peak_tflops, one device's, is known: against
+ * ranks devices' peak), at step. */
+static void report_step_times(run_ctx *r, int64_t step, const step_times *t,
+                              double fpt, size_t tokens_per_step, int ranks) {
+  dagrun_ctx *ctx = r->ctx;
+  const dagrun_host *h = r->h;
+  h->metric(ctx, "time_data_s", t->data, step);
+  h->metric(ctx, "time_forward_s", t->forward, step);
+  h->metric(ctx, "time_backward_s", t->backward, step);
+  h->metric(ctx, "time_optimizer_s", t->optimizer, step);
+  h->metric(ctx, "time_comm_s", t->comm, step);
+  h->metric(ctx, "step_time_s", t->step, step);
+  h->metric(ctx, "tokens", (double)r->st.tokens, step);
+  /* This step's achieved model FLOP/s (tokens_per_s is the run's
+   * average, evaluations and checkpoints included). */
+  if (t->step > 0) {
+    double fps = fpt * (double)tokens_per_step / t->step;
+    h->metric(ctx, "flops_per_s", fps, step);
+    if (r->c.peak_tflops > 0)
+      h->metric(ctx, "mfu", fps / (ranks * r->c.peak_tflops * 1e12), step);
+  }
 }
 
 /* The data-wait watch: data wait as a share of step time, summed over
@@ -898,12 +953,35 @@ static int run_gang(run_ctx *r, int N) {
     h->metric(ctx, "init_loss", init_loss, 0);
   }
 
+  /* One process's checkpoint (trainstate.h: full weights and optimizer
+   * state) is read whole by every rank into the model, before ZeRO takes
+   * it, and into an optimizer over the whole model, whose state ZeRO cuts
+   * after. Its loader position is for one process's batch: replaying the
+   * steps' batches continues its data order exactly when the global
+   * batch is that batch. */
+  int sharded = resume_dir[0] && zero_is_sharded(resume_dir);
+  optim *whole = NULL;
+  if (resume_dir[0] && !sharded) {
+    train_state ts = r->st;
+    ts.train = NULL;
+    if (trainkit_make_optim(r->model, &r->c.opt, &whole, err, sizeof err) !=
+        0)
+      gang_abort(r, &g, "resume", err);
+    ts.opt = whole;
+    if (ckpt_verify(resume_dir, err, sizeof err) != 0 ||
+        trainstate_load(resume_dir, &ts, err, sizeof err) != 0)
+      gang_abort(r, &g, "resume", err);
+    r->st.step = ts.step;
+  }
   zero_config zc = {.stage = g.stage, .bucket_floats = (size_t)bucket};
   if (zero_create(&zc, r->model, &r->c.opt, g.c, &g.z, err, sizeof err) != 0)
     gang_abort(r, &g, "ZeRO", err);
   if (resume_dir[0]) {
-    int64_t step = 0;
-    if (zero_load(g.z, resume_dir, &step, err, sizeof err) != 0)
+    int64_t step = r->st.step;
+    if (whole)
+      zero_set_optim_state(g.z, optim_state(whole), optim_get_t(whole));
+    optim_destroy(whole);
+    if (sharded && zero_load(g.z, resume_dir, &step, err, sizeof err) != 0)
       gang_abort(r, &g, "resume", err);
     /* The loader's position: the batches of the steps done, replayed. */
     for (int64_t k = 0; k < step; k++)
@@ -912,12 +990,13 @@ static int run_gang(run_ctx *r, int N) {
     r->st.tokens = (uint64_t)step * N * bt;
     snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", resume_dir);
     if (lead)
-      h->log(ctx, DAGRUN_LOG_INFO,
-             "resumed from sharded checkpoint %s at step %lld", resume_dir,
+      h->log(ctx, DAGRUN_LOG_INFO, "resumed from %s checkpoint %s at step %lld",
+             sharded ? "sharded" : "one-process", resume_dir,
              (long long)step);
   }
 
   size_t tokens_per_step = (size_t)N * bt;
+  double fpt = flops_per_token(mc, np, T);
   double t_start = stagekit_now(), t_last = 0, last_loss = NAN, val = NAN;
   int64_t first_step = r->st.step;
   uint32_t *in = r->inputs + (size_t)g.rank * bt;
@@ -949,7 +1028,10 @@ static int run_gang(run_ctx *r, int N) {
     if (zero_step(g.z, in, tg, B, T, (float)lr, r->c.grad_clip, &res, err,
                   sizeof err) != 0)
       gang_abort(r, &g, "step", err);
-    double step_s = stagekit_now() - t_step;
+    /* Rank 0's time; zero_step's phases add up to its own wall time. */
+    step_times times = {t_data, res.t_forward, res.t_backward,
+                        res.t_optimizer, res.t_comm,
+                        stagekit_now() - t_step};
     r->st.step++;
     r->st.tokens += tokens_per_step;
     last_loss = res.loss;
@@ -957,9 +1039,14 @@ static int run_gang(run_ctx *r, int N) {
       h->metric(ctx, "loss", res.loss, r->st.step);
       h->metric(ctx, "lr", lr, r->st.step);
       h->metric(ctx, "grad_norm", res.norm, r->st.step);
-      h->metric(ctx, "time_data_s", t_data, r->st.step);
-      h->metric(ctx, "step_time_s", step_s, r->st.step);
-      h->metric(ctx, "tokens", (double)r->st.tokens, r->st.step);
+      report_step_times(r, r->st.step, &times, fpt, tokens_per_step, N);
+      /* The overlap achieved: reduce-scatters started while backward
+       * still ran, of all of them. */
+      if (res.buckets > 0) {
+        h->metric(ctx, "comm_buckets_early", res.buckets_early, r->st.step);
+        h->metric(ctx, "comm_overlap",
+                  (double)res.buckets_early / res.buckets, r->st.step);
+      }
       double now = stagekit_now();
       if (now - t_last > 0.5 || r->st.step == r->c.steps) {
         double el = now - t_start;
@@ -1318,21 +1405,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
     h->metric(ctx, "loss", loss, r.st.step);
     h->metric(ctx, "lr", lr, r.st.step);
     h->metric(ctx, "grad_norm", gnorm, r.st.step);
-    h->metric(ctx, "time_data_s", t_data, r.st.step);
-    h->metric(ctx, "time_forward_s", t_fwd, r.st.step);
-    h->metric(ctx, "time_backward_s", t_bwd, r.st.step);
-    h->metric(ctx, "time_optimizer_s", t_opt, r.st.step);
-    h->metric(ctx, "time_comm_s", t_comm, r.st.step);
-    h->metric(ctx, "step_time_s", step_s, r.st.step);
-    h->metric(ctx, "tokens", (double)r.st.tokens, r.st.step);
-    /* This step's achieved model FLOP/s (tokens_per_s, below, is the
-     * run's average, evaluations and checkpoints included). */
-    if (step_s > 0) {
-      double fps = fpt * (double)tokens_per_step / step_s;
-      h->metric(ctx, "flops_per_s", fps, r.st.step);
-      if (r.c.peak_tflops > 0)
-        h->metric(ctx, "mfu", fps / (r.c.peak_tflops * 1e12), r.st.step);
-    }
+    step_times times = {t_data, t_fwd, t_bwd, t_opt, t_comm, step_s};
+    report_step_times(&r, r.st.step, &times, fpt, tokens_per_step, 1);
     watch_data(&r, &dwatch, r.st.step, t_data, step_s);
     double now = stagekit_now();
     if (now - t_last > 0.5 || r.st.step == r.c.steps) {

@@ -14,6 +14,22 @@
 #   attempt left), the retry resumes from the sharded checkpoint of step
 #   10, says so, and ends with the losses of steps 11-20 and the final
 #   weights of the uninterrupted run (relative difference < 1e-5).
+# - Each step of a gang reports where its time went, as one process does:
+#   time_data_s, time_forward_s, time_backward_s, time_optimizer_s,
+#   time_comm_s (collectives the rank waited in), all >= 0, adding up to
+#   step_time_s within 5% (or 0.5 ms); forward and backward > 0, comm > 0
+#   (two ranks always exchange something); tokens = steps x 128;
+#   flops_per_s > 0; the overlap (comm_overlap, the share of
+#   reduce-scatters started during backward) is 0 at stage 2 (one bucket,
+#   holding the embeddings, final last) and 3 of 4 at stage 3 (one per
+#   group; the embeddings' last).
+# - Resume across shapes: one process's checkpoint of step 10 (weights,
+#   optimizer, step) continued by a gang of 2 at stage 3, and the stage-2
+#   gang's sharded checkpoint of step 10 continued by one process, give
+#   steps 11-20 the losses of the uninterrupted runs (relative difference
+#   < 1e-5; measured 1.1e-7, the same as one process against a gang). A
+#   gang refuses the weights-only final model, and one process a sharded
+#   checkpoint of another model, saying why.
 # - A timeout stops the gang, which writes a sharded checkpoint first.
 # - world_size 2 with launcher local, and grad_accum 2 in a gang, are
 #   refused with messages that say what to do.
@@ -48,9 +64,12 @@ a = dict(l.split() for l in open(sys.argv[1]))
 b = dict(l.split() for l in open(sys.argv[2]))
 tol = float(sys.argv[3])
 assert a and set(a) == set(b), (sorted(a), sorted(b))
+worst = 0
 for s in a:
     x, y = float(a[s]), float(b[s])
     assert abs(x - y) <= tol * abs(x), (s, x, y)
+    worst = max(worst, abs(x - y) / abs(x))
+print("losses %s vs %s: largest relative difference %.2g (tolerance %g)" % (sys.argv[1], sys.argv[2], worst, tol))
 P
 }
 
@@ -78,11 +97,12 @@ assert worst <= float(sys.argv[3]) * big, (worst, big)
 P
 }
 
-# --- The reference: one process, batch_size 4.
+# --- The reference: one process, batch_size 4 (a checkpoint at step 10
+# for the resume below).
 cat > one.yaml <<Y
 dag: one
 tasks:
-  train: {stage: train, with: {$MODEL, batch_size: 4}}
+  train: {stage: train, with: {$MODEL, batch_size: 4, checkpoint_every: 10}}
 Y
 run_dagrun run one.yaml --plain
 expect_rc 0
@@ -120,18 +140,80 @@ Y
   /usr/bin/python3 -c "import json, math, sys; v = json.load(open(sys.argv[1]))['val_loss']; assert math.isfinite(v) and v < 6, v" \
     "$R/validate/out/metrics.json" || fail "validate: $(cat "$R/validate/out/metrics.json")"
   ls "$R/export/out/model/"*.safetensors >/dev/null || fail "export: $(ls -R "$R/export/out")"
+  # Where the time went, per step.
+  /usr/bin/python3 - "$R/train/metrics.jsonl" "$stage" <<'P' || fail "stage $stage: step times: see above"
+import collections, json, sys
+m = collections.defaultdict(dict)
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    m[e["name"]][e["step"]] = e["value"]
+stage = int(sys.argv[2])
+phases = ["time_data_s", "time_forward_s", "time_backward_s", "time_optimizer_s", "time_comm_s"]
+worst = 0
+for s in range(1, 21):
+    v = {k: m[k][s] for k in phases + ["step_time_s", "tokens", "flops_per_s"]}
+    assert all(v[k] >= 0 for k in phases), (s, v)
+    assert v["time_forward_s"] > 0 and v["time_backward_s"] > 0 and v["time_comm_s"] > 0, (s, v)
+    gap = abs(sum(v[k] for k in phases) - v["step_time_s"])
+    assert gap <= max(0.05 * v["step_time_s"], 5e-4), (s, gap, v)
+    worst = max(worst, gap / v["step_time_s"])
+    assert v["tokens"] == s * 128 and v["flops_per_s"] > 0, (s, v)
+    if stage >= 2:
+        # Stage 2 here sends one bucket (the default is bigger than the
+        # shard), which holds the embeddings: final last, never early.
+        # Stage 3 sends a group at a time: all but the embeddings early.
+        o = m["comm_overlap"][s]
+        assert (o == 0 if stage == 2 else 0.5 < o < 1), (s, o)
+n = 20
+print("stage %d: step %.2f ms = data %.3f + fwd %.2f + bwd %.2f + opt %.3f + comm %.2f (means), phases vs step at worst %.2f%%%s" % (
+    stage, *(1e3 * sum(m[k][s] for s in range(1, 21)) / n for k in ["step_time_s"] + phases), 100 * worst,
+    ", overlap %.2f" % (sum(m["comm_overlap"].values()) / n) if stage >= 2 else ""))
+P
 done
 Z2=$(run_dir z2)
 
-# A plain train does not resume from the weights-only final model.
-cat > wo.yaml <<Y
-dag: wo
-tasks:
-  train: {stage: train, with: {$MODEL, batch_size: 4, resume: "$Z2/train/model/step-00000020"}}
-Y
-run_dagrun run wo.yaml --plain
+# train_dag NAME WITH [gang]: runs NAME.yaml, a DAG of one train task
+# with params WITH; "gang" makes it a gang of 2 ranks under mpirun.
+train_dag() {
+  if [ "${3:-}" = gang ]; then
+    printf 'dag: %s\ntasks:\n  train:\n    stage: train\n    world_size: 2\n    launcher: mpirun\n    %s\n    with: {%s}\n' \
+      "$1" "$ENV" "$2" > "$1.yaml"
+  else
+    printf 'dag: %s\ntasks:\n  train: {stage: train, with: {%s}}\n' "$1" "$2" > "$1.yaml"
+  fi
+  run_dagrun run "$1.yaml" --plain
+}
+
+# resumed_as REF NAME TEXT: the run of NAME succeeded, its log says TEXT,
+# and its losses are REF's of steps 11-20.
+resumed_as() {
+  expect_rc 0
+  local R
+  R=$(run_dir "$2")
+  expect_in "$R/train/attempt-1/log" "$3"
+  losses "$R" > "$2.losses"
+  grep -E '^(1[1-9]|20) ' "$1.losses" > "$1.tail"
+  same_losses "$1.tail" "$2.losses" 1e-5
+}
+
+# --- Resume across shapes. One process's step-10 checkpoint, on by a
+# gang at stage 3 (the shards cut from the whole state), and the stage-2
+# gang's sharded one, on by one process of the gang's global batch:
+train_dag o2g "$MODEL, batch_size: 2, zero_stage: 3, resume: \"$R1/train/checkpoints/step-00000010\"" gang
+resumed_as one o2g "resumed from one-process checkpoint $R1/train/checkpoints/step-00000010 at step 10"
+train_dag g2o "$MODEL, batch_size: 4, resume: \"$Z2/train/checkpoints/step-00000010\""
+resumed_as z2 g2o "is a gang's sharded checkpoint: read whole"
+# Refused: the weights-only final model, by a gang and by one process;
+# one process resuming a sharded checkpoint of another model.
+train_dag wog "$MODEL, batch_size: 2, resume: \"$Z2/train/model/step-00000020\"" gang
 expect_rc 1
 expect_in "$T/out" "weights only, no optimizer state"
+train_dag wo "$MODEL, batch_size: 4, resume: \"$Z2/train/model/step-00000020\""
+expect_rc 1
+expect_in "$T/out" "weights only, no optimizer state"
+train_dag g2big "${MODEL/n_embd: 32/n_embd: 64}, batch_size: 4, resume: \"$Z2/train/checkpoints/step-00000010\""
+expect_rc 1
+expect_in "$T/out" "parameters and adamw state; this model has"
 
 # --- Rank 1 dies after step 13; the retry resumes from step 10.
 cat > kill.yaml <<Y
@@ -160,7 +242,6 @@ fi
 expect_in "$RK/train/attempt-2/log" "resumed from sharded checkpoint $RK/train/checkpoints/step-00000010 at step 10"
 losses "$RK" 2 > kill.losses
 [ "$(head -1 kill.losses | cut -d' ' -f1)" = 11 ] || fail "the retry did not start at step 11: $(cat kill.losses)"
-grep -E '^(1[1-9]|20) ' z2.losses > z2.tail
 same_losses z2.tail kill.losses 1e-5
 same_weights "$Z2/train/model/step-00000020/model.safetensors" \
   "$RK/train/model/step-00000020/model.safetensors" 1e-5

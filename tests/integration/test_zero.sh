@@ -10,15 +10,25 @@
 # - stage 2 with the reduce-scatter after backward, and with one bucket,
 #   gives the same;
 # - each rank's measured gradient and optimizer bytes (and stage 3's
-#   parameter bytes) are within 5% of ZeRO's fp32 formula;
+#   parameter bytes, between steps and at the peak of a step) are within
+#   5% of ZeRO's fp32 formula;
+# - stage 3 gathers per layer: with 8 layers, the parameters a rank holds
+#   at the peak of a step are its shard and two layers' worth (the one in
+#   use and the next, prefetched; the formula of zero.h's f_peak_params,
+#   within 5%), under half the model, where a whole-model gather would
+#   hold all of it; without overlap (no prefetch), one layer's worth; and
+#   the losses and weights stay those of stage 0;
 # - a checkpoint saved by 4 ranks at stage 2 after step 10, loaded by 2
 #   ranks at stage 1 and by 1 rank at stage 0, gives steps 11-20 the
 #   losses and final weights of the uninterrupted 4-rank run;
 # - with 5 ranks (padded shards) stages 1 and 3 match one rank with
 #   micro-batch 5, and a stage-3 checkpoint of 5 ranks resumes on 1 rank;
+# - a stage-3 checkpoint of 4 ranks (per-layer pieces) resumes on 2 ranks
+#   at stage 3 and on 1 rank at stage 0 with the same losses and weights;
 # - stage 2 starts some buckets during backward (the hook), none with
 #   --no-overlap;
-# - a truncated shard file is refused with a message that names it.
+# - a truncated shard file is refused with a message that names it, and
+#   a manifest whose ranges reach past the model with one that says so.
 . "$(dirname "$0")/lib.sh"
 
 TOOL="$DAGRUN_BUILD_DIR/bin/zero_check"
@@ -73,9 +83,10 @@ same_losses() {
     }' "$T/$1.out" "$T/$2.out"
 }
 
+# same_weights A B [MODEL ARGS]: the final weights of A and B agree.
 same_weights() {
   local r
-  r=$("$TOOL" --compare "$T/$1.w" "$T/$2.w") || fail "cannot compare $1 $2"
+  r=$("$TOOL" "${@:3}" --compare "$T/$1.w" "$T/$2.w") || fail "cannot compare $1 $2"
   awk '{ exit !($4 < 1e-5) }' <<<"$r" || fail "weights of $2 differ from $1: $r"
 }
 
@@ -99,7 +110,7 @@ for n in 1 2 4; do
     # against the fp32 formula, within 5%.
     awk -v what="$n ranks stage $stage" '$1 == "mem" {
         for (i = 2; i < NF; i += 2) v[$i] = $(i + 1)
-        split("grads optim" (v["stage"] == 3 ? " params" : ""), k, " ")
+        split("grads optim" (v["stage"] == 3 ? " params peak_params" : ""), k, " ")
         for (j in k) {
           x = v[k[j]]; f = v["f_" k[j]]
           d = x - f; if (d < 0) d = -d
@@ -129,6 +140,38 @@ same_weights ref s2late
 zr s2one 2 2
 same_losses ref s2one || fail "stage 2 with one bucket: losses differ"
 same_weights ref s2one
+
+# Stage 3 per layer, 8 layers (Psi = 104256 floats, a layer 12704): the
+# peak of gathered parameters is two layers (the formula, within 5%), not
+# the model; one layer without prefetch. 10 steps: past step 11, this
+# deeper model at the test's learning rate turns summation-order
+# rounding into visible differences between any two ways of summing the
+# gradient (measured: stage 2 against stage 0, grad norm 1.5e-4 apart at
+# step 16; stage 3 within 3e-8 up to step 11).
+L8="--layers 8 --steps 10"
+zr l8s0 2 0 $L8
+for v in l8s3 l8s3late; do
+  zr "$v" 2 3 $L8 $([ "$v" = l8s3late ] && echo --no-overlap)
+  same_losses l8s0 "$v" || fail "$v: 8 layers at stage 3, losses differ from stage 0"
+  same_weights l8s0 "$v" --layers 8
+  awk -v what="$v" -v layer=12704 -v late=$([ "$v" = l8s3late ] && echo 1 || echo 0) '$1 == "mem" {
+      for (i = 2; i < NF; i += 2) v[$i] = $(i + 1)
+      full = v["peak_params"] - v["params"]   # gathered, above the shard
+      want = (late ? 1 : 2) * layer * 4
+      d = full - want; if (d < 0) d = -d
+      printf "%s: peak params %d = shard %d + gathered %d (formula %d; %d layer(s) %d; the model %d)\n",
+        what, v["peak_params"], v["params"], full, v["f_peak_params"], late ? 1 : 2, want, 4 * v["psi"]
+      d2 = v["peak_params"] - v["f_peak_params"]; if (d2 < 0) d2 = -d2
+      if (d > 0.05 * want || d2 > 0.05 * v["f_peak_params"]) { print what ": gathered " full " bytes, not about " want; bad = 1 }
+      if (full >= 2 * v["psi"]) { print what ": gathered half the model or more"; bad = 1 }
+      seen = 1
+    }
+    END { exit bad || !seen }' "$T/$v.out" || fail "stage 3 does not gather per layer"
+done
+awk '$1 == "step" && $10 != 0 { e = 1 } END { exit e }' "$T/l8s3late.out" ||
+  fail "stage 3 --no-overlap started reduce-scatters during backward"
+awk '$1 == "step" && $10 > 0 { e = 1 } END { exit !e }' "$T/l8s3.out" ||
+  fail "stage 3: no reduce-scatter was started during backward"
 
 # Checkpoints: 4 ranks at stage 2 save after step 10 and go on to 20.
 zr full 4 2 --bucket 1000 --save-at 10 --ckpt "$T/ck"
@@ -161,6 +204,39 @@ for r in n5s1 n5s3; do
 done
 same_losses n5s3 from5 11 || fail "from5: losses after the load differ"
 same_weights n5s3 from5
+
+# Stage 3's checkpoint (each rank a piece of every layer) re-cut for 2
+# ranks at stage 3 and 1 rank at stage 0.
+zr full3 4 3 --save-at 10 --ckpt "$T/ck3"
+same_losses ref full3 || fail "the saving stage-3 run's losses differ"
+/usr/bin/python3 -c '
+import json, sys
+m = json.load(open(sys.argv[1]))
+r = m["state"]["zero"]["ranks"]
+# Each of the 4 ranks has a piece of each of the 4 groups.
+assert len(r) == 4 and all(len(q["ranges"]) == 4 for q in r), r
+' "$T/ck3/step-00000010/manifest.json" || fail "stage-3 manifest: not one range per group and rank"
+zr from3to2 2 3 --load "$T/ck3/step-00000010"
+zr from3to1 1 0 --load "$T/ck3/step-00000010"
+for r in from3to2 from3to1; do
+  ! grep -q '^step \(10\|[1-9]\) ' "$T/$r.out" || fail "$r redid steps <= 10"
+  same_losses full3 "$r" 11 || fail "$r: losses after the load differ"
+  same_weights full3 "$r"
+done
+
+# A manifest whose ranges lie outside the model is refused.
+cp -r "$T/ck3/step-00000010" "$T/badr"
+/usr/bin/python3 - "$T/badr/manifest.json" <<'P'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["state"]["zero"]["ranks"][1]["ranges"][0] = [0, 99999999]
+json.dump(m, open(sys.argv[1], "w"))
+P
+if mpirun --oversubscribe --bind-to none -np 2 "$TOOL" --stage 3 --micro 2 \
+  --load "$T/badr" >"$T/badr.out" 2>"$T/badr.err"; then
+  fail "a manifest with a range past the model was loaded"
+fi
+grep -q "a bad entry in the manifest's ranks" "$T/badr.err" || fail "bad ranges: $(cat "$T/badr.err")"
 
 # A damaged shard is refused, naming the file.
 cp -r "$CK" "$T/bad"

@@ -6,7 +6,8 @@
  *   mpirun -np N zero_check --stage S --micro B [--steps 20]
  *       [--bucket FLOATS] [--no-overlap] [--save-at K --ckpt PARENT]
  *       [--load DIR] [--dump FILE] [--layers L --width C]
- *   zero_check --compare A B      (two dumps: max abs and relative diff)
+ *   zero_check [--layers L --width C] --compare A B
+ *       (two dumps of that model: max abs and relative diff)
  *
  * Model (--layers and --width change it, for timings): 2 layers, 4 heads, width
  * 32, context 16, vocab 64, gpt_init seed 1234; AdamW (0.9, 0.95, eps 1e-8,
@@ -21,7 +22,8 @@
  * step (s from 1; b reduce-scatter buckets, e of them started during
  * backward), a "mem"
  * line (its bytes and the formulas, zero.h's zero_memory), "step_ms" (mean
- * time of the steps after the first) and "hash" of the final weights;
+ * time of the steps after the first), "phases_ms" (its split: forward,
+ * backward, comm not hidden, optimizer) and "hash" of the final weights;
  * --dump writes them as raw little-endian floats.
  */
 #include <inttypes.h>
@@ -145,12 +147,16 @@ static int compare(const char *a, const char *b) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 4 && strcmp(argv[1], "--compare") == 0)
-    return compare(argv[2], argv[3]);
   zero_config zc = {0};
   int B = 0, steps = 20, save_at = -1;
   const char *ckdir = NULL, *load = NULL, *dump = NULL;
+  const char *cmp_a = NULL, *cmp_b = NULL;
   for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--compare") == 0 && i + 2 < argc) {
+      cmp_a = argv[++i];
+      cmp_b = argv[++i];
+      continue;
+    }
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--no-overlap") == 0) {
       zc.no_overlap = 1;
@@ -186,6 +192,8 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  if (cmp_a)
+    return compare(cmp_a, cmp_b);
   if (B < 1 || (save_at >= 0 && !ckdir)) {
     fprintf(stderr, "zero_check: --micro B >= 1 needed (and --ckpt with "
                     "--save-at)\n");
@@ -221,7 +229,7 @@ int main(int argc, char **argv) {
     snprintf(err, sizeof err, "out of memory");
     goto fail;
   }
-  double t_sum = 0;
+  double t_sum = 0, ph[4] = {0};
   int t_n = 0;
   for (int64_t s = start; s < steps; s++) {
     for (int b = 0; b < B; b++) {
@@ -237,6 +245,10 @@ int main(int argc, char **argv) {
     if (s > start) {
       t_sum += now_ms() - t0;
       t_n++;
+      ph[0] += res.t_forward;
+      ph[1] += res.t_backward;
+      ph[2] += res.t_comm;
+      ph[3] += res.t_optimizer;
     }
     if (r == 0)
       printf("step %" PRId64 " loss %.9g norm %.9g buckets %d early %d\n",
@@ -254,11 +266,16 @@ int main(int argc, char **argv) {
     printf("mem stage %d world %d psi %" PRIu64 " params %" PRIu64
            " grads %" PRIu64 " optim %" PRIu64 " peak_params %" PRIu64
            " peak_grads %" PRIu64 " comm %" PRIu64 " f_params %" PRIu64
-           " f_grads %" PRIu64 " f_optim %" PRIu64 " f_mixed %" PRIu64 "\n",
+           " f_grads %" PRIu64 " f_optim %" PRIu64 " f_mixed %" PRIu64
+           " f_peak_params %" PRIu64 "\n",
            zm.stage, zm.world, zm.n_params, zm.params, zm.grads, zm.optim,
            zm.peak_params, zm.peak_grads, zm.comm, zm.f_params, zm.f_grads,
-           zm.f_optim, zm.f_mixed);
+           zm.f_optim, zm.f_mixed, zm.f_peak_params);
     printf("step_ms %.3f\n", t_n ? t_sum / t_n : 0.0);
+    /* Where it went (zero_step_result's split, rank 0), ms a step. */
+    printf("phases_ms forward %.3f backward %.3f comm %.3f optimizer %.3f\n",
+           t_n ? 1e3 * ph[0] / t_n : 0.0, t_n ? 1e3 * ph[1] / t_n : 0.0,
+           t_n ? 1e3 * ph[2] / t_n : 0.0, t_n ? 1e3 * ph[3] / t_n : 0.0);
     uint64_t h = 1469598103934665603ULL;
     const unsigned char *p = (const unsigned char *)w;
     for (size_t i = 0; i < P * sizeof *w; i++)

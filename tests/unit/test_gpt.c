@@ -7,6 +7,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpt.h"
@@ -413,6 +414,141 @@ static void test_refusals(void) {
   gpt_destroy(m);
 }
 
+/* ---- Parameter groups and the parameter hook (ZeRO-3's seam) ---- */
+
+#define HK_MAX 64
+typedef struct hook_state {
+  gpt *m;
+  const float *src; /* the full parameters, where NEED copies from */
+  float *pbuf[HK_MAX], *gbuf[HK_MAX];
+  int in_bwd, fail_at, fail_bwd; /* fail NEED of group fail_at (-1 never) */
+  int log[4 * HK_MAX][3], n; /* event, group, next */
+} hook_state;
+
+/* As ZeRO-3 does it: a group's parameters copied into a buffer of their
+ * own on NEED, freed on DONE (the engine's pointer to them NULL, so a use
+ * after DONE crashes), and its gradient made on NEED in backward. */
+static int test_hook(void *arg, int event, int g, int next) {
+  hook_state *h = arg;
+  if (h->n < 4 * HK_MAX) {
+    h->log[h->n][0] = event;
+    h->log[h->n][1] = g;
+    h->log[h->n][2] = next;
+    h->n++;
+  }
+  size_t off, n;
+  gpt_group_range(h->m, (size_t)g, &off, &n);
+  if (event == GPT_PARAMS_DONE) {
+    if (next != g) {
+      free(h->pbuf[g]);
+      h->pbuf[g] = NULL;
+      gpt_set_group_params(h->m, (size_t)g, NULL);
+    }
+    return 0;
+  }
+  if (g == h->fail_at && h->in_bwd == h->fail_bwd)
+    return -1;
+  if (!h->pbuf[g]) {
+    h->pbuf[g] = malloc(n * sizeof(float));
+    memcpy(h->pbuf[g], h->src + off, n * sizeof(float));
+  }
+  gpt_set_group_params(h->m, (size_t)g, h->pbuf[g]);
+  if (h->in_bwd && !h->gbuf[g]) {
+    h->gbuf[g] = calloc(n, sizeof(float));
+    gpt_set_group_grads(h->m, (size_t)g, h->gbuf[g]);
+  }
+  return 0;
+}
+
+static void test_param_groups(void) {
+  int L = 3, B = 2, T = 8, V = 50;
+  gpt *ref = make(L, 2, 16, T, V), *m = make(L, 2, 16, T, V);
+  if (!ref || !m)
+    return;
+  gpt_init(ref, 7);
+  gpt_init(m, 7);
+  size_t P = gpt_num_params(m), ng = gpt_group_count(m), off, n, at = 0;
+  CHECK(ng == (size_t)L + 2);
+  for (size_t g = 0; g < ng; g++) {
+    gpt_group_range(m, g, &off, &n);
+    CHECK(off == at && n > 0);
+    at += n;
+  }
+  CHECK(at == P);
+  gpt_group_range(m, 1, &off, &n);
+  CHECK(off == gpt_tensor_find(m, "h.0.ln_1.weight")->offset);
+  gpt_group_range(m, ng - 1, &off, &n);
+  CHECK(off == gpt_tensor_find(m, "ln_f.weight")->offset && n == 32);
+
+  uint32_t in[16], tg[16];
+  random_ids(in, B * T, V, 1);
+  random_ids(tg, B * T, V, 2);
+  float lr = 0, lm = 0;
+  gpt_zero_grad(ref);
+  CHECK(gpt_forward(ref, in, tg, B, T, &lr, err, sizeof err) == 0);
+  gpt_backward(ref, 1.0f);
+
+  /* The engine reads and writes only where the hook puts each group:
+   * its full arrays are gone. */
+  hook_state h = {.m = m, .src = gpt_params(ref), .fail_at = -1};
+  gpt_release(m, GPT_BUF_PARAMS | GPT_BUF_GRADS);
+  gpt_set_param_hook(m, test_hook, &h);
+  CHECK(gpt_forward(m, in, tg, B, T, &lm, err, sizeof err) == 0);
+  CHECK(lm == lr);
+  h.in_bwd = 1;
+  gpt_backward(m, 1.0f);
+  int same = 1;
+  for (size_t g = 0; g < ng; g++) {
+    gpt_group_range(m, g, &off, &n);
+    same &= h.gbuf[g] &&
+            memcmp(h.gbuf[g], gpt_grads(ref) + off, n * sizeof(float)) == 0;
+    CHECK(h.pbuf[g] == NULL); /* every group given back */
+  }
+  CHECK(same);
+  /* The order gpt.h documents: forward 0, 1 .. L, L+1, 0 (next 0: the
+   * backward's first); backward 0, L+1, L .. 1; each NEED then DONE. */
+  int want[2 * (2 * HK_MAX)][2], k = 0;
+  int order[] = {0, 1, 2, 3, 4, 0, 0, 4, 3, 2, 1};
+  int next[] = {1, 2, 3, 4, 0, 0, 4, 3, 2, 1, -1};
+  for (int i = 0; i < 11; i++) {
+    want[k][0] = order[i], want[k++][1] = next[i];
+    want[k][0] = order[i], want[k++][1] = next[i];
+  }
+  int ok = h.n == k;
+  for (int i = 0; ok && i < k; i++)
+    ok = h.log[i][0] == (i % 2 ? GPT_PARAMS_DONE : GPT_PARAMS_NEED) &&
+         h.log[i][1] == want[i][0] && h.log[i][2] == want[i][1];
+  CHECK(ok);
+  for (size_t g = 0; g < ng; g++) {
+    free(h.gbuf[g]);
+    h.gbuf[g] = NULL;
+  }
+
+  /* A hook that fails stops the pass: forward says so, and backward
+   * returns at once (the groups after the failure get no gradient). */
+  h.n = 0;
+  h.in_bwd = 0;
+  h.fail_at = 2;
+  h.fail_bwd = 0;
+  CHECK(gpt_forward(m, in, tg, B, T, &lm, err, sizeof err) == -1);
+  CHECK(strstr(err, "a parameter hook failed"));
+  for (size_t g = 0; g < ng; g++) { /* what the failed pass left */
+    free(h.pbuf[g]);
+    h.pbuf[g] = NULL;
+  }
+  h.fail_bwd = 1;
+  CHECK(gpt_forward(m, in, tg, B, T, &lm, err, sizeof err) == 0);
+  h.in_bwd = 1;
+  gpt_backward(m, 1.0f); /* fails at layer 1's NEED (group 2) */
+  CHECK(h.gbuf[3] && !h.gbuf[2] && !h.gbuf[1]);
+  for (size_t g = 0; g < ng; g++) {
+    free(h.pbuf[g]);
+    free(h.gbuf[g]);
+  }
+  gpt_destroy(ref);
+  gpt_destroy(m);
+}
+
 int main(void) {
   test_presets();
   test_param_count();
@@ -422,5 +558,6 @@ int main(void) {
   test_determinism();
   test_accumulation();
   test_refusals();
+  test_param_groups();
   TEST_DONE();
 }
