@@ -4,6 +4,7 @@
  * batch, for tests/gpu/test_gpt_cuda.sh.
  *
  *   gpt_cuda_check available   exit 0 with a GPU, 77 (skip) without
+ *   gpt_cuda_check estimate    the memory estimate (no GPU needed)
  *   gpt_cuda_check step        one training step, loss / grads / update
  *   gpt_cuda_check recompute   none | gelu | block: same numbers, less
  *                              memory
@@ -356,6 +357,56 @@ static int cmd_oom(void) {
   return failures ? 1 : 0;
 }
 
+/* The memory estimate, which needs no GPU (CI runs this): GPT-2 124M at
+ * 16 x 1024 takes FP32 master + BF16 weights (6 bytes a parameter), FP32
+ * gradients (4), AdamW's two FP32 moments (8) or Lion's one (4), each
+ * rounded up to 256 bytes; the activations shrink with each recompute
+ * mode, block's to under half of none's; the parts add up to the total. */
+static int cmd_estimate(void) {
+  char err[512];
+  gpt_config c;
+  if (gpt_config_preset("gpt2-124M", &c, err, sizeof err) != 0)
+    die("preset", err);
+  c.vocab_size = 50257;
+  if (gpt_config_finish(&c, err, sizeof err) != 0)
+    die("config", err);
+  uint64_t np = gpt_config_num_params(&c), acts[3];
+  for (int kind = 0; kind < 2; kind++)
+    for (int r = 0; r < 3; r++) {
+      gpt_cuda_options o = {.B = 16, .T = 1024, .opt = optim_cfg(kind),
+                            .recompute = (gpt_recompute)r};
+      gpt_memory m;
+      gpt_cuda_memory_estimate(&c, 16, 1024, &o, &m);
+      uint64_t want_o = (kind == OPTIM_ADAMW ? 8 : 4) * np;
+      printf("%s recompute %-5s: params %.1f MiB grads %.1f optim %.1f acts "
+             "%.1f total %.1f\n",
+             kind == OPTIM_ADAMW ? "adamw" : "lion ",
+             gpt_recompute_name((gpt_recompute)r), m.params / 1048576.0,
+             m.grads / 1048576.0, m.optim / 1048576.0, m.acts / 1048576.0,
+             m.total / 1048576.0);
+      CHECK(m.params >= 6 * np && m.params < 6 * np + 512,
+            "params %llu for %llu parameters", (unsigned long long)m.params,
+            (unsigned long long)np);
+      CHECK(m.grads >= 4 * np && m.grads < 4 * np + 512, "grads %llu",
+            (unsigned long long)m.grads);
+      CHECK(m.optim >= want_o && m.optim < want_o + 512, "optim %llu",
+            (unsigned long long)m.optim);
+      CHECK(m.total == m.params + m.grads + m.optim + m.acts,
+            "the parts do not add up to the total");
+      acts[r] = m.acts;
+    }
+  CHECK(acts[1] < acts[0] && acts[2] < acts[1] && 2 * acts[2] < acts[0],
+        "activations none %llu gelu %llu block %llu",
+        (unsigned long long)acts[0], (unsigned long long)acts[1],
+        (unsigned long long)acts[2]);
+  gpt_recompute rc;
+  CHECK(gpt_recompute_parse("block", &rc) == 0 && rc == GPT_RECOMPUTE_BLOCK &&
+            gpt_recompute_parse("all", &rc) != 0,
+        "gpt_recompute_parse");
+  printf("%s\n", failures ? "estimate: FAILED" : "estimate: ok");
+  return failures ? 1 : 0;
+}
+
 /* model_logits (tests/reference/model_logits.c) on the GPU: the logits
  * (T, V) as float32 of the ids in IDS. */
 static int cmd_logits(const char *dir, const char *ids_path, const char *out) {
@@ -405,6 +456,8 @@ int main(int argc, char **argv) {
                     "logits MODEL_DIR IDS OUT\n");
     return 2;
   }
+  if (strcmp(argv[1], "estimate") == 0)
+    return cmd_estimate();
   int have = gpt_cuda_available(why, sizeof why);
   if (strcmp(argv[1], "available") == 0) {
     printf("%s\n", why);
