@@ -1,6 +1,7 @@
 /*
  * train: the built-in stage that trains a GPT on the tokenize stage's
- * token files with dagrun's engine (gpu/), on the CPU.
+ * token files with dagrun's engine (gpu/), on the CPU or, with device:
+ * cuda (or auto where there is a GPU), on one GPU (engine.h).
  *
  *   train:
  *     stage: train
@@ -23,6 +24,7 @@
 #include "comm.h"
 #include "ckpt.h"
 #include "dataloader.h"
+#include "engine.h"
 #include "evaluate.h"
 #include "fileio.h"
 #include "gpt.h"
@@ -105,6 +107,17 @@ static const dagrun_param_spec params[] = {
     {"sample_tokens", DAGRUN_PARAM_INT, "64", 0, "Tokens per sample"},
     {"temperature", DAGRUN_PARAM_FLOAT, "0.8", 0, "Sampling temperature"},
     {"top_k", DAGRUN_PARAM_INT, "40", 0, "Sample among the k likeliest"},
+    {"device", DAGRUN_PARAM_STRING, "auto", 0,
+     "cpu, cuda (one GPU: BF16 compute, FP32 master weights and optimizer "
+     "state), or auto (cuda when dagrun has CUDA and a GPU is present, else "
+     "cpu)"},
+    {"recompute", DAGRUN_PARAM_STRING, "none", 0,
+     "device cuda: activation recomputation to save memory: none, gelu (the "
+     "MLP's GELU output) or block (each block's forward again in backward); "
+     "the CPU engine keeps every activation and ignores it"},
+    {"deterministic", DAGRUN_PARAM_BOOL, "false", 0,
+     "device cuda: fixed-order reductions, so that two runs with one seed "
+     "give the same bits (the CPU engine always is)"},
     {"zero_stage", DAGRUN_PARAM_INT, "1", 0,
      "In a gang (world_size > 1, launcher: mpirun): ZeRO stage 0 (plain "
      "data parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ "
@@ -128,6 +141,9 @@ typedef struct cfg {
   uint64_t seed;
   int spike_on, overfit;
   spike_config spike;
+  engine_want device;
+  engine_recompute recompute;
+  int deterministic;
 } cfg;
 
 typedef struct run_ctx {
@@ -138,6 +154,7 @@ typedef struct run_ctx {
   char *init_dir; /* init_from's model directory, resolved; NULL if none */
   gpt *model;
   optim *opt;
+  engine *eng; /* one process: the step on the CPU or the GPU (engine.h) */
   loader *train, *val;
   loader_pos val_start;
   spike_guard guard;
@@ -249,6 +266,19 @@ static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
   c->spike.lr_factor = 0.1;
   c->spike.lr_steps = 100;
 
+  char msg[256];
+  h->param_string(ctx, "device", &z);
+  if (engine_parse_device(z, &c->device, msg, sizeof msg) != 0) {
+    h->fail(ctx, "%s", msg);
+    return -1;
+  }
+  h->param_string(ctx, "recompute", &z);
+  if (engine_parse_recompute(z, &c->recompute, msg, sizeof msg) != 0) {
+    h->fail(ctx, "%s", msg);
+    return -1;
+  }
+  h->param_bool(ctx, "deterministic", &c->deterministic);
+
   h->param_bool(ctx, "overfit_one_batch", &c->overfit);
   h->param_float(ctx, "overfit_target", &c->overfit_target);
   if (stagekit_param_int(ctx, h, "samples", 0, 100, &v))
@@ -357,7 +387,27 @@ static double evaluate(run_ctx *r, gpt *model, int64_t step) {
   return er.loss;
 }
 
+/* One process: validation on the engine's device. */
+static double evaluate_one(run_ctx *r, int64_t step) {
+  if (!r->val)
+    return NAN;
+  loader_set_pos(r->val, &r->val_start);
+  double loss;
+  char err[512];
+  if (engine_eval_loss(r->eng, r->val, (uint64_t)r->c.eval_batches, &loss,
+                       err, sizeof err) != 0) {
+    r->h->log(r->ctx, DAGRUN_LOG_WARN, "validation: %s", err);
+    return NAN;
+  }
+  r->h->metric(r->ctx, "val_loss", loss, step);
+  return loss;
+}
+
 static int save_checkpoint(run_ctx *r, char *err, size_t errlen) {
+  /* On the GPU the host model and optimizer are brought up to date first:
+   * the checkpoint is the CPU engine's format whatever the device. */
+  if (r->eng && engine_sync_to_host(r->eng, err, errlen) != 0)
+    return -1;
   if (trainstate_save(r->ckpt_dir, &r->st, r->last_ckpt, sizeof r->last_ckpt,
                       err, errlen) != 0)
     return -1;
@@ -465,6 +515,7 @@ static void free_run(run_ctx *r) {
   free(r->init_dir);
   loader_destroy(r->train);
   loader_destroy(r->val);
+  engine_destroy(r->eng);
   optim_destroy(r->opt);
   gpt_destroy(r->model);
   free(r->inputs);
@@ -561,6 +612,14 @@ static char *config_json(const run_ctx *r) {
   cJSON_AddNumberToObject(o, "weight_decay", c->opt.weight_decay);
   cJSON_AddNumberToObject(o, "grad_clip", c->grad_clip);
   cJSON_AddNumberToObject(o, "seed", (double)c->seed);
+  if (r->eng) {
+    cJSON_AddStringToObject(o, "device",
+                            engine_get_device(r->eng) == ENGINE_CUDA ? "cuda"
+                                                                     : "cpu");
+    cJSON_AddStringToObject(o, "recompute",
+                            engine_recompute_name(c->recompute));
+    cJSON_AddBoolToObject(o, "deterministic", c->deterministic);
+  }
   char *text = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return text;
@@ -1120,11 +1179,56 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   snprintf(r.ckpt_dir, sizeof r.ckpt_dir, "%s/checkpoints",
            h->dir(ctx, DAGRUN_DIR_TASK));
   if (gang_size() > 1) {
+    if (r.c.device == ENGINE_WANT_CUDA) {
+      h->fail(ctx, "device: cuda in a gang (world_size %d): the gang trains "
+                   "on the CPU ranks over MPI; the NCCL path for GPU ranks "
+                   "is not wired yet. Use device: cpu or auto, or train on "
+                   "one GPU without world_size", gang_size());
+      return EXIT_BAD_PARAMS;
+    }
+    h->log(ctx, DAGRUN_LOG_INFO, "device: cpu (a gang trains on the CPU "
+                                 "ranks over MPI)");
     status = run_gang(&r, gang_size());
     goto done;
   }
+  engine_device dev;
+  char why[768];
+  if (engine_pick(r.c.device, &dev, why, sizeof why, err, sizeof err) != 0) {
+    h->fail(ctx, "%s", err);
+    status = EXIT_BAD_PARAMS;
+    goto done;
+  }
+  h->log(ctx, DAGRUN_LOG_INFO, "device: %s (%s)",
+         dev == ENGINE_CUDA ? "cuda" : "cpu", why);
+  if (dev == ENGINE_CPU && r.c.recompute != ENGINE_RECOMPUTE_NONE)
+    h->log(ctx, DAGRUN_LOG_WARN,
+           "recompute: %s is ignored on the CPU: the CPU engine keeps every "
+           "activation (recomputation is the GPU's)",
+           engine_recompute_name(r.c.recompute));
   if (setup(&r, 1) != 0)
     goto done;
+  engine_options eo = {.B = r.c.B,
+                       .T = r.c.m.T,
+                       .opt = r.c.opt,
+                       .recompute = r.c.recompute,
+                       .deterministic = r.c.deterministic};
+  if (engine_create(dev, r.model, r.opt, &eo, &r.eng, err, sizeof err) != 0) {
+    h->fail(ctx, "%s", err);
+    goto done;
+  }
+  h->output(ctx, "device", dev == ENGINE_CUDA ? "cuda" : "cpu");
+  if (dev == ENGINE_CUDA) {
+    engine_memory em = {0};
+    engine_memory_get(r.eng, &em, err, sizeof err);
+    h->log(ctx, DAGRUN_LOG_INFO, "training on %s; recompute: %s; "
+           "deterministic: %s; %.1f MiB of device memory allocated, %.1f of "
+           "%.1f MiB in use on the device",
+           engine_describe(r.eng), engine_recompute_name(r.c.recompute),
+           r.c.deterministic ? "true" : "false", em.allocated / 1048576.0,
+           em.device_used / 1048576.0, em.device_total / 1048576.0);
+    h->metric(ctx, "gpu_allocated_bytes", (double)em.allocated, 0);
+    h->metric(ctx, "gpu_device_used_bytes", (double)em.device_used, 0);
+  }
   config_text = config_json(&r);
   r.st.config_json = config_text;
   const gpt_config *mc = gpt_get_config(r.model);
@@ -1144,7 +1248,9 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
          "that knows only token frequencies)",
          (unsigned long long)corpus_tokens, H1);
 
-  if (maybe_resume(&r) != 0)
+  if (maybe_resume(&r) != 0 ||
+      (r.st.step > 0 && engine_load_from_host(r.eng, err, sizeof err) != 0 &&
+       (h->fail(ctx, "resume: %s", err), 1)))
     goto done;
   double lnV = log((double)mc->vocab_size), init_loss = NAN;
   if (r.st.step == 0) {
@@ -1153,11 +1259,11 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
      * data. The batch is peeked with a copy of the loader position. */
     loader_pos pos;
     loader_get_pos(r.train, &pos);
-    float loss = 0;
+    double loss = 0;
     loader_next(r.train, r.inputs, r.targets);
     loader_set_pos(r.train, &pos);
-    if (gpt_forward(r.model, r.inputs, r.targets, r.c.B, r.c.m.T, &loss, err,
-                    sizeof err) != 0) {
+    if (engine_loss(r.eng, r.inputs, r.targets, &loss, err, sizeof err) !=
+        0) {
       h->fail(ctx, "first forward pass: %s", err);
       goto done;
     }
@@ -1186,7 +1292,6 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   int64_t first_step = r.st.step;
   faults fault;
   faults_read(&fault);
-  float *weights = gpt_params(r.model), *grads = gpt_grads(r.model);
   while (r.st.step < r.c.steps) {
     int64_t step = r.st.step;
     if (h->cancelled(ctx)) {
@@ -1207,10 +1312,9 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
     double t_step = stagekit_now();
     trainkit_times tt;
     double loss = 0;
-    if (trainkit_forward_backward(r.model, r.c.overfit ? NULL : r.train,
-                                  r.inputs, r.targets, r.c.B, r.c.m.T,
-                                  r.c.accum, &loss, &tt, err,
-                                  sizeof err) != 0) {
+    if (engine_forward_backward(r.eng, r.c.overfit ? NULL : r.train,
+                                r.inputs, r.targets, r.c.accum, &loss, &tt,
+                                err, sizeof err) != 0) {
       h->fail(ctx, "step %lld: %s", (long long)step, err);
       goto done;
     }
@@ -1221,11 +1325,18 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
       h->log(ctx, DAGRUN_LOG_WARN, "step %lld: injected bad batch "
              "(DAGRUN_FAULT_SPIKE_STEPS)", (long long)step);
       loss *= 20;
-      for (size_t i = 0; i < np; i++)
-        grads[i] *= 100;
+      if (engine_scale_grads(r.eng, 100, err, sizeof err) != 0) {
+        h->fail(ctx, "step %lld: %s", (long long)step, err);
+        goto done;
+      }
       stagekit_lap(&tk); /* fault injection is no phase of a real step */
     }
-    double gnorm = optim_clip_grad_norm(grads, np, r.c.grad_clip);
+    double gnorm = 0;
+    if (engine_clip_grad_norm(r.eng, r.c.grad_clip, &gnorm, err,
+                              sizeof err) != 0) {
+      h->fail(ctx, "step %lld: %s", (long long)step, err);
+      goto done;
+    }
     double lr = lr_at(&r.c.sched, step), z = 0;
     int apply = 1;
     if (r.c.spike_on && spike_check(&r.guard, loss, gnorm, &z)) {
@@ -1245,7 +1356,10 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
         apply = 0;
       else if (r.c.spike.policy == SPIKE_RESET) {
         apply = 0;
-        optim_reset(r.opt);
+        if (engine_optim_reset(r.eng, err, sizeof err) != 0) {
+          h->fail(ctx, "step %lld: %s", (long long)step, err);
+          goto done;
+        }
         spike_forget(&r.guard);
       } else if (r.c.spike.policy == SPIKE_ROLLBACK) {
         apply = 0;
@@ -1255,7 +1369,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
           loader *keep = r.st.train;
           uint64_t events = r.guard.events;
           r.st.train = NULL;
-          if (trainstate_load(r.last_ckpt, &r.st, err, sizeof err) != 0) {
+          if (trainstate_load(r.last_ckpt, &r.st, err, sizeof err) != 0 ||
+              engine_load_from_host(r.eng, err, sizeof err) != 0) {
             h->fail(ctx, "rollback to %s: %s", r.last_ckpt, err);
             goto done;
           }
@@ -1278,7 +1393,10 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
     }
     if (apply) {
       lr *= spike_lr_factor(&r.guard);
-      optim_step(r.opt, weights, grads, (float)lr);
+      if (engine_step(r.eng, (float)lr, err, sizeof err) != 0) {
+        h->fail(ctx, "step %lld: %s", (long long)step, err);
+        goto done;
+      }
     }
     t_opt += stagekit_lap(&tk);
     double step_s = tk - t_step;
@@ -1305,7 +1423,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
     }
     if (!r.c.overfit && r.c.eval_every && r.st.step % r.c.eval_every == 0 &&
         r.st.step < r.c.steps) {
-      val = evaluate(&r, r.model, r.st.step);
+      val = evaluate_one(&r, r.st.step);
       h->log(ctx, DAGRUN_LOG_INFO, "step %lld: loss %.4f, val loss %.4f",
              (long long)r.st.step, loss, val);
     }
@@ -1317,8 +1435,9 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   }
   double train_s = stagekit_now() - t_start;
   if (r.c.overfit) {
-    float l = 0;
-    gpt_forward(r.model, r.inputs, r.targets, r.c.B, r.c.m.T, &l, err, sizeof err);
+    double l = NAN;
+    if (engine_loss(r.eng, r.inputs, r.targets, &l, err, sizeof err) != 0)
+      l = NAN;
     h->log(ctx, DAGRUN_LOG_INFO, "overfit_one_batch: loss %.4f after %lld "
            "steps (target %g)", l, (long long)r.c.steps, r.c.overfit_target);
     if (!(l < r.c.overfit_target)) {
@@ -1329,7 +1448,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
     }
     last_loss = l;
   } else {
-    val = evaluate(&r, r.model, r.st.step);
+    val = evaluate_one(&r, r.st.step);
   }
   if (save_checkpoint(&r, err, sizeof err) != 0) {
     h->fail(ctx, "final checkpoint: %s", err);
@@ -1365,6 +1484,16 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   cJSON_AddNumberToObject(s, "tokens_per_s", tps);
   cJSON_AddNumberToObject(s, "spike_events", (double)r.guard.events);
   cJSON_AddNumberToObject(s, "peak_rss_bytes", (double)stagekit_peak_rss());
+  cJSON_AddStringToObject(s, "device", dev == ENGINE_CUDA ? "cuda" : "cpu");
+  cJSON_AddStringToObject(s, "device_reason", why);
+  if (dev == ENGINE_CUDA) {
+    engine_memory em;
+    if (engine_memory_get(r.eng, &em, err, sizeof err) == 0) {
+      cJSON_AddNumberToObject(s, "gpu_allocated_bytes", (double)em.allocated);
+      cJSON_AddNumberToObject(s, "gpu_device_used_bytes",
+                              (double)em.device_used);
+    }
+  }
   cJSON_AddStringToObject(s, "checkpoint", r.last_ckpt);
   cJSON_AddStringToObject(s, "tokenizer", r.data.tokenizer);
   char *text = cJSON_Print(s);
@@ -1397,7 +1526,8 @@ static const dagrun_stage stage = {
     DAGRUN_STAGE_HEADER,
     "train",
     "1.0.0",
-    "Trains a GPT on token files with dagrun's engine (CPU): AdamW or Lion, "
+    "Trains a GPT on token files with dagrun's engine (CPU or one GPU): "
+    "AdamW or Lion, "
     "warmup + cosine, clipping, spike guard, exact resume; data-parallel "
     "with ZeRO in a gang.",
     params,

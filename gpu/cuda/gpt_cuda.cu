@@ -1,0 +1,926 @@
+/*
+ * gpt_cuda: the GPT-2 model of gpu/model/gpt.h trained on one GPU in
+ * mixed precision (see gpt_cuda.h). The passes are gpu/cpu/gpt_cpu.c's,
+ * op for op, through the launchers of kernels.cuh; the tied output head's
+ * products (which need wte transposed, a shape kernels.cuh's matmuls do
+ * not take) go through cuBLASLt here.
+ *
+ * Device memory is one cudaMalloc, carved (carve below) into:
+ *   master (np) f32, params (np) bf16, grads (np) f32, optimizer state
+ *   (AdamW 2np, Lion np) f32;
+ *   resid (L+1) x (N,C) bf16: the residual stream at each block's input
+ *   and the last block's output, kept in every recompute mode;
+ *   layer sets (L of them; one with recompute: block), each
+ *     ln1 (N,C) ln1_mean ln1_rstd (N) qkv (N,3C) atty (N,C)
+ *     lse (B,NH,T) res2 (N,C) ln2 (N,C) ln2_mean ln2_rstd (N)
+ *     fch_pre (N,4C) [fch_gelu (N,4C), per layer only with recompute none]
+ *   fch_gelu (N,4C) shared (recompute gelu and block), proj (N,C),
+ *   lnf (N,C) lnf_mean lnf_rstd (N), logits (N,Vp) bf16, losses (N),
+ *   2 device scalars, dresid dbuf (N,C) dqkv (N,3C) d4c (N,4C), the
+ *   kernels' scratch, the token ids (N) x 2.
+ * with N = B*T of the largest micro-batch.
+ */
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.cuh"
+
+extern "C" {
+#include "gpt.h"
+#include "gpt_impl.h"
+#include "optim.h"
+}
+#include "gpt_cuda.h"
+
+/* ---- Errors ---- */
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+/* A CUDA runtime call: on error, -1 with file:line, the call and CUDA's
+ * message. */
+#define CK(call)                                                               \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess)                                                     \
+      return fail(err, errlen, "gpt_cuda: %s:%d: %s: %s", __FILE__, __LINE__,  \
+                  #call, cudaGetErrorString(e_));                              \
+  } while (0)
+/* A cuBLASLt call. */
+#define LT(call)                                                               \
+  do {                                                                         \
+    cublasStatus_t s_ = (call);                                                \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                           \
+      return fail(err, errlen, "gpt_cuda: %s:%d: %s: %s (%d)", __FILE__,       \
+                  __LINE__, #call, cublasLtGetStatusString(s_), (int)s_);      \
+  } while (0)
+/* A kernels.cuh launcher: it wrote its own message into err. */
+#define KK(call)                                                               \
+  do {                                                                         \
+    if ((call) != 0)                                                           \
+      return -1;                                                               \
+  } while (0)
+
+/* ---- Names ---- */
+
+extern "C" int gpt_recompute_parse(const char *name, gpt_recompute *out) {
+  static const char *names[] = {"none", "gelu", "block"};
+  for (int i = 0; i < 3; i++)
+    if (name && strcmp(name, names[i]) == 0) {
+      *out = (gpt_recompute)i;
+      return 0;
+    }
+  return -1;
+}
+
+extern "C" const char *gpt_recompute_name(gpt_recompute r) {
+  return r == GPT_RECOMPUTE_GELU    ? "gelu"
+         : r == GPT_RECOMPUTE_BLOCK ? "block"
+                                    : "none";
+}
+
+/* ---- The carved buffers ---- */
+
+typedef struct layer_bufs {
+  floatX *ln1, *qkv, *atty, *res2, *ln2, *fch_pre, *fch_gelu;
+  float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
+} layer_bufs;
+
+/* A contiguous run of tensors with one decay flag: one optimizer launch. */
+typedef struct opt_run {
+  size_t offset, numel;
+  int decay;
+} opt_run;
+
+struct gpt_cuda {
+  gpt_config cfg;
+  gpt_cuda_options o;
+  size_t np;                /* floats of the parameter layout */
+  size_t *off;              /* each tensor's offset (gpt.h's order) */
+  size_t ntensors;
+  opt_run *runs;
+  size_t nruns;
+  kern_ctx k;
+  int have_k;
+  char *base;               /* the one allocation */
+  uint64_t bytes;
+  float *master, *grads, *ostate;
+  floatX *params;
+  floatX *resid;            /* (L+1) x Nmax*C */
+  layer_bufs *layers;       /* L entries (all the same set with block) */
+  floatX *proj, *lnf, *logits, *dresid, *dbuf, *dqkv, *d4c;
+  float *lnf_mean, *lnf_rstd, *losses, *scalars;
+  void *scratch;
+  size_t scratch_bytes;
+  int *ids, *tgts;          /* device (Nmax) */
+  int *ids_host;            /* host copy of the last forward's inputs */
+  int B, T;                 /* of the last forward; 0 before any */
+  int have_loss;            /* the last forward had targets, not yet
+                               backpropagated */
+  int logits_valid;         /* logits hold the last forward's logits */
+  float grad_scale;         /* clipping's, for the next step */
+  uint64_t t;
+};
+
+/* The allocation is carved in this order; with base NULL only counted.
+ * Every piece starts on a 256-byte boundary (cuBLASLt and vector loads
+ * want 16; 256 keeps each on its own cache sectors). */
+typedef struct carver {
+  char *base;
+  uint64_t off;
+} carver;
+
+static void *take(carver *c, uint64_t bytes) {
+  c->off = (c->off + 255) & ~(uint64_t)255;
+  void *p = c->base ? c->base + c->off : NULL;
+  c->off += bytes;
+  return p;
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Scratch the kernels want for (B,T): the largest of their asks, since
+ * they run one after the other on one stream. */
+static size_t scratch_need(const gpt_config *cfg, int B, int T, size_t np,
+                           int sm) {
+  int C = cfg->n_embd, NH = cfg->n_head, N = B * T;
+  size_t s = kern_encoder_backward_scratch_bytes(B, T, C);
+  s = max_sz(s, kern_layernorm_backward_scratch_bytes(N, C, sm));
+  s = max_sz(s, kern_matmul_backward_scratch_bytes(N, C, sm));
+  s = max_sz(s, kern_matmul_backward_scratch_bytes(N, 3 * C, sm));
+  s = max_sz(s, kern_matmul_backward_scratch_bytes(N, 4 * C, sm));
+  s = max_sz(s, kern_attention_backward_scratch_bytes(B, T, C, NH));
+  s = max_sz(s, kern_norm_scratch_bytes(np, sm));
+  s = max_sz(s, kern_norm_scratch_bytes((size_t)N, sm));
+  return s;
+}
+
+/* Carves (or counts) everything for (B,T); the part sizes go to mem
+ * when not NULL. */
+static uint64_t carve(const gpt_config *cfg, size_t np, int B, int T,
+                      gpt_recompute rc, optim_kind kind, int sm,
+                      struct gpt_cuda *g, gpt_memory *mem) {
+  carver c = {g ? g->base : NULL, 0};
+  size_t C = cfg->n_embd, NH = cfg->n_head, Vp = cfg->padded_vocab;
+  size_t L = cfg->n_layer, N = (size_t)B * T;
+  float *master = (float *)take(&c, np * 4);
+  floatX *params = (floatX *)take(&c, np * 2);
+  uint64_t p_bytes = c.off;
+  float *grads = (float *)take(&c, np * 4);
+  uint64_t g_bytes = c.off - p_bytes;
+  size_t nst = optim_state_floats_for(kind, np);
+  float *ostate = (float *)take(&c, nst * 4);
+  uint64_t o_bytes = c.off - p_bytes - g_bytes;
+  uint64_t a_start = c.off;
+
+  floatX *resid = (floatX *)take(&c, (L + 1) * N * C * 2);
+  size_t nsets = rc == GPT_RECOMPUTE_BLOCK ? 1 : L;
+  floatX *shared_gelu = NULL;
+  if (rc != GPT_RECOMPUTE_NONE)
+    shared_gelu = (floatX *)take(&c, N * 4 * C * 2);
+  for (size_t s = 0; s < nsets; s++) {
+    layer_bufs lb;
+    lb.ln1 = (floatX *)take(&c, N * C * 2);
+    lb.ln1_mean = (float *)take(&c, N * 4);
+    lb.ln1_rstd = (float *)take(&c, N * 4);
+    lb.qkv = (floatX *)take(&c, N * 3 * C * 2);
+    lb.atty = (floatX *)take(&c, N * C * 2);
+    lb.lse = (float *)take(&c, (size_t)B * NH * T * 4);
+    lb.res2 = (floatX *)take(&c, N * C * 2);
+    lb.ln2 = (floatX *)take(&c, N * C * 2);
+    lb.ln2_mean = (float *)take(&c, N * 4);
+    lb.ln2_rstd = (float *)take(&c, N * 4);
+    lb.fch_pre = (floatX *)take(&c, N * 4 * C * 2);
+    lb.fch_gelu = rc == GPT_RECOMPUTE_NONE
+                      ? (floatX *)take(&c, N * 4 * C * 2)
+                      : shared_gelu;
+    if (g) {
+      if (rc == GPT_RECOMPUTE_BLOCK)
+        for (size_t l = 0; l < L; l++)
+          g->layers[l] = lb;
+      else
+        g->layers[s] = lb;
+    }
+  }
+  floatX *proj = (floatX *)take(&c, N * C * 2);
+  floatX *lnf = (floatX *)take(&c, N * C * 2);
+  float *lnf_mean = (float *)take(&c, N * 4);
+  float *lnf_rstd = (float *)take(&c, N * 4);
+  floatX *logits = (floatX *)take(&c, N * Vp * 2);
+  float *losses = (float *)take(&c, N * 4);
+  float *scalars = (float *)take(&c, 2 * 4);
+  floatX *dresid = (floatX *)take(&c, N * C * 2);
+  floatX *dbuf = (floatX *)take(&c, N * C * 2);
+  floatX *dqkv = (floatX *)take(&c, N * 3 * C * 2);
+  floatX *d4c = (floatX *)take(&c, N * 4 * C * 2);
+  size_t sb = scratch_need(cfg, B, T, np, sm);
+  void *scratch = take(&c, sb);
+  int *ids = (int *)take(&c, N * 4);
+  int *tgts = (int *)take(&c, N * 4);
+  uint64_t total = (c.off + 255) & ~(uint64_t)255;
+  if (g) {
+    g->master = master;
+    g->params = params;
+    g->grads = grads;
+    g->ostate = ostate;
+    g->resid = resid;
+    g->proj = proj;
+    g->lnf = lnf;
+    g->lnf_mean = lnf_mean;
+    g->lnf_rstd = lnf_rstd;
+    g->logits = logits;
+    g->losses = losses;
+    g->scalars = scalars;
+    g->dresid = dresid;
+    g->dbuf = dbuf;
+    g->dqkv = dqkv;
+    g->d4c = d4c;
+    g->scratch = scratch;
+    g->scratch_bytes = sb;
+    g->ids = ids;
+    g->tgts = tgts;
+  }
+  if (mem) {
+    mem->params = p_bytes;
+    mem->grads = g_bytes;
+    mem->optim = o_bytes;
+    mem->acts = total - a_start;
+    mem->total = total;
+  }
+  return total;
+}
+
+/* cuBLASLt's workspace (kern_ctx_init's): part of what a run takes. */
+#define LT_WORKSPACE_BYTES ((uint64_t)32 << 20)
+
+/* SMs of the device, for the kernels' scratch sizes; H100 SXM's 132 when
+ * it cannot be read (an estimate on a machine without the device). */
+static int device_sms(int device) {
+  int sm = 0;
+  if (cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, device) !=
+          cudaSuccess ||
+      sm <= 0) {
+    cudaGetLastError();
+    sm = 132;
+  }
+  return sm;
+}
+
+extern "C" void gpt_cuda_memory_estimate(const gpt_config *cfg, int B, int T,
+                                         const gpt_cuda_options *o,
+                                         gpt_memory *out) {
+  size_t np = gpt_config_num_params(cfg);
+  carve(cfg, np, B, T, o->recompute, o->opt.kind, device_sms(o->device), NULL,
+        out);
+  out->acts += LT_WORKSPACE_BYTES;
+  out->total += LT_WORKSPACE_BYTES;
+}
+
+/* ---- Devices ---- */
+
+extern "C" int gpt_cuda_available(char *why, size_t whylen) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (e == cudaErrorInsufficientDriver)
+      snprintf(why, whylen,
+               "no usable NVIDIA driver on this machine (libcuda.so.1 is "
+               "missing or older than CUDA runtime %d.%d)",
+               CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+    else if (e == cudaErrorNoDevice)
+      snprintf(why, whylen, "the NVIDIA driver sees no CUDA device");
+    else
+      snprintf(why, whylen, "CUDA reports no usable device: %s",
+               cudaGetErrorString(e));
+    return 0;
+  }
+  if (n < 1) {
+    snprintf(why, whylen, "0 CUDA devices");
+    return 0;
+  }
+  snprintf(why, whylen, "%d CUDA device%s", n, n == 1 ? "" : "s");
+  return 1;
+}
+
+extern "C" int gpt_cuda_device_name(int device, char *out, size_t outlen,
+                                    char *err, size_t errlen) {
+  cudaDeviceProp p;
+  CK(cudaGetDeviceProperties(&p, device));
+  snprintf(out, outlen, "%s (sm_%d%d, %d SMs, %.1f GiB)", p.name, p.major,
+           p.minor, p.multiProcessorCount,
+           (double)p.totalGlobalMem / (1 << 30));
+  return 0;
+}
+
+/* ---- cuBLASLt for the tied head ----
+ * Row-major C (M,N) = op(A) op(B) (+ beta C), A and B BF16, C BF16 or FP32,
+ * FP32 accumulation. cuBLASLt is column-major, where a row-major X is X^T:
+ * so it computes C^T = op(B)^T op(A)^T, i.e. with the operands swapped. */
+static int gemm_rm(struct gpt_cuda *g, int ta, int tb, int M, int N, int K,
+                   const floatX *A, int lda, const floatX *B, int ldb,
+                   void *Cm, int ldc, int c_fp32, float beta, char *err,
+                   size_t errlen) {
+  cublasLtMatmulDesc_t desc = NULL;
+  cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+  cublasLtMatmulPreference_t pref = NULL;
+  int rc = -1;
+  cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* on B */
+  cublasOperation_t opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N; /* on A */
+  float alpha = 1.0f;
+  cublasLtMatmulHeuristicResult_t heur;
+  int found = 0;
+  cudaDataType_t ct = c_fp32 ? CUDA_R_32F : CUDA_R_16BF;
+  uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+  size_t ws = g->k.lt_workspace_bytes;
+#define LTG(call)                                                              \
+  do {                                                                         \
+    cublasStatus_t s_ = (call);                                                \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                         \
+      fail(err, errlen, "gpt_cuda: %s:%d: %s: %s (%d)", __FILE__, __LINE__,    \
+           #call, cublasLtGetStatusString(s_), (int)s_);                       \
+      goto out;                                                                \
+    }                                                                          \
+  } while (0)
+  LTG(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LTG(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa,
+                                     sizeof opa));
+  LTG(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb,
+                                     sizeof opb));
+  /* Stored shapes, column-major: "A" is B ((N,K) after its op), "B" is A
+   * ((K,M) after its op). */
+  LTG(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, tb ? K : N, tb ? N : K,
+                                 ldb));
+  LTG(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, ta ? M : K, ta ? K : M,
+                                 lda));
+  LTG(cublasLtMatrixLayoutCreate(&lc, ct, N, M, ldc));
+  LTG(cublasLtMatmulPreferenceCreate(&pref));
+  LTG(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  /* Deterministic: no split-K reduction whose order could vary. */
+  if (g->o.deterministic)
+    LTG(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &scheme,
+        sizeof scheme));
+  LTG(cublasLtMatmulAlgoGetHeuristic(g->k.lt, desc, la, lb, lc, lc, pref, 1,
+                                     &heur, &found));
+  if (found < 1) {
+    fail(err, errlen,
+         "gpt_cuda: cuBLASLt has no algorithm for the head's product (%d x "
+         "%d x %d)",
+         M, N, K);
+    goto out;
+  }
+  LTG(cublasLtMatmul(g->k.lt, desc, &alpha, B, la, A, lb, &beta, Cm, lc, Cm,
+                     lc, &heur.algo, g->k.lt_workspace, ws, g->k.stream));
+#undef LTG
+  rc = 0;
+out:
+  if (pref)
+    cublasLtMatmulPreferenceDestroy(pref);
+  if (lc)
+    cublasLtMatrixLayoutDestroy(lc);
+  if (lb)
+    cublasLtMatrixLayoutDestroy(lb);
+  if (la)
+    cublasLtMatrixLayoutDestroy(la);
+  if (desc)
+    cublasLtMatmulDescDestroy(desc);
+  return rc;
+}
+
+/* ---- Small kernels kernels.cuh does not have ---- */
+
+__global__ void scale_kernel(float *x, size_t n, float s) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    x[i] *= s;
+}
+
+/* ---- Create / destroy ---- */
+
+extern "C" void gpt_cuda_destroy(gpt_cuda *g) {
+  if (!g)
+    return;
+  if (g->base)
+    cudaFree(g->base);
+  if (g->have_k)
+    kern_ctx_destroy(&g->k);
+  free(g->off);
+  free(g->runs);
+  free(g->layers);
+  free(g->ids_host);
+  free(g);
+}
+
+/* Floats of device memory in words people read: "1.23 GiB". */
+static const char *gib(uint64_t b, char *buf, size_t n) {
+  snprintf(buf, n, "%.2f GiB", (double)b / (1 << 30));
+  return buf;
+}
+
+extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
+                               gpt_cuda **out, char *err, size_t errlen) {
+  *out = NULL;
+  const gpt_config *cfg = gpt_get_config(host);
+  if (o->B < 1 || o->T < 1 || o->T > cfg->block_size)
+    return fail(err, errlen,
+                "gpt_cuda: batch B=%d T=%d; B must be >= 1 and T between 1 "
+                "and block_size %d",
+                o->B, o->T, cfg->block_size);
+  /* The kernels index rows of (N, 4C) with int; the (N, Vp) logits by
+   * row, in size_t. */
+  if ((double)o->B * o->T * 4 * cfg->n_embd > 2147483647.0)
+    return fail(err, errlen, "gpt_cuda: batch B=%d T=%d is too large", o->B,
+                o->T);
+  if (o->opt.kind != OPTIM_ADAMW && o->opt.kind != OPTIM_LION)
+    return fail(err, errlen, "gpt_cuda: unknown optimizer kind %d",
+                (int)o->opt.kind);
+  int ndev = 0;
+  CK(cudaGetDeviceCount(&ndev));
+  if (o->device < 0 || o->device >= ndev)
+    return fail(err, errlen, "gpt_cuda: device %d, but there are %d",
+                o->device, ndev);
+  CK(cudaSetDevice(o->device));
+
+  gpt_cuda *g = (gpt_cuda *)calloc(1, sizeof *g);
+  if (!g)
+    return fail(err, errlen, "gpt_cuda: out of host memory");
+  g->cfg = *cfg;
+  g->o = *o;
+  g->np = gpt_num_params(host);
+  g->ntensors = gpt_tensor_count(host);
+  g->grad_scale = 1.0f;
+  size_t L = cfg->n_layer;
+  g->off = (size_t *)calloc(g->ntensors, sizeof *g->off);
+  g->runs = (opt_run *)calloc(g->ntensors, sizeof *g->runs);
+  g->layers = (layer_bufs *)calloc(L, sizeof *g->layers);
+  g->ids_host = (int *)calloc((size_t)o->B * o->T, sizeof(int));
+  if (!g->off || !g->runs || !g->layers || !g->ids_host) {
+    gpt_cuda_destroy(g);
+    return fail(err, errlen, "gpt_cuda: out of host memory");
+  }
+  /* The optimizer's groups: runs of adjacent tensors that share the decay
+   * flag, one launch each (trainkit_make_optim's groups, merged). */
+  for (size_t i = 0; i < g->ntensors; i++) {
+    const gpt_tensor *t = gpt_tensor_at(host, i);
+    g->off[i] = t->offset;
+    if (g->nruns && g->runs[g->nruns - 1].decay == t->decay &&
+        g->runs[g->nruns - 1].offset + g->runs[g->nruns - 1].numel ==
+            t->offset)
+      g->runs[g->nruns - 1].numel += t->numel;
+    else
+      g->runs[g->nruns++] = (opt_run){t->offset, t->numel, t->decay};
+  }
+
+  if (kern_ctx_init(&g->k, o->deterministic, err, errlen) != 0) {
+    gpt_cuda_destroy(g);
+    return -1;
+  }
+  g->have_k = 1;
+  gpt_memory mem;
+  g->bytes = carve(cfg, g->np, o->B, o->T, o->recompute, o->opt.kind,
+                   g->k.sm_count, NULL, &mem);
+  cudaError_t e = cudaMalloc((void **)&g->base, g->bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    g->base = NULL;
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    cudaGetLastError();
+    char b1[32], b2[32], b3[32], b4[32], b5[32];
+    fail(err, errlen,
+         "out of GPU memory: training a %.1fM-parameter model (%d layers, "
+         "width %d) on micro-batches of batch_size %d x seq_len %d with "
+         "recompute: %s needs %s (weights + grads + optimizer %s, "
+         "activations %s), but the device has %s free of %s (%s). Lower "
+         "batch_size (and raise grad_accum to keep the global batch), set "
+         "recompute: block, or shorten seq_len",
+         g->np / 1e6, cfg->n_layer, cfg->n_embd, o->B, o->T,
+         gpt_recompute_name(o->recompute),
+         gib(g->bytes + LT_WORKSPACE_BYTES, b1, sizeof b1),
+         gib(mem.params + mem.grads + mem.optim, b2, sizeof b2),
+         gib(mem.acts + LT_WORKSPACE_BYTES, b3, sizeof b3),
+         gib(fr, b4, sizeof b4), gib(tot, b5, sizeof b5),
+         cudaGetErrorString(e));
+    gpt_cuda_destroy(g);
+    return -1;
+  }
+  carve(cfg, g->np, o->B, o->T, o->recompute, o->opt.kind, g->k.sm_count, g,
+        NULL);
+  if (gpt_cuda_upload(g, host, NULL, err, errlen) != 0 ||
+      gpt_cuda_zero_grad(g, err, errlen) != 0 ||
+      gpt_cuda_optim_reset(g, err, errlen) != 0) {
+    gpt_cuda_destroy(g);
+    return -1;
+  }
+  /* Nothing may be read before the upload is on the device: the host
+   * array may go away. */
+  e = cudaStreamSynchronize(g->k.stream);
+  if (e != cudaSuccess) {
+    fail(err, errlen, "gpt_cuda: %s:%d: uploading the weights: %s", __FILE__,
+         __LINE__, cudaGetErrorString(e));
+    gpt_cuda_destroy(g);
+    return -1;
+  }
+  *out = g;
+  return 0;
+}
+
+/* ---- Parameters and state ---- */
+
+/* host (and opt, may be NULL) have this gpt_cuda's sizes: 0, or -1. */
+static int check_host(const gpt_cuda *g, const gpt *host, optim *opt,
+                      char *err, size_t errlen) {
+  if (gpt_num_params(host) != g->np)
+    return fail(err, errlen,
+                "gpt_cuda: the host model has %zu parameters, the GPU's %zu",
+                gpt_num_params(host), g->np);
+  size_t nst = optim_state_floats_for(g->o.opt.kind, g->np);
+  if (opt && optim_state_floats(opt) != nst)
+    return fail(err, errlen,
+                "gpt_cuda: the optimizer has %zu state floats, the GPU's %zu "
+                "(another optimizer kind?)",
+                optim_state_floats(opt), nst);
+  return 0;
+}
+
+extern "C" int gpt_cuda_upload(gpt_cuda *g, const gpt *host, optim *opt,
+                               char *err, size_t errlen) {
+  if (check_host(g, host, opt, err, errlen) != 0)
+    return -1;
+  CK(cudaMemcpyAsync(g->master, gpt_params((gpt *)host), g->np * 4,
+                     cudaMemcpyHostToDevice, g->k.stream));
+  KK(kern_f32_to_bf16(&g->k, g->params, g->master, g->np, err, errlen));
+  if (opt) {
+    size_t nst = optim_state_floats_for(g->o.opt.kind, g->np);
+    CK(cudaMemcpyAsync(g->ostate, optim_state(opt), nst * 4,
+                       cudaMemcpyHostToDevice, g->k.stream));
+    g->t = optim_get_t(opt);
+  }
+  /* The host arrays may change as soon as this returns. */
+  CK(cudaStreamSynchronize(g->k.stream));
+  return 0;
+}
+
+extern "C" int gpt_cuda_download(gpt_cuda *g, gpt *host, optim *opt,
+                                 char *err, size_t errlen) {
+  if (check_host(g, host, opt, err, errlen) != 0)
+    return -1;
+  CK(cudaMemcpyAsync(gpt_params(host), g->master, g->np * 4,
+                     cudaMemcpyDeviceToHost, g->k.stream));
+  if (opt) {
+    size_t nst = optim_state_floats_for(g->o.opt.kind, g->np);
+    CK(cudaMemcpyAsync(optim_state(opt), g->ostate, nst * 4,
+                       cudaMemcpyDeviceToHost, g->k.stream));
+    optim_set_t(opt, g->t);
+  }
+  CK(cudaStreamSynchronize(g->k.stream));
+  return 0;
+}
+
+extern "C" int gpt_cuda_download_grads(gpt_cuda *g, float *out, char *err,
+                                       size_t errlen) {
+  CK(cudaMemcpyAsync(out, g->grads, g->np * 4, cudaMemcpyDeviceToHost,
+                     g->k.stream));
+  CK(cudaStreamSynchronize(g->k.stream));
+  return 0;
+}
+
+/* ---- Forward ---- */
+
+#define P(l, kk) (g->params + g->off[gpt_ti((l), (kk))])
+#define G(l, kk) (g->grads + g->off[gpt_ti((l), (kk))])
+
+static floatX *resid_at(gpt_cuda *g, int l) {
+  return g->resid + (size_t)l * g->o.B * g->o.T * g->cfg.n_embd;
+}
+
+/* Block l on in (B,T,C): its activations into la; out (B,T,C) = its
+ * output. out NULL: stop after the MLP's GELU (the recomputation before
+ * backward, which needs everything but the output). */
+static int layer_forward(gpt_cuda *g, int l, const layer_bufs *la,
+                         const floatX *in, floatX *out, int B, int T,
+                         char *err, size_t errlen) {
+  const kern_ctx *k = &g->k;
+  int C = g->cfg.n_embd, NH = g->cfg.n_head, N = B * T;
+  /* in -> ln1 (N,C) -> qkv (N,3C) -> atty (N,C) -> proj (N,C) */
+  KK(kern_layernorm_forward(k, la->ln1, la->ln1_mean, la->ln1_rstd, in,
+                            P(l, GPT_LN1_W), P(l, GPT_LN1_B), N, C, err,
+                            errlen));
+  KK(kern_matmul_forward(k, la->qkv, NULL, la->ln1, P(l, GPT_QKV_W),
+                         P(l, GPT_QKV_B), N, C, 3 * C, err, errlen));
+  KK(kern_attention_forward(k, la->atty, la->lse, la->qkv, B, T, C, NH, err,
+                            errlen));
+  KK(kern_matmul_forward(k, g->proj, NULL, la->atty, P(l, GPT_ATTPROJ_W),
+                         P(l, GPT_ATTPROJ_B), N, C, C, err, errlen));
+  /* res2 = in + proj; ln2 = LayerNorm(res2) */
+  KK(kern_residual_layernorm_forward(k, la->res2, la->ln2, la->ln2_mean,
+                                     la->ln2_rstd, in, g->proj,
+                                     P(l, GPT_LN2_W), P(l, GPT_LN2_B), N, C,
+                                     err, errlen));
+  /* ln2 -> fch_pre (N,4C), fch_gelu = GELU(fch_pre) */
+  KK(kern_matmul_forward(k, la->fch_gelu, la->fch_pre, la->ln2,
+                         P(l, GPT_FC_W), P(l, GPT_FC_B), N, C, 4 * C, err,
+                         errlen));
+  if (!out)
+    return 0;
+  /* out = res2 + fch_gelu c_proj + bias */
+  KK(kern_matmul_forward(k, g->proj, NULL, la->fch_gelu, P(l, GPT_FCPROJ_W),
+                         P(l, GPT_FCPROJ_B), N, 4 * C, C, err, errlen));
+  KK(kern_residual_forward(k, out, la->res2, g->proj, (size_t)N * C, err,
+                           errlen));
+  return 0;
+}
+
+static int check_ids(const uint32_t *ids, size_t n, int V, const char *what,
+                     char *err, size_t errlen) {
+  for (size_t i = 0; i < n; i++)
+    if (ids[i] >= (uint32_t)V)
+      return fail(err, errlen,
+                  "gpt: %s[%zu] is %u, not a token id (vocab_size is %d)",
+                  what, i, ids[i], V);
+  return 0;
+}
+
+extern "C" int gpt_cuda_forward(gpt_cuda *g, const uint32_t *inputs,
+                                const uint32_t *targets, int B, int T,
+                                float *loss, char *err, size_t errlen) {
+  const gpt_config *c = &g->cfg;
+  int C = c->n_embd, V = c->vocab_size, Vp = c->padded_vocab, L = c->n_layer;
+  g->B = g->T = 0;
+  g->have_loss = g->logits_valid = 0;
+  if (B < 1 || T < 1 || B > g->o.B || T > g->o.T ||
+      (size_t)B * T > (size_t)g->o.B * g->o.T)
+    return fail(err, errlen,
+                "gpt_cuda: batch B=%d T=%d, but the GPU model was made for "
+                "at most B=%d T=%d",
+                B, T, g->o.B, g->o.T);
+  size_t N = (size_t)B * T;
+  if (check_ids(inputs, N, V, "inputs", err, errlen) != 0 ||
+      (targets && check_ids(targets, N, V, "targets", err, errlen) != 0))
+    return -1;
+  /* The ids are < V < 2^24, so they fit the kernels' int. */
+  for (size_t i = 0; i < N; i++)
+    g->ids_host[i] = (int)inputs[i];
+  CK(cudaMemcpyAsync(g->ids, g->ids_host, N * 4, cudaMemcpyHostToDevice,
+                     g->k.stream));
+  if (targets)
+    CK(cudaMemcpyAsync(g->tgts, targets, N * 4, cudaMemcpyHostToDevice,
+                       g->k.stream));
+  const kern_ctx *k = &g->k;
+  KK(kern_encoder_forward(k, resid_at(g, 0), g->ids, g->params + g->off[0],
+                          g->params + g->off[1], B, T, C, err, errlen));
+  for (int l = 0; l < L; l++)
+    if (layer_forward(g, l, &g->layers[l], resid_at(g, l),
+                      resid_at(g, l + 1), B, T, err, errlen) != 0)
+      return -1;
+  size_t lf = gpt_ti(L, 0);
+  KK(kern_layernorm_forward(k, g->lnf, g->lnf_mean, g->lnf_rstd,
+                            resid_at(g, L), g->params + g->off[lf],
+                            g->params + g->off[lf + 1], (int)N, C, err,
+                            errlen));
+  /* lnf (N,C), wte (Vp,C) -> logits (N,Vp) = lnf wte^T; the padding rows
+   * of wte are zero, so the padding columns are too. */
+  if (gemm_rm(g, 0, 1, (int)N, Vp, C, g->lnf, C, g->params + g->off[0], C,
+              g->logits, Vp, 0, 0.0f, err, errlen) != 0)
+    return -1;
+  g->B = B;
+  g->T = T;
+  g->logits_valid = 1;
+  if (targets) {
+    /* dloss 0: losses only, the logits stay for backward (which runs the
+     * classifier again with its scale). */
+    KK(kern_fused_classifier(k, g->logits, g->losses, g->tgts, 0.0f, (int)N,
+                             V, Vp, err, errlen));
+    KK(kern_mean(k, g->scalars, g->scratch, g->losses, N, err, errlen));
+    g->have_loss = 1;
+    if (loss)
+      return gpt_cuda_last_loss(g, loss, err, errlen);
+  }
+  return 0;
+}
+
+extern "C" int gpt_cuda_last_loss(gpt_cuda *g, float *loss, char *err,
+                                  size_t errlen) {
+  CK(cudaMemcpyAsync(loss, g->scalars, 4, cudaMemcpyDeviceToHost,
+                     g->k.stream));
+  CK(cudaStreamSynchronize(g->k.stream));
+  return 0;
+}
+
+extern "C" int gpt_cuda_logits(gpt_cuda *g, float *out, char *err,
+                               size_t errlen) {
+  if (!g->logits_valid)
+    return fail(err, errlen,
+                "gpt_cuda: no logits (no forward since the last backward)");
+  size_t n = (size_t)g->B * g->T * g->cfg.padded_vocab;
+  floatX *tmp = (floatX *)malloc(n * sizeof *tmp);
+  if (!tmp)
+    return fail(err, errlen, "gpt_cuda: out of host memory for %zu logits",
+                n);
+  cudaError_t e = cudaMemcpyAsync(tmp, g->logits, n * sizeof *tmp,
+                                  cudaMemcpyDeviceToHost, g->k.stream);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(g->k.stream);
+  if (e != cudaSuccess) {
+    free(tmp);
+    return fail(err, errlen, "gpt_cuda: %s:%d: logits: %s", __FILE__,
+                __LINE__, cudaGetErrorString(e));
+  }
+  for (size_t i = 0; i < n; i++)
+    out[i] = __bfloat162float(tmp[i]);
+  free(tmp);
+  return 0;
+}
+
+/* ---- Backward ---- */
+
+extern "C" int gpt_cuda_zero_grad(gpt_cuda *g, char *err, size_t errlen) {
+  CK(cudaMemsetAsync(g->grads, 0, g->np * 4, g->k.stream));
+  return 0;
+}
+
+extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
+                                 size_t errlen) {
+  if (!g->have_loss)
+    return 0;
+  const gpt_config *c = &g->cfg;
+  const kern_ctx *k = &g->k;
+  int B = g->B, T = g->T, C = c->n_embd, NH = c->n_head, V = c->vocab_size;
+  int Vp = c->padded_vocab, L = c->n_layer, N = B * T;
+  g->have_loss = 0;
+  g->logits_valid = 0;
+  /* logits -> dlogits (N,Vp) = d(scale * mean loss), in place. */
+  KK(kern_fused_classifier(k, g->logits, g->losses, g->tgts, scale / (float)N,
+                           N, V, Vp, err, errlen));
+  /* dlogits (N,Vp), wte (Vp,C) -> dbuf (N,C) = dlogits wte (d lnf);
+   * dwte (Vp,C) += dlogits^T lnf. */
+  const floatX *wte = g->params + g->off[0];
+  if (gemm_rm(g, 0, 0, N, C, Vp, g->logits, Vp, wte, C, g->dbuf, C, 0, 0.0f,
+              err, errlen) != 0 ||
+      gemm_rm(g, 1, 0, Vp, C, N, g->logits, Vp, g->lnf, C, g->grads + g->off[0],
+              C, 1, 1.0f, err, errlen) != 0)
+    return -1;
+  /* d lnf -> dresid (N,C), the residual stream's gradient. */
+  CK(cudaMemsetAsync(g->dresid, 0, (size_t)N * C * sizeof(floatX),
+                     k->stream));
+  size_t lf = gpt_ti(L, 0);
+  KK(kern_layernorm_backward(k, g->dresid, g->grads + g->off[lf],
+                             g->grads + g->off[lf + 1], g->scratch, g->dbuf,
+                             resid_at(g, L), g->params + g->off[lf],
+                             g->lnf_mean, g->lnf_rstd, N, C, err, errlen));
+  for (int l = L - 1; l >= 0; l--) {
+    const layer_bufs *la = &g->layers[l];
+    const floatX *in = resid_at(g, l);
+    if (g->o.recompute == GPT_RECOMPUTE_BLOCK) {
+      if (layer_forward(g, l, la, in, NULL, B, T, err, errlen) != 0)
+        return -1;
+    } else if (g->o.recompute == GPT_RECOMPUTE_GELU) {
+      KK(kern_gelu_forward(k, la->fch_gelu, la->fch_pre, (size_t)N * 4 * C,
+                           err, errlen));
+    }
+    /* MLP. dresid = d out -> d4c (N,4C) = d fch_pre (GELU' fused) */
+    KK(kern_matmul_backward(k, g->d4c, G(l, GPT_FCPROJ_W), G(l, GPT_FCPROJ_B),
+                            g->scratch, g->dresid, la->fch_gelu,
+                            P(l, GPT_FCPROJ_W), la->fch_pre, N, 4 * C, C, err,
+                            errlen));
+    /* d fch_pre -> dbuf (N,C) = d ln2 */
+    KK(kern_matmul_backward(k, g->dbuf, G(l, GPT_FC_W), G(l, GPT_FC_B),
+                            g->scratch, g->d4c, la->ln2, P(l, GPT_FC_W), NULL,
+                            N, C, 4 * C, err, errlen));
+    /* d ln2 -> dresid += (now d res2) */
+    KK(kern_layernorm_backward(k, g->dresid, G(l, GPT_LN2_W),
+                               G(l, GPT_LN2_B), g->scratch, g->dbuf, la->res2,
+                               P(l, GPT_LN2_W), la->ln2_mean, la->ln2_rstd, N,
+                               C, err, errlen));
+    /* Attention. dresid = d res2 -> dbuf (N,C) = d atty */
+    KK(kern_matmul_backward(k, g->dbuf, G(l, GPT_ATTPROJ_W),
+                            G(l, GPT_ATTPROJ_B), g->scratch, g->dresid,
+                            la->atty, P(l, GPT_ATTPROJ_W), NULL, N, C, C, err,
+                            errlen));
+    /* d atty -> dqkv (N,3C) */
+    KK(kern_attention_backward(k, g->dqkv, g->scratch, g->dbuf, la->qkv,
+                               la->atty, la->lse, B, T, C, NH, err, errlen));
+    /* dqkv -> dbuf (N,C) = d ln1 */
+    KK(kern_matmul_backward(k, g->dbuf, G(l, GPT_QKV_W), G(l, GPT_QKV_B),
+                            g->scratch, g->dqkv, la->ln1, P(l, GPT_QKV_W),
+                            NULL, N, C, 3 * C, err, errlen));
+    /* d ln1 -> dresid += (now d of the block's input) */
+    KK(kern_layernorm_backward(k, g->dresid, G(l, GPT_LN1_W),
+                               G(l, GPT_LN1_B), g->scratch, g->dbuf, in,
+                               P(l, GPT_LN1_W), la->ln1_mean, la->ln1_rstd, N,
+                               C, err, errlen));
+  }
+  KK(kern_encoder_backward(k, g->grads + g->off[0], g->grads + g->off[1],
+                           g->scratch, g->dresid, g->ids, g->ids_host, B, T,
+                           C, err, errlen));
+  return 0;
+}
+
+#undef P
+#undef G
+
+extern "C" int gpt_cuda_scale_grads(gpt_cuda *g, float s, char *err,
+                                    size_t errlen) {
+  int blocks = g->k.sm_count * 4;
+  scale_kernel<<<blocks, 256, 0, g->k.stream>>>(g->grads, g->np, s);
+  CK(cudaGetLastError());
+  return 0;
+}
+
+/* ---- Optimizer ---- */
+
+extern "C" int gpt_cuda_clip_grad_norm(gpt_cuda *g, double max_norm,
+                                       double *norm, char *err,
+                                       size_t errlen) {
+  float ss = 0;
+  KK(kern_sum_squares(&g->k, g->scalars + 1, g->scratch, g->grads, g->np, err,
+                      errlen));
+  CK(cudaMemcpyAsync(&ss, g->scalars + 1, 4, cudaMemcpyDeviceToHost,
+                     g->k.stream));
+  CK(cudaStreamSynchronize(g->k.stream));
+  *norm = sqrt((double)ss);
+  g->grad_scale = 1.0f;
+  /* As optim_clip_grad_norm: a non-finite norm is left to the spike
+   * guard. */
+  if (max_norm > 0.0 && isfinite(*norm)) {
+    double coef = max_norm / (*norm + 1e-6);
+    if (coef < 1.0)
+      g->grad_scale = (float)coef;
+  }
+  return 0;
+}
+
+extern "C" int gpt_cuda_step(gpt_cuda *g, float lr, char *err,
+                             size_t errlen) {
+  const optim_config *oc = &g->o.opt;
+  g->t++;
+  /* The betas as the user wrote them, in double, as optim.c does. */
+  double b1 = optim_as_written(oc->beta1), b2 = optim_as_written(oc->beta2);
+  double t = (double)g->t;
+  float b1c = (float)(1.0 - pow(b1, t)), b2c = (float)(1.0 - pow(b2, t));
+  float *m = g->ostate, *v = g->ostate + g->np;
+  for (size_t i = 0; i < g->nruns; i++) {
+    const opt_run *r = &g->runs[i];
+    float wd = r->decay ? oc->weight_decay : 0.0f;
+    if (oc->kind == OPTIM_ADAMW)
+      KK(kern_adamw_update(&g->k, g->master + r->offset,
+                           g->params + r->offset, m + r->offset,
+                           v + r->offset, g->grads + r->offset, r->numel, lr,
+                           oc->beta1, oc->beta2, b1c, b2c, oc->eps, wd,
+                           g->grad_scale, err, errlen));
+    else
+      KK(kern_lion_update(&g->k, g->master + r->offset, g->params + r->offset,
+                          m + r->offset, g->grads + r->offset, r->numel, lr,
+                          oc->beta1, oc->beta2, wd, g->grad_scale, err,
+                          errlen));
+  }
+  g->grad_scale = 1.0f;
+  return 0;
+}
+
+extern "C" int gpt_cuda_optim_reset(gpt_cuda *g, char *err, size_t errlen) {
+  size_t nst = optim_state_floats_for(g->o.opt.kind, g->np);
+  CK(cudaMemsetAsync(g->ostate, 0, nst * 4, g->k.stream));
+  g->t = 0;
+  return 0;
+}
+
+/* ---- Memory ---- */
+
+extern "C" int gpt_cuda_synchronize(gpt_cuda *g, char *err, size_t errlen) {
+  CK(cudaStreamSynchronize(g->k.stream));
+  return 0;
+}
+
+extern "C" uint64_t gpt_cuda_allocated_bytes(const gpt_cuda *g) {
+  return g->bytes + g->k.lt_workspace_bytes;
+}
+
+extern "C" int gpt_cuda_device_used(gpt_cuda *g, uint64_t *used,
+                                    uint64_t *total, char *err,
+                                    size_t errlen) {
+  size_t fr = 0, tot = 0;
+  CK(cudaSetDevice(g->o.device));
+  CK(cudaMemGetInfo(&fr, &tot));
+  *used = tot - fr;
+  *total = tot;
+  return 0;
+}
+
+extern "C" uint64_t gpt_cuda_get_t(const gpt_cuda *g) { return g->t; }

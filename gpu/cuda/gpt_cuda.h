@@ -1,0 +1,171 @@
+/*
+ * gpt_cuda: the CUDA backend of the GPT-2 model (gpu/model/gpt.h) for
+ * training on one GPU in mixed precision: the CPU engine's model, math,
+ * parameter layout and optimizer semantics (gpu/cpu/gpt_cpu.c,
+ * gpu/optim/optim.h), with
+ *   - BF16 parameters and activations for the matrix products and the
+ *     kernels (gpu/cuda/kernels.cuh),
+ *   - FP32 master weights, FP32 gradients, FP32 optimizer state (AdamW:
+ *     m then v; Lion: m; the layout of optim_state()),
+ *   - global grad-norm clipping, gradient accumulation (backward adds),
+ *   - activation recomputation (gpt_recompute),
+ *   - a deterministic mode (two runs from one seed: the same bits).
+ * Everything is allocated by gpt_cuda_create for the largest micro-batch
+ * (B,T), so that an out-of-memory is found before training starts.
+ *
+ * Checkpoints stay the CPU engine's: gpt_cuda_download / _upload move the
+ * FP32 master weights and the optimizer state to and from a host gpt and
+ * optim, which gpu/ckpt and stages/train/trainstate.c write and read; a
+ * checkpoint written on the GPU resumes on the CPU and the reverse.
+ *
+ * Errors: every function that can fail returns 0, or -1 with a message in
+ * err (the CUDA or cuBLASLt error string and the file:line of the call);
+ * nothing exits or aborts.
+ *
+ * Threads: one gpt_cuda is used by one host thread at a time. All work
+ * runs on the gpt_cuda's own stream; functions that return host values
+ * (the loss, the grad norm, downloads) synchronize it.
+ *
+ * The functions are plain C (extern "C") and can be called from C files.
+ */
+#ifndef DAGRUN_GPT_CUDA_H
+#define DAGRUN_GPT_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt.h"
+#include "optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Activation recomputation: what the forward pass keeps for backward.
+ *   NONE:  every activation of every layer (fastest, most memory).
+ *   GELU:  not the GELU output (B,T,4C) of each layer: backward recomputes
+ *          it from the kept pre-activation (one elementwise pass a layer).
+ *   BLOCK: only each block's input residual (B,T,C); backward runs the
+ *          block's forward again before its backward (about one more
+ *          forward pass of compute; activations of one layer at a time). */
+typedef enum gpt_recompute {
+  GPT_RECOMPUTE_NONE = 0,
+  GPT_RECOMPUTE_GELU = 1,
+  GPT_RECOMPUTE_BLOCK = 2
+} gpt_recompute;
+
+/* "none", "gelu", "block" -> *out; 0, or -1 for another name. */
+int gpt_recompute_parse(const char *name, gpt_recompute *out);
+const char *gpt_recompute_name(gpt_recompute r);
+
+typedef struct gpt_cuda_options {
+  int B, T;             /* the largest micro-batch forward will see */
+  optim_config opt;     /* as for optim_create (kind, betas, eps, decay) */
+  gpt_recompute recompute;
+  int deterministic;    /* non-zero: fixed-order reductions everywhere */
+  int device;           /* CUDA device index */
+} gpt_cuda_options;
+
+typedef struct gpt_cuda gpt_cuda;
+
+/* Non-zero when a CUDA driver and at least one device are usable; else 0
+ * and why (no driver, no device, the runtime's error) in why. Never
+ * fails otherwise. */
+int gpt_cuda_available(char *why, size_t whylen);
+
+/* A one-line description of device `device` ("NVIDIA H100 80GB HBM3, 132
+ * SMs, 79.1 GiB"), for logs. 0, or -1 with err. */
+int gpt_cuda_device_name(int device, char *out, size_t outlen, char *err,
+                         size_t errlen);
+
+/* The device memory training cfg (finished) on micro-batches of (B,T)
+ * with o's optimizer and recompute mode takes, computed without
+ * allocating: params = FP32 master + BF16 copy, grads (FP32), optim
+ * (FP32 moments), acts (activations, backward and kernel scratch, token
+ * ids, cuBLASLt's workspace); total is their sum, what gpt_cuda_create
+ * asks the device for. o->B and o->T are ignored (B, T given). */
+void gpt_cuda_memory_estimate(const gpt_config *cfg, int B, int T,
+                              const gpt_cuda_options *o, gpt_memory *out);
+
+/* Makes the GPU model of host's configuration on device o->device, its
+ * FP32 master weights from gpt_params(host) (and their BF16 copy), zero
+ * gradients, zero optimizer state with t = 0, and activations for
+ * micro-batches up to (o->B, o->T). The optimizer's groups are host's
+ * tensors, decayed as gpt_tensor.decay says (as trainkit_make_optim).
+ * When the device has not the memory, fails with a message naming the
+ * model's parameters, B, T, the bytes asked, the device's free and total
+ * memory, and what to change. Caller destroys *out. host is only read. */
+int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
+                    gpt_cuda **out, char *err, size_t errlen);
+void gpt_cuda_destroy(gpt_cuda *g); /* NULL is a no-op */
+
+/* Forward over inputs (B,T) host ids (< vocab_size), B <= o->B and
+ * T <= o->T; with targets (host, B*T) the mean cross-entropy goes to
+ * *loss when loss is not NULL (synchronizing; NULL: no wait, the loss is
+ * read later with gpt_cuda_last_loss). 0, or -1 with err (bad ids, a
+ * batch larger than created for, a CUDA error). */
+int gpt_cuda_forward(gpt_cuda *g, const uint32_t *inputs,
+                     const uint32_t *targets, int B, int T, float *loss,
+                     char *err, size_t errlen);
+/* The mean loss of the last forward with targets (synchronizes). */
+int gpt_cuda_last_loss(gpt_cuda *g, float *loss, char *err, size_t errlen);
+/* Logits of the last forward, (B,T,Vp) as FP32 into host out (B*T*Vp
+ * floats; columns >= vocab_size are not meaningful). Valid only before
+ * the backward of that forward (which turns them into their gradient).
+ * 0, or -1 with err. */
+int gpt_cuda_logits(gpt_cuda *g, float *out, char *err, size_t errlen);
+
+/* Sets every gradient to zero. */
+int gpt_cuda_zero_grad(gpt_cuda *g, char *err, size_t errlen);
+/* Backward of the last forward (with targets): ADDS
+ * d(scale * loss)/d(params) to the gradients, as gpt_backward. Once per
+ * forward; without a forward with targets since, it does nothing. */
+int gpt_cuda_backward(gpt_cuda *g, float scale, char *err, size_t errlen);
+/* Multiplies every gradient by s (the train stage's fault injection). */
+int gpt_cuda_scale_grads(gpt_cuda *g, float s, char *err, size_t errlen);
+
+/* Global L2 norm of the gradients into *norm (synchronizes). If max_norm
+ * > 0 and the norm is finite and above it, the next gpt_cuda_step uses
+ * the gradients times max_norm / (norm + 1e-6), as optim_clip_grad_norm
+ * scales them (the scale is fused into the update instead of a pass over
+ * the gradients). */
+int gpt_cuda_clip_grad_norm(gpt_cuda *g, double max_norm, double *norm,
+                            char *err, size_t errlen);
+/* One optimizer update at lr (t advances by 1), then the clip scale is
+ * forgotten. */
+int gpt_cuda_step(gpt_cuda *g, float lr, char *err, size_t errlen);
+/* Zeroes the optimizer state and t (optim_reset). */
+int gpt_cuda_optim_reset(gpt_cuda *g, char *err, size_t errlen);
+
+/* FP32 master weights -> gpt_params(host) (host of the same config);
+ * with opt non-NULL also the optimizer's state and t -> opt (of the same
+ * kind and size). Synchronizes. */
+int gpt_cuda_download(gpt_cuda *g, gpt *host, optim *opt, char *err,
+                      size_t errlen);
+/* The reverse: gpt_params(host) -> master weights and their BF16 copy;
+ * with opt non-NULL, its state and t -> the GPU's. */
+int gpt_cuda_upload(gpt_cuda *g, const gpt *host, optim *opt, char *err,
+                    size_t errlen);
+/* The FP32 gradients -> host floats (gpt_num_params of them). */
+int gpt_cuda_download_grads(gpt_cuda *g, float *out, char *err,
+                            size_t errlen);
+
+/* Waits for the work queued on the gpt_cuda's stream (a phase's end, for
+ * host clocks around it). */
+int gpt_cuda_synchronize(gpt_cuda *g, char *err, size_t errlen);
+
+/* Device bytes this gpt_cuda allocated (all of it, at create). */
+uint64_t gpt_cuda_allocated_bytes(const gpt_cuda *g);
+/* Device memory in use by this process and everything else on the
+ * device now (total - free, cudaMemGetInfo): includes the CUDA context
+ * and cuBLASLt's own. 0, or -1 with err. */
+int gpt_cuda_device_used(gpt_cuda *g, uint64_t *used, uint64_t *total,
+                         char *err, size_t errlen);
+/* The optimizer step count. */
+uint64_t gpt_cuda_get_t(const gpt_cuda *g);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DAGRUN_GPT_CUDA_H */

@@ -1,0 +1,123 @@
+/*
+ * engine: the train stage's one-process training step behind one seam,
+ * run on the CPU engine (gpt + optim, in place on the host model) or on
+ * the GPU (gpu/cuda/gpt_cuda.h), chosen by the stage's `device` param.
+ *
+ * The host gpt and optim stay the run's state of record for everything
+ * that is not a step: checkpoints (trainstate.h), resume, rollback,
+ * samples. On the GPU they are brought up to date by engine_sync_to_host
+ * before such a use, and engine_load_from_host pushes them to the GPU
+ * after a load. On the CPU both are no-ops.
+ *
+ * The gang path of the train stage (world_size > 1) does not use this:
+ * it trains on the CPU through ZeRO.
+ *
+ * Functions return 0, or -1 with a message in err; call them from the
+ * stage's thread.
+ */
+#ifndef DAGRUN_TRAIN_ENGINE_H
+#define DAGRUN_TRAIN_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dataloader.h"
+#include "gpt.h"
+#include "optim.h"
+#include "trainkit.h"
+
+typedef enum engine_device { ENGINE_CPU = 0, ENGINE_CUDA = 1 } engine_device;
+
+/* What the device param asks for. */
+typedef enum engine_want {
+  ENGINE_WANT_AUTO = 0,
+  ENGINE_WANT_CPU = 1,
+  ENGINE_WANT_CUDA = 2
+} engine_want;
+
+/* Activation recomputation (gpt_cuda.h's gpt_recompute, by value, so that
+ * this header needs no CUDA). */
+typedef enum engine_recompute {
+  ENGINE_RECOMPUTE_NONE = 0,
+  ENGINE_RECOMPUTE_GELU = 1,
+  ENGINE_RECOMPUTE_BLOCK = 2
+} engine_recompute;
+
+/* "auto"/"cpu"/"cuda" and "none"/"gelu"/"block": 0, or -1 with a message
+ * naming the value and the choices. */
+int engine_parse_device(const char *z, engine_want *out, char *err,
+                        size_t errlen);
+int engine_parse_recompute(const char *z, engine_recompute *out, char *err,
+                           size_t errlen);
+const char *engine_recompute_name(engine_recompute r);
+
+/* Non-zero when this build has the CUDA backend. */
+int engine_built_with_cuda(void);
+
+/* Resolves want to a device: auto is cuda when built with CUDA and a GPU
+ * is present, else cpu; why gets the reason in words either way (for
+ * the log and the summary). cuda without the build or the GPU: -1 with
+ * err saying what is missing and to use device: cpu or auto. */
+int engine_pick(engine_want want, engine_device *out, char *why,
+                size_t whylen, char *err, size_t errlen);
+
+typedef struct engine_options {
+  int B, T;                /* the micro-batch */
+  optim_config opt;        /* the optimizer's config (for the GPU's) */
+  engine_recompute recompute;
+  int deterministic;
+} engine_options;
+
+typedef struct engine engine;
+
+/* An engine on dev for model and opt (borrowed: they must outlive it; on
+ * the GPU, their current contents are uploaded). On the GPU an
+ * out-of-memory fails here, with gpt_cuda's message. Caller destroys. */
+int engine_create(engine_device dev, gpt *model, optim *opt,
+                  const engine_options *o, engine **out, char *err,
+                  size_t errlen);
+void engine_destroy(engine *e); /* NULL is a no-op */
+engine_device engine_get_device(const engine *e);
+
+/* trainkit_forward_backward on the engine's device: zeroes the
+ * gradients, runs accum micro-batches of ld (NULL: the batch in
+ * inputs/targets again) forward and backward (scaled 1/accum), the mean
+ * loss into *loss and the phases' times into *times (may be NULL). */
+int engine_forward_backward(engine *e, loader *ld, uint32_t *inputs,
+                            uint32_t *targets, int accum, double *loss,
+                            trainkit_times *times, char *err, size_t errlen);
+/* The mean loss of one batch (inputs, targets: B*T ids) with no backward
+ * (the stage's pre-flight and overfit checks). */
+int engine_loss(engine *e, const uint32_t *inputs, const uint32_t *targets,
+                double *loss, char *err, size_t errlen);
+/* Multiplies the gradients by s (fault injection). */
+int engine_scale_grads(engine *e, float s, char *err, size_t errlen);
+/* optim_clip_grad_norm's semantics: the norm before clipping. */
+int engine_clip_grad_norm(engine *e, double max_norm, double *norm, char *err,
+                          size_t errlen);
+/* One optimizer update at lr. */
+int engine_step(engine *e, float lr, char *err, size_t errlen);
+/* optim_reset. */
+int engine_optim_reset(engine *e, char *err, size_t errlen);
+
+/* The device's weights and optimizer state -> model and opt. */
+int engine_sync_to_host(engine *e, char *err, size_t errlen);
+/* model and opt (after trainstate_load) -> the device. */
+int engine_load_from_host(engine *e, char *err, size_t errlen);
+
+/* Mean loss of nb batches of ld on the engine's device (validation; on
+ * the CPU, evaluate_model's loss). */
+int engine_eval_loss(engine *e, loader *ld, uint64_t nb, double *loss,
+                     char *err, size_t errlen);
+
+/* Device memory: what the engine allocated, and what the device has in
+ * use in all (both 0 on the CPU). */
+typedef struct engine_memory {
+  uint64_t allocated, device_used, device_total;
+} engine_memory;
+int engine_memory_get(engine *e, engine_memory *m, char *err, size_t errlen);
+
+/* A line for the log: "cpu" or the GPU's name and memory. */
+const char *engine_describe(const engine *e);
+
+#endif /* DAGRUN_TRAIN_ENGINE_H */

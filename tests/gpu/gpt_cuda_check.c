@@ -1,0 +1,480 @@
+/*
+ * gpt_cuda_check: the CUDA backend (gpu/cuda/gpt_cuda.h) against the CPU
+ * engine (gpu/cpu/gpt_cpu.c, gpu/optim/optim.c) from the same weights and
+ * batch, for tests/gpu/test_gpt_cuda.sh.
+ *
+ *   gpt_cuda_check available   exit 0 with a GPU, 77 (skip) without
+ *   gpt_cuda_check estimate    the memory estimate (no GPU needed)
+ *   gpt_cuda_check step        one training step, loss / grads / update
+ *   gpt_cuda_check recompute   none | gelu | block: same numbers, less
+ *                              memory
+ *   gpt_cuda_check oom         a batch too big for the card: a clear
+ *                              error, no crash
+ *   gpt_cuda_check logits MODEL_DIR IDS OUT
+ *                              model_logits (tests/reference) on the GPU
+ *
+ * Tolerances (BF16 compute against FP32): BF16 keeps 8 significant bits,
+ * a relative rounding error of 2^-9 = 2e-3 per stored activation; a
+ * forward pass stores each activation a few times per layer and the
+ * errors, independent, add up like a random walk over the ops, so the
+ * loss (a mean over B*T positions, which averages them further) is held
+ * to 1e-2 relative. Gradients go through the BF16 residual-stream
+ * gradient of every layer above: per tensor, cosine similarity > 0.99
+ * and ||g_gpu - g_cpu|| / ||g_cpu|| < 5e-2 (llm.c's test_gpt2.cu holds
+ * its BF16 gradients to a similar few percent). The first AdamW or Lion
+ * update moves each weight by about +-lr (the sign of its gradient), so
+ * an element whose gradient is within BF16 noise of zero may move the
+ * other way: the updated master weights must agree within lr/10 on at
+ * least 95% of the elements that moved, and nowhere differ by more than
+ * 2 lr (+ float rounding).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt.h"
+#include "gpt_cuda.h"
+#include "modeldir.h"
+#include "optim.h"
+#include "rng.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                       \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      printf("FAIL: ");                                                        \
+      printf(__VA_ARGS__);                                                     \
+      printf("\n");                                                            \
+      failures++;                                                              \
+    }                                                                          \
+  } while (0)
+
+static void die(const char *what, const char *err) {
+  fprintf(stderr, "gpt_cuda_check: %s: %s\n", what, err);
+  exit(1);
+}
+
+/* The test model: 2 layers, 4 heads, width 128, context 64, vocabulary
+ * 1000 (padded to 1024: the padding rows are exercised). */
+static gpt *make_model(uint64_t seed) {
+  gpt_config c = {.n_layer = 2, .n_head = 4, .n_embd = 128, .block_size = 64,
+                  .vocab_size = 1000};
+  char err[512];
+  gpt *m = NULL;
+  if (gpt_config_finish(&c, err, sizeof err) != 0 ||
+      gpt_create(&c, &m, err, sizeof err) != 0)
+    die("model", err);
+  gpt_init(m, seed);
+  return m;
+}
+
+/* Random ids (a fixed stream): targets are the inputs shifted by one, as
+ * the loader makes them. */
+static void make_batch(uint32_t *in, uint32_t *tg, int B, int T, int V,
+                       uint64_t seed) {
+  uint64_t s[4];
+  rng_seed(s, seed);
+  for (int b = 0; b < B; b++) {
+    uint32_t prev = (uint32_t)rng_below(s, (uint64_t)V);
+    for (int t = 0; t < T; t++) {
+      uint32_t next = (uint32_t)rng_below(s, (uint64_t)V);
+      in[b * T + t] = prev;
+      tg[b * T + t] = next;
+      prev = next;
+    }
+  }
+}
+
+static optim *make_optim(gpt *m, optim_kind kind) {
+  size_t n = gpt_tensor_count(m);
+  optim_group *g = calloc(n, sizeof *g);
+  for (size_t i = 0; i < n; i++) {
+    const gpt_tensor *t = gpt_tensor_at(m, i);
+    g[i] = (optim_group){t->offset, t->numel, t->decay};
+  }
+  optim_config oc = {.kind = kind,
+                     .beta1 = 0.9f,
+                     .beta2 = kind == OPTIM_ADAMW ? 0.95f : 0.99f,
+                     .eps = 1e-8f,
+                     .weight_decay = 0.1f};
+  optim *o = NULL;
+  char err[512];
+  if (optim_create(&oc, gpt_num_params(m), g, n, &o, err, sizeof err) != 0)
+    die("optimizer", err);
+  free(g);
+  return o;
+}
+
+static optim_config optim_cfg(optim_kind kind) {
+  return (optim_config){.kind = kind,
+                        .beta1 = 0.9f,
+                        .beta2 = kind == OPTIM_ADAMW ? 0.95f : 0.99f,
+                        .eps = 1e-8f,
+                        .weight_decay = 0.1f};
+}
+
+/* cosine similarity and relative error of a against the reference b */
+static void compare(const float *a, const float *b, size_t n, double *cos,
+                    double *rel) {
+  double ab = 0, aa = 0, bb = 0, dd = 0;
+  for (size_t i = 0; i < n; i++) {
+    ab += (double)a[i] * b[i];
+    aa += (double)a[i] * a[i];
+    bb += (double)b[i] * b[i];
+    dd += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+  }
+  *cos = aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : (aa == bb ? 1 : 0);
+  *rel = bb > 0 ? sqrt(dd / bb) : sqrt(dd);
+}
+
+static void compare_grads(const gpt *m, const float *gpu, const float *cpu,
+                          const char *label) {
+  for (size_t i = 0; i < gpt_tensor_count(m); i++) {
+    const gpt_tensor *t = gpt_tensor_at(m, i);
+    double cos, rel;
+    compare(gpu + t->offset, cpu + t->offset, t->numel, &cos, &rel);
+    CHECK(cos > 0.99 && rel < 5e-2,
+          "%s: gradient of %s: cosine %.5f (> 0.99), relative error %.4f "
+          "(< 0.05)",
+          label, t->name, cos, rel);
+  }
+}
+
+enum { B_ = 4, T_ = 64 };
+
+static int cmd_step(void) {
+  char err[2048];
+  const float lr = 1e-3f;
+  for (int kind = 0; kind < 2; kind++) {
+    const char *kname = kind == OPTIM_ADAMW ? "adamw" : "lion";
+    gpt *cpu = make_model(7);
+    const gpt_config *c = gpt_get_config(cpu);
+    size_t np = gpt_num_params(cpu);
+    uint32_t in[B_ * T_], tg[B_ * T_];
+    make_batch(in, tg, B_, T_, c->vocab_size, 99);
+    float *w0 = malloc(np * 4), *ggpu = malloc(np * 4), *wgpu = malloc(np * 4);
+    memcpy(w0, gpt_params(cpu), np * 4);
+
+    gpt_cuda_options o = {.B = B_, .T = T_, .opt = optim_cfg(kind)};
+    gpt_cuda *g = NULL;
+    if (gpt_cuda_create(cpu, &o, &g, err, sizeof err) != 0)
+      die("gpt_cuda_create", err);
+
+    /* CPU step */
+    float lc = 0, lg = 0;
+    optim *oc = make_optim(cpu, kind);
+    gpt_zero_grad(cpu);
+    if (gpt_forward(cpu, in, tg, B_, T_, &lc, err, sizeof err) != 0)
+      die("cpu forward", err);
+    gpt_backward(cpu, 1.0f);
+    float *gcpu = malloc(np * 4); /* before clipping, which scales them */
+    memcpy(gcpu, gpt_grads(cpu), np * 4);
+    double ncpu = optim_clip_grad_norm(gpt_grads(cpu), np, 1.0);
+    /* GPU step: the same. */
+    double ngpu = 0;
+    if (gpt_cuda_zero_grad(g, err, sizeof err) != 0 ||
+        gpt_cuda_forward(g, in, tg, B_, T_, &lg, err, sizeof err) != 0 ||
+        gpt_cuda_backward(g, 1.0f, err, sizeof err) != 0 ||
+        gpt_cuda_download_grads(g, ggpu, err, sizeof err) != 0 ||
+        gpt_cuda_clip_grad_norm(g, 1.0, &ngpu, err, sizeof err) != 0)
+      die("gpu step", err);
+    printf("%s: loss cpu %.6f gpu %.6f; grad norm cpu %.6f gpu %.6f\n", kname,
+           lc, lg, ncpu, ngpu);
+    CHECK(fabs(lg - lc) / lc < 1e-2, "%s: loss gpu %.6f vs cpu %.6f", kname,
+          lg, lc);
+    CHECK(fabs(ngpu - ncpu) / ncpu < 5e-2, "%s: grad norm gpu %.6f vs cpu %.6f",
+          kname, ngpu, ncpu);
+    compare_grads(cpu, ggpu, gcpu, kname);
+    free(gcpu);
+    optim_step(oc, gpt_params(cpu), gpt_grads(cpu), lr);
+    gpt *host = make_model(7);
+    optim *ohost = make_optim(host, kind);
+    if (gpt_cuda_step(g, lr, err, sizeof err) != 0 ||
+        gpt_cuda_download(g, host, ohost, err, sizeof err) != 0)
+      die("gpu update", err);
+    memcpy(wgpu, gpt_params(host), np * 4);
+    size_t moved = 0, agree = 0;
+    double worst = 0;
+    for (size_t i = 0; i < np; i++) {
+      double dc = (double)gpt_params(cpu)[i] - w0[i];
+      double dg = (double)wgpu[i] - w0[i];
+      double d = fabs(dc - dg);
+      if (d > worst)
+        worst = d;
+      if (fabs(dc) > 0 || fabs(dg) > 0) {
+        moved++;
+        agree += d <= 0.1 * lr;
+      }
+    }
+    printf("%s: update: %zu of %zu weights moved, %.4f%% agree within lr/10, "
+           "largest difference %.3g (lr %g)\n",
+           kname, moved, np, moved ? 100.0 * agree / moved : 0, worst, lr);
+    CHECK(moved > np / 2, "%s: only %zu of %zu weights moved", kname, moved, np);
+    CHECK(agree >= 0.95 * moved, "%s: %zu of %zu moved weights agree", kname,
+          agree, moved);
+    CHECK(worst <= 2.0 * lr * 1.01 + 1e-6, "%s: a weight differs by %g",
+          kname, worst);
+    CHECK(gpt_cuda_get_t(g) == 1 && optim_get_t(ohost) == 1,
+          "%s: step count %llu after one step", kname,
+          (unsigned long long)gpt_cuda_get_t(g));
+    /* The optimizer state went down with the weights: its moments are
+     * the CPU's within the gradients' tolerance. */
+    double cos, rel;
+    compare(optim_state(ohost), optim_state(oc), np, &cos, &rel);
+    CHECK(cos > 0.99 && rel < 5e-2, "%s: first moment: cosine %.5f, rel %.4f",
+          kname, cos, rel);
+    /* Upload then download is the identity (checkpoint transfer). */
+    gpt *back = make_model(1);
+    optim *oback = make_optim(back, kind);
+    if (gpt_cuda_upload(g, cpu, oc, err, sizeof err) != 0 ||
+        gpt_cuda_download(g, back, oback, err, sizeof err) != 0)
+      die("upload / download", err);
+    CHECK(memcmp(gpt_params(back), gpt_params(cpu), np * 4) == 0 &&
+              memcmp(optim_state(oback), optim_state(oc),
+                     optim_state_floats(oc) * 4) == 0 &&
+              optim_get_t(oback) == optim_get_t(oc),
+          "%s: upload + download changed the weights or optimizer state",
+          kname);
+    /* Bad ids are refused as on the CPU. */
+    in[5] = (uint32_t)c->vocab_size;
+    CHECK(gpt_cuda_forward(g, in, tg, B_, T_, &lg, err, sizeof err) != 0 &&
+              strstr(err, "not a token id"),
+          "%s: an id >= vocab_size was accepted (%s)", kname, err);
+    CHECK(gpt_cuda_forward(g, in, tg, B_ * 2, T_, &lg, err, sizeof err) != 0 &&
+              strstr(err, "at most B=4"),
+          "%s: a batch larger than made for was accepted (%s)", kname, err);
+    gpt_cuda_destroy(g);
+    gpt_destroy(cpu);
+    gpt_destroy(host);
+    gpt_destroy(back);
+    optim_destroy(oc);
+    optim_destroy(ohost);
+    optim_destroy(oback);
+    free(w0);
+    free(ggpu);
+    free(wgpu);
+  }
+  printf("%s\n", failures ? "step: FAILED" : "step: ok");
+  return failures ? 1 : 0;
+}
+
+static int cmd_recompute(void) {
+  char err[2048];
+  gpt *m = make_model(11);
+  size_t np = gpt_num_params(m);
+  uint32_t in[B_ * T_], tg[B_ * T_];
+  make_batch(in, tg, B_, T_, gpt_get_config(m)->vocab_size, 5);
+  float loss[3];
+  uint64_t bytes[3];
+  float *grads[3];
+  for (int r = 0; r < 3; r++) {
+    gpt_cuda_options o = {.B = B_, .T = T_, .opt = optim_cfg(OPTIM_ADAMW),
+                          .recompute = (gpt_recompute)r};
+    gpt_cuda *g = NULL;
+    grads[r] = malloc(np * 4);
+    /* Two micro-batches of accumulation, the second on the same batch:
+     * the gradient is the mean of two equal ones. */
+    if (gpt_cuda_create(m, &o, &g, err, sizeof err) != 0 ||
+        gpt_cuda_zero_grad(g, err, sizeof err) != 0 ||
+        gpt_cuda_forward(g, in, tg, B_, T_, &loss[r], err, sizeof err) != 0 ||
+        gpt_cuda_backward(g, 0.5f, err, sizeof err) != 0 ||
+        gpt_cuda_forward(g, in, tg, B_, T_, &loss[r], err, sizeof err) != 0 ||
+        gpt_cuda_backward(g, 0.5f, err, sizeof err) != 0 ||
+        gpt_cuda_download_grads(g, grads[r], err, sizeof err) != 0)
+      die(gpt_recompute_name((gpt_recompute)r), err);
+    bytes[r] = gpt_cuda_allocated_bytes(g);
+    gpt_memory est;
+    gpt_cuda_memory_estimate(gpt_get_config(m), B_, T_, &o, &est);
+    printf("recompute %s: loss %.6f, %.2f MiB allocated (estimate %.2f)\n",
+           gpt_recompute_name((gpt_recompute)r), loss[r], bytes[r] / 1048576.0,
+           est.total / 1048576.0);
+    CHECK(est.total == bytes[r], "recompute %s: estimate %llu != allocated %llu",
+          gpt_recompute_name((gpt_recompute)r), (unsigned long long)est.total,
+          (unsigned long long)bytes[r]);
+    gpt_cuda_destroy(g);
+  }
+  /* The forward pass is the same in every mode (the same kernels on the
+   * same weights): the same loss (to 1e-5, in case cuBLASLt picks another
+   * algorithm for buffers at other addresses); the recomputed activations are the
+   * kept ones again (GELU by another kernel than the product's epilogue:
+   * within BF16 rounding). */
+  for (int r = 1; r < 3; r++) {
+    double cos, rel;
+    compare(grads[r], grads[0], np, &cos, &rel);
+    CHECK(fabsf(loss[r] - loss[0]) <= 1e-5f * loss[0],
+          "recompute %s: loss %.7f vs none %.7f",
+          gpt_recompute_name((gpt_recompute)r), loss[r], loss[0]);
+    CHECK(cos > 0.999 && rel < 2e-2,
+          "recompute %s: gradients vs none: cosine %.6f rel %.4f",
+          gpt_recompute_name((gpt_recompute)r), cos, rel);
+  }
+  CHECK(bytes[1] < bytes[0] && bytes[2] < bytes[1],
+        "memory: none %llu, gelu %llu, block %llu: not decreasing",
+        (unsigned long long)bytes[0], (unsigned long long)bytes[1],
+        (unsigned long long)bytes[2]);
+  for (int r = 0; r < 3; r++)
+    free(grads[r]);
+  gpt_destroy(m);
+  printf("%s\n", failures ? "recompute: FAILED" : "recompute: ok");
+  return failures ? 1 : 0;
+}
+
+/* gpt2-350M at 256 x 1024: some 250 GiB of activations, more than an
+ * H200 has (and under the kernels' int limit on B*T*4C, so that it is
+ * the memory that fails). */
+static int cmd_oom(void) {
+  char err[4096];
+  gpt_config c;
+  if (gpt_config_preset("gpt2-350M", &c, err, sizeof err) != 0)
+    die("preset", err);
+  c.vocab_size = 50257;
+  gpt *m = NULL;
+  if (gpt_config_finish(&c, err, sizeof err) != 0 ||
+      gpt_create(&c, &m, err, sizeof err) != 0)
+    die("model", err);
+  gpt_cuda_options o = {.B = 256, .T = 1024, .opt = optim_cfg(OPTIM_ADAMW)};
+  gpt_cuda *g = NULL;
+  int rc = gpt_cuda_create(m, &o, &g, err, sizeof err);
+  printf("oom: rc %d: %s\n", rc, rc ? err : "(created!)");
+  CHECK(rc != 0 && g == NULL, "a 256 x 1024 batch of gpt2-350M was created");
+  CHECK(strstr(err, "out of GPU memory") && strstr(err, "batch_size 256") &&
+            strstr(err, "seq_len 1024") && strstr(err, "recompute: block") &&
+            strstr(err, "free of"),
+        "the message does not name the problem, the batch and the remedy");
+  /* The device is still usable after the failure. */
+  gpt_cuda_destroy(g);
+  gpt_destroy(m);
+  gpt *small = make_model(3);
+  gpt_cuda_options os = {.B = 2, .T = 16, .opt = optim_cfg(OPTIM_ADAMW)};
+  CHECK(gpt_cuda_create(small, &os, &g, err, sizeof err) == 0,
+        "after the out-of-memory, a small model fails: %s", err);
+  gpt_cuda_destroy(g);
+  gpt_destroy(small);
+  printf("%s\n", failures ? "oom: FAILED" : "oom: ok");
+  return failures ? 1 : 0;
+}
+
+/* The memory estimate, which needs no GPU (CI runs this): GPT-2 124M at
+ * 16 x 1024 takes FP32 master + BF16 weights (6 bytes a parameter), FP32
+ * gradients (4), AdamW's two FP32 moments (8) or Lion's one (4), each
+ * rounded up to 256 bytes; the activations shrink with each recompute
+ * mode, block's to under half of none's; the parts add up to the total. */
+static int cmd_estimate(void) {
+  char err[512];
+  gpt_config c;
+  if (gpt_config_preset("gpt2-124M", &c, err, sizeof err) != 0)
+    die("preset", err);
+  c.vocab_size = 50257;
+  if (gpt_config_finish(&c, err, sizeof err) != 0)
+    die("config", err);
+  uint64_t np = gpt_config_num_params(&c), acts[3];
+  for (int kind = 0; kind < 2; kind++)
+    for (int r = 0; r < 3; r++) {
+      gpt_cuda_options o = {.B = 16, .T = 1024, .opt = optim_cfg(kind),
+                            .recompute = (gpt_recompute)r};
+      gpt_memory m;
+      gpt_cuda_memory_estimate(&c, 16, 1024, &o, &m);
+      uint64_t want_o = (kind == OPTIM_ADAMW ? 8 : 4) * np;
+      printf("%s recompute %-5s: params %.1f MiB grads %.1f optim %.1f acts "
+             "%.1f total %.1f\n",
+             kind == OPTIM_ADAMW ? "adamw" : "lion ",
+             gpt_recompute_name((gpt_recompute)r), m.params / 1048576.0,
+             m.grads / 1048576.0, m.optim / 1048576.0, m.acts / 1048576.0,
+             m.total / 1048576.0);
+      CHECK(m.params >= 6 * np && m.params < 6 * np + 512,
+            "params %llu for %llu parameters", (unsigned long long)m.params,
+            (unsigned long long)np);
+      CHECK(m.grads >= 4 * np && m.grads < 4 * np + 512, "grads %llu",
+            (unsigned long long)m.grads);
+      CHECK(m.optim >= want_o && m.optim < want_o + 512, "optim %llu",
+            (unsigned long long)m.optim);
+      CHECK(m.total == m.params + m.grads + m.optim + m.acts,
+            "the parts do not add up to the total");
+      acts[r] = m.acts;
+    }
+  CHECK(acts[1] < acts[0] && acts[2] < acts[1] && 2 * acts[2] < acts[0],
+        "activations none %llu gelu %llu block %llu",
+        (unsigned long long)acts[0], (unsigned long long)acts[1],
+        (unsigned long long)acts[2]);
+  gpt_recompute rc;
+  CHECK(gpt_recompute_parse("block", &rc) == 0 && rc == GPT_RECOMPUTE_BLOCK &&
+            gpt_recompute_parse("all", &rc) != 0,
+        "gpt_recompute_parse");
+  printf("%s\n", failures ? "estimate: FAILED" : "estimate: ok");
+  return failures ? 1 : 0;
+}
+
+/* model_logits (tests/reference/model_logits.c) on the GPU: the logits
+ * (T, V) as float32 of the ids in IDS. */
+static int cmd_logits(const char *dir, const char *ids_path, const char *out) {
+  char err[2048];
+  modeldir_info info;
+  gpt *m = NULL;
+  if (modeldir_open(dir, &info, err, sizeof err) != 0 ||
+      modeldir_load(&info, &m, err, sizeof err) != 0)
+    die(dir, err);
+  const gpt_config *c = gpt_get_config(m);
+  FILE *f = fopen(ids_path, "r");
+  if (!f)
+    die(ids_path, "cannot open");
+  uint32_t *ids = calloc((size_t)c->block_size, sizeof *ids);
+  int T = 0;
+  unsigned long v;
+  while (T < c->block_size && fscanf(f, "%lu", &v) == 1)
+    ids[T++] = (uint32_t)v;
+  fclose(f);
+  if (T == 0)
+    die(ids_path, "no ids");
+  gpt_cuda_options o = {.B = 1, .T = T, .opt = optim_cfg(OPTIM_ADAMW)};
+  gpt_cuda *g = NULL;
+  float *lg = malloc((size_t)T * c->padded_vocab * sizeof *lg);
+  if (gpt_cuda_create(m, &o, &g, err, sizeof err) != 0 ||
+      gpt_cuda_forward(g, ids, NULL, 1, T, NULL, err, sizeof err) != 0 ||
+      gpt_cuda_logits(g, lg, err, sizeof err) != 0)
+    die("gpu logits", err);
+  FILE *o_ = fopen(out, "wb");
+  for (int t = 0; t < T && o_; t++)
+    fwrite(lg + (size_t)t * c->padded_vocab, sizeof(float),
+           (size_t)c->vocab_size, o_);
+  if (!o_ || fclose(o_) != 0)
+    die(out, "cannot write");
+  printf("T %d V %d\n", T, c->vocab_size);
+  gpt_cuda_destroy(g);
+  gpt_destroy(m);
+  free(ids);
+  free(lg);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  char why[512];
+  if (argc < 2) {
+    fprintf(stderr, "usage: gpt_cuda_check available|step|recompute|oom|"
+                    "logits MODEL_DIR IDS OUT\n");
+    return 2;
+  }
+  if (strcmp(argv[1], "estimate") == 0)
+    return cmd_estimate();
+  int have = gpt_cuda_available(why, sizeof why);
+  if (strcmp(argv[1], "available") == 0) {
+    printf("%s\n", why);
+    return have ? 0 : 77;
+  }
+  if (!have) {
+    printf("skip: %s\n", why);
+    return 77;
+  }
+  if (strcmp(argv[1], "step") == 0)
+    return cmd_step();
+  if (strcmp(argv[1], "recompute") == 0)
+    return cmd_recompute();
+  if (strcmp(argv[1], "oom") == 0)
+    return cmd_oom();
+  if (strcmp(argv[1], "logits") == 0 && argc == 5)
+    return cmd_logits(argv[2], argv[3], argv[4]);
+  fprintf(stderr, "gpt_cuda_check: unknown command %s\n", argv[1]);
+  return 2;
+}

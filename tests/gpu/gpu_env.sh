@@ -1,0 +1,22 @@
+# Sourced first by tests/gpu/test_*.sh: the environment that ctest gives
+# the integration tests (tests/CMakeLists.txt), defaulted from the
+# checkout and its build/ so that a test runs as `bash tests/gpu/X.sh`
+# (DAGRUN_BUILD_DIR=build-foo to use another build), then lib.sh.
+# Skips the test (exit 77, tests/gpu/run.sh's convention) where the
+# build has no CUDA backend or the machine no GPU.
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+export DAGRUN_SOURCE_DIR=${DAGRUN_SOURCE_DIR:-$src}
+export DAGRUN_BUILD_DIR=${DAGRUN_BUILD_DIR:-$src/build}
+case $DAGRUN_BUILD_DIR in /*) ;; *) DAGRUN_BUILD_DIR=$src/$DAGRUN_BUILD_DIR ;; esac
+export DAGRUN=${DAGRUN:-$DAGRUN_BUILD_DIR/bin/dagrun}
+export DAGRUN_TEST_PLUGIN_DIR=${DAGRUN_TEST_PLUGIN_DIR:-$DAGRUN_BUILD_DIR/tests/plugins}
+GPU_CHECK=$DAGRUN_BUILD_DIR/bin/gpt_cuda_check
+if [ ! -x "$GPU_CHECK" ]; then
+  echo "skip: no $GPU_CHECK (a build without the CUDA backend)"
+  exit 77
+fi
+if ! "$GPU_CHECK" available >/dev/null; then
+  echo "skip: $("$GPU_CHECK" available)"
+  exit 77
+fi
+. "$DAGRUN_SOURCE_DIR/tests/integration/lib.sh"

@@ -1,0 +1,19 @@
+# The CUDA backend (gpu/cuda/gpt_cuda.h) against the CPU engine, through
+# tests/gpu/gpt_cuda_check.c (which states and justifies the tolerances):
+# - step: one training step from the same weights and batch, for AdamW and
+#   Lion: the loss, the grad norm, every tensor's gradient, the updated
+#   master weights and moments; upload/download are exact; bad ids and an
+#   oversized batch are refused;
+# - recompute: none, gelu and block give the same loss and gradients, each
+#   with less device memory than the one before, as estimated;
+# - oom: gpt2-350M at 256 x 1024 fails with the clear message (naming the
+#   batch and what to change), and the device still works after it.
+. "$(dirname "$0")/gpu_env.sh"
+
+for cmd in step recompute oom; do
+  "$GPU_CHECK" $cmd >"$T/$cmd.out" 2>&1 || fail "gpt_cuda_check $cmd:
+$(cat "$T/$cmd.out")"
+  cat "$T/$cmd.out"
+  expect_in "$T/$cmd.out" "$cmd: ok"
+done
+pass

@@ -1,0 +1,81 @@
+# The train stage's device, recompute and deterministic params, on a
+# machine as CI has it (the GPU side is tests/gpu/):
+# - device: auto trains, and says which device it chose and why (cpu and
+#   "no GPU" here; cuda and the device count where a GPU is present);
+# - where auto chose cpu, device: cuda fails: non-zero exit, the run
+#   recorded failed, a message saying what is missing and to use
+#   device: cpu or auto;
+# - device: cuda in a gang is refused (the NCCL path is not wired);
+# - bad values of device and recompute are refused naming the choices;
+# - recompute on the CPU is ignored, with a log line saying so.
+. "$(dirname "$0")/lib.sh"
+
+DATA=$(make_token_data dev 320)
+MODEL='n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, batch_size: 4, threads: 1, samples: 0, eval_every: 0'
+
+train_dag() { # NAME EXTRA_PARAMS [TASK_KEYS]
+  cat > "$1.yaml" <<Y
+dag: $1
+tasks:
+  train: {stage: train, ${3:-} with: {data: "$DATA", $MODEL, $2}}
+Y
+}
+
+# auto: trains, says the device and the reason, in the log and summary.
+train_dag auto "steps: 5, device: auto, recompute: gelu, deterministic: true"
+run_dagrun run auto.yaml --plain
+expect_rc 0
+R=$(run_dir auto)
+DEV=$(/usr/bin/python3 - "$R/train/out/summary.json" <<'P'
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["steps"] == 5, s
+d, why = s["device"], s["device_reason"]
+if d == "cpu":
+    assert why.startswith("device: auto, and no GPU: "), why
+else:
+    assert d == "cuda" and "CUDA device" in why, (d, why)
+print(d)
+P
+) || fail "auto: $(cat "$R/train/out/summary.json")"
+expect_in "$R/train/attempt-1/log" "device: $DEV (device: auto"
+[ "$(task_field "$R" train state)" = success ] || fail "auto run not recorded success"
+if [ "$DEV" = cpu ]; then
+  expect_in "$R/train/attempt-1/log" "recompute: gelu is ignored on the CPU"
+
+  # device: cuda where there is no GPU (or no CUDA in this build).
+  train_dag cuda "steps: 5, device: cuda"
+  run_dagrun run cuda.yaml --plain
+  expect_rc 1
+  expect_in "$T/out" "device: cuda, but"
+  expect_in "$T/out" "use device: cpu or auto"
+  RC2=$(run_dir cuda)
+  [ "$(task_field "$RC2" train state)" = failed ] ||
+    fail "device: cuda run recorded as '$(task_field "$RC2" train state)', not failed"
+  [ ! -d "$RC2/train/checkpoints" ] || [ -z "$(ls "$RC2/train/checkpoints")" ] ||
+    fail "device: cuda without a GPU wrote checkpoints"
+else
+  echo "a GPU is present: device: cuda's no-GPU error is not testable here"
+fi
+
+# A gang does not train on the GPU yet.
+train_dag gang "steps: 5, device: cuda" "world_size: 2, launcher: local,"
+run_dagrun run gang.yaml --plain
+expect_rc 1
+expect_in "$T/out" "NCCL path for GPU ranks is not wired yet"
+
+# Bad values, named with the choices.
+train_dag baddev "steps: 5, device: tpu"
+run_dagrun run baddev.yaml --plain
+expect_rc 1
+expect_in "$T/out" "device must be auto, cpu or cuda, not 'tpu'"
+train_dag badrc "steps: 5, recompute: all"
+run_dagrun run badrc.yaml --plain
+expect_rc 1
+expect_in "$T/out" "recompute must be none, gelu or block, not 'all'"
+train_dag baddet "steps: 5, deterministic: maybe"
+run_dagrun check baddet.yaml
+expect_rc 2
+expect_in "$T/err" "baddet.yaml:3:"
+expect_in "$T/err" "param 'deterministic' of stage 'train'"
+pass
