@@ -145,5 +145,22 @@ done
 cmp -s mpirun.losses srun.losses || fail "losses under srun differ from mpirun's:
 $(paste mpirun.losses srun.losses)"
 
+# --- examples/multinode/train-gang.yaml as its README says to run it, cut
+# down to this one-node cluster (2 ranks, gpt-tiny, 3 steps): it checks,
+# runs under srun, and leaves a sharded checkpoint and the final model.
+sed -e 's/world_size: 8/world_size: 2/' -e 's/model: gpt-small/model: gpt-tiny/' \
+    -e 's/steps: 5000/steps: 3/' -e 's/checkpoint_every: 200/checkpoint_every: 2/' \
+    -e 's/eval_every: 250/eval_every: 0/' \
+    "$DAGRUN_SOURCE_DIR/examples/multinode/train-gang.yaml" > train-gang.yaml
+grep -q "world_size: 2" train-gang.yaml && grep -q "steps: 3" train-gang.yaml \
+  || fail "the example changed: this test's edits no longer apply"
+SLURM_MPI_TYPE=pmix DAGRUN_TOKENS="$DATA" run_dagrun run train-gang.yaml --plain
+expect_rc 0
+R=$(run_dir train-multinode)
+expect_in "$R/train/attempt-1/log" "ZeRO stage 2: global batch 2 x 8 = 16 sequences"
+[ -f "$R/train/attempt-1/rank-1/log" ] || fail "no log of rank 1"
+ls "$R"/train/checkpoints/step-*/manifest.json >/dev/null 2>&1 || fail "no sharded checkpoint in $R/train/checkpoints"
+ls -d "$R"/train/model/step-* >/dev/null 2>&1 || fail "no final model in $R/train/model"
+
 stop_slurm
 pass
