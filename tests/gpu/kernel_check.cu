@@ -110,7 +110,20 @@ static vecf randn(Rng &r, size_t n, float mean, float std, bool round) {
   return v;
 }
 
-/* ---- Device buffers ---- */
+/* ---- Device buffers ----
+ * The launchers run on kern_ctx's stream, which is non-blocking: it does
+ * not wait for the legacy default stream that cudaMemset and cudaMemcpy
+ * use. And those return early: cudaMemset on device memory is
+ * asynchronous to the host, and a cudaMemcpy from pageable memory returns
+ * once the data is staged, with the DMA to the device possibly still
+ * going. So every upload or fill ends with a device synchronization
+ * (sync_up), or a kernel launched next could read the old contents. */
+static void sync_up() {
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess)
+    throw check_abort(std::string("cudaDeviceSynchronize after an upload: ") +
+                      cudaGetErrorString(e));
+}
 
 template <typename T> struct Dev {
   T *p = nullptr;
@@ -118,6 +131,7 @@ template <typename T> struct Dev {
   explicit Dev(size_t count) : n(count) {
     CK(cudaMalloc(&p, (count ? count : 1) * sizeof(T)));
     CK(cudaMemset(p, 0, (count ? count : 1) * sizeof(T)));
+    sync_up();
   }
   /* Allocated and filled with h (float, or rounded to BF16). */
   explicit Dev(const vecf &h);
@@ -129,6 +143,7 @@ template <typename T> struct Dev {
 static void up(Dev<float> &d, const vecf &h) {
   CK(cudaMemcpy(d.p, h.data(), h.size() * sizeof(float),
                 cudaMemcpyHostToDevice));
+  sync_up();
 }
 static void up(Dev<floatX> &d, const vecf &h) {
   std::vector<floatX> t(h.size());
@@ -136,9 +151,11 @@ static void up(Dev<floatX> &d, const vecf &h) {
     t[i] = __float2bfloat16_rn(h[i]);
   CK(cudaMemcpy(d.p, t.data(), t.size() * sizeof(floatX),
                 cudaMemcpyHostToDevice));
+  sync_up();
 }
 static void up(Dev<int> &d, const std::vector<int> &h) {
   CK(cudaMemcpy(d.p, h.data(), h.size() * sizeof(int), cudaMemcpyHostToDevice));
+  sync_up();
 }
 template <typename T> Dev<T>::Dev(const vecf &h) : Dev(h.size()) {
   up(*this, h);
@@ -329,6 +346,7 @@ static void check_layernorm(const kern_ctx *k, Rng &r, int N, int C) {
   /* Without statistics (a recomputing pass): the same out. */
   vecf out_first = down(out);
   CK(cudaMemset(out.p, 0, out.n * sizeof(floatX)));
+  sync_up();
   KR(k,
      kern_layernorm_forward(k, out.p, NULL, NULL, dx.p, dw.p, db.p, N, C, E));
   check("layernorm_forward mean, rstd NULL " + s,
