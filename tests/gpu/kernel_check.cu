@@ -751,8 +751,9 @@ static void check_shape_errors(const kern_ctx *k) {
                                        f.p, f.p, -1, 8, E),
                "kern_layernorm_backward");
   /* Refused before anything runs: the pointers are never used. */
-  expect_error("attention_forward refuses B*NH > 65535",
-               kern_attention_forward(k, a.p, f.p, a.p, 65536, 4, 64, 1, E),
+  expect_error("attention_forward refuses T > 65535 tiles of 16 rows",
+               kern_attention_forward(k, a.p, f.p, a.p, 1, 65535 * 16 + 1, 64,
+                                      1, E),
                "kern_attention_forward");
   expect_error("matmul_backward refuses more than 65535 row chunks (dbias)",
                kern_matmul_backward(k, a.p, f.p, f.p, f.p, a.p, a.p, a.p, NULL,
@@ -855,7 +856,10 @@ int main(int argc, char **argv) {
   };
   static const att atts[] = {{4, 64, 768, 12}, {4, 128, 768, 12},
                              {2, 77, 96, 2},   {1, 100, 256, 2},
-                             {2, 33, 96, 3},   {4, 1024, 768, 12}};
+                             {2, 33, 96, 3},   {4, 1024, 768, 12},
+                             /* B*NH = 65600 > 65535, the most a grid's y
+                              * or z can have; hs = 16 < 32 lanes */
+                             {16400, 4, 64, 4}};
   for (const att &a : atts)
     if (!quick || a.T < 1024)
       run([&] { check_attention(&k, r, a.B, a.T, a.C, a.NH); });
