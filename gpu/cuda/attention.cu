@@ -73,6 +73,16 @@ __device__ __forceinline__ int att_row(int rr) {
   return rr * ATT_WARPS + (int)threadIdx.x / 32;
 }
 
+/* Grid: x = (batch, head), B*NH blocks (gridDim.x allows 2^31-1, where y
+ * and z stop at 65535); y = the block's tile of ATT_ROWS rows. Blocks go
+ * to the SMs in linear order, x fastest: the forward and dq kernels take
+ * their tiles last-first (att_tile_rev) so that the long causal rows start
+ * first and the short ones fill the tail; in dk/dv the first key tiles are
+ * the long ones already. */
+__device__ __forceinline__ int att_tile_rev(void) {
+  return (int)(gridDim.y - 1 - blockIdx.y);
+}
+
 /* What each kernel derives from its block's (batch, head). */
 struct att_head {
   int hs, ld, b, h, bh;
@@ -85,7 +95,7 @@ __device__ __forceinline__ att_head att_head_of(const floatX *qkv, int T, int C,
   att_head a;
   a.hs = C / NH;
   a.ld = a.hs + 1;
-  a.bh = blockIdx.y;
+  a.bh = blockIdx.x;
   a.b = a.bh / NH;
   a.h = a.bh % NH;
   a.C3 = 3 * (size_t)C;
@@ -108,7 +118,7 @@ __device__ __forceinline__ void att_store(floatX *dst, const float acc[ATT_DPL],
 
 /* ---- Forward ---- */
 
-/* grid (ceil(T/ATT_ROWS), B*NH). smem: Q rows (ATT_ROWS, hs), K and V
+/* grid (B*NH, ceil(T/ATT_ROWS)). smem: Q rows (ATT_ROWS, hs), K and V
  * tiles (ATT_TILE, hs+1). */
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     attention_forward_kernel(floatX *out, float *lse, const floatX *qkv, int T,
@@ -120,7 +130,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
   const floatX *base = a.qkv;
   const float scale = a.scale;
   float *Qs = sm, *Ks = Qs + ATT_ROWS * hs, *Vs = Ks + ATT_TILE * ld;
-  const int q0 = blockIdx.x * ATT_ROWS;
+  const int q0 = att_tile_rev() * ATT_ROWS;
 
   att_load(Qs, hs, base, C3, q0, ATT_ROWS, T, hs);
   float o[ATT_RPW][ATT_DPL], mrow[ATT_RPW], lrow[ATT_RPW];
@@ -209,7 +219,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
   const int b = a.b, h = a.h, bh = a.bh;
   float *Qs = sm, *dOs = Qs + ATT_ROWS * hs, *Ks = dOs + ATT_ROWS * hs,
         *Vs = Ks + ATT_TILE * ld;
-  const int q0 = blockIdx.x * ATT_ROWS;
+  const int q0 = att_tile_rev() * ATT_ROWS;
 
   att_load(Qs, hs, base, C3, q0, ATT_ROWS, T, hs);
   att_load(dOs, hs, dout + (size_t)b * T * C + (size_t)h * hs, C, q0, ATT_ROWS,
@@ -275,7 +285,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
   float *Kr = sm, *Vr = Kr + ATT_ROWS * hs, *Qt = Vr + ATT_ROWS * hs,
         *dOt = Qt + ATT_TILE * ld, *lse_t = dOt + ATT_TILE * ld,
         *D_t = lse_t + ATT_TILE;
-  const int kb0 = blockIdx.x * ATT_ROWS;
+  const int kb0 = blockIdx.y * ATT_ROWS;
 
   att_load(Kr, hs, base + C, C3, kb0, ATT_ROWS, T, hs);
   att_load(Vr, hs, base + 2 * C, C3, kb0, ATT_ROWS, T, hs);
@@ -337,9 +347,13 @@ static int att_check(int B, int T, int C, int NH, const char *op, char *err,
                    "head size %d (C=%d / NH=%d) is more than the %d this "
                    "kernel supports",
                    C / NH, C, NH, ATT_HS_MAX);
-  if ((long long)B * NH > 65535)
-    return kc_fail(err, errlen, op, "B*NH=%lld is more than 65535",
+  if ((long long)B * NH > 0x7fffffffLL)
+    return kc_fail(err, errlen, op, "B*NH=%lld is more than 2^31-1",
                    (long long)B * NH);
+  if (kc_cdiv((size_t)T, ATT_ROWS) > 65535)
+    return kc_fail(err, errlen, op,
+                   "T=%d is more than %d (65535 tiles of %d rows)", T,
+                   65535 * ATT_ROWS, ATT_ROWS);
   return 0;
 }
 
@@ -367,7 +381,7 @@ int kern_attention_forward(const kern_ctx *k, floatX *out, float *lse,
   const int hs = C / NH;
   const size_t smem =
       ((size_t)ATT_ROWS * hs + 2 * (size_t)ATT_TILE * (hs + 1)) * sizeof(float);
-  dim3 grid(kc_cdiv((size_t)T, ATT_ROWS), (unsigned)(B * NH));
+  dim3 grid((unsigned)(B * NH), kc_cdiv((size_t)T, ATT_ROWS));
   return att_launch(attention_forward_kernel, grid, smem, k, op, err, errlen,
                     out, lse, qkv, T, C, NH);
 }
@@ -394,7 +408,7 @@ int kern_attention_backward(const kern_ctx *k, floatX *dqkv, void *scratch,
     return -1;
   const size_t rows_smem = 2 * (size_t)ATT_ROWS * hs;
   const size_t tiles_smem = 2 * (size_t)ATT_TILE * (hs + 1);
-  dim3 grid(kc_cdiv((size_t)T, ATT_ROWS), (unsigned)(B * NH));
+  dim3 grid((unsigned)(B * NH), kc_cdiv((size_t)T, ATT_ROWS));
   if (att_launch(attention_dq_kernel, grid,
                  (rows_smem + tiles_smem) * sizeof(float), k, op, err, errlen,
                  dqkv, (const float *)Dsum, dout, qkv, lse, T, C, NH))
