@@ -5,7 +5,9 @@
  *
  *   gpt_cuda_check available   exit 0 with a GPU, 77 (skip) without
  *   gpt_cuda_check estimate    the memory estimate (no GPU needed)
- *   gpt_cuda_check step        one training step, loss / grads / update
+ *   gpt_cuda_check step        one training step, loss / grads / update;
+ *                              then weight decay alone (zero gradients),
+ *                              bitwise the CPU's, tensor by tensor
  *   gpt_cuda_check recompute   none | gelu | block: same numbers, less
  *                              memory; in each, two micro-batches at
  *                              scale 0.5 against the CPU's one at 1, a
@@ -242,6 +244,26 @@ static int cmd_step(void) {
               optim_get_t(oback) == optim_get_t(oc),
           "%s: upload + download changed the weights or optimizer state",
           kname);
+    /* Weight decay alone, tensor by tensor: with zero gradients and zero
+     * moments an update is p *= 1 - lr*wd on the decayed tensors and
+     * nothing on the others, one float multiplication on either side, so
+     * the weights must be bitwise the CPU's. (The first step above cannot
+     * see decay: lr*wd*|p| is far below its lr/10 tolerance.) */
+    optim_reset(oc);
+    gpt_zero_grad(cpu);
+    optim_step(oc, gpt_params(cpu), gpt_grads(cpu), 0.5f);
+    if (gpt_cuda_optim_reset(g, err, sizeof err) != 0 ||
+        gpt_cuda_zero_grad(g, err, sizeof err) != 0 ||
+        gpt_cuda_step(g, 0.5f, err, sizeof err) != 0 ||
+        gpt_cuda_download(g, back, NULL, err, sizeof err) != 0)
+      die("gpu decay step", err);
+    for (size_t i = 0; i < gpt_tensor_count(cpu); i++) {
+      const gpt_tensor *t = gpt_tensor_at(cpu, i);
+      CHECK(memcmp(gpt_params(back) + t->offset, gpt_params(cpu) + t->offset,
+                   t->numel * 4) == 0,
+            "%s: weight decay of %s (decay %d) differs from the CPU's", kname,
+            t->name, t->decay);
+    }
     /* Bad ids are refused as on the CPU. */
     in[5] = (uint32_t)c->vocab_size;
     CHECK(gpt_cuda_forward(g, in, tg, B_, T_, &lg, err, sizeof err) != 0 &&

@@ -2,7 +2,8 @@
 # tests/gpu/gpt_cuda_check.c (which states and justifies the tolerances):
 # - step: one training step from the same weights and batch, for AdamW and
 #   Lion: the loss, the grad norm, every tensor's gradient, the updated
-#   master weights and moments; upload/download are exact; bad ids and an
+#   master weights and moments; weight decay alone (zero gradients) is
+#   bitwise the CPU's on every tensor; upload/download are exact; bad ids and an
 #   oversized batch are refused;
 # - recompute: none, gelu and block give the same loss and gradients, each
 #   with less device memory than the one before, as estimated; in each,
