@@ -97,6 +97,12 @@ def main():
     except ImportError:
         print("torch_gpt2.py: skip: PyTorch is not installed")
         return 0
+    if not hasattr(torch, "compile") or not hasattr(
+            torch.nn.functional, "scaled_dot_product_attention"):
+        print(f"torch_gpt2.py: skip: PyTorch {torch.__version__} has no "
+              "torch.compile / scaled_dot_product_attention (2.0 or later "
+              "needed)")
+        return 0
     if not torch.cuda.is_available():
         print("torch_gpt2.py: skip: PyTorch sees no CUDA device")
         return 0

@@ -765,6 +765,12 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
   int Vp = c->padded_vocab, L = c->n_layer, N = B * T;
   g->have_loss = 0;
   g->logits_valid = 0;
+  /* d(0 * loss) adds nothing, as gpt_backward's zero dlogits add nothing;
+   * and kern_fused_classifier with dloss 0 leaves the logits as they are
+   * instead of writing a zero gradient, so going on would backpropagate
+   * the logits themselves. */
+  if (scale == 0.0f)
+    return 0;
   /* logits -> dlogits (N,Vp) = d(scale * mean loss), in place. */
   KK(kern_fused_classifier(k, g->logits, g->losses, g->tgts, scale / (float)N,
                            N, V, Vp, err, errlen));

@@ -1248,8 +1248,11 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
          "that knows only token frequencies)",
          (unsigned long long)corpus_tokens, H1);
 
+  /* Whatever the step of the checkpoint resumed from (a run cancelled
+   * before its first step saves one at step 0), its weights are now the
+   * host's: the device gets them too. */
   if (maybe_resume(&r) != 0 ||
-      (r.st.step > 0 && engine_load_from_host(r.eng, err, sizeof err) != 0 &&
+      (r.last_ckpt[0] && engine_load_from_host(r.eng, err, sizeof err) != 0 &&
        (h->fail(ctx, "resume: %s", err), 1)))
     goto done;
   double lnV = log((double)mc->vocab_size), init_loss = NAN;

@@ -5,9 +5,15 @@
  *
  *   gpt_cuda_check available   exit 0 with a GPU, 77 (skip) without
  *   gpt_cuda_check estimate    the memory estimate (no GPU needed)
- *   gpt_cuda_check step        one training step, loss / grads / update
+ *   gpt_cuda_check step        one training step, loss / grads / update;
+ *                              then weight decay alone (zero gradients),
+ *                              bitwise the CPU's, tensor by tensor
  *   gpt_cuda_check recompute   none | gelu | block: same numbers, less
- *                              memory
+ *                              memory; in each, two micro-batches at
+ *                              scale 0.5 against the CPU's one at 1, a
+ *                              backward at scale 0 adding nothing, and a
+ *                              micro-batch smaller than made for against
+ *                              the CPU
  *   gpt_cuda_check oom         a batch too big for the card: a clear
  *                              error, no crash
  *   gpt_cuda_check logits MODEL_DIR IDS OUT
@@ -238,6 +244,26 @@ static int cmd_step(void) {
               optim_get_t(oback) == optim_get_t(oc),
           "%s: upload + download changed the weights or optimizer state",
           kname);
+    /* Weight decay alone, tensor by tensor: with zero gradients and zero
+     * moments an update is p *= 1 - lr*wd on the decayed tensors and
+     * nothing on the others, one float multiplication on either side, so
+     * the weights must be bitwise the CPU's. (The first step above cannot
+     * see decay: lr*wd*|p| is far below its lr/10 tolerance.) */
+    optim_reset(oc);
+    gpt_zero_grad(cpu);
+    optim_step(oc, gpt_params(cpu), gpt_grads(cpu), 0.5f);
+    if (gpt_cuda_optim_reset(g, err, sizeof err) != 0 ||
+        gpt_cuda_zero_grad(g, err, sizeof err) != 0 ||
+        gpt_cuda_step(g, 0.5f, err, sizeof err) != 0 ||
+        gpt_cuda_download(g, back, NULL, err, sizeof err) != 0)
+      die("gpu decay step", err);
+    for (size_t i = 0; i < gpt_tensor_count(cpu); i++) {
+      const gpt_tensor *t = gpt_tensor_at(cpu, i);
+      CHECK(memcmp(gpt_params(back) + t->offset, gpt_params(cpu) + t->offset,
+                   t->numel * 4) == 0,
+            "%s: weight decay of %s (decay %d) differs from the CPU's", kname,
+            t->name, t->decay);
+    }
     /* Bad ids are refused as on the CPU. */
     in[5] = (uint32_t)c->vocab_size;
     CHECK(gpt_cuda_forward(g, in, tg, B_, T_, &lg, err, sizeof err) != 0 &&
@@ -270,7 +296,28 @@ static int cmd_recompute(void) {
   float loss[3];
   uint64_t bytes[3];
   float *grads[3];
+  /* The CPU's references: one backward of the batch at scale 1 (what two
+   * micro-batches at 0.5 must add up to), and a smaller micro-batch
+   * (B/2, T/2) than the GPU model is made for (its activations are then
+   * read at the strides of (B/2, T/2) inside buffers carved for (B, T)). */
+  enum { B2 = B_ / 2, T2 = T_ / 2 };
+  uint32_t in2[B2 * T2], tg2[B2 * T2];
+  make_batch(in2, tg2, B2, T2, gpt_get_config(m)->vocab_size, 6);
+  float *gref = malloc(np * 4), *gref2 = malloc(np * 4), *gtmp = malloc(np * 4);
+  float lref = 0, lref2 = 0;
+  gpt_zero_grad(m);
+  if (gpt_forward(m, in, tg, B_, T_, &lref, err, sizeof err) != 0)
+    die("cpu forward", err);
+  gpt_backward(m, 1.0f);
+  memcpy(gref, gpt_grads(m), np * 4);
+  gpt_zero_grad(m);
+  if (gpt_forward(m, in2, tg2, B2, T2, &lref2, err, sizeof err) != 0)
+    die("cpu forward", err);
+  gpt_backward(m, 1.0f);
+  memcpy(gref2, gpt_grads(m), np * 4);
   for (int r = 0; r < 3; r++) {
+    const char *rname = gpt_recompute_name((gpt_recompute)r);
+    char label[64];
     gpt_cuda_options o = {.B = B_, .T = T_, .opt = optim_cfg(OPTIM_ADAMW),
                           .recompute = (gpt_recompute)r};
     gpt_cuda *g = NULL;
@@ -285,6 +332,31 @@ static int cmd_recompute(void) {
         gpt_cuda_backward(g, 0.5f, err, sizeof err) != 0 ||
         gpt_cuda_download_grads(g, grads[r], err, sizeof err) != 0)
       die(gpt_recompute_name((gpt_recompute)r), err);
+    /* Accumulation and the backward's scale: 0.5 + 0.5 is the CPU's 1. */
+    CHECK(fabsf(loss[r] - lref) / lref < 1e-2, "recompute %s: loss %.6f vs "
+          "cpu %.6f", rname, loss[r], lref);
+    snprintf(label, sizeof label, "recompute %s, 2 x 0.5 vs cpu", rname);
+    compare_grads(m, grads[r], gref, label);
+    /* A backward at scale 0 adds nothing. */
+    float l0 = 0;
+    if (gpt_cuda_forward(g, in, tg, B_, T_, &l0, err, sizeof err) != 0 ||
+        gpt_cuda_backward(g, 0.0f, err, sizeof err) != 0 ||
+        gpt_cuda_download_grads(g, gtmp, err, sizeof err) != 0)
+      die(rname, err);
+    CHECK(memcmp(gtmp, grads[r], np * 4) == 0,
+          "recompute %s: a backward at scale 0 changed the gradients", rname);
+    /* A smaller micro-batch than made for. */
+    float l2 = 0;
+    if (gpt_cuda_zero_grad(g, err, sizeof err) != 0 ||
+        gpt_cuda_forward(g, in2, tg2, B2, T2, &l2, err, sizeof err) != 0 ||
+        gpt_cuda_backward(g, 1.0f, err, sizeof err) != 0 ||
+        gpt_cuda_download_grads(g, gtmp, err, sizeof err) != 0)
+      die(rname, err);
+    CHECK(fabsf(l2 - lref2) / lref2 < 1e-2, "recompute %s: loss at B=%d "
+          "T=%d %.6f vs cpu %.6f", rname, B2, T2, l2, lref2);
+    snprintf(label, sizeof label, "recompute %s, B=%d T=%d vs cpu", rname, B2,
+             T2);
+    compare_grads(m, gtmp, gref2, label);
     bytes[r] = gpt_cuda_allocated_bytes(g);
     gpt_memory est;
     gpt_cuda_memory_estimate(gpt_get_config(m), B_, T_, &o, &est);
@@ -317,6 +389,9 @@ static int cmd_recompute(void) {
         (unsigned long long)bytes[2]);
   for (int r = 0; r < 3; r++)
     free(grads[r]);
+  free(gref);
+  free(gref2);
+  free(gtmp);
   gpt_destroy(m);
   printf("%s\n", failures ? "recompute: FAILED" : "recompute: ok");
   return failures ? 1 : 0;

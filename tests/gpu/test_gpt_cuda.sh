@@ -2,10 +2,13 @@
 # tests/gpu/gpt_cuda_check.c (which states and justifies the tolerances):
 # - step: one training step from the same weights and batch, for AdamW and
 #   Lion: the loss, the grad norm, every tensor's gradient, the updated
-#   master weights and moments; upload/download are exact; bad ids and an
+#   master weights and moments; weight decay alone (zero gradients) is
+#   bitwise the CPU's on every tensor; upload/download are exact; bad ids and an
 #   oversized batch are refused;
 # - recompute: none, gelu and block give the same loss and gradients, each
-#   with less device memory than the one before, as estimated;
+#   with less device memory than the one before, as estimated; in each,
+#   gradient accumulation (2 x scale 0.5) and a smaller micro-batch than
+#   the model was made for match the CPU, and scale 0 adds nothing;
 # - oom: gpt2-350M at 256 x 1024 fails with the clear message (naming the
 #   batch and what to change), and the device still works after it.
 . "$(dirname "$0")/gpu_env.sh"

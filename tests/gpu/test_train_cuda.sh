@@ -19,7 +19,9 @@ dag: $1
 tasks:
   train: {stage: train, with: {$COMMON, $2}}
 Y
-  run_dagrun run "$1.yaml" --plain
+  # --no-cache: det2 is det1's task exactly, and dagrun would reuse det1's
+  # result (state "cached", no metrics of its own) instead of training.
+  run_dagrun run "$1.yaml" --plain --no-cache
   [ "$RC" -eq 0 ] || fail "$1 failed: $(cat "$T/out" "$T/err")"
 }
 
