@@ -101,6 +101,7 @@ static const dagrun_stage stage = {
     "Writes a greeting to out/greeting.txt.", /* for `dagrun stages` */
     params,
     run,
+    NULL, /* no choices */
 };
 
 /* The one exported symbol (pkg-config's flags hide everything else). */

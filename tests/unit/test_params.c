@@ -41,7 +41,7 @@ static char *build(const dagrun_param_spec *sch, const char *tasks,
     cJSON *params, *out = NULL;
     CHECK_INT(tmpl_resolve_params(&e, &params, &d), 0);
     e.params = params;
-    int rc = params_build(sch, &e, s->n_tasks - 1, &out, &d);
+    int rc = params_build(sch, NULL, &e, s->n_tasks - 1, &out, &d);
     if (rc == 0) {
       CHECK_INT(d.n, 0);
       r = cJSON_PrintUnformatted(out);
