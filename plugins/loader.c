@@ -252,7 +252,10 @@ static int check_choices(const dagrun_stage *st, char *err, size_t errlen) {
                st->name, c->param);
       return DR_EPLUGIN;
     }
-    if (loader_param_choices(loader_choices(st), c->param) != c->values) {
+    const dagrun_param_choice *first = loader_choices(st);
+    while (strcmp(first->param, c->param) != 0)
+      first++;
+    if (first != c) {
       snprintf(err, errlen, "stage '%s' lists choices for param '%s' twice",
                st->name, c->param);
       return DR_EPLUGIN;

@@ -181,9 +181,18 @@ check_bad_param 'shards: -3' "shards is -3: it must be at least 1"
 check_bad_param 'val_shards: 0' "val_shards is 0"
 check_bad_param 'val_fraction: 1' "val_fraction is 1: it must be in [0, 1)"
 check_bad_param 'val_fraction: -0.1' "val_fraction is -0.1"
-check_bad_param 'format: csv' "format 'csv' is unknown: use text or jsonl"
+# Params with a fixed set of values are refused by check, at the value,
+# before anything runs.
+check_bad_choice() { # YAML_FLOW_ITEMS EXPECTED_TEXT
+  printf 'dag: badchoice\ntasks:\n  shard: {stage: shard, with: {input: bad, %s}}\n' "$1" > bc.yaml
+  run_dagrun run bc.yaml --plain
+  expect_rc 2
+  expect_in "$T/err" "bc.yaml:3:52: error: task 'shard': stage 'shard' $2"
+  [ ! -d "$DAGRUN_RUNS_DIR/badchoice" ] || fail "$1: a run was started"
+}
+check_bad_choice 'format: csv' "param 'format': 'csv' is not one of text, jsonl"
+check_bad_choice 'on_bad_input: ignore' "param 'on_bad_input': 'ignore' is not one of skip, fail"
 check_bad_param 'separator: ""' "separator must be none, blank_line, or one line"
-check_bad_param 'on_bad_input: ignore' "on_bad_input 'ignore' is unknown"
 check_bad_param 'memory_limit: lots' "memory_limit 'lots' is not a size"
 check_bad_param 'memory_limit: 1MiB' "memory_limit 1MiB is below the minimum of 4MiB"
 check_bad_param 'min_bytes: 10, max_bytes: 5' "min_bytes (10) is above max_bytes (5)"
