@@ -183,15 +183,16 @@ check_bad_param 'val_fraction: 1' "val_fraction is 1: it must be in [0, 1)"
 check_bad_param 'val_fraction: -0.1' "val_fraction is -0.1"
 # Params with a fixed set of values are refused by check, at the value,
 # before anything runs.
-check_bad_choice() { # YAML_FLOW_ITEMS EXPECTED_TEXT
-  printf 'dag: badchoice\ntasks:\n  shard: {stage: shard, with: {input: bad, %s}}\n' "$1" > bc.yaml
+check_bad_choice() { # KEY VALUE CHOICES
+  printf 'dag: badchoice\ntasks:\n  shard: {stage: shard, with: {input: bad, %s: %s}}\n' "$1" "$2" > bc.yaml
+  local col=$(( $(sed -n 3p bc.yaml | grep -bo "$1: $2" | cut -d: -f1) + ${#1} + 3 ))
   run_dagrun run bc.yaml --plain
   expect_rc 2
-  expect_in "$T/err" "bc.yaml:3:52: error: task 'shard': stage 'shard' $2"
-  [ ! -d "$DAGRUN_RUNS_DIR/badchoice" ] || fail "$1: a run was started"
+  expect_in "$T/err" "bc.yaml:3:$col: error: task 'shard': stage 'shard' param '$1': '$2' is not one of $3"
+  [ ! -d "$DAGRUN_RUNS_DIR/badchoice" ] || fail "$1: $2 started a run"
 }
-check_bad_choice 'format: csv' "param 'format': 'csv' is not one of text, jsonl"
-check_bad_choice 'on_bad_input: ignore' "param 'on_bad_input': 'ignore' is not one of skip, fail"
+check_bad_choice format csv "text, jsonl"
+check_bad_choice on_bad_input ignore "skip, fail"
 check_bad_param 'separator: ""' "separator must be none, blank_line, or one line"
 check_bad_param 'memory_limit: lots' "memory_limit 'lots' is not a size"
 check_bad_param 'memory_limit: 1MiB' "memory_limit 1MiB is below the minimum of 4MiB"
