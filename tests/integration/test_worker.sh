@@ -342,6 +342,16 @@ expect_result 125 "stage 'echo_params' ($TP/echo_params.so): param 'm' must be a
 attempt echo_bad_type "$TP/echo_params.so" '{"b": 3}'
 expect_rc 125
 expect_result 125 "stage 'echo_params' ($TP/echo_params.so): param 'b' must be true or false, got 3"
+# A value outside a param's choices (plugin.h, ABI 1.1) too: dagrun check
+# refuses it, so only a hand-written attempt.json, or a plugin replaced
+# since the check, brings one here.
+TRAIN="$DAGRUN_STAGE_DIR/train.so"
+attempt train_bad_choice "$TRAIN" '{"data": "x", "device": "gpu"}'
+expect_rc 125
+expect_result 125 "stage 'train' ($TRAIN): param 'device' must be one of auto, cpu, cuda, got \"gpu\""
+attempt train_bad_int_choice "$TRAIN" '{"data": "x", "zero_stage": 4}'
+expect_rc 125
+expect_result 125 "stage 'train' ($TRAIN): param 'zero_stage' must be one of 0, 1, 2, 3, got 4"
 
 # --- flaky: status and reason, attempt after attempt -----------------------
 make_attempt flaky "$TP/flaky.so" "{\"counter_file\": \"$WORK/flaky.count\"}"
