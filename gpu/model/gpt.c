@@ -43,10 +43,13 @@ int gpt_config_preset(const char *name, gpt_config *cfg, char *err,
       return 0;
     }
   }
-  snprintf(err, errlen,
-           "gpt: unknown model preset \"%s\" (presets: gpt-tiny, gpt-small, "
-           "gpt2-124M, gpt2-350M)",
-           name ? name : "(null)");
+  int n = snprintf(err, errlen, "gpt: unknown model preset \"%s\" (presets: ",
+                   name ? name : "(null)");
+  for (size_t i = 0; i < N_PRESETS && n >= 0 && (size_t)n < errlen; i++)
+    n += snprintf(err + n, errlen - (size_t)n, "%s%s", i ? ", " : "",
+                  gpt_preset_names[i]);
+  if (n >= 0 && (size_t)n < errlen)
+    snprintf(err + n, errlen - (size_t)n, ")");
   return -1;
 }
 
