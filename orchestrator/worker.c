@@ -414,10 +414,10 @@ static int check_params(cJSON *params, const dagrun_stage *st, char *err,
     } else if (!choice_ok(v, p, st)) {
       char *text = cJSON_PrintUnformatted(v);
       sbuf b = {0};
-      loader_choices_join(&b, loader_param_choices(loader_choices(st),
-                                                   p->name));
-      snprintf(err, errlen, "param '%s' must be one of %s, got %.80s",
-               p->name, b.s, text ? text : "?");
+      loader_choices_join(&b,
+                          loader_param_choices(loader_choices(st), p->name));
+      snprintf(err, errlen, "param '%s' must be one of %s, got %.80s", p->name,
+               b.s, text ? text : "?");
       sbuf_free(&b);
       cJSON_free(text);
       return DR_EPARAM;

@@ -240,8 +240,7 @@ void loader_choices_join(sbuf *b, const char *const *values) {
  * STRING or INT param once, lists at least one value (integers for an INT
  * param), and holds the param's default. 0, or DR_EPLUGIN with err. */
 static int check_choices(const dagrun_stage *st, char *err, size_t errlen) {
-  for (const dagrun_param_choice *c = loader_choices(st); c && c->param;
-       c++) {
+  for (const dagrun_param_choice *c = loader_choices(st); c && c->param; c++) {
     const dagrun_param_spec *p = st->params;
     while (p && p->name && strcmp(p->name, c->param) != 0)
       p++;
@@ -272,8 +271,10 @@ static int check_choices(const dagrun_stage *st, char *err, size_t errlen) {
       return DR_EPLUGIN;
     }
     if (!c->values || !c->values[0]) {
-      snprintf(err, errlen, "stage '%s' param '%s' has an empty list of "
-               "choices", st->name, c->param);
+      snprintf(err, errlen,
+               "stage '%s' param '%s' has an empty list of "
+               "choices",
+               st->name, c->param);
       return DR_EPLUGIN;
     }
     long long x;

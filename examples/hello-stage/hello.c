@@ -32,8 +32,8 @@ static const dagrun_param_spec params[] = {
  * the same array, so the two cannot disagree. */
 static const char *const greetings[] = {"Hello", "Hi", "Hey", NULL};
 static const dagrun_param_choice choices[] = {
-    {"greeting", greetings},
-    {NULL, NULL}, /* end of the table */
+    {"greeting", greetings}, /* param, its values */
+    {NULL, NULL},            /* end of the table */
 };
 
 /* Called once per attempt, in a worker process of its own: a crash here
@@ -122,7 +122,7 @@ static const dagrun_stage stage = {
     "Writes a greeting to out/greeting.txt.", /* for `dagrun stages` */
     params,
     run,
-    choices,                                  /* ABI 1.1; NULL: none */
+    choices, /* ABI 1.1: params with a fixed set of values, or NULL */
 };
 
 /* The one exported symbol (pkg-config's flags hide everything else). */

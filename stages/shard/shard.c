@@ -65,8 +65,9 @@
 
 /* Params with a fixed set of values: checked by dagrun, and mapped by
  * read_cfg with the same arrays. */
-static const char *const format_names[] = {
-    [CORPUS_TEXT] = "text", [CORPUS_JSONL] = "jsonl", [CORPUS_JSONL + 1] = NULL};
+static const char *const format_names[] = {[CORPUS_TEXT] = "text",
+                                           [CORPUS_JSONL] = "jsonl",
+                                           [CORPUS_JSONL + 1] = NULL};
 /* Indexed by fail_on_bad. */
 static const char *const on_bad_input_names[] = {"skip", "fail", NULL};
 static const dagrun_param_choice choices[] = {

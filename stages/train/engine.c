@@ -23,11 +23,10 @@ struct engine {
 #endif
 };
 
-const char *const engine_device_names[] = {
-    [ENGINE_WANT_AUTO] = "auto",
-    [ENGINE_WANT_CPU] = "cpu",
-    [ENGINE_WANT_CUDA] = "cuda",
-    [ENGINE_WANT_CUDA + 1] = NULL};
+const char *const engine_device_names[] = {[ENGINE_WANT_AUTO] = "auto",
+                                           [ENGINE_WANT_CPU] = "cpu",
+                                           [ENGINE_WANT_CUDA] = "cuda",
+                                           [ENGINE_WANT_CUDA + 1] = NULL};
 const char *const engine_recompute_names[] = {
     [ENGINE_RECOMPUTE_NONE] = "none",
     [ENGINE_RECOMPUTE_GELU] = "gelu",

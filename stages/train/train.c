@@ -145,6 +145,7 @@ static const char *const spike_policy_names[] = {
 /* ZeRO's stages (zero.h): the value is the stage. */
 static const char *const zero_stage_names[] = {"0", "1", "2", "3", NULL};
 
+/* clang-format off */
 static const dagrun_param_choice choices[] = {
     TRAINKIT_MODEL_CHOICES,
     TRAINKIT_OPTIM_CHOICES,
@@ -155,6 +156,7 @@ static const dagrun_param_choice choices[] = {
     {"zero_stage", zero_stage_names},
     {NULL, NULL},
 };
+/* clang-format on */
 
 typedef struct cfg {
   trainkit_model m; /* data, model, shape, seq_len, init_from */

@@ -208,10 +208,10 @@ static void test_choices(void) {
              DR_EPLUGIN,
              "stage 's' lists choices for param 'modes', which it does not "
              "declare");
-  check_desc(ps,
-             (const dagrun_param_choice[]){
-                 {"mode", ab}, {"mode", ab}, {NULL, NULL}},
-             DR_EPLUGIN, "stage 's' lists choices for param 'mode' twice");
+  check_desc(
+      ps,
+      (const dagrun_param_choice[]){{"mode", ab}, {"mode", ab}, {NULL, NULL}},
+      DR_EPLUGIN, "stage 's' lists choices for param 'mode' twice");
   check_desc(ps, (const dagrun_param_choice[]){{"rate", levels}, {NULL, NULL}},
              DR_EPLUGIN,
              "stage 's' param 'rate': choices are for string and int params, "
@@ -220,13 +220,14 @@ static void test_choices(void) {
              DR_EPLUGIN, "stage 's' param 'mode' has an empty list of choices");
   check_desc(ps, (const dagrun_param_choice[]){{"mode", NULL}, {NULL, NULL}},
              DR_EPLUGIN, "stage 's' param 'mode' has an empty list of choices");
-  check_desc(ps,
-             (const dagrun_param_choice[]){{"level", notint}, {NULL, NULL}},
-             DR_EPLUGIN, "stage 's' param 'level': choice 'two' is not an "
-                         "integer");
+  check_desc(ps, (const dagrun_param_choice[]){{"level", notint}, {NULL, NULL}},
+             DR_EPLUGIN,
+             "stage 's' param 'level': choice 'two' is not an "
+             "integer");
   check_desc(ps, (const dagrun_param_choice[]){{"level", ab}, {NULL, NULL}},
-             DR_EPLUGIN, "stage 's' param 'level': choice 'a' is not an "
-                         "integer");
+             DR_EPLUGIN,
+             "stage 's' param 'level': choice 'a' is not an "
+             "integer");
 
   /* Matching: strings exactly, ints as numbers. */
   CHECK_INT(loader_choice_index(ab, DAGRUN_PARAM_STRING, "b"), 1);

@@ -212,8 +212,7 @@ static void test_choices(void) {
    * is); defaults apply; a param without choices takes anything. */
   EXPECT_CHOICES("  t: {stage: train, with: {device: cuda, zero_stage: "
                  "\"+2\", note: gpu}}\n",
-                 0,
-                 "{\"device\":\"cuda\",\"zero_stage\":2,\"note\":\"gpu\"}");
+                 0, "{\"device\":\"cuda\",\"zero_stage\":2,\"note\":\"gpu\"}");
   EXPECT_CHOICES("  t: {stage: train}\n", 0,
                  "{\"device\":\"auto\",\"zero_stage\":1}");
   /* Others are refused at the value, with the choices and, for a word, the
@@ -230,14 +229,13 @@ static void test_choices(void) {
                  "dag.yaml:9:19: error: task 't': stage 'train' param "
                  "'zero_stage': '4' is not one of 0, 1, 2, 3\n");
   /* Nothing near: the choices alone. */
-  EXPECT_CHOICES("  t: {stage: train, with: {device: tensor-processing-unit}}\n",
-                 0,
-                 "dag.yaml:5:36: error: task 't': stage 'train' param "
-                 "'device': 'tensor-processing-unit' is not one of auto, "
-                 "cpu, cuda\n");
+  EXPECT_CHOICES(
+      "  t: {stage: train, with: {device: tensor-processing-unit}}\n", 0,
+      "dag.yaml:5:36: error: task 't': stage 'train' param "
+      "'device': 'tensor-processing-unit' is not one of auto, "
+      "cpu, cuda\n");
   /* The value a template gives is what is checked... */
-  EXPECT_CHOICES("  t: {stage: train, with: {device: \"${params.word}\"}}\n",
-                 0,
+  EXPECT_CHOICES("  t: {stage: train, with: {device: \"${params.word}\"}}\n", 0,
                  "dag.yaml:5:36: error: task 't': stage 'train' param "
                  "'device': 'abc' is not one of auto, cpu, cuda\n");
   /* ...and one that waits for an upstream output passes check, to be
