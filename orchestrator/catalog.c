@@ -107,10 +107,20 @@ static void print_text_stage(FILE *out, const entry *e) {
   }
   fprintf(out, "  %-*s  %-*s  %-*s  %-8s  %s\n", wname, "PARAM", wtype, "TYPE",
           wdef, "DEFAULT", "REQUIRED", "HELP");
-  for (const dagrun_param_spec *p = st->params; p->name; p++)
-    fprintf(out, "  %-*s  %-*s  %-*s  %-8s  %s\n", wname, p->name, wtype,
+  for (const dagrun_param_spec *p = st->params; p->name; p++) {
+    fprintf(out, "  %-*s  %-*s  %-*s  %-8s  %s", wname, p->name, wtype,
             params_type_name(p->type), wdef, or_dash(p->default_value),
             p->required ? "yes" : "no", p->help ? p->help : "");
+    const char *const *values =
+        loader_param_choices(loader_choices(st), p->name);
+    if (values) {
+      sbuf b = {0};
+      loader_choices_join(&b, values);
+      fprintf(out, "%s(one of: %s)", p->help && *p->help ? " " : "", b.s);
+      sbuf_free(&b);
+    }
+    fputc('\n', out);
+  }
 }
 
 static void print_text(FILE *out, const catalog *c) {
@@ -167,6 +177,15 @@ static cJSON *json_stage(const entry *e) {
       cJSON_AddNullToObject(q, "default");
     cJSON_AddBoolToObject(q, "required", p->required != 0);
     cJSON_AddStringToObject(q, "help", p->help ? p->help : "");
+    const char *const *values =
+        loader_param_choices(loader_choices(st), p->name);
+    if (values) {
+      cJSON *a = cJSON_AddArrayToObject(q, "choices");
+      for (size_t i = 0; values[i]; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateString(values[i]));
+    } else {
+      cJSON_AddNullToObject(q, "choices"); /* any value of its type */
+    }
     cJSON_AddItemToArray(params, q);
   }
   cJSON *shadows = cJSON_AddArrayToObject(o, "shadows");

@@ -130,7 +130,9 @@ int check_spec(const spec *s, checked **out, diags *d) {
     c->task_plugin[i] = plugin;
     if (plugin != SIZE_MAX) {
       cJSON *params = NULL;
-      (void)params_build(c->plugins[plugin]->stage->params, &e, i, &params, d);
+      (void)params_build(c->plugins[plugin]->stage->params,
+                         loader_choices(c->plugins[plugin]->stage), &e, i,
+                         &params, d);
       cJSON_Delete(params);
     } else if (t->with) {
       check_templates(&e, i, t->with, d);

@@ -6,6 +6,8 @@
  */
 #include "params.h"
 
+#include "loader.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -295,6 +297,29 @@ static cJSON *default_value(pctx *p, const dagrun_param_spec *ps) {
   return NULL;
 }
 
+/* A converted value (c) of a param with a fixed set of values (plugin.h's
+ * dagrun_param_choice) that is not one of them: reported at the value. */
+static int check_choice(pctx *p, const dagrun_param_spec *ps,
+                        const char *const *values, const ynode *at,
+                        const cJSON *c) {
+  char *z = cJSON_IsString(c) ? xstrdup(c->valuestring) : tmpl_scalar_text(c);
+  int ok = loader_choice_index(values, ps->type, z) >= 0;
+  if (!ok) {
+    sbuf b = {0};
+    loader_choices_join(&b, values);
+    /* A near miss of a word is a typo worth naming; of a number, noise. */
+    const char *m =
+        ps->type == DAGRUN_PARAM_STRING ? closest_match(z, values) : NULL;
+    if (m)
+      sbuf_printf(&b, "; did you mean '%s'?", m);
+    perr(p, at, "task '%s': stage '%s' param '%s': '%s' is not one of %s",
+         p->t->name, p->t->stage, ps->name, z, b.s);
+    sbuf_free(&b);
+  }
+  free(z);
+  return ok;
+}
+
 static void unknown_param(pctx *p, const dagrun_param_spec *schema,
                           const ynode *k) {
   size_t n = 0;
@@ -326,7 +351,8 @@ static void unknown_param(pctx *p, const dagrun_param_spec *schema,
   free(names);
 }
 
-int params_build(const dagrun_param_spec *schema, const tmpl_env *e,
+int params_build(const dagrun_param_spec *schema,
+                 const dagrun_param_choice *choices, const tmpl_env *e,
                  size_t task, cJSON **out, diags *d) {
   const spec_task *t = &e->s->tasks[task];
   pctx p = {e, t, d, 0};
@@ -379,6 +405,11 @@ int params_build(const dagrun_param_spec *schema, const tmpl_env *e,
     set[j] = 1;
     cJSON *c = coerce(&p, ps, v, val);
     cJSON_Delete(val);
+    const char *const *values = loader_param_choices(choices, ps->name);
+    if (c && values && !check_choice(&p, ps, values, v, c)) {
+      cJSON_Delete(c);
+      c = NULL;
+    }
     if (c)
       cJSON_AddItemToObject(obj, ps->name, c);
   }

@@ -28,10 +28,16 @@
 #include "template.h"
 
 /* Builds the params object for task `task` of e->s with schema (may be
- * NULL: no params accepted). Returns 0 with *out (caller frees); at check
- * time *out may omit deferred values. Returns DR_EPARAM or DR_ETEMPLATE with
- * diagnostics otherwise. */
-int params_build(const dagrun_param_spec *schema, const tmpl_env *e,
+ * NULL: no params accepted) and the stage's choices (loader_choices; may
+ * be NULL): a value of a param with choices must be one of them ("task
+ * 'T': stage 'S' param 'P': 'V' is not one of A, B, C[; did you mean
+ * 'A'?]" at the value). Defaults are not checked here: the loader
+ * refuses a plugin whose default is not among its choices. Returns 0
+ * with *out (caller frees); at check time *out may omit deferred values,
+ * which are checked when the task starts. Returns DR_EPARAM or
+ * DR_ETEMPLATE with diagnostics otherwise. */
+int params_build(const dagrun_param_spec *schema,
+                 const dagrun_param_choice *choices, const tmpl_env *e,
                  size_t task, cJSON **out, diags *d);
 
 /* A schema default as typed JSON (caller frees), or NULL when the param

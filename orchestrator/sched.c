@@ -598,7 +598,8 @@ static void launch(sched *s, size_t i) {
     reason = xasprintf("cannot create %s: %s", attempt_dir, strerror(errno));
     goto failed;
   }
-  if (params_build(p->stage->params, &te, i, &params, &d) != 0 ||
+  if (params_build(p->stage->params, loader_choices(p->stage), &te, i, &params,
+                   &d) != 0 ||
       (st->env && tmpl_resolve(&te, i, st->env, &task_env, &d) != 0)) {
     reason = d.n ? diags_join(&d)
                  : xasprintf("params of task '%s' did not resolve", st->name);
@@ -773,7 +774,8 @@ static int try_cache(sched *s, size_t i) {
   tmpl_env te = {s->sp,       s->params,         s->run->id, s->run->date,
                  tmpl_fp_dir, tmpl_task_outputs, s};
   cJSON *params = NULL, *task_env = NULL;
-  if (params_build(p->stage->params, &te, i, &params, &d) == 0 &&
+  if (params_build(p->stage->params, loader_choices(p->stage), &te, i, &params,
+                   &d) == 0 &&
       (!st->env || tmpl_resolve(&te, i, st->env, &task_env, &d) == 0))
     t->fingerprint = fingerprint(s, i, params, task_env);
   cJSON_Delete(params);

@@ -366,8 +366,22 @@ static const dagrun_host host_table = {
 
 /* Setup: the attempt description and the params. */
 
+/* Non-zero if v (of p's type) is among p's choices, or p has none. */
+static int choice_ok(const cJSON *v, const dagrun_param_spec *p,
+                     const dagrun_stage *st) {
+  const char *const *values = loader_param_choices(loader_choices(st), p->name);
+  if (!values)
+    return 1;
+  char *z = cJSON_IsString(v) ? xstrdup(v->valuestring)
+                              : xasprintf("%.0f", v->valuedouble);
+  int ok = loader_choice_index(values, p->type, z) >= 0;
+  free(z);
+  return ok;
+}
+
 /* Makes the params what the plugin's schema promises: the defaults of
- * absent params filled in, every declared param of its type. dagrun built
+ * absent params filled in, every declared param of its type and among its
+ * choices. dagrun built
  * them that way already (params_build); this guards a worker started on a
  * hand-written attempt.json, or a plugin replaced since the check. */
 static int check_params(cJSON *params, const dagrun_stage *st, char *err,
@@ -395,6 +409,16 @@ static int check_params(cJSON *params, const dagrun_stage *st, char *err,
       char *text = cJSON_PrintUnformatted(v);
       snprintf(err, errlen, "param '%s' must be %s, got %.80s", p->name,
                params_type_expected(p->type), text ? text : "?");
+      cJSON_free(text);
+      return DR_EPARAM;
+    } else if (!choice_ok(v, p, st)) {
+      char *text = cJSON_PrintUnformatted(v);
+      sbuf b = {0};
+      loader_choices_join(&b,
+                          loader_param_choices(loader_choices(st), p->name));
+      snprintf(err, errlen, "param '%s' must be one of %s, got %.80s", p->name,
+               b.s, text ? text : "?");
+      sbuf_free(&b);
       cJSON_free(text);
       return DR_EPARAM;
     }

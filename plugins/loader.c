@@ -25,6 +25,10 @@
 #define LOADER_STAGE_SIZE_1_0                                                  \
   (offsetof(dagrun_stage, run) + sizeof(((dagrun_stage *)0)->run))
 
+/* The size of dagrun_stage up to and including choices (ABI 1.1). */
+#define LOADER_STAGE_SIZE_1_1                                                  \
+  (offsetof(dagrun_stage, choices) + sizeof(((dagrun_stage *)0)->choices))
+
 static const char **search_dirs;
 
 /* realpath() when the path exists, else a copy: the directory may be
@@ -190,9 +194,113 @@ static int valid_stage_name(const char *s) {
   return 1;
 }
 
-/* Checks what the loader can check of a descriptor. Returns 0 or DR_EABI /
- * DR_EPLUGIN with the reason (without the file name) in err. */
-static int check_stage(const dagrun_stage *st, char *err, size_t errlen) {
+const dagrun_param_choice *loader_choices(const dagrun_stage *st) {
+  /* A plugin built for ABI 1.0 has no such member: reading it would read
+   * past its descriptor. */
+  return st->struct_size >= LOADER_STAGE_SIZE_1_1 ? st->choices : NULL;
+}
+
+const char *const *loader_param_choices(const dagrun_param_choice *choices,
+                                        const char *param) {
+  for (const dagrun_param_choice *c = choices; c && c->param; c++)
+    if (strcmp(c->param, param) == 0)
+      return c->values;
+  return NULL;
+}
+
+/* Strict decimal integer, the whole string. */
+static int parse_int(const char *z, long long *out) {
+  const char *p = z + (*z == '-' || *z == '+');
+  if (*p < '0' || *p > '9')
+    return -1;
+  char *end;
+  errno = 0;
+  *out = strtoll(z, &end, 10);
+  return *end || errno ? -1 : 0;
+}
+
+long loader_choice_index(const char *const *values, dagrun_param_type type,
+                         const char *z) {
+  long long want, have;
+  int numeric = type == DAGRUN_PARAM_INT && parse_int(z, &want) == 0;
+  for (long i = 0; values && values[i]; i++) {
+    if (numeric ? parse_int(values[i], &have) == 0 && have == want
+                : strcmp(values[i], z) == 0)
+      return i;
+  }
+  return -1;
+}
+
+void loader_choices_join(sbuf *b, const char *const *values) {
+  for (size_t i = 0; values && values[i]; i++)
+    sbuf_printf(b, "%s%s", i ? ", " : "", values[i]);
+}
+
+/* The choices of st, as the host will use them: each names a declared
+ * STRING or INT param once, lists at least one value (integers for an INT
+ * param), and holds the param's default. 0, or DR_EPLUGIN with err. */
+static int check_choices(const dagrun_stage *st, char *err, size_t errlen) {
+  for (const dagrun_param_choice *c = loader_choices(st); c && c->param; c++) {
+    const dagrun_param_spec *p = st->params;
+    while (p && p->name && strcmp(p->name, c->param) != 0)
+      p++;
+    if (!p || !p->name) {
+      snprintf(err, errlen,
+               "stage '%s' lists choices for param '%s', which it does not "
+               "declare",
+               st->name, c->param);
+      return DR_EPLUGIN;
+    }
+    const dagrun_param_choice *first = loader_choices(st);
+    while (strcmp(first->param, c->param) != 0)
+      first++;
+    if (first != c) {
+      snprintf(err, errlen, "stage '%s' lists choices for param '%s' twice",
+               st->name, c->param);
+      return DR_EPLUGIN;
+    }
+    if (p->type != DAGRUN_PARAM_STRING && p->type != DAGRUN_PARAM_INT) {
+      snprintf(err, errlen,
+               "stage '%s' param '%s': choices are for string and int "
+               "params, not %s ones",
+               st->name, c->param,
+               p->type == DAGRUN_PARAM_FLOAT  ? "float"
+               : p->type == DAGRUN_PARAM_BOOL ? "bool"
+               : p->type == DAGRUN_PARAM_LIST ? "list"
+                                              : "map");
+      return DR_EPLUGIN;
+    }
+    if (!c->values || !c->values[0]) {
+      snprintf(err, errlen,
+               "stage '%s' param '%s' has an empty list of "
+               "choices",
+               st->name, c->param);
+      return DR_EPLUGIN;
+    }
+    long long x;
+    for (size_t i = 0; p->type == DAGRUN_PARAM_INT && c->values[i]; i++) {
+      if (parse_int(c->values[i], &x) != 0) {
+        snprintf(err, errlen,
+                 "stage '%s' param '%s': choice '%s' is not an integer",
+                 st->name, c->param, c->values[i]);
+        return DR_EPLUGIN;
+      }
+    }
+    if (p->default_value &&
+        loader_choice_index(c->values, p->type, p->default_value) < 0) {
+      sbuf b = {0};
+      loader_choices_join(&b, c->values);
+      snprintf(err, errlen,
+               "stage '%s' param '%s': its default '%s' is not one of %s",
+               st->name, c->param, p->default_value, b.s);
+      sbuf_free(&b);
+      return DR_EPLUGIN;
+    }
+  }
+  return 0;
+}
+
+int loader_check_stage(const dagrun_stage *st, char *err, size_t errlen) {
   uint32_t major = DAGRUN_ABI_MAJOR_OF(st->abi_version);
   uint32_t minor = DAGRUN_ABI_MINOR_OF(st->abi_version);
   /* A different major means incompatible layouts; a newer minor means the
@@ -229,7 +337,7 @@ static int check_stage(const dagrun_stage *st, char *err, size_t errlen) {
       return DR_EPLUGIN;
     }
   }
-  return 0;
+  return check_choices(st, err, errlen);
 }
 
 int loader_open(const char *path, loader_plugin **out, char *err,
@@ -288,7 +396,7 @@ int loader_open(const char *path, loader_plugin **out, char *err,
     return DR_EPLUGIN;
   }
   char why[512];
-  int rc = check_stage(stage, why, sizeof(why));
+  int rc = loader_check_stage(stage, why, sizeof(why));
   if (rc != 0) {
     snprintf(err, errlen, "%s: %s", path, why);
     dlclose(h);

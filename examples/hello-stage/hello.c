@@ -22,7 +22,18 @@
 static const dagrun_param_spec params[] = {
     {"name", DAGRUN_PARAM_STRING, "world", 0, "Who to greet"},
     {"times", DAGRUN_PARAM_INT, "1", 0, "How many lines to write (1-1000)"},
+    {"greeting", DAGRUN_PARAM_STRING, "Hello", 0, "The word to greet with"},
     {NULL, 0, NULL, 0, NULL}, /* end of the table */
+};
+
+/* A param that takes one of a fixed set of values says which (ABI 1.1):
+ * `dagrun check` then refuses `greeting: Howdy` at its line and column,
+ * before anything runs, and `dagrun stages` lists the choices. run() uses
+ * the same array, so the two cannot disagree. */
+static const char *const greetings[] = {"Hello", "Hi", "Hey", NULL};
+static const dagrun_param_choice choices[] = {
+    {"greeting", greetings}, /* param, its values */
+    {NULL, NULL},            /* end of the table */
 };
 
 /* Called once per attempt, in a worker process of its own: a crash here
@@ -31,11 +42,21 @@ static const dagrun_param_spec params[] = {
 static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   /* The getters fill in the defaults above, so these cannot fail for
    * declared params; checking costs nothing and guards against typos. */
-  const char *name;
+  const char *name, *greeting;
   int64_t times;
   if (host->param_string(ctx, "name", &name) != 0 ||
-      host->param_int(ctx, "times", &times) != 0) {
+      host->param_int(ctx, "times", &times) != 0 ||
+      host->param_string(ctx, "greeting", &greeting) != 0) {
     host->fail(ctx, "hello: cannot read params");
+    return 2;
+  }
+  /* dagrun has checked it against greetings already; a plugin still
+   * trusts nothing it did not check itself. */
+  int known = 0;
+  for (size_t i = 0; greetings[i]; i++)
+    known |= strcmp(greeting, greetings[i]) == 0;
+  if (!known) {
+    host->fail(ctx, "hello: greeting must be Hello, Hi or Hey");
     return 2;
   }
   if (times < 1 || times > 1000) {
@@ -67,7 +88,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
       host->fail(ctx, "hello: cancelled");
       return 1;
     }
-    fprintf(f, "Hello, %s!\n", name);
+    fprintf(f, "%s, %s!\n", greeting, name);
     /* Progress shows in the live view, and counts as a heartbeat. */
     host->progress(ctx, (double)(i + 1) / (double)times, NULL);
   }
@@ -101,6 +122,7 @@ static const dagrun_stage stage = {
     "Writes a greeting to out/greeting.txt.", /* for `dagrun stages` */
     params,
     run,
+    choices, /* ABI 1.1: params with a fixed set of values, or NULL */
 };
 
 /* The one exported symbol (pkg-config's flags hide everything else). */

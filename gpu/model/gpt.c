@@ -15,21 +15,27 @@
 
 #include "gpt_impl.h"
 
+const char *const gpt_preset_names[] = {"gpt-tiny", "gpt-small", "gpt2-124M",
+                                        "gpt2-350M", NULL};
+
+/* The shapes of gpt_preset_names, in its order. */
 static const struct {
-  const char *name;
   int n_layer, n_head, n_embd, block_size;
 } presets[] = {
-    {"gpt-tiny", 4, 4, 128, 128},
-    {"gpt-small", 6, 6, 384, 256},
-    {"gpt2-124M", 12, 12, 768, 1024},
-    {"gpt2-350M", 24, 16, 1024, 1024},
+    {4, 4, 128, 128},
+    {6, 6, 384, 256},
+    {12, 12, 768, 1024},
+    {24, 16, 1024, 1024},
 };
 #define N_PRESETS (sizeof presets / sizeof presets[0])
+_Static_assert(N_PRESETS + 1 ==
+                   sizeof gpt_preset_names / sizeof gpt_preset_names[0],
+               "a preset's name without its shape, or the reverse");
 
 int gpt_config_preset(const char *name, gpt_config *cfg, char *err,
                       size_t errlen) {
   for (size_t i = 0; i < N_PRESETS; i++) {
-    if (name && strcmp(name, presets[i].name) == 0) {
+    if (name && strcmp(name, gpt_preset_names[i]) == 0) {
       cfg->n_layer = presets[i].n_layer;
       cfg->n_head = presets[i].n_head;
       cfg->n_embd = presets[i].n_embd;
@@ -37,10 +43,13 @@ int gpt_config_preset(const char *name, gpt_config *cfg, char *err,
       return 0;
     }
   }
-  snprintf(err, errlen,
-           "gpt: unknown model preset \"%s\" (presets: gpt-tiny, gpt-small, "
-           "gpt2-124M, gpt2-350M)",
-           name ? name : "(null)");
+  int n = snprintf(err, errlen, "gpt: unknown model preset \"%s\" (presets: ",
+                   name ? name : "(null)");
+  for (size_t i = 0; i < N_PRESETS && n >= 0 && (size_t)n < errlen; i++)
+    n += snprintf(err + n, errlen - (size_t)n, "%s%s", i ? ", " : "",
+                  gpt_preset_names[i]);
+  if (n >= 0 && (size_t)n < errlen)
+    snprintf(err + n, errlen - (size_t)n, ")");
   return -1;
 }
 

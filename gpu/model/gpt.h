@@ -42,6 +42,10 @@ typedef struct gpt_config {
   int padded_vocab; /* Vp: V rounded up to a multiple of 64 (gpt_config_finish) */
 } gpt_config;
 
+/* The preset names, NULL-terminated (the train stages' choices for their
+ * model param). */
+extern const char *const gpt_preset_names[];
+
 /* Fills cfg from a preset name, leaving vocab_size as it was:
  *   gpt-tiny   L4  H4  C128 T128   (about 0.8M parameters + embeddings)
  *   gpt-small  L6  H6  C384 T256

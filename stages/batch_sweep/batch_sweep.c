@@ -513,6 +513,12 @@ done:
   return status;
 }
 
+static const dagrun_param_choice choices[] = {
+    TRAINKIT_MODEL_CHOICES,
+    TRAINKIT_OPTIM_CHOICES,
+    {NULL, NULL},
+};
+
 static const dagrun_stage stage = {
     DAGRUN_STAGE_HEADER,
     "batch_sweep",
@@ -521,6 +527,7 @@ static const dagrun_stage stage = {
     "memory cap or instability; recommends a micro-batch and accumulation.",
     params,
     run,
+    choices,
 };
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

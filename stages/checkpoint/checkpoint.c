@@ -365,6 +365,7 @@ static const dagrun_stage stage = {
     "atomic) and keeps the newest and the best.",
     params,
     run,
+    NULL, /* no choices */
 };
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <math.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -77,4 +79,30 @@ int stagekit_param_int(dagrun_ctx *ctx, const dagrun_host *h,
     return -1;
   }
   return 0;
+}
+
+int stagekit_param_choice(dagrun_ctx *ctx, const dagrun_host *h,
+                          const char *name, const char *const *values,
+                          int *out) {
+  char num[32] = "";
+  const char *z = NULL;
+  int64_t v;
+  if (h->param_string(ctx, name, &z) != 0) {
+    z = num;
+    if (h->param_int(ctx, name, &v) == 0)
+      snprintf(num, sizeof num, "%lld", (long long)v);
+  }
+  for (int i = 0; values[i]; i++) {
+    if (strcmp(z, values[i]) == 0) {
+      *out = i;
+      return 0;
+    }
+  }
+  char list[512] = "";
+  size_t n = 0;
+  for (int i = 0; values[i] && n < sizeof list; i++)
+    n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "",
+                          values[i]);
+  h->fail(ctx, "%s must be one of %s, not '%s'", name, list, z);
+  return -1;
 }

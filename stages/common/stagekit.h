@@ -33,4 +33,15 @@ int stagekit_param_int(dagrun_ctx *ctx, const dagrun_host *h,
                        const char *name, int64_t lo, int64_t hi,
                        int64_t *out);
 
+/* The param name as an index into values, the NULL-terminated array the
+ * stage also declares as the param's choices (plugin.h), so that what
+ * dagrun checks and what the stage understands are one list. A STRING
+ * param is compared as written, an INT one by its decimal text. dagrun
+ * refuses other values before run() is called; should one still arrive,
+ * this fails the attempt with "NAME must be one of A, B, C, not 'Z'" and
+ * returns -1. */
+int stagekit_param_choice(dagrun_ctx *ctx, const dagrun_host *h,
+                          const char *name, const char *const *values,
+                          int *out);
+
 #endif /* DAGRUN_STAGEKIT_H */

@@ -55,25 +55,22 @@ double trainkit_default_lr(optim_kind kind) {
   return kind == OPTIM_LION ? 1e-4 : 1e-3;
 }
 
+const char *const trainkit_optimizer_names[] = {
+    [OPTIM_ADAMW] = "adamw", [OPTIM_LION] = "lion", [OPTIM_LION + 1] = NULL};
+
 int trainkit_read_optim(dagrun_ctx *ctx, const dagrun_host *h, optim_config *o,
                         double *grad_clip) {
-  const char *z;
   double beta1, beta2, eps, wd;
+  int k;
   memset(o, 0, sizeof *o);
-  h->param_string(ctx, "optimizer", &z);
   h->param_float(ctx, "beta1", &beta1);
   h->param_float(ctx, "beta2", &beta2);
   h->param_float(ctx, "eps", &eps);
   h->param_float(ctx, "weight_decay", &wd);
   h->param_float(ctx, "grad_clip", grad_clip);
-  if (strcmp(z, "adamw") == 0)
-    o->kind = OPTIM_ADAMW;
-  else if (strcmp(z, "lion") == 0)
-    o->kind = OPTIM_LION;
-  else {
-    h->fail(ctx, "optimizer must be adamw or lion, not '%s'", z);
+  if (stagekit_param_choice(ctx, h, "optimizer", trainkit_optimizer_names, &k))
     return -1;
-  }
+  o->kind = (optim_kind)k;
   if (beta2 == 0)
     beta2 = o->kind == OPTIM_ADAMW ? 0.95 : 0.99;
   if (!(beta1 >= 0 && beta1 < 1) || !(beta2 > 0 && beta2 < 1) || !(eps > 0) ||

@@ -57,6 +57,16 @@
        "Global gradient-norm clip (0: off)"}
 /* clang-format on */
 
+/* The optimizer param's values, indexed by optim_kind, NULL-terminated. */
+extern const char *const trainkit_optimizer_names[];
+
+/* dagrun_param_choice entries for a stage's choices array, beside the
+ * param spec entries above: the model presets and the optimizers. */
+/* clang-format off */
+#define TRAINKIT_MODEL_CHOICES {"model", gpt_preset_names}
+#define TRAINKIT_OPTIM_CHOICES {"optimizer", trainkit_optimizer_names}
+/* clang-format on */
+
 typedef struct trainkit_model {
   const char *data;      /* borrowed from the host's params */
   const char *name;      /* preset, or "init_from" once loaded from one */

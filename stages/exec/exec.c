@@ -405,6 +405,7 @@ static const dagrun_stage stage = {
     "Runs a command (argv list, no shell unless shell: true).",
     params,
     run,
+    NULL, /* no choices */
 };
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

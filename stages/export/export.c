@@ -27,6 +27,7 @@
 #include "fileio.h"
 #include "gpt.h"
 #include "modeldir.h"
+#include "stagekit.h"
 #include "weights.h"
 
 #include <cjson/cJSON.h>
@@ -68,6 +69,17 @@ static const dagrun_param_spec params[] = {
 };
 
 typedef enum export_format { FORMAT_SAFETENSORS, FORMAT_DAGRUN } export_format;
+/* The format and dtype params' values, also what run maps them with. */
+static const char *const format_names[] = {[FORMAT_SAFETENSORS] = "safetensors",
+                                           [FORMAT_DAGRUN] = "dagrun",
+                                           [FORMAT_DAGRUN + 1] = NULL};
+static const char *const dtype_names[] = {
+    [ST_F32] = "float32", [ST_BF16] = "bfloat16", [ST_BF16 + 1] = NULL};
+static const dagrun_param_choice choices[] = {
+    {"format", format_names},
+    {"dtype", dtype_names},
+    {NULL, NULL},
+};
 
 typedef struct exporter {
   dagrun_ctx *ctx;
@@ -182,7 +194,7 @@ static int write_weights(exporter *x) {
 
 static int write_configs(exporter *x) {
   const gpt_config *c = &x->info.config;
-  const char *dt = x->dtype == ST_BF16 ? "bfloat16" : "float32";
+  const char *dt = dtype_names[x->dtype];
   char *text = modeldir_hf_config_json(c, x->eot, dt);
   cJSON *cfg = text ? cJSON_Parse(text) : NULL;
   free(text);
@@ -492,11 +504,9 @@ static int swap_in(exporter *x) {
 /* Reads the params; exit status 0 or EXIT_BAD_PARAMS. */
 static int read_params(exporter *x) {
   const dagrun_host *h = x->h;
-  const char *model = "", *tok = "", *format = "", *dtype = "", *dir = "";
+  const char *model = "", *tok = "", *dir = "";
   h->param_string(x->ctx, "model", &model);
   h->param_string(x->ctx, "tokenizer", &tok);
-  h->param_string(x->ctx, "format", &format);
-  h->param_string(x->ctx, "dtype", &dtype);
   h->param_string(x->ctx, "dir", &dir);
   h->param_string(x->ctx, "name", &x->name_param);
   if (!x->name_param)
@@ -506,27 +516,18 @@ static int read_params(exporter *x) {
                     "\"${tasks.checkpoint.outputs.model}\"");
     return EXIT_BAD_PARAMS;
   }
-  if (strcmp(format, "safetensors") == 0) {
-    x->format = FORMAT_SAFETENSORS;
-  } else if (strcmp(format, "dagrun") == 0) {
-    x->format = FORMAT_DAGRUN;
-  } else {
-    h->fail(x->ctx, "format must be safetensors or dagrun, not '%s'", format);
+  int k;
+  if (stagekit_param_choice(x->ctx, h, "format", format_names, &k))
     return EXIT_BAD_PARAMS;
-  }
-  if (strcmp(dtype, "float32") == 0) {
-    x->dtype = ST_F32;
-  } else if (strcmp(dtype, "bfloat16") == 0) {
-    x->dtype = ST_BF16;
-  } else {
-    h->fail(x->ctx, "dtype must be float32 or bfloat16, not '%s'", dtype);
+  x->format = (export_format)k;
+  if (stagekit_param_choice(x->ctx, h, "dtype", dtype_names, &k))
     return EXIT_BAD_PARAMS;
-  }
+  x->dtype = (st_dtype)k;
   if (x->format == FORMAT_DAGRUN && x->dtype != ST_F32) {
     h->fail(x->ctx,
             "dtype %s is for format safetensors: format dagrun "
             "copies the checkpoint as it is (float32)",
-            dtype);
+            dtype_names[x->dtype]);
     return EXIT_BAD_PARAMS;
   }
   x->source = resolve(x, model);
@@ -679,6 +680,7 @@ static const dagrun_stage stage = {
     "config, tokenizer files, model card) or as a dagrun checkpoint.",
     params,
     run,
+    choices,
 };
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

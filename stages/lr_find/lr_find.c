@@ -323,6 +323,12 @@ done:
   return status;
 }
 
+static const dagrun_param_choice choices[] = {
+    TRAINKIT_MODEL_CHOICES,
+    TRAINKIT_OPTIM_CHOICES,
+    {NULL, NULL},
+};
+
 static const dagrun_stage stage = {
     DAGRUN_STAGE_HEADER,
     "lr_find",
@@ -331,6 +337,7 @@ static const dagrun_stage stage = {
     "the loss diverges; suggests the lr of steepest descent.",
     params,
     run,
+    choices,
 };
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -63,6 +63,19 @@
 /* A pass-1 error already recorded with set_fatal. */
 #define ERR_REPORTED (-100000)
 
+/* Params with a fixed set of values: checked by dagrun, and mapped by
+ * read_cfg with the same arrays. */
+static const char *const format_names[] = {[CORPUS_TEXT] = "text",
+                                           [CORPUS_JSONL] = "jsonl",
+                                           [CORPUS_JSONL + 1] = NULL};
+/* Indexed by fail_on_bad. */
+static const char *const on_bad_input_names[] = {"skip", "fail", NULL};
+static const dagrun_param_choice choices[] = {
+    {"format", format_names},
+    {"on_bad_input", on_bad_input_names},
+    {NULL, NULL},
+};
+
 static const dagrun_param_spec params[] = {
     {"input", DAGRUN_PARAM_LIST, NULL, 1,
      "Files, directories (read recursively) and globs of the corpus; "
@@ -278,14 +291,10 @@ static int read_params(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
                  "dagrun older than the shard stage?)");
     return -1;
   }
-  if (strcmp(c->format_name, "text") == 0)
-    c->format = CORPUS_TEXT;
-  else if (strcmp(c->format_name, "jsonl") == 0)
-    c->format = CORPUS_JSONL;
-  else {
-    h->fail(ctx, "format '%s' is unknown: use text or jsonl", c->format_name);
+  int k;
+  if (stagekit_param_choice(ctx, h, "format", format_names, &k))
     return -1;
-  }
+  c->format = (corpus_format)k;
   if (strcmp(c->separator, "none") == 0)
     c->sep = CORPUS_SEP_NONE;
   else if (strcmp(c->separator, "blank_line") == 0)
@@ -337,14 +346,9 @@ static int read_params(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
             c->max_repeat);
     return -1;
   }
-  if (strcmp(c->policy, "skip") == 0)
-    c->fail_on_bad = 0;
-  else if (strcmp(c->policy, "fail") == 0)
-    c->fail_on_bad = 1;
-  else {
-    h->fail(ctx, "on_bad_input '%s' is unknown: use skip or fail", c->policy);
+  if (stagekit_param_choice(ctx, h, "on_bad_input", on_bad_input_names,
+                            &c->fail_on_bad))
     return -1;
-  }
   if (c->threads < 0 || c->threads > MAX_THREADS) {
     h->fail(ctx, "threads is %lld: use 0 (one per CPU) to %d",
             (long long)c->threads, MAX_THREADS);
@@ -1482,6 +1486,7 @@ static const dagrun_stage stage = {
     "balanced by bytes, with a manifest.",
     params,
     run,
+    choices,
 };
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

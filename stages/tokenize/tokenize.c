@@ -988,6 +988,7 @@ static const dagrun_stage stage = {
     "shards into token files.",
     params,
     run,
+    NULL, /* no choices */
 };
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

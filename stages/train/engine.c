@@ -23,42 +23,18 @@ struct engine {
 #endif
 };
 
-/* z as the index of one of names (n of them) into *out; else -1 with
- * "<what> must be a, b or c, not 'z'". */
-static int parse_choice(const char *z, const char *const *names, int n,
-                        const char *what, int *out, char *err,
-                        size_t errlen) {
-  for (int i = 0; i < n; i++)
-    if (z && strcmp(z, names[i]) == 0) {
-      *out = i;
-      return 0;
-    }
-  snprintf(err, errlen, "%s must be %s, %s or %s, not '%s'", what, names[0],
-           names[1], names[2], z ? z : "");
-  return -1;
-}
-
-static const char *const device_names[] = {"auto", "cpu", "cuda"};
-static const char *const recompute_names[] = {"none", "gelu", "block"};
-
-int engine_parse_device(const char *z, engine_want *out, char *err,
-                        size_t errlen) {
-  int i = 0;
-  int rc = parse_choice(z, device_names, 3, "device", &i, err, errlen);
-  *out = (engine_want)i;
-  return rc;
-}
-
-int engine_parse_recompute(const char *z, engine_recompute *out, char *err,
-                           size_t errlen) {
-  int i = 0;
-  int rc = parse_choice(z, recompute_names, 3, "recompute", &i, err, errlen);
-  *out = (engine_recompute)i;
-  return rc;
-}
+const char *const engine_device_names[] = {[ENGINE_WANT_AUTO] = "auto",
+                                           [ENGINE_WANT_CPU] = "cpu",
+                                           [ENGINE_WANT_CUDA] = "cuda",
+                                           [ENGINE_WANT_CUDA + 1] = NULL};
+const char *const engine_recompute_names[] = {
+    [ENGINE_RECOMPUTE_NONE] = "none",
+    [ENGINE_RECOMPUTE_GELU] = "gelu",
+    [ENGINE_RECOMPUTE_BLOCK] = "block",
+    [ENGINE_RECOMPUTE_BLOCK + 1] = NULL};
 
 const char *engine_recompute_name(engine_recompute r) {
-  return recompute_names[r >= 0 && r <= 2 ? r : 0];
+  return engine_recompute_names[r >= 0 && r <= 2 ? r : 0];
 }
 
 int engine_built_with_cuda(void) {

@@ -43,12 +43,11 @@ typedef enum engine_recompute {
   ENGINE_RECOMPUTE_BLOCK = 2
 } engine_recompute;
 
-/* "auto"/"cpu"/"cuda" and "none"/"gelu"/"block": 0, or -1 with a message
- * naming the value and the choices. */
-int engine_parse_device(const char *z, engine_want *out, char *err,
-                        size_t errlen);
-int engine_parse_recompute(const char *z, engine_recompute *out, char *err,
-                           size_t errlen);
+/* The device and recompute params' values, indexed by engine_want and
+ * engine_recompute, NULL-terminated: the stage's choices for them and
+ * its parsing of them (stagekit_param_choice). */
+extern const char *const engine_device_names[];
+extern const char *const engine_recompute_names[];
 const char *engine_recompute_name(engine_recompute r);
 
 /* Non-zero when this build has the CUDA backend. */

@@ -128,6 +128,36 @@ static const dagrun_param_spec params[] = {
     {NULL, 0, NULL, 0, NULL},
 };
 
+/* The params with a fixed set of values. Each array is also what read_cfg
+ * maps the value with, so the check and the meaning cannot drift. */
+static const char *const schedule_names[] = {[LR_COSINE] = "cosine",
+                                             [LR_LINEAR] = "linear",
+                                             [LR_CONSTANT] = "constant",
+                                             [LR_CONSTANT + 1] = NULL};
+/* "none", then the spike guard's policies shifted by one. */
+static const char *const spike_policy_names[] = {
+    "none",
+    [SPIKE_SKIP + 1] = "skip",
+    [SPIKE_LOWER_LR + 1] = "lower_lr",
+    [SPIKE_RESET + 1] = "reset",
+    [SPIKE_ROLLBACK + 1] = "rollback",
+    [SPIKE_ROLLBACK + 2] = NULL};
+/* ZeRO's stages (zero.h): the value is the stage. */
+static const char *const zero_stage_names[] = {"0", "1", "2", "3", NULL};
+
+/* clang-format off */
+static const dagrun_param_choice choices[] = {
+    TRAINKIT_MODEL_CHOICES,
+    TRAINKIT_OPTIM_CHOICES,
+    {"schedule", schedule_names},
+    {"spike_policy", spike_policy_names},
+    {"device", engine_device_names},
+    {"recompute", engine_recompute_names},
+    {"zero_stage", zero_stage_names},
+    {NULL, NULL},
+};
+/* clang-format on */
+
 typedef struct cfg {
   trainkit_model m; /* data, model, shape, seq_len, init_from */
   const char *resume, *prompt;
@@ -169,7 +199,6 @@ typedef struct run_ctx {
 static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
   memset(c, 0, sizeof *c);
   int64_t v;
-  const char *z;
   if (trainkit_read_model(ctx, h, &c->m) != 0 ||
       trainkit_read_optim(ctx, h, &c->opt, &c->grad_clip) != 0)
     return -1;
@@ -221,41 +250,19 @@ static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
   c->sched.warmup_steps = warmup < 0 ? c->steps / 20 : warmup;
   c->sched.total_steps = c->steps;
   c->sched.cooldown_steps = cooldown;
-  h->param_string(ctx, "schedule", &z);
-  if (strcmp(z, "cosine") == 0)
-    c->sched.decay = LR_COSINE;
-  else if (strcmp(z, "linear") == 0)
-    c->sched.decay = LR_LINEAR;
-  else if (strcmp(z, "constant") == 0)
-    c->sched.decay = LR_CONSTANT;
-  else {
-    h->fail(ctx, "schedule must be cosine, linear or constant, not '%s'", z);
+  int k;
+  if (stagekit_param_choice(ctx, h, "schedule", schedule_names, &k))
     return -1;
-  }
+  c->sched.decay = (lr_decay)k;
   if (c->sched.min_lr > lr) {
     h->fail(ctx, "min_lr %g is above lr %g", c->sched.min_lr, lr);
     return -1;
   }
 
-  h->param_string(ctx, "spike_policy", &z);
-  static const struct {
-    const char *name;
-    spike_policy p;
-  } policies[] = {{"skip", SPIKE_SKIP},
-                  {"lower_lr", SPIKE_LOWER_LR},
-                  {"reset", SPIKE_RESET},
-                  {"rollback", SPIKE_ROLLBACK}};
-  int known = strcmp(z, "none") == 0;
-  for (size_t i = 0; i < 4; i++)
-    if (strcmp(z, policies[i].name) == 0) {
-      c->spike.policy = policies[i].p;
-      c->spike_on = known = 1;
-    }
-  if (!known) {
-    h->fail(ctx, "spike_policy must be none, skip, lower_lr, reset or "
-                 "rollback, not '%s'", z);
+  if (stagekit_param_choice(ctx, h, "spike_policy", spike_policy_names, &k))
     return -1;
-  }
+  c->spike_on = k > 0;
+  c->spike.policy = (spike_policy)(k > 0 ? k - 1 : 0);
   int64_t window;
   if (stagekit_param_int(ctx, h, "spike_window", 2, SPIKE_MAX_WINDOW, &window))
     return -1;
@@ -266,17 +273,12 @@ static int read_cfg(dagrun_ctx *ctx, const dagrun_host *h, cfg *c) {
   c->spike.lr_factor = 0.1;
   c->spike.lr_steps = 100;
 
-  char msg[256];
-  h->param_string(ctx, "device", &z);
-  if (engine_parse_device(z, &c->device, msg, sizeof msg) != 0) {
-    h->fail(ctx, "%s", msg);
+  if (stagekit_param_choice(ctx, h, "device", engine_device_names, &k))
     return -1;
-  }
-  h->param_string(ctx, "recompute", &z);
-  if (engine_parse_recompute(z, &c->recompute, msg, sizeof msg) != 0) {
-    h->fail(ctx, "%s", msg);
+  c->device = (engine_want)k;
+  if (stagekit_param_choice(ctx, h, "recompute", engine_recompute_names, &k))
     return -1;
-  }
+  c->recompute = (engine_recompute)k;
   h->param_bool(ctx, "deterministic", &c->deterministic);
 
   h->param_bool(ctx, "overfit_one_batch", &c->overfit);
@@ -877,9 +879,8 @@ static int run_gang(run_ctx *r, int N) {
                  "mpirun on this task", N);
     return EXIT_BAD_PARAMS;
   }
-  if (stagekit_param_int(ctx, h, "zero_stage", 0, 3, &v))
+  if (stagekit_param_choice(ctx, h, "zero_stage", zero_stage_names, &g.stage))
     return EXIT_BAD_PARAMS;
-  g.stage = (int)v;
   int64_t bucket;
   if (stagekit_param_int(ctx, h, "zero_bucket", 0, INT64_C(1) << 40, &bucket))
     return EXIT_BAD_PARAMS;
@@ -1535,6 +1536,7 @@ static const dagrun_stage stage = {
     "with ZeRO in a gang.",
     params,
     run,
+    choices,
 };
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

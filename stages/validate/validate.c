@@ -480,6 +480,7 @@ static const dagrun_stage stage = {
     "accuracy), applies quality gates, writes samples.",
     params,
     run,
+    NULL, /* no choices */
 };
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

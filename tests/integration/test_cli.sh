@@ -91,6 +91,30 @@ run_dagrun stages
 expect_in "$T/out" "exec"
 expect_in "$T/out" "command"
 expect_in "$T/out" "abi2.so"
+# Params with a fixed set of values show it, in text and in JSON.
+expect_in "$T/out" "(one of: auto, cpu, cuda)"
+expect_in "$T/out" "(one of: 0, 1, 2, 3)"
+run_dagrun stages --json
+/usr/bin/python3 - "$T/out" <<'P' || fail "stages --json: choices wrong"
+import json, sys
+st = {s["name"]: s for s in json.load(open(sys.argv[1])) if "name" in s}
+p = {q["name"]: q for q in st["train"]["params"]}
+assert p["device"]["choices"] == ["auto", "cpu", "cuda"], p["device"]
+assert p["zero_stage"]["choices"] == ["0", "1", "2", "3"], p["zero_stage"]
+assert p["steps"]["choices"] is None, p["steps"]
+assert st["export"]["params"][2]["choices"] == ["safetensors", "dagrun"]
+P
+# A plugin whose default is not among its choices is refused by name.
+expect_in "$T/out" "bad_choice_default.so: stage 'bad_choice_default' param 'device': its default 'gpu' is not one of cpu, cuda, auto"
+cat > badchoice.yaml <<'Y'
+dag: badchoice
+tasks:
+  a: {stage: bad_choice_default}
+Y
+run_dagrun check badchoice.yaml
+expect_rc 2
+expect_in "$T/err" "badchoice.yaml:3:14: error: cannot load stage 'bad_choice_default' of task 'a': "
+expect_in "$T/err" "param 'device': its default 'gpu' is not one of cpu, cuda, auto"
 
 run_dagrun chek bad.yaml
 expect_rc 2

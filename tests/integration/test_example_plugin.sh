@@ -29,4 +29,26 @@ greeting=$(find "$R" -name greeting.txt | head -n 1)
 # The installed dagrun finds its built-in stages next to itself.
 "$T/prefix/bin/dagrun" stages > stages.txt
 expect_in stages.txt exec
+
+# The example's choices (ABI 1.1, built out of tree) are checked by check
+# at the value, and a value among them reaches the stage.
+cat > howdy.yaml <<'Y'
+dag: howdy
+tasks:
+  greet: {stage: ./hello.so, with: {greeting: Howdy}}
+Y
+set +e
+"$T/prefix/bin/dagrun" check howdy.yaml >"$T/out" 2>"$T/err"
+RC=$?
+set -e
+expect_rc 2
+expect_in "$T/err" "howdy.yaml:3:47: error: task 'greet': stage './hello.so' param 'greeting': 'Howdy' is not one of Hello, Hi, Hey"
+sed -i 's/Howdy/Hi/' howdy.yaml
+set +e
+"$T/prefix/bin/dagrun" run howdy.yaml --plain >"$T/out" 2>"$T/err"
+RC=$?
+set -e
+expect_rc 0
+grep -q "^Hi, world!$" "$(find "$(run_dir howdy)" -name greeting.txt | head -n 1)" ||
+  fail "greeting: Hi did not reach the stage"
 pass

@@ -181,9 +181,19 @@ check_bad_param 'shards: -3' "shards is -3: it must be at least 1"
 check_bad_param 'val_shards: 0' "val_shards is 0"
 check_bad_param 'val_fraction: 1' "val_fraction is 1: it must be in [0, 1)"
 check_bad_param 'val_fraction: -0.1' "val_fraction is -0.1"
-check_bad_param 'format: csv' "format 'csv' is unknown: use text or jsonl"
+# Params with a fixed set of values are refused by check, at the value,
+# before anything runs.
+check_bad_choice() { # KEY VALUE CHOICES
+  printf 'dag: badchoice\ntasks:\n  shard: {stage: shard, with: {input: bad, %s: %s}}\n' "$1" "$2" > bc.yaml
+  local col=$(( $(sed -n 3p bc.yaml | grep -bo "$1: $2" | cut -d: -f1) + ${#1} + 3 ))
+  run_dagrun run bc.yaml --plain
+  expect_rc 2
+  expect_in "$T/err" "bc.yaml:3:$col: error: task 'shard': stage 'shard' param '$1': '$2' is not one of $3"
+  [ ! -d "$DAGRUN_RUNS_DIR/badchoice" ] || fail "$1: $2 started a run"
+}
+check_bad_choice format csv "text, jsonl"
+check_bad_choice on_bad_input ignore "skip, fail"
 check_bad_param 'separator: ""' "separator must be none, blank_line, or one line"
-check_bad_param 'on_bad_input: ignore' "on_bad_input 'ignore' is unknown"
 check_bad_param 'memory_limit: lots' "memory_limit 'lots' is not a size"
 check_bad_param 'memory_limit: 1MiB' "memory_limit 1MiB is below the minimum of 4MiB"
 check_bad_param 'min_bytes: 10, max_bytes: 5' "min_bytes (10) is above max_bytes (5)"

@@ -118,10 +118,12 @@ if policy == "lower_lr":
 P
 done
 
+# A value outside the optimizer's choices: refused by check, at the value.
 train_dag badopt "optimizer: sgd"
 run_dagrun run badopt.yaml --plain
-expect_rc 1
-expect_in "$T/out" "optimizer must be adamw or lion, not 'sgd'"
+expect_rc 2
+expect_in "$T/err" "param 'optimizer': 'sgd' is not one of adamw, lion"
+[ ! -d "$DAGRUN_RUNS_DIR/badopt" ] || fail "optimizer: sgd started a run"
 train_dag baddata "steps: 1"
 sed -i "s|$DATA|$T/nowhere|" baddata.yaml
 run_dagrun run baddata.yaml --plain

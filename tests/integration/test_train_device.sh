@@ -6,7 +6,8 @@
 #   recorded failed, a message saying what is missing and to use
 #   device: cpu or auto;
 # - device: cuda in a gang is refused (the NCCL path is not wired);
-# - bad values of device and recompute are refused naming the choices;
+# - bad values of device and recompute are refused by check, at the
+#   value, naming the choices; one from a template when the task starts;
 # - recompute on the CPU is ignored, with a log line saying so.
 . "$(dirname "$0")/lib.sh"
 
@@ -64,15 +65,34 @@ run_dagrun run gang.yaml --plain
 expect_rc 1
 expect_in "$T/out" "NCCL path for GPU ranks is not wired yet"
 
-# Bad values, named with the choices.
-train_dag baddev "steps: 5, device: tpu"
+# Bad values: refused by check (and so by run, before anything starts) at
+# the value's line:col, naming the choices.
+train_dag baddev "steps: 5, device: gpu"
+run_dagrun check baddev.yaml
+expect_rc 2
+COL=$(( $(sed -n 3p baddev.yaml | grep -bo 'gpu' | cut -d: -f1) + 1 ))
+expect_in "$T/err" "baddev.yaml:3:$COL: error: task 'train': stage 'train' param 'device': 'gpu' is not one of auto, cpu, cuda; did you mean 'cpu'?"
 run_dagrun run baddev.yaml --plain
-expect_rc 1
-expect_in "$T/out" "device must be auto, cpu or cuda, not 'tpu'"
+expect_rc 2
+expect_in "$T/err" "param 'device': 'gpu' is not one of auto, cpu, cuda"
+[ ! -d "$DAGRUN_RUNS_DIR/baddev" ] || fail "device: gpu started a run"
 train_dag badrc "steps: 5, recompute: all"
-run_dagrun run badrc.yaml --plain
+run_dagrun check badrc.yaml
+expect_rc 2
+expect_in "$T/err" "param 'recompute': 'all' is not one of none, gelu, block"
+# A value that only a template gives is checked when the task starts:
+# the task fails before the stage runs, with the same words.
+cat > late.yaml <<Y
+dag: late
+tasks:
+  pick: {stage: outputs, with: {key: dev, value: tpu}}
+  train: {stage: train, needs: [pick], with: {data: "$DATA", $MODEL, steps: 5, device: "\${tasks.pick.outputs.dev}"}}
+Y
+run_dagrun check late.yaml
+expect_rc 0
+run_dagrun run late.yaml --plain
 expect_rc 1
-expect_in "$T/out" "recompute must be none, gelu or block, not 'all'"
+expect_in "$T/out" "param 'device': 'tpu' is not one of auto, cpu, cuda"
 train_dag baddet "steps: 5, deterministic: maybe"
 run_dagrun check baddet.yaml
 expect_rc 2

@@ -266,13 +266,13 @@ expect_log "$TS INFO abort: calling abort\(\)"
 # --- refusals: exit 125 with the reason -----------------------------------
 attempt abi2 "$TP/abi2.so" '{}'
 expect_rc 125
-msg="$TP/abi2.so: built for dagrun plugin ABI 2.0, this dagrun supports ABI 1.0 (rebuild the plugin against this dagrun's <dagrun/plugin.h>)"
+msg="$TP/abi2.so: built for dagrun plugin ABI 2.0, this dagrun supports ABI 1.1 (rebuild the plugin against this dagrun's <dagrun/plugin.h>)"
 expect_result 125 "$msg"
 grep -qF "ERROR dagrun worker: $msg" "$A/log" || fail "$A: refusal not in the log"
 
 attempt minor "$TP/abi_newer_minor.so" '{}'
 expect_rc 125
-expect_result 125 "$TP/abi_newer_minor.so: built for dagrun plugin ABI 1.99, this dagrun supports ABI 1.0 (rebuild the plugin against this dagrun's <dagrun/plugin.h>)"
+expect_result 125 "$TP/abi_newer_minor.so: built for dagrun plugin ABI 1.99, this dagrun supports ABI 1.1 (rebuild the plugin against this dagrun's <dagrun/plugin.h>)"
 
 attempt noentry "$TP/noentry.so" '{}'
 expect_rc 125
@@ -342,6 +342,16 @@ expect_result 125 "stage 'echo_params' ($TP/echo_params.so): param 'm' must be a
 attempt echo_bad_type "$TP/echo_params.so" '{"b": 3}'
 expect_rc 125
 expect_result 125 "stage 'echo_params' ($TP/echo_params.so): param 'b' must be true or false, got 3"
+# A value outside a param's choices (plugin.h, ABI 1.1) too: dagrun check
+# refuses it, so only a hand-written attempt.json, or a plugin replaced
+# since the check, brings one here.
+TRAIN="$DAGRUN_STAGE_DIR/train.so"
+attempt train_bad_choice "$TRAIN" '{"data": "x", "device": "gpu"}'
+expect_rc 125
+expect_result 125 "stage 'train' ($TRAIN): param 'device' must be one of auto, cpu, cuda, got \"gpu\""
+attempt train_bad_int_choice "$TRAIN" '{"data": "x", "zero_stage": 4}'
+expect_rc 125
+expect_result 125 "stage 'train' ($TRAIN): param 'zero_stage' must be one of 0, 1, 2, 3, got 4"
 
 # --- flaky: status and reason, attempt after attempt -----------------------
 make_attempt flaky "$TP/flaky.so" "{\"counter_file\": \"$WORK/flaky.count\"}"

@@ -10,6 +10,7 @@ static const dagrun_stage stage = {sizeof(dagrun_stage),
                                    "1.0",
                                    "Built for ABI 1.99 (tests)",
                                    NULL,
-                                   run};
+                                   run,
+                                   NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -7,7 +7,12 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   abort();
 }
 
-static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,     "abort", "1.0",
-                                   "Calls abort() (tests)", NULL,    run};
+static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
+                                   "abort",
+                                   "1.0",
+                                   "Calls abort() (tests)",
+                                   NULL,
+                                   run,
+                                   NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -92,6 +92,7 @@ static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
                                    "Writes the params it got to out/params.txt "
                                    "(tests)",
                                    params,
-                                   run};
+                                   run,
+                                   NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -50,6 +50,7 @@ static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
                                    "1.0",
                                    "Fails N times, then succeeds (tests)",
                                    params,
-                                   run};
+                                   run,
+                                   NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -21,6 +21,7 @@ static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
                                    "1.0",
                                    "Waits for cancel with heartbeats (tests)",
                                    NULL,
-                                   run};
+                                   run,
+                                   NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

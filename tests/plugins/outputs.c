@@ -26,6 +26,7 @@ static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
                                    "1.0",
                                    "Sets an output, a metric, progress (tests)",
                                    params,
-                                   run};
+                                   run,
+                                   NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -41,6 +41,7 @@ static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
                                    "Sleeps with progress, honours cancel "
                                    "(tests)",
                                    params,
-                                   run};
+                                   run,
+                                   NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -27,7 +27,7 @@ static void refused(const char *path, int want_rc, const char *want_msg) {
 static void test_refusals(void) {
   char *abi2 = path_join(plugin_dir, "abi2.so");
   char *want = xasprintf(
-      "%s: built for dagrun plugin ABI 2.0, this dagrun supports ABI 1.0 "
+      "%s: built for dagrun plugin ABI 2.0, this dagrun supports ABI 1.1 "
       "(rebuild the plugin against this dagrun's <dagrun/plugin.h>)",
       abi2);
   refused(abi2, DR_EABI, want);
@@ -36,7 +36,7 @@ static void test_refusals(void) {
 
   char *minor = path_join(plugin_dir, "abi_newer_minor.so");
   want = xasprintf(
-      "%s: built for dagrun plugin ABI 1.99, this dagrun supports ABI 1.0 "
+      "%s: built for dagrun plugin ABI 1.99, this dagrun supports ABI 1.1 "
       "(rebuild the plugin against this dagrun's <dagrun/plugin.h>)",
       minor);
   refused(minor, DR_EABI, want);
@@ -84,7 +84,7 @@ static void test_refusals(void) {
   CHECK_INT(chdir(plugin_dir), 0);
   refused("abi2.so", DR_EABI,
           "abi2.so: built for dagrun plugin ABI 2.0, this dagrun supports "
-          "ABI 1.0 (rebuild the plugin against this dagrun's "
+          "ABI 1.1 (rebuild the plugin against this dagrun's "
           "<dagrun/plugin.h>)");
   char err[1024];
   loader_plugin *p = NULL;
@@ -119,6 +119,122 @@ static void test_open_good(void) {
   loader_close(p);
   free(exec);
   loader_close(NULL); /* a no-op */
+}
+
+static int run(dagrun_ctx *ctx, const dagrun_host *h);
+
+/* A descriptor checked in-process: the message loader_check_stage gives. */
+static void check_desc(const dagrun_param_spec *params,
+                       const dagrun_param_choice *choices, int want_rc,
+                       const char *want_msg) {
+  dagrun_stage st = {DAGRUN_STAGE_HEADER, "s", "1", "", params, run, choices};
+  char err[512] = "";
+  CHECK_INT(loader_check_stage(&st, err, sizeof err), want_rc);
+  CHECK_STR(err, want_msg);
+}
+static int run(dagrun_ctx *ctx, const dagrun_host *h) {
+  (void)ctx;
+  (void)h;
+  return 0;
+}
+
+static void test_choices(void) {
+  char err[1024] = "";
+  loader_plugin *p = NULL;
+
+  /* A plugin built for ABI 1.0 loads, and has no choices: its descriptor
+   * ends before them, and the pointer that follows it there is not taken
+   * for them. */
+  char *old = path_join(plugin_dir, "abi_1_0.so");
+  CHECK_INT(loader_open(old, &p, err, sizeof err), 0);
+  if (p) {
+    CHECK(p->stage->abi_version == ((1u << 16) | 0u));
+    CHECK(loader_choices(p->stage) == NULL);
+    CHECK(loader_param_choices(loader_choices(p->stage), "mode") == NULL);
+    CHECK_STR(p->stage->params[0].default_value, "fast");
+  }
+  loader_close(p);
+  free(old);
+
+  /* The train stage's choices, as dagrun check and `dagrun stages` see
+   * them. */
+  char *train = path_join(stage_dir, "train.so");
+  p = NULL;
+  CHECK_INT(loader_open(train, &p, err, sizeof err), 0);
+  if (p) {
+    const char *const *v =
+        loader_param_choices(loader_choices(p->stage), "device");
+    CHECK(v != NULL);
+    sbuf b = {0};
+    loader_choices_join(&b, v);
+    CHECK_STR(b.s, "auto, cpu, cuda");
+    sbuf_free(&b);
+    CHECK(loader_param_choices(loader_choices(p->stage), "steps") == NULL);
+  }
+  loader_close(p);
+  free(train);
+
+  /* A default outside its choices: refused, naming file, stage, param. */
+  char *bad = path_join(plugin_dir, "bad_choice_default.so");
+  char *want = xasprintf("%s: stage 'bad_choice_default' param 'device': its "
+                         "default 'gpu' is not one of cpu, cuda, auto",
+                         bad);
+  refused(bad, DR_EPLUGIN, want);
+  free(want);
+  free(bad);
+
+  /* Every other mistake a choices array can hold. */
+  static const dagrun_param_spec ps[] = {
+      {"mode", DAGRUN_PARAM_STRING, "a", 0, NULL},
+      {"level", DAGRUN_PARAM_INT, "+2", 0, NULL},
+      {"rate", DAGRUN_PARAM_FLOAT, "1", 0, NULL},
+      {"free", DAGRUN_PARAM_STRING, NULL, 0, NULL},
+      {NULL, 0, NULL, 0, NULL},
+  };
+  static const char *const ab[] = {"a", "b", NULL};
+  static const char *const levels[] = {"1", "2", NULL};
+  static const char *const notint[] = {"2", "two", NULL};
+  static const char *const none[] = {NULL};
+  check_desc(ps, (const dagrun_param_choice[]){{"mode", ab}, {NULL, NULL}}, 0,
+             "");
+  check_desc(ps, NULL, 0, "");
+  /* An INT default is compared as a number: "+2" is 2. A param without a
+   * default needs none among its choices. */
+  check_desc(ps,
+             (const dagrun_param_choice[]){
+                 {"level", levels}, {"free", ab}, {NULL, NULL}},
+             0, "");
+  check_desc(ps, (const dagrun_param_choice[]){{"modes", ab}, {NULL, NULL}},
+             DR_EPLUGIN,
+             "stage 's' lists choices for param 'modes', which it does not "
+             "declare");
+  check_desc(
+      ps,
+      (const dagrun_param_choice[]){{"mode", ab}, {"mode", ab}, {NULL, NULL}},
+      DR_EPLUGIN, "stage 's' lists choices for param 'mode' twice");
+  check_desc(ps, (const dagrun_param_choice[]){{"rate", levels}, {NULL, NULL}},
+             DR_EPLUGIN,
+             "stage 's' param 'rate': choices are for string and int params, "
+             "not float ones");
+  check_desc(ps, (const dagrun_param_choice[]){{"mode", none}, {NULL, NULL}},
+             DR_EPLUGIN, "stage 's' param 'mode' has an empty list of choices");
+  check_desc(ps, (const dagrun_param_choice[]){{"mode", NULL}, {NULL, NULL}},
+             DR_EPLUGIN, "stage 's' param 'mode' has an empty list of choices");
+  check_desc(ps, (const dagrun_param_choice[]){{"level", notint}, {NULL, NULL}},
+             DR_EPLUGIN,
+             "stage 's' param 'level': choice 'two' is not an "
+             "integer");
+  check_desc(ps, (const dagrun_param_choice[]){{"level", ab}, {NULL, NULL}},
+             DR_EPLUGIN,
+             "stage 's' param 'level': choice 'a' is not an "
+             "integer");
+
+  /* Matching: strings exactly, ints as numbers. */
+  CHECK_INT(loader_choice_index(ab, DAGRUN_PARAM_STRING, "b"), 1);
+  CHECK_INT(loader_choice_index(ab, DAGRUN_PARAM_STRING, "B"), -1);
+  CHECK_INT(loader_choice_index(levels, DAGRUN_PARAM_INT, "+1"), 0);
+  CHECK_INT(loader_choice_index(levels, DAGRUN_PARAM_INT, "3"), -1);
+  CHECK_INT(loader_choice_index(levels, DAGRUN_PARAM_STRING, "+1"), -1);
 }
 
 static void test_search_path(void) {
@@ -220,5 +336,6 @@ int main(void) {
   test_refusals();
   test_open_good();
   test_find();
+  test_choices();
   TEST_DONE();
 }

@@ -20,8 +20,9 @@ static const dagrun_param_spec schema[] = {
 
 /* Builds params for the last task of a DAG made of `tasks` (YAML lines
  * under "tasks:"); returns the JSON or the diagnostics. */
-static char *build(const dagrun_param_spec *sch, const char *tasks,
-                   int run_time) {
+static char *build_with(const dagrun_param_spec *sch,
+                        const dagrun_param_choice *choices, const char *tasks,
+                        int run_time) {
   sbuf y = {0};
   sbuf_puts(&y, "dag: d\n"
                 "params: {steps: \"12\", word: abc, list: [a, b]}\n"
@@ -41,7 +42,7 @@ static char *build(const dagrun_param_spec *sch, const char *tasks,
     cJSON *params, *out = NULL;
     CHECK_INT(tmpl_resolve_params(&e, &params, &d), 0);
     e.params = params;
-    int rc = params_build(sch, &e, s->n_tasks - 1, &out, &d);
+    int rc = params_build(sch, choices, &e, s->n_tasks - 1, &out, &d);
     if (rc == 0) {
       CHECK_INT(d.n, 0);
       r = cJSON_PrintUnformatted(out);
@@ -58,6 +59,11 @@ static char *build(const dagrun_param_spec *sch, const char *tasks,
   diags_free(&d);
   sbuf_free(&y);
   return r;
+}
+
+static char *build(const dagrun_param_spec *sch, const char *tasks,
+                   int run_time) {
+  return build_with(sch, NULL, tasks, run_time);
 }
 
 #define EXPECT(sch, tasks, want)                                               \
@@ -183,6 +189,65 @@ static void test_errors(void) {
   EXPECT(NULL, "  t: {stage: noop}\n", "{}");
 }
 
+static const dagrun_param_spec choice_schema[] = {
+    {"device", DAGRUN_PARAM_STRING, "auto", 0, NULL},
+    {"zero_stage", DAGRUN_PARAM_INT, "1", 0, NULL},
+    {"note", DAGRUN_PARAM_STRING, NULL, 0, NULL},
+    {NULL, 0, NULL, 0, NULL},
+};
+static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
+static const char *const zero_stages[] = {"0", "1", "2", "3", NULL};
+static const dagrun_param_choice choices[] = {
+    {"device", devices}, {"zero_stage", zero_stages}, {NULL, NULL}};
+
+#define EXPECT_CHOICES(tasks, run_time, want)                                  \
+  do {                                                                         \
+    char *got_ = build_with(choice_schema, choices, tasks, run_time);          \
+    CHECK_STR(got_, want);                                                     \
+    free(got_);                                                                \
+  } while (0)
+
+static void test_choices(void) {
+  /* Values among the choices pass as written (an INT one as the number it
+   * is); defaults apply; a param without choices takes anything. */
+  EXPECT_CHOICES("  t: {stage: train, with: {device: cuda, zero_stage: "
+                 "\"+2\", note: gpu}}\n",
+                 0, "{\"device\":\"cuda\",\"zero_stage\":2,\"note\":\"gpu\"}");
+  EXPECT_CHOICES("  t: {stage: train}\n", 0,
+                 "{\"device\":\"auto\",\"zero_stage\":1}");
+  /* Others are refused at the value, with the choices and, for a word, the
+   * nearest one; a number gets no guess. */
+  EXPECT_CHOICES("  t:\n"
+                 "    stage: train\n"
+                 "    with:\n"
+                 "      device: gpu\n"
+                 "      zero_stage: 4\n",
+                 0,
+                 "dag.yaml:8:15: error: task 't': stage 'train' param "
+                 "'device': 'gpu' is not one of auto, cpu, cuda; did you "
+                 "mean 'cpu'?\n"
+                 "dag.yaml:9:19: error: task 't': stage 'train' param "
+                 "'zero_stage': '4' is not one of 0, 1, 2, 3\n");
+  /* Nothing near: the choices alone. */
+  EXPECT_CHOICES(
+      "  t: {stage: train, with: {device: tensor-processing-unit}}\n", 0,
+      "dag.yaml:5:36: error: task 't': stage 'train' param "
+      "'device': 'tensor-processing-unit' is not one of auto, "
+      "cpu, cuda\n");
+  /* The value a template gives is what is checked... */
+  EXPECT_CHOICES("  t: {stage: train, with: {device: \"${params.word}\"}}\n", 0,
+                 "dag.yaml:5:36: error: task 't': stage 'train' param "
+                 "'device': 'abc' is not one of auto, cpu, cuda\n");
+  /* ...and one that waits for an upstream output passes check, to be
+   * checked when the task starts, as a run field is here. */
+  EXPECT_CHOICES("  t: {stage: train, needs: [up], with: {device: "
+                 "\"${tasks.up.outputs.dev}\"}}\n",
+                 0, "{\"zero_stage\":1}");
+  EXPECT_CHOICES("  t: {stage: train, with: {device: \"${run.id}\"}}\n", 1,
+                 "dag.yaml:5:36: error: task 't': stage 'train' param "
+                 "'device': 'r1' is not one of auto, cpu, cuda\n");
+}
+
 static void test_deferred(void) {
   /* Check time: values waiting for upstream or run fields are valid but
    * left out, and count as set for "required". */
@@ -229,6 +294,7 @@ int main(void) {
   test_conversions();
   test_errors();
   test_deferred();
+  test_choices();
   test_bad_default();
   test_type_names();
   TEST_DONE();

@@ -14,6 +14,14 @@
  * - A plugin records DAGRUN_ABI_VERSION at build time. The host refuses a
  *   plugin whose major version differs from its own, or whose minor version
  *   is newer than its own, with a message naming the file and both versions.
+ * - A member added at the end of a struct bumps the minor version. The host
+ *   reads such a member of a plugin's descriptor only when the plugin's
+ *   struct_size covers it, so a plugin built for an older minor loads
+ *   unchanged and simply does not have it.
+ *
+ * Versions:
+ *   1.0  the first.
+ *   1.1  dagrun_stage.choices: the fixed set of values a param may take.
  *
  * Rules for plugins:
  * - Never call exit(), never print protocol to stdout. Return a status:
@@ -41,7 +49,7 @@ extern "C" {
 #endif
 
 #define DAGRUN_ABI_MAJOR 1
-#define DAGRUN_ABI_MINOR 0
+#define DAGRUN_ABI_MINOR 1
 #define DAGRUN_ABI_VERSION ((uint32_t)((DAGRUN_ABI_MAJOR << 16) | DAGRUN_ABI_MINOR))
 #define DAGRUN_ABI_MAJOR_OF(v) ((uint32_t)(v) >> 16)
 #define DAGRUN_ABI_MINOR_OF(v) ((uint32_t)(v) & 0xffffu)
@@ -80,6 +88,25 @@ typedef struct dagrun_param_spec {
   int required; /* non-zero: the task must set it */
   const char *help;
 } dagrun_param_spec;
+
+/* ABI 1.1: the values one param may take, for params with a fixed set
+ * (`device: cpu|cuda|auto`). `dagrun check` refuses any other value at its
+ * position in the YAML, naming the choices, so that a typo fails before
+ * the run rather than when the task's turn comes; `dagrun stages` lists
+ * them. The param must be a STRING one (compared as written) or an INT one
+ * (values are decimal integers, compared as numbers). Its default, if it
+ * has one, must be among the values: the loader refuses the plugin
+ * otherwise. Use the same array in run() to map the value to what it
+ * means, so that the list and the code cannot drift apart:
+ *
+ *   static const char *const greetings[] = {"hello", "hi", NULL};
+ *   static const dagrun_param_choice choices[] = {
+ *       {"greeting", greetings}, {NULL, NULL}};
+ */
+typedef struct dagrun_param_choice {
+  const char *param;         /* a param of the stage's schema */
+  const char *const *values; /* NULL-terminated, at least one */
+} dagrun_param_choice;
 
 /* Opaque per-attempt context owned by the host. */
 typedef struct dagrun_ctx dagrun_ctx;
@@ -167,6 +194,9 @@ typedef struct dagrun_stage {
   const dagrun_param_spec *params; /* NULL-name terminated, or NULL */
   /* Runs the stage once. Returns 0 on success or an exit status 1..255. */
   int (*run)(dagrun_ctx *ctx, const dagrun_host *host);
+  /* ABI 1.1: params with a fixed set of values (dagrun_param_choice); an
+   * array terminated by an entry whose param is NULL, or NULL for none. */
+  const dagrun_param_choice *choices;
 } dagrun_stage;
 
 /* Fills in the two header fields; use it to define a descriptor:
