@@ -19,4 +19,5 @@ if ! "$GPU_CHECK" available >/dev/null; then
   echo "skip: $("$GPU_CHECK" available)"
   exit 77
 fi
+export DAGRUN_TEST_KEEP_GPU=1 # lib.sh would hide the GPU from the CPU tests
 . "$DAGRUN_SOURCE_DIR/tests/integration/lib.sh"

@@ -8,6 +8,10 @@ set -euo pipefail
 : "${DAGRUN_SOURCE_DIR:?}"
 : "${DAGRUN_TEST_PLUGIN_DIR:?}"
 export DAGRUN_PLUGIN_PATH="$DAGRUN_TEST_PLUGIN_DIR"
+# The integration tests compare with CPU-exact results: on a machine with
+# a GPU, train's default device: auto would take it. tests/gpu/ (gpu_env.sh
+# sets DAGRUN_TEST_KEEP_GPU) is where the GPU is meant to be used.
+[ -n "${DAGRUN_TEST_KEEP_GPU:-}" ] || export CUDA_VISIBLE_DEVICES=""
 T=$(mktemp -d "${TMPDIR:-/tmp}/dagrun-test.XXXXXX")
 export DAGRUN_RUNS_DIR="$T/runs"
 cd "$T"
