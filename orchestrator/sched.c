@@ -296,9 +296,13 @@ static void json_to_env(const cJSON *obj, char ***env, size_t *n,
 }
 
 /* Rank r's CUDA device in a local gang: the r-th of dagrun's own
- * CUDA_VISIBLE_DEVICES when that list has one, else r. Caller frees. */
+ * CUDA_VISIBLE_DEVICES when that list has one, else r. Set but empty
+ * (dagrun was started with its GPUs hidden): empty, so the ranks are
+ * hidden from them too. Caller frees. */
 static char *rank_device(int r) {
   const char *v = getenv("CUDA_VISIBLE_DEVICES");
+  if (v && !*v)
+    return xasprintf("%s", "");
   for (int k = 0; v && *v; k++) {
     size_t len = strcspn(v, ",");
     if (k == r)

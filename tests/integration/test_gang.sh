@@ -16,7 +16,9 @@ wait_for() {
   fail "never appeared: $*"
 }
 
-# --- Four ranks: environment, logs, rendezvous, outputs of rank 0.
+# --- Four ranks: environment, logs, rendezvous, outputs of rank 0. Each
+# rank sees its own GPU (lib.sh hides the GPUs from the tests: not here).
+unset CUDA_VISIBLE_DEVICES
 cat > g.yaml <<Y
 dag: g
 tasks:
@@ -48,6 +50,23 @@ expect_in "$R/env/attempt-1/log" "hello from rank 0"
 expect_not_in "$R/env/attempt-1/log" "hello from rank 1"
 [ "$(cat "$T/used")" = 0 ] || fail "downstream saw outputs of rank $(cat "$T/used"), not rank 0"
 [ "$(task_field "$R" ro outputs)" = "{'rank': '0'}" ] || fail "ro outputs: $(task_field "$R" ro outputs)"
+
+# dagrun's own CUDA_VISIBLE_DEVICES: rank r gets the r-th entry; set but
+# empty (GPUs hidden), every rank gets it empty, not a GPU of its own.
+n=0
+for vis in "7,5,3,1" ""; do
+  n=$((n + 1))
+  sed "s/^dag: g\$/dag: gv$n/" g.yaml > gv$n.yaml
+  CUDA_VISIBLE_DEVICES=$vis run_dagrun run gv$n.yaml --plain --no-cache
+  expect_rc 0
+  R=$(run_dir gv$n)
+  for r in 0 1 2 3; do
+    want="$r 4 $r $R/env/attempt-1/rendezvous "
+    [ -z "$vis" ] || want="$want$(echo "$vis" | cut -d, -f$((r + 1)))"
+    [ "$(cat "$T/env-$r")" = "$want" ] \
+      || fail "CUDA_VISIBLE_DEVICES='$vis': rank $r environment: '$(cat "$T/env-$r")', want '$want'"
+  done
+done
 [ "$(task_field "$R" env world_size)" = 4 ] || fail "run.json world_size: $(task_field "$R" env world_size)"
 /usr/bin/python3 - "$R/run.json" <<'P' || fail "run.json ranks"
 import json, sys
