@@ -1024,16 +1024,22 @@ static int run_gang(run_ctx *r, int N) {
     gang_test_kill(r, &g);
     double t_step = stagekit_now();
     loader_next(r->train, r->inputs, r->targets);
-    double t_data = stagekit_now() - t_step;
     double lr = lr_at(&r->c.sched, step);
+    double t_call = stagekit_now();
     zero_step_result res;
     if (zero_step(g.z, in, tg, B, T, (float)lr, r->c.grad_clip, &res, err,
                   sizeof err) != 0)
       gang_abort(r, &g, "step", err);
-    /* Rank 0's time; zero_step's phases add up to its own wall time. */
-    step_times times = {t_data, res.t_forward, res.t_backward,
-                        res.t_optimizer, res.t_comm,
-                        stagekit_now() - t_step};
+    double t_end = stagekit_now();
+    /* Rank 0's time, from one chain of clock reads so that the phases
+     * add up to the step: the optimizer phase is the rest of the call, as
+     * zero_step counts it (res.t_optimizer), plus the moments on either
+     * side of its own clock reads, where a loaded machine can deschedule
+     * the rank for a timeslice. */
+    step_times times = {t_call - t_step, res.t_forward, res.t_backward,
+                        (t_end - t_call) - res.t_forward - res.t_backward -
+                            res.t_comm,
+                        res.t_comm, t_end - t_step};
     r->st.step++;
     r->st.tokens += tokens_per_step;
     last_loss = res.loss;
