@@ -654,6 +654,24 @@ typedef struct step_times {
 /* The step's time metrics, tokens seen and achieved model FLOP/s of the
  * whole run (and MFU when peak_tflops, one device's, is known: against
  * ranks devices' peak), at step. */
+/* Writes s (then deleted) to <out>/summary.json atomically. Returns the
+ * file's path (caller frees), or NULL with err. */
+static char *write_summary(const char *out, cJSON *s, char *err,
+                          size_t errlen) {
+  char *text = cJSON_Print(s);
+  cJSON_Delete(s);
+  char *spath = fileio_join(out, "summary.json");
+  if (!text || !spath) {
+    snprintf(err, errlen, "out of memory");
+  } else if (fileio_write_atomic(spath, text, strlen(text), err, errlen) == 0) {
+    free(text);
+    return spath;
+  }
+  free(text);
+  free(spath);
+  return NULL;
+}
+
 static void report_step_times(run_ctx *r, int64_t step, const step_times *t,
                               double fpt, size_t tokens_per_step, int ranks) {
   dagrun_ctx *ctx = r->ctx;
@@ -1144,17 +1162,11 @@ static int run_gang(run_ctx *r, int N) {
     cJSON_AddStringToObject(s, "checkpoint", final);
     cJSON_AddStringToObject(s, "sharded_checkpoint", r->last_ckpt);
     cJSON_AddStringToObject(s, "tokenizer", r->data.tokenizer);
-    char *text = cJSON_Print(s);
-    cJSON_Delete(s);
-    char *spath = fileio_join(out, "summary.json");
-    if (!text || !spath ||
-        fileio_write_atomic(spath, text, strlen(text), err, sizeof err) != 0) {
+    char *spath = write_summary(out, s, err, sizeof err);
+    if (!spath) {
       h->fail(ctx, "summary.json: %s", err);
-      free(text);
-      free(spath);
       goto out;
     }
-    free(text);
     h->output(ctx, "checkpoint", final);
     h->output(ctx, "checkpoints", model_dir);
     h->output(ctx, "sharded_checkpoints", r->ckpt_dir);
@@ -1506,17 +1518,11 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   }
   cJSON_AddStringToObject(s, "checkpoint", r.last_ckpt);
   cJSON_AddStringToObject(s, "tokenizer", r.data.tokenizer);
-  char *text = cJSON_Print(s);
-  cJSON_Delete(s);
-  char *spath = fileio_join(out, "summary.json");
-  if (!text || !spath ||
-      fileio_write_atomic(spath, text, strlen(text), err, sizeof err) != 0) {
+  char *spath = write_summary(out, s, err, sizeof err);
+  if (!spath) {
     h->fail(ctx, "summary.json: %s", err);
-    free(text);
-    free(spath);
     goto done;
   }
-  free(text);
   h->output(ctx, "checkpoint", r.last_ckpt);
   h->output(ctx, "checkpoints", r.ckpt_dir);
   h->output(ctx, "tokenizer", r.data.tokenizer);
