@@ -56,6 +56,8 @@ const char *comm_op_name(comm_op op) {
     return "reduce_scatter";
   case COMM_OP_ALLGATHER:
     return "allgather";
+  case COMM_OP_ALLGATHER_BYTES:
+    return "allgather_bytes";
   case COMM_OP_BROADCAST:
     return "broadcast";
   case COMM_OP_BARRIER:
@@ -98,6 +100,10 @@ static int self_start(comm *c, int slot, comm_op op, const void *send,
     /* One rank: the sum and the gather are the rank's own data. */
     if (send != recv && n > 0)
       memmove(recv, send, n * sizeof(float));
+    break;
+  case COMM_OP_ALLGATHER_BYTES:
+    if (send != recv && n > 0)
+      memmove(recv, send, n);
     break;
   case COMM_OP_ALLREDUCE:
   case COMM_OP_BROADCAST:
@@ -142,6 +148,7 @@ int comm_create(const comm_config *cfg, comm **out, char *err, size_t errlen) {
     return -1;
   }
   c->backend = cfg->backend;
+  c->device = -1;
   c->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300.0;
   for (int i = 0; i < COMM_NSLOTS; i++) {
     c->req[i].c = c;
@@ -325,6 +332,24 @@ int comm_allgather(comm *c, const float *send, float *recv, size_t n, char *err,
                    size_t errlen) {
   return blocking(c, COMM_OP_ALLGATHER, send, recv, n, 0, err, errlen);
 }
+
+int comm_allgather_bytes(comm *c, const void *send, void *recv, size_t bytes,
+                         char *err, size_t errlen) {
+  return blocking(c, COMM_OP_ALLGATHER_BYTES, send, recv, bytes, 0, err,
+                  errlen);
+}
+
+int comm_allreduce_sum_double(comm *c, double *x, char *err, size_t errlen) {
+  float hl[2];
+  hl[0] = (float)*x;
+  hl[1] = (float)(*x - (double)hl[0]);
+  if (comm_allreduce_sum(c, hl, 2, err, errlen) != 0)
+    return -1;
+  *x = (double)hl[0] + (double)hl[1];
+  return 0;
+}
+
+int comm_device(const comm *c) { return c->device; }
 
 int comm_broadcast(comm *c, void *buf, size_t bytes, int root, char *err,
                    size_t errlen) {

@@ -72,10 +72,23 @@ int comm_reduce_scatter_sum(comm *c, const float *send, float *recv, size_t n,
  * may be recv + rank*n (in place). */
 int comm_allgather(comm *c, const float *send, float *recv, size_t n,
                    char *err, size_t errlen);
+/* Each rank's send[0..bytes) into recv[r*bytes .. (r+1)*bytes) on every
+ * rank, the bytes as they are: for elements that are not float32 (the
+ * GPU ranks' BF16 parameters). send may be recv + rank*bytes (in place). */
+int comm_allgather_bytes(comm *c, const void *send, void *recv, size_t bytes,
+                         char *err, size_t errlen);
 /* bytes of buf from root to every rank. */
 int comm_broadcast(comm *c, void *buf, size_t bytes, int root, char *err,
                    size_t errlen);
 int comm_barrier(comm *c, char *err, size_t errlen);
+/* *x summed over ranks, carried as two floats (its float value and the
+ * rest), so that what float32 drops of each rank's term is kept: the
+ * global sums of squares of sharded gradients. Host memory: MPI and self,
+ * not NCCL. */
+int comm_allreduce_sum_double(comm *c, double *x, char *err, size_t errlen);
+/* The CUDA device this rank's NCCL communicator runs on (comm_config's
+ * device, or the one picked from the local rank); -1 for MPI and self. */
+int comm_device(const comm *c);
 
 /* The same, started; *req completes in comm_wait. */
 int comm_iallreduce_sum(comm *c, float *buf, size_t n, comm_req **req,

@@ -19,6 +19,7 @@ typedef enum comm_op {
   COMM_OP_ALLREDUCE,
   COMM_OP_REDUCE_SCATTER,
   COMM_OP_ALLGATHER,
+  COMM_OP_ALLGATHER_BYTES,
   COMM_OP_BROADCAST,
   COMM_OP_BARRIER
 } comm_op;
@@ -56,6 +57,7 @@ struct comm {
   int rank, size;
   double timeout_s;
   int broken; /* a collective failed: the communicator is unusable */
+  int device; /* NCCL: the rank's CUDA device; else -1 */
   int ninflight;
   struct comm_req req[COMM_NSLOTS];
   void *impl; /* the backend's state */

@@ -63,6 +63,12 @@ static int mpi_start(comm *c, int slot, comm_op op, const void *send,
                         recv, cnt, MPI_FLOAT, s->comm, r);
     break;
   }
+  case COMM_OP_ALLGATHER_BYTES: {
+    const char *mine = (const char *)recv + (size_t)c->rank * n;
+    rc = MPI_Iallgather(send == mine ? MPI_IN_PLACE : send, cnt, MPI_BYTE,
+                        recv, cnt, MPI_BYTE, s->comm, r);
+    break;
+  }
   case COMM_OP_BROADCAST:
     rc = MPI_Ibcast(recv, cnt, MPI_BYTE, root, s->comm, r);
     break;

@@ -119,6 +119,9 @@ static int nccl_start(comm *c, int slot, comm_op op, const void *send,
     /* NCCL itself takes send == recv + rank*n as in place. */
     r = ncclAllGather(send, recv, n, ncclFloat32, s->comm, s->stream);
     break;
+  case COMM_OP_ALLGATHER_BYTES:
+    r = ncclAllGather(send, recv, n, ncclUint8, s->comm, s->stream);
+    break;
   case COMM_OP_BROADCAST:
     r = ncclBroadcast(recv, recv, n, ncclUint8, root, s->comm, s->stream);
     break;
@@ -435,6 +438,7 @@ int comm_nccl_create(comm *c, const comm_config *cfg, char *err,
   }
   c->ops = &nccl_ops;
   c->impl = s;
+  c->device = s->device;
   return 0;
 
 fail:

@@ -6,8 +6,9 @@
  * not take) go through cuBLASLt here.
  *
  * Device memory is one cudaMalloc, carved (carve below) into:
- *   master (np) f32, params (np) bf16, grads (np) f32, optimizer state
- *   (AdamW 2np, Lion np) f32;
+ *   master (nm) f32, params (padded) bf16, grads (padded) f32, optimizer
+ *   state (AdamW 2nm, Lion nm) f32, where nm is the model's np floats, or
+ *   a gang rank's shard (gpt_cuda_options.shard_n), and padded >= np;
  *   resid (L+1) x (N,C) bf16: the residual stream at each block's input
  *   and the last block's output, kept in every recompute mode;
  *   layer sets (L of them; one with recompute: block), each
@@ -110,6 +111,10 @@ struct gpt_cuda {
   gpt_config cfg;
   gpt_cuda_options o;
   size_t np;                /* floats of the parameter layout */
+  size_t lo, nm;            /* the master weights and the optimizer state
+                               are the flat range [lo, lo + nm): [0, np)
+                               or a gang rank's shard */
+  size_t padded;            /* elements of params and grads (>= np) */
   size_t *off;              /* each tensor's offset (gpt.h's order) */
   size_t ntensors;
   opt_run *runs;
@@ -171,18 +176,19 @@ static size_t scratch_need(const gpt_config *cfg, int B, int T, size_t np,
 
 /* Carves (or counts) everything for (B,T); the part sizes go to mem
  * when not NULL. */
-static uint64_t carve(const gpt_config *cfg, size_t np, int B, int T,
-                      gpt_recompute rc, optim_kind kind, int sm,
-                      struct gpt_cuda *g, gpt_memory *mem) {
+static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
+                      size_t padded, int B, int T, gpt_recompute rc,
+                      optim_kind kind, int sm, struct gpt_cuda *g,
+                      gpt_memory *mem) {
   carver c = {g ? g->base : NULL, 0};
   size_t C = cfg->n_embd, NH = cfg->n_head, Vp = cfg->padded_vocab;
   size_t L = cfg->n_layer, N = (size_t)B * T;
-  float *master = (float *)take(&c, np * 4);
-  floatX *params = (floatX *)take(&c, np * 2);
+  float *master = (float *)take(&c, nm * 4);
+  floatX *params = (floatX *)take(&c, padded * 2);
   uint64_t p_bytes = c.off;
-  float *grads = (float *)take(&c, np * 4);
+  float *grads = (float *)take(&c, padded * 4);
   uint64_t g_bytes = c.off - p_bytes;
-  size_t nst = optim_state_floats_for(kind, np);
+  size_t nst = optim_state_floats_for(kind, nm);
   float *ostate = (float *)take(&c, nst * 4);
   uint64_t o_bytes = c.off - p_bytes - g_bytes;
   uint64_t a_start = c.off;
@@ -227,7 +233,7 @@ static uint64_t carve(const gpt_config *cfg, size_t np, int B, int T,
   floatX *dbuf = (floatX *)take(&c, N * C * 2);
   floatX *dqkv = (floatX *)take(&c, N * 3 * C * 2);
   floatX *d4c = (floatX *)take(&c, N * 4 * C * 2);
-  size_t sb = scratch_need(cfg, B, T, np, sm);
+  size_t sb = scratch_need(cfg, B, T, padded, sm);
   void *scratch = take(&c, sb);
   int *ids = (int *)take(&c, N * 4);
   int *tgts = (int *)take(&c, N * 4);
@@ -280,12 +286,21 @@ static int device_sms(int device) {
   return sm;
 }
 
+/* The master weights' floats and the padded size for options o and a
+ * model of np parameters (gpt_cuda_options.shard_n, padded). */
+static void shard_sizes(const gpt_cuda_options *o, size_t np, size_t *nm,
+                        size_t *padded) {
+  *nm = o->shard_n ? o->shard_n : np;
+  *padded = o->padded > np ? o->padded : np;
+}
+
 extern "C" void gpt_cuda_memory_estimate(const gpt_config *cfg, int B, int T,
                                          const gpt_cuda_options *o,
                                          gpt_memory *out) {
-  size_t np = gpt_config_num_params(cfg);
-  carve(cfg, np, B, T, o->recompute, o->opt.kind, device_sms(o->device), NULL,
-        out);
+  size_t np = gpt_config_num_params(cfg), nm, padded;
+  shard_sizes(o, np, &nm, &padded);
+  carve(cfg, np, nm, padded, B, T, o->recompute, o->opt.kind,
+        device_sms(o->device), NULL, out);
   out->acts += LT_WORKSPACE_BYTES;
   out->total += LT_WORKSPACE_BYTES;
 }
@@ -463,6 +478,15 @@ extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
   g->cfg = *cfg;
   g->o = *o;
   g->np = gpt_num_params(host);
+  shard_sizes(o, g->np, &g->nm, &g->padded);
+  g->lo = o->shard_n ? o->shard_lo : 0;
+  if (g->lo > g->padded || g->nm > g->padded - g->lo) {
+    gpt_cuda_destroy(g);
+    return fail(err, errlen,
+                "gpt_cuda: shard [%zu, %zu) does not fit in %zu padded "
+                "parameters",
+                o->shard_lo, o->shard_lo + o->shard_n, o->padded);
+  }
   g->ntensors = gpt_tensor_count(host);
   g->grad_scale = 1.0f;
   size_t L = cfg->n_layer;
@@ -493,8 +517,8 @@ extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
   }
   g->have_k = 1;
   gpt_memory mem;
-  g->bytes = carve(cfg, g->np, o->B, o->T, o->recompute, o->opt.kind,
-                   g->k.sm_count, NULL, &mem);
+  g->bytes = carve(cfg, g->np, g->nm, g->padded, o->B, o->T, o->recompute,
+                   o->opt.kind, g->k.sm_count, NULL, &mem);
   cudaError_t e = cudaMalloc((void **)&g->base, g->bytes);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -520,8 +544,8 @@ extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
     gpt_cuda_destroy(g);
     return -1;
   }
-  carve(cfg, g->np, o->B, o->T, o->recompute, o->opt.kind, g->k.sm_count, g,
-        NULL);
+  carve(cfg, g->np, g->nm, g->padded, o->B, o->T, o->recompute, o->opt.kind,
+        g->k.sm_count, g, NULL);
   if (gpt_cuda_upload(g, host, NULL, err, errlen) != 0 ||
       gpt_cuda_zero_grad(g, err, errlen) != 0 ||
       gpt_cuda_optim_reset(g, err, errlen) != 0) {
@@ -543,6 +567,12 @@ extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
 
 /* ---- Parameters and state ---- */
 
+/* The master weights' floats that are parameters of the model (the rest
+ * of a shard is padding). */
+static size_t shard_real(const gpt_cuda *g) {
+  return g->lo < g->np ? (g->nm < g->np - g->lo ? g->nm : g->np - g->lo) : 0;
+}
+
 /* host (and opt, may be NULL) have this gpt_cuda's sizes: 0, or -1. */
 static int check_host(const gpt_cuda *g, const gpt *host, optim *opt,
                       char *err, size_t errlen) {
@@ -550,7 +580,7 @@ static int check_host(const gpt_cuda *g, const gpt *host, optim *opt,
     return fail(err, errlen,
                 "gpt_cuda: the host model has %zu parameters, the GPU's %zu",
                 gpt_num_params(host), g->np);
-  size_t nst = optim_state_floats_for(g->o.opt.kind, g->np);
+  size_t nst = optim_state_floats_for(g->o.opt.kind, g->nm);
   if (opt && optim_state_floats(opt) != nst)
     return fail(err, errlen,
                 "gpt_cuda: the optimizer has %zu state floats, the GPU's %zu "
@@ -563,11 +593,30 @@ extern "C" int gpt_cuda_upload(gpt_cuda *g, const gpt *host, optim *opt,
                                char *err, size_t errlen) {
   if (check_host(g, host, opt, err, errlen) != 0)
     return -1;
-  CK(cudaMemcpyAsync(g->master, gpt_params((gpt *)host), g->np * 4,
-                     cudaMemcpyHostToDevice, g->k.stream));
-  KK(kern_f32_to_bf16(&g->k, g->params, g->master, g->np, err, errlen));
+  if (g->o.shard_n == 0) {
+    CK(cudaMemcpyAsync(g->master, gpt_params((gpt *)host), g->np * 4,
+                       cudaMemcpyHostToDevice, g->k.stream));
+    KK(kern_f32_to_bf16(&g->k, g->params, g->master, g->np, err, errlen));
+  } else {
+    /* A shard: the whole model goes up through the gradients (FP32, at
+     * least np floats), which make the BF16 copy of every parameter and
+     * the shard's master weights (zero past the model's last), and are
+     * zeroed after. */
+    CK(cudaMemcpyAsync(g->grads, gpt_params((gpt *)host), g->np * 4,
+                       cudaMemcpyHostToDevice, g->k.stream));
+    KK(kern_f32_to_bf16(&g->k, g->params, g->grads, g->np, err, errlen));
+    if (g->padded > g->np)
+      CK(cudaMemsetAsync(g->params + g->np, 0, (g->padded - g->np) * 2,
+                         g->k.stream));
+    CK(cudaMemsetAsync(g->master, 0, g->nm * 4, g->k.stream));
+    size_t have = shard_real(g);
+    if (have)
+      CK(cudaMemcpyAsync(g->master, g->grads + g->lo, have * 4,
+                         cudaMemcpyDeviceToDevice, g->k.stream));
+    CK(cudaMemsetAsync(g->grads, 0, g->padded * 4, g->k.stream));
+  }
   if (opt) {
-    size_t nst = optim_state_floats_for(g->o.opt.kind, g->np);
+    size_t nst = optim_state_floats_for(g->o.opt.kind, g->nm);
     CK(cudaMemcpyAsync(g->ostate, optim_state(opt), nst * 4,
                        cudaMemcpyHostToDevice, g->k.stream));
     g->t = optim_get_t(opt);
@@ -581,10 +630,12 @@ extern "C" int gpt_cuda_download(gpt_cuda *g, gpt *host, optim *opt,
                                  char *err, size_t errlen) {
   if (check_host(g, host, opt, err, errlen) != 0)
     return -1;
-  CK(cudaMemcpyAsync(gpt_params(host), g->master, g->np * 4,
-                     cudaMemcpyDeviceToHost, g->k.stream));
+  size_t have = shard_real(g);
+  if (have)
+    CK(cudaMemcpyAsync(gpt_params(host) + g->lo, g->master, have * 4,
+                       cudaMemcpyDeviceToHost, g->k.stream));
   if (opt) {
-    size_t nst = optim_state_floats_for(g->o.opt.kind, g->np);
+    size_t nst = optim_state_floats_for(g->o.opt.kind, g->nm);
     CK(cudaMemcpyAsync(optim_state(opt), g->ostate, nst * 4,
                        cudaMemcpyDeviceToHost, g->k.stream));
     optim_set_t(opt, g->t);
@@ -751,7 +802,7 @@ extern "C" int gpt_cuda_logits(gpt_cuda *g, float *out, char *err,
 /* ---- Backward ---- */
 
 extern "C" int gpt_cuda_zero_grad(gpt_cuda *g, char *err, size_t errlen) {
-  CK(cudaMemsetAsync(g->grads, 0, g->np * 4, g->k.stream));
+  CK(cudaMemsetAsync(g->grads, 0, g->padded * 4, g->k.stream));
   return 0;
 }
 
@@ -851,24 +902,41 @@ extern "C" int gpt_cuda_scale_grads(gpt_cuda *g, float s, char *err,
 
 /* ---- Optimizer ---- */
 
-extern "C" int gpt_cuda_clip_grad_norm(gpt_cuda *g, double max_norm,
-                                       double *norm, char *err,
-                                       size_t errlen) {
-  float ss = 0;
-  KK(kern_sum_squares(&g->k, g->scalars + 1, g->scratch, g->grads, g->np, err,
+extern "C" int gpt_cuda_grad_sumsq(gpt_cuda *g, size_t lo, size_t n,
+                                   double *ss, char *err, size_t errlen) {
+  if (lo > g->padded || n > g->padded - lo)
+    return fail(err, errlen,
+                "gpt_cuda: gradient range [%zu, %zu) past the %zu there are",
+                lo, lo + n, g->padded);
+  float s = 0;
+  KK(kern_sum_squares(&g->k, g->scalars + 1, g->scratch, g->grads + lo, n, err,
                       errlen));
-  CK(cudaMemcpyAsync(&ss, g->scalars + 1, 4, cudaMemcpyDeviceToHost,
+  CK(cudaMemcpyAsync(&s, g->scalars + 1, 4, cudaMemcpyDeviceToHost,
                      g->k.stream));
   CK(cudaStreamSynchronize(g->k.stream));
-  *norm = sqrt((double)ss);
+  *ss = (double)s;
+  return 0;
+}
+
+extern "C" void gpt_cuda_set_clip(gpt_cuda *g, double norm, double max_norm) {
   g->grad_scale = 1.0f;
   /* As optim_clip_grad_norm: a non-finite norm is left to the spike
    * guard. */
-  if (max_norm > 0.0 && isfinite(*norm)) {
-    double coef = max_norm / (*norm + 1e-6);
+  if (max_norm > 0.0 && isfinite(norm)) {
+    double coef = max_norm / (norm + 1e-6);
     if (coef < 1.0)
       g->grad_scale = (float)coef;
   }
+}
+
+extern "C" int gpt_cuda_clip_grad_norm(gpt_cuda *g, double max_norm,
+                                       double *norm, char *err,
+                                       size_t errlen) {
+  double ss;
+  if (gpt_cuda_grad_sumsq(g, 0, g->np, &ss, err, errlen) != 0)
+    return -1;
+  *norm = sqrt(ss);
+  gpt_cuda_set_clip(g, *norm, max_norm);
   return 0;
 }
 
@@ -880,28 +948,34 @@ extern "C" int gpt_cuda_step(gpt_cuda *g, float lr, char *err,
   double b1 = optim_as_written(oc->beta1), b2 = optim_as_written(oc->beta2);
   double t = (double)g->t;
   float b1c = (float)(1.0 - pow(b1, t)), b2c = (float)(1.0 - pow(b2, t));
-  float *m = g->ostate, *v = g->ostate + g->np;
+  /* The master weights and the moments are [lo, lo + nm) of the flat
+   * layout (everything but for a gang rank's shard): each run's part in
+   * it, at its offset from lo there and at its own in params and grads. */
+  float *m = g->ostate, *v = g->ostate + g->nm;
+  size_t lo = g->lo, hi = g->lo + g->nm;
   for (size_t i = 0; i < g->nruns; i++) {
     const opt_run *r = &g->runs[i];
+    size_t a = r->offset > lo ? r->offset : lo;
+    size_t b = r->offset + r->numel < hi ? r->offset + r->numel : hi;
+    if (a >= b)
+      continue;
     float wd = r->decay ? oc->weight_decay : 0.0f;
     if (oc->kind == OPTIM_ADAMW)
-      KK(kern_adamw_update(&g->k, g->master + r->offset,
-                           g->params + r->offset, m + r->offset,
-                           v + r->offset, g->grads + r->offset, r->numel, lr,
+      KK(kern_adamw_update(&g->k, g->master + (a - lo), g->params + a,
+                           m + (a - lo), v + (a - lo), g->grads + a, b - a, lr,
                            oc->beta1, oc->beta2, b1c, b2c, oc->eps, wd,
                            g->grad_scale, err, errlen));
     else
-      KK(kern_lion_update(&g->k, g->master + r->offset, g->params + r->offset,
-                          m + r->offset, g->grads + r->offset, r->numel, lr,
-                          oc->beta1, oc->beta2, wd, g->grad_scale, err,
-                          errlen));
+      KK(kern_lion_update(&g->k, g->master + (a - lo), g->params + a,
+                          m + (a - lo), g->grads + a, b - a, lr, oc->beta1,
+                          oc->beta2, wd, g->grad_scale, err, errlen));
   }
   g->grad_scale = 1.0f;
   return 0;
 }
 
 extern "C" int gpt_cuda_optim_reset(gpt_cuda *g, char *err, size_t errlen) {
-  size_t nst = optim_state_floats_for(g->o.opt.kind, g->np);
+  size_t nst = optim_state_floats_for(g->o.opt.kind, g->nm);
   CK(cudaMemsetAsync(g->ostate, 0, nst * 4, g->k.stream));
   g->t = 0;
   return 0;
@@ -930,3 +1004,7 @@ extern "C" int gpt_cuda_device_used(gpt_cuda *g, uint64_t *used,
 }
 
 extern "C" uint64_t gpt_cuda_get_t(const gpt_cuda *g) { return g->t; }
+
+extern "C" float *gpt_cuda_grads_ptr(gpt_cuda *g) { return g->grads; }
+extern "C" void *gpt_cuda_params_ptr(gpt_cuda *g) { return g->params; }
+extern "C" float *gpt_cuda_master_ptr(gpt_cuda *g) { return g->master; }

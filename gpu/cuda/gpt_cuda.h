@@ -64,6 +64,18 @@ typedef struct gpt_cuda_options {
   gpt_recompute recompute;
   int deterministic;    /* non-zero: fixed-order reductions everywhere */
   int device;           /* CUDA device index */
+  /* A gang rank's part (gpu/dist/zero_cuda.h, ZeRO stages 1-2). shard_n
+   * 0: the FP32 master weights and the optimizer state cover the whole
+   * model. Else they cover only the flat range [shard_lo, shard_lo +
+   * shard_n) of the layout (floats past the model's last are padding,
+   * never updated), gpt_cuda_step updates that range alone (from the
+   * gradients at the same flat offsets), gpt_cuda_download writes that
+   * range of the host's parameters, and the optimizer given to upload and
+   * download has shard_n floats per state array. padded: the elements of
+   * the BF16 parameters and the FP32 gradients (at least the model's, 0
+   * for that), so that a gang's in-place all-gather and reduce-scatter
+   * of N equal slices fit. */
+  size_t shard_lo, shard_n, padded;
 } gpt_cuda_options;
 
 typedef struct gpt_cuda gpt_cuda;
@@ -131,6 +143,13 @@ int gpt_cuda_scale_grads(gpt_cuda *g, float s, char *err, size_t errlen);
  * the gradients). */
 int gpt_cuda_clip_grad_norm(gpt_cuda *g, double max_norm, double *norm,
                             char *err, size_t errlen);
+/* The two halves of gpt_cuda_clip_grad_norm, for a gang whose norm is
+ * a sum over ranks: the sum of squares of the gradients [lo, lo + n) of
+ * the (padded) array into *ss (synchronizes), and the clip scale the
+ * next gpt_cuda_step uses for a global norm. */
+int gpt_cuda_grad_sumsq(gpt_cuda *g, size_t lo, size_t n, double *ss,
+                        char *err, size_t errlen);
+void gpt_cuda_set_clip(gpt_cuda *g, double norm, double max_norm);
 /* One optimizer update at lr (t advances by 1), then the clip scale is
  * forgotten. */
 int gpt_cuda_step(gpt_cuda *g, float lr, char *err, size_t errlen);
@@ -163,6 +182,16 @@ int gpt_cuda_device_used(gpt_cuda *g, uint64_t *used, uint64_t *total,
                          char *err, size_t errlen);
 /* The optimizer step count. */
 uint64_t gpt_cuda_get_t(const gpt_cuda *g);
+
+/* Device memory for a gang's collectives (gpu/dist/zero_cuda.c): the
+ * FP32 gradients (padded floats), the BF16 parameters (padded elements of
+ * 2 bytes), the FP32 master weights (shard_n floats, or the model's).
+ * The gpt_cuda's own work on them runs on its stream: synchronize it
+ * (gpt_cuda_synchronize) before a collective reads them, and let the
+ * collective complete before the next call here. */
+float *gpt_cuda_grads_ptr(gpt_cuda *g);
+void *gpt_cuda_params_ptr(gpt_cuda *g);
+float *gpt_cuda_master_ptr(gpt_cuda *g);
 
 #ifdef __cplusplus
 }

@@ -514,18 +514,6 @@ fail:
 
 /* ---- The step ---- */
 
-/* Sum over ranks of a double, carried as two floats (high part and the
- * rest) so the sum keeps about 14 digits. */
-static int allreduce_double(zero *z, double *x, char *err, size_t errlen) {
-  float hl[2];
-  hl[0] = (float)*x;
-  hl[1] = (float)(*x - (double)hl[0]);
-  if (TIMED(z, comm_allreduce_sum(z->c, hl, 2, err, errlen)) != 0)
-    return -1;
-  *x = (double)hl[0] + (double)hl[1];
-  return 0;
-}
-
 static double sumsq(const float *x, size_t n) {
   double s = 0.0;
   for (size_t i = 0; i < n; i++)
@@ -609,7 +597,7 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
     g = z->gshard;
     gn = z->S;
     norm = sumsq(g, gn);
-    if (allreduce_double(z, &norm, err, errlen) != 0)
+    if (TIMED(z, comm_allreduce_sum_double(z->c, &norm, err, errlen)) != 0)
       return -1;
     norm = sqrt(norm);
   }
@@ -715,6 +703,14 @@ int zero_gather_params(zero *z, float *out, char *err, size_t errlen) {
   free(all);
   return rc;
 }
+
+void zero_shape_get(const zero *z, zero_shape *o) {
+  *o = (zero_shape){z->cfg.stage, z->N, z->r, z->P,
+                    z->cfg.stage == 0 ? 0 : z->lo,
+                    z->cfg.stage == 0 ? z->P : z->S};
+}
+
+optim *zero_optim(zero *z) { return z->opt; }
 
 /* ---- Checkpoints ---- */
 

@@ -165,6 +165,21 @@ int zero_save(zero *z, const char *parent, int64_t step, char *err,
 int zero_load(zero *z, const char *dir, int64_t *step, char *err,
               size_t errlen);
 
+/* The rank's part as zero_create cut it, for a device engine that
+ * trains the same part (gpu/dist/zero_cuda.h): stages 1-2 own the flat
+ * range [lo, lo + S) (padded: N*S floats cover the model), stage 0 all
+ * of it (lo 0, S = P), stage 3 a piece of every group. */
+typedef struct zero_shape {
+  int stage, world, rank;
+  size_t n_params, lo, S;
+} zero_shape;
+void zero_shape_get(const zero *z, zero_shape *out);
+/* The rank's optimizer on the host: over S floats at stages 1-3, P at
+ * stage 0 (its state is what zero_save writes and zero_load reads). The
+ * parameters zero_save writes at stages 0-2 are the model's
+ * (gpt_params), at [lo, lo + S) of them. */
+optim *zero_optim(zero *z);
+
 /* Between one process and a gang. A one-process run keeps the whole
  * model and an optimizer over all P parameters in layout order (its
  * state k arrays of P floats: trainkit's optimizer); these move that

@@ -22,6 +22,7 @@
 
 #include <signal.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +135,43 @@ static void check_allgather(size_t n, int tag, int inplace) {
   if (!inplace)
     free(s);
   free(r);
+}
+
+/* Bytes of an odd count (BF16 parameters are 2 bytes each; any count
+ * must work), in place or not. */
+static void check_allgather_bytes(size_t nbytes, int tag, int inplace) {
+  unsigned char *r = xmalloc(nbytes * N), *s;
+  memset(r, 0xEE, nbytes * N);
+  s = inplace ? r + (size_t)R * nbytes : xmalloc(nbytes);
+  for (size_t i = 0; i < nbytes; i++)
+    s[i] = (unsigned char)splitmix((uint64_t)(tag * 64 + R) * 1000003 + i);
+  const char *what = inplace ? "allgather_bytes in place" : "allgather_bytes";
+  CALL(what, comm_allgather_bytes(C, s, r, nbytes, err, sizeof err));
+  for (int q = 0; q < N; q++)
+    for (size_t i = 0; i < nbytes; i++)
+      expect(what, nbytes, (size_t)q * nbytes + i, r[(size_t)q * nbytes + i],
+             (unsigned char)splitmix((uint64_t)(tag * 64 + q) * 1000003 + i));
+  if (!inplace)
+    free(s);
+  free(r);
+}
+
+/* A sum of doubles whose small parts float32 would drop: 1 + r/1024
+ * (exact in float) plus 1e-9 (r + 1), far below float32's resolution at
+ * 1. A float sum is off by about 1e-9 per rank; the two-float carry is
+ * not. */
+static void check_allreduce_double(void) {
+  double x = 1.0 + R / 1024.0 + 1e-9 * (R + 1), want = 0;
+  for (int q = 0; q < N; q++)
+    want += 1.0 + q / 1024.0 + 1e-9 * (q + 1);
+  CALL("allreduce_double", comm_allreduce_sum_double(C, &x, err, sizeof err));
+  nchecks++;
+  if (fabs(x - want) > 1e-13) {
+    fprintf(stderr,
+            "comm_check: rank %d: allreduce_double %.15f, want %.15f\n", R,
+            x, want);
+    comm_abort(C, 1);
+  }
 }
 
 static void check_broadcast(size_t nbytes, int tag) {
@@ -337,6 +375,8 @@ int main(int argc, char **argv) {
     check_allgather(n, tag++, 0);
     check_allgather(n, tag++, 1);
     check_broadcast(n * sizeof(float) + 3, tag++);
+    check_allgather_bytes(n * 2 + 1, tag++, 0);
+    check_allgather_bytes(n * 2 + 1, tag++, 1);
     CALL("barrier", comm_barrier(C, err, sizeof err));
     check_async(n, tag);
     tag += 6;
@@ -344,6 +384,7 @@ int main(int argc, char **argv) {
     tag += 2;
   }
   check_allreduce(0, tag++); /* nothing to do, but it must work */
+  check_allreduce_double();
   check_inflight_limit(tag);
   tag += 200;
   CALL("barrier", comm_barrier(C, err, sizeof err));

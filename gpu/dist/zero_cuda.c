@@ -1,0 +1,203 @@
+/*
+ * zero_cuda: ZeRO stages 0-2 on GPU ranks over NCCL (zero_cuda.h).
+ */
+#include "zero_cuda.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct zero_cuda {
+  zero *z;
+  gpt *model;
+  comm *ctl, *nccl;
+  gpt_cuda *g;
+  gpt_cuda_options o;
+  zero_shape sh;
+  size_t padded; /* elements of the GPU's gradients and BF16 parameters */
+  gpt_memory mem;
+  char name[256];
+  double t_comm, tq;
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int timed_end(zero_cuda *zc, int rc) {
+  zc->t_comm += now_s() - zc->tq;
+  return rc;
+}
+/* A collective of the step, its time counted as communication (as
+ * zero.c's TIMED). */
+#define TIMED(zc, call) ((zc)->tq = now_s(), timed_end((zc), (call)))
+
+int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
+                     const gpt_cuda_options *o, zero_cuda **out, char *err,
+                     size_t errlen) {
+  *out = NULL;
+  zero_shape sh;
+  zero_shape_get(z, &sh);
+  if (sh.stage > 2) {
+    snprintf(err, errlen,
+             "zero: stage 3 on GPUs is not built (the CUDA engine cannot "
+             "gather a layer's parameters inside forward and backward yet); "
+             "use zero_stage 0, 1 or 2 with device: cuda, or stage 3 on CPU "
+             "ranks (device: cpu)");
+    return -1;
+  }
+  if (comm_backend_of(nccl) != COMM_NCCL || comm_size(nccl) != sh.world ||
+      comm_rank(nccl) != sh.rank) {
+    snprintf(err, errlen,
+             "zero: the GPU ranks need an NCCL communicator of the gang's "
+             "%d ranks (got %s, rank %d of %d)",
+             sh.world, comm_backend_name(comm_backend_of(nccl)),
+             comm_rank(nccl), comm_size(nccl));
+    return -1;
+  }
+  zero_cuda *zc = calloc(1, sizeof *zc);
+  if (!zc) {
+    snprintf(err, errlen, "zero: out of memory");
+    return -1;
+  }
+  zc->z = z;
+  zc->model = model;
+  zc->ctl = ctl;
+  zc->nccl = nccl;
+  zc->sh = sh;
+  zc->o = *o;
+  zc->o.device = comm_device(nccl);
+  /* Stage 0 keeps everything whole; stages 1-2 the slice, with room for
+   * the N slices of the in-place collectives. */
+  zc->padded = sh.stage == 0 ? sh.n_params : sh.S * (size_t)sh.world;
+  zc->o.shard_lo = sh.stage == 0 ? 0 : sh.lo;
+  zc->o.shard_n = sh.stage == 0 ? 0 : sh.S;
+  zc->o.padded = zc->padded;
+  gpt_cuda_memory_estimate(gpt_get_config(model), zc->o.B, zc->o.T, &zc->o,
+                           &zc->mem);
+  char e2[256];
+  if (gpt_cuda_device_name(zc->o.device, zc->name, sizeof zc->name, e2,
+                           sizeof e2) != 0)
+    snprintf(zc->name, sizeof zc->name, "GPU %d", zc->o.device);
+  if (gpt_cuda_create(model, &zc->o, &zc->g, err, errlen) != 0 ||
+      gpt_cuda_upload(zc->g, model, zero_optim(z), err, errlen) != 0) {
+    zero_cuda_destroy(zc);
+    return -1;
+  }
+  *out = zc;
+  return 0;
+}
+
+void zero_cuda_destroy(zero_cuda *zc) {
+  if (!zc)
+    return;
+  gpt_cuda_destroy(zc->g);
+  free(zc);
+}
+
+int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
+                   const uint32_t *targets, int B, int T, float lr,
+                   double max_norm, zero_step_result *res, char *err,
+                   size_t errlen) {
+  gpt_cuda *g = zc->g;
+  const zero_shape *sh = &zc->sh;
+  memset(res, 0, sizeof *res);
+  zc->t_comm = 0;
+  double t0 = now_s();
+  float loss = 0;
+  /* The forward's loss read back synchronizes its stream. */
+  if (gpt_cuda_zero_grad(g, err, errlen) != 0 ||
+      gpt_cuda_forward(g, inputs, targets, B, T, &loss, err, errlen) != 0)
+    return -1;
+  double tb = now_s();
+  /* The mean over ranks of each rank's mean: 1/N in the backward. */
+  if (gpt_cuda_backward(g, 1.0f / (float)sh->world, err, errlen) != 0 ||
+      gpt_cuda_synchronize(g, err, errlen) != 0)
+    return -1;
+  double tc = now_s();
+  float *grads = gpt_cuda_grads_ptr(g);
+  double ss;
+  if (sh->stage < 2) {
+    /* Every rank gets the whole sum: its norm needs no more exchange. */
+    if (TIMED(zc, comm_allreduce_sum(zc->nccl, grads, sh->n_params, err,
+                                     errlen)) != 0 ||
+        gpt_cuda_grad_sumsq(g, 0, sh->n_params, &ss, err, errlen) != 0)
+      return -1;
+  } else {
+    /* In place: the rank's slice of the sum lands at its own offset (the
+     * padding past the model is zero: gpt_cuda_zero_grad clears it). */
+    if (TIMED(zc, comm_reduce_scatter_sum(zc->nccl, grads, grads + sh->lo,
+                                          sh->S, err, errlen)) != 0 ||
+        gpt_cuda_grad_sumsq(g, sh->lo, sh->S, &ss, err, errlen) != 0 ||
+        TIMED(zc, comm_allreduce_sum_double(zc->ctl, &ss, err, errlen)) != 0)
+      return -1;
+  }
+  double norm = sqrt(ss);
+  gpt_cuda_set_clip(g, norm, max_norm);
+  if (gpt_cuda_step(g, lr, err, errlen) != 0)
+    return -1;
+  if (sh->stage >= 1) {
+    /* Each rank updated its slice's BF16 copy: all-gather the copies. */
+    char *p = gpt_cuda_params_ptr(g);
+    if (gpt_cuda_synchronize(g, err, errlen) != 0 ||
+        TIMED(zc, comm_allgather_bytes(zc->nccl, p + sh->lo * 2, p, sh->S * 2,
+                                       err, errlen)) != 0)
+      return -1;
+  } else if (gpt_cuda_synchronize(g, err, errlen) != 0) {
+    return -1;
+  }
+  if (TIMED(zc, comm_allreduce_sum(zc->ctl, &loss, 1, err, errlen)) != 0)
+    return -1;
+  double t_end = now_s();
+  res->loss = loss / (float)sh->world;
+  res->norm = norm;
+  res->t_forward = tb - t0;
+  res->t_backward = tc - tb;
+  res->t_comm = zc->t_comm;
+  res->t_optimizer = t_end - tc - zc->t_comm;
+  return 0;
+}
+
+int zero_cuda_pull(zero_cuda *zc, char *err, size_t errlen) {
+  return gpt_cuda_download(zc->g, zc->model, zero_optim(zc->z), err, errlen);
+}
+
+int zero_cuda_push(zero_cuda *zc, char *err, size_t errlen) {
+  return gpt_cuda_upload(zc->g, zc->model, zero_optim(zc->z), err, errlen);
+}
+
+int zero_cuda_gather_params(zero_cuda *zc, char *err, size_t errlen) {
+  if (zc->sh.stage == 0)
+    return gpt_cuda_download(zc->g, zc->model, NULL, err, errlen);
+  /* The master slices are S floats each; the gradient array has room for
+   * N of them. */
+  float *grads = gpt_cuda_grads_ptr(zc->g);
+  if (gpt_cuda_synchronize(zc->g, err, errlen) != 0 ||
+      comm_allgather(zc->nccl, gpt_cuda_master_ptr(zc->g), grads, zc->sh.S,
+                     err, errlen) != 0)
+    return -1;
+  return gpt_cuda_download_grads(zc->g, gpt_params(zc->model), err, errlen);
+}
+
+int zero_cuda_loss(zero_cuda *zc, const uint32_t *inputs,
+                   const uint32_t *targets, int B, int T, float *loss,
+                   char *err, size_t errlen) {
+  return gpt_cuda_forward(zc->g, inputs, targets, B, T, loss, err, errlen);
+}
+
+void zero_cuda_memory_get(const zero_cuda *zc, zero_memory *out,
+                          uint64_t *acts) {
+  zero_memory_get(zc->z, out);
+  out->params = out->peak_params = zc->mem.params;
+  out->grads = out->peak_grads = zc->mem.grads;
+  out->optim = zc->mem.optim;
+  out->comm = 0;
+  if (acts)
+    *acts = zc->mem.acts;
+}
+
+const char *zero_cuda_describe(const zero_cuda *zc) { return zc->name; }

@@ -1,0 +1,106 @@
+/*
+ * zero_cuda: ZeRO data parallelism (zero.h) with each rank's model on its
+ * GPU (gpu/cuda/gpt_cuda.h) and the gradients and parameters moved by
+ * NCCL (comm.h's NCCL backend): stages 0, 1 and 2.
+ *
+ * The host zero (zero_create over the host model, on the gang's MPI
+ * communicator) stays the state of record, as the host model does for
+ * one process's engine (stages/train/engine.h): it cuts the shards, and
+ * its checkpoints (zero_save, zero_load, any world size and stage),
+ * resume paths and memory formulas are used as they are. zero_cuda_pull
+ * brings its host arrays up to date from the GPU before a save, and
+ * zero_cuda_push sends them back after a load.
+ *
+ * On the GPU (gpt_cuda_options' shard fields):
+ *   stage 0  every rank holds and updates everything; the gradients are
+ *            all-reduced.
+ *   stage 1  the FP32 master weights and the optimizer moments of the
+ *            rank's slice [lo, lo + S) only; the gradients all-reduced,
+ *            the rank updates its slice (and the slice's BF16 copy), then
+ *            the BF16 parameters are all-gathered (2 bytes a parameter).
+ *   stage 2  as stage 1, but the gradients are reduce-scattered: a rank
+ *            receives only its slice's sum (half the traffic of the
+ *            all-reduce). The CUDA engine's backward writes one flat FP32
+ *            gradient array, so the full array stays on the GPU: here
+ *            stage 2 saves traffic, not memory, over stage 1.
+ *   stage 3  (parameters sharded and gathered per layer inside forward
+ *            and backward) needs a parameter hook in the CUDA engine,
+ *            which it does not have: zero_cuda_create refuses it.
+ * The gradients are averaged over ranks (backward scaled by 1/N) and
+ * clipped to the global norm, as zero_step does; the loss is the mean
+ * over ranks.
+ *
+ * The engine's work runs on its own stream and NCCL's on the
+ * communicator's: the engine's stream is synchronized before a collective
+ * reads what it wrote, and every collective is waited for (comm.h's
+ * blocking calls) before the engine reads what it wrote. No overlap of
+ * communication with backward yet.
+ *
+ * Collective unless said otherwise: every rank calls in the same order.
+ * Functions return 0, or -1 with a message in err; a -1 from a
+ * collective leaves the gang out of step (comm_abort).
+ */
+#ifndef DAGRUN_ZERO_CUDA_H
+#define DAGRUN_ZERO_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "gpt.h"
+#include "gpt_cuda.h"
+#include "zero.h"
+
+typedef struct zero_cuda zero_cuda;
+
+/* The GPU side of z (stage 0-2, made by zero_create over model with the
+ * communicator ctl: MPI or self, host memory). nccl is the gang's NCCL
+ * communicator (the same ranks as ctl); the GPU is its device
+ * (comm_device). o gives the micro-batch, optimizer, recompute and
+ * deterministic settings; its device and shard fields are set here. The
+ * model's parameters and z's optimizer state are uploaded. model, z, ctl
+ * and nccl are borrowed. Not collective (nothing is exchanged). */
+int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
+                     const gpt_cuda_options *o, zero_cuda **out, char *err,
+                     size_t errlen);
+void zero_cuda_destroy(zero_cuda *zc); /* NULL is a no-op */
+
+/* zero_step on the GPUs: this rank's micro-batch (B,T) forward and
+ * backward, the gradients averaged, clipped to the global norm max_norm
+ * (0: no clipping), one update at lr, the parameters made whole. res as
+ * zero_step's (buckets 0: the collectives run after backward). */
+int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
+                   const uint32_t *targets, int B, int T, float lr,
+                   double max_norm, zero_step_result *res, char *err,
+                   size_t errlen);
+
+/* The GPU's master weights of the rank's part and its optimizer state
+ * (and step count) into the host model's parameters and zero_optim(z):
+ * what zero_save writes. Not collective. */
+int zero_cuda_pull(zero_cuda *zc, char *err, size_t errlen);
+/* The reverse, after zero_load or zero_set_optim_state (the host model
+ * holds every parameter then). Not collective. */
+int zero_cuda_push(zero_cuda *zc, char *err, size_t errlen);
+
+/* Every parameter's FP32 master weight into the host model's parameters
+ * on every rank (stages 1-2 all-gather the slices over NCCL through the
+ * GPU's gradient array, which the next step zeroes). */
+int zero_cuda_gather_params(zero_cuda *zc, char *err, size_t errlen);
+
+/* The mean loss of one batch (inputs, targets: B*T host ids) on this
+ * rank's GPU, no backward (validation, on one rank). Not collective. */
+int zero_cuda_loss(zero_cuda *zc, const uint32_t *inputs,
+                   const uint32_t *targets, int B, int T, float *loss,
+                   char *err, size_t errlen);
+
+/* The GPU bytes the rank holds for parameters (the master weights and
+ * the BF16 copy), gradients and optimizer state (all allocated at create:
+ * peak = held), beside zero_memory_get(z)'s formulas; activations in
+ * acts. Not collective. */
+void zero_cuda_memory_get(const zero_cuda *zc, zero_memory *out,
+                          uint64_t *acts);
+
+/* The GPU's one-line description (gpt_cuda_device_name). */
+const char *zero_cuda_describe(const zero_cuda *zc);
+
+#endif /* DAGRUN_ZERO_CUDA_H */
