@@ -1,5 +1,7 @@
 /*
  * zero_cuda: ZeRO stages 0-2 on GPU ranks over NCCL (zero_cuda.h).
+ * DAGRUN_ZERO_CUDA_GPU: this build has the CUDA engine and NCCL; without
+ * it, the functions say so (at the end of the file).
  */
 #include "zero_cuda.h"
 
@@ -8,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#ifdef DAGRUN_ZERO_CUDA_GPU
+#include "gpt_cuda.h"
 
 struct zero_cuda {
   zero *z;
@@ -36,8 +41,12 @@ static int timed_end(zero_cuda *zc, int rc) {
  * zero.c's TIMED). */
 #define TIMED(zc, call) ((zc)->tq = now_s(), timed_end((zc), (call)))
 
+int zero_cuda_available(char *why, size_t whylen) {
+  return gpt_cuda_available(why, whylen);
+}
+
 int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
-                     const gpt_cuda_options *o, zero_cuda **out, char *err,
+                     const zero_cuda_options *o, zero_cuda **out, char *err,
                      size_t errlen) {
   *out = NULL;
   zero_shape sh;
@@ -69,8 +78,12 @@ int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
   zc->ctl = ctl;
   zc->nccl = nccl;
   zc->sh = sh;
-  zc->o = *o;
-  zc->o.device = comm_device(nccl);
+  zc->o = (gpt_cuda_options){.B = o->B,
+                             .T = o->T,
+                             .opt = o->opt,
+                             .recompute = (gpt_recompute)o->recompute,
+                             .deterministic = o->deterministic,
+                             .device = comm_device(nccl)};
   /* Stage 0 keeps everything whole; stages 1-2 the slice, with room for
    * the N slices of the in-place collectives. */
   zc->padded = sh.stage == 0 ? sh.n_params : sh.S * (size_t)sh.world;
@@ -201,3 +214,73 @@ void zero_cuda_memory_get(const zero_cuda *zc, zero_memory *out,
 }
 
 const char *zero_cuda_describe(const zero_cuda *zc) { return zc->name; }
+
+#else /* no CUDA engine or no NCCL in this build */
+
+#define NOT_BUILT                                                              \
+  "this dagrun was built without GPU ranks (no CUDA toolkit or NCCL found "   \
+  "at build time, or -DDAGRUN_CUDA=OFF)"
+
+int zero_cuda_available(char *why, size_t whylen) {
+  snprintf(why, whylen, NOT_BUILT);
+  return 0;
+}
+
+int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
+                     const zero_cuda_options *o, zero_cuda **out, char *err,
+                     size_t errlen) {
+  (void)z, (void)model, (void)ctl, (void)nccl, (void)o;
+  *out = NULL;
+  snprintf(err, errlen, "zero: %s", NOT_BUILT);
+  return -1;
+}
+
+/* No zero_cuda can exist in this build: the rest is never reached with
+ * one. */
+void zero_cuda_destroy(zero_cuda *zc) { (void)zc; }
+
+int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
+                   const uint32_t *targets, int B, int T, float lr,
+                   double max_norm, zero_step_result *res, char *err,
+                   size_t errlen) {
+  (void)zc, (void)inputs, (void)targets, (void)B, (void)T, (void)lr,
+      (void)max_norm, (void)res;
+  snprintf(err, errlen, "zero: %s", NOT_BUILT);
+  return -1;
+}
+
+int zero_cuda_pull(zero_cuda *zc, char *err, size_t errlen) {
+  (void)zc;
+  snprintf(err, errlen, "zero: %s", NOT_BUILT);
+  return -1;
+}
+
+int zero_cuda_push(zero_cuda *zc, char *err, size_t errlen) {
+  return zero_cuda_pull(zc, err, errlen);
+}
+
+int zero_cuda_gather_params(zero_cuda *zc, char *err, size_t errlen) {
+  return zero_cuda_pull(zc, err, errlen);
+}
+
+int zero_cuda_loss(zero_cuda *zc, const uint32_t *inputs,
+                   const uint32_t *targets, int B, int T, float *loss,
+                   char *err, size_t errlen) {
+  (void)inputs, (void)targets, (void)B, (void)T, (void)loss;
+  return zero_cuda_pull(zc, err, errlen);
+}
+
+void zero_cuda_memory_get(const zero_cuda *zc, zero_memory *out,
+                          uint64_t *acts) {
+  (void)zc;
+  memset(out, 0, sizeof *out);
+  if (acts)
+    *acts = 0;
+}
+
+const char *zero_cuda_describe(const zero_cuda *zc) {
+  (void)zc;
+  return "no GPU";
+}
+
+#endif

@@ -36,6 +36,10 @@
  * blocking calls) before the engine reads what it wrote. No overlap of
  * communication with backward yet.
  *
+ * Every build has these functions; one without CUDA and NCCL (or with
+ * -DDAGRUN_CUDA=OFF) says so from zero_cuda_available and
+ * zero_cuda_create, so that callers need no conditional code.
+ *
  * Collective unless said otherwise: every rank calls in the same order.
  * Functions return 0, or -1 with a message in err; a -1 from a
  * collective leaves the gang out of step (comm_abort).
@@ -48,20 +52,31 @@
 
 #include "comm.h"
 #include "gpt.h"
-#include "gpt_cuda.h"
+#include "optim.h"
 #include "zero.h"
 
 typedef struct zero_cuda zero_cuda;
 
+/* The GPU engine's settings (gpu/cuda/gpt_cuda.h's gpt_cuda_options). */
+typedef struct zero_cuda_options {
+  int B, T;          /* the micro-batch */
+  optim_config opt;  /* the optimizer */
+  int recompute;     /* gpt_recompute: 0 none, 1 gelu, 2 block */
+  int deterministic; /* fixed-order reductions */
+} zero_cuda_options;
+
+/* Non-zero when this build has GPU ranks (CUDA and NCCL) and this process
+ * sees a usable GPU; else 0 and why in why. Not collective. */
+int zero_cuda_available(char *why, size_t whylen);
+
 /* The GPU side of z (stage 0-2, made by zero_create over model with the
  * communicator ctl: MPI or self, host memory). nccl is the gang's NCCL
  * communicator (the same ranks as ctl); the GPU is its device
- * (comm_device). o gives the micro-batch, optimizer, recompute and
- * deterministic settings; its device and shard fields are set here. The
- * model's parameters and z's optimizer state are uploaded. model, z, ctl
- * and nccl are borrowed. Not collective (nothing is exchanged). */
+ * (comm_device). The model's parameters and z's optimizer state are
+ * uploaded. model, z, ctl and nccl are borrowed. Not collective (nothing
+ * is exchanged). An out-of-memory names what to change (gpt_cuda's). */
 int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
-                     const gpt_cuda_options *o, zero_cuda **out, char *err,
+                     const zero_cuda_options *o, zero_cuda **out, char *err,
                      size_t errlen);
 void zero_cuda_destroy(zero_cuda *zc); /* NULL is a no-op */
 
@@ -100,7 +115,8 @@ int zero_cuda_loss(zero_cuda *zc, const uint32_t *inputs,
 void zero_cuda_memory_get(const zero_cuda *zc, zero_memory *out,
                           uint64_t *acts);
 
-/* The GPU's one-line description (gpt_cuda_device_name). */
+/* The GPU's one-line description ("NVIDIA H100 ..., 132 SMs, 79.1
+ * GiB"). */
 const char *zero_cuda_describe(const zero_cuda *zc);
 
 #endif /* DAGRUN_ZERO_CUDA_H */

@@ -260,20 +260,9 @@ int engine_load_from_host(engine *e, char *err, size_t errlen) {
   return 0;
 }
 
-int engine_eval_loss(engine *e, loader *ld, uint64_t nb, double *loss,
-                     char *err, size_t errlen) {
-  int B = e->o.B, T = e->o.T;
-  if (e->dev == ENGINE_CPU) {
-    eval_result er;
-    if (evaluate_model(e->model, ld, B, T, nb, NULL, NULL, &er, err,
-                       errlen) != 0)
-      return -1;
-    *loss = er.loss;
-    return 0;
-  }
-#ifdef DAGRUN_HAVE_CUDA
-  /* evaluate_model's batches (max nb, at most an epoch), their mean loss
-   * (every batch has B*T positions). */
+int engine_eval_batches(loader *ld, int B, int T, uint64_t nb,
+                        engine_batch_loss fn, void *arg, double *loss,
+                        char *err, size_t errlen) {
   uint64_t n = loader_batches_per_epoch(ld);
   if (nb && nb < n)
     n = nb;
@@ -291,7 +280,7 @@ int engine_eval_loss(engine *e, loader *ld, uint64_t nb, double *loss,
   for (uint64_t b = 0; rc == 0 && b < n; b++) {
     float l = 0;
     loader_next(ld, in, tg);
-    rc = gpt_cuda_forward(e->g, in, tg, B, T, &l, err, errlen);
+    rc = fn(arg, in, tg, &l, err, errlen);
     sum += l;
   }
   free(in);
@@ -299,6 +288,30 @@ int engine_eval_loss(engine *e, loader *ld, uint64_t nb, double *loss,
   if (rc == 0)
     *loss = sum / (double)n;
   return rc;
+}
+
+#ifdef DAGRUN_HAVE_CUDA
+static int cuda_batch_loss(void *arg, const uint32_t *in, const uint32_t *tg,
+                           float *loss, char *err, size_t errlen) {
+  engine *e = arg;
+  return gpt_cuda_forward(e->g, in, tg, e->o.B, e->o.T, loss, err, errlen);
+}
+#endif
+
+int engine_eval_loss(engine *e, loader *ld, uint64_t nb, double *loss,
+                     char *err, size_t errlen) {
+  int B = e->o.B, T = e->o.T;
+  if (e->dev == ENGINE_CPU) {
+    eval_result er;
+    if (evaluate_model(e->model, ld, B, T, nb, NULL, NULL, &er, err,
+                       errlen) != 0)
+      return -1;
+    *loss = er.loss;
+    return 0;
+  }
+#ifdef DAGRUN_HAVE_CUDA
+  return engine_eval_batches(ld, B, T, nb, cuda_batch_loss, e, loss, err,
+                             errlen);
 #else
   return -1;
 #endif

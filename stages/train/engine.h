@@ -9,8 +9,8 @@
  * before such a use, and engine_load_from_host pushes them to the GPU
  * after a load. On the CPU both are no-ops.
  *
- * The gang path of the train stage (world_size > 1) does not use this:
- * it trains on the CPU through ZeRO.
+ * The gang path of the train stage does not use this: it trains through
+ * ZeRO (gpu/dist/zero.h on CPU ranks, zero_cuda.h on GPU ranks).
  *
  * Functions return 0, or -1 with a message in err; call them from the
  * stage's thread.
@@ -108,6 +108,17 @@ int engine_load_from_host(engine *e, char *err, size_t errlen);
  * the CPU, evaluate_model's loss). */
 int engine_eval_loss(engine *e, loader *ld, uint64_t nb, double *loss,
                      char *err, size_t errlen);
+
+/* The mean of fn's loss over nb batches of ld (B,T) (max nb, at most an
+ * epoch, as evaluate_model counts them; every batch has B*T positions):
+ * validation on a device that computes one batch's loss, as the GPU
+ * engine's and a GPU gang's rank (gpu/dist/zero_cuda.h). */
+typedef int (*engine_batch_loss)(void *arg, const uint32_t *inputs,
+                                 const uint32_t *targets, float *loss,
+                                 char *err, size_t errlen);
+int engine_eval_batches(loader *ld, int B, int T, uint64_t nb,
+                        engine_batch_loss fn, void *arg, double *loss,
+                        char *err, size_t errlen);
 
 /* Device memory: what the engine allocated, and what the device has in
  * use in all (both 0 on the CPU). */

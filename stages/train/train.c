@@ -15,8 +15,9 @@
  * stopped: the same bits as if it had never stopped. Validation runs
  * every eval_every steps; samples of generated text go to out/.
  *
- * In a gang (world_size > 1, launcher: mpirun) it trains data-parallel
- * with ZeRO (gpu/dist/zero.h): see run_gang below.
+ * In a gang (launcher: mpirun or srun) it trains data-parallel with ZeRO
+ * (gpu/dist/zero.h; on GPU ranks gpu/dist/zero_cuda.h): see run_gang
+ * below.
  */
 #include <dagrun/plugin.h>
 
@@ -37,6 +38,7 @@
 #include "trainkit.h"
 #include "trainstate.h"
 #include "zero.h"
+#include "zero_cuda.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -108,9 +110,9 @@ static const dagrun_param_spec params[] = {
     {"temperature", DAGRUN_PARAM_FLOAT, "0.8", 0, "Sampling temperature"},
     {"top_k", DAGRUN_PARAM_INT, "40", 0, "Sample among the k likeliest"},
     {"device", DAGRUN_PARAM_STRING, "auto", 0,
-     "cpu, cuda (one GPU: BF16 compute, FP32 master weights and optimizer "
-     "state), or auto (cuda when dagrun has CUDA and a GPU is present, else "
-     "cpu)"},
+     "cpu, cuda (BF16 compute, FP32 master weights and optimizer state; in "
+     "a gang, one GPU per rank over NCCL), or auto (cuda when dagrun has "
+     "CUDA and a GPU is present, in a gang on every rank, else cpu)"},
     {"recompute", DAGRUN_PARAM_STRING, "none", 0,
      "device cuda: activation recomputation to save memory: none, gelu (the "
      "MLP's GELU output) or block (each block's forward again in backward); "
@@ -119,9 +121,9 @@ static const dagrun_param_spec params[] = {
      "device cuda: fixed-order reductions, so that two runs with one seed "
      "give the same bits (the CPU engine always is)"},
     {"zero_stage", DAGRUN_PARAM_INT, "1", 0,
-     "In a gang (world_size > 1, launcher: mpirun): ZeRO stage 0 (plain "
-     "data parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ "
-     "parameters); ignored by one process"},
+     "In a gang (launcher: mpirun or srun): ZeRO stage 0 (plain data "
+     "parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ "
+     "parameters; CPU ranks only); ignored by one process"},
     {"zero_bucket", DAGRUN_PARAM_INT, "0", 0,
      "In a gang, ZeRO stage 2: floats per rank in a gradient "
      "reduce-scatter bucket (0: 1048576; stage 3 sends a layer at a time)"},
@@ -373,20 +375,28 @@ static int faults_take(faults *f, int64_t step) {
 /* Validation loss over the first eval_batches batches of the
  * validation files (the same ones every time); NAN when there is no
  * validation or it failed (logged). */
+/* A validation's result: its loss as the metric, or the failure logged
+ * and NAN. */
+static double val_report(run_ctx *r, int rc, double loss, const char *err,
+                         int64_t step) {
+  if (rc != 0) {
+    r->h->log(r->ctx, DAGRUN_LOG_WARN, "validation: %s", err);
+    return NAN;
+  }
+  r->h->metric(r->ctx, "val_loss", loss, step);
+  return loss;
+}
+
 static double evaluate(run_ctx *r, gpt *model, int64_t step) {
   if (!r->val)
     return NAN;
   loader_set_pos(r->val, &r->val_start);
-  eval_result er;
+  eval_result er = {0};
   char err[512];
-  if (evaluate_model(model, r->val, r->c.B, r->c.m.T,
-                     (uint64_t)r->c.eval_batches, NULL, NULL, &er, err,
-                     sizeof err) != 0) {
-    r->h->log(r->ctx, DAGRUN_LOG_WARN, "validation: %s", err);
-    return NAN;
-  }
-  r->h->metric(r->ctx, "val_loss", er.loss, step);
-  return er.loss;
+  int rc = evaluate_model(model, r->val, r->c.B, r->c.m.T,
+                          (uint64_t)r->c.eval_batches, NULL, NULL, &er, err,
+                          sizeof err);
+  return val_report(r, rc, er.loss, err, step);
 }
 
 /* One process: validation on the engine's device. */
@@ -394,15 +404,11 @@ static double evaluate_one(run_ctx *r, int64_t step) {
   if (!r->val)
     return NAN;
   loader_set_pos(r->val, &r->val_start);
-  double loss;
+  double loss = NAN;
   char err[512];
-  if (engine_eval_loss(r->eng, r->val, (uint64_t)r->c.eval_batches, &loss,
-                       err, sizeof err) != 0) {
-    r->h->log(r->ctx, DAGRUN_LOG_WARN, "validation: %s", err);
-    return NAN;
-  }
-  r->h->metric(r->ctx, "val_loss", loss, step);
-  return loss;
+  int rc = engine_eval_loss(r->eng, r->val, (uint64_t)r->c.eval_batches,
+                            &loss, err, sizeof err);
+  return val_report(r, rc, loss, err, step);
 }
 
 static int save_checkpoint(run_ctx *r, char *err, size_t errlen) {
@@ -526,11 +532,11 @@ static void free_run(run_ctx *r) {
 
 /* ---- The stage ---- */
 
-/* nranks > 1: a gang's rank. Its train loader serves the global batch
- * (nranks x batch_size sequences, the order of one process with that
- * batch size), of which each rank trains on its own rows; ZeRO makes the
- * optimizer (none here). */
-static int setup(run_ctx *r, int nranks) {
+/* gang: a rank of a gang of nranks. Its train loader serves the global
+ * batch (nranks x batch_size sequences, the order of one process with
+ * that batch size), of which each rank trains on its own rows; ZeRO makes
+ * the optimizer (none here). */
+static int setup(run_ctx *r, int nranks, int gang) {
   const dagrun_host *h = r->h;
   char err[1024];
   /* A checkpoint of this task, when resume finds one, replaces
@@ -539,7 +545,7 @@ static int setup(run_ctx *r, int nranks) {
       trainkit_make_model(r->ctx, h, &r->c.m, r->c.seed, &r->model,
                           &r->init_dir) != 0)
     return -1;
-  if (nranks == 1 &&
+  if (!gang &&
       trainkit_make_optim(r->model, &r->c.opt, &r->opt, err, sizeof err) !=
           0) {
     h->fail(r->ctx, "optimizer: %s", err);
@@ -744,8 +750,8 @@ static void watch_data(run_ctx *r, data_watch *w, int64_t step, double data_s,
 
 /* ---- Data-parallel training in a gang (gpu/dist/zero.h) ----
  *
- * A task with world_size N > 1 and launcher: mpirun runs this stage in N
- * ranks; each makes the same model (the same seed), draws the same global
+ * A task with a launcher (mpirun or srun) and world_size N (1 too) runs
+ * this stage in N ranks; each makes the same model (the same seed), draws the same global
  * batch of N x batch_size sequences (the order one process with that
  * batch size would see) and trains on its own batch_size rows of it, and
  * ZeRO (zero_stage) averages the gradients over the ranks, shards what
@@ -755,6 +761,15 @@ static void watch_data(run_ctx *r, data_watch *w, int64_t step, double data_s,
  * each step, evaluation at stage 3 gathers the parameters on all ranks.
  * Rank 0 alone reports (metrics, progress, outputs, samples, the final
  * model); the others' host calls would be ignored by dagrun.
+ *
+ * The device (device: cpu|cuda|auto) is agreed on by all ranks: cuda
+ * when this build has GPU ranks and every rank sees a GPU (auto falls
+ * back to the CPU otherwise; cuda fails). On GPUs the step is
+ * zero_cuda's (stages 0-2, NCCL for the gradients and parameters); the
+ * MPI communicator stays for everything else (the stop agreement,
+ * checkpoints, the loss), with the host model and the host zero as the
+ * state of record that checkpoints read (zero_cuda_pull before a save),
+ * and validation runs on rank 0's GPU.
  *
  * Checkpoints are ZeRO's sharded ones (zero_save: one file per rank and a
  * manifest) in <task>/checkpoints, so that a retried attempt with resume:
@@ -776,17 +791,27 @@ static void watch_data(run_ctx *r, data_watch *w, int64_t step, double data_s,
  * leaves <task>/test-kill-rank.done first, and a rank that finds that
  * file does not do it again (the retried attempt runs through). */
 
-/* DAGRUN_WORLD_SIZE: the ranks of this task's gang; 1 when not in one. */
+/* DAGRUN_WORLD_SIZE: the ranks of this task's gang; 0 when not in one
+ * (dagrun sets it for a task with world_size > 1 or a launcher). */
 static int gang_size(void) {
   const char *z = getenv("DAGRUN_WORLD_SIZE");
-  int n = z ? atoi(z) : 1;
-  return n > 1 ? n : 1;
+  int n = z ? atoi(z) : 0;
+  return n > 0 ? n : 0;
+}
+
+/* Whether mpirun, or srun with PMI, started this process. */
+static int launched_by_mpi(void) {
+  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") ||
+         getenv("PMIX_RANK");
 }
 
 typedef struct gang {
-  comm *c;
+  comm *c;       /* MPI: every rank's host-side exchanges */
+  comm *nc;      /* GPU ranks: NCCL, the gradients and parameters */
   zero *z;
+  zero_cuda *zc; /* GPU ranks: the step on the GPU */
   int rank, N, stage;
+  int B, T;      /* each rank's micro-batch */
   gpt *full;   /* rank 0, stage 3: the gathered model for eval / the end */
   float *buf;  /* stage 3: the gathered parameters (every rank) */
 } gang;
@@ -805,6 +830,12 @@ static _Noreturn void gang_abort(run_ctx *r, gang *g, const char *what,
  * step; stage 3 gathers them (collective). */
 static gpt *gang_model(run_ctx *r, gang *g) {
   char err[1024];
+  if (g->zc) {
+    /* The GPUs' master weights into every rank's host model. */
+    if (zero_cuda_gather_params(g->zc, err, sizeof err) != 0)
+      gang_abort(r, g, "gathering the parameters", err);
+    return g->rank == 0 ? r->model : NULL;
+  }
   if (g->stage < 3)
     return g->rank == 0 ? r->model : NULL;
   size_t np = gpt_num_params(r->model);
@@ -824,6 +855,8 @@ static gpt *gang_model(run_ctx *r, gang *g) {
 /* A sharded checkpoint of step (collective); rank 0 prunes and logs. */
 static void gang_save(run_ctx *r, gang *g) {
   char err[1024];
+  if (g->zc && zero_cuda_pull(g->zc, err, sizeof err) != 0)
+    gang_abort(r, g, "sharded checkpoint", err);
   if (zero_save(g->z, r->ckpt_dir, r->st.step, err, sizeof err) != 0)
     gang_abort(r, g, "sharded checkpoint", err);
   if (g->rank != 0)
@@ -884,17 +917,123 @@ static void gang_test_kill(run_ctx *r, gang *g) {
   raise(SIGKILL);
 }
 
+/* The gang's device, the same on every rank (collective): cuda when this
+ * build has GPU ranks, every rank sees a GPU and the ZeRO stage runs on
+ * GPUs (0-2); auto takes it when that holds, else the CPU; cuda fails
+ * otherwise (on every rank, saying why). 0 with *cuda, or -1. */
+static int gang_pick_device(run_ctx *r, gang *g, int *cuda) {
+  char why[512] = "", err[512];
+  int have = zero_cuda_available(why, sizeof why);
+  float n = have ? 1.0f : 0.0f;
+  if (comm_allreduce_sum(g->c, &n, 1, err, sizeof err) != 0)
+    gang_abort(r, g, "agreeing on the device", err);
+  int all = (int)n == g->N, lead = g->rank == 0;
+  *cuda = 0;
+  if (r->c.device == ENGINE_WANT_CPU) {
+    if (lead)
+      r->h->log(r->ctx, DAGRUN_LOG_INFO, "device: cpu (device: cpu was asked "
+                                         "for; the ranks talk over MPI)");
+    return 0;
+  }
+  char no[768] = "";
+  if (!all && have)
+    snprintf(no, sizeof no, "%d of the %d ranks see a usable GPU", (int)n,
+             g->N);
+  else if (!all)
+    snprintf(no, sizeof no, "%d of the %d ranks see a usable GPU (this one: "
+             "%s)", (int)n, g->N, why);
+  else if (g->stage == 3)
+    snprintf(no, sizeof no, "zero_stage 3 runs on CPU ranks only (the GPU "
+                            "ranks shard with stages 0-2)");
+  if (all && g->stage < 3) {
+    *cuda = 1;
+    if (lead)
+      r->h->log(r->ctx, DAGRUN_LOG_INFO,
+                "device: cuda (device: %s; every rank sees a GPU: one GPU a "
+                "rank, NCCL between them)",
+                r->c.device == ENGINE_WANT_CUDA ? "cuda" : "auto");
+    return 0;
+  }
+  if (r->c.device == ENGINE_WANT_CUDA) {
+    r->h->fail(r->ctx, "device: cuda in a gang of %d, but %s; use device: cpu "
+                       "or auto", g->N, no);
+    return -1;
+  }
+  if (lead)
+    r->h->log(r->ctx, DAGRUN_LOG_INFO,
+              "device: cpu (device: auto, and %s; the ranks talk over MPI)",
+              no);
+  return 0;
+}
+
+/* One batch's loss on this rank's GPU (engine_eval_batches's fn). */
+static int gang_gpu_loss(void *arg, const uint32_t *in, const uint32_t *tg,
+                         float *loss, char *err, size_t errlen) {
+  gang *g = arg;
+  return zero_cuda_loss(g->zc, in, tg, g->B, g->T, loss, err, errlen);
+}
+
+/* Validation at an eval step, NAN on the ranks other than 0. GPU ranks:
+ * on rank 0's GPU alone (no exchange). CPU ranks: the model gathered
+ * where stage 3 shards it (collective: every rank calls this). */
+static double gang_evaluate(run_ctx *r, gang *g, int64_t step) {
+  if (g->zc) {
+    if (g->rank != 0 || !r->val)
+      return NAN;
+    loader_set_pos(r->val, &r->val_start);
+    double loss = NAN;
+    char err[512];
+    int rc = engine_eval_batches(r->val, g->B, g->T,
+                                 (uint64_t)r->c.eval_batches, gang_gpu_loss, g,
+                                 &loss, err, sizeof err);
+    return val_report(r, rc, loss, err, step);
+  }
+  gpt *m = gang_model(r, g);
+  return m ? evaluate(r, m, step) : NAN;
+}
+
+/* The loss at initialization, on rank 0's rows of the first batch (the
+ * loader's position kept), on its GPU or its CPU model; logged and a
+ * metric, as in one process. */
+static double gang_preflight(run_ctx *r, gang *g, double lnV) {
+  char err[1024];
+  loader_pos pos;
+  loader_get_pos(r->train, &pos);
+  float loss = 0;
+  loader_next(r->train, r->inputs, r->targets);
+  loader_set_pos(r->train, &pos);
+  int rc = g->zc ? zero_cuda_loss(g->zc, r->inputs, r->targets, g->B, g->T,
+                                  &loss, err, sizeof err)
+                 : gpt_forward(r->model, r->inputs, r->targets, g->B, g->T,
+                               &loss, err, sizeof err);
+  if (rc != 0)
+    gang_abort(r, g, "first forward pass", err);
+  r->h->log(r->ctx, DAGRUN_LOG_INFO,
+            "loss at initialization %.4f, ln(vocab) %.4f", loss, lnV);
+  r->h->metric(r->ctx, "init_loss", loss, 0);
+  return loss;
+}
+
+/* What a gang frees when it ends (every path). */
+static void gang_free(gang *g) {
+  zero_cuda_destroy(g->zc);
+  zero_destroy(g->z);
+  comm_destroy(g->nc);
+  comm_destroy(g->c);
+  free(g->buf);
+  gpt_destroy(g->full);
+}
+
 static int run_gang(run_ctx *r, int N) {
   dagrun_ctx *ctx = r->ctx;
   const dagrun_host *h = r->h;
   char err[2048];
   gang g = {.N = N};
   int64_t v;
-  if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE") &&
-      !getenv("PMIX_RANK")) {
+  if (!launched_by_mpi()) {
     h->fail(ctx, "world_size %d, but the ranks were not started by mpirun: "
-                 "the train stage's CPU ranks talk over MPI; set launcher: "
-                 "mpirun on this task", N);
+                 "the train stage's ranks talk over MPI; set launcher: "
+                 "mpirun (or srun) on this task", N);
     return EXIT_BAD_PARAMS;
   }
   if (stagekit_param_choice(ctx, h, "zero_stage", zero_stage_names, &g.stage))
@@ -930,14 +1069,25 @@ static int run_gang(run_ctx *r, int N) {
     h->fail(ctx, "MPI says %d ranks, DAGRUN_WORLD_SIZE %d", comm_size(g.c), N);
     comm_abort(g.c, EXIT_FAILED);
   }
-  int lead = g.rank == 0;
-  if (setup(r, N) != 0)
+  int lead = g.rank == 0, cuda = 0;
+  if (gang_pick_device(r, &g, &cuda) != 0) {
+    comm_destroy(g.c);
+    return EXIT_BAD_PARAMS;
+  }
+  if (cuda) {
+    comm_config nccfg = {.backend = COMM_NCCL, .device = -1};
+    if (comm_create(&nccfg, &g.nc, err, sizeof err) != 0)
+      gang_abort(r, &g, "NCCL", err);
+  }
+  if (setup(r, N, 1) != 0)
     comm_abort(g.c, EXIT_FAILED);
   char *config_text = config_json(r);
   r->st.config_json = config_text;
   const gpt_config *mc = gpt_get_config(r->model);
   size_t np = gpt_num_params(r->model);
   int B = r->c.B, T = r->c.m.T;
+  g.B = B;
+  g.T = T;
   size_t bt = (size_t)B * T;
   char resume_dir[4096];
   gang_find_resume(r, &g, resume_dir, sizeof resume_dir);
@@ -948,30 +1098,19 @@ static int run_gang(run_ctx *r, int N) {
            r->c.m.name, mc->n_layer, mc->n_head, mc->n_embd, mc->block_size,
            mc->vocab_size, np / 1e6);
     h->log(ctx, DAGRUN_LOG_INFO,
-           "gang of %d ranks (MPI), ZeRO stage %d: global batch %d x %d = %d "
-           "sequences of %d tokens a step", N, g.stage, N, B, N * B, T);
+           "gang of %d ranks (%s), ZeRO stage %d: global batch %d x %d = %d "
+           "sequences of %d tokens a step", N,
+           cuda ? "GPUs, NCCL" : "CPUs, MPI", g.stage, N, B, N * B, T);
     h->metric(ctx, "parameters", (double)np, 0);
     if (r->c.spike_on)
       h->log(ctx, DAGRUN_LOG_WARN, "the loss-spike guard is not applied in "
                                    "a gang (ZeRO updates inside its step)");
   }
   double lnV = log((double)mc->vocab_size), init_loss = NAN;
-  if (lead && !resume_dir[0]) {
-    /* Pre-flight as in one process, on rank 0's rows of the first batch,
-     * before ZeRO takes the model (stage 3 frees its parameters). */
-    loader_pos pos;
-    loader_get_pos(r->train, &pos);
-    float loss = 0;
-    loader_next(r->train, r->inputs, r->targets);
-    loader_set_pos(r->train, &pos);
-    if (gpt_forward(r->model, r->inputs, r->targets, B, T, &loss, err,
-                    sizeof err) != 0)
-      gang_abort(r, &g, "first forward pass", err);
-    init_loss = loss;
-    h->log(ctx, DAGRUN_LOG_INFO, "loss at initialization %.4f, ln(vocab) %.4f",
-           init_loss, lnV);
-    h->metric(ctx, "init_loss", init_loss, 0);
-  }
+  /* Pre-flight on the CPU before ZeRO takes the model (stage 3 frees its
+   * parameters); on the GPU once it has them. */
+  if (lead && !resume_dir[0] && !cuda)
+    init_loss = gang_preflight(r, &g, lnV);
 
   /* One process's checkpoint (trainstate.h: full weights and optimizer
    * state) is read whole by every rank into the model, before ZeRO takes
@@ -1014,6 +1153,26 @@ static int run_gang(run_ctx *r, int N) {
              sharded ? "sharded" : "one-process", resume_dir,
              (long long)step);
   }
+  if (cuda) {
+    /* The GPUs take the host model and the shards' optimizer state as
+     * they are now (resumed or new). */
+    zero_cuda_options zo = {.B = B,
+                            .T = T,
+                            .opt = r->c.opt,
+                            .recompute = (int)r->c.recompute,
+                            .deterministic = r->c.deterministic};
+    if (zero_cuda_create(g.z, r->model, g.c, g.nc, &zo, &g.zc, err,
+                         sizeof err) != 0)
+      gang_abort(r, &g, "the GPU", err);
+    if (lead) {
+      h->log(ctx, DAGRUN_LOG_INFO, "rank 0's GPU: %s; recompute: %s, "
+             "deterministic: %s", zero_cuda_describe(g.zc),
+             engine_recompute_name(r->c.recompute),
+             r->c.deterministic ? "true" : "false");
+      if (!resume_dir[0])
+        init_loss = gang_preflight(r, &g, lnV);
+    }
+  }
 
   size_t tokens_per_step = (size_t)N * bt;
   double fpt = flops_per_token(mc, np, T);
@@ -1032,11 +1191,8 @@ static int run_gang(run_ctx *r, int N) {
       gang_save(r, &g);
       h->fail(ctx, "stopped at step %lld; sharded checkpoint %s (resume: "
                    "auto continues from it)", (long long)step, r->last_ckpt);
-      zero_destroy(g.z);
-      comm_destroy(g.c);
+      gang_free(&g);
       free(config_text);
-      free(g.buf);
-      gpt_destroy(g.full);
       return EXIT_FAILED;
     }
     gang_test_kill(r, &g);
@@ -1045,8 +1201,11 @@ static int run_gang(run_ctx *r, int N) {
     double lr = lr_at(&r->c.sched, step);
     double t_call = stagekit_now();
     zero_step_result res;
-    if (zero_step(g.z, in, tg, B, T, (float)lr, r->c.grad_clip, &res, err,
-                  sizeof err) != 0)
+    int rc = g.zc ? zero_cuda_step(g.zc, in, tg, B, T, (float)lr,
+                                   r->c.grad_clip, &res, err, sizeof err)
+                  : zero_step(g.z, in, tg, B, T, (float)lr, r->c.grad_clip,
+                              &res, err, sizeof err);
+    if (rc != 0)
       gang_abort(r, &g, "step", err);
     double t_end = stagekit_now();
     /* Rank 0's time, from one chain of clock reads so that the phases
@@ -1084,7 +1243,20 @@ static int run_gang(run_ctx *r, int N) {
         h->metric(ctx, "tokens_per_s", tps, r->st.step);
         t_last = now;
       }
-      if (r->st.step == first_step + 1) {
+      if (r->st.step == first_step + 1 && g.zc) {
+        zero_memory zm;
+        uint64_t acts;
+        zero_cuda_memory_get(g.zc, &zm, &acts);
+        h->log(ctx, DAGRUN_LOG_INFO,
+               "rank 0's GPU holds params %.2f MiB (FP32 master weights of "
+               "its part and the BF16 copy of all), grads %.2f MiB (FP32), "
+               "optimizer %.2f MiB, activations %.2f MiB (ZeRO's "
+               "mixed-precision formula for params + grads + optimizer: "
+               "%.2f MiB)",
+               zm.params / 1048576.0, zm.grads / 1048576.0,
+               zm.optim / 1048576.0, acts / 1048576.0,
+               zm.f_mixed / 1048576.0);
+      } else if (r->st.step == first_step + 1) {
         zero_memory zm;
         zero_memory_get(g.z, &zm);
         h->log(ctx, DAGRUN_LOG_INFO,
@@ -1097,12 +1269,10 @@ static int run_gang(run_ctx *r, int N) {
     }
     if (r->c.eval_every && r->st.step % r->c.eval_every == 0 &&
         r->st.step < r->c.steps) {
-      gpt *m = gang_model(r, &g);
-      if (m) {
-        val = evaluate(r, m, r->st.step);
+      val = gang_evaluate(r, &g, r->st.step);
+      if (lead)
         h->log(ctx, DAGRUN_LOG_INFO, "step %lld: loss %.4f, val loss %.4f",
                (long long)r->st.step, res.loss, val);
-      }
     }
     if (r->c.ckpt_every && r->st.step % r->c.ckpt_every == 0 &&
         r->st.step < r->c.steps)
@@ -1115,7 +1285,9 @@ static int run_gang(run_ctx *r, int N) {
   int status = 0;
   if (lead) {
     status = EXIT_FAILED;
-    val = evaluate(r, m, r->st.step);
+    /* m is every rank's gathered model: on GPU ranks rank 0 validates on
+     * its GPU, which needs no exchange. */
+    val = g.zc ? gang_evaluate(r, &g, r->st.step) : evaluate(r, m, r->st.step);
     char model_dir[4096], final[4096];
     snprintf(model_dir, sizeof model_dir, "%s/model",
              h->dir(ctx, DAGRUN_DIR_TASK));
@@ -1149,6 +1321,9 @@ static int run_gang(run_ctx *r, int N) {
     cJSON_AddNumberToObject(s, "parameters", (double)np);
     cJSON_AddNumberToObject(s, "world_size", N);
     cJSON_AddNumberToObject(s, "zero_stage", g.stage);
+    cJSON_AddStringToObject(s, "device", g.zc ? "cuda" : "cpu");
+    if (g.zc)
+      cJSON_AddStringToObject(s, "gpu", zero_cuda_describe(g.zc));
     cJSON_AddNumberToObject(s, "global_batch", N * B);
     cJSON_AddNumberToObject(s, "loss", last_loss);
     if (isfinite(val))
@@ -1179,11 +1354,8 @@ static int run_gang(run_ctx *r, int N) {
     status = 0;
   }
 out:
-  zero_destroy(g.z);
-  comm_destroy(g.c);
+  gang_free(&g);
   free(config_text);
-  free(g.buf);
-  gpt_destroy(g.full);
   return status;
 }
 
@@ -1197,17 +1369,10 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   trainkit_set_threads(r.c.threads);
   snprintf(r.ckpt_dir, sizeof r.ckpt_dir, "%s/checkpoints",
            h->dir(ctx, DAGRUN_DIR_TASK));
-  if (gang_size() > 1) {
-    if (r.c.device == ENGINE_WANT_CUDA) {
-      h->fail(ctx, "device: cuda in a gang (world_size %d): the gang trains "
-                   "on the CPU ranks over MPI; the NCCL path for GPU ranks "
-                   "is not wired yet. Use device: cpu or auto, or train on "
-                   "one GPU without world_size", gang_size());
-      return EXIT_BAD_PARAMS;
-    }
-    h->log(ctx, DAGRUN_LOG_INFO, "device: cpu (a gang trains on the CPU "
-                                 "ranks over MPI)");
-    status = run_gang(&r, gang_size());
+  /* A gang of any size, 1 included, once a launcher started it. */
+  int nranks = gang_size();
+  if (nranks > 1 || (nranks == 1 && launched_by_mpi())) {
+    status = run_gang(&r, nranks);
     goto done;
   }
   engine_device dev;
@@ -1224,7 +1389,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
            "recompute: %s is ignored on the CPU: the CPU engine keeps every "
            "activation (recomputation is the GPU's)",
            engine_recompute_name(r.c.recompute));
-  if (setup(&r, 1) != 0)
+  if (setup(&r, 1, 0) != 0)
     goto done;
   engine_options eo = {.B = r.c.B,
                        .T = r.c.m.T,

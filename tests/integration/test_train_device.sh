@@ -5,7 +5,7 @@
 # - where auto chose cpu, device: cuda fails: non-zero exit, the run
 #   recorded failed, a message saying what is missing and to use
 #   device: cpu or auto;
-# - device: cuda in a gang is refused (the NCCL path is not wired);
+# - (device: cuda in a gang without GPUs: test_train_gang.sh);
 # - bad values of device and recompute are refused by check, at the
 #   value, naming the choices; one from a template when the task starts;
 # - recompute on the CPU is ignored, with a log line saying so.
@@ -58,12 +58,6 @@ if [ "$DEV" = cpu ]; then
 else
   echo "a GPU is present: device: cuda's no-GPU error is not testable here"
 fi
-
-# A gang does not train on the GPU yet.
-train_dag gang "steps: 5, device: cuda" "world_size: 2, launcher: local,"
-run_dagrun run gang.yaml --plain
-expect_rc 1
-expect_in "$T/out" "NCCL path for GPU ranks is not wired yet"
 
 # Bad values: refused by check (and so by run, before anything starts) at
 # the value's line:col, naming the choices.

@@ -30,6 +30,11 @@
 #   < 1e-5; measured 1.1e-7, the same as one process against a gang). A
 #   gang refuses the weights-only final model, and one process a sharded
 #   checkpoint of another model, saying why.
+# - A gang of one (world_size 1 under mpirun) trains through ZeRO too,
+#   with one process's losses (relative difference < 1e-5), and says it
+#   chose the CPU because no rank sees a GPU.
+# - device: cuda in a gang where no rank sees a GPU fails on every rank,
+#   saying how many ranks see one and why this one does not.
 # - A timeout stops the gang, which writes a sharded checkpoint first.
 # - world_size 2 with launcher local, and grad_accum 2 in a gang, are
 #   refused with messages that say what to do.
@@ -270,6 +275,37 @@ ls "$RT/train/checkpoints/"step-*/zero-rank-00001.safetensors >/dev/null ||
 if pgrep -f "$RT/train/attempt-1" >/dev/null; then
   fail "processes of the stopped gang left: $(pgrep -af "$RT/train/attempt-1")"
 fi
+
+# --- A gang of one rank: the gang's path (ZeRO over MPI), one process's
+# result; device: auto says why it is the CPU.
+cat > solo.yaml <<Y
+dag: solo
+tasks:
+  train: {stage: train, world_size: 1, launcher: mpirun, $ENV, with: {$MODEL, batch_size: 4, zero_stage: 2}}
+Y
+run_dagrun run solo.yaml --plain
+expect_rc 0
+RS=$(run_dir solo)
+expect_in "$RS/train/attempt-1/log" "gang of 1 ranks (CPUs, MPI), ZeRO stage 2"
+expect_in "$RS/train/attempt-1/log" "device: cpu (device: auto, and 0 of the 1 ranks see a usable GPU (this one: "
+losses "$RS" > solo.losses
+same_losses one.losses solo.losses 1e-5
+ls "$RS/train/checkpoints/"step-00000020/zero-rank-00000.safetensors >/dev/null ||
+  fail "no sharded checkpoint in the gang of one: $(ls "$RS/train/checkpoints")"
+
+# --- device: cuda with no GPU on any rank: every rank fails, saying so.
+cat > cuda.yaml <<Y
+dag: cuda
+tasks:
+  train: {stage: train, world_size: 2, launcher: mpirun, retries: 0, $ENV, with: {$MODEL, batch_size: 2, device: cuda}}
+Y
+run_dagrun run cuda.yaml --plain
+expect_rc 1
+expect_in "$T/out" "device: cuda in a gang of 2, but 0 of the 2 ranks see a usable GPU (this one: "
+expect_in "$T/out" "use device: cpu or auto"
+RC=$(run_dir cuda)
+[ "$(task_field "$RC" train state)" = failed ] ||
+  fail "device: cuda gang recorded '$(task_field "$RC" train state)', not failed"
 
 # --- Refused: ranks that MPI did not start, and gradient accumulation.
 cat > local.yaml <<Y
