@@ -18,6 +18,9 @@
  *                              error, no crash
  *   gpt_cuda_check logits MODEL_DIR IDS OUT
  *                              model_logits (tests/reference) on the GPU
+ *   gpt_cuda_check zero        ZeRO stages 0-2 on the GPU over NCCL
+ *                              (gpu/dist/zero_cuda.h): one rank, or the
+ *                              ranks of mpirun; see cmd_zero
  *
  * Tolerances (BF16 compute against FP32): BF16 keeps 8 significant bits,
  * a relative rounding error of 2^-9 = 2e-3 per stored activation; a
@@ -39,12 +42,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "comm.h"
 #include "gpt.h"
 #include "gpt_cuda.h"
 #include "modeldir.h"
 #include "optim.h"
 #include "rng.h"
+#include "zero.h"
+#include "zero_cuda.h"
 
 static int failures;
 
@@ -474,6 +481,25 @@ static int cmd_estimate(void) {
         "activations none %llu gelu %llu block %llu",
         (unsigned long long)acts[0], (unsigned long long)acts[1],
         (unsigned long long)acts[2]);
+  /* A gang rank's shard (ZeRO stages 1-2, 8 ranks): the FP32 master
+   * weights and the moments of S = ceil(np/8) parameters, the BF16 copy
+   * and the FP32 gradients of all 8 S. */
+  {
+    uint64_t S = (np + 7) / 8;
+    gpt_cuda_options o = {.B = 16, .T = 1024, .opt = optim_cfg(OPTIM_ADAMW),
+                          .shard_lo = 3 * S, .shard_n = S, .padded = 8 * S};
+    gpt_memory m;
+    gpt_cuda_memory_estimate(&c, 16, 1024, &o, &m);
+    printf("adamw shard 1/8     : params %.1f MiB grads %.1f optim %.1f\n",
+           m.params / 1048576.0, m.grads / 1048576.0, m.optim / 1048576.0);
+    CHECK(m.params >= 4 * S + 2 * 8 * S && m.params < 4 * S + 2 * 8 * S + 512,
+          "shard: params %llu, want 4S + 16S with S %llu",
+          (unsigned long long)m.params, (unsigned long long)S);
+    CHECK(m.grads >= 4 * 8 * S && m.grads < 4 * 8 * S + 512,
+          "shard: grads %llu", (unsigned long long)m.grads);
+    CHECK(m.optim >= 8 * S && m.optim < 8 * S + 512, "shard: optim %llu",
+          (unsigned long long)m.optim);
+  }
   gpt_recompute rc;
   CHECK(gpt_recompute_parse("block", &rc) == 0 && rc == GPT_RECOMPUTE_BLOCK &&
             gpt_recompute_parse("all", &rc) != 0,
@@ -524,6 +550,237 @@ static int cmd_logits(const char *dir, const char *ids_path, const char *out) {
   return 0;
 }
 
+/* ---- ZeRO on the GPU (gpu/dist/zero_cuda.h) ----
+ *
+ * Run alone: one rank, its NCCL communicator made through a rendezvous
+ * directory, the host side on the self communicator. Under mpirun: the
+ * ranks of MPI_COMM_WORLD, NCCL bootstrapped through MPI (each rank on
+ * the GPU of its local rank; two ranks on one GPU need NCCL >= 2.30 and
+ * NCCL_MULTI_RANK_GPU_ENABLE=1).
+ *
+ * The reference is one gpt_cuda (deterministic) trained on the global
+ * batch (N ranks x B sequences). For each stage 0, 1, 2, 20 steps of
+ * zero_cuda_step (deterministic) on each rank's rows of it:
+ *   - one rank: every loss and the final weights bitwise the reference's
+ *     (the same kernels in the same order; the NCCL collectives of one
+ *     rank copy);
+ *   - N ranks: losses within 1e-3 relative, weights within 1e-2 of the
+ *     largest (the sum over ranks is taken in another order, and BF16
+ *     rounds the rest);
+ *   - zero_cuda_gather_params gives every rank the weights;
+ *   - the GPU memory: master weights and moments of S = ceil(P/N)
+ *     parameters, within 512 bytes.
+ * Then at stage 2 a sharded checkpoint at step 10 (zero_cuda_pull,
+ * zero_save) loaded at stage 1 (zero_load, then zero_cuda_create uploads
+ * it) continues with the uninterrupted run's losses of steps 11-20
+ * (relative 1e-5), and stage 3 is refused with a message that says what
+ * to use. */
+enum { ZB = 4, ZT = 64, ZSTEPS = 20 };
+
+typedef struct zrun {
+  float loss[ZSTEPS];
+  float *w; /* the final weights (P) */
+} zrun;
+
+/* The global batch of step k (N*ZB rows). */
+static void zero_batch(uint32_t *in, uint32_t *tg, int N, int V, int k) {
+  make_batch(in, tg, N * ZB, ZT, V, 1000 + (uint64_t)k);
+}
+
+static void zero_reference(int N, int device, zrun *out) {
+  char err[2048];
+  gpt *m = make_model(7);
+  int V = gpt_get_config(m)->vocab_size;
+  gpt_cuda *g;
+  gpt_cuda_options o = {.B = N * ZB, .T = ZT, .opt = optim_cfg(OPTIM_ADAMW),
+                        .deterministic = 1, .device = device};
+  if (gpt_cuda_create(m, &o, &g, err, sizeof err) != 0)
+    die("reference", err);
+  uint32_t *in = malloc((size_t)N * ZB * ZT * 4), *tg = malloc((size_t)N * ZB * ZT * 4);
+  for (int k = 0; k < ZSTEPS; k++) {
+    double norm;
+    zero_batch(in, tg, N, V, k);
+    if (gpt_cuda_zero_grad(g, err, sizeof err) != 0 ||
+        gpt_cuda_forward(g, in, tg, N * ZB, ZT, &out->loss[k], err,
+                         sizeof err) != 0 ||
+        gpt_cuda_backward(g, 1.0f, err, sizeof err) != 0 ||
+        gpt_cuda_clip_grad_norm(g, 1.0, &norm, err, sizeof err) != 0 ||
+        gpt_cuda_step(g, 1e-3f, err, sizeof err) != 0)
+      die("reference step", err);
+  }
+  if (gpt_cuda_download(g, m, NULL, err, sizeof err) != 0)
+    die("reference download", err);
+  out->w = malloc(gpt_num_params(m) * 4);
+  memcpy(out->w, gpt_params(m), gpt_num_params(m) * 4);
+  gpt_cuda_destroy(g);
+  gpt_destroy(m);
+  free(in);
+  free(tg);
+}
+
+/* A rank's zero at stage st over a fresh model (loading ckpt when given)
+ * and its GPU side; steps [from, to) of the global batches. */
+static void zero_train(comm *ctl, comm *nc, int st, const char *ckpt,
+                       int from, int to, const char *save_dir, zrun *out) {
+  char err[2048];
+  int N = comm_size(ctl), r = comm_rank(ctl);
+  gpt *m = make_model(7);
+  int V = gpt_get_config(m)->vocab_size;
+  optim_config oc = optim_cfg(OPTIM_ADAMW);
+  zero_config zc = {.stage = st};
+  zero *z;
+  zero_cuda *zg;
+  if (zero_create(&zc, m, &oc, ctl, &z, err, sizeof err) != 0)
+    die("zero_create", err);
+  int64_t step;
+  if (ckpt && zero_load(z, ckpt, &step, err, sizeof err) != 0)
+    die("zero_load", err);
+  zero_cuda_options zo = {.B = ZB, .T = ZT, .opt = oc, .deterministic = 1};
+  if (zero_cuda_create(z, m, ctl, nc, &zo, &zg, err, sizeof err) != 0)
+    die("zero_cuda_create", err);
+  size_t bt = (size_t)ZB * ZT;
+  uint32_t *in = malloc(N * bt * 4), *tg = malloc(N * bt * 4);
+  for (int k = from; k < to; k++) {
+    zero_step_result res;
+    zero_batch(in, tg, N, V, k);
+    if (zero_cuda_step(zg, in + r * bt, tg + r * bt, ZB, ZT, 1e-3f, 1.0, &res,
+                       err, sizeof err) != 0)
+      die("zero_cuda_step", err);
+    out->loss[k] = res.loss;
+    if (save_dir && k + 1 == 10 &&
+        (zero_cuda_pull(zg, err, sizeof err) != 0 ||
+         zero_save(z, save_dir, 10, err, sizeof err) != 0))
+      die("sharded checkpoint", err);
+  }
+  if (zero_cuda_gather_params(zg, err, sizeof err) != 0)
+    die("gather", err);
+  size_t P = gpt_num_params(m);
+  out->w = malloc(P * 4);
+  memcpy(out->w, gpt_params(m), P * 4);
+  zero_memory zm;
+  uint64_t acts;
+  zero_cuda_memory_get(zg, &zm, &acts);
+  uint64_t S = st == 0 ? P : (P + N - 1) / N, pad = st == 0 ? P : S * N;
+  CHECK(zm.optim >= 8 * S && zm.optim < 8 * S + 512,
+        "stage %d: optimizer bytes %llu, want 8 x %llu", st,
+        (unsigned long long)zm.optim, (unsigned long long)S);
+  CHECK(zm.params >= 4 * S + 2 * pad && zm.params < 4 * S + 2 * pad + 512,
+        "stage %d: parameter bytes %llu, want 4S + 2N*S with S %llu", st,
+        (unsigned long long)zm.params, (unsigned long long)S);
+  if (r == 0)
+    printf("stage %d on %d rank%s: GPU params %.2f MiB grads %.2f optim "
+           "%.2f (P %zu, S %llu)\n",
+           st, N, N > 1 ? "s" : "", zm.params / 1048576.0,
+           zm.grads / 1048576.0, zm.optim / 1048576.0, P,
+           (unsigned long long)S);
+  zero_cuda_destroy(zg);
+  zero_destroy(z);
+  gpt_destroy(m);
+  free(in);
+  free(tg);
+}
+
+static double rel_diff(float a, float b) {
+  return fabs((double)a - (double)b) / fmax(fabs((double)b), 1e-30);
+}
+
+static int cmd_zero(void) {
+  char err[2048], why[512];
+  if (!zero_cuda_available(why, sizeof why)) {
+    printf("skip: %s\n", why);
+    return 77;
+  }
+  int mpi = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
+  comm *ctl, *nc;
+  comm_config cc = {.backend = mpi ? COMM_MPI : COMM_SELF, .timeout_s = 120};
+  if (comm_create(&cc, &ctl, err, sizeof err) != 0)
+    die("control communicator", err);
+  char rdv[] = "/tmp/gpt_cuda_check-nccl-XXXXXX";
+  comm_config nccfg = {.backend = COMM_NCCL, .timeout_s = 120, .device = -1};
+  if (!mpi) {
+    if (!mkdtemp(rdv))
+      die("mkdtemp", rdv);
+    nccfg.rendezvous_dir = rdv;
+    nccfg.rank = 0;
+    nccfg.size = 1;
+  }
+  if (comm_create(&nccfg, &nc, err, sizeof err) != 0)
+    die("NCCL communicator", err);
+  int N = comm_size(ctl), r = comm_rank(ctl);
+  zrun ref, run[3];
+  zero_reference(N, comm_device(nc), &ref);
+  gpt *m0 = make_model(7);
+  size_t P = gpt_num_params(m0);
+  gpt_destroy(m0);
+  char ck[] = "/tmp/gpt_cuda_check-ckpt-XXXXXX";
+  if (r == 0 && !mkdtemp(ck))
+    die("mkdtemp", ck);
+  if (comm_broadcast(ctl, ck, sizeof ck, 0, err, sizeof err) != 0)
+    die("broadcast", err);
+  for (int st = 0; st < 3; st++) {
+    zero_train(ctl, nc, st, NULL, 0, ZSTEPS, st == 2 ? ck : NULL, &run[st]);
+    double worst = 0, wbig = 0, wdiff = 0;
+    for (int k = 0; k < ZSTEPS; k++)
+      worst = fmax(worst, rel_diff(run[st].loss[k], ref.loss[k]));
+    for (size_t i = 0; i < P; i++) {
+      wbig = fmax(wbig, fabs(ref.w[i]));
+      wdiff = fmax(wdiff, fabs((double)run[st].w[i] - ref.w[i]));
+    }
+    if (N == 1)
+      CHECK(worst == 0 && wdiff == 0,
+            "stage %d, one rank: not the reference's bits (loss %.3g, "
+            "weights %.3g)", st, worst, wdiff);
+    else
+      CHECK(worst < 1e-3 && wdiff < 1e-2 * wbig,
+            "stage %d, %d ranks: loss %.3g relative (< 1e-3), weights %.3g "
+            "of %.3g", st, N, worst, wdiff, wbig);
+    if (r == 0)
+      printf("stage %d: losses vs one GPU's at worst %.3g relative, weights "
+             "%.3g (largest %.3g)\n", st, worst, wdiff, wbig);
+  }
+  /* Stage 2's checkpoint of step 10, continued at stage 1. */
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s/step-%08d", ck, 10);
+  zrun res;
+  memset(&res, 0, sizeof res);
+  zero_train(ctl, nc, 1, dir, 10, ZSTEPS, NULL, &res);
+  double worst = 0;
+  for (int k = 10; k < ZSTEPS; k++)
+    worst = fmax(worst, rel_diff(res.loss[k], run[2].loss[k]));
+  CHECK(worst < 1e-5, "resumed at stage 1 from stage 2's step 10: losses "
+                      "%.3g relative from the uninterrupted run's", worst);
+  if (r == 0)
+    printf("resume (stage 2 -> 1, step 10): steps 11-20 at worst %.3g "
+           "relative\n", worst);
+  /* Stage 3 is refused, saying what to use. */
+  {
+    gpt *m = make_model(7);
+    optim_config oc = optim_cfg(OPTIM_ADAMW);
+    zero_config zc3 = {.stage = 3};
+    zero *z;
+    zero_cuda *zg = NULL;
+    zero_cuda_options zo = {.B = ZB, .T = ZT, .opt = oc};
+    if (zero_create(&zc3, m, &oc, ctl, &z, err, sizeof err) != 0)
+      die("zero_create", err);
+    int rc = zero_cuda_create(z, m, ctl, nc, &zo, &zg, err, sizeof err);
+    CHECK(rc != 0 && zg == NULL && strstr(err, "stage 3 on GPUs") &&
+              strstr(err, "zero_stage 0, 1 or 2"),
+          "stage 3: rc %d, message '%s'", rc, err);
+    zero_destroy(z);
+    gpt_destroy(m);
+  }
+  float bad = (float)failures;
+  if (comm_allreduce_sum(ctl, &bad, 1, err, sizeof err) != 0)
+    die("allreduce", err);
+  if (r == 0)
+    printf("%s\n", bad > 0 ? "zero: FAILED" : "zero: ok");
+  comm_destroy(nc);
+  comm_destroy(ctl);
+  if (!mpi)
+    rmdir(rdv);
+  return bad > 0 ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   char why[512];
   if (argc < 2) {
@@ -550,6 +807,8 @@ int main(int argc, char **argv) {
     return cmd_oom();
   if (strcmp(argv[1], "logits") == 0 && argc == 5)
     return cmd_logits(argv[2], argv[3], argv[4]);
+  if (strcmp(argv[1], "zero") == 0)
+    return cmd_zero();
   fprintf(stderr, "gpt_cuda_check: unknown command %s\n", argv[1]);
   return 2;
 }

@@ -1,0 +1,88 @@
+# The train stage in a gang on the GPU (device: cuda, gpu/dist/zero_cuda.h)
+# as one machine with one GPU can run it: a gang of one rank under mpirun
+# (NCCL at world size 1), deterministic, gpt-tiny, 20 steps of batch 8 x 64:
+# - at ZeRO stages 0, 1 and 2 the losses are bitwise one process's on the
+#   GPU (the same kernels in the same order; the collectives of one rank
+#   copy), the log says "GPUs, NCCL" and the GPU's memory, the summary
+#   device cuda, and validate reads the final checkpoint;
+# - rank 0 killed after step 13: the retry resumes from the sharded
+#   checkpoint of step 10 (pulled from the GPU) and ends with the
+#   uninterrupted run's losses and final weights (bitwise);
+# - zero_stage 3 with device: cuda fails, saying stage 3 is for CPU ranks;
+#   with device: auto it trains on the CPU, saying why.
+. "$(dirname "$0")/gpu_env.sh"
+command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
+
+DATA=$(make_token_data gang-gpu 320)
+COMMON="data: \"$DATA\", model: gpt-tiny, seq_len: 64, batch_size: 8, steps: 20, lr: 0.001, warmup: 2, eval_every: 10, samples: 0, spike_policy: none, checkpoint_every: 5, seed: 7, deterministic: true"
+
+# gang_dag NAME WITH [TASK_KEYS]: a DAG of one train task, a gang of one
+# rank under mpirun, and validate after it.
+gang_dag() {
+  cat > "$1.yaml" <<Y
+dag: $1
+tasks:
+  train: {stage: train, world_size: 1, launcher: mpirun, ${3:-} with: {$COMMON, $2}}
+  validate: {stage: validate, needs: [train], with: {data: "$DATA", max_batches: 4, checkpoint: "\${tasks.train.outputs.checkpoint}"}}
+Y
+  run_dagrun run "$1.yaml" --plain --no-cache
+}
+
+losses() { # RUN_DIR [ATTEMPT]
+  /usr/bin/python3 - "$1/train/metrics.jsonl" "${2:-0}" <<'P'
+import json, sys
+want = int(sys.argv[2])
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m["name"] == "loss" and (want == 0 or m["attempt"] == want):
+        print(m["step"], repr(m["value"]))
+P
+}
+
+cat > one.yaml <<Y
+dag: one
+tasks:
+  train: {stage: train, with: {$COMMON, device: cuda}}
+Y
+run_dagrun run one.yaml --plain --no-cache
+expect_rc 0
+R1=$(run_dir one)
+losses "$R1" > one.losses
+[ "$(wc -l < one.losses)" -eq 20 ] || fail "one process: $(cat one.losses)"
+
+for stage in 0 1 2; do
+  gang_dag g$stage "device: cuda, zero_stage: $stage"
+  expect_rc 0
+  R=$(run_dir g$stage)
+  expect_in "$R/train/attempt-1/log" "gang of 1 ranks (GPUs, NCCL), ZeRO stage $stage"
+  expect_in "$R/train/attempt-1/log" "rank 0's GPU holds params"
+  losses "$R" > g$stage.losses
+  cmp -s one.losses g$stage.losses ||
+    fail "stage $stage: losses differ from one process's: $(diff one.losses g$stage.losses | head)"
+  /usr/bin/python3 -c "import json, sys; s = json.load(open(sys.argv[1])); assert s['device'] == 'cuda' and s['zero_stage'] == $stage, s" \
+    "$R/train/out/summary.json" || fail "stage $stage summary: $(cat "$R/train/out/summary.json")"
+  [ "$(task_field "$R" validate state)" = success ] || fail "stage $stage: validate did not succeed"
+  echo "stage $stage: 20 losses bitwise one process's on the GPU"
+done
+
+# Rank 0 dies after step 13; the retry resumes from step 10.
+gang_dag kill "device: cuda, zero_stage: 2" "retries: 1, retry_delay: 0, env: {DAGRUN_TEST_KILL_RANK_AT_STEP: \"0:13\"},"
+expect_rc 0
+RK=$(run_dir kill)
+[ -d "$RK/train/attempt-2" ] || fail "no retry"
+expect_in "$RK/train/attempt-2/log" "resumed from sharded checkpoint $RK/train/checkpoints/step-00000010 at step 10"
+losses "$RK" 2 > kill.losses
+grep -E '^(1[1-9]|20) ' g2.losses > g2.tail
+cmp -s g2.tail kill.losses || fail "resumed losses differ: $(diff g2.tail kill.losses | head)"
+cmp -s "$(run_dir g2)/train/model/step-00000020/model.safetensors" \
+  "$RK/train/model/step-00000020/model.safetensors" ||
+  fail "the resumed gang's final weights differ from the uninterrupted one's"
+
+# Stage 3: CPU ranks only.
+gang_dag s3 "device: cuda, zero_stage: 3"
+expect_rc 1
+expect_in "$T/out" "zero_stage 3 runs on CPU ranks only"
+gang_dag s3auto "device: auto, zero_stage: 3, steps: 3, threads: 1"
+expect_rc 0
+expect_in "$(run_dir s3auto)/train/attempt-1/log" "device: cpu (device: auto, and zero_stage 3 runs on CPU ranks only"
+pass

@@ -1,0 +1,30 @@
+# ZeRO stages 0-2 on the GPU over NCCL (gpu/dist/zero_cuda.h), through
+# gpt_cuda_check zero (its header says what it checks):
+# - one rank (NCCL through a rendezvous directory): every stage bitwise
+#   one GPU's training, a stage-2 checkpoint resumed at stage 1, stage 3
+#   refused;
+# - two ranks under mpirun, where they can run: two GPUs, or one GPU
+#   shared by two ranks with NCCL >= 2.30 (NCCL_MULTI_RANK_GPU_ENABLE=1).
+#   Otherwise that part is skipped, saying why.
+. "$(dirname "$0")/gpu_env.sh"
+
+"$GPU_CHECK" zero || fail "gpt_cuda_check zero (one rank) failed"
+
+ngpu=$(nvidia-smi -L | grep -c '^GPU ')
+lib=$(sed -n 's/^NCCL_LIBRARY:FILEPATH=//p' "$DAGRUN_BUILD_DIR/CMakeCache.txt")
+ver=$(basename "$(readlink -f "$lib")" | sed -n 's/^libnccl\.so\.\([0-9]*\.[0-9]*\).*/\1/p')
+share=0
+if [ "$ngpu" -lt 2 ]; then
+  if /usr/bin/python3 -c "import sys; v = tuple(map(int, sys.argv[1].split('.'))); sys.exit(0 if v >= (2, 30) else 1)" "${ver:-0.0}"; then
+    share=1
+  else
+    echo "SKIPPED two ranks: $ngpu GPU and NCCL ${ver:-unknown} (two ranks on one GPU need NCCL >= 2.30)"
+    pass
+  fi
+fi
+command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+  NCCL_MULTI_RANK_GPU_ENABLE=$share \
+  mpirun -np 2 --oversubscribe --bind-to none "$GPU_CHECK" zero ||
+  fail "gpt_cuda_check zero on two ranks failed"
+pass
