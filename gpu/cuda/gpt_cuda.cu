@@ -431,10 +431,12 @@ __global__ void scale_kernel(float *x, size_t n, float s) {
 extern "C" void gpt_cuda_destroy(gpt_cuda *g) {
   if (!g)
     return;
-  if (g->base)
-    cudaFree(g->base);
+  /* The context's destroy waits for its stream: nothing still queued
+   * may use the memory when it is freed. */
   if (g->have_k)
     kern_ctx_destroy(&g->k);
+  if (g->base)
+    cudaFree(g->base);
   free(g->off);
   free(g->runs);
   free(g->layers);
@@ -462,6 +464,14 @@ extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
   if ((double)o->B * o->T * 4 * cfg->n_embd > 2147483647.0)
     return fail(err, errlen, "gpt_cuda: batch B=%d T=%d is too large", o->B,
                 o->T);
+  /* The fixed-order column sums of the backward (bias and LayerNorm
+   * gradients) take at most 65535 chunks of rows: refused here, not in
+   * the first backward. */
+  if ((size_t)o->B * o->T > kern_backward_max_rows())
+    return fail(err, errlen,
+                "gpt_cuda: batch B=%d T=%d has more than the %zu rows (B x "
+                "T) that the backward's column sums take",
+                o->B, o->T, kern_backward_max_rows());
   if (o->opt.kind != OPTIM_ADAMW && o->opt.kind != OPTIM_LION)
     return fail(err, errlen, "gpt_cuda: unknown optimizer kind %d",
                 (int)o->opt.kind);
@@ -593,6 +603,9 @@ extern "C" int gpt_cuda_upload(gpt_cuda *g, const gpt *host, optim *opt,
                                char *err, size_t errlen) {
   if (check_host(g, host, opt, err, errlen) != 0)
     return -1;
+  /* Activations of the old weights must not be backpropagated into the
+   * new ones, nor their logits read. */
+  g->have_loss = g->logits_valid = 0;
   if (g->o.shard_n == 0) {
     CK(cudaMemcpyAsync(g->master, gpt_params((gpt *)host), g->np * 4,
                        cudaMemcpyHostToDevice, g->k.stream));
@@ -820,7 +833,7 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
    * and kern_fused_classifier with dloss 0 leaves the logits as they are
    * instead of writing a zero gradient, so going on would backpropagate
    * the logits themselves. */
-  if (scale == 0.0f)
+  if (scale == 0.0f || scale / (float)N == 0.0f)
     return 0;
   /* logits -> dlogits (N,Vp) = d(scale * mean loss), in place. */
   KK(kern_fused_classifier(k, g->logits, g->losses, g->tgts, scale / (float)N,

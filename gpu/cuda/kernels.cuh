@@ -80,6 +80,9 @@ int kern_residual_layernorm_forward(const kern_ctx *k, floatX *residual,
                                     const floatX *inp1, const floatX *inp2,
                                     const floatX *w, const floatX *b, int N,
                                     int C, char *err, size_t errlen);
+/* The most rows (N) the backward passes' fixed-order column sums (bias
+ * and LayerNorm gradients) take; more are refused with -1. */
+size_t kern_backward_max_rows(void);
 /* dout (N,C), inp (N,C), w, mean, rstd -> dinp (N,C) +=, dw (C) +=,
  * db (C) += (scratch: kern_layernorm_backward_scratch_bytes, for the
  * per-block partial sums of dw and db, reduced in a fixed order). */

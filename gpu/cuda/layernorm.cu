@@ -234,6 +234,10 @@ __global__ void layernorm_dinp_kernel(floatX *dinp, const floatX *dout,
   }
 }
 
+size_t kern_backward_max_rows(void) {
+  return (size_t)65535 * KC_COLSUM_ROWS;
+}
+
 size_t kern_layernorm_backward_scratch_bytes(int N, int C, int sm_count) {
   return 2 * kc_colsum_chunks(N) * (size_t)(C > 0 ? C : 0) * sizeof(float);
 }
