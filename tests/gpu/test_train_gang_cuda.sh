@@ -28,17 +28,6 @@ Y
   run_dagrun run "$1.yaml" --plain --no-cache
 }
 
-losses() { # RUN_DIR [ATTEMPT]
-  /usr/bin/python3 - "$1/train/metrics.jsonl" "${2:-0}" <<'P'
-import json, sys
-want = int(sys.argv[2])
-for line in open(sys.argv[1]):
-    m = json.loads(line)
-    if m["name"] == "loss" and (want == 0 or m["attempt"] == want):
-        print(m["step"], repr(m["value"]))
-P
-}
-
 cat > one.yaml <<Y
 dag: one
 tasks:

@@ -79,6 +79,20 @@ else:
 ' "$1" "$2" "$3"
 }
 
+# losses RUN_DIR [ATTEMPT]: the train task's loss metric of each step,
+# "STEP VALUE" a line (VALUE as Python's repr: every digit), of every
+# attempt or of attempt ATTEMPT.
+losses() {
+  /usr/bin/python3 - "$1/train/metrics.jsonl" "${2:-0}" <<'P'
+import json, sys
+want = int(sys.argv[2])
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m["name"] == "loss" and (want == 0 or m["attempt"] == want):
+        print(m["step"], repr(m["value"]))
+P
+}
+
 # A process counts as alive unless it is gone or a zombie (a container's
 # init may be slow to reap the orphans a killed task leaves).
 pid_alive() {

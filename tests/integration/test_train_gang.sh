@@ -49,18 +49,6 @@ DATA=$(make_token_data gang 320)
 MODEL="data: \"$DATA\", n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, threads: 1, steps: 20, lr: 0.003, warmup: 2, eval_every: 10, samples: 0, spike_policy: none"
 ENV='env: {OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1", LSAN_OPTIONS: "'"$LSAN_OPTIONS"'", ASAN_OPTIONS: "'"$ASAN_OPTIONS"'"}'
 
-# losses RUN_DIR [ATTEMPT]: the loss metric of each step, one per line.
-losses() {
-  /usr/bin/python3 - "$1/train/metrics.jsonl" "${2:-0}" <<'P'
-import json, sys
-want = int(sys.argv[2])
-for line in open(sys.argv[1]):
-    m = json.loads(line)
-    if m["name"] == "loss" and (want == 0 or m["attempt"] == want):
-        print(m["step"], repr(m["value"]))
-P
-}
-
 # same_losses A B TOL: the same steps, losses within relative TOL.
 same_losses() {
   /usr/bin/python3 - "$1" "$2" "$3" <<'P' || fail "losses differ: $1 vs $2"
