@@ -18,6 +18,8 @@
  *                              error, no crash
  *   gpt_cuda_check logits MODEL_DIR IDS OUT
  *                              model_logits (tests/reference) on the GPU
+ *   gpt_cuda_check nccl-version  the NCCL this program loads ("2.28.3"; no
+ *                              GPU needed)
  *   gpt_cuda_check zero        ZeRO stages 0-2 on the GPU over NCCL
  *                              (gpu/dist/zero_cuda.h): one rank, or the
  *                              ranks of mpirun; see cmd_zero
@@ -37,6 +39,7 @@
  * least 95% of the elements that moved, and nowhere differ by more than
  * 2 lr (+ float rounding).
  */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -781,6 +784,21 @@ static int cmd_zero(void) {
   return bad > 0 ? 1 : 0;
 }
 
+/* The NCCL that the comm layer loaded (libnccl.so.2, found on the library
+ * path): its version from ncclGetVersion. */
+static int cmd_nccl_version(void) {
+  void *h = dlopen("libnccl.so.2", RTLD_NOW);
+  int (*get)(int *) = h ? (int (*)(int *))dlsym(h, "ncclGetVersion") : NULL;
+  int v = 0;
+  if (!get || get(&v) != 0) {
+    printf("none\n");
+    return 1;
+  }
+  /* NCCL_VERSION_CODE since 2.9: major * 10000 + minor * 100 + patch. */
+  printf("%d.%d.%d\n", v / 10000, v / 100 % 100, v % 100);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   char why[512];
   if (argc < 2) {
@@ -790,6 +808,8 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "estimate") == 0)
     return cmd_estimate();
+  if (strcmp(argv[1], "nccl-version") == 0)
+    return cmd_nccl_version();
   int have = gpt_cuda_available(why, sizeof why);
   if (strcmp(argv[1], "available") == 0) {
     printf("%s\n", why);

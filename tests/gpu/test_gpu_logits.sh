@@ -14,7 +14,7 @@
 # says so and passes (no reference to compare with).
 . "$(dirname "$0")/gpu_env.sh"
 
-PY=${PYTHON:-/usr/bin/python3}
+PY=${PYTHON:-$PY}
 have_torch=0 have_hf=0
 "$PY" -c 'import torch, numpy' 2>/dev/null && have_torch=1
 "$PY" -c 'import transformers, torch' 2>/dev/null && have_hf=1

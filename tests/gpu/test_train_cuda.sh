@@ -33,7 +33,7 @@ CPU=$(run_dir cpu) GPU=$(run_dir gpu)
 train cpu2gpu "device: cuda, resume: \"$CPU/train/checkpoints/step-00000025\""
 train gpu2cpu "device: cpu, resume: \"$GPU/train/checkpoints/step-00000025\""
 
-/usr/bin/python3 - "$DAGRUN_RUNS_DIR" <<'P' || fail "the losses differ (above)"
+"$PY" - "$DAGRUN_RUNS_DIR" <<'P' || fail "the losses differ (above)"
 import glob, json, sys
 runs = sys.argv[1]
 def losses(name):

@@ -48,7 +48,7 @@ for stage in 0 1 2; do
   losses "$R" > g$stage.losses
   cmp -s one.losses g$stage.losses ||
     fail "stage $stage: losses differ from one process's: $(diff one.losses g$stage.losses | head)"
-  /usr/bin/python3 -c "import json, sys; s = json.load(open(sys.argv[1])); assert s['device'] == 'cuda' and s['zero_stage'] == $stage, s" \
+  "$PY" -c "import json, sys; s = json.load(open(sys.argv[1])); assert s['device'] == 'cuda' and s['zero_stage'] == $stage, s" \
     "$R/train/out/summary.json" || fail "stage $stage summary: $(cat "$R/train/out/summary.json")"
   [ "$(task_field "$R" validate state)" = success ] || fail "stage $stage: validate did not succeed"
   echo "stage $stage: 20 losses bitwise one process's on the GPU"

@@ -11,11 +11,10 @@
 "$GPU_CHECK" zero || fail "gpt_cuda_check zero (one rank) failed"
 
 ngpu=$(nvidia-smi -L | grep -c '^GPU ')
-lib=$(sed -n 's/^NCCL_LIBRARY:FILEPATH=//p' "$DAGRUN_BUILD_DIR/CMakeCache.txt")
-ver=$(basename "$(readlink -f "$lib")" | sed -n 's/^libnccl\.so\.\([0-9]*\.[0-9]*\).*/\1/p')
+ver=$("$GPU_CHECK" nccl-version | cut -d. -f1,2)
 share=0
 if [ "$ngpu" -lt 2 ]; then
-  if /usr/bin/python3 -c "import sys; v = tuple(map(int, sys.argv[1].split('.'))); sys.exit(0 if v >= (2, 30) else 1)" "${ver:-0.0}"; then
+  if "$PY" -c "import sys; v = tuple(map(int, sys.argv[1].split('.'))); sys.exit(0 if v >= (2, 30) else 1)" "${ver:-0.0}"; then
     share=1
   else
     echo "SKIPPED two ranks: $ngpu GPU and NCCL ${ver:-unknown} (two ranks on one GPU need NCCL >= 2.30)"

@@ -8,6 +8,11 @@ set -euo pipefail
 : "${DAGRUN_SOURCE_DIR:?}"
 : "${DAGRUN_TEST_PLUGIN_DIR:?}"
 export DAGRUN_PLUGIN_PATH="$DAGRUN_TEST_PLUGIN_DIR"
+# The Python of the helpers and checks (json; numpy where a check uses
+# it): Debian's here, where the first python3 on PATH is another;
+# DAGRUN_TEST_PYTHON elsewhere (tests/gpu/bundle.sh's env.sh sets it on a
+# GPU machine).
+PY=${DAGRUN_TEST_PYTHON:-/usr/bin/python3}
 # The integration tests compare with CPU-exact results: on a machine with
 # a GPU, train's default device: auto would take it. tests/gpu/ (gpu_env.sh
 # sets DAGRUN_TEST_KEEP_GPU) is where the GPU is meant to be used.
@@ -66,7 +71,7 @@ run_dir() {
 
 # task_field RUN_DIR TASK FIELD: a field of a task in run.json.
 task_field() {
-  /usr/bin/python3 -c '
+  "$PY" -c '
 import json, sys
 run = json.load(open(sys.argv[1] + "/run.json"))
 for t in run["tasks"]:
@@ -83,7 +88,7 @@ else:
 # "STEP VALUE" a line (VALUE as Python's repr: every digit), of every
 # attempt or of attempt ATTEMPT.
 losses() {
-  /usr/bin/python3 - "$1/train/metrics.jsonl" "${2:-0}" <<'P'
+  "$PY" - "$1/train/metrics.jsonl" "${2:-0}" <<'P'
 import json, sys
 want = int(sys.argv[2])
 for line in open(sys.argv[1]):
@@ -116,7 +121,7 @@ S
 # tokenized by the real stages; prints the tokenize task's out/ directory.
 make_token_data() {
   mkdir -p "$T/corpus-$1"
-  /usr/bin/python3 - "$T/corpus-$1" <<'P'
+  "$PY" - "$T/corpus-$1" <<'P'
 import random, sys
 rng = random.Random(11)
 subjects = "the cat|a dog|my model|the gpu|our team|this loss|the data".split("|")
@@ -174,7 +179,7 @@ with open(sys.argv[2] + ".tmp", "w") as f:
 import os; os.rename(sys.argv[2] + ".tmp", sys.argv[2])
 s.serve_forever()
 P
-  /usr/bin/python3 "$T/webhook_server.py" "$T/bodies.jsonl" "$T/port" &
+  "$PY" "$T/webhook_server.py" "$T/bodies.jsonl" "$T/port" &
   SERVER=$!
   trap 'kill $SERVER 2>/dev/null || true' EXIT
   for _ in $(seq 100); do [ -s "$T/port" ] && break; sleep 0.05; done
@@ -195,7 +200,7 @@ all_gone() {
 
 # free_port: a TCP port on loopback that nothing listens on now.
 free_port() {
-  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 # start_slurm: a private one-node Slurm cluster (Debian's slurmctld,
