@@ -28,6 +28,8 @@ packages=(
   python3 python3-numpy python3-torch jq snakemake time sentencepiece
   # tests: the run report rendered headless (tests/integration/test_report.sh)
   chromium
+  # tests/gpu/bundle.sh's pack (ctest gpu/bundle)
+  xz-utils
 )
 
 # Node.js runs the tokenizer's reference implementations; machines that
