@@ -23,6 +23,9 @@
  *   gpt_cuda_check zero        ZeRO stages 0-2 on the GPU over NCCL
  *                              (gpu/dist/zero_cuda.h): one rank, or the
  *                              ranks of mpirun; see cmd_zero
+ *   gpt_cuda_check shards      a gang's shards (lo > 0, the last one part
+ *                              padding) on one GPU, the collectives by
+ *                              hand; see cmd_shards
  *
  * Tolerances (BF16 compute against FP32): BF16 keeps 8 significant bits,
  * a relative rounding error of 2^-9 = 2e-3 per stored activation; a
@@ -46,6 +49,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <cuda_runtime_api.h>
 
 #include "comm.h"
 #include "gpt.h"
@@ -687,6 +692,149 @@ static double rel_diff(float a, float b) {
   return fabs((double)a - (double)b) / fmax(fabs((double)b), 1e-30);
 }
 
+/* ---- A gang's shards on one GPU (gpt_cuda_options' shard fields) ----
+ *
+ * NCCL puts no two ranks of a communicator on one GPU, so cmd_zero's
+ * ranks other than 0 (lo > 0) need a GPU each. Here N ranks' gpt_cuda
+ * shards (stage 2's: master weights and moments of [r*S, r*S + S), the
+ * last slice part padding) live in one process on one GPU, and the
+ * collectives are done by hand as zero_cuda_step does them: the
+ * gradients' sum over ranks on the host into each rank's own slice,
+ * the norm from each slice's gpt_cuda_grad_sumsq, each rank's BF16 slice
+ * copied into the others. Against one gpt_cuda on the global batch
+ * (zero_reference): losses within 1e-2 relative, and the weights (each
+ * rank's gpt_cuda_download of its slice) finite and within 1e-2 in
+ * relative L2 norm, slice by slice. Not bitwise: the sum over ranks is
+ * taken in another order, and an element whose gradient is within BF16
+ * noise of zero may move the other way (see the tolerances above); a
+ * wrong offset moves whole slices. */
+static void cuda_ck(cudaError_t e, const char *what) {
+  if (e != cudaSuccess)
+    die(what, cudaGetErrorString(e));
+}
+
+static double rel_l2(const float *a, const float *b, size_t n) {
+  double dd = 0, bb = 0;
+  for (size_t i = 0; i < n; i++) {
+    dd += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    bb += (double)b[i] * b[i];
+  }
+  return sqrt(dd / fmax(bb, 1e-30));
+}
+
+static int cmd_shards(void) {
+  enum { NMAX = 8 };
+  char err[2048];
+  gpt *host = make_model(7);
+  size_t P = gpt_num_params(host);
+  int V = gpt_get_config(host)->vocab_size, N = 3;
+  while (N < NMAX && P % (size_t)N == 0)
+    N++; /* the last rank's slice part padding */
+  size_t S = (P + (size_t)N - 1) / (size_t)N, pad = S * (size_t)N;
+  zrun ref;
+  zero_reference(N, 0, &ref);
+  gpt_cuda *g[NMAX];
+  for (int r = 0; r < N; r++) {
+    gpt_cuda_options o = {.B = ZB, .T = ZT, .opt = optim_cfg(OPTIM_ADAMW),
+                          .deterministic = 1, .device = 0,
+                          .shard_lo = (size_t)r * S, .shard_n = S,
+                          .padded = pad};
+    if (gpt_cuda_create(host, &o, &g[r], err, sizeof err) != 0)
+      die("shard create", err);
+  }
+  size_t bt = (size_t)ZB * ZT;
+  uint32_t *in = malloc(N * bt * 4), *tg = malloc(N * bt * 4);
+  float *sum = malloc(pad * 4), *tmp = malloc(pad * 4);
+  double worst = 0;
+  for (int k = 0; k < ZSTEPS; k++) {
+    zero_batch(in, tg, N, V, k);
+    float loss = 0;
+    for (int r = 0; r < N; r++) {
+      float l = 0;
+      if (gpt_cuda_zero_grad(g[r], err, sizeof err) != 0 ||
+          gpt_cuda_forward(g[r], in + r * bt, tg + r * bt, ZB, ZT, &l, err,
+                           sizeof err) != 0 ||
+          gpt_cuda_backward(g[r], 1.0f / (float)N, err, sizeof err) != 0 ||
+          gpt_cuda_synchronize(g[r], err, sizeof err) != 0)
+        die("shard forward/backward", err);
+      loss += l;
+    }
+    /* The reduce-scatter: rank r gets the sum's [r*S, r*S + S) in place
+     * (the padding past P is zero on every rank). The legacy stream's
+     * copies are waited for before the engines' streams go on. */
+    memset(sum, 0, pad * 4);
+    for (int r = 0; r < N; r++) {
+      cuda_ck(cudaMemcpy(tmp, gpt_cuda_grads_ptr(g[r]), pad * 4,
+                         cudaMemcpyDeviceToHost),
+              "gradients down");
+      for (size_t i = 0; i < pad; i++)
+        sum[i] += tmp[i];
+    }
+    for (int r = 0; r < N; r++)
+      cuda_ck(cudaMemcpy(gpt_cuda_grads_ptr(g[r]) + (size_t)r * S,
+                         sum + (size_t)r * S, S * 4, cudaMemcpyHostToDevice),
+              "gradient slice up");
+    cuda_ck(cudaDeviceSynchronize(), "gradient slices");
+    double ss = 0;
+    for (int r = 0; r < N; r++) {
+      double s;
+      if (gpt_cuda_grad_sumsq(g[r], (size_t)r * S, S, &s, err, sizeof err) !=
+          0)
+        die("shard sumsq", err);
+      ss += s;
+    }
+    for (int r = 0; r < N; r++) {
+      gpt_cuda_set_clip(g[r], sqrt(ss), 1.0);
+      if (gpt_cuda_step(g[r], 1e-3f, err, sizeof err) != 0 ||
+          gpt_cuda_synchronize(g[r], err, sizeof err) != 0)
+        die("shard step", err);
+    }
+    /* The all-gather of the BF16 slices. */
+    for (int r = 0; r < N; r++)
+      for (int q = 0; q < N; q++)
+        if (q != r)
+          cuda_ck(cudaMemcpy((char *)gpt_cuda_params_ptr(g[q]) + r * S * 2,
+                             (char *)gpt_cuda_params_ptr(g[r]) + r * S * 2,
+                             S * 2, cudaMemcpyDeviceToDevice),
+                  "parameter slice");
+    cuda_ck(cudaDeviceSynchronize(), "parameter slices");
+    worst = fmax(worst, rel_diff(loss / (float)N, ref.loss[k]));
+  }
+  /* Each rank's download writes its slice alone: NAN elsewhere shows a
+   * slice that was not written. */
+  float *w = gpt_params(host);
+  for (size_t i = 0; i < P; i++)
+    w[i] = NAN;
+  for (int r = 0; r < N; r++)
+    if (gpt_cuda_download(g[r], host, NULL, err, sizeof err) != 0)
+      die("shard download", err);
+  size_t bad = 0;
+  for (size_t i = 0; i < P; i++)
+    bad += !isfinite(w[i]);
+  CHECK(bad == 0, "shards: %zu of %zu weights not finite after the "
+                  "downloads", bad, P);
+  CHECK(worst < 1e-2, "shards: losses %.3g relative from one GPU's", worst);
+  for (int r = 0; r < N; r++) {
+    size_t lo = (size_t)r * S, n = lo < P ? (P - lo < S ? P - lo : S) : 0;
+    double d = rel_l2(w + lo, ref.w + lo, n);
+    CHECK(d < 1e-2, "shards: rank %d of %d, [%zu, %zu): weights %.3g "
+                    "relative (L2) from one GPU's", r, N, lo, lo + n, d);
+    printf("shard %d of %d [%zu, %zu): weights %.3g relative (L2)\n", r, N,
+           lo, lo + n, d);
+  }
+  printf("shards: %d ranks on one GPU, S %zu (P %zu), losses at worst %.3g "
+         "relative: %s\n", N, S, P, worst, failures ? "FAILED" : "ok");
+  for (int r = 0; r < N; r++)
+    gpt_cuda_destroy(g[r]);
+  gpt_destroy(host);
+  free(ref.w);
+  free(in);
+  free(tg);
+  free(sum);
+  free(tmp);
+  return failures ? 1 : 0;
+}
+
 static int cmd_zero(void) {
   char err[2048], why[512];
   if (!zero_cuda_available(why, sizeof why)) {
@@ -829,6 +977,8 @@ int main(int argc, char **argv) {
     return cmd_logits(argv[2], argv[3], argv[4]);
   if (strcmp(argv[1], "zero") == 0)
     return cmd_zero();
+  if (strcmp(argv[1], "shards") == 0)
+    return cmd_shards();
   fprintf(stderr, "gpt_cuda_check: unknown command %s\n", argv[1]);
   return 2;
 }

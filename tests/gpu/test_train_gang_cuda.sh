@@ -14,15 +14,15 @@
 command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
 
 DATA=$(make_token_data gang-gpu 320)
-COMMON="data: \"$DATA\", model: gpt-tiny, seq_len: 64, batch_size: 8, steps: 20, lr: 0.001, warmup: 2, eval_every: 10, samples: 0, spike_policy: none, checkpoint_every: 5, seed: 7, deterministic: true"
+COMMON="data: \"$DATA\", model: gpt-tiny, seq_len: 64, batch_size: 8, lr: 0.001, warmup: 2, eval_every: 10, samples: 0, spike_policy: none, checkpoint_every: 5, seed: 7, deterministic: true"
 
-# gang_dag NAME WITH [TASK_KEYS]: a DAG of one train task, a gang of one
-# rank under mpirun, and validate after it.
+# gang_dag NAME WITH [TASK_KEYS] [STEPS]: a DAG of one train task of
+# STEPS steps (20), a gang of one rank under mpirun, and validate after it.
 gang_dag() {
   cat > "$1.yaml" <<Y
 dag: $1
 tasks:
-  train: {stage: train, world_size: 1, launcher: mpirun, ${3:-} with: {$COMMON, $2}}
+  train: {stage: train, world_size: 1, launcher: mpirun, ${3:-} with: {$COMMON, steps: ${4:-20}, $2}}
   validate: {stage: validate, needs: [train], with: {data: "$DATA", max_batches: 4, checkpoint: "\${tasks.train.outputs.checkpoint}"}}
 Y
   run_dagrun run "$1.yaml" --plain --no-cache
@@ -31,7 +31,7 @@ Y
 cat > one.yaml <<Y
 dag: one
 tasks:
-  train: {stage: train, with: {$COMMON, device: cuda}}
+  train: {stage: train, with: {$COMMON, steps: 20, device: cuda}}
 Y
 run_dagrun run one.yaml --plain --no-cache
 expect_rc 0
@@ -83,7 +83,7 @@ P
 gang_dag s3 "device: cuda, zero_stage: 3"
 expect_rc 1
 expect_in "$T/out" "zero_stage 3 runs on CPU ranks only"
-gang_dag s3auto "device: auto, zero_stage: 3, steps: 3, threads: 1"
+gang_dag s3auto "device: auto, zero_stage: 3, threads: 1" "" 3
 expect_rc 0
 expect_in "$(run_dir s3auto)/train/attempt-1/log" "device: cpu (device: auto, and zero_stage 3 runs on CPU ranks only"
 pass

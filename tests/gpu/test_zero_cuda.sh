@@ -1,5 +1,7 @@
 # ZeRO stages 0-2 on the GPU over NCCL (gpu/dist/zero_cuda.h), through
-# gpt_cuda_check zero (its header says what it checks):
+# gpt_cuda_check zero and shards (their headers say what they check):
+# - N ranks' shards (lo > 0, a last slice part padding) on one GPU, the
+#   collectives done by hand: what one GPU can check of the ranks past 0;
 # - one rank (NCCL through a rendezvous directory): every stage bitwise
 #   one GPU's training, a stage-2 checkpoint resumed at stage 1, stage 3
 #   refused;
@@ -8,6 +10,7 @@
 #   Otherwise that part is skipped, saying why.
 . "$(dirname "$0")/gpu_env.sh"
 
+"$GPU_CHECK" shards || fail "gpt_cuda_check shards (one GPU) failed"
 "$GPU_CHECK" zero || fail "gpt_cuda_check zero (one rank) failed"
 
 ngpu=$(nvidia-smi -L | grep -c '^GPU ')
