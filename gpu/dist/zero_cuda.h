@@ -73,8 +73,9 @@ int zero_cuda_available(char *why, size_t whylen);
  * communicator ctl: MPI or self, host memory). nccl is the gang's NCCL
  * communicator (the same ranks as ctl); the GPU is its device
  * (comm_device). The model's parameters and z's optimizer state are
- * uploaded. model, z, ctl and nccl are borrowed. Not collective (nothing
- * is exchanged). An out-of-memory names what to change (gpt_cuda's). */
+ * uploaded. model, z, ctl and nccl are borrowed (nccl only by the
+ * collective calls: step and gather; it may go before the rest, e.g.
+ * zero_cuda_loss). Not collective (nothing is exchanged). An out-of-memory names what to change (gpt_cuda's). */
 int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
                      const zero_cuda_options *o, zero_cuda **out, char *err,
                      size_t errlen);

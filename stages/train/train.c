@@ -1281,7 +1281,13 @@ static int run_gang(run_ctx *r, int N) {
   double train_s = stagekit_now() - t_start;
   gang_save(r, &g);
   gpt *m = gang_model(r, &g);
-  /* The collectives are over; the ranks other than 0 are done. */
+  /* The collectives are over; the ranks other than 0 are done. NCCL's
+   * communicator goes now, on every rank together (its finalize waits
+   * for the peers), not after rank 0's validation and writing, which
+   * may outlast the communicator's timeout; rank 0's GPU stays for the
+   * validation. */
+  comm_destroy(g.nc);
+  g.nc = NULL;
   int status = 0;
   if (lead) {
     status = EXIT_FAILED;
