@@ -16,15 +16,17 @@
  * stored with a row stride of hs+1 floats so that the lanes' dot products
  * (stride across rows) hit different banks.
  *
- * Performance is not tuned yet (no tensor cores); hs <= ATT_HS_MAX.
+ * These are the reference path: FP32 math on the CUDA cores, any head
+ * size up to ATT_HS_MAX. Head sizes that are multiples of 16 go to
+ * attention_tc.cu's tensor-core kernels instead (att_use_tc), unless
+ * the context asks for these (kern_ctx.attention_fp32).
  */
-#include "kernels_common.cuh"
+#include "attention.cuh"
 
 #define ATT_WARPS 4
 #define ATT_RPW 4
 #define ATT_ROWS (ATT_WARPS * ATT_RPW) /* 16 rows a block */
 #define ATT_TILE 32                    /* one row per lane */
-#define ATT_HS_MAX 128
 #define ATT_DPL (ATT_HS_MAX / 32) /* head dims per lane */
 
 /* dst[r*ld + d] = src[(t0+r)*stride + d] for r < rows, d < hs; rows at or
@@ -71,37 +73,6 @@ __device__ __forceinline__ void att_accumulate(float acc[ATT_DPL], float w,
  * work (row-dependent) is spread over the warps. */
 __device__ __forceinline__ int att_row(int rr) {
   return rr * ATT_WARPS + (int)threadIdx.x / 32;
-}
-
-/* Grid: x = (batch, head), B*NH blocks (gridDim.x allows 2^31-1, where y
- * and z stop at 65535); y = the block's tile of ATT_ROWS rows. Blocks go
- * to the SMs in linear order, x fastest: the forward and dq kernels take
- * their tiles last-first (att_tile_rev) so that the long causal rows start
- * first and the short ones fill the tail; in dk/dv the first key tiles are
- * the long ones already. */
-__device__ __forceinline__ int att_tile_rev(void) {
-  return (int)(gridDim.y - 1 - blockIdx.y);
-}
-
-/* What each kernel derives from its block's (batch, head). */
-struct att_head {
-  int hs, ld, b, h, bh;
-  size_t C3;
-  const floatX *qkv; /* this (b, h)'s q at t=0; k at +C, v at +2C */
-  float scale;       /* 1/sqrt(hs), as gpt_cpu.c */
-};
-__device__ __forceinline__ att_head att_head_of(const floatX *qkv, int T, int C,
-                                                int NH) {
-  att_head a;
-  a.hs = C / NH;
-  a.ld = a.hs + 1;
-  a.bh = blockIdx.x;
-  a.b = a.bh / NH;
-  a.h = a.bh % NH;
-  a.C3 = 3 * (size_t)C;
-  a.qkv = qkv + (size_t)a.b * T * a.C3 + (size_t)a.h * a.hs;
-  a.scale = 1.0f / sqrtf((float)a.hs);
-  return a;
 }
 
 /* dst[d] = BF16(mul * acc[i]) for this lane's dims d = lane + 32i < hs. */
@@ -357,19 +328,10 @@ static int att_check(int B, int T, int C, int NH, const char *op, char *err,
   return 0;
 }
 
-/* Launches kern with smem bytes of dynamic shared memory, raising the
- * kernel's limit first where it needs more than the default 48 KiB. */
-template <typename... Args>
-static int att_launch(void (*kern)(Args...), dim3 grid, size_t smem,
-                      const kern_ctx *k, const char *op, char *err,
-                      size_t errlen, Args... args) {
-  if (smem > 48 * 1024 &&
-      kc_cuda(cudaFuncSetAttribute(
-                  kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-              op, "cudaFuncSetAttribute (shared memory)", err, errlen))
-    return -1;
-  kern<<<grid, ATT_WARPS * 32, smem, k->stream>>>(args...);
-  return kc_check(op, err, errlen);
+/* The tensor-core kernels take head sizes that are multiples of 16; the
+ * context can ask for the FP32 ones (DAGRUN_CUDA_ATTENTION=fp32). */
+static int att_use_tc(const kern_ctx *k, int hs) {
+  return !k->attention_fp32 && hs % 16 == 0;
 }
 
 int kern_attention_forward(const kern_ctx *k, floatX *out, float *lse,
@@ -379,11 +341,13 @@ int kern_attention_forward(const kern_ctx *k, floatX *out, float *lse,
   if (att_check(B, T, C, NH, op, err, errlen))
     return -1;
   const int hs = C / NH;
+  if (att_use_tc(k, hs))
+    return att_tc_forward(k, out, lse, qkv, B, T, C, NH, op, err, errlen);
   const size_t smem =
       ((size_t)ATT_ROWS * hs + 2 * (size_t)ATT_TILE * (hs + 1)) * sizeof(float);
   dim3 grid((unsigned)(B * NH), kc_cdiv((size_t)T, ATT_ROWS));
-  return att_launch(attention_forward_kernel, grid, smem, k, op, err, errlen,
-                    out, lse, qkv, T, C, NH);
+  return att_launch(attention_forward_kernel, grid, ATT_WARPS * 32, smem, k,
+                    op, err, errlen, out, lse, qkv, T, C, NH);
 }
 
 size_t kern_attention_backward_scratch_bytes(int B, int T, int C, int NH) {
@@ -406,14 +370,17 @@ int kern_attention_backward(const kern_ctx *k, floatX *dqkv, void *scratch,
       Dsum, dout, out, B, T, C, NH);
   if (kc_check(op, err, errlen))
     return -1;
+  if (att_use_tc(k, hs))
+    return att_tc_backward(k, dqkv, Dsum, dout, qkv, lse, B, T, C, NH, op, err,
+                           errlen);
   const size_t rows_smem = 2 * (size_t)ATT_ROWS * hs;
   const size_t tiles_smem = 2 * (size_t)ATT_TILE * (hs + 1);
   dim3 grid((unsigned)(B * NH), kc_cdiv((size_t)T, ATT_ROWS));
-  if (att_launch(attention_dq_kernel, grid,
+  if (att_launch(attention_dq_kernel, grid, ATT_WARPS * 32,
                  (rows_smem + tiles_smem) * sizeof(float), k, op, err, errlen,
                  dqkv, (const float *)Dsum, dout, qkv, lse, T, C, NH))
     return -1;
-  return att_launch(attention_dkdv_kernel, grid,
+  return att_launch(attention_dkdv_kernel, grid, ATT_WARPS * 32,
                     (rows_smem + tiles_smem + 2 * ATT_TILE) * sizeof(float), k,
                     op, err, errlen, dqkv, (const float *)Dsum, dout, qkv, lse,
                     T, C, NH);

@@ -39,6 +39,10 @@ typedef struct kern_ctx {
   size_t lt_workspace_bytes;
   int deterministic;
   int sm_count; /* multiProcessorCount, for grid sizing */
+  /* Attention on the FP32 kernels even where the tensor-core ones take
+   * the head size (DAGRUN_CUDA_ATTENTION=fp32 at init; tests set it to
+   * compare the two). */
+  int attention_fp32;
 } kern_ctx;
 
 /* Makes lt, a 32 MiB workspace, the stream (non-blocking) and reads the

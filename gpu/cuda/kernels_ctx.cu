@@ -2,12 +2,16 @@
  * (kernels.cuh). */
 #include "kernels_common.cuh"
 
+#include <stdlib.h>
+
 #define KC_LT_WORKSPACE_BYTES ((size_t)32 << 20)
 
 int kern_ctx_init(kern_ctx *k, int deterministic, char *err, size_t errlen) {
   static const char op[] = "kern_ctx_init";
   memset(k, 0, sizeof *k);
   k->deterministic = deterministic;
+  const char *att = getenv("DAGRUN_CUDA_ATTENTION");
+  k->attention_fp32 = att && strcmp(att, "fp32") == 0;
   int dev = 0;
   if (kc_cuda(cudaGetDevice(&dev), op, "cudaGetDevice", err, errlen) ||
       kc_cuda(cudaDeviceGetAttribute(&k->sm_count,

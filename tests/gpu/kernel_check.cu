@@ -516,9 +516,14 @@ static vecf cpu_lse(const vecf &qkv, const vecf &att, int B, int T, int C,
   return lse;
 }
 
+/* k's attention_fp32 picks the kernels: the tensor-core ones (head sizes
+ * that are multiples of 16) or the FP32 ones; the label says which. */
 static void check_attention(const kern_ctx *k, Rng &r, int B, int T, int C,
                             int NH) {
-  std::string s = shape("B=%d T=%d C=%d NH=%d (hs=%d)", B, T, C, NH, C / NH);
+  std::string s = shape("B=%d T=%d C=%d NH=%d (hs=%d, %s)", B, T, C, NH,
+                        C / NH,
+                        k->attention_fp32 || (C / NH) % 16 ? "fp32"
+                                                           : "tensor cores");
   const size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
   vecf qkv = randn(r, n3, 0.0f, 1.0f, true);
   vecf out_cpu(n), att((size_t)B * NH * T * T);
@@ -860,9 +865,15 @@ int main(int argc, char **argv) {
                              /* B*NH = 65600 > 65535, the most a grid's y
                               * or z can have; hs = 16 < 32 lanes */
                              {16400, 4, 64, 4}};
-  for (const att &a : atts)
-    if (!quick || a.T < 1024)
-      run([&] { check_attention(&k, r, a.B, a.T, a.C, a.NH); });
+  /* Each shape on the tensor-core kernels (every head size here is a
+   * multiple of 16), then on the FP32 ones. */
+  for (int fp32 = 0; fp32 < 2; fp32++) {
+    k.attention_fp32 = fp32;
+    for (const att &a : atts)
+      if (!quick || a.T < 1024)
+        run([&] { check_attention(&k, r, a.B, a.T, a.C, a.NH); });
+  }
+  k.attention_fp32 = 0;
   run([&] { check_classifier(&k, r, 4 * 64, 50257, 50304); });
   run([&] { check_classifier(&k, r, 37, 1000, 1024); });
   run([&] { check_classifier_errors(&k); });
