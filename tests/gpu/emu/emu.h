@@ -1,0 +1,171 @@
+/*
+ * emu: runs the CUDA C++ of the .cu files of gpu/cuda on the CPU, for
+ * kernels_emulated.cpp. xform.py rewrites a .cu at build time (launches,
+ * shared memory) and puts `#include "emu.h"` first; everything else of
+ * the kernel source compiles unchanged as host C++ against the real CUDA
+ * headers (types, BF16 conversions), with the device-side names defined
+ * here.
+ *
+ * Model: a launch runs its blocks one after another; a block's threads
+ * are OS threads (one per CUDA thread), all started together, so that
+ * every interleaving the barriers allow can happen. __syncthreads is a
+ * barrier over the block; a warp shuffle is an exchange between the 32
+ * lanes of a warp through a barrier of their own (so every lane named in
+ * the mask must take part, as on the GPU). Shared memory, static and
+ * dynamic, is filled with NaN bytes before each block, so that a read of
+ * an element no thread of the block wrote shows up in the results.
+ *
+ * What the emulator reports as an error (printed with "EMU ERROR"):
+ * threads of a block at different __syncthreads (a barrier in divergent
+ * code), a shuffle whose mask names a lane that has exited or is at
+ * another shuffle, a launch that has not finished after 120 s (threads
+ * that wait for each other at different barriers) (these stop the
+ * program with status 1: the block cannot go on); a launch the GPU would refuse
+ * (block over 1024 threads, grid y or z over 65535, dynamic shared memory over
+ * 48 KiB without cudaFuncSetAttribute, or over 227 KiB: counted in
+ * emu_errors(), and the launcher sees cudaErrorInvalidConfiguration as on the
+ * GPU).
+ *
+ * Not modelled: the memory model (memory is the host's, sequentially
+ * consistent at every barrier), timing, warps running ahead of one
+ * another between barriers the way a GPU schedules them (OS threads
+ * interleave at random instead), FMA contraction (the host computes a*b+c
+ * in two roundings where nvcc may fuse them), and the precision of the
+ * fast intrinsics (rsqrtf here is 1/sqrtf).
+ */
+#ifndef DAGRUN_TESTS_EMU_H
+#define DAGRUN_TESTS_EMU_H
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+
+using std::max;
+using std::min;
+
+/* The CUDA headers, compiled by a host compiler, give these as
+ * attributes the host compiler ignores with a warning. */
+#undef __global__
+#define __global__
+#undef __device__
+#define __device__
+#undef __host__
+#define __host__
+#undef __forceinline__
+#define __forceinline__ inline
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+
+/* ---- Thread and block indices ---- */
+#define threadIdx emu_threadIdx
+#define blockIdx emu_blockIdx
+#define blockDim emu_blockDim
+#define gridDim emu_gridDim
+#define warpSize 32
+extern thread_local uint3 emu_threadIdx, emu_blockIdx;
+extern thread_local dim3 emu_blockDim, emu_gridDim;
+
+/* ---- Barriers, shuffles, atomics ---- */
+void emu_syncthreads(int line);
+#define __syncthreads() emu_syncthreads(__LINE__)
+
+/* The value `bits` (up to 8 bytes) of lane src of this warp, after every
+ * lane of the warp gave its own. */
+uint64_t emu_shfl_bits(unsigned mask, uint64_t bits, int src, int line);
+int emu_lane(void);
+/* line: the shuffle's place in the source; the lanes of the mask must be
+ * at the same one. */
+template <class T>
+static inline T emu_shfl(unsigned mask, T v, int src, int line) {
+  static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
+  uint64_t raw = 0;
+  memcpy(&raw, &v, sizeof v);
+  raw = emu_shfl_bits(mask, raw, src, line);
+  T r;
+  memcpy(&r, &raw, sizeof r);
+  return r;
+}
+#define __shfl_sync(m, v, s, ...) emu_shfl((m), (v), (s), __LINE__)
+#define __shfl_xor_sync(m, v, o, ...)                                          \
+  emu_shfl((m), (v), emu_lane() ^ (o), __LINE__)
+/* Lanes past the end read their own value, as on the GPU. */
+#define __shfl_down_sync(m, v, d, ...)                                         \
+  emu_shfl((m), (v), emu_lane() + (d) < 32 ? emu_lane() + (d) : emu_lane(),    \
+           __LINE__)
+
+/* Float atomics as the GPU's: one indivisible read-add-write. */
+static inline float emu_atomic_add(float *p, float v) {
+  return std::atomic_ref<float>(*p).fetch_add(v);
+}
+#define atomicAdd(p, v) emu_atomic_add((p), (v))
+
+template <class T> static inline T emu_ldg(const T *p) { return *p; }
+#define __ldg(p) emu_ldg(p)
+
+/* IEEE-rounded single operations: the host's, with contraction off for
+ * the test (-ffp-contract=off). */
+static inline float emu_fadd_rn(float a, float b) { return a + b; }
+static inline float emu_fsub_rn(float a, float b) { return a - b; }
+static inline float emu_fmul_rn(float a, float b) { return a * b; }
+static inline float emu_fdiv_rn(float a, float b) { return a / b; }
+static inline float emu_fsqrt_rn(float a) { return std::sqrt(a); }
+#define __fadd_rn(a, b) emu_fadd_rn((a), (b))
+#define __fsub_rn(a, b) emu_fsub_rn((a), (b))
+#define __fmul_rn(a, b) emu_fmul_rn((a), (b))
+#define __fdiv_rn(a, b) emu_fdiv_rn((a), (b))
+#define __fsqrt_rn(a) emu_fsqrt_rn(a)
+/* The GPU's rsqrtf is within 2 ulps; the test's tolerances cover it. */
+static inline float emu_rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+#define rsqrtf(x) emu_rsqrtf(x)
+
+/* ---- Shared memory ---- */
+/* `extern __shared__ float sm[];` becomes `float *sm = emu_dyn_smem();` */
+float *emu_dyn_smem(void);
+/* `__shared__ T a[n];` becomes `static T a[n]; EMU_SHARED(a);`: the
+ * array is registered once (poisoned then) and poisoned again before
+ * every block. */
+struct emu_shared_reg {
+  emu_shared_reg(void *p, size_t n);
+};
+#define EMU_SHARED(x) static emu_shared_reg emu_shared_##x(&(x), sizeof(x))
+
+/* ---- Host side: launches and the runtime calls the launchers make ---- */
+struct emu_cfg_t {
+  dim3 g, b;
+  size_t smem;
+};
+static inline emu_cfg_t emu_cfg(dim3 g, dim3 b, size_t smem = 0,
+                                cudaStream_t = 0) {
+  return {g, b, smem};
+}
+/* Runs body as kernel fn (for its shared memory attribute) over c's grid.
+ * A configuration the GPU would refuse runs nothing and sets the error
+ * cudaGetLastError returns. */
+void emu_run(const void *fn, emu_cfg_t c, const std::function<void()> &body);
+template <class... A> auto emu_launcher(void (*f)(A...), emu_cfg_t c) {
+  return [=](A... args) {
+    emu_run(reinterpret_cast<const void *>(f), c, [&] { f(args...); });
+  };
+}
+
+cudaError_t emu_get_last_error(void);
+cudaError_t emu_func_set_attribute(const void *fn, cudaFuncAttribute attr,
+                                   int value);
+/* All pointers are host memory: copies are memcpy. */
+cudaError_t emu_memcpy_async(void *dst, const void *src, size_t n);
+#define cudaGetLastError() emu_get_last_error()
+#define cudaFuncSetAttribute(f, a, v)                                          \
+  emu_func_set_attribute(reinterpret_cast<const void *>(f), (a), (v))
+#define cudaMemcpyAsync(d, s, n, kind, ...) emu_memcpy_async((d), (s), (n))
+
+/* Problems the emulator found (see the top of this file) since the
+ * program started. */
+int emu_errors(void);
+
+#endif /* DAGRUN_TESTS_EMU_H */
