@@ -174,6 +174,24 @@ uint64_t emu_shfl_bits(unsigned mask, uint64_t bits, int src, int line) {
 
 float *emu_dyn_smem(void) { return g_launch->smem.data(); }
 
+void emu_wmma_check(const void *p, unsigned ldm_bytes, int line) {
+  const char *base = (const char *)g_launch->smem.data(), *q = (const char *)p;
+  /* In the dynamic shared memory: the offset from its start (aligned to
+   * 128 on the GPU); elsewhere the address itself. */
+  if (emu_lane() != 0) /* every lane makes the same call: one reports */
+    return;
+  uintptr_t at = q >= base && q < base + g_launch->smem_bytes
+                     ? (uintptr_t)(q - base)
+                     : (uintptr_t)q;
+  if (at % 32)
+    emu_error("wmma: pointer %p not 32-byte aligned (offset %lu)", p,
+              (unsigned long)at);
+  if (ldm_bytes % 16)
+    emu_error("wmma: leading dimension of %u bytes, not a multiple of 16",
+              ldm_bytes);
+  (void)line;
+}
+
 /* ---- Launch configuration, as the GPU checks it ---- */
 static std::map<const void *, int> g_max_dyn_smem;
 

@@ -431,7 +431,12 @@ static vecf cpu_lse(const vecf &qkv, const vecf &att, int B, int T, int C,
  * (costly here: for one shape only). */
 static void check_attention(const kern_ctx *k, Rng &r, int B, int T, int C,
                             int NH, bool twice) {
-  std::string s = shape("B=%d T=%d C=%d NH=%d (hs=%d)", B, T, C, NH, C / NH);
+  /* k's attention_fp32 picks attention.cu's FP32 kernels or
+   * attention_tc.cu's (head sizes that are multiples of 16). */
+  std::string s = shape("B=%d T=%d C=%d NH=%d (hs=%d, %s)", B, T, C, NH,
+                        C / NH,
+                        k->attention_fp32 || (C / NH) % 16 ? "fp32"
+                                                           : "tensor cores");
   const size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
   vecf qkv = randn(r, n3, 0.0f, 1.0f, true);
   vecf out_cpu(n), att((size_t)B * NH * T * T);
@@ -665,11 +670,19 @@ int main(void) {
   check_colsum(&k, r, 1, 33);
   /* Head sizes 32, 16, 128, 64 at T not a multiple of the 16-row block
    * nor of the 32-row tile; T=4 less than either. */
-  check_attention(&k, r, 1, 77, 96, 3, false);
-  check_attention(&k, r, 1, 40, 64, 4, false);
-  check_attention(&k, r, 1, 33, 256, 2, false);
-  check_attention(&k, r, 2, 33, 128, 2, true);
-  check_attention(&k, r, 3, 4, 64, 4, false);
+  for (int fp32 = 0; fp32 < 2; fp32++) {
+    k.attention_fp32 = fp32;
+    check_attention(&k, r, 1, 77, 96, 3, false);
+    check_attention(&k, r, 1, 40, 64, 4, false);
+    check_attention(&k, r, 1, 33, 256, 2, false);
+    check_attention(&k, r, 2, 33, 128, 2, true);
+    check_attention(&k, r, 3, 4, 64, 4, false);
+  }
+  /* The tensor-core kernels' 64-row tiles: T=150 takes three, the last
+   * part padding, with GPT-2's head size 64 and hs=48. */
+  k.attention_fp32 = 0;
+  check_attention(&k, r, 1, 150, 128, 2, true);
+  check_attention(&k, r, 1, 70, 96, 2, false);
   check_classifier(&k, r, 5, 1000, 1024);
   check_classifier(&k, r, 3, 2000, 2048);
   check_classifier(&k, r, 2, 64, 64);

@@ -7,7 +7,8 @@ Only what a C preprocessor cannot express is rewritten; emu.h defines the
 rest (threadIdx, __syncthreads, shuffles, intrinsics):
   kern<<<grid, block[, smem[, stream]]>>>(args)
       -> emu_launcher(kern, emu_cfg(grid, block, smem, stream))(args)
-  extern __shared__ float sm[];   -> float *sm = emu_dyn_smem();
+  extern __shared__ [__align__(n)] T sm[];
+                                  -> T *sm = (T *)emu_dyn_smem();
   __shared__ T a[n], b;           -> static T a[n], b; EMU_SHARED(a); ...
 A `#line 1` keeps compiler messages pointing at the .cu. Any `__shared__`
 or `<<<` left over (a form this script does not know) is an error, so
@@ -42,8 +43,9 @@ def launch(m):
 def main():
     src_path, out_path = sys.argv[1], sys.argv[2]
     src = open(src_path).read()
-    src = re.sub(r'extern\s+__shared__\s+float\s+(\w+)\s*\[\s*\]\s*;',
-                 r'float *\1 = emu_dyn_smem();', src)
+    src = re.sub(r'extern\s+__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?'
+                 r'([A-Za-z_][\w ]*?)\s+(\w+)\s*\[\s*\]\s*;',
+                 r'\1 *\2 = (\1 *)emu_dyn_smem();', src)
     src = re.sub(r'__shared__\s+([A-Za-z_][\w:]*)\s+([^;]+);', shared, src)
     src = re.sub(r'([A-Za-z_]\w*(?:<[^<>()]*>)?)\s*<<<(.*?)>>>\s*\(', launch,
                  src, flags=re.S)
