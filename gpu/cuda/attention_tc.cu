@@ -51,6 +51,70 @@ __host__ __device__ __forceinline__ size_t tc_al(size_t b) {
   return (b + 127) & ~(size_t)127;
 }
 
+/* A kernel's shared memory, one description for the launcher's size and
+ * the kernel's pointers: ntiles BF16 tiles (64, hs + 8); nstats arrays of
+ * 64 floats (row statistics); then per warp nscore FP32 score blocks (16,
+ * TC_LDS), nbf BF16 blocks (16, TC_LDP) and, with rows, FP32 rows (16,
+ * hs + 4) and 32 floats (the forward's running max and sum). Every piece
+ * starts 128-byte aligned. */
+struct tc_layout {
+  int hs, ntiles, nstats, nscore, nbf, rows;
+  __host__ __device__ size_t tile() const {
+    return tc_al((size_t)TC_COLS * (hs + 8) * sizeof(floatX));
+  }
+  __host__ __device__ size_t stats() const {
+    return tc_al((size_t)nstats * TC_COLS * sizeof(float));
+  }
+  __host__ __device__ size_t score() const {
+    return tc_al(16 * TC_LDS * sizeof(float));
+  }
+  __host__ __device__ size_t bf() const {
+    return tc_al(16 * TC_LDP * sizeof(floatX));
+  }
+  __host__ __device__ size_t row_block() const {
+    return tc_al(16 * (size_t)(hs + 4) * sizeof(float));
+  }
+  __host__ __device__ size_t warp() const {
+    return nscore * score() + nbf * bf() +
+           (rows ? row_block() + tc_al(32 * sizeof(float)) : 0);
+  }
+  __host__ __device__ size_t total() const {
+    return ntiles * tile() + stats() + TC_WARPS * warp();
+  }
+  __device__ floatX *tile_at(unsigned char *sm, int i) const {
+    return (floatX *)(sm + i * tile());
+  }
+  __device__ float *stats_at(unsigned char *sm) const {
+    return (float *)(sm + ntiles * tile());
+  }
+  __device__ unsigned char *warp_at(unsigned char *sm, int w) const {
+    return sm + ntiles * tile() + stats() + w * warp();
+  }
+  __device__ float *score_at(unsigned char *sm, int w, int i) const {
+    return (float *)(warp_at(sm, w) + i * score());
+  }
+  __device__ floatX *bf_at(unsigned char *sm, int w, int i) const {
+    return (floatX *)(warp_at(sm, w) + nscore * score() + i * bf());
+  }
+  __device__ float *rows_at(unsigned char *sm, int w) const {
+    return (float *)(warp_at(sm, w) + nscore * score() + nbf * bf());
+  }
+  __device__ float *rowstats_at(unsigned char *sm, int w) const {
+    return (float *)((unsigned char *)rows_at(sm, w) + row_block());
+  }
+};
+
+/* The three kernels' layouts. */
+__host__ __device__ __forceinline__ tc_layout tc_forward_layout(int hs) {
+  return tc_layout{hs, 3, 0, 1, 1, 1};
+}
+__host__ __device__ __forceinline__ tc_layout tc_dq_layout(int hs) {
+  return tc_layout{hs, 4, 2, 2, 1, 0};
+}
+__host__ __device__ __forceinline__ tc_layout tc_dkdv_layout(int hs) {
+  return tc_layout{hs, 4, 2, 2, 2, 0};
+}
+
 /* dst[r*ld + d] = src[(t0+r)*stride + d] for r < TC_COLS (or TC_ROWS,
  * both 64), d < hs, as BF16; rows at or past T are zero. The whole block
  * loads, 16 bytes at a time where the rows are 16-byte aligned (dst's
@@ -115,18 +179,8 @@ __device__ __forceinline__ void tc_accumulate(frag_c *acc, const floatX *P,
 }
 
 /* ---- Forward ----
- * smem: Q, K, V tiles (64, ldh) BF16; per warp a score block (16,
- * TC_LDS) FP32, its P (16, TC_LDP) BF16, its output rows (16, hs + 4)
- * FP32, and its rows' running max and sum (16 each). */
-__host__ __device__ __forceinline__ size_t tc_forward_smem(int hs) {
-  size_t tiles = 3 * tc_al((size_t)TC_COLS * (hs + 8) * sizeof(floatX));
-  size_t warp = tc_al(16 * TC_LDS * sizeof(float)) +
-                tc_al(16 * TC_LDP * sizeof(floatX)) +
-                tc_al(16 * (size_t)(hs + 4) * sizeof(float)) +
-                tc_al(32 * sizeof(float));
-  return tiles + TC_WARPS * warp;
-}
-
+ * smem (tc_forward_layout): Q, K, V tiles; per warp a score block, its P,
+ * its output rows and their running max and sum (16 each). */
 template <int HS>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     attention_tc_forward_kernel(floatX *out, float *lse, const floatX *qkv,
@@ -135,19 +189,12 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
   const att_head a = att_head_of(qkv, T, C, NH);
   constexpr int hs = HS, ldh = hs + 8, ldo = hs + 4;
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-  const size_t tile = tc_al((size_t)TC_COLS * ldh * sizeof(floatX));
-  floatX *Qs = (floatX *)tc_sm, *Ks = (floatX *)(tc_sm + tile),
-         *Vs = (floatX *)(tc_sm + 2 * tile);
-  unsigned char *wp = tc_sm + 3 * tile +
-                      w * (tc_al(16 * TC_LDS * sizeof(float)) +
-                           tc_al(16 * TC_LDP * sizeof(floatX)) +
-                           tc_al(16 * (size_t)ldo * sizeof(float)) +
-                           tc_al(32 * sizeof(float)));
-  float *S = (float *)wp;
-  floatX *P = (floatX *)(wp + tc_al(16 * TC_LDS * sizeof(float)));
-  float *O = (float *)((unsigned char *)P + tc_al(16 * TC_LDP * sizeof(floatX)));
-  float *ML = (float *)((unsigned char *)O +
-                        tc_al(16 * (size_t)ldo * sizeof(float)));
+  const tc_layout L = tc_forward_layout(hs);
+  floatX *Qs = L.tile_at(tc_sm, 0), *Ks = L.tile_at(tc_sm, 1),
+         *Vs = L.tile_at(tc_sm, 2);
+  float *S = L.score_at(tc_sm, w, 0), *O = L.rows_at(tc_sm, w),
+        *ML = L.rowstats_at(tc_sm, w);
+  floatX *P = L.bf_at(tc_sm, w, 0);
   const int q0 = att_tile_rev() * TC_ROWS, wq0 = q0 + 16 * w;
   /* Lane's row of the warp's 16, and its half of the tile's columns. */
   const int r = lane / 2, half = lane % 2, qi = wq0 + r;
@@ -235,17 +282,10 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
  * its transpose), p = exp(scale s - lse) and ds = p (dp - D) where the
  * causal mask lets the pair in, else 0. */
 
-/* dq: grid as the forward pass. smem: Q and dO rows, K and V tiles (64,
- * ldh) BF16; lse and D of the block's rows (64 each); per warp S and dP
- * (16, TC_LDS) FP32 and dS (16, TC_LDP) BF16. At the end the warps'
- * results (16, hs + 4) FP32 go through the K and V tiles' space. */
-__host__ __device__ __forceinline__ size_t tc_dq_smem(int hs) {
-  size_t tiles = 4 * tc_al((size_t)TC_COLS * (hs + 8) * sizeof(floatX));
-  size_t warp = 2 * tc_al(16 * TC_LDS * sizeof(float)) +
-                tc_al(16 * TC_LDP * sizeof(floatX));
-  return tiles + tc_al(2 * TC_ROWS * sizeof(float)) + TC_WARPS * warp;
-}
-
+/* dq: grid as the forward pass. smem (tc_dq_layout): Q and dO rows, K
+ * and V tiles; lse and D of the block's rows; per warp S and dP (FP32)
+ * and dS (BF16). At the end the warps' results (16, hs + 4) FP32 go
+ * through the K and V tiles' space. */
 template <int HS>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     attention_tc_dq_kernel(floatX *dqkv, const float *Dsum, const floatX *dout,
@@ -255,17 +295,12 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
   const att_head a = att_head_of(qkv, T, C, NH);
   constexpr int hs = HS, ldh = hs + 8, ldr = hs + 4;
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-  const size_t tile = tc_al((size_t)TC_COLS * ldh * sizeof(floatX));
-  floatX *Qs = (floatX *)tc_sm, *dOs = (floatX *)(tc_sm + tile),
-         *Ks = (floatX *)(tc_sm + 2 * tile), *Vs = (floatX *)(tc_sm + 3 * tile);
-  float *lse_r = (float *)(tc_sm + 4 * tile), *D_r = lse_r + TC_ROWS;
-  const size_t wsz = 2 * tc_al(16 * TC_LDS * sizeof(float)) +
-                     tc_al(16 * TC_LDP * sizeof(floatX));
-  unsigned char *wp =
-      tc_sm + 4 * tile + tc_al(2 * TC_ROWS * sizeof(float)) + w * wsz;
-  float *S = (float *)wp,
-        *dP = (float *)(wp + tc_al(16 * TC_LDS * sizeof(float)));
-  floatX *dS = (floatX *)(wp + 2 * tc_al(16 * TC_LDS * sizeof(float)));
+  const tc_layout L = tc_dq_layout(hs);
+  floatX *Qs = L.tile_at(tc_sm, 0), *dOs = L.tile_at(tc_sm, 1),
+         *Ks = L.tile_at(tc_sm, 2), *Vs = L.tile_at(tc_sm, 3);
+  float *lse_r = L.stats_at(tc_sm), *D_r = lse_r + TC_ROWS;
+  float *S = L.score_at(tc_sm, w, 0), *dP = L.score_at(tc_sm, w, 1);
+  floatX *dS = L.bf_at(tc_sm, w, 0);
   const int q0 = att_tile_rev() * TC_ROWS, wq0 = q0 + 16 * w;
   const int r = lane / 2, half = lane % 2, qi = wq0 + r;
   const floatX *dbase = dout + (size_t)a.b * T * C + (size_t)a.h * hs;
@@ -310,7 +345,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
   /* The warps' dq through shared memory (the K and V tiles' space,
    * 2 * tile >= 4 warps x 16 x (hs + 4) floats), scaled, as BF16. */
   __syncthreads();
-  float *R = (float *)(tc_sm + 2 * tile) + (size_t)w * 16 * ldr;
+  float *R = (float *)L.tile_at(tc_sm, 2) + (size_t)w * 16 * ldr;
 #pragma unroll
   for (int nb = 0; nb < hs / 16; nb++)
     wmma::store_matrix_sync(R + 16 * nb, acc[nb], ldr, wmma::mem_row_major);
@@ -324,16 +359,9 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
 
 /* dk, dv: a block takes 64 keys (16 a warp) and walks the query tiles
  * from its first key on. S^T = K Q^T and dP^T = V dO^T per warp; then
- * dv += P^T dO and dk += dS^T Q. smem: K and V rows, Q and dO tiles (64,
- * ldh) BF16; the tile's lse and D (64 each); per warp S^T and dP^T (16,
- * TC_LDS) FP32, P^T and dS^T (16, TC_LDP) BF16. */
-__host__ __device__ __forceinline__ size_t tc_dkdv_smem(int hs) {
-  size_t tiles = 4 * tc_al((size_t)TC_COLS * (hs + 8) * sizeof(floatX));
-  size_t warp = 2 * tc_al(16 * TC_LDS * sizeof(float)) +
-                2 * tc_al(16 * TC_LDP * sizeof(floatX));
-  return tiles + tc_al(2 * TC_COLS * sizeof(float)) + TC_WARPS * warp;
-}
-
+ * dv += P^T dO and dk += dS^T Q. smem (tc_dkdv_layout): K and V rows, Q
+ * and dO tiles; the tile's lse and D; per warp S^T and dP^T (FP32), P^T
+ * and dS^T (BF16). */
 template <int HS>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     attention_tc_dkdv_kernel(floatX *dqkv, const float *Dsum,
@@ -343,20 +371,12 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
   const att_head a = att_head_of(qkv, T, C, NH);
   constexpr int hs = HS, ldh = hs + 8, ldr = hs + 4;
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-  const size_t tile = tc_al((size_t)TC_COLS * ldh * sizeof(floatX));
-  floatX *Kr = (floatX *)tc_sm, *Vr = (floatX *)(tc_sm + tile),
-         *Qt = (floatX *)(tc_sm + 2 * tile),
-         *dOt = (floatX *)(tc_sm + 3 * tile);
-  float *lse_t = (float *)(tc_sm + 4 * tile), *D_t = lse_t + TC_COLS;
-  const size_t wsz = 2 * tc_al(16 * TC_LDS * sizeof(float)) +
-                     2 * tc_al(16 * TC_LDP * sizeof(floatX));
-  unsigned char *wp =
-      tc_sm + 4 * tile + tc_al(2 * TC_COLS * sizeof(float)) + w * wsz;
-  float *St = (float *)wp,
-        *dPt = (float *)(wp + tc_al(16 * TC_LDS * sizeof(float)));
-  floatX *Pt = (floatX *)(wp + 2 * tc_al(16 * TC_LDS * sizeof(float)));
-  floatX *dSt = (floatX *)((unsigned char *)Pt +
-                           tc_al(16 * TC_LDP * sizeof(floatX)));
+  const tc_layout L = tc_dkdv_layout(hs);
+  floatX *Kr = L.tile_at(tc_sm, 0), *Vr = L.tile_at(tc_sm, 1),
+         *Qt = L.tile_at(tc_sm, 2), *dOt = L.tile_at(tc_sm, 3);
+  float *lse_t = L.stats_at(tc_sm), *D_t = lse_t + TC_COLS;
+  float *St = L.score_at(tc_sm, w, 0), *dPt = L.score_at(tc_sm, w, 1);
+  floatX *Pt = L.bf_at(tc_sm, w, 0), *dSt = L.bf_at(tc_sm, w, 1);
   const int kb0 = blockIdx.y * TC_ROWS, wk0 = kb0 + 16 * w;
   const int r = lane / 2, half = lane % 2, kj = wk0 + r;
   const floatX *dbase = dout + (size_t)a.b * T * C + (size_t)a.h * hs;
@@ -403,7 +423,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
   }
   /* The warps' dk, then dv, through shared memory (the Q and dO tiles'
    * space), as BF16: dk scaled, dv not. */
-  float *R = (float *)(tc_sm + 2 * tile) + (size_t)w * 16 * ldr;
+  float *R = (float *)L.tile_at(tc_sm, 2) + (size_t)w * 16 * ldr;
   floatX *dst = dqkv + ((size_t)a.b * T + kj) * a.C3 + (size_t)a.h * hs;
   for (int pass = 0; pass < 2; pass++) {
     __syncthreads();
@@ -430,7 +450,7 @@ template <int HS> static int tc_forward(const kern_ctx *k, dim3 grid,
                                         int NH, const char *op, char *err,
                                         size_t errlen) {
   return att_launch(attention_tc_forward_kernel<HS>, grid, TC_WARPS * 32,
-                    tc_forward_smem(HS), k, op, err, errlen, out, lse, qkv, T,
+                    tc_forward_layout(HS).total(), k, op, err, errlen, out, lse, qkv, T,
                     C, NH);
 }
 
@@ -440,11 +460,11 @@ static int tc_backward(const kern_ctx *k, dim3 grid, floatX *dqkv,
                        const floatX *qkv, const float *lse, int T, int C,
                        int NH, const char *op, char *err, size_t errlen) {
   if (att_launch(attention_tc_dq_kernel<HS>, grid, TC_WARPS * 32,
-                 tc_dq_smem(HS), k, op, err, errlen, dqkv, Dsum, dout, qkv,
+                 tc_dq_layout(HS).total(), k, op, err, errlen, dqkv, Dsum, dout, qkv,
                  lse, T, C, NH))
     return -1;
   return att_launch(attention_tc_dkdv_kernel<HS>, grid, TC_WARPS * 32,
-                    tc_dkdv_smem(HS), k, op, err, errlen, dqkv, Dsum, dout,
+                    tc_dkdv_layout(HS).total(), k, op, err, errlen, dqkv, Dsum, dout,
                     qkv, lse, T, C, NH);
 }
 
