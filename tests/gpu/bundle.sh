@@ -80,17 +80,20 @@ check() {
   # 2. The relocated mpirun runs the comm layer's check on two ranks, and
   # nothing it or the ranks load at run time (Open MPI's, PMIx's plugins)
   # comes from this machine but the libraries left to the target.
-  local out
-  out=$(LD_DEBUG=files mpirun -np 2 --oversubscribe --bind-to none \
-    "$b/build/bin/comm_check" mpi 2>&1) ||
-    { echo "check: comm_check under the bundle's mpirun failed: $(echo "$out" | grep -v '^ *[0-9]*:' | tail -5)"; bad=1; }
+  # The loader's trace: one file per process (LD_DEBUG_OUTPUT), so that
+  # the processes' lines do not interleave.
+  local out trace=$t/ld-trace
+  mkdir -p "$trace"
+  out=$(LD_DEBUG=files LD_DEBUG_OUTPUT=$trace/p mpirun -np 2 --oversubscribe \
+    --bind-to none "$b/build/bin/comm_check" mpi 2>&1) ||
+    { echo "check: comm_check under the bundle's mpirun failed: $(tail -5 <<<"$out")"; bad=1; }
   grep -q "comm_check: mpi size 2: ok" <<<"$out" ||
     { echo "check: comm_check did not pass under the bundle's mpirun"; bad=1; }
-  grep -q "file=$b/deps/mpi/lib" <<<"$out" ||
+  grep -qh "file=$b/deps/mpi/lib" "$trace"/p.* ||
     { echo "check: mpirun loaded no plugin from the bundle"; bad=1; }
   while IFS= read -r lib; do
     system_lib "$lib" || { echo "check: loaded at run time from outside the bundle: $lib"; bad=1; }
-  done < <(grep -o 'file=/[^ ]*' <<<"$out" | sed 's/^file=//' | grep -v "^$b/" | sort -u)
+  done < <(grep -oh 'file=/[^ ]*' "$trace"/p.* | sed 's/^file=//' | grep -v "^$b/" | sort -u)
   # 3. The programs start: dagrun loads every stage of the main pipeline
   # (check), the engine's test its CUDA and NCCL libraries.
   "$b/build/bin/dagrun" check "$root/dags/pretrain.yaml" >"$t/check.out" 2>&1 ||
