@@ -10,7 +10,8 @@
  * of the value) and FP32 sums in another order.
  *
  * The error of an op is max |gpu - cpu| / max |cpu| over the tensor,
- * checked against a tolerance stated per op below (with why). Each
+ * checked against a tolerance chosen per op below (the constants, with
+ * why, in check_common.h, shared with emu/kernels_emulated.cpp). Each
  * backward pass also runs twice in deterministic mode and must give the
  * same bits. A few launchers get bad input on purpose and must return -1
  * with a message naming the op.
@@ -22,20 +23,13 @@
  *        kernel_check --probe  (exits 0 if CUDA sees a device, else 3,
  *                               saying why: tests/gpu/run.sh's GPU check)
  */
-#include <math.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include <algorithm>
 #include <functional>
 #include <memory>
 #include <stdexcept>
-#include <string>
-#include <vector>
 
+#include "check_common.h"
 #include "kernels.cuh"
 extern "C" {
 #include "gpt_impl.h"
@@ -43,9 +37,7 @@ extern "C" {
 }
 
 typedef std::vector<float> vecf;
-
-static int g_fail, g_pass;
-static char g_err[512];
+extern const char check_side[] = "gpu";
 
 /* A failed CUDA call or launcher ends the current check (run() below
  * counts it as failed and goes on with the next one). */
@@ -75,39 +67,9 @@ static std::string where(const char *file, int line, const char *call) {
                         " failed: " + g_err);                                  \
     CK(cudaStreamSynchronize((k)->stream));                                    \
   } while (0)
-#define E g_err, sizeof g_err
 
-/* ---- Random inputs (splitmix64, Box-Muller) ---- */
-
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uni() { return (double)(next() >> 11) * (1.0 / 9007199254740992.0); }
-  float normal() {
-    double u1 = uni(), u2 = uni();
-    if (u1 < 1e-300)
-      u1 = 1e-300;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-  }
-};
-
-static float bf16r(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-
-/* n values mean + std * N(0,1), rounded to BF16 (inputs of BF16 tensors)
- * or not. */
 static vecf randn(Rng &r, size_t n, float mean, float std, bool round) {
-  vecf v(n);
-  for (size_t i = 0; i < n; i++) {
-    float x = mean + std * r.normal();
-    v[i] = round ? bf16r(x) : x;
-  }
-  return v;
+  return randn_as<vecf>(r, n, mean, std, round);
 }
 
 /* ---- Device buffers ----
@@ -174,78 +136,6 @@ static vecf down(const Dev<floatX> &d) {
   return h;
 }
 
-/* ---- Checks ---- */
-
-/* max|gpu - cpu| / max|cpu| <= tol; any non-finite GPU value fails. */
-static void cmp(const std::string &what, const vecf &gpu, const vecf &cpu,
-                double tol) {
-  double md = 0.0, mc = 0.0;
-  size_t worst = 0, bad = 0;
-  for (size_t i = 0; i < cpu.size(); i++) {
-    if (!std::isfinite(gpu[i]) && std::isfinite(cpu[i]))
-      bad++;
-    double d = fabs((double)gpu[i] - (double)cpu[i]);
-    if (d > md) {
-      md = d;
-      worst = i;
-    }
-    mc = std::max(mc, fabs((double)cpu[i]));
-  }
-  double rel = mc > 0 ? md / mc : md;
-  bool ok = gpu.size() == cpu.size() && bad == 0 && rel <= tol;
-  printf("%s %-58s rel err %.2e (tol %.0e)", ok ? "PASS" : "FAIL", what.c_str(),
-         rel, tol);
-  if (bad)
-    printf(" %zu non-finite", bad);
-  if (!ok && md > 0)
-    printf(" worst [%zu] gpu %g cpu %g", worst, (double)gpu[worst],
-           (double)cpu[worst]);
-  printf("\n");
-  ok ? g_pass++ : g_fail++;
-}
-
-static void check(const std::string &what, bool ok, const char *detail) {
-  printf("%s %-58s %s\n", ok ? "PASS" : "FAIL", what.c_str(), detail);
-  ok ? g_pass++ : g_fail++;
-}
-
-static bool same_bits(const vecf &a, const vecf &b) {
-  return a.size() == b.size() &&
-         memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-/* A launcher given bad input must return -1 with its name in err. */
-static void expect_error(const std::string &what, int rc, const char *op) {
-  bool ok = rc == -1 && strstr(g_err, op) != NULL;
-  std::string detail = "-> " + std::to_string(rc) + ": " + g_err;
-  check(what, ok, detail.c_str());
-  g_err[0] = 0;
-}
-
-static std::vector<uint32_t> to_u32(const std::vector<int> &v) {
-  return std::vector<uint32_t>(v.begin(), v.end());
-}
-
-static std::string shape(const char *fmt, ...) {
-  char buf[160];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  return buf;
-}
-
-/* Tolerances. BF16 output: one rounding (2^-9 relative, at most 2e-3 of
- * max|cpu|) plus FP32 differences, so 1e-2 leaves 5x room and still
- * catches any wrong index, scale or formula (those give O(1) errors).
- * Products (matmul, attention) get 2e-2: their BF16 outputs feed sums
- * whose terms cancel, so a small result can carry the rounding of large
- * terms. FP32 outputs on identical inputs differ only by the order of
- * FP32 sums: 1e-4 for sums of a few hundred terms, 1e-3 for cuBLASLt's
- * dW (sums of N products, other blocking, FP32 accumulate). */
-static const double TOL_BF16 = 1e-2, TOL_PRODUCT = 2e-2, TOL_F32 = 1e-4,
-                    TOL_F32_GEMM = 1e-3;
-
 /* ---- Ops ---- */
 
 static void check_conversions(const kern_ctx *k, Rng &r) {
@@ -266,55 +156,37 @@ static void check_conversions(const kern_ctx *k, Rng &r) {
 static void check_encoder(const kern_ctx *k, const kern_ctx *knd, Rng &r, int B,
                           int T, int C, int V, int Vp) {
   const size_t N = (size_t)B * T;
-  /* Tokens from a small range: many repeats, as real text has. */
-  std::vector<int> ids(N);
-  for (size_t i = 0; i < N; i++)
-    ids[i] = (int)(r.next() % (uint64_t)std::min(V, 50));
-  ids[0] = V - 1; /* the last token too */
-  vecf wte = randn(r, (size_t)Vp * C, 0.0f, 0.02f, true);
-  vecf wpe = randn(r, (size_t)T * C, 0.0f, 0.01f, true);
   std::string s = shape("B=%d T=%d C=%d", B, T, C);
-
-  vecf out_cpu(N * C);
-  std::vector<uint32_t> u = to_u32(ids);
-  gpt_cpu_encoder_forward(out_cpu.data(), u.data(), wte.data(), wpe.data(), B,
-                          T, C);
+  /* Tokens from the first 50: many repeats, as real text has. */
+  const encoder_ref<vecf> ref = encoder_ref_make<vecf>(r, B, T, C, V, Vp, 50);
   Dev<int> dids(N);
-  up(dids, ids);
-  Dev<floatX> dwte(wte), dwpe(wpe), out(N * C);
+  up(dids, ref.ids);
+  Dev<floatX> dwte(ref.wte), dwpe(ref.wpe), out(N * C);
   KR(k, kern_encoder_forward(k, out.p, dids.p, dwte.p, dwpe.p, B, T, C, E));
-  cmp("encoder_forward " + s, down(out), out_cpu, TOL_BF16);
-
-  /* Backward: += into gradients that already hold values. */
-  vecf dout = randn(r, N * C, 0.0f, 1.0f, true);
-  vecf gwte0 = randn(r, (size_t)Vp * C, 0.0f, 0.1f, false);
-  vecf gwpe0 = randn(r, (size_t)T * C, 0.0f, 0.1f, false);
-  vecf gwte = gwte0, gwpe = gwpe0;
-  gpt_cpu_encoder_backward(gwte.data(), gwpe.data(), dout.data(), u.data(), B,
-                           T, C);
-  Dev<floatX> ddout(dout);
-  Dev<float> gte(gwte0), gpe(gwpe0);
+  cmp("encoder_forward " + s, down(out), ref.out, TOL_BF16);
+  Dev<floatX> ddout(ref.dout);
+  Dev<float> gte(ref.gwte0), gpe(ref.gwpe0);
   Dev<char> scratch(kern_encoder_backward_scratch_bytes(B, T, C));
   KR(k, kern_encoder_backward(k, gte.p, gpe.p, scratch.p, ddout.p, dids.p,
-                              ids.data(), B, T, C, E));
+                              ref.ids.data(), B, T, C, E));
   vecf first = down(gte);
   /* FP32 sums of a few BF16 values over the same inputs. */
-  cmp("encoder_backward dwte (bucketed) " + s, first, gwte, TOL_F32);
-  cmp("encoder_backward dwpe " + s, down(gpe), gwpe, TOL_F32);
-  up(gte, gwte0);
-  up(gpe, gwpe0);
+  cmp("encoder_backward dwte (bucketed) " + s, first, ref.gwte, TOL_F32);
+  cmp("encoder_backward dwpe " + s, down(gpe), ref.gwpe, TOL_F32);
+  up(gte, ref.gwte0);
+  up(gpe, ref.gwpe0);
   KR(k, kern_encoder_backward(k, gte.p, gpe.p, scratch.p, ddout.p, dids.p,
-                              ids.data(), B, T, C, E));
+                              ref.ids.data(), B, T, C, E));
   check("encoder_backward deterministic " + s, same_bits(first, down(gte)),
         "two runs bitwise equal");
   /* Without host ids: atomics, allowed only outside deterministic mode. */
-  up(gte, gwte0);
-  up(gpe, gwpe0);
+  up(gte, ref.gwte0);
+  up(gpe, ref.gwpe0);
   KR(knd, kern_encoder_backward(knd, gte.p, gpe.p, scratch.p, ddout.p, dids.p,
                                 NULL, B, T, C, E));
   CK(cudaDeviceSynchronize());
-  cmp("encoder_backward dwte (atomic, non-deterministic) " + s, down(gte), gwte,
-      TOL_F32);
+  cmp("encoder_backward dwte (atomic, non-deterministic) " + s, down(gte),
+      ref.gwte, TOL_F32);
   expect_error("encoder_backward refuses atomics in deterministic mode",
                kern_encoder_backward(k, gte.p, gpe.p, scratch.p, ddout.p,
                                      dids.p, NULL, B, T, C, E),
@@ -323,26 +195,16 @@ static void check_encoder(const kern_ctx *k, const kern_ctx *knd, Rng &r, int B,
 
 static void check_layernorm(const kern_ctx *k, Rng &r, int N, int C) {
   std::string s = shape("N=%d C=%d", N, C);
-  /* Rows with an offset and a scale of their own, as activations have. */
-  vecf x((size_t)N * C), x2 = randn(r, (size_t)N * C, 0.0f, 0.5f, true);
-  for (int i = 0; i < N; i++) {
-    float off = r.normal(), sc = 0.5f + 2.0f * (float)r.uni();
-    for (int c = 0; c < C; c++)
-      x[(size_t)i * C + c] = bf16r(off + sc * r.normal());
-  }
-  vecf w = randn(r, C, 1.0f, 0.1f, true), b = randn(r, C, 0.0f, 0.1f, true);
-  vecf out_cpu((size_t)N * C), mean_cpu(N), rstd_cpu(N);
-  gpt_cpu_layernorm(out_cpu.data(), mean_cpu.data(), rstd_cpu.data(), x.data(),
-                    w.data(), b.data(), N, C);
-  Dev<floatX> dx(x), dx2(x2), dw(w), db(b), out((size_t)N * C),
+  const layernorm_ref<vecf> ref = layernorm_ref_make<vecf>(r, N, C);
+  Dev<floatX> dx(ref.x), dx2(ref.x2), dw(ref.w), db(ref.b), out((size_t)N * C),
       res((size_t)N * C);
   Dev<float> mean(N), rstd(N);
   KR(k, kern_layernorm_forward(k, out.p, mean.p, rstd.p, dx.p, dw.p, db.p, N, C,
                                E));
-  cmp("layernorm_forward out " + s, down(out), out_cpu, TOL_BF16);
+  cmp("layernorm_forward out " + s, down(out), ref.out, TOL_BF16);
   /* Statistics: FP32 sums over C of the same values. */
-  cmp("layernorm_forward mean " + s, down(mean), mean_cpu, TOL_F32);
-  cmp("layernorm_forward rstd " + s, down(rstd), rstd_cpu, TOL_F32);
+  cmp("layernorm_forward mean " + s, down(mean), ref.mean, TOL_F32);
+  cmp("layernorm_forward rstd " + s, down(rstd), ref.rstd, TOL_F32);
   /* Without statistics (a recomputing pass): the same out. */
   vecf out_first = down(out);
   CK(cudaMemset(out.p, 0, out.n * sizeof(floatX)));
@@ -353,42 +215,30 @@ static void check_layernorm(const kern_ctx *k, Rng &r, int N, int C) {
         same_bits(out_first, down(out)), "same out");
 
   /* Fused: residual = x + x2 (rounded to BF16), out = LN(residual). */
-  vecf rcpu((size_t)N * C), out2((size_t)N * C), m2(N), s2(N);
-  for (size_t i = 0; i < rcpu.size(); i++)
-    rcpu[i] = bf16r(x[i] + x2[i]);
-  gpt_cpu_layernorm(out2.data(), m2.data(), s2.data(), rcpu.data(), w.data(),
-                    b.data(), N, C);
   KR(k, kern_residual_layernorm_forward(k, res.p, out.p, mean.p, rstd.p, dx.p,
                                         dx2.p, dw.p, db.p, N, C, E));
-  cmp("residual_layernorm_forward residual " + s, down(res), rcpu, TOL_BF16);
-  cmp("residual_layernorm_forward out " + s, down(out), out2, TOL_BF16);
-  cmp("residual_layernorm_forward rstd " + s, down(rstd), s2, TOL_F32);
+  cmp("residual_layernorm_forward residual " + s, down(res), ref.res, TOL_BF16);
+  cmp("residual_layernorm_forward out " + s, down(out), ref.res_out, TOL_BF16);
+  cmp("residual_layernorm_forward rstd " + s, down(rstd), ref.res_rstd,
+      TOL_F32);
 
   /* Backward from the CPU's statistics (the same on both sides), into
    * gradients that already hold values. */
-  vecf dout = randn(r, (size_t)N * C, 0.0f, 1.0f, true);
-  vecf dinp0 = randn(r, (size_t)N * C, 0.0f, 0.5f, true);
-  vecf gw0 = randn(r, C, 0.0f, 1.0f, false),
-       gb0 = randn(r, C, 0.0f, 1.0f, false);
-  vecf dinp = dinp0, gw = gw0, gb = gb0;
-  gpt_cpu_layernorm_backward(dinp.data(), gw.data(), gb.data(), dout.data(),
-                             x.data(), w.data(), mean_cpu.data(),
-                             rstd_cpu.data(), N, C);
-  Dev<floatX> ddout(dout), ddinp(dinp0);
-  Dev<float> dgw(gw0), dgb(gb0);
-  Dev<float> dmean(mean_cpu), drstd(rstd_cpu);
+  Dev<floatX> ddout(ref.dout), ddinp(ref.dinp0);
+  Dev<float> dgw(ref.dw0), dgb(ref.db0);
+  Dev<float> dmean(ref.mean), drstd(ref.rstd);
   Dev<char> scratch(kern_layernorm_backward_scratch_bytes(N, C, k->sm_count));
   KR(k, kern_layernorm_backward(k, ddinp.p, dgw.p, dgb.p, scratch.p, ddout.p,
                                 dx.p, dw.p, dmean.p, drstd.p, N, C, E));
   vecf gw_first = down(dgw), gb_first = down(dgb), dinp_first = down(ddinp);
   /* dinp: BF16 output of a sum with cancelling terms (w*d - means). */
-  cmp("layernorm_backward dinp " + s, dinp_first, dinp, TOL_PRODUCT);
+  cmp("layernorm_backward dinp " + s, dinp_first, ref.dinp, TOL_PRODUCT);
   /* dw, db: FP32 sums over N rows in another order. */
-  cmp("layernorm_backward dw " + s, gw_first, gw, TOL_F32_GEMM);
-  cmp("layernorm_backward db " + s, gb_first, gb, TOL_F32_GEMM);
-  up(ddinp, dinp0);
-  up(dgw, gw0);
-  up(dgb, gb0);
+  cmp("layernorm_backward dw " + s, gw_first, ref.dw, TOL_F32_ROWS);
+  cmp("layernorm_backward db " + s, gb_first, ref.db, TOL_F32_ROWS);
+  up(ddinp, ref.dinp0);
+  up(dgw, ref.dw0);
+  up(dgb, ref.db0);
   KR(k, kern_layernorm_backward(k, ddinp.p, dgw.p, dgb.p, scratch.p, ddout.p,
                                 dx.p, dw.p, dmean.p, drstd.p, N, C, E));
   check("layernorm_backward deterministic " + s,
@@ -439,9 +289,9 @@ static void check_matmul(const kern_ctx *k, Rng &r, int N, int C, int OC,
                              OC, E));
   vecf gw_first = down(dgw), gb_first = down(dgb), di_first = down(ddinp);
   cmp("matmul_backward dinp " + s, di_first, dinp, TOL_PRODUCT);
-  cmp("matmul_backward dw " + s, gw_first, gw, TOL_F32_GEMM);
+  cmp("matmul_backward dw " + s, gw_first, gw, TOL_F32_ROWS);
   if (bias)
-    cmp("matmul_backward dbias " + s, gb_first, gb, TOL_F32_GEMM);
+    cmp("matmul_backward dbias " + s, gb_first, gb, TOL_F32_ROWS);
   else
     check("matmul_backward dbias NULL leaves it " + s, same_bits(gb_first, gb0),
           "untouched");
@@ -493,56 +343,22 @@ static void check_elementwise(const kern_ctx *k, Rng &r, size_t n) {
   cmp("residual_forward " + s, down(out), want, TOL_BF16);
 }
 
-/* The CPU's lse from its probabilities: lse_i = s_ij - log p_ij at the
- * row's largest p (>= 1/(i+1), so the log is accurate). */
-static vecf cpu_lse(const vecf &qkv, const vecf &att, int B, int T, int C,
-                    int NH) {
-  int hs = C / NH;
-  float scale = 1.0f / sqrtf((float)hs);
-  vecf lse((size_t)B * NH * T);
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int i = 0; i < T; i++) {
-        const float *a = att.data() + (((size_t)b * NH + h) * T + i) * T;
-        int j = (int)(std::max_element(a, a + i + 1) - a);
-        const float *q = qkv.data() + ((size_t)b * T + i) * 3 * C + h * hs;
-        const float *kk = qkv.data() + ((size_t)b * T + j) * 3 * C + C + h * hs;
-        double s = 0.0;
-        for (int d = 0; d < hs; d++)
-          s += (double)q[d] * kk[d];
-        lse[((size_t)b * NH + h) * T + i] =
-            (float)(s * scale - log((double)a[j]));
-      }
-  return lse;
-}
-
 /* k's attention_fp32 picks the kernels: the tensor-core ones (head sizes
  * that are multiples of 16) or the FP32 ones; the label says which. */
 static void check_attention(const kern_ctx *k, Rng &r, int B, int T, int C,
                             int NH) {
-  std::string s = shape("B=%d T=%d C=%d NH=%d (hs=%d, %s)", B, T, C, NH,
-                        C / NH,
-                        k->attention_fp32 || (C / NH) % 16 ? "fp32"
-                                                           : "tensor cores");
+  std::string s = attention_shape(B, T, C, NH, k->attention_fp32);
   const size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
-  vecf qkv = randn(r, n3, 0.0f, 1.0f, true);
-  vecf out_cpu(n), att((size_t)B * NH * T * T);
-  gpt_cpu_attention_forward(out_cpu.data(), att.data(), qkv.data(), B, T, C,
-                            NH);
-  vecf lse_cpu = cpu_lse(qkv, att, B, T, C, NH);
-  Dev<floatX> dqkv(qkv), out(n), dq(n3), dq2(n3);
+  const attention_ref<vecf> ref = attention_ref_make<vecf>(r, B, T, C, NH);
+  Dev<floatX> dqkv(ref.qkv), out(n), dq(n3), dq2(n3);
   Dev<float> lse((size_t)B * NH * T);
   KR(k, kern_attention_forward(k, out.p, lse.p, dqkv.p, B, T, C, NH, E));
   /* out: BF16 of an FP32 weighted mean of V rows. */
-  cmp("attention_forward out " + s, down(out), out_cpu, TOL_BF16);
+  cmp("attention_forward out " + s, down(out), ref.out, TOL_BF16);
   /* lse: FP32 on the same inputs (exp/log of another library). */
-  cmp("attention_forward lse " + s, down(lse), lse_cpu, TOL_F32);
+  cmp("attention_forward lse " + s, down(lse), ref.lse, TOL_F32);
 
-  vecf dout = randn(r, n, 0.0f, 1.0f, true), dqkv_cpu(n3);
-  vecf datt((size_t)B * NH * T * T);
-  gpt_cpu_attention_backward(dqkv_cpu.data(), datt.data(), dout.data(),
-                             qkv.data(), att.data(), B, T, C, NH);
-  Dev<floatX> ddout(dout);
+  Dev<floatX> ddout(ref.dout);
   Dev<char> scratch(kern_attention_backward_scratch_bytes(B, T, C, NH));
   /* The GPU's own out and lse, as the backend passes them. D = rowsum(dout
    * * out) then comes from BF16 out: with the BF16 output rounding, a
@@ -550,18 +366,7 @@ static void check_attention(const kern_ctx *k, Rng &r, int B, int T, int C,
   KR(k, kern_attention_backward(k, dq.p, scratch.p, ddout.p, dqkv.p, out.p,
                                 lse.p, B, T, C, NH, E));
   vecf g = down(dq);
-  /* Each of q, k, v separately: their scales differ. */
-  for (int part = 0; part < 3; part++) {
-    static const char *names[] = {"dq", "dk", "dv"};
-    vecf gp, cp;
-    for (size_t bt = 0; bt < (size_t)B * T; bt++)
-      for (int c = 0; c < C; c++) {
-        gp.push_back(g[bt * 3 * C + part * C + c]);
-        cp.push_back(dqkv_cpu[bt * 3 * C + part * C + c]);
-      }
-    cmp(std::string("attention_backward ") + names[part] + " " + s, gp, cp,
-        TOL_PRODUCT);
-  }
+  cmp_dqkv(s, g, ref.dqkv, B, T, C);
   KR(k, kern_attention_backward(k, dq2.p, scratch.p, ddout.p, dqkv.p, out.p,
                                 lse.p, B, T, C, NH, E));
   check("attention_backward deterministic " + s, same_bits(g, down(dq2)),
@@ -570,40 +375,23 @@ static void check_attention(const kern_ctx *k, Rng &r, int B, int T, int C,
 
 static void check_classifier(const kern_ctx *k, Rng &r, int N, int V, int Vp) {
   std::string s = shape("N=%d V=%d Vp=%d", N, V, Vp);
-  vecf logits = randn(r, (size_t)N * Vp, 0.0f, 2.0f, true);
-  for (int i = 0; i < N; i++)
-    for (int j = V; j < Vp; j++)
-      logits[(size_t)i * Vp + j] = 7.0f; /* padding: must be ignored */
-  std::vector<int> tg(N);
-  for (int i = 0; i < N; i++)
-    tg[i] = (int)(r.next() % (uint64_t)V);
-  tg[0] = V - 1;
-  std::vector<uint32_t> u = to_u32(tg);
-  vecf lse(N), losses(N), probs((size_t)N * Vp);
-  gpt_cpu_crossentropy_forward(lse.data(), losses.data(), probs.data(),
-                               logits.data(), u.data(), N, V, Vp);
-  const float dloss = 1.0f / N;
-  gpt_cpu_crossentropy_backward(probs.data(), u.data(), dloss, N, V, Vp);
-  Dev<floatX> dl(logits);
+  const classifier_ref<vecf> ref = classifier_ref_make<vecf>(r, N, V, Vp);
+  Dev<floatX> dl(ref.logits);
   Dev<int> dt(N);
-  up(dt, tg);
+  up(dt, ref.tg);
   Dev<float> dloss_out(N);
   /* Loss only: logits untouched. */
   KR(k, kern_fused_classifier(k, dl.p, dloss_out.p, dt.p, 0.0f, N, V, Vp, E));
-  cmp("fused_classifier losses (dloss=0) " + s, down(dloss_out), losses,
+  cmp("fused_classifier losses (dloss=0) " + s, down(dloss_out), ref.losses,
       TOL_F32);
   check("fused_classifier dloss=0 leaves logits " + s,
-        same_bits(down(dl), logits), "bitwise unchanged");
-  KR(k, kern_fused_classifier(k, dl.p, dloss_out.p, dt.p, dloss, N, V, Vp, E));
+        same_bits(down(dl), ref.logits), "bitwise unchanged");
+  KR(k,
+     kern_fused_classifier(k, dl.p, dloss_out.p, dt.p, ref.dloss, N, V, Vp, E));
   vecf g = down(dl);
-  cmp("fused_classifier losses " + s, down(dloss_out), losses, TOL_F32);
+  cmp("fused_classifier losses " + s, down(dloss_out), ref.losses, TOL_F32);
   /* dlogits: BF16 of dloss * (p - onehot). */
-  cmp("fused_classifier dlogits " + s, g, probs, TOL_BF16);
-  bool pad0 = true;
-  for (int i = 0; i < N; i++)
-    for (int j = V; j < Vp; j++)
-      pad0 = pad0 && g[(size_t)i * Vp + j] == 0.0f;
-  check("fused_classifier padding columns " + s, pad0, "all 0");
+  cmp_dlogits(s, g, ref.probs, N, V, Vp);
 }
 
 static void check_classifier_errors(const kern_ctx *k) {
@@ -623,28 +411,18 @@ static void check_classifier_errors(const kern_ctx *k) {
 
 static void check_reductions(const kern_ctx *k, Rng &r, size_t n) {
   std::string s = shape("n=%zu", n);
-  vecf x = randn(r, n, 0.25f, 1.0f, false);
-  double ss = 0.0, sum = 0.0, sabs = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    ss += (double)x[i] * x[i];
-    sum += x[i];
-    sabs += fabs(x[i]);
-  }
-  Dev<float> dx(x), out(1), out2(1);
+  const reduction_ref<vecf> ref = reduction_ref_make<vecf>(r, n);
+  Dev<float> dx(ref.x), out(1), out2(1);
   Dev<char> scratch(kern_norm_scratch_bytes(n, k->sm_count));
   KR(k, kern_sum_squares(k, out.p, scratch.p, dx.p, n, E));
   KR(k, kern_sum_squares(k, out2.p, scratch.p, dx.p, n, E));
   vecf a = down(out);
   /* Against a double sum: FP32 partial sums of ~n/2^18 terms each. */
-  cmp("sum_squares " + s, a, vecf(1, (float)ss), TOL_F32);
+  cmp("sum_squares " + s, a, vecf(1, (float)ref.ss), TOL_F32);
   check("sum_squares deterministic " + s, same_bits(a, down(out2)),
         "two runs bitwise equal");
   KR(k, kern_mean(k, out.p, scratch.p, dx.p, n, E));
-  /* The mean can be near 0: its error relative to mean |x|. */
-  double d = fabs((double)down(out)[0] - sum / n) / (sabs / n);
-  char buf[96];
-  snprintf(buf, sizeof buf, "|gpu-cpu| / mean|x| %.2e (tol %.0e)", d, TOL_F32);
-  check("mean " + s, d <= TOL_F32, buf);
+  check_mean(s, down(out)[0], ref);
 }
 
 /* Optimizers against optim_step on the same state: the same formulas and
@@ -655,74 +433,31 @@ static void check_optim(const kern_ctx *k, Rng &r, optim_kind kind, int decay,
                         size_t n) {
   const char *name = kind == OPTIM_ADAMW ? "adamw_update" : "lion_update";
   std::string s = shape("n=%zu decay=%d", n, decay);
-  optim_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.kind = kind;
-  cfg.beta1 = 0.9f;
-  cfg.beta2 = kind == OPTIM_ADAMW ? 0.95f : 0.99f;
-  cfg.eps = 1e-8f;
-  cfg.weight_decay = kind == OPTIM_ADAMW ? 0.1f : 1.0f;
-  optim_group gr = {0, n, decay};
-  optim *o = NULL;
+  const optim_case oc = optim_case_make(kind);
   char err[256];
-  if (optim_create(&cfg, n, &gr, 1, &o, err, sizeof err))
+  optim_ptr o = optim_case_create(oc, n, decay, err, sizeof err);
+  if (!o)
     throw check_abort(err);
-  std::unique_ptr<optim, void (*)(optim *)> own(o, optim_destroy);
-  const uint64_t t = 7; /* a step past the first: moments matter */
-  const float lr = kind == OPTIM_ADAMW ? 6e-4f : 1e-4f, gscale = 0.5f;
-  vecf p = randn(r, n, 0.0f, 0.05f, false), g = randn(r, n, 0.0f, 0.01f, false);
-  vecf m = randn(r, n, 0.0f, 0.005f, false), v(n);
-  for (size_t i = 0; i < n; i++)
-    v[i] = 1e-5f * (float)r.uni();
-  /* CPU: the grads pre-scaled (the kernels scale inside). */
-  vecf gs(n), pc = p;
-  for (size_t i = 0; i < n; i++)
-    gs[i] = g[i] * gscale;
-  float *st = optim_state(o);
-  memcpy(st, m.data(), n * sizeof(float));
-  if (kind == OPTIM_ADAMW)
-    memcpy(st + n, v.data(), n * sizeof(float));
-  optim_set_t(o, t - 1);
-  optim_step(o, pc.data(), gs.data(), lr);
-  vecf mc(st, st + n),
-      vc = kind == OPTIM_ADAMW ? vecf(st + n, st + 2 * n) : vecf();
+  optim_ref<vecf> ref = optim_ref_inputs<vecf>(r, n);
+  optim_ref_step(o.get(), oc, ref);
 
-  Dev<float> dp(p), dg(g), dm(m), dv(v);
+  Dev<float> dp(ref.p), dg(ref.g), dm(ref.m), dv(ref.v);
   Dev<floatX> pb(n);
-  const float wd = decay ? cfg.weight_decay : 0.0f;
+  const float wd = decay ? oc.cfg.weight_decay : 0.0f;
   if (kind == OPTIM_ADAMW) {
-    float c1 = (float)(1.0 - pow(optim_as_written(cfg.beta1), (double)t));
-    float c2 = (float)(1.0 - pow(optim_as_written(cfg.beta2), (double)t));
-    KR(k, kern_adamw_update(k, dp.p, pb.p, dm.p, dv.p, dg.p, n, lr, cfg.beta1,
-                            cfg.beta2, c1, c2, cfg.eps, wd, gscale, E));
+    KR(k, kern_adamw_update(k, dp.p, pb.p, dm.p, dv.p, dg.p, n, oc.lr,
+                            oc.cfg.beta1, oc.cfg.beta2, oc.c1, oc.c2,
+                            oc.cfg.eps, wd, oc.gscale, E));
   } else {
-    KR(k, kern_lion_update(k, dp.p, pb.p, dm.p, dg.p, n, lr, cfg.beta1,
-                           cfg.beta2, wd, gscale, E));
+    KR(k, kern_lion_update(k, dp.p, pb.p, dm.p, dg.p, n, oc.lr, oc.cfg.beta1,
+                           oc.cfg.beta2, wd, oc.gscale, E));
   }
   vecf pg = down(dp);
-  /* The update is ~lr of p: compare the change, not p, so that the
-   * tolerance means something. AdamW: the bias corrections arrive rounded
-   * to float (1 ulp of the step size, 1e-7), so 1e-6 of the update; and
-   * that 1e-7 of the update can move the new master across a rounding
-   * boundary, 1 ulp of p (up to max|p| 2^-23), which measured against the
-   * largest update of a few thousand values (~1e-2) is itself ~1e-6: so
-   * 2 such ulps are allowed on top. A wrong formula or constant is off by
-   * far more (>= 1e-3 of the update). */
-  vecf dgpu(n), dcpu(n);
-  double pmax = 0.0, umax = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    dgpu[i] = pg[i] - p[i];
-    dcpu[i] = pc[i] - p[i];
-    pmax = std::max(pmax, (double)fabsf(pc[i]));
-    umax = std::max(umax, (double)fabsf(dcpu[i]));
-  }
-  double tol = kind == OPTIM_ADAMW
-                   ? 1e-6 + (umax > 0 ? 2.0 * pmax * ldexp(1.0, -23) / umax : 0)
-                   : 0.0;
-  cmp(std::string(name) + " update " + s, dgpu, dcpu, tol);
-  cmp(std::string(name) + " m " + s, down(dm), mc, 0.0);
+  cmp_update(std::string(name) + " update " + s, ref.p, pg, ref.pc,
+             kind == OPTIM_ADAMW);
+  cmp(std::string(name) + " m " + s, down(dm), ref.mc, 0.0);
   if (kind == OPTIM_ADAMW)
-    cmp(std::string(name) + " v " + s, down(dv), vc, 0.0);
+    cmp(std::string(name) + " v " + s, down(dv), ref.vc, 0.0);
   vecf want(n);
   for (size_t i = 0; i < n; i++)
     want[i] = bf16r(pg[i]);
@@ -730,8 +465,9 @@ static void check_optim(const kern_ctx *k, Rng &r, optim_kind kind, int decay,
         "round to nearest even of master");
   if (kind == OPTIM_ADAMW)
     expect_error("adamw_update refuses b1_corr = 0 (step 0)",
-                 kern_adamw_update(k, dp.p, pb.p, dm.p, dv.p, dg.p, n, lr, 0.9f,
-                                   0.95f, 0.0f, 0.1f, 1e-8f, 0.0f, 1.0f, E),
+                 kern_adamw_update(k, dp.p, pb.p, dm.p, dv.p, dg.p, n, oc.lr,
+                                   0.9f, 0.95f, 0.0f, 0.1f, 1e-8f, 0.0f, 1.0f,
+                                   E),
                  "kern_adamw_update");
 }
 

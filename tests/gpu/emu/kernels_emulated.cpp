@@ -31,15 +31,12 @@
  */
 #include "emu.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include <memory>
 #include <new>
-#include <string>
-#include <vector>
 
+#include "../check_common.h"
 #include "kernels_common.cuh"
 extern "C" {
 #include "gpt_impl.h"
@@ -63,39 +60,10 @@ template <class T> struct aligned_alloc64 {
 };
 typedef std::vector<float, aligned_alloc64<float>> vecf;
 typedef std::vector<floatX, aligned_alloc64<floatX>> vecx;
-
-static int g_fail, g_pass;
-static char g_err[512];
-#define E g_err, sizeof g_err
-
-/* ---- Random inputs (kernel_check's: splitmix64, Box-Muller) ---- */
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uni() { return (double)(next() >> 11) * (1.0 / 9007199254740992.0); }
-  float normal() {
-    double u1 = uni(), u2 = uni();
-    if (u1 < 1e-300)
-      u1 = 1e-300;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-  }
-};
-
-static float bf16r(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+extern const char check_side[] = "emu";
 
 static vecf randn(Rng &r, size_t n, float mean, float std, bool round) {
-  vecf v(n);
-  for (size_t i = 0; i < n; i++) {
-    float x = mean + std * r.normal();
-    v[i] = round ? bf16r(x) : x;
-  }
-  return v;
+  return randn_as<vecf>(r, n, mean, std, round);
 }
 
 static vecx tox(const vecf &v) {
@@ -111,47 +79,6 @@ static vecf tof(const vecx &v) {
   return r;
 }
 
-/* ---- Checks (kernel_check's) ---- */
-
-/* max|emu - cpu| / max|cpu| <= tol; a non-finite value where the CPU
- * has a finite one fails (the NaN of poisoned shared memory). */
-static void cmp(const std::string &what, const vecf &got, const vecf &want,
-                double tol) {
-  double md = 0.0, mc = 0.0;
-  size_t worst = 0, bad = 0;
-  for (size_t i = 0; i < want.size() && i < got.size(); i++) {
-    if (!std::isfinite(got[i]) && std::isfinite(want[i]))
-      bad++;
-    double d = fabs((double)got[i] - (double)want[i]);
-    if (d > md) {
-      md = d;
-      worst = i;
-    }
-    mc = std::max(mc, fabs((double)want[i]));
-  }
-  double rel = mc > 0 ? md / mc : md;
-  bool ok = got.size() == want.size() && bad == 0 && rel <= tol;
-  printf("%s %-58s rel err %.2e (tol %.0e)", ok ? "PASS" : "FAIL", what.c_str(),
-         rel, tol);
-  if (bad)
-    printf(" %zu non-finite", bad);
-  if (!ok && md > 0)
-    printf(" worst [%zu] emu %g cpu %g", worst, (double)got[worst],
-           (double)want[worst]);
-  printf("\n");
-  ok ? g_pass++ : g_fail++;
-}
-
-static void check(const std::string &what, bool ok, const char *detail) {
-  printf("%s %-58s %s\n", ok ? "PASS" : "FAIL", what.c_str(), detail);
-  ok ? g_pass++ : g_fail++;
-}
-
-static bool same_bits(const vecf &a, const vecf &b) {
-  return a.size() == b.size() &&
-         memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 /* A launcher that must succeed (a launch the emulator refuses as a GPU
  * would makes it return -1). */
 #define KR(call)                                                               \
@@ -162,34 +89,6 @@ static bool same_bits(const vecf &a, const vecf &b) {
       g_fail++;                                                                \
     }                                                                          \
   } while (0)
-
-/* A launcher given bad input must return -1 with its name in err. */
-static void expect_error(const std::string &what, int rc, const char *op) {
-  bool ok = rc == -1 && strstr(g_err, op) != NULL;
-  std::string detail = "-> " + std::to_string(rc) + ": " + g_err;
-  check(what, ok, detail.c_str());
-  g_err[0] = 0;
-}
-
-static std::string shape(const char *fmt, ...) {
-  char buf[160];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  return buf;
-}
-
-static std::vector<uint32_t> to_u32(const std::vector<int> &v) {
-  return std::vector<uint32_t>(v.begin(), v.end());
-}
-
-/* kernel_check's tolerances, with its reasons: one BF16 rounding is at
- * most 2e-3 of max|cpu| (1e-2: 5x room; a wrong index or formula gives
- * O(1)); BF16 results of sums with cancelling terms 2e-2; FP32 results
- * on the same inputs in another order 1e-4, over many rows 1e-3. */
-static const double TOL_BF16 = 1e-2, TOL_PRODUCT = 2e-2, TOL_F32 = 1e-4,
-                    TOL_F32_ROWS = 1e-3;
 
 /* ---- misc.cu ---- */
 
@@ -223,58 +122,43 @@ static void check_conversions(const kern_ctx *k, Rng &r, size_t n) {
 static void check_encoder(const kern_ctx *k, const kern_ctx *knd, Rng &r, int B,
                           int T, int C, int V, int Vp) {
   const size_t N = (size_t)B * T;
-  /* Tokens from a small range: many repeats, as real text has. */
-  std::vector<int> ids(N);
-  for (size_t i = 0; i < N; i++)
-    ids[i] = (int)(r.next() % (uint64_t)std::min(V, 13));
-  ids[0] = V - 1;
-  vecf wte = randn(r, (size_t)Vp * C, 0.0f, 0.02f, true);
-  vecf wpe = randn(r, (size_t)T * C, 0.0f, 0.01f, true);
   std::string s = shape("B=%d T=%d C=%d", B, T, C);
-  std::vector<uint32_t> u = to_u32(ids);
-
-  vecf out_cpu(N * C);
-  gpt_cpu_encoder_forward(out_cpu.data(), u.data(), wte.data(), wpe.data(), B,
-                          T, C);
-  vecx xwte = tox(wte), xwpe = tox(wpe), out(N * C);
-  KR(kern_encoder_forward(k, out.data(), ids.data(), xwte.data(), xwpe.data(),
-                          B, T, C, E));
-  cmp("encoder_forward " + s, tof(out), out_cpu, TOL_BF16);
-
-  vecf dout = randn(r, N * C, 0.0f, 1.0f, true);
-  vecf gwte0 = randn(r, (size_t)Vp * C, 0.0f, 0.1f, false);
-  vecf gwpe0 = randn(r, (size_t)T * C, 0.0f, 0.1f, false);
-  vecf gwte = gwte0, gwpe = gwpe0;
-  gpt_cpu_encoder_backward(gwte.data(), gwpe.data(), dout.data(), u.data(), B,
-                           T, C);
-  vecx xdout = tox(dout);
-  vecf te = gwte0, pe = gwpe0;
+  /* Tokens from the first 13: many repeats, as real text has. */
+  const encoder_ref<vecf> ref = encoder_ref_make<vecf>(r, B, T, C, V, Vp, 13);
+  vecx xwte = tox(ref.wte), xwpe = tox(ref.wpe), out(N * C);
+  KR(kern_encoder_forward(k, out.data(), ref.ids.data(), xwte.data(),
+                          xwpe.data(), B, T, C, E));
+  cmp("encoder_forward " + s, tof(out), ref.out, TOL_BF16);
+  vecx xdout = tox(ref.dout);
+  vecf te = ref.gwte0, pe = ref.gwpe0;
   std::vector<char> scratch(kern_encoder_backward_scratch_bytes(B, T, C));
   KR(kern_encoder_backward(k, te.data(), pe.data(), scratch.data(),
-                           xdout.data(), ids.data(), ids.data(), B, T, C, E));
-  cmp("encoder_backward dwte (bucketed) " + s, te, gwte, TOL_F32);
-  cmp("encoder_backward dwpe " + s, pe, gwpe, TOL_F32);
+                           xdout.data(), ref.ids.data(), ref.ids.data(), B, T,
+                           C, E));
+  cmp("encoder_backward dwte (bucketed) " + s, te, ref.gwte, TOL_F32);
+  cmp("encoder_backward dwpe " + s, pe, ref.gwpe, TOL_F32);
   vecf first = te;
-  te = gwte0;
-  pe = gwpe0;
+  te = ref.gwte0;
+  pe = ref.gwpe0;
   KR(kern_encoder_backward(k, te.data(), pe.data(), scratch.data(),
-                           xdout.data(), ids.data(), ids.data(), B, T, C, E));
+                           xdout.data(), ref.ids.data(), ref.ids.data(), B, T,
+                           C, E));
   check("encoder_backward deterministic " + s, same_bits(first, te),
         "two runs bitwise equal");
-  te = gwte0;
-  pe = gwpe0;
+  te = ref.gwte0;
+  pe = ref.gwpe0;
   KR(kern_encoder_backward(knd, te.data(), pe.data(), scratch.data(),
-                           xdout.data(), ids.data(), NULL, B, T, C, E));
-  cmp("encoder_backward dwte (atomic) " + s, te, gwte, TOL_F32);
+                           xdout.data(), ref.ids.data(), NULL, B, T, C, E));
+  cmp("encoder_backward dwte (atomic) " + s, te, ref.gwte, TOL_F32);
   expect_error("encoder_backward refuses atomics in deterministic mode",
                kern_encoder_backward(k, te.data(), pe.data(), scratch.data(),
-                                     xdout.data(), ids.data(), NULL, B, T, C,
-                                     E),
+                                     xdout.data(), ref.ids.data(), NULL, B, T,
+                                     C, E),
                "kern_encoder_backward");
   expect_error("encoder_backward refuses host ids without scratch",
                kern_encoder_backward(k, te.data(), pe.data(), NULL,
-                                     xdout.data(), ids.data(), ids.data(), B, T,
-                                     C, E),
+                                     xdout.data(), ref.ids.data(),
+                                     ref.ids.data(), B, T, C, E),
                "kern_encoder_backward");
 }
 
@@ -299,50 +183,31 @@ static void check_elementwise(const kern_ctx *k, Rng &r, size_t n) {
 
 static void check_reductions(const kern_ctx *k, Rng &r, size_t n) {
   std::string s = shape("n=%zu", n);
-  vecf x = randn(r, n, 0.25f, 1.0f, false);
-  double ss = 0.0, sum = 0.0, sabs = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    ss += (double)x[i] * x[i];
-    sum += x[i];
-    sabs += fabs(x[i]);
-  }
+  const reduction_ref<vecf> ref = reduction_ref_make<vecf>(r, n);
   vecf scratch(kern_norm_scratch_bytes(n, k->sm_count) / sizeof(float));
   float a = NAN, b = NAN, m = NAN;
-  KR(kern_sum_squares(k, &a, scratch.data(), x.data(), n, E));
-  KR(kern_sum_squares(k, &b, scratch.data(), x.data(), n, E));
-  cmp("sum_squares " + s, vecf(1, a), vecf(1, (float)ss), TOL_F32);
+  KR(kern_sum_squares(k, &a, scratch.data(), ref.x.data(), n, E));
+  KR(kern_sum_squares(k, &b, scratch.data(), ref.x.data(), n, E));
+  cmp("sum_squares " + s, vecf(1, a), vecf(1, (float)ref.ss), TOL_F32);
   check("sum_squares deterministic " + s, memcmp(&a, &b, sizeof a) == 0,
         "two runs bitwise equal");
-  KR(kern_mean(k, &m, scratch.data(), x.data(), n, E));
-  /* The mean can be near 0: its error relative to mean |x|. */
-  double d = fabs((double)m - sum / n) / (sabs / n);
-  char buf[96];
-  snprintf(buf, sizeof buf, "|emu-cpu| / mean|x| %.2e (tol %.0e)", d, TOL_F32);
-  check("mean " + s, d <= TOL_F32, buf);
+  KR(kern_mean(k, &m, scratch.data(), ref.x.data(), n, E));
+  check_mean(s, m, ref);
 }
 
 /* ---- layernorm.cu ---- */
 
 static void check_layernorm(const kern_ctx *k, Rng &r, int N, int C) {
   std::string s = shape("N=%d C=%d", N, C);
-  vecf x((size_t)N * C), x2 = randn(r, (size_t)N * C, 0.0f, 0.5f, true);
-  for (int i = 0; i < N; i++) {
-    float off = r.normal(), sc = 0.5f + 2.0f * (float)r.uni();
-    for (int c = 0; c < C; c++)
-      x[(size_t)i * C + c] = bf16r(off + sc * r.normal());
-  }
-  vecf w = randn(r, C, 1.0f, 0.1f, true), b = randn(r, C, 0.0f, 0.1f, true);
-  vecf out_cpu((size_t)N * C), mean_cpu(N), rstd_cpu(N);
-  gpt_cpu_layernorm(out_cpu.data(), mean_cpu.data(), rstd_cpu.data(), x.data(),
-                    w.data(), b.data(), N, C);
-  vecx xx = tox(x), xx2 = tox(x2), xw = tox(w), xb = tox(b);
+  const layernorm_ref<vecf> ref = layernorm_ref_make<vecf>(r, N, C);
+  vecx xx = tox(ref.x), xx2 = tox(ref.x2), xw = tox(ref.w), xb = tox(ref.b);
   vecx out((size_t)N * C), res((size_t)N * C);
   vecf mean(N, NAN), rstd(N, NAN);
   KR(kern_layernorm_forward(k, out.data(), mean.data(), rstd.data(), xx.data(),
                             xw.data(), xb.data(), N, C, E));
-  cmp("layernorm_forward out " + s, tof(out), out_cpu, TOL_BF16);
-  cmp("layernorm_forward mean " + s, mean, mean_cpu, TOL_F32);
-  cmp("layernorm_forward rstd " + s, rstd, rstd_cpu, TOL_F32);
+  cmp("layernorm_forward out " + s, tof(out), ref.out, TOL_BF16);
+  cmp("layernorm_forward mean " + s, mean, ref.mean, TOL_F32);
+  cmp("layernorm_forward rstd " + s, rstd, ref.rstd, TOL_F32);
   vecf out_first = tof(out);
   out.assign(out.size(), __float2bfloat16_rn(0.0f));
   KR(kern_layernorm_forward(k, out.data(), NULL, NULL, xx.data(), xw.data(),
@@ -350,37 +215,24 @@ static void check_layernorm(const kern_ctx *k, Rng &r, int N, int C) {
   check("layernorm_forward mean, rstd NULL " + s,
         same_bits(out_first, tof(out)), "same out");
 
-  vecf rcpu((size_t)N * C), out2((size_t)N * C), m2(N), s2(N);
-  for (size_t i = 0; i < rcpu.size(); i++)
-    rcpu[i] = bf16r(x[i] + x2[i]);
-  gpt_cpu_layernorm(out2.data(), m2.data(), s2.data(), rcpu.data(), w.data(),
-                    b.data(), N, C);
   KR(kern_residual_layernorm_forward(k, res.data(), out.data(), mean.data(),
                                      rstd.data(), xx.data(), xx2.data(),
                                      xw.data(), xb.data(), N, C, E));
-  cmp("residual_layernorm_forward residual " + s, tof(res), rcpu, TOL_BF16);
-  cmp("residual_layernorm_forward out " + s, tof(out), out2, TOL_BF16);
-  cmp("residual_layernorm_forward mean " + s, mean, m2, TOL_F32);
-  cmp("residual_layernorm_forward rstd " + s, rstd, s2, TOL_F32);
+  cmp("residual_layernorm_forward residual " + s, tof(res), ref.res, TOL_BF16);
+  cmp("residual_layernorm_forward out " + s, tof(out), ref.res_out, TOL_BF16);
+  cmp("residual_layernorm_forward mean " + s, mean, ref.res_mean, TOL_F32);
+  cmp("residual_layernorm_forward rstd " + s, rstd, ref.res_rstd, TOL_F32);
 
-  vecf dout = randn(r, (size_t)N * C, 0.0f, 1.0f, true);
-  vecf dinp0 = randn(r, (size_t)N * C, 0.0f, 0.5f, true);
-  vecf gw0 = randn(r, C, 0.0f, 1.0f, false),
-       gb0 = randn(r, C, 0.0f, 1.0f, false);
-  vecf dinp = dinp0, gw = gw0, gb = gb0;
-  gpt_cpu_layernorm_backward(dinp.data(), gw.data(), gb.data(), dout.data(),
-                             x.data(), w.data(), mean_cpu.data(),
-                             rstd_cpu.data(), N, C);
-  vecx xdout = tox(dout), xdinp = tox(dinp0);
-  vecf ggw = gw0, ggb = gb0;
+  vecx xdout = tox(ref.dout), xdinp = tox(ref.dinp0);
+  vecf ggw = ref.dw0, ggb = ref.db0;
   vecf scratch(kern_layernorm_backward_scratch_bytes(N, C, k->sm_count) /
                sizeof(float));
   KR(kern_layernorm_backward(k, xdinp.data(), ggw.data(), ggb.data(),
                              scratch.data(), xdout.data(), xx.data(), xw.data(),
-                             mean_cpu.data(), rstd_cpu.data(), N, C, E));
-  cmp("layernorm_backward dinp " + s, tof(xdinp), dinp, TOL_PRODUCT);
-  cmp("layernorm_backward dw " + s, ggw, gw, TOL_F32_ROWS);
-  cmp("layernorm_backward db " + s, ggb, gb, TOL_F32_ROWS);
+                             ref.mean.data(), ref.rstd.data(), N, C, E));
+  cmp("layernorm_backward dinp " + s, tof(xdinp), ref.dinp, TOL_PRODUCT);
+  cmp("layernorm_backward dw " + s, ggw, ref.dw, TOL_F32_ROWS);
+  cmp("layernorm_backward db " + s, ggb, ref.db, TOL_F32_ROWS);
 }
 
 /* kc_colsum (matmul_lt.cu's bias gradient): db (OC) += column sums of
@@ -404,74 +256,30 @@ static void check_colsum(const kern_ctx *k, Rng &r, int N, int OC) {
 
 /* ---- attention.cu ---- */
 
-/* The CPU's lse from its probabilities: lse_i = s_ij - log p_ij at the
- * row's largest p (kernel_check's cpu_lse). */
-static vecf cpu_lse(const vecf &qkv, const vecf &att, int B, int T, int C,
-                    int NH) {
-  int hs = C / NH;
-  float scale = 1.0f / sqrtf((float)hs);
-  vecf lse((size_t)B * NH * T);
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int i = 0; i < T; i++) {
-        const float *a = att.data() + (((size_t)b * NH + h) * T + i) * T;
-        int j = (int)(std::max_element(a, a + i + 1) - a);
-        const float *q = qkv.data() + ((size_t)b * T + i) * 3 * C + h * hs;
-        const float *kk = qkv.data() + ((size_t)b * T + j) * 3 * C + C + h * hs;
-        double sc = 0.0;
-        for (int d = 0; d < hs; d++)
-          sc += (double)q[d] * kk[d];
-        lse[((size_t)b * NH + h) * T + i] =
-            (float)(sc * scale - log((double)a[j]));
-      }
-  return lse;
-}
-
 /* twice: run the backward pass again, which must give the same bits
  * (costly here: for one shape only). */
 static void check_attention(const kern_ctx *k, Rng &r, int B, int T, int C,
                             int NH, bool twice) {
   /* k's attention_fp32 picks attention.cu's FP32 kernels or
    * attention_tc.cu's (head sizes that are multiples of 16). */
-  std::string s = shape("B=%d T=%d C=%d NH=%d (hs=%d, %s)", B, T, C, NH,
-                        C / NH,
-                        k->attention_fp32 || (C / NH) % 16 ? "fp32"
-                                                           : "tensor cores");
+  std::string s = attention_shape(B, T, C, NH, k->attention_fp32);
   const size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
-  vecf qkv = randn(r, n3, 0.0f, 1.0f, true);
-  vecf out_cpu(n), att((size_t)B * NH * T * T);
-  gpt_cpu_attention_forward(out_cpu.data(), att.data(), qkv.data(), B, T, C,
-                            NH);
-  vecf lse_cpu = cpu_lse(qkv, att, B, T, C, NH);
-  vecx xqkv = tox(qkv), out(n), dq(n3), dq2(n3);
+  const attention_ref<vecf> ref = attention_ref_make<vecf>(r, B, T, C, NH);
+  vecx xqkv = tox(ref.qkv), out(n), dq(n3), dq2(n3);
   vecf lse((size_t)B * NH * T, NAN);
   KR(kern_attention_forward(k, out.data(), lse.data(), xqkv.data(), B, T, C, NH,
                             E));
-  cmp("attention_forward out " + s, tof(out), out_cpu, TOL_BF16);
-  cmp("attention_forward lse " + s, lse, lse_cpu, TOL_F32);
+  cmp("attention_forward out " + s, tof(out), ref.out, TOL_BF16);
+  cmp("attention_forward lse " + s, lse, ref.lse, TOL_F32);
 
-  vecf dout = randn(r, n, 0.0f, 1.0f, true), dqkv_cpu(n3);
-  vecf datt((size_t)B * NH * T * T);
-  gpt_cpu_attention_backward(dqkv_cpu.data(), datt.data(), dout.data(),
-                             qkv.data(), att.data(), B, T, C, NH);
-  vecx xdout = tox(dout);
+  vecx xdout = tox(ref.dout);
   vecf scratch(kern_attention_backward_scratch_bytes(B, T, C, NH) /
                sizeof(float));
   KR(kern_attention_backward(k, dq.data(), scratch.data(), xdout.data(),
                              xqkv.data(), out.data(), lse.data(), B, T, C, NH,
                              E));
   vecf g = tof(dq);
-  for (int part = 0; part < 3; part++) {
-    static const char *names[] = {"dq", "dk", "dv"};
-    vecf gp, cp;
-    for (size_t bt = 0; bt < (size_t)B * T; bt++)
-      for (int c = 0; c < C; c++) {
-        gp.push_back(g[bt * 3 * C + part * C + c]);
-        cp.push_back(dqkv_cpu[bt * 3 * C + part * C + c]);
-      }
-    cmp(std::string("attention_backward ") + names[part] + " " + s, gp, cp,
-        TOL_PRODUCT);
-  }
+  cmp_dqkv(s, g, ref.dqkv, B, T, C);
   if (!twice)
     return;
   KR(kern_attention_backward(k, dq2.data(), scratch.data(), xdout.data(),
@@ -485,37 +293,19 @@ static void check_attention(const kern_ctx *k, Rng &r, int B, int T, int C,
 
 static void check_classifier(const kern_ctx *k, Rng &r, int N, int V, int Vp) {
   std::string s = shape("N=%d V=%d Vp=%d", N, V, Vp);
-  vecf logits = randn(r, (size_t)N * Vp, 0.0f, 2.0f, true);
-  for (int i = 0; i < N; i++)
-    for (int j = V; j < Vp; j++)
-      logits[(size_t)i * Vp + j] = 7.0f; /* padding: must be ignored */
-  std::vector<int> tg(N);
-  for (int i = 0; i < N; i++)
-    tg[i] = (int)(r.next() % (uint64_t)V);
-  tg[0] = V - 1;
-  std::vector<uint32_t> u = to_u32(tg);
-  vecf lse(N), losses(N), probs((size_t)N * Vp);
-  gpt_cpu_crossentropy_forward(lse.data(), losses.data(), probs.data(),
-                               logits.data(), u.data(), N, V, Vp);
-  const float dloss = 1.0f / N;
-  gpt_cpu_crossentropy_backward(probs.data(), u.data(), dloss, N, V, Vp);
-  vecx xl = tox(logits);
+  const classifier_ref<vecf> ref = classifier_ref_make<vecf>(r, N, V, Vp);
+  vecx xl = tox(ref.logits);
   vecf got(N, NAN);
-  KR(kern_fused_classifier(k, xl.data(), got.data(), tg.data(), 0.0f, N, V, Vp,
-                           E));
-  cmp("fused_classifier losses (dloss=0) " + s, got, losses, TOL_F32);
+  KR(kern_fused_classifier(k, xl.data(), got.data(), ref.tg.data(), 0.0f, N, V,
+                           Vp, E));
+  cmp("fused_classifier losses (dloss=0) " + s, got, ref.losses, TOL_F32);
   check("fused_classifier dloss=0 leaves logits " + s,
-        same_bits(tof(xl), logits), "bitwise unchanged");
-  KR(kern_fused_classifier(k, xl.data(), got.data(), tg.data(), dloss, N, V, Vp,
-                           E));
+        same_bits(tof(xl), ref.logits), "bitwise unchanged");
+  KR(kern_fused_classifier(k, xl.data(), got.data(), ref.tg.data(), ref.dloss,
+                           N, V, Vp, E));
   vecf g = tof(xl);
-  cmp("fused_classifier losses " + s, got, losses, TOL_F32);
-  cmp("fused_classifier dlogits " + s, g, probs, TOL_BF16);
-  bool pad0 = true;
-  for (int i = 0; i < N; i++)
-    for (int j = V; j < Vp; j++)
-      pad0 = pad0 && g[(size_t)i * Vp + j] == 0.0f;
-  check("fused_classifier padding columns " + s, pad0, "all 0");
+  cmp("fused_classifier losses " + s, got, ref.losses, TOL_F32);
+  cmp_dlogits(s, g, ref.probs, N, V, Vp);
 }
 
 static void check_classifier_errors(const kern_ctx *k) {
@@ -538,75 +328,37 @@ static void check_optim(const kern_ctx *k, Rng &r, optim_kind kind, int decay,
                         size_t n) {
   const char *name = kind == OPTIM_ADAMW ? "adamw_update" : "lion_update";
   std::string s = shape("n=%zu decay=%d", n, decay);
-  optim_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.kind = kind;
-  cfg.beta1 = 0.9f;
-  cfg.beta2 = kind == OPTIM_ADAMW ? 0.95f : 0.99f;
-  cfg.eps = 1e-8f;
-  cfg.weight_decay = kind == OPTIM_ADAMW ? 0.1f : 1.0f;
-  optim_group gr = {0, n, decay};
-  optim *o = NULL;
+  const optim_case oc = optim_case_make(kind);
   char err[256];
-  if (optim_create(&cfg, n, &gr, 1, &o, err, sizeof err)) {
+  optim_ptr o = optim_case_create(oc, n, decay, err, sizeof err);
+  if (!o) {
     check(std::string(name) + " optim_create", false, err);
     return;
   }
-  std::unique_ptr<optim, void (*)(optim *)> own(o, optim_destroy);
-  const uint64_t t = 7; /* a step past the first: moments matter */
-  const float lr = kind == OPTIM_ADAMW ? 6e-4f : 1e-4f, gscale = 0.5f;
-  vecf p = randn(r, n, 0.0f, 0.05f, false), g = randn(r, n, 0.0f, 0.01f, false);
-  vecf m = randn(r, n, 0.0f, 0.005f, false), v(n);
-  for (size_t i = 0; i < n; i++)
-    v[i] = 1e-5f * (float)r.uni();
+  optim_ref<vecf> ref = optim_ref_inputs<vecf>(r, n);
   /* Lion's sign(0) = 0: some moments and gradients that cancel. */
   for (size_t i = 0; i < n; i += 97) {
-    m[i] = 0.0f;
-    g[i] = 0.0f;
+    ref.m[i] = 0.0f;
+    ref.g[i] = 0.0f;
   }
-  vecf gs(n), pc = p;
-  for (size_t i = 0; i < n; i++)
-    gs[i] = g[i] * gscale;
-  float *st = optim_state(o);
-  memcpy(st, m.data(), n * sizeof(float));
-  if (kind == OPTIM_ADAMW)
-    memcpy(st + n, v.data(), n * sizeof(float));
-  optim_set_t(o, t - 1);
-  optim_step(o, pc.data(), gs.data(), lr);
-  vecf mc(st, st + n),
-      vc = kind == OPTIM_ADAMW ? vecf(st + n, st + 2 * n) : vecf();
+  optim_ref_step(o.get(), oc, ref);
 
-  vecf pe = p, me = m, ve = v;
+  vecf pe = ref.p, me = ref.m, ve = ref.v;
   vecx pb(n);
-  const float wd = decay ? cfg.weight_decay : 0.0f;
+  const float wd = decay ? oc.cfg.weight_decay : 0.0f;
   if (kind == OPTIM_ADAMW) {
-    float c1 = (float)(1.0 - pow(optim_as_written(cfg.beta1), (double)t));
-    float c2 = (float)(1.0 - pow(optim_as_written(cfg.beta2), (double)t));
     KR(kern_adamw_update(k, pe.data(), pb.data(), me.data(), ve.data(),
-                         g.data(), n, lr, cfg.beta1, cfg.beta2, c1, c2, cfg.eps,
-                         wd, gscale, E));
+                         ref.g.data(), n, oc.lr, oc.cfg.beta1, oc.cfg.beta2,
+                         oc.c1, oc.c2, oc.cfg.eps, wd, oc.gscale, E));
   } else {
-    KR(kern_lion_update(k, pe.data(), pb.data(), me.data(), g.data(), n, lr,
-                        cfg.beta1, cfg.beta2, wd, gscale, E));
+    KR(kern_lion_update(k, pe.data(), pb.data(), me.data(), ref.g.data(), n,
+                        oc.lr, oc.cfg.beta1, oc.cfg.beta2, wd, oc.gscale, E));
   }
-  /* kernel_check's tolerance: the change compared, not p; AdamW within
-   * 1e-6 of the update plus 2 ulps of max|p| (its bias corrections
-   * arrive rounded to float), Lion exact. */
-  vecf dgot(n), dcpu(n);
-  double pmax = 0.0, umax = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    dgot[i] = pe[i] - p[i];
-    dcpu[i] = pc[i] - p[i];
-    pmax = std::max(pmax, (double)fabsf(pc[i]));
-    umax = std::max(umax, (double)fabsf(dcpu[i]));
-  }
-  double tol = kind == OPTIM_ADAMW
-                   ? 1e-6 + (umax > 0 ? 2.0 * pmax * ldexp(1.0, -23) / umax : 0)
-                   : 0.0;
-  cmp(std::string(name) + " update " + s, dgot, dcpu, tol);
-  cmp(std::string(name) + " m " + s, me, mc, 0.0);
+  cmp_update(std::string(name) + " update " + s, ref.p, pe, ref.pc,
+             kind == OPTIM_ADAMW);
+  cmp(std::string(name) + " m " + s, me, ref.mc, 0.0);
   if (kind == OPTIM_ADAMW)
-    cmp(std::string(name) + " v " + s, ve, vc, 0.0);
+    cmp(std::string(name) + " v " + s, ve, ref.vc, 0.0);
   vecf want(n);
   for (size_t i = 0; i < n; i++)
     want[i] = bf16r(pe[i]);
@@ -615,8 +367,8 @@ static void check_optim(const kern_ctx *k, Rng &r, optim_kind kind, int decay,
   if (kind == OPTIM_ADAMW)
     expect_error("adamw_update refuses b1_corr = 0 (step 0)",
                  kern_adamw_update(k, pe.data(), pb.data(), me.data(),
-                                   ve.data(), g.data(), n, lr, 0.9f, 0.95f,
-                                   0.0f, 0.1f, 1e-8f, 0.0f, 1.0f, E),
+                                   ve.data(), ref.g.data(), n, oc.lr, 0.9f,
+                                   0.95f, 0.0f, 0.1f, 1e-8f, 0.0f, 1.0f, E),
                  "kern_adamw_update");
 }
 
