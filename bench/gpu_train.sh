@@ -20,15 +20,8 @@ build=${1:-build}
 B=${B:-16} T=${T:-1024} STEPS=${STEPS:-20} WARMUP=${WARMUP:-5}
 PEAK=${PEAK_TFLOPS:-989} MODEL=${MODEL:-gpt2-124M} RC=${RECOMPUTE:-none}
 PY=${PYTHON:-python3}
-bin=$build/bin/gpu_train
-if [ ! -x "$bin" ]; then
-  echo "gpu_train.sh: no $bin: this build has no CUDA backend (nvcc not found when it was configured); nothing to measure"
-  exit 0
-fi
-if ! why=$("$bin" available); then
-  echo "gpu_train.sh: no GPU here ($why); nothing to measure"
-  exit 0
-fi
+. bench/gpu_bench_lib.sh
+gpu_bench_ready gpu_train.sh "$build"
 mkdir -p bench/out
 log=bench/out/gpu_train-$(date -u +%Y%m%dT%H%M%SZ).log
 echo "gpu_train.sh: $why; log: $log"

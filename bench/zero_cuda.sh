@@ -15,15 +15,8 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 MODEL=${MODEL:-gpt2-124M} B=${B:-8} T=${T:-1024} STEPS=${STEPS:-10}
 WARMUP=${WARMUP:-3} ROUNDS=${ROUNDS:-3} RANKS=${RANKS:-1}
-bin=$build/bin/gpu_train
-if [ ! -x "$bin" ]; then
-  echo "zero_cuda.sh: no $bin: this build has no CUDA backend; nothing to measure"
-  exit 0
-fi
-if ! why=$("$bin" available); then
-  echo "zero_cuda.sh: no GPU here ($why); nothing to measure"
-  exit 0
-fi
+. bench/gpu_bench_lib.sh
+gpu_bench_ready zero_cuda.sh "$build"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 args=(-m "$MODEL" -B "$B" -T "$T" -s "$STEPS" -w "$WARMUP")

@@ -276,6 +276,38 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
   }
 }
 
+/* lse and Dsum of rows t0 .. t0+63 of head bh into lse_s and D_s (64
+ * each; rows at or past T 0). The whole block loads. */
+__device__ __forceinline__ void tc_load_stats(float *lse_s, float *D_s,
+                                              const float *lse,
+                                              const float *Dsum, int bh,
+                                              int t0, int T) {
+  for (int i = threadIdx.x; i < TC_COLS; i += blockDim.x) {
+    const int t = t0 + i;
+    lse_s[i] = t < T ? lse[(size_t)bh * T + t] : 0.0f;
+    D_s[i] = t < T ? Dsum[(size_t)bh * T + t] : 0.0f;
+  }
+}
+
+/* A warp's 16 x hs accumulator fragments through its rows R (16, hs + 4)
+ * of shared memory into dst (row r of the lane at dst + r * stride, when
+ * row_ok), times mul, as BF16: the lane writes its row's half of the
+ * columns. */
+template <int hs>
+__device__ __forceinline__ void tc_store_rows(float *R, const frag_c *acc,
+                                              floatX *dst, float mul,
+                                              bool row_ok) {
+  constexpr int ldr = hs + 4;
+  const int lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
+#pragma unroll
+  for (int nb = 0; nb < hs / 16; nb++)
+    wmma::store_matrix_sync(R + 16 * nb, acc[nb], ldr, wmma::mem_row_major);
+  __syncwarp();
+  if (row_ok)
+    for (int d = half; d < hs; d += 2)
+      dst[d] = kc_x(mul * R[r * ldr + d]);
+}
+
 /* ---- Backward ----
  * The two kernels share one elementwise step: from a score block S (the
  * warp's 16 rows against a tile, before the scale) and dP (dO V^T, or
@@ -307,11 +339,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
 
   tc_load<hs>(Qs, ldh, a.qkv, a.C3, q0, T);
   tc_load<hs>(dOs, ldh, dbase, C, q0, T);
-  for (int i = threadIdx.x; i < TC_ROWS; i += blockDim.x) {
-    const int t = q0 + i;
-    lse_r[i] = t < T ? lse[(size_t)a.bh * T + t] : 0.0f;
-    D_r[i] = t < T ? Dsum[(size_t)a.bh * T + t] : 0.0f;
-  }
+  tc_load_stats(lse_r, D_r, lse, Dsum, a.bh, q0, T);
   frag_c acc[hs / 16];
 #pragma unroll
   for (int nb = 0; nb < hs / 16; nb++)
@@ -345,16 +373,10 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
   /* The warps' dq through shared memory (the K and V tiles' space,
    * 2 * tile >= 4 warps x 16 x (hs + 4) floats), scaled, as BF16. */
   __syncthreads();
-  float *R = (float *)L.tile_at(tc_sm, 2) + (size_t)w * 16 * ldr;
-#pragma unroll
-  for (int nb = 0; nb < hs / 16; nb++)
-    wmma::store_matrix_sync(R + 16 * nb, acc[nb], ldr, wmma::mem_row_major);
-  __syncwarp();
-  if (qi < T) {
-    floatX *dst = dqkv + ((size_t)a.b * T + qi) * a.C3 + (size_t)a.h * hs;
-    for (int d = half; d < hs; d += 2)
-      dst[d] = kc_x(a.scale * R[r * ldr + d]);
-  }
+  tc_store_rows<hs>((float *)L.tile_at(tc_sm, 2) + (size_t)w * 16 * ldr, acc,
+                    dqkv + ((size_t)a.b * T + wq0 + r) * a.C3 +
+                        (size_t)a.h * hs,
+                    a.scale, qi < T);
 }
 
 /* dk, dv: a block takes 64 keys (16 a warp) and walks the query tiles
@@ -393,11 +415,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     __syncthreads();
     tc_load<hs>(Qt, ldh, a.qkv, a.C3, q0, T);
     tc_load<hs>(dOt, ldh, dbase, C, q0, T);
-    for (int i = threadIdx.x; i < TC_COLS; i += blockDim.x) {
-      const int t = q0 + i;
-      lse_t[i] = t < T ? lse[(size_t)a.bh * T + t] : 0.0f;
-      D_t[i] = t < T ? Dsum[(size_t)a.bh * T + t] : 0.0f;
-    }
+    tc_load_stats(lse_t, D_t, lse, Dsum, a.bh, q0, T);
     __syncthreads();
     /* Warp-uniform: keys past T, or a query tile wholly before them. */
     if (wk0 >= T || q0 + TC_COLS - 1 < wk0)
@@ -425,20 +443,10 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
    * space), as BF16: dk scaled, dv not. */
   float *R = (float *)L.tile_at(tc_sm, 2) + (size_t)w * 16 * ldr;
   floatX *dst = dqkv + ((size_t)a.b * T + kj) * a.C3 + (size_t)a.h * hs;
-  for (int pass = 0; pass < 2; pass++) {
-    __syncthreads();
-#pragma unroll
-    for (int nb = 0; nb < hs / 16; nb++)
-      wmma::store_matrix_sync(R + 16 * nb, pass == 0 ? dk[nb] : dv[nb], ldr,
-                              wmma::mem_row_major);
-    __syncwarp();
-    if (kj < T) {
-      const float mul = pass == 0 ? a.scale : 1.0f;
-      floatX *o = dst + (pass == 0 ? C : 2 * C);
-      for (int d = half; d < hs; d += 2)
-        o[d] = kc_x(mul * R[r * ldr + d]);
-    }
-  }
+  __syncthreads();
+  tc_store_rows<hs>(R, dk, dst + C, a.scale, kj < T);
+  __syncwarp(); /* the warp's rows are read before dv overwrites them */
+  tc_store_rows<hs>(R, dv, dst + 2 * C, 1.0f, kj < T);
 }
 
 /* ---- Launchers (attention.cu's, when att_use_tc says so) ---- */

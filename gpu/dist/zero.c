@@ -8,9 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ckpt.h"
+#include "comm_timer.h"
 #include "safetensors.h"
 
 /* Buckets in flight at once (stage 2/3): double buffering. */
@@ -72,25 +72,9 @@ struct zero {
   int early;   /* buckets started from the hook this step */
   char hook_err[256];
   uint64_t peak_params, peak_grads;
-  /* The step's seconds in comm calls (zero_step_result.t_comm), and when
-   * the one under way began. */
-  double t_comm, tq;
+  comm_timer tm; /* the step's time in comm calls */
 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int timed_end(zero *z, int rc) {
-  z->t_comm += now_s() - z->tq;
-  return rc;
-}
-/* A comm call of the step, its time counted as communication: the rank
- * waits in it (or starts an async one) instead of computing. The comma
- * sequences the clock before the call. */
-#define TIMED(z, call) ((z)->tq = now_s(), timed_end((z), (call)))
 
 /* The flat ranges rank q owns and where they sit in its shard (stage 0:
  * everything, in the full vector): stages 1-2 one contiguous slice of S,
@@ -306,9 +290,9 @@ static int bucket_wait_oldest(zero *z, int test_only, int *done, char *err,
   bucket_io *io = &z->io[slot];
   int rc, ok = 1;
   if (test_only)
-    rc = TIMED(z, comm_test(z->c, io->req, &ok, err, errlen));
+    rc = TIMED(&z->tm, comm_test(z->c, io->req, &ok, err, errlen));
   else
-    rc = TIMED(z, comm_wait(z->c, io->req, err, errlen));
+    rc = TIMED(&z->tm, comm_wait(z->c, io->req, err, errlen));
   if (done)
     *done = ok;
   if (rc == 0 && !ok)
@@ -352,7 +336,7 @@ static int bucket_start(zero *z, size_t b, char *err, size_t errlen) {
     memcpy(dst, g + a, have * sizeof(float));
     memset(dst + have, 0, (n - have) * sizeof(float));
   }
-  if (TIMED(z, comm_ireduce_scatter_sum(z->c, io->send, z->gshard + off, n,
+  if (TIMED(&z->tm, comm_ireduce_scatter_sum(z->c, io->send, z->gshard + off, n,
                                         &io->req, err, errlen)) != 0)
     return -1;
   bucket_started(z);
@@ -369,7 +353,7 @@ static int group_rs_start(zero *z, size_t g, char *err, size_t errlen) {
   gpt_set_group_grads(z->m, g, NULL);
   io->send = gr->grad;
   io->group = (int)g;
-  if (TIMED(z, comm_ireduce_scatter_sum(z->c, gr->grad, z->gshard + gr->so,
+  if (TIMED(&z->tm, comm_ireduce_scatter_sum(z->c, gr->grad, z->gshard + gr->so,
                                         gr->S, &io->req, err, errlen)) != 0)
     return -1;
   bucket_started(z);
@@ -427,9 +411,9 @@ static int group_gather(zero *z, size_t g, int async, char *err,
   z->gathered += (uint64_t)nf * 4;
   track_peak(z);
   if (async)
-    return TIMED(z, comm_iallgather(z->c, z->pshard + gr->so, gr->full, gr->S,
+    return TIMED(&z->tm, comm_iallgather(z->c, z->pshard + gr->so, gr->full, gr->S,
                                     &gr->ag, err, errlen));
-  return TIMED(z, comm_allgather(z->c, z->pshard + gr->so, gr->full, gr->S,
+  return TIMED(&z->tm, comm_allgather(z->c, z->pshard + gr->so, gr->full, gr->S,
                                  err, errlen));
 }
 
@@ -448,7 +432,7 @@ static int progress(zero *z, char *err, size_t errlen) {
   for (size_t g = 0; g < z->ng; g++) {
     zgroup *gr = &z->grp[g];
     int done;
-    if (gr->ag && TIMED(z, comm_test(z->c, gr->ag, &done, err, errlen)) != 0) {
+    if (gr->ag && TIMED(&z->tm, comm_test(z->c, gr->ag, &done, err, errlen)) != 0) {
       gr->ag = NULL;
       return -1;
     }
@@ -485,7 +469,7 @@ static int param_hook(void *arg, int event, int g, int next) {
   if (gr->ag) {
     comm_req *req = gr->ag;
     gr->ag = NULL;
-    if (TIMED(z, comm_wait(z->c, req, err, errlen)) != 0)
+    if (TIMED(&z->tm, comm_wait(z->c, req, err, errlen)) != 0)
       goto fail;
   }
   gpt_set_group_params(z->m, (size_t)g, gr->full);
@@ -526,8 +510,8 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
               char *err, size_t errlen) {
   gpt *m = z->m;
   int st = z->cfg.stage;
-  double t0 = now_s();
-  z->t_comm = 0;
+  double t0 = comm_timer_now();
+  z->tm.total = 0;
   z->peak_params = z->peak_grads = 0;
   z->hook_rc = 0;
   z->early = 0;
@@ -545,7 +529,7 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
     gpt_zero_grad(m);
   track_peak(z);
   float loss = 0.0f;
-  double tf = now_s();
+  double tf = comm_timer_now();
   if (gpt_forward(m, inputs, targets, B, T, &loss, err, errlen) != 0) {
     gpt_set_param_hook(m, NULL, NULL);
     if (z->hook_rc != 0)
@@ -562,18 +546,18 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
   }
   /* Forward's and backward's own time: their wall time less the comm
    * waits inside them (the hooks'). */
-  double tb = now_s(), c_fwd = z->t_comm;
+  double tb = comm_timer_now(), c_fwd = z->tm.total;
   res->t_forward = tb - tf - c_fwd;
   gpt_backward(m, 1.0f / (float)z->N);
   gpt_set_grad_hook(m, NULL, NULL);
   gpt_set_param_hook(m, NULL, NULL);
-  res->t_backward = now_s() - tb - (z->t_comm - c_fwd);
+  res->t_backward = comm_timer_now() - tb - (z->tm.total - c_fwd);
   float *g; /* this rank's gradient slice [lo, lo+S) or all of it */
   size_t gn;
   double norm;
   if (st < 2) {
     if (z->N > 1 &&
-        TIMED(z, comm_allreduce_sum(z->c, gpt_grads(m), z->P, err, errlen)) !=
+        TIMED(&z->tm, comm_allreduce_sum(z->c, gpt_grads(m), z->P, err, errlen)) !=
             0)
       return -1;
     /* Every rank has the whole reduced gradient: its norm needs no
@@ -597,7 +581,7 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
     g = z->gshard;
     gn = z->S;
     norm = sumsq(g, gn);
-    if (TIMED(z, comm_allreduce_sum_double(z->c, &norm, err, errlen)) != 0)
+    if (TIMED(&z->tm, comm_allreduce_sum_double(z->c, &norm, err, errlen)) != 0)
       return -1;
     norm = sqrt(norm);
   }
@@ -615,18 +599,19 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
   } else if (st < 3) {
     float *p = gpt_params(m);
     optim_step(z->opt, p + z->lo, g, lr);
-    if (TIMED(z, comm_allgather(z->c, p + z->lo, p, z->S, err, errlen)) != 0)
+    if (TIMED(&z->tm, comm_allgather(z->c, p + z->lo, p, z->S, err, errlen)) != 0)
       return -1;
   } else {
     optim_step(z->opt, z->pshard, g, lr);
   }
   float l = loss;
-  if (z->N > 1 && TIMED(z, comm_allreduce_sum(z->c, &l, 1, err, errlen)) != 0)
+  if (z->N > 1 && TIMED(&z->tm, comm_allreduce_sum(z->c, &l, 1, err, errlen)) != 0)
     return -1;
   res->loss = l / (float)z->N;
   res->norm = norm;
-  res->t_comm = z->t_comm;
-  res->t_optimizer = now_s() - t0 - res->t_forward - res->t_backward - z->t_comm;
+  res->t_comm = z->tm.total;
+  res->t_optimizer = comm_timer_now() - t0 - res->t_forward -
+                     res->t_backward - z->tm.total;
   res->buckets = st == 3 ? (int)z->ng : st == 2 ? (int)z->nbuckets : 0;
   res->buckets_early = st >= 2 ? z->early : 0;
   return 0;

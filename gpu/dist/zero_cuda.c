@@ -5,11 +5,12 @@
  */
 #include "zero_cuda.h"
 
+#include "comm_timer.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #ifdef DAGRUN_ZERO_CUDA_GPU
 #include "gpt_cuda.h"
@@ -21,25 +22,11 @@ struct zero_cuda {
   gpt_cuda *g;
   gpt_cuda_options o;
   zero_shape sh;
-  size_t padded; /* elements of the GPU's gradients and BF16 parameters */
   gpt_memory mem;
   char name[256];
-  double t_comm, tq;
+  comm_timer tm; /* the step's time in comm calls */
 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int timed_end(zero_cuda *zc, int rc) {
-  zc->t_comm += now_s() - zc->tq;
-  return rc;
-}
-/* A collective of the step, its time counted as communication (as
- * zero.c's TIMED). */
-#define TIMED(zc, call) ((zc)->tq = now_s(), timed_end((zc), (call)))
 
 int zero_cuda_available(char *why, size_t whylen) {
   return gpt_cuda_available(why, whylen);
@@ -86,10 +73,9 @@ int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
                              .device = comm_device(nccl)};
   /* Stage 0 keeps everything whole; stages 1-2 the slice, with room for
    * the N slices of the in-place collectives. */
-  zc->padded = sh.stage == 0 ? sh.n_params : sh.S * (size_t)sh.world;
   zc->o.shard_lo = sh.stage == 0 ? 0 : sh.lo;
   zc->o.shard_n = sh.stage == 0 ? 0 : sh.S;
-  zc->o.padded = zc->padded;
+  zc->o.padded = sh.stage == 0 ? sh.n_params : sh.S * (size_t)sh.world;
   gpt_cuda_memory_estimate(gpt_get_config(model), zc->o.B, zc->o.T, &zc->o,
                            &zc->mem);
   char e2[256];
@@ -119,34 +105,34 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
   gpt_cuda *g = zc->g;
   const zero_shape *sh = &zc->sh;
   memset(res, 0, sizeof *res);
-  zc->t_comm = 0;
-  double t0 = now_s();
+  zc->tm.total = 0;
+  double t0 = comm_timer_now();
   float loss = 0;
   /* The forward's loss read back synchronizes its stream. */
   if (gpt_cuda_zero_grad(g, err, errlen) != 0 ||
       gpt_cuda_forward(g, inputs, targets, B, T, &loss, err, errlen) != 0)
     return -1;
-  double tb = now_s();
+  double tb = comm_timer_now();
   /* The mean over ranks of each rank's mean: 1/N in the backward. */
   if (gpt_cuda_backward(g, 1.0f / (float)sh->world, err, errlen) != 0 ||
       gpt_cuda_synchronize(g, err, errlen) != 0)
     return -1;
-  double tc = now_s();
+  double tc = comm_timer_now();
   float *grads = gpt_cuda_grads_ptr(g);
   double ss;
   if (sh->stage < 2) {
     /* Every rank gets the whole sum: its norm needs no more exchange. */
-    if (TIMED(zc, comm_allreduce_sum(zc->nccl, grads, sh->n_params, err,
+    if (TIMED(&zc->tm, comm_allreduce_sum(zc->nccl, grads, sh->n_params, err,
                                      errlen)) != 0 ||
         gpt_cuda_grad_sumsq(g, 0, sh->n_params, &ss, err, errlen) != 0)
       return -1;
   } else {
     /* In place: the rank's slice of the sum lands at its own offset (the
      * padding past the model is zero: gpt_cuda_zero_grad clears it). */
-    if (TIMED(zc, comm_reduce_scatter_sum(zc->nccl, grads, grads + sh->lo,
+    if (TIMED(&zc->tm, comm_reduce_scatter_sum(zc->nccl, grads, grads + sh->lo,
                                           sh->S, err, errlen)) != 0 ||
         gpt_cuda_grad_sumsq(g, sh->lo, sh->S, &ss, err, errlen) != 0 ||
-        TIMED(zc, comm_allreduce_sum_double(zc->ctl, &ss, err, errlen)) != 0)
+        TIMED(&zc->tm, comm_allreduce_sum_double(zc->ctl, &ss, err, errlen)) != 0)
       return -1;
   }
   double norm = sqrt(ss);
@@ -157,21 +143,21 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
     /* Each rank updated its slice's BF16 copy: all-gather the copies. */
     char *p = gpt_cuda_params_ptr(g);
     if (gpt_cuda_synchronize(g, err, errlen) != 0 ||
-        TIMED(zc, comm_allgather_bytes(zc->nccl, p + sh->lo * 2, p, sh->S * 2,
+        TIMED(&zc->tm, comm_allgather_bytes(zc->nccl, p + sh->lo * 2, p, sh->S * 2,
                                        err, errlen)) != 0)
       return -1;
   } else if (gpt_cuda_synchronize(g, err, errlen) != 0) {
     return -1;
   }
-  if (TIMED(zc, comm_allreduce_sum(zc->ctl, &loss, 1, err, errlen)) != 0)
+  if (TIMED(&zc->tm, comm_allreduce_sum(zc->ctl, &loss, 1, err, errlen)) != 0)
     return -1;
-  double t_end = now_s();
+  double t_end = comm_timer_now();
   res->loss = loss / (float)sh->world;
   res->norm = norm;
   res->t_forward = tb - t0;
   res->t_backward = tc - tb;
-  res->t_comm = zc->t_comm;
-  res->t_optimizer = t_end - tc - zc->t_comm;
+  res->t_comm = zc->tm.total;
+  res->t_optimizer = t_end - tc - zc->tm.total;
   return 0;
 }
 
