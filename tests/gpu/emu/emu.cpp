@@ -21,7 +21,6 @@ static thread_local int t_lin;        /* linear thread index in the block */
 static thread_local unsigned t_nshfl; /* shuffles of this thread's block */
 
 static std::atomic<int> g_errors;
-static cudaError_t g_last_error = cudaSuccess;
 
 static void emu_error(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
@@ -198,21 +197,12 @@ static std::map<const void *, int> g_max_dyn_smem;
 cudaError_t emu_func_set_attribute(const void *fn, cudaFuncAttribute attr,
                                    int value) {
   if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
-    if (value < 0 || value > 227 * 1024)
+    if (value < 0 || value > 227 * 1024) {
+      emu_set_last_error(cudaErrorInvalidValue);
       return cudaErrorInvalidValue;
+    }
     g_max_dyn_smem[fn] = value;
   }
-  return cudaSuccess;
-}
-
-cudaError_t emu_get_last_error(void) {
-  cudaError_t e = g_last_error;
-  g_last_error = cudaSuccess;
-  return e;
-}
-
-cudaError_t emu_memcpy_async(void *dst, const void *src, size_t n) {
-  memcpy(dst, src, n);
   return cudaSuccess;
 }
 
@@ -234,14 +224,14 @@ static bool config_ok(const void *fn, const emu_cfg_t &c) {
     emu_error("launch refused (%s): grid (%u,%u,%u) block (%u,%u,%u) "
               "dynamic shared memory %zu bytes (limit %zu)",
               why, c.g.x, c.g.y, c.g.z, c.b.x, c.b.y, c.b.z, c.smem, smem_max);
-    g_last_error = cudaErrorInvalidConfiguration;
+    emu_set_last_error(cudaErrorInvalidConfiguration);
     return false;
   }
   if (nt % 32) {
     /* Legal on a GPU (a partial last warp), but this emulator's warps
      * are whole: refuse rather than emulate it wrongly. */
     emu_error("block of %llu threads: not a multiple of 32, not emulated", nt);
-    g_last_error = cudaErrorInvalidConfiguration;
+    emu_set_last_error(cudaErrorInvalidConfiguration);
     return false;
   }
   return true;

@@ -255,15 +255,20 @@ template <class... A> auto emu_launcher(void (*f)(A...), emu_cfg_t c) {
   };
 }
 
-cudaError_t emu_get_last_error(void);
 cudaError_t emu_func_set_attribute(const void *fn, cudaFuncAttribute attr,
                                    int value);
-/* All pointers are host memory: copies are memcpy. */
-cudaError_t emu_memcpy_async(void *dst, const void *src, size_t n);
-#define cudaGetLastError() emu_get_last_error()
+/* The runtime's C function takes const void *; the template overload that
+ * takes the kernel itself is nvcc's only. */
 #define cudaFuncSetAttribute(f, a, v)                                          \
   emu_func_set_attribute(reinterpret_cast<const void *>(f), (a), (v))
-#define cudaMemcpyAsync(d, s, n, kind, ...) emu_memcpy_async((d), (s), (n))
+/* runtime.cpp: the CUDA runtime API under its own names (cudaMalloc,
+ * cudaMemcpyAsync, cudaGetLastError, ...). A launch the GPU would refuse
+ * sets the error cudaGetLastError returns. */
+void emu_set_last_error(cudaError_t e);
+/* Lets copies and memsets take host memory as device memory (kernels_
+ * emulated's buffers are host vectors); off by default: a device pointer
+ * must lie in an allocation of cudaMalloc. */
+void emu_allow_host_pointers(bool allow);
 
 /* Problems the emulator found (see the top of this file) since the
  * program started. */

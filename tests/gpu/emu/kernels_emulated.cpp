@@ -392,6 +392,8 @@ static void check_shape_errors(const kern_ctx *k) {
 }
 
 int main(void) {
+  /* The kernels' buffers here are host vectors. */
+  emu_allow_host_pointers(true);
   /* One SM: grids of at most 16 blocks (kc_grid), so the grid-stride
    * loops go round more than once at these small sizes. */
   kern_ctx k, knd;
