@@ -269,6 +269,10 @@ void emu_set_last_error(cudaError_t e);
  * emulated's buffers are host vectors); off by default: a device pointer
  * must lie in an allocation of cudaMalloc. */
 void emu_allow_host_pointers(bool allow);
+/* [p, p + n) inside one allocation of cudaMalloc (or, with
+ * emu_allow_host_pointers, in none); false after an EMU ERROR naming
+ * call otherwise. */
+bool emu_device_range(const void *p, size_t n, const char *call);
 
 /* Problems the emulator found (see the top of this file) since the
  * program started. */

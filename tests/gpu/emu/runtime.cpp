@@ -104,7 +104,7 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
 
 /* [p, p + n) inside one allocation (or, with emu_allow_host_pointers,
  * outside all of them). */
-static bool in_device_memory(const void *p, size_t n, const char *call) {
+bool emu_device_range(const void *p, size_t n, const char *call) {
   std::lock_guard<std::mutex> l(g_mem_mu);
   const char *q = (const char *)p;
   auto it = g_allocs.upper_bound(q);
@@ -133,8 +133,8 @@ static bool copy_ok(void *dst, const void *src, size_t n,
                  kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDefault;
   if (kind == cudaMemcpyDefault)
     return true; /* either side may be either: nothing to hold it to */
-  return (!dst_dev || in_device_memory(dst, n, call)) &&
-         (!src_dev || in_device_memory(src, n, call));
+  return (!dst_dev || emu_device_range(dst, n, call)) &&
+         (!src_dev || emu_device_range(src, n, call));
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
@@ -155,7 +155,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n,
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) {
   if (n == 0)
     return cudaSuccess;
-  if (!in_device_memory(p, n, "cudaMemset"))
+  if (!emu_device_range(p, n, "cudaMemset"))
     return failed(cudaErrorInvalidValue);
   memset(p, v, n);
   return cudaSuccess;
