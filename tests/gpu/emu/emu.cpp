@@ -1,19 +1,23 @@
-/* emu's runtime (emu.h): launches as OS threads, block and warp barriers,
+/* emu's runtime (emu.h): launches as fibers, block and warp barriers,
  * shared memory poisoning, the checks a GPU would make. */
 #include "emu.h"
 
-#include <array>
-#include <barrier>
-#include <chrono>
-#include <condition_variable>
+#include <algorithm>
+#include <random>
+#include <setjmp.h>
+#include <sys/mman.h>
+#include <ucontext.h>
 #include <cstdarg>
 #include <cstdio>
 #include <map>
-#include <memory>
 #include <mutex>
-#include <thread>
 #include <unistd.h>
 #include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN 1
+#endif
 
 thread_local uint3 emu_threadIdx, emu_blockIdx;
 thread_local dim3 emu_blockDim, emu_gridDim;
@@ -63,112 +67,269 @@ emu_shared_reg::emu_shared_reg(void *p, size_t n) {
   g_shared.push_back({p, n});
 }
 
-/* ---- One launch ---- */
+/* ---- One launch: a fiber per CUDA thread ----
+ *
+ * Each CUDA thread of a block is a fiber (its own stack, switched to and
+ * from on the launching host thread): it runs until it reaches a
+ * __syncthreads, a warp operation (shuffle, __syncwarp) or its end, and
+ * then gives the host thread back. When no fiber can run, the scheduler
+ * releases whatever can go on: a warp whose live lanes are all at a warp
+ * operation (each lane gets its source lane's value), else the block when
+ * all its live threads are at a __syncthreads. When neither can, the
+ * threads wait for each other at different barriers (a GPU would hang):
+ * an EMU ERROR, at once. The fibers that can run are run in an order
+ * shuffled every time (seeded: DAGRUN_EMU_SEED, default 1), so that code
+ * that depends on the order of threads between two barriers shows it.
+ *
+ * Switching is _setjmp/_longjmp (no system call); a fiber's first entry is
+ * through makecontext/setcontext, once per launch. Under AddressSanitizer
+ * every switch is announced to it (__sanitizer_*_switch_fiber). */
+enum fiber_state { F_RUN, F_SYNC, F_WARP, F_DONE };
 
-/* Called by the last thread to arrive at a __syncthreads, before any
- * leaves: every thread still running must be at the same one. */
-struct sync_check {
-  struct launch *L;
-  void operator()() noexcept;
+struct fiber {
+  jmp_buf jb;
+  ucontext_t uc;
+  char *stack = nullptr;
+  bool started = false;
+  fiber_state st = F_RUN;
+  int line = 0;        /* the barrier's or warp operation's source line */
+  unsigned nshfl = 0;  /* warp operations so far in this block */
+  unsigned seq = 0;    /* the number of the one it waits at */
+  unsigned mask = 0;
+  int src = 0;
+  uint64_t val = 0, result = 0;
+#ifdef EMU_ASAN
+  void *fake = nullptr;
+#endif
 };
+
+/* Fiber stacks: 256 KiB (kernels keep fragments and reduction arrays on
+ * theirs; the sanitizer's redzones double that), below each a guard page
+ * so that an overflow faults instead of writing over its neighbour. Kept
+ * for the next launch. */
+static const size_t STACK_BYTES = 256 << 10, GUARD_BYTES = 4096;
+static std::mutex g_stacks_mu;
+static std::vector<char *> g_stacks;
+
+static char *stack_get(void) {
+  {
+    std::lock_guard<std::mutex> l(g_stacks_mu);
+    if (!g_stacks.empty()) {
+      char *p = g_stacks.back();
+      g_stacks.pop_back();
+      return p;
+    }
+  }
+  void *p = mmap(nullptr, STACK_BYTES + GUARD_BYTES, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    perror("emu: mmap of a fiber stack");
+    abort();
+  }
+  mprotect(p, GUARD_BYTES, PROT_NONE);
+  return (char *)p + GUARD_BYTES;
+}
+
+static void stack_put(char *p) {
+  std::lock_guard<std::mutex> l(g_stacks_mu);
+  g_stacks.push_back(p);
+}
 
 struct launch {
   dim3 g, b;
   int nt = 0;
-  unsigned long long nblocks = 0, next = 0;
   uint3 block = {0, 0, 0};
   std::vector<float> smem;
   size_t smem_bytes = 0;
-  /* Per block (rebuilt between blocks, when no thread is inside one). */
-  std::unique_ptr<std::barrier<sync_check>> bar;
-  std::vector<std::unique_ptr<std::barrier<>>> wbar;
-  /* [warp][parity][lane]: a shuffle's values, in two buffers used in
-   * turn, so that one barrier phase a shuffle is enough: a lane can only
-   * write the buffer again after every lane has passed the next phase,
-   * that is, has read it. */
-  std::vector<std::array<std::array<uint64_t, 32>, 2>> wbuf;
-  /* [warp][parity][lane]: the number, in its block, of the shuffle each
-   * lane last wrote there (~0u: none yet), and its source line. */
-  std::vector<std::array<std::array<unsigned, 32>, 2>> wseq;
-  std::vector<std::array<std::array<int, 32>, 2>> wline;
-  std::vector<int> line;                      /* [thread]: its __syncthreads */
-  std::unique_ptr<std::atomic<bool>[]> alive; /* [thread] */
-  std::atomic<bool> reported{false};          /* one report a launch */
-
-  void setup_block() noexcept;
+  const std::function<void()> *body = nullptr;
+  std::vector<fiber> f;
+  jmp_buf sched;
+  int cur = -1; /* the fiber running */
+#ifdef EMU_ASAN
+  const void *sched_bottom = nullptr;
+  size_t sched_size = 0;
+#endif
 };
 
-void sync_check::operator()() noexcept {
-  int first = -1;
-  for (int t = 0; t < L->nt; t++) {
-    if (!L->alive[t].load())
-      continue;
-    if (first < 0) {
-      first = t;
-    } else if (L->line[t] != L->line[first] && !L->reported.exchange(true)) {
-      emu_error("block (%u,%u,%u): thread %d at the __syncthreads of line "
-                "%d, thread %d at line %d (a barrier in divergent code)",
-                L->block.x, L->block.y, L->block.z, first, L->line[first], t,
-                L->line[t]);
-      emu_fatal();
-    }
+static thread_local launch *g_launch;
+
+/* From the running fiber back to the scheduler. */
+/* Not inlined: a caller holding _setjmp would have its locals clobbered. */
+__attribute__((noinline)) static void yield_to_scheduler(launch *L) {
+  fiber &f = L->f[L->cur];
+  if (_setjmp(f.jb) == 0) {
+#ifdef EMU_ASAN
+    __sanitizer_start_switch_fiber(&f.fake, L->sched_bottom, L->sched_size);
+#endif
+    _longjmp(L->sched, 1);
+  }
+#ifdef EMU_ASAN
+  __sanitizer_finish_switch_fiber(f.fake, nullptr, nullptr);
+#endif
+}
+
+static void set_thread_index(const launch *L, int t) {
+  t_lin = t;
+  emu_threadIdx = {(unsigned)(t % L->b.x), (unsigned)(t / L->b.x % L->b.y),
+                   (unsigned)(t / (L->b.x * L->b.y))};
+  emu_blockIdx = L->block;
+  emu_blockDim = L->b;
+  emu_gridDim = L->g;
+}
+
+/* A fiber's life: one run of the kernel per block, until the launch ends
+ * (the scheduler does not resume it after the last block). */
+static void fiber_main(void) {
+  launch *L = g_launch;
+#ifdef EMU_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &L->sched_bottom, &L->sched_size);
+#endif
+  for (;;) {
+    (*L->body)();
+    L->f[L->cur].st = F_DONE;
+    yield_to_scheduler(L);
   }
 }
 
-/* Between blocks: fresh barriers, poisoned shared memory, the next
- * block's index (x fastest). */
-void launch::setup_block() noexcept {
-  unsigned long long i = next++;
-  block = {(unsigned)(i % g.x), (unsigned)(i / g.x % g.y),
-           (unsigned)(i / ((unsigned long long)g.x * g.y))};
-  bar = std::make_unique<std::barrier<sync_check>>(nt, sync_check{this});
-  for (auto &w : wbar)
-    w = std::make_unique<std::barrier<>>(32);
-  for (int t = 0; t < nt; t++)
-    alive[t].store(true);
-  for (auto &w : wseq)
-    for (auto &p : w)
-      p.fill(~0u);
-  if (smem_bytes)
-    poison(smem.data(), smem_bytes);
-  std::lock_guard<std::mutex> l(g_shared_mu);
-  for (const shared_region &r : g_shared)
-    poison(r.p, r.n);
+/* A fresh fiber that enters fiber_main. Not inlined: getcontext returns
+ * twice, as _setjmp does. */
+__attribute__((noinline)) static void fiber_init(fiber *f) {
+  f->stack = stack_get();
+  getcontext(&f->uc);
+  f->uc.uc_stack.ss_sp = f->stack;
+  f->uc.uc_stack.ss_size = STACK_BYTES;
+  f->uc.uc_link = nullptr;
+  makecontext(&f->uc, fiber_main, 0);
 }
 
-static launch *g_launch;
+/* From the scheduler into fiber t, until it yields. */
+__attribute__((noinline)) static void resume(launch *L, int t) {
+  fiber &f = L->f[t];
+  L->cur = t;
+  set_thread_index(L, t);
+  t_nshfl = f.nshfl;
+  if (_setjmp(L->sched) == 0) {
+#ifdef EMU_ASAN
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, f.stack, STACK_BYTES);
+#endif
+    if (!f.started) {
+      f.started = true;
+      setcontext(&f.uc);
+    }
+    _longjmp(f.jb, 1);
+  }
+#ifdef EMU_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+#endif
+  f.nshfl = t_nshfl;
+  L->cur = -1;
+}
 
 void emu_syncthreads(int line) {
   launch *L = g_launch;
-  L->line[t_lin] = line;
-  L->bar->arrive_and_wait();
+  fiber &f = L->f[L->cur];
+  f.st = F_SYNC;
+  f.line = line;
+  yield_to_scheduler(L);
 }
 
 int emu_lane(void) { return t_lin % 32; }
 
 uint64_t emu_shfl_bits(unsigned mask, uint64_t bits, int src, int line) {
   launch *L = g_launch;
-  const int w = t_lin / 32, lane = t_lin % 32;
-  const unsigned n = t_nshfl++;
-  auto &buf = L->wbuf[w][n & 1];
-  auto &seq = L->wseq[w][n & 1];
-  auto &at = L->wline[w][n & 1];
-  buf[lane] = bits;
-  seq[lane] = n;
-  at[lane] = line;
-  L->wbar[w]->arrive_and_wait();
-  /* Every lane of the mask must be at this same shuffle: one that has
-   * exited (it dropped out of the warp's barrier) or that is at another
-   * shuffle did not write this number. */
+  fiber &f = L->f[L->cur];
+  f.st = F_WARP;
+  f.line = line;
+  f.seq = t_nshfl++;
+  f.mask = mask;
+  f.src = src & 31;
+  f.val = bits;
+  yield_to_scheduler(L);
+  return f.result;
+}
+
+/* Warp w, every live lane at a warp operation: each lane named in a mask
+ * must be at the same one (same number in the block, same line). */
+static void release_warp(launch *L, int w) {
+  fiber *lane = &L->f[(size_t)w * 32];
+  for (int l = 0; l < 32; l++) {
+    if (lane[l].st != F_WARP)
+      continue;
+    for (int m = 0; m < 32; m++)
+      if ((lane[l].mask >> m & 1u) &&
+          (lane[m].st != F_WARP || lane[m].seq != lane[l].seq ||
+           lane[m].line != lane[l].line)) {
+        emu_error("block (%u,%u,%u) warp %d: lane %d's shuffle at line %d "
+                  "names lane %d, which has exited or is at another shuffle",
+                  L->block.x, L->block.y, L->block.z, w, l, lane[l].line, m);
+        emu_fatal();
+      }
+  }
   for (int l = 0; l < 32; l++)
-    if ((mask >> l & 1u) && (seq[l] != n || at[l] != line) &&
-        !L->reported.exchange(true)) {
-      emu_error("block (%u,%u,%u) warp %d: lane %d's shuffle at line %d "
-                "names lane %d, which has exited or is at another shuffle",
-                L->block.x, L->block.y, L->block.z, w, lane, line, l);
+    if (lane[l].st == F_WARP) {
+      lane[l].result = lane[lane[l].src].val;
+      lane[l].st = F_RUN;
+    }
+}
+
+/* No fiber can run: release a warp or the block; false when the block is
+ * done. */
+static bool release(launch *L) {
+  bool any = false, released = false;
+  const int nw = L->nt / 32;
+  for (int w = 0; w < nw; w++) {
+    bool live = false, all_warp = true;
+    for (int l = 0; l < 32; l++) {
+      fiber_state st = L->f[(size_t)w * 32 + l].st;
+      live |= st != F_DONE;
+      all_warp &= st == F_DONE || st == F_WARP;
+    }
+    any |= live;
+    if (live && all_warp) {
+      release_warp(L, w);
+      released = true;
+    }
+  }
+  if (!any || released)
+    return any;
+  int first = -1;
+  for (int t = 0; t < L->nt; t++) {
+    const fiber &f = L->f[t];
+    if (f.st == F_DONE)
+      continue;
+    if (first < 0)
+      first = t;
+    if (f.st != F_SYNC || f.line != L->f[first].line) {
+      const fiber &a = L->f[first];
+      emu_error("block (%u,%u,%u): thread %d at the %s of line %d, thread "
+                "%d at the %s of line %d (a barrier in divergent code: "
+                "they wait for each other)",
+                L->block.x, L->block.y, L->block.z, first,
+                a.st == F_SYNC ? "__syncthreads" : "warp operation", a.line,
+                t, f.st == F_SYNC ? "__syncthreads" : "warp operation",
+                f.line);
       emu_fatal();
     }
-  return buf[src & 31];
+  }
+  for (int t = 0; t < L->nt; t++)
+    if (L->f[t].st == F_SYNC)
+      L->f[t].st = F_RUN;
+  return true;
+}
+
+/* Between blocks: poisoned shared memory. */
+static void poison_shared(launch *L) {
+  if (L->smem_bytes)
+    poison(L->smem.data(), L->smem_bytes);
+  std::lock_guard<std::mutex> l(g_shared_mu);
+  for (const shared_region &r : g_shared)
+    poison(r.p, r.n);
+}
+
+static uint64_t order_seed(void) {
+  const char *s = getenv("DAGRUN_EMU_SEED");
+  return s && *s ? strtoull(s, nullptr, 10) : 1;
 }
 
 float *emu_dyn_smem(void) { return g_launch->smem.data(); }
@@ -244,69 +405,35 @@ void emu_run(const void *fn, emu_cfg_t c, const std::function<void()> &body) {
   L.g = c.g;
   L.b = c.b;
   L.nt = (int)(c.b.x * c.b.y * c.b.z);
-  L.nblocks = (unsigned long long)c.g.x * c.g.y * c.g.z;
   L.smem_bytes = c.smem;
   L.smem.resize((c.smem + sizeof(float) - 1) / sizeof(float));
-  L.wbar.resize(L.nt / 32);
-  L.wbuf.resize(L.nt / 32);
-  L.wseq.resize(L.nt / 32);
-  L.wline.resize(L.nt / 32);
-  L.line.assign(L.nt, 0);
-  L.alive = std::make_unique<std::atomic<bool>[]>(L.nt);
+  L.body = &body;
+  L.f.resize(L.nt);
+  for (fiber &f : L.f)
+    fiber_init(&f);
+  launch *outer = g_launch;
   g_launch = &L;
-
-  /* The threads are made once per launch and walk the blocks together:
-   * the barrier between blocks sets up the next one. */
-  struct next_block {
-    launch *L;
-    void operator()() noexcept {
-      if (L->next < L->nblocks)
-        L->setup_block();
-    }
-  };
-  std::barrier<next_block> between(L.nt, next_block{&L});
-  std::mutex done_mu;
-  std::condition_variable done_cv;
-  int ndone = 0;
-  std::vector<std::thread> th;
-  th.reserve(L.nt);
+  static thread_local std::mt19937_64 rng(order_seed());
+  std::vector<int> order(L.nt);
   for (int t = 0; t < L.nt; t++)
-    th.emplace_back([&, t] {
-      t_lin = t;
-      emu_threadIdx = {(unsigned)(t % L.b.x), (unsigned)(t / L.b.x % L.b.y),
-                       (unsigned)(t / (L.b.x * L.b.y))};
-      emu_blockDim = L.b;
-      emu_gridDim = L.g;
-      for (unsigned long long i = 0; i < L.nblocks; i++) {
-        between.arrive_and_wait();
-        emu_blockIdx = L.block;
-        t_nshfl = 0;
-        body();
-        /* Exited: the block's barriers stop waiting for this thread, as
-         * a GPU's do for exited threads. */
-        L.alive[t].store(false);
-        L.bar->arrive_and_drop();
-        L.wbar[t / 32]->arrive_and_drop();
-      }
-      std::lock_guard<std::mutex> l(done_mu);
-      if (++ndone == L.nt)
-        done_cv.notify_one();
-    });
-  {
-    /* A launch takes seconds at most here: one that has not finished
-     * after 120 s has threads waiting for each other at different
-     * barriers (say a __syncthreads and a shuffle), as a GPU would hang. */
-    std::unique_lock<std::mutex> l(done_mu);
-    if (!done_cv.wait_for(l, std::chrono::seconds(120),
-                          [&] { return ndone == L.nt; })) {
-      emu_error("a launch (grid (%u,%u,%u) block (%u,%u,%u)) has not "
-                "finished after 120 s: its threads wait at different "
-                "barriers",
-                c.g.x, c.g.y, c.g.z, c.b.x, c.b.y, c.b.z);
-      emu_fatal();
+    order[t] = t;
+  const unsigned long long nblocks = (unsigned long long)c.g.x * c.g.y * c.g.z;
+  for (unsigned long long i = 0; i < nblocks; i++) {
+    L.block = {(unsigned)(i % c.g.x), (unsigned)(i / c.g.x % c.g.y),
+               (unsigned)(i / ((unsigned long long)c.g.x * c.g.y))};
+    poison_shared(&L);
+    for (fiber &f : L.f) {
+      f.st = F_RUN;
+      f.nshfl = 0;
     }
+    do {
+      std::shuffle(order.begin(), order.end(), rng);
+      for (int t : order)
+        if (L.f[t].st == F_RUN)
+          resume(&L, t);
+    } while (release(&L));
   }
-  for (auto &x : th)
-    x.join();
-  g_launch = nullptr;
+  g_launch = outer;
+  for (fiber &f : L.f)
+    stack_put(f.stack);
 }
