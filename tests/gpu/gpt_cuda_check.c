@@ -89,6 +89,15 @@ static gpt *make_model(uint64_t seed) {
       gpt_create(&c, &m, err, sizeof err) != 0)
     die("model", err);
   gpt_init(m, seed);
+  /* GPT-2's initialization leaves every bias at 0 and every LayerNorm
+   * weight at 1, where a bias the GPU forgot to add or a LayerNorm weight
+   * it read from the wrong place changes nothing: every parameter moves
+   * by a uniform +-0.05 so that all of them count. */
+  uint64_t s[4];
+  rng_seed(s, seed ^ 0x5eedb1a5u);
+  float *p = gpt_params(m);
+  for (size_t i = 0; i < gpt_num_params(m); i++)
+    p[i] += (float)((double)(rng_next(s) >> 11) * 0x1p-53 - 0.5) * 0.1f;
   return m;
 }
 
