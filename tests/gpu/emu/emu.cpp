@@ -293,24 +293,27 @@ static bool release(launch *L) {
   }
   if (!any || released)
     return any;
-  int first = -1;
+  /* Every live thread waits: at one __syncthreads, or stuck. */
+  int sync = -1, other = -1, warp = -1;
   for (int t = 0; t < L->nt; t++) {
     const fiber &f = L->f[t];
-    if (f.st == F_DONE)
-      continue;
-    if (first < 0)
-      first = t;
-    if (f.st != F_SYNC || f.line != L->f[first].line) {
-      const fiber &a = L->f[first];
-      emu_error("block (%u,%u,%u): thread %d at the %s of line %d, thread "
-                "%d at the %s of line %d (a barrier in divergent code: "
-                "they wait for each other)",
-                L->block.x, L->block.y, L->block.z, first,
-                a.st == F_SYNC ? "__syncthreads" : "warp operation", a.line,
-                t, f.st == F_SYNC ? "__syncthreads" : "warp operation",
-                f.line);
-      emu_fatal();
-    }
+    if (f.st == F_WARP && warp < 0)
+      warp = t;
+    if (f.st == F_SYNC && sync < 0)
+      sync = t;
+    else if (f.st == F_SYNC && f.line != L->f[sync].line && other < 0)
+      other = t;
+  }
+  if (warp >= 0 || other >= 0) {
+    /* A warp operation can only be stuck beside a __syncthreads. */
+    int a = warp >= 0 ? warp : sync, b = warp >= 0 ? sync : other;
+    emu_error("block (%u,%u,%u): thread %d at the %s of line %d, thread %d "
+              "at the __syncthreads of line %d (a barrier in divergent "
+              "code: they wait for each other)",
+              L->block.x, L->block.y, L->block.z, a,
+              warp >= 0 ? "warp operation" : "__syncthreads", L->f[a].line, b,
+              L->f[b].line);
+    emu_fatal();
   }
   for (int t = 0; t < L->nt; t++)
     if (L->f[t].st == F_SYNC)
