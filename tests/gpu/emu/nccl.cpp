@@ -119,6 +119,7 @@ struct ncclComm {
   ncclResult_t async; /* ncclCommGetAsyncError's answer */
   int ready;          /* every rank joined */
   char last[512];
+  char why[256];
 };
 
 static thread_local char t_last[512]; /* ncclGetLastError(NULL) */
@@ -219,22 +220,27 @@ static const char *op_name(int op) {
 enum { OP_ALLREDUCE, OP_REDUCESCATTER, OP_ALLGATHER, OP_BROADCAST };
 
 /* Why rank p cannot take part any more, or NULL while it may: checked
- * while waiting for it. */
+ * while waiting for it. The text is in comm->why. */
 static const char *peer_problem(ncclComm *comm, int p) {
   ctrl *c = comm->c;
-  int by = c->aborted_by.load();
-  if (by > 0)
-    return by - 1 == p ? "it aborted the communicator (ncclCommAbort)"
-                       : "a rank aborted the communicator (ncclCommAbort)";
   int st = c->r[p].state.load();
+  const char *why = nullptr;
   if (st == ST_LEFT)
-    return "it left the communicator (ncclCommFinalize/ncclCommDestroy) "
-           "with this collective not done: the ranks called different "
-           "collectives";
-  if (st == ST_ABORTED)
-    return "it aborted the communicator (ncclCommAbort)";
-  if (st == ST_JOINED && !pid_alive(c->r[p].pid.load()))
-    return "its process is gone (exited or killed)";
+    why = "it left the communicator (ncclCommFinalize/ncclCommDestroy) "
+          "with this collective not done: the ranks called different "
+          "collectives";
+  else if (st == ST_ABORTED)
+    why = "it aborted the communicator (ncclCommAbort)";
+  else if (st == ST_JOINED && !pid_alive(c->r[p].pid.load()))
+    why = "its process is gone (exited or killed)";
+  if (why)
+    return snprintf(comm->why, sizeof comm->why, "%s", why), comm->why;
+  int by = c->aborted_by.load();
+  if (by > 0) {
+    snprintf(comm->why, sizeof comm->why,
+             "rank %d aborted the communicator (ncclCommAbort)", by - 1);
+    return comm->why;
+  }
   return nullptr;
 }
 
