@@ -35,12 +35,20 @@
  *   Broadcast: sendbuff == recvbuff). Reductions add in rank order
  *   0..N-1 on every rank, so every rank gets bitwise the same result, as
  *   NCCL's ring gives. count 0 returns at once, as NCCL does.
+ * - On a non-blocking communicator the first collective returns
+ *   ncclInProgress (NCCL's runtime connection setup) and
+ *   ncclCommGetAsyncError settles it.
  * - Failure: a collective whose peer is gone (its pid no longer exists,
  *   or it left or aborted the communicator) or does not arrive within
- *   DAGRUN_EMU_NCCL_TIMEOUT_S (default 30 s) returns ncclRemoteError; the
- *   communicator's asynchronous error becomes that error, every later
- *   call returns it, and ncclGetLastError says which rank, which
- *   collective and why. ncclCommAbort marks the communicator aborted
+ *   DAGRUN_EMU_NCCL_TIMEOUT_S (default 30 s) ends early; the
+ *   communicator's asynchronous error becomes ncclRemoteError, every
+ *   later call returns it, and ncclGetLastError says which rank, which
+ *   collective and why. A blocking communicator's call returns the error
+ *   too; a non-blocking one's returns as NCCL's enqueue does (ncclSuccess,
+ *   or ncclInProgress for the first), and the error shows only in
+ *   ncclCommGetAsyncError, while the stream's events complete (the
+ *   "kernel" ended, as an aborted one does) with the receive buffer
+ *   partly written. ncclCommAbort marks the communicator aborted
  *   for the peers (who then fail as NCCL's would, seeing the connection
  *   go) and unlinks the segment's name if it is still there. Collectives
  *   whose ranks disagree on the operation, type, count or root return
@@ -118,6 +126,7 @@ struct ncclComm {
   double timeout_s, t_init;
   ncclResult_t async; /* ncclCommGetAsyncError's answer */
   int ready;          /* every rank joined */
+  int connected;      /* a collective has run */
   char last[512];
   char why[256];
 };
@@ -781,11 +790,24 @@ static ncclResult_t run(ncclComm *comm, const coll &k) {
   size_t per = comm->slot_bytes / es;
   if (k.op == OP_REDUCESCATTER)
     per /= N;
-  for (size_t off = 0; off < k.count; off += per) {
+  ncclResult_t r = ncclSuccess;
+  for (size_t off = 0; off < k.count && r == ncclSuccess; off += per) {
     size_t len = k.count - off < per ? k.count - off : per;
-    ncclResult_t r = step(comm, k, off, len);
-    if (r != ncclSuccess)
-      return r;
+    r = step(comm, k, off, len);
+  }
+  if (comm->blocking)
+    return r;
+  /* Non-blocking: the call enqueued the work, and what became of it is
+   * the communicator's asynchronous state, as with NCCL: a peer lost
+   * while the "kernel" ran ended it early (its event completes, as an
+   * aborted kernel's does) and shows in ncclCommGetAsyncError only. The
+   * first collective sets up the connections (NCCL's runtime connect)
+   * and returns ncclInProgress until ncclCommGetAsyncError settles. */
+  if (!comm->connected) {
+    comm->connected = 1;
+    if (comm->async == ncclSuccess)
+      comm->async = ncclInProgress;
+    return ncclInProgress;
   }
   return ncclSuccess;
 }
