@@ -175,8 +175,7 @@ static void check_allreduce(size_t n, int tag) {
   float *b = (float *)B.h;
   fill(b, R, tag, n);
   bput(&B);
-  CALL("allreduce",
-       comm_allreduce_sum(C, (float *)B.d, n, err, sizeof err));
+  CALL("allreduce", comm_allreduce_sum(C, (float *)B.d, n, err, sizeof err));
   bget(&B);
   for (size_t i = 0; i < n; i++)
     expect("allreduce", n, i, b[i], sum(tag, i));
@@ -191,9 +190,8 @@ static void check_reduce_scatter(size_t n, int tag) {
     r[i] = -999;
   bput(&S);
   bput(&Rb);
-  CALL("reduce_scatter", comm_reduce_scatter_sum(C, (float *)S.d,
-                                                 (float *)Rb.d, n, err,
-                                                 sizeof err));
+  CALL("reduce_scatter", comm_reduce_scatter_sum(C, (float *)S.d, (float *)Rb.d,
+                                                 n, err, sizeof err));
   bget(&Rb);
   for (size_t i = 0; i < n; i++)
     expect("reduce_scatter", n, i, r[i], sum(tag, (size_t)R * n + i));
@@ -390,9 +388,9 @@ static void check_test(size_t n, int tag) {
   comm_req *ra, *rs;
   CALL("iallreduce",
        comm_iallreduce_sum(C, (float *)A.d, n, &ra, err, sizeof err));
-  CALL("ireduce_scatter", comm_ireduce_scatter_sum(C, (float *)S.d,
-                                                   (float *)Rb.d, n, &rs, err,
-                                                   sizeof err));
+  CALL("ireduce_scatter",
+       comm_ireduce_scatter_sum(C, (float *)S.d, (float *)Rb.d, n, &rs, err,
+                                sizeof err));
   int done = 0;
   long polls = 0;
   volatile double work = 0;
@@ -542,7 +540,8 @@ int main(int argc, char **argv) {
     tag += 2;
   }
   check_allreduce(0, tag++); /* nothing to do, but it must work */
-  if (!DEV) /* host memory: not for NCCL */
+  /* comm_allreduce_sum_double takes host memory: not for NCCL. */
+  if (!DEV)
     check_allreduce_double();
   check_inflight_limit(tag);
   tag += 200;

@@ -82,7 +82,7 @@
 #include <unistd.h>
 
 #define EMU_ID_MAGIC "DGEMUNCCL1"
-#define EMU_ID_RANDOM 16 /* random bytes after the magic */
+#define EMU_ID_RANDOM 16                    /* random bytes after the magic */
 #define EMU_SEG_MAGIC 0x4c43434e554d4544ULL /* "DEMUNCCL" */
 #define EMU_SEG_VERSION 1u
 
@@ -219,10 +219,14 @@ static void unlink_name(ncclComm *comm) {
 
 static const char *op_name(int op) {
   switch (op) {
-  case 0: return "AllReduce";
-  case 1: return "ReduceScatter";
-  case 2: return "AllGather";
-  case 3: return "Broadcast";
+  case 0:
+    return "AllReduce";
+  case 1:
+    return "ReduceScatter";
+  case 2:
+    return "AllGather";
+  case 3:
+    return "Broadcast";
   }
   return "?";
 }
@@ -317,10 +321,14 @@ static size_t type_size(ncclDataType_t t) {
 
 template <typename T> static T apply(ncclRedOp_t op, T a, T b) {
   switch (op) {
-  case ncclProd: return (T)(a * b);
-  case ncclMax: return a > b ? a : b;
-  case ncclMin: return a < b ? a : b;
-  default: return (T)(a + b);
+  case ncclProd:
+    return (T)(a * b);
+  case ncclMax:
+    return a > b ? a : b;
+  case ncclMin:
+    return a < b ? a : b;
+  default:
+    return (T)(a + b);
   }
 }
 
@@ -337,26 +345,49 @@ static bool reducible(ncclDataType_t t, ncclRedOp_t op) {
   if (op != ncclSum && op != ncclProd && op != ncclMax && op != ncclMin)
     return false;
   switch (t) {
-  case ncclInt8: case ncclUint8: case ncclInt32: case ncclUint32:
-  case ncclInt64: case ncclUint64: case ncclFloat32: case ncclFloat64:
+  case ncclInt8:
+  case ncclUint8:
+  case ncclInt32:
+  case ncclUint32:
+  case ncclInt64:
+  case ncclUint64:
+  case ncclFloat32:
+  case ncclFloat64:
     return true;
   default:
     return false;
   }
 }
 
-static void reduce(ncclDataType_t t, ncclRedOp_t op, void *acc,
-                   const void *src, size_t n) {
+static void reduce(ncclDataType_t t, ncclRedOp_t op, void *acc, const void *src,
+                   size_t n) {
   switch (t) {
-  case ncclInt8: reduce_into<int8_t>(acc, src, n, op); break;
-  case ncclUint8: reduce_into<uint8_t>(acc, src, n, op); break;
-  case ncclInt32: reduce_into<int32_t>(acc, src, n, op); break;
-  case ncclUint32: reduce_into<uint32_t>(acc, src, n, op); break;
-  case ncclInt64: reduce_into<int64_t>(acc, src, n, op); break;
-  case ncclUint64: reduce_into<uint64_t>(acc, src, n, op); break;
-  case ncclFloat32: reduce_into<float>(acc, src, n, op); break;
-  case ncclFloat64: reduce_into<double>(acc, src, n, op); break;
-  default: break;
+  case ncclInt8:
+    reduce_into<int8_t>(acc, src, n, op);
+    break;
+  case ncclUint8:
+    reduce_into<uint8_t>(acc, src, n, op);
+    break;
+  case ncclInt32:
+    reduce_into<int32_t>(acc, src, n, op);
+    break;
+  case ncclUint32:
+    reduce_into<uint32_t>(acc, src, n, op);
+    break;
+  case ncclInt64:
+    reduce_into<int64_t>(acc, src, n, op);
+    break;
+  case ncclUint64:
+    reduce_into<uint64_t>(acc, src, n, op);
+    break;
+  case ncclFloat32:
+    reduce_into<float>(acc, src, n, op);
+    break;
+  case ncclFloat64:
+    reduce_into<double>(acc, src, n, op);
+    break;
+  default:
+    break;
   }
 }
 
@@ -392,16 +423,24 @@ const char *ncclGetErrorString(ncclResult_t r) {
   /* NCCL's own texts, without its hints about NCCL_DEBUG, which does
    * nothing here: ncclGetLastError says what happened. */
   switch (r) {
-  case ncclSuccess: return "no error";
-  case ncclUnhandledCudaError: return "unhandled cuda error";
-  case ncclSystemError: return "unhandled system error";
-  case ncclInternalError: return "internal error";
-  case ncclInvalidArgument: return "invalid argument";
-  case ncclInvalidUsage: return "invalid usage";
+  case ncclSuccess:
+    return "no error";
+  case ncclUnhandledCudaError:
+    return "unhandled cuda error";
+  case ncclSystemError:
+    return "unhandled system error";
+  case ncclInternalError:
+    return "internal error";
+  case ncclInvalidArgument:
+    return "invalid argument";
+  case ncclInvalidUsage:
+    return "invalid usage";
   case ncclRemoteError:
     return "remote process exited or there was a network error";
-  case ncclInProgress: return "NCCL operation in progress";
-  default: return "unknown result code";
+  case ncclInProgress:
+    return "NCCL operation in progress";
+  default:
+    return "unknown result code";
   }
 }
 
@@ -479,8 +518,8 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks,
   if (slot < 256 * (size_t)nranks) /* a reduce-scatter step: nranks parts */
     slot = 256 * (size_t)nranks;
   comm->slot_bytes = slot;
-  char *p = comm->name + snprintf(comm->name, sizeof comm->name,
-                                  "/dagrun-nccl-");
+  char *p =
+      comm->name + snprintf(comm->name, sizeof comm->name, "/dagrun-nccl-");
   const unsigned char *rnd =
       (const unsigned char *)id.internal + sizeof EMU_ID_MAGIC - 1;
   for (int i = 0; i < EMU_ID_RANDOM; i++)
@@ -493,8 +532,8 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks,
   if (fd < 0) {
     int e = errno;
     delete comm;
-    return fail(nullptr, ncclSystemError,
-                "emulated NCCL: shm_open(%s): %s", comm->name, strerror(e));
+    return fail(nullptr, ncclSystemError, "emulated NCCL: shm_open(%s): %s",
+                comm->name, strerror(e));
   }
   struct stat st;
   ncclResult_t r = ncclSuccess;
@@ -513,8 +552,8 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks,
              "DAGRUN_EMU_NCCL_SLOT_BYTES",
              rank, comm->name, (long long)st.st_size, comm->map_bytes, nranks);
   if (r == ncclSuccess) {
-    void *m = mmap(nullptr, comm->map_bytes, PROT_READ | PROT_WRITE,
-                   MAP_SHARED, fd, 0);
+    void *m = mmap(nullptr, comm->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                   fd, 0);
     if (m == MAP_FAILED)
       r = fail(nullptr, ncclSystemError, "emulated NCCL: mmap(%s): %s",
                comm->name, strerror(errno));
@@ -816,25 +855,24 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
   return run(comm, {OP_ALLREDUCE, (const unsigned char *)sendbuff,
-                    (unsigned char *)recvbuff, count, datatype, op, 0,
-                    stream});
+                    (unsigned char *)recvbuff, count, datatype, op, 0, stream});
 }
 
 ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff,
                                size_t recvcount, ncclDataType_t datatype,
                                ncclRedOp_t op, ncclComm_t comm,
                                cudaStream_t stream) {
-  return run(comm, {OP_REDUCESCATTER, (const unsigned char *)sendbuff,
-                    (unsigned char *)recvbuff, recvcount, datatype, op, 0,
-                    stream});
+  return run(comm,
+             {OP_REDUCESCATTER, (const unsigned char *)sendbuff,
+              (unsigned char *)recvbuff, recvcount, datatype, op, 0, stream});
 }
 
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff,
                            size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t stream) {
   return run(comm, {OP_ALLGATHER, (const unsigned char *)sendbuff,
-                    (unsigned char *)recvbuff, sendcount, datatype, ncclSum,
-                    0, stream});
+                    (unsigned char *)recvbuff, sendcount, datatype, ncclSum, 0,
+                    stream});
 }
 
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
