@@ -25,9 +25,14 @@
  * Failure modes (with COMM_CHECK_TIMEOUT=seconds, the communicator's
  * timeout_s): after a good barrier the last rank SIGKILLs itself
  * (die-kill), exits without a word (die-exit) or sleeps a minute
- * (hang), while the others enter an allreduce. A survivor that sees the
- * call fail prints "comm_check: rank R: <error>" and aborts the gang
- * (comm_abort, exit code 3).
+ * (hang), aborts the communicator (abort: comm_abort, exit code 4),
+ * destroys it and exits 0 (leave), or enters the allreduce with a
+ * different count (mismatch), while the others enter an allreduce. A
+ * survivor that sees the call fail prints "comm_check: rank R: <error>"
+ * and aborts the gang (comm_abort, exit code 3). host-buffer (nccl
+ * only): every rank hands the comm layer host memory, which must be
+ * refused ("comm_check: rank R: host buffer refused: <error>", exit 0):
+ * what shows that the other modes' buffers really are device memory.
  */
 #include "comm.h"
 
@@ -457,18 +462,39 @@ static void check_inflight_limit(int tag) {
 
 static int failure_mode(const char *mode) {
   CALL("barrier", comm_barrier(C, err, sizeof err));
+  size_t n = 1000;
+  if (!strcmp(mode, "host-buffer")) {
+    float *h = xmalloc(n * sizeof *h);
+    fill(h, R, 1, n);
+    int rc = comm_allreduce_sum(C, h, n, err, sizeof err);
+    free(h);
+    if (rc == 0 || !DEV) {
+      fprintf(stderr, "comm_check: rank %d: host buffer taken\n", R);
+      return 1;
+    }
+    fprintf(stderr, "comm_check: rank %d: host buffer refused: %s\n", R, err);
+    comm_destroy(C); /* broken: aborted, not finalized */
+    return 0;
+  }
   if (R == N - 1 && N > 1) {
     if (!strcmp(mode, "die-kill"))
       raise(SIGKILL);
     else if (!strcmp(mode, "die-exit"))
       _exit(0);
+    else if (!strcmp(mode, "abort"))
+      comm_abort(C, 4);
+    else if (!strcmp(mode, "leave")) {
+      comm_destroy(C);
+      exit(0);
+    } else if (!strcmp(mode, "mismatch"))
+      n = 999;
     else
       sleep(60);
   }
   buf B = balloc(1000 * sizeof(float));
   fill((float *)B.h, R, 1, 1000);
   bput(&B);
-  if (comm_allreduce_sum(C, (float *)B.d, 1000, err, sizeof err) != 0)
+  if (comm_allreduce_sum(C, (float *)B.d, n, err, sizeof err) != 0)
     die("allreduce");
   fprintf(stderr,
           "comm_check: rank %d: the allreduce returned, with a rank "
@@ -481,6 +507,7 @@ int main(int argc, char **argv) {
   const char *backend = argc > 1 ? argv[1] : "mpi";
   const char *mode = argc > 2 ? argv[2] : "all";
   comm_config cfg = {0};
+  int known = 1;
   if (!strcmp(backend, "mpi"))
     cfg.backend = COMM_MPI;
   else if (!strcmp(backend, "self"))
@@ -489,9 +516,17 @@ int main(int argc, char **argv) {
   else if (!strcmp(backend, "nccl"))
     cfg.backend = COMM_NCCL;
 #endif
-  else {
+  else
+    known = 0;
+  static const char *modes[] = {"all",   "die-kill", "die-exit", "hang",
+                                "abort", "leave",    "mismatch", "host-buffer"};
+  int known_mode = 0;
+  for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
+    known_mode |= !strcmp(mode, modes[i]);
+  if (!known || !known_mode) {
     fprintf(stderr,
-            "usage: comm_check mpi|self%s [all|die-kill|die-exit|hang]\n",
+            "usage: comm_check mpi|self%s [all|die-kill|die-exit|hang|abort|"
+            "leave|mismatch|host-buffer]\n",
 #ifdef DAGRUN_COMM_CHECK_CUDA
             "|nccl"
 #else

@@ -51,18 +51,23 @@
  *   partly written. ncclCommAbort marks the communicator aborted
  *   for the peers (who then fail as NCCL's would, seeing the connection
  *   go) and unlinks the segment's name if it is still there. Collectives
- *   whose ranks disagree on the operation, type, count or root return
- *   ncclInvalidUsage (NCCL would hang or corrupt memory).
+ *   whose ranks disagree on the operation, type, count or root fail the
+ *   same way with ncclInvalidUsage (NCCL would hang or corrupt memory).
+ *   A buffer that is not device memory (or runs past its allocation)
+ *   is refused by the call itself with ncclInvalidArgument, before any
+ *   rank waits for this one.
  *
  * Not modelled: GPU streams and their overlap (the stream is the host
  * thread: a collective has completed, or failed, when the call returns,
  * so a real NCCL's hung kernel that a caller's timeout must catch
- * appears here as a call that returns an error after the emulator's own
- * timeout), topology, channels, algorithms and protocols, ranks on more
- * than one host, groups (ncclGroupStart/End), point-to-point, split,
- * user-registered buffers and reduction ops, fp16/bf16/fp8 reductions
- * (ncclInvalidArgument), ncclAvg. NCCL_* environment variables do
- * nothing.
+ * appears here as a call that fails after the emulator's own timeout,
+ * which is the one to set below the caller's), topology, channels, algorithms
+ * and protocols, ranks on more than one host, groups (ncclGroupStart/End),
+ * point-to-point, split, user-registered buffers and reduction ops,
+ * fp16/bf16/fp8 reductions (ncclInvalidArgument), ncclAvg; ncclCommAbort from
+ * another thread while a collective of this process blocks (NCCL's way to
+ * unblock it: here the blocked call ends at the timeout, or when a peer fails).
+ * NCCL_* environment variables do nothing.
  */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -819,12 +824,16 @@ static ncclResult_t run(ncclComm *comm, const coll &k) {
   size_t send_n = k.op == OP_REDUCESCATTER ? k.count * N : k.count;
   size_t recv_n = k.op == OP_ALLGATHER ? k.count * N : k.count;
   bool uses_send = k.op != OP_BROADCAST || k.root == comm->rank;
-  if ((uses_send && !device_range(k.send, send_n * es)) ||
-      !device_range(k.recv, recv_n * es))
+  if (uses_send && !device_range(k.send, send_n * es))
     return fail(comm, ncclInvalidArgument,
-                "emulated NCCL: %s: a buffer of %zu or %zu elements is not "
-                "device memory (see the EMU ERROR above)",
-                what, send_n, recv_n);
+                "emulated NCCL: %s: sendbuff %p (%zu elements) is not device "
+                "memory (the emulated runtime's EMU ERROR says more)",
+                what, (const void *)k.send, send_n);
+  if (!device_range(k.recv, recv_n * es))
+    return fail(comm, ncclInvalidArgument,
+                "emulated NCCL: %s: recvbuff %p (%zu elements) is not device "
+                "memory (the emulated runtime's EMU ERROR says more)",
+                what, (void *)k.recv, recv_n);
   comm->seq++;
   size_t per = comm->slot_bytes / es;
   if (k.op == OP_REDUCESCATTER)

@@ -5,11 +5,13 @@
 # (tests/gpu/emu/nccl.cpp: real processes, shared memory) and CUDA
 # runtime: under mpirun with 1, 2 and 4 ranks, and with 3 ranks started
 # by hand that meet through comm_nccl.c's rendezvous directory. Then the
-# failure paths, each provoked: one rank of three hangs, SIGKILLs itself
-# or exits before an allreduce the others enter, or never starts; the
-# gang must end non-zero within 30 s and the survivors that got to speak
-# must say, through comm_nccl.c, what NCCL said and why. Last: nothing of
-# these runs is left in /dev/shm. The ctest gpu/comm_emulated.
+# failure paths, each provoked: one rank of three hangs, SIGKILLs itself,
+# exits, aborts or leaves the communicator before an allreduce the others
+# enter, or never starts, or the ranks' allreduces differ; the gang must
+# end non-zero within 30 s and the survivors that got to speak must say,
+# through comm_nccl.c, what NCCL said and why. Host buffers are refused.
+# Last: nothing of these runs is left in /dev/shm. The ctest
+# gpu/comm_emulated.
 . "$DAGRUN_SOURCE_DIR/tests/integration/lib.sh"
 
 CHECK=${COMM_CHECK_EMULATED:?COMM_CHECK_EMULATED must name comm_check_emulated (ctest sets it)}
@@ -155,6 +157,37 @@ $(cat "$T/$name.out")"
 }
 rdv_fail rdv-kill die-kill "$DEAD" 137
 rdv_fail rdv-exit die-exit "$DEAD" 0
+# Rank 2 aborts (comm_abort: ncclCommAbort, exit 4): the others' allreduce
+# fails as NCCL's does when a peer's connections go.
+rdv_fail rdv-abort abort "it aborted the communicator (ncclCommAbort)" 4
+# Rank 2 destroys the communicator (finalize, destroy) and exits 0: the
+# ranks' collectives differ, and the others must not wait for it.
+rdv_fail rdv-leave leave "it left the communicator (ncclCommFinalize/ncclCommDestroy) with this collective not done" 0
+
+# Rank 2's allreduce has 999 elements, the others' 1000: every rank's call
+# fails (NCCL would hang or corrupt memory), none hangs.
+rdv_run rdv-mismatch 3 3 mismatch
+RC=1
+ended_in_time rdv-mismatch
+[ "${RCS[*]}" = "3 3 3" ] || fail "rdv-mismatch: exit codes ${RCS[*]}, want 3 3 3
+$(cat "$T/rdv-mismatch.out")"
+for r in 0 1 2; do
+  expect_in "$T/rdv-mismatch.$r.out" "comm_check: rank $r: allreduce: comm nccl: allreduce: invalid usage: emulated NCCL: rank $r: collective #2 is AllReduce of"
+  expect_in "$T/rdv-mismatch.$r.out" "every rank must call the same collectives in the same order"
+done
+echo "rdv-mismatch: exit 3 3 3 after $SECS s"
+
+# Host memory handed to the NCCL backend is refused on every rank, before
+# any rank waits: what makes the runs above a check that comm_check's
+# buffers, and comm_nccl.c's, are device memory.
+rdv_run rdv-host 3 3 host-buffer
+[ "${RCS[*]}" = "0 0 0" ] || fail "rdv-host: exit codes ${RCS[*]}, want 0 0 0
+$(cat "$T/rdv-host.out")"
+for r in 0 1 2; do
+  expect_in "$T/rdv-host.$r.out" "comm_check: rank $r: host buffer refused: comm nccl: allreduce: invalid argument: emulated NCCL: AllReduce: sendbuff"
+  expect_in "$T/rdv-host.$r.out" "is not device memory"
+done
+echo "rdv-host: refused on every rank in $SECS s"
 # Rank 2 sleeps a minute (timeout ends it at 60 s: 124); the survivors
 # give up at 3 s. Only their time counts here.
 rdv_hang() {
