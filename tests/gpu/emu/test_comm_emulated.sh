@@ -3,8 +3,9 @@
 # collective of tests/comm/comm_check.c, sync and async, at 1, 7, 1000 and
 # 1,000,003 floats, with device buffers, through the emulated NCCL
 # (tests/gpu/emu/nccl.cpp: real processes, shared memory) and CUDA
-# runtime: under mpirun with 1, 2 and 4 ranks, and with 3 ranks started
-# by hand that meet through comm_nccl.c's rendezvous directory. Then the
+# runtime: under mpirun with 1, 2 and 4 ranks, with 3 in 4 KiB steps, and
+# with 3 ranks started by hand that meet through comm_nccl.c's rendezvous
+# directory. Then the
 # failure paths, each provoked: one rank of three hangs, SIGKILLs itself,
 # exits, aborts or leaves the communicator before an allreduce the others
 # enter, or never starts, or the ranks' allreduces differ; the gang must
@@ -79,6 +80,14 @@ $(cat "$T/np$np.out")"
   expect_in "$T/np$np.out" "comm_check: nccl size $np: ok"
   echo "np$np: ok in $SECS s"
 done
+
+# Slots of 4 KiB: every collective above 1024 floats (reduce-scatter: 341
+# per rank) in many steps, with their boundaries at odd places.
+run small-slots env DAGRUN_EMU_NCCL_SLOT_BYTES=4096 "${MPIRUN[@]}" -np 3 "$CHECK" nccl
+[ "$RC" -eq 0 ] || fail "small-slots: exit code $RC
+$(cat "$T/small-slots.out")"
+expect_in "$T/small-slots.out" "comm_check: nccl size 3: ok"
+echo "small-slots: ok in $SECS s"
 
 rdv_run rdv3 3 3 all
 [ "${RCS[*]}" = "0 0 0" ] || fail "rdv3: exit codes ${RCS[*]}
