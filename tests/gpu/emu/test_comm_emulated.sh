@@ -24,10 +24,6 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export LSAN_OPTIONS="suppressions=$DAGRUN_SOURCE_DIR/tests/lsan-mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 MPIRUN=(mpirun --oversubscribe --bind-to none)
-# The emulated NCCL's own timeout (a peer that does not arrive) and the
-# comm layer's, short for the failure paths.
-export DAGRUN_EMU_NCCL_TIMEOUT_S=3
-
 # The segments of other programs, or of an earlier run, are not this
 # test's business: only new names count.
 ls /dev/shm | grep '^dagrun-nccl-' | sort >"$T/shm.before" || true
@@ -94,6 +90,11 @@ rdv_run rdv3 3 3 all
 $(cat "$T/rdv3.out")"
 expect_in "$T/rdv3.out" "comm_check: nccl size 3: ok"
 echo "rdv3: ok in $SECS s"
+
+# From here on, the emulated NCCL's own timeout (a peer that does not
+# arrive) is short; the runs above keep the default 30 s, room for a
+# loaded machine.
+export DAGRUN_EMU_NCCL_TIMEOUT_S=3
 
 # What a survivor says (comm_check's die(), comm_nccl.c's ncclerr() with
 # ncclGetErrorString and ncclGetLastError), and why.
