@@ -147,19 +147,21 @@ static int nccl_test(comm *c, int slot, char *err, size_t errlen) {
   nccl_state *s = c->impl;
   const char *what = comm_op_name(c->req[slot].op);
   cudaError_t e = cudaEventQuery(s->ev[slot]);
-  if (e == cudaSuccess)
-    return 1;
-  if (e != cudaErrorNotReady) {
+  if (e != cudaSuccess && e != cudaErrorNotReady) {
     cuda_ok(e, what, err, errlen);
     return -1;
   }
+  /* NCCL's asynchronous error even when the event has completed: a
+   * kernel that ended on an error (a peer lost, the communicator
+   * aborted) completes its event with the receive buffer partly written,
+   * and only the communicator's state tells. */
   ncclResult_t st = ncclSuccess;
   ncclResult_t r = ncclCommGetAsyncError(s->comm, &st);
   if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress)) {
     ncclerr(s, r != ncclSuccess ? r : st, what, err, errlen);
     return -1;
   }
-  return 0;
+  return e == cudaSuccess;
 }
 
 /* Frees what state holds. broken: abort the NCCL communicator instead of

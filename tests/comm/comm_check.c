@@ -3,7 +3,18 @@
  * each rank computes alone. Run under mpirun (tests/integration/
  * test_comm.sh) or alone:
  *
- *   comm_check mpi|self [all|die-kill|die-exit|hang]
+ *   comm_check mpi|self|nccl [all|die-kill|die-exit|hang]
+ *
+ * nccl: the buffers the comm layer gets are device memory (cudaMalloc,
+ * filled and read back with cudaMemcpy), so that the program is the same
+ * on a GPU and on the CPU emulator (tests/gpu/emu: comm_check_emulated,
+ * the ctest gpu/comm_emulated); built with DAGRUN_COMM_CHECK_CUDA only,
+ * so the plain comm_check needs no CUDA. The ranks find each other
+ * through MPI (mpirun), or, with COMM_CHECK_RENDEZVOUS=dir,
+ * COMM_CHECK_RANK and COMM_CHECK_SIZE, through comm_nccl.c's rendezvous
+ * directory (ranks started by hand, no MPI). comm_allreduce_sum_double
+ * takes host memory, which NCCL does not: it is checked with mpi and self
+ * only.
  *
  * Rank r's data is pseudo-random, from a fixed seed, r and the buffer's
  * tag, in steps of 1/8 between -125 and 125: any rank can compute any
@@ -14,9 +25,14 @@
  * Failure modes (with COMM_CHECK_TIMEOUT=seconds, the communicator's
  * timeout_s): after a good barrier the last rank SIGKILLs itself
  * (die-kill), exits without a word (die-exit) or sleeps a minute
- * (hang), while the others enter an allreduce. A survivor that sees the
- * call fail prints "comm_check: rank R: <error>" and aborts the gang
- * (comm_abort, exit code 3).
+ * (hang), aborts the communicator (abort: comm_abort, exit code 4),
+ * destroys it and exits 0 (leave), or enters the allreduce with a
+ * different count (mismatch), while the others enter an allreduce. A
+ * survivor that sees the call fail prints "comm_check: rank R: <error>"
+ * and aborts the gang (comm_abort, exit code 3). host-buffer (nccl
+ * only): every rank hands the comm layer host memory, which must be
+ * refused ("comm_check: rank R: host buffer refused: <error>", exit 0):
+ * what shows that the other modes' buffers really are device memory.
  */
 #include "comm.h"
 
@@ -27,6 +43,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef DAGRUN_COMM_CHECK_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 static comm *C;
 static int R, N;
@@ -95,65 +114,151 @@ static void *xmalloc(size_t bytes) {
   return p;
 }
 
+/* The buffers the comm layer gets: host memory for mpi and self, device
+ * memory for nccl (DEV), each with its host copy, which the checks fill
+ * and read: h is the host copy, d what the comm layer gets (h itself
+ * without DEV). */
+static int DEV;
+
+typedef struct buf {
+  unsigned char *h, *d;
+  size_t bytes;
+} buf;
+
+#ifdef DAGRUN_COMM_CHECK_CUDA
+static void cuda_check(cudaError_t e, const char *what) {
+  if (e != cudaSuccess) {
+    fprintf(stderr, "comm_check: rank %d: %s: %s\n", R, what,
+            cudaGetErrorString(e));
+    exit(2);
+  }
+}
+#endif
+
+static buf balloc(size_t bytes) {
+  buf b = {xmalloc(bytes), NULL, bytes};
+  b.d = b.h;
+#ifdef DAGRUN_COMM_CHECK_CUDA
+  if (DEV)
+    cuda_check(cudaMalloc((void **)&b.d, bytes ? bytes : 1), "cudaMalloc");
+#endif
+  return b;
+}
+
+/* The host copy to the device, and back. */
+static void bput(buf *b) {
+#ifdef DAGRUN_COMM_CHECK_CUDA
+  if (DEV)
+    cuda_check(cudaMemcpy(b->d, b->h, b->bytes, cudaMemcpyHostToDevice),
+               "cudaMemcpy to the device");
+#else
+  (void)b;
+#endif
+}
+
+static void bget(buf *b) {
+#ifdef DAGRUN_COMM_CHECK_CUDA
+  if (DEV)
+    cuda_check(cudaMemcpy(b->h, b->d, b->bytes, cudaMemcpyDeviceToHost),
+               "cudaMemcpy from the device");
+#else
+  (void)b;
+#endif
+}
+
+static void bfree(buf *b) {
+#ifdef DAGRUN_COMM_CHECK_CUDA
+  if (DEV)
+    cuda_check(cudaFree(b->d), "cudaFree");
+#endif
+  free(b->h);
+  b->h = b->d = NULL;
+}
+
 static void check_allreduce(size_t n, int tag) {
-  float *b = xmalloc(n * sizeof *b);
+  buf B = balloc(n * sizeof(float));
+  float *b = (float *)B.h;
   fill(b, R, tag, n);
-  CALL("allreduce", comm_allreduce_sum(C, b, n, err, sizeof err));
+  bput(&B);
+  CALL("allreduce", comm_allreduce_sum(C, (float *)B.d, n, err, sizeof err));
+  bget(&B);
   for (size_t i = 0; i < n; i++)
     expect("allreduce", n, i, b[i], sum(tag, i));
-  free(b);
+  bfree(&B);
 }
 
 static void check_reduce_scatter(size_t n, int tag) {
-  float *s = xmalloc(n * N * sizeof *s), *r = xmalloc(n * sizeof *r);
+  buf S = balloc(n * N * sizeof(float)), Rb = balloc(n * sizeof(float));
+  float *s = (float *)S.h, *r = (float *)Rb.h;
   fill(s, R, tag, n * N);
   for (size_t i = 0; i < n; i++)
     r[i] = -999;
-  CALL("reduce_scatter", comm_reduce_scatter_sum(C, s, r, n, err, sizeof err));
+  bput(&S);
+  bput(&Rb);
+  CALL("reduce_scatter", comm_reduce_scatter_sum(C, (float *)S.d, (float *)Rb.d,
+                                                 n, err, sizeof err));
+  bget(&Rb);
   for (size_t i = 0; i < n; i++)
     expect("reduce_scatter", n, i, r[i], sum(tag, (size_t)R * n + i));
-  free(s);
-  free(r);
+  bfree(&S);
+  bfree(&Rb);
 }
 
 static void check_allgather(size_t n, int tag, int inplace) {
-  float *r = xmalloc(n * N * sizeof *r), *s = NULL;
+  buf Rb = balloc(n * N * sizeof(float)), S = {0};
+  float *r = (float *)Rb.h, *sd;
   for (size_t i = 0; i < n * N; i++)
     r[i] = -999;
   if (inplace) {
-    s = r + (size_t)R * n;
-    fill(s, R, tag, n);
+    fill(r + (size_t)R * n, R, tag, n);
+    sd = (float *)Rb.d + (size_t)R * n;
   } else {
-    s = xmalloc(n * sizeof *s);
-    fill(s, R, tag, n);
+    S = balloc(n * sizeof(float));
+    fill((float *)S.h, R, tag, n);
+    bput(&S);
+    sd = (float *)S.d;
   }
+  bput(&Rb);
   const char *what = inplace ? "allgather in place" : "allgather";
-  CALL(what, comm_allgather(C, s, r, n, err, sizeof err));
+  CALL(what, comm_allgather(C, sd, (float *)Rb.d, n, err, sizeof err));
+  bget(&Rb);
   for (int q = 0; q < N; q++)
     for (size_t i = 0; i < n; i++)
       expect(what, n, (size_t)q * n + i, r[(size_t)q * n + i], val(q, tag, i));
   if (!inplace)
-    free(s);
-  free(r);
+    bfree(&S);
+  bfree(&Rb);
 }
 
 /* Bytes of an odd count (BF16 parameters are 2 bytes each; any count
  * must work), in place or not. */
 static void check_allgather_bytes(size_t nbytes, int tag, int inplace) {
-  unsigned char *r = xmalloc(nbytes * N), *s;
+  buf Rb = balloc(nbytes * N), S = {0};
+  unsigned char *r = Rb.h, *s, *sd;
   memset(r, 0xEE, nbytes * N);
-  s = inplace ? r + (size_t)R * nbytes : xmalloc(nbytes);
+  if (inplace) {
+    s = r + (size_t)R * nbytes;
+    sd = Rb.d + (size_t)R * nbytes;
+  } else {
+    S = balloc(nbytes);
+    s = S.h;
+    sd = S.d;
+  }
   for (size_t i = 0; i < nbytes; i++)
     s[i] = (unsigned char)splitmix((uint64_t)(tag * 64 + R) * 1000003 + i);
+  if (!inplace)
+    bput(&S);
+  bput(&Rb);
   const char *what = inplace ? "allgather_bytes in place" : "allgather_bytes";
-  CALL(what, comm_allgather_bytes(C, s, r, nbytes, err, sizeof err));
+  CALL(what, comm_allgather_bytes(C, sd, Rb.d, nbytes, err, sizeof err));
+  bget(&Rb);
   for (int q = 0; q < N; q++)
     for (size_t i = 0; i < nbytes; i++)
       expect(what, nbytes, (size_t)q * nbytes + i, r[(size_t)q * nbytes + i],
              (unsigned char)splitmix((uint64_t)(tag * 64 + q) * 1000003 + i));
   if (!inplace)
-    free(s);
-  free(r);
+    bfree(&S);
+  bfree(&Rb);
 }
 
 /* A sum of doubles whose small parts float32 would drop: 1 + r/1024
@@ -176,52 +281,62 @@ static void check_allreduce_double(void) {
 
 static void check_broadcast(size_t nbytes, int tag) {
   int root = N - 1; /* not rank 0 as soon as there are two */
-  unsigned char *b = xmalloc(nbytes);
+  buf B = balloc(nbytes);
+  unsigned char *b = B.h;
   for (size_t i = 0; i < nbytes; i++)
     b[i] =
         R == root ? (unsigned char)splitmix((uint64_t)tag * 1000003 + i) : 0xEE;
-  CALL("broadcast", comm_broadcast(C, b, nbytes, root, err, sizeof err));
+  bput(&B);
+  CALL("broadcast", comm_broadcast(C, B.d, nbytes, root, err, sizeof err));
+  bget(&B);
   for (size_t i = 0; i < nbytes; i++)
     expect("broadcast", nbytes, i, b[i],
            (unsigned char)splitmix((uint64_t)tag * 1000003 + i));
-  free(b);
+  bfree(&B);
 }
 
 /* Six requests of three kinds in flight at once, waited for in an order
  * that differs from rank to rank. */
 static void check_async(size_t n, int tag) {
   enum { K = 6 };
-  float *buf[K], *out[K];
+  buf in[K], out[K];
   comm_req *req[K];
   for (int k = 0; k < K; k++) {
     int t = tag + k;
     switch (k % 3) {
     case 0: /* allreduce */
-      buf[k] = xmalloc(n * sizeof(float));
-      fill(buf[k], R, t, n);
-      out[k] = NULL;
-      CALL("iallreduce",
-           comm_iallreduce_sum(C, buf[k], n, &req[k], err, sizeof err));
+      in[k] = balloc(n * sizeof(float));
+      fill((float *)in[k].h, R, t, n);
+      bput(&in[k]);
+      CALL("iallreduce", comm_iallreduce_sum(C, (float *)in[k].d, n, &req[k],
+                                             err, sizeof err));
       break;
     case 1: /* reduce-scatter */
-      buf[k] = xmalloc(n * N * sizeof(float));
-      out[k] = xmalloc(n * sizeof(float));
-      fill(buf[k], R, t, n * N);
+      in[k] = balloc(n * N * sizeof(float));
+      out[k] = balloc(n * sizeof(float));
+      fill((float *)in[k].h, R, t, n * N);
+      bput(&in[k]);
       CALL("ireduce_scatter",
-           comm_ireduce_scatter_sum(C, buf[k], out[k], n, &req[k], err,
-                                    sizeof err));
+           comm_ireduce_scatter_sum(C, (float *)in[k].d, (float *)out[k].d, n,
+                                    &req[k], err, sizeof err));
       break;
-    default: /* allgather, in place for odd k/3 */
-      out[k] = xmalloc(n * N * sizeof(float));
+    default: { /* allgather, in place for odd k/3 */
+      float *sd;
+      out[k] = balloc(n * N * sizeof(float));
       if (k / 3) {
-        buf[k] = out[k] + (size_t)R * n;
+        fill((float *)out[k].h + (size_t)R * n, R, t, n);
+        bput(&out[k]);
+        sd = (float *)out[k].d + (size_t)R * n;
       } else {
-        buf[k] = xmalloc(n * sizeof(float));
+        in[k] = balloc(n * sizeof(float));
+        fill((float *)in[k].h, R, t, n);
+        bput(&in[k]);
+        sd = (float *)in[k].d;
       }
-      fill(buf[k], R, t, n);
-      CALL("iallgather",
-           comm_iallgather(C, buf[k], out[k], n, &req[k], err, sizeof err));
+      CALL("iallgather", comm_iallgather(C, sd, (float *)out[k].d, n, &req[k],
+                                         err, sizeof err));
       break;
+    }
     }
   }
   /* Rank-dependent order: a rotation, reversed on odd ranks. */
@@ -233,25 +348,34 @@ static void check_async(size_t n, int tag) {
   for (int k = 0; k < K; k++) {
     int t = tag + k;
     switch (k % 3) {
-    case 0:
+    case 0: {
+      bget(&in[k]);
+      float *b = (float *)in[k].h;
       for (size_t i = 0; i < n; i++)
-        expect("iallreduce", n, i, buf[k][i], sum(t, i));
-      free(buf[k]);
+        expect("iallreduce", n, i, b[i], sum(t, i));
+      bfree(&in[k]);
       break;
-    case 1:
+    }
+    case 1: {
+      bget(&out[k]);
+      float *o = (float *)out[k].h;
       for (size_t i = 0; i < n; i++)
-        expect("ireduce_scatter", n, i, out[k][i], sum(t, (size_t)R * n + i));
-      free(buf[k]);
-      free(out[k]);
+        expect("ireduce_scatter", n, i, o[i], sum(t, (size_t)R * n + i));
+      bfree(&in[k]);
+      bfree(&out[k]);
       break;
-    default:
+    }
+    default: {
+      bget(&out[k]);
+      float *o = (float *)out[k].h;
       for (int q = 0; q < N; q++)
         for (size_t i = 0; i < n; i++)
-          expect("iallgather", n, i, out[k][(size_t)q * n + i], val(q, t, i));
+          expect("iallgather", n, i, o[(size_t)q * n + i], val(q, t, i));
       if (!(k / 3))
-        free(buf[k]);
-      free(out[k]);
+        bfree(&in[k]);
+      bfree(&out[k]);
       break;
+    }
     }
   }
 }
@@ -259,14 +383,19 @@ static void check_async(size_t n, int tag) {
 /* comm_test: an allreduce polled to completion while this rank "computes"
  * (ZeRO's overlap), and a reduce-scatter polled once, then waited for. */
 static void check_test(size_t n, int tag) {
-  float *a = xmalloc(n * sizeof *a), *s = xmalloc(n * N * sizeof *s),
-        *r = xmalloc(n * sizeof *r);
+  buf A = balloc(n * sizeof(float)), S = balloc(n * N * sizeof(float)),
+      Rb = balloc(n * sizeof(float));
+  float *a = (float *)A.h, *r = (float *)Rb.h;
   fill(a, R, tag, n);
-  fill(s, R, tag + 1, n * N);
+  fill((float *)S.h, R, tag + 1, n * N);
+  bput(&A);
+  bput(&S);
   comm_req *ra, *rs;
-  CALL("iallreduce", comm_iallreduce_sum(C, a, n, &ra, err, sizeof err));
+  CALL("iallreduce",
+       comm_iallreduce_sum(C, (float *)A.d, n, &ra, err, sizeof err));
   CALL("ireduce_scatter",
-       comm_ireduce_scatter_sum(C, s, r, n, &rs, err, sizeof err));
+       comm_ireduce_scatter_sum(C, (float *)S.d, (float *)Rb.d, n, &rs, err,
+                                sizeof err));
   int done = 0;
   long polls = 0;
   volatile double work = 0;
@@ -279,61 +408,93 @@ static void check_test(size_t n, int tag) {
   CALL("test", comm_test(C, rs, &done, err, sizeof err));
   if (!done)
     CALL("wait", comm_wait(C, rs, err, sizeof err));
+  bget(&A);
+  bget(&Rb);
   for (size_t i = 0; i < n; i++)
     expect("iallreduce polled with comm_test", n, i, a[i], sum(tag, i));
   for (size_t i = 0; i < n; i++)
     expect("ireduce_scatter after comm_test", n, i, r[i],
            sum(tag + 1, (size_t)R * n + i));
-  free(a);
-  free(s);
-  free(r);
+  bfree(&A);
+  bfree(&S);
+  bfree(&Rb);
 }
 
 /* COMM_MAX_INFLIGHT requests in flight: one more is refused with a clear
  * message (and the communicator stays usable), a blocking call still
  * works, and all of them complete. */
 static void check_inflight_limit(int tag) {
-  float v[COMM_MAX_INFLIGHT];
-  comm_req *req[COMM_MAX_INFLIGHT], *extra = NULL;
-  for (int k = 0; k < COMM_MAX_INFLIGHT; k++) {
+  /* v[0..K) the requests' floats, v[K] the refused one's, v[K+1] the
+   * blocking call's. */
+  enum { K = COMM_MAX_INFLIGHT };
+  buf V = balloc((K + 2) * sizeof(float));
+  float *v = (float *)V.h, *vd = (float *)V.d;
+  comm_req *req[K], *extra = NULL;
+  for (int k = 0; k < K; k++)
     v[k] = val(R, tag + k, 0);
+  v[K] = 1;
+  v[K + 1] = val(R, tag + 100, 0);
+  bput(&V);
+  for (int k = 0; k < K; k++)
     CALL("iallreduce",
-         comm_iallreduce_sum(C, &v[k], 1, &req[k], err, sizeof err));
-  }
-  float w = 1;
-  if (comm_iallreduce_sum(C, &w, 1, &extra, err, sizeof err) == 0 ||
+         comm_iallreduce_sum(C, vd + k, 1, &req[k], err, sizeof err));
+  if (comm_iallreduce_sum(C, vd + K, 1, &extra, err, sizeof err) == 0 ||
       !strstr(err, "in flight")) {
     fprintf(stderr,
             "comm_check: rank %d: request %d of %d was not refused (%s)\n", R,
-            COMM_MAX_INFLIGHT + 1, COMM_MAX_INFLIGHT, err);
+            K + 1, K, err);
     comm_abort(C, 1);
   }
   nchecks++;
-  float b = val(R, tag + 100, 0);
   CALL("allreduce with requests in flight",
-       comm_allreduce_sum(C, &b, 1, err, sizeof err));
-  expect("allreduce with requests in flight", 1, 0, b, sum(tag + 100, 0));
-  for (int j = 0; j < COMM_MAX_INFLIGHT; j++) {
-    int k = (j * 7 + R) % COMM_MAX_INFLIGHT; /* 7 is prime to 16 */
+       comm_allreduce_sum(C, vd + K + 1, 1, err, sizeof err));
+  for (int j = 0; j < K; j++) {
+    int k = (j * 7 + R) % K; /* 7 is prime to 16 */
     CALL("wait", comm_wait(C, req[k], err, sizeof err));
   }
-  for (int k = 0; k < COMM_MAX_INFLIGHT; k++)
+  bget(&V);
+  expect("allreduce with requests in flight", 1, 0, v[K + 1],
+         sum(tag + 100, 0));
+  for (int k = 0; k < K; k++)
     expect("iallreduce (16 in flight)", 1, (size_t)k, v[k], sum(tag + k, 0));
+  bfree(&V);
 }
 
 static int failure_mode(const char *mode) {
   CALL("barrier", comm_barrier(C, err, sizeof err));
+  size_t n = 1000;
+  if (!strcmp(mode, "host-buffer")) {
+    float *h = xmalloc(n * sizeof *h);
+    fill(h, R, 1, n);
+    int rc = comm_allreduce_sum(C, h, n, err, sizeof err);
+    free(h);
+    if (rc == 0 || !DEV) {
+      fprintf(stderr, "comm_check: rank %d: host buffer taken\n", R);
+      return 1;
+    }
+    fprintf(stderr, "comm_check: rank %d: host buffer refused: %s\n", R, err);
+    comm_destroy(C); /* broken: aborted, not finalized */
+    return 0;
+  }
   if (R == N - 1 && N > 1) {
     if (!strcmp(mode, "die-kill"))
       raise(SIGKILL);
     else if (!strcmp(mode, "die-exit"))
       _exit(0);
+    else if (!strcmp(mode, "abort"))
+      comm_abort(C, 4);
+    else if (!strcmp(mode, "leave")) {
+      comm_destroy(C);
+      exit(0);
+    } else if (!strcmp(mode, "mismatch"))
+      n = 999;
     else
       sleep(60);
   }
-  float b[1000];
-  fill(b, R, 1, 1000);
-  if (comm_allreduce_sum(C, b, 1000, err, sizeof err) != 0)
+  buf B = balloc(1000 * sizeof(float));
+  fill((float *)B.h, R, 1, 1000);
+  bput(&B);
+  if (comm_allreduce_sum(C, (float *)B.d, n, err, sizeof err) != 0)
     die("allreduce");
   fprintf(stderr,
           "comm_check: rank %d: the allreduce returned, with a rank "
@@ -346,17 +507,47 @@ int main(int argc, char **argv) {
   const char *backend = argc > 1 ? argv[1] : "mpi";
   const char *mode = argc > 2 ? argv[2] : "all";
   comm_config cfg = {0};
+  int known = 1;
   if (!strcmp(backend, "mpi"))
     cfg.backend = COMM_MPI;
   else if (!strcmp(backend, "self"))
     cfg.backend = COMM_SELF;
-  else {
+#ifdef DAGRUN_COMM_CHECK_CUDA
+  else if (!strcmp(backend, "nccl"))
+    cfg.backend = COMM_NCCL;
+#endif
+  else
+    known = 0;
+  static const char *modes[] = {"all",   "die-kill", "die-exit", "hang",
+                                "abort", "leave",    "mismatch", "host-buffer"};
+  int known_mode = 0;
+  for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
+    known_mode |= !strcmp(mode, modes[i]);
+  if (!known || !known_mode) {
     fprintf(stderr,
-            "usage: comm_check mpi|self [all|die-kill|die-exit|hang]\n");
+            "usage: comm_check mpi|self%s [all|die-kill|die-exit|hang|abort|"
+            "leave|mismatch|host-buffer]\n",
+#ifdef DAGRUN_COMM_CHECK_CUDA
+            "|nccl"
+#else
+            " (this build has no nccl: comm_check_emulated or a CUDA "
+            "build's has)"
+#endif
+    );
     return 2;
   }
+  DEV = cfg.backend == COMM_NCCL;
   const char *t = getenv("COMM_CHECK_TIMEOUT");
   cfg.timeout_s = t ? atof(t) : 60;
+  /* nccl without mpirun: the rendezvous directory, rank and size given. */
+  cfg.device = -1;
+  const char *rdv = getenv("COMM_CHECK_RENDEZVOUS");
+  if (DEV && rdv && *rdv) {
+    const char *rk = getenv("COMM_CHECK_RANK"), *sz = getenv("COMM_CHECK_SIZE");
+    cfg.rendezvous_dir = rdv;
+    cfg.rank = rk ? atoi(rk) : -1;
+    cfg.size = sz ? atoi(sz) : 0;
+  }
   if (comm_create(&cfg, &C, err, sizeof err) != 0) {
     fprintf(stderr, "comm_check: %s\n", err);
     return 2;
@@ -384,14 +575,23 @@ int main(int argc, char **argv) {
     tag += 2;
   }
   check_allreduce(0, tag++); /* nothing to do, but it must work */
-  check_allreduce_double();
+  /* comm_allreduce_sum_double takes host memory: not for NCCL. */
+  if (!DEV)
+    check_allreduce_double();
   check_inflight_limit(tag);
   tag += 200;
   CALL("barrier", comm_barrier(C, err, sizeof err));
 
   /* Every rank did the same checks: sum their counts as a last check. */
-  float mine = (float)(nchecks % 4096), all = mine; /* exact in float */
-  CALL("allreduce", comm_allreduce_sum(C, &all, 1, err, sizeof err));
+  float mine = (float)(nchecks % 4096); /* exact in float */
+  buf All = balloc(sizeof(float));
+  memcpy(All.h, &mine, sizeof mine);
+  bput(&All);
+  CALL("allreduce", comm_allreduce_sum(C, (float *)All.d, 1, err, sizeof err));
+  bget(&All);
+  float all;
+  memcpy(&all, All.h, sizeof all);
+  bfree(&All);
   if (all != mine * (float)N) {
     fprintf(stderr, "comm_check: rank %d: ranks did unequal work\n", R);
     comm_abort(C, 1);

@@ -7,7 +7,8 @@
 # exits before an allreduce the others enter (timeout 3 s); the gang must
 # end, non-zero, within 30 s, and where the survivors got to say it, they
 # say the clear timeout message. (NCCL where it cannot run:
-# tests/unit/test_comm.c.)
+# tests/unit/test_comm.c; the NCCL backend on the CPU emulator, device
+# buffers and all: tests/gpu/emu/test_comm_emulated.sh.)
 . "$(dirname "$0")/lib.sh"
 
 CHECK="$DAGRUN_BUILD_DIR/bin/comm_check"

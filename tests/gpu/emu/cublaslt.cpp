@@ -8,9 +8,9 @@
  * epilogue: BIAS adds a vector of D's rows to every column; GELU_AUX
  * (_BIAS) stores the GELU input (after the bias) into the aux matrix, in
  * D's type, and GELU (tanh approximation) into D; DGELU multiplies the
- * product by GELU's derivative at the aux matrix's values. Products in
- * float, summed in the order l = 0..k-1, rounded to D's type once at the
- * end. The arguments are held to what the library demands, each failure
+ * product by GELU's derivative at the aux matrix's values. The product
+ * in FP32 (OpenBLAS's sgemm on the BF16 inputs widened), the epilogue in
+ * FP32, rounded to D's type once at the end. The arguments are held to what the library demands, each failure
  * returning its documented status: A and B BF16, C and D of one type
  * (BF16 or FP32), FP32 compute and scale; shapes that agree; leading
  * dimensions no less than the rows; the aux leading dimension a multiple
@@ -28,9 +28,12 @@
 
 #include <cublasLt.h>
 
+#include <cblas.h>
+
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <vector>
 
 struct emu_lt_desc {
   cublasComputeType_t compute;
@@ -314,18 +317,23 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc,
     return CUBLAS_STATUS_EXECUTION_FAILED;
   const float alpha = *static_cast<const float *>(alpha_p);
   const float beta = *static_cast<const float *>(beta_p);
+  /* op(A) and op(B) in FP32 as OpenBLAS takes them (column-major, with
+   * their own leading dimensions), the product P = op(A) op(B) in FP32. */
+  std::vector<float> Af(extent(a, 1)), Bf(extent(b, 1)), P(m * n);
   const auto *Ab = static_cast<const __nv_bfloat16 *>(A);
   const auto *Bb = static_cast<const __nv_bfloat16 *>(B);
+  for (size_t i = 0; i < Af.size(); i++)
+    Af[i] = __bfloat162float(Ab[i]);
+  for (size_t i = 0; i < Bf.size(); i++)
+    Bf[i] = __bfloat162float(Bb[i]);
+  cblas_sgemm(CblasColMajor, d->ta == CUBLAS_OP_T ? CblasTrans : CblasNoTrans,
+              d->tb == CUBLAS_OP_T ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+              (int)k, alpha, Af.data(), (int)a->ld, Bf.data(), (int)b->ld, 0.0f,
+              P.data(), (int)m);
   /* D may be C: each element of C is read once, before its D is written. */
   for (uint64_t j = 0; j < n; j++)
     for (uint64_t i = 0; i < m; i++) {
-      float acc = 0.0f;
-      for (uint64_t l = 0; l < k; l++) {
-        size_t ai = d->ta == CUBLAS_OP_T ? l + i * a->ld : i + l * a->ld;
-        size_t bi = d->tb == CUBLAS_OP_T ? j + l * b->ld : l + j * b->ld;
-        acc += __bfloat162float(Ab[ai]) * __bfloat162float(Bb[bi]);
-      }
-      float v = alpha * acc;
+      float v = P[i + j * m];
       if (beta != 0.0f)
         v += beta * load(C, c->type, i + j * c->ld);
       if (epilogue_bias(d->epi))

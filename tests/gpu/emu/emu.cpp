@@ -143,6 +143,7 @@ struct launch {
   size_t smem_bytes = 0;
   const std::function<void()> *body = nullptr;
   std::vector<fiber> f;
+  std::vector<int> live, at_warp; /* [warp]: lanes live, lanes waiting */
   jmp_buf sched;
   int cur = -1; /* the fiber running */
 #ifdef EMU_ASAN
@@ -250,10 +251,24 @@ uint64_t emu_shfl_bits(unsigned mask, uint64_t bits, int src, int line) {
 }
 
 /* Warp w, every live lane at a warp operation: each lane named in a mask
- * must be at the same one (same number in the block, same line). */
-static void release_warp(launch *L, int w) {
+ * must be at the same one (same number in the block, same line). Its
+ * lanes get their values and go on the run queue. */
+static void release_warp(launch *L, int w, std::vector<int> &runq) {
   fiber *lane = &L->f[(size_t)w * 32];
-  for (int l = 0; l < 32; l++) {
+  /* The usual case first: every waiting lane at the same operation, each
+   * mask naming only waiting lanes. */
+  unsigned waiting = 0, masks = 0;
+  bool same = true;
+  int first = -1;
+  for (int l = 0; l < 32; l++)
+    if (lane[l].st == F_WARP) {
+      if (first < 0)
+        first = l;
+      waiting |= 1u << l;
+      masks |= lane[l].mask;
+      same &= lane[l].seq == lane[first].seq && lane[l].line == lane[first].line;
+    }
+  for (int l = 0; l < 32 && !(same && (masks & ~waiting) == 0); l++) {
     if (lane[l].st != F_WARP)
       continue;
     for (int m = 0; m < 32; m++)
@@ -270,30 +285,14 @@ static void release_warp(launch *L, int w) {
     if (lane[l].st == F_WARP) {
       lane[l].result = lane[lane[l].src].val;
       lane[l].st = F_RUN;
+      runq.push_back(w * 32 + l);
     }
+  L->at_warp[w] = 0;
 }
 
-/* No fiber can run: release a warp or the block; false when the block is
- * done. */
-static bool release(launch *L) {
-  bool any = false, released = false;
-  const int nw = L->nt / 32;
-  for (int w = 0; w < nw; w++) {
-    bool live = false, all_warp = true;
-    for (int l = 0; l < 32; l++) {
-      fiber_state st = L->f[(size_t)w * 32 + l].st;
-      live |= st != F_DONE;
-      all_warp &= st == F_DONE || st == F_WARP;
-    }
-    any |= live;
-    if (live && all_warp) {
-      release_warp(L, w);
-      released = true;
-    }
-  }
-  if (!any || released)
-    return any;
-  /* Every live thread waits: at one __syncthreads, or stuck. */
+/* Nothing can run and threads still live: all of them at one
+ * __syncthreads (released onto runq), or stuck. */
+static void release_block(launch *L, std::vector<int> &runq) {
   int sync = -1, other = -1, warp = -1;
   for (int t = 0; t < L->nt; t++) {
     const fiber &f = L->f[t];
@@ -316,9 +315,60 @@ static bool release(launch *L) {
     emu_fatal();
   }
   for (int t = 0; t < L->nt; t++)
-    if (L->f[t].st == F_SYNC)
+    if (L->f[t].st == F_SYNC) {
       L->f[t].st = F_RUN;
-  return true;
+      runq.push_back(t);
+    }
+}
+
+/* splitmix64: the fibers' order, cheap enough to draw every phase. */
+struct emu_rng {
+  typedef uint64_t result_type;
+  uint64_t s;
+  static constexpr uint64_t min() { return 0; }
+  static constexpr uint64_t max() { return ~(uint64_t)0; }
+  uint64_t operator()() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+};
+
+/* One block: the fibers that can run, in a shuffled order, until none
+ * can; then the block's __syncthreads. A warp is released as soon as its
+ * last live lane reaches the warp operation (or exits). */
+static void run_block(launch *L, emu_rng &rng) {
+  std::vector<int> runq, next;
+  for (int t = 0; t < L->nt; t++) {
+    L->f[t].st = F_RUN;
+    L->f[t].nshfl = 0;
+    runq.push_back(t);
+  }
+  std::fill(L->live.begin(), L->live.end(), 32);
+  std::fill(L->at_warp.begin(), L->at_warp.end(), 0);
+  int live = L->nt;
+  for (;;) {
+    std::shuffle(runq.begin(), runq.end(), rng);
+    for (int t : runq) {
+      resume(L, t);
+      const int w = t / 32;
+      if (L->f[t].st == F_WARP && ++L->at_warp[w] == L->live[w]) {
+        release_warp(L, w, next);
+      } else if (L->f[t].st == F_DONE) {
+        live--;
+        if (--L->live[w] > 0 && L->at_warp[w] == L->live[w])
+          release_warp(L, w, next);
+      }
+    }
+    runq.clear();
+    if (next.empty()) {
+      if (live == 0)
+        return;
+      release_block(L, next);
+    }
+    std::swap(runq, next);
+  }
 }
 
 /* Between blocks: poisoned shared memory. */
@@ -416,25 +466,15 @@ void emu_run(const void *fn, emu_cfg_t c, const std::function<void()> &body) {
     fiber_init(&f);
   launch *outer = g_launch;
   g_launch = &L;
-  static thread_local std::mt19937_64 rng(order_seed());
-  std::vector<int> order(L.nt);
-  for (int t = 0; t < L.nt; t++)
-    order[t] = t;
+  static thread_local emu_rng rng{order_seed()};
+  L.live.resize(L.nt / 32);
+  L.at_warp.resize(L.nt / 32);
   const unsigned long long nblocks = (unsigned long long)c.g.x * c.g.y * c.g.z;
   for (unsigned long long i = 0; i < nblocks; i++) {
     L.block = {(unsigned)(i % c.g.x), (unsigned)(i / c.g.x % c.g.y),
                (unsigned)(i / ((unsigned long long)c.g.x * c.g.y))};
     poison_shared(&L);
-    for (fiber &f : L.f) {
-      f.st = F_RUN;
-      f.nshfl = 0;
-    }
-    do {
-      std::shuffle(order.begin(), order.end(), rng);
-      for (int t : order)
-        if (L.f[t].st == F_RUN)
-          resume(&L, t);
-    } while (release(&L));
+    run_block(&L, rng);
   }
   g_launch = outer;
   for (fiber &f : L.f)

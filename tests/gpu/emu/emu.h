@@ -144,7 +144,9 @@ struct emu_shared_reg {
  * row-major order, so that each lane's load, product and store give the
  * GPU's result; the kernels never touch a fragment's elements one by one
  * (their order in the registers is unspecified on the GPU), so nothing
- * depends on how the GPU spreads them over the lanes. Only the 16x16x16
+ * depends on how the GPU spreads them over the lanes. Since every lane
+ * would hold the same tiles, only lane 0 loads, multiplies and stores
+ * (32 times less work; the other lanes' fragments stay unset). Only the 16x16x16
  * shape with BF16 inputs and FP32 accumulation (attention_tc.cu's) is
  * given. What the GPU demands of the arguments is checked as it would
  * fail there: a pointer 32-byte aligned (counted from the start of the
@@ -177,6 +179,10 @@ static inline T emu_wmma_at(const T *p, unsigned ldm, int r, int c,
 template <class Use, class T, class L>
 static inline void emu_wmma_load(fragment<Use, 16, 16, 16, T, L> &f,
                                  const T *p, unsigned ldm, bool col, int line) {
+  /* Lane 0's fragments alone are computed: every lane's would hold the
+   * same tile, and lane 0 alone stores it (store_matrix_sync). */
+  if (emu_lane() != 0)
+    return;
   emu_wmma_check(p, ldm * (unsigned)sizeof(T), line);
   for (int r = 0; r < 16; r++)
     for (int c = 0; c < 16; c++)
@@ -222,6 +228,8 @@ mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
          const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
          const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b,
          const fragment<accumulator, 16, 16, 16, float> &c) {
+  if (emu_lane() != 0) /* as in emu_wmma_load */
+    return;
   float out[256];
   for (int m = 0; m < 16; m++)
     for (int n = 0; n < 16; n++) {

@@ -57,7 +57,11 @@ static size_t capacity(void) {
 
 /* ---- Device memory ---- */
 static std::mutex g_mem_mu;
-static std::map<const char *, size_t> g_allocs; /* start -> bytes */
+/* start -> bytes. Never destroyed: memory a program does not free before
+ * it exits (as CUDA programs may) stays reachable for LeakSanitizer,
+ * which looks after the static destructors have run. */
+static std::map<const char *, size_t> &g_allocs =
+    *new std::map<const char *, size_t>;
 static size_t g_used;
 static bool g_allow_host;
 
