@@ -1,37 +1,39 @@
 /*
- * emu: runs the CUDA C++ of the .cu files of gpu/cuda on the CPU, for
- * kernels_emulated.cpp. xform.py rewrites a .cu at build time (launches,
- * shared memory) and puts `#include "emu.h"` first; everything else of
- * the kernel source compiles unchanged as host C++ against the real CUDA
- * headers (types, BF16 conversions), with the device-side names defined
- * here.
+ * emu: runs the CUDA C++ of the .cu files of gpu/cuda on the CPU
+ * (kernels_emulated.cpp, emu_selftest.cu, and with runtime.cpp,
+ * cublaslt.cpp and nccl.cpp the whole engine: gpt_cuda_emulated).
+ * xform.py rewrites a .cu at build time (launches, shared memory) and
+ * puts `#include "emu.h"` first; everything else of the source compiles
+ * unchanged as host C++ against the real CUDA headers (types, BF16
+ * conversions), with the device-side names defined here.
  *
- * Model: a launch runs its blocks one after another; a block's threads
- * are OS threads (one per CUDA thread), all started together, so that
- * every interleaving the barriers allow can happen. __syncthreads is a
- * barrier over the block; a warp shuffle is an exchange between the 32
- * lanes of a warp through a barrier of their own (so every lane named in
- * the mask must take part, as on the GPU). Shared memory, static and
+ * Model: a launch runs its blocks one after another on the launching
+ * thread; each CUDA thread of a block is a fiber (emu.cpp) that runs
+ * until it reaches a __syncthreads, a warp operation or its end. A warp
+ * operation (shuffle, __syncwarp) waits for every live lane of its warp,
+ * each lane getting its source lane's value; __syncthreads for every
+ * live thread of the block. The fibers that can run are run in an order
+ * shuffled every time (DAGRUN_EMU_SEED), so results that depend on the
+ * order of threads between two barriers vary. Shared memory, static and
  * dynamic, is filled with NaN bytes before each block, so that a read of
  * an element no thread of the block wrote shows up in the results.
  *
  * What the emulator reports as an error (printed with "EMU ERROR"):
  * threads of a block at different __syncthreads (a barrier in divergent
- * code), a shuffle whose mask names a lane that has exited or is at
- * another shuffle, a launch that has not finished after 120 s (threads
- * that wait for each other at different barriers) (these stop the
- * program with status 1: the block cannot go on); a launch the GPU would refuse
- * (block over 1024 threads, grid y or z over 65535, dynamic shared memory over
- * 48 KiB without cudaFuncSetAttribute, or over 227 KiB: counted in
- * emu_errors(), and the launcher sees cudaErrorInvalidConfiguration as on the
- * GPU).
+ * code), lanes at a warp operation beside threads at a __syncthreads (they
+ * would wait for each other for ever), a shuffle whose mask names a lane
+ * that has exited or is at another shuffle (these stop the program with
+ * status 1, at once: the block cannot go on); a launch the GPU would
+ * refuse (block over 1024 threads, grid y or z over 65535, dynamic shared
+ * memory over 48 KiB without cudaFuncSetAttribute, or over 227 KiB:
+ * counted in emu_errors(), and the launcher sees
+ * cudaErrorInvalidConfiguration as on the GPU).
  *
- * Not modelled: the memory model (memory is the host's, sequentially
- * consistent at every barrier), timing, warps running ahead of one
- * another between barriers the way a GPU schedules them (OS threads
- * interleave at random instead), FMA contraction (the host computes a*b+c
- * in two roundings where nvcc may fuse them), and the precision of the
- * fast intrinsics (rsqrtf here is 1/sqrtf).
+ * Not modelled: the memory model (memory is the host's, and one fiber
+ * runs at a time: a race between threads of a block shows only as a
+ * result that depends on their order), timing, FMA contraction (the host
+ * computes a*b+c in two roundings where nvcc may fuse them), and the
+ * precision of the fast intrinsics (rsqrtf here is 1/sqrtf).
  */
 #ifndef DAGRUN_TESTS_EMU_H
 #define DAGRUN_TESTS_EMU_H

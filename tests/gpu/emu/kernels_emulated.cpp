@@ -7,8 +7,8 @@
  *
  * The kernels' source is compiled as host C++ (xform.py rewrites their
  * launches and shared memory at build time, emu.h supplies threadIdx,
- * __syncthreads, shuffles, atomics and intrinsics), each CUDA thread an OS
- * thread. So this checks what the source says: indexing, bounds and
+ * __syncthreads, shuffles, atomics and intrinsics), each CUDA thread a
+ * fiber. So this checks what the source says: indexing, bounds and
  * masks (the causal mask, rows past T, padding columns past V), formulas
  * and constants, grid-stride loops, the use of shared memory (poisoned
  * with NaN before every block, so reading an element no thread wrote
@@ -18,14 +18,12 @@
  * accepts (block and grid sizes, dynamic shared memory limits).
  *
  * It does not check: GPU timing or performance, the GPU memory model
- * (a missing __threadfence or volatile, races the host's interleaving
- * does not happen to show), FMA contraction and the precision of the
- * GPU's fast math (host float arithmetic stands in, within the same
- * tolerances as kernel_check), anything cuBLASLt does (matmul_lt.cu is
- * not built here: its products need a GPU; its bias gradient's column
- * sums, kc_colsum in layernorm.cu, are checked), or gpt_cuda.cu.
- * tests/gpu/run.sh's kernel_check on a real GPU remains the test of
- * those.
+ * (a missing __threadfence or volatile), FMA contraction and the
+ * precision of the GPU's fast math (host float arithmetic stands in,
+ * within the same tolerances as kernel_check), or cuBLASLt's products
+ * (cublaslt.cpp emulates them from its documentation; gpt_cuda_emulated
+ * runs them inside the engine). tests/gpu/run.sh's kernel_check on a
+ * real GPU remains the test of those.
  *
  * Prints one line per check; exits 0 when all pass, 1 otherwise.
  */
