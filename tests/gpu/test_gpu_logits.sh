@@ -11,7 +11,8 @@
 # relative each); a logit is a 64-term dot product of such values after
 # two blocks of such ops, its error a few 1e-3 of the largest logit; the
 # CPU engine's fp32 is held to 1e-4 by test_export.sh. Without torch it
-# says so and passes (no reference to compare with).
+# says so and exits 77 (skipped: run.sh reports it, and does not call
+# the run a pass).
 . "$(dirname "$0")/gpu_env.sh"
 
 PY=${PYTHON:-$PY}
@@ -20,9 +21,9 @@ have_torch=0 have_hf=0
 "$PY" -c 'import transformers, torch' 2>/dev/null && have_hf=1
 if [ $have_torch = 0 ]; then
   # Not a failure of dagrun: the reference is missing (as hf_check.py).
-  echo "skip: $PY has no torch (nor transformers): no reference to compare with"
+  echo "SKIPPED: $PY has no torch (nor transformers): no reference to compare with"
   rm -rf "$T"
-  exit 0
+  exit 77
 fi
 REF="$DAGRUN_SOURCE_DIR/tests/reference"
 BIN="$DAGRUN_BUILD_DIR/bin"
