@@ -42,6 +42,21 @@ run_dagrun() {
   set -e
 }
 
+# run_timed NAME CMD...: runs CMD under `timeout 60`, output in
+# $T/NAME.out, exit code in RC, seconds taken in SECS.
+run_timed() {
+  local name=$1
+  shift
+  local t0 t1
+  t0=$(date +%s%N)
+  set +e
+  timeout 60 "$@" >"$T/$name.out" 2>&1
+  RC=$?
+  set -e
+  t1=$(date +%s%N)
+  SECS=$(((t1 - t0) / 1000000000))
+}
+
 expect_rc() {
   [ "$RC" -eq "$1" ] || fail "expected exit code $1, got $RC
 --- stdout:

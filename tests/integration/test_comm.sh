@@ -23,25 +23,11 @@ export LSAN_OPTIONS="suppressions=$DAGRUN_SOURCE_DIR/tests/lsan-mpi.supp${LSAN_O
 export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 MPIRUN=(mpirun --oversubscribe --bind-to none)
 
-# run NAME CMD...: runs CMD under `timeout 60`, output in $T/NAME.out,
-# exit code in RC, seconds taken in SECS.
-run() {
-  local name=$1
-  shift
-  local t0 t1
-  t0=$(date +%s%N)
-  set +e
-  timeout 60 "$@" >"$T/$name.out" 2>&1
-  RC=$?
-  set -e
-  t1=$(date +%s%N)
-  SECS=$(((t1 - t0) / 1000000000))
-}
 
 ok_run() {
   local name=$1 want=$2
   shift 2
-  run "$name" "$@"
+  run_timed "$name" "$@"
   [ "$RC" -eq 0 ] || fail "$name: exit code $RC
 $(cat "$T/$name.out")"
   expect_in "$T/$name.out" "$want"
@@ -61,7 +47,7 @@ MSG="comm mpi: allreduce: no answer from the other ranks in 3 s (a rank died?)"
 fail_run() {
   local name=$1 must=$2
   shift 2
-  run "$name" env COMM_CHECK_TIMEOUT=3 "${MPIRUN[@]}" "$@"
+  run_timed "$name" env COMM_CHECK_TIMEOUT=3 "${MPIRUN[@]}" "$@"
   [ "$RC" -ne 124 ] && [ "$RC" -ne 137 -o "$SECS" -lt 59 ] \
     || fail "$name: mpirun still running after 60 s (a hang)
 $(cat "$T/$name.out")"

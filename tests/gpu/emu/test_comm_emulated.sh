@@ -28,20 +28,6 @@ MPIRUN=(mpirun --oversubscribe --bind-to none)
 # test's business: only new names count.
 ls /dev/shm | grep '^dagrun-nccl-' | sort >"$T/shm.before" || true
 
-# run NAME CMD...: runs CMD under `timeout 60`, output in $T/NAME.out,
-# exit code in RC, seconds taken in SECS.
-run() {
-  local name=$1
-  shift
-  local t0 t1
-  t0=$(date +%s%N)
-  set +e
-  timeout 60 "$@" >"$T/$name.out" 2>&1
-  RC=$?
-  set -e
-  t1=$(date +%s%N)
-  SECS=$(((t1 - t0) / 1000000000))
-}
 
 # rdv_run NAME SIZE STARTED MODE: ranks 0..STARTED-1 of a gang of SIZE,
 # each started alone (no MPI) with COMM_CHECK_RENDEZVOUS, under `timeout
@@ -70,7 +56,7 @@ rdv_run() {
 }
 
 for np in 1 2 4; do
-  run "np$np" "${MPIRUN[@]}" -np "$np" "$CHECK" nccl
+  run_timed "np$np" "${MPIRUN[@]}" -np "$np" "$CHECK" nccl
   [ "$RC" -eq 0 ] || fail "np$np: exit code $RC
 $(cat "$T/np$np.out")"
   expect_in "$T/np$np.out" "comm_check: nccl size $np: ok"
@@ -79,7 +65,7 @@ done
 
 # Slots of 4 KiB: every collective above 1024 floats (reduce-scatter: 341
 # per rank) in many steps, with their boundaries at odd places.
-run small-slots env DAGRUN_EMU_NCCL_SLOT_BYTES=4096 "${MPIRUN[@]}" -np 3 "$CHECK" nccl
+run_timed small-slots env DAGRUN_EMU_NCCL_SLOT_BYTES=4096 "${MPIRUN[@]}" -np 3 "$CHECK" nccl
 [ "$RC" -eq 0 ] || fail "small-slots: exit code $RC
 $(cat "$T/small-slots.out")"
 expect_in "$T/small-slots.out" "comm_check: nccl size 3: ok"
@@ -124,7 +110,7 @@ $(cat "$T/$name.out")"
 fail_run() {
   local name=$1 why=$2 must=$3
   shift 3
-  run "$name" env COMM_CHECK_TIMEOUT=3 "${MPIRUN[@]}" "$@"
+  run_timed "$name" env COMM_CHECK_TIMEOUT=3 "${MPIRUN[@]}" "$@"
   ended_in_time "$name"
   if [ "$must" = 1 ] || grep -q "comm_check: rank .*allreduce" "$T/$name.out"; then
     expect_in "$T/$name.out" "$SAID"
