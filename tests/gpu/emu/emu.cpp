@@ -26,9 +26,7 @@ static thread_local unsigned t_nshfl; /* shuffles of this thread's block */
 
 static std::atomic<int> g_errors;
 
-static void emu_error(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-static void emu_error(const char *fmt, ...) {
+void emu_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   printf("EMU ERROR: ");

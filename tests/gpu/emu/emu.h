@@ -284,6 +284,10 @@ void emu_allow_host_pointers(bool allow);
  * call otherwise. */
 bool emu_device_range(const void *p, size_t n, const char *call);
 
+/* Prints "EMU ERROR: " and the message (flushed at once: the program may
+ * be stopped by a sanitizer before its buffers are), and counts it. */
+void emu_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Problems the emulator found (see the top of this file) since the
  * program started. */
 int emu_errors(void);

@@ -161,6 +161,12 @@ int main(int argc, char **argv) {
     cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(h, d, a, b, dd, dd, p, 1,
                                                       &r, &found);
     printf("heuristic: %s\n", cublasLtGetStatusName(s));
+    cublasLtMatmulPreferenceDestroy(p);
+    cublasLtMatrixLayoutDestroy(dd);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatmulDescDestroy(d);
+    cublasLtDestroy(h);
     return s == CUBLAS_STATUS_INVALID_VALUE ? 3 : 0;
   } else {
     return 2;

@@ -90,7 +90,7 @@ cudaError_t cudaFree(void *p) {
   std::lock_guard<std::mutex> l(g_mem_mu);
   auto it = g_allocs.find((const char *)p);
   if (it == g_allocs.end()) {
-    printf("EMU ERROR: cudaFree(%p): not a pointer cudaMalloc returned\n", p);
+    emu_error("cudaFree(%p): not a pointer cudaMalloc returned", p);
     return failed(cudaErrorInvalidValue);
   }
   g_used -= it->second;
@@ -117,15 +117,15 @@ bool emu_device_range(const void *p, size_t n, const char *call) {
     if (q >= it->first && q < it->first + it->second) {
       if (n <= (size_t)(it->first + it->second - q))
         return true;
-      printf("EMU ERROR: %s: %zu bytes at offset %zu of a %zu-byte "
-             "allocation run past its end\n",
-             call, n, (size_t)(q - it->first), it->second);
+      emu_error("%s: %zu bytes at offset %zu of a %zu-byte allocation run "
+                "past its end",
+                call, n, (size_t)(q - it->first), it->second);
       return false;
     }
   }
   if (g_allow_host)
     return true;
-  printf("EMU ERROR: %s: %p is not device memory\n", call, p);
+  emu_error("%s: %p is not device memory", call, p);
   return false;
 }
 
@@ -191,7 +191,7 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, int d) {
   if (d < 0 || d >= devices())
     return failed(cudaErrorInvalidDevice);
   if (attr != cudaDevAttrMultiProcessorCount) {
-    printf("EMU ERROR: cudaDeviceGetAttribute(%d): not emulated\n", (int)attr);
+    emu_error("cudaDeviceGetAttribute(%d): not emulated", (int)attr);
     return failed(cudaErrorInvalidValue);
   }
   *v = env_int("DAGRUN_EMU_SMS", 4);
