@@ -139,6 +139,8 @@ struct gpt_cuda {
   int logits_valid;         /* logits hold the last forward's logits */
   float grad_scale;         /* clipping's, for the next step */
   uint64_t t;
+  void (*grad_hook)(void *arg, size_t final_from);
+  void *grad_hook_arg;
 };
 
 /* The allocation is carved in this order; with base NULL only counted.
@@ -833,8 +835,11 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
    * and kern_fused_classifier with dloss 0 leaves the logits as they are
    * instead of writing a zero gradient, so going on would backpropagate
    * the logits themselves. */
-  if (scale == 0.0f || scale / (float)N == 0.0f)
+  if (scale == 0.0f || scale / (float)N == 0.0f) {
+    if (g->grad_hook)
+      g->grad_hook(g->grad_hook_arg, 0);
     return 0;
+  }
   /* logits -> dlogits (N,Vp) = d(scale * mean loss), in place. */
   KK(kern_fused_classifier(k, g->logits, g->losses, g->tgts, scale / (float)N,
                            N, V, Vp, err, errlen));
@@ -854,6 +859,8 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
                              g->grads + g->off[lf + 1], g->scratch, g->dbuf,
                              resid_at(g, L), g->params + g->off[lf],
                              g->lnf_mean, g->lnf_rstd, N, C, err, errlen));
+  if (g->grad_hook)
+    g->grad_hook(g->grad_hook_arg, g->off[lf]);
   for (int l = L - 1; l >= 0; l--) {
     const layer_bufs *la = &g->layers[l];
     const floatX *in = resid_at(g, l);
@@ -895,12 +902,29 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
                                G(l, GPT_LN1_B), g->scratch, g->dbuf, in,
                                P(l, GPT_LN1_W), la->ln1_mean, la->ln1_rstd, N,
                                C, err, errlen));
+    /* Layer l's tensors are contiguous and nothing after this writes
+     * them: the gradient from layer l on is final (once the stream gets
+     * here). */
+    if (g->grad_hook)
+      g->grad_hook(g->grad_hook_arg, g->off[gpt_ti(l, 0)]);
   }
   KK(kern_encoder_backward(k, g->grads + g->off[0], g->grads + g->off[1],
                            g->scratch, g->dresid, g->ids, g->ids_host, B, T,
                            C, err, errlen));
+  if (g->grad_hook)
+    g->grad_hook(g->grad_hook_arg, 0);
   return 0;
 }
+
+extern "C" void gpt_cuda_set_grad_hook(gpt_cuda *g,
+                                       void (*hook)(void *arg,
+                                                    size_t final_from),
+                                       void *arg) {
+  g->grad_hook = hook;
+  g->grad_hook_arg = arg;
+}
+
+extern "C" void *gpt_cuda_stream(gpt_cuda *g) { return (void *)g->k.stream; }
 
 #undef P
 #undef G

@@ -133,6 +133,23 @@ int gpt_cuda_zero_grad(gpt_cuda *g, char *err, size_t errlen);
  * d(scale * loss)/d(params) to the gradients, as gpt_backward. Once per
  * forward; without a forward with targets since, it does nothing. */
 int gpt_cuda_backward(gpt_cuda *g, float scale, char *err, size_t errlen);
+/* Calls hook(arg, final_from) during gpt_cuda_backward each time more
+ * of the gradient is final, as gpt_set_grad_hook (gpt.h) does for the
+ * CPU engine, with the same layout offsets: after ln_f's backward, after
+ * each layer's (from the last), and with 0 at the end (after the
+ * encoder's; also when a backward at scale 0 adds nothing). The hook
+ * runs on the calling thread when those kernels have been queued, not
+ * run: the gradients [final_from, ...) will not be written by this
+ * backward's later work, but the stream may not have written them yet,
+ * so the hook must order what reads them after the engine's stream
+ * (gpt_cuda_synchronize, or work queued on gpt_cuda_stream). It must not
+ * write gradients below final_from, and of the gpt_cuda's functions it
+ * may call only gpt_cuda_synchronize and the accessors at the end of
+ * this header. NULL: none. The hook stays set until changed. */
+void gpt_cuda_set_grad_hook(gpt_cuda *g,
+                            void (*hook)(void *arg, size_t final_from),
+                            void *arg);
+
 /* Multiplies every gradient by s (the train stage's fault injection). */
 int gpt_cuda_scale_grads(gpt_cuda *g, float s, char *err, size_t errlen);
 
@@ -192,6 +209,10 @@ uint64_t gpt_cuda_get_t(const gpt_cuda *g);
 float *gpt_cuda_grads_ptr(gpt_cuda *g);
 void *gpt_cuda_params_ptr(gpt_cuda *g);
 float *gpt_cuda_master_ptr(gpt_cuda *g);
+/* The gpt_cuda's stream (a cudaStream_t), for work that must come after
+ * the engine's on its gradients in stream order (zero_cuda's packing of
+ * a bucket). Valid until gpt_cuda_destroy. */
+void *gpt_cuda_stream(gpt_cuda *g);
 
 #ifdef __cplusplus
 }

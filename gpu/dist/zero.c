@@ -13,9 +13,6 @@
 #include "comm_timer.h"
 #include "safetensors.h"
 
-/* Buckets in flight at once (stage 2/3): double buffering. */
-#define ZERO_INFLIGHT 2
-
 typedef struct bucket_io {
   comm_req *req;
   float *send;  /* stage 2: N * bucket_floats, kept between steps */
@@ -101,6 +98,15 @@ static size_t ranges_of(const zero *z, int q, zrange *out) {
 }
 
 static size_t minz(size_t a, size_t b) { return a < b ? a : b; }
+
+/* Buckets of the config's size (at most extent) over extent floats. */
+static void bucket_cut(const zero *z, size_t extent, size_t *bf,
+                       size_t *nbuckets) {
+  *bf = z->cfg.bucket_floats ? z->cfg.bucket_floats : (size_t)1 << 20;
+  if (*bf > extent)
+    *bf = extent;
+  *nbuckets = (extent + *bf - 1) / *bf;
+}
 
 /* ---- Helpers ---- */
 
@@ -209,10 +215,7 @@ int zero_create(const zero_config *zc, gpt *model, const optim_config *oc,
     gpt_release(model, GPT_BUF_GRADS);
   }
   if (st == 2) {
-    z->bf = zc->bucket_floats ? zc->bucket_floats : (size_t)1 << 20;
-    if (z->bf > z->S)
-      z->bf = z->S;
-    z->nbuckets = (z->S + z->bf - 1) / z->bf;
+    bucket_cut(z, z->S, &z->bf, &z->nbuckets);
     for (int i = 0; i < ZERO_INFLIGHT; i++) {
       z->io[i].send = malloc(z->bf * (size_t)z->N * sizeof(float));
       if (!z->io[i].send) {
@@ -271,6 +274,14 @@ void zero_destroy(zero *z) {
 }
 
 /* ---- Stage 2/3 buckets ---- */
+
+size_t zero_bucket_first_final(size_t bf, size_t nbuckets,
+                               size_t final_from) {
+  if (nbuckets == 0) /* stage 3: none */
+    return 0;
+  size_t first = (final_from + bf - 1) / bf;
+  return first < nbuckets ? first : nbuckets;
+}
 
 /* A stage-3 group's gradient buffer, its reduce-scatter done. */
 static void group_grad_free(zero *z, bucket_io *io) {
@@ -372,13 +383,11 @@ static int buckets_ready(zero *z, size_t final_from, char *err, size_t errlen) {
       return -1;
     z->rs_next = g;
   }
-  while (z->next > 0) {
-    size_t b = z->next - 1;
-    if (b * z->bf < final_from)
-      break;
-    if (bucket_start(z, b, err, errlen) != 0)
+  size_t first = zero_bucket_first_final(z->bf, z->nbuckets, final_from);
+  while (z->next > first) {
+    if (bucket_start(z, z->next - 1, err, errlen) != 0)
       return -1;
-    z->next = b;
+    z->next--;
   }
   return 0;
 }
@@ -690,9 +699,11 @@ int zero_gather_params(zero *z, float *out, char *err, size_t errlen) {
 }
 
 void zero_shape_get(const zero *z, zero_shape *o) {
-  *o = (zero_shape){z->cfg.stage, z->N, z->r, z->P,
-                    z->cfg.stage == 0 ? 0 : z->lo,
-                    z->cfg.stage == 0 ? z->P : z->S};
+  int st = z->cfg.stage;
+  *o = (zero_shape){st, z->N, z->r, z->P, st == 0 ? 0 : z->lo,
+                    st == 0 ? z->P : z->S, 0, 0, z->cfg.no_overlap};
+  if (st < 3)
+    bucket_cut(z, st == 2 ? z->S : z->P, &o->bf, &o->nbuckets);
 }
 
 optim *zero_optim(zero *z) { return z->opt; }

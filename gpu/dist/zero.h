@@ -78,12 +78,18 @@
 
 typedef struct zero_config {
   int stage;            /* 0, 1, 2 or 3 */
-  size_t bucket_floats; /* stage 2: per-rank bucket; 0: 1<<20 */
-  int no_overlap;       /* stage 2/3: reduce-scatter after backward
-                           instead of from the backward hook; stage 3
+  size_t bucket_floats; /* stage 2: per-rank bucket (GPU ranks,
+                           zero_cuda.h: stages 0-1 too); 0: 1<<20 */
+  int no_overlap;       /* stage 2/3 (GPU ranks: 0-2): reduce after
+                           backward instead of from the backward
+                           hook; stage 3
                            also gathers each group only when it is
                            needed (no prefetch) */
 } zero_config;
+
+/* Buckets in flight at once (stage 2/3, and the GPU ranks' buckets):
+ * double buffering. */
+#define ZERO_INFLIGHT 2
 
 typedef struct zero zero;
 
@@ -101,7 +107,8 @@ typedef struct zero_step_result {
   int buckets, buckets_early; /* stage 2/3: reduce-scatters (stage 3:
                                  one per group), and those started from
                                  the backward hook, before backward was
-                                 over */
+                                 over (GPU ranks: stages 0-1 count their
+                                 all-reduces too) */
   /* Where the step's time went, in seconds, adding up to zero_step's
    * wall time: forward and backward computing, the comm calls the rank
    * spent waiting in (or starting) that compute did not hide (the hooks'
@@ -172,8 +179,21 @@ int zero_load(zero *z, const char *dir, int64_t *step, char *err,
 typedef struct zero_shape {
   int stage, world, rank;
   size_t n_params, lo, S;
+  /* Stages 0-2: the gradient's buckets, as zero_config's bucket_floats
+   * and no_overlap ask. Stage 2: bucket b is the shard-local range [b*bf,
+   * min((b+1)*bf, S)) of every rank's shard (nbuckets of them cover S);
+   * stages 0-1: the flat range [b*bf, min((b+1)*bf, n_params)). Stage 3:
+   * 0. */
+  size_t bf, nbuckets;
+  int no_overlap;
 } zero_shape;
 void zero_shape_get(const zero *z, zero_shape *out);
+/* Bucket b's lowest gradient float is at flat offset b*bf (at stage 2
+ * rank 0's piece): when the engine says the gradient is final from
+ * final_from on (gpt_set_grad_hook), buckets [first, nbuckets) are all
+ * final, where first is what this returns (0 when nbuckets is 0). Any
+ * thread. */
+size_t zero_bucket_first_final(size_t bf, size_t nbuckets, size_t final_from);
 /* The rank's optimizer on the host: over S floats at stages 1-3, P at
  * stage 0 (its state is what zero_save writes and zero_load reads). The
  * parameters zero_save writes at stages 0-2 are the model's

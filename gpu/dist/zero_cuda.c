@@ -13,6 +13,8 @@
 #include <string.h>
 
 #ifdef DAGRUN_ZERO_CUDA_GPU
+#include <cuda_runtime_api.h>
+
 #include "gpt_cuda.h"
 
 struct zero_cuda {
@@ -25,6 +27,15 @@ struct zero_cuda {
   gpt_memory mem;
   char name[256];
   comm_timer tm; /* the step's time in comm calls */
+  /* The gradient's buckets (zero_shape's bf, nbuckets), as zero.c's. */
+  float *send[ZERO_INFLIGHT]; /* stage 2: N*bf device floats each */
+  comm_req *req[ZERO_INFLIGHT];
+  int nio, cur; /* in flight; the next slot */
+  size_t next;  /* buckets >= next have been started (counting down) */
+  int synced;   /* the engine's stream was waited for since its last
+                   gradient writes were queued */
+  int in_hook, early, hook_rc;
+  char hook_err[256];
 };
 
 
@@ -87,6 +98,21 @@ int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
     zero_cuda_destroy(zc);
     return -1;
   }
+  /* Stage 2 packs a bucket's N pieces into a send buffer of its own;
+   * stages 0-1 all-reduce the gradient array in place. */
+  for (int i = 0; sh.stage == 2 && i < ZERO_INFLIGHT; i++) {
+    size_t bytes = sh.bf * (size_t)sh.world * sizeof(float);
+    cudaError_t e = cudaMalloc((void **)&zc->send[i], bytes);
+    if (e != cudaSuccess) {
+      zc->send[i] = NULL;
+      snprintf(err, errlen,
+               "zero: %s: out of GPU memory for the gradient buckets (%d x "
+               "%zu bytes: %s); a smaller bucket_floats needs less",
+               zc->name, ZERO_INFLIGHT, bytes, cudaGetErrorString(e));
+      zero_cuda_destroy(zc);
+      return -1;
+    }
+  }
   *out = zc;
   return 0;
 }
@@ -94,8 +120,104 @@ int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
 void zero_cuda_destroy(zero_cuda *zc) {
   if (!zc)
     return;
+  for (int i = 0; i < ZERO_INFLIGHT; i++)
+    if (zc->send[i])
+      cudaFree(zc->send[i]);
   gpt_cuda_destroy(zc->g);
   free(zc);
+}
+
+/* ---- Buckets (zero.h: zero_shape's bf and nbuckets) ----
+ * Started from the engine's grad hook as soon as they are final, in
+ * zero.c's order (from the last); the collectives run on the NCCL
+ * communicator's stream while the engine's computes the rest of
+ * backward. A collective reads gradients the engine's stream wrote: the
+ * bucket waits for that stream first (gpt_cuda_synchronize); the engine
+ * reads what a collective wrote only after zero_cuda_step has waited for
+ * every bucket. */
+
+/* Waits for the oldest bucket in flight. */
+static int bucket_wait_one(zero_cuda *zc, char *err, size_t errlen) {
+  int slot = (zc->cur - zc->nio + ZERO_INFLIGHT) % ZERO_INFLIGHT;
+  comm_req *req = zc->req[slot];
+  zc->req[slot] = NULL;
+  zc->nio--;
+  return TIMED(&zc->tm, comm_wait(zc->nccl, req, err, errlen));
+}
+
+/* Starts bucket b: stage 2 packs shard-local [b*bf, ...) of every rank's
+ * shard (on the engine's stream, after the gradients it packs) and
+ * reduce-scatters it into the rank's own slice of the gradient array;
+ * stages 0-1 all-reduce the flat range [b*bf, ...) in place. */
+static int bucket_start(zero_cuda *zc, size_t b, char *err, size_t errlen) {
+  const zero_shape *sh = &zc->sh;
+  if (zc->nio == ZERO_INFLIGHT && bucket_wait_one(zc, err, errlen) != 0)
+    return -1;
+  int slot = zc->cur;
+  float *grads = gpt_cuda_grads_ptr(zc->g);
+  size_t off = b * sh->bf;
+  size_t n = (sh->stage == 2 ? sh->S : sh->n_params) - off;
+  if (n > sh->bf)
+    n = sh->bf;
+  if (sh->stage == 2) {
+    /* The padding past the model is zero (gpt_cuda_zero_grad clears the
+     * padded array), so every piece is n floats of the array. */
+    cudaStream_t st = (cudaStream_t)gpt_cuda_stream(zc->g);
+    for (int q = 0; q < sh->world; q++) {
+      cudaError_t e = cudaMemcpyAsync(
+          zc->send[slot] + (size_t)q * n, grads + (size_t)q * sh->S + off,
+          n * sizeof(float), cudaMemcpyDeviceToDevice, st);
+      if (e != cudaSuccess) {
+        snprintf(err, errlen, "zero: packing gradient bucket %zu: %s", b,
+                 cudaGetErrorString(e));
+        return -1;
+      }
+    }
+    zc->synced = 0;
+  }
+  if (!zc->synced && gpt_cuda_synchronize(zc->g, err, errlen) != 0)
+    return -1;
+  zc->synced = 1;
+  int rc;
+  if (sh->stage == 2)
+    rc = TIMED(&zc->tm, comm_ireduce_scatter_sum(zc->nccl, zc->send[slot],
+                                                 grads + sh->lo + off, n,
+                                                 &zc->req[slot], err, errlen));
+  else
+    rc = TIMED(&zc->tm, comm_iallreduce_sum(zc->nccl, grads + off, n,
+                                            &zc->req[slot], err, errlen));
+  if (rc != 0)
+    return -1;
+  zc->cur = (zc->cur + 1) % ZERO_INFLIGHT;
+  zc->nio++;
+  zc->early += zc->in_hook;
+  return 0;
+}
+
+/* Starts every bucket not yet started that is final from final_from. */
+static int buckets_ready(zero_cuda *zc, size_t final_from, char *err,
+                         size_t errlen) {
+  size_t first =
+      zero_bucket_first_final(zc->sh.bf, zc->sh.nbuckets, final_from);
+  while (zc->next > first) {
+    if (bucket_start(zc, zc->next - 1, err, errlen) != 0)
+      return -1;
+    zc->next--;
+  }
+  return 0;
+}
+
+static void grad_hook(void *arg, size_t final_from) {
+  zero_cuda *zc = arg;
+  /* The engine queued more gradient writes since the last call. */
+  zc->synced = 0;
+  /* The last call (final_from 0) comes when backward is queued whole:
+   * those buckets overlap nothing. */
+  zc->in_hook = final_from > 0;
+  if (zc->hook_rc == 0 &&
+      buckets_ready(zc, final_from, zc->hook_err, sizeof zc->hook_err) != 0)
+    zc->hook_rc = -1;
+  zc->in_hook = 0;
 }
 
 int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
@@ -113,26 +235,41 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
       gpt_cuda_forward(g, inputs, targets, B, T, &loss, err, errlen) != 0)
     return -1;
   double tb = comm_timer_now();
+  zc->next = sh->nbuckets;
+  zc->early = 0;
+  zc->hook_rc = 0;
+  zc->synced = 0;
+  if (!sh->no_overlap)
+    gpt_cuda_set_grad_hook(g, grad_hook, zc);
   /* The mean over ranks of each rank's mean: 1/N in the backward. */
-  if (gpt_cuda_backward(g, 1.0f / (float)sh->world, err, errlen) != 0 ||
-      gpt_cuda_synchronize(g, err, errlen) != 0)
+  int rc = gpt_cuda_backward(g, 1.0f / (float)sh->world, err, errlen);
+  gpt_cuda_set_grad_hook(g, NULL, NULL);
+  if (rc != 0 || gpt_cuda_synchronize(g, err, errlen) != 0)
     return -1;
-  double tc = comm_timer_now();
-  float *grads = gpt_cuda_grads_ptr(g);
+  if (zc->hook_rc != 0) {
+    snprintf(err, errlen, "%s", zc->hook_err);
+    return -1;
+  }
+  /* Backward's own time: its wall time less the comm calls in the hook. */
+  double tc = comm_timer_now(), c_bwd = zc->tm.total;
+  /* The rest (all of them without overlap), then every bucket waited
+   * for before the norm reads the sums. */
+  zc->synced = 1;
+  if (buckets_ready(zc, 0, err, errlen) != 0)
+    return -1;
+  while (zc->nio > 0)
+    if (bucket_wait_one(zc, err, errlen) != 0)
+      return -1;
   double ss;
   if (sh->stage < 2) {
-    /* Every rank gets the whole sum: its norm needs no more exchange. */
-    if (TIMED(&zc->tm, comm_allreduce_sum(zc->nccl, grads, sh->n_params, err,
-                                     errlen)) != 0 ||
-        gpt_cuda_grad_sumsq(g, 0, sh->n_params, &ss, err, errlen) != 0)
+    /* Every rank has the whole sum: its norm needs no more exchange. */
+    if (gpt_cuda_grad_sumsq(g, 0, sh->n_params, &ss, err, errlen) != 0)
       return -1;
   } else {
-    /* In place: the rank's slice of the sum lands at its own offset (the
-     * padding past the model is zero: gpt_cuda_zero_grad clears it). */
-    if (TIMED(&zc->tm, comm_reduce_scatter_sum(zc->nccl, grads, grads + sh->lo,
-                                          sh->S, err, errlen)) != 0 ||
-        gpt_cuda_grad_sumsq(g, sh->lo, sh->S, &ss, err, errlen) != 0 ||
-        TIMED(&zc->tm, comm_allreduce_sum_double(zc->ctl, &ss, err, errlen)) != 0)
+    /* The rank's slice of the sum is at its own offset. */
+    if (gpt_cuda_grad_sumsq(g, sh->lo, sh->S, &ss, err, errlen) != 0 ||
+        TIMED(&zc->tm,
+              comm_allreduce_sum_double(zc->ctl, &ss, err, errlen)) != 0)
       return -1;
   }
   double norm = sqrt(ss);
@@ -143,8 +280,8 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
     /* Each rank updated its slice's BF16 copy: all-gather the copies. */
     char *p = gpt_cuda_params_ptr(g);
     if (gpt_cuda_synchronize(g, err, errlen) != 0 ||
-        TIMED(&zc->tm, comm_allgather_bytes(zc->nccl, p + sh->lo * 2, p, sh->S * 2,
-                                       err, errlen)) != 0)
+        TIMED(&zc->tm, comm_allgather_bytes(zc->nccl, p + sh->lo * 2, p,
+                                            sh->S * 2, err, errlen)) != 0)
       return -1;
   } else if (gpt_cuda_synchronize(g, err, errlen) != 0) {
     return -1;
@@ -154,10 +291,12 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
   double t_end = comm_timer_now();
   res->loss = loss / (float)sh->world;
   res->norm = norm;
+  res->buckets = (int)sh->nbuckets;
+  res->buckets_early = zc->early;
   res->t_forward = tb - t0;
-  res->t_backward = tc - tb;
+  res->t_backward = tc - tb - c_bwd;
   res->t_comm = zc->tm.total;
-  res->t_optimizer = t_end - tc - zc->tm.total;
+  res->t_optimizer = t_end - tc - (zc->tm.total - c_bwd);
   return 0;
 }
 
@@ -194,7 +333,9 @@ void zero_cuda_memory_get(const zero_cuda *zc, zero_memory *out,
   out->params = out->peak_params = zc->mem.params;
   out->grads = out->peak_grads = zc->mem.grads;
   out->optim = zc->mem.optim;
-  out->comm = 0;
+  out->comm = zc->sh.stage == 2 ? (uint64_t)ZERO_INFLIGHT * zc->sh.bf *
+                                      (uint64_t)zc->sh.world * 4
+                                : 0;
   if (acts)
     *acts = zc->mem.acts;
 }

@@ -30,11 +30,33 @@
  * clipped to the global norm, as zero_step does; the loss is the mean
  * over ranks.
  *
- * The engine's work runs on its own stream and NCCL's on the
- * communicator's: the engine's stream is synchronized before a collective
- * reads what it wrote, and every collective is waited for (comm.h's
- * blocking calls) before the engine reads what it wrote. No overlap of
- * communication with backward yet.
+ * The gradients are reduced in buckets (zero_config's bucket_floats,
+ * zero_shape's bf and nbuckets), as zero.c's stage 2 does on the CPU:
+ * at stage 2 bucket b is the shard-local range [b*bf, (b+1)*bf) of every
+ * rank's slice, packed into a device send buffer of N*bf floats and
+ * reduce-scattered into the rank's own slice of the gradient array; at
+ * stages 0-1 it is the flat range [b*bf, (b+1)*bf) of the gradient
+ * array, all-reduced in place. The engine's grad hook
+ * (gpt_cuda_set_grad_hook: after ln_f, after each layer, from the last)
+ * starts every bucket that has become final, so that its collective,
+ * on the NCCL communicator's stream, runs while the engine's stream
+ * computes the layers below; the buckets holding the embeddings (wte
+ * comes first in the layout and is final only at the end) start after
+ * backward. zero_config's no_overlap starts them all after backward.
+ * Ordering: the hook runs when the host has queued a layer's kernels,
+ * not when they ran, so a bucket waits for the engine's stream
+ * (gpt_cuda_synchronize; stage 2 queues its packing there first) before
+ * its collective is started, and every bucket is waited for (comm_wait)
+ * before the norm reads the sums. At most ZERO_INFLIGHT buckets are in
+ * flight: a new one waits for the oldest. Each element's sum is the one
+ * a single collective over the whole array takes (on the emulated NCCL
+ * bitwise; real NCCL may order a sum over more than two ranks
+ * differently for another message size). The norm, the update and the
+ * parameters' all-gather come after backward, without overlap.
+ *
+ * GPU memory: the engine's (zero_cuda_memory_get), and at stage 2 the
+ * send buffers, ZERO_INFLIGHT x N x bf floats, allocated at create
+ * (zero_memory's comm).
  *
  * Every build has these functions; one without CUDA and NCCL (or with
  * -DDAGRUN_CUDA=OFF) says so from zero_cuda_available and
@@ -82,9 +104,11 @@ int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
 void zero_cuda_destroy(zero_cuda *zc); /* NULL is a no-op */
 
 /* zero_step on the GPUs: this rank's micro-batch (B,T) forward and
- * backward, the gradients averaged, clipped to the global norm max_norm
- * (0: no clipping), one update at lr, the parameters made whole. res as
- * zero_step's (buckets 0: the collectives run after backward). */
+ * backward, the gradients averaged (in buckets, overlapped with
+ * backward: above), clipped to the global norm max_norm (0: no
+ * clipping), one update at lr, the parameters made whole. res as
+ * zero_step's; buckets and buckets_early count stages 0-1's all-reduces
+ * too, and t_backward leaves out the time the hook spent in comm calls. */
 int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
                    const uint32_t *targets, int B, int T, float lr,
                    double max_norm, zero_step_result *res, char *err,
@@ -110,9 +134,9 @@ int zero_cuda_loss(zero_cuda *zc, const uint32_t *inputs,
                    char *err, size_t errlen);
 
 /* The GPU bytes the rank holds for parameters (the master weights and
- * the BF16 copy), gradients and optimizer state (all allocated at create:
- * peak = held), beside zero_memory_get(z)'s formulas; activations in
- * acts. Not collective. */
+ * the BF16 copy), gradients, optimizer state and (comm) stage 2's bucket
+ * send buffers (all allocated at create: peak = held), beside
+ * zero_memory_get(z)'s formulas; activations in acts. Not collective. */
 void zero_cuda_memory_get(const zero_cuda *zc, zero_memory *out,
                           uint64_t *acts);
 

@@ -43,6 +43,7 @@
  * 2 lr (+ float rounding).
  */
 #include <dlfcn.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -587,16 +588,28 @@ static int cmd_logits(const char *dir, const char *ids_path, const char *out) {
  *   - zero_cuda_gather_params gives every rank the weights;
  *   - the GPU memory: master weights and moments of S = ceil(P/N)
  *     parameters, within 512 bytes.
+ * Those runs reduce the gradients in small buckets (ZBUCKET floats a
+ * rank) started from the engine's grad hook: every step must report the
+ * number of buckets that the bucket size makes (stage 2: ceil(S/ZBUCKET),
+ * stages 0-1: ceil(P/ZBUCKET)), more than one, and some but not all of
+ * them started before backward was over (the ones holding the embeddings
+ * can only start at its end). Stage 2 again for 3 steps with the default
+ * bucket and no overlap (one reduce-scatter after backward, as before
+ * buckets) must give the bucketed run's losses bitwise, on any number of
+ * ranks: the bucketed collectives take the same sums.
  * Then at stage 2 a sharded checkpoint at step 10 (zero_cuda_pull,
  * zero_save) loaded at stage 1 (zero_load, then zero_cuda_create uploads
  * it) continues with the uninterrupted run's losses of steps 11-20
  * (relative 1e-5), and stage 3 is refused with a message that says what
  * to use. */
-enum { ZB = 4, ZT = 64, ZSTEPS = 20 };
+enum { ZB = 4, ZT = 64, ZSTEPS = 20, ZBUCKET = 1 << 15 };
 
 typedef struct zrun {
   float loss[ZSTEPS];
   float *w; /* the final weights (P) */
+  /* zero_step_result's over the steps: the fewest and most buckets, the
+   * fewest and most started early */
+  int bmin, bmax, emin, emax;
 } zrun;
 
 /* The global batch of step k (N*ZB rows). */
@@ -635,16 +648,15 @@ static void zero_reference(int N, int device, zrun *out) {
   free(tg);
 }
 
-/* A rank's zero at stage st over a fresh model (loading ckpt when given)
+/* A rank's zero as zc says over a fresh model (loading ckpt when given)
  * and its GPU side; steps [from, to) of the global batches. */
-static void zero_train(comm *ctl, comm *nc, int st, const char *ckpt,
+static void zero_train(comm *ctl, comm *nc, zero_config zc, const char *ckpt,
                        int from, int to, const char *save_dir, zrun *out) {
   char err[2048];
-  int N = comm_size(ctl), r = comm_rank(ctl);
+  int N = comm_size(ctl), r = comm_rank(ctl), st = zc.stage;
   gpt *m = make_model(7);
   int V = gpt_get_config(m)->vocab_size;
   optim_config oc = optim_cfg(OPTIM_ADAMW);
-  zero_config zc = {.stage = st};
   zero *z;
   zero_cuda *zg;
   if (zero_create(&zc, m, &oc, ctl, &z, err, sizeof err) != 0)
@@ -657,6 +669,8 @@ static void zero_train(comm *ctl, comm *nc, int st, const char *ckpt,
     die("zero_cuda_create", err);
   size_t bt = (size_t)ZB * ZT;
   uint32_t *in = malloc(N * bt * 4), *tg = malloc(N * bt * 4);
+  out->bmin = out->emin = INT_MAX;
+  out->bmax = out->emax = 0;
   for (int k = from; k < to; k++) {
     zero_step_result res;
     zero_batch(in, tg, N, V, k);
@@ -664,6 +678,10 @@ static void zero_train(comm *ctl, comm *nc, int st, const char *ckpt,
                        err, sizeof err) != 0)
       die("zero_cuda_step", err);
     out->loss[k] = res.loss;
+    out->bmin = res.buckets < out->bmin ? res.buckets : out->bmin;
+    out->bmax = res.buckets > out->bmax ? res.buckets : out->bmax;
+    out->emin = res.buckets_early < out->emin ? res.buckets_early : out->emin;
+    out->emax = res.buckets_early > out->emax ? res.buckets_early : out->emax;
     if (save_dir && k + 1 == 10 &&
         (zero_cuda_pull(zg, err, sizeof err) != 0 ||
          zero_save(z, save_dir, 10, err, sizeof err) != 0))
@@ -684,12 +702,18 @@ static void zero_train(comm *ctl, comm *nc, int st, const char *ckpt,
   CHECK(zm.params >= 4 * S + 2 * pad && zm.params < 4 * S + 2 * pad + 512,
         "stage %d: parameter bytes %llu, want 4S + 2N*S with S %llu", st,
         (unsigned long long)zm.params, (unsigned long long)S);
+  /* Stage 2's send buffers: two buckets of N pieces. */
+  uint64_t bf = zc.bucket_floats ? zc.bucket_floats : (uint64_t)1 << 20;
+  bf = bf < S ? bf : S;
+  uint64_t comm_bytes = st == 2 ? 2 * bf * (uint64_t)N * 4 : 0;
+  CHECK(zm.comm == comm_bytes, "stage %d: bucket bytes %llu, want %llu", st,
+        (unsigned long long)zm.comm, (unsigned long long)comm_bytes);
   if (r == 0)
     printf("stage %d on %d rank%s: GPU params %.2f MiB grads %.2f optim "
-           "%.2f (P %zu, S %llu)\n",
+           "%.2f buckets %.2f (P %zu, S %llu)\n",
            st, N, N > 1 ? "s" : "", zm.params / 1048576.0,
-           zm.grads / 1048576.0, zm.optim / 1048576.0, P,
-           (unsigned long long)S);
+           zm.grads / 1048576.0, zm.optim / 1048576.0, zm.comm / 1048576.0,
+           P, (unsigned long long)S);
   zero_cuda_destroy(zg);
   zero_destroy(z);
   gpt_destroy(m);
@@ -878,7 +902,20 @@ static int cmd_zero(void) {
   if (comm_broadcast(ctl, ck, sizeof ck, 0, err, sizeof err) != 0)
     die("broadcast", err);
   for (int st = 0; st < 3; st++) {
-    zero_train(ctl, nc, st, NULL, 0, ZSTEPS, st == 2 ? ck : NULL, &run[st]);
+    zero_config zc = {.stage = st, .bucket_floats = ZBUCKET};
+    zero_train(ctl, nc, zc, NULL, 0, ZSTEPS, st == 2 ? ck : NULL, &run[st]);
+    size_t extent = st == 2 ? (P + N - 1) / N : P;
+    int want = (int)((extent + ZBUCKET - 1) / ZBUCKET);
+    CHECK(want > 1 && run[st].bmin == want && run[st].bmax == want &&
+              run[st].emin > 0 && run[st].emax < want,
+          "stage %d, buckets of %d floats: %d-%d buckets a step (want %d), "
+          "%d-%d of them started during backward (want some, not all)",
+          st, ZBUCKET, run[st].bmin, run[st].bmax, want, run[st].emin,
+          run[st].emax);
+    if (r == 0)
+      printf("stage %d: %d buckets of %d floats a step, %d-%d started "
+             "during backward\n",
+             st, want, ZBUCKET, run[st].emin, run[st].emax);
     double worst = 0, wbig = 0, wdiff = 0;
     for (int k = 0; k < ZSTEPS; k++)
       worst = fmax(worst, rel_diff(run[st].loss[k], ref.loss[k]));
@@ -898,12 +935,33 @@ static int cmd_zero(void) {
       printf("stage %d: losses vs one GPU's at worst %.3g relative, weights "
              "%.3g (largest %.3g)\n", st, worst, wdiff, wbig);
   }
+  /* Stage 2 in one bucket after backward: the bucketed run's bits. */
+  {
+    zero_config zc = {.stage = 2, .no_overlap = 1};
+    zrun one;
+    memset(&one, 0, sizeof one);
+    zero_train(ctl, nc, zc, NULL, 0, 3, NULL, &one);
+    CHECK(one.bmin == 1 && one.bmax == 1 && one.emax == 0,
+          "stage 2, default bucket, no overlap: %d-%d buckets, %d early "
+          "(want 1, 0)", one.bmin, one.bmax, one.emax);
+    int same = 1;
+    for (int k = 0; k < 3; k++)
+      same &= memcmp(&one.loss[k], &run[2].loss[k], sizeof(float)) == 0;
+    CHECK(same, "stage 2: losses in one bucket %.9g %.9g %.9g, in buckets "
+                "of %d %.9g %.9g %.9g: not the same bits",
+          one.loss[0], one.loss[1], one.loss[2], ZBUCKET, run[2].loss[0],
+          run[2].loss[1], run[2].loss[2]);
+    if (r == 0)
+      printf("stage 2: one bucket after backward, steps 1-3: %s\n",
+             same ? "the bucketed run's bits" : "DIFFERENT");
+    free(one.w);
+  }
   /* Stage 2's checkpoint of step 10, continued at stage 1. */
   char dir[4200];
   snprintf(dir, sizeof dir, "%s/step-%08d", ck, 10);
   zrun res;
   memset(&res, 0, sizeof res);
-  zero_train(ctl, nc, 1, dir, 10, ZSTEPS, NULL, &res);
+  zero_train(ctl, nc, (zero_config){.stage = 1}, dir, 10, ZSTEPS, NULL, &res);
   double worst = 0;
   for (int k = 10; k < ZSTEPS; k++)
     worst = fmax(worst, rel_diff(res.loss[k], run[2].loss[k]));
