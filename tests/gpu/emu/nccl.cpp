@@ -6,7 +6,8 @@
  * started with a rendezvous directory).
  *
  * Transport: one POSIX shared-memory segment per communicator, named
- * /dagrun-nccl-<hex of the unique id's random bytes>: a control block
+ * /dagrun-nccl-[<DAGRUN_EMU_NCCL_SHM_TAG>-]<hex of the unique id's random
+ * bytes>: a control block
  * (each rank's pid, state and two step counters, atomics that work across
  * processes) and one data slot per rank (DAGRUN_EMU_NCCL_SLOT_BYTES,
  * default 1 MiB). A collective runs in steps of at most a slot per rank:
@@ -120,7 +121,7 @@ static_assert(std::atomic<int32_t>::is_always_lock_free,
 
 struct ncclComm {
   int rank, nranks, blocking;
-  char name[64]; /* the segment's name */
+  char name[80]; /* the segment's name */
   int unlinked;
   ctrl *c;
   unsigned char *slots; /* nranks slots of slot_bytes */
@@ -133,7 +134,6 @@ struct ncclComm {
   int ready;          /* every rank joined */
   int connected;      /* a collective has run */
   char last[512];
-  char why[256];
 };
 
 static thread_local char t_last[512]; /* ncclGetLastError(NULL) */
@@ -237,28 +237,25 @@ static const char *op_name(int op) {
 }
 enum { OP_ALLREDUCE, OP_REDUCESCATTER, OP_ALLGATHER, OP_BROADCAST };
 
-/* Why rank p cannot take part any more, or NULL while it may: checked
- * while waiting for it. The text is in comm->why. */
-static const char *peer_problem(ncclComm *comm, int p) {
+/* Why rank *p cannot take part any more, or NULL while it may: checked
+ * while waiting for it. A communicator aborted by any rank is broken for
+ * all: *p becomes the first rank that aborted, so every survivor names
+ * that rank, whichever peer it was waiting for (CI once saw rank 0 blame
+ * rank 1, which was merely late, for rank 2's abort). */
+static const char *peer_problem(ncclComm *comm, int *p) {
   ctrl *c = comm->c;
-  int st = c->r[p].state.load();
-  const char *why = nullptr;
-  if (st == ST_LEFT)
-    why = "it left the communicator (ncclCommFinalize/ncclCommDestroy) "
-          "with this collective not done: the ranks called different "
-          "collectives";
-  else if (st == ST_ABORTED)
-    why = "it aborted the communicator (ncclCommAbort)";
-  else if (st == ST_JOINED && !pid_alive(c->r[p].pid.load()))
-    why = "its process is gone (exited or killed)";
-  if (why)
-    return snprintf(comm->why, sizeof comm->why, "%s", why), comm->why;
   int by = c->aborted_by.load();
   if (by > 0) {
-    snprintf(comm->why, sizeof comm->why,
-             "rank %d aborted the communicator (ncclCommAbort)", by - 1);
-    return comm->why;
+    *p = by - 1;
+    return "it aborted the communicator (ncclCommAbort)";
   }
+  int st = c->r[*p].state.load();
+  if (st == ST_LEFT)
+    return "it left the communicator (ncclCommFinalize/ncclCommDestroy) "
+           "with this collective not done: the ranks called different "
+           "collectives";
+  if (st == ST_JOINED && !pid_alive(c->r[*p].pid.load()))
+    return "its process is gone (exited or killed)";
   return nullptr;
 }
 
@@ -276,14 +273,15 @@ static ncclResult_t wait_all(ncclComm *comm, bool posted, uint64_t target,
       if (v >= target)
         break;
       if (iter >= 32 && iter % 8 == 0) {
-        const char *why = peer_problem(comm, p);
+        int culprit = p;
+        const char *why = peer_problem(comm, &culprit);
         if (why) {
           unlink_name(comm);
           return broke(comm, ncclRemoteError,
                        "emulated NCCL: rank %d: %s #%llu: peer rank %d (pid "
                        "%d): %s",
                        comm->rank, op_name(op), (unsigned long long)comm->seq,
-                       p, (int)h->pid.load(), why);
+                       culprit, (int)comm->c->r[culprit].pid.load(), why);
         }
         if (now_s() - t0 > comm->timeout_s) {
           unlink_name(comm);
@@ -474,12 +472,14 @@ static ncclResult_t poll_init(ncclComm *comm) {
     }
     /* A rank that has left was there: it may have finished its work
      * before this one looked. */
-    const char *why = st == ST_LEFT ? nullptr : peer_problem(comm, p);
+    int culprit = p;
+    const char *why = st == ST_LEFT ? nullptr : peer_problem(comm, &culprit);
     if (why) {
       unlink_name(comm);
       return broke(comm, ncclRemoteError,
                    "emulated NCCL: rank %d: init: rank %d (pid %d): %s",
-                   comm->rank, p, (int)comm->c->r[p].pid.load(), why);
+                   comm->rank, culprit, (int)comm->c->r[culprit].pid.load(),
+                   why);
     }
   }
   /* Everyone has the segment mapped: the name is no longer needed. */
@@ -523,8 +523,23 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks,
   if (slot < 256 * (size_t)nranks) /* a reduce-scatter step: nranks parts */
     slot = 256 * (size_t)nranks;
   comm->slot_bytes = slot;
-  char *p =
-      comm->name + snprintf(comm->name, sizeof comm->name, "/dagrun-nccl-");
+  /* A test that checks /dev/shm for leftovers tags its gangs' segments,
+   * so that other programs' gangs running at the same time (ctest -j)
+   * are not taken for its own. */
+  const char *tag = getenv("DAGRUN_EMU_NCCL_SHM_TAG");
+  if (!tag)
+    tag = "";
+  size_t tag_len = strlen(tag);
+  if (tag_len > 16 || strspn(tag, "abcdefghijklmnopqrstuvwxyz0123456789") !=
+                          tag_len) {
+    delete comm;
+    return fail(nullptr, ncclInvalidArgument,
+                "emulated NCCL: DAGRUN_EMU_NCCL_SHM_TAG must be at most 16 "
+                "lower-case letters and digits, not \"%s\"",
+                tag);
+  }
+  char *p = comm->name + snprintf(comm->name, sizeof comm->name,
+                                  "/dagrun-nccl-%s%s", tag, *tag ? "-" : "");
   const unsigned char *rnd =
       (const unsigned char *)id.internal + sizeof EMU_ID_MAGIC - 1;
   for (int i = 0; i < EMU_ID_RANDOM; i++)
@@ -535,10 +550,11 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks,
   comm->map_bytes = head + (size_t)nranks * slot;
   int fd = shm_open(comm->name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
-    int e = errno;
+    ncclResult_t r = fail(nullptr, ncclSystemError,
+                          "emulated NCCL: shm_open(%s): %s", comm->name,
+                          strerror(errno));
     delete comm;
-    return fail(nullptr, ncclSystemError, "emulated NCCL: shm_open(%s): %s",
-                comm->name, strerror(e));
+    return r;
   }
   struct stat st;
   ncclResult_t r = ncclSuccess;

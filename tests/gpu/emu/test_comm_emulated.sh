@@ -24,9 +24,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export LSAN_OPTIONS="suppressions=$DAGRUN_SOURCE_DIR/tests/lsan-mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 MPIRUN=(mpirun --oversubscribe --bind-to none)
-# The segments of other programs, or of an earlier run, are not this
-# test's business: only new names count.
-ls /dev/shm | grep '^dagrun-nccl-' | sort >"$T/shm.before" || true
+# The segments of other programs (another gang under ctest -j), or of an
+# earlier run, are not this test's business: this run's carry its tag.
+export DAGRUN_EMU_NCCL_SHM_TAG="t$$"
+SHM_MINE="^dagrun-nccl-$DAGRUN_EMU_NCCL_SHM_TAG-"
 
 
 # rdv_run NAME SIZE STARTED MODE: ranks 0..STARTED-1 of a gang of SIZE,
@@ -70,6 +71,14 @@ run_timed small-slots env DAGRUN_EMU_NCCL_SLOT_BYTES=4096 "${MPIRUN[@]}" -np 3 "
 $(cat "$T/small-slots.out")"
 expect_in "$T/small-slots.out" "comm_check: nccl size 3: ok"
 echo "small-slots: ok in $SECS s"
+
+# The tag reaches mpirun's ranks (else the /dev/shm check at the end
+# would look for names nobody makes): a bad one is refused by each.
+run_timed bad-tag env DAGRUN_EMU_NCCL_SHM_TAG=Bad "${MPIRUN[@]}" -np 2 "$CHECK" nccl
+[ "$RC" -ne 0 ] || fail "bad-tag: exit code 0
+$(cat "$T/bad-tag.out")"
+expect_in "$T/bad-tag.out" 'DAGRUN_EMU_NCCL_SHM_TAG must be at most 16 lower-case letters and digits, not "Bad"'
+echo "bad-tag: exit $RC in $SECS s"
 
 rdv_run rdv3 3 3 all
 [ "${RCS[*]}" = "0 0 0" ] || fail "rdv3: exit codes ${RCS[*]}
@@ -143,7 +152,8 @@ $(cat "$T/$name.out")"
   [ "${RCS[2]}" = "$victim_rc" ] ||
     fail "$name: rank 2's exit code ${RCS[2]}, want $victim_rc"
   # Each survivor says what failed; the first to see it says why (the
-  # other may see that one's ncclCommAbort first).
+  # other may see that one's ncclCommAbort first and name it; an abort
+  # is always blamed on the first rank that aborted).
   for r in 0 1; do
     expect_in "$T/$name.$r.out" "comm_check: rank $r: allreduce: $SAID"
   done
@@ -233,8 +243,7 @@ expect_in "$T/rdv-absent.out" "init: rank 2 of 3 did not join within 3 s (DAGRUN
 echo "rdv-absent: exit 2 2 after $SECS s"
 
 # Nothing left in /dev/shm by any of these runs, the killed ones included.
-ls /dev/shm | grep '^dagrun-nccl-' | sort >"$T/shm.after" || true
-left=$(comm -13 "$T/shm.before" "$T/shm.after")
+left=$(ls /dev/shm | grep "$SHM_MINE" || true)
 [ -z "$left" ] || fail "left in /dev/shm: $left"
 
 pass
