@@ -16,7 +16,10 @@
 # - an EMU ERROR (a launch, copy or collective a GPU would refuse or hang
 #   on) in any run's log fails the test even where the stage did not
 #   notice it: $DAGRUN is a shim that runs dagrun, then looks in the runs'
-#   logs (lib.sh removes them when the test passes).
+#   logs (lib.sh removes them when the test passes);
+# - each dagrun call runs its fibers in another order (DAGRUN_EMU_SEED:
+#   the call's number, unless set), so that two runs that must give the
+#   same bits (deterministic: true) do not merely repeat one schedule.
 set -uo pipefail
 name=${1:?usage: test_train_emulated.sh NAME (test_train_cuda, test_train_gang_cuda)}
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
@@ -36,8 +39,12 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/dagrun-emu-train.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 export DAGRUN_EMU_TRAIN_ERRORS=$work/emu-errors
 export DAGRUN_EMU_TRAIN_DAGRUN=$real
+export DAGRUN_EMU_TRAIN_CALLS=$work/calls
 cat > "$work/dagrun" <<'S'
 #!/usr/bin/env bash
+echo "$*" >> "$DAGRUN_EMU_TRAIN_CALLS"
+[ -n "${DAGRUN_EMU_SEED:-}" ] ||
+  export DAGRUN_EMU_SEED=$(wc -l < "$DAGRUN_EMU_TRAIN_CALLS")
 "$DAGRUN_EMU_TRAIN_DAGRUN" "$@"
 rc=$?
 if [ -n "${DAGRUN_RUNS_DIR:-}" ] && [ -d "$DAGRUN_RUNS_DIR" ]; then
