@@ -10,7 +10,11 @@ export DAGRUN_BUILD_DIR=${DAGRUN_BUILD_DIR:-$src/build}
 case $DAGRUN_BUILD_DIR in /*) ;; *) DAGRUN_BUILD_DIR=$src/$DAGRUN_BUILD_DIR ;; esac
 export DAGRUN=${DAGRUN:-$DAGRUN_BUILD_DIR/bin/dagrun}
 export DAGRUN_TEST_PLUGIN_DIR=${DAGRUN_TEST_PLUGIN_DIR:-$DAGRUN_BUILD_DIR/tests/plugins}
-GPU_CHECK=$DAGRUN_BUILD_DIR/bin/gpt_cuda_check
+# GPU_CHECK, GPU_STAGE_DIR: set by tests/gpu/emu/test_train_emulated.sh,
+# which runs these tests on the CPU emulator: the emulated
+# gpt_cuda_check (gpt_cuda_emulated), and a directory of stage plugins
+# searched before all others (the emulated train.so). Unset on a GPU.
+GPU_CHECK=${GPU_CHECK:-$DAGRUN_BUILD_DIR/bin/gpt_cuda_check}
 if [ ! -x "$GPU_CHECK" ]; then
   echo "skip: no $GPU_CHECK (a build without the CUDA backend)"
   exit 77
@@ -21,3 +25,6 @@ if ! "$GPU_CHECK" available >/dev/null; then
 fi
 export DAGRUN_TEST_KEEP_GPU=1 # lib.sh would hide the GPU from the CPU tests
 . "$DAGRUN_SOURCE_DIR/tests/integration/lib.sh"
+if [ -n "${GPU_STAGE_DIR:-}" ]; then
+  export DAGRUN_PLUGIN_PATH="$GPU_STAGE_DIR:$DAGRUN_PLUGIN_PATH"
+fi

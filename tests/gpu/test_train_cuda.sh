@@ -1,5 +1,7 @@
 # The train stage with device: cuda against device: cpu, on real token
-# files (gpt-tiny, 50 steps, batch 8 x 64, AdamW at 1e-3):
+# files (gpt-tiny, 50 steps, batch 8 x 64, AdamW at 1e-3; GPU_TEST_STEPS,
+# an even number, for another count: the CPU emulator's ctest,
+# tests/gpu/emu/, trains fewer, its steps taking seconds each):
 # - the GPU's loss is within 5% of the CPU's at every step and within 2%
 #   on average (BF16 compute: the step's own error is well under 1%, see
 #   tests/gpu/gpt_cuda_check.c, and 50 updates let the two trajectories
@@ -10,8 +12,12 @@
 # - the summary says device cuda and the device memory.
 . "$(dirname "$0")/gpu_env.sh"
 
+N=${GPU_TEST_STEPS:-50} # the steps of a run; resumed runs from step N/2
+case $N in *[!0-9]*|'') fail "GPU_TEST_STEPS=$N: an even number of steps" ;; esac
+[ $((N % 2)) -eq 0 ] && [ "$N" -ge 10 ] || fail "GPU_TEST_STEPS=$N: an even number >= 10"
+H=$((N / 2))
 DATA=$(make_token_data gpu 320)
-COMMON="data: \"$DATA\", model: gpt-tiny, seq_len: 64, batch_size: 8, steps: 50, lr: 0.001, warmup: 5, eval_every: 0, samples: 0, spike_policy: none, checkpoint_every: 25, seed: 7"
+COMMON="data: \"$DATA\", model: gpt-tiny, seq_len: 64, batch_size: 8, steps: $N, lr: 0.001, warmup: 5, eval_every: 0, samples: 0, spike_policy: none, checkpoint_every: $H, seed: 7"
 
 train() { # NAME EXTRA
   cat > "$1.yaml" <<Y
@@ -30,12 +36,15 @@ train gpu "device: cuda"
 train det1 "device: cuda, deterministic: true"
 train det2 "device: cuda, deterministic: true"
 CPU=$(run_dir cpu) GPU=$(run_dir gpu)
-train cpu2gpu "device: cuda, resume: \"$CPU/train/checkpoints/step-00000025\""
-train gpu2cpu "device: cpu, resume: \"$GPU/train/checkpoints/step-00000025\""
+CK=$(printf 'step-%08d' "$H")
+train cpu2gpu "device: cuda, resume: \"$CPU/train/checkpoints/$CK\""
+train gpu2cpu "device: cpu, resume: \"$GPU/train/checkpoints/$CK\""
 
-"$PY" - "$DAGRUN_RUNS_DIR" <<'P' || fail "the losses differ (above)"
+"$PY" - "$DAGRUN_RUNS_DIR" "$N" <<'P' || fail "the losses differ (above)"
 import glob, json, sys
 runs = sys.argv[1]
+N = int(sys.argv[2])
+H = N // 2
 def losses(name):
     d = glob.glob(f"{runs}/{name}/*/train")[0]
     out = {}
@@ -53,22 +62,22 @@ def close(name, a, b, steps):
     assert worst < 5e-2 and mean < 2e-2, name
 _, cpu = losses("cpu")
 gd, gpu = losses("gpu")
-assert sorted(cpu) == list(range(1, 51)) and sorted(gpu) == list(range(1, 51))
-close("gpu vs cpu", gpu, cpu, list(range(1, 51)))
+assert sorted(cpu) == list(range(1, N + 1)) and sorted(gpu) == list(range(1, N + 1))
+close("gpu vs cpu", gpu, cpu, list(range(1, N + 1)))
 s = json.load(open(gd + "/out/summary.json"))
 assert s["device"] == "cuda" and s["gpu_allocated_bytes"] > 0, s
 print("gpu run:", s["device_reason"], s["gpu_allocated_bytes"], "bytes")
-# resumed from the other device's step-25 checkpoint: steps 26-50
+# resumed from the other device's step-H checkpoint: steps H+1-N
 rd, c2g = losses("cpu2gpu")
-assert sorted(c2g) == list(range(26, 51)), sorted(c2g)
-close("cpu checkpoint resumed on gpu", c2g, cpu, list(range(26, 51)))
+assert sorted(c2g) == list(range(H + 1, N + 1)), sorted(c2g)
+close("cpu checkpoint resumed on gpu", c2g, cpu, list(range(H + 1, N + 1)))
 rd2, g2c = losses("gpu2cpu")
-assert sorted(g2c) == list(range(26, 51)), sorted(g2c)
-close("gpu checkpoint resumed on cpu", g2c, gpu, list(range(26, 51)))
+assert sorted(g2c) == list(range(H + 1, N + 1)), sorted(g2c)
+close("gpu checkpoint resumed on cpu", g2c, gpu, list(range(H + 1, N + 1)))
 assert "resumed from" in open(rd + "/attempt-1/log").read()
 _, d1 = losses("det1")
 _, d2 = losses("det2")
 assert d1 == d2, [(s, d1[s], d2[s]) for s in d1 if d1[s] != d2[s]][:5]
-print("deterministic: 50 identical losses, last", repr(d1[50]))
+print(f"deterministic: {N} identical losses, last", repr(d1[N]))
 P
 pass
