@@ -27,6 +27,10 @@
 /* A launched rank's join line, "dagrun-join TOKEN RANK", is far shorter;
  * a connection that sends this much without a newline is not a rank. */
 #define JOIN_LINE_MAX 256
+/* A launcher signalled once its ranks are gone or their grace is over
+ * gets this long to end them its own way and exit before SIGKILL (Open
+ * MPI's mpirun kills its ranks 1 s after it forwards the SIGTERM). */
+#define LAUNCHER_STOP_MS 5000
 /* The per-attempt secret a launched rank proves itself with: random bytes,
  * sent as hex. */
 #define TOKEN_BYTES 16
@@ -49,8 +53,10 @@ struct proc {
   int rank;
   int virt; /* a rank under a launcher: no process handle */
   int connected, got_result, result_status;
-  pid_t pid; /* the worker, leader of its own session and group */
-  int pidfd; /* readable once the worker has exited */
+  int told_stop;     /* a launched rank: "stop" sent on its connection */
+  int term_deferred; /* the launcher: its SIGTERM waits for its ranks */
+  pid_t pid;         /* the worker, leader of its own session and group */
+  int pidfd;         /* readable once the worker has exited */
   uv_poll_t exit_watch;
   uv_pipe_t pipe;
   uv_timer_t timeout_timer, heartbeat_timer, kill_timer, drain_timer;
@@ -255,7 +261,47 @@ static void on_kill_timer(uv_timer_t *t) {
   signal_group(a, SIGKILL);
 }
 
-/* Stops one rank for a reason: SIGTERM now, SIGKILL after the grace. */
+/* Tells a launched rank to stop, on its connection ("stop\n"): its
+ * worker cancels the stage as a SIGTERM would (worker.h). A launcher's
+ * own SIGTERM would give the rank only the launcher's grace, not the
+ * task's: Open MPI's mpirun sends SIGKILL 1 s after it. */
+static void tell_stop(proc *a) {
+  uv_os_fd_t fd;
+  if (a->told_stop || !a->connected || a->exited ||
+      uv_fileno((uv_handle_t *)&a->pipe, &fd) != 0)
+    return;
+  a->told_stop = 1;
+  /* The only bytes sent on this connection besides "ok\n": they fit its
+   * send buffer, so a plain write cannot block or be short. A rank that
+   * is gone by now shows as the end of its stream. */
+  (void)!write(fd, "stop\n", 5);
+}
+
+/* Whether a rank of the launched gang is connected and running: one that
+ * can be told to stop, and that the launcher must not end before its
+ * grace. */
+static int ranks_listening(const attempt *at) {
+  for (int r = 0; r < at->n; r++)
+    if (at->procs[r] && at->procs[r]->connected && !at->procs[r]->exited)
+      return 1;
+  return 0;
+}
+
+/* SIGTERM to the launcher: it ends its remaining ranks; SIGKILL if it
+ * has not exited LAUNCHER_STOP_MS later. */
+static void launcher_term(proc *a) {
+  a->term_deferred = 0;
+  signal_group(a, SIGTERM);
+  uv_timer_start(&a->kill_timer, on_kill_timer, LAUNCHER_STOP_MS, 0);
+}
+
+/* The launched ranks' grace is over and some still run. */
+static void on_launcher_grace(uv_timer_t *t) { launcher_term(t->data); }
+
+/* Stops one rank for a reason: SIGTERM now, SIGKILL after the grace. A
+ * launched rank is told to stop instead (it is not our child); its
+ * launcher is signalled once every rank it started has ended or the
+ * grace is over, whichever comes first. */
 static void stop(proc *a, exec_end reason, int force) {
   if (a->exited)
     return;
@@ -263,12 +309,23 @@ static void stop(proc *a, exec_end reason, int force) {
     a->stop_reason = reason;
   uv_timer_stop(&a->timeout_timer);
   uv_timer_stop(&a->heartbeat_timer);
+  if (a->virt) {
+    if (!force)
+      tell_stop(a);
+    return; /* force: the launcher's SIGKILL ends it */
+  }
   if (force) {
+    uv_timer_stop(&a->kill_timer);
     signal_group(a, SIGKILL);
     return;
   }
   if (uv_is_active((uv_handle_t *)&a->kill_timer))
     return; /* already on its way out */
+  if (a->rank < 0 && ranks_listening(a->at)) {
+    a->term_deferred = 1;
+    uv_timer_start(&a->kill_timer, on_launcher_grace, a->grace_ms, 0);
+    return;
+  }
   signal_group(a, SIGTERM);
   uv_timer_start(&a->kill_timer, on_kill_timer, a->grace_ms, 0);
 }
@@ -341,6 +398,12 @@ static void virt_exited(proc *a) {
   uv_timer_stop(&a->heartbeat_timer);
   if (a->stop_reason == EXEC_EXITED && a->exit_status)
     attempt_stop(a->at, EXEC_EXITED, a->rank, 0);
+  /* The last rank the launcher's SIGTERM waited for is gone. */
+  proc *l = a->at->launcher;
+  if (l && !l->exited && l->term_deferred && !ranks_listening(a->at)) {
+    uv_timer_stop(&l->kill_timer);
+    launcher_term(l);
+  }
 }
 
 static void on_drain_timeout(uv_timer_t *t) {

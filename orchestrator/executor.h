@@ -121,10 +121,13 @@ typedef struct exec_request {
    * A connection with a wrong token, an unknown rank or a rank that
    * joined already is closed and written to log_path. A joined rank's
    * connection carries its messages; the rank has ended when it closes,
-   * with the status of its result message (none: 255). The launcher is
-   * stopped (SIGTERM to its group, SIGKILL after the grace) when a rank
-   * fails, on timeout and on cancel; it stops its ranks. NULL: the ranks
-   * are started here. attempt_text is not supported with a launcher. */
+   * with the status of its result message (none: 255). When a rank
+   * fails, on timeout and on cancel, each joined rank is told "stop\n" on
+   * its connection (its worker cancels as on SIGTERM) and has the grace
+   * to end; once every rank has ended, or the grace is over, the
+   * launcher gets SIGTERM (it ends what is left of its ranks), SIGKILL
+   * LAUNCHER_STOP_MS later. NULL: the ranks are started here.
+   * attempt_text is not supported with a launcher. */
   char *const *launcher_argv;
   const char *rdv_bind;
   int rdv_port;

@@ -9,6 +9,10 @@
  *   {"type":"heartbeat"}
  *   {"type":"result","status":0,"error":"..."}   last message; error optional
  *
+ * The other way, dagrun says one thing, and only to a rank started by a
+ * launcher, on its socket: "stop\n" (executor.h, worker.c), after the
+ * "ok\n" that answered its join.
+ *
  * Writers (worker side) are thread-safe: each message is one write(2) of at
  * most PIPE_BUF bytes where possible (long log lines are truncated to fit),
  * so lines from several threads never interleave.

@@ -30,6 +30,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* heartbeat() calls closer together than this send nothing: any message
@@ -430,31 +431,82 @@ static int check_params(cJSON *params, const dagrun_stage *st, char *err,
  * before it kills the group. */
 #define WORKER_ORPHAN_GRACE_S 10
 
-/* Watches the message pipe: when its read end closes, the dagrun that
- * started this attempt is gone (killed, crashed), nobody will record the
- * result, and `dagrun resume` will run the task again. So the attempt
- * stops as if cancelled: SIGTERM to its process group (the plugin sees
- * cancelled(), commands it started get the signal), SIGKILL after a
- * grace. Only when the worker leads its own group, as the executor makes
- * it: a worker run by hand never signals its caller's group. */
-static void *watch_pipe(void *arg) {
-  int fd = *(int *)arg;
-  /* POLLRDHUP: a launched rank's fd 3 is a TCP connection, where dagrun's
-   * end closing shows as that, not as POLLHUP (which a pipe gives). */
-  struct pollfd pfd = {fd, POLLRDHUP, 0};
+/* What watch_dagrun watches: fd 3, and whether this worker leads its
+ * own process group (then the attempt's commands are in it). */
+typedef struct watched {
+  int fd;
+  int leader;
+} watched;
+
+/* Cancels the stage as SIGTERM does; a worker that leads its own group
+ * (as the executor and Open MPI's mpirun make it) sends SIGTERM to the
+ * group, so that commands the stage started get it too. A worker run by
+ * hand never signals its caller's group. */
+static void cancel_attempt(const watched *w) {
+  cancel_flag = 1;
+  if (w->leader)
+    kill(0, SIGTERM);
+}
+
+/* Watches the connection to dagrun (fd 3: the message pipe, or a
+ * launched rank's socket).
+ * - On a launched rank's socket dagrun sends "stop\n" when the gang's
+ *   attempt ends (timeout, cancel, another rank's failure): this rank
+ *   stops as if cancelled, within the task's kill_grace, before dagrun
+ *   signals its launcher (executor.c: the launcher's own SIGTERM would
+ *   leave it Open MPI's 1 s).
+ * - When dagrun's end closes, the dagrun that started this attempt is
+ *   gone (killed, crashed), nobody will record the result, and `dagrun
+ *   resume` will run the task again. So the attempt stops as if
+ *   cancelled, and a leader kills its group after a grace. */
+static void *watch_dagrun(void *arg) {
+  const watched *w = arg;
+  struct stat st;
+  /* Only a socket has anything to read: fd 3 is a pipe's write end, or a
+   * file when a worker is run by hand. */
+  int sock = fstat(w->fd, &st) == 0 && S_ISSOCK(st.st_mode);
+  /* POLLRDHUP: on a TCP connection dagrun's end closing shows as that,
+   * not as POLLHUP (which a pipe gives). */
+  struct pollfd pfd = {w->fd, (short)(POLLRDHUP | (sock ? POLLIN : 0)), 0};
+  char line[16];
+  size_t n = 0;
   for (;;) {
-    int n = poll(&pfd, 1, -1);
-    if (n < 0 && errno == EINTR)
+    int k = poll(&pfd, 1, -1);
+    if (k < 0 && errno == EINTR)
       continue;
-    if (n < 0 || (pfd.revents & POLLNVAL))
+    if (k < 0 || (pfd.revents & POLLNVAL))
       return NULL;
+    if (pfd.revents & POLLIN) {
+      /* A few bytes in a whole attempt: one read each keeps it simple. */
+      char c;
+      ssize_t r = read(w->fd, &c, 1);
+      if (r < 0 && errno == EINTR)
+        continue;
+      if (r <= 0)
+        break; /* closed (data before the close was read first) */
+      if (c != '\n') {
+        if (n < sizeof(line) - 1)
+          line[n++] = c;
+        continue;
+      }
+      line[n] = '\0';
+      n = 0;
+      if (strcmp(line, "stop") == 0) {
+        log_line(DAGRUN_LOG_WARN, "dagrun worker: dagrun stops this gang's "
+                                  "attempt (timeout, cancel or another "
+                                  "rank's failure): cancelling");
+        cancel_attempt(w);
+      }
+      continue;
+    }
     if (pfd.revents & (POLLERR | POLLHUP | POLLRDHUP))
       break;
   }
   log_line(DAGRUN_LOG_ERROR, "dagrun worker: dagrun is gone (message pipe "
                              "closed): stopping this attempt");
-  cancel_flag = 1;
-  kill(0, SIGTERM);
+  cancel_attempt(w);
+  if (!w->leader)
+    return NULL;
   sleep(WORKER_ORPHAN_GRACE_S);
   log_line(DAGRUN_LOG_ERROR, "dagrun worker: still running after the grace: "
                              "killing this attempt");
@@ -757,14 +809,15 @@ int worker_main(const char *attempt_json_path) {
   }
   if (install_signals() != 0)
     return setup_failed(ctx.fd, "cannot install signal handlers");
-  static int watched_fd;
+  static watched watch;
   pthread_t watcher;
-  watched_fd = ctx.fd;
-  if (ctx.fd >= 0 && getpgrp() == getpid()) {
+  watch.fd = ctx.fd;
+  watch.leader = getpgrp() == getpid();
+  if (ctx.fd >= 0) {
     pthread_attr_t attr;
     if (pthread_attr_init(&attr) == 0) {
       pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-      if (pthread_create(&watcher, &attr, watch_pipe, &watched_fd) != 0)
+      if (pthread_create(&watcher, &attr, watch_dagrun, &watch) != 0)
         log_line(DAGRUN_LOG_WARN, "dagrun worker: cannot watch the message "
                                   "pipe: this attempt will not stop by "
                                   "itself if dagrun dies");

@@ -166,6 +166,69 @@ RC=$?
 set -e
 expect_rc 130
 all_gone "$T/cc-0" "$T/cc-1"
+# --- A gang's ranks get the task's kill_grace to stop, not mpirun's own
+# (Open MPI kills its ranks 1 s after it forwards a SIGTERM): dagrun
+# tells each rank over its connection, and signals mpirun only when they
+# are gone or the grace is over. Here each rank takes 3 s to stop (a
+# training stage writing its stop checkpoint) within a 10 s grace, after
+# Ctrl-C once both run (their trap set before they say so): both finish,
+# and the gang ends when they do, not at the grace.
+cat > gr.yaml <<Y
+dag: gr
+tasks:
+  gang:
+    stage: exec
+    world_size: 2
+    launcher: mpirun
+    kill_grace: 10s
+    with:
+      command: [sh, -c, 'trap "sleep 3; echo stopped > $T/gr-clean-\$DAGRUN_RANK; exit 1" TERM; echo \$\$ > $T/gr-\$DAGRUN_RANK; sleep 60 & wait']
+Y
+"$DAGRUN" run gr.yaml --plain >"$T/out" 2>"$T/err" &
+pid=$!
+for _ in $(seq 300); do [ -s "$T/gr-0" ] && [ -s "$T/gr-1" ] && break; sleep 0.1; done
+[ -s "$T/gr-0" ] && [ -s "$T/gr-1" ] || fail "gr: ranks did not start"
+t0=$(date +%s)
+kill -INT $pid
+set +e
+wait $pid
+RC=$?
+set -e
+took=$(($(date +%s) - t0))
+expect_rc 130
+for r in 0 1; do
+  [ -s "$T/gr-clean-$r" ] || fail "rank $r was killed before its 3 s stop within a 10 s kill_grace
+$(cat "$(run_dir gr)/gang/attempt-1/rank-$r/log" 2>/dev/null)"
+  expect_in "$(run_dir gr)/gang/attempt-1/rank-$r/log" "dagrun worker: dagrun stops this gang's attempt (timeout, cancel or another rank's failure): cancelling"
+done
+[ "$took" -lt 9 ] || fail "the gang took $took s to end; its ranks stopped after 3 s"
+all_gone "$T/gr-0" "$T/gr-1"
+echo "gr: both ranks stopped cleanly; the gang ended $took s after Ctrl-C"
+# Ranks that take longer than the grace are killed after it (here on a
+# timeout): mpirun gets SIGTERM then, and kills them itself.
+cat > gk.yaml <<Y
+dag: gk
+tasks:
+  gang:
+    stage: exec
+    world_size: 2
+    launcher: mpirun
+    timeout: 1s
+    kill_grace: 2s
+    with:
+      command: [sh, -c, 'trap "sleep 30; echo stopped > $T/gk-clean-\$DAGRUN_RANK; exit 1" TERM; echo \$\$ > $T/gk-\$DAGRUN_RANK; sleep 60 & wait']
+Y
+t0=$(date +%s)
+run_dagrun run gk.yaml --plain
+took=$(($(date +%s) - t0))
+expect_rc 1
+expect_in "$T/out" "timed out after 1.0s; stopped ranks 0, 1"
+[ ! -e "$T/gk-clean-0" ] && [ ! -e "$T/gk-clean-1" ] ||
+  fail "a rank ran its 30 s stop to the end within a 2 s kill_grace"
+[ "$took" -lt 15 ] || fail "the gang took $took s to end (timeout 1 s, kill_grace 2 s)"
+all_gone "$T/gk-0" "$T/gk-1"
+echo "gk: ranks killed after the grace; the gang ended after $took s"
+
 # --- dagrun killed by SIGKILL mid-gang: each rank sees its connection
 # to the rendezvous close and stops (a stage that ignores cancel, as hang
 # does, by SIGKILL after the worker's 10 s grace), and mpirun ends with
