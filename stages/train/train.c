@@ -125,8 +125,9 @@ static const dagrun_param_spec params[] = {
      "parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ "
      "parameters; CPU ranks only); ignored by one process"},
     {"zero_bucket", DAGRUN_PARAM_INT, "0", 0,
-     "In a gang, ZeRO stage 2: floats per rank in a gradient "
-     "reduce-scatter bucket (0: 1048576; stage 3 sends a layer at a time)"},
+     "In a gang: floats per rank in a gradient bucket, reduced while "
+     "backward goes on (0: 1048576). CPU ranks: stage 2's reduce-scatter; "
+     "GPU ranks: stages 0-2; stage 3 sends a layer at a time"},
     {NULL, 0, NULL, 0, NULL},
 };
 
