@@ -169,21 +169,28 @@ all_gone "$T/cc-0" "$T/cc-1"
 # --- A gang's ranks get the task's kill_grace to stop, not mpirun's own
 # (Open MPI kills its ranks 1 s after it forwards a SIGTERM): dagrun
 # tells each rank over its connection, and signals mpirun only when they
-# are gone or the grace is over. Here each rank takes 3 s to stop (a
-# training stage writing its stop checkpoint) within a 10 s grace, after
-# Ctrl-C once both run (their trap set before they say so): both finish,
-# and the gang ends when they do, not at the grace.
-cat > gr.yaml <<Y
-dag: gr
+# are gone or the grace is over.
+# stop_yaml NAME GRACE STOP_S [TIMEOUT]: NAME.yaml, a gang of 2 under
+# mpirun whose ranks take STOP_S s to stop on SIGTERM (a training stage
+# writing its stop checkpoint), then write $T/NAME-clean-RANK; each
+# writes its pid to $T/NAME-RANK once its trap is set.
+stop_yaml() {
+  cat > "$1.yaml" <<Y
+dag: $1
 tasks:
   gang:
     stage: exec
     world_size: 2
     launcher: mpirun
-    kill_grace: 10s
+    kill_grace: $2
+    ${4:+timeout: $4}
     with:
-      command: [sh, -c, 'trap "sleep 3; echo stopped > $T/gr-clean-\$DAGRUN_RANK; exit 1" TERM; echo \$\$ > $T/gr-\$DAGRUN_RANK; sleep 60 & wait']
+      command: [sh, -c, 'trap "sleep $3; echo stopped > $T/$1-clean-\$DAGRUN_RANK; exit 1" TERM; echo \$\$ > $T/$1-\$DAGRUN_RANK; sleep 60 & wait']
 Y
+}
+# Ranks that take 3 s within a 10 s grace, after Ctrl-C once both run:
+# both finish, and the gang ends when they do, not at the grace.
+stop_yaml gr 10s 3
 "$DAGRUN" run gr.yaml --plain >"$T/out" 2>"$T/err" &
 pid=$!
 for _ in $(seq 300); do [ -s "$T/gr-0" ] && [ -s "$T/gr-1" ] && break; sleep 0.1; done
@@ -204,20 +211,9 @@ done
 [ "$took" -lt 9 ] || fail "the gang took $took s to end; its ranks stopped after 3 s"
 all_gone "$T/gr-0" "$T/gr-1"
 echo "gr: both ranks stopped cleanly; the gang ended $took s after Ctrl-C"
-# Ranks that take longer than the grace are killed after it (here on a
-# timeout): mpirun gets SIGTERM then, and kills them itself.
-cat > gk.yaml <<Y
-dag: gk
-tasks:
-  gang:
-    stage: exec
-    world_size: 2
-    launcher: mpirun
-    timeout: 1s
-    kill_grace: 2s
-    with:
-      command: [sh, -c, 'trap "sleep 30; echo stopped > $T/gk-clean-\$DAGRUN_RANK; exit 1" TERM; echo \$\$ > $T/gk-\$DAGRUN_RANK; sleep 60 & wait']
-Y
+# Ranks that take 30 s within a 2 s grace (here on a timeout) are killed
+# after it: mpirun gets SIGTERM then, and kills them itself.
+stop_yaml gk 2s 30 1s
 t0=$(date +%s)
 run_dagrun run gk.yaml --plain
 took=$(($(date +%s) - t0))
