@@ -205,6 +205,20 @@ P
 
 # all_gone FILE...: each FILE holds the pid of a rank process, and none of
 # them is still running.
+# use_mpirun: Open MPI for a test that runs mpirun itself: it must be
+# installed; as root it needs to be told twice (CI containers run as
+# root); in the sanitizer build, leaks inside Open MPI's libraries are
+# Open MPI's (tests/lsan-mpi.supp says which) and the slow unwinder is
+# what lets the suppressions see through its frames. MPIRUN: the command
+# line the ranks start with.
+use_mpirun() {
+  command -v mpirun >/dev/null || fail "no mpirun (Debian: openmpi-bin libopenmpi-dev)"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export LSAN_OPTIONS="suppressions=$DAGRUN_SOURCE_DIR/tests/lsan-mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+  export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+  MPIRUN=(mpirun --oversubscribe --bind-to none)
+}
+
 all_gone() {
   for f in "$@"; do
     [ -s "$f" ] || fail "$f: no pid written"

@@ -13,15 +13,7 @@
 
 CHECK="$DAGRUN_BUILD_DIR/bin/comm_check"
 [ -x "$CHECK" ] || fail "no $CHECK (build the comm_check target)"
-command -v mpirun >/dev/null || fail "no mpirun (Debian: openmpi-bin libopenmpi-dev)"
-# Debian's Open MPI refuses root without these; CI containers run as root.
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# In the sanitizer build: leaks inside Open MPI's libraries are Open MPI's
-# (tests/lsan-mpi.supp says which); the slow unwinder is what lets the
-# suppressions see through Open MPI's frames.
-export LSAN_OPTIONS="suppressions=$DAGRUN_SOURCE_DIR/tests/lsan-mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
-MPIRUN=(mpirun --oversubscribe --bind-to none)
+use_mpirun
 
 
 ok_run() {

@@ -17,13 +17,7 @@
 
 CHECK=${COMM_CHECK_EMULATED:?COMM_CHECK_EMULATED must name comm_check_emulated (ctest sets it)}
 [ -x "$CHECK" ] || fail "no $CHECK (build the comm_check_emulated target)"
-command -v mpirun >/dev/null || fail "no mpirun (Debian: openmpi-bin libopenmpi-dev)"
-# As tests/integration/test_comm.sh: Open MPI as root, and its own leaks
-# out of the sanitizer build's report.
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export LSAN_OPTIONS="suppressions=$DAGRUN_SOURCE_DIR/tests/lsan-mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
-MPIRUN=(mpirun --oversubscribe --bind-to none)
+use_mpirun
 # The segments of other programs (another gang under ctest -j), or of an
 # earlier run, are not this test's business: this run's carry its tag.
 export DAGRUN_EMU_NCCL_SHM_TAG="t$$"
