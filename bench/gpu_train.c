@@ -9,8 +9,8 @@
  *                   [-r none|gelu|block] [-p 989]
  *   gpu_train sweep [same options; -B is ignored]: B = 1, 2, 4, ... until
  *                   the device has not the memory
- *   gpu_train zero  -z STAGE [same options]: the step of ZeRO stage 0, 1
- *                   or 2 on the GPU (gpu/dist/zero_cuda.h, NCCL): one
+ *   gpu_train zero  -z STAGE [same options]: the step of ZeRO stage 0, 1,
+ *                   2 or 3 on the GPU (gpu/dist/zero_cuda.h, NCCL): one
  *                   rank alone (NCCL through a rendezvous directory), or
  *                   the ranks of mpirun, each on its own -B x -T
  *                   (bench/zero_cuda.sh)
@@ -221,7 +221,8 @@ static int run_one(const opts *o, gpt *m, int B, int quiet_oom) {
            B, T, gpt_recompute_name(o->rc),
            t.zc ? (o->stage == 0   ? ", ZeRO stage 0"
                    : o->stage == 1 ? ", ZeRO stage 1"
-                                   : ", ZeRO stage 2")
+                   : o->stage == 2 ? ", ZeRO stage 2"
+                                   : ", ZeRO stage 3")
                 : "",
            tps, 1e3 * el / o->steps, alloc / 1073741824.0, 100 * mfu, loss);
     if (t.zc)
@@ -294,8 +295,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   int zmode = strcmp(argv[1], "zero") == 0;
-  if (zmode != (o.stage >= 0) || o.stage > 2) {
-    fprintf(stderr, "gpu_train: zero takes -z 0, 1 or 2 (the others no -z)\n");
+  if (zmode != (o.stage >= 0) || o.stage > 3) {
+    fprintf(stderr,
+            "gpu_train: zero takes -z 0, 1, 2 or 3 (the others no -z)\n");
     return 2;
   }
   gpt_config c;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The step-time overhead of each ZeRO stage on the GPU (gpu/dist/zero_cuda.h,
 # NCCL) against stage 0 and against the CUDA engine alone, on the same
-# model and micro-batch: bench/gpu_train.c's `run` and `zero -z 0|1|2`,
+# model and micro-batch: bench/gpu_train.c's `run` and `zero -z 0|1|2|3`,
 # taking turns within each round; prints the median ms/step of ROUNDS
 # rounds, the ratios, and the GPU bytes. With RANKS > 1 the ZeRO runs are
 # RANKS ranks under mpirun (one GPU each, or several on one GPU where NCCL
@@ -27,7 +27,7 @@ if [ "$RANKS" -gt 1 ]; then
 fi
 echo "zero_cuda.sh: $why; $MODEL, micro-batch $B x $T per rank, $RANKS rank(s), $STEPS timed steps, median of $ROUNDS rounds"
 for ((i = 0; i < ROUNDS; i++)); do
-  for s in engine 0 1 2; do
+  for s in engine 0 1 2 3; do
     if [ "$s" = engine ]; then
       "$bin" run "${args[@]}" >"$out/$s.out" 2>"$out/$s.err"
     else
@@ -40,12 +40,12 @@ done
 med() { sort -g "$1" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 base=$(med "$out/ms-0") alone=$(med "$out/ms-engine")
 printf '%-8s %10s %10s %12s\n' run ms/step "vs stage 0" "vs engine"
-for s in engine 0 1 2; do
+for s in engine 0 1 2 3; do
   m=$(med "$out/ms-$s")
   awk -v n="$s" -v m="$m" -v b="$base" -v e="$alone" \
     'BEGIN { printf "%-8s %10.2f %10.3f %12.3f\n", (n == "engine" ? "engine" : "stage " n), m, m / b, m / e }'
 done
-for s in 0 1 2; do
+for s in 0 1 2 3; do
   echo "stage $s: $(cat "$out/mem-$s")"
 done
 exit 0

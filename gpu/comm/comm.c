@@ -376,6 +376,12 @@ int comm_iallgather(comm *c, const float *send, float *recv, size_t n,
   return start(c, 1, COMM_OP_ALLGATHER, send, recv, n, 0, req, err, errlen);
 }
 
+int comm_iallgather_bytes(comm *c, const void *send, void *recv, size_t bytes,
+                          comm_req **req, char *err, size_t errlen) {
+  return start(c, 1, COMM_OP_ALLGATHER_BYTES, send, recv, bytes, 0, req, err,
+               errlen);
+}
+
 void comm_abort(comm *c, int code) {
   if (!c)
     exit(code);

@@ -98,6 +98,8 @@ int comm_ireduce_scatter_sum(comm *c, const float *send, float *recv,
                              size_t errlen);
 int comm_iallgather(comm *c, const float *send, float *recv, size_t n,
                     comm_req **req, char *err, size_t errlen);
+int comm_iallgather_bytes(comm *c, const void *send, void *recv, size_t bytes,
+                          comm_req **req, char *err, size_t errlen);
 /* Waits for req (freed), up to the timeout. */
 int comm_wait(comm *c, comm_req *req, char *err, size_t errlen);
 /* Added to the contract: polls req without waiting. *done = 1: it

@@ -8,7 +8,10 @@
  * Device memory is one cudaMalloc, carved (carve below) into:
  *   master (nm) f32, params (padded) bf16, grads (padded) f32, optimizer
  *   state (AdamW 2nm, Lion nm) f32, where nm is the model's np floats, or
- *   a gang rank's shard (gpt_cuda_options.shard_n), and padded >= np;
+ *   a gang rank's shard (gpt_cuda_options.shard_n), and padded >= np
+ *   (ZeRO stage 3's pieces: params and grads are the shard's nm too, and
+ *   forward and backward read each group where the parameter hook puts
+ *   it);
  *   resid (L+1) x (N,C) bf16: the residual stream at each block's input
  *   and the last block's output, kept in every recompute mode;
  *   layer sets (L of them; one with recompute: block), each
@@ -141,6 +144,16 @@ struct gpt_cuda {
   uint64_t t;
   void (*grad_hook)(void *arg, size_t final_from);
   void *grad_hook_arg;
+  /* The parameter groups (gpt.h): each one's flat offset, and where the
+   * engine reads its BF16 parameters and adds its gradients. */
+  size_t ngroups;
+  size_t *goff;
+  floatX **gp;
+  float **gg;
+  gpt_cuda_piece *pieces; /* stage 3's (gpt_cuda_options); else NULL */
+  size_t npieces;
+  gpt_param_hook_fn param_hook;
+  void *param_hook_arg;
 };
 
 /* The allocation is carved in this order; with base NULL only counted.
@@ -289,11 +302,12 @@ static int device_sms(int device) {
 }
 
 /* The master weights' floats and the padded size for options o and a
- * model of np parameters (gpt_cuda_options.shard_n, padded). */
+ * model of np parameters (gpt_cuda_options.shard_n, padded; stage 3's
+ * pieces: the shard's floats for both). */
 static void shard_sizes(const gpt_cuda_options *o, size_t np, size_t *nm,
                         size_t *padded) {
   *nm = o->shard_n ? o->shard_n : np;
-  *padded = o->padded > np ? o->padded : np;
+  *padded = o->npieces ? o->shard_n : o->padded > np ? o->padded : np;
 }
 
 extern "C" void gpt_cuda_memory_estimate(const gpt_config *cfg, int B, int T,
@@ -440,6 +454,10 @@ extern "C" void gpt_cuda_destroy(gpt_cuda *g) {
   if (g->base)
     cudaFree(g->base);
   free(g->off);
+  free(g->goff);
+  free(g->gp);
+  free(g->gg);
+  free(g->pieces);
   free(g->runs);
   free(g->layers);
   free(g->ids_host);
@@ -491,7 +509,11 @@ extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
   g->o = *o;
   g->np = gpt_num_params(host);
   shard_sizes(o, g->np, &g->nm, &g->padded);
-  g->lo = o->shard_n ? o->shard_lo : 0;
+  g->lo = o->shard_n && !o->npieces ? o->shard_lo : 0;
+  if (o->npieces && !o->shard_n) {
+    gpt_cuda_destroy(g);
+    return fail(err, errlen, "gpt_cuda: stage 3's pieces need shard_n");
+  }
   if (g->lo > g->padded || g->nm > g->padded - g->lo) {
     gpt_cuda_destroy(g);
     return fail(err, errlen,
@@ -506,9 +528,33 @@ extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
   g->runs = (opt_run *)calloc(g->ntensors, sizeof *g->runs);
   g->layers = (layer_bufs *)calloc(L, sizeof *g->layers);
   g->ids_host = (int *)calloc((size_t)o->B * o->T, sizeof(int));
-  if (!g->off || !g->runs || !g->layers || !g->ids_host) {
+  g->ngroups = gpt_group_count(host);
+  g->goff = (size_t *)calloc(g->ngroups, sizeof *g->goff);
+  g->gp = (floatX **)calloc(g->ngroups, sizeof *g->gp);
+  g->gg = (float **)calloc(g->ngroups, sizeof *g->gg);
+  g->npieces = o->npieces;
+  if (o->npieces)
+    g->pieces = (gpt_cuda_piece *)malloc(o->npieces * sizeof *g->pieces);
+  if (!g->off || !g->runs || !g->layers || !g->ids_host || !g->goff || !g->gp ||
+      !g->gg || (o->npieces && !g->pieces)) {
     gpt_cuda_destroy(g);
     return fail(err, errlen, "gpt_cuda: out of host memory");
+  }
+  for (size_t j = 0; j < o->npieces; j++) {
+    g->pieces[j] = o->pieces[j];
+    if (o->pieces[j].flat + o->pieces[j].n > g->np ||
+        o->pieces[j].local + o->pieces[j].n > o->shard_n) {
+      gpt_cuda_destroy(g);
+      return fail(err, errlen,
+                  "gpt_cuda: piece %zu ([%zu, +%zu) at %zu) is not in the "
+                  "model's %zu parameters and the shard's %zu",
+                  j, o->pieces[j].flat, o->pieces[j].n, o->pieces[j].local,
+                  g->np, o->shard_n);
+    }
+  }
+  for (size_t i = 0; i < g->ngroups; i++) {
+    size_t n;
+    gpt_group_range(host, i, &g->goff[i], &n);
   }
   /* The optimizer's groups: runs of adjacent tensors that share the decay
    * flag, one launch each (trainkit_make_optim's groups, merged). */
@@ -558,7 +604,24 @@ extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
   }
   carve(cfg, g->np, g->nm, g->padded, o->B, o->T, o->recompute, o->opt.kind,
         g->k.sm_count, g, NULL);
-  if (gpt_cuda_upload(g, host, NULL, err, errlen) != 0 ||
+  /* Every group in the gpt_cuda's own arrays; stage 3's are placed by
+   * the parameter hook, and its weights come with gpt_cuda_upload_shard
+   * (zero until then). */
+  for (size_t i = 0; i < g->ngroups && !g->npieces; i++) {
+    g->gp[i] = g->params + g->goff[i];
+    g->gg[i] = g->grads + g->goff[i];
+  }
+  if (g->npieces)
+    e = cudaMemsetAsync(g->master, 0, g->nm * 4, g->k.stream);
+  if (e == cudaSuccess && g->npieces)
+    e = cudaMemsetAsync(g->params, 0, g->nm * 2, g->k.stream);
+  if (e != cudaSuccess) {
+    fail(err, errlen, "gpt_cuda: %s:%d: clearing the shard: %s", __FILE__,
+         __LINE__, cudaGetErrorString(e));
+    gpt_cuda_destroy(g);
+    return -1;
+  }
+  if ((!g->npieces && gpt_cuda_upload(g, host, NULL, err, errlen) != 0) ||
       gpt_cuda_zero_grad(g, err, errlen) != 0 ||
       gpt_cuda_optim_reset(g, err, errlen) != 0) {
     gpt_cuda_destroy(g);
@@ -588,6 +651,10 @@ static size_t shard_real(const gpt_cuda *g) {
 /* host (and opt, may be NULL) have this gpt_cuda's sizes: 0, or -1. */
 static int check_host(const gpt_cuda *g, const gpt *host, optim *opt,
                       char *err, size_t errlen) {
+  if (g->npieces)
+    return fail(err, errlen,
+                "gpt_cuda: a stage-3 shard's weights move with "
+                "gpt_cuda_upload_shard / _download_shard");
   if (gpt_num_params(host) != g->np)
     return fail(err, errlen,
                 "gpt_cuda: the host model has %zu parameters, the GPU's %zu",
@@ -659,8 +726,61 @@ extern "C" int gpt_cuda_download(gpt_cuda *g, gpt *host, optim *opt,
   return 0;
 }
 
+/* A stage-3 shard's optimizer (may be NULL) has its sizes: 0, or -1. */
+static int check_shard(const gpt_cuda *g, optim *opt, char *err,
+                       size_t errlen) {
+  if (!g->npieces)
+    return fail(err, errlen,
+                "gpt_cuda: not a stage-3 shard (gpt_cuda_upload / _download "
+                "move these weights)");
+  size_t nst = optim_state_floats_for(g->o.opt.kind, g->nm);
+  if (opt && optim_state_floats(opt) != nst)
+    return fail(err, errlen,
+                "gpt_cuda: the optimizer has %zu state floats, the shard's "
+                "%zu (another optimizer kind?)",
+                optim_state_floats(opt), nst);
+  return 0;
+}
+
+extern "C" int gpt_cuda_upload_shard(gpt_cuda *g, const float *shard,
+                                     optim *opt, char *err, size_t errlen) {
+  if (check_shard(g, opt, err, errlen) != 0)
+    return -1;
+  g->have_loss = g->logits_valid = 0;
+  CK(cudaMemcpyAsync(g->master, shard, g->nm * 4, cudaMemcpyHostToDevice,
+                     g->k.stream));
+  KK(kern_f32_to_bf16(&g->k, g->params, g->master, g->nm, err, errlen));
+  if (opt) {
+    size_t nst = optim_state_floats_for(g->o.opt.kind, g->nm);
+    CK(cudaMemcpyAsync(g->ostate, optim_state(opt), nst * 4,
+                       cudaMemcpyHostToDevice, g->k.stream));
+    g->t = optim_get_t(opt);
+  }
+  CK(cudaStreamSynchronize(g->k.stream));
+  return 0;
+}
+
+extern "C" int gpt_cuda_download_shard(gpt_cuda *g, float *shard, optim *opt,
+                                       char *err, size_t errlen) {
+  if (check_shard(g, opt, err, errlen) != 0)
+    return -1;
+  CK(cudaMemcpyAsync(shard, g->master, g->nm * 4, cudaMemcpyDeviceToHost,
+                     g->k.stream));
+  if (opt) {
+    size_t nst = optim_state_floats_for(g->o.opt.kind, g->nm);
+    CK(cudaMemcpyAsync(optim_state(opt), g->ostate, nst * 4,
+                       cudaMemcpyDeviceToHost, g->k.stream));
+    optim_set_t(opt, g->t);
+  }
+  CK(cudaStreamSynchronize(g->k.stream));
+  return 0;
+}
+
 extern "C" int gpt_cuda_download_grads(gpt_cuda *g, float *out, char *err,
                                        size_t errlen) {
+  if (g->npieces)
+    return fail(err, errlen,
+                "gpt_cuda: a stage-3 shard holds its own gradients only");
   CK(cudaMemcpyAsync(out, g->grads, g->np * 4, cudaMemcpyDeviceToHost,
                      g->k.stream));
   CK(cudaStreamSynchronize(g->k.stream));
@@ -669,8 +789,40 @@ extern "C" int gpt_cuda_download_grads(gpt_cuda *g, float *out, char *err,
 
 /* ---- Forward ---- */
 
-#define P(l, kk) (g->params + g->off[gpt_ti((l), (kk))])
-#define G(l, kk) (g->grads + g->off[gpt_ti((l), (kk))])
+/* Tensor t of group grp: its parameters and its gradients, where the
+ * group is now (gpt_cuda_set_group_params / _grads). */
+static floatX *param_of(const gpt_cuda *g, size_t grp, size_t t) {
+  return g->gp[grp] + (g->off[t] - g->goff[grp]);
+}
+static float *grad_of(const gpt_cuda *g, size_t grp, size_t t) {
+  return g->gg[grp] + (g->off[t] - g->goff[grp]);
+}
+/* Layer l is group 1 + l. */
+#define P(l, kk) param_of(g, 1 + (size_t)(l), gpt_ti((l), (kk)))
+#define G(l, kk) grad_of(g, 1 + (size_t)(l), gpt_ti((l), (kk)))
+
+/* The parameter hook's calls (gpt_cuda_set_param_hook; the CPU engine's
+ * order, gpt_cpu.c): NEED then a check that the group is placed (in
+ * backward its gradients too), or DONE. 0, or -1 with err. */
+static int params_need(gpt_cuda *g, int grp, int next, int bwd, char *err,
+                       size_t errlen) {
+  if (g->param_hook &&
+      g->param_hook(g->param_hook_arg, GPT_PARAMS_NEED, grp, next) != 0)
+    return fail(err, errlen, "gpt_cuda: a parameter hook failed");
+  if (!g->gp[grp] || (bwd && !g->gg[grp]))
+    return fail(err, errlen,
+                "gpt_cuda: group %d's %s not placed (a stage-3 gpt_cuda "
+                "needs a parameter hook that places them)",
+                grp, g->gp[grp] ? "gradients are" : "parameters are");
+  return 0;
+}
+static int params_done(gpt_cuda *g, int grp, int next, char *err,
+                       size_t errlen) {
+  if (g->param_hook &&
+      g->param_hook(g->param_hook_arg, GPT_PARAMS_DONE, grp, next) != 0)
+    return fail(err, errlen, "gpt_cuda: a parameter hook failed");
+  return 0;
+}
 
 static floatX *resid_at(gpt_cuda *g, int l) {
   return g->resid + (size_t)l * g->o.B * g->o.T * g->cfg.n_embd;
@@ -749,21 +901,35 @@ extern "C" int gpt_cuda_forward(gpt_cuda *g, const uint32_t *inputs,
     CK(cudaMemcpyAsync(g->tgts, targets, N * 4, cudaMemcpyHostToDevice,
                        g->k.stream));
   const kern_ctx *k = &g->k;
-  KK(kern_encoder_forward(k, resid_at(g, 0), g->ids, g->params + g->off[0],
-                          g->params + g->off[1], B, T, C, err, errlen));
+  if (params_need(g, 0, 1, 0, err, errlen) != 0)
+    return -1;
+  KK(kern_encoder_forward(k, resid_at(g, 0), g->ids, param_of(g, 0, 0),
+                          param_of(g, 0, 1), B, T, C, err, errlen));
+  if (params_done(g, 0, 1, err, errlen) != 0)
+    return -1;
   for (int l = 0; l < L; l++)
-    if (layer_forward(g, l, &g->layers[l], resid_at(g, l),
-                      resid_at(g, l + 1), B, T, err, errlen) != 0)
+    if (params_need(g, 1 + l, 2 + l, 0, err, errlen) != 0 ||
+        layer_forward(g, l, &g->layers[l], resid_at(g, l), resid_at(g, l + 1),
+                      B, T, err, errlen) != 0 ||
+        params_done(g, 1 + l, 2 + l, err, errlen) != 0)
       return -1;
   size_t lf = gpt_ti(L, 0);
-  KK(kern_layernorm_forward(k, g->lnf, g->lnf_mean, g->lnf_rstd,
-                            resid_at(g, L), g->params + g->off[lf],
-                            g->params + g->off[lf + 1], (int)N, C, err,
-                            errlen));
+  if (params_need(g, L + 1, 0, 0, err, errlen) != 0)
+    return -1;
+  KK(kern_layernorm_forward(k, g->lnf, g->lnf_mean, g->lnf_rstd, resid_at(g, L),
+                            param_of(g, L + 1, lf), param_of(g, L + 1, lf + 1),
+                            (int)N, C, err, errlen));
+  /* The tied head: after it, a forward with targets is for training, and
+   * the backward starts with the head again (group 0). */
+  int after = targets ? 0 : -1;
+  if (params_done(g, L + 1, 0, err, errlen) != 0 ||
+      params_need(g, 0, after, 0, err, errlen) != 0)
+    return -1;
   /* lnf (N,C), wte (Vp,C) -> logits (N,Vp) = lnf wte^T; the padding rows
    * of wte are zero, so the padding columns are too. */
-  if (gemm_rm(g, 0, 1, (int)N, Vp, C, g->lnf, C, g->params + g->off[0], C,
-              g->logits, Vp, 0, 0.0f, err, errlen) != 0)
+  if (gemm_rm(g, 0, 1, (int)N, Vp, C, g->lnf, C, param_of(g, 0, 0), C,
+              g->logits, Vp, 0, 0.0f, err, errlen) != 0 ||
+      params_done(g, 0, after, err, errlen) != 0)
     return -1;
   g->B = B;
   g->T = T;
@@ -845,23 +1011,34 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
                            N, V, Vp, err, errlen));
   /* dlogits (N,Vp), wte (Vp,C) -> dbuf (N,C) = dlogits wte (d lnf);
    * dwte (Vp,C) += dlogits^T lnf. */
-  const floatX *wte = g->params + g->off[0];
+  if (params_need(g, 0, L + 1, 1, err, errlen) != 0)
+    return -1;
+  const floatX *wte = param_of(g, 0, 0);
   if (gemm_rm(g, 0, 0, N, C, Vp, g->logits, Vp, wte, C, g->dbuf, C, 0, 0.0f,
               err, errlen) != 0 ||
-      gemm_rm(g, 1, 0, Vp, C, N, g->logits, Vp, g->lnf, C, g->grads + g->off[0],
-              C, 1, 1.0f, err, errlen) != 0)
+      gemm_rm(g, 1, 0, Vp, C, N, g->logits, Vp, g->lnf, C, grad_of(g, 0, 0), C,
+              1, 1.0f, err, errlen) != 0)
+    return -1;
+  if (params_done(g, 0, L + 1, err, errlen) != 0 ||
+      params_need(g, L + 1, L, 1, err, errlen) != 0)
     return -1;
   /* d lnf -> dresid (N,C), the residual stream's gradient. */
   CK(cudaMemsetAsync(g->dresid, 0, (size_t)N * C * sizeof(floatX),
                      k->stream));
   size_t lf = gpt_ti(L, 0);
-  KK(kern_layernorm_backward(k, g->dresid, g->grads + g->off[lf],
-                             g->grads + g->off[lf + 1], g->scratch, g->dbuf,
-                             resid_at(g, L), g->params + g->off[lf],
+  KK(kern_layernorm_backward(k, g->dresid, grad_of(g, L + 1, lf),
+                             grad_of(g, L + 1, lf + 1), g->scratch, g->dbuf,
+                             resid_at(g, L), param_of(g, L + 1, lf),
                              g->lnf_mean, g->lnf_rstd, N, C, err, errlen));
+  if (params_done(g, L + 1, L, err, errlen) != 0)
+    return -1;
   if (g->grad_hook)
     g->grad_hook(g->grad_hook_arg, g->off[lf]);
   for (int l = L - 1; l >= 0; l--) {
+    /* Layer l is group 1 + l; the next one needed is layer l - 1's. */
+    int next = l > 0 ? l : -1;
+    if (params_need(g, 1 + l, next, 1, err, errlen) != 0)
+      return -1;
     const layer_bufs *la = &g->layers[l];
     const floatX *in = resid_at(g, l);
     if (g->o.recompute == GPT_RECOMPUTE_BLOCK) {
@@ -902,15 +1079,18 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
                                G(l, GPT_LN1_B), g->scratch, g->dbuf, in,
                                P(l, GPT_LN1_W), la->ln1_mean, la->ln1_rstd, N,
                                C, err, errlen));
+    if (params_done(g, 1 + l, next, err, errlen) != 0)
+      return -1;
     /* Layer l's tensors are contiguous and nothing after this writes
      * them: the gradient from layer l on is final (once the stream gets
      * here). */
     if (g->grad_hook)
       g->grad_hook(g->grad_hook_arg, g->off[gpt_ti(l, 0)]);
   }
-  KK(kern_encoder_backward(k, g->grads + g->off[0], g->grads + g->off[1],
-                           g->scratch, g->dresid, g->ids, g->ids_host, B, T,
-                           C, err, errlen));
+  /* The embeddings' gradients (their DONE came after the head). */
+  KK(kern_encoder_backward(k, grad_of(g, 0, 0), grad_of(g, 0, 1), g->scratch,
+                           g->dresid, g->ids, g->ids_host, B, T, C, err,
+                           errlen));
   if (g->grad_hook)
     g->grad_hook(g->grad_hook_arg, 0);
   return 0;
@@ -926,13 +1106,29 @@ extern "C" void gpt_cuda_set_grad_hook(gpt_cuda *g,
 
 extern "C" void *gpt_cuda_stream(gpt_cuda *g) { return (void *)g->k.stream; }
 
+extern "C" void gpt_cuda_set_group_params(gpt_cuda *g, size_t grp, void *bf16) {
+  g->gp[grp] = (floatX *)bf16;
+}
+
+extern "C" void gpt_cuda_set_group_grads(gpt_cuda *g, size_t grp,
+                                         float *grads) {
+  g->gg[grp] = grads;
+}
+
+extern "C" void gpt_cuda_set_param_hook(gpt_cuda *g, gpt_param_hook_fn hook,
+                                        void *arg) {
+  g->param_hook = hook;
+  g->param_hook_arg = arg;
+}
+
 #undef P
 #undef G
 
 extern "C" int gpt_cuda_scale_grads(gpt_cuda *g, float s, char *err,
                                     size_t errlen) {
   int blocks = g->k.sm_count * 4;
-  scale_kernel<<<blocks, 256, 0, g->k.stream>>>(g->grads, g->np, s);
+  /* The padding (a gang's) is zero, and stays so. */
+  scale_kernel<<<blocks, 256, 0, g->k.stream>>>(g->grads, g->padded, s);
   CK(cudaGetLastError());
   return 0;
 }
@@ -970,7 +1166,9 @@ extern "C" int gpt_cuda_clip_grad_norm(gpt_cuda *g, double max_norm,
                                        double *norm, char *err,
                                        size_t errlen) {
   double ss;
-  if (gpt_cuda_grad_sumsq(g, 0, g->np, &ss, err, errlen) != 0)
+  /* Every gradient: the model's, or a stage-3 shard's. */
+  if (gpt_cuda_grad_sumsq(g, 0, g->np < g->padded ? g->np : g->padded, &ss, err,
+                          errlen) != 0)
     return -1;
   *norm = sqrt(ss);
   gpt_cuda_set_clip(g, *norm, max_norm);
@@ -985,27 +1183,37 @@ extern "C" int gpt_cuda_step(gpt_cuda *g, float lr, char *err,
   double b1 = optim_as_written(oc->beta1), b2 = optim_as_written(oc->beta2);
   double t = (double)g->t;
   float b1c = (float)(1.0 - pow(b1, t)), b2c = (float)(1.0 - pow(b2, t));
-  /* The master weights and the moments are [lo, lo + nm) of the flat
-   * layout (everything but for a gang rank's shard): each run's part in
-   * it, at its offset from lo there and at its own in params and grads. */
+  /* The master weights and the moments are pieces of the flat layout:
+   * one, [lo, lo + nm) (everything but for a gang rank's shard), or
+   * stage 3's. Each optimizer run's part of a piece is at its offset in
+   * the piece from the piece's local offset in the master weights and
+   * the moments; in params and grads at its flat offset, or with stage 3
+   * at the same place as in the master weights. */
   float *m = g->ostate, *v = g->ostate + g->nm;
-  size_t lo = g->lo, hi = g->lo + g->nm;
-  for (size_t i = 0; i < g->nruns; i++) {
-    const opt_run *r = &g->runs[i];
-    size_t a = r->offset > lo ? r->offset : lo;
-    size_t b = r->offset + r->numel < hi ? r->offset + r->numel : hi;
-    if (a >= b)
-      continue;
-    float wd = r->decay ? oc->weight_decay : 0.0f;
-    if (oc->kind == OPTIM_ADAMW)
-      KK(kern_adamw_update(&g->k, g->master + (a - lo), g->params + a,
-                           m + (a - lo), v + (a - lo), g->grads + a, b - a, lr,
-                           oc->beta1, oc->beta2, b1c, b2c, oc->eps, wd,
-                           g->grad_scale, err, errlen));
-    else
-      KK(kern_lion_update(&g->k, g->master + (a - lo), g->params + a,
-                          m + (a - lo), g->grads + a, b - a, lr, oc->beta1,
-                          oc->beta2, wd, g->grad_scale, err, errlen));
+  gpt_cuda_piece whole = {g->lo, g->nm, 0};
+  size_t np1 = g->npieces ? g->npieces : 1;
+  for (size_t j = 0; j < np1; j++) {
+    const gpt_cuda_piece *pc = g->npieces ? &g->pieces[j] : &whole;
+    size_t lo = pc->flat, hi = pc->flat + pc->n;
+    size_t at = g->npieces ? pc->local : pc->flat;
+    for (size_t i = 0; i < g->nruns; i++) {
+      const opt_run *r = &g->runs[i];
+      size_t a = r->offset > lo ? r->offset : lo;
+      size_t b = r->offset + r->numel < hi ? r->offset + r->numel : hi;
+      if (a >= b)
+        continue;
+      size_t mi = pc->local + (a - lo), pi = at + (a - lo);
+      float wd = r->decay ? oc->weight_decay : 0.0f;
+      if (oc->kind == OPTIM_ADAMW)
+        KK(kern_adamw_update(&g->k, g->master + mi, g->params + pi, m + mi,
+                             v + mi, g->grads + pi, b - a, lr, oc->beta1,
+                             oc->beta2, b1c, b2c, oc->eps, wd, g->grad_scale,
+                             err, errlen));
+      else
+        KK(kern_lion_update(&g->k, g->master + mi, g->params + pi, m + mi,
+                            g->grads + pi, b - a, lr, oc->beta1, oc->beta2, wd,
+                            g->grad_scale, err, errlen));
+    }
   }
   g->grad_scale = 1.0f;
   return 0;

@@ -58,6 +58,12 @@ typedef enum gpt_recompute {
 int gpt_recompute_parse(const char *name, gpt_recompute *out);
 const char *gpt_recompute_name(gpt_recompute r);
 
+/* A flat range of the parameter layout, [flat, flat + n), at offset
+ * local of a ZeRO-3 shard (gpt_cuda_options' pieces). */
+typedef struct gpt_cuda_piece {
+  size_t flat, n, local;
+} gpt_cuda_piece;
+
 typedef struct gpt_cuda_options {
   int B, T;             /* the largest micro-batch forward will see */
   optim_config opt;     /* as for optim_create (kind, betas, eps, decay) */
@@ -76,6 +82,20 @@ typedef struct gpt_cuda_options {
    * for that), so that a gang's in-place all-gather and reduce-scatter
    * of N equal slices fit. */
   size_t shard_lo, shard_n, padded;
+  /* ZeRO stage 3 (npieces > 0): the rank's shard is pieces of the
+   * parameter groups (gpt.h: the embeddings, each layer, ln_f), piece j
+   * the flat range [flat, flat + n) at shard offset local (zero.h's
+   * stage-3 layout; the floats between pieces are padding). The master
+   * weights, the optimizer state, the BF16 parameters and the FP32
+   * gradients then all cover the shard alone (shard_n floats; shard_lo
+   * and padded are not used): forward and backward find each group
+   * where the parameter hook places it (gpt_cuda_set_param_hook),
+   * gpt_cuda_step updates the shard from the shard's gradients (which a
+   * reduce-scatter of the groups' gradients fills), and the weights move
+   * to and from the host with gpt_cuda_upload_shard / _download_shard.
+   * pieces is copied by gpt_cuda_create. */
+  const gpt_cuda_piece *pieces;
+  size_t npieces;
 } gpt_cuda_options;
 
 typedef struct gpt_cuda gpt_cuda;
@@ -150,6 +170,40 @@ void gpt_cuda_set_grad_hook(gpt_cuda *g,
                             void (*hook)(void *arg, size_t final_from),
                             void *arg);
 
+/* ---- Parameter groups (ZeRO stage 3), as gpt.h's for the CPU ----
+ * The engine reads group grp's BF16 parameters and adds its FP32
+ * gradients through two device pointers (the group's first element).
+ * Without pieces (gpt_cuda_options) they point into the gpt_cuda's own
+ * arrays and nothing needs setting; with pieces they are NULL until set,
+ * and forward and backward fail on a group whose pointers are not set
+ * when they reach it. Borrowed; the memory is the caller's. */
+void gpt_cuda_set_group_params(gpt_cuda *g, size_t grp, void *bf16);
+void gpt_cuda_set_group_grads(gpt_cuda *g, size_t grp, float *grads);
+/* hook(arg, event, group, next) as gpt.h's gpt_set_param_hook, in the
+ * same order of groups and events: GPT_PARAMS_NEED before forward or
+ * backward queues the kernels that read group's parameters (the hook
+ * places them, and in backward the group's gradients too, zeroed, before
+ * it returns), GPT_PARAMS_DONE after the last of them is queued. As with
+ * the grad hook, queued is not run: a buffer handed over on NEED may be
+ * reused after DONE only in stream order (gpt_cuda_synchronize first),
+ * and data the hook puts there must be complete before it returns (a
+ * collective waited for). A non-zero return stops the pass with -1 ("a
+ * parameter hook failed"). The hook may call gpt_cuda_synchronize, the
+ * two setters above and the accessors at the end of this header. NULL:
+ * none. */
+void gpt_cuda_set_param_hook(gpt_cuda *g, gpt_param_hook_fn hook, void *arg);
+
+/* Stage 3's weights: the shard's master weights (shard_n floats, in
+ * zero.h's stage-3 layout) from or to host floats, and with opt non-NULL
+ * the optimizer state and t (of shard_n floats per state array). Upload
+ * makes the shard's BF16 copy too. 0, or -1 with err (also for a
+ * gpt_cuda without pieces: gpt_cuda_upload / _download move those).
+ * Synchronize. */
+int gpt_cuda_upload_shard(gpt_cuda *g, const float *shard, optim *opt,
+                          char *err, size_t errlen);
+int gpt_cuda_download_shard(gpt_cuda *g, float *shard, optim *opt, char *err,
+                            size_t errlen);
+
 /* Multiplies every gradient by s (the train stage's fault injection). */
 int gpt_cuda_scale_grads(gpt_cuda *g, float s, char *err, size_t errlen);
 
@@ -202,7 +256,8 @@ uint64_t gpt_cuda_get_t(const gpt_cuda *g);
 
 /* Device memory for a gang's collectives (gpu/dist/zero_cuda.c): the
  * FP32 gradients (padded floats), the BF16 parameters (padded elements of
- * 2 bytes), the FP32 master weights (shard_n floats, or the model's).
+ * 2 bytes), the FP32 master weights (shard_n floats, or the model's);
+ * with pieces (stage 3) all three are the shard's (shard_n).
  * The gpt_cuda's own work on them runs on its stream: synchronize it
  * (gpt_cuda_synchronize) before a collective reads them, and let the
  * collective complete before the next call here. */

@@ -708,6 +708,15 @@ void zero_shape_get(const zero *z, zero_shape *o) {
 
 optim *zero_optim(zero *z) { return z->opt; }
 
+float *zero_param_shard(zero *z) { return z->pshard; }
+
+size_t zero_group_count(const zero *z) { return z->ng; }
+
+void zero_group_piece(const zero *z, size_t g, zero_piece *out) {
+  const zrange *rg = &z->rg[g];
+  *out = (zero_piece){rg->flat, rg->n, rg->local, rg->pad};
+}
+
 /* ---- Checkpoints ---- */
 
 /* Whether every rank got rc == 0 (collective); a comm failure is a

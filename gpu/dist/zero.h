@@ -80,11 +80,13 @@ typedef struct zero_config {
   int stage;            /* 0, 1, 2 or 3 */
   size_t bucket_floats; /* stage 2: per-rank bucket (GPU ranks,
                            zero_cuda.h: stages 0-1 too); 0: 1<<20 */
-  int no_overlap;       /* stage 2/3 (GPU ranks: 0-2): reduce after
-                           backward instead of from the backward
-                           hook; stage 3
-                           also gathers each group only when it is
-                           needed (no prefetch) */
+  int no_overlap;       /* stages 2-3 (GPU ranks: 0-3): no
+                           communication beside compute: gradients
+                           reduced after backward instead of from the
+                           backward hook (GPU ranks' stage 3: each
+                           group's waited for at once), and at stage 3
+                           each group gathered only when it is needed
+                           (no prefetch) */
 } zero_config;
 
 /* Buckets in flight at once (stage 2/3, and the GPU ranks' buckets):
@@ -194,6 +196,19 @@ void zero_shape_get(const zero *z, zero_shape *out);
  * final, where first is what this returns (0 when nbuckets is 0). Any
  * thread. */
 size_t zero_bucket_first_final(size_t bf, size_t nbuckets, size_t final_from);
+/* Stage 3 (NULL or nothing below it): the rank's parameter shard, S
+ * floats in the layout above (what zero_save writes and zero_load
+ * reads), and this rank's piece of group g (gpt.h's groups): the flat
+ * range [flat, flat + n) of the model at offset local of the shard,
+ * followed by S - n floats of padding there, S each rank's piece size
+ * (N*S floats make the group whole, padding last). For a device engine
+ * that trains the shard (zero_cuda.h). */
+typedef struct zero_piece {
+  size_t flat, n, local, S;
+} zero_piece;
+float *zero_param_shard(zero *z);
+size_t zero_group_count(const zero *z); /* 0 below stage 3 */
+void zero_group_piece(const zero *z, size_t g, zero_piece *out);
 /* The rank's optimizer on the host: over S floats at stages 1-3, P at
  * stage 0 (its state is what zero_save writes and zero_load reads). The
  * parameters zero_save writes at stages 0-2 are the model's

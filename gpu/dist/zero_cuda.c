@@ -1,5 +1,5 @@
 /*
- * zero_cuda: ZeRO stages 0-2 on GPU ranks over NCCL (zero_cuda.h).
+ * zero_cuda: ZeRO stages 0-3 on GPU ranks over NCCL (zero_cuda.h).
  * DAGRUN_ZERO_CUDA_GPU: this build has the CUDA engine and NCCL; without
  * it, the functions say so (at the end of the file).
  */
@@ -36,11 +36,107 @@ struct zero_cuda {
                    gradient writes were queued */
   int in_hook, early, hook_rc;
   char hook_err[256];
+  /* Stage 3 (zero_cuda.h): the rank's piece of each group, the two
+   * slots the groups' BF16 parameters are gathered into, and the
+   * groups' FP32 gradients: group 0's (final only at the end of
+   * backward) in a buffer of its own, the others' in turn in
+   * ZERO_INFLIGHT + 1 buffers (one being written, the rest being
+   * reduce-scattered). */
+  size_t ng;
+  zero_piece *pc;
+  gpt_cuda_piece *gpc;
+  size_t *goff; /* each group's flat offset */
+  struct pslot {
+    void *buf;    /* N x the largest piece, BF16 */
+    int group;    /* the group it holds (valid), or -1 */
+    comm_req *ag; /* its all-gather, not yet waited for */
+  } ps[2];
+  int last_slot; /* the slot of the group in use */
+  uint64_t slot_bytes;
+  float *gbuf0; /* group 0's gradient (N x S_0) */
+  float *gbuf[ZERO_INFLIGHT + 1];
+  int gbusy[ZERO_INFLIGHT + 1]; /* the group whose gradient it holds, or
+                                   -1 */
+  uint64_t gbuf_bytes;
+  int rs_buf[ZERO_INFLIGHT]; /* the gbuf a reduce-scatter in flight
+                                sends (freed when it is done), or -1 */
+  size_t rs_next;            /* groups >= rs_next have been started */
+  int in_bwd;
 };
 
 
 int zero_cuda_available(char *why, size_t whylen) {
   return gpt_cuda_available(why, whylen);
+}
+
+/* ---- Stage 3: the layout and the buffers ---- */
+
+/* The rank's pieces, as the host zero cut them (zero_group_piece), for
+ * the engine (gpt_cuda_options' pieces). */
+static int stage3_layout(zero_cuda *zc, char *err, size_t errlen) {
+  size_t ng = zero_group_count(zc->z);
+  zc->ng = ng;
+  zc->pc = calloc(ng, sizeof *zc->pc);
+  zc->gpc = calloc(ng, sizeof *zc->gpc);
+  zc->goff = calloc(ng, sizeof *zc->goff);
+  if (!zc->pc || !zc->gpc || !zc->goff) {
+    snprintf(err, errlen, "zero: out of memory");
+    return -1;
+  }
+  for (size_t g = 0; g < ng; g++) {
+    size_t n;
+    zero_group_piece(zc->z, g, &zc->pc[g]);
+    zc->gpc[g] = (gpt_cuda_piece){zc->pc[g].flat, zc->pc[g].n, zc->pc[g].local};
+    gpt_group_range(zc->model, g, &zc->goff[g], &n);
+  }
+  zc->o.shard_lo = 0;
+  zc->o.shard_n = zc->sh.S;
+  zc->o.padded = 0;
+  zc->o.pieces = zc->gpc;
+  zc->o.npieces = ng;
+  return 0;
+}
+
+/* The gather slots and the gradient buffers, all at create, so that an
+ * out-of-memory is found before training starts. */
+static int stage3_alloc(zero_cuda *zc, char *err, size_t errlen) {
+  size_t N = (size_t)zc->sh.world, most = 0, most_layer = 0;
+  for (size_t g = 0; g < zc->ng; g++) {
+    most = zc->pc[g].S > most ? zc->pc[g].S : most;
+    if (g > 0 && zc->pc[g].S > most_layer)
+      most_layer = zc->pc[g].S;
+  }
+  zc->slot_bytes = (uint64_t)most * N * 2;
+  zc->gbuf_bytes = (uint64_t)most_layer * N * 4;
+  cudaError_t e = cudaSuccess;
+  for (int i = 0; i < 2 && e == cudaSuccess; i++) {
+    zc->ps[i].group = -1;
+    e = cudaMalloc(&zc->ps[i].buf, zc->slot_bytes);
+    if (e != cudaSuccess)
+      zc->ps[i].buf = NULL;
+  }
+  if (e == cudaSuccess) {
+    e = cudaMalloc((void **)&zc->gbuf0, zc->pc[0].S * N * 4);
+    if (e != cudaSuccess)
+      zc->gbuf0 = NULL;
+  }
+  for (int i = 0; i < ZERO_INFLIGHT + 1 && e == cudaSuccess; i++) {
+    zc->gbusy[i] = -1;
+    e = cudaMalloc((void **)&zc->gbuf[i], zc->gbuf_bytes);
+    if (e != cudaSuccess)
+      zc->gbuf[i] = NULL;
+  }
+  if (e != cudaSuccess) {
+    snprintf(err, errlen,
+             "zero: %s: out of GPU memory for stage 3's gathered layers "
+             "(2 x %llu bytes of BF16 parameters, %llu + %d x %llu bytes of "
+             "FP32 gradients: %s); more ranks, or stage 2, need less",
+             zc->name, (unsigned long long)zc->slot_bytes,
+             (unsigned long long)(zc->pc[0].S * N * 4), ZERO_INFLIGHT + 1,
+             (unsigned long long)zc->gbuf_bytes, cudaGetErrorString(e));
+    return -1;
+  }
+  return 0;
 }
 
 int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
@@ -49,14 +145,6 @@ int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
   *out = NULL;
   zero_shape sh;
   zero_shape_get(z, &sh);
-  if (sh.stage > 2) {
-    snprintf(err, errlen,
-             "zero: stage 3 on GPUs is not built (the CUDA engine cannot "
-             "gather a layer's parameters inside forward and backward yet); "
-             "use zero_stage 0, 1 or 2 with device: cuda, or stage 3 on CPU "
-             "ranks (device: cpu)");
-    return -1;
-  }
   if (comm_backend_of(nccl) != COMM_NCCL || comm_size(nccl) != sh.world ||
       comm_rank(nccl) != sh.rank) {
     snprintf(err, errlen,
@@ -87,6 +175,12 @@ int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
   zc->o.shard_lo = sh.stage == 0 ? 0 : sh.lo;
   zc->o.shard_n = sh.stage == 0 ? 0 : sh.S;
   zc->o.padded = sh.stage == 0 ? sh.n_params : sh.S * (size_t)sh.world;
+  for (int i = 0; i < ZERO_INFLIGHT; i++)
+    zc->rs_buf[i] = -1;
+  if (sh.stage == 3 && stage3_layout(zc, err, errlen) != 0) {
+    zero_cuda_destroy(zc);
+    return -1;
+  }
   gpt_cuda_memory_estimate(gpt_get_config(model), zc->o.B, zc->o.T, &zc->o,
                            &zc->mem);
   char e2[256];
@@ -94,7 +188,8 @@ int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
                            sizeof e2) != 0)
     snprintf(zc->name, sizeof zc->name, "GPU %d", zc->o.device);
   if (gpt_cuda_create(model, &zc->o, &zc->g, err, errlen) != 0 ||
-      gpt_cuda_upload(zc->g, model, zero_optim(z), err, errlen) != 0) {
+      zero_cuda_push(zc, err, errlen) != 0 ||
+      (sh.stage == 3 && stage3_alloc(zc, err, errlen) != 0)) {
     zero_cuda_destroy(zc);
     return -1;
   }
@@ -123,7 +218,18 @@ void zero_cuda_destroy(zero_cuda *zc) {
   for (int i = 0; i < ZERO_INFLIGHT; i++)
     if (zc->send[i])
       cudaFree(zc->send[i]);
+  for (int i = 0; i < 2; i++)
+    if (zc->ps[i].buf)
+      cudaFree(zc->ps[i].buf);
+  for (int i = 0; i < ZERO_INFLIGHT + 1; i++)
+    if (zc->gbuf[i])
+      cudaFree(zc->gbuf[i]);
+  if (zc->gbuf0)
+    cudaFree(zc->gbuf0);
   gpt_cuda_destroy(zc->g);
+  free(zc->pc);
+  free(zc->gpc);
+  free(zc->goff);
   free(zc);
 }
 
@@ -142,7 +248,21 @@ static int bucket_wait_one(zero_cuda *zc, char *err, size_t errlen) {
   comm_req *req = zc->req[slot];
   zc->req[slot] = NULL;
   zc->nio--;
-  return TIMED(&zc->tm, comm_wait(zc->nccl, req, err, errlen));
+  int rc = TIMED(&zc->tm, comm_wait(zc->nccl, req, err, errlen));
+  /* Stage 3: the gradient buffer it sent is free again. */
+  if (zc->rs_buf[slot] >= 0)
+    zc->gbusy[zc->rs_buf[slot]] = -1;
+  zc->rs_buf[slot] = -1;
+  return rc;
+}
+
+/* The engine's stream waited for, when it queued gradient writes since
+ * the last wait: a collective may read them then. */
+static int engine_synced(zero_cuda *zc, char *err, size_t errlen) {
+  if (!zc->synced && gpt_cuda_synchronize(zc->g, err, errlen) != 0)
+    return -1;
+  zc->synced = 1;
+  return 0;
 }
 
 /* Starts bucket b: stage 2 packs shard-local [b*bf, ...) of every rank's
@@ -175,9 +295,8 @@ static int bucket_start(zero_cuda *zc, size_t b, char *err, size_t errlen) {
     }
     zc->synced = 0;
   }
-  if (!zc->synced && gpt_cuda_synchronize(zc->g, err, errlen) != 0)
+  if (engine_synced(zc, err, errlen) != 0)
     return -1;
-  zc->synced = 1;
   int rc;
   if (sh->stage == 2)
     rc = TIMED(&zc->tm, comm_ireduce_scatter_sum(zc->nccl, zc->send[slot],
@@ -194,9 +313,84 @@ static int bucket_start(zero_cuda *zc, size_t b, char *err, size_t errlen) {
   return 0;
 }
 
+/* Stage 3: the buffer group g's gradient is added into (zeroed on the
+ * engine's stream, ahead of the group's backward). Group 0 has its own;
+ * the others take a free one of the ring, waiting for the oldest
+ * reduce-scatter when none is. */
+static float *group_grads(zero_cuda *zc, size_t g, char *err, size_t errlen) {
+  size_t bytes = zc->pc[g].S * (size_t)zc->sh.world * 4;
+  float *buf = NULL;
+  if (g == 0) {
+    buf = zc->gbuf0;
+  } else {
+    for (;;) {
+      for (int i = 0; i < ZERO_INFLIGHT + 1 && !buf; i++)
+        if (zc->gbusy[i] < 0) {
+          zc->gbusy[i] = (int)g;
+          buf = zc->gbuf[i];
+        }
+      if (buf)
+        break;
+      if (zc->nio == 0) { /* cannot happen: one is written at a time */
+        snprintf(err, errlen, "zero: no free gradient buffer for group %zu", g);
+        return NULL;
+      }
+      if (bucket_wait_one(zc, err, errlen) != 0)
+        return NULL;
+    }
+  }
+  cudaError_t e =
+      cudaMemsetAsync(buf, 0, bytes, (cudaStream_t)gpt_cuda_stream(zc->g));
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "zero: clearing group %zu's gradient: %s", g,
+             cudaGetErrorString(e));
+    return NULL;
+  }
+  return buf;
+}
+
+/* Stage 3: starts the reduce-scatter of group g's gradient (final) into
+ * the rank's piece of the shard's gradients; the engine no longer has
+ * it. Without overlap it is waited for at once. */
+static int group_rs_start(zero_cuda *zc, size_t g, char *err, size_t errlen) {
+  if (zc->nio == ZERO_INFLIGHT && bucket_wait_one(zc, err, errlen) != 0)
+    return -1;
+  if (engine_synced(zc, err, errlen) != 0)
+    return -1;
+  int slot = zc->cur, which = -1;
+  float *buf = zc->gbuf0;
+  for (int i = 0; g > 0 && i < ZERO_INFLIGHT + 1; i++)
+    if (zc->gbusy[i] == (int)g) {
+      which = i;
+      buf = zc->gbuf[i];
+    }
+  gpt_cuda_set_group_grads(zc->g, g, NULL);
+  float *dst = gpt_cuda_grads_ptr(zc->g) + zc->pc[g].local;
+  if (TIMED(&zc->tm, comm_ireduce_scatter_sum(zc->nccl, buf, dst, zc->pc[g].S,
+                                              &zc->req[slot], err, errlen)) !=
+      0)
+    return -1;
+  zc->rs_buf[slot] = which;
+  zc->cur = (zc->cur + 1) % ZERO_INFLIGHT;
+  zc->nio++;
+  /* Early: overlapped with the rest of backward (not so when waited for
+   * here). */
+  zc->early += zc->in_hook && !zc->sh.no_overlap;
+  while (zc->sh.no_overlap && zc->nio > 0)
+    if (bucket_wait_one(zc, err, errlen) != 0)
+      return -1;
+  return 0;
+}
+
 /* Starts every bucket not yet started that is final from final_from. */
 static int buckets_ready(zero_cuda *zc, size_t final_from, char *err,
                          size_t errlen) {
+  /* Stage 3: every group that lies in the final part. */
+  while (zc->ng && zc->rs_next > 0 && zc->goff[zc->rs_next - 1] >= final_from) {
+    if (group_rs_start(zc, zc->rs_next - 1, err, errlen) != 0)
+      return -1;
+    zc->rs_next--;
+  }
   size_t first =
       zero_bucket_first_final(zc->sh.bf, zc->sh.nbuckets, final_from);
   while (zc->next > first) {
@@ -220,37 +414,144 @@ static void grad_hook(void *arg, size_t final_from) {
   zc->in_hook = 0;
 }
 
+/* ---- Stage 3: the parameters, a group at a time ----
+ * Group g is gathered (its N BF16 pieces, all-gather over NCCL) into a
+ * slot just before the engine queues its kernels, unless a slot still
+ * holds it from this step (ln_f and the head, which forward ends with
+ * and backward starts with); the next group's all-gather is started
+ * into the other slot, so that it runs while the engine computes g.
+ * A slot is written only after the engine's stream has done with what
+ * it held (gpt_cuda_synchronize), and read by the engine only after
+ * its all-gather was waited for. */
+
+/* The slot that holds group g this step, or -1. */
+static int slot_of(const zero_cuda *zc, int g) {
+  for (int i = 0; i < 2; i++)
+    if (zc->ps[i].group == g)
+      return i;
+  return -1;
+}
+
+/* Waits for slot s's all-gather, when one is in flight. */
+static int slot_wait(zero_cuda *zc, int s, char *err, size_t errlen) {
+  comm_req *req = zc->ps[s].ag;
+  zc->ps[s].ag = NULL;
+  return req ? TIMED(&zc->tm, comm_wait(zc->nccl, req, err, errlen)) : 0;
+}
+
+/* Gathers group g into slot s: started (async) or done. */
+static int slot_gather(zero_cuda *zc, int s, int g, int async, char *err,
+                       size_t errlen) {
+  if (slot_wait(zc, s, err, errlen) != 0 ||
+      gpt_cuda_synchronize(zc->g, err, errlen) != 0)
+    return -1;
+  zc->ps[s].group = g;
+  const char *piece =
+      (const char *)gpt_cuda_params_ptr(zc->g) + zc->pc[g].local * 2;
+  size_t bytes = zc->pc[g].S * 2;
+  if (async)
+    return TIMED(&zc->tm,
+                 comm_iallgather_bytes(zc->nccl, piece, zc->ps[s].buf, bytes,
+                                       &zc->ps[s].ag, err, errlen));
+  return TIMED(&zc->tm, comm_allgather_bytes(zc->nccl, piece, zc->ps[s].buf,
+                                             bytes, err, errlen));
+}
+
+/* The engine's parameter hook (gpt_cuda_set_param_hook). */
+static int param_hook(void *arg, int event, int g, int next) {
+  zero_cuda *zc = arg;
+  char *err = zc->hook_err;
+  size_t errlen = sizeof zc->hook_err;
+  if (zc->hook_rc != 0)
+    return -1;
+  /* DONE: the slot keeps the group until another is gathered into it. */
+  if (event == GPT_PARAMS_DONE)
+    return 0;
+  int s = slot_of(zc, g);
+  if (s < 0) {
+    s = 1 - zc->last_slot;
+    if (slot_gather(zc, s, g, 0, err, errlen) != 0)
+      goto fail;
+  } else if (slot_wait(zc, s, err, errlen) != 0) {
+    goto fail;
+  }
+  zc->last_slot = s;
+  gpt_cuda_set_group_params(zc->g, (size_t)g, zc->ps[s].buf);
+  if (zc->in_bwd) {
+    float *gr = group_grads(zc, (size_t)g, err, errlen);
+    if (!gr)
+      goto fail;
+    gpt_cuda_set_group_grads(zc->g, (size_t)g, gr);
+    zc->synced = 0;
+  }
+  if (!zc->sh.no_overlap && next >= 0 && next != g && slot_of(zc, next) < 0 &&
+      slot_gather(zc, 1 - s, next, 1, err, errlen) != 0)
+    goto fail;
+  return 0;
+fail:
+  zc->hook_rc = -1;
+  return -1;
+}
+
+/* A failed pass: the hooks unset, and a hook's own message when one
+ * failed. -1. */
+static int pass_failed(zero_cuda *zc, char *err, size_t errlen) {
+  gpt_cuda_set_grad_hook(zc->g, NULL, NULL);
+  gpt_cuda_set_param_hook(zc->g, NULL, NULL);
+  zc->in_bwd = 0;
+  if (zc->hook_rc != 0)
+    snprintf(err, errlen, "%s", zc->hook_err);
+  return -1;
+}
+
 int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
                    const uint32_t *targets, int B, int T, float lr,
                    double max_norm, zero_step_result *res, char *err,
                    size_t errlen) {
   gpt_cuda *g = zc->g;
   const zero_shape *sh = &zc->sh;
+  int st = sh->stage;
   memset(res, 0, sizeof *res);
   zc->tm.total = 0;
+  zc->early = 0;
+  zc->hook_rc = 0;
+  zc->synced = 0;
+  zc->in_bwd = 0;
   double t0 = comm_timer_now();
+  if (st == 3) {
+    /* The slots hold the last step's parameters: stale. */
+    for (int i = 0; i < 2; i++)
+      zc->ps[i].group = -1;
+    zc->rs_next = zc->ng;
+    gpt_cuda_set_param_hook(g, param_hook, zc);
+  }
   float loss = 0;
   /* The forward's loss read back synchronizes its stream. */
   if (gpt_cuda_zero_grad(g, err, errlen) != 0 ||
       gpt_cuda_forward(g, inputs, targets, B, T, &loss, err, errlen) != 0)
-    return -1;
-  double tb = comm_timer_now();
+    return pass_failed(zc, err, errlen);
+  double tb = comm_timer_now(), c_fwd = zc->tm.total;
   zc->next = sh->nbuckets;
-  zc->early = 0;
-  zc->hook_rc = 0;
-  zc->synced = 0;
-  if (!sh->no_overlap)
+  zc->in_bwd = 1;
+  /* Stage 3 takes each group's gradient from its buffer when it is
+   * final, overlap or not (without, waited for at once). */
+  if (!sh->no_overlap || st == 3)
     gpt_cuda_set_grad_hook(g, grad_hook, zc);
   /* The mean over ranks of each rank's mean: 1/N in the backward. */
   int rc = gpt_cuda_backward(g, 1.0f / (float)sh->world, err, errlen);
+  for (int i = 0; i < 2 && rc == 0 && st == 3; i++)
+    rc = slot_wait(zc, i, err, errlen);
+  if (rc != 0 || zc->hook_rc != 0 || gpt_cuda_synchronize(g, err, errlen) != 0)
+    return pass_failed(zc, err, errlen);
   gpt_cuda_set_grad_hook(g, NULL, NULL);
-  if (rc != 0 || gpt_cuda_synchronize(g, err, errlen) != 0)
-    return -1;
-  if (zc->hook_rc != 0) {
-    snprintf(err, errlen, "%s", zc->hook_err);
-    return -1;
-  }
-  /* Backward's own time: its wall time less the comm calls in the hook. */
+  gpt_cuda_set_param_hook(g, NULL, NULL);
+  zc->in_bwd = 0;
+  /* Stage 3: the slots are stale once the shards are updated; a forward
+   * outside a step fails on an unplaced group rather than read them. */
+  for (size_t i = 0; i < zc->ng; i++)
+    gpt_cuda_set_group_params(g, i, NULL);
+  /* Backward's own time: its wall time less the comm calls in the hooks
+   * (forward's too, at stage 3). */
   double tc = comm_timer_now(), c_bwd = zc->tm.total;
   /* The rest (all of them without overlap), then every bucket waited
    * for before the norm reads the sums. */
@@ -261,22 +562,24 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
     if (bucket_wait_one(zc, err, errlen) != 0)
       return -1;
   double ss;
-  if (sh->stage < 2) {
+  if (st < 2) {
     /* Every rank has the whole sum: its norm needs no more exchange. */
     if (gpt_cuda_grad_sumsq(g, 0, sh->n_params, &ss, err, errlen) != 0)
       return -1;
   } else {
-    /* The rank's slice of the sum is at its own offset. */
-    if (gpt_cuda_grad_sumsq(g, sh->lo, sh->S, &ss, err, errlen) != 0 ||
-        TIMED(&zc->tm,
-              comm_allreduce_sum_double(zc->ctl, &ss, err, errlen)) != 0)
+    /* The rank's slice of the sum is at its own offset (stage 3: the
+     * shard's own array). */
+    if (gpt_cuda_grad_sumsq(g, st == 3 ? 0 : sh->lo, sh->S, &ss, err, errlen) !=
+            0 ||
+        TIMED(&zc->tm, comm_allreduce_sum_double(zc->ctl, &ss, err, errlen)) !=
+            0)
       return -1;
   }
   double norm = sqrt(ss);
   gpt_cuda_set_clip(g, norm, max_norm);
   if (gpt_cuda_step(g, lr, err, errlen) != 0)
     return -1;
-  if (sh->stage >= 1) {
+  if (st == 1 || st == 2) {
     /* Each rank updated its slice's BF16 copy: all-gather the copies. */
     char *p = gpt_cuda_params_ptr(g);
     if (gpt_cuda_synchronize(g, err, errlen) != 0 ||
@@ -284,6 +587,7 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
                                             sh->S * 2, err, errlen)) != 0)
       return -1;
   } else if (gpt_cuda_synchronize(g, err, errlen) != 0) {
+    /* Stage 3's next step gathers the updated shards group by group. */
     return -1;
   }
   if (TIMED(&zc->tm, comm_allreduce_sum(zc->ctl, &loss, 1, err, errlen)) != 0)
@@ -291,24 +595,42 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
   double t_end = comm_timer_now();
   res->loss = loss / (float)sh->world;
   res->norm = norm;
-  res->buckets = (int)sh->nbuckets;
+  res->buckets = st == 3 ? (int)zc->ng : (int)sh->nbuckets;
   res->buckets_early = zc->early;
-  res->t_forward = tb - t0;
-  res->t_backward = tc - tb - c_bwd;
+  res->t_forward = tb - t0 - c_fwd;
+  res->t_backward = tc - tb - (c_bwd - c_fwd);
   res->t_comm = zc->tm.total;
   res->t_optimizer = t_end - tc - (zc->tm.total - c_bwd);
   return 0;
 }
 
+/* Stage 3's host state is the zero's parameter shard; the others' the
+ * model's parameters. */
 int zero_cuda_pull(zero_cuda *zc, char *err, size_t errlen) {
+  if (zc->sh.stage == 3)
+    return gpt_cuda_download_shard(zc->g, zero_param_shard(zc->z),
+                                   zero_optim(zc->z), err, errlen);
   return gpt_cuda_download(zc->g, zc->model, zero_optim(zc->z), err, errlen);
 }
 
 int zero_cuda_push(zero_cuda *zc, char *err, size_t errlen) {
+  if (zc->sh.stage == 3)
+    return gpt_cuda_upload_shard(zc->g, zero_param_shard(zc->z),
+                                 zero_optim(zc->z), err, errlen);
   return gpt_cuda_upload(zc->g, zc->model, zero_optim(zc->z), err, errlen);
 }
 
 int zero_cuda_gather_params(zero_cuda *zc, char *err, size_t errlen) {
+  if (zc->sh.stage == 3) {
+    /* The host zero gathers its shards (over the host communicator) into
+     * the host model, which stage 3 left without a parameter array. */
+    gpt *m = zc->model;
+    if (zero_cuda_pull(zc, err, errlen) != 0 ||
+        (!gpt_params(m) &&
+         gpt_acquire(m, GPT_BUF_PARAMS, gpt_num_params(m), err, errlen) != 0))
+      return -1;
+    return zero_gather_params(zc->z, gpt_params(m), err, errlen);
+  }
   if (zc->sh.stage == 0)
     return gpt_cuda_download(zc->g, zc->model, NULL, err, errlen);
   /* The master slices are S floats each; the gradient array has room for
@@ -324,14 +646,27 @@ int zero_cuda_gather_params(zero_cuda *zc, char *err, size_t errlen) {
 int zero_cuda_loss(zero_cuda *zc, const uint32_t *inputs,
                    const uint32_t *targets, int B, int T, float *loss,
                    char *err, size_t errlen) {
+  if (zc->sh.stage == 3) {
+    snprintf(err, errlen,
+             "zero: at stage 3 a forward pass gathers every layer from all "
+             "ranks: evaluate the gathered model (zero_cuda_gather_params) "
+             "instead");
+    return -1;
+  }
   return gpt_cuda_forward(zc->g, inputs, targets, B, T, loss, err, errlen);
 }
 
 void zero_cuda_memory_get(const zero_cuda *zc, zero_memory *out,
                           uint64_t *acts) {
   zero_memory_get(zc->z, out);
-  out->params = out->peak_params = zc->mem.params;
-  out->grads = out->peak_grads = zc->mem.grads;
+  /* Stage 3: the two gather slots are parameters, the groups' gradient
+   * buffers gradients, as zero.c counts them; all held from create. */
+  uint64_t N = (uint64_t)zc->sh.world;
+  uint64_t slots = 2 * zc->slot_bytes;
+  uint64_t gbufs =
+      zc->ng ? zc->pc[0].S * N * 4 + (ZERO_INFLIGHT + 1) * zc->gbuf_bytes : 0;
+  out->params = out->peak_params = zc->mem.params + slots;
+  out->grads = out->peak_grads = zc->mem.grads + gbufs;
   out->optim = zc->mem.optim;
   out->comm = zc->sh.stage == 2 ? (uint64_t)ZERO_INFLIGHT * zc->sh.bf *
                                       (uint64_t)zc->sh.world * 4

@@ -1,7 +1,7 @@
 /*
  * zero_cuda: ZeRO data parallelism (zero.h) with each rank's model on its
  * GPU (gpu/cuda/gpt_cuda.h) and the gradients and parameters moved by
- * NCCL (comm.h's NCCL backend): stages 0, 1 and 2.
+ * NCCL (comm.h's NCCL backend): stages 0, 1, 2 and 3.
  *
  * The host zero (zero_create over the host model, on the gang's MPI
  * communicator) stays the state of record, as the host model does for
@@ -9,7 +9,9 @@
  * its checkpoints (zero_save, zero_load, any world size and stage),
  * resume paths and memory formulas are used as they are. zero_cuda_pull
  * brings its host arrays up to date from the GPU before a save, and
- * zero_cuda_push sends them back after a load.
+ * zero_cuda_push sends them back after a load (stage 3: the host zero's
+ * parameter shard, zero_param_shard, not the host model's parameters,
+ * which stage 3 frees).
  *
  * On the GPU (gpt_cuda_options' shard fields):
  *   stage 0  every rank holds and updates everything; the gradients are
@@ -23,9 +25,28 @@
  *            all-reduce). The CUDA engine's backward writes one flat FP32
  *            gradient array, so the full array stays on the GPU: here
  *            stage 2 saves traffic, not memory, over stage 1.
- *   stage 3  (parameters sharded and gathered per layer inside forward
- *            and backward) needs a parameter hook in the CUDA engine,
- *            which it does not have: zero_cuda_create refuses it.
+ *   stage 3  the parameters sharded too, in zero.h's stage-3 layout (the
+ *            rank's piece of every group: the embeddings, each layer,
+ *            ln_f): the engine holds the shard alone (FP32 master
+ *            weights, BF16 copy, moments and FP32 gradients:
+ *            gpt_cuda_options' pieces). Its parameter hook
+ *            (gpt_cuda_set_param_hook) all-gathers a group's BF16 pieces
+ *            into one of two slots (each N pieces of the largest group)
+ *            just before the engine queues the group's kernels, unless a
+ *            slot still holds it this step (ln_f and the head, where
+ *            forward ends and backward starts), and starts the next
+ *            group's all-gather into the other slot, so that it moves
+ *            while the group computes; a slot is written only after the
+ *            engine's stream is done with it (gpt_cuda_synchronize). In
+ *            backward the hook gives the group a zeroed FP32 gradient
+ *            buffer (group 0's, final only at the end, its own; the
+ *            others ZERO_INFLIGHT + 1 in turn), and the grad hook
+ *            reduce-scatters it into the rank's piece of the shard's
+ *            gradients once the group is final: all but the
+ *            embeddings' during backward. zero_config's no_overlap: no
+ *            prefetch, and each reduce-scatter waited for at once.
+ *            bucket_floats is not used. A forward needs every rank's
+ *            layers, so zero_cuda_loss (one rank's) is refused.
  * The gradients are averaged over ranks (backward scaled by 1/N) and
  * clipped to the global norm, as zero_step does; the loss is the mean
  * over ranks.
@@ -54,9 +75,10 @@
  * differently for another message size). The norm, the update and the
  * parameters' all-gather come after backward, without overlap.
  *
- * GPU memory: the engine's (zero_cuda_memory_get), and at stage 2 the
- * send buffers, ZERO_INFLIGHT x N x bf floats, allocated at create
- * (zero_memory's comm).
+ * GPU memory: the engine's (zero_cuda_memory_get), at stage 2 the send
+ * buffers, ZERO_INFLIGHT x N x bf floats (zero_memory's comm), at stage
+ * 3 the two slots (counted as parameters) and the gradient buffers (as
+ * gradients); all allocated at create.
  *
  * Every build has these functions; one without CUDA and NCCL (or with
  * -DDAGRUN_CUDA=OFF) says so from zero_cuda_available and
@@ -91,13 +113,14 @@ typedef struct zero_cuda_options {
  * sees a usable GPU; else 0 and why in why. Not collective. */
 int zero_cuda_available(char *why, size_t whylen);
 
-/* The GPU side of z (stage 0-2, made by zero_create over model with the
+/* The GPU side of z (stage 0-3, made by zero_create over model with the
  * communicator ctl: MPI or self, host memory). nccl is the gang's NCCL
  * communicator (the same ranks as ctl); the GPU is its device
  * (comm_device). The model's parameters and z's optimizer state are
  * uploaded. model, z, ctl and nccl are borrowed (nccl only by the
  * collective calls: step and gather; it may go before the rest, e.g.
- * zero_cuda_loss). Not collective (nothing is exchanged). An out-of-memory names what to change (gpt_cuda's). */
+ * zero_cuda_loss). Not collective (nothing is exchanged). An out-of-memory
+ * names what to change (gpt_cuda's). */
 int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
                      const zero_cuda_options *o, zero_cuda **out, char *err,
                      size_t errlen);
@@ -124,19 +147,24 @@ int zero_cuda_push(zero_cuda *zc, char *err, size_t errlen);
 
 /* Every parameter's FP32 master weight into the host model's parameters
  * on every rank (stages 1-2 all-gather the slices over NCCL through the
- * GPU's gradient array, which the next step zeroes). */
+ * GPU's gradient array, which the next step zeroes; stage 3 pulls the
+ * shard and has the host zero gather it, over ctl, into a parameter
+ * array it gives the host model). */
 int zero_cuda_gather_params(zero_cuda *zc, char *err, size_t errlen);
 
 /* The mean loss of one batch (inputs, targets: B*T host ids) on this
- * rank's GPU, no backward (validation, on one rank). Not collective. */
+ * rank's GPU, no backward (validation, on one rank). Not collective.
+ * Stages 0-2 only: at stage 3, -1 saying why. */
 int zero_cuda_loss(zero_cuda *zc, const uint32_t *inputs,
                    const uint32_t *targets, int B, int T, float *loss,
                    char *err, size_t errlen);
 
 /* The GPU bytes the rank holds for parameters (the master weights and
- * the BF16 copy), gradients, optimizer state and (comm) stage 2's bucket
- * send buffers (all allocated at create: peak = held), beside
- * zero_memory_get(z)'s formulas; activations in acts. Not collective. */
+ * the BF16 copy; stage 3 its slots), gradients (stage 3 its buffers),
+ * optimizer state and (comm) stage 2's bucket send buffers (all
+ * allocated at create: peak = held), beside zero_memory_get(z)'s
+ * formulas (f_mixed is the one for mixed precision; the others are the
+ * FP32 host engine's); activations in acts. Not collective. */
 void zero_cuda_memory_get(const zero_cuda *zc, zero_memory *out,
                           uint64_t *acts);
 

@@ -123,11 +123,11 @@ static const dagrun_param_spec params[] = {
     {"zero_stage", DAGRUN_PARAM_INT, "1", 0,
      "In a gang (launcher: mpirun or srun): ZeRO stage 0 (plain data "
      "parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ "
-     "parameters; CPU ranks only); ignored by one process"},
+     "parameters, gathered a layer at a time); ignored by one process"},
     {"zero_bucket", DAGRUN_PARAM_INT, "0", 0,
      "In a gang: floats per rank in a gradient bucket, reduced while "
      "backward goes on (0: 1048576). CPU ranks: stage 2's reduce-scatter; "
-     "GPU ranks: stages 0-2; stage 3 sends a layer at a time"},
+     "GPU ranks: stages 0-2; stage 3 sends a layer (group) at a time"},
     {NULL, 0, NULL, 0, NULL},
 };
 
@@ -752,9 +752,9 @@ static void watch_data(run_ctx *r, data_watch *w, int64_t step, double data_s,
 /* ---- Data-parallel training in a gang (gpu/dist/zero.h) ----
  *
  * A task with a launcher (mpirun or srun) and world_size N (1 too) runs
- * this stage in N ranks; each makes the same model (the same seed), draws the same global
- * batch of N x batch_size sequences (the order one process with that
- * batch size would see) and trains on its own batch_size rows of it, and
+ * this stage in N ranks; each makes the same model (the same seed), draws the
+ * same global batch of N x batch_size sequences (the order one process with
+ * that batch size would see) and trains on its own batch_size rows of it, and
  * ZeRO (zero_stage) averages the gradients over the ranks, shards what
  * the stage shards and updates. N ranks of batch_size B therefore train
  * as one process of batch size N*B. Every collective is called by every
@@ -766,11 +766,15 @@ static void watch_data(run_ctx *r, data_watch *w, int64_t step, double data_s,
  * The device (device: cpu|cuda|auto) is agreed on by all ranks: cuda
  * when this build has GPU ranks and every rank sees a GPU (auto falls
  * back to the CPU otherwise; cuda fails). On GPUs the step is
- * zero_cuda's (stages 0-2, NCCL for the gradients and parameters); the
- * MPI communicator stays for everything else (the stop agreement,
- * checkpoints, the loss), with the host model and the host zero as the
- * state of record that checkpoints read (zero_cuda_pull before a save),
- * and validation runs on rank 0's GPU.
+ * zero_cuda's (NCCL for the gradients and parameters); the MPI
+ * communicator stays for everything else (the stop agreement,
+ * checkpoints, the loss), with the host model (stage 3: the host zero's
+ * parameter shard) and the host zero as the state of record that
+ * checkpoints read (zero_cuda_pull before a save). Validation runs on
+ * rank 0's GPU at stages 0-2; at stage 3, where a GPU forward needs
+ * every rank's layers, the pre-flight loss is taken on the CPU before
+ * ZeRO shards the model, and validation on rank 0's CPU over the
+ * gathered parameters, as on CPU ranks.
  *
  * Checkpoints are ZeRO's sharded ones (zero_save: one file per rank and a
  * manifest) in <task>/checkpoints, so that a retried attempt with resume:
@@ -919,9 +923,9 @@ static void gang_test_kill(run_ctx *r, gang *g) {
 }
 
 /* The gang's device, the same on every rank (collective): cuda when this
- * build has GPU ranks, every rank sees a GPU and the ZeRO stage runs on
- * GPUs (0-2); auto takes it when that holds, else the CPU; cuda fails
- * otherwise (on every rank, saying why). 0 with *cuda, or -1. */
+ * build has GPU ranks and every rank sees a GPU; auto takes it when that
+ * holds, else the CPU; cuda fails otherwise (on every rank, saying why).
+ * 0 with *cuda, or -1. */
 static int gang_pick_device(run_ctx *r, gang *g, int *cuda) {
   char why[512] = "", err[512];
   int have = zero_cuda_available(why, sizeof why);
@@ -943,10 +947,7 @@ static int gang_pick_device(run_ctx *r, gang *g, int *cuda) {
   else if (!all)
     snprintf(no, sizeof no, "%d of the %d ranks see a usable GPU (this one: "
              "%s)", (int)n, g->N, why);
-  else if (g->stage == 3)
-    snprintf(no, sizeof no, "zero_stage 3 runs on CPU ranks only (the GPU "
-                            "ranks shard with stages 0-2)");
-  if (all && g->stage < 3) {
+  if (all) {
     *cuda = 1;
     if (lead)
       r->h->log(r->ctx, DAGRUN_LOG_INFO,
@@ -974,11 +975,12 @@ static int gang_gpu_loss(void *arg, const uint32_t *in, const uint32_t *tg,
   return zero_cuda_loss(g->zc, in, tg, g->B, g->T, loss, err, errlen);
 }
 
-/* Validation at an eval step, NAN on the ranks other than 0. GPU ranks:
- * on rank 0's GPU alone (no exchange). CPU ranks: the model gathered
- * where stage 3 shards it (collective: every rank calls this). */
+/* Validation at an eval step, NAN on the ranks other than 0. GPU ranks
+ * at stages 0-2: on rank 0's GPU alone (no exchange). Else on rank 0's
+ * CPU, the model gathered where stage 3 shards it (collective: every
+ * rank calls this). */
 static double gang_evaluate(run_ctx *r, gang *g, int64_t step) {
-  if (g->zc) {
+  if (g->zc && g->stage < 3) {
     if (g->rank != 0 || !r->val)
       return NAN;
     loader_set_pos(r->val, &r->val_start);
@@ -1109,8 +1111,10 @@ static int run_gang(run_ctx *r, int N) {
   }
   double lnV = log((double)mc->vocab_size), init_loss = NAN;
   /* Pre-flight on the CPU before ZeRO takes the model (stage 3 frees its
-   * parameters); on the GPU once it has them. */
-  if (lead && !resume_dir[0] && !cuda)
+   * parameters); on the GPU once it has them, but at stage 3, where a
+   * forward on one GPU would need the other ranks' layers. */
+  int gpu_preflight = cuda && g.stage < 3;
+  if (lead && !resume_dir[0] && !gpu_preflight)
     init_loss = gang_preflight(r, &g, lnV);
 
   /* One process's checkpoint (trainstate.h: full weights and optimizer
@@ -1170,7 +1174,7 @@ static int run_gang(run_ctx *r, int N) {
              "deterministic: %s", zero_cuda_describe(g.zc),
              engine_recompute_name(r->c.recompute),
              r->c.deterministic ? "true" : "false");
-      if (!resume_dir[0])
+      if (!resume_dir[0] && gpu_preflight)
         init_loss = gang_preflight(r, &g, lnV);
     }
   }
@@ -1249,14 +1253,18 @@ static int run_gang(run_ctx *r, int N) {
         uint64_t acts;
         zero_cuda_memory_get(g.zc, &zm, &acts);
         h->log(ctx, DAGRUN_LOG_INFO,
-               "rank 0's GPU holds params %.2f MiB (FP32 master weights of "
-               "its part and the BF16 copy of all), grads %.2f MiB (FP32), "
-               "optimizer %.2f MiB, activations %.2f MiB (ZeRO's "
+               "rank 0's GPU holds params %.2f MiB (%s), grads %.2f MiB "
+               "(FP32%s), optimizer %.2f MiB, activations %.2f MiB (ZeRO's "
                "mixed-precision formula for params + grads + optimizer: "
                "%.2f MiB)",
-               zm.params / 1048576.0, zm.grads / 1048576.0,
-               zm.optim / 1048576.0, acts / 1048576.0,
-               zm.f_mixed / 1048576.0);
+               zm.params / 1048576.0,
+               g.stage == 3 ? "FP32 master weights and BF16 copy of its "
+                              "shard, two gathered layers"
+                            : "FP32 master weights of its part and the "
+                              "BF16 copy of all",
+               zm.grads / 1048576.0,
+               g.stage == 3 ? ": its shard and the layers' buffers" : "",
+               zm.optim / 1048576.0, acts / 1048576.0, zm.f_mixed / 1048576.0);
       } else if (r->st.step == first_step + 1) {
         zero_memory zm;
         zero_memory_get(g.z, &zm);
@@ -1292,9 +1300,10 @@ static int run_gang(run_ctx *r, int N) {
   int status = 0;
   if (lead) {
     status = EXIT_FAILED;
-    /* m is every rank's gathered model: on GPU ranks rank 0 validates on
-     * its GPU, which needs no exchange. */
-    val = g.zc ? gang_evaluate(r, &g, r->st.step) : evaluate(r, m, r->st.step);
+    /* m is every rank's gathered model: on GPU ranks at stages 0-2 rank 0
+     * validates on its GPU, which needs no exchange. */
+    val = g.zc && g.stage < 3 ? gang_evaluate(r, &g, r->st.step)
+                              : evaluate(r, m, r->st.step);
     char model_dir[4096], final[4096];
     snprintf(model_dir, sizeof model_dir, "%s/model",
              h->dir(ctx, DAGRUN_DIR_TASK));

@@ -231,8 +231,10 @@ static void check_allgather(size_t n, int tag, int inplace) {
 }
 
 /* Bytes of an odd count (BF16 parameters are 2 bytes each; any count
- * must work), in place or not. */
-static void check_allgather_bytes(size_t nbytes, int tag, int inplace) {
+ * must work), in place or not, blocking or started and waited for
+ * (async: ZeRO-3's prefetch of a layer's BF16 parameters). */
+static void check_allgather_bytes(size_t nbytes, int tag, int inplace,
+                                  int async) {
   buf Rb = balloc(nbytes * N), S = {0};
   unsigned char *r = Rb.h, *s, *sd;
   memset(r, 0xEE, nbytes * N);
@@ -249,8 +251,18 @@ static void check_allgather_bytes(size_t nbytes, int tag, int inplace) {
   if (!inplace)
     bput(&S);
   bput(&Rb);
-  const char *what = inplace ? "allgather_bytes in place" : "allgather_bytes";
-  CALL(what, comm_allgather_bytes(C, sd, Rb.d, nbytes, err, sizeof err));
+  const char *what =
+      async     ? (inplace ? "iallgather_bytes in place" : "iallgather_bytes")
+      : inplace ? "allgather_bytes in place"
+                : "allgather_bytes";
+  if (async) {
+    comm_req *req;
+    CALL(what,
+         comm_iallgather_bytes(C, sd, Rb.d, nbytes, &req, err, sizeof err));
+    CALL(what, comm_wait(C, req, err, sizeof err));
+  } else {
+    CALL(what, comm_allgather_bytes(C, sd, Rb.d, nbytes, err, sizeof err));
+  }
   bget(&Rb);
   for (int q = 0; q < N; q++)
     for (size_t i = 0; i < nbytes; i++)
@@ -566,8 +578,10 @@ int main(int argc, char **argv) {
     check_allgather(n, tag++, 0);
     check_allgather(n, tag++, 1);
     check_broadcast(n * sizeof(float) + 3, tag++);
-    check_allgather_bytes(n * 2 + 1, tag++, 0);
-    check_allgather_bytes(n * 2 + 1, tag++, 1);
+    for (int async = 0; async < 2; async++) {
+      check_allgather_bytes(n * 2 + 1, tag++, 0, async);
+      check_allgather_bytes(n * 2 + 1, tag++, 1, async);
+    }
     CALL("barrier", comm_barrier(C, err, sizeof err));
     check_async(n, tag);
     tag += 6;

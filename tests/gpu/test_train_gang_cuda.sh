@@ -1,15 +1,16 @@
 # The train stage in a gang on the GPU (device: cuda, gpu/dist/zero_cuda.h)
 # as one machine with one GPU can run it: a gang of one rank under mpirun
 # (NCCL at world size 1), deterministic, gpt-tiny, 20 steps of batch 8 x 64:
-# - at ZeRO stages 0, 1 and 2 the losses are bitwise one process's on the
-#   GPU (the same kernels in the same order; the collectives of one rank
-#   copy), the log says "GPUs, NCCL" and the GPU's memory, the summary
-#   device cuda, and validate reads the final checkpoint;
-# - rank 0 killed after step 13: the retry resumes from the sharded
-#   checkpoint of step 10 (pulled from the GPU) and ends with the
-#   uninterrupted run's losses and final weights (bitwise);
-# - zero_stage 3 with device: cuda fails, saying stage 3 is for CPU ranks;
-#   with device: auto it trains on the CPU, saying why.
+# - at ZeRO stages 0, 1, 2 and 3 the losses are bitwise one process's on
+#   the GPU (the same kernels in the same order; the collectives of one
+#   rank copy), the log says "GPUs, NCCL" and the GPU's memory, the
+#   summary device cuda, and validate reads the final checkpoint; stage 3
+#   (whose GPU forward needs every rank's layers) takes the pre-flight
+#   loss and the validation on rank 0's CPU: both in the summary;
+# - at stage 3, rank 0 killed after step 13: the retry resumes from the
+#   sharded checkpoint of step 10 (the shard pulled from the GPU, pushed
+#   back on resume) and ends with the uninterrupted run's losses and
+#   final weights (bitwise).
 . "$(dirname "$0")/gpu_env.sh"
 command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
 
@@ -39,7 +40,7 @@ R1=$(run_dir one)
 losses "$R1" > one.losses
 [ "$(wc -l < one.losses)" -eq 20 ] || fail "one process: $(cat one.losses)"
 
-for stage in 0 1 2; do
+for stage in 0 1 2 3; do
   gang_dag g$stage "device: cuda, zero_stage: $stage"
   expect_rc 0
   R=$(run_dir g$stage)
@@ -53,19 +54,22 @@ for stage in 0 1 2; do
   [ "$(task_field "$R" validate state)" = success ] || fail "stage $stage: validate did not succeed"
   echo "stage $stage: 20 losses bitwise one process's on the GPU"
 done
+expect_in "$(run_dir g3)/train/attempt-1/log" "BF16 copy of its shard, two gathered layers"
+"$PY" -c "import json, math, sys; s = json.load(open(sys.argv[1])); assert math.isfinite(s['init_loss']) and math.isfinite(s['val_loss']), s" \
+  "$(run_dir g3)/train/out/summary.json" || fail "stage 3: no pre-flight or validation loss: $(cat "$(run_dir g3)/train/out/summary.json")"
 
 # Rank 0 dies after step 13; the retry resumes from step 10.
-gang_dag kill "device: cuda, zero_stage: 2" "retries: 1, retry_delay: 0, env: {DAGRUN_TEST_KILL_RANK_AT_STEP: \"0:13\"},"
+gang_dag kill "device: cuda, zero_stage: 3" "retries: 1, retry_delay: 0, env: {DAGRUN_TEST_KILL_RANK_AT_STEP: \"0:13\"},"
 expect_rc 0
 RK=$(run_dir kill)
 [ -d "$RK/train/attempt-2" ] || fail "no retry"
 expect_in "$RK/train/attempt-2/log" "resumed from sharded checkpoint $RK/train/checkpoints/step-00000010 at step 10"
 losses "$RK" 2 > kill.losses
-grep -E '^(1[1-9]|20) ' g2.losses > g2.tail
-cmp -s g2.tail kill.losses || fail "resumed losses differ: $(diff g2.tail kill.losses | head)"
+grep -E '^(1[1-9]|20) ' g3.losses > g3.tail
+cmp -s g3.tail kill.losses || fail "resumed losses differ: $(diff g3.tail kill.losses | head)"
 # The tensors, bit for bit (the file's header may differ in what is not
 # a weight).
-"$PY" - "$(run_dir g2)/train/model/step-00000020/model.safetensors" \
+"$PY" - "$(run_dir g3)/train/model/step-00000020/model.safetensors" \
   "$RK/train/model/step-00000020/model.safetensors" <<'P' ||
 import json, struct, sys
 def load(p):
@@ -78,12 +82,4 @@ a, b = load(sys.argv[1]), load(sys.argv[2])
 assert a.keys() == b.keys() and all(a[k] == b[k] for k in a), [k for k in a if a.get(k) != b.get(k)][:5]
 P
   fail "the resumed gang's final weights differ from the uninterrupted one's"
-
-# Stage 3: CPU ranks only.
-gang_dag s3 "device: cuda, zero_stage: 3"
-expect_rc 1
-expect_in "$T/out" "zero_stage 3 runs on CPU ranks only"
-gang_dag s3auto "device: auto, zero_stage: 3, threads: 1" "" 3
-expect_rc 0
-expect_in "$(run_dir s3auto)/train/attempt-1/log" "device: cpu (device: auto, and zero_stage 3 runs on CPU ranks only"
 pass

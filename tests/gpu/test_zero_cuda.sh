@@ -1,10 +1,10 @@
-# ZeRO stages 0-2 on the GPU over NCCL (gpu/dist/zero_cuda.h), through
+# ZeRO stages 0-3 on the GPU over NCCL (gpu/dist/zero_cuda.h), through
 # gpt_cuda_check zero and shards (their headers say what they check):
 # - N ranks' shards (lo > 0, a last slice part padding) on one GPU, the
 #   collectives done by hand: what one GPU can check of the ranks past 0;
 # - one rank (NCCL through a rendezvous directory): every stage bitwise
-#   one GPU's training, a stage-2 checkpoint resumed at stage 1, stage 3
-#   refused;
+#   one GPU's training, stage 2's checkpoint resumed at stages 1 and 3,
+#   stage 3's at stage 1;
 # - two ranks under mpirun, where they can run: two GPUs, or one GPU
 #   shared by two ranks with NCCL >= 2.30 (NCCL_MULTI_RANK_GPU_ENABLE=1).
 #   Otherwise that part is skipped, saying why.
