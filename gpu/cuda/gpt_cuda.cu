@@ -648,6 +648,37 @@ static size_t shard_real(const gpt_cuda *g) {
   return g->lo < g->np ? (g->nm < g->np - g->lo ? g->nm : g->np - g->lo) : 0;
 }
 
+/* opt (may be NULL) has this gpt_cuda's state size: 0, or -1. */
+static int check_optim(const gpt_cuda *g, optim *opt, char *err,
+                       size_t errlen) {
+  size_t nst = optim_state_floats_for(g->o.opt.kind, g->nm);
+  if (opt && optim_state_floats(opt) != nst)
+    return fail(err, errlen,
+                "gpt_cuda: the optimizer has %zu state floats, the GPU's %zu "
+                "(another optimizer kind?)",
+                optim_state_floats(opt), nst);
+  return 0;
+}
+
+/* With opt non-NULL, its state and t to the GPU (up) or from it; then
+ * the stream waited for: the host arrays may change as soon as the
+ * caller returns. */
+static int move_state(gpt_cuda *g, optim *opt, int up, char *err,
+                      size_t errlen) {
+  size_t bytes = optim_state_floats_for(g->o.opt.kind, g->nm) * 4;
+  if (opt && up) {
+    CK(cudaMemcpyAsync(g->ostate, optim_state(opt), bytes,
+                       cudaMemcpyHostToDevice, g->k.stream));
+    g->t = optim_get_t(opt);
+  } else if (opt) {
+    CK(cudaMemcpyAsync(optim_state(opt), g->ostate, bytes,
+                       cudaMemcpyDeviceToHost, g->k.stream));
+    optim_set_t(opt, g->t);
+  }
+  CK(cudaStreamSynchronize(g->k.stream));
+  return 0;
+}
+
 /* host (and opt, may be NULL) have this gpt_cuda's sizes: 0, or -1. */
 static int check_host(const gpt_cuda *g, const gpt *host, optim *opt,
                       char *err, size_t errlen) {
@@ -659,13 +690,7 @@ static int check_host(const gpt_cuda *g, const gpt *host, optim *opt,
     return fail(err, errlen,
                 "gpt_cuda: the host model has %zu parameters, the GPU's %zu",
                 gpt_num_params(host), g->np);
-  size_t nst = optim_state_floats_for(g->o.opt.kind, g->nm);
-  if (opt && optim_state_floats(opt) != nst)
-    return fail(err, errlen,
-                "gpt_cuda: the optimizer has %zu state floats, the GPU's %zu "
-                "(another optimizer kind?)",
-                optim_state_floats(opt), nst);
-  return 0;
+  return check_optim(g, opt, err, errlen);
 }
 
 extern "C" int gpt_cuda_upload(gpt_cuda *g, const gpt *host, optim *opt,
@@ -697,15 +722,7 @@ extern "C" int gpt_cuda_upload(gpt_cuda *g, const gpt *host, optim *opt,
                          cudaMemcpyDeviceToDevice, g->k.stream));
     CK(cudaMemsetAsync(g->grads, 0, g->padded * 4, g->k.stream));
   }
-  if (opt) {
-    size_t nst = optim_state_floats_for(g->o.opt.kind, g->nm);
-    CK(cudaMemcpyAsync(g->ostate, optim_state(opt), nst * 4,
-                       cudaMemcpyHostToDevice, g->k.stream));
-    g->t = optim_get_t(opt);
-  }
-  /* The host arrays may change as soon as this returns. */
-  CK(cudaStreamSynchronize(g->k.stream));
-  return 0;
+  return move_state(g, opt, 1, err, errlen);
 }
 
 extern "C" int gpt_cuda_download(gpt_cuda *g, gpt *host, optim *opt,
@@ -716,30 +733,18 @@ extern "C" int gpt_cuda_download(gpt_cuda *g, gpt *host, optim *opt,
   if (have)
     CK(cudaMemcpyAsync(gpt_params(host) + g->lo, g->master, have * 4,
                        cudaMemcpyDeviceToHost, g->k.stream));
-  if (opt) {
-    size_t nst = optim_state_floats_for(g->o.opt.kind, g->nm);
-    CK(cudaMemcpyAsync(optim_state(opt), g->ostate, nst * 4,
-                       cudaMemcpyDeviceToHost, g->k.stream));
-    optim_set_t(opt, g->t);
-  }
-  CK(cudaStreamSynchronize(g->k.stream));
-  return 0;
+  return move_state(g, opt, 0, err, errlen);
 }
 
-/* A stage-3 shard's optimizer (may be NULL) has its sizes: 0, or -1. */
+/* A stage-3 shard, and its optimizer (may be NULL) of its size: 0, or
+ * -1. */
 static int check_shard(const gpt_cuda *g, optim *opt, char *err,
                        size_t errlen) {
   if (!g->npieces)
     return fail(err, errlen,
                 "gpt_cuda: not a stage-3 shard (gpt_cuda_upload / _download "
                 "move these weights)");
-  size_t nst = optim_state_floats_for(g->o.opt.kind, g->nm);
-  if (opt && optim_state_floats(opt) != nst)
-    return fail(err, errlen,
-                "gpt_cuda: the optimizer has %zu state floats, the shard's "
-                "%zu (another optimizer kind?)",
-                optim_state_floats(opt), nst);
-  return 0;
+  return check_optim(g, opt, err, errlen);
 }
 
 extern "C" int gpt_cuda_upload_shard(gpt_cuda *g, const float *shard,
@@ -750,14 +755,7 @@ extern "C" int gpt_cuda_upload_shard(gpt_cuda *g, const float *shard,
   CK(cudaMemcpyAsync(g->master, shard, g->nm * 4, cudaMemcpyHostToDevice,
                      g->k.stream));
   KK(kern_f32_to_bf16(&g->k, g->params, g->master, g->nm, err, errlen));
-  if (opt) {
-    size_t nst = optim_state_floats_for(g->o.opt.kind, g->nm);
-    CK(cudaMemcpyAsync(g->ostate, optim_state(opt), nst * 4,
-                       cudaMemcpyHostToDevice, g->k.stream));
-    g->t = optim_get_t(opt);
-  }
-  CK(cudaStreamSynchronize(g->k.stream));
-  return 0;
+  return move_state(g, opt, 1, err, errlen);
 }
 
 extern "C" int gpt_cuda_download_shard(gpt_cuda *g, float *shard, optim *opt,
@@ -766,14 +764,7 @@ extern "C" int gpt_cuda_download_shard(gpt_cuda *g, float *shard, optim *opt,
     return -1;
   CK(cudaMemcpyAsync(shard, g->master, g->nm * 4, cudaMemcpyDeviceToHost,
                      g->k.stream));
-  if (opt) {
-    size_t nst = optim_state_floats_for(g->o.opt.kind, g->nm);
-    CK(cudaMemcpyAsync(optim_state(opt), g->ostate, nst * 4,
-                       cudaMemcpyDeviceToHost, g->k.stream));
-    optim_set_t(opt, g->t);
-  }
-  CK(cudaStreamSynchronize(g->k.stream));
-  return 0;
+  return move_state(g, opt, 0, err, errlen);
 }
 
 extern "C" int gpt_cuda_download_grads(gpt_cuda *g, float *out, char *err,

@@ -54,6 +54,7 @@
 #include <cuda_runtime_api.h>
 
 #include "comm.h"
+#include "fileio.h"
 #include "gpt.h"
 #include "gpt_cuda.h"
 #include "modeldir.h"
@@ -1058,6 +1059,9 @@ static int cmd_zero(void) {
     die("allreduce", err);
   if (r == 0)
     printf("%s\n", bad > 0 ? "zero: FAILED" : "zero: ok");
+  /* Every rank is past its last load (the all-reduce above). */
+  if (r == 0 && (fileio_remove_tree(ck) != 0 || fileio_remove_tree(ck3) != 0))
+    fprintf(stderr, "gpt_cuda_check: could not remove %s or %s\n", ck, ck3);
   comm_destroy(nc);
   comm_destroy(ctl);
   if (!mpi)
