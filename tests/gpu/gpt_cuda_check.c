@@ -26,6 +26,9 @@
  *   gpt_cuda_check shards      a gang's shards (lo > 0, the last one part
  *                              padding) on one GPU, the collectives by
  *                              hand; see cmd_shards
+ *   gpt_cuda_check zero3-oom   stage 3's buffers out of GPU memory: a
+ *                              clear error, nothing kept; see
+ *                              cmd_zero3_oom
  *
  * Tolerances (BF16 compute against FP32): BF16 keeps 8 significant bits,
  * a relative rounding error of 2^-9 = 2e-3 per stored activation; a
@@ -654,6 +657,26 @@ static void zero_reference(int N, int device, zrun *out) {
   free(tg);
 }
 
+/* Stage 3's buffers beside the engine, as zero_cuda.h describes them:
+ * two gather slots of N pieces of the largest group (BF16), group 0's
+ * gradient (N pieces, FP32) and ZERO_INFLIGHT + 1 buffers of the largest
+ * other group's (FP32). */
+static void stage3_buffers(const zero *z, int N, uint64_t *slots,
+                           uint64_t *grads) {
+  uint64_t most = 0, most_layer = 0, s0 = 0;
+  for (size_t gi = 0; gi < zero_group_count(z); gi++) {
+    zero_piece pc;
+    zero_group_piece(z, gi, &pc);
+    most = pc.S > most ? pc.S : most;
+    if (gi == 0)
+      s0 = pc.S;
+    else if (pc.S > most_layer)
+      most_layer = pc.S;
+  }
+  *slots = 2 * (2 * most * (uint64_t)N);
+  *grads = 4 * s0 * (uint64_t)N + (ZERO_INFLIGHT + 1) * 4 * most_layer * N;
+}
+
 /* A rank's zero as zc says over a fresh model (loading ckpt when given)
  * and its GPU side; steps [from, to) of the global batches. */
 static void zero_train(comm *ctl, comm *nc, zero_config zc, const char *ckpt,
@@ -713,16 +736,11 @@ static void zero_train(comm *ctl, comm *nc, zero_config zc, const char *ckpt,
   uint64_t S = st == 0 ? P : (P + N - 1) / N, pad = st == 0 ? P : S * N;
   uint64_t want_p = 4 * S + 2 * pad;
   if (st == 3) {
-    /* The shard's master weights and BF16 copy, and two gather slots of
-     * the largest group's N pieces (BF16). */
-    uint64_t most = 0;
-    for (size_t gi = 0; gi < zero_group_count(z); gi++) {
-      zero_piece pc;
-      zero_group_piece(z, gi, &pc);
-      most = pc.S > most ? pc.S : most;
-    }
+    /* The shard's master weights and BF16 copy, and the gather slots. */
+    uint64_t slots, gbufs;
+    stage3_buffers(z, N, &slots, &gbufs);
     S = sh.S;
-    want_p = 6 * S + 2 * (2 * most * (uint64_t)N);
+    want_p = 6 * S + slots;
   }
   CHECK(zm.optim >= 8 * S && zm.optim < 8 * S + 512,
         "stage %d: optimizer bytes %llu, want 8 x %llu", st,
@@ -899,28 +917,39 @@ static int cmd_shards(void) {
   return failures ? 1 : 0;
 }
 
-static int cmd_zero(void) {
-  char err[2048], why[512];
-  if (!zero_cuda_available(why, sizeof why)) {
-    printf("skip: %s\n", why);
-    return 77;
-  }
+/* The ranks' communicators: under mpirun MPI_COMM_WORLD's and NCCL
+ * bootstrapped through MPI; alone the self communicator and NCCL through
+ * a rendezvous directory made in rdv (a mkdtemp template; "" under
+ * mpirun), which the caller removes. */
+static void zero_comms(comm **ctl, comm **nc, char *rdv) {
+  char err[2048];
   int mpi = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
-  comm *ctl, *nc;
   comm_config cc = {.backend = mpi ? COMM_MPI : COMM_SELF, .timeout_s = 120};
-  if (comm_create(&cc, &ctl, err, sizeof err) != 0)
+  if (comm_create(&cc, ctl, err, sizeof err) != 0)
     die("control communicator", err);
-  char rdv[] = "/tmp/gpt_cuda_check-nccl-XXXXXX";
   comm_config nccfg = {.backend = COMM_NCCL, .timeout_s = 120, .device = -1};
-  if (!mpi) {
+  if (mpi) {
+    rdv[0] = 0;
+  } else {
     if (!mkdtemp(rdv))
       die("mkdtemp", rdv);
     nccfg.rendezvous_dir = rdv;
     nccfg.rank = 0;
     nccfg.size = 1;
   }
-  if (comm_create(&nccfg, &nc, err, sizeof err) != 0)
+  if (comm_create(&nccfg, nc, err, sizeof err) != 0)
     die("NCCL communicator", err);
+}
+
+static int cmd_zero(void) {
+  char err[2048], why[512];
+  if (!zero_cuda_available(why, sizeof why)) {
+    printf("skip: %s\n", why);
+    return 77;
+  }
+  comm *ctl, *nc;
+  char rdv[] = "/tmp/gpt_cuda_check-nccl-XXXXXX";
+  zero_comms(&ctl, &nc, rdv);
   int N = comm_size(ctl), r = comm_rank(ctl);
   zrun ref, run[4];
   zero_reference(N, comm_device(nc), &ref);
@@ -1064,9 +1093,73 @@ static int cmd_zero(void) {
     fprintf(stderr, "gpt_cuda_check: could not remove %s or %s\n", ck, ck3);
   comm_destroy(nc);
   comm_destroy(ctl);
-  if (!mpi)
+  if (rdv[0])
     rmdir(rdv);
   return bad > 0 ? 1 : 0;
+}
+
+/* ---- Stage 3's buffers out of GPU memory ----
+ * zero_cuda_create allocates stage 3's gather slots and gradient buffers
+ * (X bytes, stage3_buffers) after the engine. A probe measures what a
+ * stage-3 rank takes (C bytes, X among them); then ballast leaves C - X/2
+ * free, so that the engine fits and the buffers do not: zero_cuda_create
+ * must fail naming what ran out and what to change, and give back all it
+ * took (the free memory as before the call). One rank. The emulator
+ * counts bytes exactly; a real GPU's allocator rounds to pages that X/2
+ * of this small model (under 2 MiB) does not clear reliably, so this
+ * runs in CI on the emulator (gpu/gpt_cuda_emulated_zero3-oom) and is not
+ * part of test_zero_cuda.sh. The emulator's device memory is host
+ * memory, ballast included: ctest gives it a 256 MiB device
+ * (DAGRUN_EMU_DEVICE_MIB), not the default 16 GiB. */
+static int cmd_zero3_oom(void) {
+  char err[2048], why[512];
+  if (!zero_cuda_available(why, sizeof why)) {
+    printf("skip: %s\n", why);
+    return 77;
+  }
+  comm *ctl, *nc;
+  char rdv[] = "/tmp/gpt_cuda_check-nccl-XXXXXX";
+  zero_comms(&ctl, &nc, rdv);
+  gpt *m = make_model(7);
+  optim_config oc = optim_cfg(OPTIM_ADAMW);
+  zero_config zc = {.stage = 3};
+  zero *z;
+  zero_cuda *zg = NULL;
+  zero_cuda_options zo = {.B = ZB, .T = ZT, .opt = oc};
+  if (zero_create(&zc, m, &oc, ctl, &z, err, sizeof err) != 0)
+    die("zero_create", err);
+  size_t f0, f1, f2, f3, total;
+  cuda_ck(cudaMemGetInfo(&f0, &total), "cudaMemGetInfo");
+  if (zero_cuda_create(z, m, ctl, nc, &zo, &zg, err, sizeof err) != 0)
+    die("zero_cuda_create (probe)", err);
+  cuda_ck(cudaMemGetInfo(&f1, &total), "cudaMemGetInfo");
+  zero_cuda_destroy(zg);
+  zg = NULL;
+  uint64_t slots, gbufs;
+  stage3_buffers(z, 1, &slots, &gbufs);
+  size_t C = f0 - f1, X = slots + gbufs, ballast_bytes = f0 - (C - X / 2);
+  void *ballast;
+  cuda_ck(cudaMalloc(&ballast, ballast_bytes), "cudaMalloc (ballast)");
+  cuda_ck(cudaMemGetInfo(&f2, &total), "cudaMemGetInfo");
+  int rc = zero_cuda_create(z, m, ctl, nc, &zo, &zg, err, sizeof err);
+  cuda_ck(cudaMemGetInfo(&f3, &total), "cudaMemGetInfo");
+  printf("zero3-oom: a rank takes %zu bytes, %llu of them stage 3's "
+         "buffers; with %zu free: rc %d: %s\n",
+         C, (unsigned long long)X, f2, rc, rc ? err : "(created!)");
+  CHECK(rc != 0 && zg == NULL, "stage 3 was created in %zu free bytes", f2);
+  CHECK(strstr(err, "out of GPU memory for stage 3's gathered layers") &&
+            strstr(err, "more ranks, or stage 2"),
+        "the message does not say what ran out and what to change: %s", err);
+  CHECK(f3 == f2, "the failed create kept %zd bytes", (ssize_t)(f2 - f3));
+  cudaFree(ballast);
+  zero_cuda_destroy(zg);
+  zero_destroy(z);
+  gpt_destroy(m);
+  comm_destroy(nc);
+  comm_destroy(ctl);
+  rmdir(rdv);
+  printf("%s\n", failures ? "zero3-oom: FAILED" : "zero3-oom: ok");
+  return failures ? 1 : 0;
 }
 
 /* The NCCL that the comm layer loaded (libnccl.so.2, found on the library
@@ -1116,6 +1209,8 @@ int main(int argc, char **argv) {
     return cmd_zero();
   if (strcmp(argv[1], "shards") == 0)
     return cmd_shards();
+  if (strcmp(argv[1], "zero3-oom") == 0)
+    return cmd_zero3_oom();
   fprintf(stderr, "gpt_cuda_check: unknown command %s\n", argv[1]);
   return 2;
 }
