@@ -920,9 +920,14 @@ static int cmd_shards(void) {
 /* The ranks' communicators: under mpirun MPI_COMM_WORLD's and NCCL
  * bootstrapped through MPI; alone the self communicator and NCCL through
  * a rendezvous directory made in rdv (a mkdtemp template; "" under
- * mpirun), which the caller removes. */
-static void zero_comms(comm **ctl, comm **nc, char *rdv) {
-  char err[2048];
+ * mpirun), which the caller removes. 0, or 77 (skip, saying why) in a
+ * build or on a machine without GPU ranks. */
+static int zero_comms(comm **ctl, comm **nc, char *rdv) {
+  char err[2048], why[512];
+  if (!zero_cuda_available(why, sizeof why)) {
+    printf("skip: %s\n", why);
+    return 77;
+  }
   int mpi = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
   comm_config cc = {.backend = mpi ? COMM_MPI : COMM_SELF, .timeout_s = 120};
   if (comm_create(&cc, ctl, err, sizeof err) != 0)
@@ -939,17 +944,15 @@ static void zero_comms(comm **ctl, comm **nc, char *rdv) {
   }
   if (comm_create(&nccfg, nc, err, sizeof err) != 0)
     die("NCCL communicator", err);
+  return 0;
 }
 
 static int cmd_zero(void) {
-  char err[2048], why[512];
-  if (!zero_cuda_available(why, sizeof why)) {
-    printf("skip: %s\n", why);
-    return 77;
-  }
+  char err[2048];
   comm *ctl, *nc;
   char rdv[] = "/tmp/gpt_cuda_check-nccl-XXXXXX";
-  zero_comms(&ctl, &nc, rdv);
+  if (zero_comms(&ctl, &nc, rdv) != 0)
+    return 77;
   int N = comm_size(ctl), r = comm_rank(ctl);
   zrun ref, run[4];
   zero_reference(N, comm_device(nc), &ref);
@@ -1112,14 +1115,11 @@ static int cmd_zero(void) {
  * memory, ballast included: ctest gives it a 256 MiB device
  * (DAGRUN_EMU_DEVICE_MIB), not the default 16 GiB. */
 static int cmd_zero3_oom(void) {
-  char err[2048], why[512];
-  if (!zero_cuda_available(why, sizeof why)) {
-    printf("skip: %s\n", why);
-    return 77;
-  }
+  char err[2048];
   comm *ctl, *nc;
   char rdv[] = "/tmp/gpt_cuda_check-nccl-XXXXXX";
-  zero_comms(&ctl, &nc, rdv);
+  if (zero_comms(&ctl, &nc, rdv) != 0)
+    return 77;
   gpt *m = make_model(7);
   optim_config oc = optim_cfg(OPTIM_ADAMW);
   zero_config zc = {.stage = 3};
