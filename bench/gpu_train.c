@@ -216,21 +216,19 @@ static int run_one(const opts *o, gpt *m, int B, int quiet_oom) {
   double fpt = flops_per_token(c, T);
   double mfu = o->peak > 0 ? fpt * tps / (t.N * o->peak * 1e12) : 0;
   if (t.rank == 0) {
+    char zs[32] = "";
+    if (t.zc)
+      snprintf(zs, sizeof zs, ", ZeRO stage %d", o->stage);
     printf("B=%d T=%d recompute %s%s: %.0f tokens/s, %.2f ms/step, "
            "allocated %.2f GiB, MFU %.1f%%, last loss %.4f\n",
-           B, T, gpt_recompute_name(o->rc),
-           t.zc ? (o->stage == 0   ? ", ZeRO stage 0"
-                   : o->stage == 1 ? ", ZeRO stage 1"
-                   : o->stage == 2 ? ", ZeRO stage 2"
-                                   : ", ZeRO stage 3")
-                : "",
-           tps, 1e3 * el / o->steps, alloc / 1073741824.0, 100 * mfu, loss);
+           B, T, gpt_recompute_name(o->rc), zs, tps, 1e3 * el / o->steps,
+           alloc / 1073741824.0, 100 * mfu, loss);
     if (t.zc)
       printf("rank 0's GPU: params %.1f MiB, grads %.1f MiB, optimizer %.1f "
              "MiB, activations %.1f MiB (ZeRO's mixed-precision formula "
              "for the first three: %.1f MiB)\n",
-             zm.params / 1048576.0, zm.grads / 1048576.0,
-             zm.optim / 1048576.0, acts / 1048576.0, zm.f_mixed / 1048576.0);
+             zm.params / 1048576.0, zm.grads / 1048576.0, zm.optim / 1048576.0,
+             acts / 1048576.0, zm.f_mixed / 1048576.0);
     printf("RESULT engine=dagrun stage=%d ranks=%d B=%d T=%d steps=%d "
            "tokens_per_s=%.1f ms_per_step=%.3f peak_alloc_bytes=%llu "
            "device_used_bytes=%llu flops_per_token=%.6g mfu=%.4f "
