@@ -3,20 +3,48 @@
 # root, with .gpu carried (tests/gpu/bundle.sh made it here):
 #
 #   bash tests/gpu/device_run.sh [tests|bench|all]      (default all)
+#   env: BUDGET=SECONDS (default 540): the whole run's time; each step
+#        gets its own limit, cut to what is left of the budget, so that
+#        one hung step leaves the others theirs and the call ends before
+#        the device tool's limit; TEST_LIMIT=SECONDS (default 120): one
+#        GPU test's
 #
 # Unpacks .gpu/dagrun-gpu.tar.xz into /tmp (once per machine), takes its
 # environment (env.sh), then runs the GPU tests (tests/gpu/run.sh) and/or
-# the GPU benchmarks (kernel_bench with both attention kernels,
-# bench/gpu_train.sh: GPT-2 124M against PyTorch with the batch sweep,
-# bench/zero_cuda.sh: each ZeRO stage against stage 0), each into a log
+# the GPU benchmarks (bench/gpu_train.sh: GPT-2 124M against PyTorch
+# with the batch sweep, bench/zero_cuda.sh: each ZeRO stage against stage
+# 0, kernel_bench with both attention kernels: in that order, the most
+# wanted first, should the budget run out), each into a log
 # in $OUT (the folder the device tool brings back; ./gpu-logs without
-# it): env.txt, tests.log, kernel_bench.log, gpu_train.log, zero_cuda.log.
+# it): env.txt, tests.log, kernel_bench.log, gpu_train.log, zero_cuda.log,
+# and steps.txt (each step's exit status and seconds, printed last).
 # Exits with the tests' status (0 when only benchmarks ran).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-all}
 logs=${OUT:-gpu-logs}
+budget=${BUDGET:-540}
 mkdir -p "$logs"
+start=$(date +%s)
+: >"$logs/steps.txt"
+
+# step LOG LIMIT CMD...: CMD into $logs/LOG under min(LIMIT, what is left
+# of the budget); its status and time go to steps.txt.
+step() {
+  local log=$1 limit=$2 left rc=0 t0
+  shift 2
+  left=$((budget - ($(date +%s) - start)))
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -lt 10 ]; then
+    echo "$log: not run, the budget is spent" >>"$logs/steps.txt"
+    return 124
+  fi
+  t0=$(date +%s)
+  timeout --kill-after=5 "$limit" "$@" >>"$logs/$log" 2>&1 || rc=$?
+  echo "$log: $* -> exit $rc in $(($(date +%s) - t0)) s (limit $limit s)" >>"$logs/steps.txt"
+  return "$rc"
+}
+
 if [ ! -d /tmp/dagrun-gpu ]; then
   [ -f .gpu/dagrun-gpu.tar.xz ] ||
     { echo "device_run: no .gpu/dagrun-gpu.tar.xz (make it with tests/gpu/bundle.sh and carry .gpu)" >&2; exit 2; }
@@ -24,9 +52,14 @@ if [ ! -d /tmp/dagrun-gpu ]; then
 fi
 # shellcheck disable=SC1091
 . /tmp/dagrun-gpu/env.sh
+# Open MPI's shared-memory transport copies across processes with CMA
+# (process_vm_readv), which a sandboxed kernel (gVisor) may refuse in
+# the middle of a run: plain copies through the shared segment instead.
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
 b=/tmp/dagrun-gpu/build
 {
   date -u
+  uname -r
   nvidia-smi
   nvcc --version 2>/dev/null | tail -2
   echo "NCCL: $("$b/bin/gpt_cuda_check" nccl-version)"
@@ -36,19 +69,20 @@ b=/tmp/dagrun-gpu/build
 } >"$logs/env.txt" 2>&1
 rc=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  tests/gpu/run.sh "$b" >"$logs/tests.log" 2>&1
+  GPU_TEST_TIMEOUT=${TEST_LIMIT:-120} step tests.log "${TESTS_BUDGET:-330}" tests/gpu/run.sh "$b"
   rc=$?
-  tail -n 3 "$logs/tests.log"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  {
-    echo "== tensor-core attention (default)"
-    "$b/bin/kernel_bench"
-    echo "== DAGRUN_CUDA_ATTENTION=fp32"
-    DAGRUN_CUDA_ATTENTION=fp32 "$b/bin/kernel_bench"
-  } >"$logs/kernel_bench.log" 2>&1
-  PYTHON=$DAGRUN_TEST_PYTHON bench/gpu_train.sh "$b" >"$logs/gpu_train.log" 2>&1
-  bench/zero_cuda.sh "$b" >"$logs/zero_cuda.log" 2>&1
-  tail -n 12 "$logs/gpu_train.log"
+  PYTHON=$DAGRUN_TEST_PYTHON SWEEP_STEPS=3 step gpu_train.log 200 bench/gpu_train.sh "$b"
+  ROUNDS=${ROUNDS:-2} step zero_cuda.log 120 bench/zero_cuda.sh "$b"
+  echo "== tensor-core attention (default)" >>"$logs/kernel_bench.log"
+  step kernel_bench.log 40 "$b/bin/kernel_bench"
+  echo "== DAGRUN_CUDA_ATTENTION=fp32" >>"$logs/kernel_bench.log"
+  DAGRUN_CUDA_ATTENTION=fp32 step kernel_bench.log 40 "$b/bin/kernel_bench"
 fi
+grep -E '^(PASS|FAIL)' "$logs/tests.log" 2>/dev/null | awk '{ print $1 }' | sort | uniq -c
+grep -E '^(-- |GPU tests|SKIPPED|TIMED OUT)' "$logs/tests.log" 2>/dev/null
+grep -E 'tokens/s:|^dagrun |^torch ' "$logs/gpu_train.log" 2>/dev/null
+tail -n 9 "$logs/zero_cuda.log" 2>/dev/null
+cat "$logs/steps.txt"
 exit $rc

@@ -4,6 +4,8 @@
 # given the build directory as $1 (and as DAGRUN_BUILD_DIR).
 #
 #   tests/gpu/run.sh BUILD_DIR [--quick]
+#   env: GPU_TEST_TIMEOUT=SECONDS  stops a check or test that runs longer
+#        (reported as TIMED OUT, a failure); unset: no limit
 #
 # Exits 0 when all pass, 1 when any fails, 77 (ctest: "Skipped") when
 # there is nothing to run them on: CUDA not built in BUILD_DIR, or no
@@ -53,16 +55,35 @@ if ! probe=$("$check" --probe 2>&1); then
 fi
 echo "$smi"
 
+# within RUN: the command under GPU_TEST_TIMEOUT, where set (a lent GPU's
+# time is short: one hung test must not take the rest's).
+within() {
+  if [ -z "${GPU_TEST_TIMEOUT:-}" ]; then
+    "$@"
+    return
+  fi
+  local rc=0
+  timeout --kill-after=5 "$GPU_TEST_TIMEOUT" "$@" || rc=$?
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    echo "TIMED OUT after ${GPU_TEST_TIMEOUT} s: $*"
+  fi
+  return "$rc"
+}
+
 failed=() skipped=()
 echo "== kernel_check"
-"$check" "$@" || failed+=(kernel_check)
+SECONDS=0
+within "$check" "$@" || failed+=(kernel_check)
+echo "-- kernel_check: $SECONDS s"
 for t in "$here"/test_*.sh; do
   [ -e "$t" ] || continue
   name=$(basename "$t" .sh)
   echo "== $name"
   # 77: the test could not run here (it said why); not a pass.
   rc=0
-  DAGRUN_BUILD_DIR=$build bash "$t" "$build" || rc=$?
+  SECONDS=0
+  DAGRUN_BUILD_DIR=$build within bash "$t" "$build" || rc=$?
+  echo "-- $name: exit $rc, $SECONDS s"
   if [ "$rc" -eq 77 ]; then
     skipped+=("$name")
   elif [ "$rc" -ne 0 ]; then
