@@ -6,7 +6,8 @@
 # sm_90 (H100/H200), into OUT/dagrun-gpu.tar.xz:
 #   dagrun-gpu/build/       bin/ (dagrun, kernel_check, gpt_cuda_check,
 #                           gpu_train, kernel_bench, model_logits,
-#                           comm_check),
+#                           comm_check, and the tools the GPU tests run
+#                           as $BIN/NAME),
 #                           lib/dagrun/stages/, tests/plugins/: a build
 #                           tree as tests/gpu/run.sh takes it
 #   dagrun-gpu/deps/lib/    every shared library those load, but the C
@@ -55,6 +56,16 @@ closure() {
   for f in "$@"; do ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 }'; done | sort -u
 }
 
+# The programs the bundle carries: the tests' and benchmarks' own, and
+# every tool a GPU test runs as $BIN/NAME (test_gpu_logits' bpe_tool was
+# missing once, found only on the GPU).
+bundled_programs() {
+  {
+    printf '%s\n' dagrun kernel_check gpt_cuda_check gpu_train kernel_bench model_logits comm_check
+    grep -oh '\$BIN/[a-z_]*' tests/gpu/*.sh | sed 's|^\$BIN/||'
+  } | sort -u
+}
+
 check() {
   local dir=$1 t
   t=$(mktemp -d)
@@ -77,7 +88,11 @@ check() {
       bad=1
     fi
   done < <(find "$b" -type f \( -name '*.so*' -o -perm -u+x \) -exec sh -c 'head -c4 "$1" | grep -q ELF' _ {} \; -print)
-  # 2. The relocated mpirun runs the comm layer's check on two ranks, and
+  # 2. Every program is there, for the tests that run it.
+  for f in $(bundled_programs); do
+    [ -x "$b/build/bin/$f" ] || { echo "check: no build/bin/$f in the bundle"; bad=1; }
+  done
+  # 3. The relocated mpirun runs the comm layer's check on two ranks, and
   # nothing it or the ranks load at run time (Open MPI's, PMIx's plugins)
   # comes from this machine but the libraries left to the target.
   # The loader's trace: one file per process (LD_DEBUG_OUTPUT), so that
@@ -94,7 +109,7 @@ check() {
   while IFS= read -r lib; do
     system_lib "$lib" || { echo "check: loaded at run time from outside the bundle: $lib"; bad=1; }
   done < <(grep -oh 'file=/[^ ]*' "$trace"/p.* | sed 's/^file=//' | grep -v "^$b/" | sort -u)
-  # 3. The programs start: dagrun loads every stage of the main pipeline
+  # 4. The programs start: dagrun loads every stage of the main pipeline
   # (check), the engine's test its CUDA and NCCL libraries.
   "$b/build/bin/dagrun" check "$root/dags/pretrain.yaml" >"$t/check.out" 2>&1 ||
     { echo "check: dagrun check dags/pretrain.yaml: $(tail -3 "$t/check.out")"; bad=1; }
@@ -145,7 +160,7 @@ trap 'rm -rf "$work"' EXIT
 b=$work/dagrun-gpu
 mkdir -p "$b/build/bin" "$b/build/lib" "$b/build/tests" "$b/deps/lib" "$b/deps/mpi/bin" \
   "$b/deps/mpi/lib/x86_64-linux-gnu/openmpi/lib" "$b/deps/mpi/share"
-for t in dagrun kernel_check gpt_cuda_check gpu_train kernel_bench model_logits comm_check; do
+for t in $(bundled_programs); do
   [ -x "$build/bin/$t" ] && cp "$build/bin/$t" "$b/build/bin/"
 done
 cp -r "$build/lib/dagrun" "$b/build/lib/"
