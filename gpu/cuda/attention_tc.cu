@@ -1,85 +1,57 @@
 /*
  * Fused causal self-attention on the tensor cores (attention.cuh): the
  * same flash-attention-2 passes as attention.cu's FP32 kernels, with the
- * tile products (Q K^T, P V, dO V^T, dS K, P^T dO, dS^T Q) as BF16 WMMA
- * products accumulated in FP32. For head sizes that are multiples of 16
- * (GPT-2's 64); attention.cu's launchers choose.
+ * tile products (Q K^T, P V, dO V^T, dS K, P^T dO, dS^T Q) as BF16
+ * mma.sync m16n8k16 products accumulated in FP32. For head sizes that
+ * are multiples of 16 (GPT-2's 64); attention.cu's launchers choose.
  *
  * Work split. A block takes TC_ROWS = 64 rows (queries in the forward and
  * dq kernels, keys in the dk/dv kernel) of one (batch, head), 16 a warp,
- * and walks tiles of TC_COLS = 64 rows of the other side. The tiles live
- * in shared memory as BF16 (row stride hs + 8: WMMA wants a multiple of 8
- * elements and 32-byte aligned 16-row steps; the 8 spread the rows over
- * the banks). Each warp multiplies its 16 rows by the tile into a 16 x 64
- * FP32 score block in its own shared memory, where its lanes (two a row,
- * 32 columns each) apply the causal mask, the softmax and the gradient
- * formulas elementwise, knowing each element's row and column: WMMA's
- * register layout is not specified, so nothing elementwise touches a
- * fragment. The forward pass rescales its output rows in shared memory
- * for the same reason; the backward accumulators (dq; dk and dv) need no
- * rescaling and stay in fragments.
+ * and walks tiles of TC_COLS = 64 rows of the other side, loaded into
+ * shared memory as BF16 (row stride hs + 8: the 8 put the 8 rows a
+ * fragment load reads on different banks).
+ *
+ * Everything a warp computes stays in its registers: mma.sync's register
+ * layout is specified (PTX ISA, "Matrix Fragments for mma.m16n8k16"), so
+ * each lane knows the row and column of each score it holds: lane
+ * (g = lane / 4, t = lane % 4) holds rows g and g + 8, columns 2t and
+ * 2t + 1 of each 8-column piece of the accumulator. The causal mask, the
+ * online softmax (row statistics reduced over the 4 lanes of a row with
+ * two shuffles) and the gradient formulas apply there, and a score block
+ * becomes the A operand of the next product without leaving the
+ * registers (flash-attention-2's layout match: the accumulator of two
+ * 8-column pieces is the A fragment of one 16-wide k step). An earlier
+ * version used WMMA, whose layout is unspecified, and moved every score
+ * block, probability block and output row through shared memory: on an
+ * H200 it ran GPT-2's attention (B=8 T=1024) at 39 TFLOP/s forward.
  *
  * P (and dS) are rounded to BF16 for their products, as flash-attention
  * does; the softmax's sums use the FP32 values. No atomics, one writer
  * per output element, a fixed order: deterministic in every mode.
  */
-#include <mma.h>
-
 #include "attention.cuh"
-
-using namespace nvcuda;
 
 #define TC_WARPS 4
 #define TC_ROWS (TC_WARPS * 16) /* rows of a block: 16 a warp */
 #define TC_COLS 64              /* rows of a tile of the other side */
-#define TC_LDS (TC_COLS + 4)    /* FP32 score blocks' row stride */
-#define TC_LDP (TC_COLS + 8)    /* BF16 P / dS blocks' row stride */
+#define TC_NT (TC_COLS / 8)     /* 8-column pieces of a score block */
 
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, floatX, wmma::row_major>
-    frag_a;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, floatX, wmma::row_major>
-    frag_b_row;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, floatX, wmma::col_major>
-    frag_b_col;
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
-
-/* The BF16 tiles' row stride for head size hs. */
-
-/* Bytes rounded up to 128 (every shared array starts 32-byte aligned, as
- * WMMA's loads and stores want, with room to spare). */
+/* Bytes rounded up to 128 (each shared array starts 16-byte aligned for
+ * the tiles' vector loads, with room to spare). */
 __host__ __device__ __forceinline__ size_t tc_al(size_t b) {
   return (b + 127) & ~(size_t)127;
 }
 
-/* A kernel's shared memory, one description for the launcher's size and
- * the kernel's pointers: ntiles BF16 tiles (64, hs + 8); nstats arrays of
- * 64 floats (row statistics); then per warp nscore FP32 score blocks (16,
- * TC_LDS), nbf BF16 blocks (16, TC_LDP) and, with rows, FP32 rows (16,
- * hs + 4) and 32 floats (the forward's running max and sum). Every piece
- * starts 128-byte aligned. */
+/* A kernel's shared memory: ntiles BF16 tiles (64, hs + 8), then, with
+ * stats, two arrays of 64 floats (the tile's rows' lse and D). One
+ * description for the launcher's size and the kernel's pointers. */
 struct tc_layout {
-  int hs, ntiles, nstats, nscore, nbf, rows;
+  int hs, ntiles, stats;
   __host__ __device__ size_t tile() const {
     return tc_al((size_t)TC_COLS * (hs + 8) * sizeof(floatX));
   }
-  __host__ __device__ size_t stats() const {
-    return tc_al((size_t)nstats * TC_COLS * sizeof(float));
-  }
-  __host__ __device__ size_t score() const {
-    return tc_al(16 * TC_LDS * sizeof(float));
-  }
-  __host__ __device__ size_t bf() const {
-    return tc_al(16 * TC_LDP * sizeof(floatX));
-  }
-  __host__ __device__ size_t row_block() const {
-    return tc_al(16 * (size_t)(hs + 4) * sizeof(float));
-  }
-  __host__ __device__ size_t warp() const {
-    return nscore * score() + nbf * bf() +
-           (rows ? row_block() + tc_al(32 * sizeof(float)) : 0);
-  }
   __host__ __device__ size_t total() const {
-    return ntiles * tile() + stats() + TC_WARPS * warp();
+    return ntiles * tile() + (stats ? 2 * TC_COLS * sizeof(float) : 0);
   }
   __device__ floatX *tile_at(unsigned char *sm, int i) const {
     return (floatX *)(sm + i * tile());
@@ -87,33 +59,7 @@ struct tc_layout {
   __device__ float *stats_at(unsigned char *sm) const {
     return (float *)(sm + ntiles * tile());
   }
-  __device__ unsigned char *warp_at(unsigned char *sm, int w) const {
-    return sm + ntiles * tile() + stats() + w * warp();
-  }
-  __device__ float *score_at(unsigned char *sm, int w, int i) const {
-    return (float *)(warp_at(sm, w) + i * score());
-  }
-  __device__ floatX *bf_at(unsigned char *sm, int w, int i) const {
-    return (floatX *)(warp_at(sm, w) + nscore * score() + i * bf());
-  }
-  __device__ float *rows_at(unsigned char *sm, int w) const {
-    return (float *)(warp_at(sm, w) + nscore * score() + nbf * bf());
-  }
-  __device__ float *rowstats_at(unsigned char *sm, int w) const {
-    return (float *)((unsigned char *)rows_at(sm, w) + row_block());
-  }
 };
-
-/* The three kernels' layouts. */
-__host__ __device__ __forceinline__ tc_layout tc_forward_layout(int hs) {
-  return tc_layout{hs, 3, 0, 1, 1, 1};
-}
-__host__ __device__ __forceinline__ tc_layout tc_dq_layout(int hs) {
-  return tc_layout{hs, 4, 2, 2, 1, 0};
-}
-__host__ __device__ __forceinline__ tc_layout tc_dkdv_layout(int hs) {
-  return tc_layout{hs, 4, 2, 2, 2, 0};
-}
 
 /* dst[r*ld + d] = src[(t0+r)*stride + d] for r < TC_COLS (or TC_ROWS,
  * both 64), d < hs, as BF16; rows at or past T are zero. The whole block
@@ -139,143 +85,6 @@ __device__ __forceinline__ void tc_load(floatX *dst, int ld, const floatX *src,
   }
 }
 
-/* out (16 x 64, FP32, row stride TC_LDS) = A (16 x hs, row-major BF16,
- * stride lda) times B^T, B being 64 rows of hs (stride ldb): the score
- * block of this warp's 16 rows against a tile. */
-template <int hs>
-__device__ __forceinline__ void tc_scores(float *out, const floatX *A, int lda,
-                                          const floatX *B, int ldb) {
-#pragma unroll
-  for (int n = 0; n < TC_COLS / 16; n++) {
-    frag_c c;
-    wmma::fill_fragment(c, 0.0f);
-#pragma unroll
-    for (int kk = 0; kk < hs; kk += 16) {
-      frag_a a;
-      frag_b_col b; /* B^T: element (d, j) is B[j][d] */
-      wmma::load_matrix_sync(a, A + kk, lda);
-      wmma::load_matrix_sync(b, B + (size_t)(16 * n) * ldb + kk, ldb);
-      wmma::mma_sync(c, a, b, c);
-    }
-    wmma::store_matrix_sync(out + 16 * n, c, TC_LDS, wmma::mem_row_major);
-  }
-}
-
-/* acc[nb] (16 x 16 block nb of a 16 x hs result) += P (16 x 64, BF16,
- * stride TC_LDP) times V (64 rows of hs, stride ldv). */
-template <int hs>
-__device__ __forceinline__ void tc_accumulate(frag_c *acc, const floatX *P,
-                                              const floatX *V, int ldv) {
-#pragma unroll
-  for (int nb = 0; nb < hs / 16; nb++)
-#pragma unroll
-    for (int kk = 0; kk < TC_COLS; kk += 16) {
-      frag_a a;
-      frag_b_row b;
-      wmma::load_matrix_sync(a, P + kk, TC_LDP);
-      wmma::load_matrix_sync(b, V + (size_t)kk * ldv + 16 * nb, ldv);
-      wmma::mma_sync(acc[nb], a, b, acc[nb]);
-    }
-}
-
-/* ---- Forward ----
- * smem (tc_forward_layout): Q, K, V tiles; per warp a score block, its P,
- * its output rows and their running max and sum (16 each). */
-template <int HS>
-__global__ void __launch_bounds__(TC_WARPS * 32)
-    attention_tc_forward_kernel(floatX *out, float *lse, const floatX *qkv,
-                                int T, int C, int NH) {
-  extern __shared__ __align__(128) unsigned char tc_sm[];
-  const att_head a = att_head_of(qkv, T, C, NH);
-  constexpr int hs = HS, ldh = hs + 8, ldo = hs + 4;
-  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-  const tc_layout L = tc_forward_layout(hs);
-  floatX *Qs = L.tile_at(tc_sm, 0), *Ks = L.tile_at(tc_sm, 1),
-         *Vs = L.tile_at(tc_sm, 2);
-  float *S = L.score_at(tc_sm, w, 0), *O = L.rows_at(tc_sm, w),
-        *ML = L.rowstats_at(tc_sm, w);
-  floatX *P = L.bf_at(tc_sm, w, 0);
-  const int q0 = att_tile_rev() * TC_ROWS, wq0 = q0 + 16 * w;
-  /* Lane's row of the warp's 16, and its half of the tile's columns. */
-  const int r = lane / 2, half = lane % 2, qi = wq0 + r;
-
-  tc_load<hs>(Qs, ldh, a.qkv, a.C3, q0, T);
-  for (int d = half; d < hs; d += 2)
-    O[r * ldo + d] = 0.0f;
-  if (half == 0) {
-    ML[r] = -INFINITY;
-    ML[16 + r] = 0.0f;
-  }
-  const int qlast = min(q0 + TC_ROWS, T) - 1;
-  for (int k0 = 0; k0 <= qlast; k0 += TC_COLS) {
-    __syncthreads(); /* the previous tile is consumed (Q is loaded) */
-    tc_load<hs>(Ks, ldh, a.qkv + C, a.C3, k0, T);
-    tc_load<hs>(Vs, ldh, a.qkv + 2 * C, a.C3, k0, T);
-    __syncthreads();
-    /* Warp-uniform: rows past T, or a tile wholly after the warp's rows. */
-    if (wq0 >= T || k0 > wq0 + 15)
-      continue;
-    tc_scores<hs>(S, Qs + (size_t)16 * w * ldh, ldh, Ks, ldh);
-    __syncwarp();
-    /* The online softmax of the lane's row over its 32 columns, the
-     * other half's through the partner lane. Key k0 <= qi is in for every
-     * row that has keys here; rows with none keep their max and sum. */
-    const float m_old = ML[r], l_old = ML[16 + r];
-    float s[32], mt = -INFINITY;
-#pragma unroll
-    for (int c = 0; c < 32; c++) {
-      const int j = k0 + 32 * half + c;
-      s[c] = qi < T && j <= qi ? a.scale * S[r * TC_LDS + 32 * half + c]
-                               : -INFINITY;
-      mt = fmaxf(mt, s[c]);
-    }
-    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
-    const float m_new = fmaxf(m_old, mt);
-    /* m_new is -inf only for a row with no key yet (past T): nothing. */
-    const float alpha = m_new == -INFINITY ? 1.0f : expf(m_old - m_new);
-    float sum = 0.0f;
-#pragma unroll
-    for (int c = 0; c < 32; c++) {
-      const float p = s[c] == -INFINITY ? 0.0f : expf(s[c] - m_new);
-      sum += p;
-      P[r * TC_LDP + 32 * half + c] = kc_x(p);
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    for (int d = half; d < hs; d += 2)
-      O[r * ldo + d] *= alpha;
-    __syncwarp(); /* the rescaled rows and P are written */
-    if (half == 0) {
-      ML[r] = m_new;
-      ML[16 + r] = l_old * alpha + sum;
-    }
-    /* O (16 x hs) += P V, block by block through the fragments. */
-#pragma unroll
-    for (int nb = 0; nb < hs / 16; nb++) {
-      frag_c c;
-      wmma::load_matrix_sync(c, O + 16 * nb, ldo, wmma::mem_row_major);
-#pragma unroll
-      for (int kk = 0; kk < TC_COLS; kk += 16) {
-        frag_a fa;
-        frag_b_row fb;
-        wmma::load_matrix_sync(fa, P + kk, TC_LDP);
-        wmma::load_matrix_sync(fb, Vs + (size_t)kk * ldh + 16 * nb, ldh);
-        wmma::mma_sync(c, fa, fb, c);
-      }
-      wmma::store_matrix_sync(O + 16 * nb, c, ldo, wmma::mem_row_major);
-    }
-    __syncwarp();
-  }
-  __syncwarp();
-  if (qi < T) {
-    const float m = ML[r], l = ML[16 + r], inv = 1.0f / l;
-    floatX *dst = out + ((size_t)a.b * T + qi) * C + (size_t)a.h * hs;
-    for (int d = half; d < hs; d += 2)
-      dst[d] = kc_x(O[r * ldo + d] * inv);
-    if (half == 0)
-      lse[(size_t)a.bh * T + qi] = m + logf(l);
-  }
-}
-
 /* lse and Dsum of rows t0 .. t0+63 of head bh into lse_s and D_s (64
  * each; rows at or past T 0). The whole block loads. */
 __device__ __forceinline__ void tc_load_stats(float *lse_s, float *D_s,
@@ -289,35 +98,240 @@ __device__ __forceinline__ void tc_load_stats(float *lse_s, float *D_s,
   }
 }
 
-/* A warp's 16 x hs accumulator fragments through its rows R (16, hs + 4)
- * of shared memory into dst (row r of the lane at dst + r * stride, when
- * row_ok), times mul, as BF16: the lane writes its row's half of the
- * columns. */
+/* ---- Fragments of mma.m16n8k16 (BF16 A, B; FP32 C), per lane ----
+ * A (16 x 16) in 4 registers, B (16 x 8) in 2, C (16 x 8) in 4 floats,
+ * two BF16 a register, the lower column (A) or row (B) in the low half. */
+
+__device__ __forceinline__ uint32_t tc_pack(floatX lo, floatX hi) {
+  return (uint32_t)__bfloat16_as_ushort(lo) |
+         (uint32_t)__bfloat16_as_ushort(hi) << 16;
+}
+__device__ __forceinline__ uint32_t tc_pack_f(float lo, float hi) {
+  return tc_pack(kc_x(lo), kc_x(hi));
+}
+/* Two adjacent BF16 of shared memory (an even element: 4-byte aligned). */
+__device__ __forceinline__ uint32_t tc_ld2(const floatX *p) {
+  return *(const uint32_t *)p;
+}
+
+/* A[r][k] = M[(r0 + r) * ld + k0 + k]: 16 rows of M from r0, columns
+ * k0 .. k0+15. */
+__device__ __forceinline__ void tc_frag_a(uint32_t a[4], const floatX *M,
+                                          int ld, int r0, int k0) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const floatX *p = M + (size_t)(r0 + g) * ld + k0 + 2 * t;
+  a[0] = tc_ld2(p);
+  a[1] = tc_ld2(p + 8 * ld);
+  a[2] = tc_ld2(p + 8);
+  a[3] = tc_ld2(p + 8 * ld + 8);
+}
+/* B[k][n] = M[(n0 + n) * ld + k0 + k]: M's rows n0 .. n0+7 as B's
+ * columns (the products with a tile transposed: Q K^T, dO V^T). */
+__device__ __forceinline__ void tc_frag_b_t(uint32_t b[2], const floatX *M,
+                                            int ld, int n0, int k0) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const floatX *p = M + (size_t)(n0 + g) * ld + k0 + 2 * t;
+  b[0] = tc_ld2(p);
+  b[1] = tc_ld2(p + 8);
+}
+/* B[k][n] = M[(k0 + k) * ld + n0 + n]: M's rows k0 .. k0+15, columns
+ * n0 .. n0+7 (the products with a tile as it is: P V, dS K, P^T dO). */
+__device__ __forceinline__ void tc_frag_b(uint32_t b[2], const floatX *M,
+                                          int ld, int k0, int n0) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const floatX *p = M + (size_t)(k0 + 2 * t) * ld + n0 + g;
+  b[0] = tc_pack(p[0], p[ld]);
+  b[1] = tc_pack(p[8 * ld], p[9 * ld]);
+}
+/* The A fragment of k step kk (columns 16 kk .. 16 kk + 15) of a 16 x 64
+ * block held as 8 accumulators of 8 columns, rounded to BF16. */
+__device__ __forceinline__ void tc_frag_a_of(uint32_t a[4],
+                                             const float (*s)[4], int kk) {
+  a[0] = tc_pack_f(s[2 * kk][0], s[2 * kk][1]);
+  a[1] = tc_pack_f(s[2 * kk][2], s[2 * kk][3]);
+  a[2] = tc_pack_f(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+  a[3] = tc_pack_f(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
+#ifndef DAGRUN_CUDA_EMULATED
+/* c += A B on the tensor cores (the emulator, emu.h, gives its own). */
+__device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4],
+                                               const uint32_t b[2]) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                 "r"(b[1]));
+}
+#endif
+
+/* s (16 x 64) = A (16 rows of M from r0, hs wide) times B^T, B the tile's
+ * 64 rows of hs: the scores of the warp's rows against a tile. */
 template <int hs>
-__device__ __forceinline__ void tc_store_rows(float *R, const frag_c *acc,
-                                              floatX *dst, float mul,
-                                              bool row_ok) {
-  constexpr int ldr = hs + 4;
-  const int lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
+__device__ __forceinline__ void tc_scores(float (*s)[4], const floatX *M,
+                                          int r0, const floatX *B, int ld) {
 #pragma unroll
-  for (int nb = 0; nb < hs / 16; nb++)
-    wmma::store_matrix_sync(R + 16 * nb, acc[nb], ldr, wmma::mem_row_major);
-  __syncwarp();
-  if (row_ok)
-    for (int d = half; d < hs; d += 2)
-      dst[d] = kc_x(mul * R[r * ldr + d]);
+  for (int j = 0; j < TC_NT; j++)
+    s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < hs / 16; kk++) {
+    uint32_t a[4];
+    tc_frag_a(a, M, ld, r0, 16 * kk);
+#pragma unroll
+    for (int j = 0; j < TC_NT; j++) {
+      uint32_t b[2];
+      tc_frag_b_t(b, B, ld, 8 * j, 16 * kk);
+      mma_bf16_16816(s[j], a, b);
+    }
+  }
+}
+
+/* acc (16 x hs, hs/8 accumulators) += P (16 x 64 in accumulators) times
+ * the tile M (64 rows of hs). */
+template <int hs>
+__device__ __forceinline__ void tc_accumulate(float (*acc)[4],
+                                              const float (*p)[4],
+                                              const floatX *M, int ld) {
+#pragma unroll
+  for (int kk = 0; kk < TC_COLS / 16; kk++) {
+    uint32_t a[4];
+    tc_frag_a_of(a, p, kk);
+#pragma unroll
+    for (int n = 0; n < hs / 8; n++) {
+      uint32_t b[2];
+      tc_frag_b(b, M, ld, 16 * kk, 8 * n);
+      mma_bf16_16816(acc[n], a, b);
+    }
+  }
+}
+
+/* Rows row0 (accumulator elements 0, 1) and row0 + 8 (2, 3) of a warp's
+ * 16 x hs result into dst (row r at dst + r * stride), times mul, as
+ * BF16, where the row is below T. */
+template <int hs>
+__device__ __forceinline__ void tc_store(floatX *dst, size_t stride,
+                                         const float (*acc)[4], float mul,
+                                         int row0, int T) {
+  const int t = threadIdx.x % 32 % 4;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    if (row0 + 8 * h >= T)
+      continue;
+    floatX *d = dst + (size_t)(8 * h) * stride + 2 * t;
+#pragma unroll
+    for (int n = 0; n < hs / 8; n++) {
+      d[8 * n] = kc_x(mul * acc[n][2 * h]);
+      d[8 * n + 1] = kc_x(mul * acc[n][2 * h + 1]);
+    }
+  }
+}
+
+/* ---- Forward ----
+ * smem (3 tiles): Q rows, K and V tiles. */
+template <int HS>
+__global__ void __launch_bounds__(TC_WARPS * 32)
+    attention_tc_forward_kernel(floatX *out, float *lse, const floatX *qkv,
+                                int T, int C, int NH) {
+  extern __shared__ __align__(128) unsigned char tc_sm[];
+  const att_head a = att_head_of(qkv, T, C, NH);
+  constexpr int hs = HS, ldh = hs + 8;
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const tc_layout L{hs, 3, 0};
+  floatX *Qs = L.tile_at(tc_sm, 0), *Ks = L.tile_at(tc_sm, 1),
+         *Vs = L.tile_at(tc_sm, 2);
+  const int q0 = att_tile_rev() * TC_ROWS, wq0 = q0 + 16 * w;
+  /* The lane's two rows: g and g + 8 of the warp's 16. */
+  const int qi[2] = {wq0 + g, wq0 + g + 8};
+
+  tc_load<hs>(Qs, ldh, a.qkv, a.C3, q0, T);
+  float o[hs / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int n = 0; n < hs / 8; n++)
+    o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  const int qlast = min(q0 + TC_ROWS, T) - 1;
+  for (int k0 = 0; k0 <= qlast; k0 += TC_COLS) {
+    __syncthreads(); /* the previous tile is consumed (Q is loaded) */
+    tc_load<hs>(Ks, ldh, a.qkv + C, a.C3, k0, T);
+    tc_load<hs>(Vs, ldh, a.qkv + 2 * C, a.C3, k0, T);
+    __syncthreads();
+    /* Warp-uniform: rows past T, or a tile wholly after the warp's rows. */
+    if (wq0 >= T || k0 > wq0 + 15)
+      continue;
+    float s[TC_NT][4];
+    tc_scores<hs>(s, Qs, 16 * w, Ks, ldh);
+    /* Scale and mask; each row's max over the tile (its 4 lanes). */
+    float mt[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < TC_NT; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int h = e / 2, key = k0 + 8 * j + 2 * t + e % 2;
+        s[j][e] = qi[h] < T && key <= qi[h] ? a.scale * s[j][e] : -INFINITY;
+        mt[h] = fmaxf(mt[h], s[j][e]);
+      }
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 1));
+      mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 2));
+      const float m_new = fmaxf(m[h], mt[h]);
+      /* m_new is -inf only for a row with no key yet (past T): nothing. */
+      alpha[h] = m_new == -INFINITY ? 1.0f : expf(m[h] - m_new);
+      m[h] = m_new;
+      l[h] *= alpha[h];
+    }
+    /* p = exp(s - m), the lane's part of each row's sum. */
+#pragma unroll
+    for (int j = 0; j < TC_NT; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int h = e / 2;
+        s[j][e] = s[j][e] == -INFINITY ? 0.0f : expf(s[j][e] - m[h]);
+        l[h] += s[j][e];
+      }
+#pragma unroll
+    for (int n = 0; n < hs / 8; n++) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+    tc_accumulate<hs>(o, s, Vs, ldh); /* O += P V */
+  }
+  /* Each row's sum over its 4 lanes; out = O / l, lse = m + log l. */
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+  if (wq0 >= T)
+    return;
+  floatX *dst = out + ((size_t)a.b * T + qi[0]) * C + (size_t)a.h * hs;
+#pragma unroll
+  for (int n = 0; n < hs / 8; n++) {
+    const float inv0 = 1.0f / l[0], inv1 = qi[1] < T ? 1.0f / l[1] : 0.0f;
+    o[n][0] *= inv0;
+    o[n][1] *= inv0;
+    o[n][2] *= inv1;
+    o[n][3] *= inv1;
+  }
+  tc_store<hs>(dst, C, o, 1.0f, qi[0], T);
+  if (t == 0)
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+      if (qi[h] < T)
+        lse[(size_t)a.bh * T + qi[h]] = m[h] + logf(l[h]);
 }
 
 /* ---- Backward ----
- * The two kernels share one elementwise step: from a score block S (the
- * warp's 16 rows against a tile, before the scale) and dP (dO V^T, or
- * its transpose), p = exp(scale s - lse) and ds = p (dp - D) where the
- * causal mask lets the pair in, else 0. */
+ * Both kernels recompute a score block S (the warp's 16 rows against a
+ * tile) and dP (dO V^T, or its transpose); then p = exp(scale s - lse)
+ * and ds = p (dp - D) where the causal mask lets the pair in, else 0. */
 
-/* dq: grid as the forward pass. smem (tc_dq_layout): Q and dO rows, K
- * and V tiles; lse and D of the block's rows; per warp S and dP (FP32)
- * and dS (BF16). At the end the warps' results (16, hs + 4) FP32 go
- * through the K and V tiles' space. */
+/* dq: grid as the forward pass. smem (4 tiles, stats): Q and dO rows, K
+ * and V tiles; lse and D of the block's rows. */
 template <int HS>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     attention_tc_dq_kernel(floatX *dqkv, const float *Dsum, const floatX *dout,
@@ -325,25 +339,24 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
                            int NH) {
   extern __shared__ __align__(128) unsigned char tc_sm[];
   const att_head a = att_head_of(qkv, T, C, NH);
-  constexpr int hs = HS, ldh = hs + 8, ldr = hs + 4;
+  constexpr int hs = HS, ldh = hs + 8;
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-  const tc_layout L = tc_dq_layout(hs);
+  const int g = lane / 4, t = lane % 4;
+  const tc_layout L{hs, 4, 1};
   floatX *Qs = L.tile_at(tc_sm, 0), *dOs = L.tile_at(tc_sm, 1),
          *Ks = L.tile_at(tc_sm, 2), *Vs = L.tile_at(tc_sm, 3);
   float *lse_r = L.stats_at(tc_sm), *D_r = lse_r + TC_ROWS;
-  float *S = L.score_at(tc_sm, w, 0), *dP = L.score_at(tc_sm, w, 1);
-  floatX *dS = L.bf_at(tc_sm, w, 0);
   const int q0 = att_tile_rev() * TC_ROWS, wq0 = q0 + 16 * w;
-  const int r = lane / 2, half = lane % 2, qi = wq0 + r;
+  const int qi[2] = {wq0 + g, wq0 + g + 8};
   const floatX *dbase = dout + (size_t)a.b * T * C + (size_t)a.h * hs;
 
   tc_load<hs>(Qs, ldh, a.qkv, a.C3, q0, T);
   tc_load<hs>(dOs, ldh, dbase, C, q0, T);
   tc_load_stats(lse_r, D_r, lse, Dsum, a.bh, q0, T);
-  frag_c acc[hs / 16];
+  float dq[hs / 8][4];
 #pragma unroll
-  for (int nb = 0; nb < hs / 16; nb++)
-    wmma::fill_fragment(acc[nb], 0.0f);
+  for (int n = 0; n < hs / 8; n++)
+    dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
   const int qlast = min(q0 + TC_ROWS, T) - 1;
   for (int k0 = 0; k0 <= qlast; k0 += TC_COLS) {
     __syncthreads();
@@ -352,38 +365,32 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     __syncthreads();
     if (wq0 >= T || k0 > wq0 + 15)
       continue;
-    tc_scores<hs>(S, Qs + (size_t)16 * w * ldh, ldh, Ks, ldh);
-    tc_scores<hs>(dP, dOs + (size_t)16 * w * ldh, ldh, Vs, ldh);
-    __syncwarp();
-    const float l_i = lse_r[16 * w + r], D_i = D_r[16 * w + r];
-#pragma unroll 4
-    for (int c = 32 * half; c < 32 * half + 32; c++) {
-      const int j = k0 + c;
-      float ds = 0.0f;
-      if (qi < T && j <= qi) {
-        const float p = expf(a.scale * S[r * TC_LDS + c] - l_i);
-        ds = p * (dP[r * TC_LDS + c] - D_i);
+    float s[TC_NT][4], dp[TC_NT][4];
+    tc_scores<hs>(s, Qs, 16 * w, Ks, ldh);
+    tc_scores<hs>(dp, dOs, 16 * w, Vs, ldh);
+    const float l_i[2] = {lse_r[16 * w + g], lse_r[16 * w + g + 8]};
+    const float D_i[2] = {D_r[16 * w + g], D_r[16 * w + g + 8]};
+#pragma unroll
+    for (int j = 0; j < TC_NT; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int h = e / 2, key = k0 + 8 * j + 2 * t + e % 2;
+        float ds = 0.0f;
+        if (qi[h] < T && key <= qi[h])
+          ds = expf(a.scale * s[j][e] - l_i[h]) * (dp[j][e] - D_i[h]);
+        s[j][e] = ds;
       }
-      dS[r * TC_LDP + c] = kc_x(ds);
-    }
-    __syncwarp();
-    tc_accumulate<hs>(acc, dS, Ks, ldh); /* dq += dS K */
-    __syncwarp();
+    tc_accumulate<hs>(dq, s, Ks, ldh); /* dq += dS K */
   }
-  /* The warps' dq through shared memory (the K and V tiles' space,
-   * 2 * tile >= 4 warps x 16 x (hs + 4) floats), scaled, as BF16. */
-  __syncthreads();
-  tc_store_rows<hs>((float *)L.tile_at(tc_sm, 2) + (size_t)w * 16 * ldr, acc,
-                    dqkv + ((size_t)a.b * T + wq0 + r) * a.C3 +
-                        (size_t)a.h * hs,
-                    a.scale, qi < T);
+  if (wq0 < T)
+    tc_store<hs>(dqkv + ((size_t)a.b * T + qi[0]) * a.C3 + (size_t)a.h * hs,
+                 a.C3, dq, a.scale, qi[0], T);
 }
 
 /* dk, dv: a block takes 64 keys (16 a warp) and walks the query tiles
  * from its first key on. S^T = K Q^T and dP^T = V dO^T per warp; then
- * dv += P^T dO and dk += dS^T Q. smem (tc_dkdv_layout): K and V rows, Q
- * and dO tiles; the tile's lse and D; per warp S^T and dP^T (FP32), P^T
- * and dS^T (BF16). */
+ * dv += P^T dO and dk += dS^T Q. smem (4 tiles, stats): K and V rows, Q
+ * and dO tiles; the tile's lse and D. */
 template <int HS>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     attention_tc_dkdv_kernel(floatX *dqkv, const float *Dsum,
@@ -391,26 +398,25 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
                              const float *lse, int T, int C, int NH) {
   extern __shared__ __align__(128) unsigned char tc_sm[];
   const att_head a = att_head_of(qkv, T, C, NH);
-  constexpr int hs = HS, ldh = hs + 8, ldr = hs + 4;
+  constexpr int hs = HS, ldh = hs + 8;
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-  const tc_layout L = tc_dkdv_layout(hs);
+  const int g = lane / 4, t = lane % 4;
+  const tc_layout L{hs, 4, 1};
   floatX *Kr = L.tile_at(tc_sm, 0), *Vr = L.tile_at(tc_sm, 1),
          *Qt = L.tile_at(tc_sm, 2), *dOt = L.tile_at(tc_sm, 3);
   float *lse_t = L.stats_at(tc_sm), *D_t = lse_t + TC_COLS;
-  float *St = L.score_at(tc_sm, w, 0), *dPt = L.score_at(tc_sm, w, 1);
-  floatX *Pt = L.bf_at(tc_sm, w, 0), *dSt = L.bf_at(tc_sm, w, 1);
   const int kb0 = blockIdx.y * TC_ROWS, wk0 = kb0 + 16 * w;
-  const int r = lane / 2, half = lane % 2, kj = wk0 + r;
+  const int kj[2] = {wk0 + g, wk0 + g + 8};
   const floatX *dbase = dout + (size_t)a.b * T * C + (size_t)a.h * hs;
 
   tc_load<hs>(Kr, ldh, a.qkv + C, a.C3, kb0, T);
   tc_load<hs>(Vr, ldh, a.qkv + 2 * C, a.C3, kb0, T);
-  frag_c dk[hs / 16], dv[hs / 16];
+  float dk[hs / 8][4], dv[hs / 8][4];
 #pragma unroll
-  for (int nb = 0; nb < hs / 16; nb++) {
-    wmma::fill_fragment(dk[nb], 0.0f);
-    wmma::fill_fragment(dv[nb], 0.0f);
-  }
+  for (int n = 0; n < hs / 8; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+      dk[n][e] = dv[n][e] = 0.0f;
   for (int q0 = kb0; q0 < T; q0 += TC_COLS) {
     __syncthreads();
     tc_load<hs>(Qt, ldh, a.qkv, a.C3, q0, T);
@@ -420,33 +426,30 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     /* Warp-uniform: keys past T, or a query tile wholly before them. */
     if (wk0 >= T || q0 + TC_COLS - 1 < wk0)
       continue;
-    tc_scores<hs>(St, Kr + (size_t)16 * w * ldh, ldh, Qt, ldh);
-    tc_scores<hs>(dPt, Vr + (size_t)16 * w * ldh, ldh, dOt, ldh);
-    __syncwarp();
-#pragma unroll 4
-    for (int c = 32 * half; c < 32 * half + 32; c++) {
-      const int qi = q0 + c;
-      float p = 0.0f, ds = 0.0f;
-      if (kj < T && qi < T && qi >= kj) {
-        p = expf(a.scale * St[r * TC_LDS + c] - lse_t[c]);
-        ds = p * (dPt[r * TC_LDS + c] - D_t[c]);
+    float p[TC_NT][4], ds[TC_NT][4];
+    tc_scores<hs>(p, Kr, 16 * w, Qt, ldh);
+    tc_scores<hs>(ds, Vr, 16 * w, dOt, ldh);
+#pragma unroll
+    for (int j = 0; j < TC_NT; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int h = e / 2, c = 8 * j + 2 * t + e % 2, q = q0 + c;
+        float pe = 0.0f, dse = 0.0f;
+        if (kj[h] < T && q < T && q >= kj[h]) {
+          pe = expf(a.scale * p[j][e] - lse_t[c]);
+          dse = pe * (ds[j][e] - D_t[c]);
+        }
+        p[j][e] = pe;
+        ds[j][e] = dse;
       }
-      Pt[r * TC_LDP + c] = kc_x(p);
-      dSt[r * TC_LDP + c] = kc_x(ds);
-    }
-    __syncwarp();
-    tc_accumulate<hs>(dv, Pt, dOt, ldh);  /* dv += P^T dO */
-    tc_accumulate<hs>(dk, dSt, Qt, ldh);  /* dk += dS^T Q */
-    __syncwarp();
+    tc_accumulate<hs>(dv, p, dOt, ldh); /* dv += P^T dO */
+    tc_accumulate<hs>(dk, ds, Qt, ldh); /* dk += dS^T Q */
   }
-  /* The warps' dk, then dv, through shared memory (the Q and dO tiles'
-   * space), as BF16: dk scaled, dv not. */
-  float *R = (float *)L.tile_at(tc_sm, 2) + (size_t)w * 16 * ldr;
-  floatX *dst = dqkv + ((size_t)a.b * T + kj) * a.C3 + (size_t)a.h * hs;
-  __syncthreads();
-  tc_store_rows<hs>(R, dk, dst + C, a.scale, kj < T);
-  __syncwarp(); /* the warp's rows are read before dv overwrites them */
-  tc_store_rows<hs>(R, dv, dst + 2 * C, 1.0f, kj < T);
+  if (wk0 >= T)
+    return;
+  floatX *dst = dqkv + ((size_t)a.b * T + kj[0]) * a.C3 + (size_t)a.h * hs;
+  tc_store<hs>(dst + C, a.C3, dk, a.scale, kj[0], T);
+  tc_store<hs>(dst + 2 * C, a.C3, dv, 1.0f, kj[0], T);
 }
 
 /* ---- Launchers (attention.cu's, when att_use_tc says so) ---- */
@@ -458,8 +461,8 @@ template <int HS> static int tc_forward(const kern_ctx *k, dim3 grid,
                                         int NH, const char *op, char *err,
                                         size_t errlen) {
   return att_launch(attention_tc_forward_kernel<HS>, grid, TC_WARPS * 32,
-                    tc_forward_layout(HS).total(), k, op, err, errlen, out, lse, qkv, T,
-                    C, NH);
+                    tc_layout{HS, 3, 0}.total(), k, op, err, errlen, out, lse,
+                    qkv, T, C, NH);
 }
 
 template <int HS>
@@ -467,15 +470,13 @@ static int tc_backward(const kern_ctx *k, dim3 grid, floatX *dqkv,
                        const float *Dsum, const floatX *dout,
                        const floatX *qkv, const float *lse, int T, int C,
                        int NH, const char *op, char *err, size_t errlen) {
-  if (att_launch(attention_tc_dq_kernel<HS>, grid, TC_WARPS * 32,
-                 tc_dq_layout(HS).total(), k, op, err, errlen, dqkv, Dsum, dout, qkv,
-                 lse, T, C, NH))
+  const size_t smem = tc_layout{HS, 4, 1}.total();
+  if (att_launch(attention_tc_dq_kernel<HS>, grid, TC_WARPS * 32, smem, k, op,
+                 err, errlen, dqkv, Dsum, dout, qkv, lse, T, C, NH))
     return -1;
-  return att_launch(attention_tc_dkdv_kernel<HS>, grid, TC_WARPS * 32,
-                    tc_dkdv_layout(HS).total(), k, op, err, errlen, dqkv, Dsum, dout,
-                    qkv, lse, T, C, NH);
+  return att_launch(attention_tc_dkdv_kernel<HS>, grid, TC_WARPS * 32, smem,
+                    k, op, err, errlen, dqkv, Dsum, dout, qkv, lse, T, C, NH);
 }
-
 int att_tc_forward(const kern_ctx *k, floatX *out, float *lse,
                    const floatX *qkv, int B, int T, int C, int NH,
                    const char *op, char *err, size_t errlen) {

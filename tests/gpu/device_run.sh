@@ -7,7 +7,7 @@
 #        gets its own limit, cut to what is left of the budget, so that
 #        one hung step leaves the others theirs and the call ends before
 #        the device tool's limit; TEST_LIMIT=SECONDS (default 120): one
-#        GPU test's
+#        GPU test's; ZERO=0 leaves bench/zero_cuda.sh out
 #
 # Unpacks .gpu/dagrun-gpu.tar.xz into /tmp (once per machine), takes its
 # environment (env.sh), then runs the GPU tests (tests/gpu/run.sh) and/or
@@ -74,7 +74,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   PYTHON=$DAGRUN_TEST_PYTHON SWEEP_STEPS=3 step gpu_train.log 200 bench/gpu_train.sh "$b"
-  ROUNDS=${ROUNDS:-2} step zero_cuda.log 120 bench/zero_cuda.sh "$b"
+  [ "${ZERO:-1}" = 1 ] && ROUNDS=${ROUNDS:-2} step zero_cuda.log 120 bench/zero_cuda.sh "$b"
   echo "== tensor-core attention (default)" >>"$logs/kernel_bench.log"
   step kernel_bench.log 40 "$b/bin/kernel_bench"
   echo "== DAGRUN_CUDA_ATTENTION=fp32" >>"$logs/kernel_bench.log"

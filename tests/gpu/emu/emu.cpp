@@ -248,6 +248,42 @@ uint64_t emu_shfl_bits(unsigned mask, uint64_t bits, int src, int line) {
   return f.result;
 }
 
+/* Each lane's registers for mma_bf16_16816 (4 of A, 2 of B), by the
+ * thread's number in its block: the fibers of a block run on the
+ * launching thread, one at a time. */
+static thread_local uint32_t t_mma[1024][6];
+
+static float bf16_half(uint32_t reg, int k) {
+  const unsigned short u = (unsigned short)(reg >> (16 * (k % 2)));
+  return __bfloat162float(__ushort_as_bfloat16(u));
+}
+
+void emu_mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2],
+                        int line) {
+  const int lane = emu_lane(), base = t_lin - lane;
+  memcpy(t_mma[t_lin], a, 4 * sizeof(uint32_t));
+  memcpy(t_mma[t_lin] + 4, b, 2 * sizeof(uint32_t));
+  emu_shfl_bits(0xffffffffu, 0, lane, line); /* every lane's are in */
+  const int g = lane / 4, t = lane % 4;
+  float out[4];
+  for (int e = 0; e < 4; e++) {
+    const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
+    float acc = c[e];
+    for (int k = 0; k < 16; k++) {
+      /* A (row, k): lane 4 (row % 8) + (k % 8) / 2, register
+       * (row >= 8) + 2 (k >= 8); B (k, col): lane 4 col + (k % 8) / 2,
+       * register 4 + (k >= 8); the lower k in the low half. */
+      const uint32_t *la = t_mma[base + 4 * (row % 8) + (k % 8) / 2];
+      const uint32_t *lb = t_mma[base + 4 * col + (k % 8) / 2];
+      acc += bf16_half(la[(row >= 8) + 2 * (k >= 8)], k) *
+             bf16_half(lb[4 + (k >= 8)], k);
+    }
+    out[e] = acc;
+  }
+  emu_shfl_bits(0xffffffffu, 0, lane, line); /* every lane has read */
+  memcpy(c, out, sizeof out);
+}
+
 /* Warp w, every live lane at a warp operation: each lane named in a mask
  * must be at the same one (same number in the block, same line). Its
  * lanes get their values and go on the run queue. */

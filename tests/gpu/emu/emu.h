@@ -140,6 +140,24 @@ struct emu_shared_reg {
 };
 #define EMU_SHARED(x) static emu_shared_reg emu_shared_##x(&(x), sizeof(x))
 
+/* ---- mma.sync m16n8k16, BF16 inputs, FP32 accumulators ----
+ * attention_tc.cu's tile products (PTX inline assembly on the GPU, which
+ * the host compiler cannot take: the .cu leaves its own definition out
+ * where DAGRUN_CUDA_EMULATED is defined). A warp operation, as on the
+ * GPU: each lane hands in its registers in the layout PTX specifies
+ * (lane = 4 g + t holds A rows g and g + 8, columns 2t, 2t + 1 and
+ * 2t + 8, 2t + 9; B columns g, rows 2t, 2t + 1 and 2t + 8, 2t + 9; C
+ * rows g and g + 8, columns 2t, 2t + 1), the lanes meet, and each
+ * computes its own four results from every lane's registers: a kernel
+ * that puts a value in the wrong register gets the wrong product here as
+ * on the GPU. Products in float, summed in the order k = 0..15 after c
+ * (the tensor cores' order is their own: tolerances, not bits, compare
+ * them). */
+#define DAGRUN_CUDA_EMULATED 1
+void emu_mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2],
+                        int line);
+#define mma_bf16_16816(c, a, b) emu_mma_bf16_16816((c), (a), (b), __LINE__)
+
 /* ---- WMMA (mma.h's nvcuda::wmma: the tensor cores' tile products) ----
  * The host compiler sees none of mma.h (it is nvcc's only). Here a
  * fragment holds its whole 16 x 16 tile in every lane, in the logical
