@@ -109,39 +109,55 @@ __device__ __forceinline__ uint32_t tc_pack(floatX lo, floatX hi) {
 __device__ __forceinline__ uint32_t tc_pack_f(float lo, float hi) {
   return tc_pack(kc_x(lo), kc_x(hi));
 }
-/* Two adjacent BF16 of shared memory (an even element: 4-byte aligned). */
-__device__ __forceinline__ uint32_t tc_ld2(const floatX *p) {
-  return *(const uint32_t *)p;
+#ifndef DAGRUN_CUDA_EMULATED
+/* ldmatrix .x4: four 8 x 8 BF16 matrices of shared memory, lanes 8i to
+ * 8i + 7 giving the addresses of matrix i's rows (16-byte aligned);
+ * register i of lane 4g + t gets matrix i's row g, columns 2t and 2t + 1,
+ * or with trans its column g, rows 2t and 2t + 1. The emulator (emu.h)
+ * gives its own. */
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const floatX *p) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+               "{%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
 }
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4],
+                                                  const floatX *p) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+               "{%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+#endif
 
 /* A[r][k] = M[(r0 + r) * ld + k0 + k]: 16 rows of M from r0, columns
- * k0 .. k0+15. */
+ * k0 .. k0+15 (matrices: rows 0-7 and 8-15 of columns 0-7, then of
+ * columns 8-15: a0 .. a3). */
 __device__ __forceinline__ void tc_frag_a(uint32_t a[4], const floatX *M,
                                           int ld, int r0, int k0) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const floatX *p = M + (size_t)(r0 + g) * ld + k0 + 2 * t;
-  a[0] = tc_ld2(p);
-  a[1] = tc_ld2(p + 8 * ld);
-  a[2] = tc_ld2(p + 8);
-  a[3] = tc_ld2(p + 8 * ld + 8);
+  const int lane = threadIdx.x % 32;
+  ldmatrix_x4(a, M + (size_t)(r0 + lane % 16) * ld + k0 + lane / 16 * 8);
 }
-/* B[k][n] = M[(n0 + n) * ld + k0 + k]: M's rows n0 .. n0+7 as B's
- * columns (the products with a tile transposed: Q K^T, dO V^T). */
-__device__ __forceinline__ void tc_frag_b_t(uint32_t b[2], const floatX *M,
-                                            int ld, int n0, int k0) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const floatX *p = M + (size_t)(n0 + g) * ld + k0 + 2 * t;
-  b[0] = tc_ld2(p);
-  b[1] = tc_ld2(p + 8);
+/* The B fragments of two 8-column pieces (b[0], b[1] of columns n0 ..
+ * n0+7; b[2], b[3] of n0+8 .. n0+15) of one 16-row k step from k0, where
+ * B[k][n] = M[(n0 + n) * ld + k0 + k]: M's rows as B's columns (the
+ * products with a tile transposed: Q K^T, dO V^T). */
+__device__ __forceinline__ void tc_frag_b2_t(uint32_t b[4], const floatX *M,
+                                             int ld, int n0, int k0) {
+  const int lane = threadIdx.x % 32, i = lane / 8;
+  ldmatrix_x4(b, M + (size_t)(n0 + 8 * (i / 2) + lane % 8) * ld + k0 +
+                     8 * (i % 2));
 }
-/* B[k][n] = M[(k0 + k) * ld + n0 + n]: M's rows k0 .. k0+15, columns
- * n0 .. n0+7 (the products with a tile as it is: P V, dS K, P^T dO). */
-__device__ __forceinline__ void tc_frag_b(uint32_t b[2], const floatX *M,
-                                          int ld, int k0, int n0) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const floatX *p = M + (size_t)(k0 + 2 * t) * ld + n0 + g;
-  b[0] = tc_pack(p[0], p[ld]);
-  b[1] = tc_pack(p[8 * ld], p[9 * ld]);
+/* The same where B[k][n] = M[(k0 + k) * ld + n0 + n]: M's rows k0 ..
+ * k0+15 as they are (the products with a tile: P V, dS K, P^T dO),
+ * transposed by ldmatrix. */
+__device__ __forceinline__ void tc_frag_b2(uint32_t b[4], const floatX *M,
+                                           int ld, int k0, int n0) {
+  const int lane = threadIdx.x % 32, i = lane / 8;
+  ldmatrix_x4_trans(b, M + (size_t)(k0 + 8 * (i % 2) + lane % 8) * ld + n0 +
+                           8 * (i / 2));
 }
 /* The A fragment of k step kk (columns 16 kk .. 16 kk + 15) of a 16 x 64
  * block held as 8 accumulators of 8 columns, rounded to BF16. */
@@ -179,10 +195,11 @@ __device__ __forceinline__ void tc_scores(float (*s)[4], const floatX *M,
     uint32_t a[4];
     tc_frag_a(a, M, ld, r0, 16 * kk);
 #pragma unroll
-    for (int j = 0; j < TC_NT; j++) {
-      uint32_t b[2];
-      tc_frag_b_t(b, B, ld, 8 * j, 16 * kk);
+    for (int j = 0; j < TC_NT; j += 2) {
+      uint32_t b[4];
+      tc_frag_b2_t(b, B, ld, 8 * j, 16 * kk);
       mma_bf16_16816(s[j], a, b);
+      mma_bf16_16816(s[j + 1], a, b + 2);
     }
   }
 }
@@ -198,10 +215,11 @@ __device__ __forceinline__ void tc_accumulate(float (*acc)[4],
     uint32_t a[4];
     tc_frag_a_of(a, p, kk);
 #pragma unroll
-    for (int n = 0; n < hs / 8; n++) {
-      uint32_t b[2];
-      tc_frag_b(b, M, ld, 16 * kk, 8 * n);
+    for (int n = 0; n < hs / 8; n += 2) {
+      uint32_t b[4];
+      tc_frag_b2(b, M, ld, 16 * kk, 8 * n);
       mma_bf16_16816(acc[n], a, b);
+      mma_bf16_16816(acc[n + 1], a, b + 2);
     }
   }
 }

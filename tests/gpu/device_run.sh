@@ -12,12 +12,13 @@
 # Unpacks .gpu/dagrun-gpu.tar.xz into /tmp (once per machine), takes its
 # environment (env.sh), then runs the GPU tests (tests/gpu/run.sh) and/or
 # the GPU benchmarks (bench/gpu_train.sh: GPT-2 124M against PyTorch
-# with the batch sweep, bench/zero_cuda.sh: each ZeRO stage against stage
-# 0, kernel_bench with both attention kernels: in that order, the most
-# wanted first, should the budget run out), each into a log
-# in $OUT (the folder the device tool brings back; ./gpu-logs without
-# it): env.txt, tests.log, kernel_bench.log, gpu_train.log, zero_cuda.log,
-# and steps.txt (each step's exit status and seconds, printed last).
+# with the batch sweep, bench/gpu_profile.sh: each kernel's share of a
+# step, bench/zero_cuda.sh: each ZeRO stage against stage 0, kernel_bench
+# with both attention kernels: in that order, the most wanted first,
+# should the budget run out), each into a log in $OUT (the folder the
+# device tool brings back; ./gpu-logs without it): env.txt, tests.log,
+# gpu_train.log, gpu_profile.log, zero_cuda.log, kernel_bench.log, and
+# steps.txt (each step's exit status and seconds, printed last).
 # Exits with the tests' status (0 when only benchmarks ran).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -74,6 +75,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   PYTHON=$DAGRUN_TEST_PYTHON SWEEP_STEPS=3 step gpu_train.log 200 bench/gpu_train.sh "$b"
+  PYTHON=$DAGRUN_TEST_PYTHON step gpu_profile.log 80 bench/gpu_profile.sh "$b"
   [ "${ZERO:-1}" = 1 ] && ROUNDS=${ROUNDS:-2} step zero_cuda.log 120 bench/zero_cuda.sh "$b"
   echo "== tensor-core attention (default)" >>"$logs/kernel_bench.log"
   step kernel_bench.log 40 "$b/bin/kernel_bench"
@@ -83,6 +85,7 @@ fi
 grep -E '^(PASS|FAIL)' "$logs/tests.log" 2>/dev/null | awk '{ print $1 }' | sort | uniq -c
 grep -E '^(-- |GPU tests|SKIPPED|TIMED OUT)' "$logs/tests.log" 2>/dev/null
 grep -E 'tokens/s:|^dagrun |^torch ' "$logs/gpu_train.log" 2>/dev/null
+head -n 25 "$logs/gpu_profile.log" 2>/dev/null
 tail -n 9 "$logs/zero_cuda.log" 2>/dev/null
 cat "$logs/steps.txt"
 exit $rc

@@ -421,22 +421,32 @@ static uint64_t order_seed(void) {
 
 float *emu_dyn_smem(void) { return g_launch->smem.data(); }
 
-void emu_wmma_check(const void *p, unsigned ldm_bytes, int line) {
-  const char *base = (const char *)g_launch->smem.data(), *q = (const char *)p;
+/* Each lane's row address for ldmatrix, by the thread's number in its
+ * block (as t_mma). */
+static thread_local const unsigned short *t_ldm[1024];
+
+void emu_ldmatrix_x4(uint32_t r[4], const void *p, bool trans, int line) {
+  const int lane = emu_lane(), base = t_lin - lane;
+  const char *sm = (const char *)g_launch->smem.data(), *q = (const char *)p;
   /* In the dynamic shared memory: the offset from its start (aligned to
    * 128 on the GPU); elsewhere the address itself. */
-  if (emu_lane() != 0) /* every lane makes the same call: one reports */
-    return;
-  uintptr_t at = q >= base && q < base + g_launch->smem_bytes
-                     ? (uintptr_t)(q - base)
-                     : (uintptr_t)q;
-  if (at % 32)
-    emu_error("wmma: pointer %p not 32-byte aligned (offset %lu)", p,
-              (unsigned long)at);
-  if (ldm_bytes % 16)
-    emu_error("wmma: leading dimension of %u bytes, not a multiple of 16",
-              ldm_bytes);
-  (void)line;
+  const uintptr_t at = q >= sm && q < sm + g_launch->smem_bytes
+                           ? (uintptr_t)(q - sm)
+                           : (uintptr_t)q;
+  if (at % 16)
+    emu_error("ldmatrix at line %d: lane %d's row address %p is not 16-byte "
+              "aligned (offset %lu)",
+              line, lane, p, (unsigned long)at);
+  t_ldm[t_lin] = (const unsigned short *)p;
+  emu_shfl_bits(0xffffffffu, 0, lane, line); /* every lane's address is in */
+  const int g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; i++) {
+    const unsigned short *const *rows = &t_ldm[base + 8 * i];
+    const unsigned short lo = trans ? rows[2 * t][g] : rows[g][2 * t];
+    const unsigned short hi = trans ? rows[2 * t + 1][g] : rows[g][2 * t + 1];
+    r[i] = (uint32_t)lo | (uint32_t)hi << 16;
+  }
+  emu_shfl_bits(0xffffffffu, 0, lane, line); /* every lane has read */
 }
 
 /* ---- Launch configuration, as the GPU checks it ---- */

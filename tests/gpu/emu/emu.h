@@ -158,111 +158,16 @@ void emu_mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2],
                         int line);
 #define mma_bf16_16816(c, a, b) emu_mma_bf16_16816((c), (a), (b), __LINE__)
 
-/* ---- WMMA (mma.h's nvcuda::wmma: the tensor cores' tile products) ----
- * The host compiler sees none of mma.h (it is nvcc's only). Here a
- * fragment holds its whole 16 x 16 tile in every lane, in the logical
- * row-major order, so that each lane's load, product and store give the
- * GPU's result; the kernels never touch a fragment's elements one by one
- * (their order in the registers is unspecified on the GPU), so nothing
- * depends on how the GPU spreads them over the lanes. Since every lane
- * would hold the same tiles, only lane 0 loads, multiplies and stores
- * (32 times less work; the other lanes' fragments stay unset). Only the 16x16x16
- * shape with BF16 inputs and FP32 accumulation (attention_tc.cu's) is
- * given. What the GPU demands of the arguments is checked as it would
- * fail there: a pointer 32-byte aligned (counted from the start of the
- * block's dynamic shared memory, which the GPU aligns to 128, when the
- * pointer lies in it), ldm a multiple of 16 bytes; a violation is an
- * EMU ERROR. Products are in float from the BF16 inputs, the sum in the
- * order k = 0..15 (the tensor cores' order is their own: tolerances, not
- * bits, compare them). */
-void emu_wmma_check(const void *p, unsigned ldm_bytes, int line);
-namespace nvcuda {
-namespace wmma {
-struct matrix_a {};
-struct matrix_b {};
-struct accumulator {};
-struct row_major {};
-struct col_major {};
-enum layout_t { mem_row_major, mem_col_major };
-template <class Use, int M, int N, int K, class T, class Layout = void>
-struct fragment {
-  static_assert(M == 16 && N == 16 && K == 16, "only 16x16x16 is emulated");
-  enum { num_elements = 256 };
-  T x[256]; /* [row * 16 + col] of the tile */
-};
-/* Element (r, c) of a tile stored at p with leading dimension ldm. */
-template <class T>
-static inline T emu_wmma_at(const T *p, unsigned ldm, int r, int c,
-                            bool col) {
-  return col ? p[r + (size_t)c * ldm] : p[(size_t)r * ldm + c];
-}
-template <class Use, class T, class L>
-static inline void emu_wmma_load(fragment<Use, 16, 16, 16, T, L> &f,
-                                 const T *p, unsigned ldm, bool col, int line) {
-  /* Lane 0's fragments alone are computed: every lane's would hold the
-   * same tile, and lane 0 alone stores it (store_matrix_sync). */
-  if (emu_lane() != 0)
-    return;
-  emu_wmma_check(p, ldm * (unsigned)sizeof(T), line);
-  for (int r = 0; r < 16; r++)
-    for (int c = 0; c < 16; c++)
-      f.x[r * 16 + c] = emu_wmma_at(p, ldm, r, c, col);
-}
-template <class Use, class T>
-static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, row_major> &f,
-                                    const T *p, unsigned ldm) {
-  emu_wmma_load(f, p, ldm, false, 0);
-}
-template <class Use, class T>
-static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, col_major> &f,
-                                    const T *p, unsigned ldm) {
-  emu_wmma_load(f, p, ldm, true, 0);
-}
-static inline void
-load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p,
-                 unsigned ldm, layout_t l) {
-  emu_wmma_load(f, p, ldm, l == mem_col_major, 0);
-}
-static inline void store_matrix_sync(float *p,
-                                     const fragment<accumulator, 16, 16, 16,
-                                                    float> &f,
-                                     unsigned ldm, layout_t l) {
-  emu_wmma_check(p, ldm * (unsigned)sizeof(float), 0);
-  /* Every lane holds the tile: one writes it (the kernels meet at a
-   * __syncwarp before anyone reads it). */
-  if (emu_lane() != 0)
-    return;
-  for (int r = 0; r < 16; r++)
-    for (int c = 0; c < 16; c++)
-      (l == mem_col_major ? p[r + (size_t)c * ldm]
-                          : p[(size_t)r * ldm + c]) = f.x[r * 16 + c];
-}
-template <class Use, class T, class L>
-static inline void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, T v) {
-  for (int i = 0; i < 256; i++)
-    f.x[i] = v;
-}
-template <class LA, class LB>
-static inline void
-mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
-         const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
-         const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b,
-         const fragment<accumulator, 16, 16, 16, float> &c) {
-  if (emu_lane() != 0) /* as in emu_wmma_load */
-    return;
-  float out[256];
-  for (int m = 0; m < 16; m++)
-    for (int n = 0; n < 16; n++) {
-      float acc = c.x[m * 16 + n];
-      for (int k = 0; k < 16; k++)
-        acc += __bfloat162float(a.x[m * 16 + k]) *
-               __bfloat162float(b.x[k * 16 + n]);
-      out[m * 16 + n] = acc;
-    }
-  memcpy(d.x, out, sizeof out);
-}
-} // namespace wmma
-} // namespace nvcuda
+/* ---- ldmatrix .x4 (attention_tc.cu's fragment loads) ----
+ * A warp operation as on the GPU: lanes 8i .. 8i + 7 give the addresses
+ * of the rows of 8 x 8 BF16 matrix i; register i of lane 4g + t gets its
+ * row g, columns 2t and 2t + 1 (with trans, its column g, rows 2t and
+ * 2t + 1), the lower in the low half. An address the GPU would refuse
+ * (not 16-byte aligned, counted from the start of the block's dynamic
+ * shared memory, which the GPU aligns to 128) is an EMU ERROR. */
+void emu_ldmatrix_x4(uint32_t r[4], const void *p, bool trans, int line);
+#define ldmatrix_x4(r, p) emu_ldmatrix_x4((r), (p), false, __LINE__)
+#define ldmatrix_x4_trans(r, p) emu_ldmatrix_x4((r), (p), true, __LINE__)
 
 /* ---- Host side: launches and the runtime calls the launchers make ---- */
 struct emu_cfg_t {
