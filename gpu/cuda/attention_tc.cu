@@ -35,6 +35,10 @@
 #define TC_ROWS (TC_WARPS * 16) /* rows of a block: 16 a warp */
 #define TC_COLS 64              /* rows of a tile of the other side */
 #define TC_NT (TC_COLS / 8)     /* 8-column pieces of a score block */
+/* The softmax runs in base 2 (exp2f: one multi-function unit instruction
+ * and no range reduction), scores scaled by log2(e) with 1/sqrt(hs). */
+#define TC_LOG2E 1.4426950408889634f
+#define TC_LN2 0.6931471805599453f
 
 /* Bytes rounded up to 128 (each shared array starts 16-byte aligned for
  * the tiles' vector loads, with room to spare). */
@@ -109,6 +113,11 @@ __device__ __forceinline__ uint32_t tc_pack(floatX lo, floatX hi) {
 __device__ __forceinline__ uint32_t tc_pack_f(float lo, float hi) {
   return tc_pack(kc_x(lo), kc_x(hi));
 }
+/* Two adjacent BF16 of shared memory (an even element: 4-byte aligned). */
+__device__ __forceinline__ uint32_t tc_ld2(const floatX *p) {
+  return *(const uint32_t *)p;
+}
+
 #ifndef DAGRUN_CUDA_EMULATED
 /* ldmatrix .x4: four 8 x 8 BF16 matrices of shared memory, lanes 8i to
  * 8i + 7 giving the addresses of matrix i's rows (16-byte aligned);
@@ -132,32 +141,64 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4],
 }
 #endif
 
+/* Fragment loads from shared memory, LDM: with ldmatrix (one
+ * instruction for 4 registers), else 32-bit and 16-bit loads. Measured on
+ * an H200 (GPT-2's attention, B=8 T=1024): ldmatrix made the forward
+ * kernel faster (0.175 ms against 0.186) and the backward slower (0.585
+ * against 0.516: the dk/dv kernel needed 191 registers instead of 168,
+ * one block fewer an SM), so the forward takes it and the backward not. */
+
 /* A[r][k] = M[(r0 + r) * ld + k0 + k]: 16 rows of M from r0, columns
- * k0 .. k0+15 (matrices: rows 0-7 and 8-15 of columns 0-7, then of
- * columns 8-15: a0 .. a3). */
+ * k0 .. k0+15 (a0 .. a3: rows 0-7 and 8-15 of columns 0-7, then of 8-15). */
+template <bool LDM>
 __device__ __forceinline__ void tc_frag_a(uint32_t a[4], const floatX *M,
                                           int ld, int r0, int k0) {
-  const int lane = threadIdx.x % 32;
-  ldmatrix_x4(a, M + (size_t)(r0 + lane % 16) * ld + k0 + lane / 16 * 8);
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  if constexpr (LDM) {
+    ldmatrix_x4(a, M + (size_t)(r0 + lane % 16) * ld + k0 + lane / 16 * 8);
+  } else {
+    const floatX *p = M + (size_t)(r0 + g) * ld + k0 + 2 * t;
+    a[0] = tc_ld2(p);
+    a[1] = tc_ld2(p + 8 * ld);
+    a[2] = tc_ld2(p + 8);
+    a[3] = tc_ld2(p + 8 * ld + 8);
+  }
 }
 /* The B fragments of two 8-column pieces (b[0], b[1] of columns n0 ..
  * n0+7; b[2], b[3] of n0+8 .. n0+15) of one 16-row k step from k0, where
  * B[k][n] = M[(n0 + n) * ld + k0 + k]: M's rows as B's columns (the
  * products with a tile transposed: Q K^T, dO V^T). */
+template <bool LDM>
 __device__ __forceinline__ void tc_frag_b2_t(uint32_t b[4], const floatX *M,
                                              int ld, int n0, int k0) {
-  const int lane = threadIdx.x % 32, i = lane / 8;
-  ldmatrix_x4(b, M + (size_t)(n0 + 8 * (i / 2) + lane % 8) * ld + k0 +
-                     8 * (i % 2));
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, i = lane / 8;
+  if constexpr (LDM) {
+    ldmatrix_x4(b, M + (size_t)(n0 + 8 * (i / 2) + lane % 8) * ld + k0 +
+                       8 * (i % 2));
+  } else {
+    for (int h = 0; h < 2; h++) {
+      const floatX *p = M + (size_t)(n0 + 8 * h + g) * ld + k0 + 2 * t;
+      b[2 * h] = tc_ld2(p);
+      b[2 * h + 1] = tc_ld2(p + 8);
+    }
+  }
 }
 /* The same where B[k][n] = M[(k0 + k) * ld + n0 + n]: M's rows k0 ..
- * k0+15 as they are (the products with a tile: P V, dS K, P^T dO),
- * transposed by ldmatrix. */
+ * k0+15 as they are (the products with a tile: P V, dS K, P^T dO). */
+template <bool LDM>
 __device__ __forceinline__ void tc_frag_b2(uint32_t b[4], const floatX *M,
                                            int ld, int k0, int n0) {
-  const int lane = threadIdx.x % 32, i = lane / 8;
-  ldmatrix_x4_trans(b, M + (size_t)(k0 + 8 * (i % 2) + lane % 8) * ld + n0 +
-                           8 * (i / 2));
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, i = lane / 8;
+  if constexpr (LDM) {
+    ldmatrix_x4_trans(b, M + (size_t)(k0 + 8 * (i % 2) + lane % 8) * ld +
+                             n0 + 8 * (i / 2));
+  } else {
+    for (int h = 0; h < 2; h++) {
+      const floatX *p = M + (size_t)(k0 + 2 * t) * ld + n0 + 8 * h + g;
+      b[2 * h] = tc_pack(p[0], p[ld]);
+      b[2 * h + 1] = tc_pack(p[8 * ld], p[9 * ld]);
+    }
+  }
 }
 /* The A fragment of k step kk (columns 16 kk .. 16 kk + 15) of a 16 x 64
  * block held as 8 accumulators of 8 columns, rounded to BF16. */
@@ -184,7 +225,7 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4],
 
 /* s (16 x 64) = A (16 rows of M from r0, hs wide) times B^T, B the tile's
  * 64 rows of hs: the scores of the warp's rows against a tile. */
-template <int hs>
+template <int hs, bool LDM>
 __device__ __forceinline__ void tc_scores(float (*s)[4], const floatX *M,
                                           int r0, const floatX *B, int ld) {
 #pragma unroll
@@ -193,11 +234,11 @@ __device__ __forceinline__ void tc_scores(float (*s)[4], const floatX *M,
 #pragma unroll
   for (int kk = 0; kk < hs / 16; kk++) {
     uint32_t a[4];
-    tc_frag_a(a, M, ld, r0, 16 * kk);
+    tc_frag_a<LDM>(a, M, ld, r0, 16 * kk);
 #pragma unroll
     for (int j = 0; j < TC_NT; j += 2) {
       uint32_t b[4];
-      tc_frag_b2_t(b, B, ld, 8 * j, 16 * kk);
+      tc_frag_b2_t<LDM>(b, B, ld, 8 * j, 16 * kk);
       mma_bf16_16816(s[j], a, b);
       mma_bf16_16816(s[j + 1], a, b + 2);
     }
@@ -206,7 +247,7 @@ __device__ __forceinline__ void tc_scores(float (*s)[4], const floatX *M,
 
 /* acc (16 x hs, hs/8 accumulators) += P (16 x 64 in accumulators) times
  * the tile M (64 rows of hs). */
-template <int hs>
+template <int hs, bool LDM>
 __device__ __forceinline__ void tc_accumulate(float (*acc)[4],
                                               const float (*p)[4],
                                               const floatX *M, int ld) {
@@ -217,7 +258,7 @@ __device__ __forceinline__ void tc_accumulate(float (*acc)[4],
 #pragma unroll
     for (int n = 0; n < hs / 8; n += 2) {
       uint32_t b[4];
-      tc_frag_b2(b, M, ld, 16 * kk, 8 * n);
+      tc_frag_b2<LDM>(b, M, ld, 16 * kk, 8 * n);
       mma_bf16_16816(acc[n], a, b);
       mma_bf16_16816(acc[n + 1], a, b + 2);
     }
@@ -262,6 +303,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
   const int q0 = att_tile_rev() * TC_ROWS, wq0 = q0 + 16 * w;
   /* The lane's two rows: g and g + 8 of the warp's 16. */
   const int qi[2] = {wq0 + g, wq0 + g + 8};
+  const float sl2 = a.scale * TC_LOG2E;
 
   tc_load<hs>(Qs, ldh, a.qkv, a.C3, q0, T);
   float o[hs / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -278,15 +320,19 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     if (wq0 >= T || k0 > wq0 + 15)
       continue;
     float s[TC_NT][4];
-    tc_scores<hs>(s, Qs, 16 * w, Ks, ldh);
-    /* Scale and mask; each row's max over the tile (its 4 lanes). */
+    tc_scores<hs, true>(s, Qs, 16 * w, Ks, ldh);
+    /* Scale and mask (warp-uniform: only a tile that reaches past the
+     * warp's first row, or rows past T, has pairs to mask); each row's
+     * max over the tile (its 4 lanes). */
+    const bool edge = k0 + TC_COLS - 1 > wq0 || wq0 + 15 >= T;
     float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < TC_NT; j++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int h = e / 2, key = k0 + 8 * j + 2 * t + e % 2;
-        s[j][e] = qi[h] < T && key <= qi[h] ? a.scale * s[j][e] : -INFINITY;
+        s[j][e] = edge && !(qi[h] < T && key <= qi[h]) ? -INFINITY
+                                                        : sl2 * s[j][e];
         mt[h] = fmaxf(mt[h], s[j][e]);
       }
     float alpha[2];
@@ -296,17 +342,17 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
       mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 2));
       const float m_new = fmaxf(m[h], mt[h]);
       /* m_new is -inf only for a row with no key yet (past T): nothing. */
-      alpha[h] = m_new == -INFINITY ? 1.0f : expf(m[h] - m_new);
+      alpha[h] = m_new == -INFINITY ? 1.0f : exp2f(m[h] - m_new);
       m[h] = m_new;
       l[h] *= alpha[h];
     }
-    /* p = exp(s - m), the lane's part of each row's sum. */
+    /* p = 2^(s - m), the lane's part of each row's sum. */
 #pragma unroll
     for (int j = 0; j < TC_NT; j++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int h = e / 2;
-        s[j][e] = s[j][e] == -INFINITY ? 0.0f : expf(s[j][e] - m[h]);
+        s[j][e] = s[j][e] == -INFINITY ? 0.0f : exp2f(s[j][e] - m[h]);
         l[h] += s[j][e];
       }
 #pragma unroll
@@ -316,9 +362,10 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
       o[n][2] *= alpha[1];
       o[n][3] *= alpha[1];
     }
-    tc_accumulate<hs>(o, s, Vs, ldh); /* O += P V */
+    tc_accumulate<hs, true>(o, s, Vs, ldh); /* O += P V */
   }
-  /* Each row's sum over its 4 lanes; out = O / l, lse = m + log l. */
+  /* Each row's sum over its 4 lanes; out = O / l, lse = m ln 2 + log l
+   * (m in base 2). */
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -340,7 +387,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
 #pragma unroll
     for (int h = 0; h < 2; h++)
       if (qi[h] < T)
-        lse[(size_t)a.bh * T + qi[h]] = m[h] + logf(l[h]);
+        lse[(size_t)a.bh * T + qi[h]] = m[h] * TC_LN2 + logf(l[h]);
 }
 
 /* ---- Backward ----
@@ -351,7 +398,9 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
 /* dq: grid as the forward pass. smem (4 tiles, stats): Q and dO rows, K
  * and V tiles; lse and D of the block's rows. */
 template <int HS>
-__global__ void __launch_bounds__(TC_WARPS * 32)
+/* Up to hs 64, 4 blocks an SM (128 registers, which GPT-2's hs 64 needs
+ * without spilling); wider heads would spill. */
+__global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 ? 4 : 1)
     attention_tc_dq_kernel(floatX *dqkv, const float *Dsum, const floatX *dout,
                            const floatX *qkv, const float *lse, int T, int C,
                            int NH) {
@@ -366,6 +415,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
   float *lse_r = L.stats_at(tc_sm), *D_r = lse_r + TC_ROWS;
   const int q0 = att_tile_rev() * TC_ROWS, wq0 = q0 + 16 * w;
   const int qi[2] = {wq0 + g, wq0 + g + 8};
+  const float sl2 = a.scale * TC_LOG2E;
   const floatX *dbase = dout + (size_t)a.b * T * C + (size_t)a.h * hs;
 
   tc_load<hs>(Qs, ldh, a.qkv, a.C3, q0, T);
@@ -384,21 +434,25 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     if (wq0 >= T || k0 > wq0 + 15)
       continue;
     float s[TC_NT][4], dp[TC_NT][4];
-    tc_scores<hs>(s, Qs, 16 * w, Ks, ldh);
-    tc_scores<hs>(dp, dOs, 16 * w, Vs, ldh);
-    const float l_i[2] = {lse_r[16 * w + g], lse_r[16 * w + g + 8]};
+    tc_scores<hs, false>(s, Qs, 16 * w, Ks, ldh);
+    tc_scores<hs, false>(dp, dOs, 16 * w, Vs, ldh);
+    /* lse in base 2; a pair to mask only where the tile reaches past
+     * the warp's first row, or rows past T (warp-uniform). */
+    const float l_i[2] = {lse_r[16 * w + g] * TC_LOG2E,
+                          lse_r[16 * w + g + 8] * TC_LOG2E};
     const float D_i[2] = {D_r[16 * w + g], D_r[16 * w + g + 8]};
+    const bool edge = k0 + TC_COLS - 1 > wq0 || wq0 + 15 >= T;
 #pragma unroll
     for (int j = 0; j < TC_NT; j++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int h = e / 2, key = k0 + 8 * j + 2 * t + e % 2;
         float ds = 0.0f;
-        if (qi[h] < T && key <= qi[h])
-          ds = expf(a.scale * s[j][e] - l_i[h]) * (dp[j][e] - D_i[h]);
+        if (!edge || (qi[h] < T && key <= qi[h]))
+          ds = exp2f(sl2 * s[j][e] - l_i[h]) * (dp[j][e] - D_i[h]);
         s[j][e] = ds;
       }
-    tc_accumulate<hs>(dq, s, Ks, ldh); /* dq += dS K */
+    tc_accumulate<hs, false>(dq, s, Ks, ldh); /* dq += dS K */
   }
   if (wq0 < T)
     tc_store<hs>(dqkv + ((size_t)a.b * T + qi[0]) * a.C3 + (size_t)a.h * hs,
@@ -425,6 +479,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
   float *lse_t = L.stats_at(tc_sm), *D_t = lse_t + TC_COLS;
   const int kb0 = blockIdx.y * TC_ROWS, wk0 = kb0 + 16 * w;
   const int kj[2] = {wk0 + g, wk0 + g + 8};
+  const float sl2 = a.scale * TC_LOG2E;
   const floatX *dbase = dout + (size_t)a.b * T * C + (size_t)a.h * hs;
 
   tc_load<hs>(Kr, ldh, a.qkv + C, a.C3, kb0, T);
@@ -445,23 +500,26 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     if (wk0 >= T || q0 + TC_COLS - 1 < wk0)
       continue;
     float p[TC_NT][4], ds[TC_NT][4];
-    tc_scores<hs>(p, Kr, 16 * w, Qt, ldh);
-    tc_scores<hs>(ds, Vr, 16 * w, dOt, ldh);
+    tc_scores<hs, false>(p, Kr, 16 * w, Qt, ldh);
+    tc_scores<hs, false>(ds, Vr, 16 * w, dOt, ldh);
+    /* A pair to mask only where the tile starts before the warp's last
+     * key or reaches past T, or keys past T (warp-uniform). */
+    const bool edge = q0 < wk0 + 15 || q0 + TC_COLS > T || wk0 + 15 >= T;
 #pragma unroll
     for (int j = 0; j < TC_NT; j++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int h = e / 2, c = 8 * j + 2 * t + e % 2, q = q0 + c;
         float pe = 0.0f, dse = 0.0f;
-        if (kj[h] < T && q < T && q >= kj[h]) {
-          pe = expf(a.scale * p[j][e] - lse_t[c]);
+        if (!edge || (kj[h] < T && q < T && q >= kj[h])) {
+          pe = exp2f(sl2 * p[j][e] - lse_t[c] * TC_LOG2E);
           dse = pe * (ds[j][e] - D_t[c]);
         }
         p[j][e] = pe;
         ds[j][e] = dse;
       }
-    tc_accumulate<hs>(dv, p, dOt, ldh); /* dv += P^T dO */
-    tc_accumulate<hs>(dk, ds, Qt, ldh); /* dk += dS^T Q */
+    tc_accumulate<hs, false>(dv, p, dOt, ldh); /* dv += P^T dO */
+    tc_accumulate<hs, false>(dk, ds, Qt, ldh); /* dk += dS^T Q */
   }
   if (wk0 >= T)
     return;

@@ -234,6 +234,84 @@ __global__ void layernorm_dinp_kernel(floatX *dinp, const floatX *dout,
   }
 }
 
+/* The same for C a multiple of 8, C <= 256 NV, the arrays 16-byte
+ * aligned: the lane's share of the row (NV vectors of 8 BF16, 128-bit
+ * accesses) read once into registers for both passes. The scalar kernel
+ * above, 2-byte accesses and the row read twice, took 0.26 ms a call in
+ * GPT-2 124M's step on an H200 (B=8 T=1024: 50 MB, under 200 GB/s),
+ * 21% of the step. */
+template <int NV>
+__global__ void layernorm_dinp_vec_kernel(floatX *dinp, const floatX *dout,
+                                          const floatX *inp, const floatX *w,
+                                          const float *mean, const float *rstd,
+                                          int N, int C) {
+  const int lane = threadIdx.x % 32;
+  for (long long row = (long long)blockIdx.x * LN_WARPS + threadIdx.x / 32;
+       row < N; row += (long long)gridDim.x * LN_WARPS) {
+    const floatX *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+    const float m = mean[row], s = rstd[row];
+    kc_x8 dv[NV], xv[NV];
+    float dm = 0.0f, dnm = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+      const int c = (32 * i + lane) * 8;
+      if (c >= C)
+        continue;
+      dv[i] = kc_load8(d + c);
+      xv[i] = kc_load8(x + c);
+      const kc_x8 wv = kc_load8(w + c);
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        const float dn = kc_f(wv.v[j]) * kc_f(dv[i].v[j]);
+        dm += dn;
+        dnm += dn * (kc_f(xv[i].v[j]) - m) * s;
+      }
+    }
+    dm = kc_warp_sum(dm) / C;
+    dnm = kc_warp_sum(dnm) / C;
+    floatX *di = dinp + (size_t)row * C;
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+      const int c = (32 * i + lane) * 8;
+      if (c >= C)
+        continue;
+      const kc_x8 wv = kc_load8(w + c);
+      /* dinp is read and written here: a plain load, not __ldg's cache. */
+      kc_x8 ov = *reinterpret_cast<const kc_x8 *>(di + c);
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        const float norm = (kc_f(xv[i].v[j]) - m) * s;
+        const float g =
+            (kc_f(wv.v[j]) * kc_f(dv[i].v[j]) - dm - norm * dnm) * s;
+        ov.v[j] = kc_x(kc_f(ov.v[j]) + g);
+      }
+      kc_store8(di + c, ov);
+    }
+  }
+}
+
+/* The input gradient's kernel for C: the vector one where it applies. */
+static void ln_dinp(const kern_ctx *k, floatX *dinp, const floatX *dout,
+                    const floatX *inp, const floatX *w, const float *mean,
+                    const float *rstd, int N, int C) {
+  const unsigned grid = kc_grid((size_t)N, LN_WARPS, k->sm_count);
+  const int nv = (C + 255) / 256;
+  const bool vec = C % 8 == 0 && nv <= 8 && kc_aligned16(dinp) &&
+                   kc_aligned16(dout) && kc_aligned16(inp) && kc_aligned16(w);
+  switch (vec ? nv : 0) {
+#define LN_DINP_CASE(n)                                                        \
+  case n:                                                                      \
+    layernorm_dinp_vec_kernel<n><<<grid, LN_WARPS * 32, 0, k->stream>>>(       \
+        dinp, dout, inp, w, mean, rstd, N, C);                                 \
+    return;
+    LN_DINP_CASE(1) LN_DINP_CASE(2) LN_DINP_CASE(3) LN_DINP_CASE(4)
+    LN_DINP_CASE(5) LN_DINP_CASE(6) LN_DINP_CASE(7) LN_DINP_CASE(8)
+#undef LN_DINP_CASE
+  }
+  layernorm_dinp_kernel<<<grid, LN_WARPS * 32, 0, k->stream>>>(
+      dinp, dout, inp, w, mean, rstd, N, C);
+}
+
 size_t kern_backward_max_rows(void) {
   return (size_t)65535 * KC_COLSUM_ROWS;
 }
@@ -252,9 +330,7 @@ int kern_layernorm_backward(const kern_ctx *k, floatX *dinp, float *dw,
     return kc_fail(err, errlen, op, "bad shape N=%d C=%d", N, C);
   if (N == 0 || C == 0)
     return 0;
-  layernorm_dinp_kernel<<<kc_grid((size_t)N, LN_WARPS, k->sm_count),
-                          LN_WARPS * 32, 0, k->stream>>>(dinp, dout, inp, w,
-                                                         mean, rstd, N, C);
+  ln_dinp(k, dinp, dout, inp, w, mean, rstd, N, C);
   if (kc_check(op, err, errlen))
     return -1;
   /* db is the column sum of dout, dw that of dout * normalized input. */

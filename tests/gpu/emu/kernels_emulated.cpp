@@ -414,10 +414,12 @@ int main(void) {
     check_reductions(&k, r, n);
   /* C=100: the scalar path; C=96: the 128-bit path; N=300: more than one
    * chunk of 128 rows in the column sums and more rows than 16 blocks of
-   * 8 warps take in one round. */
+   * 8 warps take in one round; C=520: the backward's 128-bit path with
+   * 3 vectors a lane, the last for lane 0 alone. */
   check_layernorm(&k, r, 37, 100);
   check_layernorm(&k, r, 21, 96);
   check_layernorm(&k, r, 300, 64);
+  check_layernorm(&k, r, 9, 520);
   check_colsum(&k, r, 300, 100);
   check_colsum(&k, r, 1, 33);
   /* Head sizes 32, 16, 128, 64 at T not a multiple of the 16-row block
