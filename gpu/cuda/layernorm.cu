@@ -207,7 +207,14 @@ int kc_colsum(const kern_ctx *k, float *db, float *scratch, const floatX *dout,
 /* ---- Backward ---- */
 
 /* dinp (N,C) += LayerNorm's input gradient (gpt_cpu.c's formula); one
- * warp a row, no cross-row sums. */
+ * warp a row, no cross-row sums. NV = 0: any C, 2-byte accesses, the row
+ * read in each of the two passes. NV > 0: C a multiple of 8 and at most
+ * 256 NV, the arrays 16-byte aligned; the lane's share of the row (NV
+ * vectors of 8 BF16, 128-bit accesses) read once into registers for both
+ * passes. The scalar path alone took 0.26 ms a call in GPT-2 124M's step
+ * on an H200 (B=8 T=1024: 50 MB, under 200 GB/s), 21% of the step; the
+ * vector one 0.016 ms. */
+template <int NV>
 __global__ void layernorm_dinp_kernel(floatX *dinp, const floatX *dout,
                                       const floatX *inp, const floatX *w,
                                       const float *mean, const float *rstd,
@@ -216,76 +223,56 @@ __global__ void layernorm_dinp_kernel(floatX *dinp, const floatX *dout,
   for (long long row = (long long)blockIdx.x * LN_WARPS + threadIdx.x / 32;
        row < N; row += (long long)gridDim.x * LN_WARPS) {
     const floatX *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+    floatX *di = dinp + (size_t)row * C;
     const float m = mean[row], s = rstd[row];
+    /* The two row sums of w*dout and w*dout*norm, then each element's
+     * gradient from them. */
     float dm = 0.0f, dnm = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-      float dn = kc_f(w[c]) * kc_f(d[c]);
+    auto sums = [&](floatX wc, floatX dc, floatX xc) {
+      const float dn = kc_f(wc) * kc_f(dc);
       dm += dn;
-      dnm += dn * (kc_f(x[c]) - m) * s;
+      dnm += dn * (kc_f(xc) - m) * s;
+    };
+    auto grad = [&](floatX wc, floatX dc, floatX xc, floatX ic) {
+      const float norm = (kc_f(xc) - m) * s;
+      return kc_x(kc_f(ic) + (kc_f(wc) * kc_f(dc) - dm - norm * dnm) * s);
+    };
+    /* The vector path: f(i, c) for the lane's vectors i, at column c. */
+    kc_x8 dv[NV > 0 ? NV : 1], xv[NV > 0 ? NV : 1];
+    auto each_vector = [&](auto f) {
+#pragma unroll
+      for (int i = 0; i < NV; i++)
+        if ((32 * i + lane) * 8 < C)
+          f(i, (32 * i + lane) * 8);
+    };
+    if constexpr (NV == 0) {
+      for (int c = lane; c < C; c += 32)
+        sums(w[c], d[c], x[c]);
+    } else {
+      each_vector([&](int i, int c) {
+        dv[i] = kc_load8(d + c);
+        xv[i] = kc_load8(x + c);
+        const kc_x8 wv = kc_load8(w + c);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+          sums(wv.v[j], dv[i].v[j], xv[i].v[j]);
+      });
     }
     dm = kc_warp_sum(dm) / C;
     dnm = kc_warp_sum(dnm) / C;
-    floatX *di = dinp + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) {
-      float norm = (kc_f(x[c]) - m) * s;
-      float g = (kc_f(w[c]) * kc_f(d[c]) - dm - norm * dnm) * s;
-      di[c] = kc_x(kc_f(di[c]) + g);
-    }
-  }
-}
-
-/* The same for C a multiple of 8, C <= 256 NV, the arrays 16-byte
- * aligned: the lane's share of the row (NV vectors of 8 BF16, 128-bit
- * accesses) read once into registers for both passes. The scalar kernel
- * above, 2-byte accesses and the row read twice, took 0.26 ms a call in
- * GPT-2 124M's step on an H200 (B=8 T=1024: 50 MB, under 200 GB/s),
- * 21% of the step. */
-template <int NV>
-__global__ void layernorm_dinp_vec_kernel(floatX *dinp, const floatX *dout,
-                                          const floatX *inp, const floatX *w,
-                                          const float *mean, const float *rstd,
-                                          int N, int C) {
-  const int lane = threadIdx.x % 32;
-  for (long long row = (long long)blockIdx.x * LN_WARPS + threadIdx.x / 32;
-       row < N; row += (long long)gridDim.x * LN_WARPS) {
-    const floatX *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
-    const float m = mean[row], s = rstd[row];
-    kc_x8 dv[NV], xv[NV];
-    float dm = 0.0f, dnm = 0.0f;
+    if constexpr (NV == 0) {
+      for (int c = lane; c < C; c += 32)
+        di[c] = grad(w[c], d[c], x[c], di[c]);
+    } else {
+      each_vector([&](int i, int c) {
+        const kc_x8 wv = kc_load8(w + c);
+        /* dinp is read and written here: a plain load, not __ldg's. */
+        kc_x8 ov = *reinterpret_cast<const kc_x8 *>(di + c);
 #pragma unroll
-    for (int i = 0; i < NV; i++) {
-      const int c = (32 * i + lane) * 8;
-      if (c >= C)
-        continue;
-      dv[i] = kc_load8(d + c);
-      xv[i] = kc_load8(x + c);
-      const kc_x8 wv = kc_load8(w + c);
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        const float dn = kc_f(wv.v[j]) * kc_f(dv[i].v[j]);
-        dm += dn;
-        dnm += dn * (kc_f(xv[i].v[j]) - m) * s;
-      }
-    }
-    dm = kc_warp_sum(dm) / C;
-    dnm = kc_warp_sum(dnm) / C;
-    floatX *di = dinp + (size_t)row * C;
-#pragma unroll
-    for (int i = 0; i < NV; i++) {
-      const int c = (32 * i + lane) * 8;
-      if (c >= C)
-        continue;
-      const kc_x8 wv = kc_load8(w + c);
-      /* dinp is read and written here: a plain load, not __ldg's cache. */
-      kc_x8 ov = *reinterpret_cast<const kc_x8 *>(di + c);
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        const float norm = (kc_f(xv[i].v[j]) - m) * s;
-        const float g =
-            (kc_f(wv.v[j]) * kc_f(dv[i].v[j]) - dm - norm * dnm) * s;
-        ov.v[j] = kc_x(kc_f(ov.v[j]) + g);
-      }
-      kc_store8(di + c, ov);
+        for (int j = 0; j < 8; j++)
+          ov.v[j] = grad(wv.v[j], dv[i].v[j], xv[i].v[j], ov.v[j]);
+        kc_store8(di + c, ov);
+      });
     }
   }
 }
@@ -301,15 +288,14 @@ static void ln_dinp(const kern_ctx *k, floatX *dinp, const floatX *dout,
   switch (vec ? nv : 0) {
 #define LN_DINP_CASE(n)                                                        \
   case n:                                                                      \
-    layernorm_dinp_vec_kernel<n><<<grid, LN_WARPS * 32, 0, k->stream>>>(       \
+    layernorm_dinp_kernel<n><<<grid, LN_WARPS * 32, 0, k->stream>>>(           \
         dinp, dout, inp, w, mean, rstd, N, C);                                 \
     return;
-    LN_DINP_CASE(1) LN_DINP_CASE(2) LN_DINP_CASE(3) LN_DINP_CASE(4)
-    LN_DINP_CASE(5) LN_DINP_CASE(6) LN_DINP_CASE(7) LN_DINP_CASE(8)
+    LN_DINP_CASE(0) LN_DINP_CASE(1) LN_DINP_CASE(2) LN_DINP_CASE(3)
+    LN_DINP_CASE(4) LN_DINP_CASE(5) LN_DINP_CASE(6) LN_DINP_CASE(7)
+    LN_DINP_CASE(8)
 #undef LN_DINP_CASE
   }
-  layernorm_dinp_kernel<<<grid, LN_WARPS * 32, 0, k->stream>>>(
-      dinp, dout, inp, w, mean, rstd, N, C);
 }
 
 size_t kern_backward_max_rows(void) {
