@@ -35,8 +35,9 @@
 #define TC_ROWS (TC_WARPS * 16) /* rows of a block: 16 a warp */
 #define TC_COLS 64              /* rows of a tile of the other side */
 #define TC_NT (TC_COLS / 8)     /* 8-column pieces of a score block */
-/* The softmax runs in base 2 (exp2f: one multi-function unit instruction
- * and no range reduction), scores scaled by log2(e) with 1/sqrt(hs). */
+/* The softmax runs in base 2, the scores scaled by log2(e) / sqrt(hs) in
+ * one multiply: exp2f is the hardware's own exponential, where expf
+ * multiplies by log2(e) first. */
 #define TC_LOG2E 1.4426950408889634f
 #define TC_LN2 0.6931471805599453f
 
