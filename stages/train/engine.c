@@ -47,6 +47,13 @@ int engine_built_with_cuda(void) {
 
 int engine_pick(engine_want want, engine_device *out, char *why,
                 size_t whylen, char *err, size_t errlen) {
+  /* Before looking for a GPU: that loads and starts the CUDA driver
+   * (cudaGetDeviceCount), which device: cpu has no use for. */
+  if (want == ENGINE_WANT_CPU) {
+    *out = ENGINE_CPU;
+    snprintf(why, whylen, "device: cpu was asked for");
+    return 0;
+  }
   char gpu[512] = "";
   int have_gpu = 0;
 #ifdef DAGRUN_HAVE_CUDA
@@ -55,11 +62,6 @@ int engine_pick(engine_want want, engine_device *out, char *why,
   snprintf(gpu, sizeof gpu,
            "this dagrun was built without CUDA (no nvcc, or -DDAGRUN_CUDA=OFF)");
 #endif
-  if (want == ENGINE_WANT_CPU) {
-    *out = ENGINE_CPU;
-    snprintf(why, whylen, "device: cpu was asked for");
-    return 0;
-  }
   if (have_gpu) {
     *out = ENGINE_CUDA;
     snprintf(why, whylen, "device: %s, and %s",
