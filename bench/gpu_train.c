@@ -137,7 +137,7 @@ static int trainer_step(trainer *t, const uint32_t *in, const uint32_t *tg,
   }
   double norm;
   return gpt_cuda_zero_grad(t->g, err, errlen) ||
-         gpt_cuda_forward(t->g, in, tg, B, T, NULL, err, errlen) ||
+         gpt_cuda_forward_train(t->g, in, tg, B, T, NULL, err, errlen) ||
          gpt_cuda_backward(t->g, 1.0f, err, errlen) ||
          gpt_cuda_clip_grad_norm(t->g, 1.0, &norm, err, errlen) ||
          gpt_cuda_step(t->g, 6e-4f, err, errlen);

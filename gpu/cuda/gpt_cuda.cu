@@ -364,15 +364,14 @@ extern "C" int gpt_cuda_device_name(int device, char *out, size_t outlen,
  * so it computes C^T = op(B)^T op(A)^T, i.e. with the operands swapped. */
 static int gemm_rm(struct gpt_cuda *g, int ta, int tb, int M, int N, int K,
                    const floatX *A, int lda, const floatX *B, int ldb,
-                   void *Cm, int ldc, int c_fp32, float beta, char *err,
-                   size_t errlen) {
+                   void *Cm, int ldc, int c_fp32, float alpha, float beta,
+                   char *err, size_t errlen) {
   cublasLtMatmulDesc_t desc = NULL;
   cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
   cublasLtMatmulPreference_t pref = NULL;
   int rc = -1;
   cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* on B */
   cublasOperation_t opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N; /* on A */
-  float alpha = 1.0f;
   cublasLtMatmulHeuristicResult_t heur;
   int found = 0;
   cudaDataType_t ct = c_fp32 ? CUDA_R_32F : CUDA_R_16BF;
@@ -866,9 +865,10 @@ static int check_ids(const uint32_t *ids, size_t n, int V, const char *what,
   return 0;
 }
 
-extern "C" int gpt_cuda_forward(gpt_cuda *g, const uint32_t *inputs,
-                                const uint32_t *targets, int B, int T,
-                                float *loss, char *err, size_t errlen) {
+/* gpt_cuda_forward, and with train gpt_cuda_forward_train. */
+static int forward(gpt_cuda *g, const uint32_t *inputs,
+                   const uint32_t *targets, int B, int T, float *loss,
+                   int train, char *err, size_t errlen) {
   const gpt_config *c = &g->cfg;
   int C = c->n_embd, V = c->vocab_size, Vp = c->padded_vocab, L = c->n_layer;
   g->B = g->T = 0;
@@ -919,7 +919,7 @@ extern "C" int gpt_cuda_forward(gpt_cuda *g, const uint32_t *inputs,
   /* lnf (N,C), wte (Vp,C) -> logits (N,Vp) = lnf wte^T; the padding rows
    * of wte are zero, so the padding columns are too. */
   if (gemm_rm(g, 0, 1, (int)N, Vp, C, g->lnf, C, param_of(g, 0, 0), C,
-              g->logits, Vp, 0, 0.0f, err, errlen) != 0 ||
+              g->logits, Vp, 0, 1.0f, 0.0f, err, errlen) != 0 ||
       params_done(g, 0, after, err, errlen) != 0)
     return -1;
   g->B = B;
@@ -927,15 +927,34 @@ extern "C" int gpt_cuda_forward(gpt_cuda *g, const uint32_t *inputs,
   g->logits_valid = 1;
   if (targets) {
     /* dloss 0: losses only, the logits stay for backward (which runs the
-     * classifier again with its scale). */
-    KK(kern_fused_classifier(k, g->logits, g->losses, g->tgts, 0.0f, (int)N,
-                             V, Vp, err, errlen));
+     * classifier again with its scale). train: the gradient of the mean
+     * loss too, in place of the logits (backward applies its scale in the
+     * head's products). */
+    KK(kern_fused_classifier(k, g->logits, g->losses, g->tgts,
+                             train ? 1.0f / (float)N : 0.0f, (int)N, V, Vp,
+                             err, errlen));
+    if (train)
+      g->logits_valid = 0;
     KK(kern_mean(k, g->scalars, g->scratch, g->losses, N, err, errlen));
     g->have_loss = 1;
     if (loss)
       return gpt_cuda_last_loss(g, loss, err, errlen);
   }
   return 0;
+}
+
+extern "C" int gpt_cuda_forward(gpt_cuda *g, const uint32_t *inputs,
+                                const uint32_t *targets, int B, int T,
+                                float *loss, char *err, size_t errlen) {
+  return forward(g, inputs, targets, B, T, loss, 0, err, errlen);
+}
+
+extern "C" int gpt_cuda_forward_train(gpt_cuda *g, const uint32_t *inputs,
+                                      const uint32_t *targets, int B, int T,
+                                      float *loss, char *err, size_t errlen) {
+  if (!targets)
+    return fail(err, errlen, "gpt_cuda_forward_train: no targets");
+  return forward(g, inputs, targets, B, T, loss, 1, err, errlen);
 }
 
 extern "C" int gpt_cuda_last_loss(gpt_cuda *g, float *loss, char *err,
@@ -986,6 +1005,9 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
   const kern_ctx *k = &g->k;
   int B = g->B, T = g->T, C = c->n_embd, NH = c->n_head, V = c->vocab_size;
   int Vp = c->padded_vocab, L = c->n_layer, N = B * T;
+  /* Logits gone with a loss: gpt_cuda_forward_train left their gradient
+   * at scale 1 in their place. */
+  const int have_dlogits = !g->logits_valid;
   g->have_loss = 0;
   g->logits_valid = 0;
   /* d(0 * loss) adds nothing, as gpt_backward's zero dlogits add nothing;
@@ -997,18 +1019,24 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
       g->grad_hook(g->grad_hook_arg, 0);
     return 0;
   }
-  /* logits -> dlogits (N,Vp) = d(scale * mean loss), in place. */
-  KK(kern_fused_classifier(k, g->logits, g->losses, g->tgts, scale / (float)N,
-                           N, V, Vp, err, errlen));
+  /* logits -> dlogits (N,Vp) = d(scale * mean loss), in place; or the
+   * forward's d(mean loss), times scale in the products below (the same
+   * bits where scale is a power of 2: both scalings are exact). */
+  float alpha = 1.0f;
+  if (have_dlogits)
+    alpha = scale;
+  else
+    KK(kern_fused_classifier(k, g->logits, g->losses, g->tgts,
+                             scale / (float)N, N, V, Vp, err, errlen));
   /* dlogits (N,Vp), wte (Vp,C) -> dbuf (N,C) = dlogits wte (d lnf);
    * dwte (Vp,C) += dlogits^T lnf. */
   if (params_need(g, 0, L + 1, 1, err, errlen) != 0)
     return -1;
   const floatX *wte = param_of(g, 0, 0);
-  if (gemm_rm(g, 0, 0, N, C, Vp, g->logits, Vp, wte, C, g->dbuf, C, 0, 0.0f,
-              err, errlen) != 0 ||
+  if (gemm_rm(g, 0, 0, N, C, Vp, g->logits, Vp, wte, C, g->dbuf, C, 0, alpha,
+              0.0f, err, errlen) != 0 ||
       gemm_rm(g, 1, 0, Vp, C, N, g->logits, Vp, g->lnf, C, grad_of(g, 0, 0), C,
-              1, 1.0f, err, errlen) != 0)
+              1, alpha, 1.0f, err, errlen) != 0)
     return -1;
   if (params_done(g, 0, L + 1, err, errlen) != 0 ||
       params_need(g, L + 1, L, 1, err, errlen) != 0)

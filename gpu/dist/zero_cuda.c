@@ -528,7 +528,8 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
   float loss = 0;
   /* The forward's loss read back synchronizes its stream. */
   if (gpt_cuda_zero_grad(g, err, errlen) != 0 ||
-      gpt_cuda_forward(g, inputs, targets, B, T, &loss, err, errlen) != 0)
+      gpt_cuda_forward_train(g, inputs, targets, B, T, &loss, err, errlen) !=
+          0)
     return pass_failed(zc, err, errlen);
   double tb = comm_timer_now(), c_fwd = zc->tm.total;
   zc->next = sh->nbuckets;

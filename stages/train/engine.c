@@ -160,7 +160,8 @@ int engine_forward_backward(engine *e, loader *ld, uint32_t *inputs,
     if (ld)
       loader_next(ld, inputs, targets);
     t.data += stagekit_lap(&tk);
-    if (gpt_cuda_forward(e->g, inputs, targets, B, T, &l, err, errlen) != 0)
+    if (gpt_cuda_forward_train(e->g, inputs, targets, B, T, &l, err, errlen) !=
+        0)
       return -1;
     t.forward += stagekit_lap(&tk);
     if (gpt_cuda_backward(e->g, 1.0f / (float)accum, err, errlen) != 0 ||

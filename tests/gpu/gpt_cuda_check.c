@@ -366,6 +366,28 @@ static int cmd_recompute(void) {
           "cpu %.6f", rname, loss[r], lref);
     snprintf(label, sizeof label, "recompute %s, 2 x 0.5 vs cpu", rname);
     compare_grads(m, grads[r], gref, label);
+    /* The same through gpt_cuda_forward_train (the logits' gradient made
+     * in the forward, the scale applied in the head's products): the
+     * same bits, 0.5 being a power of 2; and no logits after it. */
+    float lt = 0;
+    if (gpt_cuda_zero_grad(g, err, sizeof err) != 0 ||
+        gpt_cuda_forward_train(g, in, tg, B_, T_, &lt, err, sizeof err) != 0 ||
+        gpt_cuda_backward(g, 0.5f, err, sizeof err) != 0 ||
+        gpt_cuda_forward_train(g, in, tg, B_, T_, &lt, err, sizeof err) != 0 ||
+        gpt_cuda_backward(g, 0.5f, err, sizeof err) != 0 ||
+        gpt_cuda_download_grads(g, gtmp, err, sizeof err) != 0)
+      die(rname, err);
+    CHECK(lt == loss[r] && memcmp(gtmp, grads[r], np * 4) == 0,
+          "recompute %s: gpt_cuda_forward_train's loss %.9g or gradients "
+          "differ from gpt_cuda_forward's (%.9g)",
+          rname, lt, loss[r]);
+    float *lg = malloc((size_t)B_ * T_ * gpt_get_config(m)->padded_vocab * 4);
+    CHECK(lg && gpt_cuda_forward_train(g, in, tg, B_, T_, &lt, err,
+                                       sizeof err) == 0 &&
+              gpt_cuda_logits(g, lg, err, sizeof err) != 0,
+          "recompute %s: gpt_cuda_logits after gpt_cuda_forward_train did "
+          "not fail", rname);
+    free(lg);
     /* A backward at scale 0 adds nothing. */
     float l0 = 0;
     if (gpt_cuda_forward(g, in, tg, B_, T_, &l0, err, sizeof err) != 0 ||
