@@ -54,6 +54,8 @@ const char *comm_op_name(comm_op op) {
     return "allreduce";
   case COMM_OP_REDUCE_SCATTER:
     return "reduce_scatter";
+  case COMM_OP_REDUCE:
+    return "reduce";
   case COMM_OP_ALLGATHER:
     return "allgather";
   case COMM_OP_ALLGATHER_BYTES:
@@ -96,6 +98,7 @@ static int self_start(comm *c, int slot, comm_op op, const void *send,
   (void)c, (void)slot, (void)root, (void)err, (void)errlen;
   switch (op) {
   case COMM_OP_REDUCE_SCATTER:
+  case COMM_OP_REDUCE:
   case COMM_OP_ALLGATHER:
     /* One rank: the sum and the gather are the rank's own data. */
     if (send != recv && n > 0)
@@ -204,13 +207,17 @@ static int start(comm *c, int async, comm_op op, const void *send, void *recv,
            bn, on);
     return -1;
   }
-  if (n > 0 && (!recv || (op != COMM_OP_BROADCAST && !send))) {
+  /* A reduce writes recv on its root only. */
+  int recv_used = op != COMM_OP_REDUCE || root == c->rank;
+  if (n > 0 &&
+      ((recv_used && !recv) || (op != COMM_OP_BROADCAST && !send))) {
     comm_seterr(err, errlen, "comm %s: %s: NULL buffer for %zu elements", bn, on, n);
     return -1;
   }
-  if (op == COMM_OP_BROADCAST && (root < 0 || root >= c->size)) {
-    comm_seterr(err, errlen, "comm %s: broadcast: root %d is not a rank (size %d)",
-           bn, root, c->size);
+  if ((op == COMM_OP_BROADCAST || op == COMM_OP_REDUCE) &&
+      (root < 0 || root >= c->size)) {
+    comm_seterr(err, errlen, "comm %s: %s: root %d is not a rank (size %d)",
+           bn, on, root, c->size);
     return -1;
   }
   int slot = COMM_BLOCKING_SLOT;
@@ -328,6 +335,11 @@ int comm_reduce_scatter_sum(comm *c, const float *send, float *recv, size_t n,
   return blocking(c, COMM_OP_REDUCE_SCATTER, send, recv, n, 0, err, errlen);
 }
 
+int comm_reduce_sum(comm *c, const float *send, float *recv, size_t n,
+                    int root, char *err, size_t errlen) {
+  return blocking(c, COMM_OP_REDUCE, send, recv, n, root, err, errlen);
+}
+
 int comm_allgather(comm *c, const float *send, float *recv, size_t n, char *err,
                    size_t errlen) {
   return blocking(c, COMM_OP_ALLGATHER, send, recv, n, 0, err, errlen);
@@ -369,6 +381,11 @@ int comm_ireduce_scatter_sum(comm *c, const float *send, float *recv, size_t n,
                              comm_req **req, char *err, size_t errlen) {
   return start(c, 1, COMM_OP_REDUCE_SCATTER, send, recv, n, 0, req, err,
                errlen);
+}
+
+int comm_ireduce_sum(comm *c, const float *send, float *recv, size_t n,
+                     int root, comm_req **req, char *err, size_t errlen) {
+  return start(c, 1, COMM_OP_REDUCE, send, recv, n, root, req, err, errlen);
 }
 
 int comm_iallgather(comm *c, const float *send, float *recv, size_t n,

@@ -68,6 +68,12 @@ int comm_allreduce_sum(comm *c, float *buf, size_t n, char *err,
  * [r*n, (r+1)*n) in recv[0..n). */
 int comm_reduce_scatter_sum(comm *c, const float *send, float *recv, size_t n,
                             char *err, size_t errlen);
+/* send[0..n) summed over ranks into root's recv[0..n) (recv is not used
+ * on the other ranks and may be NULL there): ZeRO-2's gradient pieces
+ * sent to the rank that owns them, where a group of the model's layout
+ * straddles the ranks' unequal parts of it. */
+int comm_reduce_sum(comm *c, const float *send, float *recv, size_t n,
+                    int root, char *err, size_t errlen);
 /* Each rank's send[0..n) into recv[r*n .. (r+1)*n) on every rank. send
  * may be recv + rank*n (in place). */
 int comm_allgather(comm *c, const float *send, float *recv, size_t n,
@@ -96,6 +102,8 @@ int comm_iallreduce_sum(comm *c, float *buf, size_t n, comm_req **req,
 int comm_ireduce_scatter_sum(comm *c, const float *send, float *recv,
                              size_t n, comm_req **req, char *err,
                              size_t errlen);
+int comm_ireduce_sum(comm *c, const float *send, float *recv, size_t n,
+                     int root, comm_req **req, char *err, size_t errlen);
 int comm_iallgather(comm *c, const float *send, float *recv, size_t n,
                     comm_req **req, char *err, size_t errlen);
 int comm_iallgather_bytes(comm *c, const void *send, void *recv, size_t bytes,

@@ -18,6 +18,7 @@
 typedef enum comm_op {
   COMM_OP_ALLREDUCE,
   COMM_OP_REDUCE_SCATTER,
+  COMM_OP_REDUCE,
   COMM_OP_ALLGATHER,
   COMM_OP_ALLGATHER_BYTES,
   COMM_OP_BROADCAST,
@@ -36,8 +37,9 @@ struct comm_req {
 
 typedef struct comm_ops {
   /* Starts op in slot: n floats (allreduce: buf = recv; reduce_scatter:
-   * send has n*size, recv n; allgather: send n, recv n*size), or n bytes
-   * for broadcast (buf = recv, root). 0; -1 with err when the library
+   * send has n*size, recv n; reduce: send n, recv n on root, NULL
+   * allowed elsewhere; allgather: send n, recv n*size), or n bytes for
+   * broadcast (buf = recv, root). 0; -1 with err when the library
    * failed (the communicator is then unusable); -2 with err for arguments
    * the backend cannot take (nothing was started). */
   int (*start)(comm *c, int slot, comm_op op, const void *send, void *recv,

@@ -56,6 +56,9 @@ static int mpi_start(comm *c, int slot, comm_op op, const void *send,
     rc = MPI_Ireduce_scatter_block(send, recv, cnt, MPI_FLOAT, MPI_SUM, s->comm,
                                    r);
     break;
+  case COMM_OP_REDUCE:
+    rc = MPI_Ireduce(send, recv, cnt, MPI_FLOAT, MPI_SUM, root, s->comm, r);
+    break;
   case COMM_OP_ALLGATHER: {
     /* In place when this rank's part already sits at its place in recv. */
     const float *mine = (const float *)recv + (size_t)c->rank * n;

@@ -115,6 +115,12 @@ static int nccl_start(comm *c, int slot, comm_op op, const void *send,
     r = ncclReduceScatter(send, recv, n, ncclFloat32, ncclSum, s->comm,
                           s->stream);
     break;
+  case COMM_OP_REDUCE:
+    /* recvbuff is read by NCCL on the root only; elsewhere the send
+     * buffer stands in for the NULL the caller may give. */
+    r = ncclReduce(send, c->rank == root ? recv : (void *)send, n,
+                   ncclFloat32, ncclSum, root, s->comm, s->stream);
+    break;
   case COMM_OP_ALLGATHER:
     /* NCCL itself takes send == recv + rank*n as in place. */
     r = ncclAllGather(send, recv, n, ncclFloat32, s->comm, s->stream);

@@ -204,6 +204,48 @@ static void check_reduce_scatter(size_t n, int tag) {
   bfree(&Rb);
 }
 
+/* A reduce to every root in turn (blocking for even roots, started and
+ * waited for for odd ones): the root gets the sum; the others give no
+ * receive buffer (NULL) for even roots, and one that must stay as it was
+ * for odd ones. A root that is no rank is refused, and the
+ * communicator stays usable. */
+static void check_reduce(size_t n, int tag) {
+  buf S = balloc(n * sizeof(float)), Rb = balloc(n * sizeof(float));
+  float *r = (float *)Rb.h;
+  for (int root = 0; root < N; root++, tag++) {
+    fill((float *)S.h, R, tag, n);
+    for (size_t i = 0; i < n; i++)
+      r[i] = -999;
+    bput(&S);
+    bput(&Rb);
+    float *recv = R == root || root % 2 ? (float *)Rb.d : NULL;
+    if (root % 2 == 0) {
+      CALL("reduce", comm_reduce_sum(C, (float *)S.d, recv, n, root, err,
+                                     sizeof err));
+    } else {
+      comm_req *q;
+      CALL("ireduce", comm_ireduce_sum(C, (float *)S.d, recv, n, root, &q, err,
+                                       sizeof err));
+      CALL("wait", comm_wait(C, q, err, sizeof err));
+    }
+    bget(&Rb);
+    for (size_t i = 0; i < n; i++)
+      expect(R == root ? "reduce (root)" : "reduce (receive buffer of a rank "
+                                           "that is not the root)",
+             n, i, r[i], R == root ? sum(tag, i) : -999.0f);
+  }
+  nchecks++;
+  if (comm_reduce_sum(C, (float *)S.d, (float *)Rb.d, n, N, err, sizeof err) ==
+          0 ||
+      !strstr(err, "root") || !strstr(err, "is not a rank")) {
+    fprintf(stderr, "comm_check: rank %d: reduce to root %d: %s\n", R, N,
+            err);
+    comm_abort(C, 1);
+  }
+  bfree(&S);
+  bfree(&Rb);
+}
+
 static void check_allgather(size_t n, int tag, int inplace) {
   buf Rb = balloc(n * N * sizeof(float)), S = {0};
   float *r = (float *)Rb.h, *sd;
@@ -575,6 +617,8 @@ int main(int argc, char **argv) {
     size_t n = sizes[k];
     check_allreduce(n, tag++);
     check_reduce_scatter(n, tag++);
+    check_reduce(n, tag);
+    tag += N;
     check_allgather(n, tag++, 0);
     check_allgather(n, tag++, 1);
     check_broadcast(n * sizeof(float) + 3, tag++);

@@ -29,6 +29,11 @@ int main(void) {
   CHECK(a[0] == 1.5f && a[1] == -2 && a[2] == 3);
   CHECK_INT(comm_reduce_scatter_sum(c, a, b, 3, err, sizeof err), 0);
   CHECK(b[0] == 1.5f && b[1] == -2 && b[2] == 3);
+  b[0] = 0;
+  CHECK_INT(comm_reduce_sum(c, a, b, 3, 0, err, sizeof err), 0);
+  CHECK(b[0] == 1.5f && b[1] == -2 && b[2] == 3);
+  CHECK_INT(comm_reduce_sum(c, a, b, 3, 1, err, sizeof err), -1);
+  CHECK(has(err, "comm self: reduce: root 1 is not a rank (size 1)"));
   b[1] = 7;
   CHECK_INT(comm_allgather(c, b, a, 3, err, sizeof err), 0);
   CHECK(a[1] == 7);

@@ -29,13 +29,14 @@
  *   joined is gone or the rest do not come within the timeout.
  *   ncclCommFinalize on a non-blocking communicator returns
  *   ncclInProgress and settles at the next ncclCommGetAsyncError.
- * - AllReduce, ReduceScatter (sum, prod, max, min of the integer and
- *   float32/float64 types), AllGather and Broadcast (any type), in place
- *   as NCCL defines it (AllGather: sendbuff == recvbuff + rank*count;
- *   ReduceScatter: sendbuff + rank*count == recvbuff; AllReduce and
- *   Broadcast: sendbuff == recvbuff). Reductions add in rank order
- *   0..N-1 on every rank, so every rank gets bitwise the same result, as
- *   NCCL's ring gives. count 0 returns at once, as NCCL does.
+ * - AllReduce, ReduceScatter, Reduce (sum, prod, max, min of the integer
+ *   and float32/float64 types), AllGather and Broadcast (any type), in
+ *   place as NCCL defines it (AllGather: sendbuff == recvbuff +
+ *   rank*count; ReduceScatter: sendbuff + rank*count == recvbuff;
+ *   AllReduce, Reduce and Broadcast: sendbuff == recvbuff). Reduce's
+ *   recvbuff is used (and checked) on the root only. Reductions add in
+ *   rank order 0..N-1 on every rank, so every rank gets bitwise the same
+ *   result, as NCCL's ring gives. count 0 returns at once, as NCCL does.
  * - On a non-blocking communicator the first collective returns
  *   ncclInProgress (NCCL's runtime connection setup) and
  *   ncclCommGetAsyncError settles it.
@@ -232,10 +233,16 @@ static const char *op_name(int op) {
     return "AllGather";
   case 3:
     return "Broadcast";
+  case 4:
+    return "Reduce";
   }
   return "?";
 }
-enum { OP_ALLREDUCE, OP_REDUCESCATTER, OP_ALLGATHER, OP_BROADCAST };
+enum { OP_ALLREDUCE, OP_REDUCESCATTER, OP_ALLGATHER, OP_BROADCAST, OP_REDUCE };
+
+static bool reduces(int op) {
+  return op == OP_ALLREDUCE || op == OP_REDUCESCATTER || op == OP_REDUCE;
+}
 
 /* Why rank *p cannot take part any more, or NULL while it may: checked
  * while waiting for it. A communicator aborted by any rank is broken for
@@ -720,11 +727,12 @@ static ncclResult_t step(ncclComm *comm, const coll &k, size_t off,
   h->count = k.count;
   h->op = k.op;
   h->dtype = k.type;
-  h->redop = k.op == OP_ALLREDUCE || k.op == OP_REDUCESCATTER ? k.redop : 0;
-  h->root = k.op == OP_BROADCAST ? k.root : 0;
+  h->redop = reduces(k.op) ? k.redop : 0;
+  h->root = k.op == OP_BROADCAST || k.op == OP_REDUCE ? k.root : 0;
   cudaError_t e = cudaSuccess;
   switch (k.op) {
   case OP_ALLREDUCE:
+  case OP_REDUCE:
   case OP_ALLGATHER:
     e = cudaMemcpyAsync(mine, k.send + off * es, len * es,
                         cudaMemcpyDeviceToHost, k.stream);
@@ -767,8 +775,11 @@ static ncclResult_t step(ncclComm *comm, const coll &k, size_t off,
   const unsigned char *slot0 = comm->slots;
   const size_t sb = comm->slot_bytes;
   switch (k.op) {
+  case OP_REDUCE:
   case OP_ALLREDUCE:
   case OP_REDUCESCATTER: {
+    if (k.op == OP_REDUCE && me != k.root)
+      break; /* only the root receives */
     /* In rank order 0..N-1 on every rank: the same bits everywhere. */
     size_t part = k.op == OP_REDUCESCATTER ? (size_t)me * len * es : 0;
     memcpy(comm->tmp, slot0 + part, len * es);
@@ -824,14 +835,14 @@ static ncclResult_t run(ncclComm *comm, const coll &k) {
   if (es == 0)
     return fail(comm, ncclInvalidArgument, "emulated NCCL: %s: datatype %d",
                 what, (int)k.type);
-  if ((k.op == OP_ALLREDUCE || k.op == OP_REDUCESCATTER) &&
-      !reducible(k.type, k.redop))
+  if (reduces(k.op) && !reducible(k.type, k.redop))
     return fail(comm, ncclInvalidArgument,
                 "emulated NCCL: %s: reduction %d of datatype %d is not "
                 "emulated (sum, prod, max, min of integers, float32, "
                 "float64)",
                 what, (int)k.redop, (int)k.type);
-  if (k.op == OP_BROADCAST && (k.root < 0 || k.root >= comm->nranks))
+  if ((k.op == OP_BROADCAST || k.op == OP_REDUCE) &&
+      (k.root < 0 || k.root >= comm->nranks))
     return fail(comm, ncclInvalidArgument, "emulated NCCL: %s: root %d of %d",
                 what, k.root, comm->nranks);
   if (k.count == 0)
@@ -845,7 +856,8 @@ static ncclResult_t run(ncclComm *comm, const coll &k) {
                 "emulated NCCL: %s: sendbuff %p (%zu elements) is not device "
                 "memory (the emulated runtime's EMU ERROR says more)",
                 what, (const void *)k.send, send_n);
-  if (!device_range(k.recv, recv_n * es))
+  bool uses_recv = k.op != OP_REDUCE || k.root == comm->rank;
+  if (uses_recv && !device_range(k.recv, recv_n * es))
     return fail(comm, ncclInvalidArgument,
                 "emulated NCCL: %s: recvbuff %p (%zu elements) is not device "
                 "memory (the emulated runtime's EMU ERROR says more)",
@@ -890,6 +902,14 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff,
   return run(comm,
              {OP_REDUCESCATTER, (const unsigned char *)sendbuff,
               (unsigned char *)recvbuff, recvcount, datatype, op, 0, stream});
+}
+
+ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
+                        ncclDataType_t datatype, ncclRedOp_t op, int root,
+                        ncclComm_t comm, cudaStream_t stream) {
+  return run(comm, {OP_REDUCE, (const unsigned char *)sendbuff,
+                    (unsigned char *)recvbuff, count, datatype, op, root,
+                    stream});
 }
 
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff,
