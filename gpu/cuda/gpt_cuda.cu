@@ -6,12 +6,14 @@
  * not take) go through cuBLASLt here.
  *
  * Device memory is one cudaMalloc, carved (carve below) into:
- *   master (nm) f32, params (padded) bf16, grads (padded) f32, optimizer
+ *   master (nm) f32, params (padded) bf16, grads (ngrads) f32, optimizer
  *   state (AdamW 2nm, Lion nm) f32, where nm is the model's np floats, or
- *   a gang rank's shard (gpt_cuda_options.shard_n), and padded >= np
- *   (ZeRO stage 3's pieces: params and grads are the shard's nm too, and
- *   forward and backward read each group where the parameter hook puts
- *   it);
+ *   a gang rank's shard (gpt_cuda_options.shard_n), padded >= np, and
+ *   ngrads = padded, or nm where the gradients are the shard's alone
+ *   (grad_shard: ZeRO stage 2; backward adds each group's gradients where
+ *   the parameter hook puts them). ZeRO stage 3's pieces: params and
+ *   grads are the shard's nm too, and forward and backward read each
+ *   group where the parameter hook puts it;
  *   resid (L+1) x (N,C) bf16: the residual stream at each block's input
  *   and the last block's output, kept in every recompute mode;
  *   layer sets (L of them; one with recompute: block), each
@@ -117,7 +119,9 @@ struct gpt_cuda {
   size_t lo, nm;            /* the master weights and the optimizer state
                                are the flat range [lo, lo + nm): [0, np)
                                or a gang rank's shard */
-  size_t padded;            /* elements of params and grads (>= np) */
+  size_t padded;            /* elements of params (>= np) */
+  size_t ngrads;            /* floats of grads: padded, or nm when they
+                               are the shard's alone (grad_shard, pieces) */
   size_t *off;              /* each tensor's offset (gpt.h's order) */
   size_t ntensors;
   opt_run *runs;
@@ -192,7 +196,8 @@ static size_t scratch_need(const gpt_config *cfg, int B, int T, size_t np,
 /* Carves (or counts) everything for (B,T); the part sizes go to mem
  * when not NULL. */
 static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
-                      size_t padded, int B, int T, gpt_recompute rc,
+                      size_t padded, size_t ngrads, int B, int T,
+                      gpt_recompute rc,
                       optim_kind kind, int sm, struct gpt_cuda *g,
                       gpt_memory *mem) {
   carver c = {g ? g->base : NULL, 0};
@@ -201,7 +206,7 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
   float *master = (float *)take(&c, nm * 4);
   floatX *params = (floatX *)take(&c, padded * 2);
   uint64_t p_bytes = c.off;
-  float *grads = (float *)take(&c, padded * 4);
+  float *grads = (float *)take(&c, ngrads * 4);
   uint64_t g_bytes = c.off - p_bytes;
   size_t nst = optim_state_floats_for(kind, nm);
   float *ostate = (float *)take(&c, nst * 4);
@@ -248,7 +253,7 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
   floatX *dbuf = (floatX *)take(&c, N * C * 2);
   floatX *dqkv = (floatX *)take(&c, N * 3 * C * 2);
   floatX *d4c = (floatX *)take(&c, N * 4 * C * 2);
-  size_t sb = scratch_need(cfg, B, T, padded, sm);
+  size_t sb = scratch_need(cfg, B, T, ngrads, sm);
   void *scratch = take(&c, sb);
   int *ids = (int *)take(&c, N * 4);
   int *tgts = (int *)take(&c, N * 4);
@@ -301,21 +306,23 @@ static int device_sms(int device) {
   return sm;
 }
 
-/* The master weights' floats and the padded size for options o and a
- * model of np parameters (gpt_cuda_options.shard_n, padded; stage 3's
- * pieces: the shard's floats for both). */
+/* The master weights' floats, the BF16 parameters' padded size and the
+ * gradients' floats for options o and a model of np parameters
+ * (gpt_cuda_options.shard_n, padded, grad_shard; stage 3's pieces: the
+ * shard's floats for all three). */
 static void shard_sizes(const gpt_cuda_options *o, size_t np, size_t *nm,
-                        size_t *padded) {
+                        size_t *padded, size_t *ngrads) {
   *nm = o->shard_n ? o->shard_n : np;
   *padded = o->npieces ? o->shard_n : o->padded > np ? o->padded : np;
+  *ngrads = o->grad_shard && o->shard_n ? o->shard_n : *padded;
 }
 
 extern "C" void gpt_cuda_memory_estimate(const gpt_config *cfg, int B, int T,
                                          const gpt_cuda_options *o,
                                          gpt_memory *out) {
-  size_t np = gpt_config_num_params(cfg), nm, padded;
-  shard_sizes(o, np, &nm, &padded);
-  carve(cfg, np, nm, padded, B, T, o->recompute, o->opt.kind,
+  size_t np = gpt_config_num_params(cfg), nm, padded, ngrads;
+  shard_sizes(o, np, &nm, &padded, &ngrads);
+  carve(cfg, np, nm, padded, ngrads, B, T, o->recompute, o->opt.kind,
         device_sms(o->device), NULL, out);
   out->acts += LT_WORKSPACE_BYTES;
   out->total += LT_WORKSPACE_BYTES;
@@ -507,11 +514,12 @@ extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
   g->cfg = *cfg;
   g->o = *o;
   g->np = gpt_num_params(host);
-  shard_sizes(o, g->np, &g->nm, &g->padded);
+  shard_sizes(o, g->np, &g->nm, &g->padded, &g->ngrads);
   g->lo = o->shard_n && !o->npieces ? o->shard_lo : 0;
-  if (o->npieces && !o->shard_n) {
+  if ((o->npieces || o->grad_shard) && !o->shard_n) {
     gpt_cuda_destroy(g);
-    return fail(err, errlen, "gpt_cuda: stage 3's pieces need shard_n");
+    return fail(err, errlen, "gpt_cuda: %s need shard_n",
+                o->npieces ? "stage 3's pieces" : "sharded gradients");
   }
   if (g->lo > g->padded || g->nm > g->padded - g->lo) {
     gpt_cuda_destroy(g);
@@ -574,7 +582,8 @@ extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
   }
   g->have_k = 1;
   gpt_memory mem;
-  g->bytes = carve(cfg, g->np, g->nm, g->padded, o->B, o->T, o->recompute,
+  g->bytes = carve(cfg, g->np, g->nm, g->padded, g->ngrads, o->B, o->T,
+                   o->recompute,
                    o->opt.kind, g->k.sm_count, NULL, &mem);
   cudaError_t e = cudaMalloc((void **)&g->base, g->bytes);
   if (e != cudaSuccess) {
@@ -601,14 +610,14 @@ extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
     gpt_cuda_destroy(g);
     return -1;
   }
-  carve(cfg, g->np, g->nm, g->padded, o->B, o->T, o->recompute, o->opt.kind,
-        g->k.sm_count, g, NULL);
+  carve(cfg, g->np, g->nm, g->padded, g->ngrads, o->B, o->T, o->recompute,
+        o->opt.kind, g->k.sm_count, g, NULL);
   /* Every group in the gpt_cuda's own arrays; stage 3's are placed by
    * the parameter hook, and its weights come with gpt_cuda_upload_shard
-   * (zero until then). */
+   * (zero until then); sharded gradients' groups too (in backward). */
   for (size_t i = 0; i < g->ngroups && !g->npieces; i++) {
     g->gp[i] = g->params + g->goff[i];
-    g->gg[i] = g->grads + g->goff[i];
+    g->gg[i] = o->grad_shard ? NULL : g->grads + g->goff[i];
   }
   if (g->npieces)
     e = cudaMemsetAsync(g->master, 0, g->nm * 4, g->k.stream);
@@ -704,22 +713,30 @@ extern "C" int gpt_cuda_upload(gpt_cuda *g, const gpt *host, optim *opt,
                        cudaMemcpyHostToDevice, g->k.stream));
     KK(kern_f32_to_bf16(&g->k, g->params, g->master, g->np, err, errlen));
   } else {
-    /* A shard: the whole model goes up through the gradients (FP32, at
-     * least np floats), which make the BF16 copy of every parameter and
-     * the shard's master weights (zero past the model's last), and are
-     * zeroed after. */
-    CK(cudaMemcpyAsync(g->grads, gpt_params((gpt *)host), g->np * 4,
-                       cudaMemcpyHostToDevice, g->k.stream));
-    KK(kern_f32_to_bf16(&g->k, g->params, g->grads, g->np, err, errlen));
+    /* A shard: the whole model goes up through the FP32 gradient array,
+     * as much at a time as it holds (all of it, unless the gradients are
+     * the shard's alone), which makes the BF16 copy of every parameter
+     * and the shard's master weights (zero past the model's last), and
+     * is zeroed after. Stream order keeps a chunk until its copies are
+     * done. */
+    const float *hp = gpt_params((gpt *)host);
+    size_t mhi = g->lo + shard_real(g);
+    CK(cudaMemsetAsync(g->master, 0, g->nm * 4, g->k.stream));
+    for (size_t at = 0; at < g->np; at += g->ngrads) {
+      size_t n = g->np - at < g->ngrads ? g->np - at : g->ngrads;
+      CK(cudaMemcpyAsync(g->grads, hp + at, n * 4, cudaMemcpyHostToDevice,
+                         g->k.stream));
+      KK(kern_f32_to_bf16(&g->k, g->params + at, g->grads, n, err, errlen));
+      size_t a = at > g->lo ? at : g->lo, b = at + n < mhi ? at + n : mhi;
+      if (a < b)
+        CK(cudaMemcpyAsync(g->master + (a - g->lo), g->grads + (a - at),
+                           (b - a) * 4, cudaMemcpyDeviceToDevice,
+                           g->k.stream));
+    }
     if (g->padded > g->np)
       CK(cudaMemsetAsync(g->params + g->np, 0, (g->padded - g->np) * 2,
                          g->k.stream));
-    CK(cudaMemsetAsync(g->master, 0, g->nm * 4, g->k.stream));
-    size_t have = shard_real(g);
-    if (have)
-      CK(cudaMemcpyAsync(g->master, g->grads + g->lo, have * 4,
-                         cudaMemcpyDeviceToDevice, g->k.stream));
-    CK(cudaMemsetAsync(g->grads, 0, g->padded * 4, g->k.stream));
+    CK(cudaMemsetAsync(g->grads, 0, g->ngrads * 4, g->k.stream));
   }
   return move_state(g, opt, 1, err, errlen);
 }
@@ -768,9 +785,10 @@ extern "C" int gpt_cuda_download_shard(gpt_cuda *g, float *shard, optim *opt,
 
 extern "C" int gpt_cuda_download_grads(gpt_cuda *g, float *out, char *err,
                                        size_t errlen) {
-  if (g->npieces)
+  if (g->ngrads < g->np)
     return fail(err, errlen,
-                "gpt_cuda: a stage-3 shard holds its own gradients only");
+                "gpt_cuda: a shard's gradients are all this gpt_cuda "
+                "holds (ZeRO stages 2-3)");
   CK(cudaMemcpyAsync(out, g->grads, g->np * 4, cudaMemcpyDeviceToHost,
                      g->k.stream));
   CK(cudaStreamSynchronize(g->k.stream));
@@ -801,8 +819,8 @@ static int params_need(gpt_cuda *g, int grp, int next, int bwd, char *err,
     return fail(err, errlen, "gpt_cuda: a parameter hook failed");
   if (!g->gp[grp] || (bwd && !g->gg[grp]))
     return fail(err, errlen,
-                "gpt_cuda: group %d's %s not placed (a stage-3 gpt_cuda "
-                "needs a parameter hook that places them)",
+                "gpt_cuda: group %d's %s not placed (a gpt_cuda of ZeRO "
+                "stage 2 or 3 needs a parameter hook that places them)",
                 grp, g->gp[grp] ? "gradients are" : "parameters are");
   return 0;
 }
@@ -993,7 +1011,7 @@ extern "C" int gpt_cuda_logits(gpt_cuda *g, float *out, char *err,
 /* ---- Backward ---- */
 
 extern "C" int gpt_cuda_zero_grad(gpt_cuda *g, char *err, size_t errlen) {
-  CK(cudaMemsetAsync(g->grads, 0, g->padded * 4, g->k.stream));
+  CK(cudaMemsetAsync(g->grads, 0, g->ngrads * 4, g->k.stream));
   return 0;
 }
 
@@ -1147,7 +1165,7 @@ extern "C" int gpt_cuda_scale_grads(gpt_cuda *g, float s, char *err,
                                     size_t errlen) {
   int blocks = g->k.sm_count * 4;
   /* The padding (a gang's) is zero, and stays so. */
-  scale_kernel<<<blocks, 256, 0, g->k.stream>>>(g->grads, g->padded, s);
+  scale_kernel<<<blocks, 256, 0, g->k.stream>>>(g->grads, g->ngrads, s);
   CK(cudaGetLastError());
   return 0;
 }
@@ -1156,10 +1174,10 @@ extern "C" int gpt_cuda_scale_grads(gpt_cuda *g, float s, char *err,
 
 extern "C" int gpt_cuda_grad_sumsq(gpt_cuda *g, size_t lo, size_t n,
                                    double *ss, char *err, size_t errlen) {
-  if (lo > g->padded || n > g->padded - lo)
+  if (lo > g->ngrads || n > g->ngrads - lo)
     return fail(err, errlen,
                 "gpt_cuda: gradient range [%zu, %zu) past the %zu there are",
-                lo, lo + n, g->padded);
+                lo, lo + n, g->ngrads);
   float s = 0;
   KK(kern_sum_squares(&g->k, g->scalars + 1, g->scratch, g->grads + lo, n, err,
                       errlen));
@@ -1185,8 +1203,8 @@ extern "C" int gpt_cuda_clip_grad_norm(gpt_cuda *g, double max_norm,
                                        double *norm, char *err,
                                        size_t errlen) {
   double ss;
-  /* Every gradient: the model's, or a stage-3 shard's. */
-  if (gpt_cuda_grad_sumsq(g, 0, g->np < g->padded ? g->np : g->padded, &ss, err,
+  /* Every gradient: the model's, or a shard's. */
+  if (gpt_cuda_grad_sumsq(g, 0, g->np < g->ngrads ? g->np : g->ngrads, &ss, err,
                           errlen) != 0)
     return -1;
   *norm = sqrt(ss);
@@ -1206,8 +1224,9 @@ extern "C" int gpt_cuda_step(gpt_cuda *g, float lr, char *err,
    * one, [lo, lo + nm) (everything but for a gang rank's shard), or
    * stage 3's. Each optimizer run's part of a piece is at its offset in
    * the piece from the piece's local offset in the master weights and
-   * the moments; in params and grads at its flat offset, or with stage 3
-   * at the same place as in the master weights. */
+   * the moments; in params at its flat offset, or with stage 3 at the
+   * same place as in the master weights; in grads as in params, or where
+   * the gradients are the shard's alone as in the master weights. */
   float *m = g->ostate, *v = g->ostate + g->nm;
   gpt_cuda_piece whole = {g->lo, g->nm, 0};
   size_t np1 = g->npieces ? g->npieces : 1;
@@ -1222,15 +1241,16 @@ extern "C" int gpt_cuda_step(gpt_cuda *g, float lr, char *err,
       if (a >= b)
         continue;
       size_t mi = pc->local + (a - lo), pi = at + (a - lo);
+      size_t gi = g->o.grad_shard ? mi : pi;
       float wd = r->decay ? oc->weight_decay : 0.0f;
       if (oc->kind == OPTIM_ADAMW)
         KK(kern_adamw_update(&g->k, g->master + mi, g->params + pi, m + mi,
-                             v + mi, g->grads + pi, b - a, lr, oc->beta1,
+                             v + mi, g->grads + gi, b - a, lr, oc->beta1,
                              oc->beta2, b1c, b2c, oc->eps, wd, g->grad_scale,
                              err, errlen));
       else
         KK(kern_lion_update(&g->k, g->master + mi, g->params + pi, m + mi,
-                            g->grads + pi, b - a, lr, oc->beta1, oc->beta2, wd,
+                            g->grads + gi, b - a, lr, oc->beta1, oc->beta2, wd,
                             g->grad_scale, err, errlen));
     }
   }

@@ -82,6 +82,12 @@ typedef struct gpt_cuda_options {
    * for that), so that a gang's in-place all-gather and reduce-scatter
    * of N equal slices fit. */
   size_t shard_lo, shard_n, padded;
+  /* ZeRO stage 2 (with shard_n): the FP32 gradients are the shard's
+   * alone, shard_n floats (gradient i is the flat shard_lo + i's), which
+   * gpt_cuda_step reads. Backward adds each group's gradients where the
+   * parameter hook places them (gpt_cuda_set_group_grads, as stage 3
+   * does), and what fills the shard's from those is the caller's. */
+  int grad_shard;
   /* ZeRO stage 3 (npieces > 0): the rank's shard is pieces of the
    * parameter groups (gpt.h: the embeddings, each layer, ln_f), piece j
    * the flat range [flat, flat + n) at shard offset local (zero.h's
@@ -182,13 +188,14 @@ void gpt_cuda_set_grad_hook(gpt_cuda *g,
                             void (*hook)(void *arg, size_t final_from),
                             void *arg);
 
-/* ---- Parameter groups (ZeRO stage 3), as gpt.h's for the CPU ----
+/* ---- Parameter groups (ZeRO stages 2-3), as gpt.h's for the CPU ----
  * The engine reads group grp's BF16 parameters and adds its FP32
  * gradients through two device pointers (the group's first element).
- * Without pieces (gpt_cuda_options) they point into the gpt_cuda's own
- * arrays and nothing needs setting; with pieces they are NULL until set,
- * and forward and backward fail on a group whose pointers are not set
- * when they reach it. Borrowed; the memory is the caller's. */
+ * Without pieces or grad_shard (gpt_cuda_options) they point into the
+ * gpt_cuda's own arrays and nothing needs setting; with pieces both (with
+ * grad_shard the gradients') are NULL until set, and forward and
+ * backward fail on a group whose pointers are not set when they reach
+ * it. Borrowed; the memory is the caller's. */
 void gpt_cuda_set_group_params(gpt_cuda *g, size_t grp, void *bf16);
 void gpt_cuda_set_group_grads(gpt_cuda *g, size_t grp, float *grads);
 /* hook(arg, event, group, next) as gpt.h's gpt_set_param_hook, in the
@@ -267,9 +274,10 @@ int gpt_cuda_device_used(gpt_cuda *g, uint64_t *used, uint64_t *total,
 uint64_t gpt_cuda_get_t(const gpt_cuda *g);
 
 /* Device memory for a gang's collectives (gpu/dist/zero_cuda.c): the
- * FP32 gradients (padded floats), the BF16 parameters (padded elements of
- * 2 bytes), the FP32 master weights (shard_n floats, or the model's);
- * with pieces (stage 3) all three are the shard's (shard_n).
+ * FP32 gradients (padded floats; with grad_shard the shard's shard_n),
+ * the BF16 parameters (padded elements of 2 bytes), the FP32 master
+ * weights (shard_n floats, or the model's); with pieces (stage 3) all
+ * three are the shard's (shard_n).
  * The gpt_cuda's own work on them runs on its stream: synchronize it
  * (gpt_cuda_synchronize) before a collective reads them, and let the
  * collective complete before the next call here. */

@@ -79,11 +79,11 @@
 typedef struct zero_config {
   int stage;            /* 0, 1, 2 or 3 */
   size_t bucket_floats; /* stage 2: per-rank bucket (GPU ranks,
-                           zero_cuda.h: stages 0-1 too); 0: 1<<20 */
+                           zero_cuda.h: stages 0-1 instead); 0: 1<<20 */
   int no_overlap;       /* stages 2-3 (GPU ranks: 0-3): no
                            communication beside compute: gradients
                            reduced after backward instead of from the
-                           backward hook (GPU ranks' stage 3: each
+                           backward hook (GPU ranks' stages 2-3: each
                            group's waited for at once), and at stage 3
                            each group gathered only when it is needed
                            (no prefetch) */
@@ -110,7 +110,8 @@ typedef struct zero_step_result {
                                  one per group), and those started from
                                  the backward hook, before backward was
                                  over (GPU ranks: stages 0-1 count their
-                                 all-reduces too) */
+                                 all-reduces too, and stage 2 its groups,
+                                 each reduced to the ranks it reaches) */
   /* Where the step's time went, in seconds, adding up to zero_step's
    * wall time: forward and backward computing, the comm calls the rank
    * spent waiting in (or starting) that compute did not hide (the hooks'

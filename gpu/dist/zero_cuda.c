@@ -17,6 +17,9 @@
 
 #include "gpt_cuda.h"
 
+/* Room for the collectives in flight: the comm layer's limit. */
+#define ZC_RING COMM_MAX_INFLIGHT
+
 struct zero_cuda {
   zero *z;
   gpt *model;
@@ -27,25 +30,26 @@ struct zero_cuda {
   gpt_memory mem;
   char name[256];
   comm_timer tm; /* the step's time in comm calls */
-  /* The gradient's buckets (zero_shape's bf, nbuckets), as zero.c's. */
-  float *send[ZERO_INFLIGHT]; /* stage 2: N*bf device floats each */
-  comm_req *req[ZERO_INFLIGHT];
-  int nio, cur; /* in flight; the next slot */
+  /* The collectives in flight, oldest first (a ring of ZC_RING): stages
+   * 0-1's buckets (zero_shape's bf, nbuckets, as zero.c's), stage 3's
+   * reduce-scatters, stage 2's reduces (one per rank a group's gradient
+   * reaches); at most cap at once. */
+  comm_req *req[ZC_RING];
+  int nio, cur, cap; /* in flight; the next slot; the most */
   size_t next;  /* buckets >= next have been started (counting down) */
   int synced;   /* the engine's stream was waited for since its last
                    gradient writes were queued */
   int in_hook, early, hook_rc;
   char hook_err[256];
-  /* Stage 3 (zero_cuda.h): the rank's piece of each group, the two
-   * slots the groups' BF16 parameters are gathered into, and the
-   * groups' FP32 gradients: group 0's (final only at the end of
-   * backward) in a buffer of its own, the others' in turn in
-   * ZERO_INFLIGHT + 1 buffers (one being written, the rest being
-   * reduce-scattered). */
+  /* Stages 2-3 (zero_cuda.h): the groups' FP32 gradients, group 0's
+   * (final only at the end of backward) in a buffer of its own, the
+   * others' in turn in ZERO_INFLIGHT + 1 buffers (one being written, the
+   * rest being reduced); stage 3: the rank's piece of each group and
+   * the two slots the groups' BF16 parameters are gathered into. */
   size_t ng;
+  size_t *goff, *glen; /* each group's flat offset and length */
   zero_piece *pc;
   gpt_cuda_piece *gpc;
-  size_t *goff; /* each group's flat offset */
   struct pslot {
     void *buf;    /* N x the largest piece, BF16 */
     int group;    /* the group it holds (valid), or -1 */
@@ -58,8 +62,8 @@ struct zero_cuda {
   int gbusy[ZERO_INFLIGHT + 1]; /* the group whose gradient it holds, or
                                    -1 */
   uint64_t gbuf_bytes;
-  int rs_buf[ZERO_INFLIGHT]; /* the gbuf a reduce-scatter in flight
-                                sends (freed when it is done), or -1 */
+  int rs_buf[ZC_RING]; /* the gbuf the collective in flight sends (freed
+                          when it is done: a group's last), or -1 */
   size_t rs_next;            /* groups >= rs_next have been started */
   int in_bwd;
 };
@@ -69,25 +73,33 @@ int zero_cuda_available(char *why, size_t whylen) {
   return gpt_cuda_available(why, whylen);
 }
 
-/* ---- Stage 3: the layout and the buffers ---- */
+/* ---- Stages 2-3: the groups and their buffers ---- */
 
-/* The rank's pieces, as the host zero cut them (zero_group_piece), for
- * the engine (gpt_cuda_options' pieces). */
-static int stage3_layout(zero_cuda *zc, char *err, size_t errlen) {
-  size_t ng = zero_group_count(zc->z);
+/* The model's groups (gpt.h), and at stage 3 the rank's pieces of them,
+ * as the host zero cut them (zero_group_piece), for the engine
+ * (gpt_cuda_options' pieces). */
+static int group_layout(zero_cuda *zc, char *err, size_t errlen) {
+  size_t ng = gpt_group_count(zc->model);
   zc->ng = ng;
+  zc->goff = calloc(ng, sizeof *zc->goff);
+  zc->glen = calloc(ng, sizeof *zc->glen);
+  if (!zc->goff || !zc->glen) {
+    snprintf(err, errlen, "zero: out of memory");
+    return -1;
+  }
+  for (size_t g = 0; g < ng; g++)
+    gpt_group_range(zc->model, g, &zc->goff[g], &zc->glen[g]);
+  if (zc->sh.stage == 2)
+    return 0;
   zc->pc = calloc(ng, sizeof *zc->pc);
   zc->gpc = calloc(ng, sizeof *zc->gpc);
-  zc->goff = calloc(ng, sizeof *zc->goff);
-  if (!zc->pc || !zc->gpc || !zc->goff) {
+  if (!zc->pc || !zc->gpc) {
     snprintf(err, errlen, "zero: out of memory");
     return -1;
   }
   for (size_t g = 0; g < ng; g++) {
-    size_t n;
     zero_group_piece(zc->z, g, &zc->pc[g]);
     zc->gpc[g] = (gpt_cuda_piece){zc->pc[g].flat, zc->pc[g].n, zc->pc[g].local};
-    gpt_group_range(zc->model, g, &zc->goff[g], &n);
   }
   zc->o.shard_lo = 0;
   zc->o.shard_n = zc->sh.S;
@@ -97,26 +109,34 @@ static int stage3_layout(zero_cuda *zc, char *err, size_t errlen) {
   return 0;
 }
 
-/* The gather slots and the gradient buffers, all at create, so that an
- * out-of-memory is found before training starts. */
-static int stage3_alloc(zero_cuda *zc, char *err, size_t errlen) {
+/* Floats of group g's gradient buffer: at stage 3 N pieces of S_g (what
+ * the reduce-scatter sends), at stage 2 the group itself. */
+static size_t group_floats(const zero_cuda *zc, size_t g) {
+  return zc->sh.stage == 3 ? zc->pc[g].S * (size_t)zc->sh.world : zc->glen[g];
+}
+
+/* The gradient buffers and stage 3's gather slots, all at create, so
+ * that an out-of-memory is found before training starts. */
+static int group_alloc(zero_cuda *zc, char *err, size_t errlen) {
+  int st = zc->sh.stage;
   size_t N = (size_t)zc->sh.world, most = 0, most_layer = 0;
   for (size_t g = 0; g < zc->ng; g++) {
-    most = zc->pc[g].S > most ? zc->pc[g].S : most;
-    if (g > 0 && zc->pc[g].S > most_layer)
-      most_layer = zc->pc[g].S;
+    if (st == 3 && zc->pc[g].S > most)
+      most = zc->pc[g].S;
+    if (g > 0 && group_floats(zc, g) > most_layer)
+      most_layer = group_floats(zc, g);
   }
   zc->slot_bytes = (uint64_t)most * N * 2;
-  zc->gbuf_bytes = (uint64_t)most_layer * N * 4;
+  zc->gbuf_bytes = (uint64_t)most_layer * 4;
   cudaError_t e = cudaSuccess;
-  for (int i = 0; i < 2 && e == cudaSuccess; i++) {
+  for (int i = 0; i < 2 && st == 3 && e == cudaSuccess; i++) {
     zc->ps[i].group = -1;
     e = cudaMalloc(&zc->ps[i].buf, zc->slot_bytes);
     if (e != cudaSuccess)
       zc->ps[i].buf = NULL;
   }
   if (e == cudaSuccess) {
-    e = cudaMalloc((void **)&zc->gbuf0, zc->pc[0].S * N * 4);
+    e = cudaMalloc((void **)&zc->gbuf0, group_floats(zc, 0) * 4);
     if (e != cudaSuccess)
       zc->gbuf0 = NULL;
   }
@@ -127,13 +147,21 @@ static int stage3_alloc(zero_cuda *zc, char *err, size_t errlen) {
       zc->gbuf[i] = NULL;
   }
   if (e != cudaSuccess) {
+    /* Not left for the next launch's error check to find. */
+    cudaGetLastError();
+    char slots[128] = "";
+    if (st == 3)
+      snprintf(slots, sizeof slots, "2 x %llu bytes of BF16 parameters, ",
+               (unsigned long long)zc->slot_bytes);
     snprintf(err, errlen,
-             "zero: %s: out of GPU memory for stage 3's gathered layers "
-             "(2 x %llu bytes of BF16 parameters, %llu + %d x %llu bytes of "
-             "FP32 gradients: %s); more ranks, or stage 2, need less",
-             zc->name, (unsigned long long)zc->slot_bytes,
-             (unsigned long long)(zc->pc[0].S * N * 4), ZERO_INFLIGHT + 1,
-             (unsigned long long)zc->gbuf_bytes, cudaGetErrorString(e));
+             "zero: %s: out of GPU memory for stage %d's %s (%s%llu + %d x "
+             "%llu bytes of FP32 gradients: %s); %s",
+             zc->name, st, st == 3 ? "gathered layers" : "layers' gradients",
+             slots, (unsigned long long)(group_floats(zc, 0) * 4),
+             ZERO_INFLIGHT + 1, (unsigned long long)zc->gbuf_bytes,
+             cudaGetErrorString(e),
+             st == 3 ? "more ranks, or stage 2, need less"
+                     : "more ranks need less");
     return -1;
   }
   return 0;
@@ -171,13 +199,19 @@ int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
                              .deterministic = o->deterministic,
                              .device = comm_device(nccl)};
   /* Stage 0 keeps everything whole; stages 1-2 the slice, with room for
-   * the N slices of the in-place collectives. */
+   * the N slices of the BF16 parameters' in-place all-gather (stage 1:
+   * and of the gradients' all-reduce; stage 2 keeps the slice's
+   * gradients alone). */
   zc->o.shard_lo = sh.stage == 0 ? 0 : sh.lo;
   zc->o.shard_n = sh.stage == 0 ? 0 : sh.S;
   zc->o.padded = sh.stage == 0 ? sh.n_params : sh.S * (size_t)sh.world;
-  for (int i = 0; i < ZERO_INFLIGHT; i++)
+  zc->o.grad_shard = sh.stage == 2;
+  /* Stage 2's groups take a reduce per rank they reach: more in flight
+   * than one a bucket. */
+  zc->cap = sh.stage == 2 ? ZC_RING : ZERO_INFLIGHT;
+  for (int i = 0; i < ZC_RING; i++)
     zc->rs_buf[i] = -1;
-  if (sh.stage == 3 && stage3_layout(zc, err, errlen) != 0) {
+  if (sh.stage >= 2 && group_layout(zc, err, errlen) != 0) {
     zero_cuda_destroy(zc);
     return -1;
   }
@@ -189,24 +223,9 @@ int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
     snprintf(zc->name, sizeof zc->name, "GPU %d", zc->o.device);
   if (gpt_cuda_create(model, &zc->o, &zc->g, err, errlen) != 0 ||
       zero_cuda_push(zc, err, errlen) != 0 ||
-      (sh.stage == 3 && stage3_alloc(zc, err, errlen) != 0)) {
+      (sh.stage >= 2 && group_alloc(zc, err, errlen) != 0)) {
     zero_cuda_destroy(zc);
     return -1;
-  }
-  /* Stage 2 packs a bucket's N pieces into a send buffer of its own;
-   * stages 0-1 all-reduce the gradient array in place. */
-  for (int i = 0; sh.stage == 2 && i < ZERO_INFLIGHT; i++) {
-    size_t bytes = sh.bf * (size_t)sh.world * sizeof(float);
-    cudaError_t e = cudaMalloc((void **)&zc->send[i], bytes);
-    if (e != cudaSuccess) {
-      zc->send[i] = NULL;
-      snprintf(err, errlen,
-               "zero: %s: out of GPU memory for the gradient buckets (%d x "
-               "%zu bytes: %s); a smaller bucket_floats needs less",
-               zc->name, ZERO_INFLIGHT, bytes, cudaGetErrorString(e));
-      zero_cuda_destroy(zc);
-      return -1;
-    }
   }
   *out = zc;
   return 0;
@@ -215,9 +234,6 @@ int zero_cuda_create(zero *z, gpt *model, comm *ctl, comm *nccl,
 void zero_cuda_destroy(zero_cuda *zc) {
   if (!zc)
     return;
-  for (int i = 0; i < ZERO_INFLIGHT; i++)
-    if (zc->send[i])
-      cudaFree(zc->send[i]);
   for (int i = 0; i < 2; i++)
     if (zc->ps[i].buf)
       cudaFree(zc->ps[i].buf);
@@ -230,30 +246,46 @@ void zero_cuda_destroy(zero_cuda *zc) {
   free(zc->pc);
   free(zc->gpc);
   free(zc->goff);
+  free(zc->glen);
   free(zc);
 }
 
-/* ---- Buckets (zero.h: zero_shape's bf and nbuckets) ----
- * Started from the engine's grad hook as soon as they are final, in
- * zero.c's order (from the last); the collectives run on the NCCL
- * communicator's stream while the engine's computes the rest of
- * backward. A collective reads gradients the engine's stream wrote: the
- * bucket waits for that stream first (gpt_cuda_synchronize); the engine
- * reads what a collective wrote only after zero_cuda_step has waited for
- * every bucket. */
+/* ---- Collectives in flight ----
+ * Stages 0-1's buckets (zero.h: zero_shape's bf and nbuckets) and stages
+ * 2-3's groups are started from the engine's grad hook as soon as they
+ * are final, in zero.c's order (from the last); the collectives run on
+ * the NCCL communicator's stream while the engine's computes the rest of
+ * backward. A collective reads gradients the engine's stream wrote: it
+ * waits for that stream first (gpt_cuda_synchronize); the engine reads
+ * what a collective wrote only after zero_cuda_step has waited for every
+ * one. */
 
-/* Waits for the oldest bucket in flight. */
+/* Waits for the oldest collective in flight. */
 static int bucket_wait_one(zero_cuda *zc, char *err, size_t errlen) {
-  int slot = (zc->cur - zc->nio + ZERO_INFLIGHT) % ZERO_INFLIGHT;
+  int slot = (zc->cur - zc->nio + ZC_RING) % ZC_RING;
   comm_req *req = zc->req[slot];
   zc->req[slot] = NULL;
   zc->nio--;
   int rc = TIMED(&zc->tm, comm_wait(zc->nccl, req, err, errlen));
-  /* Stage 3: the gradient buffer it sent is free again. */
+  /* A group's last: the gradient buffer it sent is free again. */
   if (zc->rs_buf[slot] >= 0)
     zc->gbusy[zc->rs_buf[slot]] = -1;
   zc->rs_buf[slot] = -1;
   return rc;
+}
+
+/* Room for one more collective (in slot cur): the oldest waited for
+ * when cap are in flight. */
+static int ring_room(zero_cuda *zc, char *err, size_t errlen) {
+  return zc->nio == zc->cap ? bucket_wait_one(zc, err, errlen) : 0;
+}
+
+/* The collective just started in slot cur is in flight; which: the
+ * gradient buffer its completion frees, or -1. */
+static void ring_push(zero_cuda *zc, int which) {
+  zc->rs_buf[zc->cur] = which;
+  zc->cur = (zc->cur + 1) % ZC_RING;
+  zc->nio++;
 }
 
 /* The engine's stream waited for, when it queued gradient writes since
@@ -265,60 +297,29 @@ static int engine_synced(zero_cuda *zc, char *err, size_t errlen) {
   return 0;
 }
 
-/* Starts bucket b: stage 2 packs shard-local [b*bf, ...) of every rank's
- * shard (on the engine's stream, after the gradients it packs) and
- * reduce-scatters it into the rank's own slice of the gradient array;
- * stages 0-1 all-reduce the flat range [b*bf, ...) in place. */
+/* Stages 0-1: starts bucket b, the all-reduce of the flat range [b*bf,
+ * ...) of the gradient array in place. */
 static int bucket_start(zero_cuda *zc, size_t b, char *err, size_t errlen) {
   const zero_shape *sh = &zc->sh;
-  if (zc->nio == ZERO_INFLIGHT && bucket_wait_one(zc, err, errlen) != 0)
+  if (ring_room(zc, err, errlen) != 0 || engine_synced(zc, err, errlen) != 0)
     return -1;
-  int slot = zc->cur;
   float *grads = gpt_cuda_grads_ptr(zc->g);
   size_t off = b * sh->bf;
-  size_t n = (sh->stage == 2 ? sh->S : sh->n_params) - off;
-  if (n > sh->bf)
-    n = sh->bf;
-  if (sh->stage == 2) {
-    /* The padding past the model is zero (gpt_cuda_zero_grad clears the
-     * padded array), so every piece is n floats of the array. */
-    cudaStream_t st = (cudaStream_t)gpt_cuda_stream(zc->g);
-    for (int q = 0; q < sh->world; q++) {
-      cudaError_t e = cudaMemcpyAsync(
-          zc->send[slot] + (size_t)q * n, grads + (size_t)q * sh->S + off,
-          n * sizeof(float), cudaMemcpyDeviceToDevice, st);
-      if (e != cudaSuccess) {
-        snprintf(err, errlen, "zero: packing gradient bucket %zu: %s", b,
-                 cudaGetErrorString(e));
-        return -1;
-      }
-    }
-    zc->synced = 0;
-  }
-  if (engine_synced(zc, err, errlen) != 0)
+  size_t n = sh->n_params - off < sh->bf ? sh->n_params - off : sh->bf;
+  if (TIMED(&zc->tm, comm_iallreduce_sum(zc->nccl, grads + off, n,
+                                         &zc->req[zc->cur], err, errlen)) != 0)
     return -1;
-  int rc;
-  if (sh->stage == 2)
-    rc = TIMED(&zc->tm, comm_ireduce_scatter_sum(zc->nccl, zc->send[slot],
-                                                 grads + sh->lo + off, n,
-                                                 &zc->req[slot], err, errlen));
-  else
-    rc = TIMED(&zc->tm, comm_iallreduce_sum(zc->nccl, grads + off, n,
-                                            &zc->req[slot], err, errlen));
-  if (rc != 0)
-    return -1;
-  zc->cur = (zc->cur + 1) % ZERO_INFLIGHT;
-  zc->nio++;
+  ring_push(zc, -1);
   zc->early += zc->in_hook;
   return 0;
 }
 
-/* Stage 3: the buffer group g's gradient is added into (zeroed on the
+/* Stages 2-3: the buffer group g's gradient is added into (zeroed on the
  * engine's stream, ahead of the group's backward). Group 0 has its own;
  * the others take a free one of the ring, waiting for the oldest
- * reduce-scatter when none is. */
+ * collective when none is. */
 static float *group_grads(zero_cuda *zc, size_t g, char *err, size_t errlen) {
-  size_t bytes = zc->pc[g].S * (size_t)zc->sh.world * 4;
+  size_t bytes = group_floats(zc, g) * 4;
   float *buf = NULL;
   if (g == 0) {
     buf = zc->gbuf0;
@@ -349,15 +350,19 @@ static float *group_grads(zero_cuda *zc, size_t g, char *err, size_t errlen) {
   return buf;
 }
 
-/* Stage 3: starts the reduce-scatter of group g's gradient (final) into
- * the rank's piece of the shard's gradients; the engine no longer has
- * it. Without overlap it is waited for at once. */
-static int group_rs_start(zero_cuda *zc, size_t g, char *err, size_t errlen) {
-  if (zc->nio == ZERO_INFLIGHT && bucket_wait_one(zc, err, errlen) != 0)
-    return -1;
+/* Stages 2-3: starts the sum over ranks of group g's gradient (final;
+ * the engine no longer has it) into the shard's gradients. Stage 3
+ * reduce-scatters its N pieces, each rank's into its piece of the
+ * group. At stage 2 the group is a flat range that rank q's slice [q*S,
+ * (q+1)*S) cuts where it overlaps it (a layer is rarely all one rank's):
+ * each part is reduced to its rank, into its slice's gradients, so the
+ * bytes sent are a reduce-scatter's. The buffer is free again when the
+ * last is done. Without overlap they are waited for at once. */
+static int group_reduce_start(zero_cuda *zc, size_t g, char *err,
+                              size_t errlen) {
   if (engine_synced(zc, err, errlen) != 0)
     return -1;
-  int slot = zc->cur, which = -1;
+  int which = -1;
   float *buf = zc->gbuf0;
   for (int i = 0; g > 0 && i < ZERO_INFLIGHT + 1; i++)
     if (zc->gbusy[i] == (int)g) {
@@ -365,14 +370,29 @@ static int group_rs_start(zero_cuda *zc, size_t g, char *err, size_t errlen) {
       buf = zc->gbuf[i];
     }
   gpt_cuda_set_group_grads(zc->g, g, NULL);
-  float *dst = gpt_cuda_grads_ptr(zc->g) + zc->pc[g].local;
-  if (TIMED(&zc->tm, comm_ireduce_scatter_sum(zc->nccl, buf, dst, zc->pc[g].S,
-                                              &zc->req[slot], err, errlen)) !=
-      0)
-    return -1;
-  zc->rs_buf[slot] = which;
-  zc->cur = (zc->cur + 1) % ZERO_INFLIGHT;
-  zc->nio++;
+  float *grads = gpt_cuda_grads_ptr(zc->g);
+  if (zc->sh.stage == 3) {
+    if (ring_room(zc, err, errlen) != 0 ||
+        TIMED(&zc->tm, comm_ireduce_scatter_sum(
+                           zc->nccl, buf, grads + zc->pc[g].local, zc->pc[g].S,
+                           &zc->req[zc->cur], err, errlen)) != 0)
+      return -1;
+    ring_push(zc, which);
+  } else {
+    size_t S = zc->sh.S, a = zc->goff[g], end = a + zc->glen[g];
+    for (size_t lo = a; lo < end;) {
+      int q = (int)(lo / S);
+      size_t hi = (size_t)(q + 1) * S < end ? (size_t)(q + 1) * S : end;
+      float *dst = q == zc->sh.rank ? grads + (lo - (size_t)q * S) : NULL;
+      if (ring_room(zc, err, errlen) != 0 ||
+          TIMED(&zc->tm,
+                comm_ireduce_sum(zc->nccl, buf + (lo - a), dst, hi - lo, q,
+                                 &zc->req[zc->cur], err, errlen)) != 0)
+        return -1;
+      ring_push(zc, hi == end ? which : -1);
+      lo = hi;
+    }
+  }
   /* Early: overlapped with the rest of backward (not so when waited for
    * here). */
   zc->early += zc->in_hook && !zc->sh.no_overlap;
@@ -385,9 +405,9 @@ static int group_rs_start(zero_cuda *zc, size_t g, char *err, size_t errlen) {
 /* Starts every bucket not yet started that is final from final_from. */
 static int buckets_ready(zero_cuda *zc, size_t final_from, char *err,
                          size_t errlen) {
-  /* Stage 3: every group that lies in the final part. */
+  /* Stages 2-3: every group that lies in the final part. */
   while (zc->ng && zc->rs_next > 0 && zc->goff[zc->rs_next - 1] >= final_from) {
-    if (group_rs_start(zc, zc->rs_next - 1, err, errlen) != 0)
+    if (group_reduce_start(zc, zc->rs_next - 1, err, errlen) != 0)
       return -1;
     zc->rs_next--;
   }
@@ -467,16 +487,20 @@ static int param_hook(void *arg, int event, int g, int next) {
   /* DONE: the slot keeps the group until another is gathered into it. */
   if (event == GPT_PARAMS_DONE)
     return 0;
-  int s = slot_of(zc, g);
-  if (s < 0) {
+  /* Stage 2's parameters are whole: only backward's gradients are
+   * placed. */
+  int stage3 = zc->sh.stage == 3, s = stage3 ? slot_of(zc, g) : 0;
+  if (stage3 && s < 0) {
     s = 1 - zc->last_slot;
     if (slot_gather(zc, s, g, 0, err, errlen) != 0)
       goto fail;
-  } else if (slot_wait(zc, s, err, errlen) != 0) {
+  } else if (stage3 && slot_wait(zc, s, err, errlen) != 0) {
     goto fail;
   }
-  zc->last_slot = s;
-  gpt_cuda_set_group_params(zc->g, (size_t)g, zc->ps[s].buf);
+  if (stage3) {
+    zc->last_slot = s;
+    gpt_cuda_set_group_params(zc->g, (size_t)g, zc->ps[s].buf);
+  }
   if (zc->in_bwd) {
     float *gr = group_grads(zc, (size_t)g, err, errlen);
     if (!gr)
@@ -484,7 +508,8 @@ static int param_hook(void *arg, int event, int g, int next) {
     gpt_cuda_set_group_grads(zc->g, (size_t)g, gr);
     zc->synced = 0;
   }
-  if (!zc->sh.no_overlap && next >= 0 && next != g && slot_of(zc, next) < 0 &&
+  if (stage3 && !zc->sh.no_overlap && next >= 0 && next != g &&
+      slot_of(zc, next) < 0 &&
       slot_gather(zc, 1 - s, next, 1, err, errlen) != 0)
     goto fail;
   return 0;
@@ -518,7 +543,7 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
   zc->synced = 0;
   zc->in_bwd = 0;
   double t0 = comm_timer_now();
-  if (st == 3) {
+  if (st >= 2) {
     /* The slots hold the last step's parameters: stale. */
     for (int i = 0; i < 2; i++)
       zc->ps[i].group = -1;
@@ -532,11 +557,11 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
           0)
     return pass_failed(zc, err, errlen);
   double tb = comm_timer_now(), c_fwd = zc->tm.total;
-  zc->next = sh->nbuckets;
+  zc->next = st < 2 ? sh->nbuckets : 0;
   zc->in_bwd = 1;
-  /* Stage 3 takes each group's gradient from its buffer when it is
+  /* Stages 2-3 take each group's gradient from its buffer when it is
    * final, overlap or not (without, waited for at once). */
-  if (!sh->no_overlap || st == 3)
+  if (!sh->no_overlap || st >= 2)
     gpt_cuda_set_grad_hook(g, grad_hook, zc);
   /* The mean over ranks of each rank's mean: 1/N in the backward. */
   int rc = gpt_cuda_backward(g, 1.0f / (float)sh->world, err, errlen);
@@ -549,7 +574,7 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
   zc->in_bwd = 0;
   /* Stage 3: the slots are stale once the shards are updated; a forward
    * outside a step fails on an unplaced group rather than read them. */
-  for (size_t i = 0; i < zc->ng; i++)
+  for (size_t i = 0; st == 3 && i < zc->ng; i++)
     gpt_cuda_set_group_params(g, i, NULL);
   /* Backward's own time: its wall time less the comm calls in the hooks
    * (forward's too, at stage 3). */
@@ -568,10 +593,8 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
     if (gpt_cuda_grad_sumsq(g, 0, sh->n_params, &ss, err, errlen) != 0)
       return -1;
   } else {
-    /* The rank's slice of the sum is at its own offset (stage 3: the
-     * shard's own array). */
-    if (gpt_cuda_grad_sumsq(g, st == 3 ? 0 : sh->lo, sh->S, &ss, err, errlen) !=
-            0 ||
+    /* The rank's slice of the sum: the shard's gradients. */
+    if (gpt_cuda_grad_sumsq(g, 0, sh->S, &ss, err, errlen) != 0 ||
         TIMED(&zc->tm, comm_allreduce_sum_double(zc->ctl, &ss, err, errlen)) !=
             0)
       return -1;
@@ -596,7 +619,7 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
   double t_end = comm_timer_now();
   res->loss = loss / (float)sh->world;
   res->norm = norm;
-  res->buckets = st == 3 ? (int)zc->ng : (int)sh->nbuckets;
+  res->buckets = st >= 2 ? (int)zc->ng : (int)sh->nbuckets;
   res->buckets_early = zc->early;
   res->t_forward = tb - t0 - c_fwd;
   res->t_backward = tc - tb - (c_bwd - c_fwd);
@@ -634,14 +657,27 @@ int zero_cuda_gather_params(zero_cuda *zc, char *err, size_t errlen) {
   }
   if (zc->sh.stage == 0)
     return gpt_cuda_download(zc->g, zc->model, NULL, err, errlen);
-  /* The master slices are S floats each; the gradient array has room for
-   * N of them. */
-  float *grads = gpt_cuda_grads_ptr(zc->g);
-  if (gpt_cuda_synchronize(zc->g, err, errlen) != 0 ||
-      comm_allgather(zc->nccl, gpt_cuda_master_ptr(zc->g), grads, zc->sh.S,
-                     err, errlen) != 0)
+  /* Stages 1-2: the rank's slice of the master weights into its place in
+   * the host model, and the slices all-gathered there, over the host
+   * communicator, as stage 3's are (stage 2's GPU has no array of N
+   * slices to gather them in). */
+  size_t S = zc->sh.S, P = zc->sh.n_params, lo = zc->sh.lo;
+  size_t have = lo < P ? (P - lo < S ? P - lo : S) : 0;
+  float *all = calloc(S * (size_t)zc->sh.world, sizeof(float));
+  float *p = gpt_params(zc->model);
+  if (!all) {
+    snprintf(err, errlen, "zero: out of memory gathering the parameters");
     return -1;
-  return gpt_cuda_download_grads(zc->g, gpt_params(zc->model), err, errlen);
+  }
+  int rc = gpt_cuda_download(zc->g, zc->model, NULL, err, errlen);
+  if (rc == 0) {
+    memcpy(all + lo, p + lo, have * sizeof(float));
+    rc = comm_allgather(zc->ctl, all + lo, all, S, err, errlen);
+  }
+  if (rc == 0)
+    memcpy(p, all, P * sizeof(float));
+  free(all);
+  return rc;
 }
 
 int zero_cuda_loss(zero_cuda *zc, const uint32_t *inputs,
@@ -660,18 +696,17 @@ int zero_cuda_loss(zero_cuda *zc, const uint32_t *inputs,
 void zero_cuda_memory_get(const zero_cuda *zc, zero_memory *out,
                           uint64_t *acts) {
   zero_memory_get(zc->z, out);
-  /* Stage 3: the two gather slots are parameters, the groups' gradient
-   * buffers gradients, as zero.c counts them; all held from create. */
-  uint64_t N = (uint64_t)zc->sh.world;
+  /* Stage 3's two gather slots are parameters, stages 2-3's groups'
+   * gradient buffers gradients, as zero.c counts them; all held from
+   * create. */
   uint64_t slots = 2 * zc->slot_bytes;
   uint64_t gbufs =
-      zc->ng ? zc->pc[0].S * N * 4 + (ZERO_INFLIGHT + 1) * zc->gbuf_bytes : 0;
+      zc->ng ? group_floats(zc, 0) * 4 + (ZERO_INFLIGHT + 1) * zc->gbuf_bytes
+             : 0;
   out->params = out->peak_params = zc->mem.params + slots;
   out->grads = out->peak_grads = zc->mem.grads + gbufs;
   out->optim = zc->mem.optim;
-  out->comm = zc->sh.stage == 2 ? (uint64_t)ZERO_INFLIGHT * zc->sh.bf *
-                                      (uint64_t)zc->sh.world * 4
-                                : 0;
+  out->comm = 0;
   if (acts)
     *acts = zc->mem.acts;
 }

@@ -20,11 +20,19 @@
  *            rank's slice [lo, lo + S) only; the gradients all-reduced,
  *            the rank updates its slice (and the slice's BF16 copy), then
  *            the BF16 parameters are all-gathered (2 bytes a parameter).
- *   stage 2  as stage 1, but the gradients are reduce-scattered: a rank
- *            receives only its slice's sum (half the traffic of the
- *            all-reduce). The CUDA engine's backward writes one flat FP32
- *            gradient array, so the full array stays on the GPU: here
- *            stage 2 saves traffic, not memory, over stage 1.
+ *   stage 2  as stage 1, but the rank keeps the FP32 gradients of its
+ *            slice alone (gpt_cuda_options' grad_shard), and receives
+ *            only its slice's sum (half the traffic of stage 1's
+ *            all-reduce). The engine's parameter hook gives each group
+ *            (the embeddings, each layer, ln_f) a zeroed FP32 gradient
+ *            buffer in backward, in turn from the same buffers as stage
+ *            3's below, of the group's own length; once the group is
+ *            final the grad hook reduces each part of it that a rank's
+ *            slice [q*S, (q+1)*S) holds to rank q (comm_ireduce_sum,
+ *            one to a few a group), into that rank's slice of gradients.
+ *            So a rank holds 4S bytes of gradients and the buffers
+ *            (group 0's, and ZERO_INFLIGHT + 1 of the largest layer's)
+ *            instead of 4P.
  *   stage 3  the parameters sharded too, in zero.h's stage-3 layout (the
  *            rank's piece of every group: the embeddings, each layer,
  *            ln_f): the engine holds the shard alone (FP32 master
@@ -44,41 +52,38 @@
  *            reduce-scatters it into the rank's piece of the shard's
  *            gradients once the group is final: all but the
  *            embeddings' during backward. zero_config's no_overlap: no
- *            prefetch, and each reduce-scatter waited for at once.
- *            bucket_floats is not used. A forward needs every rank's
+ *            prefetch, and each group's reduction (stage 2 too) waited
+ *            for at once. bucket_floats is not used (stage 2 neither). A forward needs every rank's
  *            layers, so zero_cuda_loss (one rank's) is refused.
  * The gradients are averaged over ranks (backward scaled by 1/N) and
  * clipped to the global norm, as zero_step does; the loss is the mean
  * over ranks.
  *
- * The gradients are reduced in buckets (zero_config's bucket_floats,
- * zero_shape's bf and nbuckets), as zero.c's stage 2 does on the CPU:
- * at stage 2 bucket b is the shard-local range [b*bf, (b+1)*bf) of every
- * rank's slice, packed into a device send buffer of N*bf floats and
- * reduce-scattered into the rank's own slice of the gradient array; at
- * stages 0-1 it is the flat range [b*bf, (b+1)*bf) of the gradient
- * array, all-reduced in place. The engine's grad hook
- * (gpt_cuda_set_grad_hook: after ln_f, after each layer, from the last)
- * starts every bucket that has become final, so that its collective,
- * on the NCCL communicator's stream, runs while the engine's stream
- * computes the layers below; the buckets holding the embeddings (wte
- * comes first in the layout and is final only at the end) start after
- * backward. zero_config's no_overlap starts them all after backward.
- * Ordering: the hook runs when the host has queued a layer's kernels,
- * not when they ran, so a bucket waits for the engine's stream
- * (gpt_cuda_synchronize; stage 2 queues its packing there first) before
- * its collective is started, and every bucket is waited for (comm_wait)
- * before the norm reads the sums. At most ZERO_INFLIGHT buckets are in
+ * At stages 0-1 the gradients are all-reduced in buckets (zero_config's
+ * bucket_floats, zero_shape's bf and nbuckets): bucket b is the flat
+ * range [b*bf, (b+1)*bf) of the gradient array, all-reduced in place.
+ * The engine's grad hook (gpt_cuda_set_grad_hook: after ln_f, after
+ * each layer, from the last) starts every bucket (stages 2-3: every
+ * group) that has become final, so that its collective, on the NCCL
+ * communicator's stream, runs while the engine's stream computes the
+ * layers below; the buckets holding the embeddings (wte comes first in
+ * the layout and is final only at the end) start after backward.
+ * zero_config's no_overlap starts stages 0-1's buckets all after
+ * backward. Ordering: the hook runs when the host has queued a layer's
+ * kernels, not when they ran, so a collective waits for the engine's
+ * stream (gpt_cuda_synchronize) before it is started, and every one is
+ * waited for (comm_wait) before the norm reads the sums. At most
+ * ZERO_INFLIGHT buckets (stage 2: COMM_MAX_INFLIGHT reduces) are in
  * flight: a new one waits for the oldest. Each element's sum is the one
  * a single collective over the whole array takes (on the emulated NCCL
  * bitwise; real NCCL may order a sum over more than two ranks
- * differently for another message size). The norm, the update and the
- * parameters' all-gather come after backward, without overlap.
+ * differently for another message size or collective). The norm, the
+ * update and the parameters' all-gather come after backward, without
+ * overlap.
  *
- * GPU memory: the engine's (zero_cuda_memory_get), at stage 2 the send
- * buffers, ZERO_INFLIGHT x N x bf floats (zero_memory's comm), at stage
- * 3 the two slots (counted as parameters) and the gradient buffers (as
- * gradients); all allocated at create.
+ * GPU memory: the engine's (zero_cuda_memory_get), at stages 2-3 the
+ * gradient buffers (counted as gradients), at stage 3 the two slots (as
+ * parameters); all allocated at create.
  *
  * Every build has these functions; one without CUDA and NCCL (or with
  * -DDAGRUN_CUDA=OFF) says so from zero_cuda_available and
@@ -146,8 +151,8 @@ int zero_cuda_pull(zero_cuda *zc, char *err, size_t errlen);
 int zero_cuda_push(zero_cuda *zc, char *err, size_t errlen);
 
 /* Every parameter's FP32 master weight into the host model's parameters
- * on every rank (stages 1-2 all-gather the slices over NCCL through the
- * GPU's gradient array, which the next step zeroes; stage 3 pulls the
+ * on every rank (stages 1-2 pull the rank's slice into its place there
+ * and all-gather the slices over ctl, in host memory; stage 3 pulls the
  * shard and has the host zero gather it, over ctl, into a parameter
  * array it gives the host model). */
 int zero_cuda_gather_params(zero_cuda *zc, char *err, size_t errlen);
@@ -160,9 +165,9 @@ int zero_cuda_loss(zero_cuda *zc, const uint32_t *inputs,
                    char *err, size_t errlen);
 
 /* The GPU bytes the rank holds for parameters (the master weights and
- * the BF16 copy; stage 3 its slots), gradients (stage 3 its buffers),
- * optimizer state and (comm) stage 2's bucket send buffers (all
- * allocated at create: peak = held), beside zero_memory_get(z)'s
+ * the BF16 copy; stage 3 its slots), gradients (stages 2-3 their
+ * buffers) and optimizer state (comm: 0, no send buffers; all allocated
+ * at create: peak = held), beside zero_memory_get(z)'s
  * formulas (f_mixed is the one for mixed precision; the others are the
  * FP32 host engine's); activations in acts. Not collective. */
 void zero_cuda_memory_get(const zero_cuda *zc, zero_memory *out,
