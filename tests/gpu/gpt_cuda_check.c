@@ -543,6 +543,15 @@ static int cmd_estimate(void) {
           "shard: grads %llu", (unsigned long long)m.grads);
     CHECK(m.optim >= 8 * S && m.optim < 8 * S + 512, "shard: optim %llu",
           (unsigned long long)m.optim);
+    /* Stage 2's: the FP32 gradients of the slice alone. */
+    uint64_t grads_all = m.grads;
+    o.grad_shard = 1;
+    gpt_cuda_memory_estimate(&c, 16, 1024, &o, &m);
+    printf("adamw stage-2 1/8   : params %.1f MiB grads %.1f optim %.1f\n",
+           m.params / 1048576.0, m.grads / 1048576.0, m.optim / 1048576.0);
+    CHECK(m.grads >= 4 * S && m.grads < 4 * S + 512 && m.grads < grads_all,
+          "stage-2 shard: grads %llu, want 4S with S %llu",
+          (unsigned long long)m.grads, (unsigned long long)S);
   }
   gpt_recompute rc;
   CHECK(gpt_recompute_parse("block", &rc) == 0 && rc == GPT_RECOMPUTE_BLOCK &&
