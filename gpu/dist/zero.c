@@ -49,6 +49,8 @@ struct zero {
   size_t k;        /* optimizer state floats per parameter */
   float *pshard;   /* stage 3: the parameter shard (S) */
   float *gshard;   /* stage 2/3: the gradient shard (S) */
+  zero_guard_fn guard; /* zero_set_guard's, or NULL */
+  void *guard_arg;
   zrange *rg;      /* this rank's ranges (optimizer state, checkpoint) */
   size_t nrg;
   /* stage 3 */
@@ -594,6 +596,15 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
       return -1;
     norm = sqrt(norm);
   }
+  float l = loss;
+  if (z->N > 1 && TIMED(&z->tm, comm_allreduce_sum(z->c, &l, 1, err, errlen)) != 0)
+    return -1;
+  res->loss = l / (float)z->N;
+  res->norm = norm;
+  if (zero_update_factor(z, res->loss, norm, &res->lr_factor, err, errlen) !=
+      0)
+    return -1;
+  lr *= (float)res->lr_factor;
   /* Clipping, as optim_clip_grad_norm does it, with the global norm. */
   if (max_norm > 0.0 && isfinite(norm)) {
     double coef = max_norm / (norm + 1e-6);
@@ -603,7 +614,9 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
         g[i] *= s;
     }
   }
-  if (st == 0) {
+  if (res->lr_factor == 0.0) {
+    /* No update: the weights are as every rank has them. */
+  } else if (st == 0) {
     optim_step(z->opt, gpt_params(m), g, lr);
   } else if (st < 3) {
     float *p = gpt_params(m);
@@ -613,16 +626,28 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
   } else {
     optim_step(z->opt, z->pshard, g, lr);
   }
-  float l = loss;
-  if (z->N > 1 && TIMED(&z->tm, comm_allreduce_sum(z->c, &l, 1, err, errlen)) != 0)
-    return -1;
-  res->loss = l / (float)z->N;
-  res->norm = norm;
   res->t_comm = z->tm.total;
   res->t_optimizer = comm_timer_now() - t0 - res->t_forward -
                      res->t_backward - z->tm.total;
   res->buckets = st == 3 ? (int)z->ng : st == 2 ? (int)z->nbuckets : 0;
   res->buckets_early = st >= 2 ? z->early : 0;
+  return 0;
+}
+
+void zero_set_guard(zero *z, zero_guard_fn fn, void *arg) {
+  z->guard = fn;
+  z->guard_arg = arg;
+}
+
+int zero_update_factor(zero *z, float loss, double norm, double *factor,
+                       char *err, size_t errlen) {
+  double f = z->guard ? z->guard(z->guard_arg, loss, norm) : 1.0;
+  if (!isfinite(loss) || !isfinite(norm) || !(f > 0.0))
+    f = 0.0;
+  if (z->guard && z->N > 1 &&
+      TIMED(&z->tm, comm_broadcast(z->c, &f, sizeof f, 0, err, errlen)) != 0)
+    return -1;
+  *factor = f;
   return 0;
 }
 

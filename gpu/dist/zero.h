@@ -119,12 +119,34 @@ typedef struct zero_step_result {
    * went on meanwhile not), and the rest (clipping, the update, zeroing,
    * packing stage 2's buckets after backward). */
   double t_forward, t_backward, t_comm, t_optimizer;
+  /* What the step's lr was multiplied by (zero_update_factor): 1 as a
+   * rule, 0 when the update was skipped. */
+  double lr_factor;
 } zero_step_result;
+
+/* The update's guard: called on every rank inside zero_step (and
+ * zero_cuda_step) once the step's loss (the mean over ranks) and global
+ * gradient norm are known, before any weight moves. It returns the
+ * factor the step's lr is multiplied by, 0 for no update this step (the
+ * train stage's loss-spike guard: skip, lower_lr). The factor rank 0's
+ * guard returns is the one every rank applies (a broadcast: the ranks'
+ * own views of the loss may differ in the last bit). NULL: none. */
+typedef double (*zero_guard_fn)(void *arg, float loss, double norm);
+void zero_set_guard(zero *z, zero_guard_fn fn, void *arg);
+/* The factor a step applies: the guard's (1 without one), and 0 whatever
+ * it says when the loss or the norm is not finite, so that a NaN or an
+ * overflow never reaches the weights (as in one process's training);
+ * with a guard, rank 0's factor, which every rank receives. Collective
+ * with a guard. 0, or -1 with err. */
+int zero_update_factor(zero *z, float loss, double norm, double *factor,
+                       char *err, size_t errlen);
 
 /* One training step: forward and backward of this rank's micro-batch
  * inputs/targets (B,T), gradients averaged over ranks, clipped to the
- * global norm max_norm (0: no clipping), one optimizer update at lr, the
- * parameters made whole again (stages 1-2). Collective. */
+ * global norm max_norm (0: no clipping), one optimizer update at lr times
+ * zero_update_factor's factor (none when it is 0: the weights, the
+ * optimizer state and its step count stay as they were), the parameters
+ * made whole again (stages 1-2). Collective. */
 int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
               int T, float lr, double max_norm, zero_step_result *res,
               char *err, size_t errlen);

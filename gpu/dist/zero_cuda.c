@@ -600,10 +600,22 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
       return -1;
   }
   double norm = sqrt(ss);
-  gpt_cuda_set_clip(g, norm, max_norm);
-  if (gpt_cuda_step(g, lr, err, errlen) != 0)
+  if (TIMED(&zc->tm, comm_allreduce_sum(zc->ctl, &loss, 1, err, errlen)) != 0)
     return -1;
-  if (st == 1 || st == 2) {
+  res->loss = loss / (float)sh->world;
+  res->norm = norm;
+  /* zero.h's rule: the guard's factor, none for a non-finite step (the
+   * weights, the optimizer and its count stay as they are). */
+  if (zero_update_factor(zc->z, res->loss, norm, &res->lr_factor, err,
+                         errlen) != 0)
+    return -1;
+  int update = res->lr_factor > 0.0;
+  if (update) {
+    gpt_cuda_set_clip(g, norm, max_norm);
+    if (gpt_cuda_step(g, lr * (float)res->lr_factor, err, errlen) != 0)
+      return -1;
+  }
+  if (update && (st == 1 || st == 2)) {
     /* Each rank updated its slice's BF16 copy: all-gather the copies. */
     char *p = gpt_cuda_params_ptr(g);
     if (gpt_cuda_synchronize(g, err, errlen) != 0 ||
@@ -614,11 +626,7 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
     /* Stage 3's next step gathers the updated shards group by group. */
     return -1;
   }
-  if (TIMED(&zc->tm, comm_allreduce_sum(zc->ctl, &loss, 1, err, errlen)) != 0)
-    return -1;
   double t_end = comm_timer_now();
-  res->loss = loss / (float)sh->world;
-  res->norm = norm;
   res->buckets = st >= 2 ? (int)zc->ng : (int)sh->nbuckets;
   res->buckets_early = zc->early;
   res->t_forward = tb - t0 - c_fwd;

@@ -788,13 +788,73 @@ static void watch_data(run_ctx *r, data_watch *w, int64_t step, double data_s,
  *
  * Not in a gang: gradient accumulation (ZeRO takes one micro-batch per
  * rank per step: refused), overfit_one_batch (refused), the loss-spike
- * guard and DAGRUN_FAULT_SPIKE_STEPS (ZeRO updates inside its step:
- * ignored, said in the log).
+ * guard's reset and rollback (ZeRO updates inside its step: the gang
+ * skips the update instead, said in the log; skip and lower_lr work, and
+ * a non-finite loss or norm never reaches the weights: gang_guard_fn).
  *
  * Test hook: DAGRUN_TEST_KILL_RANK_AT_STEP=R:S makes rank R raise SIGKILL
  * when it is about to train step S+1 (S steps done), once per task: it
  * leaves <task>/test-kill-rank.done first, and a rank that finds that
  * file does not do it again (the retried attempt runs through). */
+
+/* A loss spike the guard found at step: logged with what its policy does
+ * (in a gang, which applies skip and lower_lr alone, reset and rollback
+ * skip the update) and counted in the metrics, the spike itself at the
+ * step its loss is reported at, so that a plot marks it on the loss
+ * curve. */
+static void spike_report(run_ctx *r, int64_t step, double loss, double gnorm,
+                         double z, int in_gang) {
+  const dagrun_host *h = r->h;
+  spike_policy p = r->c.spike.policy;
+  h->log(r->ctx, DAGRUN_LOG_WARN,
+         "step %lld: loss spike (loss %.4f, grad norm %.3f, z %.1f): %s",
+         (long long)step, loss, gnorm, z,
+         p == SPIKE_SKIP       ? "update skipped"
+         : p == SPIKE_LOWER_LR ? "learning rate lowered"
+         : in_gang             ? "update skipped (a gang cannot reset or "
+                                 "roll back inside a ZeRO step)"
+         : p == SPIKE_RESET    ? "update skipped, optimizer moments reset"
+                               : "rolling back");
+  h->metric(r->ctx, "spike_events", (double)r->guard.events, step);
+  h->metric(r->ctx, "spike", loss, step + 1);
+}
+
+/* The gang's update guard (zero.h's zero_guard_fn), run inside each ZeRO
+ * step on every rank before any weight moves; rank 0's answer is the one
+ * applied. The loss-spike guard as in one process for skip and lower_lr;
+ * reset and rollback would move the shards' state in the middle of a
+ * step, so a gang skips the update instead. DAGRUN_FAULT_SPIKE_STEPS
+ * multiplies what the guard sees at those steps as the bad batch does in
+ * one process (loss x20, norm x100); the gradients are not scaled. */
+typedef struct gang_guard {
+  run_ctx *r;
+  faults fault;
+  int lead;
+} gang_guard;
+
+static double gang_guard_fn(void *arg, float loss, double norm) {
+  gang_guard *gg = arg;
+  run_ctx *r = gg->r;
+  int64_t step = r->st.step;
+  double l = loss, z = 0;
+  if (faults_take(&gg->fault, step)) {
+    if (gg->lead)
+      r->h->log(r->ctx, DAGRUN_LOG_WARN,
+                "step %lld: injected bad batch (DAGRUN_FAULT_SPIKE_STEPS)",
+                (long long)step);
+    l *= 20;
+    norm *= 100;
+  }
+  if (!r->c.spike_on)
+    return 1.0;
+  if (spike_check(&r->guard, l, norm, &z)) {
+    if (gg->lead)
+      spike_report(r, step, l, norm, z, 1);
+    if (r->c.spike.policy != SPIKE_LOWER_LR)
+      return 0.0;
+  }
+  return spike_lr_factor(&r->guard);
+}
 
 /* DAGRUN_WORLD_SIZE: the ranks of this task's gang; 0 when not in one
  * (dagrun sets it for a task with world_size > 1 or a launcher). */
@@ -1105,9 +1165,12 @@ static int run_gang(run_ctx *r, int N) {
            "sequences of %d tokens a step", N,
            cuda ? "GPUs, NCCL" : "CPUs, MPI", g.stage, N, B, N * B, T);
     h->metric(ctx, "parameters", (double)np, 0);
-    if (r->c.spike_on)
-      h->log(ctx, DAGRUN_LOG_WARN, "the loss-spike guard is not applied in "
-                                   "a gang (ZeRO updates inside its step)");
+    if (r->c.spike_on && (r->c.spike.policy == SPIKE_RESET ||
+                          r->c.spike.policy == SPIKE_ROLLBACK))
+      h->log(ctx, DAGRUN_LOG_WARN,
+             "spike_policy %s: a gang skips the spike's update instead (it "
+             "cannot reset or roll back inside a ZeRO step)",
+             spike_policy_names[r->c.spike.policy + 1]);
   }
   double lnV = log((double)mc->vocab_size), init_loss = NAN;
   /* Pre-flight on the CPU before ZeRO takes the model (stage 3 frees its
@@ -1140,6 +1203,9 @@ static int run_gang(run_ctx *r, int N) {
   zero_config zc = {.stage = g.stage, .bucket_floats = (size_t)bucket};
   if (zero_create(&zc, r->model, &r->c.opt, g.c, &g.z, err, sizeof err) != 0)
     gang_abort(r, &g, "ZeRO", err);
+  gang_guard guard = {.r = r, .lead = lead};
+  faults_read(&guard.fault);
+  zero_set_guard(g.z, gang_guard_fn, &guard);
   if (resume_dir[0]) {
     int64_t step = r->st.step;
     if (whole)
@@ -1213,6 +1279,14 @@ static int run_gang(run_ctx *r, int N) {
     if (rc != 0)
       gang_abort(r, &g, "step", err);
     double t_end = stagekit_now();
+    /* A step whose loss or norm is not finite, or that the spike guard
+     * stopped, moved nothing. */
+    if (lead && res.lr_factor == 0.0 &&
+        (!isfinite(res.loss) || !isfinite(res.norm)))
+      h->log(ctx, DAGRUN_LOG_WARN,
+             "step %lld: loss %g, grad norm %g: update skipped",
+             (long long)step, res.loss, res.norm);
+    lr *= res.lr_factor > 0.0 ? res.lr_factor : 1.0;
     /* Rank 0's time, from one chain of clock reads so that the phases
      * add up to the step: the optimizer phase is the rest of the call, as
      * zero_step counts it (res.t_optimizer), plus the moments on either
@@ -1263,7 +1337,7 @@ static int run_gang(run_ctx *r, int N) {
                             : "FP32 master weights of its part and the "
                               "BF16 copy of all",
                zm.grads / 1048576.0,
-               g.stage == 3 ? ": its shard and the layers' buffers" : "",
+               g.stage >= 2 ? ": its part and the layers' buffers" : "",
                zm.optim / 1048576.0, acts / 1048576.0, zm.f_mixed / 1048576.0);
       } else if (r->st.step == first_step + 1) {
         zero_memory zm;
@@ -1350,6 +1424,7 @@ static int run_gang(run_ctx *r, int N) {
     if (isfinite(init_loss))
       cJSON_AddNumberToObject(s, "init_loss", init_loss);
     cJSON_AddNumberToObject(s, "tokens_per_s", tps);
+    cJSON_AddNumberToObject(s, "spike_events", (double)r->guard.events);
     cJSON_AddStringToObject(s, "checkpoint", final);
     cJSON_AddStringToObject(s, "sharded_checkpoint", r->last_ckpt);
     cJSON_AddStringToObject(s, "tokenizer", r->data.tokenizer);
@@ -1543,18 +1618,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
     double lr = lr_at(&r.c.sched, step), z = 0;
     int apply = 1;
     if (r.c.spike_on && spike_check(&r.guard, loss, gnorm, &z)) {
-      h->log(ctx, DAGRUN_LOG_WARN,
-             "step %lld: loss spike (loss %.4f, grad norm %.3f, z %.1f): %s",
-             (long long)step, loss, gnorm, z,
-             r.c.spike.policy == SPIKE_SKIP       ? "update skipped"
-             : r.c.spike.policy == SPIKE_LOWER_LR ? "learning rate lowered"
-             : r.c.spike.policy == SPIKE_RESET    ? "update skipped, optimizer "
-                                                    "moments reset"
-                                                  : "rolling back");
-      h->metric(ctx, "spike_events", (double)r.guard.events, step);
-      /* The spike at the step its loss would be reported at, so that a
-       * plot marks it on the loss curve. */
-      h->metric(ctx, "spike", loss, step + 1);
+      spike_report(&r, step, loss, gnorm, z, 0);
       if (r.c.spike.policy == SPIKE_SKIP)
         apply = 0;
       else if (r.c.spike.policy == SPIKE_RESET) {

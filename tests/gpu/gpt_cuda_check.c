@@ -638,6 +638,9 @@ static int cmd_logits(const char *dir, const char *ids_path, const char *out) {
  * buckets; stage 3: no prefetch, each reduce-scatter waited for at once)
  * must give the overlapped run's losses bitwise, on any number of ranks:
  * the collectives take the same sums.
+ * At stages 2 and 3 a step that the update guard (zero_set_guard) stops
+ * leaves the weights of the step before, bit for bit, where an unstopped
+ * one moves them.
  * Then the sharded checkpoints of step 10 (zero_cuda_pull, zero_save),
  * stage 2's loaded at stage 1 and at stage 3 and stage 3's at stage 1
  * (zero_load, then zero_cuda_create uploads it), continue with the
@@ -713,6 +716,14 @@ static void group_buffers(const zero *z, const gpt *m, int st, int N,
   *grads = 4 * s0 + (ZERO_INFLIGHT + 1) * 4 * most_layer;
 }
 
+/* zero_train's update guard (zero.h): factor 0 at step zskip_at (from
+ * 0; -1: no guard), 1 at the others. */
+static int zskip_at = -1, zstep_now;
+static double zskip_guard(void *arg, float loss, double norm) {
+  (void)arg, (void)loss, (void)norm;
+  return zstep_now == zskip_at ? 0.0 : 1.0;
+}
+
 /* A rank's zero as zc says over a fresh model (loading ckpt when given)
  * and its GPU side; steps [from, to) of the global batches. */
 static void zero_train(comm *ctl, comm *nc, zero_config zc, const char *ckpt,
@@ -729,6 +740,8 @@ static void zero_train(comm *ctl, comm *nc, zero_config zc, const char *ckpt,
   int64_t step;
   if (ckpt && zero_load(z, ckpt, &step, err, sizeof err) != 0)
     die("zero_load", err);
+  if (zskip_at >= 0)
+    zero_set_guard(z, zskip_guard, NULL);
   zero_cuda_options zo = {.B = ZB, .T = ZT, .opt = oc, .deterministic = 1};
   if (zero_cuda_create(z, m, ctl, nc, &zo, &zg, err, sizeof err) != 0)
     die("zero_cuda_create", err);
@@ -739,6 +752,7 @@ static void zero_train(comm *ctl, comm *nc, zero_config zc, const char *ckpt,
   for (int k = from; k < to; k++) {
     zero_step_result res;
     zero_batch(in, tg, N, V, k);
+    zstep_now = k;
     if (zero_cuda_step(zg, in + r * bt, tg + r * bt, ZB, ZT, 1e-3f, 1.0, &res,
                        err, sizeof err) != 0)
       die("zero_cuda_step", err);
@@ -1102,6 +1116,29 @@ static int cmd_zero(void) {
       printf("stage %d: no overlap, steps 1-3: %s\n", st,
              same ? "the overlapped run's bits" : "DIFFERENT");
     free(one.w);
+  }
+  /* A step the update guard stops moves nothing on the GPUs: stage 2's
+   * (sharded gradients) and stage 3's (sharded everything) weights after
+   * steps 1-2 with step 2 stopped are the bits of a run of step 1. */
+  for (int st = 2; st < 4; st++) {
+    zrun a, b, c;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    memset(&c, 0, sizeof c);
+    zero_train(ctl, nc, (zero_config){.stage = st}, NULL, 0, 1, NULL, &a);
+    zero_train(ctl, nc, (zero_config){.stage = st}, NULL, 0, 2, NULL, &c);
+    zskip_at = 1;
+    zero_train(ctl, nc, (zero_config){.stage = st}, NULL, 0, 2, NULL, &b);
+    zskip_at = -1;
+    CHECK(memcmp(a.w, b.w, P * 4) == 0 && memcmp(b.w, c.w, P * 4) != 0,
+          "stage %d: a stopped step 2 moved the weights (or an unstopped "
+          "one did not)", st);
+    if (r == 0)
+      printf("stage %d: step 2 stopped by the update guard: the weights of "
+             "step 1, bit for bit\n", st);
+    free(a.w);
+    free(b.w);
+    free(c.w);
   }
   /* The checkpoints of step 10 continued at another stage: stage 2's
    * at stage 1 and at stage 3, stage 3's at stage 1. */

@@ -295,6 +295,54 @@ RC=$(run_dir cuda)
 [ "$(task_field "$RC" train state)" = failed ] ||
   fail "device: cuda gang recorded '$(task_field "$RC" train state)', not failed"
 
+# --- The loss-spike guard in a gang, inside each ZeRO step: a bad batch
+# injected at step 15 (DAGRUN_FAULT_SPIKE_STEPS: the loss and norm the
+# guard sees x20 and x100) is a spike, logged and counted; the steps
+# before it train as the uninterrupted stage-2 run; skip leaves its
+# update out (step 17 differs); lower_lr runs it and the rest at a tenth
+# of the rate; rollback, which a gang cannot do inside a step, skips the
+# update instead and says so at the start and at the spike.
+for policy in skip lower_lr rollback; do
+  cat > spike_$policy.yaml <<Y
+dag: spike_$policy
+tasks:
+  train: {stage: train, world_size: 2, launcher: mpirun, $ENV, with: {${MODEL/spike_policy: none/spike_policy: $policy, spike_window: 5}, batch_size: 2, zero_stage: 2}}
+Y
+  DAGRUN_FAULT_SPIKE_STEPS=15 run_dagrun run spike_$policy.yaml --plain
+  expect_rc 0
+  R=$(run_dir spike_$policy)
+  L="$R/train/attempt-1/log"
+  expect_in "$L" "step 15: injected bad batch (DAGRUN_FAULT_SPIKE_STEPS)"
+  expect_in "$L" "step 15: loss spike"
+  case $policy in
+  skip) expect_in "$L" "update skipped" ;;
+  lower_lr) expect_in "$L" "learning rate lowered" ;;
+  rollback)
+    expect_in "$L" "spike_policy rollback: a gang skips the spike's update instead"
+    expect_in "$L" "update skipped (a gang cannot reset or roll back" ;;
+  esac
+  /usr/bin/python3 - "$R/train" "$policy" z2.losses <<'P' || fail "spike in a gang, $policy: see above"
+import json, sys
+d, policy, ref = sys.argv[1:4]
+s = json.load(open(d + "/out/summary.json"))
+assert s["spike_events"] == 1 and s["steps"] == 20, s
+want = {int(k): float(v) for k, v in (l.split() for l in open(ref))}
+lr, loss, spike = {}, {}, {}
+for line in open(d + "/metrics.jsonl"):
+    m = json.loads(line)
+    {"lr": lr, "loss": loss, "spike": spike}.get(m["name"], {})[m["step"]] = m["value"]
+assert list(spike) == [16], spike
+for k in range(1, 17):
+    assert abs(loss[k] - want[k]) <= 1e-4 * abs(want[k]), (k, loss[k], want[k])
+if policy == "lower_lr":
+    assert lr[16] < 0.2 * lr[15] and lr[20] < 0.2 * lr[14], (lr[14], lr[15], lr[16], lr[20])
+else:
+    assert abs(loss[17] - want[17]) > 1e-4 * abs(want[17]), (loss[17], want[17])
+    assert lr[16] > 0.5 * lr[15], (lr[15], lr[16])
+print("spike in a gang, %s: step 16 loss %.4f, step 17 %.4f (uninterrupted %.4f)" % (policy, loss[16], loss[17], want[17]))
+P
+done
+
 # --- Refused: ranks that MPI did not start, and gradient accumulation.
 cat > local.yaml <<Y
 dag: local

@@ -224,6 +224,26 @@ for r in from3to2 from3to1; do
   same_weights full3 "$r"
 done
 
+# A step whose loss and norm are not finite (one weight NaN for step 7)
+# moves nothing, at every stage on 2 ranks: the run ends on the weights
+# of a run whose update guard stopped step 7 (and finite), and not on the
+# uninterrupted run's; later steps go on training.
+for stage in 0 1 2 3; do
+  zr "skip$stage" 2 "$stage" --skip-at 7
+  zr "nan$stage" 2 "$stage" --nan-at 7
+  awk '$1 == "step" && $2 == 7 { s = ($12 == 0) } END { exit !s }' \
+    "$T/nan$stage.out" || fail "stage $stage: step 7 with a NaN weight was applied:
+$(grep '^step 7 ' "$T/nan$stage.out")"
+  grep -q '^step 7 loss nan norm nan' "$T/nan$stage.out" ||
+    fail "stage $stage: step 7 should show the NaN: $(grep '^step 7 ' "$T/nan$stage.out")"
+  awk '$1 == "step" && $2 != 7 && $12 != 1 { e = 1 } END { exit e }' \
+    "$T/skip$stage.out" || fail "stage $stage: the guard stopped other steps"
+  same_weights "skip$stage" "nan$stage"
+  r=$("$TOOL" --compare "$T/ref.w" "$T/skip$stage.w")
+  awk '{ exit !($4 > 1e-4) }' <<<"$r" ||
+    fail "stage $stage: skipping step 7 changed nothing: $r"
+done
+
 # A manifest whose ranges lie outside the model is refused.
 cp -r "$T/ck3/step-00000010" "$T/badr"
 /usr/bin/python3 - "$T/badr/manifest.json" <<'P'

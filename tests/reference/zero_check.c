@@ -6,6 +6,7 @@
  *   mpirun -np N zero_check --stage S --micro B [--steps 20]
  *       [--bucket FLOATS] [--no-overlap] [--save-at K --ckpt PARENT]
  *       [--load DIR] [--dump FILE] [--layers L --width C]
+ *       [--skip-at K] [--nan-at K]
  *   zero_check [--layers L --width C] --compare A B
  *       (two dumps of that model: max abs and relative diff)
  *
@@ -18,15 +19,23 @@
  * [r*B, (r+1)*B). So N ranks of micro-batch B see exactly what one rank of
  * micro-batch N*B sees.
  *
- * Rank 0 prints "step <s> loss <l> norm <n> buckets <b> early <e>" per
- * step (s from 1; b reduce-scatter buckets, e of them started during
- * backward), a "mem"
+ * --skip-at K: an update guard (zero_set_guard) that stops step K's
+ * update (factor 0) and lets the others through. --nan-at K: step K runs
+ * with one weight NaN (every rank's copy of parameter 0, or at stage 3
+ * the first of rank 0's shard; put back after the step), so its loss and
+ * norm are not finite: zero_step must move nothing, which makes the run
+ * end on --skip-at K's weights.
+ *
+ * Rank 0 prints "step <s> loss <l> norm <n> buckets <b> early <e>
+ * factor <f>" per step (s from 1; b reduce-scatter buckets, e of them
+ * started during backward, f zero_step_result's lr_factor), a "mem"
  * line (its bytes and the formulas, zero.h's zero_memory), "step_ms" (mean
  * time of the steps after the first), "phases_ms" (its split: forward,
  * backward, comm not hidden, optimizer) and "hash" of the final weights;
  * --dump writes them as raw little-endian floats.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +94,13 @@ static float *read_dump(const char *path, size_t *n) {
 
 /* The model every run trains. */
 static int n_layer = 2, n_embd = 32;
+
+/* --skip-at's guard: factor 0 at step *arg (from 1), else 1. */
+static int64_t guard_step; /* the step zero_step is in (from 1) */
+static double skip_guard(void *arg, float loss, double norm) {
+  (void)loss, (void)norm;
+  return guard_step == *(const int64_t *)arg ? 0.0 : 1.0;
+}
 static int make_model(gpt **m, char *err, size_t errlen) {
   gpt_config cfg = {.n_layer = n_layer,
                     .n_head = 4,
@@ -149,6 +165,7 @@ static int compare(const char *a, const char *b) {
 int main(int argc, char **argv) {
   zero_config zc = {0};
   int B = 0, steps = 20, save_at = -1;
+  int64_t skip_at = -1, nan_at = -1;
   const char *ckdir = NULL, *load = NULL, *dump = NULL;
   const char *cmp_a = NULL, *cmp_b = NULL;
   for (int i = 1; i < argc; i++) {
@@ -183,6 +200,10 @@ int main(int argc, char **argv) {
       load = v;
     else if (strcmp(a, "--dump") == 0)
       dump = v;
+    else if (strcmp(a, "--skip-at") == 0)
+      skip_at = atoll(v);
+    else if (strcmp(a, "--nan-at") == 0)
+      nan_at = atoll(v);
     else if (strcmp(a, "--layers") == 0)
       n_layer = atoi(v);
     else if (strcmp(a, "--width") == 0)
@@ -220,6 +241,8 @@ int main(int argc, char **argv) {
   int64_t start = 0;
   if (load && zero_load(z, load, &start, err, sizeof err) != 0)
     goto fail;
+  if (skip_at >= 0)
+    zero_set_guard(z, skip_guard, &skip_at);
   lr_schedule ls = {1e-2, 1e-3, 2, 20, LR_COSINE, 0};
   int T = CTX;
   tok = malloc((size_t)(T + 1) * sizeof *tok);
@@ -238,10 +261,21 @@ int main(int argc, char **argv) {
       memcpy(tg + (size_t)b * T, tok + 1, (size_t)T * sizeof *tok);
     }
     zero_step_result res;
+    guard_step = s + 1;
+    /* --nan-at: the weight every rank's forward reads from this one. */
+    float *poison = s + 1 != nan_at  ? NULL
+                    : zc.stage < 3   ? gpt_params(m)
+                    : r == 0         ? zero_param_shard(z)
+                                     : NULL;
+    float kept = poison ? poison[0] : 0.0f;
+    if (poison)
+      poison[0] = NAN;
     double t0 = now_ms();
     if (zero_step(z, in, tg, B, T, (float)lr_at(&ls, s), 1.5, &res, err,
                   sizeof err) != 0)
       goto fail;
+    if (poison)
+      poison[0] = kept;
     if (s > start) {
       t_sum += now_ms() - t0;
       t_n++;
@@ -251,8 +285,10 @@ int main(int argc, char **argv) {
       ph[3] += res.t_optimizer;
     }
     if (r == 0)
-      printf("step %" PRId64 " loss %.9g norm %.9g buckets %d early %d\n",
-             s + 1, res.loss, res.norm, res.buckets, res.buckets_early);
+      printf("step %" PRId64 " loss %.9g norm %.9g buckets %d early %d "
+             "factor %g\n",
+             s + 1, res.loss, res.norm, res.buckets, res.buckets_early,
+             res.lr_factor);
     if (s + 1 == save_at && zero_save(z, ckdir, save_at, err, sizeof err) != 0)
       goto fail;
   }
