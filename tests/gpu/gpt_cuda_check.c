@@ -640,7 +640,8 @@ static int cmd_logits(const char *dir, const char *ids_path, const char *out) {
  * the collectives take the same sums.
  * At stages 2 and 3 a step that the update guard (zero_set_guard) stops
  * leaves the weights of the step before, bit for bit, where an unstopped
- * one moves them.
+ * one moves them; at every stage a step with a NaN weight reports factor
+ * 0 and moves no weight nor the optimizer (nan_step).
  * Then the sharded checkpoints of step 10 (zero_cuda_pull, zero_save),
  * stage 2's loaded at stage 1 and at stage 3 and stage 3's at stage 1
  * (zero_load, then zero_cuda_create uploads it), continue with the
@@ -724,6 +725,68 @@ static double zskip_guard(void *arg, float loss, double norm) {
   return zstep_now == zskip_at ? 0.0 : 1.0;
 }
 
+/* zero_train's NaN step: at step znan_at (from 0; -1: none) one weight
+ * on the GPUs is NaN (parameter 0 of every rank's model, at stage 3 the
+ * first of rank 0's shard), so that the step's loss and norm are not
+ * finite (the norm at least). The step must report factor 0 and move
+ * nothing: every rank's
+ * weights (gathered) or shard and its optimizer state and step count are
+ * compared before and after, then the weight is put back. */
+static int znan_at = -1;
+
+/* The host copy of what the GPUs hold (made current: stages 0-2 gather
+ * the weights, stage 3 pulls the shard; the optimizer state pulled), and
+ * its length. */
+static float *nan_host(zero *z, zero_cuda *zg, gpt *m, int st, size_t *n) {
+  char err[2048];
+  if ((st < 3 && zero_cuda_gather_params(zg, err, sizeof err) != 0) ||
+      zero_cuda_pull(zg, err, sizeof err) != 0)
+    die("NaN step: pull", err);
+  zero_shape sh;
+  zero_shape_get(z, &sh);
+  *n = st < 3 ? gpt_num_params(m) : sh.S;
+  return st < 3 ? gpt_params(m) : zero_param_shard(z);
+}
+
+static void nan_step(zero *z, zero_cuda *zg, gpt *m, int st, int r,
+                     const uint32_t *in, const uint32_t *tg) {
+  char err[2048];
+  size_t n;
+  float *w = nan_host(z, zg, m, st, &n);
+  optim *o = zero_optim(z);
+  size_t no = optim_state_floats(o);
+  uint64_t t = optim_get_t(o);
+  float *w0 = malloc(n * 4), *o0 = malloc(no * 4);
+  memcpy(w0, w, n * 4);
+  memcpy(o0, optim_state(o), no * 4);
+  int poison = st < 3 || r == 0;
+  if (poison)
+    w[0] = NAN;
+  if (zero_cuda_push(zg, err, sizeof err) != 0)
+    die("NaN step: push", err);
+  zero_step_result res;
+  if (zero_cuda_step(zg, in, tg, ZB, ZT, 1e-3f, 1.0, &res, err, sizeof err) !=
+      0)
+    die("NaN step", err);
+  /* The norm is NaN; the emulated engine's loss was seen finite here
+   * (7.03, where the CPU engine's is NaN), so the rule's either-or. */
+  CHECK(res.lr_factor == 0.0 && (!isfinite(res.loss) || !isfinite(res.norm)),
+        "stage %d: a step with a NaN weight: loss %g norm %g factor %g", st,
+        res.loss, res.norm, res.lr_factor);
+  w = nan_host(z, zg, m, st, &n);
+  size_t moved = 0;
+  for (size_t i = poison ? 1 : 0; i < n; i++)
+    moved += memcmp(&w[i], &w0[i], 4) != 0;
+  moved += memcmp(optim_state(o), o0, no * 4) != 0 || optim_get_t(o) != t;
+  CHECK(moved == 0, "stage %d: the NaN step moved %zu weights (or the "
+        "optimizer)", st, moved);
+  w[0] = w0[0];
+  if (zero_cuda_push(zg, err, sizeof err) != 0)
+    die("NaN step: push", err);
+  free(w0);
+  free(o0);
+}
+
 /* A rank's zero as zc says over a fresh model (loading ckpt when given)
  * and its GPU side; steps [from, to) of the global batches. */
 static void zero_train(comm *ctl, comm *nc, zero_config zc, const char *ckpt,
@@ -753,6 +816,10 @@ static void zero_train(comm *ctl, comm *nc, zero_config zc, const char *ckpt,
     zero_step_result res;
     zero_batch(in, tg, N, V, k);
     zstep_now = k;
+    if (k == znan_at) {
+      nan_step(z, zg, m, st, r, in + r * bt, tg + r * bt);
+      continue;
+    }
     if (zero_cuda_step(zg, in + r * bt, tg + r * bt, ZB, ZT, 1e-3f, 1.0, &res,
                        err, sizeof err) != 0)
       die("zero_cuda_step", err);
@@ -1119,26 +1186,39 @@ static int cmd_zero(void) {
   }
   /* A step the update guard stops moves nothing on the GPUs: stage 2's
    * (sharded gradients) and stage 3's (sharded everything) weights after
-   * steps 1-2 with step 2 stopped are the bits of a run of step 1. */
-  for (int st = 2; st < 4; st++) {
-    zrun a, b, c;
+   * steps 1-2 with step 2 stopped are the bits of a run of step 1. Nor
+   * does a step whose loss is not finite (nan_step), at any stage. */
+  for (int st = 0; st < 4; st++) {
+    zrun a, b, c, d;
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
     memset(&c, 0, sizeof c);
+    memset(&d, 0, sizeof d);
     zero_train(ctl, nc, (zero_config){.stage = st}, NULL, 0, 1, NULL, &a);
     zero_train(ctl, nc, (zero_config){.stage = st}, NULL, 0, 2, NULL, &c);
-    zskip_at = 1;
-    zero_train(ctl, nc, (zero_config){.stage = st}, NULL, 0, 2, NULL, &b);
-    zskip_at = -1;
-    CHECK(memcmp(a.w, b.w, P * 4) == 0 && memcmp(b.w, c.w, P * 4) != 0,
-          "stage %d: a stopped step 2 moved the weights (or an unstopped "
-          "one did not)", st);
+    if (st >= 2) {
+      zskip_at = 1;
+      zero_train(ctl, nc, (zero_config){.stage = st}, NULL, 0, 2, NULL, &b);
+      zskip_at = -1;
+      CHECK(memcmp(a.w, b.w, P * 4) == 0 && memcmp(b.w, c.w, P * 4) != 0,
+            "stage %d: a stopped step 2 moved the weights (or an unstopped "
+            "one did not)", st);
+      if (r == 0)
+        printf("stage %d: step 2 stopped by the update guard: the weights "
+               "of step 1, bit for bit\n", st);
+      free(b.w);
+    }
+    znan_at = 1;
+    zero_train(ctl, nc, (zero_config){.stage = st}, NULL, 0, 2, NULL, &d);
+    znan_at = -1;
+    CHECK(memcmp(a.w, d.w, P * 4) == 0,
+          "stage %d: after a NaN step 2, not the weights of step 1", st);
     if (r == 0)
-      printf("stage %d: step 2 stopped by the update guard: the weights of "
+      printf("stage %d: step 2 with a NaN weight: skipped, the weights of "
              "step 1, bit for bit\n", st);
     free(a.w);
-    free(b.w);
     free(c.w);
+    free(d.w);
   }
   /* The checkpoints of step 10 continued at another stage: stage 2's
    * at stage 1 and at stage 3, stage 3's at stage 1. */
