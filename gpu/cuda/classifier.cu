@@ -36,7 +36,11 @@ __global__ void __launch_bounds__(CLS_BLOCK)
     cls_ms st = {-INFINITY, 0.0f};
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
       float v = kc_f(x[j]);
-      if (v > st.m) {
+      /* A NaN takes this branch and makes the state NaN: in the other, a
+       * thread whose values are all NaN would keep m = -inf, and the
+       * merge drops a side with m = -inf (a NaN logit lost, a finite
+       * loss). */
+      if (!(v <= st.m)) {
         st.s = st.s * expf(st.m - v) + 1.0f;
         st.m = v;
       } else {

@@ -407,6 +407,18 @@ static void check_classifier_errors(const kern_ctx *k) {
   vecf lv = down(loss);
   check("fused_classifier target >= V gives a NaN loss",
         std::isfinite(lv[0]) && std::isnan(lv[1]), "loss[1] is NaN");
+  /* A NaN logit that is not the target: a NaN loss for its row, also
+   * where the thread that reads it reads nothing else (V < the block). */
+  vecf lg(64 * 2, 0.5f);
+  lg[7] = NAN;
+  Dev<floatX> ln(lg);
+  std::vector<int> tg = {3, 3};
+  up(t, tg);
+  KR(k, kern_fused_classifier(k, ln.p, loss.p, t.p, 0.0f, 2, 64, 64, E));
+  lv = down(loss);
+  check("fused_classifier: a NaN logit gives a NaN loss",
+        std::isnan(lv[0]) && std::isfinite(lv[1]),
+        "loss[0] is NaN, loss[1] finite");
 }
 
 static void check_reductions(const kern_ctx *k, Rng &r, size_t n) {

@@ -318,6 +318,15 @@ static void check_classifier_errors(const kern_ctx *k) {
                            E));
   check("fused_classifier target >= V gives a NaN loss",
         std::isfinite(loss[0]) && std::isnan(loss[1]), "loss[1] is NaN");
+  /* kernel_check's: a NaN logit (not the target) read by a thread that
+   * reads nothing else. */
+  l[7] = __float2bfloat16_rn(NAN);
+  t[1] = 3;
+  KR(kern_fused_classifier(k, l.data(), loss.data(), t.data(), 0.0f, 2, 64, 64,
+                           E));
+  check("fused_classifier: a NaN logit gives a NaN loss",
+        std::isnan(loss[0]) && std::isfinite(loss[1]),
+        "loss[0] is NaN, loss[1] finite");
 }
 
 /* ---- optim.cu: against optim_step (kernel_check's check_optim) ---- */
