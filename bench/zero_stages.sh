@@ -4,8 +4,8 @@
 # one OpenMP/OpenBLAS thread per rank, the same model and global batch
 # for every stage. Prints ms/step (the mean of the steps after the first,
 # as zero_check measures it; the median of REPEATS runs) per stage and the
-# ratio to stage 0. A benchmark, not a test: it always exits 0 once the
-# runs succeed.
+# ratio to stage 0, and rank 0's peak parameter and gradient bytes in a
+# step. A benchmark, not a test: it always exits 0 once the runs succeed.
 #
 #   bench/zero_stages.sh [BUILD_DIR] [LAYERS] [WIDTH] [MICRO] [STEPS] [REPEATS]
 #
@@ -35,12 +35,14 @@ for ((i = 0; i < repeats; i++)); do
     awk '$1 == "step_ms" { print $2 }' "$out/s$stage.out" >>"$out/ms$stage"
   done
 done
-printf "%-6s %10s %8s %10s  %s\n" stage ms/step ratio "peak MiB" "rank 0's split of the last run, ms: forward backward comm optimizer"
+printf "%-6s %10s %8s %12s %11s  %s\n" stage ms/step ratio "params MiB" "grads MiB" "rank 0's split of the last run, ms: forward backward comm optimizer"
+# peak STAGE KEY: rank 0's zero_memory field KEY of stage STAGE's last run, MiB.
+peak() { awk -v k="$2" '$1 == "mem" { for (i = 2; i < NF; i += 2) if ($i == k) print $(i + 1) / 1048576 }' "$out/s$1.out"; }
 base=""
 for stage in 0 1 2 3; do
   med=$(sort -g "$out/ms$stage" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
   [ -n "$base" ] || base=$med
-  peak=$(awk '$1 == "mem" { for (i = 2; i < NF; i += 2) if ($i == "peak_params") print $(i + 1) / 1048576 }' "$out/s$stage.out")
   split=$(awk '$1 == "phases_ms" { printf "%.1f %.1f %.1f %.1f", $3, $5, $7, $9 }' "$out/s$stage.out")
-  printf "%-6s %10.2f %8.2f %10.2f  %s\n" "$stage" "$med" "$(awk -v a="$med" -v b="$base" 'BEGIN { print a / b }')" "$peak" "$split"
+  printf "%-6s %10.2f %8.2f %12.2f %11.2f  %s\n" "$stage" "$med" "$(awk -v a="$med" -v b="$base" 'BEGIN { print a / b }')" \
+    "$(peak "$stage" peak_params)" "$(peak "$stage" peak_grads)" "$split"
 done

@@ -13,12 +13,16 @@
 #include "comm_timer.h"
 #include "safetensors.h"
 
-typedef struct bucket_io {
+/* Room for the reductions in flight: the comm layer's limit (a stage-2
+ * group takes one per rank whose slice it reaches). */
+#define ZERO_RING COMM_MAX_INFLIGHT
+
+/* A gradient reduction in flight. */
+typedef struct grad_io {
   comm_req *req;
-  float *send;  /* stage 2: N * bucket_floats, kept between steps */
-  int group;    /* stage 3: the group whose gradient this reduce-scatter
-                   sends (its buffer is freed when it is done); else -1 */
-} bucket_io;
+  int group; /* the group whose gradient buffer is freed when this is
+                done (its last), or -1 */
+} grad_io;
 
 /* A flat range of the model that a rank owns: [flat, flat + n) real
  * floats at local (in its shard, or in the full vector at stage 0),
@@ -27,15 +31,16 @@ typedef struct zrange {
   size_t flat, n, local, pad;
 } zrange;
 
-/* Stage 3: one of the engine's parameter groups (gpt.h). */
+/* Stages 2-3: one of the engine's parameter groups (gpt.h). */
 typedef struct zgroup {
   size_t off, n; /* flat range */
-  size_t S;      /* each rank's piece: ceil(n/N) floats */
-  size_t so;     /* where this rank's piece starts in its shard */
-  float *full;   /* the gathered parameters (N*S) while resident */
+  size_t S;      /* stage 3: each rank's piece, ceil(n/N) floats */
+  size_t so;     /* stage 3: where this rank's piece starts in its shard */
+  float *full;   /* stage 3: the gathered parameters (N*S) while resident */
   comm_req *ag;  /* the all-gather into full still in flight (prefetch) */
-  float *grad;   /* backward: the group's gradient (N*S, zero past n)
-                    until its reduce-scatter is done */
+  float *grad;   /* backward: the group's gradient (stage 2: n floats;
+                    stage 3: N*S, zero past n) until its reduction is
+                    done */
 } zgroup;
 
 struct zero {
@@ -53,22 +58,20 @@ struct zero {
   void *guard_arg;
   zrange *rg;      /* this rank's ranges (optimizer state, checkpoint) */
   size_t nrg;
-  /* stage 3 */
+  /* stages 2-3 */
   zgroup *grp;
   size_t ng;
   int in_bwd;        /* the engine is in backward (its hook needs grads) */
-  size_t rs_next;    /* groups >= rs_next have their reduce-scatter
-                        started (counting down) */
+  size_t rs_next;    /* groups >= rs_next have their reduction started
+                        (counting down) */
   uint64_t gathered, gradbytes; /* bytes of group buffers held now */
-  /* stage 2/3 buckets */
-  size_t bf, nbuckets;
-  size_t next; /* buckets >= next have been started (counting down) */
-  bucket_io io[ZERO_INFLIGHT];
+  grad_io io[ZERO_RING]; /* the reductions in flight, oldest first */
   int nio;     /* in flight */
   int cur;     /* next io slot */
+  int gflight; /* groups whose reductions are in flight */
   int hook_rc; /* a failure inside the backward hook */
-  int in_hook; /* buckets started now count as early */
-  int early;   /* buckets started from the hook this step */
+  int in_hook; /* groups started now count as early */
+  int early;   /* groups started from the hook this step */
   char hook_err[256];
   uint64_t peak_params, peak_grads;
   comm_timer tm; /* the step's time in comm calls */
@@ -100,15 +103,6 @@ static size_t ranges_of(const zero *z, int q, zrange *out) {
 }
 
 static size_t minz(size_t a, size_t b) { return a < b ? a : b; }
-
-/* Buckets of the config's size (at most extent) over extent floats. */
-static void bucket_cut(const zero *z, size_t extent, size_t *bf,
-                       size_t *nbuckets) {
-  *bf = z->cfg.bucket_floats ? z->cfg.bucket_floats : (size_t)1 << 20;
-  if (*bf > extent)
-    *bf = extent;
-  *nbuckets = (extent + *bf - 1) / *bf;
-}
 
 /* ---- Helpers ---- */
 
@@ -171,29 +165,34 @@ int zero_create(const zero_config *zc, gpt *model, const optim_config *oc,
   z->S = (z->P + (size_t)z->N - 1) / (size_t)z->N;
   z->lo = (size_t)z->r * z->S;
   z->k = optim_state_floats_for(oc->kind, 1);
-  for (int i = 0; i < ZERO_INFLIGHT; i++)
+  for (int i = 0; i < ZERO_RING; i++)
     z->io[i].group = -1;
   size_t padded = z->S * (size_t)z->N;
   int st = zc->stage;
   optim_group *groups = NULL;
   size_t ng = 0;
 
-  if (st == 3) {
-    /* Each group cut in N pieces: the shard is this rank's piece of
-     * every group, one after the other. */
+  if (st >= 2) {
+    /* The engine's groups: stage 2 reduces each group's gradient to the
+     * ranks whose slices it reaches; stage 3 cuts each in N pieces, and
+     * the shard is this rank's piece of every group, one after the
+     * other. */
     z->ng = gpt_group_count(model);
     z->grp = calloc(z->ng, sizeof *z->grp);
     if (!z->grp) {
       snprintf(err, errlen, "zero: out of memory");
       goto fail;
     }
-    z->S = 0;
+    if (st == 3)
+      z->S = 0;
     for (size_t g = 0; g < z->ng; g++) {
       zgroup *gr = &z->grp[g];
       gpt_group_range(model, g, &gr->off, &gr->n);
-      gr->S = (gr->n + (size_t)z->N - 1) / (size_t)z->N;
-      gr->so = z->S;
-      z->S += gr->S;
+      if (st == 3) {
+        gr->S = (gr->n + (size_t)z->N - 1) / (size_t)z->N;
+        gr->so = z->S;
+        z->S += gr->S;
+      }
     }
   }
   z->rg = calloc(z->ng + 1, sizeof *z->rg);
@@ -215,16 +214,6 @@ int zero_create(const zero_config *zc, gpt *model, const optim_config *oc,
       goto fail;
     }
     gpt_release(model, GPT_BUF_GRADS);
-  }
-  if (st == 2) {
-    bucket_cut(z, z->S, &z->bf, &z->nbuckets);
-    for (int i = 0; i < ZERO_INFLIGHT; i++) {
-      z->io[i].send = malloc(z->bf * (size_t)z->N * sizeof(float));
-      if (!z->io[i].send) {
-        snprintf(err, errlen, "zero: out of memory for the gradient buckets");
-        goto fail;
-      }
-    }
   }
   if (st == 3) {
     z->pshard = calloc(z->S, sizeof(float));
@@ -269,38 +258,24 @@ void zero_destroy(zero *z) {
     free(z->grp[g].grad);
   }
   free(z->grp);
-  for (int i = 0; i < ZERO_INFLIGHT; i++)
-    if (z->io[i].group < 0)
-      free(z->io[i].send);
   free(z);
 }
 
-/* ---- Stage 2/3 buckets ---- */
+/* ---- Stages 2-3: each group's gradient, reduced as it is final ---- */
 
-size_t zero_bucket_first_final(size_t bf, size_t nbuckets,
-                               size_t final_from) {
-  if (nbuckets == 0) /* stage 3: none */
-    return 0;
-  size_t first = (final_from + bf - 1) / bf;
-  return first < nbuckets ? first : nbuckets;
+/* Floats in group g's gradient buffer: stage 2 the group's own, stage 3
+ * N pieces (the group, then padding), for the reduce-scatter. */
+static size_t group_grad_floats(const zero *z, size_t g) {
+  const zgroup *gr = &z->grp[g];
+  return z->cfg.stage == 3 ? gr->S * (size_t)z->N : gr->n;
 }
 
-/* A stage-3 group's gradient buffer, its reduce-scatter done. */
-static void group_grad_free(zero *z, bucket_io *io) {
-  zgroup *gr = &z->grp[io->group];
-  free(gr->grad);
-  gr->grad = NULL;
-  z->gradbytes -= (uint64_t)gr->S * (size_t)z->N * 4;
-  io->send = NULL;
-  io->group = -1;
-}
-
-/* Waits for the oldest reduce-scatter in flight (with test_only, only
- * checks whether it is done: *done). */
-static int bucket_wait_oldest(zero *z, int test_only, int *done, char *err,
-                              size_t errlen) {
-  int slot = (z->cur - z->nio + ZERO_INFLIGHT) % ZERO_INFLIGHT;
-  bucket_io *io = &z->io[slot];
+/* Waits for the oldest reduction in flight (with test_only, only checks
+ * whether it is done: *done); a group's last frees its gradient. */
+static int grad_wait_oldest(zero *z, int test_only, int *done, char *err,
+                            size_t errlen) {
+  int slot = (z->cur - z->nio + ZERO_RING) % ZERO_RING;
+  grad_io *io = &z->io[slot];
   int rc, ok = 1;
   if (test_only)
     rc = TIMED(&z->tm, comm_test(z->c, io->req, &ok, err, errlen));
@@ -312,84 +287,80 @@ static int bucket_wait_oldest(zero *z, int test_only, int *done, char *err,
     return 0;
   io->req = NULL;
   z->nio--;
-  if (io->group >= 0)
-    group_grad_free(z, io);
+  if (io->group >= 0) {
+    zgroup *gr = &z->grp[io->group];
+    z->gradbytes -= (uint64_t)group_grad_floats(z, (size_t)io->group) * 4;
+    free(gr->grad);
+    gr->grad = NULL;
+    io->group = -1;
+    z->gflight--;
+  }
   return rc;
 }
 
-static int bucket_wait_one(zero *z, char *err, size_t errlen) {
-  return bucket_wait_oldest(z, 0, NULL, err, errlen);
+static int grad_wait_one(zero *z, char *err, size_t errlen) {
+  return grad_wait_oldest(z, 0, NULL, err, errlen);
 }
 
-/* Takes the next io slot (waiting for the oldest when all are busy). */
-static bucket_io *bucket_slot(zero *z, char *err, size_t errlen) {
-  if (z->nio == ZERO_INFLIGHT && bucket_wait_one(z, err, errlen) != 0)
-    return NULL;
-  return &z->io[z->cur];
-}
-
-static void bucket_started(zero *z) {
-  z->cur = (z->cur + 1) % ZERO_INFLIGHT;
-  z->nio++;
-  z->early += z->in_hook;
-}
-
-/* Packs bucket b (shard-local [b*bf, ...) of every rank's shard) and
- * starts its reduce-scatter into the gradient shard. */
-static int bucket_start(zero *z, size_t b, char *err, size_t errlen) {
-  bucket_io *io = bucket_slot(z, err, errlen);
-  if (!io)
-    return -1;
-  size_t off = b * z->bf, n = minz(z->bf, z->S - off);
-  const float *g = gpt_grads(z->m);
-  for (int q = 0; q < z->N; q++) {
-    size_t a = (size_t)q * z->S + off;
-    size_t have = a < z->P ? minz(n, z->P - a) : 0;
-    float *dst = io->send + (size_t)q * n;
-    memcpy(dst, g + a, have * sizeof(float));
-    memset(dst + have, 0, (n - have) * sizeof(float));
-  }
-  if (TIMED(&z->tm, comm_ireduce_scatter_sum(z->c, io->send, z->gshard + off, n,
-                                        &io->req, err, errlen)) != 0)
-    return -1;
-  bucket_started(z);
-  return 0;
-}
-
-/* Stage 3: starts the reduce-scatter of group g's gradient (final) into
- * its piece of the gradient shard; the engine no longer has it. */
-static int group_rs_start(zero *z, size_t g, char *err, size_t errlen) {
-  bucket_io *io = bucket_slot(z, err, errlen);
-  if (!io)
-    return -1;
+/* Starts the reduction of group g's gradient (final; the engine no longer
+ * has it) into the gradient shard, once fewer than ZERO_INFLIGHT groups
+ * are in flight (so a step holds the group being written and at most
+ * ZERO_INFLIGHT more, besides the embeddings'); without overlap, waited
+ * for at once. Stage 3 reduce-scatters
+ * its N pieces, each rank's into its piece of the shard. At stage 2 the
+ * group is a flat range that rank q's slice [q*S, (q+1)*S) cuts where it
+ * overlaps it: each part is reduced to rank q, into its slice's
+ * gradients, so the bytes sent are a reduce-scatter's. The buffer is
+ * freed when the last is done. */
+static int group_reduce_start(zero *z, size_t g, char *err, size_t errlen) {
+  while (z->gflight == ZERO_INFLIGHT)
+    if (grad_wait_one(z, err, errlen) != 0)
+      return -1;
   zgroup *gr = &z->grp[g];
   gpt_set_group_grads(z->m, g, NULL);
-  io->send = gr->grad;
-  io->group = (int)g;
-  if (TIMED(&z->tm, comm_ireduce_scatter_sum(z->c, gr->grad, z->gshard + gr->so,
-                                        gr->S, &io->req, err, errlen)) != 0)
-    return -1;
-  bucket_started(z);
+  size_t lo = gr->off, end = lo + gr->n, S = z->S;
+  do {
+    if (z->nio == ZERO_RING && grad_wait_one(z, err, errlen) != 0)
+      return -1;
+    grad_io *io = &z->io[z->cur];
+    size_t hi = end;
+    if (z->cfg.stage == 3) {
+      if (TIMED(&z->tm, comm_ireduce_scatter_sum(
+                            z->c, gr->grad, z->gshard + gr->so, gr->S,
+                            &io->req, err, errlen)) != 0)
+        return -1;
+    } else {
+      int q = (int)(lo / S);
+      hi = (size_t)(q + 1) * S < end ? (size_t)(q + 1) * S : end;
+      float *dst = q == z->r ? z->gshard + (lo - (size_t)q * S) : NULL;
+      if (TIMED(&z->tm, comm_ireduce_sum(z->c, gr->grad + (lo - gr->off), dst,
+                                         hi - lo, q, &io->req, err,
+                                         errlen)) != 0)
+        return -1;
+    }
+    io->group = hi == end ? (int)g : -1;
+    z->cur = (z->cur + 1) % ZERO_RING;
+    z->nio++;
+    lo = hi;
+  } while (lo < end);
+  z->gflight++;
+  /* Early: overlapped with the rest of backward (not so when waited for
+   * here). */
+  z->early += z->in_hook && !z->cfg.no_overlap;
+  while (z->cfg.no_overlap && z->nio > 0)
+    if (grad_wait_one(z, err, errlen) != 0)
+      return -1;
   return 0;
 }
 
-/* Starts every bucket not yet started whose lowest piece (rank 0's, at
- * flat offset b*bf) lies in the final part [final_from, P). */
-static int buckets_ready(zero *z, size_t final_from, char *err, size_t errlen) {
-  /* Stage 3: every group that lies in the final part. */
-  while (z->grp && z->rs_next > 0) {
-    size_t g = z->rs_next - 1;
-    if (z->grp[g].off < final_from)
-      return 0;
-    if (group_rs_start(z, g, err, errlen) != 0)
+/* Starts the reduction of every group not yet started that lies in the
+ * final part [final_from, P) (they are final from the last). */
+static int groups_ready(zero *z, size_t final_from, char *err,
+                        size_t errlen) {
+  while (z->rs_next > 0 && z->grp[z->rs_next - 1].off >= final_from) {
+    if (group_reduce_start(z, z->rs_next - 1, err, errlen) != 0)
       return -1;
-    z->rs_next = g;
-  }
-  size_t first = zero_bucket_first_final(z->bf, z->nbuckets, final_from);
-  while (z->next > first) {
-    if (bucket_start(z, z->next - 1, err, errlen) != 0)
-      return -1;
-    z->next--;
+    z->rs_next--;
   }
   return 0;
 }
@@ -397,10 +368,10 @@ static int buckets_ready(zero *z, size_t final_from, char *err, size_t errlen) {
 static void grad_hook(void *arg, size_t final_from) {
   zero *z = arg;
   /* The engine's last call (final_from 0) comes when backward is done:
-   * those buckets are not overlapped with anything. */
+   * those groups are not overlapped with anything. */
   z->in_hook = final_from > 0;
   if (z->hook_rc == 0 &&
-      buckets_ready(z, final_from, z->hook_err, sizeof z->hook_err) != 0)
+      groups_ready(z, final_from, z->hook_err, sizeof z->hook_err) != 0)
     z->hook_rc = -1;
   z->in_hook = 0;
 }
@@ -438,7 +409,7 @@ static void group_drop(zero *z, size_t g) {
 
 /* MPI moves a nonblocking collective along only inside MPI calls: a look
  * at the requests in flight between layers lets the prefetch and the
- * reduce-scatters progress while the engine computes. */
+ * gradients' reductions progress while the engine computes. */
 static int progress(zero *z, char *err, size_t errlen) {
   for (size_t g = 0; g < z->ng; g++) {
     zgroup *gr = &z->grp[g];
@@ -452,30 +423,32 @@ static int progress(zero *z, char *err, size_t errlen) {
   }
   int done = 1;
   while (z->nio > 0 && done)
-    if (bucket_wait_oldest(z, 1, &done, err, errlen) != 0)
+    if (grad_wait_oldest(z, 1, &done, err, errlen) != 0)
       return -1;
   return 0;
 }
 
-/* The engine's parameter hook (gpt_set_param_hook): group g's parameters
- * gathered before use (or the prefetch waited for), the next group's
- * all-gather started, and g's freed after use unless it is needed again
- * at once; in backward, g's gradient made (zeroed) too. */
+/* The engine's parameter hook (gpt_set_param_hook). Stage 3: group g's
+ * parameters gathered before use (or the prefetch waited for), the next
+ * group's all-gather started, and g's freed after use unless it is
+ * needed again at once (stage 2's stay on the model's full array). At
+ * both, in backward, g's gradient made (zeroed). */
 static int param_hook(void *arg, int event, int g, int next) {
   zero *z = arg;
   char *err = z->hook_err;
   size_t errlen = sizeof z->hook_err;
   zgroup *gr = &z->grp[g];
+  int s3 = z->cfg.stage == 3;
   if (z->hook_rc != 0)
     return -1;
   if (event == GPT_PARAMS_DONE) {
-    if (next != g)
+    if (s3 && next != g)
       group_drop(z, (size_t)g);
     if (progress(z, err, errlen) != 0)
       goto fail;
     return 0;
   }
-  if (!gr->full && group_gather(z, (size_t)g, 0, err, errlen) != 0)
+  if (s3 && !gr->full && group_gather(z, (size_t)g, 0, err, errlen) != 0)
     goto fail;
   if (gr->ag) {
     comm_req *req = gr->ag;
@@ -483,9 +456,10 @@ static int param_hook(void *arg, int event, int g, int next) {
     if (TIMED(&z->tm, comm_wait(z->c, req, err, errlen)) != 0)
       goto fail;
   }
-  gpt_set_group_params(z->m, (size_t)g, gr->full);
+  if (s3)
+    gpt_set_group_params(z->m, (size_t)g, gr->full);
   if (z->in_bwd && !gr->grad) {
-    size_t nf = gr->S * (size_t)z->N;
+    size_t nf = group_grad_floats(z, (size_t)g);
     gr->grad = calloc(nf, sizeof(float));
     if (!gr->grad) {
       snprintf(err, errlen,
@@ -497,7 +471,7 @@ static int param_hook(void *arg, int event, int g, int next) {
     gpt_set_group_grads(z->m, (size_t)g, gr->grad);
     track_peak(z);
   }
-  if (!z->cfg.no_overlap && next >= 0 && next != g &&
+  if (s3 && !z->cfg.no_overlap && next >= 0 && next != g &&
       !z->grp[next].full &&
       group_gather(z, (size_t)next, 1, err, errlen) != 0)
     goto fail;
@@ -527,15 +501,13 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
   z->hook_rc = 0;
   z->early = 0;
   track_peak(z);
-  /* Stage 3: each group's parameters gathered by the parameter hook just
-   * before the engine uses them, and its gradient made there in
-   * backward. */
-  if (st == 3) {
+  /* Stages 2-3: each group's gradient made by the parameter hook in
+   * backward, just before the engine adds into it; stage 3: each group's
+   * parameters gathered there before the engine uses them. */
+  if (st >= 2) {
     z->in_bwd = 0;
     gpt_set_param_hook(m, param_hook, z);
   }
-  if (st == 2 && gpt_acquire(m, GPT_BUF_GRADS, z->P, err, errlen) != 0)
-    return -1;
   if (st < 2)
     gpt_zero_grad(m);
   track_peak(z);
@@ -549,11 +521,9 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
   }
   /* The mean over ranks of each rank's mean: 1/N in the backward. */
   if (st >= 2) {
-    z->next = z->nbuckets;
     z->rs_next = z->ng;
     z->in_bwd = 1;
-    if (!z->cfg.no_overlap)
-      gpt_set_grad_hook(m, grad_hook, z);
+    gpt_set_grad_hook(m, grad_hook, z);
   }
   /* Forward's and backward's own time: their wall time less the comm
    * waits inside them (the hooks'). */
@@ -581,14 +551,11 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
       snprintf(err, errlen, "%s", z->hook_err);
       return -1;
     }
-    if (buckets_ready(z, 0, err, errlen) != 0)
+    if (groups_ready(z, 0, err, errlen) != 0)
       return -1;
     while (z->nio > 0)
-      if (bucket_wait_one(z, err, errlen) != 0)
+      if (grad_wait_one(z, err, errlen) != 0)
         return -1;
-    /* Only the shard is kept. */
-    if (st == 2)
-      gpt_release(m, GPT_BUF_GRADS);
     g = z->gshard;
     gn = z->S;
     norm = sumsq(g, gn);
@@ -629,7 +596,7 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
   res->t_comm = z->tm.total;
   res->t_optimizer = comm_timer_now() - t0 - res->t_forward -
                      res->t_backward - z->tm.total;
-  res->buckets = st == 3 ? (int)z->ng : st == 2 ? (int)z->nbuckets : 0;
+  res->buckets = st >= 2 ? (int)z->ng : 0;
   res->buckets_early = st >= 2 ? z->early : 0;
   return 0;
 }
@@ -675,6 +642,24 @@ static uint64_t peak_groups(const zero *z) {
   return most;
 }
 
+/* Stages 2-3's most gradient-buffer floats at once: the embeddings'
+ * (group 0: made first in backward, final last) and, of the others in
+ * backward's order (L+1, L .. 1), the one being written and the
+ * ZERO_INFLIGHT before it whose reductions may still be in flight
+ * (without overlap, the one being written alone). A formula, not a
+ * measurement: zero_memory's peak_grads is measured. */
+static uint64_t peak_grad_groups(const zero *z) {
+  size_t w = z->cfg.no_overlap ? 1 : ZERO_INFLIGHT + 1;
+  uint64_t most = 0;
+  for (size_t i = z->ng - 1; i >= 1; i--) {
+    uint64_t f = 0;
+    for (size_t j = i; j < z->ng && j < i + w; j++)
+      f += group_grad_floats(z, j);
+    most = f > most ? f : most;
+  }
+  return group_grad_floats(z, 0) + most;
+}
+
 void zero_memory_get(const zero *z, zero_memory *o) {
   memset(o, 0, sizeof *o);
   uint64_t Psi = z->P, N = (uint64_t)z->N;
@@ -689,13 +674,14 @@ void zero_memory_get(const zero *z, zero_memory *o) {
   o->optim = (uint64_t)optim_state_floats(z->opt) * 4;
   o->peak_params = z->peak_params > o->params ? z->peak_params : o->params;
   o->peak_grads = z->peak_grads > o->grads ? z->peak_grads : o->grads;
-  o->comm = z->gshard ? (uint64_t)ZERO_INFLIGHT * z->bf * N * 4 : 0;
   o->f_params = st == 3 ? 4 * Psi / N : 4 * Psi;
   o->f_grads = st >= 2 ? 4 * Psi / N : 4 * Psi;
   o->f_optim = st >= 1 ? 4 * z->k * Psi / N : 4 * z->k * Psi;
   static const uint64_t rep[4] = {16, 4, 2, 0}; /* replicated bytes/param */
   o->f_mixed = rep[st] * Psi + (16 - rep[st]) * Psi / (st == 0 ? 1 : N);
   o->f_peak_params = st == 3 ? 4 * Psi / N + 4 * peak_groups(z) : o->f_params;
+  o->f_peak_grads = st >= 2 ? 4 * (uint64_t)z->S + 4 * peak_grad_groups(z)
+                            : o->f_grads;
 }
 
 int zero_gather_params(zero *z, float *out, char *err, size_t errlen) {
@@ -727,15 +713,29 @@ void zero_shape_get(const zero *z, zero_shape *o) {
   int st = z->cfg.stage;
   *o = (zero_shape){st, z->N, z->r, z->P, st == 0 ? 0 : z->lo,
                     st == 0 ? z->P : z->S, 0, 0, z->cfg.no_overlap};
-  if (st < 3)
-    bucket_cut(z, st == 2 ? z->S : z->P, &o->bf, &o->nbuckets);
+  if (st < 2) {
+    o->bf = z->cfg.bucket_floats ? z->cfg.bucket_floats : (size_t)1 << 20;
+    if (o->bf > z->P)
+      o->bf = z->P;
+    o->nbuckets = (z->P + o->bf - 1) / o->bf;
+  }
+}
+
+size_t zero_bucket_first_final(size_t bf, size_t nbuckets,
+                               size_t final_from) {
+  if (nbuckets == 0)
+    return 0;
+  size_t first = (final_from + bf - 1) / bf;
+  return first < nbuckets ? first : nbuckets;
 }
 
 optim *zero_optim(zero *z) { return z->opt; }
 
 float *zero_param_shard(zero *z) { return z->pshard; }
 
-size_t zero_group_count(const zero *z) { return z->ng; }
+size_t zero_group_count(const zero *z) {
+  return z->cfg.stage == 3 ? z->ng : 0;
+}
 
 void zero_group_piece(const zero *z, size_t g, zero_piece *out) {
   const zrange *rg = &z->rg[g];

@@ -22,21 +22,20 @@
  *   stage 0  all-reduce of the gradients; every rank updates everything.
  *   stage 1  all-reduce of the gradients; optimizer state for the shard
  *            only; each rank updates its shard; all-gather of parameters.
- *   stage 2  the gradients are reduce-scattered in buckets of
- *            bucket_floats per rank (bucket k is shard-local range
- *            [k*b, (k+1)*b) of every rank's shard, packed into one
- *            comm_ireduce_scatter_sum). With overlap on, a bucket starts
- *            from the engine's backward hook (gpt_set_grad_hook) as soon
- *            as all its N pieces are final, while backward goes on. The
- *            rank keeps only its gradient shard between steps: the
- *            engine's full gradient array is made at the start of
- *            backward and freed after the last bucket is sent, because
- *            the CPU engine's backward adds into one flat gradient array
- *            of P floats (it cannot write a layer's gradient into a
- *            smaller buffer). Note that with the engine's layout (wte
- *            first, its gradient final only at the very end of backward)
- *            bucket k is ready only when rank 0's piece, the lowest, is:
- *            buckets that reach into the embeddings wait for the end.
+ *   stage 2  the gradients are reduced to the ranks that own them, a
+ *            group (gpt.h: the embeddings, each layer, ln_f) at a time,
+ *            while backward goes on: the engine's parameter hook
+ *            (gpt_set_param_hook) gives each group's gradient a buffer
+ *            of its own in backward (n_g floats, zeroed), and when the
+ *            engine says it is final (gpt_set_grad_hook: after each
+ *            layer, ln_f first, the embeddings last) each part of it
+ *            that lies in rank q's slice is reduced to rank q
+ *            (comm_ireduce_sum) into its gradient shard: the bytes of a
+ *            reduce-scatter. The buffer is freed when its last part is
+ *            done (at most ZERO_INFLIGHT groups in flight). So a rank
+ *            holds its gradient shard and, during backward, the
+ *            embeddings' gradient plus a few layers', never the full
+ *            gradient. bucket_floats is not used: a group is a bucket.
  *   stage 3  the parameters are sharded too, and gathered per layer:
  *            the engine's parameter hook (gpt_set_param_hook) gathers a
  *            group into a buffer of its own just before forward or
@@ -45,12 +44,9 @@
  *            backward, which uses it next). With overlap on, the next
  *            group's all-gather (comm_iallgather) is started when a
  *            group is taken into use, so it moves while that one
- *            computes. In backward the hook also makes the group's
- *            gradient (N*S_g floats, zeroed); when the engine says it is
- *            final (gpt_set_grad_hook: after each layer, ln_f first,
- *            the embeddings last) its reduce-scatter starts, and the
- *            buffer is freed when that is done (at most ZERO_INFLIGHT in
- *            flight). bucket_floats is not used: a group is a bucket.
+ *            computes. The gradients go as stage 2's, each group's in
+ *            a buffer of N*S_g floats that one reduce-scatter leaves
+ *            each rank its piece of.
  *            Between steps a rank holds only its shards; during a step,
  *            about two groups' parameters at once (the one in use and
  *            the next; zero_memory's f_peak_params says exactly) and the
@@ -78,19 +74,19 @@
 
 typedef struct zero_config {
   int stage;            /* 0, 1, 2 or 3 */
-  size_t bucket_floats; /* stage 2: per-rank bucket (GPU ranks,
-                           zero_cuda.h: stages 0-1 instead); 0: 1<<20 */
+  size_t bucket_floats; /* GPU ranks' stages 0-1 (zero_cuda.h): floats
+                           in a gradient bucket; 0: 1<<20 */
   int no_overlap;       /* stages 2-3 (GPU ranks: 0-3): no
-                           communication beside compute: gradients
-                           reduced after backward instead of from the
-                           backward hook (GPU ranks' stages 2-3: each
-                           group's waited for at once), and at stage 3
-                           each group gathered only when it is needed
-                           (no prefetch) */
+                           communication beside compute: each group's
+                           gradient reduction waited for as soon as it
+                           is started (GPU ranks' stages 0-1: the
+                           buckets all started after backward), and at
+                           stage 3 each group gathered only when it is
+                           needed (no prefetch) */
 } zero_config;
 
-/* Buckets in flight at once (stage 2/3, and the GPU ranks' buckets):
- * double buffering. */
+/* Groups' gradient reductions (stages 2-3) and the GPU ranks' buckets
+ * in flight at once: double buffering. */
 #define ZERO_INFLIGHT 2
 
 typedef struct zero zero;
@@ -98,7 +94,7 @@ typedef struct zero zero;
 /* Takes over model (borrowed: it must outlive the zero; its parameters
  * must be the same on every rank) and makes the optimizer for this rank's
  * part. Stage 3 frees the model's full parameter array, keeping the
- * shard; stage 2/3 free its gradient array. Collective. 0 or -1 with err. */
+ * shard; stages 2-3 free its gradient array. Collective. 0 or -1 with err. */
 int zero_create(const zero_config *zc, gpt *model, const optim_config *oc,
                 comm *c, zero **out, char *err, size_t errlen);
 void zero_destroy(zero *z); /* NULL is a no-op; not collective */
@@ -106,18 +102,17 @@ void zero_destroy(zero *z); /* NULL is a no-op; not collective */
 typedef struct zero_step_result {
   float loss;  /* this step's loss, mean over ranks (before the update) */
   double norm; /* the global gradient norm before clipping */
-  int buckets, buckets_early; /* stage 2/3: reduce-scatters (stage 3:
-                                 one per group), and those started from
-                                 the backward hook, before backward was
-                                 over (GPU ranks: stages 0-1 count their
-                                 all-reduces too, and stage 2 its groups,
-                                 each reduced to the ranks it reaches) */
+  int buckets, buckets_early; /* stages 2-3: the groups whose gradients
+                                 were reduced, and those started from the
+                                 backward hook, before backward was over
+                                 (GPU ranks: stages 0-1 count their
+                                 buckets' all-reduces too) */
   /* Where the step's time went, in seconds, adding up to zero_step's
    * wall time: forward and backward computing, the comm calls the rank
    * spent waiting in (or starting) that compute did not hide (the hooks'
    * waits inside forward and backward included, the async transfers that
-   * went on meanwhile not), and the rest (clipping, the update, zeroing,
-   * packing stage 2's buckets after backward). */
+   * went on meanwhile not), and the rest (clipping, the update,
+   * zeroing). */
   double t_forward, t_backward, t_comm, t_optimizer;
   /* What the step's lr was multiplied by (zero_update_factor): 1 as a
    * rule, 0 when the update was skipped. */
@@ -158,7 +153,6 @@ typedef struct zero_memory {
   uint64_t n_params;                /* Psi */
   uint64_t params, grads, optim;    /* held now (after a step) */
   uint64_t peak_params, peak_grads; /* most held during the last step */
-  uint64_t comm;                    /* bucket send buffers (stage 2/3) */
   /* fp32 training: params 4Psi, grads 4Psi, optimizer 4Psi per state
    * float (AdamW 8Psi), each divided by N where the stage shards it. */
   uint64_t f_params, f_grads, f_optim;
@@ -170,6 +164,11 @@ typedef struct zero_memory {
    * peak_groups: the group in use and the next, prefetched), stages 0-2
    * f_params. Compare peak_params. */
   uint64_t f_peak_params;
+  /* The most gradient bytes held during a step, by the formula: stages
+   * 2-3 the shard, the embeddings' gradient and the few layers' whose
+   * reductions may be in flight at once (zero.c's peak_grad_groups),
+   * stages 0-1 f_grads. Compare peak_grads. */
+  uint64_t f_peak_grads;
 } zero_memory;
 void zero_memory_get(const zero *z, zero_memory *out);
 
@@ -204,20 +203,17 @@ int zero_load(zero *z, const char *dir, int64_t *step, char *err,
 typedef struct zero_shape {
   int stage, world, rank;
   size_t n_params, lo, S;
-  /* Stages 0-2: the gradient's buckets, as zero_config's bucket_floats
-   * and no_overlap ask. Stage 2: bucket b is the shard-local range [b*bf,
-   * min((b+1)*bf, S)) of every rank's shard (nbuckets of them cover S);
-   * stages 0-1: the flat range [b*bf, min((b+1)*bf, n_params)). Stage 3:
-   * 0. */
+  /* Stages 0-1: the gradient's buckets, as zero_config's bucket_floats
+   * and no_overlap ask: bucket b is the flat range [b*bf, min((b+1)*bf,
+   * n_params)). Stages 2-3: 0 (a group is a bucket). */
   size_t bf, nbuckets;
   int no_overlap;
 } zero_shape;
 void zero_shape_get(const zero *z, zero_shape *out);
-/* Bucket b's lowest gradient float is at flat offset b*bf (at stage 2
- * rank 0's piece): when the engine says the gradient is final from
- * final_from on (gpt_set_grad_hook), buckets [first, nbuckets) are all
- * final, where first is what this returns (0 when nbuckets is 0). Any
- * thread. */
+/* Bucket b's lowest gradient float is at flat offset b*bf: when the
+ * engine says the gradient is final from final_from on
+ * (gpt_set_grad_hook), buckets [first, nbuckets) are all final, where
+ * first is what this returns (0 when nbuckets is 0). Any thread. */
 size_t zero_bucket_first_final(size_t bf, size_t nbuckets, size_t final_from);
 /* Stage 3 (NULL or nothing below it): the rank's parameter shard, S
  * floats in the layout above (what zero_save writes and zero_load

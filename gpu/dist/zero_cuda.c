@@ -714,7 +714,6 @@ void zero_cuda_memory_get(const zero_cuda *zc, zero_memory *out,
   out->params = out->peak_params = zc->mem.params + slots;
   out->grads = out->peak_grads = zc->mem.grads + gbufs;
   out->optim = zc->mem.optim;
-  out->comm = 0;
   if (acts)
     *acts = zc->mem.acts;
 }

@@ -53,8 +53,9 @@
  *            gradients once the group is final: all but the
  *            embeddings' during backward. zero_config's no_overlap: no
  *            prefetch, and each group's reduction (stage 2 too) waited
- *            for at once. bucket_floats is not used (stage 2 neither). A forward needs every rank's
- *            layers, so zero_cuda_loss (one rank's) is refused.
+ *            for at once. bucket_floats is not used (stage 2 neither).
+ *            A forward needs every rank's layers, so zero_cuda_loss (one
+ *            rank's) is refused.
  * The gradients are averaged over ranks (backward scaled by 1/N) and
  * clipped to the global norm, as zero_step does; the loss is the mean
  * over ranks.

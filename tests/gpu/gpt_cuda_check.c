@@ -627,15 +627,14 @@ static int cmd_logits(const char *dir, const char *ids_path, const char *out) {
  *     parameters also the shard's BF16 copy and two gather slots of the
  *     largest group's N pieces;
  *   - stage 3: zero_cuda_loss (one rank's forward) refused, saying why.
- * Those runs reduce the gradients in small buckets (ZBUCKET floats a
- * rank) started from the engine's grad hook: every step must report the
- * number of buckets that the bucket size makes (stage 2: ceil(S/ZBUCKET),
- * stages 0-1: ceil(P/ZBUCKET)), more than one, and some but not all of
- * them started before backward was over (the ones holding the embeddings
- * can only start at its end); stage 3 one reduce-scatter a group, all
- * but the embeddings' during backward. Stages 2 and 3 again for 3 steps
- * without overlap (stage 2: one reduce-scatter after backward, as before
- * buckets; stage 3: no prefetch, each reduce-scatter waited for at once)
+ * Those runs reduce the gradients from the engine's grad hook: stages
+ * 0-1 in small buckets (ZBUCKET floats), every step reporting the number
+ * of buckets that the bucket size makes (ceil(P/ZBUCKET)), more than one,
+ * and some but not all of them started before backward was over (the
+ * ones holding the embeddings can only start at its end); stages 2-3 a
+ * group at a time, all but the embeddings' during backward. Stages 2 and
+ * 3 again for 3 steps without overlap (each group's reduction waited for
+ * at once; stage 3: no prefetch)
  * must give the overlapped run's losses bitwise, on any number of ranks:
  * the collectives take the same sums.
  * At stages 2 and 3 a step that the update guard (zero_set_guard) stops
@@ -873,15 +872,13 @@ static void zero_train(comm *ctl, comm *nc, zero_config zc, const char *ckpt,
         "stage %d: gradient bytes %llu, want %llu (S %llu)", st,
         (unsigned long long)zm.grads, (unsigned long long)want_g,
         (unsigned long long)S);
-  CHECK(zm.comm == 0, "stage %d: bucket bytes %llu, want none", st,
-        (unsigned long long)zm.comm);
   if (r == 0)
     printf("stage %d on %d rank%s: GPU params %.3f MiB grads %.3f optim "
-           "%.3f buckets %.3f, total %.3f MiB; mixed-precision formula "
+           "%.3f, total %.3f MiB; mixed-precision formula "
            "%.3f MiB (P %zu, S %llu)\n",
            st, N, N > 1 ? "s" : "", zm.params / 1048576.0, zm.grads / 1048576.0,
-           zm.optim / 1048576.0, zm.comm / 1048576.0,
-           (zm.params + zm.grads + zm.optim + zm.comm) / 1048576.0,
+           zm.optim / 1048576.0,
+           (zm.params + zm.grads + zm.optim) / 1048576.0,
            zm.f_mixed / 1048576.0, P, (unsigned long long)S);
   zero_cuda_destroy(zg);
   zero_destroy(z);

@@ -7,11 +7,16 @@
 #   < 1e-5 of the largest weight; the attention key biases, whose exact
 #   gradient is 0 and whose fp32 gradient is rounding noise that AdamW
 #   amplifies, are reported apart: zero_check's compare says why);
-# - stage 2 with the reduce-scatter after backward, and with one bucket,
-#   gives the same;
+# - stages 2-3 with each group's reduction waited for at once (no
+#   overlap) give the same;
 # - each rank's measured gradient and optimizer bytes (and stage 3's
-#   parameter bytes, between steps and at the peak of a step) are within
+#   parameter bytes), between steps and at the peak of a step, are within
 #   5% of ZeRO's fp32 formula;
+# - stage 2 never holds the full gradient: with 8 layers, the gradient
+#   bytes at the peak of a step are the shard, the embeddings' gradient
+#   and three layers' (the one being written and two being reduced; one
+#   without overlap: zero.h's f_peak_grads, within 5%), under the full
+#   gradient array, which stages 0-1 hold;
 # - stage 3 gathers per layer: with 8 layers, the parameters a rank holds
 #   at the peak of a step are its shard and two layers' worth (the one in
 #   use and the next, prefetched; the formula of zero.h's f_peak_params,
@@ -25,8 +30,8 @@
 #   micro-batch 5, and a stage-3 checkpoint of 5 ranks resumes on 1 rank;
 # - a stage-3 checkpoint of 4 ranks (per-layer pieces) resumes on 2 ranks
 #   at stage 3 and on 1 rank at stage 0 with the same losses and weights;
-# - stage 2 starts some buckets during backward (the hook), none with
-#   --no-overlap;
+# - stages 2-3 start the reductions of some groups during backward (the
+#   hook), none with --no-overlap;
 # - a truncated shard file is refused with a message that names it, and
 #   a manifest whose ranges reach past the model with one that says so.
 . "$(dirname "$0")/lib.sh"
@@ -100,7 +105,7 @@ cat "$T/ref.out" | head -3
 
 for n in 1 2 4; do
   for stage in 0 1 2 3; do
-    zr "n${n}s$stage" "$n" "$stage" --bucket 1000
+    zr "n${n}s$stage" "$n" "$stage"
     same_losses ref "n${n}s$stage" ||
       fail "$n ranks stage $stage: losses differ from 1 rank x $GB"
     same_losses "n${n}s0" "n${n}s$stage" ||
@@ -110,7 +115,7 @@ for n in 1 2 4; do
     # against the fp32 formula, within 5%.
     awk -v what="$n ranks stage $stage" '$1 == "mem" {
         for (i = 2; i < NF; i += 2) v[$i] = $(i + 1)
-        split("grads optim" (v["stage"] == 3 ? " params peak_params" : ""), k, " ")
+        split("grads optim peak_grads" (v["stage"] == 3 ? " params peak_params" : ""), k, " ")
         for (j in k) {
           x = v[k[j]]; f = v["f_" k[j]]
           d = x - f; if (d < 0) d = -d
@@ -126,20 +131,16 @@ for n in 1 2 4; do
   done
 done
 
-# Stage 2's overlap: with buckets of 1000 floats, 4 ranks (shards of
-# 7008), the buckets past the embeddings (wte and wpe, 2560 floats, whose
-# gradients are final last) start from the backward hook; without overlap
-# none does, and the result is the same.
+# Stage 2's overlap on 4 ranks: the groups past the embeddings (whose
+# gradients are final last) start their reductions from the backward
+# hook; without overlap none does, and the result is the same.
 awk '$1 == "step" && $10 > 0 { e = 1 } END { exit !e }' "$T/n4s2.out" ||
-  fail "stage 2: no bucket was started during backward"
-zr s2late 4 2 --bucket 1000 --no-overlap
+  fail "stage 2: no group's reduction was started during backward"
+zr s2late 4 2 --no-overlap
 awk '$1 == "step" && $10 != 0 { e = 1 } END { exit e }' "$T/s2late.out" ||
-  fail "stage 2 --no-overlap started buckets during backward"
+  fail "stage 2 --no-overlap started reductions during backward"
 same_losses ref s2late || fail "stage 2 without overlap: losses differ"
 same_weights ref s2late
-zr s2one 2 2
-same_losses ref s2one || fail "stage 2 with one bucket: losses differ"
-same_weights ref s2one
 
 # Stage 3 per layer, 8 layers (Psi = 104256 floats, a layer 12704): the
 # peak of gathered parameters is two layers (the formula, within 5%), not
@@ -173,8 +174,32 @@ awk '$1 == "step" && $10 != 0 { e = 1 } END { exit e }' "$T/l8s3late.out" ||
 awk '$1 == "step" && $10 > 0 { e = 1 } END { exit !e }' "$T/l8s3.out" ||
   fail "stage 3: no reduce-scatter was started during backward"
 
+# Stage 2 never holds the full gradient: 8 layers on 2 ranks (shards of
+# 52128 floats; the embeddings' gradient 2560, a layer's 12704). At the
+# peak of a step a rank holds its shard, the embeddings' gradient and
+# three layers' (the one being written, two being reduced), one layer's
+# without overlap: zero.h's f_peak_grads within 5%, and under the full
+# gradient array (4 Psi) that stages 0-1 hold.
+for v in l8s2 l8s2late; do
+  zr "$v" 2 2 $L8 $([ "$v" = l8s2late ] && echo --no-overlap)
+  same_losses l8s0 "$v" || fail "$v: 8 layers at stage 2, losses differ from stage 0"
+  same_weights l8s0 "$v" --layers 8
+  awk -v what="$v" -v layer=12704 -v emb=2560 -v late=$([ "$v" = l8s2late ] && echo 1 || echo 0) '$1 == "mem" {
+      for (i = 2; i < NF; i += 2) v[$i] = $(i + 1)
+      want = v["grads"] + 4 * (emb + (late ? 1 : 3) * layer)
+      printf "%s: peak grads %d = shard %d + groups %d (formula %d; want %d; the full gradient %d)\n",
+        what, v["peak_grads"], v["grads"], v["peak_grads"] - v["grads"], v["f_peak_grads"], want, 4 * v["psi"]
+      d = v["peak_grads"] - want; if (d < 0) d = -d
+      d2 = v["peak_grads"] - v["f_peak_grads"]; if (d2 < 0) d2 = -d2
+      if (d > 0.05 * want || d2 > 0.05 * v["f_peak_grads"]) { print what ": peak gradient bytes off"; bad = 1 }
+      if (v["peak_grads"] >= 4 * v["psi"]) { print what ": held a full gradient or more"; bad = 1 }
+      seen = 1
+    }
+    END { exit bad || !seen }' "$T/$v.out" || fail "stage 2 holds more gradients than its shard and a few layers"
+done
+
 # Checkpoints: 4 ranks at stage 2 save after step 10 and go on to 20.
-zr full 4 2 --bucket 1000 --save-at 10 --ckpt "$T/ck"
+zr full 4 2 --save-at 10 --ckpt "$T/ck"
 same_losses ref full || fail "the saving run's losses differ"
 CK="$T/ck/step-00000010"
 [ -f "$CK/manifest.json" ] || fail "no checkpoint at $CK"
@@ -196,7 +221,7 @@ done
 # stage 3 run saves after step 10 and one rank at stage 2 goes on from it.
 MICRO=5 zr ref5 1 0
 MICRO=1 zr n5s1 5 1
-MICRO=1 zr n5s3 5 3 --bucket 500 --save-at 10 --ckpt "$T/ck5"
+MICRO=1 zr n5s3 5 3 --save-at 10 --ckpt "$T/ck5"
 MICRO=5 zr from5 1 2 --load "$T/ck5/step-00000010"
 for r in n5s1 n5s3; do
   same_losses ref5 "$r" || fail "$r: losses differ from 1 rank x 5"

@@ -4,7 +4,7 @@
  * tests/integration/test_zero.sh.
  *
  *   mpirun -np N zero_check --stage S --micro B [--steps 20]
- *       [--bucket FLOATS] [--no-overlap] [--save-at K --ckpt PARENT]
+ *       [--no-overlap] [--save-at K --ckpt PARENT]
  *       [--load DIR] [--dump FILE] [--layers L --width C]
  *       [--skip-at K] [--nan-at K]
  *   zero_check [--layers L --width C] --compare A B
@@ -27,8 +27,9 @@
  * end on --skip-at K's weights.
  *
  * Rank 0 prints "step <s> loss <l> norm <n> buckets <b> early <e>
- * factor <f>" per step (s from 1; b reduce-scatter buckets, e of them
- * started during backward, f zero_step_result's lr_factor), a "mem"
+ * factor <f>" per step (s from 1; b the groups whose gradients stages
+ * 2-3 reduced, e of them started during backward, f zero_step_result's
+ * lr_factor), a "mem"
  * line (its bytes and the formulas, zero.h's zero_memory), "step_ms" (mean
  * time of the steps after the first), "phases_ms" (its split: forward,
  * backward, comm not hidden, optimizer) and "hash" of the final weights;
@@ -190,8 +191,6 @@ int main(int argc, char **argv) {
       B = atoi(v);
     else if (strcmp(a, "--steps") == 0)
       steps = atoi(v);
-    else if (strcmp(a, "--bucket") == 0)
-      zc.bucket_floats = (size_t)atol(v);
     else if (strcmp(a, "--save-at") == 0)
       save_at = atoi(v);
     else if (strcmp(a, "--ckpt") == 0)
@@ -301,12 +300,12 @@ int main(int argc, char **argv) {
   if (r == 0) {
     printf("mem stage %d world %d psi %" PRIu64 " params %" PRIu64
            " grads %" PRIu64 " optim %" PRIu64 " peak_params %" PRIu64
-           " peak_grads %" PRIu64 " comm %" PRIu64 " f_params %" PRIu64
+           " peak_grads %" PRIu64 " f_params %" PRIu64
            " f_grads %" PRIu64 " f_optim %" PRIu64 " f_mixed %" PRIu64
-           " f_peak_params %" PRIu64 "\n",
+           " f_peak_params %" PRIu64 " f_peak_grads %" PRIu64 "\n",
            zm.stage, zm.world, zm.n_params, zm.params, zm.grads, zm.optim,
-           zm.peak_params, zm.peak_grads, zm.comm, zm.f_params, zm.f_grads,
-           zm.f_optim, zm.f_mixed, zm.f_peak_params);
+           zm.peak_params, zm.peak_grads, zm.f_params, zm.f_grads,
+           zm.f_optim, zm.f_mixed, zm.f_peak_params, zm.f_peak_grads);
     printf("step_ms %.3f\n", t_n ? t_sum / t_n : 0.0);
     /* Where it went (zero_step_result's split, rank 0), ms a step. */
     printf("phases_ms forward %.3f backward %.3f comm %.3f optimizer %.3f\n",
