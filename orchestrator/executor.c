@@ -31,6 +31,12 @@
  * gets this long to end them its own way and exit before SIGKILL (Open
  * MPI's mpirun kills its ranks 1 s after it forwards the SIGTERM). */
 #define LAUNCHER_STOP_MS 5000
+/* On a forced stop the ranks are told to die at once; their launcher gets
+ * SIGTERM and this long to see them go and end its job before SIGKILL:
+ * srun, killed outright, leaves its Slurm job allocated (measured: still
+ * running a minute later), where on SIGTERM it ends the job. A second
+ * forced stop does not wait. */
+#define LAUNCHER_FORCE_MS 2000
 /* The per-attempt secret a launched rank proves itself with: random bytes,
  * sent as hex. */
 #define TOKEN_BYTES 16
@@ -53,8 +59,10 @@ struct proc {
   int rank;
   int virt; /* a rank under a launcher: no process handle */
   int connected, got_result, result_status;
-  int told_stop;     /* a launched rank: "stop" sent on its connection */
+  int told_stop;     /* a launched rank: "stop" (1) or "kill" (2) sent on
+                        its connection */
   int term_deferred; /* the launcher: its SIGTERM waits for its ranks */
+  int forced;        /* the launcher: a forced stop signalled it */
   pid_t pid;         /* the worker, leader of its own session and group */
   int pidfd;         /* readable once the worker has exited */
   uv_poll_t exit_watch;
@@ -261,20 +269,24 @@ static void on_kill_timer(uv_timer_t *t) {
   signal_group(a, SIGKILL);
 }
 
-/* Tells a launched rank to stop, on its connection ("stop\n"): its
- * worker cancels the stage as a SIGTERM would (worker.h). A launcher's
- * own SIGTERM would give the rank only the launcher's grace, not the
- * task's: Open MPI's mpirun sends SIGKILL 1 s after it. */
-static void tell_stop(proc *a) {
+/* Tells a launched rank, on its connection, to stop ("stop\n": its
+ * worker cancels the stage as a SIGTERM would, worker.h) or, when force,
+ * to die now ("kill\n": its worker SIGKILLs itself and what it started).
+ * A launcher's own SIGTERM would give the rank only the launcher's grace,
+ * not the task's: Open MPI's mpirun sends SIGKILL 1 s after it. And a
+ * launcher killed by SIGKILL cannot end its ranks at all: only this
+ * reaches them then. */
+static void tell_stop(proc *a, int force) {
   uv_os_fd_t fd;
-  if (a->told_stop || !a->connected || a->exited ||
+  int told = force ? 2 : 1;
+  if (a->told_stop >= told || !a->connected || a->exited ||
       uv_fileno((uv_handle_t *)&a->pipe, &fd) != 0)
     return;
-  a->told_stop = 1;
+  a->told_stop = told;
   /* The only bytes sent on this connection besides "ok\n": they fit its
    * send buffer, so a plain write cannot block or be short. A rank that
    * is gone by now shows as the end of its stream. */
-  (void)!write(fd, "stop\n", 5);
+  (void)!write(fd, force ? "kill\n" : "stop\n", 5);
 }
 
 /* Whether a rank of the launched gang is connected and running: one that
@@ -298,10 +310,11 @@ static void launcher_term(proc *a) {
 /* The launched ranks' grace is over and some still run. */
 static void on_launcher_grace(uv_timer_t *t) { launcher_term(t->data); }
 
-/* Stops one rank for a reason: SIGTERM now, SIGKILL after the grace. A
- * launched rank is told to stop instead (it is not our child); its
- * launcher is signalled once every rank it started has ended or the
- * grace is over, whichever comes first. */
+/* Stops one rank for a reason: SIGTERM now, SIGKILL after the grace
+ * (force: SIGKILL now). A launched rank is told to stop instead (it is
+ * not our child; force: to die now); its launcher is signalled once
+ * every rank it started has ended or the grace is over, whichever comes
+ * first (force: SIGTERM now, SIGKILL LAUNCHER_FORCE_MS later). */
 static void stop(proc *a, exec_end reason, int force) {
   if (a->exited)
     return;
@@ -310,9 +323,16 @@ static void stop(proc *a, exec_end reason, int force) {
   uv_timer_stop(&a->timeout_timer);
   uv_timer_stop(&a->heartbeat_timer);
   if (a->virt) {
-    if (!force)
-      tell_stop(a);
-    return; /* force: the launcher's SIGKILL ends it */
+    tell_stop(a, force);
+    return;
+  }
+  if (force && a->rank < 0 && !a->forced) {
+    a->forced = 1;
+    a->term_deferred = 0;
+    uv_timer_stop(&a->kill_timer);
+    signal_group(a, SIGTERM);
+    uv_timer_start(&a->kill_timer, on_kill_timer, LAUNCHER_FORCE_MS, 0);
+    return;
   }
   if (force) {
     uv_timer_stop(&a->kill_timer);
@@ -339,8 +359,6 @@ static void attempt_stop(attempt *at, exec_end cause, int rank, int force) {
     at->cause = cause;
     at->failed_rank = rank;
   }
-  if (at->launcher)
-    stop(at->launcher, rank < 0 ? cause : EXEC_CANCELLED, force);
   for (int r = 0; r < at->n; r++) {
     proc *p = at->procs[r];
     if (!p || p->exited)
@@ -354,6 +372,10 @@ static void attempt_stop(attempt *at, exec_end cause, int rank, int force) {
       sbuf_printf(&at->stopped, "%d", r);
     }
   }
+  /* After its ranks: on a forced stop they are told to die before it is
+   * signalled. */
+  if (at->launcher)
+    stop(at->launcher, rank < 0 ? cause : EXEC_CANCELLED, force);
 }
 
 static void on_timeout(uv_timer_t *t) {

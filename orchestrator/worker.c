@@ -455,6 +455,10 @@ static void cancel_attempt(const watched *w) {
  *   stops as if cancelled, within the task's kill_grace, before dagrun
  *   signals its launcher (executor.c: the launcher's own SIGTERM would
  *   leave it Open MPI's 1 s).
+ * - "kill\n" comes on a forced stop (Ctrl-C twice): dagrun is about to
+ *   SIGKILL the launcher, which then cannot end this rank, so it ends
+ *   itself at once: SIGKILL to its group when it leads one (what its
+ *   stage started dies with it), else to itself.
  * - When dagrun's end closes, the dagrun that started this attempt is
  *   gone (killed, crashed), nobody will record the result, and `dagrun
  *   resume` will run the task again. So the attempt stops as if
@@ -496,6 +500,10 @@ static void *watch_dagrun(void *arg) {
                                   "attempt (timeout, cancel or another "
                                   "rank's failure): cancelling");
         cancel_attempt(w);
+      } else if (strcmp(line, "kill") == 0) {
+        log_line(DAGRUN_LOG_ERROR, "dagrun worker: dagrun kills this gang's "
+                                   "attempt (a forced stop): killing it now");
+        kill(w->leader ? 0 : getpid(), SIGKILL);
       }
       continue;
     }

@@ -332,7 +332,7 @@ tasks:
     retries: 1
     retry_delay: 0
     with:
-      command: [sh, -c, 'echo \$\$ > $T/pid-$1-\$DAGRUN_ATTEMPT-\$DAGRUN_RANK; if [ \$DAGRUN_ATTEMPT = 1 ]; then if [ \$DAGRUN_RANK = 1 ]; then sleep 0.3; exit 3; fi; exec sleep 60; fi']
+      command: [sh, -c, 'f=$T/pid-$1-\$DAGRUN_ATTEMPT-\$DAGRUN_RANK; echo \$\$ > \$f.tmp && mv \$f.tmp \$f; if [ \$DAGRUN_ATTEMPT = 1 ]; then if [ \$DAGRUN_RANK = 1 ]; then sleep 0.3; exit 3; fi; exec sleep 60; fi']
 Y
   local start end
   start=$(date +%s)
@@ -379,28 +379,51 @@ S
   export T
 }
 
-# expect_no_rank_outlives_kill9 DAG_FILE: runs DAG_FILE (a 2-rank gang
-# of stage hang, which sends nothing and ignores cancel, under a launcher
-# wrapped by wrap_launcher) and kills dagrun by SIGKILL once both ranks
-# run: each rank must see its connection to the rendezvous close and stop
-# (by SIGKILL after the worker's 10 s grace), and none may be left.
-expect_no_rank_outlives_kill9() {
+# expect_no_rank_outlives HOW DAG_FILE [logged]: runs DAG_FILE (a 2-rank gang of
+# stage hang, which sends nothing and ignores cancel, under a launcher
+# wrapped by wrap_launcher) and, once both ranks run, stops dagrun HOW:
+# - kill9: dagrun killed by SIGKILL. Each rank must see its connection
+#   to the rendezvous close and stop (by SIGKILL after the worker's 10 s
+#   grace), and none may be left after 20 s.
+# - force: Ctrl-C twice ("kill them now"). dagrun tells each rank to die
+#   at once: every rank must be gone within 4 s of dagrun's end, well
+#   before the worker's 10 s grace would end it; with logged, each
+#   rank's log must say it was killed so (under srun, Slurm may end a
+#   rank first when srun is killed).
+expect_no_rank_outlives() {
+  local how=$1 pid f waited=0 limit
   rm -f "$T"/k9-*
-  PATH="$T/bin:$PATH" RANK_MODE=pids "$DAGRUN" run "$1" --plain >"$T/out" 2>"$T/err" &
-  local pid=$! f
+  PATH="$T/bin:$PATH" RANK_MODE=pids "$DAGRUN" run "$2" --plain >"$T/out" 2>"$T/err" &
+  pid=$!
   for _ in $(seq 100); do [ -s "$T/k9-0" ] && [ -s "$T/k9-1" ] && break; sleep 0.1; done
   [ -s "$T/k9-0" ] && [ -s "$T/k9-1" ] || fail "ranks did not start"
   sleep 1 # both joined
-  kill -KILL $pid
+  if [ "$how" = force ]; then
+    limit=40
+    kill -INT $pid
+    sleep 0.5
+    kill -INT $pid
+  else
+    limit=200
+    kill -KILL $pid
+  fi
   wait $pid 2>/dev/null || true
-  for _ in $(seq 200); do
+  while [ "$waited" -lt "$limit" ]; do
     pid_alive "$(cat "$T/k9-0")" || pid_alive "$(cat "$T/k9-1")" || break
     sleep 0.1
+    waited=$((waited + 1))
   done
   # Left running, they would outlive the test: end them, then fail.
   for f in "$T/k9-0" "$T/k9-1"; do
     pid_alive "$(cat "$f")" && kill -KILL "$(cat "$T/k9-0")" "$(cat "$T/k9-1")" 2>/dev/null &&
-      fail "rank process $(cat "$f") ($f) still running after dagrun was killed"
+      fail "rank process $(cat "$f") ($f) still running $((limit / 10)) s after dagrun was stopped ($how)"
   done
+  if [ "${3:-}" = logged ]; then
+    for f in 0 1; do
+      expect_in "$(run_dir "$(basename "$2" .yaml)")/gang/attempt-1/rank-$f/log" \
+        "dagrun kills this gang's attempt (a forced stop): killing it now"
+    done
+  fi
+  echo "$how: no rank left $((waited / 10)).$((waited % 10)) s after dagrun ended"
   return 0
 }

@@ -96,7 +96,7 @@ expect_rc 1
 expect_in "$T/out" "timed out after 2.0s; stopped ranks 0, 1"
 all_gone "$T/to-0" "$T/to-1"
 for _ in $(seq 50); do [ -z "$(squeue -h)" ] && break; sleep 0.2; done
-[ -z "$(squeue -h)" ] || fail "Slurm still runs: $(squeue)"
+[ -z "$(squeue -h)" ] || fail "Slurm still runs: [$(squeue -h 2>&1)] $(squeue -a 2>&1)"
 
 # --- dagrun killed by SIGKILL mid-gang: the ranks see their connections
 # close and stop, and srun's step ends with them.
@@ -106,9 +106,15 @@ dag: k9
 tasks:
   gang: {stage: hang, world_size: 2, launcher: srun}
 Y
-expect_no_rank_outlives_kill9 k9.yaml
+expect_no_rank_outlives kill9 k9.yaml
 for _ in $(seq 100); do [ -z "$(squeue -h)" ] && break; sleep 0.2; done
-[ -z "$(squeue -h)" ] || fail "Slurm still runs: $(squeue)"
+[ -z "$(squeue -h)" ] || fail "Slurm still runs: [$(squeue -h 2>&1)] $(squeue -a 2>&1)"
+# Ctrl-C twice: every rank killed at once, and srun's step ends with them.
+expect_no_rank_outlives force k9.yaml
+t0=$(date +%s.%N)
+for _ in $(seq 300); do [ -z "$(squeue -h)" ] && break; sleep 0.2; done
+echo "squeue empty after $(echo "$(date +%s.%N) - $t0" | bc) s"
+[ -z "$(squeue -h)" ] || fail "Slurm still runs: [$(squeue -h 2>&1)] $(squeue -a 2>&1)"
 
 # --- The train stage in a gang under srun: MPI ranks bootstrap through
 # Slurm's PMIx (SLURM_MPI_TYPE, as a cluster's MpiDefault would say), and
