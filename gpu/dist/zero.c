@@ -306,12 +306,11 @@ static int grad_wait_one(zero *z, char *err, size_t errlen) {
  * has it) into the gradient shard, once fewer than ZERO_INFLIGHT groups
  * are in flight (so a step holds the group being written and at most
  * ZERO_INFLIGHT more, besides the embeddings'); without overlap, waited
- * for at once. Stage 3 reduce-scatters
- * its N pieces, each rank's into its piece of the shard. At stage 2 the
- * group is a flat range that rank q's slice [q*S, (q+1)*S) cuts where it
- * overlaps it: each part is reduced to rank q, into its slice's
- * gradients, so the bytes sent are a reduce-scatter's. The buffer is
- * freed when the last is done. */
+ * for at once. Stage 3 reduce-scatters its N pieces, each rank's into
+ * its piece of the shard. At stage 2 the group is a flat range that rank
+ * q's slice [q*S, (q+1)*S) cuts where it overlaps it: each part is
+ * reduced to rank q, into its slice's gradients, so the bytes sent are a
+ * reduce-scatter's. The buffer is freed when the last is done. */
 static int group_reduce_start(zero *z, size_t g, char *err, size_t errlen) {
   while (z->gflight == ZERO_INFLIGHT)
     if (grad_wait_one(z, err, errlen) != 0)
