@@ -65,13 +65,16 @@ struct zero {
   size_t rs_next;    /* groups >= rs_next have their reduction started
                         (counting down) */
   uint64_t gathered, gradbytes; /* bytes of group buffers held now */
+  /* stages 0-1: the gradient's buckets (zero_shape's bf, nbuckets) */
+  size_t bf, nbuckets;
+  size_t next; /* buckets >= next have been started (counting down) */
   grad_io io[ZERO_RING]; /* the reductions in flight, oldest first */
   int nio;     /* in flight */
   int cur;     /* next io slot */
   int gflight; /* groups whose reductions are in flight */
   int hook_rc; /* a failure inside the backward hook */
-  int in_hook; /* groups started now count as early */
-  int early;   /* groups started from the hook this step */
+  int in_hook; /* buckets or groups started now count as early */
+  int early;   /* buckets or groups started from the hook this step */
   char hook_err[256];
   uint64_t peak_params, peak_grads;
   comm_timer tm; /* the step's time in comm calls */
@@ -105,6 +108,15 @@ static size_t ranges_of(const zero *z, int q, zrange *out) {
 static size_t minz(size_t a, size_t b) { return a < b ? a : b; }
 
 /* ---- Helpers ---- */
+
+/* Stages 0-1: buckets of the config's size (at most P) over the P
+ * gradients. */
+static void bucket_cut(const zero *z, size_t *bf, size_t *nbuckets) {
+  *bf = z->cfg.bucket_floats ? z->cfg.bucket_floats : (size_t)1 << 20;
+  if (*bf > z->P)
+    *bf = z->P;
+  *nbuckets = (z->P + *bf - 1) / *bf;
+}
 
 /* Optimizer groups for the ranges rg of m, at their local offsets:
  * each tensor's part of a range, and its padding, without decay. */
@@ -169,6 +181,8 @@ int zero_create(const zero_config *zc, gpt *model, const optim_config *oc,
     z->io[i].group = -1;
   size_t padded = z->S * (size_t)z->N;
   int st = zc->stage;
+  if (st < 2)
+    bucket_cut(z, &z->bf, &z->nbuckets);
   optim_group *groups = NULL;
   size_t ng = 0;
 
@@ -352,25 +366,54 @@ static int group_reduce_start(zero *z, size_t g, char *err, size_t errlen) {
   return 0;
 }
 
-/* Starts the reduction of every group not yet started that lies in the
- * final part [final_from, P) (they are final from the last). */
-static int groups_ready(zero *z, size_t final_from, char *err,
-                        size_t errlen) {
+/* Stages 0-1: starts the all-reduce of bucket b, the flat range [b*bf,
+ * ...) of the engine's gradient array, in place. */
+static int bucket_start(zero *z, size_t b, char *err, size_t errlen) {
+  if (z->nio == ZERO_RING && grad_wait_one(z, err, errlen) != 0)
+    return -1;
+  grad_io *io = &z->io[z->cur];
+  size_t off = b * z->bf, n = minz(z->bf, z->P - off);
+  if (TIMED(&z->tm, comm_iallreduce_sum(z->c, gpt_grads(z->m) + off, n,
+                                        &io->req, err, errlen)) != 0)
+    return -1;
+  io->group = -1;
+  z->cur = (z->cur + 1) % ZERO_RING;
+  z->nio++;
+  z->early += z->in_hook;
+  return 0;
+}
+
+/* Starts the reduction of every group (stages 2-3) or bucket (stages
+ * 0-1) not yet started that lies in the final part [final_from, P) (the
+ * gradient is final from the last float down). */
+static int grads_ready(zero *z, size_t final_from, char *err,
+                       size_t errlen) {
   while (z->rs_next > 0 && z->grp[z->rs_next - 1].off >= final_from) {
     if (group_reduce_start(z, z->rs_next - 1, err, errlen) != 0)
       return -1;
     z->rs_next--;
   }
+  size_t first = zero_bucket_first_final(z->bf, z->nbuckets, final_from);
+  while (z->next > first) {
+    if (bucket_start(z, z->next - 1, err, errlen) != 0)
+      return -1;
+    z->next--;
+  }
   return 0;
 }
 
+static int progress(zero *z, char *err, size_t errlen);
+
+/* The engine's grad hook (gpt_set_grad_hook): what became final is sent,
+ * and what is in flight moved along. */
 static void grad_hook(void *arg, size_t final_from) {
   zero *z = arg;
   /* The engine's last call (final_from 0) comes when backward is done:
-   * those groups are not overlapped with anything. */
+   * those are not overlapped with anything. */
   z->in_hook = final_from > 0;
   if (z->hook_rc == 0 &&
-      groups_ready(z, final_from, z->hook_err, sizeof z->hook_err) != 0)
+      (grads_ready(z, final_from, z->hook_err, sizeof z->hook_err) != 0 ||
+       progress(z, z->hook_err, sizeof z->hook_err) != 0))
     z->hook_rc = -1;
   z->in_hook = 0;
 }
@@ -518,12 +561,15 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
       snprintf(err, errlen, "%s", z->hook_err);
     return -1;
   }
-  /* The mean over ranks of each rank's mean: 1/N in the backward. */
-  if (st >= 2) {
-    z->rs_next = z->ng;
-    z->in_bwd = 1;
+  /* The gradients are sent from the grad hook as they become final:
+   * stages 2-3 a group at a time, stages 0-1 in buckets (without overlap,
+   * all after backward). The mean over ranks of each rank's mean: 1/N in
+   * the backward. */
+  z->rs_next = z->ng;
+  z->next = z->nbuckets;
+  z->in_bwd = 1;
+  if (st >= 2 || !z->cfg.no_overlap)
     gpt_set_grad_hook(m, grad_hook, z);
-  }
   /* Forward's and backward's own time: their wall time less the comm
    * waits inside them (the hooks'). */
   double tb = comm_timer_now(), c_fwd = z->tm.total;
@@ -535,26 +581,22 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
   float *g; /* this rank's gradient slice [lo, lo+S) or all of it */
   size_t gn;
   double norm;
-  if (st < 2) {
-    if (z->N > 1 &&
-        TIMED(&z->tm, comm_allreduce_sum(z->c, gpt_grads(m), z->P, err, errlen)) !=
-            0)
+  if (z->hook_rc != 0) {
+    snprintf(err, errlen, "%s", z->hook_err);
+    return -1;
+  }
+  if (grads_ready(z, 0, err, errlen) != 0)
+    return -1;
+  while (z->nio > 0)
+    if (grad_wait_one(z, err, errlen) != 0)
       return -1;
+  if (st < 2) {
     /* Every rank has the whole reduced gradient: its norm needs no
      * communication. */
     norm = optim_clip_grad_norm(gpt_grads(m), z->P, 0.0);
     g = st == 0 ? gpt_grads(m) : gpt_grads(m) + z->lo;
     gn = st == 0 ? z->P : z->S;
   } else {
-    if (z->hook_rc != 0) {
-      snprintf(err, errlen, "%s", z->hook_err);
-      return -1;
-    }
-    if (groups_ready(z, 0, err, errlen) != 0)
-      return -1;
-    while (z->nio > 0)
-      if (grad_wait_one(z, err, errlen) != 0)
-        return -1;
     g = z->gshard;
     gn = z->S;
     norm = sumsq(g, gn);
@@ -595,8 +637,8 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
   res->t_comm = z->tm.total;
   res->t_optimizer = comm_timer_now() - t0 - res->t_forward -
                      res->t_backward - z->tm.total;
-  res->buckets = st >= 2 ? (int)z->ng : 0;
-  res->buckets_early = st >= 2 ? z->early : 0;
+  res->buckets = st >= 2 ? (int)z->ng : (int)z->nbuckets;
+  res->buckets_early = z->early;
   return 0;
 }
 
@@ -712,12 +754,8 @@ void zero_shape_get(const zero *z, zero_shape *o) {
   int st = z->cfg.stage;
   *o = (zero_shape){st, z->N, z->r, z->P, st == 0 ? 0 : z->lo,
                     st == 0 ? z->P : z->S, 0, 0, z->cfg.no_overlap};
-  if (st < 2) {
-    o->bf = z->cfg.bucket_floats ? z->cfg.bucket_floats : (size_t)1 << 20;
-    if (o->bf > z->P)
-      o->bf = z->P;
-    o->nbuckets = (z->P + o->bf - 1) / o->bf;
-  }
+  if (st < 2)
+    bucket_cut(z, &o->bf, &o->nbuckets);
 }
 
 size_t zero_bucket_first_final(size_t bf, size_t nbuckets,

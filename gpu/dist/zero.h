@@ -20,8 +20,14 @@
  * leaves each rank its piece: the same equal-slice collectives as the
  * other stages, per layer.
  *   stage 0  all-reduce of the gradients; every rank updates everything.
- *   stage 1  all-reduce of the gradients; optimizer state for the shard
- *            only; each rank updates its shard; all-gather of parameters.
+ *            The gradients go in buckets of bucket_floats (bucket b is
+ *            the flat range [b*bf, (b+1)*bf)), each all-reduced in place
+ *            as soon as the engine's grad hook (gpt_set_grad_hook) says
+ *            it is final, while backward goes on; the buckets holding
+ *            the embeddings (first in the layout, final last) go after
+ *            backward.
+ *   stage 1  as stage 0, but optimizer state for the shard only; each
+ *            rank updates its shard; all-gather of parameters.
  *   stage 2  the gradients are reduced to the ranks that own them, a
  *            group (gpt.h: the embeddings, each layer, ln_f) at a time,
  *            while backward goes on: the engine's parameter hook
@@ -74,15 +80,14 @@
 
 typedef struct zero_config {
   int stage;            /* 0, 1, 2 or 3 */
-  size_t bucket_floats; /* GPU ranks' stages 0-1 (zero_cuda.h): floats
-                           in a gradient bucket; 0: 1<<20 */
-  int no_overlap;       /* stages 2-3 (GPU ranks: 0-3): no
-                           communication beside compute: each group's
-                           gradient reduction waited for as soon as it
-                           is started (GPU ranks' stages 0-1: the
-                           buckets all started after backward), and at
-                           stage 3 each group gathered only when it is
-                           needed (no prefetch) */
+  size_t bucket_floats; /* stages 0-1: floats in a gradient bucket;
+                           0: 1<<20 */
+  int no_overlap;       /* no communication beside compute: stages 0-1's
+                           buckets all started after backward, stages
+                           2-3's group reductions each waited for as
+                           soon as it is started, and at stage 3 each
+                           group gathered only when it is needed (no
+                           prefetch) */
 } zero_config;
 
 /* Groups' gradient reductions (stages 2-3) and the GPU ranks' buckets
@@ -102,11 +107,11 @@ void zero_destroy(zero *z); /* NULL is a no-op; not collective */
 typedef struct zero_step_result {
   float loss;  /* this step's loss, mean over ranks (before the update) */
   double norm; /* the global gradient norm before clipping */
-  int buckets, buckets_early; /* stages 2-3: the groups whose gradients
-                                 were reduced, and those started from the
-                                 backward hook, before backward was over
-                                 (GPU ranks: stages 0-1 count their
-                                 buckets' all-reduces too) */
+  int buckets, buckets_early; /* the buckets (stages 0-1) or groups
+                                 (stages 2-3) whose gradients were
+                                 reduced, and those started from the
+                                 backward hook, before backward was
+                                 over */
   /* Where the step's time went, in seconds, adding up to zero_step's
    * wall time: forward and backward computing, the comm calls the rank
    * spent waiting in (or starting) that compute did not hide (the hooks'

@@ -125,10 +125,9 @@ static const dagrun_param_spec params[] = {
      "parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ "
      "parameters, gathered a layer at a time); ignored by one process"},
     {"zero_bucket", DAGRUN_PARAM_INT, "0", 0,
-     "In a gang on GPU ranks at stages 0-1: floats per rank in a gradient "
-     "bucket, all-reduced while backward goes on (0: 1048576). Stages 2-3 "
-     "reduce a layer (group) at a time; CPU ranks' stages 0-1 all-reduce "
-     "after backward"},
+     "In a gang at stages 0-1: floats in a gradient bucket, all-reduced "
+     "while backward goes on (0: 1048576). Stages 2-3 reduce a layer "
+     "(group) at a time"},
     {NULL, 0, NULL, 0, NULL},
 };
 

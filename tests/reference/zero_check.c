@@ -4,7 +4,7 @@
  * tests/integration/test_zero.sh.
  *
  *   mpirun -np N zero_check --stage S --micro B [--steps 20]
- *       [--no-overlap] [--save-at K --ckpt PARENT]
+ *       [--bucket FLOATS] [--no-overlap] [--save-at K --ckpt PARENT]
  *       [--load DIR] [--dump FILE] [--layers L --width C]
  *       [--skip-at K] [--nan-at K]
  *   zero_check [--layers L --width C] --compare A B
@@ -27,9 +27,9 @@
  * end on --skip-at K's weights.
  *
  * Rank 0 prints "step <s> loss <l> norm <n> buckets <b> early <e>
- * factor <f>" per step (s from 1; b the groups whose gradients stages
- * 2-3 reduced, e of them started during backward, f zero_step_result's
- * lr_factor), a "mem"
+ * factor <f>" per step (s from 1; b the buckets of stages 0-1 or the
+ * groups of stages 2-3 whose gradients were reduced, e of them started
+ * during backward, f zero_step_result's lr_factor), a "mem"
  * line (its bytes and the formulas, zero.h's zero_memory), "step_ms" (mean
  * time of the steps after the first), "phases_ms" (its split: forward,
  * backward, comm not hidden, optimizer) and "hash" of the final weights;
@@ -191,6 +191,8 @@ int main(int argc, char **argv) {
       B = atoi(v);
     else if (strcmp(a, "--steps") == 0)
       steps = atoi(v);
+    else if (strcmp(a, "--bucket") == 0)
+      zc.bucket_floats = (size_t)atol(v);
     else if (strcmp(a, "--save-at") == 0)
       save_at = atoi(v);
     else if (strcmp(a, "--ckpt") == 0)
