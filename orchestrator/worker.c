@@ -455,10 +455,11 @@ static void cancel_attempt(const watched *w) {
  *   stops as if cancelled, within the task's kill_grace, before dagrun
  *   signals its launcher (executor.c: the launcher's own SIGTERM would
  *   leave it Open MPI's 1 s).
- * - "kill\n" comes on a forced stop (Ctrl-C twice): dagrun is about to
- *   SIGKILL the launcher, which then cannot end this rank, so it ends
- *   itself at once: SIGKILL to its group when it leads one (what its
- *   stage started dies with it), else to itself.
+ * - "kill\n" comes on a forced stop (Ctrl-C twice): the rank must end
+ *   now, and its launcher, killed soon after, may not end it (mpirun
+ *   killed outright cannot), so it ends itself: SIGKILL to its group
+ *   when it leads one (what its stage started dies with it), else to
+ *   itself.
  * - When dagrun's end closes, the dagrun that started this attempt is
  *   gone (killed, crashed), nobody will record the result, and `dagrun
  *   resume` will run the task again. So the attempt stops as if
