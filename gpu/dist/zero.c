@@ -109,15 +109,6 @@ static size_t minz(size_t a, size_t b) { return a < b ? a : b; }
 
 /* ---- Helpers ---- */
 
-/* Stages 0-1: buckets of the config's size (at most P) over the P
- * gradients. */
-static void bucket_cut(const zero *z, size_t *bf, size_t *nbuckets) {
-  *bf = z->cfg.bucket_floats ? z->cfg.bucket_floats : (size_t)1 << 20;
-  if (*bf > z->P)
-    *bf = z->P;
-  *nbuckets = (z->P + *bf - 1) / *bf;
-}
-
 /* Optimizer groups for the ranges rg of m, at their local offsets:
  * each tensor's part of a range, and its padding, without decay. */
 static int make_groups(gpt *m, const zrange *rg, size_t nrg,
@@ -181,8 +172,12 @@ int zero_create(const zero_config *zc, gpt *model, const optim_config *oc,
     z->io[i].group = -1;
   size_t padded = z->S * (size_t)z->N;
   int st = zc->stage;
-  if (st < 2)
-    bucket_cut(z, &z->bf, &z->nbuckets);
+  if (st < 2) {
+    /* Buckets of the config's size (at most P) over the P gradients. */
+    z->bf = zc->bucket_floats ? zc->bucket_floats : (size_t)1 << 20;
+    z->bf = minz(z->bf, z->P);
+    z->nbuckets = (z->P + z->bf - 1) / z->bf;
+  }
   optim_group *groups = NULL;
   size_t ng = 0;
 
@@ -316,6 +311,22 @@ static int grad_wait_one(zero *z, char *err, size_t errlen) {
   return grad_wait_oldest(z, 0, NULL, err, errlen);
 }
 
+/* The ring's next slot, once there is room (the oldest waited for when
+ * ZERO_RING are in flight); NULL on a failed wait. */
+static grad_io *grad_slot(zero *z, char *err, size_t errlen) {
+  if (z->nio == ZERO_RING && grad_wait_one(z, err, errlen) != 0)
+    return NULL;
+  return &z->io[z->cur];
+}
+
+/* The reduction just started in grad_slot's slot is in flight; group:
+ * the group whose buffer its end frees, or -1. */
+static void grad_started(zero *z, int group) {
+  z->io[z->cur].group = group;
+  z->cur = (z->cur + 1) % ZERO_RING;
+  z->nio++;
+}
+
 /* Starts the reduction of group g's gradient (final; the engine no longer
  * has it) into the gradient shard, once fewer than ZERO_INFLIGHT groups
  * are in flight (so a step holds the group being written and at most
@@ -333,9 +344,9 @@ static int group_reduce_start(zero *z, size_t g, char *err, size_t errlen) {
   gpt_set_group_grads(z->m, g, NULL);
   size_t lo = gr->off, end = lo + gr->n, S = z->S;
   do {
-    if (z->nio == ZERO_RING && grad_wait_one(z, err, errlen) != 0)
+    grad_io *io = grad_slot(z, err, errlen);
+    if (!io)
       return -1;
-    grad_io *io = &z->io[z->cur];
     size_t hi = end;
     if (z->cfg.stage == 3) {
       if (TIMED(&z->tm, comm_ireduce_scatter_sum(
@@ -351,9 +362,7 @@ static int group_reduce_start(zero *z, size_t g, char *err, size_t errlen) {
                                          errlen)) != 0)
         return -1;
     }
-    io->group = hi == end ? (int)g : -1;
-    z->cur = (z->cur + 1) % ZERO_RING;
-    z->nio++;
+    grad_started(z, hi == end ? (int)g : -1);
     lo = hi;
   } while (lo < end);
   z->gflight++;
@@ -369,16 +378,14 @@ static int group_reduce_start(zero *z, size_t g, char *err, size_t errlen) {
 /* Stages 0-1: starts the all-reduce of bucket b, the flat range [b*bf,
  * ...) of the engine's gradient array, in place. */
 static int bucket_start(zero *z, size_t b, char *err, size_t errlen) {
-  if (z->nio == ZERO_RING && grad_wait_one(z, err, errlen) != 0)
+  grad_io *io = grad_slot(z, err, errlen);
+  if (!io)
     return -1;
-  grad_io *io = &z->io[z->cur];
   size_t off = b * z->bf, n = minz(z->bf, z->P - off);
   if (TIMED(&z->tm, comm_iallreduce_sum(z->c, gpt_grads(z->m) + off, n,
                                         &io->req, err, errlen)) != 0)
     return -1;
-  io->group = -1;
-  z->cur = (z->cur + 1) % ZERO_RING;
-  z->nio++;
+  grad_started(z, -1);
   z->early += z->in_hook;
   return 0;
 }
@@ -753,9 +760,8 @@ int zero_gather_params(zero *z, float *out, char *err, size_t errlen) {
 void zero_shape_get(const zero *z, zero_shape *o) {
   int st = z->cfg.stage;
   *o = (zero_shape){st, z->N, z->r, z->P, st == 0 ? 0 : z->lo,
-                    st == 0 ? z->P : z->S, 0, 0, z->cfg.no_overlap};
-  if (st < 2)
-    bucket_cut(z, &o->bf, &o->nbuckets);
+                    st == 0 ? z->P : z->S, z->bf, z->nbuckets,
+                    z->cfg.no_overlap};
 }
 
 size_t zero_bucket_first_final(size_t bf, size_t nbuckets,
