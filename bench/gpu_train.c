@@ -10,7 +10,7 @@
  *   gpu_train sweep [same options; -B is ignored]: B = 1, 2, 4, ... until
  *                   the device has not the memory
  *   gpu_train zero  -z STAGE [same options]: the step of ZeRO stage 0, 1,
- *                   2 or 3 on the GPU (gpu/dist/zero_cuda.h, NCCL): one
+ *                   2 or 3 on the GPU (gpu/zero/zero_cuda.h, NCCL): one
  *                   rank alone (NCCL through a rendezvous directory), or
  *                   the ranks of mpirun, each on its own -B x -T
  *                   (bench/zero_cuda.sh)
@@ -39,12 +39,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm.h"
-#include "gpt.h"
-#include "gpt_cuda.h"
-#include "rng.h"
-#include "zero.h"
-#include "zero_cuda.h"
+#include "comm/comm.h"
+#include "cuda/gpt_cuda.h"
+#include "data/rng.h"
+#include "model/gpt.h"
+#include "zero/zero.h"
+#include "zero/zero_cuda.h"
 
 static double now(void) {
   struct timespec ts;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The step-time overhead of each ZeRO stage on the GPU (gpu/dist/zero_cuda.h,
+# The step-time overhead of each ZeRO stage on the GPU (gpu/zero/zero_cuda.h,
 # NCCL) against stage 0 and against the CUDA engine alone, on the same
 # model and micro-batch: bench/gpu_train.c's `run` and `zero -z 0|1|2|3`,
 # taking turns within each round; prints the median ms/step of ROUNDS

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The step-time overhead of each ZeRO stage against stage 0 on CPU ranks:
-# tests/reference/zero_check (gpu/dist/zero.h over MPI) at world size 2,
+# tests/reference/zero_check (gpu/zero/zero.h over MPI) at world size 2,
 # one OpenMP/OpenBLAS thread per rank, the same model and global batch
 # for every stage. Prints ms/step (the mean of the steps after the first,
 # as zero_check measures it; the median of REPEATS runs) per stage and the

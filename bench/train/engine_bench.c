@@ -7,8 +7,8 @@
  * Prints one JSON line: {"tokens_per_s": ..., "params": ..., ...}.
  * bench/train/run.py runs it next to the same model in PyTorch.
  */
-#include "gpt.h"
-#include "optim.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
 
 #include <cblas.h>
 #include <omp.h>

@@ -9,7 +9,7 @@
  */
 #include "ckpt.h"
 
-#include "fileio.h"
+#include "lib/fileio.h"
 
 #include <cJSON.h>
 #include <dirent.h>

@@ -4,7 +4,7 @@
 #include "modeldir.h"
 
 #include "ckpt.h"
-#include "fileio.h"
+#include "lib/fileio.h"
 #include "weights.h"
 
 #include <cJSON.h>

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gpt.h"
+#include "model/gpt.h"
 
 typedef enum modeldir_kind {
   MODELDIR_CHECKPOINT = 0, /* a dagrun checkpoint (also a promoted one) */

@@ -8,7 +8,7 @@
  */
 #include "safetensors.h"
 
-#include "fileio.h"
+#include "lib/fileio.h"
 
 #include <cJSON.h>
 #include <errno.h>

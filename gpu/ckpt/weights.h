@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-#include "gpt.h"
+#include "model/gpt.h"
 #include "safetensors.h"
 
 /* Writes m's parameters to path atomically (safetensors.h: temporary

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt.h"
-#include "gpt_impl.h"
+#include "model/gpt.h"
+#include "model/gpt_impl.h"
 
 #define LN_EPS 1e-5f
 

@@ -39,9 +39,9 @@
 #include "kernels.cuh"
 
 extern "C" {
-#include "gpt.h"
-#include "gpt_impl.h"
-#include "optim.h"
+#include "model/gpt.h"
+#include "model/gpt_impl.h"
+#include "optim/optim.h"
 }
 #include "gpt_cuda.h"
 

@@ -34,8 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gpt.h"
-#include "optim.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,7 +70,7 @@ typedef struct gpt_cuda_options {
   gpt_recompute recompute;
   int deterministic;    /* non-zero: fixed-order reductions everywhere */
   int device;           /* CUDA device index */
-  /* A gang rank's part (gpu/dist/zero_cuda.h, ZeRO stages 1-2). shard_n
+  /* A gang rank's part (gpu/zero/zero_cuda.h, ZeRO stages 1-2). shard_n
    * 0: the FP32 master weights and the optimizer state cover the whole
    * model. Else they cover only the flat range [shard_lo, shard_lo +
    * shard_n) of the layout (floats past the model's last are padding,
@@ -273,7 +273,7 @@ int gpt_cuda_device_used(gpt_cuda *g, uint64_t *used, uint64_t *total,
 /* The optimizer step count. */
 uint64_t gpt_cuda_get_t(const gpt_cuda *g);
 
-/* Device memory for a gang's collectives (gpu/dist/zero_cuda.c): the
+/* Device memory for a gang's collectives (gpu/zero/zero_cuda.c): the
  * FP32 gradients (padded floats; with grad_shard the shard's shard_n),
  * the BF16 parameters (padded elements of 2 bytes), the FP32 master
  * weights (shard_n floats, or the model's); with pieces (stage 3) all

@@ -12,7 +12,7 @@
 #include <math.h>
 
 #include "kernels_common.cuh"
-#include "optim.h"
+#include "optim/optim.h"
 
 #define OPT_BLOCK 256
 

@@ -11,7 +11,7 @@
  */
 #include "dataloader.h"
 
-#include "fileio.h"
+#include "lib/fileio.h"
 #include "rng.h"
 
 #include "tokfile.h"

@@ -1,7 +1,7 @@
 /* Token shard files: see tokfile.h for the format. */
 #include "tokfile.h"
 
-#include "fileio.h"
+#include "lib/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>

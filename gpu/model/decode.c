@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/rng.h"
 #include "decode.h"
 #include "gpt.h"
 #include "gpt_impl.h"
-#include "rng.h"
 
 
 /* The tensors of one layer, as pointers into the model's parameters. */

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dataloader.h"
+#include "data/dataloader.h"
 #include "gpt.h"
 
 typedef struct eval_result {

@@ -5,7 +5,7 @@
  */
 #include "gpt.h"
 
-#include "rng.h"
+#include "data/rng.h"
 
 #include <limits.h>
 #include <math.h>

@@ -131,7 +131,7 @@ void gpt_memory_estimate(const gpt_config *cfg, int B, int T,
  * id buffers of the largest batch it has run (none before a forward). */
 uint64_t gpt_allocated_bytes(const gpt *m);
 
-/* ---- For data-parallel training (gpu/dist/zero.h) ----
+/* ---- For data-parallel training (gpu/zero/zero.h) ----
  * ZeRO drops the full parameter and gradient arrays between steps and
  * wants them longer than n_params, so that a collective over N equal
  * slices can write straight into them. */
@@ -157,7 +157,7 @@ size_t gpt_capacity(const gpt *m, int what);
 void gpt_set_grad_hook(gpt *m, void (*hook)(void *arg, size_t final_from),
                        void *arg);
 
-/* ---- Parameter groups, for ZeRO stage 3 (gpu/dist/zero.h) ----
+/* ---- Parameter groups, for ZeRO stage 3 (gpu/zero/zero.h) ----
  * The layout (above) falls into n_layer + 2 groups, each a contiguous
  * range: group 0 the embeddings (wte, wpe), group 1 + l layer l's twelve
  * tensors, group n_layer + 1 ln_f. Forward and backward read a group's

@@ -19,9 +19,9 @@
  */
 #include <dagrun/plugin.h>
 
-#include "ckpt.h"
-#include "fileio.h"
-#include "registry.h"
+#include "ckpt/ckpt.h"
+#include "common/registry.h"
+#include "lib/fileio.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decode.h"
-#include "fileio.h"
+#include "lib/fileio.h"
+#include "model/decode.h"
 #include "textgen.h"
 
 int textgen_run(gpt *m, const bpe *tok, const textgen_opts *o,

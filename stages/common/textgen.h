@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bpe.h"
-#include "gpt.h"
+#include "lib/bpe/bpe.h"
+#include "model/gpt.h"
 
 typedef struct textgen_opts {
   const char *prompt;  /* may be "" */

@@ -1,8 +1,8 @@
 /* The tokenize stage's output directory; see tokdata.h. */
 #include "tokdata.h"
 
-#include "fileio.h"
-#include "tokfile.h"
+#include "data/tokfile.h"
+#include "lib/fileio.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

@@ -3,8 +3,8 @@
  */
 #include "trainkit.h"
 
-#include "fileio.h"
-#include "modeldir.h"
+#include "ckpt/modeldir.h"
+#include "lib/fileio.h"
 #include "stagekit.h"
 
 #include <cblas.h>

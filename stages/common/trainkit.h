@@ -16,9 +16,9 @@
 
 #include <dagrun/plugin.h>
 
-#include "dataloader.h"
-#include "gpt.h"
-#include "optim.h"
+#include "data/dataloader.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
 #include "tokdata.h"
 
 /* clang-format off */

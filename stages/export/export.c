@@ -22,13 +22,13 @@
  */
 #include <dagrun/plugin.h>
 
-#include "bpe.h"
-#include "ckpt.h"
-#include "fileio.h"
-#include "gpt.h"
-#include "modeldir.h"
-#include "stagekit.h"
-#include "weights.h"
+#include "ckpt/ckpt.h"
+#include "ckpt/modeldir.h"
+#include "ckpt/weights.h"
+#include "common/stagekit.h"
+#include "lib/bpe/bpe.h"
+#include "lib/fileio.h"
+#include "model/gpt.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>

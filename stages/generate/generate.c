@@ -22,11 +22,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bpe.h"
-#include "gpt.h"
-#include "modeldir.h"
-#include "stagekit.h"
-#include "textgen.h"
+#include "ckpt/modeldir.h"
+#include "common/stagekit.h"
+#include "common/textgen.h"
+#include "lib/bpe/bpe.h"
+#include "model/gpt.h"
 
 #define EXIT_FAILED 1
 #define EXIT_USAGE 2

@@ -23,12 +23,12 @@
  */
 #include <dagrun/plugin.h>
 
-#include "gpt.h"
-#include "optim.h"
-#include "stagekit.h"
-#include "svgplot.h"
-#include "tokdata.h"
-#include "trainkit.h"
+#include "common/stagekit.h"
+#include "common/tokdata.h"
+#include "common/trainkit.h"
+#include "lib/svgplot.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

@@ -3,7 +3,7 @@
  */
 #include "corpus.h"
 
-#include "fileio.h"
+#include "lib/fileio.h"
 
 #include <dirent.h>
 #include <errno.h>

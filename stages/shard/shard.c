@@ -48,8 +48,8 @@
 #include "docfilter.h"
 #include "shardplan.h"
 
-#include "fileio.h"
-#include "stagekit.h"
+#include "common/stagekit.h"
+#include "lib/fileio.h"
 
 /* Exit statuses: 2 for params that make no sense (as exec does), 1 for
  * everything else. */

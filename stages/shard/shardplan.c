@@ -3,7 +3,7 @@
  */
 #include "shardplan.h"
 
-#include "rng.h"
+#include "data/rng.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -16,10 +16,10 @@
  */
 #include <dagrun/plugin.h>
 
-#include "bpe.h"
-#include "fileio.h"
-#include "stagekit.h"
-#include "tokfile.h"
+#include "common/stagekit.h"
+#include "data/tokfile.h"
+#include "lib/bpe/bpe.h"
+#include "lib/fileio.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>

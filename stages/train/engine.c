@@ -1,15 +1,15 @@
 /* The train stage's CPU / GPU seam; see engine.h. */
 #include "engine.h"
 
-#include "evaluate.h"
-#include "stagekit.h"
+#include "common/stagekit.h"
+#include "model/evaluate.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #ifdef DAGRUN_HAVE_CUDA
-#include "gpt_cuda.h"
+#include "cuda/gpt_cuda.h"
 #endif
 
 struct engine {

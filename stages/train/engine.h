@@ -10,7 +10,7 @@
  * after a load. On the CPU both are no-ops.
  *
  * The gang path of the train stage does not use this: it trains through
- * ZeRO (gpu/dist/zero.h on CPU ranks, zero_cuda.h on GPU ranks).
+ * ZeRO (gpu/zero/zero.h on CPU ranks, zero_cuda.h on GPU ranks).
  *
  * Functions return 0, or -1 with a message in err; call them from the
  * stage's thread.
@@ -21,10 +21,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dataloader.h"
-#include "gpt.h"
-#include "optim.h"
-#include "trainkit.h"
+#include "common/trainkit.h"
+#include "data/dataloader.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
 
 typedef enum engine_device { ENGINE_CPU = 0, ENGINE_CUDA = 1 } engine_device;
 
@@ -112,7 +112,7 @@ int engine_eval_loss(engine *e, loader *ld, uint64_t nb, double *loss,
 /* The mean of fn's loss over nb batches of ld (B,T) (max nb, at most an
  * epoch, as evaluate_model counts them; every batch has B*T positions):
  * validation on a device that computes one batch's loss, as the GPU
- * engine's and a GPU gang's rank (gpu/dist/zero_cuda.h). */
+ * engine's and a GPU gang's rank (gpu/zero/zero_cuda.h). */
 typedef int (*engine_batch_loss)(void *arg, const uint32_t *inputs,
                                  const uint32_t *targets, float *loss,
                                  char *err, size_t errlen);

@@ -16,29 +16,29 @@
  * every eval_every steps; samples of generated text go to out/.
  *
  * In a gang (launcher: mpirun or srun) it trains data-parallel with ZeRO
- * (gpu/dist/zero.h; on GPU ranks gpu/dist/zero_cuda.h): see run_gang
+ * (gpu/zero/zero.h; on GPU ranks gpu/zero/zero_cuda.h): see run_gang
  * below.
  */
 #include <dagrun/plugin.h>
 
-#include "bpe.h"
-#include "comm.h"
-#include "ckpt.h"
-#include "dataloader.h"
+#include "ckpt/ckpt.h"
+#include "comm/comm.h"
+#include "common/stagekit.h"
+#include "common/textgen.h"
+#include "common/tokdata.h"
+#include "common/trainkit.h"
+#include "data/dataloader.h"
+#include "data/tokfile.h"
 #include "engine.h"
-#include "evaluate.h"
-#include "fileio.h"
-#include "gpt.h"
-#include "optim.h"
-#include "spike.h"
-#include "stagekit.h"
-#include "textgen.h"
-#include "tokdata.h"
-#include "tokfile.h"
-#include "trainkit.h"
+#include "lib/bpe/bpe.h"
+#include "lib/fileio.h"
+#include "model/evaluate.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+#include "optim/spike.h"
 #include "trainstate.h"
-#include "zero.h"
-#include "zero_cuda.h"
+#include "zero/zero.h"
+#include "zero/zero_cuda.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -749,7 +749,7 @@ static void watch_data(run_ctx *r, data_watch *w, int64_t step, double data_s,
   w->n = 0;
 }
 
-/* ---- Data-parallel training in a gang (gpu/dist/zero.h) ----
+/* ---- Data-parallel training in a gang (gpu/zero/zero.h) ----
  *
  * A task with a launcher (mpirun or srun) and world_size N (1 too) runs
  * this stage in N ranks; each makes the same model (the same seed), draws the

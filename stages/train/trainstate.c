@@ -1,10 +1,10 @@
 /* A training run's state as a checkpoint; see trainstate.h. */
 #include "trainstate.h"
 
-#include "ckpt.h"
-#include "fileio.h"
-#include "safetensors.h"
-#include "weights.h"
+#include "ckpt/ckpt.h"
+#include "ckpt/safetensors.h"
+#include "ckpt/weights.h"
+#include "lib/fileio.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

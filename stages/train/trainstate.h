@@ -14,10 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gpt.h"
-#include "dataloader.h"
-#include "optim.h"
-#include "spike.h"
+#include "data/dataloader.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+#include "optim/spike.h"
 
 typedef struct train_state {
   gpt *model;

@@ -17,16 +17,16 @@
  */
 #include <dagrun/plugin.h>
 
-#include "bpe.h"
-#include "dataloader.h"
-#include "evaluate.h"
-#include "fileio.h"
-#include "gpt.h"
-#include "modeldir.h"
-#include "registry.h"
-#include "stagekit.h"
-#include "textgen.h"
-#include "tokdata.h"
+#include "ckpt/modeldir.h"
+#include "common/registry.h"
+#include "common/stagekit.h"
+#include "common/textgen.h"
+#include "common/tokdata.h"
+#include "data/dataloader.h"
+#include "lib/bpe/bpe.h"
+#include "lib/fileio.h"
+#include "model/evaluate.h"
+#include "model/gpt.h"
 
 #include <cblas.h>
 #include <cjson/cJSON.h>

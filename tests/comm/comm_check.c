@@ -34,7 +34,7 @@
  * refused ("comm_check: rank R: host buffer refused: <error>", exit 0):
  * what shows that the other modes' buffers really are device memory.
  */
-#include "comm.h"
+#include "comm/comm.h"
 
 #include <signal.h>
 #include <stdint.h>

@@ -34,8 +34,8 @@
 #include <cuda_bf16.h>
 
 extern "C" {
-#include "gpt_impl.h"
-#include "optim.h"
+#include "model/gpt_impl.h"
+#include "optim/optim.h"
 }
 
 extern const char check_side[];

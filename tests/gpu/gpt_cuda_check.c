@@ -21,7 +21,7 @@
  *   gpt_cuda_check nccl-version  the NCCL this program loads ("2.28.3"; no
  *                              GPU needed)
  *   gpt_cuda_check zero        ZeRO stages 0-3 on the GPU over NCCL
- *                              (gpu/dist/zero_cuda.h): one rank, or the
+ *                              (gpu/zero/zero_cuda.h): one rank, or the
  *                              ranks of mpirun; see cmd_zero
  *   gpt_cuda_check shards      a gang's shards (lo > 0, the last one part
  *                              padding) on one GPU, the collectives by
@@ -56,15 +56,15 @@
 
 #include <cuda_runtime_api.h>
 
-#include "comm.h"
-#include "fileio.h"
-#include "gpt.h"
-#include "gpt_cuda.h"
-#include "modeldir.h"
-#include "optim.h"
-#include "rng.h"
-#include "zero.h"
-#include "zero_cuda.h"
+#include "ckpt/modeldir.h"
+#include "comm/comm.h"
+#include "cuda/gpt_cuda.h"
+#include "data/rng.h"
+#include "lib/fileio.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+#include "zero/zero.h"
+#include "zero/zero_cuda.h"
 
 static int failures;
 
@@ -603,7 +603,7 @@ static int cmd_logits(const char *dir, const char *ids_path, const char *out) {
   return 0;
 }
 
-/* ---- ZeRO on the GPU (gpu/dist/zero_cuda.h) ----
+/* ---- ZeRO on the GPU (gpu/zero/zero_cuda.h) ----
  *
  * Run alone: one rank, its NCCL communicator made through a rendezvous
  * directory, the host side on the self communicator. Under mpirun: the

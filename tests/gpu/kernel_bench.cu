@@ -19,7 +19,7 @@
 #include <functional>
 #include <vector>
 
-#include "kernels.cuh"
+#include "cuda/kernels.cuh"
 
 static char g_err[512];
 #define E g_err, sizeof g_err

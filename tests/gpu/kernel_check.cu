@@ -30,10 +30,10 @@
 #include <stdexcept>
 
 #include "check_common.h"
-#include "kernels.cuh"
+#include "cuda/kernels.cuh"
 extern "C" {
-#include "gpt_impl.h"
-#include "optim.h"
+#include "model/gpt_impl.h"
+#include "optim/optim.h"
 }
 
 typedef std::vector<float> vecf;

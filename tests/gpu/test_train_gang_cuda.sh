@@ -1,4 +1,4 @@
-# The train stage in a gang on the GPU (device: cuda, gpu/dist/zero_cuda.h)
+# The train stage in a gang on the GPU (device: cuda, gpu/zero/zero_cuda.h)
 # as one machine with one GPU can run it: a gang of one rank under mpirun
 # (NCCL at world size 1), deterministic, gpt-tiny, 20 steps of batch 8 x 64:
 # - at ZeRO stages 0, 1, 2 and 3 the losses are bitwise one process's on

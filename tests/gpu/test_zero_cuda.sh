@@ -1,4 +1,4 @@
-# ZeRO stages 0-3 on the GPU over NCCL (gpu/dist/zero_cuda.h), through
+# ZeRO stages 0-3 on the GPU over NCCL (gpu/zero/zero_cuda.h), through
 # gpt_cuda_check zero and shards (their headers say what they check):
 # - N ranks' shards (lo > 0, a last slice part padding) on one GPU, the
 #   collectives done by hand: what one GPU can check of the ranks past 0;

@@ -1,5 +1,5 @@
 # The train stage in a gang (world_size 2, launcher mpirun): data-parallel
-# training with ZeRO (gpu/dist/zero.h) on CPU ranks.
+# training with ZeRO (gpu/zero/zero.h) on CPU ranks.
 # - Two ranks of batch_size 2 train as one process of batch_size 4 on the
 #   same data (each rank takes its half of the global batch the one
 #   process would draw): at every ZeRO stage 0-3 the 20 per-step losses

@@ -1,4 +1,4 @@
-# ZeRO data parallelism (gpu/dist/zero.h) on CPU ranks under mpirun,
+# ZeRO data parallelism (gpu/zero/zero.h) on CPU ranks under mpirun,
 # with tests/reference/zero_check (a 2-layer, width-32 GPT, 20 steps,
 # global batch of 4 sequences of 16 tokens, clipping at norm 1.5):
 # - world sizes 1, 2, 4 x stages 0-3: the losses and global gradient

@@ -16,8 +16,8 @@
  *
  * TOK is a tokenizer.json, or VOCAB.json,MERGES.txt for GPT-2's files.
  */
-#include "bpe.h"
-#include "pretok.h"
+#include "lib/bpe/bpe.h"
+#include "lib/bpe/pretok.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>

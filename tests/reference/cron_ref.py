@@ -1,6 +1,6 @@
 """
 Brute-force reference for cron fire times and the DST policy of
-orchestrator/cron.h, independent of the C code: walks every UTC minute with
+orchestrator/base/cron.h, independent of the C code: walks every UTC minute with
 Python's zoneinfo (the same tz database, a different reader) and compares
 the fire times with `dagrun cron-next` for random expressions around the
 DST transitions of New York, Berlin and Lord Howe (a 30-minute shift).

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpt.h"
+#include "model/gpt.h"
 
 static uint64_t rng_next(uint64_t *s) {
   uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);

@@ -16,8 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "gpt.h"
-#include "modeldir.h"
+#include "ckpt/modeldir.h"
+#include "model/gpt.h"
 
 int main(int argc, char **argv) {
   if (argc != 4) {

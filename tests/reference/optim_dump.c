@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "optim.h"
+#include "optim/optim.h"
 
 #define N 1000
 #define STEPS 10

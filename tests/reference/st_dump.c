@@ -8,7 +8,7 @@
  *                        per tensor "NAME DTYPE [d0,d1,...] v0 v1 ..."
  *                        with the values as float, %.9g
  */
-#include "safetensors.h"
+#include "ckpt/safetensors.h"
 
 #include <stdio.h>
 #include <string.h>

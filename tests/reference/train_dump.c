@@ -29,8 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt.h"
-#include "optim.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
 
 #define L 2
 #define H 2

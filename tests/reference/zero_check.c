@@ -1,6 +1,6 @@
 /*
  * zero_check: a tiny GPT trained for a few steps with ZeRO data
- * parallelism (gpu/dist/zero.h) under mpirun, for
+ * parallelism (gpu/zero/zero.h) under mpirun, for
  * tests/integration/test_zero.sh.
  *
  *   mpirun -np N zero_check --stage S --micro B [--steps 20]
@@ -42,10 +42,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm.h"
-#include "gpt.h"
-#include "optim.h"
-#include "zero.h"
+#include "comm/comm.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+#include "zero/zero.h"
 
 #define SEED 1234
 #define VOCAB 64

@@ -3,7 +3,7 @@
  * redaction (params are redacted by secrets: test_secrets.c). Delivery is
  * tested over real HTTP in tests/integration/test_alerts.sh.
  */
-#include "alerts.h"
+#include "report/alerts.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -10,8 +10,8 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "api.h"
-#include "store.h"
+#include "serve/api.h"
+#include "store/store.h"
 #include "testlib.h"
 
 #define RUN_A "20261121T100000Z-aaaa" /* nightly, finished */
@@ -691,7 +691,7 @@ static void test_openapi(void) {
    * here. */
   char *src = NULL;
   size_t src_n = 0;
-  CHECK_INT(read_file(TEST_SOURCE_DIR "/orchestrator/api.c", &src, &src_n), 0);
+  CHECK_INT(read_file(TEST_SOURCE_DIR "/orchestrator/serve/api.c", &src, &src_n), 0);
   size_t n_routes = 0;
   for (const char *z = src ? strstr(src, "routes[] = {") : NULL;
        z && (z = strstr(z, "{\"")) && strncmp(z, "{\"", 2) == 0; z++) {

@@ -1,5 +1,5 @@
 /* The retry backoff schedule: exponential, capped, jitter only shortens. */
-#include "sched.h"
+#include "run/scheduler.h"
 #include "testlib.h"
 
 int main(void) {

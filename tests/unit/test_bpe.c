@@ -6,7 +6,7 @@
  */
 #include "testlib.h"
 
-#include "bpe_internal.h"
+#include "lib/bpe/bpe_internal.h"
 
 #include <pthread.h>
 

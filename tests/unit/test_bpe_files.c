@@ -4,7 +4,7 @@
  */
 #include "testlib.h"
 
-#include "bpe.h"
+#include "lib/bpe/bpe.h"
 
 #include <unistd.h>
 

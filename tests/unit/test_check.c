@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "host/check.h"
 #include "testlib.h"
 
 static int starts_with(const char *s, const char *p) {

@@ -4,9 +4,9 @@
  * the middle of writing one (a child that _exit()s) leaves the previous
  * one as the latest; pruning keeps the newest valid ones.
  */
-#include "ckpt.h"
-#include "fileio.h"
-#include "safetensors.h"
+#include "ckpt/ckpt.h"
+#include "ckpt/safetensors.h"
+#include "lib/fileio.h"
 #include "testlib.h"
 
 #include <fcntl.h>

@@ -3,7 +3,7 @@
  * NCCL it says so; built with NCCL on a machine without a GPU, creating it
  * fails with a CUDA error, not a crash. (Collectives over MPI:
  * tests/integration/test_comm.sh.) */
-#include "comm.h"
+#include "comm/comm.h"
 #include "testlib.h"
 
 #include <unistd.h>

@@ -13,9 +13,9 @@
 #include <cjson/cJSON.h>
 #include <zlib.h>
 
-#include "corpus.h"
-#include "docfilter.h"
-#include "shardplan.h"
+#include "shard/corpus.h"
+#include "shard/docfilter.h"
+#include "shard/shardplan.h"
 
 static char tmpdir[] = "/tmp/test_corpus.XXXXXX";
 

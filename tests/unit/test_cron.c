@@ -10,8 +10,8 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "cron.h"
-#include "spec.h"
+#include "base/cron.h"
+#include "dagfile/spec.h"
 #include "testlib.h"
 
 static char *iso(int64_t t) {

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dag.h"
+#include "dagfile/dag.h"
 #include "testlib.h"
 
 static spec *parse(const char *text) {

@@ -7,9 +7,9 @@
  * (tests/unit/test_loader.c is the plugin loader's test; its loader.h
  * comes first on the include path, hence the relative include.)
  */
-#include "dataloader.h"
+#include "data/dataloader.h"
+#include "data/tokfile.h"
 #include "testlib.h"
-#include "tokfile.h"
 
 #include <fcntl.h>
 #include <unistd.h>

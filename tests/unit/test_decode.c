@@ -9,9 +9,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "decode.h"
-#include "gpt.h"
-#include "rng.h"
+#include "data/rng.h"
+#include "model/decode.h"
+#include "model/gpt.h"
 #include "testlib.h"
 
 static char err[512];

@@ -10,13 +10,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dataloader.h"
-#include "evaluate.h"
-#include "fileio.h"
-#include "gpt.h"
-#include "rng.h"
+#include "data/dataloader.h"
+#include "data/rng.h"
+#include "data/tokfile.h"
+#include "lib/fileio.h"
+#include "model/evaluate.h"
+#include "model/gpt.h"
 #include "testlib.h"
-#include "tokfile.h"
 
 #define V_ 10
 #define B_ 3

@@ -6,7 +6,7 @@
  * and a tree removal takes everything under a path but never follows a
  * symlink out of it.
  */
-#include "fileio.h"
+#include "lib/fileio.h"
 #include "testlib.h"
 
 #include <errno.h>

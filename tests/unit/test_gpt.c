@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt.h"
+#include "model/gpt.h"
 #include "testlib.h"
 
 static char err[512];

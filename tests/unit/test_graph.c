@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph.h"
+#include "dagfile/graph.h"
 #include "testlib.h"
 
 static spec *parse(const char *text) {

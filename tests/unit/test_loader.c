@@ -2,9 +2,9 @@
  * loader: finding stages by name and by path, and refusing files that are
  * not usable plugins with a message that names the file and the reason.
  */
-#include "loader.h"
+#include "base/util.h"
+#include "host/loader.h"
 #include "testlib.h"
-#include "util.h"
 
 #include <limits.h>
 #include <stdlib.h>

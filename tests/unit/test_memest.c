@@ -11,10 +11,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "gpt.h"
-#include "optim.h"
+#include "common/trainkit.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
 #include "testlib.h"
-#include "trainkit.h"
 
 static char err[512];
 

@@ -8,13 +8,13 @@
  * and a Hugging Face directory it wrote itself; it refuses a directory
  * with no model and a GPT-2 variant the engine would compute differently.
  */
-#include "ckpt.h"
-#include "fileio.h"
-#include "gpt.h"
-#include "modeldir.h"
-#include "safetensors.h"
+#include "ckpt/ckpt.h"
+#include "ckpt/modeldir.h"
+#include "ckpt/safetensors.h"
+#include "ckpt/weights.h"
+#include "lib/fileio.h"
+#include "model/gpt.h"
 #include "testlib.h"
-#include "weights.h"
 
 #include <cjson/cJSON.h>
 #include <stdarg.h>

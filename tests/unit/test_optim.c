@@ -7,8 +7,8 @@
 #include <omp.h>
 #include <stdint.h>
 
-#include "optim.h"
-#include "spike.h"
+#include "optim/optim.h"
+#include "optim/spike.h"
 #include "testlib.h"
 
 /* ---- lr_at ---- */

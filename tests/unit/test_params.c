@@ -2,8 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dag.h"
-#include "params.h"
+#include "dagfile/dag.h"
+#include "host/params.h"
 #include "testlib.h"
 
 static const dagrun_param_spec schema[] = {

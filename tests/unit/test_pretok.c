@@ -5,7 +5,7 @@
  */
 #include "testlib.h"
 
-#include "pretok.h"
+#include "lib/bpe/pretok.h"
 
 #include <cjson/cJSON.h>
 #include <stdint.h>

@@ -2,9 +2,9 @@
  * proto: every message type survives encode -> pipe -> parse; malformed
  * lines are refused; several threads writing at once produce whole lines.
  */
-#include "proto.h"
+#include "base/util.h"
+#include "host/proto.h"
 #include "testlib.h"
-#include "util.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -8,10 +8,10 @@
  * past the file size limit are refused and leave the registry as it was;
  * a stale temporary goes with the next promotion.
  */
-#include "registry.h"
+#include "common/registry.h"
 
-#include "ckpt.h"
-#include "fileio.h"
+#include "ckpt/ckpt.h"
+#include "lib/fileio.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -5,7 +5,7 @@
  * resumed attempt repeating steps; and a finder task's results and
  * figures, a figure with a script left out. Every text escaped.
  */
-#include "report.h"
+#include "report/report.h"
 #include "testlib.h"
 
 #include <math.h>

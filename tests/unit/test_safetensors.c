@@ -5,7 +5,7 @@
  * message naming the file. (Python reading our files:
  * tests/integration/test_safetensors.sh.)
  */
-#include "safetensors.h"
+#include "ckpt/safetensors.h"
 #include "testlib.h"
 
 #include <fcntl.h>

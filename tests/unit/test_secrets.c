@@ -4,7 +4,7 @@
  * secret params. Masking in a real run (logs, store, events, alerts) is
  * tested in tests/integration/test_secrets.sh.
  */
-#include "secrets.h"
+#include "run/secrets.h"
 
 #include <stdlib.h>
 #include <string.h>

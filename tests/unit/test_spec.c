@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "spec.h"
+#include "dagfile/spec.h"
 #include "testlib.h"
 
 /* Parses text that must fail; returns the diagnostics. */

@@ -3,7 +3,7 @@
  * choices, behind dagrun's. It is reached only when a value got past the
  * host, so it is driven here through a fake host table.
  */
-#include "stagekit.h"
+#include "common/stagekit.h"
 #include "testlib.h"
 
 #include <stdarg.h>

@@ -6,7 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "store.h"
+#include "store/store.h"
 #include "testlib.h"
 
 static const char *num_key(const cJSON *o, const char *k, double *v) {

@@ -3,7 +3,7 @@
  * that the report's tests and tools count, the axes' ticks and number
  * format, escaping, "no data", and well-formed XML.
  */
-#include "svgplot.h"
+#include "lib/svgplot.h"
 #include "testlib.h"
 
 #include <math.h>

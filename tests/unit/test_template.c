@@ -2,8 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dag.h"
-#include "template.h"
+#include "dagfile/dag.h"
+#include "dagfile/template.h"
 #include "testlib.h"
 
 static const char dag_text[] =

@@ -2,7 +2,7 @@
  * Events against bytes encoded independently (by hand, with Python's
  * struct), the writer's files record by record, and a write that fails
  * half way (a file size limit) cutting the file back to whole records. */
-#include "tfevents.h"
+#include "run/tfevents.h"
 
 #include <dirent.h>
 #include <signal.h>

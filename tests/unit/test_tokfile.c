@@ -1,7 +1,7 @@
 /* Token shard files: what a writer writes, a reader reads back; truncated,
  * corrupted and foreign files are refused with a message that says why. */
+#include "data/tokfile.h"
 #include "testlib.h"
-#include "tokfile.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

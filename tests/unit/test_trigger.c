@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "serve/trigger.h"
 #include "testlib.h"
-#include "trigger.h"
 
 static cron_expr *expr(const char *s) {
   cron_expr *e;

@@ -2,8 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/ydoc.h"
 #include "testlib.h"
-#include "ydoc.h"
 
 static ynode *parse(const char *text, diags *d) {
   ynode *root = NULL;

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "util.h"
+#include "base/util.h"
 
 static int test_failures_;
 static int test_checks_;

@@ -35,10 +35,10 @@
 #include <new>
 
 #include "../check_common.h"
-#include "kernels_common.cuh"
+#include "cuda/kernels_common.cuh"
 extern "C" {
-#include "gpt_impl.h"
-#include "optim.h"
+#include "model/gpt_impl.h"
+#include "optim/optim.h"
 }
 
 /* Host buffers 64-byte aligned, so that the kernels' 128-bit paths

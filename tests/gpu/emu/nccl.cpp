@@ -1,6 +1,6 @@
 /*
  * The NCCL API on the CPU, for the emulator: the calls gpu/comm/
- * comm_nccl.c and gpu/dist/zero_cuda.c make, under the names nccl.h
+ * comm_nccl.c and gpu/zero/zero_cuda.c make, under the names nccl.h
  * declares (programs built on the emulator link this instead of libnccl),
  * between real processes of one host (ranks launched by mpirun, or
  * started with a rendezvous directory).

@@ -1,6 +1,6 @@
 /*
  * The CUDA runtime API on the CPU, for the emulator (emu.h): the calls
- * gpu/cuda, gpu/comm/comm_nccl.c, gpu/dist/zero_cuda.c and the GPU tests
+ * gpu/cuda, gpu/comm/comm_nccl.c, gpu/zero/zero_cuda.c and the GPU tests
  * make, under their real names (the programs built on the emulator link
  * this instead of libcudart), so that C code compiled unchanged calls it.
  *

@@ -1,0 +1,163 @@
+/*
+ * spec: a DAG file, parsed and checked for structure. spec_load() turns the
+ * YAML tree into tasks with their settings (defaults applied), resolves
+ * `needs` to task indices, and reports every structural error it finds, each
+ * with file:line:col, what was found and what was expected: unknown keys
+ * (with "did you mean"), wrong types, bad durations, duplicate task names,
+ * unknown needs, unknown pools. Checks that need more than the file (cycles,
+ * stage plugins and their params, templates) live in check.h.
+ *
+ * Top-level keys: dag (required, [A-Za-z0-9_.-]+), description, params (map),
+ * defaults (map of task settings), max_parallel (int >= 1), pools (map of
+ * name to int >= 1), tasks (map, required, at least one), the cron trigger
+ * (cron.h): schedule (a cron expression or macro, errors pointing at the
+ * bad token), timezone (an IANA name, default UTC), catchup (bool, default
+ * false), overlap (skip | queue | allow, default skip), secrets (a list
+ * of names of declared params whose values are secrets, see secrets.h),
+ * and alerts, which is kept as a node here.
+ *
+ * Task keys: stage (required), needs (list of task names or one name),
+ * with (map), description, and the settings that `defaults` may also give:
+ * retries (int >= 0), retry_delay (duration), retry_backoff (number >= 1),
+ * retry_max_delay (duration), retry_jitter (number in [0,1]), retry_on (list
+ * of exit codes 1..255), timeout (duration, 0 = none), heartbeat_timeout
+ * (duration >= 1s, 0 = off), kill_grace (duration), pool (name), trigger
+ * (all_success | all_done), env (map of string to string), world_size
+ * (int >= 1, default 1: more makes the task a gang of that many ranks),
+ * launcher (local, the default, mpirun or srun), hosts (list of host
+ * names; not with launcher local), rendezvous (auto, the default, or the
+ * IP address, with an optional port, that dagrun listens on for the ranks
+ * of a launched gang; not with launcher local).
+ *
+ * Task, param and pool names are [A-Za-z0-9_-]+: they appear in ${...}
+ * references and in directory names. A task listing the same need twice
+ * needs it once. `with:`, `env:`, `params:` and `defaults:` may be left
+ * empty (null), meaning none.
+ *
+ * Ownership: a spec owns its tree; nodes pointed to from tasks are borrowed
+ * from spec->root. Single-threaded use.
+ */
+#ifndef DAGRUN_SPEC_H
+#define DAGRUN_SPEC_H
+
+#include <stddef.h>
+
+#include "base/util.h"
+#include "base/ydoc.h"
+
+typedef enum spec_trigger {
+  SPEC_TRIGGER_ALL_SUCCESS = 0, /* run only if every upstream succeeded */
+  SPEC_TRIGGER_ALL_DONE = 1     /* run once every upstream finished */
+} spec_trigger;
+
+/* What a cron trigger does while the previous run is still going. */
+typedef enum spec_overlap {
+  SPEC_OVERLAP_SKIP = 0,  /* do not start another run */
+  SPEC_OVERLAP_QUEUE = 1, /* start it when the previous one ends */
+  SPEC_OVERLAP_ALLOW = 2  /* start it now, beside the previous one */
+} spec_overlap;
+
+/* How the ranks of a gang are started. */
+typedef enum spec_launcher {
+  SPEC_LAUNCHER_LOCAL = 0,  /* one worker per rank on this machine */
+  SPEC_LAUNCHER_MPIRUN = 1, /* mpirun starts the ranks (Open MPI) */
+  SPEC_LAUNCHER_SRUN = 2    /* srun starts the ranks (Slurm) */
+} spec_launcher;
+
+typedef struct spec_retry {
+  int retries;        /* extra attempts after the first; default 0 */
+  double delay_s;     /* first retry delay; default 10s */
+  double backoff;     /* multiplier per retry; default 2 */
+  double max_delay_s; /* cap; default 1h */
+  double jitter;      /* fraction removed at random; default 0.1 */
+  int *on;            /* exit codes worth retrying; NULL = any failure */
+  size_t n_on;
+} spec_retry;
+
+typedef struct spec_task {
+  char *name;
+  const ynode *node; /* the task's map (for positions) */
+  char *stage;       /* as written: a name or a path containing '/' */
+  const ynode *stage_node;
+  size_t *needs; /* indices into spec->tasks, in written order, no dups */
+  size_t n_needs;
+  const ynode *with; /* MAP or NULL */
+  const ynode *env;  /* MAP or NULL (task env merged over defaults env) */
+  char *description; /* NULL if none */
+  spec_retry retry;
+  double timeout_s;    /* 0 = none */
+  double heartbeat_s;  /* 0 = off */
+  double kill_grace_s; /* SIGTERM -> SIGKILL; default 10s */
+  size_t pool;         /* index into spec->pools; SIZE_MAX = no pool */
+  spec_trigger trigger;
+  int cache; /* `cache:` (default true): may be skipped by the fingerprint
+                cache */
+  const ynode **need_nodes; /* per needs[i]: the entry as written */
+  const ynode *pool_node;   /* the pool name as written, or NULL */
+  int world_size;           /* ranks; 1 = not a gang */
+  spec_launcher launcher;
+  const ynode *launcher_node; /* the launcher as written, or NULL */
+  const ynode *hosts;         /* SEQ of host names as written, or NULL */
+  /* rendezvous: the IP address to listen on ("" = auto: scheduler.c picks)
+   * and the port (0 = any free one). */
+  char rdv_bind[46];
+  int rdv_port;
+  const ynode *rendezvous_node; /* as written, or NULL */
+} spec_task;
+
+typedef struct spec_pool {
+  char *name;
+  int size;
+} spec_pool;
+
+typedef struct spec {
+  char *path; /* as given */
+  char *dir;  /* directory of path: relative plugin paths resolve here */
+  ynode *root;
+  char *dag;
+  char *description;   /* NULL if none */
+  const ynode *params; /* MAP or NULL */
+  int max_parallel;    /* 0 = not set (the CLI decides) */
+  spec_pool *pools;
+  size_t n_pools;
+  spec_task *tasks; /* in the order written */
+  size_t n_tasks;
+  strmap task_index;              /* name -> index */
+  const ynode *schedule, *alerts; /* kept for later issues; may be NULL */
+  /* `secrets:`: names of declared params (and their entries as written). */
+  char **secrets;
+  const ynode **secret_nodes;
+  size_t n_secrets;
+  /* The cron trigger, valid when schedule is (a scalar whose expression
+   * cron_parse accepts). */
+  char *timezone;       /* IANA name; NULL = UTC */
+  int catchup;          /* 1: every missed fire time; 0: only the latest */
+  spec_overlap overlap; /* default SPEC_OVERLAP_SKIP */
+  /* Cache of "is task A upstream of task B" answers (dag.h), created on
+   * first use by the template checks, freed by spec_free. A cache only:
+   * it does not change what the spec means, so it may be filled in
+   * through a const spec. */
+  struct dag_reach *reach;
+} spec;
+
+/* Loads and structurally validates a DAG file. Returns 0 with *out set,
+ * or DR_ESPEC (or DR_ENOENT/DR_EIO for the file) with every error added to
+ * d; *out is then still set when the YAML parsed (so more checks can run)
+ * and NULL otherwise. Caller frees with spec_free. */
+int spec_load(const char *path, spec **out, diags *d);
+/* Same from memory; name is the file name used in messages and dir. */
+int spec_parse(const char *name, const char *text, size_t len, spec **out,
+               diags *d);
+void spec_free(spec *s);
+/* The DAG's cron trigger, compiled: 0 with *e and *z (free with
+ * cron_destroy and cron_zone_close), DR_ENOENT when it has no schedule,
+ * or another error with err (a spec that did not check). */
+struct cron_expr;
+struct cron_zone;
+int spec_schedule_open(const spec *s, struct cron_expr **e,
+                       struct cron_zone **z, char *err, size_t errlen);
+
+/* Index of a task by name, or -1. */
+long spec_task_find(const spec *s, const char *name);
+
+#endif /* DAGRUN_SPEC_H */

@@ -1,0 +1,232 @@
+/*
+ * catalog: `dagrun stages`. Loads every plugin on the search path to read
+ * its descriptor; a plugin's run() is never called here.
+ */
+#include "catalog.h"
+
+#include "params.h"
+
+#include "base/util.h"
+#include "loader.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct entry {
+  char *file;            /* full path */
+  loader_plugin *plugin; /* NULL when it failed to load */
+  char *error;           /* why, when plugin is NULL */
+  char **shadows;        /* files of the same stage later in the path */
+  size_t nshadows, capshadows;
+} entry;
+
+typedef struct catalog {
+  entry *v;
+  size_t n, cap;
+  char **missing; /* search directories that do not exist */
+  size_t nmissing, capmissing;
+} catalog;
+
+static int by_name(const struct dirent **a, const struct dirent **b) {
+  return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+static int is_so(const struct dirent *e) {
+  size_t n = strlen(e->d_name);
+  return n > 3 && strcmp(e->d_name + n - 3, ".so") == 0;
+}
+
+static entry *find_stage(catalog *c, const char *name) {
+  for (size_t i = 0; i < c->n; i++)
+    if (c->v[i].plugin && strcmp(c->v[i].plugin->stage->name, name) == 0)
+      return &c->v[i];
+  return NULL;
+}
+
+static void scan_dir(catalog *c, const char *dir) {
+  struct dirent **names = NULL;
+  int n = scandir(dir, &names, is_so, by_name);
+  if (n < 0) {
+    VEC_PUSH(c->missing, c->nmissing, c->capmissing, xstrdup(dir));
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    char *file = path_join(dir, names[i]->d_name);
+    free(names[i]);
+    struct stat st;
+    if (stat(file, &st) != 0 || !S_ISREG(st.st_mode)) {
+      free(file);
+      continue;
+    }
+    char err[1024];
+    loader_plugin *p = NULL;
+    if (loader_open(file, &p, err, sizeof(err)) != 0) {
+      entry e = {.file = file, .error = xstrdup(err)};
+      VEC_PUSH(c->v, c->n, c->cap, e);
+      continue;
+    }
+    /* A DAG naming this stage gets the first file on the path. */
+    entry *first = find_stage(c, p->stage->name);
+    if (first) {
+      VEC_PUSH(first->shadows, first->nshadows, first->capshadows, file);
+      loader_close(p);
+      continue;
+    }
+    entry e = {.file = file, .plugin = p};
+    VEC_PUSH(c->v, c->n, c->cap, e);
+  }
+  free(names);
+}
+
+static const char *or_dash(const char *s) { return s && *s ? s : "-"; }
+
+static void print_text_stage(FILE *out, const entry *e) {
+  const dagrun_stage *st = e->plugin->stage;
+  fprintf(out, "%s %s  (%s)\n", st->name, or_dash(st->version), e->file);
+  if (st->summary && *st->summary)
+    fprintf(out, "  %s\n", st->summary);
+  for (size_t i = 0; i < e->nshadows; i++)
+    fprintf(out, "  (also in %s, not used: this file comes first)\n",
+            e->shadows[i]);
+  if (!st->params || !st->params[0].name) {
+    fprintf(out, "  (no params)\n");
+    return;
+  }
+  int wname = (int)strlen("PARAM"), wtype = (int)strlen("TYPE"),
+      wdef = (int)strlen("DEFAULT");
+  for (const dagrun_param_spec *p = st->params; p->name; p++) {
+    int l = (int)strlen(p->name);
+    wname = l > wname ? l : wname;
+    l = (int)strlen(params_type_name(p->type));
+    wtype = l > wtype ? l : wtype;
+    l = (int)strlen(or_dash(p->default_value));
+    wdef = l > wdef ? l : wdef;
+  }
+  fprintf(out, "  %-*s  %-*s  %-*s  %-8s  %s\n", wname, "PARAM", wtype, "TYPE",
+          wdef, "DEFAULT", "REQUIRED", "HELP");
+  for (const dagrun_param_spec *p = st->params; p->name; p++) {
+    fprintf(out, "  %-*s  %-*s  %-*s  %-8s  %s", wname, p->name, wtype,
+            params_type_name(p->type), wdef, or_dash(p->default_value),
+            p->required ? "yes" : "no", p->help ? p->help : "");
+    const char *const *values =
+        loader_param_choices(loader_choices(st), p->name);
+    if (values) {
+      sbuf b = {0};
+      loader_choices_join(&b, values);
+      fprintf(out, "%s(one of: %s)", p->help && *p->help ? " " : "", b.s);
+      sbuf_free(&b);
+    }
+    fputc('\n', out);
+  }
+}
+
+static void print_text(FILE *out, const catalog *c) {
+  int printed = 0, failed = 0;
+  for (size_t i = 0; i < c->n; i++) {
+    if (!c->v[i].plugin) {
+      failed++;
+      continue;
+    }
+    if (printed++)
+      fputc('\n', out);
+    print_text_stage(out, &c->v[i]);
+  }
+  if (!printed)
+    fprintf(out, "no stage plugins found\n");
+  if (failed) {
+    fprintf(out, "\nfiles that are not usable stage plugins:\n");
+    for (size_t i = 0; i < c->n; i++)
+      if (!c->v[i].plugin)
+        fprintf(out, "  %s\n", c->v[i].error);
+  }
+  fprintf(out, "\nsearch path ($DAGRUN_PLUGIN_PATH, then built-in):\n");
+  for (const char *const *d = loader_search_path(); *d; d++) {
+    int missing = 0;
+    for (size_t i = 0; i < c->nmissing; i++)
+      missing |= strcmp(c->missing[i], *d) == 0;
+    fprintf(out, "  %s%s\n", *d, missing ? "  (cannot be read)" : "");
+  }
+}
+
+static cJSON *json_stage(const entry *e) {
+  cJSON *o = cJSON_CreateObject();
+  if (!e->plugin) {
+    cJSON_AddStringToObject(o, "file", e->file);
+    cJSON_AddStringToObject(o, "error", e->error);
+    return o;
+  }
+  const dagrun_stage *st = e->plugin->stage;
+  cJSON_AddStringToObject(o, "name", st->name);
+  if (st->version)
+    cJSON_AddStringToObject(o, "version", st->version);
+  else
+    cJSON_AddNullToObject(o, "version");
+  cJSON_AddStringToObject(o, "file", e->file);
+  cJSON_AddStringToObject(o, "summary", st->summary ? st->summary : "");
+  cJSON *params = cJSON_AddArrayToObject(o, "params");
+  for (const dagrun_param_spec *p = st->params; p && p->name; p++) {
+    cJSON *q = cJSON_CreateObject();
+    cJSON_AddStringToObject(q, "name", p->name);
+    cJSON_AddStringToObject(q, "type", params_type_name(p->type));
+    if (p->default_value)
+      cJSON_AddStringToObject(q, "default", p->default_value);
+    else
+      cJSON_AddNullToObject(q, "default");
+    cJSON_AddBoolToObject(q, "required", p->required != 0);
+    cJSON_AddStringToObject(q, "help", p->help ? p->help : "");
+    const char *const *values =
+        loader_param_choices(loader_choices(st), p->name);
+    if (values) {
+      cJSON *a = cJSON_AddArrayToObject(q, "choices");
+      for (size_t i = 0; values[i]; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateString(values[i]));
+    } else {
+      cJSON_AddNullToObject(q, "choices"); /* any value of its type */
+    }
+    cJSON_AddItemToArray(params, q);
+  }
+  cJSON *shadows = cJSON_AddArrayToObject(o, "shadows");
+  for (size_t i = 0; i < e->nshadows; i++)
+    cJSON_AddItemToArray(shadows, cJSON_CreateString(e->shadows[i]));
+  return o;
+}
+
+static int print_json(FILE *out, const catalog *c) {
+  cJSON *arr = cJSON_CreateArray();
+  for (size_t i = 0; i < c->n; i++)
+    cJSON_AddItemToArray(arr, json_stage(&c->v[i]));
+  char *s = cJSON_Print(arr);
+  cJSON_Delete(arr);
+  if (!s)
+    return DR_EIO;
+  fprintf(out, "%s\n", s);
+  cJSON_free(s);
+  return 0;
+}
+
+int catalog_print(FILE *out, int json) {
+  catalog c = {0};
+  for (const char *const *d = loader_search_path(); *d; d++)
+    scan_dir(&c, *d);
+  int rc = json ? print_json(out, &c) : (print_text(out, &c), 0);
+  if (rc == 0 && fflush(out) != 0)
+    rc = DR_EIO;
+  for (size_t i = 0; i < c.n; i++) {
+    if (!c.v[i].plugin)
+      rc = rc ? rc : DR_EPLUGIN;
+    free(c.v[i].file);
+    free(c.v[i].error);
+    loader_close(c.v[i].plugin);
+    for (size_t j = 0; j < c.v[i].nshadows; j++)
+      free(c.v[i].shadows[j]);
+    free(c.v[i].shadows);
+  }
+  free(c.v);
+  for (size_t i = 0; i < c.nmissing; i++)
+    free(c.missing[i]);
+  free(c.missing);
+  return rc;
+}

@@ -1,0 +1,182 @@
+/*
+ * check: the checks that need more than the file's structure. Each stage
+ * is resolved once per distinct name and each plugin file opened once, so
+ * a 100,000-task DAG with three stages costs three dlopen()s. Everything
+ * goes on after an error, so that the user sees all of them at once.
+ */
+#include "check.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dagfile/dag.h"
+#include "dagfile/template.h"
+#include "params.h"
+#include "report/alerts.h"
+
+/* What a stage name resolved to. */
+typedef struct stage_ref {
+  size_t plugin; /* index into c->plugins, or SIZE_MAX */
+  char *error;   /* loader_find's message when not found */
+} stage_ref;
+
+typedef struct stage_cache {
+  strmap by_name; /* stage as written -> index into refs */
+  stage_ref *refs;
+  size_t n, cap;
+  strmap by_path; /* resolved file -> plugin index, or SIZE_MAX */
+} stage_cache;
+
+static size_t open_plugin(checked *c, stage_cache *sc, const spec_task *t,
+                          const char *path, diags *d) {
+  size_t idx;
+  if (strmap_get(&sc->by_path, path, &idx))
+    return idx;
+  char err[1024];
+  loader_plugin *p;
+  int rc = loader_open(path, &p, err, sizeof(err));
+  if (rc != 0) {
+    /* Once per file: every task that uses it would say the same. */
+    diags_add(d, c->s->path, t->stage_node->line, t->stage_node->col,
+              "cannot load stage '%s' of task '%s': %s", t->stage, t->name,
+              err);
+    strmap_put(&sc->by_path, path, SIZE_MAX);
+    return SIZE_MAX;
+  }
+  c->plugins = xrealloc(c->plugins, (c->n_plugins + 1) * sizeof(*c->plugins));
+  c->plugins[c->n_plugins] = p;
+  strmap_put(&sc->by_path, path, c->n_plugins);
+  return c->n_plugins++;
+}
+
+static size_t resolve_stage(checked *c, stage_cache *sc, const spec_task *t,
+                            diags *d) {
+  size_t i;
+  if (!strmap_get(&sc->by_name, t->stage, &i)) {
+    stage_ref ref = {SIZE_MAX, NULL};
+    char err[2048];
+    char *path = NULL;
+    if (loader_find(t->stage, c->s->dir, &path, err, sizeof(err)) != 0) {
+      ref.error = xstrdup(err);
+    } else {
+      ref.plugin = open_plugin(c, sc, t, path, d);
+      free(path);
+    }
+    VEC_PUSH(sc->refs, sc->n, sc->cap, ref);
+    i = sc->n - 1;
+    strmap_put(&sc->by_name, t->stage, i);
+  }
+  /* An unknown stage is reported at every task that names it: each is a
+   * line to fix. */
+  if (sc->refs[i].error)
+    diags_add(d, c->s->path, t->stage_node->line, t->stage_node->col,
+              "task '%s': %s", t->name, sc->refs[i].error);
+  return sc->refs[i].plugin;
+}
+
+/* Checks the templates of a value whose type nobody checks here. */
+static void check_templates(const tmpl_env *e, size_t task, const ynode *v,
+                            diags *d) {
+  cJSON *out = NULL;
+  (void)tmpl_resolve(e, task, v, &out, d);
+  cJSON_Delete(out);
+}
+
+/* Drops repeated diagnostics added since `from`: a value shared by many
+ * tasks (from defaults' env, or a YAML alias) is checked once per task but
+ * is one mistake at one place. */
+static void dedupe(diags *d, size_t from) {
+  strmap seen = {0};
+  size_t w = from;
+  for (size_t i = from; i < d->n; i++) {
+    diag *g = &d->v[i];
+    char *key = xasprintf("%d:%d:%s", g->line, g->col, g->msg);
+    if (strmap_get(&seen, key, NULL)) {
+      free(g->file);
+      free(g->msg);
+    } else {
+      strmap_put(&seen, key, i);
+      d->v[w++] = *g;
+    }
+    free(key);
+  }
+  d->n = w;
+  strmap_free(&seen);
+}
+
+int check_spec(const spec *s, checked **out, diags *d) {
+  size_t before = d->n;
+  checked *c = xcalloc(1, sizeof(checked));
+  c->s = s;
+  c->task_plugin = xmalloc((s->n_tasks ? s->n_tasks : 1) * sizeof(size_t));
+  for (size_t i = 0; i < s->n_tasks; i++)
+    c->task_plugin[i] = SIZE_MAX;
+  *out = c;
+
+  (void)dag_toposort(s, NULL, d);
+
+  tmpl_env e = {0};
+  e.s = s;
+  (void)tmpl_resolve_params(&e, &c->params, d);
+  e.params = c->params;
+
+  stage_cache sc = {0};
+  for (size_t i = 0; i < s->n_tasks; i++) {
+    const spec_task *t = &s->tasks[i];
+    size_t plugin = SIZE_MAX;
+    if (t->stage && t->stage_node)
+      plugin = resolve_stage(c, &sc, t, d);
+    c->task_plugin[i] = plugin;
+    if (plugin != SIZE_MAX) {
+      cJSON *params = NULL;
+      (void)params_build(c->plugins[plugin]->stage->params,
+                         loader_choices(c->plugins[plugin]->stage), &e, i,
+                         &params, d);
+      cJSON_Delete(params);
+    } else if (t->with) {
+      check_templates(&e, i, t->with, d);
+    }
+    if (t->env)
+      check_templates(&e, i, t->env, d);
+  }
+  for (size_t i = 0; i < sc.n; i++)
+    free(sc.refs[i].error);
+  free(sc.refs);
+  strmap_free(&sc.by_name);
+  strmap_free(&sc.by_path);
+  dedupe(d, before);
+  return d->n > before ? DR_ESPEC : 0;
+}
+
+void checked_free(checked *c) {
+  if (!c)
+    return;
+  for (size_t i = 0; i < c->n_plugins; i++)
+    loader_close(c->plugins[i]);
+  free(c->plugins);
+  free(c->task_plugin);
+  cJSON_Delete(c->params);
+  free(c);
+}
+
+int check_load(const char *path, spec **sp, checked **ck, diags *d) {
+  *sp = NULL;
+  *ck = NULL;
+  size_t before = d->n;
+  int rc = spec_load(path, sp, d);
+  if (*sp && rc != DR_ENOENT && rc != DR_EIO) {
+    /* Structural errors do not stop the deeper checks: report all. */
+    check_spec(*sp, ck, d);
+    alerts_check(*sp, (*ck)->params, d);
+  }
+  if (rc == 0 && d->n > before)
+    rc = DR_ESPEC;
+  if (rc != 0) {
+    checked_free(*ck);
+    spec_free(*sp);
+    *ck = NULL;
+    *sp = NULL;
+  }
+  return rc;
+}

@@ -1,0 +1,35 @@
+/*
+ * check: everything `dagrun check` verifies beyond the file's structure,
+ * and what a run needs from it: cycles, each stage found and loadable (ABI
+ * included), each task's params against its stage's schema, every template
+ * reference. Reports all errors, not only the first.
+ */
+#ifndef DAGRUN_CHECK_H
+#define DAGRUN_CHECK_H
+
+#include <cjson/cJSON.h>
+
+#include "dagfile/spec.h"
+#include "loader.h"
+
+typedef struct checked {
+  const spec *s;            /* borrowed */
+  loader_plugin **plugins;  /* distinct plugins, opened once each */
+  size_t n_plugins;
+  size_t *task_plugin;      /* per task: index into plugins; SIZE_MAX if bad */
+  cJSON *params;            /* DAG params resolved (env only; no run.*) */
+} checked;
+
+/* Runs every check on a loaded spec. Returns 0 with *out, or DR_ESPEC
+ * with every error in d (*out is still set, for partial use, and must be
+ * freed). */
+int check_spec(const spec *s, checked **out, diags *d);
+void checked_free(checked *c);
+
+/* Loads a DAG file and runs every check on it, the alerts' included: what
+ * `dagrun check` reports. Returns 0 with *sp and *ck (caller frees), or an
+ * error (DR_ESPEC, DR_ENOENT, DR_EIO) with *sp and *ck NULL and every error
+ * found in d (none for a file that cannot be read: the code says why). */
+int check_load(const char *path, spec **sp, checked **ck, diags *d);
+
+#endif /* DAGRUN_CHECK_H */

@@ -1,0 +1,149 @@
+#include "rundir.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/util.h"
+
+static unsigned random_suffix(void) {
+  unsigned v = 0;
+  if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
+    v = (unsigned)getpid() ^ (unsigned)time(NULL);
+  return v & 0xffff;
+}
+
+char *rundir_new_id(double t) {
+  time_t sec = (time_t)t;
+  struct tm tm;
+  gmtime_r(&sec, &tm);
+  char stamp[32];
+  strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
+  return xasprintf("%s-%04x", stamp, random_suffix());
+}
+
+int rundir_id_valid(const char *id) {
+  if (!id[0] || id[0] == '.' || strlen(id) > 128)
+    return 0;
+  for (const char *p = id; *p; p++)
+    if (!isalnum((unsigned char)*p) && !strchr("_.-", *p))
+      return 0;
+  return 1;
+}
+
+/* The UTC date (YYYY-MM-DD) of t. */
+static char *utc_date(double t) {
+  time_t sec = (time_t)t;
+  struct tm tm;
+  char date[16];
+  gmtime_r(&sec, &tm);
+  strftime(date, sizeof(date), "%Y-%m-%d", &tm);
+  return xstrdup(date);
+}
+
+int rundir_create(const char *base, const char *dag, const char *id,
+                  double logical_date, rundir **out, char *err,
+                  size_t errlen) {
+  if (id && !rundir_id_valid(id)) {
+    snprintf(err, errlen,
+             "bad run id '%s': expected letters, digits, '_', '.' and '-', "
+             "not starting with '.'",
+             id);
+    return DR_EINVAL;
+  }
+  char *abs_base;
+  if (base[0] == '/') {
+    abs_base = xstrdup(base);
+  } else {
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof(cwd))) {
+      snprintf(err, errlen, "cannot read the working directory: %s",
+               strerror(errno));
+      return DR_EIO;
+    }
+    abs_base = path_join(cwd, base);
+  }
+  char *dag_dir = path_join(abs_base, dag);
+  free(abs_base);
+  if (mkdir_p(dag_dir, 0755) != 0) {
+    snprintf(err, errlen, "cannot create %s: %s", dag_dir, strerror(errno));
+    free(dag_dir);
+    return DR_EIO;
+  }
+  double t = now_wall();
+  /* The random suffix keeps two runs started in the same second apart;
+   * mkdir (not mkdir -p) makes the claim atomic. A given id is tried
+   * once. */
+  for (int tries = 0; tries < (id ? 1 : 64); tries++) {
+    char *rid = id ? xstrdup(id) : rundir_new_id(t);
+    char *path = path_join(dag_dir, rid);
+    if (mkdir(path, 0755) == 0) {
+      rundir *r = xcalloc(1, sizeof(*r));
+      r->path = path;
+      r->id = rid;
+      r->date = utc_date(logical_date > 0 ? logical_date : t);
+      r->started = t;
+      free(dag_dir);
+      *out = r;
+      return 0;
+    }
+    int e = errno;
+    free(rid);
+    free(path);
+    if (e != EEXIST) {
+      snprintf(err, errlen, "cannot create a run directory in %s: %s",
+               dag_dir, strerror(e));
+      free(dag_dir);
+      return DR_EIO;
+    }
+  }
+  if (id)
+    snprintf(err, errlen, "run %s already exists in %s", id, dag_dir);
+  else
+    snprintf(err, errlen, "cannot find a free run id in %s", dag_dir);
+  free(dag_dir);
+  return id ? DR_EEXIST : DR_EIO;
+}
+
+int rundir_open(const char *path, const char *id, double started,
+                double logical_date, rundir **out, char *err, size_t errlen) {
+  struct stat sb;
+  if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    snprintf(err, errlen, "run directory %s is gone", path);
+    return DR_ENOENT;
+  }
+  rundir *r = xcalloc(1, sizeof(*r));
+  r->path = xstrdup(path);
+  r->id = xstrdup(id);
+  r->date = utc_date(logical_date > 0 ? logical_date : started);
+  r->started = started;
+  *out = r;
+  return 0;
+}
+
+void rundir_destroy(rundir *r) {
+  if (!r)
+    return;
+  free(r->path);
+  free(r->id);
+  free(r->date);
+  free(r);
+}
+
+char *rundir_task(const rundir *r, const char *task) {
+  return path_join(r->path, task);
+}
+
+char *rundir_out(const rundir *r, const char *task) {
+  return xasprintf("%s/%s/out", r->path, task);
+}
+
+char *rundir_attempt(const rundir *r, const char *task, int attempt) {
+  return xasprintf("%s/%s/attempt-%d", r->path, task, attempt);
+}

@@ -1,0 +1,1306 @@
+#include "scheduler.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/util.h"
+#include "dagfile/template.h"
+#include "executor.h"
+#include "host/params.h"
+#include "tfevents.h"
+
+extern char **environ;
+
+typedef struct task_rt {
+  task_state state;
+  int attempt;          /* attempts started so far */
+  int attempt_base;     /* of those, made before this execution (resume) */
+  size_t n_waiting_up;  /* upstream tasks not in a terminal state */
+  int upstream_bad;     /* some upstream ended other than success */
+  uint64_t queued_seq;  /* FIFO order across pools */
+  int exit_code;        /* last attempt's, -1 if none */
+  char *reason;         /* last failure reason */
+  cJSON *outputs;       /* object, from the current attempt */
+  cJSON *shown;         /* outputs masked (secrets.h), or NULL: the same */
+  char *out_dir;        /* lazily computed */
+  int metrics_fd;       /* -1 when closed */
+  tfevents *tb;         /* the attempt's TensorBoard events, NULL if none */
+  int tb_failed;        /* the attempt's events file could not be made */
+  double started, ended; /* wall clock: first start, final end */
+  uv_timer_t *retry_timer;
+  int cache_checked; /* the cache was consulted (first attempt only) */
+  char *fingerprint; /* hex SHA-256, NULL when none */
+  char *cached_from; /* TASK_CACHED: the run it came from */
+  char *fp_dir;      /* what ${tasks.T.dir} is in fingerprints */
+  /* A gang's last attempt: how each rank ended (run.json), or NULL. */
+  cJSON *ranks;
+} task_rt;
+
+/* A FIFO of task indices; entries whose task left TASK_QUEUED (cancelled)
+ * are skipped when they reach the head. */
+typedef struct fifo {
+  size_t *v;
+  size_t head, n, cap;
+} fifo;
+
+struct sched {
+  uv_loop_t *loop;
+  const checked *c;
+  const spec *sp;
+  const rundir *run;
+  const cJSON *params;
+  sched_opts opts;
+  executor *x;
+  task_rt *t;
+  size_t *down_start, *down; /* downstream lists, CSR layout */
+  fifo *queues;              /* one per pool, the last for "no pool" */
+  int *pool_running;
+  int running;
+  uint64_t seq;
+  size_t n_terminal;
+  int cancelling, done_reported;
+  int pumping, pump_again;
+  uint64_t rng;
+  size_t *worklist;
+  size_t n_worklist, cap_worklist;
+};
+
+static const char *const state_names[] = {
+    "waiting", "queued", "running",         "retry_wait", "success",
+    "cached",  "failed", "upstream_failed", "cancelled"};
+
+const char *task_state_name(task_state s) { return state_names[s]; }
+
+int task_state_terminal(task_state s) { return s >= TASK_SUCCESS; }
+
+int task_state_succeeded(task_state s) {
+  return s == TASK_SUCCESS || s == TASK_CACHED;
+}
+
+double sched_retry_delay(const spec_retry *r, int retry, double u) {
+  double d = r->delay_s * pow(r->backoff, retry > 1 ? retry - 1 : 0);
+  if (d > r->max_delay_s)
+    d = r->max_delay_s;
+  return d * (1.0 - r->jitter * u);
+}
+
+static double next_uniform(sched *s) {
+  /* xorshift64*: jitter needs spread, not cryptographic strength. */
+  uint64_t x = s->rng;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  s->rng = x;
+  return (double)((x * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+
+static void emit(sched *s, size_t i, task_state st, int exit_code,
+                 double duration, double retry_in, const char *reason) {
+  if (!s->opts.obs.task_event)
+    return;
+  const spec_task *st_ = &s->sp->tasks[i];
+  sched_event e = {i,
+                   st,
+                   s->t[i].attempt,
+                   s->t[i].attempt_base + 1 + st_->retry.retries,
+                   exit_code,
+                   duration,
+                   retry_in,
+                   reason,
+                   0,
+                   NULL};
+  if (st == TASK_RUNNING)
+    e.pid = executor_pid(s->x, i);
+  if (st == TASK_CACHED)
+    e.cached_from = s->t[i].cached_from;
+  s->opts.obs.task_event(s->opts.obs.ud, &e);
+}
+
+static const char *out_dir(sched *s, size_t i) {
+  if (!s->t[i].out_dir)
+    s->t[i].out_dir = rundir_out(s->run, s->sp->tasks[i].name);
+  return s->t[i].out_dir;
+}
+
+static const char *tmpl_task_dir(void *ud, size_t task) {
+  return out_dir(ud, task);
+}
+
+/* In a fingerprint a task's directory is named, not given: it differs
+ * from run to run, and the task's own fingerprint stands for its content. */
+static const char *tmpl_fp_dir(void *ud, size_t task) {
+  sched *s = ud;
+  if (!s->t[task].fp_dir)
+    s->t[task].fp_dir =
+        xasprintf("${dagrun:task-dir:%s}", s->sp->tasks[task].name);
+  return s->t[task].fp_dir;
+}
+
+static const cJSON *tmpl_task_outputs(void *ud, size_t task) {
+  sched *s = ud;
+  return task_state_succeeded(s->t[task].state) ? s->t[task].outputs : NULL;
+}
+
+/* Ends the attempt's metrics: the next attempt starts a new events file
+ * (and tries again to make one). */
+static void close_metrics(task_rt *t) {
+  if (t->metrics_fd >= 0) {
+    close(t->metrics_fd);
+    t->metrics_fd = -1;
+  }
+  tfevents_destroy(t->tb);
+  t->tb = NULL;
+  t->tb_failed = 0;
+}
+
+static void check_done(sched *s) {
+  if (s->done_reported || s->n_terminal < s->sp->n_tasks ||
+      executor_running(s->x) > 0)
+    return;
+  s->done_reported = 1;
+  if (s->opts.obs.run_done)
+    s->opts.obs.run_done(s->opts.obs.ud);
+}
+
+static void enqueue(sched *s, size_t i);
+
+/* What may be written or shown of task i's outputs: masked. */
+static const cJSON *shown_outputs(const task_rt *t) {
+  return t->shown ? t->shown : t->outputs;
+}
+
+/* A copy of text with the run's secrets masked. Caller frees. */
+static char *masked(const sched *s, const char *text) {
+  return secrets_mask(s->opts.secrets, text);
+}
+
+static void write_outputs(sched *s, size_t i) {
+  task_rt *t = &s->t[i];
+  if (!t->outputs || !t->outputs->child)
+    return;
+  char *task_dir = rundir_task(s->run, s->sp->tasks[i].name);
+  /* A cached task never ran here: its directory is made for this file. */
+  mkdir_p(task_dir, 0755);
+  char *path = path_join(task_dir, "outputs.json");
+  char *text = cJSON_Print(shown_outputs(t));
+  if (write_file_atomic(path, text, strlen(text)) != 0)
+    fprintf(stderr, "dagrun: cannot write %s: %s\n", path, strerror(errno));
+  cJSON_free(text);
+  free(path);
+  free(task_dir);
+}
+
+/* Moves task i to a terminal state and lets its downstream react. Works
+ * through a worklist rather than recursion: a failure at the head of a
+ * 10,000-task chain settles the whole chain. Downstream tasks that can no
+ * longer run are claimed (their state set) when pushed. */
+static void settle(sched *s, size_t i, task_state st, int exit_code,
+                   double duration, const char *reason) {
+  task_rt *ti = &s->t[i];
+  if (reason != ti->reason) {
+    free(ti->reason);
+    /* Reasons go to events, the store, run.json and alerts. */
+    ti->reason = masked(s, reason);
+  }
+  ti->state = st;
+  s->n_worklist = 0;
+  VEC_PUSH(s->worklist, s->n_worklist, s->cap_worklist, i);
+  while (s->n_worklist) {
+    size_t k = s->worklist[--s->n_worklist];
+    task_rt *t = &s->t[k];
+    task_state kst = t->state;
+    t->ended = now_wall();
+    close_metrics(t);
+    s->n_terminal++;
+    if (task_state_succeeded(kst))
+      write_outputs(s, k);
+    if (k == i)
+      emit(s, k, kst, exit_code, duration, 0, t->reason);
+    else
+      emit(s, k, kst, -1, 0, 0, t->reason);
+    for (size_t e = s->down_start[k]; e < s->down_start[k + 1]; e++) {
+      size_t d = s->down[e];
+      task_rt *dt = &s->t[d];
+      dt->n_waiting_up--;
+      if (!task_state_succeeded(kst))
+        dt->upstream_bad = 1;
+      if (dt->state != TASK_WAITING)
+        continue;
+      int blocked = dt->upstream_bad &&
+                    s->sp->tasks[d].trigger == SPEC_TRIGGER_ALL_SUCCESS;
+      if (s->cancelling && (blocked || dt->n_waiting_up == 0)) {
+        dt->state = TASK_CANCELLED;
+        dt->reason = xstrdup("run cancelled");
+      } else if (blocked) {
+        dt->state = TASK_UPSTREAM_FAILED;
+        dt->reason =
+            xasprintf("upstream task '%s' %s", s->sp->tasks[k].name,
+                      kst == TASK_CANCELLED ? "was cancelled"
+                      : kst == TASK_FAILED  ? "failed"
+                                            : "did not run");
+      } else {
+        if (dt->n_waiting_up == 0)
+          enqueue(s, d);
+        continue;
+      }
+      VEC_PUSH(s->worklist, s->n_worklist, s->cap_worklist, d);
+    }
+  }
+}
+
+static void enqueue(sched *s, size_t i) {
+  size_t pool = s->sp->tasks[i].pool;
+  fifo *q = &s->queues[pool == SIZE_MAX ? s->sp->n_pools : pool];
+  if (q->head > 0 && q->head == q->n)
+    q->head = q->n = 0;
+  VEC_PUSH(q->v, q->n, q->cap, i);
+  s->t[i].state = TASK_QUEUED;
+  s->t[i].queued_seq = s->seq++;
+  emit(s, i, TASK_QUEUED, -1, 0, 0, NULL);
+}
+
+/* Joins diagnostics into one reason line. */
+static char *diags_join(const diags *d) {
+  sbuf b = {0};
+  for (size_t i = 0; i < d->n; i++) {
+    char *m = diag_format(&d->v[i]);
+    if (i)
+      sbuf_puts(&b, "; ");
+    sbuf_puts(&b, m);
+    free(m);
+  }
+  return sbuf_take(&b);
+}
+
+static void json_to_env(const cJSON *obj, char ***env, size_t *n,
+                        size_t *cap) {
+  for (const cJSON *it = obj ? obj->child : NULL; it; it = it->next) {
+    char *v;
+    if (cJSON_IsString(it))
+      v = xasprintf("%s=%s", it->string, it->valuestring);
+    else if (cJSON_IsBool(it))
+      v = xasprintf("%s=%s", it->string, cJSON_IsTrue(it) ? "true" : "false");
+    else if (cJSON_IsNumber(it) && it->valuedouble == (double)(long long)it->valuedouble)
+      v = xasprintf("%s=%lld", it->string, (long long)it->valuedouble);
+    else if (cJSON_IsNumber(it))
+      v = xasprintf("%s=%.17g", it->string, it->valuedouble);
+    else
+      v = xasprintf("%s=", it->string);
+    VEC_PUSH(*env, *n, *cap, v);
+  }
+}
+
+/* Rank r's CUDA device in a local gang: the r-th of dagrun's own
+ * CUDA_VISIBLE_DEVICES when that list has one, else r. Set but empty
+ * (dagrun was started with its GPUs hidden): empty, so the ranks are
+ * hidden from them too. Caller frees. */
+static char *rank_device(int r) {
+  const char *v = getenv("CUDA_VISIBLE_DEVICES");
+  if (v && !*v)
+    return xasprintf("%s", "");
+  for (int k = 0; v && *v; k++) {
+    size_t len = strcspn(v, ",");
+    if (k == r)
+      return xasprintf("%.*s", (int)len, v);
+    v += len;
+    if (*v == ',')
+      v++;
+  }
+  return xasprintf("%d", r);
+}
+
+/* The worker's environment: dagrun's own, less what the task overrides,
+ * plus the task's env and the DAGRUN_* facts. For rank `rank` (>= 0) of a
+ * gang, also DAGRUN_RANK, DAGRUN_WORLD_SIZE, DAGRUN_LOCAL_RANK,
+ * DAGRUN_RENDEZVOUS and, unless the task's env sets it,
+ * CUDA_VISIBLE_DEVICES (rank_device). Caller frees each entry. */
+static char **build_env(sched *s, size_t i, const cJSON *task_env, int rank,
+                        const char *rendezvous) {
+  const spec_task *st = &s->sp->tasks[i];
+  cJSON *facts = cJSON_CreateObject();
+  if (rank >= 0) {
+    cJSON_AddNumberToObject(facts, "DAGRUN_RANK", rank);
+    cJSON_AddNumberToObject(facts, "DAGRUN_WORLD_SIZE", st->world_size);
+    cJSON_AddNumberToObject(facts, "DAGRUN_LOCAL_RANK", rank);
+    cJSON_AddStringToObject(facts, "DAGRUN_RENDEZVOUS", rendezvous);
+    if (!cJSON_GetObjectItemCaseSensitive(task_env, "CUDA_VISIBLE_DEVICES")) {
+      char *dev = rank_device(rank);
+      cJSON_AddStringToObject(facts, "CUDA_VISIBLE_DEVICES", dev);
+      free(dev);
+    }
+  }
+  cJSON_AddStringToObject(facts, "DAGRUN_DAG", s->sp->dag);
+  cJSON_AddStringToObject(facts, "DAGRUN_RUN_ID", s->run->id);
+  cJSON_AddStringToObject(facts, "DAGRUN_RUN_DIR", s->run->path);
+  cJSON_AddStringToObject(facts, "DAGRUN_TASK", st->name);
+  cJSON_AddNumberToObject(facts, "DAGRUN_ATTEMPT", s->t[i].attempt);
+  cJSON_AddStringToObject(facts, "DAGRUN_OUT_DIR", out_dir(s, i));
+  char **env = NULL;
+  size_t n = 0, cap = 0;
+  json_to_env(facts, &env, &n, &cap);
+  json_to_env(task_env, &env, &n, &cap);
+  cJSON_Delete(facts);
+  size_t n_set = n;
+  for (char **e = environ; *e; e++) {
+    const char *eq = strchr(*e, '=');
+    size_t klen = eq ? (size_t)(eq - *e) : strlen(*e);
+    int overridden = 0;
+    for (size_t k = 0; k < n_set && !overridden; k++)
+      overridden = strncmp(env[k], *e, klen) == 0 && env[k][klen] == '=';
+    if (!overridden)
+      VEC_PUSH(env, n, cap, xstrdup(*e));
+  }
+  VEC_PUSH(env, n, cap, NULL);
+  return env;
+}
+
+static void free_env(char **env) {
+  for (char **e = env; e && *e; e++)
+    free(*e);
+  free(env);
+}
+
+/* A gang's ranks for one attempt: rendezvous/ made empty, rank-<r>/ for
+ * each rank with its log (rank 0's is the attempt's log, which
+ * rank-0/log links to), and each rank's environment. Returns 0 with
+ * *out (free with gang_free), or -1 with *reason. */
+static int gang_prepare(sched *s, size_t i, const char *attempt_dir,
+                        const char *log_path, const cJSON *task_env,
+                        exec_rank **out, char **reason) {
+  int n = s->sp->tasks[i].world_size;
+  char *rdv = path_join(attempt_dir, "rendezvous");
+  exec_rank *ranks = xcalloc((size_t)n, sizeof(*ranks));
+  int rc = 0;
+  if (mkdir_p(rdv, 0755) != 0) {
+    *reason = xasprintf("cannot create %s: %s", rdv, strerror(errno));
+    rc = -1;
+  }
+  for (int r = 0; r < n && rc == 0; r++) {
+    char name[32];
+    snprintf(name, sizeof name, "rank-%d", r);
+    char *dir = path_join(attempt_dir, name);
+    char *log = path_join(dir, "log");
+    if (mkdir_p(dir, 0755) != 0 ||
+        (r == 0 && symlink("../log", log) != 0 && errno != EEXIST)) {
+      *reason = xasprintf("cannot create %s: %s", log, strerror(errno));
+      rc = -1;
+    }
+    ranks[r].log_path = r == 0 ? xstrdup(log_path) : xstrdup(log);
+    if (s->sp->tasks[i].launcher == SPEC_LAUNCHER_LOCAL)
+      ranks[r].env = build_env(s, i, task_env, r, rdv);
+    free(log);
+    free(dir);
+  }
+  free(rdv);
+  *out = ranks;
+  return rc;
+}
+
+static void free_env(char **env);
+
+static void gang_free(exec_rank *ranks, int n) {
+  for (int r = 0; ranks && r < n; r++) {
+    free((char *)ranks[r].log_path);
+    free_env(ranks[r].env);
+  }
+  free(ranks);
+}
+
+/* env with "NAME=value" (taken over) in front, so that it wins. */
+static char **env_with(char **env, char *kv) {
+  size_t n = 0;
+  while (env[n])
+    n++;
+  env = xrealloc(env, (n + 2) * sizeof(*env));
+  memmove(env + 1, env, (n + 1) * sizeof(*env));
+  env[0] = kv;
+  return env;
+}
+
+/* hosts as one comma-separated list (caller frees), and their number. */
+static char *hosts_list(const spec_task *st, size_t *n) {
+  sbuf h = {0};
+  for (size_t k = 0; k < st->hosts->n; k++)
+    sbuf_printf(&h, "%s%s", k ? "," : "", st->hosts->items[k]->str);
+  *n = st->hosts->n;
+  return sbuf_take(&h);
+}
+
+/* The argv of a gang's launcher, and its environment (env plus what the
+ * ranks need to join the gang: worker.h). Caller frees *argv with
+ * free_env.
+ * - mpirun: `mpirun -np N --oversubscribe --bind-to none [--host
+ *   H,...] -x NAME...`: Open MPI passes on only the variables named with
+ *   -x to ranks on other hosts.
+ * - srun: `srun --ntasks=N --kill-on-bad-exit=1 --job-name=dagrun-TASK
+ *   [--nodes=K --nodelist=H,...]`: srun passes on the whole environment
+ *   (--export=ALL, its default), and --kill-on-bad-exit makes one failing
+ *   rank end the step, as mpirun does by itself. Inside an allocation
+ *   (sbatch, salloc) it is a step of that job, else a job of its own. */
+static char **launcher_setup(sched *s, size_t i, const cJSON *task_env,
+                             const char *attempt_dir, char ***env) {
+  const spec_task *st = &s->sp->tasks[i];
+  char *rdv = path_join(attempt_dir, "rendezvous");
+  *env = env_with(*env, xasprintf("DAGRUN_GANG_DIR=%s", attempt_dir));
+  *env = env_with(*env, xasprintf("DAGRUN_RENDEZVOUS=%s", rdv));
+  free(rdv);
+  char **argv = NULL;
+  size_t n = 0, cap = 0, n_hosts = 0;
+  char *hosts = st->hosts && st->hosts->n ? hosts_list(st, &n_hosts) : NULL;
+  if (st->launcher == SPEC_LAUNCHER_SRUN) {
+    VEC_PUSH(argv, n, cap, xstrdup("srun"));
+    VEC_PUSH(argv, n, cap, xasprintf("--ntasks=%d", st->world_size));
+    VEC_PUSH(argv, n, cap, xstrdup("--kill-on-bad-exit=1"));
+    VEC_PUSH(argv, n, cap, xasprintf("--job-name=dagrun-%s", st->name));
+    if (hosts) {
+      VEC_PUSH(argv, n, cap, xasprintf("--nodes=%zu", n_hosts));
+      VEC_PUSH(argv, n, cap, xasprintf("--nodelist=%s", hosts));
+    }
+    free(hosts);
+    VEC_PUSH(argv, n, cap, NULL);
+    return argv;
+  }
+  /* Open MPI refuses to run as root unless told twice. */
+  if (geteuid() == 0) {
+    *env = env_with(*env, xstrdup("OMPI_ALLOW_RUN_AS_ROOT=1"));
+    *env = env_with(*env, xstrdup("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"));
+  }
+  VEC_PUSH(argv, n, cap, xstrdup("mpirun"));
+  VEC_PUSH(argv, n, cap, xstrdup("-np"));
+  VEC_PUSH(argv, n, cap, xasprintf("%d", st->world_size));
+  VEC_PUSH(argv, n, cap, xstrdup("--oversubscribe"));
+  VEC_PUSH(argv, n, cap, xstrdup("--bind-to"));
+  VEC_PUSH(argv, n, cap, xstrdup("none"));
+  if (hosts) {
+    VEC_PUSH(argv, n, cap, xstrdup("--host"));
+    VEC_PUSH(argv, n, cap, hosts);
+  }
+  static const char *const passed[] = {
+      "DAGRUN_GANG_DIR",   "DAGRUN_RENDEZVOUS",  "DAGRUN_GANG_ADDR",
+      "DAGRUN_GANG_TOKEN", "DAGRUN_DAG",         "DAGRUN_RUN_ID",
+      "DAGRUN_RUN_DIR",    "DAGRUN_TASK",        "DAGRUN_ATTEMPT",
+      "DAGRUN_OUT_DIR",    "DAGRUN_PLUGIN_PATH", NULL};
+  for (size_t k = 0; passed[k]; k++) {
+    if (strcmp(passed[k], "DAGRUN_PLUGIN_PATH") == 0 && !getenv(passed[k]))
+      continue;
+    VEC_PUSH(argv, n, cap, xstrdup("-x"));
+    VEC_PUSH(argv, n, cap, xstrdup(passed[k]));
+  }
+  for (const cJSON *it = task_env ? task_env->child : NULL; it; it = it->next) {
+    VEC_PUSH(argv, n, cap, xstrdup("-x"));
+    VEC_PUSH(argv, n, cap, xstrdup(it->string));
+  }
+  VEC_PUSH(argv, n, cap, NULL);
+  return argv;
+}
+
+/* Whether host names this machine: localhost, a loopback address, or
+ * this machine's name, short or full. */
+static int host_is_local(const char *host) {
+  char me[256];
+  if (strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
+      strcmp(host, "::1") == 0)
+    return 1;
+  if (gethostname(me, sizeof(me)) != 0)
+    return 0;
+  me[sizeof(me) - 1] = '\0';
+  size_t n_me = strcspn(me, "."), n_host = strcspn(host, ".");
+  return strcmp(host, me) == 0 ||
+         (n_me == n_host && strncmp(host, me, n_me) == 0 &&
+          (!host[n_host] || !me[n_me]));
+}
+
+/* Where a launched gang's rendezvous listens (an IP address) and the
+ * name its ranks connect to (executor.h), in host (n bytes): the task's
+ * `rendezvous` address when it gives one (a wildcard one reached by this
+ * machine's name); else loopback when every rank runs here (mpirun
+ * without hosts, or hosts that all name this machine), and every
+ * interface, reached by this machine's name, when not: srun without hosts
+ * may put ranks on any node of its allocation. */
+static const char *rdv_where(const spec_task *st, char *host, size_t n) {
+  const char *bind = st->rdv_bind;
+  if (!*bind) {
+    int local = st->launcher == SPEC_LAUNCHER_MPIRUN;
+    if (st->hosts && st->hosts->n) {
+      local = 1;
+      for (size_t k = 0; k < st->hosts->n && local; k++)
+        local = host_is_local(st->hosts->items[k]->str);
+    }
+    bind = local ? "127.0.0.1" : "0.0.0.0";
+  }
+  if (strcmp(bind, "0.0.0.0") != 0 && strcmp(bind, "::") != 0) {
+    snprintf(host, n, "%s", bind);
+  } else if (gethostname(host, n) != 0) {
+    snprintf(host, n, "localhost");
+  } else {
+    host[n - 1] = '\0';
+  }
+  return bind;
+}
+
+static cJSON *attempt_json(sched *s, size_t i, cJSON *params,
+                           const char *attempt_dir) {
+  const spec_task *st = &s->sp->tasks[i];
+  const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddStringToObject(j, "plugin", p->path);
+  cJSON_AddStringToObject(j, "stage", p->stage->name);
+  cJSON_AddItemToObject(j, "params", params);
+  cJSON *dirs = cJSON_AddObjectToObject(j, "dirs");
+  char *task_dir = rundir_task(s->run, st->name);
+  cJSON_AddStringToObject(dirs, "out", out_dir(s, i));
+  cJSON_AddStringToObject(dirs, "task", task_dir);
+  cJSON_AddStringToObject(dirs, "attempt", attempt_dir);
+  cJSON_AddStringToObject(dirs, "run", s->run->path);
+  cJSON_AddStringToObject(dirs, "dag", s->sp->dir);
+  free(task_dir);
+  cJSON *info = cJSON_AddObjectToObject(j, "info");
+  cJSON_AddStringToObject(info, "dag", s->sp->dag);
+  cJSON_AddStringToObject(info, "task", st->name);
+  cJSON_AddStringToObject(info, "run_id", s->run->id);
+  cJSON_AddNumberToObject(info, "attempt", s->t[i].attempt);
+  return j;
+}
+
+/* Starts the next attempt of task i. A failure before the process starts
+ * (params that do not resolve, a directory that cannot be made) fails the
+ * task without retry: another attempt would meet the same problem. */
+static void launch(sched *s, size_t i) {
+  task_rt *t = &s->t[i];
+  const spec_task *st = &s->sp->tasks[i];
+  const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
+  t->attempt++;
+  if (t->attempt == 1 || t->started <= 0)
+    t->started = now_wall();
+  cJSON_Delete(t->outputs);
+  t->outputs = cJSON_CreateObject();
+  cJSON_Delete(t->shown);
+  t->shown = NULL;
+
+  char err[1024];
+  char *attempt_dir = rundir_attempt(s->run, st->name, t->attempt);
+  char *log_path = path_join(attempt_dir, "log");
+  char *json_path = path_join(attempt_dir, "attempt.json");
+  char *reason = NULL;
+  char **env = NULL;
+  exec_rank *ranks = NULL;
+  char **launcher_argv = NULL;
+  char rdv_host[256] = "";
+  const char *rdv_bind = NULL;
+  diags d = {0};
+  tmpl_env te = {s->sp,         s->params,         s->run->id,
+                 s->run->date,  tmpl_task_dir,     tmpl_task_outputs,
+                 s};
+  cJSON *params = NULL, *task_env = NULL;
+
+  if (mkdir_p(out_dir(s, i), 0755) != 0 || mkdir_p(attempt_dir, 0755) != 0) {
+    reason = xasprintf("cannot create %s: %s", attempt_dir, strerror(errno));
+    goto failed;
+  }
+  if (params_build(p->stage->params, loader_choices(p->stage), &te, i, &params,
+                   &d) != 0 ||
+      (st->env && tmpl_resolve(&te, i, st->env, &task_env, &d) != 0)) {
+    reason = d.n ? diags_join(&d)
+                 : xasprintf("params of task '%s' did not resolve", st->name);
+    goto failed;
+  }
+  cJSON *aj = attempt_json(s, i, params, attempt_dir);
+  params = NULL; /* owned by aj */
+  char *text = cJSON_PrintUnformatted(aj);
+  /* On disk masked; the worker gets the real one (executor.h). */
+  char *real = NULL;
+  if (secrets_count(s->opts.secrets)) {
+    real = text;
+    secrets_mask_json(s->opts.secrets, aj);
+    text = cJSON_PrintUnformatted(aj);
+  }
+  int wrc = write_file(json_path, text, strlen(text));
+  cJSON_free(text);
+  cJSON_Delete(aj);
+  if (wrc != 0) {
+    cJSON_free(real);
+    reason = xasprintf("cannot write %s: %s", json_path, strerror(errno));
+    goto failed;
+  }
+  env = build_env(s, i, task_env, -1, NULL);
+  if (st->launcher != SPEC_LAUNCHER_LOCAL && real) {
+    cJSON_free(real);
+    reason = xasprintf("launcher %s cannot run a task of a run with "
+                       "secrets yet: its ranks would see them masked",
+                       st->launcher == SPEC_LAUNCHER_SRUN ? "srun" : "mpirun");
+    goto failed;
+  }
+  if ((st->world_size > 1 || st->launcher != SPEC_LAUNCHER_LOCAL) &&
+      gang_prepare(s, i, attempt_dir, log_path, task_env, &ranks, &reason) != 0) {
+    cJSON_free(real);
+    goto failed;
+  }
+  if (st->launcher != SPEC_LAUNCHER_LOCAL) {
+    launcher_argv = launcher_setup(s, i, task_env, attempt_dir, &env);
+    rdv_bind = rdv_where(st, rdv_host, sizeof(rdv_host));
+  }
+  exec_request rq = {.task = i,
+                     .attempt_json = json_path,
+                     .log_path = log_path,
+                     .env = env,
+                     .timeout_s = st->timeout_s,
+                     .heartbeat_s = st->heartbeat_s,
+                     .kill_grace_s = st->kill_grace_s,
+                     .secrets = s->opts.secrets,
+                     .attempt_text = real,
+                     .n_ranks = ranks ? (size_t)st->world_size : 0,
+                     .ranks = ranks,
+                     .launcher_argv = launcher_argv,
+                     .rdv_bind = rdv_bind,
+                     .rdv_port = st->rdv_port,
+                     .rdv_host = rdv_host};
+  if (s->opts.obs.attempt_start)
+    s->opts.obs.attempt_start(s->opts.obs.ud, i, t->attempt, log_path);
+  int xrc = executor_start(s->x, &rq, err, sizeof(err));
+  cJSON_free(real);
+  if (xrc != 0) {
+    reason = xstrdup(err);
+    goto failed;
+  }
+  t->state = TASK_RUNNING;
+  s->running++;
+  if (st->pool != SIZE_MAX)
+    s->pool_running[st->pool]++;
+  emit(s, i, TASK_RUNNING, -1, 0, 0, NULL);
+  goto done;
+
+failed:
+  t->exit_code = -1;
+  settle(s, i, TASK_FAILED, -1, 0, reason);
+done:
+  free(reason);
+  free_env(env);
+  gang_free(ranks, st->world_size);
+  free_env(launcher_argv);
+  cJSON_Delete(params);
+  cJSON_Delete(task_env);
+  diags_free(&d);
+  free(json_path);
+  free(log_path);
+  free(attempt_dir);
+}
+
+/* Sorts the keys of every object in j, recursively, for a canonical text. */
+static void sort_keys(cJSON *j) {
+  if (!j)
+    return;
+  for (cJSON *c = j->child; c; c = c->next)
+    sort_keys(c);
+  if (!cJSON_IsObject(j))
+    return;
+  cJSON *sorted = NULL;
+  while (j->child) {
+    cJSON *c = j->child;
+    j->child = c->next;
+    cJSON **pp = &sorted;
+    while (*pp && strcmp((*pp)->string, c->string) <= 0)
+      pp = &(*pp)->next;
+    c->next = *pp;
+    *pp = c;
+  }
+  /* Relinks prev: cJSON keeps the head's prev pointing at the tail. */
+  cJSON *prev = NULL;
+  for (cJSON *c = sorted; c; c = c->next) {
+    c->prev = prev;
+    prev = c;
+  }
+  if (sorted)
+    sorted->prev = prev;
+  j->child = sorted;
+}
+
+/* The task's fingerprint (see scheduler.h), or NULL when an upstream task has
+ * none. Caller frees. */
+static char *fingerprint(sched *s, size_t i, const cJSON *params,
+                         const cJSON *task_env) {
+  const spec_task *st = &s->sp->tasks[i];
+  const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "v", 1);
+  cJSON_AddStringToObject(j, "stage", p->stage->name);
+  if (p->stage->version)
+    cJSON_AddStringToObject(j, "version", p->stage->version);
+  else
+    cJSON_AddNullToObject(j, "version");
+  cJSON_AddItemToObject(
+      j, "params", params ? cJSON_Duplicate(params, 1) : cJSON_CreateObject());
+  cJSON_AddItemToObject(
+      j, "env", task_env ? cJSON_Duplicate(task_env, 1) : cJSON_CreateObject());
+  /* A gang's result may depend on its size; a plain task's fingerprint
+   * stays what it was before gangs. */
+  if (st->world_size > 1)
+    cJSON_AddNumberToObject(j, "world_size", st->world_size);
+  cJSON *ups = cJSON_AddArrayToObject(j, "upstream");
+  for (size_t k = 0; k < st->n_needs; k++) {
+    const task_rt *u = &s->t[st->needs[k]];
+    if (!task_state_succeeded(u->state) || !u->fingerprint) {
+      cJSON_Delete(j);
+      return NULL;
+    }
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "name", s->sp->tasks[st->needs[k]].name);
+    cJSON_AddStringToObject(e, "fingerprint", u->fingerprint);
+    cJSON_AddItemToObject(e, "outputs",
+                          u->outputs ? cJSON_Duplicate(u->outputs, 1)
+                                     : cJSON_CreateObject());
+    cJSON_AddItemToArray(ups, e);
+  }
+  sort_keys(j);
+  char *text = cJSON_PrintUnformatted(j);
+  cJSON_Delete(j);
+  char *hex = text ? sha256_hex(text, strlen(text)) : NULL;
+  cJSON_free(text);
+  return hex;
+}
+
+/* Before the first attempt of task i: computes its fingerprint and, when
+ * the cache may be used and has it, settles the task TASK_CACHED. Returns
+ * 1 when it did (the task must not be launched). Params that do not
+ * resolve give no fingerprint: launch reports them. */
+static int try_cache(sched *s, size_t i) {
+  task_rt *t = &s->t[i];
+  const spec_task *st = &s->sp->tasks[i];
+  const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
+  if (t->cache_checked)
+    return 0;
+  t->cache_checked = 1;
+  diags d = {0};
+  tmpl_env te = {s->sp,       s->params,         s->run->id, s->run->date,
+                 tmpl_fp_dir, tmpl_task_outputs, s};
+  cJSON *params = NULL, *task_env = NULL;
+  if (params_build(p->stage->params, loader_choices(p->stage), &te, i, &params,
+                   &d) == 0 &&
+      (!st->env || tmpl_resolve(&te, i, st->env, &task_env, &d) == 0))
+    t->fingerprint = fingerprint(s, i, params, task_env);
+  cJSON_Delete(params);
+  cJSON_Delete(task_env);
+  diags_free(&d);
+  char *from_run = NULL, *from_dir = NULL;
+  cJSON *outputs = NULL;
+  if (!t->fingerprint || !st->cache || s->opts.no_cache ||
+      !s->opts.cache_lookup ||
+      !s->opts.cache_lookup(s->opts.obs.ud, i, t->fingerprint, &from_run,
+                            &from_dir, &outputs))
+    return 0;
+  free(t->cached_from);
+  t->cached_from = from_run;
+  free(t->out_dir);
+  t->out_dir = from_dir;
+  cJSON_Delete(t->outputs);
+  t->outputs = outputs ? outputs : cJSON_CreateObject();
+  t->started = now_wall();
+  settle(s, i, TASK_CACHED, -1, 0, NULL);
+  return 1;
+}
+
+/* Picks the queued task that was queued first among pools with room. */
+static long next_ready(sched *s) {
+  long best = -1;
+  uint64_t best_seq = UINT64_MAX;
+  for (size_t q = 0; q <= s->sp->n_pools; q++) {
+    fifo *f = &s->queues[q];
+    while (f->head < f->n && s->t[f->v[f->head]].state != TASK_QUEUED)
+      f->head++;
+    if (f->head == f->n)
+      continue;
+    if (q < s->sp->n_pools && s->pool_running[q] >= s->sp->pools[q].size)
+      continue;
+    size_t i = f->v[f->head];
+    if (s->t[i].queued_seq < best_seq) {
+      best_seq = s->t[i].queued_seq;
+      best = (long)q;
+    }
+  }
+  if (best < 0)
+    return -1;
+  fifo *f = &s->queues[best];
+  return (long)f->v[f->head++];
+}
+
+static void pump(sched *s) {
+  if (s->pumping) {
+    s->pump_again = 1;
+    return;
+  }
+  s->pumping = 1;
+  do {
+    s->pump_again = 0;
+    while (!s->cancelling && s->running < s->opts.max_parallel) {
+      long i = next_ready(s);
+      if (i < 0)
+        break;
+      if (!try_cache(s, (size_t)i))
+        launch(s, (size_t)i);
+    }
+  } while (s->pump_again);
+  s->pumping = 0;
+  check_done(s);
+}
+
+typedef struct retry_ctx {
+  uv_timer_t timer;
+  sched *s;
+  size_t task;
+} retry_ctx;
+
+static void on_retry_closed(uv_handle_t *h) { free(h->data); }
+
+static void on_retry_fire(uv_timer_t *timer) {
+  retry_ctx *rc = timer->data;
+  sched *s = rc->s;
+  size_t i = rc->task;
+  s->t[i].retry_timer = NULL;
+  uv_close((uv_handle_t *)timer, on_retry_closed);
+  if (s->t[i].state != TASK_RETRY_WAIT)
+    return;
+  enqueue(s, i);
+  pump(s);
+}
+
+static void schedule_retry(sched *s, size_t i, double delay) {
+  retry_ctx *rc = xcalloc(1, sizeof(*rc));
+  rc->s = s;
+  rc->task = i;
+  uv_timer_init(s->loop, &rc->timer);
+  rc->timer.data = rc;
+  s->t[i].retry_timer = &rc->timer;
+  uv_timer_start(&rc->timer, on_retry_fire, (uint64_t)(delay * 1000.0), 0);
+}
+
+static int retry_worth_it(const spec_retry *r, const exec_result *res) {
+  if (res->end != EXEC_EXITED || !r->on)
+    return 1;
+  for (size_t k = 0; k < r->n_on; k++)
+    if (r->on[k] == res->exit_code)
+      return 1;
+  return 0;
+}
+
+static char *failure_reason_1(const spec_task *st, const exec_result *r) {
+  char dur[32];
+  switch (r->end) {
+  case EXEC_EXITED:
+    return r->error ? xasprintf("exit %d: %s", r->exit_code, r->error)
+                    : xasprintf("exit %d", r->exit_code);
+  case EXEC_SIGNALED: {
+    const char *abbrev = sigabbrev_np(r->term_signal);
+    return xasprintf("killed by signal %d (SIG%s)", r->term_signal,
+                     abbrev ? abbrev : "?");
+  }
+  case EXEC_TIMED_OUT:
+    format_duration(st->timeout_s, dur, sizeof(dur));
+    return xasprintf("timed out after %s", dur);
+  case EXEC_HUNG:
+    format_duration(st->heartbeat_s, dur, sizeof(dur));
+    return xasprintf("hung: no heartbeat for %s", dur);
+  case EXEC_CANCELLED:
+    break;
+  }
+  return xstrdup("cancelled");
+}
+
+/* Why an attempt failed; for a gang, which rank failed first and which
+ * were stopped because of it: "rank 2 exited 3; stopped ranks 0, 1, 3". */
+static char *failure_reason(const spec_task *st, const exec_result *r) {
+  char *one = failure_reason_1(st, r);
+  if (r->n_ranks <= 1)
+    return one;
+  sbuf b = {0};
+  if (r->failed_rank >= 0 && r->end == EXEC_EXITED)
+    sbuf_printf(&b, "rank %d exited %d%s%s", r->failed_rank, r->exit_code,
+                r->error ? ": " : "", r->error ? r->error : "");
+  else if (r->failed_rank >= 0)
+    sbuf_printf(&b, "rank %d %s", r->failed_rank, one);
+  else
+    sbuf_printf(&b, "%s", one);
+  if (*r->stopped)
+    sbuf_printf(&b, "; stopped rank%s %s", strchr(r->stopped, ',') ? "s" : "",
+                r->stopped);
+  /* A launched rank that never joined is likely the cause, whatever
+   * ended the gang first (a timeout, or the launcher stopping the other
+   * ranks when it failed): name it. The failed rank's own error says so
+   * already. */
+  if (r->rendezvous) {
+    sbuf late = {0};
+    int n_late = 0;
+    for (int k = 0; k < r->n_ranks; k++)
+      if (r->ranks[k].never_joined && k != r->failed_rank)
+        sbuf_printf(&late, "%s%d", n_late++ ? ", " : "", k);
+    if (n_late)
+      sbuf_printf(&b,
+                  "; rank%s %s never connected to dagrun's rendezvous at %s",
+                  n_late > 1 ? "s" : "", late.s, r->rendezvous);
+    sbuf_free(&late);
+  }
+  free(one);
+  return sbuf_take(&b);
+}
+
+/* How each rank of a gang's attempt ended, for run.json. */
+static cJSON *ranks_json(const exec_result *r) {
+  cJSON *arr = cJSON_CreateArray();
+  for (int k = 0; k < r->n_ranks; k++) {
+    const exec_rank_end *e = &r->ranks[k];
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "rank", k);
+    if (e->term_signal)
+      cJSON_AddNumberToObject(j, "signal", e->term_signal);
+    else
+      cJSON_AddNumberToObject(j, "exit_code", e->exit_code);
+    if (e->stopped)
+      cJSON_AddBoolToObject(j, "stopped", 1);
+    cJSON_AddItemToArray(arr, j);
+  }
+  return arr;
+}
+
+static void on_attempt_exit(void *ud, size_t i, const exec_result *r) {
+  sched *s = ud;
+  task_rt *t = &s->t[i];
+  const spec_task *st = &s->sp->tasks[i];
+  s->running--;
+  if (st->pool != SIZE_MAX)
+    s->pool_running[st->pool]--;
+  close_metrics(t);
+  t->exit_code = r->end == EXEC_EXITED ? r->exit_code : -1;
+  cJSON_Delete(t->ranks);
+  t->ranks = r->n_ranks > 1 ? ranks_json(r) : NULL;
+
+  if (r->end == EXEC_EXITED && r->exit_code == 0) {
+    settle(s, i, TASK_SUCCESS, 0, r->duration_s, NULL);
+  } else if (r->end == EXEC_CANCELLED || s->cancelling) {
+    settle(s, i, TASK_CANCELLED, t->exit_code, r->duration_s, "cancelled");
+  } else {
+    char *reason = failure_reason(st, r);
+    int made = t->attempt - t->attempt_base;
+    if (made <= st->retry.retries && retry_worth_it(&st->retry, r)) {
+      double delay = sched_retry_delay(&st->retry, made, next_uniform(s));
+      free(t->reason);
+      t->reason = masked(s, reason);
+      free(reason);
+      t->state = TASK_RETRY_WAIT;
+      emit(s, i, TASK_RETRY_WAIT, t->exit_code, r->duration_s, delay,
+           t->reason);
+      schedule_retry(s, i, delay);
+    } else {
+      settle(s, i, TASK_FAILED, t->exit_code, r->duration_s, reason);
+      free(reason);
+    }
+  }
+  pump(s);
+}
+
+/* Task i's metric as a TensorBoard scalar too. Opened at the attempt's
+ * first metric; a file that cannot be made or written is said once and
+ * costs its records only. */
+static void append_tfevent(sched *s, size_t i, double now, const char *name,
+                           const proto_msg *m) {
+  task_rt *t = &s->t[i];
+  const sched_observer *o = &s->opts.obs;
+  char err[1024];
+  if (t->tb_failed)
+    return;
+  if (!t->tb) {
+    char *task_dir = rundir_task(s->run, s->sp->tasks[i].name);
+    int rc = tfevents_create(task_dir, now, &t->tb, err, sizeof err);
+    free(task_dir);
+    if (rc != 0) {
+      t->tb_failed = 1;
+      if (o->task_log) {
+        char *z = xasprintf("TensorBoard events not written: %s", err);
+        o->task_log(o->ud, i, DAGRUN_LOG_WARN, z);
+        free(z);
+      }
+      return;
+    }
+  }
+  if (tfevents_scalar(t->tb, now, m->step, name, (float)m->number) != 0) {
+    t->tb_failed = 1;
+    if (o->task_log) {
+      char *z = xasprintf("TensorBoard events cut short: cannot write %s",
+                          tfevents_path(t->tb));
+      o->task_log(o->ud, i, DAGRUN_LOG_WARN, z);
+      free(z);
+    }
+    tfevents_destroy(t->tb);
+    t->tb = NULL;
+  }
+}
+
+static void append_metric(sched *s, size_t i, const proto_msg *m) {
+  task_rt *t = &s->t[i];
+  double now = now_wall();
+  char *name = masked(s, m->text);
+  append_tfevent(s, i, now, name, m);
+  if (t->metrics_fd < 0) {
+    char *task_dir = rundir_task(s->run, s->sp->tasks[i].name);
+    char *path = path_join(task_dir, "metrics.jsonl");
+    t->metrics_fd =
+        open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    free(path);
+    free(task_dir);
+    if (t->metrics_fd < 0) {
+      free(name);
+      return;
+    }
+  }
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "time", now);
+  cJSON_AddNumberToObject(j, "attempt", t->attempt);
+  cJSON_AddStringToObject(j, "name", name);
+  free(name);
+  cJSON_AddNumberToObject(j, "value", m->number);
+  cJSON_AddNumberToObject(j, "step", (double)m->step);
+  char *line = cJSON_PrintUnformatted(j);
+  sbuf b = {0};
+  sbuf_puts(&b, line);
+  sbuf_putc(&b, '\n');
+  if (write(t->metrics_fd, b.s, b.n) < 0) {
+    /* A full disk loses metrics, not the run. */
+  }
+  sbuf_free(&b);
+  cJSON_free(line);
+  cJSON_Delete(j);
+}
+
+static void on_message(void *ud, size_t i, const proto_msg *m) {
+  sched *s = ud;
+  const sched_observer *o = &s->opts.obs;
+  switch (m->type) {
+  case PROTO_LOG:
+    if (o->task_log) {
+      char *z = masked(s, m->text);
+      o->task_log(o->ud, i, m->level, z);
+      free(z);
+    }
+    break;
+  case PROTO_PROGRESS:
+    if (o->task_progress) {
+      char *z = masked(s, m->text);
+      o->task_progress(o->ud, i, m->number, z);
+      free(z);
+    }
+    break;
+  case PROTO_METRIC:
+    append_metric(s, i, m);
+    break;
+  case PROTO_OUTPUT:
+    cJSON_DeleteItemFromObjectCaseSensitive(s->t[i].outputs, m->text);
+    cJSON_AddStringToObject(s->t[i].outputs, m->text, m->value);
+    /* Downstream templates get the value; files and the store do not. */
+    if (secrets_count(s->opts.secrets)) {
+      cJSON_Delete(s->t[i].shown);
+      s->t[i].shown = cJSON_Duplicate(s->t[i].outputs, 1);
+      secrets_mask_json(s->opts.secrets, s->t[i].shown);
+    }
+    break;
+  case PROTO_HEARTBEAT:
+  case PROTO_RESULT:
+    break;
+  }
+}
+
+sched *sched_create(uv_loop_t *loop, const checked *c, const rundir *run,
+                    const cJSON *params, const sched_opts *opts) {
+  sched *s = xcalloc(1, sizeof(*s));
+  const spec *sp = c->s;
+  s->loop = loop;
+  s->c = c;
+  s->sp = sp;
+  s->run = run;
+  s->params = params;
+  s->opts = *opts;
+  if (s->opts.max_parallel < 1)
+    s->opts.max_parallel = 1;
+  s->rng = opts->seed ? opts->seed
+                      : (uint64_t)(now_wall() * 1e6) ^ (uint64_t)getpid();
+  if (!s->rng)
+    s->rng = 1;
+  exec_callbacks cb = {on_message, on_attempt_exit, s};
+  s->x = executor_create(loop, opts->self_exe, &cb);
+  size_t n = sp->n_tasks;
+  s->t = xcalloc(n ? n : 1, sizeof(task_rt));
+  s->down_start = xcalloc(n + 1, sizeof(size_t));
+  size_t n_edges = 0;
+  for (size_t i = 0; i < n; i++) {
+    s->t[i].metrics_fd = -1;
+    s->t[i].exit_code = -1;
+    s->t[i].n_waiting_up = sp->tasks[i].n_needs;
+    for (size_t k = 0; k < sp->tasks[i].n_needs; k++)
+      s->down_start[sp->tasks[i].needs[k] + 1]++;
+    n_edges += sp->tasks[i].n_needs;
+  }
+  for (size_t i = 0; i < n; i++)
+    s->down_start[i + 1] += s->down_start[i];
+  s->down = xcalloc(n_edges ? n_edges : 1, sizeof(size_t));
+  size_t *fill = xcalloc(n ? n : 1, sizeof(size_t));
+  for (size_t i = 0; i < n; i++)
+    for (size_t k = 0; k < sp->tasks[i].n_needs; k++) {
+      size_t up = sp->tasks[i].needs[k];
+      s->down[s->down_start[up] + fill[up]++] = i;
+    }
+  free(fill);
+  s->queues = xcalloc(sp->n_pools + 1, sizeof(fifo));
+  s->pool_running = xcalloc(sp->n_pools + 1, sizeof(int));
+  s->opts.preset = NULL; /* borrowed for this call only */
+  for (size_t i = 0; opts->preset && i < n; i++) {
+    const sched_preset *p = &opts->preset[i];
+    task_rt *t = &s->t[i];
+    t->attempt = t->attempt_base = p->attempts > 0 ? p->attempts : 0;
+    t->started = p->started;
+    if (!p->succeeded)
+      continue;
+    t->state = TASK_SUCCESS;
+    t->exit_code = 0;
+    t->ended = p->ended;
+    t->outputs =
+        p->outputs ? cJSON_Duplicate(p->outputs, 1) : cJSON_CreateObject();
+    t->fingerprint = p->fingerprint ? xstrdup(p->fingerprint) : NULL;
+    t->cache_checked = 1;
+    s->n_terminal++;
+    for (size_t e = s->down_start[i]; e < s->down_start[i + 1]; e++)
+      s->t[s->down[e]].n_waiting_up--;
+  }
+  return s;
+}
+
+void sched_start(sched *s) {
+  for (size_t i = 0; i < s->sp->n_tasks; i++)
+    if (s->t[i].n_waiting_up == 0 && s->t[i].state == TASK_WAITING)
+      enqueue(s, i);
+  pump(s);
+}
+
+void sched_cancel(sched *s, int force) {
+  s->cancelling = 1;
+  for (size_t i = 0; i < s->sp->n_tasks; i++) {
+    task_rt *t = &s->t[i];
+    switch (t->state) {
+    case TASK_RETRY_WAIT:
+      if (t->retry_timer) {
+        uv_timer_stop(t->retry_timer);
+        uv_close((uv_handle_t *)t->retry_timer, on_retry_closed);
+        t->retry_timer = NULL;
+      }
+      /* fall through */
+    case TASK_WAITING:
+    case TASK_QUEUED:
+      settle(s, i, TASK_CANCELLED, -1, 0, "run cancelled");
+      break;
+    case TASK_RUNNING:
+      executor_cancel(s->x, i, force);
+      break;
+    default:
+      break;
+    }
+  }
+  check_done(s);
+}
+
+void sched_counts(const sched *s, size_t counts[TASK_CANCELLED + 1]) {
+  memset(counts, 0, sizeof(size_t) * (TASK_CANCELLED + 1));
+  for (size_t i = 0; i < s->sp->n_tasks; i++)
+    counts[s->t[i].state]++;
+}
+
+task_state sched_task_state(const sched *s, size_t task) {
+  return s->t[task].state;
+}
+
+const cJSON *sched_task_outputs(const sched *s, size_t task) {
+  return shown_outputs(&s->t[task]);
+}
+
+const char *sched_task_fingerprint(const sched *s, size_t task) {
+  const task_rt *t = &s->t[task];
+  /* Outputs recorded masked cannot be reused: the store has no cache
+   * entry for the task (its downstream still has fingerprints). */
+  if (t->shown && !cJSON_Compare(t->shown, t->outputs, 1))
+    return NULL;
+  return t->fingerprint;
+}
+
+const char *sched_task_cached_from(const sched *s, size_t task) {
+  return s->t[task].cached_from;
+}
+
+static void add_time(cJSON *j, const char *key, double t) {
+  char buf[40];
+  if (t <= 0)
+    return;
+  format_utc(t, 1, buf, sizeof(buf));
+  cJSON_AddStringToObject(j, key, buf);
+}
+
+cJSON *sched_tasks_json(const sched *s) {
+  cJSON *arr = cJSON_CreateArray();
+  for (size_t i = 0; i < s->sp->n_tasks; i++) {
+    const task_rt *t = &s->t[i];
+    const spec_task *st = &s->sp->tasks[i];
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "name", st->name);
+    cJSON_AddStringToObject(j, "stage", st->stage);
+    cJSON *needs = cJSON_AddArrayToObject(j, "needs");
+    for (size_t k = 0; k < st->n_needs; k++)
+      cJSON_AddItemToArray(
+          needs, cJSON_CreateString(s->sp->tasks[st->needs[k]].name));
+    cJSON_AddStringToObject(j, "state", task_state_name(t->state));
+    cJSON_AddNumberToObject(j, "attempts", t->attempt);
+    if (t->exit_code >= 0)
+      cJSON_AddNumberToObject(j, "exit_code", t->exit_code);
+    add_time(j, "started", t->started);
+    add_time(j, "ended", t->ended);
+    if (t->started > 0 && t->ended > 0)
+      cJSON_AddNumberToObject(j, "duration_s", t->ended - t->started);
+    if (t->reason && !task_state_succeeded(t->state))
+      cJSON_AddStringToObject(j, "reason", t->reason);
+    if (t->cached_from)
+      cJSON_AddStringToObject(j, "cached_from", t->cached_from);
+    if (t->fingerprint)
+      cJSON_AddStringToObject(j, "fingerprint", t->fingerprint);
+    if (t->outputs && t->outputs->child)
+      cJSON_AddItemToObject(j, "outputs", cJSON_Duplicate(shown_outputs(t), 1));
+    if (st->world_size > 1)
+      cJSON_AddNumberToObject(j, "world_size", st->world_size);
+    if (t->ranks)
+      cJSON_AddItemToObject(j, "ranks", cJSON_Duplicate(t->ranks, 1));
+    cJSON_AddItemToArray(arr, j);
+  }
+  return arr;
+}
+
+void sched_destroy(sched *s) {
+  if (!s)
+    return;
+  for (size_t i = 0; i < s->sp->n_tasks; i++) {
+    cJSON_Delete(s->t[i].outputs);
+    cJSON_Delete(s->t[i].shown);
+    free(s->t[i].reason);
+    free(s->t[i].out_dir);
+    free(s->t[i].fingerprint);
+    free(s->t[i].cached_from);
+    free(s->t[i].fp_dir);
+    cJSON_Delete(s->t[i].ranks);
+    close_metrics(&s->t[i]);
+  }
+  for (size_t q = 0; q <= s->sp->n_pools; q++)
+    free(s->queues[q].v);
+  free(s->queues);
+  free(s->pool_running);
+  free(s->down_start);
+  free(s->down);
+  free(s->t);
+  free(s->worklist);
+  executor_destroy(s->x);
+  free(s);
+}

@@ -1,0 +1,166 @@
+/*
+ * sched: the scheduler of one run, on one libuv loop.
+ *
+ * It owns every task's state and decides what runs next: a task becomes
+ * ready when its upstream tasks are done (all_success: all succeeded;
+ * all_done: all finished, however), waits in its pool's FIFO queue until a
+ * slot is free (max_parallel overall, each pool's size), and is started by
+ * the executor. A failed attempt is retried after a backoff timer when the
+ * task has retries left and the failure is worth retrying: any failure
+ * without `retry_on`; with it, exits whose code is listed, and always
+ * crashes, timeouts and missed heartbeats (the process did not get to
+ * decide). A task that fails for good marks its all_success downstream
+ * upstream_failed at once; the rest of the DAG goes on.
+ *
+ * The fingerprint cache: before a task's first attempt (of this
+ * execution) is started, its fingerprint is computed: SHA-256, as hex, of
+ * the canonical JSON (keys sorted, no spaces) of its stage name, the
+ * plugin's version string, its resolved params, its resolved task env
+ * (${tasks.T.dir} standing for itself there, not for a run's path),
+ * its world_size when above 1, and per upstream task (in `needs` order) its name, fingerprint and
+ * outputs. A task with an upstream that has no fingerprint (did not
+ * succeed, or was succeeded before a resume) gets none. When the task may
+ * be cached (its `cache:` and opts.no_cache allow it) and
+ * opts.cache_lookup finds an earlier successful task with that
+ * fingerprint, the task does not run: it becomes TASK_CACHED with that
+ * task's outputs and out/ directory (which `${tasks.T.dir}` then names).
+ *
+ * Everything is an event on the loop: no sleeps, no polling. All functions
+ * run on the loop's thread.
+ */
+#ifndef DAGRUN_SCHED_H
+#define DAGRUN_SCHED_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <uv.h>
+
+#include "dagfile/spec.h"
+#include "host/check.h"
+#include "rundir.h"
+#include "secrets.h"
+
+typedef enum task_state {
+  TASK_WAITING,         /* upstream not done yet */
+  TASK_QUEUED,          /* ready, waiting for a slot */
+  TASK_RUNNING,         /* an attempt is running */
+  TASK_RETRY_WAIT,      /* failed, next attempt after a delay */
+  TASK_SUCCESS,         /* terminal */
+  TASK_CACHED,          /* terminal, success-like: reused an earlier run's
+                           task (fingerprint cache), did not run */
+  TASK_FAILED,          /* terminal */
+  TASK_UPSTREAM_FAILED, /* terminal: never ran */
+  TASK_CANCELLED        /* terminal */
+} task_state;
+
+/* "waiting", "queued", "running", "retry_wait", "success", "cached",
+ * "failed", "upstream_failed", "cancelled". */
+const char *task_state_name(task_state s);
+int task_state_terminal(task_state s);
+/* TASK_SUCCESS or TASK_CACHED: counts as success for downstream and run. */
+int task_state_succeeded(task_state s);
+
+/* A state change, for observers. Strings are valid during the callback. */
+typedef struct sched_event {
+  size_t task;
+  task_state state;
+  int attempt;      /* attempt number this event is about (0: none yet) */
+  int max_attempts; /* 1 + retries (+ attempts made before a resume) */
+  int exit_code;    /* attempt's exit code when it exited, else -1 */
+  double duration_s; /* attempt's duration for ends of attempts */
+  double retry_in_s; /* TASK_RETRY_WAIT: delay before the next attempt */
+  const char *reason; /* why it failed or was skipped, or NULL */
+  int pid;            /* TASK_RUNNING: the attempt's worker process */
+  const char *cached_from; /* TASK_CACHED: the run the outputs came from */
+} sched_event;
+
+typedef struct sched_observer {
+  void (*task_event)(void *ud, const sched_event *e);
+  void (*task_progress)(void *ud, size_t task, double fraction,
+                        const char *msg);
+  void (*task_log)(void *ud, size_t task, int level, const char *msg);
+  /* Every task is in a terminal state and no process is left. */
+  void (*run_done)(void *ud);
+  void *ud;
+  /* Attempt `attempt` of task is about to start: called after its
+   * directory and attempt.json are made and before its process is
+   * spawned, so that what an observer records about it precedes it. Then
+   * comes TASK_RUNNING with the pid, or TASK_FAILED when the spawn
+   * failed. log_path is valid during the call. May be NULL. */
+  void (*attempt_start)(void *ud, size_t task, int attempt,
+                        const char *log_path);
+} sched_observer;
+
+/* What an earlier execution of the same run left of a task, for
+ * `dagrun resume`. */
+typedef struct sched_preset {
+  int succeeded;        /* it succeeded: it stays so and does not run */
+  int attempts;         /* attempts made so far: the next is attempts + 1,
+                           with the task's retries afresh */
+  const cJSON *outputs; /* succeeded: its key/value outputs (copied), for
+                           downstream templates; may be NULL */
+  double started, ended; /* wall clock, 0 when unknown */
+  const char *fingerprint; /* succeeded: as recorded, or NULL (copied) */
+} sched_preset;
+
+typedef struct sched_opts {
+  int max_parallel;     /* >= 1 */
+  const char *self_exe; /* dagrun binary for workers */
+  sched_observer obs;
+  uint64_t seed;        /* retry jitter; 0: from the clock */
+  /* NULL, or one entry per task: the run starts from these states.
+   * Succeeded tasks count as done for their downstream from the start;
+   * no event is emitted for them. Borrowed during sched_create only. */
+  const sched_preset *preset;
+  /* The fingerprint cache; NULL: off. Called on the loop's thread with
+   * obs.ud, a task that may be cached and its fingerprint: returns 1 with
+   * *from_run, *from_out_dir and *outputs (an object) of the earlier task to
+   * reuse, which the sched takes over, or 0 to run the task. */
+  int (*cache_lookup)(void *ud, size_t task, const char *fingerprint,
+                      char **from_run, char **from_out_dir, cJSON **outputs);
+  int no_cache; /* `dagrun run --no-cache`: look nothing up */
+  /* The run's secrets (secrets.h), borrowed, may be NULL: masked in what
+   * the sched writes (attempt.json, outputs.json, metrics, attempt logs
+   * through the executor) and hands to observers (reasons, log and
+   * progress messages, sched_task_outputs, sched_tasks_json). Templates
+   * of downstream tasks still see the real outputs, and workers the real
+   * params. */
+  const secrets *secrets;
+} sched_opts;
+
+typedef struct sched sched;
+
+/* Creates the scheduler for a checked spec, a created run directory and the
+ * run's resolved DAG params (borrowed; all must outlive the sched). */
+sched *sched_create(uv_loop_t *loop, const checked *c, const rundir *run,
+                    const cJSON *params, const sched_opts *opts);
+/* Queues the tasks without upstream and starts what fits. */
+void sched_start(sched *s);
+/* Stops the run: tasks not started are cancelled, running attempts get
+ * SIGTERM (force: SIGKILL) and end cancelled. */
+void sched_cancel(sched *s, int force);
+/* Per-state counts of the tasks. */
+void sched_counts(const sched *s, size_t counts[TASK_CANCELLED + 1]);
+task_state sched_task_state(const sched *s, size_t task);
+/* The key/value outputs of the task's current attempt (an object, maybe
+ * empty, or NULL before it ran). Borrowed: valid until the next attempt
+ * starts or sched_destroy. */
+const cJSON *sched_task_outputs(const sched *s, size_t task);
+/* The task's fingerprint (hex), or NULL when it has none (yet), or when
+ * an output of its current attempt held a secret (masked outputs are no
+ * use to a later run: such a task is never a cache entry). Borrowed:
+ * valid until sched_destroy. */
+const char *sched_task_fingerprint(const sched *s, size_t task);
+/* TASK_CACHED: the run whose task it reused; else NULL. Borrowed. */
+const char *sched_task_cached_from(const sched *s, size_t task);
+/* The run as JSON for run.json: tasks with state, attempts, exit codes,
+ * times, errors, outputs. Caller frees. */
+cJSON *sched_tasks_json(const sched *s);
+void sched_destroy(sched *s);
+
+/* Delay before retry number `retry` (1 for the first retry):
+ * min(max_delay, delay * backoff^(retry-1)) scaled by (1 - jitter * u),
+ * u uniform in [0,1). */
+double sched_retry_delay(const spec_retry *r, int retry, double u);
+
+#endif /* DAGRUN_SCHED_H */

@@ -1,0 +1,1204 @@
+/*
+ * api: the HTTP API and dashboard of `dagrun serve` (api.h), on
+ * libmicrohttpd with a thread per connection.
+ *
+ * Every request is handled start to end on its connection's thread: reads
+ * open their own store handle (a handle is used by one thread at a time,
+ * store.h), writes go to the daemon through api_actions. Nothing here is
+ * shared between requests but the immutable api_server.
+ */
+#include "api.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/util.h"
+#include "store/store.h"
+
+/* The dashboard and the OpenAPI document, embedded at build time
+ * (cmake/embed.cmake): the bytes, NUL-terminated, and their length. */
+extern const unsigned char api_dashboard_html[];
+extern const size_t api_dashboard_html_len;
+extern const unsigned char api_openapi_json[];
+extern const size_t api_openapi_json_len;
+
+#define API_MAX_BODY (1u << 20)    /* POST bodies: 413 beyond */
+#define API_LOG_CHUNK (256u << 10) /* most bytes of log per request */
+#define API_METRICS_MAX 5000       /* points per series before thinning */
+#define API_METRICS_NAMES 256      /* distinct metric names per task */
+#define API_AUTH_SKEW 300          /* seconds an HMAC timestamp may be off */
+#define API_CONN_LIMIT 64          /* connections at once */
+#define API_CONN_TIMEOUT 30        /* seconds an idle connection is kept */
+#define API_RUNS_DEFAULT 100       /* GET /api/runs without limit */
+#define API_RUNS_MAX 10000
+#define API_DAG_RUNS 20 /* recent runs in GET /api/dags/{dag} */
+#define API_SEG_MAX 256 /* longest path segment routed */
+
+struct api_server {
+  struct MHD_Daemon *d;
+  char *token, *secret, *store_path;
+  api_actions act;
+  double started; /* monotonic */
+  int port;
+  /* libmicrohttpd's messages: kept while starting (to explain a failure),
+   * printed to stderr afterwards. */
+  pthread_mutex_t log_mu;
+  int starting;
+  char start_msg[512];
+};
+
+/* One request's state across libmicrohttpd's calls: the body so far. */
+typedef struct req {
+  sbuf body;
+  int too_big;
+} req;
+
+/* ---- Small helpers ---- */
+
+static int name_ok(const char *s) {
+  if (!*s)
+    return 0;
+  for (; *s; s++) {
+    char c = *s;
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+          (c >= '0' && c <= '9') || c == '_' || c == '-'))
+      return 0;
+  }
+  return 1;
+}
+
+static cJSON *err_json(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+static cJSON *err_json(const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddStringToObject(j, "error", msg);
+  return j;
+}
+
+static const char *str_of(const cJSON *o, const char *k) {
+  const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsString(j) ? j->valuestring : NULL;
+}
+
+/* A query argument as an integer in [lo, hi]: 0 with *v (def when the
+ * argument is absent or empty), -1 when it is not such an integer. */
+static int query_int(struct MHD_Connection *c, const char *k, long long def,
+                     long long lo, long long hi, long long *v) {
+  const char *z = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, k);
+  *v = def;
+  if (!z || !*z)
+    return 0;
+  if (*z < '0' || *z > '9')
+    return -1;
+  char *end;
+  errno = 0;
+  long long x = strtoll(z, &end, 10);
+  if (errno || *end || x < lo || x > hi)
+    return -1;
+  *v = x;
+  return 0;
+}
+
+static const char *query_str(struct MHD_Connection *c, const char *k) {
+  const char *z = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, k);
+  return z && *z ? z : NULL;
+}
+
+/* ---- Responses ---- */
+
+static void common_headers(struct MHD_Response *resp, const char *ctype) {
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+  MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+}
+
+static void free_cjson_text(void *p) { cJSON_free(p); }
+
+/* Sends j (taken) with status; allow, when not NULL, is the Allow header
+ * of a 405. A 401 says which scheme it wants. */
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status,
+                                 cJSON *j, const char *allow) {
+  char *text = cJSON_PrintUnformatted(j);
+  cJSON_Delete(j);
+  if (!text)
+    return MHD_NO;
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer_with_free_callback(strlen(text), text,
+                                                         free_cjson_text);
+  if (!resp) {
+    cJSON_free(text);
+    return MHD_NO;
+  }
+  common_headers(resp, "application/json");
+  if (allow)
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+  if (status == MHD_HTTP_UNAUTHORIZED)
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                            "Bearer realm=\"dagrun\"");
+  enum MHD_Result r = MHD_queue_response(c, status, resp);
+  MHD_destroy_response(resp);
+  return r;
+}
+
+static enum MHD_Result send_static(struct MHD_Connection *c,
+                                   const unsigned char *data, size_t n,
+                                   const char *ctype, int html) {
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(n, (void *)data, MHD_RESPMEM_PERSISTENT);
+  if (!resp)
+    return MHD_NO;
+  common_headers(resp, ctype);
+  if (html) {
+    /* The dashboard is self-contained: inline script and style, requests
+     * to this server only. */
+    MHD_add_response_header(
+        resp, "Content-Security-Policy",
+        "default-src 'none'; script-src 'unsafe-inline'; "
+        "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+    MHD_add_response_header(resp, "X-Frame-Options", "DENY");
+  }
+  enum MHD_Result r = MHD_queue_response(c, MHD_HTTP_OK, resp);
+  MHD_destroy_response(resp);
+  return r;
+}
+
+/* ---- The run store ---- */
+
+/* Opens the store for one request: 0 with *st, 0 with *st NULL when there
+ * is no store yet (no runs), or 500 with *out the error. */
+static unsigned open_store(const api_server *s, store **st, cJSON **out) {
+  char err[1024];
+  *st = NULL;
+  int rc = store_open(s->store_path, 0, st, err, sizeof err);
+  if (rc == DR_ENOENT)
+    return 0;
+  if (rc) {
+    *out = err_json("%s", err);
+    return MHD_HTTP_INTERNAL_SERVER_ERROR;
+  }
+  return 0;
+}
+
+/* The run whose id is id or starts with it: 0 with *st (open) and *run
+ * (caller frees), else the status with *out the error (and *st NULL). */
+static unsigned find_run(const api_server *s, const char *id, store **st,
+                         cJSON **run, cJSON **out) {
+  char err[1024];
+  *run = NULL;
+  if (!name_ok(id) || strlen(id) > 128) {
+    *st = NULL;
+    *out = err_json("invalid run id '%.128s': expected letters, digits, "
+                    "'_' and '-'",
+                    id);
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  unsigned status = open_store(s, st, out);
+  if (status)
+    return status;
+  if (!*st) {
+    *out = err_json("no run '%s' (no runs yet)", id);
+    return MHD_HTTP_NOT_FOUND;
+  }
+  int rc = 0;
+  *run = store_run(*st, id, &rc, err, sizeof err);
+  if (*run)
+    return 0;
+  store_close(*st);
+  *st = NULL;
+  *out = err_json("%s", err);
+  return rc == DR_ENOENT   ? MHD_HTTP_NOT_FOUND
+         : rc == DR_EINVAL ? MHD_HTTP_BAD_REQUEST
+                           : MHD_HTTP_INTERNAL_SERVER_ERROR;
+}
+
+/* ---- GET handlers: each returns the status with *out the body ---- */
+
+static unsigned get_health(api_server *s, cJSON **out) {
+  int n = 0;
+  if (s->act.dags) {
+    cJSON *d = s->act.dags(s->act.ud);
+    n = cJSON_GetArraySize(d);
+    cJSON_Delete(d);
+  }
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddStringToObject(j, "status", "ok");
+  cJSON_AddStringToObject(j, "version", DAGRUN_VERSION);
+  cJSON_AddNumberToObject(j, "uptime_s",
+                          floor((now_monotonic() - s->started) * 1000) / 1000);
+  cJSON_AddNumberToObject(j, "dags", n);
+  *out = j;
+  return MHD_HTTP_OK;
+}
+
+static cJSON *all_dags(api_server *s) {
+  cJSON *d = s->act.dags ? s->act.dags(s->act.ud) : NULL;
+  return d ? d : cJSON_CreateArray();
+}
+
+static unsigned get_dag(api_server *s, const char *name, cJSON **out) {
+  cJSON *dags = all_dags(s), *found = NULL, *it;
+  cJSON_ArrayForEach(it, dags) {
+    const char *z = str_of(it, "name");
+    if (z && !strcmp(z, name)) {
+      found = cJSON_DetachItemViaPointer(dags, it);
+      break;
+    }
+  }
+  cJSON_Delete(dags);
+  if (!found) {
+    *out = err_json("no DAG named '%.200s'", name);
+    return MHD_HTTP_NOT_FOUND;
+  }
+  store *st;
+  unsigned status = open_store(s, &st, out);
+  if (status) {
+    cJSON_Delete(found);
+    return status;
+  }
+  cJSON *runs = NULL;
+  if (st) {
+    char err[1024];
+    runs = store_runs(st, name, NULL, API_DAG_RUNS, err, sizeof err);
+    store_close(st);
+    if (!runs) {
+      cJSON_Delete(found);
+      *out = err_json("%s", err);
+      return MHD_HTTP_INTERNAL_SERVER_ERROR;
+    }
+  }
+  cJSON_AddItemToObject(found, "runs", runs ? runs : cJSON_CreateArray());
+  *out = found;
+  return MHD_HTTP_OK;
+}
+
+static unsigned get_runs(api_server *s, struct MHD_Connection *c, cJSON **out) {
+  long long limit;
+  if (query_int(c, "limit", API_RUNS_DEFAULT, 1, API_RUNS_MAX, &limit)) {
+    *out = err_json("limit: expected an integer from 1 to %d", API_RUNS_MAX);
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  store *st;
+  unsigned status = open_store(s, &st, out);
+  if (status)
+    return status;
+  if (!st) {
+    *out = cJSON_CreateArray();
+    return MHD_HTTP_OK;
+  }
+  char err[1024];
+  cJSON *runs = store_runs(st, query_str(c, "dag"), query_str(c, "state"),
+                           (int)limit, err, sizeof err);
+  store_close(st);
+  if (!runs) {
+    *out = err_json("%s", err);
+    return MHD_HTTP_INTERNAL_SERVER_ERROR;
+  }
+  *out = runs;
+  return MHD_HTTP_OK;
+}
+
+static unsigned get_run(api_server *s, const char *id, cJSON **out) {
+  store *st;
+  cJSON *run;
+  unsigned status = find_run(s, id, &st, &run, out);
+  if (status)
+    return status;
+  store_close(st);
+  *out = run;
+  return MHD_HTTP_OK;
+}
+
+static unsigned get_alerts(api_server *s, const char *id, cJSON **out) {
+  store *st;
+  cJSON *run;
+  unsigned status = find_run(s, id, &st, &run, out);
+  if (status)
+    return status;
+  char err[1024];
+  cJSON *alerts = store_alerts(st, str_of(run, "id"), err, sizeof err);
+  store_close(st);
+  cJSON_Delete(run);
+  if (!alerts) {
+    *out = err_json("%s", err);
+    return MHD_HTTP_INTERNAL_SERVER_ERROR;
+  }
+  *out = alerts;
+  return MHD_HTTP_OK;
+}
+
+/* The length of p[0, n) without an incomplete UTF-8 sequence at its end
+ * (a chunk boundary, or a writer in the middle of a character). */
+static size_t utf8_whole(const unsigned char *p, size_t n) {
+  size_t i = n, k = 0;
+  while (i > 0 && k < 3 && (p[i - 1] & 0xC0) == 0x80) {
+    i--;
+    k++;
+  }
+  if (i == 0 || p[i - 1] < 0xC0)
+    return n;
+  unsigned char b = p[i - 1];
+  size_t need = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
+  return need > k + 1 ? i - 1 : n;
+}
+
+/* p[0, n) as valid UTF-8 for JSON: invalid sequences and NUL bytes become
+ * U+FFFD. Caller frees. */
+static char *utf8_clean(const unsigned char *p, size_t n) {
+  sbuf b = {0};
+  size_t i = 0, run = 0; /* p[run, i) is valid and not yet copied */
+  sbuf_add(&b, "", 0);
+  while (i < n) {
+    unsigned char c = p[i];
+    size_t len = c == 0                   ? 0
+                 : c < 0x80               ? 1
+                 : c >= 0xC2 && c <= 0xDF ? 2
+                 : c >= 0xE0 && c <= 0xEF ? 3
+                 : c >= 0xF0 && c <= 0xF4 ? 4
+                                          : 0;
+    int ok = len > 0 && i + len <= n;
+    uint32_t cp = len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
+    for (size_t k = 1; ok && k < len; k++) {
+      if ((p[i + k] & 0xC0) != 0x80)
+        ok = 0;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    if (ok && len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF)))
+      ok = 0;
+    if (ok && len == 4 && (cp < 0x10000 || cp > 0x10FFFF))
+      ok = 0;
+    if (ok) {
+      i += len;
+      continue;
+    }
+    sbuf_add(&b, (const char *)p + run, i - run);
+    sbuf_add(&b, "\xEF\xBF\xBD", 3);
+    i++;
+    run = i;
+  }
+  sbuf_add(&b, (const char *)p + run, i - run);
+  return sbuf_take(&b);
+}
+
+static unsigned get_log(api_server *s, struct MHD_Connection *c, const char *id,
+                        const char *task, cJSON **out) {
+  long long attempt, offset;
+  if (!name_ok(task)) {
+    *out = err_json("invalid task name '%.128s': expected letters, digits, "
+                    "'_' and '-'",
+                    task);
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  if (query_int(c, "attempt", 0, 0, 1000000, &attempt)) {
+    *out = err_json("attempt: expected a positive integer (0 or none: the "
+                    "latest)");
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  if (query_int(c, "offset", 0, 0, INT64_MAX, &offset)) {
+    *out = err_json("offset: expected a non-negative integer (bytes)");
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  store *st;
+  cJSON *run;
+  unsigned status = find_run(s, id, &st, &run, out);
+  if (status)
+    return status;
+  char err[1024];
+  int rc = 0;
+  const char *run_id = str_of(run, "id");
+  cJSON *a =
+      store_attempt(st, run_id, task, (int)attempt, &rc, err, sizeof err);
+  store_close(st);
+  if (!a) {
+    if (rc == DR_ENOENT && attempt > 0)
+      *out = err_json("run %s: task '%s' has no attempt %lld", run_id, task,
+                      attempt);
+    else if (rc == DR_ENOENT)
+      *out = err_json("run %s: task '%s' has no attempt yet", run_id, task);
+    else
+      *out = err_json("%s", err);
+    cJSON_Delete(run);
+    return rc == DR_ENOENT ? MHD_HTTP_NOT_FOUND
+                           : MHD_HTTP_INTERNAL_SERVER_ERROR;
+  }
+  cJSON_Delete(run);
+  const char *state = str_of(a, "state");
+  const char *log = str_of(a, "log");
+  int running =
+      !state || !strcmp(state, "starting") || !strcmp(state, "running");
+  /* A log not there yet (an attempt that is starting) reads as empty. */
+  long long size = 0;
+  unsigned char *buf = NULL;
+  size_t got = 0;
+  int fd = log ? open(log, O_RDONLY | O_CLOEXEC) : -1;
+  if (fd < 0 && log && errno != ENOENT) {
+    *out = err_json("%s: %s", log, strerror(errno));
+    cJSON_Delete(a);
+    return MHD_HTTP_INTERNAL_SERVER_ERROR;
+  }
+  if (fd >= 0) {
+    struct stat sb;
+    if (fstat(fd, &sb) == 0)
+      size = (long long)sb.st_size;
+    if (offset > size)
+      offset = size;
+    size_t want =
+        (size_t)(size - offset < API_LOG_CHUNK ? size - offset : API_LOG_CHUNK);
+    buf = xmalloc(want + 1);
+    while (got < want) {
+      ssize_t r = pread(fd, buf + got, want - got, (off_t)offset + got);
+      if (r < 0 && errno == EINTR)
+        continue;
+      if (r <= 0)
+        break;
+      got += (size_t)r;
+    }
+    close(fd);
+  } else {
+    offset = 0;
+  }
+  long long next = offset + (long long)got;
+  /* Cut an incomplete character at the end unless nothing more will come. */
+  if (got > 0 && (running || next < size)) {
+    size_t whole = utf8_whole(buf, got);
+    if (whole > 0) {
+      next -= (long long)(got - whole);
+      got = whole;
+    }
+  }
+  char *text = utf8_clean(buf ? buf : (const unsigned char *)"", got);
+  free(buf);
+  cJSON *j = cJSON_CreateObject();
+  cJSON *n = cJSON_GetObjectItemCaseSensitive(a, "n");
+  cJSON_AddNumberToObject(j, "attempt", cJSON_IsNumber(n) ? n->valuedouble : 0);
+  cJSON_AddStringToObject(j, "state", state ? state : "");
+  cJSON_AddNumberToObject(j, "offset", (double)offset);
+  cJSON_AddNumberToObject(j, "next_offset", (double)next);
+  cJSON_AddNumberToObject(j, "size", (double)size);
+  cJSON_AddBoolToObject(j, "eof", !running && next >= size);
+  cJSON_AddStringToObject(j, "text", text);
+  free(text);
+  cJSON_Delete(a);
+  *out = j;
+  return MHD_HTTP_OK;
+}
+
+/* One metric event of a metrics.jsonl, compactly. */
+typedef struct mpoint {
+  double time, attempt, value, step;
+  unsigned name; /* index into the task's names */
+  unsigned char has_time, has_attempt;
+} mpoint;
+
+/* Reads one task's metrics.jsonl into points (lines that are not metric
+ * objects skipped), and adds them to tasks[task] as metric objects, each
+ * series (metric name) thinned to about API_METRICS_MAX points: every
+ * k-th kept, and the last; k goes into downsampled[task][name]. */
+static void read_metrics(const char *path, const char *task, cJSON *tasks,
+                         cJSON *downsampled) {
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return;
+  char *names[API_METRICS_NAMES];
+  size_t n_names = 0, counts[API_METRICS_NAMES] = {0};
+  mpoint *pts = NULL;
+  size_t n = 0, cap = 0;
+  char *line = NULL;
+  size_t line_cap = 0;
+  ssize_t len;
+  while ((len = getline(&line, &line_cap, f)) >= 0) {
+    cJSON *j = cJSON_ParseWithLength(line, (size_t)len);
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(j, "name");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "value");
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "time");
+    const cJSON *at = cJSON_GetObjectItemCaseSensitive(j, "attempt");
+    if (!cJSON_IsObject(j) || !cJSON_IsString(nm) || !cJSON_IsNumber(v) ||
+        !cJSON_IsNumber(step) || !isfinite(v->valuedouble)) {
+      cJSON_Delete(j);
+      continue;
+    }
+    size_t k = 0;
+    while (k < n_names && strcmp(names[k], nm->valuestring))
+      k++;
+    if (k == n_names) {
+      if (n_names == API_METRICS_NAMES) {
+        cJSON_Delete(j);
+        continue;
+      }
+      names[n_names++] = xstrdup(nm->valuestring);
+    }
+    mpoint p = {cJSON_IsNumber(t) ? t->valuedouble : 0,
+                cJSON_IsNumber(at) ? at->valuedouble : 0,
+                v->valuedouble,
+                step->valuedouble,
+                (unsigned)k,
+                (unsigned char)cJSON_IsNumber(t),
+                (unsigned char)cJSON_IsNumber(at)};
+    VEC_PUSH(pts, n, cap, p);
+    counts[k]++;
+    cJSON_Delete(j);
+  }
+  free(line);
+  fclose(f);
+  if (n == 0) {
+    free(pts);
+    return;
+  }
+  size_t every[API_METRICS_NAMES], seen[API_METRICS_NAMES] = {0};
+  cJSON *ds = NULL;
+  for (size_t k = 0; k < n_names; k++) {
+    every[k] = counts[k] > API_METRICS_MAX
+                   ? (counts[k] + API_METRICS_MAX - 1) / API_METRICS_MAX
+                   : 1;
+    if (every[k] > 1) {
+      if (!ds)
+        ds = cJSON_AddObjectToObject(downsampled, task);
+      cJSON_AddNumberToObject(ds, names[k], (double)every[k]);
+    }
+  }
+  cJSON *arr = cJSON_AddArrayToObject(tasks, task);
+  for (size_t i = 0; i < n; i++) {
+    const mpoint *p = &pts[i];
+    size_t idx = seen[p->name]++;
+    if (idx % every[p->name] != 0 && idx + 1 != counts[p->name])
+      continue;
+    cJSON *o = cJSON_CreateObject();
+    if (p->has_time)
+      cJSON_AddNumberToObject(o, "time", p->time);
+    if (p->has_attempt)
+      cJSON_AddNumberToObject(o, "attempt", p->attempt);
+    cJSON_AddStringToObject(o, "name", names[p->name]);
+    cJSON_AddNumberToObject(o, "value", p->value);
+    cJSON_AddNumberToObject(o, "step", p->step);
+    cJSON_AddItemToArray(arr, o);
+  }
+  for (size_t k = 0; k < n_names; k++)
+    free(names[k]);
+  free(pts);
+}
+
+static unsigned get_metrics(api_server *s, const char *id, cJSON **out) {
+  store *st;
+  cJSON *run;
+  unsigned status = find_run(s, id, &st, &run, out);
+  if (status)
+    return status;
+  store_close(st);
+  const char *run_dir = str_of(run, "run_dir");
+  cJSON *j = cJSON_CreateObject();
+  cJSON *tasks = cJSON_AddObjectToObject(j, "tasks");
+  cJSON *downsampled = cJSON_AddObjectToObject(j, "downsampled");
+  const cJSON *t;
+  cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(run, "tasks")) {
+    const char *name = str_of(t, "name");
+    /* Names come from DAG files, which allow no more than this; the check
+     * keeps a path from ever leaving the run directory. */
+    if (!run_dir || !name || !name_ok(name))
+      continue;
+    char *path = xasprintf("%s/%s/metrics.jsonl", run_dir, name);
+    read_metrics(path, name, tasks, downsampled);
+    free(path);
+  }
+  cJSON_Delete(run);
+  *out = j;
+  return MHD_HTTP_OK;
+}
+
+/* GET /api/runs/{run}/report: the run's report.html as written (report.h).
+ * 0 with *html (caller frees) and *len, or a status with *out. */
+static unsigned get_report(api_server *s, const char *id, char **html,
+                           size_t *len, cJSON **out) {
+  store *st;
+  cJSON *run;
+  unsigned status = find_run(s, id, &st, &run, out);
+  if (status)
+    return status;
+  store_close(st);
+  const char *run_dir = str_of(run, "run_dir");
+  char *path = run_dir ? path_join(run_dir, "report.html") : NULL;
+  if (!path || read_file(path, html, len) != 0) {
+    *out = err_json("run %s has no report.html (written when a run ends; "
+                    "`dagrun report RUN` writes it again)",
+                    str_of(run, "id") ? str_of(run, "id") : id);
+    status = MHD_HTTP_NOT_FOUND;
+  }
+  free(path);
+  cJSON_Delete(run);
+  return status;
+}
+
+/* Sends a report page (taken). It holds no script: the policy forbids
+ * any, and anything fetched from anywhere. */
+static enum MHD_Result send_report(struct MHD_Connection *c, char *html,
+                                   size_t len) {
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer_with_free_callback(len, html, free);
+  if (!resp) {
+    free(html);
+    return MHD_NO;
+  }
+  common_headers(resp, "text/html; charset=utf-8");
+  MHD_add_response_header(resp, "Content-Security-Policy",
+                          "default-src 'none'; style-src 'unsafe-inline'; "
+                          "img-src data:; base-uri 'none'; "
+                          "form-action 'none'; frame-ancestors 'none'");
+  MHD_add_response_header(resp, "X-Frame-Options", "DENY");
+  enum MHD_Result r = MHD_queue_response(c, MHD_HTTP_OK, resp);
+  MHD_destroy_response(resp);
+  return r;
+}
+
+/* ---- POST: authentication, bodies, actions ---- */
+
+/* 1 with md, 0 when libcrypto fails (then nothing may compare equal). */
+static int sha256(const void *p, size_t n, unsigned char md[32]) {
+  unsigned len = 0;
+  return EVP_Digest(p, n, md, &len, EVP_sha256(), NULL) == 1 && len == 32;
+}
+
+static int hexval(char c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
+}
+
+/* 0 when the request carries a valid bearer token or HMAC signature,
+ * else 401 or 403 with *out the error. */
+static unsigned authorize(const api_server *s, struct MHD_Connection *c,
+                          const sbuf *body, cJSON **out) {
+  if (!s->token && !s->secret) {
+    *out = err_json("this server accepts no POST requests: start serve with "
+                    "--token-file or --hmac-secret-file");
+    return MHD_HTTP_FORBIDDEN;
+  }
+  const char *authz = MHD_lookup_connection_value(
+      c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+  const char *sig =
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Dagrun-Signature");
+  const char *ts =
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Dagrun-Timestamp");
+  if (authz && !strncasecmp(authz, "Bearer ", 7)) {
+    const char *given = authz + 7;
+    while (*given == ' ')
+      given++;
+    if (s->token) {
+      /* Digests of both, so that the comparison takes the same time
+       * whatever the lengths. */
+      unsigned char a[32], b[32];
+      int ok = sha256(given, strlen(given), a) &&
+               sha256(s->token, strlen(s->token), b);
+      if (ok && CRYPTO_memcmp(a, b, 32) == 0)
+        return 0;
+      *out = err_json("invalid bearer token");
+      return MHD_HTTP_UNAUTHORIZED;
+    }
+    if (!sig) {
+      *out = err_json("this server takes HMAC signatures "
+                      "(X-Dagrun-Timestamp, X-Dagrun-Signature), not bearer "
+                      "tokens");
+      return MHD_HTTP_UNAUTHORIZED;
+    }
+  }
+  if (sig) {
+    if (!s->secret) {
+      *out = err_json("this server takes bearer tokens, not HMAC signatures");
+      return MHD_HTTP_UNAUTHORIZED;
+    }
+    size_t nts = ts ? strlen(ts) : 0;
+    int ts_ok = nts > 0 && nts <= 18;
+    for (size_t i = 0; ts_ok && i < nts; i++)
+      ts_ok = ts[i] >= '0' && ts[i] <= '9';
+    if (!ts_ok) {
+      *out = err_json("X-Dagrun-Timestamp: expected unix seconds");
+      return MHD_HTTP_UNAUTHORIZED;
+    }
+    long long t = atoll(ts), now = (long long)time(NULL);
+    if (t < now - API_AUTH_SKEW || t > now + API_AUTH_SKEW) {
+      *out = err_json("X-Dagrun-Timestamp is more than %d s from the "
+                      "server's clock",
+                      API_AUTH_SKEW);
+      return MHD_HTTP_UNAUTHORIZED;
+    }
+    unsigned char given[32];
+    int sig_ok = !strncasecmp(sig, "sha256=", 7) && strlen(sig + 7) == 64;
+    for (size_t i = 0; sig_ok && i < 32; i++) {
+      int hi = hexval(sig[7 + 2 * i]), lo = hexval(sig[8 + 2 * i]);
+      sig_ok = hi >= 0 && lo >= 0;
+      given[i] = (unsigned char)(hi * 16 + lo);
+    }
+    if (!sig_ok) {
+      *out = err_json("X-Dagrun-Signature: expected sha256=<64 hex digits>");
+      return MHD_HTTP_UNAUTHORIZED;
+    }
+    sbuf msg = {0};
+    sbuf_add(&msg, ts, nts);
+    sbuf_putc(&msg, '.');
+    sbuf_add(&msg, body->s ? body->s : "", body->n);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned md_len = 0;
+    int mac_ok = HMAC(EVP_sha256(), s->secret, (int)strlen(s->secret),
+                      (const unsigned char *)msg.s, msg.n, md, &md_len) &&
+                 md_len == 32;
+    sbuf_free(&msg);
+    if (mac_ok && CRYPTO_memcmp(md, given, 32) == 0)
+      return 0;
+    *out = err_json("invalid HMAC signature");
+    return MHD_HTTP_UNAUTHORIZED;
+  }
+  *out = err_json("authentication required: Authorization: Bearer TOKEN, or "
+                  "X-Dagrun-Timestamp and X-Dagrun-Signature");
+  return MHD_HTTP_UNAUTHORIZED;
+}
+
+/* The body as a JSON object (NULL for an empty body): 0 with *body, or 400
+ * with *out the error. */
+static unsigned parse_body(const sbuf *b, cJSON **body, cJSON **out) {
+  *body = NULL;
+  if (b->n == 0)
+    return 0;
+  if (memchr(b->s, '\0', b->n)) {
+    *out = err_json("malformed JSON body: a NUL byte");
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  const char *end = NULL;
+  /* n + 1: the NUL after the body, so that trailing garbage is an error. */
+  cJSON *j = cJSON_ParseWithLengthOpts(b->s, b->n + 1, &end, 1);
+  if (!j) {
+    size_t at = end && end >= b->s ? (size_t)(end - b->s) : 0;
+    *out = err_json("malformed JSON body: syntax error at byte %zu", at);
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  if (!cJSON_IsObject(j)) {
+    cJSON_Delete(j);
+    *out = err_json("the body must be a JSON object");
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  *body = j;
+  return 0;
+}
+
+static unsigned post_trigger(api_server *s, struct MHD_Connection *c,
+                             const char *dag, const req *r, cJSON **out) {
+  unsigned status = authorize(s, c, &r->body, out);
+  cJSON *body = NULL;
+  if (!status)
+    status = parse_body(&r->body, &body, out);
+  if (status)
+    return status;
+  const cJSON *params = NULL, *it;
+  cJSON_ArrayForEach(it, body) {
+    if (strcmp(it->string, "params") != 0) {
+      *out = err_json("unknown key '%.100s' in the body (expected: params)",
+                      it->string);
+      cJSON_Delete(body);
+      return MHD_HTTP_BAD_REQUEST;
+    }
+    params = it;
+  }
+  if (params && !cJSON_IsObject(params)) {
+    *out = err_json("params: expected an object of param overrides");
+    cJSON_Delete(body);
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  cJSON_ArrayForEach(it, params) {
+    if (!cJSON_IsString(it) && !cJSON_IsNumber(it) && !cJSON_IsBool(it)) {
+      *out = err_json("params.%.100s: expected a string, number or boolean",
+                      it->string);
+      cJSON_Delete(body);
+      return MHD_HTTP_BAD_REQUEST;
+    }
+  }
+  char run_id[256] = "", err[1024] = "";
+  int rc = s->act.trigger ? s->act.trigger(s->act.ud, dag, params, run_id,
+                                           sizeof run_id, err, sizeof err)
+                          : MHD_HTTP_SERVICE_UNAVAILABLE;
+  cJSON_Delete(body);
+  if (rc != 0) {
+    *out = err_json("%s", err[0] ? err : "cannot start a run");
+    return rc >= 400 && rc <= 599 ? (unsigned)rc
+                                  : MHD_HTTP_INTERNAL_SERVER_ERROR;
+  }
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddStringToObject(j, "run_id", run_id);
+  cJSON_AddStringToObject(j, "dag", dag);
+  *out = j;
+  return MHD_HTTP_CREATED;
+}
+
+static unsigned post_cancel(api_server *s, struct MHD_Connection *c,
+                            const char *id, const req *r, cJSON **out) {
+  unsigned status = authorize(s, c, &r->body, out);
+  cJSON *body = NULL;
+  if (!status)
+    status = parse_body(&r->body, &body, out);
+  if (status)
+    return status;
+  cJSON_Delete(body);
+  /* A unique prefix names its run, as everywhere else; an id the store
+   * does not know goes to the daemon as it is, which has the last word. */
+  store *st;
+  cJSON *run;
+  char full[256];
+  snprintf(full, sizeof full, "%s", id);
+  status = find_run(s, id, &st, &run, out);
+  if (status == MHD_HTTP_BAD_REQUEST ||
+      status == MHD_HTTP_INTERNAL_SERVER_ERROR)
+    return status;
+  if (status == 0) {
+    snprintf(full, sizeof full, "%s", str_of(run, "id"));
+    cJSON_Delete(run);
+    store_close(st);
+  } else {
+    cJSON_Delete(*out);
+    *out = NULL;
+  }
+  char err[1024] = "";
+  int rc = s->act.cancel ? s->act.cancel(s->act.ud, full, err, sizeof err)
+                         : MHD_HTTP_SERVICE_UNAVAILABLE;
+  if (rc != 0) {
+    *out = err_json("%s", err[0] ? err : "cannot cancel the run");
+    return rc >= 400 && rc <= 599 ? (unsigned)rc
+                                  : MHD_HTTP_INTERNAL_SERVER_ERROR;
+  }
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddStringToObject(j, "run_id", full);
+  *out = j;
+  return MHD_HTTP_ACCEPTED;
+}
+
+/* ---- Routing ---- */
+
+typedef enum {
+  R_DASHBOARD,
+  R_HEALTH,
+  R_OPENAPI,
+  R_DAGS,
+  R_DAG,
+  R_TRIGGER,
+  R_RUNS,
+  R_RUN,
+  R_LOG,
+  R_METRICS,
+  R_ALERTS,
+  R_CANCEL,
+  R_REPORT
+} route_id;
+
+/* Every route; '*' is one path segment. openapi.json describes each (a
+ * unit test checks it names them all). */
+static const struct route {
+  const char *method, *pattern;
+  route_id id;
+} routes[] = {
+    {"GET", "/", R_DASHBOARD},
+    {"GET", "/api/health", R_HEALTH},
+    {"GET", "/api/openapi.json", R_OPENAPI},
+    {"GET", "/api/dags", R_DAGS},
+    {"GET", "/api/dags/*", R_DAG},
+    {"POST", "/api/dags/*/runs", R_TRIGGER},
+    {"GET", "/api/runs", R_RUNS},
+    {"GET", "/api/runs/*", R_RUN},
+    {"GET", "/api/runs/*/tasks/*/log", R_LOG},
+    {"GET", "/api/runs/*/metrics", R_METRICS},
+    {"GET", "/api/runs/*/alerts", R_ALERTS},
+    {"POST", "/api/runs/*/cancel", R_CANCEL},
+    {"GET", "/api/runs/*/report", R_REPORT},
+};
+
+/* Whether url matches pattern; the segments that '*' matched go to caps. */
+static int route_match(const char *pattern, const char *url,
+                       char caps[2][API_SEG_MAX]) {
+  int n_caps = 0;
+  const char *p = pattern, *u = url;
+  while (*p && *u) {
+    if (*p == '*') {
+      const char *e = strchr(u, '/');
+      size_t len = e ? (size_t)(e - u) : strlen(u);
+      if (len == 0 || len >= API_SEG_MAX || n_caps == 2)
+        return 0;
+      memcpy(caps[n_caps], u, len);
+      caps[n_caps++][len] = '\0';
+      p++;
+      u += len;
+    } else if (*p == *u) {
+      p++;
+      u++;
+    } else {
+      return 0;
+    }
+  }
+  return !*p && !*u;
+}
+
+static enum MHD_Result dispatch(api_server *s, struct MHD_Connection *c,
+                                const char *url, const char *method,
+                                const req *r) {
+  int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+  char allow[64] = "";
+  char caps[2][API_SEG_MAX];
+  const struct route *rt = NULL;
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+    if (!route_match(routes[i].pattern, url, caps))
+      continue;
+    int get = !strcmp(routes[i].method, "GET");
+    if (get ? is_get : !strcmp(method, routes[i].method)) {
+      rt = &routes[i];
+      break;
+    }
+    size_t len = strlen(allow);
+    snprintf(allow + len, sizeof allow - len, "%s%s", len ? ", " : "",
+             get ? "GET, HEAD" : routes[i].method);
+  }
+  if (!rt && allow[0])
+    return send_json(c, MHD_HTTP_METHOD_NOT_ALLOWED,
+                     err_json("method %.16s not allowed on %.200s (allowed: "
+                              "%s)",
+                              method, url, allow),
+                     allow);
+  if (!rt)
+    return send_json(c, MHD_HTTP_NOT_FOUND,
+                     err_json("no such endpoint: %.200s (see "
+                              "/api/openapi.json)",
+                              url),
+                     NULL);
+  cJSON *out = NULL;
+  unsigned status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+  switch (rt->id) {
+  case R_DASHBOARD:
+    return send_static(c, api_dashboard_html, api_dashboard_html_len,
+                       "text/html; charset=utf-8", 1);
+  case R_OPENAPI:
+    return send_static(c, api_openapi_json, api_openapi_json_len,
+                       "application/json", 0);
+  case R_HEALTH:
+    status = get_health(s, &out);
+    break;
+  case R_DAGS:
+    out = all_dags(s);
+    status = MHD_HTTP_OK;
+    break;
+  case R_DAG:
+    status = get_dag(s, caps[0], &out);
+    break;
+  case R_TRIGGER:
+    status = post_trigger(s, c, caps[0], r, &out);
+    break;
+  case R_RUNS:
+    status = get_runs(s, c, &out);
+    break;
+  case R_RUN:
+    status = get_run(s, caps[0], &out);
+    break;
+  case R_LOG:
+    status = get_log(s, c, caps[0], caps[1], &out);
+    break;
+  case R_METRICS:
+    status = get_metrics(s, caps[0], &out);
+    break;
+  case R_ALERTS:
+    status = get_alerts(s, caps[0], &out);
+    break;
+  case R_CANCEL:
+    status = post_cancel(s, c, caps[0], r, &out);
+    break;
+  case R_REPORT: {
+    char *html = NULL;
+    size_t len = 0;
+    status = get_report(s, caps[0], &html, &len, &out);
+    if (!status)
+      return send_report(c, html, len);
+    break;
+  }
+  }
+  if (!out)
+    out = err_json("internal error");
+  return send_json(c, status, out, NULL);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
+  api_server *s = cls;
+  req *r = *con_cls;
+  if (!r) {
+    r = xcalloc(1, sizeof *r);
+    *con_cls = r;
+    /* A body announced too big is refused before it is read. */
+    const char *cl = MHD_lookup_connection_value(
+        c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+      char *end;
+      errno = 0;
+      unsigned long long v = strtoull(cl, &end, 10);
+      if (errno || *end || v > API_MAX_BODY)
+        r->too_big = 1;
+    }
+    if (r->too_big)
+      return send_json(c, MHD_HTTP_CONTENT_TOO_LARGE,
+                       err_json("request body over %u bytes", API_MAX_BODY),
+                       NULL);
+    return MHD_YES;
+  }
+  if (*upload_size) {
+    if (!r->too_big && r->body.n + *upload_size > API_MAX_BODY) {
+      r->too_big = 1;
+      sbuf_free(&r->body);
+    }
+    if (!r->too_big)
+      sbuf_add(&r->body, upload, *upload_size);
+    *upload_size = 0;
+    return MHD_YES;
+  }
+  if (r->too_big)
+    return send_json(c, MHD_HTTP_CONTENT_TOO_LARGE,
+                     err_json("request body over %u bytes", API_MAX_BODY),
+                     NULL);
+  return dispatch(s, c, url, method, r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  req *r = *con_cls;
+  if (r) {
+    sbuf_free(&r->body);
+    free(r);
+    *con_cls = NULL;
+  }
+}
+
+static void on_log(void *cls, const char *fmt, va_list ap) {
+  api_server *s = cls;
+  char msg[512];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  size_t n = strlen(msg);
+  while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+    msg[--n] = '\0';
+  pthread_mutex_lock(&s->log_mu);
+  if (s->starting) {
+    if (!s->start_msg[0])
+      snprintf(s->start_msg, sizeof s->start_msg, "%s", msg);
+  } else {
+    fprintf(stderr, "dagrun serve: http: %s\n", msg);
+  }
+  pthread_mutex_unlock(&s->log_mu);
+}
+
+/* ---- Public ---- */
+
+static void server_free(api_server *s) {
+  free(s->token);
+  free(s->secret);
+  free(s->store_path);
+  pthread_mutex_destroy(&s->log_mu);
+  free(s);
+}
+
+int api_start(const api_config *cfg, const api_actions *actions,
+              api_server **out, char *err, size_t errlen) {
+  *out = NULL;
+  const char *host = cfg->host && *cfg->host ? cfg->host : "127.0.0.1";
+  if (cfg->port < 0 || cfg->port > 65535) {
+    snprintf(err, errlen, "invalid port %d: expected 0 to 65535", cfg->port);
+    return DR_EIO;
+  }
+  /* "[::1]" as in a URL is ::1. */
+  char addr[INET6_ADDRSTRLEN + 8];
+  size_t hn = strlen(host);
+  if (hn >= 2 && host[0] == '[' && host[hn - 1] == ']')
+    snprintf(addr, sizeof addr, "%.*s", (int)(hn - 2), host + 1);
+  else
+    snprintf(addr, sizeof addr, "%s", host);
+  struct sockaddr_in a4;
+  struct sockaddr_in6 a6;
+  struct sockaddr *sa;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD |
+                   MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+                   MHD_USE_ERROR_LOG;
+  memset(&a4, 0, sizeof a4);
+  memset(&a6, 0, sizeof a6);
+  if (hn < sizeof addr && inet_pton(AF_INET, addr, &a4.sin_addr) == 1) {
+    a4.sin_family = AF_INET;
+    a4.sin_port = htons((uint16_t)cfg->port);
+    sa = (struct sockaddr *)&a4;
+  } else if (hn < sizeof addr &&
+             inet_pton(AF_INET6, addr, &a6.sin6_addr) == 1) {
+    a6.sin6_family = AF_INET6;
+    a6.sin6_port = htons((uint16_t)cfg->port);
+    sa = (struct sockaddr *)&a6;
+    flags |= MHD_USE_IPv6;
+  } else {
+    snprintf(err, errlen,
+             "invalid listen address '%s': expected an IPv4 or IPv6 "
+             "address, e.g. 127.0.0.1 or ::1",
+             host);
+    return DR_EIO;
+  }
+  api_server *s = xcalloc(1, sizeof *s);
+  s->token = cfg->token ? xstrdup(cfg->token) : NULL;
+  s->secret = cfg->hmac_secret ? xstrdup(cfg->hmac_secret) : NULL;
+  s->store_path =
+      cfg->store_path ? xstrdup(cfg->store_path) : store_default_path();
+  if (actions)
+    s->act = *actions;
+  s->started = now_monotonic();
+  pthread_mutex_init(&s->log_mu, NULL);
+  s->starting = 1;
+  errno = 0;
+  s->d = MHD_start_daemon(
+      flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+      MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_CONNECTION_LIMIT,
+      (unsigned)API_CONN_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
+      (unsigned)API_CONN_TIMEOUT, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+      MHD_OPTION_EXTERNAL_LOGGER, on_log, s, MHD_OPTION_END);
+  int saved = errno;
+  pthread_mutex_lock(&s->log_mu);
+  s->starting = 0;
+  pthread_mutex_unlock(&s->log_mu);
+  if (!s->d) {
+    snprintf(err, errlen, "cannot listen on %s port %d: %s", host, cfg->port,
+             s->start_msg[0] ? s->start_msg
+             : saved         ? strerror(saved)
+                             : "libmicrohttpd could not start");
+    server_free(s);
+    return DR_EIO;
+  }
+  const union MHD_DaemonInfo *info =
+      MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+  s->port = info && info->port ? info->port : cfg->port;
+  *out = s;
+  return 0;
+}
+
+int api_port(const api_server *s) { return s ? s->port : 0; }
+
+void api_stop(api_server *s) {
+  if (!s)
+    return;
+  MHD_stop_daemon(s->d);
+  server_free(s);
+}

@@ -1,0 +1,1221 @@
+#include "serve.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "api.h"
+#include "base/cron.h"
+#include "base/util.h"
+#include "dagfile/spec.h"
+#include "dagfile/template.h"
+#include "host/check.h"
+#include "run/rundir.h"
+#include "store/resume.h"
+#include "store/store.h"
+#include "trigger.h"
+
+#define EXIT_USAGE 2
+/* How often the daemon looks at its DAG files and schedules. */
+#define TICK_MS 500
+/* How long an API request waits for the loop before it gives up. */
+#define API_WAIT_S 30
+
+static const char serve_usage[] =
+    "usage: dagrun serve PATH... [options]\n"
+    "  PATH                    DAG files, or directories of *.yaml / *.yml\n"
+    "  --host ADDR             address to listen on (default 127.0.0.1)\n"
+    "  --port N                port (default 8470; 0: any free port)\n"
+    "  --token-file FILE       bearer token for POSTs (or $DAGRUN_API_TOKEN)\n"
+    "  --hmac-secret-file FILE HMAC key for signed POSTs (or\n"
+    "                          $DAGRUN_API_HMAC_SECRET)\n"
+    "  --runs-dir DIR          where runs go (default: $DAGRUN_RUNS_DIR or\n"
+    "                          ./runs)\n"
+    "  --on-shutdown stop|finish  on SIGTERM: stop running runs (resumed\n"
+    "                          at the next start; default) or wait for them\n"
+    "  --no-cron               fire no schedules (API only)\n";
+
+/* A run waiting for its turn (overlap: queue, catch-up). */
+typedef struct pending {
+  int64_t at;      /* logical date, 0: none (an API run) */
+  char *run_id;    /* given to the API caller already, or NULL */
+  char *trigger;   /* "cron" or "api" */
+  char **params;   /* "NAME=VALUE" overrides, NULL-terminated, or NULL */
+} pending;
+
+typedef struct dag_entry {
+  char *file; /* absolute */
+  struct timespec mtime;
+  off_t size;
+  ino_t ino;
+  int seen; /* found by the current scan */
+  spec *sp; /* the version in use; NULL when it never loaded */
+  checked *ck;
+  char *error; /* why the file (its latest version) does not load */
+  cron_expr *cron;
+  cron_zone *zone;
+  int64_t last, next; /* schedule times: last handled, next (0: none) */
+  pending *queue;
+  size_t nq, capq;
+  size_t fired, skipped, dropped; /* since the daemon started */
+} dag_entry;
+
+typedef struct server server;
+
+typedef struct child_run {
+  server *srv;
+  uv_process_t proc;
+  char *run_id, *dag;
+  struct child_run *next;
+} child_run;
+
+/* A trigger or cancel from the API, handed to the loop. */
+typedef struct api_request {
+  int cancel;
+  char *dag, *run_id_in;
+  cJSON *params;
+  char run_id[128];
+  char err[512];
+  int status;
+  int done, abandoned;
+  struct api_request *next;
+} api_request;
+
+struct server {
+  uv_loop_t *loop;
+  char **paths;
+  int n_paths;
+  char *runs_dir;
+  const char *self_exe;
+  dag_entry **dags;
+  size_t n_dags;
+  child_run *children;
+  uv_timer_t tick;
+  uv_signal_t sigterm, sigint;
+  uv_async_t wake;
+  store *st;
+  api_server *api;
+  int stopping;    /* a shutdown signal came */
+  int stop_runs;   /* ... and running runs are to be stopped */
+  int no_cron;
+  double clock_base, clock_rate, mono0; /* the fake clock, rate 0: none */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  api_request *reqs; /* under mu */
+  int closed;        /* under mu: the loop takes no more requests */
+  char *dags_json;   /* under mu: the API's snapshot of the DAGs */
+  double started;
+};
+
+/* One line on stderr with the UTC time. */
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...) {
+  char ts[40];
+  format_utc(now_wall(), 1, ts, sizeof ts);
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "%s dagrun serve: ", ts);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+/* The daemon's clock: the wall clock, or with DAGRUN_FAKE_CLOCK=T*RATE
+ * (tests) one that starts at T and runs RATE times as fast. */
+static int64_t clock_now(const server *s) {
+  if (s->clock_rate <= 0)
+    return (int64_t)now_wall();
+  return (int64_t)(s->clock_base +
+                   (now_monotonic() - s->mono0) * s->clock_rate);
+}
+
+static int parse_fake_clock(server *s, const char *v) {
+  char *end;
+  s->clock_base = strtod(v, &end);
+  s->clock_rate = 1;
+  if (*end == '*')
+    s->clock_rate = strtod(end + 1, &end);
+  if (*end || s->clock_base <= 0 || s->clock_rate <= 0)
+    return -1;
+  s->mono0 = now_monotonic();
+  return 0;
+}
+
+static void iso_utc(int64_t t, char *buf, size_t n) {
+  format_utc((double)t, 0, buf, n);
+}
+
+/* ---- DAG files ---- */
+
+static void entry_clear_spec(dag_entry *e) {
+  cron_destroy(e->cron);
+  cron_zone_close(e->zone);
+  checked_free(e->ck);
+  spec_free(e->sp);
+  e->cron = NULL;
+  e->zone = NULL;
+  e->ck = NULL;
+  e->sp = NULL;
+}
+
+static void pending_free(pending *p) {
+  free(p->run_id);
+  free(p->trigger);
+  for (char **q = p->params; q && *q; q++)
+    free(*q);
+  free(p->params);
+}
+
+static void entry_free(dag_entry *e) {
+  entry_clear_spec(e);
+  for (size_t i = 0; i < e->nq; i++)
+    pending_free(&e->queue[i]);
+  free(e->queue);
+  free(e->error);
+  free(e->file);
+  free(e);
+}
+
+static const char *entry_name(const dag_entry *e) {
+  return e->sp ? e->sp->dag : NULL;
+}
+
+static dag_entry *find_dag(server *s, const char *name) {
+  for (size_t i = 0; i < s->n_dags; i++)
+    if (entry_name(s->dags[i]) && strcmp(entry_name(s->dags[i]), name) == 0)
+      return s->dags[i];
+  return NULL;
+}
+
+/* Why a file does not load: its diagnostics, or the error code's text. */
+static char *load_error(const diags *d, int rc, const char *path) {
+  if (!d->n)
+    return xasprintf("%s: %s", path, dr_strerror(rc));
+  char *text = diags_text(d);
+  text[strlen(text) - 1] = '\0'; /* the last newline */
+  return text;
+}
+
+/* The schedule of a freshly loaded entry: its last handled time from the
+ * store, or now for a DAG never seen (recorded). */
+static void entry_schedule(server *s, dag_entry *e) {
+  char err[512];
+  e->next = 0;
+  if (spec_schedule_open(e->sp, &e->cron, &e->zone, err, sizeof err) != 0)
+    return; /* no schedule */
+  long long last;
+  int rc = store_cron_get(s->st, e->sp->dag, &last, err, sizeof err);
+  if (rc == DR_ENOENT) {
+    last = clock_now(s);
+    if (store_cron_set(s->st, e->sp->dag, last, now_wall(), err,
+                       sizeof err) != 0)
+      say("%s", err);
+  } else if (rc != 0) {
+    say("%s: its schedule is off: %s", e->sp->dag, err);
+    cron_destroy(e->cron);
+    cron_zone_close(e->zone);
+    e->cron = NULL;
+    e->zone = NULL;
+    return;
+  }
+  e->last = last;
+  int64_t next;
+  if (cron_next(e->cron, e->zone, e->last, &next, err, sizeof err) == 0)
+    e->next = next;
+}
+
+/* (Re)loads an entry's file. A version that does not load leaves the one
+ * in use (if any) in place. */
+static void entry_load(server *s, dag_entry *e) {
+  diags d = {0};
+  spec *sp;
+  checked *ck;
+  int rc = check_load(e->file, &sp, &ck, &d);
+  if (rc == 0) {
+    dag_entry *other = find_dag(s, sp->dag);
+    if (other && other != e) {
+      diags_free(&d);
+      free(e->error);
+      e->error = xasprintf("%s: dag '%s' is already defined in %s", e->file,
+                           sp->dag, other->file);
+      checked_free(ck);
+      spec_free(sp);
+      say("%s", e->error);
+      return;
+    }
+  }
+  if (rc != 0) {
+    free(e->error);
+    e->error = load_error(&d, rc, e->file);
+    diags_free(&d);
+    say("%s does not load%s:\n%s", e->file,
+        e->sp ? " (the previous version stays in use)" : "", e->error);
+    return;
+  }
+  diags_free(&d);
+  int had = e->sp != NULL;
+  entry_clear_spec(e);
+  e->sp = sp;
+  e->ck = ck;
+  free(e->error);
+  e->error = NULL;
+  entry_schedule(s, e);
+  char next[80] = "";
+  if (e->next)
+    cron_format(e->zone, e->next, next, sizeof next);
+  say("%s dag %s from %s%s%s", had ? "reloaded" : "loaded", sp->dag, e->file,
+      e->next ? "; next run " : "", next);
+}
+
+static int has_yaml_suffix(const char *n) {
+  size_t l = strlen(n);
+  return (l > 5 && strcmp(n + l - 5, ".yaml") == 0) ||
+         (l > 4 && strcmp(n + l - 4, ".yml") == 0);
+}
+
+/* A file found by the scan: new, changed or as it was. */
+static void scan_file(server *s, const char *path, const struct stat *sb) {
+  dag_entry *e = NULL;
+  for (size_t i = 0; i < s->n_dags && !e; i++)
+    if (strcmp(s->dags[i]->file, path) == 0)
+      e = s->dags[i];
+  if (!e) {
+    e = xcalloc(1, sizeof *e);
+    e->file = xstrdup(path);
+    s->dags = xrealloc(s->dags, (s->n_dags + 1) * sizeof *s->dags);
+    s->dags[s->n_dags++] = e;
+  } else if (e->mtime.tv_sec == sb->st_mtim.tv_sec &&
+             e->mtime.tv_nsec == sb->st_mtim.tv_nsec &&
+             e->size == sb->st_size && e->ino == sb->st_ino) {
+    e->seen = 1;
+    return;
+  }
+  e->seen = 1;
+  e->mtime = sb->st_mtim;
+  e->size = sb->st_size;
+  e->ino = sb->st_ino;
+  entry_load(s, e);
+}
+
+/* Looks at every path: loads new and changed files, drops gone ones. */
+static void scan(server *s) {
+  for (size_t i = 0; i < s->n_dags; i++)
+    s->dags[i]->seen = 0;
+  for (int p = 0; p < s->n_paths; p++) {
+    struct stat sb;
+    if (stat(s->paths[p], &sb) != 0)
+      continue;
+    if (!S_ISDIR(sb.st_mode)) {
+      scan_file(s, s->paths[p], &sb);
+      continue;
+    }
+    DIR *dir = opendir(s->paths[p]);
+    if (!dir)
+      continue;
+    struct dirent *de;
+    while ((de = readdir(dir))) {
+      if (de->d_name[0] == '.' || !has_yaml_suffix(de->d_name))
+        continue;
+      char *f = path_join(s->paths[p], de->d_name);
+      if (stat(f, &sb) == 0 && S_ISREG(sb.st_mode))
+        scan_file(s, f, &sb);
+      free(f);
+    }
+    closedir(dir);
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < s->n_dags; i++) {
+    if (s->dags[i]->seen) {
+      s->dags[k++] = s->dags[i];
+    } else {
+      say("%s is gone: dag %s unloaded (its running runs go on)",
+          s->dags[i]->file,
+          entry_name(s->dags[i]) ? entry_name(s->dags[i]) : "?");
+      entry_free(s->dags[i]);
+    }
+  }
+  s->n_dags = k;
+}
+
+/* ---- runs ---- */
+
+static void on_child_exit(uv_process_t *p, int64_t status, int sig);
+
+static void child_closed(uv_handle_t *h) {
+  child_run *c = h->data;
+  free(c->run_id);
+  free(c->dag);
+  free(c);
+}
+
+/* Starts `dagrun ARGS...` for run id of dag as a child in its own session. */
+static int spawn_child(server *s, const char *dag, const char *run_id,
+                       char **args) {
+  child_run *c = xcalloc(1, sizeof *c);
+  c->srv = s;
+  c->run_id = xstrdup(run_id);
+  c->dag = xstrdup(dag);
+  uv_stdio_container_t stdio[3] = {
+      {UV_IGNORE, {0}}, {UV_INHERIT_FD, {.fd = 1}}, {UV_INHERIT_FD, {.fd = 2}}};
+  uv_process_options_t o = {0};
+  o.file = s->self_exe;
+  o.args = args;
+  o.exit_cb = on_child_exit;
+  o.stdio = stdio;
+  o.stdio_count = 3;
+  /* Its own session: a Ctrl-C meant for the daemon's terminal reaches
+   * the daemon, which decides what its runs get. */
+  o.flags = UV_PROCESS_DETACHED;
+  c->proc.data = c;
+  int rc = uv_spawn(s->loop, &c->proc, &o);
+  if (rc != 0) {
+    say("cannot start a run of %s: %s", dag, uv_strerror(rc));
+    uv_close((uv_handle_t *)&c->proc, child_closed);
+    return -1;
+  }
+  c->next = s->children;
+  s->children = c;
+  return 0;
+}
+
+/* Starts a run of e now: `dagrun run`. run_id NULL: a new one. */
+static int start_run(server *s, dag_entry *e, const char *trigger, int64_t at,
+                     const char *run_id, char *const *params, char *id_out,
+                     size_t id_len) {
+  char *id = run_id ? xstrdup(run_id) : rundir_new_id(now_wall());
+  char when[40] = "";
+  size_t np = 0;
+  while (params && params[np])
+    np++;
+  char **args = xcalloc(16 + 2 * np, sizeof(char *));
+  int k = 0;
+  args[k++] = (char *)s->self_exe;
+  args[k++] = "run";
+  args[k++] = e->file;
+  args[k++] = "-q";
+  args[k++] = "--run-id";
+  args[k++] = id;
+  args[k++] = "--trigger";
+  args[k++] = (char *)trigger;
+  args[k++] = "--runs-dir";
+  args[k++] = s->runs_dir;
+  if (at > 0) {
+    iso_utc(at, when, sizeof when);
+    args[k++] = "--logical-date";
+    args[k++] = when;
+  }
+  for (size_t i = 0; i < np; i++) {
+    args[k++] = "--param";
+    args[k++] = params[i];
+  }
+  int rc = spawn_child(s, e->sp->dag, id, args);
+  if (rc == 0) {
+    e->fired += strcmp(trigger, "cron") == 0;
+    say("started run %s of %s (%s%s%s)", id, e->sp->dag, trigger,
+        at > 0 ? ", for " : "", when);
+    if (id_out)
+      snprintf(id_out, id_len, "%s", id);
+  }
+  free(args);
+  free(id);
+  return rc;
+}
+
+static child_run *find_child(server *s, const char *run_id) {
+  for (child_run *c = s->children; c; c = c->next)
+    if (strcmp(c->run_id, run_id) == 0)
+      return c;
+  return NULL;
+}
+
+/* Whether a run of dag is going: one of ours, or one in the store whose
+ * dagrun is alive (a run by hand, or one an earlier daemon started). */
+static int dag_busy(server *s, const char *dag) {
+  for (child_run *c = s->children; c; c = c->next)
+    if (strcmp(c->dag, dag) == 0)
+      return 1;
+  char err[512];
+  cJSON *runs = store_runs(s->st, dag, "running", 0, err, sizeof err);
+  if (!runs) {
+    say("%s", err);
+    return 1; /* unknown: do not start a second run on a guess */
+  }
+  int busy = 0, pid;
+  const cJSON *r;
+  cJSON_ArrayForEach(r, runs) busy |= resume_owner_alive(r, &pid);
+  cJSON_Delete(runs);
+  return busy;
+}
+
+static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
+  child_run *c = p->data;
+  server *s = c->srv;
+  for (child_run **pp = &s->children; *pp; pp = &(*pp)->next)
+    if (*pp == c) {
+      *pp = c->next;
+      break;
+    }
+  if (sig)
+    say("run %s of %s: its dagrun was killed by signal %d", c->run_id, c->dag,
+        sig);
+  else
+    say("run %s of %s ended (exit %d)", c->run_id, c->dag, (int)status);
+  if (s->stopping && s->stop_runs) {
+    /* Stopped by the shutdown: resumed at the next start. */
+    char err[512];
+    int rc;
+    cJSON *run = store_run(s->st, c->run_id, &rc, err, sizeof err);
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(run, "state");
+    if (run && cJSON_IsString(st) &&
+        (strcmp(st->valuestring, "cancelled") == 0 ||
+         strcmp(st->valuestring, "running") == 0) &&
+        store_run_finish(s->st, c->run_id, "interrupted", now_wall(), err,
+                         sizeof err) != 0)
+      say("%s", err);
+    cJSON_Delete(run);
+  }
+  uv_close((uv_handle_t *)p, child_closed);
+  if (s->stopping && !s->children) {
+    uv_close((uv_handle_t *)&s->tick, NULL);
+    uv_close((uv_handle_t *)&s->sigterm, NULL);
+    uv_close((uv_handle_t *)&s->sigint, NULL);
+    uv_close((uv_handle_t *)&s->wake, NULL);
+  }
+}
+
+static void queue_push(dag_entry *e, int64_t at, const char *run_id,
+                       const char *trigger, char **params) {
+  if (e->nq == e->capq)
+    e->queue = xrealloc(e->queue, (e->capq = e->capq ? 2 * e->capq : 8) *
+                                      sizeof *e->queue);
+  pending *p = &e->queue[e->nq++];
+  p->at = at;
+  p->run_id = run_id ? xstrdup(run_id) : NULL;
+  p->trigger = xstrdup(trigger);
+  p->params = params;
+}
+
+/* Starts the first queued run of e when no run of it is going. */
+static void queue_pump(server *s, dag_entry *e) {
+  if (!e->nq || !e->sp || dag_busy(s, e->sp->dag))
+    return;
+  pending p = e->queue[0];
+  memmove(e->queue, e->queue + 1, (e->nq - 1) * sizeof *e->queue);
+  e->nq--;
+  start_run(s, e, p.trigger, p.at, p.run_id, p.params, NULL, 0);
+  pending_free(&p);
+}
+
+/* The cron trigger of e, if a schedule time has come. */
+static void fire_cron(server *s, dag_entry *e) {
+  int64_t now = clock_now(s);
+  if (!e->cron || !e->next || now < e->next)
+    return;
+  char err[512];
+  trigger_plan plan;
+  /* Runs waiting in the queue are ahead of this one: a time due now must
+   * not overtake them. */
+  int busy = e->nq > 0 || dag_busy(s, e->sp->dag);
+  if (trigger_plan_at(e->cron, e->zone, e->last, now, e->sp->catchup,
+                      e->sp->overlap, busy, &plan, err, sizeof err) != 0) {
+    say("%s: schedule: %s", e->sp->dag, err);
+    e->next = 0;
+    return;
+  }
+  /* Recorded before acting: a crash from here on loses these runs rather
+   * than starting them twice. */
+  if (plan.n && store_cron_set(s->st, e->sp->dag, plan.last, now_wall(), err,
+                               sizeof err) != 0) {
+    say("%s: not firing, the schedule state cannot be recorded: %s",
+        e->sp->dag, err);
+    free(plan.d);
+    return;
+  }
+  e->last = plan.last;
+  if (plan.dropped) {
+    e->dropped += plan.dropped;
+    say("%s: %zu earlier schedule time%s missed while down, not run "
+        "(catchup: false)",
+        e->sp->dag, plan.dropped, plan.dropped == 1 ? "" : "s");
+  }
+  for (size_t i = 0; i < plan.n; i++) {
+    char when[80];
+    cron_format(e->zone, plan.d[i].at, when, sizeof when);
+    switch (plan.d[i].action) {
+    case TRIGGER_START:
+      start_run(s, e, "cron", plan.d[i].at, NULL, NULL, NULL, 0);
+      break;
+    case TRIGGER_QUEUE:
+      queue_push(e, plan.d[i].at, NULL, "cron", NULL);
+      say("%s: run for %s queued (%s)", e->sp->dag, when,
+          plan.n > 1 ? "catch-up" : "overlap: queue, a run is going");
+      break;
+    case TRIGGER_SKIP:
+      e->skipped++;
+      say("%s: run for %s skipped (overlap: skip, a run is going)",
+          e->sp->dag, when);
+      break;
+    }
+  }
+  free(plan.d);
+  e->next = 0;
+  int64_t next;
+  if (cron_next(e->cron, e->zone, e->last, &next, err, sizeof err) == 0)
+    e->next = next;
+}
+
+/* ---- the API's view ---- */
+
+static const char *const overlap_names[] = {"skip", "queue", "allow"};
+
+static cJSON *dag_json(const server *s, const dag_entry *e) {
+  cJSON *j = cJSON_CreateObject();
+  const spec *sp = e->sp;
+  if (sp) {
+    cJSON_AddStringToObject(j, "name", sp->dag);
+  } else {
+    /* A file that never loaded: named after the file. */
+    const char *b = strrchr(e->file, '/');
+    cJSON_AddStringToObject(j, "name", b ? b + 1 : e->file);
+  }
+  cJSON_AddStringToObject(j, "file", e->file);
+  cJSON_AddBoolToObject(j, "loaded", sp != NULL);
+  if (e->error)
+    cJSON_AddStringToObject(j, "error", e->error);
+  if (!sp)
+    return j;
+  if (sp->description)
+    cJSON_AddStringToObject(j, "description", sp->description);
+  if (sp->schedule && sp->schedule->kind == YNODE_SCALAR) {
+    cJSON_AddStringToObject(j, "schedule", sp->schedule->str);
+    cJSON_AddStringToObject(j, "timezone",
+                            sp->timezone ? sp->timezone : "UTC");
+    cJSON_AddBoolToObject(j, "catchup", sp->catchup);
+    cJSON_AddStringToObject(j, "overlap", overlap_names[sp->overlap]);
+    if (e->next && !s->no_cron)
+      cJSON_AddNumberToObject(j, "next_fire", (double)e->next);
+    if (e->cron)
+      cJSON_AddNumberToObject(j, "last_fire", (double)e->last);
+  }
+  cJSON_AddNumberToObject(j, "queued", (double)e->nq);
+  cJSON_AddNumberToObject(j, "fired", (double)e->fired);
+  cJSON_AddNumberToObject(j, "skipped", (double)e->skipped);
+  cJSON_AddNumberToObject(j, "dropped", (double)e->dropped);
+  cJSON *running = cJSON_AddArrayToObject(j, "running");
+  for (child_run *c = s->children; c; c = c->next)
+    if (strcmp(c->dag, sp->dag) == 0)
+      cJSON_AddItemToArray(running, cJSON_CreateString(c->run_id));
+  cJSON *tasks = cJSON_AddArrayToObject(j, "tasks");
+  for (size_t i = 0; i < sp->n_tasks; i++) {
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddStringToObject(t, "name", sp->tasks[i].name);
+    cJSON_AddStringToObject(t, "stage", sp->tasks[i].stage);
+    cJSON *needs = cJSON_AddArrayToObject(t, "needs");
+    for (size_t k = 0; k < sp->tasks[i].n_needs; k++)
+      cJSON_AddItemToArray(
+          needs, cJSON_CreateString(sp->tasks[sp->tasks[i].needs[k]].name));
+    cJSON_AddItemToArray(tasks, t);
+  }
+  return j;
+}
+
+static void publish_dags(server *s) {
+  cJSON *arr = cJSON_CreateArray();
+  for (size_t i = 0; i < s->n_dags; i++)
+    cJSON_AddItemToArray(arr, dag_json(s, s->dags[i]));
+  char *text = cJSON_PrintUnformatted(arr);
+  cJSON_Delete(arr);
+  pthread_mutex_lock(&s->mu);
+  char *old = s->dags_json;
+  s->dags_json = xstrdup(text);
+  pthread_mutex_unlock(&s->mu);
+  free(old);
+  cJSON_free(text);
+}
+
+/* API thread: the snapshot. */
+static cJSON *api_dags(void *ud) {
+  server *s = ud;
+  pthread_mutex_lock(&s->mu);
+  cJSON *j = s->dags_json ? cJSON_Parse(s->dags_json) : NULL;
+  pthread_mutex_unlock(&s->mu);
+  return j ? j : cJSON_CreateArray();
+}
+
+/* API thread: hands r to the loop and waits for its answer. Returns the
+ * status (r is freed here, or by the loop when this gave up waiting). */
+static int api_call(server *s, api_request *r, char *run_id, size_t run_id_len,
+                    char *err, size_t errlen) {
+  pthread_mutex_lock(&s->mu);
+  if (s->closed) {
+    pthread_mutex_unlock(&s->mu);
+    snprintf(err, errlen, "dagrun serve is shutting down");
+    free(r->dag);
+    free(r->run_id_in);
+    cJSON_Delete(r->params);
+    free(r);
+    return 503;
+  }
+  r->next = s->reqs;
+  s->reqs = r;
+  uv_async_send(&s->wake);
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += API_WAIT_S;
+  while (!r->done &&
+         pthread_cond_timedwait(&s->cv, &s->mu, &until) != ETIMEDOUT) {
+  }
+  int status;
+  if (r->done) {
+    status = r->status;
+    if (run_id)
+      snprintf(run_id, run_id_len, "%s", r->run_id);
+    snprintf(err, errlen, "%s", r->err);
+    free(r->dag);
+    free(r->run_id_in);
+    cJSON_Delete(r->params);
+    free(r);
+  } else {
+    r->abandoned = 1; /* the loop frees it */
+    status = 503;
+    snprintf(err, errlen, "dagrun serve did not answer in %d s", API_WAIT_S);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return status;
+}
+
+static int api_trigger(void *ud, const char *dag, const cJSON *params,
+                       char *run_id, size_t run_id_len, char *err,
+                       size_t errlen) {
+  api_request *r = xcalloc(1, sizeof *r);
+  r->dag = xstrdup(dag);
+  r->params = params ? cJSON_Duplicate(params, 1) : NULL;
+  return api_call(ud, r, run_id, run_id_len, err, errlen);
+}
+
+static int api_cancel(void *ud, const char *run_id, char *err,
+                      size_t errlen) {
+  api_request *r = xcalloc(1, sizeof *r);
+  r->cancel = 1;
+  r->run_id_in = xstrdup(run_id);
+  return api_call(ud, r, NULL, 0, err, errlen);
+}
+
+/* Params of an API trigger as "NAME=VALUE" overrides, checked against the
+ * DAG's params (types kept). NULL-terminated; NULL for none. */
+static int api_params(const dag_entry *e, const cJSON *params, char ***out,
+                      char *err, size_t errlen) {
+  *out = NULL;
+  if (!params || !params->child)
+    return 0;
+  cJSON *check = cJSON_Duplicate(e->ck->params, 1);
+  size_t n = 0;
+  char **kv = xcalloc((size_t)cJSON_GetArraySize(params) + 1, sizeof *kv);
+  const cJSON *it;
+  int rc = 0;
+  cJSON_ArrayForEach(it, params) {
+    char *text = tmpl_scalar_text(it);
+    if (!text || cJSON_IsNull(it)) {
+      snprintf(err, errlen, "param '%s': expected a string, number or bool",
+               it->string);
+      free(text);
+      rc = -1;
+      break;
+    }
+    if (tmpl_override_param(e->sp, check, it->string, text, err, errlen) != 0) {
+      free(text);
+      rc = -1;
+      break;
+    }
+    kv[n++] = xasprintf("%s=%s", it->string, text);
+    free(text);
+  }
+  cJSON_Delete(check);
+  if (rc != 0) {
+    for (size_t i = 0; i < n; i++)
+      free(kv[i]);
+    free(kv);
+    return rc;
+  }
+  *out = kv;
+  return 0;
+}
+
+static void loop_trigger(server *s, api_request *r) {
+  dag_entry *e = find_dag(s, r->dag);
+  if (!e) {
+    r->status = 404;
+    snprintf(r->err, sizeof r->err, "no dag '%s' is loaded", r->dag);
+    return;
+  }
+  if (s->stopping) {
+    r->status = 503;
+    snprintf(r->err, sizeof r->err, "dagrun serve is shutting down");
+    return;
+  }
+  char **kv;
+  if (api_params(e, r->params, &kv, r->err, sizeof r->err) != 0) {
+    r->status = 400;
+    return;
+  }
+  char *id = rundir_new_id(now_wall());
+  /* Queued runs count as going: an API run does not overtake them. */
+  int busy = e->nq > 0 || dag_busy(s, e->sp->dag);
+  if (busy && e->sp->overlap != SPEC_OVERLAP_ALLOW) {
+    if (e->sp->overlap == SPEC_OVERLAP_SKIP) {
+      r->status = 409;
+      snprintf(r->err, sizeof r->err,
+               "a run of %s is going and its overlap policy is skip",
+               e->sp->dag);
+      for (char **q = kv; q && *q; q++)
+        free(*q);
+      free(kv);
+    } else {
+      queue_push(e, 0, id, "api", kv);
+      r->status = 0;
+      snprintf(r->run_id, sizeof r->run_id, "%s", id);
+      say("%s: API run %s queued (overlap: queue, a run is going)",
+          e->sp->dag, id);
+    }
+    free(id);
+    return;
+  }
+  if (start_run(s, e, "api", 0, id, kv, r->run_id, sizeof r->run_id) != 0) {
+    r->status = 500;
+    snprintf(r->err, sizeof r->err, "cannot start a run of %s", e->sp->dag);
+  }
+  for (char **q = kv; q && *q; q++)
+    free(*q);
+  free(kv);
+  free(id);
+}
+
+static void loop_cancel(server *s, api_request *r) {
+  /* A queued run: dropped from its queue. */
+  for (size_t i = 0; i < s->n_dags; i++) {
+    dag_entry *e = s->dags[i];
+    for (size_t k = 0; k < e->nq; k++)
+      if (e->queue[k].run_id && strcmp(e->queue[k].run_id, r->run_id_in) == 0) {
+        pending_free(&e->queue[k]);
+        memmove(e->queue + k, e->queue + k + 1,
+                (e->nq - k - 1) * sizeof *e->queue);
+        e->nq--;
+        say("queued run %s of %s cancelled", r->run_id_in, e->sp->dag);
+        return;
+      }
+  }
+  /* One of ours (its dagrun may not have recorded itself yet). */
+  child_run *c = find_child(s, r->run_id_in);
+  if (c) {
+    uv_process_kill(&c->proc, SIGTERM);
+    say("run %s: cancel asked through the API", r->run_id_in);
+    return;
+  }
+  int rc, pid = 0;
+  cJSON *run = store_run(s->st, r->run_id_in, &rc, r->err, sizeof r->err);
+  if (!run) {
+    r->status = rc == DR_ENOENT ? 404 : rc == DR_EINVAL ? 400 : 500;
+    return;
+  }
+  const cJSON *state = cJSON_GetObjectItemCaseSensitive(run, "state");
+  if (!cJSON_IsString(state) || strcmp(state->valuestring, "running") != 0 ||
+      !resume_owner_alive(run, &pid)) {
+    r->status = 409;
+    snprintf(r->err, sizeof r->err, "run %s is not running (%s)",
+             r->run_id_in,
+             cJSON_IsString(state) ? state->valuestring : "unknown");
+  } else if (kill(pid, SIGTERM) != 0) {
+    r->status = 500;
+    snprintf(r->err, sizeof r->err, "cannot stop run %s (pid %d): %s",
+             r->run_id_in, pid, strerror(errno));
+  } else {
+    say("run %s: cancel asked through the API", r->run_id_in);
+  }
+  cJSON_Delete(run);
+}
+
+static void on_wake(uv_async_t *h) {
+  server *s = h->data;
+  pthread_mutex_lock(&s->mu);
+  api_request *list = s->reqs;
+  s->reqs = NULL;
+  pthread_mutex_unlock(&s->mu);
+  /* Oldest first. */
+  api_request *rev = NULL;
+  while (list) {
+    api_request *n = list->next;
+    list->next = rev;
+    rev = list;
+    list = n;
+  }
+  for (api_request *r = rev; r; r = r->next) {
+    if (r->cancel)
+      loop_cancel(s, r);
+    else
+      loop_trigger(s, r);
+  }
+  publish_dags(s);
+  pthread_mutex_lock(&s->mu);
+  while (rev) {
+    api_request *n = rev->next;
+    if (rev->abandoned) {
+      free(rev->dag);
+      free(rev->run_id_in);
+      cJSON_Delete(rev->params);
+      free(rev);
+    } else {
+      rev->done = 1;
+    }
+    rev = n;
+  }
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- the loop ---- */
+
+static void on_tick(uv_timer_t *t) {
+  server *s = t->data;
+  if (s->stopping)
+    return;
+  scan(s);
+  for (size_t i = 0; i < s->n_dags; i++) {
+    dag_entry *e = s->dags[i];
+    if (!e->sp)
+      continue;
+    queue_pump(s, e); /* first: what waited goes before what is new */
+    if (!s->no_cron)
+      fire_cron(s, e);
+    queue_pump(s, e);
+  }
+  publish_dags(s);
+}
+
+/* Stops the API: no request waits for the loop from now on. */
+static void close_api(server *s) {
+  pthread_mutex_lock(&s->mu);
+  s->closed = 1;
+  pthread_mutex_unlock(&s->mu);
+  on_wake(&s->wake); /* answers what was waiting */
+  api_stop(s->api);
+  s->api = NULL;
+}
+
+static void stop_children(server *s) {
+  for (child_run *c = s->children; c; c = c->next) {
+    say("stopping run %s of %s", c->run_id, c->dag);
+    uv_process_kill(&c->proc, SIGTERM);
+  }
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  server *s = h->data;
+  if (!s->stopping) {
+    s->stopping = 1;
+    int n = 0;
+    for (child_run *c = s->children; c; c = c->next)
+      n++;
+    say("%s: shutting down (%d run%s going)",
+        signum == SIGINT ? "interrupted" : "terminated", n, n == 1 ? "" : "s");
+    close_api(s);
+    for (size_t i = 0; i < s->n_dags; i++)
+      if (s->dags[i]->nq)
+        say("%s: %zu queued run%s dropped", s->dags[i]->file, s->dags[i]->nq,
+            s->dags[i]->nq == 1 ? "" : "s");
+    if (s->stop_runs)
+      stop_children(s);
+    else if (s->children)
+      say("waiting for the running runs to finish (signal again to stop "
+          "them)");
+  } else {
+    /* Again: stop them now (their dagrun kills its tasks on a second
+     * signal). */
+    s->stop_runs = 1;
+    stop_children(s);
+  }
+  if (!s->children) {
+    uv_close((uv_handle_t *)&s->tick, NULL);
+    uv_close((uv_handle_t *)&s->sigterm, NULL);
+    uv_close((uv_handle_t *)&s->sigint, NULL);
+    uv_close((uv_handle_t *)&s->wake, NULL);
+  }
+}
+
+/* Runs this daemon (an earlier life of it) started that must go on: those
+ * its shutdown interrupted and those whose dagrun died. */
+static void recover(server *s) {
+  char err[512];
+  cJSON *runs = store_runs(s->st, NULL, NULL, 0, err, sizeof err);
+  if (!runs) {
+    say("cannot look for runs to resume: %s", err);
+    return;
+  }
+  const cJSON *r;
+  cJSON_ArrayForEach(r, runs) {
+    const cJSON *trig = cJSON_GetObjectItemCaseSensitive(r, "trigger");
+    const cJSON *state = cJSON_GetObjectItemCaseSensitive(r, "state");
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(r, "id");
+    const cJSON *dag = cJSON_GetObjectItemCaseSensitive(r, "dag");
+    if (!cJSON_IsString(trig) || !cJSON_IsString(state) ||
+        !cJSON_IsString(id) || !cJSON_IsString(dag) ||
+        (strcmp(trig->valuestring, "cron") != 0 &&
+         strcmp(trig->valuestring, "api") != 0))
+      continue;
+    int pid;
+    int interrupted = strcmp(state->valuestring, "interrupted") == 0;
+    int orphaned = strcmp(state->valuestring, "running") == 0 &&
+                   !resume_owner_alive(r, &pid);
+    if (!interrupted && !orphaned)
+      continue;
+    const cJSON *file = cJSON_GetObjectItemCaseSensitive(r, "dag_file");
+    if (!cJSON_IsString(file) || access(file->valuestring, R_OK) != 0) {
+      say("not resuming run %s of %s: its DAG file %s is gone",
+          id->valuestring, dag->valuestring,
+          cJSON_IsString(file) ? file->valuestring : "(unknown)");
+      continue;
+    }
+    say("resuming run %s of %s (%s)", id->valuestring, dag->valuestring,
+        interrupted ? "interrupted by the last shutdown"
+                    : "its dagrun died");
+    char *args[] = {(char *)s->self_exe, "resume", id->valuestring, "-q",
+                    NULL};
+    spawn_child(s, dag->valuestring, id->valuestring, args);
+  }
+  cJSON_Delete(runs);
+}
+
+static char *read_secret_file(const char *path, const char *what) {
+  char *data;
+  size_t n;
+  if (read_file(path, &data, &n) != 0) {
+    fprintf(stderr, "dagrun serve: cannot read %s %s: %s\n", what, path,
+            strerror(errno));
+    return NULL;
+  }
+  while (n > 0 && (data[n - 1] == '\n' || data[n - 1] == '\r'))
+    data[--n] = '\0';
+  if (n == 0 || strlen(data) != n) {
+    fprintf(stderr, "dagrun serve: %s %s is empty or not text\n", what, path);
+    free(data);
+    return NULL;
+  }
+  return data;
+}
+
+static int is_loopback(const char *host) {
+  return strcmp(host, "127.0.0.1") == 0 || strcmp(host, "::1") == 0 ||
+         strncmp(host, "127.", 4) == 0;
+}
+
+static char *abs_path(const char *p) {
+  if (p[0] == '/')
+    return xstrdup(p);
+  char cwd[4096];
+  if (!getcwd(cwd, sizeof cwd))
+    return xstrdup(p);
+  return path_join(cwd, p);
+}
+
+int serve_cmd(int argc, char **argv, const char *self_exe) {
+  server s = {0};
+  const char *host = "127.0.0.1", *token_file = NULL, *hmac_file = NULL;
+  const char *runs_dir = getenv("DAGRUN_RUNS_DIR");
+  long port = 8470;
+  s.stop_runs = 1;
+  s.paths = xcalloc((size_t)argc + 1, sizeof(char *));
+  int code = EXIT_USAGE;
+  char *token = NULL, *hmac = NULL, *db_path = NULL;
+  int lock_fd = -1;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(serve_usage, stdout);
+      code = 0;
+      goto out;
+    } else if (strcmp(a, "--host") == 0 && i + 1 < argc) {
+      host = argv[++i];
+    } else if (strcmp(a, "--port") == 0 && i + 1 < argc) {
+      char *end;
+      port = strtol(argv[++i], &end, 10);
+      if (*end || port < 0 || port > 65535) {
+        fprintf(stderr, "dagrun serve: --port takes 0-65535, got '%s'\n",
+                argv[i]);
+        goto out;
+      }
+    } else if (strcmp(a, "--token-file") == 0 && i + 1 < argc) {
+      token_file = argv[++i];
+    } else if (strcmp(a, "--hmac-secret-file") == 0 && i + 1 < argc) {
+      hmac_file = argv[++i];
+    } else if (strcmp(a, "--runs-dir") == 0 && i + 1 < argc) {
+      runs_dir = argv[++i];
+    } else if (strcmp(a, "--on-shutdown") == 0 && i + 1 < argc) {
+      const char *m = argv[++i];
+      if (strcmp(m, "stop") != 0 && strcmp(m, "finish") != 0) {
+        fprintf(stderr,
+                "dagrun serve: --on-shutdown takes stop or finish, got "
+                "'%s'\n",
+                m);
+        goto out;
+      }
+      s.stop_runs = strcmp(m, "stop") == 0;
+    } else if (strcmp(a, "--no-cron") == 0) {
+      s.no_cron = 1;
+    } else if (a[0] == '-') {
+      fprintf(stderr, "dagrun serve: unknown option '%s'\n%s", a,
+              serve_usage);
+      goto out;
+    } else {
+      struct stat sb;
+      if (stat(a, &sb) != 0) {
+        fprintf(stderr, "dagrun serve: %s: %s\n", a, strerror(errno));
+        goto out;
+      }
+      s.paths[s.n_paths++] = abs_path(a);
+    }
+  }
+  if (!s.n_paths) {
+    fprintf(stderr, "dagrun serve: no DAG file or directory given\n%s",
+            serve_usage);
+    goto out;
+  }
+  const char *fake = getenv("DAGRUN_FAKE_CLOCK");
+  if (fake && *fake && parse_fake_clock(&s, fake) != 0) {
+    fprintf(stderr,
+            "dagrun serve: DAGRUN_FAKE_CLOCK takes EPOCH_SECONDS[*RATE], got "
+            "'%s'\n",
+            fake);
+    goto out;
+  }
+  if (token_file) {
+    if (!(token = read_secret_file(token_file, "token file")))
+      goto out;
+  } else if (getenv("DAGRUN_API_TOKEN") && *getenv("DAGRUN_API_TOKEN")) {
+    token = xstrdup(getenv("DAGRUN_API_TOKEN"));
+  }
+  if (hmac_file) {
+    if (!(hmac = read_secret_file(hmac_file, "HMAC secret file")))
+      goto out;
+  } else if (getenv("DAGRUN_API_HMAC_SECRET") &&
+             *getenv("DAGRUN_API_HMAC_SECRET")) {
+    hmac = xstrdup(getenv("DAGRUN_API_HMAC_SECRET"));
+  }
+  /* The runs this daemon starts inherit its environment: the API's
+   * credentials must not reach their tasks (and their logs). */
+  unsetenv("DAGRUN_API_TOKEN");
+  unsetenv("DAGRUN_API_HMAC_SECRET");
+  if (!is_loopback(host) && !token && !hmac) {
+    fprintf(stderr,
+            "dagrun serve: refusing to listen on %s without "
+            "--token-file or --hmac-secret-file\n",
+            host);
+    goto out;
+  }
+  s.runs_dir = abs_path(runs_dir && *runs_dir ? runs_dir : "runs");
+  s.self_exe = self_exe;
+
+  char err[1024];
+  db_path = store_default_path();
+  if (store_open(db_path, 1, &s.st, err, sizeof err) != 0) {
+    fprintf(stderr, "dagrun serve: %s\n", err);
+    goto out;
+  }
+  /* One daemon per store. */
+  char *lock_path = xasprintf("%s.serve.lock", db_path);
+  lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    char other[32] = "";
+    if (lock_fd >= 0) {
+      ssize_t n = pread(lock_fd, other, sizeof other - 1, 0);
+      other[n > 0 ? n : 0] = '\0';
+      other[strcspn(other, "\n")] = '\0';
+    }
+    fprintf(stderr,
+            "dagrun serve: another dagrun serve (pid %s) uses the run store "
+            "%s (lock %s)\n",
+            other[0] ? other : "unknown", db_path, lock_path);
+    free(lock_path);
+    goto out;
+  }
+  {
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(lock_fd, 0) != 0 || pwrite(lock_fd, pid, (size_t)n, 0) < 0) {
+      /* Only the message of a second daemon loses the pid. */
+    }
+  }
+  free(lock_path);
+
+  /* The cron code switches TZ while the API's threads run: with TZ set
+   * from the start, each switch replaces the variable in place (glibc
+   * setenv) instead of growing the environment under their feet. */
+  if (!getenv("TZ"))
+    setenv("TZ", ":/etc/localtime", 1);
+
+  s.loop = uv_default_loop();
+  s.started = now_wall();
+  pthread_mutex_init(&s.mu, NULL);
+  pthread_cond_init(&s.cv, NULL);
+  uv_async_init(s.loop, &s.wake, on_wake);
+  s.wake.data = &s;
+  scan(&s);
+  publish_dags(&s);
+
+  api_config cfg = {host, (int)port, token, hmac, db_path};
+  api_actions acts = {api_dags, api_trigger, api_cancel, &s};
+  if (api_start(&cfg, &acts, &s.api, err, sizeof err) != 0) {
+    fprintf(stderr, "dagrun serve: %s\n", err);
+    uv_close((uv_handle_t *)&s.wake, NULL);
+    uv_run(s.loop, UV_RUN_DEFAULT);
+    goto out_loop;
+  }
+  say("listening on http://%s%s%s:%d/ (%zu DAG file%s, runs in %s%s%s)",
+      strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "",
+      api_port(s.api), s.n_dags, s.n_dags == 1 ? "" : "s", s.runs_dir,
+      s.clock_rate > 0 ? ", fake clock" : "",
+      !token && !hmac ? "; POSTs refused: no token or HMAC secret" : "");
+  recover(&s);
+
+  uv_timer_init(s.loop, &s.tick);
+  s.tick.data = &s;
+  uv_timer_start(&s.tick, on_tick, 0, TICK_MS);
+  uv_signal_init(s.loop, &s.sigterm);
+  uv_signal_init(s.loop, &s.sigint);
+  s.sigterm.data = s.sigint.data = &s;
+  uv_signal_start(&s.sigterm, on_signal, SIGTERM);
+  uv_signal_start(&s.sigint, on_signal, SIGINT);
+  uv_run(s.loop, UV_RUN_DEFAULT);
+  say("stopped");
+  code = 0;
+out_loop:
+  uv_loop_close(s.loop);
+  pthread_mutex_destroy(&s.mu);
+  pthread_cond_destroy(&s.cv);
+out:
+  if (lock_fd >= 0)
+    close(lock_fd);
+  for (size_t i = 0; i < s.n_dags; i++)
+    entry_free(s.dags[i]);
+  free(s.dags);
+  for (int i = 0; i < s.n_paths; i++)
+    free(s.paths[i]);
+  free(s.paths);
+  free(s.runs_dir);
+  free(s.dags_json);
+  store_close(s.st);
+  free(db_path);
+  free(token);
+  free(hmac);
+  return code;
+}

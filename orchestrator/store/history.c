@@ -1,0 +1,581 @@
+#include "history.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/util.h"
+
+#define EXIT_FAILED 1
+#define EXIT_USAGE 2
+
+struct history {
+  store *st;
+  const spec *sp;
+  char *run_id;
+  int broken;        /* a write failed: recording stopped */
+  int *open_attempt; /* per task: the attempt recorded as started, or 0 */
+  int *last_exit;    /* per task: the last attempt's exit code, or -1 */
+  char **last_error; /* per task: the last failure's reason */
+  char err[1024];
+};
+
+store *history_store(const history *h) { return h ? h->st : NULL; }
+
+static void broke(history *h) {
+  if (!h->broken)
+    fprintf(stderr,
+            "dagrun: %s\ndagrun: the rest of this run is not recorded in "
+            "the run store (run.json still is)\n",
+            h->err);
+  h->broken = 1;
+}
+
+static history *history_new(store *st, const spec *sp, const char *run_id) {
+  history *h = xcalloc(1, sizeof(*h));
+  size_t n = sp->n_tasks ? sp->n_tasks : 1;
+  h->st = st;
+  h->sp = sp;
+  h->run_id = xstrdup(run_id);
+  h->open_attempt = xcalloc(n, sizeof(int));
+  h->last_exit = xcalloc(n, sizeof(int));
+  h->last_error = xcalloc(n, sizeof(char *));
+  for (size_t i = 0; i < sp->n_tasks; i++)
+    h->last_exit[i] = -1;
+  return h;
+}
+
+char *history_dag_sha256(const char *path) {
+  char *data;
+  size_t n;
+  if (read_file(path, &data, &n) != 0)
+    return NULL;
+  char *hex = sha256_hex(data, n);
+  free(data);
+  return hex;
+}
+
+int history_begin(store *st, const spec *sp, const rundir *run,
+                  const char *params_json, const char *trigger,
+                  double logical_date, history **out, char *err,
+                  size_t errlen) {
+  *out = NULL;
+  const char **names = xcalloc(sp->n_tasks ? sp->n_tasks : 1, sizeof(char *));
+  for (size_t i = 0; i < sp->n_tasks; i++)
+    names[i] = sp->tasks[i].name;
+  char *abs = realpath(sp->path, NULL);
+  char *dag_sha = history_dag_sha256(sp->path);
+  int rc = store_run_begin(st, run->id, sp->dag, abs ? abs : sp->path,
+                           run->path, run->started, params_json, trigger,
+                           logical_date, dag_sha, names,
+                           sp->n_tasks, err, errlen);
+  free(abs);
+  free(dag_sha);
+  free(names);
+  if (rc == 0)
+    rc = store_run_claim(st, run->id, (int)getpid(),
+                         proc_start_time((int)getpid()), 0, 0, err, errlen);
+  if (rc != 0)
+    return rc;
+  *out = history_new(st, sp, run->id);
+  return 0;
+}
+
+int history_resume(store *st, const spec *sp, const char *run_id,
+                   const sched_preset *preset, history **out, char *err,
+                   size_t errlen) {
+  *out = NULL;
+  for (size_t i = 0; i < sp->n_tasks; i++) {
+    if (preset[i].succeeded)
+      continue;
+    store_task_update u = {
+        "waiting", preset[i].attempts, -1, NULL, 0, 0, NULL, NULL, NULL};
+    int rc = store_task_set(st, run_id, sp->tasks[i].name, &u, err, errlen);
+    if (rc != 0)
+      return rc;
+  }
+  *out = history_new(st, sp, run_id);
+  return 0;
+}
+
+void history_attempt_start(history *h, size_t task, int attempt,
+                           const char *log_path) {
+  if (!h || h->broken)
+    return;
+  if (store_attempt_begin(h->st, h->run_id, h->sp->tasks[task].name, attempt,
+                          log_path, now_wall(), h->err, sizeof h->err) != 0) {
+    broke(h);
+    return;
+  }
+  h->open_attempt[task] = attempt;
+}
+
+void history_task_event(history *h, const sched *s, const sched_event *e) {
+  if (!h || h->broken || e->state == TASK_WAITING)
+    return;
+  size_t i = e->task;
+  const char *name = h->sp->tasks[i].name;
+  double now = now_wall();
+  if (e->state == TASK_RUNNING) {
+    /* The task row went to "running" with the attempt's start. */
+    if (h->open_attempt[i] == e->attempt && e->pid > 0 &&
+        store_attempt_pid(h->st, h->run_id, name, e->attempt, e->pid,
+                          proc_start_time(e->pid), h->err, sizeof h->err) != 0)
+      broke(h);
+    return;
+  }
+  int terminal = task_state_terminal(e->state);
+  if (e->state == TASK_RETRY_WAIT || terminal) {
+    if (e->exit_code >= 0 || h->open_attempt[i] == e->attempt)
+      h->last_exit[i] = e->exit_code;
+    if (e->reason) {
+      free(h->last_error[i]);
+      h->last_error[i] = xstrdup(e->reason);
+    }
+  }
+  char *outputs = NULL;
+  int ok = task_state_succeeded(e->state);
+  const cJSON *o = ok ? sched_task_outputs(s, i) : NULL;
+  if (o && o->child)
+    outputs = cJSON_PrintUnformatted(o);
+  store_task_update u = {task_state_name(e->state),
+                         e->attempt,
+                         h->last_exit[i],
+                         ok ? NULL : h->last_error[i],
+                         0,
+                         terminal ? now : 0,
+                         outputs,
+                         sched_task_fingerprint(s, i),
+                         e->state == TASK_CACHED ? e->cached_from : NULL};
+  int rc;
+  if ((e->state == TASK_RETRY_WAIT || terminal) && e->attempt > 0 &&
+      h->open_attempt[i] == e->attempt) {
+    const char *ast = e->state == TASK_SUCCESS     ? "success"
+                      : e->state == TASK_CANCELLED ? "cancelled"
+                                                   : "failed";
+    h->open_attempt[i] = 0;
+    rc =
+        store_attempt_end(h->st, h->run_id, name, e->attempt, ast, e->exit_code,
+                          e->state == TASK_SUCCESS ? NULL : e->reason, now, &u,
+                          h->err, sizeof h->err);
+  } else {
+    rc = store_task_set(h->st, h->run_id, name, &u, h->err, sizeof h->err);
+  }
+  if (rc != 0)
+    broke(h);
+  cJSON_free(outputs);
+}
+
+void history_finish(history *h, const char *state) {
+  if (!h)
+    return;
+  if (!h->broken && store_run_finish(h->st, h->run_id, state, now_wall(),
+                                     h->err, sizeof h->err) != 0)
+    broke(h);
+  for (size_t i = 0; i < h->sp->n_tasks; i++)
+    free(h->last_error[i]);
+  free(h->last_error);
+  free(h->last_exit);
+  free(h->open_attempt);
+  free(h->run_id);
+  free(h);
+}
+
+/* ---- commands ---- */
+
+static int usage(const char *fmt, const char *arg) {
+  fprintf(stderr, "dagrun: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n(see dagrun --help)\n");
+  return EXIT_USAGE;
+}
+
+/* Opens the store for reading. Returns 0 with *st; DR_ENOENT when there is
+ * no store yet (nothing was ever recorded there); else says why and
+ * returns an error. */
+static int open_for_reading(store **st) {
+  char err[1024];
+  char *path = store_default_path();
+  int rc = store_open(path, 0, st, err, sizeof err);
+  if (rc == DR_ENOENT)
+    fprintf(stderr,
+            "dagrun: no run store at %s: no run recorded there yet (runs "
+            "are recorded in $DAGRUN_HOME/state.db, else "
+            ".dagrun/state.db under the directory dagrun ran in)\n",
+            path);
+  else if (rc != 0)
+    fprintf(stderr, "dagrun: %s\n", err);
+  free(path);
+  return rc;
+}
+
+static double num(const cJSON *o, const char *k, double dflt) {
+  const cJSON *j = cJSON_GetObjectItem(o, k);
+  return cJSON_IsNumber(j) ? j->valuedouble : dflt;
+}
+
+static const char *str(const cJSON *o, const char *k, const char *dflt) {
+  const cJSON *j = cJSON_GetObjectItem(o, k);
+  return cJSON_IsString(j) ? j->valuestring : dflt;
+}
+
+static void fmt_time(double t, char *buf, size_t n) {
+  if (t > 0)
+    format_utc(t, 0, buf, n);
+  else
+    snprintf(buf, n, "-");
+}
+
+/* finished - started, or how long it has been going. */
+static void fmt_span(const cJSON *o, char *buf, size_t n) {
+  double a = num(o, "started", 0), b = num(o, "finished", 0);
+  if (a <= 0) {
+    snprintf(buf, n, "-");
+    return;
+  }
+  format_duration((b > 0 ? b : now_wall()) - a, buf, n);
+}
+
+static int parse_count(const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+static void print_json(cJSON *j) {
+  char *text = cJSON_Print(j);
+  printf("%s\n", text);
+  cJSON_free(text);
+}
+
+int history_cmd_runs(int argc, char **argv) {
+  const char *dag = NULL;
+  long limit = 20;
+  int json = 0;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "-n") == 0) {
+      if (i + 1 >= argc || parse_count(argv[++i], 1, 1000000, &limit) != 0)
+        return usage("-n needs a number >= 1, got '%s'",
+                     i < argc ? argv[i] : "");
+    } else if (strcmp(argv[i], "--json") == 0) {
+      json = 1;
+    } else if (argv[i][0] == '-') {
+      return usage("unknown option '%s' for runs", argv[i]);
+    } else if (!dag) {
+      dag = argv[i];
+    } else {
+      return usage("runs takes one DAG name, got also '%s'", argv[i]);
+    }
+  }
+  store *st;
+  int rc = open_for_reading(&st);
+  if (rc == DR_ENOENT) {
+    if (json)
+      printf("[]\n");
+    return 0;
+  }
+  if (rc != 0)
+    return EXIT_FAILED;
+  char err[1024];
+  cJSON *runs = store_runs(st, dag, NULL, (int)limit, err, sizeof err);
+  if (!runs) {
+    fprintf(stderr, "dagrun: %s\n", err);
+    store_close(st);
+    return EXIT_FAILED;
+  }
+  if (json) {
+    print_json(runs);
+  } else if (!runs->child) {
+    fprintf(stderr, "dagrun: no runs%s%s recorded in %s\n", dag ? " of " : "",
+            dag ? dag : "", store_path(st));
+  } else {
+    printf("%-26s %-16s %-10s %-21s %9s %-6s %-8s %s\n", "RUN", "DAG",
+           "STATE", "STARTED", "DURATION", "TASKS", "TRIGGER", "FOR");
+    for (cJSON *r = runs->child; r; r = r->next) {
+      char t[40], d[32], tasks[32], logical[40] = "";
+      fmt_time(num(r, "started", 0), t, sizeof t);
+      fmt_span(r, d, sizeof d);
+      snprintf(tasks, sizeof tasks, "%d/%d", (int)num(r, "tasks_succeeded", 0),
+               (int)num(r, "tasks_total", 0));
+      if (num(r, "logical_date", 0) > 0)
+        fmt_time(num(r, "logical_date", 0), logical, sizeof logical);
+      printf("%-26s %-16s %-10s %-21s %9s %-6s %-8s %s\n", str(r, "id", "?"),
+             str(r, "dag", "?"), str(r, "state", "?"), t, d, tasks,
+             str(r, "trigger", "manual"), logical);
+    }
+  }
+  cJSON_Delete(runs);
+  store_close(st);
+  return 0;
+}
+
+/* Finds a run by id or unique prefix; prints why not and returns the exit
+ * status when it cannot. */
+static int find_run(store *st, const char *id, cJSON **run) {
+  char err[1024];
+  int rc;
+  *run = store_run(st, id, &rc, err, sizeof err);
+  if (*run)
+    return 0;
+  fprintf(stderr, "dagrun: %s\n", err);
+  return rc == DR_ENOENT || rc == DR_EINVAL ? EXIT_USAGE : EXIT_FAILED;
+}
+
+int history_cmd_status(int argc, char **argv) {
+  const char *id = NULL;
+  int json = 0;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0)
+      json = 1;
+    else if (argv[i][0] == '-')
+      return usage("unknown option '%s' for status", argv[i]);
+    else if (!id)
+      id = argv[i];
+    else
+      return usage("status takes one run id, got also '%s'", argv[i]);
+  }
+  if (!id)
+    return usage("%s", "status needs a run id (see dagrun runs)");
+  store *st;
+  int rc = open_for_reading(&st);
+  if (rc != 0)
+    return rc == DR_ENOENT ? EXIT_USAGE : EXIT_FAILED;
+  cJSON *run;
+  if ((rc = find_run(st, id, &run)) != 0) {
+    store_close(st);
+    return rc;
+  }
+  if (json) {
+    print_json(run);
+  } else {
+    char t[40], d[32];
+    fmt_time(num(run, "started", 0), t, sizeof t);
+    fmt_span(run, d, sizeof d);
+    printf("run %s  dag %s  %s\n", str(run, "id", "?"), str(run, "dag", "?"),
+           str(run, "state", "?"));
+    printf("started %s, %s %s\n", t,
+           num(run, "finished", 0) > 0 ? "took" : "running for", d);
+    printf("file %s\ndir  %s\n\n", str(run, "dag_file", "-"),
+           str(run, "run_dir", "-"));
+    printf("%-20s %-16s %8s %5s %9s  %s\n", "TASK", "STATE", "ATTEMPTS", "EXIT",
+           "DURATION", "ERROR");
+    cJSON *tasks = cJSON_GetObjectItem(run, "tasks");
+    for (cJSON *k = tasks ? tasks->child : NULL; k; k = k->next) {
+      char code[16];
+      double ec = num(k, "exit_code", -1);
+      if (ec >= 0)
+        snprintf(code, sizeof code, "%d", (int)ec);
+      else
+        snprintf(code, sizeof code, "-");
+      fmt_span(k, d, sizeof d);
+      printf("%-20s %-16s %8d %5s %9s  %s\n", str(k, "name", "?"),
+             str(k, "state", "?"), (int)num(k, "attempts", 0), code, d,
+             str(k, "error", ""));
+    }
+  }
+  cJSON_Delete(run);
+  store_close(st);
+  return 0;
+}
+
+/* The task's entry in a run from store_run, or NULL. */
+static cJSON *task_of(cJSON *run, const char *task) {
+  cJSON *tasks = cJSON_GetObjectItem(run, "tasks");
+  for (cJSON *k = tasks ? tasks->child : NULL; k; k = k->next)
+    if (strcmp(str(k, "name", ""), task) == 0)
+      return k;
+  return NULL;
+}
+
+/* The attempt (n <= 0: the latest) from a task entry, or NULL. */
+static cJSON *attempt_of(cJSON *t, int n) {
+  cJSON *al = cJSON_GetObjectItem(t, "attempt_list");
+  int count = cJSON_GetArraySize(al);
+  if (n <= 0)
+    return count ? cJSON_GetArrayItem(al, count - 1) : NULL;
+  for (cJSON *a = al ? al->child : NULL; a; a = a->next)
+    if ((int)num(a, "n", 0) == n)
+      return a;
+  return NULL;
+}
+
+/* Copies what f has beyond *off to stdout. */
+static void copy_new(FILE *f, long *off) {
+  char buf[65536];
+  size_t got;
+  clearerr(f);
+  fseek(f, *off, SEEK_SET);
+  while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+    fwrite(buf, 1, got, stdout);
+    *off += (long)got;
+  }
+  fflush(stdout);
+}
+
+static int terminal_name(const char *state) {
+  return strcmp(state, "success") == 0 || strcmp(state, "cached") == 0 ||
+         strcmp(state, "failed") == 0 ||
+         strcmp(state, "upstream_failed") == 0 ||
+         strcmp(state, "cancelled") == 0;
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+int history_cmd_logs(int argc, char **argv) {
+  const char *id = NULL, *task = NULL;
+  long attempt = 0, rank = 0;
+  int follow = 0;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--rank") == 0) {
+      if (i + 1 >= argc || parse_count(argv[++i], 0, 65535, &rank) != 0)
+        return usage("--rank needs a number >= 0, got '%s'",
+                     i < argc ? argv[i] : "");
+    } else if (strcmp(argv[i], "--attempt") == 0) {
+      if (i + 1 >= argc || parse_count(argv[++i], 1, 1000000, &attempt) != 0)
+        return usage("--attempt needs a number >= 1, got '%s'",
+                     i < argc ? argv[i] : "");
+    } else if (strcmp(argv[i], "--follow") == 0 || strcmp(argv[i], "-f") == 0) {
+      follow = 1;
+    } else if (argv[i][0] == '-') {
+      return usage("unknown option '%s' for logs", argv[i]);
+    } else if (!id) {
+      id = argv[i];
+    } else if (!task) {
+      task = argv[i];
+    } else {
+      return usage("logs takes a run id and a task, got also '%s'", argv[i]);
+    }
+  }
+  if (!task)
+    return usage("%s", "logs needs a run id and a task name");
+  store *st;
+  int rc = open_for_reading(&st);
+  if (rc != 0)
+    return rc == DR_ENOENT ? EXIT_USAGE : EXIT_FAILED;
+  FILE *f = NULL;
+  long off = 0;
+  char *log = NULL;
+  int n = (int)attempt;
+  for (;;) {
+    cJSON *run;
+    if ((rc = find_run(st, id, &run)) != 0)
+      break;
+    cJSON *t = task_of(run, task);
+    if (!t) {
+      fprintf(stderr, "dagrun: run %s has no task '%s'\n", str(run, "id", id),
+              task);
+      cJSON_Delete(run);
+      rc = EXIT_USAGE;
+      break;
+    }
+    int run_over = strcmp(str(run, "state", ""), "running") != 0;
+    cJSON *a = attempt_of(t, n);
+    if (!a &&
+        (!follow || n > 0 || run_over || terminal_name(str(t, "state", "")))) {
+      if (n > 0)
+        fprintf(stderr, "dagrun: task '%s' of run %s has no attempt %d\n", task,
+                str(run, "id", id), n);
+      else
+        fprintf(stderr, "dagrun: task '%s' of run %s has not started (%s)\n",
+                task, str(run, "id", id), str(t, "state", "?"));
+      cJSON_Delete(run);
+      rc = EXIT_USAGE;
+      break;
+    }
+    if (a && !log) {
+      n = (int)num(a, "n", 0);
+      log = xstrdup(str(a, "log", ""));
+      /* A gang's rank r logs to rank-<r>/log beside rank 0's log. */
+      if (rank > 0) {
+        char *dir = xstrdup(log), *slash = strrchr(dir, '/');
+        if (slash)
+          *slash = 0;
+        free(log);
+        log = xasprintf("%s/rank-%ld/log", slash ? dir : ".", rank);
+        free(dir);
+        if (access(log, F_OK) != 0 && !follow) {
+          fprintf(stderr,
+                  "dagrun: attempt %d of task '%s' has no rank %ld (not a "
+                  "gang, or a smaller one)\n",
+                  n, task, rank);
+          cJSON_Delete(run);
+          rc = EXIT_USAGE;
+          break;
+        }
+      }
+    }
+    if (log && !f) {
+      f = fopen(log, "rb");
+      if (!f && (errno != ENOENT || !follow)) {
+        fprintf(stderr, "dagrun: cannot read %s: %s\n", log, strerror(errno));
+        cJSON_Delete(run);
+        rc = EXIT_FAILED;
+        break;
+      }
+    }
+    /* The attempt's state is read before the file: a final copy after it
+     * is seen finished gets everything the attempt wrote. */
+    const char *as = a ? str(a, "state", "") : "";
+    int over = a && strcmp(as, "starting") != 0 && strcmp(as, "running") != 0;
+    /* A run that is no longer going (dagrun stopped, or was killed and
+     * left the attempt "running") has nothing more to follow either. */
+    over = over || (a && run_over);
+    cJSON_Delete(run);
+    if (f)
+      copy_new(f, &off);
+    if (!follow || over) {
+      if (!f && log) {
+        fprintf(stderr, "dagrun: cannot read %s: %s\n", log, strerror(ENOENT));
+        rc = EXIT_FAILED;
+      }
+      break;
+    }
+    sleep_ms(100);
+  }
+  if (f)
+    fclose(f);
+  free(log);
+  store_close(st);
+  return rc;
+}
+
+/* A cache source is usable while its out/ directory and every output that
+ * is an absolute path still exist. */
+static int cache_usable(void *ud, const char *run_dir, const char *task,
+                        const cJSON *outputs) {
+  (void)ud;
+  struct stat sb;
+  char *task_dir = path_join(run_dir, task);
+  char *out = path_join(task_dir, "out");
+  int ok = stat(out, &sb) == 0 && S_ISDIR(sb.st_mode);
+  free(out);
+  free(task_dir);
+  for (const cJSON *o = outputs->child; ok && o; o = o->next)
+    if (cJSON_IsString(o) && o->valuestring[0] == '/')
+      ok = stat(o->valuestring, &sb) == 0;
+  return ok;
+}
+
+int history_cache_lookup(history *h, const char *fingerprint, char **from_run,
+                         char **from_out_dir, cJSON **outputs) {
+  if (!h || h->broken)
+    return 0;
+  int rc = store_cache_find(h->st, fingerprint, cache_usable, NULL, from_run,
+                            from_out_dir, outputs, h->err, sizeof h->err);
+  if (rc < 0) {
+    /* A lookup that fails runs the task: the cache is an optimisation. */
+    fprintf(stderr, "dagrun: cache lookup: %s\n", h->err);
+    return 0;
+  }
+  return rc;
+}

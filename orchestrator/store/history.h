@@ -1,0 +1,88 @@
+/*
+ * history: a run's life written to the run store (store.h) as it happens,
+ * and the commands that read it back: `dagrun runs`, `dagrun status` and
+ * `dagrun logs`.
+ *
+ * What is recorded, and when (all on the loop's thread, each a committed
+ * transaction before dagrun goes on):
+ *   - the run and all its tasks ("waiting"), with this dagrun's pid and
+ *     start time as its orchestrator, before the first task starts (a
+ *     resumed run: its unfinished tasks back to "waiting", after
+ *     `dagrun resume` claimed it and recorded its orphaned attempts);
+ *   - each task's state change (queued, running, retry_wait and the
+ *     terminal states), from the scheduler's observer, which sched calls
+ *     after changing its own state and before acting on it: a success is
+ *     committed before any downstream task is queued, a failure before the
+ *     retry timer is set;
+ *   - each attempt: "starting" before its process is spawned (the
+ *     attempt_start hook), its pid right after the spawn (an attempt
+ *     recorded "starting" with no pid may or may not have a process: a
+ *     kill -9 between spawn and that commit), then its end with exit code
+ *     and error;
+ *   - the run's final state when every task is finished.
+ * Not recorded: progress, log lines and metrics (they stay in the run
+ * directory). A task that fails before an attempt could be started (its
+ * params do not resolve) has a task row with the error and no attempt.
+ *
+ * When a write fails during a run (disk full, a lock held past the busy
+ * timeout), dagrun says so once on stderr and stops recording; the run
+ * goes on and run.json stays complete. Opening the store is checked
+ * before the run starts, so that a store that cannot be opened fails the
+ * run up front (exit 2) instead of running it unrecorded.
+ */
+#ifndef DAGRUN_HISTORY_H
+#define DAGRUN_HISTORY_H
+
+#include <stdio.h>
+
+#include "dagfile/spec.h"
+#include "run/rundir.h"
+#include "run/scheduler.h"
+#include "store.h"
+
+typedef struct history history;
+
+/* Records the start of a run in st (borrowed, must outlive the history),
+ * with its resolved params (may be NULL), what started it (trigger, see
+ * store.h; logical_date 0: none), this process as its orchestrator.
+ * Returns 0 with *out, or an error with a message in err. */
+int history_begin(store *st, const spec *sp, const rundir *run,
+                  const char *params_json, const char *trigger,
+                  double logical_date, history **out, char *err,
+                  size_t errlen);
+/* SHA-256 (hex) of the DAG file at path as recorded with a run, or NULL
+ * when it cannot be read. Caller frees. */
+char *history_dag_sha256(const char *path);
+
+/* Records that the run run_id, already in st, goes on (`dagrun resume`):
+ * its tasks that had not succeeded (preset, one per task) go back to
+ * "waiting"; the caller has claimed the run (store_run_claim). */
+int history_resume(store *st, const spec *sp, const char *run_id,
+                   const sched_preset *preset, history **out, char *err,
+                   size_t errlen);
+/* Observer parts: call from the sched observer's task_event and
+ * attempt_start. s is the run's scheduler (for outputs). */
+void history_task_event(history *h, const sched *s, const sched_event *e);
+void history_attempt_start(history *h, size_t task, int attempt,
+                           const char *log_path);
+/* The fingerprint cache's lookup (sched_opts.cache_lookup): the newest
+ * successful task in the store with this fingerprint whose out/ directory
+ * and absolute-path outputs still exist. Returns 1 with *from_run,
+ * *from_out_dir, *outputs (caller frees), or 0 (none, or the store failed:
+ * said on stderr, and the task runs). */
+int history_cache_lookup(history *h, const char *fingerprint, char **from_run,
+                         char **from_out_dir, cJSON **outputs);
+/* The store h records into (borrowed), or NULL for a NULL h. */
+store *history_store(const history *h);
+/* Records the run's final state and frees h; NULL is a no-op. */
+void history_finish(history *h, const char *state);
+
+/* The commands; argv holds the arguments after the command's name.
+ * Return the exit status: 0, 1 (the store cannot be read, or a followed
+ * log cannot be), 2 (bad usage, an unknown or ambiguous run, an unknown
+ * task or attempt). */
+int history_cmd_runs(int argc, char **argv);
+int history_cmd_status(int argc, char **argv);
+int history_cmd_logs(int argc, char **argv);
+
+#endif /* DAGRUN_HISTORY_H */

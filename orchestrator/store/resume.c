@@ -1,0 +1,215 @@
+#include "resume.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/util.h"
+
+/* How long an orphaned worker's group gets after SIGTERM, then after
+ * SIGKILL, to be gone. */
+#define ORPHAN_TERM_WAIT_S 5.0
+#define ORPHAN_KILL_WAIT_S 5.0
+
+static double num(const cJSON *o, const char *k) {
+  const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsNumber(j) ? j->valuedouble : 0;
+}
+
+static const char *str(const cJSON *o, const char *k) {
+  const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsString(j) ? j->valuestring : NULL;
+}
+
+int resume_owner_alive(const cJSON *run, int *pid) {
+  *pid = (int)num(run, "orch_pid");
+  long long start = (long long)num(run, "orch_start");
+  return *pid > 0 && start > 0 && proc_alive(*pid, start);
+}
+
+static void nap_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+/* Waits up to secs for process group pgid to be empty. */
+static int group_gone(int pgid, double secs) {
+  double end = now_monotonic() + secs;
+  for (;;) {
+    if (kill(-pgid, 0) != 0 && errno == ESRCH)
+      return 1;
+    if (now_monotonic() >= end)
+      return 0;
+    nap_ms(50);
+  }
+}
+
+/* The worker process running attempt_json ("dagrun __worker PATH"), for an
+ * attempt whose pid was never recorded (dagrun died between the spawn and
+ * that commit); 0 when there is none. */
+static int find_worker(const char *attempt_json) {
+  DIR *d = opendir("/proc");
+  if (!d)
+    return 0;
+  int found = 0;
+  struct dirent *e;
+  while (!found && (e = readdir(d))) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end || pid <= 0)
+      continue;
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+      continue;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* argv[0] NUL argv[1] NUL argv[2] NUL */
+    size_t a0 = strlen(buf);
+    if (a0 + 1 >= n || strcmp(buf + a0 + 1, "__worker") != 0)
+      continue;
+    const char *a2 = buf + a0 + 1 + sizeof("__worker");
+    if (a2 < buf + n && strcmp(a2, attempt_json) == 0)
+      found = (int)pid;
+  }
+  closedir(d);
+  return found;
+}
+
+/* Ends an orphaned attempt: stops its worker if it lives on and says why
+ * in a new string (caller frees). */
+static char *orphan(const cJSON *a, int owner_pid) {
+  int pid = (int)num(a, "pid");
+  long long start = (long long)num(a, "pid_start");
+  char who[48] = "its dagrun";
+  if (owner_pid > 0)
+    snprintf(who, sizeof who, "its dagrun (pid %d)", owner_pid);
+  if (pid <= 0) {
+    const char *log = str(a, "log");
+    char *dir = log ? path_dirname(log) : NULL;
+    char *json = dir ? path_join(dir, "attempt.json") : NULL;
+    pid = json ? find_worker(json) : 0;
+    start = proc_start_time(pid);
+    free(json);
+    free(dir);
+    if (pid <= 0 || start <= 0)
+      return xasprintf("orphaned: %s died before the worker's pid was "
+                       "recorded; no worker left",
+                       who);
+  }
+  if (start <= 0 || !proc_alive(pid, start))
+    return xasprintf("orphaned: %s died; worker (pid %d) gone", who, pid);
+  /* The worker leads its own process group (executor.c). */
+  kill(-pid, SIGTERM);
+  if (group_gone(pid, ORPHAN_TERM_WAIT_S))
+    return xasprintf("orphaned: %s died; worker (pid %d) was still running "
+                     "and was stopped",
+                     who, pid);
+  kill(-pid, SIGKILL);
+  group_gone(pid, ORPHAN_KILL_WAIT_S);
+  return xasprintf("orphaned: %s died; worker (pid %d) was still running "
+                   "and was killed",
+                   who, pid);
+}
+
+/* Outputs of a succeeded task: the recorded ones, else outputs.json in
+ * its directory (attached to t so that they live as long as run). */
+static const cJSON *task_outputs(cJSON *t, const char *run_dir,
+                                 const char *name) {
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(t, "outputs");
+  if (cJSON_IsObject(o))
+    return o;
+  char *path = xasprintf("%s/%s/outputs.json", run_dir, name);
+  char *text = NULL;
+  size_t n = 0;
+  cJSON *j = NULL;
+  if (read_file(path, &text, &n) == 0)
+    j = cJSON_ParseWithLength(text, n);
+  free(text);
+  free(path);
+  if (!cJSON_IsObject(j)) {
+    cJSON_Delete(j);
+    return NULL;
+  }
+  cJSON_DeleteItemFromObjectCaseSensitive(t, "outputs");
+  cJSON_AddItemToObject(t, "outputs", j);
+  return j;
+}
+
+static cJSON *find_task(cJSON *tasks, const char *name) {
+  cJSON *t;
+  cJSON_ArrayForEach(t, tasks) {
+    const char *n = str(t, "name");
+    if (n && strcmp(n, name) == 0)
+      return t;
+  }
+  return NULL;
+}
+
+sched_preset *resume_prepare(store *st, cJSON *run, const spec *sp, char *err,
+                             size_t errlen) {
+  cJSON *tasks = cJSON_GetObjectItemCaseSensitive(run, "tasks");
+  const char *run_id = str(run, "id");
+  const char *run_dir = str(run, "run_dir");
+  int n_rec = cJSON_GetArraySize(tasks);
+  if (!run_id || !run_dir) {
+    snprintf(err, errlen, "the run's record has no id or run directory");
+    return NULL;
+  }
+  for (size_t i = 0; i < sp->n_tasks; i++)
+    if (!find_task(tasks, sp->tasks[i].name)) {
+      snprintf(err, errlen,
+               "task '%s' of %s is not in run %s: the DAG file changed "
+               "since the run started",
+               sp->tasks[i].name, sp->path, run_id);
+      return NULL;
+    }
+  if ((size_t)n_rec != sp->n_tasks) {
+    snprintf(err, errlen,
+             "run %s has %d tasks, %s has %zu: the DAG file changed since "
+             "the run started",
+             run_id, n_rec, sp->path, sp->n_tasks);
+    return NULL;
+  }
+  int owner = (int)num(run, "orch_pid");
+  sched_preset *pre = xcalloc(sp->n_tasks ? sp->n_tasks : 1, sizeof(*pre));
+  for (size_t i = 0; i < sp->n_tasks; i++) {
+    const char *name = sp->tasks[i].name;
+    cJSON *t = find_task(tasks, name);
+    int attempts = (int)num(t, "attempts");
+    const cJSON *a;
+    cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(t, "attempt_list")) {
+      int an = (int)num(a, "n");
+      if (an > attempts)
+        attempts = an;
+      const char *ast = str(a, "state");
+      if (!ast || (strcmp(ast, "starting") != 0 && strcmp(ast, "running") != 0))
+        continue;
+      char *why = orphan(a, owner);
+      int rc = store_attempt_end(st, run_id, name, an, "orphaned", -1, why,
+                                 now_wall(), NULL, err, errlen);
+      free(why);
+      if (rc != 0) {
+        free(pre);
+        return NULL;
+      }
+    }
+    pre[i].attempts = attempts;
+    pre[i].started = num(t, "started");
+    const char *state = str(t, "state");
+    if (state && strcmp(state, "success") == 0) {
+      pre[i].succeeded = 1;
+      pre[i].ended = num(t, "finished");
+      pre[i].outputs = task_outputs(t, run_dir, name);
+      pre[i].fingerprint = str(t, "fingerprint");
+    }
+  }
+  return pre;
+}

@@ -1,0 +1,41 @@
+/*
+ * resume: what `dagrun resume` and `dagrun cancel` learn from the run
+ * store before they act: whether the dagrun that runs a run is alive,
+ * which attempts its death left orphaned, and what each task starts from
+ * when the run goes on.
+ *
+ * A process is named by its pid and its start time (proc_start_time), so
+ * that a pid reused since it was recorded is not taken for it. Runs and
+ * attempts recorded without a start time (schema version 1) count as
+ * gone: their process cannot be told from a stranger with the same pid.
+ *
+ * Single-threaded; the functions block (they wait for killed processes).
+ */
+#ifndef DAGRUN_RESUME_H
+#define DAGRUN_RESUME_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+#include "dagfile/spec.h"
+#include "run/scheduler.h"
+#include "store.h"
+
+/* Whether the orchestrator recorded for run (a store_run object) is alive:
+ * 1 with its pid in *pid, else 0 (*pid: the recorded pid or 0). */
+int resume_owner_alive(const cJSON *run, int *pid);
+
+/* Prepares run (a store_run object, the run's DAG re-read as sp) to go on.
+ * Each attempt recorded "starting" or "running" is orphaned: a worker
+ * still alive has its process group stopped (SIGTERM, SIGKILL after a few
+ * seconds) and is waited for, so that no task runs twice at once; the
+ * attempt is recorded "orphaned" with the reason. Returns one preset per
+ * task of sp (caller frees the array; outputs point into run, which must
+ * outlive it): succeeded tasks with their outputs (recorded, else read
+ * from <run_dir>/<task>/outputs.json), the others to run again after
+ * their recorded attempts. NULL with a message in err when the DAG's tasks
+ * are not the run's or the store cannot be written. */
+sched_preset *resume_prepare(store *st, cJSON *run, const spec *sp, char *err,
+                             size_t errlen);
+
+#endif /* DAGRUN_RESUME_H */

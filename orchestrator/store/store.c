@@ -1,0 +1,903 @@
+#include "store.h"
+
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+/* Statements, prepared once per handle on first use. */
+#define STORE_STMTS(XX)                                                        \
+  XX(BEGIN, "BEGIN IMMEDIATE")                                                 \
+  XX(COMMIT, "COMMIT")                                                         \
+  XX(ROLLBACK, "ROLLBACK")                                                     \
+  XX(RUN_INSERT, "INSERT INTO runs(id, dag, dag_file, run_dir, state, "        \
+                 "started, params, trigger, logical_date, dag_sha256) "        \
+                 "VALUES(?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8, ?9)")      \
+  XX(RUN_FINISH, "UPDATE runs SET state = ?2, finished = ?3 WHERE id = ?1")    \
+  XX(TASK_INSERT, "INSERT INTO tasks(run_id, name, state, attempts) "          \
+                  "VALUES(?1, ?2, 'waiting', 0)")                              \
+  XX(TASK_SET, "UPDATE tasks SET state = ?3, attempts = ?4, exit_code = ?5, "  \
+               "error = ?6, started = coalesce(?7, started), "                 \
+               "finished = coalesce(?8, finished), "                           \
+               "outputs = coalesce(?9, outputs), "                             \
+               "fingerprint = coalesce(?10, fingerprint), "                    \
+               "cached_from = coalesce(?11, cached_from) "                     \
+               "WHERE run_id = ?1 AND name = ?2")                              \
+  XX(TASK_RUNNING, "UPDATE tasks SET state = 'running', attempts = ?3, "       \
+                   "started = coalesce(started, ?4) "                          \
+                   "WHERE run_id = ?1 AND name = ?2")                          \
+  XX(ATT_INSERT, "INSERT INTO attempts(run_id, task, n, state, started, log) " \
+                 "VALUES(?1, ?2, ?3, 'starting', ?4, ?5)")                     \
+  XX(ATT_PID, "UPDATE attempts SET pid = ?4, pid_start = ?5, "                 \
+              "state = 'running' WHERE run_id = ?1 AND task = ?2 AND n = ?3")  \
+  XX(RUN_CLAIM, "UPDATE runs SET state = 'running', finished = NULL, "         \
+                "orch_pid = ?2, orch_start = ?3 WHERE id = ?1 AND "            \
+                "orch_pid IS ?4 AND orch_start IS ?5")                         \
+  XX(ATT_END, "UPDATE attempts SET state = ?4, exit_code = ?5, error = ?6, "   \
+              "finished = ?7 WHERE run_id = ?1 AND task = ?2 AND n = ?3")      \
+  XX(RUNS_LIST,                                                                \
+     "SELECT r.id, r.dag, r.dag_file, r.run_dir, r.state, r.started, "         \
+     "r.finished, (SELECT count(*) FROM tasks t WHERE t.run_id = r.id), "      \
+     "(SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND "                \
+     "t.state IN ('success', 'cached')), r.trigger, r.logical_date, "          \
+     "r.orch_pid, r.orch_start FROM runs r "                                   \
+     "WHERE (?1 IS NULL OR r.dag = ?1) AND (?3 IS NULL OR r.state = ?3) "      \
+     "ORDER BY r.started DESC, r.id DESC LIMIT ?2")                            \
+  XX(RUN_FIND, "SELECT id, dag, dag_file, run_dir, state, started, finished, " \
+               "params, orch_pid, orch_start, trigger, logical_date, "         \
+               "dag_sha256 "                                                   \
+               "FROM runs WHERE substr(id, 1, "                                \
+               "length(?1)) = ?1 "                                             \
+               "ORDER BY id LIMIT 2")                                          \
+  XX(TASKS_OF, "SELECT name, state, attempts, exit_code, error, started, "     \
+               "finished, outputs, fingerprint, cached_from FROM tasks "       \
+               "WHERE run_id = ?1 ORDER BY rowid")                             \
+  XX(ATTS_OF, "SELECT n, pid, state, exit_code, error, started, finished, "    \
+              "log, pid_start FROM attempts WHERE run_id = ?1 AND task = ?2 "  \
+              "ORDER BY n")                                                    \
+  XX(TASK_EXISTS, "SELECT 1 FROM tasks WHERE run_id = ?1 AND name = ?2")       \
+  XX(CACHE_FIND, "SELECT t.run_id, t.name, t.outputs, r.run_dir FROM tasks t " \
+                 "JOIN runs r ON r.id = t.run_id WHERE t.fingerprint = ?1 "    \
+                 "AND t.state = 'success' AND r.run_dir IS NOT NULL "          \
+                 "ORDER BY t.finished DESC, t.rowid DESC")                     \
+  XX(ALERT_INSERT, "INSERT INTO alert_deliveries(run_id, time, event, task, "  \
+                   "attempt, try, status, error, duration_s, result, "         \
+                   "endpoint) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, " \
+                   "?11)")                                                     \
+  XX(ALERTS_OF, "SELECT time, event, task, attempt, try, status, error, "      \
+                "duration_s, result, endpoint FROM alert_deliveries "          \
+                "WHERE run_id = ?1 ORDER BY rowid")                            \
+  XX(CRON_GET, "SELECT last_fire FROM cron_state WHERE dag = ?1")              \
+  XX(CRON_SET, "INSERT INTO cron_state(dag, last_fire, updated) "              \
+               "VALUES(?1, ?2, ?3) ON CONFLICT(dag) DO UPDATE SET "            \
+               "last_fire = excluded.last_fire, updated = excluded.updated")
+
+enum {
+#define XX(name, sql) S_##name,
+  STORE_STMTS(XX)
+#undef XX
+      S_COUNT
+};
+
+static const char *const stmt_sql[] = {
+#define XX(name, sql) sql,
+    STORE_STMTS(XX)
+#undef XX
+};
+
+struct store {
+  sqlite3 *db;
+  char *path;
+  sqlite3_stmt *stmt[S_COUNT];
+};
+
+/* The tables version 4 added, in both the new schema and the migration. */
+#define V4_TABLES_SQL                                                          \
+  "CREATE TABLE alert_deliveries(\n"                                           \
+  "  run_id TEXT NOT NULL,\n"                                                  \
+  "  time REAL NOT NULL,\n"                                                    \
+  "  event TEXT NOT NULL,\n"                                                   \
+  "  task TEXT,\n"                                                             \
+  "  attempt INTEGER,\n"                                                       \
+  "  try INTEGER NOT NULL,\n"                                                  \
+  "  status INTEGER,\n"                                                        \
+  "  error TEXT,\n"                                                            \
+  "  duration_s REAL,\n"                                                       \
+  "  result TEXT NOT NULL,\n"                                                  \
+  "  endpoint TEXT\n"                                                          \
+  ");\n"                                                                       \
+  "CREATE INDEX alert_deliveries_run ON alert_deliveries(run_id);\n"           \
+  "CREATE TABLE cron_state(\n"                                                 \
+  "  dag TEXT PRIMARY KEY,\n"                                                  \
+  "  last_fire INTEGER NOT NULL,\n"                                            \
+  "  updated REAL\n"                                                           \
+  ");\n"
+
+static const char schema_sql[] =
+    "CREATE TABLE runs(\n"
+    "  id TEXT PRIMARY KEY,\n"
+    "  dag TEXT NOT NULL,\n"
+    "  dag_file TEXT,\n"
+    "  run_dir TEXT,\n"
+    "  state TEXT NOT NULL,\n"
+    "  started REAL,\n"
+    "  finished REAL,\n"
+    "  params TEXT,\n"
+    "  orch_pid INTEGER,\n"
+    "  orch_start INTEGER,\n"
+    "  trigger TEXT,\n"
+    "  logical_date REAL,\n"
+    "  dag_sha256 TEXT\n"
+    ");\n"
+    "CREATE INDEX runs_dag_started ON runs(dag, started);\n"
+    "CREATE INDEX runs_started ON runs(started);\n"
+    "CREATE TABLE tasks(\n"
+    "  run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "  name TEXT NOT NULL,\n"
+    "  state TEXT NOT NULL,\n"
+    "  attempts INTEGER NOT NULL DEFAULT 0,\n"
+    "  exit_code INTEGER,\n"
+    "  error TEXT,\n"
+    "  started REAL,\n"
+    "  finished REAL,\n"
+    "  outputs TEXT,\n"
+    "  fingerprint TEXT,\n"
+    "  cached_from TEXT,\n"
+    "  PRIMARY KEY(run_id, name)\n"
+    ");\n"
+    "CREATE INDEX tasks_fingerprint ON tasks(fingerprint);\n"
+    "CREATE TABLE attempts(\n"
+    "  run_id TEXT NOT NULL,\n"
+    "  task TEXT NOT NULL,\n"
+    "  n INTEGER NOT NULL,\n"
+    "  pid INTEGER,\n"
+    "  state TEXT NOT NULL,\n"
+    "  exit_code INTEGER,\n"
+    "  error TEXT,\n"
+    "  started REAL,\n"
+    "  finished REAL,\n"
+    "  log TEXT,\n"
+    "  pid_start INTEGER,\n"
+    "  PRIMARY KEY(run_id, task, n),\n"
+    "  FOREIGN KEY(run_id, task) REFERENCES tasks(run_id, name)\n"
+    "    ON DELETE CASCADE\n"
+    ");\n" V4_TABLES_SQL;
+
+/* Version 1 -> 2: who runs a run (the orchestrator's pid and process start
+ * time, against pid reuse) and each attempt's process start time. */
+static const char migrate_v1_sql[] =
+    "ALTER TABLE runs ADD COLUMN orch_pid INTEGER;\n"
+    "ALTER TABLE runs ADD COLUMN orch_start INTEGER;\n"
+    "ALTER TABLE attempts ADD COLUMN pid_start INTEGER;\n";
+
+/* Version 2 -> 3: the fingerprint cache (each task's fingerprint, and for a
+ * cached task the run its outputs came from). */
+static const char migrate_v2_sql[] =
+    "ALTER TABLE tasks ADD COLUMN fingerprint TEXT;\n"
+    "ALTER TABLE tasks ADD COLUMN cached_from TEXT;\n"
+    "CREATE INDEX tasks_fingerprint ON tasks(fingerprint);\n";
+
+/* Version 3 -> 4: how a run was started (trigger, logical date), alert
+ * deliveries, and each scheduled DAG's last cron fire time (dagrun serve). */
+static const char migrate_v3_sql[] =
+    "ALTER TABLE runs ADD COLUMN trigger TEXT;\n"
+    "ALTER TABLE runs ADD COLUMN logical_date REAL;\n"
+    "ALTER TABLE runs ADD COLUMN dag_sha256 TEXT;\n" V4_TABLES_SQL;
+
+static int fail(store *st, int rc, char *err, size_t errlen, const char *what) {
+  snprintf(err, errlen, "run store %s: %s: %s", st->path, what,
+           st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
+  return DR_ESTORE;
+}
+
+static int exec_sql(store *st, const char *sql, char *err, size_t errlen) {
+  int rc = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
+  return rc == SQLITE_OK ? 0 : fail(st, rc, err, errlen, sql);
+}
+
+static sqlite3_stmt *stmt(store *st, int which, char *err, size_t errlen) {
+  if (!st->stmt[which]) {
+    int rc =
+        sqlite3_prepare_v3(st->db, stmt_sql[which], -1,
+                           SQLITE_PREPARE_PERSISTENT, &st->stmt[which], NULL);
+    if (rc != SQLITE_OK) {
+      fail(st, rc, err, errlen, "preparing a statement");
+      return NULL;
+    }
+  }
+  sqlite3_reset(st->stmt[which]);
+  sqlite3_clear_bindings(st->stmt[which]);
+  return st->stmt[which];
+}
+
+char *store_default_path(void) {
+  const char *home = getenv("DAGRUN_HOME");
+  if (home && *home)
+    return path_join(home, "state.db");
+  return xstrdup(".dagrun/state.db");
+}
+
+const char *store_path(const store *st) { return st->path; }
+
+void store_close(store *st) {
+  if (!st)
+    return;
+  for (int i = 0; i < S_COUNT; i++)
+    sqlite3_finalize(st->stmt[i]);
+  sqlite3_close(st->db);
+  free(st->path);
+  free(st);
+}
+
+static int read_version(store *st, int *v, char *err, size_t errlen) {
+  sqlite3_stmt *s;
+  int rc = sqlite3_prepare_v2(st->db, "PRAGMA user_version", -1, &s, NULL);
+  if (rc != SQLITE_OK)
+    return fail(st, rc, err, errlen, "reading the schema version");
+  rc = sqlite3_step(s);
+  *v = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : 0;
+  sqlite3_finalize(s);
+  return rc == SQLITE_ROW
+             ? 0
+             : fail(st, rc, err, errlen, "reading the schema version");
+}
+
+/* Creates the schema in an empty database, or checks the version of an
+ * existing one. Under BEGIN IMMEDIATE, so two processes that open a new
+ * database at once do not both create it. */
+static int init_schema(store *st, char *err, size_t errlen) {
+  int v, rc;
+  if ((rc = exec_sql(st, "BEGIN IMMEDIATE", err, errlen)) != 0)
+    return rc;
+  if ((rc = read_version(st, &v, err, errlen)) != 0)
+    goto out;
+  if (v > STORE_SCHEMA_VERSION) {
+    snprintf(err, errlen,
+             "run store %s has schema version %d, newer than this dagrun "
+             "understands (%d): use a newer dagrun, or set DAGRUN_HOME to "
+             "another directory",
+             st->path, v, STORE_SCHEMA_VERSION);
+    rc = DR_EVERSION;
+    goto out;
+  }
+  if (v == 0 && (rc = exec_sql(st, schema_sql, err, errlen)) != 0)
+    goto out;
+  if (v == 1 && (rc = exec_sql(st, migrate_v1_sql, err, errlen)) != 0)
+    goto out;
+  if (v >= 1 && v <= 2 && (rc = exec_sql(st, migrate_v2_sql, err, errlen)) != 0)
+    goto out;
+  if (v >= 1 && v <= 3 && (rc = exec_sql(st, migrate_v3_sql, err, errlen)) != 0)
+    goto out;
+  if (v < STORE_SCHEMA_VERSION) {
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", STORE_SCHEMA_VERSION);
+    if ((rc = exec_sql(st, sql, err, errlen)) != 0)
+      goto out;
+  }
+  return exec_sql(st, "COMMIT", err, errlen);
+out:
+  sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+  return rc;
+}
+
+int store_open(const char *path, int create, store **out, char *err,
+               size_t errlen) {
+  *out = NULL;
+  store *st = xcalloc(1, sizeof(*st));
+  st->path = xstrdup(path);
+  if (create) {
+    char *dir = path_dirname(path);
+    int rc = mkdir_p(dir, 0755);
+    if (rc != 0) {
+      snprintf(err, errlen, "run store %s: cannot create directory %s: %s",
+               path, dir, strerror(errno));
+      free(dir);
+      store_close(st);
+      return DR_ESTORE;
+    }
+    free(dir);
+  }
+  int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0);
+  int rc = sqlite3_open_v2(path, &st->db, flags, NULL);
+  if (rc != SQLITE_OK) {
+    int missing = !create && rc == SQLITE_CANTOPEN;
+    fail(st, rc, err, errlen, "cannot open");
+    store_close(st);
+    return missing ? DR_ENOENT : DR_ESTORE;
+  }
+  sqlite3_extended_result_codes(st->db, 1);
+  /* Waits for another process's write rather than failing at once. */
+  sqlite3_busy_timeout(st->db, 10000);
+  if ((rc = exec_sql(st, "PRAGMA foreign_keys = ON", err, errlen)) != 0 ||
+      (rc = exec_sql(st, "PRAGMA journal_mode = WAL", err, errlen)) != 0 ||
+      (rc = exec_sql(st, "PRAGMA synchronous = FULL", err, errlen)) != 0 ||
+      (rc = init_schema(st, err, errlen)) != 0) {
+    store_close(st);
+    return rc;
+  }
+  /* journal_mode=WAL fails silently (returns the old mode) on a file that
+   * is not a database; init_schema would have caught that. */
+  *out = st;
+  return 0;
+}
+
+/* Transactions around each write. */
+static int begin(store *st, char *err, size_t errlen) {
+  sqlite3_stmt *s = stmt(st, S_BEGIN, err, errlen);
+  if (!s)
+    return DR_ESTORE;
+  int rc = sqlite3_step(s);
+  sqlite3_reset(s);
+  return rc == SQLITE_DONE ? 0 : fail(st, rc, err, errlen, "BEGIN");
+}
+
+static int commit(store *st, int rc, char *err, size_t errlen) {
+  sqlite3_stmt *s = stmt(st, rc == 0 ? S_COMMIT : S_ROLLBACK, err, errlen);
+  if (!s)
+    return DR_ESTORE;
+  int src = sqlite3_step(s);
+  sqlite3_reset(s);
+  if (rc != 0) /* the first error's message stays in err */
+    return rc;
+  if (src != SQLITE_DONE) {
+    fail(st, src, err, errlen, "COMMIT");
+    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    return DR_ESTORE;
+  }
+  return 0;
+}
+
+static void bind_text(sqlite3_stmt *s, int i, const char *v) {
+  if (v)
+    sqlite3_bind_text(s, i, v, -1, SQLITE_TRANSIENT);
+  else
+    sqlite3_bind_null(s, i);
+}
+
+static void bind_time(sqlite3_stmt *s, int i, double t) {
+  if (t > 0)
+    sqlite3_bind_double(s, i, t);
+  else
+    sqlite3_bind_null(s, i);
+}
+
+static void bind_code(sqlite3_stmt *s, int i, int code) {
+  if (code >= 0)
+    sqlite3_bind_int(s, i, code);
+  else
+    sqlite3_bind_null(s, i);
+}
+
+static void bind_i64(sqlite3_stmt *s, int i, long long v) {
+  if (v > 0)
+    sqlite3_bind_int64(s, i, v);
+  else
+    sqlite3_bind_null(s, i);
+}
+
+/* Steps a bound write statement to its end; with must_change, a statement
+ * that changed no row is an error (a task or attempt never recorded). */
+static int step_write(store *st, sqlite3_stmt *s, int must_change,
+                      const char *what, char *err, size_t errlen) {
+  int rc = sqlite3_step(s);
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE)
+    return fail(st, rc, err, errlen, what);
+  if (must_change && sqlite3_changes(st->db) == 0) {
+    snprintf(err, errlen, "run store %s: %s: no such row", st->path, what);
+    return DR_ESTORE;
+  }
+  return 0;
+}
+
+int store_run_begin(store *st, const char *id, const char *dag,
+                    const char *dag_file, const char *run_dir, double started,
+                    const char *params_json, const char *trigger,
+                    double logical_date, const char *dag_sha256,
+                    const char *const *tasks, size_t n_tasks, char *err,
+                    size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  sqlite3_stmt *s = stmt(st, S_RUN_INSERT, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+    goto out;
+  }
+  bind_text(s, 1, id);
+  bind_text(s, 2, dag);
+  bind_text(s, 3, dag_file);
+  bind_text(s, 4, run_dir);
+  bind_time(s, 5, started);
+  bind_text(s, 6, params_json);
+  bind_text(s, 7, trigger);
+  bind_time(s, 8, logical_date);
+  bind_text(s, 9, dag_sha256);
+  if ((rc = step_write(st, s, 1, "recording a run", err, errlen)) != 0)
+    goto out;
+  for (size_t i = 0; i < n_tasks; i++) {
+    if (!(s = stmt(st, S_TASK_INSERT, err, errlen))) {
+      rc = DR_ESTORE;
+      goto out;
+    }
+    bind_text(s, 1, id);
+    bind_text(s, 2, tasks[i]);
+    if ((rc = step_write(st, s, 1, "recording a task", err, errlen)) != 0)
+      goto out;
+  }
+out:
+  return commit(st, rc, err, errlen);
+}
+
+int store_run_finish(store *st, const char *id, const char *state,
+                     double finished, char *err, size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  sqlite3_stmt *s = stmt(st, S_RUN_FINISH, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+  } else {
+    bind_text(s, 1, id);
+    bind_text(s, 2, state);
+    bind_time(s, 3, finished);
+    rc = step_write(st, s, 1, "recording the end of a run", err, errlen);
+  }
+  return commit(st, rc, err, errlen);
+}
+
+int store_run_claim(store *st, const char *id, int pid, long long pid_start,
+                    int old_pid, long long old_start, char *err,
+                    size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  sqlite3_stmt *s = stmt(st, S_RUN_CLAIM, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+  } else {
+    bind_text(s, 1, id);
+    sqlite3_bind_int(s, 2, pid);
+    bind_i64(s, 3, pid_start);
+    bind_i64(s, 4, old_pid);
+    bind_i64(s, 5, old_start);
+    rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    if (rc != SQLITE_DONE) {
+      rc = fail(st, rc, err, errlen, "claiming a run");
+    } else if (sqlite3_changes(st->db) == 0) {
+      snprintf(err, errlen, "run %s was claimed by another dagrun", id);
+      rc = DR_EBUSY;
+    } else {
+      rc = 0;
+    }
+  }
+  return commit(st, rc, err, errlen);
+}
+
+/* The task update inside an open transaction. */
+static int task_set(store *st, const char *run_id, const char *task,
+                    const store_task_update *u, char *err, size_t errlen) {
+  sqlite3_stmt *s = stmt(st, S_TASK_SET, err, errlen);
+  if (!s)
+    return DR_ESTORE;
+  bind_text(s, 1, run_id);
+  bind_text(s, 2, task);
+  bind_text(s, 3, u->state);
+  sqlite3_bind_int(s, 4, u->attempts);
+  bind_code(s, 5, u->exit_code);
+  bind_text(s, 6, u->error);
+  bind_time(s, 7, u->started);
+  bind_time(s, 8, u->finished);
+  bind_text(s, 9, u->outputs_json);
+  bind_text(s, 10, u->fingerprint);
+  bind_text(s, 11, u->cached_from);
+  return step_write(st, s, 1, "recording a task's state", err, errlen);
+}
+
+int store_task_set(store *st, const char *run_id, const char *task,
+                   const store_task_update *u, char *err, size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  rc = task_set(st, run_id, task, u, err, errlen);
+  return commit(st, rc, err, errlen);
+}
+
+int store_attempt_begin(store *st, const char *run_id, const char *task, int n,
+                        const char *log_path, double started, char *err,
+                        size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  sqlite3_stmt *s = stmt(st, S_ATT_INSERT, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+    goto out;
+  }
+  bind_text(s, 1, run_id);
+  bind_text(s, 2, task);
+  sqlite3_bind_int(s, 3, n);
+  bind_time(s, 4, started);
+  bind_text(s, 5, log_path);
+  if ((rc = step_write(st, s, 1, "recording an attempt", err, errlen)) != 0)
+    goto out;
+  if (!(s = stmt(st, S_TASK_RUNNING, err, errlen))) {
+    rc = DR_ESTORE;
+    goto out;
+  }
+  bind_text(s, 1, run_id);
+  bind_text(s, 2, task);
+  sqlite3_bind_int(s, 3, n);
+  bind_time(s, 4, started);
+  rc = step_write(st, s, 1, "recording a task's state", err, errlen);
+out:
+  return commit(st, rc, err, errlen);
+}
+
+int store_attempt_pid(store *st, const char *run_id, const char *task, int n,
+                      int pid, long long pid_start, char *err, size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  sqlite3_stmt *s = stmt(st, S_ATT_PID, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+  } else {
+    bind_text(s, 1, run_id);
+    bind_text(s, 2, task);
+    sqlite3_bind_int(s, 3, n);
+    sqlite3_bind_int(s, 4, pid);
+    bind_i64(s, 5, pid_start);
+    rc = step_write(st, s, 1, "recording an attempt's pid", err, errlen);
+  }
+  return commit(st, rc, err, errlen);
+}
+
+int store_attempt_end(store *st, const char *run_id, const char *task, int n,
+                      const char *state, int exit_code, const char *error,
+                      double finished, const store_task_update *task_u,
+                      char *err, size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  sqlite3_stmt *s = stmt(st, S_ATT_END, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+  } else {
+    bind_text(s, 1, run_id);
+    bind_text(s, 2, task);
+    sqlite3_bind_int(s, 3, n);
+    bind_text(s, 4, state);
+    bind_code(s, 5, exit_code);
+    bind_text(s, 6, error);
+    bind_time(s, 7, finished);
+    rc = step_write(st, s, 1, "recording the end of an attempt", err, errlen);
+  }
+  if (rc == 0 && task_u)
+    rc = task_set(st, run_id, task, task_u, err, errlen);
+  return commit(st, rc, err, errlen);
+}
+
+/* Reading: column i of the current row into obj under key, by type; a
+ * NULL column adds nothing. json: the text is JSON, parsed. */
+static void add_col(cJSON *obj, sqlite3_stmt *s, int i, const char *key,
+                    int json) {
+  switch (sqlite3_column_type(s, i)) {
+  case SQLITE_NULL:
+    return;
+  case SQLITE_INTEGER:
+  case SQLITE_FLOAT:
+    cJSON_AddNumberToObject(obj, key, sqlite3_column_double(s, i));
+    return;
+  default: {
+    const char *z = (const char *)sqlite3_column_text(s, i);
+    cJSON *v = json && z ? cJSON_Parse(z) : NULL;
+    if (v)
+      cJSON_AddItemToObject(obj, key, v);
+    else
+      cJSON_AddStringToObject(obj, key, z ? z : "");
+  }
+  }
+}
+
+/* Steps s to its end, adding one object per row to arr (keys name the
+ * columns in order; column json_col, or none when -1, holds JSON text).
+ * 0, or -1 with err saying it failed while `what`. */
+static int rows_into(store *st, sqlite3_stmt *s, cJSON *arr,
+                     const char *const *keys, int nkeys, int json_col,
+                     const char *what, char *err, size_t errlen) {
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; i < nkeys; i++)
+      add_col(o, s, i, keys[i], i == json_col);
+    cJSON_AddItemToArray(arr, o);
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) {
+    fail(st, rc, err, errlen, what);
+    return -1;
+  }
+  return 0;
+}
+
+cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
+                  char *err, size_t errlen) {
+  static const char *const keys[] = {
+      "id",          "dag",          "dag_file",        "run_dir",
+      "state",       "started",      "finished",        "tasks_total",
+      "tasks_succeeded", "trigger",  "logical_date",    "orch_pid",
+      "orch_start"};
+  sqlite3_stmt *s = stmt(st, S_RUNS_LIST, err, errlen);
+  if (!s)
+    return NULL;
+  bind_text(s, 1, dag);
+  sqlite3_bind_int(s, 2, limit > 0 ? limit : -1);
+  bind_text(s, 3, state);
+  cJSON *arr = cJSON_CreateArray();
+  if (rows_into(st, s, arr, keys, 13, -1, "listing runs", err, errlen) != 0) {
+    cJSON_Delete(arr);
+    return NULL;
+  }
+  return arr;
+}
+
+static const char *const att_keys[] = {"n",         "pid",   "state",
+                                       "exit_code", "error", "started",
+                                       "finished",  "log",   "pid_start"};
+
+/* The attempts of a task, in order, as an array; NULL on error. */
+static cJSON *attempts_of(store *st, const char *run_id, const char *task,
+                          char *err, size_t errlen) {
+  sqlite3_stmt *s = stmt(st, S_ATTS_OF, err, errlen);
+  if (!s)
+    return NULL;
+  bind_text(s, 1, run_id);
+  bind_text(s, 2, task);
+  cJSON *arr = cJSON_CreateArray();
+  if (rows_into(st, s, arr, att_keys, 9, -1, "reading attempts", err,
+                errlen) != 0) {
+    cJSON_Delete(arr);
+    return NULL;
+  }
+  return arr;
+}
+
+/* Reads are one transaction each, so a run, its tasks and their attempts
+ * are one consistent snapshot while a writer goes on (WAL). */
+cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
+                 size_t errlen) {
+  static const char *const keys[] = {
+      "id",      "dag",      "dag_file", "run_dir",  "state",
+      "started", "finished", "params",   "orch_pid", "orch_start",
+      "trigger", "logical_date", "dag_sha256"};
+  static const char *const task_keys[] = {
+      "name",    "state",    "attempts", "exit_code",   "error",
+      "started", "finished", "outputs",  "fingerprint", "cached_from"};
+  cJSON *run = NULL;
+  *rc = DR_ESTORE;
+  if (exec_sql(st, "BEGIN", err, errlen) != 0)
+    return NULL;
+  sqlite3_stmt *s = stmt(st, S_RUN_FIND, err, errlen);
+  if (!s)
+    goto out;
+  bind_text(s, 1, id_prefix);
+  cJSON *found = cJSON_CreateArray();
+  if (rows_into(st, s, found, keys, 13, 7, "finding a run", err, errlen) !=
+      0) {
+    cJSON_Delete(found);
+    goto bad;
+  }
+  int n = cJSON_GetArraySize(found);
+  run = n > 0 ? cJSON_DetachItemFromArray(found, 0) : NULL;
+  cJSON_Delete(found);
+  if (n == 0) {
+    snprintf(err, errlen, "no run '%s' in %s", id_prefix, st->path);
+    *rc = DR_ENOENT;
+    goto out;
+  }
+  if (n > 1) {
+    snprintf(err, errlen, "'%s' names more than one run; give more of the id",
+             id_prefix);
+    *rc = DR_EINVAL;
+    goto bad;
+  }
+  char *id = xstrdup(cJSON_GetObjectItem(run, "id")->valuestring);
+  cJSON *tasks = cJSON_AddArrayToObject(run, "tasks");
+  if (!(s = stmt(st, S_TASKS_OF, err, errlen))) {
+    free(id);
+    goto bad;
+  }
+  bind_text(s, 1, id);
+  if (rows_into(st, s, tasks, task_keys, 10, 7, "reading tasks", err,
+                errlen) != 0) {
+    free(id);
+    goto bad;
+  }
+  for (cJSON *t = tasks->child; t; t = t->next) {
+    cJSON *a = attempts_of(st, id, cJSON_GetObjectItem(t, "name")->valuestring,
+                           err, errlen);
+    if (!a) {
+      free(id);
+      goto bad;
+    }
+    cJSON_AddItemToObject(t, "attempt_list", a);
+  }
+  free(id);
+  *rc = 0;
+  goto out;
+bad:
+  cJSON_Delete(run);
+  run = NULL;
+out:
+  sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL);
+  if (*rc != 0) {
+    cJSON_Delete(run);
+    run = NULL;
+  }
+  return run;
+}
+
+cJSON *store_attempt(store *st, const char *run_id, const char *task, int n,
+                     int *rc, char *err, size_t errlen) {
+  *rc = DR_ESTORE;
+  sqlite3_stmt *s = stmt(st, S_TASK_EXISTS, err, errlen);
+  if (!s)
+    return NULL;
+  bind_text(s, 1, run_id);
+  bind_text(s, 2, task);
+  int src = sqlite3_step(s);
+  sqlite3_reset(s);
+  if (src != SQLITE_ROW && src != SQLITE_DONE) {
+    fail(st, src, err, errlen, "finding a task");
+    return NULL;
+  }
+  if (src == SQLITE_DONE) {
+    snprintf(err, errlen, "run %s has no task '%s'", run_id, task);
+    *rc = DR_ENOENT;
+    return NULL;
+  }
+  cJSON *all = attempts_of(st, run_id, task, err, errlen);
+  if (!all)
+    return NULL;
+  int count = cJSON_GetArraySize(all);
+  cJSON *pick = NULL;
+  if (n <= 0 && count > 0)
+    pick = cJSON_DetachItemFromArray(all, count - 1);
+  for (int i = 0; n > 0 && i < count && !pick; i++) {
+    cJSON *a = cJSON_GetArrayItem(all, i);
+    if ((int)cJSON_GetObjectItem(a, "n")->valuedouble == n)
+      pick = cJSON_DetachItemFromArray(all, i);
+  }
+  cJSON_Delete(all);
+  if (!pick) {
+    if (n > 0)
+      snprintf(err, errlen, "task '%s' of run %s has no attempt %d", task,
+               run_id, n);
+    else
+      snprintf(err, errlen, "task '%s' of run %s has not started yet", task,
+               run_id);
+    *rc = DR_ENOENT;
+    return NULL;
+  }
+  *rc = 0;
+  return pick;
+}
+
+int store_cache_find(store *st, const char *fingerprint,
+                     int (*usable)(void *ud, const char *run_dir,
+                                   const char *task, const cJSON *outputs),
+                     void *ud, char **run_id, char **out_dir, cJSON **outputs,
+                     char *err, size_t errlen) {
+  *run_id = *out_dir = NULL;
+  *outputs = NULL;
+  sqlite3_stmt *s = stmt(st, S_CACHE_FIND, err, errlen);
+  if (!s)
+    return DR_ESTORE;
+  bind_text(s, 1, fingerprint);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    const char *rid = (const char *)sqlite3_column_text(s, 0);
+    const char *name = (const char *)sqlite3_column_text(s, 1);
+    const char *oj = (const char *)sqlite3_column_text(s, 2);
+    const char *dir = (const char *)sqlite3_column_text(s, 3);
+    cJSON *o = oj ? cJSON_Parse(oj) : cJSON_CreateObject();
+    if (!o || !cJSON_IsObject(o) || !rid || !name || !dir ||
+        !usable(ud, dir, name, o)) {
+      cJSON_Delete(o);
+      continue;
+    }
+    char *task_dir = path_join(dir, name);
+    *out_dir = path_join(task_dir, "out");
+    free(task_dir);
+    *run_id = xstrdup(rid);
+    *outputs = o;
+    sqlite3_reset(s);
+    return 1;
+  }
+  sqlite3_reset(s);
+  return rc == SQLITE_DONE ? 0
+                           : fail(st, rc, err, errlen, "looking up the cache");
+}
+
+int store_alert_record(store *st, const char *run_id,
+                       const store_alert_delivery *d, char *err,
+                       size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  sqlite3_stmt *s = stmt(st, S_ALERT_INSERT, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+  } else {
+    bind_text(s, 1, run_id);
+    sqlite3_bind_double(s, 2, d->time);
+    bind_text(s, 3, d->event);
+    bind_text(s, 4, d->task);
+    bind_i64(s, 5, d->attempt);
+    sqlite3_bind_int(s, 6, d->try_n);
+    bind_i64(s, 7, d->http_status);
+    bind_text(s, 8, d->error);
+    sqlite3_bind_double(s, 9, d->duration_s);
+    bind_text(s, 10, d->result);
+    bind_text(s, 11, d->endpoint);
+    rc = step_write(st, s, 1, "recording an alert delivery", err, errlen);
+  }
+  return commit(st, rc, err, errlen);
+}
+
+cJSON *store_alerts(store *st, const char *run_id, char *err, size_t errlen) {
+  static const char *const keys[] = {"time",     "event",  "task",
+                                     "attempt",  "try",    "status",
+                                     "error",    "duration_s", "result",
+                                     "endpoint"};
+  sqlite3_stmt *s = stmt(st, S_ALERTS_OF, err, errlen);
+  if (!s)
+    return NULL;
+  bind_text(s, 1, run_id);
+  cJSON *arr = cJSON_CreateArray();
+  if (rows_into(st, s, arr, keys, 10, -1, "reading alert deliveries", err,
+                errlen) != 0) {
+    cJSON_Delete(arr);
+    return NULL;
+  }
+  return arr;
+}
+
+int store_cron_get(store *st, const char *dag, long long *last_fire,
+                   char *err, size_t errlen) {
+  sqlite3_stmt *s = stmt(st, S_CRON_GET, err, errlen);
+  if (!s)
+    return DR_ESTORE;
+  bind_text(s, 1, dag);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW)
+    *last_fire = sqlite3_column_int64(s, 0);
+  sqlite3_reset(s);
+  if (rc == SQLITE_ROW)
+    return 0;
+  if (rc == SQLITE_DONE)
+    return DR_ENOENT;
+  return fail(st, rc, err, errlen, "reading a cron trigger's state");
+}
+
+int store_cron_set(store *st, const char *dag, long long last_fire,
+                   double now, char *err, size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  sqlite3_stmt *s = stmt(st, S_CRON_SET, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+  } else {
+    bind_text(s, 1, dag);
+    sqlite3_bind_int64(s, 2, last_fire);
+    sqlite3_bind_double(s, 3, now);
+    rc = step_write(st, s, 1, "recording a cron trigger's state", err, errlen);
+  }
+  return commit(st, rc, err, errlen);
+}

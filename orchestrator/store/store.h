@@ -1,0 +1,190 @@
+/*
+ * store: the run history, a SQLite database (WAL mode).
+ *
+ * Where: $DAGRUN_HOME/state.db, else .dagrun/state.db under the current
+ * directory. One row per run, per task of a run and per attempt of a task:
+ *
+ *   runs     (id, dag, dag_file, run_dir, state, started, finished, params,
+ *             orch_pid, orch_start, trigger, logical_date, dag_sha256)
+ *   tasks    (run_id, name, state, attempts, exit_code, error, started,
+ *             finished, outputs, fingerprint, cached_from)
+ *   attempts (run_id, task, n, pid, state, exit_code, error, started,
+ *             finished, log, pid_start)
+ *   alert_deliveries (run_id, time, event, task, attempt, try, status,
+ *             error, duration_s, result, endpoint)
+ *   cron_state (dag, last_fire, updated)
+ *
+ * Times are wall-clock seconds since the epoch (REAL, NULL when unknown);
+ * params and outputs are JSON text; exit_code is NULL when there is none.
+ * A task's fingerprint (hex SHA-256, see scheduler.h) is indexed for the
+ * cache; cached_from is, for a task in state "cached", the run whose task
+ * it reused. Schema history: v2 added orch_pid, orch_start, pid_start;
+ * v3 fingerprint and cached_from; v4 trigger, logical_date and dag_sha256 (of the DAG file
+ * when the run began, for resume to notice an edited file), the
+ * alert_deliveries and cron_state tables (older databases are migrated on
+ * open). A run's trigger says what started it: "manual" (`dagrun run`),
+ * "cron" or "api" (`dagrun serve`), "backfill"; its logical_date is the
+ * schedule time it stands for (cron and backfill runs), else NULL.
+ * An attempt's state is "starting" (recorded before its process is
+ * spawned: pid NULL), "running" (spawned, pid set), then "success",
+ * "failed" or "cancelled".
+ *
+ * Durability: synchronous=FULL. In WAL mode NORMAL is safe against a crash
+ * of dagrun but may drop the last commits on a power cut or kernel crash;
+ * the store's promise is that a state change is on disk before it is acted
+ * on (a task recorded "success" before its downstream starts), which only
+ * FULL keeps. The cost is one fsync per state change: negligible next to
+ * starting a process.
+ *
+ * Every write runs in its own transaction (BEGIN IMMEDIATE, so that
+ * concurrent writers wait on busy_timeout instead of failing on a lock
+ * upgrade). Errors return DR_ESTORE (DR_EVERSION for a database written by
+ * a newer dagrun) with sqlite3_errmsg and the database's path in err.
+ *
+ * A store handle is used by one thread at a time; several processes may
+ * open the same database (each `dagrun run` writes, `dagrun runs` and
+ * `status` read while runs write).
+ */
+#ifndef DAGRUN_STORE_H
+#define DAGRUN_STORE_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+/* The schema this dagrun writes (PRAGMA user_version). */
+#define STORE_SCHEMA_VERSION 4
+
+typedef struct store store;
+
+/* The database path from the environment: $DAGRUN_HOME/state.db, or
+ * .dagrun/state.db. Caller frees. */
+char *store_default_path(void);
+
+/* Opens the database at path. With create, makes its directory and the
+ * file and schema if missing; without, a missing file is DR_ENOENT. A
+ * database with a newer schema is refused with DR_EVERSION. Returns 0 with
+ * *out (close with store_close) or an error with a message in err. */
+int store_open(const char *path, int create, store **out, char *err,
+               size_t errlen);
+/* Closes the database; NULL is a no-op. */
+void store_close(store *st);
+/* The path it was opened with; valid while st is open. */
+const char *store_path(const store *st);
+
+/* Records a new run in state "running" and its tasks in state "waiting",
+ * in one transaction. params_json, trigger and dag_sha256 may be NULL,
+ * logical_date 0 (none). */
+int store_run_begin(store *st, const char *id, const char *dag,
+                    const char *dag_file, const char *run_dir, double started,
+                    const char *params_json, const char *trigger,
+                    double logical_date, const char *dag_sha256,
+                    const char *const *tasks, size_t n_tasks, char *err,
+                    size_t errlen);
+/* Sets the run's final state and end time. */
+int store_run_finish(store *st, const char *id, const char *state,
+                     double finished, char *err, size_t errlen);
+
+/* Makes pid (started at pid_start) the run's orchestrator and the run
+ * "running" again (finished cleared), provided the recorded orchestrator
+ * is still old_pid/old_start (0: none recorded): two dagruns that claim a
+ * run at once cannot both win. DR_EBUSY when another claimed it first. */
+int store_run_claim(store *st, const char *id, int pid, long long pid_start,
+                    int old_pid, long long old_start, char *err,
+                    size_t errlen);
+
+/* A task's row after a state change. exit_code < 0: none; error,
+ * outputs_json may be NULL; started/finished <= 0: left as they are. */
+typedef struct store_task_update {
+  const char *state;
+  int attempts;
+  int exit_code;
+  const char *error;
+  double started, finished;
+  const char *outputs_json;
+  const char *fingerprint; /* NULL: left as it is */
+  const char *cached_from; /* NULL: left as it is */
+} store_task_update;
+int store_task_set(store *st, const char *run_id, const char *task,
+                   const store_task_update *u, char *err, size_t errlen);
+
+/* Attempt n of a task is about to start: recorded "starting", and the task
+ * "running" with n attempts, in one transaction. */
+int store_attempt_begin(store *st, const char *run_id, const char *task, int n,
+                        const char *log_path, double started, char *err,
+                        size_t errlen);
+/* The attempt's process was spawned: state "running", pid and its start
+ * time (0: unknown). */
+int store_attempt_pid(store *st, const char *run_id, const char *task, int n,
+                      int pid, long long pid_start, char *err, size_t errlen);
+/* The attempt is over. exit_code < 0: none; error may be NULL. With
+ * task_u, the task's new row is written in the same transaction, so that
+ * no reader sees the attempt over and the task still running. */
+int store_attempt_end(store *st, const char *run_id, const char *task, int n,
+                      const char *state, int exit_code, const char *error,
+                      double finished, const store_task_update *task_u,
+                      char *err, size_t errlen);
+
+/* The fingerprint cache: the newest task in state "success" (any run,
+ * any dag) whose fingerprint is fingerprint and for which usable(ud,
+ * run_dir, task name, outputs) says yes (non-zero). Returns 1 with *run_id,
+ * *out_dir (the task's out/ directory) and *outputs (caller frees all
+ * three), 0 when there is none, or DR_ESTORE. */
+int store_cache_find(store *st, const char *fingerprint,
+                     int (*usable)(void *ud, const char *run_dir,
+                                   const char *task, const cJSON *outputs),
+                     void *ud, char **run_id, char **out_dir, cJSON **outputs,
+                     char *err, size_t errlen);
+
+/* Reading. Each returns a new cJSON (caller frees) or NULL with err set.
+ * Times are numbers (seconds), NULL columns are left out. */
+
+/* Runs newest first, of one dag (NULL: all), in one state (NULL: any), at
+ * most limit (<= 0: all): [{id, dag, dag_file, run_dir, state, started,
+ * finished, tasks_total, tasks_succeeded (success or cached), trigger,
+ * logical_date, orch_pid, orch_start}]. */
+cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
+                  char *err, size_t errlen);
+/* The run whose id is id_prefix or starts with it: {..., params, tasks:
+ * [{name, state, attempts, exit_code, error, started, finished, outputs,
+ * attempt_list: [{n, pid, state, exit_code, error, started, finished,
+ * log, pid_start}]}]}, the run's own keys including orch_pid and
+ * orch_start when recorded. *rc: 0, DR_ENOENT (no such run) or DR_EINVAL (the prefix is
+ * ambiguous), DR_ESTORE; err says which. */
+cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
+                 size_t errlen);
+/* One attempt (n <= 0: the latest) of a task of a run (full id):
+ * {n, pid, state, exit_code, error, started, finished, log}. *rc: 0,
+ * DR_ENOENT (no such task or attempt yet), DR_ESTORE. */
+cJSON *store_attempt(store *st, const char *run_id, const char *task, int n,
+                     int *rc, char *err, size_t errlen);
+
+/* One delivery try of a webhook alert (alerts.h), as recorded. */
+typedef struct store_alert_delivery {
+  double time;        /* when the try ended */
+  const char *event;  /* failure, retry, success, deadline */
+  const char *task;   /* NULL: about the run */
+  int attempt;        /* the task's attempt, 0: none */
+  int try_n;          /* 1, 2, 3 */
+  int http_status;    /* 0: no answer */
+  const char *error;  /* NULL: none */
+  double duration_s;
+  const char *result; /* "delivered", "retrying", "failed", "abandoned" */
+  const char *endpoint; /* scheme://host[:port] only, never the URL */
+} store_alert_delivery;
+int store_alert_record(store *st, const char *run_id,
+                       const store_alert_delivery *d, char *err,
+                       size_t errlen);
+/* A run's alert deliveries in order: [{time, event, task, attempt, try,
+ * status, error, duration_s, result, endpoint}] (NULL columns left out),
+ * or NULL with err. */
+cJSON *store_alerts(store *st, const char *run_id, char *err, size_t errlen);
+
+/* The cron trigger of dag (dagrun serve): the last schedule time it fired
+ * or decided not to (UTC seconds). store_cron_get returns 0 with
+ * *last_fire, DR_ENOENT when dag has none yet, or DR_ESTORE. */
+int store_cron_get(store *st, const char *dag, long long *last_fire,
+                   char *err, size_t errlen);
+int store_cron_set(store *st, const char *dag, long long last_fire, double now,
+                   char *err, size_t errlen);
+
+#endif /* DAGRUN_STORE_H */
