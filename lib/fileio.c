@@ -108,48 +108,96 @@ int fileio_write_durable(const char *path, const void *data, size_t n) {
 
 int fileio_write_atomic(const char *path, const void *data, size_t n,
                         char *err, size_t errlen) {
-  size_t tlen = strlen(path) + 5;
-  char *tmp = malloc(tlen);
+  char *tmp = fileio_xprintf("%s.tmp.%ld", path, (long)getpid());
   if (!tmp) {
-    snprintf(err, errlen, "%s: out of memory", path);
+    fileio_seterr(err, errlen, "%s: out of memory", path);
     return -ENOMEM;
   }
-  snprintf(tmp, tlen, "%s.tmp", path);
   int rc = fileio_write_durable(tmp, data, n);
   if (rc == 0 && rename(tmp, path) != 0)
     rc = -errno;
   if (rc == 0)
     rc = fileio_fsync_parent(path);
   if (rc != 0) {
-    snprintf(err, errlen, "cannot write %s: %s", path, strerror(-rc));
+    fileio_seterr(err, errlen, "cannot write %s: %s", path, strerror(-rc));
     unlink(tmp);
   }
   free(tmp);
   return rc;
 }
 
-char *fileio_read_all(const char *path, size_t *n, char *err, size_t errlen) {
+int fileio_read_file(const char *path, char **data, size_t *n) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -errno;
+  /* stat's size is a first guess: the loop reads on to the real end. */
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) != 0) {
-    snprintf(err, errlen, "%s: %s", path, strerror(errno));
-    if (fd >= 0)
-      close(fd);
-    return NULL;
+  size_t cap = fstat(fd, &st) == 0 && st.st_size > 0 ? (size_t)st.st_size : 0;
+  cap += 4096;
+  size_t len = 0;
+  char *buf = malloc(cap + 1);
+  int rc = buf ? 0 : -ENOMEM;
+  while (rc == 0) {
+    if (len == cap) {
+      char *grown = realloc(buf, 2 * cap + 1);
+      if (!grown) {
+        rc = -ENOMEM;
+        break;
+      }
+      buf = grown;
+      cap *= 2;
+    }
+    ssize_t r = read(fd, buf + len, cap - len);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      rc = -errno;
+    else if (r == 0)
+      break;
+    else
+      len += (size_t)r;
   }
-  size_t size = (size_t)st.st_size;
-  char *buf = malloc(size + 1);
-  int rc = buf ? fileio_pread_all(fd, buf, size, 0) : -ENOMEM;
   close(fd);
   if (rc != 0) {
-    snprintf(err, errlen, "%s: %s", path, strerror(-rc));
     free(buf);
+    return rc;
+  }
+  buf[len] = '\0';
+  if (n)
+    *n = len;
+  *data = buf;
+  return 0;
+}
+
+char *fileio_read_all(const char *path, size_t *n, char *err, size_t errlen) {
+  char *buf = NULL;
+  int rc = fileio_read_file(path, &buf, n);
+  if (rc != 0) {
+    fileio_seterr(err, errlen, "%s: %s", path, strerror(-rc));
     return NULL;
   }
-  buf[size] = '\0';
-  if (n)
-    *n = size;
   return buf;
+}
+
+int fileio_write_file(const char *path, const void *data, size_t n) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return -errno;
+  int rc = fileio_write_all(fd, data, n);
+  if (close(fd) != 0 && rc == 0)
+    rc = -errno;
+  return rc;
+}
+
+char *fileio_sha256_hex(const void *data, size_t n) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n_md = 0;
+  if (!EVP_Digest(data, n, md, &n_md, EVP_sha256(), NULL))
+    return NULL;
+  char *hex = malloc(2 * n_md + 1);
+  if (hex)
+    fileio_hex(md, n_md, hex);
+  return hex;
 }
 
 void fileio_hex(const uint8_t *bytes, size_t n, char *hex) {
@@ -273,29 +321,33 @@ int fileio_remove_tree(const char *path) {
   return rc > 0 ? -rc : 0;
 }
 
-int fileio_mkdir_p(const char *path) {
-  char *p = strdup(path);
-  if (!p)
-    return -ENOMEM;
-  int rc = 0;
-  for (char *s = p + 1; rc == 0; s++) {
-    if (*s != '/' && *s != '\0')
-      continue;
-    char c = *s;
-    *s = '\0';
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
-      rc = -errno;
-    *s = c;
-    if (c == '\0')
-      break;
+int fileio_mkdir_p(const char *path, unsigned mode) {
+  /* The common case is a parent that exists: one syscall, not one per
+   * path component. */
+  if (mkdir(path, mode) != 0 && errno != EEXIST) {
+    if (errno != ENOENT)
+      return -errno;
+    char *p = strdup(path);
+    if (!p)
+      return -ENOMEM;
+    int rc = 0;
+    for (char *s = p + 1; rc == 0; s++) {
+      if (*s != '/' && *s != '\0')
+        continue;
+      char c = *s;
+      *s = '\0';
+      if (mkdir(p, mode) != 0 && errno != EEXIST)
+        rc = -errno;
+      *s = c;
+      if (c == '\0')
+        break;
+    }
+    free(p);
+    if (rc != 0)
+      return rc;
   }
-  free(p);
-  if (rc == 0) {
-    struct stat st;
-    if (stat(path, &st) != 0)
-      rc = -errno;
-    else if (!S_ISDIR(st.st_mode))
-      rc = -ENOTDIR;
-  }
-  return rc;
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return -errno;
+  return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }

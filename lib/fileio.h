@@ -40,18 +40,34 @@ int fileio_fsync_parent(const char *path);
 int fileio_write_durable(const char *path, const void *data, size_t n);
 
 /* Writes data to path so that a crash leaves either the old file or the
- * whole new one: a temporary name beside it, fsync, rename, fsync of the
- * directory. Returns 0, or -errno with a message naming path in err. */
+ * whole new one: a temporary name beside it (path.tmp.<pid>, so that two
+ * processes writing one file never share it), fsync, rename, fsync of the
+ * directory. Returns 0, or -errno with a message naming path in err (err
+ * may be NULL). */
 int fileio_write_atomic(const char *path, const void *data, size_t n,
                         char *err, size_t errlen);
 
-/* The whole file, malloc'd with a NUL after its n bytes (caller frees),
+/* The whole file into *data, malloc'd with a NUL after its *n bytes
+ * (caller frees; n may be NULL). Reads to the end, so pipes and /proc
+ * files whose size stat does not know work too. 0, or -errno (-ENOENT
+ * when there is no such file) with *data untouched. The one file reader
+ * of every tree. */
+int fileio_read_file(const char *path, char **data, size_t *n);
+/* fileio_read_file with the reason in err: the whole file (caller frees),
  * *n set (may be NULL). NULL with "path: reason" in err on failure. */
 char *fileio_read_all(const char *path, size_t *n, char *err, size_t errlen);
+/* Creates (or truncates) path with data, mode 0644, without fsync: for
+ * files that matter only while the process that reads them runs (a
+ * worker's attempt.json). 0 or -errno. */
+int fileio_write_file(const char *path, const void *data, size_t n);
 
 /* SHA-256 of a whole file as 64 lower-case hex digits (what sha256sum
  * prints) into hex[65]. 0 or -errno. */
 int fileio_sha256_file(const char *path, char hex[65]);
+
+/* SHA-256 of n bytes as 64 lower-case hex digits, malloc'd (caller
+ * frees); NULL when out of memory or libcrypto fails. */
+char *fileio_sha256_hex(const void *data, size_t n);
 
 /* n bytes as 2n lower-case hex digits plus NUL into hex. */
 void fileio_hex(const uint8_t *bytes, size_t n, char *hex);
@@ -62,10 +78,10 @@ void fileio_hex(const uint8_t *bytes, size_t n, char *hex);
  * left; callers copy under temporary names). */
 int fileio_copy_durable(const char *src, const char *dst, char *err,
                         size_t errlen);
-/* mkdir -p with mode 0755: path and any missing parents. 0 (also when it
- * exists as a directory), -ENOTDIR when it exists as something else, or
- * -errno. */
-int fileio_mkdir_p(const char *path);
+/* mkdir -p: path and any missing parents, created with mode (before the
+ * umask). 0 (also when it exists as a directory), -ENOTDIR when it exists
+ * as something else, or -errno. */
+int fileio_mkdir_p(const char *path, unsigned mode);
 /* Removes path and, if it is a directory, everything under it (symlinks
  * are removed, not followed). 0 (also when path does not exist) or
  * -errno. */

@@ -27,6 +27,9 @@
 #include "host/catalog.h"
 #include "host/check.h"
 #include "host/worker.h"
+#include "lib/clock.h"
+#include "lib/exitcode.h"
+#include "lib/fileio.h"
 #include "report/alerts.h"
 #include "report/report.h"
 #include "report/view.h"
@@ -39,8 +42,6 @@
 #include "store/resume.h"
 #include "store/store.h"
 
-#define EXIT_TASK_FAILED 1
-#define EXIT_USAGE 2
 
 static const char usage_text[] =
     "usage: dagrun [run] FILE [options]    run a DAG now\n"
@@ -253,7 +254,7 @@ static int write_run_json(const spec *sp, const rundir *run,
   format_utc(run->started, 1, ts, sizeof(ts));
   cJSON_AddStringToObject(j, "started", ts);
   if (strcmp(state, "running") != 0) {
-    double end = now_wall();
+    double end = clock_wall();
     format_utc(end, 1, ts, sizeof(ts));
     cJSON_AddStringToObject(j, "ended", ts);
     cJSON_AddNumberToObject(j, "duration_s", end - run->started);
@@ -265,7 +266,7 @@ static int write_run_json(const spec *sp, const rundir *run,
   cJSON_AddItemToObject(j, "tasks", sched_tasks_json(s));
   char *text = cJSON_Print(j);
   char *path = path_join(run->path, "run.json");
-  int rc = write_file_atomic(path, text, strlen(text));
+  int rc = fileio_write_atomic(path, text, strlen(text), NULL, 0);
   if (rc != 0)
     fprintf(stderr, "dagrun: cannot write %s: %s\n", path, strerror(errno));
   free(path);
@@ -343,7 +344,7 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
     fprintf(stderr, "dagrun: warning: no report.html: %s\n", err);
   view_run_finished(r.v, state, r.s);
   view_destroy(r.v);
-  alerts_run_finished(r.al, state, sp->n_tasks, now_wall() - run->started);
+  alerts_run_finished(r.al, state, sp->n_tasks, clock_wall() - run->started);
   /* Lets closed handles finish, and alert deliveries (up to a grace). */
   uv_run(r.loop, UV_RUN_DEFAULT);
   alerts_destroy(r.al);
@@ -354,7 +355,7 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
   return r.stop_signal == SIGINT         ? 130
          : r.stop_signal == SIGTERM      ? 143
          : strcmp(state, "success") == 0 ? 0
-                                         : EXIT_TASK_FAILED;
+                                         : EXIT_FAILED;
 }
 
 /* The dagrun executable, which workers run: 0, or -1 after saying why. */
@@ -630,13 +631,13 @@ static int find_run(const char *id_prefix, store **db, cJSON **run) {
     fprintf(stderr, "dagrun: %s\n", err);
   free(path);
   if (rc != 0)
-    return rc == DR_ENOENT ? EXIT_USAGE : EXIT_TASK_FAILED;
+    return rc == DR_ENOENT ? EXIT_USAGE : EXIT_FAILED;
   *run = store_run(*db, id_prefix, &rc, err, sizeof err);
   if (!*run) {
     fprintf(stderr, "dagrun: %s\n", err);
     store_close(*db);
     *db = NULL;
-    return rc == DR_ESTORE ? EXIT_TASK_FAILED : EXIT_USAGE;
+    return rc == DR_ESTORE ? EXIT_FAILED : EXIT_USAGE;
   }
   return 0;
 }
@@ -710,7 +711,7 @@ static int cmd_resume(int argc, char **argv) {
   const char *run_id = json_str(rec, "id");
   const char *state = json_str(rec, "state");
   int owner;
-  code = EXIT_TASK_FAILED;
+  code = EXIT_FAILED;
   spec *sp = NULL;
   checked *ck = NULL;
   rundir *run = NULL;
@@ -768,14 +769,14 @@ static int cmd_resume(int argc, char **argv) {
                       (long long)json_num(rec, "orch_start"), err,
                       sizeof err) != 0) {
     fprintf(stderr, "dagrun: cannot resume run %s: %s\n", run_id, err);
-    code = EXIT_TASK_FAILED;
+    code = EXIT_FAILED;
     goto out;
   }
   history *h = NULL;
   if (!(preset = resume_prepare(db, rec, sp, err, sizeof err)) ||
       history_resume(db, sp, run_id, preset, &h, err, sizeof err) != 0) {
     fprintf(stderr, "dagrun: cannot resume run %s: %s\n", run_id, err);
-    store_run_finish(db, run_id, state, now_wall(), err, sizeof err);
+    store_run_finish(db, run_id, state, clock_wall(), err, sizeof err);
     goto out;
   }
   if (!fl.max_parallel)
@@ -809,7 +810,7 @@ static int cmd_cancel(int argc, char **argv) {
     return code;
   char *run_id = xstrdup(json_str(rec, "id"));
   int owner;
-  code = EXIT_TASK_FAILED;
+  code = EXIT_FAILED;
   if (strcmp(json_str(rec, "state"), "running") != 0) {
     fprintf(stderr, "dagrun: run %s is not running (it %s)\n", run_id,
             strcmp(json_str(rec, "state"), "success") == 0
@@ -824,7 +825,7 @@ static int cmd_cancel(int argc, char **argv) {
     fprintf(stderr, "dagrun: cannot signal dagrun pid %d: %s\n", owner,
             strerror(errno));
   } else {
-    double end = now_monotonic() + CANCEL_WAIT_S;
+    double end = clock_monotonic() + CANCEL_WAIT_S;
     int rc;
     char err[1024];
     for (;;) {
@@ -842,7 +843,7 @@ static int cmd_cancel(int argc, char **argv) {
                 run_id);
         break;
       }
-      if (now_monotonic() > end) {
+      if (clock_monotonic() > end) {
         fprintf(stderr,
                 "dagrun: run %s still running %.0fs after SIGTERM "
                 "to dagrun pid %d\n",
@@ -868,7 +869,7 @@ static int cmd_generate(char **argv) {
   if (n <= 0) {
     fprintf(stderr, "dagrun: cannot find its own executable: %s\n",
             strerror(errno));
-    return EXIT_TASK_FAILED;
+    return EXIT_FAILED;
   }
   self_exe[n] = '\0';
   char *slash = strrchr(self_exe, '/');
@@ -884,7 +885,7 @@ static int cmd_generate(char **argv) {
           "dagrun: cannot run %s: %s (dagrun generate needs the "
           "dagrun-generate program installed with dagrun)\n",
           prog, strerror(errno));
-  return EXIT_TASK_FAILED;
+  return EXIT_FAILED;
 }
 
 /* dagrun cron-next "EXPR" [--tz ZONE] [-n N] [--from TIME]: what a

@@ -8,8 +8,8 @@
  *                      until its successor is in place, then removed
  */
 #include "ckpt.h"
-
 #include "lib/fileio.h"
+
 
 #include <cJSON.h>
 #include <dirent.h>
@@ -103,7 +103,7 @@ int ckpt_begin(const char *parent, int64_t step, ckpt_writer **out, char *err,
     fileio_seterr(err, errlen, "checkpoint step %" PRId64 " is negative", step);
     return -1;
   }
-  int rc = fileio_mkdir_p(parent);
+  int rc = fileio_mkdir_p(parent, 0755);
   if (rc != 0) {
     fileio_seterr(err, errlen, "cannot create %s: %s", parent, strerror(-rc));
     return -1;

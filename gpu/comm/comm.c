@@ -4,6 +4,7 @@
  * (one rank, no library).
  */
 #include "comm_impl.h"
+#include "lib/clock.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -66,12 +67,6 @@ const char *comm_op_name(comm_op op) {
     return "barrier";
   }
   return "?";
-}
-
-double comm_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 void comm_backoff(unsigned *iter) {
@@ -265,7 +260,7 @@ int comm_wait(comm *c, comm_req *req, char *err, size_t errlen) {
            comm_backend_name(c->backend), comm_op_name(req->op));
     return -1;
   }
-  double t0 = comm_now();
+  double t0 = clock_monotonic();
   unsigned iter = 0;
   for (;;) {
     int rc = c->ops->test(c, req->slot, err, errlen);
@@ -275,7 +270,7 @@ int comm_wait(comm *c, comm_req *req, char *err, size_t errlen) {
       c->broken = 1;
       return -1;
     }
-    if (comm_now() - t0 > c->timeout_s) {
+    if (clock_monotonic() - t0 > c->timeout_s) {
       c->broken = 1;
       comm_seterr(err, errlen,
              "comm %s: %s: no answer from the other ranks in %g s (a rank "

@@ -74,8 +74,6 @@ int comm_nccl_create(comm *c, const comm_config *cfg, char *err, size_t errlen);
 /* Sleeps a little longer each call (from 0 up to about 1 ms): the wait
  * loops' pause between two polls. *iter counts the calls. */
 void comm_backoff(unsigned *iter);
-/* Seconds on the monotonic clock. */
-double comm_now(void);
 
 /* printf into err (when err is not NULL): the one way every backend
  * writes its messages. */

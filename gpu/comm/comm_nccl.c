@@ -23,6 +23,7 @@
  * OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID) modulo the device count.
  */
 #include "comm_impl.h"
+#include "lib/clock.h"
 
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -75,7 +76,7 @@ static void ncclerr(nccl_state *s, ncclResult_t r, const char *what, char *err,
  * (ncclInProgress -> ncclSuccess), up to timeout_s. */
 static int settle(nccl_state *s, const char *what, double timeout_s, char *err,
                   size_t errlen) {
-  double t0 = comm_now();
+  double t0 = clock_monotonic();
   unsigned iter = 0;
   for (;;) {
     ncclResult_t st = ncclSuccess;
@@ -90,7 +91,7 @@ static int settle(nccl_state *s, const char *what, double timeout_s, char *err,
       ncclerr(s, st, what, err, errlen);
       return -1;
     }
-    if (comm_now() - t0 > timeout_s) {
+    if (clock_monotonic() - t0 > timeout_s) {
       comm_seterr(err, errlen,
              "comm nccl: %s: no answer from the other ranks in %g s (a rank "
              "died?)",
@@ -282,7 +283,7 @@ static int id_read(const char *dir, int size, double timeout_s,
                    ncclUniqueId *id, char *err, size_t errlen) {
   char path[4096];
   snprintf(path, sizeof path, "%s/nccl-id", dir);
-  double t0 = comm_now();
+  double t0 = clock_monotonic();
   unsigned iter = 0;
   int fd;
   while ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
@@ -291,7 +292,7 @@ static int id_read(const char *dir, int size, double timeout_s,
              strerror(errno));
       return -1;
     }
-    if (comm_now() - t0 > timeout_s) {
+    if (clock_monotonic() - t0 > timeout_s) {
       comm_seterr(err, errlen,
              "comm nccl: rendezvous: no %s from rank 0 in %g s (did rank 0 "
              "start?)",

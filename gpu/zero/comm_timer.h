@@ -6,22 +6,15 @@
 #ifndef DAGRUN_COMM_TIMER_H
 #define DAGRUN_COMM_TIMER_H
 
-#include <time.h>
+#include "lib/clock.h"
 
 typedef struct comm_timer {
   double total; /* seconds in comm calls since the step began */
   double start; /* when the call under way began */
 } comm_timer;
 
-/* Seconds on the monotonic clock. */
-static inline double comm_timer_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static inline int comm_timer_end(comm_timer *t, int rc) {
-  t->total += comm_timer_now() - t->start;
+  t->total += clock_monotonic() - t->start;
   return rc;
 }
 
@@ -29,6 +22,6 @@ static inline int comm_timer_end(comm_timer *t, int rc) {
  * waits in it (or starts an async one) instead of computing. The comma
  * sequences the clock before the call. */
 #define TIMED(t, call)                                                         \
-  ((t)->start = comm_timer_now(), comm_timer_end((t), (call)))
+  ((t)->start = clock_monotonic(), comm_timer_end((t), (call)))
 
 #endif /* DAGRUN_COMM_TIMER_H */

@@ -12,6 +12,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
 #include "comm_timer.h"
+#include "lib/clock.h"
 
 /* Room for the reductions in flight: the comm layer's limit (a stage-2
  * group takes one per rank whose slice it reaches). */
@@ -544,7 +545,7 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
               char *err, size_t errlen) {
   gpt *m = z->m;
   int st = z->cfg.stage;
-  double t0 = comm_timer_now();
+  double t0 = clock_monotonic();
   z->tm.total = 0;
   z->peak_params = z->peak_grads = 0;
   z->hook_rc = 0;
@@ -561,7 +562,7 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
     gpt_zero_grad(m);
   track_peak(z);
   float loss = 0.0f;
-  double tf = comm_timer_now();
+  double tf = clock_monotonic();
   if (gpt_forward(m, inputs, targets, B, T, &loss, err, errlen) != 0) {
     gpt_set_param_hook(m, NULL, NULL);
     if (z->hook_rc != 0)
@@ -579,12 +580,12 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
     gpt_set_grad_hook(m, grad_hook, z);
   /* Forward's and backward's own time: their wall time less the comm
    * waits inside them (the hooks'). */
-  double tb = comm_timer_now(), c_fwd = z->tm.total;
+  double tb = clock_monotonic(), c_fwd = z->tm.total;
   res->t_forward = tb - tf - c_fwd;
   gpt_backward(m, 1.0f / (float)z->N);
   gpt_set_grad_hook(m, NULL, NULL);
   gpt_set_param_hook(m, NULL, NULL);
-  res->t_backward = comm_timer_now() - tb - (z->tm.total - c_fwd);
+  res->t_backward = clock_monotonic() - tb - (z->tm.total - c_fwd);
   float *g; /* this rank's gradient slice [lo, lo+S) or all of it */
   size_t gn;
   double norm;
@@ -642,7 +643,7 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
     optim_step(z->opt, z->pshard, g, lr);
   }
   res->t_comm = z->tm.total;
-  res->t_optimizer = comm_timer_now() - t0 - res->t_forward -
+  res->t_optimizer = clock_monotonic() - t0 - res->t_forward -
                      res->t_backward - z->tm.total;
   res->buckets = st >= 2 ? (int)z->ng : (int)z->nbuckets;
   res->buckets_early = z->early;

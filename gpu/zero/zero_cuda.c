@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/gpt_cuda.h"
+#include "lib/clock.h"
 
 /* Room for the collectives in flight: the comm layer's limit. */
 #define ZC_RING COMM_MAX_INFLIGHT
@@ -542,7 +543,7 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
   zc->hook_rc = 0;
   zc->synced = 0;
   zc->in_bwd = 0;
-  double t0 = comm_timer_now();
+  double t0 = clock_monotonic();
   if (st >= 2) {
     /* The slots hold the last step's parameters: stale. */
     for (int i = 0; i < 2; i++)
@@ -556,7 +557,7 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
       gpt_cuda_forward_train(g, inputs, targets, B, T, &loss, err, errlen) !=
           0)
     return pass_failed(zc, err, errlen);
-  double tb = comm_timer_now(), c_fwd = zc->tm.total;
+  double tb = clock_monotonic(), c_fwd = zc->tm.total;
   zc->next = st < 2 ? sh->nbuckets : 0;
   zc->in_bwd = 1;
   /* Stages 2-3 take each group's gradient from its buffer when it is
@@ -578,7 +579,7 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
     gpt_cuda_set_group_params(g, i, NULL);
   /* Backward's own time: its wall time less the comm calls in the hooks
    * (forward's too, at stage 3). */
-  double tc = comm_timer_now(), c_bwd = zc->tm.total;
+  double tc = clock_monotonic(), c_bwd = zc->tm.total;
   /* The rest (all of them without overlap), then every bucket waited
    * for before the norm reads the sums. */
   zc->synced = 1;
@@ -626,7 +627,7 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
     /* Stage 3's next step gathers the updated shards group by group. */
     return -1;
   }
-  double t_end = comm_timer_now();
+  double t_end = clock_monotonic();
   res->buckets = st >= 2 ? (int)zc->ng : (int)sh->nbuckets;
   res->buckets_early = zc->early;
   res->t_forward = tb - t0 - c_fwd;

@@ -6,6 +6,7 @@
  * (space is "Ġ"); specials are spelled as their own text.
  */
 #include "bpe_internal.h"
+#include "lib/fileio.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -19,42 +20,15 @@
 
 /* ---- small helpers -------------------------------------------------- */
 
-static int read_file(const char *path, char **out, size_t *len, char *err,
+/* The whole file (lib/fileio.h's reader), failing with
+ * "PATH: cannot open: REASON" as the tokenizer's errors read. */
+static int read_json_source(const char *path, char **out, size_t *len, char *err,
                      size_t errlen) {
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    return -1;
-  }
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap + 1);
-  for (;;) {
-    if (!buf) {
-      fclose(f);
-      snprintf(err, errlen, "%s: out of memory", path);
-      return -1;
-    }
-    n += fread(buf + n, 1, cap - n, f);
-    if (n < cap)
-      break;
-    cap *= 2;
-    char *nb = realloc(buf, cap + 1);
-    if (!nb)
-      free(buf);
-    buf = nb;
-  }
-  if (ferror(f)) {
-    snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
-    fclose(f);
-    free(buf);
-    return -1;
-  }
-  fclose(f);
-  buf[n] = '\0';
-  *out = buf;
-  *len = n;
-  return 0;
+  int rc = fileio_read_file(path, out, len);
+  if (rc != 0)
+    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(-rc));
+  return rc != 0 ? -1 : 0;
 }
 
 /* A token's bytes spelled in GPT-2's byte-level alphabet (UTF-8, each
@@ -348,7 +322,7 @@ int bpe_load_hf(const char *path, bpe **out, char *err, size_t errlen) {
   *out = NULL;
   char *buf;
   size_t len;
-  if (read_file(path, &buf, &len, err, errlen))
+  if (read_json_source(path, &buf, &len, err, errlen))
     return -1;
   cJSON *root = parse_json(path, buf, len, err, errlen);
   free(buf);
@@ -470,7 +444,7 @@ int bpe_load_gpt2(const char *vocab_path, const char *merges_path, bpe **out,
   *out = NULL;
   char *buf, *mbuf = NULL;
   size_t len, mlen;
-  if (read_file(vocab_path, &buf, &len, err, errlen))
+  if (read_json_source(vocab_path, &buf, &len, err, errlen))
     return -1;
   cJSON *root = parse_json(vocab_path, buf, len, err, errlen);
   free(buf);
@@ -498,7 +472,7 @@ int bpe_load_gpt2(const char *vocab_path, const char *merges_path, bpe **out,
   }
   if (read_vocab(&v, root, added, err, errlen))
     goto done;
-  if (read_file(merges_path, &mbuf, &mlen, err, errlen))
+  if (read_json_source(merges_path, &mbuf, &mlen, err, errlen))
     goto done;
   size_t nlines = 1;
   for (size_t i = 0; i < mlen; i++)

@@ -344,12 +344,6 @@ void format_duration(double s, char *buf, size_t n) {
     snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
 }
 
-double now_monotonic(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 long long proc_start_time(int pid) {
   char path[64], buf[1024];
   if (pid <= 0)
@@ -381,12 +375,6 @@ int proc_alive(int pid, long long start) {
   return t > 0 && (start <= 0 || t == start);
 }
 
-double now_wall(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 void format_utc(double t, int millis, char *buf, size_t n) {
   time_t sec = (time_t)t;
   struct tm tm;
@@ -398,97 +386,6 @@ void format_utc(double t, int millis, char *buf, size_t n) {
   else
     snprintf(buf, n, "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year + 1900,
              tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
-}
-
-int mkdir_p(const char *path, unsigned mode) {
-  /* The common case is a parent that exists: one syscall, not one per
-   * path component. */
-  if (mkdir(path, mode) == 0 || errno == EEXIST)
-    return 0;
-  if (errno != ENOENT)
-    return DR_EIO;
-  char *parent = path_dirname(path);
-  int rc = strcmp(parent, path) == 0 ? DR_ENOENT : mkdir_p(parent, mode);
-  free(parent);
-  if (rc != 0)
-    return rc;
-  if (mkdir(path, mode) == 0 || errno == EEXIST)
-    return 0;
-  return errno == ENOENT ? DR_ENOENT : DR_EIO;
-}
-
-static int fsync_dir_of(const char *path) {
-  char *dir = path_dirname(path);
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  free(dir);
-  if (fd < 0)
-    return DR_EIO;
-  int rc = fsync(fd) == 0 ? 0 : DR_EIO;
-  close(fd);
-  return rc;
-}
-
-static int write_all(int fd, const char *data, size_t n) {
-  size_t off = 0;
-  while (off < n) {
-    ssize_t w = write(fd, data + off, n - off);
-    if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      return DR_EIO;
-    }
-    off += (size_t)w;
-  }
-  return 0;
-}
-
-int write_file(const char *path, const char *data, size_t n) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return DR_EIO;
-  int rc = write_all(fd, data, n);
-  if (close(fd) != 0)
-    rc = DR_EIO;
-  return rc;
-}
-
-int write_file_atomic(const char *path, const char *data, size_t n) {
-  char *tmp = xasprintf("%s.tmp.%ld", path, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    free(tmp);
-    return DR_EIO;
-  }
-  int rc = (write_all(fd, data, n) == 0 && fsync(fd) == 0) ? 0 : DR_EIO;
-  if (close(fd) != 0)
-    rc = DR_EIO;
-  if (rc == 0 && rename(tmp, path) != 0)
-    rc = DR_EIO;
-  if (rc != 0)
-    unlink(tmp);
-  free(tmp);
-  return rc == 0 ? fsync_dir_of(path) : rc;
-}
-
-int read_file(const char *path, char **data, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return errno == ENOENT ? DR_ENOENT : DR_EIO;
-  sbuf b = {0};
-  char chunk[65536];
-  size_t r;
-  while ((r = fread(chunk, 1, sizeof(chunk), f)) > 0)
-    sbuf_add(&b, chunk, r);
-  int bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    sbuf_free(&b);
-    return DR_EIO;
-  }
-  if (n)
-    *n = b.n;
-  *data = sbuf_take(&b);
-  return 0;
 }
 
 char *path_dirname(const char *path) {
@@ -509,13 +406,3 @@ char *path_join(const char *a, const char *b) {
   return xasprintf("%s/%s", a, b);
 }
 
-char *sha256_hex(const void *data, size_t n) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n_md = 0;
-  if (!EVP_Digest(data, n, md, &n_md, EVP_sha256(), NULL))
-    return NULL;
-  char *hex = xmalloc(2 * n_md + 1);
-  for (unsigned k = 0; k < n_md; k++)
-    snprintf(hex + 2 * k, 3, "%02x", md[k]);
-  return hex;
-}

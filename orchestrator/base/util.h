@@ -1,7 +1,8 @@
 /*
  * Small shared pieces of the dagrun program: error codes, diagnostics
  * (file:line:col messages), a growable string, a string hash map, duration
- * parsing, file helpers. Nothing here knows about DAGs.
+ * parsing, paths, processes. Nothing here knows about DAGs. Files and
+ * clocks are lib/fileio.h and lib/clock.h, shared with every tree.
  *
  * All functions are safe to call from any thread on distinct objects.
  * Allocation failure aborts the process (xmalloc): the orchestrator cannot
@@ -138,9 +139,6 @@ int parse_duration(const char *s, double *out);
 /* Formats seconds compactly: "850ms", "12.3s", "4m05s", "2h03m". */
 void format_duration(double s, char *buf, size_t n);
 
-/* Monotonic and wall clocks in seconds. */
-double now_monotonic(void);
-double now_wall(void);
 /* UTC timestamp "2026-11-21T13:53:27Z" (with .mmm if millis) into buf. */
 void format_utc(double t, int millis, char *buf, size_t n);
 
@@ -151,19 +149,6 @@ long long proc_start_time(int pid);
 /* Whether process pid exists and started at start (start 0: any). */
 int proc_alive(int pid, long long start);
 
-/* SHA-256 of n bytes as 64 lowercase hex digits; caller frees. NULL only
- * when libcrypto fails. */
-char *sha256_hex(const void *data, size_t n);
-
-/* mkdir -p. Returns 0 or a negative errno-style DR_ code. */
-int mkdir_p(const char *path, unsigned mode);
-/* Writes a whole file atomically: temp name, fsync, rename, fsync dir. */
-int write_file_atomic(const char *path, const char *data, size_t n);
-/* Writes a whole file in place, without fsync: for files that matter only
- * while the process that reads them runs (a worker's attempt.json). */
-int write_file(const char *path, const char *data, size_t n);
-/* Reads a whole file; caller frees *data (NUL-terminated). */
-int read_file(const char *path, char **data, size_t *n);
 /* Directory part of a path ("." when none); caller frees. */
 char *path_dirname(const char *path);
 /* Joins a and b with one '/'; b absolute returns a copy of b. Caller frees. */

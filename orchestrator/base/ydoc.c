@@ -8,6 +8,7 @@
  * memory and the time.
  */
 #include "ydoc.h"
+#include "lib/fileio.h"
 
 #include <errno.h>
 #include <stdalign.h>
@@ -545,11 +546,11 @@ int ydoc_load(const char *path, ynode **root, diags *d) {
   char *text;
   size_t len;
   *root = NULL;
-  int rc = read_file(path, &text, &len);
+  int rc = fileio_read_file(path, &text, &len);
   if (rc != 0) {
     diags_add(d, path, 0, 0, "cannot read the DAG file: %s",
-              rc == DR_ENOENT ? "no such file" : strerror(errno));
-    return rc;
+              rc == -ENOENT ? "no such file" : strerror(-rc));
+    return rc == -ENOENT ? DR_ENOENT : DR_EIO;
   }
   rc = ydoc_parse(path, text, len, root, d);
   free(text);

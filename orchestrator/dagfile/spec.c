@@ -7,8 +7,10 @@
 
 #include "base/cron.h"
 #include "dag.h"
+#include "lib/fileio.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -991,11 +993,11 @@ int spec_load(const char *path, spec **out, diags *d) {
   char *text;
   size_t len;
   *out = NULL;
-  int rc = read_file(path, &text, &len);
+  int rc = fileio_read_file(path, &text, &len);
   if (rc != 0) {
     diags_add(d, path, 0, 0, "cannot read the DAG file: %s",
-              rc == DR_ENOENT ? "no such file" : "input/output error");
-    return rc;
+              rc == -ENOENT ? "no such file" : "input/output error");
+    return rc == -ENOENT ? DR_ENOENT : DR_EIO;
   }
   rc = spec_parse(path, text, len, out, d);
   free(text);

@@ -10,6 +10,8 @@
 #include "worker.h"
 
 #include "base/util.h"
+#include "lib/clock.h"
+#include "lib/fileio.h"
 #include "loader.h"
 #include "params.h"
 #include "proto.h"
@@ -64,7 +66,7 @@ static const char *const dir_keys[] = {"out", "task", "attempt", "run", "dag"};
 static const char *const info_keys[] = {"dag", "task", "run_id", "attempt"};
 
 static long long monotonic_ms(void) {
-  return (long long)(now_monotonic() * 1000.0);
+  return (long long)(clock_monotonic() * 1000.0);
 }
 
 static void on_sigterm(int sig) {
@@ -93,7 +95,7 @@ static void log_line(int level, const char *msg) {
   if (level < 0 || level > 3)
     level = DAGRUN_LOG_INFO;
   char ts[40];
-  format_utc(now_wall(), 1, ts, sizeof(ts));
+  format_utc(clock_wall(), 1, ts, sizeof(ts));
   char *line = xasprintf("%s %s %s\n", ts, level_tags[level], msg);
   write_stderr(line, strlen(line));
   free(line);
@@ -566,8 +568,9 @@ static int read_attempt(dagrun_ctx *ctx, const char *path, char **plugin,
                         char *err, size_t errlen) {
   char *text = NULL;
   size_t n = 0;
-  int rc = read_file(path, &text, &n);
+  int rc = fileio_read_file(path, &text, &n);
   if (rc != 0) {
+    rc = rc == -ENOENT ? DR_ENOENT : DR_EIO;
     snprintf(err, errlen, "cannot read attempt file %s: %s", path,
              dr_strerror(rc));
     return rc;
@@ -866,9 +869,9 @@ int worker_main(const char *attempt_json_path) {
     log_linef(DAGRUN_LOG_INFO, "dagrun worker: stage %s %s (%s)",
               ctx.stage->name, ctx.stage->version ? ctx.stage->version : "",
               plugin_path);
-  double t0 = now_monotonic();
+  double t0 = clock_monotonic();
   status = ctx.stage->run(&ctx, &host_table);
-  double elapsed = now_monotonic() - t0;
+  double elapsed = clock_monotonic() - t0;
   fflush(stdout);
 
   if (status < 0)

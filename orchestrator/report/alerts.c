@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "dagfile/template.h"
+#include "lib/clock.h"
 #include "run/secrets.h"
 #include "store/store.h"
 
@@ -426,7 +427,7 @@ static void record(delivery *dl, long status, const char *error,
   if (!a->log)
     return;
   char ts[40];
-  format_utc(now_wall(), 1, ts, sizeof(ts));
+  format_utc(clock_wall(), 1, ts, sizeof(ts));
   cJSON *j = cJSON_CreateObject();
   cJSON_AddStringToObject(j, "time", ts);
   cJSON_AddStringToObject(j, "event", dl->event);
@@ -456,7 +457,7 @@ static void record(delivery *dl, long status, const char *error,
   cJSON_Delete(j);
   if (a->db) {
     store_alert_delivery sd = {
-        .time = now_wall(),
+        .time = clock_wall(),
         .event = dl->event,
         .task = dl->task,
         .attempt = dl->task ? dl->task_attempt : 0,
@@ -522,7 +523,7 @@ static void start_try(delivery *dl) {
   struct alerts *a = dl->a;
   CURL *e = curl_easy_init();
   dl->tries++;
-  dl->started = now_monotonic();
+  dl->started = clock_monotonic();
   dl->errbuf[0] = '\0';
   if (!e) {
     record(dl, 0, "cannot create a curl handle", "failed", 0);
@@ -577,7 +578,7 @@ static void check_multi_info(struct alerts *a) {
     curl_multi_remove_handle(a->multi, e);
     curl_easy_cleanup(e);
     dl->easy = NULL;
-    double dur = now_monotonic() - dl->started;
+    double dur = clock_monotonic() - dl->started;
     int ok = res == CURLE_OK && status >= 200 && status < 300;
     int retryable = res != CURLE_OK || status >= 500 || status == 429;
     const char *error = NULL;
@@ -836,7 +837,7 @@ static void abandon_all(struct alerts *a) {
     if (!dl->easy)
       dl->tries++; /* the try that was waiting for its backoff */
     record(dl, 0, msg, "abandoned",
-           dl->easy ? now_monotonic() - dl->started : 0);
+           dl->easy ? clock_monotonic() - dl->started : 0);
     delivery_done(dl);
   }
   if (n)

@@ -16,10 +16,11 @@
 #include <time.h>
 
 #include "base/util.h"
+#include "lib/clock.h"
+#include "lib/exitcode.h"
+#include "lib/fileio.h"
 #include "lib/svgplot.h"
 
-#define EXIT_FAILED 1
-#define EXIT_USAGE 2
 
 /* A chart's time-split bars: at most this many (steps are averaged per
  * bar). */
@@ -66,7 +67,7 @@ static double parse_utc(const char *z) {
 static cJSON *read_json(const char *path) {
   char *text;
   size_t n;
-  if (read_file(path, &text, &n) != 0)
+  if (fileio_read_file(path, &text, &n) != 0)
     return NULL;
   cJSON *j = cJSON_Parse(text);
   free(text);
@@ -253,7 +254,7 @@ static int load_run(rep *r, store *st, const char *run_id, char *err,
   r->ended = jnum(sr, "finished", 0);
   if (r->ended <= 0)
     r->ended = parse_utc(jstr(rj, "ended"));
-  r->now = now_wall();
+  r->now = clock_wall();
   r->params = cJSON_GetObjectItemCaseSensitive(rj, "params");
   if (!r->params && jstr(sr, "params")) {
     r->params_owned = cJSON_Parse(jstr(sr, "params"));
@@ -1128,7 +1129,7 @@ static void write_samples(rep *r, const rtask *t) {
   char *p = xasprintf("%s/out/samples.txt", t->dir);
   char *text;
   size_t n;
-  if (read_file(p, &text, &n) == 0) {
+  if (fileio_read_file(p, &text, &n) == 0) {
     sbuf *b = &r->out;
     sbuf_puts(b, "<h3>Samples from ");
     esc(b, t->name);
@@ -1302,7 +1303,7 @@ static int write_figures(rep *r, const rtask *t) {
     char *p = path_join(out, names[i]), *text = NULL;
     size_t len = 0;
     sbuf *b = &r->out;
-    if (read_file(p, &text, &len) == 0 && len <= MAX_SVG_BYTES &&
+    if (fileio_read_file(p, &text, &len) == 0 && len <= MAX_SVG_BYTES &&
         strlen(text) == len && svg_safe(text)) {
       sbuf_puts(b, "<figure class=\"plot embedded\">");
       sbuf_puts(b, text);
@@ -1533,7 +1534,7 @@ int report_write(store *st, const char *run_dir, const char *run_id,
   }
   write_page(&r);
   char *p = path_join(run_dir, "report.html");
-  if (write_file_atomic(p, r.out.s, r.out.n) != 0) {
+  if (fileio_write_atomic(p, r.out.s, r.out.n, NULL, 0) != 0) {
     snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
     free(p);
     rep_free(&r);

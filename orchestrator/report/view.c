@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "lib/clock.h"
 
 /* Small DAGs get a line per task; bigger ones only running tasks. */
 #define VIEW_ALL_TASKS_MAX 20
@@ -103,7 +104,7 @@ static void task_line(view *v, size_t i, sbuf *b) {
   char dur[32] = "";
   sbuf_printf(b, "  %s %-20s", symbol(t->state), v->s->tasks[i].name);
   if (t->state == TASK_RUNNING) {
-    format_duration(now_monotonic() - t->started, dur, sizeof(dur));
+    format_duration(clock_monotonic() - t->started, dur, sizeof(dur));
     if (t->fraction >= 0) {
       int fill = (int)(t->fraction * VIEW_BAR_WIDTH + 0.5);
       if (fill > VIEW_BAR_WIDTH)
@@ -135,7 +136,7 @@ static void redraw(view *v) {
   int width = term_width(v->out);
   clear_block(v);
   char el[32];
-  format_duration(now_monotonic() - v->started, el, sizeof(el));
+  format_duration(clock_monotonic() - v->started, el, sizeof(el));
   size_t done = v->counts[TASK_SUCCESS] + v->counts[TASK_CACHED] +
                 v->counts[TASK_FAILED] + v->counts[TASK_UPSTREAM_FAILED] +
                 v->counts[TASK_CANCELLED];
@@ -187,13 +188,13 @@ view *view_create(uv_loop_t *loop, view_mode mode, const spec *s, FILE *out) {
 
 static void stamp(view *v) {
   char ts[40];
-  format_utc(now_wall(), 1, ts, sizeof(ts));
+  format_utc(clock_wall(), 1, ts, sizeof(ts));
   fprintf(v->out, "%s  ", ts);
 }
 
 void view_run_started(view *v, const rundir *run, int max_parallel) {
   v->run = run;
-  v->started = now_monotonic();
+  v->started = clock_monotonic();
   switch (v->mode) {
   case VIEW_TTY:
     fprintf(v->out, "run %s  (%zu tasks, up to %d at once)\n  %s\n", run->id,
@@ -212,7 +213,7 @@ void view_run_started(view *v, const rundir *run, int max_parallel) {
   case VIEW_JSON: {
     cJSON *j = cJSON_CreateObject();
     char ts[40];
-    format_utc(now_wall(), 1, ts, sizeof(ts));
+    format_utc(clock_wall(), 1, ts, sizeof(ts));
     cJSON_AddStringToObject(j, "time", ts);
     cJSON_AddStringToObject(j, "event", "run");
     cJSON_AddStringToObject(j, "state", "running");
@@ -286,7 +287,7 @@ static void plain_event(view *v, const sched_event *e) {
 static void json_event(view *v, const sched_event *e) {
   cJSON *j = cJSON_CreateObject();
   char ts[40];
-  format_utc(now_wall(), 1, ts, sizeof(ts));
+  format_utc(clock_wall(), 1, ts, sizeof(ts));
   cJSON_AddStringToObject(j, "time", ts);
   cJSON_AddStringToObject(j, "event", "task");
   cJSON_AddStringToObject(j, "task", v->s->tasks[e->task].name);
@@ -324,7 +325,7 @@ void view_task_event(view *v, const sched_event *e) {
     t->reason = xstrdup(e->reason);
   }
   if (e->state == TASK_RUNNING) {
-    t->started = now_monotonic();
+    t->started = clock_monotonic();
     t->fraction = -1;
     free(t->msg);
     t->msg = NULL;
@@ -390,16 +391,16 @@ void view_run_finished(view *v, const char *state, const sched *s) {
   if (v->mode == VIEW_TTY)
     redraw(v);
   char el[32];
-  format_duration(now_monotonic() - v->started, el, sizeof(el));
+  format_duration(clock_monotonic() - v->started, el, sizeof(el));
   if (v->mode == VIEW_JSON) {
     cJSON *j = cJSON_CreateObject();
     char ts[40];
-    format_utc(now_wall(), 1, ts, sizeof(ts));
+    format_utc(clock_wall(), 1, ts, sizeof(ts));
     cJSON_AddStringToObject(j, "time", ts);
     cJSON_AddStringToObject(j, "event", "run");
     cJSON_AddStringToObject(j, "state", state);
     cJSON_AddStringToObject(j, "run_id", v->run->id);
-    cJSON_AddNumberToObject(j, "duration_s", now_monotonic() - v->started);
+    cJSON_AddNumberToObject(j, "duration_s", clock_monotonic() - v->started);
     cJSON *counts = cJSON_AddObjectToObject(j, "counts");
     for (int k = TASK_SUCCESS; k <= TASK_CANCELLED; k++)
       cJSON_AddNumberToObject(counts, task_state_name((task_state)k),

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "lib/clock.h"
 
 /* How long to wait for the rest of a worker's messages after it exited.
  * The pipe normally reports EOF at once; it stays open only when a
@@ -190,7 +191,7 @@ static void attempt_free(attempt *at) {
 static void attempt_finish(attempt *at) {
   executor *x = at->x;
   exec_result r = {0};
-  r.duration_s = now_monotonic() - at->started;
+  r.duration_s = clock_monotonic() - at->started;
   r.error = at->error;
   r.n_ranks = at->n;
   r.failed_rank = at->failed_rank;
@@ -862,7 +863,7 @@ static void attempt_log(attempt *at, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void attempt_log(attempt *at, const char *fmt, ...) {
   char ts[40];
-  format_utc(now_wall(), 1, ts, sizeof(ts));
+  format_utc(clock_wall(), 1, ts, sizeof(ts));
   sbuf b = {0};
   sbuf_printf(&b, "%s WARN dagrun: ", ts);
   va_list ap;
@@ -1113,7 +1114,7 @@ static attempt *attempt_new(executor *x, const exec_request *rq, int n) {
   at->n = n;
   at->failed_rank = -1;
   at->cause = EXEC_EXITED;
-  at->started = now_monotonic();
+  at->started = clock_monotonic();
   at->procs = xcalloc((size_t)n, sizeof(*at->procs));
   at->ends = xcalloc((size_t)n, sizeof(*at->ends));
   return at;

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "lib/clock.h"
+#include "lib/fileio.h"
 
 static unsigned random_suffix(void) {
   unsigned v = 0;
@@ -71,12 +73,12 @@ int rundir_create(const char *base, const char *dag, const char *id,
   }
   char *dag_dir = path_join(abs_base, dag);
   free(abs_base);
-  if (mkdir_p(dag_dir, 0755) != 0) {
+  if (fileio_mkdir_p(dag_dir, 0755) != 0) {
     snprintf(err, errlen, "cannot create %s: %s", dag_dir, strerror(errno));
     free(dag_dir);
     return DR_EIO;
   }
-  double t = now_wall();
+  double t = clock_wall();
   /* The random suffix keeps two runs started in the same second apart;
    * mkdir (not mkdir -p) makes the claim atomic. A given id is tried
    * once. */

@@ -12,6 +12,8 @@
 #include "dagfile/template.h"
 #include "executor.h"
 #include "host/params.h"
+#include "lib/clock.h"
+#include "lib/fileio.h"
 #include "tfevents.h"
 
 extern char **environ;
@@ -185,10 +187,10 @@ static void write_outputs(sched *s, size_t i) {
     return;
   char *task_dir = rundir_task(s->run, s->sp->tasks[i].name);
   /* A cached task never ran here: its directory is made for this file. */
-  mkdir_p(task_dir, 0755);
+  fileio_mkdir_p(task_dir, 0755);
   char *path = path_join(task_dir, "outputs.json");
   char *text = cJSON_Print(shown_outputs(t));
-  if (write_file_atomic(path, text, strlen(text)) != 0)
+  if (fileio_write_atomic(path, text, strlen(text), NULL, 0) != 0)
     fprintf(stderr, "dagrun: cannot write %s: %s\n", path, strerror(errno));
   cJSON_free(text);
   free(path);
@@ -214,7 +216,7 @@ static void settle(sched *s, size_t i, task_state st, int exit_code,
     size_t k = s->worklist[--s->n_worklist];
     task_rt *t = &s->t[k];
     task_state kst = t->state;
-    t->ended = now_wall();
+    t->ended = clock_wall();
     close_metrics(t);
     s->n_terminal++;
     if (task_state_succeeded(kst))
@@ -376,7 +378,7 @@ static int gang_prepare(sched *s, size_t i, const char *attempt_dir,
   char *rdv = path_join(attempt_dir, "rendezvous");
   exec_rank *ranks = xcalloc((size_t)n, sizeof(*ranks));
   int rc = 0;
-  if (mkdir_p(rdv, 0755) != 0) {
+  if (fileio_mkdir_p(rdv, 0755) != 0) {
     *reason = xasprintf("cannot create %s: %s", rdv, strerror(errno));
     rc = -1;
   }
@@ -385,7 +387,7 @@ static int gang_prepare(sched *s, size_t i, const char *attempt_dir,
     snprintf(name, sizeof name, "rank-%d", r);
     char *dir = path_join(attempt_dir, name);
     char *log = path_join(dir, "log");
-    if (mkdir_p(dir, 0755) != 0 ||
+    if (fileio_mkdir_p(dir, 0755) != 0 ||
         (r == 0 && symlink("../log", log) != 0 && errno != EEXIST)) {
       *reason = xasprintf("cannot create %s: %s", log, strerror(errno));
       rc = -1;
@@ -576,7 +578,7 @@ static void launch(sched *s, size_t i) {
   const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
   t->attempt++;
   if (t->attempt == 1 || t->started <= 0)
-    t->started = now_wall();
+    t->started = clock_wall();
   cJSON_Delete(t->outputs);
   t->outputs = cJSON_CreateObject();
   cJSON_Delete(t->shown);
@@ -598,7 +600,7 @@ static void launch(sched *s, size_t i) {
                  s};
   cJSON *params = NULL, *task_env = NULL;
 
-  if (mkdir_p(out_dir(s, i), 0755) != 0 || mkdir_p(attempt_dir, 0755) != 0) {
+  if (fileio_mkdir_p(out_dir(s, i), 0755) != 0 || fileio_mkdir_p(attempt_dir, 0755) != 0) {
     reason = xasprintf("cannot create %s: %s", attempt_dir, strerror(errno));
     goto failed;
   }
@@ -619,7 +621,7 @@ static void launch(sched *s, size_t i) {
     secrets_mask_json(s->opts.secrets, aj);
     text = cJSON_PrintUnformatted(aj);
   }
-  int wrc = write_file(json_path, text, strlen(text));
+  int wrc = fileio_write_file(json_path, text, strlen(text));
   cJSON_free(text);
   cJSON_Delete(aj);
   if (wrc != 0) {
@@ -758,7 +760,7 @@ static char *fingerprint(sched *s, size_t i, const cJSON *params,
   sort_keys(j);
   char *text = cJSON_PrintUnformatted(j);
   cJSON_Delete(j);
-  char *hex = text ? sha256_hex(text, strlen(text)) : NULL;
+  char *hex = text ? fileio_sha256_hex(text, strlen(text)) : NULL;
   cJSON_free(text);
   return hex;
 }
@@ -798,7 +800,7 @@ static int try_cache(sched *s, size_t i) {
   t->out_dir = from_dir;
   cJSON_Delete(t->outputs);
   t->outputs = outputs ? outputs : cJSON_CreateObject();
-  t->started = now_wall();
+  t->started = clock_wall();
   settle(s, i, TASK_CACHED, -1, 0, NULL);
   return 1;
 }
@@ -1039,7 +1041,7 @@ static void append_tfevent(sched *s, size_t i, double now, const char *name,
 
 static void append_metric(sched *s, size_t i, const proto_msg *m) {
   task_rt *t = &s->t[i];
-  double now = now_wall();
+  double now = clock_wall();
   char *name = masked(s, m->text);
   append_tfevent(s, i, now, name, m);
   if (t->metrics_fd < 0) {
@@ -1123,7 +1125,7 @@ sched *sched_create(uv_loop_t *loop, const checked *c, const rundir *run,
   if (s->opts.max_parallel < 1)
     s->opts.max_parallel = 1;
   s->rng = opts->seed ? opts->seed
-                      : (uint64_t)(now_wall() * 1e6) ^ (uint64_t)getpid();
+                      : (uint64_t)(clock_wall() * 1e6) ^ (uint64_t)getpid();
   if (!s->rng)
     s->rng = 1;
   exec_callbacks cb = {on_message, on_attempt_exit, s};

@@ -30,6 +30,8 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "lib/clock.h"
+#include "lib/fileio.h"
 #include "store/store.h"
 
 /* The dashboard and the OpenAPI document, embedded at build time
@@ -247,7 +249,7 @@ static unsigned get_health(api_server *s, cJSON **out) {
   cJSON_AddStringToObject(j, "status", "ok");
   cJSON_AddStringToObject(j, "version", DAGRUN_VERSION);
   cJSON_AddNumberToObject(j, "uptime_s",
-                          floor((now_monotonic() - s->started) * 1000) / 1000);
+                          floor((clock_monotonic() - s->started) * 1000) / 1000);
   cJSON_AddNumberToObject(j, "dags", n);
   *out = j;
   return MHD_HTTP_OK;
@@ -639,7 +641,7 @@ static unsigned get_report(api_server *s, const char *id, char **html,
   store_close(st);
   const char *run_dir = str_of(run, "run_dir");
   char *path = run_dir ? path_join(run_dir, "report.html") : NULL;
-  if (!path || read_file(path, html, len) != 0) {
+  if (!path || fileio_read_file(path, html, len) != 0) {
     *out = err_json("run %s has no report.html (written when a run ends; "
                     "`dagrun report RUN` writes it again)",
                     str_of(run, "id") ? str_of(run, "id") : id);
@@ -1165,7 +1167,7 @@ int api_start(const api_config *cfg, const api_actions *actions,
       cfg->store_path ? xstrdup(cfg->store_path) : store_default_path();
   if (actions)
     s->act = *actions;
-  s->started = now_monotonic();
+  s->started = clock_monotonic();
   pthread_mutex_init(&s->log_mu, NULL);
   s->starting = 1;
   errno = 0;

@@ -13,9 +13,9 @@
 #include "base/util.h"
 #include "dagfile/spec.h"
 #include "host/check.h"
+#include "lib/exitcode.h"
 #include "store/store.h"
 
-#define EXIT_USAGE 2
 
 static int usage(const char *fmt, const char *arg) {
   fprintf(stderr, "dagrun backfill: ");

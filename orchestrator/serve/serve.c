@@ -22,12 +22,14 @@
 #include "dagfile/spec.h"
 #include "dagfile/template.h"
 #include "host/check.h"
+#include "lib/clock.h"
+#include "lib/exitcode.h"
+#include "lib/fileio.h"
 #include "run/rundir.h"
 #include "store/resume.h"
 #include "store/store.h"
 #include "trigger.h"
 
-#define EXIT_USAGE 2
 /* How often the daemon looks at its DAG files and schedules. */
 #define TICK_MS 500
 /* How long an API request waits for the loop before it gives up. */
@@ -123,7 +125,7 @@ struct server {
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *fmt, ...) {
   char ts[40];
-  format_utc(now_wall(), 1, ts, sizeof ts);
+  format_utc(clock_wall(), 1, ts, sizeof ts);
   va_list ap;
   va_start(ap, fmt);
   fprintf(stderr, "%s dagrun serve: ", ts);
@@ -136,9 +138,9 @@ static void say(const char *fmt, ...) {
  * (tests) one that starts at T and runs RATE times as fast. */
 static int64_t clock_now(const server *s) {
   if (s->clock_rate <= 0)
-    return (int64_t)now_wall();
+    return (int64_t)clock_wall();
   return (int64_t)(s->clock_base +
-                   (now_monotonic() - s->mono0) * s->clock_rate);
+                   (clock_monotonic() - s->mono0) * s->clock_rate);
 }
 
 static int parse_fake_clock(server *s, const char *v) {
@@ -149,7 +151,7 @@ static int parse_fake_clock(server *s, const char *v) {
     s->clock_rate = strtod(end + 1, &end);
   if (*end || s->clock_base <= 0 || s->clock_rate <= 0)
     return -1;
-  s->mono0 = now_monotonic();
+  s->mono0 = clock_monotonic();
   return 0;
 }
 
@@ -219,7 +221,7 @@ static void entry_schedule(server *s, dag_entry *e) {
   int rc = store_cron_get(s->st, e->sp->dag, &last, err, sizeof err);
   if (rc == DR_ENOENT) {
     last = clock_now(s);
-    if (store_cron_set(s->st, e->sp->dag, last, now_wall(), err,
+    if (store_cron_set(s->st, e->sp->dag, last, clock_wall(), err,
                        sizeof err) != 0)
       say("%s", err);
   } else if (rc != 0) {
@@ -394,7 +396,7 @@ static int spawn_child(server *s, const char *dag, const char *run_id,
 static int start_run(server *s, dag_entry *e, const char *trigger, int64_t at,
                      const char *run_id, char *const *params, char *id_out,
                      size_t id_len) {
-  char *id = run_id ? xstrdup(run_id) : rundir_new_id(now_wall());
+  char *id = run_id ? xstrdup(run_id) : rundir_new_id(clock_wall());
   char when[40] = "";
   size_t np = 0;
   while (params && params[np])
@@ -481,7 +483,7 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
     if (run && cJSON_IsString(st) &&
         (strcmp(st->valuestring, "cancelled") == 0 ||
          strcmp(st->valuestring, "running") == 0) &&
-        store_run_finish(s->st, c->run_id, "interrupted", now_wall(), err,
+        store_run_finish(s->st, c->run_id, "interrupted", clock_wall(), err,
                          sizeof err) != 0)
       say("%s", err);
     cJSON_Delete(run);
@@ -536,7 +538,7 @@ static void fire_cron(server *s, dag_entry *e) {
   }
   /* Recorded before acting: a crash from here on loses these runs rather
    * than starting them twice. */
-  if (plan.n && store_cron_set(s->st, e->sp->dag, plan.last, now_wall(), err,
+  if (plan.n && store_cron_set(s->st, e->sp->dag, plan.last, clock_wall(), err,
                                sizeof err) != 0) {
     say("%s: not firing, the schedule state cannot be recorded: %s",
         e->sp->dag, err);
@@ -770,7 +772,7 @@ static void loop_trigger(server *s, api_request *r) {
     r->status = 400;
     return;
   }
-  char *id = rundir_new_id(now_wall());
+  char *id = rundir_new_id(clock_wall());
   /* Queued runs count as going: an API run does not overtake them. */
   int busy = e->nq > 0 || dag_busy(s, e->sp->dag);
   if (busy && e->sp->overlap != SPEC_OVERLAP_ALLOW) {
@@ -999,9 +1001,10 @@ static void recover(server *s) {
 static char *read_secret_file(const char *path, const char *what) {
   char *data;
   size_t n;
-  if (read_file(path, &data, &n) != 0) {
+  int rc = fileio_read_file(path, &data, &n);
+  if (rc != 0) {
     fprintf(stderr, "dagrun serve: cannot read %s %s: %s\n", what, path,
-            strerror(errno));
+            strerror(-rc));
     return NULL;
   }
   while (n > 0 && (data[n - 1] == '\n' || data[n - 1] == '\r'))
@@ -1164,7 +1167,7 @@ int serve_cmd(int argc, char **argv, const char *self_exe) {
     setenv("TZ", ":/etc/localtime", 1);
 
   s.loop = uv_default_loop();
-  s.started = now_wall();
+  s.started = clock_wall();
   pthread_mutex_init(&s.mu, NULL);
   pthread_cond_init(&s.cv, NULL);
   uv_async_init(s.loop, &s.wake, on_wake);

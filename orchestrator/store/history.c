@@ -8,9 +8,10 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "lib/clock.h"
+#include "lib/exitcode.h"
+#include "lib/fileio.h"
 
-#define EXIT_FAILED 1
-#define EXIT_USAGE 2
 
 struct history {
   store *st;
@@ -51,9 +52,9 @@ static history *history_new(store *st, const spec *sp, const char *run_id) {
 char *history_dag_sha256(const char *path) {
   char *data;
   size_t n;
-  if (read_file(path, &data, &n) != 0)
+  if (fileio_read_file(path, &data, &n) != 0)
     return NULL;
-  char *hex = sha256_hex(data, n);
+  char *hex = fileio_sha256_hex(data, n);
   free(data);
   return hex;
 }
@@ -106,7 +107,7 @@ void history_attempt_start(history *h, size_t task, int attempt,
   if (!h || h->broken)
     return;
   if (store_attempt_begin(h->st, h->run_id, h->sp->tasks[task].name, attempt,
-                          log_path, now_wall(), h->err, sizeof h->err) != 0) {
+                          log_path, clock_wall(), h->err, sizeof h->err) != 0) {
     broke(h);
     return;
   }
@@ -118,7 +119,7 @@ void history_task_event(history *h, const sched *s, const sched_event *e) {
     return;
   size_t i = e->task;
   const char *name = h->sp->tasks[i].name;
-  double now = now_wall();
+  double now = clock_wall();
   if (e->state == TASK_RUNNING) {
     /* The task row went to "running" with the attempt's start. */
     if (h->open_attempt[i] == e->attempt && e->pid > 0 &&
@@ -172,7 +173,7 @@ void history_task_event(history *h, const sched *s, const sched_event *e) {
 void history_finish(history *h, const char *state) {
   if (!h)
     return;
-  if (!h->broken && store_run_finish(h->st, h->run_id, state, now_wall(),
+  if (!h->broken && store_run_finish(h->st, h->run_id, state, clock_wall(),
                                      h->err, sizeof h->err) != 0)
     broke(h);
   for (size_t i = 0; i < h->sp->n_tasks; i++)
@@ -236,7 +237,7 @@ static void fmt_span(const cJSON *o, char *buf, size_t n) {
     snprintf(buf, n, "-");
     return;
   }
-  format_duration((b > 0 ? b : now_wall()) - a, buf, n);
+  format_duration((b > 0 ? b : clock_wall()) - a, buf, n);
 }
 
 static int parse_count(const char *s, long lo, long hi, long *out) {

@@ -9,6 +9,8 @@
 #include <time.h>
 
 #include "base/util.h"
+#include "lib/clock.h"
+#include "lib/fileio.h"
 
 /* How long an orphaned worker's group gets after SIGTERM, then after
  * SIGKILL, to be gone. */
@@ -39,11 +41,11 @@ static void nap_ms(long ms) {
 
 /* Waits up to secs for process group pgid to be empty. */
 static int group_gone(int pgid, double secs) {
-  double end = now_monotonic() + secs;
+  double end = clock_monotonic() + secs;
   for (;;) {
     if (kill(-pgid, 0) != 0 && errno == ESRCH)
       return 1;
-    if (now_monotonic() >= end)
+    if (clock_monotonic() >= end)
       return 0;
     nap_ms(50);
   }
@@ -130,7 +132,7 @@ static const cJSON *task_outputs(cJSON *t, const char *run_dir,
   char *text = NULL;
   size_t n = 0;
   cJSON *j = NULL;
-  if (read_file(path, &text, &n) == 0)
+  if (fileio_read_file(path, &text, &n) == 0)
     j = cJSON_ParseWithLength(text, n);
   free(text);
   free(path);
@@ -194,7 +196,7 @@ sched_preset *resume_prepare(store *st, cJSON *run, const spec *sp, char *err,
         continue;
       char *why = orphan(a, owner);
       int rc = store_attempt_end(st, run_id, name, an, "orphaned", -1, why,
-                                 now_wall(), NULL, err, errlen);
+                                 clock_wall(), NULL, err, errlen);
       free(why);
       if (rc != 0) {
         free(pre);

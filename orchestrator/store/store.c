@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "lib/fileio.h"
 
 /* Statements, prepared once per handle on first use. */
 #define STORE_STMTS(XX)                                                        \
@@ -290,7 +291,7 @@ int store_open(const char *path, int create, store **out, char *err,
   st->path = xstrdup(path);
   if (create) {
     char *dir = path_dirname(path);
-    int rc = mkdir_p(dir, 0755);
+    int rc = fileio_mkdir_p(dir, 0755);
     if (rc != 0) {
       snprintf(err, errlen, "run store %s: cannot create directory %s: %s",
                path, dir, strerror(errno));

@@ -29,6 +29,8 @@
 #include "common/stagekit.h"
 #include "common/tokdata.h"
 #include "common/trainkit.h"
+#include "lib/clock.h"
+#include "lib/exitcode.h"
 #include "lib/svgplot.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
@@ -41,8 +43,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define EXIT_FAILED 1
-#define EXIT_BAD_PARAMS 2
 #define MAX_ROWS 40
 
 static const dagrun_param_spec params[] = {
@@ -205,13 +205,13 @@ static int measure(sweep *s, int B) {
       goto done;
     }
     if (i == 0) { /* the warm-up step: first touch of every buffer */
-      t0 = stagekit_now();
+      t0 = clock_monotonic();
       continue;
     }
     sum_loss += loss;
     sum_norm += norm;
   }
-  double el = stagekit_now() - t0;
+  double el = clock_monotonic() - t0;
   r->tokens_per_s = el > 0 ? (double)B * T * (double)s->steps / el : 0;
   r->loss = sum_loss / (double)s->steps;
   r->grad_norm = sum_norm / (double)s->steps;

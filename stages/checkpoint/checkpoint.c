@@ -21,6 +21,7 @@
 
 #include "ckpt/ckpt.h"
 #include "common/registry.h"
+#include "lib/exitcode.h"
 #include "lib/fileio.h"
 
 #include <cjson/cJSON.h>
@@ -32,8 +33,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define EXIT_FAILED 1
-#define EXIT_BAD_PARAMS 2
 
 static const dagrun_param_spec params[] = {
     {"checkpoint", DAGRUN_PARAM_STRING, NULL, 1,

@@ -531,7 +531,7 @@ int registry_promote(const char *root, const registry_promotion *p,
     fileio_seterr(err, errlen, "out of memory");
     goto done;
   }
-  if ((e = fileio_mkdir_p(root)) != 0) {
+  if ((e = fileio_mkdir_p(root, 0755)) != 0) {
     fileio_seterr(err, errlen, "cannot create the registry %s: %s", root,
                   strerror(-e));
     goto done;

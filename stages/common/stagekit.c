@@ -1,5 +1,6 @@
 /* Param and timing helpers of the built-in stages; see stagekit.h. */
 #include "stagekit.h"
+#include "lib/clock.h"
 
 #include <errno.h>
 #include <math.h>
@@ -58,14 +59,8 @@ uint64_t stagekit_peak_rss(void) {
   return (uint64_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
 }
 
-double stagekit_now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 double stagekit_lap(double *t) {
-  double now = stagekit_now(), d = now - *t;
+  double now = clock_monotonic(), d = now - *t;
   *t = now;
   return d;
 }

@@ -20,8 +20,6 @@ unsigned stagekit_cpu_count(void);
 /* The process's peak resident memory so far, in bytes. */
 uint64_t stagekit_peak_rss(void);
 
-/* Seconds on the monotonic clock, for durations. */
-double stagekit_now(void);
 /* Seconds from *t to now, and *t moved to now: consecutive phases of a
  * piece of work timed with one clock. */
 double stagekit_lap(double *t);

@@ -4,6 +4,7 @@
 #include "trainkit.h"
 
 #include "ckpt/modeldir.h"
+#include "lib/clock.h"
 #include "lib/fileio.h"
 #include "stagekit.h"
 
@@ -219,7 +220,7 @@ int trainkit_forward_backward(gpt *model, loader *ld, uint32_t *inputs,
                               double *loss, trainkit_times *times, char *err,
                               size_t errlen) {
   trainkit_times t = {0};
-  double tk = stagekit_now();
+  double tk = clock_monotonic();
   gpt_zero_grad(model);
   t.zero = stagekit_lap(&tk);
   *loss = 0;

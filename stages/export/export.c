@@ -27,6 +27,7 @@
 #include "ckpt/weights.h"
 #include "common/stagekit.h"
 #include "lib/bpe/bpe.h"
+#include "lib/exitcode.h"
 #include "lib/fileio.h"
 #include "model/gpt.h"
 
@@ -41,8 +42,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define EXIT_FAILED 1
-#define EXIT_BAD_PARAMS 2
 
 #define EOT "<|endoftext|>"
 
@@ -631,7 +630,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   const char *pdir = slash == parent ? "" : parent;
   snprintf(x.tmp, n, "%s/.%s.tmp", pdir, slash + 1);
   snprintf(x.old, n, "%s/.%s.old", pdir, slash + 1);
-  int rc = *pdir ? fileio_mkdir_p(pdir) : 0;
+  int rc = *pdir ? fileio_mkdir_p(pdir, 0755) : 0;
   free(parent);
   if (rc == 0)
     rc = fileio_remove_tree(x.tmp);

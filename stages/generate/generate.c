@@ -26,10 +26,10 @@
 #include "common/stagekit.h"
 #include "common/textgen.h"
 #include "lib/bpe/bpe.h"
+#include "lib/clock.h"
+#include "lib/exitcode.h"
 #include "model/gpt.h"
 
-#define EXIT_FAILED 1
-#define EXIT_USAGE 2
 
 static const char usage_text[] =
     "usage: dagrun generate MODEL_DIR [options]\n"
@@ -249,9 +249,9 @@ int main(int argc, char **argv) {
                     .stop_at_eot = !a.no_stop};
   fputs(a.prompt, stdout);
   fflush(stdout);
-  double t0 = stagekit_now();
+  double t0 = clock_monotonic();
   int n = textgen_run(m, tok, &o, emit_stdout, NULL, NULL, err, sizeof err);
-  double dt = stagekit_now() - t0;
+  double dt = clock_monotonic() - t0;
   fputc('\n', stdout);
   fflush(stdout);
   if (n < 0) {

@@ -26,6 +26,7 @@
 #include "common/stagekit.h"
 #include "common/tokdata.h"
 #include "common/trainkit.h"
+#include "lib/exitcode.h"
 #include "lib/svgplot.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
@@ -36,8 +37,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EXIT_FAILED 1
-#define EXIT_BAD_PARAMS 2
 
 static const dagrun_param_spec params[] = {
     TRAINKIT_MODEL_PARAMS,

@@ -49,6 +49,7 @@
 #include "shardplan.h"
 
 #include "common/stagekit.h"
+#include "lib/clock.h"
 #include "lib/fileio.h"
 
 /* Exit statuses: 2 for params that make no sense (as exec does), 1 for
@@ -676,7 +677,7 @@ static void withdraw_problems(worker *w, uint32_t fi) {
 /* Reads one file. Its counts and records join the worker's only when the
  * file is read to its end: a file that turns out unreadable halfway
  * counts as one unreadable file, not as part of a corpus. */
-static int read_file(worker *w, uint32_t fi) {
+static int read_corpus_file(worker *w, uint32_t fi) {
   job *j = w->job;
   const corpus_file *f = &j->files.v[fi];
   uint64_t counts[NDROPS] = {0};
@@ -802,7 +803,7 @@ static void *pass1_thread(void *arg) {
      * read; files before it must be, in case one of them is worse. */
     if (i > atomic_load(&j->fail_file))
       break;
-    int rc = read_file(w, (uint32_t)i);
+    int rc = read_corpus_file(w, (uint32_t)i);
     if (rc == -ENOMEM)
       set_fatal(j, "out of memory while reading %s", j->files.v[i].path);
     else if (rc < 0 && rc != ERR_REPORTED)
@@ -1170,7 +1171,7 @@ static void drop_summary(const uint64_t *counts, char *buf, size_t n) {
 }
 
 static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
-  double t0 = stagekit_now();
+  double t0 = clock_monotonic();
   char err[1024];
   const char *out_dir = h->dir(ctx, DAGRUN_DIR_OUT);
   const char *scratch = h->dir(ctx, DAGRUN_DIR_ATTEMPT);
@@ -1246,7 +1247,7 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
    * the last good run stay until this one has its own). */
   clean_out_dir(out_dir, 0, 0, 0);
 
-  double t1 = stagekit_now();
+  double t1 = clock_monotonic();
   run_threads(j, n1, pass1_thread, 0.0, 0.8, j->files.n, "reading");
   if (j->fatal) {
     h->fail(ctx, "%s", j->fatal_msg);
@@ -1263,7 +1264,7 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
     h->fail(ctx, "cancelled");
     return SHARD_FAILED;
   }
-  double t_read = stagekit_now() - t1;
+  double t_read = clock_monotonic() - t1;
 
   totals t;
   memset(&t, 0, sizeof(t));
@@ -1376,7 +1377,7 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
   if (n2 < 1)
     n2 = 1;
   atomic_store(&j->stop, 0);
-  double t2 = stagekit_now();
+  double t2 = clock_monotonic();
   run_threads(j, n2, pass2_thread, 0.8, 0.2, j->nshards, "writing");
   if (j->fatal) {
     h->fail(ctx, "%s", j->fatal_msg);
@@ -1389,7 +1390,7 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
     h->fail(ctx, "cancelled");
     return SHARD_FAILED;
   }
-  double t_write = stagekit_now() - t2;
+  double t_write = clock_monotonic() - t2;
 
   /* Commit: shards under their names, stale ones out, manifest last. */
   for (unsigned d = 0; d < j->nshards; d++) {
@@ -1435,7 +1436,7 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
   uint64_t out_bytes = 0;
   for (unsigned d = 0; d < j->nshards; d++)
     out_bytes += j->shard_bytes[d];
-  double total_s = stagekit_now() - t0;
+  double total_s = clock_monotonic() - t0;
   double mbps = total_s > 0 ? (double)t.text_bytes / 1e6 / total_s : 0;
   char why[512];
   drop_summary(t.counts, why, sizeof(why));

@@ -19,6 +19,8 @@
 #include "common/stagekit.h"
 #include "data/tokfile.h"
 #include "lib/bpe/bpe.h"
+#include "lib/clock.h"
+#include "lib/exitcode.h"
 #include "lib/fileio.h"
 
 #include <cjson/cJSON.h>
@@ -35,8 +37,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define EXIT_FAILED 1
-#define EXIT_BAD_PARAMS 2
 #define EOT_TEXT "<|endoftext|>"
 
 static const dagrun_param_spec params[] = {
@@ -867,7 +867,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   }
 
   /* The tokenizer: loaded, or trained on the train shards. */
-  double t0 = stagekit_now(), train_s = 0;
+  double t0 = clock_monotonic(), train_s = 0;
   const char *source;
   if (st.tokenizer || st.vocab) {
     char *paths[3] = {NULL, NULL, NULL};
@@ -897,7 +897,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
       host->fail(ctx, "training the tokenizer: %s", err);
       goto done;
     }
-    train_s = stagekit_now() - t0;
+    train_s = clock_monotonic() - t0;
     source = "trained";
     host->log(ctx, DAGRUN_LOG_INFO,
               "trained %zu merges in %.2f s (%u ids)", bpe_merge_count(j.tok),
@@ -925,9 +925,9 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   j.total_bytes = 0;
   for (size_t i = 0; i < j.nshards; i++)
     j.total_bytes += j.shards[i].bytes;
-  double t1 = stagekit_now();
+  double t1 = clock_monotonic();
   run_workers(&j, encode_thread, NULL, "encoded");
-  double encode_s = stagekit_now() - t1;
+  double encode_s = clock_monotonic() - t1;
   if (atomic_load(&j.failed) || host->cancelled(ctx)) {
     host->fail(ctx, "%s", atomic_load(&j.failed) ? j.err : "cancelled");
     remove_stale_tok_files(out_dir);

@@ -10,6 +10,7 @@
 
 #ifdef DAGRUN_HAVE_CUDA
 #include "cuda/gpt_cuda.h"
+#include "lib/clock.h"
 #endif
 
 struct engine {
@@ -149,7 +150,7 @@ int engine_forward_backward(engine *e, loader *ld, uint32_t *inputs,
    * (trainkit.h); the wait costs the GPU a few microseconds of idle time
    * per phase. */
   trainkit_times t = {0};
-  double tk = stagekit_now();
+  double tk = clock_monotonic();
   if (gpt_cuda_zero_grad(e->g, err, errlen) != 0 ||
       gpt_cuda_synchronize(e->g, err, errlen) != 0)
     return -1;

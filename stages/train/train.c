@@ -31,6 +31,8 @@
 #include "data/tokfile.h"
 #include "engine.h"
 #include "lib/bpe/bpe.h"
+#include "lib/clock.h"
+#include "lib/exitcode.h"
 #include "lib/fileio.h"
 #include "model/evaluate.h"
 #include "model/gpt.h"
@@ -50,8 +52,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define EXIT_FAILED 1
-#define EXIT_BAD_PARAMS 2
 
 static const dagrun_param_spec params[] = {
     TRAINKIT_MODEL_PARAMS,
@@ -1247,7 +1247,7 @@ static int run_gang(run_ctx *r, int N) {
 
   size_t tokens_per_step = (size_t)N * bt;
   double fpt = flops_per_token(mc, np, T);
-  double t_start = stagekit_now(), t_last = 0, last_loss = NAN, val = NAN;
+  double t_start = clock_monotonic(), t_last = 0, last_loss = NAN, val = NAN;
   int64_t first_step = r->st.step;
   uint32_t *in = r->inputs + (size_t)g.rank * bt;
   uint32_t *tg = r->targets + (size_t)g.rank * bt;
@@ -1267,10 +1267,10 @@ static int run_gang(run_ctx *r, int N) {
       return EXIT_FAILED;
     }
     gang_test_kill(r, &g);
-    double t_step = stagekit_now();
+    double t_step = clock_monotonic();
     loader_next(r->train, r->inputs, r->targets);
     double lr = lr_at(&r->c.sched, step);
-    double t_call = stagekit_now();
+    double t_call = clock_monotonic();
     zero_step_result res;
     int rc = g.zc ? zero_cuda_step(g.zc, in, tg, B, T, (float)lr,
                                    r->c.grad_clip, &res, err, sizeof err)
@@ -1278,7 +1278,7 @@ static int run_gang(run_ctx *r, int N) {
                               &res, err, sizeof err);
     if (rc != 0)
       gang_abort(r, &g, "step", err);
-    double t_end = stagekit_now();
+    double t_end = clock_monotonic();
     /* A step whose loss or norm is not finite, or that the spike guard
      * stopped, moved nothing. */
     if (lead && res.lr_factor == 0.0 &&
@@ -1311,7 +1311,7 @@ static int run_gang(run_ctx *r, int N) {
         h->metric(ctx, "comm_overlap",
                   (double)res.buckets_early / res.buckets, r->st.step);
       }
-      double now = stagekit_now();
+      double now = clock_monotonic();
       if (now - t_last > 0.5 || r->st.step == r->c.steps) {
         double el = now - t_start;
         double tps = (double)(r->st.step - first_step) * tokens_per_step / el;
@@ -1361,7 +1361,7 @@ static int run_gang(run_ctx *r, int N) {
         r->st.step < r->c.steps)
       gang_save(r, &g);
   }
-  double train_s = stagekit_now() - t_start;
+  double train_s = clock_monotonic() - t_start;
   gang_save(r, &g);
   gpt *m = gang_model(r, &g);
   /* The collectives are over; the ranks other than 0 are done. NCCL's
@@ -1566,7 +1566,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   size_t tokens_per_step = (size_t)r.c.B * r.c.m.T * r.c.accum;
   double fpt = flops_per_token(mc, np, r.c.m.T);
   data_watch dwatch = {0};
-  double t_start = stagekit_now(), t_last = 0, last_loss = NAN, val = NAN;
+  double t_start = clock_monotonic(), t_last = 0, last_loss = NAN, val = NAN;
   int64_t first_step = r.st.step;
   faults fault;
   faults_read(&fault);
@@ -1587,7 +1587,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
      * on the GPU), optimizer (zeroing the gradients, clipping, the spike
      * guard, the update) and communication (none in one process; ZeRO's
      * collectives will fill it). */
-    double t_step = stagekit_now();
+    double t_step = clock_monotonic();
     trainkit_times tt;
     double loss = 0;
     if (engine_forward_backward(r.eng, r.c.overfit ? NULL : r.train,
@@ -1596,7 +1596,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
       h->fail(ctx, "step %lld: %s", (long long)step, err);
       goto done;
     }
-    double tk = stagekit_now();
+    double tk = clock_monotonic();
     double t_data = tt.data, t_fwd = tt.forward, t_bwd = tt.backward;
     double t_opt = tt.zero, t_comm = 0;
     if (faults_take(&fault, step)) {
@@ -1676,7 +1676,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
     step_times times = {t_data, t_fwd, t_bwd, t_opt, t_comm, step_s};
     report_step_times(&r, r.st.step, &times, fpt, tokens_per_step, 1);
     watch_data(&r, &dwatch, r.st.step, t_data, step_s);
-    double now = stagekit_now();
+    double now = clock_monotonic();
     if (now - t_last > 0.5 || r.st.step == r.c.steps) {
       double el = now - t_start;
       double tps = (double)(r.st.step - first_step) * tokens_per_step / el;
@@ -1700,7 +1700,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
       goto done;
     }
   }
-  double train_s = stagekit_now() - t_start;
+  double train_s = clock_monotonic() - t_start;
   if (r.c.overfit) {
     double l = NAN;
     if (engine_loss(r.eng, r.inputs, r.targets, &l, err, sizeof err) != 0)

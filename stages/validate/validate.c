@@ -24,6 +24,8 @@
 #include "common/tokdata.h"
 #include "data/dataloader.h"
 #include "lib/bpe/bpe.h"
+#include "lib/clock.h"
+#include "lib/exitcode.h"
 #include "lib/fileio.h"
 #include "model/evaluate.h"
 #include "model/gpt.h"
@@ -38,8 +40,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define EXIT_FAILED 1
-#define EXIT_BAD_PARAMS 2
 
 static const dagrun_param_spec params[] = {
     {"checkpoint", DAGRUN_PARAM_STRING, NULL, 1,
@@ -393,14 +393,14 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   if (load(&r) != 0)
     goto done;
 
-  double t0 = stagekit_now();
+  double t0 = clock_monotonic();
   if (evaluate_model(r.model, r.val, (int)r.c.B, (int)r.c.T,
                      (uint64_t)r.c.max_batches, stage_cancelled, &r, &r.ev,
                      err, sizeof err) != 0) {
     h->fail(ctx, "evaluation: %s", err);
     goto done;
   }
-  double seconds = stagekit_now() - t0;
+  double seconds = clock_monotonic() - t0;
   int64_t step = r.md.step > 0 ? r.md.step : 0;
   h->metric(ctx, "val_loss", r.ev.loss, step);
   h->metric(ctx, "perplexity", r.ev.perplexity, step);

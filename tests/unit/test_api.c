@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "lib/fileio.h"
 #include "serve/api.h"
 #include "store/store.h"
 #include "testlib.h"
@@ -176,9 +177,9 @@ static char big_log[300001];
 
 static void write_text(const char *path, const char *s, size_t n) {
   char *dir = path_dirname(path);
-  CHECK_INT(mkdir_p(dir, 0755), 0);
+  CHECK_INT(fileio_mkdir_p(dir, 0755), 0);
   free(dir);
-  CHECK_INT(write_file(path, s, n), 0);
+  CHECK_INT(fileio_write_file(path, s, n), 0);
 }
 
 static void make_store(const char *db) {
@@ -691,7 +692,7 @@ static void test_openapi(void) {
    * here. */
   char *src = NULL;
   size_t src_n = 0;
-  CHECK_INT(read_file(TEST_SOURCE_DIR "/orchestrator/serve/api.c", &src, &src_n), 0);
+  CHECK_INT(fileio_read_file(TEST_SOURCE_DIR "/orchestrator/serve/api.c", &src, &src_n), 0);
   size_t n_routes = 0;
   for (const char *z = src ? strstr(src, "routes[] = {") : NULL;
        z && (z = strstr(z, "{\"")) && strncmp(z, "{\"", 2) == 0; z++) {

@@ -4,6 +4,7 @@
  */
 #include "base/util.h"
 #include "host/loader.h"
+#include "lib/fileio.h"
 #include "testlib.h"
 
 #include <limits.h>
@@ -67,7 +68,7 @@ static void test_refusals(void) {
   char *notelf = path_join(tmp, "notelf.so");
   const char *text = "This is a text file, not a shared object; it is long "
                      "enough that the dynamic loader reads its header.\n";
-  CHECK_INT(write_file_atomic(notelf, text, strlen(text)), 0);
+  CHECK_INT(fileio_write_atomic(notelf, text, strlen(text), NULL, 0), 0);
   want =
       xasprintf("%s: not a loadable shared object: invalid ELF header", notelf);
   refused(notelf, DR_EPLUGIN, want);

@@ -5,6 +5,7 @@
  * resumed attempt repeating steps; and a finder task's results and
  * figures, a figure with a script left out. Every text escaped.
  */
+#include "lib/fileio.h"
 #include "report/report.h"
 #include "testlib.h"
 
@@ -17,8 +18,8 @@ static char dir[256];
 static void put(const char *rel, const char *text) {
   char *p = path_join(dir, rel);
   char *d = path_dirname(p);
-  CHECK_INT(mkdir_p(d, 0755), 0);
-  CHECK_INT(write_file(p, text, strlen(text)), 0);
+  CHECK_INT(fileio_mkdir_p(d, 0755), 0);
+  CHECK_INT(fileio_write_file(p, text, strlen(text)), 0);
   free(d);
   free(p);
 }
@@ -140,7 +141,7 @@ int main(void) {
   CHECK_INT(report_write(NULL, dir, "R1", &path, err, sizeof err), 0);
   char *html = NULL;
   size_t n = 0;
-  CHECK(path && read_file(path, &html, &n) == 0);
+  CHECK(path && fileio_read_file(path, &html, &n) == 0);
   if (!html)
     TEST_DONE();
 
