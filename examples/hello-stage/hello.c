@@ -6,7 +6,7 @@
  * file's path as the output `greeting_file`, which downstream tasks read
  * as ${tasks.<task>.outputs.greeting_file}.
  *
- * Build (after installing dagrun; see README.md):
+ * Build (see docs/writing-a-stage.md):
  *   cc -shared -fPIC $(pkg-config --cflags dagrun-plugin) -o hello.so hello.c
  */
 #include <dagrun/plugin.h>

@@ -169,8 +169,9 @@ static void close_handle(uv_handle_t *h) {
 }
 
 static void signal_group(proc *a, int sig) {
-  /* The worker leads its own session and group (UV_PROCESS_DETACHED), so
-   * its pid names the group of everything it started. */
+  /* spawn_worker starts the worker in a new session (POSIX_SPAWN_SETSID),
+   * so it leads its own process group and its pid names the group of
+   * everything it started. */
   if (a->pid > 0)
     kill(-a->pid, sig);
 }

@@ -1,6 +1,6 @@
 # The shipped smoke DAG runs end to end: every task succeeds, outputs flow
 # downstream through ${tasks.T.dir}, logs and run.json land where
-# DESIGN.md says.
+# docs/runs.md says.
 . "$(dirname "$0")/lib.sh"
 
 run_dagrun run "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" --plain
