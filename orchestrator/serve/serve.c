@@ -1,3 +1,13 @@
+/*
+ * serve: the `dagrun serve` daemon; what it promises (one daemon per
+ * store, the store as the truth, shutdown and restart) is in serve.h.
+ *
+ * One libuv loop owns all state: a tick (TICK_MS) rescans the DAG files
+ * and fires due schedules, child runs are uv_process handles, and the
+ * API's threads reach the loop only through the request queue under mu
+ * and the wake async. Runs are separate `dagrun run` processes so that a
+ * daemon that dies takes no run with it.
+ */
 #include "serve.h"
 
 #include <dirent.h>

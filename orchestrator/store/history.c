@@ -1,3 +1,8 @@
+/*
+ * history: a run's life written to the run store as it happens, and the
+ * `dagrun runs`, `status` and `logs` commands that read it back; what is
+ * recorded and when is in history.h.
+ */
 #include "history.h"
 
 #include <errno.h>
