@@ -1,14 +1,21 @@
 /*
- * dagrun: the command line. Parses arguments, then hands over to the
- * modules in the order data flows: spec -> check -> run directory ->
- * scheduler (with the executor and the view) on one libuv loop.
+ * dagrun: the command line. main() finds the command in one table (name,
+ * handler, one-line summary, usage text), answers `--help` from it, and
+ * hands the arguments after the command's name to the handler. Handlers
+ * owned by a module are named <module>_cmd_<name> and live in it
+ * (history_cmd_runs in store/history.c); the ones below are main.c's own,
+ * cmd_<name>. `dagrun FILE` is short for `dagrun run FILE`.
  *
- * Exit codes: 0 success; 1 a task failed; 2 bad usage or a bad DAG file,
- * a run store that cannot be opened (run), an unknown or ambiguous run,
- * task or attempt (runs, status, logs, resume, cancel), a resumed run
- * whose DAG file does not load or no longer matches; 1 also: resume of a
- * run still running, cancel of a run not running; 130 stopped by SIGINT
- * (Ctrl-C); 143 stopped by SIGTERM.
+ * `run` hands over to the modules in the order data flows: spec -> check
+ * -> run directory -> scheduler (with the executor and the view) on one
+ * libuv loop.
+ *
+ * Exit codes (lib/exitcode.h): 0 success, `--help` included; 1 a task
+ * failed; 2 bad usage or a bad DAG file, a run store that cannot be opened
+ * (run), an unknown or ambiguous run, task or attempt (runs, status, logs,
+ * resume, cancel), a resumed run whose DAG file does not load or no longer
+ * matches; 1 also: resume of a run still running, cancel of a run not
+ * running; 130 stopped by SIGINT (Ctrl-C); 143 stopped by SIGTERM.
  */
 #include <errno.h>
 #include <signal.h>
@@ -19,6 +26,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "base/cli.h"
 #include "base/cron.h"
 #include "base/util.h"
 #include "dagfile/graph.h"
@@ -42,73 +50,215 @@
 #include "store/resume.h"
 #include "store/store.h"
 
+/* ---- The usage texts --------------------------------------------------- */
 
-static const char usage_text[] =
-    "usage: dagrun [run] FILE [options]    run a DAG now\n"
-    "       dagrun check FILE...            validate DAG files, report all "
-    "errors\n"
-    "       dagrun graph FILE [--format text|dot|mermaid]\n"
-    "       dagrun stages [--json]          installed stage plugins and "
-    "their params\n"
-    "       dagrun generate MODEL_DIR [--prompt TEXT] [options]\n"
-    "                                       text from a trained model "
-    "(--help: options)\n"
-    "       dagrun cron-next \"EXPR\" [--tz ZONE] [-n N] [--from TIME]\n"
-    "                                       next fire times of a schedule\n"
-    "       dagrun runs [DAG] [-n N] [--json]  recorded runs, newest first\n"
-    "       dagrun status RUN [--json]      a run's tasks: states, attempts, "
-    "exits\n"
-    "       dagrun logs RUN TASK [--attempt N] [--rank R] [--follow]\n"
-    "                                       an attempt's stdout+stderr\n"
-    "       dagrun resume RUN [-j N] [--plain|-q|--events json]\n"
-    "                                       go on with a run: re-run what "
-    "had not\n"
-    "                                       succeeded, in its run "
-    "directory\n"
-    "       dagrun cancel RUN               stop a running run\n"
-    "       dagrun report RUN               (re)write the run's report.html\n"
-    "       dagrun backfill FILE --from TIME --to TIME [run options]\n"
-    "                                       one run per schedule time in "
-    "the range\n"
-    "       dagrun serve PATH... [--port N] [--token-file F] ...\n"
-    "                                       daemon: cron triggers, HTTP "
-    "API,\n"
-    "                                       dashboard (--help: options)\n"
-    "       dagrun --version | --help\n"
-    "\n"
-    "run options:\n"
-    "  -j, --max-parallel N   tasks running at once (default: the DAG's\n"
-    "                         max_parallel, else the number of CPUs)\n"
-    "  --runs-dir DIR         where run directories go (default: "
-    "$DAGRUN_RUNS_DIR\n"
-    "                         or ./runs)\n"
-    "  --events json          one JSON object per state change on stdout\n"
-    "  --plain                timestamped lines even on a terminal\n"
-    "  -q, --quiet            only the final summary\n"
-    "  --no-cache             run every task, even one whose fingerprint\n"
-    "                         matches an earlier successful task (run,\n"
-    "                         resume)\n"
-    "  -p, --param NAME=VALUE set a DAG param (keeps its type; lists and\n"
-    "                         maps as JSON); repeatable\n"
-    "  --run-id ID            the run's id (default: time + random)\n"
-    "  --logical-date TIME    the schedule time the run stands for\n"
-    "                         (${run.date}), e.g. 2026-11-21T02:30:00Z\n"
-    "  --trigger KIND         recorded as what started it: manual, cron,\n"
-    "                         api, backfill\n"
-    "\n"
-    "Runs are recorded in $DAGRUN_HOME/state.db (default: "
-    ".dagrun/state.db);\n"
-    "RUN is a run id or a unique prefix of one.\n"
-    "\n"
-    "Stages are found by name on $DAGRUN_PLUGIN_PATH, then in the built-in\n"
-    "stage directory; a stage given as a path is taken from the DAG's "
-    "directory.\n";
+/* The options `run` and `resume` share (exec_flags below). */
+#define EXEC_OPTIONS_TEXT                                                      \
+  "  -j, --max-parallel N   tasks running at once (default: the DAG's\n"      \
+  "                         max_parallel, else the number of CPUs)\n"         \
+  "  --events json          one JSON object per state change on stdout\n"    \
+  "  --plain                timestamped lines even on a terminal\n"           \
+  "  -q, --quiet            only the final summary\n"                         \
+  "  --no-cache             run every task, even one whose fingerprint\n"     \
+  "                         matches an earlier successful task\n"
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "dagrun: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(see dagrun --help)\n");
-  return EXIT_USAGE;
+/* The options only `run` takes (backfill passes them on to it). */
+#define RUN_OPTIONS_TEXT                                                       \
+  "  --runs-dir DIR         where run directories go (default: "              \
+  "$DAGRUN_RUNS_DIR\n"                                                         \
+  "                         or ./runs)\n"                                      \
+  "  -p, --param NAME=VALUE set a DAG param (keeps its type; lists and\n"     \
+  "                         maps as JSON); repeatable\n"                      \
+  "  --run-id ID            the run's id (default: time + random)\n"          \
+  "  --logical-date TIME    the schedule time the run stands for\n"           \
+  "                         (${run.date}), e.g. 2026-11-21T02:30:00Z\n"       \
+  "  --trigger KIND         recorded as what started it: manual, cron,\n"     \
+  "                         api, backfill\n"
+
+#define STORE_NOTE_TEXT                                                        \
+  "Runs are recorded in $DAGRUN_HOME/state.db (default: "                     \
+  ".dagrun/state.db);\n"                                                       \
+  "RUN is a run id or a unique prefix of one.\n"
+
+#define STAGES_NOTE_TEXT                                                       \
+  "Stages are found by name on $DAGRUN_PLUGIN_PATH, then in the built-in\n"  \
+  "stage directory; a stage given as a path is taken from the DAG's "         \
+  "directory.\n"
+
+static const char run_usage[] =
+    "usage: dagrun run FILE [options]\n"
+    "       dagrun FILE [options]\n"
+    "Runs the DAG in FILE now, in a new run directory, and records the run.\n"
+    "\n"
+    "options:\n" EXEC_OPTIONS_TEXT RUN_OPTIONS_TEXT
+    "\n"
+    STAGES_NOTE_TEXT;
+
+static const char check_usage[] =
+    "usage: dagrun check FILE...\n"
+    "Validates DAG files without running them and reports every error with\n"
+    "file:line:col. Exit 0 when all are valid, 2 otherwise.\n";
+
+static const char graph_usage[] =
+    "usage: dagrun graph FILE [--format text|dot|mermaid]\n"
+    "Prints the DAG's tasks and their dependencies (default: text).\n";
+
+static const char stages_usage[] =
+    "usage: dagrun stages [--json]\n"
+    "Lists the installed stage plugins and their params; plugins that do\n"
+    "not load are listed with the reason.\n";
+
+static const char cron_next_usage[] =
+    "usage: dagrun cron-next \"EXPR\" [--tz ZONE] [-n N] [--from TIME]\n"
+    "Prints the next N (default 5, at most 1000) fire times of a cron\n"
+    "expression in time zone ZONE (default UTC), local and UTC, after now\n"
+    "or from TIME (2026-03-08T01:30, local in ZONE, or "
+    "2026-03-08T06:30:00Z).\n";
+
+static const char runs_usage[] =
+    "usage: dagrun runs [DAG] [-n N] [--json]\n"
+    "Lists the recorded runs (of DAG), newest first: the last N (default "
+    "20).\n"
+    "\n" STORE_NOTE_TEXT;
+
+static const char status_usage[] =
+    "usage: dagrun status RUN [--json]\n"
+    "Shows a run's tasks: their states, attempts, exit codes and errors.\n"
+    "\n" STORE_NOTE_TEXT;
+
+static const char logs_usage[] =
+    "usage: dagrun logs RUN TASK [--attempt N] [--rank R] [--follow|-f]\n"
+    "Prints an attempt's stdout and stderr (default: the latest attempt,\n"
+    "rank 0 of a gang); --follow goes on until the attempt ends.\n"
+    "\n" STORE_NOTE_TEXT;
+
+static const char resume_usage[] =
+    "usage: dagrun resume RUN [options]\n"
+    "Goes on with a run that did not succeed, in its run directory: runs\n"
+    "again what had not succeeded, with the DAG file as it is now.\n"
+    "\n"
+    "options:\n" EXEC_OPTIONS_TEXT "\n" STORE_NOTE_TEXT;
+
+static const char cancel_usage[] =
+    "usage: dagrun cancel RUN\n"
+    "Stops a running run (as Ctrl-C does) and waits until it is recorded\n"
+    "finished.\n"
+    "\n" STORE_NOTE_TEXT;
+
+static const char report_usage[] =
+    "usage: dagrun report RUN\n"
+    "(Re)writes the run's report.html in its run directory and prints its\n"
+    "path.\n"
+    "\n" STORE_NOTE_TEXT;
+
+static const char backfill_usage[] =
+    "usage: dagrun backfill FILE --from TIME --to TIME [--rerun] "
+    "[--dry-run]\n"
+    "                       [run options]\n"
+    "Runs the DAG once per fire time of its schedule in [--from, --to], one\n"
+    "at a time, skipping times that already have a successful run (unless\n"
+    "--rerun); --dry-run only lists them. Run options (see dagrun run\n"
+    "--help) are passed on to each run.\n";
+
+static const char version_usage[] =
+    "usage: dagrun version | dagrun --version\n"
+    "Prints dagrun's version and the plugin ABI it loads.\n";
+
+static const char help_usage[] =
+    "usage: dagrun help [COMMAND] | dagrun --help\n"
+    "Lists the commands, or shows COMMAND's usage (as dagrun COMMAND "
+    "--help).\n";
+
+/* ---- The command table ------------------------------------------------- */
+
+/* A command's handler: argv holds the arguments after its name (argv[argc]
+ * is NULL). Returns the exit status. */
+typedef int command_fn(int argc, char **argv);
+
+typedef struct command {
+  const char *name;
+  command_fn *fn;
+  const char *summary; /* one line, for `dagrun --help` */
+  /* `dagrun NAME --help`; NULL: the program the command runs answers
+   * --help itself (generate). */
+  const char *usage;
+} command;
+
+static command_fn cmd_run, cmd_check, cmd_graph, cmd_stages, cmd_generate,
+    cmd_cron_next, cmd_resume, cmd_cancel, cmd_version, cmd_help;
+
+/* In the order `dagrun --help` lists them: a run's life, then the daemon. */
+static const command commands[] = {
+    {"run", cmd_run, "run a DAG now", run_usage},
+    {"check", cmd_check, "validate DAG files, report all errors",
+     check_usage},
+    {"graph", cmd_graph, "print a DAG as text, dot or mermaid", graph_usage},
+    {"stages", cmd_stages, "installed stage plugins and their params",
+     stages_usage},
+    {"generate", cmd_generate, "text from a trained model", NULL},
+    {"cron-next", cmd_cron_next, "next fire times of a schedule",
+     cron_next_usage},
+    {"runs", history_cmd_runs, "recorded runs, newest first", runs_usage},
+    {"status", history_cmd_status, "a run's tasks: states, attempts, exits",
+     status_usage},
+    {"logs", history_cmd_logs, "an attempt's stdout+stderr", logs_usage},
+    {"resume", cmd_resume, "go on with a run that did not succeed",
+     resume_usage},
+    {"cancel", cmd_cancel, "stop a running run", cancel_usage},
+    {"report", report_cmd_report, "(re)write a run's report.html",
+     report_usage},
+    {"backfill", backfill_cmd_backfill,
+     "one run per schedule time in a range", backfill_usage},
+    {"serve", serve_cmd_serve, "daemon: cron triggers, HTTP API, dashboard",
+     serve_usage},
+    {"version", cmd_version, "dagrun's version and plugin ABI",
+     version_usage},
+    {"help", cmd_help, "this list, or a command's usage", help_usage},
+};
+enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
+
+static const command *command_find(const char *name) {
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    if (strcmp(commands[i].name, name) == 0)
+      return &commands[i];
+  return NULL;
+}
+
+/* `dagrun --help`: the commands from the table, then the run options
+ * (`dagrun FILE` is the common case, so they are shown here too). */
+static void print_overview(FILE *f) {
+  fputs("usage: dagrun COMMAND [ARGS...]\n"
+        "       dagrun FILE [run options]   (short for dagrun run FILE)\n"
+        "\n"
+        "commands:\n",
+        f);
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  fputs("\n"
+        "Every command answers --help (or -h) with its usage and options.\n"
+        "\n"
+        "run options:\n" EXEC_OPTIONS_TEXT RUN_OPTIONS_TEXT "\n" STORE_NOTE_TEXT
+        "\n" STAGES_NOTE_TEXT,
+        f);
+}
+
+/* Whether the arguments ask for help: --help or -h anywhere before "--".
+ * Checked before the handler runs, so that help never loads a DAG or
+ * opens the store. */
+static int wants_help(int argc, char **argv) {
+  for (int i = 0; i < argc && strcmp(argv[i], "--") != 0; i++)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+      return 1;
+  return 0;
+}
+
+/* Runs command c with the arguments after its name. */
+static int command_run(const command *c, int argc, char **argv) {
+  if (c->usage && wants_help(argc, argv)) {
+    fputs(c->usage, stdout);
+    return 0;
+  }
+  return c->fn(argc, argv);
 }
 
 /* Loads and checks a DAG file, printing every error. Returns 0 with *sp
@@ -130,7 +280,7 @@ static int load_checked(const char *path, spec **sp, checked **ck) {
 
 static int cmd_check(int argc, char **argv) {
   if (argc < 1)
-    return usage_error("%s", "check needs a DAG file");
+    return cli_usage_error("%s", "check needs a DAG file");
   int bad = 0;
   for (int i = 0; i < argc; i++) {
     spec *sp;
@@ -147,26 +297,25 @@ static int cmd_check(int argc, char **argv) {
 }
 
 static int cmd_graph(int argc, char **argv) {
-  const char *file = NULL, *format = "text";
+  const char *file = NULL, *format = "text", *v;
   for (int i = 0; i < argc; i++) {
-    if (strcmp(argv[i], "--format") == 0 && i + 1 < argc)
-      format = argv[++i];
-    else if (strncmp(argv[i], "--format=", 9) == 0)
-      format = argv[i] + 9;
+    if ((v = cli_value(argc, argv, &i, "--format")))
+      format = v;
     else if (argv[i][0] == '-')
-      return usage_error("unknown option '%s' for graph", argv[i]);
+      return cli_usage_error("unknown option '%s' for graph", argv[i]);
     else if (!file)
       file = argv[i];
     else
-      return usage_error("graph takes one DAG file, got also '%s'", argv[i]);
+      return cli_usage_error("graph takes one DAG file, got also '%s'",
+                             argv[i]);
   }
   if (!file)
-    return usage_error("%s", "graph needs a DAG file");
+    return cli_usage_error("%s", "graph needs a DAG file");
   if (strcmp(format, "text") != 0 && strcmp(format, "dot") != 0 &&
       strcmp(format, "mermaid") != 0)
-    return usage_error("unknown graph format '%s' (expected text, dot or "
-                       "mermaid)",
-                       format);
+    return cli_usage_error("unknown graph format '%s' (expected text, dot or "
+                           "mermaid)",
+                           format);
   spec *sp;
   checked *ck;
   if (load_checked(file, &sp, &ck) != 0)
@@ -175,6 +324,13 @@ static int cmd_graph(int argc, char **argv) {
   checked_free(ck);
   spec_free(sp);
   return rc == 0 ? 0 : EXIT_USAGE;
+}
+
+static int cmd_stages(int argc, char **argv) {
+  int json = argc >= 1 && strcmp(argv[0], "--json") == 0;
+  if (argc > 1 || (argc == 1 && !json))
+    return cli_usage_error("unknown option '%s' for stages", argv[0]);
+  return catalog_print(stdout, json) == 0 ? 0 : EXIT_FAILED;
 }
 
 /* State shared by the run's callbacks. */
@@ -358,18 +514,6 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
                                          : EXIT_FAILED;
 }
 
-/* The dagrun executable, which workers run: 0, or -1 after saying why. */
-static int find_self_exe(char *buf, size_t len) {
-  ssize_t n = readlink("/proc/self/exe", buf, len - 1);
-  if (n <= 0) {
-    fprintf(stderr, "dagrun: cannot find its own executable: %s\n",
-            strerror(errno));
-    return -1;
-  }
-  buf[n] = '\0';
-  return 0;
-}
-
 /* What `run` and `resume` both take: how many at once, how to show the
  * run, whether to use the cache. */
 typedef struct exec_flags {
@@ -388,27 +532,21 @@ static void exec_flags_init(exec_flags *f) {
  * them, or EXIT_USAGE after a usage error. */
 static int exec_flag(int argc, char **argv, int *i, exec_flags *f) {
   const char *a = argv[*i];
-  const char *num = NULL;
+  const char *num = NULL, *events;
+  long n;
   if ((strcmp(a, "-j") == 0 || strcmp(a, "--max-parallel") == 0) &&
       *i + 1 < argc)
     num = argv[++*i];
   else if (strncmp(a, "-j", 2) == 0 && a[2])
     num = a + 2;
   if (num) {
-    char *end;
-    long n = strtol(num, &end, 10);
-    if (*end || n < 1 || n > 100000) {
-      usage_error("--max-parallel needs a number >= 1, got '%s'", num);
-      return EXIT_USAGE;
-    }
+    if (cli_number(num, 1, 100000, &n) != 0)
+      return cli_usage_error("--max-parallel needs a number >= 1, got '%s'",
+                             num);
     f->max_parallel = (int)n;
-  } else if (strcmp(a, "--events") == 0 && *i + 1 < argc) {
-    if (strcmp(argv[++*i], "json") != 0) {
-      usage_error("--events takes 'json', got '%s'", argv[*i]);
-      return EXIT_USAGE;
-    }
-    f->mode = VIEW_JSON;
-  } else if (strcmp(a, "--events=json") == 0) {
+  } else if ((events = cli_value(argc, argv, i, "--events"))) {
+    if (strcmp(events, "json") != 0)
+      return cli_usage_error("--events takes 'json', got '%s'", events);
     f->mode = VIEW_JSON;
   } else if (strcmp(a, "--plain") == 0) {
     if (f->mode == VIEW_TTY)
@@ -423,15 +561,6 @@ static int exec_flag(int argc, char **argv, int *i, exec_flags *f) {
   return 1;
 }
 
-static int run_file(const char *file, const char *runs_dir,
-                    const exec_flags *flp, const char *run_id,
-                    const char *trigger, double logical_date,
-                    char *const *overrides, size_t n_overrides);
-
-/* What started a run, as `dagrun run --trigger` takes it (store.h). */
-static const char *const run_triggers[] = {"manual", "cron", "api", "backfill",
-                                           NULL};
-
 /* Applies `--param NAME=VALUE` overrides (argv-style "NAME=VALUE" strings)
  * to the resolved DAG params: 0, or EXIT_USAGE after saying why. */
 static int apply_param_overrides(const spec *sp, cJSON *params,
@@ -440,7 +569,7 @@ static int apply_param_overrides(const spec *sp, cJSON *params,
   for (size_t i = 0; i < n; i++) {
     const char *eq = strchr(kv[i], '=');
     if (!eq || eq == kv[i])
-      return usage_error("--param takes NAME=VALUE, got '%s'", kv[i]);
+      return cli_usage_error("--param takes NAME=VALUE, got '%s'", kv[i]);
     char *name = xstrndup(kv[i], (size_t)(eq - kv[i]));
     int rc = tmpl_override_param(sp, params, name, eq + 1, err, sizeof err);
     free(name);
@@ -452,194 +581,194 @@ static int apply_param_overrides(const spec *sp, cJSON *params,
   return 0;
 }
 
-static int cmd_run(int argc, char **argv) {
-  const char *file = NULL;
-  const char *runs_dir = getenv("DAGRUN_RUNS_DIR");
-  const char *run_id = NULL, *trigger = "manual";
-  double logical_date = 0;
-  char **overrides = xcalloc((size_t)argc + 1, sizeof(char *));
-  size_t n_overrides = 0;
-  int code = EXIT_USAGE;
+/* What started a run, as `dagrun run --trigger` takes it (store.h). */
+static const char *const run_triggers[] = {"manual", "cron", "api", "backfill",
+                                           NULL};
+
+/* `dagrun run`'s command line, read. */
+typedef struct run_args {
+  const char *file, *runs_dir, *run_id, *trigger;
+  double logical_date; /* 0: none */
+  char **overrides;    /* --param "NAME=VALUE" strings, borrowed from argv */
+  size_t n_overrides;
   exec_flags fl;
-  exec_flags_init(&fl);
+} run_args;
+
+/* Reads argv[*i] (and its value) if it is one of the options only `run`
+ * takes. Returns 1 when it was (with *i past it), 0 when it is not one of
+ * them, or EXIT_USAGE after a usage error. */
+static int run_option(int argc, char **argv, int *i, run_args *ra) {
+  const char *v;
+  if ((v = cli_value(argc, argv, i, "--runs-dir"))) {
+    ra->runs_dir = v;
+  } else if ((v = cli_value(argc, argv, i, "--param")) ||
+             (v = cli_value(argc, argv, i, "-p"))) {
+    ra->overrides[ra->n_overrides++] = (char *)v;
+  } else if ((v = cli_value(argc, argv, i, "--run-id"))) {
+    if (!rundir_id_valid(v))
+      return cli_usage_error("bad --run-id '%s': expected letters, digits, "
+                             "'_', '.' and '-', not starting with '.'",
+                             v);
+    ra->run_id = v;
+  } else if ((v = cli_value(argc, argv, i, "--trigger"))) {
+    int known = 0;
+    for (size_t k = 0; run_triggers[k]; k++)
+      known |= strcmp(v, run_triggers[k]) == 0;
+    if (!known)
+      return cli_usage_error(
+          "--trigger takes manual, cron, api or backfill, got '%s'", v);
+    ra->trigger = v;
+  } else if ((v = cli_value(argc, argv, i, "--logical-date"))) {
+    int64_t t;
+    if (cron_parse_time(v, NULL, &t) != 0)
+      return cli_usage_error("--logical-date takes a time such as "
+                             "2026-11-21T02:30:00Z, got '%s'",
+                             v);
+    ra->logical_date = (double)t;
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+static int run_file(const run_args *ra);
+
+static int cmd_run(int argc, char **argv) {
+  run_args ra = {.trigger = "manual"};
+  ra.overrides = xcalloc((size_t)argc + 1, sizeof(char *));
+  exec_flags_init(&ra.fl);
+  int code = EXIT_USAGE;
   for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    int used = exec_flag(argc, argv, &i, &fl);
+    int used = exec_flag(argc, argv, &i, &ra.fl);
+    if (!used)
+      used = run_option(argc, argv, &i, &ra);
     if (used == EXIT_USAGE)
       goto done;
     if (used)
       continue;
-    if (strcmp(a, "--runs-dir") == 0 && i + 1 < argc) {
-      runs_dir = argv[++i];
-    } else if ((strcmp(a, "--param") == 0 || strcmp(a, "-p") == 0) &&
-               i + 1 < argc) {
-      overrides[n_overrides++] = argv[++i];
-    } else if (strcmp(a, "--run-id") == 0 && i + 1 < argc) {
-      run_id = argv[++i];
-      if (!rundir_id_valid(run_id)) {
-        usage_error("bad --run-id '%s': expected letters, digits, '_', '.' "
-                    "and '-', not starting with '.'",
-                    run_id);
-        goto done;
-      }
-    } else if (strcmp(a, "--trigger") == 0 && i + 1 < argc) {
-      trigger = argv[++i];
-      int known = 0;
-      for (size_t k = 0; run_triggers[k]; k++)
-        known |= strcmp(trigger, run_triggers[k]) == 0;
-      if (!known) {
-        usage_error("--trigger takes manual, cron, api or backfill, got '%s'",
-                    trigger);
-        goto done;
-      }
-    } else if (strcmp(a, "--logical-date") == 0 && i + 1 < argc) {
-      int64_t t;
-      if (cron_parse_time(argv[++i], NULL, &t) != 0) {
-        usage_error("--logical-date takes a time such as "
-                    "2026-11-21T02:30:00Z, got '%s'",
-                    argv[i]);
-        goto done;
-      }
-      logical_date = (double)t;
-    } else if (a[0] == '-') {
-      usage_error("unknown option '%s'", a);
-      goto done;
-    } else if (!file) {
-      file = a;
-    } else {
-      usage_error("run takes one DAG file, got also '%s'", a);
+    if (argv[i][0] == '-') {
+      cli_usage_error("unknown option '%s'", argv[i]);
       goto done;
     }
+    if (ra.file) {
+      cli_usage_error("run takes one DAG file, got also '%s'", argv[i]);
+      goto done;
+    }
+    ra.file = argv[i];
   }
-  if (!file) {
-    usage_error("%s", "run needs a DAG file");
+  if (!ra.file) {
+    cli_usage_error("%s", "run needs a DAG file");
     goto done;
   }
-  if (!runs_dir || !*runs_dir)
-    runs_dir = "runs";
-  code = run_file(file, runs_dir, &fl, run_id, trigger, logical_date,
-                  overrides, n_overrides);
+  ra.runs_dir = cli_runs_dir(ra.runs_dir);
+  code = run_file(&ra);
 done:
-  free(overrides);
+  free(ra.overrides);
   return code;
 }
 
-/* `dagrun run` once its command line is read. */
-static int run_file(const char *file, const char *runs_dir,
-                    const exec_flags *flp, const char *run_id,
-                    const char *trigger, double logical_date,
-                    char *const *overrides, size_t n_overrides) {
-  exec_flags fl = *flp;
-  spec *sp;
-  checked *ck;
-  if (load_checked(file, &sp, &ck) != 0)
-    return EXIT_USAGE;
-  if (!fl.max_parallel)
-    fl.max_parallel =
-        sp->max_parallel ? sp->max_parallel : default_parallelism();
-
-  /* The store is opened before anything runs: a run that could not be
-   * recorded is refused, not run unrecorded. */
+/* Opens the run store for `dagrun run FILE`: 0 with *db, or EXIT_USAGE
+ * after saying why. It is opened before anything runs: a run that could
+ * not be recorded is refused, not run unrecorded. */
+static int run_store_open(const char *file, store **db) {
   char err[1024];
   char *db_path = store_default_path();
-  store *db;
-  if (store_open(db_path, 1, &db, err, sizeof(err)) != 0) {
+  if (store_open(db_path, 1, db, err, sizeof err) != 0) {
     fprintf(stderr,
             "dagrun: %s\ndagrun: not running %s: its history cannot be "
             "recorded in %s (set DAGRUN_HOME to a writable directory)\n",
             err, file, db_path);
     free(db_path);
-    checked_free(ck);
-    spec_free(sp);
+    *db = NULL;
     return EXIT_USAGE;
   }
   free(db_path);
-  rundir *run;
-  if (rundir_create(runs_dir, sp->dag, run_id, logical_date, &run, err,
-                    sizeof(err)) != 0) {
-    fprintf(stderr, "dagrun: %s\n", err);
-    store_close(db);
-    checked_free(ck);
-    spec_free(sp);
-    return EXIT_USAGE;
-  }
-  /* DAG params again, now that run.* has values. */
+  return 0;
+}
+
+/* The DAG params as the DAG resolves them for this run's id and date (run
+ * and resume resolve them again once run.* has values). Caller frees; NULL
+ * after printing why. */
+static cJSON *run_params_resolve(const spec *sp, const rundir *run) {
   diags d = {0};
   cJSON *params = NULL;
   tmpl_env te = {sp, NULL, run->id, run->date, NULL, NULL, NULL};
-  if (tmpl_resolve_params(&te, &params, &d) != 0 ||
-      apply_param_overrides(sp, params, overrides, n_overrides) != 0) {
+  if (tmpl_resolve_params(&te, &params, &d) != 0) {
     diags_print(&d, stderr);
-    diags_free(&d);
     cJSON_Delete(params);
-    rmdir(run->path); /* nothing ran: no trace of a run */
-    rundir_destroy(run);
-    store_close(db);
-    checked_free(ck);
-    spec_free(sp);
+    params = NULL;
+  }
+  diags_free(&d);
+  return params;
+}
+
+/* Records the start of the run in db, its params shown with secrets
+ * redacted: 0 with *h, or EXIT_USAGE after saying why. From here on,
+ * SIGINT and SIGTERM wait blocked until execute() watches for them. */
+static int run_record_start(store *db, const spec *sp, const rundir *run,
+                            const cJSON *params, const run_args *ra,
+                            history **h) {
+  char err[1024];
+  cJSON *shown = cJSON_Duplicate(params, 1);
+  secrets_redact_params(sp, shown);
+  char *pj = cJSON_PrintUnformatted(shown);
+  stop_signals_block(1);
+  int rc = history_begin(db, sp, run, pj, ra->trigger, ra->logical_date, h,
+                         err, sizeof err);
+  cJSON_free(pj);
+  cJSON_Delete(shown);
+  if (rc != 0) {
+    fprintf(stderr,
+            "dagrun: %s\ndagrun: not running %s: its history "
+            "cannot be recorded\n",
+            err, ra->file);
     return EXIT_USAGE;
   }
+  return 0;
+}
 
+/* `dagrun run` once its command line is read: the DAG, the store, the run
+ * directory, the params, the record of the start, then the run. */
+static int run_file(const run_args *ra) {
+  exec_flags fl = ra->fl;
+  spec *sp;
+  checked *ck;
+  if (load_checked(ra->file, &sp, &ck) != 0)
+    return EXIT_USAGE;
+  if (!fl.max_parallel)
+    fl.max_parallel =
+        sp->max_parallel ? sp->max_parallel : default_parallelism();
+  int code = EXIT_USAGE;
+  char err[1024];
   char self_exe[4096];
-  if (find_self_exe(self_exe, sizeof self_exe) != 0)
-    return EXIT_USAGE;
-
+  store *db = NULL;
+  rundir *run = NULL;
+  cJSON *params = NULL;
   history *h;
-  {
-    cJSON *shown = cJSON_Duplicate(params, 1);
-    secrets_redact_params(sp, shown);
-    char *pj = cJSON_PrintUnformatted(shown);
-    stop_signals_block(1);
-    int hrc = history_begin(db, sp, run, pj, trigger, logical_date, &h, err,
-                            sizeof(err));
-    cJSON_free(pj);
-    cJSON_Delete(shown);
-    if (hrc != 0) {
-      fprintf(stderr,
-              "dagrun: %s\ndagrun: not running %s: its history "
-              "cannot be recorded\n",
-              err, file);
-      cJSON_Delete(params);
-      rundir_destroy(run);
-      store_close(db);
-      checked_free(ck);
-      spec_free(sp);
-      return EXIT_USAGE;
-    }
+  if (run_store_open(ra->file, &db) != 0)
+    goto out;
+  if (rundir_create(ra->runs_dir, sp->dag, ra->run_id, ra->logical_date, &run,
+                    err, sizeof(err)) != 0) {
+    fprintf(stderr, "dagrun: %s\n", err);
+    goto out;
   }
-
-  int code = execute(sp, ck, run, params, h, fl.max_parallel, fl.mode, self_exe,
-                     NULL, fl.no_cache);
+  if (!(params = run_params_resolve(sp, run)) ||
+      apply_param_overrides(sp, params, ra->overrides, ra->n_overrides) != 0) {
+    rmdir(run->path); /* nothing ran: no trace of a run */
+    goto out;
+  }
+  if (cli_self_exe(self_exe, sizeof self_exe) != 0 ||
+      run_record_start(db, sp, run, params, ra, &h) != 0)
+    goto out;
+  code = execute(sp, ck, run, params, h, fl.max_parallel, fl.mode, self_exe,
+                 NULL, fl.no_cache);
+out:
   cJSON_Delete(params);
   rundir_destroy(run);
   store_close(db);
   checked_free(ck);
   spec_free(sp);
   return code;
-}
-
-/* Opens the run store and finds run id_prefix in it. Returns 0 with *db and
- * *run (caller closes and frees), or the exit code after saying why. */
-static int find_run(const char *id_prefix, store **db, cJSON **run) {
-  char err[1024];
-  char *path = store_default_path();
-  int rc = store_open(path, 0, db, err, sizeof err);
-  if (rc == DR_ENOENT)
-    fprintf(stderr, "dagrun: no run store at %s: no run recorded there\n",
-            path);
-  else if (rc != 0)
-    fprintf(stderr, "dagrun: %s\n", err);
-  free(path);
-  if (rc != 0)
-    return rc == DR_ENOENT ? EXIT_USAGE : EXIT_FAILED;
-  *run = store_run(*db, id_prefix, &rc, err, sizeof err);
-  if (!*run) {
-    fprintf(stderr, "dagrun: %s\n", err);
-    store_close(*db);
-    *db = NULL;
-    return rc == DR_ESTORE ? EXIT_FAILED : EXIT_USAGE;
-  }
-  return 0;
 }
 
 static const char *json_str(const cJSON *o, const char *k) {
@@ -652,21 +781,60 @@ static double json_num(const cJSON *o, const char *k) {
   return cJSON_IsNumber(j) ? j->valuedouble : 0;
 }
 
+/* What `dagrun resume` gathers before the run goes on; all of it is freed
+ * in one place (resume_job_free), whichever step fails. */
+typedef struct resume_job {
+  store *db;
+  cJSON *rec;                 /* the run as recorded */
+  const char *run_id, *state; /* in rec */
+  int owner;                  /* pid of the dagrun that last ran it */
+  spec *sp;
+  checked *ck;
+  rundir *run;
+  cJSON *params;
+  sched_preset *preset;
+} resume_job;
+
+static void resume_job_free(resume_job *j) {
+  free(j->preset);
+  cJSON_Delete(j->params);
+  rundir_destroy(j->run);
+  checked_free(j->ck);
+  spec_free(j->sp);
+  cJSON_Delete(j->rec);
+  store_close(j->db);
+}
+
+/* Whether the recorded run is not to be resumed: 1 with *code (1: its
+ * dagrun is still running it; 0: it succeeded, nothing to do), after
+ * saying so; 0 when it may be resumed. */
+static int resume_refused(resume_job *j, int *code) {
+  int alive = resume_owner_alive(j->rec, &j->owner);
+  if (alive && strcmp(j->state, "running") == 0) {
+    fprintf(stderr,
+            "dagrun: run %s is still running (dagrun pid %d): not resuming "
+            "it; `dagrun cancel %s` stops it\n",
+            j->run_id, j->owner, j->run_id);
+    *code = EXIT_FAILED;
+    return 1;
+  }
+  if (strcmp(j->state, "success") == 0) {
+    printf("run %s already succeeded: nothing to resume\n", j->run_id);
+    *code = 0;
+    return 1;
+  }
+  return 0;
+}
+
 /* The DAG params of a resumed run: as the DAG resolves them for its run id
  * and date, with the recorded values on top (secrets were recorded
  * "(redacted)": those come from the DAG). Caller frees; NULL after
  * printing why. */
 static cJSON *resume_params(const spec *sp, const rundir *run,
                             const cJSON *recorded) {
-  diags d = {0};
-  cJSON *params = NULL;
-  tmpl_env te = {sp, NULL, run->id, run->date, NULL, NULL, NULL};
-  if (tmpl_resolve_params(&te, &params, &d) != 0) {
-    diags_print(&d, stderr);
-    diags_free(&d);
-    cJSON_Delete(params);
+  cJSON *params = run_params_resolve(sp, run);
+  if (!params)
     return NULL;
-  }
   const cJSON *it;
   cJSON_ArrayForEach(it, recorded) {
     if (!it->string || !cJSON_GetObjectItemCaseSensitive(params, it->string))
@@ -679,6 +847,66 @@ static cJSON *resume_params(const spec *sp, const rundir *run,
   return params;
 }
 
+/* The run's DAG file as it is now, its run directory and its params into
+ * j: 0, or EXIT_USAGE after saying why. */
+static int resume_load(resume_job *j) {
+  const char *file = json_str(j->rec, "dag_file");
+  char err[1024];
+  if (load_checked(file, &j->sp, &j->ck) != 0) {
+    fprintf(stderr,
+            "dagrun: cannot resume run %s: its DAG file %s does not "
+            "load\n",
+            j->run_id, file);
+    return EXIT_USAGE;
+  }
+  /* Resuming with an edited DAG file is allowed (fixing a task is what
+   * resume is for) but never silent. */
+  const char *was = json_str(j->rec, "dag_sha256");
+  char *now = history_dag_sha256(file);
+  if (was && now && strcmp(was, now) != 0)
+    fprintf(stderr,
+            "dagrun: warning: %s changed since run %s started; resuming "
+            "with the file as it is now\n",
+            file, j->run_id);
+  free(now);
+  if (rundir_open(json_str(j->rec, "run_dir"), j->run_id,
+                  json_num(j->rec, "started"), json_num(j->rec, "logical_date"),
+                  &j->run, err, sizeof err) != 0) {
+    fprintf(stderr, "dagrun: cannot resume run %s: %s\n", j->run_id, err);
+    return EXIT_USAGE;
+  }
+  j->params = resume_params(j->sp, j->run,
+                            cJSON_GetObjectItemCaseSensitive(j->rec, "params"));
+  return j->params ? 0 : EXIT_USAGE;
+}
+
+/* Makes this process the run's dagrun and records that the run goes on:
+ * 0 with *h, or the exit status after saying why. From the claim on,
+ * SIGINT and SIGTERM wait blocked until execute() watches for them. */
+static int resume_claim(resume_job *j, history **h) {
+  char err[1024];
+  /* Claimed before the orphans are handled: of two resumes at once, one
+   * goes on and the other stops here. */
+  int me = (int)getpid();
+  stop_signals_block(1);
+  if (store_run_claim(j->db, j->run_id, me, proc_start_time(me), j->owner,
+                      (long long)json_num(j->rec, "orch_start"), err,
+                      sizeof err) != 0) {
+    fprintf(stderr, "dagrun: cannot resume run %s: %s\n", j->run_id, err);
+    return EXIT_FAILED;
+  }
+  if (!(j->preset = resume_prepare(j->db, j->rec, j->sp, err, sizeof err)) ||
+      history_resume(j->db, j->sp, j->run_id, j->preset, h, err,
+                     sizeof err) != 0) {
+    fprintf(stderr, "dagrun: cannot resume run %s: %s\n", j->run_id, err);
+    /* Back to the state it had: the next resume may try again. */
+    store_run_finish(j->db, j->run_id, j->state, clock_wall(), err,
+                     sizeof err);
+    return EXIT_USAGE;
+  }
+  return 0;
+}
+
 /* dagrun resume RUN [options]: goes on with a recorded run in its run
  * directory, running again only what had not succeeded. */
 static int cmd_resume(int argc, char **argv) {
@@ -686,126 +914,90 @@ static int cmd_resume(int argc, char **argv) {
   exec_flags fl;
   exec_flags_init(&fl);
   for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
     int used = exec_flag(argc, argv, &i, &fl);
     if (used == EXIT_USAGE)
       return EXIT_USAGE;
     if (used)
       continue;
-    if (a[0] == '-') {
-      return usage_error("unknown option '%s' for resume", a);
-    } else if (!id) {
-      id = a;
-    } else {
-      return usage_error("resume takes one run, got also '%s'", a);
-    }
+    if (argv[i][0] == '-')
+      return cli_usage_error("unknown option '%s' for resume", argv[i]);
+    if (id)
+      return cli_usage_error("resume takes one run, got also '%s'", argv[i]);
+    id = argv[i];
   }
   if (!id)
-    return usage_error("%s", "resume needs a run id (see dagrun runs)");
+    return cli_usage_error("%s", "resume needs a run id (see dagrun runs)");
 
-  store *db;
-  cJSON *rec;
-  int code = find_run(id, &db, &rec);
+  resume_job j = {0};
+  int code = history_open_run(id, &j.db, &j.rec);
   if (code != 0)
     return code;
-  const char *run_id = json_str(rec, "id");
-  const char *state = json_str(rec, "state");
-  int owner;
-  code = EXIT_FAILED;
-  spec *sp = NULL;
-  checked *ck = NULL;
-  rundir *run = NULL;
-  cJSON *params = NULL;
-  sched_preset *preset = NULL;
-  char err[1024];
-  if (resume_owner_alive(rec, &owner) && strcmp(state, "running") == 0) {
-    fprintf(stderr,
-            "dagrun: run %s is still running (dagrun pid %d): not resuming "
-            "it; `dagrun cancel %s` stops it\n",
-            run_id, owner, run_id);
-    goto out;
-  }
-  if (strcmp(state, "success") == 0) {
-    printf("run %s already succeeded: nothing to resume\n", run_id);
-    code = 0;
-    goto out;
-  }
-  code = EXIT_USAGE;
-  if (load_checked(json_str(rec, "dag_file"), &sp, &ck) != 0) {
-    fprintf(stderr,
-            "dagrun: cannot resume run %s: its DAG file %s does not "
-            "load\n",
-            run_id, json_str(rec, "dag_file"));
-    goto out;
-  }
-  {
-    /* Resuming with an edited DAG file is allowed (fixing a task is what
-     * resume is for) but never silent. */
-    const char *was = json_str(rec, "dag_sha256");
-    char *now = history_dag_sha256(json_str(rec, "dag_file"));
-    if (was && now && strcmp(was, now) != 0)
-      fprintf(stderr,
-              "dagrun: warning: %s changed since run %s started; resuming "
-              "with the file as it is now\n",
-              json_str(rec, "dag_file"), run_id);
-    free(now);
-  }
-  if (rundir_open(json_str(rec, "run_dir"), run_id, json_num(rec, "started"),
-                  json_num(rec, "logical_date"), &run, err, sizeof err) != 0) {
-    fprintf(stderr, "dagrun: cannot resume run %s: %s\n", run_id, err);
-    goto out;
-  }
-  if (!(params = resume_params(
-            sp, run, cJSON_GetObjectItemCaseSensitive(rec, "params"))))
-    goto out;
+  j.run_id = json_str(j.rec, "id");
+  j.state = json_str(j.rec, "state");
   char self_exe[4096];
-  if (find_self_exe(self_exe, sizeof self_exe) != 0)
+  history *h;
+  if (resume_refused(&j, &code) || (code = resume_load(&j)) != 0)
     goto out;
-  /* Claimed before the orphans are handled: of two resumes at once, one
-   * goes on and the other stops here. */
-  int me = (int)getpid();
-  stop_signals_block(1);
-  if (store_run_claim(db, run_id, me, proc_start_time(me), owner,
-                      (long long)json_num(rec, "orch_start"), err,
-                      sizeof err) != 0) {
-    fprintf(stderr, "dagrun: cannot resume run %s: %s\n", run_id, err);
-    code = EXIT_FAILED;
+  if (cli_self_exe(self_exe, sizeof self_exe) != 0) {
+    code = EXIT_USAGE;
     goto out;
   }
-  history *h = NULL;
-  if (!(preset = resume_prepare(db, rec, sp, err, sizeof err)) ||
-      history_resume(db, sp, run_id, preset, &h, err, sizeof err) != 0) {
-    fprintf(stderr, "dagrun: cannot resume run %s: %s\n", run_id, err);
-    store_run_finish(db, run_id, state, clock_wall(), err, sizeof err);
+  if ((code = resume_claim(&j, &h)) != 0)
     goto out;
-  }
   if (!fl.max_parallel)
     fl.max_parallel =
-        sp->max_parallel ? sp->max_parallel : default_parallelism();
-  code = execute(sp, ck, run, params, h, fl.max_parallel, fl.mode, self_exe,
-                 preset, fl.no_cache);
+        j.sp->max_parallel ? j.sp->max_parallel : default_parallelism();
+  code = execute(j.sp, j.ck, j.run, j.params, h, fl.max_parallel, fl.mode,
+                 self_exe, j.preset, fl.no_cache);
 out:
-  free(preset);
-  cJSON_Delete(params);
-  rundir_destroy(run);
-  checked_free(ck);
-  spec_free(sp);
-  cJSON_Delete(rec);
-  store_close(db);
+  resume_job_free(&j);
   return code;
 }
 
 /* How long `dagrun cancel` waits for the run to be recorded finished. */
 #define CANCEL_WAIT_S 60.0
 
+/* Waits until run run_id, whose dagrun (pid owner) was sent SIGTERM, is
+ * recorded finished: 0 after printing its final state, or EXIT_FAILED
+ * after saying why not. *rec is replaced by each new reading. */
+static int cancel_wait(store *db, const char *run_id, int owner,
+                       cJSON **rec) {
+  double end = clock_monotonic() + CANCEL_WAIT_S;
+  int rc;
+  char err[1024];
+  for (;;) {
+    cJSON_Delete(*rec);
+    *rec = store_run(db, run_id, &rc, err, sizeof err);
+    if (*rec && strcmp(json_str(*rec, "state"), "running") != 0) {
+      printf("run %s %s\n", run_id, json_str(*rec, "state"));
+      return 0;
+    }
+    if (!*rec || !proc_alive(owner, (long long)json_num(*rec, "orch_start"))) {
+      fprintf(stderr,
+              "dagrun: run %s: its dagrun ended without recording "
+              "the end of the run\n",
+              run_id);
+      return EXIT_FAILED;
+    }
+    if (clock_monotonic() > end) {
+      fprintf(stderr,
+              "dagrun: run %s still running %.0fs after SIGTERM "
+              "to dagrun pid %d\n",
+              run_id, CANCEL_WAIT_S, owner);
+      return EXIT_FAILED;
+    }
+    uv_sleep(100);
+  }
+}
+
 /* dagrun cancel RUN: asks the dagrun running RUN to stop it (SIGTERM, as
  * Ctrl-C does) and waits until the run is recorded finished. */
 static int cmd_cancel(int argc, char **argv) {
   if (argc != 1 || argv[0][0] == '-')
-    return usage_error("%s", "usage: dagrun cancel RUN");
+    return cli_usage_error("%s", "usage: dagrun cancel RUN");
   store *db;
   cJSON *rec;
-  int code = find_run(argv[0], &db, &rec);
+  int code = history_open_run(argv[0], &db, &rec);
   if (code != 0)
     return code;
   char *run_id = xstrdup(json_str(rec, "id"));
@@ -825,33 +1017,7 @@ static int cmd_cancel(int argc, char **argv) {
     fprintf(stderr, "dagrun: cannot signal dagrun pid %d: %s\n", owner,
             strerror(errno));
   } else {
-    double end = clock_monotonic() + CANCEL_WAIT_S;
-    int rc;
-    char err[1024];
-    for (;;) {
-      cJSON_Delete(rec);
-      rec = store_run(db, run_id, &rc, err, sizeof err);
-      if (rec && strcmp(json_str(rec, "state"), "running") != 0) {
-        printf("run %s %s\n", run_id, json_str(rec, "state"));
-        code = 0;
-        break;
-      }
-      if (!rec || !proc_alive(owner, (long long)json_num(rec, "orch_start"))) {
-        fprintf(stderr,
-                "dagrun: run %s: its dagrun ended without recording "
-                "the end of the run\n",
-                run_id);
-        break;
-      }
-      if (clock_monotonic() > end) {
-        fprintf(stderr,
-                "dagrun: run %s still running %.0fs after SIGTERM "
-                "to dagrun pid %d\n",
-                run_id, CANCEL_WAIT_S, owner);
-        break;
-      }
-      uv_sleep(100);
-    }
+    code = cancel_wait(db, run_id, owner, &rec);
   }
   free(run_id);
   cJSON_Delete(rec);
@@ -861,94 +1027,101 @@ static int cmd_cancel(int argc, char **argv) {
 
 /* `dagrun generate ...`: runs dagrun-generate, installed beside the stage
  * plugins (DAGRUN_LIBEXEC_DIR_REL from this executable's directory), with
- * the arguments after "generate". The engine stays out of this program.
+ * the arguments after "generate". The engine stays out of this program,
+ * and so does generate's usage: dagrun-generate answers --help itself.
  * Returns only when it cannot run it. */
-static int cmd_generate(char **argv) {
-  char self_exe[4096];
-  ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
-  if (n <= 0) {
-    fprintf(stderr, "dagrun: cannot find its own executable: %s\n",
-            strerror(errno));
+static int cmd_generate(int argc, char **argv) {
+  char dir[4096];
+  if (cli_self_exe(dir, sizeof dir) != 0)
     return EXIT_FAILED;
-  }
-  self_exe[n] = '\0';
-  char *slash = strrchr(self_exe, '/');
+  char *slash = strrchr(dir, '/');
   if (slash)
     *slash = '\0';
   char prog[4096 + 64];
-  snprintf(prog, sizeof prog, "%s/%s/dagrun-generate", self_exe,
+  snprintf(prog, sizeof prog, "%s/%s/dagrun-generate", dir,
            DAGRUN_LIBEXEC_DIR_REL);
-  /* argv[0] becomes the program; argv[1] ("generate") is dropped. */
-  argv[1] = prog;
-  execv(prog, argv + 1);
+  char **args = xcalloc((size_t)argc + 2, sizeof(char *));
+  args[0] = prog;
+  memcpy(args + 1, argv, (size_t)argc * sizeof(char *));
+  execv(prog, args);
   fprintf(stderr,
           "dagrun: cannot run %s: %s (dagrun generate needs the "
           "dagrun-generate program installed with dagrun)\n",
           prog, strerror(errno));
+  free(args);
   return EXIT_FAILED;
+}
+
+/* `dagrun cron-next`'s command line, read. */
+typedef struct cron_next_args {
+  const char *expr, *tz, *from;
+  long count;
+} cron_next_args;
+
+/* Fills a from argv: 0, or EXIT_USAGE after a usage error. */
+static int cron_next_parse(int argc, char **argv, cron_next_args *a) {
+  *a = (cron_next_args){NULL, "UTC", NULL, 5};
+  for (int i = 0; i < argc; i++) {
+    const char *o = argv[i];
+    if ((strcmp(o, "--tz") == 0 || strcmp(o, "-n") == 0 ||
+         strcmp(o, "--from") == 0) &&
+        i + 1 >= argc)
+      return cli_usage_error("%s needs a value", o);
+    if (strcmp(o, "--tz") == 0) {
+      a->tz = argv[++i];
+    } else if (strcmp(o, "--from") == 0) {
+      a->from = argv[++i];
+    } else if (strcmp(o, "-n") == 0) {
+      if (cli_number(argv[++i], 1, 1000, &a->count) != 0)
+        return cli_usage_error("-n needs a number from 1 to 1000, got '%s'",
+                               argv[i]);
+    } else if (o[0] == '-' && o[1]) {
+      return cli_usage_error("unknown option '%s' for cron-next", o);
+    } else if (a->expr) {
+      return cli_usage_error("cron-next takes one expression (quote it), got "
+                             "also '%s'",
+                             o);
+    } else {
+      a->expr = o;
+    }
+  }
+  if (!a->expr)
+    return cli_usage_error("%s", "cron-next needs an expression, e.g. dagrun "
+                                 "cron-next \"30 2 * * *\" --tz "
+                                 "Europe/Berlin");
+  return 0;
 }
 
 /* dagrun cron-next "EXPR" [--tz ZONE] [-n N] [--from TIME]: what a
  * schedule will do, one fire time a line, local and UTC. */
 static int cmd_cron_next(int argc, char **argv) {
-  const char *expr = NULL, *tz = "UTC", *from = NULL;
-  long count = 5;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    if ((strcmp(a, "--tz") == 0 || strcmp(a, "-n") == 0 ||
-         strcmp(a, "--from") == 0) &&
-        i + 1 >= argc)
-      return usage_error("%s needs a value", a);
-    if (strcmp(a, "--tz") == 0) {
-      tz = argv[++i];
-    } else if (strcmp(a, "--from") == 0) {
-      from = argv[++i];
-    } else if (strcmp(a, "-n") == 0) {
-      char *end;
-      count = strtol(argv[++i], &end, 10);
-      if (*end || end == argv[i] || count < 1 || count > 1000)
-        return usage_error("-n needs a number from 1 to 1000, got '%s'",
-                           argv[i]);
-    } else if (a[0] == '-' && a[1]) {
-      return usage_error("unknown option '%s' for cron-next", a);
-    } else if (expr) {
-      return usage_error("cron-next takes one expression (quote it), got "
-                         "also '%s'",
-                         a);
-    } else {
-      expr = a;
-    }
-  }
-  if (!expr)
-    return usage_error("%s", "cron-next needs an expression, e.g. dagrun "
-                             "cron-next \"30 2 * * *\" --tz Europe/Berlin");
+  cron_next_args a;
+  if (cron_next_parse(argc, argv, &a) != 0)
+    return EXIT_USAGE;
   char err[256];
   int col;
   cron_expr *e;
   cron_zone *z;
-  if (cron_parse(expr, &e, &col, err, sizeof err) != 0) {
+  if (cron_parse(a.expr, &e, &col, err, sizeof err) != 0) {
     fprintf(stderr, "dagrun: cron expression, column %d: %s\n  %s\n  %*s^\n",
-            col, err, expr, col - 1, "");
+            col, err, a.expr, col - 1, "");
     return EXIT_USAGE;
   }
-  if (cron_zone_open(tz, &z, err, sizeof err) != 0) {
+  if (cron_zone_open(a.tz, &z, err, sizeof err) != 0) {
     fprintf(stderr, "dagrun: %s\n", err);
     cron_destroy(e);
     return EXIT_USAGE;
   }
   /* --from includes a fire time at that very time; now does not. */
   int64_t after = (int64_t)time(NULL), t;
-  if (from && cron_parse_time(from, z, &t) != 0) {
-    cron_destroy(e);
-    cron_zone_close(z);
-    return usage_error("--from takes a time like 2026-03-08T01:30 (local "
-                       "in --tz) or 2026-03-08T06:30:00Z, got '%s'",
-                       from);
-  }
-  if (from)
-    after = t - 1;
   int rc = 0;
-  for (long i = 0; i < count; i++) {
+  if (a.from && cron_parse_time(a.from, z, &t) != 0)
+    rc = cli_usage_error("--from takes a time like 2026-03-08T01:30 (local "
+                         "in --tz) or 2026-03-08T06:30:00Z, got '%s'",
+                         a.from);
+  else if (a.from)
+    after = t - 1;
+  for (long i = 0; rc == 0 && i < a.count; i++) {
     char buf[96];
     if (cron_next(e, z, after, &after, err, sizeof err) != 0) {
       fprintf(stderr, "dagrun: %s\n", err);
@@ -963,10 +1136,29 @@ static int cmd_cron_next(int argc, char **argv) {
   return rc;
 }
 
-static const char *const commands[] = {
-    "run",       "check", "graph",  "stages", "generate", "help",   "version",
-    "cron-next", "runs",  "status", "logs",   "resume",   "cancel",
-    "backfill",  "serve", "report", NULL};
+static int cmd_version(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  printf("dagrun %s (plugin ABI %d.%d)\n", DAGRUN_VERSION, DAGRUN_ABI_MAJOR,
+         DAGRUN_ABI_MINOR);
+  return 0;
+}
+
+/* dagrun help [COMMAND]: the overview, or COMMAND's usage. */
+static int cmd_help(int argc, char **argv) {
+  if (argc == 0) {
+    print_overview(stdout);
+    return 0;
+  }
+  if (argc > 1)
+    return cli_usage_error("help takes one command, got also '%s'", argv[1]);
+  const command *c = command_find(argv[0]);
+  if (!c)
+    return cli_usage_error("unknown command '%s'", argv[0]);
+  char help[] = "--help";
+  char *args[] = {help, NULL};
+  return c->usage ? (fputs(c->usage, stdout), 0) : c->fn(1, args);
+}
 
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "__worker") == 0) {
@@ -978,67 +1170,29 @@ int main(int argc, char **argv) {
   }
   signal(SIGPIPE, SIG_IGN);
   if (argc < 2) {
-    fputs(usage_text, stderr);
+    print_overview(stderr);
     return EXIT_USAGE;
   }
-  const char *cmd = argv[1];
-  if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ||
-      strcmp(cmd, "help") == 0) {
-    fputs(usage_text, stdout);
+  const char *name = argv[1];
+  if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+    print_overview(stdout);
     return 0;
   }
-  if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
-    printf("dagrun %s (plugin ABI %d.%d)\n", DAGRUN_VERSION, DAGRUN_ABI_MAJOR,
-           DAGRUN_ABI_MINOR);
-    return 0;
-  }
-  if (strcmp(cmd, "check") == 0)
-    return cmd_check(argc - 2, argv + 2);
-  if (strcmp(cmd, "graph") == 0)
-    return cmd_graph(argc - 2, argv + 2);
-  if (strcmp(cmd, "stages") == 0) {
-    int json = argc >= 3 && strcmp(argv[2], "--json") == 0;
-    if (argc > 3 || (argc == 3 && !json))
-      return usage_error("unknown option '%s' for stages", argv[2]);
-    return catalog_print(stdout, json) == 0 ? 0 : 1;
-  }
-  if (strcmp(cmd, "run") == 0)
-    return cmd_run(argc - 2, argv + 2);
-  if (strcmp(cmd, "cron-next") == 0)
-    return cmd_cron_next(argc - 2, argv + 2);
-  if (strcmp(cmd, "generate") == 0)
-    return cmd_generate(argv);
-  if (strcmp(cmd, "runs") == 0)
-    return history_cmd_runs(argc - 2, argv + 2);
-  if (strcmp(cmd, "status") == 0)
-    return history_cmd_status(argc - 2, argv + 2);
-  if (strcmp(cmd, "logs") == 0)
-    return history_cmd_logs(argc - 2, argv + 2);
-  if (strcmp(cmd, "report") == 0)
-    return report_cmd(argc - 2, argv + 2);
-  if (strcmp(cmd, "resume") == 0)
-    return cmd_resume(argc - 2, argv + 2);
-  if (strcmp(cmd, "cancel") == 0)
-    return cmd_cancel(argc - 2, argv + 2);
-  if (strcmp(cmd, "serve") == 0) {
-    char self_exe[4096];
-    if (find_self_exe(self_exe, sizeof self_exe) != 0)
-      return EXIT_USAGE;
-    return serve_cmd(argc - 2, argv + 2, self_exe);
-  }
-  if (strcmp(cmd, "backfill") == 0) {
-    char self_exe[4096];
-    if (find_self_exe(self_exe, sizeof self_exe) != 0)
-      return EXIT_USAGE;
-    return backfill_cmd(argc - 2, argv + 2, self_exe);
-  }
+  const command *c =
+      command_find(strcmp(name, "--version") == 0 ? "version" : name);
+  if (c)
+    return command_run(c, argc - 2, argv + 2);
   /* `dagrun FILE` means `dagrun run FILE`; a word that is no file but
    * looks like a command was probably a typo. */
-  const char *near = closest_match(cmd, commands);
-  if (cmd[0] != '-' && near && access(cmd, F_OK) != 0) {
-    fprintf(stderr, "dagrun: unknown command '%s'; did you mean '%s'?\n", cmd,
-            near);
+  const char *names[N_COMMANDS + 1];
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    names[i] = commands[i].name;
+  names[N_COMMANDS] = NULL;
+  const char *near = closest_match(name, names);
+  if (name[0] != '-' && near && access(name, F_OK) != 0) {
+    fprintf(stderr, "dagrun: unknown command '%s'; did you mean '%s'?\n",
+            name, near);
     return EXIT_USAGE;
   }
-  return cmd_run(argc - 1, argv + 1);
+  return command_run(command_find("run"), argc - 1, argv + 1);
 }

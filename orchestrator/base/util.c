@@ -1,3 +1,9 @@
+/*
+ * util: the small pieces every layer of the dagrun program shares (error
+ * codes, allocation, strings, diagnostics, a string map, "did you mean",
+ * durations, UTC times, processes, paths). What each function promises
+ * is in util.h; this file holds the reasons behind the choices.
+ */
 #include "util.h"
 
 #include <errno.h>
@@ -22,11 +28,16 @@ const char *dr_strerror(int err) {
   return "unknown error";
 }
 
+/* dagrun has no useful way to go on without memory, and a NULL checked at
+ * every call site would be code that never runs: abort with the size, so
+ * that a core dump and the message say what was asked. */
 static void out_of_memory(size_t n) {
   fprintf(stderr, "dagrun: out of memory allocating %zu bytes\n", n);
   abort();
 }
 
+/* The allocators ask for at least one byte: malloc(0) may return NULL,
+ * which would read as out of memory. */
 void *xmalloc(size_t n) {
   void *p = malloc(n ? n : 1);
   if (!p)
@@ -176,6 +187,9 @@ static uint64_t hash_str(const char *s) {
   return h;
 }
 
+/* Open addressing with linear probing: the slot of key, or the empty slot
+ * where it would go. strmap_put keeps the table at most half full, so a
+ * probe ends soon and always finds an empty slot. */
 static size_t strmap_slot(char **keys, size_t cap, const char *key) {
   size_t i = (size_t)hash_str(key) & (cap - 1);
   while (keys[i] && strcmp(keys[i], key) != 0)
@@ -271,6 +285,9 @@ size_t edit_distance(const char *a, const char *b, size_t limit) {
   return d;
 }
 
+/* The limit grows with the word (a third of its length): one slip in a
+ * short name, more in a long one, without suggesting unrelated names. Each
+ * candidate is measured only up to the best distance so far. */
 const char *closest_match(const char *word, const char *const *candidates) {
   size_t limit = strlen(word) / 3;
   if (limit < 1)
@@ -287,6 +304,8 @@ const char *closest_match(const char *word, const char *const *candidates) {
   return best;
 }
 
+/* Parts are summed ("1h30m"), each a number with a unit; a bare number is
+ * seconds only when it is the whole string. */
 int parse_duration(const char *s, double *out) {
   if (!s || !*s)
     return DR_EINVAL;
@@ -331,6 +350,8 @@ int parse_duration(const char *s, double *out) {
   return 0;
 }
 
+/* Two units at most: a duration in a table column is read at a glance,
+ * not to the second. */
 void format_duration(double s, char *buf, size_t n) {
   if (s < 0)
     s = 0;
@@ -344,6 +365,9 @@ void format_duration(double s, char *buf, size_t n) {
     snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
 }
 
+/* A pid alone can name another process after a restart or a long uptime:
+ * the store records (pid, start time) so that a "running" run whose dagrun
+ * died is never taken for a live one. */
 long long proc_start_time(int pid) {
   char path[64], buf[1024];
   if (pid <= 0)

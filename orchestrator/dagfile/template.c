@@ -174,194 +174,258 @@ static const char ref_forms[] =
     "${params.NAME}, ${env:NAME}, ${env:NAME:-default}, ${run.id}, "
     "${run.date}, ${run.dag}, ${tasks.TASK.dir} or ${tasks.TASK.outputs.KEY}";
 
+/* One reference being resolved: the text x[0..n) between "${" and "}"
+ * (spaces trimmed), found at offset off of scalar v (for diagnostics). */
+typedef struct ref {
+  const ynode *v;
+  size_t off;
+  const char *x;
+  size_t n;
+} ref;
+
+/* The resolvers below each take one form of reference (the prefix already
+ * matched) and return 0 with *out, DR_EDEFERRED, or DR_ETEMPLATE after a
+ * diagnostic. */
+
+/* ${params.NAME}: the DAG param's resolved value. */
+static int resolve_param_ref(rctx *r, const ref *f, cJSON **out) {
+  const tmpl_env *e = r->e;
+  const char *name = f->x + 7;
+  size_t ln = f->n - 7;
+  if (ln == 0 || name_len(name, ln) != ln) {
+    terr(r, f->v, f->off,
+         "bad param reference ${%.*s}: expected ${params.NAME}", (int)f->n,
+         f->x);
+    return DR_ETEMPLATE;
+  }
+  char *key = xstrndup(name, ln);
+  int rc = DR_ETEMPLATE;
+  if (r->in_params || !e->params) {
+    terr(r, f->v, f->off,
+         "${params.%s} cannot be used in params: a param may use only "
+         "${env:...} and ${run...}",
+         key);
+  } else if (!ynode_get(e->s->params, key)) {
+    sbuf b = {0};
+    suggest_param(e->s, key, &b);
+    terr(r, f->v, f->off, "unknown param '%s' in ${params.%s}%s", key, key,
+         b.s ? b.s : "");
+    sbuf_free(&b);
+  } else {
+    const cJSON *val = cJSON_GetObjectItemCaseSensitive(e->params, key);
+    /* No value: it uses ${run.*}, or failed to resolve itself. */
+    rc = val ? 0 : DR_EDEFERRED;
+    if (val)
+      *out = cJSON_Duplicate(val, 1);
+  }
+  free(key);
+  return rc;
+}
+
+/* ${env:NAME} or ${env:NAME:-default}: an environment variable. */
+static int resolve_env_ref(rctx *r, const ref *f, cJSON **out) {
+  const char *name = f->x + 4;
+  size_t ln = 0, rest = f->n - 4;
+  /* NAME as the shell takes it: no '-', not starting with a digit. */
+  if (rest > 0 && !(name[0] >= '0' && name[0] <= '9'))
+    while (ln < rest && (name_char(name[ln]) && name[ln] != '-'))
+      ln++;
+  int has_default = ln + 2 <= rest && name[ln] == ':' && name[ln + 1] == '-';
+  if (ln == 0 || (ln != rest && !has_default)) {
+    terr(r, f->v, f->off,
+         "bad environment reference ${%.*s}: expected ${env:NAME} or "
+         "${env:NAME:-default}",
+         (int)f->n, f->x);
+    return DR_ETEMPLATE;
+  }
+  char *var = xstrndup(name, ln);
+  const char *val = getenv(var);
+  int rc = 0;
+  if (val && *val) {
+    *out = cJSON_CreateString(val);
+  } else if (has_default) {
+    /* As in the shell, ":-" also covers a variable set to "". */
+    char *def = xstrndup(name + ln + 2, rest - ln - 2);
+    *out = cJSON_CreateString(def);
+    free(def);
+  } else if (val) {
+    *out = cJSON_CreateString("");
+  } else {
+    terr(r, f->v, f->off,
+         "environment variable '%s' is not set (${env:%s}); set it, or "
+         "give a default: ${env:%s:-VALUE}",
+         var, var, var);
+    rc = DR_ETEMPLATE;
+  }
+  free(var);
+  return rc;
+}
+
+/* ${run.id}, ${run.date}, ${run.dag}: the run's; id and date are deferred
+ * until the run has them. */
+static int resolve_run_ref(rctx *r, const ref *f, cJSON **out) {
+  const tmpl_env *e = r->e;
+  const char *field = f->x + 4;
+  size_t lf = f->n - 4;
+  if (lf == 3 && memcmp(field, "dag", 3) == 0) {
+    *out = cJSON_CreateString(e->s->dag ? e->s->dag : "");
+    return 0;
+  }
+  int is_id = lf == 2 && memcmp(field, "id", 2) == 0;
+  int is_date = lf == 4 && memcmp(field, "date", 4) == 0;
+  if (!is_id && !is_date) {
+    static const char *const fields[] = {"id", "date", "dag", NULL};
+    char *name = xstrndup(field, lf);
+    const char *m = closest_match(name, fields);
+    if (m)
+      terr(r, f->v, f->off,
+           "unknown run field '%s' in ${%.*s}; did you mean ${run.%s}?", name,
+           (int)f->n, f->x, m);
+    else
+      terr(r, f->v, f->off,
+           "unknown run field '%s' in ${%.*s}; expected ${run.id}, "
+           "${run.date} or ${run.dag}",
+           name, (int)f->n, f->x);
+    free(name);
+    return DR_ETEMPLATE;
+  }
+  const char *val = is_id ? e->run_id : e->run_date;
+  if (!val)
+    return DR_EDEFERRED;
+  *out = cJSON_CreateString(val);
+  return 0;
+}
+
+/* ${tasks.TASK.dir} or ${tasks.TASK.outputs.KEY}, taken apart. */
+typedef struct task_ref {
+  char *name;      /* TASK; caller frees */
+  const char *key; /* KEY (not terminated), for .outputs */
+  size_t lk;
+  int is_dir;
+} task_ref;
+
+/* Takes f apart into t: 0, or DR_ETEMPLATE after a diagnostic. */
+static int parse_task_ref(rctx *r, const ref *f, task_ref *t) {
+  const char *tn = f->x + 6;
+  size_t rest = f->n - 6, lt = name_len(tn, rest);
+  const char *tail = tn + lt;
+  size_t ltail = rest - lt;
+  t->is_dir = ltail == 4 && memcmp(tail, ".dir", 4) == 0;
+  int is_out = has_prefix(tail, ltail, ".outputs.");
+  t->lk = is_out ? ltail - 9 : 0;
+  t->key = tail + 9;
+  /* Output keys take no '-', unlike task names. */
+  for (size_t i = 0; i < t->lk && is_out; i++)
+    is_out = name_char(t->key[i]) && t->key[i] != '-';
+  is_out = is_out && t->lk > 0;
+  if (lt == 0 || (!t->is_dir && !is_out)) {
+    terr(r, f->v, f->off,
+         "bad task reference ${%.*s}: expected ${tasks.TASK.dir} or "
+         "${tasks.TASK.outputs.KEY}",
+         (int)f->n, f->x);
+    return DR_ETEMPLATE;
+  }
+  t->name = xstrndup(tn, lt);
+  return 0;
+}
+
+/* Whether the task being resolved may refer to task t (up: its index, -1
+ * when unknown): 0, or DR_ETEMPLATE after a diagnostic. Only upstream
+ * tasks qualify: their outputs exist before this task starts. */
+static int check_task_ref(rctx *r, const ref *f, const task_ref *t, long up) {
+  const spec *s = r->e->s;
+  int n = (int)f->n;
+  if (r->in_params) {
+    terr(r, f->v, f->off,
+         "${%.*s} cannot be used in params: a param may use only "
+         "${env:...} and ${run...}",
+         n, f->x);
+  } else if (r->task == SIZE_MAX) {
+    terr(r, f->v, f->off, "${%.*s} can be used only in a task's values", n,
+         f->x);
+  } else if (up < 0) {
+    sbuf b = {0};
+    suggest_task(r, t->name, &b);
+    terr(r, f->v, f->off, "unknown task '%s' in ${%.*s}%s", t->name, n, f->x,
+         b.s ? b.s : "");
+    sbuf_free(&b);
+  } else if ((size_t)up == r->task) {
+    terr(r, f->v, f->off,
+         "task '%s' refers to itself in ${%.*s}; a task can use only the "
+         "outputs of tasks it needs",
+         t->name, n, f->x);
+  } else if (!is_upstream(s, r->task, (size_t)up)) {
+    const char *me = s->tasks[r->task].name;
+    terr(r, f->v, f->off,
+         "task '%s' refers to task '%s' in ${%.*s}, but '%s' is not "
+         "upstream of '%s'; add '%s' to the needs of '%s' (directly or "
+         "through a task it needs)",
+         me, t->name, n, f->x, t->name, me, t->name, me);
+  } else {
+    return 0;
+  }
+  return DR_ETEMPLATE;
+}
+
+/* The value of a checked task reference to task up: deferred while the
+ * environment cannot say (dagrun check, a task not yet run). */
+static int task_ref_value(rctx *r, const ref *f, const task_ref *t, size_t up,
+                          cJSON **out) {
+  const tmpl_env *e = r->e;
+  if (t->is_dir) {
+    if (!e->task_dir)
+      return DR_EDEFERRED;
+    const char *dir = e->task_dir(e->ud, up);
+    *out = cJSON_CreateString(dir ? dir : "");
+    return 0;
+  }
+  if (!e->task_outputs)
+    return DR_EDEFERRED;
+  const cJSON *outs = e->task_outputs(e->ud, up);
+  char *key = xstrndup(t->key, t->lk);
+  const cJSON *val = outs ? cJSON_GetObjectItemCaseSensitive(outs, key) : NULL;
+  int rc = 0;
+  if (!val) {
+    terr(r, f->v, f->off, "task '%s' produced no output '%s' (${%.*s})",
+         t->name, key, (int)f->n, f->x);
+    rc = DR_ETEMPLATE;
+  } else {
+    *out = cJSON_Duplicate(val, 1);
+  }
+  free(key);
+  return rc;
+}
+
+/* ${tasks.TASK.dir} or ${tasks.TASK.outputs.KEY}: an upstream task's. */
+static int resolve_task_ref(rctx *r, const ref *f, cJSON **out) {
+  task_ref t = {0};
+  int rc = parse_task_ref(r, f, &t);
+  if (rc != 0)
+    return rc;
+  long up = spec_task_find(r->e->s, t.name);
+  rc = check_task_ref(r, f, &t, up);
+  if (rc == 0)
+    rc = task_ref_value(r, f, &t, (size_t)up, out);
+  free(t.name);
+  return rc;
+}
+
 /* Resolves the reference x[0..n) (the text between "${" and "}", spaces
  * trimmed) found at offset off of scalar v. Returns 0 with *out,
  * DR_EDEFERRED, or DR_ETEMPLATE after a diagnostic. */
 static int resolve_ref(rctx *r, const ynode *v, size_t off, const char *x,
                        size_t n, cJSON **out) {
-  const tmpl_env *e = r->e;
-  const spec *s = e->s;
+  const ref f = {v, off, x, n};
   *out = NULL;
-  if (has_prefix(x, n, "params.")) {
-    const char *name = x + 7;
-    size_t ln = n - 7;
-    if (ln == 0 || name_len(name, ln) != ln) {
-      terr(r, v, off, "bad param reference ${%.*s}: expected ${params.NAME}",
-           (int)n, x);
-      return DR_ETEMPLATE;
-    }
-    char *key = xstrndup(name, ln);
-    if (r->in_params || !e->params) {
-      terr(r, v, off,
-           "${params.%s} cannot be used in params: a param may use only "
-           "${env:...} and ${run...}",
-           key);
-      free(key);
-      return DR_ETEMPLATE;
-    }
-    if (!ynode_get(s->params, key)) {
-      sbuf b = {0};
-      suggest_param(s, key, &b);
-      terr(r, v, off, "unknown param '%s' in ${params.%s}%s", key, key,
-           b.s ? b.s : "");
-      sbuf_free(&b);
-      free(key);
-      return DR_ETEMPLATE;
-    }
-    const cJSON *val = cJSON_GetObjectItemCaseSensitive(e->params, key);
-    free(key);
-    if (!val)
-      return DR_EDEFERRED; /* uses ${run.*}, or failed to resolve itself */
-    *out = cJSON_Duplicate(val, 1);
-    return 0;
-  }
-  if (has_prefix(x, n, "env:")) {
-    const char *name = x + 4;
-    size_t ln = 0, rest = n - 4;
-    if (rest > 0 && !(name[0] >= '0' && name[0] <= '9'))
-      while (ln < rest && (name_char(name[ln]) && name[ln] != '-'))
-        ln++;
-    int has_default = ln + 2 <= rest && name[ln] == ':' && name[ln + 1] == '-';
-    if (ln == 0 || (ln != rest && !has_default)) {
-      terr(r, v, off,
-           "bad environment reference ${%.*s}: expected ${env:NAME} or "
-           "${env:NAME:-default}",
-           (int)n, x);
-      return DR_ETEMPLATE;
-    }
-    char *var = xstrndup(name, ln);
-    const char *val = getenv(var);
-    if (val && *val) {
-      *out = cJSON_CreateString(val);
-    } else if (has_default) {
-      /* As in the shell, ":-" also covers a variable set to "". */
-      char *def = xstrndup(name + ln + 2, rest - ln - 2);
-      *out = cJSON_CreateString(def);
-      free(def);
-    } else if (val) {
-      *out = cJSON_CreateString("");
-    } else {
-      terr(r, v, off,
-           "environment variable '%s' is not set (${env:%s}); set it, or "
-           "give a default: ${env:%s:-VALUE}",
-           var, var, var);
-      free(var);
-      return DR_ETEMPLATE;
-    }
-    free(var);
-    return 0;
-  }
-  if (has_prefix(x, n, "run.")) {
-    const char *f = x + 4;
-    size_t lf = n - 4;
-    if (lf == 3 && memcmp(f, "dag", 3) == 0) {
-      *out = cJSON_CreateString(s->dag ? s->dag : "");
-      return 0;
-    }
-    int is_id = lf == 2 && memcmp(f, "id", 2) == 0;
-    int is_date = lf == 4 && memcmp(f, "date", 4) == 0;
-    if (!is_id && !is_date) {
-      static const char *const fields[] = {"id", "date", "dag", NULL};
-      char *field = xstrndup(f, lf);
-      const char *m = closest_match(field, fields);
-      if (m)
-        terr(r, v, off,
-             "unknown run field '%s' in ${%.*s}; did you mean ${run.%s}?",
-             field, (int)n, x, m);
-      else
-        terr(r, v, off,
-             "unknown run field '%s' in ${%.*s}; expected ${run.id}, "
-             "${run.date} or ${run.dag}",
-             field, (int)n, x);
-      free(field);
-      return DR_ETEMPLATE;
-    }
-    const char *val = is_id ? e->run_id : e->run_date;
-    if (!val)
-      return DR_EDEFERRED;
-    *out = cJSON_CreateString(val);
-    return 0;
-  }
-  if (has_prefix(x, n, "tasks.")) {
-    const char *tn = x + 6;
-    size_t rest = n - 6, lt = name_len(tn, rest);
-    const char *tail = tn + lt;
-    size_t ltail = rest - lt;
-    int is_dir = ltail == 4 && memcmp(tail, ".dir", 4) == 0;
-    int is_out = has_prefix(tail, ltail, ".outputs.");
-    size_t lk = is_out ? ltail - 9 : 0;
-    const char *k = tail + 9;
-    if (is_out) {
-      for (size_t i = 0; i < lk && is_out; i++)
-        is_out = name_char(k[i]) && k[i] != '-';
-      is_out = is_out && lk > 0;
-    }
-    if (lt == 0 || (!is_dir && !is_out)) {
-      terr(r, v, off,
-           "bad task reference ${%.*s}: expected ${tasks.TASK.dir} or "
-           "${tasks.TASK.outputs.KEY}",
-           (int)n, x);
-      return DR_ETEMPLATE;
-    }
-    char *name = xstrndup(tn, lt);
-    int rc = 0;
-    long up = spec_task_find(s, name);
-    if (r->in_params) {
-      terr(r, v, off,
-           "${%.*s} cannot be used in params: a param may use only "
-           "${env:...} and ${run...}",
-           (int)n, x);
-      rc = DR_ETEMPLATE;
-    } else if (r->task == SIZE_MAX) {
-      terr(r, v, off, "${%.*s} can be used only in a task's values", (int)n, x);
-      rc = DR_ETEMPLATE;
-    } else if (up < 0) {
-      sbuf b = {0};
-      suggest_task(r, name, &b);
-      terr(r, v, off, "unknown task '%s' in ${%.*s}%s", name, (int)n, x,
-           b.s ? b.s : "");
-      sbuf_free(&b);
-      rc = DR_ETEMPLATE;
-    } else if ((size_t)up == r->task) {
-      terr(r, v, off,
-           "task '%s' refers to itself in ${%.*s}; a task can use only the "
-           "outputs of tasks it needs",
-           name, (int)n, x);
-      rc = DR_ETEMPLATE;
-    } else if (!is_upstream(s, r->task, (size_t)up)) {
-      terr(r, v, off,
-           "task '%s' refers to task '%s' in ${%.*s}, but '%s' is not "
-           "upstream of '%s'; add '%s' to the needs of '%s' (directly or "
-           "through a task it needs)",
-           s->tasks[r->task].name, name, (int)n, x, name,
-           s->tasks[r->task].name, name, s->tasks[r->task].name);
-      rc = DR_ETEMPLATE;
-    } else if (is_dir) {
-      if (!e->task_dir) {
-        rc = DR_EDEFERRED;
-      } else {
-        const char *dir = e->task_dir(e->ud, (size_t)up);
-        *out = cJSON_CreateString(dir ? dir : "");
-      }
-    } else if (!e->task_outputs) {
-      rc = DR_EDEFERRED;
-    } else {
-      const cJSON *outs = e->task_outputs(e->ud, (size_t)up);
-      char *key = xstrndup(k, lk);
-      const cJSON *val =
-          outs ? cJSON_GetObjectItemCaseSensitive(outs, key) : NULL;
-      if (!val) {
-        terr(r, v, off, "task '%s' produced no output '%s' (${%.*s})", name,
-             key, (int)n, x);
-        rc = DR_ETEMPLATE;
-      } else {
-        *out = cJSON_Duplicate(val, 1);
-      }
-      free(key);
-    }
-    free(name);
-    return rc;
-  }
+  if (has_prefix(x, n, "params."))
+    return resolve_param_ref(r, &f, out);
+  if (has_prefix(x, n, "env:"))
+    return resolve_env_ref(r, &f, out);
+  if (has_prefix(x, n, "run."))
+    return resolve_run_ref(r, &f, out);
+  if (has_prefix(x, n, "tasks."))
+    return resolve_task_ref(r, &f, out);
+  /* The singulars and "env." are the likeliest slips: name the fix. */
   if (has_prefix(x, n, "env.") || has_prefix(x, n, "param.") ||
       has_prefix(x, n, "task.")) {
     const char *fix = x[0] == 'e' ? "env:" : x[0] == 'p' ? "params." : "tasks.";

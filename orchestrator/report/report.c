@@ -20,6 +20,7 @@
 #include "lib/exitcode.h"
 #include "lib/fileio.h"
 #include "lib/svgplot.h"
+#include "store/history.h"
 
 
 /* A chart's time-split bars: at most this many (steps are averaged per
@@ -1551,7 +1552,7 @@ int report_write(store *st, const char *run_dir, const char *run_id,
 /* ---- `dagrun report RUN` ----------------------------------------------------
  */
 
-int report_cmd(int argc, char **argv) {
+int report_cmd_report(int argc, char **argv) {
   const char *id = NULL;
   for (int i = 0; i < argc; i++) {
     if (argv[i][0] == '-') {
@@ -1572,24 +1573,12 @@ int report_cmd(int argc, char **argv) {
     fprintf(stderr, "dagrun: report needs a run id (see dagrun runs)\n");
     return EXIT_USAGE;
   }
-  char err[1024];
-  char *spath = store_default_path();
   store *st;
-  int rc = store_open(spath, 0, &st, err, sizeof err);
-  if (rc == DR_ENOENT)
-    fprintf(stderr, "dagrun: no run store at %s: no run recorded there\n",
-            spath);
-  else if (rc != 0)
-    fprintf(stderr, "dagrun: %s\n", err);
-  free(spath);
+  cJSON *run;
+  int rc = history_open_run(id, &st, &run);
   if (rc != 0)
-    return rc == DR_ENOENT ? EXIT_USAGE : EXIT_FAILED;
-  cJSON *run = store_run(st, id, &rc, err, sizeof err);
-  if (!run) {
-    fprintf(stderr, "dagrun: %s\n", err);
-    store_close(st);
-    return rc == DR_ESTORE ? EXIT_FAILED : EXIT_USAGE;
-  }
+    return rc;
+  char err[1024];
   const char *full = jstr(run, "id"), *dir = jstr(run, "run_dir");
   char *out = NULL;
   if (!full || !dir) {

@@ -37,11 +37,12 @@
 int report_write(store *st, const char *run_dir, const char *run_id,
                  char **path, char *err, size_t errlen);
 
-/* `dagrun report RUN`: RUN is an id or a unique prefix, found in the run
- * store as `dagrun status` finds it; prints the path written. Returns the
- * exit status: 0, 1 (the store or the file cannot be read or written), 2
- * (bad usage, an unknown or ambiguous run). argv: the arguments after
+/* `dagrun report RUN` (main.c's table; main.c answers --help before
+ * calling it): RUN is an id or a unique prefix, found in the run store as
+ * `dagrun status` finds it; prints the path written. Returns the exit
+ * status: 0, 1 (the store or the file cannot be read or written), 2 (bad
+ * usage, an unknown or ambiguous run). argv: the arguments after
  * "report". */
-int report_cmd(int argc, char **argv);
+int report_cmd_report(int argc, char **argv);
 
 #endif /* DAGRUN_REPORT_H */

@@ -404,6 +404,60 @@ static char *utf8_clean(const unsigned char *p, size_t n) {
   return sbuf_take(&b);
 }
 
+/* Up to API_LOG_CHUNK bytes of a log, as GET .../log returns them. */
+typedef struct log_chunk {
+  long long offset; /* where it starts (the asked offset, at most size) */
+  long long next;   /* where the next chunk starts */
+  long long size;   /* of the whole file now */
+  char *text;       /* the chunk as valid UTF-8; caller frees */
+} log_chunk;
+
+/* Reads the chunk of log at offset into *ck; a log that is not there yet
+ * (an attempt that is starting), or none, reads as empty. running: the
+ * attempt may still write. Returns 0, or -errno when log cannot be read. */
+static int log_read_chunk(const char *log, long long offset, int running,
+                          log_chunk *ck) {
+  long long size = 0;
+  unsigned char *buf = NULL;
+  size_t got = 0;
+  int fd = log ? open(log, O_RDONLY | O_CLOEXEC) : -1;
+  if (fd < 0 && log && errno != ENOENT)
+    return -errno;
+  if (fd >= 0) {
+    struct stat sb;
+    if (fstat(fd, &sb) == 0)
+      size = (long long)sb.st_size;
+    if (offset > size)
+      offset = size;
+    size_t want =
+        (size_t)(size - offset < API_LOG_CHUNK ? size - offset : API_LOG_CHUNK);
+    buf = xmalloc(want + 1);
+    /* Logs only grow: the bytes below the size just read are there (a
+     * log truncated meanwhile reads as an empty chunk). */
+    if (fileio_pread_all(fd, buf, want, (uint64_t)offset) == 0)
+      got = want;
+    close(fd);
+  } else {
+    offset = 0;
+  }
+  long long next = offset + (long long)got;
+  /* Cut an incomplete character at the end unless nothing more will come:
+   * the next chunk starts with all of it. */
+  if (got > 0 && (running || next < size)) {
+    size_t whole = utf8_whole(buf, got);
+    if (whole > 0) {
+      next -= (long long)(got - whole);
+      got = whole;
+    }
+  }
+  ck->text = utf8_clean(buf ? buf : (const unsigned char *)"", got);
+  free(buf);
+  ck->offset = offset;
+  ck->next = next;
+  ck->size = size;
+  return 0;
+}
+
 static unsigned get_log(api_server *s, struct MHD_Connection *c, const char *id,
                         const char *task, cJSON **out) {
   long long attempt, offset;
@@ -450,58 +504,22 @@ static unsigned get_log(api_server *s, struct MHD_Connection *c, const char *id,
   const char *log = str_of(a, "log");
   int running =
       !state || !strcmp(state, "starting") || !strcmp(state, "running");
-  /* A log not there yet (an attempt that is starting) reads as empty. */
-  long long size = 0;
-  unsigned char *buf = NULL;
-  size_t got = 0;
-  int fd = log ? open(log, O_RDONLY | O_CLOEXEC) : -1;
-  if (fd < 0 && log && errno != ENOENT) {
-    *out = err_json("%s: %s", log, strerror(errno));
+  log_chunk ck = {0};
+  if ((rc = log_read_chunk(log, offset, running, &ck)) != 0) {
+    *out = err_json("%s: %s", log, strerror(-rc));
     cJSON_Delete(a);
     return MHD_HTTP_INTERNAL_SERVER_ERROR;
   }
-  if (fd >= 0) {
-    struct stat sb;
-    if (fstat(fd, &sb) == 0)
-      size = (long long)sb.st_size;
-    if (offset > size)
-      offset = size;
-    size_t want =
-        (size_t)(size - offset < API_LOG_CHUNK ? size - offset : API_LOG_CHUNK);
-    buf = xmalloc(want + 1);
-    while (got < want) {
-      ssize_t r = pread(fd, buf + got, want - got, (off_t)offset + got);
-      if (r < 0 && errno == EINTR)
-        continue;
-      if (r <= 0)
-        break;
-      got += (size_t)r;
-    }
-    close(fd);
-  } else {
-    offset = 0;
-  }
-  long long next = offset + (long long)got;
-  /* Cut an incomplete character at the end unless nothing more will come. */
-  if (got > 0 && (running || next < size)) {
-    size_t whole = utf8_whole(buf, got);
-    if (whole > 0) {
-      next -= (long long)(got - whole);
-      got = whole;
-    }
-  }
-  char *text = utf8_clean(buf ? buf : (const unsigned char *)"", got);
-  free(buf);
   cJSON *j = cJSON_CreateObject();
   cJSON *n = cJSON_GetObjectItemCaseSensitive(a, "n");
   cJSON_AddNumberToObject(j, "attempt", cJSON_IsNumber(n) ? n->valuedouble : 0);
   cJSON_AddStringToObject(j, "state", state ? state : "");
-  cJSON_AddNumberToObject(j, "offset", (double)offset);
-  cJSON_AddNumberToObject(j, "next_offset", (double)next);
-  cJSON_AddNumberToObject(j, "size", (double)size);
-  cJSON_AddBoolToObject(j, "eof", !running && next >= size);
-  cJSON_AddStringToObject(j, "text", text);
-  free(text);
+  cJSON_AddNumberToObject(j, "offset", (double)ck.offset);
+  cJSON_AddNumberToObject(j, "next_offset", (double)ck.next);
+  cJSON_AddNumberToObject(j, "size", (double)ck.size);
+  cJSON_AddBoolToObject(j, "eof", !running && ck.next >= ck.size);
+  cJSON_AddStringToObject(j, "text", ck.text);
+  free(ck.text);
   cJSON_Delete(a);
   *out = j;
   return MHD_HTTP_OK;

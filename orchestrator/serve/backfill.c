@@ -1,3 +1,14 @@
+/*
+ * backfill: `dagrun backfill`, one run per past schedule time; what it
+ * does and its exit statuses are in backfill.h.
+ *
+ * Each run is a child process, `dagrun run FILE --trigger backfill
+ * --logical-date T ...`, not a run inside this process: a run then records
+ * itself, reacts to Ctrl-C and exits exactly as one started by hand, and
+ * backfill only has to read its exit status. The runs go one at a time,
+ * in schedule order, because a backfill usually replays days of a pipeline
+ * whose later days read what earlier days wrote.
+ */
 #include "backfill.h"
 
 #include <errno.h>
@@ -9,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/cli.h"
 #include "base/cron.h"
 #include "base/util.h"
 #include "dagfile/spec.h"
@@ -17,6 +29,8 @@
 #include "store/store.h"
 
 
+/* Like cli_usage_error, but naming backfill and its synopsis: backfill's
+ * own options are few and easy to forget. Returns EXIT_USAGE. */
 static int usage(const char *fmt, const char *arg) {
   fprintf(stderr, "dagrun backfill: ");
   fprintf(stderr, fmt, arg);
@@ -59,7 +73,9 @@ static long fire_times(const cron_expr *e, const cron_zone *z, int64_t from,
   return (long)n;
 }
 
-/* The id of a successful run of dag for logical date t, or NULL. */
+/* The id of a successful run of dag for logical date t, or NULL. done is
+ * store_runs' array; a linear search is enough: a backfill has at most
+ * CRON_CATCHUP_MAX times. */
 static char *succeeded_for(const cJSON *done, int64_t t) {
   const cJSON *r;
   cJSON_ArrayForEach(r, done) {
@@ -72,6 +88,10 @@ static char *succeeded_for(const cJSON *done, int64_t t) {
   return NULL;
 }
 
+/* The signal (SIGINT, SIGTERM) that stopped the backfill, or 0. The
+ * handler only notes it: the run in progress got the same signal from the
+ * terminal (or from whoever signalled the process group) and stops itself;
+ * backfill starts no further run. */
 static volatile sig_atomic_t interrupted;
 static void on_interrupt(int sig) { interrupted = sig; }
 
@@ -90,6 +110,7 @@ static int run_one(const char *self_exe, const char *file, const char *when,
   argv[k++] = (char *)when;
   for (int i = 0; i < n_pass; i++)
     argv[k++] = pass[i];
+  /* What backfill printed must come before what the run prints. */
   fflush(stdout);
   pid_t pid = fork();
   if (pid == 0) {
@@ -111,112 +132,119 @@ static int run_one(const char *self_exe, const char *file, const char *when,
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-int backfill_cmd(int argc, char **argv, const char *self_exe) {
-  const char *file = NULL, *from_s = NULL, *to_s = NULL;
-  int rerun = 0, dry_run = 0, n_pass = 0;
-  char **pass = xcalloc((size_t)argc + 1, sizeof(char *));
-  int code = EXIT_USAGE;
+/* `dagrun backfill`'s command line, read. */
+typedef struct backfill_args {
+  const char *file, *from_s, *to_s;
+  int rerun, dry_run;
+  char **pass; /* run options passed on to each run, borrowed from argv */
+  int n_pass;
+} backfill_args;
+
+/* Whether run option a takes a value (the next argument), as `dagrun run`
+ * reads it. */
+static int run_option_takes_value(const char *a) {
+  static const char *const with_value[] = {
+      "-j", "--max-parallel", "--events", "--runs-dir", "-p", "--param", NULL};
+  for (int k = 0; with_value[k]; k++)
+    if (strcmp(a, with_value[k]) == 0)
+      return 1;
+  return 0;
+}
+
+/* Fills a from argv (a->pass allocated by the caller, argc + 1 long): 0,
+ * or EXIT_USAGE after a usage error. */
+static int backfill_parse(int argc, char **argv, backfill_args *a) {
   for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--from") == 0 && i + 1 < argc) {
-      from_s = argv[++i];
-    } else if (strcmp(a, "--to") == 0 && i + 1 < argc) {
-      to_s = argv[++i];
-    } else if (strcmp(a, "--rerun") == 0) {
-      rerun = 1;
-    } else if (strcmp(a, "--dry-run") == 0) {
-      dry_run = 1;
-    } else if (strcmp(a, "--trigger") == 0 || strcmp(a, "--logical-date") == 0 ||
-               strcmp(a, "--run-id") == 0) {
-      usage("%s is set by backfill for each run", a);
-      goto out;
-    } else if (a[0] == '-') {
+    const char *o = argv[i];
+    if (strcmp(o, "--from") == 0 && i + 1 < argc) {
+      a->from_s = argv[++i];
+    } else if (strcmp(o, "--to") == 0 && i + 1 < argc) {
+      a->to_s = argv[++i];
+    } else if (strcmp(o, "--rerun") == 0) {
+      a->rerun = 1;
+    } else if (strcmp(o, "--dry-run") == 0) {
+      a->dry_run = 1;
+    } else if (strcmp(o, "--trigger") == 0 ||
+               strcmp(o, "--logical-date") == 0 ||
+               strcmp(o, "--run-id") == 0) {
+      return usage("%s is set by backfill for each run", o);
+    } else if (o[0] == '-') {
       /* A run option (and its value, when it takes one): `dagrun run`
-       * checks it. */
-      pass[n_pass++] = argv[i];
-      if (i + 1 < argc && argv[i + 1][0] != '-' &&
-          (strcmp(a, "-j") == 0 || strcmp(a, "--max-parallel") == 0 ||
-           strcmp(a, "--events") == 0 || strcmp(a, "--runs-dir") == 0 ||
-           strcmp(a, "-p") == 0 || strcmp(a, "--param") == 0))
-        pass[n_pass++] = argv[++i];
-    } else if (!file) {
-      file = a;
+       * checks it, so that backfill never accepts what run refuses. */
+      a->pass[a->n_pass++] = argv[i];
+      if (i + 1 < argc && argv[i + 1][0] != '-' && run_option_takes_value(o))
+        a->pass[a->n_pass++] = argv[++i];
+    } else if (!a->file) {
+      a->file = o;
     } else {
-      usage("takes one DAG file, got also '%s'", a);
-      goto out;
+      return usage("takes one DAG file, got also '%s'", o);
     }
   }
-  if (!file || !from_s || !to_s) {
-    usage("%s", "needs a DAG file, --from and --to");
-    goto out;
-  }
+  if (!a->file || !a->from_s || !a->to_s)
+    return usage("%s", "needs a DAG file, --from and --to");
+  return 0;
+}
 
-  diags d = {0};
-  spec *sp;
-  checked *ck;
-  int rc = check_load(file, &sp, &ck, &d);
-  if (rc != 0) {
-    diags_print(&d, stderr);
-    if (!d.n)
-      fprintf(stderr, "dagrun backfill: %s: %s\n", file, dr_strerror(rc));
-    diags_free(&d);
-    goto out;
-  }
-  diags_free(&d);
-  cron_expr *e;
-  cron_zone *z;
-  char err[512];
-  int64_t from, to, *times = NULL;
-  long n = -1;
-  if (spec_schedule_open(sp, &e, &z, err, sizeof err) != 0) {
-    fprintf(stderr, "dagrun backfill: %s: backfill follows a DAG's schedule\n",
-            err);
-    goto free_spec;
-  }
-  if (cron_parse_time(from_s, z, &from) != 0 ||
-      cron_parse_time(to_s, z, &to) != 0) {
+/* The fire times of sp's schedule (e in zone z) in [--from, --to] into
+ * *times (caller frees): their count, or 0 or -1 after saying why (none in
+ * the range; a bad range or too many). */
+static long backfill_times(const spec *sp, const backfill_args *a,
+                           const cron_expr *e, const cron_zone *z,
+                           int64_t **times) {
+  int64_t from, to;
+  int bad_from = cron_parse_time(a->from_s, z, &from) != 0;
+  if (bad_from || cron_parse_time(a->to_s, z, &to) != 0) {
     usage("--from and --to take times such as 2026-11-01 or "
           "2026-11-01T02:30 (local in the DAG's timezone) or "
           "2026-11-01T01:30:00Z, got '%s'",
-          cron_parse_time(from_s, z, &from) != 0 ? from_s : to_s);
-  } else if (to < from) {
-    usage("--to (%s) is before --from", to_s);
-  } else {
-    n = fire_times(e, z, from, to, &times);
-    if (n == 0)
-      fprintf(stderr,
-              "dagrun backfill: no schedule time of %s (\"%s\", %s) between "
-              "%s and %s\n",
-              sp->dag, sp->schedule->str, cron_zone_name(z), from_s, to_s);
+          bad_from ? a->from_s : a->to_s);
+    return -1;
   }
-  if (n <= 0)
-    goto free_times;
-
-  /* What already succeeded, to skip. */
-  cJSON *done = NULL;
-  if (!rerun) {
-    char *path = store_default_path();
-    store *st;
-    int src = store_open(path, 0, &st, err, sizeof err);
-    if (src == 0) {
-      done = store_runs(st, sp->dag, "success", 0, err, sizeof err);
-      store_close(st);
-    }
-    if (src != 0 && src != DR_ENOENT)
-      fprintf(stderr, "dagrun backfill: %s\n", err);
-    free(path);
-    if (src != 0 && src != DR_ENOENT) {
-      code = 1;
-      goto free_times;
-    }
+  if (to < from) {
+    usage("--to (%s) is before --from", a->to_s);
+    return -1;
   }
+  long n = fire_times(e, z, from, to, times);
+  if (n == 0)
+    fprintf(stderr,
+            "dagrun backfill: no schedule time of %s (\"%s\", %s) between "
+            "%s and %s\n",
+            sp->dag, sp->schedule->str, cron_zone_name(z), a->from_s, a->to_s);
+  return n;
+}
 
+/* The DAG's successful runs (store_runs' JSON array; caller frees) into
+ * *done, to skip their schedule times: 0 (*done NULL when the store does
+ * not exist yet), or -1 after saying why the store cannot be read. */
+static int backfill_succeeded(const spec *sp, cJSON **done) {
+  char err[512];
+  char *path = store_default_path();
+  store *st;
+  int rc = store_open(path, 0, &st, err, sizeof err);
+  free(path);
+  *done = NULL;
+  if (rc == DR_ENOENT)
+    return 0;
+  if (rc != 0) {
+    fprintf(stderr, "dagrun backfill: %s\n", err);
+    return -1;
+  }
+  *done = store_runs(st, sp->dag, "success", 0, err, sizeof err);
+  store_close(st);
+  return 0;
+}
+
+/* Starts the runs for times[0..n), one at a time, until the end or an
+ * interruption. Returns the exit status (see backfill.h) after the
+ * summary line. */
+static int backfill_run_all(const spec *sp, const backfill_args *a,
+                            const char *self_exe, const cron_zone *z,
+                            const int64_t *times, long n, const cJSON *done) {
   struct sigaction sa = {0}, old_int, old_term;
   sa.sa_handler = on_interrupt; /* not SIG_IGN: the runs must get it */
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
-  int ran = 0, skipped = 0, failed = 0;
-  code = 0;
+  int ran = 0, skipped = 0, failed = 0, code = 0;
   for (long i = 0; i < n && !interrupted; i++) {
     char when[40], shown[64];
     format_utc((double)times[i], 0, when, sizeof when);
@@ -230,16 +258,18 @@ int backfill_cmd(int argc, char **argv, const char *self_exe) {
       continue;
     }
     printf("backfill %ld/%ld: %s\n", i + 1, n, shown);
-    if (dry_run)
+    if (a->dry_run)
       continue;
-    int rc1 = run_one(self_exe, file, when, pass, n_pass);
+    int rc = run_one(self_exe, a->file, when, a->pass, a->n_pass);
     ran++;
-    if (rc1 == 130 || rc1 == 143 || rc1 == 128 + SIGINT ||
-        rc1 == 128 + SIGTERM)
+    /* The run exits 130 or 143 when it was stopped by the signal that the
+     * terminal sent to both of us: then the backfill stops too. */
+    if (rc == 130 || rc == 143 || rc == 128 + SIGINT || rc == 128 + SIGTERM)
       interrupted = interrupted ? interrupted : SIGINT;
-    else if (rc1 != 0)
+    else if (rc != 0)
       failed++;
-    if (rc1 == EXIT_USAGE) {
+    /* A refused run (bad options) would be refused for every time. */
+    if (rc == EXIT_USAGE) {
       fprintf(stderr, "dagrun backfill: stopping: the run was refused\n");
       code = EXIT_USAGE;
       break;
@@ -249,20 +279,57 @@ int backfill_cmd(int argc, char **argv, const char *self_exe) {
   sigaction(SIGTERM, &old_term, NULL);
   printf("backfill %s: %d run%s, %d failed, %d skipped%s\n", sp->dag, ran,
          ran == 1 ? "" : "s", failed, skipped,
-         interrupted ? ", interrupted" : dry_run ? " (dry run)" : "");
+         interrupted ? ", interrupted" : a->dry_run ? " (dry run)" : "");
   if (interrupted)
-    code = 130;
-  else if (failed && code == 0)
-    code = 1;
+    return 130;
+  return failed && code == 0 ? EXIT_FAILED : code;
+}
+
+int backfill_cmd_backfill(int argc, char **argv) {
+  backfill_args a = {0};
+  a.pass = xcalloc((size_t)argc + 1, sizeof(char *));
+  int code = EXIT_USAGE;
+  char self_exe[4096];
+  if (backfill_parse(argc, argv, &a) != 0 ||
+      cli_self_exe(self_exe, sizeof self_exe) != 0) {
+    free(a.pass);
+    return EXIT_USAGE;
+  }
+  diags d = {0};
+  spec *sp;
+  checked *ck;
+  int rc = check_load(a.file, &sp, &ck, &d);
+  if (rc != 0) {
+    diags_print(&d, stderr);
+    if (!d.n)
+      fprintf(stderr, "dagrun backfill: %s: %s\n", a.file, dr_strerror(rc));
+    diags_free(&d);
+    free(a.pass);
+    return EXIT_USAGE;
+  }
+  diags_free(&d);
+  cron_expr *e;
+  cron_zone *z;
+  char err[512];
+  if (spec_schedule_open(sp, &e, &z, err, sizeof err) != 0) {
+    fprintf(stderr, "dagrun backfill: %s: backfill follows a DAG's schedule\n",
+            err);
+    goto free_spec;
+  }
+  int64_t *times = NULL;
+  cJSON *done = NULL;
+  long n = backfill_times(sp, &a, e, z, &times);
+  if (n > 0 && !a.rerun && backfill_succeeded(sp, &done) != 0)
+    code = EXIT_FAILED;
+  else if (n > 0)
+    code = backfill_run_all(sp, &a, self_exe, z, times, n, done);
   cJSON_Delete(done);
-free_times:
   free(times);
   cron_destroy(e);
   cron_zone_close(z);
 free_spec:
   checked_free(ck);
   spec_free(sp);
-out:
-  free(pass);
+  free(a.pass);
   return code;
 }

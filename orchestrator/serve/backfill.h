@@ -16,10 +16,13 @@
 #ifndef DAGRUN_BACKFILL_H
 #define DAGRUN_BACKFILL_H
 
-/* argv holds the arguments after "backfill"; self_exe is dagrun's own
- * executable. Returns the exit status: 0 (every run succeeded or was
- * skipped), 1 (a run failed), 2 (bad usage, a DAG without a schedule, a
- * range with no or too many fire times), 130 (interrupted). */
-int backfill_cmd(int argc, char **argv, const char *self_exe);
+/* `dagrun backfill`: argv holds the arguments after "backfill" (main.c
+ * answers --help before calling it); the runs are started from dagrun's
+ * own executable (/proc/self/exe). Returns the exit status: 0 (every run
+ * succeeded or was skipped), 1 (a run failed, or the run store cannot be
+ * read), 2 (bad usage, a DAG without a schedule, a range with no or too
+ * many fire times, a run refused), 130 (interrupted). Main thread only: it
+ * sets SIGINT and SIGTERM handlers while the runs go. */
+int backfill_cmd_backfill(int argc, char **argv);
 
 #endif /* DAGRUN_BACKFILL_H */

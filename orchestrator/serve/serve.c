@@ -1,3 +1,13 @@
+/*
+ * serve: the `dagrun serve` daemon; what it promises (one daemon per
+ * store, the store as the truth, shutdown and restart) is in serve.h.
+ *
+ * One libuv loop owns all state: a tick (TICK_MS) rescans the DAG files
+ * and fires due schedules, child runs are uv_process handles, and the
+ * API's threads reach the loop only through the request queue under mu
+ * and the wake async. Runs are separate `dagrun run` processes so that a
+ * daemon that dies takes no run with it.
+ */
 #include "serve.h"
 
 #include <dirent.h>
@@ -17,6 +27,7 @@
 #include <uv.h>
 
 #include "api.h"
+#include "base/cli.h"
 #include "base/cron.h"
 #include "base/util.h"
 #include "dagfile/spec.h"
@@ -35,7 +46,7 @@
 /* How long an API request waits for the loop before it gives up. */
 #define API_WAIT_S 30
 
-static const char serve_usage[] =
+const char serve_usage[] =
     "usage: dagrun serve PATH... [options]\n"
     "  PATH                    DAG files, or directories of *.yaml / *.yml\n"
     "  --host ADDR             address to listen on (default 127.0.0.1)\n"
@@ -1031,68 +1042,206 @@ static char *abs_path(const char *p) {
   return path_join(cwd, p);
 }
 
-int serve_cmd(int argc, char **argv, const char *self_exe) {
-  server s = {0};
-  const char *host = "127.0.0.1", *token_file = NULL, *hmac_file = NULL;
-  const char *runs_dir = getenv("DAGRUN_RUNS_DIR");
-  long port = 8470;
-  s.stop_runs = 1;
-  s.paths = xcalloc((size_t)argc + 1, sizeof(char *));
-  int code = EXIT_USAGE;
-  char *token = NULL, *hmac = NULL, *db_path = NULL;
-  int lock_fd = -1;
+/* What serve's command line gives, beyond what goes into the server. */
+typedef struct serve_opts {
+  const char *host, *token_file, *hmac_file, *runs_dir;
+  long port;
+} serve_opts;
+
+/* Reads the command line into o and s (paths, stop_runs, no_cron): 0, or
+ * EXIT_USAGE after saying why. */
+static int serve_parse_args(int argc, char **argv, serve_opts *o,
+                            server *s) {
+  const char *v;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      fputs(serve_usage, stdout);
-      code = 0;
-      goto out;
-    } else if (strcmp(a, "--host") == 0 && i + 1 < argc) {
-      host = argv[++i];
-    } else if (strcmp(a, "--port") == 0 && i + 1 < argc) {
-      char *end;
-      port = strtol(argv[++i], &end, 10);
-      if (*end || port < 0 || port > 65535) {
-        fprintf(stderr, "dagrun serve: --port takes 0-65535, got '%s'\n",
-                argv[i]);
-        goto out;
+    if ((v = cli_value(argc, argv, &i, "--host"))) {
+      o->host = v;
+    } else if ((v = cli_value(argc, argv, &i, "--port"))) {
+      if (cli_number(v, 0, 65535, &o->port) != 0) {
+        fprintf(stderr, "dagrun serve: --port takes 0-65535, got '%s'\n", v);
+        return EXIT_USAGE;
       }
-    } else if (strcmp(a, "--token-file") == 0 && i + 1 < argc) {
-      token_file = argv[++i];
-    } else if (strcmp(a, "--hmac-secret-file") == 0 && i + 1 < argc) {
-      hmac_file = argv[++i];
-    } else if (strcmp(a, "--runs-dir") == 0 && i + 1 < argc) {
-      runs_dir = argv[++i];
-    } else if (strcmp(a, "--on-shutdown") == 0 && i + 1 < argc) {
-      const char *m = argv[++i];
-      if (strcmp(m, "stop") != 0 && strcmp(m, "finish") != 0) {
+    } else if ((v = cli_value(argc, argv, &i, "--token-file"))) {
+      o->token_file = v;
+    } else if ((v = cli_value(argc, argv, &i, "--hmac-secret-file"))) {
+      o->hmac_file = v;
+    } else if ((v = cli_value(argc, argv, &i, "--runs-dir"))) {
+      o->runs_dir = v;
+    } else if ((v = cli_value(argc, argv, &i, "--on-shutdown"))) {
+      if (strcmp(v, "stop") != 0 && strcmp(v, "finish") != 0) {
         fprintf(stderr,
                 "dagrun serve: --on-shutdown takes stop or finish, got "
                 "'%s'\n",
-                m);
-        goto out;
+                v);
+        return EXIT_USAGE;
       }
-      s.stop_runs = strcmp(m, "stop") == 0;
+      s->stop_runs = strcmp(v, "stop") == 0;
     } else if (strcmp(a, "--no-cron") == 0) {
-      s.no_cron = 1;
+      s->no_cron = 1;
     } else if (a[0] == '-') {
       fprintf(stderr, "dagrun serve: unknown option '%s'\n%s", a,
               serve_usage);
-      goto out;
+      return EXIT_USAGE;
     } else {
       struct stat sb;
       if (stat(a, &sb) != 0) {
         fprintf(stderr, "dagrun serve: %s: %s\n", a, strerror(errno));
-        goto out;
+        return EXIT_USAGE;
       }
-      s.paths[s.n_paths++] = abs_path(a);
+      s->paths[s->n_paths++] = abs_path(a);
     }
   }
-  if (!s.n_paths) {
+  if (!s->n_paths) {
     fprintf(stderr, "dagrun serve: no DAG file or directory given\n%s",
             serve_usage);
+    return EXIT_USAGE;
+  }
+  return 0;
+}
+
+/* The API's bearer token and HMAC key (each NULL when not given; caller
+ * frees), from their files or the environment: 0, or EXIT_USAGE after
+ * saying why. */
+static int serve_credentials(const serve_opts *o, char **token, char **hmac) {
+  const char *env_token = getenv("DAGRUN_API_TOKEN");
+  const char *env_hmac = getenv("DAGRUN_API_HMAC_SECRET");
+  if (o->token_file) {
+    if (!(*token = read_secret_file(o->token_file, "token file")))
+      return EXIT_USAGE;
+  } else if (env_token && *env_token) {
+    *token = xstrdup(env_token);
+  }
+  if (o->hmac_file) {
+    if (!(*hmac = read_secret_file(o->hmac_file, "HMAC secret file")))
+      return EXIT_USAGE;
+  } else if (env_hmac && *env_hmac) {
+    *hmac = xstrdup(env_hmac);
+  }
+  /* The runs this daemon starts inherit its environment: the API's
+   * credentials must not reach their tasks (and their logs). */
+  unsetenv("DAGRUN_API_TOKEN");
+  unsetenv("DAGRUN_API_HMAC_SECRET");
+  if (!is_loopback(o->host) && !*token && !*hmac) {
+    fprintf(stderr,
+            "dagrun serve: refusing to listen on %s without "
+            "--token-file or --hmac-secret-file\n",
+            o->host);
+    return EXIT_USAGE;
+  }
+  return 0;
+}
+
+/* Takes the lock beside the store at db_path, so that one daemon per store
+ * fires its schedules: the lock's descriptor (holding the lock until it is
+ * closed, with this pid written in it for a second daemon's message), or
+ * -1 after saying which daemon holds it. */
+static int serve_lock(const char *db_path) {
+  char *lock_path = xasprintf("%s.serve.lock", db_path);
+  int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char other[32] = "";
+    if (fd >= 0) {
+      ssize_t n = pread(fd, other, sizeof other - 1, 0);
+      other[n > 0 ? n : 0] = '\0';
+      other[strcspn(other, "\n")] = '\0';
+      close(fd);
+    }
+    fprintf(stderr,
+            "dagrun serve: another dagrun serve (pid %s) uses the run store "
+            "%s (lock %s)\n",
+            other[0] ? other : "unknown", db_path, lock_path);
+    free(lock_path);
+    return -1;
+  }
+  char pid[32];
+  int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) < 0) {
+    /* Only the message of a second daemon loses the pid. */
+  }
+  free(lock_path);
+  return fd;
+}
+
+/* Serves until a shutdown signal has stopped everything: the loop, the
+ * API, the recovery of runs a previous daemon left, the tick and the
+ * signal watchers. Returns the exit status. */
+static int serve_loop(server *s, const api_config *cfg) {
+  char err[1024];
+  /* The cron code switches TZ while the API's threads run: with TZ set
+   * from the start, each switch replaces the variable in place (glibc
+   * setenv) instead of growing the environment under their feet. */
+  if (!getenv("TZ"))
+    setenv("TZ", ":/etc/localtime", 1);
+
+  s->loop = uv_default_loop();
+  s->started = clock_wall();
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  uv_async_init(s->loop, &s->wake, on_wake);
+  s->wake.data = s;
+  scan(s);
+  publish_dags(s);
+
+  api_actions acts = {api_dags, api_trigger, api_cancel, s};
+  int code = EXIT_USAGE;
+  if (api_start(cfg, &acts, &s->api, err, sizeof err) != 0) {
+    fprintf(stderr, "dagrun serve: %s\n", err);
+    uv_close((uv_handle_t *)&s->wake, NULL);
+    uv_run(s->loop, UV_RUN_DEFAULT);
     goto out;
   }
+  const char *host = cfg->host;
+  say("listening on http://%s%s%s:%d/ (%zu DAG file%s, runs in %s%s%s)",
+      strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "",
+      api_port(s->api), s->n_dags, s->n_dags == 1 ? "" : "s", s->runs_dir,
+      s->clock_rate > 0 ? ", fake clock" : "",
+      !cfg->token && !cfg->hmac_secret
+          ? "; POSTs refused: no token or HMAC secret"
+          : "");
+  recover(s);
+
+  uv_timer_init(s->loop, &s->tick);
+  s->tick.data = s;
+  uv_timer_start(&s->tick, on_tick, 0, TICK_MS);
+  uv_signal_init(s->loop, &s->sigterm);
+  uv_signal_init(s->loop, &s->sigint);
+  s->sigterm.data = s->sigint.data = s;
+  uv_signal_start(&s->sigterm, on_signal, SIGTERM);
+  uv_signal_start(&s->sigint, on_signal, SIGINT);
+  uv_run(s->loop, UV_RUN_DEFAULT);
+  say("stopped");
+  code = 0;
+out:
+  uv_loop_close(s->loop);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  return code;
+}
+
+static void server_free(server *s) {
+  for (size_t i = 0; i < s->n_dags; i++)
+    entry_free(s->dags[i]);
+  free(s->dags);
+  for (int i = 0; i < s->n_paths; i++)
+    free(s->paths[i]);
+  free(s->paths);
+  free(s->runs_dir);
+  free(s->dags_json);
+  store_close(s->st);
+}
+
+int serve_cmd_serve(int argc, char **argv) {
+  server s = {0};
+  serve_opts o = {"127.0.0.1", NULL, NULL, NULL, 8470};
+  s.stop_runs = 1;
+  s.paths = xcalloc((size_t)argc + 1, sizeof(char *));
+  int code = EXIT_USAGE;
+  char *token = NULL, *hmac = NULL, *db_path = NULL;
+  char self_exe[4096], err[1024];
+  int lock_fd = -1;
+  if (serve_parse_args(argc, argv, &o, &s) != 0)
+    goto out;
   const char *fake = getenv("DAGRUN_FAKE_CLOCK");
   if (fake && *fake && parse_fake_clock(&s, fake) != 0) {
     fprintf(stderr,
@@ -1101,122 +1250,24 @@ int serve_cmd(int argc, char **argv, const char *self_exe) {
             fake);
     goto out;
   }
-  if (token_file) {
-    if (!(token = read_secret_file(token_file, "token file")))
-      goto out;
-  } else if (getenv("DAGRUN_API_TOKEN") && *getenv("DAGRUN_API_TOKEN")) {
-    token = xstrdup(getenv("DAGRUN_API_TOKEN"));
-  }
-  if (hmac_file) {
-    if (!(hmac = read_secret_file(hmac_file, "HMAC secret file")))
-      goto out;
-  } else if (getenv("DAGRUN_API_HMAC_SECRET") &&
-             *getenv("DAGRUN_API_HMAC_SECRET")) {
-    hmac = xstrdup(getenv("DAGRUN_API_HMAC_SECRET"));
-  }
-  /* The runs this daemon starts inherit its environment: the API's
-   * credentials must not reach their tasks (and their logs). */
-  unsetenv("DAGRUN_API_TOKEN");
-  unsetenv("DAGRUN_API_HMAC_SECRET");
-  if (!is_loopback(host) && !token && !hmac) {
-    fprintf(stderr,
-            "dagrun serve: refusing to listen on %s without "
-            "--token-file or --hmac-secret-file\n",
-            host);
+  if (serve_credentials(&o, &token, &hmac) != 0 ||
+      cli_self_exe(self_exe, sizeof self_exe) != 0)
     goto out;
-  }
-  s.runs_dir = abs_path(runs_dir && *runs_dir ? runs_dir : "runs");
+  s.runs_dir = abs_path(cli_runs_dir(o.runs_dir));
   s.self_exe = self_exe;
-
-  char err[1024];
   db_path = store_default_path();
   if (store_open(db_path, 1, &s.st, err, sizeof err) != 0) {
     fprintf(stderr, "dagrun serve: %s\n", err);
     goto out;
   }
-  /* One daemon per store. */
-  char *lock_path = xasprintf("%s.serve.lock", db_path);
-  lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    char other[32] = "";
-    if (lock_fd >= 0) {
-      ssize_t n = pread(lock_fd, other, sizeof other - 1, 0);
-      other[n > 0 ? n : 0] = '\0';
-      other[strcspn(other, "\n")] = '\0';
-    }
-    fprintf(stderr,
-            "dagrun serve: another dagrun serve (pid %s) uses the run store "
-            "%s (lock %s)\n",
-            other[0] ? other : "unknown", db_path, lock_path);
-    free(lock_path);
+  if ((lock_fd = serve_lock(db_path)) < 0)
     goto out;
-  }
-  {
-    char pid[32];
-    int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
-    if (ftruncate(lock_fd, 0) != 0 || pwrite(lock_fd, pid, (size_t)n, 0) < 0) {
-      /* Only the message of a second daemon loses the pid. */
-    }
-  }
-  free(lock_path);
-
-  /* The cron code switches TZ while the API's threads run: with TZ set
-   * from the start, each switch replaces the variable in place (glibc
-   * setenv) instead of growing the environment under their feet. */
-  if (!getenv("TZ"))
-    setenv("TZ", ":/etc/localtime", 1);
-
-  s.loop = uv_default_loop();
-  s.started = clock_wall();
-  pthread_mutex_init(&s.mu, NULL);
-  pthread_cond_init(&s.cv, NULL);
-  uv_async_init(s.loop, &s.wake, on_wake);
-  s.wake.data = &s;
-  scan(&s);
-  publish_dags(&s);
-
-  api_config cfg = {host, (int)port, token, hmac, db_path};
-  api_actions acts = {api_dags, api_trigger, api_cancel, &s};
-  if (api_start(&cfg, &acts, &s.api, err, sizeof err) != 0) {
-    fprintf(stderr, "dagrun serve: %s\n", err);
-    uv_close((uv_handle_t *)&s.wake, NULL);
-    uv_run(s.loop, UV_RUN_DEFAULT);
-    goto out_loop;
-  }
-  say("listening on http://%s%s%s:%d/ (%zu DAG file%s, runs in %s%s%s)",
-      strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "",
-      api_port(s.api), s.n_dags, s.n_dags == 1 ? "" : "s", s.runs_dir,
-      s.clock_rate > 0 ? ", fake clock" : "",
-      !token && !hmac ? "; POSTs refused: no token or HMAC secret" : "");
-  recover(&s);
-
-  uv_timer_init(s.loop, &s.tick);
-  s.tick.data = &s;
-  uv_timer_start(&s.tick, on_tick, 0, TICK_MS);
-  uv_signal_init(s.loop, &s.sigterm);
-  uv_signal_init(s.loop, &s.sigint);
-  s.sigterm.data = s.sigint.data = &s;
-  uv_signal_start(&s.sigterm, on_signal, SIGTERM);
-  uv_signal_start(&s.sigint, on_signal, SIGINT);
-  uv_run(s.loop, UV_RUN_DEFAULT);
-  say("stopped");
-  code = 0;
-out_loop:
-  uv_loop_close(s.loop);
-  pthread_mutex_destroy(&s.mu);
-  pthread_cond_destroy(&s.cv);
+  api_config cfg = {o.host, (int)o.port, token, hmac, db_path};
+  code = serve_loop(&s, &cfg);
 out:
   if (lock_fd >= 0)
     close(lock_fd);
-  for (size_t i = 0; i < s.n_dags; i++)
-    entry_free(s.dags[i]);
-  free(s.dags);
-  for (int i = 0; i < s.n_paths; i++)
-    free(s.paths[i]);
-  free(s.paths);
-  free(s.runs_dir);
-  free(s.dags_json);
-  store_close(s.st);
+  server_free(&s);
   free(db_path);
   free(token);
   free(hmac);

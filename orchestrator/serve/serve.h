@@ -38,9 +38,15 @@
 #ifndef DAGRUN_SERVE_H
 #define DAGRUN_SERVE_H
 
-/* argv holds the arguments after "serve"; self_exe is dagrun's own
- * executable, which runs the runs. Returns the exit status: 0 after a
- * clean shutdown, 2 for bad usage or a daemon that cannot start. */
-int serve_cmd(int argc, char **argv, const char *self_exe);
+/* `dagrun serve`: argv holds the arguments after "serve" (main.c answers
+ * --help before calling it). The runs are started from dagrun's own
+ * executable (/proc/self/exe). Returns the exit status: 0 after a clean
+ * shutdown, 2 for bad usage or a daemon that cannot start. Call once, from
+ * the main thread: it installs signal handlers and runs the default loop. */
+int serve_cmd_serve(int argc, char **argv);
+
+/* The usage text of `dagrun serve` (`dagrun serve --help`), also printed
+ * after a usage error. */
+extern const char serve_usage[];
 
 #endif /* DAGRUN_SERVE_H */

@@ -1,3 +1,7 @@
+/*
+ * trigger: what a DAG's cron trigger does when it wakes up; the rules
+ * (overlap, catch-up) are in trigger.h.
+ */
 #include "trigger.h"
 
 #include <stdlib.h>

@@ -1,3 +1,8 @@
+/*
+ * history: a run's life written to the run store as it happens, and the
+ * `dagrun runs`, `status` and `logs` commands that read it back; what is
+ * recorded and when is in history.h.
+ */
 #include "history.h"
 
 #include <errno.h>
@@ -7,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/cli.h"
 #include "base/util.h"
 #include "lib/clock.h"
 #include "lib/exitcode.h"
@@ -187,13 +193,6 @@ void history_finish(history *h, const char *state) {
 
 /* ---- commands ---- */
 
-static int usage(const char *fmt, const char *arg) {
-  fprintf(stderr, "dagrun: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(see dagrun --help)\n");
-  return EXIT_USAGE;
-}
-
 /* Opens the store for reading. Returns 0 with *st; DR_ENOENT when there is
  * no store yet (nothing was ever recorded there); else says why and
  * returns an error. */
@@ -240,16 +239,6 @@ static void fmt_span(const cJSON *o, char *buf, size_t n) {
   format_duration((b > 0 ? b : clock_wall()) - a, buf, n);
 }
 
-static int parse_count(const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi)
-    return -1;
-  *out = v;
-  return 0;
-}
-
 static void print_json(cJSON *j) {
   char *text = cJSON_Print(j);
   printf("%s\n", text);
@@ -262,17 +251,17 @@ int history_cmd_runs(int argc, char **argv) {
   int json = 0;
   for (int i = 0; i < argc; i++) {
     if (strcmp(argv[i], "-n") == 0) {
-      if (i + 1 >= argc || parse_count(argv[++i], 1, 1000000, &limit) != 0)
-        return usage("-n needs a number >= 1, got '%s'",
+      if (i + 1 >= argc || cli_number(argv[++i], 1, 1000000, &limit) != 0)
+        return cli_usage_error("-n needs a number >= 1, got '%s'",
                      i < argc ? argv[i] : "");
     } else if (strcmp(argv[i], "--json") == 0) {
       json = 1;
     } else if (argv[i][0] == '-') {
-      return usage("unknown option '%s' for runs", argv[i]);
+      return cli_usage_error("unknown option '%s' for runs", argv[i]);
     } else if (!dag) {
       dag = argv[i];
     } else {
-      return usage("runs takes one DAG name, got also '%s'", argv[i]);
+      return cli_usage_error("runs takes one DAG name, got also '%s'", argv[i]);
     }
   }
   store *st;
@@ -329,6 +318,30 @@ static int find_run(store *st, const char *id, cJSON **run) {
   return rc == DR_ENOENT || rc == DR_EINVAL ? EXIT_USAGE : EXIT_FAILED;
 }
 
+int history_open_run(const char *id_prefix, store **st, cJSON **run) {
+  char err[1024];
+  char *path = store_default_path();
+  int rc = store_open(path, 0, st, err, sizeof err);
+  if (rc == DR_ENOENT)
+    fprintf(stderr, "dagrun: no run store at %s: no run recorded there\n",
+            path);
+  else if (rc != 0)
+    fprintf(stderr, "dagrun: %s\n", err);
+  free(path);
+  if (rc != 0) {
+    *st = NULL;
+    return rc == DR_ENOENT ? EXIT_USAGE : EXIT_FAILED;
+  }
+  *run = store_run(*st, id_prefix, &rc, err, sizeof err);
+  if (!*run) {
+    fprintf(stderr, "dagrun: %s\n", err);
+    store_close(*st);
+    *st = NULL;
+    return rc == DR_ESTORE ? EXIT_FAILED : EXIT_USAGE;
+  }
+  return 0;
+}
+
 int history_cmd_status(int argc, char **argv) {
   const char *id = NULL;
   int json = 0;
@@ -336,14 +349,14 @@ int history_cmd_status(int argc, char **argv) {
     if (strcmp(argv[i], "--json") == 0)
       json = 1;
     else if (argv[i][0] == '-')
-      return usage("unknown option '%s' for status", argv[i]);
+      return cli_usage_error("unknown option '%s' for status", argv[i]);
     else if (!id)
       id = argv[i];
     else
-      return usage("status takes one run id, got also '%s'", argv[i]);
+      return cli_usage_error("status takes one run id, got also '%s'", argv[i]);
   }
   if (!id)
-    return usage("%s", "status needs a run id (see dagrun runs)");
+    return cli_usage_error("%s", "status needs a run id (see dagrun runs)");
   store *st;
   int rc = open_for_reading(&st);
   if (rc != 0)
@@ -432,121 +445,158 @@ static void sleep_ms(long ms) {
   nanosleep(&ts, NULL);
 }
 
-int history_cmd_logs(int argc, char **argv) {
-  const char *id = NULL, *task = NULL;
-  long attempt = 0, rank = 0;
-  int follow = 0;
+/* `dagrun logs`' command line, read. */
+typedef struct logs_args {
+  const char *id, *task;
+  long attempt, rank; /* attempt 0: the latest */
+  int follow;
+} logs_args;
+
+static int logs_parse(int argc, char **argv, logs_args *a) {
+  *a = (logs_args){0};
   for (int i = 0; i < argc; i++) {
     if (strcmp(argv[i], "--rank") == 0) {
-      if (i + 1 >= argc || parse_count(argv[++i], 0, 65535, &rank) != 0)
-        return usage("--rank needs a number >= 0, got '%s'",
-                     i < argc ? argv[i] : "");
+      if (i + 1 >= argc || cli_number(argv[++i], 0, 65535, &a->rank) != 0)
+        return cli_usage_error("--rank needs a number >= 0, got '%s'",
+                               i < argc ? argv[i] : "");
     } else if (strcmp(argv[i], "--attempt") == 0) {
-      if (i + 1 >= argc || parse_count(argv[++i], 1, 1000000, &attempt) != 0)
-        return usage("--attempt needs a number >= 1, got '%s'",
-                     i < argc ? argv[i] : "");
+      if (i + 1 >= argc ||
+          cli_number(argv[++i], 1, 1000000, &a->attempt) != 0)
+        return cli_usage_error("--attempt needs a number >= 1, got '%s'",
+                               i < argc ? argv[i] : "");
     } else if (strcmp(argv[i], "--follow") == 0 || strcmp(argv[i], "-f") == 0) {
-      follow = 1;
+      a->follow = 1;
     } else if (argv[i][0] == '-') {
-      return usage("unknown option '%s' for logs", argv[i]);
-    } else if (!id) {
-      id = argv[i];
-    } else if (!task) {
-      task = argv[i];
+      return cli_usage_error("unknown option '%s' for logs", argv[i]);
+    } else if (!a->id) {
+      a->id = argv[i];
+    } else if (!a->task) {
+      a->task = argv[i];
     } else {
-      return usage("logs takes a run id and a task, got also '%s'", argv[i]);
+      return cli_usage_error("logs takes a run id and a task, got also '%s'",
+                             argv[i]);
     }
   }
-  if (!task)
-    return usage("%s", "logs needs a run id and a task name");
+  if (!a->task)
+    return cli_usage_error("%s", "logs needs a run id and a task name");
+  return 0;
+}
+
+/* One attempt's log, read (and with --follow, followed) from the store's
+ * record of it. */
+typedef struct log_reader {
   store *st;
-  int rc = open_for_reading(&st);
+  const logs_args *a;
+  int n;     /* the attempt, once known (a->attempt until then) */
+  char *log; /* its log file, once the attempt is known */
+  FILE *f;   /* the log, once it exists */
+  long off;  /* bytes of it copied to stdout */
+} log_reader;
+
+/* Sets r->n and r->log from the attempt at: 0, or EXIT_USAGE when the
+ * attempt has no such rank (said, unless following: a gang's ranks may
+ * not have started yet). */
+static int logs_set_file(log_reader *r, const cJSON *at) {
+  r->n = (int)num(at, "n", 0);
+  r->log = xstrdup(str(at, "log", ""));
+  if (r->a->rank == 0)
+    return 0;
+  /* A gang's rank r logs to rank-<r>/log beside rank 0's log. */
+  char *dir = xstrdup(r->log), *slash = strrchr(dir, '/');
+  if (slash)
+    *slash = 0;
+  free(r->log);
+  r->log = xasprintf("%s/rank-%ld/log", slash ? dir : ".", r->a->rank);
+  free(dir);
+  if (access(r->log, F_OK) != 0 && !r->a->follow) {
+    fprintf(stderr,
+            "dagrun: attempt %d of task '%s' has no rank %ld (not a "
+            "gang, or a smaller one)\n",
+            r->n, r->a->task, r->a->rank);
+    return EXIT_USAGE;
+  }
+  return 0;
+}
+
+/* One look: reads the run's record again, finds the attempt and its log
+ * and copies what is new in it. Returns 0 with *more set when there is
+ * more to follow, or the exit status (with *more 0). */
+static int logs_poll(log_reader *r, int *more) {
+  const logs_args *a = r->a;
+  cJSON *run;
+  int rc;
+  *more = 0;
+  if ((rc = find_run(r->st, a->id, &run)) != 0)
+    return rc;
+  const char *run_id = str(run, "id", a->id);
+  cJSON *t = task_of(run, a->task);
+  if (!t) {
+    fprintf(stderr, "dagrun: run %s has no task '%s'\n", run_id, a->task);
+    cJSON_Delete(run);
+    return EXIT_USAGE;
+  }
+  int run_over = strcmp(str(run, "state", ""), "running") != 0;
+  cJSON *at = attempt_of(t, r->n);
+  if (!at && (!a->follow || r->n > 0 || run_over ||
+              terminal_name(str(t, "state", "")))) {
+    if (r->n > 0)
+      fprintf(stderr, "dagrun: task '%s' of run %s has no attempt %d\n",
+              a->task, run_id, r->n);
+    else
+      fprintf(stderr, "dagrun: task '%s' of run %s has not started (%s)\n",
+              a->task, run_id, str(t, "state", "?"));
+    cJSON_Delete(run);
+    return EXIT_USAGE;
+  }
+  if (at && !r->log && (rc = logs_set_file(r, at)) != 0) {
+    cJSON_Delete(run);
+    return rc;
+  }
+  if (r->log && !r->f) {
+    r->f = fopen(r->log, "rb");
+    if (!r->f && (errno != ENOENT || !a->follow)) {
+      fprintf(stderr, "dagrun: cannot read %s: %s\n", r->log,
+              strerror(errno));
+      cJSON_Delete(run);
+      return EXIT_FAILED;
+    }
+  }
+  /* The attempt's state is read before the file: a final copy after it
+   * is seen finished gets everything the attempt wrote. */
+  const char *as = at ? str(at, "state", "") : "";
+  int over = at && strcmp(as, "starting") != 0 && strcmp(as, "running") != 0;
+  /* A run that is no longer going (dagrun stopped, or was killed and
+   * left the attempt "running") has nothing more to follow either. */
+  over = over || (at && run_over);
+  cJSON_Delete(run);
+  if (r->f)
+    copy_new(r->f, &r->off);
+  if (a->follow && !over) {
+    *more = 1;
+    return 0;
+  }
+  if (!r->f && r->log) {
+    fprintf(stderr, "dagrun: cannot read %s: %s\n", r->log, strerror(ENOENT));
+    return EXIT_FAILED;
+  }
+  return 0;
+}
+
+int history_cmd_logs(int argc, char **argv) {
+  logs_args a;
+  if (logs_parse(argc, argv, &a) != 0)
+    return EXIT_USAGE;
+  log_reader r = {.a = &a, .n = (int)a.attempt};
+  int rc = open_for_reading(&r.st);
   if (rc != 0)
     return rc == DR_ENOENT ? EXIT_USAGE : EXIT_FAILED;
-  FILE *f = NULL;
-  long off = 0;
-  char *log = NULL;
-  int n = (int)attempt;
-  for (;;) {
-    cJSON *run;
-    if ((rc = find_run(st, id, &run)) != 0)
-      break;
-    cJSON *t = task_of(run, task);
-    if (!t) {
-      fprintf(stderr, "dagrun: run %s has no task '%s'\n", str(run, "id", id),
-              task);
-      cJSON_Delete(run);
-      rc = EXIT_USAGE;
-      break;
-    }
-    int run_over = strcmp(str(run, "state", ""), "running") != 0;
-    cJSON *a = attempt_of(t, n);
-    if (!a &&
-        (!follow || n > 0 || run_over || terminal_name(str(t, "state", "")))) {
-      if (n > 0)
-        fprintf(stderr, "dagrun: task '%s' of run %s has no attempt %d\n", task,
-                str(run, "id", id), n);
-      else
-        fprintf(stderr, "dagrun: task '%s' of run %s has not started (%s)\n",
-                task, str(run, "id", id), str(t, "state", "?"));
-      cJSON_Delete(run);
-      rc = EXIT_USAGE;
-      break;
-    }
-    if (a && !log) {
-      n = (int)num(a, "n", 0);
-      log = xstrdup(str(a, "log", ""));
-      /* A gang's rank r logs to rank-<r>/log beside rank 0's log. */
-      if (rank > 0) {
-        char *dir = xstrdup(log), *slash = strrchr(dir, '/');
-        if (slash)
-          *slash = 0;
-        free(log);
-        log = xasprintf("%s/rank-%ld/log", slash ? dir : ".", rank);
-        free(dir);
-        if (access(log, F_OK) != 0 && !follow) {
-          fprintf(stderr,
-                  "dagrun: attempt %d of task '%s' has no rank %ld (not a "
-                  "gang, or a smaller one)\n",
-                  n, task, rank);
-          cJSON_Delete(run);
-          rc = EXIT_USAGE;
-          break;
-        }
-      }
-    }
-    if (log && !f) {
-      f = fopen(log, "rb");
-      if (!f && (errno != ENOENT || !follow)) {
-        fprintf(stderr, "dagrun: cannot read %s: %s\n", log, strerror(errno));
-        cJSON_Delete(run);
-        rc = EXIT_FAILED;
-        break;
-      }
-    }
-    /* The attempt's state is read before the file: a final copy after it
-     * is seen finished gets everything the attempt wrote. */
-    const char *as = a ? str(a, "state", "") : "";
-    int over = a && strcmp(as, "starting") != 0 && strcmp(as, "running") != 0;
-    /* A run that is no longer going (dagrun stopped, or was killed and
-     * left the attempt "running") has nothing more to follow either. */
-    over = over || (a && run_over);
-    cJSON_Delete(run);
-    if (f)
-      copy_new(f, &off);
-    if (!follow || over) {
-      if (!f && log) {
-        fprintf(stderr, "dagrun: cannot read %s: %s\n", log, strerror(ENOENT));
-        rc = EXIT_FAILED;
-      }
-      break;
-    }
+  int more;
+  while ((rc = logs_poll(&r, &more)) == 0 && more)
     sleep_ms(100);
-  }
-  if (f)
-    fclose(f);
-  free(log);
-  store_close(st);
+  if (r.f)
+    fclose(r.f);
+  free(r.log);
+  store_close(r.st);
   return rc;
 }
 

@@ -77,10 +77,18 @@ store *history_store(const history *h);
 /* Records the run's final state and frees h; NULL is a no-op. */
 void history_finish(history *h, const char *state);
 
-/* The commands; argv holds the arguments after the command's name.
- * Return the exit status: 0, 1 (the store cannot be read, or a followed
- * log cannot be), 2 (bad usage, an unknown or ambiguous run, an unknown
- * task or attempt). */
+/* Opens the run store (store_default_path) for reading and finds run
+ * id_prefix, a run id or a unique prefix of one, as `dagrun resume`,
+ * `cancel` and `report` do. Returns 0 with *st and *run (caller closes and
+ * frees), or the exit status after saying why on stderr: 2 (no store, an
+ * unknown or ambiguous run), 1 (the store cannot be read). */
+int history_open_run(const char *id_prefix, store **st, cJSON **run);
+
+/* The commands `dagrun runs`, `status` and `logs` (main.c's table); argv
+ * holds the arguments after the command's name, and main.c answers --help
+ * before calling them. Return the exit status: 0, 1 (the store cannot be
+ * read, or a followed log cannot be), 2 (bad usage, an unknown or
+ * ambiguous run, an unknown task or attempt). */
 int history_cmd_runs(int argc, char **argv);
 int history_cmd_status(int argc, char **argv);
 int history_cmd_logs(int argc, char **argv);

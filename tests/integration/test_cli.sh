@@ -1,7 +1,7 @@
 # The CLI a user meets: check reports every error with file:line:col and
 # exits 2; graph prints the DAG in three formats; stages lists plugins with
 # their params; a plugin built for another ABI is refused by name; typos of
-# commands get a suggestion.
+# commands get a suggestion; every command answers --help.
 . "$(dirname "$0")/lib.sh"
 
 cat > bad.yaml <<'Y'
@@ -136,4 +136,58 @@ run_dagrun run "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" --runs-dir not-a-dir/runs
 expect_rc 2
 expect_in "$T/err" "cannot create"
 expect_in "$T/err" "not-a-dir/runs"
+
+# Every command in the table answers --help and -h before doing anything
+# else: its usage on stdout naming it, exit 0, nothing on stderr, no run
+# store opened. The list is read from `dagrun --help`, so that a command
+# added to the table is checked without touching this test.
+export DAGRUN_HOME="$T/home"
+run_dagrun --help
+expect_rc 0
+[ -s "$T/err" ] && fail "dagrun --help wrote on stderr: $(cat "$T/err")"
+cp "$T/out" overview.txt
+cmds=$(awk '/^commands:/ {f = 1; next} f && /^$/ {exit} f {print $1}' overview.txt)
+for c in run check graph stages generate cron-next runs status logs resume \
+  cancel report backfill serve version help; do
+  printf '%s\n' $cmds | grep -qx -- "$c" || fail "dagrun --help does not list '$c': $cmds"
+done
+for c in $cmds; do
+  for h in --help -h; do
+    run_dagrun "$c" "$h"
+    [ "$RC" -eq 0 ] || fail "dagrun $c $h exited $RC: $(cat "$T/err")"
+    [ -s "$T/err" ] && fail "dagrun $c $h wrote on stderr: $(cat "$T/err")"
+    grep -qE "^usage: dagrun $c( |\$)" "$T/out" ||
+      fail "dagrun $c $h: no usage naming $c on stdout: $(cat "$T/out")"
+  done
+  cp "$T/out" "help-$c.txt"
+  run_dagrun help "$c"
+  expect_rc 0
+  cmp -s "$T/out" "help-$c.txt" || fail "dagrun help $c differs from dagrun $c -h"
+done
+run_dagrun help
+expect_rc 0
+cmp -s "$T/out" overview.txt || fail "dagrun help differs from dagrun --help"
+# --help anywhere wins: nothing is loaded, nothing runs.
+run_dagrun run "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" --help
+expect_rc 0
+expect_in "$T/out" "usage: dagrun run FILE"
+run_dagrun "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" -h
+expect_rc 0
+expect_in "$T/out" "usage: dagrun run FILE"
+run_dagrun status no-such-run --help
+expect_rc 0
+[ -e "$DAGRUN_HOME" ] && fail "--help opened a run store in $DAGRUN_HOME"
+[ -d "$DAGRUN_RUNS_DIR/smoke" ] && fail "--help made a run directory"
+# No command: the overview on stderr, exit 2. An unknown command, or an
+# unknown command to help: exit 2 with a message.
+run_dagrun
+expect_rc 2
+expect_in "$T/err" "commands:"
+run_dagrun frobnicate
+expect_rc 2
+expect_in "$T/err" "frobnicate"
+run_dagrun help frobnicate
+expect_rc 2
+expect_in "$T/err" "unknown command 'frobnicate'"
+unset DAGRUN_HOME
 pass
