@@ -239,13 +239,28 @@ static const char duration_forms[] =
     "a number of seconds, or numbers with units ms, s, m, h, d "
     "(e.g. 90, 500ms, 30s, 5m, 1h30m)";
 
-/* An integer or float scalar counts seconds; a string goes through
- * parse_duration. min_nonzero: smallest value other than 0. */
+int spec_duration(const ynode *v, double *out) {
+  double x;
+  yscalar_type t = ynode_scalar_type(v);
+  if (v->kind != YNODE_SCALAR || t == YSCALAR_NULL || t == YSCALAR_BOOL)
+    return SPEC_DURATION_NOT_SCALAR;
+  if (t == YSCALAR_INT || t == YSCALAR_FLOAT) {
+    if (ynode_float(v, &x) != 0 || !(x >= 0) || !isfinite(x))
+      return SPEC_DURATION_NEGATIVE;
+  } else if (parse_duration(v->str, &x) != 0 || !isfinite(x)) {
+    return SPEC_DURATION_SYNTAX;
+  }
+  *out = x;
+  return 0;
+}
+
+/* A task setting's duration (spec_duration), with the messages of a task
+ * setting. min_nonzero: smallest value other than 0. */
 static int get_duration(ctx *c, const ynode *v, const char *key,
                         const char *where, double min_nonzero, double *out) {
   double x;
-  yscalar_type t = ynode_scalar_type(v);
-  if (v->kind != YNODE_SCALAR || t == YSCALAR_NULL || t == YSCALAR_BOOL) {
+  int rc = spec_duration(v, &x);
+  if (rc == SPEC_DURATION_NOT_SCALAR) {
     sbuf b = {0};
     describe(&b, v);
     err(c, v, "'%s'%s: expected a duration: %s; found %s", key, where,
@@ -253,13 +268,12 @@ static int get_duration(ctx *c, const ynode *v, const char *key,
     sbuf_free(&b);
     return DR_ESPEC;
   }
-  if (t == YSCALAR_INT || t == YSCALAR_FLOAT) {
-    if (ynode_float(v, &x) != 0 || !(x >= 0) || !isfinite(x)) {
-      err(c, v, "'%s'%s: a duration cannot be negative, found %s", key, where,
-          v->str);
-      return DR_ESPEC;
-    }
-  } else if (parse_duration(v->str, &x) != 0 || !isfinite(x)) {
+  if (rc == SPEC_DURATION_NEGATIVE) {
+    err(c, v, "'%s'%s: a duration cannot be negative, found %s", key, where,
+        v->str);
+    return DR_ESPEC;
+  }
+  if (rc == SPEC_DURATION_SYNTAX) {
     err(c, v, "'%s'%s: \"%s\" is not a duration; expected %s", key, where,
         v->str, duration_forms);
     return DR_ESPEC;
