@@ -12,8 +12,9 @@
 #   their helper headers, testlib.h and the like, bare).
 # An include is resolved as the compiler would: the including file's
 # folder first, then the include roots the CMake files give (LAYER_ROOTS
-# below); one that resolves to no file of the tree (a generated header)
-# is not judged.
+# below), then, for a bare name, any folder's header of that name (some
+# target's own -I); one that resolves to no file of the tree (a
+# generated header) is not judged.
 #
 # LAYERS_SOURCE_DIR (default DAGRUN_SOURCE_DIR) names the tree to read,
 # so that the check can be tried on a copy with a bad include.
@@ -54,9 +55,15 @@ for root, dirs, names in os.walk(src):
 def folder(f):
     return os.path.dirname(f) or "."
 
+by_name = {}
+for f in files:
+    by_name.setdefault(os.path.basename(f), []).append(f)
+
 def resolve(f, name):
     """The tree file that #include "name" in f names, and whether it was
-    found in f's own folder, or (None, False)."""
+    found in f's own folder, or (None, False). A bare name found in
+    neither f's folder nor a root is some other folder's header reached
+    through an -I of its own: the first file of that name."""
     own = os.path.normpath(os.path.join(folder(f), name)).replace(os.sep, "/")
     if os.path.isfile(os.path.join(src, own)):
         return own, folder(own) == folder(f)
@@ -64,6 +71,8 @@ def resolve(f, name):
         cand = os.path.normpath(os.path.join(r, name)).replace(os.sep, "/")
         if os.path.isfile(os.path.join(src, cand)):
             return cand, False
+    if "/" not in name and name in by_name:
+        return by_name[name][0], False
     return None, False
 
 def layer(f):
@@ -105,9 +114,8 @@ for f in files:
                               "gpu/" % (at, name))
             if ("/" not in name and not own and
                     not (top(f) == "tests" and top(target) == "tests")):
-                errors.append('%s: #include "%s": across folders, name the '
-                              'folder ("%s")'
-                              % (at, name, target))
+                errors.append('%s: #include "%s" is %s: across folders, '
+                              "name the folder" % (at, name, target))
             a, b = folder(f), folder(target)
             if a != b:
                 edges.setdefault((a, b), at)
