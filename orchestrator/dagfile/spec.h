@@ -98,7 +98,7 @@ typedef struct spec_task {
   spec_launcher launcher;
   const ynode *launcher_node; /* the launcher as written, or NULL */
   const ynode *hosts;         /* SEQ of host names as written, or NULL */
-  /* rendezvous: the IP address to listen on ("" = auto: scheduler.c picks)
+  /* rendezvous: the IP address to listen on ("" = auto: run/gang.c picks)
    * and the port (0 = any free one). */
   char rdv_bind[46];
   int rdv_port;

@@ -9,11 +9,14 @@
 #include "base/util.h"
 #include "lib/fileio.h"
 
-void fingerprint_sort_keys(cJSON *j) {
+/* Sorts the keys of every object in j, at every depth, in place (strcmp
+ * order, stable for equal keys): the canonical order of the JSON that is
+ * hashed. */
+static void sort_keys(cJSON *j) {
   if (!j)
     return;
   for (cJSON *c = j->child; c; c = c->next)
-    fingerprint_sort_keys(c);
+    sort_keys(c);
   if (!cJSON_IsObject(j))
     return;
   /* Insertion sort of the child list: objects here are small. */
@@ -62,7 +65,7 @@ char *fingerprint_compute(const fingerprint_input *in) {
     cJSON_AddItemToObject(e, "outputs", copy_or_empty(in->up[k].outputs));
     cJSON_AddItemToArray(ups, e);
   }
-  fingerprint_sort_keys(j);
+  sort_keys(j);
   char *text = cJSON_PrintUnformatted(j);
   cJSON_Delete(j);
   char *hex = text ? fileio_sha256_hex(text, strlen(text)) : NULL;

@@ -56,9 +56,4 @@ char *fingerprint_compute(const fingerprint_input *in);
  * resolved: "${dagrun:task-dir:T}". Caller frees. */
 char *fingerprint_task_dir(const char *task);
 
-/* Sorts the keys of every object in j, at every depth, in place (strcmp
- * order, stable for equal keys): the canonical order of the JSON that is
- * hashed. NULL is a no-op. */
-void fingerprint_sort_keys(cJSON *j);
-
 #endif /* DAGRUN_FINGERPRINT_H */
