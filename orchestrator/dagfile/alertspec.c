@@ -62,8 +62,8 @@ static void parse_event(const spec *s, const ynode *v, size_t idx,
 }
 
 /* `on:` of alert idx: one event name or a list of them. */
-static void parse_on(const spec *s, const ynode *m, const ynode *on,
-                     size_t idx, alertspec *a, diags *d) {
+static void parse_on(const spec *s, const ynode *m, const ynode *on, size_t idx,
+                     alertspec *a, diags *d) {
   if (!on) {
     err_at(d, s, m,
            "alert %zu: missing 'on' (a list of events: failure, retry, "
@@ -80,8 +80,8 @@ static void parse_on(const spec *s, const ynode *m, const ynode *on,
 }
 
 /* `tasks: [name, ...]` of alert idx: indices into s->tasks. */
-static void parse_tasks(const spec *s, const ynode *v, size_t idx,
-                        alertspec *a, diags *d) {
+static void parse_tasks(const spec *s, const ynode *v, size_t idx, alertspec *a,
+                        diags *d) {
   if (v->kind != YNODE_SEQ) {
     err_at(d, s, v, "alert %zu: 'tasks' expects a list of task names, found %s",
            idx + 1, ynode_a_type(v));
@@ -114,8 +114,8 @@ static void parse_tasks(const spec *s, const ynode *v, size_t idx,
 /* The keys of alert idx that parse one by one; `on`, `deadline` and
  * `tasks` as written go to the caller, which checks how they go
  * together. */
-static void parse_keys(const spec *s, const ynode *m, size_t idx,
-                       alertspec *a, const ynode **on, const ynode **deadline,
+static void parse_keys(const spec *s, const ynode *m, size_t idx, alertspec *a,
+                       const ynode **on, const ynode **deadline,
                        const ynode **tasks, diags *d) {
   for (size_t k = 0; k < m->n; k++) {
     const ynode *key = m->items[2 * k], *val = m->items[2 * k + 1];
@@ -144,8 +144,8 @@ static void parse_keys(const spec *s, const ynode *m, size_t idx,
 }
 
 /* Entry idx of `alerts:`, the map m, into a. */
-static void parse_entry(const spec *s, const ynode *m, size_t idx,
-                        alertspec *a, diags *d) {
+static void parse_entry(const spec *s, const ynode *m, size_t idx, alertspec *a,
+                        diags *d) {
   a->node = m;
   a->timeout_s = ALERTSPEC_DEFAULT_TIMEOUT_S;
   if (m->kind != YNODE_MAP) {

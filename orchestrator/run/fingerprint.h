@@ -39,11 +39,11 @@ typedef struct fingerprint_upstream {
 
 /* What a task's fingerprint is made of; all borrowed. */
 typedef struct fingerprint_input {
-  const char *stage;     /* the plugin's stage name */
-  const char *version;   /* the plugin's version string, or NULL */
-  const cJSON *params;   /* resolved params; NULL: {} */
-  const cJSON *env;      /* resolved task env; NULL: {} */
-  int world_size;        /* ranks; 1 for a plain task */
+  const char *stage;              /* the plugin's stage name */
+  const char *version;            /* the plugin's version string, or NULL */
+  const cJSON *params;            /* resolved params; NULL: {} */
+  const cJSON *env;               /* resolved task env; NULL: {} */
+  int world_size;                 /* ranks; 1 for a plain task */
   const fingerprint_upstream *up; /* n_up entries, in `needs` order */
   size_t n_up;
 } fingerprint_input;

@@ -158,8 +158,7 @@ static char **mpirun_argv(const spec_task *st, char *hosts,
 static char **launcher_setup(const spec_task *st, const cJSON *task_env,
                              const char *attempt_dir, char ***env) {
   char *rdv = path_join(attempt_dir, "rendezvous");
-  *env = workerenv_prepend(*env,
-                           xasprintf("DAGRUN_GANG_DIR=%s", attempt_dir));
+  *env = workerenv_prepend(*env, xasprintf("DAGRUN_GANG_DIR=%s", attempt_dir));
   *env = workerenv_prepend(*env, xasprintf("DAGRUN_RENDEZVOUS=%s", rdv));
   free(rdv);
   size_t n_hosts = 0;
@@ -169,8 +168,7 @@ static char **launcher_setup(const spec_task *st, const cJSON *task_env,
   /* Open MPI refuses to run as root unless told twice. */
   if (geteuid() == 0) {
     *env = workerenv_prepend(*env, xstrdup("OMPI_ALLOW_RUN_AS_ROOT=1"));
-    *env =
-        workerenv_prepend(*env, xstrdup("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"));
+    *env = workerenv_prepend(*env, xstrdup("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"));
   }
   return mpirun_argv(st, hosts, task_env);
 }

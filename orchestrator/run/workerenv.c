@@ -10,8 +10,7 @@
 
 extern char **environ;
 
-static void json_to_env(const cJSON *obj, char ***env, size_t *n,
-                        size_t *cap) {
+static void json_to_env(const cJSON *obj, char ***env, size_t *n, size_t *cap) {
   for (const cJSON *it = obj ? obj->child : NULL; it; it = it->next) {
     char *v;
     if (cJSON_IsString(it))
