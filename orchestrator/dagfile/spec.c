@@ -239,13 +239,28 @@ static const char duration_forms[] =
     "a number of seconds, or numbers with units ms, s, m, h, d "
     "(e.g. 90, 500ms, 30s, 5m, 1h30m)";
 
-/* An integer or float scalar counts seconds; a string goes through
- * parse_duration. min_nonzero: smallest value other than 0. */
+int spec_duration(const ynode *v, double *out) {
+  double x;
+  yscalar_type t = ynode_scalar_type(v);
+  if (v->kind != YNODE_SCALAR || t == YSCALAR_NULL || t == YSCALAR_BOOL)
+    return SPEC_DURATION_NOT_SCALAR;
+  if (t == YSCALAR_INT || t == YSCALAR_FLOAT) {
+    if (ynode_float(v, &x) != 0 || !(x >= 0) || !isfinite(x))
+      return SPEC_DURATION_NEGATIVE;
+  } else if (parse_duration(v->str, &x) != 0 || !isfinite(x)) {
+    return SPEC_DURATION_SYNTAX;
+  }
+  *out = x;
+  return 0;
+}
+
+/* A task setting's duration (spec_duration), with the messages of a task
+ * setting. min_nonzero: smallest value other than 0. */
 static int get_duration(ctx *c, const ynode *v, const char *key,
                         const char *where, double min_nonzero, double *out) {
   double x;
-  yscalar_type t = ynode_scalar_type(v);
-  if (v->kind != YNODE_SCALAR || t == YSCALAR_NULL || t == YSCALAR_BOOL) {
+  int rc = spec_duration(v, &x);
+  if (rc == SPEC_DURATION_NOT_SCALAR) {
     sbuf b = {0};
     describe(&b, v);
     err(c, v, "'%s'%s: expected a duration: %s; found %s", key, where,
@@ -253,13 +268,12 @@ static int get_duration(ctx *c, const ynode *v, const char *key,
     sbuf_free(&b);
     return DR_ESPEC;
   }
-  if (t == YSCALAR_INT || t == YSCALAR_FLOAT) {
-    if (ynode_float(v, &x) != 0 || !(x >= 0) || !isfinite(x)) {
-      err(c, v, "'%s'%s: a duration cannot be negative, found %s", key, where,
-          v->str);
-      return DR_ESPEC;
-    }
-  } else if (parse_duration(v->str, &x) != 0 || !isfinite(x)) {
+  if (rc == SPEC_DURATION_NEGATIVE) {
+    err(c, v, "'%s'%s: a duration cannot be negative, found %s", key, where,
+        v->str);
+    return DR_ESPEC;
+  }
+  if (rc == SPEC_DURATION_SYNTAX) {
     err(c, v, "'%s'%s: \"%s\" is not a duration; expected %s", key, where,
         v->str, duration_forms);
     return DR_ESPEC;
@@ -275,7 +289,6 @@ static int get_duration(ctx *c, const ynode *v, const char *key,
   return 0;
 }
 
-/* Parses one task setting (retries ... env) into t. */
 /* Whether the task's launcher is local as written (or by default): a
  * misspelt launcher is error enough, and keys that only a launcher uses
  * (hosts, rendezvous) are judged against a local one. */
@@ -330,65 +343,51 @@ static int parse_rendezvous(const char *s, spec_task *t) {
   return 0;
 }
 
-static void parse_setting(ctx *c, const ynode *k, const ynode *v, spec_task *t,
+/* retry_on: one exit code or a list of them. */
+static void parse_retry_on(ctx *c, const ynode *v, spec_task *t,
+                           const char *where) {
+  const char *key = "retry_on";
+  size_t n = v->kind == YNODE_SEQ ? v->n : 1;
+  if (v->kind == YNODE_MAP) {
+    type_err(c, v, key, where, "a list of exit codes (1 to 255)");
+    return;
+  }
+  int *on = xmalloc((n ? n : 1) * sizeof(int));
+  size_t n_ok = 0;
+  for (size_t i = 0; i < n; i++) {
+    const ynode *item = v->kind == YNODE_SEQ ? v->items[i] : v;
+    int code;
+    if (get_int(c, item, key, where, 1, 255, "an exit code from 1 to 255",
+                &code) == 0)
+      on[n_ok++] = code;
+  }
+  free(t->retry.on);
+  t->retry.on = on;
+  t->retry.n_on = n_ok;
+}
+
+static void parse_trigger(ctx *c, const ynode *v, spec_task *t,
                           const char *where) {
-  const char *key = k->str;
-  if (strcmp(key, "retries") == 0) {
-    (void)get_int(c, v, key, where, 0, 1000000, "an integer >= 0",
-                  &t->retry.retries);
-  } else if (strcmp(key, "retry_delay") == 0) {
-    (void)get_duration(c, v, key, where, 0, &t->retry.delay_s);
-  } else if (strcmp(key, "retry_backoff") == 0) {
-    (void)get_number(c, v, key, where, 1, 1e6, "a number >= 1",
-                     &t->retry.backoff);
-  } else if (strcmp(key, "retry_max_delay") == 0) {
-    (void)get_duration(c, v, key, where, 0, &t->retry.max_delay_s);
-  } else if (strcmp(key, "retry_jitter") == 0) {
-    (void)get_number(c, v, key, where, 0, 1, "a number from 0 to 1",
-                     &t->retry.jitter);
-  } else if (strcmp(key, "retry_on") == 0) {
-    /* One code or a list of them. */
-    size_t n = v->kind == YNODE_SEQ ? v->n : 1;
-    if (v->kind == YNODE_MAP) {
-      type_err(c, v, key, where, "a list of exit codes (1 to 255)");
-      return;
-    }
-    int *on = xmalloc((n ? n : 1) * sizeof(int));
-    size_t n_ok = 0;
-    for (size_t i = 0; i < n; i++) {
-      const ynode *item = v->kind == YNODE_SEQ ? v->items[i] : v;
-      int code;
-      if (get_int(c, item, key, where, 1, 255, "an exit code from 1 to 255",
-                  &code) == 0)
-        on[n_ok++] = code;
-    }
-    free(t->retry.on);
-    t->retry.on = on;
-    t->retry.n_on = n_ok;
-  } else if (strcmp(key, "timeout") == 0) {
-    (void)get_duration(c, v, key, where, 0, &t->timeout_s);
-  } else if (strcmp(key, "heartbeat_timeout") == 0) {
-    (void)get_duration(c, v, key, where, 1, &t->heartbeat_s);
-  } else if (strcmp(key, "kill_grace") == 0) {
-    (void)get_duration(c, v, key, where, 0, &t->kill_grace_s);
-  } else if (strcmp(key, "pool") == 0) {
-    if (get_string(c, v, key, where, "a pool name"))
-      t->pool_node = v;
-  } else if (strcmp(key, "trigger") == 0) {
-    const char *s = get_string(c, v, key, where, "all_success or all_done");
-    if (!s)
-      return;
-    if (strcmp(s, "all_success") == 0) {
-      t->trigger = SPEC_TRIGGER_ALL_SUCCESS;
-    } else if (strcmp(s, "all_done") == 0) {
-      t->trigger = SPEC_TRIGGER_ALL_DONE;
-    } else {
-      const char *m = closest_match(s, trigger_names);
-      err(c, v,
-          "'trigger'%s: expected all_success or all_done, found \"%s\"%s%s%s",
-          where, s, m ? "; did you mean '" : "", m ? m : "", m ? "'?" : "");
-    }
-  } else if (strcmp(key, "world_size") == 0) {
+  const char *key = "trigger";
+  const char *s = get_string(c, v, key, where, "all_success or all_done");
+  if (!s)
+    return;
+  if (strcmp(s, "all_success") == 0) {
+    t->trigger = SPEC_TRIGGER_ALL_SUCCESS;
+  } else if (strcmp(s, "all_done") == 0) {
+    t->trigger = SPEC_TRIGGER_ALL_DONE;
+  } else {
+    const char *m = closest_match(s, trigger_names);
+    err(c, v,
+        "'trigger'%s: expected all_success or all_done, found \"%s\"%s%s%s",
+        where, s, m ? "; did you mean '" : "", m ? m : "", m ? "'?" : "");
+  }
+}
+
+/* The keys of a gang: world_size, launcher, hosts, rendezvous. */
+static void parse_gang_setting(ctx *c, const char *key, const ynode *v,
+                               spec_task *t, const char *where) {
+  if (strcmp(key, "world_size") == 0) {
     (void)get_int(c, v, key, where, 1, 65536, "an integer >= 1 (ranks)",
                   &t->world_size);
   } else if (strcmp(key, "launcher") == 0) {
@@ -436,40 +435,84 @@ static void parse_setting(ctx *c, const ynode *k, const ynode *v, spec_task *t,
           "for the gang's ranks, found \"%s\"",
           where, s);
     t->rendezvous_node = v;
+  }
+}
+
+/* env: a map of variable names to strings (null: none). */
+static void parse_env(ctx *c, const ynode *v, spec_task *t,
+                      const char *where) {
+  const char *key = "env";
+  if (v->kind == YNODE_SCALAR && ynode_scalar_type(v) == YSCALAR_NULL)
+    return;
+  if (v->kind != YNODE_MAP) {
+    type_err(c, v, key, where, "a map of variable names to strings");
+    return;
+  }
+  sbuf w = {0};
+  sbuf_printf(&w, " in 'env'%s", where);
+  size_t bad = check_keys(c, v, w.s);
+  for (size_t i = 0; i < v->n; i++) {
+    const ynode *ek = v->items[2 * i], *ev = v->items[2 * i + 1];
+    if (ek->kind == YNODE_SCALAR && !valid_env_name(ek->str)) {
+      err(c, ek,
+          "invalid environment variable name '%s'%s: use letters, digits "
+          "and '_', not starting with a digit",
+          ek->str, w.s);
+      bad++;
+    }
+    if (ev->kind != YNODE_SCALAR) {
+      sbuf b = {0};
+      describe(&b, ev);
+      err(c, ev, "environment variable '%s'%s: expected a string, found %s",
+          ek->kind == YNODE_SCALAR ? ek->str : "?", where, b.s);
+      sbuf_free(&b);
+      bad++;
+    }
+  }
+  sbuf_free(&w);
+  if (!bad)
+    t->env = v;
+}
+
+/* Parses one task setting (retries ... env) into t. */
+static void parse_setting(ctx *c, const ynode *k, const ynode *v, spec_task *t,
+                          const char *where) {
+  const char *key = k->str;
+  if (strcmp(key, "retries") == 0) {
+    (void)get_int(c, v, key, where, 0, 1000000, "an integer >= 0",
+                  &t->retry.retries);
+  } else if (strcmp(key, "retry_delay") == 0) {
+    (void)get_duration(c, v, key, where, 0, &t->retry.delay_s);
+  } else if (strcmp(key, "retry_backoff") == 0) {
+    (void)get_number(c, v, key, where, 1, 1e6, "a number >= 1",
+                     &t->retry.backoff);
+  } else if (strcmp(key, "retry_max_delay") == 0) {
+    (void)get_duration(c, v, key, where, 0, &t->retry.max_delay_s);
+  } else if (strcmp(key, "retry_jitter") == 0) {
+    (void)get_number(c, v, key, where, 0, 1, "a number from 0 to 1",
+                     &t->retry.jitter);
+  } else if (strcmp(key, "retry_on") == 0) {
+    parse_retry_on(c, v, t, where);
+  } else if (strcmp(key, "timeout") == 0) {
+    (void)get_duration(c, v, key, where, 0, &t->timeout_s);
+  } else if (strcmp(key, "heartbeat_timeout") == 0) {
+    (void)get_duration(c, v, key, where, 1, &t->heartbeat_s);
+  } else if (strcmp(key, "kill_grace") == 0) {
+    (void)get_duration(c, v, key, where, 0, &t->kill_grace_s);
+  } else if (strcmp(key, "pool") == 0) {
+    if (get_string(c, v, key, where, "a pool name"))
+      t->pool_node = v;
+  } else if (strcmp(key, "trigger") == 0) {
+    parse_trigger(c, v, t, where);
+  } else if (strcmp(key, "world_size") == 0 ||
+             strcmp(key, "launcher") == 0 || strcmp(key, "hosts") == 0 ||
+             strcmp(key, "rendezvous") == 0) {
+    parse_gang_setting(c, key, v, t, where);
   } else if (strcmp(key, "cache") == 0) {
     if (ynode_bool(v, &t->cache) != 0)
       type_err(c, v, key, where, "true or false");
   } else if (strcmp(key, "env") == 0) {
-    if (v->kind == YNODE_SCALAR && ynode_scalar_type(v) == YSCALAR_NULL)
-      return;
-    if (v->kind != YNODE_MAP) {
-      type_err(c, v, key, where, "a map of variable names to strings");
-      return;
-    }
-    sbuf w = {0};
-    sbuf_printf(&w, " in 'env'%s", where);
-    size_t bad = check_keys(c, v, w.s);
-    for (size_t i = 0; i < v->n; i++) {
-      const ynode *ek = v->items[2 * i], *ev = v->items[2 * i + 1];
-      if (ek->kind == YNODE_SCALAR && !valid_env_name(ek->str)) {
-        err(c, ek,
-            "invalid environment variable name '%s'%s: use letters, digits "
-            "and '_', not starting with a digit",
-            ek->str, w.s);
-        bad++;
-      }
-      if (ev->kind != YNODE_SCALAR) {
-        sbuf b = {0};
-        describe(&b, ev);
-        err(c, ev, "environment variable '%s'%s: expected a string, found %s",
-            ek->kind == YNODE_SCALAR ? ek->str : "?", where, b.s);
-        sbuf_free(&b);
-        bad++;
-      }
-    }
-    sbuf_free(&w);
-    if (!bad)
-      t->env = v;
+    parse_env(c, v, t, where);
   }
 }
 

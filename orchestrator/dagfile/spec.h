@@ -98,7 +98,7 @@ typedef struct spec_task {
   spec_launcher launcher;
   const ynode *launcher_node; /* the launcher as written, or NULL */
   const ynode *hosts;         /* SEQ of host names as written, or NULL */
-  /* rendezvous: the IP address to listen on ("" = auto: scheduler.c picks)
+  /* rendezvous: the IP address to listen on ("" = auto: run/gang.c picks)
    * and the port (0 = any free one). */
   char rdv_bind[46];
   int rdv_port;
@@ -156,6 +156,21 @@ struct cron_expr;
 struct cron_zone;
 int spec_schedule_open(const spec *s, struct cron_expr **e,
                        struct cron_zone **z, char *err, size_t errlen);
+
+/* How spec_duration refuses a node. */
+enum {
+  SPEC_DURATION_NOT_SCALAR = -1, /* null, a bool, a list or a map */
+  SPEC_DURATION_NEGATIVE = -2,   /* a number below 0 (or not finite) */
+  SPEC_DURATION_SYNTAX = -3      /* a string parse_duration refuses */
+};
+
+/* The one reading of a duration in a DAG file, for task settings and
+ * alerts alike: an integer or float scalar counts seconds, a string goes
+ * through parse_duration ("90", "500ms", "30s", "5m", "1h30m"). Returns 0
+ * with *out (>= 0, finite), or a SPEC_DURATION_* code with *out
+ * untouched. It adds no message: each caller says what the value was for
+ * (file:line:col from v) and what range it needs beyond >= 0. */
+int spec_duration(const ynode *v, double *out);
 
 /* Index of a task by name, or -1. */
 long spec_task_find(const spec *s, const char *name);

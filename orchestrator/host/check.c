@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dagfile/alertspec.h"
 #include "dagfile/dag.h"
 #include "dagfile/template.h"
 #include "params.h"
-#include "report/alerts.h"
 
 /* What a stage name resolved to. */
 typedef struct stage_ref {
@@ -168,7 +168,7 @@ int check_load(const char *path, spec **sp, checked **ck, diags *d) {
   if (*sp && rc != DR_ENOENT && rc != DR_EIO) {
     /* Structural errors do not stop the deeper checks: report all. */
     check_spec(*sp, ck, d);
-    alerts_check(*sp, (*ck)->params, d);
+    alertspec_check(*sp, (*ck)->params, d);
   }
   if (rc == 0 && d->n > before)
     rc = DR_ESPEC;

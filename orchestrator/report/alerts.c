@@ -1,6 +1,6 @@
 /*
- * alerts: parsing and checking of `alerts:`, and delivery through curl's
- * multi socket interface on the run's libuv loop (curl's documented libuv
+ * alerts: delivery of the alerts that dagfile/alertspec.c parsed, through
+ * curl's multi socket interface on the run's libuv loop (curl's documented libuv
  * pattern: CURLMOPT_SOCKETFUNCTION drives one uv_poll_t per socket,
  * CURLMOPT_TIMERFUNCTION one uv_timer_t).
  *
@@ -16,265 +16,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dagfile/alertspec.h"
 #include "dagfile/template.h"
 #include "lib/clock.h"
 #include "run/secrets.h"
 #include "store/store.h"
 
-#define EV_FAILURE 1u
-#define EV_RETRY 2u
-#define EV_SUCCESS 4u
-#define EV_DEADLINE 8u
-
 #define MAX_TRIES 3
-#define DEFAULT_TIMEOUT_S 10.0
 #define LOG_TAIL_LINES 20
 #define LOG_TAIL_BYTES 4096
-
-static const char *const event_names[] = {"failure", "retry", "success",
-                                          "deadline", NULL};
-static const char *const alert_keys[] = {"on",      "webhook", "deadline",
-                                         "timeout", "tasks",   NULL};
-
-/* One entry of `alerts:` as written. */
-typedef struct alert_cfg {
-  const ynode *node, *webhook;
-  unsigned events;
-  double deadline_s; /* 0: none */
-  double timeout_s;
-  size_t *tasks; /* `tasks:` (per-task deadlines), or NULL */
-  size_t n_tasks;
-} alert_cfg;
-
-/* ---- parsing ---------------------------------------------------------- */
-
-static void err_at(diags *d, const spec *s, const ynode *n, const char *fmt,
-                   ...) __attribute__((format(printf, 4, 5)));
-static void err_at(diags *d, const spec *s, const ynode *n, const char *fmt,
-                   ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  diags_vadd(d, s->path, n ? n->line : 0, n ? n->col : 0, fmt, ap);
-  va_end(ap);
-}
-
-static int get_duration(const spec *s, const ynode *v, const char *key,
-                        size_t idx, double *out, diags *d) {
-  double x = -1;
-  yscalar_type t =
-      v->kind == YNODE_SCALAR ? ynode_scalar_type(v) : YSCALAR_NULL;
-  if (v->kind == YNODE_SCALAR && (t == YSCALAR_INT || t == YSCALAR_FLOAT))
-    (void)ynode_float(v, &x);
-  else if (v->kind == YNODE_SCALAR && t == YSCALAR_STRING &&
-           parse_duration(v->str, &x) != 0)
-    x = -1;
-  if (!(x > 0) || !isfinite(x)) {
-    err_at(d, s, v,
-           "alert %zu: '%s' expects a positive duration (e.g. 90, 30s, 5m, "
-           "2h), found %s",
-           idx + 1, key, v->kind == YNODE_SCALAR ? v->str : ynode_a_type(v));
-    return DR_ESPEC;
-  }
-  *out = x;
-  return 0;
-}
-
-static void parse_event(const spec *s, const ynode *v, size_t idx,
-                        unsigned *events, diags *d) {
-  if (v->kind != YNODE_SCALAR || ynode_scalar_type(v) != YSCALAR_STRING) {
-    err_at(d, s, v, "alert %zu: 'on' expects event names (%s), found %s",
-           idx + 1, "failure, retry, success, deadline", ynode_a_type(v));
-    return;
-  }
-  for (unsigned i = 0; event_names[i]; i++)
-    if (strcmp(v->str, event_names[i]) == 0) {
-      *events |= 1u << i;
-      return;
-    }
-  const char *m = closest_match(v->str, event_names);
-  err_at(d, s, v,
-         "alert %zu: unknown event '%s'%s%s%s (expected failure, retry, "
-         "success or deadline)",
-         idx + 1, v->str, m ? "; did you mean '" : "", m ? m : "",
-         m ? "'?" : "");
-}
-
-/* `tasks: [name, ...]` of alert idx: indices into c->tasks. */
-static void parse_tasks(const spec *s, const ynode *v, size_t idx, alert_cfg *c,
-                        diags *d) {
-  if (v->kind != YNODE_SEQ) {
-    err_at(d, s, v, "alert %zu: 'tasks' expects a list of task names, found %s",
-           idx + 1, ynode_a_type(v));
-    return;
-  }
-  free(c->tasks);
-  c->tasks = xcalloc(v->n ? v->n : 1, sizeof(size_t));
-  c->n_tasks = 0;
-  const char **names = xcalloc(s->n_tasks + 1, sizeof(char *));
-  for (size_t k = 0; k < s->n_tasks; k++)
-    names[k] = s->tasks[k].name;
-  for (size_t k = 0; k < v->n; k++) {
-    const ynode *it = v->items[k];
-    long t =
-        it->kind == YNODE_SCALAR && it->str ? spec_task_find(s, it->str) : -1;
-    if (it->kind != YNODE_SCALAR) {
-      err_at(d, s, it, "alert %zu: 'tasks' expects task names, found %s",
-             idx + 1, ynode_a_type(it));
-    } else if (t < 0) {
-      const char *m = closest_match(it->str, names);
-      err_at(d, s, it, "alert %zu: unknown task '%s'%s%s%s", idx + 1, it->str,
-             m ? "; did you mean '" : "", m ? m : "", m ? "'?" : "");
-    } else {
-      c->tasks[c->n_tasks++] = (size_t)t;
-    }
-  }
-  free(names);
-}
-
-static void free_cfgs(alert_cfg *v, size_t n) {
-  for (size_t i = 0; v && i < n; i++)
-    free(v[i].tasks);
-  free(v);
-}
-
-/* Parses s->alerts into *out (caller frees with free_cfgs; entries with
- * errors are kept with what parsed). Returns the number of errors
- * added. */
-static size_t parse_alerts(const spec *s, alert_cfg **out, size_t *n_out,
-                           diags *d) {
-  size_t before = d->n;
-  *out = NULL;
-  *n_out = 0;
-  const ynode *al = s->alerts;
-  if (!al ||
-      (al->kind == YNODE_SCALAR && ynode_scalar_type(al) == YSCALAR_NULL))
-    return 0;
-  if (al->kind != YNODE_SEQ) {
-    err_at(d, s, al, "'alerts' expects a list of alerts, found %s",
-           ynode_a_type(al));
-    return d->n - before;
-  }
-  alert_cfg *v = xcalloc(al->n ? al->n : 1, sizeof(*v));
-  for (size_t i = 0; i < al->n; i++) {
-    const ynode *m = al->items[i];
-    alert_cfg *c = &v[i];
-    c->node = m;
-    c->timeout_s = DEFAULT_TIMEOUT_S;
-    if (m->kind != YNODE_MAP) {
-      err_at(d, s, m,
-             "alert %zu: expected a map with 'on' and 'webhook', found %s",
-             i + 1, ynode_a_type(m));
-      continue;
-    }
-    const ynode *on = NULL, *deadline = NULL, *tasks = NULL;
-    for (size_t k = 0; k < m->n; k++) {
-      const ynode *key = m->items[2 * k], *val = m->items[2 * k + 1];
-      const char *z = key->str ? key->str : "";
-      if (strcmp(z, "on") == 0) {
-        on = val;
-      } else if (strcmp(z, "webhook") == 0) {
-        c->webhook = val;
-      } else if (strcmp(z, "deadline") == 0) {
-        deadline = val;
-        (void)get_duration(s, val, "deadline", i, &c->deadline_s, d);
-      } else if (strcmp(z, "timeout") == 0) {
-        (void)get_duration(s, val, "timeout", i, &c->timeout_s, d);
-      } else if (strcmp(z, "tasks") == 0) {
-        tasks = val;
-        parse_tasks(s, val, i, c, d);
-      } else {
-        const char *near = closest_match(z, alert_keys);
-        err_at(d, s, key, "alert %zu: unknown key '%s'%s%s%s", i + 1, z,
-               near ? "; did you mean '"
-                    : " (expected on, webhook, "
-                      "deadline, timeout, tasks)",
-               near ? near : "", near ? "'?" : "");
-      }
-    }
-    if (!on) {
-      err_at(d, s, m,
-             "alert %zu: missing 'on' (a list of events: failure, retry, "
-             "success, deadline)",
-             i + 1);
-    } else if (on->kind == YNODE_SEQ) {
-      if (on->n == 0)
-        err_at(d, s, on, "alert %zu: 'on' lists no event", i + 1);
-      for (size_t k = 0; k < on->n; k++)
-        parse_event(s, on->items[k], i, &c->events, d);
-    } else {
-      parse_event(s, on, i, &c->events, d);
-    }
-    if (!c->webhook)
-      err_at(d, s, m, "alert %zu: missing 'webhook' (the URL to POST to)",
-             i + 1);
-    else if (c->webhook->kind != YNODE_SCALAR)
-      err_at(d, s, c->webhook, "alert %zu: 'webhook' expects a URL, found %s",
-             i + 1, ynode_a_type(c->webhook));
-    if (deadline && !(c->events & EV_DEADLINE))
-      err_at(d, s, deadline,
-             "alert %zu: 'deadline' without the 'deadline' event in 'on' "
-             "would never fire",
-             i + 1);
-    if (tasks && !(c->events & EV_DEADLINE))
-      err_at(d, s, tasks,
-             "alert %zu: 'tasks' names the tasks of a per-task deadline: it "
-             "needs the 'deadline' event in 'on'",
-             i + 1);
-    if ((c->events & EV_DEADLINE) && !deadline)
-      err_at(d, s, on,
-             "alert %zu: the 'deadline' event needs 'deadline: DURATION' "
-             "(how long the run may take)",
-             i + 1);
-  }
-  *out = v;
-  *n_out = al->n;
-  return d->n - before;
-}
-
-/* A webhook that resolves to "" (`${env:HOOK:-}` with HOOK unset) turns
- * its alert off. */
-static int webhook_off(const cJSON *v) {
-  return cJSON_IsString(v) && v->valuestring[0] == '\0';
-}
-
-static int is_http_url(const char *z) {
-  return strncmp(z, "http://", 7) == 0 || strncmp(z, "https://", 8) == 0;
-}
-
-int alerts_check(const spec *s, const cJSON *params, diags *d) {
-  alert_cfg *v;
-  size_t n;
-  size_t nerr = parse_alerts(s, &v, &n, d);
-  tmpl_env e = {0};
-  e.s = s;
-  e.params = params;
-  for (size_t i = 0; i < n; i++) {
-    const ynode *w = v[i].webhook;
-    if (!w || w->kind != YNODE_SCALAR)
-      continue;
-    if (tmpl_mentions_tasks(w)) {
-      err_at(d, s, w, "alert %zu: 'webhook' cannot use ${tasks.*}", i + 1);
-      nerr++;
-      continue;
-    }
-    cJSON *out = NULL;
-    size_t b = d->n;
-    int rc = tmpl_resolve(&e, SIZE_MAX, w, &out, d);
-    nerr += d->n - b;
-    /* The value may be a secret: messages never show it. */
-    if (rc == 0 && !webhook_off(out) &&
-        (!cJSON_IsString(out) || !is_http_url(out->valuestring))) {
-      err_at(d, s, w,
-             "alert %zu: 'webhook' must resolve to an http:// or https:// "
-             "URL",
-             i + 1);
-      nerr++;
-    }
-    cJSON_Delete(out);
-  }
-  free_cfgs(v, n);
-  return nerr ? DR_ESPEC : 0;
-}
 
 void alerts_redact_url(const char *url, char *buf, size_t n) {
   CURLU *u = curl_url();
@@ -756,7 +506,7 @@ static void task_deadlines(struct alerts *a, const sched_event *e) {
         continue;
       if (end) {
         uv_timer_stop(&td->timer);
-      } else if (!td->started && (h->events & EV_DEADLINE)) {
+      } else if (!td->started && (h->events & ALERTSPEC_DEADLINE)) {
         td->started = 1;
         uv_timer_start(&td->timer, on_task_deadline,
                        (uint64_t)(h->deadline_s * 1000), 0);
@@ -780,7 +530,7 @@ void alerts_task_event(alerts *a, const sched_event *e) {
     text = xasprintf(":x: %s run %s: task %s failed (attempt %d/%d): %s",
                      a->s->dag, a->run->id, task, e->attempt, e->max_attempts,
                      why);
-    send_alert(a, EV_FAILURE, "failure", NULL, task, e->attempt,
+    send_alert(a, ALERTSPEC_FAILURE, "failure", NULL, task, e->attempt,
                e->max_attempts, "failed", why, text);
   } else {
     char d[32];
@@ -789,7 +539,7 @@ void alerts_task_event(alerts *a, const sched_event *e) {
                      "retrying in %s: %s",
                      a->s->dag, a->run->id, task, e->attempt, e->max_attempts,
                      d, why);
-    send_alert(a, EV_RETRY, "retry", NULL, task, e->attempt, e->max_attempts,
+    send_alert(a, ALERTSPEC_RETRY, "retry", NULL, task, e->attempt, e->max_attempts,
                "retry_wait", why, text);
   }
   free(text);
@@ -804,7 +554,7 @@ static void on_deadline(uv_timer_t *t) {
                          "(deadline)",
                          a->s->dag, a->run->id, d);
   char *error = xasprintf("not finished after %s", d);
-  send_alert(a, EV_DEADLINE, "deadline", h, NULL, 0, 0, "running", error, text);
+  send_alert(a, ALERTSPEC_DEADLINE, "deadline", h, NULL, 0, 0, "running", error, text);
   free(error);
   free(text);
 }
@@ -820,7 +570,7 @@ static void on_task_deadline(uv_timer_t *t) {
                          "after %s (deadline)",
                          a->s->dag, a->run->id, task, d);
   char *error = xasprintf("task %s not finished %s after it started", task, d);
-  send_alert(a, EV_DEADLINE, "deadline", h, task, a->attempt[td->task],
+  send_alert(a, ALERTSPEC_DEADLINE, "deadline", h, task, a->attempt[td->task],
              a->max_attempts[td->task], "running", error, text);
   free(error);
   free(text);
@@ -893,7 +643,7 @@ void alerts_run_finished(alerts *a, const char *state, size_t n_tasks,
         xasprintf(":white_check_mark: %s run %s succeeded (%zu "
                   "task%s in %s)",
                   a->s->dag, a->run->id, n_tasks, n_tasks == 1 ? "" : "s", d);
-    send_alert(a, EV_SUCCESS, "success", NULL, NULL, 0, 0, "success", NULL,
+    send_alert(a, ALERTSPEC_SUCCESS, "success", NULL, NULL, 0, 0, "success", NULL,
                text);
     free(text);
   }
@@ -924,42 +674,17 @@ static void free_hooks(struct alerts *a) {
   secrets_destroy(a->secret);
 }
 
-int alerts_create(uv_loop_t *loop, const spec *s, const rundir *run,
-                  const cJSON *params, store *db, alerts **out, char *err,
-                  size_t errlen) {
-  *out = NULL;
+/* The hooks of a, one per parsed alert, with their webhooks resolved.
+ * Returns 0, or DR_ETEMPLATE with a message in err that never shows the
+ * webhook. */
+static int make_hooks(struct alerts *a, const alertspec *v, size_t n,
+                      const cJSON *params, char *err, size_t errlen) {
+  const spec *s = a->s;
   diags d = {0};
-  alert_cfg *v;
-  size_t n;
-  if (parse_alerts(s, &v, &n, &d) != 0 || n == 0) {
-    int bad = d.n > 0;
-    diags_free(&d);
-    free_cfgs(v, n);
-    if (bad)
-      snprintf(err, errlen, "%s: invalid alerts", s->path);
-    return bad ? DR_ESPEC : 0;
-  }
-  static int curl_ready;
-  if (!curl_ready) {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-      free_cfgs(v, n);
-      snprintf(err, errlen, "cannot initialise libcurl");
-      return DR_EIO;
-    }
-    curl_ready = 1;
-  }
-  struct alerts *a = xcalloc(1, sizeof(*a));
-  a->loop = loop;
-  a->s = s;
-  a->run = run;
-  a->db = db;
-  a->secret = secrets_collect(s, params, run);
-  a->attempt = xcalloc(s->n_tasks ? s->n_tasks : 1, sizeof(int));
-  a->max_attempts = xcalloc(s->n_tasks ? s->n_tasks : 1, sizeof(int));
+  tmpl_env te = {s, params, a->run->id, a->run->date, NULL, NULL, NULL};
+  int rc = 0;
   a->hooks = xcalloc(n, sizeof(hook));
   a->n_hooks = n;
-  tmpl_env te = {s, params, run->id, run->date, NULL, NULL, NULL};
-  int rc = 0;
   for (size_t i = 0; i < n && rc == 0; i++) {
     hook *h = &a->hooks[i];
     h->a = a;
@@ -975,67 +700,65 @@ int alerts_create(uv_loop_t *loop, const spec *s, const rundir *run,
         h->task_deadlines[k].task = v[i].tasks[k];
       }
     }
-    cJSON *url = NULL;
-    int r = tmpl_resolve(&te, SIZE_MAX, v[i].webhook, &url, &d);
-    if (r == 0 && webhook_off(url)) {
-      h->events = 0;
-      snprintf(h->redacted, sizeof(h->redacted), "(off)");
-    } else if (r != 0 || !cJSON_IsString(url) ||
-               !is_http_url(url->valuestring)) {
+    if (alertspec_webhook(s, &v[i], i, &te, &h->url, &d) != 0) {
       snprintf(err, errlen,
                "%s:%d:%d: alert %zu: the webhook does not resolve to an "
                "http(s) URL",
                s->path, v[i].webhook->line, v[i].webhook->col, i + 1);
       rc = DR_ETEMPLATE;
+    } else if (!h->url) {
+      h->events = 0;
+      snprintf(h->redacted, sizeof(h->redacted), "(off)");
     } else {
-      h->url = xstrdup(url->valuestring);
       alerts_redact_url(h->url, h->redacted, sizeof(h->redacted));
     }
-    cJSON_Delete(url);
   }
   diags_free(&d);
-  free_cfgs(v, n);
-  char *path = path_join(run->path, "alerts.jsonl");
-  if (rc == 0) {
-    a->log = fopen(path, "ae");
-    if (!a->log) {
-      snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-      rc = DR_EIO;
-    }
+  return rc;
+}
+
+/* Opens <run>/alerts.jsonl and the curl multi handle. Returns 0, or
+ * DR_EIO with a message in err. */
+static int open_outputs(struct alerts *a, char *err, size_t errlen) {
+  char *path = path_join(a->run->path, "alerts.jsonl");
+  a->log = fopen(path, "ae");
+  if (!a->log) {
+    snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    free(path);
+    return DR_EIO;
   }
   free(path);
-  if (rc == 0) {
-    a->multi = curl_multi_init();
-    if (!a->multi) {
-      snprintf(err, errlen, "cannot create a curl multi handle");
-      rc = DR_EIO;
-    }
-  }
-  if (rc != 0) {
-    if (a->log)
-      fclose(a->log);
-    free_hooks(a);
-    free(a);
-    return rc;
+  a->multi = curl_multi_init();
+  if (!a->multi) {
+    snprintf(err, errlen, "cannot create a curl multi handle");
+    return DR_EIO;
   }
   curl_multi_setopt(a->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
   curl_multi_setopt(a->multi, CURLMOPT_SOCKETDATA, a);
   curl_multi_setopt(a->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
   curl_multi_setopt(a->multi, CURLMOPT_TIMERDATA, a);
+  return 0;
+}
+
+/* The loop's handles of a, none of them keeping the loop alive, and the
+ * run's deadlines started. */
+static void start_handles(struct alerts *a) {
+  uv_loop_t *loop = a->loop;
   uv_timer_init(loop, &a->curl_timer);
   uv_timer_init(loop, &a->grace);
   a->curl_timer.data = a->grace.data = a;
   uv_unref((uv_handle_t *)&a->curl_timer);
   uv_unref((uv_handle_t *)&a->grace);
   a->n_open = 2;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < a->n_hooks; i++) {
     hook *h = &a->hooks[i];
     uv_timer_init(loop, &h->deadline_timer);
     uv_unref((uv_handle_t *)&h->deadline_timer);
     h->deadline_timer.data = h;
     a->n_open++;
     /* With `tasks:` the deadline is each task's, from its start. */
-    if ((h->events & EV_DEADLINE) && h->deadline_s > 0 && !h->task_deadlines)
+    if ((h->events & ALERTSPEC_DEADLINE) && h->deadline_s > 0 &&
+        !h->task_deadlines)
       uv_timer_start(&h->deadline_timer, on_deadline,
                      (uint64_t)(h->deadline_s * 1000), 0);
     for (size_t k = 0; k < h->n_task_deadlines; k++) {
@@ -1046,6 +769,52 @@ int alerts_create(uv_loop_t *loop, const spec *s, const rundir *run,
       a->n_open++;
     }
   }
+}
+
+int alerts_create(uv_loop_t *loop, const spec *s, const rundir *run,
+                  const cJSON *params, store *db, alerts **out, char *err,
+                  size_t errlen) {
+  *out = NULL;
+  diags d = {0};
+  alertspec *v;
+  size_t n;
+  if (alertspec_parse(s, &v, &n, &d) != 0 || n == 0) {
+    int bad = d.n > 0;
+    diags_free(&d);
+    alertspec_free(v, n);
+    if (bad)
+      snprintf(err, errlen, "%s: invalid alerts", s->path);
+    return bad ? DR_ESPEC : 0;
+  }
+  static int curl_ready;
+  if (!curl_ready) {
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+      alertspec_free(v, n);
+      snprintf(err, errlen, "cannot initialise libcurl");
+      return DR_EIO;
+    }
+    curl_ready = 1;
+  }
+  struct alerts *a = xcalloc(1, sizeof(*a));
+  a->loop = loop;
+  a->s = s;
+  a->run = run;
+  a->db = db;
+  a->secret = secrets_collect(s, params, run);
+  a->attempt = xcalloc(s->n_tasks ? s->n_tasks : 1, sizeof(int));
+  a->max_attempts = xcalloc(s->n_tasks ? s->n_tasks : 1, sizeof(int));
+  int rc = make_hooks(a, v, n, params, err, errlen);
+  alertspec_free(v, n);
+  if (rc == 0)
+    rc = open_outputs(a, err, errlen);
+  if (rc != 0) {
+    if (a->log)
+      fclose(a->log);
+    free_hooks(a);
+    free(a);
+    return rc;
+  }
+  start_handles(a);
   *out = a;
   return 0;
 }

@@ -1,13 +1,7 @@
 /*
- * alerts: webhook alerts of one run (the DAG's top-level `alerts:` list).
- *
- *   alerts:
- *     - on: [failure, retry, success, deadline]
- *       webhook: ${env:DAGRUN_WEBHOOK_URL}   # templated like task values
- *       deadline: 2h     # with `deadline`: the run not finished by then
- *       tasks: [train]   # optional: instead each task not finished
- *                        # `deadline` after it first started running
- *       timeout: 10s     # per delivery attempt, connect + transfer
+ * alerts: webhook alerts of one run (the DAG's top-level `alerts:` list,
+ * whose syntax and checks are dagfile/alertspec.h; `dagrun check` reports
+ * its errors through alertspec_check).
  *
  * A webhook that resolves to "" (e.g. `${env:HOOK:-}` with HOOK unset)
  * turns its alert off.
@@ -47,12 +41,6 @@
 
 /* Seconds a finished run waits for deliveries still in flight. */
 #define ALERTS_GRACE_S 5.0
-
-/* Checks s->alerts: shape, keys ("did you mean"), events, durations and
- * the webhook templates (params: the DAG params resolved at check time,
- * borrowed, may be NULL). Adds every error to d with file:line:col.
- * Returns 0 or DR_ESPEC. */
-int alerts_check(const spec *s, const cJSON *params, diags *d);
 
 typedef struct alerts alerts;
 

@@ -11,12 +11,13 @@
 #include "base/util.h"
 #include "dagfile/template.h"
 #include "executor.h"
+#include "fingerprint.h"
+#include "gang.h"
 #include "host/params.h"
 #include "lib/clock.h"
 #include "lib/fileio.h"
 #include "tfevents.h"
-
-extern char **environ;
+#include "workerenv.h"
 
 typedef struct task_rt {
   task_state state;
@@ -133,13 +134,12 @@ static const char *tmpl_task_dir(void *ud, size_t task) {
   return out_dir(ud, task);
 }
 
-/* In a fingerprint a task's directory is named, not given: it differs
- * from run to run, and the task's own fingerprint stands for its content. */
+/* In a fingerprint a task's directory is named, not given
+ * (fingerprint.h). */
 static const char *tmpl_fp_dir(void *ud, size_t task) {
   sched *s = ud;
   if (!s->t[task].fp_dir)
-    s->t[task].fp_dir =
-        xasprintf("${dagrun:task-dir:%s}", s->sp->tasks[task].name);
+    s->t[task].fp_dir = fingerprint_task_dir(s->sp->tasks[task].name);
   return s->t[task].fp_dir;
 }
 
@@ -279,270 +279,16 @@ static char *diags_join(const diags *d) {
   return sbuf_take(&b);
 }
 
-static void json_to_env(const cJSON *obj, char ***env, size_t *n,
-                        size_t *cap) {
-  for (const cJSON *it = obj ? obj->child : NULL; it; it = it->next) {
-    char *v;
-    if (cJSON_IsString(it))
-      v = xasprintf("%s=%s", it->string, it->valuestring);
-    else if (cJSON_IsBool(it))
-      v = xasprintf("%s=%s", it->string, cJSON_IsTrue(it) ? "true" : "false");
-    else if (cJSON_IsNumber(it) && it->valuedouble == (double)(long long)it->valuedouble)
-      v = xasprintf("%s=%lld", it->string, (long long)it->valuedouble);
-    else if (cJSON_IsNumber(it))
-      v = xasprintf("%s=%.17g", it->string, it->valuedouble);
-    else
-      v = xasprintf("%s=", it->string);
-    VEC_PUSH(*env, *n, *cap, v);
-  }
-}
-
-/* Rank r's CUDA device in a local gang: the r-th of dagrun's own
- * CUDA_VISIBLE_DEVICES when that list has one, else r. Set but empty
- * (dagrun was started with its GPUs hidden): empty, so the ranks are
- * hidden from them too. Caller frees. */
-static char *rank_device(int r) {
-  const char *v = getenv("CUDA_VISIBLE_DEVICES");
-  if (v && !*v)
-    return xasprintf("%s", "");
-  for (int k = 0; v && *v; k++) {
-    size_t len = strcspn(v, ",");
-    if (k == r)
-      return xasprintf("%.*s", (int)len, v);
-    v += len;
-    if (*v == ',')
-      v++;
-  }
-  return xasprintf("%d", r);
-}
-
-/* The worker's environment: dagrun's own, less what the task overrides,
- * plus the task's env and the DAGRUN_* facts. For rank `rank` (>= 0) of a
- * gang, also DAGRUN_RANK, DAGRUN_WORLD_SIZE, DAGRUN_LOCAL_RANK,
- * DAGRUN_RENDEZVOUS and, unless the task's env sets it,
- * CUDA_VISIBLE_DEVICES (rank_device). Caller frees each entry. */
-static char **build_env(sched *s, size_t i, const cJSON *task_env, int rank,
-                        const char *rendezvous) {
-  const spec_task *st = &s->sp->tasks[i];
-  cJSON *facts = cJSON_CreateObject();
-  if (rank >= 0) {
-    cJSON_AddNumberToObject(facts, "DAGRUN_RANK", rank);
-    cJSON_AddNumberToObject(facts, "DAGRUN_WORLD_SIZE", st->world_size);
-    cJSON_AddNumberToObject(facts, "DAGRUN_LOCAL_RANK", rank);
-    cJSON_AddStringToObject(facts, "DAGRUN_RENDEZVOUS", rendezvous);
-    if (!cJSON_GetObjectItemCaseSensitive(task_env, "CUDA_VISIBLE_DEVICES")) {
-      char *dev = rank_device(rank);
-      cJSON_AddStringToObject(facts, "CUDA_VISIBLE_DEVICES", dev);
-      free(dev);
-    }
-  }
-  cJSON_AddStringToObject(facts, "DAGRUN_DAG", s->sp->dag);
-  cJSON_AddStringToObject(facts, "DAGRUN_RUN_ID", s->run->id);
-  cJSON_AddStringToObject(facts, "DAGRUN_RUN_DIR", s->run->path);
-  cJSON_AddStringToObject(facts, "DAGRUN_TASK", st->name);
-  cJSON_AddNumberToObject(facts, "DAGRUN_ATTEMPT", s->t[i].attempt);
-  cJSON_AddStringToObject(facts, "DAGRUN_OUT_DIR", out_dir(s, i));
-  char **env = NULL;
-  size_t n = 0, cap = 0;
-  json_to_env(facts, &env, &n, &cap);
-  json_to_env(task_env, &env, &n, &cap);
-  cJSON_Delete(facts);
-  size_t n_set = n;
-  for (char **e = environ; *e; e++) {
-    const char *eq = strchr(*e, '=');
-    size_t klen = eq ? (size_t)(eq - *e) : strlen(*e);
-    int overridden = 0;
-    for (size_t k = 0; k < n_set && !overridden; k++)
-      overridden = strncmp(env[k], *e, klen) == 0 && env[k][klen] == '=';
-    if (!overridden)
-      VEC_PUSH(env, n, cap, xstrdup(*e));
-  }
-  VEC_PUSH(env, n, cap, NULL);
-  return env;
-}
-
-static void free_env(char **env) {
-  for (char **e = env; e && *e; e++)
-    free(*e);
-  free(env);
-}
-
-/* A gang's ranks for one attempt: rendezvous/ made empty, rank-<r>/ for
- * each rank with its log (rank 0's is the attempt's log, which
- * rank-0/log links to), and each rank's environment. Returns 0 with
- * *out (free with gang_free), or -1 with *reason. */
-static int gang_prepare(sched *s, size_t i, const char *attempt_dir,
-                        const char *log_path, const cJSON *task_env,
-                        exec_rank **out, char **reason) {
-  int n = s->sp->tasks[i].world_size;
-  char *rdv = path_join(attempt_dir, "rendezvous");
-  exec_rank *ranks = xcalloc((size_t)n, sizeof(*ranks));
-  int rc = 0;
-  if (fileio_mkdir_p(rdv, 0755) != 0) {
-    *reason = xasprintf("cannot create %s: %s", rdv, strerror(errno));
-    rc = -1;
-  }
-  for (int r = 0; r < n && rc == 0; r++) {
-    char name[32];
-    snprintf(name, sizeof name, "rank-%d", r);
-    char *dir = path_join(attempt_dir, name);
-    char *log = path_join(dir, "log");
-    if (fileio_mkdir_p(dir, 0755) != 0 ||
-        (r == 0 && symlink("../log", log) != 0 && errno != EEXIST)) {
-      *reason = xasprintf("cannot create %s: %s", log, strerror(errno));
-      rc = -1;
-    }
-    ranks[r].log_path = r == 0 ? xstrdup(log_path) : xstrdup(log);
-    if (s->sp->tasks[i].launcher == SPEC_LAUNCHER_LOCAL)
-      ranks[r].env = build_env(s, i, task_env, r, rdv);
-    free(log);
-    free(dir);
-  }
-  free(rdv);
-  *out = ranks;
-  return rc;
-}
-
-static void free_env(char **env);
-
-static void gang_free(exec_rank *ranks, int n) {
-  for (int r = 0; ranks && r < n; r++) {
-    free((char *)ranks[r].log_path);
-    free_env(ranks[r].env);
-  }
-  free(ranks);
-}
-
-/* env with "NAME=value" (taken over) in front, so that it wins. */
-static char **env_with(char **env, char *kv) {
-  size_t n = 0;
-  while (env[n])
-    n++;
-  env = xrealloc(env, (n + 2) * sizeof(*env));
-  memmove(env + 1, env, (n + 1) * sizeof(*env));
-  env[0] = kv;
-  return env;
-}
-
-/* hosts as one comma-separated list (caller frees), and their number. */
-static char *hosts_list(const spec_task *st, size_t *n) {
-  sbuf h = {0};
-  for (size_t k = 0; k < st->hosts->n; k++)
-    sbuf_printf(&h, "%s%s", k ? "," : "", st->hosts->items[k]->str);
-  *n = st->hosts->n;
-  return sbuf_take(&h);
-}
-
-/* The argv of a gang's launcher, and its environment (env plus what the
- * ranks need to join the gang: worker.h). Caller frees *argv with
- * free_env.
- * - mpirun: `mpirun -np N --oversubscribe --bind-to none [--host
- *   H,...] -x NAME...`: Open MPI passes on only the variables named with
- *   -x to ranks on other hosts.
- * - srun: `srun --ntasks=N --kill-on-bad-exit=1 --job-name=dagrun-TASK
- *   [--nodes=K --nodelist=H,...]`: srun passes on the whole environment
- *   (--export=ALL, its default), and --kill-on-bad-exit makes one failing
- *   rank end the step, as mpirun does by itself. Inside an allocation
- *   (sbatch, salloc) it is a step of that job, else a job of its own. */
-static char **launcher_setup(sched *s, size_t i, const cJSON *task_env,
-                             const char *attempt_dir, char ***env) {
-  const spec_task *st = &s->sp->tasks[i];
-  char *rdv = path_join(attempt_dir, "rendezvous");
-  *env = env_with(*env, xasprintf("DAGRUN_GANG_DIR=%s", attempt_dir));
-  *env = env_with(*env, xasprintf("DAGRUN_RENDEZVOUS=%s", rdv));
-  free(rdv);
-  char **argv = NULL;
-  size_t n = 0, cap = 0, n_hosts = 0;
-  char *hosts = st->hosts && st->hosts->n ? hosts_list(st, &n_hosts) : NULL;
-  if (st->launcher == SPEC_LAUNCHER_SRUN) {
-    VEC_PUSH(argv, n, cap, xstrdup("srun"));
-    VEC_PUSH(argv, n, cap, xasprintf("--ntasks=%d", st->world_size));
-    VEC_PUSH(argv, n, cap, xstrdup("--kill-on-bad-exit=1"));
-    VEC_PUSH(argv, n, cap, xasprintf("--job-name=dagrun-%s", st->name));
-    if (hosts) {
-      VEC_PUSH(argv, n, cap, xasprintf("--nodes=%zu", n_hosts));
-      VEC_PUSH(argv, n, cap, xasprintf("--nodelist=%s", hosts));
-    }
-    free(hosts);
-    VEC_PUSH(argv, n, cap, NULL);
-    return argv;
-  }
-  /* Open MPI refuses to run as root unless told twice. */
-  if (geteuid() == 0) {
-    *env = env_with(*env, xstrdup("OMPI_ALLOW_RUN_AS_ROOT=1"));
-    *env = env_with(*env, xstrdup("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"));
-  }
-  VEC_PUSH(argv, n, cap, xstrdup("mpirun"));
-  VEC_PUSH(argv, n, cap, xstrdup("-np"));
-  VEC_PUSH(argv, n, cap, xasprintf("%d", st->world_size));
-  VEC_PUSH(argv, n, cap, xstrdup("--oversubscribe"));
-  VEC_PUSH(argv, n, cap, xstrdup("--bind-to"));
-  VEC_PUSH(argv, n, cap, xstrdup("none"));
-  if (hosts) {
-    VEC_PUSH(argv, n, cap, xstrdup("--host"));
-    VEC_PUSH(argv, n, cap, hosts);
-  }
-  static const char *const passed[] = {
-      "DAGRUN_GANG_DIR",   "DAGRUN_RENDEZVOUS",  "DAGRUN_GANG_ADDR",
-      "DAGRUN_GANG_TOKEN", "DAGRUN_DAG",         "DAGRUN_RUN_ID",
-      "DAGRUN_RUN_DIR",    "DAGRUN_TASK",        "DAGRUN_ATTEMPT",
-      "DAGRUN_OUT_DIR",    "DAGRUN_PLUGIN_PATH", NULL};
-  for (size_t k = 0; passed[k]; k++) {
-    if (strcmp(passed[k], "DAGRUN_PLUGIN_PATH") == 0 && !getenv(passed[k]))
-      continue;
-    VEC_PUSH(argv, n, cap, xstrdup("-x"));
-    VEC_PUSH(argv, n, cap, xstrdup(passed[k]));
-  }
-  for (const cJSON *it = task_env ? task_env->child : NULL; it; it = it->next) {
-    VEC_PUSH(argv, n, cap, xstrdup("-x"));
-    VEC_PUSH(argv, n, cap, xstrdup(it->string));
-  }
-  VEC_PUSH(argv, n, cap, NULL);
-  return argv;
-}
-
-/* Whether host names this machine: localhost, a loopback address, or
- * this machine's name, short or full. */
-static int host_is_local(const char *host) {
-  char me[256];
-  if (strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
-      strcmp(host, "::1") == 0)
-    return 1;
-  if (gethostname(me, sizeof(me)) != 0)
-    return 0;
-  me[sizeof(me) - 1] = '\0';
-  size_t n_me = strcspn(me, "."), n_host = strcspn(host, ".");
-  return strcmp(host, me) == 0 ||
-         (n_me == n_host && strncmp(host, me, n_me) == 0 &&
-          (!host[n_host] || !me[n_me]));
-}
-
-/* Where a launched gang's rendezvous listens (an IP address) and the
- * name its ranks connect to (executor.h), in host (n bytes): the task's
- * `rendezvous` address when it gives one (a wildcard one reached by this
- * machine's name); else loopback when every rank runs here (mpirun
- * without hosts, or hosts that all name this machine), and every
- * interface, reached by this machine's name, when not: srun without hosts
- * may put ranks on any node of its allocation. */
-static const char *rdv_where(const spec_task *st, char *host, size_t n) {
-  const char *bind = st->rdv_bind;
-  if (!*bind) {
-    int local = st->launcher == SPEC_LAUNCHER_MPIRUN;
-    if (st->hosts && st->hosts->n) {
-      local = 1;
-      for (size_t k = 0; k < st->hosts->n && local; k++)
-        local = host_is_local(st->hosts->items[k]->str);
-    }
-    bind = local ? "127.0.0.1" : "0.0.0.0";
-  }
-  if (strcmp(bind, "0.0.0.0") != 0 && strcmp(bind, "::") != 0) {
-    snprintf(host, n, "%s", bind);
-  } else if (gethostname(host, n) != 0) {
-    snprintf(host, n, "localhost");
-  } else {
-    host[n - 1] = '\0';
-  }
-  return bind;
+/* The DAGRUN_* variables of task i's current attempt (worker.h). */
+static cJSON *task_facts(sched *s, size_t i) {
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddStringToObject(f, "DAGRUN_DAG", s->sp->dag);
+  cJSON_AddStringToObject(f, "DAGRUN_RUN_ID", s->run->id);
+  cJSON_AddStringToObject(f, "DAGRUN_RUN_DIR", s->run->path);
+  cJSON_AddStringToObject(f, "DAGRUN_TASK", s->sp->tasks[i].name);
+  cJSON_AddNumberToObject(f, "DAGRUN_ATTEMPT", s->t[i].attempt);
+  cJSON_AddStringToObject(f, "DAGRUN_OUT_DIR", out_dir(s, i));
+  return f;
 }
 
 static cJSON *attempt_json(sched *s, size_t i, cJSON *params,
@@ -569,13 +315,77 @@ static cJSON *attempt_json(sched *s, size_t i, cJSON *params,
   return j;
 }
 
+/* Writes attempt.json for task i's attempt, masked when the run has
+ * secrets, and sets *real to the unmasked text the worker gets instead
+ * (executor.h; caller frees with cJSON_free), or NULL. params is taken
+ * over. Returns 0, or -1 with *reason. */
+static int write_attempt(sched *s, size_t i, cJSON *params,
+                         const char *attempt_dir, const char *json_path,
+                         char **real, char **reason) {
+  cJSON *aj = attempt_json(s, i, params, attempt_dir);
+  char *text = cJSON_PrintUnformatted(aj);
+  *real = NULL;
+  if (secrets_count(s->opts.secrets)) {
+    *real = text;
+    secrets_mask_json(s->opts.secrets, aj);
+    text = cJSON_PrintUnformatted(aj);
+  }
+  int wrc = fileio_write_file(json_path, text, strlen(text));
+  cJSON_free(text);
+  cJSON_Delete(aj);
+  if (wrc != 0) {
+    cJSON_free(*real);
+    *real = NULL;
+    *reason = xasprintf("cannot write %s: %s", json_path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+/* Task i's params and env resolved, ${tasks.T.dir} being task_dir's
+ * answer (tmpl_task_dir for an attempt, tmpl_fp_dir for a fingerprint):
+ * 0 with *params and *task_env (NULL when the task has none; caller
+ * frees both in either case), or -1 with *reason when reason is not NULL
+ * (caller frees). */
+static int resolve_task(sched *s, size_t i,
+                        const char *(*task_dir)(void *, size_t),
+                        cJSON **params, cJSON **task_env, char **reason) {
+  const spec_task *st = &s->sp->tasks[i];
+  const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
+  tmpl_env te = {s->sp,        s->params, s->run->id,
+                 s->run->date, task_dir,  tmpl_task_outputs,
+                 s};
+  diags d = {0};
+  *params = *task_env = NULL;
+  int rc = 0;
+  if (params_build(p->stage->params, loader_choices(p->stage), &te, i, params,
+                   &d) != 0 ||
+      (st->env && tmpl_resolve(&te, i, st->env, task_env, &d) != 0)) {
+    if (reason)
+      *reason = d.n ? diags_join(&d)
+                    : xasprintf("params of task '%s' did not resolve",
+                                st->name);
+    rc = -1;
+  }
+  diags_free(&d);
+  return rc;
+}
+
+/* The attempt has started: task i is running and holds its slots. */
+static void mark_running(sched *s, size_t i) {
+  s->t[i].state = TASK_RUNNING;
+  s->running++;
+  if (s->sp->tasks[i].pool != SIZE_MAX)
+    s->pool_running[s->sp->tasks[i].pool]++;
+  emit(s, i, TASK_RUNNING, -1, 0, 0, NULL);
+}
+
 /* Starts the next attempt of task i. A failure before the process starts
  * (params that do not resolve, a directory that cannot be made) fails the
  * task without retry: another attempt would meet the same problem. */
 static void launch(sched *s, size_t i) {
   task_rt *t = &s->t[i];
   const spec_task *st = &s->sp->tasks[i];
-  const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
   t->attempt++;
   if (t->attempt == 1 || t->started <= 0)
     t->started = clock_wall();
@@ -588,64 +398,29 @@ static void launch(sched *s, size_t i) {
   char *attempt_dir = rundir_attempt(s->run, st->name, t->attempt);
   char *log_path = path_join(attempt_dir, "log");
   char *json_path = path_join(attempt_dir, "attempt.json");
-  char *reason = NULL;
+  char *reason = NULL, *real = NULL;
   char **env = NULL;
-  exec_rank *ranks = NULL;
-  char **launcher_argv = NULL;
-  char rdv_host[256] = "";
-  const char *rdv_bind = NULL;
-  diags d = {0};
-  tmpl_env te = {s->sp,         s->params,         s->run->id,
-                 s->run->date,  tmpl_task_dir,     tmpl_task_outputs,
-                 s};
-  cJSON *params = NULL, *task_env = NULL;
+  gang g = {0};
+  cJSON *params = NULL, *task_env = NULL, *facts = NULL;
 
-  if (fileio_mkdir_p(out_dir(s, i), 0755) != 0 || fileio_mkdir_p(attempt_dir, 0755) != 0) {
+  if (fileio_mkdir_p(out_dir(s, i), 0755) != 0 ||
+      fileio_mkdir_p(attempt_dir, 0755) != 0) {
     reason = xasprintf("cannot create %s: %s", attempt_dir, strerror(errno));
     goto failed;
   }
-  if (params_build(p->stage->params, loader_choices(p->stage), &te, i, &params,
-                   &d) != 0 ||
-      (st->env && tmpl_resolve(&te, i, st->env, &task_env, &d) != 0)) {
-    reason = d.n ? diags_join(&d)
-                 : xasprintf("params of task '%s' did not resolve", st->name);
+  if (resolve_task(s, i, tmpl_task_dir, &params, &task_env, &reason) != 0)
     goto failed;
-  }
-  cJSON *aj = attempt_json(s, i, params, attempt_dir);
-  params = NULL; /* owned by aj */
-  char *text = cJSON_PrintUnformatted(aj);
-  /* On disk masked; the worker gets the real one (executor.h). */
-  char *real = NULL;
-  if (secrets_count(s->opts.secrets)) {
-    real = text;
-    secrets_mask_json(s->opts.secrets, aj);
-    text = cJSON_PrintUnformatted(aj);
-  }
-  int wrc = fileio_write_file(json_path, text, strlen(text));
-  cJSON_free(text);
-  cJSON_Delete(aj);
-  if (wrc != 0) {
-    cJSON_free(real);
-    reason = xasprintf("cannot write %s: %s", json_path, strerror(errno));
+  int wrc = write_attempt(s, i, params, attempt_dir, json_path, &real,
+                          &reason);
+  params = NULL; /* taken over */
+  if (wrc != 0)
     goto failed;
-  }
-  env = build_env(s, i, task_env, -1, NULL);
-  if (st->launcher != SPEC_LAUNCHER_LOCAL && real) {
-    cJSON_free(real);
-    reason = xasprintf("launcher %s cannot run a task of a run with "
-                       "secrets yet: its ranks would see them masked",
-                       st->launcher == SPEC_LAUNCHER_SRUN ? "srun" : "mpirun");
+  facts = task_facts(s, i);
+  env = workerenv_build(facts, task_env);
+  if (gang_wanted(st) && gang_prepare(st, attempt_dir, log_path, facts,
+                                      task_env, real != NULL, &env, &g,
+                                      &reason) != 0)
     goto failed;
-  }
-  if ((st->world_size > 1 || st->launcher != SPEC_LAUNCHER_LOCAL) &&
-      gang_prepare(s, i, attempt_dir, log_path, task_env, &ranks, &reason) != 0) {
-    cJSON_free(real);
-    goto failed;
-  }
-  if (st->launcher != SPEC_LAUNCHER_LOCAL) {
-    launcher_argv = launcher_setup(s, i, task_env, attempt_dir, &env);
-    rdv_bind = rdv_where(st, rdv_host, sizeof(rdv_host));
-  }
   exec_request rq = {.task = i,
                      .attempt_json = json_path,
                      .log_path = log_path,
@@ -654,114 +429,60 @@ static void launch(sched *s, size_t i) {
                      .heartbeat_s = st->heartbeat_s,
                      .kill_grace_s = st->kill_grace_s,
                      .secrets = s->opts.secrets,
-                     .attempt_text = real,
-                     .n_ranks = ranks ? (size_t)st->world_size : 0,
-                     .ranks = ranks,
-                     .launcher_argv = launcher_argv,
-                     .rdv_bind = rdv_bind,
-                     .rdv_port = st->rdv_port,
-                     .rdv_host = rdv_host};
+                     .attempt_text = real};
+  gang_request(&g, &rq);
   if (s->opts.obs.attempt_start)
     s->opts.obs.attempt_start(s->opts.obs.ud, i, t->attempt, log_path);
-  int xrc = executor_start(s->x, &rq, err, sizeof(err));
-  cJSON_free(real);
-  if (xrc != 0) {
+  if (executor_start(s->x, &rq, err, sizeof(err)) != 0) {
     reason = xstrdup(err);
     goto failed;
   }
-  t->state = TASK_RUNNING;
-  s->running++;
-  if (st->pool != SIZE_MAX)
-    s->pool_running[st->pool]++;
-  emit(s, i, TASK_RUNNING, -1, 0, 0, NULL);
+  mark_running(s, i);
   goto done;
 
 failed:
   t->exit_code = -1;
   settle(s, i, TASK_FAILED, -1, 0, reason);
 done:
+  cJSON_free(real);
   free(reason);
-  free_env(env);
-  gang_free(ranks, st->world_size);
-  free_env(launcher_argv);
+  workerenv_free(env);
+  gang_free(&g);
   cJSON_Delete(params);
   cJSON_Delete(task_env);
-  diags_free(&d);
+  cJSON_Delete(facts);
   free(json_path);
   free(log_path);
   free(attempt_dir);
 }
 
-/* Sorts the keys of every object in j, recursively, for a canonical text. */
-static void sort_keys(cJSON *j) {
-  if (!j)
-    return;
-  for (cJSON *c = j->child; c; c = c->next)
-    sort_keys(c);
-  if (!cJSON_IsObject(j))
-    return;
-  cJSON *sorted = NULL;
-  while (j->child) {
-    cJSON *c = j->child;
-    j->child = c->next;
-    cJSON **pp = &sorted;
-    while (*pp && strcmp((*pp)->string, c->string) <= 0)
-      pp = &(*pp)->next;
-    c->next = *pp;
-    *pp = c;
-  }
-  /* Relinks prev: cJSON keeps the head's prev pointing at the tail. */
-  cJSON *prev = NULL;
-  for (cJSON *c = sorted; c; c = c->next) {
-    c->prev = prev;
-    prev = c;
-  }
-  if (sorted)
-    sorted->prev = prev;
-  j->child = sorted;
-}
-
-/* The task's fingerprint (see scheduler.h), or NULL when an upstream task has
- * none. Caller frees. */
-static char *fingerprint(sched *s, size_t i, const cJSON *params,
-                         const cJSON *task_env) {
+/* Task i's fingerprint (fingerprint.h) from its resolved params and env,
+ * or NULL when an upstream task has none. Caller frees. */
+static char *task_fingerprint(sched *s, size_t i, const cJSON *params,
+                              const cJSON *task_env) {
   const spec_task *st = &s->sp->tasks[i];
   const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
-  cJSON *j = cJSON_CreateObject();
-  cJSON_AddNumberToObject(j, "v", 1);
-  cJSON_AddStringToObject(j, "stage", p->stage->name);
-  if (p->stage->version)
-    cJSON_AddStringToObject(j, "version", p->stage->version);
-  else
-    cJSON_AddNullToObject(j, "version");
-  cJSON_AddItemToObject(
-      j, "params", params ? cJSON_Duplicate(params, 1) : cJSON_CreateObject());
-  cJSON_AddItemToObject(
-      j, "env", task_env ? cJSON_Duplicate(task_env, 1) : cJSON_CreateObject());
-  /* A gang's result may depend on its size; a plain task's fingerprint
-   * stays what it was before gangs. */
-  if (st->world_size > 1)
-    cJSON_AddNumberToObject(j, "world_size", st->world_size);
-  cJSON *ups = cJSON_AddArrayToObject(j, "upstream");
+  fingerprint_upstream *up =
+      xcalloc(st->n_needs ? st->n_needs : 1, sizeof(*up));
   for (size_t k = 0; k < st->n_needs; k++) {
     const task_rt *u = &s->t[st->needs[k]];
     if (!task_state_succeeded(u->state) || !u->fingerprint) {
-      cJSON_Delete(j);
+      free(up);
       return NULL;
     }
-    cJSON *e = cJSON_CreateObject();
-    cJSON_AddStringToObject(e, "name", s->sp->tasks[st->needs[k]].name);
-    cJSON_AddStringToObject(e, "fingerprint", u->fingerprint);
-    cJSON_AddItemToObject(e, "outputs",
-                          u->outputs ? cJSON_Duplicate(u->outputs, 1)
-                                     : cJSON_CreateObject());
-    cJSON_AddItemToArray(ups, e);
+    up[k].name = s->sp->tasks[st->needs[k]].name;
+    up[k].fingerprint = u->fingerprint;
+    up[k].outputs = u->outputs;
   }
-  sort_keys(j);
-  char *text = cJSON_PrintUnformatted(j);
-  cJSON_Delete(j);
-  char *hex = text ? fileio_sha256_hex(text, strlen(text)) : NULL;
-  cJSON_free(text);
+  fingerprint_input in = {.stage = p->stage->name,
+                          .version = p->stage->version,
+                          .params = params,
+                          .env = task_env,
+                          .world_size = st->world_size,
+                          .up = up,
+                          .n_up = st->n_needs};
+  char *hex = fingerprint_compute(&in);
+  free(up);
   return hex;
 }
 
@@ -772,21 +493,14 @@ static char *fingerprint(sched *s, size_t i, const cJSON *params,
 static int try_cache(sched *s, size_t i) {
   task_rt *t = &s->t[i];
   const spec_task *st = &s->sp->tasks[i];
-  const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
   if (t->cache_checked)
     return 0;
   t->cache_checked = 1;
-  diags d = {0};
-  tmpl_env te = {s->sp,       s->params,         s->run->id, s->run->date,
-                 tmpl_fp_dir, tmpl_task_outputs, s};
-  cJSON *params = NULL, *task_env = NULL;
-  if (params_build(p->stage->params, loader_choices(p->stage), &te, i, &params,
-                   &d) == 0 &&
-      (!st->env || tmpl_resolve(&te, i, st->env, &task_env, &d) == 0))
-    t->fingerprint = fingerprint(s, i, params, task_env);
+  cJSON *params, *task_env;
+  if (resolve_task(s, i, tmpl_fp_dir, &params, &task_env, NULL) == 0)
+    t->fingerprint = task_fingerprint(s, i, params, task_env);
   cJSON_Delete(params);
   cJSON_Delete(task_env);
-  diags_free(&d);
   char *from_run = NULL, *from_dir = NULL;
   cJSON *outputs = NULL;
   if (!t->fingerprint || !st->cache || s->opts.no_cache ||
@@ -912,58 +626,14 @@ static char *failure_reason_1(const spec_task *st, const exec_result *r) {
 }
 
 /* Why an attempt failed; for a gang, which rank failed first and which
- * were stopped because of it: "rank 2 exited 3; stopped ranks 0, 1, 3". */
+ * were stopped because of it (gang.h). */
 static char *failure_reason(const spec_task *st, const exec_result *r) {
   char *one = failure_reason_1(st, r);
   if (r->n_ranks <= 1)
     return one;
-  sbuf b = {0};
-  if (r->failed_rank >= 0 && r->end == EXEC_EXITED)
-    sbuf_printf(&b, "rank %d exited %d%s%s", r->failed_rank, r->exit_code,
-                r->error ? ": " : "", r->error ? r->error : "");
-  else if (r->failed_rank >= 0)
-    sbuf_printf(&b, "rank %d %s", r->failed_rank, one);
-  else
-    sbuf_printf(&b, "%s", one);
-  if (*r->stopped)
-    sbuf_printf(&b, "; stopped rank%s %s", strchr(r->stopped, ',') ? "s" : "",
-                r->stopped);
-  /* A launched rank that never joined is likely the cause, whatever
-   * ended the gang first (a timeout, or the launcher stopping the other
-   * ranks when it failed): name it. The failed rank's own error says so
-   * already. */
-  if (r->rendezvous) {
-    sbuf late = {0};
-    int n_late = 0;
-    for (int k = 0; k < r->n_ranks; k++)
-      if (r->ranks[k].never_joined && k != r->failed_rank)
-        sbuf_printf(&late, "%s%d", n_late++ ? ", " : "", k);
-    if (n_late)
-      sbuf_printf(&b,
-                  "; rank%s %s never connected to dagrun's rendezvous at %s",
-                  n_late > 1 ? "s" : "", late.s, r->rendezvous);
-    sbuf_free(&late);
-  }
+  char *all = gang_failure_reason(r, one);
   free(one);
-  return sbuf_take(&b);
-}
-
-/* How each rank of a gang's attempt ended, for run.json. */
-static cJSON *ranks_json(const exec_result *r) {
-  cJSON *arr = cJSON_CreateArray();
-  for (int k = 0; k < r->n_ranks; k++) {
-    const exec_rank_end *e = &r->ranks[k];
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "rank", k);
-    if (e->term_signal)
-      cJSON_AddNumberToObject(j, "signal", e->term_signal);
-    else
-      cJSON_AddNumberToObject(j, "exit_code", e->exit_code);
-    if (e->stopped)
-      cJSON_AddBoolToObject(j, "stopped", 1);
-    cJSON_AddItemToArray(arr, j);
-  }
-  return arr;
+  return all;
 }
 
 static void on_attempt_exit(void *ud, size_t i, const exec_result *r) {
@@ -976,7 +646,7 @@ static void on_attempt_exit(void *ud, size_t i, const exec_result *r) {
   close_metrics(t);
   t->exit_code = r->end == EXEC_EXITED ? r->exit_code : -1;
   cJSON_Delete(t->ranks);
-  t->ranks = r->n_ranks > 1 ? ranks_json(r) : NULL;
+  t->ranks = r->n_ranks > 1 ? gang_ranks_json(r) : NULL;
 
   if (r->end == EXEC_EXITED && r->exit_code == 0) {
     settle(s, i, TASK_SUCCESS, 0, r->duration_s, NULL);

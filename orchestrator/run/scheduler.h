@@ -13,17 +13,20 @@
  * upstream_failed at once; the rest of the DAG goes on.
  *
  * The fingerprint cache: before a task's first attempt (of this
- * execution) is started, its fingerprint is computed: SHA-256, as hex, of
- * the canonical JSON (keys sorted, no spaces) of its stage name, the
- * plugin's version string, its resolved params, its resolved task env
- * (${tasks.T.dir} standing for itself there, not for a run's path),
- * its world_size when above 1, and per upstream task (in `needs` order) its name, fingerprint and
- * outputs. A task with an upstream that has no fingerprint (did not
+ * execution) is started, its fingerprint is computed (fingerprint.h: its
+ * stage and the plugin's version, its resolved params and env, its
+ * world_size above 1, and each upstream task's name, fingerprint and
+ * outputs). A task with an upstream that has no fingerprint (did not
  * succeed, or was succeeded before a resume) gets none. When the task may
  * be cached (its `cache:` and opts.no_cache allow it) and
  * opts.cache_lookup finds an earlier successful task with that
  * fingerprint, the task does not run: it becomes TASK_CACHED with that
  * task's outputs and out/ directory (which `${tasks.T.dir}` then names).
+ *
+ * Gangs (world_size above 1, or a launcher): each attempt's ranks are
+ * prepared by gang.h and run by the executor; the attempt's failure
+ * reason names the rank that failed first and the ranks stopped because
+ * of it, and run.json says how each rank ended.
  *
  * Everything is an event on the loop: no sleeps, no polling. All functions
  * run on the loop's thread.

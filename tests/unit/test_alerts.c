@@ -1,8 +1,9 @@
 /*
- * alerts: the checks of `alerts:` (messages and positions) and URL
- * redaction (params are redacted by secrets: test_secrets.c). Delivery is
+ * alerts: the checks of `alerts:` (alertspec.h: messages and positions)
+ * and URL redaction (alerts.h) (params are redacted by secrets: test_secrets.c). Delivery is
  * tested over real HTTP in tests/integration/test_alerts.sh.
  */
+#include "dagfile/alertspec.h"
 #include "report/alerts.h"
 
 #include <stdlib.h>
@@ -21,7 +22,7 @@ static char *check(const char *alerts_yaml) {
   int rc = spec_parse("dag.yaml", text, strlen(text), &s, &d);
   CHECK_INT(rc, 0);
   if (s)
-    (void)alerts_check(s, NULL, &d);
+    (void)alertspec_check(s, NULL, &d);
   char *all = all_diags(&d);
   diags_free(&d);
   spec_free(s);

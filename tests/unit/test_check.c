@@ -2,6 +2,7 @@
  * reported at once; a large DAG checked quickly. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "host/check.h"
 #include "lib/clock.h"
@@ -168,6 +169,39 @@ static void test_repo_dags(void) {
   }
 }
 
+/* `dagrun check` (check_load) reports the alerts' errors along with the
+ * others: check.c asks dagfile/alertspec.c, and a DAG whose only problem is
+ * an alert does not pass. */
+static void test_load_reports_alerts(void) {
+  char path[] = "/tmp/test_check_alerts_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd < 0)
+    return;
+  const char *y = "dag: a\n"
+                  "alerts:\n"
+                  "  - {on: [deadline], webhook: 'ftp://h/tok', deadline: 0}\n"
+                  "tasks:\n"
+                  "  t: {stage: exec, with: {command: [\"true\"]}}\n";
+  CHECK_INT(write(fd, y, strlen(y)), (long long)strlen(y));
+  close(fd);
+  diags d = {0};
+  spec *s = NULL;
+  checked *c = NULL;
+  CHECK_INT(check_load(path, &s, &c, &d), DR_ESPEC);
+  CHECK(s == NULL && c == NULL);
+  char *got = all_diags(&d);
+  CHECK(strstr(got, ":3:56: error: alert 1: 'deadline' expects a positive "
+                    "duration") != NULL);
+  CHECK(strstr(got, ":3:31: error: alert 1: 'webhook' must resolve to an "
+                    "http:// or https:// URL") != NULL);
+  CHECK(strstr(got, "tok") == NULL);
+  CHECK_INT(d.n, 2);
+  free(got);
+  diags_free(&d);
+  unlink(path);
+}
+
 /* Peak resident memory in MiB, from /proc. */
 static long peak_rss_mib(void) {
   FILE *f = fopen("/proc/self/status", "r");
@@ -222,6 +256,7 @@ int main(void) {
   test_all_errors_at_once();
   test_ok();
   test_repo_dags();
+  test_load_reports_alerts();
   test_scale();
   TEST_DONE();
 }
