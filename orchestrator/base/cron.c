@@ -57,28 +57,40 @@ static const field_def fields[5] = {
     {"day-of-week", 0, 7, day_names, 0, " or a day name (SUN-SAT)"},
 };
 
+/* Where parse errors go: to fn, each of them, when it is set; otherwise
+ * the first one into err and *col. */
 typedef struct perr {
   char *err;
   size_t nerr;
   int *col;
+  cron_report_fn fn;
+  void *ctx;
+  int n; /* errors so far */
 } perr;
 
-static int fail(const perr *p, int col, const char *fmt, ...)
+static int fail(perr *p, int col, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int fail(const perr *p, int col, const char *fmt, ...) {
+static int fail(perr *p, int col, const char *fmt, ...) {
+  char msg[256];
   va_list ap;
   va_start(ap, fmt);
-  if (p->err && p->nerr)
-    vsnprintf(p->err, p->nerr, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (p->col)
-    *p->col = col;
+  if (p->fn) {
+    p->fn(p->ctx, col, msg);
+  } else if (p->n == 0) {
+    if (p->err && p->nerr)
+      snprintf(p->err, p->nerr, "%s", msg);
+    if (p->col)
+      *p->col = col;
+  }
+  p->n++;
   return DR_EINVAL;
 }
 
 /* A number or a name, s[0..n), at column col. */
-static int parse_value(const perr *p, const field_def *f, const char *s,
-                       size_t n, int col, int *out) {
+static int parse_value(perr *p, const field_def *f, const char *s, size_t n,
+                       int col, int *out) {
   if (n == 0)
     return fail(p, col, "%s: missing value", f->name);
   if (isdigit((unsigned char)s[0])) {
@@ -108,8 +120,8 @@ static int parse_value(const perr *p, const field_def *f, const char *s,
 }
 
 /* One list item s[0..n) of field f at column col; sets bits in *bits. */
-static int parse_item(const perr *p, const field_def *f, const char *s,
-                      size_t n, int col, uint64_t *bits) {
+static int parse_item(perr *p, const field_def *f, const char *s, size_t n,
+                      int col, uint64_t *bits) {
   if (n == 0)
     return fail(p, col, "%s: empty item in list", f->name);
   const char *slash = memchr(s, '/', n);
@@ -166,9 +178,12 @@ typedef struct token {
   size_t at, n;
 } token;
 
-static int parse_fields(const perr *p, const char *z, const token *tok,
+/* Every list item of every field is parsed, so that each bad one is
+ * reported, not only the first. */
+static int parse_fields(perr *p, const char *z, const token *tok,
                         cron_expr *e) {
   uint64_t bits[5] = {0};
+  int rc = 0;
   for (int k = 0; k < 5; k++) {
     const char *s = z + tok[k].at;
     size_t n = tok[k].n, i = 0;
@@ -176,13 +191,14 @@ static int parse_fields(const perr *p, const char *z, const token *tok,
       size_t j = i;
       while (j < n && s[j] != ',')
         j++;
-      int rc = parse_item(p, &fields[k], s + i, j - i, (int)(tok[k].at + i) + 1,
-                          &bits[k]);
-      if (rc != 0)
-        return rc;
+      if (parse_item(p, &fields[k], s + i, j - i, (int)(tok[k].at + i) + 1,
+                     &bits[k]) != 0)
+        rc = DR_EINVAL;
       i = j + 1;
     }
   }
+  if (rc != 0)
+    return rc;
   e->minute = bits[0];
   e->hour = (uint32_t)bits[1];
   e->dom = (uint32_t)bits[2];
@@ -193,6 +209,38 @@ static int parse_fields(const perr *p, const char *z, const token *tok,
   e->dom_star = z[tok[2].at] == '*';
   e->dow_star = z[tok[4].at] == '*';
   return 0;
+}
+
+/* The most days month m (1-12) has in any year: February's 29th is a
+ * day that exists, in leap years. */
+static const int month_days_max[13] = {0,  31, 29, 31, 30, 31, 30,
+                                       31, 31, 30, 31, 30, 31};
+
+/* Refuses an expression that never fires, at its day-of-month field.
+ * Every field has at least one value, so e fires unless no day ever
+ * matches. When both day fields are restricted, a day matches if either
+ * does, and every month has every weekday: it fires. Otherwise both must
+ * match, and it fires exactly when some chosen day-of-month exists in
+ * some chosen month, i.e. the smallest chosen day is at most the longest
+ * chosen month: each such date falls on every weekday in some year (Feb
+ * 29 too, at most 40 years apart; CRON_SEARCH_YEARS covers that). */
+static int check_fires(perr *p, const char *z, const token *tok,
+                       const cron_expr *e) {
+  if (!e->dom_star && !e->dow_star)
+    return 0;
+  int first = 1, longest = 0;
+  while (!((e->dom >> first) & 1))
+    first++;
+  for (int m = 1; m <= 12; m++)
+    if (((e->month >> m) & 1) && month_days_max[m] > longest)
+      longest = month_days_max[m];
+  if (first <= longest)
+    return 0;
+  return fail(p, (int)tok[2].at + 1,
+              "day-of-month: '%.*s' never falls in month '%.*s' (at most %d "
+              "days): the schedule never fires",
+              (int)tok[2].n, z + tok[2].at, (int)tok[3].n, z + tok[3].at,
+              longest);
 }
 
 static const struct {
@@ -219,19 +267,15 @@ static void tokenize(const char *z, token *tok, size_t *n) {
   }
 }
 
-int cron_parse(const char *z, cron_expr **out, int *col, char *err,
-               size_t nerr) {
-  perr p = {err, nerr, col};
+static int parse(perr *p, const char *z, cron_expr **out) {
   token tok[6];
   size_t n;
   *out = NULL;
-  if (col)
-    *col = 0;
   if (!z)
     z = "";
   tokenize(z, tok, &n);
   if (n == 0)
-    return fail(&p, 1,
+    return fail(p, 1,
                 "empty schedule: expected 5 fields (minute hour "
                 "day-of-month month day-of-week) or a macro like @daily");
   cron_expr e = {0};
@@ -245,36 +289,52 @@ int cron_parse(const char *z, cron_expr **out, int *col, char *err,
           strncasecmp(m, macros[i].name, mn) == 0)
         expr = macros[i].expr;
     if (!expr)
-      return fail(&p, (int)tok[0].at + 1,
+      return fail(p, (int)tok[0].at + 1,
                   "unknown macro '%.*s' (expected @hourly, @daily, "
                   "@midnight, @weekly, @monthly, @yearly or @annually)",
                   (int)mn, m);
     if (n > 1)
-      return fail(&p, (int)tok[1].at + 1, "unexpected '%.*s' after %.*s",
+      return fail(p, (int)tok[1].at + 1, "unexpected '%.*s' after %.*s",
                   (int)tok[1].n, z + tok[1].at, (int)mn, m);
     token mt[6];
     size_t k;
     tokenize(expr, mt, &k);
-    perr none = {NULL, 0, NULL};
+    perr none = {NULL, 0, NULL, NULL, NULL, 0};
     rc = parse_fields(&none, expr, mt, &e);
   } else {
     if (n < 5)
-      return fail(&p, (int)strlen(z) + 1,
+      return fail(p, (int)strlen(z) + 1,
                   "expected 5 fields (minute hour day-of-month month "
                   "day-of-week), found %zu",
                   n);
     if (n > 5)
-      return fail(&p, (int)tok[5].at + 1,
+      return fail(p, (int)tok[5].at + 1,
                   "unexpected 6th field '%.*s': expected 5 fields (minute "
                   "hour day-of-month month day-of-week)",
                   (int)tok[5].n, z + tok[5].at);
-    rc = parse_fields(&p, z, tok, &e);
+    rc = parse_fields(p, z, tok, &e);
+    if (rc == 0)
+      rc = check_fires(p, z, tok, &e);
   }
   if (rc != 0)
     return rc;
   *out = xmalloc(sizeof e);
   **out = e;
   return 0;
+}
+
+int cron_parse(const char *z, cron_expr **out, int *col, char *err,
+               size_t nerr) {
+  perr p = {err, nerr, col, NULL, NULL, 0};
+  if (col)
+    *col = 0;
+  return parse(&p, z, out);
+}
+
+int cron_parse_each(const char *z, cron_expr **out, cron_report_fn fn,
+                    void *ctx) {
+  perr p = {NULL, 0, NULL, fn, ctx, 0};
+  return parse(&p, z, out);
 }
 
 void cron_destroy(cron_expr *e) { free(e); }

@@ -14,6 +14,9 @@
  * @monthly (0 0 1 * *), @yearly and @annually (0 0 1 1 *).
  * Day matching is Vixie cron's: when both day fields are restricted (neither
  * starts with `*`), a day matches if EITHER matches; otherwise both must.
+ * An expression that can never fire is refused when parsed: `0 0 30 2 *`
+ * and `0 0 31 4,6,9,11 *` are errors, `0 0 29 2 *` (leap years) and
+ * `0 0 30 2 1` (every Monday of February, by the EITHER rule) are not.
  *
  * Time zones: IANA names from the system tz database ($TZDIR or
  * /usr/share/zoneinfo); "UTC" is the default. Times are UTC seconds since
@@ -44,9 +47,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* How far cron_next searches before it gives up ("no fire time in 5
- * years", e.g. `0 0 30 2 *`). */
-#define CRON_SEARCH_YEARS 5
+/* How far cron_next searches before it gives up. An expression that
+ * parses fires at least this often: the rarest are a Feb 29 that must
+ * also be one weekday (day-of-week a star with a step, so both day fields
+ * must match), up to 40 years apart: Sundays 2088, then 2128, as 2100 is
+ * no leap year. */
+#define CRON_SEARCH_YEARS 41
 /* The most fire times cron_due returns with catch-up. */
 #define CRON_CATCHUP_MAX 1000
 
@@ -54,11 +60,24 @@ typedef struct cron_expr cron_expr;
 typedef struct cron_zone cron_zone;
 
 /* Parses an expression. Returns 0 with *out (free with cron_destroy), or
- * DR_EINVAL with *out NULL, the message in err (e.g. "hour: 24 is out of
- * range 0-23") and *col set to the 1-based column in z of the bad token
- * (col may be NULL). */
+ * DR_EINVAL with *out NULL, the first error's message in err (e.g. "hour:
+ * 24 is out of range 0-23", or for one that never fires "day-of-month:
+ * '30' never falls in month '2' (at most 29 days): the schedule never
+ * fires") and *col set to the 1-based column in z of the bad token (col
+ * may be NULL). */
 int cron_parse(const char *z, cron_expr **out, int *col, char *err,
                size_t nerr);
+
+/* Called once per error, with its 1-based column in the expression and
+ * its message (borrowed: valid until the callback returns). */
+typedef void (*cron_report_fn)(void *ctx, int col, const char *msg);
+
+/* cron_parse for a checker that reports every error: each bad item of
+ * each field goes to fn (`61 25 * * *` gives two), in column order. The
+ * never-fires check runs only when every field parsed. Returns as
+ * cron_parse. */
+int cron_parse_each(const char *z, cron_expr **out, cron_report_fn fn,
+                    void *ctx);
 void cron_destroy(cron_expr *e); /* NULL is a no-op */
 
 /* Opens a zone by IANA name; NULL or "" means UTC. Returns 0 with *out
@@ -69,8 +88,9 @@ void cron_zone_close(cron_zone *z);             /* NULL is a no-op */
 const char *cron_zone_name(const cron_zone *z); /* borrowed */
 
 /* The first fire time strictly after `after` (UTC seconds) into *out.
- * Returns 0, or DR_ENOENT with "no fire time in 5 years" in err when the
- * expression never fires (`0 0 30 2 *`) within CRON_SEARCH_YEARS, or
+ * Returns 0, or DR_ENOENT with "no fire time in 41 years" in err when the
+ * expression does not fire within CRON_SEARCH_YEARS (a safety net:
+ * cron_parse refuses the expressions that never fire), or
  * DR_EINVAL for a time outside the years 1900-9999. Bounded:
  * it skips whole months, days and hours that cannot match. */
 int cron_next(const cron_expr *e, const cron_zone *z, int64_t after,

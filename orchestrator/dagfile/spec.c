@@ -898,8 +898,25 @@ static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
   }
 }
 
-/* The cron trigger's keys. A bad expression is reported at the bad token
- * when the scalar is on one line (plain or quoted: no escapes before it). */
+/* One error of the schedule's expression, at its bad token when the
+ * scalar is on one line (plain or quoted: no escapes before it). */
+typedef struct sched_err {
+  ctx *c;
+  const ynode *v;
+} sched_err;
+
+static void schedule_error(void *ud, int col, const char *msg) {
+  sched_err *se = ud;
+  const ynode *v = se->v;
+  int at = v->col;
+  if (v->oneline && v->style <= YSTYLE_DOUBLE)
+    at += col - 1 + (v->style != YSTYLE_PLAIN);
+  diags_add(se->c->d, se->c->s->path, v->line, at, "'schedule': %s", msg);
+  se->c->errors++;
+}
+
+/* The cron trigger's keys. Every error of the expression is reported,
+ * and one that never fires (`0 0 30 2 *`) is an error like a bad token. */
 static void parse_schedule(ctx *c, const ynode *root) {
   spec *s = c->s;
   const ynode *v;
@@ -909,14 +926,9 @@ static void parse_schedule(ctx *c, const ynode *root) {
                                "a cron expression such as \"30 2 * * *\" or "
                                "\"@daily\"");
     cron_expr *e = NULL;
-    int col = 1;
-    if (z && cron_parse(z, &e, &col, msg, sizeof msg) != 0) {
-      int at = v->col;
-      if (v->oneline && v->style <= YSTYLE_DOUBLE)
-        at += col - 1 + (v->style != YSTYLE_PLAIN);
-      diags_add(c->d, s->path, v->line, at, "'schedule': %s", msg);
-      c->errors++;
-    }
+    sched_err se = {c, v};
+    if (z)
+      (void)cron_parse_each(z, &e, schedule_error, &se);
     cron_destroy(e);
   }
   if ((v = ynode_get(root, "timezone"))) {

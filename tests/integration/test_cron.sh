@@ -54,9 +54,21 @@ expect_in "$T/err" "column 3: hour: 24 is out of range 0-23"
 run_dagrun cron-next "@daily" --tz Mars/Base
 expect_rc 2
 expect_in "$T/err" "unknown time zone 'Mars/Base'"
+# A schedule that never fires is refused at its day-of-month; the edge
+# cases that do fire are not.
 run_dagrun cron-next "0 0 30 2 *"
 expect_rc 2
-expect_in "$T/err" "no fire time in 5 years"
+expect_in "$T/err" "column 5: day-of-month: '30' never falls in month '2' (at most 29 days): the schedule never fires"
+run_dagrun cron-next "0 0 31 4,6,9,11 *"
+expect_rc 2
+expect_in "$T/err" "never fires"
+run_dagrun cron-next "0 0 29 2 *" --from 2026-01-01T00:00:00Z -n 2
+expect_rc 0
+expect_in "$T/out" "2028-02-29T00:00:00+00:00"
+expect_in "$T/out" "2032-02-29T00:00:00+00:00"
+run_dagrun cron-next "0 0 30 2 1" --from 2026-01-01T00:00:00Z -n 1
+expect_rc 0
+expect_in "$T/out" "2026-02-02T00:00:00+00:00"
 run_dagrun cron-next "* * * *" -n 0
 expect_rc 2
 
@@ -78,5 +90,45 @@ expect_in "$T/err" "sched.yaml:3:11: error: 'timezone': unknown time zone 'Europ
 sed -i 's#Europe/Berlyn#Europe/Berlin#' sched.yaml
 run_dagrun check sched.yaml
 expect_rc 0
+
+# A schedule that never fires: an error at its line and column, reported
+# with every other error of the file (each bad field too); run and serve
+# refuse the file.
+cat > never.yaml <<'Y'
+dag: never
+schedule: "0 0 30 2 *"
+tasks:
+  a: {stage: exec, with: {command: ["true"]}}
+Y
+run_dagrun check never.yaml
+expect_rc 2
+expect_in "$T/err" "never.yaml:2:16: error: 'schedule': day-of-month: '30' never falls in month '2' (at most 29 days): the schedule never fires"
+run_dagrun run never.yaml
+expect_rc 2
+expect_in "$T/err" "never.yaml:2:16: error: 'schedule'"
+[ -d "$DAGRUN_RUNS_DIR/never" ] && fail "a DAG whose schedule never fires ran"
+mkdir -p serve-dags
+cp never.yaml serve-dags/
+: >serve.log
+DAGRUN_HOME="$T/home" "$DAGRUN" serve serve-dags --port 0 --no-cron >serve.log 2>&1 &
+SERVE_PID=$!
+for _ in $(seq 100); do grep -q "listening on" serve.log && break; sleep 0.1; done
+kill -TERM "$SERVE_PID"
+wait "$SERVE_PID" || true
+expect_in serve.log "serve-dags/never.yaml does not load"
+expect_in serve.log "never.yaml:2:16: error: 'schedule': day-of-month: '30' never falls in month '2'"
+expect_not_in serve.log "loaded dag never"
+cat > many.yaml <<'Y'
+dag: many
+schedule: "61 25 31 4 *"
+timezone: Europe/Berlyn
+tasks:
+  a: {stage: exec, with: {command: ["true"]}}
+Y
+run_dagrun check many.yaml
+expect_rc 2
+expect_in "$T/err" "many.yaml:2:12: error: 'schedule': minute: 61 is out of range 0-59"
+expect_in "$T/err" "many.yaml:2:15: error: 'schedule': hour: 25 is out of range 0-23"
+expect_in "$T/err" "many.yaml:3:11: error: 'timezone': unknown time zone 'Europe/Berlyn'"
 
 pass
