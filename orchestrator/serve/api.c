@@ -1128,6 +1128,25 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
   pthread_mutex_unlock(&s->log_mu);
 }
 
+/* Why the address sa cannot be bound, as an errno (0: it can). After
+ * libmicrohttpd failed to start, this says whether the port is taken
+ * without parsing its messages, whose wording changes between versions.
+ * Binds as libmicrohttpd does (SO_REUSEADDR, an IPv6 socket IPv6 only). */
+static int probe_bind(const struct sockaddr *sa) {
+  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return errno;
+  int on = 1;
+  (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+  if (sa->sa_family == AF_INET6)
+    (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
+  socklen_t len = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                            : sizeof(struct sockaddr_in);
+  int rc = bind(fd, sa, len) == 0 ? 0 : errno;
+  close(fd);
+  return rc;
+}
+
 /* ---- Public ---- */
 
 static void server_free(api_server *s) {
@@ -1189,21 +1208,32 @@ int api_start(const api_config *cfg, const api_actions *actions,
   pthread_mutex_init(&s->log_mu, NULL);
   s->starting = 1;
   errno = 0;
+  /* The logger comes first: libmicrohttpd applies options in order and
+   * says so, as its first message, when the logger is not the first. */
   s->d = MHD_start_daemon(
       flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
-      MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_CONNECTION_LIMIT,
-      (unsigned)API_CONN_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)API_CONN_TIMEOUT, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-      MHD_OPTION_EXTERNAL_LOGGER, on_log, s, MHD_OPTION_END);
+      MHD_OPTION_EXTERNAL_LOGGER, on_log, s, MHD_OPTION_SOCK_ADDR, sa,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)API_CONN_LIMIT,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)API_CONN_TIMEOUT,
+      MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
   int saved = errno;
   pthread_mutex_lock(&s->log_mu);
   s->starting = 0;
   pthread_mutex_unlock(&s->log_mu);
   if (!s->d) {
-    snprintf(err, errlen, "cannot listen on %s port %d: %s", host, cfg->port,
-             s->start_msg[0] ? s->start_msg
-             : saved         ? strerror(saved)
-                             : "libmicrohttpd could not start");
+    int bind_errno = probe_bind(sa);
+    if (bind_errno == EADDRINUSE)
+      snprintf(err, errlen,
+               "cannot listen on %s port %d: address in use (another "
+               "program listens there; choose another --port, or --port 0 "
+               "for any free one)",
+               host, cfg->port);
+    else
+      snprintf(err, errlen, "cannot listen on %s port %d: %s", host, cfg->port,
+               bind_errno        ? strerror(bind_errno)
+               : s->start_msg[0] ? s->start_msg
+               : saved           ? strerror(saved)
+                                 : "libmicrohttpd could not start");
     server_free(s);
     return DR_EIO;
   }

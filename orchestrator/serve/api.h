@@ -77,7 +77,8 @@ typedef struct api_config {
 typedef struct api_server api_server;
 
 /* Starts serving. Strings in cfg are copied. Returns 0 with *out, or
- * DR_EIO with a message in err (address in use, bad host). */
+ * DR_EIO with a message in err: "cannot listen on HOST port P: address
+ * in use (...)" for a port another program listens on, or a bad host. */
 int api_start(const api_config *cfg, const api_actions *actions,
               api_server **out, char *err, size_t errlen);
 /* The port it listens on. */

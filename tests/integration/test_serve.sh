@@ -48,6 +48,28 @@ stop_serve() {
   fail "serve did not stop after SIGTERM"
 }
 
+# ---- a port another program listens on: "address in use", exit 2 ----
+/usr/bin/python3 - "$T/taken.port" <<'P' &
+import os, socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(s.getsockname()[1]))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(60)
+P
+LISTENER=$!
+for _ in $(seq 100); do [ -s "$T/taken.port" ] && break; sleep 0.1; done
+TAKEN=$(cat "$T/taken.port")
+# (a store of its own: loading the DAGs records their schedules' start)
+DAGRUN_HOME="$T/home-port" run_dagrun serve dags --port "$TAKEN" --no-cron
+kill "$LISTENER"
+wait "$LISTENER" 2>/dev/null || true
+expect_rc 2
+expect_in "$T/err" "cannot listen on 127.0.0.1 port $TAKEN: address in use"
+expect_not_in "$T/err" "MHD_OPTION"
+
 # http METHOD PATH [BODY] [auth: none|token|badtoken|hmac|badhmac|stalehmac]
 # prints "STATUS BODY".
 http() {
