@@ -104,9 +104,10 @@ static const char graph_usage[] =
     "Prints the DAG's tasks and their dependencies (default: text).\n";
 
 static const char stages_usage[] =
-    "usage: dagrun stages [--json]\n"
+    "usage: dagrun stages [NAME] [--json]\n"
     "Lists the installed stage plugins and their params; plugins that do\n"
-    "not load are listed with the reason.\n";
+    "not load are listed with the reason. With NAME, only that stage (an\n"
+    "unknown NAME exits 2).\n";
 
 static const char cron_next_usage[] =
     "usage: dagrun cron-next \"EXPR\" [--tz ZONE] [-n N] [--from TIME]\n"
@@ -123,13 +124,16 @@ static const char runs_usage[] =
 
 static const char status_usage[] =
     "usage: dagrun status RUN [--json]\n"
-    "Shows a run's tasks: their states, attempts, exit codes and errors.\n"
+    "Shows a run's tasks: their states, attempts, exit codes and errors,\n"
+    "and for a task taken from the cache the run it came from.\n"
     "\n" STORE_NOTE_TEXT;
 
 static const char logs_usage[] =
     "usage: dagrun logs RUN TASK [--attempt N] [--rank R] [--follow|-f]\n"
     "Prints an attempt's stdout and stderr (default: the latest attempt,\n"
-    "rank 0 of a gang); --follow goes on until the attempt ends.\n"
+    "rank 0 of a gang). --follow goes on until the task ends, through its\n"
+    "retries, and exits 0 if it succeeded (or was cached), 1 if not; with\n"
+    "--attempt N it follows that attempt only and exits with its outcome.\n"
     "\n" STORE_NOTE_TEXT;
 
 static const char resume_usage[] =
@@ -327,10 +331,24 @@ static int cmd_graph(int argc, char **argv) {
 }
 
 static int cmd_stages(int argc, char **argv) {
-  int json = argc >= 1 && strcmp(argv[0], "--json") == 0;
-  if (argc > 1 || (argc == 1 && !json))
-    return cli_usage_error("unknown option '%s' for stages", argv[0]);
-  return catalog_print(stdout, json) == 0 ? 0 : EXIT_FAILED;
+  const char *name = NULL;
+  int json = 0;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0)
+      json = 1;
+    else if (argv[i][0] == '-')
+      return cli_usage_error("unknown option '%s' for stages", argv[i]);
+    else if (!name)
+      name = argv[i];
+    else
+      return cli_usage_error("stages takes one stage name, got also '%s'",
+                             argv[i]);
+  }
+  char err[1024] = "";
+  int rc = catalog_print(stdout, name, json, err, sizeof err);
+  if (rc != 0 && err[0])
+    fprintf(stderr, "dagrun: %s\n", err);
+  return rc == 0 ? 0 : rc == DR_ENOENT ? EXIT_USAGE : EXIT_FAILED;
 }
 
 /* State shared by the run's callbacks. */

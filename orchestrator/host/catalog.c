@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -207,15 +208,69 @@ static int print_json(FILE *out, const catalog *c) {
   return 0;
 }
 
-int catalog_print(FILE *out, int json) {
+/* The file that failed to load as stage name (<name>.so), or NULL. */
+static const entry *find_failed(const catalog *c, const char *name) {
+  for (size_t i = 0; i < c->n; i++) {
+    const char *slash = strrchr(c->v[i].file, '/');
+    const char *base = slash ? slash + 1 : c->v[i].file;
+    size_t n = strlen(name);
+    if (!c->v[i].plugin && strncmp(base, name, n) == 0 &&
+        strcmp(base + n, ".so") == 0)
+      return &c->v[i];
+  }
+  return NULL;
+}
+
+/* One stage, as the whole catalog shows it. */
+static int print_one(FILE *out, catalog *c, const char *name, int json,
+                     char *err, size_t errlen) {
+  const entry *e = find_stage(c, name);
+  if (!e && (e = find_failed(c, name))) {
+    snprintf(err, errlen, "%s", e->error);
+    return DR_EPLUGIN;
+  }
+  if (!e) {
+    const char **names = xcalloc(c->n + 1, sizeof *names);
+    size_t n = 0;
+    for (size_t i = 0; i < c->n; i++)
+      if (c->v[i].plugin)
+        names[n++] = c->v[i].plugin->stage->name;
+    const char *m = closest_match(name, names);
+    snprintf(err, errlen,
+             "unknown stage '%s'%s%s%s (dagrun stages lists the installed "
+             "ones)",
+             name, m ? "; did you mean '" : "", m ? m : "", m ? "'?" : "");
+    free(names);
+    return DR_ENOENT;
+  }
+  if (!json) {
+    print_text_stage(out, e);
+    return 0;
+  }
+  cJSON *o = json_stage(e);
+  char *z = cJSON_Print(o);
+  cJSON_Delete(o);
+  if (!z)
+    return DR_EIO;
+  fprintf(out, "%s\n", z);
+  cJSON_free(z);
+  return 0;
+}
+
+int catalog_print(FILE *out, const char *name, int json, char *err,
+                  size_t errlen) {
   catalog c = {0};
   for (const char *const *d = loader_search_path(); *d; d++)
     scan_dir(&c, *d);
-  int rc = json ? print_json(out, &c) : (print_text(out, &c), 0);
+  int rc = name   ? print_one(out, &c, name, json, err, errlen)
+           : json ? print_json(out, &c)
+                  : (print_text(out, &c), 0);
   if (rc == 0 && fflush(out) != 0)
     rc = DR_EIO;
+  if (rc == DR_EIO)
+    snprintf(err, errlen, "cannot write the catalog: %s", strerror(errno));
   for (size_t i = 0; i < c.n; i++) {
-    if (!c.v[i].plugin)
+    if (!c.v[i].plugin && !name)
       rc = rc ? rc : DR_EPLUGIN;
     free(c.v[i].file);
     free(c.v[i].error);

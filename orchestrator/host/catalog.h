@@ -7,7 +7,8 @@
  * values a param with choices may take: "(one of: a, b)" after its help;
  * in JSON, "choices": [...] or null). A stage name
  * found in two directories is listed once, from the first (the one a DAG
- * would get), with a note on the shadowed file. Single-threaded.
+ * would get), with a note on the shadowed file. `dagrun stages NAME`
+ * prints one stage. Single-threaded.
  */
 #ifndef DAGRUN_CATALOG_H
 #define DAGRUN_CATALOG_H
@@ -15,7 +16,13 @@
 #include <stdio.h>
 
 /* Prints the catalog; with json non-zero, one JSON array instead of text.
- * Returns 0, or DR_EPLUGIN if some file could not be loaded (still printed). */
-int catalog_print(FILE *out, int json);
+ * With name (not NULL), only that stage, as the catalog shows it (in JSON
+ * the one object, not an array). Returns 0; DR_EPLUGIN if some file could
+ * not be loaded (all: still printed; name: <name>.so, the loader's reason
+ * in err); DR_ENOENT for an unknown name, with "unknown stage 'X'; did
+ * you mean 'Y'? (...)" in err when one is close; DR_EIO when out cannot
+ * be written. */
+int catalog_print(FILE *out, const char *name, int json, char *err,
+                  size_t errlen);
 
 #endif /* DAGRUN_CATALOG_H */

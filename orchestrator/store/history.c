@@ -367,6 +367,11 @@ int history_cmd_status(int argc, char **argv) {
     return rc;
   }
   if (json) {
+    /* Every task has cached_from: the run it was taken from, or null. */
+    cJSON *tasks = cJSON_GetObjectItem(run, "tasks");
+    for (cJSON *k = tasks ? tasks->child : NULL; k; k = k->next)
+      if (!cJSON_GetObjectItem(k, "cached_from"))
+        cJSON_AddNullToObject(k, "cached_from");
     print_json(run);
   } else {
     char t[40], d[32];
@@ -389,9 +394,15 @@ int history_cmd_status(int argc, char **argv) {
       else
         snprintf(code, sizeof code, "-");
       fmt_span(k, d, sizeof d);
-      printf("%-20s %-16s %8d %5s %9s  %s\n", str(k, "name", "?"),
-             str(k, "state", "?"), (int)num(k, "attempts", 0), code, d,
-             str(k, "error", ""));
+      /* A task taken from the cache did not run: say from which run. */
+      const char *from = str(k, "cached_from", NULL);
+      char note[96] = "";
+      if (from && *from)
+        snprintf(note, sizeof note, "cached from %s", from);
+      const char *error = str(k, "error", "");
+      printf("%-20s %-16s %8d %5s %9s  %s%s%s\n", str(k, "name", "?"),
+             str(k, "state", "?"), (int)num(k, "attempts", 0), code, d, note,
+             note[0] && error[0] ? "; " : "", error);
     }
   }
   cJSON_Delete(run);
@@ -565,9 +576,25 @@ static int logs_poll(log_reader *r, int *more) {
    * is seen finished gets everything the attempt wrote. */
   const char *as = at ? str(at, "state", "") : "";
   int over = at && strcmp(as, "starting") != 0 && strcmp(as, "running") != 0;
+  int attempt_ok = strcmp(as, "success") == 0;
   /* A run that is no longer going (dagrun stopped, or was killed and
    * left the attempt "running") has nothing more to follow either. */
   over = over || (at && run_over);
+  /* Following the task (no --attempt): a later attempt, a retry, is
+   * followed in turn; only the task's final state ends the follow. */
+  const cJSON *latest = attempt_of(t, 0);
+  int later = latest && (int)num(latest, "n", 0) > r->n;
+  const char *ts = str(t, "state", "");
+  int task_over = terminal_name(ts) || run_over;
+  int task_ok = strcmp(ts, "success") == 0 || strcmp(ts, "cached") == 0;
+  /* How the attempt ended, e.g. "failed (exit 3)", for the switch. */
+  char how[80] = "";
+  if (over && later) {
+    int code = (int)num(at, "exit_code", -1);
+    snprintf(how, sizeof how, "%.40s", str(at, "state", "ended"));
+    if (code >= 0)
+      snprintf(how + strlen(how), sizeof how - strlen(how), " (exit %d)", code);
+  }
   cJSON_Delete(run);
   if (r->f)
     copy_new(r->f, &r->off);
@@ -579,7 +606,29 @@ static int logs_poll(log_reader *r, int *more) {
     fprintf(stderr, "dagrun: cannot read %s: %s\n", r->log, strerror(ENOENT));
     return EXIT_FAILED;
   }
-  return 0;
+  if (!a->follow)
+    return 0;
+  if (a->attempt > 0) /* one attempt followed: its outcome */
+    return attempt_ok ? 0 : EXIT_FAILED;
+  if (later) {
+    fprintf(stderr, "dagrun: attempt %d %s; following attempt %d\n", r->n, how,
+            r->n + 1);
+    /* The next poll takes the attempt after this one. */
+    r->n++;
+    free(r->log);
+    r->log = NULL;
+    if (r->f)
+      fclose(r->f);
+    r->f = NULL;
+    r->off = 0;
+    *more = 1;
+    return 0;
+  }
+  if (!task_over) { /* waiting for the retry to start */
+    *more = 1;
+    return 0;
+  }
+  return task_ok ? 0 : EXIT_FAILED;
 }
 
 int history_cmd_logs(int argc, char **argv) {

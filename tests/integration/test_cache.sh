@@ -63,6 +63,28 @@ expect_rc 0
 expect_in "$T/out" '"cached"'
 expect_in "$T/out" "\"cached_from\":"
 expect_in "$T/out" "$(basename "$R1")"
+# status says where a cached task came from, in text and JSON (every task
+# has cached_from: null where it ran).
+run_dagrun status "$(basename "$R2")"
+expect_rc 0
+for t in a b c; do
+  grep -E "^$t +cached .*cached from $(basename "$R1")\$" "$T/out" >/dev/null ||
+    fail "status of $t: no 'cached from $(basename "$R1")': $(cat "$T/out")"
+done
+run_dagrun status "$(basename "$R2")" --json
+/usr/bin/python3 - "$T/out" "$(basename "$R1")" <<'P' || fail "status --json cached_from: $(cat "$T/out")"
+import json, sys
+run = json.load(open(sys.argv[1]))
+assert [t["cached_from"] for t in run["tasks"]] == [sys.argv[2]] * 3, run["tasks"]
+P
+run_dagrun status "$(basename "$R1")" --json
+/usr/bin/python3 - "$T/out" <<'P' || fail "status --json of a run that ran: $(cat "$T/out")"
+import json, sys
+run = json.load(open(sys.argv[1]))
+assert all("cached_from" in t and t["cached_from"] is None for t in run["tasks"]), run["tasks"]
+P
+run_dagrun status "$(basename "$R1")"
+expect_not_in "$T/out" "cached from"
 
 # Events say so too.
 sleep 1

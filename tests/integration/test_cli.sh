@@ -104,6 +104,41 @@ assert p["zero_stage"]["choices"] == ["0", "1", "2", "3"], p["zero_stage"]
 assert p["steps"]["choices"] is None, p["steps"]
 assert st["export"]["params"][2]["choices"] == ["safetensors", "dagrun"]
 P
+# One stage by name: as `stages` shows it, that one only (in JSON its
+# object); an unknown name exits 2, with "did you mean" when one is close.
+run_dagrun stages train
+expect_rc 0
+expect_in "$T/out" "(one of: auto, cpu, cuda)"
+[ "$(grep -c '^[a-z_0-9]* .*(.*\.so)$' "$T/out")" = 1 ] ||
+  fail "stages train shows other stages: $(cat "$T/out")"
+expect_not_in "$T/out" "search path"
+run_dagrun stages train --json
+expect_rc 0
+/usr/bin/python3 - "$T/out" <<'P' || fail "stages train --json: $(cat "$T/out")"
+import json, sys
+st = json.load(open(sys.argv[1]))
+assert st["name"] == "train", st
+p = {q["name"]: q for q in st["params"]}
+assert p["device"]["choices"] == ["auto", "cpu", "cuda"], p["device"]
+P
+run_dagrun stages trian
+expect_rc 2
+expect_in "$T/err" "unknown stage 'trian'; did you mean 'train'?"
+[ -s "$T/out" ] && fail "stages trian printed: $(cat "$T/out")"
+run_dagrun stages no_such_stage_at_all --json
+expect_rc 2
+expect_in "$T/err" "unknown stage 'no_such_stage_at_all'"
+expect_not_in "$T/err" "did you mean"
+run_dagrun stages bad_choice_default
+expect_rc 1
+expect_in "$T/err" "param 'device': its default 'gpu' is not one of cpu, cuda, auto"
+run_dagrun stages train exec
+expect_rc 2
+expect_in "$T/err" "stages takes one stage name, got also 'exec'"
+run_dagrun stages --jsn
+expect_rc 2
+expect_in "$T/err" "unknown option '--jsn' for stages"
+run_dagrun stages --json
 # A plugin whose default is not among its choices is refused by name.
 expect_in "$T/out" "bad_choice_default.so: stage 'bad_choice_default' param 'device': its default 'gpu' is not one of cpu, cuda, auto"
 cat > badchoice.yaml <<'Y'

@@ -153,6 +153,66 @@ run_dagrun status "$common"
 expect_rc 2
 expect_in "$T/err" "more than one run"
 
+# logs --follow follows a task through its retries to its last attempt,
+# and exits with the task's outcome: 0 for flap (fails twice, then
+# succeeds), 1 for dud (fails both attempts). Both followed from their
+# first attempt, at once.
+cat > flap.yaml <<'Y'
+dag: flap
+defaults: {retry_delay: 300ms, retry_jitter: 0}
+tasks:
+  flap:
+    stage: exec
+    retries: 2
+    cache: false
+    with: {command: [sh, -c, 'n=$(cat "$1" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$1"; echo flap-try-$n; sleep 1; [ $n -ge 3 ]', x, COUNTER.flap]}
+  dud:
+    stage: exec
+    retries: 1
+    cache: false
+    with: {command: [sh, -c, 'n=$(cat "$1" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$1"; echo dud-try-$n; sleep 1; exit 3', x, COUNTER.dud]}
+Y
+sed -i "s#COUNTER#$T/count#g" flap.yaml
+"$DAGRUN" run flap.yaml -q >"$T/flap.out" 2>&1 &
+BG=$!
+FID=
+for _ in $(seq 100); do
+  FID=$("$DAGRUN" runs flap --json 2>/dev/null | /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); print(r[0]["id"] if r else "")')
+  [ -n "$FID" ] && break
+  sleep 0.05
+done
+[ -n "$FID" ] || fail "the flap run was not recorded"
+set +e
+"$DAGRUN" logs "$FID" flap --follow >"$T/f1.out" 2>"$T/f1.err" &
+F1=$!
+"$DAGRUN" logs "$FID" dud -f >"$T/f2.out" 2>"$T/f2.err" &
+F2=$!
+wait "$F1"
+RC1=$?
+wait "$F2"
+RC2=$?
+set -e
+wait "$BG" && fail "the flap run succeeded: $(cat "$T/flap.out")"
+[ "$(cat "$T/count.flap")" = 3 ] || fail "flap ran $(cat "$T/count.flap") times"
+[ "$(grep -x "flap-try-[0-9]" "$T/f1.out" | tr '\n' ' ')" = "flap-try-1 flap-try-2 flap-try-3 " ] ||
+  fail "logs --follow of flap: $(cat "$T/f1.out") / $(cat "$T/f1.err")"
+[ "$RC1" = 0 ] || fail "logs --follow of flap (succeeded) exited $RC1: $(cat "$T/f1.err")"
+expect_in "$T/f1.err" "attempt 1 failed (exit 1); following attempt 2"
+expect_in "$T/f1.err" "attempt 2 failed (exit 1); following attempt 3"
+[ "$(grep -x "dud-try-[0-9]" "$T/f2.out" | tr '\n' ' ')" = "dud-try-1 dud-try-2 " ] ||
+  fail "logs --follow of dud: $(cat "$T/f2.out") / $(cat "$T/f2.err")"
+[ "$RC2" = 1 ] || fail "logs --follow of dud (failed) exited $RC2: $(cat "$T/f2.err")"
+# Without --follow, the latest attempt, exit 0; --attempt N --follow: that
+# attempt's outcome.
+run_dagrun logs "$FID" dud
+expect_rc 0
+[ "$(grep -x "dud-try-[0-9]" "$T/out")" = dud-try-2 ] || fail "logs of dud: $(cat "$T/out")"
+run_dagrun logs "$FID" flap --attempt 3 --follow
+expect_rc 0
+run_dagrun logs "$FID" flap --attempt 1 --follow
+expect_rc 1
+expect_in "$T/out" "flap-try-1"
+
 # Three runs at once write the same store (WAL, busy timeout): all three
 # are recorded complete.
 cat > par.yaml <<'Y'
