@@ -184,7 +184,7 @@ cp "$T/out" overview.txt
 cmds=$(awk '/^commands:/ {f = 1; next} f && /^$/ {exit} f {print $1}' overview.txt)
 for c in run check graph stages generate cron-next runs status logs resume \
   cancel report backfill serve version help; do
-  printf '%s\n' $cmds | grep -qx -- "$c" || fail "dagrun --help does not list '$c': $cmds"
+  grep -qx -- "$c" <<<"$cmds" || fail "dagrun --help does not list '$c': $cmds"
 done
 for c in $cmds; do
   for h in --help -h; do
