@@ -15,7 +15,8 @@
  * (run), an unknown or ambiguous run, task or attempt (runs, status, logs,
  * resume, cancel), a resumed run whose DAG file does not load or no longer
  * matches; 1 also: resume of a run still running, cancel of a run not
- * running; 130 stopped by SIGINT (Ctrl-C); 143 stopped by SIGTERM.
+ * running; 130 stopped by SIGINT (Ctrl-C); 143 stopped by SIGTERM; 129
+ * stopped by SIGHUP (the terminal closed: the run is recorded interrupted).
  */
 #include <errno.h>
 #include <signal.h>
@@ -358,7 +359,7 @@ typedef struct run_ctx {
   sched *s;
   alerts *al; /* NULL: the DAG has no alerts */
   history *h; /* the run store's record of this run */
-  uv_signal_t sigint, sigterm;
+  uv_signal_t sigint, sigterm, sighup;
   int stop_signal; /* first signal that stopped the run */
   int n_signals;
 } run_ctx;
@@ -396,10 +397,16 @@ static void obs_done(void *ud) {
   /* Closing the signal watchers lets uv_run return. */
   uv_close((uv_handle_t *)&r->sigint, NULL);
   uv_close((uv_handle_t *)&r->sigterm, NULL);
+  uv_close((uv_handle_t *)&r->sighup, NULL);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
   run_ctx *r = h->data;
+  /* A closing terminal sends SIGHUP twice (the kernel to the foreground
+   * group, the shell to its jobs): a hangup never asks to kill the tasks
+   * now, as a second Ctrl-C does. */
+  if (signum == SIGHUP && r->stop_signal)
+    return;
   r->n_signals++;
   if (!r->stop_signal)
     r->stop_signal = signum;
@@ -407,7 +414,8 @@ static void on_signal(uv_signal_t *h, int signum) {
     view_notice(r->v, signum == SIGINT
                           ? "interrupted: stopping tasks (Ctrl-C again to "
                             "kill them now)"
-                          : "terminated: stopping tasks");
+                      : signum == SIGHUP ? "hangup: stopping tasks"
+                                         : "terminated: stopping tasks");
     sched_cancel(r->s, 0);
   } else {
     view_notice(r->v, "killing running tasks");
@@ -455,14 +463,15 @@ static int default_parallelism(void) {
 }
 
 /* From the moment the store names this process as a run's dagrun until
- * the loop watches for them, SIGINT and SIGTERM (`dagrun cancel`) wait
- * blocked: they then stop the run cleanly instead of killing dagrun with
- * the run recorded as running. */
+ * the loop watches for them, SIGINT, SIGTERM (`dagrun cancel`) and SIGHUP
+ * (the terminal closed) wait blocked: they then stop the run cleanly
+ * instead of killing dagrun with the run recorded as running. */
 static void stop_signals_block(int block) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
 }
 
@@ -495,9 +504,11 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
   write_run_json(sp, run, params, r.s, "running", max_parallel);
   uv_signal_init(r.loop, &r.sigint);
   uv_signal_init(r.loop, &r.sigterm);
-  r.sigint.data = r.sigterm.data = &r;
+  uv_signal_init(r.loop, &r.sighup);
+  r.sigint.data = r.sigterm.data = r.sighup.data = &r;
   uv_signal_start(&r.sigint, on_signal, SIGINT);
   uv_signal_start(&r.sigterm, on_signal, SIGTERM);
+  uv_signal_start(&r.sighup, on_signal, SIGHUP);
   stop_signals_block(0);
 
   view_run_started(r.v, run, max_parallel);
@@ -506,8 +517,12 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
 
   size_t counts[TASK_CANCELLED + 1];
   sched_counts(r.s, counts);
+  /* Ctrl-C and SIGTERM are someone's wish to stop the run: cancelled. A
+   * hangup is not (the terminal went away): interrupted, as a run whose
+   * dagrun died is, to be resumed. */
   const char *state =
-      r.stop_signal                                               ? "cancelled"
+      r.stop_signal == SIGHUP ? "interrupted"
+      : r.stop_signal         ? "cancelled"
       : counts[TASK_SUCCESS] + counts[TASK_CACHED] == sp->n_tasks ? "success"
                                                                   : "failed";
   store *db = history_store(r.h); /* the caller's: still open after */
@@ -528,6 +543,7 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
 
   return r.stop_signal == SIGINT         ? 130
          : r.stop_signal == SIGTERM      ? 143
+         : r.stop_signal == SIGHUP       ? 129
          : strcmp(state, "success") == 0 ? 0
                                          : EXIT_FAILED;
 }
@@ -722,7 +738,8 @@ static cJSON *run_params_resolve(const spec *sp, const rundir *run) {
 
 /* Records the start of the run in db, its params shown with secrets
  * redacted: 0 with *h, or EXIT_USAGE after saying why. From here on,
- * SIGINT and SIGTERM wait blocked until execute() watches for them. */
+ * SIGINT, SIGTERM and SIGHUP wait blocked until execute() watches for
+ * them. */
 static int run_record_start(store *db, const spec *sp, const rundir *run,
                             const cJSON *params, const run_args *ra,
                             history **h) {
@@ -900,7 +917,8 @@ static int resume_load(resume_job *j) {
 
 /* Makes this process the run's dagrun and records that the run goes on:
  * 0 with *h, or the exit status after saying why. From the claim on,
- * SIGINT and SIGTERM wait blocked until execute() watches for them. */
+ * SIGINT, SIGTERM and SIGHUP wait blocked until execute() watches for
+ * them. */
 static int resume_claim(resume_job *j, history **h) {
   char err[1024];
   /* Claimed before the orphans are handled: of two resumes at once, one
@@ -1021,7 +1039,11 @@ static int cmd_cancel(int argc, char **argv) {
   char *run_id = xstrdup(json_str(rec, "id"));
   int owner;
   code = EXIT_FAILED;
-  if (strcmp(json_str(rec, "state"), "running") != 0) {
+  if (*json_str(rec, "note")) {
+    /* Interrupted: its dagrun is gone (store.h). */
+    fprintf(stderr, "dagrun: run %s is not running (interrupted): %s\n", run_id,
+            json_str(rec, "note"));
+  } else if (strcmp(json_str(rec, "state"), "running") != 0) {
     fprintf(stderr, "dagrun: run %s is not running (it %s)\n", run_id,
             strcmp(json_str(rec, "state"), "success") == 0
                 ? "succeeded"

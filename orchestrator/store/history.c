@@ -300,6 +300,10 @@ int history_cmd_runs(int argc, char **argv) {
              str(r, "dag", "?"), str(r, "state", "?"), t, d, tasks,
              str(r, "trigger", "manual"), logical);
     }
+    /* Runs whose dagrun is gone (store.c): what to do about each. */
+    for (cJSON *r = runs->child; r; r = r->next)
+      if (str(r, "note", NULL))
+        printf("%s %s\n", str(r, "id", "?"), str(r, "note", ""));
   }
   cJSON_Delete(runs);
   store_close(st);
@@ -379,6 +383,8 @@ int history_cmd_status(int argc, char **argv) {
     fmt_span(run, d, sizeof d);
     printf("run %s  dag %s  %s\n", str(run, "id", "?"), str(run, "dag", "?"),
            str(run, "state", "?"));
+    if (str(run, "note", NULL))
+      printf("%s\n", str(run, "note", ""));
     printf("started %s, %s %s\n", t,
            num(run, "finished", 0) > 0 ? "took" : "running for", d);
     printf("file %s\ndir  %s\n\n", str(run, "dag_file", "-"),

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <sqlite3.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,6 +72,20 @@
   XX(ALERTS_OF, "SELECT time, event, task, attempt, try, status, error, "      \
                 "duration_s, result, endpoint FROM alert_deliveries "          \
                 "WHERE run_id = ?1 ORDER BY rowid")                            \
+  XX(RUNS_OWNED, "SELECT id, orch_pid, orch_start, started FROM runs "         \
+                 "WHERE state = 'running' AND orch_pid > 0 AND "               \
+                 "(?1 IS NULL OR substr(id, 1, length(?1)) = ?1)")             \
+  XX(RUN_GONE, "UPDATE runs SET state = 'interrupted', finished = max("        \
+               "coalesce(started, 0), coalesce((SELECT max(max("               \
+               "coalesce(a.started, 0), coalesce(a.finished, 0))) FROM "       \
+               "attempts a WHERE a.run_id = ?1), 0), coalesce((SELECT "        \
+               "max(t.finished) FROM tasks t WHERE t.run_id = ?1), 0)) "       \
+               "WHERE id = ?1 AND state = 'running' AND orch_pid IS ?2 AND "   \
+               "orch_start IS ?3")                                             \
+  XX(TASKS_GONE, "UPDATE tasks SET state = 'cancelled', finished = "           \
+                 "coalesce(finished, (SELECT finished FROM runs WHERE "        \
+                 "id = ?1)) WHERE run_id = ?1 AND state NOT IN ('success', "   \
+                 "'cached', 'failed', 'upstream_failed', 'cancelled')")        \
   XX(CRON_GET, "SELECT last_fire FROM cron_state WHERE dag = ?1")              \
   XX(CRON_SET, "INSERT INTO cron_state(dag, last_fire, updated) "              \
                "VALUES(?1, ?2, ?3) ON CONFLICT(dag) DO UPDATE SET "            \
@@ -626,6 +641,134 @@ static int rows_into(store *st, sqlite3_stmt *s, cJSON *arr,
   return 0;
 }
 
+/* ---- runs whose dagrun is gone ----
+ *
+ * A dagrun that dies (kill -9, a crash, a power cut) cannot record the end
+ * of its run. Readers do it for it: before each read, a run recorded
+ * "running" whose dagrun is gone is recorded "interrupted", its unfinished
+ * tasks "cancelled" (its attempts are left as they are: `dagrun resume`
+ * finds the workers of those still "running" and stops them). So every
+ * reader (runs, status, logs --follow, the API and the dashboard, serve)
+ * sees the same, without a `cancel` first.
+ *
+ * Gone means: the recorded pid no longer names a live process that started
+ * at the recorded time (a reused pid has another start time), or the run
+ * started before the machine last booted (start times are counted from
+ * the boot, so after a reboot they may match by chance). A live dagrun,
+ * however slow, is never taken for gone. The write is conditional on the
+ * run still being "running" with the same dagrun: a resume that claimed it
+ * meanwhile (store_run_claim) is left alone. A reader that cannot write
+ * (a read-only store, a lock held too long) still shows the run
+ * interrupted and leaves the write to the next reader. */
+
+/* The wall-clock time the machine booted (/proc/stat's btime), or 0. */
+static double boot_time(void) {
+  FILE *f = fopen("/proc/stat", "re");
+  if (!f)
+    return 0;
+  char line[256];
+  long long bt = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "btime %lld", &bt) == 1)
+      break;
+  fclose(f);
+  return (double)bt;
+}
+
+static int owner_gone(int pid, long long start, double run_started) {
+  double booted = boot_time();
+  if (run_started > 0 && booted > 0 && run_started < booted)
+    return 1;
+  return start <= 0 || !proc_alive(pid, start);
+}
+
+/* Records run id "interrupted" if it is still "running" under dagrun
+ * pid/start; 0 or DR_ESTORE. */
+static int run_gone(store *st, const char *id, int pid, long long start,
+                    char *err, size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  sqlite3_stmt *s = stmt(st, S_RUN_GONE, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+  } else {
+    bind_text(s, 1, id);
+    sqlite3_bind_int(s, 2, pid);
+    bind_i64(s, 3, start);
+    rc = step_write(st, s, 0, "recording a run interrupted", err, errlen);
+  }
+  if (rc == 0 && sqlite3_changes(st->db) > 0) {
+    if (!(s = stmt(st, S_TASKS_GONE, err, errlen))) {
+      rc = DR_ESTORE;
+    } else {
+      bind_text(s, 1, id);
+      rc = step_write(st, s, 0, "recording a run's tasks cancelled", err,
+                      errlen);
+    }
+  }
+  return commit(st, rc, err, errlen);
+}
+
+/* Records interrupted the runs (all, or those whose id starts with
+ * prefix) whose dagrun is gone. Failures are left to the next reader. */
+static void reap_gone(store *st, const char *prefix) {
+  char err[512];
+  sqlite3_stmt *s = stmt(st, S_RUNS_OWNED, err, sizeof err);
+  if (!s)
+    return;
+  bind_text(s, 1, prefix);
+  cJSON *gone = cJSON_CreateArray();
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    int pid = sqlite3_column_int(s, 1);
+    long long start = sqlite3_column_int64(s, 2);
+    if (!owner_gone(pid, start, sqlite3_column_double(s, 3)))
+      continue;
+    cJSON *g = cJSON_CreateObject();
+    cJSON_AddStringToObject(g, "id", (const char *)sqlite3_column_text(s, 0));
+    cJSON_AddNumberToObject(g, "pid", pid);
+    cJSON_AddNumberToObject(g, "start", (double)start);
+    cJSON_AddItemToArray(gone, g);
+  }
+  sqlite3_reset(s);
+  const cJSON *g;
+  cJSON_ArrayForEach(g, gone) {
+    run_gone(st, cJSON_GetObjectItem(g, "id")->valuestring,
+             (int)cJSON_GetObjectItem(g, "pid")->valuedouble,
+             (long long)cJSON_GetObjectItem(g, "start")->valuedouble, err,
+             sizeof err);
+  }
+  cJSON_Delete(gone);
+}
+
+/* A run object as read: shown "interrupted" if its dagrun is gone though
+ * the write failed; an interrupted run gets a "note" that says what to
+ * do. */
+static void annotate_run(cJSON *run) {
+  cJSON *state = cJSON_GetObjectItem(run, "state");
+  const cJSON *id = cJSON_GetObjectItem(run, "id");
+  const cJSON *pid = cJSON_GetObjectItem(run, "orch_pid");
+  const cJSON *start = cJSON_GetObjectItem(run, "orch_start");
+  const cJSON *started = cJSON_GetObjectItem(run, "started");
+  if (!cJSON_IsString(state) || !cJSON_IsString(id))
+    return;
+  if (strcmp(state->valuestring, "running") == 0 && cJSON_IsNumber(pid) &&
+      pid->valueint > 0 &&
+      owner_gone(pid->valueint,
+                 cJSON_IsNumber(start) ? (long long)start->valuedouble : 0,
+                 cJSON_IsNumber(started) ? started->valuedouble : 0))
+    cJSON_SetValuestring(state, "interrupted");
+  if (strcmp(state->valuestring, "interrupted") != 0)
+    return;
+  char who[48] = "its dagrun";
+  if (cJSON_IsNumber(pid) && pid->valueint > 0)
+    snprintf(who, sizeof who, "dagrun (pid %d)", pid->valueint);
+  char *note = xasprintf("%s is gone: `dagrun resume %s` goes on with the run",
+                         who, id->valuestring);
+  cJSON_AddStringToObject(run, "note", note);
+  free(note);
+}
+
 cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
                   char *err, size_t errlen) {
   static const char *const keys[] = {
@@ -633,6 +776,7 @@ cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
       "state",       "started",      "finished",        "tasks_total",
       "tasks_succeeded", "trigger",  "logical_date",    "orch_pid",
       "orch_start"};
+  reap_gone(st, NULL);
   sqlite3_stmt *s = stmt(st, S_RUNS_LIST, err, errlen);
   if (!s)
     return NULL;
@@ -644,6 +788,8 @@ cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
     cJSON_Delete(arr);
     return NULL;
   }
+  cJSON *r;
+  cJSON_ArrayForEach(r, arr) annotate_run(r);
   return arr;
 }
 
@@ -681,6 +827,7 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
       "started", "finished", "outputs",  "fingerprint", "cached_from"};
   cJSON *run = NULL;
   *rc = DR_ESTORE;
+  reap_gone(st, id_prefix);
   if (exec_sql(st, "BEGIN", err, errlen) != 0)
     return NULL;
   sqlite3_stmt *s = stmt(st, S_RUN_FIND, err, errlen);
@@ -729,6 +876,7 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
     cJSON_AddItemToObject(t, "attempt_list", a);
   }
   free(id);
+  annotate_run(run);
   *rc = 0;
   goto out;
 bad:

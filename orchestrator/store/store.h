@@ -25,6 +25,9 @@
  * open). A run's trigger says what started it: "manual" (`dagrun run`),
  * "cron" or "api" (`dagrun serve`), "backfill"; its logical_date is the
  * schedule time it stands for (cron and backfill runs), else NULL.
+ * A run's state is "running", then "success", "failed", "cancelled"
+ * (Ctrl-C, SIGTERM, `dagrun cancel`) or "interrupted" (SIGHUP, serve's
+ * shutdown, or a dagrun that is gone: see "Reading").
  * An attempt's state is "starting" (recorded before its process is
  * spawned: pid NULL), "running" (spawned, pid set), then "success",
  * "failed" or "cancelled".
@@ -136,7 +139,17 @@ int store_cache_find(store *st, const char *fingerprint,
                      char *err, size_t errlen);
 
 /* Reading. Each returns a new cJSON (caller frees) or NULL with err set.
- * Times are numbers (seconds), NULL columns are left out. */
+ * Times are numbers (seconds), NULL columns are left out.
+ *
+ * store_runs and store_run first record "interrupted" each run they read
+ * that is recorded "running" though its dagrun is gone (its recorded pid
+ * and start time name no live process, or it started before the last
+ * boot), its unfinished tasks "cancelled" (attempts are left for
+ * resume_prepare): so readers write. The update holds only while the run
+ * still names that dagrun, so a resume that claimed it meanwhile wins; a
+ * failed write leaves it to the next reader (the run is shown interrupted
+ * all the same). An interrupted run has a "note" key: "dagrun (pid N) is
+ * gone: `dagrun resume RUN` goes on with the run". */
 
 /* Runs newest first, of one dag (NULL: all), in one state (NULL: any), at
  * most limit (<= 0: all): [{id, dag, dag_file, run_dir, state, started,

@@ -1,11 +1,12 @@
 /* The run store: creating, schema version refusal, migration from
  * version 1, writes read back, a
- * file that is no database, and readers that go on while a writer writes
- * (WAL). */
+ * file that is no database, readers that go on while a writer writes
+ * (WAL), and runs whose dagrun is gone read (and recorded) interrupted. */
 #include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "lib/clock.h"
 #include "store/store.h"
 #include "testlib.h"
@@ -265,10 +266,11 @@ static void test_migrate_v1(void) {
             0);
   run = store_run(st, "old", &rc, err, sizeof err);
   double v = 0;
-  CHECK_STR(str_key(run, "state"), "running");
+  /* Pid 1234 started at tick 99 is no live process (and the run started
+   * in 1970): the reader records the run interrupted (test_gone). */
+  CHECK_STR(str_key(run, "state"), "interrupted");
   CHECK(num_key(run, "orch_pid", &v) && v == 1234);
   CHECK(num_key(run, "orch_start", &v) && v == 99);
-  CHECK(cJSON_GetObjectItem(run, "finished") == NULL);
   const cJSON *a = cJSON_GetArrayItem(
       cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(run, "tasks"),
                                              0),
@@ -419,6 +421,99 @@ static void test_concurrent(void) {
   store_close(st);
 }
 
+/* A run recorded running whose dagrun is gone: read as interrupted (and
+ * recorded so) with a note, its unfinished tasks cancelled, its attempts
+ * left for resume; never a run whose dagrun lives; a resume's claim goes
+ * on from there. */
+static void test_gone(void) {
+  char err[1024];
+  store *st;
+  const char *db = test_path("gone.db");
+  CHECK_INT(store_open(db, 1, &st, err, sizeof err), 0);
+  if (!st) {
+    fprintf(stderr, "%s\n", err);
+    return;
+  }
+  int me = (int)getpid(), rc;
+  long long my_start = proc_start_time(me);
+  double now = clock_wall();
+  CHECK(my_start > 0);
+  const char *tasks[] = {"a", "b", "c"};
+  const char *ids[] = {"live", "reused", "preboot"};
+  for (int i = 0; i < 3; i++)
+    CHECK_INT(store_run_begin(st, ids[i], "d", NULL, NULL,
+                              i == 2 ? 1000.0 : now, NULL, NULL, 0, NULL, tasks,
+                              3, err, sizeof err),
+              0);
+  /* live: this process. reused: this pid, another start time (the pid
+   * was reused since). preboot: this process, but the run started before
+   * the machine booted. */
+  CHECK_INT(store_run_claim(st, "live", me, my_start, 0, 0, err, sizeof err),
+            0);
+  CHECK_INT(
+      store_run_claim(st, "reused", me, my_start + 1, 0, 0, err, sizeof err),
+      0);
+  CHECK_INT(store_run_claim(st, "preboot", me, my_start, 0, 0, err, sizeof err),
+            0);
+  store_task_update ok = {"success", 1,    0,    NULL, now,
+                          now + 1,   NULL, NULL, NULL};
+  CHECK_INT(store_task_set(st, "reused", "a", &ok, err, sizeof err), 0);
+  CHECK_INT(store_attempt_begin(st, "reused", "b", 1, "/r/b/attempt-1/log",
+                                now + 2, err, sizeof err),
+            0);
+  CHECK_INT(store_attempt_pid(st, "reused", "b", 1, 4242, 7, err, sizeof err),
+            0);
+
+  int rc2;
+  cJSON *run = store_run(st, "live", &rc, err, sizeof err);
+  CHECK_STR(str_key(run, "state"), "running");
+  CHECK(cJSON_GetObjectItem(run, "note") == NULL);
+  cJSON_Delete(run);
+
+  run = store_run(st, "reused", &rc, err, sizeof err);
+  CHECK_INT(rc, 0);
+  CHECK_STR(str_key(run, "state"), "interrupted");
+  char want[128];
+  snprintf(want, sizeof want,
+           "dagrun (pid %d) is gone: `dagrun resume reused` goes on with the "
+           "run",
+           me);
+  CHECK_STR(str_key(run, "note"), want);
+  double v = 0;
+  /* Ended when it was last heard of: its last attempt's start. */
+  CHECK(num_key(run, "finished", &v) && v == now + 2);
+  const cJSON *t = cJSON_GetObjectItem(run, "tasks");
+  CHECK_STR(str_key(cJSON_GetArrayItem(t, 0), "state"), "success");
+  CHECK_STR(str_key(cJSON_GetArrayItem(t, 1), "state"), "cancelled");
+  CHECK_STR(str_key(cJSON_GetArrayItem(t, 2), "state"), "cancelled");
+  const cJSON *a = cJSON_GetArrayItem(
+      cJSON_GetObjectItem(cJSON_GetArrayItem(t, 1), "attempt_list"), 0);
+  CHECK_STR(str_key(a, "state"), "running");
+  cJSON_Delete(run);
+
+  /* Recorded, not only shown: a filter on the state finds it. */
+  cJSON *runs = store_runs(st, NULL, "running", 0, err, sizeof err);
+  CHECK_INT(cJSON_GetArraySize(runs), 1);
+  CHECK_STR(str_key(cJSON_GetArrayItem(runs, 0), "id"), "live");
+  cJSON_Delete(runs);
+  runs = store_runs(st, NULL, "interrupted", 0, err, sizeof err);
+  CHECK_INT(cJSON_GetArraySize(runs), 2);
+  for (int i = 0; i < cJSON_GetArraySize(runs); i++)
+    CHECK(strstr(str_key(cJSON_GetArrayItem(runs, i), "note"), "is gone"));
+  cJSON_Delete(runs);
+
+  /* A resume claims the interrupted run: running again, no note. */
+  CHECK_INT(store_run_claim(st, "reused", me, my_start, me, my_start + 1, err,
+                            sizeof err),
+            0);
+  run = store_run(st, "reused", &rc2, err, sizeof err);
+  CHECK_STR(str_key(run, "state"), "running");
+  CHECK(cJSON_GetObjectItem(run, "note") == NULL);
+  CHECK(cJSON_GetObjectItem(run, "finished") == NULL);
+  cJSON_Delete(run);
+  store_close(st);
+}
+
 int main(void) {
   if (test_tmpdir_make("store") != 0)
     return 1;
@@ -426,6 +521,7 @@ int main(void) {
   test_migrate_v1();
   test_not_a_database();
   test_concurrent();
+  test_gone();
   if (!test_failures_)
     test_tmpdir_remove();
   TEST_DONE();
