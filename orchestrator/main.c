@@ -71,8 +71,10 @@
   "  -p, --param NAME=VALUE set a DAG param (keeps its type; lists and\n"     \
   "                         maps as JSON); repeatable\n"                      \
   "  --run-id ID            the run's id (default: time + random)\n"          \
-  "  --logical-date TIME    the schedule time the run stands for\n"           \
-  "                         (${run.date}), e.g. 2026-11-21T02:30:00Z\n"       \
+  "  --logical-date TIME    the time the run stands for (${run.logical_date},\n" \
+  "                         ${run.date}; default: now), e.g.\n"              \
+  "                         2026-11-21T02:30:00Z; without an offset, local\n" \
+  "                         to the DAG's timezone\n"                         \
   "  --trigger KIND         recorded as what started it: manual, cron,\n"     \
   "                         api, backfill\n"
 
@@ -622,7 +624,7 @@ static const char *const run_triggers[] = {"manual", "cron", "api", "backfill",
 /* `dagrun run`'s command line, read. */
 typedef struct run_args {
   const char *file, *runs_dir, *run_id, *trigger;
-  double logical_date; /* 0: none */
+  const char *logical_date; /* --logical-date as given, or NULL */
   char **overrides;    /* --param "NAME=VALUE" strings, borrowed from argv */
   size_t n_overrides;
   exec_flags fl;
@@ -653,12 +655,21 @@ static int run_option(int argc, char **argv, int *i, run_args *ra) {
           "--trigger takes manual, cron, api or backfill, got '%s'", v);
     ra->trigger = v;
   } else if ((v = cli_value(argc, argv, i, "--logical-date"))) {
+    /* Checked here in UTC, so that a bad value is a usage error before
+     * anything loads; read again in the DAG's zone (run_logical_date). */
+    cron_zone *utc;
     int64_t t;
-    if (cron_parse_time(v, NULL, &t) != 0)
+    char err[128];
+    int bad = cron_zone_open(NULL, &utc, err, sizeof err) != 0 ||
+              cron_parse_time(v, utc, &t) != 0;
+    cron_zone_close(utc);
+    if (bad)
       return cli_usage_error("--logical-date takes a time such as "
-                             "2026-11-21T02:30:00Z, got '%s'",
+                             "2026-11-21T02:30:00Z, 2026-11-21T03:30:00+01:00 "
+                             "or 2026-11-21 (local to the DAG's timezone), "
+                             "got '%s'",
                              v);
-    ra->logical_date = (double)t;
+    ra->logical_date = v;
   } else {
     return 0;
   }
@@ -726,7 +737,9 @@ static int run_store_open(const char *file, store **db) {
 static cJSON *run_params_resolve(const spec *sp, const rundir *run) {
   diags d = {0};
   cJSON *params = NULL;
-  tmpl_env te = {sp, NULL, run->id, run->date, NULL, NULL, NULL};
+  tmpl_env te = {0};
+  te.s = sp;
+  rundir_tmpl(run, &te);
   if (tmpl_resolve_params(&te, &params, &d) != 0) {
     diags_print(&d, stderr);
     cJSON_Delete(params);
@@ -748,7 +761,7 @@ static int run_record_start(store *db, const spec *sp, const rundir *run,
   secrets_redact_params(sp, shown);
   char *pj = cJSON_PrintUnformatted(shown);
   stop_signals_block(1);
-  int rc = history_begin(db, sp, run, pj, ra->trigger, ra->logical_date, h,
+  int rc = history_begin(db, sp, run, pj, ra->trigger, run->logical_date, h,
                          err, sizeof err);
   cJSON_free(pj);
   cJSON_Delete(shown);
@@ -759,6 +772,60 @@ static int run_record_start(store *db, const spec *sp, const rundir *run,
             err, ra->file);
     return EXIT_USAGE;
   }
+  return 0;
+}
+
+/* Sets run's trigger and logical time: the logical date (0: its start) and,
+ * for a cron or backfill run of a scheduled DAG, the data interval from the
+ * schedule's previous fire time (cron_prev) to the logical date, both in
+ * the DAG's time zone. Used by run and resume alike, so a resumed run sees
+ * the same ${run.*} as it did first. 0, or EXIT_USAGE after saying why. */
+static int run_set_time(const spec *sp, rundir *run, const char *trigger,
+                        double logical_date) {
+  char err[512];
+  double istart = 0;
+  int scheduled = trigger && (strcmp(trigger, "cron") == 0 ||
+                              strcmp(trigger, "backfill") == 0);
+  if (scheduled && logical_date > 0 && sp->schedule) {
+    cron_expr *e;
+    cron_zone *z;
+    int64_t prev;
+    if (spec_schedule_open(sp, &e, &z, err, sizeof err) != 0 ||
+        cron_prev(e, z, (int64_t)logical_date, &prev, err, sizeof err) !=
+            0) {
+      fprintf(stderr, "dagrun: %s: %s\n", sp->path, err);
+      return EXIT_USAGE;
+    }
+    istart = (double)prev;
+    cron_destroy(e);
+    cron_zone_close(z);
+  }
+  if (rundir_set_time(run, trigger, sp->timezone, logical_date, istart, err,
+                      sizeof err) != 0) {
+    fprintf(stderr, "dagrun: %s: %s\n", sp->path, err);
+    return EXIT_USAGE;
+  }
+  return 0;
+}
+
+/* --logical-date in sp's time zone (a time without an offset is local to
+ * it) into *t (0 when not given): 0, or EXIT_USAGE after saying why. */
+static int run_logical_date(const spec *sp, const char *z, double *t) {
+  char err[512];
+  cron_zone *zone;
+  int64_t v;
+  *t = 0;
+  if (!z)
+    return 0;
+  if (cron_zone_open(sp->timezone, &zone, err, sizeof err) != 0) {
+    fprintf(stderr, "dagrun: %s: %s\n", sp->path, err);
+    return EXIT_USAGE;
+  }
+  int rc = cron_parse_time(z, zone, &v);
+  cron_zone_close(zone);
+  if (rc != 0)
+    return cli_usage_error("bad --logical-date '%s'", z);
+  *t = (double)v;
   return 0;
 }
 
@@ -780,14 +847,17 @@ static int run_file(const run_args *ra) {
   rundir *run = NULL;
   cJSON *params = NULL;
   history *h;
-  if (run_store_open(ra->file, &db) != 0)
+  double logical_date;
+  if (run_logical_date(sp, ra->logical_date, &logical_date) != 0 ||
+      run_store_open(ra->file, &db) != 0)
     goto out;
-  if (rundir_create(ra->runs_dir, sp->dag, ra->run_id, ra->logical_date, &run,
+  if (rundir_create(ra->runs_dir, sp->dag, ra->run_id, logical_date, &run,
                     err, sizeof(err)) != 0) {
     fprintf(stderr, "dagrun: %s\n", err);
     goto out;
   }
-  if (!(params = run_params_resolve(sp, run)) ||
+  if (run_set_time(sp, run, ra->trigger, logical_date) != 0 ||
+      !(params = run_params_resolve(sp, run)) ||
       apply_param_overrides(sp, params, ra->overrides, ra->n_overrides) != 0) {
     rmdir(run->path); /* nothing ran: no trace of a run */
     goto out;
@@ -910,6 +980,10 @@ static int resume_load(resume_job *j) {
     fprintf(stderr, "dagrun: cannot resume run %s: %s\n", j->run_id, err);
     return EXIT_USAGE;
   }
+  const char *trigger = json_str(j->rec, "trigger");
+  if (run_set_time(j->sp, j->run, *trigger ? trigger : NULL,
+                   json_num(j->rec, "logical_date")) != 0)
+    return EXIT_USAGE;
   j->params = resume_params(j->sp, j->run,
                             cJSON_GetObjectItemCaseSensitive(j->rec, "params"));
   return j->params ? 0 : EXIT_USAGE;

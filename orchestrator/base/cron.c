@@ -625,6 +625,41 @@ int cron_next(const cron_expr *e, const cron_zone *z, int64_t after,
   return rc == 0 ? 0 : no_fire(err, nerr);
 }
 
+int cron_prev(const cron_expr *e, const cron_zone *z, int64_t before,
+              int64_t *out, char *err, size_t nerr) {
+  if (out_of_range(before, err, nerr))
+    return DR_EINVAL;
+  /* Searching backwards would need a mirror of next_fire and its DST
+   * rules; instead the window before `before` doubles until next_fire
+   * finds a fire time in it, then steps forward to the last one. The
+   * answer is then by construction one of cron_next's fire times, DST
+   * included. A window (before-2w, before-w] holds at most w/60 fire
+   * times, so the steps stay few. */
+  tzsave s;
+  tz_enter(z, &s);
+  int rc = DR_ENOENT;
+  for (int64_t w = 60; w <= search_span; w *= 2) {
+    int64_t from = before - w, t;
+    if (from < time_min)
+      break;
+    if (next_fire(e, z, from, &t) != 0)
+      break;
+    if (t >= before)
+      continue;
+    for (;;) {
+      int64_t u;
+      if (next_fire(e, z, t, &u) != 0 || u >= before)
+        break;
+      t = u;
+    }
+    *out = t;
+    rc = 0;
+    break;
+  }
+  tz_leave(z, &s);
+  return rc == 0 ? 0 : no_fire(err, nerr);
+}
+
 int cron_due(const cron_expr *e, const cron_zone *z, int64_t last_fire,
              int64_t now, int catchup, int64_t *out, size_t max, size_t *n,
              int *capped, char *err, size_t nerr) {
@@ -705,6 +740,25 @@ void cron_format(const cron_zone *z, int64_t t, char *buf, size_t n) {
   long a = off < 0 ? -off : off;
   snprintf(buf, n, "%s%c%02ld:%02ld %s  (%s)", lbuf, off < 0 ? '-' : '+',
            a / 3600, a % 3600 / 60, abbr, ubuf);
+}
+
+void cron_format_iso(const cron_zone *z, int64_t t, char *buf, size_t n) {
+  tzsave s;
+  tz_enter(z, &s);
+  time_t tt = (time_t)t;
+  struct tm lt;
+  char lbuf[32];
+  memset(&lt, 0, sizeof lt);
+  if (z->utc)
+    gmtime_r(&tt, &lt);
+  else
+    localtime_r(&tt, &lt);
+  long off = z->utc ? 0 : lt.tm_gmtoff;
+  tz_leave(z, &s);
+  strftime(lbuf, sizeof lbuf, "%Y-%m-%dT%H:%M:%S", &lt);
+  long a = off < 0 ? -off : off;
+  snprintf(buf, n, "%s%c%02ld:%02ld", lbuf, off < 0 ? '-' : '+', a / 3600,
+           a % 3600 / 60);
 }
 
 int cron_parse_time(const char *s, const cron_zone *z, int64_t *out) {

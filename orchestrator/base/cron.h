@@ -96,6 +96,15 @@ const char *cron_zone_name(const cron_zone *z); /* borrowed */
 int cron_next(const cron_expr *e, const cron_zone *z, int64_t after,
               int64_t *out, char *err, size_t nerr);
 
+/* The last fire time strictly before `before` (UTC seconds) into *out:
+ * the start of the data interval of a run scheduled at `before`. It is
+ * always one of cron_next's fire times (DST rules included), so
+ * cron_next(cron_prev(t)) == t for every fire time t. Returns 0,
+ * DR_ENOENT with "no fire time in 41 years" in err when there is none in
+ * CRON_SEARCH_YEARS, or DR_EINVAL for a time outside 1900-9999. */
+int cron_prev(const cron_expr *e, const cron_zone *z, int64_t before,
+              int64_t *out, char *err, size_t nerr);
+
 /* The fire times missed in (last_fire, now], for a daemon that was down or
  * busy. With catchup, all of them in increasing order, at most max (at most
  * CRON_CATCHUP_MAX: the earliest ones; *capped is then set to 1 and the
@@ -121,5 +130,10 @@ int cron_parse_time(const char *s, const cron_zone *z, int64_t *out);
 /* Formats t as "2026-03-08T03:00:00-04:00 EDT  (2026-03-08T07:00:00Z)"
  * into buf (64 bytes are enough). */
 void cron_format(const cron_zone *z, int64_t t, char *buf, size_t n);
+
+/* Formats t as ISO 8601 with z's offset at t, "2026-11-01T00:30:00+01:00"
+ * (UTC: "+00:00"), into buf (32 bytes are enough). Its first 10 bytes are
+ * the local date. */
+void cron_format_iso(const cron_zone *z, int64_t t, char *buf, size_t n);
 
 #endif /* DAGRUN_CRON_H */

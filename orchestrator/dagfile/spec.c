@@ -674,7 +674,7 @@ static void task_init(spec_task *t) {
   t->retry.jitter = 0.1;
   t->kill_grace_s = 10;
   t->pool = SIZE_MAX;
-  t->cache = 1;
+  t->cache = -1;
   t->world_size = 1;
   t->launcher = SPEC_LAUNCHER_LOCAL;
 }

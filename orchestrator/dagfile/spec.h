@@ -90,8 +90,9 @@ typedef struct spec_task {
   double kill_grace_s; /* SIGTERM -> SIGKILL; default 10s */
   size_t pool;         /* index into spec->pools; SIZE_MAX = no pool */
   spec_trigger trigger;
-  int cache; /* `cache:` (default true): may be skipped by the fingerprint
-                cache */
+  int cache; /* `cache:` 1: may be skipped by the fingerprint cache, 0: never;
+                -1 not written: the stage decides (scheduler.h, "The
+                fingerprint cache": every stage but exec) */
   const ynode **need_nodes; /* per needs[i]: the entry as written */
   const ynode *pool_node;   /* the pool name as written, or NULL */
   int world_size;           /* ranks; 1 = not a gang */

@@ -172,7 +172,8 @@ static int is_upstream(const spec *s, size_t task, size_t up) {
 
 static const char ref_forms[] =
     "${params.NAME}, ${env:NAME}, ${env:NAME:-default}, ${run.id}, "
-    "${run.date}, ${run.dag}, ${tasks.TASK.dir} or ${tasks.TASK.outputs.KEY}";
+    "${run.date}, ${run.logical_date}, ${run.data_interval_start}, "
+    "${run.data_interval_end}, ${run.dag}, ${tasks.TASK.dir} or ${tasks.TASK.outputs.KEY}";
 
 /* One reference being resolved: the text x[0..n) between "${" and "}"
  * (spaces trimmed), found at offset off of scalar v (for diagnostics). */
@@ -261,8 +262,8 @@ static int resolve_env_ref(rctx *r, const ref *f, cJSON **out) {
   return rc;
 }
 
-/* ${run.id}, ${run.date}, ${run.dag}: the run's; id and date are deferred
- * until the run has them. */
+/* ${run.FIELD}: the run's; all but dag are deferred until the run has
+ * them. */
 static int resolve_run_ref(rctx *r, const ref *f, cJSON **out) {
   const tmpl_env *e = r->e;
   const char *field = f->x + 4;
@@ -271,10 +272,20 @@ static int resolve_run_ref(rctx *r, const ref *f, cJSON **out) {
     *out = cJSON_CreateString(e->s->dag ? e->s->dag : "");
     return 0;
   }
-  int is_id = lf == 2 && memcmp(field, "id", 2) == 0;
-  int is_date = lf == 4 && memcmp(field, "date", 4) == 0;
-  if (!is_id && !is_date) {
-    static const char *const fields[] = {"id", "date", "dag", NULL};
+  static const char *const fields[] = {"id",
+                                       "date",
+                                       "logical_date",
+                                       "data_interval_start",
+                                       "data_interval_end",
+                                       "dag",
+                                       NULL};
+  const char *vals[] = {e->run_id, e->run_date, e->run_logical_date,
+                        e->run_interval_start, e->run_interval_end};
+  int k = -1;
+  for (int i = 0; i < 5; i++)
+    if (strlen(fields[i]) == lf && memcmp(field, fields[i], lf) == 0)
+      k = i;
+  if (k < 0) {
     char *name = xstrndup(field, lf);
     const char *m = closest_match(name, fields);
     if (m)
@@ -284,12 +295,15 @@ static int resolve_run_ref(rctx *r, const ref *f, cJSON **out) {
     else
       terr(r, f->v, f->off,
            "unknown run field '%s' in ${%.*s}; expected ${run.id}, "
-           "${run.date} or ${run.dag}",
+           "${run.date}, ${run.logical_date}, ${run.data_interval_start}, "
+           "${run.data_interval_end} or ${run.dag}",
            name, (int)f->n, f->x);
     free(name);
     return DR_ETEMPLATE;
   }
-  const char *val = is_id ? e->run_id : e->run_date;
+  /* A run id without the others is a caller that fills only id and date
+   * (older callers): the logical time is then unknown, not empty. */
+  const char *val = vals[k];
   if (!val)
     return DR_EDEFERRED;
   *out = cJSON_CreateString(val);

@@ -3,7 +3,13 @@
  *
  *   ${params.NAME}          a DAG param (params may use env and run only)
  *   ${env:NAME}             an environment variable; ${env:NAME:-default}
- *   ${run.id} ${run.date}   the run's id and its UTC date (YYYY-MM-DD)
+ *   ${run.id}               the run's id
+ *   ${run.date}             the logical date's day in the DAG's time zone
+ *                           (YYYY-MM-DD)
+ *   ${run.logical_date}     the time the run stands for, ISO 8601 with the
+ *                           DAG time zone's offset
+ *   ${run.data_interval_start} ${run.data_interval_end}
+ *                           the data interval (run/rundir.h)
  *   ${run.dag}              the DAG name
  *   ${tasks.T.dir}          directory of task T's outputs (<run>/<T>/out)
  *   ${tasks.T.outputs.K}    output K of task T (set by its plugin)
@@ -44,6 +50,9 @@ typedef struct tmpl_env {
   /* Run fields; NULL at check time (then ${run.*} is DR_EDEFERRED). */
   const char *run_id;
   const char *run_date;
+  const char *run_logical_date;
+  const char *run_interval_start;
+  const char *run_interval_end;
   /* Task lookups; NULL at check time (then ${tasks.*} is DR_EDEFERRED).
    * task_dir returns the task's out directory (borrowed). task_outputs
    * returns the task's outputs object, or NULL if it has not finished

@@ -681,7 +681,10 @@ static int make_hooks(struct alerts *a, const alertspec *v, size_t n,
                       const cJSON *params, char *err, size_t errlen) {
   const spec *s = a->s;
   diags d = {0};
-  tmpl_env te = {s, params, a->run->id, a->run->date, NULL, NULL, NULL};
+  tmpl_env te = {0};
+  te.s = s;
+  te.params = params;
+  rundir_tmpl(a->run, &te);
   int rc = 0;
   a->hooks = xcalloc(n, sizeof(hook));
   a->n_hooks = n;

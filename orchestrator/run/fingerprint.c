@@ -57,6 +57,11 @@ char *fingerprint_compute(const fingerprint_input *in) {
   cJSON_AddItemToObject(j, "env", copy_or_empty(in->env));
   if (in->world_size > 1)
     cJSON_AddNumberToObject(j, "world_size", in->world_size);
+  if (in->has_interval) {
+    cJSON *iv = cJSON_AddArrayToObject(j, "interval");
+    cJSON_AddItemToArray(iv, cJSON_CreateNumber(in->interval_start));
+    cJSON_AddItemToArray(iv, cJSON_CreateNumber(in->interval_end));
+  }
   cJSON *ups = cJSON_AddArrayToObject(j, "upstream");
   for (size_t k = 0; k < in->n_up; k++) {
     cJSON *e = cJSON_CreateObject();

@@ -13,6 +13,12 @@
  *    "world_size": N,             only when above 1: a gang's result may
  *                                 depend on its size, and a plain task's
  *                                 fingerprint stays what it was before
+ *    "interval": [START, END],    only for a run with a data interval (a
+ *                                 cron or backfill run, rundir.h), in UTC
+ *                                 seconds: a run for another interval is
+ *                                 other work even when no value mentions
+ *                                 ${run.*}, while a manual rerun of an
+ *                                 unchanged DAG still hits the cache
  *    "upstream": [                per `needs`, in the order written:
  *      {"name", "fingerprint", "outputs": {...}}, ...]}
  *
@@ -44,6 +50,8 @@ typedef struct fingerprint_input {
   const cJSON *params;            /* resolved params; NULL: {} */
   const cJSON *env;               /* resolved task env; NULL: {} */
   int world_size;                 /* ranks; 1 for a plain task */
+  int has_interval;               /* 1: the run has a data interval */
+  double interval_start, interval_end; /* UTC seconds, when it has */
   const fingerprint_upstream *up; /* n_up entries, in `needs` order */
   size_t n_up;
 } fingerprint_input;

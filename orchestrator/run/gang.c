@@ -136,7 +136,9 @@ static char **mpirun_argv(const spec_task *st, char *hosts,
       "DAGRUN_GANG_DIR",   "DAGRUN_RENDEZVOUS",  "DAGRUN_GANG_ADDR",
       "DAGRUN_GANG_TOKEN", "DAGRUN_DAG",         "DAGRUN_RUN_ID",
       "DAGRUN_RUN_DIR",    "DAGRUN_TASK",        "DAGRUN_ATTEMPT",
-      "DAGRUN_OUT_DIR",    "DAGRUN_PLUGIN_PATH", NULL};
+      "DAGRUN_OUT_DIR",    "DAGRUN_PLUGIN_PATH", "DAGRUN_TRIGGER",
+      "DAGRUN_LOGICAL_DATE", "DAGRUN_DATA_INTERVAL_START",
+      "DAGRUN_DATA_INTERVAL_END", NULL};
   for (size_t k = 0; passed[k]; k++) {
     if (strcmp(passed[k], "DAGRUN_PLUGIN_PATH") == 0 && !getenv(passed[k]))
       continue;

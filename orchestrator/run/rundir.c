@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/cron.h"
 #include "base/util.h"
 #include "lib/clock.h"
 #include "lib/fileio.h"
@@ -39,14 +40,35 @@ int rundir_id_valid(const char *id) {
   return 1;
 }
 
-/* The UTC date (YYYY-MM-DD) of t. */
-static char *utc_date(double t) {
-  time_t sec = (time_t)t;
-  struct tm tm;
-  char date[16];
-  gmtime_r(&sec, &tm);
-  strftime(date, sizeof(date), "%Y-%m-%d", &tm);
-  return xstrdup(date);
+static char *iso(const cron_zone *z, double t) {
+  char buf[48];
+  cron_format_iso(z, (int64_t)t, buf, sizeof buf);
+  return xstrdup(buf);
+}
+
+int rundir_set_time(rundir *r, const char *trigger, const char *tz,
+                    double logical_date, double interval_start, char *err,
+                    size_t errlen) {
+  cron_zone *z;
+  int rc = cron_zone_open(tz, &z, err, errlen);
+  if (rc != 0)
+    return rc;
+  free(r->logical_iso);
+  free(r->interval_start_iso);
+  free(r->interval_end_iso);
+  free(r->date);
+  free(r->trigger);
+  r->trigger = xstrdup(trigger ? trigger : "manual");
+  r->logical_date = logical_date > 0 ? logical_date : r->started;
+  r->has_interval = interval_start > 0;
+  r->interval_start = r->has_interval ? interval_start : r->logical_date;
+  r->interval_end = r->logical_date;
+  r->logical_iso = iso(z, r->logical_date);
+  r->interval_start_iso = iso(z, r->interval_start);
+  r->interval_end_iso = iso(z, r->interval_end);
+  r->date = xstrndup(r->logical_iso, 10);
+  cron_zone_close(z);
+  return 0;
 }
 
 int rundir_create(const char *base, const char *dag, const char *id,
@@ -89,8 +111,8 @@ int rundir_create(const char *base, const char *dag, const char *id,
       rundir *r = xcalloc(1, sizeof(*r));
       r->path = path;
       r->id = rid;
-      r->date = utc_date(logical_date > 0 ? logical_date : t);
       r->started = t;
+      rundir_set_time(r, NULL, NULL, logical_date, 0, err, errlen);
       free(dag_dir);
       *out = r;
       return 0;
@@ -123,10 +145,18 @@ int rundir_open(const char *path, const char *id, double started,
   rundir *r = xcalloc(1, sizeof(*r));
   r->path = xstrdup(path);
   r->id = xstrdup(id);
-  r->date = utc_date(logical_date > 0 ? logical_date : started);
   r->started = started;
+  rundir_set_time(r, NULL, NULL, logical_date, 0, err, errlen);
   *out = r;
   return 0;
+}
+
+void rundir_tmpl(const rundir *r, tmpl_env *te) {
+  te->run_id = r ? r->id : NULL;
+  te->run_date = r ? r->date : NULL;
+  te->run_logical_date = r ? r->logical_iso : NULL;
+  te->run_interval_start = r ? r->interval_start_iso : NULL;
+  te->run_interval_end = r ? r->interval_end_iso : NULL;
 }
 
 void rundir_destroy(rundir *r) {
@@ -135,6 +165,10 @@ void rundir_destroy(rundir *r) {
   free(r->path);
   free(r->id);
   free(r->date);
+  free(r->logical_iso);
+  free(r->interval_start_iso);
+  free(r->interval_end_iso);
+  free(r->trigger);
   free(r);
 }
 

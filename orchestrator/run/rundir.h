@@ -15,13 +15,25 @@
 
 #include <stddef.h>
 
+#include "dagfile/template.h"
+
 typedef struct rundir {
-  char *path;     /* <base>/<dag>/<id>, absolute */
-  char *id;       /* e.g. 20261121T135327Z-3fa9 */
-  char *date;     /* UTC date of the run's logical date (a cron or
-                     backfill run's schedule time), else of its start:
+  char *path; /* <base>/<dag>/<id>, absolute */
+  char *id;   /* e.g. 20261121T135327Z-3fa9 */
+  /* Logical time (rundir_set_time). The logical date is the time the run
+   * stands for: a cron or backfill run's schedule time, `--logical-date`,
+   * else the run's start. The data interval is [start, end): for a
+   * scheduled or backfilled run the schedule's previous fire time and the
+   * logical date; for any other run both are the logical date. Strings
+   * are ISO 8601 with the DAG time zone's offset. */
+  double logical_date, interval_start, interval_end;
+  char *logical_iso, *interval_start_iso, *interval_end_iso;
+  char *date;     /* the logical date's day in the DAG's time zone:
                      YYYY-MM-DD, ${run.date} */
-  double started; /* wall clock */
+  int has_interval; /* 1: a scheduled or backfilled run's interval */
+  char *trigger;    /* what started it (store.h): manual, cron, api,
+                       backfill; DAGRUN_TRIGGER */
+  double started;   /* wall clock */
 } rundir;
 
 /* A new run id for a run started at t (wall clock): the UTC time and 16
@@ -44,6 +56,17 @@ int rundir_create(const char *base, const char *dag, const char *id,
  * or DR_ENOENT with a message in err when the directory is gone. */
 int rundir_open(const char *path, const char *id, double started,
                 double logical_date, rundir **out, char *err, size_t errlen);
+/* Sets r's trigger (NULL: "manual") and logical time (see rundir) in time
+ * zone tz (an IANA name; NULL: UTC): logical_date (0: the run's start), and interval_start, the data
+ * interval's start (0: no interval; then start and end are the logical
+ * date). rundir_create and rundir_open set it in UTC without an interval.
+ * Returns 0, or DR_ENOENT for an unknown zone with a message in err. */
+int rundir_set_time(rundir *r, const char *trigger, const char *tz,
+                    double logical_date, double interval_start, char *err,
+                    size_t errlen);
+/* Sets te's run fields (${run.id}, ${run.date}, the logical time) to r's,
+ * borrowed from r; r NULL leaves them NULL (deferred). */
+void rundir_tmpl(const rundir *r, tmpl_env *te);
 void rundir_destroy(rundir *r);
 
 /* Paths; caller frees. */

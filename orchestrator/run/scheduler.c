@@ -285,6 +285,12 @@ static cJSON *task_facts(sched *s, size_t i) {
   cJSON_AddStringToObject(f, "DAGRUN_DAG", s->sp->dag);
   cJSON_AddStringToObject(f, "DAGRUN_RUN_ID", s->run->id);
   cJSON_AddStringToObject(f, "DAGRUN_RUN_DIR", s->run->path);
+  cJSON_AddStringToObject(f, "DAGRUN_TRIGGER", s->run->trigger);
+  cJSON_AddStringToObject(f, "DAGRUN_LOGICAL_DATE", s->run->logical_iso);
+  cJSON_AddStringToObject(f, "DAGRUN_DATA_INTERVAL_START",
+                          s->run->interval_start_iso);
+  cJSON_AddStringToObject(f, "DAGRUN_DATA_INTERVAL_END",
+                          s->run->interval_end_iso);
   cJSON_AddStringToObject(f, "DAGRUN_TASK", s->sp->tasks[i].name);
   cJSON_AddNumberToObject(f, "DAGRUN_ATTEMPT", s->t[i].attempt);
   cJSON_AddStringToObject(f, "DAGRUN_OUT_DIR", out_dir(s, i));
@@ -352,9 +358,13 @@ static int resolve_task(sched *s, size_t i,
                         cJSON **params, cJSON **task_env, char **reason) {
   const spec_task *st = &s->sp->tasks[i];
   const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
-  tmpl_env te = {s->sp,        s->params, s->run->id,
-                 s->run->date, task_dir,  tmpl_task_outputs,
-                 s};
+  tmpl_env te = {0};
+  te.s = s->sp;
+  te.params = s->params;
+  te.task_dir = task_dir;
+  te.task_outputs = tmpl_task_outputs;
+  te.ud = s;
+  rundir_tmpl(s->run, &te);
   diags d = {0};
   *params = *task_env = NULL;
   int rc = 0;
@@ -479,11 +489,27 @@ static char *task_fingerprint(sched *s, size_t i, const cJSON *params,
                           .params = params,
                           .env = task_env,
                           .world_size = st->world_size,
+                          .has_interval = s->run->has_interval,
+                          .interval_start = s->run->interval_start,
+                          .interval_end = s->run->interval_end,
                           .up = up,
                           .n_up = st->n_needs};
   char *hex = fingerprint_compute(&in);
   free(up);
   return hex;
+}
+
+/* Whether task i may be taken from the cache: as its `cache:` says, and
+ * when that is not written, every stage but exec. An exec task runs a
+ * user's command, whose effects (a trained model, a table written
+ * elsewhere, a message sent) dagrun cannot see; a user who wraps a script
+ * expects it to run, so its caching is asked for, not assumed. */
+static int task_cacheable(const sched *s, size_t i) {
+  const spec_task *st = &s->sp->tasks[i];
+  if (st->cache >= 0)
+    return st->cache;
+  const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
+  return strcmp(p->stage->name, "exec") != 0;
 }
 
 /* Before the first attempt of task i: computes its fingerprint and, when
@@ -492,7 +518,6 @@ static char *task_fingerprint(sched *s, size_t i, const cJSON *params,
  * resolve give no fingerprint: launch reports them. */
 static int try_cache(sched *s, size_t i) {
   task_rt *t = &s->t[i];
-  const spec_task *st = &s->sp->tasks[i];
   if (t->cache_checked)
     return 0;
   t->cache_checked = 1;
@@ -503,7 +528,7 @@ static int try_cache(sched *s, size_t i) {
   cJSON_Delete(task_env);
   char *from_run = NULL, *from_dir = NULL;
   cJSON *outputs = NULL;
-  if (!t->fingerprint || !st->cache || s->opts.no_cache ||
+  if (!t->fingerprint || !task_cacheable(s, i) || s->opts.no_cache ||
       !s->opts.cache_lookup ||
       !s->opts.cache_lookup(s->opts.obs.ud, i, t->fingerprint, &from_run,
                             &from_dir, &outputs))

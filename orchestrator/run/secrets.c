@@ -210,9 +210,10 @@ secrets *secrets_collect(const spec *s, const cJSON *params,
   const ynode *al = s->alerts;
   if (!al || al->kind != YNODE_SEQ)
     return set;
-  tmpl_env te = {
-      s,    params, run ? run->id : NULL, run ? run->date : NULL, NULL,
-      NULL, NULL};
+  tmpl_env te = {0};
+  te.s = s;
+  te.params = params;
+  rundir_tmpl(run, &te);
   for (size_t i = 0; i < al->n; i++) {
     const ynode *w = ynode_get(al->items[i], "webhook");
     if (!w || w->kind != YNODE_SCALAR)

@@ -6,6 +6,7 @@
 #include "history.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -294,8 +295,12 @@ int history_cmd_runs(int argc, char **argv) {
       fmt_span(r, d, sizeof d);
       snprintf(tasks, sizeof tasks, "%d/%d", (int)num(r, "tasks_succeeded", 0),
                (int)num(r, "tasks_total", 0));
-      if (num(r, "logical_date", 0) > 0)
-        fmt_time(num(r, "logical_date", 0), logical, sizeof logical);
+      /* Every run has a logical date; a manual run's is its start, not
+       * worth a column of its own unless it was given. */
+      double ld = num(r, "logical_date", 0);
+      if (ld > 0 && (strcmp(str(r, "trigger", "manual"), "manual") != 0 ||
+                     fabs(ld - num(r, "started", 0)) >= 1))
+        fmt_time(ld, logical, sizeof logical);
       printf("%-26s %-16s %-10s %-21s %9s %-6s %-8s %s\n", str(r, "id", "?"),
              str(r, "dag", "?"), str(r, "state", "?"), t, d, tasks,
              str(r, "trigger", "manual"), logical);
@@ -304,6 +309,12 @@ int history_cmd_runs(int argc, char **argv) {
     for (cJSON *r = runs->child; r; r = r->next)
       if (str(r, "note", NULL))
         printf("%s %s\n", str(r, "id", "?"), str(r, "note", ""));
+    /* Tasks counted as done that did not run in that run. */
+    for (cJSON *r = runs->child; r; r = r->next)
+      if (num(r, "tasks_cached", 0) > 0)
+        printf("%s %d of %d tasks cached from %s\n", str(r, "id", "?"),
+               (int)num(r, "tasks_cached", 0), (int)num(r, "tasks_total", 0),
+               str(r, "cached_from", "?"));
   }
   cJSON_Delete(runs);
   store_close(st);

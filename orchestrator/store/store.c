@@ -45,7 +45,10 @@
      "r.finished, (SELECT count(*) FROM tasks t WHERE t.run_id = r.id), "      \
      "(SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND "                \
      "t.state IN ('success', 'cached')), r.trigger, r.logical_date, "          \
-     "r.orch_pid, r.orch_start FROM runs r "                                   \
+     "r.orch_pid, r.orch_start, "                                              \
+     "(SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND "                \
+     "t.state = 'cached'), (SELECT group_concat(DISTINCT t.cached_from) "      \
+     "FROM tasks t WHERE t.run_id = r.id AND t.state = 'cached') FROM runs r " \
      "WHERE (?1 IS NULL OR r.dag = ?1) AND (?3 IS NULL OR r.state = ?3) "      \
      "ORDER BY r.started DESC, r.id DESC LIMIT ?2")                            \
   XX(RUN_FIND, "SELECT id, dag, dag_file, run_dir, state, started, finished, " \
@@ -775,7 +778,7 @@ cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
       "id",          "dag",          "dag_file",        "run_dir",
       "state",       "started",      "finished",        "tasks_total",
       "tasks_succeeded", "trigger",  "logical_date",    "orch_pid",
-      "orch_start"};
+      "orch_start",  "tasks_cached", "cached_from"};
   reap_gone(st, NULL);
   sqlite3_stmt *s = stmt(st, S_RUNS_LIST, err, errlen);
   if (!s)
@@ -784,7 +787,7 @@ cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
   sqlite3_bind_int(s, 2, limit > 0 ? limit : -1);
   bind_text(s, 3, state);
   cJSON *arr = cJSON_CreateArray();
-  if (rows_into(st, s, arr, keys, 13, -1, "listing runs", err, errlen) != 0) {
+  if (rows_into(st, s, arr, keys, 15, -1, "listing runs", err, errlen) != 0) {
     cJSON_Delete(arr);
     return NULL;
   }

@@ -154,7 +154,8 @@ int store_cache_find(store *st, const char *fingerprint,
 /* Runs newest first, of one dag (NULL: all), in one state (NULL: any), at
  * most limit (<= 0: all): [{id, dag, dag_file, run_dir, state, started,
  * finished, tasks_total, tasks_succeeded (success or cached), trigger,
- * logical_date, orch_pid, orch_start}]. */
+ * logical_date, orch_pid, orch_start, tasks_cached, cached_from (the runs
+ * its cached tasks were taken from, comma-separated, or null)}]. */
 cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
                   char *err, size_t errlen);
 /* The run whose id is id_prefix or starts with it: {..., params, tasks:

@@ -21,7 +21,8 @@ Y
 run_dagrun run s.yaml -q -p n=5 --param who=x --run-id first \
   --logical-date 2026-01-02T03:04:05Z --trigger cron
 expect_rc 0
-expect_in "$DAGRUN_RUNS_DIR/sched/first/a/attempt-1/log" "date=2026-01-02 n=5 who=x"
+# 03:04Z on Jan 2 is 22:04 on Jan 1 in New York: the DAG's day.
+expect_in "$DAGRUN_RUNS_DIR/sched/first/a/attempt-1/log" "date=2026-01-01 n=5 who=x"
 run_dagrun status first --json
 /usr/bin/python3 - "$T/out" <<'PY' || fail "status of run first: $(cat "$T/out")"
 import json, sys

@@ -11,6 +11,7 @@ dag: cache
 params: {tag: one}
 defaults:
   env: {LOG: "${env:CACHE_LOG}"}
+  cache: true # exec is cached only when asked
 tasks:
   a:
     stage: exec
@@ -142,6 +143,7 @@ dag: failing
 tasks:
   f:
     stage: exec
+    cache: true
     env: {LOG: "${env:CACHE_LOG}"}
     with: {command: [sh, -c, 'echo f >> "$LOG"; exit 3']}
 Y
@@ -164,6 +166,7 @@ tasks:
   produce: {stage: outputs, with: {key: p, value: "${env:CACHE_DATA}"}}
   consume:
     stage: exec
+    cache: true
     needs: [produce]
     with:
       command: [sh, -c, 'echo "$1 $2" > "$DAGRUN_OUT_DIR/got"', x, "${tasks.produce.outputs.p}", v1]
