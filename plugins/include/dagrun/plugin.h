@@ -35,6 +35,17 @@
  *   SIGKILL after a grace period regardless.
  * - Build with -fvisibility=hidden; DAGRUN_EXPORT marks the entry point.
  *
+ * The run's facts are in the worker's environment, not in the host
+ * table: DAGRUN_DAG, DAGRUN_RUN_ID, DAGRUN_RUN_DIR, DAGRUN_TASK,
+ * DAGRUN_ATTEMPT, DAGRUN_OUT_DIR, DAGRUN_TRIGGER (manual, cron, api,
+ * backfill), and the run's logical time, ISO 8601 with the DAG time
+ * zone's offset: DAGRUN_LOGICAL_DATE, DAGRUN_DATA_INTERVAL_START,
+ * DAGRUN_DATA_INTERVAL_END (docs/dag-files.md, "Logical time"). Read them
+ * with getenv(). They are strings that every attempt has, plugin or
+ * `exec` command alike; host-table members for them would bump the minor
+ * ABI and give plugins built for 1.0 and 1.1 nothing they cannot already
+ * read.
+ *
  * Build out of tree:
  *   cc -shared -fPIC $(pkg-config --cflags dagrun-plugin) -o my.so my.c
  */
