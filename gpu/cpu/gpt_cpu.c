@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt_cpu.h"
 #include "model/gpt.h"
 #include "model/gpt_impl.h"
 
@@ -136,11 +137,25 @@ static size_t carve(const gpt_config *cfg, float *base, int B, int T,
   return off;
 }
 
-uint64_t gpt_cpu_act_bytes(const gpt_config *cfg, int B, int T) {
+/* Bytes of the activations, backward scratch and input/target id copies
+ * that a forward at (B,T) makes ensure_acts allocate, counted without
+ * allocating. */
+static uint64_t act_bytes(const gpt_config *cfg, int B, int T) {
   acts a;
   size_t nids = (size_t)B * T;
   return (uint64_t)carve(cfg, NULL, B, T, &a) * sizeof(float) +
          2 * (uint64_t)nids * sizeof(uint32_t);
+}
+
+/* Here, not in gpt.c: the activations are this backend's layout (carve
+ * above), and the model layer calls no backend. */
+void gpt_memory_estimate(const gpt_config *cfg, int B, int T,
+                         int optim_floats_per_param, gpt_memory *out) {
+  uint64_t n = gpt_config_num_params(cfg);
+  out->params = out->grads = n * sizeof(float);
+  out->optim = n * (uint64_t)optim_floats_per_param * sizeof(float);
+  out->acts = act_bytes(cfg, B, T);
+  out->total = out->params + out->grads + out->optim + out->acts;
 }
 
 static layer_acts layer_at(const gpt *m, const acts *a, int l, int B, int T) {
