@@ -1,5 +1,13 @@
 /*
- * safetensors reading and writing; see safetensors.h.
+ * safetensors: reading and writing Hugging Face's safetensors format,
+ * the weights file of checkpoints, exports and the Hub's GPT-2.
+ * safetensors.h describes the format and states the contract.
+ *
+ * Writing goes to a temporary name, fsync, rename, fsync of the
+ * directory (lib/fileio.h), so a crash leaves the old file or the new
+ * one. Reading maps the file and hands out pointers into the map: the
+ * tensors are not copied, so a large checkpoint costs no second copy in
+ * memory while it is loaded.
  *
  * The reader is as strict as Hugging Face's own (safetensors/src/
  * tensor.rs, validate()): the tensors' byte ranges, in offset order,

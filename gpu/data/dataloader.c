@@ -1,5 +1,5 @@
 /*
- * The data loader; see loader.h.
+ * The data loader; see dataloader.h.
  *
  * Every batch is a pure function of a generator state (struct gen): the
  * batches served so far, the RNG state and, for LOADER_SEQUENTIAL, the
