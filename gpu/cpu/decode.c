@@ -23,7 +23,6 @@
 #include "model/decode.h"
 #include "model/gpt.h"
 
-
 /* The tensors of one layer, as pointers into the model's parameters. */
 typedef struct layer_w {
   const float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;

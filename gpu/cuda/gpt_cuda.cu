@@ -633,8 +633,7 @@ static int alloc_device(gpt_cuda *g, char *err, size_t errlen) {
 /* The first state on the device: group pointers, the weights (or a
  * cleared stage-3 shard), zero gradients and a fresh optimizer. Returns
  * once the upload is done. 0, or -1; g is the caller's to destroy. */
-static int init_device(gpt_cuda *g, const gpt *host, char *err,
-                       size_t errlen) {
+static int init_device(gpt_cuda *g, const gpt *host, char *err, size_t errlen) {
   /* Every group in the gpt_cuda's own arrays; stage 3's are placed by
    * the parameter hook, and its weights come with gpt_cuda_upload_shard
    * (zero until then); sharded gradients' groups too (in backward). */

@@ -1082,8 +1082,8 @@ static void zero_check_overlap(const zcheck *z, int st) {
   const zrun *run = &z->run[st];
   int want = (int)((z->P + ZBUCKET - 1) / ZBUCKET);
   if (st < 2) {
-    CHECK(want > 1 && run->bmin == want && run->bmax == want &&
-              run->emin > 0 && run->emax < want,
+    CHECK(want > 1 && run->bmin == want && run->bmax == want && run->emin > 0 &&
+              run->emax < want,
           "stage %d, buckets of %d floats: %d-%d buckets a step (want "
           "%d), %d-%d of them started during backward (want some, not "
           "all)",
@@ -1096,8 +1096,8 @@ static void zero_check_overlap(const zcheck *z, int st) {
     /* A group at a time (the embeddings, each layer, ln_f), all but
      * the embeddings' (final at the very end) during backward. */
     want = z->ngroups;
-    CHECK(run->bmin == want && run->bmax == want &&
-              run->emin == want - 1 && run->emax == want - 1,
+    CHECK(run->bmin == want && run->bmax == want && run->emin == want - 1 &&
+              run->emax == want - 1,
           "stage %d: %d-%d groups reduced a step (want %d), %d-%d of them "
           "during backward (want %d)",
           st, run->bmin, run->bmax, want, run->emin, run->emax, want - 1);
@@ -1132,7 +1132,8 @@ static void zero_check_vs_reference(const zcheck *z, int st) {
   if (z->N == 1)
     CHECK(worst == 0 && wdiff == 0,
           "stage %d, one rank: not the reference's bits (loss %.3g, "
-          "weights %.3g)", st, worst, wdiff);
+          "weights %.3g)",
+          st, worst, wdiff);
   else
     CHECK(worst < 1e-3 && wrel < 1e-2 && wdiff < 2.5 * 1e-3 * ZSTEPS,
           "stage %d, %d ranks: loss %.3g relative (< 1e-3), weights %.3g "
@@ -1165,8 +1166,8 @@ static void zero_check_no_overlap(const zcheck *z) {
     CHECK(same,
           "stage %d: losses without overlap %.9g %.9g %.9g, with "
           "%.9g %.9g %.9g: not the same bits",
-          st, one.loss[0], one.loss[1], one.loss[2], run->loss[0],
-          run->loss[1], run->loss[2]);
+          st, one.loss[0], one.loss[1], one.loss[2], run->loss[0], run->loss[1],
+          run->loss[2]);
     if (z->r == 0)
       printf("stage %d: no overlap, steps 1-3: %s\n", st,
              same ? "the overlapped run's bits" : "DIFFERENT");
@@ -1222,12 +1223,11 @@ static void zero_check_resumes(const zcheck *z) {
   for (size_t i = 0; i < sizeof resumes / sizeof *resumes; i++) {
     int from = resumes[i].from, to = resumes[i].to;
     char dir[4200];
-    snprintf(dir, sizeof dir, "%s/step-%08d", from == 2 ? z->ck : z->ck3,
-             10);
+    snprintf(dir, sizeof dir, "%s/step-%08d", from == 2 ? z->ck : z->ck3, 10);
     zrun res;
     memset(&res, 0, sizeof res);
-    zero_train(z->ctl, z->nc, (zero_config){.stage = to}, dir, 10, ZSTEPS,
-               NULL, &res);
+    zero_train(z->ctl, z->nc, (zero_config){.stage = to}, dir, 10, ZSTEPS, NULL,
+               &res);
     double worst = 0;
     for (int k = 10; k < ZSTEPS; k++)
       worst = fmax(worst, rel_diff(res.loss[k], z->run[from].loss[k]));
@@ -1287,8 +1287,7 @@ static int cmd_zero(void) {
   /* Every rank is past its last load (the all-reduce above). */
   if (z.r == 0 &&
       (fileio_remove_tree(z.ck) != 0 || fileio_remove_tree(z.ck3) != 0))
-    fprintf(stderr, "gpt_cuda_check: could not remove %s or %s\n", z.ck,
-            z.ck3);
+    fprintf(stderr, "gpt_cuda_check: could not remove %s or %s\n", z.ck, z.ck3);
   comm_destroy(z.nc);
   comm_destroy(z.ctl);
   if (rdv[0])

@@ -306,12 +306,12 @@ static int report(zero *z, const float *w, size_t P, const timing *tm,
   zero_memory_get(z, &zm);
   printf("mem stage %d world %d psi %" PRIu64 " params %" PRIu64
          " grads %" PRIu64 " optim %" PRIu64 " peak_params %" PRIu64
-         " peak_grads %" PRIu64 " f_params %" PRIu64
-         " f_grads %" PRIu64 " f_optim %" PRIu64 " f_mixed %" PRIu64
-         " f_peak_params %" PRIu64 " f_peak_grads %" PRIu64 "\n",
+         " peak_grads %" PRIu64 " f_params %" PRIu64 " f_grads %" PRIu64
+         " f_optim %" PRIu64 " f_mixed %" PRIu64 " f_peak_params %" PRIu64
+         " f_peak_grads %" PRIu64 "\n",
          zm.stage, zm.world, zm.n_params, zm.params, zm.grads, zm.optim,
-         zm.peak_params, zm.peak_grads, zm.f_params, zm.f_grads,
-         zm.f_optim, zm.f_mixed, zm.f_peak_params, zm.f_peak_grads);
+         zm.peak_params, zm.peak_grads, zm.f_params, zm.f_grads, zm.f_optim,
+         zm.f_mixed, zm.f_peak_params, zm.f_peak_grads);
   int n = tm->t_n;
   printf("step_ms %.3f\n", n ? tm->t_sum / n : 0.0);
   /* Where it went (zero_step_result's split, rank 0), ms a step. */
