@@ -228,7 +228,7 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout,
 }
 
 /* inp (N,C), w (C), b (C) -> out (N,C), mean (N), rstd (N); see
- * gpt_impl.h. */
+ * gpt_cpu.h. */
 void gpt_cpu_layernorm(float *out, float *mean, float *rstd, const float *inp,
                        const float *w, const float *b, int N, int C) {
 #pragma omp parallel for schedule(static)
@@ -343,7 +343,7 @@ static inline float fast_tanhf(float u) {
   return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
 }
 
-/* inp (N) -> out (N): GELU, tanh approximation; see gpt_impl.h. */
+/* inp (N) -> out (N): GELU, tanh approximation; see gpt_cpu.h. */
 void gpt_cpu_gelu(float *out, const float *inp, size_t N) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < N; i++) {
@@ -487,7 +487,7 @@ static void crossentropy_backward(float *probs_dlogits, const uint32_t *targets,
   }
 }
 
-/* The kernels above under gpt_impl.h's names, for the CUDA kernels'
+/* The kernels above under gpt_cpu.h's names, for the CUDA kernels'
  * reference test (tests/gpu/kernel_check.cu). Wrappers rather than
  * renames, so that the passes below keep their short names. */
 void gpt_cpu_encoder_forward(float *out, const uint32_t *ids, const float *wte,
