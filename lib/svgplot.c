@@ -880,23 +880,144 @@ static void sb_esc_trunc(sb *b, const char *s, size_t max) {
   free(cut);
 }
 
-char *svgplot_timeline(const svgplot_chart *c, const svgplot_row *rows,
-                       size_t n_rows, const svgplot_key *keys, size_t n_keys) {
-  sb b = {0};
-  double xmn = INFINITY, xmx = -INFINITY, longest = 0;
+/* The plot area of a timeline: rows from y0 down to y1, rh apart, pw
+ * wide from the frame's left margin. */
+typedef struct tl_area {
+  double y0, y1, rh, pw;
+} tl_area;
+
+/* The x range of the rows' finite spans and the widest row label (cut at
+ * 28 characters, as drawn); returns how many spans are finite. */
+static size_t timeline_extent(const svgplot_row *rows, size_t n_rows,
+                              double *xmn, double *xmx, double *longest) {
   size_t total = 0;
+  *xmn = INFINITY;
+  *xmx = -INFINITY;
+  *longest = 0;
   for (size_t r = 0; r < n_rows; r++) {
     double w = text_w(rows[r].label);
-    longest = fmax(longest, fmin(w, 28 * CHAR_W));
+    *longest = fmax(*longest, fmin(w, 28 * CHAR_W));
     for (size_t i = 0; i < rows[r].n; i++) {
       const svgplot_span *sp = &rows[r].spans[i];
       if (!isfinite(sp->start) || !isfinite(sp->end))
         continue;
       total++;
-      xmn = fmin(xmn, fmin(sp->start, sp->end));
-      xmx = fmax(xmx, fmax(sp->start, sp->end));
+      *xmn = fmin(*xmn, fmin(sp->start, sp->end));
+      *xmx = fmax(*xmx, fmax(sp->start, sp->end));
     }
   }
+  return total;
+}
+
+/* Row stripes (every other row shaded) and the row labels at the left. */
+static void timeline_rows(sb *b, const frame *f, const tl_area *a,
+                          const svgplot_row *rows, size_t n_rows) {
+  for (size_t r = 0; r < n_rows; r++) {
+    double y = a->y0 + a->rh * (double)r;
+    if (r % 2)
+      sb_printf(b,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+                "height=\"%.1f\" fill=\"#f6f6f6\"/>\n",
+                f->ml, y, a->pw, a->rh);
+    sb_printf(b,
+              "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" "
+              "fill=\"#222222\">",
+              f->ml - 6, y + a->rh / 2 + 4);
+    sb_esc_trunc(b, rows[r].label, 28);
+    sb_puts(b, "</text>\n");
+  }
+}
+
+/* The grid over the stripes, the frame, the x ticks (a label skipped
+ * where it would touch the last one drawn) and the x axis label. */
+static void timeline_axis(sb *b, const frame *f, const tl_area *a,
+                          const axis *ax, const svgplot_chart *c) {
+  char num[64];
+  sb_puts(b, "<g class=\"grid\" stroke=\"#e0e0e0\">\n");
+  for (int i = 0; i < ax->nt; i++) {
+    double x = axis_map(ax, ax->tick[i]);
+    sb_printf(b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
+              "y2=\"%.1f\"/>\n",
+              x, a->y0, x, a->y1);
+  }
+  sb_puts(b, "</g>\n");
+  sb_printf(b,
+            "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" "
+            "width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+            "stroke=\"#888888\"/>\n",
+            f->ml, a->y0, a->pw, a->y1 - a->y0);
+  sb_puts(b, "<g class=\"ticks\" fill=\"#444444\">\n");
+  double last = -1e9, last_w = 0;
+  for (int i = 0; i < ax->nt; i++) {
+    double x = axis_map(ax, ax->tick[i]);
+    fmt_num(num, sizeof num, ax->tick[i], ax->step);
+    double w = text_w(num);
+    if (x - last < (w + last_w) / 2 + 8)
+      continue;
+    last = x;
+    last_w = w;
+    sb_printf(b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
+              "y2=\"%.1f\" stroke=\"#888888\"/>",
+              x, a->y1, x, a->y1 + 4);
+    sb_printf(b,
+              "<text x=\"%.1f\" y=\"%.1f\" "
+              "text-anchor=\"middle\">%s</text>\n",
+              x, a->y1 + 16, num);
+  }
+  sb_puts(b, "</g>\n");
+  if (c->xlabel && *c->xlabel) {
+    sb_printf(b,
+              "<text class=\"xlabel\" x=\"%.1f\" y=\"%.1f\" "
+              "text-anchor=\"middle\" fill=\"#222222\">",
+              f->ml + a->pw / 2, f->H - 8);
+    sb_esc(b, c->xlabel);
+    sb_puts(b, "</text>\n");
+  }
+}
+
+/* One series group per row with its finite spans as bars, at least 2
+ * units wide so that an instant still shows; each bar's title is the
+ * span's label, or the row's. */
+static void timeline_spans(sb *b, const tl_area *a, const axis *ax,
+                           const svgplot_row *rows, size_t n_rows) {
+  double bh = fmin(a->rh * 0.6, 16);
+  for (size_t r = 0; r < n_rows; r++) {
+    size_t cnt = 0;
+    for (size_t i = 0; i < rows[r].n; i++)
+      cnt += isfinite(rows[r].spans[i].start) && isfinite(rows[r].spans[i].end);
+    sb_puts(b, "<g class=\"series\" data-label=\"");
+    sb_esc(b, rows[r].label);
+    sb_printf(b, "\" data-points=\"%zu\">\n", cnt);
+    double yc = a->y0 + a->rh * ((double)r + 0.5);
+    for (size_t i = 0; i < rows[r].n; i++) {
+      const svgplot_span *sp = &rows[r].spans[i];
+      if (!isfinite(sp->start) || !isfinite(sp->end))
+        continue;
+      double xa = axis_map(ax, fmin(sp->start, sp->end));
+      double xb = axis_map(ax, fmax(sp->start, sp->end));
+      if (xb - xa < 2)
+        xb = xa + 2;
+      sb_printf(b,
+                "<rect class=\"span\" x=\"%.1f\" y=\"%.1f\" "
+                "width=\"%.1f\" height=\"%.1f\" rx=\"2\" "
+                "fill=\"",
+                xa, yc - bh / 2, xb - xa, bh);
+      sb_puts(b, safe_color(sp->color));
+      sb_puts(b, "\" stroke=\"#ffffff\" stroke-width=\"0.5\"><title>");
+      sb_esc(b, sp->label ? sp->label : rows[r].label);
+      sb_puts(b, "</title></rect>\n");
+    }
+    sb_puts(b, "</g>\n");
+  }
+}
+
+char *svgplot_timeline(const svgplot_chart *c, const svgplot_row *rows,
+                       size_t n_rows, const svgplot_key *keys, size_t n_keys) {
+  sb b = {0};
+  double xmn, xmx, longest;
+  size_t total = timeline_extent(rows, n_rows, &xmn, &xmx, &longest);
   legend_item *li = calloc(n_keys + 1, sizeof *li);
   if (!li)
     return NULL;
@@ -927,101 +1048,15 @@ char *svgplot_timeline(const svgplot_chart *c, const svgplot_row *rows,
   }
   if (xmn > 0)
     xmn = 0;
+  tl_area a = {f.mt, f.H - f.mb, 0, f.W - f.ml - f.mr};
+  a.rh = (a.y1 - a.y0) / (double)n_rows;
   axis ax;
-  double pw = f.W - f.ml - f.mr;
-  axis_init(&ax, xmn, xmx, 0, pw > 400 ? 7 : 4);
+  axis_init(&ax, xmn, xmx, 0, a.pw > 400 ? 7 : 4);
   ax.p0 = f.ml;
   ax.p1 = f.W - f.mr;
-  double y0 = f.mt, y1 = f.H - f.mb, rh = (y1 - y0) / (double)n_rows;
-  char num[64];
-
-  /* Row stripes and labels, then the grid over them. */
-  for (size_t r = 0; r < n_rows; r++) {
-    double y = y0 + rh * (double)r;
-    if (r % 2)
-      sb_printf(&b,
-                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-                "height=\"%.1f\" fill=\"#f6f6f6\"/>\n",
-                f.ml, y, pw, rh);
-    sb_printf(&b,
-              "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" "
-              "fill=\"#222222\">",
-              f.ml - 6, y + rh / 2 + 4);
-    sb_esc_trunc(&b, rows[r].label, 28);
-    sb_puts(&b, "</text>\n");
-  }
-  sb_puts(&b, "<g class=\"grid\" stroke=\"#e0e0e0\">\n");
-  for (int i = 0; i < ax.nt; i++) {
-    double x = axis_map(&ax, ax.tick[i]);
-    sb_printf(&b,
-              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
-              "y2=\"%.1f\"/>\n",
-              x, y0, x, y1);
-  }
-  sb_puts(&b, "</g>\n");
-  sb_printf(&b,
-            "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" "
-            "width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
-            "stroke=\"#888888\"/>\n",
-            f.ml, y0, pw, y1 - y0);
-  sb_puts(&b, "<g class=\"ticks\" fill=\"#444444\">\n");
-  double last = -1e9, last_w = 0;
-  for (int i = 0; i < ax.nt; i++) {
-    double x = axis_map(&ax, ax.tick[i]);
-    fmt_num(num, sizeof num, ax.tick[i], ax.step);
-    double w = text_w(num);
-    if (x - last < (w + last_w) / 2 + 8)
-      continue;
-    last = x;
-    last_w = w;
-    sb_printf(&b,
-              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
-              "y2=\"%.1f\" stroke=\"#888888\"/>",
-              x, y1, x, y1 + 4);
-    sb_printf(&b,
-              "<text x=\"%.1f\" y=\"%.1f\" "
-              "text-anchor=\"middle\">%s</text>\n",
-              x, y1 + 16, num);
-  }
-  sb_puts(&b, "</g>\n");
-  if (c->xlabel && *c->xlabel) {
-    sb_printf(&b,
-              "<text class=\"xlabel\" x=\"%.1f\" y=\"%.1f\" "
-              "text-anchor=\"middle\" fill=\"#222222\">",
-              f.ml + pw / 2, f.H - 8);
-    sb_esc(&b, c->xlabel);
-    sb_puts(&b, "</text>\n");
-  }
-
-  double bh = fmin(rh * 0.6, 16);
-  for (size_t r = 0; r < n_rows; r++) {
-    size_t cnt = 0;
-    for (size_t i = 0; i < rows[r].n; i++)
-      cnt += isfinite(rows[r].spans[i].start) && isfinite(rows[r].spans[i].end);
-    sb_puts(&b, "<g class=\"series\" data-label=\"");
-    sb_esc(&b, rows[r].label);
-    sb_printf(&b, "\" data-points=\"%zu\">\n", cnt);
-    double yc = y0 + rh * ((double)r + 0.5);
-    for (size_t i = 0; i < rows[r].n; i++) {
-      const svgplot_span *sp = &rows[r].spans[i];
-      if (!isfinite(sp->start) || !isfinite(sp->end))
-        continue;
-      double xa = axis_map(&ax, fmin(sp->start, sp->end));
-      double xb = axis_map(&ax, fmax(sp->start, sp->end));
-      if (xb - xa < 2)
-        xb = xa + 2;
-      sb_printf(&b,
-                "<rect class=\"span\" x=\"%.1f\" y=\"%.1f\" "
-                "width=\"%.1f\" height=\"%.1f\" rx=\"2\" "
-                "fill=\"",
-                xa, yc - bh / 2, xb - xa, bh);
-      sb_puts(&b, safe_color(sp->color));
-      sb_puts(&b, "\" stroke=\"#ffffff\" stroke-width=\"0.5\"><title>");
-      sb_esc(&b, sp->label ? sp->label : rows[r].label);
-      sb_puts(&b, "</title></rect>\n");
-    }
-    sb_puts(&b, "</g>\n");
-  }
+  timeline_rows(&b, &f, &a, rows, n_rows);
+  timeline_axis(&b, &f, &a, &ax, c);
+  timeline_spans(&b, &a, &ax, rows, n_rows);
   sb_puts(&b, "</svg>\n");
   return sb_finish(&b);
 }

@@ -1,5 +1,14 @@
 /*
- * Opening a model directory of any kind dagrun reads; see modeldir.h.
+ * modeldir: opening a model directory of any kind dagrun reads, so that
+ * every command and stage that takes "a model" accepts the same paths.
+ * modeldir.h lists the kinds and states the contract.
+ *
+ * The kind is decided from what the directory holds, in this order: a
+ * checkpoint manifest, then step-* entries (a directory of checkpoints,
+ * whose latest valid one is taken, ckpt.h's rule), then a Hugging Face
+ * config.json. A Hugging Face config is refused, with the key named,
+ * when it asks for a variant of GPT-2 that gpt.h does not compute,
+ * rather than loaded into a model that would give other logits.
  */
 #include "modeldir.h"
 

@@ -1,5 +1,13 @@
 /*
- * safetensors reading and writing; see safetensors.h.
+ * safetensors: reading and writing Hugging Face's safetensors format,
+ * the weights file of checkpoints, exports and the Hub's GPT-2.
+ * safetensors.h describes the format and states the contract.
+ *
+ * Writing goes to a temporary name, fsync, rename, fsync of the
+ * directory (lib/fileio.h), so a crash leaves the old file or the new
+ * one. Reading maps the file and hands out pointers into the map: the
+ * tensors are not copied, so a large checkpoint costs no second copy in
+ * memory while it is loaded.
  *
  * The reader is as strict as Hugging Face's own (safetensors/src/
  * tensor.rs, validate()): the tensors' byte ranges, in offset order,
@@ -363,6 +371,137 @@ static int parse_tensor(const cJSON *o, uint64_t data_size, st_tensor *t,
   return 0;
 }
 
+/* Maps path into f (f->map, f->size). The descriptor is closed at once:
+ * the mapping stays valid without it. 0, or -1 with the reason in sub. */
+static int map_file(st_file *f, const char *path, char *sub, size_t n) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    fileio_seterr(sub, n, "%s", strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  f->size = (size_t)st.st_size;
+  if (f->size < 8) {
+    fileio_seterr(sub, n, "%zu bytes, too short for a safetensors file",
+                  f->size);
+    close(fd);
+    return -1;
+  }
+  f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (f->map == MAP_FAILED) {
+    f->map = NULL;
+    fileio_seterr(sub, n, "cannot map: %s", strerror(errno));
+    close(fd);
+    return -1;
+  }
+  close(fd);
+  return 0;
+}
+
+/* The JSON header after the 8-byte length, into f->header; *hlen its
+ * length. Only padding may follow the JSON. 0, or -1 with sub set. */
+static int parse_header(st_file *f, uint64_t *hlen, char *sub, size_t n) {
+  const uint8_t *p = f->map;
+  *hlen = 0;
+  for (int i = 0; i < 8; i++)
+    *hlen |= (uint64_t)p[i] << (8 * i);
+  if (*hlen > f->size - 8) {
+    fileio_seterr(sub, n,
+                  "header length %" PRIu64 " beyond the file's %zu bytes",
+                  *hlen, f->size);
+    return -1;
+  }
+  const char *end = NULL;
+  f->header =
+      cJSON_ParseWithLengthOpts((const char *)p + 8, (size_t)*hlen, &end, 0);
+  if (!f->header || !cJSON_IsObject(f->header)) {
+    fileio_seterr(sub, n, "header is not a JSON object");
+    return -1;
+  }
+  for (const char *q = end; q < (const char *)p + 8 + *hlen; q++)
+    if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r' && *q != '\0') {
+      fileio_seterr(sub, n, "header is not a JSON object");
+      return -1;
+    }
+  return 0;
+}
+
+/* The header's entries: __metadata__ (string values only) into f->meta,
+ * each tensor into f->tensors with its byte range in ranges[] (both sized
+ * by the caller for every entry). 0, or -1 with sub set. */
+static int read_entries(st_file *f, uint64_t hlen, range *ranges, char *sub,
+                        size_t n) {
+  const uint8_t *p = f->map;
+  uint64_t data_size = f->size - 8 - hlen;
+  for (cJSON *o = f->header->child; o; o = o->next) {
+    if (strcmp(o->string, "__metadata__") == 0) {
+      if (!cJSON_IsObject(o)) {
+        fileio_seterr(sub, n, "__metadata__ is not an object");
+        return -1;
+      }
+      for (cJSON *m = o->child; m; m = m->next)
+        if (!cJSON_IsString(m)) {
+          fileio_seterr(sub, n, "__metadata__ \"%s\" is not a string",
+                        m->string);
+          return -1;
+        }
+      f->meta = o;
+      continue;
+    }
+    for (size_t i = 0; i < f->n; i++)
+      if (strcmp(f->tensors[i].name, o->string) == 0) {
+        fileio_seterr(sub, n, "tensor \"%s\" listed twice", o->string);
+        return -1;
+      }
+    st_tensor *t = &f->tensors[f->n];
+    if (parse_tensor(o, data_size, t, &ranges[f->n], sub, n) != 0)
+      return -1;
+    ranges[f->n].i = f->n;
+    t->data = p + 8 + hlen + ranges[f->n].begin;
+    f->n++;
+  }
+  return 0;
+}
+
+/* The ranges tile the data section of data_size bytes: sorted, each
+ * begins where the previous ended, the last ends at the end of the file.
+ * Sorts ranges. 0, or -1 with sub naming the first tensor that does not
+ * fit. */
+static int check_tiling(const st_file *f, range *ranges, uint64_t data_size,
+                        char *sub, size_t n) {
+  qsort(ranges, f->n, sizeof(*ranges), cmp_range);
+  uint64_t at = 0;
+  for (size_t k = 0; k < f->n; k++) {
+    const char *name = f->tensors[ranges[k].i].name;
+    if (ranges[k].begin < at) {
+      fileio_seterr(sub, n,
+                    "tensor \"%s\": data_offsets overlap another "
+                    "tensor's",
+                    name);
+      return -1;
+    }
+    if (ranges[k].begin > at) {
+      fileio_seterr(sub, n,
+                    "tensor \"%s\": data_offsets leave a gap of %" PRIu64
+                    " bytes before it",
+                    name, ranges[k].begin - at);
+      return -1;
+    }
+    at = ranges[k].end;
+  }
+  if (at != data_size) {
+    fileio_seterr(sub, n,
+                  "%" PRIu64
+                  " bytes of data after the last tensor (the data section "
+                  "has %" PRIu64 ", the tensors cover %" PRIu64 ")",
+                  data_size - at, data_size, at);
+    return -1;
+  }
+  return 0;
+}
+
 int st_open(const char *path, st_file **out, char *err, size_t errlen) {
   *out = NULL;
   st_file *f = calloc(1, sizeof(*f));
@@ -372,48 +511,10 @@ int st_open(const char *path, st_file **out, char *err, size_t errlen) {
   }
   range *ranges = NULL;
   char sub[512] = "";
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  struct stat st;
-  if (fd < 0 || fstat(fd, &st) != 0) {
-    fileio_seterr(sub, sizeof sub, "%s", strerror(errno));
-    goto fail;
-  }
-  f->size = (size_t)st.st_size;
-  if (f->size < 8) {
-    fileio_seterr(sub, sizeof sub,
-                  "%zu bytes, too short for a safetensors file", f->size);
-    goto fail;
-  }
-  f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (f->map == MAP_FAILED) {
-    f->map = NULL;
-    fileio_seterr(sub, sizeof sub, "cannot map: %s", strerror(errno));
-    goto fail;
-  }
-  const uint8_t *p = f->map;
   uint64_t hlen = 0;
-  for (int i = 0; i < 8; i++)
-    hlen |= (uint64_t)p[i] << (8 * i);
-  if (hlen > f->size - 8) {
-    fileio_seterr(sub, sizeof sub,
-                  "header length %" PRIu64 " beyond the file's %zu bytes", hlen,
-                  f->size);
+  if (map_file(f, path, sub, sizeof sub) != 0 ||
+      parse_header(f, &hlen, sub, sizeof sub) != 0)
     goto fail;
-  }
-  const char *end = NULL;
-  f->header =
-      cJSON_ParseWithLengthOpts((const char *)p + 8, (size_t)hlen, &end, 0);
-  if (!f->header || !cJSON_IsObject(f->header)) {
-    fileio_seterr(sub, sizeof sub, "header is not a JSON object");
-    goto fail;
-  }
-  /* After the JSON, only the padding. */
-  for (const char *q = end; q < (const char *)p + 8 + hlen; q++)
-    if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r' && *q != '\0') {
-      fileio_seterr(sub, sizeof sub, "header is not a JSON object");
-      goto fail;
-    }
-  uint64_t data_size = f->size - 8 - hlen;
   size_t count = 0;
   for (cJSON *o = f->header->child; o; o = o->next)
     count++;
@@ -423,73 +524,16 @@ int st_open(const char *path, st_file **out, char *err, size_t errlen) {
     fileio_seterr(sub, sizeof sub, "out of memory");
     goto fail;
   }
-  for (cJSON *o = f->header->child; o; o = o->next) {
-    if (strcmp(o->string, "__metadata__") == 0) {
-      if (!cJSON_IsObject(o)) {
-        fileio_seterr(sub, sizeof sub, "__metadata__ is not an object");
-        goto fail;
-      }
-      for (cJSON *m = o->child; m; m = m->next)
-        if (!cJSON_IsString(m)) {
-          fileio_seterr(sub, sizeof sub, "__metadata__ \"%s\" is not a string",
-                        m->string);
-          goto fail;
-        }
-      f->meta = o;
-      continue;
-    }
-    for (size_t i = 0; i < f->n; i++)
-      if (strcmp(f->tensors[i].name, o->string) == 0) {
-        fileio_seterr(sub, sizeof sub, "tensor \"%s\" listed twice", o->string);
-        goto fail;
-      }
-    st_tensor *t = &f->tensors[f->n];
-    if (parse_tensor(o, data_size, t, &ranges[f->n], sub, sizeof sub) != 0)
-      goto fail;
-    ranges[f->n].i = f->n;
-    t->data = p + 8 + hlen + ranges[f->n].begin;
-    f->n++;
-  }
-  /* The ranges tile the data section: sorted, each begins where the
-   * previous ended, the last ends at the end of the file. */
-  qsort(ranges, f->n, sizeof(*ranges), cmp_range);
-  uint64_t at = 0;
-  for (size_t k = 0; k < f->n; k++) {
-    const char *name = f->tensors[ranges[k].i].name;
-    if (ranges[k].begin < at) {
-      fileio_seterr(sub, sizeof sub,
-                    "tensor \"%s\": data_offsets overlap another "
-                    "tensor's",
-                    name);
-      goto fail;
-    }
-    if (ranges[k].begin > at) {
-      fileio_seterr(sub, sizeof sub,
-                    "tensor \"%s\": data_offsets leave a gap of %" PRIu64
-                    " bytes before it",
-                    name, ranges[k].begin - at);
-      goto fail;
-    }
-    at = ranges[k].end;
-  }
-  if (at != data_size) {
-    fileio_seterr(sub, sizeof sub,
-                  "%" PRIu64
-                  " bytes of data after the last tensor (the data section "
-                  "has %" PRIu64 ", the tensors cover %" PRIu64 ")",
-                  data_size - at, data_size, at);
+  if (read_entries(f, hlen, ranges, sub, sizeof sub) != 0 ||
+      check_tiling(f, ranges, f->size - 8 - hlen, sub, sizeof sub) != 0)
     goto fail;
-  }
   free(ranges);
-  close(fd);
   *out = f;
   return 0;
 
 fail:
   fileio_seterr(err, errlen, "%s: %s", path, sub);
   free(ranges);
-  if (fd >= 0)
-    close(fd);
   st_close(f);
   return -1;
 }

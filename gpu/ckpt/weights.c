@@ -1,6 +1,12 @@
 /*
- * A gpt's parameters to and from safetensors with GPT-2's names; see
- * weights.h.
+ * weights: a gpt's parameters to and from safetensors with GPT-2's
+ * names; weights.h states the contract.
+ *
+ * The names and shapes are those of Hugging Face's GPT2LMHeadModel, so
+ * that a file written here loads there and the reverse. Both spellings
+ * of the names are read (with and without GPT2LMHeadModel's prefix),
+ * since files on the Hub come both ways; the head is tied to the token
+ * embedding, so no separate lm_head tensor is written.
  */
 #include "weights.h"
 

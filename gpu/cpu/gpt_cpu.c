@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt_cpu.h"
 #include "model/gpt.h"
 #include "model/gpt_impl.h"
 
@@ -136,11 +137,25 @@ static size_t carve(const gpt_config *cfg, float *base, int B, int T,
   return off;
 }
 
-uint64_t gpt_cpu_act_bytes(const gpt_config *cfg, int B, int T) {
+/* Bytes of the activations, backward scratch and input/target id copies
+ * that a forward at (B,T) makes ensure_acts allocate, counted without
+ * allocating. */
+static uint64_t act_bytes(const gpt_config *cfg, int B, int T) {
   acts a;
   size_t nids = (size_t)B * T;
   return (uint64_t)carve(cfg, NULL, B, T, &a) * sizeof(float) +
          2 * (uint64_t)nids * sizeof(uint32_t);
+}
+
+/* Here, not in gpt.c: the activations are this backend's layout (carve
+ * above), and the model layer calls no backend. */
+void gpt_memory_estimate(const gpt_config *cfg, int B, int T,
+                         int optim_floats_per_param, gpt_memory *out) {
+  uint64_t n = gpt_config_num_params(cfg);
+  out->params = out->grads = n * sizeof(float);
+  out->optim = n * (uint64_t)optim_floats_per_param * sizeof(float);
+  out->acts = act_bytes(cfg, B, T);
+  out->total = out->params + out->grads + out->optim + out->acts;
 }
 
 static layer_acts layer_at(const gpt *m, const acts *a, int l, int B, int T) {
@@ -213,7 +228,7 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout,
 }
 
 /* inp (N,C), w (C), b (C) -> out (N,C), mean (N), rstd (N); see
- * gpt_impl.h. */
+ * gpt_cpu.h. */
 void gpt_cpu_layernorm(float *out, float *mean, float *rstd, const float *inp,
                        const float *w, const float *b, int N, int C) {
 #pragma omp parallel for schedule(static)
@@ -328,7 +343,7 @@ static inline float fast_tanhf(float u) {
   return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
 }
 
-/* inp (N) -> out (N): GELU, tanh approximation; see gpt_impl.h. */
+/* inp (N) -> out (N): GELU, tanh approximation; see gpt_cpu.h. */
 void gpt_cpu_gelu(float *out, const float *inp, size_t N) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < N; i++) {
@@ -472,7 +487,7 @@ static void crossentropy_backward(float *probs_dlogits, const uint32_t *targets,
   }
 }
 
-/* The kernels above under gpt_impl.h's names, for the CUDA kernels'
+/* The kernels above under gpt_cpu.h's names, for the CUDA kernels'
  * reference test (tests/gpu/kernel_check.cu). Wrappers rather than
  * renames, so that the passes below keep their short names. */
 void gpt_cpu_encoder_forward(float *out, const uint32_t *ids, const float *wte,

@@ -476,10 +476,10 @@ static const char *gib(uint64_t b, char *buf, size_t n) {
   return buf;
 }
 
-extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
-                               gpt_cuda **out, char *err, size_t errlen) {
-  *out = NULL;
-  const gpt_config *cfg = gpt_get_config(host);
+/* The batch shape and optimizer of o against the model's config, checked
+ * before anything is allocated: 0, or -1 with the reason in err. */
+static int check_batch(const gpt_config *cfg, const gpt_cuda_options *o,
+                       char *err, size_t errlen) {
   if (o->B < 1 || o->T < 1 || o->T > cfg->block_size)
     return fail(err, errlen,
                 "gpt_cuda: batch B=%d T=%d; B must be >= 1 and T between 1 "
@@ -501,63 +501,74 @@ extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
   if (o->opt.kind != OPTIM_ADAMW && o->opt.kind != OPTIM_LION)
     return fail(err, errlen, "gpt_cuda: unknown optimizer kind %d",
                 (int)o->opt.kind);
+  return 0;
+}
+
+/* Makes o->device the calling thread's device: 0, or -1. */
+static int use_device(const gpt_cuda_options *o, char *err, size_t errlen) {
   int ndev = 0;
   CK(cudaGetDeviceCount(&ndev));
   if (o->device < 0 || o->device >= ndev)
     return fail(err, errlen, "gpt_cuda: device %d, but there are %d",
                 o->device, ndev);
   CK(cudaSetDevice(o->device));
+  return 0;
+}
 
-  gpt_cuda *g = (gpt_cuda *)calloc(1, sizeof *g);
-  if (!g)
-    return fail(err, errlen, "gpt_cuda: out of host memory");
-  g->cfg = *cfg;
+/* The sizes of g's arrays from the model and o: the parameters, the
+ * master shard [lo, lo + nm), the padded BF16 copy and the gradients.
+ * 0, or -1 when the shard does not fit the layout. */
+static int plan_sizes(gpt_cuda *g, const gpt *host, const gpt_cuda_options *o,
+                      char *err, size_t errlen) {
+  g->cfg = *gpt_get_config(host);
   g->o = *o;
   g->np = gpt_num_params(host);
   shard_sizes(o, g->np, &g->nm, &g->padded, &g->ngrads);
+  /* With stage 3's pieces every array covers the shard alone, so the
+   * master weights start at its float 0 and shard_lo is not used. */
   g->lo = o->shard_n && !o->npieces ? o->shard_lo : 0;
-  if ((o->npieces || o->grad_shard) && !o->shard_n) {
-    gpt_cuda_destroy(g);
+  if ((o->npieces || o->grad_shard) && !o->shard_n)
     return fail(err, errlen, "gpt_cuda: %s need shard_n",
                 o->npieces ? "stage 3's pieces" : "sharded gradients");
-  }
-  if (g->lo > g->padded || g->nm > g->padded - g->lo) {
-    gpt_cuda_destroy(g);
+  if (g->lo > g->padded || g->nm > g->padded - g->lo)
     return fail(err, errlen,
                 "gpt_cuda: shard [%zu, %zu) does not fit in %zu padded "
                 "parameters",
                 o->shard_lo, o->shard_lo + o->shard_n, o->padded);
-  }
   g->ntensors = gpt_tensor_count(host);
+  g->ngroups = gpt_group_count(host);
+  g->npieces = o->npieces;
   g->grad_scale = 1.0f;
-  size_t L = cfg->n_layer;
+  return 0;
+}
+
+/* The host-side tables: tensor offsets, the optimizer's runs, the
+ * layers' buffers, the groups and stage 3's pieces (each checked against
+ * the model and the shard). 0, or -1; g is the caller's to destroy. */
+static int build_tables(gpt_cuda *g, const gpt *host, char *err,
+                        size_t errlen) {
+  const gpt_cuda_options *o = &g->o;
   g->off = (size_t *)calloc(g->ntensors, sizeof *g->off);
   g->runs = (opt_run *)calloc(g->ntensors, sizeof *g->runs);
-  g->layers = (layer_bufs *)calloc(L, sizeof *g->layers);
+  g->layers = (layer_bufs *)calloc(g->cfg.n_layer, sizeof *g->layers);
   g->ids_host = (int *)calloc((size_t)o->B * o->T, sizeof(int));
-  g->ngroups = gpt_group_count(host);
   g->goff = (size_t *)calloc(g->ngroups, sizeof *g->goff);
   g->gp = (floatX **)calloc(g->ngroups, sizeof *g->gp);
   g->gg = (float **)calloc(g->ngroups, sizeof *g->gg);
-  g->npieces = o->npieces;
   if (o->npieces)
     g->pieces = (gpt_cuda_piece *)malloc(o->npieces * sizeof *g->pieces);
   if (!g->off || !g->runs || !g->layers || !g->ids_host || !g->goff || !g->gp ||
-      !g->gg || (o->npieces && !g->pieces)) {
-    gpt_cuda_destroy(g);
+      !g->gg || (o->npieces && !g->pieces))
     return fail(err, errlen, "gpt_cuda: out of host memory");
-  }
   for (size_t j = 0; j < o->npieces; j++) {
     g->pieces[j] = o->pieces[j];
     if (o->pieces[j].flat + o->pieces[j].n > g->np ||
-        o->pieces[j].local + o->pieces[j].n > o->shard_n) {
-      gpt_cuda_destroy(g);
+        o->pieces[j].local + o->pieces[j].n > o->shard_n)
       return fail(err, errlen,
                   "gpt_cuda: piece %zu ([%zu, +%zu) at %zu) is not in the "
                   "model's %zu parameters and the shard's %zu",
                   j, o->pieces[j].flat, o->pieces[j].n, o->pieces[j].local,
                   g->np, o->shard_n);
-    }
   }
   for (size_t i = 0; i < g->ngroups; i++) {
     size_t n;
@@ -575,16 +586,22 @@ extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
     else
       g->runs[g->nruns++] = (opt_run){t->offset, t->numel, t->decay};
   }
+  return 0;
+}
 
-  if (kern_ctx_init(&g->k, o->deterministic, err, errlen) != 0) {
-    gpt_cuda_destroy(g);
+/* The kernels' context and the one device allocation, carved into g's
+ * arrays. When the device is short, the message says what the memory was
+ * for and which settings shrink it: the user reads it in a train stage's
+ * log, far from this code. 0, or -1; g is the caller's to destroy. */
+static int alloc_device(gpt_cuda *g, char *err, size_t errlen) {
+  const gpt_cuda_options *o = &g->o;
+  const gpt_config *cfg = &g->cfg;
+  if (kern_ctx_init(&g->k, o->deterministic, err, errlen) != 0)
     return -1;
-  }
   g->have_k = 1;
   gpt_memory mem;
   g->bytes = carve(cfg, g->np, g->nm, g->padded, g->ngrads, o->B, o->T,
-                   o->recompute,
-                   o->opt.kind, g->k.sm_count, NULL, &mem);
+                   o->recompute, o->opt.kind, g->k.sm_count, NULL, &mem);
   cudaError_t e = cudaMalloc((void **)&g->base, g->bytes);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -593,54 +610,71 @@ extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
     cudaMemGetInfo(&fr, &tot);
     cudaGetLastError();
     char b1[32], b2[32], b3[32], b4[32], b5[32];
-    fail(err, errlen,
-         "out of GPU memory: training a %.1fM-parameter model (%d layers, "
-         "width %d) on micro-batches of batch_size %d x seq_len %d with "
-         "recompute: %s needs %s (weights + grads + optimizer %s, "
-         "activations %s), but the device has %s free of %s (%s). Lower "
-         "batch_size (and raise grad_accum to keep the global batch), set "
-         "recompute: block, or shorten seq_len",
-         g->np / 1e6, cfg->n_layer, cfg->n_embd, o->B, o->T,
-         gpt_recompute_name(o->recompute),
-         gib(g->bytes + LT_WORKSPACE_BYTES, b1, sizeof b1),
-         gib(mem.params + mem.grads + mem.optim, b2, sizeof b2),
-         gib(mem.acts + LT_WORKSPACE_BYTES, b3, sizeof b3),
-         gib(fr, b4, sizeof b4), gib(tot, b5, sizeof b5),
-         cudaGetErrorString(e));
-    gpt_cuda_destroy(g);
-    return -1;
+    return fail(err, errlen,
+                "out of GPU memory: training a %.1fM-parameter model (%d "
+                "layers, width %d) on micro-batches of batch_size %d x "
+                "seq_len %d with recompute: %s needs %s (weights + grads + "
+                "optimizer %s, activations %s), but the device has %s free "
+                "of %s (%s). Lower batch_size (and raise grad_accum to keep "
+                "the global batch), set recompute: block, or shorten seq_len",
+                g->np / 1e6, cfg->n_layer, cfg->n_embd, o->B, o->T,
+                gpt_recompute_name(o->recompute),
+                gib(g->bytes + LT_WORKSPACE_BYTES, b1, sizeof b1),
+                gib(mem.params + mem.grads + mem.optim, b2, sizeof b2),
+                gib(mem.acts + LT_WORKSPACE_BYTES, b3, sizeof b3),
+                gib(fr, b4, sizeof b4), gib(tot, b5, sizeof b5),
+                cudaGetErrorString(e));
   }
   carve(cfg, g->np, g->nm, g->padded, g->ngrads, o->B, o->T, o->recompute,
         o->opt.kind, g->k.sm_count, g, NULL);
+  return 0;
+}
+
+/* The first state on the device: group pointers, the weights (or a
+ * cleared stage-3 shard), zero gradients and a fresh optimizer. Returns
+ * once the upload is done. 0, or -1; g is the caller's to destroy. */
+static int init_device(gpt_cuda *g, const gpt *host, char *err, size_t errlen) {
   /* Every group in the gpt_cuda's own arrays; stage 3's are placed by
    * the parameter hook, and its weights come with gpt_cuda_upload_shard
    * (zero until then); sharded gradients' groups too (in backward). */
   for (size_t i = 0; i < g->ngroups && !g->npieces; i++) {
     g->gp[i] = g->params + g->goff[i];
-    g->gg[i] = o->grad_shard ? NULL : g->grads + g->goff[i];
+    g->gg[i] = g->o.grad_shard ? NULL : g->grads + g->goff[i];
   }
+  cudaError_t e = cudaSuccess;
   if (g->npieces)
     e = cudaMemsetAsync(g->master, 0, g->nm * 4, g->k.stream);
   if (e == cudaSuccess && g->npieces)
     e = cudaMemsetAsync(g->params, 0, g->nm * 2, g->k.stream);
-  if (e != cudaSuccess) {
-    fail(err, errlen, "gpt_cuda: %s:%d: clearing the shard: %s", __FILE__,
-         __LINE__, cudaGetErrorString(e));
-    gpt_cuda_destroy(g);
-    return -1;
-  }
+  if (e != cudaSuccess)
+    return fail(err, errlen, "gpt_cuda: %s:%d: clearing the shard: %s",
+                __FILE__, __LINE__, cudaGetErrorString(e));
   if ((!g->npieces && gpt_cuda_upload(g, host, NULL, err, errlen) != 0) ||
       gpt_cuda_zero_grad(g, err, errlen) != 0 ||
-      gpt_cuda_optim_reset(g, err, errlen) != 0) {
-    gpt_cuda_destroy(g);
+      gpt_cuda_optim_reset(g, err, errlen) != 0)
     return -1;
-  }
   /* Nothing may be read before the upload is on the device: the host
    * array may go away. */
   e = cudaStreamSynchronize(g->k.stream);
-  if (e != cudaSuccess) {
-    fail(err, errlen, "gpt_cuda: %s:%d: uploading the weights: %s", __FILE__,
-         __LINE__, cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    return fail(err, errlen, "gpt_cuda: %s:%d: uploading the weights: %s",
+                __FILE__, __LINE__, cudaGetErrorString(e));
+  return 0;
+}
+
+extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
+                               gpt_cuda **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (check_batch(gpt_get_config(host), o, err, errlen) != 0 ||
+      use_device(o, err, errlen) != 0)
+    return -1;
+  gpt_cuda *g = (gpt_cuda *)calloc(1, sizeof *g);
+  if (!g)
+    return fail(err, errlen, "gpt_cuda: out of host memory");
+  if (plan_sizes(g, host, o, err, errlen) != 0 ||
+      build_tables(g, host, err, errlen) != 0 ||
+      alloc_device(g, err, errlen) != 0 ||
+      init_device(g, host, err, errlen) != 0) {
     gpt_cuda_destroy(g);
     return -1;
   }

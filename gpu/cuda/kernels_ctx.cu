@@ -1,5 +1,13 @@
-/* kern_ctx: the stream, cuBLASLt handle and workspace every launcher uses
- * (kernels.cuh). */
+/*
+ * kern_ctx: the stream, cuBLASLt handle and workspace every launcher uses;
+ * kernels.cuh states the contract.
+ *
+ * One context per engine, made once: the stream is non-blocking so the
+ * engine's work never waits on the legacy default stream, and the
+ * cuBLASLt workspace is allocated here once rather than per product.
+ * The environment variable DAGRUN_CUDA_ATTENTION=fp32 is read here, once,
+ * so that every launch of one engine takes the same attention path.
+ */
 #include "kernels_common.cuh"
 
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * The data loader; see loader.h.
+ * The data loader; see dataloader.h.
  *
  * Every batch is a pure function of a generator state (struct gen): the
  * batches served so far, the RNG state and, for LOADER_SEQUENTIAL, the
@@ -235,9 +235,8 @@ static void initial_pos(const loader *l, loader_pos *pos) {
   rng_seed(pos->rng, l->seed);
 }
 
-int loader_create(const loader_config *cfg, loader **out, char *err,
-                  size_t errlen) {
-  *out = NULL;
+/* cfg's values that need no file: 0, or -1 with err. */
+static int check_config(const loader_config *cfg, char *err, size_t errlen) {
   if (!cfg->paths || cfg->npaths == 0) {
     fileio_seterr(err, errlen, "loader: no token files given");
     return -1;
@@ -257,33 +256,26 @@ int loader_create(const loader_config *cfg, loader **out, char *err,
     fileio_seterr(err, errlen, "loader: unknown order %d", (int)cfg->order);
     return -1;
   }
-  loader *l = calloc(1, sizeof(*l));
-  if (!l)
-    goto oom;
-  l->B = cfg->B;
-  l->T = cfg->T;
-  l->order = cfg->order;
-  l->shuffle = cfg->shuffle;
-  l->seed = cfg->seed;
-  l->prefetch = cfg->prefetch;
-  l->test_delay_ms = cfg->test_delay_ms > 0 ? cfg->test_delay_ms : 0;
-  l->g.perm_epoch = UINT64_MAX;
-  l->files = calloc(cfg->npaths, sizeof(*l->files));
-  l->cum_starts = calloc(cfg->npaths + 1, sizeof(uint64_t));
-  l->cum_windows = calloc(cfg->npaths + 1, sizeof(uint64_t));
-  if (!l->files || !l->cum_starts || !l->cum_windows)
-    goto oom;
+  return 0;
+}
 
+/* Opens and verifies cfg's token files into l->files (l->nfiles counts
+ * the open ones, for free_loader), with the running sums of window
+ * starts and whole windows that map a global index to a file. Refuses
+ * files of different vocabularies, and a set with no window of T+1
+ * tokens: windows never cross files. 0, or -1 with err. */
+static int open_files(loader *l, const loader_config *cfg, char *err,
+                      size_t errlen) {
   uint64_t T = (uint64_t)cfg->T;
   size_t largest = 0;
   for (size_t i = 0; i < cfg->npaths; i++) {
     lfile *f = &l->files[i];
     f->path = cfg->paths[i];
     if (tokfile_open(f->path, &f->tf, err, errlen) != 0)
-      goto fail;
+      return -1;
     l->nfiles = i + 1;
     if (tokfile_verify(f->tf, err, errlen) != 0)
-      goto fail;
+      return -1;
     const tokfile_info *h = tokfile_header(f->tf);
     if (i == 0) {
       l->vocab_size = h->vocab_size;
@@ -292,7 +284,7 @@ int loader_create(const loader_config *cfg, loader **out, char *err,
                     "%s: vocab_size %" PRIu32 ", but %s has vocab_size %" PRIu32
                     " (all token files of a loader must share one vocabulary)",
                     f->path, h->vocab_size, cfg->paths[0], l->vocab_size);
-      goto fail;
+      return -1;
     }
     f->tokens = tokfile_tokens(f->tf);
     f->token_bytes = h->token_bytes;
@@ -318,8 +310,62 @@ int loader_create(const loader_config *cfg, loader **out, char *err,
                     "largest, %s, has %" PRIu64 "; windows never cross files)",
                     cfg->T + 1, cfg->paths[largest],
                     l->files[largest].n_tokens);
-    goto fail;
+    return -1;
   }
+  return 0;
+}
+
+/* With prefetch > 0: the ring of prepared batches and the thread that
+ * fills it. 0, or -1 with err. */
+static int start_prefetch(loader *l, char *err, size_t errlen) {
+  l->ring = calloc((size_t)l->prefetch, sizeof(*l->ring));
+  if (!l->ring)
+    goto oom;
+  pthread_mutex_init(&l->mu, NULL);
+  pthread_cond_init(&l->not_empty, NULL);
+  pthread_cond_init(&l->not_full, NULL);
+  size_t n = (size_t)l->B * (size_t)l->T;
+  for (int i = 0; i < l->prefetch; i++) {
+    l->ring[i].inputs = malloc(n * sizeof(uint32_t));
+    l->ring[i].targets = malloc(n * sizeof(uint32_t));
+    if (!l->ring[i].inputs || !l->ring[i].targets)
+      goto oom;
+  }
+  int rc = prefetch_start(l);
+  if (rc != 0) {
+    fileio_seterr(err, errlen, "loader: cannot start the prefetch thread: %s",
+                  strerror(-rc));
+    return -1;
+  }
+  return 0;
+oom:
+  fileio_seterr(err, errlen, "loader: out of memory");
+  return -1;
+}
+
+int loader_create(const loader_config *cfg, loader **out, char *err,
+                  size_t errlen) {
+  *out = NULL;
+  if (check_config(cfg, err, errlen) != 0)
+    return -1;
+  loader *l = calloc(1, sizeof(*l));
+  if (!l)
+    goto oom;
+  l->B = cfg->B;
+  l->T = cfg->T;
+  l->order = cfg->order;
+  l->shuffle = cfg->shuffle;
+  l->seed = cfg->seed;
+  l->prefetch = cfg->prefetch;
+  l->test_delay_ms = cfg->test_delay_ms > 0 ? cfg->test_delay_ms : 0;
+  l->g.perm_epoch = UINT64_MAX;
+  l->files = calloc(cfg->npaths, sizeof(*l->files));
+  l->cum_starts = calloc(cfg->npaths + 1, sizeof(uint64_t));
+  l->cum_windows = calloc(cfg->npaths + 1, sizeof(uint64_t));
+  if (!l->files || !l->cum_starts || !l->cum_windows)
+    goto oom;
+  if (open_files(l, cfg, err, errlen) != 0)
+    goto fail;
   if (l->order == LOADER_SEQUENTIAL && l->shuffle) {
     if (l->total_windows > SIZE_MAX / sizeof(uint64_t))
       goto oom;
@@ -329,28 +375,8 @@ int loader_create(const loader_config *cfg, loader **out, char *err,
   }
   initial_pos(l, &l->cur);
   l->g.pos = l->cur;
-
-  if (l->prefetch > 0) {
-    l->ring = calloc((size_t)l->prefetch, sizeof(*l->ring));
-    if (!l->ring)
-      goto oom;
-    pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->not_empty, NULL);
-    pthread_cond_init(&l->not_full, NULL);
-    size_t n = (size_t)l->B * (size_t)l->T;
-    for (int i = 0; i < l->prefetch; i++) {
-      l->ring[i].inputs = malloc(n * sizeof(uint32_t));
-      l->ring[i].targets = malloc(n * sizeof(uint32_t));
-      if (!l->ring[i].inputs || !l->ring[i].targets)
-        goto oom;
-    }
-    int rc = prefetch_start(l);
-    if (rc != 0) {
-      fileio_seterr(err, errlen, "loader: cannot start the prefetch thread: %s",
-                    strerror(-rc));
-      goto fail;
-    }
-  }
+  if (l->prefetch > 0 && start_prefetch(l, err, errlen) != 0)
+    goto fail;
   *out = l;
   return 0;
 

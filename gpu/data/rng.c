@@ -1,4 +1,11 @@
-/* Seeded random numbers; see rng.h. */
+/*
+ * rng: seeded random numbers for the engine and the stages; rng.h states
+ * the contract. Both generators are published ones, kept as their
+ * authors give them (splitmix64, xoshiro256**), so that a seed's stream
+ * can be checked against the reference code and never changes between
+ * dagrun versions: checkpoints store the state, and a resumed run must
+ * draw what the uninterrupted one would have.
+ */
 #include "rng.h"
 
 uint64_t rng_splitmix64(uint64_t *state) {

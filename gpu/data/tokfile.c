@@ -1,4 +1,20 @@
-/* Token shard files: see tokfile.h for the format. */
+/*
+ * tokfile: token shard files, the one format between the tokenize stage,
+ * which writes them, and the engine's data loader, which reads them.
+ * tokfile.h states the format and the contract; this file keeps it.
+ *
+ * Writing streams the ids through a 1 MiB buffer into "<path>.tmp",
+ * hashing each block as it goes out, behind a zero header. The real
+ * header is written last, at offset 0, because it is the only part that
+ * depends on the whole file (the counts and the SHA-256); then fsync,
+ * rename and an fsync of the directory, so a crash never leaves a
+ * half-written file under the final name.
+ *
+ * Reading maps the file read-only instead of copying it: opening costs
+ * the same for any size of shard, and only the windows a loader takes are
+ * read from disk. The checksum is checked only on request
+ * (tokfile_verify), since that reads every byte.
+ */
 #include "tokfile.h"
 
 #include "lib/fileio.h"

@@ -10,6 +10,9 @@
  *
  * One decoder is used by one thread; it borrows the model, which must not
  * change (no training step) while the decoder is used.
+ *
+ * The CPU backend implements it (gpu/cpu/decode.c), as it implements
+ * gpt.h's forward pass.
  */
 #ifndef DAGRUN_DECODE_H
 #define DAGRUN_DECODE_H

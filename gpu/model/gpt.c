@@ -1,7 +1,8 @@
 /*
  * gpt: configuration, presets, the parameter layout, GPT-2's
- * initialization and the FLOP count. The forward and backward passes are
- * the backend's (gpu/cpu/gpt_cpu.c).
+ * initialization and the FLOP count. The forward and backward passes,
+ * and the memory estimate that counts their activations, are the
+ * backend's (gpu/cpu/gpt_cpu.c): this layer calls no backend.
  */
 #include "gpt.h"
 
@@ -309,15 +310,6 @@ size_t gpt_config_num_params(const gpt_config *cfg) {
   /* wte (Vp,C), wpe (T,C), per layer 12C^2 + 13C (gpt.h's list), ln_f */
   return (size_t)cfg->padded_vocab * C + (size_t)cfg->block_size * C +
          L * (12 * C * C + 13 * C) + 2 * C;
-}
-
-void gpt_memory_estimate(const gpt_config *cfg, int B, int T,
-                         int optim_floats_per_param, gpt_memory *out) {
-  uint64_t n = gpt_config_num_params(cfg);
-  out->params = out->grads = n * sizeof(float);
-  out->optim = n * (uint64_t)optim_floats_per_param * sizeof(float);
-  out->acts = gpt_cpu_act_bytes(cfg, B, T);
-  out->total = out->params + out->grads + out->optim + out->acts;
 }
 
 uint64_t gpt_allocated_bytes(const gpt *m) {

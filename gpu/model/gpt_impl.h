@@ -1,8 +1,13 @@
 /*
  * gpt_impl: the inside of a gpt, shared by gpu/model/gpt.c (configuration,
- * layout, initialization), its backends (gpu/cpu/gpt_cpu.c: forward and
- * backward) and the CPU decoder (gpu/model/decode.c). Not part of the
+ * layout, initialization) and its backends (gpu/cpu/gpt_cpu.c: forward and
+ * backward; gpu/cuda/gpt_cuda.cu: the tensor indices). Not part of the
  * engine's API: code outside gpu/ uses gpt.h only.
+ *
+ * Data flows one way: the backends include this header, and nothing here
+ * names a backend. What a backend exports for others (the CPU kernels the
+ * decoder and the CUDA tests reuse) is in that backend's own header,
+ * gpu/cpu/gpt_cpu.h.
  */
 #ifndef DAGRUN_GPT_IMPL_H
 #define DAGRUN_GPT_IMPL_H
@@ -81,63 +86,5 @@ static inline float *gpt_g(struct gpt *m, size_t i) {
 static inline size_t gpt_ti(int l, int k) {
   return 2 + (size_t)l * GPT_NLAYER_TENSORS + (size_t)k;
 }
-
-/* LayerNorm (eps 1e-5, as GPT-2) of N rows of C: inp (N,C), w (C), b (C)
- * -> out (N,C), and each row's mean and 1/std into mean (N) and rstd (N)
- * for the backward pass (either may be NULL). Rows run on OpenMP threads.
- * gpu/cpu/gpt_cpu.c. */
-void gpt_cpu_layernorm(float *out, float *mean, float *rstd, const float *inp,
-                       const float *w, const float *b, int N, int C);
-
-/* GELU, tanh approximation (GPT-2's gelu_new), of N floats: inp -> out
- * (may be the same array). OpenMP threads. gpu/cpu/gpt_cpu.c. */
-void gpt_cpu_gelu(float *out, const float *inp, size_t N);
-
-/* More of the CPU engine's kernels (gpu/cpu/gpt_cpu.c), exported as the
- * reference of the CUDA kernels' test (tests/gpu/kernel_check.cu). Shapes
- * as in gpt_cpu.c; "+=" adds into the output. OpenMP threads inside.
- *   encoder:      ids (B,T), wte (Vp,C), wpe (T,C) -> out (B,T,C);
- *                 backward dout -> dwte +=, dwpe += (fixed order)
- *   layernorm:    dout, inp (N,C), w (C), mean, rstd (N) -> dinp (N,C) +=,
- *                 dw (C) +=, db (C) +=
- *   matmul:       inp (N,IC), w (IC,OC), b (OC, not NULL) -> out (N,OC);
- *                 backward -> dinp (N,IC) = (overwritten), dw +=, db +=
- *   gelu:         dinout (N) *= gelu'(inp), in place
- *   attention:    qkv (B,T,3C) -> att (B,NH,T,T) probabilities, out (B,T,C);
- *                 backward dout, qkv, att -> dqkv (B,T,3C) (overwritten),
- *                 datt (B,NH,T,T) scratch
- *   crossentropy: logits (N,Vp), targets (N) -> lse, losses (N), probs
- *                 (N,Vp); backward: probs -> dloss * (probs - onehot) in
- *                 place */
-void gpt_cpu_encoder_forward(float *out, const uint32_t *ids, const float *wte,
-                             const float *wpe, int B, int T, int C);
-void gpt_cpu_encoder_backward(float *dwte, float *dwpe, const float *dout,
-                              const uint32_t *ids, int B, int T, int C);
-void gpt_cpu_layernorm_backward(float *dinp, float *dw, float *db,
-                                const float *dout, const float *inp,
-                                const float *w, const float *mean,
-                                const float *rstd, int N, int C);
-void gpt_cpu_matmul_forward(float *out, const float *inp, const float *w,
-                            const float *b, int N, int IC, int OC);
-void gpt_cpu_matmul_backward(float *dinp, float *dw, float *db,
-                             const float *dout, const float *inp,
-                             const float *w, int N, int IC, int OC);
-void gpt_cpu_gelu_backward(float *dinout, const float *inp, size_t N);
-void gpt_cpu_attention_forward(float *out, float *att, const float *qkv, int B,
-                               int T, int C, int NH);
-void gpt_cpu_attention_backward(float *dqkv, float *datt, const float *dout,
-                                const float *qkv, const float *att, int B,
-                                int T, int C, int NH);
-void gpt_cpu_crossentropy_forward(float *lse, float *losses, float *probs,
-                                  const float *logits, const uint32_t *targets,
-                                  int N, int V, int Vp);
-void gpt_cpu_crossentropy_backward(float *probs_dlogits,
-                                   const uint32_t *targets, float dloss, int N,
-                                   int V, int Vp);
-
-/* Bytes of the activations, backward scratch and input/target id copies
- * that a forward at (B,T) makes the CPU backend allocate (ensure_acts),
- * computed without allocating. gpu/cpu/gpt_cpu.c. */
-uint64_t gpt_cpu_act_bytes(const gpt_config *cfg, int B, int T);
 
 #endif /* DAGRUN_GPT_IMPL_H */

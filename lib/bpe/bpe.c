@@ -1,6 +1,16 @@
 /*
- * The BPE model: building one from its parts, encoding with a per-thread
- * piece cache, decoding. See bpe.h.
+ * bpe: the byte-level BPE model, GPT-2's: building one from its parts
+ * (tokens, ranked merges, specials), encoding and decoding. bpe.h states
+ * the contract; bpe_train.c learns a model, tokjson.c reads and writes
+ * the files, pretok.c cuts text into pieces.
+ *
+ * A bpe is read-only once built, so threads share it; each thread
+ * encodes through its own bpe_encoder, which holds the pre-tokenizer's
+ * match state and a cache of pieces already encoded. The cache is why:
+ * text repeats its words, and a piece found in the cache costs one hash
+ * lookup instead of its merges. Short pieces are merged by scanning the
+ * symbols, long ones with a heap of candidate pairs, so a long run of
+ * one character is not quadratic.
  */
 #include "bpe_internal.h"
 

@@ -229,6 +229,9 @@ typedef struct learn {
   /* Pairs whose count went up during one merge. */
   uint32_t *up;
   size_t nup, capup;
+  /* The merges made, in order (room for every token past the bytes). */
+  bpe_merge *merges;
+  size_t nmerges;
   int oom;
 } learn;
 
@@ -252,6 +255,7 @@ static void learn_free(learn *L) {
   free(L->pmap);
   free(L->heap);
   free(L->up);
+  free(L->merges);
 }
 
 static uint32_t tok_find(const learn *L, const char *p, size_t n) {
@@ -265,8 +269,8 @@ static uint32_t tok_find(const learn *L, const char *p, size_t n) {
   return UINT32_MAX;
 }
 
-/* Adds a token with the bytes of a then b; the table has room for the
- * whole vocabulary, sized up front. */
+/* Adds a token with the n bytes at p; the id table has room for the
+ * whole vocabulary, sized up front, so only the byte blob grows. */
 static uint32_t tok_add(learn *L, const char *p, size_t n) {
   if (L->ntblob + n > L->captblob) {
     size_t cap = L->captblob * 2;
@@ -464,15 +468,10 @@ static struct hent hpop(learn *L) {
   return top;
 }
 
-int bpe_trainer_finish(bpe_trainer *t, bpe **out, char *err, size_t errlen) {
-  *out = NULL;
-  learn L = {0};
-  bpe_merge *merges = NULL;
-  size_t nmerges = 0;
-  bpe_tokdef *defs = NULL;
-  uint32_t *specids = NULL;
-  int rc = -1;
-
+/* The trainer's options make a valid tokenizer: specials non-empty and
+ * distinct, and room in vocab_size for them and the 256 byte tokens.
+ * 0, or -1 with the reason in err. */
+static int check_vocab(const bpe_trainer *t, char *err, size_t errlen) {
   for (size_t i = 0; i < t->nspecials; i++) {
     if (!t->speclen[i]) {
       snprintf(err, errlen, "special token %zu is empty", i);
@@ -491,172 +490,226 @@ int bpe_trainer_finish(bpe_trainer *t, bpe **out, char *err, size_t errlen) {
              t->vocab_size, t->nspecials);
     return -1;
   }
-  uint32_t maxtok = t->vocab_size - (uint32_t)t->nspecials;
+  return 0;
+}
 
-  /* Tokens: the 256 bytes in GPT-2's order. */
-  L.captok = maxtok;
-  L.captblob = 4096;
-  L.toff = malloc(maxtok * sizeof *L.toff);
-  L.tlen = malloc(maxtok * sizeof *L.tlen);
-  L.tblob = malloc(L.captblob);
+/* The token tables, sized for maxtok tokens up front, holding the 256
+ * byte tokens in GPT-2's order; byte_sym[b] is byte b's token. 0, or -1
+ * when out of memory. */
+static int learn_bytes(learn *L, uint32_t maxtok, uint32_t byte_sym[256]) {
+  L->captok = maxtok;
+  L->captblob = 4096;
+  L->toff = malloc(maxtok * sizeof *L->toff);
+  L->tlen = malloc(maxtok * sizeof *L->tlen);
+  L->tblob = malloc(L->captblob);
   size_t tcap = 16;
   while (tcap < 2 * (size_t)maxtok)
     tcap *= 2;
-  L.tmap = calloc(tcap, sizeof *L.tmap);
-  L.tmask = tcap - 1;
-  merges = malloc((maxtok - 256 + 1) * sizeof *merges);
-  if (!L.toff || !L.tlen || !L.tblob || !L.tmap || !merges)
-    goto oom;
+  L->tmap = calloc(tcap, sizeof *L->tmap);
+  L->tmask = tcap - 1;
+  L->merges = malloc((maxtok - 256 + 1) * sizeof *L->merges);
+  if (!L->toff || !L->tlen || !L->tblob || !L->tmap || !L->merges)
+    return -1;
   const uint8_t *order = bpe_byte_order();
-  uint32_t byte_sym[256];
   for (uint32_t i = 0; i < 256; i++) {
     char c = (char)order[i];
-    byte_sym[order[i]] = tok_add(&L, &c, 1);
+    byte_sym[order[i]] = tok_add(L, &c, 1);
   }
+  return 0;
+}
 
-  /* Words: the distinct pieces. */
+/* The words: each distinct piece counted by t, spelled in byte tokens.
+ * 0, or -1 when out of memory. */
+static int learn_words(learn *L, const bpe_trainer *t,
+                       const uint32_t byte_sym[256]) {
   size_t nsyms = 0;
   for (size_t i = 0; i <= t->mask; i++)
     if (t->tab[i].count)
       nsyms += t->tab[i].klen;
-  L.nwords = t->count;
-  if (L.nwords >= UINT32_MAX)
-    goto oom;
-  L.syms = malloc((nsyms + 1) * sizeof *L.syms);
-  L.woff = malloc((L.nwords + 1) * sizeof *L.woff);
-  L.wlen = malloc((L.nwords + 1) * sizeof *L.wlen);
-  L.wcnt = malloc((L.nwords + 1) * sizeof *L.wcnt);
-  L.wstamp = calloc(L.nwords + 1, sizeof *L.wstamp);
-  L.pmask = (1u << 16) - 1;
-  L.pmap = calloc(L.pmask + 1, sizeof *L.pmap);
-  if (!L.syms || !L.woff || !L.wlen || !L.wcnt || !L.wstamp || !L.pmap)
-    goto oom;
+  L->nwords = t->count;
+  /* Word indices are stored as uint32_t in the pairs' word lists. */
+  if (L->nwords >= UINT32_MAX)
+    return -1;
+  L->syms = malloc((nsyms + 1) * sizeof *L->syms);
+  L->woff = malloc((L->nwords + 1) * sizeof *L->woff);
+  L->wlen = malloc((L->nwords + 1) * sizeof *L->wlen);
+  L->wcnt = malloc((L->nwords + 1) * sizeof *L->wcnt);
+  L->wstamp = calloc(L->nwords + 1, sizeof *L->wstamp);
+  L->pmask = (1u << 16) - 1;
+  L->pmap = calloc(L->pmask + 1, sizeof *L->pmap);
+  if (!L->syms || !L->woff || !L->wlen || !L->wcnt || !L->wstamp || !L->pmap)
+    return -1;
   size_t w = 0, off = 0;
   for (size_t i = 0; i <= t->mask; i++) {
     const pslot *s = &t->tab[i];
     if (!s->count)
       continue;
-    L.woff[w] = off;
-    L.wlen[w] = s->klen;
-    L.wcnt[w] = s->count;
+    L->woff[w] = off;
+    L->wlen[w] = s->klen;
+    L->wcnt[w] = s->count;
     const unsigned char *k = (const unsigned char *)t->keys + s->koff;
     for (uint32_t j = 0; j < s->klen; j++)
-      L.syms[off + j] = byte_sym[k[j]];
+      L->syms[off + j] = byte_sym[k[j]];
     off += s->klen;
     w++;
   }
+  return 0;
+}
 
-  /* Initial pair counts. */
-  for (w = 0; w < L.nwords; w++) {
-    const uint32_t *s = L.syms + L.woff[w];
-    for (uint32_t j = 0; j + 1 < L.wlen[w]; j++) {
-      uint32_t p = pair_get(&L, s[j], s[j + 1]);
+/* Every adjacent pair's count over the words, each pair's word list, and
+ * one heap entry per pair. 0, or -1 when out of memory. */
+static int learn_pairs(learn *L) {
+  for (size_t w = 0; w < L->nwords; w++) {
+    const uint32_t *s = L->syms + L->woff[w];
+    for (uint32_t j = 0; j + 1 < L->wlen[w]; j++) {
+      uint32_t p = pair_get(L, s[j], s[j + 1]);
       if (p == UINT32_MAX)
-        goto oom;
-      L.pcnt[p] += (int64_t)L.wcnt[w];
-      pair_add_word(&L, p, (uint32_t)w);
+        return -1;
+      L->pcnt[p] += (int64_t)L->wcnt[w];
+      pair_add_word(L, p, (uint32_t)w);
     }
   }
-  if (L.oom)
-    goto oom;
-  for (size_t p = 0; p < L.npairs; p++)
-    hpush(&L, L.pcnt[p], (uint32_t)p);
+  if (L->oom)
+    return -1;
+  for (size_t p = 0; p < L->npairs; p++)
+    hpush(L, L->pcnt[p], (uint32_t)p);
+  return 0;
+}
 
+/* The token for the bytes of a then b: the id of an equal string made
+ * before (two merges may spell the same bytes), else a new one.
+ * UINT32_MAX when out of memory. */
+static uint32_t tok_join(learn *L, uint32_t a, uint32_t b) {
+  size_t la = L->tlen[a], lb = L->tlen[b];
+  char stackb[256], *nb = la + lb <= sizeof stackb ? stackb : malloc(la + lb);
+  if (!nb)
+    return UINT32_MAX;
+  memcpy(nb, L->tblob + L->toff[a], la);
+  memcpy(nb + la, L->tblob + L->toff[b], lb);
+  uint32_t x = tok_find(L, nb, la + lb);
+  if (x == UINT32_MAX)
+    x = tok_add(L, nb, la + lb);
+  if (nb != stackb)
+    free(nb);
+  return x;
+}
+
+/* Rewrites every word that holds pair p = (a, b) with x in its place,
+ * moving the counts of the neighbouring pairs; the pairs that gained are
+ * left in L->up (stamp marks what this merge has seen). */
+static void merge_words(learn *L, uint32_t p, uint32_t a, uint32_t b,
+                        uint32_t x, uint32_t stamp) {
+  L->nup = 0;
+  for (uint32_t k = 0; k < L->pwords[p].n; k++) {
+    uint32_t wi = L->pwords[p].v[k];
+    /* A word may be listed more than once (pair_add_word skips only a
+     * repeat of the last entry); its first visit merges it whole. */
+    if (L->wstamp[wi] == stamp)
+      continue;
+    L->wstamp[wi] = stamp;
+    uint32_t *s = L->syms + L->woff[wi];
+    uint32_t n = L->wlen[wi], i = 0, j = 0;
+    int64_t c = (int64_t)L->wcnt[wi];
+    while (i < n) {
+      if (i + 1 < n && s[i] == a && s[i + 1] == b) {
+        if (j > 0) {
+          pair_delta(L, s[j - 1], a, -c, wi, stamp);
+          pair_delta(L, s[j - 1], x, c, wi, stamp);
+        }
+        if (i + 2 < n) {
+          pair_delta(L, b, s[i + 2], -c, wi, stamp);
+          pair_delta(L, x, s[i + 2], c, wi, stamp);
+        }
+        L->pcnt[p] -= c;
+        s[j++] = x;
+        i += 2;
+      } else {
+        s[j++] = s[i++];
+      }
+    }
+    L->wlen[wi] = j;
+  }
+}
+
+/* Merges the most frequent pair until there are maxtok tokens, the heap
+ * is empty or the best pair is below min_frequency; the merges go to
+ * L->merges in order. 0, or -1 when out of memory. */
+static int learn_merges(learn *L, uint32_t maxtok, uint64_t min_frequency) {
   uint32_t stamp = 0;
-  while (L.ntok < maxtok && L.nheap) {
-    struct hent top = hpop(&L);
+  while (L->ntok < maxtok && L->nheap) {
+    struct hent top = hpop(L);
     uint32_t p = top.pair;
-    if (top.cnt != L.pcnt[p]) {
+    if (top.cnt != L->pcnt[p]) {
       /* Stale: counts only fall, except for pairs pushed anew when they
        * rose, so a lower current count goes back in. */
-      if (top.cnt > L.pcnt[p] && L.pcnt[p] > 0)
-        hpush(&L, L.pcnt[p], p);
+      if (top.cnt > L->pcnt[p] && L->pcnt[p] > 0)
+        hpush(L, L->pcnt[p], p);
       continue;
     }
-    if (top.cnt <= 0 || (uint64_t)top.cnt < t->min_frequency)
+    if (top.cnt <= 0 || (uint64_t)top.cnt < min_frequency)
       break;
-    uint32_t a = (uint32_t)(L.pkey[p] >> 32), b = (uint32_t)L.pkey[p];
-    /* The new token's bytes; the id of an equal string made before. */
-    size_t la = L.tlen[a], lb = L.tlen[b];
-    char stackb[256], *nb = la + lb <= sizeof stackb ? stackb : malloc(la + lb);
-    if (!nb)
-      goto oom;
-    memcpy(nb, L.tblob + L.toff[a], la);
-    memcpy(nb + la, L.tblob + L.toff[b], lb);
-    uint32_t x = tok_find(&L, nb, la + lb);
+    uint32_t a = (uint32_t)(L->pkey[p] >> 32), b = (uint32_t)L->pkey[p];
+    uint32_t x = tok_join(L, a, b);
     if (x == UINT32_MAX)
-      x = tok_add(&L, nb, la + lb);
-    if (nb != stackb)
-      free(nb);
-    if (x == UINT32_MAX)
-      goto oom;
-    merges[nmerges++] = (bpe_merge){a, b, x};
-
-    /* Rewrite the words that hold the pair. */
-    stamp++;
-    L.nup = 0;
-    for (uint32_t k = 0; k < L.pwords[p].n; k++) {
-      uint32_t wi = L.pwords[p].v[k];
-      if (L.wstamp[wi] == stamp)
-        continue;
-      L.wstamp[wi] = stamp;
-      uint32_t *s = L.syms + L.woff[wi];
-      uint32_t n = L.wlen[wi], i = 0, j = 0;
-      int64_t c = (int64_t)L.wcnt[wi];
-      while (i < n) {
-        if (i + 1 < n && s[i] == a && s[i + 1] == b) {
-          if (j > 0) {
-            pair_delta(&L, s[j - 1], a, -c, wi, stamp);
-            pair_delta(&L, s[j - 1], x, c, wi, stamp);
-          }
-          if (i + 2 < n) {
-            pair_delta(&L, b, s[i + 2], -c, wi, stamp);
-            pair_delta(&L, x, s[i + 2], c, wi, stamp);
-          }
-          L.pcnt[p] -= c;
-          s[j++] = x;
-          i += 2;
-        } else {
-          s[j++] = s[i++];
-        }
-      }
-      L.wlen[wi] = j;
-    }
-    if (L.oom)
-      goto oom;
+      return -1;
+    L->merges[L->nmerges++] = (bpe_merge){a, b, x};
+    merge_words(L, p, a, b, x, ++stamp);
+    if (L->oom)
+      return -1;
     /* Every occurrence is merged, so the pair is gone; its word list is
      * no longer needed. */
-    free(L.pwords[p].v);
-    L.pwords[p] = (wlist){0};
-    for (size_t k = 0; k < L.nup; k++)
-      if (L.pcnt[L.up[k]] > 0)
-        hpush(&L, L.pcnt[L.up[k]], L.up[k]);
-    if (L.oom)
-      goto oom;
+    free(L->pwords[p].v);
+    L->pwords[p] = (wlist){0};
+    for (size_t k = 0; k < L->nup; k++)
+      if (L->pcnt[L->up[k]] > 0)
+        hpush(L, L->pcnt[L->up[k]], L->up[k]);
+    if (L->oom)
+      return -1;
   }
+  return 0;
+}
 
-  /* The tokenizer: learned tokens, then the specials. */
-  uint32_t nvocab = L.ntok + (uint32_t)t->nspecials;
-  defs = calloc(nvocab, sizeof *defs);
-  specids = malloc((t->nspecials + 1) * sizeof *specids);
-  if (!defs || !specids)
-    goto oom;
-  for (uint32_t i = 0; i < L.ntok; i++)
-    defs[i] = (bpe_tokdef){L.tblob + L.toff[i], L.tlen[i]};
-  for (size_t i = 0; i < t->nspecials; i++) {
-    defs[L.ntok + i] = (bpe_tokdef){t->specials[i], t->speclen[i]};
-    specids[i] = L.ntok + (uint32_t)i;
+/* The tokenizer from what L learned: its tokens, then t's specials.
+ * 0, or -1 with the reason in err (*out is the caller's). */
+static int learn_build(const learn *L, const bpe_trainer *t, bpe **out,
+                       char *err, size_t errlen) {
+  uint32_t nvocab = L->ntok + (uint32_t)t->nspecials;
+  bpe_tokdef *defs = calloc(nvocab, sizeof *defs);
+  uint32_t *specids = malloc((t->nspecials + 1) * sizeof *specids);
+  int rc = -1;
+  if (!defs || !specids) {
+    snprintf(err, errlen, "out of memory while training");
+  } else {
+    for (uint32_t i = 0; i < L->ntok; i++)
+      defs[i] = (bpe_tokdef){L->tblob + L->toff[i], L->tlen[i]};
+    for (size_t i = 0; i < t->nspecials; i++) {
+      defs[L->ntok + i] = (bpe_tokdef){t->specials[i], t->speclen[i]};
+      specids[i] = L->ntok + (uint32_t)i;
+    }
+    rc = bpe_build(out, nvocab, defs, L->merges, L->nmerges, specids,
+                   t->nspecials, err, errlen);
   }
-  rc = bpe_build(out, nvocab, defs, merges, nmerges, specids, t->nspecials, err,
-                 errlen);
-  goto done;
-oom:
-  snprintf(err, errlen, "out of memory while training");
-  rc = -1;
-done:
-  learn_free(&L);
-  free(merges);
   free(defs);
   free(specids);
+  return rc;
+}
+
+int bpe_trainer_finish(bpe_trainer *t, bpe **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (check_vocab(t, err, errlen) != 0)
+    return -1;
+  uint32_t maxtok = t->vocab_size - (uint32_t)t->nspecials;
+  learn L = {0};
+  uint32_t byte_sym[256];
+  int rc;
+  if (learn_bytes(&L, maxtok, byte_sym) != 0 ||
+      learn_words(&L, t, byte_sym) != 0 || learn_pairs(&L) != 0 ||
+      learn_merges(&L, maxtok, t->min_frequency) != 0) {
+    snprintf(err, errlen, "out of memory while training");
+    rc = -1;
+  } else {
+    rc = learn_build(&L, t, out, err, errlen);
+  }
+  learn_free(&L);
   return rc;
 }

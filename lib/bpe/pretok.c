@@ -1,5 +1,13 @@
 /*
- * The GPT-2 pre-tokenizer on PCRE2. See pretok.h.
+ * pretok: GPT-2's pre-tokenizer, which cuts text into the pieces that BPE
+ * merges within; pretok.h states the contract.
+ *
+ * The pattern is GPT-2's own (openai's encoder.py), run by PCRE2 with
+ * Unicode properties and JIT compilation rather than rewritten by hand,
+ * so that text is cut as GPT-2 cuts it. Most text is ASCII, and one
+ * PCRE2 call a piece costs more than the rest of encoding, so an ASCII
+ * fast path decides the pieces it can from a class table that PCRE2
+ * itself filled in, and hands every other case back to PCRE2.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "pretok.h"

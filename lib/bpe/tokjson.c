@@ -1,6 +1,13 @@
 /*
- * Tokenizer files: Hugging Face's tokenizer.json (load and save) and
- * GPT-2's vocab.json + merges.txt (load). See bpe.h.
+ * tokjson: the tokenizer's files, Hugging Face's tokenizer.json (load and
+ * save) and GPT-2's vocab.json + merges.txt (load). bpe.h states the
+ * contract of bpe_load_hf, bpe_load_gpt2 and bpe_save_hf.
+ *
+ * Only what dagrun's BPE computes is accepted: a byte-level BPE model
+ * with GPT-2's pre-tokenizer. A file that asks for anything else (another
+ * model type, normalizer or pre-tokenizer) is refused with the field
+ * named, rather than loaded into a tokenizer that would give other ids
+ * than the library that wrote it.
  *
  * Vocab files spell a token's bytes with GPT-2's byte-to-unicode map
  * (space is "Ġ"); specials are spelled as their own text.

@@ -34,7 +34,7 @@
 #include <cuda_bf16.h>
 
 extern "C" {
-#include "model/gpt_impl.h"
+#include "cpu/gpt_cpu.h"
 #include "optim/optim.h"
 }
 

@@ -1064,124 +1064,124 @@ static int zero_comms(comm **ctl, comm **nc, char *rdv) {
   return 0;
 }
 
-static int cmd_zero(void) {
-  char err[2048];
+/* What cmd_zero's checks share: the communicators, this rank's place,
+ * the model's sizes, one GPU's run (ref), each stage's run of ZSTEPS and
+ * the directories of stage 2's and stage 3's checkpoints of step 10. */
+typedef struct zcheck {
   comm *ctl, *nc;
-  char rdv[] = "/tmp/gpt_cuda_check-nccl-XXXXXX";
-  if (zero_comms(&ctl, &nc, rdv) != 0)
-    return 77;
-  int N = comm_size(ctl), r = comm_rank(ctl);
+  int N, r;
+  size_t P;
+  int ngroups;
   zrun ref, run[4];
-  zero_reference(N, comm_device(nc), &ref);
-  gpt *m0 = make_model(7);
-  size_t P = gpt_num_params(m0);
-  int ngroups = (int)gpt_group_count(m0);
-  gpt_destroy(m0);
-  /* Stage 2's and stage 3's checkpoints of step 10. */
-  char ck[] = "/tmp/gpt_cuda_check-ckpt-XXXXXX";
-  char ck3[] = "/tmp/gpt_cuda_check-ckpt3-XXXXXX";
-  if (r == 0 && (!mkdtemp(ck) || !mkdtemp(ck3)))
-    die("mkdtemp", ck);
-  if (comm_broadcast(ctl, ck, sizeof ck, 0, err, sizeof err) != 0 ||
-      comm_broadcast(ctl, ck3, sizeof ck3, 0, err, sizeof err) != 0)
-    die("broadcast", err);
-  for (int st = 0; st < 4; st++) {
-    zero_config zc = {.stage = st, .bucket_floats = ZBUCKET};
-    zero_train(ctl, nc, zc, NULL, 0, ZSTEPS,
-               st == 2   ? ck
-               : st == 3 ? ck3
-                         : NULL,
-               &run[st]);
-    int want = (int)((P + ZBUCKET - 1) / ZBUCKET);
-    if (st < 2) {
-      CHECK(want > 1 && run[st].bmin == want && run[st].bmax == want &&
-                run[st].emin > 0 && run[st].emax < want,
-            "stage %d, buckets of %d floats: %d-%d buckets a step (want "
-            "%d), %d-%d of them started during backward (want some, not "
-            "all)",
-            st, ZBUCKET, run[st].bmin, run[st].bmax, want, run[st].emin,
-            run[st].emax);
-      if (r == 0)
-        printf("stage %d: %d buckets of %d floats a step, %d-%d started "
-               "during backward\n",
-               st, want, ZBUCKET, run[st].emin, run[st].emax);
-    } else {
-      /* A group at a time (the embeddings, each layer, ln_f), all but
-       * the embeddings' (final at the very end) during backward. */
-      want = ngroups;
-      CHECK(run[st].bmin == want && run[st].bmax == want &&
-                run[st].emin == want - 1 && run[st].emax == want - 1,
-            "stage %d: %d-%d groups reduced a step (want %d), %d-%d of them "
-            "during backward (want %d)",
-            st, run[st].bmin, run[st].bmax, want, run[st].emin, run[st].emax,
-            want - 1);
-      if (r == 0)
-        printf("stage %d: %d groups reduced a step, %d started during "
-               "backward\n",
-               st, want, run[st].emin);
-    }
-    double worst = 0, wdiff = 0, d2 = 0, r2 = 0;
-    for (int k = 0; k < ZSTEPS; k++)
-      worst = fmax(worst, rel_diff(run[st].loss[k], ref.loss[k]));
-    for (size_t i = 0; i < P; i++) {
-      double d = (double)run[st].w[i] - ref.w[i];
-      wdiff = fmax(wdiff, fabs(d));
-      d2 += d * d;
-      r2 += (double)ref.w[i] * ref.w[i];
-    }
-    double wrel = sqrt(d2 / r2);
-    /* N ranks sum the gradients in another order than one GPU's batch,
-     * and the clip scale comes from per-rank sums of squares: the last
-     * bits differ, which flips some BF16 roundings, after which an
-     * element whose gradient is within noise of zero may move the other
-     * way each step (the tolerances above). So: the losses, the weights
-     * in relative L2 (a stale or misplaced group or slice moves whole
-     * tensors), and no element further than AdamW's steps can take it
-     * (about lr a step each way). */
-    if (N == 1)
-      CHECK(worst == 0 && wdiff == 0,
-            "stage %d, one rank: not the reference's bits (loss %.3g, "
-            "weights %.3g)", st, worst, wdiff);
-    else
-      CHECK(worst < 1e-3 && wrel < 1e-2 && wdiff < 2.5 * 1e-3 * ZSTEPS,
-            "stage %d, %d ranks: loss %.3g relative (< 1e-3), weights %.3g "
-            "relative L2 (< 1e-2), at most %.3g apart (< %.3g)",
-            st, N, worst, wrel, wdiff, 2.5 * 1e-3 * ZSTEPS);
-    if (r == 0)
-      printf("stage %d: losses vs one GPU's at worst %.3g relative, weights "
-             "%.3g relative L2, at most %.3g apart\n",
-             st, worst, wrel, wdiff);
+  char ck[64], ck3[64];
+} zcheck;
+
+/* Stage st's reductions in run[st]: buckets (stages 0-1) or groups
+ * (2-3) a step, and how many started while backward was still going. */
+static void zero_check_overlap(const zcheck *z, int st) {
+  const zrun *run = &z->run[st];
+  int want = (int)((z->P + ZBUCKET - 1) / ZBUCKET);
+  if (st < 2) {
+    CHECK(want > 1 && run->bmin == want && run->bmax == want && run->emin > 0 &&
+              run->emax < want,
+          "stage %d, buckets of %d floats: %d-%d buckets a step (want "
+          "%d), %d-%d of them started during backward (want some, not "
+          "all)",
+          st, ZBUCKET, run->bmin, run->bmax, want, run->emin, run->emax);
+    if (z->r == 0)
+      printf("stage %d: %d buckets of %d floats a step, %d-%d started "
+             "during backward\n",
+             st, want, ZBUCKET, run->emin, run->emax);
+  } else {
+    /* A group at a time (the embeddings, each layer, ln_f), all but
+     * the embeddings' (final at the very end) during backward. */
+    want = z->ngroups;
+    CHECK(run->bmin == want && run->bmax == want && run->emin == want - 1 &&
+              run->emax == want - 1,
+          "stage %d: %d-%d groups reduced a step (want %d), %d-%d of them "
+          "during backward (want %d)",
+          st, run->bmin, run->bmax, want, run->emin, run->emax, want - 1);
+    if (z->r == 0)
+      printf("stage %d: %d groups reduced a step, %d started during "
+             "backward\n",
+             st, want, run->emin);
   }
-  /* Stages 2-3 without overlap (each group's reduction waited for at
-   * once; stage 3: each group gathered when needed): the overlapped
-   * run's bits. */
+}
+
+/* Stage st's losses and final weights against one GPU's. */
+static void zero_check_vs_reference(const zcheck *z, int st) {
+  const zrun *run = &z->run[st], *ref = &z->ref;
+  double worst = 0, wdiff = 0, d2 = 0, r2 = 0;
+  for (int k = 0; k < ZSTEPS; k++)
+    worst = fmax(worst, rel_diff(run->loss[k], ref->loss[k]));
+  for (size_t i = 0; i < z->P; i++) {
+    double d = (double)run->w[i] - ref->w[i];
+    wdiff = fmax(wdiff, fabs(d));
+    d2 += d * d;
+    r2 += (double)ref->w[i] * ref->w[i];
+  }
+  double wrel = sqrt(d2 / r2);
+  /* N ranks sum the gradients in another order than one GPU's batch,
+   * and the clip scale comes from per-rank sums of squares: the last
+   * bits differ, which flips some BF16 roundings, after which an
+   * element whose gradient is within noise of zero may move the other
+   * way each step (the tolerances above). So: the losses, the weights
+   * in relative L2 (a stale or misplaced group or slice moves whole
+   * tensors), and no element further than AdamW's steps can take it
+   * (about lr a step each way). */
+  if (z->N == 1)
+    CHECK(worst == 0 && wdiff == 0,
+          "stage %d, one rank: not the reference's bits (loss %.3g, "
+          "weights %.3g)",
+          st, worst, wdiff);
+  else
+    CHECK(worst < 1e-3 && wrel < 1e-2 && wdiff < 2.5 * 1e-3 * ZSTEPS,
+          "stage %d, %d ranks: loss %.3g relative (< 1e-3), weights %.3g "
+          "relative L2 (< 1e-2), at most %.3g apart (< %.3g)",
+          st, z->N, worst, wrel, wdiff, 2.5 * 1e-3 * ZSTEPS);
+  if (z->r == 0)
+    printf("stage %d: losses vs one GPU's at worst %.3g relative, weights "
+           "%.3g relative L2, at most %.3g apart\n",
+           st, worst, wrel, wdiff);
+}
+
+/* Stages 2-3 without overlap (each group's reduction waited for at
+ * once; stage 3: each group gathered when needed): the overlapped
+ * run's bits. */
+static void zero_check_no_overlap(const zcheck *z) {
   for (int st = 2; st < 4; st++) {
     zero_config zc = {.stage = st, .no_overlap = 1};
     zrun one;
     memset(&one, 0, sizeof one);
-    zero_train(ctl, nc, zc, NULL, 0, 3, NULL, &one);
-    int want = ngroups;
+    zero_train(z->ctl, z->nc, zc, NULL, 0, 3, NULL, &one);
+    int want = z->ngroups;
     CHECK(one.bmin == want && one.bmax == want && one.emax == 0,
           "stage %d, no overlap: %d-%d groups reduced, %d early "
           "(want %d, 0)",
           st, one.bmin, one.bmax, one.emax, want);
+    const zrun *run = &z->run[st];
     int same = 1;
     for (int k = 0; k < 3; k++)
-      same &= memcmp(&one.loss[k], &run[st].loss[k], sizeof(float)) == 0;
+      same &= memcmp(&one.loss[k], &run->loss[k], sizeof(float)) == 0;
     CHECK(same,
           "stage %d: losses without overlap %.9g %.9g %.9g, with "
           "%.9g %.9g %.9g: not the same bits",
-          st, one.loss[0], one.loss[1], one.loss[2], run[st].loss[0],
-          run[st].loss[1], run[st].loss[2]);
-    if (r == 0)
+          st, one.loss[0], one.loss[1], one.loss[2], run->loss[0], run->loss[1],
+          run->loss[2]);
+    if (z->r == 0)
       printf("stage %d: no overlap, steps 1-3: %s\n", st,
              same ? "the overlapped run's bits" : "DIFFERENT");
     free(one.w);
   }
-  /* A step the update guard stops moves nothing on the GPUs: stage 2's
-   * (sharded gradients) and stage 3's (sharded everything) weights after
-   * steps 1-2 with step 2 stopped are the bits of a run of step 1. Nor
-   * does a step whose loss is not finite (nan_step), at any stage. */
+}
+
+/* A step the update guard stops moves nothing on the GPUs: stage 2's
+ * (sharded gradients) and stage 3's (sharded everything) weights after
+ * steps 1-2 with step 2 stopped are the bits of a run of step 1. Nor
+ * does a step whose loss is not finite (nan_step), at any stage. */
+static void zero_check_skipped_steps(const zcheck *z) {
+  comm *ctl = z->ctl, *nc = z->nc;
+  size_t P = z->P;
   for (int st = 0; st < 4; st++) {
     zrun a, b, c, d;
     memset(&a, 0, sizeof a);
@@ -1197,7 +1197,7 @@ static int cmd_zero(void) {
       CHECK(memcmp(a.w, b.w, P * 4) == 0 && memcmp(b.w, c.w, P * 4) != 0,
             "stage %d: a stopped step 2 moved the weights (or an unstopped "
             "one did not)", st);
-      if (r == 0)
+      if (z->r == 0)
         printf("stage %d: step 2 stopped by the update guard: the weights "
                "of step 1, bit for bit\n", st);
       free(b.w);
@@ -1207,47 +1207,89 @@ static int cmd_zero(void) {
     znan_at = -1;
     CHECK(memcmp(a.w, d.w, P * 4) == 0,
           "stage %d: after a NaN step 2, not the weights of step 1", st);
-    if (r == 0)
+    if (z->r == 0)
       printf("stage %d: step 2 with a NaN weight: skipped, the weights of "
              "step 1, bit for bit\n", st);
     free(a.w);
     free(c.w);
     free(d.w);
   }
-  /* The checkpoints of step 10 continued at another stage: stage 2's
-   * at stage 1 and at stage 3, stage 3's at stage 1. */
+}
+
+/* The checkpoints of step 10 continued at another stage: stage 2's
+ * at stage 1 and at stage 3, stage 3's at stage 1. */
+static void zero_check_resumes(const zcheck *z) {
   static const struct { int from, to; } resumes[] = {{2, 1}, {2, 3}, {3, 1}};
   for (size_t i = 0; i < sizeof resumes / sizeof *resumes; i++) {
     int from = resumes[i].from, to = resumes[i].to;
     char dir[4200];
-    snprintf(dir, sizeof dir, "%s/step-%08d", from == 2 ? ck : ck3, 10);
+    snprintf(dir, sizeof dir, "%s/step-%08d", from == 2 ? z->ck : z->ck3, 10);
     zrun res;
     memset(&res, 0, sizeof res);
-    zero_train(ctl, nc, (zero_config){.stage = to}, dir, 10, ZSTEPS, NULL,
+    zero_train(z->ctl, z->nc, (zero_config){.stage = to}, dir, 10, ZSTEPS, NULL,
                &res);
     double worst = 0;
     for (int k = 10; k < ZSTEPS; k++)
-      worst = fmax(worst, rel_diff(res.loss[k], run[from].loss[k]));
+      worst = fmax(worst, rel_diff(res.loss[k], z->run[from].loss[k]));
     CHECK(worst < 1e-5,
           "resumed at stage %d from stage %d's step 10: "
           "losses %.3g relative from the uninterrupted run's",
           to, from, worst);
-    if (r == 0)
+    if (z->r == 0)
       printf("resume (stage %d -> %d, step 10): steps 11-20 at worst %.3g "
              "relative\n",
              from, to, worst);
     free(res.w);
   }
+}
+
+static int cmd_zero(void) {
+  char err[2048];
+  zcheck z;
+  memset(&z, 0, sizeof z);
+  char rdv[] = "/tmp/gpt_cuda_check-nccl-XXXXXX";
+  if (zero_comms(&z.ctl, &z.nc, rdv) != 0)
+    return 77;
+  z.N = comm_size(z.ctl);
+  z.r = comm_rank(z.ctl);
+  zero_reference(z.N, comm_device(z.nc), &z.ref);
+  gpt *m0 = make_model(7);
+  z.P = gpt_num_params(m0);
+  z.ngroups = (int)gpt_group_count(m0);
+  gpt_destroy(m0);
+  /* Stage 2's and stage 3's checkpoints of step 10, in directories rank
+   * 0 makes and broadcasts. */
+  snprintf(z.ck, sizeof z.ck, "%s", "/tmp/gpt_cuda_check-ckpt-XXXXXX");
+  snprintf(z.ck3, sizeof z.ck3, "%s", "/tmp/gpt_cuda_check-ckpt3-XXXXXX");
+  if (z.r == 0 && (!mkdtemp(z.ck) || !mkdtemp(z.ck3)))
+    die("mkdtemp", z.ck);
+  if (comm_broadcast(z.ctl, z.ck, sizeof z.ck, 0, err, sizeof err) != 0 ||
+      comm_broadcast(z.ctl, z.ck3, sizeof z.ck3, 0, err, sizeof err) != 0)
+    die("broadcast", err);
+  for (int st = 0; st < 4; st++) {
+    zero_config zc = {.stage = st, .bucket_floats = ZBUCKET};
+    zero_train(z.ctl, z.nc, zc, NULL, 0, ZSTEPS,
+               st == 2   ? z.ck
+               : st == 3 ? z.ck3
+                         : NULL,
+               &z.run[st]);
+    zero_check_overlap(&z, st);
+    zero_check_vs_reference(&z, st);
+  }
+  zero_check_no_overlap(&z);
+  zero_check_skipped_steps(&z);
+  zero_check_resumes(&z);
   float bad = (float)failures;
-  if (comm_allreduce_sum(ctl, &bad, 1, err, sizeof err) != 0)
+  if (comm_allreduce_sum(z.ctl, &bad, 1, err, sizeof err) != 0)
     die("allreduce", err);
-  if (r == 0)
+  if (z.r == 0)
     printf("%s\n", bad > 0 ? "zero: FAILED" : "zero: ok");
   /* Every rank is past its last load (the all-reduce above). */
-  if (r == 0 && (fileio_remove_tree(ck) != 0 || fileio_remove_tree(ck3) != 0))
-    fprintf(stderr, "gpt_cuda_check: could not remove %s or %s\n", ck, ck3);
-  comm_destroy(nc);
-  comm_destroy(ctl);
+  if (z.r == 0 &&
+      (fileio_remove_tree(z.ck) != 0 || fileio_remove_tree(z.ck3) != 0))
+    fprintf(stderr, "gpt_cuda_check: could not remove %s or %s\n", z.ck, z.ck3);
+  comm_destroy(z.nc);
+  comm_destroy(z.ctl);
   if (rdv[0])
     rmdir(rdv);
   return bad > 0 ? 1 : 0;

@@ -32,7 +32,7 @@
 #include "check_common.h"
 #include "cuda/kernels.cuh"
 extern "C" {
-#include "model/gpt_impl.h"
+#include "cpu/gpt_cpu.h"
 #include "optim/optim.h"
 }
 

@@ -163,21 +163,28 @@ static int compare(const char *a, const char *b) {
   return 0;
 }
 
-int main(int argc, char **argv) {
-  zero_config zc = {0};
-  int B = 0, steps = 20, save_at = -1;
-  int64_t skip_at = -1, nan_at = -1;
-  const char *ckdir = NULL, *load = NULL, *dump = NULL;
-  const char *cmp_a = NULL, *cmp_b = NULL;
+/* The command line (the usage at the top of this file). */
+typedef struct options {
+  zero_config zc;
+  int B, steps, save_at;
+  int64_t skip_at, nan_at;
+  const char *ckdir, *load, *dump;
+  const char *cmp_a, *cmp_b; /* --compare's two dumps, else NULL */
+} options;
+
+/* Reads argv into *o (the model's --layers and --width into n_layer and
+ * n_embd): 0, or 2 (the exit status) after saying what is wrong. */
+static int parse_args(int argc, char **argv, options *o) {
+  *o = (options){.steps = 20, .save_at = -1, .skip_at = -1, .nan_at = -1};
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--compare") == 0 && i + 2 < argc) {
-      cmp_a = argv[++i];
-      cmp_b = argv[++i];
+      o->cmp_a = argv[++i];
+      o->cmp_b = argv[++i];
       continue;
     }
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--no-overlap") == 0) {
-      zc.no_overlap = 1;
+      o->zc.no_overlap = 1;
       continue;
     }
     if (!v) {
@@ -186,25 +193,25 @@ int main(int argc, char **argv) {
     }
     i++;
     if (strcmp(a, "--stage") == 0)
-      zc.stage = atoi(v);
+      o->zc.stage = atoi(v);
     else if (strcmp(a, "--micro") == 0)
-      B = atoi(v);
+      o->B = atoi(v);
     else if (strcmp(a, "--steps") == 0)
-      steps = atoi(v);
+      o->steps = atoi(v);
     else if (strcmp(a, "--bucket") == 0)
-      zc.bucket_floats = (size_t)atol(v);
+      o->zc.bucket_floats = (size_t)atol(v);
     else if (strcmp(a, "--save-at") == 0)
-      save_at = atoi(v);
+      o->save_at = atoi(v);
     else if (strcmp(a, "--ckpt") == 0)
-      ckdir = v;
+      o->ckdir = v;
     else if (strcmp(a, "--load") == 0)
-      load = v;
+      o->load = v;
     else if (strcmp(a, "--dump") == 0)
-      dump = v;
+      o->dump = v;
     else if (strcmp(a, "--skip-at") == 0)
-      skip_at = atoll(v);
+      o->skip_at = atoll(v);
     else if (strcmp(a, "--nan-at") == 0)
-      nan_at = atoll(v);
+      o->nan_at = atoll(v);
     else if (strcmp(a, "--layers") == 0)
       n_layer = atoi(v);
     else if (strcmp(a, "--width") == 0)
@@ -214,9 +221,127 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (cmp_a)
-    return compare(cmp_a, cmp_b);
-  if (B < 1 || (save_at >= 0 && !ckdir)) {
+  return 0;
+}
+
+/* The steps after the first (which pays for warm-up): their count, total
+ * wall time and zero_step_result's split, summed. */
+typedef struct timing {
+  double t_sum, ph[4]; /* ms; s of forward, backward, comm, optimizer */
+  int t_n;
+} timing;
+
+/* Rank r's micro-batch of step s: sequences [r*B, (r+1)*B) of the global
+ * batch, as inputs in and targets tg (B, T); tok has room for T+1. */
+static void fill_batch(int64_t s, int r, int B, int T, uint32_t *tok,
+                       uint32_t *in, uint32_t *tg) {
+  for (int b = 0; b < B; b++) {
+    draw((uint64_t)s, (uint64_t)r * B + b, tok, T);
+    memcpy(in + (size_t)b * T, tok, (size_t)T * sizeof *tok);
+    memcpy(tg + (size_t)b * T, tok + 1, (size_t)T * sizeof *tok);
+  }
+}
+
+/* Steps [start, o->steps) of z, rank 0 printing each, with --nan-at's
+ * poisoned weight and --save-at's checkpoint. 0, or -1 with err set. */
+static int train(zero *z, gpt *m, const options *o, int r, int64_t start,
+                 timing *tm, char *err, size_t errlen) {
+  lr_schedule ls = {1e-2, 1e-3, 2, 20, LR_COSINE, 0};
+  int B = o->B, T = CTX, rc = -1;
+  uint32_t *tok = malloc((size_t)(T + 1) * sizeof *tok);
+  uint32_t *in = malloc((size_t)B * T * sizeof *in);
+  uint32_t *tg = malloc((size_t)B * T * sizeof *tg);
+  if (!tok || !in || !tg) {
+    snprintf(err, errlen, "out of memory");
+    goto done;
+  }
+  for (int64_t s = start; s < o->steps; s++) {
+    fill_batch(s, r, B, T, tok, in, tg);
+    zero_step_result res;
+    guard_step = s + 1;
+    /* --nan-at: the weight every rank's forward reads from this one. */
+    float *poison = s + 1 != o->nan_at ? NULL
+                    : o->zc.stage < 3  ? gpt_params(m)
+                    : r == 0           ? zero_param_shard(z)
+                                       : NULL;
+    float kept = poison ? poison[0] : 0.0f;
+    if (poison)
+      poison[0] = NAN;
+    double t0 = now_ms();
+    if (zero_step(z, in, tg, B, T, (float)lr_at(&ls, s), 1.5, &res, err,
+                  errlen) != 0)
+      goto done;
+    if (poison)
+      poison[0] = kept;
+    if (s > start) {
+      tm->t_sum += now_ms() - t0;
+      tm->t_n++;
+      tm->ph[0] += res.t_forward;
+      tm->ph[1] += res.t_backward;
+      tm->ph[2] += res.t_comm;
+      tm->ph[3] += res.t_optimizer;
+    }
+    if (r == 0)
+      printf("step %" PRId64 " loss %.9g norm %.9g buckets %d early %d "
+             "factor %g\n",
+             s + 1, res.loss, res.norm, res.buckets, res.buckets_early,
+             res.lr_factor);
+    if (s + 1 == o->save_at &&
+        zero_save(z, o->ckdir, o->save_at, err, errlen) != 0)
+      goto done;
+  }
+  rc = 0;
+done:
+  free(tok);
+  free(in);
+  free(tg);
+  return rc;
+}
+
+/* Rank 0's closing lines: "mem", "step_ms", "phases_ms" and the "hash"
+ * of the P final weights w, and --dump's file. 0, or -1 with err set. */
+static int report(zero *z, const float *w, size_t P, const timing *tm,
+                  const char *dump, char *err, size_t errlen) {
+  zero_memory zm;
+  zero_memory_get(z, &zm);
+  printf("mem stage %d world %d psi %" PRIu64 " params %" PRIu64
+         " grads %" PRIu64 " optim %" PRIu64 " peak_params %" PRIu64
+         " peak_grads %" PRIu64 " f_params %" PRIu64 " f_grads %" PRIu64
+         " f_optim %" PRIu64 " f_mixed %" PRIu64 " f_peak_params %" PRIu64
+         " f_peak_grads %" PRIu64 "\n",
+         zm.stage, zm.world, zm.n_params, zm.params, zm.grads, zm.optim,
+         zm.peak_params, zm.peak_grads, zm.f_params, zm.f_grads, zm.f_optim,
+         zm.f_mixed, zm.f_peak_params, zm.f_peak_grads);
+  int n = tm->t_n;
+  printf("step_ms %.3f\n", n ? tm->t_sum / n : 0.0);
+  /* Where it went (zero_step_result's split, rank 0), ms a step. */
+  printf("phases_ms forward %.3f backward %.3f comm %.3f optimizer %.3f\n",
+         n ? 1e3 * tm->ph[0] / n : 0.0, n ? 1e3 * tm->ph[1] / n : 0.0,
+         n ? 1e3 * tm->ph[2] / n : 0.0, n ? 1e3 * tm->ph[3] / n : 0.0);
+  /* FNV-1a over the bytes: equal runs print equal hashes. */
+  uint64_t h = 1469598103934665603ULL;
+  const unsigned char *p = (const unsigned char *)w;
+  for (size_t i = 0; i < P * sizeof *w; i++)
+    h = (h ^ p[i]) * 1099511628211ULL;
+  printf("hash %016" PRIx64 "\n", h);
+  if (dump) {
+    FILE *f = fopen(dump, "wb");
+    if (!f || fwrite(w, sizeof *w, P, f) != P || fclose(f) != 0) {
+      snprintf(err, errlen, "cannot write %s", dump);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  options o;
+  int rc = parse_args(argc, argv, &o);
+  if (rc != 0)
+    return rc;
+  if (o.cmp_a)
+    return compare(o.cmp_a, o.cmp_b);
+  if (o.B < 1 || (o.save_at >= 0 && !o.ckdir)) {
     fprintf(stderr, "zero_check: --micro B >= 1 needed (and --ckpt with "
                     "--save-at)\n");
     return 2;
@@ -232,104 +357,27 @@ int main(int argc, char **argv) {
   int r = comm_rank(c);
   gpt *m = NULL;
   zero *z = NULL;
-  uint32_t *tok = NULL, *in = NULL, *tg = NULL;
   float *w = NULL;
+  timing tm = {0};
   if (make_model(&m, err, sizeof err) != 0)
     goto fail;
   optim_config oc = {OPTIM_ADAMW, 0.9f, 0.95f, 1e-8f, 0.1f};
-  if (zero_create(&zc, m, &oc, c, &z, err, sizeof err) != 0)
+  if (zero_create(&o.zc, m, &oc, c, &z, err, sizeof err) != 0)
     goto fail;
   int64_t start = 0;
-  if (load && zero_load(z, load, &start, err, sizeof err) != 0)
+  if (o.load && zero_load(z, o.load, &start, err, sizeof err) != 0)
     goto fail;
-  if (skip_at >= 0)
-    zero_set_guard(z, skip_guard, &skip_at);
-  lr_schedule ls = {1e-2, 1e-3, 2, 20, LR_COSINE, 0};
-  int T = CTX;
-  tok = malloc((size_t)(T + 1) * sizeof *tok);
-  in = malloc((size_t)B * T * sizeof *in);
-  tg = malloc((size_t)B * T * sizeof *tg);
-  if (!tok || !in || !tg) {
-    snprintf(err, sizeof err, "out of memory");
+  if (o.skip_at >= 0)
+    zero_set_guard(z, skip_guard, &o.skip_at);
+  if (train(z, m, &o, r, start, &tm, err, sizeof err) != 0)
     goto fail;
-  }
-  double t_sum = 0, ph[4] = {0};
-  int t_n = 0;
-  for (int64_t s = start; s < steps; s++) {
-    for (int b = 0; b < B; b++) {
-      draw((uint64_t)s, (uint64_t)r * B + b, tok, T);
-      memcpy(in + (size_t)b * T, tok, (size_t)T * sizeof *tok);
-      memcpy(tg + (size_t)b * T, tok + 1, (size_t)T * sizeof *tok);
-    }
-    zero_step_result res;
-    guard_step = s + 1;
-    /* --nan-at: the weight every rank's forward reads from this one. */
-    float *poison = s + 1 != nan_at  ? NULL
-                    : zc.stage < 3   ? gpt_params(m)
-                    : r == 0         ? zero_param_shard(z)
-                                     : NULL;
-    float kept = poison ? poison[0] : 0.0f;
-    if (poison)
-      poison[0] = NAN;
-    double t0 = now_ms();
-    if (zero_step(z, in, tg, B, T, (float)lr_at(&ls, s), 1.5, &res, err,
-                  sizeof err) != 0)
-      goto fail;
-    if (poison)
-      poison[0] = kept;
-    if (s > start) {
-      t_sum += now_ms() - t0;
-      t_n++;
-      ph[0] += res.t_forward;
-      ph[1] += res.t_backward;
-      ph[2] += res.t_comm;
-      ph[3] += res.t_optimizer;
-    }
-    if (r == 0)
-      printf("step %" PRId64 " loss %.9g norm %.9g buckets %d early %d "
-             "factor %g\n",
-             s + 1, res.loss, res.norm, res.buckets, res.buckets_early,
-             res.lr_factor);
-    if (s + 1 == save_at && zero_save(z, ckdir, save_at, err, sizeof err) != 0)
-      goto fail;
-  }
-  zero_memory zm;
-  zero_memory_get(z, &zm);
   size_t P = gpt_num_params(m);
   w = malloc(P * sizeof *w);
   if (!w || zero_gather_params(z, w, err, sizeof err) != 0)
     goto fail;
-  if (r == 0) {
-    printf("mem stage %d world %d psi %" PRIu64 " params %" PRIu64
-           " grads %" PRIu64 " optim %" PRIu64 " peak_params %" PRIu64
-           " peak_grads %" PRIu64 " f_params %" PRIu64
-           " f_grads %" PRIu64 " f_optim %" PRIu64 " f_mixed %" PRIu64
-           " f_peak_params %" PRIu64 " f_peak_grads %" PRIu64 "\n",
-           zm.stage, zm.world, zm.n_params, zm.params, zm.grads, zm.optim,
-           zm.peak_params, zm.peak_grads, zm.f_params, zm.f_grads,
-           zm.f_optim, zm.f_mixed, zm.f_peak_params, zm.f_peak_grads);
-    printf("step_ms %.3f\n", t_n ? t_sum / t_n : 0.0);
-    /* Where it went (zero_step_result's split, rank 0), ms a step. */
-    printf("phases_ms forward %.3f backward %.3f comm %.3f optimizer %.3f\n",
-           t_n ? 1e3 * ph[0] / t_n : 0.0, t_n ? 1e3 * ph[1] / t_n : 0.0,
-           t_n ? 1e3 * ph[2] / t_n : 0.0, t_n ? 1e3 * ph[3] / t_n : 0.0);
-    uint64_t h = 1469598103934665603ULL;
-    const unsigned char *p = (const unsigned char *)w;
-    for (size_t i = 0; i < P * sizeof *w; i++)
-      h = (h ^ p[i]) * 1099511628211ULL;
-    printf("hash %016" PRIx64 "\n", h);
-    if (dump) {
-      FILE *f = fopen(dump, "wb");
-      if (!f || fwrite(w, sizeof *w, P, f) != P || fclose(f) != 0) {
-        snprintf(err, sizeof err, "cannot write %s", dump);
-        goto fail;
-      }
-    }
-  }
+  if (r == 0 && report(z, w, P, &tm, o.dump, err, sizeof err) != 0)
+    goto fail;
   free(w);
-  free(tok);
-  free(in);
-  free(tg);
   zero_destroy(z);
   gpt_destroy(m);
   comm_destroy(c);

@@ -24,18 +24,10 @@ static const char *str_key(const cJSON *o, const char *k) {
   return cJSON_IsString(j) ? j->valuestring : NULL;
 }
 
-static void test_records(void) {
+/* Two runs begun, the first one's task "a" failed once and then
+ * succeeded, and the run finished; the second is left running. */
+static void records_write(store *st, const char *db, const char *id) {
   char err[1024];
-  store *st;
-  const char *db = test_path("a/b/state.db");
-  /* Without create, a missing database is ENOENT. */
-  CHECK_INT(store_open(db, 0, &st, err, sizeof err), DR_ENOENT);
-  CHECK_INT(store_open(db, 1, &st, err, sizeof err), 0);
-  if (!st) {
-    fprintf(stderr, "%s\n", err);
-    return;
-  }
-  CHECK_STR(store_path(st), db);
   const char *tasks[] = {"a", "b"};
   CHECK_INT(store_run_begin(st, "20260101T000000Z-aaaa", "d", "/x/d.yaml",
                             "/runs/d/1", 1000.0, "{\"k\":1}", "cron", 960.0,
@@ -54,7 +46,6 @@ static void test_records(void) {
   CHECK(strstr(err, db) != NULL);
   CHECK(strstr(err, "UNIQUE") != NULL);
 
-  const char *id = "20260101T000000Z-aaaa";
   CHECK_INT(store_attempt_begin(st, id, "a", 1, "/runs/d/1/a/attempt-1/log",
                                 1001.0, err, sizeof err),
             0);
@@ -77,8 +68,12 @@ static void test_records(void) {
   /* An update of a task that was never recorded is an error. */
   CHECK_INT(store_task_set(st, id, "nope", &u2, err, sizeof err), DR_ESTORE);
   CHECK_INT(store_run_finish(st, id, "failed", 1005.0, err, sizeof err), 0);
+}
 
-  /* Newest first; filtered by dag; limited. */
+/* The list of runs: newest first, filtered by dag and by state,
+ * limited. */
+static void records_list(store *st) {
+  char err[1024];
   cJSON *runs = store_runs(st, NULL, NULL, 0, err, sizeof err);
   CHECK_INT(cJSON_GetArraySize(runs), 2);
   CHECK_STR(str_key(cJSON_GetArrayItem(runs, 0), "id"),
@@ -106,8 +101,12 @@ static void test_records(void) {
   CHECK_STR(str_key(cJSON_GetArrayItem(runs, 0), "trigger"), "cron");
   CHECK(num_key(cJSON_GetArrayItem(runs, 0), "logical_date", &v) && v == 960.0);
   cJSON_Delete(runs);
+}
 
-  /* Alert deliveries, in order, NULL columns left out. */
+/* Alert deliveries, in order, NULL columns left out. */
+static void records_alerts(store *st, const char *id) {
+  char err[1024];
+  double v = 0;
   store_alert_delivery d1 = {1006.0, "failure", "a", 2, 1, 500, "HTTP 500",
                              0.25, "retrying", "http://127.0.0.1:9"};
   store_alert_delivery d2 = {1007.0, "failure", "a", 2, 2, 200, NULL,
@@ -121,8 +120,11 @@ static void test_records(void) {
   CHECK(str_key(cJSON_GetArrayItem(als, 1), "error") == NULL);
   CHECK(num_key(cJSON_GetArrayItem(als, 1), "try", &v) && v == 2);
   cJSON_Delete(als);
+}
 
-  /* Cron state: none, then set, then moved on. */
+/* Cron state: none, then set, then moved on. */
+static void records_cron(store *st) {
+  char err[1024];
   long long last = 0;
   CHECK_INT(store_cron_get(st, "d", &last, err, sizeof err), DR_ENOENT);
   CHECK_INT(store_cron_set(st, "d", 3600, 3601.0, err, sizeof err), 0);
@@ -131,8 +133,13 @@ static void test_records(void) {
   CHECK_INT(store_cron_set(st, "d", 7200, 7201.0, err, sizeof err), 0);
   CHECK_INT(store_cron_get(st, "d", &last, err, sizeof err), 0);
   CHECK(last == 7200);
+}
 
-  /* By prefix; ambiguous; unknown. */
+/* One run by id prefix, with its tasks and their attempts; an
+ * ambiguous prefix and an unknown one. */
+static void records_run(store *st) {
+  char err[1024];
+  double v = 0;
   int rc;
   cJSON *run = store_run(st, "20260101", &rc, err, sizeof err);
   CHECK_INT(rc, 0);
@@ -160,7 +167,14 @@ static void test_records(void) {
   CHECK_INT(rc, DR_EINVAL);
   CHECK(store_run(st, "1999", &rc, err, sizeof err) == NULL);
   CHECK_INT(rc, DR_ENOENT);
+}
 
+/* One attempt: the last (n 0), a given one, and the errors for an
+ * attempt, a task not started and a task that does not exist. */
+static void records_attempt(store *st, const char *id) {
+  char err[1024];
+  double v = 0;
+  int rc;
   cJSON *att = store_attempt(st, id, "a", 0, &rc, err, sizeof err);
   CHECK_INT(rc, 0);
   CHECK(num_key(att, "n", &v) && v == 2);
@@ -177,12 +191,15 @@ static void test_records(void) {
   CHECK(store_attempt(st, id, "zz", 0, &rc, err, sizeof err) == NULL);
   CHECK_INT(rc, DR_ENOENT);
   CHECK(strstr(err, "no task 'zz'") != NULL);
-  store_close(st);
-  store_close(NULL);
+}
 
-  /* Reopened: everything is still there; journal mode is WAL. */
+/* Reopened: everything is still there; journal mode is WAL. A
+ * database from a newer dagrun is then refused, and not changed. */
+static void records_reopen(const char *db) {
+  char err[1024];
+  store *st;
   CHECK_INT(store_open(db, 0, &st, err, sizeof err), 0);
-  runs = st ? store_runs(st, NULL, NULL, 0, err, sizeof err) : NULL;
+  cJSON *runs = st ? store_runs(st, NULL, NULL, 0, err, sizeof err) : NULL;
   CHECK_INT(cJSON_GetArraySize(runs), 2);
   cJSON_Delete(runs);
   store_close(st);
@@ -202,6 +219,30 @@ static void test_records(void) {
   CHECK(strstr(err, "schema version 99") != NULL);
   CHECK(strstr(err, db) != NULL);
   CHECK(strstr(err, "DAGRUN_HOME") != NULL);
+}
+
+static void test_records(void) {
+  char err[1024];
+  store *st;
+  const char *db = test_path("a/b/state.db");
+  /* Without create, a missing database is ENOENT. */
+  CHECK_INT(store_open(db, 0, &st, err, sizeof err), DR_ENOENT);
+  CHECK_INT(store_open(db, 1, &st, err, sizeof err), 0);
+  if (!st) {
+    fprintf(stderr, "%s\n", err);
+    return;
+  }
+  CHECK_STR(store_path(st), db);
+  const char *id = "20260101T000000Z-aaaa";
+  records_write(st, db, id);
+  records_list(st);
+  records_alerts(st, id);
+  records_cron(st);
+  records_run(st);
+  records_attempt(st, id);
+  store_close(st);
+  store_close(NULL);
+  records_reopen(db);
 }
 
 /* A version 1 database (before orchestrator pids) is migrated when opened:

@@ -37,7 +37,7 @@
 #include "../check_common.h"
 #include "cuda/kernels_common.cuh"
 extern "C" {
-#include "model/gpt_impl.h"
+#include "cpu/gpt_cpu.h"
 #include "optim/optim.h"
 }
 

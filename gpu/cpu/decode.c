@@ -1,9 +1,12 @@
 /*
  * decode: the GPT of gpt.h run forward one token at a time with a
- * key/value cache (see decode.h). The math is gpt_cpu.c's (pre-LN blocks,
- * LayerNorm eps 1e-5, tanh GELU, causal attention scaled by 1/sqrt(head
- * size), the head tied to wte), on the public parameter layout: each
- * tensor is found by name (gpt_tensor_find), never through gpt_impl.h.
+ * key/value cache (the contract is gpu/model/decode.h). The math is
+ * gpt_cpu.c's (pre-LN blocks, LayerNorm eps 1e-5, tanh GELU, causal
+ * attention scaled by 1/sqrt(head size), the head tied to wte), with its
+ * LayerNorm and GELU kernels (gpt_cpu.h), on the public parameter layout:
+ * each tensor is found by name (gpt_tensor_find), never through
+ * gpt_impl.h. It sits with the CPU backend because it is CPU code; the
+ * model layer (gpu/model/) calls no backend.
  *
  * A single token's products are matrix-vector ones (cblas_sgemv); the
  * rebuild of the sliding window runs its rows together (cblas_sgemm), so
@@ -16,10 +19,9 @@
 #include <string.h>
 
 #include "data/rng.h"
-#include "decode.h"
-#include "gpt.h"
-#include "gpt_impl.h"
-
+#include "gpt_cpu.h"
+#include "model/decode.h"
+#include "model/gpt.h"
 
 /* The tensors of one layer, as pointers into the model's parameters. */
 typedef struct layer_w {

@@ -1,0 +1,74 @@
+/*
+ * gpt_cpu: the CPU backend of the GPT-2 model. Its forward and backward
+ * are gpt.h's (gpt_forward, gpt_backward, gpt_logits) and its memory
+ * estimate is gpt.h's gpt_memory_estimate; this header adds the kernels
+ * that others reuse as they are: the CPU decoder (gpu/cpu/decode.c) runs
+ * LayerNorm and GELU with them, and the CUDA kernels' tests
+ * (tests/gpu/kernel_check.cu, tests/gpu/emu) take them as the reference.
+ *
+ * They live here, not in gpu/model/gpt_impl.h, so that the model layer
+ * names no backend: gpu/cpu/ depends on gpu/model/, never the reverse.
+ *
+ * Every kernel is plain fp32 on arrays the caller owns, runs OpenMP
+ * threads inside, and gives the same bits for the same inputs and thread
+ * count (gpt_cpu.c says how).
+ */
+#ifndef DAGRUN_GPT_CPU_H
+#define DAGRUN_GPT_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* LayerNorm (eps 1e-5, as GPT-2) of N rows of C: inp (N,C), w (C), b (C)
+ * -> out (N,C), and each row's mean and 1/std into mean (N) and rstd (N)
+ * for the backward pass (either may be NULL). */
+void gpt_cpu_layernorm(float *out, float *mean, float *rstd, const float *inp,
+                       const float *w, const float *b, int N, int C);
+
+/* GELU, tanh approximation (GPT-2's gelu_new), of N floats: inp -> out
+ * (may be the same array). */
+void gpt_cpu_gelu(float *out, const float *inp, size_t N);
+
+/* More of the CPU engine's kernels, exported as the reference of the
+ * CUDA kernels' test (tests/gpu/kernel_check.cu). Shapes as in
+ * gpt_cpu.c; "+=" adds into the output.
+ *   encoder:      ids (B,T), wte (Vp,C), wpe (T,C) -> out (B,T,C);
+ *                 backward dout -> dwte +=, dwpe += (fixed order)
+ *   layernorm:    dout, inp (N,C), w (C), mean, rstd (N) -> dinp (N,C) +=,
+ *                 dw (C) +=, db (C) +=
+ *   matmul:       inp (N,IC), w (IC,OC), b (OC, not NULL) -> out (N,OC);
+ *                 backward -> dinp (N,IC) = (overwritten), dw +=, db +=
+ *   gelu:         dinout (N) *= gelu'(inp), in place
+ *   attention:    qkv (B,T,3C) -> att (B,NH,T,T) probabilities, out (B,T,C);
+ *                 backward dout, qkv, att -> dqkv (B,T,3C) (overwritten),
+ *                 datt (B,NH,T,T) scratch
+ *   crossentropy: logits (N,Vp), targets (N) -> lse, losses (N), probs
+ *                 (N,Vp); backward: probs -> dloss * (probs - onehot) in
+ *                 place */
+void gpt_cpu_encoder_forward(float *out, const uint32_t *ids, const float *wte,
+                             const float *wpe, int B, int T, int C);
+void gpt_cpu_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                              const uint32_t *ids, int B, int T, int C);
+void gpt_cpu_layernorm_backward(float *dinp, float *dw, float *db,
+                                const float *dout, const float *inp,
+                                const float *w, const float *mean,
+                                const float *rstd, int N, int C);
+void gpt_cpu_matmul_forward(float *out, const float *inp, const float *w,
+                            const float *b, int N, int IC, int OC);
+void gpt_cpu_matmul_backward(float *dinp, float *dw, float *db,
+                             const float *dout, const float *inp,
+                             const float *w, int N, int IC, int OC);
+void gpt_cpu_gelu_backward(float *dinout, const float *inp, size_t N);
+void gpt_cpu_attention_forward(float *out, float *att, const float *qkv, int B,
+                               int T, int C, int NH);
+void gpt_cpu_attention_backward(float *dqkv, float *datt, const float *dout,
+                                const float *qkv, const float *att, int B,
+                                int T, int C, int NH);
+void gpt_cpu_crossentropy_forward(float *lse, float *losses, float *probs,
+                                  const float *logits, const uint32_t *targets,
+                                  int N, int V, int Vp);
+void gpt_cpu_crossentropy_backward(float *probs_dlogits,
+                                   const uint32_t *targets, float dloss, int N,
+                                   int V, int Vp);
+
+#endif /* DAGRUN_GPT_CPU_H */
