@@ -27,6 +27,7 @@ static const char *const task_keys[] = {"stage",
                                         "needs",
                                         "with",
                                         "description",
+                                        "outputs",
                                         "retries",
                                         "retry_delay",
                                         "retry_backoff",
@@ -45,7 +46,7 @@ static const char *const task_keys[] = {"stage",
                                         "hosts",
                                         "rendezvous",
                                         NULL};
-enum { FIRST_SETTING = 4 };
+enum { FIRST_SETTING = 5 };
 static const char *const *const setting_keys = task_keys + FIRST_SETTING;
 
 static const char *const trigger_names[] = {"all_success", "all_done", NULL};
@@ -710,6 +711,62 @@ static const ynode *merge_env(spec *s, const ynode *def, const ynode *own) {
   return m;
 }
 
+/* Output keys go into ${tasks.T.outputs.KEY} and outputs.json: letters,
+ * digits and '_' (host->output's rule). */
+static int valid_output_key(const char *s) {
+  if (!*s)
+    return 0;
+  for (; *s; s++)
+    if (!name_char(*s) || *s == '-')
+      return 0;
+  return 1;
+}
+
+/* `outputs: [model_dir, val_loss]`: the keys the task produces. */
+static void parse_outputs(ctx *c, spec_task *t, const ynode *v,
+                          const char *where) {
+  if (v->kind != YNODE_SEQ) {
+    type_err(c, v, "outputs", where,
+             "a list of output keys (e.g. [model_dir, val_loss])");
+    return;
+  }
+  size_t errors = c->errors;
+  for (size_t i = 0; i < v->n; i++) {
+    const ynode *it = v->items[i];
+    if (it->kind != YNODE_SCALAR || ynode_scalar_type(it) != YSCALAR_STRING) {
+      type_err(c, it, "outputs", where, "an output key");
+      continue;
+    }
+    if (!valid_output_key(it->str)) {
+      err(c, it,
+          "'outputs'%s: \"%s\" is not an output key (letters, digits and "
+          "'_')",
+          where, it->str);
+      continue;
+    }
+    for (size_t j = 0; j < i; j++)
+      if (v->items[j]->kind == YNODE_SCALAR &&
+          strcmp(v->items[j]->str, it->str) == 0) {
+        err(c, it, "'outputs'%s: '%s' is listed twice (first at line %d)",
+            where, it->str, v->items[j]->line);
+        break;
+      }
+  }
+  if (c->errors == errors)
+    t->outputs = v;
+}
+
+int spec_task_may_output(const spec_task *t, const char *key, size_t n) {
+  if (!t->outputs)
+    return 1;
+  for (size_t i = 0; i < t->outputs->n; i++) {
+    const char *k = t->outputs->items[i]->str;
+    if (strlen(k) == n && memcmp(k, key, n) == 0)
+      return 1;
+  }
+  return 0;
+}
+
 static void parse_task(ctx *c, spec_task *t, const ynode *k, const ynode *v,
                        const spec_task *def) {
   char *where = xasprintf(" in task '%s'", t->name);
@@ -762,6 +819,8 @@ static void parse_task(ctx *c, spec_task *t, const ynode *k, const ynode *v,
         free(t->description);
         t->description = xstrdup(s);
       }
+    } else if (strcmp(tk->str, "outputs") == 0) {
+      parse_outputs(c, t, tv, where);
     } else if (strcmp(tk->str, "needs") == 0) {
       if (tv->kind == YNODE_MAP)
         type_err(c, tv, "needs", where, "a list of task names");

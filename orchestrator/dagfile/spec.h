@@ -17,7 +17,10 @@
  * and alerts, which is kept as a node here.
  *
  * Task keys: stage (required), needs (list of task names or one name),
- * with (map), description, and the settings that `defaults` may also give:
+ * with (map), description, outputs (the list of output keys the task
+ * produces, [A-Za-z0-9_]+, each once: when given, a ${tasks.T.outputs.KEY}
+ * naming another key is an error of `dagrun check`, and the worker fails
+ * an attempt that ends without one of them), and the settings that `defaults` may also give:
  * retries (int >= 0), retry_delay (duration), retry_backoff (number >= 1),
  * retry_max_delay (duration), retry_jitter (number in [0,1]), retry_on (list
  * of exit codes 1..255), timeout (duration, 0 = none), heartbeat_timeout
@@ -104,6 +107,9 @@ typedef struct spec_task {
   char rdv_bind[46];
   int rdv_port;
   const ynode *rendezvous_node; /* as written, or NULL */
+  /* `outputs:`: a SEQ of the output keys the task declares (scalars, each
+   * valid and once), or NULL when it declares none. */
+  const ynode *outputs;
 } spec_task;
 
 typedef struct spec_pool {
@@ -175,5 +181,9 @@ int spec_duration(const ynode *v, double *out);
 
 /* Index of a task by name, or -1. */
 long spec_task_find(const spec *s, const char *name);
+
+/* Whether task t declares output key (the first n bytes of key) in
+ * `outputs:`; 1 too when t declares no outputs (anything may come). */
+int spec_task_may_output(const spec_task *t, const char *key, size_t n);
 
 #endif /* DAGRUN_SPEC_H */

@@ -381,6 +381,40 @@ static int check_task_ref(rctx *r, const ref *f, const task_ref *t, long up) {
   return DR_ETEMPLATE;
 }
 
+/* Whether task up declares the output t names, when it declares any
+ * (`outputs:`): 0, or DR_ETEMPLATE after a diagnostic with the closest
+ * declared key. Caught by `dagrun check`, not when the task's turn comes. */
+static int check_declared_output(rctx *r, const ref *f, const task_ref *t,
+                                 size_t up) {
+  const spec_task *ut = &r->e->s->tasks[up];
+  if (t->is_dir || spec_task_may_output(ut, t->key, t->lk))
+    return 0;
+  size_t n = ut->outputs->n;
+  const char **keys = xmalloc((n + 1) * sizeof(char *));
+  sbuf all = {0};
+  for (size_t i = 0; i < n; i++) {
+    keys[i] = ut->outputs->items[i]->str;
+    sbuf_printf(&all, "%s%s", i ? ", " : "", keys[i]);
+  }
+  keys[n] = NULL;
+  char *key = xstrndup(t->key, t->lk);
+  const char *m = closest_match(key, keys);
+  if (m)
+    terr(r, f->v, f->off,
+         "task '%s' declares no output '%s' in ${%.*s}; did you mean "
+         "${tasks.%s.outputs.%s}?",
+         t->name, key, (int)f->n, f->x, t->name, m);
+  else
+    terr(r, f->v, f->off,
+         "task '%s' declares no output '%s' in ${%.*s}; its outputs: are "
+         "[%s]",
+         t->name, key, (int)f->n, f->x, all.s ? all.s : "");
+  free(key);
+  sbuf_free(&all);
+  free(keys);
+  return DR_ETEMPLATE;
+}
+
 /* The value of a checked task reference to task up: deferred while the
  * environment cannot say (dagrun check, a task not yet run). */
 static int task_ref_value(rctx *r, const ref *f, const task_ref *t, size_t up,
@@ -418,6 +452,8 @@ static int resolve_task_ref(rctx *r, const ref *f, cJSON **out) {
     return rc;
   long up = spec_task_find(r->e->s, t.name);
   rc = check_task_ref(r, f, &t, up);
+  if (rc == 0)
+    rc = check_declared_output(r, f, &t, (size_t)up);
   if (rc == 0)
     rc = task_ref_value(r, f, &t, (size_t)up, out);
   free(t.name);

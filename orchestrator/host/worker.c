@@ -57,8 +57,10 @@ struct dagrun_ctx {
   char attempt[24];         /* info "attempt" as decimal text */
   int fd;                   /* PROTO_FD, or -1 when it is not open */
   atomic_llong last_msg_ms; /* monotonic time of the last message sent */
-  pthread_mutex_t lock;     /* guards error */
+  pthread_mutex_t lock;     /* guards error and produced */
   char *error;              /* last host->fail() text */
+  cJSON *produced;          /* keys given to host->output(), as true */
+  const cJSON *declared;    /* "outputs" of doc: the task's declared keys */
 };
 
 static const char *const level_tags[] = {"DEBUG", "INFO", "WARN", "ERROR"};
@@ -297,6 +299,13 @@ static int host_output(dagrun_ctx *ctx, const char *key, const char *value) {
   }
   /* In the log too: the file then says what the attempt produced. */
   log_linef(DAGRUN_LOG_INFO, "output %s=%s", key, value);
+  if (ctx && pthread_mutex_lock(&ctx->lock) == 0) {
+    if (!ctx->produced)
+      ctx->produced = cJSON_CreateObject();
+    if (!cJSON_GetObjectItemCaseSensitive(ctx->produced, key))
+      cJSON_AddTrueToObject(ctx->produced, key);
+    pthread_mutex_unlock(&ctx->lock);
+  }
   if (ctx && ctx->fd >= 0)
     sent(ctx, proto_send_output(ctx->fd, key, value));
   return 0;
@@ -525,6 +534,32 @@ static void *watch_dagrun(void *arg) {
   return NULL;
 }
 
+/* After a run() that succeeded: 0 when every output the task declares
+ * (`outputs:` in the DAG file) was given, else 1 with the first missing
+ * one as the attempt's error. Downstream tasks may rely on a declared
+ * output, so its absence fails the task here, not theirs later. */
+static int check_declared(dagrun_ctx *ctx) {
+  const cJSON *k;
+  int status = 0;
+  /* In a gang, rank 0 speaks for the task (its outputs are the task's). */
+  const char *rank = getenv("DAGRUN_RANK");
+  if ((rank && strcmp(rank, "0") != 0) || pthread_mutex_lock(&ctx->lock) != 0)
+    return 0;
+  cJSON_ArrayForEach(k, ctx->declared) {
+    if (!cJSON_IsString(k) ||
+        cJSON_GetObjectItemCaseSensitive(ctx->produced, k->valuestring))
+      continue;
+    free(ctx->error);
+    ctx->error = xasprintf("stage %s succeeded but did not produce output "
+                           "'%s', which the task declares in outputs:",
+                           ctx->stage->name, k->valuestring);
+    status = 1;
+    break;
+  }
+  pthread_mutex_unlock(&ctx->lock);
+  return status;
+}
+
 /* Ends the attempt before the plugin ran: log line, result message, 125. */
 static int setup_failed(int fd, const char *msg) {
   log_linef(DAGRUN_LOG_ERROR, "dagrun worker: %s", msg);
@@ -618,6 +653,13 @@ static int read_attempt(dagrun_ctx *ctx, const char *path, char **plugin,
     }
     ctx->dirs[i] = d->valuestring;
   }
+
+  const cJSON *outs = cJSON_GetObjectItemCaseSensitive(ctx->doc, "outputs");
+  if (outs && !cJSON_IsArray(outs)) {
+    snprintf(err, errlen, "%s: \"outputs\" must be a list of keys", path);
+    return DR_EINVAL;
+  }
+  ctx->declared = outs;
 
   const cJSON *info = cJSON_GetObjectItemCaseSensitive(ctx->doc, "info");
   for (int i = 0; i < 4; i++) {
@@ -878,6 +920,8 @@ int worker_main(const char *attempt_json_path) {
     status = 1;
   if (status > 255)
     status = 255;
+  if (status == 0)
+    status = check_declared(&ctx);
   char *error = NULL;
   if (pthread_mutex_lock(&ctx.lock) == 0) {
     if (status != 0 && ctx.error)
@@ -909,6 +953,7 @@ done:
   loader_close(plugin);
   free(plugin_path);
   free(ctx.error);
+  cJSON_Delete(ctx.produced);
   cJSON_Delete(ctx.doc);
   pthread_mutex_destroy(&ctx.lock);
   return status;

@@ -42,6 +42,12 @@
  *   output) and, once joined, in its result.
  * - SIGPIPE is ignored, SIGCHLD is reset to default.
  * - heartbeat() sends at most one message per 250 ms (any message counts).
+ * - An attempt description may list the task's declared outputs
+ *   ("outputs": ["model_dir", ...], from `outputs:` in the DAG file). When
+ *   run() returns 0 but one of them was never given to output(), the
+ *   attempt fails with status 1 and "stage S succeeded but did not produce
+ *   output 'K', which the task declares in outputs:" (rank 0 of a gang
+ *   only).
  * - The result message is the last one; it is absent when the plugin
  *   crashed. Its error is sent only with a non-zero status. The status is
  *   clamped to 0..255, a negative one becomes 1.

@@ -318,6 +318,13 @@ static cJSON *attempt_json(sched *s, size_t i, cJSON *params,
   cJSON_AddStringToObject(info, "task", st->name);
   cJSON_AddStringToObject(info, "run_id", s->run->id);
   cJSON_AddNumberToObject(info, "attempt", s->t[i].attempt);
+  /* The worker fails an attempt that ends without one of these. */
+  if (st->outputs) {
+    cJSON *outs = cJSON_AddArrayToObject(j, "outputs");
+    for (size_t k = 0; k < st->outputs->n; k++)
+      cJSON_AddItemToArray(outs,
+                           cJSON_CreateString(st->outputs->items[k]->str));
+  }
   return j;
 }
 

@@ -9,8 +9,16 @@
  * the attempt's stdout and stderr (the log) and its process group, so a
  * timeout or cancel that signals the group reaches the command too. The
  * attempt's exit status is the command's.
+ *
+ * The command reports as a plugin stage does, through files named in its
+ * environment (channels.h): DAGRUN_OUTPUTS (outputs for downstream
+ * tasks), DAGRUN_METRICS (JSON lines of metrics, read as they are
+ * written) and DAGRUN_PROGRESS. Bad outputs fail the task; bad metrics or
+ * progress lines are warnings.
  */
 #define _GNU_SOURCE /* posix_spawn_file_actions_addchdir_np, sigabbrev_np */
+
+#include "channels.h"
 
 #include <dagrun/plugin.h>
 
@@ -57,9 +65,18 @@ static int has_space(const char *s) {
   return 0;
 }
 
-/* environ with the task's env map applied; the strings it adds are in
- * *owned. Returns NULL on a bad entry (message via host->fail). */
-static char **build_env(dagrun_ctx *ctx, const dagrun_host *host, char ***owned,
+/* Whether entry ("NAME=value") sets the variable named by the klen bytes
+ * of name. */
+static int sets(const char *entry, const char *name, size_t klen) {
+  return strncmp(entry, name, klen) == 0 && entry[klen] == '=';
+}
+
+/* environ with the task's env map applied, then the channels' variables
+ * (dagrun_vars, "NAME=path", NULL-terminated: they win over both); the
+ * strings it adds are in *owned. Returns NULL on a bad entry (message via
+ * host->fail). */
+static char **build_env(dagrun_ctx *ctx, const dagrun_host *host,
+                        const char *const *dagrun_vars, char ***owned,
                         size_t *nowned) {
   size_t nextra = 0;
   *owned = NULL;
@@ -68,10 +85,12 @@ static char **build_env(dagrun_ctx *ctx, const dagrun_host *host, char ***owned,
     host->fail(ctx, "env must be a map of NAME: value");
     return NULL;
   }
-  size_t nenv = 0;
+  size_t nenv = 0, nvars = 0;
   while (environ[nenv])
     nenv++;
-  char **env = calloc(nenv + nextra + 1, sizeof(char *));
+  while (dagrun_vars[nvars])
+    nvars++;
+  char **env = calloc(nenv + nextra + nvars + 1, sizeof(char *));
   char **extra = calloc(nextra + 1, sizeof(char *));
   if (!env || !extra) {
     free(env);
@@ -86,6 +105,12 @@ static char **build_env(dagrun_ctx *ctx, const dagrun_host *host, char ***owned,
       host->fail(ctx, "env: bad variable name '%s'", rc == 0 ? k : "?");
       goto fail;
     }
+    for (size_t d = 0; dagrun_vars[d]; d++)
+      if (sets(dagrun_vars[d], k, strlen(k)))
+        host->log(ctx, DAGRUN_LOG_WARN,
+                  "env: %s is set by dagrun (the exec stage's report "
+                  "files); the task's value is ignored",
+                  k);
     size_t len = strlen(k) + strlen(v) + 2;
     extra[i] = malloc(len);
     if (!extra[i]) {
@@ -95,20 +120,30 @@ static char **build_env(dagrun_ctx *ctx, const dagrun_host *host, char ***owned,
     snprintf(extra[i], len, "%s=%s", k, v);
     (*nowned)++;
   }
-  /* Inherited variables first, minus those the task overrides. */
+  /* Inherited variables first, minus those the task or dagrun override;
+   * then the task's, minus dagrun's; then dagrun's. */
   size_t n = 0;
   for (size_t i = 0; i < nenv; i++) {
     const char *eq = strchr(environ[i], '=');
     size_t klen = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
     int overridden = 0;
     for (size_t j = 0; j < nextra && !overridden; j++)
-      overridden =
-          strncmp(extra[j], environ[i], klen) == 0 && extra[j][klen] == '=';
+      overridden = sets(extra[j], environ[i], klen);
+    for (size_t d = 0; d < nvars && !overridden; d++)
+      overridden = sets(dagrun_vars[d], environ[i], klen);
     if (!overridden)
       env[n++] = environ[i];
   }
-  for (size_t j = 0; j < nextra; j++)
-    env[n++] = extra[j];
+  for (size_t j = 0; j < nextra; j++) {
+    size_t klen = strcspn(extra[j], "=");
+    int overridden = 0;
+    for (size_t d = 0; d < nvars && !overridden; d++)
+      overridden = sets(dagrun_vars[d], extra[j], klen);
+    if (!overridden)
+      env[n++] = extra[j];
+  }
+  for (size_t d = 0; d < nvars; d++)
+    env[n++] = (char *)dagrun_vars[d];
   env[n] = NULL;
   *owned = extra;
   return env;
@@ -166,11 +201,15 @@ static char *search_path(const char *prog, const char *path) {
   return NULL;
 }
 
-/* Waits for pid while sending a heartbeat about every second. SIGCHLD is
- * blocked by the caller, so an exit between waitpid and sigtimedwait stays
- * pending and wakes the wait at once: a quick command costs no sleep. */
+/* Waits for pid while forwarding what it reports (ch) and sending a
+ * heartbeat every CHAN_POLL_NS. SIGCHLD is blocked by the caller, so an
+ * exit between waitpid and sigtimedwait stays pending and wakes the wait
+ * at once: a quick command costs no sleep. */
+/* 5 reads a second: a killed run loses at most the last 0.2 s of its
+ * curve, and a read of files that did not change costs two open(2)s. */
+#define CHAN_POLL_NS 200000000L
 static int wait_child(dagrun_ctx *ctx, const dagrun_host *host, pid_t pid,
-                      const sigset_t *chld, int *wstatus) {
+                      const sigset_t *chld, chan *ch, int *wstatus) {
   int told_cancel = 0;
   for (;;) {
     pid_t r = waitpid(pid, wstatus, WNOHANG);
@@ -180,8 +219,9 @@ static int wait_child(dagrun_ctx *ctx, const dagrun_host *host, pid_t pid,
       host->fail(ctx, "waitpid: %s", strerror(errno));
       return -1;
     }
-    struct timespec one_second = {1, 0};
-    int sig = sigtimedwait(chld, NULL, &one_second);
+    chan_poll(ch, ctx, host, 0);
+    struct timespec tick = {0, CHAN_POLL_NS};
+    int sig = sigtimedwait(chld, NULL, &tick);
     if (sig < 0 && errno == EAGAIN)
       host->heartbeat(ctx);
     else if (sig < 0 && errno != EINTR) {
@@ -270,11 +310,18 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   char **owned = NULL, **env = NULL, *cwd = NULL, *resolved = NULL;
   size_t nowned = 0;
   int have_actions = 0, have_attr = 0, masked = 0;
+  chan *ch = NULL;
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
   sigset_t chld, old;
 
-  env = build_env(ctx, host, &owned, &nowned);
+  const char *rank = getenv("DAGRUN_RANK");
+  ch = chan_create(host->dir(ctx, DAGRUN_DIR_ATTEMPT), rank ? atoi(rank) : 0);
+  if (!ch) {
+    host->fail(ctx, "out of memory");
+    goto out;
+  }
+  env = build_env(ctx, host, chan_environ(ch), &owned, &nowned);
   if (!env) {
     status = EXEC_BAD_PARAMS;
     goto out;
@@ -375,11 +422,17 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   }
 
   int wstatus = 0;
-  if (wait_child(ctx, host, pid, &chld, &wstatus) != 0) {
+  int waited = wait_child(ctx, host, pid, &chld, ch, &wstatus);
+  /* Whatever the end, the curve up to it is kept. */
+  chan_poll(ch, ctx, host, 1);
+  if (waited != 0) {
     status = 1;
     goto out;
   }
   status = exit_status_of(ctx, host, prog, wstatus);
+  /* Outputs are what a command that succeeded leaves for downstream. */
+  if (status == 0 && chan_outputs(ch, ctx, host) != 0)
+    status = 1;
 
 out:
   if (masked)
@@ -392,6 +445,7 @@ out:
     free(owned[i]);
   free(owned);
   free(env);
+  chan_destroy(ch);
   free(cwd);
   free(resolved);
   free(argv);

@@ -234,6 +234,154 @@ ms=$(time_runs)
   fail "20 x exec 'sleep 0.01' took ${ms} ms against ${base} ms for 'true' (a polling wait?)"
 echo "20 x exec 'sleep 0.01': ${ms} ms; 20 x exec 'true': ${base} ms"
 
+# --- exec: the command reports through the files dagrun names -------------
+# DAGRUN_METRICS lines become metric messages (a last line without its
+# newline too), DAGRUN_PROGRESS's last line a progress message while the
+# command runs, DAGRUN_OUTPUTS's members output messages (numbers and
+# booleans as their JSON text).
+cat >"$WORK/report.sh" <<'S'
+echo "paths: $DAGRUN_OUTPUTS $DAGRUN_METRICS $DAGRUN_PROGRESS"
+echo '{"step": 1, "loss": 2.5, "lr": 0.001}' >>"$DAGRUN_METRICS"
+echo '{"step": 2, "loss": 2}' >>"$DAGRUN_METRICS"
+echo '3 10 epoch 1' >"$DAGRUN_PROGRESS"
+sleep 0.6
+echo '0.5' >>"$DAGRUN_PROGRESS"
+printf '{"step": 3, "loss": 1.5}' >>"$DAGRUN_METRICS"
+echo '{"model_dir": "/m/x", "val_loss": 1.25, "ok": true}' >"$DAGRUN_OUTPUTS"
+S
+attempt report "$EXEC" "{\"command\": [\"sh\", \"$WORK/report.sh\"]}"
+expect_rc 0
+expect_result 0
+AD="$A/run/task/attempt-1"
+expect_log "paths: $AD/command-outputs.json $AD/command-metrics.jsonl $AD/command-progress.txt"
+expect_msg '{"type":"metric","name":"loss","value":2.5,"step":1}'
+expect_msg '{"type":"metric","name":"lr","value":0.001,"step":1}'
+expect_msg '{"type":"metric","name":"loss","value":2,"step":2}'
+expect_msg '{"type":"metric","name":"loss","value":1.5,"step":3}'
+expect_msg '{"type":"progress","fraction":0.3,"msg":"epoch 1"}'
+expect_msg '{"type":"progress","fraction":0.5}'
+expect_msg '{"type":"output","key":"model_dir","value":"/m/x"}'
+expect_msg '{"type":"output","key":"val_loss","value":"1.25"}'
+expect_msg '{"type":"output","key":"ok","value":"true"}'
+n=$(grep -c '"type":"metric"' "$A/msgs.jsonl" || true)
+[[ "$n" == 4 ]] || fail "$A: $n metric messages, expected 4"
+# Metrics are read while the command runs: the first ones come before
+# the command's last progress line was even written.
+first_metric=$(grep -n '"type":"metric"' "$A/msgs.jsonl" | head -n 1 | cut -d: -f1)
+last_progress=$(grep -n '"fraction":0.5' "$A/msgs.jsonl" | cut -d: -f1)
+[[ "$first_metric" -lt "$last_progress" ]] || fail "$A: metrics sent only at the end"
+
+# A task's env cannot move the files away from dagrun.
+attempt report_env "$EXEC" \
+  '{"command": ["echo \"m=$DAGRUN_METRICS\""], "shell": true, "env": {"DAGRUN_METRICS": "/tmp/elsewhere"}}'
+expect_rc 0
+expect_log "m=$A/run/task/attempt-1/command-metrics.jsonl"
+expect_log "$TS WARN env: DAGRUN_METRICS is set by dagrun \(the exec stage's report files\); the task's value is ignored"
+
+# Bad metrics lines are warnings naming file:line, skipped (a bad member,
+# only that member); the good ones still count and the task succeeds. Ten
+# are named, then only counted.
+cat >"$WORK/badmetrics.sh" <<'S'
+{
+  echo '{"step": 1, "loss": 2.5}'
+  echo 'loss=2.4'
+  echo '{"loss": 2.3}'
+  echo '{"step": -1, "loss": 2.2}'
+  echo '{"step": 5, "loss": "low", "acc": 0.5}'
+  echo '[1, 2]'
+  echo ''
+  for i in 1 2 3 4 5 6 7; do echo "garbage $i"; done
+  echo '{"step": 9, "loss": 1.0}'
+} >>"$DAGRUN_METRICS"
+S
+attempt badmetrics "$EXEC" "{\"command\": [\"sh\", \"$WORK/badmetrics.sh\"]}"
+expect_rc 0
+expect_result 0
+M="$A/run/task/attempt-1/command-metrics.jsonl"
+expect_log "$TS WARN DAGRUN_METRICS file $M:2: not JSON \(loss=2.4\); line skipped"
+expect_log "$TS WARN DAGRUN_METRICS file $M:3: no \"step\" \(write \{\"step\": N, \"loss\": ...\}\); line skipped"
+expect_log "$TS WARN DAGRUN_METRICS file $M:4: \"step\" must be an integer >= 0; line skipped"
+expect_log "$TS WARN DAGRUN_METRICS file $M:5: metric 'loss' is not a number; metric skipped"
+expect_log "$TS WARN DAGRUN_METRICS file $M:6: not a JSON object \(\[1, 2\]\); line skipped"
+expect_log "$TS WARN DAGRUN_METRICS file $M:12: not JSON \(garbage 5\); line skipped"
+no_log "$M:13:"
+expect_log "$TS WARN DAGRUN_METRICS file $M: 12 bad lines or metrics skipped \(the first 10 are named above\)"
+expect_msg '{"type":"metric","name":"loss","value":2.5,"step":1}'
+expect_msg '{"type":"metric","name":"acc","value":0.5,"step":5}'
+expect_msg '{"type":"metric","name":"loss","value":1,"step":9}'
+n=$(grep -c '"type":"metric"' "$A/msgs.jsonl" || true)
+[[ "$n" == 3 ]] || fail "$A: $n metric messages, expected 3"
+
+# A line of a megabyte or more is skipped without being held; a file
+# rewritten from its start is read again from its start.
+cat >"$WORK/bigline.sh" <<'S'
+echo '{"step": 1, "loss": 3}' >>"$DAGRUN_METRICS"
+echo '{"step": 2, "loss": 2}' >>"$DAGRUN_METRICS"
+{ head -c 1100000 /dev/zero | tr '\0' x; echo; } >>"$DAGRUN_METRICS"
+sleep 0.6
+echo '{"step": 1, "loss": 9}' >"$DAGRUN_METRICS"
+S
+attempt bigline "$EXEC" "{\"command\": [\"sh\", \"$WORK/bigline.sh\"]}"
+expect_rc 0
+M="$A/run/task/attempt-1/command-metrics.jsonl"
+expect_log "$TS WARN DAGRUN_METRICS file $M:3: a line longer than 1048576 bytes; line skipped"
+expect_log "$TS WARN DAGRUN_METRICS file $M was truncated or replaced; reading it from its start \(append to it instead\)"
+expect_msg '{"type":"metric","name":"loss","value":2,"step":2}'
+expect_msg '{"type":"metric","name":"loss","value":9,"step":1}'
+
+# A progress line that is neither form is a warning.
+attempt badprogress "$EXEC" '{"command": ["echo halfway >\"$DAGRUN_PROGRESS\""], "shell": true}'
+expect_rc 0
+expect_log "$TS WARN DAGRUN_PROGRESS file $A/run/task/attempt-1/command-progress.txt: last line \"halfway\" is neither DONE TOTAL \(37 1000\) nor a fraction in \[0,1\] \(0.037\); ignored"
+if grep -q '"type":"progress"' "$A/msgs.jsonl"; then fail "$A: bad progress sent"; fi
+
+# Bad outputs fail the task, naming the file, and where for bad JSON.
+attempt outputs_notjson "$EXEC" \
+  '{"command": ["printf \"{\\\"a\\\": 1,\\n  \\\"b\\\": }\\n\" >\"$DAGRUN_OUTPUTS\""], "shell": true}'
+expect_rc 1
+expect_result 1 "DAGRUN_OUTPUTS file $A/run/task/attempt-1/command-outputs.json:2:8: not JSON; expected an object of outputs, e.g. {\"model_dir\": \"/path\", \"val_loss\": 2.1}"
+if grep -q '"type":"output"' "$A/msgs.jsonl"; then fail "$A: output sent"; fi
+
+attempt outputs_list "$EXEC" '{"command": ["echo [1] >\"$DAGRUN_OUTPUTS\""], "shell": true}'
+expect_rc 1
+expect_result 1 "DAGRUN_OUTPUTS file $A/run/task/attempt-1/command-outputs.json: expected a JSON object of outputs ({\"key\": value, ...}), found a list"
+
+attempt outputs_nested "$EXEC" \
+  '{"command": ["echo \"{\\\"m\\\": {\\\"x\\\": 1}}\" >\"$DAGRUN_OUTPUTS\""], "shell": true}'
+expect_rc 1
+expect_result 1 "DAGRUN_OUTPUTS file $A/run/task/attempt-1/command-outputs.json: output 'm' must be a string, a number or a boolean"
+
+attempt outputs_key "$EXEC" \
+  '{"command": ["echo \"{\\\"bad-key\\\": 1}\" >\"$DAGRUN_OUTPUTS\""], "shell": true}'
+expect_rc 1
+expect_result 1 "DAGRUN_OUTPUTS file $A/run/task/attempt-1/command-outputs.json: 'bad-key' is not an output key (letters, digits and '_')"
+
+attempt outputs_dir "$EXEC" '{"command": ["mkdir \"$DAGRUN_OUTPUTS\""], "shell": true}'
+expect_rc 1
+grep -q "DAGRUN_OUTPUTS file $A/run/task/attempt-1/command-outputs.json: cannot read it" "$A/msgs.jsonl" ||
+  fail "$A: no 'cannot read it'"
+
+# A command that fails leaves no outputs, whatever it wrote.
+attempt outputs_failed "$EXEC" \
+  '{"command": ["echo \"{\\\"a\\\": 1}\" >\"$DAGRUN_OUTPUTS\"; exit 3"], "shell": true}'
+expect_rc 3
+if grep -q '"type":"output"' "$A/msgs.jsonl"; then fail "$A: output of a failed command sent"; fi
+
+# Declared outputs (`outputs:` of the task): one not produced fails an
+# attempt whose stage succeeded, naming it; all produced, it succeeds.
+make_attempt declared "$EXEC" \
+  '{"command": ["echo \"{\\\"model_dir\\\": \\\"/m\\\"}\" >\"$DAGRUN_OUTPUTS\""], "shell": true}'
+jq '.outputs = ["model_dir", "val_loss"]' "$A/attempt.json" >"$A/a.json"
+mv "$A/a.json" "$A/attempt.json"
+run_attempt
+expect_rc 1
+expect_result 1 "stage exec succeeded but did not produce output 'val_loss', which the task declares in outputs:"
+jq '.outputs = ["model_dir"]' "$A/attempt.json" >"$A/a.json"
+mv "$A/a.json" "$A/attempt.json"
+run_attempt
+expect_rc 0
+expect_result 0
+
 # --- exec: cancel reaches the command through the process group -----------
 make_attempt cancel_exec "$EXEC" '{"command": ["sleep", "30"]}'
 setsid "$DAGRUN" __worker "$A/attempt.json" 3>"$A/msgs.jsonl" >"$A/log" 2>&1 &

@@ -171,10 +171,10 @@ static void test_unknown_keys(void) {
             "dag.yaml:4:5: error: unknown key 'retires' in task 'a'; did you "
             "mean 'retries'?\n"
             "dag.yaml:6:5: error: unknown key 'colour' in task 'a'; expected "
-            "one of: stage, needs, with, description, retries, retry_delay, "
-            "retry_backoff, retry_max_delay, retry_jitter, retry_on, "
-            "timeout, heartbeat_timeout, kill_grace, pool, trigger, env, "
-            "cache, world_size, launcher, hosts, rendezvous\n");
+            "one of: stage, needs, with, description, outputs, retries, "
+            "retry_delay, retry_backoff, retry_max_delay, retry_jitter, "
+            "retry_on, timeout, heartbeat_timeout, kill_grace, pool, "
+            "trigger, env, cache, world_size, launcher, hosts, rendezvous\n");
   free(e);
 }
 
