@@ -11,7 +11,7 @@
 . "$(dirname "$0")/lib.sh"
 
 S=$DAGRUN_SOURCE_DIR
-cd "$S"
+cd "$S" || fail "no source dir $S"
 
 # KIND NAME PACKAGES FILE TEXT
 #   module NAME: a pkg_check_modules module, found in the CMakeLists.txt files
@@ -107,7 +107,7 @@ while read -r kind name pkgs file text; do
     *) fail "bad table line: $kind $name" ;;
   esac
   [ "$pkgs" = - ] && continue
-  case "$kind" in module | find | main) side=main ;; *) side=test ;; esac
+  case "$kind" in module | find | main) side="main" ;; *) side="test" ;; esac
   tr ',' '\n' <<<"$pkgs" >> "$T/need_$side"
 done < "$T/needs"
 for kind in module find cmd; do
