@@ -3,7 +3,8 @@
 # the same tests again in a build with AddressSanitizer and UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+# The main job's packages and the tests' on top (scripts/setup.sh).
+scripts/setup.sh --tests
 
 jobs=$(nproc)
 echo "== build (RelWithDebInfo, -Werror)"

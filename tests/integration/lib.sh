@@ -240,7 +240,7 @@ free_port() {
 # idle. stop_slurm (also run when the test exits) ends the daemons.
 start_slurm() {
   for c in munged slurmctld slurmd srun sinfo; do
-    command -v "$c" >/dev/null || fail "$c not found (scripts/setup.sh installs slurmctld, slurmd, slurm-client and munge)"
+    command -v "$c" >/dev/null || fail "$c not found (scripts/setup.sh --tests installs slurmctld, slurmd, slurm-client and munge)"
   done
   [ "$(id -u)" -eq 0 ] || fail "start_slurm runs Slurm's daemons as root"
   local d="$T/slurm" host ctld_port slurmd_port srun_base

@@ -17,7 +17,7 @@ NM="${DAGRUN_NPM_DIR:?}/node_modules"
 for b in model_logits bpe_tool; do
   [ -x "$BIN/$b" ] || fail "no $BIN/$b (build the $b target)"
 done
-[ -d "$NM/@huggingface/tokenizers" ] || fail "no @huggingface/tokenizers in $NM (run scripts/setup.sh)"
+[ -d "$NM/@huggingface/tokenizers" ] || fail "no @huggingface/tokenizers in $NM (run scripts/setup.sh --tests)"
 command -v node >/dev/null || fail "node is needed for the tokenizer reference"
 
 DATA=$(make_token_data t 320)

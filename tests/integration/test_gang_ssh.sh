@@ -6,7 +6,7 @@
 . "$(dirname "$0")/lib.sh"
 
 command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
-[ -x /usr/sbin/sshd ] || fail "sshd not found (scripts/setup.sh installs openssh-server)"
+[ -x /usr/sbin/sshd ] || fail "sshd not found (scripts/setup.sh --tests installs openssh-server)"
 [ "$(id -u)" -eq 0 ] || fail "this test runs sshd as root"
 
 ssh-keygen -q -t ed25519 -N '' -f "$T/hostkey"

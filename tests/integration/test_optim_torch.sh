@@ -8,7 +8,7 @@ TOOL="$DAGRUN_BUILD_DIR/bin/optim_dump"
 REF="$DAGRUN_SOURCE_DIR/tests/reference"
 [ -x "$TOOL" ] || fail "no $TOOL (build the optim_dump target)"
 /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null \
-  || fail "python3 with torch and numpy is needed (scripts/setup.sh)"
+  || fail "python3 with torch and numpy is needed (scripts/setup.sh --tests)"
 
 for kind in adamw lion; do
   mkdir "$T/$kind"

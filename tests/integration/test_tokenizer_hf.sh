@@ -8,7 +8,7 @@ NM="${DAGRUN_NPM_DIR:?}/node_modules"
 REF="$DAGRUN_SOURCE_DIR/tests/reference"
 TOOL="$DAGRUN_BUILD_DIR/bin/bpe_tool"
 [ -x "$TOOL" ] || fail "no $TOOL (build the bpe_tool target)"
-[ -d "$NM/@huggingface/tokenizers" ] || fail "no @huggingface/tokenizers in $NM (run scripts/setup.sh)"
+[ -d "$NM/@huggingface/tokenizers" ] || fail "no @huggingface/tokenizers in $NM (run scripts/setup.sh --tests)"
 command -v node >/dev/null || fail "node is needed for the reference"
 
 # Training text: real documents, valid UTF-8.
