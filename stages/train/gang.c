@@ -672,7 +672,7 @@ static int finish(trainrun *r, gang *g) {
 }
 
 int gang_run(trainrun *r, int N) {
-  gang g = {.N = N, .B = r->c.B, .T = r->c.m.T};
+  gang g = {.N = N};
   int status = check_params(r, &g);
   if (status == 0)
     status = open_comm(r, &g);
@@ -680,6 +680,9 @@ int gang_run(trainrun *r, int N) {
     return status;
   if (trainrun_setup(r, N, 1) != 0)
     comm_abort(g.c, EXIT_FAILED);
+  /* After setup: init_from's model sets the sequence length. */
+  g.B = r->c.B;
+  g.T = r->c.m.T;
   trainrun_set_config(r);
   char resume_dir[4096];
   find_resume(r, &g, resume_dir, sizeof resume_dir);
