@@ -1,6 +1,18 @@
 /*
  * textgen: text from a model and its tokenizer (see textgen.h), drawn
  * token by token through a KV-cache decoder (decode.h).
+ *
+ * Contract (textgen.h has it in full): textgen_run streams one text to
+ * an emit callback and returns the tokens drawn, or -1 with err;
+ * textgen_write_samples writes n of them, seeds seed .. seed + n - 1,
+ * to one file, atomically (lib/fileio.h), so that a crash leaves the
+ * last complete samples or none. The model is borrowed and only read;
+ * nothing is kept between calls.
+ *
+ * Determinism: the sampler's state comes from the seed alone, so the
+ * same model, prompt and options give the same text; the train and
+ * validate stages rely on it to make their samples comparable between
+ * runs.
  */
 #include <cblas.h>
 #include <omp.h>
@@ -13,6 +25,9 @@
 #include "model/decode.h"
 #include "textgen.h"
 
+/* The context: <|endoftext|> first when the model has that id (a
+ * document's start, as in training), then the prompt; then up to
+ * max_tokens draws, each pushed back into the decoder but the last. */
 int textgen_run(gpt *m, const bpe *tok, const textgen_opts *o,
                 void (*emit)(void *arg, const char *bytes, size_t n),
                 int (*cancelled)(void *arg), void *arg, char *err,
@@ -145,6 +160,10 @@ static void emit_to_buf(void *arg, const char *bytes, size_t n) {
   buf_add(arg, bytes, n);
 }
 
+/* Each sample is headed by its prompt and settings, so that a reader of
+ * samples.txt can reproduce one with `dagrun generate --seed`. The text
+ * is collected in memory and written at once: samples are small, and a
+ * single atomic write never leaves half a file. */
 int textgen_write_samples(gpt *m, const bpe *tok, const textgen_opts *o, int n,
                           const char *path, char *err, size_t errlen) {
   textbuf b = {0};

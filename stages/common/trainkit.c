@@ -1,5 +1,19 @@
 /*
  * trainkit: what train, batch_sweep and lr_find share (trainkit.h).
+ *
+ * Contract (trainkit.h has each function's): the params of the model
+ * and the optimizer read and checked, the token files opened, the model
+ * made from a preset and a seed or from init_from's model directory,
+ * the optimizer over the model's tensors, the train loader, one step's
+ * forward and backward passes, and the stages' result files written
+ * into out/ atomically. Functions that take (ctx, h) fail the task
+ * through the host with the reason; the others fill err. Nothing here
+ * keeps state between calls but the engine's thread count.
+ *
+ * Why a shared kit rather than each stage's own: batch_sweep and
+ * lr_find measure what train will do, so they must build the very
+ * model, optimizer and loader train builds from the same params, or
+ * their numbers would not carry over.
  */
 #include "trainkit.h"
 
@@ -52,6 +66,9 @@ int trainkit_read_model(dagrun_ctx *ctx, const dagrun_host *h,
   return 0;
 }
 
+/* The two optimizers want learning rates an order of magnitude apart
+ * (Lion's sign update moves every weight by lr), so lr: 0 means the
+ * usual one for the optimizer chosen. */
 double trainkit_default_lr(optim_kind kind) {
   return kind == OPTIM_LION ? 1e-4 : 1e-3;
 }
@@ -180,6 +197,9 @@ int trainkit_make_model(dagrun_ctx *ctx, const dagrun_host *h,
   return 0;
 }
 
+/* One optimizer group per tensor, so that weight decay follows gpt's
+ * own say on which tensors decay (matrices, not biases, LayerNorms or
+ * embeddings). */
 int trainkit_make_optim(const gpt *model, const optim_config *oc, optim **out,
                         char *err, size_t errlen) {
   size_t nt = gpt_tensor_count(model);
@@ -198,6 +218,8 @@ int trainkit_make_optim(const gpt *model, const optim_config *oc, optim **out,
   return rc;
 }
 
+/* DAGRUN_TEST_LOADER_DELAY_MS slows every batch down, so that tests can
+ * provoke the train stage's data-wait warning on purpose. */
 int trainkit_train_loader(const tokdata *td, int B, int T, uint64_t seed,
                           int prefetch, loader **out, char *err,
                           size_t errlen) {
@@ -215,6 +237,8 @@ int trainkit_train_loader(const tokdata *td, int B, int T, uint64_t seed,
   return loader_create(&lc, out, err, errlen);
 }
 
+/* Each phase is timed with the host clock between the calls: the CPU
+ * engine is synchronous, so the clock reads when the work is done. */
 int trainkit_forward_backward(gpt *model, loader *ld, uint32_t *inputs,
                               uint32_t *targets, int B, int T, int accum,
                               double *loss, trainkit_times *times, char *err,
@@ -272,6 +296,9 @@ int trainkit_stepper_init(trainkit_stepper *s, gpt *model,
   return 0;
 }
 
+/* A step with a non-finite loss or norm leaves the weights as they were,
+ * as train's does, so that a sweep past the edge of stability reports
+ * the divergence instead of carrying NaN weights into its next step. */
 int trainkit_stepper_step(trainkit_stepper *s, double lr, double grad_clip,
                           double *loss, double *norm, char *err,
                           size_t errlen) {
@@ -285,6 +312,8 @@ int trainkit_stepper_step(trainkit_stepper *s, double lr, double grad_clip,
   return 0;
 }
 
+/* OpenMP and OpenBLAS keep separate pools: both are set, or a matrix
+ * product would run on every core beside n threads of the rest. */
 void trainkit_set_threads(int n) {
   if (n <= 0)
     n = (int)stagekit_cpu_count();

@@ -19,6 +19,21 @@
  * The directory is built in a temporary sibling, every file fsynced, and
  * renamed into place only when complete; an export already there is
  * replaced then, not before. A failed export leaves nothing behind.
+ * Why so careful: other programs load an export, and a half-written
+ * directory would load as a broken model instead of failing.
+ *
+ * Contract. Reads: the model param (anything ckpt/modeldir.h opens) and
+ * its tokenizer (the tokenizer param, else the model's own or the one
+ * its training recorded), which must have the model's vocabulary and an
+ * <|endoftext|> token. Writes: dir (default out/model), through the
+ * hidden siblings .<name>.tmp (the new export while it is built) and
+ * .<name>.old (the previous one while the new one moves in), both
+ * removed at the end and, when a killed attempt left them, at the next
+ * start. Outputs: dir, format, and model (dir/model.safetensors, the
+ * weights, which a train checkpoint copied by format dagrun has too).
+ * Exit status: EXIT_BAD_PARAMS for a
+ * param that makes no sense (no model, a dtype with format dagrun),
+ * EXIT_FAILED for everything else, with the reason through host->fail.
  */
 #include <dagrun/plugin.h>
 
@@ -80,6 +95,8 @@ static const dagrun_param_choice choices[] = {
     {NULL, NULL},
 };
 
+/* One export: the params resolved, the source opened, the paths of the
+ * destination and its two hidden siblings (all owned, freed by run). */
 typedef struct exporter {
   dagrun_ctx *ctx;
   const dagrun_host *h;
@@ -161,6 +178,8 @@ static int put_json(exporter *x, const char *name, cJSON *o) {
   return rc;
 }
 
+/* src copied durably into the export as name. 0, or -1 with the task
+ * failed. */
 static int copy_in(exporter *x, const char *src, const char *name) {
   char err[1024];
   char *dst = fileio_join(x->tmp, name);
@@ -173,6 +192,8 @@ static int copy_in(exporter *x, const char *src, const char *name) {
 
 /* ---- The Hugging Face files ---- */
 
+/* model.safetensors in the dtype asked for, with GPT-2's tensor names
+ * (ckpt/weights.h), so that GPT2LMHeadModel finds every tensor. */
 static int write_weights(exporter *x) {
   char err[1024];
   gpt *m = NULL;
@@ -191,6 +212,8 @@ static int write_weights(exporter *x) {
   return rc;
 }
 
+/* config.json and generation_config.json, and the tokenizer's configs:
+ * what from_pretrained reads beside the weights. */
 static int write_configs(exporter *x) {
   const gpt_config *c = &x->info.config;
   const char *dt = dtype_names[x->dtype];
@@ -408,6 +431,9 @@ static int write_card(exporter *x) {
   return rc;
 }
 
+/* format safetensors: every file of a Hugging Face GPT-2 directory into
+ * x->tmp. The weights come first, the bulk of the work, and a stop
+ * request is honoured after them. */
 static int export_safetensors(exporter *x) {
   if (write_weights(x) != 0 || x->h->cancelled(x->ctx))
     return -1;
@@ -421,6 +447,8 @@ static int export_safetensors(exporter *x) {
 
 /* ---- format dagrun ---- */
 
+/* format dagrun: the checkpoint's files copied as they are, with the
+ * tokenizer used, and the copy verified against its manifest. */
 static int export_dagrun(exporter *x) {
   if (x->info.kind != MODELDIR_CHECKPOINT) {
     x->h->fail(x->ctx,
@@ -594,6 +622,10 @@ static int open_source(exporter *x) {
   return 0;
 }
 
+/* The stage: params, source, the temporary sibling (stale ones of a
+ * killed attempt removed first), the export into it, then swap_in. Any
+ * failure before swap_in removes the temporary and leaves dest as it
+ * was. */
 static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   exporter x = {.ctx = ctx, .h = h};
   int status = read_params(&x);

@@ -3,11 +3,25 @@
  * is drawn. `dagrun generate ...` runs it (orchestrator/main.c), so that
  * the orchestrator itself does not link the engine.
  *
- * stdout gets the prompt and the generated text only (a pipe gets the
- * text); stderr gets what was loaded, the seed, and the speed.
+ * It is a program, not a stage: a person asks for text at a terminal,
+ * and a DAG's tasks make their samples through the same library
+ * (common/textgen.h) inside train and validate.
  *
- * Exit status: 0; 1 when the model, its tokenizer or the generation
- * fails; 2 for bad usage.
+ * Contract. Reads: MODEL_DIR (anything ckpt/modeldir.h opens: a
+ * checkpoint, a directory of checkpoints and its latest valid one, a
+ * promoted model, a Hugging Face GPT-2 directory) and its tokenizer, or
+ * the one --tokenizer names. Writes nothing to disk. stdout gets the
+ * prompt and the generated text only, flushed token by token so that a
+ * pipe or a terminal sees it as it comes; stderr gets what was loaded,
+ * the seed, and the speed, so that redirecting stdout keeps only text.
+ *
+ * Without --seed the seed is random and printed: every call gives new
+ * text, and the printed seed gives that text again.
+ *
+ * Exit status: 0; 1 (EXIT_FAILED) when the model, its tokenizer or the
+ * generation fails, or stdout could not be written; 2 (EXIT_USAGE) for
+ * bad usage, with a message and a pointer to --help; --help itself
+ * exits 0.
  */
 #include <cblas.h>
 #include <errno.h>
@@ -52,6 +66,8 @@ static const char usage_text[] =
     "                       on one: one token is too little work to share)\n"
     "  -h, --help           this text\n";
 
+/* A usage error: the message (fmt with one %s, arg) and where help is,
+ * on stderr; returns EXIT_USAGE for main to exit with. */
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "dagrun generate: ");
   fprintf(stderr, fmt, arg);
@@ -70,6 +86,8 @@ static int parse_ll(const char *z, long long lo, long long hi, long long *out) {
   return 0;
 }
 
+/* A seed for a run without --seed, from the kernel's entropy (the time
+ * and pid where that fails: a seed needs to differ, not to be secret). */
 static uint64_t random_seed(void) {
   uint64_t s = 0;
   if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s)
@@ -78,12 +96,16 @@ static uint64_t random_seed(void) {
   return s >> 11;
 }
 
+/* textgen_run's emit: each token's bytes to stdout at once (flushed:
+ * stdout is fully buffered when it is a pipe, and the text should
+ * stream). */
 static void emit_stdout(void *arg, const char *bytes, size_t n) {
   (void)arg;
   fwrite(bytes, 1, n, stdout);
   fflush(stdout);
 }
 
+/* The command line, parsed; strings point into argv. */
 typedef struct args {
   const char *model_dir, *prompt, *tokenizer;
   long long tokens, top_k, threads;
@@ -182,6 +204,10 @@ static int parse_args(int argc, char **argv, args *a) {
   return 0;
 }
 
+/* Parse, load the model and tokenizer, say what was loaded on stderr,
+ * then stream the text. A tokenizer with more ids than the model is a
+ * warning, not an error: it is most likely another model's, but text
+ * may still come out, and the user decides. */
 int main(int argc, char **argv) {
   args a;
   int rc = parse_args(argc, argv, &a);

@@ -1170,54 +1170,69 @@ static void drop_summary(const uint64_t *counts, char *buf, size_t n) {
     snprintf(buf, n, "none");
 }
 
-static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
-  double t0 = clock_monotonic();
+/* ------------------------------------------------------------------ */
+/* The run: one helper a step, on the state below                       */
+
+/* What a run carries from one step to the next, beside the job. Each
+ * step returns 0, or the exit status once it has failed the task. */
+typedef struct run_state {
+  dagrun_ctx *ctx;
+  const dagrun_host *h;
+  cfg *c;
+  job *j;
+  totals t;
+  uint64_t accepted;   /* documents the readers accepted (before dedup) */
+  unsigned nvalshards; /* 0 when no document is for validation */
+  double t0, t_read, t_write;
+} run_state;
+
+/* The input files, expanded from the input and exclude patterns. */
+static int expand_inputs(run_state *s) {
   char err[1024];
-  const char *out_dir = h->dir(ctx, DAGRUN_DIR_OUT);
-  const char *scratch = h->dir(ctx, DAGRUN_DIR_ATTEMPT);
-  if (!out_dir || !scratch) {
-    h->fail(ctx, "the host gave no output or attempt directory");
-    return SHARD_FAILED;
-  }
-  j->out_dir = out_dir;
-  int rc =
-      corpus_expand(c->inputs, c->ninputs, h->dir(ctx, DAGRUN_DIR_DAG),
-                    c->excludes, c->nexcludes, &j->files, err, sizeof(err));
+  job *j = s->j;
+  int rc = corpus_expand(s->c->inputs, s->c->ninputs,
+                         s->h->dir(s->ctx, DAGRUN_DIR_DAG), s->c->excludes,
+                         s->c->nexcludes, &j->files, err, sizeof(err));
   if (rc != 0) {
-    h->fail(ctx, "%s", err);
+    s->h->fail(s->ctx, "%s", err);
     return rc == CORPUS_ENOMATCH || rc == CORPUS_EINVAL ? SHARD_BAD_PARAMS
                                                         : SHARD_FAILED;
   }
   if (j->files.n > UINT32_MAX) {
-    h->fail(ctx, "more than 4294967295 input files");
+    s->h->fail(s->ctx, "more than 4294967295 input files");
     return SHARD_FAILED;
   }
-  uint64_t in_bytes = 0;
   for (size_t i = 0; i < j->files.n; i++)
-    in_bytes += j->files.v[i].size;
+    s->t.in_bytes += j->files.v[i].size;
+  return 0;
+}
 
-  /* Pass 1 threads: as many as asked, files to read and memory allow. */
-  uint64_t per = thread_cost(c);
-  uint64_t by_mem = (c->memory_limit / 2) / per;
+/* Pass 1's threads: as many as asked, files to read and memory allow
+ * (half of memory_limit goes to the readers, the other half to the
+ * records). */
+static unsigned read_thread_count(run_state *s) {
+  const cfg *c = s->c;
+  uint64_t by_mem = (c->memory_limit / 2) / thread_cost(c);
   unsigned n1 = c->nthreads;
-  if (n1 > j->files.n)
-    n1 = (unsigned)j->files.n;
+  if (n1 > s->j->files.n)
+    n1 = (unsigned)s->j->files.n;
   if (n1 > by_mem)
     n1 = by_mem ? (unsigned)by_mem : 1;
-  if (n1 < 1)
-    n1 = 1;
-  c->read_threads = n1;
-  j->rec_budget = c->memory_limit / 2;
-  h->log(ctx, DAGRUN_LOG_INFO,
-         "shard: %zu input files (%.1f MiB), %u reading threads, "
-         "memory_limit %s, documents up to %zu bytes",
-         j->files.n, (double)in_bytes / 1048576.0, n1, c->memory_name,
-         c->max_doc);
+  return n1 < 1 ? 1 : n1;
+}
 
+/* The workers: pass 2 may use more threads than pass 1, so there are as
+ * many as the larger; the first read_threads get a reader, a filter and
+ * a spool in the attempt directory. */
+static int make_workers(run_state *s) {
+  char err[1024];
+  const cfg *c = s->c;
+  job *j = s->j;
+  unsigned n1 = c->read_threads;
   j->nworkers = n1 > c->nthreads ? n1 : c->nthreads;
   j->workers = calloc(j->nworkers, sizeof(worker));
   if (!j->workers) {
-    h->fail(ctx, "out of memory");
+    s->h->fail(s->ctx, "out of memory");
     return SHARD_FAILED;
   }
   corpus_opts ro = {c->format,          c->sep,     c->separator,
@@ -1235,48 +1250,68 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
     w->reader = corpus_reader_create(&ro);
     w->filter = docfilter_create(&fo);
     if (!w->reader || !w->filter) {
-      h->fail(ctx, "out of memory");
+      s->h->fail(s->ctx, "out of memory");
       return SHARD_FAILED;
     }
-    if (spool_open(&w->sp, scratch, i, err, sizeof(err)) != 0) {
-      h->fail(ctx, "%s", err);
+    if (spool_open(&w->sp, s->h->dir(s->ctx, DAGRUN_DIR_ATTEMPT), i, err,
+                   sizeof(err)) != 0) {
+      s->h->fail(s->ctx, "%s", err);
       return SHARD_FAILED;
     }
   }
+  return 0;
+}
+
+/* Pass 1: the readers, then whether the run may go on. */
+static int pass1(run_state *s) {
+  cfg *c = s->c;
+  job *j = s->j;
+  c->read_threads = read_thread_count(s);
+  j->rec_budget = c->memory_limit / 2;
+  s->h->log(s->ctx, DAGRUN_LOG_INFO,
+            "shard: %zu input files (%.1f MiB), %u reading threads, "
+            "memory_limit %s, documents up to %zu bytes",
+            j->files.n, (double)s->t.in_bytes / 1048576.0, c->read_threads,
+            c->memory_name, c->max_doc);
+  int rc = make_workers(s);
+  if (rc != 0)
+    return rc;
   /* Leftovers of a killed attempt (temporary names only: the shards of
    * the last good run stay until this one has its own). */
-  clean_out_dir(out_dir, 0, 0, 0);
-
+  clean_out_dir(j->out_dir, 0, 0, 0);
   double t1 = clock_monotonic();
-  run_threads(j, n1, pass1_thread, 0.0, 0.8, j->files.n, "reading");
+  run_threads(j, c->read_threads, pass1_thread, 0.0, 0.8, j->files.n,
+              "reading");
   if (j->fatal) {
-    h->fail(ctx, "%s", j->fatal_msg);
+    s->h->fail(s->ctx, "%s", j->fatal_msg);
     return SHARD_FAILED;
   }
   if (atomic_load(&j->fail_file) != SIZE_MAX) {
-    h->fail(ctx, "%s (on_bad_input: fail)", j->fail_msg);
+    s->h->fail(s->ctx, "%s (on_bad_input: fail)", j->fail_msg);
     return SHARD_FAILED;
   }
-  if (atomic_load(&j->stop) || h->cancelled(ctx)) {
-    h->log(ctx, DAGRUN_LOG_WARN,
-           "shard: cancelled while reading; nothing "
-           "written to out/");
-    h->fail(ctx, "cancelled");
+  if (atomic_load(&j->stop) || s->h->cancelled(s->ctx)) {
+    s->h->log(s->ctx, DAGRUN_LOG_WARN,
+              "shard: cancelled while reading; nothing "
+              "written to out/");
+    s->h->fail(s->ctx, "cancelled");
     return SHARD_FAILED;
   }
-  double t_read = clock_monotonic() - t1;
+  s->t_read = clock_monotonic() - t1;
+  return 0;
+}
 
-  totals t;
-  memset(&t, 0, sizeof(t));
-  t.in_bytes = in_bytes;
-  uint64_t accepted = 0;
-  for (unsigned i = 0; i < n1; i++) {
+/* The readers' counts summed into s->t, their buffers freed, and the
+ * first problems logged. */
+static void collect_pass1(run_state *s) {
+  job *j = s->j;
+  for (unsigned i = 0; i < s->c->read_threads; i++) {
     worker *w = &j->workers[i];
     for (int k = 0; k < NDROPS; k++)
-      t.counts[k] += w->counts[k];
-    t.read += w->read;
-    accepted += w->accepted;
-    t.text_bytes += w->text_bytes;
+      s->t.counts[k] += w->counts[k];
+    s->t.read += w->read;
+    s->accepted += w->accepted;
+    s->t.text_bytes += w->text_bytes;
     /* Readers go before the plan's array is made: their buffers are the
      * memory the array may now use. */
     corpus_reader_destroy(w->reader);
@@ -1288,19 +1323,25 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
   }
   for (size_t i = 0; i < j->nproblems && i < LOGGED_PROBLEMS; i++) {
     const problem *p = &j->problems[i];
-    h->log(ctx, DAGRUN_LOG_WARN, "%s:%llu: %s: %s", j->files.v[p->file].path,
-           (unsigned long long)p->line, drop_names[p->kind], p->reason);
+    s->h->log(s->ctx, DAGRUN_LOG_WARN, "%s:%llu: %s: %s",
+              j->files.v[p->file].path, (unsigned long long)p->line,
+              drop_names[p->kind], p->reason);
   }
   if (j->nproblems_total > LOGGED_PROBLEMS)
-    h->log(ctx, DAGRUN_LOG_WARN,
-           "... %llu problems in all (manifest.json "
-           "lists the first %d)",
-           (unsigned long long)j->nproblems_total, MAX_PROBLEMS);
+    s->h->log(s->ctx, DAGRUN_LOG_WARN,
+              "... %llu problems in all (manifest.json "
+              "lists the first %d)",
+              (unsigned long long)j->nproblems_total, MAX_PROBLEMS);
+}
 
-  /* The plan. */
+/* The workers' records gathered into j->recs in canonical order and
+ * deduplicated; s->t.kept of them stay. */
+static int gather_records(run_state *s) {
+  job *j = s->j;
+  unsigned n1 = s->c->read_threads;
   shard_recs *lists = calloc(n1, sizeof(*lists));
   if (!lists) {
-    h->fail(ctx, "out of memory");
+    s->h->fail(s->ctx, "out of memory");
     return SHARD_FAILED;
   }
   for (unsigned i = 0; i < n1; i++) {
@@ -1308,29 +1349,39 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
     memset(&j->workers[i].recs, 0, sizeof(j->workers[i].recs));
   }
   size_t n = 0;
-  rc = shardplan_gather(lists, n1, &j->recs, &n);
+  int rc = shardplan_gather(lists, n1, &j->recs, &n);
   free(lists);
   j->nrecs_kept = n;
   if (rc != 0) {
-    h->fail(ctx, "out of memory gathering %llu document records",
-            (unsigned long long)accepted);
+    s->h->fail(s->ctx, "out of memory gathering %llu document records",
+               (unsigned long long)s->accepted);
     return SHARD_FAILED;
   }
   size_t kept = shardplan_dedup(j->recs, n);
-  t.counts[DROP_DUPLICATE] = n - kept;
-  t.kept = kept;
+  s->t.counts[DROP_DUPLICATE] = n - kept;
+  s->t.kept = kept;
   if (kept == 0) {
     char why[512];
-    drop_summary(t.counts, why, sizeof(why));
-    h->fail(ctx, "no document survived: %llu read in %zu files; dropped: %s",
-            (unsigned long long)t.read, j->files.n, why);
+    drop_summary(s->t.counts, why, sizeof(why));
+    s->h->fail(s->ctx,
+               "no document survived: %llu read in %zu files; dropped: %s",
+               (unsigned long long)s->t.read, j->files.n, why);
     return SHARD_FAILED;
   }
+  return 0;
+}
+
+/* The plan: the kept records shuffled, split into validation and
+ * training, dealt to the shards and grouped by shard (j->shard_start). */
+static int make_plan(run_state *s) {
+  const cfg *c = s->c;
+  job *j = s->j;
+  size_t kept = (size_t)s->t.kept;
   shardplan_shuffle(j->recs, kept, (uint64_t)c->seed);
   size_t nval = shardplan_val_count(kept, c->val_fraction);
   j->ntrain = (unsigned)c->shards;
-  unsigned nvalshards = nval ? (unsigned)c->val_shards : 0;
-  j->nshards = j->ntrain + nvalshards;
+  s->nvalshards = nval ? (unsigned)c->val_shards : 0;
+  j->nshards = j->ntrain + s->nvalshards;
   j->shard_bytes = calloc(j->nshards, sizeof(uint64_t));
   j->shard_docs = calloc(j->nshards, sizeof(uint64_t));
   j->shard_start = calloc(j->nshards + 1, sizeof(size_t));
@@ -1338,18 +1389,18 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
   j->tmp_paths = calloc(j->nshards, sizeof(char *));
   if (!j->shard_bytes || !j->shard_docs || !j->shard_start || !j->shard_sha ||
       !j->tmp_paths ||
-      shardplan_assign(j->recs, kept, nval, j->ntrain, nvalshards,
+      shardplan_assign(j->recs, kept, nval, j->ntrain, s->nvalshards,
                        j->shard_bytes, j->shard_docs) != 0) {
-    h->fail(ctx, "out of memory");
+    s->h->fail(s->ctx, "out of memory");
     return SHARD_FAILED;
   }
-  t.val = nval;
-  t.train = kept - nval;
+  s->t.val = nval;
+  s->t.train = kept - nval;
   if (c->val_fraction > 0 && nval == 0)
-    h->log(ctx, DAGRUN_LOG_WARN,
-           "val_fraction is %g but %zu document%s cannot be split: no "
-           "validation shard",
-           c->val_fraction, kept, kept == 1 ? "" : "s");
+    s->h->log(s->ctx, DAGRUN_LOG_WARN,
+              "val_fraction is %g but %zu document%s cannot be split: no "
+              "validation shard",
+              c->val_fraction, kept, kept == 1 ? "" : "s");
   shardplan_group(j->recs, kept);
   for (size_t i = 0, d = 0; d <= j->nshards; d++) {
     while (i < kept && j->recs[i].dest < d)
@@ -1357,13 +1408,19 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
     j->shard_start[d] = i;
   }
   j->shard_start[j->nshards] = kept;
-  if (t.train < j->ntrain)
-    h->log(ctx, DAGRUN_LOG_WARN,
-           "only %llu training documents for %u shards: some shards are "
-           "empty",
-           (unsigned long long)t.train, j->ntrain);
+  if (s->t.train < j->ntrain)
+    s->h->log(s->ctx, DAGRUN_LOG_WARN,
+              "only %llu training documents for %u shards: some shards are "
+              "empty",
+              (unsigned long long)s->t.train, j->ntrain);
+  return 0;
+}
 
-  /* Pass 2. */
+/* Pass 2: the writers, under temporary names. Threads and copy buffer
+ * within a quarter of memory_limit (the buffer 64 KiB to 4 MiB). */
+static int pass2(run_state *s) {
+  const cfg *c = s->c;
+  job *j = s->j;
   unsigned n2 = c->nthreads < j->nshards ? c->nthreads : j->nshards;
   uint64_t cb = c->memory_limit / 32;
   if (cb > (4u << 20))
@@ -1380,80 +1437,114 @@ static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
   double t2 = clock_monotonic();
   run_threads(j, n2, pass2_thread, 0.8, 0.2, j->nshards, "writing");
   if (j->fatal) {
-    h->fail(ctx, "%s", j->fatal_msg);
+    s->h->fail(s->ctx, "%s", j->fatal_msg);
     return SHARD_FAILED;
   }
-  if (atomic_load(&j->stop) || h->cancelled(ctx)) {
-    h->log(ctx, DAGRUN_LOG_WARN,
-           "shard: cancelled while writing shards; "
-           "out/ keeps the last complete set");
-    h->fail(ctx, "cancelled");
+  if (atomic_load(&j->stop) || s->h->cancelled(s->ctx)) {
+    s->h->log(s->ctx, DAGRUN_LOG_WARN,
+              "shard: cancelled while writing shards; "
+              "out/ keeps the last complete set");
+    s->h->fail(s->ctx, "cancelled");
     return SHARD_FAILED;
   }
-  double t_write = clock_monotonic() - t2;
+  s->t_write = clock_monotonic() - t2;
+  return 0;
+}
 
-  /* Commit: shards under their names, stale ones out, manifest last. */
+/* Commit: shards under their names, stale ones out, manifest last, the
+ * directory synced, then the outputs. *rss gets the peak RSS that the
+ * manifest records. */
+static int commit(run_state *s, uint64_t *rss) {
+  char err[1024];
+  job *j = s->j;
+  const char *out_dir = j->out_dir;
   for (unsigned d = 0; d < j->nshards; d++) {
     char name[64];
     shard_name(j, d, name, sizeof(name));
     char *dst = fileio_join(out_dir, name);
     if (!dst || rename(j->tmp_paths[d], dst) != 0) {
-      h->fail(ctx, "cannot rename %s to %s: %s", j->tmp_paths[d],
-              dst ? dst : name, strerror(errno));
+      s->h->fail(s->ctx, "cannot rename %s to %s: %s", j->tmp_paths[d],
+                 dst ? dst : name, strerror(errno));
       free(dst);
       return SHARD_FAILED;
     }
     free(dst);
   }
-  clean_out_dir(out_dir, 1, j->ntrain, nvalshards);
-  uint64_t rss = stagekit_peak_rss();
-  char *mf = manifest_text(j, &t, n1, rss);
+  clean_out_dir(out_dir, 1, j->ntrain, s->nvalshards);
+  *rss = stagekit_peak_rss();
+  char *mf = manifest_text(j, &s->t, s->c->read_threads, *rss);
   if (!mf) {
-    h->fail(ctx, "out of memory");
+    s->h->fail(s->ctx, "out of memory");
     return SHARD_FAILED;
   }
-  rc = write_manifest(out_dir, mf, err, sizeof(err));
+  int rc = write_manifest(out_dir, mf, err, sizeof(err));
   free(mf);
   if (rc != 0) {
-    h->fail(ctx, "%s", err);
+    s->h->fail(s->ctx, "%s", err);
     return SHARD_FAILED;
   }
   if ((rc = fileio_fsync_dir(out_dir)) != 0) {
-    h->fail(ctx, "cannot sync %s: %s", out_dir, strerror(-rc));
+    s->h->fail(s->ctx, "cannot sync %s: %s", out_dir, strerror(-rc));
     return SHARD_FAILED;
   }
-
   char num[32], *mpath = fileio_join(out_dir, "manifest.json");
-  h->output(ctx, "dir", out_dir);
+  s->h->output(s->ctx, "dir", out_dir);
   if (mpath)
-    h->output(ctx, "manifest", mpath);
+    s->h->output(s->ctx, "manifest", mpath);
   free(mpath);
   snprintf(num, sizeof(num), "%u", j->ntrain);
-  h->output(ctx, "train_shards", num);
-  snprintf(num, sizeof(num), "%u", nvalshards);
-  h->output(ctx, "val_shards", num);
+  s->h->output(s->ctx, "train_shards", num);
+  snprintf(num, sizeof(num), "%u", s->nvalshards);
+  s->h->output(s->ctx, "val_shards", num);
+  return 0;
+}
 
+/* The last line of the log and the run's metrics. */
+static void report(run_state *s, uint64_t rss) {
+  const job *j = s->j;
+  const totals *t = &s->t;
   uint64_t out_bytes = 0;
   for (unsigned d = 0; d < j->nshards; d++)
     out_bytes += j->shard_bytes[d];
-  double total_s = clock_monotonic() - t0;
-  double mbps = total_s > 0 ? (double)t.text_bytes / 1e6 / total_s : 0;
+  double total_s = clock_monotonic() - s->t0;
+  double mbps = total_s > 0 ? (double)t->text_bytes / 1e6 / total_s : 0;
   char why[512];
-  drop_summary(t.counts, why, sizeof(why));
-  h->log(ctx, DAGRUN_LOG_INFO,
-         "shard: kept %llu of %llu documents (train %llu, val %llu) in "
-         "%u+%u shards, %.1f MiB; dropped: %s; %.2f s (read %.2f s, write "
-         "%.2f s), %.1f MB/s; peak RSS %.1f MiB",
-         (unsigned long long)t.kept, (unsigned long long)t.read,
-         (unsigned long long)t.train, (unsigned long long)t.val, j->ntrain,
-         nvalshards, (double)out_bytes / 1048576.0, why, total_s, t_read,
-         t_write, mbps, (double)rss / 1048576.0);
-  h->metric(ctx, "documents_kept", (double)t.kept, 0);
-  h->metric(ctx, "documents_dropped", (double)(t.read - t.kept), 0);
-  h->metric(ctx, "output_bytes", (double)out_bytes, 0);
-  h->metric(ctx, "throughput_mb_s", mbps, 0);
-  h->metric(ctx, "peak_rss_bytes", (double)rss, 0);
-  h->progress(ctx, 1.0, "done");
+  drop_summary(t->counts, why, sizeof(why));
+  s->h->log(s->ctx, DAGRUN_LOG_INFO,
+            "shard: kept %llu of %llu documents (train %llu, val %llu) in "
+            "%u+%u shards, %.1f MiB; dropped: %s; %.2f s (read %.2f s, "
+            "write %.2f s), %.1f MB/s; peak RSS %.1f MiB",
+            (unsigned long long)t->kept, (unsigned long long)t->read,
+            (unsigned long long)t->train, (unsigned long long)t->val,
+            j->ntrain, s->nvalshards, (double)out_bytes / 1048576.0, why,
+            total_s, s->t_read, s->t_write, mbps, (double)rss / 1048576.0);
+  s->h->metric(s->ctx, "documents_kept", (double)t->kept, 0);
+  s->h->metric(s->ctx, "documents_dropped", (double)(t->read - t->kept), 0);
+  s->h->metric(s->ctx, "output_bytes", (double)out_bytes, 0);
+  s->h->metric(s->ctx, "throughput_mb_s", mbps, 0);
+  s->h->metric(s->ctx, "peak_rss_bytes", (double)rss, 0);
+  s->h->progress(s->ctx, 1.0, "done");
+}
+
+static int run_stage(dagrun_ctx *ctx, const dagrun_host *h, cfg *c, job *j) {
+  run_state s = {.ctx = ctx, .h = h, .c = c, .j = j};
+  s.t0 = clock_monotonic();
+  j->out_dir = h->dir(ctx, DAGRUN_DIR_OUT);
+  if (!j->out_dir || !h->dir(ctx, DAGRUN_DIR_ATTEMPT)) {
+    h->fail(ctx, "the host gave no output or attempt directory");
+    return SHARD_FAILED;
+  }
+  uint64_t rss = 0;
+  int rc = expand_inputs(&s);
+  if (rc == 0)
+    rc = pass1(&s);
+  if (rc != 0)
+    return rc;
+  collect_pass1(&s);
+  if ((rc = gather_records(&s)) != 0 || (rc = make_plan(&s)) != 0 ||
+      (rc = pass2(&s)) != 0 || (rc = commit(&s, &rss)) != 0)
+    return rc;
+  report(&s, rss);
   return 0;
 }
 

@@ -46,12 +46,25 @@ int engine_built_with_cuda(void) {
 #endif
 }
 
+/* One rule for both loops, so that one process and a gang cannot come to
+ * different answers for the same param and hardware. */
+int engine_choose(engine_want want, int have_gpu, engine_device *out) {
+  if (want == ENGINE_WANT_CPU || (want == ENGINE_WANT_AUTO && !have_gpu)) {
+    *out = ENGINE_CPU;
+    return 0;
+  }
+  if (!have_gpu)
+    return -1; /* cuda asked for, and none */
+  *out = ENGINE_CUDA;
+  return 0;
+}
+
 int engine_pick(engine_want want, engine_device *out, char *why,
                 size_t whylen, char *err, size_t errlen) {
   /* Before looking for a GPU: that loads and starts the CUDA driver
    * (cudaGetDeviceCount), which device: cpu has no use for. */
   if (want == ENGINE_WANT_CPU) {
-    *out = ENGINE_CPU;
+    engine_choose(want, 0, out);
     snprintf(why, whylen, "device: cpu was asked for");
     return 0;
   }
@@ -63,21 +76,18 @@ int engine_pick(engine_want want, engine_device *out, char *why,
   snprintf(gpu, sizeof gpu,
            "this dagrun was built without CUDA (no nvcc, or -DDAGRUN_CUDA=OFF)");
 #endif
-  if (have_gpu) {
-    *out = ENGINE_CUDA;
-    snprintf(why, whylen, "device: %s, and %s",
-             want == ENGINE_WANT_AUTO ? "auto" : "cuda", gpu);
-    return 0;
-  }
-  if (want == ENGINE_WANT_CUDA) {
+  if (engine_choose(want, have_gpu, out) != 0) {
     snprintf(err, errlen,
              "device: cuda, but %s; use device: cpu or auto (auto trains on "
              "the GPU where there is one, else on the CPU)",
              gpu);
     return -1;
   }
-  *out = ENGINE_CPU;
-  snprintf(why, whylen, "device: auto, and no GPU: %s", gpu);
+  if (*out == ENGINE_CUDA)
+    snprintf(why, whylen, "device: %s, and %s",
+             want == ENGINE_WANT_AUTO ? "auto" : "cuda", gpu);
+  else
+    snprintf(why, whylen, "device: auto, and no GPU: %s", gpu);
   return 0;
 }
 

@@ -9,8 +9,9 @@
  * before such a use, and engine_load_from_host pushes them to the GPU
  * after a load. On the CPU both are no-ops.
  *
- * The gang path of the train stage does not use this: it trains through
- * ZeRO (gpu/zero/zero.h on CPU ranks, zero_cuda.h on GPU ranks).
+ * The gang path of the train stage (gang.h) trains through ZeRO instead
+ * (gpu/zero/zero.h on CPU ranks, zero_cuda.h on GPU ranks), but chooses
+ * its device by the same rule, engine_choose.
  *
  * Functions return 0, or -1 with a message in err; call them from the
  * stage's thread.
@@ -53,7 +54,15 @@ const char *engine_recompute_name(engine_recompute r);
 /* Non-zero when this build has the CUDA backend. */
 int engine_built_with_cuda(void);
 
-/* Resolves want to a device: auto is cuda when built with CUDA and a GPU
+/* The device for want, the one rule of both loops: cpu is the CPU; auto
+ * is the GPU when have_gpu, else the CPU; cuda is the GPU when have_gpu,
+ * else -1 (the caller says why, in its words). have_gpu is what the
+ * caller found: one process, that this build has CUDA and sees a GPU
+ * (engine_pick); a gang, that it has GPU ranks and every rank sees one
+ * (gang.c). */
+int engine_choose(engine_want want, int have_gpu, engine_device *out);
+
+/* Resolves want to a device for one process (engine_choose): auto is cuda when built with CUDA and a GPU
  * is present, else cpu; why gets the reason in words either way (for
  * the log and the summary). cuda without the build or the GPU: -1 with
  * err saying what is missing and to use device: cpu or auto. */

@@ -1,4 +1,25 @@
-/* A training run's state as a checkpoint; see trainstate.h. */
+/*
+ * trainstate: a training run's state as a checkpoint (trainstate.h has
+ * the files). The container is ckpt.h's: a step-NNNNNNNN directory
+ * written under a temporary name, every file checksummed in its
+ * manifest and the directory renamed into place, so that a crash or a
+ * kill leaves the last complete checkpoint and never half of one.
+ *
+ * Contract: trainstate_save writes what train_state points at (the
+ * weights always; the optimizer, the spike guard and the loader's
+ * position when given) and returns the checkpoint's path;
+ * trainstate_load reads one back into a run made with the same model
+ * shape and optimizer, refusing anything else by name. Both return 0 or
+ * -1 with err; neither keeps state.
+ *
+ * Why each piece is in it: resuming must give the same bits as never
+ * stopping, so the state is everything that a step reads: the weights,
+ * the optimizer's moments and step count, the guard's window (a spike
+ * is judged against it) and the loader's position and random state (the
+ * next batch). The weights are model.safetensors in float32 with GPT-2's
+ * names so that the same file also serves validate, export and
+ * Hugging Face tools without a conversion.
+ */
 #include "trainstate.h"
 
 #include "ckpt/ckpt.h"
@@ -45,6 +66,9 @@ static int get_u64(const cJSON *o, const char *key, uint64_t *v) {
   return (errno || *end || end == it->valuestring) ? -1 : 0;
 }
 
+/* The model's shape in the manifest: trainstate_load compares it before
+ * reading a byte of weights, so that another model's checkpoint fails
+ * with both shapes named instead of a size mismatch. */
 static cJSON *model_json(const gpt_config *c) {
   cJSON *m = cJSON_CreateObject();
   cJSON_AddNumberToObject(m, "n_layer", c->n_layer);

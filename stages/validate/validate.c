@@ -14,6 +14,25 @@
  * numbers to out/metrics.json and a few generated samples next to them.
  * A failed gate fails the task with the numbers in the message, so that
  * the checkpoint and export tasks after it do not run on a bad model.
+ *
+ * Contract. Reads: the model (checkpoint: a train checkpoint, a
+ * directory of them and its latest or `step`, a promoted model or a
+ * Hugging Face GPT-2 directory, all through ckpt/modeldir.h), the
+ * tokenize stage's directory (data: its validation token files and its
+ * tokenizer, which must have the model's vocabulary), and for
+ * min_improvement the models registry (common/registry.h). Writes:
+ * out/metrics.json (atomically; written whether the gates pass or not,
+ * so that a failed run still shows its numbers) and out/samples.txt.
+ * Outputs, only when every gate passes: checkpoint (the model directory
+ * evaluated), metrics, tokenizer, val_loss, perplexity, accuracy, step
+ * and samples. Exit status: EXIT_BAD_PARAMS for a param out of range,
+ * EXIT_FAILED for a model or data that cannot be used, a failed
+ * evaluation or a failed gate; samples that cannot be made are only a
+ * warning, since they judge nothing.
+ *
+ * It evaluates on the CPU engine (model/evaluate.h) whatever device
+ * trained the model: every checkpoint is the CPU engine's format, and
+ * the numbers then do not depend on the machine the task ran on.
  */
 #include <dagrun/plugin.h>
 
@@ -80,7 +99,9 @@ static const dagrun_param_spec params[] = {
     {NULL, 0, NULL, 0, NULL},
 };
 
-/* A gate that may be absent: on = 0 when the DAG does not set it. */
+/* A gate that may be absent: on = 0 when the DAG does not set it. The
+ * gates have no defaults: a DAG that sets none validates and reports
+ * without judging. */
 typedef struct gate {
   int on;
   double limit;
@@ -94,6 +115,7 @@ typedef struct vcfg {
   gate max_loss, max_ppl, min_improvement;
 } vcfg;
 
+/* One run of the stage: its params, what it opened, what it found. */
 typedef struct vrun {
   dagrun_ctx *ctx;
   const dagrun_host *h;
@@ -111,6 +133,8 @@ static void get_gate(vrun *r, const char *name, gate *g) {
   g->on = r->h->param_float(r->ctx, name, &g->limit) == 0;
 }
 
+/* Reads and checks the params into r->c; a bad one fails the task
+ * (host->fail) and returns -1. */
 static int read_cfg(vrun *r) {
   const dagrun_host *h = r->h;
   vcfg *c = &r->c;
@@ -161,6 +185,9 @@ static char *model_path(vrun *r) {
   return q;
 }
 
+/* Opens the model, the token files and the validation loader, and checks
+ * that they belong together (one vocabulary, a context long enough for
+ * seq_len). 0, or -1 with the task failed. */
 static int load(vrun *r) {
   const dagrun_host *h = r->h;
   char err[2048];
@@ -238,6 +265,9 @@ static int load(vrun *r) {
   return 0;
 }
 
+/* Records a failed gate: in r->failures for metrics.json and the final
+ * message, and at once in the log, so that a reader of a long log sees
+ * it where it happened. */
 static void add_failure(vrun *r, const char *fmt, ...) DAGRUN_PRINTF(2, 3);
 static void add_failure(vrun *r, const char *fmt, ...) {
   char msg[1024];
@@ -249,7 +279,11 @@ static void add_failure(vrun *r, const char *fmt, ...) {
   r->h->log(r->ctx, DAGRUN_LOG_ERROR, "gate failed: %s", msg);
 }
 
-/* The newest promoted model that has a validation loss, or NULL. */
+/* The newest promoted model that has a validation loss, or NULL (its
+ * entry as JSON; caller deletes). A registry that cannot be read is a
+ * warning and no previous model: min_improvement compares with the
+ * past, and a first run has none, so it passes rather than blocking
+ * every new DAG. */
 static cJSON *previous_model(vrun *r, double *loss) {
   char err[1024];
   char *root = r->c.models[0]
@@ -287,6 +321,10 @@ static cJSON *previous_model(vrun *r, double *loss) {
   return prev;
 }
 
+/* Checks every gate that is set and records each failure; all of them
+ * are checked, so that one message names every limit missed. The
+ * comparisons are written as !(value <= limit) so that a NAN loss fails
+ * a gate instead of slipping through. */
 static void check_gates(vrun *r) {
   const vcfg *c = &r->c;
   const eval_result *e = &r->ev;
@@ -350,6 +388,9 @@ static char *metrics_json(vrun *r, const char *samples, double seconds) {
   return text;
 }
 
+/* r->c.nsamples texts from the model into path (textgen.h), seeded by
+ * the seed param so that two validations of one model read alike.
+ * 0, or -1 with a warning (no samples is no reason to fail). */
 static int write_samples(vrun *r, const char *path) {
   char err[1024];
   bpe *tok = NULL;
@@ -373,11 +414,16 @@ static int write_samples(vrun *r, const char *path) {
   return rc;
 }
 
+/* evaluate_model's stop check: a timeout or Ctrl-C ends a long
+ * evaluation between batches. */
 static int stage_cancelled(void *arg) {
   vrun *r = arg;
   return r->h->cancelled(r->ctx);
 }
 
+/* The stage: params, load, evaluate, gates, metrics.json, outputs. The
+ * metrics file is written before the gates' verdict is given, so that
+ * a failed task leaves the numbers that failed it. */
 static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   vrun r = {.ctx = ctx, .h = h};
   int status = EXIT_FAILED;

@@ -8,7 +8,7 @@
  * Tiny model (L2 H2 C32 T16, vocab 67 padded to 128), gpt_init with a
  * fixed seed, B3 T16, ten different fixed random batches. Each step makes
  * the train stage's calls in the train stage's order (stages/train/
- * train.c): gpt_zero_grad, gpt_forward, gpt_backward(1.0),
+ * single.c): gpt_zero_grad, gpt_forward, gpt_backward(1.0),
  * optim_clip_grad_norm(MAX_NORM, 1.5), optim_step at lr_at(step).
  * Schedule: warmup 3, total 10, cosine, min_lr = max_lr / 10. Groups are
  * the tensors of gpt_tensor_at with their decay flags. AdamW: max_lr 1e-2,

@@ -1,0 +1,549 @@
+/* The train stage's run context; see trainrun.h. */
+#include "trainrun.h"
+
+#include "ckpt/ckpt.h"
+#include "common/stagekit.h"
+#include "common/textgen.h"
+#include "lib/bpe/bpe.h"
+#include "lib/clock.h"
+#include "lib/fileio.h"
+#include "model/evaluate.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const trainrun_schedule_names[] = {[LR_COSINE] = "cosine",
+                                               [LR_LINEAR] = "linear",
+                                               [LR_CONSTANT] = "constant",
+                                               [LR_CONSTANT + 1] = NULL};
+const char *const trainrun_spike_policy_names[] = {
+    "none",
+    [SPIKE_SKIP + 1] = "skip",
+    [SPIKE_LOWER_LR + 1] = "lower_lr",
+    [SPIKE_RESET + 1] = "reset",
+    [SPIKE_ROLLBACK + 1] = "rollback",
+    [SPIKE_ROLLBACK + 2] = NULL};
+const char *const trainrun_zero_stage_names[] = {"0", "1", "2", "3", NULL};
+
+/* ---- Params ---- */
+
+/* The sizes of the run: batch, steps, the cadences, threads. */
+static int read_sizes(dagrun_ctx *ctx, const dagrun_host *h, trainrun_cfg *c) {
+  int64_t v;
+  if (stagekit_param_int(ctx, h, "batch_size", 1, 1 << 20, &v))
+    return -1;
+  c->B = (int)v;
+  if (stagekit_param_int(ctx, h, "grad_accum", 1, 1 << 20, &v))
+    return -1;
+  c->accum = (int)v;
+  if (stagekit_param_int(ctx, h, "steps", 1, INT64_C(1) << 40, &c->steps) ||
+      stagekit_param_int(ctx, h, "eval_every", 0, INT64_C(1) << 40,
+                         &c->eval_every) ||
+      stagekit_param_int(ctx, h, "eval_batches", 1, INT64_C(1) << 30,
+                         &c->eval_batches) ||
+      stagekit_param_int(ctx, h, "checkpoint_every", 0, INT64_C(1) << 40,
+                         &c->ckpt_every) ||
+      stagekit_param_int(ctx, h, "keep_checkpoints", 1, 1000, &c->keep))
+    return -1;
+  if (stagekit_param_int(ctx, h, "threads", 0, 1024, &v))
+    return -1;
+  c->threads = v ? (int)v : (int)stagekit_cpu_count();
+  if (stagekit_param_int(ctx, h, "prefetch", 0, 1024, &v))
+    return -1;
+  c->prefetch = (int)v;
+  h->param_float(ctx, "peak_tflops", &c->peak_tflops);
+  if (!(c->peak_tflops >= 0) || isinf(c->peak_tflops)) {
+    h->fail(ctx, "peak_tflops must be 0 (unknown) or a positive number");
+    return -1;
+  }
+  if (stagekit_param_int(ctx, h, "seed", 0, INT64_MAX, &v))
+    return -1;
+  c->seed = (uint64_t)v;
+  return 0;
+}
+
+/* The learning rate's schedule (after steps: warmup defaults to 5% of
+ * them). */
+static int read_schedule(dagrun_ctx *ctx, const dagrun_host *h,
+                         trainrun_cfg *c) {
+  double lr, min_lr;
+  h->param_float(ctx, "lr", &lr);
+  h->param_float(ctx, "min_lr", &min_lr);
+  if (lr == 0)
+    lr = trainkit_default_lr(c->opt.kind);
+  if (!(lr > 0 && lr < 10)) {
+    h->fail(ctx, "lr must be in (0,10)");
+    return -1;
+  }
+  int64_t warmup, cooldown;
+  if (stagekit_param_int(ctx, h, "warmup", -1, INT64_C(1) << 40, &warmup) ||
+      stagekit_param_int(ctx, h, "cooldown", 0, INT64_C(1) << 40, &cooldown))
+    return -1;
+  c->sched.max_lr = lr;
+  c->sched.min_lr = min_lr < 0 ? lr / 10 : min_lr;
+  c->sched.warmup_steps = warmup < 0 ? c->steps / 20 : warmup;
+  c->sched.total_steps = c->steps;
+  c->sched.cooldown_steps = cooldown;
+  int k;
+  if (stagekit_param_choice(ctx, h, "schedule", trainrun_schedule_names, &k))
+    return -1;
+  c->sched.decay = (lr_decay)k;
+  if (c->sched.min_lr > lr) {
+    h->fail(ctx, "min_lr %g is above lr %g", c->sched.min_lr, lr);
+    return -1;
+  }
+  return 0;
+}
+
+/* The loss-spike guard and the device. */
+static int read_guard_device(dagrun_ctx *ctx, const dagrun_host *h,
+                             trainrun_cfg *c) {
+  int k;
+  if (stagekit_param_choice(ctx, h, "spike_policy", trainrun_spike_policy_names,
+                            &k))
+    return -1;
+  c->spike_on = k > 0;
+  c->spike.policy = (spike_policy)(k > 0 ? k - 1 : 0);
+  int64_t window;
+  if (stagekit_param_int(ctx, h, "spike_window", 2, SPIKE_MAX_WINDOW, &window))
+    return -1;
+  c->spike.window = (int)window;
+  c->spike.min_history = (int)(window < 20 ? window : 20);
+  h->param_float(ctx, "spike_threshold", &c->spike.threshold);
+  h->param_float(ctx, "spike_min_rise", &c->spike.min_rise);
+  c->spike.lr_factor = 0.1;
+  c->spike.lr_steps = 100;
+
+  if (stagekit_param_choice(ctx, h, "device", engine_device_names, &k))
+    return -1;
+  c->device = (engine_want)k;
+  if (stagekit_param_choice(ctx, h, "recompute", engine_recompute_names, &k))
+    return -1;
+  c->recompute = (engine_recompute)k;
+  h->param_bool(ctx, "deterministic", &c->deterministic);
+  return 0;
+}
+
+/* The overfit check and the samples. */
+static int read_samples(dagrun_ctx *ctx, const dagrun_host *h,
+                        trainrun_cfg *c) {
+  int64_t v;
+  h->param_bool(ctx, "overfit_one_batch", &c->overfit);
+  h->param_float(ctx, "overfit_target", &c->overfit_target);
+  if (stagekit_param_int(ctx, h, "samples", 0, 100, &v))
+    return -1;
+  c->nsamples = (int)v;
+  if (stagekit_param_int(ctx, h, "sample_tokens", 1, 1 << 20, &v))
+    return -1;
+  c->sample_tokens = (int)v;
+  if (stagekit_param_int(ctx, h, "top_k", 0, 1 << 30, &v))
+    return -1;
+  c->top_k = (int)v;
+  h->param_float(ctx, "temperature", &c->temperature);
+  if (!(c->temperature > 0)) {
+    h->fail(ctx, "temperature must be above 0");
+    return -1;
+  }
+  return 0;
+}
+
+int trainrun_init(trainrun *r) {
+  dagrun_ctx *ctx = r->ctx;
+  const dagrun_host *h = r->h;
+  trainrun_cfg *c = &r->c;
+  memset(c, 0, sizeof *c);
+  if (trainkit_read_model(ctx, h, &c->m) != 0 ||
+      trainkit_read_optim(ctx, h, &c->opt, &c->grad_clip) != 0)
+    return -1;
+  h->param_string(ctx, "resume", &c->resume);
+  h->param_string(ctx, "sample_prompt", &c->prompt);
+  if (read_sizes(ctx, h, c) != 0 || read_schedule(ctx, h, c) != 0 ||
+      read_guard_device(ctx, h, c) != 0 || read_samples(ctx, h, c) != 0)
+    return -1;
+  trainkit_set_threads(c->threads);
+  snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s/checkpoints",
+           h->dir(ctx, DAGRUN_DIR_TASK));
+  return 0;
+}
+
+/* ---- Setup and teardown ---- */
+
+/* The validation loader, sequential over the validation files; none,
+ * with a warning, when it cannot open (training goes on without). */
+static void open_validation(trainrun *r) {
+  char err[1024];
+  if (!r->data.nval)
+    return;
+  loader_config vc = {
+      .paths = (const char *const *)r->data.val,
+      .npaths = r->data.nval,
+      .B = r->c.B,
+      .T = r->c.m.T,
+      .order = LOADER_SEQUENTIAL,
+      .seed = r->c.seed,
+  };
+  if (loader_create(&vc, &r->val, err, sizeof err) != 0) {
+    r->h->log(r->ctx, DAGRUN_LOG_WARN, "no validation: %s", err);
+    r->val = NULL;
+  } else {
+    loader_get_pos(r->val, &r->val_start);
+  }
+}
+
+int trainrun_setup(trainrun *r, int nranks, int gang) {
+  const dagrun_host *h = r->h;
+  char err[1024];
+  /* A checkpoint of this task, when resume finds one, replaces
+   * init_from's weights later: it was made from them. */
+  if (trainkit_open_data(r->ctx, h, &r->c.m, &r->data) != 0 ||
+      trainkit_make_model(r->ctx, h, &r->c.m, r->c.seed, &r->model,
+                          &r->init_dir) != 0)
+    return -1;
+  if (!gang &&
+      trainkit_make_optim(r->model, &r->c.opt, &r->opt, err, sizeof err) != 0) {
+    h->fail(r->ctx, "optimizer: %s", err);
+    return -1;
+  }
+  spike_config sc = r->c.spike;
+  if (spike_init(&r->guard, &sc, err, sizeof err) != 0) {
+    h->fail(r->ctx, "spike guard: %s", err);
+    return -1;
+  }
+  if (trainkit_train_loader(&r->data, r->c.B * nranks, r->c.m.T, r->c.seed,
+                            r->c.prefetch, &r->train, err, sizeof err) != 0) {
+    h->fail(r->ctx, "train data: %s", err);
+    return -1;
+  }
+  open_validation(r);
+  size_t bt = (size_t)r->c.B * (size_t)nranks * (size_t)r->c.m.T;
+  r->inputs = malloc(bt * sizeof(uint32_t));
+  r->targets = malloc(bt * sizeof(uint32_t));
+  if (!r->inputs || !r->targets) {
+    h->fail(r->ctx, "out of memory");
+    return -1;
+  }
+  r->st = (train_state){
+      .model = r->model, .opt = r->opt, .train = r->train, .guard = &r->guard};
+  return 0;
+}
+
+void trainrun_free(trainrun *r) {
+  tokdata_free(&r->data);
+  free(r->init_dir);
+  loader_destroy(r->train);
+  loader_destroy(r->val);
+  engine_destroy(r->eng);
+  optim_destroy(r->opt);
+  gpt_destroy(r->model);
+  free(r->inputs);
+  free(r->targets);
+  free(r->config_text);
+}
+
+/* The tokenizer's path lets modeldir.h find the tokenizer of a bare
+ * checkpoint; device, recompute and deterministic are one process's
+ * (a gang's are in its log and summary). */
+void trainrun_set_config(trainrun *r) {
+  const trainrun_cfg *c = &r->c;
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "model", c->m.name);
+  if (r->init_dir)
+    cJSON_AddStringToObject(o, "init_from", r->init_dir);
+  if (r->data.tokenizer)
+    cJSON_AddStringToObject(o, "tokenizer", r->data.tokenizer);
+  cJSON_AddNumberToObject(o, "batch_size", c->B);
+  cJSON_AddNumberToObject(o, "seq_len", c->m.T);
+  cJSON_AddNumberToObject(o, "grad_accum", c->accum);
+  cJSON_AddNumberToObject(o, "steps", (double)c->steps);
+  cJSON_AddStringToObject(o, "optimizer",
+                          c->opt.kind == OPTIM_ADAMW ? "adamw" : "lion");
+  cJSON_AddNumberToObject(o, "lr", c->sched.max_lr);
+  cJSON_AddNumberToObject(o, "min_lr", c->sched.min_lr);
+  cJSON_AddNumberToObject(o, "warmup", (double)c->sched.warmup_steps);
+  cJSON_AddStringToObject(o, "schedule",
+                          trainrun_schedule_names[c->sched.decay]);
+  cJSON_AddNumberToObject(o, "cooldown", (double)c->sched.cooldown_steps);
+  cJSON_AddNumberToObject(o, "beta1", c->opt.beta1);
+  cJSON_AddNumberToObject(o, "beta2", c->opt.beta2);
+  cJSON_AddNumberToObject(o, "eps", c->opt.eps);
+  cJSON_AddNumberToObject(o, "weight_decay", c->opt.weight_decay);
+  cJSON_AddNumberToObject(o, "grad_clip", c->grad_clip);
+  cJSON_AddNumberToObject(o, "seed", (double)c->seed);
+  if (r->eng) {
+    cJSON_AddStringToObject(
+        o, "device", engine_get_device(r->eng) == ENGINE_CUDA ? "cuda" : "cpu");
+    cJSON_AddStringToObject(o, "recompute",
+                            engine_recompute_name(c->recompute));
+    cJSON_AddBoolToObject(o, "deterministic", c->deterministic);
+  }
+  r->config_text = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  r->st.config_json = r->config_text;
+}
+
+/* ---- Checkpoints, validation, faults ---- */
+
+/* ckpt_find_latest's report of a checkpoint it skips: a warning. */
+static void report_invalid(void *arg, const char *dir, const char *why) {
+  trainrun *r = arg;
+  r->h->log(r->ctx, DAGRUN_LOG_WARN, "skipping checkpoint %s: %s", dir, why);
+}
+
+char *trainrun_resume_dir(trainrun *r) {
+  char err[1024];
+  char *dir = NULL;
+  if (strcmp(r->c.resume, "never") == 0)
+    return NULL;
+  if (strcmp(r->c.resume, "auto") == 0) {
+    if (ckpt_find_latest(r->ckpt_dir, &dir, report_invalid, r, err,
+                         sizeof err) != 0) {
+      r->h->log(r->ctx, DAGRUN_LOG_WARN, "%s", err);
+      return NULL;
+    }
+    return dir;
+  }
+  return r->c.resume[0] == '/'
+             ? strdup(r->c.resume)
+             : fileio_join(r->h->dir(r->ctx, DAGRUN_DIR_DAG), r->c.resume);
+}
+
+void trainrun_peek_batch(trainrun *r) {
+  loader_pos pos;
+  loader_get_pos(r->train, &pos);
+  loader_next(r->train, r->inputs, r->targets);
+  loader_set_pos(r->train, &pos);
+}
+
+void trainrun_report_init_loss(trainrun *r, double loss) {
+  r->h->log(r->ctx, DAGRUN_LOG_INFO,
+            "loss at initialization %.4f, ln(vocab) %.4f", loss, r->lnV);
+  r->h->metric(r->ctx, "init_loss", loss, 0);
+  r->init_loss = loss;
+}
+
+double trainrun_val_report(trainrun *r, int rc, double loss, const char *err,
+                           int64_t step) {
+  if (rc != 0) {
+    r->h->log(r->ctx, DAGRUN_LOG_WARN, "validation: %s", err);
+    return NAN;
+  }
+  r->h->metric(r->ctx, "val_loss", loss, step);
+  return loss;
+}
+
+double trainrun_evaluate(trainrun *r, gpt *model, int64_t step) {
+  if (!r->val)
+    return NAN;
+  loader_set_pos(r->val, &r->val_start);
+  eval_result er = {0};
+  char err[512];
+  int rc = evaluate_model(model, r->val, r->c.B, r->c.m.T,
+                          (uint64_t)r->c.eval_batches, NULL, NULL, &er, err,
+                          sizeof err);
+  return trainrun_val_report(r, rc, er.loss, err, step);
+}
+
+void trainrun_faults_read(trainrun_faults *f) {
+  const char *z = getenv("DAGRUN_FAULT_SPIKE_STEPS");
+  f->n = 0;
+  while (z && *z && f->n < TRAINRUN_MAX_FAULTS) {
+    char *end;
+    long long v = strtoll(z, &end, 10);
+    if (end == z)
+      break;
+    f->step[f->n++] = v;
+    z = *end == ',' ? end + 1 : end;
+  }
+}
+
+int trainrun_faults_take(trainrun_faults *f, int64_t step) {
+  for (int i = 0; i < f->n; i++)
+    if (f->step[i] == step) {
+      f->step[i] = f->step[--f->n];
+      return 1;
+    }
+  return 0;
+}
+
+/* The spike itself is a metric at the step its loss is reported at, so
+ * that a plot marks it on the loss curve. */
+void trainrun_spike_report(trainrun *r, int64_t step, double loss, double gnorm,
+                           double z, int in_gang) {
+  const dagrun_host *h = r->h;
+  spike_policy p = r->c.spike.policy;
+  h->log(r->ctx, DAGRUN_LOG_WARN,
+         "step %lld: loss spike (loss %.4f, grad norm %.3f, z %.1f): %s",
+         (long long)step, loss, gnorm, z,
+         p == SPIKE_SKIP       ? "update skipped"
+         : p == SPIKE_LOWER_LR ? "learning rate lowered"
+         : in_gang             ? "update skipped (a gang cannot reset or "
+                                 "roll back inside a ZeRO step)"
+         : p == SPIKE_RESET    ? "update skipped, optimizer moments reset"
+                               : "rolling back");
+  h->metric(r->ctx, "spike_events", (double)r->guard.events, step);
+  h->metric(r->ctx, "spike", loss, step + 1);
+}
+
+/* ---- Where the time goes ---- */
+
+/* Model FLOPs per trained token (forward + backward):
+ *
+ *   6N + 6*L*C*T
+ *
+ * N the parameters that take part in matrix products (all but the
+ * position embeddings, which are only added; the token embeddings count
+ * as the tied LM head), L layers, C width, T sequence length. 6N is 2N
+ * for the forward pass and 4N for the backward; 6*L*C*T is attention's
+ * QK^T and AV products, PaLM's 12*L*C*T halved for the causal mask, since
+ * MFU counts the work the model needs, not what a kernel spends (the CPU
+ * engine computes the full T x T products). */
+static double flops_per_token(const gpt_config *mc, size_t n_params, int T) {
+  double N = (double)n_params - (double)mc->block_size * mc->n_embd;
+  return 6.0 * N + 6.0 * mc->n_layer * (double)mc->n_embd * T;
+}
+
+void trainrun_loop_start(trainrun *r, size_t tokens_per_step) {
+  r->tokens_per_step = tokens_per_step;
+  r->fpt = flops_per_token(gpt_get_config(r->model), gpt_num_params(r->model),
+                           r->c.m.T);
+  r->t_start = clock_monotonic();
+  r->t_last = 0;
+  r->first_step = r->st.step;
+  r->last_loss = NAN;
+  r->val_loss = NAN;
+}
+
+void trainrun_report_step(trainrun *r, double loss, double lr, double gnorm,
+                          const trainrun_times *t, int ranks) {
+  dagrun_ctx *ctx = r->ctx;
+  const dagrun_host *h = r->h;
+  int64_t step = r->st.step;
+  h->metric(ctx, "loss", loss, step);
+  h->metric(ctx, "lr", lr, step);
+  h->metric(ctx, "grad_norm", gnorm, step);
+  h->metric(ctx, "time_data_s", t->data, step);
+  h->metric(ctx, "time_forward_s", t->forward, step);
+  h->metric(ctx, "time_backward_s", t->backward, step);
+  h->metric(ctx, "time_optimizer_s", t->optimizer, step);
+  h->metric(ctx, "time_comm_s", t->comm, step);
+  h->metric(ctx, "step_time_s", t->step, step);
+  h->metric(ctx, "tokens", (double)r->st.tokens, step);
+  /* This step's achieved model FLOP/s (tokens_per_s is the run's
+   * average, evaluations and checkpoints included). */
+  if (t->step > 0) {
+    double fps = r->fpt * (double)r->tokens_per_step / t->step;
+    h->metric(ctx, "flops_per_s", fps, step);
+    if (r->c.peak_tflops > 0)
+      h->metric(ctx, "mfu", fps / (ranks * r->c.peak_tflops * 1e12), step);
+  }
+}
+
+void trainrun_progress(trainrun *r, double loss, int eta) {
+  double now = clock_monotonic();
+  if (!(now - r->t_last > 0.5 || r->st.step == r->c.steps))
+    return;
+  double el = now - r->t_start;
+  double tps = (double)(r->st.step - r->first_step) * r->tokens_per_step / el;
+  char msg[160];
+  int n = snprintf(msg, sizeof msg, "step %lld/%lld loss %.4f %.0f tok/s",
+                   (long long)r->st.step, (long long)r->c.steps, loss, tps);
+  if (eta && n > 0 && (size_t)n < sizeof msg) {
+    double left =
+        tps > 0 ? (double)(r->c.steps - r->st.step) * r->tokens_per_step / tps
+                : 0;
+    snprintf(msg + n, sizeof msg - (size_t)n, " ETA %.0fs", left);
+  }
+  r->h->progress(r->ctx, (double)r->st.step / r->c.steps, msg);
+  r->h->metric(r->ctx, "tokens_per_s", tps, r->st.step);
+  r->t_last = now;
+}
+
+double trainrun_tokens_per_s(const trainrun *r, double train_s) {
+  return r->st.step > r->first_step && train_s > 0
+             ? (double)(r->st.step - r->first_step) * r->tokens_per_step /
+                   train_s
+             : 0;
+}
+
+/* ---- The end of a run ---- */
+
+void trainrun_samples(trainrun *r, gpt *model) {
+  char err[1024];
+  if (r->c.nsamples <= 0)
+    return;
+  char *path = fileio_join(r->h->dir(r->ctx, DAGRUN_DIR_OUT), "samples.txt");
+  bpe *tok = NULL;
+  if (!path)
+    return;
+  if (bpe_load_hf(r->data.tokenizer, &tok, err, sizeof err) != 0) {
+    r->h->log(r->ctx, DAGRUN_LOG_WARN, "no samples: %s", err);
+    free(path);
+    return;
+  }
+  textgen_opts o = {.prompt = r->c.prompt,
+                    .max_tokens = r->c.sample_tokens,
+                    .temperature = r->c.temperature,
+                    .top_k = r->c.top_k,
+                    .seed = r->c.seed,
+                    .stop_at_eot = 1};
+  if (textgen_write_samples(model, tok, &o, r->c.nsamples, path, err,
+                            sizeof err) != 0)
+    r->h->log(r->ctx, DAGRUN_LOG_WARN, "no samples: %s", err);
+  else
+    r->h->output(r->ctx, "samples", path);
+  bpe_destroy(tok);
+  free(path);
+}
+
+cJSON *trainrun_summary_start(const trainrun *r, size_t np) {
+  cJSON *s = cJSON_CreateObject();
+  cJSON_AddNumberToObject(s, "steps", (double)r->st.step);
+  cJSON_AddNumberToObject(s, "tokens", (double)r->st.tokens);
+  cJSON_AddNumberToObject(s, "parameters", (double)np);
+  return s;
+}
+
+void trainrun_summary_losses(const trainrun *r, cJSON *s) {
+  cJSON_AddNumberToObject(s, "loss", r->last_loss);
+  if (isfinite(r->val_loss))
+    cJSON_AddNumberToObject(s, "val_loss", r->val_loss);
+  else
+    cJSON_AddNullToObject(s, "val_loss");
+}
+
+void trainrun_summary_rates(const trainrun *r, cJSON *s, double tps) {
+  cJSON_AddNumberToObject(s, "ln_vocab", r->lnV);
+  if (isfinite(r->init_loss))
+    cJSON_AddNumberToObject(s, "init_loss", r->init_loss);
+  cJSON_AddNumberToObject(s, "tokens_per_s", tps);
+  cJSON_AddNumberToObject(s, "spike_events", (double)r->guard.events);
+}
+
+int trainrun_finish(trainrun *r, cJSON *s, const char *ckpt, const char *ckpts,
+                    const char *sharded, const char *sharded_dir) {
+  dagrun_ctx *ctx = r->ctx;
+  const dagrun_host *h = r->h;
+  cJSON_AddStringToObject(s, "checkpoint", ckpt);
+  if (sharded)
+    cJSON_AddStringToObject(s, "sharded_checkpoint", sharded);
+  cJSON_AddStringToObject(s, "tokenizer", r->data.tokenizer);
+  char *text = cJSON_Print(s), *spath = NULL;
+  cJSON_Delete(s);
+  int rc = trainkit_write_out(ctx, h, "summary.json", text, &spath);
+  free(text);
+  if (rc != 0)
+    return -1;
+  h->output(ctx, "checkpoint", ckpt);
+  h->output(ctx, "checkpoints", ckpts);
+  if (sharded_dir)
+    h->output(ctx, "sharded_checkpoints", sharded_dir);
+  h->output(ctx, "tokenizer", r->data.tokenizer);
+  h->output(ctx, "summary", spath);
+  free(spath);
+  char num[32];
+  snprintf(num, sizeof num, "%.6f", r->val_loss);
+  h->output(ctx, "val_loss", num);
+  return 0;
+}

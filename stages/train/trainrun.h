@@ -1,0 +1,195 @@
+/*
+ * trainrun: the run context the train stage's two loops share, the
+ * one-process loop (single.h) and the gang's (gang.h). It holds what a
+ * run is made of before and after its steps: the params resolved, the
+ * token files, the model, the loaders, the checkpoint directory, the
+ * loss-spike guard and the training state that checkpoints save; and
+ * the pieces both loops report through (validation, step times,
+ * progress, samples, summary.json, the task's outputs), so that a gang's
+ * rank 0 and one process report alike.
+ *
+ * Lifetime: trainrun_init reads the params (a bad one fails the task
+ * through the host, and the stage exits EXIT_BAD_PARAMS); the loop then
+ * calls trainrun_setup, trains, and the stage calls trainrun_free on
+ * every path. Everything here is called from the stage's thread.
+ *
+ * Files: <task>/checkpoints (ckpt_dir) holds the run's checkpoints;
+ * trainrun_samples writes out/samples.txt and trainrun_write_summary
+ * out/summary.json (atomically: a crash leaves the old one or none).
+ *
+ * Errors: functions that return int give 0, or -1 once they have failed
+ * the task through the host (h->fail) with the reason, unless their
+ * comment says they fill an err buffer instead.
+ */
+#ifndef DAGRUN_TRAIN_TRAINRUN_H
+#define DAGRUN_TRAIN_TRAINRUN_H
+
+#include <dagrun/plugin.h>
+
+#include "common/tokdata.h"
+#include "common/trainkit.h"
+#include "data/dataloader.h"
+#include "engine.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+#include "optim/spike.h"
+#include "trainstate.h"
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The values of the params with a fixed set of them, NULL-terminated.
+ * The stage's choices (train.c) and trainrun_init's parsing both use
+ * these arrays, so that the check and the meaning cannot drift. */
+extern const char *const trainrun_schedule_names[];     /* lr_decay's */
+extern const char *const trainrun_spike_policy_names[]; /* "none", then
+                                                           spike_policy + 1 */
+extern const char *const trainrun_zero_stage_names[];   /* "0" to "3" */
+
+/* The params, resolved (defaults applied, ranges checked). */
+typedef struct trainrun_cfg {
+  trainkit_model m; /* data, model, shape, seq_len, init_from */
+  const char *resume, *prompt;
+  int B, accum, threads, top_k, nsamples, sample_tokens;
+  int prefetch;
+  double peak_tflops;
+  int64_t steps, eval_every, eval_batches, ckpt_every, keep;
+  optim_config opt;
+  lr_schedule sched;
+  double grad_clip, temperature, overfit_target;
+  uint64_t seed;
+  int spike_on, overfit;
+  spike_config spike;
+  engine_want device;
+  engine_recompute recompute;
+  int deterministic;
+} trainrun_cfg;
+
+typedef struct trainrun {
+  dagrun_ctx *ctx;
+  const dagrun_host *h;
+  trainrun_cfg c;
+  tokdata data;   /* the token files and the tokenizer */
+  char *init_dir; /* init_from's model directory, resolved; NULL if none */
+  gpt *model;
+  optim *opt;  /* one process's; NULL in a gang (ZeRO makes its own) */
+  engine *eng; /* one process: the step on the CPU or the GPU (engine.h) */
+  loader *train, *val;
+  loader_pos val_start;
+  spike_guard guard;
+  train_state st;
+  char *config_text; /* config_json's, kept by st; owned */
+  char ckpt_dir[4096];
+  char last_ckpt[4096];
+  uint32_t *inputs, *targets;
+
+  /* The loop's running account, for progress, metrics and the summary
+   * (trainrun_loop_start sets it). */
+  size_t tokens_per_step; /* the global batch's tokens */
+  double fpt;             /* model FLOPs per token (trainrun_flops) */
+  double t_start, t_last; /* the loop's start, the last progress */
+  int64_t first_step;     /* the step the loop started at (resume) */
+  double last_loss, val_loss, init_loss, lnV;
+} trainrun;
+
+/* Reads the params into r->c (r->ctx and r->h set by the caller), sets
+ * the engine's CPU threads and r->ckpt_dir. */
+int trainrun_init(trainrun *r);
+
+/* Opens the token files, makes the model (init_from's weights or the
+ * seed's), the optimizer (one process only, gang 0: a gang's ZeRO makes its
+ * own), the spike guard, the train loader over the global batch (nranks x
+ * batch_size sequences: in a gang each rank trains on its own rows of it), the
+ * validation loader (none, with a warning, when it cannot open) and the batch
+ * buffers, and points r->st at them. */
+int trainrun_setup(trainrun *r, int nranks, int gang);
+
+/* Frees what setup made (every path; fields NULL or zero are skipped). */
+void trainrun_free(trainrun *r);
+
+/* The settings that shape the run, as a JSON object's text for the
+ * checkpoints' manifest, into r->config_text and r->st.config_json. */
+void trainrun_set_config(trainrun *r);
+
+/* The checkpoint resume asks for, as a path (caller frees), or NULL
+ * when there is none: resume: never, or auto and this task has no valid
+ * checkpoint (invalid ones and a failed search are warnings). A named
+ * one is joined to the DAG's directory when relative, not checked. */
+char *trainrun_resume_dir(trainrun *r);
+
+/* The next train batch into r->inputs and r->targets with the loader's
+ * position kept, so that training still starts with it (pre-flight). */
+void trainrun_peek_batch(trainrun *r);
+/* The loss at initialization: logged beside ln(vocab), a metric at step
+ * 0 and r->init_loss. */
+void trainrun_report_init_loss(trainrun *r, double loss);
+
+/* A validation's result: the loss as the val_loss metric at step, or,
+ * when rc is not 0, err as a warning and NAN. */
+double trainrun_val_report(trainrun *r, int rc, double loss, const char *err,
+                           int64_t step);
+/* Validation of model on the CPU over the first eval_batches batches of
+ * the validation files (the same ones every time); NAN when there is no
+ * validation or it failed. */
+double trainrun_evaluate(trainrun *r, gpt *model, int64_t step);
+
+/* Fault injection: DAGRUN_FAULT_SPIKE_STEPS="80,120" turns the batches
+ * of those steps into bad ones (loss x20, gradients x100), once each, so
+ * that tests can provoke the loss-spike guard's policies, as SQLite's
+ * fault tests do. */
+#define TRAINRUN_MAX_FAULTS 16
+typedef struct trainrun_faults {
+  int64_t step[TRAINRUN_MAX_FAULTS];
+  int n;
+} trainrun_faults;
+void trainrun_faults_read(trainrun_faults *f);
+/* Whether step is a listed one not yet used; uses it. */
+int trainrun_faults_take(trainrun_faults *f, int64_t step);
+
+/* A loss spike the guard found at step: logged with what its policy does
+ * (in a gang, in_gang, reset and rollback skip the update) and counted
+ * in the metrics. */
+void trainrun_spike_report(trainrun *r, int64_t step, double loss, double gnorm,
+                           double z, int in_gang);
+
+/* Where a step's time went (seconds), as both loops report it. */
+typedef struct trainrun_times {
+  double data, forward, backward, optimizer, comm, step;
+} trainrun_times;
+
+/* Starts the loop's account at r->st.step: tokens_per_step is the
+ * global batch's tokens. */
+void trainrun_loop_start(trainrun *r, size_t tokens_per_step);
+/* The step's loss, lr, grad norm and time metrics at r->st.step (done),
+ * tokens seen and the achieved model FLOP/s (and MFU when peak_tflops,
+ * one device's, is known: against ranks devices' peak). */
+void trainrun_report_step(trainrun *r, double loss, double lr, double gnorm,
+                          const trainrun_times *t, int ranks);
+/* The progress line and tokens_per_s, at most twice a second and at the
+ * last step; eta adds the time left to the line. */
+void trainrun_progress(trainrun *r, double loss, int eta);
+/* The run's tokens a second over train_s seconds of the loop. */
+double trainrun_tokens_per_s(const trainrun *r, double train_s);
+
+/* Samples of model's text (textgen.h, seeded by the run's seed) into
+ * out/samples.txt and the samples output; a failure is a warning. */
+void trainrun_samples(trainrun *r, gpt *model);
+
+/* summary.json's entries, in the order both loops write them: start
+ * (steps, tokens, parameters: np), the loop's own, the losses (loss and
+ * val_loss, null when there was no validation), then the rates (ln_vocab,
+ * init_loss when taken, tokens_per_s: tps, spike_events). */
+cJSON *trainrun_summary_start(const trainrun *r, size_t np);
+void trainrun_summary_losses(const trainrun *r, cJSON *s);
+void trainrun_summary_rates(const trainrun *r, cJSON *s, double tps);
+
+/* Ends the run: adds checkpoint (ckpt), sharded_checkpoint (a gang's:
+ * when sharded is not NULL) and tokenizer to s, writes s (then deleted)
+ * to out/summary.json atomically and sets the outputs: checkpoint,
+ * checkpoints (ckpts), sharded_checkpoints (sharded_dir, a gang's),
+ * tokenizer, summary and val_loss. */
+int trainrun_finish(trainrun *r, cJSON *s, const char *ckpt, const char *ckpts,
+                    const char *sharded, const char *sharded_dir);
+
+#endif /* DAGRUN_TRAIN_TRAINRUN_H */
