@@ -1,6 +1,6 @@
 /*
  * decode: the GPT of gpt.h run forward one token at a time with a
- * key/value cache (the contract is gpu/model/decode.h). The math is
+ * key/value cache (the contract is gpu/cpu/decode.h). The math is
  * gpt_cpu.c's (pre-LN blocks, LayerNorm eps 1e-5, tanh GELU, causal
  * attention scaled by 1/sqrt(head size), the head tied to wte), with its
  * LayerNorm and GELU kernels (gpt_cpu.h), on the public parameter layout:
@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode.h"
 #include "data/rng.h"
 #include "gpt_cpu.h"
-#include "model/decode.h"
 #include "model/gpt.h"
 
 /* The tensors of one layer, as pointers into the model's parameters. */

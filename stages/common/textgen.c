@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "lib/fileio.h"
-#include "model/decode.h"
+#include "cpu/decode.h"
 #include "textgen.h"
 
 /* The context: <|endoftext|> first when the model has that id (a

@@ -9,7 +9,7 @@
  * before such a use, and engine_load_from_host pushes them to the GPU
  * after a load. On the CPU both are no-ops.
  *
- * The gang path of the train stage (gang.h) trains through ZeRO instead
+ * The gang path of the train stage (gangloop.h) trains through ZeRO instead
  * (gpu/zero/zero.h on CPU ranks, zero_cuda.h on GPU ranks), but chooses
  * its device by the same rule, engine_choose.
  *
@@ -59,7 +59,7 @@ int engine_built_with_cuda(void);
  * else -1 (the caller says why, in its words). have_gpu is what the
  * caller found: one process, that this build has CUDA and sees a GPU
  * (engine_pick); a gang, that it has GPU ranks and every rank sees one
- * (gang.c). */
+ * (gangloop.c). */
 int engine_choose(engine_want want, int have_gpu, engine_device *out);
 
 /* Resolves want to a device for one process (engine_choose): auto is cuda when built with CUDA and a GPU

@@ -17,16 +17,16 @@
  *
  * This file is the plugin: its params and run(), which reads them
  * (trainrun.h, the run context both loops share) and hands the run to
- * one of two loops: one process (single.h), or, in a gang (launcher:
- * mpirun or srun), a rank training data-parallel with ZeRO (gang.h).
+ * one of two loops: one process (singleloop.h), or, in a gang (launcher:
+ * mpirun or srun), a rank training data-parallel with ZeRO (gangloop.h).
  * Both choose the device by one rule (engine_choose, engine.h).
  */
 #include <dagrun/plugin.h>
 
 #include "engine.h"
-#include "gang.h"
+#include "gangloop.h"
 #include "lib/exitcode.h"
-#include "single.h"
+#include "singleloop.h"
 #include "trainrun.h"
 
 #include <stddef.h>
@@ -130,8 +130,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   if (trainrun_init(&r) != 0)
     return EXIT_BAD_PARAMS;
   /* A gang of any size, 1 included, once a launcher started it. */
-  int nranks = gang_ranks();
-  int status = nranks ? gang_run(&r, nranks) : single_run(&r);
+  int nranks = gangloop_ranks();
+  int status = nranks ? gangloop_run(&r, nranks) : singleloop_run(&r);
   trainrun_free(&r);
   return status;
 }

@@ -1,6 +1,6 @@
 /*
  * trainrun: the run context the train stage's two loops share, the
- * one-process loop (single.h) and the gang's (gang.h). It holds what a
+ * one-process loop (singleloop.h) and the gang's (gangloop.h). It holds what a
  * run is made of before and after its steps: the params resolved, the
  * token files, the model, the loaders, the checkpoint directory, the
  * loss-spike guard and the training state that checkpoints save; and

@@ -1,5 +1,5 @@
 /*
- * test_decode: the KV-cache decoder (gpu/model/decode.h) against the
+ * test_decode: the KV-cache decoder (gpu/cpu/decode.h) against the
  * training engine's forward pass on the same tokens, across the sliding
  * window's rebuilds, and the sampler's promises: greedy is the argmax,
  * top_k 1 is the argmax at any temperature, a seed gives the same draws,
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "data/rng.h"
-#include "model/decode.h"
+#include "cpu/decode.h"
 #include "model/gpt.h"
 #include "testlib.h"
 

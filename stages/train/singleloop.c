@@ -1,5 +1,5 @@
-/* The train stage's one-process loop; see single.h. */
-#include "single.h"
+/* The train stage's one-process loop; see singleloop.h. */
+#include "singleloop.h"
 
 #include "ckpt/ckpt.h"
 #include "common/stagekit.h"
@@ -522,7 +522,7 @@ static int finish(trainrun *r, engine_device dev, const char *why, double H1,
   return trainrun_finish(r, s, r->last_ckpt, r->ckpt_dir, NULL, NULL);
 }
 
-int single_run(trainrun *r) {
+int singleloop_run(trainrun *r) {
   engine_device dev;
   char why[768];
   int status = start_engine(r, &dev, why, sizeof why);

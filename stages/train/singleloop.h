@@ -25,6 +25,6 @@
  * r). Returns the stage's exit status: 0, EXIT_BAD_PARAMS (device: cuda
  * where there is none) or EXIT_FAILED, the task failed through the host
  * with the reason. */
-int single_run(trainrun *r);
+int singleloop_run(trainrun *r);
 
 #endif /* DAGRUN_TRAIN_SINGLE_H */

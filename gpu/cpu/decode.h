@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gpt.h"
+#include "model/gpt.h"
 
 typedef struct decoder decoder;
 

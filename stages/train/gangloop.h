@@ -66,12 +66,12 @@
 /* The ranks of the gang this process belongs to: DAGRUN_WORLD_SIZE
  * (dagrun sets it for a task with world_size > 1 or a launcher) when it
  * is above 1, or is 1 and mpirun or srun with PMI started the process;
- * else 0: one process (single.h). */
-int gang_ranks(void);
+ * else 0: one process (singleloop.h). */
+int gangloop_ranks(void);
 
 /* Trains as rank of a gang of N on r (trainrun_init done; the caller
  * frees r). Collective: every rank calls it. Returns the stage's exit
  * status (0, EXIT_BAD_PARAMS, EXIT_FAILED), or aborts the gang (above). */
-int gang_run(trainrun *r, int N);
+int gangloop_run(trainrun *r, int N);
 
 #endif /* DAGRUN_TRAIN_GANG_H */

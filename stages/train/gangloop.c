@@ -1,5 +1,5 @@
-/* The train stage's data-parallel loop in a gang; see gang.h. */
-#include "gang.h"
+/* The train stage's data-parallel loop in a gang; see gangloop.h. */
+#include "gangloop.h"
 
 #include "ckpt/ckpt.h"
 #include "comm/comm.h"
@@ -44,7 +44,7 @@ static int launched_by_mpi(void) {
          getenv("PMIX_RANK");
 }
 
-int gang_ranks(void) {
+int gangloop_ranks(void) {
   int n = world_size();
   return n > 1 || (n == 1 && launched_by_mpi()) ? n : 0;
 }
@@ -452,7 +452,7 @@ static void start_gpu(trainrun *r, gang *g) {
 
 /* ---- The loop ---- */
 
-/* The test hook DAGRUN_TEST_KILL_RANK_AT_STEP (gang.h). */
+/* The test hook DAGRUN_TEST_KILL_RANK_AT_STEP (gangloop.h). */
 static void test_kill(trainrun *r, gang *g) {
   const char *z = getenv("DAGRUN_TEST_KILL_RANK_AT_STEP");
   int rank;
@@ -671,7 +671,7 @@ static int finish(trainrun *r, gang *g) {
   return write_results(r, g, m, train_s) == 0 ? 0 : EXIT_FAILED;
 }
 
-int gang_run(trainrun *r, int N) {
+int gangloop_run(trainrun *r, int N) {
   gang g = {.N = N};
   int status = check_params(r, &g);
   if (status == 0)
