@@ -301,6 +301,40 @@ static const char **build_argv(dagrun_ctx *ctx, const dagrun_host *host) {
   return argv;
 }
 
+/* The command's working directory from the cwd param, relative to the DAG
+ * file's folder, into *out (caller frees; NULL when the param is unset).
+ * 0, or the exit status that fails the attempt. */
+static int resolve_cwd(dagrun_ctx *ctx, const dagrun_host *host, char **out) {
+  const char *cwd_param = NULL;
+  *out = NULL;
+  if (host->param_string(ctx, "cwd", &cwd_param) != 0 || !*cwd_param)
+    return 0;
+  const char *dag_dir = host->dir(ctx, DAGRUN_DIR_DAG);
+  char *cwd;
+  if (cwd_param[0] == '/' || !dag_dir || !*dag_dir) {
+    cwd = strdup(cwd_param);
+  } else {
+    size_t len = strlen(dag_dir) + strlen(cwd_param) + 2;
+    cwd = malloc(len);
+    if (cwd)
+      snprintf(cwd, len, "%s/%s", dag_dir, cwd_param);
+  }
+  if (!cwd) {
+    host->fail(ctx, "out of memory");
+    return EXEC_CANNOT_RUN;
+  }
+  /* Checked here because a failed chdir in the child reports ENOENT,
+   * which would read as "command not found". */
+  struct stat st;
+  if (stat(cwd, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    host->fail(ctx, "cwd is not a directory: %s", cwd);
+    free(cwd);
+    return EXEC_BAD_PARAMS;
+  }
+  *out = cwd;
+  return 0;
+}
+
 static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   const char **argv = build_argv(ctx, host);
   if (!argv)
@@ -327,30 +361,9 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
     goto out;
   }
 
-  const char *cwd_param = NULL;
-  if (host->param_string(ctx, "cwd", &cwd_param) == 0 && *cwd_param) {
-    const char *dag_dir = host->dir(ctx, DAGRUN_DIR_DAG);
-    if (cwd_param[0] == '/' || !dag_dir || !*dag_dir) {
-      cwd = strdup(cwd_param);
-    } else {
-      size_t len = strlen(dag_dir) + strlen(cwd_param) + 2;
-      cwd = malloc(len);
-      if (cwd)
-        snprintf(cwd, len, "%s/%s", dag_dir, cwd_param);
-    }
-    if (!cwd) {
-      host->fail(ctx, "out of memory");
-      goto out;
-    }
-    /* Checked here because a failed chdir in the child reports ENOENT,
-     * which would read as "command not found". */
-    struct stat st;
-    if (stat(cwd, &st) != 0 || !S_ISDIR(st.st_mode)) {
-      host->fail(ctx, "cwd is not a directory: %s", cwd);
-      status = EXEC_BAD_PARAMS;
-      goto out;
-    }
-  }
+  if ((status = resolve_cwd(ctx, host, &cwd)) != 0)
+    goto out;
+  status = EXEC_CANNOT_RUN;
 
   /* posix_spawnp searches the worker's PATH; a PATH set in env wins. */
   const char *prog = argv[0];
