@@ -452,7 +452,7 @@ static int write_run_json(const spec *sp, const rundir *run,
   char *path = path_join(run->path, "run.json");
   int rc = fileio_write_atomic(path, text, strlen(text), NULL, 0);
   if (rc != 0)
-    fprintf(stderr, "dagrun: cannot write %s: %s\n", path, strerror(errno));
+    fprintf(stderr, "dagrun: cannot write %s: %s\n", path, strerror(-rc));
   free(path);
   cJSON_free(text);
   cJSON_Delete(j);
@@ -790,15 +790,18 @@ static int run_set_time(const spec *sp, rundir *run, const char *trigger,
     cron_expr *e;
     cron_zone *z;
     int64_t prev;
-    if (spec_schedule_open(sp, &e, &z, err, sizeof err) != 0 ||
-        cron_prev(e, z, (int64_t)logical_date, &prev, err, sizeof err) !=
-            0) {
+    if (spec_schedule_open(sp, &e, &z, err, sizeof err) != 0) {
+      fprintf(stderr, "dagrun: %s: %s\n", sp->path, err);
+      return EXIT_USAGE;
+    }
+    int rc = cron_prev(e, z, (int64_t)logical_date, &prev, err, sizeof err);
+    cron_destroy(e);
+    cron_zone_close(z);
+    if (rc != 0) {
       fprintf(stderr, "dagrun: %s: %s\n", sp->path, err);
       return EXIT_USAGE;
     }
     istart = (double)prev;
-    cron_destroy(e);
-    cron_zone_close(z);
   }
   if (rundir_set_time(run, trigger, sp->timezone, logical_date, istart, err,
                       sizeof err) != 0) {

@@ -3,8 +3,9 @@
  * the weights file of checkpoints, exports and the Hub's GPT-2.
  * safetensors.h describes the format and states the contract.
  *
- * Writing goes to a temporary name, fsync, rename, fsync of the
- * directory (lib/fileio.h), so a crash leaves the old file or the new
+ * Writing streams the tensors to a temporary name beside the file, then
+ * fsync, rename and fsync of the directory (lib/fileio.h's helpers), so a
+ * crash leaves the old file or the new
  * one. Reading maps the file and hands out pointers into the map: the
  * tensors are not copied, so a large checkpoint costs no second copy in
  * memory while it is loaded.

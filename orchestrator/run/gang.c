@@ -67,8 +67,9 @@ static int make_ranks(const spec_task *st, const char *attempt_dir,
   int rc = 0;
   g->n = st->world_size;
   g->ranks = xcalloc((size_t)g->n, sizeof(*g->ranks));
-  if (fileio_mkdir_p(rdv, 0755) != 0) {
-    *reason = xasprintf("cannot create %s: %s", rdv, strerror(errno));
+  int mrc = fileio_mkdir_p(rdv, 0755);
+  if (mrc != 0) {
+    *reason = xasprintf("cannot create %s: %s", rdv, strerror(-mrc));
     rc = -1;
   }
   for (int r = 0; r < g->n && rc == 0; r++) {
@@ -76,9 +77,11 @@ static int make_ranks(const spec_task *st, const char *attempt_dir,
     snprintf(name, sizeof name, "rank-%d", r);
     char *dir = path_join(attempt_dir, name);
     char *log = path_join(dir, "log");
-    if (fileio_mkdir_p(dir, 0755) != 0 ||
-        (r == 0 && symlink("../log", log) != 0 && errno != EEXIST)) {
-      *reason = xasprintf("cannot create %s: %s", log, strerror(errno));
+    int drc = fileio_mkdir_p(dir, 0755);
+    if (drc == 0 && r == 0 && symlink("../log", log) != 0 && errno != EEXIST)
+      drc = -errno;
+    if (drc != 0) {
+      *reason = xasprintf("cannot create %s: %s", log, strerror(-drc));
       rc = -1;
     }
     g->ranks[r].log_path = r == 0 ? xstrdup(log_path) : xstrdup(log);

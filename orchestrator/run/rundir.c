@@ -95,8 +95,9 @@ int rundir_create(const char *base, const char *dag, const char *id,
   }
   char *dag_dir = path_join(abs_base, dag);
   free(abs_base);
-  if (fileio_mkdir_p(dag_dir, 0755) != 0) {
-    snprintf(err, errlen, "cannot create %s: %s", dag_dir, strerror(errno));
+  int mrc = fileio_mkdir_p(dag_dir, 0755);
+  if (mrc != 0) {
+    snprintf(err, errlen, "cannot create %s: %s", dag_dir, strerror(-mrc));
     free(dag_dir);
     return DR_EIO;
   }

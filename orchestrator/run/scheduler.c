@@ -349,7 +349,7 @@ static int write_attempt(sched *s, size_t i, cJSON *params,
   if (wrc != 0) {
     cJSON_free(*real);
     *real = NULL;
-    *reason = xasprintf("cannot write %s: %s", json_path, strerror(errno));
+    *reason = xasprintf("cannot write %s: %s", json_path, strerror(-wrc));
     return -1;
   }
   return 0;
@@ -420,9 +420,11 @@ static void launch(sched *s, size_t i) {
   gang g = {0};
   cJSON *params = NULL, *task_env = NULL, *facts = NULL;
 
-  if (fileio_mkdir_p(out_dir(s, i), 0755) != 0 ||
-      fileio_mkdir_p(attempt_dir, 0755) != 0) {
-    reason = xasprintf("cannot create %s: %s", attempt_dir, strerror(errno));
+  int mrc = fileio_mkdir_p(out_dir(s, i), 0755);
+  if (mrc == 0)
+    mrc = fileio_mkdir_p(attempt_dir, 0755);
+  if (mrc != 0) {
+    reason = xasprintf("cannot create %s: %s", attempt_dir, strerror(-mrc));
     goto failed;
   }
   if (resolve_task(s, i, tmpl_task_dir, &params, &task_env, &reason) != 0)

@@ -432,10 +432,20 @@ static int log_read_chunk(const char *log, long long offset, int running,
     size_t want =
         (size_t)(size - offset < API_LOG_CHUNK ? size - offset : API_LOG_CHUNK);
     buf = xmalloc(want + 1);
-    /* Logs only grow: the bytes below the size just read are there (a
-     * log truncated meanwhile reads as an empty chunk). */
-    if (fileio_pread_all(fd, buf, want, (uint64_t)offset) == 0)
-      got = want;
+    /* Logs only grow, so the bytes below the size just read are there; a
+     * log truncated meanwhile gives what it still has, and its new size,
+     * so that a finished attempt's reader still reaches eof. */
+    while (got < want) {
+      ssize_t r =
+          pread(fd, buf + got, want - got, (off_t)(offset + (long long)got));
+      if (r < 0 && errno == EINTR)
+        continue;
+      if (r <= 0)
+        break;
+      got += (size_t)r;
+    }
+    if (got < want)
+      size = offset + (long long)got;
     close(fd);
   } else {
     offset = 0;

@@ -68,14 +68,15 @@
                  "JOIN runs r ON r.id = t.run_id WHERE t.fingerprint = ?1 "    \
                  "AND t.state = 'success' AND r.run_dir IS NOT NULL "          \
                  "ORDER BY t.finished DESC, t.rowid DESC")                     \
-  XX(ALERT_INSERT, "INSERT INTO alert_deliveries(run_id, time, event, task, "  \
-                   "attempt, try, status, error, duration_s, result, "         \
-                   "endpoint) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, " \
-                   "?11)")                                                     \
+  XX(ALERT_INSERT,                                                             \
+     "INSERT INTO alert_deliveries(run_id, time, event, task, "                \
+     "attempt, try, status, error, duration_s, result, "                       \
+     "endpoint) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "              \
+     "?11)")                                                                   \
   XX(ALERTS_OF, "SELECT time, event, task, attempt, try, status, error, "      \
                 "duration_s, result, endpoint FROM alert_deliveries "          \
                 "WHERE run_id = ?1 ORDER BY rowid")                            \
-  XX(RUNS_OWNED, "SELECT id, orch_pid, orch_start, started FROM runs "         \
+  XX(RUNS_OWNED, "SELECT id, orch_pid, orch_start FROM runs "                  \
                  "WHERE state = 'running' AND orch_pid > 0 AND "               \
                  "(?1 IS NULL OR substr(id, 1, length(?1)) = ?1)")             \
   XX(RUN_GONE, "UPDATE runs SET state = 'interrupted', finished = max("        \
@@ -312,7 +313,7 @@ int store_open(const char *path, int create, store **out, char *err,
     int rc = fileio_mkdir_p(dir, 0755);
     if (rc != 0) {
       snprintf(err, errlen, "run store %s: cannot create directory %s: %s",
-               path, dir, strerror(errno));
+               path, dir, strerror(-rc));
       free(dir);
       store_close(st);
       return DR_ESTORE;
@@ -655,33 +656,20 @@ static int rows_into(store *st, sqlite3_stmt *s, cJSON *arr,
  * sees the same, without a `cancel` first.
  *
  * Gone means: the recorded pid no longer names a live process that started
- * at the recorded time (a reused pid has another start time), or the run
- * started before the machine last booted (start times are counted from
- * the boot, so after a reboot they may match by chance). A live dagrun,
+ * at the recorded time (a reused pid has another start time). A live dagrun,
  * however slow, is never taken for gone. The write is conditional on the
  * run still being "running" with the same dagrun: a resume that claimed it
  * meanwhile (store_run_claim) is left alone. A reader that cannot write
  * (a read-only store, a lock held too long) still shows the run
  * interrupted and leaves the write to the next reader. */
 
-/* The wall-clock time the machine booted (/proc/stat's btime), or 0. */
-static double boot_time(void) {
-  FILE *f = fopen("/proc/stat", "re");
-  if (!f)
-    return 0;
-  char line[256];
-  long long bt = 0;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "btime %lld", &bt) == 1)
-      break;
-  fclose(f);
-  return (double)bt;
-}
-
-static int owner_gone(int pid, long long start, double run_started) {
-  double booted = boot_time();
-  if (run_started > 0 && booted > 0 && run_started < booted)
-    return 1;
+/* Only the recorded pid and start time decide. The run's own start time
+ * must not: a run begun before a reboot and resumed after it is owned by
+ * the live resume, whose claim (store_run_claim) replaced the owner but
+ * not the run's start. After a power cut the recorded pair names no live
+ * process unless a new one has the same pid and started at the same tick
+ * since boot, which the caller accepts as a chance too small to guard. */
+static int owner_gone(int pid, long long start) {
   return start <= 0 || !proc_alive(pid, start);
 }
 
@@ -725,7 +713,7 @@ static void reap_gone(store *st, const char *prefix) {
   while (sqlite3_step(s) == SQLITE_ROW) {
     int pid = sqlite3_column_int(s, 1);
     long long start = sqlite3_column_int64(s, 2);
-    if (!owner_gone(pid, start, sqlite3_column_double(s, 3)))
+    if (!owner_gone(pid, start))
       continue;
     cJSON *g = cJSON_CreateObject();
     cJSON_AddStringToObject(g, "id", (const char *)sqlite3_column_text(s, 0));
@@ -752,14 +740,12 @@ static void annotate_run(cJSON *run) {
   const cJSON *id = cJSON_GetObjectItem(run, "id");
   const cJSON *pid = cJSON_GetObjectItem(run, "orch_pid");
   const cJSON *start = cJSON_GetObjectItem(run, "orch_start");
-  const cJSON *started = cJSON_GetObjectItem(run, "started");
   if (!cJSON_IsString(state) || !cJSON_IsString(id))
     return;
   if (strcmp(state->valuestring, "running") == 0 && cJSON_IsNumber(pid) &&
       pid->valueint > 0 &&
       owner_gone(pid->valueint,
-                 cJSON_IsNumber(start) ? (long long)start->valuedouble : 0,
-                 cJSON_IsNumber(started) ? started->valuedouble : 0))
+                 cJSON_IsNumber(start) ? (long long)start->valuedouble : 0))
     cJSON_SetValuestring(state, "interrupted");
   if (strcmp(state->valuestring, "interrupted") != 0)
     return;

@@ -143,8 +143,8 @@ int store_cache_find(store *st, const char *fingerprint,
  *
  * store_runs and store_run first record "interrupted" each run they read
  * that is recorded "running" though its dagrun is gone (its recorded pid
- * and start time name no live process, or it started before the last
- * boot), its unfinished tasks "cancelled" (attempts are left for
+ * and start time name no live process), its unfinished tasks "cancelled"
+ * (attempts are left for
  * resume_prepare): so readers write. The update holds only while the run
  * still names that dagrun, so a resume that claimed it meanwhile wins; a
  * failed write leaves it to the next reader (the run is shown interrupted

@@ -1000,9 +1000,13 @@ static void clean_out_dir(const char *dir, int stale_shards, unsigned ntrain,
   while ((e = readdir(d)) != NULL) {
     const char *n = e->d_name;
     size_t len = strlen(n);
-    /* ".tmp-<shard>" and "manifest.json.tmp" (fileio's temporary). */
+    /* ".tmp-<shard>", "x.tmp" and "manifest.json.tmp.<pid>" (fileio's
+     * temporary: one per attempt that died while writing it). */
+    const char *tmp = strstr(n, ".tmp");
     int remove = strncmp(n, ".tmp-", 5) == 0 ||
-                 (len > 4 && strcmp(n + len - 4, ".tmp") == 0);
+                 (len > 4 && strcmp(n + len - 4, ".tmp") == 0) ||
+                 (tmp && tmp[4] == '.' && tmp[5] &&
+                  strspn(tmp + 5, "0123456789") == strlen(tmp + 5));
     if (!remove && stale_shards && is_shard_file(n)) {
       unsigned idx;
       char tail[8];
