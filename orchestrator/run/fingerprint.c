@@ -62,6 +62,8 @@ char *fingerprint_compute(const fingerprint_input *in) {
     cJSON_AddItemToArray(iv, cJSON_CreateNumber(in->interval_start));
     cJSON_AddItemToArray(iv, cJSON_CreateNumber(in->interval_end));
   }
+  if (in->ran_in)
+    cJSON_AddStringToObject(j, "ran_in", in->ran_in);
   cJSON *ups = cJSON_AddArrayToObject(j, "upstream");
   for (size_t k = 0; k < in->n_up; k++) {
     cJSON *e = cJSON_CreateObject();

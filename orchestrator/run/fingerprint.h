@@ -19,6 +19,12 @@
  *                                 other work even when no value mentions
  *                                 ${run.*}, while a manual rerun of an
  *                                 unchanged DAG still hits the cache
+ *    "ran_in": RUN,               only for a task the cache may not serve
+ *                                 (exec by default, `cache: false`): the
+ *                                 run it ran in. Its work is not a
+ *                                 function of its inputs, so the keys of
+ *                                 the tasks downstream of it must change
+ *                                 each time it runs again
  *    "upstream": [                per `needs`, in the order written:
  *      {"name", "fingerprint", "outputs": {...}}, ...]}
  *
@@ -52,6 +58,8 @@ typedef struct fingerprint_input {
   int world_size;                 /* ranks; 1 for a plain task */
   int has_interval;               /* 1: the run has a data interval */
   double interval_start, interval_end; /* UTC seconds, when it has */
+  const char *ran_in;             /* the run id for an uncacheable task,
+                                     else NULL */
   const fingerprint_upstream *up; /* n_up entries, in `needs` order */
   size_t n_up;
 } fingerprint_input;

@@ -475,6 +475,19 @@ done:
   free(attempt_dir);
 }
 
+/* Whether task i may be taken from the cache: as its `cache:` says, and
+ * when that is not written, every stage but exec. An exec task runs a
+ * user's command, whose effects (a trained model, a table written
+ * elsewhere, a message sent) dagrun cannot see; a user who wraps a script
+ * expects it to run, so its caching is asked for, not assumed. */
+static int task_cacheable(const sched *s, size_t i) {
+  const spec_task *st = &s->sp->tasks[i];
+  if (st->cache >= 0)
+    return st->cache;
+  const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
+  return strcmp(p->stage->name, "exec") != 0;
+}
+
 /* Task i's fingerprint (fingerprint.h) from its resolved params and env,
  * or NULL when an upstream task has none. Caller frees. */
 static char *task_fingerprint(sched *s, size_t i, const cJSON *params,
@@ -501,24 +514,12 @@ static char *task_fingerprint(sched *s, size_t i, const cJSON *params,
                           .has_interval = s->run->has_interval,
                           .interval_start = s->run->interval_start,
                           .interval_end = s->run->interval_end,
+                          .ran_in = task_cacheable(s, i) ? NULL : s->run->id,
                           .up = up,
                           .n_up = st->n_needs};
   char *hex = fingerprint_compute(&in);
   free(up);
   return hex;
-}
-
-/* Whether task i may be taken from the cache: as its `cache:` says, and
- * when that is not written, every stage but exec. An exec task runs a
- * user's command, whose effects (a trained model, a table written
- * elsewhere, a message sent) dagrun cannot see; a user who wraps a script
- * expects it to run, so its caching is asked for, not assumed. */
-static int task_cacheable(const sched *s, size_t i) {
-  const spec_task *st = &s->sp->tasks[i];
-  if (st->cache >= 0)
-    return st->cache;
-  const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
-  return strcmp(p->stage->name, "exec") != 0;
 }
 
 /* Before the first attempt of task i: computes its fingerprint and, when

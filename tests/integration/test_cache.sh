@@ -191,6 +191,34 @@ run_dagrun run o.yaml --plain
 expect_rc 0
 state_is "$(newest outs)" produce success
 
+# A task downstream of one the cache may not serve (exec by default) is
+# never served from the cache: the upstream ran again and may have made
+# other files, which no fingerprint of its inputs can tell.
+cat > fresh.yaml <<'Y'
+dag: fresh
+tasks:
+  fetch:
+    stage: exec
+    env: {LOG: "${env:CACHE_LOG}"}
+    with: {command: [sh, -c, 'echo fetch >> "$LOG"; date +%s%N > "$DAGRUN_OUT_DIR/data"']}
+  use:
+    stage: exec
+    cache: true
+    needs: [fetch]
+    env: {LOG: "${env:CACHE_LOG}"}
+    with: {command: [sh, -c, 'echo use >> "$LOG"; cp "$1" "$DAGRUN_OUT_DIR/copy"', x, "${tasks.fetch.dir}/data"]}
+Y
+: > "$CACHE_LOG"
+run_dagrun run fresh.yaml --plain
+expect_rc 0
+sleep 1
+run_dagrun run fresh.yaml --plain
+expect_rc 0
+log_is "fetch use fetch use "
+state_is "$(newest fresh)" use success
+cmp -s "$(newest fresh)/fetch/out/data" "$(newest fresh)/use/out/copy" ||
+  fail "use copied another run's data"
+
 # A bad `cache:` value is a check error at its position.
 cat > bad.yaml <<'Y'
 dag: bad
