@@ -48,6 +48,7 @@ struct chan {
   off_t psize;
   struct timespec pmtime;
   char *plast;
+  unsigned warned_irregular; /* bit per channel: said it is no file */
 };
 
 static char *str_printf(const char *fmt, ...)
@@ -213,9 +214,39 @@ static void part_end(chan *c, dagrun_ctx *ctx, const dagrun_host *host) {
   c->npart = 0;
 }
 
+/* Opens a report file the command wrote: never blocking (a FIFO left at
+ * the path must not stop the wait loop and its heartbeats) and only a
+ * regular file (not /dev/zero, not a directory). fd, or -errno; -EINVAL
+ * for something that is not a regular file. */
+static int open_report(const char *path) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    return -errno;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return -EINVAL;
+  }
+  return fd;
+}
+
+/* Warns once that the report file at path is not a regular file. */
+static void warn_not_regular(chan *c, dagrun_ctx *ctx, const dagrun_host *host,
+                             int which, const char *name) {
+  if (c->warned_irregular & (1u << which))
+    return;
+  c->warned_irregular |= 1u << which;
+  host->log(ctx, DAGRUN_LOG_WARN,
+            "%s %s is not a regular file; it is not read (write a plain "
+            "file there)",
+            name, c->path[which]);
+}
+
 static void poll_metrics(chan *c, dagrun_ctx *ctx, const dagrun_host *host,
                          int final) {
-  int fd = open(c->path[CH_METRICS], O_RDONLY | O_CLOEXEC);
+  int fd = open_report(c->path[CH_METRICS]);
+  if (fd == -EINVAL)
+    warn_not_regular(c, ctx, host, CH_METRICS, "DAGRUN_METRICS");
   if (fd < 0)
     return; /* not written (yet) */
   struct stat st;
@@ -287,7 +318,9 @@ static int parse_progress(char *s, double *fraction, const char **msg) {
 
 static void poll_progress(chan *c, dagrun_ctx *ctx, const dagrun_host *host,
                           int final) {
-  int fd = open(c->path[CH_PROGRESS], O_RDONLY | O_CLOEXEC);
+  int fd = open_report(c->path[CH_PROGRESS]);
+  if (fd == -EINVAL)
+    warn_not_regular(c, ctx, host, CH_PROGRESS, "DAGRUN_PROGRESS");
   if (fd < 0)
     return;
   struct stat st;
@@ -362,38 +395,50 @@ static void line_col(const char *text, size_t off, long *line, long *col) {
   }
 }
 
-/* The file at path, NUL-terminated: 0, -ENOENT, or another -errno. */
+/* Outputs are a handful of keys: a file larger than this is a mistake
+ * (or /dev/zero behind a link), not something to hold in memory. */
+#define OUTPUTS_MAX_BYTES (16u << 20)
+
+/* The regular file at path, NUL-terminated: 0, -ENOENT, -EINVAL (not a
+ * regular file), -EFBIG (over OUTPUTS_MAX_BYTES) or another -errno. */
 static int slurp(const char *path, char **out, size_t *n) {
   *out = NULL;
   *n = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return -errno;
+  int fd = open_report(path);
+  if (fd < 0)
+    return fd;
   size_t cap = 4096, len = 0;
   char *b = malloc(cap);
-  while (b) {
-    size_t r = fread(b + len, 1, cap - len - 1, f);
-    len += r;
+  int rc = b ? 0 : -ENOMEM;
+  while (rc == 0) {
+    ssize_t r = read(fd, b + len, cap - len - 1);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0) {
+      rc = -errno;
+      break;
+    }
     if (r == 0)
       break;
+    len += (size_t)r;
+    if (len > OUTPUTS_MAX_BYTES) {
+      rc = -EFBIG;
+      break;
+    }
     if (len + 1 == cap) {
       char *nb = realloc(b, cap * 2);
       if (!nb) {
-        free(b);
-        b = NULL;
+        rc = -ENOMEM;
         break;
       }
       b = nb;
       cap *= 2;
     }
   }
-  int bad = ferror(f);
-  fclose(f);
-  if (!b)
-    return -ENOMEM;
-  if (bad) {
+  close(fd);
+  if (rc != 0) {
     free(b);
-    return -EIO;
+    return rc;
   }
   b[len] = '\0';
   *out = b;
@@ -410,7 +455,9 @@ int chan_outputs(chan *c, dagrun_ctx *ctx, const dagrun_host *host) {
     return 0;
   if (rc != 0) {
     host->fail(ctx, "DAGRUN_OUTPUTS file %s: cannot read it: %s", path,
-               strerror(-rc));
+               rc == -EINVAL  ? "not a regular file"
+               : rc == -EFBIG ? "larger than 16 MiB"
+                              : strerror(-rc));
     return -1;
   }
   const char *at = NULL;

@@ -361,6 +361,20 @@ expect_rc 1
 grep -q "DAGRUN_OUTPUTS file $A/run/task/attempt-1/command-outputs.json: cannot read it" "$A/msgs.jsonl" ||
   fail "$A: no 'cannot read it'"
 
+# Report files that are not plain files: /dev/zero behind DAGRUN_OUTPUTS
+# is refused (not read until memory runs out), a FIFO at DAGRUN_METRICS
+# is said once and never blocks the wait (the command ends, the attempt
+# with it).
+attempt outputs_zero "$EXEC" '{"command": ["ln -s /dev/zero \"$DAGRUN_OUTPUTS\""], "shell": true}'
+expect_rc 1
+grep -q "DAGRUN_OUTPUTS file $A/run/task/attempt-1/command-outputs.json: cannot read it: not a regular file" "$A/msgs.jsonl" ||
+  fail "$A: /dev/zero outputs not refused as not a regular file"
+attempt metrics_fifo "$EXEC" '{"command": ["mkfifo \"$DAGRUN_METRICS\"; sleep 1; echo done"], "shell": true}'
+expect_rc 0
+expect_log "done"
+[ "$(grep -c 'is not a regular file' "$A/log")" -eq 1 ] ||
+  fail "$A: the FIFO was not said exactly once"
+
 # A command that fails leaves no outputs, whatever it wrote.
 attempt outputs_failed "$EXEC" \
   '{"command": ["echo \"{\\\"a\\\": 1}\" >\"$DAGRUN_OUTPUTS\"; exit 3"], "shell": true}'
