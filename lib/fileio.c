@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,17 +188,6 @@ int fileio_write_file(const char *path, const void *data, size_t n) {
   return rc;
 }
 
-char *fileio_sha256_hex(const void *data, size_t n) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n_md = 0;
-  if (!EVP_Digest(data, n, md, &n_md, EVP_sha256(), NULL))
-    return NULL;
-  char *hex = malloc(2 * n_md + 1);
-  if (hex)
-    fileio_hex(md, n_md, hex);
-  return hex;
-}
-
 void fileio_hex(const uint8_t *bytes, size_t n, char *hex) {
   static const char digits[] = "0123456789abcdef";
   for (size_t i = 0; i < n; i++) {
@@ -207,39 +195,6 @@ void fileio_hex(const uint8_t *bytes, size_t n, char *hex) {
     hex[2 * i + 1] = digits[bytes[i] & 15];
   }
   hex[2 * n] = '\0';
-}
-
-int fileio_sha256_file(const char *path, char hex[65]) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return -errno;
-  EVP_MD_CTX *sha = EVP_MD_CTX_new();
-  int rc = sha && EVP_DigestInit_ex(sha, EVP_sha256(), NULL) == 1 ? 0 : -ENOMEM;
-  static const size_t bufsize = 1 << 20;
-  char *buf = rc == 0 ? malloc(bufsize) : NULL;
-  if (rc == 0 && !buf)
-    rc = -ENOMEM;
-  while (rc == 0) {
-    ssize_t k = read(fd, buf, bufsize);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k < 0)
-      rc = -errno;
-    else if (k == 0)
-      break;
-    else if (EVP_DigestUpdate(sha, buf, (size_t)k) != 1)
-      rc = -EIO;
-  }
-  uint8_t d[32];
-  unsigned dl = 0;
-  if (rc == 0 && (EVP_DigestFinal_ex(sha, d, &dl) != 1 || dl != 32))
-    rc = -EIO;
-  if (rc == 0)
-    fileio_hex(d, 32, hex);
-  free(buf);
-  EVP_MD_CTX_free(sha);
-  close(fd);
-  return rc;
 }
 
 /* The block a copy moves at a time: large enough that the system calls

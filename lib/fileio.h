@@ -61,14 +61,6 @@ char *fileio_read_all(const char *path, size_t *n, char *err, size_t errlen);
  * worker's attempt.json). 0 or -errno. */
 int fileio_write_file(const char *path, const void *data, size_t n);
 
-/* SHA-256 of a whole file as 64 lower-case hex digits (what sha256sum
- * prints) into hex[65]. 0 or -errno. */
-int fileio_sha256_file(const char *path, char hex[65]);
-
-/* SHA-256 of n bytes as 64 lower-case hex digits, malloc'd (caller
- * frees); NULL when out of memory or libcrypto fails. */
-char *fileio_sha256_hex(const void *data, size_t n);
-
 /* n bytes as 2n lower-case hex digits plus NUL into hex. */
 void fileio_hex(const uint8_t *bytes, size_t n, char *hex);
 

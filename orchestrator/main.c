@@ -482,7 +482,7 @@ static void stop_signals_block(int block) {
  * the exit code. */
 static int execute(const spec *sp, const checked *ck, const rundir *run,
                    const cJSON *params, history *h, int max_parallel,
-                   view_mode mode, const char *self_exe,
+                   view_mode mode, const char *worker_exe,
                    const sched_preset *preset, int no_cache) {
   char err[1024];
   run_ctx r = {0};
@@ -495,7 +495,7 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
     fprintf(stderr, "dagrun: alerts off for this run: %s\n", err);
   sched_opts so = {
       max_parallel,
-      self_exe,
+      worker_exe,
       {obs_event, obs_progress, obs_log, obs_done, &r, obs_attempt_start},
       0,
       preset,
@@ -845,7 +845,7 @@ static int run_file(const run_args *ra) {
         sp->max_parallel ? sp->max_parallel : default_parallelism();
   int code = EXIT_USAGE;
   char err[1024];
-  char self_exe[4096];
+  char worker_exe[4096];
   store *db = NULL;
   rundir *run = NULL;
   cJSON *params = NULL;
@@ -865,10 +865,10 @@ static int run_file(const run_args *ra) {
     rmdir(run->path); /* nothing ran: no trace of a run */
     goto out;
   }
-  if (cli_self_exe(self_exe, sizeof self_exe) != 0 ||
+  if (cli_helper_exe("dagrun-worker", worker_exe, sizeof worker_exe) != 0 ||
       run_record_start(db, sp, run, params, ra, &h) != 0)
     goto out;
-  code = execute(sp, ck, run, params, h, fl.max_parallel, fl.mode, self_exe,
+  code = execute(sp, ck, run, params, h, fl.max_parallel, fl.mode, worker_exe,
                  NULL, fl.no_cache);
 out:
   cJSON_Delete(params);
@@ -1047,11 +1047,11 @@ static int cmd_resume(int argc, char **argv) {
     return code;
   j.run_id = json_str(j.rec, "id");
   j.state = json_str(j.rec, "state");
-  char self_exe[4096];
+  char worker_exe[4096];
   history *h;
   if (resume_refused(&j, &code) || (code = resume_load(&j)) != 0)
     goto out;
-  if (cli_self_exe(self_exe, sizeof self_exe) != 0) {
+  if (cli_helper_exe("dagrun-worker", worker_exe, sizeof worker_exe) != 0) {
     code = EXIT_USAGE;
     goto out;
   }
@@ -1061,7 +1061,7 @@ static int cmd_resume(int argc, char **argv) {
     fl.max_parallel =
         j.sp->max_parallel ? j.sp->max_parallel : default_parallelism();
   code = execute(j.sp, j.ck, j.run, j.params, h, fl.max_parallel, fl.mode,
-                 self_exe, j.preset, fl.no_cache);
+                 worker_exe, j.preset, fl.no_cache);
 out:
   resume_job_free(&j);
   return code;
@@ -1148,15 +1148,9 @@ static int cmd_cancel(int argc, char **argv) {
  * and so does generate's usage: dagrun-generate answers --help itself.
  * Returns only when it cannot run it. */
 static int cmd_generate(int argc, char **argv) {
-  char dir[4096];
-  if (cli_self_exe(dir, sizeof dir) != 0)
+  char prog[4096];
+  if (cli_helper_exe("dagrun-generate", prog, sizeof prog) != 0)
     return EXIT_FAILED;
-  char *slash = strrchr(dir, '/');
-  if (slash)
-    *slash = '\0';
-  char prog[4096 + 64];
-  snprintf(prog, sizeof prog, "%s/%s/dagrun-generate", dir,
-           DAGRUN_LIBEXEC_DIR_REL);
   char **args = xcalloc((size_t)argc + 2, sizeof(char *));
   args[0] = prog;
   memcpy(args + 1, argv, (size_t)argc * sizeof(char *));

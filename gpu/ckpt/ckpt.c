@@ -9,6 +9,7 @@
  */
 #include "ckpt.h"
 #include "lib/fileio.h"
+#include "lib/sha256.h"
 
 
 #include <cJSON.h>
@@ -241,7 +242,7 @@ static int add_entry(cJSON *files, const char *dir, const char *name, char *err,
                   "%s: not a regular file (a checkpoint holds only files)",
                   path);
   } else if ((e = fsync_path(path)) != 0 ||
-             (e = fileio_sha256_file(path, hex)) != 0) {
+             (e = sha256_file(path, hex)) != 0) {
     fileio_seterr(err, errlen, "cannot read %s: %s", path, strerror(-e));
   } else if (!(o = cJSON_AddObjectToObject(files, name)) ||
              !cJSON_AddNumberToObject(o, "bytes", (double)st.st_size) ||
@@ -445,7 +446,7 @@ static int verify_file(const char *dir, const cJSON *o, char *err,
   } else if ((uint64_t)st.st_size > want) {
     fileio_seterr(err, errlen, "%s: %lld bytes, the manifest says %" PRIu64,
                   name, (long long)st.st_size, want);
-  } else if ((e = fileio_sha256_file(path, hex)) != 0) {
+  } else if ((e = sha256_file(path, hex)) != 0) {
     fileio_seterr(err, errlen, "%s: %s", name, strerror(-e));
   } else if (strcmp(hex, sha->valuestring) != 0) {
     fileio_seterr(err, errlen,

@@ -58,3 +58,25 @@ int cli_self_exe(char *buf, size_t len) {
   buf[n] = '\0';
   return 0;
 }
+
+int cli_helper_exe(const char *name, char *buf, size_t len) {
+  char self[4096];
+  if (cli_self_exe(self, sizeof self) != 0)
+    return -1;
+  char *slash = strrchr(self, '/');
+  if (slash)
+    *slash = '\0';
+  int n = snprintf(buf, len, "%s/%s/%s", self, DAGRUN_LIBEXEC_DIR_REL, name);
+  if (n < 0 || (size_t)n >= len) {
+    fprintf(stderr, "dagrun: the path of %s is too long\n", name);
+    return -1;
+  }
+  if (access(buf, X_OK) != 0) {
+    fprintf(stderr,
+            "dagrun: cannot run %s: %s (it is installed with dagrun, in "
+            "%s from dagrun's directory)\n",
+            buf, strerror(errno), DAGRUN_LIBEXEC_DIR_REL);
+    return -1;
+  }
+  return 0;
+}

@@ -40,4 +40,9 @@ const char *cli_runs_dir(const char *given);
  * are started from it): 0, or -1 after saying why on stderr. */
 int cli_self_exe(char *buf, size_t len);
 
+/* A helper program installed with dagrun (dagrun-worker, dagrun-generate),
+ * DAGRUN_LIBEXEC_DIR_REL from dagrun's own directory, into buf: 0, or -1
+ * after saying on stderr why (not there, not executable). */
+int cli_helper_exe(const char *name, char *buf, size_t len);
+
 #endif /* DAGRUN_CLI_H */

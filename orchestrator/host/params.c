@@ -14,42 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *params_type_name(dagrun_param_type t) {
-  switch (t) {
-  case DAGRUN_PARAM_STRING:
-    return "string";
-  case DAGRUN_PARAM_INT:
-    return "int";
-  case DAGRUN_PARAM_FLOAT:
-    return "float";
-  case DAGRUN_PARAM_BOOL:
-    return "bool";
-  case DAGRUN_PARAM_LIST:
-    return "list";
-  case DAGRUN_PARAM_MAP:
-    return "map";
-  }
-  return "unknown";
-}
-
-const char *params_type_expected(dagrun_param_type t) {
-  switch (t) {
-  case DAGRUN_PARAM_STRING:
-    return "a string";
-  case DAGRUN_PARAM_INT:
-    return "an integer";
-  case DAGRUN_PARAM_FLOAT:
-    return "a number";
-  case DAGRUN_PARAM_BOOL:
-    return "true or false";
-  case DAGRUN_PARAM_LIST:
-    return "a list of strings (or one string)";
-  case DAGRUN_PARAM_MAP:
-    return "a map of strings";
-  }
-  return "a value";
-}
-
 /* "a string (\"x\")", "an integer (5)", "a list", ... */
 static void describe(sbuf *b, const cJSON *v) {
   if (cJSON_IsArray(v)) {
@@ -72,36 +36,6 @@ static void describe(sbuf *b, const cJSON *v) {
     sbuf_printf(b, "%s (%s)", kind, t);
     free(t);
   }
-}
-
-/* Strict decimal integer, the whole string. */
-static int parse_int(const char *s, double *out) {
-  const char *p = s;
-  if (*p == '-' || *p == '+')
-    p++;
-  if (!(*p >= '0' && *p <= '9'))
-    return DR_EINVAL;
-  while (*p >= '0' && *p <= '9')
-    p++;
-  if (*p)
-    return DR_EINVAL;
-  errno = 0;
-  long long x = strtoll(s, NULL, 10);
-  if (errno == ERANGE)
-    return DR_EINVAL;
-  *out = (double)x;
-  return 0;
-}
-
-static int parse_float(const char *s, double *out) {
-  char *end;
-  if (!*s || *s == ' ' || *s == '\t')
-    return DR_EINVAL;
-  double x = strtod(s, &end);
-  if (*end || !isfinite(x))
-    return DR_EINVAL;
-  *out = x;
-  return 0;
 }
 
 /* The text a scalar value stands for. A plain YAML scalar without
@@ -167,13 +101,13 @@ static cJSON *coerce(pctx *p, const dagrun_param_spec *ps, const ynode *node,
     if (cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) &&
         fabs(v->valuedouble) < 9.3e18)
       return cJSON_CreateNumber(v->valuedouble);
-    if (cJSON_IsString(v) && parse_int(v->valuestring, &x) == 0)
+    if (cJSON_IsString(v) && params_parse_int(v->valuestring, &x) == 0)
       return cJSON_CreateNumber(x);
     break;
   case DAGRUN_PARAM_FLOAT:
     if (cJSON_IsNumber(v))
       return cJSON_CreateNumber(v->valuedouble);
-    if (cJSON_IsString(v) && parse_float(v->valuestring, &x) == 0)
+    if (cJSON_IsString(v) && params_parse_float(v->valuestring, &x) == 0)
       return cJSON_CreateNumber(x);
     break;
   case DAGRUN_PARAM_BOOL:
@@ -233,55 +167,6 @@ static cJSON *coerce(pctx *p, const dagrun_param_spec *ps, const ynode *node,
   }
   type_error(p, ps, node, v, params_type_expected(ps->type));
   return NULL;
-}
-
-cJSON *params_default(const dagrun_param_spec *ps) {
-  const char *s = ps->default_value;
-  double x;
-  if (!s)
-    return NULL;
-  switch (ps->type) {
-  case DAGRUN_PARAM_STRING:
-    return cJSON_CreateString(s);
-  case DAGRUN_PARAM_INT:
-    return parse_int(s, &x) == 0 ? cJSON_CreateNumber(x) : NULL;
-  case DAGRUN_PARAM_FLOAT:
-    return parse_float(s, &x) == 0 ? cJSON_CreateNumber(x) : NULL;
-  case DAGRUN_PARAM_BOOL:
-    if (strcmp(s, "true") == 0 || strcmp(s, "false") == 0)
-      return cJSON_CreateBool(s[0] == 't');
-    return NULL;
-  case DAGRUN_PARAM_LIST:
-  case DAGRUN_PARAM_MAP:
-    break; /* no defaults: absent means empty */
-  }
-  return NULL;
-}
-
-static int all_strings(const cJSON *v) {
-  for (const cJSON *c = v->child; c; c = c->next)
-    if (!cJSON_IsString(c))
-      return 0;
-  return 1;
-}
-
-int params_json_is(const cJSON *v, dagrun_param_type t) {
-  switch (t) {
-  case DAGRUN_PARAM_STRING:
-    return cJSON_IsString(v);
-  case DAGRUN_PARAM_INT:
-    return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) &&
-           fabs(v->valuedouble) < 9.3e18;
-  case DAGRUN_PARAM_FLOAT:
-    return cJSON_IsNumber(v);
-  case DAGRUN_PARAM_BOOL:
-    return cJSON_IsBool(v);
-  case DAGRUN_PARAM_LIST:
-    return cJSON_IsArray(v) && all_strings(v);
-  case DAGRUN_PARAM_MAP:
-    return cJSON_IsObject(v) && all_strings(v);
-  }
-  return 0;
 }
 
 /* A schema default, from its YAML text; reports a plugin's bad default. */

@@ -26,6 +26,7 @@
 #include <dagrun/plugin.h>
 
 #include "dagfile/template.h"
+#include "paramtypes.h"
 
 /* Builds the params object for task `task` of e->s with schema (may be
  * NULL: no params accepted) and the stage's choices (loader_choices; may
@@ -39,21 +40,5 @@
 int params_build(const dagrun_param_spec *schema,
                  const dagrun_param_choice *choices, const tmpl_env *e,
                  size_t task, cJSON **out, diags *d);
-
-/* A schema default as typed JSON (caller frees), or NULL when the param
- * has none (lists and maps never do) or its text is not of its type. */
-cJSON *params_default(const dagrun_param_spec *ps);
-
-/* Non-zero if v is what params_build makes for type t: a string; an
- * integral number; a number; a bool; an array of strings; an object of
- * strings. The worker trusts nothing else. */
-int params_json_is(const cJSON *v, dagrun_param_type t);
-
-/* Name of a param type for messages and `dagrun stages`: "string", "int",
- * "float", "bool", "list", "map". */
-const char *params_type_name(dagrun_param_type t);
-/* What a value of that type looks like, for "expected ..." messages:
- * "an integer", "true or false", "a list of strings (or one string)". */
-const char *params_type_expected(dagrun_param_type t);
 
 #endif /* DAGRUN_PARAMS_H */

@@ -13,7 +13,7 @@
 #include "lib/clock.h"
 #include "lib/fileio.h"
 #include "loader.h"
-#include "params.h"
+#include "paramtypes.h"
 #include "proto.h"
 
 #include <cjson/cJSON.h>

@@ -1,6 +1,7 @@
 /*
- * worker: one task attempt, run in a child process (`dagrun __worker
- * ATTEMPT_JSON`). It reads the attempt description written by the
+ * worker: one task attempt, run in a child process (`dagrun-worker
+ * __worker ATTEMPT_JSON`, or `dagrun __worker ATTEMPT_JSON` by hand). It
+ * reads the attempt description written by the
  * executor, loads the plugin, gives it the host table (plugin.h), sends
  * messages on PROTO_FD and returns the process's exit status: the plugin's
  * status (0..255), 125 when the plugin cannot be loaded or its params are
@@ -54,7 +55,9 @@
  * - Setup failures and the start and end of run() are logged to stderr
  *   ("<UTC time> LEVEL dagrun worker: ...").
  *
- * Only main() calls worker_main, in a process of its own.
+ * Only a main() calls worker_main, in a process of its own: the
+ * dagrun-worker program's (worker_main.c), which the executor starts, or
+ * dagrun's own for `dagrun __worker`.
  */
 #ifndef DAGRUN_WORKER_H
 #define DAGRUN_WORKER_H

@@ -123,17 +123,17 @@ struct attempt {
 
 struct executor {
   uv_loop_t *loop;
-  char *self_exe;
+  char *worker_exe;
   exec_callbacks cb;
   attempt *running; /* doubly linked list */
   size_t n_running;
 };
 
-executor *executor_create(uv_loop_t *loop, const char *self_exe,
+executor *executor_create(uv_loop_t *loop, const char *worker_exe,
                           const exec_callbacks *cb) {
   executor *x = xcalloc(1, sizeof(*x));
   x->loop = loop;
-  x->self_exe = xstrdup(self_exe);
+  x->worker_exe = xstrdup(worker_exe);
   x->cb = *cb;
   return x;
 }
@@ -141,7 +141,7 @@ executor *executor_create(uv_loop_t *loop, const char *self_exe,
 void executor_destroy(executor *x) {
   if (!x)
     return;
-  free(x->self_exe);
+  free(x->worker_exe);
   free(x);
 }
 
@@ -587,7 +587,7 @@ static void on_log_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 
 static uint64_t to_ms(double s) { return s > 0 ? (uint64_t)(s * 1000.0) : 0; }
 
-/* Starts `dagrun __worker ATTEMPT_JSON` in a new session with stdin from
+/* Starts `dagrun-worker __worker ATTEMPT_JSON` in a new session with stdin from
  * /dev/null, stdout and stderr on the log, fd 3 the message pipe, every
  * signal at its default and none blocked. posix_spawn (a vfork underneath)
  * rather than fork: fork copies the page tables of an orchestrator that
@@ -625,14 +625,14 @@ static int spawn_worker(const char *exe, const exec_request *rq, char **env,
     rc = posix_spawnattr_setsigdefault(&attr, &all);
   char fd_path[32];
   snprintf(fd_path, sizeof(fd_path), "/dev/fd/%d", ATTEMPT_FD);
-  char *args[] = {"dagrun", "__worker",
+  char *args[] = {"dagrun-worker", "__worker",
                   attempt_fd >= 0 ? fd_path : (char *)rq->attempt_json, NULL};
   char **argv = args;
   size_t n_pre = 0;
   while (rq->launcher_argv && rq->launcher_argv[n_pre])
     n_pre++;
   if (n_pre) {
-    /* launcher ARGS... /path/to/dagrun __worker ATTEMPT_JSON */
+    /* launcher ARGS... /path/to/dagrun-worker __worker ATTEMPT_JSON */
     argv = xcalloc(n_pre + 4, sizeof(*argv));
     memcpy(argv, rq->launcher_argv, n_pre * sizeof(*argv));
     argv[n_pre] = (char *)exe;
@@ -715,7 +715,7 @@ static int spawn_one(executor *x, const exec_request *rq, char **env,
   }
   pid_t pid;
   int launcher = rq->launcher_argv != NULL;
-  int rc = spawn_worker(x->self_exe, rq, env, masked ? lfds[1] : log_fd,
+  int rc = spawn_worker(x->worker_exe, rq, env, masked ? lfds[1] : log_fd,
                         launcher ? -1 : fds[1], attempt_fd, &pid);
   if (!masked) {
     close(log_fd);
@@ -735,7 +735,7 @@ static int spawn_one(executor *x, const exec_request *rq, char **env,
   if (rc != 0) {
     snprintf(err, errlen, "cannot start %s %s: %s",
              launcher ? "launcher" : "worker",
-             launcher ? rq->launcher_argv[0] : x->self_exe, strerror(rc));
+             launcher ? rq->launcher_argv[0] : x->worker_exe, strerror(rc));
     close(fds[0]);
     if (lfds[0] >= 0)
       close(lfds[0]);

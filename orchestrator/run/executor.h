@@ -136,8 +136,9 @@ typedef struct exec_request {
 
 typedef struct executor executor;
 
-/* self_exe: path of the dagrun binary to run in worker mode. */
-executor *executor_create(uv_loop_t *loop, const char *self_exe,
+/* worker_exe: the dagrun-worker program (host/worker.h), run as
+ * `WORKER_EXE __worker ATTEMPT_JSON`. */
+executor *executor_create(uv_loop_t *loop, const char *worker_exe,
                           const exec_callbacks *cb);
 /* Starts an attempt. Returns 0, or DR_ESPAWN/DR_EIO with a message in err
  * (on_exit is then not called). One attempt per task id at a time. */

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "lib/fileio.h"
+#include "lib/sha256.h"
 
 /* Sorts the keys of every object in j, at every depth, in place (strcmp
  * order, stable for equal keys): the canonical order of the JSON that is
@@ -75,7 +75,7 @@ char *fingerprint_compute(const fingerprint_input *in) {
   sort_keys(j);
   char *text = cJSON_PrintUnformatted(j);
   cJSON_Delete(j);
-  char *hex = text ? fileio_sha256_hex(text, strlen(text)) : NULL;
+  char *hex = text ? sha256_hex(text, strlen(text)) : NULL;
   cJSON_free(text);
   return hex;
 }

@@ -108,7 +108,7 @@ typedef struct sched_preset {
 
 typedef struct sched_opts {
   int max_parallel;     /* >= 1 */
-  const char *self_exe; /* dagrun binary for workers */
+  const char *worker_exe; /* the dagrun-worker program */
   sched_observer obs;
   uint64_t seed;        /* retry jitter; 0: from the clock */
   /* NULL, or one entry per task: the run starts from these states.

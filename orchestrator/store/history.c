@@ -18,6 +18,7 @@
 #include "lib/clock.h"
 #include "lib/exitcode.h"
 #include "lib/fileio.h"
+#include "lib/sha256.h"
 
 
 struct history {
@@ -61,7 +62,7 @@ char *history_dag_sha256(const char *path) {
   size_t n;
   if (fileio_read_file(path, &data, &n) != 0)
     return NULL;
-  char *hex = fileio_sha256_hex(data, n);
+  char *hex = sha256_hex(data, n);
   free(data);
   return hex;
 }

@@ -15,6 +15,7 @@
 
 #include "ckpt/ckpt.h"
 #include "lib/fileio.h"
+#include "lib/sha256.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -438,7 +439,7 @@ static int build_entry(const char *tmp, const char *src,
     fileio_seterr(err, errlen, "the copy in %s does not verify: %s", tmp, sub);
     rc = -1;
   }
-  if (rc == 0 && (e = fileio_sha256_file(tok_to, hex)) != 0) {
+  if (rc == 0 && (e = sha256_file(tok_to, hex)) != 0) {
     fileio_seterr(err, errlen, "cannot read %s: %s", tok_to, strerror(-e));
     rc = -1;
   } else if (rc == 0 && strcmp(hex, tok_sha) != 0) {
@@ -502,7 +503,7 @@ int registry_promote(const char *root, const registry_promotion *p,
                   p->tokenizer);
     return -1;
   }
-  if ((e = fileio_sha256_file(p->tokenizer, tok_sha)) != 0) {
+  if ((e = sha256_file(p->tokenizer, tok_sha)) != 0) {
     fileio_seterr(err, errlen, "tokenizer %s: %s", p->tokenizer, strerror(-e));
     return -1;
   }

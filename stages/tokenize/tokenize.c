@@ -22,6 +22,7 @@
 #include "lib/clock.h"
 #include "lib/exitcode.h"
 #include "lib/fileio.h"
+#include "lib/sha256.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -446,7 +447,7 @@ static void *encode_thread(void *arg) {
     s->tokens = info.n_tokens;
     /* The manifest lists what sha256sum prints for the whole file; the
      * header's checksum covers the tokens only. */
-    if (fileio_sha256_file(s->dst, s->tok_sha256) != 0) {
+    if (sha256_file(s->dst, s->tok_sha256) != 0) {
       snprintf(err, sizeof err, "%s: cannot read it back", s->dst);
       job_fail(j, err);
       break;
@@ -914,7 +915,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   char *tok_path = fileio_join(out_dir, "tokenizer.json");
   char tok_sha[65] = "";
   if (!tok_path || bpe_save_hf(j.tok, tok_path, err, sizeof err) != 0 ||
-      fileio_sha256_file(tok_path, tok_sha) != 0) {
+      sha256_file(tok_path, tok_sha) != 0) {
     host->fail(ctx, "writing tokenizer.json: %s", err);
     free(tok_path);
     goto done;

@@ -7,6 +7,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
 #include "lib/fileio.h"
+#include "lib/sha256.h"
 #include "testlib.h"
 
 #include <fcntl.h>
@@ -98,7 +99,7 @@ static void test_commit_verify(void) {
     fclose(fp);
   free(mpath);
   char hex[65], *mp = fileio_join(dir, "model.safetensors");
-  CHECK_INT(fileio_sha256_file(mp, hex), 0);
+  CHECK_INT(sha256_file(mp, hex), 0);
   free(mp);
   CHECK(strstr(text, "\"format\":\t\"dagrun-checkpoint\"") != NULL);
   CHECK(strstr(text, "\"version\":\t1") != NULL);
@@ -144,9 +145,9 @@ static void test_damage(void) {
 
   /* One flipped byte: the checksum names the file. */
   char want_hex[65], got_hex[65], want[512];
-  CHECK_INT(fileio_sha256_file(optim, want_hex), 0);
+  CHECK_INT(sha256_file(optim, want_hex), 0);
   flip_byte(optim, 500);
-  CHECK_INT(fileio_sha256_file(optim, got_hex), 0);
+  CHECK_INT(sha256_file(optim, got_hex), 0);
   CHECK_INT(ckpt_verify(dir, err, sizeof err), -1);
   snprintf(want, sizeof want,
            "optim.bin: sha256 mismatch: the manifest says %s, the file "

@@ -12,6 +12,7 @@
 
 #include "ckpt/ckpt.h"
 #include "lib/fileio.h"
+#include "lib/sha256.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -249,7 +250,7 @@ static void test_promote(void) {
   CHECK_NEAR(cJSON_GetNumberValue(cJSON_GetObjectItem(o, "accuracy")), 0.41,
              1e-12);
   char sha[65];
-  CHECK_INT(fileio_sha256_file(tok_path, sha), 0);
+  CHECK_INT(sha256_file(tok_path, sha), 0);
   CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(o, "tokenizer_sha256")),
             sha);
   const cJSON *val = cJSON_GetObjectItem(o, "validation");
