@@ -277,30 +277,34 @@ int fileio_remove_tree(const char *path) {
 }
 
 int fileio_mkdir_p(const char *path, unsigned mode) {
-  /* The common case is a parent that exists: one syscall, not one per
-   * path component. */
-  if (mkdir(path, mode) != 0 && errno != EEXIST) {
-    if (errno != ENOENT)
-      return -errno;
-    char *p = strdup(path);
-    if (!p)
+  /* The common case is a parent that exists: one syscall. Otherwise the
+   * missing parents are made from the nearest existing one down, so a
+   * run's task directory costs three mkdir(2), not one per component of
+   * its path: that was a tenth of dagrun's own time per task. */
+  if (mkdir(path, mode) == 0)
+    return 0;
+  if (errno == ENOENT) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+      n--; /* "a/b/" is "a/b" */
+    while (n > 0 && path[n - 1] != '/')
+      n--;
+    while (n > 1 && path[n - 1] == '/')
+      n--; /* "a//b": the parent is "a" */
+    if (n == 0 || (n == 1 && path[0] == '/'))
+      return -ENOENT; /* no parent left to make */
+    char *parent = strndup(path, n);
+    if (!parent)
       return -ENOMEM;
-    int rc = 0;
-    for (char *s = p + 1; rc == 0; s++) {
-      if (*s != '/' && *s != '\0')
-        continue;
-      char c = *s;
-      *s = '\0';
-      if (mkdir(p, mode) != 0 && errno != EEXIST)
-        rc = -errno;
-      *s = c;
-      if (c == '\0')
-        break;
-    }
-    free(p);
+    int rc = fileio_mkdir_p(parent, mode);
+    free(parent);
     if (rc != 0)
       return rc;
+    if (mkdir(path, mode) == 0)
+      return 0;
   }
+  if (errno != EEXIST)
+    return -errno;
   struct stat st;
   if (stat(path, &st) != 0)
     return -errno;

@@ -4,7 +4,8 @@
  * cannot be made says which file and why (no destination directory, a
  * source that is missing, a directory or unreadable, a file size limit),
  * and a tree removal takes everything under a path but never follows a
- * symlink out of it.
+ * symlink out of it. mkdir -p makes every missing parent (however the
+ * path is written) and refuses a file in the way.
  */
 #include "lib/fileio.h"
 #include "testlib.h"
@@ -214,9 +215,33 @@ static void test_remove_tree_denied(void) {
   CHECK_INT(chmod(test_tmpdir(), 0700), 0);
 }
 
+static int is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static void test_mkdir_p(void) {
+  CHECK_INT(fileio_mkdir_p(test_path("m/a/b/c"), 0755), 0);
+  CHECK(is_dir(test_path("m/a/b/c")));
+  CHECK_INT(fileio_mkdir_p(test_path("m/a/b/c"), 0755), 0); /* exists */
+  CHECK_INT(fileio_mkdir_p(test_path("m/x//y/"), 0755), 0);
+  CHECK(is_dir(test_path("m/x/y")));
+  CHECK_INT(fileio_write_durable(test_path("m/file"), "f", 1), 0);
+  CHECK_INT(fileio_mkdir_p(test_path("m/file"), 0755), -ENOTDIR);
+  CHECK_INT(fileio_mkdir_p(test_path("m/file/sub/d"), 0755), -ENOTDIR);
+  /* Relative to the working directory, parents included. */
+  char cwd[4096];
+  CHECK(getcwd(cwd, sizeof cwd) != NULL);
+  CHECK_INT(chdir(test_path("m")), 0);
+  CHECK_INT(fileio_mkdir_p("r/s", 0755), 0);
+  CHECK_INT(chdir(cwd), 0);
+  CHECK(is_dir(test_path("m/r/s")));
+}
+
 int main(void) {
   if (test_tmpdir_make("fileio") != 0)
     return 1;
+  test_mkdir_p();
   test_copy();
   test_copy_fails();
   test_copy_unreadable();
