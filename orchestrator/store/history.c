@@ -28,6 +28,8 @@ struct history {
   int *open_attempt; /* per task: the attempt recorded as started, or 0 */
   int *last_exit;    /* per task: the last attempt's exit code, or -1 */
   char **last_error; /* per task: the last failure's reason */
+  int pid;           /* this dagrun, as pool leases name it */
+  long long pid_start;
   char err[1024];
 };
 
@@ -53,6 +55,8 @@ static history *history_new(store *st, const spec *sp, const char *run_id) {
   h->last_error = xcalloc(n, sizeof(char *));
   for (size_t i = 0; i < sp->n_tasks; i++)
     h->last_exit[i] = -1;
+  h->pid = (int)getpid();
+  h->pid_start = proc_start_time(h->pid);
   return h;
 }
 
@@ -175,6 +179,45 @@ void history_task_event(history *h, const sched *s, const sched_event *e) {
   if (rc != 0)
     broke(h);
   cJSON_free(outputs);
+}
+
+/* A store that fails here is said once, as for every write, and the run
+ * goes on: pools then hold within this run only, and max_active_runs is
+ * not kept, rather than a run stuck waiting on a store it cannot use. */
+int history_pool_acquire(history *h, size_t task, const char *pool, int size,
+                         char **why) {
+  *why = NULL;
+  if (!h || h->broken)
+    return 1;
+  int rc = store_lease_acquire(h->st, pool, size, h->run_id,
+                               h->sp->tasks[task].name, h->pid, h->pid_start,
+                               clock_wall(), why, h->err, sizeof h->err);
+  if (rc < 0) {
+    broke(h);
+    return 1;
+  }
+  return rc;
+}
+
+void history_pool_release(history *h, size_t task) {
+  if (!h || h->broken)
+    return;
+  if (store_lease_release(h->st, h->run_id, h->sp->tasks[task].name, h->err,
+                          sizeof h->err) != 0)
+    broke(h);
+}
+
+int history_admit(history *h, int max, char **why) {
+  *why = NULL;
+  if (!h || h->broken)
+    return 1;
+  int rc = store_run_admit(h->st, h->run_id, h->sp->dag, max, why, h->err,
+                           sizeof h->err);
+  if (rc < 0) {
+    broke(h);
+    return 1;
+  }
+  return rc;
 }
 
 void history_finish(history *h, const char *state) {
