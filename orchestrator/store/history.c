@@ -352,6 +352,10 @@ int history_cmd_runs(int argc, char **argv) {
     for (cJSON *r = runs->child; r; r = r->next)
       if (str(r, "note", NULL))
         printf("%s %s\n", str(r, "id", "?"), str(r, "note", ""));
+    /* Queued runs (max_active_runs): what each waits for. */
+    for (cJSON *r = runs->child; r; r = r->next)
+      if (str(r, "waiting", NULL))
+        printf("%s waiting: %s\n", str(r, "id", "?"), str(r, "waiting", ""));
     /* Tasks counted as done that did not run in that run. */
     for (cJSON *r = runs->child; r; r = r->next)
       if (num(r, "tasks_cached", 0) > 0)
@@ -439,6 +443,8 @@ int history_cmd_status(int argc, char **argv) {
            str(run, "state", "?"));
     if (str(run, "note", NULL))
       printf("%s\n", str(run, "note", ""));
+    if (str(run, "waiting", NULL))
+      printf("waiting: %s\n", str(run, "waiting", ""));
     printf("started %s, %s %s\n", t,
            num(run, "finished", 0) > 0 ? "took" : "running for", d);
     printf("file %s\ndir  %s\n\n", str(run, "dag_file", "-"),
@@ -456,9 +462,13 @@ int history_cmd_status(int argc, char **argv) {
       fmt_span(k, d, sizeof d);
       /* A task taken from the cache did not run: say from which run. */
       const char *from = str(k, "cached_from", NULL);
-      char note[96] = "";
+      const char *waiting = str(k, "waiting", NULL);
+      char note[320] = "";
       if (from && *from)
         snprintf(note, sizeof note, "cached from %s", from);
+      /* A queued task held back by a machine-wide pool: by whom. */
+      else if (waiting && strcmp(str(k, "state", ""), "queued") == 0)
+        snprintf(note, sizeof note, "waiting for %s", waiting);
       const char *error = str(k, "error", "");
       printf("%-20s %-16s %8d %5s %9s  %s%s%s\n", str(k, "name", "?"),
              str(k, "state", "?"), (int)num(k, "attempts", 0), code, d, note,
