@@ -353,6 +353,22 @@ out:
   return rc;
 }
 
+/* Switching a new database to WAL needs it alone, and SQLite does not
+ * call the busy handler for that: two dagruns that create the store at
+ * once would see "database is locked". Retried here for as long as
+ * busy_timeout would wait. */
+static int set_wal(store *st, char *err, size_t errlen) {
+  for (int tries = 0;; tries++) {
+    int rc = sqlite3_exec(st->db, "PRAGMA journal_mode = WAL", NULL, NULL,
+                          NULL);
+    if (rc == SQLITE_OK)
+      return 0;
+    if ((rc & 0xff) != SQLITE_BUSY || tries >= 1000)
+      return fail(st, rc, err, errlen, "PRAGMA journal_mode = WAL");
+    sqlite3_sleep(10);
+  }
+}
+
 int store_open(const char *path, int create, store **out, char *err,
                size_t errlen) {
   *out = NULL;
@@ -382,7 +398,7 @@ int store_open(const char *path, int create, store **out, char *err,
   /* Waits for another process's write rather than failing at once. */
   sqlite3_busy_timeout(st->db, 10000);
   if ((rc = exec_sql(st, "PRAGMA foreign_keys = ON", err, errlen)) != 0 ||
-      (rc = exec_sql(st, "PRAGMA journal_mode = WAL", err, errlen)) != 0 ||
+      (rc = set_wal(st, err, errlen)) != 0 ||
       (rc = exec_sql(st, "PRAGMA synchronous = FULL", err, errlen)) != 0 ||
       (rc = init_schema(st, err, errlen)) != 0) {
     store_close(st);

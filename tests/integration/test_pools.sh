@@ -9,6 +9,8 @@
 #    whom; once the holder ends, it runs; no intervals overlap.
 # 3. kill -9 of a dagrun that holds the pool (and of its task's process
 #    group): its lease is freed, and another run gets the pool at once.
+# 4. An attempt that times out gives its slot back, and a task waiting to
+#    be retried holds none: another run's task runs in that wait.
 . "$(dirname "$0")/lib.sh"
 export DAGRUN_HOME="$T/home"
 mkdir -p dags
@@ -127,4 +129,25 @@ run_timed after timeout 20 "$DAGRUN" run gpu.yaml --plain
 [ "$SECS" -le 6 ] || fail "the pool was not freed at once (${SECS}s): $(cat "$T/after.out")"
 expect_not_in "$T/after.out" "waiting for pool"
 no_overlap 2
+
+# ---- 4. a timeout and a retry's wait hold no slot ----
+rm -f "$T/iv.log" "$T/first"
+cat > flaky.yaml <<Y
+dag: flaky
+pools: {gpu: 1}
+tasks:
+  f: {stage: exec, cache: false, pool: gpu, timeout: 1s, kill_grace: 1s, retries: 1, retry_delay: 4s, retry_jitter: 0,
+      with: {command: [sh, -c, 'if [ ! -e $T/first ]; then touch $T/first; exec sleep 30; fi; s=\$(date +%s.%N); echo "\$s \$(date +%s.%N)" >> $T/iv.log']}}
+Y
+"$DAGRUN" run flaky.yaml --plain >"$T/flaky.out" 2>&1 &
+F=$!
+for _ in $(seq 100); do [ -e "$T/first" ] && break; sleep 0.1; done
+[ -e "$T/first" ] || fail "flaky never started: $(cat "$T/flaky.out")"
+run_timed during timeout 20 "$DAGRUN" run gpu.yaml --plain
+[ "$RC" -eq 0 ] || fail "a run beside the timed-out task failed: $(cat "$T/during.out")"
+pid_alive "$F" || fail "flaky ended before the other run did: the slot was held through the timeout or the retry's wait: $(cat "$T/flaky.out") $(cat "$T/during.out")"
+wait "$F" || fail "flaky failed: $(cat "$T/flaky.out")"
+expect_in "$T/flaky.out" "timed out after 1.0s"
+expect_in "$T/flaky.out" "retrying in"
+no_overlap 3
 pass
