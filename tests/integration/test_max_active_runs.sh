@@ -5,8 +5,10 @@
 #    shown "queued" by `dagrun runs` and `dagrun status` with what it
 #    waits for, says so on its terminal, then runs; their tasks' intervals
 #    do not overlap and both succeed.
-# 3. SIGTERM to a queued run ends it: recorded "cancelled", not left
-#    queued, exit 143, its task never ran.
+# 3. `dagrun cancel` (SIGTERM) of a queued run ends it: recorded
+#    "cancelled", not left queued, exit 143, its task never ran.
+# 4. A queued run whose dagrun is killed -9 is recorded "interrupted" by
+#    the next reader, and counts no more: a new run starts at once.
 . "$(dirname "$0")/lib.sh"
 export DAGRUN_HOME="$T/home"
 
@@ -79,7 +81,9 @@ P4=$!
 for _ in $(seq 100); do grep -q "waiting: max_active_runs" "$T/r4.out" && break; sleep 0.1; done
 expect_in "$T/r4.out" "waiting: max_active_runs 1 reached"
 R4=$(ls -t "$DAGRUN_RUNS_DIR/lim" | head -n 1)
-kill -TERM "$P4"
+run_dagrun cancel "$R4"
+expect_rc 0
+expect_in "$T/out" "run $R4 cancelled"
 set +e
 wait "$P4"
 RC=$?
@@ -91,4 +95,23 @@ expect_not_in "$T/out" "waiting:"
 [ ! -e "$T/started-4" ] || fail "the cancelled queued run's task ran"
 touch "$T/go-3"
 wait "$P3" || fail "run 3 failed: $(cat "$T/r3.out")"
+
+# ---- 4. kill -9 of a queued run's dagrun ----
+"$DAGRUN" run lim.yaml --plain -p n=5 >"$T/r5.out" 2>&1 &
+P5=$!
+for _ in $(seq 100); do [ -e "$T/started-5" ] && break; sleep 0.1; done
+[ -e "$T/started-5" ] || fail "run 5 never started: $(cat "$T/r5.out")"
+"$DAGRUN" run lim.yaml --plain -p n=6 >"$T/r6.out" 2>&1 &
+P6=$!
+for _ in $(seq 100); do grep -q "waiting: max_active_runs" "$T/r6.out" && break; sleep 0.1; done
+expect_in "$T/r6.out" "waiting: max_active_runs 1 reached"
+R6=$(ls -t "$DAGRUN_RUNS_DIR/lim" | head -n 1)
+kill -KILL "$P6"
+wait "$P6" 2>/dev/null || true
+[ "$(run_state "$R6")" = interrupted ] || fail "queued run of a killed dagrun: $(run_state "$R6")"
+touch "$T/go-5" "$T/go-7"
+wait "$P5" || fail "run 5 failed: $(cat "$T/r5.out")"
+run_timed r7 "$DAGRUN" run lim.yaml --plain -p n=7
+[ "$RC" -eq 0 ] || fail "run 7 failed: $(cat "$T/r7.out")"
+expect_not_in "$T/r7.out" "waiting:"
 pass
