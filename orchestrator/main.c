@@ -364,6 +364,12 @@ typedef struct run_ctx {
   uv_signal_t sigint, sigterm, sighup;
   int stop_signal; /* first signal that stopped the run */
   int n_signals;
+  const spec *sp;
+  char **pool_waits; /* per task: what it was last shown waiting for */
+  /* max_active_runs: the poll while the run is queued, and why it is. */
+  uv_timer_t admit;
+  int admitting;
+  char *admit_why;
 } run_ctx;
 
 static void obs_event(void *ud, const sched_event *e) {
@@ -386,6 +392,32 @@ static void obs_attempt_start(void *ud, size_t task, int attempt,
   history_attempt_start(((run_ctx *)ud)->h, task, attempt, log_path);
 }
 
+/* sched_opts.pool_acquire: a slot of the task's pool, machine-wide. The
+ * view hears of a wait when what the task waits for changes, not at each
+ * poll. */
+static int obs_pool_acquire(void *ud, size_t task) {
+  run_ctx *r = ud;
+  const spec_pool *p = &r->sp->pools[r->sp->tasks[task].pool];
+  char *why = NULL;
+  int ok = history_pool_acquire(r->h, task, p->name, p->size, &why);
+  char **last = &r->pool_waits[task];
+  if (ok || !why || (*last && strcmp(*last, why) == 0)) {
+    free(why);
+    why = NULL;
+  } else {
+    view_task_waiting(r->v, task, why);
+  }
+  if (ok || why) {
+    free(*last);
+    *last = why;
+  }
+  return ok;
+}
+
+static void obs_pool_release(void *ud, size_t task) {
+  history_pool_release(((run_ctx *)ud)->h, task);
+}
+
 static void obs_progress(void *ud, size_t task, double f, const char *msg) {
   view_task_progress(((run_ctx *)ud)->v, task, f, msg);
 }
@@ -402,8 +434,56 @@ static void obs_done(void *ud) {
   uv_close((uv_handle_t *)&r->sighup, NULL);
 }
 
+/* max_active_runs: the run starts once the store admits it
+ * (store_run_admit); until then it is recorded "queued" and asks again
+ * every ADMIT_POLL_MS. A stop signal meanwhile ends the wait (on_signal)
+ * and the run, whose tasks never started, is recorded as it is stopped. */
+#define ADMIT_POLL_MS 250
+
+static void admit_stop(run_ctx *r) {
+  if (!r->admitting)
+    return;
+  r->admitting = 0;
+  uv_close((uv_handle_t *)&r->admit, NULL);
+}
+
+static void admit_try(run_ctx *r) {
+  char *why = NULL;
+  if (history_admit(r->h, r->sp->max_active_runs, &why)) {
+    if (r->admit_why)
+      view_notice(r->v, "admitted: starting the run");
+    admit_stop(r);
+    sched_start(r->s);
+    return;
+  }
+  if (!r->admit_why || strcmp(r->admit_why, why) != 0) {
+    char *m = xasprintf("waiting: %s", why);
+    view_notice(r->v, m);
+    free(m);
+  }
+  free(r->admit_why);
+  r->admit_why = why;
+}
+
+static void on_admit_poll(uv_timer_t *t) { admit_try(t->data); }
+
+/* Starts the run's tasks now, or, for a DAG with max_active_runs, once
+ * the run is admitted. */
+static void start_or_queue(run_ctx *r) {
+  if (r->sp->max_active_runs <= 0) {
+    sched_start(r->s);
+    return;
+  }
+  uv_timer_init(r->loop, &r->admit);
+  r->admit.data = r;
+  r->admitting = 1;
+  uv_timer_start(&r->admit, on_admit_poll, ADMIT_POLL_MS, ADMIT_POLL_MS);
+  admit_try(r);
+}
+
 static void on_signal(uv_signal_t *h, int signum) {
   run_ctx *r = h->data;
+  admit_stop(r);
   /* A closing terminal sends SIGHUP twice (the kernel to the foreground
    * group, the shell to its jobs): a hangup never asks to kill the tasks
    * now, as a second Ctrl-C does. */
@@ -487,6 +567,8 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
   char err[1024];
   run_ctx r = {0};
   r.h = h;
+  r.sp = sp;
+  r.pool_waits = xcalloc(sp->n_tasks ? sp->n_tasks : 1, sizeof(char *));
   r.loop = uv_default_loop();
   r.v = view_create(r.loop, mode, sp, stdout);
   secrets *sec = secrets_collect(sp, params, run);
@@ -501,7 +583,9 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
       preset,
       obs_cache_lookup,
       no_cache,
-      sec};
+      sec,
+      obs_pool_acquire,
+      obs_pool_release};
   r.s = sched_create(r.loop, ck, run, params, &so);
   write_run_json(sp, run, params, r.s, "running", max_parallel);
   uv_signal_init(r.loop, &r.sigint);
@@ -514,7 +598,7 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
   stop_signals_block(0);
 
   view_run_started(r.v, run, max_parallel);
-  sched_start(r.s);
+  start_or_queue(&r);
   uv_run(r.loop, UV_RUN_DEFAULT);
 
   size_t counts[TASK_CANCELLED + 1];
@@ -542,6 +626,10 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
   sched_destroy(r.s);
   secrets_destroy(sec);
   uv_loop_close(r.loop);
+  for (size_t i = 0; i < sp->n_tasks; i++)
+    free(r.pool_waits[i]);
+  free(r.pool_waits);
+  free(r.admit_why);
 
   return r.stop_signal == SIGINT         ? 130
          : r.stop_signal == SIGTERM      ? 143
@@ -918,7 +1006,7 @@ static void resume_job_free(resume_job *j) {
  * saying so; 0 when it may be resumed. */
 static int resume_refused(resume_job *j, int *code) {
   int alive = resume_owner_alive(j->rec, &j->owner);
-  if (alive && strcmp(j->state, "running") == 0) {
+  if (alive && store_state_active(j->state)) {
     fprintf(stderr,
             "dagrun: run %s is still running (dagrun pid %d): not resuming "
             "it; `dagrun cancel %s` stops it\n",
@@ -1081,7 +1169,7 @@ static int cancel_wait(store *db, const char *run_id, int owner,
   for (;;) {
     cJSON_Delete(*rec);
     *rec = store_run(db, run_id, &rc, err, sizeof err);
-    if (*rec && strcmp(json_str(*rec, "state"), "running") != 0) {
+    if (*rec && !store_state_active(json_str(*rec, "state"))) {
       printf("run %s %s\n", run_id, json_str(*rec, "state"));
       return 0;
     }
@@ -1120,7 +1208,7 @@ static int cmd_cancel(int argc, char **argv) {
     /* Interrupted: its dagrun is gone (store.h). */
     fprintf(stderr, "dagrun: run %s is not running (interrupted): %s\n", run_id,
             json_str(rec, "note"));
-  } else if (strcmp(json_str(rec, "state"), "running") != 0) {
+  } else if (!store_state_active(json_str(rec, "state"))) {
     fprintf(stderr, "dagrun: run %s is not running (it %s)\n", run_id,
             strcmp(json_str(rec, "state"), "success") == 0
                 ? "succeeded"

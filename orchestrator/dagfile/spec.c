@@ -19,7 +19,7 @@
 static const char *const top_keys[] = {
     "dag",     "description", "params",   "defaults", "max_parallel",
     "pools",   "tasks",       "schedule", "timezone", "catchup",
-    "overlap", "alerts",      "secrets",  NULL};
+    "overlap", "alerts",      "secrets",  "max_active_runs", NULL};
 
 /* A task's keys; the ones from "retries" on are settings that `defaults`
  * may also give. */
@@ -1057,6 +1057,9 @@ static void parse_root(ctx *c) {
   if ((v = ynode_get(root, "max_parallel")))
     (void)get_int(c, v, "max_parallel", "", 1, 1000000, "an integer >= 1",
                   &s->max_parallel);
+  if ((v = ynode_get(root, "max_active_runs")))
+    (void)get_int(c, v, "max_active_runs", "", 1, 1000000, "an integer >= 1",
+                  &s->max_active_runs);
   if ((v = ynode_get(root, "pools")))
     parse_pools(c, v);
   s->schedule = ynode_get(root, "schedule");

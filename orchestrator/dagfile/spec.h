@@ -8,8 +8,8 @@
  * stage plugins and their params, templates) live in check.h.
  *
  * Top-level keys: dag (required, [A-Za-z0-9_.-]+), description, params (map),
- * defaults (map of task settings), max_parallel (int >= 1), pools (map of
- * name to int >= 1), tasks (map, required, at least one), the cron trigger
+ * defaults (map of task settings), max_parallel (int >= 1), max_active_runs
+ * (int >= 1), pools (map of name to int >= 1), tasks (map, required, at least one), the cron trigger
  * (cron.h): schedule (a cron expression or macro, errors pointing at the
  * bad token), timezone (an IANA name, default UTC), catchup (bool, default
  * false), overlap (skip | queue | allow, default skip), secrets (a list
@@ -125,6 +125,9 @@ typedef struct spec {
   char *description;   /* NULL if none */
   const ynode *params; /* MAP or NULL */
   int max_parallel;    /* 0 = not set (the CLI decides) */
+  /* At most this many runs of the DAG at once, machine-wide (all dagruns
+   * sharing a run store); 0 = no limit. */
+  int max_active_runs;
   spec_pool *pools;
   size_t n_pools;
   spec_task *tasks; /* in the order written */

@@ -21,6 +21,7 @@ typedef struct task_view {
   double started; /* monotonic, of the current attempt */
   double took;    /* duration of the last finished attempt */
   char *reason;   /* why it failed for good */
+  char *waiting;  /* queued: the machine-wide pool it waits for, or NULL */
 } task_view;
 
 struct view {
@@ -119,6 +120,8 @@ static void task_line(view *v, size_t i, sbuf *b) {
       sbuf_printf(b, " (attempt %d/%d)", t->attempt, t->max_attempts);
     if (t->msg)
       sbuf_printf(b, "  %s", t->msg);
+  } else if (t->state == TASK_QUEUED && t->waiting) {
+    sbuf_printf(b, " waiting for %s", t->waiting);
   } else if (t->state == TASK_RETRY_WAIT) {
     sbuf_printf(b, " retrying (attempt %d/%d next)", t->attempt + 1,
                 t->max_attempts);
@@ -324,6 +327,10 @@ void view_task_event(view *v, const sched_event *e) {
     free(t->reason);
     t->reason = xstrdup(e->reason);
   }
+  if (e->state != TASK_QUEUED) {
+    free(t->waiting);
+    t->waiting = NULL;
+  }
   if (e->state == TASK_RUNNING) {
     t->started = clock_monotonic();
     t->fraction = -1;
@@ -370,6 +377,32 @@ void view_task_log(view *v, size_t task, int level, const char *msg) {
   fprintf(v->out, "%s: %s: %s\n", v->s->tasks[task].name,
           level >= 3 ? "ERROR" : "WARN", msg);
   v->dirty = 1;
+}
+
+void view_task_waiting(view *v, size_t task, const char *what) {
+  task_view *t = &v->t[task];
+  free(t->waiting);
+  t->waiting = xstrdup(what);
+  v->dirty = 1;
+  const char *name = v->s->tasks[task].name;
+  if (v->mode == VIEW_PLAIN) {
+    stamp(v);
+    fprintf(v->out, "%s: waiting for %s\n", name, what);
+    fflush(v->out);
+  } else if (v->mode == VIEW_JSON) {
+    cJSON *j = cJSON_CreateObject();
+    char ts[40];
+    format_utc(clock_wall(), 1, ts, sizeof(ts));
+    cJSON_AddStringToObject(j, "time", ts);
+    cJSON_AddStringToObject(j, "event", "task");
+    cJSON_AddStringToObject(j, "task", name);
+    cJSON_AddStringToObject(j, "state", "queued");
+    cJSON_AddStringToObject(j, "waiting", what);
+    char *line = cJSON_PrintUnformatted(j);
+    fprintf(v->out, "%s\n", line);
+    cJSON_free(line);
+    cJSON_Delete(j);
+  }
 }
 
 void view_notice(view *v, const char *msg) {
@@ -444,6 +477,7 @@ static void on_view_closed(uv_handle_t *h) {
   for (size_t i = 0; i < v->s->n_tasks; i++) {
     free(v->t[i].msg);
     free(v->t[i].reason);
+    free(v->t[i].waiting);
   }
   free(v->t);
   free(v);

@@ -32,6 +32,10 @@ void view_task_event(view *v, const sched_event *e);
 void view_task_progress(view *v, size_t task, double fraction,
                         const char *msg);
 void view_task_log(view *v, size_t task, int level, const char *msg);
+/* Queued task waits for what (e.g. "pool gpu (held by run R task T)"),
+ * shown on its line (tty), as a line (plain) or an event (json) until it
+ * leaves the queue. Call when what changes, not at each poll. */
+void view_task_waiting(view *v, size_t task, const char *what);
 /* A line outside the task list ("cancelling: press Ctrl-C again to kill"). */
 void view_notice(view *v, const char *msg);
 /* Final summary: state is "success", "failed" or "cancelled". Stops the

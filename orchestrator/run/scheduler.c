@@ -42,6 +42,7 @@ typedef struct task_rt {
   char *fp_dir;      /* what ${tasks.T.dir} is in fingerprints */
   /* A gang's last attempt: how each rank ended (run.json), or NULL. */
   cJSON *ranks;
+  int leased; /* holds a machine-wide pool slot (opts.pool_acquire) */
 } task_rt;
 
 /* A FIFO of task indices; entries whose task left TASK_QUEUED (cancelled)
@@ -63,6 +64,10 @@ struct sched {
   size_t *down_start, *down; /* downstream lists, CSR layout */
   fifo *queues;              /* one per pool, the last for "no pool" */
   int *pool_running;
+  /* Machine-wide pools: per pool, refused by pool_acquire in this pump
+   * (skipped until the next); the timer that pumps again while so. */
+  unsigned char *pool_blocked;
+  uv_timer_t *pool_timer;
   int running;
   uint64_t seq;
   size_t n_terminal;
@@ -160,11 +165,14 @@ static void close_metrics(task_rt *t) {
   t->tb_failed = 0;
 }
 
+static void pool_timer_close(sched *s);
+
 static void check_done(sched *s) {
   if (s->done_reported || s->n_terminal < s->sp->n_tasks ||
       executor_running(s->x) > 0)
     return;
   s->done_reported = 1;
+  pool_timer_close(s);
   if (s->opts.obs.run_done)
     s->opts.obs.run_done(s->opts.obs.ud);
 }
@@ -397,6 +405,70 @@ static void mark_running(sched *s, size_t i) {
   emit(s, i, TASK_RUNNING, -1, 0, 0, NULL);
 }
 
+/* ---- machine-wide pools (opts.pool_acquire) ----
+ * Kept apart from the in-process counts: a DAG without pools, or a run
+ * without the callbacks, never comes here. */
+
+static void pool_release(sched *s, size_t i) {
+  if (!s->t[i].leased)
+    return;
+  s->t[i].leased = 0;
+  s->opts.pool_release(s->opts.obs.ud, i);
+}
+
+static void pump(sched *s);
+
+static void on_pool_poll(uv_timer_t *timer) { pump(timer->data); }
+
+static void on_pool_timer_closed(uv_handle_t *h) { free(h); }
+
+static void pool_timer_close(sched *s) {
+  if (s->pool_timer)
+    uv_close((uv_handle_t *)s->pool_timer, on_pool_timer_closed);
+  s->pool_timer = NULL;
+}
+
+/* Whether task i, taken from the head of its pool's queue, may be
+ * launched: 1 when it needs no machine-wide slot or got one; 0 when the
+ * pool is full elsewhere: the task goes back to the head of its queue and
+ * the pool is skipped until the poll timer pumps again. */
+static int pool_lease(sched *s, size_t i) {
+  size_t pool = s->sp->tasks[i].pool;
+  if (pool == SIZE_MAX || !s->opts.pool_acquire || s->t[i].leased)
+    return 1;
+  if (s->opts.pool_acquire(s->opts.obs.ud, i)) {
+    s->t[i].leased = 1;
+    return 1;
+  }
+  s->queues[pool].head--; /* next_ready just took it from there */
+  s->pool_blocked[pool] = 1;
+  if (!s->pool_timer) {
+    s->pool_timer = xcalloc(1, sizeof(uv_timer_t));
+    uv_timer_init(s->loop, s->pool_timer);
+    s->pool_timer->data = s;
+    /* The run's own handles keep the loop alive, not this poll. */
+    uv_unref((uv_handle_t *)s->pool_timer);
+  }
+  if (!uv_is_active((uv_handle_t *)s->pool_timer))
+    uv_timer_start(s->pool_timer, on_pool_poll, SCHED_POOL_POLL_MS,
+                   SCHED_POOL_POLL_MS);
+  return 0;
+}
+
+/* At the start of a pump: every pool may be asked again; the poll stops
+ * when no task was refused in the last pump. */
+static void pool_unblock(sched *s) {
+  if (!s->pool_blocked)
+    return;
+  int any = 0;
+  for (size_t q = 0; q < s->sp->n_pools; q++) {
+    any |= s->pool_blocked[q];
+    s->pool_blocked[q] = 0;
+  }
+  if (!any && s->pool_timer)
+    uv_timer_stop(s->pool_timer);
+}
+
 /* Starts the next attempt of task i. A failure before the process starts
  * (params that do not resolve, a directory that cannot be made) fails the
  * task without retry: another attempt would meet the same problem. */
@@ -461,6 +533,7 @@ static void launch(sched *s, size_t i) {
 
 failed:
   t->exit_code = -1;
+  pool_release(s, i);
   settle(s, i, TASK_FAILED, -1, 0, reason);
 done:
   cJSON_free(real);
@@ -564,7 +637,8 @@ static long next_ready(sched *s) {
       f->head++;
     if (f->head == f->n)
       continue;
-    if (q < s->sp->n_pools && s->pool_running[q] >= s->sp->pools[q].size)
+    if (q < s->sp->n_pools && (s->pool_running[q] >= s->sp->pools[q].size ||
+                               (s->pool_blocked && s->pool_blocked[q])))
       continue;
     size_t i = f->v[f->head];
     if (s->t[i].queued_seq < best_seq) {
@@ -584,13 +658,14 @@ static void pump(sched *s) {
     return;
   }
   s->pumping = 1;
+  pool_unblock(s);
   do {
     s->pump_again = 0;
     while (!s->cancelling && s->running < s->opts.max_parallel) {
       long i = next_ready(s);
       if (i < 0)
         break;
-      if (!try_cache(s, (size_t)i))
+      if (!try_cache(s, (size_t)i) && pool_lease(s, (size_t)i))
         launch(s, (size_t)i);
     }
   } while (s->pump_again);
@@ -678,6 +753,7 @@ static void on_attempt_exit(void *ud, size_t i, const exec_result *r) {
   s->running--;
   if (st->pool != SIZE_MAX)
     s->pool_running[st->pool]--;
+  pool_release(s, i);
   close_metrics(t);
   t->exit_code = r->end == EXEC_EXITED ? r->exit_code : -1;
   cJSON_Delete(t->ranks);
@@ -859,6 +935,8 @@ sched *sched_create(uv_loop_t *loop, const checked *c, const rundir *run,
   free(fill);
   s->queues = xcalloc(sp->n_pools + 1, sizeof(fifo));
   s->pool_running = xcalloc(sp->n_pools + 1, sizeof(int));
+  if (sp->n_pools && opts->pool_acquire)
+    s->pool_blocked = xcalloc(sp->n_pools, 1);
   s->opts.preset = NULL; /* borrowed for this call only */
   for (size_t i = 0; opts->preset && i < n; i++) {
     const sched_preset *p = &opts->preset[i];
@@ -1004,6 +1082,7 @@ void sched_destroy(sched *s) {
     free(s->queues[q].v);
   free(s->queues);
   free(s->pool_running);
+  free(s->pool_blocked);
   free(s->down_start);
   free(s->down);
   free(s->t);

@@ -129,7 +129,22 @@ typedef struct sched_opts {
    * of downstream tasks still see the real outputs, and workers the real
    * params. */
   const secrets *secrets;
+  /* Machine-wide pools (history.h's history_pool_acquire); NULL: a pool
+   * holds within this run only. Called with obs.ud for a task that has a
+   * pool, once this run's own count of the pool has room, before the
+   * task's attempt is launched: returns 1 when the task now holds a slot,
+   * 0 when the pool is full elsewhere. A task refused stays first in its
+   * pool's queue and is asked for again on a timer (SCHED_POOL_POLL_MS)
+   * while any task waits so. pool_release gives the slot back when the
+   * attempt ends, however (success, failure, timeout, cancel, and before a
+   * retry's wait), or when it could not be launched. A DAG without pools
+   * never calls either. */
+  int (*pool_acquire)(void *ud, size_t task);
+  void (*pool_release)(void *ud, size_t task);
 } sched_opts;
+
+/* How often a task refused by pool_acquire asks again. */
+#define SCHED_POOL_POLL_MS 200
 
 typedef struct sched sched;
 

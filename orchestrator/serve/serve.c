@@ -460,15 +460,20 @@ static int dag_busy(server *s, const char *dag) {
     if (strcmp(c->dag, dag) == 0)
       return 1;
   char err[512];
-  cJSON *runs = store_runs(s->st, dag, "running", 0, err, sizeof err);
-  if (!runs) {
-    say("%s", err);
-    return 1; /* unknown: do not start a second run on a guess */
-  }
+  /* A run queued by max_active_runs is going too: overlap decides whether
+   * another is started beside it. */
+  static const char *const active[] = {"running", "queued"};
   int busy = 0, pid;
-  const cJSON *r;
-  cJSON_ArrayForEach(r, runs) busy |= resume_owner_alive(r, &pid);
-  cJSON_Delete(runs);
+  for (int k = 0; k < 2 && !busy; k++) {
+    cJSON *runs = store_runs(s->st, dag, active[k], 0, err, sizeof err);
+    if (!runs) {
+      say("%s", err);
+      return 1; /* unknown: do not start a second run on a guess */
+    }
+    const cJSON *r;
+    cJSON_ArrayForEach(r, runs) busy |= resume_owner_alive(r, &pid);
+    cJSON_Delete(runs);
+  }
   return busy;
 }
 
@@ -493,7 +498,7 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(run, "state");
     if (run && cJSON_IsString(st) &&
         (strcmp(st->valuestring, "cancelled") == 0 ||
-         strcmp(st->valuestring, "running") == 0) &&
+         store_state_active(st->valuestring)) &&
         store_run_finish(s->st, c->run_id, "interrupted", clock_wall(), err,
                          sizeof err) != 0)
       say("%s", err);
@@ -843,7 +848,7 @@ static void loop_cancel(server *s, api_request *r) {
     return;
   }
   const cJSON *state = cJSON_GetObjectItemCaseSensitive(run, "state");
-  if (!cJSON_IsString(state) || strcmp(state->valuestring, "running") != 0 ||
+  if (!cJSON_IsString(state) || !store_state_active(state->valuestring) ||
       !resume_owner_alive(run, &pid)) {
     r->status = 409;
     snprintf(r->err, sizeof r->err, "run %s is not running (%s)",
@@ -988,7 +993,7 @@ static void recover(server *s) {
       continue;
     int pid;
     int interrupted = strcmp(state->valuestring, "interrupted") == 0;
-    int orphaned = strcmp(state->valuestring, "running") == 0 &&
+    int orphaned = store_state_active(state->valuestring) &&
                    !resume_owner_alive(r, &pid);
     if (!interrupted && !orphaned)
       continue;

@@ -29,6 +29,8 @@ struct history {
   int *open_attempt; /* per task: the attempt recorded as started, or 0 */
   int *last_exit;    /* per task: the last attempt's exit code, or -1 */
   char **last_error; /* per task: the last failure's reason */
+  int pid;           /* this dagrun, as pool leases name it */
+  long long pid_start;
   char err[1024];
 };
 
@@ -54,6 +56,8 @@ static history *history_new(store *st, const spec *sp, const char *run_id) {
   h->last_error = xcalloc(n, sizeof(char *));
   for (size_t i = 0; i < sp->n_tasks; i++)
     h->last_exit[i] = -1;
+  h->pid = (int)getpid();
+  h->pid_start = proc_start_time(h->pid);
   return h;
 }
 
@@ -176,6 +180,45 @@ void history_task_event(history *h, const sched *s, const sched_event *e) {
   if (rc != 0)
     broke(h);
   cJSON_free(outputs);
+}
+
+/* A store that fails here is said once, as for every write, and the run
+ * goes on: pools then hold within this run only, and max_active_runs is
+ * not kept, rather than a run stuck waiting on a store it cannot use. */
+int history_pool_acquire(history *h, size_t task, const char *pool, int size,
+                         char **why) {
+  *why = NULL;
+  if (!h || h->broken)
+    return 1;
+  int rc = store_lease_acquire(h->st, pool, size, h->run_id,
+                               h->sp->tasks[task].name, h->pid, h->pid_start,
+                               clock_wall(), why, h->err, sizeof h->err);
+  if (rc < 0) {
+    broke(h);
+    return 1;
+  }
+  return rc;
+}
+
+void history_pool_release(history *h, size_t task) {
+  if (!h || h->broken)
+    return;
+  if (store_lease_release(h->st, h->run_id, h->sp->tasks[task].name, h->err,
+                          sizeof h->err) != 0)
+    broke(h);
+}
+
+int history_admit(history *h, int max, char **why) {
+  *why = NULL;
+  if (!h || h->broken)
+    return 1;
+  int rc = store_run_admit(h->st, h->run_id, h->sp->dag, max, why, h->err,
+                           sizeof h->err);
+  if (rc < 0) {
+    broke(h);
+    return 1;
+  }
+  return rc;
 }
 
 void history_finish(history *h, const char *state) {
@@ -310,6 +353,10 @@ int history_cmd_runs(int argc, char **argv) {
     for (cJSON *r = runs->child; r; r = r->next)
       if (str(r, "note", NULL))
         printf("%s %s\n", str(r, "id", "?"), str(r, "note", ""));
+    /* Queued runs (max_active_runs): what each waits for. */
+    for (cJSON *r = runs->child; r; r = r->next)
+      if (str(r, "waiting", NULL))
+        printf("%s waiting: %s\n", str(r, "id", "?"), str(r, "waiting", ""));
     /* Tasks counted as done that did not run in that run. */
     for (cJSON *r = runs->child; r; r = r->next)
       if (num(r, "tasks_cached", 0) > 0)
@@ -397,6 +444,8 @@ int history_cmd_status(int argc, char **argv) {
            str(run, "state", "?"));
     if (str(run, "note", NULL))
       printf("%s\n", str(run, "note", ""));
+    if (str(run, "waiting", NULL))
+      printf("waiting: %s\n", str(run, "waiting", ""));
     printf("started %s, %s %s\n", t,
            num(run, "finished", 0) > 0 ? "took" : "running for", d);
     printf("file %s\ndir  %s\n\n", str(run, "dag_file", "-"),
@@ -414,9 +463,13 @@ int history_cmd_status(int argc, char **argv) {
       fmt_span(k, d, sizeof d);
       /* A task taken from the cache did not run: say from which run. */
       const char *from = str(k, "cached_from", NULL);
-      char note[96] = "";
+      const char *waiting = str(k, "waiting", NULL);
+      char note[320] = "";
       if (from && *from)
         snprintf(note, sizeof note, "cached from %s", from);
+      /* A queued task held back by a machine-wide pool: by whom. */
+      else if (waiting && strcmp(str(k, "state", ""), "queued") == 0)
+        snprintf(note, sizeof note, "waiting for %s", waiting);
       const char *error = str(k, "error", "");
       printf("%-20s %-16s %8d %5s %9s  %s%s%s\n", str(k, "name", "?"),
              str(k, "state", "?"), (int)num(k, "attempts", 0), code, d, note,

@@ -72,6 +72,19 @@ void history_attempt_start(history *h, size_t task, int attempt,
  * said on stderr, and the task runs). */
 int history_cache_lookup(history *h, const char *fingerprint, char **from_run,
                          char **from_out_dir, cJSON **outputs);
+/* Machine-wide pools (store_lease_acquire): the scheduler's
+ * sched_opts.pool_acquire and pool_release for task, whose pool is `pool`
+ * of `size` in this DAG. Acquire returns 1 when the task holds a slot, 0
+ * with *why (caller frees; also recorded as the task's waiting) when the
+ * pool is full. A store that fails is said once and grants the slot: the
+ * pool then holds within this run only. */
+int history_pool_acquire(history *h, size_t task, const char *pool, int size,
+                         char **why);
+void history_pool_release(history *h, size_t task);
+/* max_active_runs (store_run_admit): 1 when the run may start (recorded
+ * "running"), 0 with *why (caller frees) when it is recorded "queued". A
+ * store that fails is said once and admits the run. */
+int history_admit(history *h, int max, char **why);
 /* The store h records into (borrowed), or NULL for a NULL h. */
 store *history_store(const history *h);
 /* Records the run's final state and frees h; NULL is a no-op. */

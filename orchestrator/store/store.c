@@ -18,7 +18,8 @@
   XX(RUN_INSERT, "INSERT INTO runs(id, dag, dag_file, run_dir, state, "        \
                  "started, params, trigger, logical_date, dag_sha256) "        \
                  "VALUES(?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8, ?9)")      \
-  XX(RUN_FINISH, "UPDATE runs SET state = ?2, finished = ?3 WHERE id = ?1")    \
+  XX(RUN_FINISH, "UPDATE runs SET state = ?2, finished = ?3, waiting = NULL " \
+                 "WHERE id = ?1")                                              \
   XX(TASK_INSERT, "INSERT INTO tasks(run_id, name, state, attempts) "          \
                   "VALUES(?1, ?2, 'waiting', 0)")                              \
   XX(TASK_SET, "UPDATE tasks SET state = ?3, attempts = ?4, exit_code = ?5, "  \
@@ -48,17 +49,19 @@
      "r.orch_pid, r.orch_start, "                                              \
      "(SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND "                \
      "t.state = 'cached'), (SELECT group_concat(DISTINCT t.cached_from) "      \
-     "FROM tasks t WHERE t.run_id = r.id AND t.state = 'cached') FROM runs r " \
+     "FROM tasks t WHERE t.run_id = r.id AND t.state = 'cached'), r.waiting "  \
+     "FROM runs r "                                                            \
      "WHERE (?1 IS NULL OR r.dag = ?1) AND (?3 IS NULL OR r.state = ?3) "      \
      "ORDER BY r.started DESC, r.id DESC LIMIT ?2")                            \
   XX(RUN_FIND, "SELECT id, dag, dag_file, run_dir, state, started, finished, " \
                "params, orch_pid, orch_start, trigger, logical_date, "         \
-               "dag_sha256 "                                                   \
+               "dag_sha256, waiting "                                          \
                "FROM runs WHERE substr(id, 1, "                                \
                "length(?1)) = ?1 "                                             \
                "ORDER BY id LIMIT 2")                                          \
   XX(TASKS_OF, "SELECT name, state, attempts, exit_code, error, started, "     \
-               "finished, outputs, fingerprint, cached_from FROM tasks "       \
+               "finished, outputs, fingerprint, cached_from, waiting FROM "    \
+               "tasks "                                                        \
                "WHERE run_id = ?1 ORDER BY rowid")                             \
   XX(ATTS_OF, "SELECT n, pid, state, exit_code, error, started, finished, "    \
               "log, pid_start FROM attempts WHERE run_id = ?1 AND task = ?2 "  \
@@ -77,14 +80,15 @@
                 "duration_s, result, endpoint FROM alert_deliveries "          \
                 "WHERE run_id = ?1 ORDER BY rowid")                            \
   XX(RUNS_OWNED, "SELECT id, orch_pid, orch_start FROM runs "                  \
-                 "WHERE state = 'running' AND orch_pid > 0 AND "               \
+                 "WHERE state IN ('running', 'queued') AND orch_pid > 0 AND "  \
                  "(?1 IS NULL OR substr(id, 1, length(?1)) = ?1)")             \
   XX(RUN_GONE, "UPDATE runs SET state = 'interrupted', finished = max("        \
                "coalesce(started, 0), coalesce((SELECT max(max("               \
                "coalesce(a.started, 0), coalesce(a.finished, 0))) FROM "       \
                "attempts a WHERE a.run_id = ?1), 0), coalesce((SELECT "        \
                "max(t.finished) FROM tasks t WHERE t.run_id = ?1), 0)) "       \
-               "WHERE id = ?1 AND state = 'running' AND orch_pid IS ?2 AND "   \
+               "WHERE id = ?1 AND state IN ('running', 'queued') AND "         \
+               "orch_pid IS ?2 AND "                                           \
                "orch_start IS ?3")                                             \
   XX(TASKS_GONE, "UPDATE tasks SET state = 'cancelled', finished = "           \
                  "coalesce(finished, (SELECT finished FROM runs WHERE "        \
@@ -93,7 +97,23 @@
   XX(CRON_GET, "SELECT last_fire FROM cron_state WHERE dag = ?1")              \
   XX(CRON_SET, "INSERT INTO cron_state(dag, last_fire, updated) "              \
                "VALUES(?1, ?2, ?3) ON CONFLICT(dag) DO UPDATE SET "            \
-               "last_fire = excluded.last_fire, updated = excluded.updated")
+               "last_fire = excluded.last_fire, updated = excluded.updated")  \
+  XX(LEASES_OF, "SELECT run_id, task, pid, pid_start FROM pool_leases "        \
+                "WHERE pool = ?1 ORDER BY since, rowid")                       \
+  XX(LEASE_DROP, "DELETE FROM pool_leases WHERE run_id = ?1 AND task = ?2")    \
+  XX(LEASE_ADD, "INSERT OR REPLACE INTO pool_leases(pool, run_id, task, pid, " \
+                "pid_start, since) VALUES(?1, ?2, ?3, ?4, ?5, ?6)")            \
+  XX(LEASES_DROP_RUN, "DELETE FROM pool_leases WHERE run_id = ?1")             \
+  XX(TASK_WAITING, "UPDATE tasks SET waiting = ?3 WHERE run_id = ?1 AND "      \
+                   "name = ?2 AND waiting IS NOT ?3")                          \
+  XX(TASKS_WAIT_CLEAR, "UPDATE tasks SET waiting = NULL WHERE run_id = ?1 "    \
+                       "AND waiting IS NOT NULL")                              \
+  XX(RUNS_ACTIVE, "SELECT id, state, orch_pid, orch_start, started FROM runs " \
+                  "WHERE dag = ?1 AND state IN ('running', 'queued') AND "     \
+                  "id <> ?2 ORDER BY started, id")                             \
+  XX(RUN_STARTED, "SELECT started FROM runs WHERE id = ?1")                    \
+  XX(RUN_ADMIT, "UPDATE runs SET state = ?2, waiting = ?3 WHERE id = ?1 AND "  \
+                "(state IS NOT ?2 OR waiting IS NOT ?3)")
 
 enum {
 #define XX(name, sql) S_##name,
@@ -136,6 +156,21 @@ struct store {
   "  updated REAL\n"                                                           \
   ");\n"
 
+/* The table version 5 added: machine-wide pool leases, one per task of a
+ * run that holds a slot, with the dagrun that holds it (pid and start time,
+ * so that a lease of a dead dagrun can be told and freed). */
+#define V5_TABLES_SQL                                                          \
+  "CREATE TABLE pool_leases(\n"                                                \
+  "  pool TEXT NOT NULL,\n"                                                    \
+  "  run_id TEXT NOT NULL,\n"                                                  \
+  "  task TEXT NOT NULL,\n"                                                    \
+  "  pid INTEGER NOT NULL,\n"                                                  \
+  "  pid_start INTEGER,\n"                                                     \
+  "  since REAL,\n"                                                            \
+  "  PRIMARY KEY(run_id, task)\n"                                              \
+  ");\n"                                                                       \
+  "CREATE INDEX pool_leases_pool ON pool_leases(pool);\n"
+
 static const char schema_sql[] =
     "CREATE TABLE runs(\n"
     "  id TEXT PRIMARY KEY,\n"
@@ -150,7 +185,8 @@ static const char schema_sql[] =
     "  orch_start INTEGER,\n"
     "  trigger TEXT,\n"
     "  logical_date REAL,\n"
-    "  dag_sha256 TEXT\n"
+    "  dag_sha256 TEXT,\n"
+    "  waiting TEXT\n"
     ");\n"
     "CREATE INDEX runs_dag_started ON runs(dag, started);\n"
     "CREATE INDEX runs_started ON runs(started);\n"
@@ -166,6 +202,7 @@ static const char schema_sql[] =
     "  outputs TEXT,\n"
     "  fingerprint TEXT,\n"
     "  cached_from TEXT,\n"
+    "  waiting TEXT,\n"
     "  PRIMARY KEY(run_id, name)\n"
     ");\n"
     "CREATE INDEX tasks_fingerprint ON tasks(fingerprint);\n"
@@ -184,7 +221,7 @@ static const char schema_sql[] =
     "  PRIMARY KEY(run_id, task, n),\n"
     "  FOREIGN KEY(run_id, task) REFERENCES tasks(run_id, name)\n"
     "    ON DELETE CASCADE\n"
-    ");\n" V4_TABLES_SQL;
+    ");\n" V4_TABLES_SQL V5_TABLES_SQL;
 
 /* Version 1 -> 2: who runs a run (the orchestrator's pid and process start
  * time, against pid reuse) and each attempt's process start time. */
@@ -206,6 +243,12 @@ static const char migrate_v3_sql[] =
     "ALTER TABLE runs ADD COLUMN trigger TEXT;\n"
     "ALTER TABLE runs ADD COLUMN logical_date REAL;\n"
     "ALTER TABLE runs ADD COLUMN dag_sha256 TEXT;\n" V4_TABLES_SQL;
+
+/* Version 4 -> 5: what a queued run or task waits for (max_active_runs, a
+ * machine-wide pool), and the pool leases. */
+static const char migrate_v4_sql[] =
+    "ALTER TABLE runs ADD COLUMN waiting TEXT;\n"
+    "ALTER TABLE tasks ADD COLUMN waiting TEXT;\n" V5_TABLES_SQL;
 
 static int fail(store *st, int rc, char *err, size_t errlen, const char *what) {
   snprintf(err, errlen, "run store %s: %s: %s", st->path, what,
@@ -241,6 +284,11 @@ char *store_default_path(void) {
 }
 
 const char *store_path(const store *st) { return st->path; }
+
+int store_state_active(const char *state) {
+  return state &&
+         (strcmp(state, "running") == 0 || strcmp(state, "queued") == 0);
+}
 
 void store_close(store *st) {
   if (!st)
@@ -291,6 +339,8 @@ static int init_schema(store *st, char *err, size_t errlen) {
     goto out;
   if (v >= 1 && v <= 3 && (rc = exec_sql(st, migrate_v3_sql, err, errlen)) != 0)
     goto out;
+  if (v >= 1 && v <= 4 && (rc = exec_sql(st, migrate_v4_sql, err, errlen)) != 0)
+    goto out;
   if (v < STORE_SCHEMA_VERSION) {
     char sql[64];
     snprintf(sql, sizeof sql, "PRAGMA user_version = %d", STORE_SCHEMA_VERSION);
@@ -301,6 +351,22 @@ static int init_schema(store *st, char *err, size_t errlen) {
 out:
   sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
   return rc;
+}
+
+/* Switching a new database to WAL needs it alone, and SQLite does not
+ * call the busy handler for that: two dagruns that create the store at
+ * once would see "database is locked". Retried here for as long as
+ * busy_timeout would wait. */
+static int set_wal(store *st, char *err, size_t errlen) {
+  for (int tries = 0;; tries++) {
+    int rc = sqlite3_exec(st->db, "PRAGMA journal_mode = WAL", NULL, NULL,
+                          NULL);
+    if (rc == SQLITE_OK)
+      return 0;
+    if ((rc & 0xff) != SQLITE_BUSY || tries >= 1000)
+      return fail(st, rc, err, errlen, "PRAGMA journal_mode = WAL");
+    sqlite3_sleep(10);
+  }
 }
 
 int store_open(const char *path, int create, store **out, char *err,
@@ -332,7 +398,7 @@ int store_open(const char *path, int create, store **out, char *err,
   /* Waits for another process's write rather than failing at once. */
   sqlite3_busy_timeout(st->db, 10000);
   if ((rc = exec_sql(st, "PRAGMA foreign_keys = ON", err, errlen)) != 0 ||
-      (rc = exec_sql(st, "PRAGMA journal_mode = WAL", err, errlen)) != 0 ||
+      (rc = set_wal(st, err, errlen)) != 0 ||
       /* NORMAL: a commit is in the WAL, which survives the crash of any
        * process (dagrun's kill -9 included); only a power cut can lose
        * the commits since the last checkpoint, and resume then redoes
@@ -457,6 +523,20 @@ out:
   return commit(st, rc, err, errlen);
 }
 
+/* Drops run id's pool leases and its tasks' wait notes, inside an open
+ * transaction. */
+static int run_release(store *st, const char *id, char *err, size_t errlen) {
+  sqlite3_stmt *s = stmt(st, S_LEASES_DROP_RUN, err, errlen);
+  if (!s)
+    return DR_ESTORE;
+  bind_text(s, 1, id);
+  int rc = step_write(st, s, 0, "releasing a run's pools", err, errlen);
+  if (rc != 0 || !(s = stmt(st, S_TASKS_WAIT_CLEAR, err, errlen)))
+    return rc ? rc : DR_ESTORE;
+  bind_text(s, 1, id);
+  return step_write(st, s, 0, "clearing a run's waits", err, errlen);
+}
+
 int store_run_finish(store *st, const char *id, const char *state,
                      double finished, char *err, size_t errlen) {
   int rc = begin(st, err, errlen);
@@ -471,6 +551,9 @@ int store_run_finish(store *st, const char *id, const char *state,
     bind_time(s, 3, finished);
     rc = step_write(st, s, 1, "recording the end of a run", err, errlen);
   }
+  /* A run that is over holds no pool and waits for nothing. */
+  if (rc == 0)
+    rc = run_release(st, id, err, errlen);
   return commit(st, rc, err, errlen);
 }
 
@@ -747,7 +830,9 @@ static void annotate_run(cJSON *run) {
   const cJSON *start = cJSON_GetObjectItem(run, "orch_start");
   if (!cJSON_IsString(state) || !cJSON_IsString(id))
     return;
-  if (strcmp(state->valuestring, "running") == 0 && cJSON_IsNumber(pid) &&
+  if ((strcmp(state->valuestring, "running") == 0 ||
+       strcmp(state->valuestring, "queued") == 0) &&
+      cJSON_IsNumber(pid) &&
       pid->valueint > 0 &&
       owner_gone(pid->valueint,
                  cJSON_IsNumber(start) ? (long long)start->valuedouble : 0))
@@ -769,7 +854,7 @@ cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
       "id",          "dag",          "dag_file",        "run_dir",
       "state",       "started",      "finished",        "tasks_total",
       "tasks_succeeded", "trigger",  "logical_date",    "orch_pid",
-      "orch_start",  "tasks_cached", "cached_from"};
+      "orch_start",  "tasks_cached", "cached_from", "waiting"};
   reap_gone(st, NULL);
   sqlite3_stmt *s = stmt(st, S_RUNS_LIST, err, errlen);
   if (!s)
@@ -778,7 +863,7 @@ cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
   sqlite3_bind_int(s, 2, limit > 0 ? limit : -1);
   bind_text(s, 3, state);
   cJSON *arr = cJSON_CreateArray();
-  if (rows_into(st, s, arr, keys, 15, -1, "listing runs", err, errlen) != 0) {
+  if (rows_into(st, s, arr, keys, 16, -1, "listing runs", err, errlen) != 0) {
     cJSON_Delete(arr);
     return NULL;
   }
@@ -815,10 +900,11 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
   static const char *const keys[] = {
       "id",      "dag",      "dag_file", "run_dir",  "state",
       "started", "finished", "params",   "orch_pid", "orch_start",
-      "trigger", "logical_date", "dag_sha256"};
+      "trigger", "logical_date", "dag_sha256", "waiting"};
   static const char *const task_keys[] = {
       "name",    "state",    "attempts", "exit_code",   "error",
-      "started", "finished", "outputs",  "fingerprint", "cached_from"};
+      "started", "finished", "outputs",  "fingerprint", "cached_from",
+      "waiting"};
   cJSON *run = NULL;
   *rc = DR_ESTORE;
   reap_gone(st, id_prefix);
@@ -829,7 +915,7 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
     goto out;
   bind_text(s, 1, id_prefix);
   cJSON *found = cJSON_CreateArray();
-  if (rows_into(st, s, found, keys, 13, 7, "finding a run", err, errlen) !=
+  if (rows_into(st, s, found, keys, 14, 7, "finding a run", err, errlen) !=
       0) {
     cJSON_Delete(found);
     goto bad;
@@ -855,7 +941,7 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
     goto bad;
   }
   bind_text(s, 1, id);
-  if (rows_into(st, s, tasks, task_keys, 10, 7, "reading tasks", err,
+  if (rows_into(st, s, tasks, task_keys, 11, 7, "reading tasks", err,
                 errlen) != 0) {
     free(id);
     goto bad;
@@ -1043,4 +1129,218 @@ int store_cron_set(store *st, const char *dag, long long last_fire,
     rc = step_write(st, s, 1, "recording a cron trigger's state", err, errlen);
   }
   return commit(st, rc, err, errlen);
+}
+
+/* ---- machine-wide pools and run admission ----
+ *
+ * Both are decided inside one BEGIN IMMEDIATE transaction, so that two
+ * dagruns that ask at once are served one after the other: the second
+ * sees what the first took. A holder whose dagrun is gone (owner_gone:
+ * the same test the readers use for runs) holds nothing. */
+
+/* Sets what task waits for (NULL: nothing); writes only on a change, so
+ * that polling a full pool does not commit a write each time. */
+static int task_waiting(store *st, const char *run_id, const char *task,
+                        const char *why, char *err, size_t errlen) {
+  sqlite3_stmt *s = stmt(st, S_TASK_WAITING, err, errlen);
+  if (!s)
+    return DR_ESTORE;
+  bind_text(s, 1, run_id);
+  bind_text(s, 2, task);
+  bind_text(s, 3, why);
+  return step_write(st, s, 0, "recording what a task waits for", err, errlen);
+}
+
+/* Counts the live leases of pool other than (run_id, task), dropping the
+ * dead holders'; *first is the oldest live holder ("run R task T", caller
+ * frees) or NULL. 0 or DR_ESTORE. */
+static int leases_count(store *st, const char *pool, const char *run_id,
+                        const char *task, int *n, char **first, char *err,
+                        size_t errlen) {
+  sqlite3_stmt *s = stmt(st, S_LEASES_OF, err, errlen);
+  if (!s)
+    return DR_ESTORE;
+  bind_text(s, 1, pool);
+  cJSON *dead = cJSON_CreateArray();
+  int rc;
+  *n = 0;
+  *first = NULL;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    const char *r = (const char *)sqlite3_column_text(s, 0);
+    const char *t = (const char *)sqlite3_column_text(s, 1);
+    if (strcmp(r, run_id) == 0 && strcmp(t, task) == 0)
+      continue;
+    if (owner_gone(sqlite3_column_int(s, 2), sqlite3_column_int64(s, 3))) {
+      cJSON *d = cJSON_CreateArray();
+      cJSON_AddItemToArray(d, cJSON_CreateString(r));
+      cJSON_AddItemToArray(d, cJSON_CreateString(t));
+      cJSON_AddItemToArray(dead, d);
+      continue;
+    }
+    if ((*n)++ == 0)
+      *first = xasprintf("run %s task %s", r, t);
+  }
+  sqlite3_reset(s);
+  rc = rc == SQLITE_DONE ? 0 : fail(st, rc, err, errlen, "reading leases");
+  const cJSON *d;
+  cJSON_ArrayForEach(d, dead) {
+    if (rc != 0 || !(s = stmt(st, S_LEASE_DROP, err, errlen))) {
+      rc = rc ? rc : DR_ESTORE;
+      break;
+    }
+    bind_text(s, 1, cJSON_GetArrayItem(d, 0)->valuestring);
+    bind_text(s, 2, cJSON_GetArrayItem(d, 1)->valuestring);
+    rc = step_write(st, s, 0, "freeing a dead dagrun's lease", err, errlen);
+  }
+  cJSON_Delete(dead);
+  if (rc != 0) {
+    free(*first);
+    *first = NULL;
+  }
+  return rc;
+}
+
+int store_lease_acquire(store *st, const char *pool, int size,
+                        const char *run_id, const char *task, int pid,
+                        long long pid_start, double now, char **why,
+                        char *err, size_t errlen) {
+  *why = NULL;
+  int rc = begin(st, err, errlen), n = 0;
+  char *first = NULL;
+  if (rc)
+    return rc;
+  if ((rc = leases_count(st, pool, run_id, task, &n, &first, err, errlen)))
+    goto out;
+  if (n >= size) {
+    *why = xasprintf("pool %s (held by %s)", pool, first);
+    rc = task_waiting(st, run_id, task, *why, err, errlen);
+    goto out;
+  }
+  sqlite3_stmt *s = stmt(st, S_LEASE_ADD, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+    goto out;
+  }
+  bind_text(s, 1, pool);
+  bind_text(s, 2, run_id);
+  bind_text(s, 3, task);
+  sqlite3_bind_int(s, 4, pid);
+  bind_i64(s, 5, pid_start);
+  bind_time(s, 6, now);
+  if ((rc = step_write(st, s, 1, "leasing a pool slot", err, errlen)) == 0)
+    rc = task_waiting(st, run_id, task, NULL, err, errlen);
+out:
+  free(first);
+  rc = commit(st, rc, err, errlen);
+  if (rc != 0) {
+    free(*why);
+    *why = NULL;
+    return rc;
+  }
+  return *why ? 0 : 1;
+}
+
+int store_lease_release(store *st, const char *run_id, const char *task,
+                        char *err, size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  sqlite3_stmt *s = stmt(st, S_LEASE_DROP, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+  } else {
+    bind_text(s, 1, run_id);
+    bind_text(s, 2, task);
+    rc = step_write(st, s, 0, "releasing a pool slot", err, errlen);
+  }
+  return commit(st, rc, err, errlen);
+}
+
+/* Counts the runs of dag other than id that come before it: those
+ * "running" and those "queued" earlier than `started` (FIFO among the
+ * waiting), each with a live dagrun. *first names the first of them
+ * (caller frees). 0 or DR_ESTORE. */
+static int runs_ahead(store *st, const char *dag, const char *id,
+                      double started, int *n, char **first, char *err,
+                      size_t errlen) {
+  sqlite3_stmt *s = stmt(st, S_RUNS_ACTIVE, err, errlen);
+  if (!s)
+    return DR_ESTORE;
+  bind_text(s, 1, dag);
+  bind_text(s, 2, id);
+  int rc;
+  *n = 0;
+  *first = NULL;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    const char *oid = (const char *)sqlite3_column_text(s, 0);
+    int queued =
+        strcmp((const char *)sqlite3_column_text(s, 1), "queued") == 0;
+    double ostarted = sqlite3_column_double(s, 4);
+    if (owner_gone(sqlite3_column_int(s, 2), sqlite3_column_int64(s, 3)))
+      continue;
+    if (queued && (ostarted > started ||
+                   (ostarted == started && strcmp(oid, id) > 0)))
+      continue;
+    if ((*n)++ == 0)
+      *first = xstrdup(oid);
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) {
+    free(*first);
+    *first = NULL;
+    return fail(st, rc, err, errlen, "counting a DAG's runs");
+  }
+  return 0;
+}
+
+/* Our run's start time into *started. */
+static int run_started(store *st, const char *id, double *started, char *err,
+                       size_t errlen) {
+  sqlite3_stmt *s = stmt(st, S_RUN_STARTED, err, errlen);
+  if (!s)
+    return DR_ESTORE;
+  bind_text(s, 1, id);
+  int rc = sqlite3_step(s);
+  *started = rc == SQLITE_ROW ? sqlite3_column_double(s, 0) : 0;
+  sqlite3_reset(s);
+  if (rc == SQLITE_ROW)
+    return 0;
+  if (rc == SQLITE_DONE) {
+    snprintf(err, errlen, "run store %s: no run %s", st->path, id);
+    return DR_ESTORE;
+  }
+  return fail(st, rc, err, errlen, "reading a run");
+}
+
+int store_run_admit(store *st, const char *id, const char *dag, int max,
+                    char **why, char *err, size_t errlen) {
+  *why = NULL;
+  double started;
+  int n = 0, rc = begin(st, err, errlen);
+  char *first = NULL;
+  if (rc)
+    return rc;
+  if ((rc = run_started(st, id, &started, err, errlen)) != 0 ||
+      (rc = runs_ahead(st, dag, id, started, &n, &first, err, errlen)) != 0)
+    goto out;
+  if (n >= max)
+    *why = xasprintf("max_active_runs %d reached (run %s)", max, first);
+  sqlite3_stmt *s = stmt(st, S_RUN_ADMIT, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+    goto out;
+  }
+  bind_text(s, 1, id);
+  bind_text(s, 2, *why ? "queued" : "running");
+  bind_text(s, 3, *why);
+  rc = step_write(st, s, 0, "recording a run queued or admitted", err, errlen);
+out:
+  free(first);
+  rc = commit(st, rc, err, errlen);
+  if (rc != 0) {
+    free(*why);
+    *why = NULL;
+    return rc;
+  }
+  return *why ? 0 : 1;
 }

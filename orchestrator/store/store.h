@@ -13,6 +13,7 @@
  *   alert_deliveries (run_id, time, event, task, attempt, try, status,
  *             error, duration_s, result, endpoint)
  *   cron_state (dag, last_fire, updated)
+ *   pool_leases (pool, run_id, task, pid, pid_start, since)
  *
  * Times are wall-clock seconds since the epoch (REAL, NULL when unknown);
  * params and outputs are JSON text; exit_code is NULL when there is none.
@@ -21,11 +22,14 @@
  * it reused. Schema history: v2 added orch_pid, orch_start, pid_start;
  * v3 fingerprint and cached_from; v4 trigger, logical_date and dag_sha256 (of the DAG file
  * when the run began, for resume to notice an edited file), the
- * alert_deliveries and cron_state tables (older databases are migrated on
- * open). A run's trigger says what started it: "manual" (`dagrun run`),
+ * alert_deliveries and cron_state tables; v5 the runs' and tasks' waiting
+ * (what a queued run or task waits for) and the pool_leases table (older
+ * databases are migrated on open). A run's trigger says what started it: "manual" (`dagrun run`),
  * "cron" or "api" (`dagrun serve`), "backfill"; its logical_date is the
  * schedule time it stands for (cron and backfill runs), else NULL.
- * A run's state is "running", then "success", "failed", "cancelled"
+ * A run's state is "queued" (a DAG with max_active_runs waiting for its
+ * turn: see store_run_admit) or "running", then "success", "failed",
+ * "cancelled"
  * (Ctrl-C, SIGTERM, `dagrun cancel`) or "interrupted" (SIGHUP, serve's
  * shutdown, or a dagrun that is gone: see "Reading").
  * An attempt's state is "starting" (recorded before its process is
@@ -55,7 +59,7 @@
 #include <stddef.h>
 
 /* The schema this dagrun writes (PRAGMA user_version). */
-#define STORE_SCHEMA_VERSION 4
+#define STORE_SCHEMA_VERSION 5
 
 typedef struct store store;
 
@@ -86,6 +90,9 @@ int store_run_begin(store *st, const char *id, const char *dag,
 /* Sets the run's final state and end time. */
 int store_run_finish(store *st, const char *id, const char *state,
                      double finished, char *err, size_t errlen);
+
+/* Whether a run's state is one of a run not over: "running" or "queued". */
+int store_state_active(const char *state);
 
 /* Makes pid (started at pid_start) the run's orchestrator and the run
  * "running" again (finished cleared), provided the recorded orchestrator
@@ -200,5 +207,35 @@ int store_cron_get(store *st, const char *dag, long long *last_fire,
                    char *err, size_t errlen);
 int store_cron_set(store *st, const char *dag, long long last_fire, double now,
                    char *err, size_t errlen);
+
+/* Machine-wide pools. A pool is named: `gpu` in two DAGs is one pool, and
+ * its slots are the leases in pool_leases, whoever holds them. A lease is
+ * granted when fewer than `size` (the asking DAG's size for the pool) are
+ * held by live dagruns: a DAG that declares a smaller size waits while
+ * that many are held, one that declares a bigger size may go beyond a
+ * smaller one's. In one BEGIN IMMEDIATE transaction, leases whose dagrun
+ * is gone (pid and start time, as for runs) are dropped, the rest counted,
+ * and the lease inserted for (run_id, task) held by dagrun pid/pid_start.
+ * Returns 1 when granted (the task's waiting cleared), 0 when the pool is
+ * full, with *why "pool P (held by run R task T)" (caller frees), also
+ * recorded as the task's waiting; or DR_ESTORE. */
+int store_lease_acquire(store *st, const char *pool, int size,
+                        const char *run_id, const char *task, int pid,
+                        long long pid_start, double now, char **why,
+                        char *err, size_t errlen);
+/* Gives back the lease of (run_id, task), if it holds one. The end of a
+ * run (store_run_finish) gives back all of its leases. */
+int store_lease_release(store *st, const char *run_id, const char *task,
+                        char *err, size_t errlen);
+
+/* max_active_runs: whether run id of dag may start now that at most max
+ * runs of dag may be active. In one BEGIN IMMEDIATE transaction, counts
+ * the other runs of dag with a live dagrun that are "running", or
+ * "queued" and started before id (first come, first served); below max,
+ * the run is recorded "running" and 1 returned; else it is recorded
+ * "queued" with waiting "max_active_runs N reached (run X)" (also in
+ * *why, caller frees) and 0 returned. DR_ESTORE on error. */
+int store_run_admit(store *st, const char *id, const char *dag, int max,
+                    char **why, char *err, size_t errlen);
 
 #endif /* DAGRUN_STORE_H */
