@@ -2,6 +2,10 @@
  * channels: the files through which a command run by the exec stage
  * reports, forwarded to dagrun through the host table exactly as a
  * plugin stage reports (host->output, host->metric, host->progress).
+ * In lib/ because two callers read them: the exec plugin (in a worker,
+ * for a gang's ranks) and dagrun itself, which runs a one-process exec
+ * task without a worker (orchestrator/run/execdirect.h) and hands the
+ * host table its own functions.
  *
  * The command finds their paths in its environment; none exists before
  * the command makes it, and each is optional:
@@ -34,8 +38,8 @@
  * Single-threaded: one chan per exec attempt, used by the thread that
  * called run(). Messages go through host->log/fail; nothing here exits.
  */
-#ifndef DAGRUN_EXEC_CHANNELS_H
-#define DAGRUN_EXEC_CHANNELS_H
+#ifndef DAGRUN_CHANNELS_H
+#define DAGRUN_CHANNELS_H
 
 #include <dagrun/plugin.h>
 
@@ -64,4 +68,4 @@ void chan_poll(chan *c, dagrun_ctx *ctx, const dagrun_host *host, int final);
  * path and what is wrong in it (line and column for bad JSON). */
 int chan_outputs(chan *c, dagrun_ctx *ctx, const dagrun_host *host);
 
-#endif /* DAGRUN_EXEC_CHANNELS_H */
+#endif /* DAGRUN_CHANNELS_H */

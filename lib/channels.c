@@ -2,7 +2,6 @@
  * channels: the exec command's outputs, metrics and progress files,
  * forwarded through the host table (channels.h).
  */
-#define _GNU_SOURCE
 
 #include "channels.h"
 
