@@ -54,6 +54,18 @@ static char *builtin_stage_dir(void) {
   return r;
 }
 
+int loader_builtin(const loader_plugin *p, const char *stage) {
+  static char *dir;
+  if (!dir && !(dir = builtin_stage_dir()))
+    return 0;
+  char *file = xasprintf("%s/%s.so", dir, stage);
+  char *given = normalise(p->path);
+  int same = strcmp(file, given) == 0 && strcmp(p->stage->name, stage) == 0;
+  free(file);
+  free(given);
+  return same;
+}
+
 const char *const *loader_search_path(void) {
   if (search_dirs)
     return (const char *const *)search_dirs;

@@ -55,6 +55,10 @@ typedef struct loader_plugin {
   const dagrun_stage *stage; /* owned by the plugin, valid until close */
 } loader_plugin;
 
+/* Whether p is the built-in stage of that name, the file installed with
+ * dagrun (not one of the same name on DAGRUN_PLUGIN_PATH). */
+int loader_builtin(const loader_plugin *p, const char *stage);
+
 /* Resolves a stage reference to a file. Returns 0 with *path (caller
  * frees), or DR_ESTAGE with a message in err saying where it looked (and
  * "did you mean" among the stages found there). */

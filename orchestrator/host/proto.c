@@ -339,3 +339,13 @@ void proto_msg_free(proto_msg *m) {
   m->text = NULL;
   m->value = NULL;
 }
+
+int proto_output_key_valid(const char *k) {
+  if (!k || !*k)
+    return 0;
+  for (; *k; k++)
+    if (!((*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z') ||
+          (*k >= '0' && *k <= '9') || *k == '_'))
+      return 0;
+  return 1;
+}

@@ -58,6 +58,11 @@ typedef struct proto_msg {
   int status;    /* RESULT status */
 } proto_msg;
 
+/* Whether k may name an output: [A-Za-z0-9_]+ (what ${tasks.T.outputs.K}
+ * can refer to). Both producers of outputs, the worker and a worker-less
+ * exec task (run/execdirect.h), refuse other keys. */
+int proto_output_key_valid(const char *k);
+
 /* Parses one line (without the newline). Returns 0 or DR_EPROTO. */
 int proto_parse(const char *line, size_t n, proto_msg *m);
 void proto_msg_free(proto_msg *m);

@@ -281,18 +281,8 @@ static void host_metric(dagrun_ctx *ctx, const char *name, double value,
     sent(ctx, proto_send_metric(ctx->fd, name, value, step));
 }
 
-static int valid_output_key(const char *k) {
-  if (!k || !*k)
-    return 0;
-  for (; *k; k++)
-    if (!((*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z') ||
-          (*k >= '0' && *k <= '9') || *k == '_'))
-      return 0;
-  return 1;
-}
-
 static int host_output(dagrun_ctx *ctx, const char *key, const char *value) {
-  if (!valid_output_key(key) || !value) {
+  if (!proto_output_key_valid(key) || !value) {
     log_linef(DAGRUN_LOG_WARN, "output refused: key '%s' is not [A-Za-z0-9_]+",
               key ? key : "(NULL)");
     return DR_EINVAL;

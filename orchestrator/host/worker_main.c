@@ -9,7 +9,11 @@
  * and takes the same arguments as `dagrun __worker`, so that anything
  * that recognises a worker by its command line (resume.c's find_worker,
  * launch wrappers) sees one shape whichever program runs it.
+ *
+ * `dagrun-worker __guard` is the guard of a run's worker-less attempts
+ * (guard.h), which the executor starts once per run.
  */
+#include "guard.h"
 #include "worker.h"
 
 #include "lib/exitcode.h"
@@ -18,6 +22,8 @@
 #include <string.h>
 
 int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "__guard") == 0)
+    return guard_main();
   if (argc != 3 || strcmp(argv[1], "__worker") != 0) {
     fprintf(stderr, "usage: dagrun-worker __worker ATTEMPT_JSON (internal: "
                     "dagrun starts it for each task attempt)\n");

@@ -18,6 +18,8 @@
 #include "base/util.h"
 #include "lib/clock.h"
 
+extern char **environ;
+
 /* How long to wait for the rest of a worker's messages after it exited.
  * The pipe normally reports EOF at once; it stays open only when a
  * process that outlived the worker (and escaped its group) kept fd 3. */
@@ -82,6 +84,7 @@ struct proc {
   uint64_t heartbeat_ms, grace_ms;
   sbuf line;   /* partial protocol line */
   char *error; /* from the result message */
+  execdirect *direct; /* the command itself runs, not a worker */
 };
 
 /* One attempt: its processes, one per rank, and what became of them. It
@@ -124,6 +127,10 @@ struct attempt {
 struct executor {
   uv_loop_t *loop;
   char *worker_exe;
+  /* The guard of the worker-less attempts (host/guard.h): the write end
+   * of its stdin, -1 until the first such attempt; its pid. */
+  int guard_fd;
+  pid_t guard_pid;
   exec_callbacks cb;
   attempt *running; /* doubly linked list */
   size_t n_running;
@@ -134,6 +141,7 @@ executor *executor_create(uv_loop_t *loop, const char *worker_exe,
   executor *x = xcalloc(1, sizeof(*x));
   x->loop = loop;
   x->worker_exe = xstrdup(worker_exe);
+  x->guard_fd = -1;
   x->cb = *cb;
   return x;
 }
@@ -141,6 +149,14 @@ executor *executor_create(uv_loop_t *loop, const char *worker_exe,
 void executor_destroy(executor *x) {
   if (!x)
     return;
+  if (x->guard_fd >= 0)
+    close(x->guard_fd);
+  if (x->guard_pid > 0) {
+    /* Every attempt is over: the guard sees the end of its input with
+     * nothing listed and exits at once. */
+    while (waitpid(x->guard_pid, NULL, 0) < 0 && errno == EINTR)
+      ;
+  }
   free(x->worker_exe);
   free(x);
 }
@@ -159,6 +175,7 @@ static void on_handle_closed(uv_handle_t *h) {
       close(a->log_fd);
     sbuf_free(&a->line);
     free(a->error);
+    execdirect_destroy(a->direct);
     free(a);
   }
 }
@@ -177,6 +194,63 @@ static void signal_group(proc *a, int sig) {
 }
 
 static void rdv_close(attempt *at);
+
+/* Starts the guard (host/guard.h) with its stdin a pipe of ours, in a
+ * session of its own. 0, or -1 when it cannot run (the run goes on;
+ * a worker-less attempt is then not stopped should dagrun die, as an
+ * attempt started before the guard existed). */
+static int guard_start(executor *x) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    return -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  int rc = posix_spawn_file_actions_adddup2(&fa, fds[0], 0);
+  if (!rc)
+    rc = posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  if (!rc)
+    rc = posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  if (!rc)
+    rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID |
+                                             POSIX_SPAWN_SETSIGMASK |
+                                             POSIX_SPAWN_SETSIGDEF);
+  if (!rc)
+    rc = posix_spawnattr_setsigmask(&attr, &none);
+  if (!rc)
+    rc = posix_spawnattr_setsigdefault(&attr, &all);
+  char *argv[] = {"dagrun-worker", "__guard", NULL};
+
+  if (!rc)
+    rc = posix_spawn(&x->guard_pid, x->worker_exe, &fa, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  close(fds[0]);
+  if (rc != 0) {
+    close(fds[1]);
+    return -1;
+  }
+  x->guard_fd = fds[1];
+  return 0;
+}
+
+/* Tells the guard that process group pgid began ('+') or is over ('-').
+ * A line is far below PIPE_BUF, and the guard reads as it comes: the
+ * write neither splits nor, in practice, waits. */
+static void guard_tell(executor *x, char what, pid_t pgid) {
+  if (x->guard_fd < 0)
+    return;
+  char line[32];
+  int n = snprintf(line, sizeof line, "%c %d\n", what, (int)pgid);
+  if (write(x->guard_fd, line, (size_t)n) != n) {
+    close(x->guard_fd); /* gone: nothing more to tell it */
+    x->guard_fd = -1;
+  }
+}
 
 static void attempt_free(attempt *at) {
   free(at->rdv_addr);
@@ -440,6 +514,34 @@ static void on_drain_timeout(uv_timer_t *t) {
   finish(a);
 }
 
+/* A worker-less exec attempt's messages, delivered as a worker's. */
+static void direct_emit(void *ud, const proto_msg *m) {
+  proc *a = ud;
+  a->at->x->cb.on_message(a->at->x->cb.ud, a->at->task, m);
+}
+
+static void on_direct_poll(uv_timer_t *t) {
+  proc *a = t->data;
+  execdirect_poll(a->direct, direct_emit, a, 0);
+}
+
+/* The command of a worker-less attempt ended: its status is what its
+ * worker would have exited with (a command killed by a signal it did
+ * not get from dagrun is 128 + the signal, as a shell says), with the
+ * reason as the worker's result would give it. */
+static void direct_exited(proc *a, int wstatus) {
+  int stopped = a->stop_reason != EXEC_EXITED;
+  char *error = NULL;
+  int status = execdirect_end(a->direct, wstatus, stopped, direct_emit, a,
+                              &error);
+  free(a->error);
+  a->error = error;
+  if (!stopped) {
+    a->term_signal = 0;
+    a->exit_status = status;
+  }
+}
+
 /* The pidfd turned readable: the worker exited. Until it is reaped its
  * zombie keeps its pid, so its process group cannot be a stranger's yet:
  * kill what it left running in the group first, then reap. */
@@ -463,6 +565,10 @@ static void on_worker_exit(uv_poll_t *w, int status, int events) {
     a->term_signal = WTERMSIG(wstatus);
   } else {
     a->exit_status = WEXITSTATUS(wstatus);
+  }
+  if (a->direct) {
+    guard_tell(a->at->x, '-', a->pid);
+    direct_exited(a, r < 0 ? 255 << 8 : wstatus);
   }
   uv_timer_stop(&a->timeout_timer);
   uv_timer_stop(&a->heartbeat_timer);
@@ -613,8 +719,9 @@ static int spawn_worker(const char *exe, const exec_request *rq, char **env,
     rc = posix_spawn_file_actions_adddup2(&fa, pipe_fd, PROTO_FD);
   if (!rc && attempt_fd >= 0)
     rc = posix_spawn_file_actions_adddup2(&fa, attempt_fd, ATTEMPT_FD);
-  if (!rc && rq->cwd)
-    rc = posix_spawn_file_actions_addchdir_np(&fa, rq->cwd);
+  const char *cwd = rq->direct ? execdirect_cwd(rq->direct) : rq->cwd;
+  if (!rc && cwd)
+    rc = posix_spawn_file_actions_addchdir_np(&fa, cwd);
   if (!rc)
     rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID |
                                              POSIX_SPAWN_SETSIGMASK |
@@ -639,10 +746,17 @@ static int spawn_worker(const char *exe, const exec_request *rq, char **env,
     argv[n_pre + 1] = args[1];
     argv[n_pre + 2] = args[2];
   }
-  if (!rc && n_pre)
+  if (!rc && rq->direct) {
+    const char *file = execdirect_file(rq->direct);
+    char *const *cmd = execdirect_argv(rq->direct);
+    char *const *cmd_env = execdirect_env(rq->direct);
+    rc = file ? posix_spawn(pid, file, &fa, &attr, cmd, cmd_env)
+              : posix_spawnp(pid, cmd[0], &fa, &attr, cmd, cmd_env);
+  } else if (!rc && n_pre) {
     rc = posix_spawnp(pid, argv[0], &fa, &attr, argv, env);
-  else if (!rc)
+  } else if (!rc) {
     rc = posix_spawn(pid, exe, &fa, &attr, argv, env);
+  }
   if (argv != args)
     free(argv);
   posix_spawn_file_actions_destroy(&fa);
@@ -716,7 +830,8 @@ static int spawn_one(executor *x, const exec_request *rq, char **env,
   pid_t pid;
   int launcher = rq->launcher_argv != NULL;
   int rc = spawn_worker(x->worker_exe, rq, env, masked ? lfds[1] : log_fd,
-                        launcher ? -1 : fds[1], attempt_fd, &pid);
+                        launcher || rq->direct ? -1 : fds[1],
+                        rq->direct ? -1 : attempt_fd, &pid);
   if (!masked) {
     close(log_fd);
     log_fd = -1;
@@ -734,7 +849,7 @@ static int spawn_one(executor *x, const exec_request *rq, char **env,
   }
   if (rc != 0) {
     snprintf(err, errlen, "cannot start %s %s: %s",
-             launcher ? "launcher" : "worker",
+             launcher ? "launcher" : rq->direct ? "command" : "worker",
              launcher ? rq->launcher_argv[0] : x->worker_exe, strerror(rc));
     close(fds[0]);
     if (lfds[0] >= 0)
@@ -774,12 +889,14 @@ static proc *proc_start(attempt *at, int rank, const exec_request *rq,
   a->pid = sp->pid;
   a->pidfd = sp->pidfd;
   a->stop_reason = EXEC_EXITED;
-  /* A launcher sends no messages: its ranks' heartbeats count. */
-  a->heartbeat_ms = rank < 0 ? 0 : to_ms(rq->heartbeat_s);
+  /* A launcher sends no messages: its ranks' heartbeats count. Nor does
+   * a worker-less command: dagrun watches it itself. */
+  a->direct = rq->direct;
+  a->heartbeat_ms = rank < 0 || a->direct ? 0 : to_ms(rq->heartbeat_s);
   a->grace_ms = to_ms(rq->kill_grace_s);
   uv_pipe_init(x->loop, &a->pipe, 0);
   a->pipe.data = a;
-  if (rank < 0) {
+  if (rank < 0 || a->direct) {
     close(sp->pipe_fd); /* nobody writes to it */
     a->eof = 1;
   } else {
@@ -811,7 +928,10 @@ static proc *proc_start(attempt *at, int rank, const exec_request *rq,
   if (a->heartbeat_ms)
     uv_timer_start(&a->heartbeat_timer, on_heartbeat_missed, a->heartbeat_ms,
                    a->heartbeat_ms);
-  if (rank >= 0)
+  if (a->direct) /* the heartbeat's timer polls the report files */
+    uv_timer_start(&a->heartbeat_timer, on_direct_poll, EXECDIRECT_POLL_MS,
+                   EXECDIRECT_POLL_MS);
+  if (rank >= 0 && !a->direct)
     uv_read_start((uv_stream_t *)&a->pipe, on_alloc, on_read);
   return a;
 }
@@ -1168,8 +1288,34 @@ static int start_launched(executor *x, const exec_request *rq, char *err,
   return 0;
 }
 
+/* A worker-less exec attempt (execdirect.h); 0, or -1 when its command
+ * could not be spawned (then it runs in a worker, which says why). */
+static int start_direct(executor *x, const exec_request *rq) {
+  spawned sp;
+  char err[256];
+  execdirect_started(rq->direct);
+  if (x->guard_fd < 0 && !x->guard_pid && guard_start(x) != 0)
+    x->guard_pid = -1; /* tried once: a run without it works on */
+  if (spawn_one(x, rq, rq->env, rq->log_path, &sp, err, sizeof err) != 0)
+    return -1;
+  guard_tell(x, '+', sp.pid);
+  attempt *at = attempt_new(x, rq, 1);
+  at->pid0 = sp.pid;
+  at->procs[0] = proc_start(at, 0, rq, &sp);
+  attempt_link(x, at);
+  return 0;
+}
+
 int executor_start(executor *x, const exec_request *rq, char *err,
                    size_t errlen) {
+  if (rq->direct) {
+    if (start_direct(x, rq) == 0)
+      return 0;
+    exec_request worker = *rq;
+    worker.direct = NULL;
+    execdirect_destroy(rq->direct);
+    return executor_start(x, &worker, err, errlen);
+  }
   if (rq->launcher_argv)
     return start_launched(x, rq, err, errlen);
   int n = rq->n_ranks > 1 ? (int)rq->n_ranks : 1;

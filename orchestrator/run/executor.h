@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <uv.h>
 
+#include "execdirect.h"
 #include "host/proto.h"
 #include "secrets.h"
 
@@ -105,6 +106,14 @@ typedef struct exec_request {
   /* The attempt description to give the worker instead of the file at
    * attempt_json (which is then a masked copy), or NULL. */
   const char *attempt_text;
+  /* A one-process exec attempt run without a worker (execdirect.h):
+   * the executor spawns its command instead of a worker, with no message
+   * pipe and no heartbeat, reads its report files every
+   * EXECDIRECT_POLL_MS and, when it ends, takes its status and error
+   * from execdirect_end. Taken over by executor_start, which destroys it
+   * (also when it fails). A command that cannot be spawned runs in a
+   * worker after all (attempt_json), which says why. NULL: a worker. */
+  execdirect *direct;
   /* A gang: n_ranks > 1 workers, rank r with ranks[r]'s env and log
    * (borrowed), instead of env and log_path. 0 or 1: one worker. */
   size_t n_ranks;

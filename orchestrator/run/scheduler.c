@@ -64,6 +64,10 @@ struct sched {
   size_t *down_start, *down; /* downstream lists, CSR layout */
   fifo *queues;              /* one per pool, the last for "no pool" */
   int *pool_running;
+  /* Per plugin (c->plugins): 1 when it is the built-in exec stage, whose
+   * one-process attempts run without a worker (execdirect.h); -1 not
+   * asked yet. */
+  signed char *plugin_direct;
   /* Machine-wide pools: per pool, refused by pool_acquire in this pump
    * (skipped until the next); the timer that pumps again while so. */
   unsigned char *pool_blocked;
@@ -302,6 +306,12 @@ static cJSON *task_facts(sched *s, size_t i) {
   cJSON_AddStringToObject(f, "DAGRUN_TASK", s->sp->tasks[i].name);
   cJSON_AddNumberToObject(f, "DAGRUN_ATTEMPT", s->t[i].attempt);
   cJSON_AddStringToObject(f, "DAGRUN_OUT_DIR", out_dir(s, i));
+  /* Also how resume finds an attempt's process whose pid was never
+   * recorded (store/resume.c). */
+  char *attempt_dir = rundir_attempt(s->run, s->sp->tasks[i].name,
+                                     s->t[i].attempt);
+  cJSON_AddStringToObject(f, "DAGRUN_ATTEMPT_DIR", attempt_dir);
+  free(attempt_dir);
   return f;
 }
 
@@ -469,6 +479,30 @@ static void pool_unblock(sched *s) {
     uv_timer_stop(s->pool_timer);
 }
 
+/* The plan of task i's attempt when it runs without a worker (the
+ * built-in exec stage, one process: execdirect.h), else NULL. */
+static execdirect *direct_plan(sched *s, size_t i, const cJSON *params,
+                               const char *attempt_dir, const char *log_path,
+                               char **env) {
+  const spec_task *st = &s->sp->tasks[i];
+  size_t pi = s->c->task_plugin[i];
+  if (s->plugin_direct[pi] < 0)
+    s->plugin_direct[pi] =
+        (signed char)execdirect_eligible(s->c->plugins[pi], 1, 0);
+  if (!s->plugin_direct[pi] || gang_wanted(st))
+    return NULL;
+  cJSON *declared = NULL;
+  if (st->outputs) {
+    declared = cJSON_CreateArray();
+    for (size_t k = 0; k < st->outputs->n; k++)
+      cJSON_AddItemToArray(declared,
+                           cJSON_CreateString(st->outputs->items[k]->str));
+  }
+  execdirect_spec ds = {params, s->sp->dir, attempt_dir, log_path,
+                        env,    declared,   s->opts.secrets};
+  return execdirect_create(&ds);
+}
+
 /* Starts the next attempt of task i. A failure before the process starts
  * (params that do not resolve, a directory that cannot be made) fails the
  * task without retry: another attempt would meet the same problem. */
@@ -501,13 +535,17 @@ static void launch(sched *s, size_t i) {
   }
   if (resolve_task(s, i, tmpl_task_dir, &params, &task_env, &reason) != 0)
     goto failed;
+  facts = task_facts(s, i);
+  env = workerenv_build(facts, task_env);
+  execdirect *direct =
+      direct_plan(s, i, params, attempt_dir, log_path, env);
   int wrc = write_attempt(s, i, params, attempt_dir, json_path, &real,
                           &reason);
   params = NULL; /* taken over */
-  if (wrc != 0)
+  if (wrc != 0) {
+    execdirect_destroy(direct);
     goto failed;
-  facts = task_facts(s, i);
-  env = workerenv_build(facts, task_env);
+  }
   if (gang_wanted(st) && gang_prepare(st, attempt_dir, log_path, facts,
                                       task_env, real != NULL, &env, &g,
                                       &reason) != 0)
@@ -520,7 +558,8 @@ static void launch(sched *s, size_t i) {
                      .heartbeat_s = st->heartbeat_s,
                      .kill_grace_s = st->kill_grace_s,
                      .secrets = s->opts.secrets,
-                     .attempt_text = real};
+                     .attempt_text = real,
+                     .direct = direct};
   gang_request(&g, &rq);
   if (s->opts.obs.attempt_start)
     s->opts.obs.attempt_start(s->opts.obs.ud, i, t->attempt, log_path);
@@ -935,6 +974,8 @@ sched *sched_create(uv_loop_t *loop, const checked *c, const rundir *run,
   free(fill);
   s->queues = xcalloc(sp->n_pools + 1, sizeof(fifo));
   s->pool_running = xcalloc(sp->n_pools + 1, sizeof(int));
+  s->plugin_direct = xmalloc(c->n_plugins + 1);
+  memset(s->plugin_direct, -1, c->n_plugins + 1);
   if (sp->n_pools && opts->pool_acquire)
     s->pool_blocked = xcalloc(sp->n_pools, 1);
   s->opts.preset = NULL; /* borrowed for this call only */
@@ -1082,6 +1123,7 @@ void sched_destroy(sched *s) {
     free(s->queues[q].v);
   free(s->queues);
   free(s->pool_running);
+  free(s->plugin_direct);
   free(s->pool_blocked);
   free(s->down_start);
   free(s->down);

@@ -3,10 +3,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/util.h"
 #include "lib/clock.h"
@@ -51,13 +53,42 @@ static int group_gone(int pgid, double secs) {
   }
 }
 
-/* The worker process running attempt_json ("dagrun __worker PATH"), for an
- * attempt whose pid was never recorded (dagrun died between the spawn and
- * that commit); 0 when there is none. */
+/* Whether process pid leads its process group and has entry (a full
+ * "NAME=value") in its environment: an attempt's command run without a
+ * worker (run/execdirect.h), recognised by its DAGRUN_ATTEMPT_DIR. */
+static int leads_with_env(long pid, const char *entry) {
+  if (getpgid((pid_t)pid) != (pid_t)pid)
+    return 0;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/environ", pid);
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return 0;
+  size_t len = strlen(entry), at = 0;
+  int found = 0, c;
+  /* Entries are NUL-separated: compare each against entry as it goes. */
+  while (!found && (c = getc(f)) != EOF) {
+    if (c == '\0') {
+      found = at == len;
+      at = 0;
+    } else if (at != SIZE_MAX) {
+      at = at < len && entry[at] == c ? at + 1 : SIZE_MAX;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+/* The process running attempt_json's attempt, for an attempt whose pid
+ * was never recorded (dagrun died between the spawn and that commit):
+ * its worker ("dagrun __worker PATH", either program), or its command
+ * when it ran without one; 0 when there is none. */
 static int find_worker(const char *attempt_json) {
   DIR *d = opendir("/proc");
   if (!d)
     return 0;
+  char *dir = path_dirname(attempt_json);
+  char *marker = xasprintf("DAGRUN_ATTEMPT_DIR=%s", dir);
   int found = 0;
   struct dirent *e;
   while (!found && (e = readdir(d))) {
@@ -75,13 +106,16 @@ static int find_worker(const char *attempt_json) {
     buf[n] = '\0';
     /* argv[0] NUL argv[1] NUL argv[2] NUL */
     size_t a0 = strlen(buf);
-    if (a0 + 1 >= n || strcmp(buf + a0 + 1, "__worker") != 0)
-      continue;
     const char *a2 = buf + a0 + 1 + sizeof("__worker");
-    if (a2 < buf + n && strcmp(a2, attempt_json) == 0)
+    if (a0 + 1 < n && strcmp(buf + a0 + 1, "__worker") == 0 &&
+        a2 < buf + n && strcmp(a2, attempt_json) == 0)
+      found = (int)pid;
+    else if (leads_with_env(pid, marker))
       found = (int)pid;
   }
   closedir(d);
+  free(marker);
+  free(dir);
   return found;
 }
 

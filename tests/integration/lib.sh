@@ -57,6 +57,18 @@ run_timed() {
   SECS=$(((t1 - t0) / 1000000000))
 }
 
+# wait_until SECONDS CMD...: polls CMD every 50ms until it succeeds;
+# returns 1 when it never did.
+wait_until() {
+  local n=$(($1 * 20))
+  shift
+  while ! "$@" 2>/dev/null; do
+    n=$((n - 1))
+    [ "$n" -gt 0 ] || return 1
+    sleep 0.05
+  done
+}
+
 expect_rc() {
   [ "$RC" -eq "$1" ] || fail "expected exit code $1, got $RC
 --- stdout:

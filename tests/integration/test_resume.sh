@@ -12,17 +12,6 @@ status_json() {
   "$DAGRUN" status "$1" --json >"$T/st.json" || fail "status $1 failed"
 }
 
-# wait_for SECONDS CMD...: polls CMD every 50ms until it succeeds.
-wait_for() {
-  local n=$(($1 * 20))
-  shift
-  while ! "$@" 2>/dev/null; do
-    n=$((n - 1))
-    [ "$n" -gt 0 ] || return 1
-    sleep 0.05
-  done
-}
-
 # ---- 1. A failed task, fixed, then resumed.
 cat > r.yaml <<Y
 dag: r
@@ -171,7 +160,7 @@ k_id() { ls "$DAGRUN_RUNS_DIR/k" 2>/dev/null | head -n 1; }
 reset_k
 make_k 30 0 100ms
 start_k
-wait_for 10 test -s "$T/slow.ticks" || fail "slow never started: $(cat "$T/k.out")"
+wait_until 10 test -s "$T/slow.ticks" || fail "slow never started: $(cat "$T/k.out")"
 KID=$(k_id)
 kill -9 "$PID"
 wait "$PID" 2>/dev/null || true
@@ -206,7 +195,7 @@ P
 reset_k
 make_k 60 1 100ms
 start_k
-wait_for 10 test -s "$T/slow.ticks" || fail "slow never started: $(cat "$T/k.out")"
+wait_until 10 test -s "$T/slow.ticks" || fail "slow never started: $(cat "$T/k.out")"
 KID=$(k_id)
 kill -9 "$PID"
 wait "$PID" 2>/dev/null || true
@@ -230,7 +219,7 @@ P
 reset_k
 make_k 60 1 100ms
 start_k
-wait_for 10 test -s "$T/slow.ticks" || fail "slow never started: $(cat "$T/k.out")"
+wait_until 10 test -s "$T/slow.ticks" || fail "slow never started: $(cat "$T/k.out")"
 KID=$(k_id)
 kill -9 "$PID"
 wait "$PID" 2>/dev/null || true
@@ -258,9 +247,9 @@ P
 reset_k
 make_k 1 0 30s
 start_k
-wait_for 20 test -f "$T/flaky.ok" || fail "flaky never ran: $(cat "$T/k.out")"
+wait_until 20 test -f "$T/flaky.ok" || fail "flaky never ran: $(cat "$T/k.out")"
 KID=$(k_id)
-wait_for 5 sh -c "\"$DAGRUN\" status $KID | grep -q retry_wait" || fail "flaky not in retry_wait: $("$DAGRUN" status "$KID")"
+wait_until 5 sh -c "\"$DAGRUN\" status $KID | grep -q retry_wait" || fail "flaky not in retry_wait: $("$DAGRUN" status "$KID")"
 kill -9 "$PID"
 wait "$PID" 2>/dev/null || true
 run_dagrun resume "$KID" --plain
@@ -284,7 +273,7 @@ make_k 10 0 100ms
 # the test can catch it: then first may be running), then resume.
 reset_k
 start_k
-wait_for 10 sh -c "\"$DAGRUN\" runs k | grep -q running" || fail "run never recorded"
+wait_until 10 sh -c "\"$DAGRUN\" runs k | grep -q running" || fail "run never recorded"
 kill -9 "$PID"
 wait "$PID" 2>/dev/null || true
 KID=$(k_id)
@@ -308,7 +297,7 @@ P
 reset_k
 make_k 100 0 100ms
 start_k
-wait_for 10 test -s "$T/slow.ticks" || fail "slow never started: $(cat "$T/k.out")"
+wait_until 10 test -s "$T/slow.ticks" || fail "slow never started: $(cat "$T/k.out")"
 KID=$(k_id)
 run_dagrun resume "$KID"
 expect_rc 1
@@ -333,7 +322,7 @@ expect_in "$T/err" "not running"
 # same, never left "running".
 reset_k
 start_k
-wait_for 10 sh -c "\"$DAGRUN\" runs k | grep -q running" || fail "run never recorded"
+wait_until 10 sh -c "\"$DAGRUN\" runs k | grep -q running" || fail "run never recorded"
 KID=$(k_id)
 run_dagrun cancel "$KID"
 expect_rc 0
