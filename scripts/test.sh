@@ -11,6 +11,8 @@ echo "== build (RelWithDebInfo, -Werror)"
 scripts/build.sh build -DDAGRUN_WERROR=ON
 echo "== tests"
 ctest --test-dir build --output-on-failure -j "$jobs"
+echo "== benchmarks, quick (their ratios; never a failure: bench/quick.sh)"
+bench/quick.sh build
 
 echo "== build (ASan + UBSan)"
 scripts/build.sh build-asan -DDAGRUN_WERROR=ON -DDAGRUN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug

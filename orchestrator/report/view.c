@@ -22,6 +22,7 @@ typedef struct task_view {
   double took;    /* duration of the last finished attempt */
   char *reason;   /* why it failed for good */
   char *waiting;  /* queued: the machine-wide pool it waits for, or NULL */
+  char *cached_from; /* cached: the run its outputs came from */
 } task_view;
 
 struct view {
@@ -128,6 +129,10 @@ static void task_line(view *v, size_t i, sbuf *b) {
   } else if (t->state == TASK_SUCCESS) {
     format_duration(t->took, dur, sizeof(dur));
     sbuf_printf(b, " %s", dur);
+  } else if (t->state == TASK_CACHED) {
+    /* Not run: say so, and where its outputs came from. */
+    sbuf_printf(b, " cached from run %s",
+                t->cached_from ? t->cached_from : "?");
   } else if (task_state_terminal(t->state)) {
     sbuf_printf(b, " %s", task_state_name(t->state));
   }
@@ -331,6 +336,10 @@ void view_task_event(view *v, const sched_event *e) {
     free(t->waiting);
     t->waiting = NULL;
   }
+  if (e->state == TASK_CACHED && e->cached_from) {
+    free(t->cached_from);
+    t->cached_from = xstrdup(e->cached_from);
+  }
   if (e->state == TASK_RUNNING) {
     t->started = clock_monotonic();
     t->fraction = -1;
@@ -478,6 +487,7 @@ static void on_view_closed(uv_handle_t *h) {
     free(v->t[i].msg);
     free(v->t[i].reason);
     free(v->t[i].waiting);
+    free(v->t[i].cached_from);
   }
   free(v->t);
   free(v);

@@ -233,4 +233,19 @@ run_dagrun check bad.yaml
 expect_in "$T/err" "bad.yaml:5:12"
 expect_in "$T/err" "'cache'"
 
+# The live view on a terminal (script(1) gives dagrun one) says where a
+# cached task came from too.
+cat > tty.yaml <<Y
+dag: tty
+tasks:
+  t: {stage: exec, cache: true, with: {command: [sh, -c, 'echo hi >> $T/tty.log']}}
+Y
+run_dagrun run tty.yaml --plain
+expect_rc 0
+TTY1=$(newest tty)
+script -qec "$DAGRUN run tty.yaml" /dev/null > tty.out 2>&1 ||
+  fail "run on a terminal failed: $(cat tty.out)"
+expect_in tty.out "cached from run $(basename "$TTY1")"
+[ "$(wc -l < tty.log)" -eq 1 ] || fail "the cached task ran again"
+
 pass
