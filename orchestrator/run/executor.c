@@ -195,6 +195,24 @@ static void signal_group(proc *a, int sig) {
 
 static void rdv_close(attempt *at);
 
+/* Spawn attributes of every process the executor starts: a new session
+ * (its own process group, signalled as a whole), no signal blocked, every
+ * signal at its default (dagrun ignores SIGPIPE, and ignored signals
+ * survive exec). 0 or an errno value. */
+static int new_session(posix_spawnattr_t *attr) {
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  int rc = posix_spawnattr_setflags(attr, POSIX_SPAWN_SETSID |
+                                              POSIX_SPAWN_SETSIGMASK |
+                                              POSIX_SPAWN_SETSIGDEF);
+  if (!rc)
+    rc = posix_spawnattr_setsigmask(attr, &none);
+  if (!rc)
+    rc = posix_spawnattr_setsigdefault(attr, &all);
+  return rc;
+}
+
 /* Starts the guard (host/guard.h) with its stdin a pipe of ours, in a
  * session of its own. 0, or -1 when it cannot run (the run goes on;
  * a worker-less attempt is then not stopped should dagrun die, as an
@@ -205,9 +223,6 @@ static int guard_start(executor *x) {
     return -1;
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
   posix_spawn_file_actions_init(&fa);
   posix_spawnattr_init(&attr);
   int rc = posix_spawn_file_actions_adddup2(&fa, fds[0], 0);
@@ -216,13 +231,7 @@ static int guard_start(executor *x) {
   if (!rc)
     rc = posix_spawn_file_actions_adddup2(&fa, 1, 2);
   if (!rc)
-    rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID |
-                                             POSIX_SPAWN_SETSIGMASK |
-                                             POSIX_SPAWN_SETSIGDEF);
-  if (!rc)
-    rc = posix_spawnattr_setsigmask(&attr, &none);
-  if (!rc)
-    rc = posix_spawnattr_setsigdefault(&attr, &all);
+    rc = new_session(&attr);
   char *argv[] = {"dagrun-worker", "__guard", NULL};
 
   if (!rc)
@@ -703,9 +712,6 @@ static int spawn_worker(const char *exe, const exec_request *rq, char **env,
                         int log_fd, int pipe_fd, int attempt_fd, pid_t *pid) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
   posix_spawn_file_actions_init(&fa);
   posix_spawnattr_init(&attr);
   int rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -723,13 +729,7 @@ static int spawn_worker(const char *exe, const exec_request *rq, char **env,
   if (!rc && cwd)
     rc = posix_spawn_file_actions_addchdir_np(&fa, cwd);
   if (!rc)
-    rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID |
-                                             POSIX_SPAWN_SETSIGMASK |
-                                             POSIX_SPAWN_SETSIGDEF);
-  if (!rc)
-    rc = posix_spawnattr_setsigmask(&attr, &none);
-  if (!rc)
-    rc = posix_spawnattr_setsigdefault(&attr, &all);
+    rc = new_session(&attr);
   char fd_path[32];
   snprintf(fd_path, sizeof(fd_path), "/dev/fd/%d", ATTEMPT_FD);
   char *args[] = {"dagrun-worker", "__worker",
