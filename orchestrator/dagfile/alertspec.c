@@ -32,8 +32,8 @@ static int get_duration(const spec *s, const ynode *v, const char *key,
   double x;
   if (spec_duration(v, &x) != 0 || !(x > 0)) {
     err_at(d, s, v,
-           "alert %zu: '%s' expects a positive duration (e.g. 90, 30s, 5m, "
-           "2h), found %s",
+           "alert %zu: '%s' expects a positive duration up to 365d (e.g. 90, "
+           "30s, 5m, 2h), found %s",
            idx + 1, key, v->kind == YNODE_SCALAR ? v->str : ynode_a_type(v));
     return DR_ESPEC;
   }

@@ -251,6 +251,8 @@ int spec_duration(const ynode *v, double *out) {
   } else if (parse_duration(v->str, &x) != 0 || !isfinite(x)) {
     return SPEC_DURATION_SYNTAX;
   }
+  if (x > SPEC_DURATION_MAX_S)
+    return SPEC_DURATION_TOO_LONG;
   *out = x;
   return 0;
 }
@@ -277,6 +279,11 @@ static int get_duration(ctx *c, const ynode *v, const char *key,
   if (rc == SPEC_DURATION_SYNTAX) {
     err(c, v, "'%s'%s: \"%s\" is not a duration; expected %s", key, where,
         v->str, duration_forms);
+    return DR_ESPEC;
+  }
+  if (rc == SPEC_DURATION_TOO_LONG) {
+    err(c, v, "'%s'%s: expected a duration from 0 to 365d, found %s", key,
+        where, v->str);
     return DR_ESPEC;
   }
   if (x != 0 && x < min_nonzero) {
@@ -389,7 +396,7 @@ static void parse_trigger(ctx *c, const ynode *v, spec_task *t,
 static void parse_gang_setting(ctx *c, const char *key, const ynode *v,
                                spec_task *t, const char *where) {
   if (strcmp(key, "world_size") == 0) {
-    (void)get_int(c, v, key, where, 1, 65536, "an integer >= 1 (ranks)",
+    (void)get_int(c, v, key, where, 1, 65536, "an integer from 1 to 65536 (ranks)",
                   &t->world_size);
   } else if (strcmp(key, "launcher") == 0) {
     const char *s = get_string(c, v, key, where, "local, mpirun or srun");
@@ -480,12 +487,12 @@ static void parse_setting(ctx *c, const ynode *k, const ynode *v, spec_task *t,
                           const char *where) {
   const char *key = k->str;
   if (strcmp(key, "retries") == 0) {
-    (void)get_int(c, v, key, where, 0, 1000000, "an integer >= 0",
+    (void)get_int(c, v, key, where, 0, 1000000, "an integer from 0 to 1000000",
                   &t->retry.retries);
   } else if (strcmp(key, "retry_delay") == 0) {
     (void)get_duration(c, v, key, where, 0, &t->retry.delay_s);
   } else if (strcmp(key, "retry_backoff") == 0) {
-    (void)get_number(c, v, key, where, 1, 1e6, "a number >= 1",
+    (void)get_number(c, v, key, where, 1, 1e6, "a number from 1 to 1000000",
                      &t->retry.backoff);
   } else if (strcmp(key, "retry_max_delay") == 0) {
     (void)get_duration(c, v, key, where, 0, &t->retry.max_delay_s);
@@ -594,7 +601,7 @@ static void parse_pools(ctx *c, const ynode *v) {
     }
     int size;
     int rc = get_int(c, val, k->str, " in 'pools'", 1, 1000000,
-                     "a pool size (an integer >= 1)", &size);
+                     "a pool size (an integer from 1 to 1000000)", &size);
     if (rc != 0 || pool_find(c->s, k->str) >= 0)
       continue;
     spec_pool *p = &c->s->pools[c->s->n_pools++];
@@ -1055,10 +1062,10 @@ static void parse_root(ctx *c) {
   if ((v = ynode_get(root, "params")))
     parse_params(c, v);
   if ((v = ynode_get(root, "max_parallel")))
-    (void)get_int(c, v, "max_parallel", "", 1, 1000000, "an integer >= 1",
+    (void)get_int(c, v, "max_parallel", "", 1, 1000000, "an integer from 1 to 1000000",
                   &s->max_parallel);
   if ((v = ynode_get(root, "max_active_runs")))
-    (void)get_int(c, v, "max_active_runs", "", 1, 1000000, "an integer >= 1",
+    (void)get_int(c, v, "max_active_runs", "", 1, 1000000, "an integer from 1 to 1000000",
                   &s->max_active_runs);
   if ((v = ynode_get(root, "pools")))
     parse_pools(c, v);

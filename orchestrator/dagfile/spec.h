@@ -171,13 +171,18 @@ int spec_schedule_open(const spec *s, struct cron_expr **e,
 enum {
   SPEC_DURATION_NOT_SCALAR = -1, /* null, a bool, a list or a map */
   SPEC_DURATION_NEGATIVE = -2,   /* a number below 0 (or not finite) */
-  SPEC_DURATION_SYNTAX = -3      /* a string parse_duration refuses */
+  SPEC_DURATION_SYNTAX = -3,     /* a string parse_duration refuses */
+  SPEC_DURATION_TOO_LONG = -4    /* over SPEC_DURATION_MAX_S */
 };
+
+/* The longest duration a DAG file may give: a year. Longer ones are
+ * typos (1e20) that would overflow the loop's millisecond timers. */
+#define SPEC_DURATION_MAX_S (365.0 * 86400.0)
 
 /* The one reading of a duration in a DAG file, for task settings and
  * alerts alike: an integer or float scalar counts seconds, a string goes
  * through parse_duration ("90", "500ms", "30s", "5m", "1h30m"). Returns 0
- * with *out (>= 0, finite), or a SPEC_DURATION_* code with *out
+ * with *out (0 to SPEC_DURATION_MAX_S), or a SPEC_DURATION_* code with *out
  * untouched. It adds no message: each caller says what the value was for
  * (file:line:col from v) and what range it needs beyond >= 0. */
 int spec_duration(const ynode *v, double *out);

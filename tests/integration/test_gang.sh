@@ -218,7 +218,7 @@ tasks:
 Y
 run_dagrun check bad.yaml
 expect_rc 2
-expect_in "$T/err" "bad.yaml:3:32: error: 'world_size' in task 'a': expected an integer >= 1"
+expect_in "$T/err" "bad.yaml:3:32: error: 'world_size' in task 'a': expected an integer from 1 to 65536"
 expect_in "$T/err" "bad.yaml:4:30: error: 'launcher' in task 'b': expected local, mpirun or srun, found \"mpirn\"; did you mean 'mpirun'?"
 expect_in "$T/err" "bad.yaml:5:30: error: 'launcher' in task 'c': expected local, mpirun or srun, found \"sruun\"; did you mean 'srun'?"
 expect_in "$T/err" "bad.yaml:6:27: error: 'hosts' in task 'd'"

@@ -17,7 +17,7 @@ for bad in 0 -1 '"x"'; do
   printf 'dag: bad\nmax_active_runs: %s\ntasks:\n  a: {stage: exec, with: {command: [sh, -c, "true"]}}\n' "$bad" > bad.yaml
   run_dagrun check bad.yaml
   expect_rc 2
-  expect_in "$T/err" "bad.yaml:2:18: error: 'max_active_runs': expected an integer >= 1"
+  expect_in "$T/err" "bad.yaml:2:18: error: 'max_active_runs': expected an integer from 1 to 1000000"
 done
 
 # lim: one task that records its interval, waiting for $T/go-<n> where n

@@ -198,14 +198,14 @@ static void test_types(void) {
                       "  c:\n"
                       "    stage: [exec]\n");
   CHECK_STR(e,
-            "dag.yaml:2:15: error: 'max_parallel': expected an integer >= 1, "
-            "found 0\n"
+            "dag.yaml:2:15: error: 'max_parallel': expected an integer from 1 "
+            "to 1000000, found 0\n"
             "dag.yaml:3:14: error: 'gpu' in 'pools': expected a pool size (an "
-            "integer >= 1), found a string (\"two\")\n"
+            "integer from 1 to 1000000), found a string (\"two\")\n"
             "dag.yaml:7:14: error: 'retries' in task 'a': expected an integer "
-            ">= 0, found a string (\"three\")\n"
+            "from 0 to 1000000, found a string (\"three\")\n"
             "dag.yaml:8:20: error: 'retry_backoff' in task 'a': expected a "
-            "number >= 1, found 0.5\n"
+            "number from 1 to 1000000, found 0.5\n"
             "dag.yaml:9:19: error: 'retry_jitter' in task 'a': expected a "
             "number from 0 to 1, found a list\n"
             "dag.yaml:10:16: error: 'retry_on' in task 'a': expected an exit "
@@ -243,7 +243,8 @@ static void test_durations(void) {
                       "    timeout: 2x\n"
                       "    kill_grace: -1\n"
                       "    heartbeat_timeout: 500ms\n"
-                      "    retry_max_delay: true\n");
+                      "    retry_max_delay: true\n"
+                      "  b: {stage: exec, timeout: 1e20, retry_delay: 400d}\n");
   CHECK_STR(e,
             "dag.yaml:2:25: error: 'retry_delay' in defaults: \"soon\" is not "
             "a duration; expected a number of seconds, or numbers with units "
@@ -258,7 +259,11 @@ static void test_durations(void) {
             "dag.yaml:9:22: error: 'retry_max_delay' in task 'a': expected a "
             "duration: a number of seconds, or numbers with units ms, s, m, "
             "h, d (e.g. 90, 500ms, 30s, 5m, 1h30m); found a boolean "
-            "(true)\n");
+            "(true)\n"
+            "dag.yaml:10:29: error: 'timeout' in task 'b': expected a "
+            "duration from 0 to 365d, found 1e20\n"
+            "dag.yaml:10:48: error: 'retry_delay' in task 'b': expected a "
+            "duration from 0 to 365d, found 400d\n");
   free(e);
 }
 
