@@ -105,6 +105,7 @@ int rundir_create(const char *base, const char *dag, const char *id,
   /* The random suffix keeps two runs started in the same second apart;
    * mkdir (not mkdir -p) makes the claim atomic. A given id is tried
    * once. */
+  int freed = 0;
   for (int tries = 0; tries < (id ? 1 : 64); tries++) {
     char *rid = id ? xstrdup(id) : rundir_new_id(t);
     char *path = path_join(dag_dir, rid);
@@ -119,6 +120,16 @@ int rundir_create(const char *base, const char *dag, const char *id,
       return 0;
     }
     int e = errno;
+    /* A given id whose directory is empty names a run that never began
+     * (dagrun killed between this mkdir and recording the run): nothing
+     * was recorded or written, so the id is free again. */
+    if (id && e == EEXIST && !freed && rmdir(path) == 0) {
+      freed = 1;
+      free(rid);
+      free(path);
+      tries--; /* the same id, once more */
+      continue;
+    }
     free(rid);
     free(path);
     if (e != EEXIST) {

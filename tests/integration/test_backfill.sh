@@ -48,6 +48,13 @@ run_dagrun run s.yaml -q --logical-date yesterday
 expect_rc 2
 [ ! -e "$T/escape" ] || fail "--run-id ../escape made a directory outside runs/"
 [ "$(ls "$DAGRUN_RUNS_DIR/sched" | wc -l)" -eq 1 ] || fail "refused runs left directories: $(ls "$DAGRUN_RUNS_DIR/sched")"
+# An empty directory of that id is a run killed before it was recorded:
+# the id is free again.
+mkdir "$DAGRUN_RUNS_DIR/sched/killed"
+run_dagrun run s.yaml -q --run-id killed
+expect_rc 0
+run_dagrun status killed
+expect_in "$T/out" "success"
 
 # Three days across the spring-forward night (2026-03-08 in New York):
 # 01:30 exists every day; times are local; the dates are the schedule's.
