@@ -8,6 +8,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -429,3 +431,22 @@ char *path_join(const char *a, const char *b) {
   return xasprintf("%s/%s", a, b);
 }
 
+int proc_has_env(long pid, const char *entry) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/environ", pid);
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return 0;
+  size_t len = strlen(entry), at = 0;
+  int found = 0, c;
+  while (!found && (c = getc(f)) != EOF) {
+    if (c == '\0') {
+      found = at == len;
+      at = 0;
+    } else if (at != SIZE_MAX) {
+      at = at < len && entry[at] == c ? at + 1 : SIZE_MAX;
+    }
+  }
+  fclose(f);
+  return found;
+}

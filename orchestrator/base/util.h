@@ -149,6 +149,10 @@ long long proc_start_time(int pid);
 /* Whether process pid exists and started at start (start 0: any). */
 int proc_alive(int pid, long long start);
 
+/* Whether process pid has entry (a whole "NAME=value") in its
+ * environment (/proc/PID/environ; 0 when it cannot be read). */
+int proc_has_env(long pid, const char *entry);
+
 /* Directory part of a path ("." when none); caller frees. */
 char *path_dirname(const char *path);
 /* Joins a and b with one '/'; b absolute returns a copy of b. Caller frees. */

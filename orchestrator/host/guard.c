@@ -4,7 +4,9 @@
 #include "base/util.h"
 #include "lib/clock.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,32 +38,60 @@ static void groups_remove(groups *g, long id) {
   }
 }
 
-/* One line of dagrun's: "+ PGID" or "- PGID"; anything else is ignored. */
-static void apply(groups *g, const char *line) {
+/* One line of dagrun's: "+ PGID", "- PGID" or "." (returns 1); anything
+ * else is ignored. */
+static int apply(groups *g, const char *line) {
   char *end;
+  if (strcmp(line, ".") == 0)
+    return 1;
   if ((line[0] != '+' && line[0] != '-') || line[1] != ' ')
-    return;
+    return 0;
   long id = strtol(line + 2, &end, 10);
   if (id <= 1 || *end)
-    return;
+    return 0;
   if (line[0] == '+')
     groups_add(g, id);
   else
     groups_remove(g, id);
+  return 0;
 }
 
-/* Signals every listed group; drops those that are gone. */
+/* Signals every listed group, and its leader's id as a process (one
+ * listed by add_run_processes may not lead a group); drops those that
+ * are gone. */
 static void signal_all(groups *g, int sig) {
   for (size_t i = 0; i < g->n;) {
-    if (kill((pid_t)-g->ids[i], sig) != 0 && errno == ESRCH)
+    int group = kill((pid_t)-g->ids[i], sig);
+    int proc = kill((pid_t)g->ids[i], sig);
+    if (group != 0 && proc != 0 && errno == ESRCH)
       g->ids[i] = g->ids[--g->n];
     else
       i++;
   }
 }
 
+/* Lists every process of the run (DAGRUN_RUN_DIR=run_dir in its
+ * environment), by its own pid: signal_all reaches its group, and it. */
+static void add_run_processes(groups *g, const char *run_dir) {
+  DIR *d = opendir("/proc");
+  if (!d)
+    return;
+  char *entry = xasprintf("DAGRUN_RUN_DIR=%s", run_dir);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (!*end && pid > 1 && pid != getpid() && proc_has_env(pid, entry))
+      groups_add(g, pid);
+  }
+  closedir(d);
+  free(entry);
+}
+
 /* dagrun is gone: its attempts stop as a worker's would. */
-static void stop_orphans(groups *g) {
+static void stop_orphans(groups *g, const char *run_dir) {
+  if (run_dir)
+    add_run_processes(g, run_dir);
   if (g->n == 0)
     return;
   signal_all(g, SIGTERM);
@@ -74,7 +104,7 @@ static void stop_orphans(groups *g) {
   signal_all(g, SIGKILL);
 }
 
-int guard_main(void) {
+int guard_main(const char *run_dir) {
   /* The terminal's signals are dagrun's to act on, not the guard's: it
    * ends when dagrun's end of the pipe closes. */
   signal(SIGINT, SIG_IGN);
@@ -83,7 +113,8 @@ int guard_main(void) {
   groups g = {0};
   char buf[4096], line[64];
   size_t n_line = 0;
-  for (;;) {
+  int ended = 0;
+  while (!ended) {
     ssize_t n = read(0, buf, sizeof buf);
     if (n < 0 && errno == EINTR)
       continue;
@@ -96,11 +127,12 @@ int guard_main(void) {
         continue;
       }
       line[n_line] = '\0';
-      apply(&g, line);
+      ended |= apply(&g, line);
       n_line = 0;
     }
   }
-  stop_orphans(&g);
+  if (!ended)
+    stop_orphans(&g, run_dir);
   free(g.ids);
   return 0;
 }

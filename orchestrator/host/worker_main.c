@@ -22,8 +22,8 @@
 #include <string.h>
 
 int main(int argc, char **argv) {
-  if (argc == 2 && strcmp(argv[1], "__guard") == 0)
-    return guard_main();
+  if (argc >= 2 && argc <= 3 && strcmp(argv[1], "__guard") == 0)
+    return guard_main(argc == 3 ? argv[2] : NULL);
   if (argc != 3 || strcmp(argv[1], "__worker") != 0) {
     fprintf(stderr, "usage: dagrun-worker __worker ATTEMPT_JSON (internal: "
                     "dagrun starts it for each task attempt)\n");

@@ -95,6 +95,7 @@ struct attempt {
   executor *x;
   attempt *prev, *next;
   size_t task;
+  char *dir; /* its directory (DAGRUN_ATTEMPT_DIR), whose orphans wait */
   int n;        /* world size */
   proc **procs; /* per rank; NULL once that rank finished */
   pid_t pid0;   /* rank 0's */
@@ -131,26 +132,61 @@ struct executor {
    * of its stdin, -1 until the first such attempt; its pid. */
   int guard_fd;
   pid_t guard_pid;
+  char *run_dir; /* the guard's: what it stops when dagrun dies */
+  orphans *orphans;
   exec_callbacks cb;
   attempt *running; /* doubly linked list */
   size_t n_running;
 };
 
+/* ---- what orphans.h asks of the executor ---- */
+
+static int started_here(void *ud, pid_t pid) {
+  executor *x = ud;
+  if (pid == x->guard_pid)
+    return 1;
+  for (const attempt *at = x->running; at; at = at->next) {
+    if (at->launcher && at->launcher->pid == pid)
+      return 1;
+    for (int r = 0; r < at->n; r++)
+      if (at->procs[r] && at->procs[r]->pid == pid)
+        return 1;
+  }
+  return 0;
+}
+
+static int dir_running(void *ud, const char *dir) {
+  executor *x = ud;
+  for (const attempt *at = x->running; at; at = at->next)
+    if (at->dir && strcmp(at->dir, dir) == 0)
+      return 1;
+  return 0;
+}
+
+static int any_running(void *ud) { return ((executor *)ud)->n_running > 0; }
+
 executor *executor_create(uv_loop_t *loop, const char *worker_exe,
-                          const exec_callbacks *cb) {
+                          const char *run_dir, const exec_callbacks *cb) {
   executor *x = xcalloc(1, sizeof(*x));
   x->loop = loop;
   x->worker_exe = xstrdup(worker_exe);
+  x->run_dir = xstrdup(run_dir);
   x->guard_fd = -1;
   x->cb = *cb;
+  orphans_owner owner = {started_here, dir_running, any_running, x};
+  x->orphans = orphans_create(loop, &owner);
   return x;
 }
 
 void executor_destroy(executor *x) {
   if (!x)
     return;
-  if (x->guard_fd >= 0)
+  orphans_finish(x->orphans);
+  if (x->guard_fd >= 0) {
+    /* The run is over and its orphans were stopped: the guard may go. */
+    (void)!write(x->guard_fd, ".\n", 2);
     close(x->guard_fd);
+  }
   if (x->guard_pid > 0) {
     /* Every attempt is over: the guard sees the end of its input with
      * nothing listed and exits at once. */
@@ -158,6 +194,7 @@ void executor_destroy(executor *x) {
       ;
   }
   free(x->worker_exe);
+  free(x->run_dir);
   free(x);
 }
 
@@ -232,7 +269,7 @@ static int guard_start(executor *x) {
     rc = posix_spawn_file_actions_adddup2(&fa, 1, 2);
   if (!rc)
     rc = new_session(&attr);
-  char *argv[] = {"dagrun-worker", "__guard", NULL};
+  char *argv[] = {"dagrun-worker", "__guard", x->run_dir, NULL};
 
   if (!rc)
     rc = posix_spawn(&x->guard_pid, x->worker_exe, &fa, &attr, argv, environ);
@@ -262,6 +299,7 @@ static void guard_tell(executor *x, char what, pid_t pgid) {
 }
 
 static void attempt_free(attempt *at) {
+  free(at->dir);
   free(at->rdv_addr);
   free(at->log_path);
   free(at->procs);
@@ -310,6 +348,8 @@ static void attempt_finish(attempt *at) {
   if (at->next)
     at->next->prev = at->prev;
   x->n_running--;
+  /* What it left running outside its group is now an orphan. */
+  orphans_sweep(x->orphans);
   x->cb.on_exit(x->cb.ud, at->task, &r);
   attempt_free(at);
 }
@@ -1236,6 +1276,10 @@ static attempt *attempt_new(executor *x, const exec_request *rq, int n) {
   at->failed_rank = -1;
   at->cause = EXEC_EXITED;
   at->started = clock_monotonic();
+  const char *log = rq->log_path ? rq->log_path
+                    : rq->n_ranks > 1 ? rq->ranks[0].log_path
+                                      : NULL;
+  at->dir = log ? path_dirname(log) : NULL;
   at->procs = xcalloc((size_t)n, sizeof(*at->procs));
   at->ends = xcalloc((size_t)n, sizeof(*at->ends));
   return at;
@@ -1294,8 +1338,6 @@ static int start_direct(executor *x, const exec_request *rq) {
   spawned sp;
   char err[256];
   execdirect_started(rq->direct);
-  if (x->guard_fd < 0 && !x->guard_pid && guard_start(x) != 0)
-    x->guard_pid = -1; /* tried once: a run without it works on */
   if (spawn_one(x, rq, rq->env, rq->log_path, &sp, err, sizeof err) != 0)
     return -1;
   guard_tell(x, '+', sp.pid);
@@ -1308,6 +1350,8 @@ static int start_direct(executor *x, const exec_request *rq) {
 
 int executor_start(executor *x, const exec_request *rq, char *err,
                    size_t errlen) {
+  if (x->guard_fd < 0 && !x->guard_pid && guard_start(x) != 0)
+    x->guard_pid = -1; /* tried once: a run without it works on */
   if (rq->direct) {
     if (start_direct(x, rq) == 0)
       return 0;

@@ -38,6 +38,7 @@
 
 #include "execdirect.h"
 #include "host/proto.h"
+#include "orphans.h"
 #include "secrets.h"
 
 typedef enum exec_end {
@@ -146,8 +147,12 @@ typedef struct exec_request {
 typedef struct executor executor;
 
 /* worker_exe: the dagrun-worker program (host/worker.h), run as
- * `WORKER_EXE __worker ATTEMPT_JSON`. */
+ * `WORKER_EXE __worker ATTEMPT_JSON`. run_dir: the run's directory, for
+ * the guard (host/guard.h). The executor makes dagrun the subreaper of
+ * its attempts (orphans.h): what an attempt leaves running outside its
+ * process group is stopped when the attempt ends. */
 executor *executor_create(uv_loop_t *loop, const char *worker_exe,
+                          const char *run_dir,
                           const exec_callbacks *cb);
 /* Starts an attempt. Returns 0, or DR_ESPAWN/DR_EIO with a message in err
  * (on_exit is then not called). One attempt per task id at a time. */

@@ -949,7 +949,7 @@ sched *sched_create(uv_loop_t *loop, const checked *c, const rundir *run,
   if (!s->rng)
     s->rng = 1;
   exec_callbacks cb = {on_message, on_attempt_exit, s};
-  s->x = executor_create(loop, opts->worker_exe, &cb);
+  s->x = executor_create(loop, opts->worker_exe, s->run->path, &cb);
   size_t n = sp->n_tasks;
   s->t = xcalloc(n ? n : 1, sizeof(task_rt));
   s->down_start = xcalloc(n + 1, sizeof(size_t));

@@ -57,26 +57,7 @@ static int group_gone(int pgid, double secs) {
  * "NAME=value") in its environment: an attempt's command run without a
  * worker (run/execdirect.h), recognised by its DAGRUN_ATTEMPT_DIR. */
 static int leads_with_env(long pid, const char *entry) {
-  if (getpgid((pid_t)pid) != (pid_t)pid)
-    return 0;
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%ld/environ", pid);
-  FILE *f = fopen(path, "re");
-  if (!f)
-    return 0;
-  size_t len = strlen(entry), at = 0;
-  int found = 0, c;
-  /* Entries are NUL-separated: compare each against entry as it goes. */
-  while (!found && (c = getc(f)) != EOF) {
-    if (c == '\0') {
-      found = at == len;
-      at = 0;
-    } else if (at != SIZE_MAX) {
-      at = at < len && entry[at] == c ? at + 1 : SIZE_MAX;
-    }
-  }
-  fclose(f);
-  return found;
+  return getpgid((pid_t)pid) == (pid_t)pid && proc_has_env(pid, entry);
 }
 
 /* The process running attempt_json's attempt, for an attempt whose pid
