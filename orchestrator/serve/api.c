@@ -57,7 +57,7 @@ extern const size_t api_openapi_json_len;
  * second over the 2 * API_AUTH_SKEW window a signature lives in, in
  * 320 KiB. */
 #define API_REPLAY_MAX 8192
-#define API_RUNS_DEFAULT 100       /* GET /api/runs without limit */
+#define API_RUNS_DEFAULT 100 /* GET /api/runs without limit */
 #define API_RUNS_MAX 10000
 #define API_DAG_RUNS 20 /* recent runs in GET /api/dags/{dag} */
 #define API_SEG_MAX 256 /* longest path segment routed */
@@ -1324,8 +1324,8 @@ static void on_connection(void *cls, struct MHD_Connection *c,
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    *socket_context = ci ? guard_conn_begin(s->deadlines, ci->connect_fd)
-                         : NULL;
+    *socket_context =
+        ci ? guard_conn_begin(s->deadlines, ci->connect_fd) : NULL;
   } else if (*socket_context) {
     guard_conn_end(s->deadlines, *socket_context);
     *socket_context = NULL;
@@ -1385,8 +1385,7 @@ static void server_free(api_server *s) {
 
 /* A server for cfg listening on sa (not started), or NULL when its
  * watchdog thread cannot start. */
-static api_server *server_new(const api_config *cfg,
-                              const api_actions *actions,
+static api_server *server_new(const api_config *cfg, const api_actions *actions,
                               const struct sockaddr *sa) {
   api_server *s = xcalloc(1, sizeof *s);
   s->token = cfg->token ? xstrdup(cfg->token) : NULL;

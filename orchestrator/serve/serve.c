@@ -1299,10 +1299,13 @@ int serve_cmd_serve(int argc, char **argv) {
   }
   if ((lock_fd = serve_lock(db_path)) < 0)
     goto out;
-  api_config cfg = {o.host,          (int)o.port,
-                    token,           hmac,
-                    db_path,         o.allow_hosts,
-                    (double)o.request_timeout};
+  api_config cfg = {.host = o.host,
+                    .port = (int)o.port,
+                    .token = token,
+                    .hmac_secret = hmac,
+                    .store_path = db_path,
+                    .allow_hosts = o.allow_hosts,
+                    .request_timeout = (double)o.request_timeout};
   code = serve_loop(&s, &cfg);
 out:
   if (lock_fd >= 0)
