@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "guard.h"
 #include "lib/clock.h"
 #include "lib/fileio.h"
 #include "store/store.h"
@@ -46,9 +47,17 @@ extern const size_t api_openapi_json_len;
 #define API_METRICS_MAX 5000       /* points per series before thinning */
 #define API_METRICS_NAMES 256      /* distinct metric names per task */
 #define API_AUTH_SKEW 300          /* seconds an HMAC timestamp may be off */
-#define API_CONN_LIMIT 64          /* connections at once */
-#define API_CONN_TIMEOUT 30        /* seconds an idle connection is kept */
-#define API_RUNS_DEFAULT 100       /* GET /api/runs without limit */
+/* Connections: a client address may hold API_CONN_PER_IP, so that one
+ * slow or hostile client leaves the rest of API_CONN_LIMIT to others
+ * (each is a thread; 256 of them are a few MiB of touched stack). */
+#define API_CONN_LIMIT 256
+#define API_CONN_PER_IP 16
+#define API_CONN_TIMEOUT 10 /* seconds an idle connection is kept */
+/* Signatures remembered against replays: enough for 27 signed POSTs a
+ * second over the 2 * API_AUTH_SKEW window a signature lives in, in
+ * 320 KiB. */
+#define API_REPLAY_MAX 8192
+#define API_RUNS_DEFAULT 100 /* GET /api/runs without limit */
 #define API_RUNS_MAX 10000
 #define API_DAG_RUNS 20 /* recent runs in GET /api/dags/{dag} */
 #define API_SEG_MAX 256 /* longest path segment routed */
@@ -56,6 +65,14 @@ extern const size_t api_openapi_json_len;
 struct api_server {
   struct MHD_Daemon *d;
   char *token, *secret, *store_path;
+  char **allow_hosts; /* NULL-terminated */
+  /* The address listened on, for the Host check: its bytes (16 for IPv6,
+   * 4 for IPv4), whether it is a loopback or a wildcard address. */
+  int family;
+  unsigned char addr[16];
+  int loopback, wildcard;
+  guard_replay *replay;
+  guard_deadlines *deadlines;
   api_actions act;
   double started; /* monotonic */
   int port;
@@ -66,8 +83,14 @@ struct api_server {
   char start_msg[512];
 };
 
-/* One request's state across libmicrohttpd's calls: the body so far. */
+/* One request's state across libmicrohttpd's calls, made when its
+ * request line arrives (on_uri): the request target as sent (HMAC signs
+ * it; libmicrohttpd hands on_request the path percent-decoded, where a
+ * %00 ends the string), the method, and the body so far. */
 typedef struct req {
+  char *target;
+  const char *method; /* libmicrohttpd's, valid for the request */
+  int headers_seen;   /* on_request was called once */
   sbuf body;
   int too_big;
 } req;
@@ -97,6 +120,16 @@ static cJSON *err_json(const char *fmt, ...) {
   cJSON *j = cJSON_CreateObject();
   cJSON_AddStringToObject(j, "error", msg);
   return j;
+}
+
+/* A 500 whose detail goes to the server's stderr, not to the client: it
+ * may name files of this machine (the run store, a log), which a client
+ * has no business knowing. *out says what failed and where to look. */
+static unsigned server_error(cJSON **out, const char *what,
+                             const char *detail) {
+  fprintf(stderr, "dagrun serve: http: %s: %s\n", what, detail);
+  *out = err_json("%s (the reason is in the server's log)", what);
+  return MHD_HTTP_INTERNAL_SERVER_ERROR;
 }
 
 static const char *str_of(const cJSON *o, const char *k) {
@@ -197,10 +230,8 @@ static unsigned open_store(const api_server *s, store **st, cJSON **out) {
   int rc = store_open(s->store_path, 0, st, err, sizeof err);
   if (rc == DR_ENOENT)
     return 0;
-  if (rc) {
-    *out = err_json("%s", err);
-    return MHD_HTTP_INTERNAL_SERVER_ERROR;
-  }
+  if (rc)
+    return server_error(out, "cannot open the run store", err);
   return 0;
 }
 
@@ -230,10 +261,16 @@ static unsigned find_run(const api_server *s, const char *id, store **st,
     return 0;
   store_close(*st);
   *st = NULL;
-  *out = err_json("%s", err);
-  return rc == DR_ENOENT   ? MHD_HTTP_NOT_FOUND
-         : rc == DR_EINVAL ? MHD_HTTP_BAD_REQUEST
-                           : MHD_HTTP_INTERNAL_SERVER_ERROR;
+  /* The store's own message for a missing run names its file. */
+  if (rc == DR_ENOENT) {
+    *out = err_json("no run '%s'", id);
+    return MHD_HTTP_NOT_FOUND;
+  }
+  if (rc == DR_EINVAL) {
+    *out = err_json("%s", err);
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  return server_error(out, "cannot read the run store", err);
 }
 
 /* ---- GET handlers: each returns the status with *out the body ---- */
@@ -287,8 +324,7 @@ static unsigned get_dag(api_server *s, const char *name, cJSON **out) {
     store_close(st);
     if (!runs) {
       cJSON_Delete(found);
-      *out = err_json("%s", err);
-      return MHD_HTTP_INTERNAL_SERVER_ERROR;
+      return server_error(out, "cannot read the run store", err);
     }
   }
   cJSON_AddItemToObject(found, "runs", runs ? runs : cJSON_CreateArray());
@@ -314,10 +350,8 @@ static unsigned get_runs(api_server *s, struct MHD_Connection *c, cJSON **out) {
   cJSON *runs = store_runs(st, query_str(c, "dag"), query_str(c, "state"),
                            (int)limit, err, sizeof err);
   store_close(st);
-  if (!runs) {
-    *out = err_json("%s", err);
-    return MHD_HTTP_INTERNAL_SERVER_ERROR;
-  }
+  if (!runs)
+    return server_error(out, "cannot read the run store", err);
   *out = runs;
   return MHD_HTTP_OK;
 }
@@ -343,10 +377,8 @@ static unsigned get_alerts(api_server *s, const char *id, cJSON **out) {
   cJSON *alerts = store_alerts(st, str_of(run, "id"), err, sizeof err);
   store_close(st);
   cJSON_Delete(run);
-  if (!alerts) {
-    *out = err_json("%s", err);
-    return MHD_HTTP_INTERNAL_SERVER_ERROR;
-  }
+  if (!alerts)
+    return server_error(out, "cannot read the run store", err);
   *out = alerts;
   return MHD_HTTP_OK;
 }
@@ -503,11 +535,10 @@ static unsigned get_log(api_server *s, struct MHD_Connection *c, const char *id,
                       attempt);
     else if (rc == DR_ENOENT)
       *out = err_json("run %s: task '%s' has no attempt yet", run_id, task);
-    else
-      *out = err_json("%s", err);
     cJSON_Delete(run);
-    return rc == DR_ENOENT ? MHD_HTTP_NOT_FOUND
-                           : MHD_HTTP_INTERNAL_SERVER_ERROR;
+    return rc == DR_ENOENT
+               ? MHD_HTTP_NOT_FOUND
+               : server_error(out, "cannot read the run store", err);
   }
   cJSON_Delete(run);
   const char *state = str_of(a, "state");
@@ -516,9 +547,10 @@ static unsigned get_log(api_server *s, struct MHD_Connection *c, const char *id,
       !state || !strcmp(state, "starting") || !strcmp(state, "running");
   log_chunk ck = {0};
   if ((rc = log_read_chunk(log, offset, running, &ck)) != 0) {
-    *out = err_json("%s: %s", log, strerror(-rc));
+    char detail[1024];
+    snprintf(detail, sizeof detail, "%s: %s", log, strerror(-rc));
     cJSON_Delete(a);
-    return MHD_HTTP_INTERNAL_SERVER_ERROR;
+    return server_error(out, "cannot read the attempt's log", detail);
   }
   cJSON *j = cJSON_CreateObject();
   cJSON *n = cJSON_GetObjectItemCaseSensitive(a, "n");
@@ -716,10 +748,81 @@ static int hexval(char c) {
                                 : -1;
 }
 
+/* The HMAC signature of a request: hex(HMAC-SHA256(secret, canonical)),
+ * canonical = METHOD "\n" TARGET "\n" TIMESTAMP "\n" BODY, TARGET the
+ * path and query exactly as sent on the request line. Method and target
+ * are signed so that a signature for one endpoint is worth nothing at
+ * another (a signed {} for one DAG's runs once started any DAG, or
+ * cancelled a run). 0 when it is valid and new (remembered from now on),
+ * else 401 (or 503, the replay cache full) with *out the error. */
+static unsigned check_hmac(const api_server *s, const req *r, const char *ts,
+                           const char *sig, cJSON **out) {
+  size_t nts = ts ? strlen(ts) : 0;
+  int ts_ok = nts > 0 && nts <= 18;
+  for (size_t i = 0; ts_ok && i < nts; i++)
+    ts_ok = ts[i] >= '0' && ts[i] <= '9';
+  if (!ts_ok) {
+    *out = err_json("X-Dagrun-Timestamp: expected unix seconds");
+    return MHD_HTTP_UNAUTHORIZED;
+  }
+  long long t = atoll(ts), now = (long long)time(NULL);
+  if (t < now - API_AUTH_SKEW || t > now + API_AUTH_SKEW) {
+    *out = err_json("X-Dagrun-Timestamp is more than %d s from the "
+                    "server's clock",
+                    API_AUTH_SKEW);
+    return MHD_HTTP_UNAUTHORIZED;
+  }
+  unsigned char given[32];
+  int sig_ok = !strncasecmp(sig, "sha256=", 7) && strlen(sig + 7) == 64;
+  for (size_t i = 0; sig_ok && i < 32; i++) {
+    int hi = hexval(sig[7 + 2 * i]), lo = hexval(sig[8 + 2 * i]);
+    sig_ok = hi >= 0 && lo >= 0;
+    given[i] = (unsigned char)(hi * 16 + lo);
+  }
+  if (!sig_ok) {
+    *out = err_json("X-Dagrun-Signature: expected sha256=<64 hex digits>");
+    return MHD_HTTP_UNAUTHORIZED;
+  }
+  sbuf msg = {0};
+  sbuf_add(&msg, r->method, strlen(r->method));
+  sbuf_putc(&msg, '\n');
+  sbuf_add(&msg, r->target, strlen(r->target));
+  sbuf_putc(&msg, '\n');
+  sbuf_add(&msg, ts, nts);
+  sbuf_putc(&msg, '\n');
+  sbuf_add(&msg, r->body.s ? r->body.s : "", r->body.n);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned md_len = 0;
+  int mac_ok = HMAC(EVP_sha256(), s->secret, (int)strlen(s->secret),
+                    (const unsigned char *)msg.s, msg.n, md, &md_len) &&
+               md_len == 32;
+  sbuf_free(&msg);
+  if (!mac_ok || CRYPTO_memcmp(md, given, 32) != 0) {
+    *out = err_json("invalid HMAC signature (signed: METHOD\\nPATH?QUERY\\n"
+                    "TIMESTAMP\\nBODY, see docs/serve.md)");
+    return MHD_HTTP_UNAUTHORIZED;
+  }
+  /* Remembered until its timestamp leaves the window: after that the
+   * timestamp check refuses it anyway. */
+  int seen = guard_replay_add(s->replay, md, t + API_AUTH_SKEW + 1, now);
+  if (seen == 1) {
+    *out = err_json("this signature was already used (replay refused): sign "
+                    "each request anew, with a new timestamp");
+    return MHD_HTTP_UNAUTHORIZED;
+  }
+  if (seen == 2) {
+    *out = err_json("too many signed requests in the last %d s: try again "
+                    "later",
+                    2 * API_AUTH_SKEW);
+    return MHD_HTTP_SERVICE_UNAVAILABLE;
+  }
+  return 0;
+}
+
 /* 0 when the request carries a valid bearer token or HMAC signature,
- * else 401 or 403 with *out the error. */
+ * else 401 or 403 (503) with *out the error. */
 static unsigned authorize(const api_server *s, struct MHD_Connection *c,
-                          const sbuf *body, cJSON **out) {
+                          const req *r, cJSON **out) {
   if (!s->token && !s->secret) {
     *out = err_json("this server accepts no POST requests: start serve with "
                     "--token-file or --hmac-secret-file");
@@ -758,46 +861,7 @@ static unsigned authorize(const api_server *s, struct MHD_Connection *c,
       *out = err_json("this server takes bearer tokens, not HMAC signatures");
       return MHD_HTTP_UNAUTHORIZED;
     }
-    size_t nts = ts ? strlen(ts) : 0;
-    int ts_ok = nts > 0 && nts <= 18;
-    for (size_t i = 0; ts_ok && i < nts; i++)
-      ts_ok = ts[i] >= '0' && ts[i] <= '9';
-    if (!ts_ok) {
-      *out = err_json("X-Dagrun-Timestamp: expected unix seconds");
-      return MHD_HTTP_UNAUTHORIZED;
-    }
-    long long t = atoll(ts), now = (long long)time(NULL);
-    if (t < now - API_AUTH_SKEW || t > now + API_AUTH_SKEW) {
-      *out = err_json("X-Dagrun-Timestamp is more than %d s from the "
-                      "server's clock",
-                      API_AUTH_SKEW);
-      return MHD_HTTP_UNAUTHORIZED;
-    }
-    unsigned char given[32];
-    int sig_ok = !strncasecmp(sig, "sha256=", 7) && strlen(sig + 7) == 64;
-    for (size_t i = 0; sig_ok && i < 32; i++) {
-      int hi = hexval(sig[7 + 2 * i]), lo = hexval(sig[8 + 2 * i]);
-      sig_ok = hi >= 0 && lo >= 0;
-      given[i] = (unsigned char)(hi * 16 + lo);
-    }
-    if (!sig_ok) {
-      *out = err_json("X-Dagrun-Signature: expected sha256=<64 hex digits>");
-      return MHD_HTTP_UNAUTHORIZED;
-    }
-    sbuf msg = {0};
-    sbuf_add(&msg, ts, nts);
-    sbuf_putc(&msg, '.');
-    sbuf_add(&msg, body->s ? body->s : "", body->n);
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned md_len = 0;
-    int mac_ok = HMAC(EVP_sha256(), s->secret, (int)strlen(s->secret),
-                      (const unsigned char *)msg.s, msg.n, md, &md_len) &&
-                 md_len == 32;
-    sbuf_free(&msg);
-    if (mac_ok && CRYPTO_memcmp(md, given, 32) == 0)
-      return 0;
-    *out = err_json("invalid HMAC signature");
-    return MHD_HTTP_UNAUTHORIZED;
+    return check_hmac(s, r, ts, sig, out);
   }
   *out = err_json("authentication required: Authorization: Bearer TOKEN, or "
                   "X-Dagrun-Timestamp and X-Dagrun-Signature");
@@ -833,7 +897,7 @@ static unsigned parse_body(const sbuf *b, cJSON **body, cJSON **out) {
 
 static unsigned post_trigger(api_server *s, struct MHD_Connection *c,
                              const char *dag, const req *r, cJSON **out) {
-  unsigned status = authorize(s, c, &r->body, out);
+  unsigned status = authorize(s, c, r, out);
   cJSON *body = NULL;
   if (!status)
     status = parse_body(&r->body, &body, out);
@@ -881,7 +945,7 @@ static unsigned post_trigger(api_server *s, struct MHD_Connection *c,
 
 static unsigned post_cancel(api_server *s, struct MHD_Connection *c,
                             const char *id, const req *r, cJSON **out) {
-  unsigned status = authorize(s, c, &r->body, out);
+  unsigned status = authorize(s, c, r, out);
   cJSON *body = NULL;
   if (!status)
     status = parse_body(&r->body, &body, out);
@@ -1069,30 +1133,146 @@ static enum MHD_Result dispatch(api_server *s, struct MHD_Connection *c,
   return send_json(c, status, out, NULL);
 }
 
+/* ---- Checks before a request is routed ---- */
+
+/* The first control byte (0x00-0x1f, 0x7f) of target once
+ * percent-decoded, as libmicrohttpd decodes it for on_request, or -1.
+ * libmicrohttpd's decoded path is a C string: "%00" cuts it there, so
+ * that "/api/runs/ID%00/report" would route as "/api/runs/ID". */
+static int target_control_byte(const char *target) {
+  for (const char *p = target; *p; p++) {
+    int b = (unsigned char)*p;
+    if (b == '%' && hexval(p[1]) >= 0 && hexval(p[2]) >= 0) {
+      b = hexval(p[1]) * 16 + hexval(p[2]);
+      p += 2;
+    }
+    if (b < 0x20 || b == 0x7f)
+      return b;
+  }
+  return -1;
+}
+
+/* Whether name (no port) is an IP literal; its bytes go to a. */
+static int ip_literal(const char *name, int *family, unsigned char a[16]) {
+  char buf[INET6_ADDRSTRLEN + 2];
+  size_t n = strlen(name);
+  if (n >= 2 && name[0] == '[' && name[n - 1] == ']' && n - 2 < sizeof buf) {
+    snprintf(buf, sizeof buf, "%.*s", (int)(n - 2), name + 1);
+    *family = AF_INET6;
+    return inet_pton(AF_INET6, buf, a) == 1;
+  }
+  *family = AF_INET;
+  return inet_pton(AF_INET, name, a) == 1;
+}
+
+/* Whether a Host header names this server: against DNS rebinding, where
+ * a web page's own name is made to resolve to 127.0.0.1 and the browser,
+ * seeing one origin, lets the page read the answers. Such a request
+ * carries the page's name, never one of ours. Accepted: an --allow-host
+ * name (any port: a reverse proxy's), or with the port served (80 when
+ * none is given) the address listened on, localhost / 127.0.0.1 / [::1]
+ * on a loopback address, and any IP literal on a wildcard one (an IP
+ * literal cannot be rebound). */
+static int host_ok(const api_server *s, const char *host) {
+  if (!host || !*host)
+    return 0;
+  char name[256];
+  const char *colon = host[0] == '[' ? strchr(host, ']') : host;
+  colon = colon ? strchr(colon, ':') : NULL;
+  size_t n = colon ? (size_t)(colon - host) : strlen(host);
+  if (n == 0 || n >= sizeof name)
+    return 0;
+  snprintf(name, sizeof name, "%.*s", (int)n, host);
+  for (char **a = s->allow_hosts; a && *a; a++)
+    if (strcasecmp(*a, name) == 0)
+      return 1;
+  long port = 80;
+  if (colon) {
+    char *end;
+    port = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end)
+      return 0;
+  }
+  if (port != s->port)
+    return 0;
+  int family;
+  unsigned char a[16];
+  if (!ip_literal(name, &family, a))
+    return s->loopback && strcasecmp(name, "localhost") == 0;
+  if (s->wildcard)
+    return 1;
+  if (family == s->family &&
+      memcmp(a, s->addr, family == AF_INET6 ? 16 : 4) == 0)
+    return 1;
+  return s->loopback &&
+         (strcmp(name, "127.0.0.1") == 0 || strcmp(name, "[::1]") == 0);
+}
+
+/* The connection's deadline handle (on_connection), or NULL. */
+static guard_conn *conn_guard(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return ci ? ci->socket_context : NULL;
+}
+
+/* The request is complete, or refused: the deadline stops. */
+static void answering(api_server *s, struct MHD_Connection *c) {
+  guard_conn *g = conn_guard(c);
+  if (g)
+    guard_conn_answering(s->deadlines, g);
+}
+
+/* The checks made once a request's headers are in, before its body is
+ * read: 0, or the status with *out the error. */
+static unsigned check_request(api_server *s, struct MHD_Connection *c,
+                              const req *r, cJSON **out) {
+  int b = target_control_byte(r->target);
+  if (b >= 0) {
+    *out = err_json("the request path holds a control character (byte "
+                    "0x%02x, after percent-decoding): refused",
+                    b);
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  const char *host =
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+  if (!host_ok(s, host)) {
+    *out = err_json("Host '%.200s' is not a name of this server (start "
+                    "serve with --allow-host NAME to accept it)",
+                    host ? host : "");
+    return MHD_HTTP_MISDIRECTED_REQUEST;
+  }
+  /* A body announced too big is refused before it is read. */
+  const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                               MHD_HTTP_HEADER_CONTENT_LENGTH);
+  if (cl) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(cl, &end, 10);
+    if (errno || *end || v > API_MAX_BODY) {
+      *out = err_json("request body over %u bytes", API_MAX_BODY);
+      return MHD_HTTP_CONTENT_TOO_LARGE;
+    }
+  }
+  return 0;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
                                   const char *url, const char *method,
                                   const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
   api_server *s = cls;
   req *r = *con_cls;
-  if (!r) {
-    r = xcalloc(1, sizeof *r);
-    *con_cls = r;
-    /* A body announced too big is refused before it is read. */
-    const char *cl = MHD_lookup_connection_value(
-        c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl) {
-      char *end;
-      errno = 0;
-      unsigned long long v = strtoull(cl, &end, 10);
-      if (errno || *end || v > API_MAX_BODY)
-        r->too_big = 1;
-    }
-    if (r->too_big)
-      return send_json(c, MHD_HTTP_CONTENT_TOO_LARGE,
-                       err_json("request body over %u bytes", API_MAX_BODY),
-                       NULL);
-    return MHD_YES;
+  if (!r) /* on_uri always makes one; a library that did not call it */
+    return MHD_NO;
+  if (!r->headers_seen) {
+    r->headers_seen = 1;
+    r->method = method;
+    cJSON *out = NULL;
+    unsigned status = check_request(s, c, r, &out);
+    if (!status)
+      return MHD_YES;
+    answering(s, c);
+    return send_json(c, status, out, NULL);
   }
   if (*upload_size) {
     if (!r->too_big && r->body.n + *upload_size > API_MAX_BODY) {
@@ -1104,6 +1284,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     *upload_size = 0;
     return MHD_YES;
   }
+  answering(s, c);
   if (r->too_big)
     return send_json(c, MHD_HTTP_CONTENT_TOO_LARGE,
                      err_json("request body over %u bytes", API_MAX_BODY),
@@ -1111,13 +1292,43 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
   return dispatch(s, c, url, method, r);
 }
 
+/* The request line is in: the request's state starts, with the target
+ * as sent. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+  req *r = xcalloc(1, sizeof *r);
+  r->target = xstrdup(uri ? uri : "");
+  return r;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
+  api_server *s = cls;
   req *r = *con_cls;
   if (r) {
     sbuf_free(&r->body);
+    free(r->target);
     free(r);
     *con_cls = NULL;
+  }
+  /* Kept alive, the connection's next request has its own deadline. */
+  guard_conn *g = conn_guard(c);
+  if (g)
+    guard_conn_idle(s->deadlines, g);
+}
+
+/* Connections come and go: their deadlines with them. */
+static void on_connection(void *cls, struct MHD_Connection *c,
+                          void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  api_server *s = cls;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    *socket_context =
+        ci ? guard_conn_begin(s->deadlines, ci->connect_fd) : NULL;
+  } else if (*socket_context) {
+    guard_conn_end(s->deadlines, *socket_context);
+    *socket_context = NULL;
   }
 }
 
@@ -1160,11 +1371,58 @@ static int probe_bind(const struct sockaddr *sa) {
 /* ---- Public ---- */
 
 static void server_free(api_server *s) {
+  guard_replay_destroy(s->replay);
+  guard_deadlines_destroy(s->deadlines);
+  for (char **a = s->allow_hosts; a && *a; a++)
+    free(*a);
+  free(s->allow_hosts);
   free(s->token);
   free(s->secret);
   free(s->store_path);
   pthread_mutex_destroy(&s->log_mu);
   free(s);
+}
+
+/* A server for cfg listening on sa (not started), or NULL when its
+ * watchdog thread cannot start. */
+static api_server *server_new(const api_config *cfg, const api_actions *actions,
+                              const struct sockaddr *sa) {
+  api_server *s = xcalloc(1, sizeof *s);
+  s->token = cfg->token ? xstrdup(cfg->token) : NULL;
+  s->secret = cfg->hmac_secret ? xstrdup(cfg->hmac_secret) : NULL;
+  s->store_path =
+      cfg->store_path ? xstrdup(cfg->store_path) : store_default_path();
+  size_t n = 0;
+  while (cfg->allow_hosts && cfg->allow_hosts[n])
+    n++;
+  s->allow_hosts = xcalloc(n + 1, sizeof *s->allow_hosts);
+  for (size_t i = 0; i < n; i++)
+    s->allow_hosts[i] = xstrdup(cfg->allow_hosts[i]);
+  s->port = cfg->port; /* the Host check's, until the bound one is known */
+  s->family = sa->sa_family;
+  if (sa->sa_family == AF_INET6) {
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    memcpy(s->addr, a, 16);
+    s->loopback = IN6_IS_ADDR_LOOPBACK(a);
+    s->wildcard = IN6_IS_ADDR_UNSPECIFIED(a);
+  } else {
+    const struct in_addr *a = &((const struct sockaddr_in *)sa)->sin_addr;
+    memcpy(s->addr, a, 4);
+    s->loopback = (ntohl(a->s_addr) >> 24) == 127;
+    s->wildcard = a->s_addr == htonl(INADDR_ANY);
+  }
+  if (actions)
+    s->act = *actions;
+  s->started = clock_monotonic();
+  pthread_mutex_init(&s->log_mu, NULL);
+  s->replay = guard_replay_create(API_REPLAY_MAX);
+  s->deadlines = guard_deadlines_create(
+      cfg->request_timeout > 0 ? cfg->request_timeout : API_REQUEST_TIMEOUT);
+  if (!s->deadlines) {
+    server_free(s);
+    return NULL;
+  }
+  return s;
 }
 
 int api_start(const api_config *cfg, const api_actions *actions,
@@ -1207,15 +1465,11 @@ int api_start(const api_config *cfg, const api_actions *actions,
              host);
     return DR_EIO;
   }
-  api_server *s = xcalloc(1, sizeof *s);
-  s->token = cfg->token ? xstrdup(cfg->token) : NULL;
-  s->secret = cfg->hmac_secret ? xstrdup(cfg->hmac_secret) : NULL;
-  s->store_path =
-      cfg->store_path ? xstrdup(cfg->store_path) : store_default_path();
-  if (actions)
-    s->act = *actions;
-  s->started = clock_monotonic();
-  pthread_mutex_init(&s->log_mu, NULL);
+  api_server *s = server_new(cfg, actions, sa);
+  if (!s) {
+    snprintf(err, errlen, "cannot start the request watchdog thread");
+    return DR_EIO;
+  }
   s->starting = 1;
   errno = 0;
   /* The logger comes first: libmicrohttpd applies options in order and
@@ -1224,8 +1478,11 @@ int api_start(const api_config *cfg, const api_actions *actions,
       flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
       MHD_OPTION_EXTERNAL_LOGGER, on_log, s, MHD_OPTION_SOCK_ADDR, sa,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)API_CONN_LIMIT,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)API_CONN_PER_IP,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)API_CONN_TIMEOUT,
-      MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+      MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_NOTIFY_CONNECTION,
+      on_connection, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+      MHD_OPTION_END);
   int saved = errno;
   pthread_mutex_lock(&s->log_mu);
   s->starting = 0;

@@ -35,10 +35,19 @@
  *
  * Authentication: GETs are open (the server listens on 127.0.0.1 unless
  * told otherwise). POSTs need a bearer token (Authorization: Bearer T) or
- * an HMAC-SHA256 signature of the body (X-Dagrun-Timestamp: unix seconds,
- * X-Dagrun-Signature: sha256=hex(HMAC(secret, timestamp "." body)), the
- * timestamp within 5 minutes of now); both compared in constant time. A
- * server with neither configured refuses every POST (403).
+ * an HMAC-SHA256 signature (X-Dagrun-Timestamp: unix seconds,
+ * X-Dagrun-Signature: sha256=hex(HMAC(secret, METHOD "\n" TARGET "\n"
+ * TIMESTAMP "\n" BODY)), TARGET the path and query exactly as sent on the
+ * request line, the timestamp within 5 minutes of now, each signature
+ * accepted once); both compared in constant time. A server with neither
+ * configured refuses every POST (403).
+ *
+ * On a network (docs/serve.md, "On a network"): a Host header that names
+ * none of the addresses served nor an --allow-host name is refused (421,
+ * against DNS rebinding); a request target with a control byte, after
+ * percent-decoding, is refused (400); at most API_CONN_PER_IP connections
+ * per client address, and each must deliver its request within
+ * request_timeout; error bodies name no file of the machine.
  */
 #ifndef DAGRUN_API_H
 #define DAGRUN_API_H
@@ -66,12 +75,21 @@ typedef struct api_actions {
   void *ud;
 } api_actions;
 
+/* Seconds a connection has by default to deliver a whole request. */
+#define API_REQUEST_TIMEOUT 30
+
 typedef struct api_config {
   const char *host;        /* address to listen on, e.g. "127.0.0.1" */
   int port;                /* 0: any free port (see api_port) */
   const char *token;       /* bearer token, or NULL */
   const char *hmac_secret; /* HMAC key, or NULL */
   const char *store_path;  /* the run store */
+  /* Host header names accepted besides the addresses served (a reverse
+   * proxy's name), NULL-terminated, or NULL. */
+  const char *const *allow_hosts;
+  /* Seconds a connection has to deliver a whole request (headers and
+   * body); 0: API_REQUEST_TIMEOUT. */
+  double request_timeout;
 } api_config;
 
 typedef struct api_server api_server;

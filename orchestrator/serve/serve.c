@@ -51,6 +51,10 @@ const char serve_usage[] =
     "  PATH                    DAG files, or directories of *.yaml / *.yml\n"
     "  --host ADDR             address to listen on (default 127.0.0.1)\n"
     "  --port N                port (default 8470; 0: any free port)\n"
+    "  --allow-host NAME       accept Host: NAME (a reverse proxy's name;\n"
+    "                          repeatable)\n"
+    "  --request-timeout S     seconds a client has to send a whole request\n"
+    "                          (default 30)\n"
     "  --token-file FILE       bearer token for POSTs (or $DAGRUN_API_TOKEN)\n"
     "  --hmac-secret-file FILE HMAC key for signed POSTs (or\n"
     "                          $DAGRUN_API_HMAC_SECRET)\n"
@@ -1014,9 +1018,21 @@ static void recover(server *s) {
   cJSON_Delete(runs);
 }
 
+/* Shortest token or HMAC secret taken: a shorter one can be guessed. */
+#define SECRET_MIN 16
+
 static char *read_secret_file(const char *path, const char *what) {
   char *data;
   size_t n;
+  struct stat sb;
+  /* As ssh does for keys: a secret others can read is no secret. */
+  if (stat(path, &sb) == 0 && (sb.st_mode & (S_IRWXG | S_IRWXO))) {
+    fprintf(stderr,
+            "dagrun serve: %s %s is readable by others (mode %04o): run "
+            "`chmod 600 %s`\n",
+            what, path, (unsigned)(sb.st_mode & 07777), path);
+    return NULL;
+  }
   int rc = fileio_read_file(path, &data, &n);
   if (rc != 0) {
     fprintf(stderr, "dagrun serve: cannot read %s %s: %s\n", what, path,
@@ -1027,6 +1043,14 @@ static char *read_secret_file(const char *path, const char *what) {
     data[--n] = '\0';
   if (n == 0 || strlen(data) != n) {
     fprintf(stderr, "dagrun serve: %s %s is empty or not text\n", what, path);
+    free(data);
+    return NULL;
+  }
+  if (n < SECRET_MIN) {
+    fprintf(stderr,
+            "dagrun serve: %s %s is too short (%zu bytes, at least %d): "
+            "make one with `openssl rand -hex 32 > %s; chmod 600 %s`\n",
+            what, path, n, SECRET_MIN, path, path);
     free(data);
     return NULL;
   }
@@ -1050,7 +1074,9 @@ static char *abs_path(const char *p) {
 /* What serve's command line gives, beyond what goes into the server. */
 typedef struct serve_opts {
   const char *host, *token_file, *hmac_file, *runs_dir;
-  long port;
+  long port, request_timeout;
+  const char **allow_hosts; /* NULL-terminated, argc + 1 long */
+  int n_allow;
 } serve_opts;
 
 /* Reads the command line into o and s (paths, stop_runs, no_cron): 0, or
@@ -1065,6 +1091,16 @@ static int serve_parse_args(int argc, char **argv, serve_opts *o,
     } else if ((v = cli_value(argc, argv, &i, "--port"))) {
       if (cli_number(v, 0, 65535, &o->port) != 0) {
         fprintf(stderr, "dagrun serve: --port takes 0-65535, got '%s'\n", v);
+        return EXIT_USAGE;
+      }
+    } else if ((v = cli_value(argc, argv, &i, "--allow-host"))) {
+      o->allow_hosts[o->n_allow++] = v;
+    } else if ((v = cli_value(argc, argv, &i, "--request-timeout"))) {
+      if (cli_number(v, 1, 3600, &o->request_timeout) != 0) {
+        fprintf(stderr,
+                "dagrun serve: --request-timeout takes 1-3600 seconds, got "
+                "'%s'\n",
+                v);
         return EXIT_USAGE;
       }
     } else if ((v = cli_value(argc, argv, &i, "--token-file"))) {
@@ -1238,7 +1274,8 @@ static void server_free(server *s) {
 
 int serve_cmd_serve(int argc, char **argv) {
   server s = {0};
-  serve_opts o = {"127.0.0.1", NULL, NULL, NULL, 8470};
+  serve_opts o = {"127.0.0.1", NULL, NULL, NULL, 8470, 0, NULL, 0};
+  o.allow_hosts = xcalloc((size_t)argc + 1, sizeof *o.allow_hosts);
   s.stop_runs = 1;
   s.paths = xcalloc((size_t)argc + 1, sizeof(char *));
   int code = EXIT_USAGE;
@@ -1267,12 +1304,19 @@ int serve_cmd_serve(int argc, char **argv) {
   }
   if ((lock_fd = serve_lock(db_path)) < 0)
     goto out;
-  api_config cfg = {o.host, (int)o.port, token, hmac, db_path};
+  api_config cfg = {.host = o.host,
+                    .port = (int)o.port,
+                    .token = token,
+                    .hmac_secret = hmac,
+                    .store_path = db_path,
+                    .allow_hosts = o.allow_hosts,
+                    .request_timeout = (double)o.request_timeout};
   code = serve_loop(&s, &cfg);
 out:
   if (lock_fd >= 0)
     close(lock_fd);
   server_free(&s);
+  free(o.allow_hosts);
   free(db_path);
   free(token);
   free(hmac);

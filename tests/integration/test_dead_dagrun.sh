@@ -133,7 +133,8 @@ case "$st" in "interrupted|dagrun (pid $PID) is gone"*"dagrun resume $RID"*) ;; 
 
 # serve's API (and so the dashboard) says the same.
 mkdir -p dags
-echo "t0ken" > token
+echo "t0ken-0123456789abcdef" > token
+chmod 600 token
 : >"$T/serve.log"
 "$DAGRUN" serve dags --port 0 --no-cron --token-file token >"$T/serve.log" 2>&1 &
 SERVE_PID=$!

@@ -8,8 +8,9 @@
 . "$(dirname "$0")/lib.sh"
 export DAGRUN_HOME="$T/home"
 mkdir -p dags
-echo "s3cret-token" > token
-echo "hmac-key-42" > hmac
+echo "s3cret-token-0123456789" > token
+echo "hmac-key-42-0123456789" > hmac
+chmod 600 token hmac
 
 # minute-by-minute DAGs whose runs last 2.5 fake minutes
 for ov in skip queue allow; do
@@ -80,14 +81,15 @@ body = sys.argv[4].encode() if len(sys.argv) > 4 else None
 auth = sys.argv[5] if len(sys.argv) > 5 else "none"
 h = {"Content-Type": "application/json"}
 if auth == "token":
-    h["Authorization"] = "Bearer s3cret-token"
+    h["Authorization"] = "Bearer s3cret-token-0123456789"
 elif auth == "badtoken":
-    h["Authorization"] = "Bearer s3cret-tokem"
+    h["Authorization"] = "Bearer s3cret-token-0123456788"
 elif auth.endswith("hmac"):
     ts = str(int(time.time()) - (600 if auth == "stalehmac" else 0))
-    key = b"hmac-key-42" if auth != "badhmac" else b"hmac-key-43"
+    key = b"hmac-key-42-0123456789" if auth != "badhmac" else b"hmac-key-43-0123456789"
     h["X-Dagrun-Timestamp"] = ts
-    h["X-Dagrun-Signature"] = "sha256=" + hmac.new(key, ts.encode() + b"." + (body or b""), hashlib.sha256).hexdigest()
+    msg = f"{method}\n{path}\n{ts}\n".encode() + (body or b"")
+    h["X-Dagrun-Signature"] = "sha256=" + hmac.new(key, msg, hashlib.sha256).hexdigest()
 req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method, headers=h)
 try:
     with urllib.request.urlopen(req, timeout=30) as r:

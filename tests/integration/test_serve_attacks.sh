@@ -1,0 +1,163 @@
+# `dagrun serve` against the attacks outside testing reproduced (issue
+# 23): secret files others can read or too short, a signed POST replayed
+# or sent to another endpoint (with the HMAC recipe of docs/serve.md run
+# as written), %00 and other control bytes in the path, a foreign Host
+# header (DNS rebinding), machine paths in error bodies, and 70 slow
+# connections from one address.
+. "$(dirname "$0")/lib.sh"
+export DAGRUN_HOME="$T/home"
+mkdir -p dags
+for d in quick slow; do
+  printf 'dag: %s\ntasks:\n  a: {stage: exec, cache: false, with: {command: [sh, -c, "sleep 20"]}}\n' "$d" > "dags/$d.yaml"
+done
+
+# ---- secret files: as ssh does for keys ----
+echo "0123456789abcdef0123" > loose
+chmod 644 loose
+run_dagrun serve dags --port 0 --no-cron --token-file loose
+expect_rc 2
+expect_in "$T/err" "readable by others (mode 0644): run \`chmod 600 loose\`"
+run_dagrun serve dags --port 0 --no-cron --hmac-secret-file loose
+expect_rc 2
+expect_in "$T/err" "chmod 600"
+echo "short" > short
+chmod 600 short
+run_dagrun serve dags --port 0 --no-cron --token-file short
+expect_rc 2
+expect_in "$T/err" "is too short (5 bytes, at least 16)"
+
+# ---- the daemon under attack ----
+openssl rand -hex 32 > secret
+chmod 600 secret
+: >"$T/serve.log"
+"$DAGRUN" serve dags --port 0 --no-cron --hmac-secret-file secret \
+  --allow-host proxy.example --request-timeout 2 >"$T/serve.log" 2>&1 &
+SERVE_PID=$!
+PORT=
+for _ in $(seq 100); do
+  PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$T/serve.log")
+  [ -n "$PORT" ] && break
+  pid_alive "$SERVE_PID" || fail "serve exited: $(cat "$T/serve.log")"
+  sleep 0.1
+done
+[ -n "$PORT" ] || fail "serve did not start: $(cat "$T/serve.log")"
+trap 'kill "$SERVE_PID" 2>/dev/null || true' EXIT
+
+# ---- HMAC: the recipe of docs/serve.md, then its replays ----
+# The recipe's lines, from its comment to the curl command's last line;
+# curl here also prints the status, and saves its arguments for replays.
+sed -n '/^    # HMAC: hex of HMAC-SHA256/,/^         -d "\$body"/p' \
+  "$DAGRUN_SOURCE_DIR/docs/serve.md" | sed 's/^    //' > recipe.sh
+[ "$(wc -l < recipe.sh)" -ge 8 ] || fail "no HMAC recipe in docs/serve.md: $(cat recipe.sh)"
+sed -i "s|8470|$PORT|; s|/api/dags/pretrain/runs|/api/dags/quick/runs|" recipe.sh
+sed -i "s|'{\"params\": {\"steps\": 500}}'|'{}'|" recipe.sh
+curl() { printf '%s\n' "$@" > curl.args; command curl -s -w ' %{http_code}' "$@"; }
+out=$(. ./recipe.sh)
+case "$out" in *'"run_id"'*' 201') ;; *) fail "the documented HMAC recipe: $out ($(cat recipe.sh))" ;; esac
+mapfile -t args < curl.args
+out=$(command curl -s -w ' %{http_code}' "${args[@]}")
+case "$out" in *"replay refused"*' 401') ;; *) fail "replayed signature: $out" ;; esac
+# The same headers and body at another DAG and at a cancel.
+for target in /api/dags/slow/runs /api/runs/x/cancel; do
+  out=$(command curl -s -w ' %{http_code}' "${args[@]/\/api\/dags\/quick\/runs/$target}")
+  case "$out" in *"invalid HMAC signature"*' 401') ;; *) fail "signature for quick at $target: $out" ;; esac
+done
+[ ! -d "$DAGRUN_RUNS_DIR/slow" ] || fail "a replayed signature started a run of slow"
+
+# ---- raw requests: control bytes, Host, error bodies ----
+"$PY" - "$PORT" "$DAGRUN_HOME" <<'P' || fail "raw requests: see above"
+import http.client, json, sys
+port, home = int(sys.argv[1]), sys.argv[2]
+def get(path, host=f"127.0.0.1:{port}"):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.putrequest("GET", path, skip_host=True)
+    if host is not None:
+        c.putheader("Host", host)
+    c.endheaders()
+    r = c.getresponse()
+    body = r.read().decode()
+    c.close()
+    return r.status, body
+runs = json.loads(get("/api/runs")[1])
+rid = runs[0]["id"]
+# %00 once routed /api/runs/ID%00/report as /api/runs/ID.
+for bad in ("%00", "%0a", "%1F", "%7f", "%0d%0aX:%20y"):
+    st, body = get(f"/api/runs/{rid}{bad}/report")
+    assert st == 400 and "control character" in json.loads(body)["error"], (bad, st, body)
+st, body = get(f"/api/runs?dag=quick%00")
+assert st == 400, (st, body)
+# DNS rebinding: a page's own name pointed at 127.0.0.1.
+for host in ("evil.example", f"evil.example:{port}", "127.0.0.1:1", "127.0.0.2:%d" % port, ""):
+    st, body = get("/api/runs", host)
+    assert st == 421 and "not a name of this server" in json.loads(body)["error"], (host, st, body)
+for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}", f"[::1]:{port}", "proxy.example", "proxy.example:443"):
+    st, body = get("/api/health", host)
+    assert st == 200, (host, st, body)
+# Error bodies name no file of the machine.
+for path in ("/api/runs/nope", "/api/runs/nope/report", "/api/runs/nope/tasks/a/log"):
+    st, body = get(path)
+    assert st == 404 and home not in body and "state.db" not in body, (path, st, body)
+P
+
+# ---- 70 slow connections from one address ----
+"$PY" - "$PORT" > slow.out <<'P' || fail "slow clients: $(cat slow.out)"
+import socket, statistics, sys, time
+port = int(sys.argv[1])
+slow = []
+for _ in range(70):
+    s = socket.socket()
+    s.bind(("127.0.0.3", 0))  # the attacker's address; probes come from 127.0.0.1
+    s.connect(("127.0.0.1", port))
+    s.sendall(f"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())
+    slow.append(s)
+def alive(s):
+    """Whether the server still holds s open (a header line more goes in)."""
+    try:
+        s.sendall(b"X-Slow: 1\r\n")
+        s.setblocking(False)
+        try:
+            return s.recv(1) != b""
+        except BlockingIOError:
+            return True
+        finally:
+            s.setblocking(True)
+    except OSError:
+        return False
+# The server refuses the connections over the per-address limit as it
+# accepts them: on a loaded machine that takes a moment.
+t0 = time.monotonic()
+while True:
+    time.sleep(0.1)
+    held = sum(alive(s) for s in slow)
+    if held <= 16 or time.monotonic() - t0 > 1.2:
+        break
+lat = []
+for _ in range(20):
+    t = time.monotonic()
+    c = socket.create_connection(("127.0.0.1", port), timeout=1)
+    c.sendall(f"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
+    data = b""
+    while chunk := c.recv(65536):
+        data += chunk
+    c.close()
+    lat.append(time.monotonic() - t)
+    assert data.startswith(b"HTTP/1.1 200"), data[:200]
+    time.sleep(0.05)
+lat.sort()
+p50, p99 = statistics.median(lat), lat[-1]
+# One header line every 0.5 s: an idle timeout would never fire; the
+# 2 s request deadline (--request-timeout 2) must.
+for _ in range(6):
+    time.sleep(0.5)
+    still = sum(alive(s) for s in slow)
+print(f"held by the server: {held} of 70; probe p50 {p50 * 1000:.1f} ms, "
+      f"max {p99 * 1000:.1f} ms; still open after 3 s: {still}")
+assert held <= 16, held
+assert p99 < 1.0, lat
+assert still == 0, still
+P
+cat slow.out
+kill -TERM "$SERVE_PID"
+wait "$SERVE_PID" 2>/dev/null || true
+trap - EXIT
+pass
