@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "base/util.h"
-#include "guard.h"
+#include "netguard.h"
 #include "lib/clock.h"
 #include "lib/fileio.h"
 #include "store/store.h"

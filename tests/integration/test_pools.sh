@@ -63,7 +63,7 @@ expect_in "$T/ab.out" "waiting for pool gpu (held by run "
 
 # ---- 2. a serve run beside a dagrun run, across two DAGs ----
 rm -f "$T/iv.log"
-echo "s3cret-token" > token
+echo "s3cret-token-for-pools" > token; chmod 600 token
 "$DAGRUN" serve dags --port 0 --token-file token --no-cron >"$T/serve.log" 2>&1 &
 SERVE_PID=$!
 PORT=
@@ -80,7 +80,7 @@ import sys, urllib.error, urllib.request
 port, method, path = sys.argv[1:4]
 body = sys.argv[4].encode() if len(sys.argv) > 4 else None
 req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method,
-                             headers={"Authorization": "Bearer s3cret-token", "Content-Type": "application/json"})
+                             headers={"Authorization": "Bearer s3cret-token-for-pools", "Content-Type": "application/json"})
 try:
     with urllib.request.urlopen(req, timeout=30) as r:
         print(r.status, r.read().decode())

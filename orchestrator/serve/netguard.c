@@ -1,8 +1,8 @@
 /*
- * guard: the replay cache and the request deadlines of the HTTP API
- * (guard.h).
+ * netguard: the replay cache and the request deadlines of the HTTP API
+ * (netguard.h).
  */
-#include "guard.h"
+#include "netguard.h"
 
 #include <pthread.h>
 #include <stdlib.h>

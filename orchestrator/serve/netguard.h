@@ -1,5 +1,5 @@
 /*
- * guard: the parts of `dagrun serve`'s HTTP API that keep it safe on a
+ * netguard: the parts of `dagrun serve`'s HTTP API that keep it safe on a
  * network and do not depend on HTTP itself (api.c uses them):
  *
  * - a replay cache: each HMAC signature accepted is remembered until its
@@ -16,8 +16,8 @@
  *
  * Every function may be called from any thread.
  */
-#ifndef DAGRUN_GUARD_H
-#define DAGRUN_GUARD_H
+#ifndef DAGRUN_NETGUARD_H
+#define DAGRUN_NETGUARD_H
 
 #include <stdint.h>
 
@@ -59,4 +59,4 @@ void guard_conn_idle(guard_deadlines *d, guard_conn *c);
 /* The connection is closing (before its socket is closed): forgets c. */
 void guard_conn_end(guard_deadlines *d, guard_conn *c);
 
-#endif /* DAGRUN_GUARD_H */
+#endif /* DAGRUN_NETGUARD_H */
