@@ -70,6 +70,9 @@
   "                         or ./runs)\n"                                      \
   "  -p, --param NAME=VALUE set a DAG param (keeps its type; lists and\n"     \
   "                         maps as JSON); repeatable\n"                      \
+  "  --params-from-env      more params from $DAGRUN_RUN_PARAMS, a JSON\n"   \
+  "                         array of \"NAME=VALUE\" (kept off the command\n"  \
+  "                         line, which any user can read)\n"               \
   "  --run-id ID            the run's id (default: time + random)\n"          \
   "  --logical-date TIME    the time the run stands for (${run.logical_date},\n" \
   "                         ${run.date}; default: now), e.g.\n"              \
@@ -714,9 +717,42 @@ typedef struct run_args {
   const char *file, *runs_dir, *run_id, *trigger;
   const char *logical_date; /* --logical-date as given, or NULL */
   char **overrides;    /* --param "NAME=VALUE" strings, borrowed from argv */
-  size_t n_overrides;
+  size_t n_overrides, cap_overrides;
+  cJSON *env_params; /* --params-from-env: DAGRUN_RUN_PARAMS, parsed */
   exec_flags fl;
 } run_args;
+
+/* `--params-from-env`: more overrides, from DAGRUN_RUN_PARAMS (a JSON
+ * array of "NAME=VALUE" strings), which `serve` sets rather than passing
+ * them as --param: a command line is anyone's to read, an environment
+ * only its owner's. The variable is then unset, so that no task inherits
+ * it. 1, or EXIT_USAGE. */
+static int params_from_env(run_args *ra) {
+  const char *text = getenv("DAGRUN_RUN_PARAMS");
+  cJSON *list = text ? cJSON_Parse(text) : NULL;
+  if (!cJSON_IsArray(list)) {
+    cJSON_Delete(list);
+    return cli_usage_error("%s", "--params-from-env: DAGRUN_RUN_PARAMS is "
+                                 "not a JSON array of \"NAME=VALUE\" strings");
+  }
+  size_t n = (size_t)cJSON_GetArraySize(list);
+  ra->overrides =
+      xrealloc(ra->overrides, (ra->cap_overrides + n) * sizeof(char *));
+  ra->cap_overrides += n;
+  const cJSON *p;
+  cJSON_ArrayForEach(p, list) {
+    if (!cJSON_IsString(p)) {
+      cJSON_Delete(list);
+      return cli_usage_error("%s", "--params-from-env: DAGRUN_RUN_PARAMS "
+                                   "holds something other than strings");
+    }
+    ra->overrides[ra->n_overrides++] = p->valuestring;
+  }
+  cJSON_Delete(ra->env_params);
+  ra->env_params = list;
+  unsetenv("DAGRUN_RUN_PARAMS");
+  return 1;
+}
 
 /* Reads argv[*i] (and its value) if it is one of the options only `run`
  * takes. Returns 1 when it was (with *i past it), 0 when it is not one of
@@ -728,6 +764,8 @@ static int run_option(int argc, char **argv, int *i, run_args *ra) {
   } else if ((v = cli_value(argc, argv, i, "--param")) ||
              (v = cli_value(argc, argv, i, "-p"))) {
     ra->overrides[ra->n_overrides++] = (char *)v;
+  } else if (strcmp(argv[*i], "--params-from-env") == 0) {
+    return params_from_env(ra);
   } else if ((v = cli_value(argc, argv, i, "--run-id"))) {
     if (!rundir_id_valid(v))
       return cli_usage_error("bad --run-id '%s': expected letters, digits, "
@@ -769,6 +807,7 @@ static int run_file(const run_args *ra);
 static int cmd_run(int argc, char **argv) {
   run_args ra = {.trigger = "manual"};
   ra.overrides = xcalloc((size_t)argc + 1, sizeof(char *));
+  ra.cap_overrides = (size_t)argc + 1;
   exec_flags_init(&ra.fl);
   int code = EXIT_USAGE;
   for (int i = 0; i < argc; i++) {
@@ -797,6 +836,7 @@ static int cmd_run(int argc, char **argv) {
   code = run_file(&ra);
 done:
   free(ra.overrides);
+  cJSON_Delete(ra.env_params);
   return code;
 }
 

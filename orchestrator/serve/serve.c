@@ -37,6 +37,7 @@
 #include "lib/exitcode.h"
 #include "lib/fileio.h"
 #include "run/rundir.h"
+#include "run/workerenv.h"
 #include "store/resume.h"
 #include "store/store.h"
 #include "trigger.h"
@@ -379,7 +380,7 @@ static void child_closed(uv_handle_t *h) {
 
 /* Starts `dagrun ARGS...` for run id of dag as a child in its own session. */
 static int spawn_child(server *s, const char *dag, const char *run_id,
-                       char **args) {
+                       char **args, char **env) {
   child_run *c = xcalloc(1, sizeof *c);
   c->srv = s;
   c->run_id = xstrdup(run_id);
@@ -389,6 +390,7 @@ static int spawn_child(server *s, const char *dag, const char *run_id,
   uv_process_options_t o = {0};
   o.file = s->self_exe;
   o.args = args;
+  o.env = env; /* NULL: the daemon's */
   o.exit_cb = on_child_exit;
   o.stdio = stdio;
   o.stdio_count = 3;
@@ -405,6 +407,29 @@ static int spawn_child(server *s, const char *dag, const char *run_id,
   c->next = s->children;
   s->children = c;
   return 0;
+}
+
+/* The daemon's environment and DAGRUN_RUN_PARAMS, a JSON array of the
+ * n "NAME=VALUE" params (what `dagrun run --params-from-env` reads).
+ * Caller frees with workerenv_free. */
+static char **child_env(char *const *params, size_t n) {
+  extern char **environ;
+  cJSON *list = cJSON_CreateArray();
+  for (size_t i = 0; i < n; i++)
+    cJSON_AddItemToArray(list, cJSON_CreateString(params[i]));
+  char *json = cJSON_PrintUnformatted(list);
+  cJSON_Delete(list);
+  size_t n_env = 0;
+  while (environ[n_env])
+    n_env++;
+  char **env = xcalloc(n_env + 2, sizeof(char *));
+  size_t k = 0;
+  env[k++] = xasprintf("DAGRUN_RUN_PARAMS=%s", json);
+  for (size_t i = 0; i < n_env; i++)
+    if (strncmp(environ[i], "DAGRUN_RUN_PARAMS=", 18) != 0)
+      env[k++] = xstrdup(environ[i]);
+  cJSON_free(json);
+  return env;
 }
 
 /* Starts a run of e now: `dagrun run`. run_id NULL: a new one. */
@@ -433,11 +458,16 @@ static int start_run(server *s, dag_entry *e, const char *trigger, int64_t at,
     args[k++] = "--logical-date";
     args[k++] = when;
   }
-  for (size_t i = 0; i < np; i++) {
-    args[k++] = "--param";
-    args[k++] = params[i];
+  /* Params go through the environment, not the command line: any user
+   * may read a process's command line (/proc/PID/cmdline), only its own
+   * its environment, and a param may be a secret. */
+  char **env = NULL;
+  if (np) {
+    args[k++] = "--params-from-env";
+    env = child_env(params, np);
   }
-  int rc = spawn_child(s, e->sp->dag, id, args);
+  int rc = spawn_child(s, e->sp->dag, id, args, env);
+  workerenv_free(env);
   if (rc == 0) {
     e->fired += strcmp(trigger, "cron") == 0;
     say("started run %s of %s (%s%s%s)", id, e->sp->dag, trigger,
@@ -1013,7 +1043,7 @@ static void recover(server *s) {
                     : "its dagrun died");
     char *args[] = {(char *)s->self_exe, "resume", id->valuestring, "-q",
                     NULL};
-    spawn_child(s, dag->valuestring, id->valuestring, args);
+    spawn_child(s, dag->valuestring, id->valuestring, args, NULL);
   }
   cJSON_Delete(runs);
 }

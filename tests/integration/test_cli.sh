@@ -166,6 +166,9 @@ expect_in "$T/err" "--max-parallel needs a number >= 1, got '0'"
 run_dagrun run "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" --bogus
 expect_rc 2
 expect_in "$T/err" "unknown option '--bogus'"
+DAGRUN_RUN_PARAMS='{"n": 1}' run_dagrun run "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" --params-from-env
+expect_rc 2
+expect_in "$T/err" "DAGRUN_RUN_PARAMS is not a JSON array"
 touch not-a-dir
 run_dagrun run "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" --runs-dir not-a-dir/runs
 expect_rc 2

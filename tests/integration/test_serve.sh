@@ -238,9 +238,17 @@ out=$(http GET "/api/runs/$RUN1")
 case "$out" in "200 "*'"trigger":"api"'*'"state":"success"'*) ;; *) fail "run by id: $out" ;; esac
 
 # cancel through the API
-out=$(http POST /api/dags/api/runs '{"params":{"n":30}}' token)
+out=$(http POST /api/dags/api/runs '{"params":{"n":30,"who":"pssst-s3cret"}}' token)
 RUN2=$(echo "$out" | sed 's/^201 //' | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
 sleep 1
+# The params reached the task, but not the run's command line, which any
+# user can read (they go through its environment).
+expect_in "$DAGRUN_RUNS_DIR/api/$RUN2/a/attempt-1/log" "n=30 who=pssst-s3cret"
+RUNPID=$(pgrep -f -- "--run-id $RUN2" | head -n 1)
+[ -n "$RUNPID" ] || fail "no dagrun run process for $RUN2"
+CMDLINE=$(tr '\0' ' ' < "/proc/$RUNPID/cmdline")
+case "$CMDLINE" in *pssst*) fail "a param on the command line: $CMDLINE" ;; esac
+case "$CMDLINE" in *--params-from-env*) ;; *) fail "params not from the environment: $CMDLINE" ;; esac
 out=$(http POST "/api/runs/$RUN2/cancel" '' none)
 case "$out" in "401 "*) ;; *) fail "cancel without a token: $out" ;; esac
 out=$(http POST "/api/runs/$RUN2/cancel" '' token)
