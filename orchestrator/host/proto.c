@@ -109,6 +109,10 @@ static int send_obj(int fd, cJSON *o, const char *trunc_key) {
     }
   }
   cJSON_Delete(o);
+  if (n + 1 > PROTO_LINE_MAX) {
+    cJSON_free(s);
+    return DR_EINVAL;
+  }
   char *line = xmalloc(n + 1);
   memcpy(line, s, n);
   line[n] = '\n';

@@ -36,6 +36,14 @@
 
 #define PROTO_FD 3
 
+/* The largest output value (plugin.h): 16 MiB. */
+#define PROTO_OUTPUT_MAX (16u << 20)
+/* No message line is longer: dagrun drops a longer one rather than hold
+ * it, and the writers refuse to send one (DR_EINVAL; an output whose
+ * value is mostly bytes JSON escapes can pass 16 MiB and still be too
+ * long once escaped). */
+#define PROTO_LINE_MAX (PROTO_OUTPUT_MAX + (1u << 20))
+
 typedef enum proto_type {
   PROTO_LOG,
   PROTO_PROGRESS,

@@ -287,6 +287,23 @@ static int host_output(dagrun_ctx *ctx, const char *key, const char *value) {
               key ? key : "(NULL)");
     return DR_EINVAL;
   }
+  if (strlen(value) > PROTO_OUTPUT_MAX) {
+    log_linef(DAGRUN_LOG_WARN,
+              "output %s refused: %zu bytes, over the 16 MiB an output "
+              "may hold (write it to a file in out/ and give its path)",
+              key, strlen(value));
+    return DR_EINVAL;
+  }
+  if (ctx && ctx->fd >= 0) {
+    int rc = proto_send_output(ctx->fd, key, value);
+    if (rc == DR_EINVAL) {
+      log_linef(DAGRUN_LOG_WARN, "output %s refused: over %u bytes once "
+                                 "written as JSON",
+                key, PROTO_LINE_MAX);
+      return DR_EINVAL;
+    }
+    sent(ctx, rc);
+  }
   /* In the log too: the file then says what the attempt produced. */
   log_linef(DAGRUN_LOG_INFO, "output %s=%s", key, value);
   if (ctx && pthread_mutex_lock(&ctx->lock) == 0) {
@@ -296,8 +313,6 @@ static int host_output(dagrun_ctx *ctx, const char *key, const char *value) {
       cJSON_AddTrueToObject(ctx->produced, key);
     pthread_mutex_unlock(&ctx->lock);
   }
-  if (ctx && ctx->fd >= 0)
-    sent(ctx, proto_send_output(ctx->fd, key, value));
   return 0;
 }
 

@@ -83,6 +83,7 @@ struct proc {
   int term_signal;
   uint64_t heartbeat_ms, grace_ms;
   sbuf line;   /* partial protocol line */
+  int dropping; /* the line so far was over PROTO_LINE_MAX: skip to its end */
   char *error; /* from the result message */
   execdirect *direct; /* the command itself runs, not a worker */
 };
@@ -675,11 +676,37 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   buf->len = sizeof(read_buffer);
 }
 
+/* A message line over PROTO_LINE_MAX is not held: what came of it is
+ * freed, the rest skipped, and the run's view told. */
+static void drop_line(proc *a) {
+  if (!a->dropping && a->rank == 0) {
+    char *text = xasprintf("dagrun: a message of the worker's over %u bytes "
+                           "was dropped (an output value may hold 16 MiB)",
+                           PROTO_LINE_MAX);
+    proto_msg m = {.type = PROTO_LOG, .level = 2, .text = text};
+    a->at->x->cb.on_message(a->at->x->cb.ud, a->at->task, &m);
+    free(text);
+  }
+  a->dropping = 1;
+  sbuf_free(&a->line);
+}
+
 /* Message bytes from rank a, split into lines. */
 static void consume(proc *a, const char *p, size_t n) {
   const char *end = p + n;
   while (p < end) {
     const char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (a->dropping) { /* the rest of a line too long to keep */
+      if (nl)
+        a->dropping = 0;
+      p = nl ? nl + 1 : end;
+      continue;
+    }
+    size_t part = (size_t)((nl ? nl : end) - p);
+    if (a->line.n + part > PROTO_LINE_MAX) {
+      drop_line(a);
+      continue;
+    }
     if (!nl) {
       sbuf_add(&a->line, p, (size_t)(end - p));
       break;

@@ -180,7 +180,9 @@ typedef struct dagrun_host {
   void (*metric)(dagrun_ctx *ctx, const char *name, double value,
                  int64_t step);
   /* A key/value output, visible downstream as ${tasks.T.outputs.KEY}.
-   * Keys are [A-Za-z0-9_]+. Returns 0, or negative for a bad key. */
+   * Keys are [A-Za-z0-9_]+; a value is at most 16 MiB (a larger result
+   * belongs in a file under the out directory, its path the output).
+   * Returns 0, or negative for a bad key or a value too large. */
   int (*output)(dagrun_ctx *ctx, const char *key, const char *value);
   /* Tells dagrun the plugin is alive; needed only by plugins that run
    * longer than the task's heartbeat_timeout without calling progress(),
