@@ -16,8 +16,12 @@ N=${GPU_TEST_STEPS:-50} # the steps of a run; resumed runs from step N/2
 case $N in *[!0-9]*|'') fail "GPU_TEST_STEPS=$N: an even number of steps" ;; esac
 [ $((N % 2)) -eq 0 ] && [ "$N" -ge 10 ] || fail "GPU_TEST_STEPS=$N: an even number >= 10"
 H=$((N / 2))
+# GPU_TEST_EVAL_BATCHES: the final validation's batches (the stage's
+# default, 20, unless set): no check here reads the validation loss; the
+# emulator's ctest sets 2 (the same forward, fewer batches).
+EVAL=${GPU_TEST_EVAL_BATCHES:+, eval_batches: $GPU_TEST_EVAL_BATCHES}
 DATA=$(make_token_data gpu 320)
-COMMON="data: \"$DATA\", model: gpt-tiny, seq_len: 64, batch_size: 8, steps: $N, lr: 0.001, warmup: 5, eval_every: 0, samples: 0, spike_policy: none, checkpoint_every: $H, seed: 7"
+COMMON="data: \"$DATA\", model: gpt-tiny, seq_len: 64, batch_size: 8, steps: $N, lr: 0.001, warmup: 5, eval_every: 0, samples: 0, spike_policy: none, checkpoint_every: $H, seed: 7$EVAL"
 
 train() { # NAME EXTRA
   cat > "$1.yaml" <<Y

@@ -15,7 +15,12 @@
 command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
 
 DATA=$(make_token_data gang-gpu 320)
-COMMON="data: \"$DATA\", model: gpt-tiny, seq_len: 64, batch_size: 8, lr: 0.001, warmup: 2, eval_every: 10, samples: 0, spike_policy: none, checkpoint_every: 5, seed: 7, deterministic: true"
+# GPU_TEST_EVAL_BATCHES: the batches of each validation (at steps 10 and
+# 20 and the final one; the stage's default, 20, unless set): the checks
+# read only that stage 3's is finite; the emulator's ctest sets 2 (the
+# same forward on every rank's path, fewer batches).
+EVAL=${GPU_TEST_EVAL_BATCHES:+, eval_batches: $GPU_TEST_EVAL_BATCHES}
+COMMON="data: \"$DATA\", model: gpt-tiny, seq_len: 64, batch_size: 8, lr: 0.001, warmup: 2, eval_every: 10, samples: 0, spike_policy: none, checkpoint_every: 5, seed: 7, deterministic: true$EVAL"
 
 # gang_dag NAME WITH [TASK_KEYS] [STEPS]: a DAG of one train task of
 # STEPS steps (20), a gang of one rank under mpirun, and validate after it.

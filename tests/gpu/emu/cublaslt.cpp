@@ -318,10 +318,20 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc,
     Af[i] = __bfloat162float(Ab[i]);
   for (size_t i = 0; i < Bf.size(); i++)
     Bf[i] = __bfloat162float(Bb[i]);
+  /* On one OpenBLAS thread, whatever the host program set (the train
+   * stage sets one per CPU for its CPU engine): the emulator is one
+   * thread, and a second OpenBLAS thread did little of these small
+   * products but spun on sched_yield between them, a quarter of the
+   * emulated train tests' CPU time, taken from the test beside them. */
+  const int blas_threads = openblas_get_num_threads();
+  if (blas_threads != 1)
+    openblas_set_num_threads(1);
   cblas_sgemm(CblasColMajor, d->ta == CUBLAS_OP_T ? CblasTrans : CblasNoTrans,
               d->tb == CUBLAS_OP_T ? CblasTrans : CblasNoTrans, (int)m, (int)n,
               (int)k, alpha, Af.data(), (int)a->ld, Bf.data(), (int)b->ld, 0.0f,
               P.data(), (int)m);
+  if (blas_threads != 1)
+    openblas_set_num_threads(blas_threads);
   /* D may be C: each element of C is read once, before its D is written. */
   for (uint64_t j = 0; j < n; j++)
     for (uint64_t i = 0; i < m; i++) {

@@ -19,10 +19,10 @@
 #define EMU_ASAN 1
 #endif
 
-thread_local uint3 emu_threadIdx, emu_blockIdx;
-thread_local dim3 emu_blockDim, emu_gridDim;
-static thread_local int t_lin;        /* linear thread index in the block */
-static thread_local unsigned t_nshfl; /* shuffles of this thread's block */
+EMU_TLS uint3 emu_threadIdx, emu_blockIdx;
+EMU_TLS dim3 emu_blockDim, emu_gridDim;
+static EMU_TLS int t_lin;        /* linear thread index in the block */
+static EMU_TLS unsigned t_nshfl; /* shuffles of this thread's block */
 
 static std::atomic<int> g_errors;
 
@@ -79,16 +79,30 @@ emu_shared_reg::emu_shared_reg(void *p, size_t n) {
  * shuffled every time (seeded: DAGRUN_EMU_SEED, default 1), so that code
  * that depends on the order of threads between two barriers shows it.
  *
- * Switching is _setjmp/_longjmp (no system call); a fiber's first entry is
- * through makecontext/setcontext, once per launch. Under AddressSanitizer
- * every switch is announced to it (__sanitizer_*_switch_fiber). */
+ * Switching, on x86-64, is emu_switch (below): the callee-saved
+ * registers pushed on the stack being left, its stack pointer stored,
+ * the other's loaded; no system call, no signal mask, and a fiber's first
+ * entry is the same switch onto a stack prepared to return into
+ * fiber_main. It replaced _setjmp/_longjmp (glibc's _longjmp walks the
+ * thread's cancellation handlers at every switch) and makecontext /
+ * setcontext (two sigprocmask system calls per fiber per launch), which
+ * other machines still use. Under AddressSanitizer every switch is
+ * announced to it (__sanitizer_*_switch_fiber). */
+#if defined(__x86_64__)
+#define EMU_ASM_SWITCH 1
+#endif
+
 enum fiber_state { F_RUN, F_SYNC, F_WARP, F_DONE };
 
+/* What a switch and a warp operation touch comes first: a launch of 1024
+ * threads switches through 1024 of these, and the fewer cache lines each
+ * takes, the fewer misses. */
 struct fiber {
+#ifdef EMU_ASM_SWITCH
+  void *sp = nullptr; /* its stack pointer while it is not running */
+#else
   jmp_buf jb;
-  ucontext_t uc;
-  char *stack = nullptr;
-  bool started = false;
+#endif
   fiber_state st = F_RUN;
   int line = 0;        /* the barrier's or warp operation's source line */
   unsigned nshfl = 0;  /* warp operations so far in this block */
@@ -96,16 +110,68 @@ struct fiber {
   unsigned mask = 0;
   int src = 0;
   uint64_t val = 0, result = 0;
+  uint3 idx = {0, 0, 0}; /* its threadIdx */
+  char *stack = nullptr; /* the lowest usable byte of its stack */
+  size_t stack_size = 0;
+#ifndef EMU_ASM_SWITCH
+  bool started = false;
+  ucontext_t uc;
+#endif
 #ifdef EMU_ASAN
   void *fake = nullptr;
 #endif
 };
 
+#ifdef EMU_ASM_SWITCH
+/* emu_switch(from, to): pushes rbp, rbx and r12-r15 (what the System V
+ * ABI has a callee keep; MXCSR and the x87 control word too, but no
+ * kernel or scheduler changes those), stores rsp in *from, loads `to`,
+ * pops the same registers from there and returns to whatever that stack
+ * holds: the place where it called emu_switch itself, or for a fresh
+ * fiber, fiber_main (fiber_init). */
+extern "C" void emu_switch(void **from, void *to);
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".globl emu_switch\n"
+        ".hidden emu_switch\n"
+        ".type emu_switch, @function\n"
+        "emu_switch:\n"
+        "  pushq %rbp\n"
+        "  pushq %rbx\n"
+        "  pushq %r12\n"
+        "  pushq %r13\n"
+        "  pushq %r14\n"
+        "  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  popq %r15\n"
+        "  popq %r14\n"
+        "  popq %r13\n"
+        "  popq %r12\n"
+        "  popq %rbx\n"
+        "  popq %rbp\n"
+        "  ret\n"
+        ".size emu_switch, .-emu_switch\n");
+#endif
+
 /* Fiber stacks: 256 KiB (kernels keep fragments and reduction arrays on
  * theirs; the sanitizer's redzones double that), below each a guard page
  * so that an overflow faults instead of writing over its neighbour. Kept
- * for the next launch. */
-static const size_t STACK_BYTES = 256 << 10, GUARD_BYTES = 4096;
+ * for the next launch. Above the 256 KiB, COLOR_BYTES more, of which
+ * fiber t leaves the top stack_color(t) unused: the stacks' tops would
+ * otherwise all lie at the same offset in a page, in the same few cache
+ * sets, and each switch would miss the cache on the stack it enters
+ * (perf put a third of gpt_cuda_emulated's time on the first
+ * instructions after a switch; this and emu_switch together took 30% off
+ * its CPU time). */
+static const size_t STACK_BYTES = 256 << 10, GUARD_BYTES = 4096,
+                    COLOR_BYTES = 64 << 10;
+
+/* 64 cache lines of one page, then 16 pages: under COLOR_BYTES, a
+ * multiple of 64 (the stack's top stays 16-byte aligned). */
+static size_t stack_color(int t) {
+  return (size_t)(t % 64) * 64 + (size_t)(t / 64 % 16) * 4096;
+}
 static std::mutex g_stacks_mu;
 static std::vector<char *> g_stacks;
 
@@ -118,7 +184,8 @@ static char *stack_get(void) {
       return p;
     }
   }
-  void *p = mmap(nullptr, STACK_BYTES + GUARD_BYTES, PROT_READ | PROT_WRITE,
+  void *p = mmap(nullptr, STACK_BYTES + COLOR_BYTES + GUARD_BYTES,
+                 PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
     perror("emu: mmap of a fiber stack");
@@ -142,7 +209,16 @@ struct launch {
   const std::function<void()> *body = nullptr;
   std::vector<fiber> f;
   std::vector<int> live, at_warp; /* [warp]: lanes live, lanes waiting */
+  /* Each lane's registers for mma_bf16_16816 ([thread][6]: 4 of A, 2 of
+   * B) and its row address for ldmatrix, by the thread's number in the
+   * block. */
+  std::vector<uint32_t> mma;
+  std::vector<const unsigned short *> ldm;
+#ifdef EMU_ASM_SWITCH
+  void *sched_sp = nullptr;
+#else
   jmp_buf sched;
+#endif
   int cur = -1; /* the fiber running */
 #ifdef EMU_ASAN
   const void *sched_bottom = nullptr;
@@ -150,18 +226,25 @@ struct launch {
 #endif
 };
 
-static thread_local launch *g_launch;
+static EMU_TLS launch *g_launch;
 
 /* From the running fiber back to the scheduler. */
 /* Not inlined: a caller holding _setjmp would have its locals clobbered. */
 __attribute__((noinline)) static void yield_to_scheduler(launch *L) {
   fiber &f = L->f[L->cur];
+#ifdef EMU_ASM_SWITCH
+#ifdef EMU_ASAN
+  __sanitizer_start_switch_fiber(&f.fake, L->sched_bottom, L->sched_size);
+#endif
+  emu_switch(&f.sp, L->sched_sp);
+#else
   if (_setjmp(f.jb) == 0) {
 #ifdef EMU_ASAN
     __sanitizer_start_switch_fiber(&f.fake, L->sched_bottom, L->sched_size);
 #endif
     _longjmp(L->sched, 1);
   }
+#endif
 #ifdef EMU_ASAN
   __sanitizer_finish_switch_fiber(f.fake, nullptr, nullptr);
 #endif
@@ -169,8 +252,7 @@ __attribute__((noinline)) static void yield_to_scheduler(launch *L) {
 
 static void set_thread_index(const launch *L, int t) {
   t_lin = t;
-  emu_threadIdx = {(unsigned)(t % L->b.x), (unsigned)(t / L->b.x % L->b.y),
-                   (unsigned)(t / (L->b.x * L->b.y))};
+  emu_threadIdx = L->f[t].idx;
   emu_blockIdx = L->block;
   emu_blockDim = L->b;
   emu_gridDim = L->g;
@@ -190,15 +272,33 @@ static void fiber_main(void) {
   }
 }
 
-/* A fresh fiber that enters fiber_main. Not inlined: getcontext returns
- * twice, as _setjmp does. */
-__attribute__((noinline)) static void fiber_init(fiber *f) {
+/* A fresh fiber for thread t of L's blocks, which enters fiber_main.
+ * Not inlined: getcontext returns twice, as _setjmp does. */
+__attribute__((noinline)) static void fiber_init(const launch *L, fiber *f,
+                                                 int t) {
+  f->idx = {(unsigned)(t % L->b.x), (unsigned)(t / L->b.x % L->b.y),
+            (unsigned)(t / (L->b.x * L->b.y))};
   f->stack = stack_get();
+  f->stack_size = STACK_BYTES + COLOR_BYTES - stack_color(t);
+#ifdef EMU_ASM_SWITCH
+  /* What emu_switch pops: six registers (zero: rbp ends the frame chain
+   * for debuggers), then its return address, fiber_main; above it a null
+   * return address for fiber_main, which never returns, at a stack
+   * pointer that is 8 past a multiple of 16, as at any function's entry
+   * (the top is 16-byte aligned). */
+  void **sp = (void **)(f->stack + f->stack_size);
+  *--sp = nullptr;
+  *--sp = (void *)fiber_main;
+  for (int i = 0; i < 6; i++)
+    *--sp = nullptr;
+  f->sp = sp;
+#else
   getcontext(&f->uc);
   f->uc.uc_stack.ss_sp = f->stack;
-  f->uc.uc_stack.ss_size = STACK_BYTES;
+  f->uc.uc_stack.ss_size = f->stack_size;
   f->uc.uc_link = nullptr;
   makecontext(&f->uc, fiber_main, 0);
+#endif
 }
 
 /* From the scheduler into fiber t, until it yields. */
@@ -207,10 +307,17 @@ __attribute__((noinline)) static void resume(launch *L, int t) {
   L->cur = t;
   set_thread_index(L, t);
   t_nshfl = f.nshfl;
+#ifdef EMU_ASM_SWITCH
+#ifdef EMU_ASAN
+  void *fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, f.stack, f.stack_size);
+#endif
+  emu_switch(&L->sched_sp, f.sp);
+#else
   if (_setjmp(L->sched) == 0) {
 #ifdef EMU_ASAN
     void *fake = nullptr;
-    __sanitizer_start_switch_fiber(&fake, f.stack, STACK_BYTES);
+    __sanitizer_start_switch_fiber(&fake, f.stack, f.stack_size);
 #endif
     if (!f.started) {
       f.started = true;
@@ -218,6 +325,7 @@ __attribute__((noinline)) static void resume(launch *L, int t) {
     }
     _longjmp(f.jb, 1);
   }
+#endif
 #ifdef EMU_ASAN
   __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
 #endif
@@ -248,11 +356,6 @@ uint64_t emu_shfl_bits(unsigned mask, uint64_t bits, int src, int line) {
   return f.result;
 }
 
-/* Each lane's registers for mma_bf16_16816 (4 of A, 2 of B), by the
- * thread's number in its block: the fibers of a block run on the
- * launching thread, one at a time. */
-static thread_local uint32_t t_mma[1024][6];
-
 static float bf16_half(uint32_t reg, int k) {
   const unsigned short u = (unsigned short)(reg >> (16 * (k % 2)));
   return __bfloat162float(__ushort_as_bfloat16(u));
@@ -261,6 +364,12 @@ static float bf16_half(uint32_t reg, int k) {
 void emu_mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2],
                         int line) {
   const int lane = emu_lane(), base = t_lin - lane;
+  /* The launch's, one thread's at a time: its fibers run on the
+   * launching thread, one at a time. */
+  std::vector<uint32_t> &mma = g_launch->mma;
+  if (mma.empty())
+    mma.resize((size_t)g_launch->nt * 6);
+  uint32_t(*t_mma)[6] = reinterpret_cast<uint32_t(*)[6]>(mma.data());
   memcpy(t_mma[t_lin], a, 4 * sizeof(uint32_t));
   memcpy(t_mma[t_lin] + 4, b, 2 * sizeof(uint32_t));
   emu_shfl_bits(0xffffffffu, 0, lane, line); /* every lane's are in */
@@ -421,10 +530,6 @@ static uint64_t order_seed(void) {
 
 float *emu_dyn_smem(void) { return g_launch->smem.data(); }
 
-/* Each lane's row address for ldmatrix, by the thread's number in its
- * block (as t_mma). */
-static thread_local const unsigned short *t_ldm[1024];
-
 void emu_ldmatrix_x4(uint32_t r[4], const void *p, bool trans, int line) {
   const int lane = emu_lane(), base = t_lin - lane;
   const char *sm = (const char *)g_launch->smem.data(), *q = (const char *)p;
@@ -437,6 +542,9 @@ void emu_ldmatrix_x4(uint32_t r[4], const void *p, bool trans, int line) {
     emu_error("ldmatrix at line %d: lane %d's row address %p is not 16-byte "
               "aligned (offset %lu)",
               line, lane, p, (unsigned long)at);
+  std::vector<const unsigned short *> &t_ldm = g_launch->ldm;
+  if (t_ldm.empty())
+    t_ldm.resize(g_launch->nt);
   t_ldm[t_lin] = (const unsigned short *)p;
   emu_shfl_bits(0xffffffffu, 0, lane, line); /* every lane's address is in */
   const int g = lane / 4, t = lane % 4;
@@ -506,8 +614,8 @@ void emu_run(const void *fn, emu_cfg_t c, const std::function<void()> &body) {
   L.smem.resize((c.smem + sizeof(float) - 1) / sizeof(float));
   L.body = &body;
   L.f.resize(L.nt);
-  for (fiber &f : L.f)
-    fiber_init(&f);
+  for (int t = 0; t < L.nt; t++)
+    fiber_init(&L, &L.f[t], t);
   launch *outer = g_launch;
   g_launch = &L;
   static thread_local emu_rng rng{order_seed()};

@@ -70,8 +70,15 @@ using std::min;
 #define blockDim emu_blockDim
 #define gridDim emu_gridDim
 #define warpSize 32
-extern thread_local uint3 emu_threadIdx, emu_blockIdx;
-extern thread_local dim3 emu_blockDim, emu_gridDim;
+/* The initial-exec TLS model: an offset from the thread pointer, where
+ * the default model of a shared object (the emulated train.so, which
+ * dagrun loads with dlopen) calls __tls_get_addr at every use of
+ * threadIdx and the rest: 6% of an emulated training step. These few
+ * bytes fit in the static TLS space glibc keeps for modules loaded
+ * later. */
+#define EMU_TLS thread_local __attribute__((tls_model("initial-exec")))
+extern EMU_TLS uint3 emu_threadIdx, emu_blockIdx;
+extern EMU_TLS dim3 emu_blockDim, emu_gridDim;
 
 /* ---- Barriers, shuffles, atomics ---- */
 void emu_syncthreads(int line);
