@@ -118,6 +118,7 @@ typedef struct rep {
   cJSON *params_owned;
   rtask *t;
   size_t n;
+  strmap by_name; /* task name -> index in t */
   sbuf out;
 } rep;
 
@@ -136,12 +137,25 @@ static const char *state_color(const char *s) {
 }
 
 /* The store's task entry named name, or NULL. */
-static const cJSON *store_task(const cJSON *srun, const char *name) {
+/* The store's record of task name. *next is where the last one found
+ * ended: run.json and the store list the tasks in the same order, so the
+ * search starts there and a whole run costs one pass, not one per task
+ * (a quarter of a 10,000-task run's report). */
+static const cJSON *store_task(const cJSON *srun, const char *name,
+                               const cJSON **next) {
   const cJSON *tasks = cJSON_GetObjectItemCaseSensitive(srun, "tasks");
-  for (const cJSON *k = tasks ? tasks->child : NULL; k; k = k->next) {
-    const char *z = jstr(k, "name");
-    if (z && strcmp(z, name) == 0)
-      return k;
+  const cJSON *first = tasks ? tasks->child : NULL;
+  const cJSON *start = *next ? *next : first;
+  for (int pass = 0; pass < 2; pass++) {
+    for (const cJSON *k = pass ? first : start; k; k = k->next) {
+      if (pass && k == start)
+        break;
+      const char *z = jstr(k, "name");
+      if (z && strcmp(z, name) == 0) {
+        *next = k->next;
+        return k;
+      }
+    }
   }
   return NULL;
 }
@@ -199,10 +213,8 @@ static void load_attempts(rep *r, rtask *t, const cJSON *st) {
 }
 
 static int task_index(const rep *r, const char *name) {
-  for (size_t i = 0; i < r->n; i++)
-    if (strcmp(r->t[i].name, name) == 0)
-      return (int)i;
-  return -1;
+  size_t i;
+  return strmap_get(&r->by_name, name, &i) ? (int)i : -1;
 }
 
 /* Longest chain of needs above the task (0: a root). */
@@ -272,12 +284,13 @@ static int load_run(rep *r, store *st, const char *run_id, char *err,
     tasks = cJSON_GetObjectItemCaseSensitive(sr, "tasks");
   int n = cJSON_GetArraySize(tasks);
   r->t = xcalloc(n > 0 ? (size_t)n : 1, sizeof *r->t);
+  const cJSON *next = NULL;
   for (const cJSON *k = tasks ? tasks->child : NULL; k; k = k->next) {
     const char *name = jstr(k, "name");
     if (!name)
       continue;
     rtask *t = &r->t[r->n++];
-    const cJSON *s = from_store ? k : store_task(sr, name);
+    const cJSON *s = from_store ? k : store_task(sr, name, &next);
     const cJSON *j = from_store ? NULL : k;
     t->name = name;
     t->stage = jstr(j, "stage") ? jstr(j, "stage") : "";
@@ -298,6 +311,7 @@ static int load_run(rep *r, store *st, const char *run_id, char *err,
     t->dir = path_join(r->run_dir, name);
     t->depth = -1;
     load_attempts(r, t, s);
+    strmap_put(&r->by_name, name, r->n - 1);
   }
   for (size_t i = 0; i < r->n; i++)
     task_depth(r, i);
@@ -310,6 +324,7 @@ static void rep_free(rep *r) {
     free(r->t[i].dir);
   }
   free(r->t);
+  strmap_free(&r->by_name);
   cJSON_Delete(r->rj);
   cJSON_Delete(r->srun);
   cJSON_Delete(r->params_owned);
