@@ -9,7 +9,9 @@
 #   bench/quick.sh [BUILD_DIR]      (default: build)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BUILD=${1:-build}
+# Absolute: the benchmarks write DAG files that name their inputs, which
+# dagrun reads relative to the DAG file.
+BUILD=$(cd "${1:-build}" && pwd)
 OUT="$BUILD/bench-quick"
 mkdir -p "$OUT"
 PY=/usr/bin/python3
