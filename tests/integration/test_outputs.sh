@@ -76,16 +76,25 @@ cat > big.yaml <<'Y'
 dag: big
 tasks:
   huge: {stage: outputs, with: {key: big, value: "0123456789abcdef", repeat: 1100000}}
-  raw: {stage: outputs, with: {key: fine, value: ok, raw_line: 120000000}}
 Y
-/usr/bin/time -f "%M" -o "$T/rss" "$DAGRUN" run big.yaml --plain -j 1 > "$T/out" 2>&1 || true
+run_dagrun run big.yaml --plain
 R=$(run_dir big)
 [ "$(task_field "$R" huge state)" = failed ] || fail "huge: $(task_field "$R" huge state)"
 expect_in "$R/huge/attempt-1/log" "output big refused: 17600000 bytes, over the 16 MiB an output may hold"
+# The largest process of this run is dagrun itself (the worker writes
+# 64 KiB at a time). Holding the line would take it past 120 MB; the
+# limit leaves room for AddressSanitizer's own (about 70 MB in all).
+cat > raw.yaml <<'Y'
+dag: raw
+tasks:
+  raw: {stage: outputs, with: {key: fine, value: ok, raw_line: 120000000}}
+Y
+/usr/bin/time -f "%M" -o "$T/rss" "$DAGRUN" run raw.yaml --plain > "$T/out" 2>&1 || true
+R=$(run_dir raw)
 [ "$(task_field "$R" raw state)" = success ] || fail "raw: $(task_field "$R" raw state)"
 expect_in "$T/out" "was dropped"
 RSS_KIB=$(tail -n 1 "$T/rss")
-[ "$RSS_KIB" -lt 60000 ] || fail "dagrun held a 120 MB message line: peak RSS $RSS_KIB KiB"
+[ "$RSS_KIB" -lt 110000 ] || fail "dagrun held a 120 MB message line: peak RSS $RSS_KIB KiB"
 
 # An env var that is no integer is caught by check, before anything runs.
 DAGRUN_TEST_NUM=forty run_dagrun check types.yaml
