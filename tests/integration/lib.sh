@@ -69,6 +69,20 @@ wait_until() {
   done
 }
 
+# serve_port LOG PID: waits (up to 10 s) for the `dagrun serve` of PID,
+# started with --port 0 and its output in LOG, to say where it listens;
+# sets PORT. Fails the test when it exits or never says.
+serve_port() {
+  PORT=
+  for _ in $(seq 100); do
+    PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$1")
+    [ -n "$PORT" ] && return 0
+    pid_alive "$2" || fail "serve exited: $(cat "$1")"
+    sleep 0.1
+  done
+  fail "serve did not start: $(cat "$1")"
+}
+
 expect_rc() {
   [ "$RC" -eq "$1" ] || fail "expected exit code $1, got $RC
 --- stdout:

@@ -138,13 +138,7 @@ chmod 600 token
 : >"$T/serve.log"
 "$DAGRUN" serve dags --port 0 --no-cron --token-file token >"$T/serve.log" 2>&1 &
 SERVE_PID=$!
-PORT=
-for _ in $(seq 100); do
-  PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$T/serve.log")
-  [ -n "$PORT" ] && break
-  sleep 0.1
-done
-[ -n "$PORT" ] || fail "serve did not start: $(cat "$T/serve.log")"
+serve_port "$T/serve.log" "$SERVE_PID"
 "$PY" - "$PORT" "$RID" "$PID" <<'P' || { kill "$SERVE_PID"; fail "API: see above"; }
 import json, sys, urllib.request
 port, rid, pid = sys.argv[1:4]

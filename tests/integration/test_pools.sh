@@ -66,13 +66,7 @@ rm -f "$T/iv.log"
 echo "s3cret-token-for-pools" > token; chmod 600 token
 "$DAGRUN" serve dags --port 0 --token-file token --no-cron >"$T/serve.log" 2>&1 &
 SERVE_PID=$!
-PORT=
-for _ in $(seq 100); do
-  PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$T/serve.log")
-  [ -n "$PORT" ] && break
-  sleep 0.1
-done
-[ -n "$PORT" ] || fail "serve did not start: $(cat "$T/serve.log")"
+serve_port "$T/serve.log" "$SERVE_PID"
 # api METHOD PATH [BODY]: "STATUS BODY" of a request with the token.
 api() {
   "$PY" - "$PORT" "$@" <<'P'

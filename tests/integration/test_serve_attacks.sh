@@ -33,14 +33,7 @@ chmod 600 secret
 "$DAGRUN" serve dags --port 0 --no-cron --hmac-secret-file secret \
   --allow-host proxy.example --request-timeout 2 >"$T/serve.log" 2>&1 &
 SERVE_PID=$!
-PORT=
-for _ in $(seq 100); do
-  PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$T/serve.log")
-  [ -n "$PORT" ] && break
-  pid_alive "$SERVE_PID" || fail "serve exited: $(cat "$T/serve.log")"
-  sleep 0.1
-done
-[ -n "$PORT" ] || fail "serve did not start: $(cat "$T/serve.log")"
+serve_port "$T/serve.log" "$SERVE_PID"
 trap 'kill "$SERVE_PID" 2>/dev/null || true' EXIT
 
 # ---- HMAC: the recipe of docs/serve.md, then its replays ----
