@@ -47,8 +47,8 @@ __host__ __device__ __forceinline__ size_t tc_al(size_t b) {
   return (b + 127) & ~(size_t)127;
 }
 
-/* A kernel's shared memory: ntiles BF16 tiles (64, hs + 8), then, with
- * stats, two arrays of 64 floats (the tile's rows' lse and D). One
+/* A kernel's shared memory: ntiles BF16 tiles (64, hs + 8), then `stats`
+ * pairs of arrays of 64 floats (a tile's rows' lse and D). One
  * description for the launcher's size and the kernel's pointers. */
 struct tc_layout {
   int hs, ntiles, stats;
@@ -56,13 +56,14 @@ struct tc_layout {
     return tc_al((size_t)TC_COLS * (hs + 8) * sizeof(floatX));
   }
   __host__ __device__ size_t total() const {
-    return ntiles * tile() + (stats ? 2 * TC_COLS * sizeof(float) : 0);
+    return ntiles * tile() + stats * 2 * TC_COLS * sizeof(float);
   }
   __device__ floatX *tile_at(unsigned char *sm, int i) const {
     return (floatX *)(sm + i * tile());
   }
-  __device__ float *stats_at(unsigned char *sm) const {
-    return (float *)(sm + ntiles * tile());
+  /* Pair i's lse; its D follows at + TC_COLS. */
+  __device__ float *stats_at(unsigned char *sm, int i) const {
+    return (float *)(sm + ntiles * tile()) + 2 * TC_COLS * i;
   }
 };
 
@@ -101,6 +102,115 @@ __device__ __forceinline__ void tc_load_stats(float *lse_s, float *D_s,
     lse_s[i] = t < T ? lse[(size_t)bh * T + t] : 0.0f;
     D_s[i] = t < T ? Dsum[(size_t)bh * T + t] : 0.0f;
   }
+}
+
+/* ---- Asynchronous tile loads (cp.async), one iteration ahead ----
+ * With PIPE, each loop of the three kernels keeps two buffers of its
+ * pair of streamed tiles (K and V, or Q and dO with their stats): the
+ * pair of the next iteration is copied into one (cp.async, 16 bytes a
+ * thread, no registers held) while the warps compute on the other, so
+ * the global loads' latency hides behind the products instead of every
+ * warp of the block waiting at the barrier for them (flash-attention 2's
+ * pipelining). Without PIPE (DAGRUN_CUDA_ATTENTION=tc-sync) each pair is
+ * loaded when it is needed, as before. */
+#ifndef DAGRUN_CUDA_EMULATED
+/* 16 bytes from global src to shared dst; the bytes past src_bytes (0 or
+ * 16) are zeros. The emulator (emu.h) gives its own. */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src,
+                                           int src_bytes) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a),
+               "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit(void) {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+/* Waits until all but the newest n committed groups have landed. */
+template <int n> __device__ __forceinline__ void cp_async_wait(void) {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(n) : "memory");
+}
+#endif
+
+/* tc_load's copy started asynchronously where the rows are 16-byte
+ * aligned (rows at or past T zeros); else tc_load's own, done now. */
+template <int hs>
+__device__ __forceinline__ void tc_load_async(floatX *dst, int ld,
+                                              const floatX *src,
+                                              size_t stride, int t0, int T) {
+  constexpr int V = 8, NV = hs / V;
+  if ((uintptr_t)src % 16 != 0 || stride % V != 0) {
+    tc_load<hs>(dst, ld, src, stride, t0, T);
+    return;
+  }
+  for (int idx = threadIdx.x; idx < TC_COLS * NV; idx += blockDim.x) {
+    const int r = idx / NV, d = idx % NV * V, t = t0 + r;
+    cp_async16(dst + r * ld + d, src + (size_t)(t < T ? t : 0) * stride + d,
+               t < T ? 16 : 0);
+  }
+}
+
+/* The streamed pair of a kernel's loop: tiles a and b (rows r0 .. r0+63
+ * of src_a and src_b), with stats (lse, Dsum of those rows) if lse_s is
+ * set. Buffer 0's pointers and the distance to buffer 1 (0 without
+ * PIPE): arithmetic, where an array of the two indexed by the iteration's
+ * parity would sit in local memory (nvcc keeps register arrays in
+ * registers only under compile-time indices). */
+struct tc_stream {
+  floatX *a, *b;
+  float *lse_s; /* the lse of the tile's rows, D at + TC_COLS; or null */
+  int tile_step, stats_step;
+  const floatX *src_a, *src_b;
+  size_t stride_a, stride_b;
+  const float *lse, *Dsum;
+  int bh, T;
+  __device__ floatX *a_at(int buf) const { return a + buf * tile_step; }
+  __device__ floatX *b_at(int buf) const { return b + buf * tile_step; }
+  __device__ float *lse_at(int buf) const { return lse_s + buf * stats_step; }
+  __device__ float *D_at(int buf) const { return lse_at(buf) + TC_COLS; }
+};
+
+template <int hs, bool async>
+__device__ __forceinline__ void tc_stream_load(const tc_stream &S, int buf,
+                                               int r0) {
+  constexpr int ld = hs + 8;
+  if (async) {
+    tc_load_async<hs>(S.a_at(buf), ld, S.src_a, S.stride_a, r0, S.T);
+    tc_load_async<hs>(S.b_at(buf), ld, S.src_b, S.stride_b, r0, S.T);
+  } else {
+    tc_load<hs>(S.a_at(buf), ld, S.src_a, S.stride_a, r0, S.T);
+    tc_load<hs>(S.b_at(buf), ld, S.src_b, S.stride_b, r0, S.T);
+  }
+  if (S.lse_s)
+    tc_load_stats(S.lse_at(buf), S.D_at(buf), S.lse, S.Dsum, S.bh, r0, S.T);
+}
+
+/* Makes iteration it's pair (rows r0 ..) ready for every thread of the
+ * block and returns its buffer. With PIPE the pair was started one
+ * iteration ahead (the first here, at it 0) and the next (rows r0 + 64,
+ * when `more`) starts now, into the buffer the previous iteration read:
+ * the barrier first lets every warp finish with it. */
+template <int hs, bool PIPE>
+__device__ __forceinline__ int tc_stream_next(const tc_stream &S, int it,
+                                              int r0, bool more) {
+  __syncthreads(); /* the previous iteration's reads are done */
+  if constexpr (PIPE) {
+    if (it == 0) {
+      tc_stream_load<hs, true>(S, 0, r0);
+      cp_async_commit();
+    }
+    if (more) {
+      tc_stream_load<hs, true>(S, (it + 1) % 2, r0 + TC_COLS);
+      cp_async_commit();
+      cp_async_wait<1>(); /* this iteration's pair, not the next */
+    } else {
+      cp_async_wait<0>();
+    }
+  } else {
+    tc_stream_load<hs, false>(S, 0, r0);
+  }
+  __syncthreads(); /* every thread's copies are in */
+  return PIPE ? it % 2 : 0;
 }
 
 /* ---- Fragments of mma.m16n8k16 (BF16 A, B; FP32 C), per lane ----
@@ -288,8 +398,35 @@ __device__ __forceinline__ void tc_store(floatX *dst, size_t stride,
 }
 
 /* ---- Forward ----
- * smem (3 tiles): Q rows, K and V tiles. */
-template <int HS>
+ * smem: Q rows, then K and V tiles (two of each with PIPE). */
+/* The layouts of the three kernels, for the launchers and the kernels. */
+template <int HS, bool PIPE> __host__ __device__ tc_layout tc_fwd_layout() {
+  return tc_layout{HS, PIPE ? 5 : 3, 0};
+}
+template <int HS, bool PIPE> __host__ __device__ tc_layout tc_dq_layout() {
+  return tc_layout{HS, PIPE ? 6 : 4, 1};
+}
+template <int HS, bool PIPE> __host__ __device__ tc_layout tc_dkdv_layout() {
+  return tc_layout{HS, PIPE ? 6 : 4, PIPE ? 2 : 1};
+}
+
+/* The pair of tiles a loop streams from tile index `first` of L: a at
+ * first (and first + 2 with PIPE), b at first + 1 (first + 3); stats
+ * from pair 0 of L's stats (and pair 1) where with_stats. */
+template <bool PIPE>
+__device__ __forceinline__ tc_stream tc_stream_at(const tc_layout &L,
+                                                  unsigned char *sm, int first,
+                                                  bool with_stats) {
+  tc_stream S{};
+  S.a = L.tile_at(sm, first);
+  S.b = L.tile_at(sm, first + 1);
+  S.tile_step = PIPE ? (int)(2 * L.tile() / sizeof(floatX)) : 0;
+  S.lse_s = with_stats ? L.stats_at(sm, 0) : nullptr;
+  S.stats_step = PIPE ? 2 * TC_COLS : 0;
+  return S;
+}
+
+template <int HS, bool PIPE>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     attention_tc_forward_kernel(floatX *out, float *lse, const floatX *qkv,
                                 int T, int C, int NH) {
@@ -298,9 +435,13 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
   constexpr int hs = HS, ldh = hs + 8;
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
-  const tc_layout L{hs, 3, 0};
-  floatX *Qs = L.tile_at(tc_sm, 0), *Ks = L.tile_at(tc_sm, 1),
-         *Vs = L.tile_at(tc_sm, 2);
+  const tc_layout L = tc_fwd_layout<HS, PIPE>();
+  floatX *Qs = L.tile_at(tc_sm, 0);
+  tc_stream S = tc_stream_at<PIPE>(L, tc_sm, 1, false);
+  S.src_a = a.qkv + C;
+  S.src_b = a.qkv + 2 * C;
+  S.stride_a = S.stride_b = a.C3;
+  S.T = T;
   const int q0 = att_tile_rev() * TC_ROWS, wq0 = q0 + 16 * w;
   /* The lane's two rows: g and g + 8 of the warp's 16. */
   const int qi[2] = {wq0 + g, wq0 + g + 8};
@@ -312,11 +453,10 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
   for (int n = 0; n < hs / 8; n++)
     o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   const int qlast = min(q0 + TC_ROWS, T) - 1;
-  for (int k0 = 0; k0 <= qlast; k0 += TC_COLS) {
-    __syncthreads(); /* the previous tile is consumed (Q is loaded) */
-    tc_load<hs>(Ks, ldh, a.qkv + C, a.C3, k0, T);
-    tc_load<hs>(Vs, ldh, a.qkv + 2 * C, a.C3, k0, T);
-    __syncthreads();
+  for (int k0 = 0, it = 0; k0 <= qlast; k0 += TC_COLS, it++) {
+    /* The first barrier also covers Q's loads. */
+    const int buf = tc_stream_next<hs, PIPE>(S, it, k0, k0 + TC_COLS <= qlast);
+    const floatX *Ks = S.a_at(buf), *Vs = S.b_at(buf);
     /* Warp-uniform: rows past T, or a tile wholly after the warp's rows. */
     if (wq0 >= T || k0 > wq0 + 15)
       continue;
@@ -396,9 +536,9 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
  * tile) and dP (dO V^T, or its transpose); then p = exp(scale s - lse)
  * and ds = p (dp - D) where the causal mask lets the pair in, else 0. */
 
-/* dq: grid as the forward pass. smem (4 tiles, stats): Q and dO rows, K
- * and V tiles; lse and D of the block's rows. */
-template <int HS>
+/* dq: grid as the forward pass. smem: Q and dO rows, then K and V tiles
+ * (two of each with PIPE); lse and D of the block's rows. */
+template <int HS, bool PIPE>
 /* Up to hs 64, 4 blocks an SM (128 registers, which GPT-2's hs 64 needs
  * without spilling); wider heads would spill. */
 __global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 ? 4 : 1)
@@ -410,10 +550,14 @@ __global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 ? 4 : 1)
   constexpr int hs = HS, ldh = hs + 8;
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
-  const tc_layout L{hs, 4, 1};
-  floatX *Qs = L.tile_at(tc_sm, 0), *dOs = L.tile_at(tc_sm, 1),
-         *Ks = L.tile_at(tc_sm, 2), *Vs = L.tile_at(tc_sm, 3);
-  float *lse_r = L.stats_at(tc_sm), *D_r = lse_r + TC_ROWS;
+  const tc_layout L = tc_dq_layout<HS, PIPE>();
+  floatX *Qs = L.tile_at(tc_sm, 0), *dOs = L.tile_at(tc_sm, 1);
+  float *lse_r = L.stats_at(tc_sm, 0), *D_r = lse_r + TC_ROWS;
+  tc_stream S = tc_stream_at<PIPE>(L, tc_sm, 2, false);
+  S.src_a = a.qkv + C;
+  S.src_b = a.qkv + 2 * C;
+  S.stride_a = S.stride_b = a.C3;
+  S.T = T;
   const int q0 = att_tile_rev() * TC_ROWS, wq0 = q0 + 16 * w;
   const int qi[2] = {wq0 + g, wq0 + g + 8};
   const float sl2 = a.scale * TC_LOG2E;
@@ -427,11 +571,9 @@ __global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 ? 4 : 1)
   for (int n = 0; n < hs / 8; n++)
     dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
   const int qlast = min(q0 + TC_ROWS, T) - 1;
-  for (int k0 = 0; k0 <= qlast; k0 += TC_COLS) {
-    __syncthreads();
-    tc_load<hs>(Ks, ldh, a.qkv + C, a.C3, k0, T);
-    tc_load<hs>(Vs, ldh, a.qkv + 2 * C, a.C3, k0, T);
-    __syncthreads();
+  for (int k0 = 0, it = 0; k0 <= qlast; k0 += TC_COLS, it++) {
+    const int buf = tc_stream_next<hs, PIPE>(S, it, k0, k0 + TC_COLS <= qlast);
+    const floatX *Ks = S.a_at(buf), *Vs = S.b_at(buf);
     if (wq0 >= T || k0 > wq0 + 15)
       continue;
     float s[TC_NT][4], dp[TC_NT][4];
@@ -462,9 +604,9 @@ __global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 ? 4 : 1)
 
 /* dk, dv: a block takes 64 keys (16 a warp) and walks the query tiles
  * from its first key on. S^T = K Q^T and dP^T = V dO^T per warp; then
- * dv += P^T dO and dk += dS^T Q. smem (4 tiles, stats): K and V rows, Q
- * and dO tiles; the tile's lse and D. */
-template <int HS>
+ * dv += P^T dO and dk += dS^T Q. smem: K and V rows, then Q and dO tiles
+ * (two of each with PIPE) with each tile's lse and D. */
+template <int HS, bool PIPE>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     attention_tc_dkdv_kernel(floatX *dqkv, const float *Dsum,
                              const floatX *dout, const floatX *qkv,
@@ -474,14 +616,21 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
   constexpr int hs = HS, ldh = hs + 8;
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
-  const tc_layout L{hs, 4, 1};
-  floatX *Kr = L.tile_at(tc_sm, 0), *Vr = L.tile_at(tc_sm, 1),
-         *Qt = L.tile_at(tc_sm, 2), *dOt = L.tile_at(tc_sm, 3);
-  float *lse_t = L.stats_at(tc_sm), *D_t = lse_t + TC_COLS;
+  const tc_layout L = tc_dkdv_layout<HS, PIPE>();
+  floatX *Kr = L.tile_at(tc_sm, 0), *Vr = L.tile_at(tc_sm, 1);
+  const floatX *dbase = dout + (size_t)a.b * T * C + (size_t)a.h * hs;
+  tc_stream S = tc_stream_at<PIPE>(L, tc_sm, 2, true);
+  S.src_a = a.qkv;
+  S.src_b = dbase;
+  S.stride_a = a.C3;
+  S.stride_b = C;
+  S.lse = lse;
+  S.Dsum = Dsum;
+  S.bh = a.bh;
+  S.T = T;
   const int kb0 = blockIdx.y * TC_ROWS, wk0 = kb0 + 16 * w;
   const int kj[2] = {wk0 + g, wk0 + g + 8};
   const float sl2 = a.scale * TC_LOG2E;
-  const floatX *dbase = dout + (size_t)a.b * T * C + (size_t)a.h * hs;
 
   tc_load<hs>(Kr, ldh, a.qkv + C, a.C3, kb0, T);
   tc_load<hs>(Vr, ldh, a.qkv + 2 * C, a.C3, kb0, T);
@@ -491,12 +640,10 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
 #pragma unroll
     for (int e = 0; e < 4; e++)
       dk[n][e] = dv[n][e] = 0.0f;
-  for (int q0 = kb0; q0 < T; q0 += TC_COLS) {
-    __syncthreads();
-    tc_load<hs>(Qt, ldh, a.qkv, a.C3, q0, T);
-    tc_load<hs>(dOt, ldh, dbase, C, q0, T);
-    tc_load_stats(lse_t, D_t, lse, Dsum, a.bh, q0, T);
-    __syncthreads();
+  for (int q0 = kb0, it = 0; q0 < T; q0 += TC_COLS, it++) {
+    const int buf = tc_stream_next<hs, PIPE>(S, it, q0, q0 + TC_COLS < T);
+    const floatX *Qt = S.a_at(buf), *dOt = S.b_at(buf);
+    const float *lse_t = S.lse_at(buf), *D_t = S.D_at(buf);
     /* Warp-uniform: keys past T, or a query tile wholly before them. */
     if (wk0 >= T || q0 + TC_COLS - 1 < wk0)
       continue;
@@ -531,28 +678,51 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
 
 /* ---- Launchers (attention.cu's, when att_use_tc says so) ---- */
 
-/* The kernels for head size hs (a multiple of 16 up to ATT_HS_MAX). */
+/* The kernels for head size hs (a multiple of 16 up to ATT_HS_MAX), with
+ * the pipelined tile loads unless the context asks for the others. */
+template <int HS, bool PIPE>
+static int tc_forward_as(const kern_ctx *k, dim3 grid, floatX *out,
+                         float *lse, const floatX *qkv, int T, int C, int NH,
+                         const char *op, char *err, size_t errlen) {
+  return att_launch(attention_tc_forward_kernel<HS, PIPE>, grid,
+                    TC_WARPS * 32, tc_fwd_layout<HS, PIPE>().total(), k, op,
+                    err, errlen, out, lse, qkv, T, C, NH);
+}
 template <int HS> static int tc_forward(const kern_ctx *k, dim3 grid,
                                         floatX *out, float *lse,
                                         const floatX *qkv, int T, int C,
                                         int NH, const char *op, char *err,
                                         size_t errlen) {
-  return att_launch(attention_tc_forward_kernel<HS>, grid, TC_WARPS * 32,
-                    tc_layout{HS, 3, 0}.total(), k, op, err, errlen, out, lse,
-                    qkv, T, C, NH);
+  return k->attention_sync_loads
+             ? tc_forward_as<HS, false>(k, grid, out, lse, qkv, T, C, NH, op,
+                                        err, errlen)
+             : tc_forward_as<HS, true>(k, grid, out, lse, qkv, T, C, NH, op,
+                                       err, errlen);
 }
 
+template <int HS, bool PIPE>
+static int tc_backward_as(const kern_ctx *k, dim3 grid, floatX *dqkv,
+                          const float *Dsum, const floatX *dout,
+                          const floatX *qkv, const float *lse, int T, int C,
+                          int NH, const char *op, char *err, size_t errlen) {
+  if (att_launch(attention_tc_dq_kernel<HS, PIPE>, grid, TC_WARPS * 32,
+                 tc_dq_layout<HS, PIPE>().total(), k, op, err, errlen, dqkv,
+                 Dsum, dout, qkv, lse, T, C, NH))
+    return -1;
+  return att_launch(attention_tc_dkdv_kernel<HS, PIPE>, grid, TC_WARPS * 32,
+                    tc_dkdv_layout<HS, PIPE>().total(), k, op, err, errlen,
+                    dqkv, Dsum, dout, qkv, lse, T, C, NH);
+}
 template <int HS>
 static int tc_backward(const kern_ctx *k, dim3 grid, floatX *dqkv,
                        const float *Dsum, const floatX *dout,
                        const floatX *qkv, const float *lse, int T, int C,
                        int NH, const char *op, char *err, size_t errlen) {
-  const size_t smem = tc_layout{HS, 4, 1}.total();
-  if (att_launch(attention_tc_dq_kernel<HS>, grid, TC_WARPS * 32, smem, k, op,
-                 err, errlen, dqkv, Dsum, dout, qkv, lse, T, C, NH))
-    return -1;
-  return att_launch(attention_tc_dkdv_kernel<HS>, grid, TC_WARPS * 32, smem,
-                    k, op, err, errlen, dqkv, Dsum, dout, qkv, lse, T, C, NH);
+  return k->attention_sync_loads
+             ? tc_backward_as<HS, false>(k, grid, dqkv, Dsum, dout, qkv, lse,
+                                         T, C, NH, op, err, errlen)
+             : tc_backward_as<HS, true>(k, grid, dqkv, Dsum, dout, qkv, lse, T,
+                                        C, NH, op, err, errlen);
 }
 int att_tc_forward(const kern_ctx *k, floatX *out, float *lse,
                    const floatX *qkv, int B, int T, int C, int NH,

@@ -43,6 +43,10 @@ typedef struct kern_ctx {
    * the head size (DAGRUN_CUDA_ATTENTION=fp32 at init; tests set it to
    * compare the two). */
   int attention_fp32;
+  /* The tensor-core kernels with each tile loaded when it is needed
+   * instead of one iteration ahead (DAGRUN_CUDA_ATTENTION=tc-sync: the
+   * kernels measured before the pipelined ones, kept to compare). */
+  int attention_sync_loads;
 } kern_ctx;
 
 /* Makes lt, a 32 MiB workspace, the stream (non-blocking) and reads the

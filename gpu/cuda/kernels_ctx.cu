@@ -5,8 +5,9 @@
  * One context per engine, made once: the stream is non-blocking so the
  * engine's work never waits on the legacy default stream, and the
  * cuBLASLt workspace is allocated here once rather than per product.
- * The environment variable DAGRUN_CUDA_ATTENTION=fp32 is read here, once,
- * so that every launch of one engine takes the same attention path.
+ * The environment variable DAGRUN_CUDA_ATTENTION (fp32, or tc-sync) is
+ * read here, once, so that every launch of one engine takes the same
+ * attention path.
  */
 #include "kernels_common.cuh"
 
@@ -20,6 +21,7 @@ int kern_ctx_init(kern_ctx *k, int deterministic, char *err, size_t errlen) {
   k->deterministic = deterministic;
   const char *att = getenv("DAGRUN_CUDA_ATTENTION");
   k->attention_fp32 = att && strcmp(att, "fp32") == 0;
+  k->attention_sync_loads = att && strcmp(att, "tc-sync") == 0;
   int dev = 0;
   if (kc_cuda(cudaGetDevice(&dev), op, "cudaGetDevice", err, errlen) ||
       kc_cuda(cudaDeviceGetAttribute(&k->sm_count,

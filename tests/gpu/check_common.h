@@ -331,13 +331,27 @@ static attention_ref<Vec> attention_ref_make(Rng &r, int B, int T, int C,
   return a;
 }
 
-/* The label of an attention check: its shape and which kernels run it,
- * the tensor-core ones (head sizes that are multiples of 16, unless the
- * context asks for FP32: fp32) or the FP32 ones. */
+/* The label of an attention check: its shape and which kernels k runs it
+ * on: the tensor-core ones (head sizes that are multiples of 16, unless
+ * the context asks for FP32), with pipelined or plain tile loads, or the
+ * FP32 ones. */
+template <class Ctx>
 static inline std::string attention_shape(int B, int T, int C, int NH,
-                                          bool fp32) {
+                                          const Ctx *k) {
   return shape("B=%d T=%d C=%d NH=%d (hs=%d, %s)", B, T, C, NH, C / NH,
-               fp32 || (C / NH) % 16 ? "fp32" : "tensor cores");
+               k->attention_fp32 || (C / NH) % 16 ? "fp32"
+               : k->attention_sync_loads          ? "tensor cores, tc-sync"
+                                                  : "tensor cores");
+}
+
+/* The attention kernels of mode m of ATT_MODES in k (a kern_ctx, whose
+ * header this one does not include): 0 the tensor-core
+ * ones (pipelined loads), 1 the same with plain loads (tc-sync), 2 the
+ * FP32 ones. */
+enum { ATT_MODES = 3 };
+template <class Ctx> static inline void attention_mode(Ctx *k, int m) {
+  k->attention_fp32 = m == 2;
+  k->attention_sync_loads = m == 1;
 }
 
 /* Compares dqkv (B,T,3C) with the CPU's, each of dq, dk, dv separately:

@@ -7,7 +7,11 @@
 #        gets its own limit, cut to what is left of the budget, so that
 #        one hung step leaves the others theirs and the call ends before
 #        the device tool's limit; TEST_LIMIT=SECONDS (default 120): one
-#        GPU test's; ZERO=0 leaves bench/zero_cuda.sh out
+#        GPU test's; ZERO=0 leaves bench/zero_cuda.sh out; BATCHES
+#        (default "16 32"): gpu_train's batches against PyTorch; SWEEP=0
+#        no micro-batch sweep; ATTENTION_VARIANTS (default tc-sync): the
+#        DAGRUN_CUDA_ATTENTION values that gpu_train (B=16, dagrun alone)
+#        and kernel_bench also run with
 #
 # Unpacks .gpu/dagrun-gpu.tar.xz into /tmp (once per machine), takes its
 # environment (env.sh), then runs the GPU tests (tests/gpu/run.sh) and/or
@@ -74,17 +78,30 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   rc=$?
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  PYTHON=$DAGRUN_TEST_PYTHON SWEEP_STEPS=3 step gpu_train.log 200 bench/gpu_train.sh "$b"
+  # Against PyTorch at each batch of BATCHES (the sweep after the first);
+  # then dagrun alone with each attention of ATTENTION_VARIANTS (the
+  # default's figures are the first run's), so that a kernel change is
+  # measured against the kernels it replaces on the same card.
+  sweep=${SWEEP:-1}
+  for bsz in ${BATCHES:-16 32}; do
+    B=$bsz SWEEP=$sweep PYTHON=$DAGRUN_TEST_PYTHON SWEEP_STEPS=3 step gpu_train.log 200 bench/gpu_train.sh "$b"
+    sweep=0
+  done
+  for att in ${ATTENTION_VARIANTS:-tc-sync}; do
+    echo "== DAGRUN_CUDA_ATTENTION=$att" >>"$logs/gpu_train.log"
+    DAGRUN_CUDA_ATTENTION=$att B=16 SWEEP=0 TORCH=0 step gpu_train.log 60 bench/gpu_train.sh "$b"
+  done
   PYTHON=$DAGRUN_TEST_PYTHON step gpu_profile.log 80 bench/gpu_profile.sh "$b"
   [ "${ZERO:-1}" = 1 ] && ROUNDS=${ROUNDS:-2} step zero_cuda.log 120 bench/zero_cuda.sh "$b"
-  echo "== tensor-core attention (default)" >>"$logs/kernel_bench.log"
-  step kernel_bench.log 40 "$b/bin/kernel_bench"
-  echo "== DAGRUN_CUDA_ATTENTION=fp32" >>"$logs/kernel_bench.log"
-  DAGRUN_CUDA_ATTENTION=fp32 step kernel_bench.log 40 "$b/bin/kernel_bench"
+  for att in default ${ATTENTION_VARIANTS:-tc-sync} fp32; do
+    echo "== DAGRUN_CUDA_ATTENTION=$att" >>"$logs/kernel_bench.log"
+    DAGRUN_CUDA_ATTENTION=$att step kernel_bench.log 40 "$b/bin/kernel_bench"
+  done
 fi
 grep -E '^(PASS|FAIL)' "$logs/tests.log" 2>/dev/null | awk '{ print $1 }' | sort | uniq -c
 grep -E '^(-- |GPU tests|SKIPPED|TIMED OUT)' "$logs/tests.log" 2>/dev/null
-grep -E 'tokens/s:|^dagrun |^torch ' "$logs/gpu_train.log" 2>/dev/null
+grep -E 'tokens/s:|^dagrun |^torch |^== ' "$logs/gpu_train.log" 2>/dev/null
+grep -E '^== |^attention' "$logs/kernel_bench.log" 2>/dev/null
 head -n 25 "$logs/gpu_profile.log" 2>/dev/null
 tail -n 9 "$logs/zero_cuda.log" 2>/dev/null
 cat "$logs/steps.txt"

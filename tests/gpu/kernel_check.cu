@@ -343,11 +343,12 @@ static void check_elementwise(const kern_ctx *k, Rng &r, size_t n) {
   cmp("residual_forward " + s, down(out), want, TOL_BF16);
 }
 
-/* k's attention_fp32 picks the kernels: the tensor-core ones (head sizes
- * that are multiples of 16) or the FP32 ones; the label says which. */
+/* k's attention mode (attention_mode) picks the kernels: the tensor-core
+ * ones (head sizes that are multiples of 16), pipelined or not, or the
+ * FP32 ones; the label says which. */
 static void check_attention(const kern_ctx *k, Rng &r, int B, int T, int C,
                             int NH) {
-  std::string s = attention_shape(B, T, C, NH, k->attention_fp32);
+  std::string s = attention_shape(B, T, C, NH, k);
   const size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
   const attention_ref<vecf> ref = attention_ref_make<vecf>(r, B, T, C, NH);
   Dev<floatX> dqkv(ref.qkv), out(n), dq(n3), dq2(n3);
@@ -614,14 +615,14 @@ int main(int argc, char **argv) {
                               * or z can have; hs = 16 < 32 lanes */
                              {16400, 4, 64, 4}};
   /* Each shape on the tensor-core kernels (every head size here is a
-   * multiple of 16), then on the FP32 ones. */
-  for (int fp32 = 0; fp32 < 2; fp32++) {
-    k.attention_fp32 = fp32;
+   * multiple of 16), pipelined and not, then on the FP32 ones. */
+  for (int m = 0; m < ATT_MODES; m++) {
+    attention_mode(&k, m);
     for (const att &a : atts)
       if (!quick || a.T < 1024)
         run([&] { check_attention(&k, r, a.B, a.T, a.C, a.NH); });
   }
-  k.attention_fp32 = 0;
+  attention_mode(&k, 0);
   run([&] { check_classifier(&k, r, 4 * 64, 50257, 50304); });
   run([&] { check_classifier(&k, r, 37, 1000, 1024); });
   run([&] { check_classifier_errors(&k); });

@@ -111,6 +111,17 @@ struct fiber {
   int src = 0;
   uint64_t val = 0, result = 0;
   uint3 idx = {0, 0, 0}; /* its threadIdx */
+  /* Its cp.async copies not yet landed, each with its group's number
+   * (committed groups are 0 .. groups - 1; `groups` for those issued
+   * since the last commit). */
+  struct copy {
+    char *dst;
+    const char *src;
+    int n;
+    unsigned group;
+  };
+  std::vector<copy> copies;
+  unsigned groups = 0;
   char *stack = nullptr; /* the lowest usable byte of its stack */
   size_t stack_size = 0;
 #ifndef EMU_ASM_SWITCH
@@ -486,6 +497,10 @@ static void run_block(launch *L, emu_rng &rng) {
   for (int t = 0; t < L->nt; t++) {
     L->f[t].st = F_RUN;
     L->f[t].nshfl = 0;
+    /* Copies a thread of the last block left in flight at its end land
+     * nowhere: its shared memory is the next block's. */
+    L->f[t].copies.clear();
+    L->f[t].groups = 0;
     runq.push_back(t);
   }
   std::fill(L->live.begin(), L->live.end(), 32);
@@ -555,6 +570,34 @@ void emu_ldmatrix_x4(uint32_t r[4], const void *p, bool trans, int line) {
     r[i] = (uint32_t)lo | (uint32_t)hi << 16;
   }
   emu_shfl_bits(0xffffffffu, 0, lane, line); /* every lane has read */
+}
+
+/* cp.async: the copy lands when its thread waits for its group, not
+ * when issued: a thread that reads the destination before waiting (and
+ * other threads before the barrier after the wait) sees what was there
+ * before, as it may on the GPU. The source is read then too. */
+void emu_cp_async16(void *dst, const void *src, int src_bytes) {
+  fiber &f = g_launch->f[t_lin];
+  if ((uintptr_t)dst % 16 || (src_bytes && (uintptr_t)src % 16))
+    emu_error("cp.async of 16 bytes: dst %p or src %p not 16-byte aligned",
+              dst, src);
+  f.copies.push_back({(char *)dst, (const char *)src, src_bytes, f.groups});
+}
+
+void emu_cp_async_commit(void) { g_launch->f[t_lin].groups++; }
+
+void emu_cp_async_wait(int n) {
+  fiber &f = g_launch->f[t_lin];
+  std::vector<fiber::copy> left;
+  for (const fiber::copy &c : f.copies) {
+    if (c.group + (unsigned)n >= f.groups) { /* a newer group, or none */
+      left.push_back(c);
+      continue;
+    }
+    memset(c.dst, 0, 16);
+    memcpy(c.dst, c.src, (size_t)c.n);
+  }
+  f.copies.swap(left);
 }
 
 /* ---- Launch configuration, as the GPU checks it ---- */

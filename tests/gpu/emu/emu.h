@@ -176,6 +176,22 @@ void emu_ldmatrix_x4(uint32_t r[4], const void *p, bool trans, int line);
 #define ldmatrix_x4(r, p) emu_ldmatrix_x4((r), (p), false, __LINE__)
 #define ldmatrix_x4_trans(r, p) emu_ldmatrix_x4((r), (p), true, __LINE__)
 
+/* ---- cp.async (attention_tc.cu's pipelined tile loads) ----
+ * 16 bytes from global to shared memory (the bytes past src_bytes, 0 or
+ * 16, zeros), landing only when the issuing thread waits for its group:
+ * cp_async_wait<n>() lands all but the newest n committed groups. So a
+ * read of a buffer whose copy was not waited for (and made visible to the
+ * block by a barrier) finds the poison or the previous tile, as it can on
+ * the GPU, instead of the data. */
+void emu_cp_async16(void *dst, const void *src, int src_bytes);
+void emu_cp_async_commit(void);
+void emu_cp_async_wait(int n);
+#define cp_async16(d, s, n) emu_cp_async16((d), (s), (n))
+#define cp_async_commit() emu_cp_async_commit()
+template <int n> static inline void cp_async_wait(void) {
+  emu_cp_async_wait(n);
+}
+
 /* ---- Host side: launches and the runtime calls the launchers make ---- */
 struct emu_cfg_t {
   dim3 g, b;
