@@ -136,8 +136,8 @@ template <int n> __device__ __forceinline__ void cp_async_wait(void) {
  * aligned (rows at or past T zeros); else tc_load's own, done now. */
 template <int hs>
 __device__ __forceinline__ void tc_load_async(floatX *dst, int ld,
-                                              const floatX *src,
-                                              size_t stride, int t0, int T) {
+                                              const floatX *src, size_t stride,
+                                              int t0, int T) {
   constexpr int V = 8, NV = hs / V;
   if ((uintptr_t)src % 16 != 0 || stride % V != 0) {
     tc_load<hs>(dst, ld, src, stride, t0, T);
@@ -681,12 +681,12 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
 /* The kernels for head size hs (a multiple of 16 up to ATT_HS_MAX), with
  * the pipelined tile loads unless the context asks for the others. */
 template <int HS, bool PIPE>
-static int tc_forward_as(const kern_ctx *k, dim3 grid, floatX *out,
-                         float *lse, const floatX *qkv, int T, int C, int NH,
+static int tc_forward_as(const kern_ctx *k, dim3 grid, floatX *out, float *lse,
+                         const floatX *qkv, int T, int C, int NH,
                          const char *op, char *err, size_t errlen) {
-  return att_launch(attention_tc_forward_kernel<HS, PIPE>, grid,
-                    TC_WARPS * 32, tc_fwd_layout<HS, PIPE>().total(), k, op,
-                    err, errlen, out, lse, qkv, T, C, NH);
+  return att_launch(attention_tc_forward_kernel<HS, PIPE>, grid, TC_WARPS * 32,
+                    tc_fwd_layout<HS, PIPE>().total(), k, op, err, errlen, out,
+                    lse, qkv, T, C, NH);
 }
 template <int HS> static int tc_forward(const kern_ctx *k, dim3 grid,
                                         floatX *out, float *lse,
@@ -719,8 +719,8 @@ static int tc_backward(const kern_ctx *k, dim3 grid, floatX *dqkv,
                        const floatX *qkv, const float *lse, int T, int C,
                        int NH, const char *op, char *err, size_t errlen) {
   return k->attention_sync_loads
-             ? tc_backward_as<HS, false>(k, grid, dqkv, Dsum, dout, qkv, lse,
-                                         T, C, NH, op, err, errlen)
+             ? tc_backward_as<HS, false>(k, grid, dqkv, Dsum, dout, qkv, lse, T,
+                                         C, NH, op, err, errlen)
              : tc_backward_as<HS, true>(k, grid, dqkv, Dsum, dout, qkv, lse, T,
                                         C, NH, op, err, errlen);
 }

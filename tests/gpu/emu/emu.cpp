@@ -579,8 +579,8 @@ void emu_ldmatrix_x4(uint32_t r[4], const void *p, bool trans, int line) {
 void emu_cp_async16(void *dst, const void *src, int src_bytes) {
   fiber &f = g_launch->f[t_lin];
   if ((uintptr_t)dst % 16 || (src_bytes && (uintptr_t)src % 16))
-    emu_error("cp.async of 16 bytes: dst %p or src %p not 16-byte aligned",
-              dst, src);
+    emu_error("cp.async of 16 bytes: dst %p or src %p not 16-byte aligned", dst,
+              src);
   f.copies.push_back({(char *)dst, (const char *)src, src_bytes, f.groups});
 }
 
