@@ -19,7 +19,7 @@
  * These are the reference path: FP32 math on the CUDA cores, any head
  * size up to ATT_HS_MAX. Head sizes that are multiples of 16 go to
  * attention_tc.cu's tensor-core kernels instead (att_use_tc), unless
- * the context asks for these (kern_ctx.attention_fp32).
+ * the context asks for these (kern_ctx.attention, KERN_ATT_FP32).
  */
 #include "attention.cuh"
 
@@ -331,7 +331,7 @@ static int att_check(int B, int T, int C, int NH, const char *op, char *err,
 /* The tensor-core kernels take head sizes that are multiples of 16; the
  * context can ask for the FP32 ones (DAGRUN_CUDA_ATTENTION=fp32). */
 static int att_use_tc(const kern_ctx *k, int hs) {
-  return !k->attention_fp32 && hs % 16 == 0;
+  return k->attention != KERN_ATT_FP32 && hs % 16 == 0;
 }
 
 int kern_attention_forward(const kern_ctx *k, floatX *out, float *lse,
@@ -350,10 +350,16 @@ int kern_attention_forward(const kern_ctx *k, floatX *out, float *lse,
                     op, err, errlen, out, lse, qkv, T, C, NH);
 }
 
+/* Dsum (B,NH,T), then, 16-byte aligned, the one-kernel backward's FP32 dq
+ * (B,T,C). */
+static size_t att_dsum_bytes(int B, int T, int NH) {
+  return ((size_t)B * NH * T * sizeof(float) + 15) & ~(size_t)15;
+}
+
 size_t kern_attention_backward_scratch_bytes(int B, int T, int C, int NH) {
-  if (B <= 0 || T <= 0 || NH <= 0)
+  if (B <= 0 || T <= 0 || NH <= 0 || C <= 0)
     return 0;
-  return (size_t)B * NH * T * sizeof(float);
+  return att_dsum_bytes(B, T, NH) + (size_t)B * T * C * sizeof(float);
 }
 
 int kern_attention_backward(const kern_ctx *k, floatX *dqkv, void *scratch,
@@ -371,8 +377,9 @@ int kern_attention_backward(const kern_ctx *k, floatX *dqkv, void *scratch,
   if (kc_check(op, err, errlen))
     return -1;
   if (att_use_tc(k, hs))
-    return att_tc_backward(k, dqkv, Dsum, dout, qkv, lse, B, T, C, NH, op, err,
-                           errlen);
+    return att_tc_backward(
+        k, dqkv, (float *)((char *)scratch + att_dsum_bytes(B, T, NH)), Dsum,
+        dout, qkv, lse, B, T, C, NH, op, err, errlen);
   const size_t rows_smem = 2 * (size_t)ATT_ROWS * hs;
   const size_t tiles_smem = 2 * (size_t)ATT_TILE * (hs + 1);
   dim3 grid((unsigned)(B * NH), kc_cdiv((size_t)T, ATT_ROWS));

@@ -61,13 +61,15 @@ static int att_launch(void (*kern)(Args...), dim3 grid, int threads,
 
 /* attention_tc.cu's passes, for head sizes that are multiples of 16
  * (shapes checked by the caller). The backward takes Dsum (B,NH,T) =
- * rowsum(dout * out), made by the caller. 0, or -1 with err. */
+ * rowsum(dout * out), made by the caller, and dq_acc, B*T*C floats of
+ * scratch for the one-kernel backward (kern_attention). 0, or -1 with
+ * err. */
 int att_tc_forward(const kern_ctx *k, floatX *out, float *lse,
                    const floatX *qkv, int B, int T, int C, int NH,
                    const char *op, char *err, size_t errlen);
-int att_tc_backward(const kern_ctx *k, floatX *dqkv, const float *Dsum,
-                    const floatX *dout, const floatX *qkv, const float *lse,
-                    int B, int T, int C, int NH, const char *op, char *err,
-                    size_t errlen);
+int att_tc_backward(const kern_ctx *k, floatX *dqkv, float *dq_acc,
+                    const float *Dsum, const floatX *dout, const floatX *qkv,
+                    const float *lse, int B, int T, int C, int NH,
+                    const char *op, char *err, size_t errlen);
 
 #endif /* DAGRUN_CUDA_ATTENTION_CUH */

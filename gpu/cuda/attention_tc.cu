@@ -48,15 +48,23 @@ __host__ __device__ __forceinline__ size_t tc_al(size_t b) {
 }
 
 /* A kernel's shared memory: ntiles BF16 tiles (64, hs + 8), then `stats`
- * pairs of arrays of 64 floats (a tile's rows' lse and D). One
+ * pairs of arrays of 64 floats (a tile's rows' lse and D), then with ds
+ * the dS tile of the one-kernel backward. One
  * description for the launcher's size and the kernel's pointers. */
 struct tc_layout {
-  int hs, ntiles, stats;
+  int hs, ntiles, stats, ds; /* ds: a (64, 72) BF16 tile of dS after all */
   __host__ __device__ size_t tile() const {
     return tc_al((size_t)TC_COLS * (hs + 8) * sizeof(floatX));
   }
+  __host__ __device__ size_t ds_tile() const {
+    return tc_al((size_t)TC_ROWS * (TC_COLS + 8) * sizeof(floatX));
+  }
   __host__ __device__ size_t total() const {
-    return ntiles * tile() + stats * 2 * TC_COLS * sizeof(float);
+    return ntiles * tile() + stats * 2 * TC_COLS * sizeof(float) +
+           (ds ? ds_tile() : 0);
+  }
+  __device__ floatX *ds_at(unsigned char *sm) const {
+    return (floatX *)(sm + ntiles * tile() + stats * 2 * TC_COLS * sizeof(float));
   }
   __device__ floatX *tile_at(unsigned char *sm, int i) const {
     return (floatX *)(sm + i * tile());
@@ -401,13 +409,14 @@ __device__ __forceinline__ void tc_store(floatX *dst, size_t stride,
  * smem: Q rows, then K and V tiles (two of each with PIPE). */
 /* The layouts of the three kernels, for the launchers and the kernels. */
 template <int HS, bool PIPE> __host__ __device__ tc_layout tc_fwd_layout() {
-  return tc_layout{HS, PIPE ? 5 : 3, 0};
+  return tc_layout{HS, PIPE ? 5 : 3, 0, 0};
 }
 template <int HS, bool PIPE> __host__ __device__ tc_layout tc_dq_layout() {
-  return tc_layout{HS, PIPE ? 6 : 4, 1};
+  return tc_layout{HS, PIPE ? 6 : 4, 1, 0};
 }
-template <int HS, bool PIPE> __host__ __device__ tc_layout tc_dkdv_layout() {
-  return tc_layout{HS, PIPE ? 6 : 4, PIPE ? 2 : 1};
+template <int HS, bool PIPE, bool DQ>
+__host__ __device__ tc_layout tc_dkdv_layout() {
+  return tc_layout{HS, PIPE ? 6 : 4, PIPE ? 2 : 1, DQ};
 }
 
 /* The pair of tiles a loop streams from tile index `first` of L: a at
@@ -531,6 +540,60 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
         lse[(size_t)a.bh * T + qi[h]] = m[h] * TC_LN2 + logf(l[h]);
 }
 
+/* The A fragment of rows r0 .. r0+15 and k step k0 of A = M^T: A[r][k] =
+ * M[(k0 + k) * ld + r0 + r] (the dS tile, stored keys by queries, read
+ * queries by keys for dq). */
+__device__ __forceinline__ void tc_frag_a_t(uint32_t a[4], const floatX *M,
+                                            int ld, int r0, int k0) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const floatX *p = M + (size_t)(k0 + 2 * t) * ld + r0 + g;
+  a[0] = tc_pack(p[0], p[ld]);
+  a[1] = tc_pack(p[8], p[ld + 8]);
+  a[2] = tc_pack(p[8 * ld], p[9 * ld]);
+  a[3] = tc_pack(p[8 * ld + 8], p[9 * ld + 8]);
+}
+
+/* The one-kernel backward's dq: the block's dS (its 64 keys by the query
+ * tile's 64, in dS_s) times its K rows, for the warp's 16 queries (rows
+ * r0 .. r0+15 of the tile, which starts at query q0), added into dq
+ * (FP32, this (batch, head)'s q at t=0 of a (B,T,C) array, unscaled) with
+ * atomics: every key block adds to the same queries, in no fixed order. */
+template <int hs>
+__device__ __forceinline__ void tc_dq_add(float *dq, const floatX *dS_s,
+                                          const floatX *Kr, int r0, int q0,
+                                          int T, int C) {
+  constexpr int ldh = hs + 8, lds = TC_COLS + 8;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  float acc[hs / 8][4];
+#pragma unroll
+  for (int n = 0; n < hs / 8; n++)
+    acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < TC_ROWS / 16; kk++) {
+    uint32_t a[4];
+    tc_frag_a_t(a, dS_s, lds, r0, 16 * kk);
+#pragma unroll
+    for (int n = 0; n < hs / 8; n += 2) {
+      uint32_t b[4];
+      tc_frag_b2<false>(b, Kr, ldh, 16 * kk, 8 * n);
+      mma_bf16_16816(acc[n], a, b);
+      mma_bf16_16816(acc[n + 1], a, b + 2);
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int q = q0 + r0 + g + 8 * h;
+    if (q >= T)
+      continue;
+    float *d = dq + (size_t)q * C + 2 * t;
+#pragma unroll
+    for (int n = 0; n < hs / 8; n++) {
+      atomicAdd(d + 8 * n, acc[n][2 * h]);
+      atomicAdd(d + 8 * n + 1, acc[n][2 * h + 1]);
+    }
+  }
+}
+
 /* ---- Backward ----
  * Both kernels recompute a score block S (the warp's 16 rows against a
  * tile) and dP (dO V^T, or its transpose); then p = exp(scale s - lse)
@@ -602,22 +665,87 @@ __global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 ? 4 : 1)
                  a.C3, dq, a.scale, qi[0], T);
 }
 
+/* One query tile of the dk/dv kernel for the warp's 16 keys (rows 16 w
+ * of Kr, Vr; the first wk0): S^T = K Q^T and dP^T = V dO^T, then p and
+ * dS^T, dv += P^T dO and dk += dS^T Q; with DQ, the warp's rows of dS^T
+ * (BF16, as the products take it) into dS_s for the block's dq. */
+template <int hs, bool DQ>
+__device__ __forceinline__ void
+tc_dkdv_tile(float (*dk)[4], float (*dv)[4], const floatX *Kr,
+             const floatX *Vr, const floatX *Qt, const floatX *dOt,
+             const float *lse_t, const float *D_t, floatX *dS_s, int wk0,
+             int q0, int T, float sl2) {
+  constexpr int ldh = hs + 8;
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int kj[2] = {wk0 + g, wk0 + g + 8};
+  float p[TC_NT][4], ds[TC_NT][4];
+  tc_scores<hs, false>(p, Kr, 16 * w, Qt, ldh);
+  tc_scores<hs, false>(ds, Vr, 16 * w, dOt, ldh);
+  /* A pair to mask only where the tile starts before the warp's last
+   * key or reaches past T, or keys past T (warp-uniform). */
+  const bool edge = q0 < wk0 + 15 || q0 + TC_COLS > T || wk0 + 15 >= T;
+#pragma unroll
+  for (int j = 0; j < TC_NT; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int h = e / 2, c = 8 * j + 2 * t + e % 2, q = q0 + c;
+      float pe = 0.0f, dse = 0.0f;
+      if (!edge || (kj[h] < T && q < T && q >= kj[h])) {
+        pe = exp2f(sl2 * p[j][e] - lse_t[c] * TC_LOG2E);
+        dse = pe * (ds[j][e] - D_t[c]);
+      }
+      p[j][e] = pe;
+      ds[j][e] = dse;
+    }
+  tc_accumulate<hs, false>(dv, p, dOt, ldh); /* dv += P^T dO */
+  tc_accumulate<hs, false>(dk, ds, Qt, ldh); /* dk += dS^T Q */
+  if constexpr (DQ) {
+    constexpr int lds = TC_COLS + 8;
+#pragma unroll
+    for (int j = 0; j < TC_NT; j++)
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+        *(uint32_t *)(dS_s + (16 * w + g + 8 * h) * lds + 8 * j + 2 * t) =
+            tc_pack_f(ds[j][2 * h], ds[j][2 * h + 1]);
+  }
+}
+
+/* The warp's 16 rows of dS_s zero: its keys pair with none of the tile's
+ * queries (past T, or all after them). */
+__device__ __forceinline__ void tc_ds_zero_rows(floatX *dS_s) {
+  constexpr int lds = TC_COLS + 8;
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  for (int i = lane; i < 16 * TC_COLS / 2; i += 32)
+    *(uint32_t *)(dS_s + (16 * w + i / (TC_COLS / 2)) * lds +
+                  2 * (i % (TC_COLS / 2))) = 0u;
+}
+
 /* dk, dv: a block takes 64 keys (16 a warp) and walks the query tiles
- * from its first key on. S^T = K Q^T and dP^T = V dO^T per warp; then
- * dv += P^T dO and dk += dS^T Q. smem: K and V rows, then Q and dO tiles
- * (two of each with PIPE) with each tile's lse and D. */
-template <int HS, bool PIPE>
+ * from its first key on (tc_dkdv_tile). smem: K and V rows, then Q and
+ * dO tiles (two of each with PIPE) with each tile's lse and D; with DQ
+ * the dS tile.
+ *
+ * DQ (the one-kernel backward, outside deterministic mode): the block
+ * also adds each query tile's dq = dS K into dq_acc (FP32, (B,T,C),
+ * zeroed by the launcher, scaled and rounded after), instead of the dq
+ * kernel computing S and dP a second time: 5 products a tile pair in
+ * place of 7, at the price of atomics. */
+template <int HS, bool PIPE, bool DQ>
 __global__ void __launch_bounds__(TC_WARPS * 32)
-    attention_tc_dkdv_kernel(floatX *dqkv, const float *Dsum,
+    attention_tc_dkdv_kernel(floatX *dqkv, float *dq_acc, const float *Dsum,
                              const floatX *dout, const floatX *qkv,
                              const float *lse, int T, int C, int NH) {
   extern __shared__ __align__(128) unsigned char tc_sm[];
   const att_head a = att_head_of(qkv, T, C, NH);
   constexpr int hs = HS, ldh = hs + 8;
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-  const int g = lane / 4, t = lane % 4;
-  const tc_layout L = tc_dkdv_layout<HS, PIPE>();
+  const int g = lane / 4;
+  const tc_layout L = tc_dkdv_layout<HS, PIPE, DQ>();
   floatX *Kr = L.tile_at(tc_sm, 0), *Vr = L.tile_at(tc_sm, 1);
+  floatX *dS_s = DQ ? L.ds_at(tc_sm) : nullptr;
+  float *dq_bh =
+      DQ ? dq_acc + (size_t)a.b * T * C + (size_t)a.h * hs : nullptr;
   const floatX *dbase = dout + (size_t)a.b * T * C + (size_t)a.h * hs;
   tc_stream S = tc_stream_at<PIPE>(L, tc_sm, 2, true);
   S.src_a = a.qkv;
@@ -642,32 +770,16 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
       dk[n][e] = dv[n][e] = 0.0f;
   for (int q0 = kb0, it = 0; q0 < T; q0 += TC_COLS, it++) {
     const int buf = tc_stream_next<hs, PIPE>(S, it, q0, q0 + TC_COLS < T);
-    const floatX *Qt = S.a_at(buf), *dOt = S.b_at(buf);
-    const float *lse_t = S.lse_at(buf), *D_t = S.D_at(buf);
     /* Warp-uniform: keys past T, or a query tile wholly before them. */
-    if (wk0 >= T || q0 + TC_COLS - 1 < wk0)
-      continue;
-    float p[TC_NT][4], ds[TC_NT][4];
-    tc_scores<hs, false>(p, Kr, 16 * w, Qt, ldh);
-    tc_scores<hs, false>(ds, Vr, 16 * w, dOt, ldh);
-    /* A pair to mask only where the tile starts before the warp's last
-     * key or reaches past T, or keys past T (warp-uniform). */
-    const bool edge = q0 < wk0 + 15 || q0 + TC_COLS > T || wk0 + 15 >= T;
-#pragma unroll
-    for (int j = 0; j < TC_NT; j++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int h = e / 2, c = 8 * j + 2 * t + e % 2, q = q0 + c;
-        float pe = 0.0f, dse = 0.0f;
-        if (!edge || (kj[h] < T && q < T && q >= kj[h])) {
-          pe = exp2f(sl2 * p[j][e] - lse_t[c] * TC_LOG2E);
-          dse = pe * (ds[j][e] - D_t[c]);
-        }
-        p[j][e] = pe;
-        ds[j][e] = dse;
-      }
-    tc_accumulate<hs, false>(dv, p, dOt, ldh); /* dv += P^T dO */
-    tc_accumulate<hs, false>(dk, ds, Qt, ldh); /* dk += dS^T Q */
+    if (wk0 < T && q0 + TC_COLS - 1 >= wk0)
+      tc_dkdv_tile<hs, DQ>(dk, dv, Kr, Vr, S.a_at(buf), S.b_at(buf),
+                           S.lse_at(buf), S.D_at(buf), dS_s, wk0, q0, T, sl2);
+    else if (DQ)
+      tc_ds_zero_rows(dS_s);
+    if constexpr (DQ) {
+      __syncthreads(); /* every warp's rows of dS are in */
+      tc_dq_add<hs>(dq_bh, dS_s, Kr, 16 * w, q0, T, C);
+    }
   }
   if (wk0 >= T)
     return;
@@ -693,36 +805,75 @@ template <int HS> static int tc_forward(const kern_ctx *k, dim3 grid,
                                         const floatX *qkv, int T, int C,
                                         int NH, const char *op, char *err,
                                         size_t errlen) {
-  return k->attention_sync_loads
+  return k->attention == KERN_ATT_TC_SYNC
              ? tc_forward_as<HS, false>(k, grid, out, lse, qkv, T, C, NH, op,
                                         err, errlen)
              : tc_forward_as<HS, true>(k, grid, out, lse, qkv, T, C, NH, op,
                                        err, errlen);
 }
 
+/* dqkv's q part (row r of (B,T) at r * 3C) = scale * dq_acc, as BF16: the
+ * one-kernel backward's dq, once every key block has added to it. */
+__global__ void attention_tc_dq_store_kernel(floatX *dqkv, const float *dq_acc,
+                                             size_t rows, int C, float scale) {
+  const size_t n4 = rows * (size_t)(C / 4); /* C % 16 == 0 here */
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
+       i += (size_t)gridDim.x * blockDim.x) {
+    const size_t r = i / (C / 4), c = i % (C / 4) * 4;
+    const float4 v = *(const float4 *)(dq_acc + r * C + c);
+    floatX *d = dqkv + r * 3 * (size_t)C + c;
+    d[0] = kc_x(scale * v.x);
+    d[1] = kc_x(scale * v.y);
+    d[2] = kc_x(scale * v.z);
+    d[3] = kc_x(scale * v.w);
+  }
+}
+
+/* The backward for head size HS: with dq_acc (B*T*C floats), the one
+ * kernel; else the dq and dk/dv kernels. */
 template <int HS, bool PIPE>
 static int tc_backward_as(const kern_ctx *k, dim3 grid, floatX *dqkv,
-                          const float *Dsum, const floatX *dout,
+                          float *dq_acc, const float *Dsum, const floatX *dout,
                           const floatX *qkv, const float *lse, int T, int C,
                           int NH, const char *op, char *err, size_t errlen) {
+  if (dq_acc) {
+    const size_t rows = (size_t)grid.x / NH * T;
+    if (kc_cuda(cudaMemsetAsync(dq_acc, 0, rows * C * sizeof(float),
+                                k->stream),
+                op, "cudaMemsetAsync of dq", err, errlen) ||
+        att_launch(attention_tc_dkdv_kernel<HS, PIPE, true>, grid,
+                   TC_WARPS * 32, tc_dkdv_layout<HS, PIPE, true>().total(), k,
+                   op, err, errlen, dqkv, dq_acc, Dsum, dout, qkv, lse, T, C,
+                   NH))
+      return -1;
+    attention_tc_dq_store_kernel<<<kc_grid(rows * C / 4, 256, k->sm_count),
+                                   256, 0, k->stream>>>(
+        dqkv, dq_acc, rows, C, 1.0f / sqrtf((float)(C / NH)));
+    return kc_check(op, err, errlen);
+  }
   if (att_launch(attention_tc_dq_kernel<HS, PIPE>, grid, TC_WARPS * 32,
                  tc_dq_layout<HS, PIPE>().total(), k, op, err, errlen, dqkv,
                  Dsum, dout, qkv, lse, T, C, NH))
     return -1;
-  return att_launch(attention_tc_dkdv_kernel<HS, PIPE>, grid, TC_WARPS * 32,
-                    tc_dkdv_layout<HS, PIPE>().total(), k, op, err, errlen,
-                    dqkv, Dsum, dout, qkv, lse, T, C, NH);
+  return att_launch(attention_tc_dkdv_kernel<HS, PIPE, false>, grid,
+                    TC_WARPS * 32, tc_dkdv_layout<HS, PIPE, false>().total(), k,
+                    op, err, errlen, dqkv, (float *)nullptr, Dsum, dout, qkv,
+                    lse, T, C, NH);
 }
+/* Pipelined unless tc-sync; one kernel where neither deterministic mode
+ * nor tc-split asks for two (dq_acc then given). */
 template <int HS>
 static int tc_backward(const kern_ctx *k, dim3 grid, floatX *dqkv,
-                       const float *Dsum, const floatX *dout,
+                       float *dq_acc, const float *Dsum, const floatX *dout,
                        const floatX *qkv, const float *lse, int T, int C,
                        int NH, const char *op, char *err, size_t errlen) {
-  return k->attention_sync_loads
-             ? tc_backward_as<HS, false>(k, grid, dqkv, Dsum, dout, qkv, lse, T,
-                                         C, NH, op, err, errlen)
-             : tc_backward_as<HS, true>(k, grid, dqkv, Dsum, dout, qkv, lse, T,
-                                        C, NH, op, err, errlen);
+  if (k->attention == KERN_ATT_TC_SYNC)
+    return tc_backward_as<HS, false>(k, grid, dqkv, nullptr, Dsum, dout, qkv,
+                                     lse, T, C, NH, op, err, errlen);
+  if (k->deterministic || k->attention == KERN_ATT_TC_SPLIT)
+    dq_acc = nullptr;
+  return tc_backward_as<HS, true>(k, grid, dqkv, dq_acc, Dsum, dout, qkv, lse,
+                                  T, C, NH, op, err, errlen);
 }
 int att_tc_forward(const kern_ctx *k, floatX *out, float *lse,
                    const floatX *qkv, int B, int T, int C, int NH,
@@ -740,16 +891,16 @@ int att_tc_forward(const kern_ctx *k, floatX *out, float *lse,
                  C / NH);
 }
 
-int att_tc_backward(const kern_ctx *k, floatX *dqkv, const float *Dsum,
-                    const floatX *dout, const floatX *qkv, const float *lse,
-                    int B, int T, int C, int NH, const char *op, char *err,
-                    size_t errlen) {
+int att_tc_backward(const kern_ctx *k, floatX *dqkv, float *dq_acc,
+                    const float *Dsum, const floatX *dout, const floatX *qkv,
+                    const float *lse, int B, int T, int C, int NH,
+                    const char *op, char *err, size_t errlen) {
   dim3 grid((unsigned)(B * NH), kc_cdiv((size_t)T, TC_ROWS));
   switch (C / NH) {
 #define TC_CASE(h)                                                             \
   case h:                                                                      \
-    return tc_backward<h>(k, grid, dqkv, Dsum, dout, qkv, lse, T, C, NH, op,   \
-                          err, errlen);
+    return tc_backward<h>(k, grid, dqkv, dq_acc, Dsum, dout, qkv, lse, T, C,   \
+                          NH, op, err, errlen);
     TC_CASE(16) TC_CASE(32) TC_CASE(48) TC_CASE(64)
     TC_CASE(80) TC_CASE(96) TC_CASE(112) TC_CASE(128)
 #undef TC_CASE

@@ -32,6 +32,24 @@
 
 typedef __nv_bfloat16 floatX;
 
+/* The attention kernels a context runs (DAGRUN_CUDA_ATTENTION's values in
+ * brackets). */
+enum kern_attention {
+  /* attention_tc.cu's tensor-core kernels for head sizes that are
+   * multiples of 16 (else the FP32 ones), tiles loaded one iteration
+   * ahead; outside deterministic mode the backward is one kernel (dq
+   * added with atomics). The default. */
+  KERN_ATT_TC = 0,
+  /* The same with the two-kernel backward in every mode ("tc-split"). */
+  KERN_ATT_TC_SPLIT,
+  /* The tensor-core kernels with each tile loaded when it is needed and
+   * the two-kernel backward ("tc-sync": those measured before the
+   * pipelined ones, kept to compare). */
+  KERN_ATT_TC_SYNC,
+  /* attention.cu's FP32 kernels on the CUDA cores ("fp32"). */
+  KERN_ATT_FP32,
+};
+
 typedef struct kern_ctx {
   cudaStream_t stream;
   cublasLtHandle_t lt;
@@ -39,14 +57,9 @@ typedef struct kern_ctx {
   size_t lt_workspace_bytes;
   int deterministic;
   int sm_count; /* multiProcessorCount, for grid sizing */
-  /* Attention on the FP32 kernels even where the tensor-core ones take
-   * the head size (DAGRUN_CUDA_ATTENTION=fp32 at init; tests set it to
-   * compare the two). */
-  int attention_fp32;
-  /* The tensor-core kernels with each tile loaded when it is needed
-   * instead of one iteration ahead (DAGRUN_CUDA_ATTENTION=tc-sync: the
-   * kernels measured before the pipelined ones, kept to compare). */
-  int attention_sync_loads;
+  /* Which attention kernels run: a kern_attention (DAGRUN_CUDA_ATTENTION
+   * at init; tests set it to compare them). */
+  int attention;
 } kern_ctx;
 
 /* Makes lt, a 32 MiB workspace, the stream (non-blocking) and reads the

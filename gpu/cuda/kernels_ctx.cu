@@ -5,9 +5,9 @@
  * One context per engine, made once: the stream is non-blocking so the
  * engine's work never waits on the legacy default stream, and the
  * cuBLASLt workspace is allocated here once rather than per product.
- * The environment variable DAGRUN_CUDA_ATTENTION (fp32, or tc-sync) is
- * read here, once, so that every launch of one engine takes the same
- * attention path.
+ * The environment variable DAGRUN_CUDA_ATTENTION (fp32, tc-sync,
+ * tc-split: kern_attention) is read here, once, so that every launch of
+ * one engine takes the same attention path.
  */
 #include "kernels_common.cuh"
 
@@ -20,8 +20,11 @@ int kern_ctx_init(kern_ctx *k, int deterministic, char *err, size_t errlen) {
   memset(k, 0, sizeof *k);
   k->deterministic = deterministic;
   const char *att = getenv("DAGRUN_CUDA_ATTENTION");
-  k->attention_fp32 = att && strcmp(att, "fp32") == 0;
-  k->attention_sync_loads = att && strcmp(att, "tc-sync") == 0;
+  k->attention = !att                         ? KERN_ATT_TC
+                 : strcmp(att, "fp32") == 0     ? KERN_ATT_FP32
+                 : strcmp(att, "tc-sync") == 0  ? KERN_ATT_TC_SYNC
+                 : strcmp(att, "tc-split") == 0 ? KERN_ATT_TC_SPLIT
+                                                : KERN_ATT_TC;
   int dev = 0;
   if (kc_cuda(cudaGetDevice(&dev), op, "cudaGetDevice", err, errlen) ||
       kc_cuda(cudaDeviceGetAttribute(&k->sm_count,

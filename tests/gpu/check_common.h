@@ -331,27 +331,25 @@ static attention_ref<Vec> attention_ref_make(Rng &r, int B, int T, int C,
   return a;
 }
 
-/* The label of an attention check: its shape and which kernels k runs it
- * on: the tensor-core ones (head sizes that are multiples of 16, unless
- * the context asks for FP32), with pipelined or plain tile loads, or the
- * FP32 ones. */
+/* The attention kernels of check mode m (kern_attention's values, in
+ * order): the default, tc-split, tc-sync, fp32. */
+enum { ATT_MODES = 4 };
+static const char *const att_mode_names[ATT_MODES] = {"tensor cores",
+                                                      "tensor cores, tc-split",
+                                                      "tensor cores, tc-sync",
+                                                      "fp32"};
+
+/* The label of an attention check: its shape and which kernels k (a
+ * kern_ctx, whose header this one does not include) runs it on; head
+ * sizes that are not multiples of 16 always run on the FP32 ones; the
+ * one-kernel backward where k is not deterministic. */
 template <class Ctx>
 static inline std::string attention_shape(int B, int T, int C, int NH,
                                           const Ctx *k) {
-  return shape("B=%d T=%d C=%d NH=%d (hs=%d, %s)", B, T, C, NH, C / NH,
-               k->attention_fp32 || (C / NH) % 16 ? "fp32"
-               : k->attention_sync_loads          ? "tensor cores, tc-sync"
-                                                  : "tensor cores");
-}
-
-/* The attention kernels of mode m of ATT_MODES in k (a kern_ctx, whose
- * header this one does not include): 0 the tensor-core
- * ones (pipelined loads), 1 the same with plain loads (tc-sync), 2 the
- * FP32 ones. */
-enum { ATT_MODES = 3 };
-template <class Ctx> static inline void attention_mode(Ctx *k, int m) {
-  k->attention_fp32 = m == 2;
-  k->attention_sync_loads = m == 1;
+  const int m = (C / NH) % 16 ? ATT_MODES - 1 : k->attention;
+  return shape("B=%d T=%d C=%d NH=%d (hs=%d, %s%s)", B, T, C, NH, C / NH,
+               att_mode_names[m],
+               m == 0 && !k->deterministic ? ", one-kernel backward" : "");
 }
 
 /* Compares dqkv (B,T,3C) with the CPU's, each of dq, dk, dv separately:

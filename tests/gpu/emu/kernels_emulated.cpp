@@ -258,9 +258,8 @@ static void check_colsum(const kern_ctx *k, Rng &r, int N, int OC) {
  * (costly here: for one shape only). */
 static void check_attention(const kern_ctx *k, Rng &r, int B, int T, int C,
                             int NH, bool twice) {
-  /* k's attention mode (attention_mode) picks attention.cu's FP32
-   * kernels or attention_tc.cu's (head sizes that are multiples of 16),
-   * pipelined or not. */
+  /* k's attention (kern_attention) and deterministic flag pick the
+   * kernels; the label says which. */
   std::string s = attention_shape(B, T, C, NH, k);
   const size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
   const attention_ref<vecf> ref = attention_ref_make<vecf>(r, B, T, C, NH);
@@ -279,7 +278,8 @@ static void check_attention(const kern_ctx *k, Rng &r, int B, int T, int C,
                              E));
   vecf g = tof(dq);
   cmp_dqkv(s, g, ref.dqkv, B, T, C);
-  if (!twice)
+  /* The one-kernel backward adds dq with atomics: no fixed order. */
+  if (!twice || !k->deterministic)
     return;
   KR(kern_attention_backward(k, dq2.data(), scratch.data(), xdout.data(),
                              xqkv.data(), out.data(), lse.data(), B, T, C, NH,
@@ -434,24 +434,29 @@ int main(void) {
   check_colsum(&k, r, 1, 33);
   /* Head sizes 32, 16, 128, 64 at T not a multiple of the 16-row block
    * nor of the 32-row tile; T=4 less than either. */
-  for (int m = 0; m < ATT_MODES; m++) {
-    attention_mode(&k, m);
-    check_attention(&k, r, 1, 77, 96, 3, false);
-    check_attention(&k, r, 1, 40, 64, 4, false);
-    check_attention(&k, r, 1, 33, 256, 2, false);
-    check_attention(&k, r, 2, 33, 128, 2, true);
-    check_attention(&k, r, 3, 4, 64, 4, false);
+  /* In each attention mode (check_common.h's ATT_MODES), then the default
+   * outside deterministic mode: the one-kernel backward. */
+  for (int m = 0; m <= ATT_MODES; m++) {
+    kern_ctx *c = m < ATT_MODES ? &k : &knd;
+    c->attention = m < ATT_MODES ? m : KERN_ATT_TC;
+    check_attention(c, r, 1, 77, 96, 3, false);
+    check_attention(c, r, 1, 40, 64, 4, false);
+    check_attention(c, r, 1, 33, 256, 2, false);
+    check_attention(c, r, 2, 33, 128, 2, true);
+    check_attention(c, r, 3, 4, 64, 4, false);
   }
   /* The tensor-core kernels' 64-row tiles: T=150 takes three, the last
    * part padding, with GPT-2's head size 64 and hs=48; T=300 five, so
    * that the pipelined loops reuse each of their two buffers. */
-  for (int m = 0; m < 2; m++) {
-    attention_mode(&k, m);
-    check_attention(&k, r, 1, 150, 128, 2, true);
-    check_attention(&k, r, 1, 70, 96, 2, false);
+  k.attention = KERN_ATT_TC;
+  for (kern_ctx *c : {&k, &knd}) {
+    check_attention(c, r, 1, 150, 128, 2, true);
+    check_attention(c, r, 1, 70, 96, 2, false);
+    check_attention(c, r, 1, 300, 64, 1, false);
   }
-  attention_mode(&k, 0);
-  check_attention(&k, r, 1, 300, 64, 1, false);
+  k.attention = KERN_ATT_TC_SYNC;
+  check_attention(&k, r, 1, 150, 128, 2, true);
+  k.attention = KERN_ATT_TC;
   check_classifier(&k, r, 5, 1000, 1024);
   check_classifier(&k, r, 3, 2000, 2048);
   check_classifier(&k, r, 2, 64, 64);
