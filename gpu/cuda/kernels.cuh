@@ -60,10 +60,16 @@ typedef struct kern_ctx {
   /* Which attention kernels run: a kern_attention (DAGRUN_CUDA_ATTENTION
    * at init; tests set it to compare them). */
   int attention;
+  /* The fixed-order column sums' counters of finished blocks (layernorm.cu;
+   * zero between launches): device memory after the cuBLASLt workspace.
+   * The context's, not the caller's scratch, because they must stay zero
+   * from one call to the next, and the scratch is every op's. */
+  unsigned *colsum_done;
 } kern_ctx;
 
-/* Makes lt, a 32 MiB workspace, the stream (non-blocking) and reads the
- * device's SM count; on the current device. 0, or -1 with err. */
+/* Makes lt, a 32 MiB workspace (and the column sums' counters after it),
+ * the stream (non-blocking) and reads the device's SM count; on the
+ * current device. 0, or -1 with err. */
 int kern_ctx_init(kern_ctx *k, int deterministic, char *err, size_t errlen);
 void kern_ctx_destroy(kern_ctx *k);
 
@@ -102,7 +108,8 @@ int kern_residual_layernorm_forward(const kern_ctx *k, floatX *residual,
                                     const floatX *w, const floatX *b, int N,
                                     int C, char *err, size_t errlen);
 /* The most rows (N) the backward passes' fixed-order column sums (bias
- * and LayerNorm gradients) take; more are refused with -1. */
+ * and LayerNorm gradients) take; more are refused with -1, as are more
+ * than 262144 columns (OC, C). */
 size_t kern_backward_max_rows(void);
 /* dout (N,C), inp (N,C), w, mean, rstd -> dinp (N,C) +=, dw (C) +=,
  * db (C) += (scratch: kern_layernorm_backward_scratch_bytes, for the

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #define KC_LT_WORKSPACE_BYTES ((size_t)32 << 20)
+#define KC_COLSUM_DONE_BYTES (KC_COLSUM_MAX_GROUPS * sizeof(unsigned))
 
 int kern_ctx_init(kern_ctx *k, int deterministic, char *err, size_t errlen) {
   static const char op[] = "kern_ctx_init";
@@ -41,12 +42,22 @@ int kern_ctx_init(kern_ctx *k, int deterministic, char *err, size_t errlen) {
       goto fail;
     }
   }
-  if (kc_cuda(cudaMalloc(&k->lt_workspace, KC_LT_WORKSPACE_BYTES), op,
-              "cudaMalloc of the 32 MiB cuBLASLt workspace", err, errlen)) {
+  /* One allocation for both: a second would take a 2 MiB page of its own
+   * for 4 KiB. */
+  if (kc_cuda(cudaMalloc(&k->lt_workspace,
+                         KC_LT_WORKSPACE_BYTES + KC_COLSUM_DONE_BYTES),
+              op, "cudaMalloc of the 32 MiB cuBLASLt workspace", err, errlen)) {
     k->lt_workspace = NULL;
     goto fail;
   }
   k->lt_workspace_bytes = KC_LT_WORKSPACE_BYTES;
+  k->colsum_done =
+      (unsigned *)((char *)k->lt_workspace + KC_LT_WORKSPACE_BYTES);
+  /* On the stream: the first column sums are queued after it. */
+  if (kc_cuda(
+          cudaMemsetAsync(k->colsum_done, 0, KC_COLSUM_DONE_BYTES, k->stream),
+          op, "cudaMemsetAsync of the column sums' counters", err, errlen))
+    goto fail;
   return 0;
 fail:
   kern_ctx_destroy(k);

@@ -114,62 +114,215 @@ int kern_residual_layernorm_forward(const kern_ctx *k, floatX *residual,
                     "kern_residual_layernorm_forward", err, errlen);
 }
 
-/* ---- Fixed-order column sums ---- */
+/* ---- Fixed-order column sums ----
+ * One launch. Block (32, CS_WARPS) takes KC_COLSUM_COLS columns (a group,
+ * blockIdx.x) of one chunk of KC_COLSUM_ROWS rows (blockIdx.y) and writes
+ * the chunk's column sums to scratch; the group's last block to finish
+ * (k->colsum_done counts them) adds the group's chunks, in a fixed order,
+ * into the output. The separate final kernel this replaced took about
+ * 8 us a launch on an H100, latency, not work (73 launches, 0.6 ms of a
+ * 24.5 ms GPT-2 124M step).
+ *
+ * Thread (lane, y) keeps 8 columns of the group, at cs_col: VEC (OC a
+ * multiple of 8, the arrays 16-byte aligned) columns 8 lane .. 8 lane + 7,
+ * one 128-bit load a row, a warp reading 512 contiguous bytes; else
+ * columns lane, lane + 32, ..., 2-byte loads (any OC). Each column's
+ * additions come in the same order on both paths and whichever block is
+ * last: the bits depend on N and OC alone. */
+#define CS_WARPS 8
+#define CS_PAD 33 /* shared row stride: lanes' stores in distinct banks */
 
-/* Column sums of one chunk of KC_COLSUM_ROWS rows: block (32, 8), blockIdx.x
- * picks 32 columns, blockIdx.y the chunk. Thread (lane, y) sums rows
- * y, y+8, ... of the chunk for column lane; the 8 partials are added in
- * order. part_a (chunks, OC) gets the sums of dout; with LN, part_b
- * (chunks, OC) gets those of dout * (inp - mean) * rstd (LayerNorm's dw). */
-template <bool LN>
-__global__ void colsum_partial_kernel(float *part_a, float *part_b,
-                                      const floatX *dout, const floatX *inp,
-                                      const float *mean, const float *rstd,
-                                      int N, int OC) {
-  __shared__ float sa[8][33], sb[8][33];
-  const int c = blockIdx.x * 32 + threadIdx.x;
-  const int r0 = blockIdx.y * KC_COLSUM_ROWS;
-  const int r1 = min(N, r0 + KC_COLSUM_ROWS);
-  float a = 0.0f, bb = 0.0f;
-  if (c < OC) {
-    for (int r = r0 + threadIdx.y; r < r1; r += 8) {
-      float d = kc_f(dout[(size_t)r * OC + c]);
-      a += d;
-      if (LN)
-        bb += d * (kc_f(inp[(size_t)r * OC + c]) - mean[r]) * rstd[r];
+template <bool VEC> __device__ __forceinline__ int cs_col(int lane, int j) {
+  return VEC ? 8 * lane + j : lane + 32 * j;
+}
+
+/* Whether this thread has a column below OC (VEC: all 8 of them, as
+ * OC % 8 == 0). Tested once, outside the row loops: a test inside would
+ * put each row's load behind a branch, and the loads would then go one
+ * at a time. */
+template <bool VEC> __device__ __forceinline__ bool cs_active(int c0, int OC) {
+  return c0 + (VEC ? 8 : 1) * (int)threadIdx.x < OC;
+}
+
+/* v[j] = row[c0 + cs_col(lane, j)], 0 past OC; an active thread only.
+ * row is read-only here. */
+template <bool VEC>
+__device__ __forceinline__ void cs_load(float v[8], const floatX *row, int c0,
+                                        int OC) {
+  const int lane = threadIdx.x;
+  if (VEC) {
+    const kc_x8 x = kc_load8(row + c0 + 8 * lane);
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+      v[j] = kc_f(x.v[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int c = c0 + cs_col<false>(lane, j);
+      v[j] = c < OC ? kc_f(row[c]) : 0.0f;
     }
   }
-  sa[threadIdx.y][threadIdx.x] = a;
-  sb[threadIdx.y][threadIdx.x] = bb;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < OC) {
-    float ta = 0.0f, tb = 0.0f;
-    for (int y = 0; y < 8; y++) {
-      ta += sa[y][threadIdx.x];
-      tb += sb[y][threadIdx.x];
+}
+
+/* The same for a row of partial sums, which other blocks of this launch
+ * wrote: __ldcg reads them from L2 (an SM's L1 is not coherent). */
+template <bool VEC>
+__device__ __forceinline__ void cs_load(float v[8], const float *row, int c0,
+                                        int OC) {
+  const int lane = threadIdx.x;
+  if (VEC) {
+    const float4 *p = reinterpret_cast<const float4 *>(row + c0 + 8 * lane);
+    const float4 lo = __ldcg(p), hi = __ldcg(p + 1);
+    v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w;
+    v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int c = c0 + cs_col<false>(lane, j);
+      v[j] = c < OC ? __ldcg(row + c) : 0.0f;
     }
+  }
+}
+
+/* The block's 8 warps' v added in warp order; thread t = 32 y + lane gets
+ * the total of the group's column t. sh: CS_WARPS * 8 * CS_PAD floats. */
+template <bool VEC>
+__device__ __forceinline__ float cs_combine(const float v[8], float *sh) {
+  const int lane = threadIdx.x, t = 32 * threadIdx.y + lane;
+#pragma unroll
+  for (int j = 0; j < 8; j++)
+    sh[(threadIdx.y * 8 + j) * CS_PAD + lane] = v[j];
+  __syncthreads();
+  /* Column t is lane l's column j (cs_col). */
+  const int l = VEC ? t / 8 : t % 32, j = VEC ? t % 8 : t / 32;
+  float s = 0.0f;
+  for (int y = 0; y < CS_WARPS; y++)
+    s += sh[(y * 8 + j) * CS_PAD + l];
+  __syncthreads();
+  return s;
+}
+
+/* a[j] += dout's column j summed over this thread's rows of the chunk
+ * [r0, r1) (r0 + y, r0 + y + 8, ..., in that order); with LN, b[j] +=
+ * that of dout * (inp - mean) * rstd. VEC: the rows go in batches of 4
+ * 128-bit loads (4 rows, or 2 with LN), every load of a batch before the
+ * first add, so that a thread has several in flight (in load, add, load,
+ * add each waits for the one before). 64 and 79 registers on sm_90 (4
+ * and 3 blocks an SM); LN's batch of 4 rows took 114 (2 blocks). The
+ * 2-byte path has 8 loads a row already: one row a batch (4 took 176
+ * registers with LN). FULL: r1 - r0 == KC_COLSUM_ROWS, no row needs a
+ * test. */
+template <bool LN, bool VEC, bool FULL>
+__device__ __forceinline__ void
+cs_rows(float a[8], float b[8], const floatX *dout, const floatX *inp,
+        const float *mean, const float *rstd, int r0, int r1, int c0, int OC) {
+  constexpr int CS_BATCH = VEC ? (LN ? 2 : 4) : 1;
+#pragma unroll
+  for (int i0 = 0; i0 < KC_COLSUM_ROWS / CS_WARPS; i0 += CS_BATCH) {
+    /* m, s initialized for the host compiler (emu), which cannot see
+     * that the adds stop where the loads did. */
+    float d[CS_BATCH][8], x[LN ? CS_BATCH : 1][8];
+    float m[CS_BATCH] = {}, s[CS_BATCH] = {};
+#pragma unroll
+    for (int i = 0; i < CS_BATCH; i++) {
+      const int r = r0 + threadIdx.y + CS_WARPS * (i0 + i);
+      if (FULL || r < r1) {
+        cs_load<VEC>(d[i], dout + (size_t)r * OC, c0, OC);
+        if (LN) {
+          cs_load<VEC>(x[LN ? i : 0], inp + (size_t)r * OC, c0, OC);
+          m[i] = mean[r], s[i] = rstd[r];
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < CS_BATCH; i++) {
+      if (!FULL && r0 + (int)threadIdx.y + CS_WARPS * (i0 + i) >= r1)
+        break;
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        a[j] += d[i][j];
+        if (LN)
+          b[j] += d[i][j] * (x[LN ? i : 0][j] - m[i]) * s[i];
+      }
+    }
+  }
+}
+
+/* The group's last block: out_a (OC) += the sum of part_a's chunks, for
+ * each column in the same order whoever runs it (warp y adds chunks y,
+ * y + 8, ..., then the warps' sums in warp order); same for b. */
+template <bool LN, bool VEC>
+__device__ void cs_finish(float *out_a, float *out_b, const float *part_a,
+                          const float *part_b, float *sh, int c0, int OC) {
+  float a[8] = {}, b[8] = {};
+  if (cs_active<VEC>(c0, OC)) {
+#pragma unroll 4
+    for (unsigned i = threadIdx.y; i < gridDim.y; i += CS_WARPS) {
+      float v[8];
+      cs_load<VEC>(v, part_a + (size_t)i * OC, c0, OC);
+#pragma unroll
+      for (int j = 0; j < 8; j++)
+        a[j] += v[j];
+      if (LN) {
+        cs_load<VEC>(v, part_b + (size_t)i * OC, c0, OC);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+          b[j] += v[j];
+      }
+    }
+  }
+  const float ta = cs_combine<VEC>(a, sh);
+  const float tb = LN ? cs_combine<VEC>(b, sh) : 0.0f;
+  const int c = c0 + 32 * threadIdx.y + threadIdx.x;
+  if (c < OC) {
+    out_a[c] += ta;
+    if (LN)
+      out_b[c] += tb;
+  }
+}
+
+/* dout (N,OC) -> out_a (OC) += its column sums; with LN also out_b (OC)
+ * += those of dout * (inp - mean) * rstd (LayerNorm's dw). part_a,
+ * part_b: (gridDim.y chunks, OC). done[blockIdx.x]: 0 at the launch, and
+ * again after it (the last block resets it for the next launch). */
+template <bool LN, bool VEC>
+__global__ void __launch_bounds__(32 * CS_WARPS)
+    colsum_kernel(float *out_a, float *out_b, float *part_a, float *part_b,
+                  unsigned *done, const floatX *dout, const floatX *inp,
+                  const float *mean, const float *rstd, int N, int OC) {
+  __shared__ float sh[CS_WARPS * 8 * CS_PAD];
+  __shared__ unsigned last;
+  const int c0 = blockIdx.x * KC_COLSUM_COLS;
+  const int r0 = blockIdx.y * KC_COLSUM_ROWS;
+  const int r1 = min(N, r0 + KC_COLSUM_ROWS);
+  float a[8] = {}, b[8] = {};
+  if (cs_active<VEC>(c0, OC)) {
+    if (r1 - r0 == KC_COLSUM_ROWS)
+      cs_rows<LN, VEC, true>(a, b, dout, inp, mean, rstd, r0, r1, c0, OC);
+    else
+      cs_rows<LN, VEC, false>(a, b, dout, inp, mean, rstd, r0, r1, c0, OC);
+  }
+  const float ta = cs_combine<VEC>(a, sh);
+  const float tb = LN ? cs_combine<VEC>(b, sh) : 0.0f;
+  const int c = c0 + 32 * threadIdx.y + threadIdx.x;
+  if (c < OC) {
     part_a[(size_t)blockIdx.y * OC + c] = ta;
     if (LN)
       part_b[(size_t)blockIdx.y * OC + c] = tb;
   }
-}
-
-/* out_a (OC) += sum over chunks of part_a, in chunk order; same for b. */
-__global__ void colsum_final_kernel(float *out_a, float *out_b,
-                                    const float *part_a, const float *part_b,
-                                    int nchunks, int OC) {
-  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < OC;
-       c += gridDim.x * blockDim.x) {
-    float a = 0.0f, bb = 0.0f;
-    for (int i = 0; i < nchunks; i++) {
-      a += part_a[(size_t)i * OC + c];
-      if (out_b)
-        bb += part_b[(size_t)i * OC + c];
-    }
-    out_a[c] += a;
-    if (out_b)
-      out_b[c] += bb;
-  }
+  /* Each thread's partials are visible to the device before the block
+   * counts itself done; the block that counts last sees every one. */
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0)
+    last = atomicAdd(&done[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!last)
+    return;
+  __threadfence();
+  if (threadIdx.x == 0 && threadIdx.y == 0)
+    done[blockIdx.x] = 0;
+  cs_finish<LN, VEC>(out_a, out_b, part_a, part_b, sh, c0, OC);
 }
 
 /* Both column sums; inp NULL: only out_a (plain column sums). scratch:
@@ -178,23 +331,37 @@ static int colsums(const kern_ctx *k, float *out_a, float *out_b,
                    float *scratch, const floatX *dout, const floatX *inp,
                    const float *mean, const float *rstd, int N, int OC,
                    const char *op, char *err, size_t errlen) {
-  size_t chunks = kc_colsum_chunks(N);
+  if (N <= 0 || OC <= 0)
+    return 0;
+  const size_t chunks = kc_colsum_chunks(N);
+  const unsigned groups = kc_cdiv((size_t)OC, KC_COLSUM_COLS);
   if (chunks > 65535)
     return kc_fail(err, errlen, op, "N=%d rows: more than %d row chunks", N,
                    65535);
-  dim3 grid(kc_cdiv((size_t)OC, 32), (unsigned)chunks), block(32, 8);
+  if (groups > KC_COLSUM_MAX_GROUPS)
+    return kc_fail(err, errlen, op, "%d columns: more than %d", OC,
+                   KC_COLSUM_MAX_GROUPS * KC_COLSUM_COLS);
+  if (!k->colsum_done)
+    return kc_fail(err, errlen, op,
+                   "the context has no column-sum counters "
+                   "(kern_ctx_init makes them)");
+  dim3 grid(groups, (unsigned)chunks), block(32, CS_WARPS);
   float *part_b = scratch + chunks * (size_t)OC;
-  if (inp)
-    colsum_partial_kernel<true><<<grid, block, 0, k->stream>>>(
-        scratch, part_b, dout, inp, mean, rstd, N, OC);
+  const bool vec = OC % 8 == 0 && kc_aligned16(dout) && kc_aligned16(scratch) &&
+                   (!inp || kc_aligned16(inp));
+#define CS_LAUNCH(ln, v)                                                       \
+  colsum_kernel<ln, v><<<grid, block, 0, k->stream>>>(                         \
+      out_a, out_b, scratch, part_b, k->colsum_done, dout, inp, mean, rstd, N, \
+      OC)
+  if (inp && vec)
+    CS_LAUNCH(true, true);
+  else if (inp)
+    CS_LAUNCH(true, false);
+  else if (vec)
+    CS_LAUNCH(false, true);
   else
-    colsum_partial_kernel<false><<<grid, block, 0, k->stream>>>(
-        scratch, NULL, dout, NULL, NULL, NULL, N, OC);
-  if (kc_check(op, err, errlen))
-    return -1;
-  colsum_final_kernel<<<kc_grid((size_t)OC, 256, k->sm_count), 256, 0,
-                        k->stream>>>(out_a, inp ? out_b : NULL, scratch, part_b,
-                                     (int)chunks, OC);
+    CS_LAUNCH(false, false);
+#undef CS_LAUNCH
   return kc_check(op, err, errlen);
 }
 

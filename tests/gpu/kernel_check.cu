@@ -513,7 +513,7 @@ static void check_shape_errors(const kern_ctx *k) {
                "kern_attention_forward");
   expect_error("matmul_backward refuses more than 65535 row chunks (dbias)",
                kern_matmul_backward(k, a.p, f.p, f.p, f.p, a.p, a.p, a.p, NULL,
-                                    65535 * 128 + 1, 8, 8, E),
+                                    (int)kern_backward_max_rows() + 1, 8, 8, E),
                "kern_matmul_backward");
   static const int ids_host[4] = {0, 1, 2, 3};
   expect_error("encoder_backward refuses host ids without scratch",

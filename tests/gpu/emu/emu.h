@@ -115,10 +115,22 @@ static inline T emu_shfl(unsigned mask, T v, int src, int line) {
 static inline float emu_atomic_add(float *p, float v) {
   return std::atomic_ref<float>(*p).fetch_add(v);
 }
+/* Counters (layernorm.cu's column sums count their finished blocks). */
+static inline unsigned emu_atomic_add(unsigned *p, unsigned v) {
+  return std::atomic_ref<unsigned>(*p).fetch_add(v);
+}
 #define atomicAdd(p, v) emu_atomic_add((p), (v))
+/* The GPU's fence orders the thread's memory accesses for the whole
+ * device; the host's sequentially consistent fence is the same promise
+ * (and one fiber runs at a time here: it never shows). */
+#define __threadfence() std::atomic_thread_fence(std::memory_order_seq_cst)
 
 template <class T> static inline T emu_ldg(const T *p) { return *p; }
 #define __ldg(p) emu_ldg(p)
+/* A load through L2 only, not the SM's L1 (which does not see other
+ * SMs' writes): what another block wrote in this launch. Host memory is
+ * coherent, so a plain load. */
+#define __ldcg(p) emu_ldg(p)
 
 /* IEEE-rounded single operations: the host's, with contraction off for
  * the test (-ffp-contract=off). */

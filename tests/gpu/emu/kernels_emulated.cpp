@@ -250,6 +250,12 @@ static void check_colsum(const kern_ctx *k, Rng &r, int N, int OC) {
   KR(kc_colsum(k, db.data(), scratch.data(), xdout.data(), N, OC, "kc_colsum",
                E));
   cmp("kc_colsum " + s, db, want, TOL_F32_ROWS);
+  /* Again: the last block of each column group reset its counter, so the
+   * second call adds as the first did, to the same bits. */
+  vecf db2 = db0;
+  KR(kc_colsum(k, db2.data(), scratch.data(), xdout.data(), N, OC, "kc_colsum",
+               E));
+  check("kc_colsum twice " + s, same_bits(db, db2), "same bits");
 }
 
 /* ---- attention.cu ---- */
@@ -410,6 +416,11 @@ int main(void) {
   k.deterministic = 1;
   knd = k;
   knd.deterministic = 0;
+  /* The column sums' counters, zero as kern_ctx_init leaves them. */
+  std::vector<unsigned> done(KC_COLSUM_MAX_GROUPS, 0u),
+      done_nd(KC_COLSUM_MAX_GROUPS, 0u);
+  k.colsum_done = done.data();
+  knd.colsum_done = done_nd.data();
   Rng r(20261122);
 
   check_conversions(&k, r, 10007);
@@ -423,14 +434,20 @@ int main(void) {
   for (size_t n : {(size_t)1, (size_t)1000, (size_t)20011})
     check_reductions(&k, r, n);
   /* C=100: the scalar path; C=96: the 128-bit path; N=300: more than one
-   * chunk of 128 rows in the column sums and more rows than 16 blocks of
+   * chunk of 64 rows in the column sums and more rows than 16 blocks of
    * 8 warps take in one round; C=520: the backward's 128-bit path with
    * 3 vectors a lane, the last for lane 0 alone. */
   check_layernorm(&k, r, 37, 100);
   check_layernorm(&k, r, 21, 96);
   check_layernorm(&k, r, 300, 64);
   check_layernorm(&k, r, 9, 520);
+  /* The column sums: N=300 and 700, 5 and 11 chunks of 64 rows (more
+   * than the 8 warps of the block that adds them up); OC=100 and 300
+   * (the 2-byte path; 300: two groups of 256 columns), OC=264 (the
+   * 128-bit path, two groups, the second with one lane's 8 columns). */
   check_colsum(&k, r, 300, 100);
+  check_colsum(&k, r, 700, 300);
+  check_colsum(&k, r, 700, 264);
   check_colsum(&k, r, 1, 33);
   /* Head sizes 32, 16, 128, 64 at T not a multiple of the 16-row block
    * nor of the 32-row tile; T=4 less than either. */
