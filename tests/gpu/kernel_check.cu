@@ -411,17 +411,23 @@ static void check_classifier_errors(const kern_ctx *k) {
   check("fused_classifier target >= V gives a NaN loss",
         std::isfinite(lv[0]) && std::isnan(lv[1]), "loss[1] is NaN");
   /* A NaN logit that is not the target: a NaN loss for its row, also
-   * where the thread that reads it reads nothing else (V < the block). */
-  vecf lg(64 * 2, 0.5f);
-  lg[7] = NAN;
-  Dev<floatX> ln(lg);
-  std::vector<int> tg = {3, 3};
-  up(t, tg);
-  KR(k, kern_fused_classifier(k, ln.p, loss.p, t.p, 0.0f, 2, 64, 64, E));
-  lv = down(loss);
-  check("fused_classifier: a NaN logit gives a NaN loss",
-        std::isnan(lv[0]) && std::isfinite(lv[1]),
-        "loss[0] is NaN, loss[1] finite");
+   * where the thread that reads it reads nothing else (V < the block;
+   * Vp=63 and 9: one element a thread) and where the lanes its state
+   * meets first in the warp's tree have no values (V <= 16); Vp=64 and 8:
+   * the vector kernel. */
+  static const int nan_v[] = {64, 63, 8, 9};
+  for (int v : nan_v) {
+    vecf lg(v * 2, 0.5f);
+    lg[7] = NAN;
+    Dev<floatX> ln(lg);
+    std::vector<int> tg = {3, 3};
+    up(t, tg);
+    KR(k, kern_fused_classifier(k, ln.p, loss.p, t.p, 0.0f, 2, v, v, E));
+    lv = down(loss);
+    check(shape("fused_classifier: a NaN logit gives a NaN loss V=Vp=%d", v),
+          std::isnan(lv[0]) && std::isfinite(lv[1]),
+          "loss[0] is NaN, loss[1] finite");
+  }
 }
 
 static void check_reductions(const kern_ctx *k, Rng &r, size_t n) {
@@ -629,6 +635,10 @@ int main(int argc, char **argv) {
   k.attention = KERN_ATT_TC;
   run([&] { check_classifier(&k, r, 4 * 64, 50257, 50304); });
   run([&] { check_classifier(&k, r, 37, 1000, 1024); });
+  /* The one-element kernel (Vp odd), and a row wider than the vector
+   * kernel holds in registers (60008 > 7 * 1024 * 8). */
+  run([&] { check_classifier(&k, r, 37, 999, 1001); });
+  run([&] { check_classifier(&k, r, 5, 60001, 60008); });
   run([&] { check_classifier_errors(&k); });
   /* Reductions up to GPT-2 124M's parameter count / 8. */
   for (size_t n : {(size_t)1, (size_t)1000, (size_t)15559495})

@@ -296,21 +296,57 @@ static void check_attention(const kern_ctx *k, Rng &r, int B, int T, int C,
 
 /* ---- classifier.cu ---- */
 
-static void check_classifier(const kern_ctx *k, Rng &r, int N, int V, int Vp) {
+/* off > 0: the logits start off elements into their buffer (2 bytes
+ * each), so not 16-byte aligned: the one-element kernel where Vp % 8 == 0
+ * would take the vector one. */
+static void check_classifier(const kern_ctx *k, Rng &r, int N, int V, int Vp,
+                             int off = 0) {
   std::string s = shape("N=%d V=%d Vp=%d", N, V, Vp);
+  if (off)
+    s += shape(" at +%d", off);
   const classifier_ref<vecf> ref = classifier_ref_make<vecf>(r, N, V, Vp);
-  vecx xl = tox(ref.logits);
+  const vecx x0 = tox(ref.logits);
+  vecx buf(off + x0.size());
+  floatX *xl = buf.data() + off;
+  std::copy(x0.begin(), x0.end(), xl);
+  const auto logits = [&] { return tof(vecx(xl, xl + x0.size())); };
   vecf got(N, NAN);
-  KR(kern_fused_classifier(k, xl.data(), got.data(), ref.tg.data(), 0.0f, N, V,
-                           Vp, E));
+  KR(kern_fused_classifier(k, xl, got.data(), ref.tg.data(), 0.0f, N, V, Vp,
+                           E));
   cmp("fused_classifier losses (dloss=0) " + s, got, ref.losses, TOL_F32);
   check("fused_classifier dloss=0 leaves logits " + s,
-        same_bits(tof(xl), ref.logits), "bitwise unchanged");
-  KR(kern_fused_classifier(k, xl.data(), got.data(), ref.tg.data(), ref.dloss,
-                           N, V, Vp, E));
-  vecf g = tof(xl);
+        same_bits(logits(), ref.logits), "bitwise unchanged");
+  KR(kern_fused_classifier(k, xl, got.data(), ref.tg.data(), ref.dloss, N, V,
+                           Vp, E));
+  vecf g = logits();
   cmp("fused_classifier losses " + s, got, ref.losses, TOL_F32);
   cmp_dlogits(s, g, ref.probs, N, V, Vp);
+  /* Again on the same logits: the same bits (the emulator runs the
+   * threads in another order each time). */
+  vecf got2(N, NAN);
+  std::copy(x0.begin(), x0.end(), xl);
+  KR(kern_fused_classifier(k, xl, got2.data(), ref.tg.data(), ref.dloss, N, V,
+                           Vp, E));
+  check("fused_classifier deterministic " + s,
+        same_bits(got, got2) && same_bits(g, logits()),
+        "two runs bitwise equal");
+}
+
+/* A NaN logit (not the target) at column col of row 0 of (2,Vp) logits:
+ * row 0's loss NaN, row 1's finite. With V <= 16 the lanes that the
+ * NaN's state meets first in the warp's tree have no values. */
+static void check_classifier_nan(const kern_ctx *k, int V, int Vp, int col) {
+  vecx l(Vp * 2, __float2bfloat16_rn(0.5f));
+  vecf loss(2);
+  std::vector<int> t = {0, 0};
+  l[col] = __float2bfloat16_rn(NAN);
+  KR(kern_fused_classifier(k, l.data(), loss.data(), t.data(), 0.0f, 2, V, Vp,
+                           E));
+  check(shape("fused_classifier: a NaN logit gives a NaN loss V=%d Vp=%d "
+              "col=%d",
+              V, Vp, col),
+        std::isnan(loss[0]) && std::isfinite(loss[1]),
+        "loss[0] is NaN, loss[1] finite");
 }
 
 static void check_classifier_errors(const kern_ctx *k) {
@@ -325,15 +361,13 @@ static void check_classifier_errors(const kern_ctx *k) {
                            E));
   check("fused_classifier target >= V gives a NaN loss",
         std::isfinite(loss[0]) && std::isnan(loss[1]), "loss[1] is NaN");
-  /* kernel_check's: a NaN logit (not the target) read by a thread that
-   * reads nothing else. */
-  l[7] = __float2bfloat16_rn(NAN);
-  t[1] = 3;
-  KR(kern_fused_classifier(k, l.data(), loss.data(), t.data(), 0.0f, 2, 64, 64,
-                           E));
-  check("fused_classifier: a NaN logit gives a NaN loss",
-        std::isnan(loss[0]) && std::isfinite(loss[1]),
-        "loss[0] is NaN, loss[1] finite");
+  /* kernel_check's: a NaN logit read by a thread that reads nothing else
+   * (Vp=63: one element a thread), or among 7 finite ones in a thread's
+   * vector (Vp=64, Vp=8). */
+  check_classifier_nan(k, 64, 64, 7);
+  check_classifier_nan(k, 63, 63, 7);
+  check_classifier_nan(k, 8, 8, 7);
+  check_classifier_nan(k, 9, 9, 7);
 }
 
 /* ---- optim.cu: against optim_step (kernel_check's check_optim) ---- */
@@ -474,9 +508,18 @@ int main(void) {
   k.attention = KERN_ATT_TC_SYNC;
   check_attention(&k, r, 1, 150, 128, 2, true);
   k.attention = KERN_ATT_TC;
+  /* The vector kernel (Vp % 8 == 0, aligned): GPT-2's row (a vector
+   * across V, 6 or 7 vectors a thread), a row wider than the registers
+   * hold (60008 > 7 * 1024 * 8: vectors read twice, V inside the last),
+   * rows shorter than the block. The one-element kernel: Vp odd, and
+   * Vp % 8 == 0 but the logits not 16-byte aligned. */
+  check_classifier(&k, r, 2, 50257, 50304);
+  check_classifier(&k, r, 2, 60001, 60008);
   check_classifier(&k, r, 5, 1000, 1024);
   check_classifier(&k, r, 3, 2000, 2048);
   check_classifier(&k, r, 2, 64, 64);
+  check_classifier(&k, r, 3, 999, 1001);
+  check_classifier(&k, r, 3, 1000, 1024, 1);
   check_classifier_errors(&k);
   for (optim_kind kind : {OPTIM_ADAMW, OPTIM_LION}) {
     check_optim(&k, r, kind, 1, 10007);
