@@ -37,14 +37,15 @@ typedef __nv_bfloat16 floatX;
 enum kern_attention {
   /* attention_tc.cu's tensor-core kernels for head sizes that are
    * multiples of 16 (else the FP32 ones), tiles loaded one iteration
-   * ahead; outside deterministic mode the backward is one kernel (dq
-   * added with atomics). The default. */
+   * ahead, the backward in two kernels (dq; dk and dv). The default. */
   KERN_ATT_TC = 0,
-  /* The same with the two-kernel backward in every mode ("tc-split"). */
-  KERN_ATT_TC_SPLIT,
-  /* The tensor-core kernels with each tile loaded when it is needed and
-   * the two-kernel backward ("tc-sync": those measured before the
-   * pipelined ones, kept to compare). */
+  /* The same, but outside deterministic mode the backward is one kernel
+   * that adds dq with atomics ("tc-fused": measured slower on an H100,
+   * kept to measure elsewhere). */
+  KERN_ATT_TC_FUSED,
+  /* The tensor-core kernels with each tile loaded when it is needed
+   * ("tc-sync": those measured before the pipelined ones, kept to
+   * compare). */
   KERN_ATT_TC_SYNC,
   /* attention.cu's FP32 kernels on the CUDA cores ("fp32"). */
   KERN_ATT_FP32,

@@ -6,7 +6,7 @@
  * engine's work never waits on the legacy default stream, and the
  * cuBLASLt workspace is allocated here once rather than per product.
  * The environment variable DAGRUN_CUDA_ATTENTION (fp32, tc-sync,
- * tc-split: kern_attention) is read here, once, so that every launch of
+ * tc-fused: kern_attention) is read here, once, so that every launch of
  * one engine takes the same attention path.
  */
 #include "kernels_common.cuh"
@@ -24,7 +24,7 @@ int kern_ctx_init(kern_ctx *k, int deterministic, char *err, size_t errlen) {
   k->attention = !att                         ? KERN_ATT_TC
                  : strcmp(att, "fp32") == 0     ? KERN_ATT_FP32
                  : strcmp(att, "tc-sync") == 0  ? KERN_ATT_TC_SYNC
-                 : strcmp(att, "tc-split") == 0 ? KERN_ATT_TC_SPLIT
+                 : strcmp(att, "tc-fused") == 0 ? KERN_ATT_TC_FUSED
                                                 : KERN_ATT_TC;
   int dev = 0;
   if (kc_cuda(cudaGetDevice(&dev), op, "cudaGetDevice", err, errlen) ||

@@ -331,25 +331,23 @@ static attention_ref<Vec> attention_ref_make(Rng &r, int B, int T, int C,
   return a;
 }
 
-/* The attention kernels of check mode m (kern_attention's values, in
- * order): the default, tc-split, tc-sync, fp32. */
+/* The attention kernels the checks run: each kern_attention (in its
+ * order, named as below), tc-fused outside deterministic mode (the
+ * one-kernel backward: contexts of both kinds are needed). */
 enum { ATT_MODES = 4 };
-static const char *const att_mode_names[ATT_MODES] = {"tensor cores",
-                                                      "tensor cores, tc-split",
-                                                      "tensor cores, tc-sync",
-                                                      "fp32"};
+static const char *const att_mode_names[ATT_MODES] = {
+    "tensor cores", "tensor cores, tc-fused", "tensor cores, tc-sync", "fp32"};
 
 /* The label of an attention check: its shape and which kernels k (a
  * kern_ctx, whose header this one does not include) runs it on; head
- * sizes that are not multiples of 16 always run on the FP32 ones; the
- * one-kernel backward where k is not deterministic. */
+ * sizes that are not multiples of 16 always run on the FP32 ones. */
 template <class Ctx>
 static inline std::string attention_shape(int B, int T, int C, int NH,
                                           const Ctx *k) {
   const int m = (C / NH) % 16 ? ATT_MODES - 1 : k->attention;
   return shape("B=%d T=%d C=%d NH=%d (hs=%d, %s%s)", B, T, C, NH, C / NH,
                att_mode_names[m],
-               m == 0 && !k->deterministic ? ", one-kernel backward" : "");
+               m == 1 && !k->deterministic ? ", one-kernel backward" : "");
 }
 
 /* Compares dqkv (B,T,3C) with the CPU's, each of dq, dk, dv separately:

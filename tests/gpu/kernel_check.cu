@@ -623,11 +623,11 @@ int main(int argc, char **argv) {
                               * or z can have; hs = 16 < 32 lanes */
                              {16400, 4, 64, 4}};
   /* Each shape in each attention mode (check_common.h's ATT_MODES: every
-   * head size here is a multiple of 16), then in the default one outside
+   * head size here is a multiple of 16), then tc-fused outside
    * deterministic mode (the one-kernel backward). */
   for (int m = 0; m <= ATT_MODES; m++) {
     kern_ctx *c = m < ATT_MODES ? &k : &knd;
-    c->attention = m < ATT_MODES ? m : KERN_ATT_TC;
+    c->attention = m < ATT_MODES ? m : KERN_ATT_TC_FUSED;
     for (const att &a : atts)
       if (!quick || a.T < 1024)
         run([&] { check_attention(c, r, a.B, a.T, a.C, a.NH); });

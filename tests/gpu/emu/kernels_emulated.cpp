@@ -485,11 +485,11 @@ int main(void) {
   check_colsum(&k, r, 1, 33);
   /* Head sizes 32, 16, 128, 64 at T not a multiple of the 16-row block
    * nor of the 32-row tile; T=4 less than either. */
-  /* In each attention mode (check_common.h's ATT_MODES), then the default
+  /* In each attention mode (check_common.h's ATT_MODES), then tc-fused
    * outside deterministic mode: the one-kernel backward. */
   for (int m = 0; m <= ATT_MODES; m++) {
     kern_ctx *c = m < ATT_MODES ? &k : &knd;
-    c->attention = m < ATT_MODES ? m : KERN_ATT_TC;
+    c->attention = m < ATT_MODES ? m : KERN_ATT_TC_FUSED;
     check_attention(c, r, 1, 77, 96, 3, false);
     check_attention(c, r, 1, 40, 64, 4, false);
     check_attention(c, r, 1, 33, 256, 2, false);
@@ -500,6 +500,7 @@ int main(void) {
    * part padding, with GPT-2's head size 64 and hs=48; T=300 five, so
    * that the pipelined loops reuse each of their two buffers. */
   k.attention = KERN_ATT_TC;
+  knd.attention = KERN_ATT_TC_FUSED;
   for (kern_ctx *c : {&k, &knd}) {
     check_attention(c, r, 1, 150, 128, 2, true);
     check_attention(c, r, 1, 70, 96, 2, false);
