@@ -9,9 +9,9 @@
 #        the device tool's limit; TEST_LIMIT=SECONDS (default 120): one
 #        GPU test's; ZERO=0 leaves bench/zero_cuda.sh out; BATCHES
 #        (default "16 32"): gpu_train's batches against PyTorch; SWEEP=0
-#        no micro-batch sweep; ATTENTION_VARIANTS (default tc-sync): the
-#        DAGRUN_CUDA_ATTENTION values that gpu_train (B=16, dagrun alone)
-#        and kernel_bench also run with
+#        no micro-batch sweep; ATTENTION_VARIANTS (default "tc-fused
+#        tc-sync"): the DAGRUN_CUDA_ATTENTION values that gpu_train (B=16,
+#        dagrun alone) and kernel_bench also run with
 #
 # Unpacks .gpu/dagrun-gpu.tar.xz into /tmp (once per machine), takes its
 # environment (env.sh), then runs the GPU tests (tests/gpu/run.sh) and/or
@@ -87,13 +87,13 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     B=$bsz SWEEP=$sweep PYTHON=$DAGRUN_TEST_PYTHON SWEEP_STEPS=3 step gpu_train.log 200 bench/gpu_train.sh "$b"
     sweep=0
   done
-  for att in ${ATTENTION_VARIANTS:-tc-sync}; do
+  for att in ${ATTENTION_VARIANTS:-tc-fused tc-sync}; do
     echo "== DAGRUN_CUDA_ATTENTION=$att" >>"$logs/gpu_train.log"
     DAGRUN_CUDA_ATTENTION=$att B=16 SWEEP=0 TORCH=0 step gpu_train.log 60 bench/gpu_train.sh "$b"
   done
   PYTHON=$DAGRUN_TEST_PYTHON step gpu_profile.log 80 bench/gpu_profile.sh "$b"
   [ "${ZERO:-1}" = 1 ] && ROUNDS=${ROUNDS:-2} step zero_cuda.log 120 bench/zero_cuda.sh "$b"
-  for att in default ${ATTENTION_VARIANTS:-tc-sync} fp32; do
+  for att in default ${ATTENTION_VARIANTS:-tc-fused tc-sync} fp32; do
     echo "== DAGRUN_CUDA_ATTENTION=$att" >>"$logs/kernel_bench.log"
     DAGRUN_CUDA_ATTENTION=$att step kernel_bench.log 40 "$b/bin/kernel_bench"
   done
