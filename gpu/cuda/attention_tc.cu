@@ -364,6 +364,21 @@ __device__ __forceinline__ void tc_scores(float (*s)[4], const floatX *M,
   }
 }
 
+/* acc (16 x hs, hs/8 accumulators) += A (one 16-wide k step, in a)
+ * times rows k0 .. k0+15 of M (hs wide). */
+template <int hs, bool LDM>
+__device__ __forceinline__ void tc_mma_rows(float (*acc)[4],
+                                            const uint32_t a[4],
+                                            const floatX *M, int ld, int k0) {
+#pragma unroll
+  for (int n = 0; n < hs / 8; n += 2) {
+    uint32_t b[4];
+    tc_frag_b2<LDM>(b, M, ld, k0, 8 * n);
+    mma_bf16_16816(acc[n], a, b);
+    mma_bf16_16816(acc[n + 1], a, b + 2);
+  }
+}
+
 /* acc (16 x hs, hs/8 accumulators) += P (16 x 64 in accumulators) times
  * the tile M (64 rows of hs). */
 template <int hs, bool LDM>
@@ -374,13 +389,7 @@ __device__ __forceinline__ void tc_accumulate(float (*acc)[4],
   for (int kk = 0; kk < TC_COLS / 16; kk++) {
     uint32_t a[4];
     tc_frag_a_of(a, p, kk);
-#pragma unroll
-    for (int n = 0; n < hs / 8; n += 2) {
-      uint32_t b[4];
-      tc_frag_b2<LDM>(b, M, ld, 16 * kk, 8 * n);
-      mma_bf16_16816(acc[n], a, b);
-      mma_bf16_16816(acc[n + 1], a, b + 2);
-    }
+    tc_mma_rows<hs, LDM>(acc, a, M, ld, 16 * kk);
   }
 }
 
@@ -572,13 +581,7 @@ __device__ __forceinline__ void tc_dq_add(float *dq, const floatX *dS_s,
   for (int kk = 0; kk < TC_ROWS / 16; kk++) {
     uint32_t a[4];
     tc_frag_a_t(a, dS_s, lds, r0, 16 * kk);
-#pragma unroll
-    for (int n = 0; n < hs / 8; n += 2) {
-      uint32_t b[4];
-      tc_frag_b2<false>(b, Kr, ldh, 16 * kk, 8 * n);
-      mma_bf16_16816(acc[n], a, b);
-      mma_bf16_16816(acc[n + 1], a, b + 2);
-    }
+    tc_mma_rows<hs, false>(acc, a, Kr, ldh, 16 * kk);
   }
 #pragma unroll
   for (int h = 0; h < 2; h++) {
