@@ -64,7 +64,8 @@ struct tc_layout {
            (ds ? ds_tile() : 0);
   }
   __device__ floatX *ds_at(unsigned char *sm) const {
-    return (floatX *)(sm + ntiles * tile() + stats * 2 * TC_COLS * sizeof(float));
+    return (floatX *)(sm + ntiles * tile() +
+                      stats * 2 * TC_COLS * sizeof(float));
   }
   __device__ floatX *tile_at(unsigned char *sm, int i) const {
     return (floatX *)(sm + i * tile());
@@ -729,11 +730,11 @@ __device__ __forceinline__ void tc_ds_zero_rows(floatX *dS_s) {
  * dO tiles (two of each with PIPE) with each tile's lse and D; with DQ
  * the dS tile.
  *
- * DQ (the one-kernel backward, tc-fused outside deterministic mode): the block
- * also adds each query tile's dq = dS K into dq_acc (FP32, (B,T,C),
- * zeroed by the launcher, scaled and rounded after), instead of the dq
- * kernel computing S and dP a second time: 5 products a tile pair in
- * place of 7, at the price of atomics. */
+ * DQ (the one-kernel backward, tc-fused outside deterministic mode):
+ * the block also adds each query tile's dq = dS K into dq_acc (FP32,
+ * (B,T,C), zeroed by the launcher, scaled and rounded after), instead of
+ * the dq kernel computing S and dP a second time: 5 products a tile pair
+ * in place of 7, at the price of atomics. */
 template <int HS, bool PIPE, bool DQ>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     attention_tc_dkdv_kernel(floatX *dqkv, float *dq_acc, const float *Dsum,
