@@ -27,7 +27,9 @@
  *
  * P (and dS) are rounded to BF16 for their products, as flash-attention
  * does; the softmax's sums use the FP32 values. No atomics, one writer
- * per output element, a fixed order: deterministic in every mode.
+ * per output element, a fixed order: deterministic in every mode, but
+ * for the opt-in one-kernel backward (tc-fused), which adds dq with
+ * atomics and is never taken in deterministic mode.
  */
 #include "attention.cuh"
 

@@ -134,8 +134,9 @@ static inline int kc_aligned16(const void *p) {
  * for the bias gradient) ----
  * Rows are cut into chunks of KC_COLSUM_ROWS, columns into groups of
  * KC_COLSUM_COLS; each chunk's column sums go to scratch, and the last
- * block of a group to finish adds the group's chunks in chunk order into
- * the FP32 output. Chunks and groups depend on N and OC only, so the
+ * block of a group to finish adds the group's chunks in a fixed order
+ * (warp y chunks y, y + 8, ..., then the warps in order) into the FP32
+ * output. Chunks and groups depend on N and OC only, so the
  * order of the additions, and the bits, are the same on every run and
  * every device. 64 rows: 384 blocks of 256 threads for GPT-2's
  * N=8192, C=768 (132 SMs on an H100), partial sums 3% of dout's bytes. */

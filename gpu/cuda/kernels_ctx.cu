@@ -21,11 +21,19 @@ int kern_ctx_init(kern_ctx *k, int deterministic, char *err, size_t errlen) {
   memset(k, 0, sizeof *k);
   k->deterministic = deterministic;
   const char *att = getenv("DAGRUN_CUDA_ATTENTION");
-  k->attention = !att                         ? KERN_ATT_TC
-                 : strcmp(att, "fp32") == 0     ? KERN_ATT_FP32
-                 : strcmp(att, "tc-sync") == 0  ? KERN_ATT_TC_SYNC
-                 : strcmp(att, "tc-fused") == 0 ? KERN_ATT_TC_FUSED
-                                                : KERN_ATT_TC;
+  if (!att || !*att)
+    k->attention = KERN_ATT_TC;
+  else if (strcmp(att, "fp32") == 0)
+    k->attention = KERN_ATT_FP32;
+  else if (strcmp(att, "tc-sync") == 0)
+    k->attention = KERN_ATT_TC_SYNC;
+  else if (strcmp(att, "tc-fused") == 0)
+    k->attention = KERN_ATT_TC_FUSED;
+  else /* a misspelt name would otherwise time the default kernels */
+    return kc_fail(err, errlen, op,
+                   "DAGRUN_CUDA_ATTENTION=%s: not one of fp32, tc-sync, "
+                   "tc-fused (unset: the default kernels)",
+                   att);
   int dev = 0;
   if (kc_cuda(cudaGetDevice(&dev), op, "cudaGetDevice", err, errlen) ||
       kc_cuda(cudaDeviceGetAttribute(&k->sm_count,
