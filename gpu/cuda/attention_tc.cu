@@ -264,11 +264,13 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4],
 #endif
 
 /* Fragment loads from shared memory, LDM: with ldmatrix (one
- * instruction for 4 registers), else 32-bit and 16-bit loads. Measured on
- * an H200 (GPT-2's attention, B=8 T=1024): ldmatrix made the forward
- * kernel faster (0.175 ms against 0.186) and the backward slower (0.585
- * against 0.516: the dk/dv kernel needed 191 registers instead of 168,
- * one block fewer an SM), so the forward takes it and the backward not. */
+ * instruction for 4 registers), else 32-bit and 16-bit loads (the
+ * one-kernel backward's dq still takes these). Once the backward held
+ * whole tiles of S and dP, ldmatrix cost it registers and an SM a block
+ * (H200: 0.585 ms against 0.516); going 16 columns at a time, with 4
+ * blocks an SM, it is the faster (H100, GPT-2's attention, B=8 T=1024:
+ * 0.355 ms against 0.395 with the 16-bit loads; 0.416 before the
+ * chunks). */
 
 /* A[r][k] = M[(r0 + r) * ld + k0 + k]: 16 rows of M from r0, columns
  * k0 .. k0+15 (a0 .. a3: rows 0-7 and 8-15 of columns 0-7, then of 8-15). */
@@ -345,26 +347,46 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4],
 }
 #endif
 
-/* s (16 x 64) = A (16 rows of M from r0, hs wide) times B^T, B the tile's
- * 64 rows of hs: the scores of the warp's rows against a tile. */
+/* The A fragments of rows r0 .. r0+15 of M (hs wide), each k step: a
+ * warp's rows, which it multiplies against every tile of the other side,
+ * loaded from shared memory once (16 registers at hs 64) instead of once
+ * a tile. */
 template <int hs, bool LDM>
-__device__ __forceinline__ void tc_scores(float (*s)[4], const floatX *M,
-                                          int r0, const floatX *B, int ld) {
+__device__ __forceinline__ void tc_frags_rows(uint32_t (*fa)[4],
+                                              const floatX *M, int ld,
+                                              int r0) {
 #pragma unroll
-  for (int j = 0; j < TC_NT; j++)
+  for (int kk = 0; kk < hs / 16; kk++)
+    tc_frag_a<LDM>(fa[kk], M, ld, r0, 16 * kk);
+}
+
+/* s (16 x 16, two 8-column accumulators) = A (the warp's 16 rows, hs
+ * wide, as fragments fa) times B^T, B the tile's rows n0 .. n0+15: the
+ * scores of the warp's rows against 16 of the tile's. */
+template <int hs, bool LDM>
+__device__ __forceinline__ void tc_scores16(float (*s)[4],
+                                            const uint32_t (*fa)[4],
+                                            const floatX *B, int ld, int n0) {
+#pragma unroll
+  for (int j = 0; j < 2; j++)
     s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < hs / 16; kk++) {
-    uint32_t a[4];
-    tc_frag_a<LDM>(a, M, ld, r0, 16 * kk);
-#pragma unroll
-    for (int j = 0; j < TC_NT; j += 2) {
-      uint32_t b[4];
-      tc_frag_b2_t<LDM>(b, B, ld, 8 * j, 16 * kk);
-      mma_bf16_16816(s[j], a, b);
-      mma_bf16_16816(s[j + 1], a, b + 2);
-    }
+    uint32_t b[4];
+    tc_frag_b2_t<LDM>(b, B, ld, n0, 16 * kk);
+    mma_bf16_16816(s[0], fa[kk], b);
+    mma_bf16_16816(s[1], fa[kk], b + 2);
   }
+}
+
+/* s (16 x 64) = the same against all 64 rows of the tile. */
+template <int hs, bool LDM>
+__device__ __forceinline__ void tc_scores(float (*s)[4],
+                                          const uint32_t (*fa)[4],
+                                          const floatX *B, int ld) {
+#pragma unroll
+  for (int j = 0; j < TC_NT; j += 2)
+    tc_scores16<hs, LDM>(s + j, fa, B, ld, 8 * j);
 }
 
 /* acc (16 x hs, hs/8 accumulators) += A (one 16-wide k step, in a)
@@ -448,7 +470,7 @@ __device__ __forceinline__ tc_stream tc_stream_at(const tc_layout &L,
 }
 
 template <int HS, bool PIPE>
-__global__ void __launch_bounds__(TC_WARPS * 32)
+__global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 ? 4 : 1)
     attention_tc_forward_kernel(floatX *out, float *lse, const floatX *qkv,
                                 int T, int C, int NH) {
   extern __shared__ __align__(128) unsigned char tc_sm[];
@@ -469,20 +491,22 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
   const float sl2 = a.scale * TC_LOG2E;
 
   tc_load<hs>(Qs, ldh, a.qkv, a.C3, q0, T);
+  __syncthreads();
+  uint32_t fq[hs / 16][4]; /* the warp's Q rows, for every tile */
+  tc_frags_rows<hs, true>(fq, Qs, ldh, 16 * w);
   float o[hs / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int n = 0; n < hs / 8; n++)
     o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   const int qlast = min(q0 + TC_ROWS, T) - 1;
   for (int k0 = 0, it = 0; k0 <= qlast; k0 += TC_COLS, it++) {
-    /* The first barrier also covers Q's loads. */
     const int buf = tc_stream_next<hs, PIPE>(S, it, k0, k0 + TC_COLS <= qlast);
     const floatX *Ks = S.a_at(buf), *Vs = S.b_at(buf);
     /* Warp-uniform: rows past T, or a tile wholly after the warp's rows. */
     if (wq0 >= T || k0 > wq0 + 15)
       continue;
     float s[TC_NT][4];
-    tc_scores<hs, true>(s, Qs, 16 * w, Ks, ldh);
+    tc_scores<hs, true>(s, fq, Ks, ldh);
     /* Scale and mask (warp-uniform: only a tile that reaches past the
      * warp's first row, or rows past T, has pairs to mask); each row's
      * max over the tile (its 4 lanes). */
@@ -508,13 +532,17 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
       m[h] = m_new;
       l[h] *= alpha[h];
     }
-    /* p = 2^(s - m), the lane's part of each row's sum. */
+    /* p = 2^(s - m), the lane's part of each row's sum; a masked score
+     * (-inf) gives 0, against 0 where the row has no key yet (past T:
+     * -inf - -inf would be NaN). */
+    const float mu[2] = {m[0] == -INFINITY ? 0.0f : m[0],
+                         m[1] == -INFINITY ? 0.0f : m[1]};
 #pragma unroll
     for (int j = 0; j < TC_NT; j++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int h = e / 2;
-        s[j][e] = s[j][e] == -INFINITY ? 0.0f : exp2f(s[j][e] - m[h]);
+        s[j][e] = exp2f(s[j][e] - mu[h]);
         l[h] += s[j][e];
       }
 #pragma unroll
@@ -601,15 +629,21 @@ __device__ __forceinline__ void tc_dq_add(float *dq, const floatX *dS_s,
 }
 
 /* ---- Backward ----
- * Both kernels recompute a score block S (the warp's 16 rows against a
- * tile) and dP (dO V^T, or its transpose); then p = exp(scale s - lse)
- * and ds = p (dp - D) where the causal mask lets the pair in, else 0. */
+ * Both kernels recompute S (the warp's 16 rows against a tile) and dP
+ * (dO V^T, or its transpose), then p = exp(scale s - lse) and ds = p (dp -
+ * D) where the causal mask lets the pair in, else 0, and add their
+ * products. They go 16 columns of the tile at a time: those columns' S
+ * and dP are the k step of the products that follow, so a warp holds 16
+ * columns of them (16 floats) where whole tiles took 64, and the
+ * registers go to the warp's own rows' fragments instead (its Q and dO,
+ * or K and V, loaded once). A chunk the mask leaves nothing of is
+ * skipped. The sums are those of whole tiles, in the same order. */
 
 /* dq: grid as the forward pass. smem: Q and dO rows, then K and V tiles
  * (two of each with PIPE); lse and D of the block's rows. */
 template <int HS, bool PIPE>
-/* Up to hs 64, 4 blocks an SM (128 registers, which GPT-2's hs 64 needs
- * without spilling); wider heads would spill. */
+/* Up to hs 64, 4 blocks an SM (128 registers); wider heads would
+ * spill. */
 __global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 ? 4 : 1)
     attention_tc_dq_kernel(floatX *dqkv, const float *Dsum, const floatX *dout,
                            const floatX *qkv, const float *lse, int T, int C,
@@ -635,6 +669,14 @@ __global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 ? 4 : 1)
   tc_load<hs>(Qs, ldh, a.qkv, a.C3, q0, T);
   tc_load<hs>(dOs, ldh, dbase, C, q0, T);
   tc_load_stats(lse_r, D_r, lse, Dsum, a.bh, q0, T);
+  __syncthreads();
+  uint32_t fq[hs / 16][4], fo[hs / 16][4]; /* the warp's Q and dO rows */
+  tc_frags_rows<hs, true>(fq, Qs, ldh, 16 * w);
+  tc_frags_rows<hs, true>(fo, dOs, ldh, 16 * w);
+  /* lse in base 2 */
+  const float l_i[2] = {lse_r[16 * w + g] * TC_LOG2E,
+                        lse_r[16 * w + g + 8] * TC_LOG2E};
+  const float D_i[2] = {D_r[16 * w + g], D_r[16 * w + g + 8]};
   float dq[hs / 8][4];
 #pragma unroll
   for (int n = 0; n < hs / 8; n++)
@@ -643,77 +685,108 @@ __global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 ? 4 : 1)
   for (int k0 = 0, it = 0; k0 <= qlast; k0 += TC_COLS, it++) {
     const int buf = tc_stream_next<hs, PIPE>(S, it, k0, k0 + TC_COLS <= qlast);
     const floatX *Ks = S.a_at(buf), *Vs = S.b_at(buf);
-    if (wq0 >= T || k0 > wq0 + 15)
+    if (wq0 >= T)
       continue;
-    float s[TC_NT][4], dp[TC_NT][4];
-    tc_scores<hs, false>(s, Qs, 16 * w, Ks, ldh);
-    tc_scores<hs, false>(dp, dOs, 16 * w, Vs, ldh);
-    /* lse in base 2; a pair to mask only where the tile reaches past
-     * the warp's first row, or rows past T (warp-uniform). */
-    const float l_i[2] = {lse_r[16 * w + g] * TC_LOG2E,
-                          lse_r[16 * w + g + 8] * TC_LOG2E};
-    const float D_i[2] = {D_r[16 * w + g], D_r[16 * w + g + 8]};
-    const bool edge = k0 + TC_COLS - 1 > wq0 || wq0 + 15 >= T;
 #pragma unroll
-    for (int j = 0; j < TC_NT; j++)
+    for (int c = 0; c < TC_COLS; c += 16) {
+      const int kc = k0 + c; /* the chunk's first key */
+      if (kc > wq0 + 15)   /* every key after every query (warp-uniform) */
+        break;
+      float s[2][4], dp[2][4];
+      tc_scores16<hs, true>(s, fq, Ks, ldh, c);
+      tc_scores16<hs, true>(dp, fo, Vs, ldh, c);
+      /* A pair to mask only where the chunk reaches past the warp's
+       * first row, or rows past T (warp-uniform). */
+      const bool edge = kc + 15 > wq0 || wq0 + 15 >= T;
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int h = e / 2, key = k0 + 8 * j + 2 * t + e % 2;
-        float ds = 0.0f;
-        if (!edge || (qi[h] < T && key <= qi[h]))
-          ds = exp2f(sl2 * s[j][e] - l_i[h]) * (dp[j][e] - D_i[h]);
-        s[j][e] = ds;
-      }
-    tc_accumulate<hs, false>(dq, s, Ks, ldh); /* dq += dS K */
+      for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int h = e / 2, key = kc + 8 * j + 2 * t + e % 2;
+          float ds = 0.0f;
+          if (!edge || (qi[h] < T && key <= qi[h]))
+            ds = exp2f(sl2 * s[j][e] - l_i[h]) * (dp[j][e] - D_i[h]);
+          s[j][e] = ds;
+        }
+      uint32_t fa[4];
+      tc_frag_a_of(fa, s, 0);
+      tc_mma_rows<hs, true>(dq, fa, Ks, ldh, c); /* dq += dS K */
+    }
   }
   if (wq0 < T)
     tc_store<hs>(dqkv + ((size_t)a.b * T + qi[0]) * a.C3 + (size_t)a.h * hs,
                  a.C3, dq, a.scale, qi[0], T);
 }
 
-/* One query tile of the dk/dv kernel for the warp's 16 keys (rows 16 w
- * of Kr, Vr; the first wk0): S^T = K Q^T and dP^T = V dO^T, then p and
- * dS^T, dv += P^T dO and dk += dS^T Q; with DQ, the warp's rows of dS^T
- * (BF16, as the products take it) into dS_s for the block's dq. */
+/* The warp's rows of a chunk of dS^T (16 keys by the 16 queries from
+ * column c, BF16 as the products take it) into dS_s, for the one-kernel
+ * backward's dq. */
+__device__ __forceinline__ void tc_ds_store(floatX *dS_s, const float (*ds)[4],
+                                            int c) {
+  constexpr int lds = TC_COLS + 8;
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int j = 0; j < 2; j++)
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+      *(uint32_t *)(dS_s + (16 * w + g + 8 * h) * lds + c + 8 * j + 2 * t) =
+          tc_pack_f(ds[j][2 * h], ds[j][2 * h + 1]);
+}
+
+/* One query tile of the dk/dv kernel for the warp's 16 keys (fragments
+ * fk, fv of its K and V rows; the first wk0), 16 queries at a time: S^T
+ * = K Q^T and dP^T = V dO^T, then p and dS^T, dv += P^T dO and dk +=
+ * dS^T Q; with DQ, the warp's rows of dS^T into dS_s for the block's
+ * dq. */
 template <int hs, bool DQ>
 __device__ __forceinline__ void
-tc_dkdv_tile(float (*dk)[4], float (*dv)[4], const floatX *Kr,
-             const floatX *Vr, const floatX *Qt, const floatX *dOt,
+tc_dkdv_tile(float (*dk)[4], float (*dv)[4], const uint32_t (*fk)[4],
+             const uint32_t (*fv)[4], const floatX *Qt, const floatX *dOt,
              const float *lse_t, const float *D_t, floatX *dS_s, int wk0,
              int q0, int T, float sl2) {
   constexpr int ldh = hs + 8;
-  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int kj[2] = {wk0 + g, wk0 + g + 8};
-  float p[TC_NT][4], ds[TC_NT][4];
-  tc_scores<hs, false>(p, Kr, 16 * w, Qt, ldh);
-  tc_scores<hs, false>(ds, Vr, 16 * w, dOt, ldh);
-  /* A pair to mask only where the tile starts before the warp's last
-   * key or reaches past T, or keys past T (warp-uniform). */
-  const bool edge = q0 < wk0 + 15 || q0 + TC_COLS > T || wk0 + 15 >= T;
 #pragma unroll
-  for (int j = 0; j < TC_NT; j++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-      const int h = e / 2, c = 8 * j + 2 * t + e % 2, q = q0 + c;
-      float pe = 0.0f, dse = 0.0f;
-      if (!edge || (kj[h] < T && q < T && q >= kj[h])) {
-        pe = exp2f(sl2 * p[j][e] - lse_t[c] * TC_LOG2E);
-        dse = pe * (ds[j][e] - D_t[c]);
+  for (int c = 0; c < TC_COLS; c += 16) {
+    const int qc = q0 + c; /* the chunk's first query */
+    float p[2][4], ds[2][4];
+    /* Every query before every key, or past T (warp-uniform): nothing,
+     * but zeros in dS_s. */
+    if (qc + 15 < wk0 || qc >= T) {
+      if constexpr (DQ) {
+        const float zero[2][4] = {};
+        tc_ds_store(dS_s, zero, c);
       }
-      p[j][e] = pe;
-      ds[j][e] = dse;
+      continue;
     }
-  tc_accumulate<hs, false>(dv, p, dOt, ldh); /* dv += P^T dO */
-  tc_accumulate<hs, false>(dk, ds, Qt, ldh); /* dk += dS^T Q */
-  if constexpr (DQ) {
-    constexpr int lds = TC_COLS + 8;
+    tc_scores16<hs, true>(p, fk, Qt, ldh, c);
+    tc_scores16<hs, true>(ds, fv, dOt, ldh, c);
+    /* A pair to mask only where the chunk starts before the warp's last
+     * key or reaches past T, or keys past T (warp-uniform). */
+    const bool edge = qc < wk0 + 15 || qc + 16 > T || wk0 + 15 >= T;
 #pragma unroll
-    for (int j = 0; j < TC_NT; j++)
+    for (int j = 0; j < 2; j++)
 #pragma unroll
-      for (int h = 0; h < 2; h++)
-        *(uint32_t *)(dS_s + (16 * w + g + 8 * h) * lds + 8 * j + 2 * t) =
-            tc_pack_f(ds[j][2 * h], ds[j][2 * h + 1]);
+      for (int e = 0; e < 4; e++) {
+        const int h = e / 2, col = c + 8 * j + 2 * t + e % 2, q = q0 + col;
+        float pe = 0.0f, dse = 0.0f;
+        if (!edge || (kj[h] < T && q < T && q >= kj[h])) {
+          pe = exp2f(sl2 * p[j][e] - lse_t[col] * TC_LOG2E);
+          dse = pe * (ds[j][e] - D_t[col]);
+        }
+        p[j][e] = pe;
+        ds[j][e] = dse;
+      }
+    uint32_t fa[4];
+    tc_frag_a_of(fa, p, 0);
+    tc_mma_rows<hs, true>(dv, fa, dOt, ldh, c); /* dv += P^T dO */
+    tc_frag_a_of(fa, ds, 0);
+    tc_mma_rows<hs, true>(dk, fa, Qt, ldh, c); /* dk += dS^T Q */
+    if constexpr (DQ)
+      tc_ds_store(dS_s, ds, c);
   }
 }
 
@@ -738,7 +811,11 @@ __device__ __forceinline__ void tc_ds_zero_rows(floatX *dS_s) {
  * the dq kernel computing S and dP a second time: 5 products a tile pair
  * in place of 7, at the price of atomics. */
 template <int HS, bool PIPE, bool DQ>
-__global__ void __launch_bounds__(TC_WARPS * 32)
+/* Up to hs 64, 4 blocks an SM: 128 registers, a few bytes spilled, where
+ * the compiler would take 168 for 3 (on an H100, GPT-2's backward in
+ * 0.355 ms against 0.395; the one-kernel backward, whose dS tile needs
+ * more, would spill 184 bytes, and takes what it needs). */
+__global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 && !DQ ? 4 : 1)
     attention_tc_dkdv_kernel(floatX *dqkv, float *dq_acc, const float *Dsum,
                              const floatX *dout, const floatX *qkv,
                              const float *lse, int T, int C, int NH) {
@@ -768,6 +845,10 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
 
   tc_load<hs>(Kr, ldh, a.qkv + C, a.C3, kb0, T);
   tc_load<hs>(Vr, ldh, a.qkv + 2 * C, a.C3, kb0, T);
+  __syncthreads();
+  uint32_t fk[hs / 16][4], fv[hs / 16][4]; /* the warp's K and V rows */
+  tc_frags_rows<hs, true>(fk, Kr, ldh, 16 * w);
+  tc_frags_rows<hs, true>(fv, Vr, ldh, 16 * w);
   float dk[hs / 8][4], dv[hs / 8][4];
 #pragma unroll
   for (int n = 0; n < hs / 8; n++)
@@ -778,7 +859,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     const int buf = tc_stream_next<hs, PIPE>(S, it, q0, q0 + TC_COLS < T);
     /* Warp-uniform: keys past T, or a query tile wholly before them. */
     if (wk0 < T && q0 + TC_COLS - 1 >= wk0)
-      tc_dkdv_tile<hs, DQ>(dk, dv, Kr, Vr, S.a_at(buf), S.b_at(buf),
+      tc_dkdv_tile<hs, DQ>(dk, dv, fk, fv, S.a_at(buf), S.b_at(buf),
                            S.lse_at(buf), S.D_at(buf), dS_s, wk0, q0, T, sl2);
     else if (DQ)
       tc_ds_zero_rows(dS_s);
