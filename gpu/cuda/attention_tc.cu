@@ -353,8 +353,7 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4],
  * a tile. */
 template <int hs, bool LDM>
 __device__ __forceinline__ void tc_frags_rows(uint32_t (*fa)[4],
-                                              const floatX *M, int ld,
-                                              int r0) {
+                                              const floatX *M, int ld, int r0) {
 #pragma unroll
   for (int kk = 0; kk < hs / 16; kk++)
     tc_frag_a<LDM>(fa[kk], M, ld, r0, 16 * kk);
@@ -381,9 +380,8 @@ __device__ __forceinline__ void tc_scores16(float (*s)[4],
 
 /* s (16 x 64) = the same against all 64 rows of the tile. */
 template <int hs, bool LDM>
-__device__ __forceinline__ void tc_scores(float (*s)[4],
-                                          const uint32_t (*fa)[4],
-                                          const floatX *B, int ld) {
+__device__ __forceinline__ void
+tc_scores(float (*s)[4], const uint32_t (*fa)[4], const floatX *B, int ld) {
 #pragma unroll
   for (int j = 0; j < TC_NT; j += 2)
     tc_scores16<hs, LDM>(s + j, fa, B, ld, 8 * j);
@@ -690,7 +688,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 ? 4 : 1)
 #pragma unroll
     for (int c = 0; c < TC_COLS; c += 16) {
       const int kc = k0 + c; /* the chunk's first key */
-      if (kc > wq0 + 15)   /* every key after every query (warp-uniform) */
+      if (kc > wq0 + 15)     /* every key after every query (warp-uniform) */
         break;
       float s[2][4], dp[2][4];
       tc_scores16<hs, true>(s, fq, Ks, ldh, c);
