@@ -64,7 +64,7 @@ extern const size_t api_openapi_json_len;
 
 struct api_server {
   struct MHD_Daemon *d;
-  char *token, *secret, *store_path;
+  char *token, *secret, *read_token, *store_path;
   char **allow_hosts; /* NULL-terminated */
   /* The address listened on, for the Host check: its bytes (16 for IPv6,
    * 4 for IPv4), whether it is a loopback or a wildcard address. */
@@ -819,6 +819,50 @@ static unsigned check_hmac(const api_server *s, const req *r, const char *ts,
   return 0;
 }
 
+/* Whether a token given matches the one wanted (NULL: none), in a time
+ * that says nothing of either: their digests are compared. */
+static int token_matches(const char *given, const char *want) {
+  unsigned char a[32], b[32];
+  return want && sha256(given, strlen(given), a) &&
+         sha256(want, strlen(want), b) && CRYPTO_memcmp(a, b, 32) == 0;
+}
+
+/* The token of an Authorization: Bearer header (spaces skipped), or
+ * NULL. */
+static const char *bearer_of(struct MHD_Connection *c) {
+  const char *authz = MHD_lookup_connection_value(
+      c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+  if (!authz || strncasecmp(authz, "Bearer ", 7))
+    return NULL;
+  authz += 7;
+  while (*authz == ' ')
+    authz++;
+  return authz;
+}
+
+/* 0 when a GET may read runs, logs and reports: no read token is set, or
+ * the request carries it, or the POST token (in Authorization: Bearer,
+ * or the dashboard's cookie dagrun_token, which its report links carry
+ * where a header cannot go), else 401 with *out the error. */
+static unsigned authorize_read(const api_server *s, struct MHD_Connection *c,
+                               cJSON **out) {
+  if (!s->read_token)
+    return 0;
+  const char *given = bearer_of(c);
+  if (!given)
+    given = MHD_lookup_connection_value(c, MHD_COOKIE_KIND, "dagrun_token");
+  if (!given) {
+    *out = err_json("authentication required: this server's GETs take "
+                    "Authorization: Bearer READ_TOKEN (serve "
+                    "--read-token-file)");
+    return MHD_HTTP_UNAUTHORIZED;
+  }
+  if (token_matches(given, s->read_token) || token_matches(given, s->token))
+    return 0;
+  *out = err_json("invalid read token");
+  return MHD_HTTP_UNAUTHORIZED;
+}
+
 /* 0 when the request carries a valid bearer token or HMAC signature,
  * else 401 or 403 (503) with *out the error. */
 static unsigned authorize(const api_server *s, struct MHD_Connection *c,
@@ -828,23 +872,14 @@ static unsigned authorize(const api_server *s, struct MHD_Connection *c,
                     "--token-file or --hmac-secret-file");
     return MHD_HTTP_FORBIDDEN;
   }
-  const char *authz = MHD_lookup_connection_value(
-      c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+  const char *given = bearer_of(c);
   const char *sig =
       MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Dagrun-Signature");
   const char *ts =
       MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Dagrun-Timestamp");
-  if (authz && !strncasecmp(authz, "Bearer ", 7)) {
-    const char *given = authz + 7;
-    while (*given == ' ')
-      given++;
+  if (given) {
     if (s->token) {
-      /* Digests of both, so that the comparison takes the same time
-       * whatever the lengths. */
-      unsigned char a[32], b[32];
-      int ok = sha256(given, strlen(given), a) &&
-               sha256(s->token, strlen(s->token), b);
-      if (ok && CRYPTO_memcmp(a, b, 32) == 0)
+      if (token_matches(given, s->token))
         return 0;
       *out = err_json("invalid bearer token");
       return MHD_HTTP_UNAUTHORIZED;
@@ -1081,6 +1116,13 @@ static enum MHD_Result dispatch(api_server *s, struct MHD_Connection *c,
                      NULL);
   cJSON *out = NULL;
   unsigned status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+  /* The dashboard's page, the health probe and the API's description
+   * show no run: open to a load balancer and to the page that asks for
+   * the token. */
+  if (!strcmp(rt->method, "GET") && rt->id != R_DASHBOARD &&
+      rt->id != R_HEALTH && rt->id != R_OPENAPI &&
+      (status = authorize_read(s, c, &out)) != 0)
+    return send_json(c, status, out, NULL);
   switch (rt->id) {
   case R_DASHBOARD:
     return send_static(c, api_dashboard_html, api_dashboard_html_len,
@@ -1378,6 +1420,7 @@ static void server_free(api_server *s) {
   free(s->allow_hosts);
   free(s->token);
   free(s->secret);
+  free(s->read_token);
   free(s->store_path);
   pthread_mutex_destroy(&s->log_mu);
   free(s);
@@ -1390,6 +1433,7 @@ static api_server *server_new(const api_config *cfg, const api_actions *actions,
   api_server *s = xcalloc(1, sizeof *s);
   s->token = cfg->token ? xstrdup(cfg->token) : NULL;
   s->secret = cfg->hmac_secret ? xstrdup(cfg->hmac_secret) : NULL;
+  s->read_token = cfg->read_token ? xstrdup(cfg->read_token) : NULL;
   s->store_path =
       cfg->store_path ? xstrdup(cfg->store_path) : store_default_path();
   size_t n = 0;

@@ -33,8 +33,12 @@
  * first planned) so that "downsampled" (the series thinned to every k-th
  * point, above 5000 points) cannot collide with a task of that name.
  *
- * Authentication: GETs are open (the server listens on 127.0.0.1 unless
- * told otherwise). POSTs need a bearer token (Authorization: Bearer T) or
+ * Authentication: GETs are open unless a read token is configured (it
+ * must be off loopback: serve refuses to start without one); then every
+ * GET but the dashboard's page, /api/health and /api/openapi.json needs
+ * Authorization: Bearer T, or the cookie dagrun_token=T that the
+ * dashboard sets (so that its report links carry it), T the read token
+ * or the POST token. POSTs need a bearer token (Authorization: Bearer T) or
  * an HMAC-SHA256 signature (X-Dagrun-Timestamp: unix seconds,
  * X-Dagrun-Signature: sha256=hex(HMAC(secret, METHOD "\n" TARGET "\n"
  * TIMESTAMP "\n" BODY)), TARGET the path and query exactly as sent on the
@@ -90,6 +94,7 @@ typedef struct api_config {
   /* Seconds a connection has to deliver a whole request (headers and
    * body); 0: API_REQUEST_TIMEOUT. */
   double request_timeout;
+  const char *read_token; /* bearer token for GETs, or NULL: GETs open */
 } api_config;
 
 typedef struct api_server api_server;

@@ -59,6 +59,9 @@ const char serve_usage[] =
     "  --token-file FILE       bearer token for POSTs (or $DAGRUN_API_TOKEN)\n"
     "  --hmac-secret-file FILE HMAC key for signed POSTs (or\n"
     "                          $DAGRUN_API_HMAC_SECRET)\n"
+    "  --read-token-file FILE  bearer token for GETs of runs, logs and\n"
+    "                          reports (or $DAGRUN_API_READ_TOKEN); needed\n"
+    "                          off loopback\n"
     "  --runs-dir DIR          where runs go (default: $DAGRUN_RUNS_DIR or\n"
     "                          ./runs)\n"
     "  --on-shutdown stop|finish  on SIGTERM: stop running runs (resumed\n"
@@ -1103,7 +1106,7 @@ static char *abs_path(const char *p) {
 
 /* What serve's command line gives, beyond what goes into the server. */
 typedef struct serve_opts {
-  const char *host, *token_file, *hmac_file, *runs_dir;
+  const char *host, *token_file, *hmac_file, *read_token_file, *runs_dir;
   long port, request_timeout;
   const char **allow_hosts; /* NULL-terminated, argc + 1 long */
   int n_allow;
@@ -1137,6 +1140,8 @@ static int serve_parse_args(int argc, char **argv, serve_opts *o,
       o->token_file = v;
     } else if ((v = cli_value(argc, argv, &i, "--hmac-secret-file"))) {
       o->hmac_file = v;
+    } else if ((v = cli_value(argc, argv, &i, "--read-token-file"))) {
+      o->read_token_file = v;
     } else if ((v = cli_value(argc, argv, &i, "--runs-dir"))) {
       o->runs_dir = v;
     } else if ((v = cli_value(argc, argv, &i, "--on-shutdown"))) {
@@ -1171,32 +1176,51 @@ static int serve_parse_args(int argc, char **argv, serve_opts *o,
   return 0;
 }
 
-/* The API's bearer token and HMAC key (each NULL when not given; caller
- * frees), from their files or the environment: 0, or EXIT_USAGE after
+/* One credential (NULL when not given; caller frees) from its file or,
+ * without one, the environment variable env: 0, or EXIT_USAGE after
  * saying why. */
-static int serve_credentials(const serve_opts *o, char **token, char **hmac) {
-  const char *env_token = getenv("DAGRUN_API_TOKEN");
-  const char *env_hmac = getenv("DAGRUN_API_HMAC_SECRET");
-  if (o->token_file) {
-    if (!(*token = read_secret_file(o->token_file, "token file")))
-      return EXIT_USAGE;
-  } else if (env_token && *env_token) {
-    *token = xstrdup(env_token);
-  }
-  if (o->hmac_file) {
-    if (!(*hmac = read_secret_file(o->hmac_file, "HMAC secret file")))
-      return EXIT_USAGE;
-  } else if (env_hmac && *env_hmac) {
-    *hmac = xstrdup(env_hmac);
-  }
+static int serve_credential(const char *file, const char *what, const char *env,
+                            char **out) {
+  const char *v = getenv(env);
+  *out = NULL;
+  if (file)
+    return (*out = read_secret_file(file, what)) ? 0 : EXIT_USAGE;
+  if (v && *v)
+    *out = xstrdup(v);
+  return 0;
+}
+
+/* The API's bearer token, HMAC key and read token (each NULL when not
+ * given; caller frees), from their files or the environment: 0, or
+ * EXIT_USAGE after saying why. */
+static int serve_credentials(const serve_opts *o, char **token, char **hmac,
+                             char **read_token) {
+  if (serve_credential(o->token_file, "token file", "DAGRUN_API_TOKEN",
+                       token) != 0 ||
+      serve_credential(o->hmac_file, "HMAC secret file",
+                       "DAGRUN_API_HMAC_SECRET", hmac) != 0 ||
+      serve_credential(o->read_token_file, "read token file",
+                       "DAGRUN_API_READ_TOKEN", read_token) != 0)
+    return EXIT_USAGE;
   /* The runs this daemon starts inherit its environment: the API's
    * credentials must not reach their tasks (and their logs). */
   unsetenv("DAGRUN_API_TOKEN");
   unsetenv("DAGRUN_API_HMAC_SECRET");
+  unsetenv("DAGRUN_API_READ_TOKEN");
   if (!is_loopback(o->host) && !*token && !*hmac) {
     fprintf(stderr,
             "dagrun serve: refusing to listen on %s without "
             "--token-file or --hmac-secret-file\n",
+            o->host);
+    return EXIT_USAGE;
+  }
+  /* Off loopback, open GETs would show every run's logs, reports and
+   * params to the network. */
+  if (!is_loopback(o->host) && !*read_token) {
+    fprintf(stderr,
+            "dagrun serve: refusing to listen on %s without "
+            "--read-token-file: GETs would show every run's logs and "
+            "reports to the network\n",
             o->host);
     return EXIT_USAGE;
   }
@@ -1304,12 +1328,12 @@ static void server_free(server *s) {
 
 int serve_cmd_serve(int argc, char **argv) {
   server s = {0};
-  serve_opts o = {"127.0.0.1", NULL, NULL, NULL, 8470, 0, NULL, 0};
+  serve_opts o = {.host = "127.0.0.1", .port = 8470};
   o.allow_hosts = xcalloc((size_t)argc + 1, sizeof *o.allow_hosts);
   s.stop_runs = 1;
   s.paths = xcalloc((size_t)argc + 1, sizeof(char *));
   int code = EXIT_USAGE;
-  char *token = NULL, *hmac = NULL, *db_path = NULL;
+  char *token = NULL, *hmac = NULL, *read_token = NULL, *db_path = NULL;
   char self_exe[4096], err[1024];
   int lock_fd = -1;
   if (serve_parse_args(argc, argv, &o, &s) != 0)
@@ -1322,7 +1346,7 @@ int serve_cmd_serve(int argc, char **argv) {
             fake);
     goto out;
   }
-  if (serve_credentials(&o, &token, &hmac) != 0 ||
+  if (serve_credentials(&o, &token, &hmac, &read_token) != 0 ||
       cli_self_exe(self_exe, sizeof self_exe) != 0)
     goto out;
   s.runs_dir = abs_path(cli_runs_dir(o.runs_dir));
@@ -1338,6 +1362,7 @@ int serve_cmd_serve(int argc, char **argv) {
                     .port = (int)o.port,
                     .token = token,
                     .hmac_secret = hmac,
+                    .read_token = read_token,
                     .store_path = db_path,
                     .allow_hosts = o.allow_hosts,
                     .request_timeout = (double)o.request_timeout};
@@ -1350,5 +1375,6 @@ out:
   free(db_path);
   free(token);
   free(hmac);
+  free(read_token);
   return code;
 }

@@ -75,7 +75,7 @@ wait_until() {
 serve_port() {
   PORT=
   for _ in $(seq 100); do
-    PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$1")
+    PORT=$(sed -n 's|.*listening on http://[^ ]*:\([0-9][0-9]*\)/.*|\1|p' "$1")
     [ -n "$PORT" ] && return 0
     pid_alive "$2" || fail "serve exited: $(cat "$1")"
     sleep 0.1

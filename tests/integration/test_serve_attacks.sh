@@ -2,8 +2,9 @@
 # 23): secret files others can read or too short, a signed POST replayed
 # or sent to another endpoint (with the HMAC recipe of docs/serve.md run
 # as written), %00 and other control bytes in the path, a foreign Host
-# header (DNS rebinding), machine paths in error bodies, and 70 slow
-# connections from one address.
+# header (DNS rebinding), machine paths in error bodies, 70 slow
+# connections from one address; then off loopback: the read token GETs
+# need, the Host check on a wildcard and on an IPv6 address.
 . "$(dirname "$0")/lib.sh"
 export DAGRUN_HOME="$T/home"
 mkdir -p dags
@@ -80,7 +81,7 @@ for bad in ("%00", "%0a", "%1F", "%7f", "%0d%0aX:%20y"):
 st, body = get(f"/api/runs?dag=quick%00")
 assert st == 400, (st, body)
 # DNS rebinding: a page's own name pointed at 127.0.0.1.
-for host in ("evil.example", f"evil.example:{port}", "127.0.0.1:1", "127.0.0.2:%d" % port, ""):
+for host in ("evil.example", f"evil.example:{port}", "127.0.0.1:1", "127.0.0.2:%d" % port, "", None):
     st, body = get("/api/runs", host)
     assert st == 421 and "not a name of this server" in json.loads(body)["error"], (host, st, body)
 for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}", f"[::1]:{port}", "proxy.example", "proxy.example:443"):
@@ -152,5 +153,115 @@ P
 cat slow.out
 kill -TERM "$SERVE_PID"
 wait "$SERVE_PID" 2>/dev/null || true
+trap - EXIT
+
+# ---- off loopback: GETs need the read token; Host on a wildcard and on
+# an IPv6 address ----
+openssl rand -hex 32 > rtoken
+chmod 600 rtoken
+run_dagrun serve dags --host 0.0.0.0 --port 0 --no-cron --hmac-secret-file secret
+expect_rc 2
+expect_in "$T/err" "refusing to listen on 0.0.0.0 without --read-token-file"
+openssl rand -hex 32 > token
+chmod 600 token
+: >"$T/wild.log"
+DAGRUN_HOME="$T/home-wild" "$DAGRUN" serve dags --host 0.0.0.0 --port 0 \
+  --no-cron --token-file token --read-token-file rtoken >"$T/wild.log" 2>&1 &
+WILD_PID=$!
+trap 'kill "$WILD_PID" 2>/dev/null || true' EXIT
+serve_port "$T/wild.log" "$WILD_PID"
+cat > httpreq.py <<'P'
+import http.client, json, sys
+def req(addr, port, method, path, host, headers=(), body=None):
+    """status, body of one request to addr:port with that Host (None: no
+    Host header at all)."""
+    c = http.client.HTTPConnection(addr, port, timeout=10)
+    c.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+    if host is not None:
+        c.putheader("Host", host)
+    for k, v in headers:
+        c.putheader(k, v)
+    data = body.encode() if body is not None else None
+    if data is not None:
+        c.putheader("Content-Type", "application/json")
+        c.putheader("Content-Length", str(len(data)))
+    c.endheaders(data)
+    r = c.getresponse()
+    text = r.read().decode()
+    c.close()
+    return r.status, text
+P
+"$PY" - "$PORT" "$(cat token)" "$(cat rtoken)" <<'P' || fail "read token, wildcard Host: see above"
+import json, sys, time
+from httpreq import req
+port, tok, rtok = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+ip = f"10.1.2.3:{port}"  # any IP literal names a wildcard address
+def get(path, headers=(), host=ip):
+    return req("127.0.0.1", port, "GET", path, host, headers)
+bearer = lambda t: [("Authorization", "Bearer " + t)]
+# Open: the dashboard's page (it asks for the token), health, the API's
+# description.
+for path in ("/", "/api/health", "/api/openapi.json"):
+    st, body = get(path)
+    assert st == 200, (path, st, body[:200])
+st, body = req("127.0.0.1", port, "POST", "/api/dags/quick/runs", ip, bearer(tok), "{}")
+assert st == 201, (st, body)
+rid = json.loads(body)["run_id"]
+# The run is in the store once its dagrun run has started.
+for _ in range(100):
+    if rid in get("/api/runs", bearer(rtok))[1]:
+        break
+    time.sleep(0.1)
+paths = ["/api/runs", "/api/dags", "/api/dags/quick", f"/api/runs/{rid}",
+         f"/api/runs/{rid}/report", f"/api/runs/{rid}/tasks/a/log",
+         f"/api/runs/{rid}/metrics", f"/api/runs/{rid}/alerts"]
+for path in paths:
+    st, body = get(path)
+    assert st == 401 and "authentication required" in body and rid not in body, (path, st, body)
+    st, body = get(path, bearer("0" * 64))
+    assert st == 401 and "invalid read token" in body and rid not in body, (path, st, body)
+# The read token, the POST token, and the dashboard's cookie read.
+for auth in (bearer(rtok), bearer(tok), [("Cookie", "x=1; dagrun_token=" + rtok)]):
+    st, body = get("/api/runs", auth)
+    assert st == 200 and rid in body, (auth, st, body)
+    st, body = get(f"/api/runs/{rid}", auth)
+    assert st == 200 and rid in body, (auth, st, body)
+# The read token writes nothing.
+st, body = req("127.0.0.1", port, "POST", "/api/dags/quick/runs", ip, bearer(rtok), "{}")
+assert st == 401 and "invalid bearer token" in body, (st, body)
+st, body = get("/api/runs", bearer(rtok))
+assert len(json.loads(body)) == 1, body
+# Names cannot be rebound to a wildcard address, nor a request go
+# without Host.
+for host in (f"evil.example:{port}", f"localhost:{port}", f"10.1.2.3:1", None):
+    st, body = get("/api/health", host=host)
+    assert st == 421 and "not a name of this server" in body, (host, st, body)
+print("read token and wildcard Host: ok")
+P
+kill -TERM "$WILD_PID"
+wait "$WILD_PID" 2>/dev/null || true
+
+# IPv6 loopback: no read token needed there; its names and literals only.
+: >"$T/v6.log"
+DAGRUN_HOME="$T/home-v6" "$DAGRUN" serve dags --host ::1 --port 0 --no-cron \
+  >"$T/v6.log" 2>&1 &
+V6_PID=$!
+trap 'kill "$V6_PID" 2>/dev/null || true' EXIT
+serve_port "$T/v6.log" "$V6_PID"
+expect_in "$T/v6.log" "listening on http://[::1]:$PORT/"
+"$PY" - "$PORT" <<'P' || fail "IPv6 Host: see above"
+import sys
+from httpreq import req
+port = int(sys.argv[1])
+for host in (f"[::1]:{port}", f"127.0.0.1:{port}", f"localhost:{port}"):
+    st, body = req("::1", port, "GET", "/api/runs", host)
+    assert st == 200, (host, st, body)
+for host in (f"evil.example:{port}", f"[::2]:{port}", f"[::1]:1", f"[::1", None):
+    st, body = req("::1", port, "GET", "/api/runs", host)
+    assert st == 421 and "not a name of this server" in body, (host, st, body)
+print("IPv6 Host: ok")
+P
+kill -TERM "$V6_PID"
+wait "$V6_PID" 2>/dev/null || true
 trap - EXIT
 pass
