@@ -307,10 +307,13 @@ static size_t scan_task(const spec *s, prules *p, const spec_task *t,
         errors += scan_script(s, p, cmd->items[i], d);
     return errors;
   }
-  if (cmd->kind != YNODE_SEQ || cmd->n < 3 ||
-      cmd->items[0]->kind != YNODE_SCALAR || !is_shell(cmd->items[0]->str))
-    return 0;
-  for (size_t i = 1; i + 1 < cmd->n; i++) {
+  /* The shell may follow a wrapper: [env, A=b, sh, -c, ...], [timeout,
+   * 60, bash, -c, ...]. */
+  size_t j = 0;
+  while (cmd->kind == YNODE_SEQ && j < cmd->n &&
+         !(cmd->items[j]->kind == YNODE_SCALAR && is_shell(cmd->items[j]->str)))
+    j++;
+  for (size_t i = j + 1; cmd->kind == YNODE_SEQ && i + 1 < cmd->n; i++) {
     const ynode *a = cmd->items[i];
     if (a->kind != YNODE_SCALAR || a->str[0] != '-' || a->str[1] == '-')
       return 0;
@@ -456,28 +459,24 @@ static int check_rule(const prule *r, const cJSON *v, const char *text,
   return 0;
 }
 
-/* Whether text stays inside quoting q where it lands. */
-static int keeps_quoting(const char *text, shq q) {
-  if (q == SHQ_SINGLE)
-    return strchr(text, '\'') == NULL;
-  if (q == SHQ_DOUBLE)
-    return strpbrk(text, "\"$`\\") == NULL;
-  return all_bare_safe(text);
-}
-
-/* A value from outside against the shell scripts it lands in. */
+/* A value from outside against the shell scripts it lands in raw: only a
+ * plain word is let through, whatever the quotes around it. Reading the
+ * quotes would let more through ("a b" inside "..."), but a script may
+ * hand the text on to what parses it again (eval, $(...), a heredoc, ssh,
+ * python -c), and a plain word is the same text to all of them. */
 static int check_shell(const spec *s, const char *name, const char *text,
                        char *err, size_t errlen) {
   const prules *p = s->rules;
   for (size_t i = 0; p && i < p->nu; i++) {
     const shell_use *u = &p->u[i];
-    if (strcmp(u->name, name) != 0 || keeps_quoting(text, u->q))
+    if (strcmp(u->name, name) != 0 || all_bare_safe(text))
       continue;
     int line, col;
     tmpl_position(u->v, u->off, &line, &col);
     snprintf(err, errlen,
-             "param '%s': refused: the value would change the shell script "
-             "it lands in %s at %s:%d:%d; quote it there with "
+             "param '%s': refused: it lands raw (%s) in the shell script at "
+             "%s:%d:%d, and a value for it from outside may hold only "
+             "letters, digits and _.,:/=+@%%-; quote it there with "
              "${params.%s|sh}, or declare its type, enum or pattern under "
              "param_schema",
              name, shq_names[u->q], s->path, line, col, name);
@@ -527,9 +526,9 @@ size_t prules_warn(const spec *s, FILE *f) {
     int line, col;
     tmpl_position(u->v, u->off, &line, &col);
     fprintf(f,
-            "%s:%d:%d: warning: ${params.%s} lands %s in a shell script: a "
-            "value given with -p or the API is refused if it could change "
-            "the script; write ${params.%s|sh} to pass any value as one "
+            "%s:%d:%d: warning: ${params.%s} lands raw (%s) in a shell "
+            "script: a value given with -p or the API is refused unless it "
+            "is a plain word; write ${params.%s|sh} to pass any value as one "
             "quoted word, or declare the param's type, enum or pattern "
             "under param_schema\n",
             s->path, line, col, u->name, shq_names[u->q], u->name);

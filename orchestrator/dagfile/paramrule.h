@@ -22,7 +22,9 @@
  * (type int, float or bool; an enum whose words hold no shell
  * metacharacters; a pattern that refuses the usual injections), `dagrun
  * check` warns at each such place, and a value from outside (-p, the API)
- * that could leave the quoting it lands in is refused. The DAG's own
+ * that is not a plain word (letters, digits, _.,:/=+@%-) is refused: the
+ * quotes around the place are read for messages only, since the script
+ * may hand the text to something that parses it again. The DAG's own
  * defaults are the author's and are not refused.
  * Single-threaded.
  */
@@ -52,8 +54,8 @@ int prules_from_text(const spec *s, const char *name, const char *text,
                      cJSON **out, char *err, size_t errlen);
 
 /* Checks value v of param name against its declaration. outside: v comes
- * from `-p` or the API and must also keep to the quoting of every shell
- * script it lands in unquoted (unless the param is declared safe). 0, or
+ * from `-p` or the API and must also be a plain word where it lands raw
+ * in a shell script (unless the param is declared safe). 0, or
  * DR_EINVAL with a message naming the param and the rule in err. */
 int prules_check(const spec *s, const char *name, const cJSON *v,
                  int outside, char *err, size_t errlen);

@@ -24,18 +24,35 @@ Y
 # ---- check warns at the place the param lands raw ----
 run_dagrun check dags/quick.yaml
 expect_rc 0
-expect_in "$T/err" 'dags/quick.yaml:4:60: warning: ${params.msg} lands inside "..." in a shell script'
+expect_in "$T/err" 'dags/quick.yaml:4:60: warning: ${params.msg} lands raw (inside "...") in a shell script'
 
 # ---- the injection with -p: refused, nothing run ----
 run_dagrun run dags/quick.yaml -p "msg=$INJ"
 expect_rc 2
-expect_in "$T/err" "param 'msg': refused: the value would change the shell script it lands in inside \"...\" at dags/quick.yaml:4:60"
+expect_in "$T/err" "param 'msg': refused: it lands raw (inside \"...\") in the shell script at dags/quick.yaml:4:60"
 no_injection
 [ -z "$(ls -A "$DAGRUN_RUNS_DIR/quick" 2>/dev/null)" ] || fail "a refused run made a run directory"
-# a value that stays inside the quotes still runs
-run_dagrun run dags/quick.yaml -q -p "msg=hello world; it's fine"
+# only a plain word passes, whatever the quotes: "..." may be inside $(...)
+run_dagrun run dags/quick.yaml -p "msg=hello world"
+expect_rc 2
+expect_in "$T/err" "may hold only letters, digits and _.,:/=+@%-"
+run_dagrun run dags/quick.yaml -q -p "msg=hello-world_1.2"
 expect_rc 0
-expect_in "$(run_dir quick)/say/attempt-1/log" "quick hello world; it's fine"
+expect_in "$(run_dir quick)/say/attempt-1/log" "quick hello-world_1.2"
+# behind a wrapper, inside $(...) inside "...": still found, still refused
+cat > dags/wrapped.yaml <<'Y'
+dag: wrapped
+params: {msg: hi}
+tasks:
+  say: {stage: exec, with: {command: [env, A=1, sh, -ec, 'echo "$(echo ${params.msg})"']}}
+Y
+run_dagrun check dags/wrapped.yaml
+expect_rc 0
+expect_in "$T/err" 'dags/wrapped.yaml:4:72: warning: ${params.msg} lands raw'
+run_dagrun run dags/wrapped.yaml -p "msg=a; id > INJECTED"
+expect_rc 2
+expect_in "$T/err" "param 'msg': refused"
+no_injection
 
 # ---- |sh: any value, printed as it is ----
 cat > dags/quoted.yaml <<'Y'
