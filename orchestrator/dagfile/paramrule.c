@@ -45,16 +45,18 @@ struct prules {
   size_t nu;
 };
 
-static const char *const rule_keys[] = {"type", "enum", "pattern", "min",
-                                        "max",  NULL};
+static const char *const rule_keys[] = {"type", "enum", "pattern",
+                                        "min",  "max",  NULL};
 static const char *const type_names[] = {"string", "int", "float", "bool",
                                          NULL};
 
 /* Values a pattern must refuse to count as shell-safe: each would run a
  * command from some quoting (bare, '...' or "..."). */
-static const char *const injections[] = {
-    "x'; id; '", "x\"; id; echo \"", "$(id)", "`id`", "a;id",
-    "a|id",      "a&id",             "a\nid", "a b",  NULL};
+static const char *const injections[] = {"x'; id; '", "x\"; id; echo \"",
+                                         "$(id)",     "`id`",
+                                         "a;id",      "a|id",
+                                         "a&id",      "a\nid",
+                                         "a b",       NULL};
 
 /* Characters a word may hold and stay one plain word in sh. */
 static int bare_safe(char ch) {
@@ -127,9 +129,8 @@ static size_t parse_rule_key(const spec *s, prule *r, const ynode *k,
               "values",
               r->name);
   } else if (strcmp(k->str, "pattern") == 0) {
-    int rc = v->kind == YNODE_SCALAR
-                 ? regcomp(&r->re, v->str, REG_EXTENDED)
-                 : REG_BADPAT;
+    int rc = v->kind == YNODE_SCALAR ? regcomp(&r->re, v->str, REG_EXTENDED)
+                                     : REG_BADPAT;
     if (rc == 0) {
       r->has_re = 1;
       r->pattern = v;
@@ -199,8 +200,8 @@ static size_t parse_rule(spec *s, prules *p, const ynode *k, const ynode *v,
   size_t errors = 0;
   for (size_t i = 0; i < v->n; i++) {
     const ynode *rk = v->items[2 * i];
-    const char *m = rk->kind == YNODE_SCALAR ? closest_match(rk->str, rule_keys)
-                                             : NULL;
+    const char *m =
+        rk->kind == YNODE_SCALAR ? closest_match(rk->str, rule_keys) : NULL;
     if (rk->kind != YNODE_SCALAR || !m || strcmp(m, rk->str) != 0) {
       diags_add(d, f, rk->line, rk->col,
                 "param_schema '%s': unknown key '%s'; expected type, enum, "
@@ -224,8 +225,7 @@ static size_t parse_rule(spec *s, prules *p, const ynode *k, const ynode *v,
  * sh reads around it. A `|sh` form inside quotes is an error: its quoted
  * word would be read inside them, where its quotes mean nothing. Returns
  * the number of diagnostics added to d. */
-static size_t scan_script(const spec *sp, prules *p, const ynode *v,
-                          diags *d) {
+static size_t scan_script(const spec *sp, prules *p, const ynode *v, diags *d) {
   size_t errors = 0;
   const char *s = v->str;
   shq q = SHQ_BARE;
@@ -384,8 +384,8 @@ int prules_from_text(const spec *s, const char *name, const char *text,
     *out = cJSON_CreateNumber(x);
   if (*out)
     return 1;
-  snprintf(err, errlen, "param '%s' is declared type: %s; '%s' is not %s",
-           name, type_names[r->type - 1], text,
+  snprintf(err, errlen, "param '%s' is declared type: %s; '%s' is not %s", name,
+           type_names[r->type - 1], text,
            r->type == PT_INT     ? "an integer"
            : r->type == PT_FLOAT ? "a number"
                                  : "true or false");
@@ -408,8 +408,7 @@ static int in_enum(const prule *r, const cJSON *v, const char *text) {
 /* The type rule; text is v's scalar text. 0 or DR_EINVAL. */
 static int check_type(const prule *r, const cJSON *v, char *err,
                       size_t errlen) {
-  int ok = r->type == PT_ANY ||
-           (r->type == PT_STRING && cJSON_IsString(v)) ||
+  int ok = r->type == PT_ANY || (r->type == PT_STRING && cJSON_IsString(v)) ||
            (r->type == PT_BOOL && cJSON_IsBool(v)) ||
            (r->type == PT_FLOAT && cJSON_IsNumber(v)) ||
            (r->type == PT_INT && cJSON_IsNumber(v) &&
@@ -452,8 +451,8 @@ static int check_rule(const prule *r, const cJSON *v, const char *text,
       snprintf(lo, sizeof lo, " >= %g", r->min);
     if (r->has_max)
       snprintf(hi, sizeof hi, "%s <= %g", r->has_min ? " and" : "", r->max);
-    snprintf(err, errlen, "param '%s': '%s' is not a number%s%s", r->name,
-             text, lo, hi);
+    snprintf(err, errlen, "param '%s': '%s' is not a number%s%s", r->name, text,
+             lo, hi);
     return DR_EINVAL;
   }
   return 0;
@@ -485,8 +484,8 @@ static int check_shell(const spec *s, const char *name, const char *text,
   return 0;
 }
 
-int prules_check(const spec *s, const char *name, const cJSON *v,
-                 int outside, char *err, size_t errlen) {
+int prules_check(const spec *s, const char *name, const cJSON *v, int outside,
+                 char *err, size_t errlen) {
   const prule *r = find_rule(s->rules, name);
   char *text = tmpl_scalar_text(v);
   if (!text)

@@ -57,8 +57,8 @@ int prules_from_text(const spec *s, const char *name, const char *text,
  * from `-p` or the API and must also be a plain word where it lands raw
  * in a shell script (unless the param is declared safe). 0, or
  * DR_EINVAL with a message naming the param and the rule in err. */
-int prules_check(const spec *s, const char *name, const cJSON *v,
-                 int outside, char *err, size_t errlen);
+int prules_check(const spec *s, const char *name, const cJSON *v, int outside,
+                 char *err, size_t errlen);
 
 /* Checks the resolved defaults in params against the declarations, with
  * diagnostics at the default's file:line:col. Returns their number. */

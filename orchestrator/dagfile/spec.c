@@ -18,10 +18,10 @@
 #include <string.h>
 
 static const char *const top_keys[] = {
-    "dag",     "description", "params",   "defaults", "max_parallel",
-    "pools",   "tasks",       "schedule", "timezone", "catchup",
-    "overlap", "alerts",      "secrets",  "max_active_runs", "param_schema",
-    NULL};
+    "dag",          "description",     "params",       "defaults",
+    "max_parallel", "pools",           "tasks",        "schedule",
+    "timezone",     "catchup",         "overlap",      "alerts",
+    "secrets",      "max_active_runs", "param_schema", NULL};
 
 /* A task's keys; the ones from "retries" on are settings that `defaults`
  * may also give. */

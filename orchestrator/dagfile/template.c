@@ -462,8 +462,8 @@ static int resolve_task_ref(rctx *r, const ref *f, cJSON **out) {
 /* Resolves the reference x[0..n) (the text between "${" and "}", spaces
  * trimmed, no filter) found at offset off of scalar v. Returns 0 with *out,
  * DR_EDEFERRED, or DR_ETEMPLATE after a diagnostic. */
-static int resolve_plain_ref(rctx *r, const ynode *v, size_t off,
-                             const char *x, size_t n, cJSON **out) {
+static int resolve_plain_ref(rctx *r, const ynode *v, size_t off, const char *x,
+                             size_t n, cJSON **out) {
   const ref f = {v, off, x, n};
   *out = NULL;
   if (has_prefix(x, n, "params."))
@@ -531,8 +531,8 @@ static int resolve_ref(rctx *r, const ynode *v, size_t off, const char *x,
   cJSON_Delete(*out);
   *out = NULL;
   if (!text) {
-    terr(r, v, off, "${%.*s} is a list or a map: |sh quotes one value",
-         (int)n, x);
+    terr(r, v, off, "${%.*s} is a list or a map: |sh quotes one value", (int)n,
+         x);
     return DR_ETEMPLATE;
   }
   char *q = tmpl_sh_quote(text);

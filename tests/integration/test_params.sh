@@ -14,13 +14,13 @@ no_injection() {
   [ -z "$(find "$T" -name INJECTED)" ] || fail "the injection ran: $(find "$T" -name INJECTED)"
 }
 
+# msg_dag NAME COMMAND: dags/NAME.yaml, one exec task "say" running
+# COMMAND (YAML flow list, on line 4) with the one param msg.
+msg_dag() {
+  printf 'dag: %s\nparams: {msg: hi}\ntasks:\n  say: {stage: exec, with: {command: %s}}\n' "$1" "$2" > "dags/$1.yaml"
+}
 mkdir dags
-cat > dags/quick.yaml <<'Y'
-dag: quick
-params: {msg: hi}
-tasks:
-  say: {stage: exec, with: {command: [sh, -c, 'echo "quick ${params.msg}"']}}
-Y
+msg_dag quick "[sh, -c, 'echo \"quick \${params.msg}\"']"
 # ---- check warns at the place the param lands raw ----
 run_dagrun check dags/quick.yaml
 expect_rc 0
@@ -40,12 +40,7 @@ run_dagrun run dags/quick.yaml -q -p "msg=hello-world_1.2"
 expect_rc 0
 expect_in "$(run_dir quick)/say/attempt-1/log" "quick hello-world_1.2"
 # behind a wrapper, inside $(...) inside "...": still found, still refused
-cat > dags/wrapped.yaml <<'Y'
-dag: wrapped
-params: {msg: hi}
-tasks:
-  say: {stage: exec, with: {command: [env, A=1, sh, -ec, 'echo "$(echo ${params.msg})"']}}
-Y
+msg_dag wrapped "[env, A=1, sh, -ec, 'echo \"\$(echo \${params.msg})\"']"
 run_dagrun check dags/wrapped.yaml
 expect_rc 0
 expect_in "$T/err" 'dags/wrapped.yaml:4:72: warning: ${params.msg} lands raw'
@@ -55,12 +50,7 @@ expect_in "$T/err" "param 'msg': refused"
 no_injection
 
 # ---- |sh: any value, printed as it is ----
-cat > dags/quoted.yaml <<'Y'
-dag: quoted
-params: {msg: hi}
-tasks:
-  say: {stage: exec, with: {command: [sh, -c, 'printf "<%s>\n" ${params.msg|sh}']}}
-Y
+msg_dag quoted "[sh, -c, 'printf \"<%s>\\\\n\" \${params.msg|sh}']"
 run_dagrun check dags/quoted.yaml
 expect_rc 0
 expect_not_in "$T/err" warning

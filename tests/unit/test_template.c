@@ -389,12 +389,11 @@ static void test_sh_filter(void) {
   CHECK_INT(tmpl_resolve(&e, SIZE_MAX, v->items[2], &out, &d), DR_ETEMPLATE);
   CHECK_INT(tmpl_resolve(&e, SIZE_MAX, v->items[3], &out, &d), DR_ETEMPLATE);
   char *errs = all_diags(&d);
-  CHECK_STR(errs,
-            "q.yaml:4:48: error: ${params.l|sh} is a list or a map: |sh "
-            "quotes one value\n"
-            "q.yaml:4:66: error: unknown filter 'quote' in "
-            "${params.m|quote}: the one filter is |sh (the value as one "
-            "quoted shell word)\n");
+  CHECK_STR(errs, "q.yaml:4:48: error: ${params.l|sh} is a list or a map: |sh "
+                  "quotes one value\n"
+                  "q.yaml:4:66: error: unknown filter 'quote' in "
+                  "${params.m|quote}: the one filter is |sh (the value as one "
+                  "quoted shell word)\n");
   free(errs);
   cJSON_Delete(params);
   diags_free(&d);
