@@ -51,12 +51,13 @@ static const char *const type_names[] = {"string", "int", "float", "bool",
                                          NULL};
 
 /* Values a pattern must refuse to count as shell-safe: each would run a
- * command from some quoting (bare, '...' or "..."). */
+ * command from some quoting (bare, '...' or "..."). Spaces are not among
+ * them: a pattern that lets them through does so on purpose. */
 static const char *const injections[] = {"x'; id; '", "x\"; id; echo \"",
                                          "$(id)",     "`id`",
                                          "a;id",      "a|id",
                                          "a&id",      "a\nid",
-                                         "a b",       NULL};
+                                         NULL};
 
 /* Characters a word may hold and stay one plain word in sh. */
 static int bare_safe(char ch) {
@@ -202,6 +203,15 @@ static size_t parse_rule(spec *s, prules *p, const ynode *k, const ynode *v,
     const ynode *rk = v->items[2 * i];
     const char *m =
         rk->kind == YNODE_SCALAR ? closest_match(rk->str, rule_keys) : NULL;
+    int twice = 0;
+    for (size_t j = 0; j < i && rk->kind == YNODE_SCALAR; j++)
+      twice |= strcmp(v->items[2 * j]->str, rk->str) == 0;
+    if (twice) {
+      diags_add(d, f, rk->line, rk->col,
+                "param_schema '%s': '%s' is given twice", k->str, rk->str);
+      errors++;
+      continue;
+    }
     if (rk->kind != YNODE_SCALAR || !m || strcmp(m, rk->str) != 0) {
       diags_add(d, f, rk->line, rk->col,
                 "param_schema '%s': unknown key '%s'; expected type, enum, "
@@ -366,6 +376,16 @@ void prules_destroy(prules *p) {
   free(p);
 }
 
+/* "param 'NAME' is declared type: int; 'TEXT' is not an integer" */
+static int type_error(const char *name, ptype t, const char *text, char *err,
+                      size_t errlen) {
+  static const char *const what[] = {"a string", "an integer", "a number",
+                                     "true or false"};
+  snprintf(err, errlen, "param '%s' is declared type: %s; '%s' is not %s", name,
+           type_names[t - 1], text, what[t - 1]);
+  return DR_EINVAL;
+}
+
 int prules_from_text(const spec *s, const char *name, const char *text,
                      cJSON **out, char *err, size_t errlen) {
   const prule *r = find_rule(s->rules, name);
@@ -384,12 +404,7 @@ int prules_from_text(const spec *s, const char *name, const char *text,
     *out = cJSON_CreateNumber(x);
   if (*out)
     return 1;
-  snprintf(err, errlen, "param '%s' is declared type: %s; '%s' is not %s", name,
-           type_names[r->type - 1], text,
-           r->type == PT_INT     ? "an integer"
-           : r->type == PT_FLOAT ? "a number"
-                                 : "true or false");
-  return DR_EINVAL;
+  return type_error(name, r->type, text, err, errlen);
 }
 
 /* Whether v is one of r's enum values: numbers compare as numbers. */
@@ -406,24 +421,20 @@ static int in_enum(const prule *r, const cJSON *v, const char *text) {
 }
 
 /* The type rule; text is v's scalar text. 0 or DR_EINVAL. */
-static int check_type(const prule *r, const cJSON *v, char *err,
-                      size_t errlen) {
+static int check_type(const prule *r, const cJSON *v, const char *text,
+                      char *err, size_t errlen) {
   int ok = r->type == PT_ANY || (r->type == PT_STRING && cJSON_IsString(v)) ||
            (r->type == PT_BOOL && cJSON_IsBool(v)) ||
            (r->type == PT_FLOAT && cJSON_IsNumber(v)) ||
            (r->type == PT_INT && cJSON_IsNumber(v) &&
             v->valuedouble == floor(v->valuedouble));
-  if (ok)
-    return 0;
-  snprintf(err, errlen, "param '%s' is declared type: %s; its value is not",
-           r->name, type_names[r->type - 1]);
-  return DR_EINVAL;
+  return ok ? 0 : type_error(r->name, r->type, text, err, errlen);
 }
 
 /* Every rule of r against v (whose scalar text is text). */
 static int check_rule(const prule *r, const cJSON *v, const char *text,
                       char *err, size_t errlen) {
-  int rc = check_type(r, v, err, errlen);
+  int rc = check_type(r, v, text, err, errlen);
   if (rc != 0)
     return rc;
   if (r->enums && !in_enum(r, v, text)) {

@@ -137,6 +137,63 @@ tasks:
 Y
 check_error b8.yaml "b8.yaml:4:44: error: unknown filter 'quote' in \${params.msg|quote}"
 
+# schema_dag FILE SCHEMA_LINE...: dags whose param_schema (from line 4 on)
+# has the lines given, param n defaulting to x.
+schema_dag() {
+  local f=$1
+  shift
+  { printf 'dag: b\nparams: {n: x}\nparam_schema:\n'; printf '%s\n' "$@"
+    printf 'tasks:\n  t: {stage: exec, with: {command: [echo]}}\n'; } > "$f"
+}
+schema_dag c1.yaml '  n: int'
+check_error c1.yaml "c1.yaml:4:6: error: param_schema 'n': expected a map of type, enum, pattern, min, max"
+schema_dag c2.yaml '  n: {min: a}'
+check_error c2.yaml "c2.yaml:4:12: error: param_schema 'n': 'min' must be a number"
+schema_dag c3.yaml '  n: {pattern: [a]}'
+check_error c3.yaml "c3.yaml:4:16: error: param_schema 'n': bad 'pattern' (a POSIX extended regex): not a string"
+schema_dag c4.yaml '  n: {type: int, type: string}'
+check_error c4.yaml "c4.yaml:4:18: error: param_schema 'n': 'type' is given twice"
+schema_dag c5.yaml '  n: {type: string}' '  n: {type: int}'
+check_error c5.yaml "c5.yaml:5:3: error: param_schema: 'n' is given twice"
+schema_dag c6.yaml '  n: {type: int}'
+check_error c6.yaml "c6.yaml:2:13: error: default of param 'n' is declared type: int; 'x' is not an integer"
+schema_dag c7.yaml '  n: {max: 3}'
+check_error c7.yaml "c7.yaml:2:13: error: default of param 'n': 'x' is not a number <= 3"
+printf 'dag: b\nparams: {n: x}\nparam_schema: 5\ntasks:\n  t: {stage: exec, with: {command: [echo]}}\n' > c8.yaml
+check_error c8.yaml "c8.yaml:3:15: error: 'param_schema': expected a map of param names"
+msg_dag c9 "['echo \"\${params.msg|sh}\"'], shell: true"
+mv dags/c9.yaml .
+check_error c9.yaml "c9.yaml:4:46: error: \${params.msg|sh} is inside \"...\" in the shell script"
+
+# ---- what counts as declared safe: no warning, and the declaration decides ----
+declared() { # declared NAME SCHEMA: the quick DAG with msg declared as SCHEMA
+  { sed 's/^tasks:$/param_schema: {msg: '"$2"'}\ntasks:/' dags/quick.yaml; } > "dags/$1.yaml"
+  sed -i "s/^dag: quick/dag: $1/" "dags/$1.yaml"
+}
+declared words '{pattern: "[a-z ]+"}'
+run_dagrun check dags/words.yaml
+expect_rc 0
+expect_not_in "$T/err" warning
+run_dagrun run dags/words.yaml -q -p "msg=hello world"
+expect_rc 0
+expect_in "$(run_dir words)/say/attempt-1/log" "quick hello world"
+declared loose '{pattern: ".*"}'
+run_dagrun check dags/loose.yaml
+expect_rc 0
+expect_in "$T/err" 'dags/loose.yaml:5:60: warning: ${params.msg} lands raw'
+run_dagrun run dags/loose.yaml -p "msg=$INJ"
+expect_rc 2
+expect_in "$T/err" "param 'msg': refused"
+declared spaced '{enum: [hi, "a b"]}'
+run_dagrun check dags/spaced.yaml
+expect_rc 0
+expect_in "$T/err" 'dags/spaced.yaml:5:60: warning: ${params.msg} lands raw'
+declared counted '{type: int}'
+run_dagrun check dags/counted.yaml
+expect_rc 2
+expect_in "$T/err" "default of param 'msg' is declared type: int; 'hi' is not an integer"
+no_injection
+
 # ---- serve's API: refused with 400 and no run; |sh runs it as text ----
 echo "params-token-0123456789" > token
 chmod 600 token
@@ -163,16 +220,17 @@ except urllib.error.HTTPError as e:
 P
 }
 JINJ='{"params":{"msg":"x\"; id > INJECTED; echo \""}}'
-out=$(post quick "$JINJ")
-case "$out" in "400 "*"param 'msg': refused"*) ;; *) fail "API injection: $out" ;; esac
-out=$(post typed '{"params":{"n":11}}')
-case "$out" in "400 "*"is not a number >= 1 and <= 10"*) ;; *) fail "API max: $out" ;; esac
-out=$(post typed '{"params":{"size":"huge"}}')
-case "$out" in "400 "*"is not one of its enum"*) ;; *) fail "API enum: $out" ;; esac
-out=$(post typed '{"params":{"name":"ab c"}}')
-case "$out" in "400 "*"does not match its pattern"*) ;; *) fail "API pattern: $out" ;; esac
-out=$(post typed '{"params":{"n":"3.5"}}')
-case "$out" in "400 "*"declared type: int"*) ;; *) fail "API type: $out" ;; esac
+refused() { # refused DAG BODY TEXT: a 400 whose message holds TEXT
+  local out
+  out=$(post "$1" "$2")
+  case "$out" in "400 "*"$3"*) ;; *) fail "POST $2 to $1: $out, expected 400 with $3" ;; esac
+}
+refused quick "$JINJ" "param 'msg': refused"
+refused typed '{"params":{"n":11}}' "is not a number >= 1 and <= 10"
+refused typed '{"params":{"size":"huge"}}' "is not one of its enum"
+refused typed '{"params":{"name":"ab c"}}' "does not match its pattern"
+refused typed '{"params":{"n":"3.5"}}' "declared type: int"
+refused typed '{"params":{"on":"yes"}}' "declared type: bool; 'yes' is not true or false"
 [ -z "$(ls -A "$DAGRUN_RUNS_DIR"/quick "$DAGRUN_RUNS_DIR"/typed 2>/dev/null)" ] ||
   fail "refused API triggers made runs: $(ls -R "$DAGRUN_RUNS_DIR")"
 out=$(post quoted "$JINJ")
