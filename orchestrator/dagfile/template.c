@@ -506,7 +506,14 @@ char *tmpl_sh_quote(const char *s) {
  * "REF|sh", REF's value as one POSIX shell word (a string). */
 static int resolve_ref(rctx *r, const ynode *v, size_t off, const char *x,
                        size_t n, cJSON **out) {
-  const char *bar = memchr(x, '|', n);
+  const char *bar = NULL;
+  for (const char *p = x; p < x + n; p++)
+    bar = *p == '|' ? p : bar;
+  /* In ${env:NAME:-default}, a '|' belongs to the default (it did before
+   * filters existed) unless what follows it is the filter sh. */
+  if (bar && has_prefix(x, n, "env:") && memmem(x, n, ":-", 2) &&
+      !(n - (size_t)(bar - x) == 3 && memcmp(bar, "|sh", 3) == 0))
+    bar = NULL;
   if (!bar)
     return resolve_plain_ref(r, v, off, x, n, out);
   const char *f = bar + 1;

@@ -367,7 +367,9 @@ static void test_sh_filter(void) {
                      "params: {m: \"it's\", n: 4, l: [a]}\n"
                      "tasks: {t: {stage: x}}\n"
                      "v: [\"${params.m|sh}\", \"x ${ params.n | sh }\", "
-                     "\"${params.l|sh}\", \"${params.m|quote}\"]\n";
+                     "\"${params.l|sh}\", \"${params.m|quote}\", "
+                     "\"${env:TEST_TMPL_UNSET:-a|b}\", "
+                     "\"${env:TEST_TMPL_UNSET:-a|b|sh}\"]\n";
   diags d = {0};
   spec *s;
   ynode *root;
@@ -384,6 +386,13 @@ static void test_sh_filter(void) {
   cJSON_Delete(out);
   CHECK_INT(tmpl_resolve(&e, SIZE_MAX, v->items[1], &out, &d), 0);
   CHECK_STR(out->valuestring, "x '4'");
+  cJSON_Delete(out);
+  /* A '|' in an env default stays the default's, but for a final |sh. */
+  CHECK_INT(tmpl_resolve(&e, SIZE_MAX, v->items[4], &out, &d), 0);
+  CHECK_STR(out->valuestring, "a|b");
+  cJSON_Delete(out);
+  CHECK_INT(tmpl_resolve(&e, SIZE_MAX, v->items[5], &out, &d), 0);
+  CHECK_STR(out->valuestring, "'a|b'");
   cJSON_Delete(out);
   CHECK_INT(d.n, 0);
   CHECK_INT(tmpl_resolve(&e, SIZE_MAX, v->items[2], &out, &d), DR_ETEMPLATE);
