@@ -31,6 +31,7 @@
 #include "base/cron.h"
 #include "base/util.h"
 #include "dagfile/graph.h"
+#include "dagfile/paramrule.h"
 #include "dagfile/spec.h"
 #include "dagfile/template.h"
 #include "host/catalog.h"
@@ -276,8 +277,10 @@ static int command_run(const command *c, int argc, char **argv) {
 static int load_checked(const char *path, spec **sp, checked **ck) {
   diags d = {0};
   int rc = check_load(path, sp, ck, &d);
-  if (rc == 0)
+  if (rc == 0) {
     secrets_warn(*sp, (*ck)->params, stderr);
+    (void)prules_warn(*sp, stderr);
+  }
   if (d.n) {
     diags_print(&d, stderr);
     fprintf(stderr, "%s: %zu error%s\n", path, d.n, d.n == 1 ? "" : "s");

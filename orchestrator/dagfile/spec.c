@@ -8,6 +8,7 @@
 #include "base/cron.h"
 #include "dag.h"
 #include "lib/fileio.h"
+#include "paramrule.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,9 +18,10 @@
 #include <string.h>
 
 static const char *const top_keys[] = {
-    "dag",     "description", "params",   "defaults", "max_parallel",
-    "pools",   "tasks",       "schedule", "timezone", "catchup",
-    "overlap", "alerts",      "secrets",  "max_active_runs", NULL};
+    "dag",          "description",     "params",       "defaults",
+    "max_parallel", "pools",           "tasks",        "schedule",
+    "timezone",     "catchup",         "overlap",      "alerts",
+    "secrets",      "max_active_runs", "param_schema", NULL};
 
 /* A task's keys; the ones from "retries" on are settings that `defaults`
  * may also give. */
@@ -1093,6 +1095,7 @@ static void parse_root(ctx *c) {
   else
     parse_tasks(c, v, &def);
   free(def.retry.on);
+  c->errors += prules_compile(s, ynode_get(root, "param_schema"), c->d);
 }
 
 int spec_parse(const char *name, const char *text, size_t len, spec **out,
@@ -1148,6 +1151,7 @@ void spec_free(spec *s) {
     free(s->secrets[i]);
   free(s->secrets);
   free(s->secret_nodes);
+  prules_destroy(s->rules);
   strmap_free(&s->task_index);
   dag_reach_destroy(s->reach);
   ynode_free(s->root);

@@ -138,6 +138,9 @@ typedef struct spec {
   char **secrets;
   const ynode **secret_nodes;
   size_t n_secrets;
+  /* `param_schema:` compiled and the params' places in shell scripts
+   * (paramrule.h); never NULL after spec_parse's parse_root ran. */
+  struct prules *rules;
   /* The cron trigger, valid when schedule is (a scalar whose expression
    * cron_parse accepts). */
   char *timezone;       /* IANA name; NULL = UTC */

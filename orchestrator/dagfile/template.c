@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "dag.h"
+#include "paramrule.h"
 
 /* Above this many tasks, "did you mean" for an unknown task searches only
  * the task's own needs instead of every name. */
@@ -27,9 +28,7 @@ typedef struct rctx {
   int errors, deferred;
 } rctx;
 
-/* Where "${" starts inside a scalar: exact when the scalar is on one line
- * and written plain or quoted (escapes aside), the node otherwise. */
-static void position(const ynode *v, size_t off, int *line, int *col) {
+void tmpl_position(const ynode *v, size_t off, int *line, int *col) {
   *line = v->line;
   *col = v->col;
   if (!v->oneline || v->style == YSTYLE_LITERAL || v->style == YSTYLE_FOLDED)
@@ -45,7 +44,7 @@ static void terr(rctx *r, const ynode *v, size_t off, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void terr(rctx *r, const ynode *v, size_t off, const char *fmt, ...) {
   int line, col;
-  position(v, off, &line, &col);
+  tmpl_position(v, off, &line, &col);
   va_list ap;
   va_start(ap, fmt);
   diags_vadd(r->d, r->e->s->path, line, col, fmt, ap);
@@ -461,10 +460,10 @@ static int resolve_task_ref(rctx *r, const ref *f, cJSON **out) {
 }
 
 /* Resolves the reference x[0..n) (the text between "${" and "}", spaces
- * trimmed) found at offset off of scalar v. Returns 0 with *out,
+ * trimmed, no filter) found at offset off of scalar v. Returns 0 with *out,
  * DR_EDEFERRED, or DR_ETEMPLATE after a diagnostic. */
-static int resolve_ref(rctx *r, const ynode *v, size_t off, const char *x,
-                       size_t n, cJSON **out) {
+static int resolve_plain_ref(rctx *r, const ynode *v, size_t off, const char *x,
+                             size_t n, cJSON **out) {
   const ref f = {v, off, x, n};
   *out = NULL;
   if (has_prefix(x, n, "params."))
@@ -488,6 +487,66 @@ static int resolve_ref(rctx *r, const ynode *v, size_t off, const char *x,
        "unknown reference ${%.*s}: expected %s (write $${ for a literal ${)",
        (int)n, x, ref_forms);
   return DR_ETEMPLATE;
+}
+
+char *tmpl_sh_quote(const char *s) {
+  sbuf b = {0};
+  sbuf_putc(&b, '\'');
+  for (; *s; s++) {
+    if (*s == '\'')
+      sbuf_puts(&b, "'\\''");
+    else
+      sbuf_putc(&b, *s);
+  }
+  sbuf_putc(&b, '\'');
+  return sbuf_take(&b);
+}
+
+/* A reference with its filter: x[0..n) as resolve_plain_ref takes it, or
+ * "REF|sh", REF's value as one POSIX shell word (a string). */
+static int resolve_ref(rctx *r, const ynode *v, size_t off, const char *x,
+                       size_t n, cJSON **out) {
+  const char *bar = NULL;
+  for (const char *p = x; p < x + n; p++)
+    bar = *p == '|' ? p : bar;
+  /* In ${env:NAME:-default}, a '|' belongs to the default (it did before
+   * filters existed) unless what follows it is the filter sh. */
+  if (bar && has_prefix(x, n, "env:") && memmem(x, n, ":-", 2) &&
+      !(n - (size_t)(bar - x) == 3 && memcmp(bar, "|sh", 3) == 0))
+    bar = NULL;
+  if (!bar)
+    return resolve_plain_ref(r, v, off, x, n, out);
+  const char *f = bar + 1;
+  size_t lf = n - (size_t)(f - x), lx = (size_t)(bar - x);
+  while (lf > 0 && (*f == ' ' || *f == '\t')) {
+    f++;
+    lf--;
+  }
+  while (lx > 0 && (x[lx - 1] == ' ' || x[lx - 1] == '\t'))
+    lx--;
+  if (lf != 2 || memcmp(f, "sh", 2) != 0) {
+    terr(r, v, off,
+         "unknown filter '%.*s' in ${%.*s}: the one filter is |sh (the "
+         "value as one quoted shell word)",
+         (int)lf, f, (int)n, x);
+    return DR_ETEMPLATE;
+  }
+  int rc = resolve_plain_ref(r, v, off, x, lx, out);
+  if (rc != 0)
+    return rc;
+  char *text = tmpl_scalar_text(*out);
+  cJSON_Delete(*out);
+  *out = NULL;
+  if (!text) {
+    terr(r, v, off, "${%.*s} is a list or a map: |sh quotes one value", (int)n,
+         x);
+    return DR_ETEMPLATE;
+  }
+  char *q = tmpl_sh_quote(text);
+  *out = cJSON_CreateString(q);
+  free(q);
+  free(text);
+  return 0;
 }
 
 /* A scalar that holds "${": pieces joined into a string, or the one
@@ -650,6 +709,8 @@ int tmpl_resolve_params(const tmpl_env *e, cJSON **out, diags *d) {
     else
       cJSON_Delete(v);
   }
+  /* Once per run, not per task: the defaults against param_schema. */
+  errors += (int)prules_check_defaults(e->s, obj, d);
   *out = obj;
   return errors ? DR_ETEMPLATE : 0;
 }
@@ -692,7 +753,12 @@ int tmpl_override_param(const spec *s, cJSON *params, const char *name,
   }
   const cJSON *old = cJSON_GetObjectItemCaseSensitive(params, name);
   cJSON *v = NULL;
-  if (!old || cJSON_IsString(old) || cJSON_IsNull(old)) {
+  int declared = prules_from_text(s, name, text, &v, err, errlen);
+  if (declared < 0)
+    return declared;
+  if (declared) {
+    /* param_schema's type wins over the default's. */
+  } else if (!old || cJSON_IsString(old) || cJSON_IsNull(old)) {
     v = cJSON_CreateString(text);
   } else if (cJSON_IsNumber(old)) {
     char *end;
@@ -717,6 +783,10 @@ int tmpl_override_param(const spec *s, cJSON *params, const char *name,
              : cJSON_IsArray(old) ? "a list (give it as JSON)"
                                   : "a map (give it as JSON)",
              text);
+    return DR_EINVAL;
+  }
+  if (prules_check(s, name, v, 1, err, errlen) != 0) {
+    cJSON_Delete(v);
     return DR_EINVAL;
   }
   if (old)

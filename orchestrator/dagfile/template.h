@@ -14,6 +14,8 @@
  *   ${tasks.T.dir}          directory of task T's outputs (<run>/<T>/out)
  *   ${tasks.T.outputs.K}    output K of task T (set by its plugin)
  *   $${                     a literal "${"
+ *   ${REF|sh}               REF's value as one POSIX shell word: '...'
+ *                           with each ' written '\'' (a string)
  *
  * A scalar that is exactly one template takes the referenced value's type
  * (so `vocab: ${params.vocab}` stays an integer); otherwise the pieces are
@@ -83,9 +85,12 @@ int tmpl_resolve_params(const tmpl_env *e, cJSON **out, diags *d);
  * keeps the param's type in the DAG: a number must parse as one, a bool
  * is true or false, a list or map is given as JSON, a string (or a param
  * that did not resolve) takes text as it is. Params cannot reference
- * params, so no other value depends on it. Returns 0, or DR_EINVAL with
- * the message in err: an unknown param ("did you mean"), a value of the
- * wrong type. */
+ * params, so no other value depends on it. A type declared under
+ * param_schema wins over the default's, and the value is checked against
+ * the declaration and the shell scripts it lands in (paramrule.h).
+ * Returns 0, or DR_EINVAL with the message in err: an unknown param
+ * ("did you mean"), a value of the wrong type, one the declaration or a
+ * shell script refuses. */
 int tmpl_override_param(const spec *s, cJSON *params, const char *name,
                         const char *text, char *err, size_t errlen);
 
@@ -97,5 +102,14 @@ int tmpl_mentions_tasks(const ynode *value);
  * as they are, numbers in their shortest exact form ("8", "0.02"),
  * "true"/"false", "" for null. NULL for arrays and objects. Caller frees. */
 char *tmpl_scalar_text(const cJSON *v);
+
+/* s as one POSIX shell word: '...', each ' written as '\''. Caller
+ * frees. */
+char *tmpl_sh_quote(const char *s);
+
+/* Where offset off (of a "${") lies inside scalar v: exact when the scalar
+ * is on one line and written plain or quoted (escapes aside), the node's
+ * position otherwise. */
+void tmpl_position(const ynode *v, size_t off, int *line, int *col);
 
 #endif /* DAGRUN_TEMPLATE_H */

@@ -354,8 +354,65 @@ static void test_mentions_and_text(void) {
   cJSON_Delete(arr);
 }
 
+/* |sh: one POSIX shell word, whatever the value holds; a list refused; an
+ * unknown filter named. */
+static void test_sh_filter(void) {
+  char *q = tmpl_sh_quote("a'b\"c$d`e`;f\ng");
+  CHECK_STR(q, "'a'\\''b\"c$d`e`;f\ng'");
+  free(q);
+  q = tmpl_sh_quote("");
+  CHECK_STR(q, "''");
+  free(q);
+  const char *text = "dag: d\n"
+                     "params: {m: \"it's\", n: 4, l: [a]}\n"
+                     "tasks: {t: {stage: x}}\n"
+                     "v: [\"${params.m|sh}\", \"x ${ params.n | sh }\", "
+                     "\"${params.l|sh}\", \"${params.m|quote}\", "
+                     "\"${env:TEST_TMPL_UNSET:-a|b}\", "
+                     "\"${env:TEST_TMPL_UNSET:-a|b|sh}\"]\n";
+  diags d = {0};
+  spec *s;
+  ynode *root;
+  const char *cut = strstr(text, "v:");
+  CHECK_INT(spec_parse("q.yaml", text, (size_t)(cut - text), &s, &d), 0);
+  CHECK_INT(ydoc_parse("q.yaml", text, strlen(text), &root, &d), 0);
+  tmpl_env e = {.s = s};
+  cJSON *params, *out;
+  CHECK_INT(tmpl_resolve_params(&e, &params, &d), 0);
+  e.params = params;
+  const ynode *v = ynode_get(root, "v");
+  CHECK_INT(tmpl_resolve(&e, SIZE_MAX, v->items[0], &out, &d), 0);
+  CHECK_STR(out->valuestring, "'it'\\''s'");
+  cJSON_Delete(out);
+  CHECK_INT(tmpl_resolve(&e, SIZE_MAX, v->items[1], &out, &d), 0);
+  CHECK_STR(out->valuestring, "x '4'");
+  cJSON_Delete(out);
+  /* A '|' in an env default stays the default's, but for a final |sh. */
+  CHECK_INT(tmpl_resolve(&e, SIZE_MAX, v->items[4], &out, &d), 0);
+  CHECK_STR(out->valuestring, "a|b");
+  cJSON_Delete(out);
+  CHECK_INT(tmpl_resolve(&e, SIZE_MAX, v->items[5], &out, &d), 0);
+  CHECK_STR(out->valuestring, "'a|b'");
+  cJSON_Delete(out);
+  CHECK_INT(d.n, 0);
+  CHECK_INT(tmpl_resolve(&e, SIZE_MAX, v->items[2], &out, &d), DR_ETEMPLATE);
+  CHECK_INT(tmpl_resolve(&e, SIZE_MAX, v->items[3], &out, &d), DR_ETEMPLATE);
+  char *errs = all_diags(&d);
+  CHECK_STR(errs, "q.yaml:4:48: error: ${params.l|sh} is a list or a map: |sh "
+                  "quotes one value\n"
+                  "q.yaml:4:66: error: unknown filter 'quote' in "
+                  "${params.m|quote}: the one filter is |sh (the value as one "
+                  "quoted shell word)\n");
+  free(errs);
+  cJSON_Delete(params);
+  diags_free(&d);
+  ynode_free(root);
+  spec_free(s);
+}
+
 int main(void) {
   setup();
+  test_sh_filter();
   test_params_resolution();
   test_params_errors();
   test_values_check_time();

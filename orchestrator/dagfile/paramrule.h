@@ -1,0 +1,71 @@
+/*
+ * paramrule: what a DAG declares about its params, and where its params
+ * land in shell scripts.
+ *
+ *   params: {msg: hi, steps: 100, size: small}
+ *   param_schema:
+ *     msg:   {type: string, pattern: "[a-z ]+"}   # the whole value matches
+ *     steps: {type: int, min: 1, max: 100000}
+ *     size:  {enum: [small, medium, large]}
+ *
+ * `param_schema:` is a sibling of `params:` because a param's value may
+ * itself be a map: `params: {opts: {type: int}}` already means a map param.
+ * Keys: type (string, int, float or bool), enum (a list of scalars),
+ * pattern (a POSIX extended regex the whole value must match), min and max
+ * (numbers, inclusive). Defaults, values given with `-p` and values given
+ * through serve's API are all checked.
+ *
+ * Shell scripts: an exec task's `command: [sh, -c, SCRIPT, ...]` (any of
+ * sh, bash, dash, zsh, ksh, ash, by path or not) or its command with
+ * `shell: true`. A `${params.NAME}` in SCRIPT without the `|sh` quoting
+ * form lands in the script as raw text. Unless the param is declared safe
+ * (type int, float or bool; an enum whose words hold no shell
+ * metacharacters; a pattern that refuses the usual injections), `dagrun
+ * check` warns at each such place, and a value from outside (-p, the API)
+ * that is not a plain word (letters, digits, _.,:/=+@%-) is refused: the
+ * quotes around the place are read for messages only, since the script
+ * may hand the text to something that parses it again. The DAG's own
+ * defaults are the author's and are not refused.
+ * Single-threaded.
+ */
+#ifndef DAGRUN_PARAMRULE_H
+#define DAGRUN_PARAMRULE_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "spec.h"
+
+typedef struct prules prules;
+
+/* Compiles `param_schema:` (schema, may be NULL) and finds where params
+ * land in shell scripts; needs s's params and tasks parsed. Sets s->rules
+ * (freed by spec_free). Returns the number of diagnostics added to d. */
+size_t prules_compile(spec *s, const ynode *schema, diags *d);
+
+void prules_destroy(prules *p);
+
+/* Converts text given for param name (`-p`, the API) to its declared
+ * type. Returns 1 with *out (caller frees) when the param declares a
+ * type, 0 when it does not (the caller converts), DR_EINVAL with the
+ * message in err when text is not of the type. */
+int prules_from_text(const spec *s, const char *name, const char *text,
+                     cJSON **out, char *err, size_t errlen);
+
+/* Checks value v of param name against its declaration. outside: v comes
+ * from `-p` or the API and must also be a plain word where it lands raw
+ * in a shell script (unless the param is declared safe). 0, or
+ * DR_EINVAL with a message naming the param and the rule in err. */
+int prules_check(const spec *s, const char *name, const cJSON *v, int outside,
+                 char *err, size_t errlen);
+
+/* Checks the resolved defaults in params against the declarations, with
+ * diagnostics at the default's file:line:col. Returns their number. */
+size_t prules_check_defaults(const spec *s, const cJSON *params, diags *d);
+
+/* Writes "FILE:LINE:COL: warning: ..." to f for each place where a param
+ * not declared safe lands unquoted in a shell script. Returns how many. */
+size_t prules_warn(const spec *s, FILE *f);
+
+#endif /* DAGRUN_PARAMRULE_H */
