@@ -593,6 +593,7 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
       obs_pool_acquire,
       obs_pool_release};
   r.s = sched_create(r.loop, ck, run, params, &so);
+  rundir_reserve(run);
   write_run_json(sp, run, params, r.s, "running", max_parallel);
   uv_signal_init(r.loop, &r.sigint);
   uv_signal_init(r.loop, &r.sigterm);
@@ -618,11 +619,18 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
       : counts[TASK_SUCCESS] + counts[TASK_CACHED] == sp->n_tasks ? "success"
                                                                   : "failed";
   store *db = history_store(r.h); /* the caller's: still open after */
+  rundir_release_reserve(run);    /* room for the records below */
   history_finish(r.h, state);
   r.h = NULL;
   write_run_json(sp, run, params, r.s, state, max_parallel);
   if (report_write(db, run->path, run->id, NULL, err, sizeof err) != 0)
     fprintf(stderr, "dagrun: warning: no report.html: %s\n", err);
+  if (rundir_disk_short(run))
+    fprintf(stderr,
+            "dagrun: the disk holding %s is full (or nearly): free space "
+            "there (df -h shows it), then `dagrun resume %s` goes on with "
+            "the run\n",
+            run->path, run->id);
   view_run_finished(r.v, state, r.s);
   view_destroy(r.v);
   alerts_run_finished(r.al, state, sp->n_tasks, clock_wall() - run->started);

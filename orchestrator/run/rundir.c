@@ -2,11 +2,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -182,6 +184,40 @@ void rundir_destroy(rundir *r) {
   free(r->interval_end_iso);
   free(r->trigger);
   free(r);
+}
+
+int rundir_reserve(const rundir *r) {
+  char *path = path_join(r->path, ".reserve");
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  free(path);
+  if (fd < 0)
+    return -errno;
+  /* posix_fallocate takes the blocks now; where the file system cannot
+   * (EOPNOTSUPP), written zeros do. */
+  int rc = posix_fallocate(fd, 0, RUNDIR_RESERVE_BYTES);
+  if (rc == EOPNOTSUPP || rc == EINVAL) {
+    static const char zeros[16384];
+    rc = 0;
+    for (size_t at = 0; at < RUNDIR_RESERVE_BYTES && !rc; at += sizeof zeros)
+      if (write(fd, zeros, sizeof zeros) != (ssize_t)sizeof zeros)
+        rc = errno ? errno : ENOSPC;
+  }
+  close(fd);
+  if (rc)
+    rundir_release_reserve(r); /* no part of one: it would hold space */
+  return -rc;
+}
+
+void rundir_release_reserve(const rundir *r) {
+  char *path = path_join(r->path, ".reserve");
+  unlink(path);
+  free(path);
+}
+
+int rundir_disk_short(const rundir *r) {
+  struct statvfs v;
+  return statvfs(r->path, &v) == 0 &&
+         (unsigned long long)v.f_bavail * v.f_frsize < RUNDIR_RESERVE_BYTES;
 }
 
 char *rundir_task(const rundir *r, const char *task) {

@@ -7,6 +7,8 @@
  *   <task>/out/                outputs, stable across attempts
  *   <task>/outputs.json        key/value outputs of the successful attempt
  *   <task>/metrics.jsonl       one JSON object per metric event
+ *   .reserve                   while the run goes: RUNDIR_RESERVE_BYTES
+ *                              held for its last records (rundir_reserve)
  *
  * Single-threaded.
  */
@@ -68,6 +70,21 @@ int rundir_set_time(rundir *r, const char *trigger, const char *tz,
  * borrowed from r; r NULL leaves them NULL (deferred). */
 void rundir_tmpl(const rundir *r, tmpl_env *te);
 void rundir_destroy(rundir *r);
+
+/* Space kept for a run's last records (the store's end of the run,
+ * run.json, report.html): a task that fills the disk would otherwise
+ * leave the run recorded as running, with run.json as it was at the
+ * start. */
+#define RUNDIR_RESERVE_BYTES (256 * 1024)
+/* Holds RUNDIR_RESERVE_BYTES in r's directory (the file .reserve), as
+ * the run starts or resumes: 0, or a negative errno (a disk full
+ * already: the run goes on without). */
+int rundir_reserve(const rundir *r);
+/* Frees the reserve, for the run's last records. */
+void rundir_release_reserve(const rundir *r);
+/* Whether the disk holding r's directory has less than
+ * RUNDIR_RESERVE_BYTES free: the run may have met a full disk. */
+int rundir_disk_short(const rundir *r);
 
 /* Paths; caller frees. */
 char *rundir_task(const rundir *r, const char *task);

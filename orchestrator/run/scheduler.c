@@ -503,9 +503,15 @@ static execdirect *direct_plan(sched *s, size_t i, const cJSON *params,
   return execdirect_create(&ds);
 }
 
+static void retry_or_fail(sched *s, size_t i, int worth_it, double duration,
+                          char *reason);
+
 /* Starts the next attempt of task i. A failure before the process starts
- * (params that do not resolve, a directory that cannot be made) fails the
- * task without retry: another attempt would meet the same problem. */
+ * fails the task without retry where another attempt would meet the same
+ * problem (params that do not resolve, a gang that cannot be set up);
+ * one of the disk (the attempt's directory or attempt.json that cannot
+ * be written: a full disk, most often) takes the task's retries, as a
+ * failed attempt does, since space may be freed before the next. */
 static void launch(sched *s, size_t i) {
   task_rt *t = &s->t[i];
   const spec_task *st = &s->sp->tasks[i];
@@ -525,12 +531,14 @@ static void launch(sched *s, size_t i) {
   char **env = NULL;
   gang g = {0};
   cJSON *params = NULL, *task_env = NULL, *facts = NULL;
+  int disk = 0; /* the failure is the disk's: retries apply */
 
   int mrc = fileio_mkdir_p(out_dir(s, i), 0755);
   if (mrc == 0)
     mrc = fileio_mkdir_p(attempt_dir, 0755);
   if (mrc != 0) {
     reason = xasprintf("cannot create %s: %s", attempt_dir, strerror(-mrc));
+    disk = 1;
     goto failed;
   }
   if (resolve_task(s, i, tmpl_task_dir, &params, &task_env, &reason) != 0)
@@ -544,6 +552,7 @@ static void launch(sched *s, size_t i) {
   params = NULL; /* taken over */
   if (wrc != 0) {
     execdirect_destroy(direct);
+    disk = 1;
     goto failed;
   }
   if (gang_wanted(st) && gang_prepare(st, attempt_dir, log_path, facts,
@@ -573,7 +582,12 @@ static void launch(sched *s, size_t i) {
 failed:
   t->exit_code = -1;
   pool_release(s, i);
-  settle(s, i, TASK_FAILED, -1, 0, reason);
+  if (disk) {
+    retry_or_fail(s, i, 1, 0, reason);
+    reason = NULL; /* taken over */
+  } else {
+    settle(s, i, TASK_FAILED, -1, 0, reason);
+  }
 done:
   cJSON_free(real);
   free(reason);
@@ -742,6 +756,27 @@ static void schedule_retry(sched *s, size_t i, double delay) {
   uv_timer_start(&rc->timer, on_retry_fire, (uint64_t)(delay * 1000.0), 0);
 }
 
+/* After a failed attempt of task i (duration seconds; reason taken
+ * over): its retry where one is left and worth_it, else the task fails. */
+static void retry_or_fail(sched *s, size_t i, int worth_it, double duration,
+                          char *reason) {
+  task_rt *t = &s->t[i];
+  const spec_task *st = &s->sp->tasks[i];
+  int made = t->attempt - t->attempt_base;
+  if (made <= st->retry.retries && worth_it) {
+    double delay = sched_retry_delay(&st->retry, made, next_uniform(s));
+    free(t->reason);
+    t->reason = masked(s, reason);
+    free(reason);
+    t->state = TASK_RETRY_WAIT;
+    emit(s, i, TASK_RETRY_WAIT, t->exit_code, duration, delay, t->reason);
+    schedule_retry(s, i, delay);
+  } else {
+    settle(s, i, TASK_FAILED, t->exit_code, duration, reason);
+    free(reason);
+  }
+}
+
 static int retry_worth_it(const spec_retry *r, const exec_result *res) {
   if (res->end != EXEC_EXITED || !r->on)
     return 1;
@@ -803,21 +838,8 @@ static void on_attempt_exit(void *ud, size_t i, const exec_result *r) {
   } else if (r->end == EXEC_CANCELLED || s->cancelling) {
     settle(s, i, TASK_CANCELLED, t->exit_code, r->duration_s, "cancelled");
   } else {
-    char *reason = failure_reason(st, r);
-    int made = t->attempt - t->attempt_base;
-    if (made <= st->retry.retries && retry_worth_it(&st->retry, r)) {
-      double delay = sched_retry_delay(&st->retry, made, next_uniform(s));
-      free(t->reason);
-      t->reason = masked(s, reason);
-      free(reason);
-      t->state = TASK_RETRY_WAIT;
-      emit(s, i, TASK_RETRY_WAIT, t->exit_code, r->duration_s, delay,
-           t->reason);
-      schedule_retry(s, i, delay);
-    } else {
-      settle(s, i, TASK_FAILED, t->exit_code, r->duration_s, reason);
-      free(reason);
-    }
+    retry_or_fail(s, i, retry_worth_it(&st->retry, r), r->duration_s,
+                  failure_reason(st, r));
   }
   pump(s);
 }

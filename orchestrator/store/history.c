@@ -224,9 +224,20 @@ int history_admit(history *h, int max, char **why) {
 void history_finish(history *h, const char *state) {
   if (!h)
     return;
-  if (!h->broken && store_run_finish(h->st, h->run_id, state, clock_wall(),
-                                     h->err, sizeof h->err) != 0)
+  /* Tried even where recording stopped (a full disk, most often): the
+   * run's end may fit now (the run's reserve is freed), and without it
+   * the store would show the run as running. */
+  if (store_run_finish(h->st, h->run_id, state, clock_wall(), h->err,
+                       sizeof h->err) != 0) {
+    if (h->broken)
+      fprintf(stderr, "dagrun: nor the run's end (%s): %s\n", state, h->err);
     broke(h);
+  } else if (h->broken) {
+    fprintf(stderr,
+            "dagrun: the run's end (%s) is recorded in the run store; its "
+            "tasks' records stop where recording stopped\n",
+            state);
+  }
   for (size_t i = 0; i < h->sp->n_tasks; i++)
     free(h->last_error[i]);
   free(h->last_error);
