@@ -6,6 +6,17 @@
 # connections from one address; then off loopback: the read token GETs
 # need, the Host check on a wildcard and on an IPv6 address.
 . "$(dirname "$0")/lib.sh"
+CHROMIUM=$(command -v chromium || true)
+[ -n "$CHROMIUM" ] || fail "chromium is not installed: the dashboard's checks
+need Debian's chromium package (scripts/setup.sh --tests installs it)"
+# dashboard_dom URL OUT: the dashboard as headless Chromium leaves it once
+# its first polls are answered.
+dashboard_dom() {
+  timeout 60 "$CHROMIUM" --headless --no-sandbox --disable-gpu \
+    --user-data-dir="$T/chromium" --no-first-run --virtual-time-budget=5000 \
+    --dump-dom "$1" > "$2" 2> "$T/chromium.err" ||
+    fail "chromium --dump-dom $1 failed: $(tail -5 "$T/chromium.err")"
+}
 export DAGRUN_HOME="$T/home"
 mkdir -p dags
 for d in quick slow; do
@@ -92,6 +103,13 @@ for path in ("/api/runs/nope", "/api/runs/nope/report", "/api/runs/nope/tasks/a/
     st, body = get(path)
     assert st == 404 and home not in body and "state.db" not in body, (path, st, body)
 P
+
+# The dashboard, in a browser, lists the DAGs (no read token here).
+dashboard_dom "http://127.0.0.1:$PORT/" dom.html
+expect_in dom.html '<div class="name">quick</div>'
+expect_in dom.html '<div class="name">slow</div>'
+expect_in dom.html '<div id="banner" style="display: none;"></div>'
+expect_not_in dom.html '<form id="read-token-form">'
 
 # ---- 70 slow connections from one address ----
 "$PY" - "$PORT" > slow.out <<'P' || fail "slow clients: $(cat slow.out)"
@@ -238,6 +256,15 @@ for host in (f"evil.example:{port}", f"localhost:{port}", f"10.1.2.3:1", None):
     assert st == 421 and "not a name of this server" in body, (host, st, body)
 print("read token and wildcard Host: ok")
 P
+# In a browser without the token: the banner asks for it, and neither
+# the DAGs nor a run show.
+dashboard_dom "http://127.0.0.1:$PORT/" dom-wild.html
+expect_in dom-wild.html "authentication required"
+expect_in dom-wild.html '<form id="read-token-form">'
+expect_not_in dom-wild.html '<div class="name">quick</div>'
+if grep -qE '[0-9]{8}T[0-9]{6}Z-[0-9a-f]{4}' dom-wild.html; then
+  fail "the dashboard showed a run without the read token"
+fi
 kill -TERM "$WILD_PID"
 wait "$WILD_PID" 2>/dev/null || true
 
