@@ -1537,8 +1537,25 @@ static void write_page(rep *r) {
   free(training);
 }
 
+/* Masks the run's secrets in the page as written, so that every text it
+ * embeds (samples.txt, figures, validation results) is masked in one
+ * place, whichever part of the page took it in. Escaped forms too: a text
+ * goes in HTML-escaped, so a secret holding '<' or '&' is written so. */
+static void mask_page(rep *r, const secrets *sec) {
+  if (!secrets_count(sec))
+    return;
+  secrets *page = secrets_with_forms(sec, svgplot_escape);
+  sbuf_putc(&r->out, '\0');
+  char *m = secrets_mask(page, r->out.s);
+  secrets_destroy(page);
+  sbuf_free(&r->out);
+  r->out.s = m;
+  r->out.n = strlen(m);
+  r->out.cap = r->out.n + 1;
+}
+
 int report_write(store *st, const char *run_dir, const char *run_id,
-                 char **path, char *err, size_t errlen) {
+                 const secrets *sec, char **path, char *err, size_t errlen) {
   rep r = {0};
   r.run_dir = run_dir;
   if (path)
@@ -1549,6 +1566,7 @@ int report_write(store *st, const char *run_dir, const char *run_id,
     return rc;
   }
   write_page(&r);
+  mask_page(&r, sec);
   char *p = path_join(run_dir, "report.html");
   if (fileio_write_atomic(p, r.out.s, r.out.n, NULL, 0) != 0) {
     snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
@@ -1600,7 +1618,7 @@ int report_cmd_report(int argc, char **argv) {
     fprintf(stderr, "dagrun: run %s has no run directory recorded\n", id);
     rc = DR_ENOENT;
   } else {
-    rc = report_write(st, dir, full, &out, err, sizeof err);
+    rc = report_write(st, dir, full, NULL, &out, err, sizeof err);
     if (rc != 0)
       fprintf(stderr, "dagrun: report of run %s: %s\n", full, err);
     else
