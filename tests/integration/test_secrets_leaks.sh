@@ -3,7 +3,8 @@
 #  - a secret in an output's key (not its value) in outputs.json, run.json,
 #    the store and GET /api/runs/{id};
 #  - samples.txt and the figures that report.html embeds, in report.html
-#    and GET /api/runs/{id}/report;
+#    and GET /api/runs/{id}/report (and `dagrun report RUN`, which cannot
+#    know the secrets, leaves them out);
 #  - a secret param POSTed to serve's API in the command line of the
 #    `dagrun run` it starts (/proc/PID/cmdline, which any user may read).
 # The prompt holds a '&', which HTML escapes: the secrets' cores (hex) are
@@ -77,6 +78,17 @@ expect_in "$R/run.json" '"k_***"'
 expect_in "$R/report.html" "prompt: ***"
 expect_in "$R/report.html" "<text>***</text>"
 expect_in "$R/report.html" "once upon a time"
+# `dagrun report` again: it cannot know the secrets (run.json and the store
+# hold "(redacted)"), so it leaves those files out.
+cp "$R/report.html" report.first
+run_dagrun report "$RUN_ID"
+expect_rc 0
+mkdir -p own && mv "$R/gen/out" own/
+no_leak "dagrun report" "$R/report.html"
+mv own/out "$R/gen/out"
+expect_in "$R/report.html" "gen/out/samples.txt: not embedded (the run has secrets"
+expect_in "$R/report.html" "gen/out/fig.svg: not embedded (the run has secrets"
+mv report.first "$R/report.html"
 
 # 2. The API: the run by hand, its report, and a run started with the
 # secret as a param.
