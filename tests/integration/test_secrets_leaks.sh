@@ -20,29 +20,22 @@ echo "api-token-$(hex)" > token
 chmod 600 token
 
 # keyed: an output whose key holds the token. gen: samples.txt with the
-# prompt, and a figure with it, in out/ (as train and
-# validate write them); it lasts a second so that the API's run can be
-# seen running.
+# prompt, and a figure with it, in out/ (as train and validate write them);
+# it lasts a second so that the API's run can be seen running.
+cat > gen.sh <<'S'
+printf 'prompt: %s\n---\nonce upon a time\n' "$1" > "$DAGRUN_OUT_DIR/samples.txt"
+printf '<svg xmlns="http://www.w3.org/2000/svg"><text>%s</text></svg>\n' \
+  "$(printf %s "$1" | sed 's/&/\&amp;/g')" > "$DAGRUN_OUT_DIR/fig.svg"
+sleep 1
+S
+export GEN="$T/gen.sh"
 cat > dags/sec.yaml <<'Y'
 dag: sec
 secrets: [token, prompt]
 params: {token: "${env:MY_TOKEN}", prompt: "${env:MY_PROMPT}"}
 tasks:
-  keyed:
-    stage: outputs
-    with: {key: "k_${params.token}", value: "v"}
-  gen:
-    stage: exec
-    with:
-      command:
-        - sh
-        - -c
-        - |
-          printf 'prompt: %s\n---\nonce upon a time\n' "$0" > "$DAGRUN_OUT_DIR/samples.txt"
-          printf '<svg xmlns="http://www.w3.org/2000/svg"><text>%s</text></svg>\n' \
-            "$(printf %s "$0" | sed 's/&/\&amp;/g')" > "$DAGRUN_OUT_DIR/fig.svg"
-          sleep 1
-        - "${params.prompt}"
+  keyed: {stage: outputs, with: {key: "k_${params.token}", value: "v"}}
+  gen: {stage: exec, with: {command: [sh, "${env:GEN}", "${params.prompt}"]}}
 Y
 
 # no_leak LABEL FILE...: $CORES in none of the files (recursively, the
