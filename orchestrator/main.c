@@ -623,7 +623,7 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
   history_finish(r.h, state);
   r.h = NULL;
   write_run_json(sp, run, params, r.s, state, max_parallel);
-  if (report_write(db, run->path, run->id, NULL, err, sizeof err) != 0)
+  if (report_write(db, run->path, run->id, sec, NULL, err, sizeof err) != 0)
     fprintf(stderr, "dagrun: warning: no report.html: %s\n", err);
   if (rundir_disk_short(run))
     fprintf(stderr,

@@ -14,6 +14,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/util.h"
 #include "lib/clock.h"
@@ -120,6 +121,10 @@ typedef struct rep {
   size_t n;
   strmap by_name; /* task name -> index in t */
   sbuf out;
+  /* The run had secrets that this report does not know (`dagrun report`
+   * sees only "(redacted)"): the files that would be embedded as they are
+   * (samples, figures) are left out rather than shown unmasked. */
+  int withhold;
 } rep;
 
 static const char *state_color(const char *s) {
@@ -1141,10 +1146,27 @@ static void write_training(rep *r, const rtask *t, const metrics *m) {
 /* ---- (e) validation and samples -------------------------------------------
  */
 
+/* Whether an embedded file is left out (rep.withhold), after a note. */
+static int withheld(rep *r, const rtask *t, const char *file) {
+  if (!r->withhold)
+    return 0;
+  char *z = xasprintf("%s/out/%s: not embedded (the run has secrets, which "
+                      "only the report written at the end of the run "
+                      "masks).",
+                      t->name, file);
+  note(r, z);
+  free(z);
+  return 1;
+}
+
 static void write_samples(rep *r, const rtask *t) {
   char *p = xasprintf("%s/out/samples.txt", t->dir);
   char *text;
   size_t n;
+  if (access(p, R_OK) == 0 && withheld(r, t, "samples.txt")) {
+    free(p);
+    return;
+  }
   if (fileio_read_file(p, &text, &n) == 0) {
     sbuf *b = &r->out;
     sbuf_puts(b, "<h3>Samples from ");
@@ -1319,8 +1341,10 @@ static int write_figures(rep *r, const rtask *t) {
     char *p = path_join(out, names[i]), *text = NULL;
     size_t len = 0;
     sbuf *b = &r->out;
-    if (fileio_read_file(p, &text, &len) == 0 && len <= MAX_SVG_BYTES &&
-        strlen(text) == len && svg_safe(text)) {
+    if (withheld(r, t, names[i])) {
+      /* nothing more */
+    } else if (fileio_read_file(p, &text, &len) == 0 && len <= MAX_SVG_BYTES &&
+               strlen(text) == len && svg_safe(text)) {
       sbuf_puts(b, "<figure class=\"plot embedded\">");
       sbuf_puts(b, text);
       sbuf_puts(b, "<figcaption>");
@@ -1537,8 +1561,35 @@ static void write_page(rep *r) {
   free(training);
 }
 
+/* Whether the recorded params show that the run had secrets. */
+static int had_secrets(const cJSON *params) {
+  const cJSON *it;
+  cJSON_ArrayForEach(it, params) {
+    if (cJSON_IsString(it) && strcmp(it->valuestring, SECRETS_REDACTED) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+/* Masks the run's secrets in the page as written, so that every text it
+ * embeds (samples.txt, figures, validation results) is masked in one
+ * place, whichever part of the page took it in. Escaped forms too: a text
+ * goes in HTML-escaped, so a secret holding '<' or '&' is written so. */
+static void mask_page(rep *r, const secrets *sec) {
+  if (!secrets_count(sec))
+    return;
+  secrets *page = secrets_with_forms(sec, svgplot_escape);
+  sbuf_putc(&r->out, '\0');
+  char *m = secrets_mask(page, r->out.s);
+  secrets_destroy(page);
+  sbuf_free(&r->out);
+  r->out.s = m;
+  r->out.n = strlen(m);
+  r->out.cap = r->out.n + 1;
+}
+
 int report_write(store *st, const char *run_dir, const char *run_id,
-                 char **path, char *err, size_t errlen) {
+                 const secrets *sec, char **path, char *err, size_t errlen) {
   rep r = {0};
   r.run_dir = run_dir;
   if (path)
@@ -1548,7 +1599,9 @@ int report_write(store *st, const char *run_dir, const char *run_id,
     rep_free(&r);
     return rc;
   }
+  r.withhold = !sec && had_secrets(r.params);
   write_page(&r);
+  mask_page(&r, sec);
   char *p = path_join(run_dir, "report.html");
   if (fileio_write_atomic(p, r.out.s, r.out.n, NULL, 0) != 0) {
     snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
@@ -1600,7 +1653,7 @@ int report_cmd_report(int argc, char **argv) {
     fprintf(stderr, "dagrun: run %s has no run directory recorded\n", id);
     rc = DR_ENOENT;
   } else {
-    rc = report_write(st, dir, full, &out, err, sizeof err);
+    rc = report_write(st, dir, full, NULL, &out, err, sizeof err);
     if (rc != 0)
       fprintf(stderr, "dagrun: report of run %s: %s\n", full, err);
     else

@@ -27,15 +27,18 @@
 
 #include <stddef.h>
 
+#include "run/secrets.h"
 #include "store/store.h"
 
 /* Writes <run_dir>/report.html (atomically) for run run_id, from run.json
  * in run_dir and, when st is not NULL (borrowed), the run's records in the
- * store. Returns 0 with *path (the file written; caller frees; path may be
- * NULL), DR_ENOENT when neither run.json nor the store knows the run, or
- * DR_EIO; a message in err. */
+ * store. Every secret of sec (borrowed, may be NULL) is masked in the whole
+ * page, so in every file it embeds (samples.txt, figures, validation
+ * results), as it is and HTML-escaped. Returns 0 with *path (the file written;
+ * caller frees; path may be NULL), DR_ENOENT when neither run.json nor the
+ * store knows the run, or DR_EIO; a message in err. */
 int report_write(store *st, const char *run_dir, const char *run_id,
-                 char **path, char *err, size_t errlen);
+                 const secrets *sec, char **path, char *err, size_t errlen);
 
 /* `dagrun report RUN` (main.c's table; main.c answers --help before
  * calling it): RUN is an id or a unique prefix, found in the run store as

@@ -116,6 +116,37 @@ void secrets_mask_json(const secrets *set, cJSON *j) {
       cJSON_SetValuestring(j, m);
     free(m);
   }
+  /* A key is written as plainly as a value: an output named after a
+   * secret would show it in outputs.json, run.json and the store. */
+  if (j->string && !(j->type & cJSON_StringIsConst)) {
+    char *m = secrets_mask(set, j->string);
+    if (strcmp(m, j->string) != 0) {
+      /* cJSON frees a key with its own hooks: allocate it with them. */
+      size_t n = strlen(m) + 1;
+      char *key = cJSON_malloc(n);
+      if (!key) {
+        fputs("dagrun: out of memory\n", stderr);
+        abort();
+      }
+      memcpy(key, m, n);
+      cJSON_free(j->string);
+      j->string = key;
+    }
+    free(m);
+  }
+}
+
+secrets *secrets_with_forms(const secrets *set, char *(*form)(const char *)) {
+  secrets *out = secrets_create();
+  for (size_t i = 0; set && i < set->n; i++) {
+    secrets_add(out, set->v[i]);
+    char *f = form(set->v[i]);
+    secrets_add(out, f);
+    if (f)
+      memset(f, 0, strlen(f)); /* as secrets_destroy does */
+    free(f);
+  }
+  return out;
 }
 
 /* ---- which params are secret ------------------------------------------ */

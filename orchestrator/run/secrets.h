@@ -48,8 +48,13 @@ size_t secrets_max_len(const secrets *set);
 /* text with every secret replaced by SECRETS_MASK. Caller frees. A NULL
  * or empty set returns a copy; NULL text returns NULL. */
 char *secrets_mask(const secrets *set, const char *text);
-/* Masks, in place, every string value in j (recursively). */
+/* Masks, in place, every string value and every key in j (recursively). */
 void secrets_mask_json(const secrets *set, cJSON *j);
+
+/* A new set: every secret of set (may be NULL) and form(secret) (caller
+ * frees the result of form; NULL is skipped), for a text that writes
+ * secrets transformed, as HTML escapes them. Caller frees. */
+secrets *secrets_with_forms(const secrets *set, char *(*form)(const char *));
 
 /* The set of a run: spec s, its resolved DAG params (borrowed) and its run
  * directory (for ${run.*} in webhooks; may be NULL). Webhooks that do not

@@ -138,7 +138,7 @@ int main(void) {
   make_run();
 
   char err[512], *path = NULL;
-  CHECK_INT(report_write(NULL, dir, "R1", &path, err, sizeof err), 0);
+  CHECK_INT(report_write(NULL, dir, "R1", NULL, &path, err, sizeof err), 0);
   char *html = NULL;
   size_t n = 0;
   CHECK(path && fileio_read_file(path, &html, &n) == 0);
@@ -201,7 +201,8 @@ int main(void) {
   char *rj = path_join(dir, "run.json");
   unlink(rj);
   free(rj);
-  CHECK_INT(report_write(NULL, dir, "R1", NULL, err, sizeof err), DR_ENOENT);
+  CHECK_INT(report_write(NULL, dir, "R1", NULL, NULL, err, sizeof err),
+            DR_ENOENT);
   CHECK(strstr(err, "R1") != NULL);
 
   free(html);

@@ -2,7 +2,8 @@
  * secrets: masking of whole strings and of streams (a secret split across
  * writes at every position), `secrets:` checks, and the redaction of
  * secret params. Masking in a real run (logs, store, events, alerts) is
- * tested in tests/integration/test_secrets.sh.
+ * tested in tests/integration/test_secrets.sh, in output keys and
+ * report.html in test_secrets_leaks.sh.
  */
 #include "run/secrets.h"
 
@@ -64,6 +65,37 @@ static void test_mask(void) {
   CHECK_STR(t, "{\"a\":\"x ***\",\"b\":[1,\"***\"],\"c\":{\"d\":\"ok\"}}");
   cJSON_free(t);
   cJSON_Delete(j);
+  /* Keys too, at any depth (an output named after a secret). */
+  j = cJSON_Parse("{\"k_hunter22\":\"v\",\"o\":{\"hunter22\":1}}");
+  secrets_mask_json(set, j);
+  t = cJSON_PrintUnformatted(j);
+  CHECK_STR(t, "{\"k_***\":\"v\",\"o\":{\"***\":1}}");
+  cJSON_free(t);
+  cJSON_Delete(j);
+  secrets_destroy(set);
+}
+
+static char *shout(const char *z) {
+  char *u = xstrdup(z);
+  for (char *p = u; *p; p++)
+    *p = (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
+  return u;
+}
+
+/* secrets_with_forms: each secret and its form (report.html masks secrets
+ * as written and HTML-escaped). */
+static void test_with_forms(void) {
+  secrets *set = secrets_create();
+  secrets_add(set, "hunter22");
+  secrets *both = secrets_with_forms(set, shout);
+  CHECK_INT(secrets_count(both), 2);
+  char *m = secrets_mask(both, "hunter22 HUNTER22 Hunter22");
+  CHECK_STR(m, "*** *** Hunter22");
+  free(m);
+  secrets_destroy(both);
+  both = secrets_with_forms(NULL, shout);
+  CHECK_INT(secrets_count(both), 0);
+  secrets_destroy(both);
   secrets_destroy(set);
 }
 
@@ -205,6 +237,7 @@ static void test_redact_params(void) {
 
 int main(void) {
   test_mask();
+  test_with_forms();
   test_stream_splits();
   test_stream_tail();
   test_spec_secrets();
