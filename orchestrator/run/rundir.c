@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -187,6 +188,12 @@ void rundir_destroy(rundir *r) {
 }
 
 int rundir_reserve(const rundir *r) {
+  /* Under a file size limit below the reserve (ulimit -f), writing it
+   * would raise SIGXFSZ and kill dagrun: no reserve then. */
+  struct rlimit fl;
+  if (getrlimit(RLIMIT_FSIZE, &fl) == 0 && fl.rlim_cur != RLIM_INFINITY &&
+      fl.rlim_cur < RUNDIR_RESERVE_BYTES)
+    return -EFBIG;
   char *path = path_join(r->path, ".reserve");
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   free(path);

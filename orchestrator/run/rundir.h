@@ -78,7 +78,8 @@ void rundir_destroy(rundir *r);
 #define RUNDIR_RESERVE_BYTES (256 * 1024)
 /* Holds RUNDIR_RESERVE_BYTES in r's directory (the file .reserve), as
  * the run starts or resumes: 0, or a negative errno (a disk full
- * already: the run goes on without). */
+ * already, or -EFBIG under a file size limit below the reserve: the run
+ * goes on without). */
 int rundir_reserve(const rundir *r);
 /* Frees the reserve, for the run's last records. */
 void rundir_release_reserve(const rundir *r);
