@@ -44,7 +44,6 @@
 #include "lib/exitcode.h"
 #include "model/gpt.h"
 
-
 static const char usage_text[] =
     "usage: dagrun generate MODEL_DIR [options]\n"
     "\n"
