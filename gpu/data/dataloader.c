@@ -446,3 +446,5 @@ uint64_t loader_tokens(const loader *l) { return l->total_tokens; }
 uint64_t loader_batches_per_epoch(const loader *l) {
   return l->total_windows / (uint64_t)l->B;
 }
+
+uint64_t loader_windows_per_epoch(const loader *l) { return l->total_windows; }

@@ -69,5 +69,8 @@ uint32_t loader_vocab_size(const loader *l);
 uint64_t loader_tokens(const loader *l); /* in all files */
 /* LOADER_SEQUENTIAL: batches in one epoch (floor). */
 uint64_t loader_batches_per_epoch(const loader *l);
+/* LOADER_SEQUENTIAL: windows in one epoch (the last batch of an epoch
+ * holds the rest of them and then the next epoch's first). */
+uint64_t loader_windows_per_epoch(const loader *l);
 
 #endif /* DAGRUN_DATA_LOADER_H */

@@ -29,9 +29,14 @@ int evaluate_model(gpt *m, loader *ld, int B, int T, uint64_t max_batches,
                    char *err, size_t errlen) {
   const gpt_config *c = gpt_get_config(m);
   uint64_t nb = loader_batches_per_epoch(ld);
+  /* The windows of a last, partial batch: without them a split of 146
+   * windows in batches of 8 is scored on 144. */
+  int tail = max_batches == 0 && B > 0
+                 ? (int)(loader_windows_per_epoch(ld) % (uint64_t)B)
+                 : 0;
   if (max_batches && max_batches < nb)
     nb = max_batches;
-  if (nb == 0 || B < 1 || T < 1) {
+  if ((nb == 0 && tail == 0) || B < 1 || T < 1) {
     snprintf(err, errlen,
              "evaluate: no batches of B=%d T=%d in the data (%llu tokens)", B,
              T, (unsigned long long)loader_tokens(ld));
@@ -46,27 +51,33 @@ int evaluate_model(gpt *m, loader *ld, int B, int T, uint64_t max_batches,
     free(targets);
     return -1;
   }
-  /* Each batch's mean loss weighted by its positions: all batches have
-   * B*T of them, so this is the mean over every position evaluated. */
+  /* Each batch's mean loss weighted by its positions, so that this is the
+   * mean over every position evaluated, the partial batch's included. */
   double loss_sum = 0;
-  uint64_t correct = 0, tokens = 0, b;
+  uint64_t correct = 0, tokens = 0, windows = 0, b;
   int rc = 0;
-  for (b = 0; b < nb; b++) {
+  uint64_t total = nb + (tail > 0);
+  for (b = 0; b < total; b++) {
     if (cancelled && cancelled(arg)) {
       snprintf(err, errlen, "evaluate: cancelled after %llu of %llu batches",
-               (unsigned long long)b, (unsigned long long)nb);
+               (unsigned long long)b, (unsigned long long)total);
       rc = -1;
       break;
     }
     float loss = 0;
+    /* Rows are row-major: the partial batch's windows are its first
+     * tail rows, run as a batch of their own. */
+    int rows = b < nb ? B : tail;
+    size_t n = (size_t)rows * (size_t)T;
     loader_next(ld, inputs, targets);
-    if (gpt_forward(m, inputs, targets, B, T, &loss, err, errlen) != 0) {
+    if (gpt_forward(m, inputs, targets, rows, T, &loss, err, errlen) != 0) {
       rc = -1;
       break;
     }
-    loss_sum += (double)loss * (double)N;
-    tokens += N;
-    correct += count_correct(gpt_logits(m), targets, N, c->vocab_size,
+    loss_sum += (double)loss * (double)n;
+    tokens += n;
+    windows += (uint64_t)rows;
+    correct += count_correct(gpt_logits(m), targets, n, c->vocab_size,
                              c->padded_vocab);
   }
   free(inputs);
@@ -77,6 +88,7 @@ int evaluate_model(gpt *m, loader *ld, int B, int T, uint64_t max_batches,
   out->perplexity = exp(out->loss);
   out->accuracy = (double)correct / (double)tokens;
   out->tokens = tokens;
-  out->batches = nb;
+  out->batches = b;
+  out->windows = windows;
   return 0;
 }

@@ -126,7 +126,7 @@ size_t tfevents_encode_scalar(uint8_t *buf, size_t cap, double wall_time,
   uint32_t fv;
   memcpy(&fv, &value, sizeof fv);
   /* Value { tag = 1; simple_value = 2 } */
-  size_t nvalue = (ntag ? 1 + varint_len(ntag) + ntag : 0) + (fv ? 5 : 0);
+  size_t nvalue = (ntag ? 1 + varint_len(ntag) + ntag : 0) + 5;
   /* Summary { value = 1 } */
   size_t nsummary = 1 + varint_len(nvalue) + nvalue;
   put_event_head(&b, wall_time, step);
@@ -139,11 +139,11 @@ size_t tfevents_encode_scalar(uint8_t *buf, size_t cap, double wall_time,
     put_varint(&b, ntag);
     put_bytes(&b, tag, ntag);
   }
-  /* proto3 leaves out +0.0 only: -0.0 has bits and is written. */
-  if (fv) {
-    put_key(&b, 2, 5);
-    put_le(&b, fv, 4);
-  }
+  /* simple_value is a member of summary.proto's `oneof value`: a oneof
+   * member is written whenever it is set, +0.0 included (readers that ask
+   * which member is set would drop a scalar of 0.0 otherwise). */
+  put_key(&b, 2, 5);
+  put_le(&b, fv, 4);
   return b.n;
 }
 

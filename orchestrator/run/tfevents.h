@@ -19,8 +19,10 @@
  *   Summary { repeated Value value = 1; }
  *   Value   { string tag = 1; float simple_value = 2; }
  *
- * encoded as proto3 does (fields at their default value, 0, are left out),
- * so the bytes are those TensorFlow's own writer makes.
+ * encoded as proto3 does (fields at their default value, 0, are left out,
+ * except simple_value: it is a member of `oneof value` in summary.proto,
+ * and a oneof member is written whenever it is set, 0.0 included), so the
+ * bytes are those TensorFlow's own writer makes.
  *
  * The file is named events.out.tfevents.<unix seconds>.<hostname>.<pid>,
  * as TensorFlow names it; when that name exists already (a retry in the

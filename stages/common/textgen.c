@@ -25,9 +25,10 @@
 #include "cpu/decode.h"
 #include "textgen.h"
 
-/* The context: <|endoftext|> first when the model has that id (a
- * document's start, as in training), then the prompt; then up to
- * max_tokens draws, each pushed back into the decoder but the last. */
+/* The context: the prompt's ids, after <|endoftext|> (a document's start,
+ * as in training) when asked for or when the prompt is empty and the
+ * model has that id; then up to max_tokens draws, each pushed back into
+ * the decoder but the last. */
 int textgen_run(gpt *m, const bpe *tok, const textgen_opts *o,
                 void (*emit)(void *arg, const char *bytes, size_t n),
                 int (*cancelled)(void *arg), void *arg, char *err,
@@ -66,10 +67,17 @@ int textgen_run(gpt *m, const bpe *tok, const textgen_opts *o,
   openblas_set_num_threads(1);
 
   const float *logits = NULL;
-  if (eot >= 0)
+  int bos = eot >= 0 && (o->bos || ids.n == 0);
+  if (bos)
     logits = decoder_push(d, (uint32_t)eot, err, errlen);
-  for (size_t i = 0; i < ids.n && (eot < 0 || logits); i++)
+  for (size_t i = 0; i < ids.n && (logits || (i == 0 && !bos)); i++)
     logits = decoder_push(d, ids.v[i], err, errlen);
+  if (o->on_ids) {
+    uint32_t start = (uint32_t)eot;
+    if (bos)
+      o->on_ids(o->ids_arg, &start, 1, 0);
+    o->on_ids(o->ids_arg, ids.v, ids.n, 0);
+  }
   bpe_ids_free(&ids);
 
   int n = 0, rc = logits ? 0 : -1;
@@ -81,6 +89,8 @@ int textgen_run(gpt *m, const bpe *tok, const textgen_opts *o,
       break;
     }
     uint32_t id = decode_sample(logits, V, o->temperature, o->top_k, &rng);
+    if (o->on_ids)
+      o->on_ids(o->ids_arg, &id, 1, 1);
     if (eot >= 0 && id == (uint32_t)eot) {
       if (o->stop_at_eot)
         break;

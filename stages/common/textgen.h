@@ -2,9 +2,13 @@
  * textgen: text from a model and its tokenizer, for the train and
  * validate stages' samples and for `dagrun generate`.
  *
- * The context starts with <|endoftext|> when the tokenizer has it (the
- * model saw it before every document, so this is "the start of a
- * document"), then the prompt's ids; tokens are then drawn with
+ * The context is the prompt's ids, as Hugging Face's GPT-2 tokenizer
+ * gives them (add_bos_token false, as the export's tokenizer_config.json
+ * says) and nanoGPT's sample.py feeds them, so that a greedy text is the
+ * one a Hugging Face user gets. <|endoftext|> comes first when bos is set
+ * or the prompt is empty (the model saw it before every document, so it
+ * is "the start of a document", and an empty context has no logits);
+ * tokens are then drawn with
  * decode_sample (decode.h) at the temperature and top_k from a splitmix64
  * state seeded by seed, through a KV-cache decoder. Same model, prompt
  * and options: same text.
@@ -25,6 +29,12 @@ typedef struct textgen_opts {
   int top_k;           /* <= 0: all */
   uint64_t seed;
   int stop_at_eot;     /* stop when the model ends the document */
+  int bos;             /* <|endoftext|> before the prompt */
+  /* May be NULL: called with the context's ids (drawn 0), then with each
+   * drawn id (drawn 1, <|endoftext|> included), so that a caller can show
+   * exactly what the model was given and gave. */
+  void (*on_ids)(void *arg, const uint32_t *ids, size_t n, int drawn);
+  void *ids_arg;
 } textgen_opts;
 
 /* Generates after the prompt, calling emit with each new token's bytes

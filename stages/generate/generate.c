@@ -44,7 +44,6 @@
 #include "lib/exitcode.h"
 #include "model/gpt.h"
 
-
 static const char usage_text[] =
     "usage: dagrun generate MODEL_DIR [options]\n"
     "\n"
@@ -62,6 +61,12 @@ static const char usage_text[] =
     "                       stderr, so that a text can be made again)\n"
     "  --tokenizer PATH     a tokenizer.json (default: the model's)\n"
     "  --no-stop            go on past the end of a document\n"
+    "  --bos                put <|endoftext|> before the prompt (default:\n"
+    "                       the prompt alone, as Hugging Face's GPT-2\n"
+    "                       tokenizer gives it; an empty prompt always\n"
+    "                       starts with it)\n"
+    "  --ids                write the context's and the drawn token ids on\n"
+    "                       stderr\n"
     "  --threads N          threads for loading the model (generation runs\n"
     "                       on one: one token is too little work to share)\n"
     "  -h, --help           this text\n";
@@ -105,13 +110,25 @@ static void emit_stdout(void *arg, const char *bytes, size_t n) {
   fflush(stdout);
 }
 
+/* textgen's on_ids for --ids: the context's ids, then " |" and each drawn
+ * id, on one stderr line that main ends. */
+static void ids_stderr(void *arg, const uint32_t *ids, size_t n, int drawn) {
+  int *bar = arg;
+  if (drawn && !*bar) {
+    fputs(" |", stderr);
+    *bar = 1;
+  }
+  for (size_t i = 0; i < n; i++)
+    fprintf(stderr, " %u", ids[i]);
+}
+
 /* The command line, parsed; strings point into argv. */
 typedef struct args {
   const char *model_dir, *prompt, *tokenizer;
   long long tokens, top_k, threads;
   double temperature;
   uint64_t seed;
-  int have_seed, no_stop;
+  int have_seed, no_stop, bos, ids;
 } args;
 
 /* Fills a from argv; returns -1 (help printed: exit 0), 0, or
@@ -128,8 +145,12 @@ static int parse_args(int argc, char **argv, args *a) {
       fputs(usage_text, stdout);
       return -1;
     }
-    if (strcmp(o, "--no-stop") == 0) {
-      a->no_stop = 1;
+    int *flag = strcmp(o, "--no-stop") == 0 ? &a->no_stop
+                : strcmp(o, "--bos") == 0   ? &a->bos
+                : strcmp(o, "--ids") == 0   ? &a->ids
+                                            : NULL;
+    if (flag) {
+      *flag = 1;
       continue;
     }
     if (strcmp(o, "--") == 0 && i + 1 < argc && !a->model_dir) {
@@ -272,12 +293,21 @@ int main(int argc, char **argv) {
                     .temperature = a.temperature,
                     .top_k = (int)a.top_k,
                     .seed = a.seed,
-                    .stop_at_eot = !a.no_stop};
+                    .stop_at_eot = !a.no_stop,
+                    .bos = a.bos};
+  int bar = 0;
+  if (a.ids) {
+    o.on_ids = ids_stderr;
+    o.ids_arg = &bar;
+    fputs("dagrun generate: ids:", stderr);
+  }
   fputs(a.prompt, stdout);
   fflush(stdout);
   double t0 = clock_monotonic();
   int n = textgen_run(m, tok, &o, emit_stdout, NULL, NULL, err, sizeof err);
   double dt = clock_monotonic() - t0;
+  if (a.ids)
+    fputc('\n', stderr);
   fputc('\n', stdout);
   fflush(stdout);
   if (n < 0) {

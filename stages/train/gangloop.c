@@ -359,11 +359,11 @@ static double gang_guard_fn(void *arg, float loss, double norm) {
   trainrun *r = gg->r;
   int64_t step = r->st.step;
   double l = loss, z = 0;
-  if (trainrun_faults_take(&gg->fault, step)) {
+  if (trainrun_faults_take(&gg->fault, step + 1)) {
     if (gg->lead)
       r->h->log(r->ctx, DAGRUN_LOG_WARN,
                 "step %lld: injected bad batch (DAGRUN_FAULT_SPIKE_STEPS)",
-                (long long)step);
+                (long long)(step + 1));
     l *= 20;
     norm *= 100;
   }

@@ -359,8 +359,8 @@ static int update(trainrun *r, int64_t step, double loss, double *lr,
   if (apply && (!isfinite(loss) || !isfinite(*gnorm))) {
     apply = STEP_SKIP;
     h->log(r->ctx, DAGRUN_LOG_WARN,
-           "step %lld: loss %g, grad norm %g: update skipped", (long long)step,
-           loss, *gnorm);
+           "step %lld: loss %g, grad norm %g: update skipped",
+           (long long)(step + 1), loss, *gnorm);
   }
   if (apply) {
     *lr *= spike_lr_factor(&r->guard);
@@ -392,11 +392,11 @@ static int train_step(trainrun *r, trainrun_faults *fault, data_watch *dw) {
     return -1;
   }
   double tk = clock_monotonic();
-  if (trainrun_faults_take(fault, step)) {
+  if (trainrun_faults_take(fault, step + 1)) {
     h->log(r->ctx, DAGRUN_LOG_WARN,
            "step %lld: injected bad batch "
            "(DAGRUN_FAULT_SPIKE_STEPS)",
-           (long long)step);
+           (long long)(step + 1));
     loss *= 20;
     if (engine_scale_grads(r->eng, 100, err, sizeof err) != 0) {
       h->fail(r->ctx, "step %lld: %s", (long long)step, err);

@@ -367,23 +367,26 @@ int trainrun_faults_take(trainrun_faults *f, int64_t step) {
   return 0;
 }
 
-/* The spike itself is a metric at the step its loss is reported at, so
- * that a plot marks it on the loss curve. */
+/* The spike, its log line and spike_events are at the step its loss is
+ * reported at (the steps done once this one is: step + 1, as
+ * trainrun_report_step numbers them), so that a plot marks it on the loss
+ * curve and the log names the step the metrics do. */
 void trainrun_spike_report(trainrun *r, int64_t step, double loss, double gnorm,
                            double z, int in_gang) {
   const dagrun_host *h = r->h;
   spike_policy p = r->c.spike.policy;
+  int64_t at = step + 1;
   h->log(r->ctx, DAGRUN_LOG_WARN,
          "step %lld: loss spike (loss %.4f, grad norm %.3f, z %.1f): %s",
-         (long long)step, loss, gnorm, z,
+         (long long)at, loss, gnorm, z,
          p == SPIKE_SKIP       ? "update skipped"
          : p == SPIKE_LOWER_LR ? "learning rate lowered"
          : in_gang             ? "update skipped (a gang cannot reset or "
                                  "roll back inside a ZeRO step)"
          : p == SPIKE_RESET    ? "update skipped, optimizer moments reset"
                                : "rolling back");
-  h->metric(r->ctx, "spike_events", (double)r->guard.events, step);
-  h->metric(r->ctx, "spike", loss, step + 1);
+  h->metric(r->ctx, "spike_events", (double)r->guard.events, at);
+  h->metric(r->ctx, "spike", loss, at);
 }
 
 /* ---- Where the time goes ---- */

@@ -137,19 +137,22 @@ double trainrun_evaluate(trainrun *r, gpt *model, int64_t step);
 /* Fault injection: DAGRUN_FAULT_SPIKE_STEPS="80,120" turns the batches
  * of those steps into bad ones (loss x20, gradients x100), once each, so
  * that tests can provoke the loss-spike guard's policies, as SQLite's
- * fault tests do. */
+ * fault tests do. Steps are numbered as the metrics number them: step N
+ * is the one whose loss is reported at N (the N-th step, 1-based). */
 #define TRAINRUN_MAX_FAULTS 16
 typedef struct trainrun_faults {
   int64_t step[TRAINRUN_MAX_FAULTS];
   int n;
 } trainrun_faults;
 void trainrun_faults_read(trainrun_faults *f);
-/* Whether step is a listed one not yet used; uses it. */
+/* Whether step (numbered as the metrics are) is a listed one not yet
+ * used; uses it. */
 int trainrun_faults_take(trainrun_faults *f, int64_t step);
 
-/* A loss spike the guard found at step: logged with what its policy does
- * (in a gang, in_gang, reset and rollback skip the update) and counted
- * in the metrics. */
+/* A loss spike the guard found in step (0-based: the steps done before
+ * it): logged with what its policy does (in a gang, in_gang, reset and
+ * rollback skip the update) and counted in the metrics, all at step + 1,
+ * the step its loss is reported at. */
 void trainrun_spike_report(trainrun *r, int64_t step, double loss, double gnorm,
                            double z, int in_gang);
 

@@ -369,6 +369,7 @@ static char *metrics_json(vrun *r, const char *samples, double seconds) {
   cJSON_AddNumberToObject(o, "accuracy", r->ev.accuracy);
   cJSON_AddNumberToObject(o, "tokens", (double)r->ev.tokens);
   cJSON_AddNumberToObject(o, "batches", (double)r->ev.batches);
+  cJSON_AddNumberToObject(o, "windows", (double)r->ev.windows);
   cJSON_AddNumberToObject(o, "batch_size", (double)r->c.B);
   cJSON_AddNumberToObject(o, "seq_len", (double)r->c.T);
   cJSON *g = cJSON_AddObjectToObject(o, "gates");
@@ -453,10 +454,12 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   h->metric(ctx, "accuracy", r.ev.accuracy, step);
   h->log(ctx, DAGRUN_LOG_INFO,
          "val_loss %.4f, perplexity %.2f, next-token accuracy %.2f%% over "
-         "%llu tokens (%llu batches of %lldx%lld) in %.1fs",
+         "%llu tokens (%llu windows of %lld in %llu batches of up to %lld) "
+         "in %.1fs",
          r.ev.loss, r.ev.perplexity, 100 * r.ev.accuracy,
-         (unsigned long long)r.ev.tokens, (unsigned long long)r.ev.batches,
-         (long long)r.c.B, (long long)r.c.T, seconds);
+         (unsigned long long)r.ev.tokens, (unsigned long long)r.ev.windows,
+         (long long)r.c.T, (unsigned long long)r.ev.batches, (long long)r.c.B,
+         seconds);
 
   check_gates(&r);
   const char *out = h->dir(ctx, DAGRUN_DIR_OUT);

@@ -1,6 +1,7 @@
 # `dagrun generate` on a model the train stage just made: the text starts
 # with the prompt and goes on, a seed gives the same bytes again and
-# another seed other ones, greedy is deterministic without a seed; a
+# another seed other ones, greedy is deterministic without a seed; the
+# context is the prompt's tokens (<|endoftext|> first only with --bos); a
 # checkpoint, a directory of checkpoints and a missing tokenizer are
 # handled, bad paths and options are refused. And train's init_from: a
 # run that starts from the first one's weights starts at its loss, not at
@@ -91,6 +92,40 @@ expect_in nt.err "--tokenizer"
 gen wt "$CK" --tokens 5 --seed 1 --tokenizer "$TOKJSON.moved"
 expect_gen_ok wt
 mv "$TOKJSON.moved" "$TOKJSON"
+
+# The context is the prompt's own tokens, as Hugging Face's GPT-2
+# tokenizer gives them (the export says add_bos_token: false): no
+# <|endoftext|> first, unless --bos asks for it; an empty prompt starts
+# with it. --ids shows the context's ids and the drawn ones.
+gen ids "$CK" --prompt "the cat sat" --temperature 0 --tokens 8 --ids
+expect_gen_ok ids
+gen bos "$CK" --prompt "the cat sat" --temperature 0 --tokens 8 --ids --bos
+expect_gen_ok bos
+gen empty "$CK" --temperature 0 --tokens 4 --ids
+expect_gen_ok empty
+/usr/bin/python3 - "$TOKJSON" ids.err bos.err empty.err <<'P' || fail "context ids: $(grep ids: ids.err bos.err empty.err)"
+import json, sys
+tok = json.load(open(sys.argv[1]))
+eot = {t["content"]: t["id"] for t in tok["added_tokens"]}["<|endoftext|>"]
+vocab = {i: s for s, i in tok["model"]["vocab"].items()}
+# GPT-2's byte-level alphabet keeps printable ASCII and writes a space as
+# U+0120: enough for this prompt.
+def text(ids):
+    return "".join(vocab[i] for i in ids).replace("\u0120", " ")
+def ids(path):
+    line = [l for l in open(path) if l.startswith("dagrun generate: ids:")][0]
+    ctx, drawn = line.split(":", 2)[2].split("|")
+    return [int(x) for x in ctx.split()], [int(x) for x in drawn.split()]
+ctx, drawn = ids(sys.argv[2])
+assert ctx and ctx[0] != eot and eot not in ctx, (ctx, eot)
+assert text(ctx) == "the cat sat", (ctx, text(ctx))
+assert len(drawn) <= 8, drawn
+bctx, _ = ids(sys.argv[3])
+assert bctx == [eot] + ctx, (bctx, ctx)
+ectx, _ = ids(sys.argv[4])
+assert ectx == [eot], ectx
+print("context ids:", ctx, "with --bos:", bctx, "empty prompt:", ectx)
+P
 
 # Paths that are no model: exit 1 naming the path. Bad usage: exit 2.
 gen nx /nonexistent/model

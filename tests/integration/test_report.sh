@@ -18,7 +18,7 @@ with the tests' packages: apt-get install chromium)"
 DATA=$(make_token_data rep 300)
 # prep fails on its first attempt and succeeds on the retry; train is a
 # tiny model, 30 steps, an evaluation every 10 (and the final one), a bad
-# batch injected at step 20 for the loss-spike guard; validate gates it.
+# batch injected at step 21 for the loss-spike guard; validate gates it.
 cat > rep.yaml <<Y
 dag: rep
 params: {lr: 0.01}
@@ -37,7 +37,7 @@ tasks:
     needs: [train]
     with: {checkpoint: "\${tasks.train.outputs.checkpoint}", data: "$DATA", threads: 1, samples: 1, sample_tokens: 8, max_val_loss: 20}
 Y
-DAGRUN_FAULT_SPIKE_STEPS=20 run_dagrun run rep.yaml --plain --trigger backfill \
+DAGRUN_FAULT_SPIKE_STEPS=21 run_dagrun run rep.yaml --plain --trigger backfill \
   --logical-date 2026-11-20T02:30:00Z
 expect_rc 0
 R=$(run_dir rep)

@@ -2,7 +2,8 @@
 # attempt in its task directory, and read back by a reader written here
 # (TFRecord framing, both masked CRC-32Cs with its own CRC-32C, protobuf
 # varints decoded by hand) they hold exactly metrics.jsonl's scalars:
-# same tags, steps and values (as float32), in the same order. Where the
+# same tags, steps and values (as float32), in the same order, every
+# scalar with its simple_value (0.0 included). Where the
 # tensorboard package is installed, its own EventAccumulator reads them
 # too. A kill -9 of dagrun mid-run leaves every record written whole.
 . "$(dirname "$0")/lib.sh"
@@ -85,7 +86,7 @@ def event(b):
             vals = []
             for sf, sw, sv in fields(v):
                 assert (sf, sw) == (1, 2), (sf, sw)
-                tag, val = "", 0.0
+                tag, val = "", None
                 for vf, vw, vv in fields(sv):
                     if (vf, vw) == (1, 2):
                         tag = vv.decode()
@@ -93,6 +94,9 @@ def event(b):
                         val = struct.unpack("<f", vv)[0]
                     else:
                         raise AssertionError(f"Value field {vf}/{vw}")
+                # simple_value is a member of summary.proto's oneof value:
+                # a scalar without it (0.0 left out) has no value at all.
+                assert val is not None, f"{tag}: Value without simple_value"
                 vals.append((tag, val))
             e["values"] = vals
         else:
@@ -135,7 +139,11 @@ for g, m in zip(got, want):
     assert (tag, step) == (m["name"], m["step"]), (g, m)
     assert same(val, f32(m["value"])), (g, m)
     assert abs(wall - m["time"]) < 1e-3, (g, m)
-print(f"{task_dir}: {len(files)} file(s), {len(got)} scalars, "
+zeros = sum(1 for g in got if g[2] == 0.0)
+if "--zeros" in sys.argv:
+    assert zeros, "no scalar of exactly 0.0 to check"
+print(f"{task_dir}: {len(files)} file(s), {len(got)} scalars "
+      f"({zeros} of 0.0), "
       f"{len({g[0] for g in got})} tags")
 
 if "--tensorboard" in sys.argv:
@@ -181,7 +189,11 @@ Y
 run_dagrun run train.yaml --plain
 expect_rc 0
 R=$(run_dir tb)
-check_task "$R/train"
+# time_comm_s is exactly 0.0 in one process: every record of it must carry
+# its simple_value.
+grep -q '"name":"time_comm_s","value":0[,}]' "$R/train/metrics.jsonl" ||
+  fail "no time_comm_s of 0.0 to check: $(grep -m1 time_comm_s "$R/train/metrics.jsonl")"
+check_task "$R/train" --zeros
 for tag in loss val_loss lr grad_norm tokens_per_s step_time_s time_data_s tokens; do
   grep -q "\"name\":\"$tag\"" "$R/train/metrics.jsonl" || fail "no $tag metric"
 done

@@ -87,26 +87,30 @@ train_dag lion "steps: 60, optimizer: lion, lr: 0.001, samples: 0"
 run_dagrun run lion.yaml --plain
 expect_rc 0
 
-# The loss-spike guard, on a bad batch injected at step 60: each policy
-# does what it says, and the event is logged and counted.
+# The loss-spike guard, on a bad batch injected at step 61 (numbered as
+# the metrics number steps): each policy does what it says, and the event
+# is logged and counted at the step the loss metric names.
 for policy in skip lower_lr reset rollback; do
   train_dag "spike_$policy" "steps: 100, lr: 0.003, checkpoint_every: 40, samples: 0, spike_policy: $policy"
-  DAGRUN_FAULT_SPIKE_STEPS=60 run_dagrun run "spike_$policy.yaml" --plain
+  DAGRUN_FAULT_SPIKE_STEPS=61 run_dagrun run "spike_$policy.yaml" --plain
   expect_rc 0
   RS=$(run_dir "spike_$policy")
-  expect_in "$RS/train/attempt-1/log" "step 60: loss spike"
+  expect_in "$RS/train/attempt-1/log" "step 61: injected bad batch"
+  expect_in "$RS/train/attempt-1/log" "step 61: loss spike"
   /usr/bin/python3 - "$RS/train" "$policy" <<'P' || fail "spike policy $policy: $(grep -i spike "$RS/train/attempt-1/log")"
 import json, sys
 d, policy = sys.argv[1:3]
 s = json.load(open(d + "/out/summary.json"))
 assert s["spike_events"] == 1 and s["steps"] == 100, s
 log = open(d + "/attempt-1/log").read()
-lr, loss, spike = {}, {}, {}
+lr, loss, spike, events = {}, {}, {}, {}
 for line in open(d + "/metrics.jsonl"):
     m = json.loads(line)
-    {"lr": lr, "loss": loss, "spike": spike}.get(m["name"], {})[m["step"]] = m["value"]
-# The spike, at the step its loss is reported at (none after a rollback).
+    {"lr": lr, "loss": loss, "spike": spike, "spike_events": events}.get(m["name"], {})[m["step"]] = m["value"]
+# The spike and its count, at the step its loss is reported at (none after
+# a rollback).
 assert list(spike) == [61], spike
+assert events == {61: 1}, events
 if policy != "rollback":
     assert spike[61] == loss[61] and loss[61] > 3 * loss[60], (spike, loss[60], loss[61])
 want = {"skip": "update skipped", "lower_lr": "learning rate lowered",

@@ -295,7 +295,7 @@ RC=$(run_dir cuda)
   fail "device: cuda gang recorded '$(task_field "$RC" train state)', not failed"
 
 # --- The loss-spike guard in a gang, inside each ZeRO step: a bad batch
-# injected at step 15 (DAGRUN_FAULT_SPIKE_STEPS: the loss and norm the
+# injected at step 16 (DAGRUN_FAULT_SPIKE_STEPS: the loss and norm the
 # guard sees x20 and x100) is a spike, logged and counted; the steps
 # before it train as the uninterrupted stage-2 run; skip leaves its
 # update out (step 17 differs); lower_lr runs it and the rest at a tenth
@@ -307,12 +307,12 @@ dag: spike_$policy
 tasks:
   train: {stage: train, world_size: 2, launcher: mpirun, $ENV, with: {${MODEL/spike_policy: none/spike_policy: $policy, spike_window: 5}, batch_size: 2, zero_stage: 2}}
 Y
-  DAGRUN_FAULT_SPIKE_STEPS=15 run_dagrun run spike_$policy.yaml --plain
+  DAGRUN_FAULT_SPIKE_STEPS=16 run_dagrun run spike_$policy.yaml --plain
   expect_rc 0
   R=$(run_dir spike_$policy)
   L="$R/train/attempt-1/log"
-  expect_in "$L" "step 15: injected bad batch (DAGRUN_FAULT_SPIKE_STEPS)"
-  expect_in "$L" "step 15: loss spike"
+  expect_in "$L" "step 16: injected bad batch (DAGRUN_FAULT_SPIKE_STEPS)"
+  expect_in "$L" "step 16: loss spike"
   case $policy in
   skip) expect_in "$L" "update skipped" ;;
   lower_lr) expect_in "$L" "learning rate lowered" ;;
@@ -326,11 +326,12 @@ d, policy, ref = sys.argv[1:4]
 s = json.load(open(d + "/out/summary.json"))
 assert s["spike_events"] == 1 and s["steps"] == 20, s
 want = {int(k): float(v) for k, v in (l.split() for l in open(ref))}
-lr, loss, spike = {}, {}, {}
+lr, loss, spike, events = {}, {}, {}, {}
 for line in open(d + "/metrics.jsonl"):
     m = json.loads(line)
-    {"lr": lr, "loss": loss, "spike": spike}.get(m["name"], {})[m["step"]] = m["value"]
+    {"lr": lr, "loss": loss, "spike": spike, "spike_events": events}.get(m["name"], {})[m["step"]] = m["value"]
 assert list(spike) == [16], spike
+assert events == {16: 1}, events
 for k in range(1, 17):
     assert abs(loss[k] - want[k]) <= 1e-4 * abs(want[k]), (k, loss[k], want[k])
 if policy == "lower_lr":

@@ -32,7 +32,8 @@ metric() { # METRICS_JSON KEY
   /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"
 }
 
-# The latest checkpoint of the directory, twice: the same numbers.
+# The latest checkpoint of the directory, twice: the same numbers, over
+# every window of the val split.
 validate_dag latest "checkpoint: \"$CKPTS\", samples: 2, sample_tokens: 12, prompt: \"the cat\""
 for i in 1 2; do
   run_dagrun run latest.yaml --no-cache --plain
@@ -41,10 +42,10 @@ done
 R1=$(ls -d "$DAGRUN_RUNS_DIR"/latest/*/ | head -n 1)
 R2=$(ls -d "$DAGRUN_RUNS_DIR"/latest/*/ | tail -n 1)
 [ "$R1" != "$R2" ] || fail "expected two runs"
-/usr/bin/python3 - "$R1/validate/out/metrics.json" "$R2/validate/out/metrics.json" "$CKPTS" <<'P' || fail "metrics: $(cat "$R1/validate/out/metrics.json")"
-import json, math, sys
+/usr/bin/python3 - "$R1/validate/out/metrics.json" "$R2/validate/out/metrics.json" "$DATA" <<'P' || fail "metrics: $(cat "$R1/validate/out/metrics.json")"
+import glob, json, math, struct, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
-for k in ("val_loss", "perplexity", "accuracy", "tokens", "batches"):
+for k in ("val_loss", "perplexity", "accuracy", "tokens", "batches", "windows"):
     assert a[k] == b[k], (k, a[k], b[k])
 assert a["checkpoint"].endswith("/step-00000150"), a["checkpoint"]
 assert a["step"] == 150 and a["passed"] is True and a["failures"] == []
@@ -52,8 +53,21 @@ assert abs(a["perplexity"] - math.exp(a["val_loss"])) < 1e-6 * a["perplexity"]
 assert 0 < a["accuracy"] < 1, a
 # 150 steps on this small grammar: well below ln(320) = 5.77
 assert a["val_loss"] < 4.0, a
-assert a["tokens"] == a["batches"] * 8 * 32, a
+# Every window of the val split is scored, the last batch's too: windows
+# of 33 tokens (T+1) in each file (they never cross files), counted here
+# from the files' headers (token count at byte 24).
+want = 0
+for path in glob.glob(sys.argv[3] + "/val-*.tok"):
+    with open(path, "rb") as f:
+        (n,) = struct.unpack_from("<Q", f.read(32), 24)
+    want += (n - 1) // 32
+assert want % 8, f"{want} windows: a multiple of the batch, no partial batch to check"
+assert a["windows"] == want, (a["windows"], want)
+assert a["tokens"] == want * 32, a
+assert a["batches"] == -(-want // 8), a
+print(f"validate scored {want} windows in {a['batches']} batches")
 P
+expect_in "$R1/validate/attempt-1/log" "windows of 32 in"
 expect_in "$R1/validate/out/samples.txt" "=== sample 2"
 expect_in "$R1/validate/out/samples.txt" "the cat"
 cmp "$R1/validate/out/samples.txt" "$R2/validate/out/samples.txt" || fail "samples differ between two runs with the same seed"

@@ -43,10 +43,10 @@ static void write_tokens(const char *path, size_t n, uint64_t seed) {
   CHECK_INT(tokfile_writer_finish(w, NULL, err, sizeof err), 0);
 }
 
-static loader *make_loader(void) {
+static loader *make_loader(int B) {
   loader_config c = {.paths = paths,
                      .npaths = 2,
-                     .B = B_,
+                     .B = B,
                      .T = T_,
                      .order = LOADER_SEQUENTIAL,
                      .seed = 3};
@@ -78,20 +78,22 @@ static gpt *make_model(void) {
   return m;
 }
 
-/* The reference: nb batches from a fresh loader, by hand. */
-static void by_hand(gpt *m, uint64_t nb, double *loss, double *acc) {
-  loader *l = make_loader();
-  uint32_t in[B_ * T_], tg[B_ * T_];
+/* The reference: the first nwin windows from a fresh loader, one at a
+ * time (B = 1: the sequential order serves the same windows in the same
+ * order as B_ rows at a time), by hand. */
+static void by_hand(gpt *m, uint64_t nwin, double *loss, double *acc) {
+  loader *l = make_loader(1);
+  uint32_t in[T_], tg[T_];
   double sum = 0;
   uint64_t ok = 0;
   int Vp = gpt_get_config(m)->padded_vocab;
-  for (uint64_t b = 0; b < nb; b++) {
+  for (uint64_t w = 0; w < nwin; w++) {
     float lo = 0;
     loader_next(l, in, tg);
-    CHECK_INT(gpt_forward(m, in, tg, B_, T_, &lo, err, sizeof err), 0);
+    CHECK_INT(gpt_forward(m, in, tg, 1, T_, &lo, err, sizeof err), 0);
     sum += lo;
     const float *lg = gpt_logits(m);
-    for (int i = 0; i < B_ * T_; i++) {
+    for (int i = 0; i < T_; i++) {
       /* The target is the argmax when no other id beats it, and no
        * lower id ties it. */
       const float *r = lg + (size_t)i * Vp;
@@ -103,8 +105,8 @@ static void by_hand(gpt *m, uint64_t nb, double *loss, double *acc) {
       ok += best;
     }
   }
-  *loss = sum / (double)nb;
-  *acc = (double)ok / (double)(nb * B_ * T_);
+  *loss = sum / (double)nwin;
+  *acc = (double)ok / (double)(nwin * T_);
   loader_destroy(l);
 }
 
@@ -130,13 +132,16 @@ int main(void) {
   write_tokens(p0, 300, 1);
   write_tokens(p1, 150, 2);
   gpt *m = make_model();
-  loader *ld = make_loader();
+  loader *ld = make_loader(B_);
   CHECK(m && ld);
   if (!m || !ld)
     TEST_DONE();
   uint64_t epoch = loader_batches_per_epoch(ld);
-  /* 450 tokens: windows of 9 (T+1), 3 per batch */
-  CHECK(epoch >= 10);
+  /* 450 tokens: 37 + 18 windows of 9 (T+1) (windows never cross files),
+   * 3 per batch: 18 full batches and one window more. */
+  uint64_t windows = loader_windows_per_epoch(ld);
+  CHECK_INT(windows, 55);
+  CHECK_INT(epoch, 18);
 
   loader_pos start;
   loader_get_pos(ld, &start);
@@ -145,7 +150,7 @@ int main(void) {
             0);
   CHECK_INT(polls, 4);
   double want_loss, want_acc;
-  by_hand(m, 4, &want_loss, &want_acc);
+  by_hand(m, 4 * B_, &want_loss, &want_acc);
   CHECK_INT(r.batches, 4);
   CHECK_INT(r.tokens, 4 * B_ * T_);
   CHECK_NEAR(r.loss, want_loss, 1e-6 * want_loss);
@@ -162,20 +167,27 @@ int main(void) {
             0);
   CHECK(memcmp(&r, &r2, sizeof r) == 0);
 
-  /* max_batches 0, or more than an epoch: one epoch. */
+  /* max_batches 0: every window of the split, once, the last batch's
+   * window (55 is no multiple of 3) included. */
   loader_set_pos(ld, &start);
   CHECK_INT(evaluate_model(m, ld, B_, T_, 0, NULL, NULL, &r, err, sizeof err),
             0);
-  CHECK_INT(r.batches, epoch);
-  by_hand(m, epoch, &want_loss, &want_acc);
+  CHECK_INT(r.windows, windows);
+  CHECK_INT(r.tokens, windows * T_);
+  CHECK_INT(r.batches, epoch + 1);
+  by_hand(m, windows, &want_loss, &want_acc);
   CHECK_NEAR(r.loss, want_loss, 1e-6 * want_loss);
   CHECK_NEAR(r.accuracy, want_acc, 1e-12);
+  /* More than an epoch: the epoch's full batches (what the train stage's
+   * eval_batches and a device's fixed-size batches count). */
   loader_set_pos(ld, &start);
   CHECK_INT(evaluate_model(m, ld, B_, T_, epoch * 5, NULL, NULL, &r2, err,
                            sizeof err),
             0);
   CHECK_INT(r2.batches, epoch);
-  CHECK(r2.loss == r.loss);
+  CHECK_INT(r2.windows, epoch * B_);
+  by_hand(m, epoch * B_, &want_loss, &want_acc);
+  CHECK_NEAR(r2.loss, want_loss, 1e-6 * want_loss);
 
   /* Cancelled on the third poll: -1, "cancelled", out untouched. */
   polls = 0;

@@ -118,10 +118,12 @@ static void test_encoding(void) {
   CHECK_INT(tfevents_encode_scalar(NULL, 0, 1.0, -1, "time_data_s", 0.125f),
             sizeof ev_negative);
 
-  /* Step 0 and a value of +0.0 are proto3 defaults: left out. */
+  /* Step 0 is a proto3 default: left out. A value of +0.0 is written:
+   * simple_value is a member of `oneof value`, written whenever set. */
   n = tfevents_encode_scalar(buf, sizeof buf, 2.0, 0, "x", 0.0f);
-  static const uint8_t zero[] = {0x09, 0,    0,    0,    0,    0,    0,    0,
-                                 0x40, 0x2a, 0x05, 0x0a, 0x03, 0x0a, 0x01, 'x'};
+  static const uint8_t zero[] = {0x09, 0,    0,    0,    0,    0,    0,
+                                 0,    0x40, 0x2a, 0x0a, 0x0a, 0x08, 0x0a,
+                                 0x01, 'x',  0x15, 0,    0,    0,    0};
   CHECK_INT(n, sizeof zero);
   CHECK(n == sizeof zero && memcmp(buf, zero, n) == 0);
 
