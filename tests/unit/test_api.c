@@ -804,13 +804,7 @@ static void test_concurrent(void) {
 /* ---- Servers configured otherwise ---- */
 
 static void test_no_credentials(const char *db) {
-  api_config cfg = {.host = "127.0.0.1",
-                    .port = 0,
-                    .token = NULL,
-                    .hmac_secret = NULL,
-                    .store_path = db,
-                    .allow_hosts = NULL,
-                    .request_timeout = 0};
+  api_config cfg = {.host = "127.0.0.1", .store_path = db};
   api_server *s = NULL;
   char err[512];
   CHECK_INT(api_start(&cfg, &actions, &s, err, sizeof err), 0);
@@ -837,34 +831,17 @@ static void test_no_credentials(const char *db) {
 static void test_start_errors(const char *db) {
   char err[512];
   api_server *s = NULL;
-  api_config bad = {.host = "localhost:80",
-                    .port = 0,
-                    .token = TOKEN,
-                    .hmac_secret = NULL,
-                    .store_path = db,
-                    .allow_hosts = NULL,
-                    .request_timeout = 0};
+  api_config bad = {.host = "localhost:80", .token = TOKEN, .store_path = db};
   CHECK_INT(api_start(&bad, &actions, &s, err, sizeof err), DR_EIO);
   CHECK(s == NULL);
   CHECK(strstr(err, "invalid listen address 'localhost:80'") != NULL);
   /* The port in use. */
-  api_config dup = {.host = "127.0.0.1",
-                    .port = port_,
-                    .token = TOKEN,
-                    .hmac_secret = NULL,
-                    .store_path = db,
-                    .allow_hosts = NULL,
-                    .request_timeout = 0};
+  api_config dup = {
+      .host = "127.0.0.1", .port = port_, .token = TOKEN, .store_path = db};
   CHECK_INT(api_start(&dup, &actions, &s, err, sizeof err), DR_EIO);
   CHECK(strstr(err, "cannot listen on 127.0.0.1") != NULL);
   /* IPv6, where the machine has it. */
-  api_config v6 = {.host = "::1",
-                   .port = 0,
-                   .token = TOKEN,
-                   .hmac_secret = NULL,
-                   .store_path = db,
-                   .allow_hosts = NULL,
-                   .request_timeout = 0};
+  api_config v6 = {.host = "::1", .token = TOKEN, .store_path = db};
   int rc = api_start(&v6, &actions, &s, err, sizeof err);
   if (rc == 0) {
     CHECK(api_port(s) > 0);
@@ -876,12 +853,7 @@ static void test_start_errors(const char *db) {
   api_stop(NULL);
   /* No store yet: no runs, not an error. */
   api_config empty = {.host = "127.0.0.1",
-                      .port = 0,
-                      .token = NULL,
-                      .hmac_secret = NULL,
-                      .store_path = test_path("none/state.db"),
-                      .allow_hosts = NULL,
-                      .request_timeout = 0};
+                      .store_path = test_path("none/state.db")};
   CHECK_INT(api_start(&empty, &actions, &s, err, sizeof err), 0);
   if (s) {
     int saved = port_;
@@ -906,12 +878,9 @@ int main(void) {
   make_store(db);
 
   api_config cfg = {.host = "127.0.0.1",
-                    .port = 0,
                     .token = TOKEN,
                     .hmac_secret = SECRET,
-                    .store_path = db,
-                    .allow_hosts = NULL,
-                    .request_timeout = 0};
+                    .store_path = db};
   api_server *s = NULL;
   char err[512];
   CHECK_INT(api_start(&cfg, &actions, &s, err, sizeof err), 0);
