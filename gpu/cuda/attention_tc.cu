@@ -235,10 +235,6 @@ __device__ __forceinline__ uint32_t tc_pack(floatX lo, floatX hi) {
 __device__ __forceinline__ uint32_t tc_pack_f(float lo, float hi) {
   return tc_pack(kc_x(lo), kc_x(hi));
 }
-/* Two adjacent BF16 of shared memory (an even element: 4-byte aligned). */
-__device__ __forceinline__ uint32_t tc_ld2(const floatX *p) {
-  return *(const uint32_t *)p;
-}
 
 #ifndef DAGRUN_CUDA_EMULATED
 /* ldmatrix .x4: four 8 x 8 BF16 matrices of shared memory, lanes 8i to
@@ -263,9 +259,9 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4],
 }
 #endif
 
-/* Fragment loads from shared memory, LDM: with ldmatrix (one
- * instruction for 4 registers), else 32-bit and 16-bit loads (the
- * one-kernel backward's dq still takes these). Once the backward held
+/* Fragment loads from shared memory with ldmatrix (one instruction for
+ * 4 registers); tc_frag_b2 without LDM in 16-bit loads, for the
+ * one-kernel backward's dq. Once the backward held
  * whole tiles of S and dP, ldmatrix cost it registers and an SM a block
  * (H200: 0.585 ms against 0.516); going 16 columns at a time, with 4
  * blocks an SM, it is the faster (H100, GPT-2's attention, B=8 T=1024:
@@ -274,38 +270,20 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4],
 
 /* A[r][k] = M[(r0 + r) * ld + k0 + k]: 16 rows of M from r0, columns
  * k0 .. k0+15 (a0 .. a3: rows 0-7 and 8-15 of columns 0-7, then of 8-15). */
-template <bool LDM>
 __device__ __forceinline__ void tc_frag_a(uint32_t a[4], const floatX *M,
                                           int ld, int r0, int k0) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  if constexpr (LDM) {
-    ldmatrix_x4(a, M + (size_t)(r0 + lane % 16) * ld + k0 + lane / 16 * 8);
-  } else {
-    const floatX *p = M + (size_t)(r0 + g) * ld + k0 + 2 * t;
-    a[0] = tc_ld2(p);
-    a[1] = tc_ld2(p + 8 * ld);
-    a[2] = tc_ld2(p + 8);
-    a[3] = tc_ld2(p + 8 * ld + 8);
-  }
+  const int lane = threadIdx.x % 32;
+  ldmatrix_x4(a, M + (size_t)(r0 + lane % 16) * ld + k0 + lane / 16 * 8);
 }
 /* The B fragments of two 8-column pieces (b[0], b[1] of columns n0 ..
  * n0+7; b[2], b[3] of n0+8 .. n0+15) of one 16-row k step from k0, where
  * B[k][n] = M[(n0 + n) * ld + k0 + k]: M's rows as B's columns (the
  * products with a tile transposed: Q K^T, dO V^T). */
-template <bool LDM>
 __device__ __forceinline__ void tc_frag_b2_t(uint32_t b[4], const floatX *M,
                                              int ld, int n0, int k0) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, i = lane / 8;
-  if constexpr (LDM) {
-    ldmatrix_x4(b, M + (size_t)(n0 + 8 * (i / 2) + lane % 8) * ld + k0 +
-                       8 * (i % 2));
-  } else {
-    for (int h = 0; h < 2; h++) {
-      const floatX *p = M + (size_t)(n0 + 8 * h + g) * ld + k0 + 2 * t;
-      b[2 * h] = tc_ld2(p);
-      b[2 * h + 1] = tc_ld2(p + 8);
-    }
-  }
+  const int lane = threadIdx.x % 32, i = lane / 8;
+  ldmatrix_x4(b, M + (size_t)(n0 + 8 * (i / 2) + lane % 8) * ld + k0 +
+                     8 * (i % 2));
 }
 /* The same where B[k][n] = M[(k0 + k) * ld + n0 + n]: M's rows k0 ..
  * k0+15 as they are (the products with a tile: P V, dS K, P^T dO). */
@@ -351,18 +329,18 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4],
  * warp's rows, which it multiplies against every tile of the other side,
  * loaded from shared memory once (16 registers at hs 64) instead of once
  * a tile. */
-template <int hs, bool LDM>
+template <int hs>
 __device__ __forceinline__ void tc_frags_rows(uint32_t (*fa)[4],
                                               const floatX *M, int ld, int r0) {
 #pragma unroll
   for (int kk = 0; kk < hs / 16; kk++)
-    tc_frag_a<LDM>(fa[kk], M, ld, r0, 16 * kk);
+    tc_frag_a(fa[kk], M, ld, r0, 16 * kk);
 }
 
 /* s (16 x 16, two 8-column accumulators) = A (the warp's 16 rows, hs
  * wide, as fragments fa) times B^T, B the tile's rows n0 .. n0+15: the
  * scores of the warp's rows against 16 of the tile's. */
-template <int hs, bool LDM>
+template <int hs>
 __device__ __forceinline__ void tc_scores16(float (*s)[4],
                                             const uint32_t (*fa)[4],
                                             const floatX *B, int ld, int n0) {
@@ -372,19 +350,19 @@ __device__ __forceinline__ void tc_scores16(float (*s)[4],
 #pragma unroll
   for (int kk = 0; kk < hs / 16; kk++) {
     uint32_t b[4];
-    tc_frag_b2_t<LDM>(b, B, ld, n0, 16 * kk);
+    tc_frag_b2_t(b, B, ld, n0, 16 * kk);
     mma_bf16_16816(s[0], fa[kk], b);
     mma_bf16_16816(s[1], fa[kk], b + 2);
   }
 }
 
 /* s (16 x 64) = the same against all 64 rows of the tile. */
-template <int hs, bool LDM>
+template <int hs>
 __device__ __forceinline__ void
 tc_scores(float (*s)[4], const uint32_t (*fa)[4], const floatX *B, int ld) {
 #pragma unroll
   for (int j = 0; j < TC_NT; j += 2)
-    tc_scores16<hs, LDM>(s + j, fa, B, ld, 8 * j);
+    tc_scores16<hs>(s + j, fa, B, ld, 8 * j);
 }
 
 /* acc (16 x hs, hs/8 accumulators) += A (one 16-wide k step, in a)
@@ -404,15 +382,14 @@ __device__ __forceinline__ void tc_mma_rows(float (*acc)[4],
 
 /* acc (16 x hs, hs/8 accumulators) += P (16 x 64 in accumulators) times
  * the tile M (64 rows of hs). */
-template <int hs, bool LDM>
-__device__ __forceinline__ void tc_accumulate(float (*acc)[4],
-                                              const float (*p)[4],
-                                              const floatX *M, int ld) {
+template <int hs>
+__device__ __forceinline__ void
+tc_accumulate(float (*acc)[4], const float (*p)[4], const floatX *M, int ld) {
 #pragma unroll
   for (int kk = 0; kk < TC_COLS / 16; kk++) {
     uint32_t a[4];
     tc_frag_a_of(a, p, kk);
-    tc_mma_rows<hs, LDM>(acc, a, M, ld, 16 * kk);
+    tc_mma_rows<hs, true>(acc, a, M, ld, 16 * kk);
   }
 }
 
@@ -491,7 +468,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 ? 4 : 1)
   tc_load<hs>(Qs, ldh, a.qkv, a.C3, q0, T);
   __syncthreads();
   uint32_t fq[hs / 16][4]; /* the warp's Q rows, for every tile */
-  tc_frags_rows<hs, true>(fq, Qs, ldh, 16 * w);
+  tc_frags_rows<hs>(fq, Qs, ldh, 16 * w);
   float o[hs / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int n = 0; n < hs / 8; n++)
@@ -504,7 +481,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 ? 4 : 1)
     if (wq0 >= T || k0 > wq0 + 15)
       continue;
     float s[TC_NT][4];
-    tc_scores<hs, true>(s, fq, Ks, ldh);
+    tc_scores<hs>(s, fq, Ks, ldh);
     /* Scale and mask (warp-uniform: only a tile that reaches past the
      * warp's first row, or rows past T, has pairs to mask); each row's
      * max over the tile (its 4 lanes). */
@@ -550,7 +527,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 ? 4 : 1)
       o[n][2] *= alpha[1];
       o[n][3] *= alpha[1];
     }
-    tc_accumulate<hs, true>(o, s, Vs, ldh); /* O += P V */
+    tc_accumulate<hs>(o, s, Vs, ldh); /* O += P V */
   }
   /* Each row's sum over its 4 lanes; out = O / l, lse = m ln 2 + log l
    * (m in base 2). */
@@ -669,8 +646,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 ? 4 : 1)
   tc_load_stats(lse_r, D_r, lse, Dsum, a.bh, q0, T);
   __syncthreads();
   uint32_t fq[hs / 16][4], fo[hs / 16][4]; /* the warp's Q and dO rows */
-  tc_frags_rows<hs, true>(fq, Qs, ldh, 16 * w);
-  tc_frags_rows<hs, true>(fo, dOs, ldh, 16 * w);
+  tc_frags_rows<hs>(fq, Qs, ldh, 16 * w);
+  tc_frags_rows<hs>(fo, dOs, ldh, 16 * w);
   /* lse in base 2 */
   const float l_i[2] = {lse_r[16 * w + g] * TC_LOG2E,
                         lse_r[16 * w + g + 8] * TC_LOG2E};
@@ -691,8 +668,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 ? 4 : 1)
       if (kc > wq0 + 15)     /* every key after every query (warp-uniform) */
         break;
       float s[2][4], dp[2][4];
-      tc_scores16<hs, true>(s, fq, Ks, ldh, c);
-      tc_scores16<hs, true>(dp, fo, Vs, ldh, c);
+      tc_scores16<hs>(s, fq, Ks, ldh, c);
+      tc_scores16<hs>(dp, fo, Vs, ldh, c);
       /* A pair to mask only where the chunk reaches past the warp's
        * first row, or rows past T (warp-uniform). */
       const bool edge = kc + 15 > wq0 || wq0 + 15 >= T;
@@ -760,8 +737,8 @@ tc_dkdv_tile(float (*dk)[4], float (*dv)[4], const uint32_t (*fk)[4],
       }
       continue;
     }
-    tc_scores16<hs, true>(p, fk, Qt, ldh, c);
-    tc_scores16<hs, true>(ds, fv, dOt, ldh, c);
+    tc_scores16<hs>(p, fk, Qt, ldh, c);
+    tc_scores16<hs>(ds, fv, dOt, ldh, c);
     /* A pair to mask only where the chunk starts before the warp's last
      * key or reaches past T, or keys past T (warp-uniform). */
     const bool edge = qc < wk0 + 15 || qc + 16 > T || wk0 + 15 >= T;
@@ -845,8 +822,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32, HS <= 64 && !DQ ? 4 : 1)
   tc_load<hs>(Vr, ldh, a.qkv + 2 * C, a.C3, kb0, T);
   __syncthreads();
   uint32_t fk[hs / 16][4], fv[hs / 16][4]; /* the warp's K and V rows */
-  tc_frags_rows<hs, true>(fk, Kr, ldh, 16 * w);
-  tc_frags_rows<hs, true>(fv, Vr, ldh, 16 * w);
+  tc_frags_rows<hs>(fk, Kr, ldh, 16 * w);
+  tc_frags_rows<hs>(fv, Vr, ldh, 16 * w);
   float dk[hs / 8][4], dv[hs / 8][4];
 #pragma unroll
   for (int n = 0; n < hs / 8; n++)
