@@ -376,6 +376,7 @@ typedef struct run_ctx {
   uv_timer_t admit;
   int admitting;
   char *admit_why;
+  uv_prepare_t flush; /* commits the store's batch before the loop waits */
 } run_ctx;
 
 static void obs_event(void *ud, const sched_event *e) {
@@ -430,6 +431,10 @@ static void obs_progress(void *ud, size_t task, double f, const char *msg) {
 
 static void obs_log(void *ud, size_t task, int level, const char *msg) {
   view_task_log(((run_ctx *)ud)->v, task, level, msg);
+}
+
+static void on_flush(uv_prepare_t *p) {
+  history_flush(((run_ctx *)p->data)->h);
 }
 
 static void obs_done(void *ud) {
@@ -604,9 +609,16 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
   uv_signal_start(&r.sighup, on_signal, SIGHUP);
   stop_signals_block(0);
 
+  /* Unreferenced: it never keeps the loop alive by itself. */
+  uv_prepare_init(r.loop, &r.flush);
+  r.flush.data = &r;
+  uv_prepare_start(&r.flush, on_flush);
+  uv_unref((uv_handle_t *)&r.flush);
+
   view_run_started(r.v, run, max_parallel);
   start_or_queue(&r);
   uv_run(r.loop, UV_RUN_DEFAULT);
+  uv_close((uv_handle_t *)&r.flush, NULL);
 
   size_t counts[TASK_CANCELLED + 1];
   sched_counts(r.s, counts);

@@ -10,6 +10,7 @@
 
 #include "base/util.h"
 #include "dagfile/template.h"
+#include "dirprep.h"
 #include "executor.h"
 #include "fingerprint.h"
 #include "gang.h"
@@ -43,6 +44,7 @@ typedef struct task_rt {
   /* A gang's last attempt: how each rank ended (run.json), or NULL. */
   cJSON *ranks;
   int leased; /* holds a machine-wide pool slot (opts.pool_acquire) */
+  int prepped; /* its directories were asked of s->prep */
 } task_rt;
 
 /* A FIFO of task indices; entries whose task left TASK_QUEUED (cancelled)
@@ -50,6 +52,7 @@ typedef struct task_rt {
 typedef struct fifo {
   size_t *v;
   size_t head, n, cap;
+  size_t prep; /* v[head..prep) were offered to dirprep (prepare_ahead) */
 } fifo;
 
 struct sched {
@@ -80,6 +83,7 @@ struct sched {
   uint64_t rng;
   size_t *worklist;
   size_t n_worklist, cap_worklist;
+  dirprep *prep; /* makes queued tasks' directories ahead; NULL: none */
 };
 
 static const char *const state_names[] = {
@@ -176,6 +180,8 @@ static void check_done(sched *s) {
       executor_running(s->x) > 0)
     return;
   s->done_reported = 1;
+  dirprep_destroy(s->prep);
+  s->prep = NULL;
   pool_timer_close(s);
   if (s->opts.obs.run_done)
     s->opts.obs.run_done(s->opts.obs.ud);
@@ -271,7 +277,7 @@ static void enqueue(sched *s, size_t i) {
   size_t pool = s->sp->tasks[i].pool;
   fifo *q = &s->queues[pool == SIZE_MAX ? s->sp->n_pools : pool];
   if (q->head > 0 && q->head == q->n)
-    q->head = q->n = 0;
+    q->head = q->n = q->prep = 0;
   VEC_PUSH(q->v, q->n, q->cap, i);
   s->t[i].state = TASK_QUEUED;
   s->t[i].queued_seq = s->seq++;
@@ -533,8 +539,10 @@ static void launch(sched *s, size_t i) {
   cJSON *params = NULL, *task_env = NULL, *facts = NULL;
   int disk = 0; /* the failure is the disk's: retries apply */
 
-  int mrc = fileio_mkdir_p(out_dir(s, i), 0755);
-  if (mrc == 0)
+  /* A first attempt queued behind others had them made ahead. */
+  int made = t->attempt == 1 && dirprep_claim(s->prep, i);
+  int mrc = made ? 0 : fileio_mkdir_p(out_dir(s, i), 0755);
+  if (mrc == 0 && !made)
     mrc = fileio_mkdir_p(attempt_dir, 0755);
   if (mrc != 0) {
     reason = xasprintf("cannot create %s: %s", attempt_dir, strerror(-mrc));
@@ -705,6 +713,33 @@ static long next_ready(sched *s) {
   return (long)f->v[f->head++];
 }
 
+/* How far past the head of each queue directories are made ahead: enough
+ * to keep every slot's next launch ready, few enough that a cancelled run
+ * leaves few empty ones. */
+#define PREPARE_AHEAD(s) (4 * (size_t)(s)->opts.max_parallel + 8)
+
+/* Offers the first tasks waiting in each queue to dirprep: those whose
+ * first attempt will run (not taken from the cache). */
+static void prepare_ahead(sched *s) {
+  for (size_t q = 0; q <= s->sp->n_pools; q++) {
+    fifo *f = &s->queues[q];
+    if (f->prep < f->head)
+      f->prep = f->head;
+    size_t end = f->head + PREPARE_AHEAD(s);
+    for (; f->prep < f->n && f->prep < end; f->prep++) {
+      size_t i = f->v[f->prep];
+      task_rt *t = &s->t[i];
+      if (t->state != TASK_QUEUED || t->attempt || t->prepped ||
+          (task_cacheable(s, i) && !s->opts.no_cache && s->opts.cache_lookup))
+        continue;
+      if (!s->prep && !(s->prep = dirprep_create(s->run->path, s->sp->n_tasks)))
+        return;
+      t->prepped = 1;
+      dirprep_push(s->prep, i, s->sp->tasks[i].name);
+    }
+  }
+}
+
 static void pump(sched *s) {
   if (s->pumping) {
     s->pump_again = 1;
@@ -722,6 +757,8 @@ static void pump(sched *s) {
         launch(s, (size_t)i);
     }
   } while (s->pump_again);
+  if (!s->cancelling && !s->done_reported)
+    prepare_ahead(s);
   s->pumping = 0;
   check_done(s);
 }
@@ -834,6 +871,10 @@ static void on_attempt_exit(void *ud, size_t i, const exec_result *r) {
   t->ranks = r->n_ranks > 1 ? gang_ranks_json(r) : NULL;
 
   if (r->end == EXEC_EXITED && r->exit_code == 0) {
+    /* The slot is free, and what is queued does not wait on this task:
+     * it starts first, and this end's records (the store, outputs, the
+     * view) overlap its process instead of delaying it. */
+    pump(s);
     settle(s, i, TASK_SUCCESS, 0, r->duration_s, NULL);
   } else if (r->end == EXEC_CANCELLED || s->cancelling) {
     settle(s, i, TASK_CANCELLED, t->exit_code, r->duration_s, "cancelled");
@@ -1151,6 +1192,7 @@ void sched_destroy(sched *s) {
   free(s->down);
   free(s->t);
   free(s->worklist);
+  dirprep_destroy(s->prep);
   executor_destroy(s->x);
   free(s);
 }

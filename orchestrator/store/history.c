@@ -58,6 +58,7 @@ static history *history_new(store *st, const spec *sp, const char *run_id) {
     h->last_exit[i] = -1;
   h->pid = (int)getpid();
   h->pid_start = proc_start_time(h->pid);
+  store_batch_start(st);
   return h;
 }
 
@@ -124,6 +125,16 @@ void history_attempt_start(history *h, size_t task, int attempt,
     return;
   }
   h->open_attempt[task] = attempt;
+  history_flush(h);
+}
+
+void history_flush(history *h) {
+  /* Even where recording stopped: a batch left open would hold the
+   * store's write lock against every other dagrun. */
+  if (!h)
+    return;
+  if (store_batch_commit(h->st, h->err, sizeof h->err) != 0)
+    broke(h);
 }
 
 void history_task_event(history *h, const sched *s, const sched_event *e) {
@@ -224,6 +235,8 @@ int history_admit(history *h, int max, char **why) {
 void history_finish(history *h, const char *state) {
   if (!h)
     return;
+  if (store_batch_stop(h->st, h->err, sizeof h->err) != 0 && !h->broken)
+    broke(h);
   /* Tried even where recording stopped (a full disk, most often): the
    * run's end may fit now (the run's reserve is freed), and without it
    * the store would show the run as running. */

@@ -61,7 +61,8 @@ int history_resume(store *st, const spec *sp, const char *run_id,
                    const sched_preset *preset, history **out, char *err,
                    size_t errlen);
 /* Observer parts: call from the sched observer's task_event and
- * attempt_start. s is the run's scheduler (for outputs). */
+ * attempt_start (which commits the batch: history_flush). s is the run's
+ * scheduler (for outputs). */
 void history_task_event(history *h, const sched *s, const sched_event *e);
 void history_attempt_start(history *h, size_t task, int attempt,
                            const char *log_path);
@@ -87,7 +88,15 @@ void history_pool_release(history *h, size_t task);
 int history_admit(history *h, int max, char **why);
 /* The store h records into (borrowed), or NULL for a NULL h. */
 store *history_store(const history *h);
-/* Records the run's final state and frees h; NULL is a no-op. */
+/* A run's writes are batched (store_batch_start): this commits them.
+ * Called at each turn of the run's loop before it waits, and by
+ * history_attempt_start before a process is spawned, so that what is
+ * recorded precedes any process started on it (docs/internals/store.md).
+ * A failure is said once and stops the recording, as for any write. NULL
+ * is a no-op. */
+void history_flush(history *h);
+/* Records the run's final state (after committing the batch) and frees h;
+ * NULL is a no-op. */
 void history_finish(history *h, const char *state);
 
 /* Opens the run store (store_default_path) for reading and finds run

@@ -15,10 +15,13 @@
   XX(BEGIN, "BEGIN IMMEDIATE")                                                 \
   XX(COMMIT, "COMMIT")                                                         \
   XX(ROLLBACK, "ROLLBACK")                                                     \
+  XX(SAVEPOINT, "SAVEPOINT w")                                                 \
+  XX(RELEASE, "RELEASE w")                                                     \
+  XX(ROLLBACK_TO, "ROLLBACK TO w")                                             \
   XX(RUN_INSERT, "INSERT INTO runs(id, dag, dag_file, run_dir, state, "        \
                  "started, params, trigger, logical_date, dag_sha256) "        \
                  "VALUES(?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8, ?9)")      \
-  XX(RUN_FINISH, "UPDATE runs SET state = ?2, finished = ?3, waiting = NULL " \
+  XX(RUN_FINISH, "UPDATE runs SET state = ?2, finished = ?3, waiting = NULL "  \
                  "WHERE id = ?1")                                              \
   XX(TASK_INSERT, "INSERT INTO tasks(run_id, name, state, attempts) "          \
                   "VALUES(?1, ?2, 'waiting', 0)")                              \
@@ -97,7 +100,7 @@
   XX(CRON_GET, "SELECT last_fire FROM cron_state WHERE dag = ?1")              \
   XX(CRON_SET, "INSERT INTO cron_state(dag, last_fire, updated) "              \
                "VALUES(?1, ?2, ?3) ON CONFLICT(dag) DO UPDATE SET "            \
-               "last_fire = excluded.last_fire, updated = excluded.updated")  \
+               "last_fire = excluded.last_fire, updated = excluded.updated")   \
   XX(LEASES_OF, "SELECT run_id, task, pid, pid_start FROM pool_leases "        \
                 "WHERE pool = ?1 ORDER BY since, rowid")                       \
   XX(LEASE_DROP, "DELETE FROM pool_leases WHERE run_id = ?1 AND task = ?2")    \
@@ -132,6 +135,7 @@ struct store {
   sqlite3 *db;
   char *path;
   sqlite3_stmt *stmt[S_COUNT];
+  int batching; /* store_batch_start: writes share one transaction */
 };
 
 /* The tables version 4 added, in both the new schema and the migration. */
@@ -415,22 +419,43 @@ int store_open(const char *path, int create, store **out, char *err,
   return 0;
 }
 
-/* Transactions around each write. */
-static int begin(store *st, char *err, size_t errlen) {
-  sqlite3_stmt *s = stmt(st, S_BEGIN, err, errlen);
+/* Steps one of the fixed statements (BEGIN, COMMIT...): SQLITE_DONE or
+ * SQLite's error. */
+static int step_fixed(store *st, int which, char *err, size_t errlen) {
+  sqlite3_stmt *s = stmt(st, which, err, errlen);
   if (!s)
-    return DR_ESTORE;
+    return SQLITE_ERROR;
   int rc = sqlite3_step(s);
   sqlite3_reset(s);
+  return rc;
+}
+
+/* Transactions around each write. While batching, the write is a
+ * savepoint of the batch's transaction, which the first write opens: it
+ * stays all-or-nothing, and the batch is committed as one. */
+static int begin(store *st, char *err, size_t errlen) {
+  int rc = SQLITE_DONE;
+  if (!st->batching || sqlite3_get_autocommit(st->db))
+    rc = step_fixed(st, S_BEGIN, err, errlen);
+  if (rc == SQLITE_DONE && st->batching)
+    rc = step_fixed(st, S_SAVEPOINT, err, errlen);
   return rc == SQLITE_DONE ? 0 : fail(st, rc, err, errlen, "BEGIN");
 }
 
 static int commit(store *st, int rc, char *err, size_t errlen) {
-  sqlite3_stmt *s = stmt(st, rc == 0 ? S_COMMIT : S_ROLLBACK, err, errlen);
-  if (!s)
-    return DR_ESTORE;
-  int src = sqlite3_step(s);
-  sqlite3_reset(s);
+  if (st->batching) {
+    /* SQLite may have rolled the whole transaction back on an error (a
+     * full disk): the savepoint is gone with it. */
+    if (sqlite3_get_autocommit(st->db))
+      return rc;
+    if (rc != 0)
+      step_fixed(st, S_ROLLBACK_TO, err, errlen);
+    int src = step_fixed(st, S_RELEASE, err, errlen);
+    if (rc != 0)
+      return rc;
+    return src == SQLITE_DONE ? 0 : fail(st, src, err, errlen, "RELEASE");
+  }
+  int src = step_fixed(st, rc == 0 ? S_COMMIT : S_ROLLBACK, err, errlen);
   if (rc != 0) /* the first error's message stays in err */
     return rc;
   if (src != SQLITE_DONE) {
@@ -439,6 +464,26 @@ static int commit(store *st, int rc, char *err, size_t errlen) {
     return DR_ESTORE;
   }
   return 0;
+}
+
+void store_batch_start(store *st) { st->batching = 1; }
+
+int store_batch_commit(store *st, char *err, size_t errlen) {
+  if (!st || !st->batching || sqlite3_get_autocommit(st->db))
+    return 0;
+  int rc = step_fixed(st, S_COMMIT, err, errlen);
+  if (rc == SQLITE_DONE)
+    return 0;
+  fail(st, rc, err, errlen, "COMMIT");
+  sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+  return DR_ESTORE;
+}
+
+int store_batch_stop(store *st, char *err, size_t errlen) {
+  int rc = store_batch_commit(st, err, errlen);
+  if (st)
+    st->batching = 0;
+  return rc;
 }
 
 static void bind_text(sqlite3_stmt *s, int i, const char *v) {
@@ -908,7 +953,9 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
   cJSON *run = NULL;
   *rc = DR_ESTORE;
   reap_gone(st, id_prefix);
-  if (exec_sql(st, "BEGIN", err, errlen) != 0)
+  /* Inside a batch's transaction the read is already one snapshot. */
+  int own = sqlite3_get_autocommit(st->db);
+  if (own && exec_sql(st, "BEGIN", err, errlen) != 0)
     return NULL;
   sqlite3_stmt *s = stmt(st, S_RUN_FIND, err, errlen);
   if (!s)
@@ -963,7 +1010,8 @@ bad:
   cJSON_Delete(run);
   run = NULL;
 out:
-  sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL);
+  if (own)
+    sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL);
   if (*rc != 0) {
     cJSON_Delete(run);
     run = NULL;

@@ -20,15 +20,15 @@
  * A task's fingerprint (hex SHA-256, see scheduler.h) is indexed for the
  * cache; cached_from is, for a task in state "cached", the run whose task
  * it reused. Schema history: v2 added orch_pid, orch_start, pid_start;
- * v3 fingerprint and cached_from; v4 trigger, logical_date and dag_sha256 (of the DAG file
- * when the run began, for resume to notice an edited file), the
+ * v3 fingerprint and cached_from; v4 trigger, logical_date and dag_sha256 (of
+ * the DAG file when the run began, for resume to notice an edited file), the
  * alert_deliveries and cron_state tables; v5 the runs' and tasks' waiting
  * (what a queued run or task waits for) and the pool_leases table (older
- * databases are migrated on open). A run's trigger says what started it: "manual" (`dagrun run`),
- * "cron" or "api" (`dagrun serve`), "backfill"; its logical_date is the
- * schedule time it stands for (cron and backfill runs), else NULL.
- * A run's state is "queued" (a DAG with max_active_runs waiting for its
- * turn: see store_run_admit) or "running", then "success", "failed",
+ * databases are migrated on open). A run's trigger says what started it:
+ * "manual" (`dagrun run`), "cron" or "api" (`dagrun serve`), "backfill"; its
+ * logical_date is the schedule time it stands for (cron and backfill runs),
+ * else NULL. A run's state is "queued" (a DAG with max_active_runs waiting for
+ * its turn: see store_run_admit) or "running", then "success", "failed",
  * "cancelled"
  * (Ctrl-C, SIGTERM, `dagrun cancel`) or "interrupted" (SIGHUP, serve's
  * shutdown, or a dagrun that is gone: see "Reading").
@@ -36,17 +36,16 @@
  * spawned: pid NULL), "running" (spawned, pid set), then "success",
  * "failed" or "cancelled".
  *
- * Durability: synchronous=FULL. In WAL mode NORMAL is safe against a crash
- * of dagrun but may drop the last commits on a power cut or kernel crash;
- * the store's promise is that a state change is on disk before it is acted
- * on (a task recorded "success" before its downstream starts), which only
- * FULL keeps. The cost is one fsync per state change: negligible next to
- * starting a process.
+ * Durability: WAL with synchronous=NORMAL: a commit survives the crash
+ * of any process (dagrun's own kill -9 included); a power cut may drop the
+ * commits since the last checkpoint (docs/internals/store.md).
  *
- * Every write runs in its own transaction (BEGIN IMMEDIATE, so that
- * concurrent writers wait on busy_timeout instead of failing on a lock
- * upgrade). Errors return DR_ESTORE (DR_EVERSION for a database written by
- * a newer dagrun) with sqlite3_errmsg and the database's path in err.
+ * Every write is all-or-nothing: its own transaction (BEGIN IMMEDIATE, so
+ * that concurrent writers wait on busy_timeout instead of failing on a
+ * lock upgrade), or, while batching (store_batch_start), a savepoint of
+ * the batch's one transaction. Errors return DR_ESTORE (DR_EVERSION for a
+ * database written by a newer dagrun) with sqlite3_errmsg and the
+ * database's path in err.
  *
  * A store handle is used by one thread at a time; several processes may
  * open the same database (each `dagrun run` writes, `dagrun runs` and
@@ -75,6 +74,20 @@ int store_open(const char *path, int create, store **out, char *err,
                size_t errlen);
 /* Closes the database; NULL is a no-op. */
 void store_close(store *st);
+
+/* Batching, for a run's records (store/history.h): from store_batch_start
+ * on, the writes below join one transaction, opened by the first of them
+ * and committed by store_batch_commit, so that a run commits a few times
+ * per turn of its loop instead of four times per task. While a batch is
+ * open this process holds the database's write lock: other writers wait
+ * (busy_timeout), so commit before anything that may wait on another
+ * process's write. store_batch_commit: 0 (also with nothing to commit), or
+ * an error with err (the batch's writes are then lost: rolled back).
+ * store_batch_stop commits as store_batch_commit does and ends batching.
+ * NULL st: nothing. */
+void store_batch_start(store *st);
+int store_batch_commit(store *st, char *err, size_t errlen);
+int store_batch_stop(store *st, char *err, size_t errlen);
 /* The path it was opened with; valid while st is open. */
 const char *store_path(const store *st);
 

@@ -235,6 +235,43 @@ for r in runs:
     assert r["state"] == "success" and r["tasks_succeeded"] == r["tasks_total"] == 3, r
 P
 
+# A run's records are batched (docs/internals/store.md): committed before
+# a process starts on them and whenever the run waits. While `slow` sleeps,
+# a reader sees `first` succeeded and `slow` running with its pid, and
+# another run writes to the same store at once (a batch left open would
+# hold the write lock: it would wait for busy_timeout, 10 s).
+cat > batch.yaml <<Y
+dag: batch
+tasks:
+  first: {stage: exec, with: {command: [echo, first]}}
+  slow: {stage: exec, needs: [first], with: {command: [sh, -c, 'touch $T/slow.started; sleep 4']}}
+Y
+rm -f "$T/slow.started"
+"$DAGRUN" run batch.yaml -q >"$T/batch.out" 2>&1 &
+BG=$!
+wait_until 20 test -e "$T/slow.started" || fail "slow never started: $(cat "$T/batch.out")"
+sleep 0.3
+BID=$("$DAGRUN" runs batch --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+run_dagrun status "$BID" --json
+expect_rc 0
+/usr/bin/python3 - "$T/out" <<'P' || fail "records not committed while the run waits: $(cat "$T/out")"
+import json, sys
+run = json.load(open(sys.argv[1]))
+t = {x["name"]: x for x in run["tasks"]}
+assert run["state"] == "running", run["state"]
+assert t["first"]["state"] == "success", t["first"]
+assert t["slow"]["state"] == "running", t["slow"]
+assert t["slow"]["attempt_list"][0]["pid"] > 0, t["slow"]
+P
+printf 'dag: other\ntasks:\n  one: {stage: exec, with: {command: [true]}}\n' > other.yaml
+t0=$(date +%s%N)
+run_dagrun run other.yaml -q
+t1=$(date +%s%N)
+expect_rc 0
+[ $(((t1 - t0) / 1000000)) -lt 3500 ] || fail "a second run waited $(((t1 - t0) / 1000000)) ms on the store held by the first"
+kill -0 "$BG" 2>/dev/null || fail "the batch run ended before the second run did: the check proved nothing"
+wait "$BG" || fail "the batch run failed: $(cat "$T/batch.out")"
+
 # A DAGRUN_HOME that is a file: the store cannot be opened, the run is
 # refused before anything runs, naming the path and DAGRUN_HOME.
 : > "$T/not-a-dir"
