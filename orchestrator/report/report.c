@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -567,6 +568,53 @@ static void write_header(rep *r) {
 #define COL_W 210.0
 #define ROW_H 62.0
 
+/* v as printf's "%.1f" would print it. The DAG's coordinates are halves
+ * (integers, .5), whose decimal form is exact: written from integers here,
+ * since printf's general float conversion was a third of report.html's
+ * time for a 10,000-task DAG (30,000 boxes and 20,000 edges). Anything
+ * else goes to printf. */
+static void put_1f(sbuf *b, double v) {
+  double twice = v * 2;
+  if (!(fabs(twice) < 1e15) || twice != floor(twice)) {
+    sbuf_printf(b, "%.1f", v);
+    return;
+  }
+  long long h = (long long)twice; /* v = h / 2 */
+  char buf[32];
+  int neg = h < 0;
+  unsigned long long u = neg ? (unsigned long long)-h : (unsigned long long)h;
+  int n = snprintf(buf, sizeof buf, "%s%llu.%c", neg ? "-" : "", u / 2,
+                   u % 2 ? '5' : '0');
+  sbuf_add(b, buf, (size_t)n);
+}
+
+/* sbuf_printf for the DAG's hot loops: "%.1f" by put_1f, "%s" and "%%";
+ * nothing else is used there. */
+static void svg_printf(sbuf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  const char *p = fmt;
+  while (*p) {
+    const char *pct = strchr(p, '%');
+    if (!pct) {
+      sbuf_puts(b, p);
+      break;
+    }
+    sbuf_add(b, p, (size_t)(pct - p));
+    if (strncmp(pct, "%.1f", 4) == 0) {
+      put_1f(b, va_arg(ap, double));
+      p = pct + 4;
+    } else if (pct[1] == 's') {
+      sbuf_puts(b, va_arg(ap, const char *));
+      p = pct + 2;
+    } else { /* "%%" */
+      sbuf_putc(b, '%');
+      p = pct + 2;
+    }
+  }
+  va_end(ap);
+}
+
 static void write_dag(rep *r) {
   sbuf *b = &r->out;
   int max_depth = 0;
@@ -607,14 +655,14 @@ static void write_dag(rep *r) {
         continue;
       double x1 = BX(j) + BOX_W, y1 = BY(j) + BOX_H / 2;
       double x2 = BX(i) - 2, y2 = BY(i) + BOX_H / 2, mx = (x1 + x2) / 2;
-      sbuf_printf(b,
-                  "<path class=\"edge\" d=\"M%.1f %.1f C%.1f %.1f %.1f "
-                  "%.1f %.1f %.1f\"/>",
-                  x1, y1, mx, y1, mx, y2, x2 - 6, y2);
-      sbuf_printf(b,
-                  "<polygon points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\" "
-                  "fill=\"#7a8294\" stroke=\"none\"/>\n",
-                  x2, y2, x2 - 8, y2 - 4.5, x2 - 8, y2 + 4.5);
+      svg_printf(b,
+                 "<path class=\"edge\" d=\"M%.1f %.1f C%.1f %.1f %.1f "
+                 "%.1f %.1f %.1f\"/>",
+                 x1, y1, mx, y1, mx, y2, x2 - 6, y2);
+      svg_printf(b,
+                 "<polygon points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\" "
+                 "fill=\"#7a8294\" stroke=\"none\"/>\n",
+                 x2, y2, x2 - 8, y2 - 4.5, x2 - 8, y2 + 4.5);
     }
   }
   sbuf_puts(b, "</g>\n");
@@ -635,15 +683,15 @@ static void write_dag(rep *r) {
       esc(b, t->error);
     }
     sbuf_puts(b, "</title>");
-    sbuf_printf(b,
-                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\" "
-                "rx=\"6\" fill=\"#ffffff\" stroke=\"%s\" "
-                "stroke-width=\"2\"/>",
-                x, y, BOX_W, BOX_H, c);
-    sbuf_printf(b,
-                "<rect x=\"%.1f\" y=\"%.1f\" width=\"8\" height=\"%.0f\" "
-                "rx=\"3\" fill=\"%s\"/>",
-                x, y, BOX_H, c);
+    svg_printf(b,
+               "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+               "rx=\"6\" fill=\"#ffffff\" stroke=\"%s\" "
+               "stroke-width=\"2\"/>",
+               x, y, BOX_W, BOX_H, c);
+    svg_printf(b,
+               "<rect x=\"%.1f\" y=\"%.1f\" width=\"8\" height=\"%.1f\" "
+               "rx=\"3\" fill=\"%s\"/>",
+               x, y, BOX_H, c);
     /* Long names are cut to fit the box; the <title> has them whole. */
     char name[64];
     size_t ln = strlen(t->name);
@@ -651,15 +699,15 @@ static void write_dag(rep *r) {
       snprintf(name, sizeof name, "%.19s\xe2\x80\xa6", t->name);
     else
       snprintf(name, sizeof name, "%s", t->name);
-    sbuf_printf(b,
-                "<text x=\"%.1f\" y=\"%.1f\" font-weight=\"bold\" "
-                "fill=\"#1d2330\">",
-                x + 16, y + 18);
+    svg_printf(b,
+               "<text x=\"%.1f\" y=\"%.1f\" font-weight=\"bold\" "
+               "fill=\"#1d2330\">",
+               x + 16, y + 18);
     esc(b, name);
-    sbuf_printf(b,
-                "</text><text x=\"%.1f\" y=\"%.1f\" fill=\"#555b6b\" "
-                "font-size=\"11\">",
-                x + 16, y + 34);
+    svg_printf(b,
+               "</text><text x=\"%.1f\" y=\"%.1f\" fill=\"#555b6b\" "
+               "font-size=\"11\">",
+               x + 16, y + 34);
     esc(b, t->state);
     if (t->n_attempts > 1)
       sbuf_printf(b, ", %d attempts", t->n_attempts);
@@ -787,9 +835,23 @@ static void write_timeline(rep *r) {
 /* ---- (d) training curves ---------------------------------------------------
  */
 
+static cJSON *attempt_json_of(const rtask *t, int n) {
+  char *p = xasprintf("%s/attempt-%d/attempt.json", t->dir, n);
+  cJSON *j = read_json(p);
+  free(p);
+  return j;
+}
+
 /* The task's params from its latest attempt.json (masked), or NULL;
- * caller frees. *n_out: that attempt's number. */
+ * caller frees. *n_out: that attempt's number. The recorded count of
+ * attempts names it; the directory is listed only when that attempt has
+ * no attempt.json (a run recorded in part: a full disk). */
 static cJSON *latest_attempt_json(const rtask *t, int *n_out) {
+  cJSON *j = t->n_attempts > 0 ? attempt_json_of(t, t->n_attempts) : NULL;
+  if (j) {
+    *n_out = t->n_attempts;
+    return j;
+  }
   DIR *d = opendir(t->dir);
   int best = 0;
   if (d) {
@@ -803,12 +865,7 @@ static cJSON *latest_attempt_json(const rtask *t, int *n_out) {
     closedir(d);
   }
   *n_out = best;
-  if (!best)
-    return NULL;
-  char *p = xasprintf("%s/attempt-%d/attempt.json", t->dir, best);
-  cJSON *j = read_json(p);
-  free(p);
-  return j;
+  return best ? attempt_json_of(t, best) : NULL;
 }
 
 static double param_num(const cJSON *params, const char *k, double dflt) {

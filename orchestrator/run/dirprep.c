@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,7 +107,14 @@ dirprep *dirprep_create(const char *run_path, size_t n_tasks) {
     atomic_init(&d->state[i], PENDING);
   pthread_mutex_init(&d->mu, NULL);
   pthread_cond_init(&d->more, NULL);
-  if (pthread_create(&d->thread, NULL, prepare, d) != 0) {
+  /* Signals are the loop's (libuv's handlers, the stop signals that
+   * main.c blocks at times): the thread starts with all of them blocked. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = pthread_create(&d->thread, NULL, prepare, d);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
     dirprep_destroy(d);
     return NULL;
   }
