@@ -608,7 +608,7 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
   start_or_queue(&r);
   uv_run(r.loop, UV_RUN_DEFAULT);
 
-  size_t counts[TASK_CANCELLED + 1];
+  size_t counts[TASK_STATE_COUNT];
   sched_counts(r.s, counts);
   /* Ctrl-C and SIGTERM are someone's wish to stop the run: cancelled. A
    * hangup is not (the terminal went away): interrupted, as a run whose
@@ -616,8 +616,10 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
   const char *state =
       r.stop_signal == SIGHUP ? "interrupted"
       : r.stop_signal         ? "cancelled"
-      : counts[TASK_SUCCESS] + counts[TASK_CACHED] == sp->n_tasks ? "success"
-                                                                  : "failed";
+      : counts[TASK_SUCCESS] + counts[TASK_CACHED] + counts[TASK_SKIPPED] ==
+              sp->n_tasks
+          ? "success"
+          : "failed";
   store *db = history_store(r.h); /* the caller's: still open after */
   rundir_release_reserve(run);    /* room for the records below */
   history_finish(r.h, state);

@@ -18,7 +18,7 @@
   XX(RUN_INSERT, "INSERT INTO runs(id, dag, dag_file, run_dir, state, "        \
                  "started, params, trigger, logical_date, dag_sha256) "        \
                  "VALUES(?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8, ?9)")      \
-  XX(RUN_FINISH, "UPDATE runs SET state = ?2, finished = ?3, waiting = NULL " \
+  XX(RUN_FINISH, "UPDATE runs SET state = ?2, finished = ?3, waiting = NULL "  \
                  "WHERE id = ?1")                                              \
   XX(TASK_INSERT, "INSERT INTO tasks(run_id, name, state, attempts) "          \
                   "VALUES(?1, ?2, 'waiting', 0)")                              \
@@ -93,11 +93,12 @@
   XX(TASKS_GONE, "UPDATE tasks SET state = 'cancelled', finished = "           \
                  "coalesce(finished, (SELECT finished FROM runs WHERE "        \
                  "id = ?1)) WHERE run_id = ?1 AND state NOT IN ('success', "   \
-                 "'cached', 'failed', 'upstream_failed', 'cancelled')")        \
+                 "'cached', 'failed', 'upstream_failed', 'cancelled', "        \
+                 "'skipped')")                                                 \
   XX(CRON_GET, "SELECT last_fire FROM cron_state WHERE dag = ?1")              \
   XX(CRON_SET, "INSERT INTO cron_state(dag, last_fire, updated) "              \
                "VALUES(?1, ?2, ?3) ON CONFLICT(dag) DO UPDATE SET "            \
-               "last_fire = excluded.last_fire, updated = excluded.updated")  \
+               "last_fire = excluded.last_fire, updated = excluded.updated")   \
   XX(LEASES_OF, "SELECT run_id, task, pid, pid_start FROM pool_leases "        \
                 "WHERE pool = ?1 ORDER BY since, rowid")                       \
   XX(LEASE_DROP, "DELETE FROM pool_leases WHERE run_id = ?1 AND task = ?2")    \
