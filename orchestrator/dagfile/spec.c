@@ -48,6 +48,7 @@ static const char *const trigger_names[] = {
     NULL};
 
 const char *spec_trigger_name(spec_trigger t) { return trigger_names[t]; }
+
 static const char *const launcher_names[] = {"local", "mpirun", "srun", NULL};
 static const char *const overlap_names[] = {"skip", "queue", "allow", NULL};
 
@@ -386,7 +387,8 @@ static void parse_trigger(ctx *c, const ynode *v, spec_task *t,
   const char *m = closest_match(s, trigger_names);
   sbuf b = {0};
   list_keys(&b, trigger_names);
-  err(c, v, "'trigger'%s: unknown trigger rule \"%s\"%s%s%s; the rules are: %s",
+  err(c, v,
+      "'trigger'%s: unknown trigger rule \"%s\"%s%s%s; the rules are: %s",
       where, s, m ? " (did you mean '" : "", m ? m : "", m ? "'?)" : "", b.s);
   sbuf_free(&b);
 }
