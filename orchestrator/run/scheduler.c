@@ -234,18 +234,21 @@ sched_verdict sched_trigger_decide(spec_trigger rule, size_t n, size_t done,
     return all_done ? SCHED_RUN : SCHED_WAIT;
   case SPEC_TRIGGER_ONE_FAILED:
     return failed ? SCHED_RUN : all_done ? SCHED_SKIP : SCHED_WAIT;
-  case SPEC_TRIGGER_ONE_SUCCESS:
-    return ok             ? SCHED_RUN
-           : !all_done    ? SCHED_WAIT
-           : skipped == n ? SCHED_SKIP
-                          : SCHED_UPSTREAM_FAILED;
   case SPEC_TRIGGER_NONE_FAILED:
     return failed ? SCHED_UPSTREAM_FAILED : all_done ? SCHED_RUN : SCHED_WAIT;
-  case SPEC_TRIGGER_NONE_FAILED_MIN_ONE_SUCCESS:
-    return failed         ? SCHED_UPSTREAM_FAILED
-           : !all_done    ? SCHED_WAIT
-           : skipped == n ? SCHED_SKIP
-                          : SCHED_RUN;
+  case SPEC_TRIGGER_ONE_SUCCESS:
+  case SPEC_TRIGGER_NONE_FAILED_MIN_ONE_SUCCESS: {
+    /* Both want a success; one_success tolerates failures, the other
+     * none. Once all ended without one: skipped if all were skipped. */
+    int one = rule == SPEC_TRIGGER_ONE_SUCCESS;
+    if (one ? ok > 0 : failed > 0)
+      return one ? SCHED_RUN : SCHED_UPSTREAM_FAILED;
+    if (!all_done)
+      return SCHED_WAIT;
+    if (skipped == n)
+      return SCHED_SKIP;
+    return one ? SCHED_UPSTREAM_FAILED : SCHED_RUN;
+  }
   case SPEC_TRIGGER_ALL_FAILED:
     return ok || skipped ? SCHED_SKIP : failed == n ? SCHED_RUN : SCHED_WAIT;
   case SPEC_TRIGGER_ALL_SKIPPED:

@@ -61,56 +61,51 @@ Y
   R=$(run_dir br)
 }
 
+# expect_states RC STATES: dagrun exited RC and the tasks ended so.
+expect_states() {
+  expect_rc "$1"
+  [ "$(task_states "$R")" = "$2" ] || fail "expected $2, found $(task_states "$R")"
+}
+
+# expect_pick_failed REASON: the bad choice failed pick, saying so.
+expect_pick_failed() {
+  expect_rc 1
+  [ "$(task_field "$R" pick reason)" = "$1" ] || fail "pick reason: $(task_field "$R" pick reason)"
+}
+
 # Both, as a list: everything runs.
 choose '["a", "b"]'
-expect_rc 0
-[ "$(task_states "$R")" = "pick=success a=success b=success after_b=success join=success cleanup=success" ] ||
-  fail "both: $(task_states "$R")"
+expect_states 0 "pick=success a=success b=success after_b=success join=success cleanup=success"
 
 # One bare name: the skip of b goes down to after_b.
 choose '"b"'
-expect_rc 0
-[ "$(task_states "$R")" = "pick=success a=skipped b=success after_b=success join=success cleanup=success" ] ||
-  fail "b: $(task_states "$R")"
+expect_states 0 "pick=success a=skipped b=success after_b=success join=success cleanup=success"
 [ -e "$T/ran.a" ] && fail "a ran"
 choose '["a"]'
-expect_rc 0
-[ "$(task_states "$R")" = "pick=success a=success b=skipped after_b=skipped join=success cleanup=success" ] ||
-  fail "a: $(task_states "$R")"
+expect_states 0 "pick=success a=success b=skipped after_b=skipped join=success cleanup=success"
 [ "$(task_field "$R" after_b reason)" = "upstream task 'b' was skipped" ] || fail "after_b: $(task_field "$R" after_b reason)"
 [ -e "$T/ran.b" ] || [ -e "$T/ran.after_b" ] && fail "b's path ran"
 
 # None: both paths and the join are skipped; cleanup (all_done) still
 # runs once they ended.
 choose '[]'
-expect_rc 0
-[ "$(task_states "$R")" = "pick=success a=skipped b=skipped after_b=skipped join=skipped cleanup=success" ] ||
-  fail "none: $(task_states "$R")"
+expect_states 0 "pick=success a=skipped b=skipped after_b=skipped join=skipped cleanup=success"
 [ "$(ls "$T"/ran.*)" = "$T/ran.cleanup" ] || fail "ran after an empty choice: $(ls "$T"/ran.*)"
 
 # A task that is not a direct downstream of pick: pick fails, says which
 # it may choose from, and nothing after it runs.
 choose '["a", "join"]'
-expect_rc 1
-[ "$(task_states "$R")" = "pick=failed a=upstream_failed b=upstream_failed after_b=upstream_failed join=upstream_failed cleanup=success" ] ||
-  fail "bad choice: $(task_states "$R")"
-[ "$(task_field "$R" pick reason)" = "output 'branch' of task 'pick' names 'join', which is not a direct downstream task of 'pick' (it may choose from: a, b)" ] ||
-  fail "pick reason: $(task_field "$R" pick reason)"
+expect_states 1 "pick=failed a=upstream_failed b=upstream_failed after_b=upstream_failed join=upstream_failed cleanup=success"
+expect_pick_failed "output 'branch' of task 'pick' names 'join', which is not a direct downstream task of 'pick' (it may choose from: a, b)"
 [ -e "$T/ran.a" ] && fail "a ran after a bad choice"
 run_dagrun status "$(basename "$R")"
 expect_in "$T/out" "names 'join', which is not a direct downstream task of 'pick'"
 choose '"nosuch"'
-expect_rc 1
-[ "$(task_field "$R" pick reason)" = "output 'branch' of task 'pick' names 'nosuch', which is not a direct downstream task of 'pick' (it may choose from: a, b)" ] ||
-  fail "pick reason: $(task_field "$R" pick reason)"
+expect_pick_failed "output 'branch' of task 'pick' names 'nosuch', which is not a direct downstream task of 'pick' (it may choose from: a, b)"
 choose '[1]'
-expect_rc 1
-[ "$(task_field "$R" pick reason)" = "output 'branch' of task 'pick' must be a task name or a JSON list of task names, found [1]" ] ||
-  fail "pick reason: $(task_field "$R" pick reason)"
+expect_pick_failed "output 'branch' of task 'pick' must be a task name or a JSON list of task names, found [1]"
 choose ''
-expect_rc 1
-[ "$(task_field "$R" pick reason)" = "branch task 'pick' succeeded without an output 'branch' naming the downstream tasks to run (of: a, b; [] for none)" ] ||
-  fail "pick reason: $(task_field "$R" pick reason)"
+expect_pick_failed "branch task 'pick' succeeded without an output 'branch' naming the downstream tasks to run (of: a, b; [] for none)"
 
 # A plugin stage chooses through host->output("branch", ...).
 cat > pl.yaml <<Y

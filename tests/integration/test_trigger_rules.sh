@@ -118,13 +118,8 @@ expect_in "$R2/report.html" "3, 1 succeeded, 2 skipped"
 expect_in "$R2/report.html" 'data-state="skipped"'
 
 # An unknown rule: dagrun check names it at file:line:col with the rules.
-cat > bad.yaml <<'Y'
-dag: bad
-tasks:
-  a: {stage: exec, with: {command: ["true"]}}
-  b: {stage: exec, needs: [a], trigger: one_sucess, with: {command: ["true"]}}
-Y
+sed 's/trigger: all_failed/trigger: all_faild/' ok.yaml > bad.yaml
 run_dagrun check bad.yaml
 expect_rc 2
-expect_in "$T/err" "bad.yaml:4:41: error: 'trigger' in task 'b': unknown trigger rule \"one_sucess\" (did you mean 'one_success'?); the rules are: all_success, all_done, one_failed, one_success, none_failed, none_failed_min_one_success, all_failed, all_skipped, none_skipped"
+expect_in "$T/err" "bad.yaml:4:44: error: 'trigger' in task 'b': unknown trigger rule \"all_faild\" (did you mean 'all_failed'?); the rules are: all_success, all_done, one_failed, one_success, none_failed, none_failed_min_one_success, all_failed, all_skipped, none_skipped"
 pass
