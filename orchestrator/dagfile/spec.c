@@ -387,8 +387,7 @@ static void parse_trigger(ctx *c, const ynode *v, spec_task *t,
   const char *m = closest_match(s, trigger_names);
   sbuf b = {0};
   list_keys(&b, trigger_names);
-  err(c, v,
-      "'trigger'%s: unknown trigger rule \"%s\"%s%s%s; the rules are: %s",
+  err(c, v, "'trigger'%s: unknown trigger rule \"%s\"%s%s%s; the rules are: %s",
       where, s, m ? " (did you mean '" : "", m ? m : "", m ? "'?)" : "", b.s);
   sbuf_free(&b);
 }

@@ -446,15 +446,10 @@ static void test_closest(void) {
 /* Every trigger rule by name; `branch` is a bool, and a branch task needs
  * a downstream task to choose from. */
 static void test_trigger_and_branch(void) {
-  static const char *const rules[] = {"all_success",
-                                      "all_done",
-                                      "one_failed",
-                                      "one_success",
-                                      "none_failed",
-                                      "none_failed_min_one_success",
-                                      "all_failed",
-                                      "all_skipped",
-                                      "none_skipped"};
+  static const char *const rules[] = {
+      "all_success", "all_done",    "one_failed",
+      "one_success", "none_failed", "none_failed_min_one_success",
+      "all_failed",  "all_skipped", "none_skipped"};
   for (int i = 0; i < (int)(sizeof rules / sizeof rules[0]); i++) {
     char *text = xasprintf("dag: d\n"
                            "tasks:\n"

@@ -4,7 +4,12 @@
 #include "run/scheduler.h"
 #include "testlib.h"
 
-enum { W = SCHED_WAIT, R = SCHED_RUN, S = SCHED_SKIP, U = SCHED_UPSTREAM_FAILED };
+enum {
+  W = SCHED_WAIT,
+  R = SCHED_RUN,
+  S = SCHED_SKIP,
+  U = SCHED_UPSTREAM_FAILED
+};
 
 typedef struct row {
   spec_trigger rule;
@@ -63,8 +68,9 @@ int main(void) {
     int got = (int)sched_trigger_decide(r->rule, r->n, r->done, r->ok,
                                         r->failed, r->skipped);
     if (got != r->want)
-      fprintf(stderr, "row %zu: %s n=%zu done=%zu ok=%zu failed=%zu "
-                      "skipped=%zu\n",
+      fprintf(stderr,
+              "row %zu: %s n=%zu done=%zu ok=%zu failed=%zu "
+              "skipped=%zu\n",
               i, spec_trigger_name(r->rule), r->n, r->done, r->ok, r->failed,
               r->skipped);
     CHECK_INT(got, r->want);
