@@ -487,12 +487,14 @@ int chan_outputs(chan *c, dagrun_ctx *ctx, const dagrun_host *host) {
       const char *val = NULL;
       if (cJSON_IsString(m))
         val = m->valuestring;
-      else if (cJSON_IsNumber(m) || cJSON_IsBool(m))
+      else if (cJSON_IsNumber(m) || cJSON_IsBool(m) || cJSON_IsArray(m))
+        /* A list stays JSON text: a branch task's choice of tasks
+         * (scheduler.h), a list a downstream task parses. */
         val = printed = cJSON_PrintUnformatted(m);
       if (!val) {
         host->fail(ctx,
                    "DAGRUN_OUTPUTS file %s: output '%s' must be a string, a "
-                   "number or a boolean",
+                   "number, a boolean or a list",
                    path, m->string);
         ok = 0;
         break;

@@ -12,9 +12,9 @@
  *
  *   DAGRUN_OUTPUTS   a JSON object {"key": value, ...} of outputs for
  *                    downstream tasks (${tasks.T.outputs.KEY}). Keys are
- *                    [A-Za-z0-9_]+; values are strings, numbers or
- *                    booleans (numbers and booleans become their JSON
- *                    text). Read once, after the command exited with 0;
+ *                    [A-Za-z0-9_]+; values are strings, numbers,
+ *                    booleans or lists (all but strings become their
+ *                    JSON text). Read once, after the command exited with 0;
  *                    anything else in it fails the task.
  *   DAGRUN_METRICS   JSON lines, appended as training goes:
  *                    {"step": 12, "loss": 2.31, "lr": 0.0003}. "step" is

@@ -620,7 +620,7 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
   uv_run(r.loop, UV_RUN_DEFAULT);
   uv_close((uv_handle_t *)&r.flush, NULL);
 
-  size_t counts[TASK_CANCELLED + 1];
+  size_t counts[TASK_STATE_COUNT];
   sched_counts(r.s, counts);
   /* Ctrl-C and SIGTERM are someone's wish to stop the run: cancelled. A
    * hangup is not (the terminal went away): interrupted, as a run whose
@@ -628,8 +628,10 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
   const char *state =
       r.stop_signal == SIGHUP ? "interrupted"
       : r.stop_signal         ? "cancelled"
-      : counts[TASK_SUCCESS] + counts[TASK_CACHED] == sp->n_tasks ? "success"
-                                                                  : "failed";
+      : counts[TASK_SUCCESS] + counts[TASK_CACHED] + counts[TASK_SKIPPED] ==
+              sp->n_tasks
+          ? "success"
+          : "failed";
   store *db = history_store(r.h); /* the caller's: still open after */
   rundir_release_reserve(run);    /* room for the records below */
   history_finish(r.h, state);

@@ -25,33 +25,30 @@ static const char *const top_keys[] = {
 
 /* A task's keys; the ones from "retries" on are settings that `defaults`
  * may also give. */
-static const char *const task_keys[] = {"stage",
-                                        "needs",
-                                        "with",
-                                        "description",
-                                        "outputs",
-                                        "retries",
-                                        "retry_delay",
-                                        "retry_backoff",
-                                        "retry_max_delay",
-                                        "retry_jitter",
-                                        "retry_on",
-                                        "timeout",
-                                        "heartbeat_timeout",
-                                        "kill_grace",
-                                        "pool",
-                                        "trigger",
-                                        "env",
-                                        "cache",
-                                        "world_size",
-                                        "launcher",
-                                        "hosts",
-                                        "rendezvous",
-                                        NULL};
-enum { FIRST_SETTING = 5 };
+static const char *const task_keys[] = {"stage",         "needs",
+                                        "with",          "description",
+                                        "outputs",       "branch",
+                                        "retries",       "retry_delay",
+                                        "retry_backoff", "retry_max_delay",
+                                        "retry_jitter",  "retry_on",
+                                        "timeout",       "heartbeat_timeout",
+                                        "kill_grace",    "pool",
+                                        "trigger",       "env",
+                                        "cache",         "world_size",
+                                        "launcher",      "hosts",
+                                        "rendezvous",    NULL};
+enum { FIRST_SETTING = 6 };
 static const char *const *const setting_keys = task_keys + FIRST_SETTING;
 
-static const char *const trigger_names[] = {"all_success", "all_done", NULL};
+/* Indexed by spec_trigger. */
+static const char *const trigger_names[] = {
+    "all_success", "all_done",    "one_failed",
+    "one_success", "none_failed", "none_failed_min_one_success",
+    "all_failed",  "all_skipped", "none_skipped",
+    NULL};
+
+const char *spec_trigger_name(spec_trigger t) { return trigger_names[t]; }
+
 static const char *const launcher_names[] = {"local", "mpirun", "srun", NULL};
 static const char *const overlap_names[] = {"skip", "queue", "allow", NULL};
 
@@ -379,19 +376,20 @@ static void parse_retry_on(ctx *c, const ynode *v, spec_task *t,
 static void parse_trigger(ctx *c, const ynode *v, spec_task *t,
                           const char *where) {
   const char *key = "trigger";
-  const char *s = get_string(c, v, key, where, "all_success or all_done");
+  const char *s = get_string(c, v, key, where, "a trigger rule");
   if (!s)
     return;
-  if (strcmp(s, "all_success") == 0) {
-    t->trigger = SPEC_TRIGGER_ALL_SUCCESS;
-  } else if (strcmp(s, "all_done") == 0) {
-    t->trigger = SPEC_TRIGGER_ALL_DONE;
-  } else {
-    const char *m = closest_match(s, trigger_names);
-    err(c, v,
-        "'trigger'%s: expected all_success or all_done, found \"%s\"%s%s%s",
-        where, s, m ? "; did you mean '" : "", m ? m : "", m ? "'?" : "");
-  }
+  for (int i = 0; trigger_names[i]; i++)
+    if (strcmp(s, trigger_names[i]) == 0) {
+      t->trigger = (spec_trigger)i;
+      return;
+    }
+  const char *m = closest_match(s, trigger_names);
+  sbuf b = {0};
+  list_keys(&b, trigger_names);
+  err(c, v, "'trigger'%s: unknown trigger rule \"%s\"%s%s%s; the rules are: %s",
+      where, s, m ? " (did you mean '" : "", m ? m : "", m ? "'?)" : "", b.s);
+  sbuf_free(&b);
 }
 
 /* The keys of a gang: world_size, launcher, hosts, rendezvous. */
@@ -766,7 +764,7 @@ static void parse_outputs(ctx *c, spec_task *t, const ynode *v,
 }
 
 int spec_task_may_output(const spec_task *t, const char *key, size_t n) {
-  if (!t->outputs)
+  if (!t->outputs || (t->branch && n == 6 && memcmp(key, "branch", 6) == 0))
     return 1;
   for (size_t i = 0; i < t->outputs->n; i++) {
     const char *k = t->outputs->items[i]->str;
@@ -830,6 +828,10 @@ static void parse_task(ctx *c, spec_task *t, const ynode *k, const ynode *v,
       }
     } else if (strcmp(tk->str, "outputs") == 0) {
       parse_outputs(c, t, tv, where);
+    } else if (strcmp(tk->str, "branch") == 0) {
+      if (ynode_bool(tv, &t->branch) != 0)
+        type_err(c, tv, "branch", where, "true or false");
+      t->branch_node = tv;
     } else if (strcmp(tk->str, "needs") == 0) {
       if (tv->kind == YNODE_MAP)
         type_err(c, tv, "needs", where, "a list of task names");
@@ -852,6 +854,23 @@ static const char *const *task_names(ctx *c) {
     c->names[c->s->n_tasks] = NULL;
   }
   return c->names;
+}
+
+/* A branch task chooses among its direct downstream tasks: one that has
+ * none has nothing to choose (most likely its `needs` are missing). */
+static void check_branches(ctx *c) {
+  spec *s = c->s;
+  unsigned char *has_down = xcalloc(s->n_tasks ? s->n_tasks : 1, 1);
+  for (size_t i = 0; i < s->n_tasks; i++)
+    for (size_t k = 0; k < s->tasks[i].n_needs; k++)
+      has_down[s->tasks[i].needs[k]] = 1;
+  for (size_t i = 0; i < s->n_tasks; i++)
+    if (s->tasks[i].branch && !has_down[i])
+      err(c, s->tasks[i].branch_node,
+          "'branch' in task '%s': a branch task chooses which of its "
+          "downstream tasks run, and no task needs '%s'",
+          s->tasks[i].name, s->tasks[i].name);
+  free(has_down);
 }
 
 static void resolve_needs(ctx *c, spec_task *t) {
@@ -964,6 +983,7 @@ static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
       t->pool = def_pool;
     }
   }
+  check_branches(c);
 }
 
 /* One error of the schedule's expression, at its bad token when the

@@ -9,23 +9,26 @@
  *
  * Top-level keys: dag (required, [A-Za-z0-9_.-]+), description, params (map),
  * defaults (map of task settings), max_parallel (int >= 1), max_active_runs
- * (int >= 1), pools (map of name to int >= 1), tasks (map, required, at least one), the cron trigger
- * (cron.h): schedule (a cron expression or macro, errors pointing at the
- * bad token), timezone (an IANA name, default UTC), catchup (bool, default
- * false), overlap (skip | queue | allow, default skip), secrets (a list
- * of names of declared params whose values are secrets, see secrets.h),
+ * (int >= 1), pools (map of name to int >= 1), tasks (map, required, at least
+ * one), the cron trigger (cron.h): schedule (a cron expression or macro, errors
+ * pointing at the bad token), timezone (an IANA name, default UTC), catchup
+ * (bool, default false), overlap (skip | queue | allow, default skip), secrets
+ * (a list of names of declared params whose values are secrets, see secrets.h),
  * and alerts, which is kept as a node here.
  *
  * Task keys: stage (required), needs (list of task names or one name),
  * with (map), description, outputs (the list of output keys the task
  * produces, [A-Za-z0-9_]+, each once: when given, a ${tasks.T.outputs.KEY}
  * naming another key is an error of `dagrun check`, and the worker fails
- * an attempt that ends without one of them), and the settings that `defaults` may also give:
+ * an attempt that ends without one of them), branch (bool: the task
+ * chooses which of its downstream tasks run, see scheduler.h; it needs
+ * one downstream task at least, which `dagrun check` verifies), and the
+ * settings that `defaults` may also give:
  * retries (int >= 0), retry_delay (duration), retry_backoff (number >= 1),
  * retry_max_delay (duration), retry_jitter (number in [0,1]), retry_on (list
  * of exit codes 1..255), timeout (duration, 0 = none), heartbeat_timeout
  * (duration >= 1s, 0 = off), kill_grace (duration), pool (name), trigger
- * (all_success | all_done), env (map of string to string), world_size
+ * (a spec_trigger rule's name), env (map of string to string), world_size
  * (int >= 1, default 1: more makes the task a gang of that many ranks),
  * launcher (local, the default, mpirun or srun), hosts (list of host
  * names; not with launcher local), rendezvous (auto, the default, or the
@@ -48,10 +51,26 @@
 #include "base/util.h"
 #include "base/ydoc.h"
 
+/* A task's trigger rule: when it runs, given how its upstream tasks
+ * ended (Airflow's rules and meanings; scheduler.h says when a task whose
+ * rule can no longer be met is skipped or upstream_failed). "Failed"
+ * counts upstream tasks that failed, were upstream_failed or cancelled;
+ * "succeeded" those that succeeded or were cached. */
 typedef enum spec_trigger {
-  SPEC_TRIGGER_ALL_SUCCESS = 0, /* run only if every upstream succeeded */
-  SPEC_TRIGGER_ALL_DONE = 1     /* run once every upstream finished */
+  SPEC_TRIGGER_ALL_SUCCESS = 0, /* every upstream succeeded */
+  SPEC_TRIGGER_ALL_DONE,        /* every upstream finished, however */
+  SPEC_TRIGGER_ONE_FAILED,      /* one failed (need not wait for the rest) */
+  SPEC_TRIGGER_ONE_SUCCESS,     /* one succeeded (need not wait) */
+  SPEC_TRIGGER_NONE_FAILED,     /* all finished, each succeeded or skipped */
+  SPEC_TRIGGER_NONE_FAILED_MIN_ONE_SUCCESS, /* and one succeeded */
+  SPEC_TRIGGER_ALL_FAILED,                  /* every upstream failed */
+  SPEC_TRIGGER_ALL_SKIPPED,                 /* every upstream was skipped */
+  SPEC_TRIGGER_NONE_SKIPPED,                /* all finished, none skipped */
+  SPEC_TRIGGER_COUNT
 } spec_trigger;
+
+/* The rule's name as written in a DAG file ("all_success", ...). */
+const char *spec_trigger_name(spec_trigger t);
 
 /* What a cron trigger does while the previous run is still going. */
 typedef enum spec_overlap {
@@ -110,6 +129,10 @@ typedef struct spec_task {
   /* `outputs:`: a SEQ of the output keys the task declares (scalars, each
    * valid and once), or NULL when it declares none. */
   const ynode *outputs;
+  /* `branch: true`: the task chooses which of its direct downstream tasks
+   * run, by its output `branch` (scheduler.h, "Branching"). */
+  int branch;
+  const ynode *branch_node; /* as written, or NULL */
 } spec_task;
 
 typedef struct spec_pool {
@@ -194,7 +217,8 @@ int spec_duration(const ynode *v, double *out);
 long spec_task_find(const spec *s, const char *name);
 
 /* Whether task t declares output key (the first n bytes of key) in
- * `outputs:`; 1 too when t declares no outputs (anything may come). */
+ * `outputs:`; 1 too when t declares no outputs (anything may come), and
+ * for a branch task's `branch`, which it always gives. */
 int spec_task_may_output(const spec_task *t, const char *key, size_t n);
 
 #endif /* DAGRUN_SPEC_H */

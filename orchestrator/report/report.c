@@ -135,7 +135,8 @@ static const char *state_color(const char *s) {
              {"running", "#3d8bfd"},         {"starting", "#3d8bfd"},
              {"retry_wait", "#f0a830"},      {"success", "#2fa36b"},
              {"cached", "#7cc4a0"},          {"failed", "#d9434b"},
-             {"upstream_failed", "#e89aa0"}, {"cancelled", "#8a8f9c"}};
+             {"upstream_failed", "#e89aa0"}, {"cancelled", "#8a8f9c"},
+             {"skipped", "#c6b3e6"}};
   for (size_t i = 0; s && i < sizeof map / sizeof map[0]; i++)
     if (strcmp(map[i].state, s) == 0)
       return map[i].color;
@@ -527,10 +528,12 @@ static void write_header(rep *r) {
   fmt_time(r->started, t0, sizeof t0);
   double end = r->ended > 0 ? r->ended : r->now;
   format_duration(r->started > 0 ? end - r->started : 0, dur, sizeof dur);
-  size_t ok = 0;
-  for (size_t i = 0; i < r->n; i++)
+  size_t ok = 0, skipped = 0;
+  for (size_t i = 0; i < r->n; i++) {
     ok += strcmp(r->t[i].state, "success") == 0 ||
           strcmp(r->t[i].state, "cached") == 0;
+    skipped += strcmp(r->t[i].state, "skipped") == 0;
+  }
   sbuf_puts(b, "<header>\n<h1>");
   esc(b, r->dag);
   sbuf_puts(b, " <small>run ");
@@ -554,6 +557,9 @@ static void write_header(rep *r) {
   dt(b, "duration", dd);
   char tasks[64];
   snprintf(tasks, sizeof tasks, "%zu, %zu succeeded", r->n, ok);
+  if (skipped)
+    snprintf(tasks + strlen(tasks), sizeof tasks - strlen(tasks),
+             ", %zu skipped", skipped);
   dt(b, "tasks", tasks);
   dt(b, "DAG file", r->file);
   dt(b, "run directory", r->run_dir);

@@ -33,7 +33,7 @@ struct view {
   task_view *t;
   const rundir *run;
   double started;
-  size_t counts[TASK_CANCELLED + 1];
+  size_t counts[TASK_STATE_COUNT];
   int lines_drawn;
   int dirty;
   uv_timer_t redraw;
@@ -59,6 +59,10 @@ static const char *symbol(task_state s) {
   case TASK_UPSTREAM_FAILED:
   case TASK_CANCELLED:
     return "\033[2m⊘\033[0m";
+  case TASK_SKIPPED:
+    return "\033[2m↷\033[0m";
+  case TASK_STATE_COUNT:
+    break;
   }
   return "?";
 }
@@ -147,7 +151,7 @@ static void redraw(view *v) {
   format_duration(clock_monotonic() - v->started, el, sizeof(el));
   size_t done = v->counts[TASK_SUCCESS] + v->counts[TASK_CACHED] +
                 v->counts[TASK_FAILED] + v->counts[TASK_UPSTREAM_FAILED] +
-                v->counts[TASK_CANCELLED];
+                v->counts[TASK_CANCELLED] + v->counts[TASK_SKIPPED];
   sbuf b = {0};
   sbuf_printf(&b, "\033[1m%s\033[0m  %zu/%zu done  %zu running", v->s->dag,
               done, v->s->n_tasks, v->counts[TASK_RUNNING]);
@@ -285,9 +289,12 @@ static void plain_event(view *v, const sched_event *e) {
     break;
   case TASK_UPSTREAM_FAILED:
   case TASK_CANCELLED:
+  case TASK_SKIPPED:
     stamp(v);
     fprintf(v->out, "%s: %s (%s)\n", name, task_state_name(e->state),
             e->reason ? e->reason : "-");
+    break;
+  case TASK_STATE_COUNT:
     break;
   }
 }
@@ -444,7 +451,7 @@ void view_run_finished(view *v, const char *state, const sched *s) {
     cJSON_AddStringToObject(j, "run_id", v->run->id);
     cJSON_AddNumberToObject(j, "duration_s", clock_monotonic() - v->started);
     cJSON *counts = cJSON_AddObjectToObject(j, "counts");
-    for (int k = TASK_SUCCESS; k <= TASK_CANCELLED; k++)
+    for (int k = TASK_SUCCESS; k < TASK_STATE_COUNT; k++)
       cJSON_AddNumberToObject(counts, task_state_name((task_state)k),
                               (double)v->counts[k]);
     char *line = cJSON_PrintUnformatted(j);
@@ -464,6 +471,8 @@ void view_run_finished(view *v, const char *state, const sched *s) {
     fprintf(v->out, ", %zu upstream_failed", v->counts[TASK_UPSTREAM_FAILED]);
   if (v->counts[TASK_CANCELLED])
     fprintf(v->out, ", %zu cancelled", v->counts[TASK_CANCELLED]);
+  if (v->counts[TASK_SKIPPED])
+    fprintf(v->out, ", %zu skipped", v->counts[TASK_SKIPPED]);
   fputc('\n', v->out);
   /* Where to look next: each failed task's reason and last log. */
   for (size_t i = 0; i < v->s->n_tasks; i++) {

@@ -25,7 +25,15 @@ typedef struct task_rt {
   int attempt;          /* attempts started so far */
   int attempt_base;     /* of those, made before this execution (resume) */
   size_t n_waiting_up;  /* upstream tasks not in a terminal state */
-  int upstream_bad;     /* some upstream ended other than success */
+  /* Of the upstream tasks that ended: how many succeeded, failed (failed,
+   * upstream_failed, cancelled) and were skipped; the trigger rule is
+   * decided from these (sched_trigger_decide), never by a rescan. */
+  size_t n_up_ok, n_up_failed, n_up_skipped;
+  /* A branch task that succeeded: the downstream tasks it chose (indices),
+   * or NULL with chose 0 before it did. */
+  size_t *chosen;
+  size_t n_chosen;
+  int chose;
   uint64_t queued_seq;  /* FIFO order across pools */
   int exit_code;        /* last attempt's, -1 if none */
   char *reason;         /* last failure reason */
@@ -84,11 +92,15 @@ struct sched {
   size_t *worklist;
   size_t n_worklist, cap_worklist;
   dirprep *prep; /* makes queued tasks' directories ahead; NULL: none */
+  /* One byte per task, all 0 between uses: marks a branch task's
+   * downstream tasks while its choice is checked or applied. NULL when the
+   * DAG has no branch task. */
+  unsigned char *mark;
 };
 
 static const char *const state_names[] = {
     "waiting", "queued", "running",         "retry_wait", "success",
-    "cached",  "failed", "upstream_failed", "cancelled"};
+    "cached",  "failed", "upstream_failed", "cancelled",  "skipped"};
 
 const char *task_state_name(task_state s) { return state_names[s]; }
 
@@ -215,21 +227,150 @@ static void write_outputs(sched *s, size_t i) {
   free(task_dir);
 }
 
-/* Moves task i to a terminal state and lets its downstream react. Works
- * through a worklist rather than recursion: a failure at the head of a
- * 10,000-task chain settles the whole chain. Downstream tasks that can no
- * longer run are claimed (their state set) when pushed. */
-static void settle(sched *s, size_t i, task_state st, int exit_code,
-                   double duration, const char *reason) {
-  task_rt *ti = &s->t[i];
-  if (reason != ti->reason) {
-    free(ti->reason);
-    /* Reasons go to events, the store, run.json and alerts. */
-    ti->reason = masked(s, reason);
+sched_verdict sched_trigger_decide(spec_trigger rule, size_t n, size_t done,
+                                   size_t ok, size_t failed, size_t skipped) {
+  int all_done = done == n;
+  switch (rule) {
+  case SPEC_TRIGGER_ALL_SUCCESS:
+    return failed    ? SCHED_UPSTREAM_FAILED
+           : skipped ? SCHED_SKIP
+           : ok == n ? SCHED_RUN
+                     : SCHED_WAIT;
+  case SPEC_TRIGGER_ALL_DONE:
+    return all_done ? SCHED_RUN : SCHED_WAIT;
+  case SPEC_TRIGGER_ONE_FAILED:
+    return failed ? SCHED_RUN : all_done ? SCHED_SKIP : SCHED_WAIT;
+  case SPEC_TRIGGER_NONE_FAILED:
+    return failed ? SCHED_UPSTREAM_FAILED : all_done ? SCHED_RUN : SCHED_WAIT;
+  case SPEC_TRIGGER_ONE_SUCCESS:
+  case SPEC_TRIGGER_NONE_FAILED_MIN_ONE_SUCCESS: {
+    /* Both want a success; one_success tolerates failures, the other
+     * none. Once all ended without one: skipped if all were skipped. */
+    int one = rule == SPEC_TRIGGER_ONE_SUCCESS;
+    if (one ? ok > 0 : failed > 0)
+      return one ? SCHED_RUN : SCHED_UPSTREAM_FAILED;
+    if (!all_done)
+      return SCHED_WAIT;
+    if (skipped == n)
+      return SCHED_SKIP;
+    return one ? SCHED_UPSTREAM_FAILED : SCHED_RUN;
   }
-  ti->state = st;
-  s->n_worklist = 0;
-  VEC_PUSH(s->worklist, s->n_worklist, s->cap_worklist, i);
+  case SPEC_TRIGGER_ALL_FAILED:
+    return ok || skipped ? SCHED_SKIP : failed == n ? SCHED_RUN : SCHED_WAIT;
+  case SPEC_TRIGGER_ALL_SKIPPED:
+    return ok || failed ? SCHED_SKIP : skipped == n ? SCHED_RUN : SCHED_WAIT;
+  case SPEC_TRIGGER_NONE_SKIPPED:
+    return skipped ? SCHED_SKIP : all_done ? SCHED_RUN : SCHED_WAIT;
+  case SPEC_TRIGGER_COUNT:
+    break;
+  }
+  return SCHED_WAIT;
+}
+
+/* How upstream task k ended, for reasons ("upstream task 'k' failed"). */
+static const char *ended_how(task_state kst) {
+  switch (kst) {
+  case TASK_CANCELLED:
+    return "was cancelled";
+  case TASK_FAILED:
+    return "failed";
+  case TASK_SKIPPED:
+    return "was skipped";
+  case TASK_SUCCESS:
+  case TASK_CACHED:
+    return "succeeded";
+  default:
+    return "did not run";
+  }
+}
+
+/* Why task d was settled without running when upstream task k ended as
+ * kst. Rules that decide on the last upstream to end say what none of
+ * them did; the others name the upstream task that decided. Caller
+ * frees. */
+static char *verdict_reason(const sched *s, size_t d, size_t k,
+                            task_state kst) {
+  spec_trigger rule = s->sp->tasks[d].trigger;
+  const task_rt *dt = &s->t[d];
+  const char *rn = spec_trigger_name(rule);
+  if (rule == SPEC_TRIGGER_ONE_FAILED)
+    return xasprintf("trigger one_failed: no upstream task failed");
+  if ((rule == SPEC_TRIGGER_ONE_SUCCESS ||
+       rule == SPEC_TRIGGER_NONE_FAILED_MIN_ONE_SUCCESS) &&
+      dt->n_up_skipped == s->sp->tasks[d].n_needs)
+    return xasprintf("trigger %s: every upstream task was skipped", rn);
+  if (rule == SPEC_TRIGGER_ONE_SUCCESS)
+    return xasprintf("trigger one_success: no upstream task succeeded");
+  const char *kn = s->sp->tasks[k].name;
+  if (rule == SPEC_TRIGGER_ALL_SUCCESS)
+    return xasprintf("upstream task '%s' %s", kn, ended_how(kst));
+  return xasprintf("trigger %s: upstream task '%s' %s", rn, kn, ended_how(kst));
+}
+
+/* Task k (a branch task that chose) has its chosen downstream tasks
+ * marked in s->mark while on is 1, unmarked with 0. */
+static void mark_chosen(sched *s, size_t k, unsigned char on) {
+  const task_rt *t = &s->t[k];
+  for (size_t c = 0; c < t->n_chosen; c++)
+    s->mark[t->chosen[c]] = on;
+}
+
+/* Upstream task k ended as kst: each of its downstream tasks counts it,
+ * and those that still wait and whose trigger rule (or k's branch) now
+ * decides are queued, or claimed: their state set and pushed onto the
+ * worklist, for the caller to settle. O(1) per edge. */
+static void release_downstream(sched *s, size_t k, task_state kst) {
+  int ok = task_state_succeeded(kst);
+  int branch = ok && s->t[k].chose;
+  if (branch)
+    mark_chosen(s, k, 1);
+  for (size_t e = s->down_start[k]; e < s->down_start[k + 1]; e++) {
+    size_t d = s->down[e];
+    task_rt *dt = &s->t[d];
+    const spec_task *sd = &s->sp->tasks[d];
+    dt->n_waiting_up--;
+    if (ok)
+      dt->n_up_ok++;
+    else if (kst == TASK_SKIPPED)
+      dt->n_up_skipped++;
+    else
+      dt->n_up_failed++;
+    if (dt->state != TASK_WAITING)
+      continue;
+    sched_verdict v =
+        branch && !s->mark[d]
+            ? SCHED_SKIP
+            : sched_trigger_decide(sd->trigger, sd->n_needs,
+                                   sd->n_needs - dt->n_waiting_up, dt->n_up_ok,
+                                   dt->n_up_failed, dt->n_up_skipped);
+    if (v == SCHED_WAIT)
+      continue;
+    if (s->cancelling) {
+      dt->state = TASK_CANCELLED;
+      dt->reason = xstrdup("run cancelled");
+    } else if (v == SCHED_RUN) {
+      enqueue(s, d);
+      continue;
+    } else if (branch && !s->mark[d]) {
+      dt->state = TASK_SKIPPED;
+      dt->reason =
+          xasprintf("not chosen by branch task '%s'", s->sp->tasks[k].name);
+    } else {
+      dt->state = v == SCHED_SKIP ? TASK_SKIPPED : TASK_UPSTREAM_FAILED;
+      dt->reason = verdict_reason(s, d, k, kst);
+    }
+    VEC_PUSH(s->worklist, s->n_worklist, s->cap_worklist, d);
+  }
+  if (branch)
+    mark_chosen(s, k, 0);
+}
+
+/* Settles the tasks on the worklist (their states already set): each is
+ * recorded, announced, and releases its downstream tasks, which may push
+ * more. Task i's event carries exit_code and duration. A worklist rather
+ * than recursion: a failure at the head of a 10,000-task chain settles
+ * the whole chain. */
+static void drain(sched *s, size_t i, int exit_code, double duration) {
   while (s->n_worklist) {
     size_t k = s->worklist[--s->n_worklist];
     task_rt *t = &s->t[k];
@@ -243,34 +384,106 @@ static void settle(sched *s, size_t i, task_state st, int exit_code,
       emit(s, k, kst, exit_code, duration, 0, t->reason);
     else
       emit(s, k, kst, -1, 0, 0, t->reason);
-    for (size_t e = s->down_start[k]; e < s->down_start[k + 1]; e++) {
-      size_t d = s->down[e];
-      task_rt *dt = &s->t[d];
-      dt->n_waiting_up--;
-      if (!task_state_succeeded(kst))
-        dt->upstream_bad = 1;
-      if (dt->state != TASK_WAITING)
-        continue;
-      int blocked = dt->upstream_bad &&
-                    s->sp->tasks[d].trigger == SPEC_TRIGGER_ALL_SUCCESS;
-      if (s->cancelling && (blocked || dt->n_waiting_up == 0)) {
-        dt->state = TASK_CANCELLED;
-        dt->reason = xstrdup("run cancelled");
-      } else if (blocked) {
-        dt->state = TASK_UPSTREAM_FAILED;
-        dt->reason =
-            xasprintf("upstream task '%s' %s", s->sp->tasks[k].name,
-                      kst == TASK_CANCELLED ? "was cancelled"
-                      : kst == TASK_FAILED  ? "failed"
-                                            : "did not run");
+    release_downstream(s, k, kst);
+  }
+}
+
+/* The direct downstream tasks of task i, "a, b", for messages. Caller
+ * frees. */
+static char *downstream_names(const sched *s, size_t i) {
+  sbuf b = {0};
+  for (size_t e = s->down_start[i]; e < s->down_start[i + 1]; e++)
+    sbuf_printf(&b, "%s%s", e > s->down_start[i] ? ", " : "",
+                s->sp->tasks[s->down[e]].name);
+  return sbuf_take(&b);
+}
+
+/* Appends to t->chosen the task named name, when it is marked (a direct
+ * downstream task of branch task i); -1 with *reason when not. */
+static int choose_one(sched *s, size_t i, const char *name, char **reason) {
+  long d = spec_task_find(s->sp, name);
+  task_rt *t = &s->t[i];
+  if (d < 0 || !s->mark[d]) {
+    char *names = downstream_names(s, i);
+    *reason =
+        xasprintf("output 'branch' of task '%s' names '%s', which is "
+                  "not a direct downstream task of '%s' (it may "
+                  "choose from: %s)",
+                  s->sp->tasks[i].name, name, s->sp->tasks[i].name, names);
+    free(names);
+    return -1;
+  }
+  t->chosen[t->n_chosen++] = (size_t)d;
+  return 0;
+}
+
+/* Branch task i succeeded with outputs: sets its choice (t->chosen) from
+ * its output `branch`, a task name or a JSON list of them. Returns 0, or
+ * -1 with *reason (caller frees) when the output is missing, not names,
+ * or names a task that is not a direct downstream task of i. */
+static int branch_choose(sched *s, size_t i, const cJSON *outputs,
+                         char **reason) {
+  task_rt *t = &s->t[i];
+  const char *name = s->sp->tasks[i].name;
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(outputs, "branch");
+  *reason = NULL;
+  if (!cJSON_IsString(o)) {
+    char *names = downstream_names(s, i);
+    *reason = xasprintf("branch task '%s' succeeded without an output "
+                        "'branch' naming the downstream tasks to run (of: "
+                        "%s; [] for none)",
+                        name, names);
+    free(names);
+    return -1;
+  }
+  cJSON *list = cJSON_Parse(o->valuestring);
+  size_t n = cJSON_IsArray(list) ? (size_t)cJSON_GetArraySize(list) : 1;
+  free(t->chosen);
+  t->chosen = xcalloc(n ? n : 1, sizeof(size_t));
+  t->n_chosen = 0;
+  for (size_t e = s->down_start[i]; e < s->down_start[i + 1]; e++)
+    s->mark[s->down[e]] = 1;
+  int rc = 0;
+  if (!cJSON_IsArray(list)) {
+    /* One name, bare (export) or as a JSON string ("export"). */
+    rc = choose_one(s, i,
+                    cJSON_IsString(list) ? list->valuestring : o->valuestring,
+                    reason);
+  } else {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, list) {
+      if (!cJSON_IsString(it)) {
+        *reason = xasprintf("output 'branch' of task '%s' must be a task "
+                            "name or a JSON list of task names, found %s",
+                            name, o->valuestring);
+        rc = -1;
       } else {
-        if (dt->n_waiting_up == 0)
-          enqueue(s, d);
-        continue;
+        rc = choose_one(s, i, it->valuestring, reason);
       }
-      VEC_PUSH(s->worklist, s->n_worklist, s->cap_worklist, d);
+      if (rc != 0)
+        break;
     }
   }
+  for (size_t e = s->down_start[i]; e < s->down_start[i + 1]; e++)
+    s->mark[s->down[e]] = 0;
+  cJSON_Delete(list);
+  t->chose = rc == 0;
+  return rc;
+}
+
+/* Moves task i to a terminal state and lets its downstream react. */
+static void settle(sched *s, size_t i, task_state st, int exit_code,
+                   double duration, const char *reason) {
+  task_rt *ti = &s->t[i];
+  if (reason != ti->reason) {
+    free(ti->reason);
+    /* Reasons go to events, the store, run.json and alerts. */
+    ti->reason = masked(s, reason);
+  }
+  ti->state = st;
+  s->n_worklist = 0;
+  VEC_PUSH(s->worklist, s->n_worklist, s->cap_worklist, i);
+  drain(s, i, exit_code, duration);
 }
 
 static void enqueue(sched *s, size_t i) {
@@ -677,6 +890,15 @@ static int try_cache(sched *s, size_t i) {
       !s->opts.cache_lookup(s->opts.obs.ud, i, t->fingerprint, &from_run,
                             &from_dir, &outputs))
     return 0;
+  char *why = NULL;
+  if (s->sp->tasks[i].branch && branch_choose(s, i, outputs, &why) != 0) {
+    /* An earlier choice this DAG can no longer follow: run it. */
+    free(why);
+    free(from_run);
+    free(from_dir);
+    cJSON_Delete(outputs);
+    return 0;
+  }
   free(t->cached_from);
   t->cached_from = from_run;
   free(t->out_dir);
@@ -870,7 +1092,12 @@ static void on_attempt_exit(void *ud, size_t i, const exec_result *r) {
   cJSON_Delete(t->ranks);
   t->ranks = r->n_ranks > 1 ? gang_ranks_json(r) : NULL;
 
-  if (r->end == EXEC_EXITED && r->exit_code == 0) {
+  char *why = NULL;
+  if (r->end == EXEC_EXITED && r->exit_code == 0 && st->branch &&
+      branch_choose(s, i, t->outputs, &why) != 0) {
+    /* The process succeeded but its choice cannot be followed. */
+    retry_or_fail(s, i, 1, r->duration_s, why);
+  } else if (r->end == EXEC_EXITED && r->exit_code == 0) {
     /* The slot is free, and what is queued does not wait on this task:
      * it starts first, and this end's records (the store, outputs, the
      * view) overlap its process instead of delaying it. */
@@ -995,6 +1222,20 @@ static void on_message(void *ud, size_t i, const proto_msg *m) {
   }
 }
 
+/* Task i succeeded in an earlier execution of the run (resume): it stays
+ * so. Its downstream tasks count it when sched_start begins. */
+static void preset_succeeded(sched *s, size_t i, const sched_preset *p) {
+  task_rt *t = &s->t[i];
+  t->state = TASK_SUCCESS;
+  t->exit_code = 0;
+  t->ended = p->ended;
+  t->outputs =
+      p->outputs ? cJSON_Duplicate(p->outputs, 1) : cJSON_CreateObject();
+  t->fingerprint = p->fingerprint ? xstrdup(p->fingerprint) : NULL;
+  t->cache_checked = 1;
+  s->n_terminal++;
+}
+
 sched *sched_create(uv_loop_t *loop, const checked *c, const rundir *run,
                     const cJSON *params, const sched_opts *opts) {
   sched *s = xcalloc(1, sizeof(*s));
@@ -1041,31 +1282,36 @@ sched *sched_create(uv_loop_t *loop, const checked *c, const rundir *run,
   memset(s->plugin_direct, -1, c->n_plugins + 1);
   if (sp->n_pools && opts->pool_acquire)
     s->pool_blocked = xcalloc(sp->n_pools, 1);
+  for (size_t i = 0; i < n && !s->mark; i++)
+    if (sp->tasks[i].branch)
+      s->mark = xcalloc(n, 1);
   s->opts.preset = NULL; /* borrowed for this call only */
   for (size_t i = 0; opts->preset && i < n; i++) {
     const sched_preset *p = &opts->preset[i];
     task_rt *t = &s->t[i];
     t->attempt = t->attempt_base = p->attempts > 0 ? p->attempts : 0;
     t->started = p->started;
-    if (!p->succeeded)
-      continue;
-    t->state = TASK_SUCCESS;
-    t->exit_code = 0;
-    t->ended = p->ended;
-    t->outputs =
-        p->outputs ? cJSON_Duplicate(p->outputs, 1) : cJSON_CreateObject();
-    t->fingerprint = p->fingerprint ? xstrdup(p->fingerprint) : NULL;
-    t->cache_checked = 1;
-    s->n_terminal++;
-    for (size_t e = s->down_start[i]; e < s->down_start[i + 1]; e++)
-      s->t[s->down[e]].n_waiting_up--;
+    char *why = NULL;
+    if (p->succeeded && sp->tasks[i].branch &&
+        branch_choose(s, i, p->outputs, &why) != 0)
+      free(why); /* a choice this DAG cannot follow: it runs again */
+    else if (p->succeeded)
+      preset_succeeded(s, i, p);
   }
   return s;
 }
 
 void sched_start(sched *s) {
+  /* What succeeded before a resume decides for its downstream first, as
+   * it did then (skips and branches included). */
   for (size_t i = 0; i < s->sp->n_tasks; i++)
-    if (s->t[i].n_waiting_up == 0 && s->t[i].state == TASK_WAITING)
+    if (task_state_succeeded(s->t[i].state)) {
+      s->n_worklist = 0;
+      release_downstream(s, i, s->t[i].state);
+      drain(s, SIZE_MAX, -1, 0);
+    }
+  for (size_t i = 0; i < s->sp->n_tasks; i++)
+    if (s->sp->tasks[i].n_needs == 0 && s->t[i].state == TASK_WAITING)
       enqueue(s, i);
   pump(s);
 }
@@ -1096,8 +1342,8 @@ void sched_cancel(sched *s, int force) {
   check_done(s);
 }
 
-void sched_counts(const sched *s, size_t counts[TASK_CANCELLED + 1]) {
-  memset(counts, 0, sizeof(size_t) * (TASK_CANCELLED + 1));
+void sched_counts(const sched *s, size_t counts[TASK_STATE_COUNT]) {
+  memset(counts, 0, sizeof(size_t) * TASK_STATE_COUNT);
   for (size_t i = 0; i < s->sp->n_tasks; i++)
     counts[s->t[i].state]++;
 }
@@ -1180,6 +1426,7 @@ void sched_destroy(sched *s) {
     free(s->t[i].cached_from);
     free(s->t[i].fp_dir);
     cJSON_Delete(s->t[i].ranks);
+    free(s->t[i].chosen);
     close_metrics(&s->t[i]);
   }
   for (size_t q = 0; q <= s->sp->n_pools; q++)
@@ -1193,6 +1440,7 @@ void sched_destroy(sched *s) {
   free(s->t);
   free(s->worklist);
   dirprep_destroy(s->prep);
+  free(s->mark);
   executor_destroy(s->x);
   free(s);
 }

@@ -2,15 +2,38 @@
  * sched: the scheduler of one run, on one libuv loop.
  *
  * It owns every task's state and decides what runs next: a task becomes
- * ready when its upstream tasks are done (all_success: all succeeded;
- * all_done: all finished, however), waits in its pool's FIFO queue until a
+ * ready when its trigger rule is met, waits in its pool's FIFO queue until a
  * slot is free (max_parallel overall, each pool's size), and is started by
  * the executor. A failed attempt is retried after a backoff timer when the
  * task has retries left and the failure is worth retrying: any failure
  * without `retry_on`; with it, exits whose code is listed, and always
  * crashes, timeouts and missed heartbeats (the process did not get to
- * decide). A task that fails for good marks its all_success downstream
- * upstream_failed at once; the rest of the DAG goes on.
+ * decide). The rest of the DAG goes on after a failure.
+ *
+ * Trigger rules (spec_trigger, Airflow's): each upstream task that ends
+ * counts as succeeded (success, cached), skipped, or failed (failed,
+ * upstream_failed, cancelled), in counters, so that deciding costs O(1)
+ * per upstream event. A task is queued as soon as its rule is met (for
+ * one_failed and one_success that may be before every upstream ended),
+ * and settled without running as soon as its rule can no longer be met,
+ * as sched_trigger_decide says: skipped (all_success after a skipped
+ * upstream, one_failed when none failed, all_failed after a success or a
+ * skip, ...), or upstream_failed (all_success, none_failed and
+ * none_failed_min_one_success after a failure, one_success when none
+ * succeeded and not all were skipped). Settled tasks count for their own
+ * downstream in turn, so a skip goes down a chain of all_success tasks
+ * and stops at a none_failed one. A run whose tasks all succeeded or
+ * were skipped is a success.
+ *
+ * Branching: a task with `branch: true` that succeeded names, in its
+ * output `branch`, the direct downstream tasks to run: one task name, or a
+ * JSON list of names (`["export"]`; `[]` runs none of them). The others
+ * that still wait are skipped at once ("not chosen by branch task 'T'"),
+ * whatever their trigger rule, as Airflow's branch operators do; a chosen
+ * task counts the branch task as succeeded. A branch task whose success
+ * lacks the output, or names a task that is not its direct downstream,
+ * fails that attempt instead (retries apply), with a reason that names
+ * the bad name and the tasks it may choose from.
  *
  * The fingerprint cache: before a task's first attempt (of this
  * execution) is started, its fingerprint is computed (fingerprint.h: its
@@ -53,11 +76,15 @@ typedef enum task_state {
                            task (fingerprint cache), did not run */
   TASK_FAILED,          /* terminal */
   TASK_UPSTREAM_FAILED, /* terminal: never ran */
-  TASK_CANCELLED        /* terminal */
+  TASK_CANCELLED,       /* terminal */
+  TASK_SKIPPED,         /* terminal: never ran, its trigger rule could not
+                           be met or a branch did not choose it; counts as
+                           success for the run */
+  TASK_STATE_COUNT
 } task_state;
 
 /* "waiting", "queued", "running", "retry_wait", "success", "cached",
- * "failed", "upstream_failed", "cancelled". */
+ * "failed", "upstream_failed", "cancelled", "skipped". */
 const char *task_state_name(task_state s);
 int task_state_terminal(task_state s);
 /* TASK_SUCCESS or TASK_CACHED: counts as success for downstream and run. */
@@ -95,7 +122,9 @@ typedef struct sched_observer {
 } sched_observer;
 
 /* What an earlier execution of the same run left of a task, for
- * `dagrun resume`. */
+ * `dagrun resume`. Only success carries over: a task that was skipped or
+ * upstream_failed is decided again from its upstream tasks (a branch
+ * task's recorded `branch` output included), as sched_start begins. */
 typedef struct sched_preset {
   int succeeded;        /* it succeeded: it stays so and does not run */
   int attempts;         /* attempts made so far: the next is attempts + 1,
@@ -158,7 +187,7 @@ void sched_start(sched *s);
  * SIGTERM (force: SIGKILL) and end cancelled. */
 void sched_cancel(sched *s, int force);
 /* Per-state counts of the tasks. */
-void sched_counts(const sched *s, size_t counts[TASK_CANCELLED + 1]);
+void sched_counts(const sched *s, size_t counts[TASK_STATE_COUNT]);
 task_state sched_task_state(const sched *s, size_t task);
 /* The key/value outputs of the task's current attempt (an object, maybe
  * empty, or NULL before it ran). Borrowed: valid until the next attempt
@@ -175,6 +204,18 @@ const char *sched_task_cached_from(const sched *s, size_t task);
  * times, errors, outputs. Caller frees. */
 cJSON *sched_tasks_json(const sched *s);
 void sched_destroy(sched *s);
+
+/* What a waiting task's trigger rule says, from the counts of its n
+ * upstream tasks: done have ended, of them ok succeeded, failed failed
+ * and skipped were skipped (see "Trigger rules" above). */
+typedef enum sched_verdict {
+  SCHED_WAIT,           /* not decided yet */
+  SCHED_RUN,            /* the rule is met: queue the task */
+  SCHED_SKIP,           /* the rule can no longer be met: skipped */
+  SCHED_UPSTREAM_FAILED /* it cannot be met because of failures */
+} sched_verdict;
+sched_verdict sched_trigger_decide(spec_trigger rule, size_t n, size_t done,
+                                   size_t ok, size_t failed, size_t skipped);
 
 /* Delay before retry number `retry` (1 for the first retry):
  * min(max_delay, delay * backoff^(retry-1)) scaled by (1 - jitter * u),

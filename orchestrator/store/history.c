@@ -543,7 +543,7 @@ static int terminal_name(const char *state) {
   return strcmp(state, "success") == 0 || strcmp(state, "cached") == 0 ||
          strcmp(state, "failed") == 0 ||
          strcmp(state, "upstream_failed") == 0 ||
-         strcmp(state, "cancelled") == 0;
+         strcmp(state, "cancelled") == 0 || strcmp(state, "skipped") == 0;
 }
 
 static void sleep_ms(long ms) {

@@ -96,7 +96,8 @@
   XX(TASKS_GONE, "UPDATE tasks SET state = 'cancelled', finished = "           \
                  "coalesce(finished, (SELECT finished FROM runs WHERE "        \
                  "id = ?1)) WHERE run_id = ?1 AND state NOT IN ('success', "   \
-                 "'cached', 'failed', 'upstream_failed', 'cancelled')")        \
+                 "'cached', 'failed', 'upstream_failed', 'cancelled', "        \
+                 "'skipped')")                                                 \
   XX(CRON_GET, "SELECT last_fire FROM cron_state WHERE dag = ?1")              \
   XX(CRON_SET, "INSERT INTO cron_state(dag, last_fire, updated) "              \
                "VALUES(?1, ?2, ?3) ON CONFLICT(dag) DO UPDATE SET "            \

@@ -30,7 +30,7 @@ import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
 assert ev[0]["event"] == "run" and ev[0]["state"] == "running", ev[0]
 assert ev[-1]["event"] == "run" and ev[-1]["state"] == "failed", ev[-1]
-assert ev[-1]["counts"] == {"success": 2, "cached": 0, "failed": 1, "upstream_failed": 2, "cancelled": 0}, ev[-1]
+assert ev[-1]["counts"] == {"success": 2, "cached": 0, "failed": 1, "upstream_failed": 2, "cancelled": 0, "skipped": 0}, ev[-1]
 states = [(e["task"], e["state"]) for e in ev if e["event"] == "task"]
 assert ("after2", "upstream_failed") in states
 assert states.index(("cleanup", "running")) > states.index(("other", "success"))

@@ -349,7 +349,7 @@ expect_result 1 "DAGRUN_OUTPUTS file $A/run/task/attempt-1/command-outputs.json:
 attempt outputs_nested "$EXEC" \
   '{"command": ["echo \"{\\\"m\\\": {\\\"x\\\": 1}}\" >\"$DAGRUN_OUTPUTS\""], "shell": true}'
 expect_rc 1
-expect_result 1 "DAGRUN_OUTPUTS file $A/run/task/attempt-1/command-outputs.json: output 'm' must be a string, a number or a boolean"
+expect_result 1 "DAGRUN_OUTPUTS file $A/run/task/attempt-1/command-outputs.json: output 'm' must be a string, a number, a boolean or a list"
 
 attempt outputs_key "$EXEC" \
   '{"command": ["echo \"{\\\"bad-key\\\": 1}\" >\"$DAGRUN_OUTPUTS\""], "shell": true}'

@@ -171,8 +171,9 @@ static void test_unknown_keys(void) {
             "dag.yaml:4:5: error: unknown key 'retires' in task 'a'; did you "
             "mean 'retries'?\n"
             "dag.yaml:6:5: error: unknown key 'colour' in task 'a'; expected "
-            "one of: stage, needs, with, description, outputs, retries, "
-            "retry_delay, retry_backoff, retry_max_delay, retry_jitter, "
+            "one of: stage, needs, with, description, outputs, branch, "
+            "retries, retry_delay, retry_backoff, retry_max_delay, "
+            "retry_jitter, "
             "retry_on, timeout, heartbeat_timeout, kill_grace, pool, "
             "trigger, env, cache, world_size, launcher, hosts, rendezvous\n");
   free(e);
@@ -212,9 +213,11 @@ static void test_types(void) {
             "code from 1 to 255, found 0\n"
             "dag.yaml:10:22: error: 'retry_on' in task 'a': expected an exit "
             "code from 1 to 255, found a string (\"x\")\n"
-            "dag.yaml:11:14: error: 'trigger' in task 'a': expected "
-            "all_success or all_done, found \"all_sucess\"; did you mean "
-            "'all_success'?\n"
+            "dag.yaml:11:14: error: 'trigger' in task 'a': unknown trigger "
+            "rule \"all_sucess\" (did you mean 'all_success'?); the rules "
+            "are: all_success, all_done, one_failed, one_success, "
+            "none_failed, none_failed_min_one_success, all_failed, "
+            "all_skipped, none_skipped\n"
             "dag.yaml:14:14: error: environment variable 'A' in task 'a': "
             "expected a string, found a list\n"
             "dag.yaml:14:19: error: invalid environment variable name '9B' in "
@@ -440,6 +443,60 @@ static void test_closest(void) {
   CHECK(closest_match("x", none) == NULL);
 }
 
+/* Every trigger rule by name; `branch` is a bool, and a branch task needs
+ * a downstream task to choose from. */
+static void test_trigger_and_branch(void) {
+  static const char *const rules[] = {
+      "all_success", "all_done",    "one_failed",
+      "one_success", "none_failed", "none_failed_min_one_success",
+      "all_failed",  "all_skipped", "none_skipped"};
+  for (int i = 0; i < (int)(sizeof rules / sizeof rules[0]); i++) {
+    char *text = xasprintf("dag: d\n"
+                           "tasks:\n"
+                           "  a: {stage: exec}\n"
+                           "  b: {stage: exec, needs: [a], trigger: %s}\n",
+                           rules[i]);
+    spec *s = parse_ok(text);
+    CHECK_INT((int)s->tasks[1].trigger, i);
+    CHECK_STR(spec_trigger_name(s->tasks[1].trigger), rules[i]);
+    spec_free(s);
+    free(text);
+  }
+  spec *s = parse_ok("dag: d\n"
+                     "tasks:\n"
+                     "  gate: {stage: exec, branch: true, outputs: [x]}\n"
+                     "  b: {stage: exec, needs: [gate]}\n");
+  CHECK_INT(s->tasks[0].branch, 1);
+  CHECK_INT(s->tasks[1].branch, 0);
+  /* `branch` is an output a branch task always gives. */
+  CHECK_INT(spec_task_may_output(&s->tasks[0], "branch", 6), 1);
+  CHECK_INT(spec_task_may_output(&s->tasks[0], "y", 1), 0);
+  spec_free(s);
+  char *e = errors_of("dag: d\n"
+                      "tasks:\n"
+                      "  gate: {stage: exec, branch: yes please}\n"
+                      "  lone: {stage: exec, branch: true}\n"
+                      "  c: {stage: exec, needs: [gate], trigger: one_fail}\n"
+                      "  d: {stage: exec, branch: true, trigger: [x]}\n");
+  CHECK_STR(e,
+            "dag.yaml:3:31: error: 'branch' in task 'gate': expected true "
+            "or false, found a string (\"yes please\")\n"
+            "dag.yaml:5:44: error: 'trigger' in task 'c': unknown trigger "
+            "rule \"one_fail\" (did you mean 'one_failed'?); the rules are: "
+            "all_success, all_done, one_failed, one_success, none_failed, "
+            "none_failed_min_one_success, all_failed, all_skipped, "
+            "none_skipped\n"
+            "dag.yaml:6:43: error: 'trigger' in task 'd': expected a trigger "
+            "rule, found a list\n"
+            "dag.yaml:4:31: error: 'branch' in task 'lone': a branch task "
+            "chooses which of its downstream tasks run, and no task needs "
+            "'lone'\n"
+            "dag.yaml:6:28: error: 'branch' in task 'd': a branch task "
+            "chooses which of its downstream tasks run, and no task needs "
+            "'d'\n");
+  free(e);
+}
+
 int main(void) {
   test_closest();
   test_valid();
@@ -454,5 +511,6 @@ int main(void) {
   test_partial_spec_kept();
   test_load_file();
   test_scale();
+  test_trigger_and_branch();
   TEST_DONE();
 }
