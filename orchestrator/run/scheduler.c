@@ -954,7 +954,8 @@ static void prepare_ahead(sched *s) {
       if (t->state != TASK_QUEUED || t->attempt || t->prepped ||
           (task_cacheable(s, i) && !s->opts.no_cache && s->opts.cache_lookup))
         continue;
-      if (!s->prep && !(s->prep = dirprep_create(s->run->path, s->sp->n_tasks)))
+      if (!s->prep &&
+          !(s->prep = dirprep_create(s->run->path, s->sp->n_tasks)))
         return;
       t->prepped = 1;
       dirprep_push(s->prep, i, s->sp->tasks[i].name);
