@@ -23,6 +23,8 @@
  */
 #include <dagrun/plugin.h>
 
+#include "common/textgen.h"
+
 #include "engine.h"
 #include "gangloop.h"
 #include "lib/exitcode.h"
@@ -87,6 +89,7 @@ static const dagrun_param_spec params[] = {
     {"sample_tokens", DAGRUN_PARAM_INT, "64", 0, "Tokens per sample"},
     {"temperature", DAGRUN_PARAM_FLOAT, "0.8", 0, "Sampling temperature"},
     {"top_k", DAGRUN_PARAM_INT, "40", 0, "Sample among the k likeliest"},
+    TEXTGEN_PARAM_SPECS,
     {"device", DAGRUN_PARAM_STRING, "auto", 0,
      "cpu, cuda (BF16 compute, FP32 master weights and optimizer state; in "
      "a gang, one GPU per rank over NCCL), or auto (cuda when dagrun has "

@@ -140,13 +140,14 @@ static int read_samples(dagrun_ctx *ctx, const dagrun_host *h,
   c->sample_tokens = (int)v;
   if (stagekit_param_int(ctx, h, "top_k", 0, 1 << 30, &v))
     return -1;
-  c->top_k = (int)v;
-  h->param_float(ctx, "temperature", &c->temperature);
-  if (!(c->temperature > 0)) {
+  c->gen.sampling = (sampler_opts)SAMPLER_OPTS_INIT;
+  c->gen.sampling.top_k = (int)v;
+  h->param_float(ctx, "temperature", &c->gen.sampling.temperature);
+  if (!(c->gen.sampling.temperature > 0)) {
     h->fail(ctx, "temperature must be above 0");
     return -1;
   }
-  return 0;
+  return textgen_read_params(ctx, h, &c->gen);
 }
 
 int trainrun_init(trainrun *r) {
@@ -240,6 +241,7 @@ void trainrun_free(trainrun *r) {
   free(r->inputs);
   free(r->targets);
   free(r->config_text);
+  free((void *)r->c.gen.stop);
 }
 
 /* The tokenizer's path lets modeldir.h find the tokenizer of a bare
@@ -485,12 +487,11 @@ void trainrun_samples(trainrun *r, gpt *model) {
     free(path);
     return;
   }
-  textgen_opts o = {.prompt = r->c.prompt,
-                    .max_tokens = r->c.sample_tokens,
-                    .temperature = r->c.temperature,
-                    .top_k = r->c.top_k,
-                    .seed = r->c.seed,
-                    .stop_at_eot = 1};
+  textgen_opts o = r->c.gen;
+  o.prompt = r->c.prompt;
+  o.max_tokens = r->c.sample_tokens;
+  o.seed = r->c.seed;
+  o.stop_at_eot = 1;
   if (textgen_write_samples(model, tok, &o, r->c.nsamples, path, err,
                             sizeof err) != 0)
     r->h->log(r->ctx, DAGRUN_LOG_WARN, "no samples: %s", err);

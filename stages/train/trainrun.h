@@ -26,6 +26,7 @@
 
 #include <dagrun/plugin.h>
 
+#include "common/textgen.h"
 #include "common/tokdata.h"
 #include "common/trainkit.h"
 #include "data/dataloader.h"
@@ -51,13 +52,15 @@ extern const char *const trainrun_zero_stage_names[];   /* "0" to "3" */
 typedef struct trainrun_cfg {
   trainkit_model m; /* data, model, shape, seq_len, init_from */
   const char *resume, *prompt;
-  int B, accum, threads, top_k, nsamples, sample_tokens;
+  int B, accum, threads, nsamples, sample_tokens;
   int prefetch;
   double peak_tflops;
   int64_t steps, eval_every, eval_batches, ckpt_every, keep;
   optim_config opt;
   lr_schedule sched;
-  double grad_clip, temperature, overfit_target;
+  double grad_clip, overfit_target;
+  textgen_opts gen; /* the samples' sampling and stop strings (stop freed
+                       by trainrun_free) */
   uint64_t seed;
   int spike_on, overfit;
   spike_config spike;
