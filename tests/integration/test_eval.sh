@@ -38,14 +38,7 @@ R=$(run_dir mc)
 DATA="$R/tokenize/out"
 
 # ev NAME ARGS...: dagrun eval into NAME.out / NAME.err, RC set.
-ev() {
-  local name=$1
-  shift
-  set +e
-  "$DAGRUN" eval "$@" >"$name.out" 2>"$name.err"
-  RC=$?
-  set -e
-}
+ev() { run_to "$1" "$DAGRUN" eval "${@:2}"; }
 for m in train init; do
   ev "$m" "$R/$m/checkpoints" --choices "$MC" --data "$DATA" --threads 1 --json --out "out-$m"
   [ "$RC" -eq 0 ] || fail "dagrun eval $m exited $RC: $(cat "$m.err")"

@@ -32,14 +32,7 @@ CK="$R/train/checkpoints"
 ls "$CK/step-00000100" "$CK/step-00000200" >/dev/null || fail "checkpoints: $(ls "$CK")"
 
 # gen NAME ARGS...: dagrun generate into NAME.out / NAME.err, RC set.
-gen() {
-  local name=$1
-  shift
-  set +e
-  "$DAGRUN" generate "$@" >"$name.out" 2>"$name.err"
-  RC=$?
-  set -e
-}
+gen() { run_to "$1" "$DAGRUN" generate "${@:2}"; }
 expect_gen_ok() { # NAME
   [ "$RC" -eq 0 ] || fail "generate $1 exited $RC: $(cat "$1.err")"
 }
