@@ -196,8 +196,7 @@ typedef struct command {
 } command;
 
 static command_fn cmd_run, cmd_check, cmd_graph, cmd_stages, cmd_generate,
-    cmd_eval,
-    cmd_cron_next, cmd_resume, cmd_cancel, cmd_version, cmd_help;
+    cmd_eval, cmd_cron_next, cmd_resume, cmd_cancel, cmd_version, cmd_help;
 
 /* In the order `dagrun --help` lists them: a run's life, then the daemon. */
 static const command commands[] = {

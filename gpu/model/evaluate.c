@@ -167,9 +167,9 @@ int evaluate_tokens(gpt *m, const uint32_t *ids, size_t n, int T, int B,
     for (size_t r = 0; r < rows; r++)
       for (size_t t = 0; t < len; t++) {
         int top;
-        sum->loss_sum += row_loss(lg + (r * len + t) * (size_t)c->padded_vocab,
-                                  c->vocab_size,
-                                  ids[(w + r) * (size_t)T + t + 1], &top);
+        sum->loss_sum +=
+            row_loss(lg + (r * len + t) * (size_t)c->padded_vocab,
+                     c->vocab_size, ids[(w + r) * (size_t)T + t + 1], &top);
         sum->correct += (uint64_t)top;
         sum->tokens++;
       }

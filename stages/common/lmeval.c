@@ -60,9 +60,8 @@ static int encode(const bpe *tok, const char *text, size_t len, bpe_ids *ids) {
   return rc;
 }
 
-int lmeval_text(gpt *m, const bpe *tok, const char *path,
-                const lmeval_opts *o, lmeval_ppl *out, char *err,
-                size_t errlen) {
+int lmeval_text(gpt *m, const bpe *tok, const char *path, const lmeval_opts *o,
+                lmeval_ppl *out, char *err, size_t errlen) {
   size_t len = 0;
   char *text = fileio_read_all(path, &len, err, errlen);
   if (!text)
@@ -107,9 +106,9 @@ static int score_file(gpt *m, const char *path, const lmeval_opts *o,
   return rc;
 }
 
-int lmeval_tokens(gpt *m, const char *base, const char *dir,
-                  const char *split, const lmeval_opts *o, lmeval_ppl *out,
-                  char *err, size_t errlen) {
+int lmeval_tokens(gpt *m, const char *base, const char *dir, const char *split,
+                  const lmeval_opts *o, lmeval_ppl *out, char *err,
+                  size_t errlen) {
   tokdata td = {0};
   int V = gpt_get_config(m)->vocab_size;
   if (tokdata_open(base, dir, &td, err, errlen) != 0)
@@ -133,8 +132,8 @@ int lmeval_tokens(gpt *m, const char *base, const char *dir,
     for (size_t i = 0; rc == 0 && i < nf; i++)
       rc = score_file(m, files[i], o, &s, err, errlen);
     if (rc == 0 && s.tokens == 0) {
-      snprintf(err, errlen, "%s: no tokens to score in its %s files",
-               td.dir, split);
+      snprintf(err, errlen, "%s: no tokens to score in its %s files", td.dir,
+               split);
       rc = -1;
     }
   }
@@ -192,8 +191,8 @@ static int parse_item(const cJSON *j, mc_item *it, char *why, size_t n) {
 }
 
 /* The mean losses of it's endings into loss[0, k). */
-static int score_item(gpt *m, bpe_encoder *enc, const mc_item *it,
-                      double *loss, char *err, size_t errlen) {
+static int score_item(gpt *m, bpe_encoder *enc, const mc_item *it, double *loss,
+                      char *err, size_t errlen) {
   int k = it->k, rc = -1;
   bpe_ids ctx = {0};
   bpe_ids *ends = calloc((size_t)k, sizeof *ends);
@@ -314,16 +313,15 @@ static int score_items(gpt *m, const bpe *tok, const char *path, char *text,
 }
 
 int lmeval_choices(gpt *m, const bpe *tok, const char *path,
-                   const char *items_path, const lmeval_opts *o,
-                   lmeval_mc *out, char *err, size_t errlen) {
+                   const char *items_path, const lmeval_opts *o, lmeval_mc *out,
+                   char *err, size_t errlen) {
   size_t len = 0, rlen = 0;
   char *text = fileio_read_all(path, &len, err, errlen), *rtext = NULL;
   if (!text)
     return -1;
   FILE *res = open_memstream(&rtext, &rlen);
   *out = (lmeval_mc){0};
-  int rc = res ? score_items(m, tok, path, text, res, o, out, err, errlen)
-               : -1;
+  int rc = res ? score_items(m, tok, path, text, res, o, out, err, errlen) : -1;
   if (!res)
     snprintf(err, errlen, "out of memory for the results");
   if (res && fclose(res) != 0 && rc == 0) {
@@ -407,10 +405,10 @@ static int load(lmeval_job *j, gpt **m, bpe **tok, char *err, size_t errlen) {
 
 /* eval.json into out_dir. */
 static int write_summary(lmeval_job *j, char *err, size_t errlen) {
-  j->summary = lmeval_summary(
-      j->md.dir, j->md.step, j->have_ppl ? &j->ppl : NULL,
-      set(j->text) ? j->text : j->data, j->have_mc ? &j->mc : NULL,
-      j->choices, j->items_path);
+  j->summary =
+      lmeval_summary(j->md.dir, j->md.step, j->have_ppl ? &j->ppl : NULL,
+                     set(j->text) ? j->text : j->data,
+                     j->have_mc ? &j->mc : NULL, j->choices, j->items_path);
   if (!j->summary) {
     snprintf(err, errlen, "out of memory for the summary");
     return -1;
@@ -418,9 +416,9 @@ static int write_summary(lmeval_job *j, char *err, size_t errlen) {
   if (!set(j->out_dir))
     return 0;
   char *p = fileio_join(j->out_dir, "eval.json");
-  int rc = p ? fileio_write_atomic(p, j->summary, strlen(j->summary), err,
-                                   errlen)
-             : -1;
+  int rc =
+      p ? fileio_write_atomic(p, j->summary, strlen(j->summary), err, errlen)
+        : -1;
   if (!p)
     snprintf(err, errlen, "out of memory");
   free(p);
@@ -456,8 +454,8 @@ int lmeval_run(lmeval_job *j, char *err, size_t errlen) {
       rc = -1;
     }
     if (rc == 0)
-      rc = lmeval_choices(m, tok, j->choices, j->items_path, &j->o, &j->mc,
-                          err, errlen);
+      rc = lmeval_choices(m, tok, j->choices, j->items_path, &j->o, &j->mc, err,
+                          errlen);
     j->have_mc = rc == 0;
   }
   if (rc == 0)

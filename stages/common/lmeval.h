@@ -48,9 +48,9 @@ typedef struct lmeval_ppl {
 
 typedef struct lmeval_mc {
   size_t items, correct;
-  double accuracy;         /* correct / items */
-  double ci_low, ci_high;  /* 95% Wilson interval of accuracy */
-  double chance;           /* mean of 1 / endings */
+  double accuracy;        /* correct / items */
+  double ci_low, ci_high; /* 95% Wilson interval of accuracy */
+  double chance;          /* mean of 1 / endings */
 } lmeval_mc;
 
 /* How the perplexity is taken: windows of T tokens of context (0: the
@@ -65,17 +65,16 @@ typedef struct lmeval_opts {
 
 /* The perplexity of m on the text file at path, tokenized by tok. 0, or
  * -1 with err naming the file (unreadable, under 2 tokens). */
-int lmeval_text(gpt *m, const bpe *tok, const char *path,
-                const lmeval_opts *o, lmeval_ppl *out, char *err,
-                size_t errlen);
+int lmeval_text(gpt *m, const bpe *tok, const char *path, const lmeval_opts *o,
+                lmeval_ppl *out, char *err, size_t errlen);
 
 /* The perplexity of m on the token files of split ("val" or "train") of
  * the tokenize stage's directory dir (relative to base when not
  * absolute; common/tokdata.h), whose vocabulary must be the model's. 0,
  * or -1 with err. */
-int lmeval_tokens(gpt *m, const char *base, const char *dir,
-                  const char *split, const lmeval_opts *o, lmeval_ppl *out,
-                  char *err, size_t errlen);
+int lmeval_tokens(gpt *m, const char *base, const char *dir, const char *split,
+                  const lmeval_opts *o, lmeval_ppl *out, char *err,
+                  size_t errlen);
 
 /* Scores the multiple-choice JSONL at path (format above) and writes one
  * JSON object a line per item to items_path (NULL: none; replaced
@@ -83,8 +82,8 @@ int lmeval_tokens(gpt *m, const char *base, const char *dir,
  * "losses": [mean loss of each ending]}. 0, or -1 with err, which for a
  * bad item names path:line and the field. */
 int lmeval_choices(gpt *m, const bpe *tok, const char *path,
-                   const char *items_path, const lmeval_opts *o,
-                   lmeval_mc *out, char *err, size_t errlen);
+                   const char *items_path, const lmeval_opts *o, lmeval_mc *out,
+                   char *err, size_t errlen);
 
 /* The summary of an evaluation as eval.json holds it (format
  * "dagrun-eval", version 1): "model", "step", then "perplexity": {source,

@@ -43,7 +43,7 @@
 static const char *const split_names[] = {"val", "train", NULL};
 
 static const dagrun_param_choice choices[] = {{"split", split_names},
-                                               {NULL, NULL}};
+                                              {NULL, NULL}};
 
 static const dagrun_param_spec params[] = {
     {"model", DAGRUN_PARAM_STRING, NULL, 1,
@@ -95,8 +95,8 @@ static int stage_cancelled(void *arg) {
 }
 
 /* The numbers as metrics, outputs and one log line. */
-static void report(dagrun_ctx *ctx, const dagrun_host *h,
-                   const lmeval_job *j, const char *summary_path) {
+static void report(dagrun_ctx *ctx, const dagrun_host *h, const lmeval_job *j,
+                   const char *summary_path) {
   char num[64];
   int64_t step = j->md.step > 0 ? j->md.step : 0;
   h->output(ctx, "model", j->md.dir);
@@ -142,8 +142,7 @@ static void report(dagrun_ctx *ctx, const dagrun_host *h,
  * frees). 0, or -1 with the attempt failed. */
 static int read_params(dagrun_ctx *ctx, const dagrun_host *h, lmeval_job *j,
                        char **paths) {
-  static const char *const names[] = {"model", "text", "choices",
-                                      "tokenizer"};
+  static const char *const names[] = {"model", "text", "choices", "tokenizer"};
   for (int i = 0; i < 4; i++)
     if (!(paths[i] = path_param(ctx, h, names[i]))) {
       h->fail(ctx, "out of memory");

@@ -65,7 +65,7 @@ typedef struct cli {
 /* --NAME VALUE options: where each goes. */
 typedef struct opt {
   const char *name;
-  const char **str;     /* a string option, or */
+  const char **str;       /* a string option, or */
   long long *num, lo, hi; /* an integer one */
 } opt;
 
@@ -188,7 +188,8 @@ int main(int argc, char **argv) {
     lmeval_job_free(&c.j);
     return usage ? EXIT_USAGE : EXIT_FAILED;
   }
-  fprintf(stderr, "dagrun eval: %s (step %lld, %d layers, width %d, vocab %d)\n",
+  fprintf(stderr,
+          "dagrun eval: %s (step %lld, %d layers, width %d, vocab %d)\n",
           c.j.md.dir, (long long)c.j.md.step, c.j.md.config.n_layer,
           c.j.md.config.n_embd, c.j.md.config.vocab_size);
   if (c.json)

@@ -127,9 +127,8 @@ static int never(void *arg) {
 static double tok_loss(gpt *m, const uint32_t *seq, size_t len) {
   const gpt_config *c = gpt_get_config(m);
   float unused;
-  CHECK_INT(gpt_forward(m, seq, NULL, 1, (int)len - 1, &unused, err,
-                        sizeof err),
-            0);
+  CHECK_INT(
+      gpt_forward(m, seq, NULL, 1, (int)len - 1, &unused, err, sizeof err), 0);
   const float *r = gpt_logits(m) + (len - 2) * (size_t)c->padded_vocab;
   double mx = -INFINITY, s = 0;
   for (int v = 0; v < c->vocab_size; v++)
@@ -154,34 +153,32 @@ static void test_tokens(gpt *m) {
   }
   for (int b = 1; b <= 4; b++) {
     eval_sum sum = {0};
-    CHECK_INT(evaluate_tokens(m, ids, N, T_, b, NULL, NULL, &sum, err,
-                              sizeof err),
-              0);
+    CHECK_INT(
+        evaluate_tokens(m, ids, N, T_, b, NULL, NULL, &sum, err, sizeof err),
+        0);
     CHECK_INT(sum.tokens, N - 1);
     CHECK_NEAR(sum.loss_sum, want, 1e-5 * want);
   }
   /* One window's mean is gpt_forward's own loss on it. */
   eval_sum one = {0};
   float loss;
-  CHECK_INT(evaluate_tokens(m, ids, T_ + 1, T_, 1, NULL, NULL, &one, err,
-                            sizeof err),
-            0);
+  CHECK_INT(
+      evaluate_tokens(m, ids, T_ + 1, T_, 1, NULL, NULL, &one, err, sizeof err),
+      0);
   CHECK_INT(gpt_forward(m, ids, ids + 1, 1, T_, &loss, err, sizeof err), 0);
   CHECK_NEAR(one.loss_sum / (double)one.tokens, loss, 1e-5 * loss);
   /* Sums add up across calls; fewer than 2 tokens add nothing. */
-  CHECK_INT(evaluate_tokens(m, ids, 1, T_, 1, NULL, NULL, &one, err,
-                            sizeof err),
-            0);
+  CHECK_INT(
+      evaluate_tokens(m, ids, 1, T_, 1, NULL, NULL, &one, err, sizeof err), 0);
   CHECK_INT(one.tokens, T_);
   ids[7] = V_;
   err[0] = '\0';
-  CHECK_INT(evaluate_tokens(m, ids, N, T_, 2, NULL, NULL, &one, err,
-                            sizeof err),
-            -1);
+  CHECK_INT(
+      evaluate_tokens(m, ids, N, T_, 2, NULL, NULL, &one, err, sizeof err), -1);
   CHECK(strstr(err, "vocab_size") != NULL);
-  CHECK_INT(evaluate_tokens(m, ids, N, T_ + 1, 2, NULL, NULL, &one, err,
-                            sizeof err),
-            -1);
+  CHECK_INT(
+      evaluate_tokens(m, ids, N, T_ + 1, 2, NULL, NULL, &one, err, sizeof err),
+      -1);
 }
 
 /* Each ending's mean loss, batched and padded, equals its tokens scored
@@ -194,9 +191,9 @@ static void test_endings(gpt *m) {
   size_t nends[4] = {1, 3, 2, 7};
   for (size_t nctx = 1; nctx <= 10; nctx += 4) {
     double got[4] = {0};
-    CHECK_INT(evaluate_endings(m, ctx, nctx, ends, nends, 4, got, err,
-                               sizeof err),
-              0);
+    CHECK_INT(
+        evaluate_endings(m, ctx, nctx, ends, nends, 4, got, err, sizeof err),
+        0);
     for (int i = 0; i < 4; i++) {
       /* The sequence the contract describes: the context's last tokens,
        * as many as fit before the ending in T_. */
@@ -214,9 +211,8 @@ static void test_endings(gpt *m) {
   double out[4];
   size_t too_long[1] = {T_};
   err[0] = '\0';
-  CHECK_INT(evaluate_endings(m, ctx, 3, ends, too_long, 1, out, err,
-                             sizeof err),
-            -1);
+  CHECK_INT(
+      evaluate_endings(m, ctx, 3, ends, too_long, 1, out, err, sizeof err), -1);
   CHECK(strstr(err, "ending 0") != NULL);
   CHECK_INT(evaluate_endings(m, ctx, 0, ends, nends, 4, out, err, sizeof err),
             -1);
