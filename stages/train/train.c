@@ -56,6 +56,12 @@ static const dagrun_param_spec params[] = {
      "Validation every this many steps (0: only at the end)"},
     {"eval_batches", DAGRUN_PARAM_INT, "20", 0,
      "Validation batches (at most one pass over the validation shards)"},
+    {"eval_text", DAGRUN_PARAM_STRING, "", 0,
+     "With each validation: the perplexity of this text file "
+     "(eval_perplexity; CPU engine)"},
+    {"eval_choices", DAGRUN_PARAM_STRING, "", 0,
+     "With each validation: the accuracy on this multiple-choice JSONL "
+     "(mc_accuracy; the eval stage's format; CPU engine)"},
     {"checkpoint_every", DAGRUN_PARAM_INT, "500", 0,
      "Checkpoint every this many steps (0: only at the end and on stop)"},
     {"keep_checkpoints", DAGRUN_PARAM_INT, "3", 0,

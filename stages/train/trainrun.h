@@ -94,6 +94,13 @@ typedef struct trainrun {
   double t_start, t_last; /* the loop's start, the last progress */
   int64_t first_step;     /* the step the loop started at (resume) */
   double last_loss, val_loss, init_loss, lnV;
+
+  /* eval_text and eval_choices (common/lmeval.h) resolved, NULL when not
+   * asked for; lm_tok the data's tokenizer, loaded at their first use;
+   * lm_warned once they were found not measurable here. */
+  char *lm_text, *lm_choices;
+  bpe *lm_tok;
+  int lm_warned;
 } trainrun;
 
 /* Reads the params into r->c (r->ctx and r->h set by the caller), sets
@@ -107,6 +114,13 @@ int trainrun_init(trainrun *r);
  * validation loader (none, with a warning, when it cannot open) and the batch
  * buffers, and points r->st at them. */
 int trainrun_setup(trainrun *r, int nranks, int gang);
+
+/* With each validation: the perplexity of eval_text and the accuracy
+ * on eval_choices of model (lmeval.h), as metrics eval_loss,
+ * eval_perplexity, mc_accuracy, mc_accuracy_low and mc_accuracy_high at
+ * step. model NULL: it is not on the CPU here (a GPU), and a warning
+ * says once that they are not measured. A failure is a warning. */
+void trainrun_lm_eval(trainrun *r, gpt *model, int64_t step);
 
 /* Frees what setup made (every path; fields NULL or zero are skipped). */
 void trainrun_free(trainrun *r);

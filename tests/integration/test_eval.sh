@@ -18,15 +18,15 @@ MC="$DAGRUN_SOURCE_DIR/tests/data/mc-platitudes.jsonl"
   fail "tests/data/make_mc.py no longer makes $MC"
 
 mkdir -p corpus && cp "$SRC" corpus/
-SHAPE='n_layer: 2, n_head: 2, n_embd: 64, block_size: 32, batch_size: 16, eval_every: 0, samples: 0, threads: 1'
+SHAPE='n_layer: 2, n_head: 2, n_embd: 64, block_size: 32, batch_size: 16, samples: 0, threads: 1'
 cat > mc.yaml <<Y
 dag: mc
 tasks:
   shard: {stage: shard, with: {input: "$T/corpus", separator: "%", shards: 1, val_fraction: 0.05}}
   tokenize: {stage: tokenize, needs: [shard], with: {shards: "\${tasks.shard.outputs.dir}", vocab_size: 512}}
-  train: {stage: train, needs: [tokenize], with: {data: "\${tasks.tokenize.outputs.dir}", $SHAPE, steps: 600, lr: 0.003, warmup: 20, spike_policy: none}}
+  train: {stage: train, needs: [tokenize], with: {data: "\${tasks.tokenize.outputs.dir}", $SHAPE, steps: 600, lr: 0.003, warmup: 20, spike_policy: none, eval_every: 300, eval_choices: "$MC"}}
   # An untrained model: one step at a learning rate that moves nothing.
-  init: {stage: train, needs: [tokenize], with: {data: "\${tasks.tokenize.outputs.dir}", $SHAPE, steps: 1, lr: 1e-9}}
+  init: {stage: train, needs: [tokenize], with: {data: "\${tasks.tokenize.outputs.dir}", $SHAPE, steps: 1, lr: 1e-9, eval_every: 0}}
   eval:
     stage: eval
     needs: [train]
@@ -108,6 +108,27 @@ got = [json.loads(l)["label"] for l in open(sys.argv[2])]
 assert want == got
 P
 [ -s out-train/eval.json ] || fail "--out wrote no eval.json"
+
+# The train stage measured the same task with its validations (steps
+# 300 and 600): at the end, what the eval stage found on its checkpoint.
+"$PY" - "$R/train/metrics.jsonl" "$R/eval/out/eval.json" <<'P' || fail "train's mc_accuracy: $(grep mc_accuracy "$R/train/metrics.jsonl")"
+import json, sys
+acc = {m["step"]: m["value"] for m in map(json.loads, open(sys.argv[1]))
+       if m["name"] == "mc_accuracy"}
+st = json.load(open(sys.argv[2]))
+assert sorted(acc) == [300, 600], acc
+assert acc[600] == st["choices"]["accuracy"], (acc, st["choices"])
+print("train's mc_accuracy by step:", acc)
+P
+# A file that is not there fails the train task before it trains.
+cat > badtrain.yaml <<Y
+dag: badtrain
+tasks:
+  train: {stage: train, with: {data: "$DATA", $SHAPE, steps: 5, eval_choices: /nonexistent/mc.jsonl}}
+Y
+run_dagrun run badtrain.yaml --plain
+[ "$RC" -ne 0 ] || fail "train with a missing eval_choices succeeded"
+expect_in "$T/out" "eval_choices: /nonexistent/mc.jsonl"
 
 # The stage: outputs, files, metrics (the report's and TensorBoard's).
 for o in accuracy accuracy_low accuracy_high chance items results perplexity loss tokens metrics model; do
