@@ -191,12 +191,12 @@ typedef struct command {
   command_fn *fn;
   const char *summary; /* one line, for `dagrun --help` */
   /* `dagrun NAME --help`; NULL: the program the command runs answers
-   * --help itself (generate). */
+   * --help itself (generate, eval). */
   const char *usage;
 } command;
 
 static command_fn cmd_run, cmd_check, cmd_graph, cmd_stages, cmd_generate,
-    cmd_cron_next, cmd_resume, cmd_cancel, cmd_version, cmd_help;
+    cmd_eval, cmd_cron_next, cmd_resume, cmd_cancel, cmd_version, cmd_help;
 
 /* In the order `dagrun --help` lists them: a run's life, then the daemon. */
 static const command commands[] = {
@@ -207,6 +207,8 @@ static const command commands[] = {
     {"stages", cmd_stages, "installed stage plugins and their params",
      stages_usage},
     {"generate", cmd_generate, "text from a trained model", NULL},
+    {"eval", cmd_eval, "a model's perplexity and multiple-choice accuracy",
+     NULL},
     {"cron-next", cmd_cron_next, "next fire times of a schedule",
      cron_next_usage},
     {"runs", history_cmd_runs, "recorded runs, newest first", runs_usage},
@@ -1295,25 +1297,35 @@ static int cmd_cancel(int argc, char **argv) {
   return code;
 }
 
-/* `dagrun generate ...`: runs dagrun-generate, installed beside the stage
- * plugins (DAGRUN_LIBEXEC_DIR_REL from this executable's directory), with
- * the arguments after "generate". The engine stays out of this program,
- * and so does generate's usage: dagrun-generate answers --help itself.
- * Returns only when it cannot run it. */
-static int cmd_generate(int argc, char **argv) {
-  char prog[4096];
-  if (cli_helper_exe("dagrun-generate", prog, sizeof prog) != 0)
+/* `dagrun generate ...` and `dagrun eval ...`: run dagrun-generate and
+ * dagrun-eval, installed beside the stage plugins (DAGRUN_LIBEXEC_DIR_REL
+ * from this executable's directory), with the arguments after the
+ * command. The engine stays out of this program, and so does their
+ * usage: each program answers --help itself. Returns only when it cannot
+ * run it. */
+static int exec_helper(const char *cmd, int argc, char **argv) {
+  char prog[4096], name[64];
+  snprintf(name, sizeof name, "dagrun-%s", cmd);
+  if (cli_helper_exe(name, prog, sizeof prog) != 0)
     return EXIT_FAILED;
   char **args = xcalloc((size_t)argc + 2, sizeof(char *));
   args[0] = prog;
   memcpy(args + 1, argv, (size_t)argc * sizeof(char *));
   execv(prog, args);
   fprintf(stderr,
-          "dagrun: cannot run %s: %s (dagrun generate needs the "
-          "dagrun-generate program installed with dagrun)\n",
-          prog, strerror(errno));
+          "dagrun: cannot run %s: %s (dagrun %s needs the %s program "
+          "installed with dagrun)\n",
+          prog, strerror(errno), cmd, name);
   free(args);
   return EXIT_FAILED;
+}
+
+static int cmd_generate(int argc, char **argv) {
+  return exec_helper("generate", argc, argv);
+}
+
+static int cmd_eval(int argc, char **argv) {
+  return exec_helper("eval", argc, argv);
 }
 
 /* `dagrun cron-next`'s command line, read. */

@@ -42,12 +42,4 @@ const float *decoder_push(decoder *d, uint32_t token, char *err,
 /* Tokens in the context now (at most block_size). */
 size_t decoder_length(const decoder *d);
 
-/* Picks the next token from logits over vocab_size ids: temperature <= 0
- * is greedy (the argmax, lowest id on ties); otherwise softmax at the
- * temperature over the top_k likeliest (top_k <= 0 or >= vocab_size: all)
- * and a draw from *rng (rng.h's splitmix64 state, advanced). Same logits,
- * same state: same token. */
-uint32_t decode_sample(const float *logits, int vocab_size,
-                       double temperature, int top_k, uint64_t *rng);
-
 #endif /* DAGRUN_DECODE_H */

@@ -18,6 +18,10 @@
  * Without --seed the seed is random and printed: every call gives new
  * text, and the printed seed gives that text again.
  *
+ * Sampling (model/sampler.h): repetition penalty, temperature, top-k,
+ * top-p, in Hugging Face's order; --stop strings end the text and are
+ * cut from it (common/textgen.h).
+ *
  * Exit status: 0; 1 (EXIT_FAILED) when the model, its tokenizer or the
  * generation fails, or stdout could not be written; 2 (EXIT_USAGE) for
  * bad usage, with a message and a pointer to --help; --help itself
@@ -28,6 +32,7 @@
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +62,14 @@ static const char usage_text[] =
     "                       the likeliest token every time)\n"
     "  --top-k K            sample among the K likeliest (default 40; 0 = "
     "all)\n"
+    "  --top-p P            nucleus sampling: among the likeliest ids up to\n"
+    "                       probability mass P, in (0, 1] (default 1: off)\n"
+    "  --repetition-penalty R\n"
+    "                       divide the positive logits (multiply the\n"
+    "                       negative ones) of ids already in the context by\n"
+    "                       R > 0 (default 1: off; 1.2 is common)\n"
+    "  --stop S             end the text where it contains S, S not written\n"
+    "                       (repeatable: the first of them to appear)\n"
     "  --seed S             the draws' seed (default: random, printed on\n"
     "                       stderr, so that a text can be made again)\n"
     "  --tokenizer PATH     a tokenizer.json (default: the model's)\n"
@@ -71,12 +84,17 @@ static const char usage_text[] =
     "                       on one: one token is too little work to share)\n"
     "  -h, --help           this text\n";
 
-/* A usage error: the message (fmt with one %s, arg) and where help is,
- * on stderr; returns EXIT_USAGE for main to exit with. */
-static int usage_error(const char *fmt, const char *arg) {
+/* A usage error: the message (printf's fmt and args) and where help
+ * is, on stderr; returns EXIT_USAGE for main to exit with. */
+static int usage_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
   fprintf(stderr, "dagrun generate: ");
-  fprintf(stderr, fmt, arg);
+  vfprintf(stderr, fmt, ap);
   fprintf(stderr, "\n(see dagrun generate --help)\n");
+  va_end(ap);
   return EXIT_USAGE;
 }
 
@@ -126,7 +144,9 @@ static void ids_stderr(void *arg, const uint32_t *ids, size_t n, int drawn) {
 typedef struct args {
   const char *model_dir, *prompt, *tokenizer;
   long long tokens, top_k, threads;
-  double temperature;
+  double temperature, top_p, penalty;
+  const char **stop; /* nstop of argv's strings; main frees the array */
+  size_t nstop;
   uint64_t seed;
   int have_seed, no_stop, bos, ids;
 } args;
@@ -138,7 +158,14 @@ static int parse_args(int argc, char **argv, args *a) {
               .tokens = 200,
               .top_k = 40,
               .threads = 0,
-              .temperature = 0.8};
+              .temperature = 0.8,
+              .top_p = 1.0,
+              .penalty = 1.0,
+              .stop = calloc((size_t)argc, sizeof(char *))};
+  if (!a->stop) {
+    fprintf(stderr, "dagrun generate: out of memory\n");
+    return EXIT_FAILED;
+  }
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i];
     if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {
@@ -165,8 +192,10 @@ static int parse_args(int argc, char **argv, args *a) {
     }
     /* --name VALUE or --name=VALUE */
     static const char *const with_value[] = {
-        "--prompt", "--tokens",    "--temperature", "--top-k",
-        "--seed",   "--tokenizer", "--threads",     NULL};
+        "--prompt",  "--tokens", "--temperature",
+        "--top-k",   "--top-p",  "--repetition-penalty",
+        "--stop",    "--seed",   "--tokenizer",
+        "--threads", NULL};
     const char *name = NULL, *val = NULL;
     for (int k = 0; with_value[k]; k++) {
       size_t n = strlen(with_value[k]);
@@ -185,8 +214,24 @@ static int parse_args(int argc, char **argv, args *a) {
     if (!name)
       return usage_error("unknown option '%s'", o);
     long long v;
-    if (strcmp(name, "--prompt") == 0) {
+    double *num = strcmp(name, "--temperature") == 0          ? &a->temperature
+                  : strcmp(name, "--top-p") == 0              ? &a->top_p
+                  : strcmp(name, "--repetition-penalty") == 0 ? &a->penalty
+                                                              : NULL;
+    if (num) {
+      /* Ranges are textgen_check's (main), so that the stages and this
+       * program refuse the same values with the same words. */
+      char *end;
+      errno = 0;
+      *num = strtod(val, &end);
+      if (!*val || *end || errno || !isfinite(*num) ||
+          (num == &a->temperature && *num < 0))
+        return usage_error("%s needs a number%s, got '%s'", name,
+                           num == &a->temperature ? " >= 0" : "", val);
+    } else if (strcmp(name, "--prompt") == 0) {
       a->prompt = val;
+    } else if (strcmp(name, "--stop") == 0) {
+      a->stop[a->nstop++] = val;
     } else if (strcmp(name, "--tokenizer") == 0) {
       a->tokenizer = val;
     } else if (strcmp(name, "--tokens") == 0) {
@@ -203,7 +248,7 @@ static int parse_args(int argc, char **argv, args *a) {
                            "'%s'",
                            val);
       a->threads = v;
-    } else if (strcmp(name, "--seed") == 0) {
+    } else { /* --seed */
       char *end;
       errno = 0;
       unsigned long long s = strtoull(val, &end, 10);
@@ -211,13 +256,6 @@ static int parse_args(int argc, char **argv, args *a) {
         return usage_error("--seed needs a number >= 0, got '%s'", val);
       a->seed = s;
       a->have_seed = 1;
-    } else { /* --temperature */
-      char *end;
-      errno = 0;
-      double t = strtod(val, &end);
-      if (!*val || *end || errno || !isfinite(t) || t < 0)
-        return usage_error("--temperature needs a number >= 0, got '%s'", val);
-      a->temperature = t;
     }
   }
   if (!a->model_dir)
@@ -225,20 +263,29 @@ static int parse_args(int argc, char **argv, args *a) {
   return 0;
 }
 
-/* Parse, load the model and tokenizer, say what was loaded on stderr,
- * then stream the text. A tokenizer with more ids than the model is a
+/* Check the options, load the model and tokenizer, say what was loaded on
+ * stderr, then stream the text. A tokenizer with more ids than the model is a
  * warning, not an error: it is most likely another model's, but text
  * may still come out, and the user decides. */
-int main(int argc, char **argv) {
-  args a;
-  int rc = parse_args(argc, argv, &a);
-  if (rc != 0)
-    return rc < 0 ? 0 : rc;
+static int generate_text(args a) {
+  textgen_opts o = {.prompt = a.prompt,
+                    .max_tokens = (int)a.tokens,
+                    .sampling = {.temperature = a.temperature,
+                                 .top_k = (int)a.top_k,
+                                 .top_p = a.top_p,
+                                 .repetition_penalty = a.penalty},
+                    .stop = a.stop,
+                    .nstop = a.nstop,
+                    .stop_at_eot = !a.no_stop,
+                    .bos = a.bos};
+  char err[4096];
+  if (textgen_check(&o, err, sizeof err) != 0)
+    return usage_error("%s", err);
+  int rc;
   int threads = a.threads ? (int)a.threads : (int)stagekit_cpu_count();
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
 
-  char err[4096];
   modeldir_info *info = calloc(1, sizeof *info);
   gpt *m = NULL;
   bpe *tok = NULL;
@@ -288,13 +335,7 @@ int main(int argc, char **argv) {
           "again)\n",
           (unsigned long long)a.seed, (unsigned long long)a.seed);
 
-  textgen_opts o = {.prompt = a.prompt,
-                    .max_tokens = (int)a.tokens,
-                    .temperature = a.temperature,
-                    .top_k = (int)a.top_k,
-                    .seed = a.seed,
-                    .stop_at_eot = !a.no_stop,
-                    .bos = a.bos};
+  o.seed = a.seed;
   int bar = 0;
   if (a.ids) {
     o.on_ids = ids_stderr;
@@ -322,4 +363,13 @@ done:
   gpt_destroy(m);
   free(info);
   return rc;
+}
+
+int main(int argc, char **argv) {
+  args a;
+  int rc = parse_args(argc, argv, &a);
+  if (rc == 0)
+    rc = generate_text(a);
+  free(a.stop);
+  return rc < 0 ? 0 : rc;
 }

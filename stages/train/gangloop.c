@@ -312,6 +312,8 @@ static void find_resume(trainrun *r, gang *g, char *dir, size_t dirlen) {
  * rank calls this). */
 static double gang_evaluate(trainrun *r, gang *g, int64_t step) {
   if (g->zc && g->stage < 3) {
+    if (g->rank == 0)
+      trainrun_lm_eval(r, NULL, step);
     if (g->rank != 0 || !r->val)
       return NAN;
     loader_set_pos(r->val, &r->val_start);

@@ -277,6 +277,8 @@ static int save_checkpoint(trainrun *r, char *err, size_t errlen) {
 
 /* Validation on the engine's device; NAN without validation. */
 static double evaluate(trainrun *r, int64_t step) {
+  trainrun_lm_eval(
+      r, engine_get_device(r->eng) == ENGINE_CPU ? r->model : NULL, step);
   if (!r->val)
     return NAN;
   loader_set_pos(r->val, &r->val_start);

@@ -23,6 +23,8 @@
  */
 #include <dagrun/plugin.h>
 
+#include "common/textgen.h"
+
 #include "engine.h"
 #include "gangloop.h"
 #include "lib/exitcode.h"
@@ -54,6 +56,12 @@ static const dagrun_param_spec params[] = {
      "Validation every this many steps (0: only at the end)"},
     {"eval_batches", DAGRUN_PARAM_INT, "20", 0,
      "Validation batches (at most one pass over the validation shards)"},
+    {"eval_text", DAGRUN_PARAM_STRING, "", 0,
+     "With each validation: the perplexity of this text file "
+     "(eval_perplexity; CPU engine)"},
+    {"eval_choices", DAGRUN_PARAM_STRING, "", 0,
+     "With each validation: the accuracy on this multiple-choice JSONL "
+     "(mc_accuracy; the eval stage's format; CPU engine)"},
     {"checkpoint_every", DAGRUN_PARAM_INT, "500", 0,
      "Checkpoint every this many steps (0: only at the end and on stop)"},
     {"keep_checkpoints", DAGRUN_PARAM_INT, "3", 0,
@@ -87,6 +95,7 @@ static const dagrun_param_spec params[] = {
     {"sample_tokens", DAGRUN_PARAM_INT, "64", 0, "Tokens per sample"},
     {"temperature", DAGRUN_PARAM_FLOAT, "0.8", 0, "Sampling temperature"},
     {"top_k", DAGRUN_PARAM_INT, "40", 0, "Sample among the k likeliest"},
+    TEXTGEN_PARAM_SPECS,
     {"device", DAGRUN_PARAM_STRING, "auto", 0,
      "cpu, cuda (BF16 compute, FP32 master weights and optimizer state; in "
      "a gang, one GPU per rank over NCCL), or auto (cuda when dagrun has "

@@ -3,6 +3,7 @@
 
 #include "ckpt/ckpt.h"
 #include "common/stagekit.h"
+#include "common/lmeval.h"
 #include "common/textgen.h"
 #include "lib/bpe/bpe.h"
 #include "lib/clock.h"
@@ -10,9 +11,11 @@
 #include "model/evaluate.h"
 
 #include <math.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *const trainrun_schedule_names[] = {[LR_COSINE] = "cosine",
                                                [LR_LINEAR] = "linear",
@@ -140,11 +143,33 @@ static int read_samples(dagrun_ctx *ctx, const dagrun_host *h,
   c->sample_tokens = (int)v;
   if (stagekit_param_int(ctx, h, "top_k", 0, 1 << 30, &v))
     return -1;
-  c->top_k = (int)v;
-  h->param_float(ctx, "temperature", &c->temperature);
-  if (!(c->temperature > 0)) {
+  c->gen.sampling = (sampler_opts)SAMPLER_OPTS_INIT;
+  c->gen.sampling.top_k = (int)v;
+  h->param_float(ctx, "temperature", &c->gen.sampling.temperature);
+  if (!(c->gen.sampling.temperature > 0)) {
     h->fail(ctx, "temperature must be above 0");
     return -1;
+  }
+  return textgen_read_params(ctx, h, &c->gen);
+}
+
+/* eval_text and eval_choices: absolute, or under the DAG's directory;
+ * a file that cannot be read fails the task now, not at step N. */
+static int read_lm_eval(trainrun *r) {
+  static const char *const names[] = {"eval_text", "eval_choices"};
+  char **dst[] = {&r->lm_text, &r->lm_choices};
+  for (int i = 0; i < 2; i++) {
+    const char *z = "";
+    r->h->param_string(r->ctx, names[i], &z);
+    if (!z[0])
+      continue;
+    *dst[i] = z[0] == '/' ? strdup(z)
+                          : fileio_join(r->h->dir(r->ctx, DAGRUN_DIR_DAG), z);
+    if (!*dst[i] || access(*dst[i], R_OK) != 0) {
+      r->h->fail(r->ctx, "%s: %s: %s", names[i], *dst[i] ? *dst[i] : z,
+                 *dst[i] ? strerror(errno) : "out of memory");
+      return -1;
+    }
   }
   return 0;
 }
@@ -160,7 +185,8 @@ int trainrun_init(trainrun *r) {
   h->param_string(ctx, "resume", &c->resume);
   h->param_string(ctx, "sample_prompt", &c->prompt);
   if (read_sizes(ctx, h, c) != 0 || read_schedule(ctx, h, c) != 0 ||
-      read_guard_device(ctx, h, c) != 0 || read_samples(ctx, h, c) != 0)
+      read_guard_device(ctx, h, c) != 0 || read_samples(ctx, h, c) != 0 ||
+      read_lm_eval(r) != 0)
     return -1;
   trainkit_set_threads(c->threads);
   snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s/checkpoints",
@@ -240,6 +266,10 @@ void trainrun_free(trainrun *r) {
   free(r->inputs);
   free(r->targets);
   free(r->config_text);
+  free((void *)r->c.gen.stop);
+  free(r->lm_text);
+  free(r->lm_choices);
+  bpe_destroy(r->lm_tok);
 }
 
 /* The tokenizer's path lets modeldir.h find the tokenizer of a bare
@@ -333,7 +363,51 @@ double trainrun_val_report(trainrun *r, int rc, double loss, const char *err,
   return loss;
 }
 
+void trainrun_lm_eval(trainrun *r, gpt *model, int64_t step) {
+  char err[1024];
+  if (!r->lm_text && !r->lm_choices)
+    return;
+  if (!model) {
+    if (!r->lm_warned)
+      r->h->log(r->ctx, DAGRUN_LOG_WARN,
+                "eval_text and eval_choices are measured on the CPU "
+                "engine's model only: not during this run (device cuda); "
+                "an eval task after it measures the checkpoint");
+    r->lm_warned = 1;
+    return;
+  }
+  if (!r->lm_tok &&
+      bpe_load_hf(r->data.tokenizer, &r->lm_tok, err, sizeof err) != 0) {
+    r->h->log(r->ctx, DAGRUN_LOG_WARN, "eval: tokenizer: %s", err);
+    return;
+  }
+  lmeval_opts o = {.T = r->c.m.T, .B = r->c.B};
+  lmeval_ppl p;
+  lmeval_mc mc;
+  if (r->lm_text && lmeval_text(model, r->lm_tok, r->lm_text, &o, &p, err,
+                                sizeof err) != 0)
+    r->h->log(r->ctx, DAGRUN_LOG_WARN, "eval_text: %s", err);
+  else if (r->lm_text) {
+    r->h->metric(r->ctx, "eval_loss", p.loss, step);
+    r->h->metric(r->ctx, "eval_perplexity", p.perplexity, step);
+    r->h->log(r->ctx, DAGRUN_LOG_INFO, "step %lld: eval_text perplexity %.3f",
+              (long long)step, p.perplexity);
+  }
+  if (r->lm_choices && lmeval_choices(model, r->lm_tok, r->lm_choices, NULL,
+                                      &o, &mc, err, sizeof err) != 0)
+    r->h->log(r->ctx, DAGRUN_LOG_WARN, "eval_choices: %s", err);
+  else if (r->lm_choices) {
+    r->h->metric(r->ctx, "mc_accuracy", mc.accuracy, step);
+    r->h->metric(r->ctx, "mc_accuracy_low", mc.ci_low, step);
+    r->h->metric(r->ctx, "mc_accuracy_high", mc.ci_high, step);
+    r->h->log(r->ctx, DAGRUN_LOG_INFO,
+              "step %lld: eval_choices accuracy %.4f (%zu of %zu)",
+              (long long)step, mc.accuracy, mc.correct, mc.items);
+  }
+}
+
 double trainrun_evaluate(trainrun *r, gpt *model, int64_t step) {
+  trainrun_lm_eval(r, model, step);
   if (!r->val)
     return NAN;
   loader_set_pos(r->val, &r->val_start);
@@ -485,12 +559,11 @@ void trainrun_samples(trainrun *r, gpt *model) {
     free(path);
     return;
   }
-  textgen_opts o = {.prompt = r->c.prompt,
-                    .max_tokens = r->c.sample_tokens,
-                    .temperature = r->c.temperature,
-                    .top_k = r->c.top_k,
-                    .seed = r->c.seed,
-                    .stop_at_eot = 1};
+  textgen_opts o = r->c.gen;
+  o.prompt = r->c.prompt;
+  o.max_tokens = r->c.sample_tokens;
+  o.seed = r->c.seed;
+  o.stop_at_eot = 1;
   if (textgen_write_samples(model, tok, &o, r->c.nsamples, path, err,
                             sizeof err) != 0)
     r->h->log(r->ctx, DAGRUN_LOG_WARN, "no samples: %s", err);

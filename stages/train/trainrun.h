@@ -26,6 +26,7 @@
 
 #include <dagrun/plugin.h>
 
+#include "common/textgen.h"
 #include "common/tokdata.h"
 #include "common/trainkit.h"
 #include "data/dataloader.h"
@@ -51,13 +52,15 @@ extern const char *const trainrun_zero_stage_names[];   /* "0" to "3" */
 typedef struct trainrun_cfg {
   trainkit_model m; /* data, model, shape, seq_len, init_from */
   const char *resume, *prompt;
-  int B, accum, threads, top_k, nsamples, sample_tokens;
+  int B, accum, threads, nsamples, sample_tokens;
   int prefetch;
   double peak_tflops;
   int64_t steps, eval_every, eval_batches, ckpt_every, keep;
   optim_config opt;
   lr_schedule sched;
-  double grad_clip, temperature, overfit_target;
+  double grad_clip, overfit_target;
+  textgen_opts gen; /* the samples' sampling and stop strings (stop freed
+                       by trainrun_free) */
   uint64_t seed;
   int spike_on, overfit;
   spike_config spike;
@@ -91,6 +94,13 @@ typedef struct trainrun {
   double t_start, t_last; /* the loop's start, the last progress */
   int64_t first_step;     /* the step the loop started at (resume) */
   double last_loss, val_loss, init_loss, lnV;
+
+  /* eval_text and eval_choices (common/lmeval.h) resolved, NULL when not
+   * asked for; lm_tok the data's tokenizer, loaded at their first use;
+   * lm_warned once they were found not measurable here. */
+  char *lm_text, *lm_choices;
+  bpe *lm_tok;
+  int lm_warned;
 } trainrun;
 
 /* Reads the params into r->c (r->ctx and r->h set by the caller), sets
@@ -104,6 +114,13 @@ int trainrun_init(trainrun *r);
  * validation loader (none, with a warning, when it cannot open) and the batch
  * buffers, and points r->st at them. */
 int trainrun_setup(trainrun *r, int nranks, int gang);
+
+/* With each validation: the perplexity of eval_text and the accuracy
+ * on eval_choices of model (lmeval.h), as metrics eval_loss,
+ * eval_perplexity, mc_accuracy, mc_accuracy_low and mc_accuracy_high at
+ * step. model NULL: it is not on the CPU here (a GPU), and a warning
+ * says once that they are not measured. A failure is a warning. */
+void trainrun_lm_eval(trainrun *r, gpt *model, int64_t step);
 
 /* Frees what setup made (every path; fields NULL or zero are skipped). */
 void trainrun_free(trainrun *r);

@@ -59,7 +59,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-
 static const dagrun_param_spec params[] = {
     {"checkpoint", DAGRUN_PARAM_STRING, NULL, 1,
      "The model: a checkpoint (\"${tasks.train.outputs.checkpoint}\"), a "
@@ -94,6 +93,7 @@ static const dagrun_param_spec params[] = {
     {"temperature", DAGRUN_PARAM_FLOAT, "0.8", 0,
      "Sampling temperature (0: greedy)"},
     {"top_k", DAGRUN_PARAM_INT, "40", 0, "Sample among the k likeliest"},
+    TEXTGEN_PARAM_SPECS,
     {"seed", DAGRUN_PARAM_INT, "1234", 0, "Seed of the samples"},
     {"threads", DAGRUN_PARAM_INT, "0", 0, "CPU threads (0: one per CPU)"},
     {NULL, 0, NULL, 0, NULL},
@@ -111,7 +111,8 @@ typedef struct vcfg {
   const char *checkpoint, *data, *models, *prompt;
   int64_t step, B, T, max_batches, nsamples, sample_tokens, top_k, seed,
       threads;
-  double temperature;
+  textgen_opts gen; /* the samples' sampling and stop strings (stop freed
+                       at the end of run) */
   gate max_loss, max_ppl, min_improvement;
 } vcfg;
 
@@ -142,7 +143,8 @@ static int read_cfg(vrun *r) {
   h->param_string(r->ctx, "data", &c->data);
   h->param_string(r->ctx, "models", &c->models);
   h->param_string(r->ctx, "prompt", &c->prompt);
-  h->param_float(r->ctx, "temperature", &c->temperature);
+  c->gen.sampling = (sampler_opts)SAMPLER_OPTS_INIT;
+  h->param_float(r->ctx, "temperature", &c->gen.sampling.temperature);
   if (stagekit_param_int(r->ctx, r->h, "step", -1, INT64_MAX, &c->step) ||
       stagekit_param_int(r->ctx, r->h, "batch_size", 1, 1 << 16, &c->B) ||
       stagekit_param_int(r->ctx, r->h, "seq_len", 0, 1 << 20, &c->T) ||
@@ -162,10 +164,14 @@ static int read_cfg(vrun *r) {
                     "least 1");
     return -1;
   }
-  if (!isfinite(c->temperature) || c->temperature < 0) {
+  if (!isfinite(c->gen.sampling.temperature) ||
+      c->gen.sampling.temperature < 0) {
     h->fail(r->ctx, "temperature must be 0 (greedy) or above");
     return -1;
   }
+  c->gen.sampling.top_k = (int)c->top_k;
+  if (textgen_read_params(r->ctx, h, &c->gen) != 0)
+    return -1;
   if (!c->threads)
     c->threads = stagekit_cpu_count();
   return 0;
@@ -399,14 +405,11 @@ static int write_samples(vrun *r, const char *path) {
     r->h->log(r->ctx, DAGRUN_LOG_WARN, "no samples: %s", err);
     return -1;
   }
-  textgen_opts o = {
-      .prompt = r->c.prompt,
-      .max_tokens = (int)r->c.sample_tokens,
-      .temperature = r->c.temperature,
-      .top_k = (int)r->c.top_k,
-      .seed = (uint64_t)r->c.seed,
-      .stop_at_eot = 1,
-  };
+  textgen_opts o = r->c.gen;
+  o.prompt = r->c.prompt;
+  o.max_tokens = (int)r->c.sample_tokens;
+  o.seed = (uint64_t)r->c.seed;
+  o.stop_at_eot = 1;
   int rc = textgen_write_samples(r->model, tok, &o, (int)r->c.nsamples, path,
                                  err, sizeof err);
   if (rc != 0)
@@ -515,6 +518,7 @@ done:
   free(samples);
   cJSON_Delete(r.failures);
   cJSON_Delete(r.previous);
+  free((void *)r.c.gen.stop);
   loader_destroy(r.val);
   gpt_destroy(r.model);
   tokdata_free(&r.td);

@@ -42,6 +42,18 @@ run_dagrun() {
   set -e
 }
 
+# run_to NAME CMD...: runs CMD with its stdout in NAME.out and its stderr
+# in NAME.err (in the current directory), its exit code in RC. Never
+# fails by itself.
+run_to() {
+  local name=$1
+  shift
+  set +e
+  "$@" >"$name.out" 2>"$name.err"
+  RC=$?
+  set -e
+}
+
 # run_timed NAME CMD...: runs CMD under `timeout 60`, output in
 # $T/NAME.out, exit code in RC, seconds taken in SECS.
 run_timed() {

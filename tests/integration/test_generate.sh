@@ -20,22 +20,19 @@ tasks:
 Y
 }
 
-train_dag first "$DATA" "steps: 200, lr: 0.003, eval_every: 0, checkpoint_every: 100, samples: 1"
+train_dag first "$DATA" "steps: 200, lr: 0.003, eval_every: 0, checkpoint_every: 100, samples: 1, top_p: 0.9, repetition_penalty: 1.2, stop: [\"(\"]"
 run_dagrun run first.yaml --plain
 expect_rc 0
 R=$(run_dir first)
+# The train stage's samples use the sampling params, and say so.
+expect_in "$R/train/out/samples.txt" 'top_p 0.9, repetition_penalty 1.2, stop ["("], seed'
+grep -v '^=== sample' "$R/train/out/samples.txt" > sample-text.txt
+expect_not_in sample-text.txt "("
 CK="$R/train/checkpoints"
 ls "$CK/step-00000100" "$CK/step-00000200" >/dev/null || fail "checkpoints: $(ls "$CK")"
 
 # gen NAME ARGS...: dagrun generate into NAME.out / NAME.err, RC set.
-gen() {
-  local name=$1
-  shift
-  set +e
-  "$DAGRUN" generate "$@" >"$name.out" 2>"$name.err"
-  RC=$?
-  set -e
-}
+gen() { run_to "$1" "$DAGRUN" generate "${@:2}"; }
 expect_gen_ok() { # NAME
   [ "$RC" -eq 0 ] || fail "generate $1 exited $RC: $(cat "$1.err")"
 }
@@ -76,6 +73,84 @@ expect_gen_ok g2
 cmp g1.out g2.out || fail "greedy differs: $(cat g1.out) / $(cat g2.out)"
 expect_in g1.err "step 100"
 expect_in g1.out "a dog"
+
+# Top-p, repetition penalty and stop strings. Their "off" values draw
+# exactly what the sampler drew before they existed: the same bytes.
+gen off "$CK" --prompt "the cat" --tokens 30 --seed 7 --no-stop --top-p 1 --repetition-penalty 1
+expect_gen_ok off
+cmp a.out off.out || fail "top_p 1, penalty 1 changed the text: $(cat a.out) / $(cat off.out)"
+# With them on: a seed gives the same text again, another seed another.
+for n in p1 p2 p3; do
+  s=7; [ $n = p3 ] && s=9
+  gen $n "$CK" --prompt "the cat" --tokens 30 --seed $s --no-stop --top-p 0.8 --repetition-penalty 1.3 --temperature 1
+  expect_gen_ok $n
+done
+cmp p1.out p2.out || fail "top-p: same seed, different text: $(cat p1.out) / $(cat p2.out)"
+if cmp -s p1.out p3.out; then fail "top-p: seeds 7 and 9 gave the same text: $(cat p1.out)"; fi
+# A nucleus too small for a second id is the greedy text.
+gen tp "$CK" --prompt "a dog" --tokens 20 --seed 3 --temperature 1 --top-p 0.001
+expect_gen_ok tp
+gen gr "$CK" --prompt "a dog" --tokens 20 --temperature 0
+expect_gen_ok gr
+cmp tp.out gr.out || fail "top-p 0.001 is not greedy: $(cat tp.out) / $(cat gr.out)"
+# The penalty: greedy text on this corpus repeats its few words; with a
+# strong penalty far fewer drawn ids are ones already in the context.
+gen rp0 "$CK" --prompt "the cat" --tokens 24 --temperature 0 --no-stop --ids
+expect_gen_ok rp0
+gen rp5 "$CK" --prompt "the cat" --tokens 24 --temperature 0 --no-stop --ids --repetition-penalty 5
+expect_gen_ok rp5
+"$PY" - rp0.err rp5.err <<'P' || fail "repetition penalty: $(grep ids: rp0.err rp5.err)"
+import sys
+def repeats(path):
+    line = [l for l in open(path) if l.startswith("dagrun generate: ids:")][0]
+    ctx, drawn = line.split(":", 2)[2].split("|")
+    seen, n = set(int(x) for x in ctx.split()), 0
+    for x in (int(x) for x in drawn.split()):
+        n += x in seen
+        seen.add(x)
+    return n
+r0, r5 = repeats(sys.argv[1]), repeats(sys.argv[2])
+print("repeated ids drawn: penalty 1:", r0, "penalty 5:", r5)
+assert r0 >= 12 and r5 <= r0 // 2, (r0, r5)
+P
+# --stop: the text is the one without it, cut before the first place its
+# generated part holds the stop string (the prompt is not searched: it
+# holds "the" too).
+"$PY" - a.out <<'P' >stop.txt || fail "no stop string to pick in: $(cat a.out)"
+import sys
+gen = open(sys.argv[1], "rb").read()[len(b"the cat"):].rstrip(b"\n")
+print(gen[8:11].decode("latin-1"))
+P
+STOP=$(cat stop.txt)
+gen st "$CK" --prompt "the cat" --tokens 30 --seed 7 --no-stop --stop "$STOP" --stop "never in the text"
+expect_gen_ok st
+"$PY" - a.out st.out "$STOP" <<'P' || fail "--stop '$STOP': $(cat st.out) (without: $(cat a.out))"
+import sys
+full = open(sys.argv[1], "rb").read()
+cut = open(sys.argv[2], "rb").read()
+stop = sys.argv[3].encode()
+n = len(b"the cat")
+want = full[:n] + full[n:].split(stop)[0] + b"\n"
+assert cut == want, (cut, want)
+assert len(cut) < len(full)
+P
+# Bad values: exit 2, naming the option.
+for bad in "--top-p 0" "--top-p 1.5" "--top-p=-1" "--top-p x" "--repetition-penalty 0" "--repetition-penalty -1" "--stop="; do
+  # shellcheck disable=SC2086
+  gen bad "$CK" --tokens 3 $bad
+  [ "$RC" -eq 2 ] || fail "$bad: exit $RC: $(cat bad.err)"
+  case $bad in
+    --top-p\ x) expect_in bad.err "--top-p needs a number" ;;
+    --top-p*) expect_in bad.err "top_p must be above 0 and at most 1" ;;
+    --rep*) expect_in bad.err "repetition_penalty must be a number above 0" ;;
+    *) expect_in bad.err "stop string 1 is empty" ;;
+  esac
+done
+# And in a stage's params: the task fails naming the param.
+train_dag badp "$DATA" "steps: 1, top_p: 1.5"
+run_dagrun run badp.yaml --plain
+[ "$RC" -ne 0 ] || fail "train with top_p 1.5 succeeded"
+expect_in "$T/out" "top_p must be above 0 and at most 1"
 
 # The checkpoint names its tokenizer; when that file is gone, the message
 # says to pass --tokenizer, and --tokenizer works.

@@ -1,9 +1,7 @@
 /*
  * test_decode: the KV-cache decoder (gpu/cpu/decode.h) against the
  * training engine's forward pass on the same tokens, across the sliding
- * window's rebuilds, and the sampler's promises: greedy is the argmax,
- * top_k 1 is the argmax at any temperature, a seed gives the same draws,
- * and the draws follow the softmax at the temperature over the top k.
+ * window's rebuilds (the sampler's tests are test_sampler's).
  */
 #include <math.h>
 #include <stdint.h>
@@ -139,99 +137,9 @@ static void test_bad_token(void) {
   gpt_destroy(m);
 }
 
-static void test_greedy(void) {
-  float lg[300];
-  uint64_t s = 5;
-  for (int trial = 0; trial < 20; trial++) {
-    int best = 0;
-    for (int v = 0; v < 300; v++) {
-      lg[v] = (float)(uniform(&s) * 10 - 5);
-      if (lg[v] > lg[best])
-        best = v;
-    }
-    uint64_t st = (uint64_t)trial;
-    CHECK_INT(decode_sample(lg, 300, 0.0, 40, &st), best);
-    /* top_k 1 is the argmax whatever the temperature */
-    CHECK_INT(decode_sample(lg, 300, 5.0, 1, &st), best);
-    CHECK_INT(decode_sample(lg, 300, 0.01, 1, &st), best);
-  }
-  /* Ties go to the lowest id, greedy or top_k 1. */
-  for (int v = 0; v < 300; v++)
-    lg[v] = 0.0f;
-  lg[201] = lg[17] = lg[250] = 3.0f;
-  uint64_t st = 1;
-  CHECK_INT(decode_sample(lg, 300, 0.0, 0, &st), 17);
-  CHECK_INT(decode_sample(lg, 300, -1.0, 0, &st), 17);
-  CHECK_INT(decode_sample(lg, 300, 1.0, 1, &st), 17);
-  /* Only the first vocab_size logits count. */
-  lg[299] = 100.0f;
-  CHECK_INT(decode_sample(lg, 299, 0.0, 0, &st), 17);
-}
-
-static void test_seeded(void) {
-  float lg[500];
-  uint64_t s = 11;
-  for (int v = 0; v < 500; v++)
-    lg[v] = (float)(uniform(&s) * 4);
-  uint64_t a = 42, b = 42, c = 43;
-  int differ = 0, distinct = 0;
-  uint32_t prev = 0;
-  for (int i = 0; i < 200; i++) {
-    uint64_t before = a;
-    uint32_t x = decode_sample(lg, 500, 1.0, 50, &a);
-    uint32_t y = decode_sample(lg, 500, 1.0, 50, &b);
-    uint32_t z = decode_sample(lg, 500, 1.0, 50, &c);
-    CHECK(a != before); /* the state advances */
-    CHECK_INT(x, y);
-    differ += x != z;
-    distinct += i > 0 && x != prev;
-    prev = x;
-  }
-  CHECK(differ > 100); /* another seed, other draws */
-  CHECK(distinct > 100);
-}
-
-/* Frequencies of n draws against the softmax at the temperature over the
- * top k: within 5 sigma. */
-static void check_freq(const float *lg, int V, double temp, int k,
-                       const double *want) {
-  enum { N = 20000 };
-  int count[8] = {0};
-  uint64_t st = 777;
-  for (int i = 0; i < N; i++) {
-    uint32_t id = decode_sample(lg, V, temp, k, &st);
-    CHECK(id < (uint32_t)V);
-    if (id < (uint32_t)V)
-      count[id]++;
-  }
-  for (int v = 0; v < V; v++) {
-    double f = (double)count[v] / N;
-    double sigma = sqrt(want[v] * (1 - want[v]) / N);
-    if (fabs(f - want[v]) > 5 * sigma + 1e-12)
-      fprintf(stderr, "id %d: frequency %g, softmax %g (T %g, k %d)\n", v, f,
-              want[v], temp, k);
-    CHECK(fabs(f - want[v]) <= 5 * sigma + 1e-12);
-  }
-}
-
-static void test_distribution(void) {
-  float two[2] = {0.0f, 1.0f};
-  double p1 = 1 / (1 + exp(-1.0));
-  check_freq(two, 2, 1.0, 0, (double[]){1 - p1, p1});
-  double p2 = 1 / (1 + exp(-0.5)); /* temperature 2 halves the gap */
-  check_freq(two, 2, 2.0, 0, (double[]){1 - p2, p2});
-  /* top_k 2 of 4: ids 0 and 3 are never drawn, 1 and 2 by softmax. */
-  float four[4] = {-1.0f, 1.5f, 2.0f, -3.0f};
-  double q = 1 / (1 + exp(-0.5));
-  check_freq(four, 4, 1.0, 2, (double[]){0, 1 - q, q, 0});
-}
-
 int main(void) {
   test_matches_forward(2, 2, 32, 16, 100);
   test_matches_forward(3, 4, 64, 16, 321);
   test_bad_token();
-  test_greedy();
-  test_seeded();
-  test_distribution();
   TEST_DONE();
 }

@@ -3,7 +3,9 @@
  * files against the same batches computed by hand: the loss is the mean
  * of gpt_forward's losses, the accuracy a brute-force count of positions
  * whose likeliest id is the target, perplexity exp(loss); two calls agree
- * to the bit, and a cancelled evaluation stops with -1.
+ * to the bit, and a cancelled evaluation stops with -1. evaluate_tokens
+ * and evaluate_endings against one forward per scored token, each with
+ * the context their contract promises; their bad inputs refused.
  */
 #include <math.h>
 #include <stdint.h>
@@ -121,6 +123,107 @@ static int never(void *arg) {
   return 0;
 }
 
+/* -log p(seq[len - 1] | seq[0, len - 1)) by a forward of its own. */
+static double tok_loss(gpt *m, const uint32_t *seq, size_t len) {
+  const gpt_config *c = gpt_get_config(m);
+  float unused;
+  CHECK_INT(
+      gpt_forward(m, seq, NULL, 1, (int)len - 1, &unused, err, sizeof err), 0);
+  const float *r = gpt_logits(m) + (len - 2) * (size_t)c->padded_vocab;
+  double mx = -INFINITY, s = 0;
+  for (int v = 0; v < c->vocab_size; v++)
+    mx = r[v] > mx ? r[v] : mx;
+  for (int v = 0; v < c->vocab_size; v++)
+    s += exp(r[v] - mx);
+  return mx + log(s) - r[seq[len - 1]];
+}
+
+/* Token i (i >= 1) is scored after the window's first token up to it:
+ * the window starts at ((i - 1) / T) * T. */
+static void test_tokens(gpt *m) {
+  enum { N = 30 };
+  uint32_t ids[N];
+  uint64_t s = 17;
+  for (int i = 0; i < N; i++)
+    ids[i] = (uint32_t)(rng_splitmix64(&s) % V_);
+  double want = 0;
+  for (size_t i = 1; i < N; i++) {
+    size_t start = (i - 1) / T_ * T_;
+    want += tok_loss(m, ids + start, i - start + 1);
+  }
+  for (int b = 1; b <= 4; b++) {
+    eval_sum sum = {0};
+    CHECK_INT(
+        evaluate_tokens(m, ids, N, T_, b, NULL, NULL, &sum, err, sizeof err),
+        0);
+    CHECK_INT(sum.tokens, N - 1);
+    CHECK_NEAR(sum.loss_sum, want, 1e-5 * want);
+  }
+  /* One window's mean is gpt_forward's own loss on it. */
+  eval_sum one = {0};
+  float loss;
+  CHECK_INT(
+      evaluate_tokens(m, ids, T_ + 1, T_, 1, NULL, NULL, &one, err, sizeof err),
+      0);
+  CHECK_INT(gpt_forward(m, ids, ids + 1, 1, T_, &loss, err, sizeof err), 0);
+  CHECK_NEAR(one.loss_sum / (double)one.tokens, loss, 1e-5 * loss);
+  /* Sums add up across calls; fewer than 2 tokens add nothing. */
+  CHECK_INT(
+      evaluate_tokens(m, ids, 1, T_, 1, NULL, NULL, &one, err, sizeof err), 0);
+  CHECK_INT(one.tokens, T_);
+  ids[7] = V_;
+  err[0] = '\0';
+  CHECK_INT(
+      evaluate_tokens(m, ids, N, T_, 2, NULL, NULL, &one, err, sizeof err), -1);
+  CHECK(strstr(err, "vocab_size") != NULL);
+  CHECK_INT(
+      evaluate_tokens(m, ids, N, T_ + 1, 2, NULL, NULL, &one, err, sizeof err),
+      -1);
+}
+
+/* Each ending's mean loss, batched and padded, equals its tokens scored
+ * one forward at a time after the context; a context too long for the
+ * model loses its first tokens. */
+static void test_endings(gpt *m) {
+  uint32_t ctx[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 0};
+  uint32_t e0[1] = {6}, e1[3] = {6, 7, 8}, e2[2] = {3, 3}, e3[7] = {1};
+  const uint32_t *ends[4] = {e0, e1, e2, e3};
+  size_t nends[4] = {1, 3, 2, 7};
+  for (size_t nctx = 1; nctx <= 10; nctx += 4) {
+    double got[4] = {0};
+    CHECK_INT(
+        evaluate_endings(m, ctx, nctx, ends, nends, 4, got, err, sizeof err),
+        0);
+    for (int i = 0; i < 4; i++) {
+      /* The sequence the contract describes: the context's last tokens,
+       * as many as fit before the ending in T_. */
+      uint32_t seq[T_];
+      size_t keep = nctx < T_ - nends[i] ? nctx : T_ - nends[i];
+      memcpy(seq, ctx + nctx - keep, keep * sizeof *seq);
+      memcpy(seq + keep, ends[i], nends[i] * sizeof *seq);
+      double want = 0;
+      for (size_t j = 0; j < nends[i]; j++)
+        want += tok_loss(m, seq, keep + j + 1);
+      want /= (double)nends[i];
+      CHECK_NEAR(got[i], want, 1e-5 * want);
+    }
+  }
+  double out[4];
+  size_t too_long[1] = {T_};
+  err[0] = '\0';
+  CHECK_INT(
+      evaluate_endings(m, ctx, 3, ends, too_long, 1, out, err, sizeof err), -1);
+  CHECK(strstr(err, "ending 0") != NULL);
+  CHECK_INT(evaluate_endings(m, ctx, 0, ends, nends, 4, out, err, sizeof err),
+            -1);
+  CHECK(strstr(err, "no context") != NULL);
+  uint32_t bad[1] = {V_ + 3};
+  const uint32_t *bends[1] = {bad};
+  size_t one[1] = {1};
+  CHECK_INT(evaluate_endings(m, ctx, 3, bends, one, 1, out, err, sizeof err),
+            -1);
+}
+
 int main(void) {
   if (!mkdtemp(dir)) {
     perror("mkdtemp");
@@ -199,6 +302,9 @@ int main(void) {
   CHECK(strstr(err, "cancelled") != NULL);
   CHECK_INT(polls, 3);
   CHECK(r3.loss == -7);
+
+  test_tokens(m);
+  test_endings(m);
 
   loader_destroy(ld);
   gpt_destroy(m);
