@@ -427,7 +427,10 @@ void loader_close(loader_plugin *p) {
   if (!p)
     return;
   /* A failing dlclose leaves the library mapped; nothing else to do. */
-  (void)dlclose(p->handle);
+  if (p->handle)
+    (void)dlclose(p->handle);
+  if (p->release)
+    p->release(p->storage);
   free(p->path);
   free(p);
 }
