@@ -28,6 +28,11 @@ run_bounded() {
   SECS=$((SECS / 1000))
 }
 
+# Whether a describe helper of ctor_hang.so runs ("[_]": so that the
+# pattern does not find the command line that holds it).
+helper_alive() { pgrep -f "[_]_describe $BAD/ctor_hang.so" >/dev/null; }
+helper_gone() { ! helper_alive; }
+
 EXIT_MSG="$BAD/ctor_exit.so: exited with status 0 while being loaded, before describing itself"
 SEGV_MSG="$BAD/ctor_segv.so: crashed while being loaded (SIGSEGV in its constructor or dagrun_stage_entry())"
 HANG_MSG="$BAD/ctor_hang.so: did not describe itself within 1 s (killed"
@@ -84,9 +89,15 @@ Y
 done
 
 # The helper is gone with its group once killed: nothing of it left.
-if pgrep -f "__describe $BAD/ctor_hang.so" >/dev/null; then
-  fail "a describe helper of ctor_hang.so outlived its time limit"
-fi
+helper_gone || fail "a describe helper of ctor_hang.so outlived its time limit"
+
+# A dagrun killed while it waits for a helper takes the helper with it.
+DAGRUN_DESCRIBE_TIMEOUT=60 "$DAGRUN" check uses_hang.yaml >/dev/null 2>&1 &
+CHECK_PID=$!
+wait_until 10 helper_alive || fail "no describe helper of ctor_hang.so was started"
+kill -KILL "$CHECK_PID"
+wait "$CHECK_PID" 2>/dev/null || true
+wait_until 5 helper_gone || fail "the describe helper outlived the dagrun that started it"
 
 # ---- a DAG of good stages runs with the bad files on the path ----
 cat >good.yaml <<'Y'
