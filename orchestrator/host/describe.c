@@ -89,17 +89,9 @@ static int write_all(int fd, const char *s, size_t n) {
   return 0;
 }
 
-int describe_main(const char *path) {
-  /* A dagrun that dies (or is killed) while a constructor hangs must not
-   * leave this process behind. */
-  (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
-  /* The description goes to the pipe that is stdout now; what the plugin
-   * prints goes to stderr, so that it cannot mix with it. */
-  int out = fcntl(1, F_DUPFD_CLOEXEC, 3);
-  if (out < 0 || dup2(2, 1) < 0) {
-    perror("dagrun-worker __describe: cannot set up stdout");
-    return 1;
-  }
+/* One line: path's description, or the loader's refusal. 0, or -1 when
+ * it cannot be written. */
+static int describe_one(int out, const char *path) {
   char err[1024];
   loader_plugin *p = NULL;
   int rc = loader_open(path, &p, err, sizeof err);
@@ -111,13 +103,32 @@ int describe_main(const char *path) {
     cJSON_AddStringToObject(j, "error", err);
     cJSON_AddNumberToObject(j, "code", rc);
   }
+  /* Unformatted JSON has no newline: it ends the line. */
   char *text = cJSON_PrintUnformatted(j);
   cJSON_Delete(j);
   fflush(NULL);
-  int wrote = text && write_all(out, text, strlen(text)) == 0;
+  int ok = text && write_all(out, text, strlen(text)) == 0 &&
+           write_all(out, "\n", 1) == 0;
   cJSON_free(text);
-  /* The plugin stays loaded: the process ends at once (describe.h). */
-  return wrote ? 0 : 1;
+  /* The plugin stays loaded: the process ends soon (describe.h). */
+  return ok ? 0 : -1;
+}
+
+int describe_main(int n, char **paths) {
+  /* A dagrun that dies (or is killed) while a constructor hangs must not
+   * leave this process behind. */
+  (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+  /* The description goes to the pipe that is stdout now; what the plugin
+   * prints goes to stderr, so that it cannot mix with it. */
+  int out = fcntl(1, F_DUPFD_CLOEXEC, 3);
+  if (out < 0 || dup2(2, 1) < 0) {
+    perror("dagrun-worker __describe: cannot set up stdout");
+    return 1;
+  }
+  for (int i = 0; i < n; i++)
+    if (describe_one(out, paths[i]) != 0)
+      return 1;
+  return 0;
 }
 
 /* ---- the parent's side: the description back into a descriptor ---- */
@@ -257,7 +268,9 @@ static int from_json(const char *path, const char *text, size_t len,
 
 /* One helper at work. */
 typedef struct job {
-  pid_t pid;       /* 0 until started; it leads its process group */
+  size_t *idx; /* the files it describes: indices into paths and res */
+  size_t n_idx;
+  pid_t pid;       /* 0 until started and once done; it leads its group */
   int fd;          /* its stdout; -1 once at EOF (or given up) */
   int pidfd;       /* readable once it has exited; -1 once reaped */
   int status;      /* waitpid's, once reaped */
@@ -270,7 +283,7 @@ typedef struct job {
 /* Starts `helper __describe path` with stdout on a pipe, stdin from
  * /dev/null, in a new process group, every signal at its default and none
  * blocked (serve's loop thread blocks some). 0, or an errno value. */
-static int job_start(job *jb, const char *helper, const char *path,
+static int job_start(job *jb, const char *helper, const char *const *paths,
                      double limit) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0)
@@ -295,9 +308,14 @@ static int job_start(job *jb, const char *helper, const char *path,
     rc = posix_spawnattr_setsigmask(&attr, &none);
   if (rc == 0)
     rc = posix_spawnattr_setsigdefault(&attr, &all);
-  char *argv[] = {(char *)helper, "__describe", (char *)path, NULL};
+  char **argv = xcalloc(jb->n_idx + 3, sizeof *argv);
+  argv[0] = (char *)helper;
+  argv[1] = "__describe";
+  for (size_t i = 0; i < jb->n_idx; i++)
+    argv[2 + i] = (char *)paths[jb->idx[i]];
   if (rc == 0)
     rc = posix_spawn(&jb->pid, helper, &fa, &attr, argv, environ);
+  free(argv);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   close(fds[1]);
@@ -445,42 +463,96 @@ static void jobs_wait(job *jobs, size_t n) {
   }
 }
 
+/* The helpers to run: started in order, DESCRIBE_PARALLEL at a time. */
+typedef struct work {
+  job *v;
+  size_t n, cap;
+} work;
+
+static void work_add(work *w, size_t *idx, size_t n_idx) {
+  job jb = {.idx = idx, .n_idx = n_idx, .fd = -1, .pidfd = -1};
+  VEC_PUSH(w->v, w->n, w->cap, jb);
+}
+
+static void work_add_one(work *w, size_t i) {
+  size_t *idx = xmalloc(sizeof *idx);
+  *idx = i;
+  work_add(w, idx, 1);
+}
+
+/* The ended helper's results, one line per file in order. The files a
+ * shared helper did not reach are queued again, each for a helper of its
+ * own, so that what happened is said of the file it happened to. */
+static void job_results(work *w, size_t j, const char *const *paths,
+                        double limit, describe_result *res) {
+  job *jb = &w->v[j];
+  if (jb->n_idx == 1) {
+    job_result(jb, paths[jb->idx[0]], limit, &res[jb->idx[0]]);
+    return;
+  }
+  const char *line = jb->out.s, *end = jb->out.s + jb->out.n;
+  size_t k = 0;
+  for (; k < jb->n_idx && line < end; k++) {
+    const char *nl = memchr(line, '\n', (size_t)(end - line));
+    size_t i = jb->idx[k];
+    char why[1024];
+    int rc = nl ? from_json(paths[i], line, (size_t)(nl - line), &res[i].plugin,
+                            why, sizeof why)
+                : DR_EPROTO;
+    if (rc == DR_EPROTO)
+      break;
+    res[i].rc = rc;
+    res[i].error = rc ? xstrdup(why) : NULL;
+    line = nl + 1;
+  }
+  size_t n = jb->n_idx, *idx = jb->idx; /* w->v may move */
+  for (; k < n; k++)
+    work_add_one(w, idx[k]);
+}
+
 void describe_files_with(const char *helper, double limit,
-                         const char *const *paths, size_t n,
+                         const char *const *paths, const int *shared, size_t n,
                          describe_result *res) {
   memset(res, 0, n * sizeof *res);
-  /* Sliding window of DESCRIBE_PARALLEL jobs: jobs[i] is paths[i]'s. */
-  job *jobs = xcalloc(n ? n : 1, sizeof *jobs);
-  size_t next = 0, done = 0, running = 0;
-  while (done < n) {
-    while (running < DESCRIBE_PARALLEL && next < n) {
-      job *jb = &jobs[next];
-      jb->fd = jb->pidfd = -1;
-      int e = job_start(jb, helper, paths[next], limit);
-      if (e != 0) {
-        res[next].rc = DR_ESPAWN;
-        res[next].error = xasprintf("%s: cannot be described: cannot start "
-                                    "%s: %s",
-                                    paths[next], helper, strerror(e));
-        done++;
-      } else {
-        running++;
+  work w = {0};
+  size_t *together = xmalloc((n ? n : 1) * sizeof *together), n_together = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (shared && shared[i])
+      together[n_together++] = i;
+    else
+      work_add_one(&w, i);
+  }
+  if (n_together)
+    work_add(&w, together, n_together);
+  else
+    free(together);
+  size_t next = 0, running = 0;
+  while (next < w.n || running > 0) {
+    for (; running < DESCRIBE_PARALLEL && next < w.n; next++) {
+      job *jb = &w.v[next];
+      int e = job_start(jb, helper, paths, limit);
+      for (size_t k = 0; e != 0 && k < jb->n_idx; k++) {
+        res[jb->idx[k]].rc = DR_ESPAWN;
+        res[jb->idx[k]].error =
+            xasprintf("%s: cannot be described: cannot start %s: %s",
+                      paths[jb->idx[k]], helper, strerror(e));
       }
-      next++;
+      running += e == 0;
     }
-    jobs_wait(jobs, next);
-    for (size_t i = 0; i < next; i++) {
-      job *jb = &jobs[i];
+    jobs_wait(w.v, next);
+    for (size_t j = 0; j < next; j++) {
+      job *jb = &w.v[j];
       if (jb->pid == 0 || jb->fd >= 0 || jb->pidfd >= 0)
         continue;
-      job_result(jb, paths[i], limit, &res[i]);
-      sbuf_free(&jb->out);
       jb->pid = 0;
       running--;
-      done++;
+      job_results(&w, j, paths, limit, res);
+      sbuf_free(&w.v[j].out);
     }
   }
-  free(jobs);
+  for (size_t j = 0; j < w.n; j++)
+    free(w.v[j].idx);
+  free(w.v);
 }
 
 /* $DAGRUN_DESCRIBE_TIMEOUT, else DESCRIBE_TIMEOUT_S: 0, or -1 with the
@@ -511,7 +583,11 @@ void describe_files(const char *const *paths, size_t n, describe_result *res) {
   /* cli_helper_exe says on stderr why it cannot be found. */
   if (!bad_limit &&
       cli_helper_exe("dagrun-worker", helper, sizeof helper) == 0) {
-    describe_files_with(helper, limit, paths, n, res);
+    int *shared = xcalloc(n ? n : 1, sizeof *shared);
+    for (size_t i = 0; i < n; i++)
+      shared[i] = loader_is_builtin_file(paths[i]);
+    describe_files_with(helper, limit, paths, shared, n, res);
+    free(shared);
     return;
   }
   if (!bad_limit)

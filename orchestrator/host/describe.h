@@ -17,12 +17,12 @@
  * it at most DESCRIBE_TIMEOUT_S seconds ($DAGRUN_DESCRIBE_TIMEOUT, a
  * number of seconds in (0, 3600], overrides it), then kills its group.
  * The files of one call are described in parallel (at most
- * DESCRIBE_PARALLEL helpers at a time), so `dagrun check` of a DAG with
- * six stages waits for the slowest of six, not their sum; a good
- * plugin's description costs about 2 ms (docs/internals/plugins.md).
- * The built-in stages are described the same way: they are files on
- * disk like any other, and a broken build of one must not take dagrun
- * down either.
+ * DESCRIBE_PARALLEL helpers at a time), one helper per file, so that a
+ * helper's fate is its file's, except for the built-in stages: they are
+ * described too (files on disk like any other: a broken build of one
+ * must not take dagrun down either), but by one helper together, which
+ * costs about what dlopen in dagrun did (docs/internals/plugins.md); a
+ * failure there is retried file by file (describe_files_with).
  *
  * What the parent makes of the helper, as the error of that file (P is
  * the path as given; the loader's own refusals keep loader.h's wording):
@@ -37,7 +37,8 @@
  *   P: cannot be described: DAGRUN_DESCRIBE_TIMEOUT='V' is not a number
  *      of seconds in (0, 3600]
  *
- * The description (one JSON object, the helper's only stdout):
+ * The description (one JSON object and a newline per file, the helper's
+ * only stdout):
  *   {"struct_size": N, "abi_version": N, "name": "...", "version": "..."
  *    or null, "summary": "..." or null, "params": [{"name", "type" (int),
  *    "default" (string or null), "required" (int), "help" (string or
@@ -74,20 +75,30 @@ typedef struct describe_result {
 
 /* Describes paths[0..n) with the dagrun-worker installed with dagrun
  * (cli_helper_exe), filling res[0..n) (every one, success or not). The
- * limit is $DAGRUN_DESCRIBE_TIMEOUT or DESCRIBE_TIMEOUT_S. */
+ * limit is $DAGRUN_DESCRIBE_TIMEOUT or DESCRIBE_TIMEOUT_S. The files of
+ * the built-in stage directory share one helper (loader_is_builtin_file).
+ */
 void describe_files(const char *const *paths, size_t n, describe_result *res);
 
-/* The same with a given helper, run as `HELPER __describe PATH`, and
- * limit (seconds): for tests. */
+/* The same with a given helper, run as `HELPER __describe PATH...`, and
+ * limit (seconds); the files i with shared[i] non-zero (shared may be
+ * NULL: none) are described by one helper, the others by one each. A
+ * shared helper that ends before it has described all of its files (it
+ * exited, crashed, hung) is not taken as their error: the files it did
+ * not describe are described again, each by a helper of its own, whose
+ * fate is that file's. So a bad file among shared ones costs one helper
+ * more (and, for one that hangs, twice the limit), and its error names it
+ * all the same. For tests and describe_files. */
 void describe_files_with(const char *helper, double limit,
-                         const char *const *paths, size_t n,
+                         const char *const *paths, const int *shared, size_t n,
                          describe_result *res);
 
-/* The helper's side: loads path (loader_open), writes its description
- * (or the loader's refusal) on stdout and returns the exit status, 0
- * once written. The plugin's own prints to stdout go to stderr. Only
+/* The helper's side: loads each of paths[0..n) in turn (loader_open) and
+ * writes its description (or the loader's refusal) on stdout, one line
+ * each, as soon as it has it; returns the exit status, 0 once all are
+ * written. The plugins' own prints to stdout go to stderr. Only
  * dagrun-worker's main() calls it, and exits with its result at once
  * (_exit: a plugin's destructors do not run). */
-int describe_main(const char *path);
+int describe_main(int n, char **paths);
 
 #endif /* DAGRUN_DESCRIBE_H */

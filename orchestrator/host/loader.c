@@ -66,6 +66,18 @@ int loader_builtin(const loader_plugin *p, const char *stage) {
   return same;
 }
 
+int loader_is_builtin_file(const char *path) {
+  static char *dir;
+  if (!dir && !(dir = builtin_stage_dir()))
+    return 0;
+  char *given = normalise(path);
+  char *parent = path_dirname(given);
+  int same = strcmp(parent, dir) == 0;
+  free(parent);
+  free(given);
+  return same;
+}
+
 const char *const *loader_search_path(void) {
   if (search_dirs)
     return (const char *const *)search_dirs;

@@ -64,6 +64,10 @@ typedef struct loader_plugin {
  * dagrun (not one of the same name on DAGRUN_PLUGIN_PATH). */
 int loader_builtin(const loader_plugin *p, const char *stage);
 
+/* Whether path is a file of the built-in stage directory, installed with
+ * dagrun. */
+int loader_is_builtin_file(const char *path);
+
 /* Resolves a stage reference to a file. Returns 0 with *path (caller
  * frees), or DR_ESTAGE with a message in err saying where it looked (and
  * "did you mean" among the stages found there). */

@@ -130,6 +130,69 @@ static void test_many(void) {
   free(b);
 }
 
+/* Files that share a helper (as the built-in stages do) with bad ones
+ * among them: each bad one is named with what happened to it, described
+ * by a helper of its own, and the good ones after it are described too. */
+static void test_shared(void) {
+  char ctor[PATH_MAX + 32];
+  snprintf(ctor, sizeof ctor, "%s/../plugins-ctor", plugin_dir);
+  char *paths[] = {
+      path_join(plugin_dir, "echo_params.so"), path_join(ctor, "ctor_segv.so"),
+      path_join(plugin_dir, "abi_1_0.so"),     path_join(ctor, "ctor_exit.so"),
+      path_join(plugin_dir, "abi2.so"),        path_join(ctor, "ctor_hang.so"),
+      path_join(stage_dir, "exec.so")};
+  enum { N = sizeof paths / sizeof *paths };
+  int shared[N] = {1, 1, 1, 1, 1, 1, 1};
+  char helper[PATH_MAX + 32];
+  snprintf(helper, sizeof helper, "%s/dagrun-worker", stage_dir);
+  char *slash = strstr(helper, "/stages/dagrun-worker");
+  if (slash)
+    memmove(slash, "/dagrun-worker", strlen("/dagrun-worker") + 1);
+  describe_result res[N];
+  double t0 = clock_monotonic();
+  describe_files_with(helper, 0.5, (const char *const *)paths, shared, N, res);
+  double secs = clock_monotonic() - t0;
+  /* The crash ended the shared helper before the hang: the hang is met
+   * alone, once. */
+  CHECK(secs >= 0.5 && secs < 3);
+  const char *ok[] = {"echo_params", NULL, "abi_1_0", NULL, NULL, NULL, "exec"};
+  for (size_t i = 0; i < N; i++) {
+    if (ok[i]) {
+      CHECK_INT(res[i].rc, 0);
+      CHECK(res[i].plugin && strcmp(res[i].plugin->stage->name, ok[i]) == 0);
+    } else {
+      CHECK(res[i].rc != 0 && res[i].plugin == NULL);
+      CHECK(res[i].error &&
+            strncmp(res[i].error, paths[i], strlen(paths[i])) == 0);
+    }
+  }
+  CHECK(res[1].error && strstr(res[1].error, "crashed while being loaded "
+                                             "(SIGSEGV"));
+  CHECK(res[3].error && strstr(res[3].error, "exited with status 0"));
+  CHECK_INT(res[4].rc, DR_EABI);
+  CHECK(res[5].error && strstr(res[5].error, "within 0.5 s (killed"));
+  for (size_t i = 0; i < N; i++) {
+    loader_close(res[i].plugin);
+    free(res[i].error);
+  }
+
+  /* A hang met by the shared helper: the limit twice (shared, then
+   * alone), and the file after it described. */
+  const char *two[] = {paths[5], paths[0]};
+  t0 = clock_monotonic();
+  describe_files_with(helper, 0.5, two, shared, 2, res);
+  secs = clock_monotonic() - t0;
+  CHECK(secs >= 1.0 && secs < 3);
+  CHECK(res[0].error && strstr(res[0].error, "within 0.5 s (killed"));
+  CHECK_INT(res[1].rc, 0);
+  for (size_t i = 0; i < 2; i++) {
+    loader_close(res[i].plugin);
+    free(res[i].error);
+  }
+  for (size_t i = 0; i < N; i++)
+    free(paths[i]);
+}
+
 /* A stand-in helper: a shell script that does what body says. */
 static char *fake_helper(const char *name, const char *body) {
   char *path = xstrdup(test_path("%s", name));
@@ -150,7 +213,7 @@ static char *describe_one(const char *helper, double limit, int *rc,
   const char *paths[] = {"/some/stage.so"};
   describe_result r;
   double t0 = clock_monotonic();
-  describe_files_with(helper, limit, paths, 1, &r);
+  describe_files_with(helper, limit, paths, NULL, 1, &r);
   *secs = clock_monotonic() - t0;
   *rc = r.rc;
   CHECK(r.plugin == NULL);
@@ -253,6 +316,7 @@ int main(void) {
   test_same_as_loader();
   test_refusals();
   test_many();
+  test_shared();
   test_helper_faults();
   int failed = test_failures_;
   if (!failed)
