@@ -280,9 +280,10 @@ typedef struct job {
   sbuf out;
 } job;
 
-/* Starts `helper __describe path` with stdout on a pipe, stdin from
- * /dev/null, in a new process group, every signal at its default and none
- * blocked (serve's loop thread blocks some). 0, or an errno value. */
+/* Starts `helper __describe PATH...` for the job's files, with stdout on
+ * a pipe, stdin from /dev/null, in a new process group, every signal at
+ * its default and none blocked (serve's loop thread blocks some). 0, or
+ * an errno value. */
 static int job_start(job *jb, const char *helper, const char *const *paths,
                      double limit) {
   int fds[2];
@@ -577,6 +578,8 @@ static int describe_limit(double *limit, char *err, size_t errlen) {
 }
 
 void describe_files(const char *const *paths, size_t n, describe_result *res) {
+  if (n == 0)
+    return; /* and no word about a missing helper */
   char helper[PATH_MAX], why[256];
   double limit;
   int bad_limit = describe_limit(&limit, why, sizeof why) != 0;
