@@ -34,6 +34,7 @@
  *      dagrun_stage_entry() hangs?; DAGRUN_DESCRIBE_TIMEOUT sets the limit)
  *   P: cannot be described: its description is not readable (WHY)
  *   P: cannot be described: cannot start HELPER: WHY
+ *   P: cannot be described: dagrun-worker, its helper, is missing
  *   P: cannot be described: DAGRUN_DESCRIBE_TIMEOUT='V' is not a number
  *      of seconds in (0, 3600]
  *
@@ -50,7 +51,9 @@
  * runs a stage.
  *
  * Single-threaded: call from one thread at a time (it waits for its
- * children by pid, so a libuv loop's SIGCHLD handling does not take them).
+ * children by pid, so a libuv loop's SIGCHLD handling does not take them),
+ * a thread that outlives the call: the helpers' parent-death signal is
+ * sent when the thread that started them ends.
  */
 #ifndef DAGRUN_DESCRIBE_H
 #define DAGRUN_DESCRIBE_H
