@@ -1,12 +1,13 @@
 /*
- * catalog: `dagrun stages`. Loads every plugin on the search path to read
- * its descriptor; a plugin's run() is never called here.
+ * catalog: `dagrun stages`. Describes every plugin on the search path in
+ * a helper process (describe.h): dagrun never loads one itself.
  */
 #include "catalog.h"
 
 #include "params.h"
 
 #include "base/util.h"
+#include "describe.h"
 #include "loader.h"
 
 #include <cjson/cJSON.h>
@@ -47,39 +48,57 @@ static entry *find_stage(catalog *c, const char *name) {
   return NULL;
 }
 
-static void scan_dir(catalog *c, const char *dir) {
+/* The *.so regular files of dir, in name order, appended to files; a
+ * directory that cannot be read is noted as missing. */
+static void scan_dir(catalog *c, const char *dir, char ***files, size_t *n,
+                     size_t *cap) {
   struct dirent **names = NULL;
-  int n = scandir(dir, &names, is_so, by_name);
-  if (n < 0) {
+  int k = scandir(dir, &names, is_so, by_name);
+  if (k < 0) {
     VEC_PUSH(c->missing, c->nmissing, c->capmissing, xstrdup(dir));
     return;
   }
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < k; i++) {
     char *file = path_join(dir, names[i]->d_name);
     free(names[i]);
     struct stat st;
-    if (stat(file, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (stat(file, &st) != 0 || !S_ISREG(st.st_mode))
       free(file);
-      continue;
-    }
-    char err[1024];
-    loader_plugin *p = NULL;
-    if (loader_open(file, &p, err, sizeof(err)) != 0) {
-      entry e = {.file = file, .error = xstrdup(err)};
+    else
+      VEC_PUSH(*files, *n, *cap, file);
+  }
+  free(names);
+}
+
+/* Every plugin of the search path, described all at once (describe.h):
+ * a file that crashes, exits or hangs while being described is listed
+ * with what happened, like one the loader refuses. */
+static void scan_path(catalog *c) {
+  char **files = NULL;
+  size_t n = 0, cap = 0;
+  for (const char *const *d = loader_search_path(); *d; d++)
+    scan_dir(c, *d, &files, &n, &cap);
+  describe_result *res = xcalloc(n ? n : 1, sizeof *res);
+  describe_files((const char *const *)files, n, res);
+  for (size_t i = 0; i < n; i++) {
+    loader_plugin *p = res[i].plugin;
+    if (!p) {
+      entry e = {.file = files[i], .error = res[i].error};
       VEC_PUSH(c->v, c->n, c->cap, e);
       continue;
     }
     /* A DAG naming this stage gets the first file on the path. */
     entry *first = find_stage(c, p->stage->name);
     if (first) {
-      VEC_PUSH(first->shadows, first->nshadows, first->capshadows, file);
+      VEC_PUSH(first->shadows, first->nshadows, first->capshadows, files[i]);
       loader_close(p);
       continue;
     }
-    entry e = {.file = file, .plugin = p};
+    entry e = {.file = files[i], .plugin = p};
     VEC_PUSH(c->v, c->n, c->cap, e);
   }
-  free(names);
+  free(res);
+  free(files);
 }
 
 static const char *or_dash(const char *s) { return s && *s ? s : "-"; }
@@ -260,8 +279,7 @@ static int print_one(FILE *out, catalog *c, const char *name, int json,
 int catalog_print(FILE *out, const char *name, int json, char *err,
                   size_t errlen) {
   catalog c = {0};
-  for (const char *const *d = loader_search_path(); *d; d++)
-    scan_dir(&c, *d);
+  scan_path(&c);
   int rc = name   ? print_one(out, &c, name, json, err, errlen)
            : json ? print_json(out, &c)
                   : (print_text(out, &c), 0);

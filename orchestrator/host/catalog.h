@@ -1,14 +1,15 @@
 /*
  * catalog: `dagrun stages`, the installed stage plugins and their params.
- * Scans every directory of loader_search_path() for *.so, opens each with
- * loader_open (a file that fails to load is listed with the reason, not
- * skipped silently), and prints, per stage: name, version, file, summary,
- * and a table of params (name, type, default, required, help, and the
- * values a param with choices may take: "(one of: a, b)" after its help;
- * in JSON, "choices": [...] or null). A stage name
- * found in two directories is listed once, from the first (the one a DAG
- * would get), with a note on the shadowed file. `dagrun stages NAME`
- * prints one stage. Single-threaded.
+ * Scans every directory of loader_search_path() for *.so, describes each
+ * in a helper process (describe.h; a file that fails to load, or crashes,
+ * exits or hangs while being described, is listed with the reason, not
+ * skipped silently, and the others are listed as usual), and prints, per stage:
+ * name, version, file, summary, and a table of params (name, type, default,
+ * required, help, and the values a param with choices may take: "(one of: a,
+ * b)" after its help; in JSON, "choices": [...] or null). A stage name found in
+ * two directories is listed once, from the first (the one a DAG would get),
+ * with a note on the shadowed file. `dagrun stages NAME` prints one stage.
+ * Single-threaded.
  */
 #ifndef DAGRUN_CATALOG_H
 #define DAGRUN_CATALOG_H

@@ -1,7 +1,8 @@
 /*
  * check: the checks that need more than the file's structure. Each stage
- * is resolved once per distinct name and each plugin file opened once, so
- * a 100,000-task DAG with three stages costs three dlopen()s. Everything
+ * is resolved once per distinct name and each plugin file described once
+ * (describe.h: in a helper process, all files at once), so a 100,000-task
+ * DAG with three stages costs three helpers. Everything
  * goes on after an error, so that the user sees all of them at once.
  */
 #include "check.h"
@@ -13,66 +14,108 @@
 #include "dagfile/alertspec.h"
 #include "dagfile/dag.h"
 #include "dagfile/template.h"
+#include "describe.h"
 #include "params.h"
 
 /* What a stage name resolved to. */
 typedef struct stage_ref {
-  size_t plugin; /* index into c->plugins, or SIZE_MAX */
-  char *error;   /* loader_find's message when not found */
+  char *path;  /* the file, or NULL */
+  char *error; /* loader_find's message when not found */
 } stage_ref;
 
 typedef struct stage_cache {
   strmap by_name; /* stage as written -> index into refs */
   stage_ref *refs;
   size_t n, cap;
-  strmap by_path; /* resolved file -> plugin index, or SIZE_MAX */
+  /* Distinct files, each described once, all at once (describe.h). */
+  strmap by_path;     /* file -> index into files and described */
+  const char **files; /* borrowed from refs */
+  size_t n_files, cap_files;
+  describe_result *described;
+  size_t *plugin; /* per file: index into c->plugins, or SIZE_MAX */
+  int *reported;  /* per file: its failure is in the diagnostics */
 } stage_cache;
+
+/* Resolves each distinct stage name of the DAG to a file, then describes
+ * every distinct file in parallel, so that check waits for the slowest
+ * helper rather than for their sum. Diagnostics come later, per task. */
+static void describe_stages(const spec *s, stage_cache *sc) {
+  for (size_t i = 0; i < s->n_tasks; i++) {
+    const spec_task *t = &s->tasks[i];
+    if (!t->stage || !t->stage_node || strmap_get(&sc->by_name, t->stage, NULL))
+      continue;
+    stage_ref ref = {NULL, NULL};
+    char err[2048];
+    if (loader_find(t->stage, s->dir, &ref.path, err, sizeof(err)) != 0)
+      ref.error = xstrdup(err);
+    VEC_PUSH(sc->refs, sc->n, sc->cap, ref);
+    strmap_put(&sc->by_name, t->stage, sc->n - 1);
+    if (ref.path && !strmap_get(&sc->by_path, ref.path, NULL)) {
+      VEC_PUSH(sc->files, sc->n_files, sc->cap_files, ref.path);
+      strmap_put(&sc->by_path, ref.path, sc->n_files - 1);
+    }
+  }
+  size_t n = sc->n_files ? sc->n_files : 1;
+  sc->described = xcalloc(n, sizeof *sc->described);
+  sc->plugin = xmalloc(n * sizeof *sc->plugin);
+  sc->reported = xcalloc(n, sizeof *sc->reported);
+  describe_files(sc->files, sc->n_files, sc->described);
+  for (size_t i = 0; i < sc->n_files; i++)
+    sc->plugin[i] = SIZE_MAX;
+}
 
 static size_t open_plugin(checked *c, stage_cache *sc, const spec_task *t,
                           const char *path, diags *d) {
-  size_t idx;
-  if (strmap_get(&sc->by_path, path, &idx))
-    return idx;
-  char err[1024];
-  loader_plugin *p;
-  int rc = loader_open(path, &p, err, sizeof(err));
-  if (rc != 0) {
+  size_t f;
+  (void)strmap_get(&sc->by_path, path, &f);
+  describe_result *r = &sc->described[f];
+  if (sc->plugin[f] != SIZE_MAX)
+    return sc->plugin[f];
+  if (r->plugin) {
+    c->plugins = xrealloc(c->plugins, (c->n_plugins + 1) * sizeof(*c->plugins));
+    c->plugins[c->n_plugins] = r->plugin;
+    r->plugin = NULL;
+    sc->plugin[f] = c->n_plugins++;
+  } else if (!sc->reported[f]) {
     /* Once per file: every task that uses it would say the same. */
     diags_add(d, c->s->path, t->stage_node->line, t->stage_node->col,
               "cannot load stage '%s' of task '%s': %s", t->stage, t->name,
-              err);
-    strmap_put(&sc->by_path, path, SIZE_MAX);
-    return SIZE_MAX;
+              r->error);
+    sc->reported[f] = 1;
   }
-  c->plugins = xrealloc(c->plugins, (c->n_plugins + 1) * sizeof(*c->plugins));
-  c->plugins[c->n_plugins] = p;
-  strmap_put(&sc->by_path, path, c->n_plugins);
-  return c->n_plugins++;
+  return sc->plugin[f];
 }
 
 static size_t resolve_stage(checked *c, stage_cache *sc, const spec_task *t,
                             diags *d) {
   size_t i;
-  if (!strmap_get(&sc->by_name, t->stage, &i)) {
-    stage_ref ref = {SIZE_MAX, NULL};
-    char err[2048];
-    char *path = NULL;
-    if (loader_find(t->stage, c->s->dir, &path, err, sizeof(err)) != 0) {
-      ref.error = xstrdup(err);
-    } else {
-      ref.plugin = open_plugin(c, sc, t, path, d);
-      free(path);
-    }
-    VEC_PUSH(sc->refs, sc->n, sc->cap, ref);
-    i = sc->n - 1;
-    strmap_put(&sc->by_name, t->stage, i);
-  }
+  (void)strmap_get(&sc->by_name, t->stage, &i);
   /* An unknown stage is reported at every task that names it: each is a
    * line to fix. */
-  if (sc->refs[i].error)
+  if (sc->refs[i].error) {
     diags_add(d, c->s->path, t->stage_node->line, t->stage_node->col,
               "task '%s': %s", t->name, sc->refs[i].error);
-  return sc->refs[i].plugin;
+    return SIZE_MAX;
+  }
+  return open_plugin(c, sc, t, sc->refs[i].path, d);
+}
+
+static void stage_cache_free(stage_cache *sc) {
+  for (size_t i = 0; i < sc->n_files; i++) {
+    loader_close(sc->described[i].plugin);
+    free(sc->described[i].error);
+  }
+  free(sc->described);
+  free(sc->plugin);
+  free(sc->reported);
+  free(sc->files);
+  for (size_t i = 0; i < sc->n; i++) {
+    free(sc->refs[i].path);
+    free(sc->refs[i].error);
+  }
+  free(sc->refs);
+  strmap_free(&sc->by_name);
+  strmap_free(&sc->by_path);
 }
 
 /* Checks the templates of a value whose type nobody checks here. */
@@ -122,6 +165,7 @@ int check_spec(const spec *s, checked **out, diags *d) {
   e.params = c->params;
 
   stage_cache sc = {0};
+  describe_stages(s, &sc);
   for (size_t i = 0; i < s->n_tasks; i++) {
     const spec_task *t = &s->tasks[i];
     size_t plugin = SIZE_MAX;
@@ -140,11 +184,7 @@ int check_spec(const spec *s, checked **out, diags *d) {
     if (t->env)
       check_templates(&e, i, t->env, d);
   }
-  for (size_t i = 0; i < sc.n; i++)
-    free(sc.refs[i].error);
-  free(sc.refs);
-  strmap_free(&sc.by_name);
-  strmap_free(&sc.by_path);
+  stage_cache_free(&sc);
   dedupe(d, before);
   return d->n > before ? DR_ESPEC : 0;
 }

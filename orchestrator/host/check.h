@@ -1,8 +1,10 @@
 /*
  * check: everything `dagrun check` verifies beyond the file's structure,
  * and what a run needs from it: cycles, each stage found and loadable (ABI
- * included), each task's params against its stage's schema, every template
- * reference. Reports all errors, not only the first.
+ * included; described by a helper process, describe.h, so that a plugin
+ * that crashes, exits or hangs while loading is an error of its tasks), each
+ * task's params against its stage's schema, every template reference. Reports
+ * all errors, not only the first.
  */
 #ifndef DAGRUN_CHECK_H
 #define DAGRUN_CHECK_H
@@ -14,7 +16,7 @@
 
 typedef struct checked {
   const spec *s;            /* borrowed */
-  loader_plugin **plugins;  /* distinct plugins, opened once each */
+  loader_plugin **plugins;  /* distinct plugins, described once each */
   size_t n_plugins;
   size_t *task_plugin;      /* per task: index into plugins; SIZE_MAX if bad */
   cJSON *params;            /* DAG params resolved (env only; no run.*) */

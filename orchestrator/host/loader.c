@@ -66,6 +66,18 @@ int loader_builtin(const loader_plugin *p, const char *stage) {
   return same;
 }
 
+int loader_is_builtin_file(const char *path) {
+  static char *dir;
+  if (!dir && !(dir = builtin_stage_dir()))
+    return 0;
+  char *given = normalise(path);
+  char *parent = path_dirname(given);
+  int same = strcmp(parent, dir) == 0;
+  free(parent);
+  free(given);
+  return same;
+}
+
 const char *const *loader_search_path(void) {
   if (search_dirs)
     return (const char *const *)search_dirs;
@@ -427,7 +439,10 @@ void loader_close(loader_plugin *p) {
   if (!p)
     return;
   /* A failing dlclose leaves the library mapped; nothing else to do. */
-  (void)dlclose(p->handle);
+  if (p->handle)
+    (void)dlclose(p->handle);
+  if (p->release)
+    p->release(p->storage);
   free(p->path);
   free(p);
 }

@@ -51,13 +51,22 @@
 
 typedef struct loader_plugin {
   char *path;                /* as opened */
-  void *handle;              /* dlopen handle */
-  const dagrun_stage *stage; /* owned by the plugin, valid until close */
+  void *handle;              /* dlopen handle; NULL when described */
+  const dagrun_stage *stage; /* the plugin's (or storage's), valid until
+                                close */
+  /* A plugin described by a helper process (describe.h): storage holds
+   * stage and what it points to, freed by loader_close with release. */
+  void *storage;
+  void (*release)(void *storage);
 } loader_plugin;
 
 /* Whether p is the built-in stage of that name, the file installed with
  * dagrun (not one of the same name on DAGRUN_PLUGIN_PATH). */
 int loader_builtin(const loader_plugin *p, const char *stage);
+
+/* Whether path is a file of the built-in stage directory, installed with
+ * dagrun. */
+int loader_is_builtin_file(const char *path);
 
 /* Resolves a stage reference to a file. Returns 0 with *path (caller
  * frees), or DR_ESTAGE with a message in err saying where it looked (and
@@ -66,7 +75,11 @@ int loader_find(const char *stage, const char *base_dir, char **path, char *err,
                 size_t errlen);
 
 /* Opens a plugin file and validates its descriptor. Returns 0 with *out
- * (free with loader_close), DR_EPLUGIN or DR_EABI with a message in err. */
+ * (free with loader_close), DR_EPLUGIN or DR_EABI with a message in err.
+ * This runs the plugin's code (its constructors, dagrun_stage_entry())
+ * in the calling process: only a worker, which runs the stage anyway,
+ * and the describe helper (describe.h), which dagrun asks instead, call
+ * it. */
 int loader_open(const char *path, loader_plugin **out, char *err,
                 size_t errlen);
 void loader_close(loader_plugin *p);

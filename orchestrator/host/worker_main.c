@@ -12,7 +12,13 @@
  *
  * `dagrun-worker __guard` is the guard of a run's worker-less attempts
  * (guard.h), which the executor starts once per run.
+ *
+ * `dagrun-worker __describe PLUGIN...` writes what a stage plugin describes
+ * itself as, for dagrun, which never loads a plugin itself (describe.h).
+ * It ends with _exit: a plugin's destructors and atexit handlers do not
+ * run, and cannot change its exit status.
  */
+#include "describe.h"
 #include "guard.h"
 #include "worker.h"
 
@@ -20,10 +26,13 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 int main(int argc, char **argv) {
   if (argc >= 2 && argc <= 3 && strcmp(argv[1], "__guard") == 0)
     return guard_main(argc == 3 ? argv[2] : NULL);
+  if (argc >= 3 && strcmp(argv[1], "__describe") == 0)
+    _exit(describe_main(argc - 2, argv + 2));
   if (argc != 3 || strcmp(argv[1], "__worker") != 0) {
     fprintf(stderr, "usage: dagrun-worker __worker ATTEMPT_JSON (internal: "
                     "dagrun starts it for each task attempt)\n");
