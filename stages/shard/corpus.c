@@ -675,19 +675,21 @@ size_t corpus_json_escape(const char *s, size_t n, char *out, size_t outcap,
                           size_t *consumed) {
   static const char hex[] = "0123456789abcdef";
   size_t i = 0, o = 0;
-  while (i < n) {
-    /* A run of bytes that need no escape, copied at once. */
+  while (i < n && o < outcap) {
+    /* A run of bytes that need no escape, copied at once. The scan stops
+     * where out is full: scanning on to the end of s would make a caller
+     * streaming one long line through a small buffer quadratic (a 16 MB
+     * line took 3 s where 16 MB in short lines took 0.1 s). */
+    size_t end = n - i < outcap - o ? n : i + (outcap - o);
     size_t j = i;
-    while (j < n && (unsigned char)s[j] >= 0x20 && s[j] != '"' && s[j] != '\\')
+    while (j < end && (unsigned char)s[j] >= 0x20 && s[j] != '"' &&
+           s[j] != '\\')
       j++;
     if (j > i) {
-      size_t k = j - i;
-      if (k > outcap - o)
-        k = outcap - o;
-      memcpy(out + o, s + i, k);
-      i += k;
-      o += k;
-      if (i < j)
+      memcpy(out + o, s + i, j - i);
+      o += j - i;
+      i = j;
+      if (o == outcap)
         break; /* out is full */
       continue;
     }
