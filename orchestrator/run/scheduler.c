@@ -898,23 +898,12 @@ static void append_metric(sched *s, size_t i, const proto_msg *m) {
       return;
     }
   }
-  cJSON *j = cJSON_CreateObject();
-  cJSON_AddNumberToObject(j, "time", now);
-  cJSON_AddNumberToObject(j, "attempt", t->attempt);
-  cJSON_AddStringToObject(j, "name", name);
+  char *line = proto_metric_line(now, t->attempt, name, m->number, m->step);
   free(name);
-  cJSON_AddNumberToObject(j, "value", m->number);
-  cJSON_AddNumberToObject(j, "step", (double)m->step);
-  char *line = cJSON_PrintUnformatted(j);
-  sbuf b = {0};
-  sbuf_puts(&b, line);
-  sbuf_putc(&b, '\n');
-  if (write(t->metrics_fd, b.s, b.n) < 0) {
+  if (write(t->metrics_fd, line, strlen(line)) < 0) {
     /* A full disk loses metrics, not the run. */
   }
-  sbuf_free(&b);
-  cJSON_free(line);
-  cJSON_Delete(j);
+  free(line);
 }
 
 static void on_message(void *ud, size_t i, const proto_msg *m) {
