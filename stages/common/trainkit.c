@@ -354,3 +354,25 @@ int trainkit_write_results(dagrun_ctx *ctx, const dagrun_host *h,
   }
   return 0;
 }
+
+static int by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double trainkit_median(double *v, size_t n) {
+  if (n == 0)
+    return NAN;
+  qsort(v, n, sizeof *v, by_value);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int trainkit_pick_batch(const double *tokens_per_s, const int *eligible, int n,
+                        double margin) {
+  int pick = -1;
+  for (int i = 0; i < n; i++)
+    if (eligible[i] &&
+        (pick < 0 || tokens_per_s[i] > (1 + margin) * tokens_per_s[pick]))
+      pick = i;
+  return pick;
+}

@@ -180,4 +180,25 @@ int trainkit_write_results(dagrun_ctx *ctx, const dagrun_host *h,
                            const char *stem, const char *json, const char *csv,
                            const char *svg, char **json_path);
 
+/* The median of v[0..n) (v is sorted in place); NAN when n is 0. A
+ * timing's median over repeats shrugs off the one slow repeat a busy
+ * machine gives, where the mean takes it in. */
+double trainkit_median(double *v, size_t n);
+
+/* The margin by which a larger micro-batch must beat a smaller one's
+ * throughput to be picked: 5%, above the run-to-run noise of a timing on
+ * a shared machine. */
+#define TRAINKIT_PICK_MARGIN 0.05
+
+/* The micro-batch a throughput sweep picks, from n rows in ascending
+ * size: tokens_per_s[i], and eligible[i] (stable, within the target
+ * batch). The smallest eligible size, replaced by a larger one only when
+ * that one is faster than the pick so far by more than margin (a
+ * fraction, TRAINKIT_PICK_MARGIN): a larger batch costs memory for
+ * nothing when it is not clearly faster, and two sizes within the noise
+ * of each other must not flip the pick from run to run. The index, or -1
+ * when no row is eligible. */
+int trainkit_pick_batch(const double *tokens_per_s, const int *eligible, int n,
+                        double margin);
+
 #endif /* DAGRUN_TRAINKIT_H */
