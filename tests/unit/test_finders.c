@@ -2,7 +2,7 @@
  * test_finders: the decisions of the finder stages on given numbers, where
  * a machine's timings cannot make them flaky: batch_sweep's median timing
  * and its pick (trainkit.h: the smallest size unless a larger one is
- * faster by more than the margin).
+ * faster by more than the margin), and lr_find's smoothing without lag.
  */
 #include <math.h>
 
@@ -44,7 +44,36 @@ static void test_pick(void) {
   CHECK_INT(trainkit_pick_batch(mixed, none, 2, m), -1);
 }
 
+/* A loss with its minimum at point 100 of 200 (a parabola): the forward
+ * average's minimum trails it by tens of points (lr_find's min_loss_lr
+ * was that lag, a factor ~100 in lr); the unlagged one is on it. */
+static void test_unlagged(void) {
+  enum { N = 200 };
+  double y[N], fwd[N], un[N];
+  double avg = 0;
+  for (int i = 0; i < N; i++) {
+    y[i] = 5 + (i - 100) * (i - 100) / 1000.0 + ((i % 2) ? 0.05 : -0.05);
+    avg = 0.98 * avg + 0.02 * y[i];
+    fwd[i] = avg / (1 - pow(0.98, i + 1));
+  }
+  trainkit_smooth_unlagged(y, N, 0.98, un);
+  int kf = 0, ku = 0;
+  for (int i = 1; i < N; i++) {
+    kf = fwd[i] < fwd[kf] ? i : kf;
+    ku = un[i] < un[ku] ? i : ku;
+  }
+  CHECK(kf > 120);
+  CHECK(ku >= 95 && ku <= 105);
+  /* A constant stays itself; no smoothing is the data. */
+  double c[3] = {2, 2, 2}, out[3];
+  trainkit_smooth_unlagged(c, 3, 0.98, out);
+  CHECK(fabs(out[0] - 2) < 1e-12 && fabs(out[2] - 2) < 1e-12);
+  trainkit_smooth_unlagged(y, N, 0, un);
+  CHECK(fabs(un[0] - y[0]) < 1e-9 && fabs(un[100] - y[100]) < 1e-9);
+}
+
 int main(void) {
+  test_unlagged();
   test_median();
   test_pick();
   TEST_DONE();
