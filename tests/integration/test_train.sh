@@ -70,13 +70,16 @@ P
 # learn attempt is run again by hand in the same task directory, with its
 # newest checkpoint truncated: it resumes from step 100, says why, and
 # ends with the same bits as before.
+rerun_attempt() { # NAME: the learn attempt again, its log in NAME.log
+  set +e
+  "$DAGRUN" __worker "$R/train/attempt-1/attempt.json" 3>"$1.msgs" >"$1.log" 2>&1
+  local rc=$?
+  set -e
+  [ "$rc" -eq 0 ] || fail "re-run attempt failed ($rc): $(cat "$1.log")"
+}
 cp "$R/train/checkpoints/step-00000200/model.safetensors" want-200.safetensors
 truncate -s 2000 "$R/train/checkpoints/step-00000200/model.safetensors"
-set +e
-"$DAGRUN" __worker "$R/train/attempt-1/attempt.json" 3>again.msgs >again.log 2>&1
-rc=$?
-set -e
-[ "$rc" -eq 0 ] || fail "re-run attempt failed ($rc): $(cat again.log)"
+rerun_attempt again
 expect_in again.log "skipping checkpoint"
 expect_in again.log "step-00000200: model.safetensors: truncated"
 expect_in again.log "resumed from $R/train/checkpoints/step-00000100 at step 100"
@@ -86,11 +89,7 @@ cmp want-200.safetensors "$R/train/checkpoints/step-00000200/model.safetensors" 
 # naming them, with a corrupt_checkpoints metric (it said nothing).
 truncate -s 2000 "$R/train/checkpoints/step-00000200/model.safetensors" \
   "$R/train/checkpoints/step-00000100/model.safetensors"
-set +e
-"$DAGRUN" __worker "$R/train/attempt-1/attempt.json" 3>over.msgs >over.log 2>&1
-rc=$?
-set -e
-[ "$rc" -eq 0 ] || fail "re-run attempt failed ($rc): $(cat over.log)"
+rerun_attempt over
 expect_in over.log "every checkpoint in $R/train/checkpoints is corrupt (2: step-00000200, step-00000100): starting again from step 0"
 expect_in over.log "loss at initialization"
 expect_in over.msgs '"name":"corrupt_checkpoints","value":2,"step":0'
