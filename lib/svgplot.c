@@ -558,6 +558,8 @@ static int point_ok(const svgplot_chart *c, double x, double y) {
     return 0;
   if (c->logy && !(y > 0))
     return 0;
+  if (c->ymax > c->ymin && (y < c->ymin || y > c->ymax))
+    return 0;
   return 1;
 }
 
@@ -732,6 +734,18 @@ char *svgplot_lines(const svgplot_chart *c, const svgplot_series *s, size_t n) {
               x, f.H - f.mb, x, f.mt);
     sb_esc(&b, c->marks[m].label);
     sb_puts(&b, "</title></line>\n");
+    if (c->mark_labels && c->marks[m].label) {
+      /* Staggered down, so that labels of marks close together do not
+       * overlap; on the side with room. */
+      int right = x < f.ml + (f.W - f.ml - f.mr) / 2;
+      sb_printf(&b,
+                "<text class=\"mark-label\" x=\"%.1f\" y=\"%.1f\" "
+                "font-size=\"11\" fill=\"#d62728\" text-anchor=\"%s\">",
+                right ? x + 4 : x - 4, f.mt + 12 + 14 * (double)m,
+                right ? "start" : "end");
+      sb_esc(&b, c->marks[m].label);
+      sb_puts(&b, "</text>\n");
+    }
   }
   sb_puts(&b, "</svg>\n");
   return sb_finish(&b);

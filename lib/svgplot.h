@@ -43,6 +43,14 @@ typedef struct svgplot_chart {
   const svgplot_mark *marks;
   size_t n_marks;
   const char *mark_legend; /* the marks' legend entry; NULL: "events" */
+  /* Non-zero: each mark's label is also written beside its line, at the
+   * top of the plot (<text class="mark-label">), for the few marks a
+   * reader must tell apart without hovering (a finder's picks). */
+  int mark_labels;
+  /* When ymax > ymin: the y axis spans at most [ymin, ymax], and points
+   * outside it are left out, so that a divergence or an outlier does not
+   * flatten the band that matters. */
+  double ymin, ymax;
 } svgplot_chart;
 
 /* A line chart of n series. Caller frees. */

@@ -204,6 +204,21 @@ int proto_send_result(int fd, int status, const char *error) {
   return send_obj(fd, o, "error");
 }
 
+char *proto_metric_line(double time, int attempt, const char *name,
+                        double value, int64_t step) {
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "time", time);
+  cJSON_AddNumberToObject(j, "attempt", attempt);
+  cJSON_AddStringToObject(j, "name", name);
+  cJSON_AddNumberToObject(j, "value", value);
+  cJSON_AddNumberToObject(j, "step", (double)step);
+  char *line = cJSON_PrintUnformatted(j);
+  cJSON_Delete(j);
+  char *out = xasprintf("%s\n", line ? line : "{}");
+  cJSON_free(line);
+  return out;
+}
+
 /* Parsing. */
 
 static const cJSON *member(const cJSON *o, const char *key) {

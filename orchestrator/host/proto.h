@@ -84,4 +84,11 @@ int proto_send_output(int fd, const char *key, const char *value);
 int proto_send_heartbeat(int fd);
 int proto_send_result(int fd, int status, const char *error);
 
+/* One line of a task's metrics.jsonl (run/rundir.h), newline included:
+ * {"time":T,"attempt":A,"name":N,"value":V,"step":S}. The scheduler
+ * writes the metrics it receives with it, and a worker whose dagrun is
+ * gone (worker.h) the metrics it could not send. Caller frees. */
+char *proto_metric_line(double time, int attempt, const char *name,
+                        double value, int64_t step);
+
 #endif /* DAGRUN_PROTO_H */

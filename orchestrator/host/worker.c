@@ -43,6 +43,10 @@
 /* Set by the SIGTERM handler; read by host->cancelled() from any thread. */
 static volatile sig_atomic_t cancel_flag;
 
+/* Set when the connection to dagrun closed (watch_dagrun): dagrun was
+ * killed or crashed, and what is sent from now on is lost. */
+static atomic_int dagrun_gone;
+
 /* The plugin whose run() was called; never unloaded (see worker_main).
  * volatile: the compiler must keep this never-read store, or an optimized
  * build's LeakSanitizer reports the plugin as leaked. */
@@ -271,14 +275,52 @@ static void host_progress(dagrun_ctx *ctx, double fraction,
     sent(ctx, proto_send_progress(ctx->fd, fraction, message));
 }
 
+/* A metric that could not reach dagrun because dagrun is gone: appended
+ * to the task's metrics.jsonl as dagrun would have written it. A stage
+ * stopped by dagrun's death still finishes its step and checkpoints it
+ * (train: "stopped at step N; checkpoint"); without this the metrics of
+ * that step were lost, and `dagrun resume` continued from step N with a
+ * hole before it. Rank 0 only, as for outputs. Nobody else writes the
+ * file meanwhile: its writer is the dead dagrun. */
+static void orphan_metric(dagrun_ctx *ctx, const char *name, double value,
+                          int64_t step) {
+  const char *rank = getenv("DAGRUN_RANK");
+  const char *task = ctx->dirs[DAGRUN_DIR_TASK];
+  if ((rank && strcmp(rank, "0") != 0) || !task || !*task)
+    return;
+  char *path = xasprintf("%s/metrics.jsonl", task);
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  free(path);
+  if (fd < 0)
+    return;
+  char *line =
+      proto_metric_line(clock_wall(), atoi(ctx->attempt), name, value, step);
+  if (write(fd, line, strlen(line)) < 0) {
+    /* A full disk loses metrics, not the attempt. */
+  }
+  free(line);
+  close(fd);
+}
+
+/* Whether dagrun's end of fd closed: a send can fail before watch_dagrun
+ * has seen it and set dagrun_gone. */
+static int peer_closed(int fd) {
+  struct pollfd p = {fd, POLLRDHUP, 0};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP | POLLRDHUP));
+}
+
 static void host_metric(dagrun_ctx *ctx, const char *name, double value,
                         int64_t step) {
   if (!name || !*name) {
     log_line(DAGRUN_LOG_WARN, "metric with no name ignored");
     return;
   }
-  if (ctx && ctx->fd >= 0)
-    sent(ctx, proto_send_metric(ctx->fd, name, value, step));
+  if (!ctx || ctx->fd < 0)
+    return;
+  int rc = proto_send_metric(ctx->fd, name, value, step);
+  sent(ctx, rc);
+  if (rc != 0 && (atomic_load(&dagrun_gone) || peer_closed(ctx->fd)))
+    orphan_metric(ctx, name, value, step);
 }
 
 static int host_output(dagrun_ctx *ctx, const char *key, const char *value) {
@@ -527,6 +569,7 @@ static void *watch_dagrun(void *arg) {
     if (pfd.revents & (POLLERR | POLLHUP | POLLRDHUP))
       break;
   }
+  atomic_store(&dagrun_gone, 1);
   log_line(DAGRUN_LOG_ERROR, "dagrun worker: dagrun is gone (message pipe "
                              "closed): stopping this attempt");
   cancel_attempt(w);

@@ -42,6 +42,11 @@
  *   125 before the stage runs, saying why on stderr (the launcher's
  *   output) and, once joined, in its result.
  * - SIGPIPE is ignored, SIGCHLD is reset to default.
+ * - When dagrun is gone (its end of fd 3 closed: killed, crashed), the
+ *   attempt is cancelled, and the metrics the stage still reports on its
+ *   way out (train's last step, whose checkpoint it writes) are appended
+ *   to DIRS.task/metrics.jsonl as dagrun writes them, so `dagrun resume`
+ *   continues a complete record. Rank 0 only.
  * - heartbeat() sends at most one message per 250 ms (any message counts).
  * - An attempt description may list the task's declared outputs
  *   ("outputs": ["model_dir", ...], from `outputs:` in the DAG file). When

@@ -828,11 +828,19 @@ done:
  * elsewhere, a message sent) dagrun cannot see; a user who wraps a script
  * expects it to run, so its caching is asked for, not assumed. */
 static int task_cacheable(const sched *s, size_t i) {
+  /* The built-in stages whose result is not a function of their inputs:
+   * exec runs anything; batch_sweep measures this machine's throughput,
+   * which a rerun on another machine (or the same one, busier) must
+   * measure again rather than reuse. */
+  static const char *const uncached[] = {"exec", "batch_sweep"};
   const spec_task *st = &s->sp->tasks[i];
   if (st->cache >= 0)
     return st->cache;
   const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
-  return strcmp(p->stage->name, "exec") != 0;
+  for (size_t k = 0; k < sizeof uncached / sizeof *uncached; k++)
+    if (strcmp(p->stage->name, uncached[k]) == 0)
+      return 0;
+  return 1;
 }
 
 /* Task i's fingerprint (fingerprint.h) from its resolved params and env,
@@ -1167,23 +1175,12 @@ static void append_metric(sched *s, size_t i, const proto_msg *m) {
       return;
     }
   }
-  cJSON *j = cJSON_CreateObject();
-  cJSON_AddNumberToObject(j, "time", now);
-  cJSON_AddNumberToObject(j, "attempt", t->attempt);
-  cJSON_AddStringToObject(j, "name", name);
+  char *line = proto_metric_line(now, t->attempt, name, m->number, m->step);
   free(name);
-  cJSON_AddNumberToObject(j, "value", m->number);
-  cJSON_AddNumberToObject(j, "step", (double)m->step);
-  char *line = cJSON_PrintUnformatted(j);
-  sbuf b = {0};
-  sbuf_puts(&b, line);
-  sbuf_putc(&b, '\n');
-  if (write(t->metrics_fd, b.s, b.n) < 0) {
+  if (write(t->metrics_fd, line, strlen(line)) < 0) {
     /* A full disk loses metrics, not the run. */
   }
-  sbuf_free(&b);
-  cJSON_free(line);
-  cJSON_Delete(j);
+  free(line);
 }
 
 static void on_message(void *ud, size_t i, const proto_msg *m) {

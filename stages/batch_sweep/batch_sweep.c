@@ -23,6 +23,13 @@
  * crash), at a non-finite loss or grad norm, at a loss that rises more
  * than loss_rise_factor over the first size's (instability), and at
  * max_batch.
+ *
+ * Made to give the same pick on a noisy machine: each size's tokens/s is
+ * that of its median step (each measured step is one timing), and the
+ * pick is the smallest size unless a larger one is faster by more than
+ * TRAINKIT_PICK_MARGIN (trainkit_pick_batch). Its result is this
+ * machine's, so dagrun does not cache the stage unless a task says
+ * `cache: true` (scheduler.c's task_cacheable).
  */
 #include <dagrun/plugin.h>
 
@@ -52,7 +59,8 @@ static const dagrun_param_spec params[] = {
      "Learning rate of the measured steps (0: 1e-3 for adamw, 1e-4 for "
      "lion)"},
     {"steps_per_size", DAGRUN_PARAM_INT, "5", 0,
-     "Measured steps per micro-batch size (after one warm-up step)"},
+     "Measured steps per micro-batch size (after one warm-up step); a "
+     "size's tokens/s is its median step's"},
     {"max_batch", DAGRUN_PARAM_INT, "1024", 0, "Largest micro-batch tried"},
     {"memory_cap", DAGRUN_PARAM_STRING, "", 0,
      "The most the engine may take (params, grads, optimizer, "
@@ -89,6 +97,8 @@ typedef struct sweep {
   int threads, per_param;
   tokdata data;
   float *weights0; /* the starting weights every size begins from */
+  double *step_s;  /* steps_per_size: one size's measured steps' times */
+  int pick;        /* the recommended row, or -1 */
   row rows[MAX_ROWS];
   int nrows;
   int next_B;     /* the size the sweep stopped before (or at) */
@@ -179,6 +189,7 @@ static int measure(sweep *s, int B) {
   trainkit_stepper st = {0};
   int rc = 1;
   reset_hwm();
+  double t0 = clock_monotonic();
   if (gpt_create(&s->m.cfg, &model, err, sizeof err) != 0 ||
       trainkit_stepper_init(&st, model, &s->opt, &s->data, B, T, s->seed, err,
                             sizeof err) != 0) {
@@ -189,7 +200,7 @@ static int measure(sweep *s, int B) {
   memcpy(gpt_params(model), s->weights0, gpt_num_params(model) * sizeof(float));
   row *r = &s->rows[s->nrows];
   *r = (row){.B = B, .memory_bytes = est.total};
-  double t0 = 0, sum_loss = 0, sum_norm = 0;
+  double sum_loss = 0, sum_norm = 0;
   for (int64_t i = 0; i <= s->steps; i++) {
     double loss, norm;
     if (h->cancelled(s->ctx)) {
@@ -204,15 +215,17 @@ static int measure(sweep *s, int B) {
                strstr(err, "out of memory") ? "out of memory: " : "", B, err);
       goto done;
     }
-    if (i == 0) { /* the warm-up step: first touch of every buffer */
-      t0 = clock_monotonic();
+    double t1 = clock_monotonic();
+    if (i > 0) /* not the warm-up step: first touch of every buffer */
+      s->step_s[i - 1] = t1 - t0;
+    t0 = t1;
+    if (i == 0)
       continue;
-    }
     sum_loss += loss;
     sum_norm += norm;
   }
-  double el = clock_monotonic() - t0;
-  r->tokens_per_s = el > 0 ? (double)B * T * (double)s->steps / el : 0;
+  double med = trainkit_median(s->step_s, (size_t)s->steps);
+  r->tokens_per_s = med > 0 ? (double)B * T / med : 0;
   r->loss = sum_loss / (double)s->steps;
   r->grad_norm = sum_norm / (double)s->steps;
   r->rss_peak = vm_hwm();
@@ -250,22 +263,17 @@ done:
   return rc;
 }
 
-/* The pick: the best tokens/s among the stable sizes (at most
- * target_batch when there is one, so that accumulation reaches it without
- * overshooting), preferring the largest within 5% of the best. -1 when
- * no size qualifies. */
+/* The pick among the stable sizes (at most target_batch when there is
+ * one, so that accumulation reaches it without overshooting):
+ * trainkit_pick_batch's rule. -1 when no size qualifies. */
 static int recommend(const sweep *s) {
-  double best = 0;
-  int pick = -1;
-  for (int i = 0; i < s->nrows; i++)
-    if (!s->rows[i].unstable && (!s->target || s->rows[i].B <= s->target) &&
-        s->rows[i].tokens_per_s > best)
-      best = s->rows[i].tokens_per_s;
-  for (int i = 0; i < s->nrows; i++)
-    if (!s->rows[i].unstable && (!s->target || s->rows[i].B <= s->target) &&
-        s->rows[i].tokens_per_s >= 0.95 * best)
-      pick = i;
-  return pick;
+  double tps[MAX_ROWS];
+  int ok[MAX_ROWS];
+  for (int i = 0; i < s->nrows; i++) {
+    tps[i] = s->rows[i].tokens_per_s;
+    ok[i] = !s->rows[i].unstable && (!s->target || s->rows[i].B <= s->target);
+  }
+  return trainkit_pick_batch(tps, ok, s->nrows, TRAINKIT_PICK_MARGIN);
 }
 
 /* Two charts stacked in one SVG: tokens/s and memory against batch
@@ -282,18 +290,30 @@ static char *sweep_svg(const sweep *s) {
    * refused. */
   double cx[2] = {1, s->next_B > 1 ? s->next_B : 2};
   double cy[2] = {mib(s->cap), mib(s->cap)};
-  char cap_label[64];
+  char cap_label[64], pick_label[64];
   snprintf(cap_label, sizeof cap_label, "memory_cap (%.1f MiB)", mib(s->cap));
+  snprintf(pick_label, sizeof pick_label, "recommended: micro-batch %d",
+           s->pick >= 0 ? s->rows[s->pick].B : 0);
+  svgplot_mark pick[1] = {
+      {s->pick >= 0 ? s->rows[s->pick].B : NAN, pick_label}};
   svgplot_chart c1 = {.title = "Throughput by micro-batch size",
                       .xlabel = "micro-batch size (sequences)",
                       .ylabel = "tokens/s",
-                      .logx = 1};
+                      .logx = 1,
+                      .marks = pick,
+                      .n_marks = 1,
+                      .mark_legend = "recommended",
+                      .mark_labels = 1};
   svgplot_series s1[] = {{"tokens/s", x, tps, (size_t)s->nrows, 0}};
   svgplot_chart c2 = {.title = "Memory by micro-batch size",
                       .xlabel = "micro-batch size (sequences)",
                       .ylabel = "memory (MiB)",
                       .logx = 1,
-                      .logy = 1};
+                      .logy = 1,
+                      .marks = pick,
+                      .n_marks = 1,
+                      .mark_legend = "recommended",
+                      .mark_labels = 1};
   svgplot_series s2[] = {{"engine (computed)", x, mem, (size_t)s->nrows, 0},
                          {"peak RSS (VmHWM)", x, rss, (size_t)s->nrows, 0},
                          {cap_label, cx, cy, 2, 0}};
@@ -341,6 +361,7 @@ static int write_results(sweep *s, int pick, int accum) {
                           s->opt.kind == OPTIM_ADAMW ? "adamw" : "lion");
   cJSON_AddNumberToObject(o, "memory_cap_bytes", (double)s->cap);
   cJSON_AddNumberToObject(o, "steps_per_size", (double)s->steps);
+  cJSON_AddNumberToObject(o, "pick_margin", TRAINKIT_PICK_MARGIN);
   cJSON *rows = cJSON_AddArrayToObject(o, "rows");
   for (int i = 0; i < s->nrows; i++) {
     cJSON *r = row_json(&s->rows[i]);
@@ -440,8 +461,14 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   }
   s->ctx = ctx;
   s->h = h;
+  s->pick = -1;
   if (read_params(s) != 0) {
     status = EXIT_BAD_PARAMS;
+    goto done;
+  }
+  s->step_s = malloc((size_t)s->steps * sizeof *s->step_s);
+  if (!s->step_s) {
+    h->fail(ctx, "out of memory");
     goto done;
   }
   trainkit_set_threads(s->threads);
@@ -483,7 +510,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
     }
     B *= 2;
   }
-  int pick = recommend(s);
+  s->pick = recommend(s);
+  int pick = s->pick;
   log_table(s, pick);
   if (pick < 0) {
     h->fail(ctx, "no micro-batch to recommend: %s",
@@ -509,6 +537,7 @@ done:
   free(init_dir);
   tokdata_free(&s->data);
   free(s->weights0);
+  free(s->step_s);
   free(s);
   return status;
 }

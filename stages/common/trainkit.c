@@ -281,6 +281,7 @@ int trainkit_stepper_init(trainkit_stepper *s, gpt *model,
   s->model = model;
   s->B = B;
   s->T = T;
+  s->accum = 1;
   s->inputs = malloc(n * sizeof(uint32_t));
   s->targets = malloc(n * sizeof(uint32_t));
   if (!s->inputs || !s->targets) {
@@ -303,7 +304,7 @@ int trainkit_stepper_step(trainkit_stepper *s, double lr, double grad_clip,
                           double *loss, double *norm, char *err,
                           size_t errlen) {
   if (trainkit_forward_backward(s->model, s->ld, s->inputs, s->targets, s->B,
-                                s->T, 1, loss, NULL, err, errlen) != 0)
+                                s->T, s->accum, loss, NULL, err, errlen) != 0)
     return -1;
   float *grads = gpt_grads(s->model);
   *norm = optim_clip_grad_norm(grads, gpt_num_params(s->model), grad_clip);
@@ -353,4 +354,43 @@ int trainkit_write_results(dagrun_ctx *ctx, const dagrun_host *h,
     }
   }
   return 0;
+}
+
+static int by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double trainkit_median(double *v, size_t n) {
+  if (n == 0)
+    return NAN;
+  qsort(v, n, sizeof *v, by_value);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int trainkit_pick_batch(const double *tokens_per_s, const int *eligible, int n,
+                        double margin) {
+  int pick = -1;
+  for (int i = 0; i < n; i++)
+    if (eligible[i] &&
+        (pick < 0 || tokens_per_s[i] > (1 + margin) * tokens_per_s[pick]))
+      pick = i;
+  return pick;
+}
+
+void trainkit_smooth_unlagged(const double *y, int n, double beta,
+                              double *out) {
+  int h = (int)lround(beta / (1 - beta) / 2);
+  /* Running sums over the window as it slides: O(n). */
+  double sum = 0;
+  int lo = 0, hi = 0; /* the window is y[lo..hi) */
+  for (int i = 0; i < n; i++) {
+    int want_lo = i - h > 0 ? i - h : 0,
+        want_hi = i + h + 1 < n ? i + h + 1 : n;
+    while (hi < want_hi)
+      sum += y[hi++];
+    while (lo < want_lo)
+      sum -= y[lo++];
+    out[i] = sum / (double)(hi - lo);
+  }
 }

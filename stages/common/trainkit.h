@@ -148,6 +148,7 @@ typedef struct trainkit_stepper {
   loader *ld;
   uint32_t *inputs, *targets; /* (B,T) */
   int B, T;
+  int accum; /* micro-batches per step (train's grad_accum); init sets 1 */
 } trainkit_stepper;
 
 /* Makes s's optimizer (oc), loader (td's train files, seed) and buffers
@@ -155,7 +156,8 @@ typedef struct trainkit_stepper {
 int trainkit_stepper_init(trainkit_stepper *s, gpt *model,
                           const optim_config *oc, const tokdata *td, int B,
                           int T, uint64_t seed, char *err, size_t errlen);
-/* One step on the next batch: forward, backward, clip to grad_clip (0:
+/* One step on the next accum batches (their mean loss and gradient, as
+ * train's grad_accum): forward, backward, clip to grad_clip (0:
  * no clipping), and the update at lr, which is skipped when the loss or
  * the grad norm is not finite. *loss and *norm (before clipping) are
  * set. 0, or -1 with err (a forward failed: out of memory). */
@@ -179,5 +181,37 @@ int trainkit_write_out(dagrun_ctx *ctx, const dagrun_host *h, const char *name,
 int trainkit_write_results(dagrun_ctx *ctx, const dagrun_host *h,
                            const char *stem, const char *json, const char *csv,
                            const char *svg, char **json_path);
+
+/* The median of v[0..n) (v is sorted in place); NAN when n is 0. A
+ * timing's median over repeats shrugs off the one slow repeat a busy
+ * machine gives, where the mean takes it in. */
+double trainkit_median(double *v, size_t n);
+
+/* The margin by which a larger micro-batch must beat a smaller one's
+ * throughput to be picked: 5%, above the run-to-run noise of a timing on
+ * a shared machine. */
+#define TRAINKIT_PICK_MARGIN 0.05
+
+/* The micro-batch a throughput sweep picks, from n rows in ascending
+ * size: tokens_per_s[i], and eligible[i] (stable, within the target
+ * batch). The smallest eligible size, replaced by a larger one only when
+ * that one is faster than the pick so far by more than margin (a
+ * fraction, TRAINKIT_PICK_MARGIN): a larger batch costs memory for
+ * nothing when it is not clearly faster, and two sizes within the noise
+ * of each other must not flip the pick from run to run. The index, or -1
+ * when no row is eligible. */
+int trainkit_pick_batch(const double *tokens_per_s, const int *eligible, int n,
+                        double margin);
+
+/* y[0..n) smoothed without lag into out[0..n): a centered moving
+ * average, out[i] the mean of y[i-h..i+h] (cut short at the ends), h =
+ * half the lag of the exponential moving average of decay beta, i.e.
+ * round(beta / (1 - beta) / 2) (24 at 0.98). That forward average trails
+ * the data by beta / (1 - beta) points (49 at 0.98): over a learning-rate
+ * range test a factor of ~100 in lr, so its minimum sits where the raw
+ * loss already diverges. A centered window has no lag; a forward-backward
+ * pass of the average (filtfilt) was tried and kept a few points of lag
+ * from its end transient. beta 0: out is y. */
+void trainkit_smooth_unlagged(const double *y, int n, double beta, double *out);
 
 #endif /* DAGRUN_TRAINKIT_H */

@@ -4,8 +4,15 @@
  * at each of `steps` learning rates growing exponentially from min_lr to
  * max_lr, the loss smoothed by a bias-corrected moving average, stopping
  * when the smoothed loss exceeds diverge_factor x its best. The suggested
- * learning rate is where the smoothed loss falls fastest against log(lr)
- * before the divergence:
+ * learning rate (outputs lr and suggested_lr) is where the smoothed loss
+ * falls fastest against log(lr) before the divergence, as fastai's and
+ * PyTorch Lightning's finders suggest. min_loss_lr is the lr of the
+ * lowest loss, found on the loss smoothed without lag (forwards and
+ * backwards, trainkit_smooth_unlagged): the forward average trails the
+ * raw loss by ~50 points, a factor ~100 in lr, so its minimum (what this
+ * stage gave before) sat where training diverges. It is the edge, not a
+ * rate to train at. grad_accum has train's meaning, so that the test runs
+ * at the global batch that will be trained:
  *
  *   lr_find:
  *     stage: lr_find
@@ -37,11 +44,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static const dagrun_param_spec params[] = {
     TRAINKIT_MODEL_PARAMS,
     TRAINKIT_OPTIM_PARAMS,
-    {"batch_size", DAGRUN_PARAM_INT, "16", 0, "Sequences per step"},
+    {"batch_size", DAGRUN_PARAM_INT, "16", 0, "Sequences per micro-batch"},
+    {"grad_accum", DAGRUN_PARAM_INT, "1", 0,
+     "Micro-batches per step (global batch = batch_size x this), as the "
+     "train task that will use the lr"},
     {"steps", DAGRUN_PARAM_INT, "200", 0,
      "Learning rates tried, one training step each"},
     {"min_lr", DAGRUN_PARAM_FLOAT, "1e-7", 0, "The first learning rate"},
@@ -63,11 +72,13 @@ typedef struct finder {
   optim_config opt;
   double grad_clip, min_lr, max_lr, beta, factor;
   int64_t steps;
-  int B, threads;
+  int B, accum, threads;
   uint64_t seed;
   tokdata data;
-  /* The points tried: lr[i], raw loss[i], smoothed[i]. */
-  double *lr, *loss, *smooth;
+  /* The points tried: lr[i], raw loss[i], smoothed[i] (forward, as
+   * recorded), unlagged[i] (trainkit_smooth_unlagged, before the
+   * divergence). */
+  double *lr, *loss, *smooth, *unlagged;
   int n;         /* points recorded */
   int n_ok;      /* ...of which before the divergence */
   char why[256]; /* stopped_reason */
@@ -83,6 +94,9 @@ static int read_params(finder *f) {
       stagekit_param_int(ctx, h, "batch_size", 1, 1 << 20, &v))
     return -1;
   f->B = (int)v;
+  if (stagekit_param_int(ctx, h, "grad_accum", 1, 1 << 20, &v))
+    return -1;
+  f->accum = (int)v;
   if (stagekit_param_int(ctx, h, "threads", 0, 1024, &v))
     return -1;
   f->threads = (int)v;
@@ -116,6 +130,7 @@ static int range_test(finder *f, gpt *model) {
     h->fail(f->ctx, "%s", err);
     return -1;
   }
+  st.accum = f->accum;
   double avg = 0, best = INFINITY;
   snprintf(f->why, sizeof f->why, "max_lr: reached max_lr %g without diverging",
            f->max_lr);
@@ -188,21 +203,37 @@ static int steepest(const finder *f) {
   return pick;
 }
 
+/* The plot's y range: from just under the lowest loss to 1.5 x the
+ * first one. What lies above is the divergence, which on a full range
+ * (to 284 nats on gpt-tiny) flattens the band the lr is read from. */
+static void y_band(const finder *f, double *lo, double *hi) {
+  double mn = INFINITY;
+  for (int i = 0; i < f->n; i++)
+    if (isfinite(f->loss[i]) && f->loss[i] < mn)
+      mn = f->loss[i];
+  *lo = 0.95 * mn;
+  *hi = 1.5 * f->loss[0];
+}
+
 static char *finder_svg(const finder *f, double suggestion, double min_lr) {
-  char l1[64], l2[64];
+  char l1[80], l2[80];
   snprintf(l1, sizeof l1, "suggested lr %.3g (steepest descent)", suggestion);
-  snprintf(l2, sizeof l2, "lr at the minimum loss %.3g", min_lr);
+  snprintf(l2, sizeof l2, "min loss lr %.3g (the edge)", min_lr);
   svgplot_mark marks[] = {{suggestion, l1}, {min_lr, l2}};
   svgplot_chart c = {.title = "Learning-rate range test",
                      .xlabel = "learning rate",
                      .ylabel = "loss (nats)",
                      .logx = 1,
-                     .logy = 1, /* the divergence dwarfs the rest */
                      .marks = marks,
-                     .n_marks = 2};
-  svgplot_series s[] = {{"loss", f->lr, f->loss, (size_t)f->n, 0},
-                        {"smoothed loss", f->lr, f->smooth, (size_t)f->n, 0}};
-  return svgplot_lines(&c, s, 2);
+                     .n_marks = 2,
+                     .mark_legend = "suggested / min loss lr",
+                     .mark_labels = 1};
+  y_band(f, &c.ymin, &c.ymax);
+  svgplot_series s[] = {
+      {"loss", f->lr, f->loss, (size_t)f->n, 0},
+      {"smoothed loss", f->lr, f->smooth, (size_t)f->n, 0},
+      {"smoothed without lag", f->lr, f->unlagged, (size_t)f->n_ok, 0}};
+  return svgplot_lines(&c, s, 3);
 }
 
 static int write_results(finder *f, double suggestion, double min_loss_lr) {
@@ -210,6 +241,8 @@ static int write_results(finder *f, double suggestion, double min_loss_lr) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "model", f->m.name);
   cJSON_AddNumberToObject(o, "batch_size", f->B);
+  cJSON_AddNumberToObject(o, "grad_accum", f->accum);
+  cJSON_AddNumberToObject(o, "global_batch", (double)f->B * f->accum);
   cJSON_AddNumberToObject(o, "seq_len", f->m.T);
   cJSON_AddStringToObject(o, "optimizer",
                           f->opt.kind == OPTIM_ADAMW ? "adamw" : "lion");
@@ -224,10 +257,18 @@ static int write_results(finder *f, double suggestion, double min_loss_lr) {
     cJSON_AddNumberToObject(p, "lr", f->lr[i]);
     cJSON_AddNumberToObject(p, "loss", f->loss[i]); /* null if not finite */
     cJSON_AddNumberToObject(p, "smoothed", f->smooth[i]);
+    if (i < f->n_ok)
+      cJSON_AddNumberToObject(p, "unlagged", f->unlagged[i]);
     cJSON_AddItemToArray(pts, p);
   }
-  cJSON_AddNumberToObject(o, "suggestion", suggestion);
+  cJSON_AddNumberToObject(o, "suggestion", suggestion); /* as before */
+  cJSON_AddNumberToObject(o, "suggested_lr", suggestion);
   cJSON_AddNumberToObject(o, "min_loss_lr", min_loss_lr);
+  double lo, hi;
+  y_band(f, &lo, &hi);
+  cJSON *band = cJSON_AddArrayToObject(o, "plot_y_range");
+  cJSON_AddItemToArray(band, cJSON_CreateNumber(lo));
+  cJSON_AddItemToArray(band, cJSON_CreateNumber(hi));
   cJSON_AddStringToObject(o, "stopped_reason", f->why);
   if (f->n_ok < f->n)
     cJSON_AddNumberToObject(o, "diverged_lr", f->lr[f->n - 1]);
@@ -252,6 +293,7 @@ static int write_results(finder *f, double suggestion, double min_loss_lr) {
     char v[64];
     snprintf(v, sizeof v, "%.6g", suggestion);
     h->output(f->ctx, "lr", v);
+    h->output(f->ctx, "suggested_lr", v);
     snprintf(v, sizeof v, "%.6g", min_loss_lr);
     h->output(f->ctx, "min_loss_lr", v);
     h->output(f->ctx, "result", jpath);
@@ -275,7 +317,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   f.lr = calloc((size_t)f.steps, sizeof(double));
   f.loss = calloc((size_t)f.steps, sizeof(double));
   f.smooth = calloc((size_t)f.steps, sizeof(double));
-  if (!f.lr || !f.loss || !f.smooth) {
+  f.unlagged = calloc((size_t)f.steps, sizeof(double));
+  if (!f.lr || !f.loss || !f.smooth || !f.unlagged) {
     h->fail(ctx, "out of memory");
     goto done;
   }
@@ -287,10 +330,10 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   const gpt_config *mc = &f.m.cfg;
   h->log(ctx, DAGRUN_LOG_INFO,
          "model %s: %d layers, %d heads, width %d, seq_len %d%s%s; lr from "
-         "%g to %g over %lld steps of %d sequences",
+         "%g to %g over %lld steps of %d x %d sequences (grad_accum %d)",
          f.m.name, mc->n_layer, mc->n_head, mc->n_embd, f.m.T,
          init_dir ? ", weights of " : "", init_dir ? init_dir : "", f.min_lr,
-         f.max_lr, (long long)f.steps, f.B);
+         f.max_lr, (long long)f.steps, f.accum, f.B, f.accum);
   if (range_test(&f, model) != 0)
     goto done;
   int k = steepest(&f);
@@ -301,14 +344,16 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
             f.n_ok, f.n_ok < f.n ? "diverged" : "stopped");
     goto done;
   }
+  trainkit_smooth_unlagged(f.loss, f.n_ok, f.beta, f.unlagged);
   int kmin = 0;
   for (int i = 1; i < f.n_ok; i++)
-    if (f.smooth[i] < f.smooth[kmin])
+    if (f.unlagged[i] < f.unlagged[kmin])
       kmin = i;
   h->log(ctx, DAGRUN_LOG_INFO,
          "suggested lr %.3g (steepest descent of the smoothed loss, %.4f "
-         "there); lowest smoothed loss %.4f at lr %.3g; %d steps, stopped: %s",
-         f.lr[k], f.smooth[k], f.smooth[kmin], f.lr[kmin], f.n, f.why);
+         "there); lowest loss %.4f at lr %.3g (smoothed without lag: the "
+         "edge, train below it); %d steps, stopped: %s",
+         f.lr[k], f.smooth[k], f.unlagged[kmin], f.lr[kmin], f.n, f.why);
   if (write_results(&f, f.lr[k], f.lr[kmin]) != 0)
     goto done;
   status = 0;
@@ -319,6 +364,7 @@ done:
   free(f.lr);
   free(f.loss);
   free(f.smooth);
+  free(f.unlagged);
   return status;
 }
 

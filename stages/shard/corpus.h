@@ -22,6 +22,7 @@
   X(EINVAL, -22, "invalid argument")                                           \
   X(ENOMATCH, -2, "input matched no files")                                    \
   X(EREAD, -5, "file cannot be read")                                          \
+  X(EBINARY, -74, "binary data (a NUL byte)")                                  \
   X(ECANCELED, -125, "stopped")
 
 typedef enum corpus_error {
@@ -42,6 +43,12 @@ typedef struct corpus_file {
   /* 0, or the errno that stat gave (a dangling symlink: ENOENT). Such a
    * file stays in the list so the caller reports it as unreadable. */
   int stat_errno;
+  /* NULL, or what the entry is instead of a regular file or directory:
+   * "a FIFO", "a socket", "a device", or "a symlink loop" (a directory
+   * symlink back to a directory the walk is inside). Static storage. Such
+   * an entry stays in the list, with stat_errno 0, so the caller reports
+   * it as bad input rather than it vanishing from the corpus unsaid. */
+  const char *not_regular;
 } corpus_file;
 
 typedef struct corpus_files {
@@ -54,9 +61,12 @@ typedef struct corpus_files {
  * Each input is
  * - a glob (it has one of * ? [ ): its matches, each a file or directory;
  * - a directory: every regular file under it, recursively. Symlinks are
- *   followed (a symlink loop is walked once); names starting with '.' are
- *   skipped (.git, editor files); sockets, FIFOs and devices are skipped;
+ *   followed, but a symlink loop is walked once and listed with
+ *   not_regular set; names starting with '.' are skipped (.git, editor
+ *   files); sockets, FIFOs and devices are listed with not_regular set;
  * - anything else: that file. A path that does not exist is an error.
+ *   A FIFO, socket or device named outright is listed with not_regular
+ *   set; a glob's such matches are left out (a glob names files).
  * A relative input is taken relative to base_dir (NULL or "": the current
  * directory). A file or directory found in a walk or by a glob is left
  * out when its base name matches one of the fnmatch(3) patterns in
@@ -138,6 +148,10 @@ typedef struct corpus_doc {
  * a \u0000 escape is reported MALFORMED_JSON: the parser's strings end at
  * NUL, so its text could not be kept exactly.
  * A UTF-8 byte order mark at the start of a file is dropped.
+ * A NUL byte anywhere in the (decompressed) file makes corpus_reader_next
+ * fail with CORPUS_EBINARY: text corpora hold none, while binaries,
+ * images and UTF-16 text do (git's binary test is the same), and NUL is
+ * valid UTF-8, so the UTF-8 check alone lets such a file through.
  */
 typedef struct corpus_reader corpus_reader;
 
@@ -148,14 +162,17 @@ corpus_reader *corpus_reader_create(const corpus_opts *opts);
 void corpus_reader_destroy(corpus_reader *r);
 
 /* Opens path (gzip or plain). Returns 0, or CORPUS_EREAD with the reason
- * in err. Closes any file the reader had open. */
+ * in err: "PATH is a FIFO, not a regular file" when path is not a regular
+ * file (it is opened non-blocking first, so a FIFO never blocks the
+ * open). Closes any file the reader had open. */
 int corpus_reader_open(corpus_reader *r, const char *path, char *err,
                        size_t errlen);
 
 /* The next document of the open file: returns 1 with *doc filled, 0 at
  * the end of the file, or CORPUS_EREAD (corrupt or truncated gzip data,
  * an I/O error) with the reason in err, CORPUS_ECANCELED (should_stop
- * said so) or CORPUS_ENOMEM. */
+ * said so), CORPUS_EBINARY (the file holds a NUL byte: binary data, not
+ * text; err says at which byte) or CORPUS_ENOMEM. */
 int corpus_reader_next(corpus_reader *r, corpus_doc *doc, char *err,
                        size_t errlen);
 

@@ -110,7 +110,8 @@ static const dagrun_param_spec params[] = {
      "line is above this (1: off)"},
     {"on_bad_input", DAGRUN_PARAM_STRING, "skip", 0,
      "skip (count and report bad input) or fail (stop at the first: "
-     "invalid UTF-8, empty or unreadable file, bad JSON line)"},
+     "invalid UTF-8, binary data, empty or unreadable file, FIFO, symlink "
+     "loop, bad JSON line)"},
     {"threads", DAGRUN_PARAM_INT, "0", 0, "Worker threads (0: one per CPU)"},
     {"memory_limit", DAGRUN_PARAM_STRING, "512MiB", 0,
      "Memory the stage may use on top of the process's own, e.g. 256MiB, "
@@ -129,6 +130,7 @@ static const dagrun_param_spec params[] = {
   X(REPEATED_LINES, "repeated_lines", 0)                                       \
   X(TOO_LARGE, "too_large", 0)                                                 \
   X(INVALID_UTF8, "invalid_utf8", 1)                                           \
+  X(BINARY, "binary", 1)                                                       \
   X(MALFORMED_JSON, "malformed_json", 1)                                       \
   X(MISSING_FIELD, "missing_field", 1)                                         \
   X(EMPTY_FILE, "empty_file", 1)                                               \
@@ -690,6 +692,16 @@ static int read_corpus_file(worker *w, uint32_t fi) {
     drop_doc(w, w->counts, fi, 0, DROP_UNREADABLE, strerror(f->stat_errno));
     return 0;
   }
+  if (f->not_regular) {
+    int loop = strcmp(f->not_regular, "a symlink loop") == 0;
+    snprintf(err, sizeof(err),
+             loop ? "%s is a symlink loop: it leads back to a directory "
+                    "the walk is already in"
+                  : "%s is %s, not a regular file",
+             f->path, f->not_regular);
+    drop_doc(w, w->counts, fi, 0, DROP_UNREADABLE, err);
+    return 0;
+  }
   if (corpus_reader_open(w->reader, f->path, err, sizeof(err)) != 0) {
     drop_doc(w, w->counts, fi, 0, DROP_UNREADABLE, err);
     return 0;
@@ -716,7 +728,8 @@ static int read_corpus_file(worker *w, uint32_t fi) {
       if (rc == CORPUS_ECANCELED)
         return 0; /* stop is set; the task ends with its reason */
       withdraw_problems(w, fi);
-      drop_doc(w, w->counts, fi, 0, DROP_UNREADABLE, err);
+      drop_doc(w, w->counts, fi, 0,
+               rc == CORPUS_EBINARY ? DROP_BINARY : DROP_UNREADABLE, err);
       return 0;
     }
     if (di == UINT32_MAX) {

@@ -398,6 +398,7 @@ static optim *load_whole(trainrun *r, gang *g, const char *dir) {
       trainstate_load(dir, &ts, err, sizeof err) != 0)
     gang_abort(r, g, "resume", err);
   r->st.step = ts.step;
+  r->st.init_loss = ts.init_loss;
   return whole;
 }
 
@@ -613,7 +614,8 @@ static int save_full_model(trainrun *r, gpt *m, char *dir, size_t dirlen,
   train_state fs = {.model = m,
                     .step = r->st.step,
                     .tokens = r->st.tokens,
-                    .config_json = r->config_text};
+                    .config_json = r->config_text,
+                    .init_loss = r->st.init_loss};
   if (trainstate_save(dir, &fs, final, finallen, err, sizeof err) != 0) {
     r->h->fail(r->ctx, "final model: %s", err);
     return -1;
@@ -692,7 +694,6 @@ int gangloop_run(trainrun *r, int N) {
   if (lead)
     log_start(r, &g);
   r->lnV = log((double)gpt_get_config(r->model)->vocab_size);
-  r->init_loss = NAN;
   /* Pre-flight on the CPU before ZeRO takes the model (stage 3 frees its
    * parameters); on the GPU once it has them, but at stage 3, where a
    * forward on one GPU would need the other ranks' layers. */

@@ -533,7 +533,6 @@ int singleloop_run(trainrun *r) {
   trainrun_set_config(r);
   double H1 = log_model(r);
   r->lnV = log((double)gpt_get_config(r->model)->vocab_size);
-  r->init_loss = NAN;
   if (resume(r) != 0 || (r->st.step == 0 && preflight(r) != 0))
     return EXIT_FAILED;
   if (r->c.overfit)

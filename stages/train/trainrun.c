@@ -250,8 +250,11 @@ int trainrun_setup(trainrun *r, int nranks, int gang) {
     h->fail(r->ctx, "out of memory");
     return -1;
   }
-  r->st = (train_state){
-      .model = r->model, .opt = r->opt, .train = r->train, .guard = &r->guard};
+  r->st = (train_state){.model = r->model,
+                        .opt = r->opt,
+                        .train = r->train,
+                        .guard = &r->guard,
+                        .init_loss = NAN};
   return 0;
 }
 
@@ -315,10 +318,24 @@ void trainrun_set_config(trainrun *r) {
 
 /* ---- Checkpoints, validation, faults ---- */
 
+/* The checkpoints resume: auto skipped, for the warning when none was
+ * left. */
+typedef struct skipped {
+  trainrun *r;
+  int n;
+  char names[512]; /* base names, ", "-separated, cut short when long */
+} skipped;
+
 /* ckpt_find_latest's report of a checkpoint it skips: a warning. */
 static void report_invalid(void *arg, const char *dir, const char *why) {
-  trainrun *r = arg;
-  r->h->log(r->ctx, DAGRUN_LOG_WARN, "skipping checkpoint %s: %s", dir, why);
+  skipped *sk = arg;
+  sk->r->h->log(sk->r->ctx, DAGRUN_LOG_WARN, "skipping checkpoint %s: %s", dir,
+                why);
+  const char *base = strrchr(dir, '/');
+  size_t used = strlen(sk->names);
+  snprintf(sk->names + used, sizeof sk->names - used, "%s%s", sk->n ? ", " : "",
+           base ? base + 1 : dir);
+  sk->n++;
 }
 
 char *trainrun_resume_dir(trainrun *r) {
@@ -327,10 +344,20 @@ char *trainrun_resume_dir(trainrun *r) {
   if (strcmp(r->c.resume, "never") == 0)
     return NULL;
   if (strcmp(r->c.resume, "auto") == 0) {
-    if (ckpt_find_latest(r->ckpt_dir, &dir, report_invalid, r, err,
+    skipped sk = {.r = r};
+    if (ckpt_find_latest(r->ckpt_dir, &dir, report_invalid, &sk, err,
                          sizeof err) != 0) {
       r->h->log(r->ctx, DAGRUN_LOG_WARN, "%s", err);
       return NULL;
+    }
+    /* Starting over silently would look like a resume that worked: say
+     * it once, plainly, and count it where dashboards look. */
+    if (!dir && sk.n > 0) {
+      r->h->log(r->ctx, DAGRUN_LOG_WARN,
+                "resume: auto: every checkpoint in %s is corrupt (%d: %s): "
+                "starting again from step 0",
+                r->ckpt_dir, sk.n, sk.names);
+      r->h->metric(r->ctx, "corrupt_checkpoints", sk.n, 0);
     }
     return dir;
   }
@@ -350,7 +377,7 @@ void trainrun_report_init_loss(trainrun *r, double loss) {
   r->h->log(r->ctx, DAGRUN_LOG_INFO,
             "loss at initialization %.4f, ln(vocab) %.4f", loss, r->lnV);
   r->h->metric(r->ctx, "init_loss", loss, 0);
-  r->init_loss = loss;
+  r->st.init_loss = loss;
 }
 
 double trainrun_val_report(trainrun *r, int rc, double loss, const char *err,
@@ -591,8 +618,8 @@ void trainrun_summary_losses(const trainrun *r, cJSON *s) {
 
 void trainrun_summary_rates(const trainrun *r, cJSON *s, double tps) {
   cJSON_AddNumberToObject(s, "ln_vocab", r->lnV);
-  if (isfinite(r->init_loss))
-    cJSON_AddNumberToObject(s, "init_loss", r->init_loss);
+  if (isfinite(r->st.init_loss))
+    cJSON_AddNumberToObject(s, "init_loss", r->st.init_loss);
   cJSON_AddNumberToObject(s, "tokens_per_s", tps);
   cJSON_AddNumberToObject(s, "spike_events", (double)r->guard.events);
 }

@@ -93,7 +93,7 @@ typedef struct trainrun {
   double fpt;             /* model FLOPs per token (trainrun_flops) */
   double t_start, t_last; /* the loop's start, the last progress */
   int64_t first_step;     /* the step the loop started at (resume) */
-  double last_loss, val_loss, init_loss, lnV;
+  double last_loss, val_loss, lnV; /* init_loss: in st */
 
   /* eval_text and eval_choices (common/lmeval.h) resolved, NULL when not
    * asked for; lm_tok the data's tokenizer, loaded at their first use;
@@ -139,7 +139,7 @@ char *trainrun_resume_dir(trainrun *r);
  * position kept, so that training still starts with it (pre-flight). */
 void trainrun_peek_batch(trainrun *r);
 /* The loss at initialization: logged beside ln(vocab), a metric at step
- * 0 and r->init_loss. */
+ * 0 and r->st.init_loss. */
 void trainrun_report_init_loss(trainrun *r, double loss);
 
 /* A validation's result: the loss as the val_loss metric at step, or,

@@ -22,6 +22,8 @@
  */
 #include "trainstate.h"
 
+#include <math.h>
+
 #include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/weights.h"
@@ -129,6 +131,8 @@ int trainstate_save(const char *parent, const train_state *s, char *path,
   add_u64(st, "step", (uint64_t)s->step);
   add_u64(st, "tokens", s->tokens);
   cJSON_AddItemToObject(st, "model", model_json(gpt_get_config(s->model)));
+  if (isfinite(s->init_loss))
+    cJSON_AddNumberToObject(st, "init_loss", s->init_loss);
   cJSON *config = s->config_json ? cJSON_Parse(s->config_json) : NULL;
   if (config)
     cJSON_AddItemToObject(st, "config", config);
@@ -180,6 +184,8 @@ int trainstate_load(const char *dir, train_state *s, char *err, size_t errlen) {
       goto done;
     }
   }
+  const cJSON *il = cJSON_GetObjectItemCaseSensitive(st, "init_loss");
+  s->init_loss = cJSON_IsNumber(il) ? il->valuedouble : NAN;
   uint64_t tokens = 0;
   if (get_u64(st, "tokens", &tokens) != 0) {
     snprintf(err, errlen, "%s: manifest state has no tokens count", dir);

@@ -34,6 +34,12 @@ typedef struct train_state {
    * kept in the manifest as "config" so a checkpoint says how it was
    * made. Not read back: the resuming run's params rule. */
   const char *config_json;
+  /* The loss at initialization (the pre-flight's, step 0), or NAN when
+   * not known. Kept in the manifest's state ("init_loss", left out when
+   * NAN) so that a resumed run's summary still has it; a checkpoint
+   * written before the field existed loads as NAN (the field is
+   * optional: old readers ignore it, so the format's version stays). */
+  double init_loss;
 } train_state;
 
 /* Writes checkpoint s->step under parent; its path goes to path (may be

@@ -31,6 +31,29 @@ assert all(mem[b] < mem[2 * b] for b in (1, 2, 4, 8, 16)), mem
 print((mem[8] + mem[16]) // 2)
 P
 CAP=$(cat cap.txt)
+# The same DAG again measures again: throughput is the machine's, not a
+# function of the params, so the stage is not cached by default (it was,
+# and a rerun elsewhere reused the old numbers)...
+# The run directory that this run made: run ids of one second do not
+# sort in the order they were made.
+new_run() { # DAG OLD_RUN_DIR
+  ls -d "$DAGRUN_RUNS_DIR/$1"/*/ | sed 's,/$,,' | grep -vx "$2"
+}
+run_dagrun run free.yaml --plain
+expect_rc 0
+RF2=$(new_run free "$RF")
+[ "$(task_field "$RF2" batch_sweep state)" = success ] \
+  || fail "second sweep: $(task_field "$RF2" batch_sweep state), not measured again"
+[ -s "$RF2/batch_sweep/out/sweep.json" ] || fail "second sweep wrote no sweep.json"
+# ...unless the task asks for it.
+sed -e 's/dag: free/dag: kept/' -e 's/max_batch: 32/max_batch: 2/' -e 's/stage: batch_sweep,/stage: batch_sweep, cache: true,/' free.yaml > kept.yaml
+run_dagrun run kept.yaml --plain
+RK=$(run_dir kept)
+run_dagrun run kept.yaml --plain
+expect_rc 0
+RK2=$(new_run kept "$RK")
+[ "$(task_field "$RK2" batch_sweep state)" = cached ] \
+  || fail "cache: true sweep: $(task_field "$RK2" batch_sweep state)"
 
 cat > capped.yaml <<Y
 dag: capped
@@ -64,15 +87,21 @@ for x in rows:
     assert x["tokens_per_s"] > 0 and math.isfinite(x["loss"]) and x["grad_norm"] > 0, x
     # VmHWM, the cross-check, holds the engine and the rest of the process.
     assert x["rss_peak_bytes"] >= x["memory_bytes"], x
-# The recommendation: a measured size within the cap, with the best
-# tokens/s give or take 5%, and accumulation up to target_batch 20.
+# The recommendation: a measured size within the cap, the smallest unless
+# a larger one is faster by more than pick_margin (5%) than the pick so
+# far, and accumulation up to target_batch 20.
 rec = r["recommendation"]
 byb = {x["batch"]: x for x in rows}
 m = rec["micro_batch"]
 assert m in byb and rec["memory_bytes"] == byb[m]["memory_bytes"] <= cap, rec
+assert r["pick_margin"] == 0.05, r["pick_margin"]
+want = None
+for x in rows:
+    if x["batch"] <= 20 and (want is None or x["tokens_per_s"] > 1.05 * want["tokens_per_s"]):
+        want = x
+assert m == want["batch"], (m, rows)
 best = max(x["tokens_per_s"] for x in rows)
-assert byb[m]["tokens_per_s"] >= 0.95 * best, (rec, best)
-assert all(x["tokens_per_s"] < 0.95 * best for x in rows if x["batch"] > m), rows
+assert byb[m]["tokens_per_s"] >= best / 1.05, (rec, best)
 assert rec["grad_accum"] == -(-20 // m) and rec["global_batch"] == m * rec["grad_accum"] >= 20, rec
 # Outputs, as train downstream got them.
 outs = json.load(open(run + "/batch_sweep/outputs.json"))
@@ -94,6 +123,10 @@ assert len(charts) == 2, charts
 series = dict(re.findall(r'class="series" data-label="([^"]*)" data-points="(\d+)"', svg))
 assert series["tokens/s"] == "4" and series["engine (computed)"] == "4", series
 assert any(k.startswith("memory_cap") for k in series), series
+# The pick is marked and labelled in view on both charts.
+labels = re.findall(r'<text class="mark-label"[^>]*>([^<]*)</text>', svg)
+assert labels == ["recommended: micro-batch %d" % m] * 2, labels
+assert svg.count('class="mark"') == 2, svg.count('class="mark"')
 print("micro_batch %d, grad_accum %d; sweep:" % (m, rec["grad_accum"]))
 for x in rows:
     print("  %3d %9.0f tok/s %8.0f KiB engine %8.0f KiB VmHWM loss %.3f" % (x["batch"], x["tokens_per_s"], x["memory_bytes"] / 1024, x["rss_peak_bytes"] / 1024, x["loss"]))

@@ -47,20 +47,54 @@ for i, p in enumerate(pts):
 # The suggestion is a point of the test; the smoothed loss falls there.
 k = [p["lr"] for p in pts].index(s)
 assert pts[k + 1]["smoothed"] < pts[k - 1]["smoothed"], k
-assert r["min_loss_lr"] >= s, (r["min_loss_lr"], s)
+assert r["suggested_lr"] == s, (r["suggested_lr"], s)
+# min_loss_lr is honest: where the raw loss is at its lowest, not the
+# forward average's lagging minimum (which sat in the divergence).
+ok = [p for p in pts if "unlagged" in p]
+km = [p["lr"] for p in pts].index(r["min_loss_lr"])
+raw = [p["loss"] for p in ok]
+lagged = min(range(len(ok)), key=lambda i: ok[i]["smoothed"])
+near = sorted(raw[max(0, km - 5):km + 6])[len(raw[max(0, km - 5):km + 6]) // 2]
+assert near <= min(raw) + 0.25 * (raw[0] - min(raw)), (near, min(raw), raw[0])
+assert km <= lagged and r["min_loss_lr"] < r["diverged_lr"], (km, lagged)
+# The plot's y axis spans the useful band, from under the lowest loss to
+# 1.5x the first, not the divergence; both marks are labelled in view.
+lo, hi = r["plot_y_range"]
+assert lo <= min(raw) and abs(hi - 1.5 * raw[0]) < 1e-9, (lo, hi, raw[0])
 rows = list(csv.DictReader(open(out + "/lr_find.csv")))
 assert len(rows) == len(pts), (len(rows), len(pts))
 assert abs(float(rows[k]["lr"]) - s) < 1e-7 * s
 svg = open(out + "/lr_find.svg").read()
 assert svg.count('class="chart"') == 1
 n = [int(x) for x in re.findall(r'class="series" data-label="[^"]*" data-points="(\d+)"', svg)]
-finite = sum(1 for p in pts if p["loss"] is not None)
-assert n == [finite, finite], (n, finite)
-assert 'class="mark"' in svg and "suggested lr" in svg
+inband = lambda key, ps: sum(1 for p in ps if p.get(key) is not None and lo <= p[key] <= hi)
+assert n == [inband("loss", pts), inband("smoothed", pts), inband("unlagged", ok)], n
+assert max(p["loss"] for p in ok) > hi or r["diverged_lr"], "nothing to clip"
+labels = re.findall(r'<text class="mark-label"[^>]*>([^<]*)</text>', svg)
+assert len(labels) == 2 and labels[0].startswith("suggested lr") and labels[1].startswith("min loss lr"), labels
 print(repr(s))
 P
 SUGGEST=$(cat suggest.txt)
 expect_in "$R/lr_find/attempt-1/log" "output lr="
+expect_in "$R/lr_find/attempt-1/log" "output suggested_lr="
+
+# grad_accum: the test runs at the global batch train will use, as
+# train's grad_accum means it (the first step averages two batches).
+cat > accum.yaml <<Y
+dag: accum
+tasks:
+  lr_find: {stage: lr_find, with: {data: "$DATA", $MODEL, batch_size: 8, grad_accum: 2, steps: 20, max_lr: 0.01}}
+Y
+run_dagrun run accum.yaml --plain
+expect_rc 0
+"$PY" - "$O/lr_find.json" "$(run_dir accum)/lr_find/out/lr_find.json" <<'P' || fail "grad_accum: $(head -c 600 "$(run_dir accum)/lr_find/out/lr_find.json")"
+import json, sys
+one, two = (json.load(open(p)) for p in sys.argv[1:3])
+assert one["grad_accum"] == 1 and one["global_batch"] == 8, one["global_batch"]
+assert two["grad_accum"] == 2 and two["global_batch"] == 16, two["global_batch"]
+assert two["points"][0]["loss"] != one["points"][0]["loss"], (two["points"][0], one["points"][0])
+P
+expect_in "$(run_dir accum)/lr_find/attempt-1/log" "20 steps of 2 x 8 sequences (grad_accum 2)"
 
 # 100x the suggestion (train takes lr below 10).
 BIG=$(/usr/bin/python3 -c "import sys; print(100 * float(sys.argv[1]))" "$SUGGEST")

@@ -4,7 +4,8 @@
 # and line under on_bad_input: skip, and fail the task naming file:line
 # under fail, leaving out/ as the last good attempt left it. Also: inputs
 # that match nothing, nonsense params, the quality filters, documents too
-# large for memory_limit, and too many documents for it.
+# large for memory_limit, and too many documents for it. Binary files,
+# FIFOs and symlink loops are bad input too.
 . "$(dirname "$0")/lib.sh"
 
 mkdir -p bad jl
@@ -114,6 +115,63 @@ Y
 run_dagrun run fail2.yaml --plain
 [ "$RC" -ne 0 ] || fail "unreadable file under fail succeeded"
 expect_in "$T/out" "bad/d-gone.txt: unreadable: No such file or directory"
+
+# Input that is not text, or not a file: a file of NUL bytes (binary,
+# even when text comes first), a FIFO and symlink loops inside an input
+# directory are bad input like the rest: counted under skip, named with
+# what they are under fail; a FIFO named outright says it is one, and
+# never blocks the stage.
+mkdir -p odd/sub
+printf 'good text\n' > odd/a-good.txt
+head -c 20480 /dev/zero > odd/b-nul.txt
+{ printf 'prose first\n%%\n'; head -c 100 /dev/zero; } > odd/c-late-nul.txt
+mkfifo odd/d-fifo
+ln -s . odd/e-loop
+ln -s .. odd/sub/f-up
+odd_run() { # NAME POLICY INPUT
+  printf 'dag: %s\ntasks:\n  shard: {stage: shard, with: {input: %s, separator: "%%", on_bad_input: %s, shards: 1, val_fraction: 0}}\n' \
+    "$1" "$3" "$2" > "$1.yaml"
+  set +e
+  timeout 60 "$DAGRUN" run "$1.yaml" --plain >"$T/out" 2>"$T/err"
+  RC=$?
+  set -e
+  [ "$RC" -ne 124 ] || fail "$1: shard blocked on input $3"
+}
+odd_run oddskip skip odd
+expect_rc 0
+R=$(run_dir oddskip)
+"$PY" - "$R" <<'P' || fail "odd skip: $(cat "$R/shard/out/manifest.json")"
+import json, sys
+m = json.load(open(sys.argv[1] + "/shard/out/manifest.json"))
+dr = m["dropped"]
+assert dr["binary"] == 2 and dr["unreadable"] == 3, dr
+assert m["documents"]["kept"] == 1, m["documents"]
+probs = {p["file"].split("odd/")[-1]: (p["kind"], p["reason"]) for p in m["problems"]}
+assert probs["b-nul.txt"] == ("binary", "binary data: a NUL byte at byte 0"), probs
+assert probs["c-late-nul.txt"][0] == "binary", probs
+assert probs["d-fifo"][0] == "unreadable", probs
+assert probs["d-fifo"][1].endswith("odd/d-fifo is a FIFO, not a regular file"), probs
+assert "odd/e-loop is a symlink loop" in probs["e-loop"][1], probs
+assert "odd/sub/f-up is a symlink loop" in probs["sub/f-up"][1], probs
+assert len(probs) == 5, probs
+P
+# fail: each stops the task, named, in canonical order.
+odd_run oddfail fail odd
+[ "$RC" -ne 0 ] || fail "a file of NUL bytes passed on_bad_input: fail"
+expect_in "$T/out" "odd/b-nul.txt: binary: binary data: a NUL byte at byte 0"
+rm odd/b-nul.txt odd/c-late-nul.txt
+odd_run oddfail2 fail odd
+[ "$RC" -ne 0 ] || fail "a FIFO in the input passed on_bad_input: fail"
+expect_in "$T/out" "odd/d-fifo: unreadable: ./odd/d-fifo is a FIFO, not a regular file"
+rm odd/d-fifo
+odd_run oddfail3 fail odd
+[ "$RC" -ne 0 ] || fail "a symlink loop in the input passed on_bad_input: fail"
+expect_in "$T/out" "odd/e-loop: unreadable: ./odd/e-loop is a symlink loop"
+mkfifo lone-fifo
+odd_run oddfifo skip lone-fifo
+[ "$RC" -ne 0 ] || fail "a FIFO as the only input succeeded"
+expect_in "$T/out" "lone-fifo is a FIFO, not a regular file"
+rm -r odd lone-fifo
 
 # Attempts share out/: a failed one leaves the last good shards as they
 # were, a good one replaces them and removes the shards it did not write

@@ -1,14 +1,15 @@
 # A shard task stopped by its timeout ends promptly on SIGTERM, even in
 # the middle of one enormous document (a gzip bomb: 400 concatenated
-# members of 64 MiB of zeros, 25 GiB uncompressed in a 26 MB file), and
+# members of 64 MiB of one letter, 25 GiB uncompressed in a 26 MB file;
+# not zeros, which are binary data the reader refuses at once), and
 # leaves no spool or temporary shard file behind.
 . "$(dirname "$0")/lib.sh"
 
 mkdir -p bomb
 /usr/bin/python3 -c '
 import gzip
-member = gzip.compress(bytes(64 << 20), compresslevel=1)
-with open("bomb/zeros.gz", "wb") as f:
+member = gzip.compress(b"a" * (64 << 20), compresslevel=1)
+with open("bomb/letters.gz", "wb") as f:
     for _ in range(400):
         f.write(member)
 '

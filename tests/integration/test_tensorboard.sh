@@ -129,10 +129,16 @@ for path in files:
         tag, val = e["values"][0]
         got.append((tag, e["step"], val, e["wall_time"]))
 # Records go out before their metrics.jsonl line: after a kill, the events
-# may hold a record more, never one less.
+# may hold a record more. They may also hold fewer: the metrics of the
+# step the orphaned worker finished on its way out are appended to
+# metrics.jsonl by the worker (worker.h), not to dagrun's events file;
+# those come after every step the events hold.
 if prefix:
-    assert len(got) - len(want) in (0, 1), (len(got), len(want))
+    assert len(got) - len(want) <= 1, (len(got), len(want))
+    extra = want[len(got):]
+    assert all(m["step"] >= g[1] for m in extra for g in got), extra
     got = got[:len(want)]
+    want = want[:len(got)]
 assert len(got) == len(want), (len(got), len(want))
 for g, m in zip(got, want):
     tag, step, val, wall = g

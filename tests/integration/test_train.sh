@@ -45,23 +45,54 @@ cmp "$R/train/checkpoints/step-00000200/model.safetensors" "$R2/train/checkpoint
   fail "resumed run's weights differ from the uninterrupted run's"
 cmp "$R/train/checkpoints/step-00000200/optim.bin" "$R2/train/checkpoints/step-00000200/optim.bin" ||
   fail "resumed run's optimizer state differs"
+# The loss at initialization comes with the checkpoint: the resumed run's
+# summary has the first run's. A checkpoint from before it was kept (no
+# init_loss in its manifest) still resumes, with none in the summary.
+cp -r "$R/train/checkpoints/step-00000100" old-ckpt
+"$PY" - old-ckpt/manifest.json <<'P'
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert "init_loss" in m["state"], m["state"]
+del m["state"]["init_loss"]
+json.dump(m, open(sys.argv[1], "w"))
+P
+train_dag oldckpt "steps: 110, samples: 0, eval_every: 0, checkpoint_every: 0, resume: \"$T/old-ckpt\""
+run_dagrun run oldckpt.yaml --plain
+expect_rc 0
+"$PY" - "$R/train/out/summary.json" "$R2/train/out/summary.json" "$(run_dir oldckpt)/train/out/summary.json" <<'P' || fail "init_loss after a resume: $(cat "$R2/train/out/summary.json")"
+import json, sys
+first, resumed, old = (json.load(open(p)) for p in sys.argv[1:4])
+assert resumed["init_loss"] == first["init_loss"], (resumed, first)
+assert old["steps"] == 110 and "init_loss" not in old, old
+P
 
 # resume: auto skips a corrupt checkpoint for the previous valid one. The
 # learn attempt is run again by hand in the same task directory, with its
 # newest checkpoint truncated: it resumes from step 100, says why, and
 # ends with the same bits as before.
+rerun_attempt() { # NAME: the learn attempt again, its log in NAME.log
+  set +e
+  "$DAGRUN" __worker "$R/train/attempt-1/attempt.json" 3>"$1.msgs" >"$1.log" 2>&1
+  local rc=$?
+  set -e
+  [ "$rc" -eq 0 ] || fail "re-run attempt failed ($rc): $(cat "$1.log")"
+}
 cp "$R/train/checkpoints/step-00000200/model.safetensors" want-200.safetensors
 truncate -s 2000 "$R/train/checkpoints/step-00000200/model.safetensors"
-set +e
-"$DAGRUN" __worker "$R/train/attempt-1/attempt.json" 3>again.msgs >again.log 2>&1
-rc=$?
-set -e
-[ "$rc" -eq 0 ] || fail "re-run attempt failed ($rc): $(cat again.log)"
+rerun_attempt again
 expect_in again.log "skipping checkpoint"
 expect_in again.log "step-00000200: model.safetensors: truncated"
 expect_in again.log "resumed from $R/train/checkpoints/step-00000100 at step 100"
 cmp want-200.safetensors "$R/train/checkpoints/step-00000200/model.safetensors" ||
   fail "resumed from the older checkpoint, the run ended with other weights"
+# Every checkpoint corrupt: it starts again from step 0, and says so once,
+# naming them, with a corrupt_checkpoints metric (it said nothing).
+truncate -s 2000 "$R/train/checkpoints/step-00000200/model.safetensors" \
+  "$R/train/checkpoints/step-00000100/model.safetensors"
+rerun_attempt over
+expect_in over.log "every checkpoint in $R/train/checkpoints is corrupt (2: step-00000200, step-00000100): starting again from step 0"
+expect_in over.log "loss at initialization"
+expect_in over.msgs '"name":"corrupt_checkpoints","value":2,"step":0'
 
 # A corrupt checkpoint is refused with the file named.
 cp -r "$R/train/checkpoints/step-00000100" bad-ckpt

@@ -285,6 +285,37 @@ static void test_gzip(void) {
   free(gz);
 }
 
+/* A NUL byte makes a file binary, wherever it is and whatever the format;
+ * a FIFO is refused at open without blocking on it. */
+static void test_binary(void) {
+  corpus_opts none = text_opts(CORPUS_SEP_NONE, NULL);
+  corpus_opts pct = text_opts(CORPUS_SEP_LINE, "%");
+  char *zeros = calloc(20000, 1);
+  put_file("nul.txt", zeros, 20000);
+  CHECK_DOCS("nul.txt", &none, "ERROR|binary data: a NUL byte at byte 0\n");
+  /* Text first, the NUL in a later chunk: the error still comes, after
+   * documents the caller must then drop with the file. */
+  char *late = malloc(70000);
+  memset(late, 'a', 70000);
+  memcpy(late, "doc\n%\n", 6);
+  late[69000] = '\0';
+  put_file("late.txt", late, 70000);
+  char *got = read_docs("late.txt", &pct);
+  CHECK(strstr(got, "ERROR|binary data: a NUL byte at byte 69000\n") != NULL);
+  free(got);
+  write_gz("nul.gz", zeros, 100);
+  CHECK_DOCS("nul.gz", &pct, "ERROR|binary data: a NUL byte at byte 0\n");
+  free(late);
+  free(zeros);
+  /* A FIFO nobody writes to: a blocking open would never return. */
+  CHECK_INT(mkfifo(tpath("fifo"), 0600), 0);
+  char want[600];
+  snprintf(want, sizeof(want), "OPEN|%s is a FIFO, not a regular file\n",
+           tpath("fifo"));
+  CHECK_DOCS("fifo", &none, want);
+  unlink(tpath("fifo"));
+}
+
 static void test_utf8(void) {
   static const struct {
     const char *s;
@@ -453,8 +484,10 @@ static void test_expand(void) {
   put_str("corpus/sub/deeper/d.txt.gz", "d");
   put_str("corpus/skipdir/e.txt", "e");
   CHECK_INT(symlink("nowhere", tpath("corpus/dangling")), 0);
-  /* A loop back to the top is walked once. */
+  /* A loop back to the top is walked once, and listed as one. A FIFO is
+   * listed as what it is, not left out unsaid. */
   CHECK_INT(symlink("..", tpath("corpus/sub/up")), 0);
+  CHECK_INT(mkfifo(tpath("corpus/sub/pipe"), 0600), 0);
 
   const char *in[] = {"corpus"};
   const char *ex[] = {"*.dat", "skip*"};
@@ -463,14 +496,17 @@ static void test_expand(void) {
   CHECK_INT(corpus_expand(in, 1, tmpdir, ex, 2, &fl, err, sizeof(err)), 0);
   sbuf b = {0};
   for (size_t i = 0; i < fl.n; i++)
-    sbuf_printf(&b, "%s %llu %d\n", fl.v[i].path + strlen(tmpdir) + 1,
-                (unsigned long long)fl.v[i].size, fl.v[i].stat_errno);
+    sbuf_printf(&b, "%s %llu %d %s\n", fl.v[i].path + strlen(tmpdir) + 1,
+                (unsigned long long)fl.v[i].size, fl.v[i].stat_errno,
+                fl.v[i].not_regular ? fl.v[i].not_regular : "-");
   char *got = sbuf_take(&b);
-  CHECK_STR(got, "corpus/a.txt 2 0\n"
-                 "corpus/b.txt 1 0\n"
-                 "corpus/dangling 0 2\n"
-                 "corpus/sub/c.txt 1 0\n"
-                 "corpus/sub/deeper/d.txt.gz 1 0\n");
+  CHECK_STR(got, "corpus/a.txt 2 0 -\n"
+                 "corpus/b.txt 1 0 -\n"
+                 "corpus/dangling 0 2 -\n"
+                 "corpus/sub/c.txt 1 0 -\n"
+                 "corpus/sub/deeper/d.txt.gz 1 0 -\n"
+                 "corpus/sub/pipe 0 0 a FIFO\n"
+                 "corpus/sub/up 0 0 a symlink loop\n");
   free(got);
   corpus_files_free(&fl);
 
@@ -486,6 +522,17 @@ static void test_expand(void) {
     CHECK(strstr(fl.v[0].path, "corpus/a.dat") != NULL);
     CHECK(strstr(fl.v[1].path, "corpus/a.txt") != NULL);
     CHECK(strstr(fl.v[2].path, "corpus/b.txt") != NULL);
+  }
+  corpus_files_free(&fl);
+
+  /* A FIFO named outright is listed as a FIFO (it was EINVAL: the user
+   * read "Invalid argument"). */
+  const char *fifo[] = {"corpus/sub/pipe"};
+  CHECK_INT(corpus_expand(fifo, 1, tmpdir, NULL, 0, &fl, err, sizeof(err)), 0);
+  CHECK_INT(fl.n, 1);
+  if (fl.n == 1) {
+    CHECK_INT(fl.v[0].stat_errno, 0);
+    CHECK_STR(fl.v[0].not_regular ? fl.v[0].not_regular : "-", "a FIFO");
   }
   corpus_files_free(&fl);
 
@@ -652,6 +699,7 @@ int main(void) {
   test_too_large();
   test_jsonl();
   test_gzip();
+  test_binary();
   test_utf8();
   test_filters();
   test_escape();

@@ -186,6 +186,39 @@ static void test_log_axes(void) {
   free(svg);
 }
 
+/* A finder's plot: its marks labelled in view, not only on hover, and a
+ * y range that leaves a divergence out instead of flattening the rest. */
+static void test_labels_and_range(void) {
+  double x[5] = {1, 2, 3, 4, 5}, y[5] = {8, 7, 6.5, 9, 284};
+  svgplot_mark marks[2] = {{2, "suggested lr 2"}, {3, "minimum 3"}};
+  svgplot_series s = {.label = "loss", .x = x, .y = y, .n = 5};
+  svgplot_chart c = {.title = "range",
+                     .marks = marks,
+                     .n_marks = 2,
+                     .mark_labels = 1,
+                     .ymin = 6,
+                     .ymax = 12};
+  char *svg = svgplot_lines(&c, &s, 1);
+  CHECK(svg != NULL);
+  if (!svg)
+    return;
+  CHECK_INT(count(svg, "class=\"mark-label\""), 2);
+  CHECK(strstr(svg, ">suggested lr 2</text>") != NULL);
+  CHECK(strstr(svg, ">minimum 3</text>") != NULL);
+  CHECK_INT(points_of(svg, "loss"), 4); /* 284 is out of range */
+  CHECK(strstr(svg, ">250</text>") == NULL);
+  CHECK(strstr(svg, ">200</text>") == NULL);
+  CHECK(well_formed(svg));
+  free(svg);
+  /* Without them: hover titles only, every point. */
+  c.mark_labels = 0;
+  c.ymin = c.ymax = 0;
+  svg = svgplot_lines(&c, &s, 1);
+  CHECK_INT(count(svg, "class=\"mark-label\""), 0);
+  CHECK_INT(points_of(svg, "loss"), 5);
+  free(svg);
+}
+
 static void test_small_linear(void) {
   /* A flat learning rate near 1e-3: the axis's labels all read as
    * decimals, not "9.5e-4" next to "0.001". */
@@ -295,6 +328,7 @@ int main(void) {
   test_escape();
   test_lines();
   test_log_axes();
+  test_labels_and_range();
   test_no_data();
   test_small_linear();
   test_stacked();
