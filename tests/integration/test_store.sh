@@ -236,20 +236,21 @@ for r in runs:
 P
 
 # A run's records are batched (docs/internals/store.md): committed before
-# a process starts on them and whenever the run waits. While `slow` sleeps,
-# a reader sees `first` succeeded and `slow` running with its pid, and
-# another run writes to the same store at once (a batch left open would
-# hold the write lock: it would wait for busy_timeout, 10 s).
+# a process starts on them and whenever the run waits. While `slow` waits
+# (for $T/release), a reader sees `first` succeeded and `slow` running with
+# its pid, and another run writes to the same store at once (a batch left
+# open would hold the write lock: that run would wait for busy_timeout,
+# 10 s, and fail).
 cat > batch.yaml <<Y
 dag: batch
 tasks:
   first: {stage: exec, with: {command: [echo, first]}}
-  slow: {stage: exec, needs: [first], with: {command: [sh, -c, 'touch $T/slow.started; sleep 4']}}
+  slow: {stage: exec, needs: [first], with: {command: [sh, -c, 'touch $T/slow.started; for i in \$(seq 600); do [ -e $T/release ] && exit 0; sleep 0.1; done; exit 1']}}
 Y
-rm -f "$T/slow.started"
+rm -f "$T/slow.started" "$T/release"
 "$DAGRUN" run batch.yaml -q >"$T/batch.out" 2>&1 &
 BG=$!
-wait_until 20 test -e "$T/slow.started" || fail "slow never started: $(cat "$T/batch.out")"
+wait_until 30 test -e "$T/slow.started" || fail "slow never started: $(cat "$T/batch.out")"
 sleep 0.3
 BID=$("$DAGRUN" runs batch --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
 run_dagrun status "$BID" --json
@@ -268,8 +269,9 @@ t0=$(date +%s%N)
 run_dagrun run other.yaml -q
 t1=$(date +%s%N)
 expect_rc 0
-[ $(((t1 - t0) / 1000000)) -lt 3500 ] || fail "a second run waited $(((t1 - t0) / 1000000)) ms on the store held by the first"
+[ $(((t1 - t0) / 1000000)) -lt 6000 ] || fail "a second run waited $(((t1 - t0) / 1000000)) ms on the store held by the first"
 kill -0 "$BG" 2>/dev/null || fail "the batch run ended before the second run did: the check proved nothing"
+touch "$T/release"
 wait "$BG" || fail "the batch run failed: $(cat "$T/batch.out")"
 
 # A DAGRUN_HOME that is a file: the store cannot be opened, the run is
