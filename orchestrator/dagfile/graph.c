@@ -46,10 +46,26 @@ static void mermaid_label(FILE *out, const char *s) {
   }
 }
 
+/* What changes how a task is run beyond its edges: "branch" (it picks
+ * which downstream tasks run) and a trigger rule other than all_success,
+ * e.g. "branch, trigger one_failed"; "" for neither. Into buf. */
+static const char *task_note(const spec_task *t, char *buf, size_t n) {
+  const char *rule = t->trigger == SPEC_TRIGGER_ALL_SUCCESS
+                         ? NULL
+                         : spec_trigger_name(t->trigger);
+  snprintf(buf, n, "%s%s%s%s", t->branch ? "branch" : "",
+           t->branch && rule ? ", " : "", rule ? "trigger " : "",
+           rule ? rule : "");
+  return buf;
+}
+
 static void print_text(const spec *s, const size_t *order, FILE *out) {
   for (size_t k = 0; k < s->n_tasks; k++) {
     const spec_task *t = &s->tasks[order[k]];
+    char note[96];
     fprintf(out, "%s (%s)", t->name, t->stage ? t->stage : "?");
+    if (*task_note(t, note, sizeof note))
+      fprintf(out, " [%s]", note);
     for (size_t j = 0; j < t->n_needs; j++)
       fprintf(out, "%s%s", j ? ", " : " <- ", s->tasks[t->needs[j]].name);
     fputc('\n', out);
@@ -62,12 +78,16 @@ static void print_dot(const spec *s, const size_t *order, FILE *out) {
   fputs(" {\n  rankdir=LR;\n  node [shape=box];\n", out);
   for (size_t k = 0; k < s->n_tasks; k++) {
     const spec_task *t = &s->tasks[order[k]];
-    char *label = xasprintf("%s\n(%s)", t->name, t->stage ? t->stage : "?");
+    char note[96];
+    task_note(t, note, sizeof note);
+    char *label = xasprintf("%s\n(%s)%s%s", t->name, t->stage ? t->stage : "?",
+                            *note ? "\n" : "", note);
     fputs("  ", out);
     dot_string(out, t->name);
     fputs(" [label=", out);
     dot_string(out, label);
-    fputs("];\n", out);
+    /* A branch task is a decision: drawn as flowcharts draw one. */
+    fputs(t->branch ? ", shape=diamond];\n" : "];\n", out);
     free(label);
   }
   for (size_t k = 0; k < s->n_tasks; k++) {
@@ -89,11 +109,19 @@ static void print_mermaid(const spec *s, const size_t *order, FILE *out) {
   fputs("flowchart TD\n", out);
   for (size_t k = 0; k < s->n_tasks; k++) {
     const spec_task *t = &s->tasks[order[k]];
-    fprintf(out, "  t%zu[\"", order[k]);
+    char note[96];
+    /* {...}: Mermaid's decision shape, for a branch task. */
+    fprintf(out, "  t%zu%s\"", order[k], t->branch ? "{" : "[");
     mermaid_label(out, t->name);
     fputs(" (", out);
     mermaid_label(out, t->stage ? t->stage : "?");
-    fputs(")\"]\n", out);
+    fputs(")", out);
+    if (*task_note(t, note, sizeof note)) {
+      fputs(" [", out);
+      mermaid_label(out, note);
+      fputs("]", out);
+    }
+    fputs(t->branch ? "\"}\n" : "\"]\n", out);
   }
   for (size_t k = 0; k < s->n_tasks; k++) {
     const spec_task *t = &s->tasks[order[k]];

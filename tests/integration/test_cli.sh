@@ -86,6 +86,22 @@ expect_rc 0
 expect_in "$T/out" "report (exec) <- count, upper"
 run_dagrun graph "$DAGRUN_SOURCE_DIR/dags/smoke.yaml" --format svg
 expect_rc 2
+# A branch task and a trigger rule other than all_success are shown in
+# every format (a branch task as a decision shape).
+G="$DAGRUN_SOURCE_DIR/examples/branching/gate.yaml"
+run_dagrun graph "$G" --format text
+expect_rc 0
+expect_in "$T/out" "gate (exec) [branch] <- evaluate"
+expect_in "$T/out" "publish (exec) [trigger none_failed_min_one_success] <- export, alert"
+expect_in "$T/out" "export (exec) <- gate"
+run_dagrun graph "$G" --format dot
+expect_rc 0
+expect_in "$T/out" '"gate" [label="gate\n(exec)\nbranch", shape=diamond];'
+expect_in "$T/out" '"publish" [label="publish\n(exec)\ntrigger none_failed_min_one_success"];'
+run_dagrun graph "$G" --format mermaid
+expect_rc 0
+expect_in "$T/out" 't1{"gate (exec) [branch]"}'
+expect_in "$T/out" 't4["publish (exec) [trigger none_failed_min_one_success]"]'
 
 run_dagrun stages
 expect_in "$T/out" "exec"
