@@ -228,6 +228,11 @@ size_t gpt_tensor_count(const gpt *m) { return m->n_tensors; }
 const gpt_tensor *gpt_tensor_at(const gpt *m, size_t i) {
   return i < m->n_tensors ? &m->tensors[i] : NULL;
 }
+void gpt_decay_all_2d(gpt *m) {
+  for (size_t i = 0; i < m->n_tensors; i++)
+    if (m->tensors[i].ndim == 2)
+      m->tensors[i].decay = 1;
+}
 const gpt_tensor *gpt_tensor_find(const gpt *m, const char *name) {
   for (size_t i = 0; i < m->n_tensors; i++)
     if (strcmp(m->tensors[i].name, name) == 0)

@@ -64,9 +64,9 @@ typedef struct gpt_tensor {
   size_t numel;
   int ndim;
   int shape[2];
-  int decay;       /* 1 for weight matrices (c_attn, c_proj, c_fc); 0 for
-                      biases, LayerNorms and embeddings, as AdamW's
-                      default is to exclude them */
+  int decay; /* 1 for weight matrices (c_attn, c_proj, c_fc); 0 for
+                biases, LayerNorms and embeddings, as AdamW's
+                default is to exclude them (gpt_decay_all_2d) */
 } gpt_tensor;
 
 typedef struct gpt gpt;
@@ -82,6 +82,11 @@ float *gpt_params(gpt *m);
 float *gpt_grads(gpt *m);
 size_t gpt_tensor_count(const gpt *m);
 const gpt_tensor *gpt_tensor_at(const gpt *m, size_t i);
+/* Makes every 2-D tensor decay, the token and position embeddings too
+ * (nanoGPT's and llm.c's choice), where the default is the weight
+ * matrices only. Every engine reads the flags (the CPU optimizer's groups,
+ * ZeRO's shards, the CUDA optimizer's runs): call before making them. */
+void gpt_decay_all_2d(gpt *m);
 /* The tensor of that name, or NULL. */
 const gpt_tensor *gpt_tensor_find(const gpt *m, const char *name);
 

@@ -75,6 +75,7 @@ double trainkit_default_lr(optim_kind kind) {
 
 const char *const trainkit_optimizer_names[] = {
     [OPTIM_ADAMW] = "adamw", [OPTIM_LION] = "lion", [OPTIM_LION + 1] = NULL};
+const char *const trainkit_decay_names[] = {"matrices", "all_2d", NULL};
 
 int trainkit_read_optim(dagrun_ctx *ctx, const dagrun_host *h, optim_config *o,
                         double *grad_clip) {
@@ -186,20 +187,34 @@ int trainkit_make_model(dagrun_ctx *ctx, const dagrun_host *h,
   char err[1024];
   *out = NULL;
   *init_dir = NULL;
-  if (m->init_from[0])
-    return init_from_model(ctx, h, m, out, init_dir);
-  if (gpt_config_finish(&m->cfg, err, sizeof err) != 0 ||
-      gpt_create(&m->cfg, out, err, sizeof err) != 0) {
-    h->fail(ctx, "model: %s", err);
+  int all_2d;
+  if (stagekit_param_choice(ctx, h, "decay_tensors", trainkit_decay_names,
+                            &all_2d) != 0)
     return -1;
+  if (m->init_from[0]) {
+    if (init_from_model(ctx, h, m, out, init_dir) != 0)
+      return -1;
+  } else {
+    if (gpt_config_finish(&m->cfg, err, sizeof err) != 0 ||
+        gpt_create(&m->cfg, out, err, sizeof err) != 0) {
+      h->fail(ctx, "model: %s", err);
+      return -1;
+    }
+    gpt_init(*out, seed);
   }
-  gpt_init(*out, seed);
+  /* Before any optimizer, ZeRO shard or device copy reads the flags. */
+  if (all_2d) {
+    gpt_decay_all_2d(*out);
+    h->log(ctx, DAGRUN_LOG_INFO,
+           "weight decay on every 2-D tensor, the embeddings too "
+           "(decay_tensors: all_2d)");
+  }
   return 0;
 }
 
-/* One optimizer group per tensor, so that weight decay follows gpt's
- * own say on which tensors decay (matrices, not biases, LayerNorms or
- * embeddings). */
+/* One optimizer group per tensor, so that weight decay follows the
+ * tensors' own flags (gpt_tensor.decay: the matrices, or with
+ * decay_tensors: all_2d every 2-D tensor). */
 int trainkit_make_optim(const gpt *model, const optim_config *oc, optim **out,
                         char *err, size_t errlen) {
   size_t nt = gpt_tensor_count(model);

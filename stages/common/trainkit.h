@@ -51,20 +51,26 @@
        "Second-moment decay (0: 0.95 for adamw, 0.99 for lion)"},              \
       {"eps", DAGRUN_PARAM_FLOAT, "1e-8", 0, "AdamW epsilon"},                 \
       {"weight_decay", DAGRUN_PARAM_FLOAT, "0.1", 0,                           \
-       "Decoupled weight decay of weight matrices (not biases, LayerNorms, "   \
-       "embeddings)"},                                                         \
+       "Decoupled weight decay (of the tensors decay_tensors names)"},         \
+      {"decay_tensors", DAGRUN_PARAM_STRING, "matrices", 0,                    \
+       "Which tensors decay: matrices (the blocks' weight matrices; not "      \
+       "biases, LayerNorms, embeddings) or all_2d (every 2-D tensor, the "     \
+       "embeddings too, as nanoGPT and llm.c)"},                               \
       {"grad_clip", DAGRUN_PARAM_FLOAT, "1.0", 0,                              \
        "Global gradient-norm clip (0: off)"}
 /* clang-format on */
 
-/* The optimizer param's values, indexed by optim_kind, NULL-terminated. */
+/* The optimizer param's values, indexed by optim_kind, and decay_tensors'
+ * (matrices, all_2d), NULL-terminated. */
 extern const char *const trainkit_optimizer_names[];
+extern const char *const trainkit_decay_names[];
 
 /* dagrun_param_choice entries for a stage's choices array, beside the
  * param spec entries above: the model presets and the optimizers. */
 /* clang-format off */
 #define TRAINKIT_MODEL_CHOICES {"model", gpt_preset_names}
-#define TRAINKIT_OPTIM_CHOICES {"optimizer", trainkit_optimizer_names}
+#define TRAINKIT_OPTIM_CHOICES {"optimizer", trainkit_optimizer_names}, \
+    {"decay_tensors", trainkit_decay_names}
 /* clang-format on */
 
 typedef struct trainkit_model {
@@ -98,7 +104,9 @@ int trainkit_open_data(dagrun_ctx *ctx, const dagrun_host *h, trainkit_model *m,
 /* The model to train: with init_from, that directory's weights and shape
  * (m->cfg, m->T and m->name follow it; *init_dir, caller frees, is the
  * resolved directory, which is only read); without, a preset's model
- * initialized by seed (*init_dir NULL). Call after trainkit_open_data.
+ * initialized by seed (*init_dir NULL). Its tensors decay as the
+ * decay_tensors param says (gpt_decay_all_2d). Call after
+ * trainkit_open_data.
  * Caller destroys *out. */
 int trainkit_make_model(dagrun_ctx *ctx, const dagrun_host *h,
                         trainkit_model *m, uint64_t seed, gpt **out,

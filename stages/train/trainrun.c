@@ -302,6 +302,11 @@ void trainrun_set_config(trainrun *r) {
   cJSON_AddNumberToObject(o, "beta2", c->opt.beta2);
   cJSON_AddNumberToObject(o, "eps", c->opt.eps);
   cJSON_AddNumberToObject(o, "weight_decay", c->opt.weight_decay);
+  /* As the model's tensors say (trainkit_make_model set them). */
+  const gpt_tensor *wte =
+      r->model ? gpt_tensor_find(r->model, "wte.weight") : NULL;
+  cJSON_AddStringToObject(o, "decay_tensors",
+                          wte && wte->decay ? "all_2d" : "matrices");
   cJSON_AddNumberToObject(o, "grad_clip", c->grad_clip);
   cJSON_AddNumberToObject(o, "seed", (double)c->seed);
   if (r->eng) {

@@ -117,6 +117,25 @@ expect_in "$T/out" "overfit_one_batch: loss"
 train_dag lion "steps: 60, optimizer: lion, lr: 0.001, samples: 0"
 run_dagrun run lion.yaml --plain
 expect_rc 0
+decay_of() { # MANIFEST: the decay_tensors its training config records
+  "$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["state"]["config"]["decay_tensors"])' "$1"
+}
+[ "$(decay_of "$(run_dir lion)"/train/checkpoints/step-00000060/manifest.json)" = matrices ] ||
+  fail "a default run's checkpoint does not say decay_tensors matrices"
+
+# decay_tensors: all_2d reaches the model (the checkpoint's config is
+# read from its tensors' flags; unit/test_gpt checks the decay itself),
+# and a value outside the choices is refused at check.
+train_dag decay2d "steps: 10, samples: 0, eval_every: 0, decay_tensors: all_2d"
+run_dagrun run decay2d.yaml --plain
+expect_rc 0
+expect_in "$(run_dir decay2d)/train/attempt-1/log" "weight decay on every 2-D tensor"
+[ "$(decay_of "$(run_dir decay2d)"/train/checkpoints/step-00000010/manifest.json)" = all_2d ] ||
+  fail "decay_tensors: all_2d is not in the checkpoint's config"
+train_dag baddecay "decay_tensors: everything"
+run_dagrun run baddecay.yaml --plain
+expect_rc 2
+expect_in "$T/err" "param 'decay_tensors': 'everything' is not one of matrices, all_2d"
 
 # The loss-spike guard, on a bad batch injected at step 61 (numbered as
 # the metrics number steps): each policy does what it says, and the event

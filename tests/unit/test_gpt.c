@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "model/gpt.h"
+#include "optim/optim.h"
 #include "testlib.h"
 
 static char err[512];
@@ -553,6 +554,63 @@ static void test_param_groups(void) {
   gpt_destroy(m);
 }
 
+/* decay_tensors: all_2d (gpt_decay_all_2d): every 2-D tensor decays, the
+ * embeddings too; 1-D ones still do not. Seen through an AdamW step with
+ * zero gradients, where only the decay moves a weight: wte shrinks by
+ * exactly lr x wd with all_2d and stays put by default. */
+static void decay_step(gpt *m, float *wte0, float *bias0) {
+  optim_config oc = {OPTIM_ADAMW, 0.9f, 0.95f, 1e-8f, 0.5f};
+  size_t nt = gpt_tensor_count(m);
+  optim_group *g = calloc(nt, sizeof *g);
+  for (size_t i = 0; i < nt; i++) {
+    const gpt_tensor *t = gpt_tensor_at(m, i);
+    g[i] = (optim_group){t->offset, t->numel, t->decay};
+  }
+  optim *o = NULL;
+  CHECK_INT(optim_create(&oc, gpt_num_params(m), g, nt, &o, err, sizeof err),
+            0);
+  free(g);
+  if (!o)
+    return;
+  const gpt_tensor *wte = gpt_tensor_find(m, "wte.weight");
+  const gpt_tensor *bias = gpt_tensor_find(m, "h.0.attn.c_attn.bias");
+  *wte0 = gpt_params(m)[wte->offset + 5];
+  *bias0 = gpt_params(m)[bias->offset + 1];
+  gpt_zero_grad(m);
+  optim_step(o, gpt_params(m), gpt_grads(m), 0.1f);
+  optim_destroy(o);
+}
+
+static void test_decay_all_2d(void) {
+  gpt *m = make(2, 2, 16, 8, 50), *d = make(2, 2, 16, 8, 50);
+  if (!m || !d)
+    return;
+  gpt_init(m, 3);
+  gpt_init(d, 3);
+  gpt_params(m)[gpt_tensor_find(m, "h.0.attn.c_attn.bias")->offset + 1] = 0.25f;
+  gpt_params(d)[gpt_tensor_find(d, "h.0.attn.c_attn.bias")->offset + 1] = 0.25f;
+  gpt_decay_all_2d(d);
+  for (size_t i = 0; i < gpt_tensor_count(d); i++) {
+    const gpt_tensor *t = gpt_tensor_at(d, i), *u = gpt_tensor_at(m, i);
+    CHECK_INT(t->decay, t->ndim == 2);
+    /* the default: 2-D, and not an embedding */
+    CHECK_INT(u->decay, u->ndim == 2 && strcmp(u->name, "wte.weight") != 0 &&
+                            strcmp(u->name, "wpe.weight") != 0);
+  }
+  float w_m, b_m, w_d, b_d;
+  decay_step(m, &w_m, &b_m);
+  decay_step(d, &w_d, &b_d);
+  const gpt_tensor *wte = gpt_tensor_find(m, "wte.weight");
+  const gpt_tensor *bias = gpt_tensor_find(m, "h.0.attn.c_attn.bias");
+  CHECK(w_m != 0 && w_d == w_m);
+  CHECK(gpt_params(m)[wte->offset + 5] == w_m); /* not decayed */
+  CHECK_NEAR(gpt_params(d)[wte->offset + 5], w_d * (1 - 0.1 * 0.5), 1e-7);
+  CHECK(gpt_params(m)[bias->offset + 1] == 0.25f); /* 1-D: never */
+  CHECK(gpt_params(d)[bias->offset + 1] == 0.25f);
+  gpt_destroy(m);
+  gpt_destroy(d);
+}
+
 int main(void) {
   test_presets();
   test_param_count();
@@ -563,5 +621,6 @@ int main(void) {
   test_accumulation();
   test_refusals();
   test_param_groups();
+  test_decay_all_2d();
   TEST_DONE();
 }
