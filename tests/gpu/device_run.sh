@@ -18,7 +18,8 @@
 # the GPU benchmarks (bench/gpu_train.sh: GPT-2 124M against PyTorch
 # with the batch sweep, bench/gpu_profile.sh: each kernel's share of a
 # step, bench/zero_cuda.sh: each ZeRO stage against stage 0, kernel_bench
-# with both attention kernels: in that order, the most wanted first,
+# with both attention kernels, then bench/torch_attention.py: PyTorch's
+# attention backends beside ours: in that order, the most wanted first,
 # should the budget run out), each into a log in $OUT (the folder the
 # device tool brings back; ./gpu-logs without it): env.txt, tests.log,
 # gpu_train.log, gpu_profile.log, zero_cuda.log, kernel_bench.log, and
@@ -98,11 +99,15 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     # empty: the default kernels (an unknown name is refused)
     DAGRUN_CUDA_ATTENTION=${att#default} step kernel_bench.log 40 "$b/bin/kernel_bench"
   done
+  # PyTorch's attention backends on the same shape, beside the default's
+  # figures above (the first attention lines of kernel_bench.log).
+  echo "== torch_attention" >>"$logs/kernel_bench.log"
+  step kernel_bench.log 60 "$DAGRUN_TEST_PYTHON" bench/torch_attention.py --kernel-bench "$logs/kernel_bench.log"
 fi
 grep -E '^(PASS|FAIL)' "$logs/tests.log" 2>/dev/null | awk '{ print $1 }' | sort | uniq -c
 grep -E '^(-- |GPU tests|SKIPPED|TIMED OUT)' "$logs/tests.log" 2>/dev/null
 grep -E 'tokens/s:|^dagrun |^torch |^== ' "$logs/gpu_train.log" 2>/dev/null
-grep -E '^== |^attention' "$logs/kernel_bench.log" 2>/dev/null
+grep -E '^== |^attention|^(dagrun \(|flash|cudnn|efficient)' "$logs/kernel_bench.log" 2>/dev/null
 head -n 25 "$logs/gpu_profile.log" 2>/dev/null
 tail -n 9 "$logs/zero_cuda.log" 2>/dev/null
 cat "$logs/steps.txt"
