@@ -41,6 +41,7 @@
 #include "lib/exitcode.h"
 #include "lib/fileio.h"
 #include "report/alerts.h"
+#include "report/compare.h"
 #include "report/report.h"
 #include "report/view.h"
 #include "run/rundir.h"
@@ -135,6 +136,15 @@ static const char status_usage[] =
     "and for a task taken from the cache the run it came from.\n"
     "\n" STORE_NOTE_TEXT;
 
+static const char compare_usage[] =
+    "usage: dagrun compare RUN RUN... [--all] [--json]\n"
+    "Shows recorded runs side by side, a column per run (at most 16): the\n"
+    "params and task outputs that differ (--all: every one), and each\n"
+    "task's metrics, final value and best (lowest, or highest for\n"
+    "accuracies, scores and rates) with its step. --json: the whole\n"
+    "comparison, as GET /api/compare returns it.\n"
+    "\n" STORE_NOTE_TEXT;
+
 static const char logs_usage[] =
     "usage: dagrun logs RUN TASK [--attempt N] [--rank R] [--follow|-f]\n"
     "Prints an attempt's stdout and stderr (default: the latest attempt,\n"
@@ -201,8 +211,7 @@ static command_fn cmd_run, cmd_check, cmd_graph, cmd_stages, cmd_generate,
 /* In the order `dagrun --help` lists them: a run's life, then the daemon. */
 static const command commands[] = {
     {"run", cmd_run, "run a DAG now", run_usage},
-    {"check", cmd_check, "validate DAG files, report all errors",
-     check_usage},
+    {"check", cmd_check, "validate DAG files, report all errors", check_usage},
     {"graph", cmd_graph, "print a DAG as text, dot or mermaid", graph_usage},
     {"stages", cmd_stages, "installed stage plugins and their params",
      stages_usage},
@@ -215,17 +224,18 @@ static const command commands[] = {
     {"status", history_cmd_status, "a run's tasks: states, attempts, exits",
      status_usage},
     {"logs", history_cmd_logs, "an attempt's stdout+stderr", logs_usage},
+    {"compare", compare_cmd, "runs side by side: params, metrics, outputs",
+     compare_usage},
     {"resume", cmd_resume, "go on with a run that did not succeed",
      resume_usage},
     {"cancel", cmd_cancel, "stop a running run", cancel_usage},
     {"report", report_cmd_report, "(re)write a run's report.html",
      report_usage},
-    {"backfill", backfill_cmd_backfill,
-     "one run per schedule time in a range", backfill_usage},
+    {"backfill", backfill_cmd_backfill, "one run per schedule time in a range",
+     backfill_usage},
     {"serve", serve_cmd_serve, "daemon: cron triggers, HTTP API, dashboard",
      serve_usage},
-    {"version", cmd_version, "dagrun's version and plugin ABI",
-     version_usage},
+    {"version", cmd_version, "dagrun's version and plugin ABI", version_usage},
     {"help", cmd_help, "this list, or a command's usage", help_usage},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };

@@ -30,9 +30,10 @@
 #include <unistd.h>
 
 #include "base/util.h"
-#include "netguard.h"
 #include "lib/clock.h"
 #include "lib/fileio.h"
+#include "netguard.h"
+#include "report/compare.h"
 #include "store/store.h"
 
 /* The dashboard and the OpenAPI document, embedded at build time
@@ -689,6 +690,48 @@ static unsigned get_metrics(api_server *s, const char *id, cJSON **out) {
   return MHD_HTTP_OK;
 }
 
+/* GET /api/compare?runs=A,B,...: compare.h's comparison of 2 to
+ * COMPARE_MAX_RUNS runs (ids or unique prefixes, comma-separated). */
+static unsigned get_compare(api_server *s, struct MHD_Connection *c,
+                            cJSON **out) {
+  const char *arg = query_str(c, "runs");
+  if (!arg || strlen(arg) > COMPARE_MAX_RUNS * 130) {
+    *out = err_json("compare needs runs=RUN,RUN,... (2 to %d run ids)",
+                    COMPARE_MAX_RUNS);
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  char *list = xstrdup(arg), *save = NULL;
+  cJSON *runs[COMPARE_MAX_RUNS];
+  size_t n = 0;
+  unsigned status = 0;
+  for (char *id = strtok_r(list, ",", &save); id && !status;
+       id = strtok_r(NULL, ",", &save)) {
+    if (n == COMPARE_MAX_RUNS) {
+      *out = err_json("compare takes at most %d runs", COMPARE_MAX_RUNS);
+      status = MHD_HTTP_BAD_REQUEST;
+      break;
+    }
+    store *st;
+    if ((status = find_run(s, id, &st, &runs[n], out)) == 0) {
+      store_close(st);
+      n++;
+    }
+  }
+  free(list);
+  if (!status && n < 2) {
+    *out = err_json("compare needs runs=RUN,RUN,... (2 to %d run ids)",
+                    COMPARE_MAX_RUNS);
+    status = MHD_HTTP_BAD_REQUEST;
+  }
+  if (!status) {
+    *out = compare_runs(runs, n);
+    status = MHD_HTTP_OK;
+  }
+  for (size_t i = 0; i < n; i++)
+    cJSON_Delete(runs[i]);
+  return status;
+}
+
 /* GET /api/runs/{run}/report: the run's report.html as written (report.h).
  * 0 with *html (caller frees) and *len, or a status with *out. */
 static unsigned get_report(api_server *s, const char *id, char **html,
@@ -1034,7 +1077,8 @@ typedef enum {
   R_METRICS,
   R_ALERTS,
   R_CANCEL,
-  R_REPORT
+  R_REPORT,
+  R_COMPARE
 } route_id;
 
 /* Every route; '*' is one path segment. openapi.json describes each (a
@@ -1056,6 +1100,7 @@ static const struct route {
     {"GET", "/api/runs/*/alerts", R_ALERTS},
     {"POST", "/api/runs/*/cancel", R_CANCEL},
     {"GET", "/api/runs/*/report", R_REPORT},
+    {"GET", "/api/compare", R_COMPARE},
 };
 
 /* Whether url matches pattern; the segments that '*' matched go to caps. */
@@ -1160,6 +1205,9 @@ static enum MHD_Result dispatch(api_server *s, struct MHD_Connection *c,
     break;
   case R_CANCEL:
     status = post_cancel(s, c, caps[0], r, &out);
+    break;
+  case R_COMPARE:
+    status = get_compare(s, c, &out);
     break;
   case R_REPORT: {
     char *html = NULL;
