@@ -206,7 +206,8 @@ typedef struct command {
 } command;
 
 static command_fn cmd_run, cmd_check, cmd_graph, cmd_stages, cmd_generate,
-    cmd_eval, cmd_cron_next, cmd_resume, cmd_cancel, cmd_version, cmd_help;
+    cmd_eval, cmd_models, cmd_cron_next, cmd_resume, cmd_cancel, cmd_version,
+    cmd_help;
 
 /* In the order `dagrun --help` lists them: a run's life, then the daemon. */
 static const command commands[] = {
@@ -218,6 +219,7 @@ static const command commands[] = {
     {"generate", cmd_generate, "text from a trained model", NULL},
     {"eval", cmd_eval, "a model's perplexity and multiple-choice accuracy",
      NULL},
+    {"models", cmd_models, "promoted models and the runs that made them", NULL},
     {"cron-next", cmd_cron_next, "next fire times of a schedule",
      cron_next_usage},
     {"runs", history_cmd_runs, "recorded runs, newest first", runs_usage},
@@ -1336,6 +1338,10 @@ static int cmd_generate(int argc, char **argv) {
 
 static int cmd_eval(int argc, char **argv) {
   return exec_helper("eval", argc, argv);
+}
+
+static int cmd_models(int argc, char **argv) {
+  return exec_helper("models", argc, argv);
 }
 
 /* `dagrun cron-next`'s command line, read. */
