@@ -49,6 +49,7 @@
 #include "run/secrets.h"
 #include "serve/backfill.h"
 #include "serve/serve.h"
+#include "store/annotate.h"
 #include "store/history.h"
 #include "store/resume.h"
 #include "store/store.h"
@@ -125,9 +126,9 @@ static const char cron_next_usage[] =
     "2026-03-08T06:30:00Z).\n";
 
 static const char runs_usage[] =
-    "usage: dagrun runs [DAG] [-n N] [--json]\n"
-    "Lists the recorded runs (of DAG), newest first: the last N (default "
-    "20).\n"
+    "usage: dagrun runs [DAG] [--tag TAG] [-n N] [--json]\n"
+    "Lists the recorded runs (of DAG, carrying TAG), newest first: the last\n"
+    "N (default 20).\n"
     "\n" STORE_NOTE_TEXT;
 
 static const char status_usage[] =
@@ -143,6 +144,21 @@ static const char compare_usage[] =
     "task's metrics, final value and best (lowest, or highest for\n"
     "accuracies, scores and rates) with its step. --json: the whole\n"
     "comparison, as GET /api/compare returns it.\n"
+    "\n" STORE_NOTE_TEXT;
+
+static const char tag_usage[] =
+    "usage: dagrun tag RUN [TAG...] [--remove TAG...] [--json]\n"
+    "Adds TAGs to a recorded run and removes the --remove ones, then prints\n"
+    "the run's tags (with no TAG, only prints them). A tag is 1 to 64\n"
+    "letters, digits and _ - . : = / + (\"baseline\", \"lr=3e-4\"); a run\n"
+    "has at most 32. `dagrun runs --tag TAG` lists the runs that carry one.\n"
+    "\n" STORE_NOTE_TEXT;
+
+static const char note_usage[] =
+    "usage: dagrun note RUN [TEXT | - | --clear]\n"
+    "Sets a recorded run's note to TEXT (- reads it from stdin), clears it,\n"
+    "or with neither prints it. At most 4096 bytes, no control characters\n"
+    "but newlines and tabs. `dagrun status` and `runs` show it.\n"
     "\n" STORE_NOTE_TEXT;
 
 static const char logs_usage[] =
@@ -228,6 +244,8 @@ static const command commands[] = {
     {"logs", history_cmd_logs, "an attempt's stdout+stderr", logs_usage},
     {"compare", compare_cmd, "runs side by side: params, metrics, outputs",
      compare_usage},
+    {"tag", annotate_cmd_tag, "add, remove or list a run's tags", tag_usage},
+    {"note", annotate_cmd_note, "write or show a note on a run", note_usage},
     {"resume", cmd_resume, "go on with a run that did not succeed",
      resume_usage},
     {"cancel", cmd_cancel, "stop a running run", cancel_usage},

@@ -132,7 +132,8 @@ static void add_tasks(const cJSON *run, size_t i, size_t n, cJSON *metrics,
 
 cJSON *compare_runs(cJSON *const *runs, size_t n) {
   static const char *const run_keys[] = {"id",      "dag",      "state",
-                                         "started", "finished", "trigger"};
+                                         "started", "finished", "trigger",
+                                         "tags",    "user_note"};
   cJSON *out = cJSON_CreateObject();
   cJSON *rs = cJSON_AddArrayToObject(out, "runs");
   cJSON *params = cJSON_AddArrayToObject(out, "params");

@@ -2,12 +2,11 @@
  * compare: recorded runs side by side, what an experiment tracker shows
  * (`dagrun compare RUN RUN...`, GET /api/compare?runs=A,B,...).
  *
- * For each run: its id, DAG, state and times; then rows, each with one
- * value per run (JSON null where that run has none):
- *   params   the run's params as recorded (`-p`, the API's, the DAG's
- *            defaults), "same": whether every run has the same value;
- *   metrics  per task and metric of the task's metrics.jsonl
- *            (metricseries.h: one value a step, a resumed task's last):
+ * For each run: its id, DAG, state, times, tags and note; then rows, each with
+ * one value per run (JSON null where that run has none): params   the run's
+ * params as recorded (`-p`, the API's, the DAG's defaults), "same": whether
+ * every run has the same value; metrics  per task and metric of the task's
+ * metrics.jsonl (metricseries.h: one value a step, a resumed task's last):
  *            {final, final_step, best, best_step, points}; "better" says
  *            which way is best: "higher" for names holding acc, score,
  *            f1, auc, precision, recall, mfu, throughput or a rate

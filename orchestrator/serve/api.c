@@ -348,8 +348,9 @@ static unsigned get_runs(api_server *s, struct MHD_Connection *c, cJSON **out) {
     return MHD_HTTP_OK;
   }
   char err[1024];
-  cJSON *runs = store_runs(st, query_str(c, "dag"), query_str(c, "state"),
-                           (int)limit, err, sizeof err);
+  cJSON *runs =
+      store_runs_tagged(st, query_str(c, "dag"), query_str(c, "state"),
+                        query_str(c, "tag"), (int)limit, err, sizeof err);
   store_close(st);
   if (!runs)
     return server_error(out, "cannot read the run store", err);
@@ -1062,6 +1063,137 @@ static unsigned post_cancel(api_server *s, struct MHD_Connection *c,
   return MHD_HTTP_ACCEPTED;
 }
 
+/* A JSON array of strings as a C array (pointers into arr); NULL with
+ * *bad set for an item that is not a string, or too many items. */
+static const char **str_list(const cJSON *arr, size_t *n, int *bad) {
+  *n = 0;
+  *bad = arr && !cJSON_IsArray(arr);
+  int k = cJSON_GetArraySize(arr);
+  if (*bad || k > STORE_TAGS_MAX) {
+    *bad = 1;
+    return NULL;
+  }
+  const char **v = xcalloc((size_t)k + 1, sizeof *v);
+  const cJSON *x;
+  cJSON_ArrayForEach(x, arr) {
+    if (!cJSON_IsString(x)) {
+      *bad = 1;
+      free(v);
+      return NULL;
+    }
+    v[(*n)++] = x->valuestring;
+  }
+  return v;
+}
+
+/* The store's status of a tag or note write as an HTTP status. */
+static unsigned annotate_status(int rc, const char *err, cJSON **out) {
+  if (rc == DR_EINVAL) {
+    *out = err_json("%s", err);
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  if (rc == DR_ENOENT) {
+    *out = err_json("%s", err);
+    return MHD_HTTP_NOT_FOUND;
+  }
+  return server_error(out, "cannot write the run store", err);
+}
+
+/* What a POST that writes on a run does first: the write credentials,
+ * the body (*body, may be NULL) and the run (*st open, *run). 0, or the
+ * status with *out and nothing left to free. */
+static unsigned annotate_begin(api_server *s, struct MHD_Connection *c,
+                               const char *id, const req *r, cJSON **body,
+                               store **st, cJSON **run, cJSON **out) {
+  *body = NULL, *st = NULL, *run = NULL;
+  unsigned status = authorize(s, c, r, out);
+  if (!status)
+    status = parse_body(&r->body, body, out);
+  if (!status)
+    status = find_run(s, id, st, run, out);
+  if (status) {
+    cJSON_Delete(*body);
+    *body = NULL;
+  }
+  return status;
+}
+
+/* POST /api/runs/{run}/tags {"add": [...], "remove": [...]}: the run's
+ * tags after (store_run_tag). */
+static unsigned post_tags(api_server *s, struct MHD_Connection *c,
+                          const char *id, const req *r, cJSON **out) {
+  cJSON *body, *run;
+  store *st;
+  unsigned status = annotate_begin(s, c, id, r, &body, &st, &run, out);
+  if (status)
+    return status;
+  size_t n_add = 0, n_remove = 0;
+  int bad_add, bad_remove;
+  const char **add =
+      str_list(cJSON_GetObjectItemCaseSensitive(body, "add"), &n_add, &bad_add);
+  const char **remove = str_list(
+      cJSON_GetObjectItemCaseSensitive(body, "remove"), &n_remove, &bad_remove);
+  if (bad_add || bad_remove) {
+    *out = err_json("expected {\"add\": [TAG...], \"remove\": [TAG...]} "
+                    "(at most %d each)",
+                    STORE_TAGS_MAX);
+    status = MHD_HTTP_BAD_REQUEST;
+  } else {
+    char err[1024];
+    cJSON *tags = NULL;
+    int rc = store_run_tag(st, str_of(run, "id"), add, n_add, remove, n_remove,
+                           &tags, err, sizeof err);
+    if (rc) {
+      status = annotate_status(rc, err, out);
+    } else {
+      *out = cJSON_CreateObject();
+      cJSON_AddStringToObject(*out, "run_id", str_of(run, "id"));
+      cJSON_AddItemToObject(*out, "tags", tags);
+      status = MHD_HTTP_OK;
+    }
+  }
+  free(add);
+  free(remove);
+  store_close(st);
+  cJSON_Delete(run);
+  cJSON_Delete(body);
+  return status;
+}
+
+/* POST /api/runs/{run}/note {"note": TEXT or null}: sets or clears the
+ * run's note (store_run_set_note). */
+static unsigned post_note(api_server *s, struct MHD_Connection *c,
+                          const char *id, const req *r, cJSON **out) {
+  cJSON *body, *run;
+  store *st;
+  unsigned status = annotate_begin(s, c, id, r, &body, &st, &run, out);
+  if (status)
+    return status;
+  const cJSON *note = cJSON_GetObjectItemCaseSensitive(body, "note");
+  if (!cJSON_IsString(note) && !cJSON_IsNull(note)) {
+    *out = err_json("expected {\"note\": TEXT} or {\"note\": null}");
+    status = MHD_HTTP_BAD_REQUEST;
+  } else {
+    char err[1024];
+    const char *text = cJSON_IsString(note) ? note->valuestring : NULL;
+    int rc = store_run_set_note(st, str_of(run, "id"), text, err, sizeof err);
+    if (rc) {
+      status = annotate_status(rc, err, out);
+    } else {
+      *out = cJSON_CreateObject();
+      cJSON_AddStringToObject(*out, "run_id", str_of(run, "id"));
+      cJSON_AddItemToObject(*out, "note",
+                            text && *text ? cJSON_CreateString(text)
+                                          : cJSON_CreateNull());
+      status = MHD_HTTP_OK;
+    }
+  }
+  store_close(st);
+  cJSON_Delete(run);
+  cJSON_Delete(body);
+  return status;
+}
+
 /* ---- Routing ---- */
 
 typedef enum {
@@ -1078,7 +1210,9 @@ typedef enum {
   R_ALERTS,
   R_CANCEL,
   R_REPORT,
-  R_COMPARE
+  R_COMPARE,
+  R_TAGS,
+  R_NOTE
 } route_id;
 
 /* Every route; '*' is one path segment. openapi.json describes each (a
@@ -1101,6 +1235,8 @@ static const struct route {
     {"POST", "/api/runs/*/cancel", R_CANCEL},
     {"GET", "/api/runs/*/report", R_REPORT},
     {"GET", "/api/compare", R_COMPARE},
+    {"POST", "/api/runs/*/tags", R_TAGS},
+    {"POST", "/api/runs/*/note", R_NOTE},
 };
 
 /* Whether url matches pattern; the segments that '*' matched go to caps. */
@@ -1208,6 +1344,12 @@ static enum MHD_Result dispatch(api_server *s, struct MHD_Connection *c,
     break;
   case R_COMPARE:
     status = get_compare(s, c, &out);
+    break;
+  case R_TAGS:
+    status = post_tags(s, c, caps[0], r, &out);
+    break;
+  case R_NOTE:
+    status = post_note(s, c, caps[0], r, &out);
     break;
   case R_REPORT: {
     char *html = NULL;

@@ -95,6 +95,26 @@ serve_port() {
   fail "serve did not start: $(cat "$1")"
 }
 
+# api METHOD PATH [BODY] [TOKEN]: one request to the serve on $PORT (the
+# bearer TOKEN when given and not "none"); prints "STATUS BODY". Never
+# fails by itself.
+api() {
+  /usr/bin/python3 - "$PORT" "$@" <<'P'
+import sys, urllib.error, urllib.request
+port, method, path = sys.argv[1:4]
+body = sys.argv[4].encode() if len(sys.argv) > 4 and sys.argv[4] else None
+h = {"Content-Type": "application/json"}
+if len(sys.argv) > 5 and sys.argv[5] != "none":
+    h["Authorization"] = "Bearer " + sys.argv[5]
+req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method, headers=h)
+try:
+    with urllib.request.urlopen(req, timeout=30) as r:
+        print(r.status, r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode())
+P
+}
+
 expect_rc() {
   [ "$RC" -eq "$1" ] || fail "expected exit code $1, got $RC
 --- stdout:

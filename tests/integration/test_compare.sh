@@ -109,18 +109,7 @@ chmod 600 rtoken
 SERVE_PID=$!
 trap 'kill "$SERVE_PID" 2>/dev/null || true' EXIT
 serve_port serve.log "$SERVE_PID"
-get() {
-  /usr/bin/python3 - "$PORT" "$1" "${2:-read-token-0123456789}" <<'P'
-import sys, urllib.error, urllib.request
-port, path, tok = sys.argv[1:4]
-req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Authorization": "Bearer " + tok})
-try:
-    with urllib.request.urlopen(req, timeout=30) as r:
-        print(r.status, r.read().decode())
-except urllib.error.HTTPError as e:
-    print(e.code, e.read().decode())
-P
-}
+get() { api GET "$1" "" "${2:-read-token-0123456789}"; }
 out=$(get "/api/compare?runs=$A,$B")
 [ "${out%% *}" = 200 ] || fail "GET /api/compare: $out"
 echo "${out#* }" > api.json

@@ -686,6 +686,8 @@ static void test_openapi(void) {
       {"/api/runs/{run}/cancel", "post"},
       {"/api/runs/{run}/report", "get"},
       {"/api/compare", "get"},
+      {"/api/runs/{run}/tags", "post"},
+      {"/api/runs/{run}/note", "post"},
   };
   size_t n = sizeof routed / sizeof routed[0];
   for (size_t i = 0; i < n; i++) {
