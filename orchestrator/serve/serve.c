@@ -635,6 +635,55 @@ static void fire_cron(server *s, dag_entry *e) {
 
 static const char *const overlap_names[] = {"skip", "queue", "allow"};
 
+/* Whether a scalar under n holds a template reference. */
+static int has_template(const ynode *n) {
+  if (!n)
+    return 0;
+  if (n->kind == YNODE_SCALAR)
+    return n->str && strstr(n->str, "${") != NULL;
+  for (size_t i = 0; i < (n->kind == YNODE_MAP ? 2 * n->n : n->n); i++)
+    if (has_template(n->items[i]))
+      return 1;
+  return 0;
+}
+
+/* The DAG's declared params, for the dashboard's run form: [{name,
+ * default}], each default as a run without overrides takes it. A secret,
+ * and a default that a template makes (${env:...}: a value of this
+ * machine's environment), show null with "secret" or "templated": their
+ * values are not the API's to show. */
+static cJSON *params_json(const spec *sp) {
+  cJSON *out = cJSON_CreateArray(), *resolved = NULL;
+  if (!sp->params || sp->params->kind != YNODE_MAP)
+    return out;
+  diags d = {0};
+  tmpl_env te = {0};
+  te.s = sp;
+  (void)tmpl_resolve_params(&te, &resolved, &d);
+  diags_free(&d);
+  for (size_t i = 0; i < sp->params->n; i++) {
+    const char *name = sp->params->items[2 * i]->str;
+    const ynode *v = sp->params->items[2 * i + 1];
+    int secret = 0;
+    for (size_t k = 0; k < sp->n_secrets; k++)
+      secret |= strcmp(sp->secrets[k], name) == 0;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", name);
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(resolved, name);
+    if (secret || has_template(v) || !r)
+      cJSON_AddNullToObject(o, "default");
+    else
+      cJSON_AddItemToObject(o, "default", cJSON_Duplicate(r, 1));
+    if (secret)
+      cJSON_AddTrueToObject(o, "secret");
+    else if (has_template(v))
+      cJSON_AddTrueToObject(o, "templated");
+    cJSON_AddItemToArray(out, o);
+  }
+  cJSON_Delete(resolved);
+  return out;
+}
+
 static cJSON *dag_json(const server *s, const dag_entry *e) {
   cJSON *j = cJSON_CreateObject();
   const spec *sp = e->sp;
@@ -672,6 +721,7 @@ static cJSON *dag_json(const server *s, const dag_entry *e) {
   for (child_run *c = s->children; c; c = c->next)
     if (strcmp(c->dag, sp->dag) == 0)
       cJSON_AddItemToArray(running, cJSON_CreateString(c->run_id));
+  cJSON_AddItemToObject(j, "params", params_json(sp));
   cJSON *tasks = cJSON_AddArrayToObject(j, "tasks");
   for (size_t i = 0; i < sp->n_tasks; i++) {
     cJSON *t = cJSON_CreateObject();

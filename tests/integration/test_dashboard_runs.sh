@@ -14,6 +14,9 @@ cat > dags/sweep.yaml <<'Y'
 dag: sweep
 params:
   lr: 0.1
+  api_key: hunter2-not-for-the-page
+  home: ${env:HOME}
+secrets: [api_key]
 tasks:
   train:
     stage: exec
@@ -120,6 +123,22 @@ with Browser(chromium, sys.argv[7]) as b:
     b.wait_for("document.querySelectorAll('#chart-compare svg polyline').length === 2", "two loss curves overlaid")
     titles = b.js("[...document.querySelectorAll('#chart-compare svg polyline title')].map(t => t.textContent)")
     assert sorted(titles) == sorted([a, b_run]), titles
+
+    # Run now with a param from the form: the field holds the default; a
+    # secret and an environment's value are not on the page.
+    fields = b.js("Object.fromEntries([...document.querySelectorAll('.param-field')].map(f => [f.dataset.param, f.value]))")
+    assert fields == {"lr": "0.1", "api_key": "", "home": ""}, fields
+    page = b.js("document.documentElement.outerHTML")
+    assert "hunter2" not in page, "the secret's value is in the page"
+    b.js("document.querySelector(\".param-field[data-param='lr']\").id = 'lr-field'")
+    b.type_text("lr-field", "0.7")
+    before = set(r["id"] for r in json.load(urllib.request.urlopen(f"{base}/api/runs?dag=sweep", timeout=10)))
+    b.click("#run-now")
+    b.wait_for("document.getElementById('run-msg').textContent.startsWith('started ')", "the run started")
+    new = b.js("document.getElementById('run-msg').textContent.slice(8)")
+    assert new not in before, new
+    until(lambda: run_json(new)["state"] == "success", "the new run's success", 30)
+    assert run_json(new)["params"]["lr"] == 0.7, run_json(new)["params"]
     print("dashboard runs: ok")
 P
 set +e
