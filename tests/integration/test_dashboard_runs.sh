@@ -1,5 +1,6 @@
 # The dashboard acting on runs, in headless Chromium (tests/integration/
-# cdp.py): a tag typed in and added, then removed with its button, a note
+# cdp.py): the timeline's bar per attempt (a retry's two), a tag typed in
+# and added, then removed with its button, a note
 # written and saved, each read back through the API as the store has it;
 # any metric a task reported charted from the picker; two runs ticked and
 # compared (the param that differs, each metric's final and best), their
@@ -31,6 +32,13 @@ tasks:
           done
         - train
         - ${params.lr}
+  flaky:
+    stage: exec
+    cache: false
+    retries: 1
+    retry_delay: 1s
+    with:
+      command: [sh, -c, 'test -e "$DAGRUN_OUT_DIR/../tried" || { touch "$DAGRUN_OUT_DIR/../tried"; exit 1; }']
 Y
 run_dagrun run dags/sweep.yaml -p lr=0.1 --plain
 expect_rc 0
@@ -72,6 +80,13 @@ with Browser(chromium, sys.argv[7]) as b:
     b.open(f"{base}/#dag=sweep&run={a}")
     b.js(f"sessionStorage.setItem('dagrun-token', {json.dumps(token)})")
     b.wait_for(f"document.getElementById('run-title').textContent === 'Run {a}'", "run A's view")
+
+    # The timeline: a bar per attempt, flaky's two (the retry) in its row.
+    b.wait_for("document.querySelectorAll('#timeline rect.attempt-bar').length === 3", "three attempt bars")
+    bars = b.js("[...document.querySelectorAll('#timeline rect.attempt-bar')].map(r => [r.dataset.task, r.dataset.attempt, getComputedStyle(r).fill])")
+    assert sorted(x[:2] for x in bars) == [["flaky", "1"], ["flaky", "2"], ["train", "1"]], bars
+    fills = {(t, n): f for t, n, f in bars}
+    assert fills[("flaky", "1")] != fills[("flaky", "2")], f"the failed and the good attempt look alike: {fills}"
 
     # A tag, typed and added; then removed with its button.
     b.type_text("tag-input", "candidate")
