@@ -1099,6 +1099,51 @@ static unsigned annotate_status(int rc, const char *err, cJSON **out) {
   return server_error(out, "cannot write the run store", err);
 }
 
+/* POST /api/dags/{dag}/backfill {"from", "to", "rerun"}: the DAG's
+ * schedule times in the range queued as backfill runs (api.h). */
+static unsigned post_backfill(api_server *s, struct MHD_Connection *c,
+                              const char *dag, const req *r, cJSON **out) {
+  unsigned status = authorize(s, c, r, out);
+  cJSON *body = NULL;
+  if (!status)
+    status = parse_body(&r->body, &body, out);
+  if (status)
+    return status;
+  const cJSON *from = cJSON_GetObjectItemCaseSensitive(body, "from");
+  const cJSON *to = cJSON_GetObjectItemCaseSensitive(body, "to");
+  const cJSON *rerun = cJSON_GetObjectItemCaseSensitive(body, "rerun");
+  const cJSON *it;
+  int bad_key = 0;
+  cJSON_ArrayForEach(it, body) bad_key |= strcmp(it->string, "from") &&
+                                          strcmp(it->string, "to") &&
+                                          strcmp(it->string, "rerun");
+  if (bad_key || !cJSON_IsString(from) || !cJSON_IsString(to) ||
+      strlen(from->valuestring) > 64 || strlen(to->valuestring) > 64 ||
+      (rerun && !cJSON_IsBool(rerun))) {
+    *out = err_json("expected {\"from\": TIME, \"to\": TIME, \"rerun\": "
+                    "false} (times such as 2026-11-01 or "
+                    "2026-11-01T02:30:00Z)");
+    cJSON_Delete(body);
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  char err[1024] = "";
+  cJSON *result = NULL;
+  int rc =
+      s->act.backfill
+          ? s->act.backfill(s->act.ud, dag, from->valuestring, to->valuestring,
+                            cJSON_IsTrue(rerun), &result, err, sizeof err)
+          : MHD_HTTP_SERVICE_UNAVAILABLE;
+  cJSON_Delete(body);
+  if (rc != 0) {
+    cJSON_Delete(result);
+    *out = err_json("%s", err[0] ? err : "cannot backfill");
+    return rc >= 400 && rc <= 599 ? (unsigned)rc
+                                  : MHD_HTTP_INTERNAL_SERVER_ERROR;
+  }
+  *out = result;
+  return MHD_HTTP_ACCEPTED;
+}
+
 /* What a POST that writes on a run does first: the write credentials,
  * the body (*body, may be NULL) and the run (*st open, *run). 0, or the
  * status with *out and nothing left to free. */
@@ -1212,7 +1257,8 @@ typedef enum {
   R_REPORT,
   R_COMPARE,
   R_TAGS,
-  R_NOTE
+  R_NOTE,
+  R_BACKFILL
 } route_id;
 
 /* Every route; '*' is one path segment. openapi.json describes each (a
@@ -1237,6 +1283,7 @@ static const struct route {
     {"GET", "/api/compare", R_COMPARE},
     {"POST", "/api/runs/*/tags", R_TAGS},
     {"POST", "/api/runs/*/note", R_NOTE},
+    {"POST", "/api/dags/*/backfill", R_BACKFILL},
 };
 
 /* Whether url matches pattern; the segments that '*' matched go to caps. */
@@ -1350,6 +1397,9 @@ static enum MHD_Result dispatch(api_server *s, struct MHD_Connection *c,
     break;
   case R_NOTE:
     status = post_note(s, c, caps[0], r, &out);
+    break;
+  case R_BACKFILL:
+    status = post_backfill(s, c, caps[0], r, &out);
     break;
   case R_REPORT: {
     char *html = NULL;
