@@ -95,6 +95,29 @@ serve_port() {
   fail "serve did not start: $(cat "$1")"
 }
 
+# need_chromium: sets CHROMIUM, or fails the test saying what to install.
+need_chromium() {
+  CHROMIUM=$(command -v chromium || true)
+  [ -n "$CHROMIUM" ] || fail "chromium is not installed: the dashboard's checks
+need Debian's chromium package (scripts/setup.sh --tests installs it)"
+}
+
+# browser_check WHAT SCRIPT ARGS...: runs the Python SCRIPT (it drives
+# headless Chromium with tests/integration/cdp.py) as SCRIPT CHROMIUM
+# CDP_DIR PROFILE ARGS... under a 120 s limit; fails the test naming WHAT
+# with its output and Chromium's last words unless it exits 0 and prints
+# "WHAT: ok".
+browser_check() {
+  local what=$1 script=$2 rc=0
+  shift 2
+  timeout 120 "$PY" "$script" "$CHROMIUM" "$DAGRUN_SOURCE_DIR/tests/integration" \
+    "$T/chromium" "$@" >cdp.out 2>&1 || rc=$?
+  [ "$rc" -eq 0 ] || fail "$what (exit $rc): $(cat cdp.out)
+--- chromium:
+$(tail -5 "$T/chromium.err" 2>/dev/null)"
+  expect_in cdp.out "$what: ok"
+}
+
 # api METHOD PATH [BODY] [TOKEN]: one request to the serve on $PORT (the
 # bearer TOKEN when given and not "none"); prints "STATUS BODY". Never
 # fails by itself.
