@@ -105,19 +105,7 @@ expect_in "$T/err" "bad.yaml:9:44: error: task 'f' refers to task 'e' in \${task
 expect_in "$T/err" "bad.yaml:10:35: error: 'map' in task 'g': \${tasks.a.outputs.items} is known only at run time"
 
 # The example: three learning rates, the best val_loss promoted.
-mkdir -p corpus
-"$PY" - corpus <<'P'
-import random, sys
-rng = random.Random(11)
-subjects = "the cat|a dog|my model|the gpu|our team|this loss|the data".split("|")
-verbs = "eats|trains on|ignores|follows|beats|learns from|writes".split("|")
-objects = "the fish|a batch|the tokens|every epoch|the logs|some text".split("|")
-for f in range(2):
-    with open(f"{sys.argv[1]}/part{f}.txt", "w") as out:
-        docs = [" ".join(f"{rng.choice(subjects)} {rng.choice(verbs)} {rng.choice(objects)}."
-                         for _ in range(rng.randint(3, 12))) for d in range(150)]
-        out.write("\n%\n".join(docs) + "\n")
-P
+make_corpus "$T/corpus" 2
 rm -rf "$DAGRUN_RUNS_DIR"
 DAGRUN_CORPUS="$T/corpus" DAGRUN_TRAIN_STEPS=6 run_dagrun run -j3 "$DAGRUN_SOURCE_DIR/examples/sweep/sweep.yaml"
 expect_rc 0
