@@ -1022,6 +1022,7 @@ static void add_mapped(ctx *c, const ynode *k, const ynode *tv, const ynode *mv,
   spec_task proto;
   task_from_defaults(&proto, def);
   proto.name = m.name;
+  proto.label = m.name;
   proto.map = s->n_maps;
   parse_task(c, &proto, k, tv, def);
   size_t n = m.n;
@@ -1043,6 +1044,7 @@ static void add_mapped(ctx *c, const ynode *k, const ynode *tv, const ynode *mv,
     t->stage = proto.stage ? xstrdup(proto.stage) : NULL;
     t->description = proto.description ? xstrdup(proto.description) : NULL;
     t->name = name;
+    t->label = m.name;
     t->item_index = i;
     strmap_put(&s->task_index, t->name, s->n_tasks++);
     m.n++;
@@ -1093,6 +1095,7 @@ static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
     spec_task *t = &s->tasks[s->n_tasks];
     task_from_defaults(t, def);
     t->name = xstrdup(k->str);
+    t->label = t->name;
     t->node = NULL;
     strmap_put(&s->task_index, t->name, s->n_tasks);
     s->n_tasks++;
@@ -1105,18 +1108,23 @@ static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
   for (size_t i = 0; i < s->n_tasks; i++) {
     spec_task *t = &s->tasks[i];
     resolve_needs(c, t);
+    if (t->map != SIZE_MAX && t->item_index > 0) {
+      /* Checked (and reported) once, at the first instance. */
+      t->pool = s->tasks[s->maps[t->map].first].pool;
+      continue;
+    }
     if (t->hosts && local_as_written(t))
       err(c, t->hosts,
           "'hosts' in task '%s': hosts name the machines of launcher mpirun "
           "or srun; launcher local runs every rank on this machine",
-          t->name);
+          t->label);
     if (t->rendezvous_node && local_as_written(t))
       err(c, t->rendezvous_node,
           "'rendezvous' in task '%s': the rendezvous is where the ranks of "
           "launcher mpirun or srun join; launcher local's ranks need none",
-          t->name);
+          t->label);
     if (t->pool_node && t->pool_node != def->pool_node) {
-      char *where = xasprintf(" in task '%s'", t->name);
+      char *where = xasprintf(" in task '%s'", t->label);
       t->pool = resolve_pool(c, t->pool_node, where);
       free(where);
     } else {

@@ -143,6 +143,10 @@ typedef struct spec_task {
    * position in the list; map is SIZE_MAX for a task that is not one. */
   size_t map;
   size_t item_index;
+  /* The name as written, for messages: an instance's is its mapped
+   * task's (so that one mistake is one message), any other task's is
+   * its name. */
+  const char *label;
 } spec_task;
 
 /* A task written with `map:` (mapping.h): its instances are the tasks

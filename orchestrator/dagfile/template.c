@@ -371,7 +371,7 @@ static int check_task_ref(rctx *r, const ref *f, const task_ref *t, long up) {
          "outputs of tasks it needs",
          t->name, n, f->x);
   } else if (!is_upstream(s, r->task, (size_t)up)) {
-    const char *me = s->tasks[r->task].name;
+    const char *me = s->tasks[r->task].label;
     terr(r, f->v, f->off,
          "task '%s' refers to task '%s' in ${%.*s}, but '%s' is not "
          "upstream of '%s'; add '%s' to the needs of '%s' (directly or "
@@ -539,7 +539,7 @@ static int resolve_item_ref(rctx *r, const ref *f, cJSON **out) {
     terr(r, f->v, f->off,
          "${%.*s} is used outside a mapped task: ${item}, ${item.KEY} and "
          "${item_index} name the item of a task with 'map:'%s%s%s",
-         n, f->x, t ? " (task '" : "", t ? t->name : "",
+         n, f->x, t ? " (task '" : "", t ? t->label : "",
          t ? "' has no 'map:')" : "");
     return DR_ETEMPLATE;
   }

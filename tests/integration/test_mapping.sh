@@ -95,6 +95,7 @@ tasks:
   e: {stage: exec, map: [1, 2], with: {command: [echo]}}
   f: {stage: exec, with: {command: [echo, '${tasks.e.outputs.x|json}']}}
   g: {stage: exec, needs: a, map: '${tasks.a.outputs.items}', with: {command: [echo]}}
+  h: {stage: exec, map: [1, 2, 3], with: {command: [echo], nope: 1}}
 Y
 run_dagrun check bad.yaml
 expect_rc 2
@@ -103,6 +104,9 @@ expect_in "$T/err" "bad.yaml:6:25: error: 'map' in task 'c': param 'lr' is a num
 expect_in "$T/err" "bad.yaml:7:44: error: \${item} is used outside a mapped task"
 expect_in "$T/err" "bad.yaml:9:44: error: task 'f' refers to task 'e' in \${tasks.e.outputs.x}, but 'e' is not upstream of 'f'"
 expect_in "$T/err" "bad.yaml:10:35: error: 'map' in task 'g': \${tasks.a.outputs.items} is known only at run time"
+# One mistake in a mapped task is one message, naming the task as written.
+expect_in "$T/err" "bad.yaml:11:60: error: unknown param 'nope' for stage 'exec' in task 'h';"
+[ "$(grep -c "unknown param 'nope'" "$T/err")" = 1 ] || fail "repeated: $(cat "$T/err")"
 
 # The example: three learning rates, the best val_loss promoted.
 make_corpus "$T/corpus" 2
