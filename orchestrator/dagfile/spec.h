@@ -22,8 +22,9 @@
  * naming another key is an error of `dagrun check`, and the worker fails
  * an attempt that ends without one of them), branch (bool: the task
  * chooses which of its downstream tasks run, see scheduler.h; it needs
- * one downstream task at least, which `dagrun check` verifies), and the
- * settings that `defaults` may also give:
+ * one downstream task at least, which `dagrun check` verifies), map (a
+ * list, or ${params.NAME} of one: see below), and the settings that
+ * `defaults` may also give:
  * retries (int >= 0), retry_delay (duration), retry_backoff (number >= 1),
  * retry_max_delay (duration), retry_jitter (number in [0,1]), retry_on (list
  * of exit codes 1..255), timeout (duration, 0 = none), heartbeat_timeout
