@@ -213,17 +213,18 @@ while :; do sleep 0.2; done
 S
 }
 
-# make_token_data NAME VOCAB: a small English-like corpus, sharded and
-# tokenized by the real stages; prints the tokenize task's out/ directory.
-make_token_data() {
-  mkdir -p "$T/corpus-$1"
-  "$PY" - "$T/corpus-$1" <<'P'
+# make_corpus DIR FILES: FILES text files of 150 "%"-separated documents
+# of short sentences under DIR (the same ones each time), for the shard
+# stage.
+make_corpus() {
+  mkdir -p "$1"
+  "$PY" - "$1" "$2" <<'P'
 import random, sys
 rng = random.Random(11)
 subjects = "the cat|a dog|my model|the gpu|our team|this loss|the data".split("|")
 verbs = "eats|trains on|ignores|follows|beats|learns from|writes".split("|")
 objects = "the fish|a batch|the tokens|every epoch|the logs|some text".split("|")
-for f in range(4):
+for f in range(int(sys.argv[2])):
     with open(f"{sys.argv[1]}/part{f}.txt", "w") as out:
         docs = []
         for d in range(150):
@@ -232,6 +233,12 @@ for f in range(4):
                                  for _ in range(n)) + f" ({f}.{d})")
         out.write("\n%\n".join(docs) + "\n")
 P
+}
+
+# make_token_data NAME VOCAB: a small English-like corpus, sharded and
+# tokenized by the real stages; prints the tokenize task's out/ directory.
+make_token_data() {
+  make_corpus "$T/corpus-$1" 4
   cat > "$T/data-$1.yaml" <<Y
 dag: data-$1
 tasks:
