@@ -599,6 +599,12 @@ static int rows_fit(const loader *l, const loader_pos *p) {
 
 int loader_set_pos(loader *l, const loader_pos *pos) {
   loader_pos p = *pos;
+  /* One source: its rows are every row (a position saved before mixtures
+   * existed has none). */
+  if (l->nsrc == 1 && p.batches <= UINT64_MAX / (uint64_t)l->B) {
+    memset(p.rows, 0, sizeof p.rows);
+    p.rows[0] = p.batches * (uint64_t)l->B;
+  }
   if (l->order == LOADER_RANDOM && !rows_fit(l, &p))
     return -1;
   if (l->order == LOADER_SEQUENTIAL) {

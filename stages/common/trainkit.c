@@ -235,13 +235,16 @@ int trainkit_make_optim(const gpt *model, const optim_config *oc, optim **out,
 
 /* DAGRUN_TEST_LOADER_DELAY_MS slows every batch down, so that tests can
  * provoke the train stage's data-wait warning on purpose. */
-int trainkit_train_loader(const tokdata *td, int B, int T, uint64_t seed,
+int trainkit_train_loader(const tokdata *td, const loader_source *sources,
+                          size_t nsources, int B, int T, uint64_t seed,
                           int prefetch, loader **out, char *err,
                           size_t errlen) {
   const char *delay = getenv("DAGRUN_TEST_LOADER_DELAY_MS");
   loader_config lc = {
       .paths = (const char *const *)td->train,
       .npaths = td->ntrain,
+      .sources = sources,
+      .nsources = nsources,
       .B = B,
       .T = T,
       .order = LOADER_RANDOM,
@@ -305,7 +308,8 @@ int trainkit_stepper_init(trainkit_stepper *s, gpt *model,
     return -1;
   }
   if (trainkit_make_optim(model, oc, &s->opt, err, errlen) != 0 ||
-      trainkit_train_loader(td, B, T, seed, 2, &s->ld, err, errlen) != 0) {
+      trainkit_train_loader(td, NULL, 0, B, T, seed, 2, &s->ld, err, errlen) !=
+          0) {
     trainkit_stepper_free(s);
     return -1;
   }

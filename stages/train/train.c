@@ -25,6 +25,7 @@
 
 #include "common/textgen.h"
 
+#include "datamix.h"
 #include "engine.h"
 #include "gangloop.h"
 #include "lib/exitcode.h"
@@ -34,7 +35,8 @@
 #include <stddef.h>
 
 static const dagrun_param_spec params[] = {
-    TRAINKIT_MODEL_PARAMS,
+    DATAMIX_PARAMS,
+    TRAINKIT_SHAPE_PARAMS,
     {"batch_size", DAGRUN_PARAM_INT, "16", 0, "Sequences per micro-batch"},
     {"grad_accum", DAGRUN_PARAM_INT, "1", 0,
      "Micro-batches per optimizer step (global batch = batch_size x this)"},
