@@ -126,6 +126,17 @@ assert mix["code"]["tokens"] <= 3200 and mix["web"]["epochs"] == 1, mix
 assert mix["web"]["tokens"] + mix["code"]["tokens"] == s["steps"] * 128, s
 P
 
+# ---- Templates in data_mix's values: an upstream task's output.
+cat > tmpl.yaml <<Y
+dag: tmpl
+tasks:
+  web: {stage: outputs, with: {key: dir, value: "$WEB"}}
+  train: {stage: train, needs: [web], with: {$BASE, steps: 3, data_mix: {web: "\${tasks.web.outputs.dir}", code: "$CODE"}}}
+Y
+run_dagrun run tmpl.yaml --plain
+expect_rc 0
+expect_in "$(run_dir tmpl)/train/out/summary.json" "\"dir\":	\"$WEB\""
+
 # ---- Refusals, each naming the param and the source.
 refused() { # NAME EXTRA_PARAMS MESSAGE (data_mix without data_weights)
   cat > "$1.yaml" <<Y
