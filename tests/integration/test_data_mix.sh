@@ -154,24 +154,18 @@ refused wtypo "data_weights: {web: 0.8, cod: 1}" "data_weights: 'cod' is not a s
 refused both "data_max_tokens: {code: 10}, data_epochs: {code: 1}" "code: data_max_tokens and data_epochs are both set"
 refused frac "data_max_tokens: {code: 10.5}" "data_max_tokens: code: '10.5' must be a whole number of tokens above 0"
 refused withdata "data: \"$WEB\"" "data and data_mix exclude each other"
-sed -i "s|code: \"$CODE\"|code: \"$T/nowhere\"|" wtypo.yaml
-sed -i 's/, cod: 1//' wtypo.yaml
-run_dagrun run wtypo.yaml --plain
-expect_rc 1
-expect_in "$T/out" "data_mix: code: $T/nowhere/manifest.json: missing"
 # Another tokenizer: same vocabulary size, other merges; another size.
 OTHER=$(tok_data other "$T/corpus-code" "vocab_size: 320")
 SMALL=$(make_token_data small 300)
-sed "s|code: \"$CODE\"|code: \"$OTHER\"|" whole.yaml > other.yaml
-sed -i 's/dag: whole/dag: other/' other.yaml
-run_dagrun run other.yaml --plain
-expect_rc 1
-expect_in "$T/out" "data_mix: code's tokenizer $OTHER/tokenizer.json is not web's ($WEB/tokenizer.json)"
-sed "s|code: \"$CODE\"|code: \"$SMALL\"|" whole.yaml > small.yaml
-sed -i 's/dag: whole/dag: small/' small.yaml
-run_dagrun run small.yaml --plain
-expect_rc 1
-expect_in "$T/out" "data_mix: code ($SMALL) has a vocabulary of 300 tokens, but web ($WEB) has 320"
+code_from() { # NAME DIR MESSAGE: whole.yaml with code from DIR is refused
+  sed "s|code: \"$CODE\"|code: \"$2\"|; s/dag: whole/dag: $1/" whole.yaml > "$1.yaml"
+  run_dagrun run "$1.yaml" --plain
+  expect_rc 1
+  expect_in "$T/out" "$3"
+}
+code_from other "$OTHER" "data_mix: code's tokenizer $OTHER/tokenizer.json is not web's ($WEB/tokenizer.json)"
+code_from small "$SMALL" "data_mix: code ($SMALL) has a vocabulary of 300 tokens, but web ($WEB) has 320"
+code_from nowhere "$T/nowhere" "data_mix: code: $T/nowhere/manifest.json: missing"
 cat > nodata.yaml <<Y
 dag: nodata
 tasks:

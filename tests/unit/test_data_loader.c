@@ -52,6 +52,16 @@ static void write_tokens(const char *path, uint32_t vocab, uint32_t first_id,
   CHECK_INT(tokfile_writer_finish(w, NULL, err, sizeof err), 0);
 }
 
+/* A loader of c, which must open (NULL, with the reason, when not). */
+static loader *create(const loader_config *c) {
+  char err[512] = "";
+  loader *l = NULL;
+  CHECK_INT(loader_create(c, &l, err, sizeof err), 0);
+  if (!l)
+    fprintf(stderr, "loader_create: %s\n", err);
+  return l;
+}
+
 static loader *make(loader_order order, int shuffle, uint64_t seed,
                     int prefetch) {
   loader_config c = {.paths = fpaths,
@@ -62,12 +72,7 @@ static loader *make(loader_order order, int shuffle, uint64_t seed,
                      .shuffle = shuffle,
                      .seed = seed,
                      .prefetch = prefetch};
-  char err[512] = "";
-  loader *l = NULL;
-  CHECK_INT(loader_create(&c, &l, err, sizeof err), 0);
-  if (!l)
-    fprintf(stderr, "loader_create: %s\n", err);
-  return l;
+  return create(&c);
 }
 
 typedef struct batch {
@@ -443,12 +448,7 @@ static loader *make_mix(double w0, double w1, uint64_t m0, uint64_t m1, int B,
                      .order = LOADER_RANDOM,
                      .seed = seed,
                      .prefetch = prefetch};
-  char err[512] = "";
-  loader *l = NULL;
-  CHECK_INT(loader_create(&c, &l, err, sizeof err), 0);
-  if (!l)
-    fprintf(stderr, "loader_create: %s\n", err);
-  return l;
+  return create(&c);
 }
 
 /* The source a row came from: f0's ids are below 2000, f1's from 2000
