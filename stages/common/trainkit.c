@@ -268,13 +268,24 @@ int trainkit_forward_backward(gpt *model, loader *ld, uint32_t *inputs,
   *loss = 0;
   for (int k = 0; k < accum; k++) {
     float l = 0;
-    if (ld)
+    /* Dropout's masks (when the model has it) are keyed by the batch's
+     * number, which a checkpoint's loader position restores. */
+    uint64_t key = (uint64_t)k + 1;
+    if (ld) {
+      loader_pos pos;
+      loader_get_pos(ld, &pos);
+      key = pos.batches + 1;
       loader_next(ld, inputs, targets);
+    }
     t.data += stagekit_lap(&tk);
-    if (gpt_forward(model, inputs, targets, B, T, &l, err, errlen) != 0)
-      return -1;
+    gpt_dropout_key(model, key, 1);
+    int rc = gpt_forward(model, inputs, targets, B, T, &l, err, errlen);
     t.forward += stagekit_lap(&tk);
-    gpt_backward(model, 1.0f / (float)accum);
+    if (rc == 0)
+      gpt_backward(model, 1.0f / (float)accum);
+    gpt_dropout_key(model, 0, 0);
+    if (rc != 0)
+      return -1;
     t.backward += stagekit_lap(&tk);
     *loss += l / accum;
   }

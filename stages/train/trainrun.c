@@ -100,6 +100,33 @@ static int read_schedule(dagrun_ctx *ctx, const dagrun_host *h,
   return 0;
 }
 
+/* dropout, after device: only the CPU engine has it, so device: cuda is
+ * refused with it and auto means cpu. */
+static int read_dropout(dagrun_ctx *ctx, const dagrun_host *h,
+                        trainrun_cfg *c) {
+  h->param_float(ctx, "dropout", &c->dropout);
+  if (!(c->dropout >= 0 && c->dropout < 1)) {
+    h->fail(ctx, "dropout must be in [0,1)");
+    return -1;
+  }
+  if (c->dropout == 0)
+    return 0;
+  if (c->device == ENGINE_WANT_CUDA) {
+    h->fail(ctx,
+            "dropout %g: the CUDA engine has no dropout (the CPU engine "
+            "has): set device: cpu, or dropout: 0",
+            c->dropout);
+    return -1;
+  }
+  if (c->device == ENGINE_WANT_AUTO)
+    h->log(ctx, DAGRUN_LOG_INFO,
+           "dropout %g: training on the CPU engine (the CUDA engine has no "
+           "dropout)",
+           c->dropout);
+  c->device = ENGINE_WANT_CPU;
+  return 0;
+}
+
 /* The loss-spike guard and the device. */
 static int read_guard_device(dagrun_ctx *ctx, const dagrun_host *h,
                              trainrun_cfg *c) {
@@ -126,7 +153,7 @@ static int read_guard_device(dagrun_ctx *ctx, const dagrun_host *h,
     return -1;
   c->recompute = (engine_recompute)k;
   h->param_bool(ctx, "deterministic", &c->deterministic);
-  return 0;
+  return read_dropout(ctx, h, c);
 }
 
 /* The overfit check and the samples. */
@@ -267,6 +294,8 @@ int trainrun_setup(trainrun *r, int nranks, int gang) {
   if (open_data(r) != 0 || trainkit_make_model(r->ctx, h, &r->c.m, r->c.seed,
                                                &r->model, &r->init_dir) != 0)
     return -1;
+  /* Training forwards only (trainkit_forward_backward); the CPU engine's. */
+  gpt_set_dropout(r->model, (float)r->c.dropout, r->c.seed);
   if (!gang &&
       trainkit_make_optim(r->model, &r->c.opt, &r->opt, err, sizeof err) != 0) {
     h->fail(r->ctx, "optimizer: %s", err);
@@ -355,6 +384,7 @@ void trainrun_set_config(trainrun *r) {
                           wte && wte->decay ? "all_2d" : "matrices");
   cJSON_AddNumberToObject(o, "grad_clip", c->grad_clip);
   cJSON_AddNumberToObject(o, "seed", (double)c->seed);
+  cJSON_AddNumberToObject(o, "dropout", c->dropout);
   if (r->eng) {
     cJSON_AddStringToObject(
         o, "device", engine_get_device(r->eng) == ENGINE_CUDA ? "cuda" : "cpu");

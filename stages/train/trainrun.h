@@ -65,8 +65,9 @@ typedef struct trainrun_cfg {
   uint64_t seed;
   int spike_on, overfit;
   spike_config spike;
-  engine_want device;
+  engine_want device; /* auto becomes cpu with dropout */
   engine_recompute recompute;
+  double dropout;
   int deterministic;
 } trainrun_cfg;
 

@@ -38,7 +38,7 @@
 # - A timeout stops the gang, which writes a sharded checkpoint first.
 # - A data mixture: two ranks of 2 draw the one process's global batch
 #   (losses and per-source tokens alike).
-# - world_size 2 with launcher local, and grad_accum 2 in a gang, are
+# - world_size 2 with launcher local, grad_accum 2 and dropout in a gang, are
 #   refused with messages that say what to do.
 . "$(dirname "$0")/lib.sh"
 
@@ -391,4 +391,12 @@ Y
 run_dagrun run accum.yaml --plain
 expect_rc 1
 expect_in "$T/out" "grad_accum 2 in a gang"
+cat > gdrop.yaml <<Y
+dag: gdrop
+tasks:
+  train: {stage: train, world_size: 2, launcher: mpirun, $ENV, with: {$MODEL, batch_size: 2, dropout: 0.1}}
+Y
+run_dagrun run gdrop.yaml --plain
+expect_rc 1
+expect_in "$T/out" "dropout 0.1 in a gang"
 pass
