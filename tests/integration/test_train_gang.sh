@@ -373,30 +373,19 @@ a, b = (json.load(open(p))["data_mix"] for p in sys.argv[1:3])
 assert a == b and a["b"]["tokens"] == 640, (a, b)
 P
 
-# --- Refused: ranks that MPI did not start, and gradient accumulation.
-cat > local.yaml <<Y
-dag: local
+# --- Refused: ranks that MPI did not start, gradient accumulation and
+# dropout in a gang.
+gang_refused() { # NAME LAUNCHER EXTRA_PARAMS MESSAGE
+  cat > "$1.yaml" <<Y
+dag: $1
 tasks:
-  train: {stage: train, world_size: 2, launcher: local, $ENV, with: {$MODEL, batch_size: 2}}
+  train: {stage: train, world_size: 2, launcher: $2, $ENV, with: {$MODEL, batch_size: 2 $3}}
 Y
-run_dagrun run local.yaml --plain
-expect_rc 1
-expect_in "$T/out" "set launcher: mpirun"
-
-cat > accum.yaml <<Y
-dag: accum
-tasks:
-  train: {stage: train, world_size: 2, launcher: mpirun, $ENV, with: {$MODEL, batch_size: 2, grad_accum: 2}}
-Y
-run_dagrun run accum.yaml --plain
-expect_rc 1
-expect_in "$T/out" "grad_accum 2 in a gang"
-cat > gdrop.yaml <<Y
-dag: gdrop
-tasks:
-  train: {stage: train, world_size: 2, launcher: mpirun, $ENV, with: {$MODEL, batch_size: 2, dropout: 0.1}}
-Y
-run_dagrun run gdrop.yaml --plain
-expect_rc 1
-expect_in "$T/out" "dropout 0.1 in a gang"
+  run_dagrun run "$1.yaml" --plain
+  expect_rc 1
+  expect_in "$T/out" "$4"
+}
+gang_refused local local "" "set launcher: mpirun"
+gang_refused accum mpirun ", grad_accum: 2" "grad_accum 2 in a gang"
+gang_refused gdrop mpirun ", dropout: 0.1" "dropout 0.1 in a gang"
 pass
