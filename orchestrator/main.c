@@ -30,6 +30,7 @@
 #include "base/cli.h"
 #include "base/cron.h"
 #include "base/util.h"
+#include "dagfile/dag.h"
 #include "dagfile/graph.h"
 #include "dagfile/paramrule.h"
 #include "dagfile/spec.h"
@@ -170,9 +171,12 @@ static const char logs_usage[] =
     "\n" STORE_NOTE_TEXT;
 
 static const char resume_usage[] =
-    "usage: dagrun resume RUN [options]\n"
+    "usage: dagrun resume RUN [--clear TASK]... [--downstream] [options]\n"
     "Goes on with a run that did not succeed, in its run directory: runs\n"
     "again what had not succeeded, with the DAG file as it is now.\n"
+    "--clear TASK runs TASK again even if it succeeded (in any run, a\n"
+    "succeeded one too; not from the cache), --downstream with every task\n"
+    "after it; its attempts go on from the last one recorded.\n"
     "\n"
     "options:\n" EXEC_OPTIONS_TEXT "\n" STORE_NOTE_TEXT;
 
@@ -1079,6 +1083,9 @@ static double json_num(const cJSON *o, const char *k) {
 typedef struct resume_job {
   store *db;
   cJSON *rec;                 /* the run as recorded */
+  const char **clear;         /* --clear: tasks to run again, succeeded too */
+  size_t n_clear;
+  int downstream;             /* --downstream: and every task after them */
   const char *run_id, *state; /* in rec */
   int owner;                  /* pid of the dagrun that last ran it */
   spec *sp;
@@ -1089,6 +1096,7 @@ typedef struct resume_job {
 } resume_job;
 
 static void resume_job_free(resume_job *j) {
+  free(j->clear);
   free(j->preset);
   cJSON_Delete(j->params);
   rundir_destroy(j->run);
@@ -1111,8 +1119,10 @@ static int resume_refused(resume_job *j, int *code) {
     *code = EXIT_FAILED;
     return 1;
   }
-  if (strcmp(j->state, "success") == 0) {
-    printf("run %s already succeeded: nothing to resume\n", j->run_id);
+  if (strcmp(j->state, "success") == 0 && !j->n_clear) {
+    printf("run %s already succeeded: nothing to resume (--clear TASK runs "
+           "a task again)\n",
+           j->run_id);
     *code = 0;
     return 1;
   }
@@ -1177,6 +1187,55 @@ static int resume_load(resume_job *j) {
   return j->params ? 0 : EXIT_USAGE;
 }
 
+/* Whether task i is one --clear names: by its name, or a mapped task's
+ * instances by the name written (spec_task.label). */
+static int clear_names(const resume_job *j, size_t i, const char *name) {
+  const spec_task *t = &j->sp->tasks[i];
+  return strcmp(t->name, name) == 0 ||
+         (t->label && strcmp(t->label, name) == 0);
+}
+
+/* 0, or EXIT_USAGE after naming a --clear task the DAG does not have. */
+static int resume_clear_check(const resume_job *j) {
+  for (size_t k = 0; k < j->n_clear; k++) {
+    size_t i = 0;
+    while (i < j->sp->n_tasks && !clear_names(j, i, j->clear[k]))
+      i++;
+    if (i == j->sp->n_tasks) {
+      fprintf(stderr, "dagrun: --clear %s: run %s's DAG has no such task\n",
+              j->clear[k], j->run_id);
+      return EXIT_USAGE;
+    }
+  }
+  return 0;
+}
+
+/* --clear's tasks (and with --downstream every task they reach) run
+ * again: their presets say not succeeded, the attempts made kept. */
+static void resume_clear(resume_job *j) {
+  size_t n = j->sp->n_tasks;
+  int *hit = xcalloc(n ? n : 1, sizeof *hit);
+  for (size_t i = 0; i < n; i++)
+    for (size_t k = 0; k < j->n_clear; k++)
+      hit[i] |= clear_names(j, i, j->clear[k]);
+  dag_reach *reach = j->downstream ? dag_reach_create(j->sp) : NULL;
+  for (size_t i = 0; i < n; i++) {
+    int again = hit[i];
+    for (size_t c = 0; reach && !again && c < n; c++)
+      again = hit[c] && dag_is_upstream(reach, i, c);
+    if (again) {
+      j->preset[i].succeeded = 0;
+      j->preset[i].outputs = NULL;
+      j->preset[i].fingerprint = NULL;
+      printf("run %s: %s runs again (--clear)\n", j->run_id,
+             j->sp->tasks[i].name);
+    }
+  }
+  if (reach)
+    dag_reach_destroy(reach);
+  free(hit);
+}
+
 /* Makes this process the run's dagrun and records that the run goes on:
  * 0 with *h, or the exit status after saying why. From the claim on,
  * SIGINT, SIGTERM and SIGHUP wait blocked until execute() watches for
@@ -1193,9 +1252,10 @@ static int resume_claim(resume_job *j, history **h) {
     fprintf(stderr, "dagrun: cannot resume run %s: %s\n", j->run_id, err);
     return EXIT_FAILED;
   }
-  if (!(j->preset = resume_prepare(j->db, j->rec, j->sp, err, sizeof err)) ||
-      history_resume(j->db, j->sp, j->run_id, j->preset, h, err,
-                     sizeof err) != 0) {
+  if ((j->preset = resume_prepare(j->db, j->rec, j->sp, err, sizeof err)))
+    resume_clear(j);
+  if (!j->preset || history_resume(j->db, j->sp, j->run_id, j->preset, h, err,
+                                   sizeof err) != 0) {
     fprintf(stderr, "dagrun: cannot resume run %s: %s\n", j->run_id, err);
     /* Back to the state it had: the next resume may try again. */
     store_run_finish(j->db, j->run_id, j->state, clock_wall(), err,
@@ -1211,30 +1271,44 @@ static int cmd_resume(int argc, char **argv) {
   const char *id = NULL;
   exec_flags fl;
   exec_flags_init(&fl);
-  for (int i = 0; i < argc; i++) {
+  resume_job j = {0};
+  j.clear = xcalloc((size_t)argc + 1, sizeof *j.clear);
+  int code = 0;
+  for (int i = 0; i < argc && code == 0; i++) {
     int used = exec_flag(argc, argv, &i, &fl);
     if (used == EXIT_USAGE)
-      return EXIT_USAGE;
-    if (used)
+      code = EXIT_USAGE;
+    else if (used)
       continue;
-    if (argv[i][0] == '-')
-      return cli_usage_error("unknown option '%s' for resume", argv[i]);
-    if (id)
-      return cli_usage_error("resume takes one run, got also '%s'", argv[i]);
-    id = argv[i];
+    else if (strcmp(argv[i], "--clear") == 0 && i + 1 < argc)
+      j.clear[j.n_clear++] = argv[++i];
+    else if (strcmp(argv[i], "--downstream") == 0)
+      j.downstream = 1;
+    else if (argv[i][0] == '-')
+      code = cli_usage_error("unknown option '%s' for resume", argv[i]);
+    else if (id)
+      code = cli_usage_error("resume takes one run, got also '%s'", argv[i]);
+    else
+      id = argv[i];
   }
-  if (!id)
-    return cli_usage_error("%s", "resume needs a run id (see dagrun runs)");
-
-  resume_job j = {0};
-  int code = history_open_run(id, &j.db, &j.rec);
-  if (code != 0)
+  if (code == 0 && !id)
+    code = cli_usage_error("%s", "resume needs a run id (see dagrun runs)");
+  if (code == 0 && j.downstream && !j.n_clear)
+    code = cli_usage_error("%s", "--downstream goes with --clear TASK");
+  /* A task run again on purpose runs: not taken from the cache. */
+  fl.no_cache |= j.n_clear > 0;
+  if (code == 0)
+    code = history_open_run(id, &j.db, &j.rec);
+  if (code != 0) {
+    free(j.clear);
     return code;
+  }
   j.run_id = json_str(j.rec, "id");
   j.state = json_str(j.rec, "state");
   char worker_exe[4096];
   history *h;
-  if (resume_refused(&j, &code) || (code = resume_load(&j)) != 0)
+  if (resume_refused(&j, &code) || (code = resume_load(&j)) != 0 ||
+      (code = resume_clear_check(&j)) != 0)
     goto out;
   if (cli_helper_exe("dagrun-worker", worker_exe, sizeof worker_exe) != 0) {
     code = EXIT_USAGE;

@@ -1144,6 +1144,53 @@ static unsigned post_backfill(api_server *s, struct MHD_Connection *c,
   return MHD_HTTP_ACCEPTED;
 }
 
+static unsigned annotate_begin(api_server *s, struct MHD_Connection *c,
+                               const char *id, const req *r, cJSON **body,
+                               store **st, cJSON **run, cJSON **out);
+
+/* POST /api/runs/{run}/resume {"clear": [TASK...], "downstream": bool}:
+ * the run goes on (api.h's resume), the tasks of clear run again. */
+static unsigned post_resume(api_server *s, struct MHD_Connection *c,
+                            const char *id, const req *r, cJSON **out) {
+  cJSON *body, *run;
+  store *st;
+  unsigned status = annotate_begin(s, c, id, r, &body, &st, &run, out);
+  if (status)
+    return status;
+  store_close(st);
+  const cJSON *clear = cJSON_GetObjectItemCaseSensitive(body, "clear");
+  const cJSON *down = cJSON_GetObjectItemCaseSensitive(body, "downstream");
+  const cJSON *it;
+  int bad = (clear && !cJSON_IsArray(clear)) || (down && !cJSON_IsBool(down)) ||
+            cJSON_GetArraySize(clear) > 256 ||
+            (cJSON_IsTrue(down) && !cJSON_GetArraySize(clear));
+  cJSON_ArrayForEach(it, clear) bad |=
+      !cJSON_IsString(it) || !name_ok(it->valuestring);
+  cJSON_ArrayForEach(it, body) bad |=
+      strcmp(it->string, "clear") && strcmp(it->string, "downstream");
+  char full[256], err[1024] = "";
+  snprintf(full, sizeof full, "%s", str_of(run, "id"));
+  cJSON_Delete(run);
+  if (bad) {
+    cJSON_Delete(body);
+    *out = err_json("expected {\"clear\": [TASK...], \"downstream\": "
+                    "false} (downstream only with tasks to clear)");
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  int rc = s->act.resume ? s->act.resume(s->act.ud, full, clear,
+                                         cJSON_IsTrue(down), err, sizeof err)
+                         : MHD_HTTP_SERVICE_UNAVAILABLE;
+  cJSON_Delete(body);
+  if (rc != 0) {
+    *out = err_json("%s", err[0] ? err : "cannot resume the run");
+    return rc >= 400 && rc <= 599 ? (unsigned)rc
+                                  : MHD_HTTP_INTERNAL_SERVER_ERROR;
+  }
+  *out = cJSON_CreateObject();
+  cJSON_AddStringToObject(*out, "run_id", full);
+  return MHD_HTTP_ACCEPTED;
+}
+
 /* What a POST that writes on a run does first: the write credentials,
  * the body (*body, may be NULL) and the run (*st open, *run). 0, or the
  * status with *out and nothing left to free. */
@@ -1258,7 +1305,8 @@ typedef enum {
   R_COMPARE,
   R_TAGS,
   R_NOTE,
-  R_BACKFILL
+  R_BACKFILL,
+  R_RESUME
 } route_id;
 
 /* Every route; '*' is one path segment. openapi.json describes each (a
@@ -1284,6 +1332,7 @@ static const struct route {
     {"POST", "/api/runs/*/tags", R_TAGS},
     {"POST", "/api/runs/*/note", R_NOTE},
     {"POST", "/api/dags/*/backfill", R_BACKFILL},
+    {"POST", "/api/runs/*/resume", R_RESUME},
 };
 
 /* Whether url matches pattern; the segments that '*' matched go to caps. */
@@ -1400,6 +1449,9 @@ static enum MHD_Result dispatch(api_server *s, struct MHD_Connection *c,
     break;
   case R_BACKFILL:
     status = post_backfill(s, c, caps[0], r, &out);
+    break;
+  case R_RESUME:
+    status = post_resume(s, c, caps[0], r, &out);
     break;
   case R_REPORT: {
     char *html = NULL;

@@ -83,6 +83,13 @@ typedef struct api_actions {
    * (no schedule, a bad or empty range, too many times), 503, 500. */
   int (*backfill)(void *ud, const char *dag, const char *from, const char *to,
                   int rerun, cJSON **result, char *err, size_t errlen);
+  /* Goes on with a finished run (full id): `dagrun resume`, the tasks of
+   * clear (an array of task names, or NULL) run again, with downstream
+   * every task after them. 0, or an HTTP status with err: 404 (no such
+   * run), 409 (going, or succeeded with nothing to clear), 400 (a task
+   * the run does not have), 503, 500. */
+  int (*resume)(void *ud, const char *run_id, const cJSON *clear,
+                int downstream, char *err, size_t errlen);
   void *ud;
 } api_actions;
 

@@ -106,6 +106,8 @@ typedef struct child_run {
 /* A trigger, cancel or backfill from the API, handed to the loop. */
 typedef struct api_request {
   int cancel;
+  int resume; /* run_id_in goes on; params: an array of tasks to clear */
+  int downstream;
   int backfill; /* from, to, rerun: a backfill of dag; its answer: result */
   char *from, *to;
   int rerun;
@@ -832,6 +834,16 @@ static int api_cancel(void *ud, const char *run_id, char *err,
   return api_call(ud, r, NULL, 0, NULL, err, errlen);
 }
 
+static int api_resume(void *ud, const char *run_id, const cJSON *clear,
+                      int downstream, char *err, size_t errlen) {
+  api_request *r = xcalloc(1, sizeof *r);
+  r->resume = 1;
+  r->run_id_in = xstrdup(run_id);
+  r->params = clear ? cJSON_Duplicate(clear, 1) : NULL;
+  r->downstream = downstream;
+  return api_call(ud, r, NULL, 0, NULL, err, errlen);
+}
+
 static int api_backfill(void *ud, const char *dag, const char *from,
                         const char *to, int rerun, cJSON **result, char *err,
                         size_t errlen) {
@@ -1006,6 +1018,76 @@ static void loop_backfill(server *s, api_request *r) {
   r->status = 0;
 }
 
+/* Whether run (a store_run object) has a task of that name. */
+static int run_has_task(const cJSON *run, const char *name) {
+  const cJSON *t;
+  cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(run, "tasks")) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(t, "name");
+    if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+/* A resume from the API: `dagrun resume RUN [--clear TASK]...
+ * [--downstream]` as a child, as a run is started. Refused: an unknown run
+ * (404), one going (409), a succeeded one with nothing to clear (409), a
+ * task to clear that the run does not have (400). */
+static void loop_resume(server *s, api_request *r) {
+  char err[512];
+  int rc = 0;
+  cJSON *run = store_run(s->st, r->run_id_in, &rc, err, sizeof err);
+  const char *state = run ? cJSON_GetObjectItem(run, "state")->valuestring : "";
+  r->status = 409;
+  if (!run) {
+    r->status = rc == DR_ENOENT ? 404 : rc == DR_EINVAL ? 400 : 500;
+    snprintf(r->err, sizeof r->err, "%s", err);
+  } else if (s->stopping) {
+    r->status = 503;
+    snprintf(r->err, sizeof r->err, "dagrun serve is shutting down");
+  } else if (store_state_active(state) || find_child(s, r->run_id_in)) {
+    snprintf(r->err, sizeof r->err, "run %s is %s: not resuming it",
+             r->run_id_in, state);
+  } else if (strcmp(state, "success") == 0 && !cJSON_GetArraySize(r->params)) {
+    snprintf(r->err, sizeof r->err,
+             "run %s succeeded: nothing to resume (clear names tasks to run "
+             "again)",
+             r->run_id_in);
+  } else {
+    size_t n = (size_t)cJSON_GetArraySize(r->params), k = 0;
+    char **args = xcalloc(8 + 2 * n, sizeof(char *));
+    args[k++] = (char *)s->self_exe;
+    args[k++] = "resume";
+    args[k++] = (char *)cJSON_GetObjectItem(run, "id")->valuestring;
+    args[k++] = "-q";
+    const cJSON *t;
+    r->status = 0;
+    cJSON_ArrayForEach(t, r->params) {
+      if (!run_has_task(run, t->valuestring)) {
+        r->status = 400;
+        snprintf(r->err, sizeof r->err, "run %s has no task '%.100s'",
+                 r->run_id_in, t->valuestring);
+      }
+      args[k++] = "--clear";
+      args[k++] = t->valuestring;
+    }
+    if (r->downstream)
+      args[k++] = "--downstream";
+    const char *dag = cJSON_GetObjectItem(run, "dag")->valuestring;
+    if (r->status == 0 && spawn_child(s, dag, args[2], args, NULL) != 0) {
+      r->status = 500;
+      snprintf(r->err, sizeof r->err, "cannot start dagrun resume");
+    }
+    if (r->status == 0) {
+      snprintf(r->run_id, sizeof r->run_id, "%s", args[2]);
+      say("run %s: resume asked through the API%s", args[2],
+          n ? " (tasks cleared)" : "");
+    }
+    free(args);
+  }
+  cJSON_Delete(run);
+}
+
 static void loop_cancel(server *s, api_request *r) {
   /* A queued run: dropped from its queue. */
   for (size_t i = 0; i < s->n_dags; i++) {
@@ -1067,6 +1149,8 @@ static void on_wake(uv_async_t *h) {
   for (api_request *r = rev; r; r = r->next) {
     if (r->cancel)
       loop_cancel(s, r);
+    else if (r->resume)
+      loop_resume(s, r);
     else if (r->backfill)
       loop_backfill(s, r);
     else
@@ -1426,7 +1510,8 @@ static int serve_loop(server *s, const api_config *cfg) {
   scan(s);
   publish_dags(s);
 
-  api_actions acts = {api_dags, api_trigger, api_cancel, api_backfill, s};
+  api_actions acts = {api_dags,     api_trigger, api_cancel,
+                      api_backfill, api_resume,  s};
   int code = EXIT_USAGE;
   if (api_start(cfg, &acts, &s->api, err, sizeof err) != 0) {
     fprintf(stderr, "dagrun serve: %s\n", err);

@@ -73,7 +73,8 @@ static int triggers(void) {
   return n;
 }
 
-static const api_actions actions = {t_dags, t_trigger, t_cancel, NULL, NULL};
+static const api_actions actions = {t_dags, t_trigger, t_cancel,
+                                    NULL,   NULL,      NULL};
 
 /* ---- HTTP with libcurl ---- */
 
@@ -689,6 +690,7 @@ static void test_openapi(void) {
       {"/api/runs/{run}/tags", "post"},
       {"/api/runs/{run}/note", "post"},
       {"/api/dags/{dag}/backfill", "post"},
+      {"/api/runs/{run}/resume", "post"},
   };
   size_t n = sizeof routed / sizeof routed[0];
   for (size_t i = 0; i < n; i++) {
