@@ -95,6 +95,28 @@ serve_port() {
   fail "serve did not start: $(cat "$1")"
 }
 
+# serve_start ARGS...: `dagrun serve dags --port 0 --no-cron ARGS...` in
+# the background, its output in serve.log; sets SERVE_PID and PORT, and
+# stops it if the test exits early. With no ARGS it takes TOKEN (set to a
+# fixed one when unset) as its write token. serve_stop ends it.
+serve_start() {
+  if [ $# -eq 0 ]; then
+    : "${TOKEN:=s3cret-token-0123456789}"
+    echo "$TOKEN" > token
+    chmod 600 token
+    set -- --token-file token
+  fi
+  "$DAGRUN" serve dags --port 0 --no-cron "$@" >serve.log 2>&1 &
+  SERVE_PID=$!
+  trap 'kill "$SERVE_PID" 2>/dev/null || true' EXIT
+  serve_port serve.log "$SERVE_PID"
+}
+serve_stop() {
+  kill -TERM "$SERVE_PID"
+  wait "$SERVE_PID" 2>/dev/null || true
+  trap - EXIT
+}
+
 # need_chromium: sets CHROMIUM, or fails the test saying what to install.
 need_chromium() {
   CHROMIUM=$(command -v chromium || true)

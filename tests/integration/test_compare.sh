@@ -105,10 +105,7 @@ expect_rc 2
 # --- the API --------------------------------------------------------------------
 echo "read-token-0123456789" > rtoken
 chmod 600 rtoken
-"$DAGRUN" serve dags --port 0 --no-cron --read-token-file rtoken >serve.log 2>&1 &
-SERVE_PID=$!
-trap 'kill "$SERVE_PID" 2>/dev/null || true' EXIT
-serve_port serve.log "$SERVE_PID"
+serve_start --read-token-file rtoken
 get() { api GET "$1" "" "${2:-read-token-0123456789}"; }
 out=$(get "/api/compare?runs=$A,$B")
 [ "${out%% *}" = 200 ] || fail "GET /api/compare: $out"
@@ -131,7 +128,5 @@ many=$(for i in $(seq 17); do printf '%s,' "$A"; done)
 out=$(get "/api/compare?runs=${many%,}")
 [ "${out%% *}" = 400 ] || fail "17 runs: $out"
 expect_in serve.log "listening"
-kill "$SERVE_PID"
-wait "$SERVE_PID" 2>/dev/null || true
-trap - EXIT
+serve_stop
 pass

@@ -47,15 +47,10 @@ ids=$("$PY" -c 'import json,sys; print(" ".join(r["id"] for r in json.load(open(
 set -- $ids
 B=$1 A=$2
 TOKEN=s3cret-token-0123456789
-echo "$TOKEN" > token
-chmod 600 token
-"$DAGRUN" serve dags --port 0 --no-cron --token-file token >serve.log 2>&1 &
-SERVE_PID=$!
-trap 'kill "$SERVE_PID" 2>/dev/null || true' EXIT
-serve_port serve.log "$SERVE_PID"
+serve_start
 
 cat >runs_check.py <<'P'
-import json, sys, time, urllib.request
+import json, sys, time, urllib.error, urllib.request
 chromium, cdp_dir, profile, port, a, b_run, token = sys.argv[1:8]
 sys.path.insert(0, cdp_dir)
 from cdp import Browser
@@ -67,10 +62,15 @@ def run_json(rid):
         return json.load(r)
 
 def until(pred, what, secs=10):
+    """Polls pred; a run the store does not have yet (404) is not there."""
     end = time.time() + secs
     while time.time() < end:
-        if pred():
-            return
+        try:
+            if pred():
+                return
+        except urllib.error.HTTPError as e:
+            if e.code != 404:
+                raise
         time.sleep(0.1)
     sys.exit(f"not in the store in {secs}s: {what}")
 
@@ -158,7 +158,5 @@ browser_check "dashboard runs" runs_check.py "$PORT" "$A" "$B" "$TOKEN"
 # What the browser did is in the store, as the CLI reads it.
 run_dagrun note "$A"
 [ "$(cat "$T/out")" = "the baseline: lr 0.1" ] || fail "the note, read by the CLI: $(cat "$T/out")"
-kill -TERM "$SERVE_PID"
-wait "$SERVE_PID" 2>/dev/null || true
-trap - EXIT
+serve_stop
 pass

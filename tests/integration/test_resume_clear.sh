@@ -50,12 +50,7 @@ expect_rc 0
 
 # --- the API and the dashboard -----------------------------------------------------
 TOKEN=s3cret-token-0123456789
-echo "$TOKEN" > token
-chmod 600 token
-"$DAGRUN" serve dags --port 0 --no-cron --token-file token >serve.log 2>&1 &
-SERVE_PID=$!
-trap 'kill "$SERVE_PID" 2>/dev/null || true' EXIT
-serve_port serve.log "$SERVE_PID"
+serve_start
 resume() { api POST "/api/runs/$1/resume" "$2" "${3:-$TOKEN}"; }
 out=$(resume "$R" '{"clear": ["a"]}')
 [ "${out%% *}" = 202 ] || fail "resume with clear a: $out"
@@ -103,7 +98,5 @@ with Browser(chromium, profile) as b:
     print("dashboard retry: ok")
 P
 browser_check "dashboard retry" retry_check.py "$PORT" "$R" "$TOKEN"
-kill -TERM "$SERVE_PID"
-wait "$SERVE_PID" 2>/dev/null || true
-trap - EXIT
+serve_stop
 pass

@@ -17,12 +17,7 @@ tasks:
 Y
 printf 'dag: manual\ntasks:\n  a: {stage: exec, with: {command: [true]}}\n' > dags/manual.yaml
 TOKEN=s3cret-token-0123456789
-echo "$TOKEN" > token
-chmod 600 token
-"$DAGRUN" serve dags --port 0 --no-cron --token-file token >serve.log 2>&1 &
-SERVE_PID=$!
-trap 'kill "$SERVE_PID" 2>/dev/null || true' EXIT
-serve_port serve.log "$SERVE_PID"
+serve_start
 bf() { api POST "/api/dags/$1/backfill" "$2" "${3:-$TOKEN}"; }
 # backfill_runs N: waits (60 s) until N backfill runs of nightly succeeded;
 # prints their logical dates, sorted.
@@ -105,7 +100,5 @@ with Browser(chromium, profile) as b:
 P
 browser_check "dashboard backfill" bf_check.py "$PORT" "$TOKEN"
 backfill_runs 6 | grep -q '2026-03-11T02:00:00Z' || fail "the dashboard's backfill runs: $(backfill_runs 6)"
-kill -TERM "$SERVE_PID"
-wait "$SERVE_PID" 2>/dev/null || true
-trap - EXIT
+serve_stop
 pass

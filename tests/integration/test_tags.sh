@@ -92,14 +92,9 @@ run_dagrun note "$A"
 [ -z "$(cat "$T/out")" ] || fail "cleared note: $(cat "$T/out")"
 
 # --- the API --------------------------------------------------------------------
-echo "s3cret-token-0123456789" > token
-chmod 600 token
-"$DAGRUN" serve dags --port 0 --no-cron --token-file token >serve.log 2>&1 &
-SERVE_PID=$!
-trap 'kill "$SERVE_PID" 2>/dev/null || true' EXIT
-serve_port serve.log "$SERVE_PID"
-TOK=s3cret-token-0123456789
-http() { api "$1" "$2" "${3:-}" "${4:-$TOK}"; }
+TOKEN=s3cret-token-0123456789
+serve_start
+http() { api "$1" "$2" "${3:-}" "${4:-$TOKEN}"; }
 out=$(http POST "/api/runs/$B/tags" '{"add": ["candidate", "lr=1e-3"]}')
 [ "${out%% *}" = 200 ] || fail "POST tags: $out"
 echo "${out#* }" | "$PY" -c 'import json,sys; j = json.load(sys.stdin); assert j["tags"] == ["candidate", "lr=1e-3"], j' ||
@@ -138,7 +133,5 @@ out=$(http POST "/api/runs/$B/note" '{"note": null}')
 [ "${out%% *}" = 200 ] || fail "POST note null: $out"
 run_dagrun note "$B"
 [ -z "$(cat "$T/out")" ] || fail "a null note did not clear it: $(cat "$T/out")"
-kill "$SERVE_PID"
-wait "$SERVE_PID" 2>/dev/null || true
-trap - EXIT
+serve_stop
 pass
