@@ -29,6 +29,7 @@ typedef struct gang {
   size_t bucket; /* zero_bucket */
   gpt *full;     /* rank 0, stage 3: the gathered model for eval / the end */
   float *buf;    /* stage 3: the gathered parameters (every rank) */
+  uint32_t *in, *tg; /* this rank's rows of the step's accum batches */
 } gang;
 
 /* DAGRUN_WORLD_SIZE: the ranks of this task's gang; 0 when not in one. */
@@ -65,6 +66,8 @@ static void gang_free(gang *g) {
   comm_destroy(g->nc);
   comm_destroy(g->c);
   free(g->buf);
+  free(g->in);
+  free(g->tg);
   gpt_destroy(g->full);
 }
 
@@ -90,14 +93,6 @@ static int check_params(trainrun *r, gang *g) {
   if (stagekit_param_int(ctx, h, "zero_bucket", 0, INT64_C(1) << 40, &v))
     return EXIT_BAD_PARAMS;
   g->bucket = (size_t)v;
-  if (r->c.accum > 1) {
-    h->fail(ctx,
-            "grad_accum %d in a gang: ZeRO takes one micro-batch per "
-            "rank per step; raise batch_size or world_size instead "
-            "(global batch = world_size x batch_size)",
-            r->c.accum);
-    return EXIT_BAD_PARAMS;
-  }
   if (r->c.overfit) {
     h->fail(ctx, "overfit_one_batch is a one-process check: run it without "
                  "world_size");
@@ -179,6 +174,18 @@ static int open_comm(trainrun *r, gang *g) {
     g->c = NULL;
     return EXIT_BAD_PARAMS;
   }
+  /* Every rank has the same device and accum: each fails alike. */
+  if (g->dev == ENGINE_CUDA && r->c.accum > 1) {
+    r->h->fail(r->ctx,
+               "grad_accum %d in a gang on GPUs: the GPU ranks take one "
+               "micro-batch per step; raise batch_size or world_size "
+               "instead (global batch = world_size x batch_size), or use "
+               "device: cpu",
+               r->c.accum);
+    comm_destroy(g->c);
+    g->c = NULL;
+    return EXIT_BAD_PARAMS;
+  }
   if (g->dev == ENGINE_CUDA) {
     comm_config nccfg = {.backend = COMM_NCCL, .device = -1};
     if (comm_create(&nccfg, &g->nc, err, sizeof err) != 0)
@@ -197,11 +204,23 @@ static void log_start(trainrun *r, gang *g) {
          "%.2fM parameters",
          r->c.m.name, mc->n_layer, mc->n_head, mc->n_embd, mc->block_size,
          mc->vocab_size, np / 1e6);
-  h->log(r->ctx, DAGRUN_LOG_INFO,
-         "gang of %d ranks (%s), ZeRO stage %d: global batch %d x %d = %d "
-         "sequences of %d tokens a step",
-         g->N, g->dev == ENGINE_CUDA ? "GPUs, NCCL" : "CPUs, MPI", g->stage,
-         g->N, g->B, g->N * g->B, g->T);
+  const char *dev = g->dev == ENGINE_CUDA ? "GPUs, NCCL" : "CPUs, MPI";
+  int A = r->c.accum;
+  if (A == 1)
+    h->log(r->ctx, DAGRUN_LOG_INFO,
+           "gang of %d ranks (%s), ZeRO stage %d: global batch %d x %d = %d "
+           "sequences of %d tokens a step",
+           g->N, dev, g->stage, g->N, g->B, g->N * g->B, g->T);
+  else
+    h->log(r->ctx, DAGRUN_LOG_INFO,
+           "gang of %d ranks (%s), ZeRO stage %d: global batch %d x %d x %d "
+           "(grad_accum) = %d sequences of %d tokens a step; %s",
+           g->N, dev, g->stage, g->N, g->B, A, g->N * g->B * A, g->T,
+           g->stage < 2 ? "the gradients are reduced once a step, after the "
+                          "last micro-batch"
+                        : "the gradients are reduce-scattered every "
+                          "micro-batch and summed in each rank's shard (it "
+                          "keeps no full gradient to accumulate in)");
   h->metric(r->ctx, "parameters", (double)np, 0);
   if (r->c.spike_on &&
       (r->c.spike.policy == SPIKE_RESET || r->c.spike.policy == SPIKE_ROLLBACK))
@@ -229,11 +248,11 @@ static int rank_loss(gang *g, gpt *model, const uint32_t *in,
 static int rank_step(trainrun *r, gang *g, const uint32_t *in,
                      const uint32_t *tg, double lr, zero_step_result *res,
                      char *err, size_t errlen) {
-  if (g->zc)
+  if (g->zc) /* one micro-batch: open_comm refuses grad_accum on GPUs */
     return zero_cuda_step(g->zc, in, tg, g->B, g->T, (float)lr, r->c.grad_clip,
                           res, err, errlen);
-  return zero_step(g->z, in, tg, g->B, g->T, (float)lr, r->c.grad_clip, res,
-                   err, errlen);
+  return zero_step_accum(g->z, in, tg, g->B, g->T, r->c.accum, (float)lr,
+                         r->c.grad_clip, res, err, errlen);
 }
 
 /* engine_eval_batches's fn: one batch on this rank's GPU. */
@@ -422,10 +441,10 @@ static void start_zero(trainrun *r, gang *g, const char *dir,
   if (sharded && zero_load(g->z, dir, &step, err, sizeof err) != 0)
     gang_abort(r, g, "resume", err);
   /* The loader's position: the batches of the steps done, replayed. */
-  for (int64_t k = 0; k < step; k++)
+  for (int64_t k = 0; k < step * r->c.accum; k++)
     loader_next(r->train, r->inputs, r->targets);
   r->st.step = step;
-  r->st.tokens = (uint64_t)step * g->N * g->B * g->T;
+  r->st.tokens = (uint64_t)step * g->N * g->B * g->T * r->c.accum;
   snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", dir);
   if (g->rank == 0)
     r->h->log(r->ctx, DAGRUN_LOG_INFO,
@@ -531,13 +550,20 @@ static void train_step(trainrun *r, gang *g) {
   int64_t step = r->st.step;
   size_t bt = (size_t)g->B * g->T;
   double t_step = clock_monotonic();
-  loader_next(r->train, r->inputs, r->targets);
+  /* The global batch of each micro-batch (N x B rows, as one process of
+   * that batch draws them), this rank's rows of it kept: accum of them
+   * make the step's, which one process of N x accum x B draws at once. */
+  for (int k = 0; k < r->c.accum; k++) {
+    loader_next(r->train, r->inputs, r->targets);
+    memcpy(g->in + k * bt, r->inputs + (size_t)g->rank * bt,
+           bt * sizeof *g->in);
+    memcpy(g->tg + k * bt, r->targets + (size_t)g->rank * bt,
+           bt * sizeof *g->tg);
+  }
   double lr = lr_at(&r->c.sched, step);
   double t_call = clock_monotonic();
   zero_step_result res;
-  if (rank_step(r, g, r->inputs + (size_t)g->rank * bt,
-                r->targets + (size_t)g->rank * bt, lr, &res, err,
-                sizeof err) != 0)
+  if (rank_step(r, g, g->in, g->tg, lr, &res, err, sizeof err) != 0)
     gang_abort(r, g, "step", err);
   double t_end = clock_monotonic();
   /* A step whose loss or norm is not finite, or that the spike guard
@@ -572,7 +598,12 @@ static void train_step(trainrun *r, gang *g) {
  * each step, then checkpoint together and fail the task (-1). */
 static int train_loop(trainrun *r, gang *g) {
   char err[2048];
-  trainrun_loop_start(r, (size_t)g->N * g->B * g->T);
+  size_t n = (size_t)r->c.accum * g->B * g->T;
+  g->in = malloc(n * sizeof *g->in);
+  g->tg = malloc(n * sizeof *g->tg);
+  if (!g->in || !g->tg)
+    gang_abort(r, g, "the batches", "out of memory");
+  trainrun_loop_start(r, (size_t)g->N * g->B * g->T * r->c.accum);
   while (r->st.step < r->c.steps) {
     int64_t step = r->st.step;
     float stop = r->h->cancelled(r->ctx) ? 1.0f : 0.0f;
@@ -651,7 +682,7 @@ static int write_results(trainrun *r, gang *g, gpt *m, double train_s) {
   cJSON_AddStringToObject(s, "device", g->zc ? "cuda" : "cpu");
   if (g->zc)
     cJSON_AddStringToObject(s, "gpu", zero_cuda_describe(g->zc));
-  cJSON_AddNumberToObject(s, "global_batch", g->N * g->B);
+  cJSON_AddNumberToObject(s, "global_batch", g->N * g->B * r->c.accum);
   trainrun_summary_losses(r, s);
   trainrun_summary_rates(r, s, tps);
   return trainrun_finish(r, s, final, model_dir, r->last_ckpt, r->ckpt_dir);

@@ -37,7 +37,8 @@ static const dagrun_param_spec params[] = {
     TRAINKIT_MODEL_PARAMS,
     {"batch_size", DAGRUN_PARAM_INT, "16", 0, "Sequences per micro-batch"},
     {"grad_accum", DAGRUN_PARAM_INT, "1", 0,
-     "Micro-batches per optimizer step (global batch = batch_size x this)"},
+     "Micro-batches per optimizer step (global batch = batch_size x this; "
+     "in a gang x world_size too, CPU ranks only)"},
     {"steps", DAGRUN_PARAM_INT, "1000", 0, "Optimizer steps"},
     TRAINKIT_OPTIM_PARAMS,
     {"lr", DAGRUN_PARAM_FLOAT, "0", 0,

@@ -1,0 +1,84 @@
+# Gradient accumulation in a gang (world_size 2, launcher mpirun, CPU
+# ranks), against one process.
+# - Two ranks of batch_size 2 with grad_accum 4 train as one process of
+#   batch_size 16 (4x the gang's micro-batch of 2 x 2) on the same data:
+#   at every ZeRO stage 0-3 the 20 per-step losses (the mean over the
+#   micro-batches and ranks) equal the one process's within 1e-4
+#   relative, and so do the final weights (max abs difference < 1e-4 of
+#   the largest weight). The tolerance: both runs compute the same fp32
+#   mean gradient, summed in another order (per micro-batch, then over
+#   ranks, against one matmul over 16 rows), a few ulps (1e-7 relative)
+#   a step that AdamW carries through 20 steps; test_train_gang's gang
+#   without accumulation measures 1e-7 on the losses and 6e-6 on the
+#   weights, so 1e-4 leaves room and still catches a missing 1/accum
+#   (a 4x gradient) or a lost micro-batch, which move the losses by 1e-3
+#   and more from step 2 on.
+# - The log says the global batch (2 x 2 x 4 = 16) and where the
+#   gradients are reduced (once a step at stages 0-1, every micro-batch
+#   at 2-3); summary.json's global_batch is 16 and tokens 20 x 16 x 32.
+# - A new stage-1 gang with grad_accum 4 resuming the first one's sharded
+#   checkpoint of step 10 gives the uninterrupted run's losses of steps
+#   11-20 (within 1e-5): the loader replays 4 batches a step.
+. "$(dirname "$0")/lib.sh"
+
+command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
+export LSAN_OPTIONS="suppressions=$DAGRUN_SOURCE_DIR/tests/lsan-mpi-zero.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+
+DATA=$(make_token_data accum 320)
+MODEL="data: \"$DATA\", n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, threads: 1, steps: 20, lr: 0.003, warmup: 2, eval_every: 0, samples: 0, spike_policy: none"
+ENV='env: {OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1", LSAN_OPTIONS: "'"$LSAN_OPTIONS"'", ASAN_OPTIONS: "'"$ASAN_OPTIONS"'"}'
+
+# gang_yaml NAME WITH: a DAG of one train task, a gang of 2 under mpirun.
+gang_yaml() {
+  printf 'dag: %s\ntasks:\n  train:\n    stage: train\n    world_size: 2\n    launcher: mpirun\n    %s\n    with: {%s}\n' \
+    "$1" "$ENV" "$2" > "$1.yaml"
+}
+
+# --- The reference: one process, batch_size 16, checkpoint at step 10.
+cat > one.yaml <<Y
+dag: one
+tasks:
+  train: {stage: train, with: {$MODEL, batch_size: 16, checkpoint_every: 10}}
+Y
+run_dagrun run one.yaml --plain
+expect_rc 0
+R1=$(run_dir one)
+losses "$R1" > one.losses
+[ "$(wc -l < one.losses)" -eq 20 ] || fail "one process: $(cat one.losses)"
+
+for stage in 0 1 2 3; do
+  gang_yaml a$stage "$MODEL, batch_size: 2, grad_accum: 4, zero_stage: $stage, checkpoint_every: 10"
+  run_dagrun run a$stage.yaml --plain
+  expect_rc 0
+  R=$(run_dir a$stage)
+  L="$R/train/attempt-1/log"
+  expect_in "$L" "ZeRO stage $stage: global batch 2 x 2 x 4 (grad_accum) = 16 sequences of 32 tokens"
+  if [ "$stage" -lt 2 ]; then
+    expect_in "$L" "the gradients are reduced once a step, after the last micro-batch"
+  else
+    expect_in "$L" "the gradients are reduce-scattered every micro-batch"
+  fi
+  losses "$R" > a$stage.losses
+  same_losses one.losses a$stage.losses 1e-4
+  same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
+    "$R/train/model/step-00000020/model.safetensors" 1e-4
+  "$PY" - "$R/train/out/summary.json" <<'P' || fail "stage $stage summary: $(cat "$R/train/out/summary.json")"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["global_batch"] == 16 and s["tokens"] == 20 * 16 * 32 and s["steps"] == 20, s
+P
+done
+
+# --- Resume: stage 1's sharded checkpoint of step 10, continued by a new
+# gang with grad_accum 4, gives the uninterrupted run's steps 11-20.
+A1=$(run_dir a1)
+gang_yaml r1 "$MODEL, batch_size: 2, grad_accum: 4, zero_stage: 1, resume: \"$A1/train/checkpoints/step-00000010\""
+run_dagrun run r1.yaml --plain
+expect_rc 0
+R=$(run_dir r1)
+expect_in "$R/train/attempt-1/log" "resumed from sharded checkpoint"
+losses "$R" > r1.losses
+grep -E '^(1[1-9]|20) ' a1.losses > a1.tail
+same_losses a1.tail r1.losses 1e-5
+pass
