@@ -27,8 +27,8 @@ typedef struct gang {
   int rank, N, stage;
   int B, T;      /* each rank's micro-batch */
   size_t bucket; /* zero_bucket */
-  gpt *full;     /* rank 0, stage 3: the gathered model for eval / the end */
-  float *buf;    /* stage 3: the gathered parameters (every rank) */
+  gpt *full;     /* stage 3: the gathered model for validation and the end
+                    (every rank: each scores its share of the windows) */
   uint32_t *in, *tg; /* this rank's rows of the step's accum batches */
 } gang;
 
@@ -65,7 +65,6 @@ static void gang_free(gang *g) {
   zero_destroy(g->z);
   comm_destroy(g->nc);
   comm_destroy(g->c);
-  free(g->buf);
   free(g->in);
   free(g->tg);
   gpt_destroy(g->full);
@@ -255,38 +254,28 @@ static int rank_step(trainrun *r, gang *g, const uint32_t *in,
                          r->c.grad_clip, res, err, errlen);
 }
 
-/* engine_eval_batches's fn: one batch on this rank's GPU. */
-static int gpu_batch_loss(void *arg, const uint32_t *in, const uint32_t *tg,
-                          float *loss, char *err, size_t errlen) {
-  return rank_loss(arg, NULL, in, tg, loss, err, errlen);
-}
-
 /* ---- Collective pieces ---- */
 
-/* The whole model with the current weights on rank 0 (NULL on the
- * others). Stages 0-2 hold the full parameters on every rank after a
- * step; stage 3 gathers them (collective). */
+/* The whole model with the current weights, on every rank. Stages 0-2
+ * hold the full parameters on every rank after a step; stage 3 gathers
+ * them into a model of its own (collective); GPU ranks bring the GPUs'
+ * master weights into the host model (collective). */
 static gpt *gang_model(trainrun *r, gang *g) {
   char err[1024];
   if (g->zc) {
-    /* The GPUs' master weights into every rank's host model. */
     if (zero_cuda_gather_params(g->zc, err, sizeof err) != 0)
       gang_abort(r, g, "gathering the parameters", err);
-    return g->rank == 0 ? r->model : NULL;
+    return r->model;
   }
   if (g->stage < 3)
-    return g->rank == 0 ? r->model : NULL;
-  size_t np = gpt_num_params(r->model);
-  if (!g->buf && !(g->buf = malloc(np * sizeof(float))))
-    gang_abort(r, g, "gathering the parameters", "out of memory");
-  if (zero_gather_params(g->z, g->buf, err, sizeof err) != 0)
+    return r->model;
+  if (!g->full) {
+    if (gpt_create(gpt_get_config(r->model), &g->full, err, sizeof err) != 0)
+      gang_abort(r, g, "the model for evaluation", err);
+    gpt_release(g->full, GPT_BUF_GRADS); /* it never trains */
+  }
+  if (zero_gather_params(g->z, gpt_params(g->full), err, sizeof err) != 0)
     gang_abort(r, g, "gathering the parameters", err);
-  if (g->rank != 0)
-    return NULL;
-  if (!g->full &&
-      gpt_create(gpt_get_config(r->model), &g->full, err, sizeof err) != 0)
-    gang_abort(r, g, "the model for evaluation", err);
-  memcpy(gpt_params(g->full), g->buf, np * sizeof(float));
   return g->full;
 }
 
@@ -325,26 +314,67 @@ static void find_resume(trainrun *r, gang *g, char *dir, size_t dirlen) {
     gang_abort(r, g, "agreeing on the checkpoint", err);
 }
 
-/* Validation at an eval step, NAN on the ranks other than 0. GPU ranks
- * at stages 0-2: on rank 0's GPU alone (no exchange). Else on rank 0's
- * CPU, the model gathered where stage 3 shards it (collective: every
- * rank calls this). */
-static double gang_evaluate(trainrun *r, gang *g, int64_t step) {
-  if (g->zc && g->stage < 3) {
-    if (g->rank == 0)
-      trainrun_lm_eval(r, NULL, step);
-    if (g->rank != 0 || !r->val)
-      return NAN;
-    loader_set_pos(r->val, &r->val_start);
-    double loss = NAN;
-    char err[512];
-    int rc =
-        engine_eval_batches(r->val, g->B, g->T, (uint64_t)r->c.eval_batches,
-                            gpu_batch_loss, g, &loss, err, sizeof err);
-    return trainrun_val_report(r, rc, loss, err, step);
-  }
-  gpt *m = gang_model(r, g);
-  return m ? trainrun_evaluate(r, m, step) : NAN;
+/* The validation windows are those one process of the gang's global
+ * micro-batch (N x batch_size) scores: eval_batches batches of N x B
+ * windows from the start of the split (the loader's batch is N x B in a
+ * gang). Each rank scores its B rows of each batch, on m (its CPU
+ * model) or, m NULL, on its GPU. */
+typedef struct val_share {
+  gang *g;
+  gpt *m;
+} val_share;
+
+/* engine_eval_batches's fn: this rank's rows of a batch of N x B. */
+static int share_loss(void *arg, const uint32_t *in, const uint32_t *tg,
+                      float *loss, char *err, size_t errlen) {
+  val_share *v = arg;
+  gang *g = v->g;
+  size_t off = (size_t)g->rank * g->B * g->T;
+  if (v->m)
+    return gpt_forward(v->m, in + off, tg + off, g->B, g->T, loss, err, errlen);
+  return rank_loss(g, NULL, in + off, tg + off, loss, err, errlen);
+}
+
+/* Validation at step on every rank (collective): each rank's mean over
+ * its share, summed over the ranks and divided by N, is the mean over
+ * every window (the shares are equal). m: the model each rank scores on
+ * its CPU, or NULL for its GPU. Rank 0 reports; NAN on the others. */
+static double gang_evaluate(trainrun *r, gang *g, gpt *m, int64_t step) {
+  if (g->rank == 0)
+    trainrun_lm_eval(r, m, step);
+  if (!r->val)
+    return NAN;
+  char err[512] = "", e2[512];
+  val_share v = {g, m};
+  double loss = 0;
+  loader_set_pos(r->val, &r->val_start);
+  int rc = engine_eval_batches(r->val, g->N * g->B, g->T,
+                               (uint64_t)r->c.eval_batches, share_loss, &v,
+                               &loss, err, sizeof err);
+  /* A rank that failed says so in the sum of failures; the loss is
+   * summed in double, as one process sums its batches. */
+  float bad = rc != 0 ? 1.0f : 0.0f;
+  if (rc != 0)
+    loss = 0;
+  if (comm_allreduce_sum(g->c, &bad, 1, e2, sizeof e2) != 0 ||
+      comm_allreduce_sum_double(g->c, &loss, e2, sizeof e2) != 0)
+    gang_abort(r, g, "validation", e2);
+  if (g->rank != 0)
+    return NAN;
+  if (bad > 0 && rc == 0)
+    snprintf(err, sizeof err,
+             "%d of the %d ranks failed to score their "
+             "share (see their logs)",
+             (int)bad, g->N);
+  else if (rc != 0)
+    r->h->log(r->ctx, DAGRUN_LOG_WARN, "rank %d: validation: %s", g->rank, err);
+  return trainrun_val_report(r, bad > 0 ? -1 : 0, loss / g->N, err, step);
+}
+
+/* The model validation scores on: the GPU at stages 0-2 (NULL), else the
+ * whole model on each rank's CPU (collective at stage 3). */
+static gpt *val_model(trainrun *r, gang *g) {
+  return g->zc && g->stage < 3 ? NULL : gang_model(r, g);
 }
 
 /* The loss at initialization, on rank 0's rows of the first batch (the
@@ -621,7 +651,7 @@ static int train_loop(trainrun *r, gang *g) {
     train_step(r, g);
     if (r->c.eval_every && r->st.step % r->c.eval_every == 0 &&
         r->st.step < r->c.steps) {
-      r->val_loss = gang_evaluate(r, g, r->st.step);
+      r->val_loss = gang_evaluate(r, g, val_model(r, g), r->st.step);
       if (g->rank == 0)
         r->h->log(r->ctx, DAGRUN_LOG_INFO,
                   "step %lld: loss %.4f, val loss %.4f", (long long)r->st.step,
@@ -658,13 +688,9 @@ static int save_full_model(trainrun *r, gpt *m, char *dir, size_t dirlen,
   return 0;
 }
 
-/* Rank 0's results, m the gathered model: validation, the full model,
+/* Rank 0's results, m the gathered model (validated): the full model,
  * samples, the last line, summary.json and the outputs. 0 or -1. */
 static int write_results(trainrun *r, gang *g, gpt *m, double train_s) {
-  /* On GPU ranks at stages 0-2 rank 0 validates on its GPU, which needs
-   * no exchange; else on m. */
-  r->val_loss = g->zc && g->stage < 3 ? gang_evaluate(r, g, r->st.step)
-                                      : trainrun_evaluate(r, m, r->st.step);
   char model_dir[4096], final[4096];
   if (save_full_model(r, m, model_dir, sizeof model_dir, final, sizeof final) !=
       0)
@@ -694,11 +720,13 @@ static int finish(trainrun *r, gang *g) {
   double train_s = clock_monotonic() - r->t_start;
   gang_save(r, g);
   gpt *m = gang_model(r, g);
+  /* Every rank scores its share: on the GPU at stages 0-2, else on m. */
+  r->val_loss =
+      gang_evaluate(r, g, g->zc && g->stage < 3 ? NULL : m, r->st.step);
   /* The collectives are over; the ranks other than 0 are done. NCCL's
    * communicator goes now, on every rank together (its finalize waits
-   * for the peers), not after rank 0's validation and writing, which
-   * may outlast the communicator's timeout; rank 0's GPU stays for the
-   * validation. */
+   * for the peers), not after rank 0's writing, which may outlast the
+   * communicator's timeout. */
   comm_destroy(g->nc);
   g->nc = NULL;
   if (g->rank != 0)

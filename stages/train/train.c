@@ -56,7 +56,9 @@ static const dagrun_param_spec params[] = {
     {"eval_every", DAGRUN_PARAM_INT, "100", 0,
      "Validation every this many steps (0: only at the end)"},
     {"eval_batches", DAGRUN_PARAM_INT, "20", 0,
-     "Validation batches (at most one pass over the validation shards)"},
+     "Validation batches of batch_size windows (in a gang world_size x "
+     "batch_size, shared by the ranks; at most one pass over the "
+     "validation shards)"},
     {"eval_text", DAGRUN_PARAM_STRING, "", 0,
      "With each validation: the perplexity of this text file "
      "(eval_perplexity; CPU engine)"},

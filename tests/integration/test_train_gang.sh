@@ -37,7 +37,7 @@
 #   saying how many ranks see one and why this one does not.
 # - A timeout stops the gang, which writes a sharded checkpoint first.
 # - world_size 2 with launcher local is refused with a message that says
-#   what to do (gradient accumulation: test_train_gang_accum).
+#   what to do (gradient accumulation: test_train_gang_parity).
 . "$(dirname "$0")/lib.sh"
 
 command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"

@@ -1,5 +1,5 @@
-# Gradient accumulation in a gang (world_size 2, launcher mpirun, CPU
-# ranks), against one process.
+# A gang (world_size 2, launcher mpirun, CPU ranks) against one process:
+# gradient accumulation and validation.
 # - Two ranks of batch_size 2 with grad_accum 4 train as one process of
 #   batch_size 16 (4x the gang's micro-batch of 2 x 2) on the same data:
 #   at every ZeRO stage 0-3 the 20 per-step losses (the mean over the
@@ -19,6 +19,15 @@
 # - A new stage-1 gang with grad_accum 4 resuming the first one's sharded
 #   checkpoint of step 10 gives the uninterrupted run's losses of steps
 #   11-20 (within 1e-5): the loader replays 4 batches a step.
+# - Validation covers the windows one process of the global batch scores
+#   (eval_batches batches of 2 x 2), each rank scoring its rows: the
+#   gang's val_loss at steps 10 and 20 (stages 0 and 3) equals one
+#   process's of batch_size 4 within 1e-5 relative (their weights differ
+#   by ~1e-6, as above; before, rank 0 scored eval_batches x 2 windows,
+#   other data, 1e-3 away), and a validate task on the gang's final
+#   weights over the same 12 windows (batch_size 4, max_batches 3) gives
+#   the gang's final val_loss within 1e-6 (the same weights; only the
+#   fp32 sums differ: two means of 2 windows against one of 4).
 . "$(dirname "$0")/lib.sh"
 
 command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
@@ -81,4 +90,43 @@ expect_in "$R/train/attempt-1/log" "resumed from sharded checkpoint"
 losses "$R" > r1.losses
 grep -E '^(1[1-9]|20) ' a1.losses > a1.tail
 same_losses a1.tail r1.losses 1e-5
+
+# --- Validation: one process of batch_size 4 against gangs of 2 x 2.
+VAL="${MODEL/eval_every: 0/eval_every: 10, eval_batches: 3}"
+cat > vone.yaml <<Y
+dag: vone
+tasks:
+  train: {stage: train, with: {$VAL, batch_size: 4}}
+Y
+run_dagrun run vone.yaml --plain
+expect_rc 0
+RV=$(run_dir vone)
+for stage in 0 3; do
+  cat > v$stage.yaml <<Y
+dag: v$stage
+tasks:
+  train:
+    stage: train
+    world_size: 2
+    launcher: mpirun
+    $ENV
+    with: {$VAL, batch_size: 2, zero_stage: $stage}
+  validate: {stage: validate, needs: [train], with: {data: "$DATA", threads: 1, batch_size: 4, max_batches: 3, checkpoint: "\${tasks.train.outputs.checkpoint}"}}
+Y
+  run_dagrun run v$stage.yaml --plain
+  expect_rc 0
+  R=$(run_dir v$stage)
+  "$PY" - "$RV/train/metrics.jsonl" "$R/train/metrics.jsonl" "$R/validate/out/metrics.json" <<'P' || fail "stage $stage: val_loss: see above"
+import json, sys
+def val(p):
+    return {m["step"]: m["value"] for m in map(json.loads, open(p)) if m["name"] == "val_loss"}
+one, gang = val(sys.argv[1]), val(sys.argv[2])
+assert sorted(one) == sorted(gang) == [10, 20], (one, gang)
+for s in one:
+    assert abs(one[s] - gang[s]) <= 1e-5 * one[s], (s, one[s], gang[s])
+v = json.load(open(sys.argv[3]))["val_loss"]
+assert abs(v - gang[20]) <= 1e-6 * v, (v, gang[20])
+print("val_loss: one process %r, gang %r, validate on the gang's weights %r" % (one[20], gang[20], v))
+P
+done
 pass
