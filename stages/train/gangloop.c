@@ -1,5 +1,6 @@
 /* The train stage's data-parallel loop in a gang; see gangloop.h. */
 #include "gangloop.h"
+#include "gangmem.h"
 
 #include "ckpt/ckpt.h"
 #include "comm/comm.h"
@@ -30,6 +31,7 @@ typedef struct gang {
   gpt *full;     /* stage 3: the gathered model for validation and the end
                     (every rank: each scores its share of the windows) */
   uint32_t *in, *tg; /* this rank's rows of the step's accum batches */
+  zero_memory *mem;  /* every rank's memory figures (gather_memory) */
 } gang;
 
 /* DAGRUN_WORLD_SIZE: the ranks of this task's gang; 0 when not in one. */
@@ -67,6 +69,7 @@ static void gang_free(gang *g) {
   comm_destroy(g->c);
   free(g->in);
   free(g->tg);
+  free(g->mem);
   gpt_destroy(g->full);
 }
 
@@ -153,6 +156,21 @@ static int pick_device(trainrun *r, gang *g) {
   return 0;
 }
 
+/* GPU ranks take one micro-batch a step (zero_cuda): grad_accum above 1
+ * fails the task there, on every rank alike (they agreed on the device).
+ * 1 when refused. */
+static int gpu_accum_refused(trainrun *r, gang *g) {
+  if (g->dev != ENGINE_CUDA || r->c.accum <= 1)
+    return 0;
+  r->h->fail(r->ctx,
+             "grad_accum %d in a gang on GPUs: the GPU ranks take one "
+             "micro-batch per step; raise batch_size or world_size "
+             "instead (global batch = world_size x batch_size), or use "
+             "device: cpu",
+             r->c.accum);
+  return 1;
+}
+
 /* The communicators (MPI; NCCL too on GPUs) and the device. 0 or the
  * exit status. */
 static int open_comm(trainrun *r, gang *g) {
@@ -168,19 +186,7 @@ static int open_comm(trainrun *r, gang *g) {
                comm_size(g->c), g->N);
     comm_abort(g->c, EXIT_FAILED);
   }
-  if (pick_device(r, g) != 0) {
-    comm_destroy(g->c);
-    g->c = NULL;
-    return EXIT_BAD_PARAMS;
-  }
-  /* Every rank has the same device and accum: each fails alike. */
-  if (g->dev == ENGINE_CUDA && r->c.accum > 1) {
-    r->h->fail(r->ctx,
-               "grad_accum %d in a gang on GPUs: the GPU ranks take one "
-               "micro-batch per step; raise batch_size or world_size "
-               "instead (global batch = world_size x batch_size), or use "
-               "device: cpu",
-               r->c.accum);
+  if (pick_device(r, g) != 0 || gpu_accum_refused(r, g)) {
     comm_destroy(g->c);
     g->c = NULL;
     return EXIT_BAD_PARAMS;
@@ -526,35 +532,36 @@ static void test_kill(trainrun *r, gang *g) {
   raise(SIGKILL);
 }
 
-/* Rank 0's memory after its first step: ZeRO's accounting against its
- * formulas. */
-static void log_memory(trainrun *r, gang *g) {
-  zero_memory zm;
-  if (!g->zc) {
-    zero_memory_get(g->z, &zm);
-    r->h->log(r->ctx, DAGRUN_LOG_INFO,
-              "rank 0 holds params %.2f MiB, grads %.2f MiB, optimizer "
-              "%.2f MiB (ZeRO fp32 formula: %.2f, %.2f, %.2f MiB)",
-              zm.params / 1048576.0, zm.grads / 1048576.0, zm.optim / 1048576.0,
-              zm.f_params / 1048576.0, zm.f_grads / 1048576.0,
-              zm.f_optim / 1048576.0);
-    return;
+/* Every rank's memory figures (gangmem.h) into g->mem on rank 0, each
+ * rank broadcasting its own in turn (exact byte counts; N is small), and
+ * the figures' frame in *m. Collective. */
+static void gather_memory(trainrun *r, gang *g, gangmem *m) {
+  char err[512];
+  if (!g->mem && !(g->mem = calloc((size_t)g->N, sizeof *g->mem)))
+    gang_abort(r, g, "memory figures", "out of memory");
+  zero_memory mine;
+  if (g->zc) {
+    uint64_t acts = 0;
+    zero_cuda_memory_get(g->zc, &mine, &acts);
+    mine.acts = mine.peak_acts = acts; /* allocated at the start */
+  } else {
+    zero_memory_get(g->z, &mine);
   }
-  uint64_t acts;
-  zero_cuda_memory_get(g->zc, &zm, &acts);
-  r->h->log(r->ctx, DAGRUN_LOG_INFO,
-            "rank 0's GPU holds params %.2f MiB (%s), grads %.2f MiB "
-            "(FP32%s), optimizer %.2f MiB, activations %.2f MiB (ZeRO's "
-            "mixed-precision formula for params + grads + optimizer: "
-            "%.2f MiB)",
-            zm.params / 1048576.0,
-            g->stage == 3 ? "FP32 master weights and BF16 copy of its "
-                            "shard, two gathered layers"
-                          : "FP32 master weights of its part and the "
-                            "BF16 copy of all",
-            zm.grads / 1048576.0,
-            g->stage >= 2 ? ": its part and the layers' buffers" : "",
-            zm.optim / 1048576.0, acts / 1048576.0, zm.f_mixed / 1048576.0);
+  for (int q = 0; q < g->N; q++) {
+    if (q == g->rank)
+      g->mem[q] = mine;
+    if (comm_broadcast(g->c, &g->mem[q], sizeof g->mem[q], q, err,
+                       sizeof err) != 0)
+      gang_abort(r, g, "memory figures", err);
+  }
+  gpt_memory gm;
+  gpt_memory_estimate(gpt_get_config(r->model), g->B, g->T,
+                      (int)optim_state_floats_for(r->c.opt.kind, 1), &gm);
+  *m = (gangmem){.N = g->N,
+                 .stage = g->stage,
+                 .gpu = g->zc != NULL,
+                 .f_acts = gm.acts,
+                 .rank = g->mem};
 }
 
 /* Rank 0's report of a step done. */
@@ -570,8 +577,6 @@ static void report_step(trainrun *r, gang *g, const zero_step_result *res,
               r->st.step);
   }
   trainrun_progress(r, res->loss, 0);
-  if (r->st.step == r->first_step + 1)
-    log_memory(r, g);
 }
 
 /* One step on every rank (collective); a failure aborts the gang. */
@@ -621,6 +626,12 @@ static void train_step(trainrun *r, gang *g) {
   r->last_loss = res.loss;
   if (g->rank == 0)
     report_step(r, g, &res, lr, &times);
+  if (r->st.step == r->first_step + 1) { /* every rank's first step */
+    gangmem m;
+    gather_memory(r, g, &m);
+    if (g->rank == 0)
+      gangmem_log(r, &m);
+  }
 }
 
 /* The steps to r->c.steps on every rank. A stop (timeout, Ctrl-C) may
@@ -690,7 +701,8 @@ static int save_full_model(trainrun *r, gpt *m, char *dir, size_t dirlen,
 
 /* Rank 0's results, m the gathered model (validated): the full model,
  * samples, the last line, summary.json and the outputs. 0 or -1. */
-static int write_results(trainrun *r, gang *g, gpt *m, double train_s) {
+static int write_results(trainrun *r, gang *g, gpt *m, const gangmem *mem,
+                         double train_s) {
   char model_dir[4096], final[4096];
   if (save_full_model(r, m, model_dir, sizeof model_dir, final, sizeof final) !=
       0)
@@ -711,6 +723,7 @@ static int write_results(trainrun *r, gang *g, gpt *m, double train_s) {
   cJSON_AddNumberToObject(s, "global_batch", g->N * g->B * r->c.accum);
   trainrun_summary_losses(r, s);
   trainrun_summary_rates(r, s, tps);
+  gangmem_summary(mem, s);
   return trainrun_finish(r, s, final, model_dir, r->last_ckpt, r->ckpt_dir);
 }
 
@@ -723,6 +736,8 @@ static int finish(trainrun *r, gang *g) {
   /* Every rank scores its share: on the GPU at stages 0-2, else on m. */
   r->val_loss =
       gang_evaluate(r, g, g->zc && g->stage < 3 ? NULL : m, r->st.step);
+  gangmem mem; /* the last step's figures, for summary.json */
+  gather_memory(r, g, &mem);
   /* The collectives are over; the ranks other than 0 are done. NCCL's
    * communicator goes now, on every rank together (its finalize waits
    * for the peers), not after rank 0's writing, which may outlast the
@@ -731,7 +746,7 @@ static int finish(trainrun *r, gang *g) {
   g->nc = NULL;
   if (g->rank != 0)
     return 0;
-  return write_results(r, g, m, train_s) == 0 ? 0 : EXIT_FAILED;
+  return write_results(r, g, m, &mem, train_s) == 0 ? 0 : EXIT_FAILED;
 }
 
 int gangloop_run(trainrun *r, int N) {

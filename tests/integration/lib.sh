@@ -507,3 +507,26 @@ worst = max(float(np.abs(a[k] - b[k]).max()) for k in a)
 assert worst <= float(sys.argv[3]) * big, (worst, big)
 P
 }
+
+# one_process NAME WITH: a DAG NAME of one train task in one process with
+# params WITH, run; it must succeed with 20 steps' losses, written to
+# NAME.losses (the gang tests' reference). Sets R1 to its run directory.
+one_process() {
+  printf 'dag: %s\ntasks:\n  train: {stage: train, with: {%s}}\n' "$1" "$2" > "$1.yaml"
+  run_dagrun run "$1.yaml" --plain
+  expect_rc 0
+  R1=$(run_dir "$1")
+  losses "$R1" > "$1.losses"
+  [ "$(wc -l < "$1.losses")" -eq 20 ] || fail "one process $1: $(cat "$1.losses")"
+}
+
+# use_train_gang: the preamble of a test of train gangs under mpirun
+# (dagrun starts mpirun): mpirun present, Open MPI's own allocations left
+# out of the sanitizer build's leak report, and GANG_ENV, the task's env
+# key giving every rank one CPU thread and those settings.
+use_train_gang() {
+  command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
+  export LSAN_OPTIONS="suppressions=$DAGRUN_SOURCE_DIR/tests/lsan-mpi-zero.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+  export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+  GANG_ENV='env: {OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1", LSAN_OPTIONS: "'"$LSAN_OPTIONS"'", ASAN_OPTIONS: "'"$ASAN_OPTIONS"'"}'
+}

@@ -40,27 +40,15 @@
 #   what to do (gradient accumulation: test_train_gang_parity).
 . "$(dirname "$0")/lib.sh"
 
-command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
-# Open MPI's own allocations are not ours (the sanitizer build).
-export LSAN_OPTIONS="suppressions=$DAGRUN_SOURCE_DIR/tests/lsan-mpi-zero.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+use_train_gang
+ENV=$GANG_ENV
 
 DATA=$(make_token_data gang 320)
 MODEL="data: \"$DATA\", n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, threads: 1, steps: 20, lr: 0.003, warmup: 2, eval_every: 10, samples: 0, spike_policy: none"
-ENV='env: {OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1", LSAN_OPTIONS: "'"$LSAN_OPTIONS"'", ASAN_OPTIONS: "'"$ASAN_OPTIONS"'"}'
 
 # --- The reference: one process, batch_size 4 (a checkpoint at step 10
 # for the resume below).
-cat > one.yaml <<Y
-dag: one
-tasks:
-  train: {stage: train, with: {$MODEL, batch_size: 4, checkpoint_every: 10}}
-Y
-run_dagrun run one.yaml --plain
-expect_rc 0
-R1=$(run_dir one)
-losses "$R1" > one.losses
-[ "$(wc -l < one.losses)" -eq 20 ] || fail "one process: $(cat one.losses)"
+one_process one "$MODEL, batch_size: 4, checkpoint_every: 10"
 
 # --- Two ranks of batch_size 2, each ZeRO stage; stage 2 also feeds
 # validate, which reads the final checkpoint.

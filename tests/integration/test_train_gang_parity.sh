@@ -28,15 +28,22 @@
 #   weights over the same 12 windows (batch_size 4, max_batches 3) gives
 #   the gang's final val_loss within 1e-6 (the same weights; only the
 #   fp32 sums differ: two means of 2 windows against one of 4).
+# - Memory: each accumulation run's log and summary.json give both
+#   ranks' parameters, gradients, optimizer state and activations held
+#   between steps and at their peak inside the step, and the formulas:
+#   the peak is above the holdings exactly where the step takes buffers
+#   and gives them back (gradients at stages 2-3, parameters at stage
+#   3), within the in-step formula, and for this small model the log
+#   warns that stage 2's gradient peak (and stage 3's parameter peak)
+#   is no better than a lower stage's; a 12-layer model at stage 2,
+#   where the shard pays, gets no such warning.
 . "$(dirname "$0")/lib.sh"
 
-command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
-export LSAN_OPTIONS="suppressions=$DAGRUN_SOURCE_DIR/tests/lsan-mpi-zero.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+use_train_gang
+ENV=$GANG_ENV
 
 DATA=$(make_token_data accum 320)
 MODEL="data: \"$DATA\", n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, threads: 1, steps: 20, lr: 0.003, warmup: 2, eval_every: 0, samples: 0, spike_policy: none"
-ENV='env: {OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1", LSAN_OPTIONS: "'"$LSAN_OPTIONS"'", ASAN_OPTIONS: "'"$ASAN_OPTIONS"'"}'
 
 # gang_yaml NAME WITH: a DAG of one train task, a gang of 2 under mpirun.
 gang_yaml() {
@@ -44,17 +51,48 @@ gang_yaml() {
     "$1" "$ENV" "$2" > "$1.yaml"
 }
 
+# mem_figures RUN STAGE [WORSE]: the gang's memory figures in the log and
+# summary.json (every rank's peak inside the step and between steps,
+# the formulas), and where stages 2-3 peak no better than a lower stage
+# (WORSE such sentences; by default, for this small model, stage 2's
+# gradients and stage 3's gradients and parameters).
+mem_figures() {
+  expect_in "$1/train/attempt-1/log" "rank 1 memory, peak inside the step (held between steps): params"
+  expect_in "$1/train/attempt-1/log" "ZeRO stage $2 fp32 formula for a rank: in the step params"
+  "$PY" - "$1/train/out/summary.json" "$2" ${3:-} <<'P' || fail "stage $2 memory: see above"
+import json, sys
+m, st = json.load(open(sys.argv[1]))["memory"], int(sys.argv[2])
+f = m["formula"]
+assert f["precision"] == "fp32" and [r["rank"] for r in m["ranks"]] == [0, 1], m
+for r in m["ranks"]:
+    held, peak = r["held"], r["peak"]
+    for k in ("params", "grads", "optim", "acts"):
+        assert peak[k] >= held[k] > 0, (k, r)
+    # What the step takes and gives back: stages 2-3 the group gradients
+    # (and, with grad_accum, a spare shard), stage 3 the gathered groups;
+    # stages 0-1 hold every array whole throughout.
+    assert (peak["grads"] > held["grads"]) == (st >= 2), (st, r)
+    assert (peak["params"] > held["params"]) == (st == 3), (st, r)
+    assert peak["acts"] == held["acts"], r  # kept for the next step
+    # The measured peak within the formula (plus the spare shard).
+    spare = held["grads"] if st >= 2 else 0
+    assert peak["grads"] <= f["peak"]["grads"] * 1.01 + spare, (r, f)
+    assert peak["params"] <= f["peak"]["params"] * 1.01, (r, f)
+    assert abs(held["optim"] - f["held"]["optim"]) <= 0.01 * f["held"]["optim"], (r, f)
+print("stage %d, rank 0: peak %s, held %s; no better: %s" % (st, m["ranks"][0]["peak"], m["ranks"][0]["held"], m["worse_than_lower"]))
+want = int(sys.argv[3]) if len(sys.argv) > 3 else (st >= 2) + (st == 3)
+assert len(m["worse_than_lower"]) == want, (want, m["worse_than_lower"])
+P
+  if [ "$2" -ge 2 ] && [ -z "${3:-}" ]; then
+    expect_in "$1/train/attempt-1/log" "ZeRO stage $2: the gradients' peak inside the step"
+  fi
+  if [ "$2" = 3 ]; then
+    expect_in "$1/train/attempt-1/log" "ZeRO stage 3: the parameters' peak inside the step"
+  fi
+}
+
 # --- The reference: one process, batch_size 16, checkpoint at step 10.
-cat > one.yaml <<Y
-dag: one
-tasks:
-  train: {stage: train, with: {$MODEL, batch_size: 16, checkpoint_every: 10}}
-Y
-run_dagrun run one.yaml --plain
-expect_rc 0
-R1=$(run_dir one)
-losses "$R1" > one.losses
-[ "$(wc -l < one.losses)" -eq 20 ] || fail "one process: $(cat one.losses)"
+one_process one "$MODEL, batch_size: 16, checkpoint_every: 10"
 
 for stage in 0 1 2 3; do
   gang_yaml a$stage "$MODEL, batch_size: 2, grad_accum: 4, zero_stage: $stage, checkpoint_every: 10"
@@ -77,6 +115,7 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 assert s["global_batch"] == 16 and s["tokens"] == 20 * 16 * 32 and s["steps"] == 20, s
 P
+  mem_figures "$R" "$stage"
 done
 
 # --- Resume: stage 1's sharded checkpoint of step 10, continued by a new
@@ -91,26 +130,23 @@ losses "$R" > r1.losses
 grep -E '^(1[1-9]|20) ' a1.losses > a1.tail
 same_losses a1.tail r1.losses 1e-5
 
+# --- A deeper model, where stage 2's gradient peak (the shard, the
+# embeddings' gradient, three layers') is below the whole gradient: no
+# such sentence.
+DEEP="${MODEL/n_layer: 2/n_layer: 12}"
+gang_yaml deep "${DEEP/steps: 20/steps: 2}, batch_size: 2, zero_stage: 2"
+run_dagrun run deep.yaml --plain
+expect_rc 0
+mem_figures "$(run_dir deep)" 2 0
+expect_not_in "$(run_dir deep)/train/attempt-1/log" "no better than"
+
 # --- Validation: one process of batch_size 4 against gangs of 2 x 2.
 VAL="${MODEL/eval_every: 0/eval_every: 10, eval_batches: 3}"
-cat > vone.yaml <<Y
-dag: vone
-tasks:
-  train: {stage: train, with: {$VAL, batch_size: 4}}
-Y
-run_dagrun run vone.yaml --plain
-expect_rc 0
-RV=$(run_dir vone)
+one_process vone "$VAL, batch_size: 4"
+RV=$R1
 for stage in 0 3; do
-  cat > v$stage.yaml <<Y
-dag: v$stage
-tasks:
-  train:
-    stage: train
-    world_size: 2
-    launcher: mpirun
-    $ENV
-    with: {$VAL, batch_size: 2, zero_stage: $stage}
+  gang_yaml v$stage "$VAL, batch_size: 2, zero_stage: $stage"
+  cat >> v$stage.yaml <<Y
   validate: {stage: validate, needs: [train], with: {data: "$DATA", threads: 1, batch_size: 4, max_batches: 3, checkpoint: "\${tasks.train.outputs.checkpoint}"}}
 Y
   run_dagrun run v$stage.yaml --plain
