@@ -365,15 +365,17 @@ static double gang_evaluate(trainrun *r, gang *g, gpt *m, int64_t step) {
   if (comm_allreduce_sum(g->c, &bad, 1, e2, sizeof e2) != 0 ||
       comm_allreduce_sum_double(g->c, &loss, e2, sizeof e2) != 0)
     gang_abort(r, g, "validation", e2);
-  if (g->rank != 0)
+  if (g->rank != 0) {
+    if (rc != 0) /* into this rank's log; rank 0 reports the failure */
+      r->h->log(r->ctx, DAGRUN_LOG_WARN, "rank %d: validation: %s", g->rank,
+                err);
     return NAN;
+  }
   if (bad > 0 && rc == 0)
     snprintf(err, sizeof err,
-             "%d of the %d ranks failed to score their "
-             "share (see their logs)",
+             "%d of the %d ranks failed to score their share (see their "
+             "logs)",
              (int)bad, g->N);
-  else if (rc != 0)
-    r->h->log(r->ctx, DAGRUN_LOG_WARN, "rank %d: validation: %s", g->rank, err);
   return trainrun_val_report(r, bad > 0 ? -1 : 0, loss / g->N, err, step);
 }
 
