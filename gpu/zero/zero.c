@@ -55,6 +55,10 @@ struct zero {
   size_t k;        /* optimizer state floats per parameter */
   float *pshard;   /* stage 3: the parameter shard (S) */
   float *gshard;   /* stage 2/3: the gradient shard (S) */
+  float *gspare;   /* stage 2/3 with accumulation: micro-batch k > 0's
+                      reduced gradient (S), added into gshard; only
+                      during a step */
+  float *gdst;     /* where the reductions write: gshard, or gspare */
   zero_guard_fn guard; /* zero_set_guard's, or NULL */
   void *guard_arg;
   zrange *rg;      /* this rank's ranges (optimizer state, checkpoint) */
@@ -77,7 +81,7 @@ struct zero {
   int in_hook; /* buckets or groups started now count as early */
   int early;   /* buckets or groups started from the hook this step */
   char hook_err[256];
-  uint64_t peak_params, peak_grads;
+  uint64_t peak_params, peak_grads, peak_acts; /* the step's most held */
   comm_timer tm; /* the step's time in comm calls */
 };
 
@@ -136,13 +140,31 @@ static int make_groups(gpt *m, const zrange *rg, size_t nrg,
   return 0;
 }
 
+/* The engine's activations, backward scratch and id buffers: what it
+ * holds beside the parameter and gradient arrays. */
+static uint64_t acts_bytes(const gpt *m) {
+  uint64_t arrays = ((uint64_t)gpt_capacity(m, GPT_BUF_PARAMS) +
+                     gpt_capacity(m, GPT_BUF_GRADS)) *
+                    4;
+  uint64_t all = gpt_allocated_bytes(m);
+  return all > arrays ? all - arrays : 0;
+}
+
+/* The bytes held now, each kind's high-water mark for the step: called
+ * wherever a buffer is taken (a gathered group, a group's gradient, the
+ * spare shard) and after each micro-batch, whose forward sizes the
+ * activations. */
 static void track_peak(zero *z) {
   uint64_t p = (uint64_t)gpt_capacity(z->m, GPT_BUF_PARAMS) * 4 +
                (z->pshard ? (uint64_t)z->S * 4 : 0) + z->gathered;
   uint64_t g = (uint64_t)gpt_capacity(z->m, GPT_BUF_GRADS) * 4 +
-               (z->gshard ? (uint64_t)z->S * 4 : 0) + z->gradbytes;
+               (z->gshard ? (uint64_t)z->S * 4 : 0) +
+               (z->gspare ? (uint64_t)z->S * 4 : 0) + z->gradbytes;
+  uint64_t a = acts_bytes(z->m);
   if (p > z->peak_params)
     z->peak_params = p;
+  if (a > z->peak_acts)
+    z->peak_acts = a;
   if (g > z->peak_grads)
     z->peak_grads = g;
 }
@@ -260,6 +282,7 @@ void zero_destroy(zero *z) {
   optim_destroy(z->opt);
   free(z->pshard);
   free(z->gshard);
+  free(z->gspare);
   free(z->rg);
   for (size_t g = 0; g < z->ng; g++) {
     /* Only after a failed step, which leaves the gang to be aborted:
@@ -350,14 +373,14 @@ static int group_reduce_start(zero *z, size_t g, char *err, size_t errlen) {
       return -1;
     size_t hi = end;
     if (z->cfg.stage == 3) {
-      if (TIMED(&z->tm, comm_ireduce_scatter_sum(
-                            z->c, gr->grad, z->gshard + gr->so, gr->S,
-                            &io->req, err, errlen)) != 0)
+      if (TIMED(&z->tm,
+                comm_ireduce_scatter_sum(z->c, gr->grad, z->gdst + gr->so,
+                                         gr->S, &io->req, err, errlen)) != 0)
         return -1;
     } else {
       int q = (int)(lo / S);
       hi = (size_t)(q + 1) * S < end ? (size_t)(q + 1) * S : end;
-      float *dst = q == z->r ? z->gshard + (lo - (size_t)q * S) : NULL;
+      float *dst = q == z->r ? z->gdst + (lo - (size_t)q * S) : NULL;
       if (TIMED(&z->tm, comm_ireduce_sum(z->c, gr->grad + (lo - gr->off), dst,
                                          hi - lo, q, &io->req, err,
                                          errlen)) != 0)
@@ -540,30 +563,32 @@ static double sumsq(const float *x, size_t n) {
   return s;
 }
 
-int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
-              int T, float lr, double max_norm, zero_step_result *res,
-              char *err, size_t errlen) {
+/* Micro-batch in/tg (B,T) of a step: forward, and backward at scale
+ * (1/(N x accum): the step's gradient is the mean over ranks and
+ * micro-batches), adding into the gradient; *loss gets its loss; its
+ * forward and backward time is added into res.
+ * Stages 0-1 accumulate in the engine's full gradient array and send it
+ * only from the last micro-batch's backward (last): one all-reduce of
+ * each bucket per optimizer step, however many micro-batches.
+ * Stages 2-3 reduce every micro-batch's groups as they become final, as
+ * without accumulation: a rank keeps no full gradient (that is what
+ * stage 2 saves), so holding one until the last micro-batch would cost
+ * stage 1's memory. Micro-batch 0's reductions write the gradient shard,
+ * a later one's a spare shard (z->gdst) that is then added into it: one
+ * reduce-scatter's bytes per micro-batch, S more floats held. */
+static int micro_step(zero *z, const uint32_t *in, const uint32_t *tg, int B,
+                      int T, int last, float scale, float *loss,
+                      zero_step_result *res, char *err, size_t errlen) {
   gpt *m = z->m;
   int st = z->cfg.stage;
-  double t0 = clock_monotonic();
-  z->tm.total = 0;
-  z->peak_params = z->peak_grads = 0;
-  z->hook_rc = 0;
-  z->early = 0;
-  track_peak(z);
   /* Stages 2-3: each group's gradient made by the parameter hook in
    * backward, just before the engine adds into it; stage 3: each group's
    * parameters gathered there before the engine uses them. */
-  if (st >= 2) {
-    z->in_bwd = 0;
+  z->in_bwd = 0;
+  if (st >= 2)
     gpt_set_param_hook(m, param_hook, z);
-  }
-  if (st < 2)
-    gpt_zero_grad(m);
-  track_peak(z);
-  float loss = 0.0f;
-  double tf = clock_monotonic();
-  if (gpt_forward(m, inputs, targets, B, T, &loss, err, errlen) != 0) {
+  double tf = clock_monotonic(), c0 = z->tm.total;
+  if (gpt_forward(m, in, tg, B, T, loss, err, errlen) != 0) {
     gpt_set_param_hook(m, NULL, NULL);
     if (z->hook_rc != 0)
       snprintf(err, errlen, "%s", z->hook_err);
@@ -571,24 +596,20 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
   }
   /* The gradients are sent from the grad hook as they become final:
    * stages 2-3 a group at a time, stages 0-1 in buckets (without overlap,
-   * all after backward). The mean over ranks of each rank's mean: 1/N in
-   * the backward. */
+   * all after backward; before the last micro-batch, none). */
   z->rs_next = z->ng;
-  z->next = z->nbuckets;
+  z->next = last ? z->nbuckets : 0;
   z->in_bwd = 1;
-  if (st >= 2 || !z->cfg.no_overlap)
+  if (st >= 2 || (last && !z->cfg.no_overlap))
     gpt_set_grad_hook(m, grad_hook, z);
   /* Forward's and backward's own time: their wall time less the comm
    * waits inside them (the hooks'). */
   double tb = clock_monotonic(), c_fwd = z->tm.total;
-  res->t_forward = tb - tf - c_fwd;
-  gpt_backward(m, 1.0f / (float)z->N);
+  res->t_forward += tb - tf - (c_fwd - c0);
+  gpt_backward(m, scale);
   gpt_set_grad_hook(m, NULL, NULL);
   gpt_set_param_hook(m, NULL, NULL);
-  res->t_backward = clock_monotonic() - tb - (z->tm.total - c_fwd);
-  float *g; /* this rank's gradient slice [lo, lo+S) or all of it */
-  size_t gn;
-  double norm;
+  res->t_backward += clock_monotonic() - tb - (z->tm.total - c_fwd);
   if (z->hook_rc != 0) {
     snprintf(err, errlen, "%s", z->hook_err);
     return -1;
@@ -598,6 +619,24 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
   while (z->nio > 0)
     if (grad_wait_one(z, err, errlen) != 0)
       return -1;
+  if (z->gdst != z->gshard)
+    for (size_t i = 0; i < z->S; i++)
+      z->gshard[i] += z->gspare[i];
+  return 0;
+}
+
+/* The step's end, once every micro-batch's gradient is reduced (loss:
+ * this rank's mean over its micro-batches): the global norm, the loss's
+ * mean over ranks, the guard, clipping, the update, the parameters made
+ * whole again (stages 1-2), and the step's times. */
+static int finish_step(zero *z, float loss, float lr, double max_norm,
+                       double t0, zero_step_result *res, char *err,
+                       size_t errlen) {
+  gpt *m = z->m;
+  int st = z->cfg.stage;
+  float *g; /* this rank's gradient slice [lo, lo+S) or all of it */
+  size_t gn;
+  double norm;
   if (st < 2) {
     /* Every rank has the whole reduced gradient: its norm needs no
      * communication. */
@@ -643,11 +682,60 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
     optim_step(z->opt, z->pshard, g, lr);
   }
   res->t_comm = z->tm.total;
-  res->t_optimizer = clock_monotonic() - t0 - res->t_forward -
-                     res->t_backward - z->tm.total;
-  res->buckets = st >= 2 ? (int)z->ng : (int)z->nbuckets;
-  res->buckets_early = z->early;
+  res->t_optimizer =
+      clock_monotonic() - t0 - res->t_forward - res->t_backward - z->tm.total;
   return 0;
+}
+
+int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
+              int T, float lr, double max_norm, zero_step_result *res,
+              char *err, size_t errlen) {
+  return zero_step_accum(z, inputs, targets, B, T, 1, lr, max_norm, res, err,
+                         errlen);
+}
+
+int zero_step_accum(zero *z, const uint32_t *inputs, const uint32_t *targets,
+                    int B, int T, int accum, float lr, double max_norm,
+                    zero_step_result *res, char *err, size_t errlen) {
+  int st = z->cfg.stage;
+  double t0 = clock_monotonic();
+  if (accum < 1) {
+    snprintf(err, errlen, "zero: %d micro-batches; at least 1", accum);
+    return -1;
+  }
+  z->tm.total = 0;
+  z->peak_params = z->peak_grads = z->peak_acts = 0;
+  z->hook_rc = 0;
+  z->early = 0;
+  res->t_forward = res->t_backward = 0;
+  track_peak(z);
+  if (st < 2)
+    gpt_zero_grad(z->m);
+  if (st >= 2 && accum > 1 && !z->gspare &&
+      !(z->gspare = calloc(z->S, sizeof(float)))) {
+    snprintf(err, errlen, "zero: out of memory for a gradient shard");
+    return -1;
+  }
+  track_peak(z);
+  double lsum = 0;
+  size_t bt = (size_t)B * (size_t)T;
+  for (int k = 0; k < accum; k++) {
+    float l = 0.0f;
+    z->gdst = k == 0 ? z->gshard : z->gspare;
+    if (micro_step(z, inputs + (size_t)k * bt, targets + (size_t)k * bt, B, T,
+                   k == accum - 1, 1.0f / ((float)z->N * (float)accum), &l, res,
+                   err, errlen) != 0)
+      return -1;
+    lsum += l;
+    track_peak(z);
+  }
+  free(z->gspare);
+  z->gspare = NULL;
+  z->gdst = z->gshard;
+  res->buckets = st >= 2 ? (int)z->ng * accum : (int)z->nbuckets;
+  res->buckets_early = z->early;
+  return finish_step(z, (float)(lsum / accum), lr, max_norm, t0, res, err,
+                     errlen);
 }
 
 void zero_set_guard(zero *z, zero_guard_fn fn, void *arg) {
@@ -723,6 +811,8 @@ void zero_memory_get(const zero *z, zero_memory *o) {
   o->optim = (uint64_t)optim_state_floats(z->opt) * 4;
   o->peak_params = z->peak_params > o->params ? z->peak_params : o->params;
   o->peak_grads = z->peak_grads > o->grads ? z->peak_grads : o->grads;
+  o->acts = acts_bytes(z->m);
+  o->peak_acts = z->peak_acts > o->acts ? z->peak_acts : o->acts;
   o->f_params = st == 3 ? 4 * Psi / N : 4 * Psi;
   o->f_grads = st >= 2 ? 4 * Psi / N : 4 * Psi;
   o->f_optim = st >= 1 ? 4 * z->k * Psi / N : 4 * z->k * Psi;

@@ -60,8 +60,14 @@
  *            resident beyond that: the embeddings are gathered for the
  *            lookup and again for the head.
  * Gradient clipping uses the global norm (shard sums of squares summed
- * over ranks), so every stage clips identically. No gradient
- * accumulation: one micro-batch per rank per step.
+ * over ranks), so every stage clips identically.
+ * Gradient accumulation (zero_step_accum): stages 0-1 add every
+ * micro-batch's gradient into the full local gradient and reduce it
+ * once, from the last micro-batch's backward; stages 2-3 keep no full
+ * gradient, so they reduce each micro-batch's groups as above (one
+ * reduce-scatter's bytes per micro-batch, not per step) and add the
+ * result into the gradient shard, through a spare shard of S floats
+ * held during the step.
  *
  * Threads: the thread that owns the comm (comm.h: one at a time) calls
  * every function; all but zero_memory_get are collective: every rank
@@ -141,15 +147,22 @@ void zero_set_guard(zero *z, zero_guard_fn fn, void *arg);
 int zero_update_factor(zero *z, float loss, double norm, double *factor,
                        char *err, size_t errlen);
 
-/* One training step: forward and backward of this rank's micro-batch
- * inputs/targets (B,T), gradients averaged over ranks, clipped to the
+/* zero_step_accum over one micro-batch. */
+int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
+              int T, float lr, double max_norm, zero_step_result *res,
+              char *err, size_t errlen);
+/* One training step: forward and backward of this rank's accum
+ * micro-batches (accum >= 1), inputs/targets holding accum x (B,T) one
+ * after the other, gradients averaged over ranks and micro-batches (so
+ * N ranks of accum micro-batches of B train as one rank of one
+ * micro-batch of N x accum x B), clipped to the
  * global norm max_norm (0: no clipping), one optimizer update at lr times
  * zero_update_factor's factor (none when it is 0: the weights, the
  * optimizer state and its step count stay as they were), the parameters
  * made whole again (stages 1-2). Collective. */
-int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
-              int T, float lr, double max_norm, zero_step_result *res,
-              char *err, size_t errlen);
+int zero_step_accum(zero *z, const uint32_t *inputs, const uint32_t *targets,
+                    int B, int T, int accum, float lr, double max_norm,
+                    zero_step_result *res, char *err, size_t errlen);
 
 /* Per-rank bytes: what the rank holds between steps and the most it held
  * during a step, next to ZeRO's formulas with Psi = P parameters. */
@@ -158,6 +171,11 @@ typedef struct zero_memory {
   uint64_t n_params;                /* Psi */
   uint64_t params, grads, optim;    /* held now (after a step) */
   uint64_t peak_params, peak_grads; /* most held during the last step */
+  /* The engine's activations, backward scratch and id buffers (gpt.h's
+   * gpt_allocated_bytes less the parameter and gradient arrays): held
+   * now (kept between steps for the next) and the most during the last
+   * step. */
+  uint64_t acts, peak_acts;
   /* fp32 training: params 4Psi, grads 4Psi, optimizer 4Psi per state
    * float (AdamW 8Psi), each divided by N where the stage shards it. */
   uint64_t f_params, f_grads, f_optim;

@@ -1,5 +1,6 @@
 /* The train stage's data-parallel loop in a gang; see gangloop.h. */
 #include "gangloop.h"
+#include "gangmem.h"
 
 #include "ckpt/ckpt.h"
 #include "comm/comm.h"
@@ -27,8 +28,10 @@ typedef struct gang {
   int rank, N, stage;
   int B, T;      /* each rank's micro-batch */
   size_t bucket; /* zero_bucket */
-  gpt *full;     /* rank 0, stage 3: the gathered model for eval / the end */
-  float *buf;    /* stage 3: the gathered parameters (every rank) */
+  gpt *full;     /* stage 3: the gathered model for validation and the end
+                    (every rank: each scores its share of the windows) */
+  uint32_t *in, *tg; /* this rank's rows of the step's accum batches */
+  zero_memory *mem;  /* every rank's memory figures (gather_memory) */
 } gang;
 
 /* DAGRUN_WORLD_SIZE: the ranks of this task's gang; 0 when not in one. */
@@ -64,7 +67,9 @@ static void gang_free(gang *g) {
   zero_destroy(g->z);
   comm_destroy(g->nc);
   comm_destroy(g->c);
-  free(g->buf);
+  free(g->in);
+  free(g->tg);
+  free(g->mem);
   gpt_destroy(g->full);
 }
 
@@ -95,14 +100,6 @@ static int check_params(trainrun *r, gang *g) {
             "dropout %g in a gang: the ranks' ZeRO steps have no "
             "dropout; train in one process for it, or set dropout: 0",
             r->c.dropout);
-    return EXIT_BAD_PARAMS;
-  }
-  if (r->c.accum > 1) {
-    h->fail(ctx,
-            "grad_accum %d in a gang: ZeRO takes one micro-batch per "
-            "rank per step; raise batch_size or world_size instead "
-            "(global batch = world_size x batch_size)",
-            r->c.accum);
     return EXIT_BAD_PARAMS;
   }
   if (r->c.overfit) {
@@ -166,6 +163,21 @@ static int pick_device(trainrun *r, gang *g) {
   return 0;
 }
 
+/* GPU ranks take one micro-batch a step (zero_cuda): grad_accum above 1
+ * fails the task there, on every rank alike (they agreed on the device).
+ * 1 when refused. */
+static int gpu_accum_refused(trainrun *r, gang *g) {
+  if (g->dev != ENGINE_CUDA || r->c.accum <= 1)
+    return 0;
+  r->h->fail(r->ctx,
+             "grad_accum %d in a gang on GPUs: the GPU ranks take one "
+             "micro-batch per step; raise batch_size or world_size "
+             "instead (global batch = world_size x batch_size), or use "
+             "device: cpu",
+             r->c.accum);
+  return 1;
+}
+
 /* The communicators (MPI; NCCL too on GPUs) and the device. 0 or the
  * exit status. */
 static int open_comm(trainrun *r, gang *g) {
@@ -181,7 +193,7 @@ static int open_comm(trainrun *r, gang *g) {
                comm_size(g->c), g->N);
     comm_abort(g->c, EXIT_FAILED);
   }
-  if (pick_device(r, g) != 0) {
+  if (pick_device(r, g) != 0 || gpu_accum_refused(r, g)) {
     comm_destroy(g->c);
     g->c = NULL;
     return EXIT_BAD_PARAMS;
@@ -204,11 +216,23 @@ static void log_start(trainrun *r, gang *g) {
          "%.2fM parameters",
          r->c.m.name, mc->n_layer, mc->n_head, mc->n_embd, mc->block_size,
          mc->vocab_size, np / 1e6);
-  h->log(r->ctx, DAGRUN_LOG_INFO,
-         "gang of %d ranks (%s), ZeRO stage %d: global batch %d x %d = %d "
-         "sequences of %d tokens a step",
-         g->N, g->dev == ENGINE_CUDA ? "GPUs, NCCL" : "CPUs, MPI", g->stage,
-         g->N, g->B, g->N * g->B, g->T);
+  const char *dev = g->dev == ENGINE_CUDA ? "GPUs, NCCL" : "CPUs, MPI";
+  int A = r->c.accum;
+  if (A == 1)
+    h->log(r->ctx, DAGRUN_LOG_INFO,
+           "gang of %d ranks (%s), ZeRO stage %d: global batch %d x %d = %d "
+           "sequences of %d tokens a step",
+           g->N, dev, g->stage, g->N, g->B, g->N * g->B, g->T);
+  else
+    h->log(r->ctx, DAGRUN_LOG_INFO,
+           "gang of %d ranks (%s), ZeRO stage %d: global batch %d x %d x %d "
+           "(grad_accum) = %d sequences of %d tokens a step; %s",
+           g->N, dev, g->stage, g->N, g->B, A, g->N * g->B * A, g->T,
+           g->stage < 2 ? "the gradients are reduced once a step, after the "
+                          "last micro-batch"
+                        : "the gradients are reduce-scattered every "
+                          "micro-batch and summed in each rank's shard (it "
+                          "keeps no full gradient to accumulate in)");
   h->metric(r->ctx, "parameters", (double)np, 0);
   if (r->c.spike_on &&
       (r->c.spike.policy == SPIKE_RESET || r->c.spike.policy == SPIKE_ROLLBACK))
@@ -236,45 +260,35 @@ static int rank_loss(gang *g, gpt *model, const uint32_t *in,
 static int rank_step(trainrun *r, gang *g, const uint32_t *in,
                      const uint32_t *tg, double lr, zero_step_result *res,
                      char *err, size_t errlen) {
-  if (g->zc)
+  if (g->zc) /* one micro-batch: open_comm refuses grad_accum on GPUs */
     return zero_cuda_step(g->zc, in, tg, g->B, g->T, (float)lr, r->c.grad_clip,
                           res, err, errlen);
-  return zero_step(g->z, in, tg, g->B, g->T, (float)lr, r->c.grad_clip, res,
-                   err, errlen);
-}
-
-/* engine_eval_batches's fn: one batch on this rank's GPU. */
-static int gpu_batch_loss(void *arg, const uint32_t *in, const uint32_t *tg,
-                          float *loss, char *err, size_t errlen) {
-  return rank_loss(arg, NULL, in, tg, loss, err, errlen);
+  return zero_step_accum(g->z, in, tg, g->B, g->T, r->c.accum, (float)lr,
+                         r->c.grad_clip, res, err, errlen);
 }
 
 /* ---- Collective pieces ---- */
 
-/* The whole model with the current weights on rank 0 (NULL on the
- * others). Stages 0-2 hold the full parameters on every rank after a
- * step; stage 3 gathers them (collective). */
+/* The whole model with the current weights, on every rank. Stages 0-2
+ * hold the full parameters on every rank after a step; stage 3 gathers
+ * them into a model of its own (collective); GPU ranks bring the GPUs'
+ * master weights into the host model (collective). */
 static gpt *gang_model(trainrun *r, gang *g) {
   char err[1024];
   if (g->zc) {
-    /* The GPUs' master weights into every rank's host model. */
     if (zero_cuda_gather_params(g->zc, err, sizeof err) != 0)
       gang_abort(r, g, "gathering the parameters", err);
-    return g->rank == 0 ? r->model : NULL;
+    return r->model;
   }
   if (g->stage < 3)
-    return g->rank == 0 ? r->model : NULL;
-  size_t np = gpt_num_params(r->model);
-  if (!g->buf && !(g->buf = malloc(np * sizeof(float))))
-    gang_abort(r, g, "gathering the parameters", "out of memory");
-  if (zero_gather_params(g->z, g->buf, err, sizeof err) != 0)
+    return r->model;
+  if (!g->full) {
+    if (gpt_create(gpt_get_config(r->model), &g->full, err, sizeof err) != 0)
+      gang_abort(r, g, "the model for evaluation", err);
+    gpt_release(g->full, GPT_BUF_GRADS); /* it never trains */
+  }
+  if (zero_gather_params(g->z, gpt_params(g->full), err, sizeof err) != 0)
     gang_abort(r, g, "gathering the parameters", err);
-  if (g->rank != 0)
-    return NULL;
-  if (!g->full &&
-      gpt_create(gpt_get_config(r->model), &g->full, err, sizeof err) != 0)
-    gang_abort(r, g, "the model for evaluation", err);
-  memcpy(gpt_params(g->full), g->buf, np * sizeof(float));
   return g->full;
 }
 
@@ -313,26 +327,69 @@ static void find_resume(trainrun *r, gang *g, char *dir, size_t dirlen) {
     gang_abort(r, g, "agreeing on the checkpoint", err);
 }
 
-/* Validation at an eval step, NAN on the ranks other than 0. GPU ranks
- * at stages 0-2: on rank 0's GPU alone (no exchange). Else on rank 0's
- * CPU, the model gathered where stage 3 shards it (collective: every
- * rank calls this). */
-static double gang_evaluate(trainrun *r, gang *g, int64_t step) {
-  if (g->zc && g->stage < 3) {
-    if (g->rank == 0)
-      trainrun_lm_eval(r, NULL, step);
-    if (g->rank != 0 || !r->val)
-      return NAN;
-    loader_set_pos(r->val, &r->val_start);
-    double loss = NAN;
-    char err[512];
-    int rc =
-        engine_eval_batches(r->val, g->B, g->T, (uint64_t)r->c.eval_batches,
-                            gpu_batch_loss, g, &loss, err, sizeof err);
-    return trainrun_val_report(r, rc, loss, err, step);
+/* The validation windows are those one process of the gang's global
+ * micro-batch (N x batch_size) scores: eval_batches batches of N x B
+ * windows from the start of the split (the loader's batch is N x B in a
+ * gang). Each rank scores its B rows of each batch, on m (its CPU
+ * model) or, m NULL, on its GPU. */
+typedef struct val_share {
+  gang *g;
+  gpt *m;
+} val_share;
+
+/* engine_eval_batches's fn: this rank's rows of a batch of N x B. */
+static int share_loss(void *arg, const uint32_t *in, const uint32_t *tg,
+                      float *loss, char *err, size_t errlen) {
+  val_share *v = arg;
+  gang *g = v->g;
+  size_t off = (size_t)g->rank * g->B * g->T;
+  if (v->m)
+    return gpt_forward(v->m, in + off, tg + off, g->B, g->T, loss, err, errlen);
+  return rank_loss(g, NULL, in + off, tg + off, loss, err, errlen);
+}
+
+/* Validation at step on every rank (collective): each rank's mean over
+ * its share, summed over the ranks and divided by N, is the mean over
+ * every window (the shares are equal). m: the model each rank scores on
+ * its CPU, or NULL for its GPU. Rank 0 reports; NAN on the others. */
+static double gang_evaluate(trainrun *r, gang *g, gpt *m, int64_t step) {
+  if (g->rank == 0)
+    trainrun_lm_eval(r, m, step);
+  if (!r->val)
+    return NAN;
+  char err[512] = "", e2[512];
+  val_share v = {g, m};
+  double loss = 0;
+  loader_set_pos(r->val, &r->val_start);
+  int rc = engine_eval_batches(r->val, g->N * g->B, g->T,
+                               (uint64_t)r->c.eval_batches, share_loss, &v,
+                               &loss, err, sizeof err);
+  /* A rank that failed says so in the sum of failures; the loss is
+   * summed in double, as one process sums its batches. */
+  float bad = rc != 0 ? 1.0f : 0.0f;
+  if (rc != 0)
+    loss = 0;
+  if (comm_allreduce_sum(g->c, &bad, 1, e2, sizeof e2) != 0 ||
+      comm_allreduce_sum_double(g->c, &loss, e2, sizeof e2) != 0)
+    gang_abort(r, g, "validation", e2);
+  if (g->rank != 0) {
+    if (rc != 0) /* into this rank's log; rank 0 reports the failure */
+      r->h->log(r->ctx, DAGRUN_LOG_WARN, "rank %d: validation: %s", g->rank,
+                err);
+    return NAN;
   }
-  gpt *m = gang_model(r, g);
-  return m ? trainrun_evaluate(r, m, step) : NAN;
+  if (bad > 0 && rc == 0)
+    snprintf(err, sizeof err,
+             "%d of the %d ranks failed to score their share (see their "
+             "logs)",
+             (int)bad, g->N);
+  return trainrun_val_report(r, bad > 0 ? -1 : 0, loss / g->N, err, step);
+}
+
+/* The model validation scores on: the GPU at stages 0-2 (NULL), else the
+ * whole model on each rank's CPU (collective at stage 3). */
+static gpt *val_model(trainrun *r, gang *g) {
+  return g->zc && g->stage < 3 ? NULL : gang_model(r, g);
 }
 
 /* The loss at initialization, on rank 0's rows of the first batch (the
@@ -429,10 +486,10 @@ static void start_zero(trainrun *r, gang *g, const char *dir,
   if (sharded && zero_load(g->z, dir, &step, err, sizeof err) != 0)
     gang_abort(r, g, "resume", err);
   /* The loader's position: the batches of the steps done, replayed. */
-  for (int64_t k = 0; k < step; k++)
+  for (int64_t k = 0; k < step * r->c.accum; k++)
     loader_next(r->train, r->inputs, r->targets);
   r->st.step = step;
-  r->st.tokens = (uint64_t)step * g->N * g->B * g->T;
+  r->st.tokens = (uint64_t)step * g->N * g->B * g->T * r->c.accum;
   snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", dir);
   if (g->rank == 0)
     r->h->log(r->ctx, DAGRUN_LOG_INFO,
@@ -484,35 +541,36 @@ static void test_kill(trainrun *r, gang *g) {
   raise(SIGKILL);
 }
 
-/* Rank 0's memory after its first step: ZeRO's accounting against its
- * formulas. */
-static void log_memory(trainrun *r, gang *g) {
-  zero_memory zm;
-  if (!g->zc) {
-    zero_memory_get(g->z, &zm);
-    r->h->log(r->ctx, DAGRUN_LOG_INFO,
-              "rank 0 holds params %.2f MiB, grads %.2f MiB, optimizer "
-              "%.2f MiB (ZeRO fp32 formula: %.2f, %.2f, %.2f MiB)",
-              zm.params / 1048576.0, zm.grads / 1048576.0, zm.optim / 1048576.0,
-              zm.f_params / 1048576.0, zm.f_grads / 1048576.0,
-              zm.f_optim / 1048576.0);
-    return;
+/* Every rank's memory figures (gangmem.h) into g->mem on rank 0, each
+ * rank broadcasting its own in turn (exact byte counts; N is small), and
+ * the figures' frame in *m. Collective. */
+static void gather_memory(trainrun *r, gang *g, gangmem *m) {
+  char err[512];
+  if (!g->mem && !(g->mem = calloc((size_t)g->N, sizeof *g->mem)))
+    gang_abort(r, g, "memory figures", "out of memory");
+  zero_memory mine;
+  if (g->zc) {
+    uint64_t acts = 0;
+    zero_cuda_memory_get(g->zc, &mine, &acts);
+    mine.acts = mine.peak_acts = acts; /* allocated at the start */
+  } else {
+    zero_memory_get(g->z, &mine);
   }
-  uint64_t acts;
-  zero_cuda_memory_get(g->zc, &zm, &acts);
-  r->h->log(r->ctx, DAGRUN_LOG_INFO,
-            "rank 0's GPU holds params %.2f MiB (%s), grads %.2f MiB "
-            "(FP32%s), optimizer %.2f MiB, activations %.2f MiB (ZeRO's "
-            "mixed-precision formula for params + grads + optimizer: "
-            "%.2f MiB)",
-            zm.params / 1048576.0,
-            g->stage == 3 ? "FP32 master weights and BF16 copy of its "
-                            "shard, two gathered layers"
-                          : "FP32 master weights of its part and the "
-                            "BF16 copy of all",
-            zm.grads / 1048576.0,
-            g->stage >= 2 ? ": its part and the layers' buffers" : "",
-            zm.optim / 1048576.0, acts / 1048576.0, zm.f_mixed / 1048576.0);
+  for (int q = 0; q < g->N; q++) {
+    if (q == g->rank)
+      g->mem[q] = mine;
+    if (comm_broadcast(g->c, &g->mem[q], sizeof g->mem[q], q, err,
+                       sizeof err) != 0)
+      gang_abort(r, g, "memory figures", err);
+  }
+  gpt_memory gm;
+  gpt_memory_estimate(gpt_get_config(r->model), g->B, g->T,
+                      (int)optim_state_floats_for(r->c.opt.kind, 1), &gm);
+  *m = (gangmem){.N = g->N,
+                 .stage = g->stage,
+                 .gpu = g->zc != NULL,
+                 .f_acts = gm.acts,
+                 .rank = g->mem};
 }
 
 /* Rank 0's report of a step done. */
@@ -528,8 +586,6 @@ static void report_step(trainrun *r, gang *g, const zero_step_result *res,
               r->st.step);
   }
   trainrun_progress(r, res->loss, 0);
-  if (r->st.step == r->first_step + 1)
-    log_memory(r, g);
 }
 
 /* One step on every rank (collective); a failure aborts the gang. */
@@ -538,13 +594,20 @@ static void train_step(trainrun *r, gang *g) {
   int64_t step = r->st.step;
   size_t bt = (size_t)g->B * g->T;
   double t_step = clock_monotonic();
-  loader_next(r->train, r->inputs, r->targets);
+  /* The global batch of each micro-batch (N x B rows, as one process of
+   * that batch draws them), this rank's rows of it kept: accum of them
+   * make the step's, which one process of N x accum x B draws at once. */
+  for (int k = 0; k < r->c.accum; k++) {
+    loader_next(r->train, r->inputs, r->targets);
+    memcpy(g->in + k * bt, r->inputs + (size_t)g->rank * bt,
+           bt * sizeof *g->in);
+    memcpy(g->tg + k * bt, r->targets + (size_t)g->rank * bt,
+           bt * sizeof *g->tg);
+  }
   double lr = lr_at(&r->c.sched, step);
   double t_call = clock_monotonic();
   zero_step_result res;
-  if (rank_step(r, g, r->inputs + (size_t)g->rank * bt,
-                r->targets + (size_t)g->rank * bt, lr, &res, err,
-                sizeof err) != 0)
+  if (rank_step(r, g, g->in, g->tg, lr, &res, err, sizeof err) != 0)
     gang_abort(r, g, "step", err);
   double t_end = clock_monotonic();
   /* A step whose loss or norm is not finite, or that the spike guard
@@ -572,6 +635,12 @@ static void train_step(trainrun *r, gang *g) {
   r->last_loss = res.loss;
   if (g->rank == 0)
     report_step(r, g, &res, lr, &times);
+  if (r->st.step == r->first_step + 1) { /* every rank's first step */
+    gangmem m;
+    gather_memory(r, g, &m);
+    if (g->rank == 0)
+      gangmem_log(r, &m);
+  }
 }
 
 /* The steps to r->c.steps on every rank. A stop (timeout, Ctrl-C) may
@@ -579,7 +648,12 @@ static void train_step(trainrun *r, gang *g) {
  * each step, then checkpoint together and fail the task (-1). */
 static int train_loop(trainrun *r, gang *g) {
   char err[2048];
-  trainrun_loop_start(r, (size_t)g->N * g->B * g->T);
+  size_t n = (size_t)r->c.accum * g->B * g->T;
+  g->in = malloc(n * sizeof *g->in);
+  g->tg = malloc(n * sizeof *g->tg);
+  if (!g->in || !g->tg)
+    gang_abort(r, g, "the batches", "out of memory");
+  trainrun_loop_start(r, (size_t)g->N * g->B * g->T * r->c.accum);
   while (r->st.step < r->c.steps) {
     int64_t step = r->st.step;
     float stop = r->h->cancelled(r->ctx) ? 1.0f : 0.0f;
@@ -597,7 +671,7 @@ static int train_loop(trainrun *r, gang *g) {
     train_step(r, g);
     if (r->c.eval_every && r->st.step % r->c.eval_every == 0 &&
         r->st.step < r->c.steps) {
-      r->val_loss = gang_evaluate(r, g, r->st.step);
+      r->val_loss = gang_evaluate(r, g, val_model(r, g), r->st.step);
       if (g->rank == 0)
         r->h->log(r->ctx, DAGRUN_LOG_INFO,
                   "step %lld: loss %.4f, val loss %.4f", (long long)r->st.step,
@@ -634,13 +708,10 @@ static int save_full_model(trainrun *r, gpt *m, char *dir, size_t dirlen,
   return 0;
 }
 
-/* Rank 0's results, m the gathered model: validation, the full model,
+/* Rank 0's results, m the gathered model (validated): the full model,
  * samples, the last line, summary.json and the outputs. 0 or -1. */
-static int write_results(trainrun *r, gang *g, gpt *m, double train_s) {
-  /* On GPU ranks at stages 0-2 rank 0 validates on its GPU, which needs
-   * no exchange; else on m. */
-  r->val_loss = g->zc && g->stage < 3 ? gang_evaluate(r, g, r->st.step)
-                                      : trainrun_evaluate(r, m, r->st.step);
+static int write_results(trainrun *r, gang *g, gpt *m, const gangmem *mem,
+                         double train_s) {
   char model_dir[4096], final[4096];
   if (save_full_model(r, m, model_dir, sizeof model_dir, final, sizeof final) !=
       0)
@@ -658,9 +729,10 @@ static int write_results(trainrun *r, gang *g, gpt *m, double train_s) {
   cJSON_AddStringToObject(s, "device", g->zc ? "cuda" : "cpu");
   if (g->zc)
     cJSON_AddStringToObject(s, "gpu", zero_cuda_describe(g->zc));
-  cJSON_AddNumberToObject(s, "global_batch", g->N * g->B);
+  cJSON_AddNumberToObject(s, "global_batch", g->N * g->B * r->c.accum);
   trainrun_summary_losses(r, s);
   trainrun_summary_rates(r, s, tps);
+  gangmem_summary(mem, s);
   return trainrun_finish(r, s, final, model_dir, r->last_ckpt, r->ckpt_dir);
 }
 
@@ -670,16 +742,20 @@ static int finish(trainrun *r, gang *g) {
   double train_s = clock_monotonic() - r->t_start;
   gang_save(r, g);
   gpt *m = gang_model(r, g);
+  /* Every rank scores its share: on the GPU at stages 0-2, else on m. */
+  r->val_loss =
+      gang_evaluate(r, g, g->zc && g->stage < 3 ? NULL : m, r->st.step);
+  gangmem mem; /* the last step's figures, for summary.json */
+  gather_memory(r, g, &mem);
   /* The collectives are over; the ranks other than 0 are done. NCCL's
    * communicator goes now, on every rank together (its finalize waits
-   * for the peers), not after rank 0's validation and writing, which
-   * may outlast the communicator's timeout; rank 0's GPU stays for the
-   * validation. */
+   * for the peers), not after rank 0's writing, which may outlast the
+   * communicator's timeout. */
   comm_destroy(g->nc);
   g->nc = NULL;
   if (g->rank != 0)
     return 0;
-  return write_results(r, g, m, train_s) == 0 ? 0 : EXIT_FAILED;
+  return write_results(r, g, m, &mem, train_s) == 0 ? 0 : EXIT_FAILED;
 }
 
 int gangloop_run(trainrun *r, int N) {

@@ -41,8 +41,16 @@
  * sharded ones. summary.json and samples.txt go to out/ as in one
  * process.
  *
- * Not in a gang: gradient accumulation (ZeRO takes one micro-batch per
- * rank per step: refused), overfit_one_batch (refused), the loss-spike
+ * Gradient accumulation (grad_accum A) on CPU ranks: each optimizer
+ * step draws A global batches of N x batch_size (one after the other, as
+ * one process of batch size N x A x batch_size draws its one), each rank
+ * keeps its rows of each, and zero_step_accum trains the A micro-batches
+ * (zero.h: stages 0-1 reduce the gradient once a step, stages 2-3 every
+ * micro-batch into the shard). The loss reported is the mean over the
+ * micro-batches and ranks, one process's loss of that global batch. GPU
+ * ranks refuse grad_accum above 1 (zero_cuda takes one micro-batch).
+ *
+ * Not in a gang: overfit_one_batch (refused), the loss-spike
  * guard's reset and rollback (ZeRO updates inside its step: the gang
  * skips the update instead, said in the log; skip and lower_lr work, and
  * a non-finite loss or norm never reaches the weights).

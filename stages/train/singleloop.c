@@ -124,7 +124,8 @@ static double log_model(trainrun *r) {
  * whole into the model and optimizer. It holds no loader position: the
  * batches of the steps done are replayed, which continues the gang's data
  * order exactly when this run's batch is the gang's global batch
- * (batch_size = world_size x the gang's, grad_accum 1). The spike guard's
+ * (batch_size = world_size x the gang's, grad_accum the gang's, or 1 with
+ * grad_accum x that batch_size). The spike guard's
  * window starts empty (a gang keeps none). */
 static int resume_sharded(trainrun *r, const char *dir, char *err,
                           size_t errlen) {

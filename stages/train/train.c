@@ -39,7 +39,8 @@ static const dagrun_param_spec params[] = {
     TRAINKIT_SHAPE_PARAMS,
     {"batch_size", DAGRUN_PARAM_INT, "16", 0, "Sequences per micro-batch"},
     {"grad_accum", DAGRUN_PARAM_INT, "1", 0,
-     "Micro-batches per optimizer step (global batch = batch_size x this)"},
+     "Micro-batches per optimizer step (global batch = batch_size x this; "
+     "in a gang x world_size too, CPU ranks only)"},
     {"steps", DAGRUN_PARAM_INT, "1000", 0, "Optimizer steps"},
     TRAINKIT_OPTIM_PARAMS,
     {"lr", DAGRUN_PARAM_FLOAT, "0", 0,
@@ -57,7 +58,9 @@ static const dagrun_param_spec params[] = {
     {"eval_every", DAGRUN_PARAM_INT, "100", 0,
      "Validation every this many steps (0: only at the end)"},
     {"eval_batches", DAGRUN_PARAM_INT, "20", 0,
-     "Validation batches (at most one pass over the validation shards)"},
+     "Validation batches of batch_size windows (in a gang world_size x "
+     "batch_size, shared by the ranks; at most one pass over the "
+     "validation shards)"},
     {"eval_text", DAGRUN_PARAM_STRING, "", 0,
      "With each validation: the perplexity of this text file "
      "(eval_perplexity; CPU engine)"},

@@ -2,13 +2,12 @@
 #include "trainrun.h"
 
 #include "ckpt/ckpt.h"
-#include "common/stagekit.h"
 #include "common/lmeval.h"
+#include "common/stagekit.h"
 #include "common/textgen.h"
 #include "lib/bpe/bpe.h"
 #include "lib/clock.h"
 #include "lib/fileio.h"
-#include "model/evaluate.h"
 
 #include <math.h>
 #include <errno.h>
@@ -226,14 +225,14 @@ int trainrun_init(trainrun *r) {
 
 /* The validation loader, sequential over the validation files; none,
  * with a warning, when it cannot open (training goes on without). */
-static void open_validation(trainrun *r) {
+static void open_validation(trainrun *r, int nranks) {
   char err[1024];
   if (!r->data.nval)
     return;
   loader_config vc = {
       .paths = (const char *const *)r->data.val,
       .npaths = r->data.nval,
-      .B = r->c.B,
+      .B = r->c.B * nranks, /* a gang's ranks share each batch */
       .T = r->c.m.T,
       .order = LOADER_SEQUENTIAL,
       .seed = r->c.seed,
@@ -314,7 +313,7 @@ int trainrun_setup(trainrun *r, int nranks, int gang) {
   }
   if (fit_steps(r, gang) != 0)
     return -1;
-  open_validation(r);
+  open_validation(r, nranks);
   size_t bt = (size_t)r->c.B * (size_t)nranks * (size_t)r->c.m.T;
   r->inputs = malloc(bt * sizeof(uint32_t));
   r->targets = malloc(bt * sizeof(uint32_t));
@@ -512,19 +511,6 @@ void trainrun_lm_eval(trainrun *r, gpt *model, int64_t step) {
               "step %lld: eval_choices accuracy %.4f (%zu of %zu)",
               (long long)step, mc.accuracy, mc.correct, mc.items);
   }
-}
-
-double trainrun_evaluate(trainrun *r, gpt *model, int64_t step) {
-  trainrun_lm_eval(r, model, step);
-  if (!r->val)
-    return NAN;
-  loader_set_pos(r->val, &r->val_start);
-  eval_result er = {0};
-  char err[512];
-  int rc = evaluate_model(model, r->val, r->c.B, r->c.m.T,
-                          (uint64_t)r->c.eval_batches, NULL, NULL, &er, err,
-                          sizeof err);
-  return trainrun_val_report(r, rc, er.loss, err, step);
 }
 
 void trainrun_faults_read(trainrun_faults *f) {

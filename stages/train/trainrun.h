@@ -117,7 +117,9 @@ int trainrun_init(trainrun *r);
  * seed's), the optimizer (one process only, gang 0: a gang's ZeRO makes its
  * own), the spike guard, the train loader over the global batch (nranks x
  * batch_size sequences: in a gang each rank trains on its own rows of it), the
- * validation loader (none, with a warning, when it cannot open) and the batch
+ * validation loader (batches of nranks x batch_size windows, the ones one
+ * process of that batch scores: in a gang each rank scores its rows; none,
+ * with a warning, when it cannot open) and the batch
  * buffers, and points r->st at them. */
 int trainrun_setup(trainrun *r, int nranks, int gang);
 
@@ -152,10 +154,6 @@ void trainrun_report_init_loss(trainrun *r, double loss);
  * when rc is not 0, err as a warning and NAN. */
 double trainrun_val_report(trainrun *r, int rc, double loss, const char *err,
                            int64_t step);
-/* Validation of model on the CPU over the first eval_batches batches of
- * the validation files (the same ones every time); NAN when there is no
- * validation or it failed. */
-double trainrun_evaluate(trainrun *r, gpt *model, int64_t step);
 
 /* Fault injection: DAGRUN_FAULT_SPIKE_STEPS="80,120" turns the batches
  * of those steps into bad ones (loss x20, gradients x100), once each, so

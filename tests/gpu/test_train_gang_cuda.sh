@@ -10,7 +10,9 @@
 # - at stage 3, rank 0 killed after step 13: the retry resumes from the
 #   sharded checkpoint of step 10 (the shard pulled from the GPU, pushed
 #   back on resume) and ends with the uninterrupted run's losses and
-#   final weights (bitwise).
+#   final weights (bitwise);
+# - grad_accum 2 on GPU ranks is refused (zero_cuda takes one
+#   micro-batch a step), saying what to do instead.
 . "$(dirname "$0")/gpu_env.sh"
 command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
 
@@ -87,4 +89,9 @@ a, b = load(sys.argv[1]), load(sys.argv[2])
 assert a.keys() == b.keys() and all(a[k] == b[k] for k in a), [k for k in a if a.get(k) != b.get(k)][:5]
 P
   fail "the resumed gang's final weights differ from the uninterrupted one's"
+
+# grad_accum above 1 on GPU ranks: refused, saying what to do.
+gang_dag accum "device: cuda, grad_accum: 2" "retries: 0," 2
+expect_rc 1
+expect_in "$T/out" "grad_accum 2 in a gang on GPUs"
 pass

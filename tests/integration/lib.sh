@@ -537,3 +537,68 @@ expect_no_rank_outlives() {
   echo "$how: no rank left $((waited / 10)).$((waited % 10)) s after dagrun ended"
   return 0
 }
+
+# Two train runs compared (the gang tests):
+# same_losses A B TOL: the same steps, losses within relative TOL.
+same_losses() {
+  /usr/bin/python3 - "$1" "$2" "$3" <<'P' || fail "losses differ: $1 vs $2"
+import sys
+a = dict(l.split() for l in open(sys.argv[1]))
+b = dict(l.split() for l in open(sys.argv[2]))
+tol = float(sys.argv[3])
+assert a and set(a) == set(b), (sorted(a), sorted(b))
+worst = 0
+for s in a:
+    x, y = float(a[s]), float(b[s])
+    assert abs(x - y) <= tol * abs(x), (s, x, y)
+    worst = max(worst, abs(x - y) / abs(x))
+print("losses %s vs %s: largest relative difference %.2g (tolerance %g)" % (sys.argv[1], sys.argv[2], worst, tol))
+P
+}
+
+# same_weights A B TOL: two model.safetensors, max abs difference <= TOL
+# times the largest weight.
+same_weights() {
+  /usr/bin/python3 - "$1" "$2" "$3" <<'P' || fail "weights differ: $1 vs $2"
+import json, struct, sys
+import numpy as np
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    out = {}
+    for k, v in h.items():
+        s, e = v["data_offsets"]
+        out[k] = np.frombuffer(b[8 + n + s:8 + n + e], dtype=np.float32)
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert set(a) == set(b), (sorted(a), sorted(b))
+big = max(float(np.abs(v).max()) for v in a.values())
+worst = max(float(np.abs(a[k] - b[k]).max()) for k in a)
+assert worst <= float(sys.argv[3]) * big, (worst, big)
+P
+}
+
+# one_process NAME WITH: a DAG NAME of one train task in one process with
+# params WITH, run; it must succeed with 20 steps' losses, written to
+# NAME.losses (the gang tests' reference). Sets R1 to its run directory.
+one_process() {
+  printf 'dag: %s\ntasks:\n  train: {stage: train, with: {%s}}\n' "$1" "$2" > "$1.yaml"
+  run_dagrun run "$1.yaml" --plain
+  expect_rc 0
+  R1=$(run_dir "$1")
+  losses "$R1" > "$1.losses"
+  [ "$(wc -l < "$1.losses")" -eq 20 ] || fail "one process $1: $(cat "$1.losses")"
+}
+
+# use_train_gang: the preamble of a test of train gangs under mpirun
+# (dagrun starts mpirun): mpirun present, Open MPI's own allocations left
+# out of the sanitizer build's leak report, and GANG_ENV, the task's env
+# key giving every rank one CPU thread and those settings.
+use_train_gang() {
+  command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
+  export LSAN_OPTIONS="suppressions=$DAGRUN_SOURCE_DIR/tests/lsan-mpi-zero.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+  export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+  GANG_ENV='env: {OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1", LSAN_OPTIONS: "'"$LSAN_OPTIONS"'", ASAN_OPTIONS: "'"$ASAN_OPTIONS"'"}'
+}

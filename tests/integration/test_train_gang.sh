@@ -38,72 +38,20 @@
 # - A timeout stops the gang, which writes a sharded checkpoint first.
 # - A data mixture: two ranks of 2 draw the one process's global batch
 #   (losses and per-source tokens alike).
-# - world_size 2 with launcher local, grad_accum 2 and dropout in a gang, are
-#   refused with messages that say what to do.
+# - world_size 2 with launcher local, and dropout in a gang, are refused
+#   with messages that say what to do (gradient accumulation in a gang:
+#   test_train_gang_parity).
 . "$(dirname "$0")/lib.sh"
 
-command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
-# Open MPI's own allocations are not ours (the sanitizer build).
-export LSAN_OPTIONS="suppressions=$DAGRUN_SOURCE_DIR/tests/lsan-mpi-zero.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+use_train_gang
+ENV=$GANG_ENV
 
 DATA=$(make_token_data gang 320)
 MODEL="data: \"$DATA\", n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, threads: 1, steps: 20, lr: 0.003, warmup: 2, eval_every: 10, samples: 0, spike_policy: none"
-ENV='env: {OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1", LSAN_OPTIONS: "'"$LSAN_OPTIONS"'", ASAN_OPTIONS: "'"$ASAN_OPTIONS"'"}'
-
-# same_losses A B TOL: the same steps, losses within relative TOL.
-same_losses() {
-  /usr/bin/python3 - "$1" "$2" "$3" <<'P' || fail "losses differ: $1 vs $2"
-import sys
-a = dict(l.split() for l in open(sys.argv[1]))
-b = dict(l.split() for l in open(sys.argv[2]))
-tol = float(sys.argv[3])
-assert a and set(a) == set(b), (sorted(a), sorted(b))
-worst = 0
-for s in a:
-    x, y = float(a[s]), float(b[s])
-    assert abs(x - y) <= tol * abs(x), (s, x, y)
-    worst = max(worst, abs(x - y) / abs(x))
-print("losses %s vs %s: largest relative difference %.2g (tolerance %g)" % (sys.argv[1], sys.argv[2], worst, tol))
-P
-}
-
-# same_weights A B TOL: two model.safetensors, max abs difference <= TOL
-# times the largest weight.
-same_weights() {
-  /usr/bin/python3 - "$1" "$2" "$3" <<'P' || fail "weights differ: $1 vs $2"
-import json, struct, sys
-import numpy as np
-def load(p):
-    b = open(p, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    h.pop("__metadata__", None)
-    out = {}
-    for k, v in h.items():
-        s, e = v["data_offsets"]
-        out[k] = np.frombuffer(b[8 + n + s:8 + n + e], dtype=np.float32)
-    return out
-a, b = load(sys.argv[1]), load(sys.argv[2])
-assert set(a) == set(b), (sorted(a), sorted(b))
-big = max(float(np.abs(v).max()) for v in a.values())
-worst = max(float(np.abs(a[k] - b[k]).max()) for k in a)
-assert worst <= float(sys.argv[3]) * big, (worst, big)
-P
-}
 
 # --- The reference: one process, batch_size 4 (a checkpoint at step 10
 # for the resume below).
-cat > one.yaml <<Y
-dag: one
-tasks:
-  train: {stage: train, with: {$MODEL, batch_size: 4, checkpoint_every: 10}}
-Y
-run_dagrun run one.yaml --plain
-expect_rc 0
-R1=$(run_dir one)
-losses "$R1" > one.losses
-[ "$(wc -l < one.losses)" -eq 20 ] || fail "one process: $(cat one.losses)"
+one_process one "$MODEL, batch_size: 4, checkpoint_every: 10"
 
 # --- Two ranks of batch_size 2, each ZeRO stage; stage 2 also feeds
 # validate, which reads the final checkpoint.
@@ -373,8 +321,7 @@ a, b = (json.load(open(p))["data_mix"] for p in sys.argv[1:3])
 assert a == b and a["b"]["tokens"] == 640, (a, b)
 P
 
-# --- Refused: ranks that MPI did not start, gradient accumulation and
-# dropout in a gang.
+# --- Refused: ranks that MPI did not start, and dropout in a gang.
 gang_refused() { # NAME LAUNCHER EXTRA_PARAMS MESSAGE
   cat > "$1.yaml" <<Y
 dag: $1
@@ -386,6 +333,5 @@ Y
   expect_in "$T/out" "$4"
 }
 gang_refused local local "" "set launcher: mpirun"
-gang_refused accum mpirun ", grad_accum: 2" "grad_accum 2 in a gang"
 gang_refused gdrop mpirun ", dropout: 0.1" "dropout 0.1 in a gang"
 pass
