@@ -1,4 +1,6 @@
 #include "store.h"
+#include "datastate.h"
+#include "store_impl.h"
 
 #include <errno.h>
 #include <sqlite3.h>
@@ -345,6 +347,10 @@ static int init_schema(store *st, char *err, size_t errlen) {
   if (v >= 1 && v <= 3 && (rc = exec_sql(st, migrate_v3_sql, err, errlen)) != 0)
     goto out;
   if (v >= 1 && v <= 4 && (rc = exec_sql(st, migrate_v4_sql, err, errlen)) != 0)
+    goto out;
+  /* The data triggers' tables (datastate.h): created when missing, at
+   * any schema version, outside the numbered migrations. */
+  if ((rc = exec_sql(st, datastate_schema_sql, err, errlen)) != 0)
     goto out;
   if (v < STORE_SCHEMA_VERSION) {
     char sql[64];
@@ -897,10 +903,12 @@ static void annotate_run(cJSON *run) {
 cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
                   char *err, size_t errlen) {
   static const char *const keys[] = {
-      "id",          "dag",          "dag_file",        "run_dir",
-      "state",       "started",      "finished",        "tasks_total",
-      "tasks_succeeded", "trigger",  "logical_date",    "orch_pid",
-      "orch_start",  "tasks_cached", "cached_from", "waiting"};
+      "id",         "dag",          "dag_file",
+      "run_dir",    "state",        "started",
+      "finished",   "tasks_total",  "tasks_succeeded",
+      "trigger",    "logical_date", "orch_pid",
+      "orch_start", "tasks_cached", "cached_from",
+      "waiting"};
   reap_gone(st, NULL);
   sqlite3_stmt *s = stmt(st, S_RUNS_LIST, err, errlen);
   if (!s)
@@ -915,6 +923,7 @@ cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
   }
   cJSON *r;
   cJSON_ArrayForEach(r, arr) annotate_run(r);
+  store_runs_trigger_info(st, arr);
   return arr;
 }
 
@@ -944,8 +953,8 @@ static cJSON *attempts_of(store *st, const char *run_id, const char *task,
 cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
                  size_t errlen) {
   static const char *const keys[] = {
-      "id",      "dag",      "dag_file", "run_dir",  "state",
-      "started", "finished", "params",   "orch_pid", "orch_start",
+      "id",      "dag",          "dag_file",   "run_dir",  "state",
+      "started", "finished",     "params",     "orch_pid", "orch_start",
       "trigger", "logical_date", "dag_sha256", "waiting"};
   static const char *const task_keys[] = {
       "name",    "state",    "attempts", "exit_code",   "error",
@@ -963,8 +972,7 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
     goto out;
   bind_text(s, 1, id_prefix);
   cJSON *found = cJSON_CreateArray();
-  if (rows_into(st, s, found, keys, 14, 7, "finding a run", err, errlen) !=
-      0) {
+  if (rows_into(st, s, found, keys, 14, 7, "finding a run", err, errlen) != 0) {
     cJSON_Delete(found);
     goto bad;
   }
@@ -1005,6 +1013,7 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
   }
   free(id);
   annotate_run(run);
+  store_runs_trigger_info(st, run);
   *rc = 0;
   goto out;
 bad:
@@ -1392,4 +1401,21 @@ out:
     return rc;
   }
   return *why ? 0 : 1;
+}
+
+/* ---- for the store's other modules (store_impl.h) ---- */
+
+sqlite3 *store_sqlite(store *st) { return st->db; }
+
+int store_write_begin(store *st, char *err, size_t errlen) {
+  return begin(st, err, errlen);
+}
+
+int store_write_end(store *st, int rc, char *err, size_t errlen) {
+  return commit(st, rc, err, errlen);
+}
+
+int store_sql_fail(store *st, int rc, char *err, size_t errlen,
+                   const char *what) {
+  return fail(st, rc, err, errlen, what);
 }
