@@ -54,13 +54,6 @@ static sqlite3_stmt *prep(store *st, const char *sql, char *err,
   return s;
 }
 
-static void bind_str(sqlite3_stmt *s, int i, const char *v) {
-  if (v)
-    sqlite3_bind_text(s, i, v, -1, SQLITE_TRANSIENT);
-  else
-    sqlite3_bind_null(s, i);
-}
-
 static const char *col_text(sqlite3_stmt *s, int i) {
   return (const char *)sqlite3_column_text(s, i);
 }
@@ -83,7 +76,7 @@ cJSON *store_files_get(store *st, const char *dag, int *seen, char *err,
            err, errlen);
   if (!s)
     return NULL;
-  bind_str(s, 1, dag);
+  store_bind_text(s, 1, dag);
   cJSON *out = cJSON_CreateObject();
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -113,13 +106,13 @@ int store_files_set(store *st, const char *dag, const cJSON *files, char *err,
       prep(st, "DELETE FROM trigger_files WHERE dag = ?1", err, errlen);
   if (!s)
     return store_write_end(st, DR_ESTORE, err, errlen);
-  bind_str(s, 1, dag);
+  store_bind_text(s, 1, dag);
   rc = run_write(st, s, "forgetting a DAG's trigger files", err, errlen);
   if (rc == 0 && (s = prep(st,
                            "INSERT INTO trigger_files(dag, path, size, mtime) "
                            "VALUES (?1, '', 0, 0)",
                            err, errlen))) {
-    bind_str(s, 1, dag);
+    store_bind_text(s, 1, dag);
     rc = run_write(st, s, "recording a DAG's trigger files", err, errlen);
   }
   for (const cJSON *f = files ? files->child : NULL; f && rc == 0;
@@ -131,8 +124,8 @@ int store_files_set(store *st, const char *dag, const cJSON *files, char *err,
       rc = DR_ESTORE;
       break;
     }
-    bind_str(s, 1, dag);
-    bind_str(s, 2, f->string);
+    store_bind_text(s, 1, dag);
+    store_bind_text(s, 2, f->string);
     sqlite3_bind_int64(
         s, 3,
         (sqlite3_int64)cJSON_GetNumberValue(cJSON_GetObjectItem(f, "size")));
@@ -155,11 +148,11 @@ int store_dataset_add(store *st, const char *dataset, const char *run_id,
       err, errlen);
   if (!s)
     return DR_ESTORE;
-  bind_str(s, 1, dataset);
-  bind_str(s, 2, run_id);
-  bind_str(s, 3, dag);
-  bind_str(s, 4, task);
-  bind_str(s, 5, outputs);
+  store_bind_text(s, 1, dataset);
+  store_bind_text(s, 2, run_id);
+  store_bind_text(s, 3, dag);
+  store_bind_text(s, 4, task);
+  store_bind_text(s, 5, outputs);
   sqlite3_bind_double(s, 6, now);
   int rc = sqlite3_step(s);
   if (rc == SQLITE_ROW) {
@@ -200,7 +193,7 @@ cJSON *store_dataset_versions(store *st, const char *dataset, long long after,
       err, errlen);
   if (!s)
     return NULL;
-  bind_str(s, 1, dataset);
+  store_bind_text(s, 1, dataset);
   sqlite3_bind_int64(s, 2, after);
   sqlite3_bind_int(s, 3, limit > 0 ? limit : -1);
   cJSON *out = cJSON_CreateArray();
@@ -224,8 +217,8 @@ int store_dataset_seen_get(store *st, const char *dag, const char *dataset,
                          err, errlen);
   if (!s)
     return DR_ESTORE;
-  bind_str(s, 1, dag);
-  bind_str(s, 2, dataset);
+  store_bind_text(s, 1, dag);
+  store_bind_text(s, 2, dataset);
   int rc = sqlite3_step(s);
   if (rc == SQLITE_ROW)
     *version = sqlite3_column_int64(s, 0);
@@ -245,8 +238,8 @@ int store_dataset_seen_set(store *st, const char *dag, const char *dataset,
                          err, errlen);
   if (!s)
     return DR_ESTORE;
-  bind_str(s, 1, dag);
-  bind_str(s, 2, dataset);
+  store_bind_text(s, 1, dag);
+  store_bind_text(s, 2, dataset);
   sqlite3_bind_int64(s, 3, version);
   return run_write(st, s, "recording a DAG's dataset state", err, errlen);
 }
@@ -259,8 +252,8 @@ int store_run_trigger_set(store *st, const char *run_id, const char *info_json,
                          err, errlen);
   if (!s)
     return DR_ESTORE;
-  bind_str(s, 1, run_id);
-  bind_str(s, 2, info_json);
+  store_bind_text(s, 1, run_id);
+  store_bind_text(s, 2, info_json);
   return run_write(st, s, "recording a run's trigger", err, errlen);
 }
 

@@ -1415,6 +1415,10 @@ int store_write_end(store *st, int rc, char *err, size_t errlen) {
   return commit(st, rc, err, errlen);
 }
 
+void store_bind_text(sqlite3_stmt *s, int i, const char *v) {
+  bind_text(s, i, v);
+}
+
 int store_sql_fail(store *st, int rc, char *err, size_t errlen,
                    const char *what) {
   return fail(st, rc, err, errlen, what);

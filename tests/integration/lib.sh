@@ -95,6 +95,17 @@ serve_port() {
   fail "serve did not start: $(cat "$1")"
 }
 
+# serve_stop PID: SIGTERM to the `dagrun serve` of PID, and waits (up to
+# 30 s) for it to exit; fails the test when it does not.
+serve_stop() {
+  kill -TERM "$1"
+  for _ in $(seq 300); do
+    pid_alive "$1" || { wait "$1" || true; return 0; }
+    sleep 0.1
+  done
+  fail "serve did not stop after SIGTERM"
+}
+
 expect_rc() {
   [ "$RC" -eq "$1" ] || fail "expected exit code $1, got $RC
 --- stdout:

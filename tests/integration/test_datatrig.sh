@@ -79,6 +79,12 @@ tasks:
 Y
 run_dagrun check dags/watch.yaml
 expect_rc 0
+# --trigger files|dataset is serve's: without what triggered the run, no run.
+run_dagrun run dags/watch.yaml --trigger files
+expect_rc 2
+expect_in "$T/err" "--trigger files needs \$DAGRUN_TRIGGER_INFO, a JSON object"
+[ ! -d "$DAGRUN_RUNS_DIR/watch" ] || [ -z "$(ls "$DAGRUN_RUNS_DIR/watch")" ] ||
+  fail "a refused run left a run directory"
 run_dagrun check dags/cons.yaml
 expect_rc 0
 
@@ -88,14 +94,6 @@ start_serve() {
   "$DAGRUN" serve dags --port 0 >"$1" 2>&1 &
   SERVE_PID=$!
   serve_port "$1" "$SERVE_PID"
-}
-stop_serve() {
-  kill -TERM "$SERVE_PID"
-  for _ in $(seq 300); do
-    pid_alive "$SERVE_PID" || { wait "$SERVE_PID" || true; return 0; }
-    sleep 0.1
-  done
-  fail "serve did not stop after SIGTERM"
 }
 # runs_of DAG: how many runs of DAG the store has.
 runs_of() {
@@ -165,7 +163,7 @@ PROD1=$("$DAGRUN" runs prod -n 100 --json | "$PY" -c 'import json,sys; print(jso
 [ "$(cat seen/cons-1)" = "tokens 1 {\"path\":\"$T/shard-$PROD1\"}" ] || fail "cons's templates: $(cat seen/cons-1)"
 run_dagrun runs cons
 expect_in "$T/out" "dataset tokens v1"
-stop_serve
+serve_stop "$SERVE_PID"
 
 # ---- while serve is down: a file lands and prod runs again ----
 echo late > incoming/e.txt
@@ -180,5 +178,23 @@ expect_in seen/cons-2 "tokens 2 "
 sleep 3
 [ "$(runs_of watch)" -eq 3 ] || fail "the restart ran a file twice"
 [ "$(runs_of cons)" -eq 2 ] || fail "the restart ran a dataset version twice"
-stop_serve
+serve_stop "$SERVE_PID"
+
+# ---- examples/data-triggers as its README says to try it ----
+cp -r "$DAGRUN_SOURCE_DIR/examples/data-triggers" ex
+mkdir -p ex/incoming
+export DAGRUN_HOME="$T/home-ex"
+: >ex.log
+"$DAGRUN" serve ex --port 0 >ex.log 2>&1 &
+SERVE_PID=$!
+serve_port ex.log "$SERVE_PID"
+wait_until 10 grep -q "loaded dag evaluate" ex.log || fail "example not loaded: $(cat ex.log)"
+sleep 1 # evaluate has seen text_shards (no version yet) before shards runs
+seq 100 > ex/incoming/part-1.txt
+wait_until 30 done_runs evaluate 1 || fail "the example pair did not run: $(cat ex.log)"
+EV=$("$DAGRUN" runs evaluate --json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+run_dagrun logs "$EV" count
+expect_in "$T/out" "text_shards v1: "
+expect_in "$T/out" "shard.txt has 100 lines"
+serve_stop "$SERVE_PID"
 pass
