@@ -7,7 +7,9 @@
 #include <glob.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/util.h"
 #include "store/datastate.h"
@@ -16,13 +18,81 @@
  * on the next poll. */
 #define DATASET_CATCHUP_MAX 100
 
+/* Seconds between two scans of a watched glob with nothing pending: what
+ * inotify cannot see (another machine writing to NFS) is noticed then. */
+#define RESCAN_S 30.0
+
 struct datatrig {
   char *dag;      /* the DAG the state below belongs to (NULL: not read) */
   cJSON *known;   /* path -> {size, mtime}, as recorded in the store */
   cJSON *pending; /* path -> {size, mtime, since}: changed, not settled */
+  /* inotify on the glob's directory, or -1 (none: scan on every poll). */
+  int ino_fd;
+  char *watched;    /* the glob the watch is for */
+  double last_scan; /* when the glob was last matched; 0: never */
 };
 
-datatrig *datatrig_create(void) { return xcalloc(1, sizeof(datatrig)); }
+datatrig *datatrig_create(void) {
+  datatrig *t = xcalloc(1, sizeof(datatrig));
+  t->ino_fd = -1;
+  return t;
+}
+
+static void unwatch(datatrig *t) {
+  if (t->ino_fd >= 0)
+    close(t->ino_fd);
+  t->ino_fd = -1;
+  free(t->watched);
+  t->watched = NULL;
+}
+
+/* Watches the directory of pattern with inotify, when its directory part
+ * has no wildcard (data/in/x-*.txt: data/in; data/[ab]/x.txt: none) and
+ * inotify works there. Without a watch every poll scans. */
+static void watch(datatrig *t, const char *pattern) {
+  if (t->watched && strcmp(t->watched, pattern) == 0)
+    return;
+  unwatch(t);
+  const char *slash = strrchr(pattern, '/');
+  if (!slash || strcspn(pattern, "*?[") < (size_t)(slash - pattern))
+    return;
+  char *dir = slash == pattern ? xstrdup("/")
+                               : xstrndup(pattern, (size_t)(slash - pattern));
+  int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (fd >= 0 &&
+      inotify_add_watch(fd, dir,
+                        IN_CREATE | IN_MODIFY | IN_CLOSE_WRITE | IN_ATTRIB |
+                            IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE |
+                            IN_DELETE_SELF | IN_MOVE_SELF) >= 0) {
+    t->ino_fd = fd;
+    t->watched = xstrdup(pattern);
+  } else if (fd >= 0) {
+    close(fd); /* no such directory yet, or no inotify: scan */
+  }
+  free(dir);
+}
+
+/* Whether the watch saw anything since the last call (its events
+ * drained). The directory itself gone or moved ends the watch: the next
+ * poll watches again. */
+static int watch_saw(datatrig *t) {
+  char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+  int saw = 0;
+  ssize_t n;
+  while ((n = read(t->ino_fd, buf, sizeof buf)) > 0) {
+    saw = 1;
+    for (char *p = buf; p < buf + n;) {
+      const struct inotify_event *ev = (const struct inotify_event *)p;
+      if (ev->mask &
+          (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF | IN_Q_OVERFLOW)) {
+        unwatch(t);
+        return 1;
+      }
+      p += sizeof *ev + ev->len;
+    }
+  }
+  return saw;
+}
 
 static void forget(datatrig *t) {
   free(t->dag);
@@ -36,6 +106,7 @@ void datatrig_destroy(datatrig *t) {
   if (!t)
     return;
   forget(t);
+  unwatch(t);
   free(t);
 }
 
@@ -141,6 +212,13 @@ static int settled(const datatrig *t, double settle, double now) {
 static int poll_files(datatrig *t, store *st, const spec *sp, double now,
                       datatrig_event **ev, size_t *n, char *err,
                       size_t errlen) {
+  watch(t, sp->on.glob);
+  /* Watched, nothing seen, nothing settling: no scan needed yet. */
+  int quiet = t->ino_fd >= 0 && !watch_saw(t);
+  if (quiet && t->dag && strcmp(t->dag, sp->dag) == 0 && !t->pending->child &&
+      now - t->last_scan < RESCAN_S)
+    return 0;
+  t->last_scan = now;
   cJSON *cur = match_files(sp->on.glob);
   int rc = load_known(t, st, sp, cur, err, errlen);
   if (rc == 0)

@@ -4,8 +4,11 @@
  * triggers"). serve.c polls each DAG on every tick and starts, queues or
  * skips the runs it is handed, by `overlap`, as for a schedule.
  *
- * Files (`on.files`): the glob is matched on every poll (a scan: glob(3)
- * and stat(2), so it works on every file system, NFS included). A file is
+ * Files (`on.files`): the glob is matched (glob(3) and stat(2)) on a poll
+ * when inotify saw a change in the glob's directory, while files settle,
+ * and every 30 s (what inotify cannot see: NFS written by another
+ * machine); a glob with a wildcard directory, or a directory that does
+ * not exist (yet), is matched on every poll. A file is
  * new or changed when its size or mtime differ from what the store
  * records for the DAG (datastate.h, trigger_files). It is taken once no
  * matched file has changed for `settle`: a file still being written keeps

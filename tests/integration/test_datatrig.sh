@@ -51,6 +51,14 @@ tasks:
       command: [sh, -c, 'printf "%s" "\$1" > "$T/seen/\$2.files"', sh,
                 "\${run.trigger_files}", "\${run.id}"]
 Y
+# deep: a glob with a wildcard directory (no inotify watch: a scan on
+# every poll).
+cat > dags/deep.yaml <<Y
+dag: deep
+on: {files: {glob: "$T/deep/*/*.csv", settle: 1s}}
+tasks:
+  a: {stage: exec, cache: false, with: {command: [true]}}
+Y
 # prod: its task makes a new version of dataset "tokens", with an output.
 cat > prod.yaml <<Y
 dag: prod
@@ -139,6 +147,13 @@ sleep 3
 ID=$("$DAGRUN" runs watch -n 100 --json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
 printf '%s\n%s\n%s' "$T/incoming/b.txt" "$T/incoming/c.txt" "$T/incoming/d.txt" > want
 cmp -s want "seen/$ID.files" || fail "batch files: $(cat "seen/$ID.files")"
+mkdir -p deep/x deep/y
+echo 1 > deep/x/1.csv; echo 2 > deep/y/2.csv
+wait_until 15 done_runs deep 1 || fail "no run for deep/*/*.csv: $(cat serve1.log)"
+sleep 2
+[ "$(runs_of deep)" -eq 1 ] || fail "deep: more than one run for one batch"
+run_dagrun runs deep
+expect_in "$T/out" "2 files: $T/deep/x/1.csv, ..."
 run_dagrun runs watch
 expect_in "$T/out" "files"
 expect_in "$T/out" "3 files: $T/incoming/b.txt, ..."
