@@ -35,6 +35,24 @@ Y
 run_dagrun check bad2.yaml
 expect_rc 2
 expect_in "$T/err" "bad2.yaml:2:13: error: 'on.files': missing required key 'glob'"
+# check_bad ON_LINE TASK_LINE MESSAGE: a DAG with those lines is refused
+# with MESSAGE.
+check_bad() {
+  printf 'dag: b\n%s\ndefaults: {retries: 0}\ntasks:\n  a: {stage: exec, %swith: {command: [true]}}\n' "$1" "$2" > b.yaml
+  run_dagrun check b.yaml
+  expect_rc 2
+  expect_in "$T/err" "$3"
+}
+check_bad 'on: {}' '' "b.yaml:2:5: error: 'on': expected files and/or datasets, found an empty map"
+check_bad 'on: [files]' '' "b.yaml:2:5: error: 'on': expected a map with files and/or datasets, found a list"
+check_bad 'on: {files: {glob: "in/"}}' '' "b.yaml:2:20: error: 'on.files.glob': \"in/\" names directories"
+check_bad 'on: {datasets: [a, a]}' '' "b.yaml:2:20: error: 'on.datasets': dataset 'a' is named twice"
+check_bad 'on: {datasets: x, files: {glob: "*.txt", when: now}}' '' "unknown key 'when' in 'on.files'; expected glob or settle"
+check_bad '' 'produces: {a: 1}, ' "'produces' in task 'a': expected a dataset name or a list of them, found a map"
+sed -i 's/^defaults: .*/defaults: {produces: x}/' b.yaml
+run_dagrun check b.yaml
+expect_rc 2
+expect_in "$T/err" "'produces' cannot be set in defaults"
 
 # ---- the DAGs ----
 # watch: runs on *.txt landing in incoming/, records what it was given.
