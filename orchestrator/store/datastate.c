@@ -13,7 +13,7 @@
 #include "base/util.h"
 #include "store_impl.h"
 
-const char datastate_schema_sql[] =
+static const char schema_sql[] =
     "CREATE TABLE IF NOT EXISTS trigger_files(\n"
     "  dag TEXT NOT NULL,\n"
     "  path TEXT NOT NULL,\n"
@@ -42,6 +42,15 @@ const char datastate_schema_sql[] =
     "  info TEXT NOT NULL\n"
     ");\n";
 
+/* Creates the tables when missing: a store that no data trigger has used
+ * does not have them (nor their pages). */
+static int ensure_tables(store *st, char *err, size_t errlen) {
+  int rc = sqlite3_exec(store_sqlite(st), schema_sql, NULL, NULL, NULL);
+  return rc == SQLITE_OK ? 0
+                         : store_sql_fail(st, rc, err, errlen,
+                                          "creating the data triggers' tables");
+}
+
 static sqlite3_stmt *prep(store *st, const char *sql, char *err,
                           size_t errlen) {
   sqlite3_stmt *s = NULL;
@@ -58,6 +67,13 @@ static const char *col_text(sqlite3_stmt *s, int i) {
   return (const char *)sqlite3_column_text(s, i);
 }
 
+/* sql prepared once the tables exist. */
+static sqlite3_stmt *prep_tables(store *st, const char *sql, char *err,
+                                 size_t errlen) {
+  return ensure_tables(st, err, errlen) == 0 ? prep(st, sql, err, errlen)
+                                             : NULL;
+}
+
 /* Steps a write statement to its end and finalizes it. */
 static int run_write(store *st, sqlite3_stmt *s, const char *what, char *err,
                      size_t errlen) {
@@ -71,6 +87,8 @@ static int run_write(store *st, sqlite3_stmt *s, const char *what, char *err,
 cJSON *store_files_get(store *st, const char *dag, int *seen, char *err,
                        size_t errlen) {
   *seen = 0;
+  if (ensure_tables(st, err, errlen) != 0)
+    return NULL;
   sqlite3_stmt *s =
       prep(st, "SELECT path, size, mtime FROM trigger_files WHERE dag = ?1",
            err, errlen);
@@ -99,7 +117,9 @@ cJSON *store_files_get(store *st, const char *dag, int *seen, char *err,
 
 int store_files_set(store *st, const char *dag, const cJSON *files, char *err,
                     size_t errlen) {
-  int rc = store_write_begin(st, err, errlen);
+  int rc = ensure_tables(st, err, errlen);
+  if (rc == 0)
+    rc = store_write_begin(st, err, errlen);
   if (rc)
     return rc;
   sqlite3_stmt *s =
@@ -140,7 +160,7 @@ int store_dataset_add(store *st, const char *dataset, const char *run_id,
                       const char *dag, const char *task, const char *outputs,
                       double now, long long *version, char *err,
                       size_t errlen) {
-  sqlite3_stmt *s = prep(
+  sqlite3_stmt *s = prep_tables(
       st,
       "INSERT INTO dataset_versions(dataset, version, run_id, dag, task, "
       "outputs, created) SELECT ?1, COALESCE(MAX(version), 0) + 1, ?2, ?3, "
@@ -182,7 +202,7 @@ static cJSON *version_json(sqlite3_stmt *s) {
 
 cJSON *store_dataset_versions(store *st, const char *dataset, long long after,
                               int limit, char *err, size_t errlen) {
-  sqlite3_stmt *s = prep(
+  sqlite3_stmt *s = prep_tables(
       st,
       dataset ? "SELECT dataset, version, run_id, dag, task, outputs, created "
                 "FROM dataset_versions WHERE dataset = ?1 AND version > ?2 "
@@ -211,10 +231,11 @@ cJSON *store_dataset_versions(store *st, const char *dataset, long long after,
 
 int store_dataset_seen_get(store *st, const char *dag, const char *dataset,
                            long long *version, char *err, size_t errlen) {
-  sqlite3_stmt *s = prep(st,
-                         "SELECT version FROM dataset_seen WHERE dag = ?1 "
-                         "AND dataset = ?2",
-                         err, errlen);
+  sqlite3_stmt *s =
+      prep_tables(st,
+                  "SELECT version FROM dataset_seen WHERE dag = ?1 "
+                  "AND dataset = ?2",
+                  err, errlen);
   if (!s)
     return DR_ESTORE;
   store_bind_text(s, 1, dag);
@@ -232,10 +253,11 @@ int store_dataset_seen_get(store *st, const char *dag, const char *dataset,
 
 int store_dataset_seen_set(store *st, const char *dag, const char *dataset,
                            long long version, char *err, size_t errlen) {
-  sqlite3_stmt *s = prep(st,
-                         "INSERT OR REPLACE INTO dataset_seen(dag, dataset, "
-                         "version) VALUES (?1, ?2, ?3)",
-                         err, errlen);
+  sqlite3_stmt *s =
+      prep_tables(st,
+                  "INSERT OR REPLACE INTO dataset_seen(dag, dataset, "
+                  "version) VALUES (?1, ?2, ?3)",
+                  err, errlen);
   if (!s)
     return DR_ESTORE;
   store_bind_text(s, 1, dag);
@@ -246,10 +268,11 @@ int store_dataset_seen_set(store *st, const char *dag, const char *dataset,
 
 int store_run_trigger_set(store *st, const char *run_id, const char *info_json,
                           char *err, size_t errlen) {
-  sqlite3_stmt *s = prep(st,
-                         "INSERT OR IGNORE INTO run_triggers(run_id, info) "
-                         "VALUES (?1, ?2)",
-                         err, errlen);
+  sqlite3_stmt *s =
+      prep_tables(st,
+                  "INSERT OR IGNORE INTO run_triggers(run_id, info) "
+                  "VALUES (?1, ?2)",
+                  err, errlen);
   if (!s)
     return DR_ESTORE;
   store_bind_text(s, 1, run_id);

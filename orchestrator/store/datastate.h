@@ -13,10 +13,11 @@
  *                    JSON ({"files": [...]} or {"dataset", "version",
  *                    "run_id", "task", "outputs"})
  *
- * The tables are created when missing whatever the schema version
- * (store_open runs datastate_schema_sql), so older databases gain them on
- * open and no numbered migration is needed. Same threading and error
- * rules as store.h: DR_ESTORE with a message in err.
+ * The tables are created by the first call that needs them (CREATE TABLE
+ * IF NOT EXISTS), whatever the schema version: a store no data trigger
+ * has used does not have them, and no numbered migration is needed.
+ * Same threading and error rules as store.h: DR_ESTORE with a message in
+ * err.
  */
 #ifndef DAGRUN_DATASTATE_H
 #define DAGRUN_DATASTATE_H
@@ -25,8 +26,6 @@
 #include <stddef.h>
 
 #include "store.h"
-
-extern const char datastate_schema_sql[];
 
 /* The files recorded for dag: {path: {"size": N, "mtime": T}}, or NULL
  * with err; *seen: 0 when dag's files were never recorded (a DAG's first

@@ -348,10 +348,6 @@ static int init_schema(store *st, char *err, size_t errlen) {
     goto out;
   if (v >= 1 && v <= 4 && (rc = exec_sql(st, migrate_v4_sql, err, errlen)) != 0)
     goto out;
-  /* The data triggers' tables (datastate.h): created when missing, at
-   * any schema version, outside the numbered migrations. */
-  if ((rc = exec_sql(st, datastate_schema_sql, err, errlen)) != 0)
-    goto out;
   if (v < STORE_SCHEMA_VERSION) {
     char sql[64];
     snprintf(sql, sizeof sql, "PRAGMA user_version = %d", STORE_SCHEMA_VERSION);
