@@ -48,14 +48,16 @@ static void unwatch(datatrig *t) {
 
 /* Watches the directory of pattern with inotify, when its directory part
  * has no wildcard (data/in/x-*.txt: data/in; data/[ab]/x.txt: none) and
- * inotify works there. Without a watch every poll scans. */
-static void watch(datatrig *t, const char *pattern) {
+ * inotify works there. Without a watch every poll scans. Returns 1 when
+ * the watch is new: what happened before it began was not seen, so the
+ * glob must be scanned once. */
+static int watch(datatrig *t, const char *pattern) {
   if (t->watched && strcmp(t->watched, pattern) == 0)
-    return;
+    return 0;
   unwatch(t);
   const char *slash = strrchr(pattern, '/');
   if (!slash || strcspn(pattern, "*?[") < (size_t)(slash - pattern))
-    return;
+    return 0;
   char *dir = slash == pattern ? xstrdup("/")
                                : xstrndup(pattern, (size_t)(slash - pattern));
   int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -70,6 +72,7 @@ static void watch(datatrig *t, const char *pattern) {
     close(fd); /* no such directory yet, or no inotify: scan */
   }
   free(dir);
+  return t->ino_fd >= 0;
 }
 
 /* Whether the watch saw anything since the last call (its events
@@ -212,9 +215,9 @@ static int settled(const datatrig *t, double settle, double now) {
 static int poll_files(datatrig *t, store *st, const spec *sp, double now,
                       datatrig_event **ev, size_t *n, char *err,
                       size_t errlen) {
-  watch(t, sp->on.glob);
+  int fresh = watch(t, sp->on.glob);
   /* Watched, nothing seen, nothing settling: no scan needed yet. */
-  int quiet = t->ino_fd >= 0 && !watch_saw(t);
+  int quiet = t->ino_fd >= 0 && !watch_saw(t) && !fresh;
   if (quiet && t->dag && strcmp(t->dag, sp->dag) == 0 && !t->pending->child &&
       now - t->last_scan < RESCAN_S)
     return 0;

@@ -77,6 +77,18 @@ on: {files: {glob: "$T/deep/*/*.csv", settle: 1s}}
 tasks:
   a: {stage: exec, cache: false, with: {command: [true]}}
 Y
+# flaky: fails until $T/ok exists; a resume sees the same trigger files.
+cat > dags/flaky.yaml <<Y
+dag: flaky
+on: {files: {glob: "$T/flaky/*.txt", settle: 1s}}
+tasks:
+  a:
+    stage: exec
+    cache: false
+    with:
+      command: [sh, -c, '[ -e "$T/ok" ] || exit 3; printf "%s" "\$1" > "$T/seen/flaky"',
+                sh, "\${run.trigger_files}"]
+Y
 # prod: its task makes a new version of dataset "tokens", with an output.
 cat > prod.yaml <<Y
 dag: prod
@@ -172,6 +184,19 @@ sleep 2
 [ "$(runs_of deep)" -eq 1 ] || fail "deep: more than one run for one batch"
 run_dagrun runs deep
 expect_in "$T/out" "2 files: $T/deep/x/1.csv, ..."
+
+# A data-triggered run that failed, resumed by hand: the same files.
+mkdir -p flaky
+echo f > flaky/f.txt
+failed_run() {
+  [ "$("$DAGRUN" runs flaky --json | "$PY" -c 'import json,sys; r=json.load(sys.stdin); print(r[0]["state"] if r else "")')" = failed ]
+}
+wait_until 15 failed_run || fail "flaky did not run and fail: $(cat serve1.log)"
+FL=$("$DAGRUN" runs flaky --json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+touch ok
+run_dagrun resume "$FL" -q
+expect_rc 0
+[ "$(cat seen/flaky)" = "$T/flaky/f.txt" ] || fail "resumed run's \${run.trigger_files}: $(cat seen/flaky)"
 run_dagrun runs watch
 expect_in "$T/out" "files"
 expect_in "$T/out" "3 files: $T/incoming/b.txt, ..."
