@@ -51,6 +51,7 @@
 #include "serve/backfill.h"
 #include "serve/serve.h"
 #include "store/annotate.h"
+#include "store/datastate.h"
 #include "store/history.h"
 #include "store/resume.h"
 #include "store/store.h"
@@ -770,8 +771,8 @@ static int apply_param_overrides(const spec *sp, cJSON *params,
 }
 
 /* What started a run, as `dagrun run --trigger` takes it (store.h). */
-static const char *const run_triggers[] = {"manual", "cron", "api", "backfill",
-                                           NULL};
+static const char *const run_triggers[] = {
+    "manual", "cron", "api", "backfill", "files", "dataset", NULL};
 
 /* `dagrun run`'s command line, read. */
 typedef struct run_args {
@@ -839,7 +840,9 @@ static int run_option(int argc, char **argv, int *i, run_args *ra) {
       known |= strcmp(v, run_triggers[k]) == 0;
     if (!known)
       return cli_usage_error(
-          "--trigger takes manual, cron, api or backfill, got '%s'", v);
+          "--trigger takes manual, cron, api, backfill, files or dataset, "
+          "got '%s'",
+          v);
     ra->trigger = v;
   } else if ((v = cli_value(argc, argv, i, "--logical-date"))) {
     /* Checked here in UTC, so that a bad value is a usage error before
@@ -1021,6 +1024,31 @@ static int run_logical_date(const spec *sp, const char *z, double *t) {
   return 0;
 }
 
+/* A data-triggered run (--trigger files or dataset, started by `dagrun
+ * serve`): what started it, from $DAGRUN_TRIGGER_INFO (a JSON object),
+ * into run's ${run.trigger_*} and *info (caller frees; recorded in the
+ * store once the run is). Other triggers: nothing. 0, or EXIT_USAGE after
+ * saying why. */
+static int run_trigger_info(rundir *run, const char *trigger, char **info) {
+  *info = NULL;
+  if (!trigger ||
+      (strcmp(trigger, "files") != 0 && strcmp(trigger, "dataset") != 0))
+    return 0;
+  const char *v = getenv("DAGRUN_TRIGGER_INFO");
+  cJSON *j = v ? cJSON_Parse(v) : NULL;
+  if (!cJSON_IsObject(j)) {
+    cJSON_Delete(j);
+    return cli_usage_error("--trigger %s needs $DAGRUN_TRIGGER_INFO, a JSON "
+                           "object saying what started the run (dagrun "
+                           "serve sets it)",
+                           trigger);
+  }
+  rundir_set_trigger_info(run, j);
+  *info = cJSON_PrintUnformatted(j);
+  cJSON_Delete(j);
+  return 0;
+}
+
 /* `dagrun run` once its command line is read: the DAG, the store, the run
  * directory, the params, the record of the start, then the run. */
 static int run_file(const run_args *ra) {
@@ -1040,6 +1068,7 @@ static int run_file(const run_args *ra) {
   cJSON *params = NULL;
   history *h;
   double logical_date;
+  char *tinfo = NULL; /* a data trigger's DAGRUN_TRIGGER_INFO */
   if (run_logical_date(sp, ra->logical_date, &logical_date) != 0 ||
       run_store_open(ra->file, &db) != 0)
     goto out;
@@ -1049,6 +1078,7 @@ static int run_file(const run_args *ra) {
     goto out;
   }
   if (run_set_time(sp, run, ra->trigger, logical_date) != 0 ||
+      run_trigger_info(run, ra->trigger, &tinfo) != 0 ||
       !(params = run_params_resolve(sp, run)) ||
       apply_param_overrides(sp, params, ra->overrides, ra->n_overrides) != 0) {
     rmdir(run->path); /* nothing ran: no trace of a run */
@@ -1057,9 +1087,12 @@ static int run_file(const run_args *ra) {
   if (cli_helper_exe("dagrun-worker", worker_exe, sizeof worker_exe) != 0 ||
       run_record_start(db, sp, run, params, ra, &h) != 0)
     goto out;
+  if (tinfo && store_run_trigger_set(db, run->id, tinfo, err, sizeof err) != 0)
+    fprintf(stderr, "dagrun: warning: %s\n", err);
   code = execute(sp, ck, run, params, h, fl.max_parallel, fl.mode, worker_exe,
                  NULL, fl.no_cache);
 out:
+  free(tinfo);
   cJSON_Delete(params);
   rundir_destroy(run);
   store_close(db);
@@ -1182,6 +1215,8 @@ static int resume_load(resume_job *j) {
   if (run_set_time(j->sp, j->run, *trigger ? trigger : NULL,
                    json_num(j->rec, "logical_date")) != 0)
     return EXIT_USAGE;
+  rundir_set_trigger_info(
+      j->run, cJSON_GetObjectItemCaseSensitive(j->rec, "trigger_info"));
   j->params = resume_params(j->sp, j->run,
                             cJSON_GetObjectItemCaseSensitive(j->rec, "params"));
   return j->params ? 0 : EXIT_USAGE;

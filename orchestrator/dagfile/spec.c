@@ -548,7 +548,8 @@ static void parse_settings(ctx *c, const ynode *map, spec_task *t,
       continue; /* reported by check_keys */
     if (in_list(k->str, setting_keys)) {
       parse_setting(c, k, v, t, where);
-    } else if (is_defaults && in_list(k->str, task_keys)) {
+    } else if (is_defaults && (in_list(k->str, task_keys) ||
+                               strcmp(k->str, ONTRIG_TASK_KEY) == 0)) {
       err(c, k,
           "'%s' cannot be set in defaults, only in each task; defaults may "
           "set: retries, retry_delay, retry_backoff, retry_max_delay, "
@@ -556,7 +557,8 @@ static void parse_settings(ctx *c, const ynode *map, spec_task *t,
           "pool, trigger, env, cache, world_size, launcher, hosts, "
           "rendezvous",
           k->str);
-    } else if (!in_list(k->str, task_keys)) {
+    } else if (!in_list(k->str, task_keys) &&
+               strcmp(k->str, ONTRIG_TASK_KEY) != 0) {
       unknown_key(c, k, where, is_defaults ? setting_keys : task_keys);
     }
   }
@@ -843,6 +845,10 @@ static void parse_task(ctx *c, spec_task *t, const ynode *k, const ynode *v,
       }
     } else if (strcmp(tk->str, "outputs") == 0) {
       parse_outputs(c, t, tv, where);
+    } else if (strcmp(tk->str, ONTRIG_TASK_KEY) == 0) {
+      ontrig_names_free(t->produces, t->n_produces);
+      c->errors += ontrig_parse_produces(c->s->path, tv, where, &t->produces,
+                                         &t->n_produces, c->d);
     } else if (strcmp(tk->str, "branch") == 0) {
       if (ynode_bool(tv, &t->branch) != 0)
         type_err(c, tv, "branch", where, "true or false");
@@ -1208,7 +1214,8 @@ static void parse_root(ctx *c) {
   check_keys(c, root, " at the top level");
   for (size_t i = 0; i < root->n; i++) {
     const ynode *k = root->items[2 * i];
-    if (k->kind == YNODE_SCALAR && !in_list(k->str, top_keys))
+    if (k->kind == YNODE_SCALAR && !in_list(k->str, top_keys) &&
+        strcmp(k->str, ONTRIG_TOP_KEY) != 0)
       unknown_key(c, k, " at the top level", top_keys);
   }
 
@@ -1241,6 +1248,8 @@ static void parse_root(ctx *c) {
     parse_pools(c, v);
   s->schedule = ynode_get(root, "schedule");
   parse_schedule(c, root);
+  c->errors +=
+      ontrig_parse(s->path, s->dir, ynode_get(root, "on"), &s->on, c->d);
   s->alerts = ynode_get(root, "alerts");
   if ((v = ynode_get(root, "secrets")))
     parse_secrets(c, v);
@@ -1310,6 +1319,7 @@ void spec_free(spec *s) {
     free(t->need_nodes);
     free(t->description);
     free(t->retry.on);
+    ontrig_names_free(t->produces, t->n_produces);
   }
   free(s->tasks);
   for (size_t i = 0; i < s->n_maps; i++) {
@@ -1334,6 +1344,7 @@ void spec_free(spec *s) {
   free(s->dag);
   free(s->description);
   free(s->timezone);
+  ontrig_free(&s->on);
   free(s);
 }
 

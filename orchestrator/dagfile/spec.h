@@ -57,6 +57,7 @@
 
 #include "base/util.h"
 #include "base/ydoc.h"
+#include "ontrig.h"
 
 /* A task's trigger rule: when it runs, given how its upstream tasks
  * ended (Airflow's rules and meanings; scheduler.h says when a task whose
@@ -148,6 +149,9 @@ typedef struct spec_task {
    * task's (so that one mistake is one message), any other task's is
    * its name. */
   const char *label;
+  /* `produces:`: the datasets a success of the task updates (ontrig.h). */
+  char **produces;
+  size_t n_produces;
 } spec_task;
 
 /* A task written with `map:` (mapping.h): its instances are the tasks
@@ -198,6 +202,9 @@ typedef struct spec {
   char *timezone;       /* IANA name; NULL = UTC */
   int catchup;          /* 1: every missed fire time; 0: only the latest */
   spec_overlap overlap; /* default SPEC_OVERLAP_SKIP */
+  /* `on:`, the data triggers (ontrig.h); catchup and overlap apply to
+   * them as to the schedule. */
+  spec_on on;
   /* Cache of "is task A upstream of task B" answers (dag.h), created on
    * first use by the template checks, freed by spec_free. A cache only:
    * it does not change what the spec means, so it may be filled in

@@ -279,12 +279,26 @@ static int resolve_run_ref(rctx *r, const ref *f, cJSON **out) {
                                        "logical_date",
                                        "data_interval_start",
                                        "data_interval_end",
+                                       "trigger",
+                                       "trigger_files",
+                                       "trigger_dataset",
+                                       "trigger_dataset_version",
+                                       "trigger_dataset_outputs",
                                        "dag",
                                        NULL};
-  const char *vals[] = {e->run_id, e->run_date, e->run_logical_date,
-                        e->run_interval_start, e->run_interval_end};
+  const char *vals[] = {e->run_id,
+                        e->run_date,
+                        e->run_logical_date,
+                        e->run_interval_start,
+                        e->run_interval_end,
+                        e->run_trigger,
+                        e->run_trigger_files,
+                        e->run_trigger_dataset,
+                        e->run_trigger_dataset_version,
+                        e->run_trigger_dataset_outputs};
+  enum { N_VALS = sizeof vals / sizeof vals[0] };
   int k = -1;
-  for (int i = 0; i < 5; i++)
+  for (int i = 0; i < N_VALS; i++)
     if (strlen(fields[i]) == lf && memcmp(field, fields[i], lf) == 0)
       k = i;
   if (k < 0) {
@@ -298,7 +312,10 @@ static int resolve_run_ref(rctx *r, const ref *f, cJSON **out) {
       terr(r, f->v, f->off,
            "unknown run field '%s' in ${%.*s}; expected ${run.id}, "
            "${run.date}, ${run.logical_date}, ${run.data_interval_start}, "
-           "${run.data_interval_end} or ${run.dag}",
+           "${run.data_interval_end}, ${run.trigger}, "
+           "${run.trigger_files}, ${run.trigger_dataset}, "
+           "${run.trigger_dataset_version}, ${run.trigger_dataset_outputs} "
+           "or ${run.dag}",
            name, (int)f->n, f->x);
     free(name);
     return DR_ETEMPLATE;

@@ -11,6 +11,14 @@
  *   ${run.data_interval_start} ${run.data_interval_end}
  *                           the data interval (run/rundir.h)
  *   ${run.dag}              the DAG name
+ *   ${run.trigger}          what started the run: manual, cron, api,
+ *                           backfill, files, dataset
+ *   ${run.trigger_files}    a files-triggered run's new or changed files,
+ *                           absolute paths, one per line ("" otherwise)
+ *   ${run.trigger_dataset} ${run.trigger_dataset_version}
+ *   ${run.trigger_dataset_outputs}
+ *                           a dataset-triggered run's dataset, its version
+ *                           and the producing task's outputs (JSON text)
  *   ${tasks.T.dir}          directory of task T's outputs (<run>/<T>/out)
  *   ${tasks.T.outputs.K}    output K of task T (set by its plugin)
  *   ${tasks.T.outputs.K}    of a mapped task T (mapping.h): the JSON list
@@ -63,6 +71,8 @@ typedef struct tmpl_env {
   const char *run_logical_date;
   const char *run_interval_start;
   const char *run_interval_end;
+  const char *run_trigger, *run_trigger_files, *run_trigger_dataset;
+  const char *run_trigger_dataset_version, *run_trigger_dataset_outputs;
   /* Task lookups; NULL at check time (then ${tasks.*} is DR_EDEFERRED).
    * task_dir returns the task's out directory (borrowed). task_outputs
    * returns the task's outputs object, or NULL if it has not finished

@@ -166,12 +166,47 @@ int rundir_open(const char *path, const char *id, double started,
   return 0;
 }
 
+static const char *or_empty(const char *s) { return s ? s : ""; }
+
 void rundir_tmpl(const rundir *r, tmpl_env *te) {
   te->run_id = r ? r->id : NULL;
   te->run_date = r ? r->date : NULL;
   te->run_logical_date = r ? r->logical_iso : NULL;
   te->run_interval_start = r ? r->interval_start_iso : NULL;
   te->run_interval_end = r ? r->interval_end_iso : NULL;
+  te->run_trigger = r ? (r->trigger ? r->trigger : "manual") : NULL;
+  te->run_trigger_files = r ? or_empty(r->trigger_files) : NULL;
+  te->run_trigger_dataset = r ? or_empty(r->trigger_dataset) : NULL;
+  te->run_trigger_dataset_version =
+      r ? or_empty(r->trigger_dataset_version) : NULL;
+  te->run_trigger_dataset_outputs =
+      r ? or_empty(r->trigger_dataset_outputs) : NULL;
+}
+
+void rundir_set_trigger_info(rundir *r, const cJSON *info) {
+  free(r->trigger_files);
+  free(r->trigger_dataset);
+  free(r->trigger_dataset_version);
+  free(r->trigger_dataset_outputs);
+  r->trigger_files = r->trigger_dataset = NULL;
+  r->trigger_dataset_version = r->trigger_dataset_outputs = NULL;
+  const cJSON *files = cJSON_GetObjectItemCaseSensitive(info, "files");
+  if (cJSON_IsArray(files)) {
+    sbuf b = {0};
+    const cJSON *f;
+    cJSON_ArrayForEach(f, files) if (cJSON_IsString(f))
+        sbuf_printf(&b, "%s%s", b.n ? "\n" : "", f->valuestring);
+    r->trigger_files = b.s ? b.s : xstrdup("");
+  }
+  const cJSON *ds = cJSON_GetObjectItemCaseSensitive(info, "dataset");
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(info, "version");
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(info, "outputs");
+  if (cJSON_IsString(ds))
+    r->trigger_dataset = xstrdup(ds->valuestring);
+  if (cJSON_IsNumber(v))
+    r->trigger_dataset_version = xasprintf("%lld", (long long)v->valuedouble);
+  if (o)
+    r->trigger_dataset_outputs = cJSON_PrintUnformatted(o);
 }
 
 void rundir_destroy(rundir *r) {
@@ -184,6 +219,10 @@ void rundir_destroy(rundir *r) {
   free(r->interval_start_iso);
   free(r->interval_end_iso);
   free(r->trigger);
+  free(r->trigger_files);
+  free(r->trigger_dataset);
+  free(r->trigger_dataset_version);
+  free(r->trigger_dataset_outputs);
   free(r);
 }
 

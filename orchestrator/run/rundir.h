@@ -15,6 +15,7 @@
 #ifndef DAGRUN_RUNDIR_H
 #define DAGRUN_RUNDIR_H
 
+#include <cjson/cJSON.h>
 #include <stddef.h>
 
 #include "dagfile/template.h"
@@ -36,6 +37,10 @@ typedef struct rundir {
   char *trigger;    /* what started it (store.h): manual, cron, api,
                        backfill; DAGRUN_TRIGGER */
   double started;   /* wall clock */
+  /* What a data trigger gave the run (rundir_set_trigger_info), for
+   * ${run.trigger_*}; "" for other runs. */
+  char *trigger_files, *trigger_dataset, *trigger_dataset_version,
+      *trigger_dataset_outputs;
 } rundir;
 
 /* A new run id for a run started at t (wall clock): the UTC time and 16
@@ -66,6 +71,10 @@ int rundir_open(const char *path, const char *id, double started,
 int rundir_set_time(rundir *r, const char *trigger, const char *tz,
                     double logical_date, double interval_start, char *err,
                     size_t errlen);
+/* Sets r's ${run.trigger_*} from a data trigger's info (datastate.h's
+ * run_triggers: {"files": [paths]} or {"dataset", "version", "outputs"});
+ * info NULL: none (all ""). */
+void rundir_set_trigger_info(rundir *r, const cJSON *info);
 /* Sets te's run fields (${run.id}, ${run.date}, the logical time) to r's,
  * borrowed from r; r NULL leaves them NULL (deferred). */
 void rundir_tmpl(const rundir *r, tmpl_env *te);

@@ -33,6 +33,7 @@
 #include "base/util.h"
 #include "dagfile/spec.h"
 #include "dagfile/template.h"
+#include "datatrig.h"
 #include "host/check.h"
 #include "lib/clock.h"
 #include "lib/exitcode.h"
@@ -67,14 +68,16 @@ const char serve_usage[] =
     "                          ./runs)\n"
     "  --on-shutdown stop|finish  on SIGTERM: stop running runs (resumed\n"
     "                          at the next start; default) or wait for them\n"
-    "  --no-cron               fire no schedules (API only)\n";
+    "  --no-cron               fire no schedules and no data triggers (API\n"
+    "                          only)\n";
 
 /* A run waiting for its turn (overlap: queue, catch-up). */
 typedef struct pending {
   int64_t at;      /* logical date, 0: none (an API run) */
   char *run_id;    /* given to the API caller already, or NULL */
-  char *trigger;   /* "cron" or "api" */
+  char *trigger;   /* "cron", "api", "files" or "dataset" */
   char **params;   /* "NAME=VALUE" overrides, NULL-terminated, or NULL */
+  char *info;      /* a data trigger's DAGRUN_TRIGGER_INFO, or NULL */
 } pending;
 
 typedef struct dag_entry {
@@ -92,6 +95,8 @@ typedef struct dag_entry {
   pending *queue;
   size_t nq, capq;
   size_t fired, skipped, dropped; /* since the daemon started */
+  datatrig *dt;                   /* its data triggers' state (datatrig.h) */
+  size_t data_fired, data_coalesced; /* since the daemon started */
 } dag_entry;
 
 typedef struct server server;
@@ -201,6 +206,7 @@ static void entry_clear_spec(dag_entry *e) {
 static void pending_free(pending *p) {
   free(p->run_id);
   free(p->trigger);
+  free(p->info);
   for (char **q = p->params; q && *q; q++)
     free(*q);
   free(p->params);
@@ -211,6 +217,7 @@ static void entry_free(dag_entry *e) {
   for (size_t i = 0; i < e->nq; i++)
     pending_free(&e->queue[i]);
   free(e->queue);
+  datatrig_destroy(e->dt);
   free(e->error);
   free(e->file);
   free(e);
@@ -420,9 +427,10 @@ static int spawn_child(server *s, const char *dag, const char *run_id,
 }
 
 /* The daemon's environment and DAGRUN_RUN_PARAMS, a JSON array of the
- * n "NAME=VALUE" params (what `dagrun run --params-from-env` reads).
+ * n "NAME=VALUE" params (what `dagrun run --params-from-env` reads), and
+ * DAGRUN_TRIGGER_INFO when info is not NULL (a data trigger's).
  * Caller frees with workerenv_free. */
-static char **child_env(char *const *params, size_t n) {
+static char **child_env(char *const *params, size_t n, const char *info) {
   extern char **environ;
   cJSON *list = cJSON_CreateArray();
   for (size_t i = 0; i < n; i++)
@@ -432,20 +440,24 @@ static char **child_env(char *const *params, size_t n) {
   size_t n_env = 0;
   while (environ[n_env])
     n_env++;
-  char **env = xcalloc(n_env + 2, sizeof(char *));
+  char **env = xcalloc(n_env + 3, sizeof(char *));
   size_t k = 0;
   env[k++] = xasprintf("DAGRUN_RUN_PARAMS=%s", json);
+  if (info)
+    env[k++] = xasprintf("DAGRUN_TRIGGER_INFO=%s", info);
   for (size_t i = 0; i < n_env; i++)
-    if (strncmp(environ[i], "DAGRUN_RUN_PARAMS=", 18) != 0)
+    if (strncmp(environ[i], "DAGRUN_RUN_PARAMS=", 18) != 0 &&
+        strncmp(environ[i], "DAGRUN_TRIGGER_INFO=", 20) != 0)
       env[k++] = xstrdup(environ[i]);
   cJSON_free(json);
   return env;
 }
 
-/* Starts a run of e now: `dagrun run`. run_id NULL: a new one. */
+/* Starts a run of e now: `dagrun run`. run_id NULL: a new one; info: a
+ * data trigger's DAGRUN_TRIGGER_INFO, or NULL. */
 static int start_run(server *s, dag_entry *e, const char *trigger, int64_t at,
-                     const char *run_id, char *const *params, char *id_out,
-                     size_t id_len) {
+                     const char *run_id, char *const *params, const char *info,
+                     char *id_out, size_t id_len) {
   char *id = run_id ? xstrdup(run_id) : rundir_new_id(clock_wall());
   char when[40] = "";
   size_t np = 0;
@@ -472,14 +484,16 @@ static int start_run(server *s, dag_entry *e, const char *trigger, int64_t at,
    * may read a process's command line (/proc/PID/cmdline), only its own
    * its environment, and a param may be a secret. */
   char **env = NULL;
-  if (np) {
+  if (np)
     args[k++] = "--params-from-env";
-    env = child_env(params, np);
-  }
+  if (np || info)
+    env = child_env(params, np, info);
   int rc = spawn_child(s, e->sp->dag, id, args, env);
   workerenv_free(env);
   if (rc == 0) {
     e->fired += strcmp(trigger, "cron") == 0;
+    e->data_fired +=
+        strcmp(trigger, "files") == 0 || strcmp(trigger, "dataset") == 0;
     say("started run %s of %s (%s%s%s)", id, e->sp->dag, trigger,
         at > 0 ? ", for " : "", when);
     if (id_out)
@@ -558,7 +572,7 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
 }
 
 static void queue_push(dag_entry *e, int64_t at, const char *run_id,
-                       const char *trigger, char **params) {
+                       const char *trigger, char **params, const char *info) {
   if (e->nq == e->capq)
     e->queue = xrealloc(e->queue, (e->capq = e->capq ? 2 * e->capq : 8) *
                                       sizeof *e->queue);
@@ -567,6 +581,7 @@ static void queue_push(dag_entry *e, int64_t at, const char *run_id,
   p->run_id = run_id ? xstrdup(run_id) : NULL;
   p->trigger = xstrdup(trigger);
   p->params = params;
+  p->info = info ? xstrdup(info) : NULL;
 }
 
 /* Starts the first queued run of e when no run of it is going. */
@@ -576,7 +591,7 @@ static void queue_pump(server *s, dag_entry *e) {
   pending p = e->queue[0];
   memmove(e->queue, e->queue + 1, (e->nq - 1) * sizeof *e->queue);
   e->nq--;
-  start_run(s, e, p.trigger, p.at, p.run_id, p.params, NULL, 0);
+  start_run(s, e, p.trigger, p.at, p.run_id, p.params, p.info, NULL, 0);
   pending_free(&p);
 }
 
@@ -617,10 +632,10 @@ static void fire_cron(server *s, dag_entry *e) {
     cron_format(e->zone, plan.d[i].at, when, sizeof when);
     switch (plan.d[i].action) {
     case TRIGGER_START:
-      start_run(s, e, "cron", plan.d[i].at, NULL, NULL, NULL, 0);
+      start_run(s, e, "cron", plan.d[i].at, NULL, NULL, NULL, NULL, 0);
       break;
     case TRIGGER_QUEUE:
-      queue_push(e, plan.d[i].at, NULL, "cron", NULL);
+      queue_push(e, plan.d[i].at, NULL, "cron", NULL, NULL);
       say("%s: run for %s queued (%s)", e->sp->dag, when,
           plan.n > 1 ? "catch-up" : "overlap: queue, a run is going");
       break;
@@ -636,6 +651,48 @@ static void fire_cron(server *s, dag_entry *e) {
   int64_t next;
   if (cron_next(e->cron, e->zone, e->last, &next, err, sizeof err) == 0)
     e->next = next;
+}
+
+/* The data triggers of e (datatrig.h): each run they owe started, queued
+ * or skipped by overlap, as a schedule's. */
+static void fire_data(server *s, dag_entry *e) {
+  if (!e->sp->on.glob && !e->sp->on.n_datasets)
+    return;
+  if (!e->dt)
+    e->dt = datatrig_create();
+  char err[512];
+  datatrig_event *ev;
+  size_t n, coalesced;
+  if (datatrig_poll(e->dt, s->st, e->sp, clock_monotonic(), &ev, &n, &coalesced,
+                    err, sizeof err) != 0)
+    say("%s: data trigger: %s", e->sp->dag, err);
+  if (coalesced) {
+    e->data_coalesced += coalesced;
+    say("%s: %zu earlier dataset update%s coalesced into the newest "
+        "(catchup: false)",
+        e->sp->dag, coalesced, coalesced == 1 ? "" : "s");
+  }
+  int busy = n && (e->nq > 0 || dag_busy(s, e->sp->dag));
+  for (size_t i = 0; i < n; i++) {
+    switch (trigger_decide(n, busy, e->sp->overlap)) {
+    case TRIGGER_START:
+      say("%s: %s", e->sp->dag, ev[i].what);
+      start_run(s, e, ev[i].trigger, 0, NULL, NULL, ev[i].info, NULL, 0);
+      break;
+    case TRIGGER_QUEUE:
+      queue_push(e, 0, NULL, ev[i].trigger, NULL, ev[i].info);
+      say("%s: %s: run queued (%s)", e->sp->dag, ev[i].what,
+          n > 1 ? "several at once" : "overlap: queue, a run is going");
+      break;
+    case TRIGGER_SKIP:
+      e->skipped++;
+      say("%s: %s: run skipped (overlap: skip, a run is going)", e->sp->dag,
+          ev[i].what);
+      break;
+    }
+    datatrig_event_free(&ev[i]);
+  }
+  free(ev);
 }
 
 /* ---- the API's view ---- */
@@ -720,6 +777,16 @@ static cJSON *dag_json(const server *s, const dag_entry *e) {
     if (e->cron)
       cJSON_AddNumberToObject(j, "last_fire", (double)e->last);
   }
+  cJSON *on = datatrig_json(sp);
+  if (on) {
+    cJSON_AddItemToObject(j, "on", on);
+    if (!cJSON_GetObjectItem(j, "overlap")) {
+      cJSON_AddBoolToObject(j, "catchup", sp->catchup);
+      cJSON_AddStringToObject(j, "overlap", overlap_names[sp->overlap]);
+    }
+    cJSON_AddNumberToObject(j, "data_fired", (double)e->data_fired);
+    cJSON_AddNumberToObject(j, "coalesced", (double)e->data_coalesced);
+  }
   cJSON_AddNumberToObject(j, "queued", (double)e->nq);
   cJSON_AddNumberToObject(j, "fired", (double)e->fired);
   cJSON_AddNumberToObject(j, "skipped", (double)e->skipped);
@@ -734,6 +801,11 @@ static cJSON *dag_json(const server *s, const dag_entry *e) {
     cJSON *t = cJSON_CreateObject();
     cJSON_AddStringToObject(t, "name", sp->tasks[i].name);
     cJSON_AddStringToObject(t, "stage", sp->tasks[i].stage);
+    if (sp->tasks[i].n_produces) {
+      cJSON *pr = cJSON_AddArrayToObject(t, "produces");
+      for (size_t k = 0; k < sp->tasks[i].n_produces; k++)
+        cJSON_AddItemToArray(pr, cJSON_CreateString(sp->tasks[i].produces[k]));
+    }
     cJSON *needs = cJSON_AddArrayToObject(t, "needs");
     for (size_t k = 0; k < sp->tasks[i].n_needs; k++)
       cJSON_AddItemToArray(
@@ -926,7 +998,7 @@ static void loop_trigger(server *s, api_request *r) {
         free(*q);
       free(kv);
     } else {
-      queue_push(e, 0, id, "api", kv);
+      queue_push(e, 0, id, "api", kv, NULL);
       r->status = 0;
       snprintf(r->run_id, sizeof r->run_id, "%s", id);
       say("%s: API run %s queued (overlap: queue, a run is going)",
@@ -935,7 +1007,8 @@ static void loop_trigger(server *s, api_request *r) {
     free(id);
     return;
   }
-  if (start_run(s, e, "api", 0, id, kv, r->run_id, sizeof r->run_id) != 0) {
+  if (start_run(s, e, "api", 0, id, kv, NULL, r->run_id, sizeof r->run_id) !=
+      0) {
     r->status = 500;
     snprintf(r->err, sizeof r->err, "cannot start a run of %s", e->sp->dag);
   }
@@ -1183,8 +1256,10 @@ static void on_tick(uv_timer_t *t) {
     if (!e->sp)
       continue;
     queue_pump(s, e); /* first: what waited goes before what is new */
-    if (!s->no_cron)
+    if (!s->no_cron) {
       fire_cron(s, e);
+      fire_data(s, e);
+    }
     queue_pump(s, e);
   }
   publish_dags(s);
@@ -1240,6 +1315,15 @@ static void on_signal(uv_signal_t *h, int signum) {
   }
 }
 
+/* Whether a run with this trigger is one `dagrun serve` starts. */
+static int started_by_serve(const char *trigger) {
+  static const char *const ours[] = {"cron", "api", "files", "dataset", NULL};
+  for (size_t i = 0; ours[i]; i++)
+    if (strcmp(trigger, ours[i]) == 0)
+      return 1;
+  return 0;
+}
+
 /* Runs this daemon (an earlier life of it) started that must go on: those
  * its shutdown interrupted and those whose dagrun died. */
 static void recover(server *s) {
@@ -1257,8 +1341,7 @@ static void recover(server *s) {
     const cJSON *dag = cJSON_GetObjectItemCaseSensitive(r, "dag");
     if (!cJSON_IsString(trig) || !cJSON_IsString(state) ||
         !cJSON_IsString(id) || !cJSON_IsString(dag) ||
-        (strcmp(trig->valuestring, "cron") != 0 &&
-         strcmp(trig->valuestring, "api") != 0))
+        !started_by_serve(trig->valuestring))
       continue;
     int pid;
     int interrupted = strcmp(state->valuestring, "interrupted") == 0;

@@ -4,12 +4,14 @@
  * It loads DAG files (given as files or directories of *.yaml / *.yml),
  * notices when they change, appear or go (a file that stops loading keeps
  * its last good version running, and its error is shown), fires their
- * cron triggers (trigger.h) and starts runs for the HTTP API (api.h).
+ * cron triggers (trigger.h) and data triggers (datatrig.h) and starts runs
+ * for the HTTP API (api.h).
  *
  * Each run is its own process, `dagrun run FILE --run-id ID --trigger
- * cron|api [--logical-date T]`, in its own session: it records itself in
- * the run store, so that the store, not the daemon's memory, is the truth.
- * A daemon that dies (kill -9) leaves its runs going; one that restarts
+ * cron|api|files|dataset [--logical-date T]` (a data trigger's run also
+ * gets DAGRUN_TRIGGER_INFO, serve/datatrig.h), in its own session: it records
+ * itself in the run store, so that the store, not the daemon's memory, is the
+ * truth. A daemon that dies (kill -9) leaves its runs going; one that restarts
  * counts them as going (their dagrun is alive) and resumes (`dagrun
  * resume`) the runs it had started whose dagrun died or that its last
  * shutdown interrupted.

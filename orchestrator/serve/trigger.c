@@ -12,6 +12,14 @@ const char *trigger_action_name(trigger_action a) {
   return a == TRIGGER_START ? "start" : a == TRIGGER_QUEUE ? "queue" : "skip";
 }
 
+trigger_action trigger_decide(size_t n_due, int busy, spec_overlap overlap) {
+  if (n_due > 1)
+    return TRIGGER_QUEUE;
+  if (!busy || overlap == SPEC_OVERLAP_ALLOW)
+    return TRIGGER_START;
+  return overlap == SPEC_OVERLAP_QUEUE ? TRIGGER_QUEUE : TRIGGER_SKIP;
+}
+
 /* How many schedule times there are in (last, now], when there are few:
  * counted for `dropped` up to a bound, so that a long downtime of a
  * minutely job costs little. */
@@ -52,13 +60,7 @@ int trigger_plan_at(const cron_expr *e, const cron_zone *z, int64_t last,
   plan->d = xcalloc(n, sizeof *plan->d);
   for (size_t i = 0; i < n; i++) {
     plan->d[i].at = due[i];
-    if (n > 1)
-      plan->d[i].action = TRIGGER_QUEUE;
-    else if (!busy || overlap == SPEC_OVERLAP_ALLOW)
-      plan->d[i].action = TRIGGER_START;
-    else
-      plan->d[i].action =
-          overlap == SPEC_OVERLAP_QUEUE ? TRIGGER_QUEUE : TRIGGER_SKIP;
+    plan->d[i].action = trigger_decide(n, busy, overlap);
   }
   plan->n = n;
   plan->last = due[n - 1];

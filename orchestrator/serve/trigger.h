@@ -54,6 +54,11 @@ int trigger_plan_at(const cron_expr *e, const cron_zone *z, int64_t last,
                     int64_t now, int catchup, spec_overlap overlap, int busy,
                     trigger_plan *plan, char *err, size_t errlen);
 
+/* The rule above for one of n_due runs owed at once (a schedule's due
+ * times, a data trigger's events): several are queued, one goes by
+ * overlap when busy (a run of the DAG is going or queued). */
+trigger_action trigger_decide(size_t n_due, int busy, spec_overlap overlap);
+
 /* "start", "queue", "skip". */
 const char *trigger_action_name(trigger_action a);
 

@@ -4,6 +4,7 @@
  * recorded and when is in history.h.
  */
 #include "history.h"
+#include "datastate.h"
 
 #include <errno.h>
 #include <math.h>
@@ -137,6 +138,20 @@ void history_flush(history *h) {
     broke(h);
 }
 
+/* A success of a task that `produces:` datasets: a new version of each
+ * (datastate.h), which `dagrun serve` hands to the DAGs that wait on it.
+ * A cached task made nothing new: no version. */
+static void record_datasets(history *h, const spec_task *t,
+                            const char *outputs) {
+  for (size_t k = 0; k < t->n_produces && !h->broken; k++) {
+    long long version;
+    if (store_dataset_add(h->st, t->produces[k], h->run_id, h->sp->dag, t->name,
+                          outputs, clock_wall(), &version, h->err,
+                          sizeof h->err) != 0)
+      broke(h);
+  }
+}
+
 void history_task_event(history *h, const sched *s, const sched_event *e) {
   if (!h || h->broken || e->state == TASK_WAITING)
     return;
@@ -190,6 +205,8 @@ void history_task_event(history *h, const sched *s, const sched_event *e) {
   }
   if (rc != 0)
     broke(h);
+  if (rc == 0 && e->state == TASK_SUCCESS)
+    record_datasets(h, &h->sp->tasks[i], outputs);
   cJSON_free(outputs);
 }
 
@@ -416,9 +433,12 @@ int history_cmd_runs(int argc, char **argv) {
       if (ld > 0 && (strcmp(str(r, "trigger", "manual"), "manual") != 0 ||
                      fabs(ld - num(r, "started", 0)) >= 1))
         fmt_time(ld, logical, sizeof logical);
+      /* A data-triggered run stands for what started it. */
+      char what[160];
+      store_trigger_summary(r, what, sizeof what);
       printf("%-26s %-16s %-10s %-21s %9s %-6s %-8s %s\n", str(r, "id", "?"),
              str(r, "dag", "?"), str(r, "state", "?"), t, d, tasks,
-             str(r, "trigger", "manual"), logical);
+             str(r, "trigger", "manual"), *what ? what : logical);
     }
     print_run_notes(runs);
   }
@@ -512,6 +532,10 @@ int history_cmd_status(int argc, char **argv) {
       printf("note: %s\n", str(run, "user_note", ""));
     printf("started %s, %s %s\n", t,
            num(run, "finished", 0) > 0 ? "took" : "running for", d);
+    char what[160];
+    store_trigger_summary(run, what, sizeof what);
+    if (*what)
+      printf("triggered by %s\n", what);
     printf("file %s\ndir  %s\n\n", str(run, "dag_file", "-"),
            str(run, "run_dir", "-"));
     printf("%-20s %-16s %8s %5s %9s  %s\n", "TASK", "STATE", "ATTEMPTS", "EXIT",

@@ -1,4 +1,6 @@
 #include "store.h"
+#include "datastate.h"
+#include "store_impl.h"
 
 #include <errno.h>
 #include <sqlite3.h>
@@ -954,6 +956,7 @@ cJSON *store_runs_tagged(store *st, const char *dag, const char *state,
   }
   cJSON *r;
   cJSON_ArrayForEach(r, arr) annotate_run(r);
+  store_runs_trigger_info(st, arr);
   return arr;
 }
 
@@ -1044,6 +1047,7 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
   }
   free(id);
   annotate_run(run);
+  store_runs_trigger_info(st, run);
   *rc = 0;
   goto out;
 bad:
@@ -1563,4 +1567,25 @@ out:
     return rc;
   }
   return *why ? 0 : 1;
+}
+
+/* ---- for the store's other modules (store_impl.h) ---- */
+
+sqlite3 *store_sqlite(store *st) { return st->db; }
+
+int store_write_begin(store *st, char *err, size_t errlen) {
+  return begin(st, err, errlen);
+}
+
+int store_write_end(store *st, int rc, char *err, size_t errlen) {
+  return commit(st, rc, err, errlen);
+}
+
+void store_bind_text(sqlite3_stmt *s, int i, const char *v) {
+  bind_text(s, i, v);
+}
+
+int store_sql_fail(store *st, int rc, char *err, size_t errlen,
+                   const char *what) {
+  return fail(st, rc, err, errlen, what);
 }

@@ -111,10 +111,21 @@ serve_start() {
   trap 'kill "$SERVE_PID" 2>/dev/null || true' EXIT
   serve_port serve.log "$SERVE_PID"
 }
+# serve_stop [PID]: SIGTERM to the `dagrun serve` of PID (default
+# SERVE_PID, whose exit trap it then drops), and waits (up to 30 s) for it
+# to exit; fails the test when it does not.
 serve_stop() {
-  kill -TERM "$SERVE_PID"
-  wait "$SERVE_PID" 2>/dev/null || true
-  trap - EXIT
+  local pid=${1:-$SERVE_PID}
+  kill -TERM "$pid"
+  for _ in $(seq 300); do
+    if ! pid_alive "$pid"; then
+      wait "$pid" 2>/dev/null || true
+      [ "$pid" = "${SERVE_PID:-}" ] && trap - EXIT
+      return 0
+    fi
+    sleep 0.1
+  done
+  fail "serve did not stop after SIGTERM"
 }
 
 # need_chromium: sets CHROMIUM, or fails the test saying what to install.

@@ -40,14 +40,7 @@ start_serve() {
   fail "serve did not start listening: $(cat "$log")"
 }
 
-stop_serve() {
-  kill -TERM "$SERVE_PID"
-  for _ in $(seq 300); do
-    pid_alive "$SERVE_PID" || { wait "$SERVE_PID" || true; return 0; }
-    sleep 0.1
-  done
-  fail "serve did not stop after SIGTERM"
-}
+stop_serve() { serve_stop "$SERVE_PID"; }
 
 # ---- a port another program listens on: "address in use", exit 2 ----
 /usr/bin/python3 - "$T/taken.port" <<'P' &
