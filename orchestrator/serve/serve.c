@@ -1079,7 +1079,7 @@ static void loop_backfill(server *s, api_request *r) {
       cJSON_AddItemToArray(skipped, o);
       continue;
     }
-    queue_push(e, times[i], NULL, "backfill", NULL);
+    queue_push(e, times[i], NULL, "backfill", NULL, NULL);
     cJSON_AddItemToArray(queued, cJSON_CreateString(when));
   }
   say("%s: backfill from the API: %d run%s queued, %d skipped", e->sp->dag,
