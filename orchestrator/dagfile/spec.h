@@ -35,6 +35,10 @@
  * IP address, with an optional port, that dagrun listens on for the ranks
  * of a launched gang; not with launcher local).
  *
+ * An approval task has `approval:` (a map: timeout, a duration >= 1s,
+ * default none; message, a string) instead of `stage:` and has no `with`:
+ * it waits for a person (scheduler.h, "Approval").
+ *
  * Task, param and pool names are [A-Za-z0-9_-]+: they appear in ${...}
  * references and in directory names. A task listing the same need twice
  * needs it once. `with:`, `env:`, `params:` and `defaults:` may be left
@@ -133,6 +137,12 @@ typedef struct spec_task {
    * run, by its output `branch` (scheduler.h, "Branching"). */
   int branch;
   const ynode *branch_node; /* as written, or NULL */
+  /* `approval:`: the task runs no stage (stage is NULL) but waits for a
+   * person to approve or reject it (scheduler.h, "Approval"). NULL when
+   * the task is not an approval task. */
+  const ynode *approval_node;
+  double approval_timeout_s; /* 0 = waits without end */
+  char *approval_message;    /* shown to the approver, or NULL */
 } spec_task;
 
 typedef struct spec_pool {

@@ -172,7 +172,8 @@ static int is_upstream(const spec *s, size_t task, size_t up) {
 static const char ref_forms[] =
     "${params.NAME}, ${env:NAME}, ${env:NAME:-default}, ${run.id}, "
     "${run.date}, ${run.logical_date}, ${run.data_interval_start}, "
-    "${run.data_interval_end}, ${run.dag}, ${tasks.TASK.dir} or ${tasks.TASK.outputs.KEY}";
+    "${run.data_interval_end}, ${run.dag}, ${tasks.TASK.dir} or "
+    "${tasks.TASK.outputs.KEY}";
 
 /* One reference being resolved: the text x[0..n) between "${" and "}"
  * (spaces trimmed), found at offset off of scalar v (for diagnostics). */

@@ -30,9 +30,9 @@
 #include <unistd.h>
 
 #include "base/util.h"
-#include "netguard.h"
 #include "lib/clock.h"
 #include "lib/fileio.h"
+#include "netguard.h"
 #include "store/store.h"
 
 /* The dashboard and the OpenAPI document, embedded at build time
