@@ -17,7 +17,8 @@
  * trains on the current one; the batches are the same with or without it.
  * One loader belongs to one consumer thread.
  */
-/* Named dataloader, not loader: orchestrator/host/loader.h is the plugin loader. */
+/* Named dataloader, not loader: orchestrator/host/loader.h is the plugin
+ * loader. */
 #ifndef DAGRUN_DATA_LOADER_H
 #define DAGRUN_DATA_LOADER_H
 

@@ -122,8 +122,7 @@ int trainkit_make_optim(const gpt *model, const optim_config *oc, optim **out,
  * DAGRUN_TEST_LOADER_DELAY_MS (dataloader.h: a slow loader) applies.
  * Caller destroys *out. */
 int trainkit_train_loader(const tokdata *td, int B, int T, uint64_t seed,
-                          int prefetch, loader **out, char *err,
-                          size_t errlen);
+                          int prefetch, loader **out, char *err, size_t errlen);
 
 /* Where a step's time went, in seconds, summed over its micro-batches:
  * zeroing the gradients, waiting for the loader, forward, backward. The

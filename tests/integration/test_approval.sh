@@ -3,8 +3,8 @@
 # it succeeds, its downstream runs, the store says who and how) or rejects
 # it (dagrun reject: it fails, with the reason); at its timeout it fails,
 # retries waiting again; the `approval` alert fires when it starts to wait.
-# What is refused: an unknown run or task, a task that does not wait, the
-# other decision once one is made; the same decision again changes nothing.
+# What is refused: an unknown run or task, a task that does not wait, a
+# decision once the task went on.
 . "$(dirname "$0")/lib.sh"
 export DAGRUN_HOME="$T/home"
 start_webhook_server
@@ -94,11 +94,11 @@ expect_in "$T/err" "not running"
 start_run
 run_dagrun reject "$RUN" promote --reason "val_loss went up"
 expect_rc 0
-run_dagrun reject "$RUN" promote --reason "again"
-expect_rc 0
-expect_in "$T/out" "was already rejected"
+expect_in "$T/out" "task promote of run $RUN rejected"
+# (A replay and the other decision while the task still waits are
+# unit/test_store's: here the run may have acted on the rejection first.)
 run_dagrun approve "$RUN" promote
-if [ "$RC" -eq 0 ]; then fail "approve after a reject succeeded: $(cat "$T/out")"; fi
+[ "$RC" -eq 1 ] || fail "approve after a reject: exit $RC: $(cat "$T/out")"
 set +e; wait "$PID"; RC=$?; set -e
 [ "$RC" -eq 1 ] || fail "rejected run exit $RC: $(cat run.out run.err)"
 R=$(run_dir gate)

@@ -8,9 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 export DAGRUN_HOME="$T/home"
 mkdir -p dags
-echo "s3cret-token-0123456789" > token
-echo "hmac-key-42-0123456789" > hmac
-chmod 600 token hmac
+write_serve_secrets
 
 # minute-by-minute DAGs whose runs last 2.5 fake minutes
 for ov in skip queue allow; do
@@ -23,31 +21,6 @@ tasks:
 Y
 done
 
-SERVE_PID=
-# start_serve LOG [ARGS...]: starts the daemon on a free port; sets PORT.
-start_serve() {
-  local log=$1
-  shift
-  : >"$log" # before the background job opens it: sed reads it at once
-  "$DAGRUN" serve dags --port 0 --token-file token --hmac-secret-file hmac "$@" >"$log" 2>&1 &
-  SERVE_PID=$!
-  for _ in $(seq 100); do
-    PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$log")
-    [ -n "$PORT" ] && return 0
-    pid_alive "$SERVE_PID" || fail "serve exited: $(cat "$log")"
-    sleep 0.1
-  done
-  fail "serve did not start listening: $(cat "$log")"
-}
-
-stop_serve() {
-  kill -TERM "$SERVE_PID"
-  for _ in $(seq 300); do
-    pid_alive "$SERVE_PID" || { wait "$SERVE_PID" || true; return 0; }
-    sleep 0.1
-  done
-  fail "serve did not stop after SIGTERM"
-}
 
 # ---- a port another program listens on: "address in use", exit 2 ----
 /usr/bin/python3 - "$T/taken.port" <<'P' &
@@ -71,33 +44,6 @@ expect_rc 2
 expect_in "$T/err" "cannot listen on 127.0.0.1 port $TAKEN: address in use"
 expect_not_in "$T/err" "MHD_OPTION"
 
-# http METHOD PATH [BODY] [auth: none|token|badtoken|hmac|badhmac|stalehmac]
-# prints "STATUS BODY".
-http() {
-  /usr/bin/python3 - "$PORT" "$@" <<'P'
-import hashlib, hmac, sys, time, urllib.error, urllib.request
-port, method, path = sys.argv[1:4]
-body = sys.argv[4].encode() if len(sys.argv) > 4 else None
-auth = sys.argv[5] if len(sys.argv) > 5 else "none"
-h = {"Content-Type": "application/json"}
-if auth == "token":
-    h["Authorization"] = "Bearer s3cret-token-0123456789"
-elif auth == "badtoken":
-    h["Authorization"] = "Bearer s3cret-token-0123456788"
-elif auth.endswith("hmac"):
-    ts = str(int(time.time()) - (600 if auth == "stalehmac" else 0))
-    key = b"hmac-key-42-0123456789" if auth != "badhmac" else b"hmac-key-43-0123456789"
-    h["X-Dagrun-Timestamp"] = ts
-    msg = f"{method}\n{path}\n{ts}\n".encode() + (body or b"")
-    h["X-Dagrun-Signature"] = "sha256=" + hmac.new(key, msg, hashlib.sha256).hexdigest()
-req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method, headers=h)
-try:
-    with urllib.request.urlopen(req, timeout=30) as r:
-        print(r.status, r.read().decode())
-except urllib.error.HTTPError as e:
-    print(e.code, e.read().decode())
-P
-}
 
 # run_state RUN: the run's state in the store ("" while it is not there).
 run_state() {

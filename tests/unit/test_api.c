@@ -685,6 +685,8 @@ static void test_openapi(void) {
       {"/api/runs/{run}/alerts", "get"},
       {"/api/runs/{run}/cancel", "post"},
       {"/api/runs/{run}/report", "get"},
+      {"/api/runs/{run}/tasks/{task}/approve", "post"},
+      {"/api/runs/{run}/tasks/{task}/reject", "post"},
   };
   size_t n = sizeof routed / sizeof routed[0];
   for (size_t i = 0; i < n; i++) {
