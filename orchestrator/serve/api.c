@@ -1048,8 +1048,8 @@ static unsigned approval_body(const cJSON *body, int reject, store_approval *a,
   }
   /* The token proves the right to decide, not a name: "by" is what the
    * caller says, kept as said. */
-  a->by = by && *by ? by : "api";
   a->via = via ? via : "api";
+  a->by = by && *by ? by : a->via;
   a->reason = str_of(body, "reason");
   return 0;
 }
