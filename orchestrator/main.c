@@ -1187,8 +1187,8 @@ static int resume_claim(resume_job *j, history **h) {
     return EXIT_FAILED;
   }
   if (!(j->preset = resume_prepare(j->db, j->rec, j->sp, err, sizeof err)) ||
-      history_resume(j->db, j->sp, j->run_id, j->preset, h, err,
-                     sizeof err) != 0) {
+      history_resume(j->db, j->sp, j->run_id, j->preset, h, err, sizeof err) !=
+          0) {
     fprintf(stderr, "dagrun: cannot resume run %s: %s\n", j->run_id, err);
     /* Back to the state it had: the next resume may try again. */
     store_run_finish(j->db, j->run_id, j->state, clock_wall(), err,

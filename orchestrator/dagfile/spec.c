@@ -776,6 +776,10 @@ static void parse_outputs(ctx *c, spec_task *t, const ynode *v,
     t->outputs = v;
 }
 
+const char *spec_task_kind(const spec_task *t) {
+  return t->approval_node ? "approval" : t->stage ? t->stage : "?";
+}
+
 int spec_task_may_output(const spec_task *t, const char *key, size_t n) {
   if (!t->outputs || (t->branch && n == 6 && memcmp(key, "branch", 6) == 0))
     return 1;

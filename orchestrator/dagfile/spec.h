@@ -145,6 +145,10 @@ typedef struct spec_task {
   char *approval_message;    /* shown to the approver, or NULL */
 } spec_task;
 
+/* What a task runs, for people: its stage as written, "approval" for an
+ * approval task, "?" for neither (a DAG file with errors). */
+const char *spec_task_kind(const spec_task *t);
+
 typedef struct spec_pool {
   char *name;
   int size;

@@ -676,10 +676,7 @@ static cJSON *dag_json(const server *s, const dag_entry *e) {
   for (size_t i = 0; i < sp->n_tasks; i++) {
     cJSON *t = cJSON_CreateObject();
     cJSON_AddStringToObject(t, "name", sp->tasks[i].name);
-    /* An approval task runs no stage: "approval" says what it is. */
-    cJSON_AddStringToObject(t, "stage",
-                            sp->tasks[i].approval_node ? "approval"
-                                                       : sp->tasks[i].stage);
+    cJSON_AddStringToObject(t, "stage", spec_task_kind(&sp->tasks[i]));
     cJSON *needs = cJSON_AddArrayToObject(t, "needs");
     for (size_t k = 0; k < sp->tasks[i].n_needs; k++)
       cJSON_AddItemToArray(

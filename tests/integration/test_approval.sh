@@ -122,6 +122,12 @@ expect_in "$R/promote/attempt-2/log" "waiting for approval: promote the new mode
 
 run_dagrun check gate.yaml
 expect_rc 0
+run_dagrun graph gate.yaml
+expect_rc 0
+expect_in "$T/out" "promote (approval)"
+run_dagrun reject --help
+expect_rc 0
+expect_in "$T/out" "usage: dagrun reject RUN TASK [--reason TEXT]"
 
 # 4. A DAG file that mixes stage and approval, or gives approval params,
 # is refused by check.
