@@ -350,9 +350,9 @@ static int group_reduce_start(zero *z, size_t g, char *err, size_t errlen) {
       return -1;
     size_t hi = end;
     if (z->cfg.stage == 3) {
-      if (TIMED(&z->tm, comm_ireduce_scatter_sum(
-                            z->c, gr->grad, z->gshard + gr->so, gr->S,
-                            &io->req, err, errlen)) != 0)
+      if (TIMED(&z->tm,
+                comm_ireduce_scatter_sum(z->c, gr->grad, z->gshard + gr->so,
+                                         gr->S, &io->req, err, errlen)) != 0)
         return -1;
     } else {
       int q = (int)(lo / S);
@@ -643,8 +643,8 @@ int zero_step(zero *z, const uint32_t *inputs, const uint32_t *targets, int B,
     optim_step(z->opt, z->pshard, g, lr);
   }
   res->t_comm = z->tm.total;
-  res->t_optimizer = clock_monotonic() - t0 - res->t_forward -
-                     res->t_backward - z->tm.total;
+  res->t_optimizer =
+      clock_monotonic() - t0 - res->t_forward - res->t_backward - z->tm.total;
   res->buckets = st >= 2 ? (int)z->ng : (int)z->nbuckets;
   res->buckets_early = z->early;
   return 0;

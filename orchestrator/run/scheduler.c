@@ -733,6 +733,18 @@ static execdirect *direct_plan(sched *s, size_t i, const cJSON *params,
 static void retry_or_fail(sched *s, size_t i, int worth_it, double duration,
                           char *reason);
 
+/* Task i's next attempt begins (launch, approval_begin): counted, its
+ * start time set at the first, the last attempt's outputs dropped. */
+static void attempt_next(task_rt *t) {
+  t->attempt++;
+  if (t->attempt == 1 || t->started <= 0)
+    t->started = clock_wall();
+  cJSON_Delete(t->outputs);
+  t->outputs = cJSON_CreateObject();
+  cJSON_Delete(t->shown);
+  t->shown = NULL;
+}
+
 /* Starts the next attempt of task i. A failure before the process starts
  * fails the task without retry where another attempt would meet the same
  * problem (params that do not resolve, a gang that cannot be set up);
@@ -742,13 +754,7 @@ static void retry_or_fail(sched *s, size_t i, int worth_it, double duration,
 static void launch(sched *s, size_t i) {
   task_rt *t = &s->t[i];
   const spec_task *st = &s->sp->tasks[i];
-  t->attempt++;
-  if (t->attempt == 1 || t->started <= 0)
-    t->started = clock_wall();
-  cJSON_Delete(t->outputs);
-  t->outputs = cJSON_CreateObject();
-  cJSON_Delete(t->shown);
-  t->shown = NULL;
+  attempt_next(t);
 
   char err[1024];
   char *attempt_dir = rundir_attempt(s->run, st->name, t->attempt);
@@ -1386,13 +1392,7 @@ static void on_approval_tick(uv_timer_t *timer) {
 static void approval_begin(sched *s, size_t i) {
   task_rt *t = &s->t[i];
   const spec_task *st = &s->sp->tasks[i];
-  t->attempt++;
-  if (t->attempt == 1 || t->started <= 0)
-    t->started = clock_wall();
-  cJSON_Delete(t->outputs);
-  t->outputs = cJSON_CreateObject();
-  cJSON_Delete(t->shown);
-  t->shown = NULL;
+  attempt_next(t);
   t->exit_code = -1;
   char *attempt_dir = rundir_attempt(s->run, st->name, t->attempt);
   char *log_path = path_join(attempt_dir, "log");

@@ -2,8 +2,8 @@
 #include "trainrun.h"
 
 #include "ckpt/ckpt.h"
-#include "common/stagekit.h"
 #include "common/lmeval.h"
+#include "common/stagekit.h"
 #include "common/textgen.h"
 #include "lib/bpe/bpe.h"
 #include "lib/clock.h"

@@ -529,3 +529,25 @@ stop_serve() {
   done
   fail "serve did not stop after SIGTERM"
 }
+
+# store_task_state RUN TASK, store_run_state RUN: as the run store (and so
+# the API) has them, through `dagrun status --json`.
+store_task_state() {
+  "$DAGRUN" status --json "$1" | "$PY" -c '
+import json, sys
+for t in json.load(sys.stdin)["tasks"]:
+    if t["name"] == sys.argv[1]: print(t["state"])' "$2"
+}
+store_run_state() {
+  "$DAGRUN" status --json "$1" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["state"])'
+}
+# store_run_is RUN STATE: for wait_until.
+store_run_is() { [ "$(store_run_state "$1")" = "$2" ]; }
+
+# need_chromium: sets CHROMIUM, or fails the test: the dashboard's checks
+# run in a real browser.
+need_chromium() {
+  CHROMIUM=$(command -v chromium || true)
+  [ -n "$CHROMIUM" ] || fail "chromium is not installed: the dashboard's checks
+need Debian's chromium package (scripts/setup.sh --tests installs it)"
+}

@@ -22,14 +22,7 @@ tasks:
   deploy: {stage: exec, needs: [promote], with: {command: [touch, $T/deployed]}}
 Y
 
-# task_state RUN TASK: the task's state in the store.
-task_state() {
-  "$DAGRUN" status --json "$1" | "$PY" -c '
-import json, sys
-for t in json.load(sys.stdin)["tasks"]:
-    if t["name"] == sys.argv[1]: print(t["state"])' "$2"
-}
-waits() { [ "$(task_state "$1" promote)" = waiting_approval ]; }
+waits() { [ "$(store_task_state "$1" promote)" = waiting_approval ]; }
 
 # start_run: `dagrun run gate.yaml` in the background; sets PID and RUN
 # once promote waits.

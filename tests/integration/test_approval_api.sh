@@ -19,18 +19,7 @@ tasks:
 Y
 trap '[ -z "$SERVE_PID" ] || kill "$SERVE_PID" 2>/dev/null || true' EXIT
 
-# task_state RUN TASK: the task's state in the store.
-task_state() {
-  "$DAGRUN" status --json "$1" | "$PY" -c '
-import json, sys
-for t in json.load(sys.stdin)["tasks"]:
-    if t["name"] == sys.argv[1]: print(t["state"])' "$2"
-}
-waits() { [ "$(task_state "$1" promote)" = waiting_approval ]; }
-run_state() {
-  "$DAGRUN" status --json "$1" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["state"])'
-}
-is_state() { [ "$(run_state "$1")" = "$2" ]; }
+waits() { [ "$(store_task_state "$1" promote)" = waiting_approval ]; }
 # expect_status OUT CODE: OUT ("STATUS BODY") has status CODE.
 expect_status() {
   case "$1" in "$2 "*) ;; *) fail "expected $2, got: $1" ;; esac
@@ -68,7 +57,7 @@ waits "$RUN" || fail "promote no longer waits"
 
 # serve stops (SIGTERM): the run is interrupted, and nothing can approve it.
 stop_serve
-is_state "$RUN" interrupted || fail "run after stop: $(run_state "$RUN")"
+store_run_is "$RUN" interrupted || fail "run after stop: $(store_run_state "$RUN")"
 run_dagrun approve "$RUN" promote
 expect_rc 1
 expect_in "$T/err" "is not running (it is interrupted)"
@@ -80,7 +69,7 @@ wait_until 20 waits "$RUN" || fail "promote does not wait after the restart: $(c
 out=$(http POST "$A" '{"by":"alice","via":"dashboard"}' hmac)
 expect_status "$out" 200
 case "$out" in *'"decision":"approved"'*'"replay":false'*) ;; *) fail "approve: $out" ;; esac
-wait_until 20 is_state "$RUN" success || fail "run after the approval: $(run_state "$RUN")"
+wait_until 20 store_run_is "$RUN" success || fail "run after the approval: $(store_run_state "$RUN")"
 [ -e "$T/deployed" ] || fail "deploy did not run"
 "$DAGRUN" status --json "$RUN" | "$PY" -c '
 import json, sys
@@ -98,7 +87,7 @@ RUN2=$(echo "${out#* }" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)
 wait_until 20 waits "$RUN2" || fail "promote of run 2 does not wait"
 out=$(http POST "/api/runs/$RUN2/tasks/promote/reject" '{"by":"bob","reason":"not yet"}' token)
 expect_status "$out" 200
-wait_until 20 is_state "$RUN2" failed || fail "run 2: $(run_state "$RUN2")"
+wait_until 20 store_run_is "$RUN2" failed || fail "run 2: $(store_run_state "$RUN2")"
 "$DAGRUN" status --json "$RUN2" | "$PY" -c '
 import json, sys
 r = json.load(sys.stdin)

@@ -5,9 +5,7 @@
 # page then says who approved; pressing Reject on another run fails its
 # task with the reason typed. Each is read back from the store.
 . "$(dirname "$0")/lib.sh"
-CHROMIUM=$(command -v chromium || true)
-[ -n "$CHROMIUM" ] || fail "chromium is not installed: the dashboard's checks
-need Debian's chromium package (scripts/setup.sh --tests installs it)"
+need_chromium
 export DAGRUN_HOME="$T/home"
 mkdir -p dags
 write_serve_secrets
@@ -69,12 +67,8 @@ $(tail -5 "$T/chromium.err" 2>/dev/null)"
 expect_in drive.out "rejected"
 
 # Read back from the store, as the API would show it.
-run_state() {
-  "$DAGRUN" status --json "$1" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["state"])'
-}
-is_state() { [ "$(run_state "$1")" = "$2" ]; }
-wait_until 20 is_state "$RUN1" success || fail "run 1: $(run_state "$RUN1")"
-wait_until 20 is_state "$RUN2" failed || fail "run 2: $(run_state "$RUN2")"
+wait_until 20 store_run_is "$RUN1" success || fail "run 1: $(store_run_state "$RUN1")"
+wait_until 20 store_run_is "$RUN2" failed || fail "run 2: $(store_run_state "$RUN2")"
 "$DAGRUN" status --json "$RUN1" | "$PY" -c '
 import json, sys
 a = json.load(sys.stdin)["approvals"]

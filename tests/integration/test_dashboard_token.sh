@@ -6,9 +6,7 @@
 # and as the dagrun_token cookie), and reloads (still shown, not asked).
 # test_serve_attacks.sh checks the banner appears; this one that it works.
 . "$(dirname "$0")/lib.sh"
-CHROMIUM=$(command -v chromium || true)
-[ -n "$CHROMIUM" ] || fail "chromium is not installed: the dashboard's checks
-need Debian's chromium package (scripts/setup.sh --tests installs it)"
+need_chromium
 export DAGRUN_HOME="$T/home"
 mkdir -p dags
 printf 'dag: quick\ntasks:\n  a: {stage: exec, with: {command: [true]}}\n' >dags/quick.yaml
