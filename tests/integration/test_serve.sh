@@ -214,12 +214,18 @@ RUN3=$(echo "$out" | sed 's/^201 //' | /usr/bin/python3 -c 'import json,sys; pri
 for _ in $(seq 50); do [ -s "$DAGRUN_RUNS_DIR/api/$RUN3/a/attempt-1/log" ] && grep -q "who=" "$DAGRUN_RUNS_DIR/api/$RUN3/a/attempt-1/log" && break; sleep 0.1; done
 expect_in "$DAGRUN_RUNS_DIR/api/$RUN3/a/attempt-1/log" "n=0 who=reloaded"
 printf 'dag: api\ntasks:\n  a: {stage: exec, with: {command: [true]}, needs: [ghost]}\n' > dags/api.yaml
-for _ in $(seq 50); do grep -q "api.yaml does not load (the previous version stays in use)" "$T/serve4.log" && break; sleep 0.1; done
-expect_in "$T/serve4.log" "api.yaml does not load (the previous version stays in use)"
+for _ in $(seq 50); do grep -q "api.yaml does not load (its previous version is shown; no run starts until it loads)" "$T/serve4.log" && break; sleep 0.1; done
+expect_in "$T/serve4.log" "api.yaml does not load (its previous version is shown; no run starts until it loads)"
 out=$(http GET /api/dags)
 case "$out" in *'"error":"'*"api.yaml:3:"*"ghost"*) ;; *) fail "broken file's error in /api/dags: $out" ;; esac
+# No run starts while the file does not load (a run loads it as it is):
+# 409 with the error, and no run is recorded.
+n_runs() { "$DAGRUN" runs api --json | /usr/bin/python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'; }
+before=$(n_runs)
 out=$(http POST /api/dags/api/runs '{"params":{"n":0}}' token)
-case "$out" in "201 "*) ;; *) fail "the previous version of a broken file still runs: $out" ;; esac
+case "$out" in "409 "*"does not load; no run starts until it does"*"ghost"*) ;; *) fail "a run of a broken file: $out" ;; esac
+sleep 1
+[ "$(n_runs)" = "$before" ] || fail "a run of a broken file was recorded"
 # one daemon per store
 run_dagrun serve dags --port 0
 expect_rc 2
