@@ -3,7 +3,9 @@
 # Reject; pressing Approve (with the POST token kept for the tab) records
 # the approval through the API (via dashboard), the run goes on and the
 # page then says who approved; pressing Reject on another run fails its
-# task with the reason typed. Each is read back from the store.
+# task with the reason typed. Each is read back from the store. Then the
+# DAG file breaks: "Run now" is disabled and says why (no run starts until
+# the file loads, docs/serve.md), as the API's 409 does.
 . "$(dirname "$0")/lib.sh"
 need_chromium
 export DAGRUN_HOME="$T/home"
@@ -31,7 +33,7 @@ cat > drive.py <<'P'
 import sys
 sys.path.insert(0, sys.argv[1])
 from cdp import Browser
-chromium, port, token, run1, run2, profile = sys.argv[2:8]
+chromium, port, token, run1, run2, profile, dagfile = sys.argv[2:9]
 base = f"http://127.0.0.1:{port}/"
 BTN = "document.querySelector('[data-{}=\"promote\"]')"
 with Browser(chromium, profile) as b:
@@ -55,16 +57,25 @@ with Browser(chromium, profile) as b:
     b.wait_for("document.getElementById('tasks').innerText.includes('rejected: by dashboard via dashboard: loss went up')",
                "run 2 rejected")
     print("rejected")
+    assert not b.js("document.getElementById('run-now').disabled"), "Run now disabled before the file broke"
+    with open(dagfile, "w") as f:
+        f.write("dag: gate\ntasks:\n  a: {stage: exec, with: {command: [true]}, needs: [ghost]}\n")
+    b.wait_for("document.getElementById('run-now').disabled && document.getElementById('run-now').title"
+               ".includes('no run starts until the DAG file loads: ')", "Run now disabled, saying why")
+    assert "ghost" in b.js("document.getElementById('run-now').title")
+    print("run now disabled")
 P
 set +e
 timeout 90 "$PY" drive.py "$DAGRUN_SOURCE_DIR/tests/integration" "$CHROMIUM" "$PORT" \
-  "$(tr -d '\n' <token)" "$RUN1" "$RUN2" "$T/chromium" >drive.out 2>&1
+  "$(tr -d '\n' <token)" "$RUN1" "$RUN2" "$T/chromium" "$T/dags/gate.yaml" >drive.out 2>&1
 RC=$?
 set -e
 [ "$RC" -eq 0 ] || fail "driving the dashboard (exit $RC): $(cat drive.out)
 --- chromium:
 $(tail -5 "$T/chromium.err" 2>/dev/null)"
-expect_in drive.out "rejected"
+expect_in drive.out "run now disabled"
+out=$(http POST /api/dags/gate/runs '{}' token)
+case "$out" in "409 "*"ghost"*) ;; *) fail "a run of the broken file: $out" ;; esac
 
 # Read back from the store, as the API would show it.
 wait_until 20 store_run_is "$RUN1" success || fail "run 1: $(store_run_state "$RUN1")"
