@@ -3,7 +3,8 @@
 # Reject; pressing Approve (with the POST token kept for the tab) records
 # the approval through the API (via dashboard), the run goes on and the
 # page then says who approved; pressing Reject on another run fails its
-# task with the reason typed. Each is read back from the store. Then the
+# task with the reason typed. Each is read back from the store. The run
+# list filtered by state shows what the API gives for it. Then the
 # DAG file breaks: "Run now" is disabled and says why (no run starts until
 # the file loads, docs/serve.md), as the API's 409 does.
 . "$(dirname "$0")/lib.sh"
@@ -57,6 +58,12 @@ with Browser(chromium, profile) as b:
     b.wait_for("document.getElementById('tasks').innerText.includes('rejected: by dashboard via dashboard: loss went up')",
                "run 2 rejected")
     print("rejected")
+    # The runs filtered by state: only the failed run is listed.
+    ROWS = "[...document.querySelectorAll('#runs tbody tr td:first-child')].map(e => e.textContent).join(' ')"
+    b.wait_for(f"({ROWS}).includes('{run1}') && ({ROWS}).includes('{run2}')", "both runs listed")
+    b.js("const s = document.getElementById('runs-state'); s.value = 'failed'; s.dispatchEvent(new Event('change'))")
+    b.wait_for(f"({ROWS}) === '{run2}'", "only the failed run", secs=10)
+    print("filtered:", b.js(ROWS))
     assert not b.js("document.getElementById('run-now').disabled"), "Run now disabled before the file broke"
     with open(dagfile, "w") as f:
         f.write("dag: gate\ntasks:\n  a: {stage: exec, with: {command: [true]}, needs: [ghost]}\n")
@@ -74,6 +81,11 @@ set -e
 --- chromium:
 $(tail -5 "$T/chromium.err" 2>/dev/null)"
 expect_in drive.out "run now disabled"
+# What the filter showed is what the API answers for that state.
+out=$(http GET "/api/runs?dag=gate&state=failed")
+ids=$(echo "${out#* }" | "$PY" -c 'import json, sys; print(" ".join(r["id"] for r in json.load(sys.stdin)))')
+[ "$ids" = "$RUN2" ] || fail "API's failed runs: $ids"
+expect_in drive.out "filtered: $RUN2"
 out=$(http POST /api/dags/gate/runs '{}' token)
 case "$out" in "409 "*"ghost"*) ;; *) fail "a run of the broken file: $out" ;; esac
 
