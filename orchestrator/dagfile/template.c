@@ -272,13 +272,9 @@ static int resolve_run_ref(rctx *r, const ref *f, cJSON **out) {
     *out = cJSON_CreateString(e->s->dag ? e->s->dag : "");
     return 0;
   }
-  static const char *const fields[] = {"id",
-                                       "date",
-                                       "logical_date",
-                                       "data_interval_start",
-                                       "data_interval_end",
-                                       "dag",
-                                       NULL};
+  static const char *const fields[] = {
+      "id",  "date", "logical_date", "data_interval_start", "data_interval_end",
+      "dag", NULL};
   const char *vals[] = {e->run_id, e->run_date, e->run_logical_date,
                         e->run_interval_start, e->run_interval_end};
   int k = -1;

@@ -1020,6 +1020,13 @@ static unsigned post_cancel(api_server *s, struct MHD_Connection *c,
   return MHD_HTTP_ACCEPTED;
 }
 
+static int has_control(const char *z) {
+  for (; *z; z++)
+    if ((unsigned char)*z < 0x20 || *z == 0x7f)
+      return 1;
+  return 0;
+}
+
 /* The body of an approve or reject: {"by": WHO, "via": "dashboard",
  * "reason": TEXT (reject only)}, each optional. 0 with *a filled (its
  * strings borrowed from body), or 400 with *out the error. */
@@ -1035,8 +1042,11 @@ static unsigned approval_body(const cJSON *body, int reject, store_approval *a,
                       it->string, reject ? ", reason" : "");
       return MHD_HTTP_BAD_REQUEST;
     }
-    if (!cJSON_IsString(it) || strlen(it->valuestring) > 200) {
-      *out = err_json("%.100s: expected a string of at most 200 bytes",
+    if (!cJSON_IsString(it) || strlen(it->valuestring) > 200 ||
+        has_control(it->valuestring)) {
+      /* Control bytes would reach terminals through `dagrun status`. */
+      *out = err_json("%.100s: expected a string of at most 200 bytes, "
+                      "without control characters",
                       it->string);
       return MHD_HTTP_BAD_REQUEST;
     }

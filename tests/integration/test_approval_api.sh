@@ -48,6 +48,7 @@ expect_status "$(http POST "/api/runs/$RUN/tasks/a..b/approve" '' token)" 400
 expect_status "$(http POST "$A" '{"who":"x"}' token)" 400
 expect_status "$(http POST "$A" '{"via":"cli"}' token)" 400
 expect_status "$(http POST "$A" '{"by":7}' token)" 400
+expect_status "$(http POST "$A" '{"by":"x\u001b[2Jy"}' token)" 400
 # reason is for reject only
 expect_status "$(http POST "$A" '{"reason":"x"}' token)" 400
 # Nothing was recorded by the refused requests.
