@@ -52,6 +52,7 @@
 #include "serve/serve.h"
 #include "store/annotate.h"
 #include "store/datastate.h"
+#include "store/approve.h"
 #include "store/history.h"
 #include "store/resume.h"
 #include "store/store.h"
@@ -187,6 +188,19 @@ static const char cancel_usage[] =
     "finished.\n"
     "\n" STORE_NOTE_TEXT;
 
+static const char approve_usage[] =
+    "usage: dagrun approve RUN TASK\n"
+    "Approves TASK of RUN, an approval task that waits (state\n"
+    "waiting_approval): it succeeds. Recorded in the run store with your\n"
+    "login name; approving again changes nothing.\n"
+    "\n" STORE_NOTE_TEXT;
+
+static const char reject_usage[] =
+    "usage: dagrun reject RUN TASK [--reason TEXT]\n"
+    "Rejects TASK of RUN, an approval task that waits: it fails (without\n"
+    "retry), with the reason in its error.\n"
+    "\n" STORE_NOTE_TEXT;
+
 static const char report_usage[] =
     "usage: dagrun report RUN\n"
     "(Re)writes the run's report.html in its run directory and prints its\n"
@@ -254,6 +268,10 @@ static const command commands[] = {
     {"resume", cmd_resume, "go on with a run that did not succeed",
      resume_usage},
     {"cancel", cmd_cancel, "stop a running run", cancel_usage},
+    {"approve", approve_cmd_approve, "approve a task that waits for approval",
+     approve_usage},
+    {"reject", approve_cmd_reject, "reject a task that waits for approval",
+     reject_usage},
     {"report", report_cmd_report, "(re)write a run's report.html",
      report_usage},
     {"backfill", backfill_cmd_backfill, "one run per schedule time in a range",
@@ -434,6 +452,12 @@ static int obs_cache_lookup(void *ud, size_t task, const char *fingerprint,
 static void obs_attempt_start(void *ud, size_t task, int attempt,
                               const char *log_path) {
   history_attempt_start(((run_ctx *)ud)->h, task, attempt, log_path);
+}
+
+static int obs_approval_poll(void *ud, size_t task, int attempt,
+                             cJSON **outputs, char **reason) {
+  return history_approval_poll(((run_ctx *)ud)->h, task, attempt, outputs,
+                               reason);
 }
 
 /* sched_opts.pool_acquire: a slot of the task's pool, machine-wide. The
@@ -633,7 +657,8 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
       no_cache,
       sec,
       obs_pool_acquire,
-      obs_pool_release};
+      obs_pool_release,
+      obs_approval_poll};
   r.s = sched_create(r.loop, ck, run, params, &so);
   rundir_reserve(run);
   write_run_json(sp, run, params, r.s, "running", max_parallel);

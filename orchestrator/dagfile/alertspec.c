@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const event_names[] = {"failure", "retry", "success",
-                                          "deadline", NULL};
+static const char *const event_names[] = {"failure",  "retry",    "success",
+                                          "deadline", "approval", NULL};
 static const char *const alert_keys[] = {"on",      "webhook", "deadline",
                                          "timeout", "tasks",   NULL};
 
@@ -45,7 +45,8 @@ static void parse_event(const spec *s, const ynode *v, size_t idx,
                         unsigned *events, diags *d) {
   if (v->kind != YNODE_SCALAR || ynode_scalar_type(v) != YSCALAR_STRING) {
     err_at(d, s, v, "alert %zu: 'on' expects event names (%s), found %s",
-           idx + 1, "failure, retry, success, deadline", ynode_a_type(v));
+           idx + 1, "failure, retry, success, deadline, approval",
+           ynode_a_type(v));
     return;
   }
   for (unsigned i = 0; event_names[i]; i++)
@@ -56,7 +57,7 @@ static void parse_event(const spec *s, const ynode *v, size_t idx,
   const char *m = closest_match(v->str, event_names);
   err_at(d, s, v,
          "alert %zu: unknown event '%s'%s%s%s (expected failure, retry, "
-         "success or deadline)",
+         "success, deadline or approval)",
          idx + 1, v->str, m ? "; did you mean '" : "", m ? m : "",
          m ? "'?" : "");
 }
@@ -67,7 +68,7 @@ static void parse_on(const spec *s, const ynode *m, const ynode *on, size_t idx,
   if (!on) {
     err_at(d, s, m,
            "alert %zu: missing 'on' (a list of events: failure, retry, "
-           "success, deadline)",
+           "success, deadline, approval)",
            idx + 1);
   } else if (on->kind == YNODE_SEQ) {
     if (on->n == 0)

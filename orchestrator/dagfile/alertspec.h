@@ -4,7 +4,7 @@
  * report/alerts.h; this module only reads the file.
  *
  *   alerts:
- *     - on: [failure, retry, success, deadline]   # or one event name
+ *     - on: [failure, retry, success, deadline, approval]  # or one name
  *       webhook: ${env:DAGRUN_WEBHOOK_URL}   # templated like task values
  *       deadline: 2h     # with `deadline`: the run not finished by then
  *       tasks: [train]   # optional: instead each task not finished
@@ -14,7 +14,7 @@
  * Rules, each broken one an error with file:line:col (spec.h's format):
  * `alerts:` is a list (or empty); each entry a map with the keys above
  * (unknown keys get "did you mean"); `on` lists at least one of failure,
- * retry, success, deadline; `webhook` is a scalar; `deadline` and
+ * retry, success, deadline, approval; `webhook` is a scalar; `deadline` and
  * `timeout` are positive durations (spec_duration: 90, 30s, 5m, 2h);
  * `tasks` names tasks of the DAG; `deadline` and `tasks` come with the
  * `deadline` event, and that event with `deadline`. alertspec_check also
@@ -41,6 +41,7 @@
 #define ALERTSPEC_RETRY 2u    /* a failed attempt will be retried */
 #define ALERTSPEC_SUCCESS 4u  /* the run succeeded */
 #define ALERTSPEC_DEADLINE 8u /* the run (or a listed task) is late */
+#define ALERTSPEC_APPROVAL 16u /* an approval task began to wait */
 
 /* `timeout:` when not given, in seconds. */
 #define ALERTSPEC_DEFAULT_TIMEOUT_S 10.0

@@ -63,7 +63,7 @@ static void print_text(const spec *s, const size_t *order, FILE *out) {
   for (size_t k = 0; k < s->n_tasks; k++) {
     const spec_task *t = &s->tasks[order[k]];
     char note[96];
-    fprintf(out, "%s (%s)", t->name, t->stage ? t->stage : "?");
+    fprintf(out, "%s (%s)", t->name, spec_task_kind(t));
     if (*task_note(t, note, sizeof note))
       fprintf(out, " [%s]", note);
     for (size_t j = 0; j < t->n_needs; j++)
@@ -80,7 +80,7 @@ static void print_dot(const spec *s, const size_t *order, FILE *out) {
     const spec_task *t = &s->tasks[order[k]];
     char note[96];
     task_note(t, note, sizeof note);
-    char *label = xasprintf("%s\n(%s)%s%s", t->name, t->stage ? t->stage : "?",
+    char *label = xasprintf("%s\n(%s)%s%s", t->name, spec_task_kind(t),
                             *note ? "\n" : "", note);
     fputs("  ", out);
     dot_string(out, t->name);
@@ -114,7 +114,7 @@ static void print_mermaid(const spec *s, const size_t *order, FILE *out) {
     fprintf(out, "  t%zu%s\"", order[k], t->branch ? "{" : "[");
     mermaid_label(out, t->name);
     fputs(" (", out);
-    mermaid_label(out, t->stage ? t->stage : "?");
+    mermaid_label(out, spec_task_kind(t));
     fputs(")", out);
     if (*task_note(t, note, sizeof note)) {
       fputs(" [", out);

@@ -33,6 +33,7 @@ static const char *const task_keys[] = {"stage",
                                         "outputs",
                                         "branch",
                                         "map",
+                                        "approval",
                                         "retries",
                                         "retry_delay",
                                         "retry_backoff",
@@ -780,6 +781,10 @@ static void parse_outputs(ctx *c, spec_task *t, const ynode *v,
     t->outputs = v;
 }
 
+const char *spec_task_kind(const spec_task *t) {
+  return t->approval_node ? "approval" : t->stage ? t->stage : "?";
+}
+
 int spec_task_may_output(const spec_task *t, const char *key, size_t n) {
   if (!t->outputs || (t->branch && n == 6 && memcmp(key, "branch", 6) == 0))
     return 1;
@@ -789,6 +794,41 @@ int spec_task_may_output(const spec_task *t, const char *key, size_t n) {
       return 1;
   }
   return 0;
+}
+
+/* `approval: {timeout: 4h, message: "..."}` (or `approval: {}`): the task
+ * waits for a person instead of running a stage (scheduler.h, "Approval"). */
+static void parse_approval(ctx *c, spec_task *t, const ynode *v,
+                           const char *where) {
+  t->approval_node = v;
+  if (v->kind == YNODE_SCALAR && ynode_scalar_type(v) == YSCALAR_NULL)
+    return;
+  if (v->kind != YNODE_MAP) {
+    type_err(c, v, "approval", where,
+             "a map with timeout (a duration) and message (a string), or {}");
+    return;
+  }
+  check_keys(c, v, where);
+  for (size_t i = 0; i < v->n; i++) {
+    const ynode *ak = v->items[2 * i], *av = v->items[2 * i + 1];
+    if (ak->kind != YNODE_SCALAR)
+      continue;
+    if (strcmp(ak->str, "timeout") == 0) {
+      (void)get_duration(c, av, "approval.timeout", where, 1,
+                         &t->approval_timeout_s);
+    } else if (strcmp(ak->str, "message") == 0) {
+      const char *m = get_string(c, av, "approval.message", where, "a string");
+      if (m) {
+        free(t->approval_message);
+        t->approval_message = xstrdup(m);
+      }
+    } else {
+      err(c, ak,
+          "unknown key 'approval.%s'%s; expected timeout (a duration) or "
+          "message (a string)",
+          ak->str, where);
+    }
+  }
 }
 
 static void parse_task(ctx *c, spec_task *t, const ynode *k, const ynode *v,
@@ -853,16 +893,34 @@ static void parse_task(ctx *c, spec_task *t, const ynode *k, const ynode *v,
       if (ynode_bool(tv, &t->branch) != 0)
         type_err(c, tv, "branch", where, "true or false");
       t->branch_node = tv;
+    } else if (strcmp(tk->str, "approval") == 0) {
+      parse_approval(c, t, tv, where);
     } else if (strcmp(tk->str, "needs") == 0) {
       if (tv->kind == YNODE_MAP)
         type_err(c, tv, "needs", where, "a list of task names");
       /* Resolved once every task is known. */
     }
   }
-  if (!t->stage && !ynode_get(v, "stage"))
+  if (t->approval_node && ynode_get(v, "stage"))
+    err(c, t->approval_node,
+        "task '%s' has both 'stage' and 'approval'; an approval task runs "
+        "no stage: it waits for a person (remove one of them)",
+        t->name);
+  else if (t->approval_node && t->branch)
+    err(c, t->branch_node,
+        "'branch'%s: an approval task cannot be a branch task (it has no "
+        "output to choose with)",
+        where);
+  else if (t->approval_node && t->with)
+    err(c, t->with,
+        "'with'%s: an approval task has no stage params (its keys are "
+        "approval.timeout and approval.message)",
+        where);
+  else if (!t->stage && !ynode_get(v, "stage") && !ynode_get(v, "approval"))
     err(c, k,
         "task '%s' has no 'stage'; expected the name of a stage (e.g. "
-        "stage: exec) or a path to a stage plugin",
+        "stage: exec) or a path to a stage plugin, or 'approval' for a "
+        "task that waits for a person",
         t->name);
   free(where);
 }
@@ -1315,6 +1373,7 @@ void spec_free(spec *s) {
     spec_task *t = &s->tasks[i];
     free(t->name);
     free(t->stage);
+    free(t->approval_message);
     free(t->needs);
     free(t->need_nodes);
     free(t->description);

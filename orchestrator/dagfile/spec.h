@@ -41,6 +41,9 @@
  * naming a param whose value in the file is a list. Instance k of task T
  * is the task "T-k" (a name no other task may take); `needs: [T]` means
  * every instance, and an empty list makes no instance.
+ * An approval task has `approval:` (a map: timeout, a duration >= 1s,
+ * default none; message, a string) instead of `stage:` and has no `with`:
+ * it waits for a person (scheduler.h, "Approval").
  *
  * Task, param and pool names are [A-Za-z0-9_-]+: they appear in ${...}
  * references and in directory names. A task listing the same need twice
@@ -152,6 +155,12 @@ typedef struct spec_task {
   /* `produces:`: the datasets a success of the task updates (ontrig.h). */
   char **produces;
   size_t n_produces;
+  /* `approval:`: the task runs no stage (stage is NULL) but waits for a
+   * person to approve or reject it (scheduler.h, "Approval"). NULL when
+   * the task is not an approval task. */
+  const ynode *approval_node;
+  double approval_timeout_s; /* 0 = waits without end */
+  char *approval_message;    /* shown to the approver, or NULL */
 } spec_task;
 
 /* A task written with `map:` (mapping.h): its instances are the tasks
@@ -164,6 +173,10 @@ typedef struct spec_map {
                          value of the param), or NULL for a literal list */
   size_t first, n;
 } spec_map;
+
+/* What a task runs, for people: its stage as written, "approval" for an
+ * approval task, "?" for neither (a DAG file with errors). */
+const char *spec_task_kind(const spec_task *t);
 
 typedef struct spec_pool {
   char *name;

@@ -521,9 +521,20 @@ void alerts_task_event(alerts *a, const sched_event *e) {
   a->attempt[e->task] = e->attempt;
   a->max_attempts[e->task] = e->max_attempts;
   task_deadlines(a, e);
+  const char *task = a->s->tasks[e->task].name;
+  if (e->state == TASK_WAITING_APPROVAL) {
+    char *text =
+        xasprintf(":raised_hand: %s run %s: task %s waits for approval%s%s "
+                  "(dagrun approve %s %s)",
+                  a->s->dag, a->run->id, task, e->reason ? ": " : "",
+                  e->reason ? e->reason : "", a->run->id, task);
+    send_alert(a, ALERTSPEC_APPROVAL, "approval", NULL, task, e->attempt,
+               e->max_attempts, "waiting_approval", NULL, text);
+    free(text);
+    return;
+  }
   if (e->state != TASK_FAILED && e->state != TASK_RETRY_WAIT)
     return;
-  const char *task = a->s->tasks[e->task].name;
   const char *why = e->reason ? e->reason : "failed";
   char *text;
   if (e->state == TASK_FAILED) {

@@ -137,7 +137,7 @@ static const char *state_color(const char *s) {
              {"retry_wait", "#f0a830"},      {"success", "#2fa36b"},
              {"cached", "#7cc4a0"},          {"failed", "#d9434b"},
              {"upstream_failed", "#e89aa0"}, {"cancelled", "#8a8f9c"},
-             {"skipped", "#c6b3e6"}};
+             {"skipped", "#c6b3e6"},         {"waiting_approval", "#e3a6e8"}};
   for (size_t i = 0; s && i < sizeof map / sizeof map[0]; i++)
     if (strcmp(map[i].state, s) == 0)
       return map[i].color;

@@ -50,6 +50,8 @@ static const char *symbol(task_state s) {
     return "\033[36m▶\033[0m";
   case TASK_RETRY_WAIT:
     return "\033[33m↻\033[0m";
+  case TASK_WAITING_APPROVAL:
+    return "\033[35m?\033[0m";
   case TASK_SUCCESS:
     return "\033[32m✓\033[0m";
   case TASK_CACHED:
@@ -127,6 +129,9 @@ static void task_line(view *v, size_t i, sbuf *b) {
       sbuf_printf(b, "  %s", t->msg);
   } else if (t->state == TASK_QUEUED && t->waiting) {
     sbuf_printf(b, " waiting for %s", t->waiting);
+  } else if (t->state == TASK_WAITING_APPROVAL) {
+    sbuf_printf(b, " waiting for approval (dagrun approve RUN %s)",
+                v->s->tasks[i].name);
   } else if (t->state == TASK_RETRY_WAIT) {
     sbuf_printf(b, " retrying (attempt %d/%d next)", t->attempt + 1,
                 t->max_attempts);
@@ -164,7 +169,8 @@ static void redraw(view *v) {
   int all = v->s->n_tasks <= VIEW_ALL_TASKS_MAX;
   for (size_t i = 0; i < v->s->n_tasks; i++) {
     task_state st = v->t[i].state;
-    if (!all && st != TASK_RUNNING && st != TASK_RETRY_WAIT)
+    if (!all && st != TASK_RUNNING && st != TASK_RETRY_WAIT &&
+        st != TASK_WAITING_APPROVAL)
       continue;
     b.n = 0;
     task_line(v, i, &b);
@@ -261,6 +267,14 @@ static void plain_event(view *v, const sched_event *e) {
     else
       fprintf(v->out, "%s: running\n", name);
     break;
+  case TASK_WAITING_APPROVAL:
+    stamp(v);
+    fprintf(v->out, "%s: waiting for approval%s%s (dagrun approve %s %s)\n",
+            name, e->reason ? ": " : "", e->reason ? e->reason : "",
+            v->run && v->run->id ? v->run->id : "RUN", name);
+    /* A person waits on this line: it must not sit in a buffer. */
+    fflush(v->out);
+    break;
   case TASK_SUCCESS:
     stamp(v);
     fprintf(v->out, "%s: success in %s\n", name, dur);
@@ -356,7 +370,8 @@ void view_task_event(view *v, const sched_event *e) {
   switch (v->mode) {
   case VIEW_TTY:
     /* Failures stay on screen above the live block. */
-    if (e->state == TASK_FAILED || e->state == TASK_RETRY_WAIT) {
+    if (e->state == TASK_FAILED || e->state == TASK_RETRY_WAIT ||
+        e->state == TASK_WAITING_APPROVAL) {
       clear_block(v);
       plain_event(v, e);
     }

@@ -53,6 +53,7 @@ typedef struct task_rt {
   cJSON *ranks;
   int leased; /* holds a machine-wide pool slot (opts.pool_acquire) */
   int prepped; /* its directories were asked of s->prep */
+  struct approval_wait *approval; /* TASK_WAITING_APPROVAL: its poll */
 } task_rt;
 
 /* A FIFO of task indices; entries whose task left TASK_QUEUED (cancelled)
@@ -99,8 +100,9 @@ struct sched {
 };
 
 static const char *const state_names[] = {
-    "waiting", "queued", "running",         "retry_wait", "success",
-    "cached",  "failed", "upstream_failed", "cancelled",  "skipped"};
+    "waiting",          "queued",    "running", "retry_wait",
+    "waiting_approval", "success",   "cached",  "failed",
+    "upstream_failed",  "cancelled", "skipped"};
 
 const char *task_state_name(task_state s) { return state_names[s]; }
 
@@ -486,7 +488,13 @@ static void settle(sched *s, size_t i, task_state st, int exit_code,
   drain(s, i, exit_code, duration);
 }
 
+static void approval_begin(sched *s, size_t i);
+
 static void enqueue(sched *s, size_t i) {
+  if (s->sp->tasks[i].approval_node) {
+    approval_begin(s, i);
+    return;
+  }
   size_t pool = s->sp->tasks[i].pool;
   fifo *q = &s->queues[pool == SIZE_MAX ? s->sp->n_pools : pool];
   if (q->head > 0 && q->head == q->n)
@@ -725,6 +733,18 @@ static execdirect *direct_plan(sched *s, size_t i, const cJSON *params,
 static void retry_or_fail(sched *s, size_t i, int worth_it, double duration,
                           char *reason);
 
+/* Task i's next attempt begins (launch, approval_begin): counted, its
+ * start time set at the first, the last attempt's outputs dropped. */
+static void attempt_next(task_rt *t) {
+  t->attempt++;
+  if (t->attempt == 1 || t->started <= 0)
+    t->started = clock_wall();
+  cJSON_Delete(t->outputs);
+  t->outputs = cJSON_CreateObject();
+  cJSON_Delete(t->shown);
+  t->shown = NULL;
+}
+
 /* Starts the next attempt of task i. A failure before the process starts
  * fails the task without retry where another attempt would meet the same
  * problem (params that do not resolve, a gang that cannot be set up);
@@ -734,13 +754,7 @@ static void retry_or_fail(sched *s, size_t i, int worth_it, double duration,
 static void launch(sched *s, size_t i) {
   task_rt *t = &s->t[i];
   const spec_task *st = &s->sp->tasks[i];
-  t->attempt++;
-  if (t->attempt == 1 || t->started <= 0)
-    t->started = clock_wall();
-  cJSON_Delete(t->outputs);
-  t->outputs = cJSON_CreateObject();
-  cJSON_Delete(t->shown);
-  t->shown = NULL;
+  attempt_next(t);
 
   char err[1024];
   char *attempt_dir = rundir_attempt(s->run, st->name, t->attempt);
@@ -1299,6 +1313,113 @@ sched *sched_create(uv_loop_t *loop, const checked *c, const rundir *run,
   return s;
 }
 
+/* ---- approval tasks (see "Approval" in scheduler.h) ---- */
+
+typedef struct approval_wait {
+  uv_timer_t timer;
+  sched *s;
+  size_t task;
+  double since; /* wall clock: when this attempt began to wait */
+} approval_wait;
+
+static void on_approval_closed(uv_handle_t *h) { free(h->data); }
+
+static void approval_stop(task_rt *t) {
+  if (!t->approval)
+    return;
+  uv_timer_stop(&t->approval->timer);
+  uv_close((uv_handle_t *)&t->approval->timer, on_approval_closed);
+  t->approval = NULL;
+}
+
+/* Appends a line to the attempt's log, which `dagrun logs` shows; a log
+ * that cannot be written loses the line, not the approval. */
+static void approval_log(sched *s, size_t i, const char *line) {
+  char *dir = rundir_attempt(s->run, s->sp->tasks[i].name, s->t[i].attempt);
+  char *path = path_join(dir, "log");
+  FILE *f = fopen(path, "a");
+  if (f) {
+    fprintf(f, "%s\n", line);
+    fclose(f);
+  }
+  free(path);
+  free(dir);
+}
+
+static void on_approval_tick(uv_timer_t *timer) {
+  approval_wait *w = timer->data;
+  sched *s = w->s;
+  size_t i = w->task;
+  task_rt *t = &s->t[i];
+  const spec_task *st = &s->sp->tasks[i];
+  cJSON *outputs = NULL;
+  char *reason = NULL;
+  int d = s->opts.approval_poll
+              ? s->opts.approval_poll(s->opts.obs.ud, i, t->attempt, &outputs,
+                                      &reason)
+              : 0;
+  double waited = clock_wall() - w->since;
+  if (d == 0 &&
+      !(st->approval_timeout_s > 0 && waited >= st->approval_timeout_s))
+    return;
+  approval_stop(t);
+  if (d > 0) {
+    if (outputs) {
+      cJSON_Delete(t->outputs);
+      t->outputs = outputs;
+    }
+    approval_log(s, i, "approved");
+    settle(s, i, TASK_SUCCESS, 0, waited, NULL);
+  } else if (d < 0) {
+    char *why =
+        xasprintf("rejected%s%s", reason ? ": " : "", reason ? reason : "");
+    approval_log(s, i, why);
+    settle(s, i, TASK_FAILED, -1, waited, why);
+    free(why);
+  } else {
+    char dur[32];
+    format_duration(st->approval_timeout_s, dur, sizeof(dur));
+    char *why = xasprintf("approval timed out after %s", dur);
+    approval_log(s, i, why);
+    retry_or_fail(s, i, 1, waited, why);
+  }
+  free(reason);
+  pump(s);
+}
+
+/* Called where another task would be queued: the task's next attempt
+ * begins to wait, holding no slot. */
+static void approval_begin(sched *s, size_t i) {
+  task_rt *t = &s->t[i];
+  const spec_task *st = &s->sp->tasks[i];
+  attempt_next(t);
+  t->exit_code = -1;
+  char *attempt_dir = rundir_attempt(s->run, st->name, t->attempt);
+  char *log_path = path_join(attempt_dir, "log");
+  if (fileio_mkdir_p(attempt_dir, 0755) == 0) {
+    char *line =
+        xasprintf("waiting for approval%s%s", st->approval_message ? ": " : "",
+                  st->approval_message ? st->approval_message : "");
+    approval_log(s, i, line);
+    free(line);
+  }
+  if (s->opts.obs.attempt_start)
+    s->opts.obs.attempt_start(s->opts.obs.ud, i, t->attempt, log_path);
+  free(log_path);
+  free(attempt_dir);
+  approval_wait *w = xcalloc(1, sizeof(*w));
+  w->s = s;
+  w->task = i;
+  w->since = clock_wall();
+  uv_timer_init(s->loop, &w->timer);
+  w->timer.data = w;
+  t->approval = w;
+  t->state = TASK_WAITING_APPROVAL;
+  emit(s, i, TASK_WAITING_APPROVAL, -1, 0, 0, st->approval_message);
+  uv_timer_start(&w->timer, on_approval_tick, SCHED_APPROVAL_POLL_MS,
+                 SCHED_APPROVAL_POLL_MS);
+}
+
 void sched_start(sched *s) {
   /* What succeeded before a resume decides for its downstream first, as
    * it did then (skips and branches included). */
@@ -1328,6 +1449,10 @@ void sched_cancel(sched *s, int force) {
       /* fall through */
     case TASK_WAITING:
     case TASK_QUEUED:
+      settle(s, i, TASK_CANCELLED, -1, 0, "run cancelled");
+      break;
+    case TASK_WAITING_APPROVAL:
+      approval_stop(t);
       settle(s, i, TASK_CANCELLED, -1, 0, "run cancelled");
       break;
     case TASK_RUNNING:
@@ -1426,6 +1551,7 @@ void sched_destroy(sched *s) {
     cJSON_Delete(s->t[i].ranks);
     free(s->t[i].chosen);
     close_metrics(&s->t[i]);
+    approval_stop(&s->t[i]);
   }
   for (size_t q = 0; q <= s->sp->n_pools; q++)
     free(s->queues[q].v);

@@ -35,6 +35,18 @@
  * fails that attempt instead (retries apply), with a reason that names
  * the bad name and the tasks it may choose from.
  *
+ * Approval: a task with `approval:` (spec.h) runs no process. When its
+ * trigger rule is met it goes straight to TASK_WAITING_APPROVAL (it takes
+ * no max_parallel or pool slot: a person is not a machine), with an attempt
+ * begun as for any task (attempt_start; its log says what it waits for) and
+ * an event whose reason is the approval's message. opts.approval_poll is
+ * asked on a timer: approved, the task succeeds with the outputs the poll
+ * gives; rejected, it fails without retry (a person decided; retrying would
+ * ask the same question again); at approval.timeout it fails "approval
+ * timed out after T" and its retries apply (each retry waits again). A
+ * cancelled run cancels it. An approval task has no fingerprint, so
+ * nothing downstream of it is taken from the cache.
+ *
  * The fingerprint cache: before a task's first attempt (of this
  * execution) is started, its fingerprint is computed (fingerprint.h: its
  * stage and the plugin's version, its resolved params and env, its
@@ -67,23 +79,25 @@
 #include "secrets.h"
 
 typedef enum task_state {
-  TASK_WAITING,         /* upstream not done yet */
-  TASK_QUEUED,          /* ready, waiting for a slot */
-  TASK_RUNNING,         /* an attempt is running */
-  TASK_RETRY_WAIT,      /* failed, next attempt after a delay */
-  TASK_SUCCESS,         /* terminal */
-  TASK_CACHED,          /* terminal, success-like: reused an earlier run's
-                           task (fingerprint cache), did not run */
-  TASK_FAILED,          /* terminal */
-  TASK_UPSTREAM_FAILED, /* terminal: never ran */
-  TASK_CANCELLED,       /* terminal */
-  TASK_SKIPPED,         /* terminal: never ran, its trigger rule could not
-                           be met or a branch did not choose it; counts as
-                           success for the run */
+  TASK_WAITING,          /* upstream not done yet */
+  TASK_QUEUED,           /* ready, waiting for a slot */
+  TASK_RUNNING,          /* an attempt is running */
+  TASK_RETRY_WAIT,       /* failed, next attempt after a delay */
+  TASK_WAITING_APPROVAL, /* an approval task waits for a person */
+  TASK_SUCCESS,          /* terminal */
+  TASK_CACHED,           /* terminal, success-like: reused an earlier run's
+                            task (fingerprint cache), did not run */
+  TASK_FAILED,           /* terminal */
+  TASK_UPSTREAM_FAILED,  /* terminal: never ran */
+  TASK_CANCELLED,        /* terminal */
+  TASK_SKIPPED,          /* terminal: never ran, its trigger rule could not
+                            be met or a branch did not choose it; counts as
+                            success for the run */
   TASK_STATE_COUNT
 } task_state;
 
-/* "waiting", "queued", "running", "retry_wait", "success", "cached",
+/* "waiting", "queued", "running", "retry_wait", "waiting_approval",
+ * "success", "cached",
  * "failed", "upstream_failed", "cancelled", "skipped". */
 const char *task_state_name(task_state s);
 int task_state_terminal(task_state s);
@@ -170,7 +184,17 @@ typedef struct sched_opts {
    * never calls either. */
   int (*pool_acquire)(void *ud, size_t task);
   void (*pool_release)(void *ud, size_t task);
+  /* Approval tasks (see "Approval"); NULL: nothing approves them, they end
+   * at their timeout. Called with obs.ud every SCHED_APPROVAL_POLL_MS while
+   * attempt `attempt` of task waits: returns 1 approved (*outputs: an
+   * object the sched takes over, or NULL), -1 rejected (*reason, caller
+   * of the poll frees: the sched), 0 not decided yet. */
+  int (*approval_poll)(void *ud, size_t task, int attempt, cJSON **outputs,
+                       char **reason);
 } sched_opts;
+
+/* How often a waiting approval task asks approval_poll. */
+#define SCHED_APPROVAL_POLL_MS 250
 
 /* How often a task refused by pool_acquire asks again. */
 #define SCHED_POOL_POLL_MS 200

@@ -34,6 +34,7 @@
 #include "lib/fileio.h"
 #include "netguard.h"
 #include "report/compare.h"
+#include "store/approve.h"
 #include "store/store.h"
 
 /* The dashboard and the OpenAPI document, embedded at build time
@@ -1286,6 +1287,101 @@ static unsigned post_note(api_server *s, struct MHD_Connection *c,
   return status;
 }
 
+static int has_control(const char *z) {
+  for (; *z; z++)
+    if ((unsigned char)*z < 0x20 || *z == 0x7f)
+      return 1;
+  return 0;
+}
+
+/* The body of an approve or reject: {"by": WHO, "via": "dashboard",
+ * "reason": TEXT (reject only)}, each optional. 0 with *a filled (its
+ * strings borrowed from body), or 400 with *out the error. */
+static unsigned approval_body(const cJSON *body, int reject, store_approval *a,
+                              cJSON **out) {
+  const cJSON *it;
+  cJSON_ArrayForEach(it, body) {
+    int known = !strcmp(it->string, "by") || !strcmp(it->string, "via") ||
+                (reject && !strcmp(it->string, "reason"));
+    if (!known) {
+      *out = err_json("unknown key '%.100s' in the body (expected: by, "
+                      "via%s)",
+                      it->string, reject ? ", reason" : "");
+      return MHD_HTTP_BAD_REQUEST;
+    }
+    if (!cJSON_IsString(it) || strlen(it->valuestring) > 200 ||
+        has_control(it->valuestring)) {
+      /* Control bytes would reach terminals through `dagrun status`. */
+      *out = err_json("%.100s: expected a string of at most 200 bytes, "
+                      "without control characters",
+                      it->string);
+      return MHD_HTTP_BAD_REQUEST;
+    }
+  }
+  const char *by = str_of(body, "by"), *via = str_of(body, "via");
+  if (via && strcmp(via, "api") != 0 && strcmp(via, "dashboard") != 0) {
+    *out = err_json("via: expected \"api\" or \"dashboard\"");
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  /* The token proves the right to decide, not a name: "by" is what the
+   * caller says, kept as said. */
+  a->via = via ? via : "api";
+  a->by = by && *by ? by : a->via;
+  a->reason = str_of(body, "reason");
+  return 0;
+}
+
+/* POST /api/runs/{run}/tasks/{task}/approve and /reject (approve.h). */
+static unsigned post_decide(api_server *s, struct MHD_Connection *c,
+                            const char *id, const char *task, int reject,
+                            const req *r, cJSON **out) {
+  unsigned status = authorize(s, c, r, out);
+  cJSON *body = NULL;
+  if (!status)
+    status = parse_body(&r->body, &body, out);
+  store_approval a = {reject ? "rejected" : "approved", NULL, NULL, NULL};
+  if (!status)
+    status = approval_body(body, reject, &a, out);
+  if (!status && (!name_ok(id) || !name_ok(task) || strlen(id) > 128)) {
+    *out = err_json("invalid run id or task name: expected letters, digits, "
+                    "'_' and '-'");
+    status = MHD_HTTP_BAD_REQUEST;
+  }
+  store *st = NULL;
+  if (!status && !(status = open_store(s, &st, out)) && !st) {
+    *out = err_json("no run '%s' (no runs yet)", id);
+    status = MHD_HTTP_NOT_FOUND;
+  }
+  if (status) {
+    cJSON_Delete(body);
+    return status;
+  }
+  char err[1024] = "", *run_id = NULL;
+  int rc = approve_decide(st, id, task, &a, &run_id, err, sizeof err);
+  store_close(st);
+  if (rc >= 0) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "run_id", run_id);
+    cJSON_AddStringToObject(j, "task", task);
+    cJSON_AddStringToObject(j, "decision", a.decision);
+    cJSON_AddBoolToObject(j, "replay", rc == 1);
+    *out = j;
+    status = MHD_HTTP_OK;
+  } else if (rc == DR_ENOENT) {
+    *out = run_id ? err_json("run %s has no task '%s'", run_id, task)
+                  : err_json("no run '%s'", id);
+    status = MHD_HTTP_NOT_FOUND;
+  } else if (rc == DR_EINVAL || rc == DR_EEXIST) {
+    *out = err_json("%s", err);
+    status = run_id ? MHD_HTTP_CONFLICT : MHD_HTTP_BAD_REQUEST;
+  } else {
+    status = server_error(out, "cannot record the decision", err);
+  }
+  free(run_id);
+  cJSON_Delete(body);
+  return status;
+}
+
 /* ---- Routing ---- */
 
 typedef enum {
@@ -1306,7 +1402,9 @@ typedef enum {
   R_TAGS,
   R_NOTE,
   R_BACKFILL,
-  R_RESUME
+  R_RESUME,
+  R_APPROVE,
+  R_REJECT
 } route_id;
 
 /* Every route; '*' is one path segment. openapi.json describes each (a
@@ -1333,6 +1431,8 @@ static const struct route {
     {"POST", "/api/runs/*/note", R_NOTE},
     {"POST", "/api/dags/*/backfill", R_BACKFILL},
     {"POST", "/api/runs/*/resume", R_RESUME},
+    {"POST", "/api/runs/*/tasks/*/approve", R_APPROVE},
+    {"POST", "/api/runs/*/tasks/*/reject", R_REJECT},
 };
 
 /* Whether url matches pattern; the segments that '*' matched go to caps. */
@@ -1452,6 +1552,10 @@ static enum MHD_Result dispatch(api_server *s, struct MHD_Connection *c,
     break;
   case R_RESUME:
     status = post_resume(s, c, caps[0], r, &out);
+    break;
+  case R_APPROVE:
+  case R_REJECT:
+    status = post_decide(s, c, caps[0], caps[1], rt->id == R_REJECT, r, &out);
     break;
   case R_REPORT: {
     char *html = NULL;

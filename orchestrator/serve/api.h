@@ -28,6 +28,15 @@
  *   POST /api/dags/{dag}/runs                trigger: body {"params": {...}}
  *                                            (optional); 201 {run_id, dag}
  *   POST /api/runs/{run}/cancel              202 {run_id}
+ *   POST /api/runs/{run}/tasks/{task}/approve
+ *   POST /api/runs/{run}/tasks/{task}/reject  an approval task's decision
+ *                                            (approve.h): body {by, via,
+ *                                            reason (reject)}, all
+ *                                            optional; 200 {run_id, task,
+ *                                            decision, replay}; 404 no such
+ *                                            run or task, 409 the run or
+ *                                            task does not wait, or was
+ *                                            decided the other way
  *
  * The metrics are wrapped in "tasks" (not {task: [...]} at the top, as
  * first planned) so that "downsampled" (the series thinned to every k-th

@@ -296,7 +296,9 @@ static void entry_load(server *s, dag_entry *e) {
     e->error = load_error(&d, rc, e->file);
     diags_free(&d);
     say("%s does not load%s:\n%s", e->file,
-        e->sp ? " (the previous version stays in use)" : "", e->error);
+        e->sp ? " (its previous version is shown; no run starts until it loads)"
+              : "",
+        e->error);
     return;
   }
   diags_free(&d);
@@ -800,7 +802,7 @@ static cJSON *dag_json(const server *s, const dag_entry *e) {
   for (size_t i = 0; i < sp->n_tasks; i++) {
     cJSON *t = cJSON_CreateObject();
     cJSON_AddStringToObject(t, "name", sp->tasks[i].name);
-    cJSON_AddStringToObject(t, "stage", sp->tasks[i].stage);
+    cJSON_AddStringToObject(t, "stage", spec_task_kind(&sp->tasks[i]));
     if (sp->tasks[i].n_produces) {
       cJSON *pr = cJSON_AddArrayToObject(t, "produces");
       for (size_t k = 0; k < sp->tasks[i].n_produces; k++)
@@ -978,6 +980,16 @@ static void loop_trigger(server *s, api_request *r) {
   if (s->stopping) {
     r->status = 503;
     snprintf(r->err, sizeof r->err, "dagrun serve is shutting down");
+    return;
+  }
+  if (e->error) {
+    /* A run is `dagrun run FILE`, which loads the file as it is now: it
+     * would fail at once, under an id the API had already handed out. */
+    r->status = 409;
+    snprintf(r->err, sizeof r->err,
+             "the DAG file of '%s' does not load; no run starts until it "
+             "does: %s",
+             r->dag, e->error);
     return;
   }
   char **kv;
@@ -1253,7 +1265,11 @@ static void on_tick(uv_timer_t *t) {
   scan(s);
   for (size_t i = 0; i < s->n_dags; i++) {
     dag_entry *e = s->dags[i];
-    if (!e->sp)
+    /* A file that does not load (its previous version kept for what the
+     * API shows) starts nothing: its runs would load it as it is. Queued
+     * runs wait and fire times are decided when it loads again, as after
+     * serve's downtime (catchup). */
+    if (!e->sp || e->error)
       continue;
     queue_pump(s, e); /* first: what waited goes before what is new */
     if (!s->no_cron) {

@@ -236,6 +236,53 @@ void history_pool_release(history *h, size_t task) {
     broke(h);
 }
 
+int history_approval_poll(history *h, size_t task, int attempt, cJSON **outputs,
+                          char **reason) {
+  *outputs = NULL;
+  *reason = NULL;
+  if (!h || h->broken)
+    return 0;
+  history_flush(h);
+  cJSON *all = store_approvals(h->st, h->run_id, h->sp->tasks[task].name, 0,
+                               h->err, sizeof h->err);
+  if (!all) {
+    broke(h);
+    return 0;
+  }
+  int rc = 0;
+  for (const cJSON *a = all->child; a; a = a->next) {
+    const char *d = cJSON_GetStringValue(cJSON_GetObjectItem(a, "decision"));
+    const char *by = cJSON_GetStringValue(cJSON_GetObjectItem(a, "by"));
+    const char *via = cJSON_GetStringValue(cJSON_GetObjectItem(a, "via"));
+    const char *why = cJSON_GetStringValue(cJSON_GetObjectItem(a, "reason"));
+    int n = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(a, "attempt"));
+    if (!d || !by || !via)
+      continue;
+    if (strcmp(d, "approved") == 0) {
+      cJSON_Delete(*outputs);
+      *outputs = cJSON_CreateObject();
+      cJSON_AddStringToObject(*outputs, "approved_by", by);
+      cJSON_AddStringToObject(*outputs, "approved_via", via);
+      rc = 1;
+    } else if (n == attempt) {
+      free(*reason);
+      *reason = xasprintf("by %s via %s%s%s", by, via, why ? ": " : "",
+                          why ? why : "");
+      rc = -1;
+    }
+  }
+  if (rc != 1) {
+    cJSON_Delete(*outputs);
+    *outputs = NULL;
+  }
+  if (rc != -1) {
+    free(*reason);
+    *reason = NULL;
+  }
+  cJSON_Delete(all);
+  return rc;
+}
+
 int history_admit(history *h, int max, char **why) {
   *why = NULL;
   if (!h || h->broken)

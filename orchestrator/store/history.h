@@ -82,6 +82,17 @@ int history_cache_lookup(history *h, const char *fingerprint, char **from_run,
 int history_pool_acquire(history *h, size_t task, const char *pool, int size,
                          char **why);
 void history_pool_release(history *h, size_t task);
+/* Approval tasks: the scheduler's sched_opts.approval_poll for attempt
+ * `attempt` of task (after committing the batch, so that what the store
+ * holds is read fresh). An "approved" decision for any attempt counts: a
+ * task approved whose dagrun died before it noticed was never acted on (a
+ * task that succeeded does not run again on resume), so the resume takes
+ * it up. A "rejected" one counts for its own attempt only: resuming asks
+ * again. Returns 1 with *outputs ({approved_by, approved_via}), -1 with
+ * *reason ("by WHO via HOW[: REASON]"), both for the caller to free, or 0
+ * (not decided, or the store failed: said once, as for every read). */
+int history_approval_poll(history *h, size_t task, int attempt, cJSON **outputs,
+                          char **reason);
 /* max_active_runs (store_run_admit): 1 when the run may start (recorded
  * "running"), 0 with *why (caller frees) when it is recorded "queued". A
  * store that fails is said once and admits the run. */

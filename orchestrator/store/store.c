@@ -123,6 +123,14 @@
   XX(RUN_STARTED, "SELECT started FROM runs WHERE id = ?1")                    \
   XX(RUN_TAGS_GET, "SELECT tags FROM runs WHERE id = ?1")                      \
   XX(RUN_TAGS_SET, "UPDATE runs SET tags = ?2 WHERE id = ?1")                  \
+  XX(TASK_STATE, "SELECT state, attempts FROM tasks WHERE run_id = ?1 AND "    \
+                 "name = ?2")                                                  \
+  XX(APPROVAL_GET, "SELECT decision, by, via, time, reason, task, attempt "    \
+                   "FROM approvals WHERE run_id = ?1 AND (?2 IS NULL OR "      \
+                   "task = ?2) AND (?3 <= 0 OR attempt = ?3) ORDER BY rowid")  \
+  XX(APPROVAL_ADD, "INSERT INTO approvals(run_id, task, attempt, decision, "   \
+                   "by, via, time, reason) VALUES(?1, ?2, ?3, ?4, ?5, ?6, "    \
+                   "?7, ?8)")                                                  \
   XX(RUN_NOTE_SET, "UPDATE runs SET user_note = ?2 WHERE id = ?1")             \
   XX(RUN_ADMIT, "UPDATE runs SET state = ?2, waiting = ?3 WHERE id = ?1 AND "  \
                 "(state IS NOT ?2 OR waiting IS NOT ?3)")
@@ -184,6 +192,21 @@ struct store {
   ");\n"                                                                       \
   "CREATE INDEX pool_leases_pool ON pool_leases(pool);\n"
 
+/* The table version 6 added: a person's decision on an approval task's
+ * attempt, at most one per attempt (the key makes a replay harmless). */
+#define V6_TABLES_SQL                                                          \
+  "CREATE TABLE approvals(\n"                                                  \
+  "  run_id TEXT NOT NULL,\n"                                                  \
+  "  task TEXT NOT NULL,\n"                                                    \
+  "  attempt INTEGER NOT NULL,\n"                                              \
+  "  decision TEXT NOT NULL,\n"                                                \
+  "  by TEXT NOT NULL,\n"                                                      \
+  "  via TEXT NOT NULL,\n"                                                     \
+  "  time REAL NOT NULL,\n"                                                    \
+  "  reason TEXT,\n"                                                           \
+  "  PRIMARY KEY(run_id, task, attempt)\n"                                     \
+  ");\n"
+
 static const char schema_sql[] =
     "CREATE TABLE runs(\n"
     "  id TEXT PRIMARY KEY,\n"
@@ -236,7 +259,7 @@ static const char schema_sql[] =
     "  PRIMARY KEY(run_id, task, n),\n"
     "  FOREIGN KEY(run_id, task) REFERENCES tasks(run_id, name)\n"
     "    ON DELETE CASCADE\n"
-    ");\n" V4_TABLES_SQL V5_TABLES_SQL;
+    ");\n" V4_TABLES_SQL V5_TABLES_SQL V6_TABLES_SQL;
 
 /* Version 1 -> 2: who runs a run (the orchestrator's pid and process start
  * time, against pid reuse) and each attempt's process start time. */
@@ -266,10 +289,11 @@ static const char migrate_v4_sql[] =
     "ALTER TABLE tasks ADD COLUMN waiting TEXT;\n" V5_TABLES_SQL;
 
 /* Version 5 -> 6: a run's tags (a JSON array of strings) and the note
- * people write on it (`dagrun tag`, `dagrun note`, the API). */
+ * people write on it (`dagrun tag`, `dagrun note`, the API), and the
+ * approvals of approval tasks. */
 static const char migrate_v5_sql[] =
     "ALTER TABLE runs ADD COLUMN tags TEXT;\n"
-    "ALTER TABLE runs ADD COLUMN user_note TEXT;\n";
+    "ALTER TABLE runs ADD COLUMN user_note TEXT;\n" V6_TABLES_SQL;
 
 static int fail(store *st, int rc, char *err, size_t errlen, const char *what) {
   snprintf(err, errlen, "run store %s: %s: %s", st->path, what,
@@ -1045,7 +1069,11 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
     }
     cJSON_AddItemToObject(t, "attempt_list", a);
   }
+  cJSON *approvals = store_approvals(st, id, NULL, 0, err, errlen);
   free(id);
+  if (!approvals)
+    goto bad;
+  cJSON_AddItemToObject(run, "approvals", approvals);
   annotate_run(run);
   store_runs_trigger_info(st, run);
   *rc = 0;
@@ -1588,4 +1616,110 @@ void store_bind_text(sqlite3_stmt *s, int i, const char *v) {
 int store_sql_fail(store *st, int rc, char *err, size_t errlen,
                    const char *what) {
   return fail(st, rc, err, errlen, what);
+}
+
+/* ---- approvals ---- */
+
+cJSON *store_approvals(store *st, const char *run_id, const char *task, int n,
+                       char *err, size_t errlen) {
+  static const char *const keys[] = {"decision", "by",   "via",    "time",
+                                     "reason",   "task", "attempt"};
+  sqlite3_stmt *s = stmt(st, S_APPROVAL_GET, err, errlen);
+  if (!s)
+    return NULL;
+  bind_text(s, 1, run_id);
+  bind_text(s, 2, task);
+  sqlite3_bind_int(s, 3, n);
+  cJSON *arr = cJSON_CreateArray();
+  if (rows_into(st, s, arr, keys, 7, -1, "reading approvals", err, errlen) !=
+      0) {
+    cJSON_Delete(arr);
+    return NULL;
+  }
+  return arr;
+}
+
+/* The task's state and attempts, in *state (caller frees) and *attempts;
+ * DR_ENOENT when the run has no such task. */
+static int task_state_of(store *st, const char *run_id, const char *task,
+                         char **state, int *attempts, char *err,
+                         size_t errlen) {
+  sqlite3_stmt *s = stmt(st, S_TASK_STATE, err, errlen);
+  if (!s)
+    return DR_ESTORE;
+  bind_text(s, 1, run_id);
+  bind_text(s, 2, task);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) {
+    *state = xstrdup((const char *)sqlite3_column_text(s, 0));
+    *attempts = sqlite3_column_int(s, 1);
+  }
+  sqlite3_reset(s);
+  if (rc == SQLITE_DONE) {
+    snprintf(err, errlen, "run %s has no task '%s'", run_id, task);
+    return DR_ENOENT;
+  }
+  return rc == SQLITE_ROW ? 0 : fail(st, rc, err, errlen, "reading a task");
+}
+
+/* With the task known to wait at attempt n: 0 when nothing is decided for
+ * it yet, 1 when the same decision is (a replay), DR_EEXIST when the other
+ * one is. */
+static int approval_prior(store *st, const char *run_id, const char *task,
+                          int n, const char *decision, char *err,
+                          size_t errlen) {
+  cJSON *prior = store_approvals(st, run_id, task, n, err, errlen);
+  if (!prior)
+    return DR_ESTORE;
+  int rc = 0;
+  if (prior->child) {
+    const cJSON *d = cJSON_GetObjectItem(prior->child, "decision");
+    rc = d && cJSON_IsString(d) && strcmp(d->valuestring, decision) == 0
+             ? 1
+             : DR_EEXIST;
+    if (rc == DR_EEXIST)
+      snprintf(err, errlen, "task '%s' of run %s was already %s", task, run_id,
+               d ? d->valuestring : "decided");
+  }
+  cJSON_Delete(prior);
+  return rc;
+}
+
+int store_approval_decide(store *st, const char *run_id, const char *task,
+                          const store_approval *a, double now, char *err,
+                          size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  char *state = NULL;
+  int n = 0;
+  rc = task_state_of(st, run_id, task, &state, &n, err, errlen);
+  if (rc == 0 && strcmp(state, "waiting_approval") != 0) {
+    snprintf(err, errlen,
+             "task '%s' of run %s is not waiting for approval (it is %s)", task,
+             run_id, state);
+    rc = DR_EINVAL;
+  }
+  if (rc == 0)
+    rc = approval_prior(st, run_id, task, n, a->decision, err, errlen);
+  if (rc == 0) {
+    sqlite3_stmt *s = stmt(st, S_APPROVAL_ADD, err, errlen);
+    if (!s) {
+      rc = DR_ESTORE;
+    } else {
+      bind_text(s, 1, run_id);
+      bind_text(s, 2, task);
+      sqlite3_bind_int(s, 3, n);
+      bind_text(s, 4, a->decision);
+      bind_text(s, 5, a->by);
+      bind_text(s, 6, a->via);
+      bind_time(s, 7, now);
+      bind_text(s, 8, a->reason);
+      rc = step_write(st, s, 1, "recording an approval", err, errlen);
+    }
+  }
+  free(state);
+  int replay = rc == 1;
+  rc = commit(st, replay ? 0 : rc, err, errlen);
+  return rc == 0 && replay ? 1 : rc;
 }

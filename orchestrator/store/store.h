@@ -14,6 +14,7 @@
  *             error, duration_s, result, endpoint)
  *   cron_state (dag, last_fire, updated)
  *   pool_leases (pool, run_id, task, pid, pid_start, since)
+ *   approvals (run_id, task, attempt, decision, by, via, time, reason)
  *
  * Times are wall-clock seconds since the epoch (REAL, NULL when unknown);
  * params and outputs are JSON text; exit_code is NULL when there is none.
@@ -24,15 +25,14 @@
  * the DAG file when the run began, for resume to notice an edited file), the
  * alert_deliveries and cron_state tables; v5 the runs' and tasks' waiting
  * (what a queued run or task waits for) and the pool_leases table (older
- * databases are migrated on open). A run's trigger says what started it:
- * "manual" (`dagrun run`), "cron" or "api" (`dagrun serve`), "backfill"; its
- * logical_date is the schedule time it stands for (cron and backfill runs),
- * else NULL. A run's state is "queued" (a DAG with max_active_runs waiting for
- * its turn: see store_run_admit) or "running", then "success", "failed",
- * "cancelled"
- * (Ctrl-C, SIGTERM, `dagrun cancel`) or "interrupted" (SIGHUP, serve's
- * shutdown, or a dagrun that is gone: see "Reading").
- * An attempt's state is "starting" (recorded before its process is
+ * databases are migrated on open); v6 the approvals table. A run's trigger says
+ * what started it: "manual" (`dagrun run`), "cron" or "api" (`dagrun serve`),
+ * "backfill"; its logical_date is the schedule time it stands for (cron and
+ * backfill runs), else NULL. A run's state is "queued" (a DAG with
+ * max_active_runs waiting for its turn: see store_run_admit) or "running", then
+ * "success", "failed", "cancelled" (Ctrl-C, SIGTERM, `dagrun cancel`) or
+ * "interrupted" (SIGHUP, serve's shutdown, or a dagrun that is gone: see
+ * "Reading"). An attempt's state is "starting" (recorded before its process is
  * spawned: pid NULL), "running" (spawned, pid set), then "success",
  * "failed" or "cancelled".
  *
@@ -210,9 +210,10 @@ int store_run_set_note(store *st, const char *id, const char *note, char *err,
 /* The run whose id is id_prefix or starts with it: {..., params, tasks:
  * [{name, state, attempts, exit_code, error, started, finished, outputs,
  * attempt_list: [{n, pid, state, exit_code, error, started, finished,
- * log, pid_start}]}]}, the run's own keys including orch_pid and
- * orch_start when recorded. *rc: 0, DR_ENOENT (no such run) or DR_EINVAL (the prefix is
- * ambiguous), DR_ESTORE; err says which. */
+ * log, pid_start}]}], approvals: [as store_approvals]}, the run's own
+ * keys including orch_pid and
+ * orch_start when recorded. *rc: 0, DR_ENOENT (no such run) or DR_EINVAL (the
+ * prefix is ambiguous), DR_ESTORE; err says which. */
 cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
                  size_t errlen);
 /* One attempt (n <= 0: the latest) of a task of a run (full id):
@@ -224,7 +225,7 @@ cJSON *store_attempt(store *st, const char *run_id, const char *task, int n,
 /* One delivery try of a webhook alert (alerts.h), as recorded. */
 typedef struct store_alert_delivery {
   double time;        /* when the try ended */
-  const char *event;  /* failure, retry, success, deadline */
+  const char *event;  /* failure, retry, success, deadline, approval */
   const char *task;   /* NULL: about the run */
   int attempt;        /* the task's attempt, 0: none */
   int try_n;          /* 1, 2, 3 */
@@ -279,5 +280,29 @@ int store_lease_release(store *st, const char *run_id, const char *task,
  * *why, caller frees) and 0 returned. DR_ESTORE on error. */
 int store_run_admit(store *st, const char *id, const char *dag, int max,
                     char **why, char *err, size_t errlen);
+
+/* Approval tasks (scheduler.h, "Approval"): a person's decision on the
+ * attempt an approval task waits at, one per attempt. */
+typedef struct store_approval {
+  const char *decision; /* "approved" or "rejected" */
+  const char *by;       /* who: a user name, or what the API was told */
+  const char *via;      /* how: "cli", "api", "dashboard" */
+  const char *reason;   /* may be NULL */
+} store_approval;
+/* Records a decision on task of run run_id (full id), in one BEGIN
+ * IMMEDIATE transaction, for the attempt the task waits at. Only a task
+ * recorded "waiting_approval" can be decided. Returns 0 when recorded; 1
+ * when the same decision was already recorded for that attempt (a replay:
+ * nothing is written); DR_ENOENT (no such task), DR_EINVAL (the task is
+ * not waiting for approval), DR_EEXIST (the other decision was recorded)
+ * or DR_ESTORE, each with err. */
+int store_approval_decide(store *st, const char *run_id, const char *task,
+                          const store_approval *a, double now, char *err,
+                          size_t errlen);
+/* The decisions of a run (full id), of one task (NULL: all) and attempt
+ * (<= 0: all), in the order made: [{decision, by, via, time, reason, task,
+ * attempt}]; or NULL with err. Caller frees. */
+cJSON *store_approvals(store *st, const char *run_id, const char *task, int n,
+                       char *err, size_t errlen);
 
 #endif /* DAGRUN_STORE_H */

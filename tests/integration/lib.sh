@@ -549,6 +549,77 @@ expect_no_rank_outlives() {
   return 0
 }
 
+# http METHOD PATH [BODY] [auth: none|token|badtoken|hmac|badhmac|stalehmac]
+# prints "STATUS BODY": a request to the `dagrun serve` on $PORT, started
+# with --token-file and --hmac-secret-file holding write_serve_secrets's.
+http() {
+  /usr/bin/python3 - "$PORT" "$@" <<'P'
+import hashlib, hmac, sys, time, urllib.error, urllib.request
+port, method, path = sys.argv[1:4]
+body = sys.argv[4].encode() if len(sys.argv) > 4 else None
+auth = sys.argv[5] if len(sys.argv) > 5 else "none"
+h = {"Content-Type": "application/json"}
+if auth == "token":
+    h["Authorization"] = "Bearer s3cret-token-0123456789"
+elif auth == "badtoken":
+    h["Authorization"] = "Bearer s3cret-token-0123456788"
+elif auth.endswith("hmac"):
+    ts = str(int(time.time()) - (600 if auth == "stalehmac" else 0))
+    key = b"hmac-key-42-0123456789" if auth != "badhmac" else b"hmac-key-43-0123456789"
+    h["X-Dagrun-Timestamp"] = ts
+    msg = f"{method}\n{path}\n{ts}\n".encode() + (body or b"")
+    h["X-Dagrun-Signature"] = "sha256=" + hmac.new(key, msg, hashlib.sha256).hexdigest()
+req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method, headers=h)
+try:
+    with urllib.request.urlopen(req, timeout=30) as r:
+        print(r.status, r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode())
+P
+}
+
+# write_serve_secrets: the files `token` and `hmac` that http() signs with.
+write_serve_secrets() {
+  echo "s3cret-token-0123456789" > token
+  echo "hmac-key-42-0123456789" > hmac
+  chmod 600 token hmac
+}
+
+SERVE_PID=
+# start_serve LOG [ARGS...]: starts `dagrun serve dags` on a free port,
+# with write_serve_secrets's token and HMAC key; sets PORT and SERVE_PID.
+# stop_serve: SIGTERM, then waits (up to 30 s) for it to exit.
+start_serve() {
+  local log=$1
+  shift
+  : >"$log" # before the background job opens it: sed reads it at once
+  "$DAGRUN" serve dags --port 0 --token-file token --hmac-secret-file hmac "$@" >"$log" 2>&1 &
+  SERVE_PID=$!
+  for _ in $(seq 100); do
+    PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$log")
+    [ -n "$PORT" ] && return 0
+    pid_alive "$SERVE_PID" || fail "serve exited: $(cat "$log")"
+    sleep 0.1
+  done
+  fail "serve did not start listening: $(cat "$log")"
+}
+
+stop_serve() { serve_stop "$SERVE_PID"; }
+
+# store_task_state RUN TASK, store_run_state RUN: as the run store (and so
+# the API) has them, through `dagrun status --json`.
+store_task_state() {
+  "$DAGRUN" status --json "$1" | "$PY" -c '
+import json, sys
+for t in json.load(sys.stdin)["tasks"]:
+    if t["name"] == sys.argv[1]: print(t["state"])' "$2"
+}
+store_run_state() {
+  "$DAGRUN" status --json "$1" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["state"])'
+}
+# store_run_is RUN STATE: for wait_until.
+store_run_is() { [ "$(store_run_state "$1")" = "$2" ]; }
+
 # Two train runs compared (the gang tests):
 # same_losses A B TOL: the same steps, losses within relative TOL.
 same_losses() {

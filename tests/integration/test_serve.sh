@@ -8,9 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 export DAGRUN_HOME="$T/home"
 mkdir -p dags
-echo "s3cret-token-0123456789" > token
-echo "hmac-key-42-0123456789" > hmac
-chmod 600 token hmac
+write_serve_secrets
 
 # minute-by-minute DAGs whose runs last 2.5 fake minutes
 for ov in skip queue allow; do
@@ -23,24 +21,6 @@ tasks:
 Y
 done
 
-SERVE_PID=
-# start_serve LOG [ARGS...]: starts the daemon on a free port; sets PORT.
-start_serve() {
-  local log=$1
-  shift
-  : >"$log" # before the background job opens it: sed reads it at once
-  "$DAGRUN" serve dags --port 0 --token-file token --hmac-secret-file hmac "$@" >"$log" 2>&1 &
-  SERVE_PID=$!
-  for _ in $(seq 100); do
-    PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$log")
-    [ -n "$PORT" ] && return 0
-    pid_alive "$SERVE_PID" || fail "serve exited: $(cat "$log")"
-    sleep 0.1
-  done
-  fail "serve did not start listening: $(cat "$log")"
-}
-
-stop_serve() { serve_stop "$SERVE_PID"; }
 
 # ---- a port another program listens on: "address in use", exit 2 ----
 /usr/bin/python3 - "$T/taken.port" <<'P' &
@@ -64,33 +44,6 @@ expect_rc 2
 expect_in "$T/err" "cannot listen on 127.0.0.1 port $TAKEN: address in use"
 expect_not_in "$T/err" "MHD_OPTION"
 
-# http METHOD PATH [BODY] [auth: none|token|badtoken|hmac|badhmac|stalehmac]
-# prints "STATUS BODY".
-http() {
-  /usr/bin/python3 - "$PORT" "$@" <<'P'
-import hashlib, hmac, sys, time, urllib.error, urllib.request
-port, method, path = sys.argv[1:4]
-body = sys.argv[4].encode() if len(sys.argv) > 4 else None
-auth = sys.argv[5] if len(sys.argv) > 5 else "none"
-h = {"Content-Type": "application/json"}
-if auth == "token":
-    h["Authorization"] = "Bearer s3cret-token-0123456789"
-elif auth == "badtoken":
-    h["Authorization"] = "Bearer s3cret-token-0123456788"
-elif auth.endswith("hmac"):
-    ts = str(int(time.time()) - (600 if auth == "stalehmac" else 0))
-    key = b"hmac-key-42-0123456789" if auth != "badhmac" else b"hmac-key-43-0123456789"
-    h["X-Dagrun-Timestamp"] = ts
-    msg = f"{method}\n{path}\n{ts}\n".encode() + (body or b"")
-    h["X-Dagrun-Signature"] = "sha256=" + hmac.new(key, msg, hashlib.sha256).hexdigest()
-req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method, headers=h)
-try:
-    with urllib.request.urlopen(req, timeout=30) as r:
-        print(r.status, r.read().decode())
-except urllib.error.HTTPError as e:
-    print(e.code, e.read().decode())
-P
-}
 
 # run_state RUN: the run's state in the store ("" while it is not there).
 run_state() {
@@ -261,12 +214,18 @@ RUN3=$(echo "$out" | sed 's/^201 //' | /usr/bin/python3 -c 'import json,sys; pri
 for _ in $(seq 50); do [ -s "$DAGRUN_RUNS_DIR/api/$RUN3/a/attempt-1/log" ] && grep -q "who=" "$DAGRUN_RUNS_DIR/api/$RUN3/a/attempt-1/log" && break; sleep 0.1; done
 expect_in "$DAGRUN_RUNS_DIR/api/$RUN3/a/attempt-1/log" "n=0 who=reloaded"
 printf 'dag: api\ntasks:\n  a: {stage: exec, with: {command: [true]}, needs: [ghost]}\n' > dags/api.yaml
-for _ in $(seq 50); do grep -q "api.yaml does not load (the previous version stays in use)" "$T/serve4.log" && break; sleep 0.1; done
-expect_in "$T/serve4.log" "api.yaml does not load (the previous version stays in use)"
+for _ in $(seq 50); do grep -q "api.yaml does not load (its previous version is shown; no run starts until it loads)" "$T/serve4.log" && break; sleep 0.1; done
+expect_in "$T/serve4.log" "api.yaml does not load (its previous version is shown; no run starts until it loads)"
 out=$(http GET /api/dags)
 case "$out" in *'"error":"'*"api.yaml:3:"*"ghost"*) ;; *) fail "broken file's error in /api/dags: $out" ;; esac
+# No run starts while the file does not load (a run loads it as it is):
+# 409 with the error, and no run is recorded.
+n_runs() { "$DAGRUN" runs api --json | /usr/bin/python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'; }
+before=$(n_runs)
 out=$(http POST /api/dags/api/runs '{"params":{"n":0}}' token)
-case "$out" in "201 "*) ;; *) fail "the previous version of a broken file still runs: $out" ;; esac
+case "$out" in "409 "*"does not load; no run starts until it does"*"ghost"*) ;; *) fail "a run of a broken file: $out" ;; esac
+sleep 1
+[ "$(n_runs)" = "$before" ] || fail "a run of a broken file was recorded"
 # one daemon per store
 run_dagrun serve dags --port 0
 expect_rc 2

@@ -691,6 +691,8 @@ static void test_openapi(void) {
       {"/api/runs/{run}/note", "post"},
       {"/api/dags/{dag}/backfill", "post"},
       {"/api/runs/{run}/resume", "post"},
+      {"/api/runs/{run}/tasks/{task}/approve", "post"},
+      {"/api/runs/{run}/tasks/{task}/reject", "post"},
   };
   size_t n = sizeof routed / sizeof routed[0];
   for (size_t i = 0; i < n; i++) {

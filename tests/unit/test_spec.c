@@ -172,7 +172,7 @@ static void test_unknown_keys(void) {
             "mean 'retries'?\n"
             "dag.yaml:6:5: error: unknown key 'colour' in task 'a'; expected "
             "one of: stage, needs, with, description, outputs, branch, map, "
-            "retries, retry_delay, retry_backoff, retry_max_delay, "
+            "approval, retries, retry_delay, retry_backoff, retry_max_delay, "
             "retry_jitter, "
             "retry_on, timeout, heartbeat_timeout, kill_grace, pool, "
             "trigger, env, cache, world_size, launcher, hosts, rendezvous\n");
@@ -291,7 +291,7 @@ static void test_names_and_needs(void) {
             "names a directory)\n"
             "dag.yaml:10:3: error: task 'nostage' has no 'stage'; expected "
             "the name of a stage (e.g. stage: exec) or a path to a stage "
-            "plugin\n"
+            "plugin, or 'approval' for a task that waits for a person\n"
             "dag.yaml:6:13: error: task 'train' needs unknown task "
             "'tokenise'; did you mean 'tokenize'?\n"
             "dag.yaml:6:23: error: task 'train' needs unknown task "

@@ -580,6 +580,68 @@ static void test_gone(void) {
   store_close(st);
 }
 
+/* Approval decisions: only a task recorded waiting_approval can be
+ * decided, once per attempt; the same decision again is a replay (1,
+ * nothing written), the other one DR_EEXIST; an unknown task DR_ENOENT. */
+static void test_approvals(void) {
+  char err[1024];
+  store *st;
+  CHECK_INT(store_open(test_path("approvals.db"), 1, &st, err, sizeof err), 0);
+  if (!st)
+    return;
+  const char *tasks[] = {"gate", "other"};
+  CHECK_INT(store_run_begin(st, "r1", "d", NULL, NULL, 1.0, NULL, NULL, 0, NULL,
+                            tasks, 2, err, sizeof err),
+            0);
+  store_approval yes = {"approved", "alice", "cli", NULL};
+  store_approval no = {"rejected", "bob", "api", "too soon"};
+  /* Not waiting yet. */
+  CHECK_INT(store_approval_decide(st, "r1", "gate", &yes, 2.0, err, sizeof err),
+            DR_EINVAL);
+  CHECK(strstr(err, "is not waiting for approval (it is waiting)") != NULL);
+  CHECK_INT(store_approval_decide(st, "r1", "nope", &yes, 2.0, err, sizeof err),
+            DR_ENOENT);
+  CHECK_INT(store_approval_decide(st, "r9", "gate", &yes, 2.0, err, sizeof err),
+            DR_ENOENT);
+  CHECK_INT(
+      store_attempt_begin(st, "r1", "gate", 1, "/l", 2.0, err, sizeof err), 0);
+  store_task_update u = {
+      "waiting_approval", 1, -1, NULL, 0, 0, NULL, NULL, NULL};
+  CHECK_INT(store_task_set(st, "r1", "gate", &u, err, sizeof err), 0);
+  CHECK_INT(store_approval_decide(st, "r1", "gate", &yes, 3.0, err, sizeof err),
+            0);
+  CHECK_INT(store_approval_decide(st, "r1", "gate", &yes, 4.0, err, sizeof err),
+            1);
+  CHECK_INT(store_approval_decide(st, "r1", "gate", &no, 5.0, err, sizeof err),
+            DR_EEXIST);
+  CHECK(strstr(err, "was already approved") != NULL);
+  cJSON *a = store_approvals(st, "r1", NULL, 0, err, sizeof err);
+  CHECK_INT(cJSON_GetArraySize(a), 1);
+  const cJSON *d = a ? cJSON_GetArrayItem(a, 0) : NULL;
+  double t = 0, n = 0;
+  CHECK_STR(str_key(d, "decision"), "approved");
+  CHECK_STR(str_key(d, "by"), "alice");
+  CHECK_STR(str_key(d, "via"), "cli");
+  CHECK(num_key(d, "time", &t) && t == 3.0);
+  CHECK(num_key(d, "attempt", &n) && n == 1);
+  cJSON_Delete(a);
+  /* The next attempt waits: a rejection of it is its own decision. */
+  u.attempts = 2;
+  CHECK_INT(store_task_set(st, "r1", "gate", &u, err, sizeof err), 0);
+  CHECK_INT(store_approval_decide(st, "r1", "gate", &no, 6.0, err, sizeof err),
+            0);
+  a = store_approvals(st, "r1", "gate", 2, err, sizeof err);
+  CHECK_INT(cJSON_GetArraySize(a), 1);
+  CHECK_STR(str_key(cJSON_GetArrayItem(a, 0), "reason"), "too soon");
+  cJSON_Delete(a);
+  /* store_run carries them. */
+  int rc;
+  cJSON *run = store_run(st, "r1", &rc, err, sizeof err);
+  CHECK_INT(cJSON_GetArraySize(cJSON_GetObjectItem(run, "approvals")), 2);
+  cJSON_Delete(run);
+  store_close(st);
+}
+
 int main(void) {
   if (test_tmpdir_make("store") != 0)
     return 1;
@@ -588,6 +650,7 @@ int main(void) {
   test_not_a_database();
   test_concurrent();
   test_gone();
+  test_approvals();
   if (!test_failures_)
     test_tmpdir_remove();
   TEST_DONE();
