@@ -59,7 +59,7 @@ with Browser(chromium, profile) as b:
                "run 2 rejected")
     print("rejected")
     # The runs filtered by state: only the failed run is listed.
-    ROWS = "[...document.querySelectorAll('#runs tbody tr td:first-child')].map(e => e.textContent).join(' ')"
+    ROWS = "[...document.querySelectorAll('#runs tbody tr td.mono')].map(e => e.textContent).join(' ')"
     b.wait_for(f"({ROWS}).includes('{run1}') && ({ROWS}).includes('{run2}')", "both runs listed")
     b.js("const s = document.getElementById('runs-state'); s.value = 'failed'; s.dispatchEvent(new Event('change'))")
     b.wait_for(f"({ROWS}) === '{run2}'", "only the failed run", secs=10)
