@@ -151,24 +151,13 @@ $(tail -5 "$T/chromium.err" 2>/dev/null)"
   expect_in cdp.out "$what: ok"
 }
 
-# api METHOD PATH [BODY] [TOKEN]: one request to the serve on $PORT (the
-# bearer TOKEN when given and not "none"); prints "STATUS BODY". Never
-# fails by itself.
+# api METHOD PATH [BODY] [TOKEN]: http with TOKEN as the bearer token
+# (none, or no TOKEN: no credentials); prints "STATUS BODY". Never fails
+# by itself.
 api() {
-  /usr/bin/python3 - "$PORT" "$@" <<'P'
-import sys, urllib.error, urllib.request
-port, method, path = sys.argv[1:4]
-body = sys.argv[4].encode() if len(sys.argv) > 4 and sys.argv[4] else None
-h = {"Content-Type": "application/json"}
-if len(sys.argv) > 5 and sys.argv[5] != "none":
-    h["Authorization"] = "Bearer " + sys.argv[5]
-req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method, headers=h)
-try:
-    with urllib.request.urlopen(req, timeout=30) as r:
-        print(r.status, r.read().decode())
-except urllib.error.HTTPError as e:
-    print(e.code, e.read().decode())
-P
+  local auth=none
+  if [ -n "${4:-}" ] && [ "$4" != none ]; then auth="bearer:$4"; fi
+  http "$1" "$2" "${3:-}" "$auth"
 }
 
 expect_rc() {
@@ -549,20 +538,22 @@ expect_no_rank_outlives() {
   return 0
 }
 
-# http METHOD PATH [BODY] [auth: none|token|badtoken|hmac|badhmac|stalehmac]
+# http METHOD PATH [BODY] [auth: none|token|badtoken|hmac|badhmac|stalehmac|bearer:TOKEN]
 # prints "STATUS BODY": a request to the `dagrun serve` on $PORT, started
 # with --token-file and --hmac-secret-file holding write_serve_secrets's.
 http() {
   /usr/bin/python3 - "$PORT" "$@" <<'P'
 import hashlib, hmac, sys, time, urllib.error, urllib.request
 port, method, path = sys.argv[1:4]
-body = sys.argv[4].encode() if len(sys.argv) > 4 else None
+body = sys.argv[4].encode() if len(sys.argv) > 4 and sys.argv[4] else None
 auth = sys.argv[5] if len(sys.argv) > 5 else "none"
 h = {"Content-Type": "application/json"}
 if auth == "token":
     h["Authorization"] = "Bearer s3cret-token-0123456789"
 elif auth == "badtoken":
     h["Authorization"] = "Bearer s3cret-token-0123456788"
+elif auth.startswith("bearer:"):
+    h["Authorization"] = "Bearer " + auth[len("bearer:"):]
 elif auth.endswith("hmac"):
     ts = str(int(time.time()) - (600 if auth == "stalehmac" else 0))
     key = b"hmac-key-42-0123456789" if auth != "badhmac" else b"hmac-key-43-0123456789"

@@ -94,42 +94,42 @@ run_dagrun note "$A"
 # --- the API --------------------------------------------------------------------
 TOKEN=s3cret-token-0123456789
 serve_start
-http() { api "$1" "$2" "${3:-}" "${4:-$TOKEN}"; }
-out=$(http POST "/api/runs/$B/tags" '{"add": ["candidate", "lr=1e-3"]}')
+call() { api "$1" "$2" "${3:-}" "${4:-$TOKEN}"; }
+out=$(call POST "/api/runs/$B/tags" '{"add": ["candidate", "lr=1e-3"]}')
 [ "${out%% *}" = 200 ] || fail "POST tags: $out"
 echo "${out#* }" | "$PY" -c 'import json,sys; j = json.load(sys.stdin); assert j["tags"] == ["candidate", "lr=1e-3"], j' ||
   fail "POST tags answer: $out"
-out=$(http POST "/api/runs/$B/tags" '{"remove": ["lr=1e-3"]}')
+out=$(call POST "/api/runs/$B/tags" '{"remove": ["lr=1e-3"]}')
 [ "${out%% *}" = 200 ] || fail "POST tags remove: $out"
-out=$(http POST "/api/runs/$B/tags" '{"add": ["x"]}' none)
+out=$(call POST "/api/runs/$B/tags" '{"add": ["x"]}' none)
 [ "${out%% *}" = 401 ] || fail "POST tags without the token: $out"
-out=$(http POST "/api/runs/$B/tags" '{"add": ["a b"]}')
+out=$(call POST "/api/runs/$B/tags" '{"add": ["a b"]}')
 [ "${out%% *}" = 400 ] || fail "a bad tag: $out"
-out=$(http POST "/api/runs/$B/tags" '{"add": "candidate"}')
+out=$(call POST "/api/runs/$B/tags" '{"add": "candidate"}')
 [ "${out%% *}" = 400 ] || fail "add not a list: $out"
-out=$(http POST "/api/runs/$B/tags" '{"add": [1]}')
+out=$(call POST "/api/runs/$B/tags" '{"add": [1]}')
 [ "${out%% *}" = 400 ] || fail "a tag not a string: $out"
-out=$(http POST "/api/runs/nosuchrun/tags" '{"add": ["x"]}')
+out=$(call POST "/api/runs/nosuchrun/tags" '{"add": ["x"]}')
 [ "${out%% *}" = 404 ] || fail "unknown run: $out"
-out=$(http GET "/api/runs?tag=candidate")
+out=$(call GET "/api/runs?tag=candidate")
 [ "${out%% *}" = 200 ] || fail "GET runs?tag: $out"
 echo "${out#* }" | "$PY" -c 'import json,sys; r = json.load(sys.stdin); assert [x["id"] for x in r] == [sys.argv[1]] and r[0]["tags"] == ["candidate"], r' "$B" ||
   fail "GET runs?tag=candidate: $out"
-out=$(http POST "/api/runs/$B/note" '{"note": "promoted to staging\nby the API"}')
+out=$(call POST "/api/runs/$B/note" '{"note": "promoted to staging\nby the API"}')
 [ "${out%% *}" = 200 ] || fail "POST note: $out"
-out=$(http GET "/api/runs/$B")
+out=$(call GET "/api/runs/$B")
 echo "${out#* }" | "$PY" -c 'import json,sys; r = json.load(sys.stdin); assert r["user_note"] == "promoted to staging\nby the API", r' ||
   fail "GET run's note: $out"
-out=$(http POST "/api/runs/$B/note" '{"note": "\u0007"}')
+out=$(call POST "/api/runs/$B/note" '{"note": "\u0007"}')
 [ "${out%% *}" = 400 ] || fail "a control character: $out"
-out=$(http POST "/api/runs/$B/note" '{"text": "x"}')
+out=$(call POST "/api/runs/$B/note" '{"text": "x"}')
 [ "${out%% *}" = 400 ] || fail "no note member: $out"
-out=$(http POST "/api/runs/$B/note" '{"note": "x"}' none)
+out=$(call POST "/api/runs/$B/note" '{"note": "x"}' none)
 [ "${out%% *}" = 401 ] || fail "POST note without the token: $out"
 run_dagrun note "$B"
 [ "$(cat "$T/out")" = "promoted to staging
 by the API" ] || fail "the API's note, read by the CLI: $(cat "$T/out")"
-out=$(http POST "/api/runs/$B/note" '{"note": null}')
+out=$(call POST "/api/runs/$B/note" '{"note": null}')
 [ "${out%% *}" = 200 ] || fail "POST note null: $out"
 run_dagrun note "$B"
 [ -z "$(cat "$T/out")" ] || fail "a null note did not clear it: $(cat "$T/out")"
