@@ -2,13 +2,18 @@
  * gpt_dump: the CPU GPT-2 engine on the command line, for the PyTorch
  * reference test (tests/integration/test_gpt_torch.sh) and benchmarks.
  *
- *   gpt_dump dump DIR
+ *   gpt_dump dump DIR [llama KV HS UNTIED]
  *     Tiny model (L2 H2 C32 T16 V67, padded to 128), B3 T16, fixed seed,
  *     parameters perturbed off GPT-2's init so that biases and LayerNorms
  *     matter. Writes into DIR: layout.txt (name offset numel d0 d1 per
  *     tensor, then the config), params.bin, inputs.bin, targets.bin
  *     (uint32 (B,T)), logits.bin ((B,T,Vp) float), loss.txt, grads.bin
  *     (the gradient of the loss after one backward, scale 1).
+ *     With "llama": the Llama family instead, L2 H4 with KV key/value
+ *     heads of HS channels (C = 4 HS), SwiGLU width 3 C + 2 (not a
+ *     power of two), rope_theta 500 (so that the 16 positions turn far),
+ *     norm_eps 1e-5, the head untied if UNTIED is 1; llama.txt then
+ *     holds "KV FF rope_theta norm_eps untied" for the reference.
  *
  *   gpt_dump bench L H C T V B ITERS
  *     Times ITERS forward+backward passes (after one warm-up) and prints
@@ -41,9 +46,8 @@ static int write_file(const char *dir, const char *name, const void *p,
   return 0;
 }
 
-static gpt *make(int L, int H, int C, int T, int V) {
+static gpt *make_cfg(gpt_config cfg) {
   char err[256];
-  gpt_config cfg = {L, H, C, T, V, 0};
   gpt *m = NULL;
   if (gpt_config_finish(&cfg, err, sizeof err) != 0 ||
       gpt_create(&cfg, &m, err, sizeof err) != 0) {
@@ -53,21 +57,67 @@ static gpt *make(int L, int H, int C, int T, int V) {
   return m;
 }
 
-static int dump(const char *dir) {
-  const int L = 2, H = 2, C = 32, Tm = 16, V = 67, B = 3, T = 16;
-  gpt *m = make(L, H, C, Tm, V);
+static gpt *make(int L, int H, int C, int T, int V) {
+  return make_cfg((gpt_config){
+      .n_layer = L, .n_head = H, .n_embd = C, .block_size = T, .vocab_size = V});
+}
+
+/* The model of `dump`: GPT-2, or with llama (argv: KV HS UNTIED) the
+ * Llama shape of the usage above, its knobs written to DIR/llama.txt. */
+static gpt *dump_model(const char *dir, char **llama) {
+  if (!llama)
+    return make(2, 2, 32, 16, 67);
+  int hs = atoi(llama[1]);
+  gpt_config c = {.n_layer = 2,
+                  .n_head = 4,
+                  .n_embd = 4 * hs,
+                  .block_size = 16,
+                  .vocab_size = 67,
+                  .family = GPT_FAMILY_LLAMA,
+                  .n_kv_head = atoi(llama[0]),
+                  .intermediate = 12 * hs + 2,
+                  .rope_theta = 500.0f,
+                  .untied_head = atoi(llama[2])};
+  gpt *m = make_cfg(c);
+  if (!m)
+    return NULL;
+  const gpt_config *f = gpt_get_config(m);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/llama.txt", dir);
+  FILE *o = fopen(path, "w");
+  if (!o || fprintf(o, "%d %d %.9g %.9g %d\n", f->n_kv_head, f->intermediate,
+                    (double)f->rope_theta, (double)f->norm_eps,
+                    f->untied_head) < 0 ||
+      fclose(o) != 0) {
+    fprintf(stderr, "gpt_dump: cannot write %s\n", path);
+    gpt_destroy(m);
+    return NULL;
+  }
+  return m;
+}
+
+static int dump(const char *dir, char **llama) {
+  const int B = 3, T = 16;
+  gpt *m = dump_model(dir, llama);
   if (!m)
     return 1;
   gpt_init(m, 1234);
   const gpt_config *cfg = gpt_get_config(m);
-  /* Perturb every parameter (but wte's padding rows) by up to +-0.2. */
+  const int L = cfg->n_layer, H = cfg->n_head, C = cfg->n_embd;
+  const int Tm = cfg->block_size, V = cfg->vocab_size;
+  /* Perturb every parameter (but the padding rows of wte and lm_head) by
+   * up to +-0.2. */
   uint64_t s = 99;
   float *p = gpt_params(m);
-  size_t pad0 = (size_t)V * C, pad1 = (size_t)cfg->padded_vocab * C;
-  for (size_t i = 0; i < gpt_num_params(m); i++)
-    if (i < pad0 || i >= pad1)
-      p[i] += (float)((double)(rng_next(&s) >> 11) / 9007199254740992.0 - 0.5) *
-              0.4f;
+  for (size_t k = 0; k < gpt_tensor_count(m); k++) {
+    const gpt_tensor *t = gpt_tensor_at(m, k);
+    int vocab_rows = k == 0 || strcmp(t->name, "lm_head.weight") == 0;
+    size_t n = vocab_rows ? (size_t)V * C : t->numel;
+    for (size_t i = t->offset; i < t->offset + n; i++)
+      p[i] +=
+          (float)((double)(rng_next(&s) >> 11) / 9007199254740992.0 - 0.5) *
+          0.4f;
+  }
   uint32_t in[3 * 16], tg[3 * 16];
   for (int i = 0; i < B * T; i++) {
     in[i] = (uint32_t)(rng_next(&s) % V);
@@ -166,11 +216,14 @@ static int bench(int L, int H, int C, int T, int V, int B, int iters) {
 
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "dump") == 0)
-    return dump(argv[2]);
+    return dump(argv[2], NULL);
+  if (argc == 7 && strcmp(argv[1], "dump") == 0 &&
+      strcmp(argv[3], "llama") == 0)
+    return dump(argv[2], argv + 4);
   if (argc == 9 && strcmp(argv[1], "bench") == 0)
     return bench(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
                  atoi(argv[6]), atoi(argv[7]), atoi(argv[8]));
-  fprintf(stderr, "usage: gpt_dump dump DIR\n"
+  fprintf(stderr, "usage: gpt_dump dump DIR [llama KV HS UNTIED]\n"
                   "       gpt_dump bench L H C T V B ITERS\n");
   return 2;
 }
