@@ -28,8 +28,8 @@ void cpu_blas_threads_end(int n);
  * 0, or -1 with err. */
 int cpu_forward_begin(gpt *m, const uint32_t *inputs, const uint32_t *targets,
                       int B, int T, size_t widest,
-                      size_t (*floats)(const gpt_config *, int, int),
-                      char *err, size_t errlen);
+                      size_t (*floats)(const gpt_config *, int, int), char *err,
+                      size_t errlen);
 /* The end of a forward with targets (m->B, m->T set): cross-entropy of
  * logits (B*T,Vp) into lse, losses and probs (the backward's dlogits),
  * the mean into m->loss and *loss. */

@@ -76,8 +76,7 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha,
 }
 
 void cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
-              int lda, const float *B, int ldb, float beta, float *C,
-              int ldc) {
+              int lda, const float *B, int ldb, float beta, float *C, int ldc) {
   gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 int cpu_blas_threads_begin(void) { return blas_threads_begin(); }
@@ -553,7 +552,7 @@ void gpt_cpu_crossentropy_backward(float *probs_dlogits,
  * --------------------------------------------------------------------- */
 
 static int cpu_ensure_acts(gpt *m, size_t need, int B, int T, char *err,
-                    size_t errlen) {
+                           size_t errlen) {
   size_t nids = (size_t)B * T;
   if (need > m->acts_cap) {
     free(m->acts);
@@ -582,7 +581,7 @@ static int cpu_ensure_acts(gpt *m, size_t need, int B, int T, char *err,
 }
 
 static int cpu_check_ids(const uint32_t *ids, size_t n, int V, const char *what,
-                  char *err, size_t errlen) {
+                         char *err, size_t errlen) {
   for (size_t i = 0; i < n; i++) {
     if (ids[i] >= (uint32_t)V) {
       snprintf(err, errlen,
@@ -616,8 +615,8 @@ static size_t gpt2_floats(const gpt_config *cfg, int B, int T) {
 
 int cpu_forward_begin(gpt *m, const uint32_t *inputs, const uint32_t *targets,
                       int B, int T, size_t widest,
-                      size_t (*floats)(const gpt_config *, int, int),
-                      char *err, size_t errlen) {
+                      size_t (*floats)(const gpt_config *, int, int), char *err,
+                      size_t errlen) {
   const gpt_config *c = &m->cfg;
   int NH = c->n_head, V = c->vocab_size, Vp = c->padded_vocab;
   /* Whatever happens next, the last forward's results are gone. */

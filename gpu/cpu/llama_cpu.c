@@ -88,8 +88,7 @@ static size_t carve_layer(const gpt_config *cfg, float *p, int B, int T,
   return off;
 }
 
-static size_t carve(const gpt_config *cfg, float *base, int B, int T,
-                    acts *a) {
+static size_t carve(const gpt_config *cfg, float *base, int B, int T, acts *a) {
   dims d = dims_of(cfg);
   size_t N = (size_t)B * T, Vp = (size_t)cfg->padded_vocab;
   layer_acts la;
@@ -201,8 +200,8 @@ static void rope_tables(float *cs, float *sn, int T, int hs, double theta) {
 
 /* Rotates every head of x (B,T,nh*hs) in place; dir 1 forward, -1 the
  * transpose (the backward of the rotation, which is orthogonal). */
-static void rope_apply(float *x, const float *cs, const float *sn, int B,
-                       int T, int nh, int hs, int dir) {
+static void rope_apply(float *x, const float *cs, const float *sn, int B, int T,
+                       int nh, int hs, int dir) {
   int h2 = hs / 2;
   float sg = (float)dir;
 #pragma omp parallel for schedule(static)
@@ -256,8 +255,8 @@ static void attention_forward(float *y, float *att, const float *q,
     const float *kh_ = k + (size_t)b * T * KVD + (size_t)kh * hs;
     const float *vh = v + (size_t)b * T * KVD + (size_t)kh * hs;
     float *a = att + (size_t)bh * T * T;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, qh,
-                C, kh_, KVD, 0.0f, a, T);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, qh, C,
+                kh_, KVD, 0.0f, a, T);
     causal_softmax(a, T);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T,
                 vh, KVD, 0.0f, y + (size_t)b * T * C + (size_t)h * hs, C);
@@ -306,8 +305,8 @@ static void attention_backward(float *dq, float *dk, float *dv, float *datt,
       /* dq = da k; dk (+)= da^T q */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da,
                   T, kk, KVD, 0.0f, dq + qoff, C);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da, T,
-                  q + qoff, C, beta, dkk, KVD);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da,
+                  T, q + qoff, C, beta, dkk, KVD);
     }
   }
 }
@@ -341,9 +340,9 @@ static void linear_forward(float *out, const float *x, const float *w, int N,
 
 /* dout (N,OC), x (N,IC), w (OC,IC) -> dx (N,IC) = dout w, overwritten
  * (beta 0) or added (beta 1); dw (OC,IC) += dout^T x */
-static void linear_backward(float *dx, float beta, float *dw,
-                            const float *dout, const float *x, const float *w,
-                            int N, int IC, int OC) {
+static void linear_backward(float *dx, float beta, float *dw, const float *dout,
+                            const float *x, const float *w, int N, int IC,
+                            int OC) {
   cpu_gemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, beta, dx, IC);
   cpu_gemm(1, 0, OC, IC, N, 1.0f, dout, OC, x, IC, 1.0f, dw, IC);
 }
@@ -387,8 +386,8 @@ static void layer_forward(gpt *m, const layer_acts *la, const float *res,
   swiglu_forward(la->hid, la->gate, la->up, (size_t)N * FF);
   /* res3 = res2 + hid down_proj^T */
   memcpy(la->res3, la->res2, (size_t)N * C * sizeof(float));
-  cpu_gemm(0, 1, N, C, FF, 1.0f, la->hid, FF, P(LLAMA_DOWN_W), FF, 1.0f, la->res3,
-           C);
+  cpu_gemm(0, 1, N, C, FF, 1.0f, la->hid, FF, P(LLAMA_DOWN_W), FF, 1.0f,
+           la->res3, C);
 #undef P
 }
 

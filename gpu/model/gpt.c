@@ -28,13 +28,28 @@ static const gpt_config presets[] = {
     {.n_layer = 6, .n_head = 6, .n_embd = 384, .block_size = 256},
     {.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024},
     {.n_layer = 24, .n_head = 16, .n_embd = 1024, .block_size = 1024},
-    {.n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 128,
-     .family = GPT_FAMILY_LLAMA, .n_kv_head = 2, .intermediate = 384},
-    {.n_layer = 6, .n_head = 6, .n_embd = 384, .block_size = 256,
-     .family = GPT_FAMILY_LLAMA, .n_kv_head = 2, .intermediate = 1152,
+    {.n_layer = 4,
+     .n_head = 4,
+     .n_embd = 128,
+     .block_size = 128,
+     .family = GPT_FAMILY_LLAMA,
+     .n_kv_head = 2,
+     .intermediate = 384},
+    {.n_layer = 6,
+     .n_head = 6,
+     .n_embd = 384,
+     .block_size = 256,
+     .family = GPT_FAMILY_LLAMA,
+     .n_kv_head = 2,
+     .intermediate = 1152,
      .untied_head = 1},
-    {.n_layer = 30, .n_head = 9, .n_embd = 576, .block_size = 2048,
-     .family = GPT_FAMILY_LLAMA, .n_kv_head = 3, .intermediate = 1536},
+    {.n_layer = 30,
+     .n_head = 9,
+     .n_embd = 576,
+     .block_size = 2048,
+     .family = GPT_FAMILY_LLAMA,
+     .n_kv_head = 3,
+     .intermediate = 1536},
 };
 #define N_PRESETS (sizeof presets / sizeof presets[0])
 _Static_assert(N_PRESETS + 1 ==
@@ -270,8 +285,8 @@ int gpt_create(const gpt_config *cfg, gpt **out, char *err, size_t errlen) {
   }
   m->cfg = c;
   int L = c.n_layer;
-  m->layer_tensors = c.family == GPT_FAMILY_LLAMA ? LLAMA_NLAYER_TENSORS
-                                                  : GPT_NLAYER_TENSORS;
+  m->layer_tensors =
+      c.family == GPT_FAMILY_LLAMA ? LLAMA_NLAYER_TENSORS : GPT_NLAYER_TENSORS;
   m->first_layer_tensor = c.family == GPT_FAMILY_LLAMA ? 1 : 2;
   m->tensors = calloc(4 + (size_t)L * m->layer_tensors, sizeof *m->tensors);
   if (!m->tensors) {
@@ -301,7 +316,7 @@ int gpt_create(const gpt_config *cfg, gpt **out, char *err, size_t errlen) {
   }
   for (size_t i = 0; i < n; i++) {
     size_t f = m->first_layer_tensor, lt = m->layer_tensors;
-    size_t g = i < f                   ? 0
+    size_t g = i < f                    ? 0
                : i < f + (size_t)L * lt ? 1 + (i - f) / lt
                                         : (size_t)L + 1;
     if (i == 0 || g != m->tloc[i - 1].group)

@@ -105,7 +105,7 @@ int gpt_config_finish(gpt_config *cfg, char *err, size_t errlen);
 
 /* One parameter tensor of the layout above. */
 typedef struct gpt_tensor {
-  char name[64]; /* model.layers.1023.post_attention_layernorm.weight fits */
+  char name[64];   /* model.layers.1023.post_attention_layernorm.weight fits */
   size_t offset;   /* into gpt_params() / gpt_grads(), in floats */
   size_t numel;
   int ndim;

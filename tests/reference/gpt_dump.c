@@ -58,8 +58,11 @@ static gpt *make_cfg(gpt_config cfg) {
 }
 
 static gpt *make(int L, int H, int C, int T, int V) {
-  return make_cfg((gpt_config){
-      .n_layer = L, .n_head = H, .n_embd = C, .block_size = T, .vocab_size = V});
+  return make_cfg((gpt_config){.n_layer = L,
+                               .n_head = H,
+                               .n_embd = C,
+                               .block_size = T,
+                               .vocab_size = V});
 }
 
 /* The model of `dump`: GPT-2, or with llama (argv: KV HS UNTIED) the
@@ -85,9 +88,9 @@ static gpt *dump_model(const char *dir, char **llama) {
   char path[4096];
   snprintf(path, sizeof path, "%s/llama.txt", dir);
   FILE *o = fopen(path, "w");
-  if (!o || fprintf(o, "%d %d %.9g %.9g %d\n", f->n_kv_head, f->intermediate,
-                    (double)f->rope_theta, (double)f->norm_eps,
-                    f->untied_head) < 0 ||
+  if (!o ||
+      fprintf(o, "%d %d %.9g %.9g %d\n", f->n_kv_head, f->intermediate,
+              (double)f->rope_theta, (double)f->norm_eps, f->untied_head) < 0 ||
       fclose(o) != 0) {
     fprintf(stderr, "gpt_dump: cannot write %s\n", path);
     gpt_destroy(m);
@@ -114,9 +117,8 @@ static int dump(const char *dir, char **llama) {
     int vocab_rows = k == 0 || strcmp(t->name, "lm_head.weight") == 0;
     size_t n = vocab_rows ? (size_t)V * C : t->numel;
     for (size_t i = t->offset; i < t->offset + n; i++)
-      p[i] +=
-          (float)((double)(rng_next(&s) >> 11) / 9007199254740992.0 - 0.5) *
-          0.4f;
+      p[i] += (float)((double)(rng_next(&s) >> 11) / 9007199254740992.0 - 0.5) *
+              0.4f;
   }
   uint32_t in[3 * 16], tg[3 * 16];
   for (int i = 0; i < B * T; i++) {

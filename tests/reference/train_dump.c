@@ -95,7 +95,11 @@ int main(int argc, char **argv) {
   const char *dir = argv[2];
   char err[512];
 
-  gpt_config cfg = {.n_layer = L, .n_head = H, .n_embd = C, .block_size = TMAX, .vocab_size = V};
+  gpt_config cfg = {.n_layer = L,
+                    .n_head = H,
+                    .n_embd = C,
+                    .block_size = TMAX,
+                    .vocab_size = V};
   gpt *m = NULL;
   if (gpt_config_finish(&cfg, err, sizeof err) != 0 ||
       gpt_create(&cfg, &m, err, sizeof err) != 0) {

@@ -17,7 +17,8 @@
 static char err[512];
 
 static gpt *make(int L, int H, int C, int T, int V) {
-  gpt_config cfg = {.n_layer = L, .n_head = H, .n_embd = C, .block_size = T, .vocab_size = V};
+  gpt_config cfg = {
+      .n_layer = L, .n_head = H, .n_embd = C, .block_size = T, .vocab_size = V};
   gpt *m = NULL;
   if (gpt_config_finish(&cfg, err, sizeof err) != 0 ||
       gpt_create(&cfg, &m, err, sizeof err) != 0) {
@@ -92,7 +93,11 @@ static void test_presets(void) {
 
   CHECK_INT(gpt_config_finish(&c, err, sizeof err), 0);
   CHECK_INT(c.padded_vocab, 50304);
-  gpt_config d = {.n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = 16, .vocab_size = 64};
+  gpt_config d = {.n_layer = 2,
+                  .n_head = 2,
+                  .n_embd = 32,
+                  .block_size = 16,
+                  .vocab_size = 64};
   CHECK_INT(gpt_config_finish(&d, err, sizeof err), 0);
   CHECK_INT(d.padded_vocab, 64);
   d.vocab_size = 67;
@@ -102,20 +107,40 @@ static void test_presets(void) {
   CHECK_INT(gpt_config_finish(&d, err, sizeof err), 0);
   CHECK_INT(d.padded_vocab, 64);
 
-  gpt_config bad = {.n_layer = 2, .n_head = 3, .n_embd = 32, .block_size = 16, .vocab_size = 67};
+  gpt_config bad = {.n_layer = 2,
+                    .n_head = 3,
+                    .n_embd = 32,
+                    .block_size = 16,
+                    .vocab_size = 67};
   CHECK_INT(gpt_config_finish(&bad, err, sizeof err), -1);
   CHECK(strstr(err, "n_embd (32) must be a multiple of n_head (3)"));
-  bad = (gpt_config){.n_layer = 0, .n_head = 2, .n_embd = 32, .block_size = 16, .vocab_size = 67};
+  bad = (gpt_config){.n_layer = 0,
+                     .n_head = 2,
+                     .n_embd = 32,
+                     .block_size = 16,
+                     .vocab_size = 67};
   CHECK_INT(gpt_config_finish(&bad, err, sizeof err), -1);
   CHECK(strstr(err, "n_layer is 0"));
-  bad = (gpt_config){.n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = 16, .vocab_size = 0};
+  bad = (gpt_config){.n_layer = 2,
+                     .n_head = 2,
+                     .n_embd = 32,
+                     .block_size = 16,
+                     .vocab_size = 0};
   CHECK_INT(gpt_config_finish(&bad, err, sizeof err), -1);
   CHECK(strstr(err, "vocab_size is 0"));
-  bad = (gpt_config){.n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = -1, .vocab_size = 67};
+  bad = (gpt_config){.n_layer = 2,
+                     .n_head = 2,
+                     .n_embd = 32,
+                     .block_size = -1,
+                     .vocab_size = 67};
   CHECK_INT(gpt_config_finish(&bad, err, sizeof err), -1);
   CHECK(strstr(err, "block_size is -1"));
   /* gpt_create refuses a config that was not finished. */
-  gpt_config raw = {.n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = 16, .vocab_size = 67};
+  gpt_config raw = {.n_layer = 2,
+                    .n_head = 2,
+                    .n_embd = 32,
+                    .block_size = 16,
+                    .vocab_size = 67};
   gpt *m = (gpt *)1;
   CHECK_INT(gpt_create(&raw, &m, err, sizeof err), -1);
   CHECK(m == NULL);
