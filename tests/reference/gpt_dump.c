@@ -9,11 +9,9 @@
  *     tensor, then the config), params.bin, inputs.bin, targets.bin
  *     (uint32 (B,T)), logits.bin ((B,T,Vp) float), loss.txt, grads.bin
  *     (the gradient of the loss after one backward, scale 1).
- *     With "llama": the Llama family instead, L2 H4 with KV key/value
- *     heads of HS channels (C = 4 HS), SwiGLU width 3 C + 2 (not a
- *     power of two), rope_theta 500 (so that the 16 positions turn far),
- *     norm_eps 1e-5, the head untied if UNTIED is 1; llama.txt then
- *     holds "KV FF rope_theta norm_eps untied" for the reference.
+ *     With "llama": the Llama shape of llama_shape.h instead (KV
+ *     key/value heads of HS channels, the head untied if UNTIED is 1),
+ *     and llama.txt for the reference.
  *
  *   gpt_dump bench L H C T V B ITERS
  *     Times ITERS forward+backward passes (after one warm-up) and prints
@@ -25,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "llama_shape.h"
 #include "model/gpt.h"
 
 static uint64_t rng_next(uint64_t *s) {
@@ -66,33 +65,12 @@ static gpt *make(int L, int H, int C, int T, int V) {
 }
 
 /* The model of `dump`: GPT-2, or with llama (argv: KV HS UNTIED) the
- * Llama shape of the usage above, its knobs written to DIR/llama.txt. */
+ * Llama shape of llama_shape.h, its knobs written to DIR/llama.txt. */
 static gpt *dump_model(const char *dir, char **llama) {
   if (!llama)
     return make(2, 2, 32, 16, 67);
-  int hs = atoi(llama[1]);
-  gpt_config c = {.n_layer = 2,
-                  .n_head = 4,
-                  .n_embd = 4 * hs,
-                  .block_size = 16,
-                  .vocab_size = 67,
-                  .family = GPT_FAMILY_LLAMA,
-                  .n_kv_head = atoi(llama[0]),
-                  .intermediate = 12 * hs + 2,
-                  .rope_theta = 500.0f,
-                  .untied_head = atoi(llama[2])};
-  gpt *m = make_cfg(c);
-  if (!m)
-    return NULL;
-  const gpt_config *f = gpt_get_config(m);
-  char path[4096];
-  snprintf(path, sizeof path, "%s/llama.txt", dir);
-  FILE *o = fopen(path, "w");
-  if (!o ||
-      fprintf(o, "%d %d %.9g %.9g %d\n", f->n_kv_head, f->intermediate,
-              (double)f->rope_theta, (double)f->norm_eps, f->untied_head) < 0 ||
-      fclose(o) != 0) {
-    fprintf(stderr, "gpt_dump: cannot write %s\n", path);
+  gpt *m = make_cfg(llama_shape(llama));
+  if (m && llama_shape_write(dir, gpt_get_config(m)) != 0) {
     gpt_destroy(m);
     return NULL;
   }
