@@ -58,6 +58,82 @@ static cJSON *read_json(const char *dir, const char *name, int *exists) {
   return j;
 }
 
+/* ---- The manifest's model ---- */
+
+const char *modeldir_family_name(int family) {
+  return family == GPT_FAMILY_LLAMA ? "llama" : "gpt2";
+}
+
+cJSON *modeldir_model_json(const gpt_config *c) {
+  cJSON *m = cJSON_CreateObject();
+  if (!m)
+    return NULL;
+  cJSON_AddNumberToObject(m, "n_layer", c->n_layer);
+  cJSON_AddNumberToObject(m, "n_head", c->n_head);
+  cJSON_AddNumberToObject(m, "n_embd", c->n_embd);
+  cJSON_AddNumberToObject(m, "block_size", c->block_size);
+  cJSON_AddNumberToObject(m, "vocab_size", c->vocab_size);
+  cJSON_AddStringToObject(m, "family", modeldir_family_name(c->family));
+  if (c->family == GPT_FAMILY_LLAMA) {
+    cJSON_AddNumberToObject(m, "n_kv_head", c->n_kv_head);
+    cJSON_AddNumberToObject(m, "intermediate_size", c->intermediate);
+    cJSON_AddNumberToObject(m, "rope_theta", c->rope_theta);
+    cJSON_AddNumberToObject(m, "norm_eps", c->norm_eps);
+    cJSON_AddBoolToObject(m, "tie_word_embeddings", !c->untied_head);
+  }
+  return m;
+}
+
+/* The positive integer field key of o into *v; -1 when absent or not
+ * one. */
+static int json_dim(const cJSON *o, const char *key, int *v) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) ||
+      x->valuedouble < 1 || x->valuedouble > 1e9)
+    return -1;
+  *v = (int)x->valuedouble;
+  return 0;
+}
+
+int modeldir_model_from_json(const cJSON *mj, gpt_config *out, char *err,
+                             size_t errlen) {
+  memset(out, 0, sizeof *out);
+  static const char *const dims[] = {"n_layer", "n_head", "n_embd",
+                                     "block_size", "vocab_size"};
+  int *dst[] = {&out->n_layer, &out->n_head, &out->n_embd, &out->block_size,
+                &out->vocab_size};
+  for (int i = 0; i < 5; i++)
+    if (json_dim(mj, dims[i], dst[i]) != 0) {
+      snprintf(err, errlen, "has no %s", dims[i]);
+      return -1;
+    }
+  const cJSON *fam = cJSON_GetObjectItemCaseSensitive(mj, "family");
+  if (!fam || (cJSON_IsString(fam) && strcmp(fam->valuestring, "gpt2") == 0))
+    return 0;
+  if (!cJSON_IsString(fam) || strcmp(fam->valuestring, "llama") != 0) {
+    snprintf(err, errlen,
+             "has family %s, which this dagrun does not know (gpt2, llama)",
+             cJSON_IsString(fam) ? fam->valuestring : "(not a string)");
+    return -1;
+  }
+  out->family = GPT_FAMILY_LLAMA;
+  const cJSON *th = cJSON_GetObjectItemCaseSensitive(mj, "rope_theta");
+  const cJSON *ep = cJSON_GetObjectItemCaseSensitive(mj, "norm_eps");
+  const cJSON *tie = cJSON_GetObjectItemCaseSensitive(mj, "tie_word_embeddings");
+  if (json_dim(mj, "n_kv_head", &out->n_kv_head) != 0 ||
+      json_dim(mj, "intermediate_size", &out->intermediate) != 0 ||
+      !cJSON_IsNumber(th) || !cJSON_IsNumber(ep) || !cJSON_IsBool(tie)) {
+    snprintf(err, errlen,
+             "is a Llama's without all of n_kv_head, intermediate_size, "
+             "rope_theta, norm_eps and tie_word_embeddings");
+    return -1;
+  }
+  out->rope_theta = (float)th->valuedouble;
+  out->norm_eps = (float)ep->valuedouble;
+  out->untied_head = cJSON_IsFalse(tie);
+  return 0;
+}
+
 /* ---- A dagrun checkpoint ---- */
 
 static int open_checkpoint(const char *dir, modeldir_info *info, char *err,
@@ -76,31 +152,19 @@ static int open_checkpoint(const char *dir, modeldir_info *info, char *err,
   cJSON *st = cJSON_Parse(text);
   free(text);
   const cJSON *mj = cJSON_GetObjectItemCaseSensitive(st, "model");
-  static const char *const dims[] = {"n_layer", "n_head", "n_embd",
-                                     "block_size", "vocab_size"};
-  int v[5];
-  for (int i = 0; i < 5; i++) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(mj, dims[i]);
-    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) ||
-        x->valuedouble < 1 || x->valuedouble > 1e9) {
-      fileio_seterr(
-          err, errlen,
-          "%s: the manifest's state.model has no %s: not a checkpoint of "
-          "the train stage",
-          dir, dims[i]);
-      cJSON_Delete(st);
-      return -1;
-    }
-    v[i] = (int)x->valuedouble;
+  gpt_config mc;
+  if (modeldir_model_from_json(mj, &mc, sub, sizeof sub) != 0) {
+    fileio_seterr(err, errlen,
+                  "%s: the manifest's state.model %s: not a checkpoint of "
+                  "the train stage",
+                  dir, sub);
+    cJSON_Delete(st);
+    return -1;
   }
   memset(info, 0, sizeof *info);
   info->kind = MODELDIR_CHECKPOINT;
   info->step = step;
-  info->config = (gpt_config){.n_layer = v[0],
-                              .n_head = v[1],
-                              .n_embd = v[2],
-                              .block_size = v[3],
-                              .vocab_size = v[4]};
+  info->config = mc;
   if (gpt_config_finish(&info->config, sub, sizeof sub) != 0) {
     fileio_seterr(err, errlen, "%s: the manifest's model: %s", dir, sub);
     cJSON_Delete(st);

@@ -371,6 +371,11 @@ void gpt_decay_all_2d(gpt *m) {
     if (m->tensors[i].ndim == 2)
       m->tensors[i].decay = 1;
 }
+int gpt_tensor_vocab_rows(const gpt_tensor *t) {
+  return strcmp(t->name, "wte.weight") == 0 ||
+         strcmp(t->name, "model.embed_tokens.weight") == 0 ||
+         strcmp(t->name, "lm_head.weight") == 0;
+}
 const gpt_tensor *gpt_tensor_find(const gpt *m, const char *name) {
   for (size_t i = 0; i < m->n_tensors; i++)
     if (strcmp(m->tensors[i].name, name) == 0)
@@ -500,8 +505,7 @@ void gpt_init(gpt *m, uint64_t seed) {
     float *p = m->params + t->offset;
     /* The embeddings (wte, Llama's embed_tokens and lm_head) have
      * padding rows: real rows only, the padding stays zero. */
-    int vocab_rows = i == 0 || strcmp(t->name, "lm_head.weight") == 0;
-    if (vocab_rows) {
+    if (gpt_tensor_vocab_rows(t)) {
       fill_normal(p, (size_t)c->vocab_size * c->n_embd, std, &s);
     } else if (t->ndim == 2) {
       /* The matrices that write into the residual stream: GPT-2's

@@ -135,6 +135,10 @@ const gpt_tensor *gpt_tensor_at(const gpt *m, size_t i);
 void gpt_decay_all_2d(gpt *m);
 /* The tensor of that name, or NULL. */
 const gpt_tensor *gpt_tensor_find(const gpt *m, const char *name);
+/* 1 for the tensors with a row per padded vocabulary id (wte.weight,
+ * model.embed_tokens.weight, lm_head.weight), whose rows >= vocab_size
+ * are padding: zero, never trained, not saved. */
+int gpt_tensor_vocab_rows(const gpt_tensor *t);
 
 /* GPT-2's initialization, reproducible by seed: N(0, 0.02) for wte, wpe
  * and weight matrices; N(0, 0.02/sqrt(2*n_layer)) for attn.c_proj.weight

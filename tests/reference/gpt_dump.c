@@ -92,8 +92,7 @@ static int dump(const char *dir, char **llama) {
   float *p = gpt_params(m);
   for (size_t k = 0; k < gpt_tensor_count(m); k++) {
     const gpt_tensor *t = gpt_tensor_at(m, k);
-    int vocab_rows = k == 0 || strcmp(t->name, "lm_head.weight") == 0;
-    size_t n = vocab_rows ? (size_t)V * C : t->numel;
+    size_t n = gpt_tensor_vocab_rows(t) ? (size_t)V * C : t->numel;
     for (size_t i = t->offset; i < t->offset + n; i++)
       p[i] += (float)((double)(rng_next(&s) >> 11) / 9007199254740992.0 - 0.5) *
               0.4f;

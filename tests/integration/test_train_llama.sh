@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The train stage with a Llama model on the CPU: it learns (the loss falls
+# below the unigram entropy), its checkpoint records the family and its
+# knobs, a run resumed from the middle checkpoint ends with the very same
+# weights as one that never stopped, a Llama checkpoint resumed by a GPT-2
+# run (or by a Llama of other knobs) is refused naming both, and bad Llama
+# params are refused naming the numbers.
+. "$(dirname "$0")/lib.sh"
+
+DATA=$(make_token_data t 320)
+# Head size 10 (not a power of two), two key/value heads for four query
+# heads, an untied head.
+MODEL='model: llama-tiny, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 40, intermediate_size: 100, head: untied, block_size: 32, batch_size: 4, threads: 1'
+
+train_dag() { # NAME PARAMS
+  cat > "$1.yaml" <<Y
+dag: $1
+tasks:
+  train: {stage: train, with: {data: "$DATA", $2}}
+Y
+}
+
+train_dag learn "$MODEL, steps: 200, lr: 0.003, eval_every: 50, checkpoint_every: 100, samples: 0"
+run_dagrun run learn.yaml --plain
+expect_rc 0
+R=$(run_dir learn)
+"$PY" - "$R/train/out/summary.json" "$R/train/checkpoints/step-00000200/manifest.json" <<'P' || fail "Llama did not learn or record itself: $(cat "$R/train/out/summary.json")"
+import json, math, sys
+s = json.load(open(sys.argv[1]))
+assert s["steps"] == 200, s
+assert abs(s["init_loss"] - s["ln_vocab"]) < 0.3, s
+assert s["val_loss"] < s["unigram_entropy"] - 0.5, s
+m = json.load(open(sys.argv[2]))["state"]["model"]
+want = dict(family="llama", n_layer=2, n_head=4, n_kv_head=2, n_embd=40,
+            intermediate_size=100, block_size=32, rope_theta=10000,
+            tie_word_embeddings=False)
+for k, v in want.items():
+    assert m[k] == v, (k, m)
+assert abs(m["norm_eps"] - 1e-5) < 1e-12, m
+P
+# The weights are Hugging Face LlamaForCausalLM's names, lm_head among
+# them, without padding rows.
+"$PY" - "$R/train/checkpoints/step-00000200/model.safetensors" <<'P' || fail "checkpoint tensors"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+assert h["model.layers.1.self_attn.k_proj.weight"]["shape"] == [20, 40], h
+assert h["lm_head.weight"]["shape"] == h["model.embed_tokens.weight"]["shape"], h
+assert h["model.layers.0.mlp.down_proj.weight"]["shape"] == [40, 100], h
+assert not any(k.startswith("h.") for k in h), h
+P
+
+# Exact resume: 100 steps + resume from the step-100 checkpoint + 100 give
+# the same bits as 200 in one go.
+train_dag resume "$MODEL, steps: 200, lr: 0.003, eval_every: 50, checkpoint_every: 100, samples: 0, resume: \"$R/train/checkpoints/step-00000100\""
+run_dagrun run resume.yaml --plain
+expect_rc 0
+R2=$(run_dir resume)
+expect_in "$R2/train/attempt-1/log" "resumed from"
+cmp "$R/train/checkpoints/step-00000200/model.safetensors" "$R2/train/checkpoints/step-00000200/model.safetensors" ||
+  fail "the resumed Llama's weights differ from the uninterrupted run's"
+cmp "$R/train/checkpoints/step-00000200/optim.bin" "$R2/train/checkpoints/step-00000200/optim.bin" ||
+  fail "the resumed Llama's optimizer state differs"
+
+# A Llama checkpoint is not a GPT-2's, nor another Llama's.
+CK="$R/train/checkpoints/step-00000100"
+train_dag asgpt "n_layer: 2, n_head: 4, n_embd: 40, block_size: 32, batch_size: 4, threads: 1, steps: 110, samples: 0, eval_every: 0, resume: \"$CK\""
+run_dagrun run asgpt.yaml --plain
+expect_rc 1
+expect_in "$(run_dir asgpt)/train/attempt-1/log" "a checkpoint of the llama family; this run's model is of the gpt2 family"
+train_dag otherkv "${MODEL/n_kv_head: 2/n_kv_head: 1}, steps: 110, samples: 0, eval_every: 0, resume: \"$CK\""
+run_dagrun run otherkv.yaml --plain
+expect_rc 1
+expect_in "$(run_dir otherkv)/train/attempt-1/log" "a checkpoint of another model (n_kv_head 2, this run has 1)"
+
+# Bad params, refused with their numbers.
+bad() { # NAME PARAMS EXPECTED
+  train_dag "$1" "$2, steps: 1, samples: 0"
+  run_dagrun run "$1.yaml" --plain
+  expect_rc 1
+  expect_in "$(run_dir "$1")/train/attempt-1/log" "$3"
+}
+bad kv3 "${MODEL/n_kv_head: 2/n_kv_head: 3}" "n_kv_head (3) must divide n_head (4)"
+bad odd "${MODEL/n_embd: 40/n_embd: 36}" "(36/4 = 9) must be even"
+bad gptkv "n_layer: 2, n_head: 4, n_embd: 40, block_size: 32, batch_size: 4, threads: 1, n_kv_head: 2" "the GPT-2 family takes none of them"
+pass
