@@ -581,6 +581,13 @@ static int open_source(exporter *x) {
     h->fail(x->ctx, "model: %s", err);
     return -1;
   }
+  if (x->info.config.family != GPT_FAMILY_GPT2) {
+    h->fail(x->ctx,
+            "model %s is of the Llama family; export writes the GPT-2 "
+            "family's directories only for now",
+            x->info.dir);
+    return -1;
+  }
   if (!x->tokenizer) {
     if (!x->info.tokenizer[0]) {
       h->fail(x->ctx,

@@ -50,6 +50,12 @@ assert h["model.layers.0.mlp.down_proj.weight"]["shape"] == [40, 100], h
 assert not any(k.startswith("h.") for k in h), h
 P
 
+# Samples are GPT-2's only for now: a Llama run says so and goes on.
+train_dag samples "$MODEL, steps: 5, samples: 1, eval_every: 0"
+run_dagrun run samples.yaml --plain
+expect_rc 0
+expect_in "$(run_dir samples)/train/attempt-1/log" "no samples: decode: the decoder (generate, samples) runs the GPT-2 family only; this model is a Llama"
+
 # Exact resume: 100 steps + resume from the step-100 checkpoint + 100 give
 # the same bits as 200 in one go.
 train_dag resume "$MODEL, steps: 200, lr: 0.003, eval_every: 50, checkpoint_every: 100, samples: 0, resume: \"$R/train/checkpoints/step-00000100\""
@@ -72,6 +78,33 @@ train_dag otherkv "${MODEL/n_kv_head: 2/n_kv_head: 1}, steps: 110, samples: 0, e
 run_dagrun run otherkv.yaml --plain
 expect_rc 1
 expect_in "$(run_dir otherkv)/train/attempt-1/log" "a checkpoint of another model (n_kv_head 2, this run has 1)"
+
+# validate reads the Llama checkpoint (its family from the manifest) and
+# finds the loss the run ended with: below the unigram entropy.
+cat > val.yaml <<Y
+dag: val
+tasks:
+  validate: {stage: validate, with: {data: "$DATA", threads: 1, checkpoint: "$R/train/checkpoints/step-00000200"}}
+Y
+run_dagrun run val.yaml --plain
+expect_rc 0
+"$PY" - "$(run_dir val)/validate/out/metrics.json" "$R/train/out/summary.json" <<'P' || fail "validate of a Llama: $(cat "$(run_dir val)/validate/out/metrics.json")"
+import json, sys
+v, s = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert v["val_loss"] < s["unigram_entropy"] - 0.5, (v, s)
+assert abs(v["val_loss"] - s["val_loss"]) < 0.05, (v, s)
+P
+
+# export writes GPT-2 directories only: a Llama checkpoint is refused by
+# name, not written as a GPT-2.
+cat > exp.yaml <<Y
+dag: exp
+tasks:
+  exp: {stage: export, with: {model: "$R/train/checkpoints/step-00000200"}}
+Y
+run_dagrun run exp.yaml --plain
+expect_rc 1
+expect_in "$(run_dir exp)/exp/attempt-1/log" "is of the Llama family; export writes the GPT-2 family's directories only for now"
 
 # Bad params, refused with their numbers.
 bad() { # NAME PARAMS EXPECTED
