@@ -22,6 +22,13 @@ void cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
 int cpu_blas_threads_begin(void);
 void cpu_blas_threads_end(int n);
 
+/* Attention's causal softmax of the rows of a (T,T), in place (zero above
+ * the diagonal), and its backward: da (T,T), the probabilities' gradient,
+ * becomes scale times the scores' gradient, in place. One thread each. */
+void cpu_causal_softmax(float *a, int T);
+void cpu_causal_softmax_backward(float *da, const float *a, int T,
+                                 float scale);
+
 /* The start of every forward: forgets the last one, checks (B,T) (widest:
  * the widest activation row, for the int range of the products) and the
  * ids, makes m->acts hold floats(cfg, B, T) floats and copies the ids.
@@ -30,12 +37,13 @@ int cpu_forward_begin(gpt *m, const uint32_t *inputs, const uint32_t *targets,
                       int B, int T, size_t widest,
                       size_t (*floats)(const gpt_config *, int, int), char *err,
                       size_t errlen);
-/* The end of a forward with targets (m->B, m->T set): cross-entropy of
- * logits (B*T,Vp) into lse, losses and probs (the backward's dlogits),
- * the mean into m->loss and *loss. */
-void cpu_forward_loss(gpt *m, float *lse, float *losses, float *probs,
-                      const float *logits, const uint32_t *targets,
-                      float *loss);
+/* The end of every forward that got its logits (B*T,Vp): zeroes their
+ * padding columns, records (B,T) as the last forward's, and with targets
+ * computes the cross-entropy into lse, losses and probs (the backward's
+ * dlogits), the mean into m->loss and *loss. */
+void cpu_forward_end(gpt *m, int B, int T, float *logits, float *lse,
+                     float *losses, float *probs, const uint32_t *targets,
+                     float *loss);
 /* The parameter hook's calls (gpt.h's gpt_set_param_hook): 0 without a
  * hook. */
 int cpu_params_need(gpt *m, int g, int next);

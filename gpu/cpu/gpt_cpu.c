@@ -378,6 +378,40 @@ static void gelu_backward(float *dinout, const float *inp, size_t N) {
   }
 }
 
+void cpu_causal_softmax(float *a, int T) {
+  for (int i = 0; i < T; i++) {
+    float *r = a + (size_t)i * T;
+    float mx = r[0];
+    for (int j = 1; j <= i; j++)
+      mx = r[j] > mx ? r[j] : mx;
+    float sum = 0.0f;
+    for (int j = 0; j <= i; j++) {
+      r[j] = expf(r[j] - mx);
+      sum += r[j];
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j <= i; j++)
+      r[j] *= inv;
+    for (int j = i + 1; j < T; j++)
+      r[j] = 0.0f;
+  }
+}
+
+void cpu_causal_softmax_backward(float *da, const float *a, int T,
+                                 float scale) {
+  for (int i = 0; i < T; i++) {
+    const float *ar = a + (size_t)i * T;
+    float *dr = da + (size_t)i * T;
+    float s = 0.0f;
+    for (int j = 0; j <= i; j++)
+      s += ar[j] * dr[j];
+    for (int j = 0; j <= i; j++)
+      dr[j] = scale * ar[j] * (dr[j] - s);
+    for (int j = i + 1; j < T; j++)
+      dr[j] = 0.0f;
+  }
+}
+
 /* qkv (B,T,3C) -> att (B,NH,T,T) softmax probabilities (zero above the
  * diagonal), out (B,T,C) */
 static void attention_forward(float *out, float *att, const float *qkv, int B,
@@ -393,22 +427,7 @@ static void attention_forward(float *out, float *att, const float *qkv, int B,
     /* q (T,hs), k (T,hs) -> a (T,T) = q k^T */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q,
                 3 * C, k, 3 * C, 0.0f, a, T);
-    for (int i = 0; i < T; i++) {
-      float *r = a + (size_t)i * T;
-      float mx = r[0];
-      for (int j = 1; j <= i; j++)
-        mx = r[j] > mx ? r[j] : mx;
-      float sum = 0.0f;
-      for (int j = 0; j <= i; j++) {
-        r[j] = expf(r[j] - mx);
-        sum += r[j];
-      }
-      float inv = 1.0f / sum;
-      for (int j = 0; j <= i; j++)
-        r[j] *= inv;
-      for (int j = i + 1; j < T; j++)
-        r[j] = 0.0f;
-    }
+    cpu_causal_softmax(a, T);
     /* a (T,T), v (T,hs) -> out[b,:,h] (T,hs) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T,
                 v, 3 * C, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
@@ -438,17 +457,7 @@ static void attention_backward(float *dqkv, float *datt, const float *dout,
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T,
                 dy, C, 0.0f, dv, 3 * C);
     /* Softmax backward, in place: da -> d(pre-softmax scores) * scale. */
-    for (int i = 0; i < T; i++) {
-      const float *ar = a + (size_t)i * T;
-      float *dr = da + (size_t)i * T;
-      float s = 0.0f;
-      for (int j = 0; j <= i; j++)
-        s += ar[j] * dr[j];
-      for (int j = 0; j <= i; j++)
-        dr[j] = scale * ar[j] * (dr[j] - s);
-      for (int j = i + 1; j < T; j++)
-        dr[j] = 0.0f;
-    }
+    cpu_causal_softmax_backward(da, a, T, scale);
     /* da (T,T), k (T,hs) -> dq (T,hs) = da k */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da,
                 T, k, 3 * C, 0.0f, dq, 3 * C);
@@ -646,13 +655,22 @@ int cpu_forward_begin(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   return 0;
 }
 
-void cpu_forward_loss(gpt *m, float *lse, float *losses, float *probs,
-                      const float *logits, const uint32_t *targets,
-                      float *loss) {
+void cpu_forward_end(gpt *m, int B, int T, float *logits, float *lse,
+                     float *losses, float *probs, const uint32_t *targets,
+                     float *loss) {
   const gpt_config *c = &m->cfg;
-  size_t N = (size_t)m->B * m->T;
-  crossentropy_forward(lse, losses, probs, logits, targets, (int)N,
-                       c->vocab_size, c->padded_vocab);
+  int V = c->vocab_size, Vp = c->padded_vocab;
+  size_t N = (size_t)B * T;
+  if (Vp > V) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++)
+      memset(logits + i * Vp + V, 0, (size_t)(Vp - V) * sizeof(float));
+  }
+  m->B = B;
+  m->T = T;
+  if (!targets)
+    return;
+  crossentropy_forward(lse, losses, probs, logits, targets, (int)N, V, Vp);
   double sum = 0.0;
   for (size_t i = 0; i < N; i++)
     sum += losses[i];
@@ -737,15 +755,8 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   gemm(0, 1, (int)N, V, C, 1.0f, a.lnf, C, gpt_p(m, 0), C, 0.0f, a.logits, Vp);
   if (cpu_params_done(m, 0, after) != 0)
     goto hook_failed;
-  if (Vp > V) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < N; i++)
-      memset(a.logits + i * Vp + V, 0, (size_t)(Vp - V) * sizeof(float));
-  }
-  m->B = B;
-  m->T = T;
-  if (targets)
-    cpu_forward_loss(m, a.lse, a.losses, a.dlogits, a.logits, targets, loss);
+  cpu_forward_end(m, B, T, a.logits, a.lse, a.losses, a.dlogits, targets,
+                  loss);
   return 0;
 hook_failed:
   m->B = m->T = 0;

@@ -219,27 +219,6 @@ static void rope_apply(float *x, const float *cs, const float *sn, int B, int T,
   }
 }
 
-/* Causal softmax of the rows of a (T,T), in place (zero above the
- * diagonal). */
-static void causal_softmax(float *a, int T) {
-  for (int i = 0; i < T; i++) {
-    float *r = a + (size_t)i * T;
-    float mx = r[0];
-    for (int j = 1; j <= i; j++)
-      mx = r[j] > mx ? r[j] : mx;
-    float sum = 0.0f;
-    for (int j = 0; j <= i; j++) {
-      r[j] = expf(r[j] - mx);
-      sum += r[j];
-    }
-    float inv = 1.0f / sum;
-    for (int j = 0; j <= i; j++)
-      r[j] *= inv;
-    for (int j = i + 1; j < T; j++)
-      r[j] = 0.0f;
-  }
-}
-
 /* q (B,T,H*hs), k, v (B,T,KV*hs) -> att (B,H,T,T), y (B,T,H*hs); query
  * head h reads key/value head h / (H/KV). */
 static void attention_forward(float *y, float *att, const float *q,
@@ -257,7 +236,7 @@ static void attention_forward(float *y, float *att, const float *q,
     float *a = att + (size_t)bh * T * T;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, qh, C,
                 kh_, KVD, 0.0f, a, T);
-    causal_softmax(a, T);
+    cpu_causal_softmax(a, T);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T,
                 vh, KVD, 0.0f, y + (size_t)b * T * C + (size_t)h * hs, C);
   }
@@ -291,17 +270,7 @@ static void attention_backward(float *dq, float *dk, float *dv, float *datt,
                   C, vv, KVD, 0.0f, da, T);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T,
                   dyh, C, beta, dvv, KVD);
-      for (int i = 0; i < T; i++) {
-        const float *ar = a + (size_t)i * T;
-        float *dr = da + (size_t)i * T;
-        float s = 0.0f;
-        for (int j = 0; j <= i; j++)
-          s += ar[j] * dr[j];
-        for (int j = 0; j <= i; j++)
-          dr[j] = scale * ar[j] * (dr[j] - s);
-        for (int j = i + 1; j < T; j++)
-          dr[j] = 0.0f;
-      }
+      cpu_causal_softmax_backward(da, a, T, scale);
       /* dq = da k; dk (+)= da^T q */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da,
                   T, kk, KVD, 0.0f, dq + qoff, C);
@@ -480,16 +449,8 @@ int llama_cpu_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   cpu_gemm(0, 1, N, V, C, 1.0f, a.xf, C, gpt_p(m, head_tensor(m)), C, 0.0f,
            a.logits, Vp);
   DONE(tied ? 0 : L + 1, after);
-  if (Vp > V) {
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++)
-      memset(a.logits + (size_t)i * Vp + V, 0,
-             (size_t)(Vp - V) * sizeof(float));
-  }
-  m->B = B;
-  m->T = T;
-  if (targets)
-    cpu_forward_loss(m, a.lse, a.losses, a.dlogits, a.logits, targets, loss);
+  cpu_forward_end(m, B, T, a.logits, a.lse, a.losses, a.dlogits, targets,
+                  loss);
   return 0;
 hook_failed:
   m->B = m->T = 0;
