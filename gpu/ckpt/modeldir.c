@@ -60,6 +60,18 @@ static cJSON *read_json(const char *dir, const char *name, int *exists) {
 
 /* ---- The manifest's model ---- */
 
+/* f as the shortest decimal that reads back as f: 1e-05 for 1e-5f, not
+ * the double 9.99999974737875e-06 that a plain widening writes. */
+static double float_json(float f) {
+  char b[32];
+  for (int p = 6; p < 10; p++) {
+    snprintf(b, sizeof b, "%.*g", p, (double)f);
+    if ((float)strtod(b, NULL) == f)
+      break;
+  }
+  return strtod(b, NULL);
+}
+
 const char *modeldir_family_name(int family) {
   return family == GPT_FAMILY_LLAMA ? "llama" : "gpt2";
 }
@@ -77,8 +89,8 @@ cJSON *modeldir_model_json(const gpt_config *c) {
   if (c->family == GPT_FAMILY_LLAMA) {
     cJSON_AddNumberToObject(m, "n_kv_head", c->n_kv_head);
     cJSON_AddNumberToObject(m, "intermediate_size", c->intermediate);
-    cJSON_AddNumberToObject(m, "rope_theta", c->rope_theta);
-    cJSON_AddNumberToObject(m, "norm_eps", c->norm_eps);
+    cJSON_AddNumberToObject(m, "rope_theta", float_json(c->rope_theta));
+    cJSON_AddNumberToObject(m, "norm_eps", float_json(c->norm_eps));
     cJSON_AddBoolToObject(m, "tie_word_embeddings", !c->untied_head);
   }
   return m;
@@ -297,8 +309,8 @@ static int open_hf(const char *dir, const cJSON *cfg, modeldir_info *info,
   if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "gpt2") != 0) {
     fileio_seterr(
         err, errlen,
-        "%s: model_type \"%s\": dagrun's engine runs GPT-2 (\"gpt2\") "
-        "models only",
+        "%s: model_type \"%s\": dagrun reads Hugging Face GPT-2 "
+        "(\"gpt2\") directories only (Llama ones: not yet)",
         path, cJSON_IsString(mt) ? mt->valuestring : "(none)");
     return -1;
   }
@@ -452,9 +464,41 @@ int modeldir_load(const modeldir_info *info, gpt **out, char *err,
   return 0;
 }
 
+static char *finish_config_json(cJSON *o, int64_t eot_id,
+                                const char *torch_dtype);
+
+/* config.json's fields of a LlamaForCausalLM of cfg, into o. */
+static void llama_config_json(cJSON *o, const gpt_config *cfg) {
+  cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
+  cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+  cJSON_AddStringToObject(o, "model_type", "llama");
+  cJSON_AddNumberToObject(o, "vocab_size", cfg->vocab_size);
+  cJSON_AddNumberToObject(o, "hidden_size", cfg->n_embd);
+  cJSON_AddNumberToObject(o, "intermediate_size", cfg->intermediate);
+  cJSON_AddNumberToObject(o, "num_hidden_layers", cfg->n_layer);
+  cJSON_AddNumberToObject(o, "num_attention_heads", cfg->n_head);
+  cJSON_AddNumberToObject(o, "num_key_value_heads", cfg->n_kv_head);
+  cJSON_AddNumberToObject(o, "head_dim", cfg->n_embd / cfg->n_head);
+  cJSON_AddNumberToObject(o, "max_position_embeddings", cfg->block_size);
+  cJSON_AddStringToObject(o, "hidden_act", "silu");
+  cJSON_AddNumberToObject(o, "rms_norm_eps", float_json(cfg->norm_eps));
+  cJSON_AddNumberToObject(o, "rope_theta", float_json(cfg->rope_theta));
+  cJSON_AddNullToObject(o, "rope_scaling");
+  cJSON_AddBoolToObject(o, "attention_bias", 0);
+  cJSON_AddBoolToObject(o, "mlp_bias", 0);
+  cJSON_AddNumberToObject(o, "attention_dropout", 0.0);
+  cJSON_AddNumberToObject(o, "initializer_range", 0.02);
+  cJSON_AddBoolToObject(o, "tie_word_embeddings", !cfg->untied_head);
+  cJSON_AddBoolToObject(o, "use_cache", 1);
+}
+
 char *modeldir_hf_config_json(const gpt_config *cfg, int64_t eot_id,
                               const char *torch_dtype) {
   cJSON *o = cJSON_CreateObject();
+  if (o && cfg->family == GPT_FAMILY_LLAMA) {
+    llama_config_json(o, cfg);
+    return finish_config_json(o, eot_id, torch_dtype);
+  }
   cJSON *arch = cJSON_CreateArray();
   if (!o || !arch) {
     cJSON_Delete(o);
@@ -482,6 +526,12 @@ char *modeldir_hf_config_json(const gpt_config *cfg, int64_t eot_id,
   cJSON_AddBoolToObject(o, "reorder_and_upcast_attn", 0);
   cJSON_AddBoolToObject(o, "tie_word_embeddings", 1);
   cJSON_AddBoolToObject(o, "use_cache", 1);
+  return finish_config_json(o, eot_id, torch_dtype);
+}
+
+/* The fields both families' config.json end with; o consumed. */
+static char *finish_config_json(cJSON *o, int64_t eot_id,
+                                const char *torch_dtype) {
   if (eot_id >= 0) {
     cJSON_AddNumberToObject(o, "bos_token_id", (double)eot_id);
     cJSON_AddNumberToObject(o, "eos_token_id", (double)eot_id);

@@ -71,7 +71,10 @@ const char *modeldir_family_name(int family);
  * embeddings, n_positions = block_size), with bos/eos_token_id eot_id when
  * eot_id >= 0, and torch_dtype "float32" or "bfloat16". malloc'd JSON
  * text (caller frees), NULL when out of memory. modeldir_open reads it
- * back. */
+ * back. For a Llama (cfg->family), a LlamaForCausalLM's instead
+ * (model_type llama, hidden_act silu, num_key_value_heads, head_dim,
+ * rms_norm_eps, rope_theta, tie_word_embeddings as the head is), which
+ * modeldir_open does not read yet. */
 char *modeldir_hf_config_json(const gpt_config *cfg, int64_t eot_id,
                               const char *torch_dtype);
 

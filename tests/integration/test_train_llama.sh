@@ -51,7 +51,7 @@ assert not any(k.startswith("h.") for k in h), h
 P
 
 # Samples are GPT-2's only for now: a Llama run says so and goes on.
-train_dag samples "$MODEL, steps: 5, samples: 1, eval_every: 0"
+train_dag samples "${MODEL/head: untied/head: tied}, steps: 5, samples: 1, eval_every: 0"
 run_dagrun run samples.yaml --plain
 expect_rc 0
 expect_in "$(run_dir samples)/train/attempt-1/log" "no samples: decode: the decoder (generate, samples) runs the GPT-2 family only; this model is a Llama"
@@ -95,16 +95,66 @@ assert v["val_loss"] < s["unigram_entropy"] - 0.5, (v, s)
 assert abs(v["val_loss"] - s["val_loss"]) < 0.05, (v, s)
 P
 
-# export writes GPT-2 directories only: a Llama checkpoint is refused by
-# name, not written as a GPT-2.
+# export writes a Hugging Face LlamaForCausalLM directory: config.json of
+# model_type llama, HF's tensor names and rotary layout, no padding rows;
+# Llama in PyTorch (torch_llama.py) on it gives our engine's logits for
+# the checkpoint within 1e-5 (fp32), and within 2e-2 from the bf16 export.
+CK2="$R/train/checkpoints/step-00000200"
 cat > exp.yaml <<Y
 dag: exp
 tasks:
-  exp: {stage: export, with: {model: "$R/train/checkpoints/step-00000200"}}
+  fp32: {stage: export, with: {model: "$CK2"}}
+  bf16: {stage: export, with: {model: "$CK2", dtype: bfloat16}}
 Y
 run_dagrun run exp.yaml --plain
-expect_rc 1
-expect_in "$(run_dir exp)/exp/attempt-1/log" "is of the Llama family; export writes the GPT-2 family's directories only for now"
+expect_rc 0
+E=$(run_dir exp)/fp32/out/model
+"$PY" - "$E" <<'P' || fail "the Llama export's files: $(ls "$E")"
+import json, struct, sys
+d = sys.argv[1]
+c = json.load(open(d + "/config.json"))
+want = dict(model_type="llama", architectures=["LlamaForCausalLM"],
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            hidden_size=40, intermediate_size=100, head_dim=10,
+            max_position_embeddings=32, vocab_size=320, rope_theta=10000,
+            rms_norm_eps=1e-5, tie_word_embeddings=False, hidden_act="silu")
+for k, v in want.items():
+    assert c[k] == v, (k, c)
+b = open(d + "/model.safetensors", "rb").read()
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+h.pop("__metadata__", None)
+assert len(h) == 1 + 9 * 2 + 2, sorted(h)
+assert h["model.layers.0.self_attn.q_proj.weight"]["shape"] == [40, 40], h
+assert h["model.layers.1.self_attn.v_proj.weight"]["shape"] == [20, 40], h
+assert h["model.embed_tokens.weight"]["shape"] == [320, 40], h
+assert h["lm_head.weight"]["shape"] == [320, 40], h
+card = open(d + "/README.md").read()
+assert "LlamaForCausalLM.from_pretrained" in card and "dagrun generate" not in card, card
+P
+echo "3 17 42 99 5 250 7 7 300 1 64 128 2 9 11 13 0 5 6 7" > prompt.ids
+"$DAGRUN_BUILD_DIR/bin/model_logits" "$CK2" prompt.ids ours.bin >/dev/null || fail "model_logits on the Llama checkpoint failed"
+"$PY" "$DAGRUN_SOURCE_DIR/tests/reference/check_export.py" logits "$E" prompt.ids ours.bin 1e-5 >logits.out 2>&1 ||
+  fail "the exported Llama's logits differ from ours: $(cat logits.out)"
+cat logits.out
+E16=$(run_dir exp)/bf16/out/model
+"$PY" "$DAGRUN_SOURCE_DIR/tests/reference/check_export.py" logits "$E16" prompt.ids ours.bin 2e-2 >logits16.out 2>&1 ||
+  fail "the bf16 Llama export's logits are far from ours: $(cat logits16.out)"
+cat logits16.out
+# A tied head exports without lm_head (tie_word_embeddings true) and
+# gives the same logits too.
+cat > expt.yaml <<Y
+dag: expt
+tasks:
+  tied: {stage: export, with: {model: "$(run_dir samples)/train/checkpoints"}}
+Y
+run_dagrun run expt.yaml --plain
+expect_rc 0
+ET=$(run_dir expt)/tied/out/model
+expect_in "$ET/config.json" '"tie_word_embeddings": true'
+"$DAGRUN_BUILD_DIR/bin/model_logits" "$(run_dir samples)/train/checkpoints" prompt.ids ourst.bin >/dev/null || fail "model_logits on the tied Llama failed"
+"$PY" "$DAGRUN_SOURCE_DIR/tests/reference/check_export.py" logits "$ET" prompt.ids ourst.bin 1e-5 >logitst.out 2>&1 ||
+  fail "the tied Llama export's logits differ from ours: $(cat logitst.out)"
+cat logitst.out
 
 # Bad params, refused with their numbers.
 bad() { # NAME PARAMS EXPECTED
