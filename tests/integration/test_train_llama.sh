@@ -156,6 +156,25 @@ expect_in "$ET/config.json" '"tie_word_embeddings": true'
   fail "the tied Llama export's logits differ from ours: $(cat logitst.out)"
 cat logitst.out
 
+# lr_find and batch_sweep take the same model params: a Llama trains in
+# both (batch_sweep's memory estimate is the Llama's activations).
+SMALL='model: llama-tiny, n_layer: 2, n_head: 4, n_kv_head: 1, n_embd: 40, block_size: 32, threads: 1'
+cat > tools.yaml <<Y
+dag: tools
+tasks:
+  lr_find: {stage: lr_find, with: {data: "$DATA", $SMALL, batch_size: 4, steps: 20, max_lr: 0.1}}
+  batch_sweep: {stage: batch_sweep, with: {data: "$DATA", $SMALL, max_batch: 8, steps_per_size: 2, memory_cap: 4GiB}}
+Y
+run_dagrun run tools.yaml --plain
+expect_rc 0
+expect_in "$(run_dir tools)/lr_find/attempt-1/log" "suggested lr"
+"$PY" - "$(run_dir tools)/batch_sweep/out/sweep.json" <<'P' || fail "batch_sweep of a Llama: $(cat "$(run_dir tools)/batch_sweep/out/sweep.json")"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert [r["batch"] for r in s["rows"]] == [1, 2, 4, 8], s
+assert all(r["tokens_per_s"] > 0 and r["loss"] < 6.5 for r in s["rows"]), s
+P
+
 # Bad params, refused with their numbers.
 bad() { # NAME PARAMS EXPECTED
   train_dag "$1" "$2, steps: 1, samples: 0"
