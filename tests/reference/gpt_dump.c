@@ -16,6 +16,9 @@
  *   gpt_dump bench L H C T V B ITERS
  *     Times ITERS forward+backward passes (after one warm-up) and prints
  *     tokens/s. Threads: OMP_NUM_THREADS / OPENBLAS_NUM_THREADS.
+ *   gpt_dump bench-preset PRESET V B ITERS
+ *     The same for a preset (gpt-tiny, llama-tiny, ...) at vocabulary V
+ *     and its block_size.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -150,10 +153,12 @@ static double now(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int bench(int L, int H, int C, int T, int V, int B, int iters) {
-  gpt *m = make(L, H, C, T, V);
+/* Times m (consumed) at B x T; the model's name for the line. */
+static int bench_model(gpt *m, const char *name, int B, int T, int iters) {
   if (!m)
     return 1;
+  const gpt_config *c = gpt_get_config(m);
+  int V = c->vocab_size;
   gpt_init(m, 1);
   uint32_t *in = malloc((size_t)B * T * sizeof *in);
   uint32_t *tg = malloc((size_t)B * T * sizeof *tg);
@@ -183,14 +188,30 @@ static int bench(int L, int H, int C, int T, int V, int B, int iters) {
     }
   }
   double tok = (double)B * T * iters;
-  printf("L%d H%d C%d T%d V%d B%d: %.0f tokens/s forward+backward "
-         "(forward %.1f ms, backward %.1f ms per step), loss %.4f\n",
-         L, H, C, T, V, B, tok / (tf + tb), 1e3 * tf / iters, 1e3 * tb / iters,
-         loss);
+  printf("%s L%d H%d C%d T%d V%d B%d (%zu params): %.0f tokens/s "
+         "forward+backward (forward %.1f ms, backward %.1f ms per step), loss "
+         "%.4f\n",
+         name, c->n_layer, c->n_head, c->n_embd, T, V, B, gpt_num_params(m),
+         tok / (tf + tb), 1e3 * tf / iters, 1e3 * tb / iters, loss);
   free(in);
   free(tg);
   gpt_destroy(m);
   return 0;
+}
+
+static int bench(int L, int H, int C, int T, int V, int B, int iters) {
+  return bench_model(make(L, H, C, T, V), "gpt2", B, T, iters);
+}
+
+/* A preset (gpt-tiny, llama-tiny, ...) at vocabulary V. */
+static int bench_preset(const char *name, int V, int B, int iters) {
+  char err[512];
+  gpt_config c = {.vocab_size = V};
+  if (gpt_config_preset(name, &c, err, sizeof err) != 0) {
+    fprintf(stderr, "gpt_dump: %s\n", err);
+    return 1;
+  }
+  return bench_model(make_cfg(c), name, B, c.block_size, iters);
 }
 
 int main(int argc, char **argv) {
@@ -202,7 +223,10 @@ int main(int argc, char **argv) {
   if (argc == 9 && strcmp(argv[1], "bench") == 0)
     return bench(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
                  atoi(argv[6]), atoi(argv[7]), atoi(argv[8]));
+  if (argc == 6 && strcmp(argv[1], "bench-preset") == 0)
+    return bench_preset(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
   fprintf(stderr, "usage: gpt_dump dump DIR [llama KV HS UNTIED]\n"
-                  "       gpt_dump bench L H C T V B ITERS\n");
+                  "       gpt_dump bench L H C T V B ITERS\n"
+                  "       gpt_dump bench-preset PRESET V B ITERS\n");
   return 2;
 }
