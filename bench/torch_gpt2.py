@@ -4,6 +4,7 @@ a PyTorch user makes it fast, on the shapes bench/gpu_train.c trains.
 
     torch_gpt2.py [--model gpt2-124M] [--B 16] [--T 1024] [--steps 20]
                   [--warmup 5] [--peak-tflops 989] [--no-compile]
+                  [--profile TOP]
 
 The model is dagrun's (gpu/model/gpt.h): pre-LN blocks, GELU (tanh) MLP
 of width 4C, learned positions, the head tied to the token embedding,
@@ -21,7 +22,11 @@ is torch.cuda.max_memory_allocated() (the caching allocator's tensors:
 the counterpart of dagrun's allocation) and the device's use (total -
 free) at the end.
 
-Prints human lines and one "RESULT key=value ..." line.
+Prints human lines and one "RESULT key=value ..." line. With --profile
+TOP, after the warm-up it times one step under torch.profiler instead:
+each CUDA kernel's launches, milliseconds and share of the step's GPU
+time, the TOP largest, in bench/gpu_profile.sh's layout, so that the two
+engines' steps can be set side by side kernel by kernel.
 """
 import argparse
 import sys
@@ -82,6 +87,35 @@ def build(torch, L, H, C, T):
     return GPT()
 
 
+def profile_step(torch, step, top):
+    """One step under torch.profiler: its kernels by name, largest first
+    (the trace's kernel events, whose durations are GPU time)."""
+    import collections, json, os, tempfile
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        events = json.load(open(path)).get("traceEvents", [])
+    finally:
+        os.unlink(path)
+    tot, cnt = collections.defaultdict(float), collections.defaultdict(int)
+    for e in events:
+        if e.get("cat") == "kernel" and "dur" in e:
+            tot[e["name"]] += e["dur"] / 1e3
+            cnt[e["name"]] += 1
+    ms = sum(tot.values())
+    print(f"{sum(cnt.values())} kernels, {ms:.2f} ms of GPU time in the step")
+    print(f"{'kernel':<60} {'launches':>8} {'ms':>8} {'share':>7}")
+    for name in sorted(tot, key=tot.get, reverse=True)[:top]:
+        print(f"{name[:60]:<60} {cnt[name]:>8} {tot[name]:>8.3f} "
+              f"{100 * tot[name] / ms if ms else 0:>6.1f}%")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="gpt2-124M", choices=sorted(PRESETS))
@@ -91,6 +125,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--profile", type=int, default=0, metavar="TOP")
     a = ap.parse_args()
     try:
         import torch
@@ -140,6 +175,8 @@ def main():
     torch.cuda.synchronize()
     print(f"torch: warmup ({a.warmup} steps, compile included) "
           f"{time.monotonic() - t_c:.1f} s")
+    if a.profile:
+        return profile_step(torch, step, a.profile)
     torch.cuda.reset_peak_memory_stats()
     t0 = time.monotonic()
     for _ in range(a.steps):

@@ -41,6 +41,7 @@
 #include "lib/exitcode.h"
 #include "lib/fileio.h"
 #include "report/alerts.h"
+#include "report/compare.h"
 #include "report/report.h"
 #include "report/view.h"
 #include "run/rundir.h"
@@ -48,6 +49,7 @@
 #include "run/secrets.h"
 #include "serve/backfill.h"
 #include "serve/serve.h"
+#include "store/annotate.h"
 #include "store/history.h"
 #include "store/resume.h"
 #include "store/store.h"
@@ -124,15 +126,39 @@ static const char cron_next_usage[] =
     "2026-03-08T06:30:00Z).\n";
 
 static const char runs_usage[] =
-    "usage: dagrun runs [DAG] [-n N] [--json]\n"
-    "Lists the recorded runs (of DAG), newest first: the last N (default "
-    "20).\n"
+    "usage: dagrun runs [DAG] [--tag TAG] [-n N] [--json]\n"
+    "Lists the recorded runs (of DAG, carrying TAG), newest first: the last\n"
+    "N (default 20).\n"
     "\n" STORE_NOTE_TEXT;
 
 static const char status_usage[] =
     "usage: dagrun status RUN [--json]\n"
     "Shows a run's tasks: their states, attempts, exit codes and errors,\n"
     "and for a task taken from the cache the run it came from.\n"
+    "\n" STORE_NOTE_TEXT;
+
+static const char compare_usage[] =
+    "usage: dagrun compare RUN RUN... [--all] [--json]\n"
+    "Shows recorded runs side by side, a column per run (at most 16): the\n"
+    "params and task outputs that differ (--all: every one), and each\n"
+    "task's metrics, final value and best (lowest, or highest for\n"
+    "accuracies, scores and rates) with its step. --json: the whole\n"
+    "comparison, as GET /api/compare returns it.\n"
+    "\n" STORE_NOTE_TEXT;
+
+static const char tag_usage[] =
+    "usage: dagrun tag RUN [TAG...] [--remove TAG...] [--json]\n"
+    "Adds TAGs to a recorded run and removes the --remove ones, then prints\n"
+    "the run's tags (with no TAG, only prints them). A tag is 1 to 64\n"
+    "letters, digits and _ - . : = / + (\"baseline\", \"lr=3e-4\"); a run\n"
+    "has at most 32. `dagrun runs --tag TAG` lists the runs that carry one.\n"
+    "\n" STORE_NOTE_TEXT;
+
+static const char note_usage[] =
+    "usage: dagrun note RUN [TEXT | - | --clear]\n"
+    "Sets a recorded run's note to TEXT (- reads it from stdin), clears it,\n"
+    "or with neither prints it. At most 4096 bytes, no control characters\n"
+    "but newlines and tabs. `dagrun status` and `runs` show it.\n"
     "\n" STORE_NOTE_TEXT;
 
 static const char logs_usage[] =
@@ -196,36 +222,40 @@ typedef struct command {
 } command;
 
 static command_fn cmd_run, cmd_check, cmd_graph, cmd_stages, cmd_generate,
-    cmd_eval, cmd_cron_next, cmd_resume, cmd_cancel, cmd_version, cmd_help;
+    cmd_eval, cmd_models, cmd_cron_next, cmd_resume, cmd_cancel, cmd_version,
+    cmd_help;
 
 /* In the order `dagrun --help` lists them: a run's life, then the daemon. */
 static const command commands[] = {
     {"run", cmd_run, "run a DAG now", run_usage},
-    {"check", cmd_check, "validate DAG files, report all errors",
-     check_usage},
+    {"check", cmd_check, "validate DAG files, report all errors", check_usage},
     {"graph", cmd_graph, "print a DAG as text, dot or mermaid", graph_usage},
     {"stages", cmd_stages, "installed stage plugins and their params",
      stages_usage},
     {"generate", cmd_generate, "text from a trained model", NULL},
     {"eval", cmd_eval, "a model's perplexity and multiple-choice accuracy",
      NULL},
+    {"models", cmd_models, "promoted models and the runs that made them", NULL},
     {"cron-next", cmd_cron_next, "next fire times of a schedule",
      cron_next_usage},
     {"runs", history_cmd_runs, "recorded runs, newest first", runs_usage},
     {"status", history_cmd_status, "a run's tasks: states, attempts, exits",
      status_usage},
     {"logs", history_cmd_logs, "an attempt's stdout+stderr", logs_usage},
+    {"compare", compare_cmd, "runs side by side: params, metrics, outputs",
+     compare_usage},
+    {"tag", annotate_cmd_tag, "add, remove or list a run's tags", tag_usage},
+    {"note", annotate_cmd_note, "write or show a note on a run", note_usage},
     {"resume", cmd_resume, "go on with a run that did not succeed",
      resume_usage},
     {"cancel", cmd_cancel, "stop a running run", cancel_usage},
     {"report", report_cmd_report, "(re)write a run's report.html",
      report_usage},
-    {"backfill", backfill_cmd_backfill,
-     "one run per schedule time in a range", backfill_usage},
+    {"backfill", backfill_cmd_backfill, "one run per schedule time in a range",
+     backfill_usage},
     {"serve", serve_cmd_serve, "daemon: cron triggers, HTTP API, dashboard",
      serve_usage},
-    {"version", cmd_version, "dagrun's version and plugin ABI",
-     version_usage},
+    {"version", cmd_version, "dagrun's version and plugin ABI", version_usage},
     {"help", cmd_help, "this list, or a command's usage", help_usage},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
@@ -1326,6 +1356,10 @@ static int cmd_generate(int argc, char **argv) {
 
 static int cmd_eval(int argc, char **argv) {
   return exec_helper("eval", argc, argv);
+}
+
+static int cmd_models(int argc, char **argv) {
+  return exec_helper("models", argc, argv);
 }
 
 /* `dagrun cron-next`'s command line, read. */

@@ -337,12 +337,17 @@ static int open_hf(const char *dir, const cJSON *cfg, modeldir_info *info,
   info->step = -1;
   info->config = c;
   snprintf(info->dir, sizeof info->dir, "%s", dir);
-  if (join_into(info->weights, sizeof info->weights, dir,
-                "model.safetensors") != 0 ||
-      !is_file(info->weights)) {
+  /* One file, or shards with their index (weights_load reads both). */
+  if ((join_into(info->weights, sizeof info->weights, dir,
+                 "model.safetensors") != 0 ||
+       !is_file(info->weights)) &&
+      (join_into(info->weights, sizeof info->weights, dir,
+                 "model.safetensors.index.json") != 0 ||
+       !is_file(info->weights))) {
     fileio_seterr(err, errlen,
-                  "%s: a GPT-2 config.json without model.safetensors beside it "
-                  "(dagrun reads safetensors weights, not pytorch_model.bin)",
+                  "%s: a GPT-2 config.json without model.safetensors (or the "
+                  "shards' model.safetensors.index.json) beside it (dagrun "
+                  "reads safetensors weights, not pytorch_model.bin)",
                   dir);
     return -1;
   }

@@ -10,8 +10,9 @@
  *   - a promoted model (the checkpoint stage's models/<name>): a
  *     checkpoint plus tokenizer.json and promotion.json;
  *   - a Hugging Face GPT-2 directory (config.json with model_type "gpt2"
- *     plus model.safetensors), as the export stage writes it and as the
- *     Hub has GPT-2.
+ *     plus model.safetensors, or shards with model.safetensors.index.json;
+ *     F32, BF16 or F16), as the export stage writes it and as the Hub has
+ *     GPT-2.
  * The tokenizer is the directory's tokenizer.json when there is one, else
  * (a checkpoint) the "tokenizer" path in the manifest's state.config, as
  * the train stage records it, if that file exists.
@@ -32,7 +33,7 @@ typedef enum modeldir_kind {
 typedef struct modeldir_info {
   modeldir_kind kind;
   char dir[4096];       /* the model's directory (the checkpoint chosen) */
-  char weights[4096];   /* its model.safetensors */
+  char weights[4096];   /* its model.safetensors, or the shards' index */
   char tokenizer[4096]; /* its tokenizer.json, or "" when none was found */
   gpt_config config;    /* finished (gpt_config_finish) */
   int64_t step;         /* a checkpoint's step; -1 for HF */

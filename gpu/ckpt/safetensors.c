@@ -38,10 +38,32 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "safetensors files are little-endian");
 
 static const char *dtype_name(st_dtype d) {
-  return d == ST_BF16 ? "BF16" : "F32";
+  return d == ST_BF16 ? "BF16" : d == ST_F16 ? "F16" : "F32";
 }
 
-static size_t dtype_size(st_dtype d) { return d == ST_BF16 ? 2 : 4; }
+static size_t dtype_size(st_dtype d) { return d == ST_F32 ? 4 : 2; }
+
+float st_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+  if (exp == 0x1f) { /* infinity, NaN (its payload kept) */
+    u = sign | 0x7f800000u | (man << 13);
+  } else if (exp != 0) { /* normal: rebias 15 -> 127 */
+    u = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) { /* zero */
+    u = sign;
+  } else { /* subnormal: man x 2^-24, normal in float32 */
+    int e = -1;
+    do {
+      man <<= 1;
+      e++;
+    } while (!(man & 0x400));
+    u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
 
 /* f32 -> bf16, round to nearest, ties to even; a NaN stays a (quiet)
  * NaN with its sign instead of rounding up into infinity. */
@@ -112,8 +134,10 @@ static char *make_header(const st_tensor *tensors, size_t n,
       goto fail;
     }
     if (t->dtype != ST_F32 && t->dtype != ST_BF16) {
-      fileio_seterr(err, errlen, "tensor \"%s\": unknown dtype %d", t->name,
-                    (int)t->dtype);
+      fileio_seterr(err, errlen,
+                    "tensor \"%s\": dtype %d is not written "
+                    "(F32 and BF16 are)",
+                    t->name, (int)t->dtype);
       goto fail;
     }
     int64_t numel =
@@ -315,10 +339,12 @@ static int parse_tensor(const cJSON *o, uint64_t data_size, st_tensor *t,
     t->dtype = ST_F32;
   } else if (strcmp(dt->valuestring, "BF16") == 0) {
     t->dtype = ST_BF16;
+  } else if (strcmp(dt->valuestring, "F16") == 0) {
+    t->dtype = ST_F16;
   } else {
     fileio_seterr(err, errlen,
                   "tensor \"%s\": dtype \"%s\" is not supported "
-                  "(F32 and BF16 are)",
+                  "(F32, BF16 and F16 are)",
                   name, dt->valuestring);
     return -1;
   }

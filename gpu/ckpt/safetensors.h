@@ -12,7 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum st_dtype { ST_F32 = 0, ST_BF16 = 1 } st_dtype;
+/* F16 is read only (Hugging Face checkpoints published in half
+ * precision); st_write refuses it. */
+typedef enum st_dtype { ST_F32 = 0, ST_BF16 = 1, ST_F16 = 2 } st_dtype;
 
 typedef struct st_tensor {
   const char *name;
@@ -41,5 +43,9 @@ const st_tensor *st_at(const st_file *f, size_t i);
 const st_tensor *st_find(const st_file *f, const char *name);
 /* A metadata value, or NULL. */
 const char *st_meta(const st_file *f, const char *key);
+
+/* An IEEE 754 half (F16) as float32: exact, subnormals, infinities and
+ * NaN included. */
+float st_f16_to_f32(uint16_t h);
 
 #endif /* DAGRUN_SAFETENSORS_H */

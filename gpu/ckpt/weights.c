@@ -12,10 +12,13 @@
  */
 #include "weights.h"
 
+#include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "lib/fileio.h"
 
 /* The prefix GPT2LMHeadModel's state dict puts before GPT2Model's names. */
 #define HF_PREFIX "transformer."
@@ -95,7 +98,8 @@ static const char *plain_name(const char *name) {
 }
 
 /* Copies numel elements of s into dst as float32 (BF16 widened: its bits
- * are the top half of a float32's). The file's data may be unaligned. */
+ * are the top half of a float32's; F16 converted exactly). The file's
+ * data may be unaligned. */
 static void read_elements(const st_tensor *s, float *dst, size_t numel) {
   if (s->dtype == ST_F32) {
     memcpy(dst, s->data, numel * sizeof(float));
@@ -105,8 +109,12 @@ static void read_elements(const st_tensor *s, float *dst, size_t numel) {
   for (size_t i = 0; i < numel; i++) {
     uint16_t h;
     memcpy(&h, b + 2 * i, 2);
-    uint32_t u = (uint32_t)h << 16;
-    memcpy(dst + i, &u, 4);
+    if (s->dtype == ST_F16) {
+      dst[i] = st_f16_to_f32(h);
+    } else {
+      uint32_t u = (uint32_t)h << 16;
+      memcpy(dst + i, &u, 4);
+    }
   }
 }
 
@@ -118,9 +126,151 @@ static size_t param_index(const gpt *m, const char *name) {
   return i;
 }
 
-int weights_load(const char *path, gpt *m, char *err, size_t errlen) {
-  st_file *f = NULL;
+/* The files a model's weights are in: one safetensors file, or the shards
+ * a Hugging Face model.safetensors.index.json names; their tensors in one
+ * list, file by file. */
+typedef struct weight_files {
+  st_file **f;
+  const char **name; /* each file's name in the index (borrowed from the
+                        index, only while it is read) */
+  size_t nf;
+  const st_tensor **t;
+  size_t nt;
+} weight_files;
+
+static void files_close(weight_files *w) {
+  for (size_t i = 0; i < w->nf; i++)
+    st_close(w->f[i]);
+  free(w->f);
+  free(w->name);
+  free(w->t);
+  memset(w, 0, sizeof *w);
+}
+
+/* Opens one more file (name: as the index gives it, or NULL) into w and
+ * lists its tensors. 0 or -1 with err. */
+static int files_add(weight_files *w, const char *path, const char *name,
+                     char *err, size_t errlen) {
+  st_file *f;
   if (st_open(path, &f, err, errlen) != 0)
+    return -1;
+  st_file **nf = realloc(w->f, (w->nf + 1) * sizeof *nf);
+  if (nf)
+    w->f = nf;
+  const char **nn = nf ? realloc(w->name, (w->nf + 1) * sizeof *nn) : NULL;
+  if (nn)
+    w->name = nn;
+  const st_tensor **nt =
+      nn ? realloc(w->t, (w->nt + st_count(f)) * sizeof *nt) : NULL;
+  if (!nt) {
+    st_close(f);
+    snprintf(err, errlen, "%s: out of memory", path);
+    return -1;
+  }
+  w->t = nt;
+  w->name[w->nf] = name;
+  w->f[w->nf++] = f;
+  for (size_t k = 0; k < st_count(f); k++)
+    w->t[w->nt++] = st_at(f, k);
+  return 0;
+}
+
+static int has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* A shard's name as the index gives it: a file beside the index. */
+static int shard_name_ok(const char *name) {
+  return *name && !strchr(name, '/') && strcmp(name, ".") != 0 &&
+         strcmp(name, "..") != 0 && has_suffix(name, ".safetensors");
+}
+
+/* Every shard of index (a model.safetensors.index.json: {"weight_map":
+ * {tensor: file}}) opened into w, each once, in the order first named;
+ * a tensor must be in the shard the map names. 0 or -1 with err. */
+static int files_open_index(const char *index, weight_files *w, char *err,
+                            size_t errlen) {
+  char *text = NULL, *dir = strdup(index);
+  size_t len = 0;
+  cJSON *j = NULL;
+  int rc = -1;
+  if (!dir || fileio_read_file(index, &text, &len) != 0) {
+    snprintf(err, errlen, "%s: cannot be read", index);
+    goto out;
+  }
+  char *slash = strrchr(dir, '/');
+  if (slash)
+    slash[1] = '\0';
+  else
+    dir[0] = '\0';
+  j = cJSON_ParseWithLength(text, len);
+  const cJSON *map = cJSON_GetObjectItemCaseSensitive(j, "weight_map"), *e;
+  if (!cJSON_IsObject(map) || !map->child) {
+    snprintf(err, errlen,
+             "%s: no \"weight_map\" object of tensor names to shard files",
+             index);
+    goto out;
+  }
+  cJSON_ArrayForEach(e, map) {
+    if (!cJSON_IsString(e) || !shard_name_ok(e->valuestring)) {
+      snprintf(err, errlen,
+               "%s: tensor \"%s\" maps to %s%s%s: expected a .safetensors "
+               "file beside the index",
+               index, e->string, cJSON_IsString(e) ? "\"" : "",
+               cJSON_IsString(e) ? e->valuestring : "a non-string",
+               cJSON_IsString(e) ? "\"" : "");
+      goto out;
+    }
+    const cJSON *before = map->child;
+    while (before != e && strcmp(before->valuestring, e->valuestring) != 0)
+      before = before->next;
+    if (before != e)
+      continue; /* that shard is open already */
+    char *shard = fileio_xprintf("%s%s", dir, e->valuestring);
+    int bad = !shard || files_add(w, shard, e->valuestring, err, errlen) != 0;
+    free(shard);
+    if (bad)
+      goto out;
+  }
+  /* Each tensor where the map says it is. */
+  for (size_t f = 0, k = 0; f < w->nf; f++)
+    for (size_t i = 0; i < st_count(w->f[f]); i++, k++) {
+      const cJSON *at = cJSON_GetObjectItemCaseSensitive(map, w->t[k]->name);
+      const char *fname = w->name[f];
+      if (!cJSON_IsString(at) || strcmp(at->valuestring, fname) != 0) {
+        snprintf(err, errlen,
+                 "%s: tensor \"%s\" is in %s, but the index's weight_map "
+                 "%s%s",
+                 index, w->t[k]->name, fname,
+                 cJSON_IsString(at) ? "puts it in " : "does not list it",
+                 cJSON_IsString(at) ? at->valuestring : "");
+        goto out;
+      }
+    }
+  rc = 0;
+out:
+  cJSON_Delete(j);
+  free(text);
+  free(dir);
+  return rc;
+}
+
+/* path: a safetensors file, or a model.safetensors.index.json. */
+static int files_open(const char *path, weight_files *w, char *err,
+                      size_t errlen) {
+  memset(w, 0, sizeof *w);
+  int rc = has_suffix(path, ".index.json")
+               ? files_open_index(path, w, err, errlen)
+               : files_add(w, path, NULL, err, errlen);
+  if (rc != 0)
+    files_close(w);
+  return rc;
+}
+
+int weights_load(const char *path, gpt *m, char *err, size_t errlen) {
+  weight_files w;
+  if (files_open(path, &w, err, errlen) != 0)
     return -1;
   const gpt_config *c = gpt_get_config(m);
   size_t nt = gpt_tensor_count(m);
@@ -133,8 +283,8 @@ int weights_load(const char *path, gpt *m, char *err, size_t errlen) {
     snprintf(err, errlen, "%s: out of memory", path);
     goto done;
   }
-  for (size_t k = 0; k < st_count(f); k++) {
-    const st_tensor *s = st_at(f, k);
+  for (size_t k = 0; k < w.nt; k++) {
+    const st_tensor *s = w.t[k];
     const char *name = plain_name(s->name);
     size_t i = param_index(m, name);
     if (i == nt) {
@@ -150,7 +300,7 @@ int weights_load(const char *path, gpt *m, char *err, size_t errlen) {
     const gpt_tensor *t = gpt_tensor_at(m, i);
     if (seen[i]) {
       snprintf(err, errlen, "%s: tensor \"%s\" is there twice (as \"%s\")",
-               path, name, st_at(f, seen[i] - 1)->name);
+               path, name, w.t[seen[i] - 1]->name);
       goto done;
     }
     seen[i] = k + 1;
@@ -191,7 +341,7 @@ int weights_load(const char *path, gpt *m, char *err, size_t errlen) {
    * refused file leaves it as it was. */
   for (size_t i = 0; i < nt; i++) {
     const gpt_tensor *t = gpt_tensor_at(m, i);
-    const st_tensor *s = st_at(f, seen[i] - 1);
+    const st_tensor *s = w.t[seen[i] - 1];
     size_t cols = t->ndim == 2 ? (size_t)t->shape[1] : 1;
     size_t numel = (size_t)s->shape[0] * cols;
     memset(p + t->offset, 0, t->numel * sizeof(float));
@@ -203,6 +353,6 @@ int weights_load(const char *path, gpt *m, char *err, size_t errlen) {
   rc = 0;
 done:
   free(seen);
-  st_close(f);
+  files_close(&w);
   return rc;
 }

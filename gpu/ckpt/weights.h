@@ -22,13 +22,15 @@ int weights_save(const char *path, gpt *m, st_dtype dtype,
                  const char *const *meta_keys, const char *const *meta_values,
                  size_t n_meta, char *err, size_t errlen);
 
-/* Reads path into m's parameters. Every tensor of m must be in the file
- * with m's shape (wte as (V, C) or (Vp, C)); F32 and BF16 are read (BF16
- * widened exactly). Names may carry the "transformer." prefix that
- * GPT2LMHeadModel's state dict has. Tensors a GPT-2 file holds besides
- * the parameters are ignored: "lm_head.weight" (tied to wte) and the
- * attention masks "h.N.attn.bias" / "h.N.attn.masked_bias". Any other
- * tensor, a missing one or a wrong shape is an error naming the tensor,
+/* Reads path into m's parameters: a safetensors file, or a Hugging Face
+ * model.safetensors.index.json whose "weight_map" names each tensor's
+ * shard (.safetensors files beside it; each tensor must be in the shard
+ * named). Every tensor of m must be there with m's shape (wte as (V, C) or
+ * (Vp, C)); F32, BF16 and F16 are read (each widened exactly). Names may carry
+ * the "transformer." prefix that GPT2LMHeadModel's state dict has. Tensors a
+ * GPT-2 file holds besides the parameters are ignored: "lm_head.weight" (tied
+ * to wte) and the attention masks "h.N.attn.bias" / "h.N.attn.masked_bias". Any
+ * other tensor, a missing one or a wrong shape is an error naming the tensor,
  * both shapes and path: the file is another model. 0 or -1 with err. */
 int weights_load(const char *path, gpt *m, char *err, size_t errlen);
 

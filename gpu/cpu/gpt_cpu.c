@@ -412,10 +412,57 @@ void cpu_causal_softmax_backward(float *da, const float *a, int T,
   }
 }
 
+/* ---- Dropout (gpt_set_dropout): masks hashed, never stored ---- */
+
+typedef struct dropout {
+  float p;       /* 0: none */
+  uint64_t base; /* the site's hash key */
+} dropout;
+
+static inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Site 0 (the attention probabilities), 1 (attention's residual branch)
+ * or 2 (the MLP's) of layer l, as the last forward dropped it. */
+static dropout drop_at(const gpt *m, int l, int site) {
+  dropout d = {m->fwd_drop, 0};
+  if (d.p > 0)
+    d.base =
+        mix64(m->drop_seed ^
+              mix64(m->fwd_key ^ mix64(((uint64_t)l << 2) | (uint64_t)site)));
+  return d;
+}
+
+/* dst[i] = src[i] / (1-p) where element off + i of the site is kept, else
+ * 0 (dst may be src): each element's fate a hash of its index alone, so
+ * forward and backward agree whatever the threads. */
+static void drop_copy(float *dst, const float *src, size_t n, size_t off,
+                      dropout d) {
+  uint32_t th = (uint32_t)((double)d.p * 4294967296.0);
+  float s = 1.0f / (1.0f - d.p);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t h = mix64(d.base + (off + i) * 0x9E3779B97F4A7C15ull);
+    dst[i] = (uint32_t)(h >> 32) >= th ? src[i] * s : 0.0f;
+  }
+}
+
+/* drop_copy over (N,C) rows, in parallel. */
+static void drop_rows(float *dst, const float *src, int N, int C, dropout d) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++)
+    drop_copy(dst + (size_t)i * C, src + (size_t)i * C, (size_t)C,
+              (size_t)i * C, d);
+}
+
 /* qkv (B,T,3C) -> att (B,NH,T,T) softmax probabilities (zero above the
- * diagonal), out (B,T,C) */
+ * diagonal), out (B,T,C) = dropout(att) v; with dropout, adrop
+ * (B,NH,T,T) holds the dropped probabilities (att keeps the softmax's,
+ * which its backward needs). */
 static void attention_forward(float *out, float *att, const float *qkv, int B,
-                              int T, int C, int NH) {
+                              int T, int C, int NH, float *adrop, dropout d) {
   int hs = C / NH;
   float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
@@ -428,17 +475,23 @@ static void attention_forward(float *out, float *att, const float *qkv, int B,
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q,
                 3 * C, k, 3 * C, 0.0f, a, T);
     cpu_causal_softmax(a, T);
-    /* a (T,T), v (T,hs) -> out[b,:,h] (T,hs) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T,
-                v, 3 * C, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
+    const float *ad = a;
+    if (d.p > 0) {
+      float *x = adrop + (size_t)bh * T * T;
+      drop_copy(x, a, (size_t)T * T, (size_t)bh * T * T, d);
+      ad = x;
+    }
+    /* ad (T,T), v (T,hs) -> out[b,:,h] (T,hs) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ad,
+                T, v, 3 * C, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
   }
 }
 
 /* dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) -> dqkv (B,T,3C)
- * (overwritten); datt (B,NH,T,T) is scratch */
+ * (overwritten); datt (B,NH,T,T) is scratch; d the forward's dropout */
 static void attention_backward(float *dqkv, float *datt, const float *dout,
                                const float *qkv, const float *att, int B, int T,
-                               int C, int NH) {
+                               int C, int NH, dropout d) {
   int hs = C / NH;
   float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
@@ -450,12 +503,24 @@ static void attention_backward(float *dqkv, float *datt, const float *dout,
     const float *a = att + (size_t)bh * T * T;
     float *da = datt + (size_t)bh * T * T;
     const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
-    /* dy (T,hs), v (T,hs) -> da (T,T) = dy v^T */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C,
-                v, 3 * C, 0.0f, da, T);
-    /* a (T,T), dy (T,hs) -> dv (T,hs) = a^T dy */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T,
-                dy, C, 0.0f, dv, 3 * C);
+    size_t off = (size_t)bh * T * T;
+    if (d.p > 0) {
+      /* dv = dropout(a)^T dy, the dropped a made again in da first; then
+       * da = dropout'(dy v^T), the mask's own gradient. */
+      drop_copy(da, a, (size_t)T * T, off, d);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da,
+                  T, dy, C, 0.0f, dv, 3 * C);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy,
+                  C, v, 3 * C, 0.0f, da, T);
+      drop_copy(da, da, (size_t)T * T, off, d);
+    } else {
+      /* dy (T,hs), v (T,hs) -> da (T,T) = dy v^T */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy,
+                  C, v, 3 * C, 0.0f, da, T);
+      /* a (T,T), dy (T,hs) -> dv (T,hs) = a^T dy */
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T,
+                  dy, C, 0.0f, dv, 3 * C);
+    }
     /* Softmax backward, in place: da -> d(pre-softmax scores) * scale. */
     cpu_causal_softmax_backward(da, a, T, scale);
     /* da (T,T), k (T,hs) -> dq (T,hs) = da k */
@@ -536,14 +601,40 @@ void gpt_cpu_matmul_backward(float *dinp, float *dw, float *db,
 void gpt_cpu_gelu_backward(float *dinout, const float *inp, size_t N) {
   gelu_backward(dinout, inp, N);
 }
+/* out (N,C) = res + dropout(inp (N,K) w (K,C) + bias): a block's
+ * projection back onto the residual stream; with dropout the branch is
+ * made in scratch (N,C) first. */
+static void proj_residual(float *out, const float *res, const float *inp,
+                          const float *w, const float *bias, int N, int K,
+                          int C, float *scratch, dropout d) {
+  float *y = d.p > 0 ? scratch : out;
+  if (d.p == 0)
+    memcpy(out, res, (size_t)N * C * sizeof(float));
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < C; j++) {
+      if (d.p > 0)
+        y[(size_t)i * C + j] = bias[j];
+      else
+        y[(size_t)i * C + j] += bias[j];
+    }
+  gemm(0, 0, N, C, K, 1.0f, inp, K, w, C, 1.0f, y, C);
+  if (d.p == 0)
+    return;
+  drop_rows(y, y, N, C, d);
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < (size_t)N * C; i++)
+    out[i] = res[i] + y[i];
+}
+
 void gpt_cpu_attention_forward(float *out, float *att, const float *qkv, int B,
                                int T, int C, int NH) {
-  attention_forward(out, att, qkv, B, T, C, NH);
+  attention_forward(out, att, qkv, B, T, C, NH, NULL, (dropout){0, 0});
 }
 void gpt_cpu_attention_backward(float *dqkv, float *datt, const float *dout,
                                 const float *qkv, const float *att, int B,
                                 int T, int C, int NH) {
-  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, (dropout){0, 0});
 }
 void gpt_cpu_crossentropy_forward(float *lse, float *losses, float *probs,
                                   const float *logits, const uint32_t *targets,
@@ -650,6 +741,9 @@ int cpu_forward_begin(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   if (cpu_ensure_acts(m, floats(c, B, T), B, T, err, errlen) != 0)
     return -1;
   memcpy(m->inputs, inputs, N * sizeof(uint32_t));
+  /* Dropout in a trainer's forwards only (gpt_dropout_key). */
+  m->fwd_drop = targets && m->drop_active ? m->drop_p : 0.0f;
+  m->fwd_key = m->drop_key;
   if (targets)
     memcpy(m->targets, targets, N * sizeof(uint32_t));
   return 0;
@@ -707,34 +801,19 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
                       P(GPT_LN1_B), (int)N, C);
     matmul_forward(la.qkv, la.ln1, P(GPT_QKV_W), P(GPT_QKV_B), (int)N, C,
                    3 * C);
-    attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
-    /* res2 (B,T,C) = res + atty c_proj + bias */
-    memcpy(la.res2, res, N * C * sizeof(float));
-    {
-      const float *bias = P(GPT_ATTPROJ_B);
-#pragma omp parallel for schedule(static)
-      for (size_t i = 0; i < N; i++)
-        for (int j = 0; j < C; j++)
-          la.res2[i * C + j] += bias[j];
-      gemm(0, 0, (int)N, C, C, 1.0f, la.atty, C, P(GPT_ATTPROJ_W), C, 1.0f,
-           la.res2, C);
-    }
+    attention_forward(la.atty, la.att, la.qkv, B, T, C, NH, a.datt,
+                      drop_at(m, l, 0));
+    /* res2 (B,T,C) = res + dropout(atty c_proj + bias) */
+    proj_residual(la.res2, res, la.atty, P(GPT_ATTPROJ_W), P(GPT_ATTPROJ_B),
+                  (int)N, C, C, a.dbuf, drop_at(m, l, 1));
     /* res2 -> ln2 (B,T,C) -> fch (B,T,4C) -> fch_gelu (B,T,4C) */
     gpt_cpu_layernorm(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, P(GPT_LN2_W),
                       P(GPT_LN2_B), (int)N, C);
     matmul_forward(la.fch, la.ln2, P(GPT_FC_W), P(GPT_FC_B), (int)N, C, 4 * C);
     gpt_cpu_gelu(la.fch_gelu, la.fch, N * 4 * C);
-    /* res3 (B,T,C) = res2 + fch_gelu c_proj + bias */
-    memcpy(la.res3, la.res2, N * C * sizeof(float));
-    {
-      const float *bias = P(GPT_FCPROJ_B);
-#pragma omp parallel for schedule(static)
-      for (size_t i = 0; i < N; i++)
-        for (int j = 0; j < C; j++)
-          la.res3[i * C + j] += bias[j];
-      gemm(0, 0, (int)N, C, 4 * C, 1.0f, la.fch_gelu, 4 * C, P(GPT_FCPROJ_W), C,
-           1.0f, la.res3, C);
-    }
+    /* res3 (B,T,C) = res2 + dropout(fch_gelu c_proj + bias) */
+    proj_residual(la.res3, la.res2, la.fch_gelu, P(GPT_FCPROJ_W),
+                  P(GPT_FCPROJ_B), (int)N, 4 * C, C, a.dbuf, drop_at(m, l, 2));
 #undef P
     if (cpu_params_done(m, 1 + l, 2 + l) != 0)
       goto hook_failed;
@@ -786,6 +865,16 @@ const float *gpt_logits(const gpt *m) {
 
 void gpt_zero_grad(gpt *m) { memset(m->grads, 0, m->n_params * sizeof(float)); }
 
+/* The gradient of a residual branch from the stream's, dres: dres itself
+ * without dropout, else dres through the forward's mask into scratch. */
+static const float *branch_grad(float *scratch, const float *dres, int N, int C,
+                                dropout d) {
+  if (d.p == 0)
+    return dres;
+  drop_rows(scratch, dres, N, C, d);
+  return scratch;
+}
+
 static void backward(gpt *m, float scale) {
   const gpt_config *c = &m->cfg;
   int B = m->B, T = m->T, C = c->n_embd, NH = c->n_head, V = c->vocab_size;
@@ -826,9 +915,11 @@ static void backward(gpt *m, float scale) {
     const float *res = l > 0 ? layer_at(m, &a, l - 1, B, T).res3 : a.encoded;
 #define P(k) gpt_p(m, gpt_ti(l, k))
 #define G(k) gpt_g(m, gpt_ti(l, k))
-    /* MLP. dres = d res3 (B,T,C) -> d4c (B,T,4C) = d fch_gelu -> d fch */
-    matmul_backward(a.d4c, G(GPT_FCPROJ_W), G(GPT_FCPROJ_B), a.dres,
-                    la.fch_gelu, P(GPT_FCPROJ_W), N, 4 * C, C);
+    /* MLP. dres = d res3 (B,T,C) -> (through its dropout, into dbuf)
+     * d4c (B,T,4C) = d fch_gelu -> d fch */
+    const float *dy = branch_grad(a.dbuf, a.dres, N, C, drop_at(m, l, 2));
+    matmul_backward(a.d4c, G(GPT_FCPROJ_W), G(GPT_FCPROJ_B), dy, la.fch_gelu,
+                    P(GPT_FCPROJ_W), N, 4 * C, C);
     gelu_backward(a.d4c, la.fch, (size_t)N * 4 * C);
     /* d fch (B,T,4C) -> dbuf (B,T,C) = d ln2 */
     matmul_backward(a.dbuf, G(GPT_FC_W), G(GPT_FC_B), a.d4c, la.ln2,
@@ -836,11 +927,14 @@ static void backward(gpt *m, float scale) {
     /* d ln2 -> dres += (now d res2) */
     layernorm_backward(a.dres, G(GPT_LN2_W), G(GPT_LN2_B), a.dbuf, la.res2,
                        P(GPT_LN2_W), la.ln2_mean, la.ln2_rstd, N, C);
-    /* Attention. dres = d res2 -> dbuf (B,T,C) = d atty */
-    matmul_backward(a.dbuf, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), a.dres, la.atty,
+    /* Attention. dres = d res2 -> (through its dropout, into dqkv, free
+     * until attention_backward) dbuf (B,T,C) = d atty */
+    dy = branch_grad(a.dqkv, a.dres, N, C, drop_at(m, l, 1));
+    matmul_backward(a.dbuf, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), dy, la.atty,
                     P(GPT_ATTPROJ_W), N, C, C);
     /* d atty -> dqkv (B,T,3C) */
-    attention_backward(a.dqkv, a.datt, a.dbuf, la.qkv, la.att, B, T, C, NH);
+    attention_backward(a.dqkv, a.datt, a.dbuf, la.qkv, la.att, B, T, C, NH,
+                       drop_at(m, l, 0));
     /* dqkv -> dbuf (B,T,C) = d ln1 */
     matmul_backward(a.dbuf, G(GPT_QKV_W), G(GPT_QKV_B), a.dqkv, la.ln1,
                     P(GPT_QKV_W), N, C, 3 * C);

@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,16 @@ typedef struct lfile {
   uint64_t n_starts;  /* LOADER_RANDOM: n_tokens - T, or 0 */
   uint64_t n_windows; /* LOADER_SEQUENTIAL: (n_tokens - 1) / T, or 0 */
 } lfile;
+
+/* A source of a mixture: files [lo, hi) of the loader's, its weight as
+ * an integer (so that the draw is integer arithmetic on every machine)
+ * and its budget in rows (UINT64_MAX: none). */
+typedef struct lsource {
+  const char *name;
+  size_t lo, hi;
+  uint64_t w;
+  uint64_t max_rows;
+} lsource;
 
 /* What one batch is computed from. */
 typedef struct gen {
@@ -57,6 +68,10 @@ struct loader {
 
   lfile *files;
   size_t nfiles;
+  const char **paths; /* every source's files in order; owned array */
+  lsource src[LOADER_MAX_SOURCES];
+  size_t nsrc;
+  uint64_t max_batches;  /* UINT64_MAX: no end */
   uint64_t *cum_starts;  /* nfiles + 1 prefix sums of n_starts */
   uint64_t *cum_windows; /* nfiles + 1 prefix sums of n_windows */
   uint64_t total_starts, total_windows;
@@ -124,7 +139,47 @@ static void copy_window(const loader *l, const lfile *f, uint64_t start, int b,
   }
 }
 
-/* Computes the batch at g->pos and advances g->pos past it. */
+/* The source of the next row: drawn among those within their budget in
+ * proportion to their weights. One source in: it, with no draw, so that a
+ * loader of one source draws what a loader without sources does. */
+static size_t pick_source(const loader *l, loader_pos *pos) {
+  uint64_t sum = 0;
+  size_t in = 0, last = 0;
+  for (size_t s = 0; s < l->nsrc; s++)
+    if (pos->rows[s] < l->src[s].max_rows) {
+      sum += l->src[s].w;
+      in++;
+      last = s;
+    }
+  if (in <= 1)
+    return last;
+  uint64_t r = rng_below(pos->rng, sum);
+  for (size_t s = 0;; s++) {
+    if (pos->rows[s] >= l->src[s].max_rows)
+      continue;
+    if (r < l->src[s].w)
+      return s;
+    r -= l->src[s].w;
+  }
+}
+
+/* LOADER_RANDOM: B rows, each from a source (pick_source) and a window
+ * start uniform over that source's files. */
+static void gen_random(const loader *l, gen *g, uint32_t *inputs,
+                       uint32_t *targets) {
+  for (int b = 0; b < l->B; b++) {
+    size_t s = pick_source(l, &g->pos);
+    uint64_t lo = l->cum_starts[l->src[s].lo];
+    uint64_t k = lo + rng_below(g->pos.rng, l->cum_starts[l->src[s].hi] - lo);
+    size_t i = find_file(l->cum_starts, l->nfiles, k);
+    copy_window(l, &l->files[i], k - l->cum_starts[i], b, inputs, targets);
+    g->pos.rows[s]++;
+  }
+  g->pos.batches++;
+}
+
+/* Computes the batch at g->pos and advances g->pos past it. Past the
+ * budgets' end (which loader_next never serves): nothing. */
 static void gen_batch(const loader *l, gen *g, uint32_t *inputs,
                       uint32_t *targets) {
   if (l->test_delay_ms) {
@@ -133,13 +188,10 @@ static void gen_batch(const loader *l, gen *g, uint32_t *inputs,
     while (nanosleep(&d, &d) != 0 && errno == EINTR) {
     }
   }
+  if (g->pos.batches >= l->max_batches)
+    return;
   if (l->order == LOADER_RANDOM) {
-    for (int b = 0; b < l->B; b++) {
-      uint64_t k = rng_below(g->pos.rng, l->total_starts);
-      size_t i = find_file(l->cum_starts, l->nfiles, k);
-      copy_window(l, &l->files[i], k - l->cum_starts[i], b, inputs, targets);
-    }
-    g->pos.batches++;
+    gen_random(l, g, inputs, targets);
     return;
   }
   uint64_t W = l->total_windows;
@@ -223,6 +275,7 @@ static void free_loader(loader *l) {
   for (size_t i = 0; i < l->nfiles; i++)
     tokfile_close(l->files[i].tf);
   free(l->files);
+  free(l->paths);
   free(l->cum_starts);
   free(l->cum_windows);
   free(l->g.perm);
@@ -235,10 +288,43 @@ static void initial_pos(const loader *l, loader_pos *pos) {
   rng_seed(pos->rng, l->seed);
 }
 
+/* A mixture's values: 0, or -1 with err naming the source. */
+static int check_sources(const loader_config *cfg, char *err, size_t errlen) {
+  if (cfg->nsources > LOADER_MAX_SOURCES) {
+    fileio_seterr(err, errlen, "loader: %zu sources, at most %d", cfg->nsources,
+                  LOADER_MAX_SOURCES);
+    return -1;
+  }
+  if (cfg->order != LOADER_RANDOM) {
+    fileio_seterr(err, errlen, "loader: a mixture is drawn in random order");
+    return -1;
+  }
+  for (size_t s = 0; s < cfg->nsources; s++) {
+    const loader_source *x = &cfg->sources[s];
+    const char *what = NULL;
+    if (!x->paths || x->npaths == 0)
+      what = "has no token files";
+    else if (!(x->weight > 0) || isinf(x->weight))
+      what = "needs a weight above 0";
+    else if (!(x->epochs >= 0) || isinf(x->epochs))
+      what = "needs epochs of 0 (none) or more";
+    else if (x->epochs > 0 && x->max_tokens > 0)
+      what = "has both a token and an epoch budget";
+    if (what) {
+      fileio_seterr(err, errlen, "loader: source %s %s",
+                    x->name ? x->name : "?", what);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 /* cfg's values that need no file: 0, or -1 with err. */
 static int check_config(const loader_config *cfg, char *err, size_t errlen) {
-  if (!cfg->paths || cfg->npaths == 0) {
-    fileio_seterr(err, errlen, "loader: no token files given");
+  if (cfg->nsources > 0 ? check_sources(cfg, err, errlen) != 0
+                        : !cfg->paths || cfg->npaths == 0) {
+    if (cfg->nsources == 0)
+      fileio_seterr(err, errlen, "loader: no token files given");
     return -1;
   }
   if (cfg->B <= 0 || cfg->T <= 0) {
@@ -264,13 +350,13 @@ static int check_config(const loader_config *cfg, char *err, size_t errlen) {
  * starts and whole windows that map a global index to a file. Refuses
  * files of different vocabularies, and a set with no window of T+1
  * tokens: windows never cross files. 0, or -1 with err. */
-static int open_files(loader *l, const loader_config *cfg, char *err,
-                      size_t errlen) {
+static int open_files(loader *l, const loader_config *cfg, size_t npaths,
+                      char *err, size_t errlen) {
   uint64_t T = (uint64_t)cfg->T;
   size_t largest = 0;
-  for (size_t i = 0; i < cfg->npaths; i++) {
+  for (size_t i = 0; i < npaths; i++) {
     lfile *f = &l->files[i];
-    f->path = cfg->paths[i];
+    f->path = l->paths[i];
     if (tokfile_open(f->path, &f->tf, err, errlen) != 0)
       return -1;
     l->nfiles = i + 1;
@@ -283,7 +369,7 @@ static int open_files(loader *l, const loader_config *cfg, char *err,
       fileio_seterr(err, errlen,
                     "%s: vocab_size %" PRIu32 ", but %s has vocab_size %" PRIu32
                     " (all token files of a loader must share one vocabulary)",
-                    f->path, h->vocab_size, cfg->paths[0], l->vocab_size);
+                    f->path, h->vocab_size, l->paths[0], l->vocab_size);
       return -1;
     }
     f->tokens = tokfile_tokens(f->tf);
@@ -303,15 +389,85 @@ static int open_files(loader *l, const loader_config *cfg, char *err,
     if (l->nfiles == 1)
       fileio_seterr(err, errlen,
                     "%s: %" PRIu64 " tokens, fewer than one window of T+1 = %d",
-                    cfg->paths[0], l->files[0].n_tokens, cfg->T + 1);
+                    l->paths[0], l->files[0].n_tokens, cfg->T + 1);
     else
       fileio_seterr(err, errlen,
                     "no token file holds one window of T+1 = %d tokens (the "
                     "largest, %s, has %" PRIu64 "; windows never cross files)",
-                    cfg->T + 1, cfg->paths[largest],
-                    l->files[largest].n_tokens);
+                    cfg->T + 1, l->paths[largest], l->files[largest].n_tokens);
     return -1;
   }
+  return 0;
+}
+
+/* Every source's files into l->paths, in order, with each source's range
+ * of them (no sources: cfg->paths as one source). The count, or 0 when
+ * out of memory. */
+static size_t flatten_paths(loader *l, const loader_config *cfg) {
+  size_t n = 0;
+  l->nsrc = cfg->nsources ? cfg->nsources : 1;
+  for (size_t s = 0; s < cfg->nsources; s++)
+    n += cfg->sources[s].npaths;
+  if (!cfg->nsources)
+    n = cfg->npaths;
+  l->paths = calloc(n, sizeof(char *));
+  if (!l->paths)
+    return 0;
+  if (!cfg->nsources) {
+    memcpy(l->paths, cfg->paths, n * sizeof(char *));
+    l->src[0] = (lsource){"data", 0, n, 1, UINT64_MAX};
+    return n;
+  }
+  size_t at = 0;
+  for (size_t s = 0; s < cfg->nsources; s++) {
+    const loader_source *x = &cfg->sources[s];
+    memcpy(l->paths + at, x->paths, x->npaths * sizeof(char *));
+    l->src[s] =
+        (lsource){x->name ? x->name : "?", at, at + x->npaths, 0, UINT64_MAX};
+    at += x->npaths;
+  }
+  return n;
+}
+
+/* Once the files are open: each source's integer weight (2^32 for the
+ * heaviest, at least 1), its budget in rows, and the batches all budgets
+ * hold. A source without a window of T+1 tokens is refused. 0, or -1. */
+static int setup_sources(loader *l, const loader_config *cfg, char *err,
+                         size_t errlen) {
+  l->max_batches = UINT64_MAX;
+  if (!cfg->nsources)
+    return 0;
+  double wmax = 0;
+  uint64_t T = (uint64_t)l->T, rows = 0;
+  int all_budgeted = 1;
+  for (size_t s = 0; s < l->nsrc; s++)
+    wmax = fmax(wmax, cfg->sources[s].weight);
+  for (size_t s = 0; s < l->nsrc; s++) {
+    const loader_source *x = &cfg->sources[s];
+    lsource *d = &l->src[s];
+    if (l->cum_starts[d->hi] == l->cum_starts[d->lo]) {
+      fileio_seterr(err, errlen,
+                    "source %s: no token file holds one window of T+1 = %d "
+                    "tokens (windows never cross files)",
+                    d->name, l->T + 1);
+      return -1;
+    }
+    d->w = (uint64_t)llround(x->weight / wmax * 4294967296.0);
+    if (d->w == 0)
+      d->w = 1;
+    uint64_t tokens = 0;
+    for (size_t i = d->lo; i < d->hi; i++)
+      tokens += l->files[i].n_tokens;
+    double budget =
+        x->epochs > 0 ? x->epochs * (double)tokens : (double)x->max_tokens;
+    if (budget > 0 && budget < 1.8e19)
+      d->max_rows = (uint64_t)ceil(budget / (double)T);
+    all_budgeted &= d->max_rows != UINT64_MAX;
+    if (d->max_rows != UINT64_MAX)
+      rows += d->max_rows;
+  }
+  if (all_budgeted)
+    l->max_batches = rows / (uint64_t)l->B;
   return 0;
 }
 
@@ -359,12 +515,16 @@ int loader_create(const loader_config *cfg, loader **out, char *err,
   l->prefetch = cfg->prefetch;
   l->test_delay_ms = cfg->test_delay_ms > 0 ? cfg->test_delay_ms : 0;
   l->g.perm_epoch = UINT64_MAX;
-  l->files = calloc(cfg->npaths, sizeof(*l->files));
-  l->cum_starts = calloc(cfg->npaths + 1, sizeof(uint64_t));
-  l->cum_windows = calloc(cfg->npaths + 1, sizeof(uint64_t));
+  size_t npaths = flatten_paths(l, cfg);
+  if (!npaths)
+    goto oom;
+  l->files = calloc(npaths, sizeof(*l->files));
+  l->cum_starts = calloc(npaths + 1, sizeof(uint64_t));
+  l->cum_windows = calloc(npaths + 1, sizeof(uint64_t));
   if (!l->files || !l->cum_starts || !l->cum_windows)
     goto oom;
-  if (open_files(l, cfg, err, errlen) != 0)
+  if (open_files(l, cfg, npaths, err, errlen) != 0 ||
+      setup_sources(l, cfg, err, errlen) != 0)
     goto fail;
   if (l->order == LOADER_SEQUENTIAL && l->shuffle) {
     if (l->total_windows > SIZE_MAX / sizeof(uint64_t))
@@ -396,6 +556,8 @@ void loader_destroy(loader *l) {
 }
 
 int loader_next(loader *l, uint32_t *inputs, uint32_t *targets) {
+  if (l->cur.batches >= l->max_batches)
+    return 1;
   /* No thread (none asked for, or a restart failed): g is at cur. */
   if (!l->running) {
     gen_batch(l, &l->g, inputs, targets);
@@ -422,8 +584,29 @@ int loader_next(loader *l, uint32_t *inputs, uint32_t *targets) {
 
 void loader_get_pos(const loader *l, loader_pos *pos) { *pos = l->cur; }
 
+/* Whether p's rows can be this loader's: they sum to the rows served,
+ * none beyond its source's budget, none of a source it does not have. */
+static int rows_fit(const loader *l, const loader_pos *p) {
+  uint64_t sum = 0;
+  for (size_t s = 0; s < LOADER_MAX_SOURCES; s++) {
+    if (s >= l->nsrc ? p->rows[s] != 0 : p->rows[s] > l->src[s].max_rows)
+      return 0;
+    sum += p->rows[s];
+  }
+  return p->batches <= UINT64_MAX / (uint64_t)l->B &&
+         sum == p->batches * (uint64_t)l->B;
+}
+
 int loader_set_pos(loader *l, const loader_pos *pos) {
   loader_pos p = *pos;
+  /* One source: its rows are every row (a position saved before mixtures
+   * existed has none). */
+  if (l->nsrc == 1 && p.batches <= UINT64_MAX / (uint64_t)l->B) {
+    memset(p.rows, 0, sizeof p.rows);
+    p.rows[0] = p.batches * (uint64_t)l->B;
+  }
+  if (l->order == LOADER_RANDOM && !rows_fit(l, &p))
+    return -1;
   if (l->order == LOADER_SEQUENTIAL) {
     /* The epoch follows from the batches served; a position that says
      * otherwise was saved by a loader over other files or another B. */
@@ -440,6 +623,14 @@ int loader_set_pos(loader *l, const loader_pos *pos) {
 }
 
 uint32_t loader_vocab_size(const loader *l) { return l->vocab_size; }
+
+size_t loader_sources(const loader *l) { return l->nsrc; }
+
+uint64_t loader_source_tokens(const loader *l, size_t i) {
+  return i < l->nsrc ? l->cur.rows[i] * (uint64_t)l->T : 0;
+}
+
+uint64_t loader_max_batches(const loader *l) { return l->max_batches; }
 
 uint64_t loader_tokens(const loader *l) { return l->total_tokens; }
 

@@ -9,6 +9,15 @@
  *   LOADER_SEQUENTIAL  epochs of non-overlapping windows over all files;
  *                      each epoch visits them in an order shuffled by
  *                      (seed, epoch). Evaluation uses this with no shuffle.
+ * A mixture (LOADER_RANDOM only) draws from several sources, each a set
+ * of token files with a weight: each row of a batch first picks a source,
+ * at random in proportion to the weights of the sources still in, then a
+ * window of that source as above. A source may have a token budget (a
+ * number of tokens, or of epochs: times its token count); once it has
+ * served that many it drops out and the others' weights renormalize.
+ * Budgets are counted in rows of T tokens (a row that starts below the
+ * budget is served whole), so when every source has one the loader holds
+ * a known number of batches (loader_max_batches) and then ends.
  * The position (batches served, RNG state, epoch) is plain data: saved in
  * a checkpoint and restored, the loader continues with the very batch it
  * would have served next.
@@ -17,7 +26,8 @@
  * trains on the current one; the batches are the same with or without it.
  * One loader belongs to one consumer thread.
  */
-/* Named dataloader, not loader: orchestrator/host/loader.h is the plugin loader. */
+/* Named dataloader, not loader: orchestrator/host/loader.h is the plugin
+ * loader. */
 #ifndef DAGRUN_DATA_LOADER_H
 #define DAGRUN_DATA_LOADER_H
 
@@ -29,9 +39,25 @@ typedef enum loader_order {
   LOADER_SEQUENTIAL = 1
 } loader_order;
 
+/* At most this many sources in a mixture (the position is plain data). */
+#define LOADER_MAX_SOURCES 16
+
+typedef struct loader_source {
+  const char *name;         /* for messages */
+  const char *const *paths; /* its token files */
+  size_t npaths;
+  double weight;       /* > 0, relative to the others' */
+  uint64_t max_tokens; /* the budget in tokens; 0: none */
+  double epochs;       /* or in epochs of its tokens; 0: none */
+} loader_source;
+
 typedef struct loader_config {
   const char *const *paths; /* token files; all the same vocab_size */
   size_t npaths;
+  /* LOADER_RANDOM: a mixture, used instead of paths when nsources > 0
+   * (one source without a budget draws exactly as paths would). */
+  const loader_source *sources;
+  size_t nsources;
   int B, T;
   loader_order order;
   int shuffle; /* LOADER_SEQUENTIAL: shuffle windows each epoch */
@@ -47,6 +73,9 @@ typedef struct loader_pos {
   uint64_t batches; /* batches served so far */
   uint64_t epoch;   /* LOADER_SEQUENTIAL: current epoch */
   uint64_t rng[4];  /* the RNG's state */
+  /* LOADER_RANDOM: the rows (sequences of T tokens) served from each
+   * source; they sum to batches x B. */
+  uint64_t rows[LOADER_MAX_SOURCES];
 } loader_pos;
 
 typedef struct loader loader;
@@ -58,12 +87,24 @@ int loader_create(const loader_config *cfg, loader **out, char *err,
                   size_t errlen);
 void loader_destroy(loader *l); /* NULL is a no-op; stops the thread */
 
-/* The next batch into inputs[B*T] and targets[B*T]. Returns 0. */
+/* The next batch into inputs[B*T] and targets[B*T]. Returns 0, or 1
+ * when every source has used its budget (loader_max_batches served):
+ * nothing is written and the position stays. */
 int loader_next(loader *l, uint32_t *inputs, uint32_t *targets);
 
-/* Where the loader is (the next batch to serve), and back there. */
+/* Where the loader is (the next batch to serve), and back there.
+ * loader_set_pos refuses (-1) a position this loader cannot have made:
+ * a sequential epoch that does not follow from the batches, rows that do
+ * not sum to batches x B, or beyond a source's budget. */
 void loader_get_pos(const loader *l, loader_pos *pos);
 int loader_set_pos(loader *l, const loader_pos *pos);
+
+/* The mixture: its sources (1 without one), the tokens served from
+ * source i so far (rows x T, at the consumer's position), and the batches
+ * the budgets hold (UINT64_MAX unless every source has a budget). */
+size_t loader_sources(const loader *l);
+uint64_t loader_source_tokens(const loader *l, size_t i);
+uint64_t loader_max_batches(const loader *l);
 
 uint32_t loader_vocab_size(const loader *l);
 uint64_t loader_tokens(const loader *l); /* in all files */

@@ -432,6 +432,16 @@ size_t gpt_capacity(const gpt *m, int what) {
   return what == GPT_BUF_PARAMS ? m->params_cap : m->grads_cap;
 }
 
+void gpt_set_dropout(gpt *m, float p, uint64_t seed) {
+  m->drop_p = p > 0 && p < 1 ? p : 0;
+  m->drop_seed = seed;
+}
+
+void gpt_dropout_key(gpt *m, uint64_t key, int active) {
+  m->drop_key = key;
+  m->drop_active = active;
+}
+
 void gpt_set_grad_hook(gpt *m, void (*hook)(void *arg, size_t final_from),
                        void *arg) {
   m->grad_hook = hook;

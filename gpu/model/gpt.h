@@ -163,6 +163,18 @@ void gpt_zero_grad(gpt *m);
  * a forward with targets since the last backward, it does nothing. */
 void gpt_backward(gpt *m, float scale);
 
+/* Dropout (CPU engine): with probability p in [0,1) (0, the default: none)
+ * on the attention probabilities and on each block's two residual
+ * branches before they are added (nanoGPT's attn_dropout and
+ * resid_dropout), the kept values scaled by 1/(1-p). It applies only to
+ * forwards with targets made while gpt_dropout_key has it active (a
+ * trainer's forwards; evaluation's are exact), and their backward. Each
+ * mask is a hash of (seed, key, layer, site, element): nothing to store
+ * or checkpoint, the same on any thread count, and a given key (a
+ * trainer passes the batch's number) gives the same masks again. */
+void gpt_set_dropout(gpt *m, float p, uint64_t seed);
+void gpt_dropout_key(gpt *m, uint64_t key, int active);
+
 /* The memory the engine takes to train a model, in bytes. */
 typedef struct gpt_memory {
   uint64_t params, grads; /* the parameter and gradient arrays */

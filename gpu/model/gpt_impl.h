@@ -87,6 +87,14 @@ struct gpt {
   int B, T;      /* of the last forward; 0 before any */
   int have_loss; /* the last forward had targets */
   float loss;    /* its mean loss */
+
+  /* Dropout (gpt_set_dropout, gpt_dropout_key); fwd_drop and fwd_key are
+   * the last forward's (0: none), which its backward uses. */
+  float drop_p;
+  uint64_t drop_seed, drop_key;
+  int drop_active;
+  float fwd_drop;
+  uint64_t fwd_key;
 };
 
 /* The first float of the tensor with index i (gpt.h's order), wherever

@@ -8,6 +8,7 @@
 #include "base/cron.h"
 #include "dag.h"
 #include "lib/fileio.h"
+#include "mapping.h"
 #include "paramrule.h"
 
 #include <arpa/inet.h>
@@ -25,19 +26,32 @@ static const char *const top_keys[] = {
 
 /* A task's keys; the ones from "retries" on are settings that `defaults`
  * may also give. */
-static const char *const task_keys[] = {"stage",         "needs",
-                                        "with",          "description",
-                                        "outputs",       "branch",
-                                        "retries",       "retry_delay",
-                                        "retry_backoff", "retry_max_delay",
-                                        "retry_jitter",  "retry_on",
-                                        "timeout",       "heartbeat_timeout",
-                                        "kill_grace",    "pool",
-                                        "trigger",       "env",
-                                        "cache",         "world_size",
-                                        "launcher",      "hosts",
-                                        "rendezvous",    NULL};
-enum { FIRST_SETTING = 6 };
+static const char *const task_keys[] = {"stage",
+                                        "needs",
+                                        "with",
+                                        "description",
+                                        "outputs",
+                                        "branch",
+                                        "map",
+                                        "retries",
+                                        "retry_delay",
+                                        "retry_backoff",
+                                        "retry_max_delay",
+                                        "retry_jitter",
+                                        "retry_on",
+                                        "timeout",
+                                        "heartbeat_timeout",
+                                        "kill_grace",
+                                        "pool",
+                                        "trigger",
+                                        "env",
+                                        "cache",
+                                        "world_size",
+                                        "launcher",
+                                        "hosts",
+                                        "rendezvous",
+                                        NULL};
+enum { FIRST_SETTING = 7 };
 static const char *const *const setting_keys = task_keys + FIRST_SETTING;
 
 /* Indexed by spec_trigger. */
@@ -685,6 +699,7 @@ static void task_init(spec_task *t) {
   t->cache = -1;
   t->world_size = 1;
   t->launcher = SPEC_LAUNCHER_LOCAL;
+  t->map = SIZE_MAX;
 }
 
 /* Copies defaults into a task; owned pointers are duplicated. */
@@ -873,15 +888,55 @@ static void check_branches(ctx *c) {
   free(has_down);
 }
 
+/* Adds need idx (written as item) unless t has it: listing a task twice
+ * means the same as once. */
+static void add_need(spec_task *t, const ynode *item, size_t idx) {
+  for (size_t j = 0; j < t->n_needs; j++)
+    if (t->needs[j] == idx)
+      return;
+  t->need_nodes[t->n_needs] = item;
+  t->needs[t->n_needs++] = idx;
+}
+
+/* A need on a mapped task: a need on each of its instances. */
+static void add_need_map(spec_task *t, const ynode *item, const spec_map *m) {
+  for (size_t k = 0; k < m->n; k++)
+    add_need(t, item, m->first + k);
+}
+
+/* The instances of a mapped task need what its first one needs: resolved
+ * (and its errors reported) once. */
+static int copy_instance_needs(ctx *c, spec_task *t) {
+  if (t->map == SIZE_MAX || t->item_index == 0)
+    return 0;
+  const spec_task *first = &c->s->tasks[c->s->maps[t->map].first];
+  size_t n = first->n_needs;
+  t->needs = xmalloc((n ? n : 1) * sizeof(size_t));
+  t->need_nodes = xmalloc((n ? n : 1) * sizeof(ynode *));
+  memcpy(t->needs, first->needs, n * sizeof(size_t));
+  memcpy(t->need_nodes, first->need_nodes, n * sizeof(ynode *));
+  t->n_needs = n;
+  return 1;
+}
+
 static void resolve_needs(ctx *c, spec_task *t) {
   const ynode *v = t->node ? ynode_get(t->node, "needs") : NULL;
-  if (!v || v->kind == YNODE_MAP)
+  if (!v || v->kind == YNODE_MAP || copy_instance_needs(c, t))
     return;
   if (v->kind == YNODE_SCALAR && ynode_scalar_type(v) == YSCALAR_NULL)
     return;
-  size_t n = v->kind == YNODE_SEQ ? v->n : 1;
-  t->needs = xmalloc((n ? n : 1) * sizeof(size_t));
-  t->need_nodes = xmalloc((n ? n : 1) * sizeof(ynode *));
+  size_t n = v->kind == YNODE_SEQ ? v->n : 1, room = 0;
+  for (size_t i = 0; i < n; i++) {
+    const ynode *item = v->kind == YNODE_SEQ ? v->items[i] : v;
+    size_t m;
+    int mapped = item->kind == YNODE_SCALAR &&
+                 strmap_get(&c->s->map_index, item->str, &m);
+    room += mapped ? c->s->maps[m].n : 1;
+  }
+  t->needs = xmalloc((room ? room : 1) * sizeof(size_t));
+  t->need_nodes = xmalloc((room ? room : 1) * sizeof(ynode *));
+  /* Messages name the task as written, not its instance. */
+  const char *name = t->map == SIZE_MAX ? t->name : c->s->maps[t->map].name;
   for (size_t i = 0; i < n; i++) {
     const ynode *item = v->kind == YNODE_SEQ ? v->items[i] : v;
     if (item->kind != YNODE_SCALAR) {
@@ -893,26 +948,113 @@ static void resolve_needs(ctx *c, spec_task *t) {
       continue;
     }
     size_t idx;
+    if (strmap_get(&c->s->map_index, item->str, &idx)) {
+      add_need_map(t, item, &c->s->maps[idx]);
+      continue;
+    }
     if (!strmap_get(&c->s->task_index, item->str, &idx)) {
       const char *m = NULL;
       if (c->n_suggested++ < MAX_NEED_SUGGESTIONS)
         m = closest_match(item->str, task_names(c));
       if (m)
         err(c, item, "task '%s' needs unknown task '%s'; did you mean '%s'?",
-            t->name, item->str, m);
+            name, item->str, m);
       else
-        err(c, item, "task '%s' needs unknown task '%s'", t->name, item->str);
+        err(c, item, "task '%s' needs unknown task '%s'", name, item->str);
       continue;
     }
-    /* Listing a task twice means the same as once. */
-    int dup = 0;
-    for (size_t j = 0; j < t->n_needs && !dup; j++)
-      dup = t->needs[j] == idx;
-    if (dup)
-      continue;
-    t->need_nodes[t->n_needs] = item;
-    t->needs[t->n_needs++] = idx;
+    add_need(t, item, idx);
   }
+}
+
+/* The line of the first key of `tasks` (v) named like key i. */
+static int first_line(const ynode *v, size_t i) {
+  const char *name = v->items[2 * i]->str;
+  for (size_t j = 0; j < i; j++)
+    if (v->items[2 * j]->kind == YNODE_SCALAR &&
+        strcmp(v->items[2 * j]->str, name) == 0)
+      return v->items[2 * j]->line;
+  return 0;
+}
+
+/* Room in s->tasks for n more. */
+static void reserve_tasks(spec *s, size_t *cap, size_t n) {
+  if (s->n_tasks + n <= *cap)
+    return;
+  size_t nc = *cap * 2 > s->n_tasks + n ? *cap * 2 : s->n_tasks + n;
+  s->tasks = xrealloc(s->tasks, nc * sizeof(spec_task));
+  memset(s->tasks + *cap, 0, (nc - *cap) * sizeof(spec_task));
+  *cap = nc;
+}
+
+/* Whether task name k (key i of `tasks`) is free; else says why. */
+static int name_free(ctx *c, const ynode *v, size_t i) {
+  const ynode *k = v->items[2 * i];
+  size_t first;
+  spec *s = c->s;
+  if (strmap_get(&s->task_index, k->str, &first) &&
+      s->tasks[first].map != SIZE_MAX) {
+    const spec_map *m = &s->maps[s->tasks[first].map];
+    err(c, k,
+        "task name '%s' is taken by instance %zu of mapped task '%s' (line "
+        "%d); rename the task",
+        k->str, s->tasks[first].item_index, m->name, m->node->line);
+    return 0;
+  }
+  if (strmap_get(&s->task_index, k->str, NULL) ||
+      strmap_get(&s->map_index, k->str, NULL)) {
+    err(c, k, "duplicate task name '%s' (first defined at line %d)", k->str,
+        first_line(v, i));
+    return 0;
+  }
+  return 1;
+}
+
+/* A task with `map:` (mv): parsed once, then copied into one instance
+ * task per item, named NAME-INDEX. */
+static void add_mapped(ctx *c, const ynode *k, const ynode *tv, const ynode *mv,
+                       const spec_task *def, size_t *cap) {
+  spec *s = c->s;
+  spec_map m = {0};
+  c->errors += mapping_parse(s, k->str, mv, &m, c->d);
+  m.name = xstrdup(k->str);
+  m.first = s->n_tasks;
+  spec_task proto;
+  task_from_defaults(&proto, def);
+  proto.name = m.name;
+  proto.label = m.name;
+  proto.map = s->n_maps;
+  parse_task(c, &proto, k, tv, def);
+  size_t n = m.n;
+  m.n = 0;
+  reserve_tasks(s, cap, n);
+  for (size_t i = 0; i < n; i++) {
+    char *name = xasprintf("%s-%zu", k->str, i);
+    if (strmap_get(&s->task_index, name, NULL) ||
+        strmap_get(&s->map_index, name, NULL)) {
+      err(c, mv,
+          "instance %zu of mapped task '%s' would be named '%s', which is "
+          "the name of another task; rename that task",
+          i, k->str, name);
+      free(name);
+      break;
+    }
+    spec_task *t = &s->tasks[s->n_tasks];
+    task_from_defaults(t, &proto);
+    t->stage = proto.stage ? xstrdup(proto.stage) : NULL;
+    t->description = proto.description ? xstrdup(proto.description) : NULL;
+    t->name = name;
+    t->label = m.name;
+    t->item_index = i;
+    strmap_put(&s->task_index, t->name, s->n_tasks++);
+    m.n++;
+  }
+  free(proto.stage);
+  free(proto.description);
+  free(proto.retry.on);
+  s->maps = xrealloc(s->maps, (s->n_maps + 1) * sizeof(spec_map));
+  s->maps[s->n_maps] = m;
+  strmap_put(&s->map_index, m.name, s->n_maps++);
 }
 
 static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
@@ -926,8 +1068,8 @@ static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
     return;
   }
   spec *s = c->s;
-  s->tasks = xcalloc(v->n, sizeof(spec_task));
-  const ynode **keys = xmalloc(v->n * sizeof(ynode *)); /* per task */
+  size_t cap = v->n;
+  s->tasks = xcalloc(cap, sizeof(spec_task));
   for (size_t i = 0; i < v->n; i++) {
     const ynode *k = v->items[2 * i], *tv = v->items[2 * i + 1];
     if (k->kind != YNODE_SCALAR) {
@@ -942,22 +1084,23 @@ static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
           k->str);
       continue;
     }
-    size_t first;
-    if (strmap_get(&s->task_index, k->str, &first)) {
-      err(c, k, "duplicate task name '%s' (first defined at line %d)", k->str,
-          keys[first]->line);
+    if (!name_free(c, v, i))
+      continue;
+    const ynode *mv = tv->kind == YNODE_MAP ? ynode_get(tv, "map") : NULL;
+    if (mv) {
+      add_mapped(c, k, tv, mv, def, &cap);
       continue;
     }
-    keys[s->n_tasks] = k;
+    reserve_tasks(s, &cap, 1);
     spec_task *t = &s->tasks[s->n_tasks];
     task_from_defaults(t, def);
     t->name = xstrdup(k->str);
+    t->label = t->name;
     t->node = NULL;
     strmap_put(&s->task_index, t->name, s->n_tasks);
     s->n_tasks++;
     parse_task(c, t, k, tv, def);
   }
-  free(keys);
   /* Pools and needs refer to things defined anywhere in the file. */
   size_t def_pool = SIZE_MAX;
   if (def->pool_node)
@@ -965,18 +1108,23 @@ static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
   for (size_t i = 0; i < s->n_tasks; i++) {
     spec_task *t = &s->tasks[i];
     resolve_needs(c, t);
+    if (t->map != SIZE_MAX && t->item_index > 0) {
+      /* Checked (and reported) once, at the first instance. */
+      t->pool = s->tasks[s->maps[t->map].first].pool;
+      continue;
+    }
     if (t->hosts && local_as_written(t))
       err(c, t->hosts,
           "'hosts' in task '%s': hosts name the machines of launcher mpirun "
           "or srun; launcher local runs every rank on this machine",
-          t->name);
+          t->label);
     if (t->rendezvous_node && local_as_written(t))
       err(c, t->rendezvous_node,
           "'rendezvous' in task '%s': the rendezvous is where the ranks of "
           "launcher mpirun or srun join; launcher local's ranks need none",
-          t->name);
+          t->label);
     if (t->pool_node && t->pool_node != def->pool_node) {
-      char *where = xasprintf(" in task '%s'", t->name);
+      char *where = xasprintf(" in task '%s'", t->label);
       t->pool = resolve_pool(c, t->pool_node, where);
       free(where);
     } else {
@@ -1164,6 +1312,12 @@ void spec_free(spec *s) {
     free(t->retry.on);
   }
   free(s->tasks);
+  for (size_t i = 0; i < s->n_maps; i++) {
+    free(s->maps[i].name);
+    free(s->maps[i].param);
+  }
+  free(s->maps);
+  strmap_free(&s->map_index);
   for (size_t i = 0; i < s->n_pools; i++)
     free(s->pools[i].name);
   free(s->pools);
@@ -1188,6 +1342,11 @@ long spec_task_find(const spec *s, const char *name) {
   if (!strmap_get(&s->task_index, name, &i))
     return -1;
   return (long)i;
+}
+
+const spec_map *spec_map_find(const spec *s, const char *name) {
+  size_t i;
+  return strmap_get(&s->map_index, name, &i) ? &s->maps[i] : NULL;
 }
 
 int spec_schedule_open(const spec *s, cron_expr **e, cron_zone **z, char *err,

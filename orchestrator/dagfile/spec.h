@@ -22,8 +22,9 @@
  * naming another key is an error of `dagrun check`, and the worker fails
  * an attempt that ends without one of them), branch (bool: the task
  * chooses which of its downstream tasks run, see scheduler.h; it needs
- * one downstream task at least, which `dagrun check` verifies), and the
- * settings that `defaults` may also give:
+ * one downstream task at least, which `dagrun check` verifies), map (a
+ * list, or ${params.NAME} of one: see below), and the settings that
+ * `defaults` may also give:
  * retries (int >= 0), retry_delay (duration), retry_backoff (number >= 1),
  * retry_max_delay (duration), retry_jitter (number in [0,1]), retry_on (list
  * of exit codes 1..255), timeout (duration, 0 = none), heartbeat_timeout
@@ -34,6 +35,12 @@
  * names; not with launcher local), rendezvous (auto, the default, or the
  * IP address, with an optional port, that dagrun listens on for the ranks
  * of a launched gang; not with launcher local).
+ *
+ * `map:` (mapping.h) expands a task into one instance task per item of a
+ * list known when the file is loaded: a literal list, or ${params.NAME}
+ * naming a param whose value in the file is a list. Instance k of task T
+ * is the task "T-k" (a name no other task may take); `needs: [T]` means
+ * every instance, and an empty list makes no instance.
  *
  * Task, param and pool names are [A-Za-z0-9_-]+: they appear in ${...}
  * references and in directory names. A task listing the same need twice
@@ -133,7 +140,26 @@ typedef struct spec_task {
    * run, by its output `branch` (scheduler.h, "Branching"). */
   int branch;
   const ynode *branch_node; /* as written, or NULL */
+  /* An instance of a mapped task: the index of its spec_map and its item's
+   * position in the list; map is SIZE_MAX for a task that is not one. */
+  size_t map;
+  size_t item_index;
+  /* The name as written, for messages: an instance's is its mapped
+   * task's (so that one mistake is one message), any other task's is
+   * its name. */
+  const char *label;
 } spec_task;
+
+/* A task written with `map:` (mapping.h): its instances are the tasks
+ * first .. first + n - 1, one per item, in item order. */
+typedef struct spec_map {
+  char *name;         /* the task's name as written */
+  const ynode *node;  /* the `map:` value as written */
+  const ynode *items; /* the list: map's own SEQ, or the param's default */
+  char *param;        /* ${params.NAME}: NAME (items come from the run's
+                         value of the param), or NULL for a literal list */
+  size_t first, n;
+} spec_map;
 
 typedef struct spec_pool {
   char *name;
@@ -156,6 +182,9 @@ typedef struct spec {
   spec_task *tasks; /* in the order written */
   size_t n_tasks;
   strmap task_index;              /* name -> index */
+  spec_map *maps;                 /* mapped tasks, in the order written */
+  size_t n_maps;
+  strmap map_index;               /* a mapped task's name -> index into maps */
   const ynode *schedule, *alerts; /* kept for later issues; may be NULL */
   /* `secrets:`: names of declared params (and their entries as written). */
   char **secrets;
@@ -215,6 +244,8 @@ int spec_duration(const ynode *v, double *out);
 
 /* Index of a task by name, or -1. */
 long spec_task_find(const spec *s, const char *name);
+/* The mapped task of that name (as written, not an instance), or NULL. */
+const spec_map *spec_map_find(const spec *s, const char *name);
 
 /* Whether task t declares output key (the first n bytes of key) in
  * `outputs:`; 1 too when t declares no outputs (anything may come), and

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "dag.h"
+#include "mapping.h"
 #include "paramrule.h"
 
 /* Above this many tasks, "did you mean" for an unknown task searches only
@@ -172,7 +173,9 @@ static int is_upstream(const spec *s, size_t task, size_t up) {
 static const char ref_forms[] =
     "${params.NAME}, ${env:NAME}, ${env:NAME:-default}, ${run.id}, "
     "${run.date}, ${run.logical_date}, ${run.data_interval_start}, "
-    "${run.data_interval_end}, ${run.dag}, ${tasks.TASK.dir} or ${tasks.TASK.outputs.KEY}";
+    "${run.data_interval_end}, ${run.dag}, ${tasks.TASK.dir}, "
+    "${tasks.TASK.outputs.KEY}, or in a mapped task ${item}, ${item.KEY} "
+    "and ${item_index}";
 
 /* One reference being resolved: the text x[0..n) between "${" and "}"
  * (spaces trimmed), found at offset off of scalar v (for diagnostics). */
@@ -368,7 +371,7 @@ static int check_task_ref(rctx *r, const ref *f, const task_ref *t, long up) {
          "outputs of tasks it needs",
          t->name, n, f->x);
   } else if (!is_upstream(s, r->task, (size_t)up)) {
-    const char *me = s->tasks[r->task].name;
+    const char *me = s->tasks[r->task].label;
     terr(r, f->v, f->off,
          "task '%s' refers to task '%s' in ${%.*s}, but '%s' is not "
          "upstream of '%s'; add '%s' to the needs of '%s' (directly or "
@@ -443,6 +446,40 @@ static int task_ref_value(rctx *r, const ref *f, const task_ref *t, size_t up,
   return rc;
 }
 
+/* A reference to mapped task m: the list of its instances' values, in
+ * item order ([] when it has none). */
+static int map_ref_value(rctx *r, const ref *f, const task_ref *t,
+                         const spec_map *m, cJSON **out) {
+  if (r->task != SIZE_MAX && r->task >= m->first && r->task < m->first + m->n) {
+    terr(r, f->v, f->off,
+         "mapped task '%s' refers to itself in ${%.*s}; a task can use only "
+         "the outputs of tasks it needs",
+         m->name, (int)f->n, f->x);
+    return DR_ETEMPLATE;
+  }
+  if (m->n == 0) {
+    if (r->in_params || r->task == SIZE_MAX)
+      return check_task_ref(r, f, t, -1);
+    *out = cJSON_CreateArray();
+    return 0;
+  }
+  int rc = check_task_ref(r, f, t, (long)m->first);
+  if (rc == 0)
+    rc = check_declared_output(r, f, t, m->first);
+  cJSON *list = cJSON_CreateArray();
+  for (size_t i = 0; i < m->n && rc == 0; i++) {
+    cJSON *v = NULL;
+    rc = task_ref_value(r, f, t, m->first + i, &v);
+    if (rc == 0)
+      cJSON_AddItemToArray(list, v);
+  }
+  if (rc == 0)
+    *out = list;
+  else
+    cJSON_Delete(list);
+  return rc;
+}
+
 /* ${tasks.TASK.dir} or ${tasks.TASK.outputs.KEY}: an upstream task's. */
 static int resolve_task_ref(rctx *r, const ref *f, cJSON **out) {
   task_ref t = {0};
@@ -450,6 +487,12 @@ static int resolve_task_ref(rctx *r, const ref *f, cJSON **out) {
   if (rc != 0)
     return rc;
   long up = spec_task_find(r->e->s, t.name);
+  const spec_map *m = up < 0 ? spec_map_find(r->e->s, t.name) : NULL;
+  if (m) {
+    rc = map_ref_value(r, f, &t, m, out);
+    free(t.name);
+    return rc;
+  }
   rc = check_task_ref(r, f, &t, up);
   if (rc == 0)
     rc = check_declared_output(r, f, &t, (size_t)up);
@@ -457,6 +500,89 @@ static int resolve_task_ref(rctx *r, const ref *f, cJSON **out) {
     rc = task_ref_value(r, f, &t, (size_t)up, out);
   free(t.name);
   return rc;
+}
+
+/* The item of instance idx of mapped task m: the run's value of the param
+ * m maps over, or the file's item resolved. */
+static cJSON *resolve_node(rctx *r, const ynode *v);
+static int map_item(rctx *r, const spec_map *m, size_t idx, cJSON **out) {
+  if (!m->param) {
+    int errors = r->errors;
+    *out = resolve_node(r, m->items->items[idx]);
+    return *out ? 0 : r->errors > errors ? DR_ETEMPLATE : DR_EDEFERRED;
+  }
+  const cJSON *p =
+      r->e->params ? cJSON_GetObjectItemCaseSensitive(r->e->params, m->param)
+                   : NULL;
+  if (!p)
+    return DR_EDEFERRED; /* it uses ${run.*}, or did not resolve */
+  const cJSON *item = cJSON_GetArrayItem(p, (int)idx);
+  if (!cJSON_IsArray(p) || !item) {
+    terr(r, m->node, 0,
+         "task '%s' maps over param '%s', whose value has no item %zu: its "
+         "%zu instances were fixed when the file was loaded",
+         m->name, m->param, idx, m->n);
+    return DR_ETEMPLATE;
+  }
+  *out = cJSON_Duplicate(item, 1);
+  return 0;
+}
+
+/* ${item}, ${item.KEY} or ${item_index}: the item of the mapped task's
+ * instance being resolved. */
+static int resolve_item_ref(rctx *r, const ref *f, cJSON **out) {
+  const spec *s = r->e->s;
+  const spec_task *t =
+      r->in_params || r->task == SIZE_MAX ? NULL : &s->tasks[r->task];
+  int n = (int)f->n;
+  if (!t || t->map == SIZE_MAX) {
+    terr(r, f->v, f->off,
+         "${%.*s} is used outside a mapped task: ${item}, ${item.KEY} and "
+         "${item_index} name the item of a task with 'map:'%s%s%s",
+         n, f->x, t ? " (task '" : "", t ? t->label : "",
+         t ? "' has no 'map:')" : "");
+    return DR_ETEMPLATE;
+  }
+  if (f->n == 10) {
+    *out = cJSON_CreateNumber((double)t->item_index);
+    return 0;
+  }
+  const spec_map *m = &s->maps[t->map];
+  const char *key = f->x + 5;
+  size_t lk = f->n > 5 ? f->n - 5 : 0;
+  if (f->n > 4 && (lk == 0 || name_len(key, lk) != lk)) {
+    terr(r, f->v, f->off,
+         "bad item reference ${%.*s}: expected ${item}, ${item.KEY} or "
+         "${item_index}",
+         n, f->x);
+    return DR_ETEMPLATE;
+  }
+  cJSON *item = NULL;
+  int rc = map_item(r, m, t->item_index, &item);
+  if (rc != 0 || f->n == 4) {
+    *out = item;
+    return rc;
+  }
+  char *k = xstrndup(key, lk);
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(item, k);
+  if (v) {
+    *out = cJSON_Duplicate(v, 1);
+  } else {
+    terr(r, f->v, f->off, "item %zu of mapped task '%s' %s '%s' (${%.*s})",
+         t->item_index, m->name,
+         cJSON_IsObject(item) ? "has no key" : "is not a map with a key", k, n,
+         f->x);
+    rc = DR_ETEMPLATE;
+  }
+  free(k);
+  cJSON_Delete(item);
+  return rc;
+}
+
+static int is_item_ref(const char *x, size_t n) {
+  return (n == 4 && memcmp(x, "item", 4) == 0) ||
+         (n == 10 && memcmp(x, "item_index", 10) == 0) ||
+         has_prefix(x, n, "item.");
 }
 
 /* Resolves the reference x[0..n) (the text between "${" and "}", spaces
@@ -474,6 +600,8 @@ static int resolve_plain_ref(rctx *r, const ynode *v, size_t off, const char *x,
     return resolve_run_ref(r, &f, out);
   if (has_prefix(x, n, "tasks."))
     return resolve_task_ref(r, &f, out);
+  if (is_item_ref(x, n))
+    return resolve_item_ref(r, &f, out);
   /* The singulars and "env." are the likeliest slips: name the fix. */
   if (has_prefix(x, n, "env.") || has_prefix(x, n, "param.") ||
       has_prefix(x, n, "task.")) {
@@ -524,16 +652,25 @@ static int resolve_ref(rctx *r, const ynode *v, size_t off, const char *x,
   }
   while (lx > 0 && (x[lx - 1] == ' ' || x[lx - 1] == '\t'))
     lx--;
-  if (lf != 2 || memcmp(f, "sh", 2) != 0) {
+  int json = lf == 4 && memcmp(f, "json", 4) == 0;
+  if ((lf != 2 || memcmp(f, "sh", 2) != 0) && !json) {
     terr(r, v, off,
-         "unknown filter '%.*s' in ${%.*s}: the one filter is |sh (the "
-         "value as one quoted shell word)",
+         "unknown filter '%.*s' in ${%.*s}: the filters are |sh (the "
+         "value as one quoted shell word) and |json (the value as JSON "
+         "text)",
          (int)lf, f, (int)n, x);
     return DR_ETEMPLATE;
   }
   int rc = resolve_plain_ref(r, v, off, x, lx, out);
   if (rc != 0)
     return rc;
+  if (json) {
+    char *text = cJSON_PrintUnformatted(*out);
+    cJSON_Delete(*out);
+    *out = cJSON_CreateString(text);
+    cJSON_free(text);
+    return 0;
+  }
   char *text = tmpl_scalar_text(*out);
   cJSON_Delete(*out);
   *out = NULL;
@@ -785,7 +922,8 @@ int tmpl_override_param(const spec *s, cJSON *params, const char *name,
              text);
     return DR_EINVAL;
   }
-  if (prules_check(s, name, v, 1, err, errlen) != 0) {
+  if (prules_check(s, name, v, 1, err, errlen) != 0 ||
+      mapping_check_override(s, name, v, err, errlen) != 0) {
     cJSON_Delete(v);
     return DR_EINVAL;
   }

@@ -13,9 +13,17 @@
  *   ${run.dag}              the DAG name
  *   ${tasks.T.dir}          directory of task T's outputs (<run>/<T>/out)
  *   ${tasks.T.outputs.K}    output K of task T (set by its plugin)
+ *   ${tasks.T.outputs.K}    of a mapped task T (mapping.h): the JSON list
+ *                           of its instances' outputs K, in item order
+ *                           (and .dir the list of their directories)
+ *   ${item} ${item.KEY}     in a mapped task's instance: its item, a key of
+ *   ${item_index}           an item that is a map, the item's position
+ *                           from 0; an error in any other task
  *   $${                     a literal "${"
  *   ${REF|sh}               REF's value as one POSIX shell word: '...'
  *                           with each ' written '\'' (a string)
+ *   ${REF|json}             REF's value as JSON text (a string), so that
+ *                           a list or a map can be part of a string
  *
  * A scalar that is exactly one template takes the referenced value's type
  * (so `vocab: ${params.vocab}` stays an integer); otherwise the pieces are

@@ -79,7 +79,7 @@ static size_t open_plugin(checked *c, stage_cache *sc, const spec_task *t,
   } else if (!sc->reported[f]) {
     /* Once per file: every task that uses it would say the same. */
     diags_add(d, c->s->path, t->stage_node->line, t->stage_node->col,
-              "cannot load stage '%s' of task '%s': %s", t->stage, t->name,
+              "cannot load stage '%s' of task '%s': %s", t->stage, t->label,
               r->error);
     sc->reported[f] = 1;
   }
@@ -94,7 +94,7 @@ static size_t resolve_stage(checked *c, stage_cache *sc, const spec_task *t,
    * line to fix. */
   if (sc->refs[i].error) {
     diags_add(d, c->s->path, t->stage_node->line, t->stage_node->col,
-              "task '%s': %s", t->name, sc->refs[i].error);
+              "task '%s': %s", t->label, sc->refs[i].error);
     return SIZE_MAX;
   }
   return open_plugin(c, sc, t, sc->refs[i].path, d);

@@ -69,7 +69,7 @@ static void type_error(pctx *p, const dagrun_param_spec *ps, const ynode *at,
   sbuf b = {0};
   describe(&b, v);
   perr(p, at, "param '%s' of stage '%s' in task '%s': expected %s, found %s",
-       ps->name, p->t->stage, p->t->name, what, b.s);
+       ps->name, p->t->stage, p->t->label, what, b.s);
   sbuf_free(&b);
 }
 
@@ -142,12 +142,12 @@ static cJSON *coerce(pctx *p, const dagrun_param_spec *ps, const ynode *node,
           perr(p, at,
                "param '%s' of stage '%s' in task '%s': value of '%s' must "
                "be a string, found %s",
-               ps->name, p->t->stage, p->t->name, c->string, b.s);
+               ps->name, p->t->stage, p->t->label, c->string, b.s);
         else
           perr(p, at,
                "param '%s' of stage '%s' in task '%s': item %zu must be a "
                "string, found %s",
-               ps->name, p->t->stage, p->t->name, i + 1, b.s);
+               ps->name, p->t->stage, p->t->label, i + 1, b.s);
         sbuf_free(&b);
         ok = 0;
         continue;
@@ -178,7 +178,7 @@ static cJSON *default_value(pctx *p, const dagrun_param_spec *ps) {
        "stage '%s' declares an invalid default \"%s\" for its %s param '%s' "
        "(a bug in the plugin); set '%s' in task '%s'",
        p->t->stage, ps->default_value, params_type_name(ps->type), ps->name,
-       ps->name, p->t->name);
+       ps->name, p->t->label);
   return NULL;
 }
 
@@ -198,7 +198,7 @@ static int check_choice(pctx *p, const dagrun_param_spec *ps,
     if (m)
       sbuf_printf(&b, "; did you mean '%s'?", m);
     perr(p, at, "task '%s': stage '%s' param '%s': '%s' is not one of %s",
-         p->t->name, p->t->stage, ps->name, z, b.s);
+         p->t->label, p->t->stage, ps->name, z, b.s);
     sbuf_free(&b);
   }
   free(z);
@@ -212,7 +212,7 @@ static void unknown_param(pctx *p, const dagrun_param_spec *schema,
     n++;
   if (n == 0) {
     perr(p, k, "unknown param '%s' in task '%s': stage '%s' takes no params",
-         k->str, p->t->name, p->t->stage);
+         k->str, p->t->label, p->t->stage);
     return;
   }
   const char **names = xmalloc((n + 1) * sizeof(char *));
@@ -224,13 +224,13 @@ static void unknown_param(pctx *p, const dagrun_param_spec *schema,
     perr(p, k,
          "unknown param '%s' for stage '%s' in task '%s'; did you mean "
          "'%s'?",
-         k->str, p->t->stage, p->t->name, m);
+         k->str, p->t->stage, p->t->label, m);
   } else {
     sbuf b = {0};
     for (size_t i = 0; i < n; i++)
       sbuf_printf(&b, "%s%s", i ? ", " : "", names[i]);
     perr(p, k, "unknown param '%s' for stage '%s' in task '%s'; it takes: %s",
-         k->str, p->t->stage, p->t->name, b.s);
+         k->str, p->t->stage, p->t->label, b.s);
     sbuf_free(&b);
   }
   free(names);
@@ -283,7 +283,7 @@ int params_build(const dagrun_param_spec *schema,
       if (ps->required)
         perr(&p, v,
              "param '%s' of stage '%s' in task '%s' is required, found null",
-             ps->name, t->stage, t->name);
+             ps->name, t->stage, t->label);
       set[j] = ps->required;
       continue;
     }
@@ -308,12 +308,13 @@ int params_build(const dagrun_param_spec *schema,
         perr(&p, at,
              "task '%s' is missing required param '%s' of stage '%s' (%s: "
              "%s); add it under 'with'",
-             t->name, ps->name, t->stage, params_type_name(ps->type), ps->help);
+             t->label, ps->name, t->stage, params_type_name(ps->type),
+             ps->help);
       else
         perr(&p, at,
              "task '%s' is missing required param '%s' of stage '%s' (%s); "
              "add it under 'with'",
-             t->name, ps->name, t->stage, params_type_name(ps->type));
+             t->label, ps->name, t->stage, params_type_name(ps->type));
       continue;
     }
     if (ps->default_value) {

@@ -22,6 +22,7 @@
 #include "lib/exitcode.h"
 #include "lib/fileio.h"
 #include "lib/svgplot.h"
+#include "report/metricseries.h"
 #include "store/history.h"
 
 
@@ -338,98 +339,8 @@ static void rep_free(rep *r) {
   sbuf_free(&r->out);
 }
 
-/* ---- metrics.jsonl ------------------------------------------------------- */
-
-typedef struct mpt {
-  double step, value;
-  int attempt;
-  size_t order;
-} mpt;
-
-typedef struct mseries {
-  char *name;
-  mpt *p;
-  size_t n, cap;
-} mseries;
-
-typedef struct metrics {
-  mseries *s;
-  size_t n, cap;
-} metrics;
-
-static mseries *metrics_get(const metrics *m, const char *name) {
-  for (size_t i = 0; i < m->n; i++)
-    if (strcmp(m->s[i].name, name) == 0)
-      return &m->s[i];
-  return NULL;
-}
-
-static int mpt_cmp(const void *a, const void *b) {
-  const mpt *x = a, *y = b;
-  if (x->step != y->step)
-    return x->step < y->step ? -1 : 1;
-  if (x->attempt != y->attempt)
-    return x->attempt < y->attempt ? -1 : 1;
-  return x->order < y->order ? -1 : x->order > y->order;
-}
-
-/* Reads <task>/metrics.jsonl: per metric, one value per step, sorted by
- * step; where attempts recorded the same step (a resumed run repeats the
- * steps after its checkpoint), the last attempt's, last written, wins.
- * Returns 0, or -1 when there is no such file. */
-static int metrics_load(const char *task_dir, metrics *m) {
-  char *path = path_join(task_dir, "metrics.jsonl");
-  FILE *f = fopen(path, "re");
-  free(path);
-  if (!f)
-    return -1;
-  char *line = NULL;
-  size_t cap = 0, order = 0;
-  while (getline(&line, &cap, f) > 0) {
-    cJSON *j = cJSON_Parse(line);
-    const char *name = jstr(j, "name");
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "value");
-    if (name && cJSON_IsNumber(v)) {
-      mseries *s = metrics_get(m, name);
-      if (!s) {
-        VEC_RESERVE(m->s, m->cap, m->n + 1);
-        s = &m->s[m->n++];
-        memset(s, 0, sizeof *s);
-        s->name = xstrdup(name);
-      }
-      mpt p = {jnum(j, "step", 0), v->valuedouble, (int)jnum(j, "attempt", 1),
-               order++};
-      VEC_PUSH(s->p, s->n, s->cap, p);
-    }
-    cJSON_Delete(j);
-  }
-  free(line);
-  fclose(f);
-  for (size_t i = 0; i < m->n; i++) {
-    mseries *s = &m->s[i];
-    qsort(s->p, s->n, sizeof *s->p, mpt_cmp);
-    size_t k = 0;
-    for (size_t a = 0; a < s->n; a++) {
-      if (k > 0 && s->p[k - 1].step == s->p[a].step)
-        s->p[k - 1] = s->p[a];
-      else
-        s->p[k++] = s->p[a];
-    }
-    s->n = k;
-  }
-  return 0;
-}
-
-static void metrics_free(metrics *m) {
-  for (size_t i = 0; i < m->n; i++) {
-    free(m->s[i].name);
-    free(m->s[i].p);
-  }
-  free(m->s);
-}
-
 /* The series' value at step, or NAN (binary search: sorted by step). */
-static double value_at(const mseries *s, double step) {
+static double value_at(const metric_series *s, double step) {
   size_t lo = 0, hi = s ? s->n : 0;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
@@ -442,7 +353,8 @@ static double value_at(const mseries *s, double step) {
 }
 
 /* x (steps) and y (values times scale) of a series; caller frees both. */
-static void series_xy(const mseries *s, double scale, double **x, double **y) {
+static void series_xy(const metric_series *s, double scale, double **x,
+                      double **y) {
   size_t n = s ? s->n : 0;
   *x = xmalloc((n ? n : 1) * sizeof **x);
   *y = xmalloc((n ? n : 1) * sizeof **y);
@@ -905,13 +817,13 @@ static double tokens_per_step(const rtask *t, const cJSON *params,
  * where the cumulative `spike_events` metric went up. The train stage
  * records spike_events at the 0-based index of the step being taken, and
  * that step's loss at index + 1: the mark goes on the loss point. */
-static svgplot_mark *spike_marks(const metrics *m, size_t *n_out,
+static svgplot_mark *spike_marks(const metric_set *m, size_t *n_out,
                                  char ***labels_out) {
   svgplot_mark *marks = NULL;
   char **labels = NULL;
   size_t n = 0, cap = 0, lcap = 0, ln = 0;
-  const mseries *sp = metrics_get(m, "spike");
-  const mseries *ev = metrics_get(m, "spike_events");
+  const metric_series *sp = metric_set_get(m, "spike");
+  const metric_series *ev = metric_set_get(m, "spike_events");
   double *steps = NULL;
   size_t ns = 0, scap = 0;
   for (size_t i = 0; sp && i < sp->n; i++)
@@ -941,10 +853,10 @@ static svgplot_mark *spike_marks(const metrics *m, size_t *n_out,
 }
 
 /* A one-series line chart of metric name against step, if recorded. */
-static void metric_chart(rep *r, const metrics *m, const char *task,
+static void metric_chart(rep *r, const metric_set *m, const char *task,
                          const char *name, double scale, const char *title,
                          const char *ylabel, int logy_auto) {
-  const mseries *s = metrics_get(m, name);
+  const metric_series *s = metric_set_get(m, name);
   if (!s || !s->n)
     return;
   double *x, *y;
@@ -980,11 +892,11 @@ static const struct {
 
 /* Where the time goes: the per-step split as stacked bars, steps averaged
  * into at most MAX_BARS bars, and each part's share of the total. */
-static void time_chart(rep *r, const metrics *m, const char *task) {
-  const mseries *parts[N_TIME_PARTS];
-  const mseries *base = NULL;
+static void time_chart(rep *r, const metric_set *m, const char *task) {
+  const metric_series *parts[N_TIME_PARTS];
+  const metric_series *base = NULL;
   for (size_t k = 0; k < N_TIME_PARTS; k++) {
-    parts[k] = metrics_get(m, time_parts[k].metric);
+    parts[k] = metric_set_get(m, time_parts[k].metric);
     if (parts[k] && (!base || parts[k]->n > base->n))
       base = parts[k];
   }
@@ -1089,7 +1001,7 @@ static void write_summary(rep *r, const cJSON *summary) {
     sbuf_puts(b, "</dl>\n");
 }
 
-static void write_training(rep *r, const rtask *t, const metrics *m) {
+static void write_training(rep *r, const rtask *t, const metric_set *m) {
   sbuf *b = &r->out;
   int an;
   cJSON *aj = latest_attempt_json(t, &an);
@@ -1106,8 +1018,8 @@ static void write_training(rep *r, const rtask *t, const metrics *m) {
   write_summary(r, summary);
   sbuf_puts(b, "<div class=\"charts\">\n");
 
-  const mseries *loss = metrics_get(m, "loss");
-  const mseries *val = metrics_get(m, "val_loss");
+  const metric_series *loss = metric_set_get(m, "loss");
+  const metric_series *val = metric_set_get(m, "val_loss");
   size_t n_marks = 0;
   char **mark_labels = NULL;
   svgplot_mark *marks = spike_marks(m, &n_marks, &mark_labels);
@@ -1129,7 +1041,7 @@ static void write_training(rep *r, const rtask *t, const metrics *m) {
   free(title);
 
   /* Against tokens: the `tokens` metric, else steps x tokens per step. */
-  const mseries *tok = metrics_get(m, "tokens");
+  const metric_series *tok = metric_set_get(m, "tokens");
   const char *why = NULL;
   double tps = tok ? 0 : tokens_per_step(t, params, summary, &why);
   if (tok || tps > 0) {
@@ -1169,10 +1081,10 @@ static void write_training(rep *r, const rtask *t, const metrics *m) {
                "global gradient L2 norm", 1);
   metric_chart(r, m, t->name, "tokens_per_s", 1, "throughput", "tokens/s", 0);
   const char *mfu_note = NULL;
-  if (metrics_get(m, "mfu"))
+  if (metric_set_get(m, "mfu"))
     metric_chart(r, m, t->name, "mfu", 100, "model FLOPs utilization",
                  "MFU (% of peak FLOP/s)", 0);
-  else if (metrics_get(m, "flops_per_s"))
+  else if (metric_set_get(m, "flops_per_s"))
     metric_chart(r, m, t->name, "flops_per_s", 1,
                  "achieved FLOP/s (no peak known: no MFU)", "FLOP/s", 0);
   else
@@ -1187,7 +1099,7 @@ static void write_training(rep *r, const rtask *t, const metrics *m) {
   }
   if (mfu_note)
     note(r, mfu_note);
-  if (!metrics_get(m, "time_data_s") && !metrics_get(m, "time_forward_s"))
+  if (!metric_set_get(m, "time_data_s") && !metric_set_get(m, "time_forward_s"))
     note(r, "Where the time goes: not plotted, the task recorded no "
             "per-step time split (time_data_s, time_forward_s, ...).");
   if (n_marks) {
@@ -1571,11 +1483,11 @@ static void write_page(rep *r) {
   write_header(r);
 
   /* Training tasks first found: their metrics decide the sections. */
-  metrics *ms = xcalloc(r->n ? r->n : 1, sizeof *ms);
+  metric_set *ms = xcalloc(r->n ? r->n : 1, sizeof *ms);
   int *training = xcalloc(r->n ? r->n : 1, sizeof *training);
   for (size_t i = 0; i < r->n; i++)
-    if (metrics_load(r->t[i].dir, &ms[i]) == 0)
-      training[i] = metrics_get(&ms[i], "loss") != NULL;
+    if (metric_set_load(r->t[i].dir, &ms[i]) == 0)
+      training[i] = metric_set_get(&ms[i], "loss") != NULL;
 
   /* The sections first, so that the contents name only those there. */
   sbuf head = r->out;
@@ -1619,7 +1531,7 @@ static void write_page(rep *r) {
   esc(b, r->id);
   sbuf_puts(b, "</code>.</footer>\n</main>\n</body>\n</html>\n");
   for (size_t i = 0; i < r->n; i++)
-    metrics_free(&ms[i]);
+    metric_set_free(&ms[i]);
   free(ms);
   free(training);
 }

@@ -30,9 +30,10 @@
 #include <unistd.h>
 
 #include "base/util.h"
-#include "netguard.h"
 #include "lib/clock.h"
 #include "lib/fileio.h"
+#include "netguard.h"
+#include "report/compare.h"
 #include "store/store.h"
 
 /* The dashboard and the OpenAPI document, embedded at build time
@@ -347,8 +348,9 @@ static unsigned get_runs(api_server *s, struct MHD_Connection *c, cJSON **out) {
     return MHD_HTTP_OK;
   }
   char err[1024];
-  cJSON *runs = store_runs(st, query_str(c, "dag"), query_str(c, "state"),
-                           (int)limit, err, sizeof err);
+  cJSON *runs =
+      store_runs_tagged(st, query_str(c, "dag"), query_str(c, "state"),
+                        query_str(c, "tag"), (int)limit, err, sizeof err);
   store_close(st);
   if (!runs)
     return server_error(out, "cannot read the run store", err);
@@ -689,6 +691,48 @@ static unsigned get_metrics(api_server *s, const char *id, cJSON **out) {
   return MHD_HTTP_OK;
 }
 
+/* GET /api/compare?runs=A,B,...: compare.h's comparison of 2 to
+ * COMPARE_MAX_RUNS runs (ids or unique prefixes, comma-separated). */
+static unsigned get_compare(api_server *s, struct MHD_Connection *c,
+                            cJSON **out) {
+  const char *arg = query_str(c, "runs");
+  if (!arg || strlen(arg) > COMPARE_MAX_RUNS * 130) {
+    *out = err_json("compare needs runs=RUN,RUN,... (2 to %d run ids)",
+                    COMPARE_MAX_RUNS);
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  char *list = xstrdup(arg), *save = NULL;
+  cJSON *runs[COMPARE_MAX_RUNS];
+  size_t n = 0;
+  unsigned status = 0;
+  for (char *id = strtok_r(list, ",", &save); id && !status;
+       id = strtok_r(NULL, ",", &save)) {
+    if (n == COMPARE_MAX_RUNS) {
+      *out = err_json("compare takes at most %d runs", COMPARE_MAX_RUNS);
+      status = MHD_HTTP_BAD_REQUEST;
+      break;
+    }
+    store *st;
+    if ((status = find_run(s, id, &st, &runs[n], out)) == 0) {
+      store_close(st);
+      n++;
+    }
+  }
+  free(list);
+  if (!status && n < 2) {
+    *out = err_json("compare needs runs=RUN,RUN,... (2 to %d run ids)",
+                    COMPARE_MAX_RUNS);
+    status = MHD_HTTP_BAD_REQUEST;
+  }
+  if (!status) {
+    *out = compare_runs(runs, n);
+    status = MHD_HTTP_OK;
+  }
+  for (size_t i = 0; i < n; i++)
+    cJSON_Delete(runs[i]);
+  return status;
+}
+
 /* GET /api/runs/{run}/report: the run's report.html as written (report.h).
  * 0 with *html (caller frees) and *len, or a status with *out. */
 static unsigned get_report(api_server *s, const char *id, char **html,
@@ -1019,6 +1063,182 @@ static unsigned post_cancel(api_server *s, struct MHD_Connection *c,
   return MHD_HTTP_ACCEPTED;
 }
 
+/* A JSON array of strings as a C array (pointers into arr); NULL with
+ * *bad set for an item that is not a string, or too many items. */
+static const char **str_list(const cJSON *arr, size_t *n, int *bad) {
+  *n = 0;
+  *bad = arr && !cJSON_IsArray(arr);
+  int k = cJSON_GetArraySize(arr);
+  if (*bad || k > STORE_TAGS_MAX) {
+    *bad = 1;
+    return NULL;
+  }
+  const char **v = xcalloc((size_t)k + 1, sizeof *v);
+  const cJSON *x;
+  cJSON_ArrayForEach(x, arr) {
+    if (!cJSON_IsString(x)) {
+      *bad = 1;
+      free(v);
+      return NULL;
+    }
+    v[(*n)++] = x->valuestring;
+  }
+  return v;
+}
+
+/* The store's status of a tag or note write as an HTTP status. */
+static unsigned annotate_status(int rc, const char *err, cJSON **out) {
+  if (rc == DR_EINVAL) {
+    *out = err_json("%s", err);
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  if (rc == DR_ENOENT) {
+    *out = err_json("%s", err);
+    return MHD_HTTP_NOT_FOUND;
+  }
+  return server_error(out, "cannot write the run store", err);
+}
+
+/* POST /api/dags/{dag}/backfill {"from", "to", "rerun"}: the DAG's
+ * schedule times in the range queued as backfill runs (api.h). */
+static unsigned post_backfill(api_server *s, struct MHD_Connection *c,
+                              const char *dag, const req *r, cJSON **out) {
+  unsigned status = authorize(s, c, r, out);
+  cJSON *body = NULL;
+  if (!status)
+    status = parse_body(&r->body, &body, out);
+  if (status)
+    return status;
+  const cJSON *from = cJSON_GetObjectItemCaseSensitive(body, "from");
+  const cJSON *to = cJSON_GetObjectItemCaseSensitive(body, "to");
+  const cJSON *rerun = cJSON_GetObjectItemCaseSensitive(body, "rerun");
+  const cJSON *it;
+  int bad_key = 0;
+  cJSON_ArrayForEach(it, body) bad_key |= strcmp(it->string, "from") &&
+                                          strcmp(it->string, "to") &&
+                                          strcmp(it->string, "rerun");
+  if (bad_key || !cJSON_IsString(from) || !cJSON_IsString(to) ||
+      strlen(from->valuestring) > 64 || strlen(to->valuestring) > 64 ||
+      (rerun && !cJSON_IsBool(rerun))) {
+    *out = err_json("expected {\"from\": TIME, \"to\": TIME, \"rerun\": "
+                    "false} (times such as 2026-11-01 or "
+                    "2026-11-01T02:30:00Z)");
+    cJSON_Delete(body);
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  char err[1024] = "";
+  cJSON *result = NULL;
+  int rc =
+      s->act.backfill
+          ? s->act.backfill(s->act.ud, dag, from->valuestring, to->valuestring,
+                            cJSON_IsTrue(rerun), &result, err, sizeof err)
+          : MHD_HTTP_SERVICE_UNAVAILABLE;
+  cJSON_Delete(body);
+  if (rc != 0) {
+    cJSON_Delete(result);
+    *out = err_json("%s", err[0] ? err : "cannot backfill");
+    return rc >= 400 && rc <= 599 ? (unsigned)rc
+                                  : MHD_HTTP_INTERNAL_SERVER_ERROR;
+  }
+  *out = result;
+  return MHD_HTTP_ACCEPTED;
+}
+
+/* What a POST that writes on a run does first: the write credentials,
+ * the body (*body, may be NULL) and the run (*st open, *run). 0, or the
+ * status with *out and nothing left to free. */
+static unsigned annotate_begin(api_server *s, struct MHD_Connection *c,
+                               const char *id, const req *r, cJSON **body,
+                               store **st, cJSON **run, cJSON **out) {
+  *body = NULL, *st = NULL, *run = NULL;
+  unsigned status = authorize(s, c, r, out);
+  if (!status)
+    status = parse_body(&r->body, body, out);
+  if (!status)
+    status = find_run(s, id, st, run, out);
+  if (status) {
+    cJSON_Delete(*body);
+    *body = NULL;
+  }
+  return status;
+}
+
+/* POST /api/runs/{run}/tags {"add": [...], "remove": [...]}: the run's
+ * tags after (store_run_tag). */
+static unsigned post_tags(api_server *s, struct MHD_Connection *c,
+                          const char *id, const req *r, cJSON **out) {
+  cJSON *body, *run;
+  store *st;
+  unsigned status = annotate_begin(s, c, id, r, &body, &st, &run, out);
+  if (status)
+    return status;
+  size_t n_add = 0, n_remove = 0;
+  int bad_add, bad_remove;
+  const char **add =
+      str_list(cJSON_GetObjectItemCaseSensitive(body, "add"), &n_add, &bad_add);
+  const char **remove = str_list(
+      cJSON_GetObjectItemCaseSensitive(body, "remove"), &n_remove, &bad_remove);
+  if (bad_add || bad_remove) {
+    *out = err_json("expected {\"add\": [TAG...], \"remove\": [TAG...]} "
+                    "(at most %d each)",
+                    STORE_TAGS_MAX);
+    status = MHD_HTTP_BAD_REQUEST;
+  } else {
+    char err[1024];
+    cJSON *tags = NULL;
+    int rc = store_run_tag(st, str_of(run, "id"), add, n_add, remove, n_remove,
+                           &tags, err, sizeof err);
+    if (rc) {
+      status = annotate_status(rc, err, out);
+    } else {
+      *out = cJSON_CreateObject();
+      cJSON_AddStringToObject(*out, "run_id", str_of(run, "id"));
+      cJSON_AddItemToObject(*out, "tags", tags);
+      status = MHD_HTTP_OK;
+    }
+  }
+  free(add);
+  free(remove);
+  store_close(st);
+  cJSON_Delete(run);
+  cJSON_Delete(body);
+  return status;
+}
+
+/* POST /api/runs/{run}/note {"note": TEXT or null}: sets or clears the
+ * run's note (store_run_set_note). */
+static unsigned post_note(api_server *s, struct MHD_Connection *c,
+                          const char *id, const req *r, cJSON **out) {
+  cJSON *body, *run;
+  store *st;
+  unsigned status = annotate_begin(s, c, id, r, &body, &st, &run, out);
+  if (status)
+    return status;
+  const cJSON *note = cJSON_GetObjectItemCaseSensitive(body, "note");
+  if (!cJSON_IsString(note) && !cJSON_IsNull(note)) {
+    *out = err_json("expected {\"note\": TEXT} or {\"note\": null}");
+    status = MHD_HTTP_BAD_REQUEST;
+  } else {
+    char err[1024];
+    const char *text = cJSON_IsString(note) ? note->valuestring : NULL;
+    int rc = store_run_set_note(st, str_of(run, "id"), text, err, sizeof err);
+    if (rc) {
+      status = annotate_status(rc, err, out);
+    } else {
+      *out = cJSON_CreateObject();
+      cJSON_AddStringToObject(*out, "run_id", str_of(run, "id"));
+      cJSON_AddItemToObject(*out, "note",
+                            text && *text ? cJSON_CreateString(text)
+                                          : cJSON_CreateNull());
+      status = MHD_HTTP_OK;
+    }
+  }
+  store_close(st);
+  cJSON_Delete(run);
+  cJSON_Delete(body);
+  return status;
+}
+
 /* ---- Routing ---- */
 
 typedef enum {
@@ -1034,7 +1254,11 @@ typedef enum {
   R_METRICS,
   R_ALERTS,
   R_CANCEL,
-  R_REPORT
+  R_REPORT,
+  R_COMPARE,
+  R_TAGS,
+  R_NOTE,
+  R_BACKFILL
 } route_id;
 
 /* Every route; '*' is one path segment. openapi.json describes each (a
@@ -1056,6 +1280,10 @@ static const struct route {
     {"GET", "/api/runs/*/alerts", R_ALERTS},
     {"POST", "/api/runs/*/cancel", R_CANCEL},
     {"GET", "/api/runs/*/report", R_REPORT},
+    {"GET", "/api/compare", R_COMPARE},
+    {"POST", "/api/runs/*/tags", R_TAGS},
+    {"POST", "/api/runs/*/note", R_NOTE},
+    {"POST", "/api/dags/*/backfill", R_BACKFILL},
 };
 
 /* Whether url matches pattern; the segments that '*' matched go to caps. */
@@ -1160,6 +1388,18 @@ static enum MHD_Result dispatch(api_server *s, struct MHD_Connection *c,
     break;
   case R_CANCEL:
     status = post_cancel(s, c, caps[0], r, &out);
+    break;
+  case R_COMPARE:
+    status = get_compare(s, c, &out);
+    break;
+  case R_TAGS:
+    status = post_tags(s, c, caps[0], r, &out);
+    break;
+  case R_NOTE:
+    status = post_note(s, c, caps[0], r, &out);
+    break;
+  case R_BACKFILL:
+    status = post_backfill(s, c, caps[0], r, &out);
     break;
   case R_REPORT: {
     char *html = NULL;

@@ -76,6 +76,13 @@ typedef struct api_actions {
   /* Stops a run (full id). Returns 0, or an HTTP status with err: 404 (no
    * such run), 409 (already finished), 500. */
   int (*cancel)(void *ud, const char *run_id, char *err, size_t errlen);
+  /* Queues a backfill of dag's schedule times from from to to (backfill.h's
+   * backfill_plan), skipping those with a successful run unless rerun.
+   * Returns 0 with *result {dag, queued: [times], skipped: [{at, run}]}
+   * (caller frees), else an HTTP status with err: 404 (no such DAG), 400
+   * (no schedule, a bad or empty range, too many times), 503, 500. */
+  int (*backfill)(void *ud, const char *dag, const char *from, const char *to,
+                  int rerun, cJSON **result, char *err, size_t errlen);
   void *ud;
 } api_actions;
 

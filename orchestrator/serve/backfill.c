@@ -40,28 +40,25 @@ static int usage(const char *fmt, const char *arg) {
 }
 
 /* The fire times in [from, to] into *out (caller frees): their count, or
- * -1 after saying why. */
+ * -1 with why in err. */
 static long fire_times(const cron_expr *e, const cron_zone *z, int64_t from,
-                       int64_t to, int64_t **out) {
+                       int64_t to, int64_t **out, char *err, size_t errlen) {
   size_t n = 0, cap = 16;
   int64_t *t = xmalloc(cap * sizeof *t);
   int64_t at = from - 1;
-  char err[256];
   for (;;) {
     int64_t next;
-    int rc = cron_next(e, z, at, &next, err, sizeof err);
+    int rc = cron_next(e, z, at, &next, err, errlen);
     if (rc == DR_ENOENT || (rc == 0 && next > to))
       break;
     if (rc != 0) {
-      fprintf(stderr, "dagrun backfill: %s\n", err);
       free(t);
       return -1;
     }
     if (n == CRON_CATCHUP_MAX) {
-      fprintf(stderr,
-              "dagrun backfill: more than %d schedule times in the range: "
-              "give a narrower one\n",
-              CRON_CATCHUP_MAX);
+      snprintf(err, errlen,
+               "more than %d schedule times in the range: give a narrower one",
+               CRON_CATCHUP_MAX);
       free(t);
       return -1;
     }
@@ -73,10 +70,27 @@ static long fire_times(const cron_expr *e, const cron_zone *z, int64_t from,
   return (long)n;
 }
 
-/* The id of a successful run of dag for logical date t, or NULL. done is
- * store_runs' array; a linear search is enough: a backfill has at most
- * CRON_CATCHUP_MAX times. */
-static char *succeeded_for(const cJSON *done, int64_t t) {
+long backfill_plan(const cron_expr *e, const cron_zone *z, const char *from_s,
+                   const char *to_s, int64_t **times, char *err,
+                   size_t errlen) {
+  int64_t from, to;
+  *times = NULL;
+  int bad_from = cron_parse_time(from_s, z, &from) != 0;
+  if (bad_from || cron_parse_time(to_s, z, &to) != 0) {
+    snprintf(err, errlen,
+             "from and to take times such as 2026-11-01 or 2026-11-01T02:30 "
+             "(local in the DAG's timezone) or 2026-11-01T01:30:00Z, got '%s'",
+             bad_from ? from_s : to_s);
+    return -1;
+  }
+  if (to < from) {
+    snprintf(err, errlen, "to (%s) is before from (%s)", to_s, from_s);
+    return -1;
+  }
+  return fire_times(e, z, from, to, times, err, errlen);
+}
+
+const char *backfill_done_for(const cJSON *done, int64_t t) {
   const cJSON *r;
   cJSON_ArrayForEach(r, done) {
     const cJSON *ld = cJSON_GetObjectItemCaseSensitive(r, "logical_date");
@@ -191,21 +205,11 @@ static int backfill_parse(int argc, char **argv, backfill_args *a) {
 static long backfill_times(const spec *sp, const backfill_args *a,
                            const cron_expr *e, const cron_zone *z,
                            int64_t **times) {
-  int64_t from, to;
-  int bad_from = cron_parse_time(a->from_s, z, &from) != 0;
-  if (bad_from || cron_parse_time(a->to_s, z, &to) != 0) {
-    usage("--from and --to take times such as 2026-11-01 or "
-          "2026-11-01T02:30 (local in the DAG's timezone) or "
-          "2026-11-01T01:30:00Z, got '%s'",
-          bad_from ? a->from_s : a->to_s);
-    return -1;
-  }
-  if (to < from) {
-    usage("--to (%s) is before --from", a->to_s);
-    return -1;
-  }
-  long n = fire_times(e, z, from, to, times);
-  if (n == 0)
+  char err[512];
+  long n = backfill_plan(e, z, a->from_s, a->to_s, times, err, sizeof err);
+  if (n < 0)
+    usage("%s", err);
+  else if (n == 0)
     fprintf(stderr,
             "dagrun backfill: no schedule time of %s (\"%s\", %s) between "
             "%s and %s\n",
@@ -249,7 +253,7 @@ static int backfill_run_all(const spec *sp, const backfill_args *a,
     char when[40], shown[64];
     format_utc((double)times[i], 0, when, sizeof when);
     cron_format(z, times[i], shown, sizeof shown);
-    const char *prev = done ? succeeded_for(done, times[i]) : NULL;
+    const char *prev = done ? backfill_done_for(done, times[i]) : NULL;
     if (prev) {
       printf("backfill %ld/%ld: %s: skipped, run %s succeeded (--rerun runs "
              "it again)\n",

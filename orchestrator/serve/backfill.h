@@ -16,6 +16,24 @@
 #ifndef DAGRUN_BACKFILL_H
 #define DAGRUN_BACKFILL_H
 
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "base/cron.h"
+
+/* The fire times of a schedule (e in zone z) from from_s to to_s, both
+ * included (times as --from and --to take them: local in z unless "Z"
+ * or an offset says), into *times (caller frees; NULL when none): their
+ * count, at most CRON_CATCHUP_MAX, or -1 with why in err (a bad time, to
+ * before from, too many). `dagrun backfill` and serve's POST
+ * /api/dags/{dag}/backfill plan with it. */
+long backfill_plan(const cron_expr *e, const cron_zone *z, const char *from_s,
+                   const char *to_s, int64_t **times, char *err, size_t errlen);
+
+/* The id of the run in done (store_runs' array) for logical date t, or
+ * NULL: a schedule time a backfill skips unless told to run it again. */
+const char *backfill_done_for(const cJSON *done, int64_t t);
+
 /* `dagrun backfill`: argv holds the arguments after "backfill" (main.c
  * answers --help before calling it); the runs are started from dagrun's
  * own executable (/proc/self/exe). Returns the exit status: 0 (every run

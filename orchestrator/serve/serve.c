@@ -27,6 +27,7 @@
 #include <uv.h>
 
 #include "api.h"
+#include "backfill.h"
 #include "base/cli.h"
 #include "base/cron.h"
 #include "base/util.h"
@@ -102,9 +103,13 @@ typedef struct child_run {
   struct child_run *next;
 } child_run;
 
-/* A trigger or cancel from the API, handed to the loop. */
+/* A trigger, cancel or backfill from the API, handed to the loop. */
 typedef struct api_request {
   int cancel;
+  int backfill; /* from, to, rerun: a backfill of dag; its answer: result */
+  char *from, *to;
+  int rerun;
+  cJSON *result;
   char *dag, *run_id_in;
   cJSON *params;
   char run_id[128];
@@ -635,6 +640,55 @@ static void fire_cron(server *s, dag_entry *e) {
 
 static const char *const overlap_names[] = {"skip", "queue", "allow"};
 
+/* Whether a scalar under n holds a template reference. */
+static int has_template(const ynode *n) {
+  if (!n)
+    return 0;
+  if (n->kind == YNODE_SCALAR)
+    return n->str && strstr(n->str, "${") != NULL;
+  for (size_t i = 0; i < (n->kind == YNODE_MAP ? 2 * n->n : n->n); i++)
+    if (has_template(n->items[i]))
+      return 1;
+  return 0;
+}
+
+/* The DAG's declared params, for the dashboard's run form: [{name,
+ * default}], each default as a run without overrides takes it. A secret,
+ * and a default that a template makes (${env:...}: a value of this
+ * machine's environment), show null with "secret" or "templated": their
+ * values are not the API's to show. */
+static cJSON *params_json(const spec *sp) {
+  cJSON *out = cJSON_CreateArray(), *resolved = NULL;
+  if (!sp->params || sp->params->kind != YNODE_MAP)
+    return out;
+  diags d = {0};
+  tmpl_env te = {0};
+  te.s = sp;
+  (void)tmpl_resolve_params(&te, &resolved, &d);
+  diags_free(&d);
+  for (size_t i = 0; i < sp->params->n; i++) {
+    const char *name = sp->params->items[2 * i]->str;
+    const ynode *v = sp->params->items[2 * i + 1];
+    int secret = 0;
+    for (size_t k = 0; k < sp->n_secrets; k++)
+      secret |= strcmp(sp->secrets[k], name) == 0;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", name);
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(resolved, name);
+    if (secret || has_template(v) || !r)
+      cJSON_AddNullToObject(o, "default");
+    else
+      cJSON_AddItemToObject(o, "default", cJSON_Duplicate(r, 1));
+    if (secret)
+      cJSON_AddTrueToObject(o, "secret");
+    else if (has_template(v))
+      cJSON_AddTrueToObject(o, "templated");
+    cJSON_AddItemToArray(out, o);
+  }
+  cJSON_Delete(resolved);
+  return out;
+}
+
 static cJSON *dag_json(const server *s, const dag_entry *e) {
   cJSON *j = cJSON_CreateObject();
   const spec *sp = e->sp;
@@ -672,6 +726,7 @@ static cJSON *dag_json(const server *s, const dag_entry *e) {
   for (child_run *c = s->children; c; c = c->next)
     if (strcmp(c->dag, sp->dag) == 0)
       cJSON_AddItemToArray(running, cJSON_CreateString(c->run_id));
+  cJSON_AddItemToObject(j, "params", params_json(sp));
   cJSON *tasks = cJSON_AddArrayToObject(j, "tasks");
   for (size_t i = 0; i < sp->n_tasks; i++) {
     cJSON *t = cJSON_CreateObject();
@@ -709,18 +764,26 @@ static cJSON *api_dags(void *ud) {
   return j ? j : cJSON_CreateArray();
 }
 
+static void request_free(api_request *r) {
+  free(r->dag);
+  free(r->run_id_in);
+  free(r->from);
+  free(r->to);
+  cJSON_Delete(r->params);
+  cJSON_Delete(r->result);
+  free(r);
+}
+
 /* API thread: hands r to the loop and waits for its answer. Returns the
- * status (r is freed here, or by the loop when this gave up waiting). */
+ * status (r is freed here, or by the loop when this gave up waiting); a
+ * backfill's answer goes to *result (may be NULL). */
 static int api_call(server *s, api_request *r, char *run_id, size_t run_id_len,
-                    char *err, size_t errlen) {
+                    cJSON **result, char *err, size_t errlen) {
   pthread_mutex_lock(&s->mu);
   if (s->closed) {
     pthread_mutex_unlock(&s->mu);
     snprintf(err, errlen, "dagrun serve is shutting down");
-    free(r->dag);
-    free(r->run_id_in);
-    cJSON_Delete(r->params);
-    free(r);
+    request_free(r);
     return 503;
   }
   r->next = s->reqs;
@@ -738,10 +801,11 @@ static int api_call(server *s, api_request *r, char *run_id, size_t run_id_len,
     if (run_id)
       snprintf(run_id, run_id_len, "%s", r->run_id);
     snprintf(err, errlen, "%s", r->err);
-    free(r->dag);
-    free(r->run_id_in);
-    cJSON_Delete(r->params);
-    free(r);
+    if (result) {
+      *result = r->result;
+      r->result = NULL;
+    }
+    request_free(r);
   } else {
     r->abandoned = 1; /* the loop frees it */
     status = 503;
@@ -757,7 +821,7 @@ static int api_trigger(void *ud, const char *dag, const cJSON *params,
   api_request *r = xcalloc(1, sizeof *r);
   r->dag = xstrdup(dag);
   r->params = params ? cJSON_Duplicate(params, 1) : NULL;
-  return api_call(ud, r, run_id, run_id_len, err, errlen);
+  return api_call(ud, r, run_id, run_id_len, NULL, err, errlen);
 }
 
 static int api_cancel(void *ud, const char *run_id, char *err,
@@ -765,7 +829,19 @@ static int api_cancel(void *ud, const char *run_id, char *err,
   api_request *r = xcalloc(1, sizeof *r);
   r->cancel = 1;
   r->run_id_in = xstrdup(run_id);
-  return api_call(ud, r, NULL, 0, err, errlen);
+  return api_call(ud, r, NULL, 0, NULL, err, errlen);
+}
+
+static int api_backfill(void *ud, const char *dag, const char *from,
+                        const char *to, int rerun, cJSON **result, char *err,
+                        size_t errlen) {
+  api_request *r = xcalloc(1, sizeof *r);
+  r->backfill = 1;
+  r->dag = xstrdup(dag);
+  r->from = xstrdup(from);
+  r->to = xstrdup(to);
+  r->rerun = rerun;
+  return api_call(ud, r, NULL, 0, result, err, errlen);
 }
 
 /* Params of an API trigger as "NAME=VALUE" overrides, checked against the
@@ -857,6 +933,79 @@ static void loop_trigger(server *s, api_request *r) {
   free(id);
 }
 
+/* Whether a run of e for schedule time at is queued already. */
+static int queued_for(const dag_entry *e, int64_t at) {
+  for (size_t k = 0; k < e->nq; k++)
+    if (e->queue[k].at == at)
+      return 1;
+  return 0;
+}
+
+/* A backfill from the API: backfill_plan's schedule times of r->dag in
+ * [r->from, r->to], each queued as a "backfill" run with that logical
+ * date, one at a time as the DAG's queue goes; a time that has a
+ * successful run (unless r->rerun) or is queued already is skipped.
+ * r->result: {dag, queued: [UTC times], skipped: [{at, run}]}. */
+static void loop_backfill(server *s, api_request *r) {
+  dag_entry *e = find_dag(s, r->dag);
+  r->status = 400;
+  if (!e) {
+    r->status = 404;
+    snprintf(r->err, sizeof r->err, "no dag '%s' is loaded", r->dag);
+    return;
+  }
+  if (!e->cron) {
+    snprintf(r->err, sizeof r->err,
+             "%s has no schedule: backfill follows a DAG's schedule", r->dag);
+    return;
+  }
+  if (s->stopping) {
+    r->status = 503;
+    snprintf(r->err, sizeof r->err, "dagrun serve is shutting down");
+    return;
+  }
+  int64_t *times;
+  long n = backfill_plan(e->cron, e->zone, r->from, r->to, &times, r->err,
+                         sizeof r->err);
+  if (n <= 0) {
+    if (n == 0)
+      snprintf(r->err, sizeof r->err,
+               "no schedule time of %s between %s and %s", r->dag, r->from,
+               r->to);
+    free(times);
+    return;
+  }
+  char err[512];
+  cJSON *done =
+      r->rerun ? NULL
+               : store_runs(s->st, e->sp->dag, "success", 0, err, sizeof err);
+  r->result = cJSON_CreateObject();
+  cJSON_AddStringToObject(r->result, "dag", e->sp->dag);
+  cJSON *queued = cJSON_AddArrayToObject(r->result, "queued");
+  cJSON *skipped = cJSON_AddArrayToObject(r->result, "skipped");
+  for (long i = 0; i < n; i++) {
+    char when[40];
+    iso_utc(times[i], when, sizeof when);
+    const char *prev = backfill_done_for(done, times[i]);
+    if (prev || queued_for(e, times[i])) {
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "at", when);
+      cJSON_AddStringToObject(o, "run", prev ? prev : "queued already");
+      cJSON_AddItemToArray(skipped, o);
+      continue;
+    }
+    queue_push(e, times[i], NULL, "backfill", NULL);
+    cJSON_AddItemToArray(queued, cJSON_CreateString(when));
+  }
+  say("%s: backfill from the API: %d run%s queued, %d skipped", e->sp->dag,
+      cJSON_GetArraySize(queued), cJSON_GetArraySize(queued) == 1 ? "" : "s",
+      cJSON_GetArraySize(skipped));
+  cJSON_Delete(done);
+  free(times);
+  queue_pump(s, e);
+  r->status = 0;
+}
+
 static void loop_cancel(server *s, api_request *r) {
   /* A queued run: dropped from its queue. */
   for (size_t i = 0; i < s->n_dags; i++) {
@@ -918,6 +1067,8 @@ static void on_wake(uv_async_t *h) {
   for (api_request *r = rev; r; r = r->next) {
     if (r->cancel)
       loop_cancel(s, r);
+    else if (r->backfill)
+      loop_backfill(s, r);
     else
       loop_trigger(s, r);
   }
@@ -926,10 +1077,7 @@ static void on_wake(uv_async_t *h) {
   while (rev) {
     api_request *n = rev->next;
     if (rev->abandoned) {
-      free(rev->dag);
-      free(rev->run_id_in);
-      cJSON_Delete(rev->params);
-      free(rev);
+      request_free(rev);
     } else {
       rev->done = 1;
     }
@@ -1278,7 +1426,7 @@ static int serve_loop(server *s, const api_config *cfg) {
   scan(s);
   publish_dags(s);
 
-  api_actions acts = {api_dags, api_trigger, api_cancel, s};
+  api_actions acts = {api_dags, api_trigger, api_cancel, api_backfill, s};
   int code = EXIT_USAGE;
   if (api_start(cfg, &acts, &s->api, err, sizeof err) != 0) {
     fprintf(stderr, "dagrun serve: %s\n", err);

@@ -314,12 +314,57 @@ static void print_json(cJSON *j) {
   cJSON_free(text);
 }
 
+/* A run's tags as "a, b" into buf ("" for none). */
+static void fmt_tags(const cJSON *run, char *buf, size_t n) {
+  size_t used = 0;
+  buf[0] = '\0';
+  const cJSON *t;
+  cJSON_ArrayForEach(t, cJSON_GetObjectItem(run, "tags")) {
+    if (cJSON_IsString(t) && used < n)
+      used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? ", " : "",
+                               t->valuestring);
+  }
+}
+
+/* The lines under `dagrun runs`' table: what the columns cannot say. */
+static void print_run_notes(const cJSON *runs) {
+  /* Runs whose dagrun is gone (store.c): what to do about each. */
+  for (cJSON *r = runs->child; r; r = r->next)
+    if (str(r, "note", NULL))
+      printf("%s %s\n", str(r, "id", "?"), str(r, "note", ""));
+  /* Queued runs (max_active_runs): what each waits for. */
+  for (cJSON *r = runs->child; r; r = r->next)
+    if (str(r, "waiting", NULL))
+      printf("%s waiting: %s\n", str(r, "id", "?"), str(r, "waiting", ""));
+  /* Tasks counted as done that did not run in that run. */
+  for (cJSON *r = runs->child; r; r = r->next)
+    if (num(r, "tasks_cached", 0) > 0)
+      printf("%s %d of %d tasks cached from %s\n", str(r, "id", "?"),
+             (int)num(r, "tasks_cached", 0), (int)num(r, "tasks_total", 0),
+             str(r, "cached_from", "?"));
+  /* What people wrote on runs: tags, and a note's first line. */
+  for (cJSON *r = runs->child; r; r = r->next) {
+    char tags[1024];
+    fmt_tags(r, tags, sizeof tags);
+    if (tags[0])
+      printf("%s tags: %s\n", str(r, "id", "?"), tags);
+    const char *note = str(r, "user_note", NULL);
+    if (note)
+      printf("%s note: %.*s%s\n", str(r, "id", "?"), (int)strcspn(note, "\n"),
+             note, strchr(note, '\n') ? " ..." : "");
+  }
+}
+
 int history_cmd_runs(int argc, char **argv) {
-  const char *dag = NULL;
+  const char *dag = NULL, *tag = NULL;
   long limit = 20;
   int json = 0;
   for (int i = 0; i < argc; i++) {
-    if (strcmp(argv[i], "-n") == 0) {
+    if (strcmp(argv[i], "--tag") == 0) {
+      if (i + 1 >= argc)
+        return cli_usage_error("%s needs a tag", "--tag");
+      tag = argv[++i];
+    } else if (strcmp(argv[i], "-n") == 0) {
       if (i + 1 >= argc || cli_number(argv[++i], 1, 1000000, &limit) != 0)
         return cli_usage_error("-n needs a number >= 1, got '%s'",
                      i < argc ? argv[i] : "");
@@ -343,7 +388,8 @@ int history_cmd_runs(int argc, char **argv) {
   if (rc != 0)
     return EXIT_FAILED;
   char err[1024];
-  cJSON *runs = store_runs(st, dag, NULL, (int)limit, err, sizeof err);
+  cJSON *runs =
+      store_runs_tagged(st, dag, NULL, tag, (int)limit, err, sizeof err);
   if (!runs) {
     fprintf(stderr, "dagrun: %s\n", err);
     store_close(st);
@@ -352,8 +398,9 @@ int history_cmd_runs(int argc, char **argv) {
   if (json) {
     print_json(runs);
   } else if (!runs->child) {
-    fprintf(stderr, "dagrun: no runs%s%s recorded in %s\n", dag ? " of " : "",
-            dag ? dag : "", store_path(st));
+    fprintf(stderr, "dagrun: no runs%s%s%s%s recorded in %s\n",
+            dag ? " of " : "", dag ? dag : "", tag ? " tagged " : "",
+            tag ? tag : "", store_path(st));
   } else {
     printf("%-26s %-16s %-10s %-21s %9s %-6s %-8s %s\n", "RUN", "DAG",
            "STATE", "STARTED", "DURATION", "TASKS", "TRIGGER", "FOR");
@@ -373,20 +420,7 @@ int history_cmd_runs(int argc, char **argv) {
              str(r, "dag", "?"), str(r, "state", "?"), t, d, tasks,
              str(r, "trigger", "manual"), logical);
     }
-    /* Runs whose dagrun is gone (store.c): what to do about each. */
-    for (cJSON *r = runs->child; r; r = r->next)
-      if (str(r, "note", NULL))
-        printf("%s %s\n", str(r, "id", "?"), str(r, "note", ""));
-    /* Queued runs (max_active_runs): what each waits for. */
-    for (cJSON *r = runs->child; r; r = r->next)
-      if (str(r, "waiting", NULL))
-        printf("%s waiting: %s\n", str(r, "id", "?"), str(r, "waiting", ""));
-    /* Tasks counted as done that did not run in that run. */
-    for (cJSON *r = runs->child; r; r = r->next)
-      if (num(r, "tasks_cached", 0) > 0)
-        printf("%s %d of %d tasks cached from %s\n", str(r, "id", "?"),
-               (int)num(r, "tasks_cached", 0), (int)num(r, "tasks_total", 0),
-               str(r, "cached_from", "?"));
+    print_run_notes(runs);
   }
   cJSON_Delete(runs);
   store_close(st);
@@ -470,6 +504,12 @@ int history_cmd_status(int argc, char **argv) {
       printf("%s\n", str(run, "note", ""));
     if (str(run, "waiting", NULL))
       printf("waiting: %s\n", str(run, "waiting", ""));
+    char tags[1024];
+    fmt_tags(run, tags, sizeof tags);
+    if (tags[0])
+      printf("tags: %s\n", tags);
+    if (str(run, "user_note", NULL))
+      printf("note: %s\n", str(run, "user_note", ""));
     printf("started %s, %s %s\n", t,
            num(run, "finished", 0) > 0 ? "took" : "running for", d);
     printf("file %s\ndir  %s\n\n", str(run, "dag_file", "-"),

@@ -52,13 +52,16 @@
      "r.orch_pid, r.orch_start, "                                              \
      "(SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND "                \
      "t.state = 'cached'), (SELECT group_concat(DISTINCT t.cached_from) "      \
-     "FROM tasks t WHERE t.run_id = r.id AND t.state = 'cached'), r.waiting "  \
+     "FROM tasks t WHERE t.run_id = r.id AND t.state = 'cached'), r.waiting, " \
+     "r.tags, r.user_note "                                                    \
      "FROM runs r "                                                            \
      "WHERE (?1 IS NULL OR r.dag = ?1) AND (?3 IS NULL OR r.state = ?3) "      \
+     "AND (?4 IS NULL OR EXISTS (SELECT 1 FROM json_each(r.tags) "             \
+     "WHERE json_each.value = ?4)) "                                           \
      "ORDER BY r.started DESC, r.id DESC LIMIT ?2")                            \
   XX(RUN_FIND, "SELECT id, dag, dag_file, run_dir, state, started, finished, " \
                "params, orch_pid, orch_start, trigger, logical_date, "         \
-               "dag_sha256, waiting "                                          \
+               "dag_sha256, waiting, tags, user_note "                         \
                "FROM runs WHERE substr(id, 1, "                                \
                "length(?1)) = ?1 "                                             \
                "ORDER BY id LIMIT 2")                                          \
@@ -116,6 +119,9 @@
                   "WHERE dag = ?1 AND state IN ('running', 'queued') AND "     \
                   "id <> ?2 ORDER BY started, id")                             \
   XX(RUN_STARTED, "SELECT started FROM runs WHERE id = ?1")                    \
+  XX(RUN_TAGS_GET, "SELECT tags FROM runs WHERE id = ?1")                      \
+  XX(RUN_TAGS_SET, "UPDATE runs SET tags = ?2 WHERE id = ?1")                  \
+  XX(RUN_NOTE_SET, "UPDATE runs SET user_note = ?2 WHERE id = ?1")             \
   XX(RUN_ADMIT, "UPDATE runs SET state = ?2, waiting = ?3 WHERE id = ?1 AND "  \
                 "(state IS NOT ?2 OR waiting IS NOT ?3)")
 
@@ -191,7 +197,9 @@ static const char schema_sql[] =
     "  trigger TEXT,\n"
     "  logical_date REAL,\n"
     "  dag_sha256 TEXT,\n"
-    "  waiting TEXT\n"
+    "  waiting TEXT,\n"
+    "  tags TEXT,\n"
+    "  user_note TEXT\n"
     ");\n"
     "CREATE INDEX runs_dag_started ON runs(dag, started);\n"
     "CREATE INDEX runs_started ON runs(started);\n"
@@ -254,6 +262,12 @@ static const char migrate_v3_sql[] =
 static const char migrate_v4_sql[] =
     "ALTER TABLE runs ADD COLUMN waiting TEXT;\n"
     "ALTER TABLE tasks ADD COLUMN waiting TEXT;\n" V5_TABLES_SQL;
+
+/* Version 5 -> 6: a run's tags (a JSON array of strings) and the note
+ * people write on it (`dagrun tag`, `dagrun note`, the API). */
+static const char migrate_v5_sql[] =
+    "ALTER TABLE runs ADD COLUMN tags TEXT;\n"
+    "ALTER TABLE runs ADD COLUMN user_note TEXT;\n";
 
 static int fail(store *st, int rc, char *err, size_t errlen, const char *what) {
   snprintf(err, errlen, "run store %s: %s: %s", st->path, what,
@@ -345,6 +359,8 @@ static int init_schema(store *st, char *err, size_t errlen) {
   if (v >= 1 && v <= 3 && (rc = exec_sql(st, migrate_v3_sql, err, errlen)) != 0)
     goto out;
   if (v >= 1 && v <= 4 && (rc = exec_sql(st, migrate_v4_sql, err, errlen)) != 0)
+    goto out;
+  if (v >= 1 && v <= 5 && (rc = exec_sql(st, migrate_v5_sql, err, errlen)) != 0)
     goto out;
   if (v < STORE_SCHEMA_VERSION) {
     char sql[64];
@@ -869,7 +885,22 @@ static void reap_gone(store *st, const char *prefix) {
 /* A run object as read: shown "interrupted" if its dagrun is gone though
  * the write failed; an interrupted run gets a "note" that says what to
  * do. */
+/* The tags column's JSON text as an array of strings ([] for none). */
+static void tags_as_array(cJSON *run) {
+  const cJSON *t = cJSON_GetObjectItem(run, "tags");
+  cJSON *arr = cJSON_IsString(t) ? cJSON_Parse(t->valuestring) : NULL;
+  if (!cJSON_IsArray(arr)) {
+    cJSON_Delete(arr);
+    arr = cJSON_CreateArray();
+  }
+  if (cJSON_GetObjectItem(run, "tags"))
+    cJSON_ReplaceItemInObject(run, "tags", arr);
+  else
+    cJSON_AddItemToObject(run, "tags", arr);
+}
+
 static void annotate_run(cJSON *run) {
+  tags_as_array(run);
   cJSON *state = cJSON_GetObjectItem(run, "state");
   const cJSON *id = cJSON_GetObjectItem(run, "id");
   const cJSON *pid = cJSON_GetObjectItem(run, "orch_pid");
@@ -896,11 +927,18 @@ static void annotate_run(cJSON *run) {
 
 cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
                   char *err, size_t errlen) {
+  return store_runs_tagged(st, dag, state, NULL, limit, err, errlen);
+}
+
+cJSON *store_runs_tagged(store *st, const char *dag, const char *state,
+                         const char *tag, int limit, char *err, size_t errlen) {
   static const char *const keys[] = {
-      "id",          "dag",          "dag_file",        "run_dir",
-      "state",       "started",      "finished",        "tasks_total",
-      "tasks_succeeded", "trigger",  "logical_date",    "orch_pid",
-      "orch_start",  "tasks_cached", "cached_from", "waiting"};
+      "id",         "dag",          "dag_file",
+      "run_dir",    "state",        "started",
+      "finished",   "tasks_total",  "tasks_succeeded",
+      "trigger",    "logical_date", "orch_pid",
+      "orch_start", "tasks_cached", "cached_from",
+      "waiting",    "tags",         "user_note"};
   reap_gone(st, NULL);
   sqlite3_stmt *s = stmt(st, S_RUNS_LIST, err, errlen);
   if (!s)
@@ -908,8 +946,9 @@ cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
   bind_text(s, 1, dag);
   sqlite3_bind_int(s, 2, limit > 0 ? limit : -1);
   bind_text(s, 3, state);
+  bind_text(s, 4, tag);
   cJSON *arr = cJSON_CreateArray();
-  if (rows_into(st, s, arr, keys, 16, -1, "listing runs", err, errlen) != 0) {
+  if (rows_into(st, s, arr, keys, 18, -1, "listing runs", err, errlen) != 0) {
     cJSON_Delete(arr);
     return NULL;
   }
@@ -944,9 +983,10 @@ static cJSON *attempts_of(store *st, const char *run_id, const char *task,
 cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
                  size_t errlen) {
   static const char *const keys[] = {
-      "id",      "dag",      "dag_file", "run_dir",  "state",
-      "started", "finished", "params",   "orch_pid", "orch_start",
-      "trigger", "logical_date", "dag_sha256", "waiting"};
+      "id",         "dag",        "dag_file", "run_dir",
+      "state",      "started",    "finished", "params",
+      "orch_pid",   "orch_start", "trigger",  "logical_date",
+      "dag_sha256", "waiting",    "tags",     "user_note"};
   static const char *const task_keys[] = {
       "name",    "state",    "attempts", "exit_code",   "error",
       "started", "finished", "outputs",  "fingerprint", "cached_from",
@@ -963,8 +1003,7 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
     goto out;
   bind_text(s, 1, id_prefix);
   cJSON *found = cJSON_CreateArray();
-  if (rows_into(st, s, found, keys, 14, 7, "finding a run", err, errlen) !=
-      0) {
+  if (rows_into(st, s, found, keys, 16, 7, "finding a run", err, errlen) != 0) {
     cJSON_Delete(found);
     goto bad;
   }
@@ -1176,6 +1215,138 @@ int store_cron_set(store *st, const char *dag, long long last_fire,
     sqlite3_bind_int64(s, 2, last_fire);
     sqlite3_bind_double(s, 3, now);
     rc = step_write(st, s, 1, "recording a cron trigger's state", err, errlen);
+  }
+  return commit(st, rc, err, errlen);
+}
+
+/* ---- tags and notes ---- */
+
+int store_tag_check(const char *tag, char *err, size_t errlen) {
+  size_t n = strlen(tag);
+  if (n == 0 || n > STORE_TAG_MAX) {
+    snprintf(err, errlen, "tag '%.80s': 1 to %d characters", tag,
+             STORE_TAG_MAX);
+    return DR_EINVAL;
+  }
+  for (const char *p = tag; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+          (*p >= '0' && *p <= '9') || strchr("_-.:=/+", *p))) {
+      snprintf(err, errlen,
+               "tag '%.80s': letters, digits and _ - . : = / + only", tag);
+      return DR_EINVAL;
+    }
+  return 0;
+}
+
+int store_note_check(const char *note, char *err, size_t errlen) {
+  if (strlen(note) > STORE_NOTE_MAX) {
+    snprintf(err, errlen, "note of %zu bytes: at most %d", strlen(note),
+             STORE_NOTE_MAX);
+    return DR_EINVAL;
+  }
+  for (const unsigned char *p = (const unsigned char *)note; *p; p++)
+    if ((*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7f) {
+      snprintf(err, errlen, "note: control character 0x%02x", *p);
+      return DR_EINVAL;
+    }
+  return 0;
+}
+
+/* tags (an array) with add's tags appended where missing and remove's
+ * taken out; DR_EINVAL for a bad tag or too many. */
+static int tags_edit(cJSON *tags, const char *const *add, size_t n_add,
+                     const char *const *remove, size_t n_remove, char *err,
+                     size_t errlen) {
+  for (size_t i = 0; i < n_add + n_remove; i++) {
+    const char *t = i < n_add ? add[i] : remove[i - n_add];
+    int rc = store_tag_check(t, err, errlen);
+    if (rc)
+      return rc;
+    int at = -1, k = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, tags) {
+      if (cJSON_IsString(x) && strcmp(x->valuestring, t) == 0)
+        at = k;
+      k++;
+    }
+    if (i >= n_add && at >= 0)
+      cJSON_DeleteItemFromArray(tags, at);
+    else if (i < n_add && at < 0)
+      cJSON_AddItemToArray(tags, cJSON_CreateString(t));
+  }
+  if (cJSON_GetArraySize(tags) > STORE_TAGS_MAX) {
+    snprintf(err, errlen, "at most %d tags a run", STORE_TAGS_MAX);
+    return DR_EINVAL;
+  }
+  return 0;
+}
+
+int store_run_tag(store *st, const char *id, const char *const *add,
+                  size_t n_add, const char *const *remove, size_t n_remove,
+                  cJSON **tags_out, char *err, size_t errlen) {
+  *tags_out = NULL;
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  cJSON *tags = NULL;
+  sqlite3_stmt *s = stmt(st, S_RUN_TAGS_GET, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+    goto out;
+  }
+  bind_text(s, 1, id);
+  int step = sqlite3_step(s);
+  if (step == SQLITE_ROW) {
+    const char *text = (const char *)sqlite3_column_text(s, 0);
+    tags = text ? cJSON_Parse(text) : NULL;
+  }
+  sqlite3_reset(s);
+  if (step != SQLITE_ROW) {
+    rc = step == SQLITE_DONE ? DR_ENOENT : fail(st, step, err, errlen, "tags");
+    if (step == SQLITE_DONE)
+      snprintf(err, errlen, "no run '%s'", id);
+    goto out;
+  }
+  if (!cJSON_IsArray(tags)) {
+    cJSON_Delete(tags);
+    tags = cJSON_CreateArray();
+  }
+  if ((rc = tags_edit(tags, add, n_add, remove, n_remove, err, errlen)))
+    goto out;
+  char *text = cJSON_PrintUnformatted(tags);
+  if (!(s = stmt(st, S_RUN_TAGS_SET, err, errlen))) {
+    rc = DR_ESTORE;
+  } else {
+    bind_text(s, 1, id);
+    bind_text(s, 2, text);
+    rc = step_write(st, s, 1, "recording a run's tags", err, errlen);
+  }
+  free(text);
+out:
+  rc = commit(st, rc, err, errlen);
+  if (rc == 0)
+    *tags_out = tags;
+  else
+    cJSON_Delete(tags);
+  return rc;
+}
+
+int store_run_set_note(store *st, const char *id, const char *note, char *err,
+                       size_t errlen) {
+  int rc = note ? store_note_check(note, err, errlen) : 0;
+  if (rc || (rc = begin(st, err, errlen)))
+    return rc;
+  sqlite3_stmt *s = stmt(st, S_RUN_NOTE_SET, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+  } else {
+    bind_text(s, 1, id);
+    bind_text(s, 2, note && *note ? note : NULL);
+    rc = step_write(st, s, 0, "recording a run's note", err, errlen);
+    if (rc == 0 && sqlite3_changes(st->db) == 0) {
+      snprintf(err, errlen, "no run '%s'", id);
+      rc = DR_ENOENT;
+    }
   }
   return commit(st, rc, err, errlen);
 }

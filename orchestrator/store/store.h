@@ -58,7 +58,7 @@
 #include <stddef.h>
 
 /* The schema this dagrun writes (PRAGMA user_version). */
-#define STORE_SCHEMA_VERSION 5
+#define STORE_SCHEMA_VERSION 6
 
 typedef struct store store;
 
@@ -178,6 +178,35 @@ int store_cache_find(store *st, const char *fingerprint,
  * its cached tasks were taken from, comma-separated, or null)}]. */
 cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
                   char *err, size_t errlen);
+/* store_runs of the runs that carry tag (NULL: any). Each run object of
+ * store_runs, store_runs_tagged and store_run has "tags" (an array of
+ * strings, [] for none) and "user_note" (a string, or null). */
+cJSON *store_runs_tagged(store *st, const char *dag, const char *state,
+                         const char *tag, int limit, char *err, size_t errlen);
+
+/* Tags and notes: what people write on a run (`dagrun tag`, `dagrun
+ * note`, POST /api/runs/{run}/tags and /note). A tag is 1 to STORE_TAG_MAX
+ * letters, digits and _ - . : = / + (so "lr=3e-4" or "baseline"); a run
+ * has at most STORE_TAGS_MAX; a note is at most STORE_NOTE_MAX bytes of
+ * text (no control characters but newline and tab). */
+#define STORE_TAG_MAX 64
+#define STORE_TAGS_MAX 32
+#define STORE_NOTE_MAX 4096
+/* 0, or DR_EINVAL with why in err. */
+int store_tag_check(const char *tag, char *err, size_t errlen);
+int store_note_check(const char *note, char *err, size_t errlen);
+/* Adds the tags of add (those not there yet, at the end) and removes
+ * those of remove, in one transaction, on run id (a full id). 0 with
+ * *tags_out the run's tags after (caller frees); DR_EINVAL (a bad tag, too
+ * many), DR_ENOENT (no such run), DR_ESTORE; err says which. */
+int store_run_tag(store *st, const char *id, const char *const *add,
+                  size_t n_add, const char *const *remove, size_t n_remove,
+                  cJSON **tags_out, char *err, size_t errlen);
+/* Sets run id's note (NULL or "": none). 0, DR_EINVAL, DR_ENOENT,
+ * DR_ESTORE. */
+int store_run_set_note(store *st, const char *id, const char *note, char *err,
+                       size_t errlen);
+
 /* The run whose id is id_prefix or starts with it: {..., params, tasks:
  * [{name, state, attempts, exit_code, error, started, finished, outputs,
  * attempt_list: [{n, pid, state, exit_code, error, started, finished,

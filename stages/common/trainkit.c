@@ -265,13 +265,16 @@ int trainkit_make_optim(const gpt *model, const optim_config *oc, optim **out,
 
 /* DAGRUN_TEST_LOADER_DELAY_MS slows every batch down, so that tests can
  * provoke the train stage's data-wait warning on purpose. */
-int trainkit_train_loader(const tokdata *td, int B, int T, uint64_t seed,
+int trainkit_train_loader(const tokdata *td, const loader_source *sources,
+                          size_t nsources, int B, int T, uint64_t seed,
                           int prefetch, loader **out, char *err,
                           size_t errlen) {
   const char *delay = getenv("DAGRUN_TEST_LOADER_DELAY_MS");
   loader_config lc = {
       .paths = (const char *const *)td->train,
       .npaths = td->ntrain,
+      .sources = sources,
+      .nsources = nsources,
       .B = B,
       .T = T,
       .order = LOADER_RANDOM,
@@ -295,13 +298,24 @@ int trainkit_forward_backward(gpt *model, loader *ld, uint32_t *inputs,
   *loss = 0;
   for (int k = 0; k < accum; k++) {
     float l = 0;
-    if (ld)
+    /* Dropout's masks (when the model has it) are keyed by the batch's
+     * number, which a checkpoint's loader position restores. */
+    uint64_t key = (uint64_t)k + 1;
+    if (ld) {
+      loader_pos pos;
+      loader_get_pos(ld, &pos);
+      key = pos.batches + 1;
       loader_next(ld, inputs, targets);
+    }
     t.data += stagekit_lap(&tk);
-    if (gpt_forward(model, inputs, targets, B, T, &l, err, errlen) != 0)
-      return -1;
+    gpt_dropout_key(model, key, 1);
+    int rc = gpt_forward(model, inputs, targets, B, T, &l, err, errlen);
     t.forward += stagekit_lap(&tk);
-    gpt_backward(model, 1.0f / (float)accum);
+    if (rc == 0)
+      gpt_backward(model, 1.0f / (float)accum);
+    gpt_dropout_key(model, 0, 0);
+    if (rc != 0)
+      return -1;
     t.backward += stagekit_lap(&tk);
     *loss += l / accum;
   }
@@ -335,7 +349,8 @@ int trainkit_stepper_init(trainkit_stepper *s, gpt *model,
     return -1;
   }
   if (trainkit_make_optim(model, oc, &s->opt, err, errlen) != 0 ||
-      trainkit_train_loader(td, B, T, seed, 2, &s->ld, err, errlen) != 0) {
+      trainkit_train_loader(td, NULL, 0, B, T, seed, 2, &s->ld, err, errlen) !=
+          0) {
     trainkit_stepper_free(s);
     return -1;
   }

@@ -28,6 +28,10 @@
   {"data", DAGRUN_PARAM_STRING, NULL, 1,                                       \
    "The tokenize stage's output directory, e.g. "                              \
    "\"${tasks.tokenize.outputs.dir}\""},                                       \
+      TRAINKIT_SHAPE_PARAMS
+
+/* ...the same without data (train has its own, beside data_mix). */
+#define TRAINKIT_SHAPE_PARAMS                                                  \
       {"model", DAGRUN_PARAM_STRING, "gpt-tiny", 0,                            \
        "Preset: gpt-tiny, gpt-small, gpt2-124M, gpt2-350M (GPT-2); "           \
        "llama-tiny, llama-small, smollm-135m-shape (Llama: RoPE, RMSNorm, "    \
@@ -134,12 +138,13 @@ int trainkit_make_optim(const gpt *model, const optim_config *oc, optim **out,
                         char *err, size_t errlen);
 
 /* The train files of td in the random order of seed, batches of (B,T),
- * prefetch of them prepared ahead by the loader's thread. The test hook
- * DAGRUN_TEST_LOADER_DELAY_MS (dataloader.h: a slow loader) applies.
- * Caller destroys *out. */
-int trainkit_train_loader(const tokdata *td, int B, int T, uint64_t seed,
-                          int prefetch, loader **out, char *err,
-                          size_t errlen);
+ * prefetch of them prepared ahead by the loader's thread; with nsources >
+ * 0, the mixture of those sources (dataloader.h) instead of td's files.
+ * The test hook DAGRUN_TEST_LOADER_DELAY_MS (dataloader.h: a slow loader)
+ * applies. Caller destroys *out. */
+int trainkit_train_loader(const tokdata *td, const loader_source *sources,
+                          size_t nsources, int B, int T, uint64_t seed,
+                          int prefetch, loader **out, char *err, size_t errlen);
 
 /* Where a step's time went, in seconds, summed over its micro-batches:
  * zeroing the gradients, waiting for the loader, forward, backward. The

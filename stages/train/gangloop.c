@@ -90,6 +90,13 @@ static int check_params(trainrun *r, gang *g) {
   if (stagekit_param_int(ctx, h, "zero_bucket", 0, INT64_C(1) << 40, &v))
     return EXIT_BAD_PARAMS;
   g->bucket = (size_t)v;
+  if (r->c.dropout > 0) {
+    h->fail(ctx,
+            "dropout %g in a gang: the ranks' ZeRO steps have no "
+            "dropout; train in one process for it, or set dropout: 0",
+            r->c.dropout);
+    return EXIT_BAD_PARAMS;
+  }
   if (r->c.accum > 1) {
     h->fail(ctx,
             "grad_accum %d in a gang: ZeRO takes one micro-batch per "

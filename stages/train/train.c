@@ -25,6 +25,7 @@
 
 #include "common/textgen.h"
 
+#include "datamix.h"
 #include "engine.h"
 #include "gangloop.h"
 #include "lib/exitcode.h"
@@ -34,7 +35,8 @@
 #include <stddef.h>
 
 static const dagrun_param_spec params[] = {
-    TRAINKIT_MODEL_PARAMS,
+    DATAMIX_PARAMS,
+    TRAINKIT_SHAPE_PARAMS,
     {"batch_size", DAGRUN_PARAM_INT, "16", 0, "Sequences per micro-batch"},
     {"grad_accum", DAGRUN_PARAM_INT, "1", 0,
      "Micro-batches per optimizer step (global batch = batch_size x this)"},
@@ -104,6 +106,10 @@ static const dagrun_param_spec params[] = {
      "device cuda: activation recomputation to save memory: none, gelu (the "
      "MLP's GELU output) or block (each block's forward again in backward); "
      "the CPU engine keeps every activation and ignores it"},
+    {"dropout", DAGRUN_PARAM_FLOAT, "0", 0,
+     "Dropout probability on the attention probabilities and the residual "
+     "branches, in training steps only (CPU engine: device auto means cpu "
+     "with it; not in a gang)"},
     {"deterministic", DAGRUN_PARAM_BOOL, "false", 0,
      "device cuda: fixed-order reductions, so that two runs with one seed "
      "give the same bits (the CPU engine always is)"},

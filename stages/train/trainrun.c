@@ -100,6 +100,41 @@ static int read_schedule(dagrun_ctx *ctx, const dagrun_host *h,
   return 0;
 }
 
+/* dropout, after device: only the CPU engine has it, so device: cuda is
+ * refused with it and auto means cpu. */
+static int read_dropout(dagrun_ctx *ctx, const dagrun_host *h,
+                        trainrun_cfg *c) {
+  h->param_float(ctx, "dropout", &c->dropout);
+  if (!(c->dropout >= 0 && c->dropout < 1)) {
+    h->fail(ctx, "dropout must be in [0,1)");
+    return -1;
+  }
+  if (c->dropout == 0)
+    return 0;
+  if (c->m.cfg.family == GPT_FAMILY_LLAMA) {
+    /* Its forward has no dropout sites: refused, not ignored. */
+    h->fail(ctx,
+            "dropout %g: the Llama family has no dropout yet (the GPT-2 "
+            "family has): set dropout: 0",
+            c->dropout);
+    return -1;
+  }
+  if (c->device == ENGINE_WANT_CUDA) {
+    h->fail(ctx,
+            "dropout %g: the CUDA engine has no dropout (the CPU engine "
+            "has): set device: cpu, or dropout: 0",
+            c->dropout);
+    return -1;
+  }
+  if (c->device == ENGINE_WANT_AUTO)
+    h->log(ctx, DAGRUN_LOG_INFO,
+           "dropout %g: training on the CPU engine (the CUDA engine has no "
+           "dropout)",
+           c->dropout);
+  c->device = ENGINE_WANT_CPU;
+  return 0;
+}
+
 /* The loss-spike guard and the device. */
 static int read_guard_device(dagrun_ctx *ctx, const dagrun_host *h,
                              trainrun_cfg *c) {
@@ -126,7 +161,7 @@ static int read_guard_device(dagrun_ctx *ctx, const dagrun_host *h,
     return -1;
   c->recompute = (engine_recompute)k;
   h->param_bool(ctx, "deterministic", &c->deterministic);
-  return 0;
+  return read_dropout(ctx, h, c);
 }
 
 /* The overfit check and the samples. */
@@ -180,6 +215,7 @@ int trainrun_init(trainrun *r) {
   trainrun_cfg *c = &r->c;
   memset(c, 0, sizeof *c);
   if (trainkit_read_model(ctx, h, &c->m) != 0 ||
+      datamix_read(ctx, h, &r->mix) != 0 ||
       trainkit_read_optim(ctx, h, &c->opt, &c->grad_clip) != 0)
     return -1;
   h->param_string(ctx, "resume", &c->resume);
@@ -218,15 +254,56 @@ static void open_validation(trainrun *r) {
   }
 }
 
+/* data_mix's sources, or data's directory, into r->data. */
+static int open_data(trainrun *r) {
+  if (!r->mix.n)
+    return trainkit_open_data(r->ctx, r->h, &r->c.m, &r->data);
+  if (datamix_open(r->ctx, r->h, &r->mix, &r->data) != 0)
+    return -1;
+  r->c.m.cfg.vocab_size = r->data.vocab_size;
+  return 0;
+}
+
+/* When every source of data_mix has a budget, the loader ends after
+ * loader_max_batches: steps (and the schedule's length) are cut to the
+ * steps those hold, so that the run ends on its last full step with the
+ * schedule decayed, rather than running out mid-run. A step takes accum
+ * batches in one process, one (the global batch) in a gang. */
+static int fit_steps(trainrun *r, int gang) {
+  uint64_t mb = loader_max_batches(r->train);
+  if (mb == UINT64_MAX)
+    return 0;
+  uint64_t held = mb / (uint64_t)(gang ? 1 : r->c.accum);
+  if (held == 0) {
+    r->h->fail(r->ctx,
+               "data_mix: the sources' budgets hold %llu batches, fewer than "
+               "one step",
+               (unsigned long long)mb);
+    return -1;
+  }
+  if (held >= (uint64_t)r->c.steps)
+    return 0;
+  r->h->log(r->ctx, DAGRUN_LOG_WARN,
+            "data_mix: every source has a budget, and together they hold "
+            "%llu steps of the %lld asked: training ends at step %llu (the "
+            "schedule ends there too)",
+            (unsigned long long)held, (long long)r->c.steps,
+            (unsigned long long)held);
+  r->c.steps = (int64_t)held;
+  r->c.sched.total_steps = (int64_t)held;
+  return 0;
+}
+
 int trainrun_setup(trainrun *r, int nranks, int gang) {
   const dagrun_host *h = r->h;
   char err[1024];
   /* A checkpoint of this task, when resume finds one, replaces
    * init_from's weights later: it was made from them. */
-  if (trainkit_open_data(r->ctx, h, &r->c.m, &r->data) != 0 ||
-      trainkit_make_model(r->ctx, h, &r->c.m, r->c.seed, &r->model,
-                          &r->init_dir) != 0)
+  if (open_data(r) != 0 || trainkit_make_model(r->ctx, h, &r->c.m, r->c.seed,
+                                               &r->model, &r->init_dir) != 0)
     return -1;
+  /* Training forwards only (trainkit_forward_backward); the CPU engine's. */
+  gpt_set_dropout(r->model, (float)r->c.dropout, r->c.seed);
   if (!gang &&
       trainkit_make_optim(r->model, &r->c.opt, &r->opt, err, sizeof err) != 0) {
     h->fail(r->ctx, "optimizer: %s", err);
@@ -237,11 +314,14 @@ int trainrun_setup(trainrun *r, int nranks, int gang) {
     h->fail(r->ctx, "spike guard: %s", err);
     return -1;
   }
-  if (trainkit_train_loader(&r->data, r->c.B * nranks, r->c.m.T, r->c.seed,
-                            r->c.prefetch, &r->train, err, sizeof err) != 0) {
-    h->fail(r->ctx, "train data: %s", err);
+  if (trainkit_train_loader(&r->data, r->mix.src, r->mix.n, r->c.B * nranks,
+                            r->c.m.T, r->c.seed, r->c.prefetch, &r->train, err,
+                            sizeof err) != 0) {
+    h->fail(r->ctx, "%s: %s", r->mix.n ? "data_mix" : "train data", err);
     return -1;
   }
+  if (fit_steps(r, gang) != 0)
+    return -1;
   open_validation(r);
   size_t bt = (size_t)r->c.B * (size_t)nranks * (size_t)r->c.m.T;
   r->inputs = malloc(bt * sizeof(uint32_t));
@@ -260,6 +340,7 @@ int trainrun_setup(trainrun *r, int nranks, int gang) {
 
 void trainrun_free(trainrun *r) {
   tokdata_free(&r->data);
+  datamix_free(&r->mix);
   free(r->init_dir);
   loader_destroy(r->train);
   loader_destroy(r->val);
@@ -286,6 +367,8 @@ void trainrun_set_config(trainrun *r) {
     cJSON_AddStringToObject(o, "init_from", r->init_dir);
   if (r->data.tokenizer)
     cJSON_AddStringToObject(o, "tokenizer", r->data.tokenizer);
+  if (r->mix.n)
+    cJSON_AddItemToObject(o, "data_mix", datamix_json(&r->mix, NULL));
   cJSON_AddNumberToObject(o, "batch_size", c->B);
   cJSON_AddNumberToObject(o, "seq_len", c->m.T);
   cJSON_AddNumberToObject(o, "grad_accum", c->accum);
@@ -309,6 +392,7 @@ void trainrun_set_config(trainrun *r) {
                           wte && wte->decay ? "all_2d" : "matrices");
   cJSON_AddNumberToObject(o, "grad_clip", c->grad_clip);
   cJSON_AddNumberToObject(o, "seed", (double)c->seed);
+  cJSON_AddNumberToObject(o, "dropout", c->dropout);
   if (r->eng) {
     cJSON_AddStringToObject(
         o, "device", engine_get_device(r->eng) == ENGINE_CUDA ? "cuda" : "cpu");
@@ -544,6 +628,11 @@ void trainrun_report_step(trainrun *r, double loss, double lr, double gnorm,
   h->metric(ctx, "time_comm_s", t->comm, step);
   h->metric(ctx, "step_time_s", t->step, step);
   h->metric(ctx, "tokens", (double)r->st.tokens, step);
+  for (size_t i = 0; i < r->mix.n; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "mix_tokens_%s", r->mix.src[i].name);
+    h->metric(ctx, name, (double)loader_source_tokens(r->train, i), step);
+  }
   /* This step's achieved model FLOP/s (tokens_per_s is the run's
    * average, evaluations and checkpoints included). */
   if (t->step > 0) {
@@ -615,6 +704,8 @@ cJSON *trainrun_summary_start(const trainrun *r, size_t np) {
   cJSON_AddNumberToObject(s, "steps", (double)r->st.step);
   cJSON_AddNumberToObject(s, "tokens", (double)r->st.tokens);
   cJSON_AddNumberToObject(s, "parameters", (double)np);
+  if (r->mix.n)
+    cJSON_AddItemToObject(s, "data_mix", datamix_json(&r->mix, r->train));
   return s;
 }
 

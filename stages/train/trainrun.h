@@ -30,6 +30,7 @@
 #include "common/tokdata.h"
 #include "common/trainkit.h"
 #include "data/dataloader.h"
+#include "datamix.h"
 #include "engine.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
@@ -64,8 +65,9 @@ typedef struct trainrun_cfg {
   uint64_t seed;
   int spike_on, overfit;
   spike_config spike;
-  engine_want device;
+  engine_want device; /* auto becomes cpu with dropout */
   engine_recompute recompute;
+  double dropout;
   int deterministic;
 } trainrun_cfg;
 
@@ -73,7 +75,9 @@ typedef struct trainrun {
   dagrun_ctx *ctx;
   const dagrun_host *h;
   trainrun_cfg c;
-  tokdata data;   /* the token files and the tokenizer */
+  tokdata data;   /* the token files and the tokenizer (with data_mix,
+                     every source's, merged) */
+  datamix mix;    /* data_mix's sources; mix.n 0: data's files */
   char *init_dir; /* init_from's model directory, resolved; NULL if none */
   gpt *model;
   optim *opt;  /* one process's; NULL in a gang (ZeRO makes its own) */
@@ -107,7 +111,9 @@ typedef struct trainrun {
  * the engine's CPU threads and r->ckpt_dir. */
 int trainrun_init(trainrun *r);
 
-/* Opens the token files, makes the model (init_from's weights or the
+/* Opens the token files (data's, or data_mix's sources: then, when
+ * every source has a budget, steps is cut to the steps they hold, with
+ * a warning), makes the model (init_from's weights or the
  * seed's), the optimizer (one process only, gang 0: a gang's ZeRO makes its
  * own), the spike guard, the train loader over the global batch (nranks x
  * batch_size sequences: in a gang each rank trains on its own rows of it), the
@@ -182,7 +188,8 @@ typedef struct trainrun_times {
  * global batch's tokens. */
 void trainrun_loop_start(trainrun *r, size_t tokens_per_step);
 /* The step's loss, lr, grad norm and time metrics at r->st.step (done),
- * tokens seen and the achieved model FLOP/s (and MFU when peak_tflops,
+ * tokens seen (with data_mix, each source's: mix_tokens_<name>) and the
+ * achieved model FLOP/s (and MFU when peak_tflops,
  * one device's, is known: against ranks devices' peak). */
 void trainrun_report_step(trainrun *r, double loss, double lr, double gnorm,
                           const trainrun_times *t, int ranks);
@@ -197,7 +204,8 @@ double trainrun_tokens_per_s(const trainrun *r, double train_s);
 void trainrun_samples(trainrun *r, gpt *model);
 
 /* summary.json's entries, in the order both loops write them: start
- * (steps, tokens, parameters: np), the loop's own, the losses (loss and
+ * (steps, tokens, parameters: np, data_mix: datamix_json's), the loop's
+ * own, the losses (loss and
  * val_loss, null when there was no validation), then the rates (ln_vocab,
  * init_loss when taken, tokens_per_s: tps, spike_events). */
 cJSON *trainrun_summary_start(const trainrun *r, size_t np);

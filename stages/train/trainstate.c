@@ -89,6 +89,57 @@ static int add_optim(ckpt_writer *w, optim *opt, char *err, size_t errlen) {
   return rc;
 }
 
+/* The train loader's position into the state's "loader": batches, epoch,
+ * the RNG, and with a mixture its sources' count and the rows each has
+ * served (sources, rows0...). */
+static void save_loader(cJSON *st, const loader *ld) {
+  loader_pos pos;
+  loader_get_pos(ld, &pos);
+  cJSON *l = cJSON_AddObjectToObject(st, "loader");
+  add_u64(l, "batches", pos.batches);
+  add_u64(l, "epoch", pos.epoch);
+  char key[32];
+  for (int i = 0; i < 4; i++) {
+    snprintf(key, sizeof key, "rng%d", i);
+    add_u64(l, key, pos.rng[i]);
+  }
+  size_t n = loader_sources(ld);
+  if (n < 2)
+    return;
+  add_u64(l, "sources", n);
+  for (size_t i = 0; i < n; i++) {
+    snprintf(key, sizeof key, "rows%zu", i);
+    add_u64(l, key, pos.rows[i]);
+  }
+}
+
+/* save_loader's position back into ld: 0, or -1 when it is missing or
+ * not one ld can have (another mixture). A checkpoint without sources is
+ * of one source, whose rows the loader derives. */
+static int load_loader(const cJSON *st, loader *ld) {
+  const cJSON *l = cJSON_GetObjectItemCaseSensitive(st, "loader");
+  loader_pos pos;
+  memset(&pos, 0, sizeof pos);
+  char key[32];
+  int bad = get_u64(l, "batches", &pos.batches) != 0 ||
+            get_u64(l, "epoch", &pos.epoch) != 0;
+  for (int i = 0; i < 4 && !bad; i++) {
+    snprintf(key, sizeof key, "rng%d", i);
+    bad = get_u64(l, key, &pos.rng[i]) != 0;
+  }
+  uint64_t n = 1;
+  if (cJSON_GetObjectItemCaseSensitive(l, "sources"))
+    bad = bad || get_u64(l, "sources", &n) != 0;
+  if (bad || n != loader_sources(ld))
+    return -1;
+  for (size_t i = 0; i < n && n > 1; i++) {
+    snprintf(key, sizeof key, "rows%zu", i);
+    if (get_u64(l, key, &pos.rows[i]) != 0)
+      return -1;
+  }
+  return loader_set_pos(ld, &pos);
+}
+
 int trainstate_save(const char *parent, const train_state *s, char *path,
                     size_t pathlen, char *err, size_t errlen) {
   ckpt_writer *w = NULL;
@@ -128,18 +179,8 @@ int trainstate_save(const char *parent, const train_state *s, char *path,
   cJSON *config = s->config_json ? cJSON_Parse(s->config_json) : NULL;
   if (config)
     cJSON_AddItemToObject(st, "config", config);
-  if (s->train) {
-    loader_pos pos;
-    loader_get_pos(s->train, &pos);
-    cJSON *l = cJSON_AddObjectToObject(st, "loader");
-    add_u64(l, "batches", pos.batches);
-    add_u64(l, "epoch", pos.epoch);
-    char key[8];
-    for (int i = 0; i < 4; i++) {
-      snprintf(key, sizeof key, "rng%d", i);
-      add_u64(l, key, pos.rng[i]);
-    }
-  }
+  if (s->train)
+    save_loader(st, s->train);
   char *text = cJSON_PrintUnformatted(st);
   cJSON_Delete(st);
   if (!text) {
@@ -264,20 +305,12 @@ int trainstate_load(const char *dir, train_state *s, char *err, size_t errlen) {
   memcpy(s->guard, gb, n);
   s->guard->cfg = cfg;
 
-  if (s->train) {
-    const cJSON *l = cJSON_GetObjectItemCaseSensitive(st, "loader");
-    loader_pos pos;
-    char key[8];
-    int bad = get_u64(l, "batches", &pos.batches) != 0 ||
-              get_u64(l, "epoch", &pos.epoch) != 0;
-    for (int i = 0; i < 4 && !bad; i++) {
-      snprintf(key, sizeof key, "rng%d", i);
-      bad = get_u64(l, key, &pos.rng[i]) != 0;
-    }
-    if (bad || loader_set_pos(s->train, &pos) != 0) {
-      snprintf(err, errlen, "%s: no usable data loader position", dir);
-      goto done;
-    }
+  if (s->train && load_loader(st, s->train) != 0) {
+    snprintf(err, errlen,
+             "%s: no usable data loader position (a checkpoint of other data: "
+             "another data_mix or batch_size?)",
+             dir);
+    goto done;
   }
   s->step = step;
   s->tokens = tokens;

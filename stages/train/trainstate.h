@@ -5,7 +5,8 @@
  *   optim.bin          the optimizer's step count and moments
  *   guard.bin          the loss-spike guard's window
  *   manifest.json      checksums, and "state": step, tokens seen, the
- *                      train loader's position, the model's shape
+ *                      train loader's position (with a mixture, the
+ *                      rows each source has served), the model's shape
  * Loading it back and training on gives the same bits as never stopping.
  */
 #ifndef DAGRUN_TRAINSTATE_H

@@ -17,8 +17,10 @@
 # environment (env.sh), then runs the GPU tests (tests/gpu/run.sh) and/or
 # the GPU benchmarks (bench/gpu_train.sh: GPT-2 124M against PyTorch
 # with the batch sweep, bench/gpu_profile.sh: each kernel's share of a
-# step, bench/zero_cuda.sh: each ZeRO stage against stage 0, kernel_bench
-# with both attention kernels: in that order, the most wanted first,
+# step, then PyTorch's step's (bench/torch_gpt2.py --profile),
+# bench/zero_cuda.sh: each ZeRO stage against stage 0, kernel_bench with
+# both attention kernels, then bench/torch_attention.py: PyTorch's
+# attention backends beside ours: in that order, the most wanted first,
 # should the budget run out), each into a log in $OUT (the folder the
 # device tool brings back; ./gpu-logs without it): env.txt, tests.log,
 # gpu_train.log, gpu_profile.log, zero_cuda.log, kernel_bench.log, and
@@ -92,18 +94,26 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     DAGRUN_CUDA_ATTENTION=$att B=16 SWEEP=0 TORCH=0 step gpu_train.log 60 bench/gpu_train.sh "$b"
   done
   PYTHON=$DAGRUN_TEST_PYTHON step gpu_profile.log 80 bench/gpu_profile.sh "$b"
+  # PyTorch's step at the same batch, kernel by kernel, beside it.
+  echo "== torch_gpt2.py --profile (B=8)" >>"$logs/gpu_profile.log"
+  step gpu_profile.log 120 "$DAGRUN_TEST_PYTHON" bench/torch_gpt2.py --B 8 --profile 30
   [ "${ZERO:-1}" = 1 ] && ROUNDS=${ROUNDS:-2} step zero_cuda.log 120 bench/zero_cuda.sh "$b"
   for att in default ${ATTENTION_VARIANTS:-tc-fused tc-sync} fp32; do
     echo "== DAGRUN_CUDA_ATTENTION=$att" >>"$logs/kernel_bench.log"
     # empty: the default kernels (an unknown name is refused)
     DAGRUN_CUDA_ATTENTION=${att#default} step kernel_bench.log 40 "$b/bin/kernel_bench"
   done
+  # PyTorch's attention backends on the same shape, beside the default's
+  # figures above (the first attention lines of kernel_bench.log).
+  echo "== torch_attention" >>"$logs/kernel_bench.log"
+  step kernel_bench.log 60 "$DAGRUN_TEST_PYTHON" bench/torch_attention.py --kernel-bench "$logs/kernel_bench.log"
 fi
 grep -E '^(PASS|FAIL)' "$logs/tests.log" 2>/dev/null | awk '{ print $1 }' | sort | uniq -c
 grep -E '^(-- |GPU tests|SKIPPED|TIMED OUT)' "$logs/tests.log" 2>/dev/null
 grep -E 'tokens/s:|^dagrun |^torch |^== ' "$logs/gpu_train.log" 2>/dev/null
-grep -E '^== |^attention' "$logs/kernel_bench.log" 2>/dev/null
+grep -E '^== |^attention|^(dagrun \(|flash|cudnn|efficient)' "$logs/kernel_bench.log" 2>/dev/null
 head -n 25 "$logs/gpu_profile.log" 2>/dev/null
+grep -A 14 '^== torch_gpt2.py --profile' "$logs/gpu_profile.log" 2>/dev/null
 tail -n 9 "$logs/zero_cuda.log" 2>/dev/null
 cat "$logs/steps.txt"
 exit $rc

@@ -95,6 +95,49 @@ serve_port() {
   fail "serve did not start: $(cat "$1")"
 }
 
+# need_chromium: sets CHROMIUM, or fails the test saying what to install.
+need_chromium() {
+  CHROMIUM=$(command -v chromium || true)
+  [ -n "$CHROMIUM" ] || fail "chromium is not installed: the dashboard's checks
+need Debian's chromium package (scripts/setup.sh --tests installs it)"
+}
+
+# browser_check WHAT SCRIPT ARGS...: runs the Python SCRIPT (it drives
+# headless Chromium with tests/integration/cdp.py) as SCRIPT CHROMIUM
+# CDP_DIR PROFILE ARGS... under a 120 s limit; fails the test naming WHAT
+# with its output and Chromium's last words unless it exits 0 and prints
+# "WHAT: ok".
+browser_check() {
+  local what=$1 script=$2 rc=0
+  shift 2
+  timeout 120 "$PY" "$script" "$CHROMIUM" "$DAGRUN_SOURCE_DIR/tests/integration" \
+    "$T/chromium" "$@" >cdp.out 2>&1 || rc=$?
+  [ "$rc" -eq 0 ] || fail "$what (exit $rc): $(cat cdp.out)
+--- chromium:
+$(tail -5 "$T/chromium.err" 2>/dev/null)"
+  expect_in cdp.out "$what: ok"
+}
+
+# api METHOD PATH [BODY] [TOKEN]: one request to the serve on $PORT (the
+# bearer TOKEN when given and not "none"); prints "STATUS BODY". Never
+# fails by itself.
+api() {
+  /usr/bin/python3 - "$PORT" "$@" <<'P'
+import sys, urllib.error, urllib.request
+port, method, path = sys.argv[1:4]
+body = sys.argv[4].encode() if len(sys.argv) > 4 and sys.argv[4] else None
+h = {"Content-Type": "application/json"}
+if len(sys.argv) > 5 and sys.argv[5] != "none":
+    h["Authorization"] = "Bearer " + sys.argv[5]
+req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method, headers=h)
+try:
+    with urllib.request.urlopen(req, timeout=30) as r:
+        print(r.status, r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode())
+P
+}
+
 expect_rc() {
   [ "$RC" -eq "$1" ] || fail "expected exit code $1, got $RC
 --- stdout:
@@ -170,17 +213,18 @@ while :; do sleep 0.2; done
 S
 }
 
-# make_token_data NAME VOCAB: a small English-like corpus, sharded and
-# tokenized by the real stages; prints the tokenize task's out/ directory.
-make_token_data() {
-  mkdir -p "$T/corpus-$1"
-  "$PY" - "$T/corpus-$1" <<'P'
+# make_corpus DIR FILES: FILES text files of 150 "%"-separated documents
+# of short sentences under DIR (the same ones each time), for the shard
+# stage.
+make_corpus() {
+  mkdir -p "$1"
+  "$PY" - "$1" "$2" <<'P'
 import random, sys
 rng = random.Random(11)
 subjects = "the cat|a dog|my model|the gpu|our team|this loss|the data".split("|")
 verbs = "eats|trains on|ignores|follows|beats|learns from|writes".split("|")
 objects = "the fish|a batch|the tokens|every epoch|the logs|some text".split("|")
-for f in range(4):
+for f in range(int(sys.argv[2])):
     with open(f"{sys.argv[1]}/part{f}.txt", "w") as out:
         docs = []
         for d in range(150):
@@ -189,6 +233,12 @@ for f in range(4):
                                  for _ in range(n)) + f" ({f}.{d})")
         out.write("\n%\n".join(docs) + "\n")
 P
+}
+
+# make_token_data NAME VOCAB: a small English-like corpus, sharded and
+# tokenized by the real stages; prints the tokenize task's out/ directory.
+make_token_data() {
+  make_corpus "$T/corpus-$1" 4
   cat > "$T/data-$1.yaml" <<Y
 dag: data-$1
 tasks:

@@ -97,7 +97,7 @@ expect_in "$T/out" "backfill sched: 2 runs, 2 failed, 0 skipped"
 # Bad ranges and DAGs.
 run_dagrun backfill s.yaml --from 2026-03-05 --to 2026-03-01
 expect_rc 2
-expect_in "$T/err" "is before --from"
+expect_in "$T/err" "to (2026-03-01) is before from (2026-03-05)"
 run_dagrun backfill s.yaml --from 2026-03-05T02:00 --to 2026-03-05T03:00
 expect_rc 2
 expect_in "$T/err" "no schedule time of sched"

@@ -88,6 +88,40 @@ done
 [ "$(readlink "$REG/best")" = "$(entry_of p4 name)" ] || fail "best -> $(readlink "$REG/best")"
 expect_in "$(run_dir p6)/checkpoint/attempt-1/log" "latest $(entry_of p6 name), best $(entry_of p4 name)"
 
+# dagrun models: the four entries, oldest first, each with the run that
+# made it; latest and best marked as the links point.
+run_dagrun models --root "$REG" --json
+expect_rc 0
+cp "$T/out" models.json
+/usr/bin/python3 - models.json "$(basename "$(run_dir p2)")" "$(basename "$(run_dir p4)")" \
+  "$(basename "$(run_dir p5)")" "$(basename "$(run_dir p6)")" <<'P' || fail "dagrun models --json: $(cat models.json)"
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert [e["step"] for e in m] == [20, 40, 50, 60], m
+assert [e["run"] for e in m] == sys.argv[2:6], [e["run"] for e in m]
+assert [e["val_loss"] for e in m] == [3, 2.5, 6, 7], m
+assert [e["latest"] for e in m] == [False, False, False, True], m
+assert [e["best"] for e in m] == [False, True, False, False], m
+assert all(e["task"] == "checkpoint" and e["promoted_at"].endswith("Z") for e in m), m
+P
+run_dagrun models --root "$REG"
+expect_rc 0
+expect_in "$T/out" "4 models in $REG"
+grep -q "$(entry_of p4 name) .*$(basename "$(run_dir p4)") .* 2\.5000 .*\[best\]$" "$T/out" ||
+  fail "the best model's row: $(cat "$T/out")"
+grep -q "$(entry_of p6 name) .*\[latest\]$" "$T/out" || fail "the latest model's row: $(cat "$T/out")"
+run_dagrun models --root "$T/nothing-here"
+expect_rc 0
+expect_in "$T/out" "no models in $T/nothing-here"
+run_dagrun models
+expect_rc 2
+expect_in "$T/err" "needs a DAG or --root DIR"
+run_dagrun models ../p1
+expect_rc 2
+expect_in "$T/err" "is not a DAG name"
+run_dagrun models --root "$REG/latest/promotion.json"
+expect_rc 1
+
 # The newest entry: its promotion.json, files and the task's outputs.
 R6=$(run_dir p6)
 N6=$(entry_of p6 name)
@@ -226,6 +260,13 @@ expect_rc 0
 DAGRUN_MODELS_DIR="$T/elsewhere" run_dagrun run pdef.yaml --no-cache --plain
 expect_rc 0
 [ -f "$T/elsewhere/pdef/latest/promotion.json" ] || fail "DAGRUN_MODELS_DIR not used"
+# dagrun models DAG finds the same registries.
+run_dagrun models pdef
+expect_rc 0
+expect_in "$T/out" "1 model in $T/models/pdef"
+DAGRUN_MODELS_DIR="$T/elsewhere" run_dagrun models pdef
+expect_rc 0
+expect_in "$T/out" "1 model in $T/elsewhere/pdef"
 
 # Bad params: no checkpoint (the DAG is refused), keep_last 0 (the task
 # exits 2, saying why).

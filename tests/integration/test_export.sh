@@ -81,6 +81,67 @@ expect_in ours16.txt "tokenizer $E16/tokenizer.json"
 /usr/bin/python3 "$REF/check_export.py" logits "$E16" prompt.ids ours16.bin >logits16.log 2>&1 ||
   fail "bf16 logits: $(cat logits16.log)"
 cat logits16.log
+# Hugging Face directories as the Hub publishes models: the fp32 export's
+# weights in F16, in one file and in shards with their index
+# (model.safetensors.index.json), written by Python (numpy's half). Each
+# gives PyTorch's logits on the same F16 weights, and both the same bits.
+/usr/bin/python3 - "$E32" f16 f16s <<'P' || fail "writing the F16 directories"
+import json, os, shutil, struct, sys
+import numpy as np
+src, one, sharded = sys.argv[1:4]
+raw = open(os.path.join(src, "model.safetensors"), "rb").read()
+(n,) = struct.unpack("<Q", raw[:8])
+hdr = json.loads(raw[8:8 + n]); hdr.pop("__metadata__", None)
+t = {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], "<f4")
+        .reshape(v["shape"]).astype("<f2") for k, v in hdr.items()}
+def write(path, names):
+    h, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+    for k in names:
+        b = t[k].tobytes()
+        h[k] = {"dtype": "F16", "shape": list(t[k].shape), "data_offsets": [off, off + len(b)]}
+        off += len(b); blobs.append(b)
+    j = json.dumps(h).encode(); j += b" " * (-len(j) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(j)) + j + b"".join(blobs))
+for d in (one, sharded):
+    os.makedirs(d)
+    for f in os.listdir(src):
+        if f != "model.safetensors":
+            shutil.copy(os.path.join(src, f), d)
+write(os.path.join(one, "model.safetensors"), list(t))
+names = list(t)
+parts = [names[:len(names) // 2], names[len(names) // 2:]]
+wmap = {}
+for i, part in enumerate(parts):
+    f = "model-%05d-of-00002.safetensors" % (i + 1)
+    write(os.path.join(sharded, f), part)
+    wmap.update({k: f for k in part})
+json.dump({"metadata": {"total_size": 0}, "weight_map": wmap},
+          open(os.path.join(sharded, "model.safetensors.index.json"), "w"))
+P
+for d in f16 f16s; do
+  "$BIN/model_logits" "$d" prompt.ids "ours-$d.bin" > "ours-$d.txt" || fail "model_logits on $d: $(cat "ours-$d.txt")"
+  expect_in "ours-$d.txt" "kind hf step -1"
+  /usr/bin/python3 "$REF/check_export.py" logits "$d" prompt.ids "ours-$d.bin" >"logits-$d.log" 2>&1 ||
+    fail "$d logits: $(cat "logits-$d.log")"
+  cat "logits-$d.log"
+done
+cmp ours-f16.bin ours-f16s.bin || fail "the sharded F16 directory's logits differ from the one file's"
+cmp -s ours.bin ours-f16.bin && fail "F16 weights gave the very fp32 logits: not read as F16?"
+# A shard the index misplaces, or one that leaves the directory: refused,
+# naming the tensor.
+/usr/bin/python3 - f16s <<'P'
+import json, os, sys
+p = os.path.join(sys.argv[1], "model.safetensors.index.json")
+j = json.load(open(p)); k = sorted(j["weight_map"])[0]
+j["weight_map"][k] = "model-00002-of-00002.safetensors" if j["weight_map"][k].startswith("model-00001") else "model-00001-of-00002.safetensors"
+json.dump(j, open(p, "w"))
+P
+"$BIN/model_logits" f16s prompt.ids bad.bin > bad.txt 2>&1 && fail "a misplaced tensor was taken"
+expect_in bad.txt "the index's weight_map puts it in"
+sed -i 's|"model-00001-of-00002.safetensors"|"../model-00001-of-00002.safetensors"|' f16s/model.safetensors.index.json
+"$BIN/model_logits" f16s prompt.ids bad.bin > bad.txt 2>&1 && fail "a shard outside the directory was taken"
+expect_in bad.txt "expected a .safetensors file beside the index"
+
 # format dagrun: the very same model.
 "$BIN/model_logits" "$ED" prompt.ids oursd.bin > /dev/null || fail "model_logits on the dagrun export failed"
 cmp ours.bin oursd.bin || fail "the dagrun export's logits differ from the checkpoint's"

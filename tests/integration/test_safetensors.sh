@@ -46,23 +46,29 @@ assert t["empty"].shape == (0, 3)
 assert max(v["data_offsets"][1] for v in hdr.values()) == len(data)
 PYEOF
 
-# C reads Python's file (json.dumps' own spacing, BF16 by truncation).
+# C reads Python's file (json.dumps' own spacing, BF16 by truncation, F16
+# as numpy writes it).
 $PY - "$T/py.safetensors" <<'PYEOF' || fail "Python could not write its file"
 import json, struct, sys
 import numpy as np
 x = np.arange(6, dtype="<f4").reshape(2, 3) * 0.25
 y = (np.array([1.5, -3.0, 0.0078125, 65536.0], "<f4").view("<u4") >> 16).astype("<u2")
+# F16 (numpy's own half): normals, the largest, the smallest normal and
+# subnormal, a subnormal between, signed zero, infinity, NaN.
+z = np.array([1.5, -3.0, 65504.0, 2**-14, 2**-24, 3 * 2**-20, -0.0, np.inf, np.nan], "<f2")
 hdr = {"__metadata__": {"note": "from python"},
        "x": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
-       "y": {"dtype": "BF16", "shape": [4], "data_offsets": [24, 32]}}
+       "y": {"dtype": "BF16", "shape": [4], "data_offsets": [24, 32]},
+       "z": {"dtype": "F16", "shape": [9], "data_offsets": [32, 50]}}
 h = json.dumps(hdr).encode()
 h += b" " * (-len(h) % 8)
-open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + x.tobytes() + y.tobytes())
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + x.tobytes() + y.tobytes() + z.tobytes())
 PYEOF
 "$ST_DUMP" read "$T/py.safetensors" >"$T/out" 2>"$T/err" || fail "st_dump read: $(cat "$T/err")"
 want='meta note=from python
 x F32 [2,3] 0 0.25 0.5 0.75 1 1.25
-y BF16 [4] 1.5 -3 0.0078125 65536'
+y BF16 [4] 1.5 -3 0.0078125 65536
+z F16 [9] 1.5 -3 65504 6.10351562e-05 5.96046448e-08 2.86102295e-06 -0 inf nan'
 [ "$(cat "$T/out")" = "$want" ] || fail "st_dump read printed
 $(cat "$T/out")
 expected

@@ -1,6 +1,7 @@
 # The train stage on real token files: the loss falls below the unigram
 # entropy, a run resumed from its middle checkpoint ends with the very
-# same weights as one that never stopped, overfit_one_batch drives the loss
+# same weights as one that never stopped (with dropout too), dropout
+# changes the losses and is reproducible, overfit_one_batch drives the loss
 # to near zero (and fails loudly when it cannot), a corrupt checkpoint is
 # refused naming the file, and bad params are refused.
 . "$(dirname "$0")/lib.sh"
@@ -170,6 +171,50 @@ if policy == "lower_lr":
     # this step and the next 100 run at a tenth of the schedule's rate
     assert lr[61] < 0.2 * lr[60] and lr[62] < 0.2 * lr[59], (lr[59], lr[60], lr[61], lr[62])
 P
+done
+
+# dropout: training steps drop (the losses differ from the same run
+# without; the loss at initialization, an evaluation, does not); the same
+# seed gives the same bits (prefetch or not), and a run resumed from its
+# middle checkpoint ends with the uninterrupted run's bits (the masks are
+# keyed by the batch's number, which the checkpoint keeps).
+DROP="steps: 60, lr: 0.003, eval_every: 0, checkpoint_every: 30, samples: 0"
+train_dag nodrop "$DROP"
+train_dag drop "$DROP, dropout: 0.2"
+train_dag drop2 "$DROP, dropout: 0.2, prefetch: 0" # not a cache hit; the same batches
+for d in nodrop drop drop2; do
+  run_dagrun run "$d.yaml" --plain
+  expect_rc 0
+done
+RD=$(run_dir drop)
+expect_in "$RD/train/attempt-1/log" "dropout 0.2: training on the CPU engine"
+train_dag dropres "$DROP, dropout: 0.2, resume: \"$RD/train/checkpoints/step-00000030\""
+run_dagrun run dropres.yaml --plain
+expect_rc 0
+for d in drop2 dropres; do
+  cmp "$RD/train/checkpoints/step-00000060/model.safetensors" "$(run_dir $d)/train/checkpoints/step-00000060/model.safetensors" ||
+    fail "$d: not the bits of the first dropout run"
+done
+"$PY" - "$(run_dir nodrop)/train" "$RD/train" <<'P' || fail "dropout did not change training: see above"
+import json, sys
+def series(d):
+    out = {}
+    for line in open(d + "/metrics.jsonl"):
+        m = json.loads(line)
+        out.setdefault(m["name"], {})[m["step"]] = m["value"]
+    return out
+a, b = series(sys.argv[1]), series(sys.argv[2])
+assert a["init_loss"] == b["init_loss"], (a["init_loss"], b["init_loss"])
+assert all(a["loss"][k] != b["loss"][k] for k in range(1, 61)), "a step without dropout's effect"
+c = json.load(open(sys.argv[2] + "/checkpoints/step-00000060/manifest.json"))
+assert c["state"]["config"]["dropout"] == 0.2, c["state"]["config"]
+P
+for bad in "dropout: 1|dropout must be in [0,1)" \
+  "dropout: 0.1, device: cuda|dropout 0.1: the CUDA engine has no dropout (the CPU engine has): set device: cpu, or dropout: 0"; do
+  train_dag dropbad "steps: 1, ${bad%%|*}"
+  run_dagrun run dropbad.yaml --plain
+  expect_rc 1
+  expect_in "$T/out" "${bad#*|}"
 done
 
 # A value outside the optimizer's choices: refused by check, at the value.

@@ -36,7 +36,9 @@
 # - device: cuda in a gang where no rank sees a GPU fails on every rank,
 #   saying how many ranks see one and why this one does not.
 # - A timeout stops the gang, which writes a sharded checkpoint first.
-# - world_size 2 with launcher local, and grad_accum 2 in a gang, are
+# - A data mixture: two ranks of 2 draw the one process's global batch
+#   (losses and per-source tokens alike).
+# - world_size 2 with launcher local, grad_accum 2 and dropout in a gang, are
 #   refused with messages that say what to do.
 . "$(dirname "$0")/lib.sh"
 
@@ -343,22 +345,47 @@ print("spike in a gang, %s: step 16 loss %.4f, step 17 %.4f (uninterrupted %.4f)
 P
 done
 
-# --- Refused: ranks that MPI did not start, and gradient accumulation.
-cat > local.yaml <<Y
-dag: local
+# --- A data mixture in a gang: each rank takes its half of the global
+# batch the one process draws from the mixture (disjoint rows), so two
+# ranks of 2 have the losses and the per-source tokens of one process of 4
+# (source b's budget, 640 tokens, runs out mid-run).
+MIX="${MODEL#data: \"$DATA\", }, data_mix: {a: \"$DATA\", b: \"$DATA\"}, data_weights: {a: 0.7, b: 0.3}, data_max_tokens: {b: 640}"
+cat > mixone.yaml <<Y
+dag: mixone
 tasks:
-  train: {stage: train, world_size: 2, launcher: local, $ENV, with: {$MODEL, batch_size: 2}}
+  train: {stage: train, with: {$MIX, batch_size: 4}}
 Y
-run_dagrun run local.yaml --plain
-expect_rc 1
-expect_in "$T/out" "set launcher: mpirun"
+cat > mixgang.yaml <<Y
+dag: mixgang
+tasks:
+  train: {stage: train, world_size: 2, launcher: mpirun, $ENV, with: {$MIX, batch_size: 2}}
+Y
+run_dagrun run mixone.yaml --plain
+expect_rc 0
+run_dagrun run mixgang.yaml --plain
+expect_rc 0
+losses "$(run_dir mixone)" > mixone.losses
+losses "$(run_dir mixgang)" > mixgang.losses
+same_losses mixone.losses mixgang.losses 1e-4
+"$PY" - "$(run_dir mixone)/train/out/summary.json" "$(run_dir mixgang)/train/out/summary.json" <<'P' || fail "mixture in a gang: see above"
+import json, sys
+a, b = (json.load(open(p))["data_mix"] for p in sys.argv[1:3])
+assert a == b and a["b"]["tokens"] == 640, (a, b)
+P
 
-cat > accum.yaml <<Y
-dag: accum
+# --- Refused: ranks that MPI did not start, gradient accumulation and
+# dropout in a gang.
+gang_refused() { # NAME LAUNCHER EXTRA_PARAMS MESSAGE
+  cat > "$1.yaml" <<Y
+dag: $1
 tasks:
-  train: {stage: train, world_size: 2, launcher: mpirun, $ENV, with: {$MODEL, batch_size: 2, grad_accum: 2}}
+  train: {stage: train, world_size: 2, launcher: $2, $ENV, with: {$MODEL, batch_size: 2 $3}}
 Y
-run_dagrun run accum.yaml --plain
-expect_rc 1
-expect_in "$T/out" "grad_accum 2 in a gang"
+  run_dagrun run "$1.yaml" --plain
+  expect_rc 1
+  expect_in "$T/out" "$4"
+}
+gang_refused local local "" "set launcher: mpirun"
+gang_refused accum mpirun ", grad_accum: 2" "grad_accum 2 in a gang"
+gang_refused gdrop mpirun ", dropout: 0.1" "dropout 0.1 in a gang"
 pass

@@ -186,6 +186,7 @@ bad() { # NAME PARAMS EXPECTED
 # Llama whatever the machine, and auto trains it on the CPU saying why.
 bad cuda "$MODEL, device: cuda" "device: cuda, but the model is a Llama, and the CUDA engine trains the GPT-2 family only for now; use device: cpu or auto"
 expect_in "$(run_dir learn)/train/attempt-1/log" "device: cpu (device: auto, and the model is a Llama, and the CUDA engine trains the GPT-2 family only for now)"
+bad dropout "$MODEL, dropout: 0.1" "dropout 0.1: the Llama family has no dropout yet"
 bad kv3 "${MODEL/n_kv_head: 2/n_kv_head: 3}" "n_kv_head (3) must divide n_head (4)"
 bad odd "${MODEL/n_embd: 40/n_embd: 36}" "(36/4 = 9) must be even"
 bad gptkv "n_layer: 2, n_head: 4, n_embd: 40, block_size: 32, batch_size: 4, threads: 1, n_kv_head: 2" "the GPT-2 family takes none of them"

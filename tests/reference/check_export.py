@@ -36,7 +36,7 @@ import sys
 import numpy as np
 
 EOT = "<|endoftext|>"
-DTYPES = {"F32": (np.float32, 4), "BF16": (np.uint16, 2)}
+DTYPES = {"F32": (np.float32, 4), "BF16": (np.uint16, 2), "F16": (np.float16, 2)}
 
 
 def fail(msg):
@@ -85,7 +85,25 @@ def read_safetensors(path):
 def to_float(dtype, arr):
     if dtype == "BF16":
         return (arr.astype(np.uint32) << 16).view(np.float32)
-    return arr
+    return arr.astype(np.float32)
+
+
+def read_model_tensors(d):
+    """A Hugging Face directory's tensors: model.safetensors, or the shards
+    its model.safetensors.index.json maps each tensor to."""
+    index = os.path.join(d, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        return read_safetensors(os.path.join(d, "model.safetensors"))[1]
+    tensors = {}
+    weight_map = load_json(index)["weight_map"]
+    for shard in sorted(set(weight_map.values())):
+        _, part = read_safetensors(os.path.join(d, shard))
+        for name in part:
+            expect(weight_map.get(name) == shard, "%s: %s not mapped to it" % (shard, name))
+        tensors.update(part)
+    expect(set(tensors) == set(weight_map), "shards hold %s, the map %s" %
+           (sorted(tensors), sorted(weight_map)))
+    return tensors
 
 
 def bf16_rne(f32):
@@ -228,7 +246,7 @@ def check_logits(d, ids_path, ours_path, tol="1e-4"):
     import torch_llama
     from torch_gpt import forward
     cfg = load_json(os.path.join(d, "config.json"))
-    _, tensors = read_safetensors(os.path.join(d, "model.safetensors"))
+    tensors = read_model_tensors(d)
     p = {n: torch.from_numpy(to_float(dt, arr).astype(np.float64))
          for n, (dt, _, arr) in tensors.items()}
     with open(ids_path) as f:

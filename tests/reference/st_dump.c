@@ -53,7 +53,10 @@ static int do_read(const char *path) {
       printf("meta %s=%s\n", keys[i], st_meta(f, keys[i]));
   for (size_t i = 0; i < st_count(f); i++) {
     const st_tensor *t = st_at(f, i);
-    printf("%s %s [", t->name, t->dtype == ST_BF16 ? "BF16" : "F32");
+    printf("%s %s [", t->name,
+           t->dtype == ST_BF16  ? "BF16"
+           : t->dtype == ST_F16 ? "F16"
+                                : "F32");
     long long n = 1;
     for (int d = 0; d < t->ndim; d++) {
       printf("%s%lld", d ? "," : "", (long long)t->shape[d]);
@@ -67,6 +70,10 @@ static int do_read(const char *path) {
         memcpy(&h, (const char *)t->data + 2 * j, 2);
         uint32_t u = (uint32_t)h << 16;
         memcpy(&x, &u, 4);
+      } else if (t->dtype == ST_F16) {
+        uint16_t h;
+        memcpy(&h, (const char *)t->data + 2 * j, 2);
+        x = st_f16_to_f32(h);
       } else {
         memcpy(&x, (const char *)t->data + 4 * j, 4);
       }

@@ -73,7 +73,7 @@ static int triggers(void) {
   return n;
 }
 
-static const api_actions actions = {t_dags, t_trigger, t_cancel, NULL};
+static const api_actions actions = {t_dags, t_trigger, t_cancel, NULL, NULL};
 
 /* ---- HTTP with libcurl ---- */
 
@@ -685,6 +685,10 @@ static void test_openapi(void) {
       {"/api/runs/{run}/alerts", "get"},
       {"/api/runs/{run}/cancel", "post"},
       {"/api/runs/{run}/report", "get"},
+      {"/api/compare", "get"},
+      {"/api/runs/{run}/tags", "post"},
+      {"/api/runs/{run}/note", "post"},
+      {"/api/dags/{dag}/backfill", "post"},
   };
   size_t n = sizeof routed / sizeof routed[0];
   for (size_t i = 0; i < n; i++) {

@@ -12,6 +12,7 @@
 #include "testlib.h"
 
 #include <fcntl.h>
+#include <math.h>
 #include <unistd.h>
 
 #define EOT 0u
@@ -51,6 +52,16 @@ static void write_tokens(const char *path, uint32_t vocab, uint32_t first_id,
   CHECK_INT(tokfile_writer_finish(w, NULL, err, sizeof err), 0);
 }
 
+/* A loader of c, which must open (NULL, with the reason, when not). */
+static loader *create(const loader_config *c) {
+  char err[512] = "";
+  loader *l = NULL;
+  CHECK_INT(loader_create(c, &l, err, sizeof err), 0);
+  if (!l)
+    fprintf(stderr, "loader_create: %s\n", err);
+  return l;
+}
+
 static loader *make(loader_order order, int shuffle, uint64_t seed,
                     int prefetch) {
   loader_config c = {.paths = fpaths,
@@ -61,12 +72,7 @@ static loader *make(loader_order order, int shuffle, uint64_t seed,
                      .shuffle = shuffle,
                      .seed = seed,
                      .prefetch = prefetch};
-  char err[512] = "";
-  loader *l = NULL;
-  CHECK_INT(loader_create(&c, &l, err, sizeof err), 0);
-  if (!l)
-    fprintf(stderr, "loader_create: %s\n", err);
-  return l;
+  return create(&c);
 }
 
 typedef struct batch {
@@ -419,6 +425,247 @@ static void test_errors(void) {
   CHECK_STR(err, "loader: B = 1 and T = 0 must both be positive");
 }
 
+/* ---- Mixtures ---- */
+
+/* A mixture of f0 (source 0) and f1 (source 1) at weights w0, w1 and
+ * budgets (tokens) m0, m1, B rows of T_. */
+static loader *make_mix(double w0, double w1, uint64_t m0, uint64_t m1, int B,
+                        uint64_t seed, int prefetch) {
+  loader_source src[2] = {{.name = "web",
+                           .paths = fpaths,
+                           .npaths = 1,
+                           .weight = w0,
+                           .max_tokens = m0},
+                          {.name = "code",
+                           .paths = fpaths + 1,
+                           .npaths = 1,
+                           .weight = w1,
+                           .max_tokens = m1}};
+  loader_config c = {.sources = src,
+                     .nsources = 2,
+                     .B = B,
+                     .T = T_,
+                     .order = LOADER_RANDOM,
+                     .seed = seed,
+                     .prefetch = prefetch};
+  return create(&c);
+}
+
+/* The source a row came from: f0's ids are below 2000, f1's from 2000
+ * (every window holds a token that is not the eot). */
+static int row_source(const uint32_t *in) {
+  for (int t = 0; t < T_; t++)
+    if (in[t] != EOT)
+      return in[t] >= 2000;
+  return -1;
+}
+
+/* 0.8 / 0.2 over 1,000 steps of 8 rows: the tokens drawn from each within
+ * 2% of those shares, every row a real window of its source, the counts
+ * the loader reports the ones drawn, and the same batches with the
+ * prefetch thread as without. */
+static void test_mix_shares(void) {
+  enum { N = 1000, MB = 8 };
+  loader *a = make_mix(0.8, 0.2, 0, 0, MB, 11, 0);
+  loader *b = make_mix(4, 1, 0, 0, MB, 11, 3); /* the same weights */
+  if (!a || !b)
+    return;
+  uint32_t in[MB * T_], tg[MB * T_], in2[MB * T_], tg2[MB * T_];
+  uint64_t rows[2] = {0, 0};
+  int same = 1, bad = 0;
+  for (int i = 0; i < N; i++) {
+    CHECK_INT(loader_next(a, in, tg), 0);
+    loader_next(b, in2, tg2);
+    same &= memcmp(in, in2, sizeof in) == 0 && memcmp(tg, tg2, sizeof tg) == 0;
+    for (int r = 0; r < MB; r++) {
+      int s = row_source(in + r * T_);
+      if (s < 0) {
+        bad++;
+        continue;
+      }
+      rows[s]++;
+      if (i < 40) {
+        batch x;
+        memcpy(x.in, in + r * T_, T_ * sizeof(uint32_t));
+        memcpy(x.tg, tg + r * T_, T_ * sizeof(uint32_t));
+        long w = locate(&x, 0);
+        bad += w < 0 || w / 1000000 != s;
+      }
+    }
+  }
+  CHECK_INT(bad, 0);
+  CHECK(same);
+  double share = (double)rows[0] / (double)(rows[0] + rows[1]);
+  printf("mixture 0.8/0.2 over %d steps of %d rows: %.4f / %.4f\n", N, MB,
+         share, 1 - share);
+  CHECK(fabs(share - 0.8) < 0.02);
+  CHECK_INT(loader_sources(a), 2);
+  CHECK_INT(loader_source_tokens(a, 0), rows[0] * T_);
+  CHECK_INT(loader_source_tokens(a, 1), rows[1] * T_);
+  CHECK_INT(loader_max_batches(a), UINT64_MAX);
+  loader_destroy(a);
+  loader_destroy(b);
+}
+
+/* One source without a budget draws what the plain paths draw, so a run
+ * that names no mixture is unchanged. */
+static void test_mix_one_source(void) {
+  loader_source one = {
+      .name = "all", .paths = fpaths, .npaths = 2, .weight = 3};
+  loader_config c = {.sources = &one,
+                     .nsources = 1,
+                     .B = B_,
+                     .T = T_,
+                     .order = LOADER_RANDOM,
+                     .seed = 42};
+  char err[256];
+  loader *m = NULL, *p = make(LOADER_RANDOM, 0, 42, 0);
+  CHECK_INT(loader_create(&c, &m, err, sizeof err), 0);
+  if (!m || !p)
+    return;
+  static batch vm[50], vp[50];
+  take(m, vm, 50);
+  take(p, vp, 50);
+  CHECK(memcmp(vm, vp, sizeof vm) == 0);
+  CHECK_INT(loader_source_tokens(m, 0), 50 * B_ * T_);
+  loader_destroy(m);
+  loader_destroy(p);
+}
+
+/* A source at its budget drops out and the other takes every row; with
+ * every source budgeted the loader ends after the batches they hold. */
+static void test_mix_budget(void) {
+  enum { MB = 8 };
+  uint32_t in[MB * T_], tg[MB * T_];
+  /* code: 160 tokens = 10 rows of 16, then web alone. */
+  loader *l = make_mix(0.5, 0.5, 0, 160, MB, 5, 2);
+  if (!l)
+    return;
+  int late = 0;
+  for (int i = 0; i < 100; i++) {
+    CHECK_INT(loader_next(l, in, tg), 0);
+    for (int r = 0; i >= 50 && r < MB; r++)
+      late += row_source(in + r * T_) == 1;
+  }
+  CHECK_INT(loader_source_tokens(l, 1), 160);
+  CHECK_INT(loader_source_tokens(l, 0), 100 * MB * T_ - 160);
+  CHECK_INT(late, 0);
+  loader_destroy(l);
+
+  /* web: 300 tokens = 19 rows (the 19th starts below the budget), code:
+   * 100 = 7 rows: 26 rows, 3 batches of 8; then the end, position kept. */
+  l = make_mix(1, 1, 300, 100, MB, 5, 2);
+  if (!l)
+    return;
+  CHECK_INT(loader_max_batches(l), 3);
+  for (int i = 0; i < 3; i++)
+    CHECK_INT(loader_next(l, in, tg), 0);
+  loader_pos before, after;
+  loader_get_pos(l, &before);
+  CHECK_INT(loader_next(l, in, tg), 1);
+  loader_get_pos(l, &after);
+  CHECK(memcmp(&before, &after, sizeof before) == 0);
+  CHECK(before.rows[0] <= 19 && before.rows[1] <= 7);
+  CHECK_INT(before.rows[0] + before.rows[1], 24);
+  loader_destroy(l);
+}
+
+/* A position taken mid-mixture continues with the very batches (other
+ * prefetch included); positions this mixture cannot have made are
+ * refused. */
+static void test_mix_resume(void) {
+  enum { MB = 4 };
+  static uint32_t want[20][2 * MB * T_], got[2 * MB * T_];
+  loader *a = make_mix(0.7, 0.3, 0, 2000, MB, 77, 0);
+  if (!a)
+    return;
+  uint32_t in[MB * T_], tg[MB * T_];
+  for (int i = 0; i < 37; i++)
+    loader_next(a, in, tg);
+  loader_pos p;
+  loader_get_pos(a, &p);
+  for (int i = 0; i < 20; i++)
+    loader_next(a, want[i], want[i] + MB * T_);
+  loader *b = make_mix(0.7, 0.3, 0, 2000, MB, 77, 3);
+  if (!b)
+    return;
+  CHECK_INT(loader_set_pos(b, &p), 0);
+  int same = 1;
+  for (int i = 0; i < 20; i++) {
+    loader_next(b, got, got + MB * T_);
+    same &= memcmp(got, want[i], sizeof got) == 0;
+  }
+  CHECK(same);
+  loader_pos q = p;
+  q.rows[0]++; /* rows that do not sum to batches x B */
+  CHECK_INT(loader_set_pos(b, &q), -1);
+  q = p;
+  q.rows[0] -= 1;
+  q.rows[2] = 1; /* a third source */
+  CHECK_INT(loader_set_pos(b, &q), -1);
+  q = p;
+  q.rows[1] = 2000 / T_ + 1; /* beyond code's budget of 125 rows */
+  q.rows[0] = q.batches * MB - q.rows[1];
+  CHECK_INT(loader_set_pos(b, &q), -1);
+  loader_destroy(a);
+  loader_destroy(b);
+}
+
+static void mix_refused(loader_source *src, size_t n, int T, const char *want) {
+  loader_config c = {.sources = src,
+                     .nsources = n,
+                     .B = 2,
+                     .T = T,
+                     .order = LOADER_RANDOM,
+                     .seed = 1};
+  char err[1024] = "";
+  loader *l = (loader *)1;
+  CHECK_INT(loader_create(&c, &l, err, sizeof err), -1);
+  CHECK(l == NULL);
+  CHECK_STR(err, want);
+}
+
+static void test_mix_errors(void) {
+  const char *shortp = test_path("short.tok"), *widep = test_path("wide.tok");
+  loader_source src[2] = {
+      {.name = "web", .paths = fpaths, .npaths = 1, .weight = 1},
+      {.name = "code", .paths = fpaths + 1, .npaths = 1, .weight = 0}};
+  mix_refused(src, 2, 8, "loader: source code needs a weight above 0");
+  src[1].weight = -2;
+  mix_refused(src, 2, 8, "loader: source code needs a weight above 0");
+  src[1].weight = 1;
+  src[1].max_tokens = 10;
+  src[1].epochs = 1;
+  mix_refused(src, 2, 8,
+              "loader: source code has both a token and an epoch "
+              "budget");
+  src[1].max_tokens = 0;
+  src[1].epochs = -1;
+  mix_refused(src, 2, 8,
+              "loader: source code needs epochs of 0 (none) or "
+              "more");
+  src[1].epochs = 0;
+  src[1].paths = &shortp;
+  mix_refused(src, 2, 10,
+              "source code: no token file holds one window of "
+              "T+1 = 11 tokens (windows never cross files)");
+  src[1].paths = &widep;
+  char want[1024];
+  snprintf(want, sizeof want,
+           "%s: vocab_size 70000, but %s has vocab_size 4000 (all token "
+           "files of a loader must share one vocabulary)",
+           widep, fpaths[0]);
+  mix_refused(src, 2, 4, want);
+  loader_config c = {.sources = src,
+                     .nsources = 2,
+                     .B = 2,
+                     .T = 4,
+                     .order = LOADER_SEQUENTIAL};
+  loader *l = NULL;
+  CHECK_INT(loader_create(&c, &l, want, sizeof want), -1);
+  CHECK_STR(want, "loader: a mixture is drawn in random order");
+}
+
 int main(void) {
   if (test_tmpdir_make("dataloader") != 0)
     return 1;
@@ -433,6 +680,11 @@ int main(void) {
   test_resume();
   test_wide();
   test_errors();
+  test_mix_shares();
+  test_mix_one_source();
+  test_mix_budget();
+  test_mix_resume();
+  test_mix_errors();
   const char *names[] = {"f0.tok", "f1.tok", "wide.tok", "short.tok",
                          "corrupt.tok"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++)

@@ -368,13 +368,18 @@ static void test_loss_at_init(void) {
  * float-exact to ~1e-6, so the difference quotient is good to ~1e-4
  * absolute: the check is |fd - g| <= 2e-4 + 2% |g|. The exact comparison
  * of every gradient is the PyTorch test's. */
-static void test_grad_fd(void) {
+static void test_grad_fd(float dropout) {
   const int V = 67, B = 2, T = 8;
   gpt *m = make(2, 2, 16, 8, V);
   if (!m)
     return;
   gpt_init(m, 3);
   perturb(m, 0.3f, 9);
+  /* With dropout: one key, so every forward below drops the same
+   * elements and the loss is a smooth function of the weights. */
+  gpt_set_dropout(m, dropout, 21);
+  gpt_dropout_key(m, 7, 1);
+  fprintf(stderr, "finite differences, dropout %g:\n", dropout);
   uint32_t in[16], tg[16];
   random_ids(in, B * T, V, 3);
   random_ids(tg, B * T, V, 4);
@@ -418,6 +423,52 @@ static void run_step(gpt *m, const uint32_t *in, const uint32_t *tg, int B,
   if (gpt_forward(m, in, tg, B, T, loss, err, sizeof err) != 0)
     fprintf(stderr, "forward: %s\n", err);
   gpt_backward(m, 1.0f);
+}
+
+/* Dropout 0 is no dropout, bit for bit; above 0 it changes the loss and
+ * the gradients, the same again for the same seed and key, otherwise for
+ * another key or seed; a forward it is not active for (evaluation) is
+ * the exact one. */
+static void test_dropout(void) {
+  const int V = 300, B = 4, T = 32;
+  gpt *m[5];
+  for (int i = 0; i < 5; i++) {
+    m[i] = make(2, 4, 64, 32, V);
+    if (!m[i])
+      return;
+    gpt_init(m[i], 11);
+  }
+  uint32_t in[4 * 32], tg[4 * 32];
+  random_ids(in, B * T, V, 5);
+  random_ids(tg, B * T, V, 6);
+  gpt_set_dropout(m[1], 0, 5);
+  gpt_dropout_key(m[1], 1, 1);
+  for (int i = 2; i < 5; i++) {
+    gpt_set_dropout(m[i], 0.2f, i == 4 ? 6 : 5);
+    gpt_dropout_key(m[i], 1, 1);
+  }
+  float loss[5];
+  for (int i = 0; i < 5; i++)
+    run_step(m[i], in, tg, B, T, &loss[i]);
+  size_t bytes = gpt_num_params(m[0]) * sizeof(float);
+  CHECK(memcmp(&loss[0], &loss[1], sizeof(float)) == 0);
+  CHECK(memcmp(gpt_grads(m[0]), gpt_grads(m[1]), bytes) == 0);
+  fprintf(stderr, "loss without dropout %.6f, with 0.2: %.6f (seed 6: %.6f)\n",
+          loss[0], loss[2], loss[4]);
+  CHECK(fabsf(loss[2] - loss[0]) > 1e-3f);
+  CHECK(memcmp(&loss[2], &loss[3], sizeof(float)) == 0);
+  CHECK(memcmp(gpt_grads(m[2]), gpt_grads(m[3]), bytes) == 0);
+  CHECK(memcmp(gpt_grads(m[0]), gpt_grads(m[2]), bytes) != 0);
+  CHECK(fabsf(loss[4] - loss[2]) > 1e-4f);
+  float again, exact;
+  gpt_dropout_key(m[3], 2, 1);
+  run_step(m[3], in, tg, B, T, &again);
+  CHECK(fabsf(again - loss[2]) > 1e-4f);
+  gpt_dropout_key(m[3], 0, 0);
+  CHECK_INT(gpt_forward(m[3], in, tg, B, T, &exact, err, sizeof err), 0);
+  CHECK(memcmp(&exact, &loss[0], sizeof(float)) == 0);
+  for (int i = 0; i < 5; i++)
+    gpt_destroy(m[i]);
 }
 
 static void test_determinism(void) {
@@ -726,7 +777,9 @@ int main(void) {
   test_param_count();
   test_init();
   test_loss_at_init();
-  test_grad_fd();
+  test_grad_fd(0);
+  test_grad_fd(0.3f);
+  test_dropout();
   test_determinism();
   test_accumulation();
   test_refusals();

@@ -274,10 +274,17 @@ static void test_refused(void) {
                    12, -1),
           "tensor \"b\": data_offsets overlap another tensor's");
   refused(raw_file("dtype",
+                   "{\"t\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":"
+                   "[0,2]}}",
+                   2, -1),
+          "tensor \"t\": dtype \"I8\" is not supported (F32, BF16 and F16 "
+          "are)");
+  /* F16 is read (two bytes an element) but never written. */
+  refused(raw_file("f16size",
                    "{\"t\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":"
-                   "[0,4]}}",
-                   4, -1),
-          "tensor \"t\": dtype \"F16\" is not supported (F32 and BF16 are)");
+                   "[0,8]}}",
+                   8, -1),
+          "tensor \"t\": 8 bytes in data_offsets, but F16 x 2 elements is 4");
   refused(raw_file("dims",
                    "{\"t\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,2],"
                    "\"data_offsets\":[0,8]}}",
@@ -334,6 +341,26 @@ static void test_refused(void) {
                  "or directory");
 }
 
+/* F16 is read, never written: st_write refuses it, naming the tensor. */
+static void test_f16_not_written(void) {
+  char err[512] = "";
+  const uint16_t h[2] = {0x3c00, 0xc000};
+  st_tensor t = {
+      .name = "h", .dtype = ST_F16, .ndim = 1, .shape = {2}, .data = h};
+  CHECK_INT(st_write(test_path("f16.safetensors"), &t, 1, 0, NULL, NULL, 0, err,
+                     sizeof err),
+            -1);
+  CHECK(strstr(err, "tensor \"h\": dtype 2 is not written (F32 and BF16 "
+                    "are)") != NULL);
+  /* And the conversion itself, at its edges. */
+  CHECK(st_f16_to_f32(0x3c00) == 1.0f && st_f16_to_f32(0xc000) == -2.0f);
+  CHECK(st_f16_to_f32(0x0001) == 0x1p-24f &&
+        st_f16_to_f32(0x03ff) == 0x3ffp-24f);
+  CHECK(st_f16_to_f32(0x7bff) == 65504.0f && st_f16_to_f32(0x7c00) > 1e38f);
+  float nan = st_f16_to_f32(0x7e00);
+  CHECK(nan != nan);
+}
+
 int main(void) {
   if (test_tmpdir_make("safetensors") != 0)
     return 1;
@@ -341,6 +368,7 @@ int main(void) {
   test_round_trip();
   test_bf16_rounding();
   test_refused();
+  test_f16_not_written();
   test_tmpdir_remove();
   TEST_DONE();
 }

@@ -171,7 +171,7 @@ static void test_unknown_keys(void) {
             "dag.yaml:4:5: error: unknown key 'retires' in task 'a'; did you "
             "mean 'retries'?\n"
             "dag.yaml:6:5: error: unknown key 'colour' in task 'a'; expected "
-            "one of: stage, needs, with, description, outputs, branch, "
+            "one of: stage, needs, with, description, outputs, branch, map, "
             "retries, retry_delay, retry_backoff, retry_max_delay, "
             "retry_jitter, "
             "retry_on, timeout, heartbeat_timeout, kill_grace, pool, "

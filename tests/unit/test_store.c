@@ -355,6 +355,23 @@ static void test_migrate_v1(void) {
   CHECK_STR(str_key(cJSON_GetArrayItem(cJSON_GetObjectItem(run, "tasks"), 0),
                     "fingerprint"),
             "fp");
+  /* v6's columns: a migrated run has no tags and no note, and takes both. */
+  CHECK_INT(cJSON_GetArraySize(cJSON_GetObjectItem(run, "tags")), 0);
+  CHECK(cJSON_IsNull(cJSON_GetObjectItem(run, "user_note")) ||
+        !cJSON_GetObjectItem(run, "user_note"));
+  cJSON_Delete(run);
+  const char *add[] = {"baseline"};
+  cJSON *tags = NULL;
+  CHECK_INT(store_run_tag(st, "old", add, 1, NULL, 0, &tags, err, sizeof err),
+            0);
+  CHECK_INT(cJSON_GetArraySize(tags), 1);
+  cJSON_Delete(tags);
+  CHECK_INT(store_run_set_note(st, "old", "kept", err, sizeof err), 0);
+  run = store_run(st, "old", &rc, err, sizeof err);
+  CHECK_STR(str_key(run, "user_note"), "kept");
+  CHECK_STR(
+      cJSON_GetArrayItem(cJSON_GetObjectItem(run, "tags"), 0)->valuestring,
+      "baseline");
   cJSON_Delete(run);
   store_close(st);
   CHECK_INT(sqlite3_open(db, &raw), SQLITE_OK);

@@ -303,8 +303,9 @@ static void test_errors(void) {
             "dag.yaml:6:5: error: unknown reference ${foo}: expected "
             "${params.NAME}, ${env:NAME}, ${env:NAME:-default}, ${run.id}, "
             "${run.date}, ${run.logical_date}, ${run.data_interval_start}, "
-            "${run.data_interval_end}, ${run.dag}, ${tasks.TASK.dir} or "
-            "${tasks.TASK.outputs.KEY} (write $${ for a literal ${)\n"
+            "${run.data_interval_end}, ${run.dag}, ${tasks.TASK.dir}, "
+            "${tasks.TASK.outputs.KEY}, or in a mapped task ${item}, "
+            "${item.KEY} and ${item_index} (write $${ for a literal ${)\n"
             "dag.yaml:7:5: error: unknown reference ${env.HOME}; did you mean "
             "${env:HOME}?\n"
             "dag.yaml:8:7: error: ${params.layers} is a list and cannot be "
@@ -314,8 +315,9 @@ static void test_errors(void) {
             "dag.yaml:10:5: error: empty reference ${}: expected "
             "${params.NAME}, ${env:NAME}, ${env:NAME:-default}, ${run.id}, "
             "${run.date}, ${run.logical_date}, ${run.data_interval_start}, "
-            "${run.data_interval_end}, ${run.dag}, ${tasks.TASK.dir} or "
-            "${tasks.TASK.outputs.KEY}\n"
+            "${run.data_interval_end}, ${run.dag}, ${tasks.TASK.dir}, "
+            "${tasks.TASK.outputs.KEY}, or in a mapped task ${item}, "
+            "${item.KEY} and ${item_index}\n"
             "dag.yaml:11:5: error: bad environment reference ${env:1X}: "
             "expected ${env:NAME} or ${env:NAME:-default}\n"
             "dag.yaml:12:5: error: unknown param 'nope' in ${params.nope}; "
@@ -401,8 +403,8 @@ static void test_sh_filter(void) {
   CHECK_STR(errs, "q.yaml:4:48: error: ${params.l|sh} is a list or a map: |sh "
                   "quotes one value\n"
                   "q.yaml:4:66: error: unknown filter 'quote' in "
-                  "${params.m|quote}: the one filter is |sh (the value as one "
-                  "quoted shell word)\n");
+                  "${params.m|quote}: the filters are |sh (the value as one "
+                  "quoted shell word) and |json (the value as JSON text)\n");
   free(errs);
   cJSON_Delete(params);
   diags_free(&d);

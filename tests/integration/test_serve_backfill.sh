@@ -1,0 +1,111 @@
+# A backfill through dagrun serve's API and its dashboard: POST
+# /api/dags/{dag}/backfill queues one run per schedule time of the range,
+# run one after another with trigger backfill and the time as logical date;
+# asked again, the times that succeeded are skipped (unless rerun);
+# bad ranges, a DAG without a schedule, an unknown DAG and a missing
+# token are refused. In headless Chromium, the dashboard's backfill form
+# does the same, and says what it queued.
+. "$(dirname "$0")/lib.sh"
+need_chromium
+export DAGRUN_HOME="$T/home"
+mkdir -p dags
+cat > dags/nightly.yaml <<'Y'
+dag: nightly
+schedule: "0 2 * * *"
+tasks:
+  a: {stage: exec, cache: false, with: {command: [true]}}
+Y
+printf 'dag: manual\ntasks:\n  a: {stage: exec, with: {command: [true]}}\n' > dags/manual.yaml
+TOKEN=s3cret-token-0123456789
+echo "$TOKEN" > token
+chmod 600 token
+"$DAGRUN" serve dags --port 0 --no-cron --token-file token >serve.log 2>&1 &
+SERVE_PID=$!
+trap 'kill "$SERVE_PID" 2>/dev/null || true' EXIT
+serve_port serve.log "$SERVE_PID"
+bf() { api POST "/api/dags/$1/backfill" "$2" "${3:-$TOKEN}"; }
+# backfill_runs N: waits (60 s) until N backfill runs of nightly succeeded;
+# prints their logical dates, sorted.
+backfill_runs() {
+  "$PY" - "$PORT" "$1" <<'P'
+import datetime, json, sys, time, urllib.request
+port, n = sys.argv[1], int(sys.argv[2])
+end = time.time() + 60
+while True:
+    runs = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/runs?dag=nightly&limit=1000", timeout=10))
+    done = [r for r in runs if r.get("trigger") == "backfill" and r["state"] == "success"]
+    if len(done) >= n or time.time() > end:
+        break
+    time.sleep(0.2)
+for t in sorted(r["logical_date"] for r in done):
+    print(datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+P
+}
+
+out=$(bf nightly '{"from": "2026-03-01", "to": "2026-03-03T23:59"}')
+[ "${out%% *}" = 202 ] || fail "backfill: $out"
+echo "${out#* }" | "$PY" -c 'import json,sys; j = json.load(sys.stdin); assert j["queued"] == ["2026-03-01T02:00:00Z", "2026-03-02T02:00:00Z", "2026-03-03T02:00:00Z"] and j["skipped"] == [], j' ||
+  fail "backfill answer: $out"
+[ "$(backfill_runs 3 | tr '\n' ' ')" = "2026-03-01T02:00:00Z 2026-03-02T02:00:00Z 2026-03-03T02:00:00Z " ] ||
+  fail "backfill runs: $(backfill_runs 3)"
+# Asked again: nothing to do; with rerun, the time runs again.
+out=$(bf nightly '{"from": "2026-03-01", "to": "2026-03-03T23:59"}')
+[ "${out%% *}" = 202 ] || fail "backfill again: $out"
+echo "${out#* }" | "$PY" -c 'import json,sys; j = json.load(sys.stdin); assert j["queued"] == [] and [k["at"] for k in j["skipped"]] == ["2026-03-01T02:00:00Z", "2026-03-02T02:00:00Z", "2026-03-03T02:00:00Z"] and all(k["run"] for k in j["skipped"]), j' ||
+  fail "backfill again: $out"
+out=$(bf nightly '{"from": "2026-03-02", "to": "2026-03-02T23:00", "rerun": true}')
+echo "${out#* }" | "$PY" -c 'import json,sys; j = json.load(sys.stdin); assert j["queued"] == ["2026-03-02T02:00:00Z"], j' ||
+  fail "rerun: $out"
+backfill_runs 4 >/dev/null
+# Refused.
+for case in \
+  '400|{"from": "March 1st", "to": "2026-03-03"}|from and to take times' \
+  '400|{"from": "2026-03-05", "to": "2026-03-01"}|is before from' \
+  '400|{"from": "2020-01-01", "to": "2026-01-01"}|more than 1000 schedule times' \
+  '400|{"from": "2026-03-01T03:00", "to": "2026-03-01T04:00"}|no schedule time of nightly' \
+  '400|{"from": "2026-03-01"}|(times such as 2026-11-01' \
+  '400|{"from": "2026-03-01", "to": "2026-03-02", "dry": 1}|(times such as 2026-11-01'; do
+  want=${case%%|*} rest=${case#*|} body=${rest%%|*} msg=${rest#*|}
+  out=$(bf nightly "$body")
+  [ "${out%% *}" = "$want" ] || fail "backfill $body: $out"
+  case "$out" in *"$msg"*) ;; *) fail "backfill $body: expected '$msg' in $out" ;; esac
+done
+out=$(bf manual '{"from": "2026-03-01", "to": "2026-03-02"}')
+[ "${out%% *}" = 400 ] || fail "a DAG without a schedule: $out"
+expect_in <(echo "$out") "has no schedule"
+out=$(bf nosuch '{"from": "2026-03-01", "to": "2026-03-02"}')
+[ "${out%% *}" = 404 ] || fail "unknown DAG: $out"
+out=$(bf nightly '{"from": "2026-03-01", "to": "2026-03-02"}' none)
+[ "${out%% *}" = 401 ] || fail "no token: $out"
+
+# The dashboard's form.
+cat >bf_check.py <<'P'
+import json, sys
+chromium, cdp_dir, profile, port, token = sys.argv[1:6]
+sys.path.insert(0, cdp_dir)
+from cdp import Browser
+with Browser(chromium, profile) as b:
+    b.open(f"http://127.0.0.1:{port}/#dag=nightly")
+    b.js(f"sessionStorage.setItem('dagrun-token', {json.dumps(token)})")
+    b.wait_for("!document.getElementById('backfill-row').hidden", "the backfill form")
+    b.type_text("backfill-from", "2026-03-10")
+    b.type_text("backfill-to", "2026-03-11T23:00")
+    b.click("#backfill-btn")
+    b.wait_for("document.getElementById('backfill-msg').textContent.startsWith('queued 2, skipped 0')",
+               "the form's answer")
+    b.type_text("backfill-from", "2026-03-11")
+    b.click("#backfill-btn")
+    b.wait_for("document.getElementById('backfill-msg').textContent.startsWith('queued 0, skipped 1')",
+               "the second answer")
+    # manual has no schedule: no form.
+    b.js("location.hash = '#dag=manual'; location.reload()")
+    b.wait_for("document.getElementById('dag-title').textContent === 'manual'", "manual's view")
+    assert b.js("document.getElementById('backfill-row').hidden"), "a backfill form for a DAG without a schedule"
+    print("dashboard backfill: ok")
+P
+browser_check "dashboard backfill" bf_check.py "$PORT" "$TOKEN"
+backfill_runs 6 | grep -q '2026-03-11T02:00:00Z' || fail "the dashboard's backfill runs: $(backfill_runs 6)"
+kill -TERM "$SERVE_PID"
+wait "$SERVE_PID" 2>/dev/null || true
+trap - EXIT
+pass

@@ -1,0 +1,144 @@
+# Tags and notes on recorded runs: `dagrun tag`, `dagrun note`, what
+# `runs` (and `runs --tag`) and `status` show of them, and the same
+# through the API (POST /api/runs/{run}/tags and /note behind the write
+# token, GET /api/runs?tag=); bad tags, notes and requests refused with
+# nothing changed.
+. "$(dirname "$0")/lib.sh"
+export DAGRUN_HOME="$T/home"
+mkdir -p dags
+cat > dags/t.yaml <<'Y'
+dag: t
+tasks:
+  a: {stage: exec, cache: false, with: {command: [true]}}
+Y
+run_dagrun run dags/t.yaml --plain
+expect_rc 0
+run_dagrun run dags/t.yaml --plain
+expect_rc 0
+run_dagrun runs --json
+ids=$("$PY" -c 'import json,sys; print(" ".join(r["id"] for r in json.load(open(sys.argv[1]))))' "$T/out")
+set -- $ids
+B=$1 A=$2
+tags_of() { run_dagrun runs --json; "$PY" -c 'import json,sys; print(" ".join([r for r in json.load(open(sys.argv[1])) if r["id"] == sys.argv[2]][0]["tags"]))' "$T/out" "$1"; }
+
+# --- tags from the CLI ----------------------------------------------------------
+run_dagrun tag "$A" baseline lr=3e-4
+expect_rc 0
+[ "$(cat "$T/out")" = "baseline
+lr=3e-4" ] || fail "tag printed: $(cat "$T/out")"
+run_dagrun tag "$A" baseline seed:1
+expect_rc 0
+[ "$(tags_of "$A")" = "baseline lr=3e-4 seed:1" ] || fail "tags: $(tags_of "$A")"
+run_dagrun tag "$A" --remove baseline
+expect_rc 0
+[ "$(tags_of "$A")" = "lr=3e-4 seed:1" ] || fail "after --remove: $(tags_of "$A")"
+run_dagrun tag "$A"
+expect_rc 0
+[ "$(cat "$T/out")" = "lr=3e-4
+seed:1" ] || fail "tag RUN alone: $(cat "$T/out")"
+# Refused, and nothing changed: a bad tag, too many, an unknown run.
+run_dagrun tag "$A" 'two words'
+expect_rc 2
+expect_in "$T/err" "letters, digits and _ - . : = / + only"
+run_dagrun tag "$A" $(seq -f 't%g' 31)
+expect_rc 2
+expect_in "$T/err" "at most 32 tags a run"
+run_dagrun tag "$A" "$(printf 'x%.0s' $(seq 65))"
+expect_rc 2
+run_dagrun tag nosuchrun x
+expect_rc 2
+expect_in "$T/err" "no run 'nosuchrun'"
+[ "$(tags_of "$A")" = "lr=3e-4 seed:1" ] || fail "a refused tag changed the tags: $(tags_of "$A")"
+[ "$(tags_of "$B")" = "" ] || fail "B has tags: $(tags_of "$B")"
+
+# runs --tag lists only the tagged run; runs and status show the tags.
+run_dagrun runs --tag seed:1 --json
+"$PY" -c 'import json,sys; r = json.load(open(sys.argv[1])); assert [x["id"] for x in r] == [sys.argv[2]], r' "$T/out" "$A" ||
+  fail "runs --tag: $(cat "$T/out")"
+run_dagrun runs --tag nothing
+expect_rc 0
+expect_in "$T/err" "no runs tagged nothing"
+run_dagrun runs
+expect_in "$T/out" "$A tags: lr=3e-4, seed:1"
+expect_not_in "$T/out" "$B tags"
+run_dagrun status "$A"
+expect_in "$T/out" "tags: lr=3e-4, seed:1"
+
+# --- notes from the CLI ---------------------------------------------------------
+run_dagrun note "$A" "the baseline for the sweep"
+expect_rc 0
+run_dagrun note "$A"
+[ "$(cat "$T/out")" = "the baseline for the sweep" ] || fail "note: $(cat "$T/out")"
+printf 'line one\nline two\n' | "$DAGRUN" note "$A" - || fail "note from stdin"
+run_dagrun status "$A"
+expect_in "$T/out" "note: line one"
+expect_in "$T/out" "line two"
+run_dagrun runs
+expect_in "$T/out" "$A note: line one ..."
+run_dagrun note "$A" "$(printf 'bell\a')"
+expect_rc 2
+expect_in "$T/err" "control character 0x07"
+run_dagrun note "$A" "$(head -c 4097 /dev/zero | tr '\0' n)"
+expect_rc 2
+expect_in "$T/err" "at most 4096"
+run_dagrun note "$A" text --clear
+expect_rc 2
+run_dagrun note "$A"
+[ "$(cat "$T/out")" = "line one
+line two" ] || fail "a refused note changed it: $(cat "$T/out")"
+run_dagrun note "$A" --clear
+expect_rc 0
+run_dagrun note "$A"
+[ -z "$(cat "$T/out")" ] || fail "cleared note: $(cat "$T/out")"
+
+# --- the API --------------------------------------------------------------------
+echo "s3cret-token-0123456789" > token
+chmod 600 token
+"$DAGRUN" serve dags --port 0 --no-cron --token-file token >serve.log 2>&1 &
+SERVE_PID=$!
+trap 'kill "$SERVE_PID" 2>/dev/null || true' EXIT
+serve_port serve.log "$SERVE_PID"
+TOK=s3cret-token-0123456789
+http() { api "$1" "$2" "${3:-}" "${4:-$TOK}"; }
+out=$(http POST "/api/runs/$B/tags" '{"add": ["candidate", "lr=1e-3"]}')
+[ "${out%% *}" = 200 ] || fail "POST tags: $out"
+echo "${out#* }" | "$PY" -c 'import json,sys; j = json.load(sys.stdin); assert j["tags"] == ["candidate", "lr=1e-3"], j' ||
+  fail "POST tags answer: $out"
+out=$(http POST "/api/runs/$B/tags" '{"remove": ["lr=1e-3"]}')
+[ "${out%% *}" = 200 ] || fail "POST tags remove: $out"
+out=$(http POST "/api/runs/$B/tags" '{"add": ["x"]}' none)
+[ "${out%% *}" = 401 ] || fail "POST tags without the token: $out"
+out=$(http POST "/api/runs/$B/tags" '{"add": ["a b"]}')
+[ "${out%% *}" = 400 ] || fail "a bad tag: $out"
+out=$(http POST "/api/runs/$B/tags" '{"add": "candidate"}')
+[ "${out%% *}" = 400 ] || fail "add not a list: $out"
+out=$(http POST "/api/runs/$B/tags" '{"add": [1]}')
+[ "${out%% *}" = 400 ] || fail "a tag not a string: $out"
+out=$(http POST "/api/runs/nosuchrun/tags" '{"add": ["x"]}')
+[ "${out%% *}" = 404 ] || fail "unknown run: $out"
+out=$(http GET "/api/runs?tag=candidate")
+[ "${out%% *}" = 200 ] || fail "GET runs?tag: $out"
+echo "${out#* }" | "$PY" -c 'import json,sys; r = json.load(sys.stdin); assert [x["id"] for x in r] == [sys.argv[1]] and r[0]["tags"] == ["candidate"], r' "$B" ||
+  fail "GET runs?tag=candidate: $out"
+out=$(http POST "/api/runs/$B/note" '{"note": "promoted to staging\nby the API"}')
+[ "${out%% *}" = 200 ] || fail "POST note: $out"
+out=$(http GET "/api/runs/$B")
+echo "${out#* }" | "$PY" -c 'import json,sys; r = json.load(sys.stdin); assert r["user_note"] == "promoted to staging\nby the API", r' ||
+  fail "GET run's note: $out"
+out=$(http POST "/api/runs/$B/note" '{"note": "\u0007"}')
+[ "${out%% *}" = 400 ] || fail "a control character: $out"
+out=$(http POST "/api/runs/$B/note" '{"text": "x"}')
+[ "${out%% *}" = 400 ] || fail "no note member: $out"
+out=$(http POST "/api/runs/$B/note" '{"note": "x"}' none)
+[ "${out%% *}" = 401 ] || fail "POST note without the token: $out"
+run_dagrun note "$B"
+[ "$(cat "$T/out")" = "promoted to staging
+by the API" ] || fail "the API's note, read by the CLI: $(cat "$T/out")"
+out=$(http POST "/api/runs/$B/note" '{"note": null}')
+[ "${out%% *}" = 200 ] || fail "POST note null: $out"
+run_dagrun note "$B"
+[ -z "$(cat "$T/out")" ] || fail "a null note did not clear it: $(cat "$T/out")"
+kill "$SERVE_PID"
+wait "$SERVE_PID" 2>/dev/null || true
+trap - EXIT
+pass
