@@ -58,6 +58,94 @@ static cJSON *read_json(const char *dir, const char *name, int *exists) {
   return j;
 }
 
+/* ---- The manifest's model ---- */
+
+/* f as the shortest decimal that reads back as f: 1e-05 for 1e-5f, not
+ * the double 9.99999974737875e-06 that a plain widening writes. */
+static double float_json(float f) {
+  char b[32];
+  for (int p = 6; p < 10; p++) {
+    snprintf(b, sizeof b, "%.*g", p, (double)f);
+    if ((float)strtod(b, NULL) == f)
+      break;
+  }
+  return strtod(b, NULL);
+}
+
+const char *modeldir_family_name(int family) {
+  return family == GPT_FAMILY_LLAMA ? "llama" : "gpt2";
+}
+
+cJSON *modeldir_model_json(const gpt_config *c) {
+  cJSON *m = cJSON_CreateObject();
+  if (!m)
+    return NULL;
+  cJSON_AddNumberToObject(m, "n_layer", c->n_layer);
+  cJSON_AddNumberToObject(m, "n_head", c->n_head);
+  cJSON_AddNumberToObject(m, "n_embd", c->n_embd);
+  cJSON_AddNumberToObject(m, "block_size", c->block_size);
+  cJSON_AddNumberToObject(m, "vocab_size", c->vocab_size);
+  cJSON_AddStringToObject(m, "family", modeldir_family_name(c->family));
+  if (c->family == GPT_FAMILY_LLAMA) {
+    cJSON_AddNumberToObject(m, "n_kv_head", c->n_kv_head);
+    cJSON_AddNumberToObject(m, "intermediate_size", c->intermediate);
+    cJSON_AddNumberToObject(m, "rope_theta", float_json(c->rope_theta));
+    cJSON_AddNumberToObject(m, "norm_eps", float_json(c->norm_eps));
+    cJSON_AddBoolToObject(m, "tie_word_embeddings", !c->untied_head);
+  }
+  return m;
+}
+
+/* The positive integer field key of o into *v; -1 when absent or not
+ * one. */
+static int json_dim(const cJSON *o, const char *key, int *v) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) ||
+      x->valuedouble < 1 || x->valuedouble > 1e9)
+    return -1;
+  *v = (int)x->valuedouble;
+  return 0;
+}
+
+int modeldir_model_from_json(const cJSON *mj, gpt_config *out, char *err,
+                             size_t errlen) {
+  memset(out, 0, sizeof *out);
+  static const char *const dims[] = {"n_layer", "n_head", "n_embd",
+                                     "block_size", "vocab_size"};
+  int *dst[] = {&out->n_layer, &out->n_head, &out->n_embd, &out->block_size,
+                &out->vocab_size};
+  for (int i = 0; i < 5; i++)
+    if (json_dim(mj, dims[i], dst[i]) != 0) {
+      snprintf(err, errlen, "has no %s", dims[i]);
+      return -1;
+    }
+  const cJSON *fam = cJSON_GetObjectItemCaseSensitive(mj, "family");
+  if (!fam || (cJSON_IsString(fam) && strcmp(fam->valuestring, "gpt2") == 0))
+    return 0;
+  if (!cJSON_IsString(fam) || strcmp(fam->valuestring, "llama") != 0) {
+    snprintf(err, errlen,
+             "has family %s, which this dagrun does not know (gpt2, llama)",
+             cJSON_IsString(fam) ? fam->valuestring : "(not a string)");
+    return -1;
+  }
+  out->family = GPT_FAMILY_LLAMA;
+  const cJSON *th = cJSON_GetObjectItemCaseSensitive(mj, "rope_theta");
+  const cJSON *ep = cJSON_GetObjectItemCaseSensitive(mj, "norm_eps");
+  const cJSON *tie = cJSON_GetObjectItemCaseSensitive(mj, "tie_word_embeddings");
+  if (json_dim(mj, "n_kv_head", &out->n_kv_head) != 0 ||
+      json_dim(mj, "intermediate_size", &out->intermediate) != 0 ||
+      !cJSON_IsNumber(th) || !cJSON_IsNumber(ep) || !cJSON_IsBool(tie)) {
+    snprintf(err, errlen,
+             "is a Llama's without all of n_kv_head, intermediate_size, "
+             "rope_theta, norm_eps and tie_word_embeddings");
+    return -1;
+  }
+  out->rope_theta = (float)th->valuedouble;
+  out->norm_eps = (float)ep->valuedouble;
+  out->untied_head = cJSON_IsFalse(tie);
+  return 0;
+}
+
 /* ---- A dagrun checkpoint ---- */
 
 static int open_checkpoint(const char *dir, modeldir_info *info, char *err,
@@ -76,31 +164,19 @@ static int open_checkpoint(const char *dir, modeldir_info *info, char *err,
   cJSON *st = cJSON_Parse(text);
   free(text);
   const cJSON *mj = cJSON_GetObjectItemCaseSensitive(st, "model");
-  static const char *const dims[] = {"n_layer", "n_head", "n_embd",
-                                     "block_size", "vocab_size"};
-  int v[5];
-  for (int i = 0; i < 5; i++) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(mj, dims[i]);
-    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) ||
-        x->valuedouble < 1 || x->valuedouble > 1e9) {
-      fileio_seterr(
-          err, errlen,
-          "%s: the manifest's state.model has no %s: not a checkpoint of "
-          "the train stage",
-          dir, dims[i]);
-      cJSON_Delete(st);
-      return -1;
-    }
-    v[i] = (int)x->valuedouble;
+  gpt_config mc;
+  if (modeldir_model_from_json(mj, &mc, sub, sizeof sub) != 0) {
+    fileio_seterr(err, errlen,
+                  "%s: the manifest's state.model %s: not a checkpoint of "
+                  "the train stage",
+                  dir, sub);
+    cJSON_Delete(st);
+    return -1;
   }
   memset(info, 0, sizeof *info);
   info->kind = MODELDIR_CHECKPOINT;
   info->step = step;
-  info->config = (gpt_config){.n_layer = v[0],
-                              .n_head = v[1],
-                              .n_embd = v[2],
-                              .block_size = v[3],
-                              .vocab_size = v[4]};
+  info->config = mc;
   if (gpt_config_finish(&info->config, sub, sizeof sub) != 0) {
     fileio_seterr(err, errlen, "%s: the manifest's model: %s", dir, sub);
     cJSON_Delete(st);
@@ -233,8 +309,8 @@ static int open_hf(const char *dir, const cJSON *cfg, modeldir_info *info,
   if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "gpt2") != 0) {
     fileio_seterr(
         err, errlen,
-        "%s: model_type \"%s\": dagrun's engine runs GPT-2 (\"gpt2\") "
-        "models only",
+        "%s: model_type \"%s\": dagrun reads Hugging Face GPT-2 "
+        "(\"gpt2\") directories only (Llama ones: not yet)",
         path, cJSON_IsString(mt) ? mt->valuestring : "(none)");
     return -1;
   }
@@ -393,9 +469,41 @@ int modeldir_load(const modeldir_info *info, gpt **out, char *err,
   return 0;
 }
 
+static char *finish_config_json(cJSON *o, int64_t eot_id,
+                                const char *torch_dtype);
+
+/* config.json's fields of a LlamaForCausalLM of cfg, into o. */
+static void llama_config_json(cJSON *o, const gpt_config *cfg) {
+  cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
+  cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+  cJSON_AddStringToObject(o, "model_type", "llama");
+  cJSON_AddNumberToObject(o, "vocab_size", cfg->vocab_size);
+  cJSON_AddNumberToObject(o, "hidden_size", cfg->n_embd);
+  cJSON_AddNumberToObject(o, "intermediate_size", cfg->intermediate);
+  cJSON_AddNumberToObject(o, "num_hidden_layers", cfg->n_layer);
+  cJSON_AddNumberToObject(o, "num_attention_heads", cfg->n_head);
+  cJSON_AddNumberToObject(o, "num_key_value_heads", cfg->n_kv_head);
+  cJSON_AddNumberToObject(o, "head_dim", cfg->n_embd / cfg->n_head);
+  cJSON_AddNumberToObject(o, "max_position_embeddings", cfg->block_size);
+  cJSON_AddStringToObject(o, "hidden_act", "silu");
+  cJSON_AddNumberToObject(o, "rms_norm_eps", float_json(cfg->norm_eps));
+  cJSON_AddNumberToObject(o, "rope_theta", float_json(cfg->rope_theta));
+  cJSON_AddNullToObject(o, "rope_scaling");
+  cJSON_AddBoolToObject(o, "attention_bias", 0);
+  cJSON_AddBoolToObject(o, "mlp_bias", 0);
+  cJSON_AddNumberToObject(o, "attention_dropout", 0.0);
+  cJSON_AddNumberToObject(o, "initializer_range", 0.02);
+  cJSON_AddBoolToObject(o, "tie_word_embeddings", !cfg->untied_head);
+  cJSON_AddBoolToObject(o, "use_cache", 1);
+}
+
 char *modeldir_hf_config_json(const gpt_config *cfg, int64_t eot_id,
                               const char *torch_dtype) {
   cJSON *o = cJSON_CreateObject();
+  if (o && cfg->family == GPT_FAMILY_LLAMA) {
+    llama_config_json(o, cfg);
+    return finish_config_json(o, eot_id, torch_dtype);
+  }
   cJSON *arch = cJSON_CreateArray();
   if (!o || !arch) {
     cJSON_Delete(o);
@@ -423,6 +531,12 @@ char *modeldir_hf_config_json(const gpt_config *cfg, int64_t eot_id,
   cJSON_AddBoolToObject(o, "reorder_and_upcast_attn", 0);
   cJSON_AddBoolToObject(o, "tie_word_embeddings", 1);
   cJSON_AddBoolToObject(o, "use_cache", 1);
+  return finish_config_json(o, eot_id, torch_dtype);
+}
+
+/* The fields both families' config.json end with; o consumed. */
+static char *finish_config_json(cJSON *o, int64_t eot_id,
+                                const char *torch_dtype) {
   if (eot_id >= 0) {
     cJSON_AddNumberToObject(o, "bos_token_id", (double)eot_id);
     cJSON_AddNumberToObject(o, "eos_token_id", (double)eot_id);

@@ -51,12 +51,31 @@ int modeldir_open(const char *path, modeldir_info *info, char *err,
 int modeldir_load(const modeldir_info *info, gpt **out, char *err,
                   size_t errlen);
 
+struct cJSON;
+
+/* The model's config as the train stage's checkpoint manifest records it
+ * (state.model): n_layer, n_head, n_embd, block_size, vocab_size, the
+ * family ("gpt2" or "llama") and, for Llama, n_kv_head,
+ * intermediate_size, rope_theta, norm_eps and tie_word_embeddings. NULL
+ * when out of memory. */
+struct cJSON *modeldir_model_json(const gpt_config *c);
+/* Reads such an object into *out (not finished: gpt_config_finish
+ * checks it); a manifest without a family is GPT-2's (it predates
+ * Llama). 0, or -1 with err naming the missing or bad field. */
+int modeldir_model_from_json(const struct cJSON *mj, gpt_config *out,
+                             char *err, size_t errlen);
+/* The family's name as the manifest writes it: "gpt2" or "llama". */
+const char *modeldir_family_name(int family);
+
 /* The Hugging Face config.json of a GPT-2 of cfg (GPT2LMHeadModel,
  * model_type gpt2, gelu_new, layer_norm_epsilon 1e-5, no dropout, tied
  * embeddings, n_positions = block_size), with bos/eos_token_id eot_id when
  * eot_id >= 0, and torch_dtype "float32" or "bfloat16". malloc'd JSON
  * text (caller frees), NULL when out of memory. modeldir_open reads it
- * back. */
+ * back. For a Llama (cfg->family), a LlamaForCausalLM's instead
+ * (model_type llama, hidden_act silu, num_key_value_heads, head_dim,
+ * rms_norm_eps, rope_theta, tie_word_embeddings as the head is), which
+ * modeldir_open does not read yet. */
 char *modeldir_hf_config_json(const gpt_config *cfg, int64_t eot_id,
                               const char *torch_dtype);
 

@@ -6,7 +6,9 @@
  * that a file written here loads there and the reverse. Both spellings
  * of the names are read (with and without GPT2LMHeadModel's prefix),
  * since files on the Hub come both ways; the head is tied to the token
- * embedding, so no separate lm_head tensor is written.
+ * embedding, so no separate lm_head tensor is written. A Llama's tensors
+ * have Hugging Face LlamaForCausalLM's names already (gpt.h), lm_head
+ * among them when it is untied.
  */
 #include "weights.h"
 
@@ -46,7 +48,7 @@ int weights_save(const char *path, gpt *m, st_dtype dtype,
       ts[i].shape[d] = t->shape[d];
     ts[i].data = p + t->offset;
     /* The padding rows of the token embedding are not the model's. */
-    if (strcmp(t->name, "wte.weight") == 0)
+    if (gpt_tensor_vocab_rows(t))
       ts[i].shape[0] = c->vocab_size;
   }
   keys[0] = "format";
@@ -289,9 +291,10 @@ int weights_load(const char *path, gpt *m, char *err, size_t errlen) {
       if (ignorable(name))
         continue;
       snprintf(err, errlen,
-               "%s: tensor \"%s\" is not a parameter of this GPT-2 (%d "
+               "%s: tensor \"%s\" is not a parameter of this %s (%d "
                "layers): the file is another model",
-               path, s->name, c->n_layer);
+               path, s->name,
+               c->family == GPT_FAMILY_LLAMA ? "Llama" : "GPT-2", c->n_layer);
       goto done;
     }
     const gpt_tensor *t = gpt_tensor_at(m, i);
@@ -302,7 +305,7 @@ int weights_load(const char *path, gpt *m, char *err, size_t errlen) {
     }
     seen[i] = k + 1;
     /* The token embedding may come with or without padding rows. */
-    int is_wte = strcmp(t->name, "wte.weight") == 0;
+    int is_wte = gpt_tensor_vocab_rows(t);
     int64_t rows = t->shape[0];
     if (is_wte && s->ndim == 2 && s->shape[0] == c->vocab_size)
       rows = c->vocab_size;
@@ -326,7 +329,7 @@ int weights_load(const char *path, gpt *m, char *err, size_t errlen) {
     if (!seen[i]) {
       const gpt_tensor *t = gpt_tensor_at(m, i);
       int64_t model_shape[2] = {
-          strcmp(t->name, "wte.weight") == 0 ? c->vocab_size : t->shape[0],
+          gpt_tensor_vocab_rows(t) ? c->vocab_size : t->shape[0],
           t->ndim == 2 ? t->shape[1] : 0};
       shape_text(model_shape, t->ndim, want, sizeof want);
       snprintf(err, errlen,
@@ -343,7 +346,7 @@ int weights_load(const char *path, gpt *m, char *err, size_t errlen) {
     size_t numel = (size_t)s->shape[0] * cols;
     memset(p + t->offset, 0, t->numel * sizeof(float));
     /* wte's padding rows, when the file has them, stay zero too. */
-    if (strcmp(t->name, "wte.weight") == 0)
+    if (gpt_tensor_vocab_rows(t))
       numel = (size_t)c->vocab_size * cols;
     read_elements(s, p + t->offset, numel);
   }

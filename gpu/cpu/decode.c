@@ -73,6 +73,14 @@ int decoder_create(gpt *m, decoder **out, char *err, size_t errlen) {
   const gpt_config *c = gpt_get_config(m);
   size_t C = (size_t)c->n_embd, T = (size_t)c->block_size;
   size_t L = (size_t)c->n_layer, Vp = (size_t)c->padded_vocab;
+  if (c->family != GPT_FAMILY_GPT2) {
+    /* Its KV cache and layers are GPT-2's (learned positions, LayerNorm,
+     * GELU): a Llama is refused by name, not read as one. */
+    snprintf(err, errlen,
+             "decode: the decoder (generate, samples) runs the GPT-2 family "
+             "only; this model is a Llama");
+    return -1;
+  }
   decoder *d = calloc(1, sizeof *d);
   if (!d) {
     snprintf(err, errlen, "decode: out of memory (%zu bytes)", sizeof *d);

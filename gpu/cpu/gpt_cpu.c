@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_impl.h"
 #include "gpt_cpu.h"
 #include "model/gpt.h"
 #include "model/gpt_impl.h"
@@ -73,6 +74,13 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha,
     }
   }
 }
+
+void cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
+              int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+int cpu_blas_threads_begin(void) { return blas_threads_begin(); }
+void cpu_blas_threads_end(int n) { blas_threads_end(n); }
 
 /* ---------------------------------------------------------------------
  * Activations: one allocation carved for (B,T). Per layer (all kept for
@@ -143,7 +151,10 @@ static size_t carve(const gpt_config *cfg, float *base, int B, int T,
 static uint64_t act_bytes(const gpt_config *cfg, int B, int T) {
   acts a;
   size_t nids = (size_t)B * T;
-  return (uint64_t)carve(cfg, NULL, B, T, &a) * sizeof(float) +
+  size_t floats = cfg->family == GPT_FAMILY_LLAMA
+                      ? llama_cpu_act_floats(cfg, B, T)
+                      : carve(cfg, NULL, B, T, &a);
+  return (uint64_t)floats * sizeof(float) +
          2 * (uint64_t)nids * sizeof(uint32_t);
 }
 
@@ -367,6 +378,40 @@ static void gelu_backward(float *dinout, const float *inp, size_t N) {
   }
 }
 
+void cpu_causal_softmax(float *a, int T) {
+  for (int i = 0; i < T; i++) {
+    float *r = a + (size_t)i * T;
+    float mx = r[0];
+    for (int j = 1; j <= i; j++)
+      mx = r[j] > mx ? r[j] : mx;
+    float sum = 0.0f;
+    for (int j = 0; j <= i; j++) {
+      r[j] = expf(r[j] - mx);
+      sum += r[j];
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j <= i; j++)
+      r[j] *= inv;
+    for (int j = i + 1; j < T; j++)
+      r[j] = 0.0f;
+  }
+}
+
+void cpu_causal_softmax_backward(float *da, const float *a, int T,
+                                 float scale) {
+  for (int i = 0; i < T; i++) {
+    const float *ar = a + (size_t)i * T;
+    float *dr = da + (size_t)i * T;
+    float s = 0.0f;
+    for (int j = 0; j <= i; j++)
+      s += ar[j] * dr[j];
+    for (int j = 0; j <= i; j++)
+      dr[j] = scale * ar[j] * (dr[j] - s);
+    for (int j = i + 1; j < T; j++)
+      dr[j] = 0.0f;
+  }
+}
+
 /* ---- Dropout (gpt_set_dropout): masks hashed, never stored ---- */
 
 typedef struct dropout {
@@ -429,22 +474,7 @@ static void attention_forward(float *out, float *att, const float *qkv, int B,
     /* q (T,hs), k (T,hs) -> a (T,T) = q k^T */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q,
                 3 * C, k, 3 * C, 0.0f, a, T);
-    for (int i = 0; i < T; i++) {
-      float *r = a + (size_t)i * T;
-      float mx = r[0];
-      for (int j = 1; j <= i; j++)
-        mx = r[j] > mx ? r[j] : mx;
-      float sum = 0.0f;
-      for (int j = 0; j <= i; j++) {
-        r[j] = expf(r[j] - mx);
-        sum += r[j];
-      }
-      float inv = 1.0f / sum;
-      for (int j = 0; j <= i; j++)
-        r[j] *= inv;
-      for (int j = i + 1; j < T; j++)
-        r[j] = 0.0f;
-    }
+    cpu_causal_softmax(a, T);
     const float *ad = a;
     if (d.p > 0) {
       float *x = adrop + (size_t)bh * T * T;
@@ -492,17 +522,7 @@ static void attention_backward(float *dqkv, float *datt, const float *dout,
                   dy, C, 0.0f, dv, 3 * C);
     }
     /* Softmax backward, in place: da -> d(pre-softmax scores) * scale. */
-    for (int i = 0; i < T; i++) {
-      const float *ar = a + (size_t)i * T;
-      float *dr = da + (size_t)i * T;
-      float s = 0.0f;
-      for (int j = 0; j <= i; j++)
-        s += ar[j] * dr[j];
-      for (int j = 0; j <= i; j++)
-        dr[j] = scale * ar[j] * (dr[j] - s);
-      for (int j = i + 1; j < T; j++)
-        dr[j] = 0.0f;
-    }
+    cpu_causal_softmax_backward(da, a, T, scale);
     /* da (T,T), k (T,hs) -> dq (T,hs) = da k */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da,
                 T, k, 3 * C, 0.0f, dq, 3 * C);
@@ -631,9 +651,8 @@ void gpt_cpu_crossentropy_backward(float *probs_dlogits,
  * The passes.
  * --------------------------------------------------------------------- */
 
-static int ensure_acts(gpt *m, int B, int T, char *err, size_t errlen) {
-  acts a;
-  size_t need = carve(&m->cfg, NULL, B, T, &a);
+static int cpu_ensure_acts(gpt *m, size_t need, int B, int T, char *err,
+                           size_t errlen) {
   size_t nids = (size_t)B * T;
   if (need > m->acts_cap) {
     free(m->acts);
@@ -661,8 +680,8 @@ static int ensure_acts(gpt *m, int B, int T, char *err, size_t errlen) {
   return 0;
 }
 
-static int check_ids(const uint32_t *ids, size_t n, int V, const char *what,
-                     char *err, size_t errlen) {
+static int cpu_check_ids(const uint32_t *ids, size_t n, int V, const char *what,
+                         char *err, size_t errlen) {
   for (size_t i = 0; i < n; i++) {
     if (ids[i] >= (uint32_t)V) {
       snprintf(err, errlen,
@@ -676,21 +695,30 @@ static int check_ids(const uint32_t *ids, size_t n, int V, const char *what,
 
 /* The parameter hook's calls (gpt.h's gpt_set_param_hook): 0 without a
  * hook. */
-static int params_need(gpt *m, int g, int next) {
+int cpu_params_need(gpt *m, int g, int next) {
   return m->param_hook ? m->param_hook(m->param_hook_arg, GPT_PARAMS_NEED, g,
                                        next)
                        : 0;
 }
-static int params_done(gpt *m, int g, int next) {
+int cpu_params_done(gpt *m, int g, int next) {
   return m->param_hook ? m->param_hook(m->param_hook_arg, GPT_PARAMS_DONE, g,
                                        next)
                        : 0;
 }
 
-static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
-                   int B, int T, float *loss, char *err, size_t errlen) {
+/* The activations' floats of GPT-2 at (B,T), as cpu_forward_begin wants
+ * them. */
+static size_t gpt2_floats(const gpt_config *cfg, int B, int T) {
+  acts a;
+  return carve(cfg, NULL, B, T, &a);
+}
+
+int cpu_forward_begin(gpt *m, const uint32_t *inputs, const uint32_t *targets,
+                      int B, int T, size_t widest,
+                      size_t (*floats)(const gpt_config *, int, int), char *err,
+                      size_t errlen) {
   const gpt_config *c = &m->cfg;
-  int C = c->n_embd, NH = c->n_head, V = c->vocab_size, Vp = c->padded_vocab;
+  int NH = c->n_head, V = c->vocab_size, Vp = c->padded_vocab;
   /* Whatever happens next, the last forward's results are gone. */
   m->B = m->T = 0;
   m->have_loss = 0;
@@ -702,15 +730,15 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
     return -1;
   }
   size_t N = (size_t)B * T;
-  if ((double)N * 4 * C > INT_MAX || (double)N * Vp > 9.0e15 ||
+  if ((double)N * widest > INT_MAX || (double)N * Vp > 9.0e15 ||
       (double)B * NH * T * T > 9.0e15) {
     snprintf(err, errlen, "gpt: batch B=%d T=%d is too large", B, T);
     return -1;
   }
-  if (check_ids(inputs, N, V, "inputs", err, errlen) != 0 ||
-      (targets && check_ids(targets, N, V, "targets", err, errlen) != 0))
+  if (cpu_check_ids(inputs, N, V, "inputs", err, errlen) != 0 ||
+      (targets && cpu_check_ids(targets, N, V, "targets", err, errlen) != 0))
     return -1;
-  if (ensure_acts(m, B, T, err, errlen) != 0)
+  if (cpu_ensure_acts(m, floats(c, B, T), B, T, err, errlen) != 0)
     return -1;
   memcpy(m->inputs, inputs, N * sizeof(uint32_t));
   /* Dropout in a trainer's forwards only (gpt_dropout_key). */
@@ -718,18 +746,53 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   m->fwd_key = m->drop_key;
   if (targets)
     memcpy(m->targets, targets, N * sizeof(uint32_t));
+  return 0;
+}
+
+void cpu_forward_end(gpt *m, int B, int T, float *logits, float *lse,
+                     float *losses, float *probs, const uint32_t *targets,
+                     float *loss) {
+  const gpt_config *c = &m->cfg;
+  int V = c->vocab_size, Vp = c->padded_vocab;
+  size_t N = (size_t)B * T;
+  if (Vp > V) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++)
+      memset(logits + i * Vp + V, 0, (size_t)(Vp - V) * sizeof(float));
+  }
+  m->B = B;
+  m->T = T;
+  if (!targets)
+    return;
+  crossentropy_forward(lse, losses, probs, logits, targets, (int)N, V, Vp);
+  double sum = 0.0;
+  for (size_t i = 0; i < N; i++)
+    sum += losses[i];
+  m->loss = (float)(sum / (double)N);
+  m->have_loss = 1;
+  *loss = m->loss;
+}
+
+static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
+                   int B, int T, float *loss, char *err, size_t errlen) {
+  const gpt_config *c = &m->cfg;
+  int C = c->n_embd, NH = c->n_head, V = c->vocab_size, Vp = c->padded_vocab;
   acts a;
+  if (cpu_forward_begin(m, inputs, targets, B, T, (size_t)4 * C, gpt2_floats,
+                        err, errlen) != 0)
+    return -1;
+  size_t N = (size_t)B * T;
   carve(&m->cfg, m->acts, B, T, &a);
 
   int L = c->n_layer;
-  if (params_need(m, 0, 1) != 0)
+  if (cpu_params_need(m, 0, 1) != 0)
     goto hook_failed;
   encoder_forward(a.encoded, inputs, gpt_p(m, 0), gpt_p(m, 1), B, T, C);
-  if (params_done(m, 0, 1) != 0)
+  if (cpu_params_done(m, 0, 1) != 0)
     goto hook_failed;
   const float *res = a.encoded; /* residual stream (B,T,C) */
   for (int l = 0; l < L; l++) {
-    if (params_need(m, 1 + l, 2 + l) != 0)
+    if (cpu_params_need(m, 1 + l, 2 + l) != 0)
       goto hook_failed;
     layer_acts la = layer_at(m, &a, l, B, T);
 #define P(k) gpt_p(m, gpt_ti(l, k))
@@ -752,7 +815,7 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
     proj_residual(la.res3, la.res2, la.fch_gelu, P(GPT_FCPROJ_W),
                   P(GPT_FCPROJ_B), (int)N, 4 * C, C, a.dbuf, drop_at(m, l, 2));
 #undef P
-    if (params_done(m, 1 + l, 2 + l) != 0)
+    if (cpu_params_done(m, 1 + l, 2 + l) != 0)
       goto hook_failed;
     res = la.res3;
   }
@@ -760,34 +823,19 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   /* After the tied head, a forward with targets is for training: the
    * backward starts with the head again (group 0). */
   int after = targets ? 0 : -1;
-  if (params_need(m, L + 1, 0) != 0)
+  if (cpu_params_need(m, L + 1, 0) != 0)
     goto hook_failed;
   gpt_cpu_layernorm(a.lnf, a.lnf_mean, a.lnf_rstd, res, gpt_p(m, lf),
                     gpt_p(m, lf + 1), (int)N, C);
-  if (params_done(m, L + 1, 0) != 0 || params_need(m, 0, after) != 0)
+  if (cpu_params_done(m, L + 1, 0) != 0 || cpu_params_need(m, 0, after) != 0)
     goto hook_failed;
   /* lnf (B,T,C), wte (Vp,C) -> logits (B,T,Vp) = lnf wte^T; columns
    * [V,Vp) are set to zero rather than multiplied by the zero rows. */
   gemm(0, 1, (int)N, V, C, 1.0f, a.lnf, C, gpt_p(m, 0), C, 0.0f, a.logits, Vp);
-  if (params_done(m, 0, after) != 0)
+  if (cpu_params_done(m, 0, after) != 0)
     goto hook_failed;
-  if (Vp > V) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < N; i++)
-      memset(a.logits + i * Vp + V, 0, (size_t)(Vp - V) * sizeof(float));
-  }
-  m->B = B;
-  m->T = T;
-  if (targets) {
-    crossentropy_forward(a.lse, a.losses, a.dlogits, a.logits, targets, (int)N,
-                         V, Vp);
-    double sum = 0.0;
-    for (size_t i = 0; i < N; i++)
-      sum += a.losses[i];
-    m->loss = (float)(sum / (double)N);
-    m->have_loss = 1;
-    *loss = m->loss;
-  }
+  cpu_forward_end(m, B, T, a.logits, a.lse, a.losses, a.dlogits, targets,
+                  loss);
   return 0;
 hook_failed:
   m->B = m->T = 0;
@@ -798,7 +846,9 @@ hook_failed:
 int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets, int B,
                 int T, float *loss, char *err, size_t errlen) {
   int nb = blas_threads_begin();
-  int rc = forward(m, inputs, targets, B, T, loss, err, errlen);
+  int rc = m->cfg.family == GPT_FAMILY_LLAMA
+               ? llama_cpu_forward(m, inputs, targets, B, T, loss, err, errlen)
+               : forward(m, inputs, targets, B, T, loss, err, errlen);
   blas_threads_end(nb);
   return rc;
 }
@@ -806,6 +856,8 @@ int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets, int B,
 const float *gpt_logits(const gpt *m) {
   if (!m->B)
     return NULL;
+  if (m->cfg.family == GPT_FAMILY_LLAMA)
+    return llama_cpu_logits(m);
   acts a = {0};
   carve(&m->cfg, m->acts, m->B, m->T, &a);
   return a.logits;
@@ -837,11 +889,11 @@ static void backward(gpt *m, float scale) {
   crossentropy_backward(a.dlogits, m->targets, scale / (float)N, N, V, Vp);
   /* dlogits (B,T,V) -> dbuf (B,T,C) = dlogits wte; dwte (V,C) +=
    * dlogits^T lnf. The padding rows of dwte are not touched. */
-  if (params_need(m, 0, L + 1) != 0)
+  if (cpu_params_need(m, 0, L + 1) != 0)
     return;
   gemm(0, 0, N, C, V, 1.0f, a.dlogits, Vp, gpt_p(m, 0), C, 0.0f, a.dbuf, C);
   gemm(1, 0, V, C, N, 1.0f, a.dlogits, Vp, a.lnf, C, 1.0f, gpt_g(m, 0), C);
-  if (params_done(m, 0, L + 1) != 0 || params_need(m, L + 1, L) != 0)
+  if (cpu_params_done(m, 0, L + 1) != 0 || cpu_params_need(m, L + 1, L) != 0)
     return;
   /* dbuf -> dres (B,T,C), the residual stream's gradient. */
   memset(a.dres, 0, (size_t)N * C * sizeof(float));
@@ -849,7 +901,7 @@ static void backward(gpt *m, float scale) {
   const float *last = L > 0 ? layer_at(m, &a, L - 1, B, T).res3 : a.encoded;
   layernorm_backward(a.dres, gpt_g(m, lf), gpt_g(m, lf + 1), a.dbuf, last,
                      gpt_p(m, lf), a.lnf_mean, a.lnf_rstd, N, C);
-  if (params_done(m, L + 1, L) != 0)
+  if (cpu_params_done(m, L + 1, L) != 0)
     return;
   if (m->grad_hook)
     m->grad_hook(m->grad_hook_arg, m->tensors[lf].offset);
@@ -857,7 +909,7 @@ static void backward(gpt *m, float scale) {
   for (int l = L - 1; l >= 0; l--) {
     /* Layer l is group 1 + l; the next one needed is layer l - 1's. */
     int next = l > 0 ? l : -1;
-    if (params_need(m, 1 + l, next) != 0)
+    if (cpu_params_need(m, 1 + l, next) != 0)
       return;
     layer_acts la = layer_at(m, &a, l, B, T);
     const float *res = l > 0 ? layer_at(m, &a, l - 1, B, T).res3 : a.encoded;
@@ -891,7 +943,7 @@ static void backward(gpt *m, float scale) {
                        P(GPT_LN1_W), la.ln1_mean, la.ln1_rstd, N, C);
 #undef P
 #undef G
-    if (params_done(m, 1 + l, next) != 0)
+    if (cpu_params_done(m, 1 + l, next) != 0)
       return;
     /* Layer l's tensors are contiguous and nothing after this touches
      * them: the gradient from layer l on is final. */
@@ -907,7 +959,10 @@ void gpt_backward(gpt *m, float scale) {
   if (!m->have_loss)
     return;
   int nb = blas_threads_begin();
-  backward(m, scale);
+  if (m->cfg.family == GPT_FAMILY_LLAMA)
+    llama_cpu_backward(m, scale);
+  else
+    backward(m, scale);
   blas_threads_end(nb);
   m->have_loss = 0; /* the probabilities are spent */
 }

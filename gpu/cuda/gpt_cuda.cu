@@ -665,6 +665,13 @@ static int init_device(gpt_cuda *g, const gpt *host, char *err, size_t errlen) {
 extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
                                gpt_cuda **out, char *err, size_t errlen) {
   *out = NULL;
+  /* The kernels, tables and layout below are GPT-2's: a Llama model is
+   * refused by name until its kernels exist, not run as a GPT-2. */
+  if (gpt_get_config(host)->family != GPT_FAMILY_GPT2)
+    return fail(err, errlen,
+                "gpt_cuda: the CUDA engine trains the GPT-2 family only; "
+                "this model is of the Llama family (train it with device: "
+                "cpu)");
   if (check_batch(gpt_get_config(host), o, err, errlen) != 0 ||
       use_device(o, err, errlen) != 0)
     return -1;

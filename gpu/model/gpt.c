@@ -16,17 +16,40 @@
 
 #include "gpt_impl.h"
 
-const char *const gpt_preset_names[] = {"gpt-tiny", "gpt-small", "gpt2-124M",
-                                        "gpt2-350M", NULL};
+const char *const gpt_preset_names[] = {
+    "gpt-tiny",   "gpt-small",   "gpt2-124M",         "gpt2-350M",
+    "llama-tiny", "llama-small", "smollm-135m-shape", NULL};
 
-/* The shapes of gpt_preset_names, in its order. */
-static const struct {
-  int n_layer, n_head, n_embd, block_size;
-} presets[] = {
-    {4, 4, 128, 128},
-    {6, 6, 384, 256},
-    {12, 12, 768, 1024},
-    {24, 16, 1024, 1024},
+/* The shapes of gpt_preset_names, in its order (gpt.h's list): the
+ * config but vocab_size and padded_vocab, and for Llama rope_theta and
+ * norm_eps, which gpt_config_finish defaults. */
+static const gpt_config presets[] = {
+    {.n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 128},
+    {.n_layer = 6, .n_head = 6, .n_embd = 384, .block_size = 256},
+    {.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024},
+    {.n_layer = 24, .n_head = 16, .n_embd = 1024, .block_size = 1024},
+    {.n_layer = 4,
+     .n_head = 4,
+     .n_embd = 128,
+     .block_size = 128,
+     .family = GPT_FAMILY_LLAMA,
+     .n_kv_head = 2,
+     .intermediate = 384},
+    {.n_layer = 6,
+     .n_head = 6,
+     .n_embd = 384,
+     .block_size = 256,
+     .family = GPT_FAMILY_LLAMA,
+     .n_kv_head = 2,
+     .intermediate = 1152,
+     .untied_head = 1},
+    {.n_layer = 30,
+     .n_head = 9,
+     .n_embd = 576,
+     .block_size = 2048,
+     .family = GPT_FAMILY_LLAMA,
+     .n_kv_head = 3,
+     .intermediate = 1536},
 };
 #define N_PRESETS (sizeof presets / sizeof presets[0])
 _Static_assert(N_PRESETS + 1 ==
@@ -37,10 +60,9 @@ int gpt_config_preset(const char *name, gpt_config *cfg, char *err,
                       size_t errlen) {
   for (size_t i = 0; i < N_PRESETS; i++) {
     if (name && strcmp(name, gpt_preset_names[i]) == 0) {
-      cfg->n_layer = presets[i].n_layer;
-      cfg->n_head = presets[i].n_head;
-      cfg->n_embd = presets[i].n_embd;
-      cfg->block_size = presets[i].block_size;
+      int vocab = cfg->vocab_size;
+      *cfg = presets[i];
+      cfg->vocab_size = vocab;
       return 0;
     }
   }
@@ -59,6 +81,57 @@ int gpt_config_preset(const char *name, gpt_config *cfg, char *err,
 #define GPT_MAX_DIM 65536
 #define GPT_MAX_LAYERS 1024
 #define GPT_MAX_VOCAB (1 << 24)
+
+/* The Llama knobs of cfg: defaults for the zeros, then the checks that
+ * the shapes need (GQA's grouping, RoPE's pairs). */
+static int llama_finish(gpt_config *cfg, char *err, size_t errlen) {
+  if (cfg->n_kv_head == 0)
+    cfg->n_kv_head = cfg->n_head;
+  if (cfg->intermediate == 0)
+    cfg->intermediate = ((8 * cfg->n_embd + 2) / 3 + 63) / 64 * 64;
+  if (cfg->rope_theta == 0)
+    cfg->rope_theta = 10000.0f;
+  if (cfg->norm_eps == 0)
+    cfg->norm_eps = 1e-5f;
+  if (cfg->n_kv_head < 1 || cfg->n_kv_head > cfg->n_head ||
+      cfg->n_head % cfg->n_kv_head != 0) {
+    snprintf(err, errlen,
+             "gpt: n_kv_head (%d) must divide n_head (%d): each key/value "
+             "head serves n_head/n_kv_head query heads",
+             cfg->n_kv_head, cfg->n_head);
+    return -1;
+  }
+  int hs = cfg->n_embd / cfg->n_head;
+  if (hs % 2 != 0) {
+    snprintf(err, errlen,
+             "gpt: the head size n_embd/n_head (%d/%d = %d) must be even: "
+             "RoPE turns its channels in pairs",
+             cfg->n_embd, cfg->n_head, hs);
+    return -1;
+  }
+  if (cfg->intermediate < 1 || cfg->intermediate > 4 * GPT_MAX_DIM) {
+    snprintf(err, errlen,
+             "gpt: intermediate_size is %d; it must be between 1 and %d",
+             cfg->intermediate, 4 * GPT_MAX_DIM);
+    return -1;
+  }
+  if (!(cfg->rope_theta > 1.0f) || !isfinite(cfg->rope_theta)) {
+    snprintf(err, errlen, "gpt: rope_theta is %g; it must be above 1",
+             (double)cfg->rope_theta);
+    return -1;
+  }
+  if (!(cfg->norm_eps > 0.0f) || !(cfg->norm_eps < 1.0f)) {
+    snprintf(err, errlen, "gpt: norm_eps is %g; it must be in (0, 1)",
+             (double)cfg->norm_eps);
+    return -1;
+  }
+  if (cfg->untied_head != 0 && cfg->untied_head != 1) {
+    snprintf(err, errlen, "gpt: untied_head is %d; it must be 0 or 1",
+             cfg->untied_head);
+    return -1;
+  }
+  return 0;
+}
 
 int gpt_config_finish(gpt_config *cfg, char *err, size_t errlen) {
   const struct {
@@ -83,6 +156,22 @@ int gpt_config_finish(gpt_config *cfg, char *err, size_t errlen) {
              "gpt: n_embd (%d) must be a multiple of n_head (%d), so that "
              "every head has n_embd/n_head channels",
              cfg->n_embd, cfg->n_head);
+    return -1;
+  }
+  if (cfg->family == GPT_FAMILY_LLAMA) {
+    if (llama_finish(cfg, err, errlen) != 0)
+      return -1;
+  } else if (cfg->family != GPT_FAMILY_GPT2) {
+    snprintf(err, errlen, "gpt: unknown model family %d", cfg->family);
+    return -1;
+  } else if (cfg->n_kv_head || cfg->intermediate || cfg->rope_theta != 0 ||
+             cfg->norm_eps != 0 || cfg->untied_head) {
+    snprintf(err, errlen,
+             "gpt: n_kv_head (%d), intermediate_size (%d), rope_theta (%g), "
+             "norm_eps (%g) and an untied head (%d) are Llama knobs; the "
+             "GPT-2 family takes none of them (all must be 0)",
+             cfg->n_kv_head, cfg->intermediate, (double)cfg->rope_theta,
+             (double)cfg->norm_eps, cfg->untied_head);
     return -1;
   }
   cfg->padded_vocab = (cfg->vocab_size + 63) / 64 * 64;
@@ -113,37 +202,15 @@ static void groups_reset(gpt *m, int what) {
   }
 }
 
-int gpt_create(const gpt_config *cfg, gpt **out, char *err, size_t errlen) {
-  *out = NULL;
-  gpt_config c = *cfg;
-  if (gpt_config_finish(&c, err, errlen) != 0)
-    return -1;
-  if (c.padded_vocab != cfg->padded_vocab) {
-    snprintf(err, errlen,
-             "gpt: padded_vocab is %d, expected %d (call gpt_config_finish "
-             "first)",
-             cfg->padded_vocab, c.padded_vocab);
-    return -1;
-  }
-  gpt *m = calloc(1, sizeof *m);
-  if (!m) {
-    snprintf(err, errlen, "gpt: out of memory (%zu bytes)", sizeof *m);
-    return -1;
-  }
-  m->cfg = c;
-  int L = c.n_layer, C = c.n_embd;
-  m->tensors = calloc(4 + (size_t)L * GPT_NLAYER_TENSORS, sizeof *m->tensors);
-  if (!m->tensors) {
-    snprintf(err, errlen, "gpt: out of memory for the tensor table");
-    gpt_destroy(m);
-    return -1;
-  }
-  size_t n = 0, off = 0;
-  gpt_tensor *t = m->tensors;
-  add_tensor(t, &n, &off, "wte.weight", c.padded_vocab, C, 0);
-  add_tensor(t, &n, &off, "wpe.weight", c.block_size, C, 0);
-  for (int l = 0; l < L; l++) {
-    char z[48];
+/* GPT-2's tensors, gpt.h's first list. */
+static void add_gpt2_tensors(gpt_tensor *t, size_t *np, size_t *offp,
+                             const gpt_config *c) {
+  size_t n = *np, off = *offp;
+  int C = c->n_embd;
+  add_tensor(t, &n, &off, "wte.weight", c->padded_vocab, C, 0);
+  add_tensor(t, &n, &off, "wpe.weight", c->block_size, C, 0);
+  for (int l = 0; l < c->n_layer; l++) {
+    char z[64];
 #define T_(suffix, d0, d1, decay)                                              \
   snprintf(z, sizeof z, "h.%d.%s", l, suffix);                                 \
   add_tensor(t, &n, &off, z, d0, d1, decay)
@@ -163,9 +230,80 @@ int gpt_create(const gpt_config *cfg, gpt **out, char *err, size_t errlen) {
   }
   add_tensor(t, &n, &off, "ln_f.weight", C, 0, 0);
   add_tensor(t, &n, &off, "ln_f.bias", C, 0, 0);
+  *np = n;
+  *offp = off;
+}
+
+/* Llama's tensors, gpt.h's second list (in LLAMA_* order). */
+static void add_llama_tensors(gpt_tensor *t, size_t *np, size_t *offp,
+                              const gpt_config *c) {
+  size_t n = *np, off = *offp;
+  int C = c->n_embd, I = c->intermediate;
+  int KVD = c->n_kv_head * (C / c->n_head);
+  add_tensor(t, &n, &off, "model.embed_tokens.weight", c->padded_vocab, C, 0);
+  for (int l = 0; l < c->n_layer; l++) {
+    char z[64];
+#define T_(suffix, d0, d1, decay)                                              \
+  snprintf(z, sizeof z, "model.layers.%d.%s", l, suffix);                      \
+  add_tensor(t, &n, &off, z, d0, d1, decay)
+    T_("input_layernorm.weight", C, 0, 0);
+    T_("self_attn.q_proj.weight", C, C, 1);
+    T_("self_attn.k_proj.weight", KVD, C, 1);
+    T_("self_attn.v_proj.weight", KVD, C, 1);
+    T_("self_attn.o_proj.weight", C, C, 1);
+    T_("post_attention_layernorm.weight", C, 0, 0);
+    T_("mlp.gate_proj.weight", I, C, 1);
+    T_("mlp.up_proj.weight", I, C, 1);
+    T_("mlp.down_proj.weight", C, I, 1);
+#undef T_
+  }
+  add_tensor(t, &n, &off, "model.norm.weight", C, 0, 0);
+  /* The head is a matrix of the model like any other, and decays as
+   * one; the tied embedding does not (as GPT-2's wte). */
+  if (c->untied_head)
+    add_tensor(t, &n, &off, "lm_head.weight", c->padded_vocab, C, 1);
+  *np = n;
+  *offp = off;
+}
+
+int gpt_create(const gpt_config *cfg, gpt **out, char *err, size_t errlen) {
+  *out = NULL;
+  gpt_config c = *cfg;
+  if (gpt_config_finish(&c, err, errlen) != 0)
+    return -1;
+  if (c.padded_vocab != cfg->padded_vocab) {
+    snprintf(err, errlen,
+             "gpt: padded_vocab is %d, expected %d (call gpt_config_finish "
+             "first)",
+             cfg->padded_vocab, c.padded_vocab);
+    return -1;
+  }
+  gpt *m = calloc(1, sizeof *m);
+  if (!m) {
+    snprintf(err, errlen, "gpt: out of memory (%zu bytes)", sizeof *m);
+    return -1;
+  }
+  m->cfg = c;
+  int L = c.n_layer;
+  m->layer_tensors =
+      c.family == GPT_FAMILY_LLAMA ? LLAMA_NLAYER_TENSORS : GPT_NLAYER_TENSORS;
+  m->first_layer_tensor = c.family == GPT_FAMILY_LLAMA ? 1 : 2;
+  m->tensors = calloc(4 + (size_t)L * m->layer_tensors, sizeof *m->tensors);
+  if (!m->tensors) {
+    snprintf(err, errlen, "gpt: out of memory for the tensor table");
+    gpt_destroy(m);
+    return -1;
+  }
+  size_t n = 0, off = 0;
+  if (c.family == GPT_FAMILY_LLAMA)
+    add_llama_tensors(m->tensors, &n, &off, &c);
+  else
+    add_gpt2_tensors(m->tensors, &n, &off, &c);
+  gpt_tensor *t = m->tensors;
   m->n_tensors = n;
   m->n_params = off;
-  /* Groups: the embeddings (tensors 0-1), each layer, ln_f. */
+  /* Groups: the embeddings (the tensors before layer 0), each layer, the
+   * final norm (and Llama's lm_head). */
   m->n_groups = (size_t)L + 2;
   m->group_off = calloc(m->n_groups + 1, sizeof *m->group_off);
   m->gp = calloc(m->n_groups, sizeof *m->gp);
@@ -177,10 +315,10 @@ int gpt_create(const gpt_config *cfg, gpt **out, char *err, size_t errlen) {
     return -1;
   }
   for (size_t i = 0; i < n; i++) {
-    size_t g = i < 2 ? 0
-               : i < 2 + (size_t)L * GPT_NLAYER_TENSORS
-                   ? 1 + (i - 2) / GPT_NLAYER_TENSORS
-                   : (size_t)L + 1;
+    size_t f = m->first_layer_tensor, lt = m->layer_tensors;
+    size_t g = i < f                    ? 0
+               : i < f + (size_t)L * lt ? 1 + (i - f) / lt
+                                        : (size_t)L + 1;
     if (i == 0 || g != m->tloc[i - 1].group)
       m->group_off[g] = t[i].offset;
     m->tloc[i].group = g;
@@ -232,6 +370,11 @@ void gpt_decay_all_2d(gpt *m) {
   for (size_t i = 0; i < m->n_tensors; i++)
     if (m->tensors[i].ndim == 2)
       m->tensors[i].decay = 1;
+}
+int gpt_tensor_vocab_rows(const gpt_tensor *t) {
+  return strcmp(t->name, "wte.weight") == 0 ||
+         strcmp(t->name, "model.embed_tokens.weight") == 0 ||
+         strcmp(t->name, "lm_head.weight") == 0;
 }
 const gpt_tensor *gpt_tensor_find(const gpt *m, const char *name) {
   for (size_t i = 0; i < m->n_tensors; i++)
@@ -322,6 +465,15 @@ void gpt_set_param_hook(gpt *m, gpt_param_hook_fn hook, void *arg) {
 
 size_t gpt_config_num_params(const gpt_config *cfg) {
   size_t C = cfg->n_embd, L = cfg->n_layer;
+  if (cfg->family == GPT_FAMILY_LLAMA) {
+    /* embed_tokens (Vp,C); per layer q, o (C,C), k, v (KVD,C), gate, up,
+     * down (I,C) and two norms; model.norm; lm_head (Vp,C) if untied */
+    size_t KVD = (size_t)cfg->n_kv_head * (C / cfg->n_head);
+    size_t I = cfg->intermediate;
+    size_t emb = (size_t)cfg->padded_vocab * C;
+    return emb * (cfg->untied_head ? 2 : 1) +
+           L * (2 * C * C + 2 * KVD * C + 3 * I * C + 2 * C) + C;
+  }
   /* wte (Vp,C), wpe (T,C), per layer 12C^2 + 13C (gpt.h's list), ln_f */
   return (size_t)cfg->padded_vocab * C + (size_t)cfg->block_size * C +
          L * (12 * C * C + 13 * C) + 2 * C;
@@ -361,13 +513,19 @@ void gpt_init(gpt *m, uint64_t seed) {
   for (size_t i = 0; i < m->n_tensors; i++) {
     const gpt_tensor *t = &m->tensors[i];
     float *p = m->params + t->offset;
-    if (i == 0) {
-      /* wte: real rows only; padding rows stay zero. */
+    /* The embeddings (wte, Llama's embed_tokens and lm_head) have
+     * padding rows: real rows only, the padding stays zero. */
+    if (gpt_tensor_vocab_rows(t)) {
       fill_normal(p, (size_t)c->vocab_size * c->n_embd, std, &s);
     } else if (t->ndim == 2) {
-      int is_proj = strstr(t->name, "c_proj.weight") != NULL;
+      /* The matrices that write into the residual stream: GPT-2's
+       * c_proj, Llama's o_proj and down_proj. */
+      int is_proj = strstr(t->name, "c_proj.weight") != NULL ||
+                    strstr(t->name, "o_proj.weight") != NULL ||
+                    strstr(t->name, "down_proj.weight") != NULL;
       fill_normal(p, t->numel, is_proj ? proj_std : std, &s);
-    } else if (strstr(t->name, "ln_") && strstr(t->name, ".weight")) {
+    } else if ((strstr(t->name, "ln_") || strstr(t->name, "norm")) &&
+               strstr(t->name, ".weight")) {
       for (size_t j = 0; j < t->numel; j++)
         p[j] = 1.0f;
     }
@@ -388,6 +546,12 @@ double gpt_flops_per_token(const gpt *m) {
   const gpt_config *c = &m->cfg;
   double C = c->n_embd, L = c->n_layer, T = c->block_size;
   double per_layer = 12.0 * C * C + 9.0 * C; /* the 4 matrices + biases */
+  if (c->family == GPT_FAMILY_LLAMA) {
+    /* q, o, k, v and the three SwiGLU matrices, no biases; the head
+     * (tied or not) once. RoPE, SiLU and the norms do no product. */
+    double KVD = (double)c->n_kv_head * (c->n_embd / c->n_head);
+    per_layer = 2.0 * C * C + 2.0 * KVD * C + 3.0 * c->intermediate * C;
+  }
   double N = L * per_layer + (double)c->vocab_size * C;
   return 6.0 * N + 12.0 * L * C * T;
 }

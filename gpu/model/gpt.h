@@ -33,6 +33,36 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The model families: GPT-2 (the layout above) and Llama (gpt_llama
+ * below). 0 is GPT-2, so a config written field by field without a family
+ * is the GPT-2 it always was. */
+enum { GPT_FAMILY_GPT2 = 0, GPT_FAMILY_LLAMA = 1 };
+
+/*
+ * The Llama family (Llama, Mistral, Qwen, SmolLM share it): token
+ * embedding (no positions); n_layer pre-RMSNorm blocks of causal
+ * grouped-query attention with rotary position embeddings (RoPE, Hugging
+ * Face's rotate_half layout: channel i of a head turns with channel
+ * i + hs/2) and a SwiGLU MLP (down(silu(gate x) * up x)); a final
+ * RMSNorm; the head untied (lm_head) or tied to the embedding; no
+ * biases. Tensors, with Hugging Face LlamaForCausalLM's names and
+ * nn.Linear's (out, in) storage, so that y = x W^T and they export as
+ * they are (KVD = n_kv_head * hs, I = intermediate):
+ *   model.embed_tokens.weight (Vp,C)
+ *   model.layers.N.input_layernorm.weight (C)
+ *   model.layers.N.self_attn.q_proj.weight (C,C)
+ *   model.layers.N.self_attn.k_proj.weight (KVD,C)
+ *   model.layers.N.self_attn.v_proj.weight (KVD,C)
+ *   model.layers.N.self_attn.o_proj.weight (C,C)
+ *   model.layers.N.post_attention_layernorm.weight (C)
+ *   model.layers.N.mlp.gate_proj.weight (I,C)
+ *   model.layers.N.mlp.up_proj.weight (I,C)
+ *   model.layers.N.mlp.down_proj.weight (C,I)
+ *   model.norm.weight (C)
+ *   lm_head.weight (Vp,C)   (untied only; padding rows zero)
+ * Groups (ZeRO-3, below): 0 the embedding, 1 + l layer l, n_layer + 1
+ * model.norm and lm_head.
+ */
 typedef struct gpt_config {
   int n_layer;
   int n_head;
@@ -40,26 +70,42 @@ typedef struct gpt_config {
   int block_size;  /* T_max: context length, rows of wpe */
   int vocab_size;  /* V: ids the tokenizer makes */
   int padded_vocab; /* Vp: V rounded up to a multiple of 64 (gpt_config_finish) */
+  /* The family and its knobs; GPT-2 has none of the knobs (they must be
+   * 0 there). For Llama, 0 means the default gpt_config_finish fills in. */
+  int family;       /* GPT_FAMILY_* */
+  int n_kv_head;    /* key/value heads, dividing n_head (0: n_head) */
+  int intermediate; /* SwiGLU width (0: 8C/3 rounded up to 64) */
+  float rope_theta; /* RoPE base (0: 10000) */
+  float norm_eps;   /* RMSNorm epsilon (0: 1e-5) */
+  int untied_head;  /* 1: lm_head of its own; 0: tied to the embedding */
 } gpt_config;
 
 /* The preset names, NULL-terminated (the train stages' choices for their
  * model param). */
 extern const char *const gpt_preset_names[];
 
-/* Fills cfg from a preset name, leaving vocab_size as it was:
+/* Fills cfg from a preset name (every field but vocab_size, which stays
+ * as it was):
  *   gpt-tiny   L4  H4  C128 T128   (about 0.8M parameters + embeddings)
  *   gpt-small  L6  H6  C384 T256
  *   gpt2-124M  L12 H12 C768 T1024
  *   gpt2-350M  L24 H16 C1024 T1024
+ *   llama-tiny         L4  H4 KV2 C128 I384  T128, tied: gpt-tiny's
+ *                      block parameters exactly (0.79M + embedding)
+ *   llama-small        L6  H6 KV2 C384 I1152 T256, untied
+ *   smollm-135m-shape  L30 H9 KV3 C576 I1536 T2048, tied (SmolLM-135M's
+ *                      shape; its vocabulary is the tokenizer's)
+ * (Llama presets: rope_theta 10000, norm_eps 1e-5.)
  * Returns 0, or -1 for an unknown name (message lists the presets). */
 int gpt_config_preset(const char *name, gpt_config *cfg, char *err,
                       size_t errlen);
-/* Checks every field and sets padded_vocab. 0, or -1 with err. */
+/* Checks every field, fills the Llama knobs' defaults and sets
+ * padded_vocab. 0, or -1 with err naming the field and its value. */
 int gpt_config_finish(gpt_config *cfg, char *err, size_t errlen);
 
 /* One parameter tensor of the layout above. */
 typedef struct gpt_tensor {
-  char name[48];
+  char name[64];   /* model.layers.1023.post_attention_layernorm.weight fits */
   size_t offset;   /* into gpt_params() / gpt_grads(), in floats */
   size_t numel;
   int ndim;
@@ -89,6 +135,10 @@ const gpt_tensor *gpt_tensor_at(const gpt *m, size_t i);
 void gpt_decay_all_2d(gpt *m);
 /* The tensor of that name, or NULL. */
 const gpt_tensor *gpt_tensor_find(const gpt *m, const char *name);
+/* 1 for the tensors with a row per padded vocabulary id (wte.weight,
+ * model.embed_tokens.weight, lm_head.weight), whose rows >= vocab_size
+ * are padding: zero, never trained, not saved. */
+int gpt_tensor_vocab_rows(const gpt_tensor *t);
 
 /* GPT-2's initialization, reproducible by seed: N(0, 0.02) for wte, wpe
  * and weight matrices; N(0, 0.02/sqrt(2*n_layer)) for attn.c_proj.weight

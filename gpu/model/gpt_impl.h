@@ -34,6 +34,20 @@ enum {
   GPT_NLAYER_TENSORS
 };
 
+/* Tensors of one Llama layer, in layout order (gpt.h). */
+enum {
+  LLAMA_LN1_W,
+  LLAMA_Q_W,
+  LLAMA_K_W,
+  LLAMA_V_W,
+  LLAMA_O_W,
+  LLAMA_LN2_W,
+  LLAMA_GATE_W,
+  LLAMA_UP_W,
+  LLAMA_DOWN_W,
+  LLAMA_NLAYER_TENSORS
+};
+
 struct gpt {
   gpt_config cfg;
   size_t n_params;     /* floats in params and grads */
@@ -47,8 +61,11 @@ struct gpt {
   /* gpt_set_param_hook's callback, called by forward and backward. */
   gpt_param_hook_fn param_hook;
   void *param_hook_arg;
-  gpt_tensor *tensors; /* 2 + 12 n_layer + 2 */
+  gpt_tensor *tensors; /* GPT-2: 2 + 12 n_layer + 2; Llama: 1 + 9 n_layer
+                         + 1 or 2 */
   size_t n_tensors;
+  size_t layer_tensors;      /* per layer: GPT_ or LLAMA_NLAYER_TENSORS */
+  size_t first_layer_tensor; /* index of layer 0's first: 2 or 1 */
   /* Parameter groups (gpt.h): group g is the flat range [group_off[g],
    * group_off[g+1]). The kernels find a tensor through its group's base
    * pointers, gp[g] and gg[g] (the group's first float), which are the
@@ -89,10 +106,16 @@ static inline float *gpt_p(struct gpt *m, size_t i) {
 static inline float *gpt_g(struct gpt *m, size_t i) {
   return m->gg[m->tloc[i].group] + m->tloc[i].local;
 }
-/* Index of tensor k (GPT_LN1_W...) of layer l; 0 is wte, 1 wpe, and
- * ln_f's weight and bias come last. */
+/* Index of tensor k (GPT_LN1_W...) of GPT-2 layer l; 0 is wte, 1 wpe,
+ * and ln_f's weight and bias come last. */
 static inline size_t gpt_ti(int l, int k) {
   return 2 + (size_t)l * GPT_NLAYER_TENSORS + (size_t)k;
+}
+
+/* Index of tensor k (LLAMA_LN1_W...) of Llama layer l; 0 is the
+ * embedding, then the layers, model.norm and (untied) lm_head. */
+static inline size_t llama_ti(int l, int k) {
+  return 1 + (size_t)l * LLAMA_NLAYER_TENSORS + (size_t)k;
 }
 
 #endif /* DAGRUN_GPT_IMPL_H */

@@ -29,6 +29,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *const trainkit_head_names[] = {"preset", "tied", "untied", NULL};
+
+/* The Llama knobs (TRAINKIT_MODEL_PARAMS) over the preset's; a GPT-2
+ * preset given one is refused by gpt_config_finish, naming it. */
+static int read_llama_knobs(dagrun_ctx *ctx, const dagrun_host *h,
+                            gpt_config *c) {
+  int64_t kv, ff;
+  double theta = 0, eps = 0;
+  int head = 0;
+  if (stagekit_param_int(ctx, h, "n_kv_head", 0, 1000, &kv) ||
+      stagekit_param_int(ctx, h, "intermediate_size", 0, 1 << 18, &ff) ||
+      stagekit_param_choice(ctx, h, "head", trainkit_head_names, &head))
+    return -1;
+  h->param_float(ctx, "rope_theta", &theta);
+  h->param_float(ctx, "norm_eps", &eps);
+  if (kv)
+    c->n_kv_head = (int)kv;
+  if (ff)
+    c->intermediate = (int)ff;
+  if (theta != 0)
+    c->rope_theta = (float)theta;
+  if (eps != 0)
+    c->norm_eps = (float)eps;
+  if (head)
+    c->untied_head = head == 2;
+  return 0;
+}
+
 int trainkit_read_model(dagrun_ctx *ctx, const dagrun_host *h,
                         trainkit_model *m) {
   char err[512];
@@ -55,6 +83,8 @@ int trainkit_read_model(dagrun_ctx *ctx, const dagrun_host *h,
     m->cfg.n_embd = (int)ne;
   if (bs)
     m->cfg.block_size = (int)bs;
+  if (read_llama_knobs(ctx, h, &m->cfg) != 0)
+    return -1;
   m->seq_len = (int)seq;
   m->T = seq ? (int)seq : m->cfg.block_size;
   /* With init_from the model's own block_size rules (trainkit_make_model). */

@@ -33,13 +33,26 @@
 /* ...the same without data (train has its own, beside data_mix). */
 #define TRAINKIT_SHAPE_PARAMS                                                  \
       {"model", DAGRUN_PARAM_STRING, "gpt-tiny", 0,                            \
-       "Preset: gpt-tiny, gpt-small, gpt2-124M, gpt2-350M"},                   \
+       "Preset: gpt-tiny, gpt-small, gpt2-124M, gpt2-350M (GPT-2); "           \
+       "llama-tiny, llama-small, smollm-135m-shape (Llama: RoPE, RMSNorm, "    \
+       "SwiGLU, grouped-query attention, no biases; CPU only for now)"},       \
       {"n_layer", DAGRUN_PARAM_INT, "0", 0, "Layers (0: the preset's)"},       \
       {"n_head", DAGRUN_PARAM_INT, "0", 0,                                     \
        "Attention heads (0: the preset's)"},                                   \
       {"n_embd", DAGRUN_PARAM_INT, "0", 0, "Width (0: the preset's)"},         \
       {"block_size", DAGRUN_PARAM_INT, "0", 0,                                 \
        "Context length (0: the preset's)"},                                    \
+      {"n_kv_head", DAGRUN_PARAM_INT, "0", 0,                                  \
+       "Llama: key/value heads, dividing n_head (0: the preset's)"},           \
+      {"intermediate_size", DAGRUN_PARAM_INT, "0", 0,                          \
+       "Llama: SwiGLU width (0: the preset's)"},                               \
+      {"rope_theta", DAGRUN_PARAM_FLOAT, "0", 0,                               \
+       "Llama: RoPE base (0: the preset's, 10000)"},                           \
+      {"norm_eps", DAGRUN_PARAM_FLOAT, "0", 0,                                 \
+       "Llama: RMSNorm epsilon (0: the preset's, 1e-5)"},                      \
+      {"head", DAGRUN_PARAM_STRING, "preset", 0,                               \
+       "Llama: the output head tied to the embedding or untied "               \
+       "(lm_head); preset: the preset's"},                                     \
       {"seq_len", DAGRUN_PARAM_INT, "0", 0,                                    \
        "Tokens per training sequence (0: block_size)"},                        \
       {"init_from", DAGRUN_PARAM_STRING, "", 0,                                \
@@ -67,12 +80,15 @@
 /* The optimizer param's values, indexed by optim_kind, and decay_tensors'
  * (matrices, all_2d), NULL-terminated. */
 extern const char *const trainkit_optimizer_names[];
+/* The head param's values: preset, tied, untied. */
+extern const char *const trainkit_head_names[];
 extern const char *const trainkit_decay_names[];
 
 /* dagrun_param_choice entries for a stage's choices array, beside the
  * param spec entries above: the model presets and the optimizers. */
 /* clang-format off */
-#define TRAINKIT_MODEL_CHOICES {"model", gpt_preset_names}
+#define TRAINKIT_MODEL_CHOICES {"model", gpt_preset_names}, \
+    {"head", trainkit_head_names}
 #define TRAINKIT_OPTIM_CHOICES {"optimizer", trainkit_optimizer_names}, \
     {"decay_tensors", trainkit_decay_names}
 /* clang-format on */

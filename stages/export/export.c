@@ -69,7 +69,7 @@ static const dagrun_param_spec params[] = {
      "tokenizer.json (empty: the model's own, or the one its training "
      "recorded)"},
     {"format", DAGRUN_PARAM_STRING, "safetensors", 0,
-     "safetensors (a Hugging Face GPT-2 directory) or dagrun (the "
+     "safetensors (a Hugging Face GPT-2 or Llama directory) or dagrun (the "
      "checkpoint as it is, for resume / init_from)"},
     {"dtype", DAGRUN_PARAM_STRING, "float32", 0,
      "Weights of format safetensors: float32 or bfloat16"},
@@ -353,21 +353,25 @@ static int write_card(exporter *x) {
     x->h->fail(x->ctx, "README.md: out of memory");
     return -1;
   }
-  /* Parameters without wte's padding rows, as GPT-2 counts them. */
-  double C = c->n_embd, L = c->n_layer;
-  double nparams = (double)c->vocab_size * C + (double)c->block_size * C +
-                   L * (12 * C * C + 13 * C) + 2 * C;
-  fprintf(f,
-          "---\nlibrary_name: transformers\ntags:\n- gpt2\n- dagrun\n---\n\n");
+  /* Parameters without the padding rows (of wte, or of Llama's embedding
+   * and untied head), as Hugging Face counts them. */
+  int llama = c->family == GPT_FAMILY_LLAMA;
+  double pad = (double)(c->padded_vocab - c->vocab_size) * c->n_embd;
+  double nparams = (double)gpt_config_num_params(c) -
+                   pad * (llama && c->untied_head ? 2 : 1);
+  const char *arch = llama ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+  fprintf(f, "---\nlibrary_name: transformers\ntags:\n- %s\n- dagrun\n---\n\n",
+          llama ? "llama" : "gpt2");
   if (x->name_param[0])
     fprintf(f, "# %s\n\n", x->name_param);
   else
     fprintf(f, "# %s-%s\n\n", dag, task);
   fprintf(f,
-          "A GPT-2 model trained with dagrun: %d layers, %d heads, width %d, "
+          "A %s model trained with dagrun: %d layers, %d heads, width %d, "
           "context %d tokens, vocabulary %d (%.2fM parameters), weights in "
           "%s.\n\n",
-          c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size,
+          llama ? "Llama" : "GPT-2", c->n_layer, c->n_head, c->n_embd,
+          c->block_size, c->vocab_size,
           nparams / 1e6, x->dtype == ST_BF16 ? "bfloat16" : "float32");
   fprintf(f, "## Where it came from\n\n");
   fprintf(f, "- Source: `%s` (%s", x->info.dir,
@@ -406,21 +410,27 @@ static int write_card(exporter *x) {
           "\n## Use it\n\n"
           "With transformers:\n\n"
           "```python\n"
-          "from transformers import AutoTokenizer, GPT2LMHeadModel\n\n"
+          "from transformers import AutoTokenizer, %s\n\n"
           "tok = AutoTokenizer.from_pretrained(\"%s\")\n"
-          "model = GPT2LMHeadModel.from_pretrained(\"%s\")\n"
+          "model = %s.from_pretrained(\"%s\")\n"
           "ids = tok(\"Once upon a time\", return_tensors=\"pt\").input_ids\n"
           "out = model.generate(ids, max_new_tokens=50, do_sample=True, "
           "top_k=40)\n"
           "print(tok.decode(out[0]))\n"
-          "```\n\n"
-          "With dagrun:\n\n"
-          "```sh\n"
-          "dagrun generate %s --prompt \"Once upon a time\"\n"
-          "```\n\n"
+          "```\n\n",
+          arch, x->dest, arch, x->dest);
+  /* dagrun's decoder is GPT-2's (a Llama it refuses). */
+  if (!llama)
+    fprintf(f,
+            "With dagrun:\n\n"
+            "```sh\n"
+            "dagrun generate %s --prompt \"Once upon a time\"\n"
+            "```\n\n",
+            x->dest);
+  fprintf(f,
           "The context is %d tokens: longer inputs must be cut to the last "
           "%d.\n",
-          x->dest, x->dest, x->dest, c->block_size, c->block_size);
+          c->block_size, c->block_size);
   if (fclose(f) != 0) {
     x->h->fail(x->ctx, "README.md: out of memory");
     free(card);
@@ -707,8 +717,9 @@ static const dagrun_stage stage = {
     DAGRUN_STAGE_HEADER,
     "export",
     "1.0.0",
-    "Exports a model as a Hugging Face GPT-2 directory (safetensors, "
-    "config, tokenizer files, model card) or as a dagrun checkpoint.",
+    "Exports a model as a Hugging Face directory (GPT2LMHeadModel or "
+    "LlamaForCausalLM: safetensors, config, tokenizer files, model card) or "
+    "as a dagrun checkpoint.",
     params,
     run,
     choices,

@@ -123,7 +123,10 @@ static int check_params(trainrun *r, gang *g) {
  * 0 with g->dev, or -1. */
 static int pick_device(trainrun *r, gang *g) {
   char why[512] = "", err[512];
-  int have = zero_cuda_available(why, sizeof why);
+  const char *refused = engine_cuda_refuses(&r->c.m.cfg);
+  int have = refused ? 0 : zero_cuda_available(why, sizeof why);
+  if (refused)
+    snprintf(why, sizeof why, "%s", refused);
   float n = have ? 1.0f : 0.0f;
   if (comm_allreduce_sum(g->c, &n, 1, err, sizeof err) != 0)
     gang_abort(r, g, "agreeing on the device", err);

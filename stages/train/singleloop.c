@@ -23,7 +23,8 @@ static int start_engine(trainrun *r, engine_device *dev, char *why,
   dagrun_ctx *ctx = r->ctx;
   const dagrun_host *h = r->h;
   char err[2048];
-  if (engine_pick(r->c.device, dev, why, whylen, err, sizeof err) != 0) {
+  if (engine_pick(r->c.device, &r->c.m.cfg, dev, why, whylen, err,
+                  sizeof err) != 0) {
     h->fail(ctx, "%s", err);
     return EXIT_BAD_PARAMS;
   }

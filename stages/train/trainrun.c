@@ -110,6 +110,14 @@ static int read_dropout(dagrun_ctx *ctx, const dagrun_host *h,
   }
   if (c->dropout == 0)
     return 0;
+  if (c->m.cfg.family == GPT_FAMILY_LLAMA) {
+    /* Its forward has no dropout sites: refused, not ignored. */
+    h->fail(ctx,
+            "dropout %g: the Llama family has no dropout yet (the GPT-2 "
+            "family has): set dropout: 0",
+            c->dropout);
+    return -1;
+  }
   if (c->device == ENGINE_WANT_CUDA) {
     h->fail(ctx,
             "dropout %g: the CUDA engine has no dropout (the CPU engine "
@@ -563,15 +571,20 @@ void trainrun_spike_report(trainrun *r, int64_t step, double loss, double gnorm,
  *
  *   6N + 6*L*C*T
  *
- * N the parameters that take part in matrix products (all but the
- * position embeddings, which are only added; the token embeddings count
- * as the tied LM head), L layers, C width, T sequence length. 6N is 2N
+ * N the parameters that take part in matrix products (all but GPT-2's
+ * position embeddings, which are only added, and an untied Llama's token
+ * embedding, which is only looked up; a tied embedding counts as the LM
+ * head), L layers, C width, T sequence length. 6N is 2N
  * for the forward pass and 4N for the backward; 6*L*C*T is attention's
  * QK^T and AV products, PaLM's 12*L*C*T halved for the causal mask, since
  * MFU counts the work the model needs, not what a kernel spends (the CPU
  * engine computes the full T x T products). */
 static double flops_per_token(const gpt_config *mc, size_t n_params, int T) {
-  double N = (double)n_params - (double)mc->block_size * mc->n_embd;
+  double N = (double)n_params;
+  if (mc->family == GPT_FAMILY_LLAMA)
+    N -= mc->untied_head ? (double)mc->padded_vocab * mc->n_embd : 0.0;
+  else
+    N -= (double)mc->block_size * mc->n_embd;
   return 6.0 * N + 6.0 * mc->n_layer * (double)mc->n_embd * T;
 }
 

@@ -25,6 +25,7 @@
 #include <math.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/modeldir.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/weights.h"
 #include "lib/fileio.h"
@@ -66,19 +67,6 @@ static int get_u64(const cJSON *o, const char *key, uint64_t *v) {
   errno = 0;
   *v = strtoull(it->valuestring, &end, 10);
   return (errno || *end || end == it->valuestring) ? -1 : 0;
-}
-
-/* The model's shape in the manifest: trainstate_load compares it before
- * reading a byte of weights, so that another model's checkpoint fails
- * with both shapes named instead of a size mismatch. */
-static cJSON *model_json(const gpt_config *c) {
-  cJSON *m = cJSON_CreateObject();
-  cJSON_AddNumberToObject(m, "n_layer", c->n_layer);
-  cJSON_AddNumberToObject(m, "n_head", c->n_head);
-  cJSON_AddNumberToObject(m, "n_embd", c->n_embd);
-  cJSON_AddNumberToObject(m, "block_size", c->block_size);
-  cJSON_AddNumberToObject(m, "vocab_size", c->vocab_size);
-  return m;
 }
 
 /* optim.bin: the header, then the optimizer's state floats. */
@@ -181,7 +169,11 @@ int trainstate_save(const char *parent, const train_state *s, char *path,
   cJSON *st = cJSON_CreateObject();
   add_u64(st, "step", (uint64_t)s->step);
   add_u64(st, "tokens", s->tokens);
-  cJSON_AddItemToObject(st, "model", model_json(gpt_get_config(s->model)));
+  /* The model's shape and family: trainstate_load compares them before
+   * reading a byte of weights, so that another model's checkpoint fails
+   * with both shapes named instead of a size mismatch. */
+  cJSON_AddItemToObject(st, "model",
+                        modeldir_model_json(gpt_get_config(s->model)));
   if (isfinite(s->init_loss))
     cJSON_AddNumberToObject(st, "init_loss", s->init_loss);
   cJSON *config = s->config_json ? cJSON_Parse(s->config_json) : NULL;
@@ -212,18 +204,44 @@ int trainstate_load(const char *dir, train_state *s, char *err, size_t errlen) {
   uint8_t *ob = NULL, *gb = NULL;
   const gpt_config *c = gpt_get_config(s->model);
   const cJSON *mj = cJSON_GetObjectItemCaseSensitive(st, "model");
-  static const char *const dims[] = {"n_layer", "n_head", "n_embd",
-                                     "block_size", "vocab_size"};
-  const int have[] = {c->n_layer, c->n_head, c->n_embd, c->block_size,
-                      c->vocab_size};
-  for (int i = 0; i < 5; i++) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(mj, dims[i]);
-    if (!cJSON_IsNumber(v) || v->valueint != have[i]) {
+  gpt_config ck;
+  char sub[256];
+  if (modeldir_model_from_json(mj, &ck, sub, sizeof sub) != 0) {
+    snprintf(err, errlen, "%s: the manifest's model %s", dir, sub);
+    goto done;
+  }
+  if (ck.family != c->family) {
+    snprintf(err, errlen,
+             "%s: a checkpoint of the %s family; this run's model is of the "
+             "%s family",
+             dir, modeldir_family_name(ck.family),
+             modeldir_family_name(c->family));
+    goto done;
+  }
+  const char *const dims[] = {"n_layer",   "n_head",           "n_embd",
+                              "block_size", "vocab_size",       "n_kv_head",
+                              "intermediate_size", "untied head"};
+  const int have[] = {c->n_layer,    c->n_head,       c->n_embd,
+                      c->block_size, c->vocab_size,   c->n_kv_head,
+                      c->intermediate, c->untied_head};
+  const int was[] = {ck.n_layer,    ck.n_head,       ck.n_embd,
+                     ck.block_size, ck.vocab_size,   ck.n_kv_head,
+                     ck.intermediate, ck.untied_head};
+  for (int i = 0; i < 8; i++) {
+    if (was[i] != have[i]) {
       snprintf(err, errlen,
                "%s: a checkpoint of another model (%s %d, this run has %d)",
-               dir, dims[i], cJSON_IsNumber(v) ? v->valueint : -1, have[i]);
+               dir, dims[i], was[i], have[i]);
       goto done;
     }
+  }
+  if (ck.rope_theta != c->rope_theta || ck.norm_eps != c->norm_eps) {
+    snprintf(err, errlen,
+             "%s: a checkpoint of another model (rope_theta %g, norm_eps %g; "
+             "this run has %g, %g)",
+             dir, (double)ck.rope_theta, (double)ck.norm_eps,
+             (double)c->rope_theta, (double)c->norm_eps);
+    goto done;
   }
   const cJSON *il = cJSON_GetObjectItemCaseSensitive(st, "init_loss");
   s->init_loss = cJSON_IsNumber(il) ? il->valuedouble : NAN;

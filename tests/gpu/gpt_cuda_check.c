@@ -29,6 +29,8 @@
  *   gpt_cuda_check zero-oom    stages 2-3's buffers out of GPU memory:
  *                              a clear error, nothing kept; see
  *                              cmd_zero_oom
+ *   gpt_cuda_check family      a Llama model refused by name (the kernels
+ *                              are GPT-2's), nothing made; see cmd_family
  *
  * Tolerances (BF16 compute against FP32): BF16 keeps 8 significant bits,
  * a relative rounding error of 2^-9 = 2e-3 per stored activation; a
@@ -480,6 +482,34 @@ static int cmd_oom(void) {
   gpt_cuda_destroy(g);
   gpt_destroy(small);
   printf("%s\n", failures ? "oom: FAILED" : "oom: ok");
+  return failures ? 1 : 0;
+}
+
+/* A Llama model: gpt_cuda_create refuses it naming the family, makes
+ * nothing, and a GPT-2 is made after it as before. */
+static int cmd_family(void) {
+  char err[4096] = "";
+  gpt_config c = {.vocab_size = 1000};
+  gpt *m = NULL;
+  if (gpt_config_preset("llama-tiny", &c, err, sizeof err) != 0 ||
+      gpt_config_finish(&c, err, sizeof err) != 0 ||
+      gpt_create(&c, &m, err, sizeof err) != 0)
+    die("model", err);
+  gpt_cuda_options o = {.B = 2, .T = 16, .opt = optim_cfg(OPTIM_ADAMW)};
+  gpt_cuda *g = NULL;
+  int rc = gpt_cuda_create(m, &o, &g, err, sizeof err);
+  printf("family: rc %d: %s\n", rc, rc ? err : "(created!)");
+  CHECK(rc != 0 && g == NULL, "a Llama model was made on the GPU");
+  CHECK(strstr(err, "GPT-2 family only") && strstr(err, "Llama family") &&
+            strstr(err, "device: cpu"),
+        "the message does not name the family and the remedy");
+  gpt_destroy(m);
+  gpt *small = make_model(3);
+  CHECK(gpt_cuda_create(small, &o, &g, err, sizeof err) == 0,
+        "after the refusal, a GPT-2 fails: %s", err);
+  gpt_cuda_destroy(g);
+  gpt_destroy(small);
+  printf("%s\n", failures ? "family: FAILED" : "family: ok");
   return failures ? 1 : 0;
 }
 
@@ -1420,6 +1450,8 @@ int main(int argc, char **argv) {
     return cmd_shards();
   if (strcmp(argv[1], "zero-oom") == 0)
     return cmd_zero_oom();
+  if (strcmp(argv[1], "family") == 0)
+    return cmd_family();
   fprintf(stderr, "gpt_cuda_check: unknown command %s\n", argv[1]);
   return 2;
 }

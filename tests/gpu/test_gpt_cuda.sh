@@ -10,10 +10,12 @@
 #   gradient accumulation (2 x scale 0.5) and a smaller micro-batch than
 #   the model was made for match the CPU, and scale 0 adds nothing;
 # - oom: gpt2-350M at 256 x 1024 fails with the clear message (naming the
-#   batch and what to change), and the device still works after it.
+#   batch and what to change), and the device still works after it;
+# - family: a Llama model is refused naming its family (the kernels are
+#   GPT-2's), and a GPT-2 is made after it.
 . "$(dirname "$0")/gpu_env.sh"
 
-for cmd in step recompute oom; do
+for cmd in step recompute oom family; do
   "$GPU_CHECK" $cmd >"$T/$cmd.out" 2>&1 || fail "gpt_cuda_check $cmd:
 $(cat "$T/$cmd.out")"
   cat "$T/$cmd.out"

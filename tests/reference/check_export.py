@@ -14,7 +14,8 @@
         and merges; README.md names the source.
 
     check_export.py logits EXPORT_DIR IDS OURS.bin [TOL]
-        GPT-2's forward in PyTorch float64 (tests/reference/torch_gpt.py)
+        GPT-2's forward in PyTorch float64 (tests/reference/torch_gpt.py),
+        or Llama's (torch_llama.py) for a config.json of model_type llama,
         on the exported tensors, for the ids in IDS, against our engine's
         logits (model_logits' output, (T, V) float32): prints
         max|ours - ref| / max|ref| and exits 1 when it is TOL (1e-4: the
@@ -242,6 +243,7 @@ def check_logits(d, ids_path, ours_path, tol="1e-4"):
     tol = float(tol)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch
+    import torch_llama
     from torch_gpt import forward
     cfg = load_json(os.path.join(d, "config.json"))
     tensors = read_model_tensors(d)
@@ -252,7 +254,24 @@ def check_logits(d, ids_path, ours_path, tol="1e-4"):
     V = cfg["vocab_size"]
     idx = torch.tensor([ids], dtype=torch.int64)
     with torch.no_grad():
-        ref, _ = forward(p, idx, None, cfg["n_layer"], cfg["n_head"], V)
+        if cfg["model_type"] == "llama":
+            # LlamaForCausalLM's config, as torch_llama.py takes it.
+            expect(cfg["architectures"] == ["LlamaForCausalLM"] and
+                   cfg["hidden_act"] == "silu" and
+                   not cfg["attention_bias"] and not cfg["mlp_bias"] and
+                   cfg["head_dim"] * cfg["num_attention_heads"] ==
+                   cfg["hidden_size"], "config.json: %r" % cfg)
+            lc = dict(kv=cfg["num_key_value_heads"], theta=cfg["rope_theta"],
+                      eps=cfg["rms_norm_eps"],
+                      untied=int(not cfg["tie_word_embeddings"]))
+            expect(("lm_head.weight" in p) == bool(lc["untied"]),
+                   "lm_head.weight present: %s, tie_word_embeddings %s" %
+                   ("lm_head.weight" in p, cfg["tie_word_embeddings"]))
+            ref, _ = torch_llama.forward(p, idx, None,
+                                         cfg["num_hidden_layers"],
+                                         cfg["num_attention_heads"], V, lc)
+        else:
+            ref, _ = forward(p, idx, None, cfg["n_layer"], cfg["n_head"], V)
     ref = ref[0, :, :V].numpy()
     ours = np.fromfile(ours_path, dtype=np.float32).astype(np.float64)
     expect(ours.size == ref.size, "ours has %d logits, the reference %d" %

@@ -2,17 +2,23 @@
  * gpt_dump: the CPU GPT-2 engine on the command line, for the PyTorch
  * reference test (tests/integration/test_gpt_torch.sh) and benchmarks.
  *
- *   gpt_dump dump DIR
+ *   gpt_dump dump DIR [llama KV HS UNTIED]
  *     Tiny model (L2 H2 C32 T16 V67, padded to 128), B3 T16, fixed seed,
  *     parameters perturbed off GPT-2's init so that biases and LayerNorms
  *     matter. Writes into DIR: layout.txt (name offset numel d0 d1 per
  *     tensor, then the config), params.bin, inputs.bin, targets.bin
  *     (uint32 (B,T)), logits.bin ((B,T,Vp) float), loss.txt, grads.bin
  *     (the gradient of the loss after one backward, scale 1).
+ *     With "llama": the Llama shape of llama_shape.h instead (KV
+ *     key/value heads of HS channels, the head untied if UNTIED is 1),
+ *     and llama.txt for the reference.
  *
  *   gpt_dump bench L H C T V B ITERS
  *     Times ITERS forward+backward passes (after one warm-up) and prints
  *     tokens/s. Threads: OMP_NUM_THREADS / OPENBLAS_NUM_THREADS.
+ *   gpt_dump bench-preset PRESET V B ITERS
+ *     The same for a preset (gpt-tiny, llama-tiny, ...) at vocabulary V
+ *     and its block_size.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -20,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "llama_shape.h"
 #include "model/gpt.h"
 
 static uint64_t rng_next(uint64_t *s) {
@@ -41,9 +48,8 @@ static int write_file(const char *dir, const char *name, const void *p,
   return 0;
 }
 
-static gpt *make(int L, int H, int C, int T, int V) {
+static gpt *make_cfg(gpt_config cfg) {
   char err[256];
-  gpt_config cfg = {L, H, C, T, V, 0};
   gpt *m = NULL;
   if (gpt_config_finish(&cfg, err, sizeof err) != 0 ||
       gpt_create(&cfg, &m, err, sizeof err) != 0) {
@@ -53,21 +59,47 @@ static gpt *make(int L, int H, int C, int T, int V) {
   return m;
 }
 
-static int dump(const char *dir) {
-  const int L = 2, H = 2, C = 32, Tm = 16, V = 67, B = 3, T = 16;
-  gpt *m = make(L, H, C, Tm, V);
+static gpt *make(int L, int H, int C, int T, int V) {
+  return make_cfg((gpt_config){.n_layer = L,
+                               .n_head = H,
+                               .n_embd = C,
+                               .block_size = T,
+                               .vocab_size = V});
+}
+
+/* The model of `dump`: GPT-2, or with llama (argv: KV HS UNTIED) the
+ * Llama shape of llama_shape.h, its knobs written to DIR/llama.txt. */
+static gpt *dump_model(const char *dir, char **llama) {
+  if (!llama)
+    return make(2, 2, 32, 16, 67);
+  gpt *m = make_cfg(llama_shape(llama));
+  if (m && llama_shape_write(dir, gpt_get_config(m)) != 0) {
+    gpt_destroy(m);
+    return NULL;
+  }
+  return m;
+}
+
+static int dump(const char *dir, char **llama) {
+  const int B = 3, T = 16;
+  gpt *m = dump_model(dir, llama);
   if (!m)
     return 1;
   gpt_init(m, 1234);
   const gpt_config *cfg = gpt_get_config(m);
-  /* Perturb every parameter (but wte's padding rows) by up to +-0.2. */
+  const int L = cfg->n_layer, H = cfg->n_head, C = cfg->n_embd;
+  const int Tm = cfg->block_size, V = cfg->vocab_size;
+  /* Perturb every parameter (but the padding rows of wte and lm_head) by
+   * up to +-0.2. */
   uint64_t s = 99;
   float *p = gpt_params(m);
-  size_t pad0 = (size_t)V * C, pad1 = (size_t)cfg->padded_vocab * C;
-  for (size_t i = 0; i < gpt_num_params(m); i++)
-    if (i < pad0 || i >= pad1)
+  for (size_t k = 0; k < gpt_tensor_count(m); k++) {
+    const gpt_tensor *t = gpt_tensor_at(m, k);
+    size_t n = gpt_tensor_vocab_rows(t) ? (size_t)V * C : t->numel;
+    for (size_t i = t->offset; i < t->offset + n; i++)
       p[i] += (float)((double)(rng_next(&s) >> 11) / 9007199254740992.0 - 0.5) *
               0.4f;
+  }
   uint32_t in[3 * 16], tg[3 * 16];
   for (int i = 0; i < B * T; i++) {
     in[i] = (uint32_t)(rng_next(&s) % V);
@@ -121,10 +153,12 @@ static double now(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int bench(int L, int H, int C, int T, int V, int B, int iters) {
-  gpt *m = make(L, H, C, T, V);
+/* Times m (consumed) at B x T; the model's name for the line. */
+static int bench_model(gpt *m, const char *name, int B, int T, int iters) {
   if (!m)
     return 1;
+  const gpt_config *c = gpt_get_config(m);
+  int V = c->vocab_size;
   gpt_init(m, 1);
   uint32_t *in = malloc((size_t)B * T * sizeof *in);
   uint32_t *tg = malloc((size_t)B * T * sizeof *tg);
@@ -154,23 +188,45 @@ static int bench(int L, int H, int C, int T, int V, int B, int iters) {
     }
   }
   double tok = (double)B * T * iters;
-  printf("L%d H%d C%d T%d V%d B%d: %.0f tokens/s forward+backward "
-         "(forward %.1f ms, backward %.1f ms per step), loss %.4f\n",
-         L, H, C, T, V, B, tok / (tf + tb), 1e3 * tf / iters, 1e3 * tb / iters,
-         loss);
+  printf("%s L%d H%d C%d T%d V%d B%d (%zu params): %.0f tokens/s "
+         "forward+backward (forward %.1f ms, backward %.1f ms per step), loss "
+         "%.4f\n",
+         name, c->n_layer, c->n_head, c->n_embd, T, V, B, gpt_num_params(m),
+         tok / (tf + tb), 1e3 * tf / iters, 1e3 * tb / iters, loss);
   free(in);
   free(tg);
   gpt_destroy(m);
   return 0;
 }
 
+static int bench(int L, int H, int C, int T, int V, int B, int iters) {
+  return bench_model(make(L, H, C, T, V), "gpt2", B, T, iters);
+}
+
+/* A preset (gpt-tiny, llama-tiny, ...) at vocabulary V. */
+static int bench_preset(const char *name, int V, int B, int iters) {
+  char err[512];
+  gpt_config c = {.vocab_size = V};
+  if (gpt_config_preset(name, &c, err, sizeof err) != 0) {
+    fprintf(stderr, "gpt_dump: %s\n", err);
+    return 1;
+  }
+  return bench_model(make_cfg(c), name, B, c.block_size, iters);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "dump") == 0)
-    return dump(argv[2]);
+    return dump(argv[2], NULL);
+  if (argc == 7 && strcmp(argv[1], "dump") == 0 &&
+      strcmp(argv[3], "llama") == 0)
+    return dump(argv[2], argv + 4);
   if (argc == 9 && strcmp(argv[1], "bench") == 0)
     return bench(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
                  atoi(argv[6]), atoi(argv[7]), atoi(argv[8]));
-  fprintf(stderr, "usage: gpt_dump dump DIR\n"
-                  "       gpt_dump bench L H C T V B ITERS\n");
+  if (argc == 6 && strcmp(argv[1], "bench-preset") == 0)
+    return bench_preset(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
+  fprintf(stderr, "usage: gpt_dump dump DIR [llama KV HS UNTIED]\n"
+                  "       gpt_dump bench L H C T V B ITERS\n"
+                  "       gpt_dump bench-preset PRESET V B ITERS\n");
   return 2;
 }

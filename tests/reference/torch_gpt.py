@@ -27,6 +27,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import torch_llama
+
 LAYER = ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
          "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
          "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
@@ -88,8 +90,18 @@ def check(d):
         a = flat[off:off + n].astype(np.float64)
         p[name] = torch.tensor(a.reshape((d0, d1) if d1 else (d0,)),
                                requires_grad=True)
-    assert len(layout) == 4 + 12 * L, "unexpected tensor count"
-    logits, loss = forward(p, idx, tgt, L, H, V)
+    llama = torch_llama.read_config(d)
+    if llama:
+        assert len(layout) == torch_llama.n_tensors(L, llama), \
+            "unexpected tensor count"
+        print("llama: n_kv_head %d, head size %d, intermediate %d, "
+              "rope_theta %g, %s head" % (llama["kv"], C // H, llama["ff"],
+                                          llama["theta"], "untied"
+                                          if llama["untied"] else "tied"))
+        logits, loss = torch_llama.forward(p, idx, tgt, L, H, V, llama)
+    else:
+        assert len(layout) == 4 + 12 * L, "unexpected tensor count"
+        logits, loss = forward(p, idx, tgt, L, H, V)
     loss.backward()
     bad = 0
 

@@ -10,7 +10,10 @@ here, and torch.optim.AdamW with two parameter groups (weight decay 0.1
 for the weight matrices c_attn, c_proj, c_fc, 0 for the rest) or Lion as
 lion-pytorch does it (written out below, since lion-pytorch is not
 packaged). The hyperparameters and the decay split are written here, not
-read from DIR, so a wrong value on either side shows.
+read from DIR, so a wrong value on either side shows. A DIR with
+llama.txt (train_dump ... llama) holds the Llama family: its model is
+torch_llama.py's, its decay split every matrix but the embedding, its
+clipping at MAX_NORM_LLAMA.
 
 Checks (exit 1 if any fails):
   per step: the loss and the grad norm before clipping, relative error
@@ -27,6 +30,7 @@ import sys
 import numpy as np
 import torch
 
+import torch_llama
 from torch_gpt import forward
 
 TOL = 1e-4
@@ -37,6 +41,9 @@ CONFIG = {
                  max_lr=1e-3, min_lr=1e-4),
 }
 WARMUP, TOTAL, MAX_NORM = 3, 10, 1.5
+# The Llama shapes' gradient norms lie between 0.97 and 1.76: clipping at
+# 1.2 acts on some steps and not on others (train_dump's MAX_NORM_LLAMA).
+MAX_NORM_LLAMA = 1.2
 DECAY = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
          "mlp.c_proj.weight")
 
@@ -82,7 +89,18 @@ def main(kind, d):
             layout.append((name, int(off), int(n), int(d0), int(d1),
                            int(decay)))
     L, H, C, Tm, V, Vp, B, T, steps = cfg
-    assert len(layout) == 4 + 12 * L, "unexpected tensor count"
+    llama = torch_llama.read_config(d)
+    if llama:
+        assert len(layout) == torch_llama.n_tensors(L, llama), \
+            "unexpected tensor count"
+        decay_names = torch_llama.DECAY
+        model = lambda p, i, t: torch_llama.forward(p, i, t, L, H, V, llama)
+        vocab_rows = ("model.embed_tokens.weight", "lm_head.weight")
+    else:
+        assert len(layout) == 4 + 12 * L, "unexpected tensor count"
+        decay_names = DECAY
+        model = lambda p, i, t: forward(p, i, t, L, H, V)
+        vocab_rows = ("wte.weight",)
     assert steps == TOTAL, "train_dump ran %d steps, expected %d" % (steps,
                                                                      TOTAL)
     p0 = np.fromfile(os.path.join(d, "params0.bin"), dtype="<f4")
@@ -102,7 +120,7 @@ def main(kind, d):
         t = torch.tensor(p0[off:off + n].astype(np.float64).reshape(
             (d0, d1) if d1 else (d0,)), requires_grad=True)
         p[name] = t
-        want = int(name.endswith(DECAY))
+        want = int(name.endswith(decay_names))
         if flag != want:
             bad.append("%s: our decay flag %d, expected %d" % (name, flag,
                                                                want))
@@ -121,16 +139,17 @@ def main(kind, d):
     for s in range(steps):
         for t in params:
             t.grad = None
-        _, loss = forward(p, inputs[s], targets[s], L, H, V)
+        _, loss = model(p, inputs[s], targets[s])
         loss.backward()
-        for l in range(L):
+        for l in range(0 if llama else L):
             g = p["h.%d.attn.c_attn.bias" % l].grad
             kg = g[C:2 * C].abs().max().item()
             if not kg <= 1e-12 * g.abs().max().item():
                 bad.append("step %d: h.%d key bias gradient %.3g, not zero" %
                            (s, l, kg))
-        norm = float(torch.nn.utils.clip_grad_norm_(params, MAX_NORM))
-        clipped += norm > MAX_NORM
+        max_norm = MAX_NORM_LLAMA if llama else MAX_NORM
+        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        clipped += norm > max_norm
         lr = lr_at(c, s)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -141,7 +160,7 @@ def main(kind, d):
         worst_loss, worst_norm = max(worst_loss, le), max(worst_norm, ne)
         print("%s step %d: lr %.6g loss %.7f (err %.2e) grad norm %.7f "
               "(err %.2e)%s" % (kind, s, lr, loss.item(), le, norm, ne,
-                                " clipped" if norm > MAX_NORM else ""))
+                                " clipped" if norm > max_norm else ""))
         if not le < TOL:
             bad.append("step %d: loss ours %.9g torch %.9g" %
                        (s, our_loss[s], loss.item()))
@@ -155,11 +174,11 @@ def main(kind, d):
     for name, off, n, d0, d1, _ in layout:
         r = p[name].detach().numpy().reshape(-1)
         o = ours[off:off + n].astype(np.float64)
-        if name == "wte.weight":
+        if name in vocab_rows:
             pad = ours[off + V * C:off + n]
             if np.any(pad != 0):
-                bad.append("wte.weight: padding rows not zero (max %.3g)" %
-                           np.abs(pad).max())
+                bad.append("%s: padding rows not zero (max %.3g)" %
+                           (name, np.abs(pad).max()))
             r, o = r[:V * C], o[:V * C]
         if name.endswith("attn.c_attn.bias"):
             # The key bias [C, 2C) adds q.b_k to every score of a row, which

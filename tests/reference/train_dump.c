@@ -3,7 +3,10 @@
  * schedule, optimizer) for tests/reference/torch_train.py to repeat in
  * PyTorch (tests/integration/test_train_torch.sh).
  *
- *   train_dump adamw|lion DIR
+ *   train_dump adamw|lion DIR [llama KV HS UNTIED]
+ *
+ * With "llama", the Llama shape of llama_shape.h (and DIR/llama.txt)
+ * instead of GPT-2's.
  *
  * Tiny model (L2 H2 C32 T16, vocab 67 padded to 128), gpt_init with a
  * fixed seed, B3 T16, ten different fixed random batches. Each step makes
@@ -29,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llama_shape.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
 
@@ -45,6 +49,8 @@
  * step) acts on some steps and not on others; the check insists on
  * both. */
 #define MAX_NORM 1.5
+/* The Llama shapes' (llama_shape.h) norms lie between 0.97 and 1.76. */
+#define MAX_NORM_LLAMA 1.2
 
 static uint64_t rng_next(uint64_t *s) {
   uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
@@ -76,8 +82,9 @@ static int write_layout(const char *dir, gpt *m) {
     fprintf(stderr, "train_dump: cannot write %s\n", path);
     return -1;
   }
-  fprintf(f, "config %d %d %d %d %d %d %d %d %d\n", L, H, C, TMAX, V,
-          cfg->padded_vocab, B, T, STEPS);
+  fprintf(f, "config %d %d %d %d %d %d %d %d %d\n", cfg->n_layer, cfg->n_head,
+          cfg->n_embd, cfg->block_size, cfg->vocab_size, cfg->padded_vocab, B,
+          T, STEPS);
   for (size_t i = 0; i < gpt_tensor_count(m); i++) {
     const gpt_tensor *t = gpt_tensor_at(m, i);
     fprintf(f, "%s %zu %zu %d %d %d\n", t->name, t->offset, t->numel,
@@ -87,21 +94,31 @@ static int write_layout(const char *dir, gpt *m) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 3 || (strcmp(argv[1], "adamw") && strcmp(argv[1], "lion"))) {
-    fprintf(stderr, "usage: train_dump adamw|lion DIR\n");
+  int llama = argc == 7 && strcmp(argv[3], "llama") == 0;
+  if ((argc != 3 && !llama) ||
+      (strcmp(argv[1], "adamw") && strcmp(argv[1], "lion"))) {
+    fprintf(stderr, "usage: train_dump adamw|lion DIR [llama KV HS UNTIED]\n");
     return 2;
   }
   const int lion = strcmp(argv[1], "lion") == 0;
   const char *dir = argv[2];
   char err[512];
 
-  gpt_config cfg = {L, H, C, TMAX, V, 0};
+  gpt_config cfg = {.n_layer = L,
+                    .n_head = H,
+                    .n_embd = C,
+                    .block_size = TMAX,
+                    .vocab_size = V};
+  if (llama)
+    cfg = llama_shape(argv + 4);
   gpt *m = NULL;
   if (gpt_config_finish(&cfg, err, sizeof err) != 0 ||
       gpt_create(&cfg, &m, err, sizeof err) != 0) {
     fprintf(stderr, "train_dump: %s\n", err);
     return 1;
   }
+  if (llama && llama_shape_write(dir, gpt_get_config(m)) != 0)
+    return 1;
   gpt_init(m, 1234);
 
   /* The optimizer groups as the train stage makes them. */
@@ -161,7 +178,8 @@ int main(int argc, char **argv) {
       return 1;
     }
     gpt_backward(m, 1.0f);
-    const double norm = optim_clip_grad_norm(grads, np, MAX_NORM);
+    const double norm =
+        optim_clip_grad_norm(grads, np, llama ? MAX_NORM_LLAMA : MAX_NORM);
     const double lr = lr_at(&sched, step);
     optim_step(o, params, grads, (float)lr);
     fprintf(f, "%d %.17g %.9g %.17g\n", step, lr, loss, norm);

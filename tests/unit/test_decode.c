@@ -15,7 +15,8 @@
 static char err[512];
 
 static gpt *make(int L, int H, int C, int T, int V) {
-  gpt_config cfg = {L, H, C, T, V, 0};
+  gpt_config cfg = {
+      .n_layer = L, .n_head = H, .n_embd = C, .block_size = T, .vocab_size = V};
   gpt *m = NULL;
   if (gpt_config_finish(&cfg, err, sizeof err) != 0 ||
       gpt_create(&cfg, &m, err, sizeof err) != 0) {

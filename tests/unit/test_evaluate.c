@@ -59,7 +59,11 @@ static loader *make_loader(int B) {
 }
 
 static gpt *make_model(void) {
-  gpt_config cfg = {2, 2, 16, T_, V_, 0};
+  gpt_config cfg = {.n_layer = 2,
+                    .n_head = 2,
+                    .n_embd = 16,
+                    .block_size = T_,
+                    .vocab_size = V_};
   gpt *m = NULL;
   if (gpt_config_finish(&cfg, err, sizeof err) != 0 ||
       gpt_create(&cfg, &m, err, sizeof err) != 0) {

@@ -17,7 +17,8 @@
 static char err[512];
 
 static gpt *make(int L, int H, int C, int T, int V) {
-  gpt_config cfg = {L, H, C, T, V, 0};
+  gpt_config cfg = {
+      .n_layer = L, .n_head = H, .n_embd = C, .block_size = T, .vocab_size = V};
   gpt *m = NULL;
   if (gpt_config_finish(&cfg, err, sizeof err) != 0 ||
       gpt_create(&cfg, &m, err, sizeof err) != 0) {
@@ -67,6 +68,89 @@ static double tensor_std(gpt *m, const char *name, size_t n) {
   return sqrt(s2 / n - mean * mean);
 }
 
+/* The Llama family's presets, defaults and refusals (gpt.h). */
+static void test_llama_config(void) {
+  gpt_config c = {.vocab_size = 49152};
+  CHECK_INT(gpt_config_preset("smollm-135m-shape", &c, err, sizeof err), 0);
+  CHECK_INT(gpt_config_finish(&c, err, sizeof err), 0);
+  CHECK(c.family == GPT_FAMILY_LLAMA && c.n_layer == 30 && c.n_head == 9 &&
+        c.n_kv_head == 3 && c.n_embd == 576 && c.intermediate == 1536 &&
+        c.block_size == 2048 && !c.untied_head);
+  CHECK(c.rope_theta == 10000.0f && c.norm_eps == 1e-5f);
+  /* SmolLM-135M's 134,515,008 parameters (vocab 49152 is a multiple of
+   * 64, so no padding rows). */
+  CHECK(gpt_config_num_params(&c) == 134515008);
+  /* llama-tiny's blocks have gpt-tiny's parameter count, to the matrix
+   * (the norms and biases aside): both 4 x 196,608. */
+  gpt_config g = {.vocab_size = 100}, l = {.vocab_size = 100};
+  CHECK_INT(gpt_config_preset("gpt-tiny", &g, err, sizeof err), 0);
+  CHECK_INT(gpt_config_preset("llama-tiny", &l, err, sizeof err), 0);
+  CHECK_INT(gpt_config_finish(&g, err, sizeof err), 0);
+  CHECK_INT(gpt_config_finish(&l, err, sizeof err), 0);
+  size_t emb = (size_t)128 * 128, gb = gpt_config_num_params(&g) - emb;
+  gb -= (size_t)128 * 128 + 4 * 13 * 128 + 2 * 128; /* wpe, biases, LNs */
+  size_t lb = gpt_config_num_params(&l) - emb - 4 * 2 * 128 - 128;
+  CHECK(gb == 4 * 196608 && lb == 4 * 196608);
+  /* The model made has the counted parameters and the HF names. */
+  gpt *m = NULL;
+  l.untied_head = 1;
+  CHECK_INT(gpt_create(&l, &m, err, sizeof err), 0);
+  CHECK(gpt_num_params(m) == gpt_config_num_params(&l));
+  CHECK_INT((int)gpt_tensor_count(m), 1 + 9 * 4 + 2);
+  const gpt_tensor *k =
+      gpt_tensor_find(m, "model.layers.3.self_attn.k_proj.weight");
+  CHECK(k && k->shape[0] == 64 && k->shape[1] == 128 && k->decay);
+  CHECK(gpt_tensor_find(m, "lm_head.weight") != NULL);
+  CHECK(!gpt_tensor_find(m, "model.embed_tokens.weight")->decay);
+  CHECK_INT((int)gpt_group_count(m), 6);
+  gpt_init(m, 1);
+  const gpt_tensor *nw = gpt_tensor_find(m, "model.norm.weight");
+  CHECK(gpt_params(m)[nw->offset] == 1.0f);
+  const gpt_tensor *lm = gpt_tensor_find(m, "lm_head.weight");
+  CHECK(gpt_params(m)[lm->offset + (size_t)lm->numel - 1] == 0.0f);
+  gpt_destroy(m);
+
+  /* Defaults of the zero knobs. */
+  gpt_config d = {.n_layer = 1,
+                  .n_head = 4,
+                  .n_embd = 48,
+                  .block_size = 8,
+                  .vocab_size = 10,
+                  .family = GPT_FAMILY_LLAMA};
+  CHECK_INT(gpt_config_finish(&d, err, sizeof err), 0);
+  CHECK(d.n_kv_head == 4 && d.intermediate == 128);
+  /* Refusals, each naming its numbers. */
+  gpt_config b = d;
+  b.n_kv_head = 3;
+  CHECK_INT(gpt_config_finish(&b, err, sizeof err), -1);
+  CHECK(strstr(err, "n_kv_head (3) must divide n_head (4)"));
+  b = d;
+  b.n_embd = 20; /* head size 5 */
+  CHECK_INT(gpt_config_finish(&b, err, sizeof err), -1);
+  CHECK(strstr(err, "head size n_embd/n_head (20/4 = 5) must be even"));
+  b = d;
+  b.rope_theta = -1.0f;
+  CHECK_INT(gpt_config_finish(&b, err, sizeof err), -1);
+  CHECK(strstr(err, "rope_theta is -1"));
+  b = d;
+  b.norm_eps = 2.0f;
+  CHECK_INT(gpt_config_finish(&b, err, sizeof err), -1);
+  CHECK(strstr(err, "norm_eps is 2"));
+  b = d;
+  b.family = 7;
+  CHECK_INT(gpt_config_finish(&b, err, sizeof err), -1);
+  CHECK(strstr(err, "unknown model family 7"));
+  /* GPT-2 takes none of the Llama knobs. */
+  gpt_config g2 = {.n_layer = 1,
+                   .n_head = 4,
+                   .n_embd = 48,
+                   .block_size = 8,
+                   .vocab_size = 10,
+                   .n_kv_head = 2};
+  CHECK_INT(gpt_config_finish(&g2, err, sizeof err), -1);
+  CHECK(strstr(err, "n_kv_head (2)") && strstr(err, "GPT-2 family takes none"));
+}
+
 static void test_presets(void) {
   gpt_config c = {0};
   c.vocab_size = 50257;
@@ -85,14 +169,19 @@ static void test_presets(void) {
   CHECK_INT(c.vocab_size, 50257); /* left as it was */
   CHECK_INT(gpt_config_preset("gpt-huge", &c, err, sizeof err), -1);
   CHECK_STR(err, "gpt: unknown model preset \"gpt-huge\" (presets: "
-                 "gpt-tiny, gpt-small, gpt2-124M, gpt2-350M)");
+                 "gpt-tiny, gpt-small, gpt2-124M, gpt2-350M, llama-tiny, "
+                 "llama-small, smollm-135m-shape)");
   /* The names the train stages declare as their model param's choices. */
   for (size_t i = 0; gpt_preset_names[i]; i++)
     CHECK_INT(gpt_config_preset(gpt_preset_names[i], &c, err, sizeof err), 0);
 
   CHECK_INT(gpt_config_finish(&c, err, sizeof err), 0);
   CHECK_INT(c.padded_vocab, 50304);
-  gpt_config d = {2, 2, 32, 16, 64, 0};
+  gpt_config d = {.n_layer = 2,
+                  .n_head = 2,
+                  .n_embd = 32,
+                  .block_size = 16,
+                  .vocab_size = 64};
   CHECK_INT(gpt_config_finish(&d, err, sizeof err), 0);
   CHECK_INT(d.padded_vocab, 64);
   d.vocab_size = 67;
@@ -102,20 +191,40 @@ static void test_presets(void) {
   CHECK_INT(gpt_config_finish(&d, err, sizeof err), 0);
   CHECK_INT(d.padded_vocab, 64);
 
-  gpt_config bad = {2, 3, 32, 16, 67, 0};
+  gpt_config bad = {.n_layer = 2,
+                    .n_head = 3,
+                    .n_embd = 32,
+                    .block_size = 16,
+                    .vocab_size = 67};
   CHECK_INT(gpt_config_finish(&bad, err, sizeof err), -1);
   CHECK(strstr(err, "n_embd (32) must be a multiple of n_head (3)"));
-  bad = (gpt_config){0, 2, 32, 16, 67, 0};
+  bad = (gpt_config){.n_layer = 0,
+                     .n_head = 2,
+                     .n_embd = 32,
+                     .block_size = 16,
+                     .vocab_size = 67};
   CHECK_INT(gpt_config_finish(&bad, err, sizeof err), -1);
   CHECK(strstr(err, "n_layer is 0"));
-  bad = (gpt_config){2, 2, 32, 16, 0, 0};
+  bad = (gpt_config){.n_layer = 2,
+                     .n_head = 2,
+                     .n_embd = 32,
+                     .block_size = 16,
+                     .vocab_size = 0};
   CHECK_INT(gpt_config_finish(&bad, err, sizeof err), -1);
   CHECK(strstr(err, "vocab_size is 0"));
-  bad = (gpt_config){2, 2, 32, -1, 67, 0};
+  bad = (gpt_config){.n_layer = 2,
+                     .n_head = 2,
+                     .n_embd = 32,
+                     .block_size = -1,
+                     .vocab_size = 67};
   CHECK_INT(gpt_config_finish(&bad, err, sizeof err), -1);
   CHECK(strstr(err, "block_size is -1"));
   /* gpt_create refuses a config that was not finished. */
-  gpt_config raw = {2, 2, 32, 16, 67, 0};
+  gpt_config raw = {.n_layer = 2,
+                    .n_head = 2,
+                    .n_embd = 32,
+                    .block_size = 16,
+                    .vocab_size = 67};
   gpt *m = (gpt *)1;
   CHECK_INT(gpt_create(&raw, &m, err, sizeof err), -1);
   CHECK(m == NULL);
@@ -664,6 +773,7 @@ static void test_decay_all_2d(void) {
 
 int main(void) {
   test_presets();
+  test_llama_config();
   test_param_count();
   test_init();
   test_loss_at_init();

@@ -34,7 +34,11 @@ static optim *make_optim(const gpt *m, optim_kind kind) {
 
 static void check_shape(int L, int H, int C, int Tmax, int V, int B, int T,
                         optim_kind kind) {
-  gpt_config cfg = {L, H, C, Tmax, V, 0};
+  gpt_config cfg = {.n_layer = L,
+                    .n_head = H,
+                    .n_embd = C,
+                    .block_size = Tmax,
+                    .vocab_size = V};
   CHECK_INT(gpt_config_finish(&cfg, err, sizeof err), 0);
   int per = (int)optim_state_floats_for(kind, 1);
   gpt_memory est;
@@ -100,7 +104,11 @@ static void check_shape(int L, int H, int C, int Tmax, int V, int B, int T,
  * the new batch's estimate; a smaller one after it keeps the larger
  * buffers (the estimate is for a fresh engine, as batch_sweep builds). */
 static void check_growth(void) {
-  gpt_config cfg = {2, 2, 32, 32, 100, 0};
+  gpt_config cfg = {.n_layer = 2,
+                    .n_head = 2,
+                    .n_embd = 32,
+                    .block_size = 32,
+                    .vocab_size = 100};
   CHECK_INT(gpt_config_finish(&cfg, err, sizeof err), 0);
   gpt *m = NULL;
   CHECK_INT(gpt_create(&cfg, &m, err, sizeof err), 0);

@@ -1,0 +1,60 @@
+/*
+ * cpu_impl: the inside of the CPU backend, shared by its two families'
+ * passes: gpt_cpu.c (GPT-2, and the helpers below) and llama_cpu.c
+ * (Llama). gpt.h's gpt_forward, gpt_backward, gpt_logits and
+ * gpt_memory_estimate are gpt_cpu.c's, which hand a Llama model to the
+ * llama_cpu_* functions. Not part of the engine's API.
+ */
+#ifndef DAGRUN_CPU_IMPL_H
+#define DAGRUN_CPU_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/gpt.h"
+#include "model/gpt_impl.h"
+
+/* C (M,N) = alpha op(A) op(B) + beta C, row-major, cut among the OpenMP
+ * threads (each element computed whole by one thread: deterministic). */
+void cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
+              int lda, const float *B, int ldb, float beta, float *C, int ldc);
+/* OpenBLAS held to one thread for a pass; returns what to restore. */
+int cpu_blas_threads_begin(void);
+void cpu_blas_threads_end(int n);
+
+/* Attention's causal softmax of the rows of a (T,T), in place (zero above
+ * the diagonal), and its backward: da (T,T), the probabilities' gradient,
+ * becomes scale times the scores' gradient, in place. One thread each. */
+void cpu_causal_softmax(float *a, int T);
+void cpu_causal_softmax_backward(float *da, const float *a, int T,
+                                 float scale);
+
+/* The start of every forward: forgets the last one, checks (B,T) (widest:
+ * the widest activation row, for the int range of the products) and the
+ * ids, makes m->acts hold floats(cfg, B, T) floats and copies the ids.
+ * 0, or -1 with err. */
+int cpu_forward_begin(gpt *m, const uint32_t *inputs, const uint32_t *targets,
+                      int B, int T, size_t widest,
+                      size_t (*floats)(const gpt_config *, int, int), char *err,
+                      size_t errlen);
+/* The end of every forward that got its logits (B*T,Vp): zeroes their
+ * padding columns, records (B,T) as the last forward's, and with targets
+ * computes the cross-entropy into lse, losses and probs (the backward's
+ * dlogits), the mean into m->loss and *loss. */
+void cpu_forward_end(gpt *m, int B, int T, float *logits, float *lse,
+                     float *losses, float *probs, const uint32_t *targets,
+                     float *loss);
+/* The parameter hook's calls (gpt.h's gpt_set_param_hook): 0 without a
+ * hook. */
+int cpu_params_need(gpt *m, int g, int next);
+int cpu_params_done(gpt *m, int g, int next);
+
+/* The Llama family's passes (llama_cpu.c), as gpt.h's for GPT-2. */
+int llama_cpu_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
+                      int B, int T, float *loss, char *err, size_t errlen);
+void llama_cpu_backward(gpt *m, float scale);
+const float *llama_cpu_logits(const gpt *m);
+/* Floats of activations and backward scratch at (B,T). */
+size_t llama_cpu_act_floats(const gpt_config *cfg, int B, int T);
+
+#endif /* DAGRUN_CPU_IMPL_H */

@@ -1,0 +1,528 @@
+/*
+ * llama_cpu: the CPU backend of the Llama family (gpu/model/gpt.h's
+ * second list): RMSNorm, rotary position embeddings in Hugging Face's
+ * rotate_half layout, grouped-query causal attention, a SwiGLU MLP, no
+ * biases, the head tied or not. fp32 by hand, matrix products through
+ * cpu_gemm (gpt_cpu.c's), the rest in OpenMP loops.
+ *
+ * Determinism, as gpt_cpu.c: every sum over positions is one sgemm or a
+ * loop in which each thread owns a fixed range of outputs; a key/value
+ * head's gradient is summed over its query heads by one thread, in order.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cpu_impl.h"
+#include "gpt_cpu.h"
+
+/* ---------------------------------------------------------------------
+ * Activations: one allocation carved for (B,T). Per layer (N = B*T, KVD
+ * the key/value width, FF the SwiGLU width), all kept for the backward:
+ *   xn1 (N,C) rs1 (N) q (N,C) k (N,KVD) v (N,KVD) (q, k after RoPE)
+ *   att (B,H,T,T) y (N,C) res2 (N,C) xn2 (N,C) rs2 (N)
+ *   gate (N,FF) up (N,FF) hid (N,FF) res3 (N,C)
+ * then encoded (N,C), xf (N,C), rsf (N), logits (N,Vp), lse (N),
+ * losses (N), the rotation cos, sin (T,hs/2), and the backward scratch:
+ *   dres (N,C) dbuf (N,C) dq (N,C) dk (N,KVD) dv (N,KVD)
+ *   dgate (N,FF) dup (N,FF) datt (B,H,T,T) dlogits (N,Vp) (the forward's
+ *   probabilities until the backward turns them into the gradient)
+ * --------------------------------------------------------------------- */
+typedef struct layer_acts {
+  float *xn1, *rs1, *q, *k, *v, *att, *y, *res2, *xn2, *rs2, *gate, *up, *hid,
+      *res3;
+} layer_acts;
+
+typedef struct acts {
+  float *layers;
+  size_t layer_size;
+  float *encoded, *xf, *rsf, *logits, *lse, *losses, *cos, *sin;
+  float *dres, *dbuf, *dq, *dk, *dv, *dgate, *dup, *datt, *dlogits;
+} acts;
+
+/* The widths of cfg: C, KVD, FF, head size. */
+typedef struct dims {
+  size_t C, KVD, FF, hs, H, KV;
+} dims;
+
+static dims dims_of(const gpt_config *c) {
+  dims d;
+  d.C = (size_t)c->n_embd;
+  d.H = (size_t)c->n_head;
+  d.KV = (size_t)c->n_kv_head;
+  d.hs = d.C / d.H;
+  d.KVD = d.KV * d.hs;
+  d.FF = (size_t)c->intermediate;
+  return d;
+}
+
+/* Carves layer l's activations from p (NULL: counts only); returns the
+ * floats of one layer. */
+static size_t carve_layer(const gpt_config *cfg, float *p, int B, int T,
+                          layer_acts *la) {
+  dims d = dims_of(cfg);
+  size_t N = (size_t)B * T, off = 0;
+#define TAKE(field, n)                                                         \
+  do {                                                                         \
+    if (p)                                                                     \
+      la->field = p + off;                                                     \
+    off += (n);                                                                \
+  } while (0)
+  TAKE(xn1, N * d.C);
+  TAKE(rs1, N);
+  TAKE(q, N * d.C);
+  TAKE(k, N * d.KVD);
+  TAKE(v, N * d.KVD);
+  TAKE(att, (size_t)B * d.H * T * T);
+  TAKE(y, N * d.C);
+  TAKE(res2, N * d.C);
+  TAKE(xn2, N * d.C);
+  TAKE(rs2, N);
+  TAKE(gate, N * d.FF);
+  TAKE(up, N * d.FF);
+  TAKE(hid, N * d.FF);
+  TAKE(res3, N * d.C);
+#undef TAKE
+  return off;
+}
+
+static size_t carve(const gpt_config *cfg, float *base, int B, int T, acts *a) {
+  dims d = dims_of(cfg);
+  size_t N = (size_t)B * T, Vp = (size_t)cfg->padded_vocab;
+  layer_acts la;
+  a->layer_size = carve_layer(cfg, NULL, B, T, &la);
+  size_t off = 0;
+#define TAKE(field, n)                                                         \
+  do {                                                                         \
+    if (base)                                                                  \
+      a->field = base + off;                                                   \
+    off += (n);                                                                \
+  } while (0)
+  TAKE(layers, (size_t)cfg->n_layer * a->layer_size);
+  TAKE(encoded, N * d.C);
+  TAKE(xf, N * d.C);
+  TAKE(rsf, N);
+  TAKE(logits, N * Vp);
+  TAKE(lse, N);
+  TAKE(losses, N);
+  TAKE(cos, (size_t)T * d.hs / 2);
+  TAKE(sin, (size_t)T * d.hs / 2);
+  TAKE(dres, N * d.C);
+  TAKE(dbuf, N * d.C);
+  TAKE(dq, N * d.C);
+  TAKE(dk, N * d.KVD);
+  TAKE(dv, N * d.KVD);
+  TAKE(dgate, N * d.FF);
+  TAKE(dup, N * d.FF);
+  TAKE(datt, (size_t)B * d.H * T * T);
+  TAKE(dlogits, N * Vp);
+#undef TAKE
+  return off;
+}
+
+size_t llama_cpu_act_floats(const gpt_config *cfg, int B, int T) {
+  acts a;
+  return carve(cfg, NULL, B, T, &a);
+}
+
+static layer_acts layer_at(const gpt *m, const acts *a, int l, int B, int T) {
+  layer_acts la;
+  carve_layer(&m->cfg, a->layers + (size_t)l * a->layer_size, B, T, &la);
+  return la;
+}
+
+/* ---------------------------------------------------------------------
+ * Kernels.
+ * --------------------------------------------------------------------- */
+
+/* x (N,C), w (C) -> out (N,C) = x / rms(x) * w, rs (N) = 1 / rms(x),
+ * rms(x) = sqrt(mean(x^2) + eps) */
+static void rmsnorm_forward(float *out, float *rs, const float *x,
+                            const float *w, int N, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    const float *xi = x + (size_t)i * C;
+    float ss = 0.0f;
+    for (int c = 0; c < C; c++)
+      ss += xi[c] * xi[c];
+    float r = 1.0f / sqrtf(ss / C + eps);
+    float *o = out + (size_t)i * C;
+    for (int c = 0; c < C; c++)
+      o[c] = xi[c] * r * w[c];
+    rs[i] = r;
+  }
+}
+
+/* dout (N,C), x (N,C), w (C), rs (N) -> dx (N,C) +=, dw (C) +=.
+ * With g = dout * w: dx = r g - x r^3 mean(g x). */
+static void rmsnorm_backward(float *dx, float *dw, const float *dout,
+                             const float *x, const float *w, const float *rs,
+                             int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    const float *d = dout + (size_t)i * C, *xi = x + (size_t)i * C;
+    float r = rs[i], gx = 0.0f;
+    for (int c = 0; c < C; c++)
+      gx += d[c] * w[c] * xi[c];
+    float k = r * r * r * gx / C;
+    float *o = dx + (size_t)i * C;
+    for (int c = 0; c < C; c++)
+      o[c] += r * d[c] * w[c] - k * xi[c];
+  }
+#pragma omp parallel for schedule(static)
+  for (int c0 = 0; c0 < C; c0 += 16) {
+    int c1 = c0 + 16 < C ? c0 + 16 : C;
+    float acc[16] = {0};
+    for (int i = 0; i < N; i++) {
+      const float *d = dout + (size_t)i * C, *xi = x + (size_t)i * C;
+      for (int c = c0; c < c1; c++)
+        acc[c - c0] += d[c] * xi[c] * rs[i];
+    }
+    for (int c = c0; c < c1; c++)
+      dw[c] += acc[c - c0];
+  }
+}
+
+/* The rotation of position t, pair i (channels i and i + hs/2, as
+ * Hugging Face's rotate_half): angle t / theta^(2i/hs), in double until
+ * the final rounding. */
+static void rope_tables(float *cs, float *sn, int T, int hs, double theta) {
+  int h2 = hs / 2;
+  for (int t = 0; t < T; t++)
+    for (int i = 0; i < h2; i++) {
+      double ang = t * pow(theta, -2.0 * i / hs);
+      cs[(size_t)t * h2 + i] = (float)cos(ang);
+      sn[(size_t)t * h2 + i] = (float)sin(ang);
+    }
+}
+
+/* Rotates every head of x (B,T,nh*hs) in place; dir 1 forward, -1 the
+ * transpose (the backward of the rotation, which is orthogonal). */
+static void rope_apply(float *x, const float *cs, const float *sn, int B, int T,
+                       int nh, int hs, int dir) {
+  int h2 = hs / 2;
+  float sg = (float)dir;
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < B * T; bt++) {
+    int t = bt % T;
+    const float *c = cs + (size_t)t * h2, *s = sn + (size_t)t * h2;
+    for (int h = 0; h < nh; h++) {
+      float *p = x + ((size_t)bt * nh + h) * hs;
+      for (int i = 0; i < h2; i++) {
+        float a = p[i], b = p[i + h2];
+        p[i] = a * c[i] - sg * b * s[i];
+        p[i + h2] = b * c[i] + sg * a * s[i];
+      }
+    }
+  }
+}
+
+/* q (B,T,H*hs), k, v (B,T,KV*hs) -> att (B,H,T,T), y (B,T,H*hs); query
+ * head h reads key/value head h / (H/KV). */
+static void attention_forward(float *y, float *att, const float *q,
+                              const float *k, const float *v, int B, int T,
+                              dims d) {
+  int H = (int)d.H, hs = (int)d.hs, G = (int)(d.H / d.KV);
+  int C = (int)d.C, KVD = (int)d.KVD;
+  float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * H; bh++) {
+    int b = bh / H, h = bh % H, kh = h / G;
+    const float *qh = q + (size_t)b * T * C + (size_t)h * hs;
+    const float *kh_ = k + (size_t)b * T * KVD + (size_t)kh * hs;
+    const float *vh = v + (size_t)b * T * KVD + (size_t)kh * hs;
+    float *a = att + (size_t)bh * T * T;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, qh, C,
+                kh_, KVD, 0.0f, a, T);
+    cpu_causal_softmax(a, T);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T,
+                vh, KVD, 0.0f, y + (size_t)b * T * C + (size_t)h * hs, C);
+  }
+}
+
+/* dy (B,T,H*hs) -> dq (B,T,H*hs), dk, dv (B,T,KV*hs), all overwritten;
+ * datt (B,H,T,T) scratch. One thread per (b, key/value head) sums its
+ * query heads' contributions in order. */
+static void attention_backward(float *dq, float *dk, float *dv, float *datt,
+                               const float *dy, const float *q, const float *k,
+                               const float *v, const float *att, int B, int T,
+                               dims d) {
+  int H = (int)d.H, KV = (int)d.KV, hs = (int)d.hs, G = H / KV;
+  int C = (int)d.C, KVD = (int)d.KVD;
+  float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for schedule(static)
+  for (int bk = 0; bk < B * KV; bk++) {
+    int b = bk / KV, kh = bk % KV;
+    size_t koff = (size_t)b * T * KVD + (size_t)kh * hs;
+    const float *kk = k + koff, *vv = v + koff;
+    float *dkk = dk + koff, *dvv = dv + koff;
+    for (int g = 0; g < G; g++) {
+      int h = kh * G + g;
+      float beta = g ? 1.0f : 0.0f;
+      size_t qoff = (size_t)b * T * C + (size_t)h * hs;
+      const float *a = att + ((size_t)b * H + h) * T * T;
+      float *da = datt + ((size_t)b * H + h) * T * T;
+      const float *dyh = dy + qoff;
+      /* da = dy v^T; dv (+)= a^T dy */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dyh,
+                  C, vv, KVD, 0.0f, da, T);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T,
+                  dyh, C, beta, dvv, KVD);
+      cpu_causal_softmax_backward(da, a, T, scale);
+      /* dq = da k; dk (+)= da^T q */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da,
+                  T, kk, KVD, 0.0f, dq + qoff, C);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da,
+                  T, q + qoff, C, beta, dkk, KVD);
+    }
+  }
+}
+
+static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* gate, up (n) -> hid = silu(gate) * up */
+static void swiglu_forward(float *hid, const float *gate, const float *up,
+                           size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++)
+    hid[i] = gate[i] * sigmoidf(gate[i]) * up[i];
+}
+
+/* dhid, gate, up (n) -> dgate, dup (n); dhid may be dup or dgate. */
+static void swiglu_backward(float *dgate, float *dup, const float *dhid,
+                            const float *gate, const float *up, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float g = gate[i], s = sigmoidf(g), dh = dhid[i];
+    dup[i] = dh * g * s;
+    dgate[i] = dh * up[i] * s * (1.0f + g * (1.0f - s));
+  }
+}
+
+/* x (N,IC), w (OC,IC), nn.Linear's layout -> out (N,OC) = x w^T */
+static void linear_forward(float *out, const float *x, const float *w, int N,
+                           int IC, int OC) {
+  cpu_gemm(0, 1, N, OC, IC, 1.0f, x, IC, w, IC, 0.0f, out, OC);
+}
+
+/* dout (N,OC), x (N,IC), w (OC,IC) -> dx (N,IC) = dout w, overwritten
+ * (beta 0) or added (beta 1); dw (OC,IC) += dout^T x */
+static void linear_backward(float *dx, float beta, float *dw, const float *dout,
+                            const float *x, const float *w, int N, int IC,
+                            int OC) {
+  cpu_gemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, beta, dx, IC);
+  cpu_gemm(1, 0, OC, IC, N, 1.0f, dout, OC, x, IC, 1.0f, dw, IC);
+}
+
+/* ---------------------------------------------------------------------
+ * The passes. Parameter groups (gpt.h): 0 the embedding, 1 + l layer l,
+ * L + 1 model.norm and lm_head. Forward order 0, 1..L, L + 1 (and 0
+ * again for a tied head); backward the reverse, with the tied head's 0
+ * first, as GPT-2's.
+ * --------------------------------------------------------------------- */
+
+/* Index of the head's tensor: lm_head (last) or the embedding. */
+static size_t head_tensor(const gpt *m) {
+  return m->cfg.untied_head ? m->n_tensors - 1 : 0;
+}
+/* Index of model.norm.weight: last, or before lm_head. */
+static size_t norm_tensor(const gpt *m) {
+  return m->n_tensors - 1 - (size_t)(m->cfg.untied_head != 0);
+}
+
+/* Layer l forward, res (N,C) -> la.res3. */
+static void layer_forward(gpt *m, const layer_acts *la, const float *res,
+                          const acts *a, int l, int B, int T) {
+  dims d = dims_of(&m->cfg);
+  int N = B * T, C = (int)d.C, KVD = (int)d.KVD, FF = (int)d.FF;
+  float eps = m->cfg.norm_eps;
+#define P(k) gpt_p(m, llama_ti(l, k))
+  rmsnorm_forward(la->xn1, la->rs1, res, P(LLAMA_LN1_W), N, C, eps);
+  linear_forward(la->q, la->xn1, P(LLAMA_Q_W), N, C, C);
+  linear_forward(la->k, la->xn1, P(LLAMA_K_W), N, C, KVD);
+  linear_forward(la->v, la->xn1, P(LLAMA_V_W), N, C, KVD);
+  rope_apply(la->q, a->cos, a->sin, B, T, (int)d.H, (int)d.hs, 1);
+  rope_apply(la->k, a->cos, a->sin, B, T, (int)d.KV, (int)d.hs, 1);
+  attention_forward(la->y, la->att, la->q, la->k, la->v, B, T, d);
+  /* res2 = res + y o_proj^T */
+  memcpy(la->res2, res, (size_t)N * C * sizeof(float));
+  cpu_gemm(0, 1, N, C, C, 1.0f, la->y, C, P(LLAMA_O_W), C, 1.0f, la->res2, C);
+  rmsnorm_forward(la->xn2, la->rs2, la->res2, P(LLAMA_LN2_W), N, C, eps);
+  linear_forward(la->gate, la->xn2, P(LLAMA_GATE_W), N, C, FF);
+  linear_forward(la->up, la->xn2, P(LLAMA_UP_W), N, C, FF);
+  swiglu_forward(la->hid, la->gate, la->up, (size_t)N * FF);
+  /* res3 = res2 + hid down_proj^T */
+  memcpy(la->res3, la->res2, (size_t)N * C * sizeof(float));
+  cpu_gemm(0, 1, N, C, FF, 1.0f, la->hid, FF, P(LLAMA_DOWN_W), FF, 1.0f,
+           la->res3, C);
+#undef P
+}
+
+/* Layer l backward: a->dres holds d res3 in, d of the layer's input
+ * (res) out. */
+static void layer_backward(gpt *m, const layer_acts *la, const float *res,
+                           const acts *a, int l, int B, int T) {
+  dims d = dims_of(&m->cfg);
+  int N = B * T, C = (int)d.C, KVD = (int)d.KVD, FF = (int)d.FF;
+#define P(k) gpt_p(m, llama_ti(l, k))
+#define G(k) gpt_g(m, llama_ti(l, k))
+  /* MLP: d res3 -> d hid (into dgate's room, then split) */
+  linear_backward(a->dup, 0.0f, G(LLAMA_DOWN_W), a->dres, la->hid,
+                  P(LLAMA_DOWN_W), N, FF, C);
+  swiglu_backward(a->dgate, a->dup, a->dup, la->gate, la->up, (size_t)N * FF);
+  linear_backward(a->dbuf, 0.0f, G(LLAMA_GATE_W), a->dgate, la->xn2,
+                  P(LLAMA_GATE_W), N, C, FF);
+  linear_backward(a->dbuf, 1.0f, G(LLAMA_UP_W), a->dup, la->xn2, P(LLAMA_UP_W),
+                  N, C, FF);
+  rmsnorm_backward(a->dres, G(LLAMA_LN2_W), a->dbuf, la->res2, P(LLAMA_LN2_W),
+                   la->rs2, N, C);
+  /* Attention: d res2 -> d y -> dq, dk, dv (before RoPE) -> d xn1 */
+  linear_backward(a->dbuf, 0.0f, G(LLAMA_O_W), a->dres, la->y, P(LLAMA_O_W), N,
+                  C, C);
+  attention_backward(a->dq, a->dk, a->dv, a->datt, a->dbuf, la->q, la->k, la->v,
+                     la->att, B, T, d);
+  rope_apply(a->dq, a->cos, a->sin, B, T, (int)d.H, (int)d.hs, -1);
+  rope_apply(a->dk, a->cos, a->sin, B, T, (int)d.KV, (int)d.hs, -1);
+  linear_backward(a->dbuf, 0.0f, G(LLAMA_Q_W), a->dq, la->xn1, P(LLAMA_Q_W), N,
+                  C, C);
+  linear_backward(a->dbuf, 1.0f, G(LLAMA_K_W), a->dk, la->xn1, P(LLAMA_K_W), N,
+                  C, KVD);
+  linear_backward(a->dbuf, 1.0f, G(LLAMA_V_W), a->dv, la->xn1, P(LLAMA_V_W), N,
+                  C, KVD);
+  rmsnorm_backward(a->dres, G(LLAMA_LN1_W), a->dbuf, res, P(LLAMA_LN1_W),
+                   la->rs1, N, C);
+#undef P
+#undef G
+}
+
+/* The hook calls of one step; a non-zero return stops the pass. */
+#define NEED(g, next)                                                          \
+  if (cpu_params_need(m, (g), (next)) != 0)                                    \
+  goto hook_failed
+#define DONE(g, next)                                                          \
+  if (cpu_params_done(m, (g), (next)) != 0)                                    \
+  goto hook_failed
+
+int llama_cpu_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
+                      int B, int T, float *loss, char *err, size_t errlen) {
+  const gpt_config *c = &m->cfg;
+  dims d = dims_of(c);
+  size_t widest = d.FF > d.C ? d.FF : d.C;
+  if (cpu_forward_begin(m, inputs, targets, B, T, widest, llama_cpu_act_floats,
+                        err, errlen) != 0)
+    return -1;
+  int N = B * T, C = (int)d.C, L = c->n_layer;
+  int V = c->vocab_size, Vp = c->padded_vocab, tied = !c->untied_head;
+  acts a;
+  carve(c, m->acts, B, T, &a);
+  rope_tables(a.cos, a.sin, T, (int)d.hs, c->rope_theta);
+
+  NEED(0, 1);
+  const float *emb = gpt_p(m, 0);
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++)
+    memcpy(a.encoded + (size_t)i * C, emb + (size_t)inputs[i] * C,
+           (size_t)C * sizeof(float));
+  DONE(0, 1);
+  const float *res = a.encoded;
+  for (int l = 0; l < L; l++) {
+    NEED(1 + l, 2 + l);
+    layer_acts la = layer_at(m, &a, l, B, T);
+    layer_forward(m, &la, res, &a, l, B, T);
+    DONE(1 + l, 2 + l);
+    res = la.res3;
+  }
+  /* After the head, a forward with targets is for training: the
+   * backward starts with the head's group again. */
+  int after = targets ? (tied ? 0 : L + 1) : -1;
+  NEED(L + 1, tied ? 0 : after);
+  rmsnorm_forward(a.xf, a.rsf, res, gpt_p(m, norm_tensor(m)), N, C,
+                  c->norm_eps);
+  if (tied) {
+    DONE(L + 1, 0);
+    NEED(0, after);
+  }
+  /* xf (N,C), head (Vp,C) -> logits (N,Vp) over the real columns; the
+   * padding columns are zero. */
+  cpu_gemm(0, 1, N, V, C, 1.0f, a.xf, C, gpt_p(m, head_tensor(m)), C, 0.0f,
+           a.logits, Vp);
+  DONE(tied ? 0 : L + 1, after);
+  cpu_forward_end(m, B, T, a.logits, a.lse, a.losses, a.dlogits, targets,
+                  loss);
+  return 0;
+hook_failed:
+  m->B = m->T = 0;
+  snprintf(err, errlen, "gpt: a parameter hook failed");
+  return -1;
+}
+
+const float *llama_cpu_logits(const gpt *m) {
+  acts a = {0};
+  carve(&m->cfg, m->acts, m->B, m->T, &a);
+  return a.logits;
+}
+
+void llama_cpu_backward(gpt *m, float scale) {
+  const gpt_config *c = &m->cfg;
+  int B = m->B, T = m->T, C = c->n_embd, V = c->vocab_size;
+  int Vp = c->padded_vocab, L = c->n_layer, N = B * T, tied = !c->untied_head;
+  acts a;
+  carve(c, m->acts, B, T, &a);
+  size_t nf = norm_tensor(m);
+
+  /* loss -> dlogits, in place of the probabilities (one backward per
+   * forward, gpt_backward's rule) */
+  gpt_cpu_crossentropy_backward(a.dlogits, m->targets, scale / (float)N, N, V,
+                                Vp);
+  /* dlogits -> dbuf = dlogits head; dhead (V,C) += dlogits^T xf */
+  int hg = tied ? 0 : L + 1;
+  NEED(hg, tied ? L + 1 : L);
+  size_t ht = head_tensor(m);
+  cpu_gemm(0, 0, N, C, V, 1.0f, a.dlogits, Vp, gpt_p(m, ht), C, 0.0f, a.dbuf,
+           C);
+  cpu_gemm(1, 0, V, C, N, 1.0f, a.dlogits, Vp, a.xf, C, 1.0f, gpt_g(m, ht), C);
+  if (tied) {
+    DONE(0, L + 1);
+    NEED(L + 1, L);
+  }
+  memset(a.dres, 0, (size_t)N * C * sizeof(float));
+  const float *last = L > 0 ? layer_at(m, &a, L - 1, B, T).res3 : a.encoded;
+  rmsnorm_backward(a.dres, gpt_g(m, nf), a.dbuf, last, gpt_p(m, nf), a.rsf, N,
+                   C);
+  DONE(L + 1, L);
+  if (m->grad_hook)
+    m->grad_hook(m->grad_hook_arg, m->tensors[nf].offset);
+  for (int l = L - 1; l >= 0; l--) {
+    int next = l > 0 ? l : (tied ? -1 : 0);
+    NEED(1 + l, next);
+    layer_acts la = layer_at(m, &a, l, B, T);
+    const float *res = l > 0 ? layer_at(m, &a, l - 1, B, T).res3 : a.encoded;
+    layer_backward(m, &la, res, &a, l, B, T);
+    DONE(1 + l, next);
+    if (m->grad_hook)
+      m->grad_hook(m->grad_hook_arg, m->tensors[llama_ti(l, 0)].offset);
+  }
+  /* The embedding's rows at the ids += dres; each thread owns a range of
+   * channels and walks the positions in order. */
+  if (!tied)
+    NEED(0, -1);
+  float *demb = gpt_g(m, 0);
+#pragma omp parallel for schedule(static)
+  for (int c0 = 0; c0 < C; c0 += 16) {
+    int c1 = c0 + 16 < C ? c0 + 16 : C;
+    for (int i = 0; i < N; i++) {
+      const float *dr = a.dres + (size_t)i * C;
+      float *we = demb + (size_t)m->inputs[i] * C;
+      for (int cc = c0; cc < c1; cc++)
+        we[cc] += dr[cc];
+    }
+  }
+  if (!tied)
+    DONE(0, -1);
+  if (m->grad_hook)
+    m->grad_hook(m->grad_hook_arg, 0);
+hook_failed:
+  return;
+}
