@@ -144,6 +144,10 @@ int dirprep_claim(dirprep *d, size_t task) {
   return was == READY;
 }
 
+int dirprep_ready(dirprep *d, size_t task) {
+  return d && task < d->n && atomic_load(&d->state[task]) == READY;
+}
+
 void dirprep_destroy(dirprep *d) {
   if (!d)
     return;

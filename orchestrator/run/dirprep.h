@@ -38,6 +38,12 @@ void dirprep_push(dirprep *d, size_t task, const char *name);
  * the thread no longer touches the task. */
 int dirprep_claim(dirprep *d, size_t task);
 
+/* Whether task's directories are made and not yet claimed: what a claim
+ * now would answer, without claiming (for tests, which must not take
+ * "the log file exists" for "made": the thread marks a task made just
+ * after its last file). */
+int dirprep_ready(dirprep *d, size_t task);
+
 /* Stops the thread (what was not reached is left undone) and frees d.
  * NULL is a no-op. */
 void dirprep_destroy(dirprep *d);

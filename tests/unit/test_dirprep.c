@@ -23,10 +23,14 @@ static int is_empty_file(const char *p) {
 /* dirprep borrows the run's path: test_path's buffers are reused. */
 static char run_path[1024];
 
-/* Waits (up to 5 s) for task's directories to be made, then claims it. */
+/* Waits (5000 polls, at least 5 s) for task's directories to be made,
+ * then claims it. Made means marked ready, which comes just after the
+ * log file: under a loaded machine's scheduling the file alone was seen
+ * before the mark. */
 static int claim_when_made(dirprep *d, size_t task, const char *name) {
   for (int i = 0; i < 5000; i++) {
-    if (is_empty_file(test_path("run/%s/attempt-1/log", name)))
+    if (is_empty_file(test_path("run/%s/attempt-1/log", name)) &&
+        dirprep_ready(d, task))
       break;
     usleep(1000);
   }
