@@ -44,8 +44,9 @@ class Browser:
         self.proc.kill()
         self.proc.wait()
 
-    def send(self, method, params=None, deadline=30):
-        """One protocol call; its result, or exit naming the error."""
+    def send(self, method, params=None, deadline=30, errors=False):
+        """One protocol call; its result, or exit naming the error (with
+        errors, the error object is returned as {"error": ...})."""
         self._id += 1
         msg = {"id": self._id, "method": method, "params": params or {}}
         if self.session and not method.startswith("Target."):
@@ -58,6 +59,8 @@ class Browser:
                 m = json.loads(raw)
                 if m.get("id") == self._id:
                     if "error" in m:
+                        if errors:
+                            return {"error": m["error"]}
                         sys.exit(f"{method}: {m['error']}")
                     return m["result"]
             chunk = os.read(self._from_r, 65536)
@@ -76,9 +79,18 @@ class Browser:
 
     def js(self, expr):
         """expr evaluated in the page (promises awaited), by value."""
-        r = self.send("Runtime.evaluate", {"expression": expr, "returnByValue": True,
-                                           "awaitPromise": True})
-        return r["result"].get("value")
+        # A page that reloads (location.reload(), a navigation) drops the
+        # evaluation under way: asked again once the new page is there.
+        for _ in range(100):
+            r = self.send("Runtime.evaluate", {"expression": expr, "returnByValue": True,
+                                               "awaitPromise": True}, errors=True)
+            if "error" not in r:
+                return r["result"].get("value")
+            msg = str(r["error"].get("message", ""))
+            if "navigated" not in msg and "context" not in msg.lower():
+                sys.exit(f"Runtime.evaluate: {r['error']}")
+            time.sleep(0.1)
+        sys.exit(f"Runtime.evaluate: the page kept navigating: {r['error']}")
 
     def wait_for(self, expr, what, secs=20):
         """Polls expr until it is truthy; exits naming what and showing the
