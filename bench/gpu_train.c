@@ -223,6 +223,12 @@ static int run_one(const opts *o, gpt *m, int B, int quiet_oom) {
            "allocated %.2f GiB, MFU %.1f%%, last loss %.4f\n",
            B, T, gpt_recompute_name(o->rc), zs, tps, 1e3 * el / o->steps,
            alloc / 1073741824.0, 100 * mfu, loss);
+    if (t.g) {
+      uint64_t extra = 0;
+      const char *att = gpt_cuda_attention(t.g, &extra);
+      printf("attention: %s; %.1f MiB beside the allocation\n", att,
+             extra / 1048576.0);
+    }
     if (t.zc)
       printf("rank 0's GPU: params %.1f MiB, grads %.1f MiB, optimizer %.1f "
              "MiB, activations %.1f MiB (ZeRO's mixed-precision formula "

@@ -334,12 +334,83 @@ static int att_use_tc(const kern_ctx *k, int hs) {
   return k->attention != KERN_ATT_FP32 && hs % 16 == 0;
 }
 
+/* Loads cuDNN into k once. 0, or -1 with why. */
+static int att_cudnn_load(kern_ctx *k, char *why, size_t whylen) {
+  if (k->cudnn)
+    return 0;
+  return att_cudnn_open(&k->cudnn, k->stream, why, whylen);
+}
+
+int kern_attention_use_cudnn(kern_ctx *k, char *err, size_t errlen) {
+  static const char op[] = "kern_attention_use_cudnn";
+  char why[400];
+  if (k->deterministic)
+    return kc_fail(err, errlen, op,
+                   "cuDNN's fused attention adds dq with atomics: not in "
+                   "deterministic mode");
+  if (att_cudnn_load(k, why, sizeof why))
+    return kc_fail(err, errlen, op, "cuDNN's fused attention: %s", why);
+  k->attention = KERN_ATT_CUDNN;
+  return 0;
+}
+
+int kern_attention_prepare(kern_ctx *k, int B, int T, int C, int NH, char *why,
+                           size_t whylen) {
+  char msg[600];
+  const char *no = NULL;
+  if (k->attention != KERN_ATT_TC && k->attention != KERN_ATT_CUDNN)
+    no = "another attention was asked for (DAGRUN_CUDA_ATTENTION)";
+  else if (k->cudnn_off)
+    no = "another attention was asked for (DAGRUN_CUDA_ATTENTION)";
+  else if (k->deterministic)
+    no = "deterministic: cuDNN's backward adds dq with atomics";
+  else if (att_check(B, T, C, NH, "kern_attention_prepare", msg, sizeof msg) ||
+           att_cudnn_load(k, msg, sizeof msg) ||
+           att_cudnn_prepare(k->cudnn, B, T, C, NH, msg, sizeof msg))
+    no = msg;
+  if (no) {
+    snprintf(why, whylen, "dagrun's tensor-core attention (not cuDNN's: %s)",
+             no);
+    return 0;
+  }
+  snprintf(why, whylen, "cuDNN's fused attention (cuDNN %zu)",
+           att_cudnn_version(k->cudnn));
+  return 1;
+}
+
+size_t kern_attention_extra_bytes(const kern_ctx *k) {
+  return att_cudnn_workspace_bytes(k->cudnn);
+}
+
+/* cuDNN's attention: every shape under KERN_ATT_CUDNN (head sizes it
+ * cannot take are refused), the readied ones under KERN_ATT_TC. */
+static int att_use_cudnn(const kern_ctx *k, int B, int T, int C, int NH) {
+  return k->attention == KERN_ATT_CUDNN ||
+         (k->attention == KERN_ATT_TC &&
+          att_cudnn_ready(k->cudnn, B, T, C, NH));
+}
+
+static int att_cudnn_check(int C, int NH, const char *op, char *err,
+                           size_t errlen) {
+  if ((C / NH) % 8)
+    return kc_fail(err, errlen, op,
+                   "head size %d: cuDNN's fused attention takes multiples "
+                   "of 8 (DAGRUN_CUDA_ATTENTION=cudnn)",
+                   C / NH);
+  return 0;
+}
+
 int kern_attention_forward(const kern_ctx *k, floatX *out, float *lse,
                            const floatX *qkv, int B, int T, int C, int NH,
                            char *err, size_t errlen) {
   static const char op[] = "kern_attention_forward";
   if (att_check(B, T, C, NH, op, err, errlen))
     return -1;
+  if (att_use_cudnn(k, B, T, C, NH))
+    return att_cudnn_check(C, NH, op, err, errlen)
+               ? -1
+               : att_cudnn_forward(k->cudnn, out, lse, qkv, B, T, C, NH, op,
+                                   err, errlen);
   const int hs = C / NH;
   if (att_use_tc(k, hs))
     return att_tc_forward(k, out, lse, qkv, B, T, C, NH, op, err, errlen);
@@ -351,7 +422,8 @@ int kern_attention_forward(const kern_ctx *k, floatX *out, float *lse,
 }
 
 /* Dsum (B,NH,T), then, 16-byte aligned, the one-kernel backward's FP32 dq
- * (B,T,C). */
+ * (B,T,C); cuDNN's backward takes the same two for its softmax_sum and
+ * its dq accumulator. */
 static size_t att_dsum_bytes(int B, int T, int NH) {
   return ((size_t)B * NH * T * sizeof(float) + 15) & ~(size_t)15;
 }
@@ -369,17 +441,22 @@ int kern_attention_backward(const kern_ctx *k, floatX *dqkv, void *scratch,
   static const char op[] = "kern_attention_backward";
   if (att_check(B, T, C, NH, op, err, errlen))
     return -1;
-  const int hs = C / NH;
   float *Dsum = (float *)scratch;
+  float *dq_acc = (float *)((char *)scratch + att_dsum_bytes(B, T, NH));
+  if (att_use_cudnn(k, B, T, C, NH))
+    return att_cudnn_check(C, NH, op, err, errlen)
+               ? -1
+               : att_cudnn_backward(k->cudnn, dqkv, dq_acc, Dsum, dout, qkv,
+                                    out, lse, B, T, C, NH, op, err, errlen);
+  const int hs = C / NH;
   const size_t rows = (size_t)B * NH * T;
   attention_dsum_kernel<<<kc_grid(rows, 8, k->sm_count), 256, 0, k->stream>>>(
       Dsum, dout, out, B, T, C, NH);
   if (kc_check(op, err, errlen))
     return -1;
   if (att_use_tc(k, hs))
-    return att_tc_backward(
-        k, dqkv, (float *)((char *)scratch + att_dsum_bytes(B, T, NH)), Dsum,
-        dout, qkv, lse, B, T, C, NH, op, err, errlen);
+    return att_tc_backward(k, dqkv, dq_acc, Dsum, dout, qkv, lse, B, T, C, NH,
+                           op, err, errlen);
   const size_t rows_smem = 2 * (size_t)ATT_ROWS * hs;
   const size_t tiles_smem = 2 * (size_t)ATT_TILE * (hs + 1);
   dim3 grid((unsigned)(B * NH), kc_cdiv((size_t)T, ATT_ROWS));

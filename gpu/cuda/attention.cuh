@@ -72,4 +72,37 @@ int att_tc_backward(const kern_ctx *k, floatX *dqkv, float *dq_acc,
                     const float *lse, int B, int T, int C, int NH,
                     const char *op, char *err, size_t errlen);
 
+/* attention_cudnn.cu: cuDNN's fused flash attention (kernels.cuh's
+ * KERN_ATT_CUDNN, and the default's prepared shapes), on the same
+ * tensors as ours: qkv (B,T,3C), out (B,T,C), lse (B,NH,T) natural-log
+ * log-sum-exp of the scaled scores, dqkv (B,T,3C). Head sizes that are
+ * multiples of 8. */
+struct att_cudnn;
+/* Loads libcudnn.so.9 and makes its handle on stream. 0, or -1 with why
+ * (no cuDNN on the machine or in the build, no device). */
+int att_cudnn_open(struct att_cudnn **out, cudaStream_t stream, char *why,
+                   size_t whylen);
+void att_cudnn_close(struct att_cudnn *c); /* NULL is a no-op */
+size_t att_cudnn_version(const struct att_cudnn *c); /* e.g. 91900 */
+/* The device memory its plans took (beside the caller's scratch). */
+size_t att_cudnn_workspace_bytes(const struct att_cudnn *c);
+/* Builds both plans of a shape (cuDNN compiles their kernels: seconds).
+ * 0, or -1 with err where cuDNN refuses the shape. */
+int att_cudnn_prepare(struct att_cudnn *c, int B, int T, int C, int NH,
+                      char *err, size_t errlen);
+/* 1 if both plans of the shape are built. */
+int att_cudnn_ready(const struct att_cudnn *c, int B, int T, int C, int NH);
+/* The passes, building the plan on first use. The backward takes the
+ * caller's scratch for its two FP32 buffers: dq_acc (B*T*C floats, dq
+ * accumulated with atomics: not deterministic) and softmax_sum (B*NH*T
+ * floats, rowsum(dout * out)). */
+int att_cudnn_forward(struct att_cudnn *c, floatX *out, float *lse,
+                      const floatX *qkv, int B, int T, int C, int NH,
+                      const char *op, char *err, size_t errlen);
+int att_cudnn_backward(struct att_cudnn *c, floatX *dqkv, float *dq_acc,
+                       float *softmax_sum, const floatX *dout,
+                       const floatX *qkv, const floatX *out, const float *lse,
+                       int B, int T, int C, int NH, const char *op, char *err,
+                       size_t errlen);
+
 #endif /* DAGRUN_CUDA_ATTENTION_CUH */

@@ -128,6 +128,7 @@ struct gpt_cuda {
   size_t nruns;
   kern_ctx k;
   int have_k;
+  char attention[400]; /* which attention (o.B, o.T) runs on, and why */
   char *base;               /* the one allocation */
   uint64_t bytes;
   float *master, *grads, *ostate;
@@ -627,6 +628,10 @@ static int alloc_device(gpt_cuda *g, char *err, size_t errlen) {
   }
   carve(cfg, g->np, g->nm, g->padded, g->ngrads, o->B, o->T, o->recompute,
         o->opt.kind, g->k.sm_count, g, NULL);
+  /* The steps' shape on cuDNN's attention where it serves (its plans are
+   * compiled now, not in the first step); never an error. */
+  kern_attention_prepare(&g->k, o->B, o->T, cfg->n_embd, cfg->n_head,
+                         g->attention, sizeof g->attention);
   return 0;
 }
 
@@ -1311,6 +1316,13 @@ extern "C" int gpt_cuda_optim_reset(gpt_cuda *g, char *err, size_t errlen) {
 extern "C" int gpt_cuda_synchronize(gpt_cuda *g, char *err, size_t errlen) {
   CK(cudaStreamSynchronize(g->k.stream));
   return 0;
+}
+
+extern "C" const char *gpt_cuda_attention(const gpt_cuda *g,
+                                          uint64_t *extra_bytes) {
+  if (extra_bytes)
+    *extra_bytes = kern_attention_extra_bytes(&g->k);
+  return g->attention;
 }
 
 extern "C" uint64_t gpt_cuda_allocated_bytes(const gpt_cuda *g) {

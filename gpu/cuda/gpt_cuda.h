@@ -263,8 +263,16 @@ int gpt_cuda_download_grads(gpt_cuda *g, float *out, char *err,
  * host clocks around it). */
 int gpt_cuda_synchronize(gpt_cuda *g, char *err, size_t errlen);
 
-/* Device bytes this gpt_cuda allocated (all of it, at create). */
+/* Device bytes this gpt_cuda allocated at create (all of it but what
+ * cuDNN's attention takes: gpt_cuda_attention). */
 uint64_t gpt_cuda_allocated_bytes(const gpt_cuda *g);
+/* Which attention the steps' micro-batch (o->B, o->T) runs on, for logs:
+ * cuDNN's fused attention (the default where libcudnn.so.9 loads, the
+ * run is not deterministic and cuDNN takes the shape: kernels.cuh's
+ * kern_attention_prepare) or dagrun's own kernels, with the reason; and
+ * the device bytes cuDNN's plans took beside gpt_cuda_allocated_bytes
+ * (extra_bytes may be NULL). Other shapes run on dagrun's kernels. */
+const char *gpt_cuda_attention(const gpt_cuda *g, uint64_t *extra_bytes);
 /* Device memory in use by this process and everything else on the
  * device now (total - free, cudaMemGetInfo): includes the CUDA context
  * and cuBLASLt's own. 0, or -1 with err. */

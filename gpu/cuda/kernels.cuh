@@ -49,6 +49,10 @@ enum kern_attention {
   KERN_ATT_TC_SYNC,
   /* attention.cu's FP32 kernels on the CUDA cores ("fp32"). */
   KERN_ATT_FP32,
+  /* cuDNN's fused flash attention for every shape ("cudnn";
+   * kern_attention_use_cudnn). Under KERN_ATT_TC, shapes readied by
+   * kern_attention_prepare run on it too. */
+  KERN_ATT_CUDNN,
 };
 
 typedef struct kern_ctx {
@@ -61,6 +65,11 @@ typedef struct kern_ctx {
   /* Which attention kernels run: a kern_attention (DAGRUN_CUDA_ATTENTION
    * at init; tests set it to compare them). */
   int attention;
+  /* cuDNN's handle and plans (attention_cudnn.cu), NULL until
+   * kern_attention_prepare or kern_attention_use_cudnn loads it. */
+  struct att_cudnn *cudnn;
+  /* DAGRUN_CUDA_ATTENTION=tc: kern_attention_prepare leaves cuDNN out. */
+  int cudnn_off;
   /* The fixed-order column sums' counters of finished blocks (layernorm.cu;
    * zero between launches): device memory after the cuBLASLt workspace.
    * The context's, not the caller's scratch, because they must stay zero
@@ -156,6 +165,27 @@ int kern_gelu_backward(const kern_ctx *k, floatX *dinout, const floatX *inp,
                        size_t n, char *err, size_t errlen);
 
 /* ---- Causal self-attention, fused (never a (B,NH,T,T) matrix) ---- */
+/* Readies the attention of one shape before the steps that run it. Where
+ * the context runs the default kernels (KERN_ATT_TC; DAGRUN_CUDA_ATTENTION
+ * unset) and is not deterministic, it loads cuDNN (libcudnn.so.9, at run
+ * time) and builds its fused attention for (B,T,C,NH) (cuDNN compiles the
+ * kernels now: seconds, once), and that shape then runs on cuDNN, whose
+ * kernels took 2.3 ms of a GPT-2 B=8 step on an H200 where ours took 5.5
+ * (bench/README.md). Where cuDNN is missing or refuses the shape, or the
+ * context is deterministic (cuDNN's backward adds dq with atomics), or
+ * DAGRUN_CUDA_ATTENTION=tc, the shape stays on our kernels. Never an
+ * error: 1 for cuDNN, 0 for ours, with why saying which and why. Its
+ * device memory: kern_attention_extra_bytes. */
+int kern_attention_prepare(kern_ctx *k, int B, int T, int C, int NH, char *why,
+                           size_t whylen);
+/* Device memory the context took for cuDNN's attention (its handle's
+ * plans' workspace), beside the callers' scratch. */
+size_t kern_attention_extra_bytes(const kern_ctx *k);
+/* Runs every shape's attention on cuDNN (KERN_ATT_CUDNN, what
+ * DAGRUN_CUDA_ATTENTION=cudnn asks): 0, or -1 with err where cuDNN cannot
+ * be loaded or the context is deterministic. */
+int kern_attention_use_cudnn(kern_ctx *k, char *err, size_t errlen);
+
 /* qkv (B,T,3C) (q, k, v of head h at channels h*hs of each third) ->
  * out (B,T,C), lse (B,NH,T) = log-sum-exp of each query's scaled scores
  * (1/sqrt(hs)), kept for the backward pass. */

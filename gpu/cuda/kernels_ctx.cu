@@ -5,10 +5,11 @@
  * One context per engine, made once: the stream is non-blocking so the
  * engine's work never waits on the legacy default stream, and the
  * cuBLASLt workspace is allocated here once rather than per product.
- * The environment variable DAGRUN_CUDA_ATTENTION (fp32, tc-sync,
- * tc-fused: kern_attention) is read here, once, so that every launch of
+ * The environment variable DAGRUN_CUDA_ATTENTION (tc, cudnn, fp32,
+ * tc-sync, tc-fused: kern_attention) is read here, once, so that every launch of
  * one engine takes the same attention path.
  */
+#include "attention.cuh"
 #include "kernels_common.cuh"
 
 #include <stdlib.h>
@@ -21,8 +22,13 @@ int kern_ctx_init(kern_ctx *k, int deterministic, char *err, size_t errlen) {
   memset(k, 0, sizeof *k);
   k->deterministic = deterministic;
   const char *att = getenv("DAGRUN_CUDA_ATTENTION");
+  int want_cudnn = 0;
   if (!att || !*att)
     k->attention = KERN_ATT_TC;
+  else if (strcmp(att, "tc") == 0)
+    k->attention = KERN_ATT_TC, k->cudnn_off = 1;
+  else if (strcmp(att, "cudnn") == 0)
+    want_cudnn = 1;
   else if (strcmp(att, "fp32") == 0)
     k->attention = KERN_ATT_FP32;
   else if (strcmp(att, "tc-sync") == 0)
@@ -31,8 +37,9 @@ int kern_ctx_init(kern_ctx *k, int deterministic, char *err, size_t errlen) {
     k->attention = KERN_ATT_TC_FUSED;
   else /* a misspelt name would otherwise time the default kernels */
     return kc_fail(err, errlen, op,
-                   "DAGRUN_CUDA_ATTENTION=%s: not one of fp32, tc-sync, "
-                   "tc-fused (unset: the default kernels)",
+                   "DAGRUN_CUDA_ATTENTION=%s: not one of tc, cudnn, fp32, "
+                   "tc-sync, tc-fused (unset: the default: tc, and cuDNN "
+                   "for the shapes an engine readies)",
                    att);
   int dev = 0;
   if (kc_cuda(cudaGetDevice(&dev), op, "cudaGetDevice", err, errlen) ||
@@ -66,6 +73,8 @@ int kern_ctx_init(kern_ctx *k, int deterministic, char *err, size_t errlen) {
           cudaMemsetAsync(k->colsum_done, 0, KC_COLSUM_DONE_BYTES, k->stream),
           op, "cudaMemsetAsync of the column sums' counters", err, errlen))
     goto fail;
+  if (want_cudnn && kern_attention_use_cudnn(k, err, errlen))
+    goto fail;
   return 0;
 fail:
   kern_ctx_destroy(k);
@@ -79,6 +88,7 @@ void kern_ctx_destroy(kern_ctx *k) {
    * process is usually ending. */
   if (k->stream)
     (void)cudaStreamSynchronize(k->stream);
+  att_cudnn_close(k->cudnn);
   if (k->lt_workspace)
     (void)cudaFree(k->lt_workspace);
   if (k->lt)

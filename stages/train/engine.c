@@ -18,7 +18,7 @@ struct engine {
   gpt *model;
   optim *opt;
   engine_options o;
-  char desc[256];
+  char desc[768];
 #ifdef DAGRUN_HAVE_CUDA
   gpt_cuda *g;
 #endif
@@ -133,7 +133,8 @@ int engine_create(engine_device dev, gpt *model, optim *opt,
       engine_destroy(e);
       return -1;
     }
-    snprintf(e->desc, sizeof e->desc, "cuda: %s", name);
+    snprintf(e->desc, sizeof e->desc, "cuda: %s; attention: %s", name,
+             gpt_cuda_attention(e->g, NULL));
 #else
     snprintf(err, errlen, "this dagrun was built without CUDA; use device: "
                           "cpu or auto");

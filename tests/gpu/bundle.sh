@@ -189,13 +189,15 @@ cat > "$b/env.sh" <<'E'
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 py=$(command -v python3 || true)
 # CUDA's libraries: the toolkit's, then those of python3's nvidia packages
-# (PyTorch's cudart, cuBLAS, NCCL).
+# (PyTorch's cudart, cuBLAS, NCCL, cuDNN and the NVRTC its fused
+# attention compiles with).
 nv=$(
   [ -n "$py" ] && "$py" - <<'P' 2>/dev/null
 import glob, os, site
 dirs = []
 for s in site.getsitepackages():
-    for lib in ("libnccl.so.2", "libcublasLt.so.13", "libcudart.so.13"):
+    for lib in ("libnccl.so.2", "libcublasLt.so.13", "libcudart.so.13",
+                "libcudnn.so.9", "libnvrtc.so.13"):
         for f in glob.glob(os.path.join(s, "nvidia", "**", lib), recursive=True):
             d = os.path.dirname(f)
             if d not in dirs:

@@ -334,9 +334,10 @@ static attention_ref<Vec> attention_ref_make(Rng &r, int B, int T, int C,
 /* The attention kernels the checks run: each kern_attention (in its
  * order, named as below), tc-fused outside deterministic mode (the
  * one-kernel backward: contexts of both kinds are needed). */
-enum { ATT_MODES = 4 };
-static const char *const att_mode_names[ATT_MODES] = {
-    "tensor cores", "tensor cores, tc-fused", "tensor cores, tc-sync", "fp32"};
+enum { ATT_MODES = 4, ATT_MODE_CUDNN = 4 /* KERN_ATT_CUDNN */ };
+static const char *const att_mode_names[ATT_MODES + 1] = {
+    "tensor cores", "tensor cores, tc-fused", "tensor cores, tc-sync", "fp32",
+    "cuDNN"};
 
 /* The label of an attention check: its shape and which kernels k (a
  * kern_ctx, whose header this one does not include) runs it on; head
@@ -344,7 +345,9 @@ static const char *const att_mode_names[ATT_MODES] = {
 template <class Ctx>
 static inline std::string attention_shape(int B, int T, int C, int NH,
                                           const Ctx *k) {
-  const int m = (C / NH) % 16 ? ATT_MODES - 1 : k->attention;
+  const int m = k->attention == ATT_MODE_CUDNN ? ATT_MODE_CUDNN
+                : (C / NH) % 16                ? ATT_MODES - 1
+                                               : k->attention;
   return shape("B=%d T=%d C=%d NH=%d (hs=%d, %s%s)", B, T, C, NH, C / NH,
                att_mode_names[m],
                m == 1 && !k->deterministic ? ", one-kernel backward" : "");

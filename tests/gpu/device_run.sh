@@ -11,7 +11,9 @@
 #        (default "16 32"): gpu_train's batches against PyTorch; SWEEP=0
 #        no micro-batch sweep; ATTENTION_VARIANTS (default "tc-fused
 #        tc-sync"): the DAGRUN_CUDA_ATTENTION values that gpu_train (B=16,
-#        dagrun alone) and kernel_bench also run with
+#        dagrun alone) and kernel_bench also run with (kernel_bench runs
+#        the default and cudnn besides); TORCH_PROFILE=0 leaves PyTorch's
+#        profile out
 #
 # Unpacks .gpu/dagrun-gpu.tar.xz into /tmp (once per machine), takes its
 # environment (env.sh), then runs the GPU tests (tests/gpu/run.sh) and/or
@@ -95,10 +97,12 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   done
   PYTHON=$DAGRUN_TEST_PYTHON step gpu_profile.log 80 bench/gpu_profile.sh "$b"
   # PyTorch's step at the same batch, kernel by kernel, beside it.
-  echo "== torch_gpt2.py --profile (B=8)" >>"$logs/gpu_profile.log"
-  step gpu_profile.log 120 "$DAGRUN_TEST_PYTHON" bench/torch_gpt2.py --B 8 --profile 30
+  if [ "${TORCH_PROFILE:-1}" = 1 ]; then
+    echo "== torch_gpt2.py --profile (B=8)" >>"$logs/gpu_profile.log"
+    step gpu_profile.log 120 "$DAGRUN_TEST_PYTHON" bench/torch_gpt2.py --B 8 --profile 30
+  fi
   [ "${ZERO:-1}" = 1 ] && ROUNDS=${ROUNDS:-2} step zero_cuda.log 120 bench/zero_cuda.sh "$b"
-  for att in default ${ATTENTION_VARIANTS:-tc-fused tc-sync} fp32; do
+  for att in default cudnn ${ATTENTION_VARIANTS:-tc-fused tc-sync} fp32; do
     echo "== DAGRUN_CUDA_ATTENTION=$att" >>"$logs/kernel_bench.log"
     # empty: the default kernels (an unknown name is refused)
     DAGRUN_CUDA_ATTENTION=${att#default} step kernel_bench.log 40 "$b/bin/kernel_bench"

@@ -633,6 +633,21 @@ int main(int argc, char **argv) {
         run([&] { check_attention(c, r, a.B, a.T, a.C, a.NH); });
   }
   k.attention = KERN_ATT_TC;
+  /* cuDNN's fused attention, outside deterministic mode (its backward
+   * adds dq with atomics), on the shapes whose head size is a multiple of
+   * 8, where cuDNN loads (the GPU machines'); where it does not, the
+   * checks are named as not run, and nothing is counted. */
+  {
+    char why[600];
+    if (kern_attention_use_cudnn(&knd, why, sizeof why) == 0) {
+      for (const att &a : atts)
+        if ((!quick || a.T < 1024) && (a.C / a.NH) % 8 == 0)
+          run([&] { check_attention(&knd, r, a.B, a.T, a.C, a.NH); });
+    } else {
+      printf("NOT RUN: the attention checks on cuDNN: %s\n", why);
+    }
+    knd.attention = KERN_ATT_TC;
+  }
   run([&] { check_classifier(&k, r, 4 * 64, 50257, 50304); });
   run([&] { check_classifier(&k, r, 37, 1000, 1024); });
   /* The one-element kernel (Vp odd), and a row wider than the vector

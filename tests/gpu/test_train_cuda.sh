@@ -9,7 +9,11 @@
 # - a checkpoint written on the GPU resumes on the CPU, and the reverse,
 #   continuing with the other device's losses (same tolerance);
 # - deterministic: true: two GPU runs give bitwise identical losses;
-# - the summary says device cuda and the device memory.
+# - the summary says device cuda and the device memory;
+# - the log names the attention: never cuDNN's in deterministic mode (its
+#   backward adds dq with atomics); GPU_TEST_ATTENTION, where set, is
+#   what the non-deterministic run's must say (the emulator's ctest: no
+#   cuDNN in that build).
 . "$(dirname "$0")/gpu_env.sh"
 
 N=${GPU_TEST_STEPS:-50} # the steps of a run; resumed runs from step N/2
@@ -83,5 +87,15 @@ _, d1 = losses("det1")
 _, d2 = losses("det2")
 assert d1 == d2, [(s, d1[s], d2[s]) for s in d1 if d1[s] != d2[s]][:5]
 print(f"deterministic: {N} identical losses, last", repr(d1[N]))
+import os, re
+def attention(name):
+    log = open(glob.glob(f"{runs}/{name}/*/train")[0] + "/attempt-1/log").read()
+    m = re.search(r"; attention: (.*?); recompute:", log)
+    assert m, f"{name}: no attention in the log"
+    return m.group(1)
+print("gpu run's attention:", attention("gpu"))
+want = os.environ.get("GPU_TEST_ATTENTION")
+assert not want or want in attention("gpu"), (want, attention("gpu"))
+assert "not cuDNN's: deterministic" in attention("det1"), attention("det1")
 P
 pass
