@@ -1382,6 +1382,39 @@ static unsigned post_decide(api_server *s, struct MHD_Connection *c,
   return status;
 }
 
+/* POST /api/dags/{dag}/pause and /unpause {"by", "via"} (both optional,
+ * as an approval's): the DAG's schedule paused or going (api.h). */
+static unsigned post_pause(api_server *s, struct MHD_Connection *c,
+                           const char *dag, int paused, const req *r,
+                           cJSON **out) {
+  unsigned status = authorize(s, c, r, out);
+  cJSON *body = NULL;
+  if (!status)
+    status = parse_body(&r->body, &body, out);
+  /* Who and how, checked as an approval's are (the same keys). */
+  store_approval who = {NULL, NULL, NULL, NULL};
+  if (!status)
+    status = approval_body(body, 0, &who, out);
+  if (status) {
+    cJSON_Delete(body);
+    return status;
+  }
+  char err[1024] = "";
+  cJSON *result = NULL;
+  int rc = s->act.pause ? s->act.pause(s->act.ud, dag, paused, who.by, who.via,
+                                       &result, err, sizeof err)
+                        : MHD_HTTP_SERVICE_UNAVAILABLE;
+  cJSON_Delete(body);
+  if (rc != 0) {
+    cJSON_Delete(result);
+    *out = err_json("%s", err[0] ? err : "cannot pause the DAG");
+    return rc >= 400 && rc <= 599 ? (unsigned)rc
+                                  : MHD_HTTP_INTERNAL_SERVER_ERROR;
+  }
+  *out = result;
+  return MHD_HTTP_OK;
+}
+
 /* ---- Routing ---- */
 
 typedef enum {
@@ -1404,7 +1437,9 @@ typedef enum {
   R_BACKFILL,
   R_RESUME,
   R_APPROVE,
-  R_REJECT
+  R_REJECT,
+  R_PAUSE,
+  R_UNPAUSE
 } route_id;
 
 /* Every route; '*' is one path segment. openapi.json describes each (a
@@ -1433,6 +1468,8 @@ static const struct route {
     {"POST", "/api/runs/*/resume", R_RESUME},
     {"POST", "/api/runs/*/tasks/*/approve", R_APPROVE},
     {"POST", "/api/runs/*/tasks/*/reject", R_REJECT},
+    {"POST", "/api/dags/*/pause", R_PAUSE},
+    {"POST", "/api/dags/*/unpause", R_UNPAUSE},
 };
 
 /* Whether url matches pattern; the segments that '*' matched go to caps. */
@@ -1556,6 +1593,10 @@ static enum MHD_Result dispatch(api_server *s, struct MHD_Connection *c,
   case R_APPROVE:
   case R_REJECT:
     status = post_decide(s, c, caps[0], caps[1], rt->id == R_REJECT, r, &out);
+    break;
+  case R_PAUSE:
+  case R_UNPAUSE:
+    status = post_pause(s, c, caps[0], rt->id == R_PAUSE, r, &out);
     break;
   case R_REPORT: {
     char *html = NULL;

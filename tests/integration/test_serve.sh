@@ -131,7 +131,7 @@ for _ in $(seq 100); do
   sleep 0.2
 done
 stop_serve
-expect_in "$T/serve3.log" "c_false: 4 earlier schedule times missed while down, not run (catchup: false)"
+expect_in "$T/serve3.log" "c_false: 4 earlier schedule times missed while down or paused, not run (catchup: false)"
 expect_in "$T/serve3.log" "c_true: run for 2026-06-01T12:10:00+00:00 UTC  (2026-06-01T12:10:00Z) queued (catch-up)"
 runs_json c_true > c_true.json
 runs_json c_false > c_false.json
