@@ -51,10 +51,10 @@
 #include "serve/backfill.h"
 #include "serve/serve.h"
 #include "store/annotate.h"
-#include "store/datastate.h"
 #include "store/approve.h"
-#include "store/pause.h"
+#include "store/datastate.h"
 #include "store/history.h"
+#include "store/pause.h"
 #include "store/resume.h"
 #include "store/store.h"
 

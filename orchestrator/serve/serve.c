@@ -816,7 +816,8 @@ static cJSON *dag_json(const server *s, const dag_entry *e) {
         j, "paused_since",
         cJSON_Duplicate(cJSON_GetObjectItem(e->paused, "since"), 0));
     cJSON_AddItemToObject(
-        j, "paused_by", cJSON_Duplicate(cJSON_GetObjectItem(e->paused, "by"), 0));
+        j, "paused_by",
+        cJSON_Duplicate(cJSON_GetObjectItem(e->paused, "by"), 0));
   }
   cJSON_AddNumberToObject(j, "queued", (double)e->nq);
   cJSON_AddNumberToObject(j, "fired", (double)e->fired);
@@ -1298,8 +1299,8 @@ static void loop_pause(server *s, api_request *r) {
   int paused = r->pause == 1;
   pause_who who = {r->by, r->via};
   char err[512];
-  int rc = pause_set(s->st, e->sp->dag, paused, &who, clock_wall(), err,
-                     sizeof err);
+  int rc =
+      pause_set(s->st, e->sp->dag, paused, &who, clock_wall(), err, sizeof err);
   cJSON *list = rc >= 0 ? pause_list(s->st, err, sizeof err) : NULL;
   if (!list) {
     r->status = 500;

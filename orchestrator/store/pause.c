@@ -239,8 +239,9 @@ static cJSON *dags_json(store *st, char *err, size_t errlen) {
     const cJSON *p = pause_find(paused, k->valuestring);
     cJSON_AddBoolToObject(o, "paused", p != NULL);
     if (p) {
-      cJSON_AddItemToObject(o, "paused_since",
-                            cJSON_Duplicate(cJSON_GetObjectItem(p, "since"), 0));
+      cJSON_AddItemToObject(
+          o, "paused_since",
+          cJSON_Duplicate(cJSON_GetObjectItem(p, "since"), 0));
       cJSON_AddItemToObject(o, "paused_by",
                             cJSON_Duplicate(cJSON_GetObjectItem(p, "by"), 0));
     }
@@ -249,10 +250,11 @@ static cJSON *dags_json(store *st, char *err, size_t errlen) {
     cJSON_AddNumberToObject(o, "runs", cJSON_GetArraySize(runs));
     const cJSON *last = cJSON_GetArrayItem(runs, 0);
     if (last) {
-      cJSON_AddItemToObject(o, "last_run",
-                            cJSON_Duplicate(cJSON_GetObjectItem(last, "id"), 0));
       cJSON_AddItemToObject(
-          o, "last_state", cJSON_Duplicate(cJSON_GetObjectItem(last, "state"), 0));
+          o, "last_run", cJSON_Duplicate(cJSON_GetObjectItem(last, "id"), 0));
+      cJSON_AddItemToObject(
+          o, "last_state",
+          cJSON_Duplicate(cJSON_GetObjectItem(last, "state"), 0));
       cJSON_AddItemToObject(
           o, "last_started",
           cJSON_Duplicate(cJSON_GetObjectItem(last, "started"), 0));
@@ -282,8 +284,7 @@ static void print_dags(const cJSON *dags) {
            cJSON_GetStringValue(cJSON_GetObjectItem(o, "dag")),
            paused ? "yes" : "no",
            (int)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "runs")),
-           last ? last : "-", state ? state : "-", since,
-           paused ? " by " : "",
+           last ? last : "-", state ? state : "-", since, paused ? " by " : "",
            paused ? cJSON_GetStringValue(cJSON_GetObjectItem(o, "paused_by"))
                   : "");
   }

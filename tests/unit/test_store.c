@@ -401,15 +401,14 @@ static void test_pause_v6(void) {
   CHECK_INT(store_open(db, 1, &st, err, sizeof err), 0);
   if (!st)
     return;
-  CHECK_INT(store_run_begin(st, "r6", "nightly", "/d/n.yaml", "/r6", 1.0,
-                            NULL, "cron", 0, NULL, NULL, 0, err, sizeof err),
+  CHECK_INT(store_run_begin(st, "r6", "nightly", "/d/n.yaml", "/r6", 1.0, NULL,
+                            "cron", 0, NULL, NULL, 0, err, sizeof err),
             0);
   store_close(st);
   sqlite3 *raw;
   CHECK_INT(sqlite3_open(db, &raw), SQLITE_OK);
-  CHECK_INT(sqlite3_exec(raw,
-                         "DROP TABLE dag_pauses; PRAGMA user_version = 6;", 0,
-                         0, 0),
+  CHECK_INT(sqlite3_exec(raw, "DROP TABLE dag_pauses; PRAGMA user_version = 6;",
+                         0, 0, 0),
             SQLITE_OK);
   sqlite3_close(raw);
   CHECK_INT(store_open(db, 0, &st, err, sizeof err), 0);
