@@ -1100,6 +1100,21 @@ static unsigned annotate_status(int rc, const char *err, cJSON **out) {
   return server_error(out, "cannot write the run store", err);
 }
 
+/* The answer to a POST the daemon acted on (api_actions): ok with result
+ * when rc is 0, else rc's status (500 for one that is none) with err, or
+ * what when err is empty. */
+static unsigned action_answer(int rc, const char *err, const char *what,
+                              cJSON *result, unsigned ok, cJSON **out) {
+  if (rc != 0) {
+    cJSON_Delete(result);
+    *out = err_json("%s", err[0] ? err : what);
+    return rc >= 400 && rc <= 599 ? (unsigned)rc
+                                  : MHD_HTTP_INTERNAL_SERVER_ERROR;
+  }
+  *out = result;
+  return ok;
+}
+
 /* POST /api/dags/{dag}/backfill {"from", "to", "rerun"}: the DAG's
  * schedule times in the range queued as backfill runs (api.h). */
 static unsigned post_backfill(api_server *s, struct MHD_Connection *c,
@@ -1135,14 +1150,8 @@ static unsigned post_backfill(api_server *s, struct MHD_Connection *c,
                             cJSON_IsTrue(rerun), &result, err, sizeof err)
           : MHD_HTTP_SERVICE_UNAVAILABLE;
   cJSON_Delete(body);
-  if (rc != 0) {
-    cJSON_Delete(result);
-    *out = err_json("%s", err[0] ? err : "cannot backfill");
-    return rc >= 400 && rc <= 599 ? (unsigned)rc
-                                  : MHD_HTTP_INTERNAL_SERVER_ERROR;
-  }
-  *out = result;
-  return MHD_HTTP_ACCEPTED;
+  return action_answer(rc, err, "cannot backfill", result, MHD_HTTP_ACCEPTED,
+                       out);
 }
 
 static unsigned annotate_begin(api_server *s, struct MHD_Connection *c,
@@ -1405,14 +1414,8 @@ static unsigned post_pause(api_server *s, struct MHD_Connection *c,
                                        &result, err, sizeof err)
                         : MHD_HTTP_SERVICE_UNAVAILABLE;
   cJSON_Delete(body);
-  if (rc != 0) {
-    cJSON_Delete(result);
-    *out = err_json("%s", err[0] ? err : "cannot pause the DAG");
-    return rc >= 400 && rc <= 599 ? (unsigned)rc
-                                  : MHD_HTTP_INTERNAL_SERVER_ERROR;
-  }
-  *out = result;
-  return MHD_HTTP_OK;
+  return action_answer(rc, err, "cannot pause the DAG", result, MHD_HTTP_OK,
+                       out);
 }
 
 /* ---- Routing ---- */

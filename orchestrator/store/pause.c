@@ -18,18 +18,6 @@
 #include "lib/exitcode.h"
 #include "store_impl.h"
 
-static sqlite3_stmt *prep(store *st, const char *sql, char *err,
-                          size_t errlen) {
-  sqlite3_stmt *s = NULL;
-  int rc = sqlite3_prepare_v2(store_sqlite(st), sql, -1, &s, NULL);
-  if (rc != SQLITE_OK) {
-    store_sql_fail(st, rc, err, errlen, "preparing a statement");
-    sqlite3_finalize(s);
-    return NULL;
-  }
-  return s;
-}
-
 int pause_set(store *st, const char *dag, int paused, const pause_who *who,
               double now, char *err, size_t errlen) {
   int rc = store_write_begin(st, err, errlen);
@@ -37,7 +25,7 @@ int pause_set(store *st, const char *dag, int paused, const pause_who *who,
     return rc;
   /* OR IGNORE: pausing a paused DAG keeps who paused it first, and when. */
   sqlite3_stmt *s =
-      prep(st,
+      store_prep(st,
            paused ? "INSERT OR IGNORE INTO dag_pauses(dag, since, by, via) "
                     "VALUES(?1, ?2, ?3, ?4)"
                   : "DELETE FROM dag_pauses WHERE dag = ?1",
@@ -63,7 +51,7 @@ int pause_set(store *st, const char *dag, int paused, const pause_who *who,
 
 cJSON *pause_list(store *st, char *err, size_t errlen) {
   sqlite3_stmt *s =
-      prep(st, "SELECT dag, since, by, via FROM dag_pauses ORDER BY dag", err,
+      store_prep(st, "SELECT dag, since, by, via FROM dag_pauses ORDER BY dag", err,
            errlen);
   if (!s)
     return NULL;
@@ -99,7 +87,7 @@ const cJSON *pause_find(const cJSON *list, const char *dag) {
 /* The DAGs the store knows: those with a run, a schedule's state (serve
  * records it when it loads a scheduled DAG) or a pause. NULL with err. */
 static cJSON *known_dags(store *st, char *err, size_t errlen) {
-  sqlite3_stmt *s = prep(st,
+  sqlite3_stmt *s = store_prep(st,
                          "SELECT dag FROM runs UNION SELECT dag FROM "
                          "cron_state UNION SELECT dag FROM dag_pauses "
                          "ORDER BY 1",

@@ -49,6 +49,13 @@ runs = json.load(sys.stdin)
 sys.exit(0 if len(runs) == int(sys.argv[1]) and all(r["state"] == "success" for r in runs) else 1)' "$2"
 }
 at_least_runs() { [ "$(count_runs "$1" cron)" -ge "$2" ]; }
+# none_since_pause WHEN: no cron run of p_false or p_true beyond those
+# counted at the pause (n_false, n_true), no run of files.
+none_since_pause() {
+  [ "$(count_runs p_false cron)" = "$n_false" ] || fail "p_false ran $1: $(count_runs p_false cron) cron runs, $n_false at the pause"
+  [ "$(count_runs p_true cron)" = "$n_true" ] || fail "p_true ran $1"
+  [ "$(count_runs files)" = 0 ] || fail "a file started a run of the paused DAG files $1"
+}
 
 # ---- serve 1: both schedules fire, then pause ----
 T0=$(date -d 2026-06-01T12:00:00Z +%s)
@@ -102,9 +109,7 @@ n_false=$(count_runs p_false)
 n_true=$(count_runs p_true)
 echo data > incoming/while-paused.txt
 sleep 3
-[ "$(count_runs p_false)" = "$n_false" ] || fail "p_false ran while paused: $(count_runs p_false) runs, $n_false before"
-[ "$(count_runs p_true)" = "$n_true" ] || fail "p_true ran while paused"
-[ "$(count_runs files)" = 0 ] || fail "a file started a run of the paused DAG files"
+none_since_pause "while paused"
 
 # A manual run of a paused DAG still starts, and succeeds.
 out=$(http POST /api/dags/p_false/runs "" token)
@@ -139,9 +144,7 @@ wait_until 5 dag_is p_false paused True || fail "the pause did not survive a res
 [ "$(dag_field files paused)" = True ] || fail "files: the pause did not survive a restart"
 expect_in "$T/serve2.log" "p_false: schedule paused"
 sleep 2
-[ "$(count_runs p_false cron)" = "$n_false" ] || fail "p_false ran after the restart while paused"
-[ "$(count_runs p_true)" = "$n_true" ] || fail "p_true ran after the restart while paused"
-[ "$(count_runs files)" = 0 ] || fail "files ran after the restart while paused"
+none_since_pause "after the restart, paused"
 
 # Unpause: p_false through the API, p_true and files by CLI.
 out=$(http POST /api/dags/p_false/unpause "" token)
