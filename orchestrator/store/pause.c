@@ -84,6 +84,21 @@ const cJSON *pause_find(const cJSON *list, const char *dag) {
   return NULL;
 }
 
+void pause_say(store *st, const char *dag, char *buf, size_t n) {
+  char err[256], since[40];
+  cJSON *list = pause_list(st, err, sizeof err);
+  const cJSON *p = pause_find(list, dag);
+  buf[0] = '\0';
+  if (p) {
+    format_utc(cJSON_GetNumberValue(cJSON_GetObjectItem(p, "since")), 0, since,
+               sizeof since);
+    snprintf(buf, n, "dag %s is paused since %s by %s (dagrun unpause %s)",
+             dag, since, cJSON_GetStringValue(cJSON_GetObjectItem(p, "by")),
+             dag);
+  }
+  cJSON_Delete(list);
+}
+
 /* The DAGs the store knows: those with a run, a schedule's state (serve
  * records it when it loads a scheduled DAG) or a pause. NULL with err. */
 static cJSON *known_dags(store *st, char *err, size_t errlen) {

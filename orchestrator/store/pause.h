@@ -45,6 +45,11 @@ cJSON *pause_list(store *st, char *err, size_t errlen);
 /* The entry of dag in list (pause_list's), or NULL when not paused. */
 const cJSON *pause_find(const cJSON *list, const char *dag);
 
+/* "dag D is paused since TIME by WHO (dagrun unpause D)" in buf when dag
+ * is paused, else "" (and when the store cannot be read): a line for
+ * `dagrun status`. */
+void pause_say(store *st, const char *dag, char *buf, size_t n);
+
 /* `dagrun pause DAG|FILE`, `dagrun unpause DAG|FILE` and `dagrun dags
  * [--json]`; argv holds the arguments after the command's name. Exit
  * status: 0 done (or so already); 1 the store cannot be read or written;

@@ -3,7 +3,8 @@
 # the API's pause refused without credentials, for an unknown DAG and for
 # an unknown body key (nothing changed); while paused no cron run and no
 # file-triggered run starts, but a manual run does; the pause outlives a
-# restart of serve; `dagrun pause`/`unpause`/`dags` on the same store; on
+# restart of serve; `dagrun pause`/`unpause`/`dags` on the same store
+# (and `dagrun status` of a run says its DAG is paused); on
 # unpause the missed times follow catchup (false: the latest only, true:
 # each) and the file that landed while paused starts one run.
 . "$(dirname "$0")/lib.sh"
@@ -117,6 +118,9 @@ out=$(http POST /api/dags/p_false/runs "" token)
 manual=$(echo "${out#* }" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
 wait_until 20 store_run_is "$manual" success || fail "the manual run did not succeed"
 [ "$(count_runs p_false cron)" = "$n_false" ] || fail "a cron run came with the manual one"
+run_dagrun status "$manual"
+expect_in "$T/out" "dag p_false is paused since "
+expect_in "$T/out" " by alice (dagrun unpause p_false)"
 
 # The CLI's list.
 run_dagrun dags
@@ -180,6 +184,8 @@ assert r["trigger"] == "cron" and int(r["logical_date"]) == int(sys.argv[1]) // 
 expect_in "$T/serve2.log" "p_false: $((m_false - 1)) earlier schedule times missed while down or paused, not run (catchup: false)"
 "$DAGRUN" runs files -n 1 --json | grep -q "while-paused.txt" || fail "the files run does not name the file"
 [ "$(dag_field p_false paused)" = False ] || fail "p_false still paused"
+run_dagrun status "$manual"
+expect_not_in "$T/out" "is paused"
 
 # CLI refusals: an unknown DAG, a file that does not load, bad usage.
 run_dagrun pause nosuch
