@@ -60,7 +60,7 @@ none_since_pause() {
 
 # ---- serve 1: both schedules fire, then pause ----
 T0=$(date -d 2026-06-01T12:00:00Z +%s)
-DAGRUN_FAKE_CLOCK="$T0*600" start_serve "$T/serve1.log"
+DAGRUN_FAKE_CLOCK="$T0*600" serve_start --log "$T/serve1.log"
 wait_until 20 at_least_runs p_false 1 || fail "p_false never ran: $(cat "$T/serve1.log")"
 wait_until 20 at_least_runs p_true 1 || fail "p_true never ran: $(cat "$T/serve1.log")"
 [ "$(dag_field p_false paused)" = "False" ] || fail "p_false paused before any pause"
@@ -137,13 +137,13 @@ assert d["p_false"]["runs"] >= 2 and d["p_false"]["last_state"] == "success", d'
   fail "dagrun dags --json: $(cat "$T/out")"
 L_FALSE=$(dag_field p_false last_fire)
 L_TRUE=$(dag_field p_true last_fire)
-stop_serve
+serve_stop
 
 # ---- serve 2: the pause survives the restart ----
 # The clock goes on, one second a second, 35 minutes after the later of
 # the two last fire times: 3 schedule times or so were missed.
 T2=$("$PY" -c 'import sys; print(int(max(float(sys.argv[1]), float(sys.argv[2]))) + 35 * 60)' "$L_FALSE" "$L_TRUE")
-DAGRUN_FAKE_CLOCK="$T2*1" start_serve "$T/serve2.log"
+DAGRUN_FAKE_CLOCK="$T2*1" serve_start --log "$T/serve2.log"
 wait_until 5 dag_is p_false paused True || fail "the pause did not survive a restart"
 [ "$(dag_field files paused)" = True ] || fail "files: the pause did not survive a restart"
 expect_in "$T/serve2.log" "p_false: schedule paused"
@@ -199,5 +199,5 @@ run_dagrun pause
 expect_rc 2
 run_dagrun pause p_true p_false
 expect_rc 2
-stop_serve
+serve_stop
 pass

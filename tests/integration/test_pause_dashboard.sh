@@ -20,7 +20,7 @@ tasks:
   a: {stage: exec, with: {command: [true]}}
 Y
 TOKEN=s3cret-token-0123456789
-serve_start
+serve_start --no-cron
 
 cat >pause_check.py <<'P'
 import json, os, subprocess, sys, time, urllib.request
