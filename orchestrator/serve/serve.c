@@ -771,6 +771,18 @@ static cJSON *params_json(const spec *sp) {
   return out;
 }
 
+/* paused (bool), and while paused paused_since and paused_by, into j. */
+static void add_paused(cJSON *j, const dag_entry *e) {
+  cJSON_AddBoolToObject(j, "paused", e->paused != NULL);
+  if (!e->paused)
+    return;
+  cJSON_AddItemToObject(
+      j, "paused_since",
+      cJSON_Duplicate(cJSON_GetObjectItem(e->paused, "since"), 0));
+  cJSON_AddItemToObject(
+      j, "paused_by", cJSON_Duplicate(cJSON_GetObjectItem(e->paused, "by"), 0));
+}
+
 static cJSON *dag_json(const server *s, const dag_entry *e) {
   cJSON *j = cJSON_CreateObject();
   const spec *sp = e->sp;
@@ -810,15 +822,7 @@ static cJSON *dag_json(const server *s, const dag_entry *e) {
     cJSON_AddNumberToObject(j, "data_fired", (double)e->data_fired);
     cJSON_AddNumberToObject(j, "coalesced", (double)e->data_coalesced);
   }
-  cJSON_AddBoolToObject(j, "paused", e->paused != NULL);
-  if (e->paused) {
-    cJSON_AddItemToObject(
-        j, "paused_since",
-        cJSON_Duplicate(cJSON_GetObjectItem(e->paused, "since"), 0));
-    cJSON_AddItemToObject(
-        j, "paused_by",
-        cJSON_Duplicate(cJSON_GetObjectItem(e->paused, "by"), 0));
-  }
+  add_paused(j, e);
   cJSON_AddNumberToObject(j, "queued", (double)e->nq);
   cJSON_AddNumberToObject(j, "fired", (double)e->fired);
   cJSON_AddNumberToObject(j, "skipped", (double)e->skipped);
@@ -1311,16 +1315,8 @@ static void loop_pause(server *s, api_request *r) {
   cJSON_Delete(list);
   r->result = cJSON_CreateObject();
   cJSON_AddStringToObject(r->result, "dag", e->sp->dag);
-  cJSON_AddBoolToObject(r->result, "paused", e->paused != NULL);
   cJSON_AddBoolToObject(r->result, "changed", rc == 0);
-  if (e->paused) {
-    cJSON_AddItemToObject(
-        r->result, "paused_since",
-        cJSON_Duplicate(cJSON_GetObjectItem(e->paused, "since"), 0));
-    cJSON_AddItemToObject(
-        r->result, "paused_by",
-        cJSON_Duplicate(cJSON_GetObjectItem(e->paused, "by"), 0));
-  }
+  add_paused(r->result, e);
   /* Unpaused: what waited may go now, not at the next tick. */
   queue_pump(s, e);
   r->status = 0;

@@ -77,9 +77,9 @@ cJSON *store_files_get(store *st, const char *dag, int *seen, char *err,
   *seen = 0;
   if (ensure_tables(st, err, errlen) != 0)
     return NULL;
-  sqlite3_stmt *s =
-      store_prep(st, "SELECT path, size, mtime FROM trigger_files WHERE dag = ?1",
-           err, errlen);
+  sqlite3_stmt *s = store_prep(
+      st, "SELECT path, size, mtime FROM trigger_files WHERE dag = ?1", err,
+      errlen);
   if (!s)
     return NULL;
   store_bind_text(s, 1, dag);
@@ -116,19 +116,20 @@ int store_files_set(store *st, const char *dag, const cJSON *files, char *err,
     return store_write_end(st, DR_ESTORE, err, errlen);
   store_bind_text(s, 1, dag);
   rc = run_write(st, s, "forgetting a DAG's trigger files", err, errlen);
-  if (rc == 0 && (s = store_prep(st,
-                           "INSERT INTO trigger_files(dag, path, size, mtime) "
-                           "VALUES (?1, '', 0, 0)",
-                           err, errlen))) {
+  if (rc == 0 &&
+      (s = store_prep(st,
+                      "INSERT INTO trigger_files(dag, path, size, mtime) "
+                      "VALUES (?1, '', 0, 0)",
+                      err, errlen))) {
     store_bind_text(s, 1, dag);
     rc = run_write(st, s, "recording a DAG's trigger files", err, errlen);
   }
   for (const cJSON *f = files ? files->child : NULL; f && rc == 0;
        f = f->next) {
     if (!(s = store_prep(st,
-                   "INSERT INTO trigger_files(dag, path, size, mtime) "
-                   "VALUES (?1, ?2, ?3, ?4)",
-                   err, errlen))) {
+                         "INSERT INTO trigger_files(dag, path, size, mtime) "
+                         "VALUES (?1, ?2, ?3, ?4)",
+                         err, errlen))) {
       rc = DR_ESTORE;
       break;
     }
@@ -285,8 +286,8 @@ void store_runs_trigger_info(store *st, cJSON *runs) {
   char err[256];
   if (!runs)
     return;
-  sqlite3_stmt *s = store_prep(st, "SELECT info FROM run_triggers WHERE run_id = ?1",
-                         err, sizeof err);
+  sqlite3_stmt *s = store_prep(
+      st, "SELECT info FROM run_triggers WHERE run_id = ?1", err, sizeof err);
   if (!s)
     return;
   if (cJSON_IsArray(runs)) {

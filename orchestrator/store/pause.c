@@ -24,12 +24,12 @@ int pause_set(store *st, const char *dag, int paused, const pause_who *who,
   if (rc)
     return rc;
   /* OR IGNORE: pausing a paused DAG keeps who paused it first, and when. */
-  sqlite3_stmt *s =
-      store_prep(st,
-           paused ? "INSERT OR IGNORE INTO dag_pauses(dag, since, by, via) "
-                    "VALUES(?1, ?2, ?3, ?4)"
-                  : "DELETE FROM dag_pauses WHERE dag = ?1",
-           err, errlen);
+  sqlite3_stmt *s = store_prep(
+      st,
+      paused ? "INSERT OR IGNORE INTO dag_pauses(dag, since, by, via) "
+               "VALUES(?1, ?2, ?3, ?4)"
+             : "DELETE FROM dag_pauses WHERE dag = ?1",
+      err, errlen);
   if (!s)
     return store_write_end(st, DR_ESTORE, err, errlen);
   store_bind_text(s, 1, dag);
@@ -51,8 +51,8 @@ int pause_set(store *st, const char *dag, int paused, const pause_who *who,
 
 cJSON *pause_list(store *st, char *err, size_t errlen) {
   sqlite3_stmt *s =
-      store_prep(st, "SELECT dag, since, by, via FROM dag_pauses ORDER BY dag", err,
-           errlen);
+      store_prep(st, "SELECT dag, since, by, via FROM dag_pauses ORDER BY dag",
+                 err, errlen);
   if (!s)
     return NULL;
   cJSON *out = cJSON_CreateArray();
@@ -92,9 +92,8 @@ void pause_say(store *st, const char *dag, char *buf, size_t n) {
   if (p) {
     format_utc(cJSON_GetNumberValue(cJSON_GetObjectItem(p, "since")), 0, since,
                sizeof since);
-    snprintf(buf, n, "dag %s is paused since %s by %s (dagrun unpause %s)",
-             dag, since, cJSON_GetStringValue(cJSON_GetObjectItem(p, "by")),
-             dag);
+    snprintf(buf, n, "dag %s is paused since %s by %s (dagrun unpause %s)", dag,
+             since, cJSON_GetStringValue(cJSON_GetObjectItem(p, "by")), dag);
   }
   cJSON_Delete(list);
 }
@@ -103,10 +102,10 @@ void pause_say(store *st, const char *dag, char *buf, size_t n) {
  * records it when it loads a scheduled DAG) or a pause. NULL with err. */
 static cJSON *known_dags(store *st, char *err, size_t errlen) {
   sqlite3_stmt *s = store_prep(st,
-                         "SELECT dag FROM runs UNION SELECT dag FROM "
-                         "cron_state UNION SELECT dag FROM dag_pauses "
-                         "ORDER BY 1",
-                         err, errlen);
+                               "SELECT dag FROM runs UNION SELECT dag FROM "
+                               "cron_state UNION SELECT dag FROM dag_pauses "
+                               "ORDER BY 1",
+                               err, errlen);
   if (!s)
     return NULL;
   cJSON *out = cJSON_CreateArray();

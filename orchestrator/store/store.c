@@ -1628,8 +1628,7 @@ void store_bind_text(sqlite3_stmt *s, int i, const char *v) {
   bind_text(s, i, v);
 }
 
-sqlite3_stmt *store_prep(store *st, const char *sql, char *err,
-                         size_t errlen) {
+sqlite3_stmt *store_prep(store *st, const char *sql, char *err, size_t errlen) {
   sqlite3_stmt *s = NULL;
   int rc = sqlite3_prepare_v2(st->db, sql, -1, &s, NULL);
   if (rc != SQLITE_OK) {

@@ -92,7 +92,8 @@ assert j["dag"] == "p_false" and j["paused"] is True and j["changed"] is True an
   fail "pause answered $out"
 out=$(http POST /api/dags/p_false/pause "" hmac)
 [ "${out%% *}" = 200 ] || fail "pause again: $out"
-case "$out" in *'"changed":false'*'"paused_by":"alice"'*) ;; *) fail "a second pause: $out" ;; esac
+case "$out" in *'"changed":false'*) ;; *) fail "a second pause changed something: $out" ;; esac
+case "$out" in *'"paused_by":"alice"'*) ;; *) fail "a second pause: $out" ;; esac
 out=$(http POST /api/dags/files/pause "" hmac)
 [ "${out%% *}" = 200 ] || fail "pause of files: $out"
 run_dagrun pause p_true
@@ -153,7 +154,8 @@ none_since_pause "after the restart, paused"
 # Unpause: p_false through the API, p_true and files by CLI.
 out=$(http POST /api/dags/p_false/unpause "" token)
 [ "${out%% *}" = 200 ] || fail "unpause: $out"
-case "$out" in *'"paused":false'*'"changed":true'*) ;; *) fail "unpause answered $out" ;; esac
+case "$out" in *'"paused":false'*) ;; *) fail "unpause answered $out" ;; esac
+case "$out" in *'"changed":true'*) ;; *) fail "unpause answered $out" ;; esac
 run_dagrun unpause dags/p_true.yaml
 expect_rc 0
 expect_in "$T/out" "dag p_true unpaused"
