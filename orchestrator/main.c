@@ -51,9 +51,10 @@
 #include "serve/backfill.h"
 #include "serve/serve.h"
 #include "store/annotate.h"
-#include "store/datastate.h"
 #include "store/approve.h"
+#include "store/datastate.h"
 #include "store/history.h"
+#include "store/pause.h"
 #include "store/resume.h"
 #include "store/store.h"
 
@@ -201,6 +202,27 @@ static const char reject_usage[] =
     "retry), with the reason in its error.\n"
     "\n" STORE_NOTE_TEXT;
 
+static const char pause_usage[] =
+    "usage: dagrun pause DAG|FILE\n"
+    "Pauses DAG's schedule: while paused, `dagrun serve` starts no run of\n"
+    "it by its cron schedule or its data triggers (a manual run, `dagrun\n"
+    "run` or the API's, still starts). Recorded in the run store with your\n"
+    "login name, so serve sees it at its next tick and after a restart.\n"
+    "DAG is a name the store knows (see dagrun dags); FILE a DAG file.\n"
+    "\n" STORE_NOTE_TEXT;
+
+static const char unpause_usage[] =
+    "usage: dagrun unpause DAG|FILE\n"
+    "Lets DAG's schedule go on. The schedule times that passed while it was\n"
+    "paused follow its catchup: false runs the latest of them, true each.\n"
+    "\n" STORE_NOTE_TEXT;
+
+static const char dags_usage[] =
+    "usage: dagrun dags [--json]\n"
+    "Lists the DAGs the run store knows (a run, a schedule serve keeps, a\n"
+    "pause): whether each is paused, its number of runs and its latest run.\n"
+    "\n" STORE_NOTE_TEXT;
+
 static const char report_usage[] =
     "usage: dagrun report RUN\n"
     "(Re)writes the run's report.html in its run directory and prints its\n"
@@ -272,6 +294,12 @@ static const command commands[] = {
      approve_usage},
     {"reject", approve_cmd_reject, "reject a task that waits for approval",
      reject_usage},
+    {"dags", pause_cmd_dags, "DAGs in the run store: paused, latest run",
+     dags_usage},
+    {"pause", pause_cmd_pause, "pause a DAG's schedule (serve starts none)",
+     pause_usage},
+    {"unpause", pause_cmd_unpause, "let a paused DAG's schedule go on",
+     unpause_usage},
     {"report", report_cmd_report, "(re)write a run's report.html",
      report_usage},
     {"backfill", backfill_cmd_backfill, "one run per schedule time in a range",

@@ -1100,6 +1100,21 @@ static unsigned annotate_status(int rc, const char *err, cJSON **out) {
   return server_error(out, "cannot write the run store", err);
 }
 
+/* The answer to a POST the daemon acted on (api_actions): ok with result
+ * when rc is 0, else rc's status (500 for one that is none) with err, or
+ * what when err is empty. */
+static unsigned action_answer(int rc, const char *err, const char *what,
+                              cJSON *result, unsigned ok, cJSON **out) {
+  if (rc != 0) {
+    cJSON_Delete(result);
+    *out = err_json("%s", err[0] ? err : what);
+    return rc >= 400 && rc <= 599 ? (unsigned)rc
+                                  : MHD_HTTP_INTERNAL_SERVER_ERROR;
+  }
+  *out = result;
+  return ok;
+}
+
 /* POST /api/dags/{dag}/backfill {"from", "to", "rerun"}: the DAG's
  * schedule times in the range queued as backfill runs (api.h). */
 static unsigned post_backfill(api_server *s, struct MHD_Connection *c,
@@ -1135,14 +1150,8 @@ static unsigned post_backfill(api_server *s, struct MHD_Connection *c,
                             cJSON_IsTrue(rerun), &result, err, sizeof err)
           : MHD_HTTP_SERVICE_UNAVAILABLE;
   cJSON_Delete(body);
-  if (rc != 0) {
-    cJSON_Delete(result);
-    *out = err_json("%s", err[0] ? err : "cannot backfill");
-    return rc >= 400 && rc <= 599 ? (unsigned)rc
-                                  : MHD_HTTP_INTERNAL_SERVER_ERROR;
-  }
-  *out = result;
-  return MHD_HTTP_ACCEPTED;
+  return action_answer(rc, err, "cannot backfill", result, MHD_HTTP_ACCEPTED,
+                       out);
 }
 
 static unsigned annotate_begin(api_server *s, struct MHD_Connection *c,
@@ -1382,6 +1391,33 @@ static unsigned post_decide(api_server *s, struct MHD_Connection *c,
   return status;
 }
 
+/* POST /api/dags/{dag}/pause and /unpause {"by", "via"} (both optional,
+ * as an approval's): the DAG's schedule paused or going (api.h). */
+static unsigned post_pause(api_server *s, struct MHD_Connection *c,
+                           const char *dag, int paused, const req *r,
+                           cJSON **out) {
+  unsigned status = authorize(s, c, r, out);
+  cJSON *body = NULL;
+  if (!status)
+    status = parse_body(&r->body, &body, out);
+  /* Who and how, checked as an approval's are (the same keys). */
+  store_approval who = {NULL, NULL, NULL, NULL};
+  if (!status)
+    status = approval_body(body, 0, &who, out);
+  if (status) {
+    cJSON_Delete(body);
+    return status;
+  }
+  char err[1024] = "";
+  cJSON *result = NULL;
+  int rc = s->act.pause ? s->act.pause(s->act.ud, dag, paused, who.by, who.via,
+                                       &result, err, sizeof err)
+                        : MHD_HTTP_SERVICE_UNAVAILABLE;
+  cJSON_Delete(body);
+  return action_answer(rc, err, "cannot pause the DAG", result, MHD_HTTP_OK,
+                       out);
+}
+
 /* ---- Routing ---- */
 
 typedef enum {
@@ -1404,7 +1440,9 @@ typedef enum {
   R_BACKFILL,
   R_RESUME,
   R_APPROVE,
-  R_REJECT
+  R_REJECT,
+  R_PAUSE,
+  R_UNPAUSE
 } route_id;
 
 /* Every route; '*' is one path segment. openapi.json describes each (a
@@ -1433,6 +1471,8 @@ static const struct route {
     {"POST", "/api/runs/*/resume", R_RESUME},
     {"POST", "/api/runs/*/tasks/*/approve", R_APPROVE},
     {"POST", "/api/runs/*/tasks/*/reject", R_REJECT},
+    {"POST", "/api/dags/*/pause", R_PAUSE},
+    {"POST", "/api/dags/*/unpause", R_UNPAUSE},
 };
 
 /* Whether url matches pattern; the segments that '*' matched go to caps. */
@@ -1556,6 +1596,10 @@ static enum MHD_Result dispatch(api_server *s, struct MHD_Connection *c,
   case R_APPROVE:
   case R_REJECT:
     status = post_decide(s, c, caps[0], caps[1], rt->id == R_REJECT, r, &out);
+    break;
+  case R_PAUSE:
+  case R_UNPAUSE:
+    status = post_pause(s, c, caps[0], rt->id == R_PAUSE, r, &out);
     break;
   case R_REPORT: {
     char *html = NULL;

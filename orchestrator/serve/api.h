@@ -27,6 +27,12 @@
  *   GET  /api/runs/{run}/alerts              store_alerts
  *   POST /api/dags/{dag}/runs                trigger: body {"params": {...}}
  *                                            (optional); 201 {run_id, dag}
+ *   POST /api/dags/{dag}/pause
+ *   POST /api/dags/{dag}/unpause             the DAG's schedule paused or
+ *                                            going (pause.h): body {by,
+ *                                            via}, optional; 200 {dag,
+ *                                            paused, changed}; 404 no such
+ *                                            DAG
  *   POST /api/runs/{run}/cancel              202 {run_id}
  *   POST /api/runs/{run}/tasks/{task}/approve
  *   POST /api/runs/{run}/tasks/{task}/reject  an approval task's decision
@@ -99,6 +105,12 @@ typedef struct api_actions {
    * the run does not have), 503, 500. */
   int (*resume)(void *ud, const char *run_id, const cJSON *clear,
                 int downstream, char *err, size_t errlen);
+  /* Pauses (paused 1) or unpauses (0) dag's schedule (pause.h), by and via
+   * saying who (NULL: "api"). Returns 0 with *result {dag, paused,
+   * changed, paused_since, paused_by} (caller frees), else an HTTP status
+   * with err: 404 (no such DAG), 503, 500. */
+  int (*pause)(void *ud, const char *dag, int paused, const char *by,
+               const char *via, cJSON **result, char *err, size_t errlen);
   void *ud;
 } api_actions;
 

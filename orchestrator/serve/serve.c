@@ -40,6 +40,7 @@
 #include "lib/fileio.h"
 #include "run/rundir.h"
 #include "run/workerenv.h"
+#include "store/pause.h"
 #include "store/resume.h"
 #include "store/store.h"
 #include "trigger.h"
@@ -97,6 +98,9 @@ typedef struct dag_entry {
   size_t fired, skipped, dropped; /* since the daemon started */
   datatrig *dt;                   /* its data triggers' state (datatrig.h) */
   size_t data_fired, data_coalesced; /* since the daemon started */
+  /* Its row in the store's dag_pauses (pause.h: {dag, since, by, via}), or
+   * NULL while its schedule goes; read on every tick. */
+  cJSON *paused;
 } dag_entry;
 
 typedef struct server server;
@@ -114,6 +118,8 @@ typedef struct api_request {
   int resume; /* run_id_in goes on; params: an array of tasks to clear */
   int downstream;
   int backfill; /* from, to, rerun: a backfill of dag; its answer: result */
+  int pause;    /* 1 pause dag (by, via), 2 unpause it; answer: result */
+  char *by, *via;
   char *from, *to;
   int rerun;
   cJSON *result;
@@ -213,6 +219,7 @@ static void pending_free(pending *p) {
 }
 
 static void entry_free(dag_entry *e) {
+  cJSON_Delete(e->paused);
   entry_clear_spec(e);
   for (size_t i = 0; i < e->nq; i++)
     pending_free(&e->queue[i]);
@@ -586,12 +593,26 @@ static void queue_push(dag_entry *e, int64_t at, const char *run_id,
   p->info = info ? xstrdup(info) : NULL;
 }
 
-/* Starts the first queued run of e when no run of it is going. */
+/* Whether a queued run may start while its DAG is paused: one a person
+ * asked for (the API's trigger, a backfill), not the schedule's or a data
+ * trigger's. */
+static int asked_by_hand(const pending *p) {
+  return strcmp(p->trigger, "api") == 0 || strcmp(p->trigger, "backfill") == 0;
+}
+
+/* Starts the first queued run of e when no run of it is going; while e is
+ * paused, the first that a person asked for (the others wait for the
+ * unpause, in their order). */
 static void queue_pump(server *s, dag_entry *e) {
   if (!e->nq || !e->sp || dag_busy(s, e->sp->dag))
     return;
-  pending p = e->queue[0];
-  memmove(e->queue, e->queue + 1, (e->nq - 1) * sizeof *e->queue);
+  size_t k = 0;
+  while (e->paused && k < e->nq && !asked_by_hand(&e->queue[k]))
+    k++;
+  if (k == e->nq)
+    return;
+  pending p = e->queue[k];
+  memmove(e->queue + k, e->queue + k + 1, (e->nq - k - 1) * sizeof *e->queue);
   e->nq--;
   start_run(s, e, p.trigger, p.at, p.run_id, p.params, p.info, NULL, 0);
   pending_free(&p);
@@ -625,8 +646,8 @@ static void fire_cron(server *s, dag_entry *e) {
   e->last = plan.last;
   if (plan.dropped) {
     e->dropped += plan.dropped;
-    say("%s: %zu earlier schedule time%s missed while down, not run "
-        "(catchup: false)",
+    say("%s: %zu earlier schedule time%s missed while down or paused, not "
+        "run (catchup: false)",
         e->sp->dag, plan.dropped, plan.dropped == 1 ? "" : "s");
   }
   for (size_t i = 0; i < plan.n; i++) {
@@ -750,6 +771,18 @@ static cJSON *params_json(const spec *sp) {
   return out;
 }
 
+/* paused (bool), and while paused paused_since and paused_by, into j. */
+static void add_paused(cJSON *j, const dag_entry *e) {
+  cJSON_AddBoolToObject(j, "paused", e->paused != NULL);
+  if (!e->paused)
+    return;
+  cJSON_AddItemToObject(
+      j, "paused_since",
+      cJSON_Duplicate(cJSON_GetObjectItem(e->paused, "since"), 0));
+  cJSON_AddItemToObject(
+      j, "paused_by", cJSON_Duplicate(cJSON_GetObjectItem(e->paused, "by"), 0));
+}
+
 static cJSON *dag_json(const server *s, const dag_entry *e) {
   cJSON *j = cJSON_CreateObject();
   const spec *sp = e->sp;
@@ -774,7 +807,7 @@ static cJSON *dag_json(const server *s, const dag_entry *e) {
                             sp->timezone ? sp->timezone : "UTC");
     cJSON_AddBoolToObject(j, "catchup", sp->catchup);
     cJSON_AddStringToObject(j, "overlap", overlap_names[sp->overlap]);
-    if (e->next && !s->no_cron)
+    if (e->next && !s->no_cron && !e->paused)
       cJSON_AddNumberToObject(j, "next_fire", (double)e->next);
     if (e->cron)
       cJSON_AddNumberToObject(j, "last_fire", (double)e->last);
@@ -789,6 +822,7 @@ static cJSON *dag_json(const server *s, const dag_entry *e) {
     cJSON_AddNumberToObject(j, "data_fired", (double)e->data_fired);
     cJSON_AddNumberToObject(j, "coalesced", (double)e->data_coalesced);
   }
+  add_paused(j, e);
   cJSON_AddNumberToObject(j, "queued", (double)e->nq);
   cJSON_AddNumberToObject(j, "fired", (double)e->fired);
   cJSON_AddNumberToObject(j, "skipped", (double)e->skipped);
@@ -842,6 +876,8 @@ static cJSON *api_dags(void *ud) {
 
 static void request_free(api_request *r) {
   free(r->dag);
+  free(r->by);
+  free(r->via);
   free(r->run_id_in);
   free(r->from);
   free(r->to);
@@ -927,6 +963,17 @@ static int api_backfill(void *ud, const char *dag, const char *from,
   r->from = xstrdup(from);
   r->to = xstrdup(to);
   r->rerun = rerun;
+  return api_call(ud, r, NULL, 0, result, err, errlen);
+}
+
+static int api_pause(void *ud, const char *dag, int paused, const char *by,
+                     const char *via, cJSON **result, char *err,
+                     size_t errlen) {
+  api_request *r = xcalloc(1, sizeof *r);
+  r->pause = paused ? 1 : 2;
+  r->dag = xstrdup(dag);
+  r->by = by ? xstrdup(by) : NULL;
+  r->via = via ? xstrdup(via) : NULL;
   return api_call(ud, r, NULL, 0, result, err, errlen);
 }
 
@@ -1217,6 +1264,64 @@ static void loop_cancel(server *s, api_request *r) {
   cJSON_Delete(run);
 }
 
+/* Sets e's paused state to p (a dag_pauses row, copied; NULL: going),
+ * saying so when it changes. */
+static void entry_set_paused(dag_entry *e, const cJSON *p) {
+  if ((p != NULL) != (e->paused != NULL))
+    say("%s: schedule %s", e->sp->dag,
+        p ? "paused: no cron or data-triggered run starts until unpaused"
+          : "unpaused");
+  cJSON_Delete(e->paused);
+  e->paused = p ? cJSON_Duplicate(p, 1) : NULL;
+}
+
+/* The paused DAGs from the store, where `dagrun pause` writes. A store
+ * that cannot be read leaves the states as they were. */
+static void read_paused(server *s) {
+  char err[512];
+  cJSON *list = pause_list(s->st, err, sizeof err);
+  if (!list) {
+    say("cannot read the paused DAGs: %s", err);
+    return;
+  }
+  for (size_t i = 0; i < s->n_dags; i++)
+    if (s->dags[i]->sp)
+      entry_set_paused(s->dags[i], pause_find(list, s->dags[i]->sp->dag));
+  cJSON_Delete(list);
+}
+
+/* A pause or unpause from the API: recorded in the store (as `dagrun
+ * pause` does) and in force at once. r->result: {dag, paused, changed,
+ * paused_since, paused_by}. */
+static void loop_pause(server *s, api_request *r) {
+  dag_entry *e = find_dag(s, r->dag);
+  if (!e) {
+    r->status = 404;
+    snprintf(r->err, sizeof r->err, "no dag '%s' is loaded", r->dag);
+    return;
+  }
+  int paused = r->pause == 1;
+  pause_who who = {r->by, r->via};
+  char err[512];
+  int rc =
+      pause_set(s->st, e->sp->dag, paused, &who, clock_wall(), err, sizeof err);
+  cJSON *list = rc >= 0 ? pause_list(s->st, err, sizeof err) : NULL;
+  if (!list) {
+    r->status = 500;
+    snprintf(r->err, sizeof r->err, "%s", err);
+    return;
+  }
+  entry_set_paused(e, pause_find(list, e->sp->dag));
+  cJSON_Delete(list);
+  r->result = cJSON_CreateObject();
+  cJSON_AddStringToObject(r->result, "dag", e->sp->dag);
+  cJSON_AddBoolToObject(r->result, "changed", rc == 0);
+  add_paused(r->result, e);
+  /* Unpaused: what waited may go now, not at the next tick. */
+  queue_pump(s, e);
+  r->status = 0;
+}
+
 static void on_wake(uv_async_t *h) {
   server *s = h->data;
   pthread_mutex_lock(&s->mu);
@@ -1238,6 +1343,8 @@ static void on_wake(uv_async_t *h) {
       loop_resume(s, r);
     else if (r->backfill)
       loop_backfill(s, r);
+    else if (r->pause)
+      loop_pause(s, r);
     else
       loop_trigger(s, r);
   }
@@ -1263,6 +1370,7 @@ static void on_tick(uv_timer_t *t) {
   if (s->stopping)
     return;
   scan(s);
+  read_paused(s);
   for (size_t i = 0; i < s->n_dags; i++) {
     dag_entry *e = s->dags[i];
     /* A file that does not load (its previous version kept for what the
@@ -1272,7 +1380,9 @@ static void on_tick(uv_timer_t *t) {
     if (!e->sp || e->error)
       continue;
     queue_pump(s, e); /* first: what waited goes before what is new */
-    if (!s->no_cron) {
+    /* Paused: its schedule times and data changes wait, unhandled, as
+     * while serve is down; the unpause handles them by catchup. */
+    if (!s->no_cron && !e->paused) {
       fire_cron(s, e);
       fire_data(s, e);
     }
@@ -1607,10 +1717,11 @@ static int serve_loop(server *s, const api_config *cfg) {
   uv_async_init(s->loop, &s->wake, on_wake);
   s->wake.data = s;
   scan(s);
+  read_paused(s);
   publish_dags(s);
 
-  api_actions acts = {api_dags,     api_trigger, api_cancel,
-                      api_backfill, api_resume,  s};
+  api_actions acts = {api_dags,   api_trigger, api_cancel, api_backfill,
+                      api_resume, api_pause,   s};
   int code = EXIT_USAGE;
   if (api_start(cfg, &acts, &s->api, err, sizeof err) != 0) {
     fprintf(stderr, "dagrun serve: %s\n", err);

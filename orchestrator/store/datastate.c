@@ -51,18 +51,6 @@ static int ensure_tables(store *st, char *err, size_t errlen) {
                                           "creating the data triggers' tables");
 }
 
-static sqlite3_stmt *prep(store *st, const char *sql, char *err,
-                          size_t errlen) {
-  sqlite3_stmt *s = NULL;
-  int rc = sqlite3_prepare_v2(store_sqlite(st), sql, -1, &s, NULL);
-  if (rc != SQLITE_OK) {
-    store_sql_fail(st, rc, err, errlen, "preparing a statement");
-    sqlite3_finalize(s);
-    return NULL;
-  }
-  return s;
-}
-
 static const char *col_text(sqlite3_stmt *s, int i) {
   return (const char *)sqlite3_column_text(s, i);
 }
@@ -70,7 +58,7 @@ static const char *col_text(sqlite3_stmt *s, int i) {
 /* sql prepared once the tables exist. */
 static sqlite3_stmt *prep_tables(store *st, const char *sql, char *err,
                                  size_t errlen) {
-  return ensure_tables(st, err, errlen) == 0 ? prep(st, sql, err, errlen)
+  return ensure_tables(st, err, errlen) == 0 ? store_prep(st, sql, err, errlen)
                                              : NULL;
 }
 
@@ -89,9 +77,9 @@ cJSON *store_files_get(store *st, const char *dag, int *seen, char *err,
   *seen = 0;
   if (ensure_tables(st, err, errlen) != 0)
     return NULL;
-  sqlite3_stmt *s =
-      prep(st, "SELECT path, size, mtime FROM trigger_files WHERE dag = ?1",
-           err, errlen);
+  sqlite3_stmt *s = store_prep(
+      st, "SELECT path, size, mtime FROM trigger_files WHERE dag = ?1", err,
+      errlen);
   if (!s)
     return NULL;
   store_bind_text(s, 1, dag);
@@ -123,24 +111,25 @@ int store_files_set(store *st, const char *dag, const cJSON *files, char *err,
   if (rc)
     return rc;
   sqlite3_stmt *s =
-      prep(st, "DELETE FROM trigger_files WHERE dag = ?1", err, errlen);
+      store_prep(st, "DELETE FROM trigger_files WHERE dag = ?1", err, errlen);
   if (!s)
     return store_write_end(st, DR_ESTORE, err, errlen);
   store_bind_text(s, 1, dag);
   rc = run_write(st, s, "forgetting a DAG's trigger files", err, errlen);
-  if (rc == 0 && (s = prep(st,
-                           "INSERT INTO trigger_files(dag, path, size, mtime) "
-                           "VALUES (?1, '', 0, 0)",
-                           err, errlen))) {
+  if (rc == 0 &&
+      (s = store_prep(st,
+                      "INSERT INTO trigger_files(dag, path, size, mtime) "
+                      "VALUES (?1, '', 0, 0)",
+                      err, errlen))) {
     store_bind_text(s, 1, dag);
     rc = run_write(st, s, "recording a DAG's trigger files", err, errlen);
   }
   for (const cJSON *f = files ? files->child : NULL; f && rc == 0;
        f = f->next) {
-    if (!(s = prep(st,
-                   "INSERT INTO trigger_files(dag, path, size, mtime) "
-                   "VALUES (?1, ?2, ?3, ?4)",
-                   err, errlen))) {
+    if (!(s = store_prep(st,
+                         "INSERT INTO trigger_files(dag, path, size, mtime) "
+                         "VALUES (?1, ?2, ?3, ?4)",
+                         err, errlen))) {
       rc = DR_ESTORE;
       break;
     }
@@ -297,8 +286,8 @@ void store_runs_trigger_info(store *st, cJSON *runs) {
   char err[256];
   if (!runs)
     return;
-  sqlite3_stmt *s = prep(st, "SELECT info FROM run_triggers WHERE run_id = ?1",
-                         err, sizeof err);
+  sqlite3_stmt *s = store_prep(
+      st, "SELECT info FROM run_triggers WHERE run_id = ?1", err, sizeof err);
   if (!s)
     return;
   if (cJSON_IsArray(runs)) {

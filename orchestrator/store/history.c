@@ -5,6 +5,7 @@
  */
 #include "history.h"
 #include "datastate.h"
+#include "pause.h"
 
 #include <errno.h>
 #include <math.h>
@@ -569,6 +570,10 @@ int history_cmd_status(int argc, char **argv) {
            str(run, "state", "?"));
     if (str(run, "note", NULL))
       printf("%s\n", str(run, "note", ""));
+    char paused[512];
+    pause_say(st, str(run, "dag", ""), paused, sizeof paused);
+    if (paused[0])
+      printf("%s\n", paused);
     if (str(run, "waiting", NULL))
       printf("waiting: %s\n", str(run, "waiting", ""));
     char tags[1024];

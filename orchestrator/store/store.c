@@ -207,6 +207,16 @@ struct store {
   "  PRIMARY KEY(run_id, task, attempt)\n"                                     \
   ");\n"
 
+/* The table version 7 added: the DAGs whose schedule is paused (pause.h),
+ * a row per paused DAG, removed when it is unpaused. */
+#define V7_TABLES_SQL                                                          \
+  "CREATE TABLE dag_pauses(\n"                                                 \
+  "  dag TEXT PRIMARY KEY,\n"                                                  \
+  "  since REAL NOT NULL,\n"                                                   \
+  "  by TEXT NOT NULL,\n"                                                      \
+  "  via TEXT NOT NULL\n"                                                      \
+  ");\n"
+
 static const char schema_sql[] =
     "CREATE TABLE runs(\n"
     "  id TEXT PRIMARY KEY,\n"
@@ -259,7 +269,7 @@ static const char schema_sql[] =
     "  PRIMARY KEY(run_id, task, n),\n"
     "  FOREIGN KEY(run_id, task) REFERENCES tasks(run_id, name)\n"
     "    ON DELETE CASCADE\n"
-    ");\n" V4_TABLES_SQL V5_TABLES_SQL V6_TABLES_SQL;
+    ");\n" V4_TABLES_SQL V5_TABLES_SQL V6_TABLES_SQL V7_TABLES_SQL;
 
 /* Version 1 -> 2: who runs a run (the orchestrator's pid and process start
  * time, against pid reuse) and each attempt's process start time. */
@@ -294,6 +304,9 @@ static const char migrate_v4_sql[] =
 static const char migrate_v5_sql[] =
     "ALTER TABLE runs ADD COLUMN tags TEXT;\n"
     "ALTER TABLE runs ADD COLUMN user_note TEXT;\n" V6_TABLES_SQL;
+
+/* Version 6 -> 7: paused schedules (`dagrun pause`, the API). */
+static const char migrate_v6_sql[] = V7_TABLES_SQL;
 
 static int fail(store *st, int rc, char *err, size_t errlen, const char *what) {
   snprintf(err, errlen, "run store %s: %s: %s", st->path, what,
@@ -387,6 +400,8 @@ static int init_schema(store *st, char *err, size_t errlen) {
   if (v >= 1 && v <= 4 && (rc = exec_sql(st, migrate_v4_sql, err, errlen)) != 0)
     goto out;
   if (v >= 1 && v <= 5 && (rc = exec_sql(st, migrate_v5_sql, err, errlen)) != 0)
+    goto out;
+  if (v >= 1 && v <= 6 && (rc = exec_sql(st, migrate_v6_sql, err, errlen)) != 0)
     goto out;
   if (v < STORE_SCHEMA_VERSION) {
     char sql[64];
@@ -1611,6 +1626,17 @@ int store_write_end(store *st, int rc, char *err, size_t errlen) {
 
 void store_bind_text(sqlite3_stmt *s, int i, const char *v) {
   bind_text(s, i, v);
+}
+
+sqlite3_stmt *store_prep(store *st, const char *sql, char *err, size_t errlen) {
+  sqlite3_stmt *s = NULL;
+  int rc = sqlite3_prepare_v2(st->db, sql, -1, &s, NULL);
+  if (rc != SQLITE_OK) {
+    fail(st, rc, err, errlen, "preparing a statement");
+    sqlite3_finalize(s);
+    return NULL;
+  }
+  return s;
 }
 
 int store_sql_fail(store *st, int rc, char *err, size_t errlen,

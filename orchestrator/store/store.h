@@ -58,7 +58,7 @@
 #include <stddef.h>
 
 /* The schema this dagrun writes (PRAGMA user_version). */
-#define STORE_SCHEMA_VERSION 6
+#define STORE_SCHEMA_VERSION 7
 
 typedef struct store store;
 

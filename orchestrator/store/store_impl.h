@@ -20,6 +20,8 @@ int store_write_begin(store *st, char *err, size_t errlen);
 int store_write_end(store *st, int rc, char *err, size_t errlen);
 /* Binds v (NULL: SQL NULL) to parameter i of s, copied. */
 void store_bind_text(sqlite3_stmt *s, int i, const char *v);
+/* sql prepared for one use (the caller finalizes it), or NULL with err. */
+sqlite3_stmt *store_prep(store *st, const char *sql, char *err, size_t errlen);
 /* DR_ESTORE with "run store PATH: what: SQLite's message" in err. */
 int store_sql_fail(store *st, int rc, char *err, size_t errlen,
                    const char *what);

@@ -95,22 +95,36 @@ serve_port() {
   fail "serve did not start: $(cat "$1")"
 }
 
-# serve_start ARGS...: `dagrun serve dags --port 0 --no-cron ARGS...` in
-# the background, its output in serve.log; sets SERVE_PID and PORT, and
-# stops it if the test exits early. With no ARGS it takes TOKEN (set to a
-# fixed one when unset) as its write token. serve_stop ends it.
+SERVE_PID=
+# serve_start [--log FILE] [--dags PATH] [ARGS...]: `dagrun serve PATH
+# --port 0 --token-file token --hmac-secret-file hmac ARGS...` in the
+# background (PATH: dags unless given), its output in FILE (serve.log
+# unless given). The write credentials are the files token and hmac, each
+# passed when it exists; with neither, write_serve_secrets's are written
+# (those http() signs with). TOKEN is set to the token. Sets SERVE_PID and
+# PORT, and kills the daemon if the test exits early; serve_stop ends it.
+# Schedules fire unless ARGS has --no-cron.
 serve_start() {
-  if [ $# -eq 0 ]; then
-    : "${TOKEN:=s3cret-token-0123456789}"
-    echo "$TOKEN" > token
-    chmod 600 token
-    set -- --token-file token
-  fi
-  "$DAGRUN" serve dags --port 0 --no-cron "$@" >serve.log 2>&1 &
+  local log=serve.log dags=dags
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --log) log=$2; shift 2 ;;
+      --dags) dags=$2; shift 2 ;;
+      *) break ;;
+    esac
+  done
+  [ -f token ] || [ -f hmac ] || write_serve_secrets
+  local creds=()
+  [ ! -f token ] || creds+=(--token-file token)
+  [ ! -f hmac ] || creds+=(--hmac-secret-file hmac)
+  TOKEN=$(cat token 2>/dev/null || true)
+  : >"$log" # before the background job opens it: serve_port reads it at once
+  "$DAGRUN" serve "$dags" --port 0 "${creds[@]}" "$@" >"$log" 2>&1 &
   SERVE_PID=$!
   trap 'kill "$SERVE_PID" 2>/dev/null || true' EXIT
-  serve_port serve.log "$SERVE_PID"
+  serve_port "$log" "$SERVE_PID"
 }
+
 # serve_stop [PID]: SIGTERM to the `dagrun serve` of PID (default
 # SERVE_PID, whose exit trap it then drops), and waits (up to 30 s) for it
 # to exit; fails the test when it does not.
@@ -576,26 +590,6 @@ write_serve_secrets() {
   chmod 600 token hmac
 }
 
-SERVE_PID=
-# start_serve LOG [ARGS...]: starts `dagrun serve dags` on a free port,
-# with write_serve_secrets's token and HMAC key; sets PORT and SERVE_PID.
-# stop_serve: SIGTERM, then waits (up to 30 s) for it to exit.
-start_serve() {
-  local log=$1
-  shift
-  : >"$log" # before the background job opens it: sed reads it at once
-  "$DAGRUN" serve dags --port 0 --token-file token --hmac-secret-file hmac "$@" >"$log" 2>&1 &
-  SERVE_PID=$!
-  for _ in $(seq 100); do
-    PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$log")
-    [ -n "$PORT" ] && return 0
-    pid_alive "$SERVE_PID" || fail "serve exited: $(cat "$log")"
-    sleep 0.1
-  done
-  fail "serve did not start listening: $(cat "$log")"
-}
-
-stop_serve() { serve_stop "$SERVE_PID"; }
 
 # store_task_state RUN TASK, store_run_state RUN: as the run store (and so
 # the API) has them, through `dagrun status --json`.

@@ -17,7 +17,6 @@ tasks:
     approval: {message: "promote?"}
   deploy: {stage: exec, needs: [promote], with: {command: [touch, $T/deployed]}}
 Y
-trap '[ -z "$SERVE_PID" ] || kill "$SERVE_PID" 2>/dev/null || true' EXIT
 
 waits() { [ "$(store_task_state "$1" promote)" = waiting_approval ]; }
 # expect_status OUT CODE: OUT ("STATUS BODY") has status CODE.
@@ -25,7 +24,7 @@ expect_status() {
   case "$1" in "$2 "*) ;; *) fail "expected $2, got: $1" ;; esac
 }
 
-start_serve serve1.log
+serve_start --log serve1.log
 out=$(http POST /api/dags/gate/runs '{}' token)
 expect_status "$out" 201
 RUN=$(echo "${out#* }" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["run_id"])')
@@ -57,7 +56,7 @@ expect_status "$(http POST "$A" '{"reason":"x"}' token)" 400
 waits "$RUN" || fail "promote no longer waits"
 
 # serve stops (SIGTERM): the run is interrupted, and nothing can approve it.
-stop_serve
+serve_stop
 store_run_is "$RUN" interrupted || fail "run after stop: $(store_run_state "$RUN")"
 run_dagrun approve "$RUN" promote
 expect_rc 1
@@ -65,7 +64,7 @@ expect_in "$T/err" "is not running (it is interrupted)"
 
 # The next start resumes the run: promote waits again, and is approved
 # through the API (HMAC-signed), as the dashboard's button does.
-start_serve serve2.log
+serve_start --log serve2.log
 wait_until 20 waits "$RUN" || fail "promote does not wait after the restart: $(cat serve2.log)"
 out=$(http POST "$A" '{"by":"alice","via":"dashboard"}' hmac)
 expect_status "$out" 200
@@ -96,6 +95,5 @@ t = {t["name"]: t for t in r["tasks"]}
 assert t["promote"]["state"] == "failed", t
 assert t["promote"]["error"] == "rejected: by bob via api: not yet", t["promote"]
 assert t["deploy"]["state"] == "upstream_failed", t' || fail "run 2: $("$DAGRUN" status --json "$RUN2")"
-stop_serve
-SERVE_PID=
+serve_stop
 pass

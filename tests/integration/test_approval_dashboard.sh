@@ -20,8 +20,7 @@ tasks:
   promote: {approval: {message: "ship it?"}}
   deploy: {stage: exec, needs: [promote], with: {command: [true]}}
 Y
-trap '[ -z "$SERVE_PID" ] || kill "$SERVE_PID" 2>/dev/null || true' EXIT
-start_serve serve.log --no-cron
+serve_start --log serve.log --no-cron
 
 new_run() {
   http POST /api/dags/gate/runs '{}' token | sed 's/^[0-9]* //' |
@@ -102,6 +101,5 @@ import json, sys
 a = json.load(sys.stdin)["approvals"]
 assert [(x["decision"], x["via"], x.get("reason")) for x in a] == [("rejected", "dashboard", "loss went up")], a' ||
   fail "run 2's approvals: $("$DAGRUN" status --json "$RUN2")"
-stop_serve
-SERVE_PID=
+serve_stop
 pass

@@ -105,7 +105,7 @@ expect_rc 2
 # --- the API --------------------------------------------------------------------
 echo "read-token-0123456789" > rtoken
 chmod 600 rtoken
-serve_start --read-token-file rtoken
+serve_start --no-cron --read-token-file rtoken
 get() { api GET "$1" "" "${2:-read-token-0123456789}"; }
 out=$(get "/api/compare?runs=$A,$B")
 [ "${out%% *}" = 200 ] || fail "GET /api/compare: $out"

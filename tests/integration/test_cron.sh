@@ -109,12 +109,8 @@ expect_in "$T/err" "never.yaml:2:16: error: 'schedule'"
 [ -d "$DAGRUN_RUNS_DIR/never" ] && fail "a DAG whose schedule never fires ran"
 mkdir -p serve-dags
 cp never.yaml serve-dags/
-: >serve.log
-DAGRUN_HOME="$T/home" "$DAGRUN" serve serve-dags --port 0 --no-cron >serve.log 2>&1 &
-SERVE_PID=$!
-for _ in $(seq 100); do grep -q "listening on" serve.log && break; sleep 0.1; done
-kill -TERM "$SERVE_PID"
-wait "$SERVE_PID" || true
+DAGRUN_HOME="$T/home" serve_start --dags serve-dags --no-cron
+serve_stop
 expect_in serve.log "serve-dags/never.yaml does not load"
 expect_in serve.log "never.yaml:2:16: error: 'schedule': day-of-month: '30' never falls in month '2'"
 expect_not_in serve.log "loaded dag never"

@@ -47,7 +47,7 @@ ids=$("$PY" -c 'import json,sys; print(" ".join(r["id"] for r in json.load(open(
 set -- $ids
 B=$1 A=$2
 TOKEN=s3cret-token-0123456789
-serve_start
+serve_start --no-cron
 
 cat >runs_check.py <<'P'
 import json, sys, time, urllib.error, urllib.request

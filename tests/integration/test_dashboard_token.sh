@@ -12,11 +12,7 @@ mkdir -p dags
 printf 'dag: quick\ntasks:\n  a: {stage: exec, with: {command: [true]}}\n' >dags/quick.yaml
 openssl rand -hex 32 >rtoken
 chmod 600 rtoken
-: >serve.log
-"$DAGRUN" serve dags --port 0 --no-cron --read-token-file rtoken >serve.log 2>&1 &
-SERVE_PID=$!
-trap 'kill "$SERVE_PID" 2>/dev/null || true' EXIT
-serve_port serve.log "$SERVE_PID"
+serve_start --no-cron --read-token-file rtoken
 
 cat >token_check.py <<'P'
 import sys, time
@@ -52,7 +48,5 @@ with Browser(chromium, profile) as b:
 P
 good=$(tr -d '\n' <rtoken)
 browser_check "dashboard token entry" token_check.py "http://127.0.0.1:$PORT/" "$good"
-kill -TERM "$SERVE_PID"
-wait "$SERVE_PID" 2>/dev/null || true
-trap - EXIT
+serve_stop
 pass

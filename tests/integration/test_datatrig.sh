@@ -126,13 +126,6 @@ expect_in "$T/err" "--trigger files needs \$DAGRUN_TRIGGER_INFO, a JSON object"
 run_dagrun check dags/cons.yaml
 expect_rc 0
 
-SERVE_PID=
-start_serve() {
-  : >"$1"
-  "$DAGRUN" serve dags --port 0 >"$1" 2>&1 &
-  SERVE_PID=$!
-  serve_port "$1" "$SERVE_PID"
-}
 # runs_of DAG: how many runs of DAG the store has.
 runs_of() {
   "$DAGRUN" runs "$1" -n 100 --json 2>/dev/null |
@@ -148,7 +141,7 @@ print(sum(r["state"] == "success" for r in json.load(sys.stdin)))')" -eq "$2" ]
 # A file present before the DAG was first seen is not new (a schedule
 # starts from now too).
 echo old > incoming/old.txt
-start_serve serve1.log
+serve_start --log serve1.log
 wait_until 10 grep -q "loaded dag watch" serve1.log || fail "watch not loaded"
 sleep 3
 [ "$(runs_of watch)" -eq 0 ] || fail "a file present at the first sight started a run"
@@ -221,13 +214,13 @@ PROD1=$("$DAGRUN" runs prod -n 100 --json | "$PY" -c 'import json,sys; print(jso
 [ "$(cat seen/cons-1)" = "tokens 1 {\"path\":\"$T/shard-$PROD1\"}" ] || fail "cons's templates: $(cat seen/cons-1)"
 run_dagrun runs cons
 expect_in "$T/out" "dataset tokens v1"
-serve_stop "$SERVE_PID"
+serve_stop
 
 # ---- while serve is down: a file lands and prod runs again ----
 echo late > incoming/e.txt
 run_dagrun run prod.yaml
 expect_rc 0
-start_serve serve2.log
+serve_start --log serve2.log
 wait_until 20 done_runs watch 3 || fail "a file that arrived while serve was down started no run: $(cat serve2.log)"
 wait_until 15 done_runs cons 2 || fail "a dataset update while serve was down started no run: $(cat serve2.log)"
 ID=$("$DAGRUN" runs watch -n 100 --json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
@@ -236,16 +229,13 @@ expect_in seen/cons-2 "tokens 2 "
 sleep 3
 [ "$(runs_of watch)" -eq 3 ] || fail "the restart ran a file twice"
 [ "$(runs_of cons)" -eq 2 ] || fail "the restart ran a dataset version twice"
-serve_stop "$SERVE_PID"
+serve_stop
 
 # ---- examples/data-triggers as its README says to try it ----
 cp -r "$DAGRUN_SOURCE_DIR/examples/data-triggers" ex
 mkdir -p ex/incoming
 export DAGRUN_HOME="$T/home-ex"
-: >ex.log
-"$DAGRUN" serve ex --port 0 >ex.log 2>&1 &
-SERVE_PID=$!
-serve_port ex.log "$SERVE_PID"
+serve_start --log ex.log --dags ex
 wait_until 10 grep -q "loaded dag evaluate" ex.log || fail "example not loaded: $(cat ex.log)"
 sleep 1 # evaluate has seen text_shards (no version yet) before shards runs
 seq 100 > ex/incoming/part-1.txt
@@ -254,5 +244,5 @@ EV=$("$DAGRUN" runs evaluate --json | "$PY" -c 'import json,sys; print(json.load
 run_dagrun logs "$EV" count
 expect_in "$T/out" "text_shards v1: "
 expect_in "$T/out" "shard.txt has 100 lines"
-serve_stop "$SERVE_PID"
+serve_stop
 pass

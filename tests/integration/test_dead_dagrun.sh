@@ -135,10 +135,7 @@ case "$st" in "interrupted|dagrun (pid $PID) is gone"*"dagrun resume $RID"*) ;; 
 mkdir -p dags
 echo "t0ken-0123456789abcdef" > token
 chmod 600 token
-: >"$T/serve.log"
-"$DAGRUN" serve dags --port 0 --no-cron --token-file token >"$T/serve.log" 2>&1 &
-SERVE_PID=$!
-serve_port "$T/serve.log" "$SERVE_PID"
+serve_start --log "$T/serve.log" --no-cron
 "$PY" - "$PORT" "$RID" "$PID" <<'P' || { kill "$SERVE_PID"; fail "API: see above"; }
 import json, sys, urllib.request
 port, rid, pid = sys.argv[1:4]
@@ -152,8 +149,7 @@ assert "gone" in [r for r in runs if r["id"] == rid][0]["note"], runs
 runs = json.load(urllib.request.urlopen(f"{base}?state=running", timeout=30))
 assert rid not in [r["id"] for r in runs], runs
 P
-kill -TERM "$SERVE_PID"
-wait "$SERVE_PID" || true
+serve_stop
 expect_not_in "$T/serve.log" "resuming run $RID"
 
 # cancel says what happened; resume finishes the run.

@@ -200,10 +200,7 @@ chmod 600 token
 mkdir serve
 cp dags/quick.yaml dags/typed.yaml dags/quoted.yaml serve/
 rm -rf "$DAGRUN_RUNS_DIR"
-: >"$T/serve.log" # before the background job opens it: sed reads it at once
-"$DAGRUN" serve serve --port 0 --no-cron --token-file token >"$T/serve.log" 2>&1 &
-SERVE_PID=$!
-serve_port "$T/serve.log" "$SERVE_PID"
+serve_start --log "$T/serve.log" --dags serve --no-cron
 post() { # post DAG BODY: prints "STATUS BODY"
   "$PY" - "$PORT" "$1" "$2" <<'P'
 import sys, urllib.error, urllib.request
@@ -238,7 +235,6 @@ case "$out" in "201 "*) ;; *) fail "API trigger of the quoted DAG: $out" ;; esac
 RUN=$(echo "$out" | sed 's/^201 //' | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
 LOG="$DAGRUN_RUNS_DIR/quoted/$RUN/say/attempt-1/log"
 wait_until 20 grep -qF "<$INJ>" "$LOG" || fail "the API value was not printed as text: $(cat "$LOG")"
-kill -TERM "$SERVE_PID"
-wait "$SERVE_PID" || true
+serve_stop
 no_injection
 pass

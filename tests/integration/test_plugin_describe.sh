@@ -141,11 +141,7 @@ expect_in "$T/err" "echo_params.so: cannot be described: dagrun-worker, its help
 # loads and the API answers ----
 mkdir -p dags
 cp good.yaml uses_hang.yaml uses_segv.yaml dags/
-: >serve.log
-"$DAGRUN" serve dags --port 0 --no-cron >serve.log 2>&1 &
-SERVE_PID=$!
-trap 'kill -KILL $SERVE_PID 2>/dev/null || true' EXIT
-serve_port serve.log "$SERVE_PID"
+serve_start --no-cron
 wait_until 10 grep -q "loaded dag good" serve.log || fail "serve did not load good: $(cat serve.log)"
 expect_in serve.log "uses_hang.yaml does not load"
 expect_in serve.log "$HANG_MSG"
@@ -158,8 +154,6 @@ P
 ) || fail "GET /api/dags failed: $(cat serve.log)"
 [ "$out" = good ] || fail "GET /api/dags listed '$out', expected good"
 pid_alive "$SERVE_PID" || fail "serve died: $(cat serve.log)"
-kill -TERM "$SERVE_PID"
-wait "$SERVE_PID" || true
-trap - EXIT
+serve_stop
 
 pass

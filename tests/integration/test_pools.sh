@@ -64,9 +64,7 @@ expect_in "$T/ab.out" "waiting for pool gpu (held by run "
 # ---- 2. a serve run beside a dagrun run, across two DAGs ----
 rm -f "$T/iv.log"
 echo "s3cret-token-for-pools" > token; chmod 600 token
-"$DAGRUN" serve dags --port 0 --token-file token --no-cron >"$T/serve.log" 2>&1 &
-SERVE_PID=$!
-serve_port "$T/serve.log" "$SERVE_PID"
+serve_start --log "$T/serve.log" --no-cron
 # api METHOD PATH [BODY]: "STATUS BODY" of a request with the token.
 api() {
   "$PY" - "$PORT" "$@" <<'P'
@@ -108,8 +106,7 @@ done
 no_overlap 2
 run_dagrun status "$ORUN"
 expect_not_in "$T/out" "waiting for"
-kill -TERM "$SERVE_PID"
-wait "$SERVE_PID" || true
+serve_stop
 
 # ---- 3. kill -9 of a dagrun holding the pool frees its lease ----
 rm -f "$T/iv.log"

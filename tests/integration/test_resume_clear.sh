@@ -50,7 +50,7 @@ expect_rc 0
 
 # --- the API and the dashboard -----------------------------------------------------
 TOKEN=s3cret-token-0123456789
-serve_start
+serve_start --no-cron
 resume() { api POST "/api/runs/$1/resume" "$2" "${3:-$TOKEN}"; }
 out=$(resume "$R" '{"clear": ["a"]}')
 [ "${out%% *}" = 202 ] || fail "resume with clear a: $out"

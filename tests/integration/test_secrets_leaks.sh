@@ -85,9 +85,7 @@ mv report.first "$R/report.html"
 
 # 2. The API: the run by hand, its report, and a run started with the
 # secret as a param.
-"$DAGRUN" serve dags --port 0 --no-cron --token-file token >"$T/serve.log" 2>&1 &
-SERVE_PID=$!
-serve_port "$T/serve.log" "$SERVE_PID"
+serve_start --log "$T/serve.log" --no-cron
 # api METHOD PATH [BODY]: writes the answer's status and body to $T/api.
 api() {
   /usr/bin/python3 - "$PORT" "$(cat token)" "$@" >"$T/api" <<'P'
@@ -134,6 +132,5 @@ CORES="$API_CORE $API_PCORE"
 no_leak "the API's run" "$DAGRUN_RUNS_DIR" "$DAGRUN_HOME" "$T/api.run" "$T/api" "$T/serve.log"
 expect_in "$T/api" "prompt: ***"
 expect_in "$R2/keyed/outputs.json" '"k_***"'
-kill -TERM "$SERVE_PID"
-wait "$SERVE_PID" || true
+serve_stop
 pass

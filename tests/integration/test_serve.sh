@@ -71,9 +71,9 @@ runs_json() {
 T0=$(date -d 2026-03-08T06:58:30Z +%s)
 # (--on-shutdown finish: the runs going at the end finish, so that no run
 # is left for the next start to resume.)
-DAGRUN_FAKE_CLOCK="$T0*60" start_serve "$T/serve1.log" --on-shutdown finish
+DAGRUN_FAKE_CLOCK="$T0*60" serve_start --log "$T/serve1.log" --on-shutdown finish
 sleep 9.2
-stop_serve
+serve_stop
 expect_in "$T/serve1.log" "m_skip: run for 2026-03-08T07:00:00+00:00 UTC  (2026-03-08T07:00:00Z) skipped (overlap: skip, a run is going)"
 for ov in skip queue allow; do runs_json "m_$ov" > "runs_$ov.json"; done
 /usr/bin/python3 - <<'P' || fail "overlap policies: $(cat "$T/serve1.log")"
@@ -118,20 +118,20 @@ Y
 done
 # First sight at 12:00 (fake): nothing is due; the daemon records 12:00.
 T1=$(date -d 2026-06-01T12:00:00Z +%s)
-DAGRUN_FAKE_CLOCK="$T1*1" start_serve "$T/serve2.log"
+DAGRUN_FAKE_CLOCK="$T1*1" serve_start --log "$T/serve2.log"
 sleep 1
-stop_serve
+serve_stop
 [ -z "$(runs_json c_true | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin) or "")')" ] || fail "runs before any schedule time"
 # Down until 12:55: 12:10 ... 12:50 were missed (5 times).
 T2=$(date -d 2026-06-01T12:55:00Z +%s)
-DAGRUN_FAKE_CLOCK="$T2*1" start_serve "$T/serve3.log"
+DAGRUN_FAKE_CLOCK="$T2*1" serve_start --log "$T/serve3.log"
 for _ in $(seq 100); do
   n=$(runs_json c_true | /usr/bin/python3 -c 'import json,sys; print(sum(r["state"] == "success" for r in json.load(sys.stdin)))')
   [ "$n" -ge 5 ] && break
   sleep 0.2
 done
-stop_serve
-expect_in "$T/serve3.log" "c_false: 4 earlier schedule times missed while down, not run (catchup: false)"
+serve_stop
+expect_in "$T/serve3.log" "c_false: 4 earlier schedule times missed while down or paused, not run (catchup: false)"
 expect_in "$T/serve3.log" "c_true: run for 2026-06-01T12:10:00+00:00 UTC  (2026-06-01T12:10:00Z) queued (catch-up)"
 runs_json c_true > c_true.json
 runs_json c_false > c_false.json
@@ -156,7 +156,7 @@ overlap: skip
 tasks:
   a: {stage: exec, cache: false, with: {command: [sh, -c, 'echo "n=${params.n} who=${params.who}"; sleep ${params.n}']}}
 Y
-start_serve "$T/serve4.log" --no-cron
+serve_start --log "$T/serve4.log" --no-cron
 out=$(http GET /api/health)
 case "$out" in "200 "*'"status":"ok"'*) ;; *) fail "health: $out" ;; esac
 out=$(http GET /api/dags)
@@ -230,7 +230,7 @@ sleep 1
 run_dagrun serve dags --port 0
 expect_rc 2
 expect_in "$T/err" "another dagrun serve (pid $SERVE_PID)"
-stop_serve
+serve_stop
 
 # ---- SIGTERM stops runs; the next start resumes them ----
 cat > dags/api.yaml <<Y
@@ -240,15 +240,15 @@ tasks:
   a: {stage: exec, cache: false, with: {command: [sh, -c, 'if [ -f $T/resumed.flag ]; then echo second; else touch $T/resumed.flag; sleep 60; fi']}}
   b: {stage: exec, needs: [a], with: {command: [echo, b-ran]}}
 Y
-start_serve "$T/serve5.log" --no-cron
+serve_start --log "$T/serve5.log" --no-cron
 out=$(http POST /api/dags/api/runs '{}' token)
 RUN4=$(echo "$out" | sed 's/^201 //' | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
 for _ in $(seq 100); do [ -f "$T/resumed.flag" ] && break; sleep 0.1; done
-stop_serve
+serve_stop
 expect_in "$T/serve5.log" "stopping run $RUN4"
 [ "$(run_state "$RUN4")" = interrupted ] ||
   fail "run stopped by the shutdown: $("$DAGRUN" status "$RUN4")"
-start_serve "$T/serve6.log" --no-cron
+serve_start --log "$T/serve6.log" --no-cron
 wait_state "$RUN4" success 150
 expect_in "$T/serve6.log" "resuming run $RUN4 of api (interrupted by the last shutdown)"
 expect_in "$DAGRUN_RUNS_DIR/api/$RUN4/b/attempt-1/log" "b-ran"
@@ -266,13 +266,13 @@ RUN5=$(echo "$out" | sed 's/^201 //' | /usr/bin/python3 -c 'import json,sys; pri
 sleep 0.5
 kill -9 "$SERVE_PID"
 wait "$SERVE_PID" 2>/dev/null || true
-start_serve "$T/serve7.log" --no-cron
+serve_start --log "$T/serve7.log" --no-cron
 out=$(http POST /api/dags/api/runs '{}' token)
 case "$out" in "409 "*) ;; *) fail "a run left by a killed daemon does not count as going: $out" ;; esac
 wait_state "$RUN5" success 100
 expect_in "$DAGRUN_RUNS_DIR/api/$RUN5/a/attempt-1/log" "survived"
 expect_not_in "$T/serve7.log" "resuming run $RUN5"
-stop_serve
+serve_stop
 
 # ---- credentials from the environment stay with the daemon ----
 cat > dags/api.yaml <<'Y'
@@ -306,5 +306,5 @@ wait_state "$RUN6" success 100
 expect_in "$DAGRUN_RUNS_DIR/api/$RUN6/a/attempt-1/log" "token=[] hmac=[]"
 expect_not_in "$DAGRUN_RUNS_DIR/api/$RUN6/a/attempt-1/log" "env-token-77"
 expect_not_in "$DAGRUN_RUNS_DIR/api/$RUN6/a/attempt-1/log" "env-hmac-88"
-stop_serve
+serve_stop
 pass

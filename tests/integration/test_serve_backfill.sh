@@ -17,7 +17,7 @@ tasks:
 Y
 printf 'dag: manual\ntasks:\n  a: {stage: exec, with: {command: [true]}}\n' > dags/manual.yaml
 TOKEN=s3cret-token-0123456789
-serve_start
+serve_start --no-cron
 bf() { api POST "/api/dags/$1/backfill" "$2" "${3:-$TOKEN}"; }
 # backfill_runs N: waits (60 s) until N backfill runs of nightly succeeded;
 # prints their logical dates, sorted.

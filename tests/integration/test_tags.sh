@@ -93,7 +93,7 @@ run_dagrun note "$A"
 
 # --- the API --------------------------------------------------------------------
 TOKEN=s3cret-token-0123456789
-serve_start
+serve_start --no-cron
 call() { api "$1" "$2" "${3:-}" "${4:-$TOKEN}"; }
 out=$(call POST "/api/runs/$B/tags" '{"add": ["candidate", "lr=1e-3"]}')
 [ "${out%% *}" = 200 ] || fail "POST tags: $out"

@@ -73,7 +73,7 @@ static int triggers(void) {
   return n;
 }
 
-static const api_actions actions = {t_dags, t_trigger, t_cancel,
+static const api_actions actions = {t_dags, t_trigger, t_cancel, NULL,
                                     NULL,   NULL,      NULL};
 
 /* ---- HTTP with libcurl ---- */
@@ -693,6 +693,8 @@ static void test_openapi(void) {
       {"/api/runs/{run}/resume", "post"},
       {"/api/runs/{run}/tasks/{task}/approve", "post"},
       {"/api/runs/{run}/tasks/{task}/reject", "post"},
+      {"/api/dags/{dag}/pause", "post"},
+      {"/api/dags/{dag}/unpause", "post"},
   };
   size_t n = sizeof routed / sizeof routed[0];
   for (size_t i = 0; i < n; i++) {

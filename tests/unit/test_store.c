@@ -8,6 +8,7 @@
 
 #include "base/util.h"
 #include "lib/clock.h"
+#include "store/pause.h"
 #include "store/store.h"
 #include "testlib.h"
 
@@ -373,6 +374,12 @@ static void test_migrate_v1(void) {
       cJSON_GetArrayItem(cJSON_GetObjectItem(run, "tags"), 0)->valuestring,
       "baseline");
   cJSON_Delete(run);
+  /* v7's table: a DAG can be paused. */
+  pause_who who = {"alice", "cli"};
+  CHECK_INT(pause_set(st, "d", 1, &who, 5.0, err, sizeof err), 0);
+  cJSON *paused = pause_list(st, err, sizeof err);
+  CHECK(pause_find(paused, "d") != NULL);
+  cJSON_Delete(paused);
   store_close(st);
   CHECK_INT(sqlite3_open(db, &raw), SQLITE_OK);
   sqlite3_stmt *s;
@@ -381,6 +388,61 @@ static void test_migrate_v1(void) {
   CHECK_INT(sqlite3_column_int(s, 0), STORE_SCHEMA_VERSION);
   sqlite3_finalize(s);
   sqlite3_close(raw);
+}
+
+/* A version 6 store (this one's schema without dag_pauses) migrates to
+ * 7: its runs are kept and DAGs can be paused; the pause outlives a
+ * reopen; pausing twice keeps the first pauser, unpausing twice changes
+ * nothing the second time. */
+static void test_pause_v6(void) {
+  char err[1024];
+  const char *db = test_path("v6.db");
+  store *st;
+  CHECK_INT(store_open(db, 1, &st, err, sizeof err), 0);
+  if (!st)
+    return;
+  CHECK_INT(store_run_begin(st, "r6", "nightly", "/d/n.yaml", "/r6", 1.0, NULL,
+                            "cron", 0, NULL, NULL, 0, err, sizeof err),
+            0);
+  store_close(st);
+  sqlite3 *raw;
+  CHECK_INT(sqlite3_open(db, &raw), SQLITE_OK);
+  CHECK_INT(sqlite3_exec(raw, "DROP TABLE dag_pauses; PRAGMA user_version = 6;",
+                         0, 0, 0),
+            SQLITE_OK);
+  sqlite3_close(raw);
+  CHECK_INT(store_open(db, 0, &st, err, sizeof err), 0);
+  if (!st)
+    return;
+  int rc;
+  cJSON *run = store_run(st, "r6", &rc, err, sizeof err);
+  CHECK(run != NULL);
+  cJSON_Delete(run);
+  cJSON *list = pause_list(st, err, sizeof err);
+  CHECK_INT(cJSON_GetArraySize(list), 0);
+  cJSON_Delete(list);
+  pause_who alice = {"alice", "cli"}, bob = {"bob", "api"};
+  CHECK_INT(pause_set(st, "nightly", 1, &alice, 10.0, err, sizeof err), 0);
+  CHECK_INT(pause_set(st, "nightly", 1, &bob, 20.0, err, sizeof err), 1);
+  store_close(st);
+  CHECK_INT(store_open(db, 0, &st, err, sizeof err), 0);
+  if (!st)
+    return;
+  list = pause_list(st, err, sizeof err);
+  const cJSON *p = pause_find(list, "nightly");
+  CHECK(p != NULL);
+  CHECK_STR(str_key(p, "by"), "alice");
+  CHECK_STR(str_key(p, "via"), "cli");
+  double since = 0;
+  CHECK(num_key(p, "since", &since) && since == 10.0);
+  CHECK(pause_find(list, "other") == NULL);
+  cJSON_Delete(list);
+  CHECK_INT(pause_set(st, "nightly", 0, NULL, 30.0, err, sizeof err), 0);
+  CHECK_INT(pause_set(st, "nightly", 0, NULL, 31.0, err, sizeof err), 1);
+  list = pause_list(st, err, sizeof err);
+  CHECK_INT(cJSON_GetArraySize(list), 0);
+  cJSON_Delete(list);
+  store_close(st);
 }
 
 static void test_not_a_database(void) {
@@ -647,6 +709,7 @@ int main(void) {
     return 1;
   test_records();
   test_migrate_v1();
+  test_pause_v6();
   test_not_a_database();
   test_concurrent();
   test_gone();
