@@ -1088,7 +1088,8 @@ static int queued_for(const dag_entry *e, int64_t at) {
 /* A backfill from the API: backfill_plan's schedule times of r->dag in
  * [r->from, r->to], each queued as a "backfill" run with that logical
  * date, one at a time as the DAG's queue goes; a time that has a
- * successful run (unless r->rerun) or is queued already is skipped.
+ * successful run (unless r->rerun), a run going, or is queued already is
+ * skipped.
  * r->result: {dag, queued: [UTC times], skipped: [{at, run}]}. */
 static void loop_backfill(server *s, api_request *r) {
   dag_entry *e = find_dag(s, r->dag);
@@ -1123,6 +1124,9 @@ static void loop_backfill(server *s, api_request *r) {
   cJSON *done =
       r->rerun ? NULL
                : store_runs(s->st, e->sp->dag, "success", 0, err, sizeof err);
+  /* A time whose run is going is never queued again, rerun or not: two
+   * runs of one logical date at once would race on its outputs. */
+  cJSON *going = store_runs(s->st, e->sp->dag, "running", 0, err, sizeof err);
   r->result = cJSON_CreateObject();
   cJSON_AddStringToObject(r->result, "dag", e->sp->dag);
   cJSON *queued = cJSON_AddArrayToObject(r->result, "queued");
@@ -1131,6 +1135,8 @@ static void loop_backfill(server *s, api_request *r) {
     char when[40];
     iso_utc(times[i], when, sizeof when);
     const char *prev = backfill_done_for(done, times[i]);
+    if (!prev)
+      prev = backfill_done_for(going, times[i]);
     if (prev || queued_for(e, times[i])) {
       cJSON *o = cJSON_CreateObject();
       cJSON_AddStringToObject(o, "at", when);
@@ -1145,6 +1151,7 @@ static void loop_backfill(server *s, api_request *r) {
       cJSON_GetArraySize(queued), cJSON_GetArraySize(queued) == 1 ? "" : "s",
       cJSON_GetArraySize(skipped));
   cJSON_Delete(done);
+  cJSON_Delete(going);
   free(times);
   queue_pump(s, e);
   r->status = 0;

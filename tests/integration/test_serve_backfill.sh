@@ -16,6 +16,12 @@ tasks:
   a: {stage: exec, cache: false, with: {command: [true]}}
 Y
 printf 'dag: manual\ntasks:\n  a: {stage: exec, with: {command: [true]}}\n' > dags/manual.yaml
+cat > dags/slow.yaml <<'Y'
+dag: slow
+schedule: "0 2 * * *"
+tasks:
+  a: {stage: exec, cache: false, with: {command: [sleep, "4"]}}
+Y
 TOKEN=s3cret-token-0123456789
 serve_start --no-cron
 bf() { api POST "/api/dags/$1/backfill" "$2" "${3:-$TOKEN}"; }
@@ -52,6 +58,25 @@ out=$(bf nightly '{"from": "2026-03-02", "to": "2026-03-02T23:00", "rerun": true
 echo "${out#* }" | "$PY" -c 'import json,sys; j = json.load(sys.stdin); assert j["queued"] == ["2026-03-02T02:00:00Z"], j' ||
   fail "rerun: $out"
 backfill_runs 4 >/dev/null
+# A time whose run is still going is skipped, rerun or not, naming that
+# run: never a second run of one logical date beside it.
+out=$(bf slow '{"from": "2026-03-01", "to": "2026-03-01T23:00"}')
+[ "${out%% *}" = 202 ] || fail "slow backfill: $out"
+"$PY" - "$PORT" <<'P' || fail "the slow backfill run never ran"
+import json, sys, time, urllib.request
+end = time.time() + 30
+while time.time() < end:
+    runs = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/api/runs?dag=slow", timeout=10))
+    if any(r["state"] == "running" for r in runs):
+        sys.exit(0)
+    time.sleep(0.1)
+sys.exit(1)
+P
+for body in '{"from": "2026-03-01", "to": "2026-03-01T23:00"}' '{"from": "2026-03-01", "to": "2026-03-01T23:00", "rerun": true}'; do
+  out=$(bf slow "$body")
+  echo "${out#* }" | "$PY" -c 'import json,sys; j = json.load(sys.stdin); assert j["queued"] == [] and [k["at"] for k in j["skipped"]] == ["2026-03-01T02:00:00Z"] and j["skipped"][0]["run"] not in ("", "queued already"), j' ||
+    fail "backfill of a time whose run is going ($body): $out"
+done
 # Refused.
 for case in \
   '400|{"from": "March 1st", "to": "2026-03-03"}|from and to take times' \
