@@ -530,20 +530,22 @@ static int pass_failed(zero_cuda *zc, char *err, size_t errlen) {
   return -1;
 }
 
-int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
-                   const uint32_t *targets, int B, int T, float lr,
-                   double max_norm, zero_step_result *res, char *err,
-                   size_t errlen) {
+/* The step's passes: accum micro-batches (inputs, targets: accum x (B,T)
+ * ids) forward and backward, their gradients added up at 1/(world x
+ * accum) each, the hooks on the last micro-batch only (stages 0-1: the
+ * gradients are whole only then; stages 2-3 take one micro-batch). *loss:
+ * the micro-batches' mean; t_fwd, t_bwd: the passes' wall time less the
+ * comm calls made in them (zc->tm). 0, or -1 with err. */
+static int step_passes(zero_cuda *zc, const uint32_t *inputs,
+                       const uint32_t *targets, int B, int T, int accum,
+                       float *loss, double *t_fwd, double *t_bwd, char *err,
+                       size_t errlen) {
   gpt_cuda *g = zc->g;
   const zero_shape *sh = &zc->sh;
-  int st = sh->stage;
-  memset(res, 0, sizeof *res);
-  zc->tm.total = 0;
-  zc->early = 0;
-  zc->hook_rc = 0;
-  zc->synced = 0;
-  zc->in_bwd = 0;
-  double t0 = clock_monotonic();
+  const int st = sh->stage;
+  const size_t bt = (size_t)B * T;
+  double sum = 0;
+  *t_fwd = *t_bwd = 0;
   if (st >= 2) {
     /* The slots hold the last step's parameters: stale. */
     for (int i = 0; i < 2; i++)
@@ -551,25 +553,37 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
     zc->rs_next = zc->ng;
     gpt_cuda_set_param_hook(g, param_hook, zc);
   }
-  float loss = 0;
-  /* The forward's loss read back synchronizes its stream. */
-  if (gpt_cuda_zero_grad(g, err, errlen) != 0 ||
-      gpt_cuda_forward_train(g, inputs, targets, B, T, &loss, err, errlen) !=
-          0)
+  if (gpt_cuda_zero_grad(g, err, errlen) != 0)
     return pass_failed(zc, err, errlen);
-  double tb = clock_monotonic(), c_fwd = zc->tm.total;
-  zc->next = st < 2 ? sh->nbuckets : 0;
-  zc->in_bwd = 1;
-  /* Stages 2-3 take each group's gradient from its buffer when it is
-   * final, overlap or not (without, waited for at once). */
-  if (!sh->no_overlap || st >= 2)
-    gpt_cuda_set_grad_hook(g, grad_hook, zc);
-  /* The mean over ranks of each rank's mean: 1/N in the backward. */
-  int rc = gpt_cuda_backward(g, 1.0f / (float)sh->world, err, errlen);
-  for (int i = 0; i < 2 && rc == 0 && st == 3; i++)
-    rc = slot_wait(zc, i, err, errlen);
-  if (rc != 0 || zc->hook_rc != 0 || gpt_cuda_synchronize(g, err, errlen) != 0)
-    return pass_failed(zc, err, errlen);
+  for (int m = 0; m < accum; m++) {
+    const int last = m == accum - 1;
+    double t = clock_monotonic(), c = zc->tm.total;
+    float l = 0;
+    /* The forward's loss read back synchronizes its stream. */
+    if (gpt_cuda_forward_train(g, inputs + m * bt, targets + m * bt, B, T, &l,
+                               err, errlen) != 0)
+      return pass_failed(zc, err, errlen);
+    sum += (double)l / accum;
+    double tb = clock_monotonic(), cb = zc->tm.total;
+    *t_fwd += tb - t - (cb - c);
+    if (last) {
+      zc->next = st < 2 ? sh->nbuckets : 0;
+      zc->in_bwd = 1;
+      /* Stages 2-3 take each group's gradient from its buffer when it is
+       * final, overlap or not (without, waited for at once). */
+      if (!sh->no_overlap || st >= 2)
+        gpt_cuda_set_grad_hook(g, grad_hook, zc);
+    }
+    /* The mean over ranks and micro-batches of each one's mean. */
+    int rc =
+        gpt_cuda_backward(g, 1.0f / ((float)sh->world * accum), err, errlen);
+    for (int i = 0; i < 2 && rc == 0 && st == 3; i++)
+      rc = slot_wait(zc, i, err, errlen);
+    if (rc != 0 || zc->hook_rc != 0 ||
+        gpt_cuda_synchronize(g, err, errlen) != 0)
+      return pass_failed(zc, err, errlen);
+    *t_bwd += clock_monotonic() - tb - (zc->tm.total - cb);
+  }
   gpt_cuda_set_grad_hook(g, NULL, NULL);
   gpt_cuda_set_param_hook(g, NULL, NULL);
   zc->in_bwd = 0;
@@ -577,8 +591,43 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
    * outside a step fails on an unplaced group rather than read them. */
   for (size_t i = 0; st == 3 && i < zc->ng; i++)
     gpt_cuda_set_group_params(g, i, NULL);
-  /* Backward's own time: its wall time less the comm calls in the hooks
-   * (forward's too, at stage 3). */
+  *loss = (float)sum;
+  return 0;
+}
+
+int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
+                   const uint32_t *targets, int B, int T, float lr,
+                   double max_norm, zero_step_result *res, char *err,
+                   size_t errlen) {
+  return zero_cuda_step_accum(zc, inputs, targets, B, T, 1, lr, max_norm, res,
+                              err, errlen);
+}
+
+int zero_cuda_step_accum(zero_cuda *zc, const uint32_t *inputs,
+                         const uint32_t *targets, int B, int T, int accum,
+                         float lr, double max_norm, zero_step_result *res,
+                         char *err, size_t errlen) {
+  gpt_cuda *g = zc->g;
+  const zero_shape *sh = &zc->sh;
+  int st = sh->stage;
+  memset(res, 0, sizeof *res);
+  if (accum < 1 || (accum > 1 && st >= 2)) {
+    snprintf(err, errlen,
+             "zero_cuda: grad_accum %d at ZeRO stage %d: GPU ranks accumulate "
+             "micro-batches at stages 0 and 1 only",
+             accum, st);
+    return -1;
+  }
+  zc->tm.total = 0;
+  zc->early = 0;
+  zc->hook_rc = 0;
+  zc->synced = 0;
+  zc->in_bwd = 0;
+  float loss = 0;
+  double t_fwd, t_bwd;
+  if (step_passes(zc, inputs, targets, B, T, accum, &loss, &t_fwd, &t_bwd,
+                  err, errlen) != 0)
+    return -1;
   double tc = clock_monotonic(), c_bwd = zc->tm.total;
   /* The rest (all of them without overlap), then every bucket waited
    * for before the norm reads the sums. */
@@ -630,8 +679,8 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
   double t_end = clock_monotonic();
   res->buckets = st >= 2 ? (int)zc->ng : (int)sh->nbuckets;
   res->buckets_early = zc->early;
-  res->t_forward = tb - t0 - c_fwd;
-  res->t_backward = tc - tb - (c_bwd - c_fwd);
+  res->t_forward = t_fwd;
+  res->t_backward = t_bwd;
   res->t_comm = zc->tm.total;
   res->t_optimizer = t_end - tc - (zc->tm.total - c_bwd);
   return 0;
@@ -753,6 +802,15 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
       (void)max_norm, (void)res;
   snprintf(err, errlen, "zero: %s", NOT_BUILT);
   return -1;
+}
+
+int zero_cuda_step_accum(zero_cuda *zc, const uint32_t *inputs,
+                         const uint32_t *targets, int B, int T, int accum,
+                         float lr, double max_norm, zero_step_result *res,
+                         char *err, size_t errlen) {
+  (void)accum;
+  return zero_cuda_step(zc, inputs, targets, B, T, lr, max_norm, res, err,
+                        errlen);
 }
 
 int zero_cuda_pull(zero_cuda *zc, char *err, size_t errlen) {

@@ -142,6 +142,16 @@ int zero_cuda_step(zero_cuda *zc, const uint32_t *inputs,
                    const uint32_t *targets, int B, int T, float lr,
                    double max_norm, zero_step_result *res, char *err,
                    size_t errlen);
+/* zero_cuda_step over accum micro-batches (inputs, targets: accum x (B,T)
+ * one after the other), the gradients added up on the GPU and reduced
+ * once, from the last micro-batch's backward, as zero_step_accum's stages
+ * 0-1; the loss their mean. Stages 2-3 (whose gradient buffers are
+ * reduced group by group as backward ends) take accum 1 only: -1 saying
+ * so. */
+int zero_cuda_step_accum(zero_cuda *zc, const uint32_t *inputs,
+                         const uint32_t *targets, int B, int T, int accum,
+                         float lr, double max_norm, zero_step_result *res,
+                         char *err, size_t errlen);
 
 /* The GPU's master weights of the rank's part and its optimizer state
  * (and step count) into the host model's parameters and zero_optim(z):

@@ -166,18 +166,21 @@ static int pick_device(trainrun *r, gang *g) {
   return 0;
 }
 
-/* GPU ranks take one micro-batch a step (zero_cuda): grad_accum above 1
- * fails the task there, on every rank alike (they agreed on the device).
- * 1 when refused. */
+/* GPU ranks accumulate micro-batches at ZeRO stages 0-1 only
+ * (zero_cuda_step_accum: stages 2-3 reduce each group's gradient buffer
+ * as backward ends): grad_accum above 1 at stage 2-3 fails the task
+ * there, on every rank alike (they agreed on the device). 1 when
+ * refused. */
 static int gpu_accum_refused(trainrun *r, gang *g) {
-  if (g->dev != ENGINE_CUDA || r->c.accum <= 1)
+  if (g->dev != ENGINE_CUDA || r->c.accum <= 1 || g->stage < 2)
     return 0;
   r->h->fail(r->ctx,
-             "grad_accum %d in a gang on GPUs: the GPU ranks take one "
-             "micro-batch per step; raise batch_size or world_size "
-             "instead (global batch = world_size x batch_size), or use "
-             "device: cpu",
-             r->c.accum);
+             "grad_accum %d in a gang on GPUs at zero_stage %d: GPU ranks "
+             "accumulate micro-batches at ZeRO stages 0 and 1 only; use "
+             "zero_stage: 1, raise batch_size or world_size instead (global "
+             "batch = world_size x batch_size x grad_accum), or use device: "
+             "cpu",
+             r->c.accum, g->stage);
   return 1;
 }
 
@@ -263,9 +266,9 @@ static int rank_loss(gang *g, gpt *model, const uint32_t *in,
 static int rank_step(trainrun *r, gang *g, const uint32_t *in,
                      const uint32_t *tg, double lr, zero_step_result *res,
                      char *err, size_t errlen) {
-  if (g->zc) /* one micro-batch: open_comm refuses grad_accum on GPUs */
-    return zero_cuda_step(g->zc, in, tg, g->B, g->T, (float)lr, r->c.grad_clip,
-                          res, err, errlen);
+  if (g->zc) /* open_comm refuses grad_accum on GPUs at stages 2-3 */
+    return zero_cuda_step_accum(g->zc, in, tg, g->B, g->T, r->c.accum,
+                                (float)lr, r->c.grad_clip, res, err, errlen);
   return zero_step_accum(g->z, in, tg, g->B, g->T, r->c.accum, (float)lr,
                          r->c.grad_clip, res, err, errlen);
 }

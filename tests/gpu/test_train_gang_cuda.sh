@@ -11,8 +11,11 @@
 #   sharded checkpoint of step 10 (the shard pulled from the GPU, pushed
 #   back on resume) and ends with the uninterrupted run's losses and
 #   final weights (bitwise);
-# - grad_accum 2 on GPU ranks is refused (zero_cuda takes one
-#   micro-batch a step), saying what to do instead.
+# - grad_accum 2 on GPU ranks at ZeRO stages 0 and 1: 10 losses bitwise
+#   one GPU process's with grad_accum 2 (the micro-batches' gradients
+#   added on the GPU, reduced once a step); at stage 2 refused
+#   (zero_cuda_step_accum: stages 2-3 take one micro-batch), saying what
+#   to do instead.
 . "$(dirname "$0")/gpu_env.sh"
 command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
 
@@ -90,8 +93,30 @@ assert a.keys() == b.keys() and all(a[k] == b[k] for k in a), [k for k in a if a
 P
   fail "the resumed gang's final weights differ from the uninterrupted one's"
 
-# grad_accum above 1 on GPU ranks: refused, saying what to do.
-gang_dag accum "device: cuda, grad_accum: 2" "retries: 0," 2
+# grad_accum 2 on GPU ranks at stages 0-1: one GPU process's losses with
+# grad_accum 2, bit for bit.
+cat > one_accum.yaml <<Y
+dag: one_accum
+tasks:
+  train: {stage: train, with: {$COMMON, steps: 10, device: cuda, grad_accum: 2}}
+Y
+run_dagrun run one_accum.yaml --plain --no-cache
+expect_rc 0
+losses "$(run_dir one_accum)" > one_accum.losses
+[ "$(wc -l < one_accum.losses)" -eq 10 ] || fail "one process, grad_accum 2: $(cat one_accum.losses)"
+cmp -s one_accum.losses one.losses && fail "grad_accum 2 gave grad_accum 1's losses"
+for stage in 0 1; do
+  gang_dag accum$stage "device: cuda, zero_stage: $stage, grad_accum: 2" "" 10
+  expect_rc 0
+  R=$(run_dir accum$stage)
+  expect_in "$R/train/attempt-1/log" "global batch 1 x 8 x 2 (grad_accum) = 16 sequences"
+  losses "$R" > accum$stage.losses
+  cmp -s one_accum.losses accum$stage.losses ||
+    fail "stage $stage, grad_accum 2: losses differ from one process's: $(diff one_accum.losses accum$stage.losses | head)"
+  echo "stage $stage, grad_accum 2: 10 losses bitwise one process's"
+done
+# At stage 2: refused, saying what to do.
+gang_dag accum "device: cuda, zero_stage: 2, grad_accum: 2" "retries: 0," 2
 expect_rc 1
-expect_in "$T/out" "grad_accum 2 in a gang on GPUs"
+expect_in "$T/out" "grad_accum 2 in a gang on GPUs at zero_stage 2"
 pass
