@@ -277,18 +277,19 @@ static int save_checkpoint(trainrun *r, char *err, size_t errlen) {
   return 0;
 }
 
+/* trainrun_validate's fn: ld's batches on the engine's device. */
+static int engine_score(void *arg, trainrun *r, loader *ld, double *loss,
+                        char *err, size_t errlen) {
+  (void)arg;
+  return engine_eval_loss(r->eng, ld, (uint64_t)r->c.eval_batches, loss, err,
+                          errlen);
+}
+
 /* Validation on the engine's device; NAN without validation. */
 static double evaluate(trainrun *r, int64_t step) {
   trainrun_lm_eval(
       r, engine_get_device(r->eng) == ENGINE_CPU ? r->model : NULL, step);
-  if (!r->val)
-    return NAN;
-  loader_set_pos(r->val, &r->val_start);
-  double loss = NAN;
-  char err[512];
-  int rc = engine_eval_loss(r->eng, r->val, (uint64_t)r->c.eval_batches, &loss,
-                            err, sizeof err);
-  return trainrun_val_report(r, rc, loss, err, step);
+  return trainrun_validate(r, step, 1, engine_score, NULL);
 }
 
 /* What a step does after its gradients. */

@@ -58,7 +58,8 @@ static const dagrun_param_spec params[] = {
     {"eval_every", DAGRUN_PARAM_INT, "100", 0,
      "Validation every this many steps (0: only at the end)"},
     {"eval_batches", DAGRUN_PARAM_INT, "20", 0,
-     "Validation batches of batch_size windows (in a gang world_size x "
+     "Validation batches of batch_size windows (with data_mix, each "
+     "source's own: val_loss/<name>; in a gang world_size x "
      "batch_size, shared by the ranks; at most one pass over the "
      "validation shards)"},
     {"eval_text", DAGRUN_PARAM_STRING, "", 0,
