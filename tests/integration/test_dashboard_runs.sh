@@ -104,24 +104,18 @@ with Browser(chromium, profile) as b:
     b.wait_for("document.getElementById('note-msg').textContent === 'note saved'", "the note saved")
     until(lambda: run_json(a).get("user_note") == "the baseline: lr 0.1", "the note")
 
-    # Any metric: the picker lists what the task reported; accuracy charted.
-    b.wait_for("[...document.getElementById('metric-pick').options].map(o => o.value).includes('train/accuracy')",
-               "train/accuracy in the metric picker")
-    b.js("const p = document.getElementById('metric-pick'); p.value = 'train/accuracy';"
-         "p.dispatchEvent(new Event('change'))")
-    b.wait_for("document.querySelector('#chart-pick svg')?.getAttribute('aria-label') === 'train/accuracy'",
-               "the accuracy chart")
-    n = b.js("document.querySelectorAll('#chart-pick svg circle').length")
-    assert n == 5, f"accuracy chart: {n} points, expected 5"
-    # A metric whose name has a slash (a data mixture's val_loss/<source>).
-    b.wait_for("[...document.getElementById('metric-pick').options].map(o => o.value).includes('train/val_loss/web')",
-               "train/val_loss/web in the metric picker")
-    b.js("{ const p = document.getElementById('metric-pick'); p.value = 'train/val_loss/web';"
-         "p.dispatchEvent(new Event('change')); }")
-    b.wait_for("document.querySelector('#chart-pick svg')?.getAttribute('aria-label') === 'train/val_loss/web'",
-               "the val_loss/web chart")
-    n = b.js("document.querySelectorAll('#chart-pick svg circle').length")
-    assert n == 5, f"val_loss/web chart: {n} points, expected 5"
+    # Any metric: the picker lists what the task reported; accuracy
+    # charted, and a metric whose name has a slash (a data mixture's
+    # val_loss/<source>).
+    for pick in ("train/accuracy", "train/val_loss/web"):
+        b.wait_for(f"[...document.getElementById('metric-pick').options].map(o => o.value).includes('{pick}')",
+                   f"{pick} in the metric picker")
+        b.js(f"{{ const p = document.getElementById('metric-pick'); p.value = '{pick}';"
+             "p.dispatchEvent(new Event('change')); }")
+        b.wait_for(f"document.querySelector('#chart-pick svg')?.getAttribute('aria-label') === '{pick}'",
+                   f"the {pick} chart")
+        n = b.js("document.querySelectorAll('#chart-pick svg circle').length")
+        assert n == 5, f"{pick} chart: {n} points, expected 5"
 
     # Two runs ticked and compared.
     assert b.js("document.getElementById('compare-btn').disabled"), "compare enabled with no run ticked"

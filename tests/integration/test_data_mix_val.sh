@@ -30,20 +30,9 @@ for f in range(2):
                          for _ in range(60)) for _ in range(60)]
         out.write("\n%\n".join(docs) + "\n")
 P
-# tok_data NAME TOKENIZER_PARAMS: NAME's corpus tokenized; prints its dir.
-tok_data() {
-  cat > "$T/tok-$1.yaml" <<Y
-dag: tok-$1
-tasks:
-  shard: {stage: shard, with: {input: "$T/corpus-$1", separator: "%", shards: 2, val_fraction: 0.1}}
-  tokenize: {stage: tokenize, needs: [shard], with: {shards: "\${tasks.shard.outputs.dir}", $2}}
-Y
-  "$DAGRUN" run "$T/tok-$1.yaml" -q >"$T/tok-$1.log" 2>&1 || fail "tokenizing $1 failed: $(cat "$T/tok-$1.log")"
-  echo "$(run_dir "tok-$1")/tokenize/out"
-}
-REP=$(tok_data rep "vocab_size: 300")
-RAND=$(tok_data rand "tokenizer: \"$REP/tokenizer.json\"")
-SAME=$(tok_data same "tokenizer: \"$REP/tokenizer.json\"")
+REP=$(tokenize_corpus rep "$T/corpus-rep" "vocab_size: 300")
+RAND=$(tokenize_corpus rand "$T/corpus-rand" "tokenizer: \"$REP/tokenizer.json\"")
+SAME=$(tokenize_corpus same "$T/corpus-same" "tokenizer: \"$REP/tokenizer.json\"")
 
 BASE='n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, batch_size: 4, threads: 1, samples: 0, lr: 0.01'
 MIX="data_mix: {rep: \"$REP\", rand: \"$RAND\"}, data_weights: {rep: 0.7, rand: 0.3}"
@@ -146,15 +135,8 @@ expect_in "$T/out" "train.val_loss/rand"
 # is written, then resumed; every validation after the resume (and the
 # summary) is the uninterrupted run's, to the bit.
 mix_dag killed "cache: false,"
-DAGRUN_TEST_LOADER_DELAY_MS=40 "$DAGRUN" run killed.yaml --plain >killed.out 2>&1 &
-PID=$!
-has_ckpt() { ls -d "$DAGRUN_RUNS_DIR"/killed/*/train/checkpoints/step-00000020 >/dev/null 2>&1; }
-wait_until 60 has_ckpt || fail "no checkpoint at step 20: $(cat killed.out)"
-kill -9 "$PID"
-wait "$PID" 2>/dev/null || true
-K=$(run_dir killed)
-wait_until 20 grep -q "stopped at step" "$K/train/attempt-1/log" ||
-  fail "the orphaned attempt did not stop: $(tail -5 "$K/train/attempt-1/log")"
+kill_at_checkpoint killed 20 40
+K=$KILLED
 run_dagrun resume "$(basename "$K")" --plain
 expect_rc 0
 expect_in "$K/train/attempt-2/log" "resumed from"
