@@ -573,7 +573,8 @@ static void gather_memory(trainrun *r, gang *g, gangmem *m) {
   }
   gpt_memory gm;
   gpt_memory_estimate(gpt_get_config(r->model), g->B, g->T,
-                      (int)optim_state_floats_for(r->c.opt.kind, 1), &gm);
+                      (int)optim_state_floats_for(r->c.opt.kind, 1),
+                      (gpt_recompute)r->c.recompute, &gm);
   *m = (gangmem){.N = g->N,
                  .stage = g->stage,
                  .gpu = g->zc != NULL,

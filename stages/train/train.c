@@ -107,9 +107,9 @@ static const dagrun_param_spec params[] = {
      "a gang, one GPU per rank over NCCL), or auto (cuda when dagrun has "
      "CUDA and a GPU is present, in a gang on every rank, else cpu)"},
     {"recompute", DAGRUN_PARAM_STRING, "none", 0,
-     "device cuda: activation recomputation to save memory: none, gelu (the "
-     "MLP's GELU output) or block (each block's forward again in backward); "
-     "the CPU engine keeps every activation and ignores it"},
+     "Activation recomputation to save memory: none, gelu (the MLP's GELU "
+     "output) or block (each block's forward again in backward); on the "
+     "CPU the same gradients bit for bit (GPT-2 models only)"},
     {"dropout", DAGRUN_PARAM_FLOAT, "0", 0,
      "Dropout probability on the attention probabilities and the residual "
      "branches, in training steps only (CPU engine: device auto means cpu "

@@ -326,6 +326,12 @@ int trainrun_setup(trainrun *r, int nranks, int gang) {
     return -1;
   /* Training forwards only (trainkit_forward_backward); the CPU engine's. */
   gpt_set_dropout(r->model, (float)r->c.dropout, r->c.seed);
+  /* The CPU engine's recomputation (the GPU's is its own). */
+  if (gpt_set_recompute(r->model, (gpt_recompute)r->c.recompute, err,
+                        sizeof err) != 0) {
+    h->fail(r->ctx, "%s", err);
+    return -1;
+  }
   if (!gang &&
       trainkit_make_optim(r->model, &r->c.opt, &r->opt, err, sizeof err) != 0) {
     h->fail(r->ctx, "optimizer: %s", err);

@@ -8,7 +8,9 @@
 # - (device: cuda in a gang without GPUs: test_train_gang.sh);
 # - bad values of device and recompute are refused by check, at the
 #   value, naming the choices; one from a template when the task starts;
-# - recompute on the CPU is ignored, with a log line saying so.
+# - on the CPU, recompute: gelu and block train to the very weights of
+#   none (dropout on), and the log gives the activations' size against
+#   none's; a Llama model with recompute is refused, saying so.
 . "$(dirname "$0")/lib.sh"
 
 DATA=$(make_token_data dev 320)
@@ -42,7 +44,39 @@ P
 expect_in "$R/train/attempt-1/log" "device: $DEV (device: auto"
 [ "$(task_field "$R" train state)" = success ] || fail "auto run not recorded success"
 if [ "$DEV" = cpu ]; then
-  expect_in "$R/train/attempt-1/log" "recompute: gelu is ignored on the CPU"
+  expect_in "$R/train/attempt-1/log" "recompute: gelu; activations "
+
+  # CPU recomputation: the same weights, bit for bit, and less memory.
+  for rc in none gelu block; do
+    train_dag "rc$rc" "steps: 12, device: cpu, dropout: 0.1, recompute: $rc"
+    run_dagrun run "rc$rc.yaml" --plain
+    expect_rc 0
+  done
+  for rc in gelu block; do
+    cmp "$(run_dir rcnone)/train/checkpoints/step-00000012/model.safetensors" \
+      "$(run_dir "rc$rc")/train/checkpoints/step-00000012/model.safetensors" ||
+      fail "recompute: $rc trained other weights than recompute: none"
+  done
+  "$PY" - "$(run_dir rcnone)/train/attempt-1/log" "$(run_dir rcgelu)/train/attempt-1/log" \
+    "$(run_dir rcblock)/train/attempt-1/log" <<'P' || fail "recompute's activations in the log"
+import re, sys
+acts = []
+for path in sys.argv[1:]:
+    m = re.search(r"recompute: (\w+); activations ([0-9.]+) MiB a micro-batch \(([0-9.]+) MiB with recompute: none\)", open(path).read())
+    assert m, path
+    acts.append(float(m.group(2)))
+    assert float(m.group(3)) == acts[0], (m.group(0), acts)
+assert acts[0] > acts[1] > acts[2], acts
+print("activations: none %.2f, gelu %.2f, block %.2f MiB" % tuple(acts))
+P
+  cat > rcllama.yaml <<Y
+dag: rcllama
+tasks:
+  train: {stage: train, with: {data: "$DATA", model: llama-tiny, n_layer: 2, n_embd: 32, n_head: 2, block_size: 32, batch_size: 4, threads: 1, samples: 0, steps: 2, device: cpu, recompute: block}}
+Y
+  run_dagrun run rcllama.yaml --plain
+  expect_rc 1
+  expect_in "$T/out" "recompute: block is implemented for GPT-2 models on the CPU, not Llama ones (use recompute: none)"
 
   # device: cuda where there is no GPU (or no CUDA in this build).
   train_dag cuda "steps: 5, device: cuda"

@@ -3,7 +3,8 @@
  * CPU forward/backward (gpu/model/gpt.h). The math itself is checked
  * against PyTorch in tests/integration/test_gpt_torch.sh; here: what the
  * contract promises (presets, counts, init statistics, gradient
- * accumulation, determinism, refusals) and a finite-difference check.
+ * accumulation, determinism, activation recomputation, refusals) and a
+ * finite-difference check.
  */
 #include <math.h>
 #include <stdint.h>
@@ -771,6 +772,91 @@ static void test_decay_all_2d(void) {
   gpt_destroy(d);
 }
 
+/* Activation recomputation (gpt_set_recompute): gelu and block give the
+ * very losses, gradients and, after plain SGD steps, weights of none,
+ * bit for bit, over steps with other batches (and dropout masks), with
+ * three layers so that block recomputes a layer between two others. */
+static void test_recompute(float dropout) {
+  const int V = 200, B = 3, T = 16, STEPS = 4;
+  gpt *m[3];
+  for (int r = 0; r < 3; r++) {
+    m[r] = make(3, 2, 32, 16, V);
+    if (!m[r])
+      return;
+    gpt_init(m[r], 11);
+    perturb(m[r], 0.05f, 3);
+    gpt_set_dropout(m[r], dropout, 9);
+    CHECK_INT(gpt_set_recompute(m[r], (gpt_recompute)r, err, sizeof err), 0);
+  }
+  size_t n = gpt_num_params(m[0]);
+  uint32_t in[3 * 16], tg[3 * 16];
+  for (int step = 0; step < STEPS; step++) {
+    random_ids(in, B * T, V, 100 + (uint64_t)step);
+    random_ids(tg, B * T, V, 200 + (uint64_t)step);
+    float loss[3];
+    for (int r = 0; r < 3; r++) {
+      gpt_dropout_key(m[r], (uint64_t)step, 1);
+      run_step(m[r], in, tg, B, T, &loss[r]);
+      float *p = gpt_params(m[r]);
+      const float *g = gpt_grads(m[r]);
+      for (size_t i = 0; i < n; i++)
+        p[i] -= 0.05f * g[i];
+    }
+    for (int r = 1; r < 3; r++) {
+      CHECK(memcmp(&loss[0], &loss[r], sizeof(float)) == 0);
+      CHECK(memcmp(gpt_grads(m[0]), gpt_grads(m[r]), n * sizeof(float)) == 0);
+      CHECK(memcmp(gpt_params(m[0]), gpt_params(m[r]), n * sizeof(float)) == 0);
+    }
+    if (step == STEPS - 1)
+      fprintf(stderr,
+              "recompute, dropout %g: step %d loss %.6f (none; the others "
+              "checked bitwise)\n",
+              dropout, step + 1, loss[0]);
+  }
+  /* A real difference would show: the gradients are not all zero. */
+  double gsum = 0;
+  for (size_t i = 0; i < n; i++)
+    gsum += fabsf(gpt_grads(m[2])[i]);
+  CHECK(gsum > 1e-3);
+  for (int r = 0; r < 3; r++)
+    gpt_destroy(m[r]);
+}
+
+/* Refused: a value that is not a gpt_recompute, and recomputation of a
+ * Llama model; changing it forgets the last forward (no backward). */
+static void test_recompute_refusals(void) {
+  gpt *m = make(2, 2, 16, 8, 50);
+  if (!m)
+    return;
+  CHECK_INT(gpt_set_recompute(m, (gpt_recompute)3, err, sizeof err), -1);
+  CHECK(strstr(err, "not one of none (0), gelu (1), block (2)") != NULL);
+  uint32_t ids[2 * 8] = {1, 2, 3};
+  float loss;
+  gpt_zero_grad(m);
+  CHECK_INT(gpt_forward(m, ids, ids, 2, 8, &loss, err, sizeof err), 0);
+  CHECK_INT(gpt_set_recompute(m, GPT_RECOMPUTE_BLOCK, err, sizeof err), 0);
+  CHECK(gpt_logits(m) == NULL);
+  gpt_backward(m, 1.0f);
+  double gsum = 0;
+  for (size_t i = 0; i < gpt_num_params(m); i++)
+    gsum += fabsf(gpt_grads(m)[i]);
+  CHECK(gsum == 0);
+  gpt_destroy(m);
+  gpt_config l;
+  CHECK_INT(gpt_config_preset("llama-tiny", &l, err, sizeof err), 0);
+  l.vocab_size = 64;
+  CHECK_INT(gpt_config_finish(&l, err, sizeof err), 0);
+  gpt *lm = NULL;
+  CHECK_INT(gpt_create(&l, &lm, err, sizeof err), 0);
+  if (!lm)
+    return;
+  CHECK_INT(gpt_set_recompute(lm, GPT_RECOMPUTE_NONE, err, sizeof err), 0);
+  CHECK_INT(gpt_set_recompute(lm, GPT_RECOMPUTE_GELU, err, sizeof err), -1);
+  CHECK(strstr(err, "recompute: gelu is implemented for GPT-2 models on the "
+                    "CPU, not Llama ones") != NULL);
+  gpt_destroy(lm);
+}
+
 int main(void) {
   test_presets();
   test_llama_config();
@@ -785,5 +871,8 @@ int main(void) {
   test_refusals();
   test_param_groups();
   test_decay_all_2d();
+  test_recompute(0);
+  test_recompute(0.2f);
+  test_recompute_refusals();
   TEST_DONE();
 }
