@@ -1,6 +1,6 @@
 # Per-source validation of a data mixture: two sources of very different
-# text, one a sentence repeated (learnable) and one random letters (about
-# ln 26 nats a letter at best), mixed 0.7/0.3. Each source's validation
+# text, rep, sentences repeated (learnable), and scores, random letters
+# (about ln 26 nats a letter at best), mixed 0.7/0.3. Each source's validation
 # loss is its own metric (val_loss/<name>: metrics.jsonl, tfevents, the
 # log, summary.json, dagrun compare), scored on its own validation
 # windows (the validate stage on that source's split agrees), the
@@ -35,7 +35,7 @@ RAND=$(tokenize_corpus rand "$T/corpus-rand" "tokenizer: \"$REP/tokenizer.json\"
 SAME=$(tokenize_corpus same "$T/corpus-same" "tokenizer: \"$REP/tokenizer.json\"")
 
 BASE='n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, batch_size: 4, threads: 1, samples: 0, lr: 0.01'
-MIX="data_mix: {rep: \"$REP\", rand: \"$RAND\"}, data_weights: {rep: 0.7, rand: 0.3}"
+MIX="data_mix: {rep: \"$REP\", scores: \"$RAND\"}, data_weights: {rep: 0.7, scores: 0.3}"
 RUN="steps: 60, eval_every: 20, eval_batches: 3, checkpoint_every: 20"
 mix_dag() { # NAME [TASK_KEYS]
   cat > "$1.yaml" <<Y
@@ -58,10 +58,10 @@ for line in open(d + "/metrics.jsonl"):
     m = json.loads(line)
     if m["name"].startswith("val_loss"):
         val.setdefault(m["name"], {})[m["step"]] = m["value"]
-assert sorted(val) == ["val_loss", "val_loss/rand", "val_loss/rep"], sorted(val)
+assert sorted(val) == ["val_loss", "val_loss/rep", "val_loss/scores"], sorted(val)
 for name, s in val.items():
     assert sorted(s) == [20, 40, 60], (name, s)
-rep, rnd, all_ = val["val_loss/rep"], val["val_loss/rand"], val["val_loss"]
+rep, rnd, all_ = val["val_loss/rep"], val["val_loss/scores"], val["val_loss"]
 for k in (20, 40, 60):
     assert abs(all_[k] - (0.7 * rep[k] + 0.3 * rnd[k])) < 1e-12, (k, all_[k], rep[k], rnd[k])
 # The repeated sentence is learnt; random letters cannot be.
@@ -70,18 +70,18 @@ assert rnd[60] > 2.5 and rnd[60] - rep[60] > 1.5, (rnd, rep)
 s = json.load(open(d + "/out/summary.json"))
 assert s["val_loss"] == all_[60], s
 assert s["data_mix"]["rep"]["val_loss"] == rep[60], s["data_mix"]
-assert s["data_mix"]["rand"]["val_loss"] == rnd[60], s["data_mix"]
+assert s["data_mix"]["scores"]["val_loss"] == rnd[60], s["data_mix"]
 ev = b"".join(open(f, "rb").read() for f in glob.glob(d + "/events.out.tfevents.*"))
-assert b"val_loss/rep" in ev and b"val_loss/rand" in ev, "no per-source val_loss in tfevents"
+assert b"val_loss/rep" in ev and b"val_loss/scores" in ev, "no per-source val_loss in tfevents"
 print(rep[60], rnd[60])
 P
 
 # ---- Each source's own windows: the validate stage on the last
 # checkpoint and one source's split, with the train stage's batches
 # (4 x 32, eval_batches 3), scores what val_loss/<source> said.
-for src in rep rand; do
+for src in rep scores; do
   dir=$REP
-  [ "$src" = rand ] && dir=$RAND
+  [ "$src" = scores ] && dir=$RAND
   cat > "val-$src.yaml" <<Y
 dag: val-$src
 tasks:
@@ -104,7 +104,7 @@ done
 cat > noval.yaml <<Y
 dag: noval
 tasks:
-  train: {stage: train, with: {$BASE, data_mix: {rand: "$RAND", same: "$SAME"}, steps: 4, eval_every: 2}}
+  train: {stage: train, with: {$BASE, data_mix: {scores: "$RAND", same: "$SAME"}, steps: 4, eval_every: 2}}
 Y
 run_dagrun run noval.yaml --plain
 expect_rc 0
@@ -117,8 +117,8 @@ for line in open(sys.argv[1]):
     m = json.loads(line)
     if m["name"].startswith("val_loss"):
         val.setdefault(m["name"], {})[m["step"]] = m["value"]
-assert sorted(val) == ["val_loss", "val_loss/rand"], sorted(val)
-assert val["val_loss"] == val["val_loss/rand"] and sorted(val["val_loss"]) == [2, 4], val
+assert sorted(val) == ["val_loss", "val_loss/scores"], sorted(val)
+assert val["val_loss"] == val["val_loss/scores"] and sorted(val["val_loss"]) == [2, 4], val
 P
 
 # ---- dagrun compare lists the per-source metrics.
@@ -129,7 +129,18 @@ A=$(basename "$(run_dir again)")
 run_dagrun compare "$(basename "$R")" "$A"
 expect_rc 0
 expect_in "$T/out" "train.val_loss/rep"
-expect_in "$T/out" "train.val_loss/rand"
+expect_in "$T/out" "train.val_loss/scores"
+# The random source is named scores: its row is still a loss, where lower
+# is better (a metric is judged by its name up to the slash).
+run_dagrun compare "$(basename "$R")" "$A" --json
+expect_rc 0
+"$PY" - "$T/out" <<'P' || fail "compare --json: $(cat "$T/out")"
+import json, sys
+rows = {r["name"]: r for r in json.load(open(sys.argv[1]))["metrics"] if r.get("task") == "train"}
+for name in ("val_loss", "val_loss/rep", "val_loss/scores"):
+    assert rows[name]["better"] == "lower", rows[name]
+    assert rows[name]["values"][0]["final"] == rows[name]["values"][1]["final"], rows[name]
+P
 
 # ---- Killed and resumed: dagrun killed (-9) once the step-20 checkpoint
 # is written, then resumed; every validation after the resume (and the
