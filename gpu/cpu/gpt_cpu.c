@@ -41,9 +41,9 @@ static void blas_threads_end(int n) { openblas_set_num_threads(n); }
 
 /* C (M,N) = alpha op(A) op(B) + beta C, row-major, cut over the larger of
  * M and N among the OpenMP threads. */
-static void gemm(int ta, int tb, int M, int N, int K, float alpha,
-                 const float *A, int lda, const float *B, int ldb, float beta,
-                 float *C, int ldc) {
+static void gemm_fp32(int ta, int tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc) {
   enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans;
   enum CBLAS_TRANSPOSE TB = tb ? CblasTrans : CblasNoTrans;
   int nt = omp_get_max_threads();
@@ -73,6 +73,60 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha,
                   beta, C + d0, ldc);
     }
   }
+}
+
+/* gpt_set_autocast's BF16 for the pass this thread is in: gpt_forward
+ * and gpt_backward set it around their pass, and gemm reads it on the
+ * calling thread, before its own threads start. Thread-local, so that
+ * models in other threads keep their own. */
+static _Thread_local int pass_bf16;
+
+/* x rounded to the nearest bfloat16 (ties to even), as an fp32; a NaN
+ * stays a NaN, and a finite value past bf16's largest becomes inf, as a
+ * conversion to bf16 makes it. */
+static inline float bf16_round(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  if ((u & 0x7f800000u) == 0x7f800000u)
+    u = (u & 0xffff0000u) | ((u & 0x007fffffu) ? 0x00400000u : 0);
+  else
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/* rows x cols of X (leading dimension ld), rounded to bf16, into a new
+ * array of leading dimension cols. Out of memory aborts: a pass cannot
+ * fail halfway, and an fp32 product in its place would be silent. */
+static float *bf16_copy(const float *X, int rows, int cols, int ld) {
+  float *y = malloc((size_t)rows * cols * sizeof(float) + 1);
+  if (!y) {
+    fprintf(stderr, "gpt: out of memory for a bf16 operand (%d x %d)\n", rows,
+            cols);
+    abort();
+  }
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < rows; i++)
+    for (int j = 0; j < cols; j++)
+      y[(size_t)i * cols + j] = bf16_round(X[(size_t)i * ld + j]);
+  return y;
+}
+
+/* gemm_fp32, with BF16 autocast on its operands rounded first. */
+static void gemm(int ta, int tb, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta,
+                 float *C, int ldc) {
+  if (!pass_bf16) {
+    gemm_fp32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  /* op(A) is M x K: A is M x K, or K x M when transposed; B likewise. */
+  int ac = ta ? M : K, bc = tb ? K : N;
+  float *a = bf16_copy(A, ta ? K : M, ac, lda);
+  float *b = bf16_copy(B, tb ? N : K, bc, ldb);
+  gemm_fp32(ta, tb, M, N, K, alpha, a, ac, b, bc, beta, C, ldc);
+  free(a);
+  free(b);
 }
 
 void cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
@@ -892,9 +946,11 @@ hook_failed:
 int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets, int B,
                 int T, float *loss, char *err, size_t errlen) {
   int nb = blas_threads_begin();
+  pass_bf16 = m->autocast == GPT_AUTOCAST_BF16;
   int rc = m->cfg.family == GPT_FAMILY_LLAMA
                ? llama_cpu_forward(m, inputs, targets, B, T, loss, err, errlen)
                : forward(m, inputs, targets, B, T, loss, err, errlen);
+  pass_bf16 = 0;
   blas_threads_end(nb);
   return rc;
 }
@@ -1028,14 +1084,26 @@ int gpt_set_recompute(gpt *m, gpt_recompute r, char *err, size_t errlen) {
   return 0;
 }
 
+int gpt_set_autocast(gpt *m, gpt_autocast a, char *err, size_t errlen) {
+  if (a != GPT_AUTOCAST_NONE && a != GPT_AUTOCAST_BF16) {
+    snprintf(err, errlen, "autocast: %d is not one of none (0), bf16 (1)",
+             (int)a);
+    return -1;
+  }
+  m->autocast = a;
+  return 0;
+}
+
 void gpt_backward(gpt *m, float scale) {
   if (!m->have_loss)
     return;
   int nb = blas_threads_begin();
+  pass_bf16 = m->autocast == GPT_AUTOCAST_BF16;
   if (m->cfg.family == GPT_FAMILY_LLAMA)
     llama_cpu_backward(m, scale);
   else
     backward(m, scale);
+  pass_bf16 = 0;
   blas_threads_end(nb);
   m->have_loss = 0; /* the probabilities are spent */
 }

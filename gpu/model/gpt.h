@@ -198,6 +198,22 @@ typedef enum gpt_recompute {
  * BLOCK on a Llama model (implemented for GPT-2). */
 int gpt_set_recompute(gpt *m, gpt_recompute r, char *err, size_t errlen);
 
+/* BF16 autocast (CPU engine): with BF16, the operands of the linear
+ * layers' and the head's matrix products, forward and backward, are
+ * rounded to bfloat16 (to nearest, ties to even) and the products summed
+ * and kept in fp32, as AVX-512 BF16's VDPBF16PS and AMX compute them;
+ * weights, gradients, optimizer state, attention's own products,
+ * LayerNorm, GELU, softmax and the loss stay fp32. It is an emulation:
+ * the rounding is done in software before the fp32 GEMM (transient
+ * rounded copies of the two operands, not in gpt_memory_estimate), so it
+ * gives BF16's numerics on any CPU, not its speed. NONE (the default) is
+ * fp32 throughout. 0, or -1 with err for a value that is neither. */
+typedef enum gpt_autocast {
+  GPT_AUTOCAST_NONE = 0,
+  GPT_AUTOCAST_BF16 = 1
+} gpt_autocast;
+int gpt_set_autocast(gpt *m, gpt_autocast a, char *err, size_t errlen);
+
 /* The memory the engine takes to train a model, in bytes. */
 typedef struct gpt_memory {
   uint64_t params, grads; /* the parameter and gradient arrays */

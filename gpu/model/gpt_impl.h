@@ -98,6 +98,7 @@ struct gpt {
 
   /* gpt_set_recompute's: the CPU activations' layout (gpt_cpu.c). */
   gpt_recompute recompute;
+  gpt_autocast autocast; /* gpt_set_autocast's */
 };
 
 /* The first float of the tensor with index i (gpt.h's order), wherever

@@ -15,8 +15,9 @@
 
 /* ---- Before the loop ---- */
 
-/* The CPU engine's activations at (batch_size, seq_len) under the run's
- * recompute, beside what no recomputation takes (gpt_memory_estimate). */
+/* The CPU engine's recompute and autocast, and its activations at
+ * (batch_size, seq_len) under that recompute beside what no
+ * recomputation takes (gpt_memory_estimate). */
 static void log_cpu_memory(trainrun *r) {
   gpt_memory with, none;
   const gpt_config *cfg = gpt_get_config(r->model);
@@ -24,9 +25,10 @@ static void log_cpu_memory(trainrun *r) {
                       &with);
   gpt_memory_estimate(cfg, r->c.B, r->c.m.T, 0, GPT_RECOMPUTE_NONE, &none);
   r->h->log(r->ctx, DAGRUN_LOG_INFO,
-            "recompute: %s; activations %.2f MiB a micro-batch (%.2f MiB "
-            "with recompute: none)",
-            engine_recompute_name(r->c.recompute), with.acts / 1048576.0,
+            "recompute: %s; autocast: %s; activations %.2f MiB a "
+            "micro-batch (%.2f MiB with recompute: none)",
+            engine_recompute_name(r->c.recompute),
+            trainrun_autocast_names[r->c.autocast], with.acts / 1048576.0,
             none.acts / 1048576.0);
 }
 

@@ -110,6 +110,12 @@ static const dagrun_param_spec params[] = {
      "Activation recomputation to save memory: none, gelu (the MLP's GELU "
      "output) or block (each block's forward again in backward); on the "
      "CPU the same gradients bit for bit (GPT-2 models only)"},
+    {"autocast", DAGRUN_PARAM_STRING, "none", 0,
+     "CPU engine: none (fp32) or bf16 (the linear layers' and the head's "
+     "matrix products on operands rounded to bfloat16, fp32 accumulation: "
+     "an emulation of "
+     "AVX-512 BF16's numerics, not its speed); the GPU engine computes in "
+     "BF16 already"},
     {"dropout", DAGRUN_PARAM_FLOAT, "0", 0,
      "Dropout probability on the attention probabilities and the residual "
      "branches, in training steps only (CPU engine: device auto means cpu "
@@ -139,6 +145,7 @@ static const dagrun_param_choice choices[] = {
     {"spike_policy", trainrun_spike_policy_names},
     {"device", engine_device_names},
     {"recompute", engine_recompute_names},
+    {"autocast", trainrun_autocast_names},
     {"zero_stage", trainrun_zero_stage_names},
     {NULL, NULL},
 };

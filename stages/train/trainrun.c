@@ -28,6 +28,7 @@ const char *const trainrun_spike_policy_names[] = {
     [SPIKE_ROLLBACK + 1] = "rollback",
     [SPIKE_ROLLBACK + 2] = NULL};
 const char *const trainrun_zero_stage_names[] = {"0", "1", "2", "3", NULL};
+const char *const trainrun_autocast_names[] = {"none", "bf16", NULL};
 
 /* ---- Params ---- */
 
@@ -159,6 +160,9 @@ static int read_guard_device(dagrun_ctx *ctx, const dagrun_host *h,
   if (stagekit_param_choice(ctx, h, "recompute", engine_recompute_names, &k))
     return -1;
   c->recompute = (engine_recompute)k;
+  if (stagekit_param_choice(ctx, h, "autocast", trainrun_autocast_names, &k))
+    return -1;
+  c->autocast = (gpt_autocast)k;
   h->param_bool(ctx, "deterministic", &c->deterministic);
   return read_dropout(ctx, h, c);
 }
@@ -326,9 +330,10 @@ int trainrun_setup(trainrun *r, int nranks, int gang) {
     return -1;
   /* Training forwards only (trainkit_forward_backward); the CPU engine's. */
   gpt_set_dropout(r->model, (float)r->c.dropout, r->c.seed);
-  /* The CPU engine's recomputation (the GPU's is its own). */
+  /* The CPU engine's recomputation and autocast (the GPU's are its own). */
   if (gpt_set_recompute(r->model, (gpt_recompute)r->c.recompute, err,
-                        sizeof err) != 0) {
+                        sizeof err) != 0 ||
+      gpt_set_autocast(r->model, r->c.autocast, err, sizeof err) != 0) {
     h->fail(r->ctx, "%s", err);
     return -1;
   }
@@ -423,6 +428,7 @@ void trainrun_set_config(trainrun *r) {
   cJSON_AddNumberToObject(o, "grad_clip", c->grad_clip);
   cJSON_AddNumberToObject(o, "seed", (double)c->seed);
   cJSON_AddNumberToObject(o, "dropout", c->dropout);
+  cJSON_AddStringToObject(o, "autocast", trainrun_autocast_names[c->autocast]);
   if (r->eng) {
     cJSON_AddStringToObject(
         o, "device", engine_get_device(r->eng) == ENGINE_CUDA ? "cuda" : "cpu");

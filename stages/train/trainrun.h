@@ -48,6 +48,7 @@ extern const char *const trainrun_schedule_names[];     /* lr_decay's */
 extern const char *const trainrun_spike_policy_names[]; /* "none", then
                                                            spike_policy + 1 */
 extern const char *const trainrun_zero_stage_names[];   /* "0" to "3" */
+extern const char *const trainrun_autocast_names[];     /* gpt_autocast's */
 
 /* The params, resolved (defaults applied, ranges checked). */
 typedef struct trainrun_cfg {
@@ -67,6 +68,7 @@ typedef struct trainrun_cfg {
   spike_config spike;
   engine_want device; /* auto becomes cpu with dropout */
   engine_recompute recompute;
+  gpt_autocast autocast; /* the CPU engine's */
   double dropout;
   int deterministic;
 } trainrun_cfg;

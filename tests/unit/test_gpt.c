@@ -774,9 +774,10 @@ static void test_decay_all_2d(void) {
 
 /* Activation recomputation (gpt_set_recompute): gelu and block give the
  * very losses, gradients and, after plain SGD steps, weights of none,
- * bit for bit, over steps with other batches (and dropout masks), with
- * three layers so that block recomputes a layer between two others. */
-static void test_recompute(float dropout) {
+ * bit for bit (with BF16 autocast too), over steps with other batches (and
+ * dropout masks), with three layers so that block recomputes a layer between
+ * two others. */
+static void test_recompute(float dropout, gpt_autocast ac) {
   const int V = 200, B = 3, T = 16, STEPS = 4;
   gpt *m[3];
   for (int r = 0; r < 3; r++) {
@@ -787,6 +788,7 @@ static void test_recompute(float dropout) {
     perturb(m[r], 0.05f, 3);
     gpt_set_dropout(m[r], dropout, 9);
     CHECK_INT(gpt_set_recompute(m[r], (gpt_recompute)r, err, sizeof err), 0);
+    CHECK_INT(gpt_set_autocast(m[r], ac, err, sizeof err), 0);
   }
   size_t n = gpt_num_params(m[0]);
   uint32_t in[3 * 16], tg[3 * 16];
@@ -809,9 +811,10 @@ static void test_recompute(float dropout) {
     }
     if (step == STEPS - 1)
       fprintf(stderr,
-              "recompute, dropout %g: step %d loss %.6f (none; the others "
+              "recompute, dropout %g, autocast %d: step %d loss %.6f (none; "
+              "the others "
               "checked bitwise)\n",
-              dropout, step + 1, loss[0]);
+              dropout, (int)ac, step + 1, loss[0]);
   }
   /* A real difference would show: the gradients are not all zero. */
   double gsum = 0;
@@ -857,6 +860,49 @@ static void test_recompute_refusals(void) {
   gpt_destroy(lm);
 }
 
+/* BF16 autocast: the loss and gradients move off fp32's by about BF16's
+ * rounding (2^-9 relative on each operand), not more and not nothing; a
+ * second model gives the same bits; a bad value is refused. */
+static void test_autocast(void) {
+  const int V = 200, B = 3, T = 16;
+  gpt *m[3];
+  for (int i = 0; i < 3; i++) {
+    m[i] = make(2, 2, 32, 16, V);
+    if (!m[i])
+      return;
+    gpt_init(m[i], 11);
+    perturb(m[i], 0.05f, 3);
+  }
+  CHECK_INT(gpt_set_autocast(m[1], GPT_AUTOCAST_BF16, err, sizeof err), 0);
+  CHECK_INT(gpt_set_autocast(m[2], GPT_AUTOCAST_BF16, err, sizeof err), 0);
+  uint32_t in[3 * 16], tg[3 * 16];
+  random_ids(in, B * T, V, 5);
+  random_ids(tg, B * T, V, 6);
+  float loss[3];
+  for (int i = 0; i < 3; i++)
+    run_step(m[i], in, tg, B, T, &loss[i]);
+  size_t n = gpt_num_params(m[0]);
+  double d2 = 0, g2 = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)gpt_grads(m[1])[i] - gpt_grads(m[0])[i];
+    d2 += d * d;
+    g2 += (double)gpt_grads(m[0])[i] * gpt_grads(m[0])[i];
+  }
+  double rel = sqrt(d2 / g2), lrel = fabs(loss[1] - loss[0]) / loss[0];
+  fprintf(stderr,
+          "autocast bf16: loss %.6f (fp32 %.6f, relative %.2g), gradients "
+          "relative %.2g\n",
+          loss[1], loss[0], lrel, rel);
+  CHECK(loss[1] != loss[0] && lrel < 1e-2);
+  CHECK(rel > 1e-4 && rel < 5e-2);
+  CHECK(memcmp(&loss[1], &loss[2], sizeof(float)) == 0);
+  CHECK(memcmp(gpt_grads(m[1]), gpt_grads(m[2]), n * sizeof(float)) == 0);
+  CHECK_INT(gpt_set_autocast(m[0], (gpt_autocast)2, err, sizeof err), -1);
+  CHECK(strstr(err, "autocast: 2 is not one of none (0), bf16 (1)") != NULL);
+  for (int i = 0; i < 3; i++)
+    gpt_destroy(m[i]);
+}
+
 int main(void) {
   test_presets();
   test_llama_config();
@@ -871,8 +917,10 @@ int main(void) {
   test_refusals();
   test_param_groups();
   test_decay_all_2d();
-  test_recompute(0);
-  test_recompute(0.2f);
+  test_recompute(0, GPT_AUTOCAST_NONE);
+  test_recompute(0.2f, GPT_AUTOCAST_NONE);
+  test_recompute(0.2f, GPT_AUTOCAST_BF16);
   test_recompute_refusals();
+  test_autocast();
   TEST_DONE();
 }
