@@ -31,12 +31,13 @@ void cpu_causal_softmax_backward(float *da, const float *a, int T,
 
 /* The start of every forward: forgets the last one, checks (B,T) (widest:
  * the widest activation row, for the int range of the products) and the
- * ids, makes m->acts hold floats(cfg, B, T) floats and copies the ids.
- * 0, or -1 with err. */
+ * ids, makes m->acts hold floats(cfg, m->recompute, B, T) floats and
+ * copies the ids. 0, or -1 with err. */
 int cpu_forward_begin(gpt *m, const uint32_t *inputs, const uint32_t *targets,
                       int B, int T, size_t widest,
-                      size_t (*floats)(const gpt_config *, int, int), char *err,
-                      size_t errlen);
+                      size_t (*floats)(const gpt_config *, gpt_recompute, int,
+                                       int),
+                      char *err, size_t errlen);
 /* The end of every forward that got its logits (B*T,Vp): zeroes their
  * padding columns, records (B,T) as the last forward's, and with targets
  * computes the cross-entropy into lse, losses and probs (the backward's
@@ -55,6 +56,7 @@ int llama_cpu_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
 void llama_cpu_backward(gpt *m, float scale);
 const float *llama_cpu_logits(const gpt *m);
 /* Floats of activations and backward scratch at (B,T). */
-size_t llama_cpu_act_floats(const gpt_config *cfg, int B, int T);
+size_t llama_cpu_act_floats(const gpt_config *cfg, gpt_recompute rc, int B,
+                            int T);
 
 #endif /* DAGRUN_CPU_IMPL_H */

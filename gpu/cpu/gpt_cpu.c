@@ -41,9 +41,9 @@ static void blas_threads_end(int n) { openblas_set_num_threads(n); }
 
 /* C (M,N) = alpha op(A) op(B) + beta C, row-major, cut over the larger of
  * M and N among the OpenMP threads. */
-static void gemm(int ta, int tb, int M, int N, int K, float alpha,
-                 const float *A, int lda, const float *B, int ldb, float beta,
-                 float *C, int ldc) {
+static void gemm_fp32(int ta, int tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc) {
   enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans;
   enum CBLAS_TRANSPOSE TB = tb ? CblasTrans : CblasNoTrans;
   int nt = omp_get_max_threads();
@@ -75,6 +75,60 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha,
   }
 }
 
+/* gpt_set_autocast's BF16 for the pass this thread is in: gpt_forward
+ * and gpt_backward set it around their pass, and gemm reads it on the
+ * calling thread, before its own threads start. Thread-local, so that
+ * models in other threads keep their own. */
+static _Thread_local int pass_bf16;
+
+/* x rounded to the nearest bfloat16 (ties to even), as an fp32; a NaN
+ * stays a NaN, and a finite value past bf16's largest becomes inf, as a
+ * conversion to bf16 makes it. */
+static inline float bf16_round(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  if ((u & 0x7f800000u) == 0x7f800000u)
+    u = (u & 0xffff0000u) | ((u & 0x007fffffu) ? 0x00400000u : 0);
+  else
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/* rows x cols of X (leading dimension ld), rounded to bf16, into a new
+ * array of leading dimension cols. Out of memory aborts: a pass cannot
+ * fail halfway, and an fp32 product in its place would be silent. */
+static float *bf16_copy(const float *X, int rows, int cols, int ld) {
+  float *y = malloc((size_t)rows * cols * sizeof(float) + 1);
+  if (!y) {
+    fprintf(stderr, "gpt: out of memory for a bf16 operand (%d x %d)\n", rows,
+            cols);
+    abort();
+  }
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < rows; i++)
+    for (int j = 0; j < cols; j++)
+      y[(size_t)i * cols + j] = bf16_round(X[(size_t)i * ld + j]);
+  return y;
+}
+
+/* gemm_fp32, with BF16 autocast on its operands rounded first. */
+static void gemm(int ta, int tb, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta,
+                 float *C, int ldc) {
+  if (!pass_bf16) {
+    gemm_fp32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  /* op(A) is M x K: A is M x K, or K x M when transposed; B likewise. */
+  int ac = ta ? M : K, bc = tb ? K : N;
+  float *a = bf16_copy(A, ta ? K : M, ac, lda);
+  float *b = bf16_copy(B, tb ? N : K, bc, ldb);
+  gemm_fp32(ta, tb, M, N, K, alpha, a, ac, b, bc, beta, C, ldc);
+  free(a);
+  free(b);
+}
+
 void cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
               int lda, const float *B, int ldb, float beta, float *C, int ldc) {
   gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -95,6 +149,14 @@ void cpu_blas_threads_end(int n) { blas_threads_end(n); }
  *   dres (B,T,C)  dbuf (B,T,C)  dqkv (B,T,3C)  d4c (B,T,4C)
  *   datt (B,NH,T,T)  dlogits (B,T,Vp) (the forward's probabilities
  *   until the backward turns them into the logits' gradient)
+ * With recomputation (gpt_set_recompute) the layers keep less and one
+ * shared block, after the backward scratch, holds the rest:
+ *   GELU:  a layer keeps all but fch_gelu; the block is one fch_gelu
+ *          (B,T,4C), which each layer's forward and backward fill.
+ *   BLOCK: a layer keeps res3 alone (the next layer's input); the block
+ *          is one layer's other activations, which the forward fills
+ *          layer after layer and the backward refills for each layer
+ *          from its input (the last layer's are still there).
  * --------------------------------------------------------------------- */
 typedef struct layer_acts {
   float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2;
@@ -102,23 +164,35 @@ typedef struct layer_acts {
 } layer_acts;
 
 typedef struct acts {
+  gpt_recompute rc;
   float *layers; /* base of layer 0 */
   size_t layer_size;
   float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *lse, *losses;
   float *dres, *dbuf, *dqkv, *d4c, *datt, *dlogits;
+  float *shared; /* recomputation's block (NULL without) */
 } acts;
 
 static size_t layer_floats(size_t BT, size_t C, size_t NH, size_t B, size_t T) {
   return BT * C * 5 + BT * 4 + BT * 3 * C + B * NH * T * T + BT * 4 * C * 2;
 }
 
-/* Carves m->acts (which must hold acts_floats()) for (B,T); with base
- * NULL only counts. Returns the floats used. */
-static size_t carve(const gpt_config *cfg, float *base, int B, int T,
-                    acts *a) {
+/* The floats a layer keeps and the shared block's under rc. */
+static void layer_split(gpt_recompute rc, size_t BT, size_t C, size_t NH,
+                        size_t B, size_t T, size_t *kept, size_t *shared) {
+  size_t all = layer_floats(BT, C, NH, B, T);
+  size_t part = rc == GPT_RECOMPUTE_GELU ? BT * 4 * C : all - BT * C;
+  *shared = rc == GPT_RECOMPUTE_NONE ? 0 : part;
+  *kept = all - *shared;
+}
+
+/* Carves m->acts (which must hold acts_floats()) for (B,T) under rc;
+ * with base NULL only counts. Returns the floats used. */
+static size_t carve(const gpt_config *cfg, gpt_recompute rc, float *base, int B,
+                    int T, acts *a) {
   size_t C = cfg->n_embd, NH = cfg->n_head, Vp = cfg->padded_vocab;
   size_t BT = (size_t)B * T, L = cfg->n_layer;
-  size_t off = 0;
+  size_t off = 0, shared;
+  a->rc = rc;
 #define TAKE(field, n)                                                         \
   do {                                                                         \
     if (base)                                                                  \
@@ -126,7 +200,7 @@ static size_t carve(const gpt_config *cfg, float *base, int B, int T,
     off += (n);                                                                \
   } while (0)
   TAKE(layers, 0);
-  a->layer_size = layer_floats(BT, C, NH, B, T);
+  layer_split(rc, BT, C, NH, (size_t)B, (size_t)T, &a->layer_size, &shared);
   off += L * a->layer_size;
   TAKE(encoded, BT * C);
   TAKE(lnf, BT * C);
@@ -141,6 +215,9 @@ static size_t carve(const gpt_config *cfg, float *base, int B, int T,
   TAKE(d4c, BT * 4 * C);
   TAKE(datt, (size_t)B * NH * T * T);
   TAKE(dlogits, BT * Vp);
+  a->shared = NULL;
+  if (shared)
+    TAKE(shared, shared);
 #undef TAKE
   return off;
 }
@@ -148,12 +225,13 @@ static size_t carve(const gpt_config *cfg, float *base, int B, int T,
 /* Bytes of the activations, backward scratch and input/target id copies
  * that a forward at (B,T) makes ensure_acts allocate, counted without
  * allocating. */
-static uint64_t act_bytes(const gpt_config *cfg, int B, int T) {
+static uint64_t act_bytes(const gpt_config *cfg, gpt_recompute rc, int B,
+                          int T) {
   acts a;
   size_t nids = (size_t)B * T;
   size_t floats = cfg->family == GPT_FAMILY_LLAMA
-                      ? llama_cpu_act_floats(cfg, B, T)
-                      : carve(cfg, NULL, B, T, &a);
+                      ? llama_cpu_act_floats(cfg, rc, B, T)
+                      : carve(cfg, rc, NULL, B, T, &a);
   return (uint64_t)floats * sizeof(float) +
          2 * (uint64_t)nids * sizeof(uint32_t);
 }
@@ -161,17 +239,21 @@ static uint64_t act_bytes(const gpt_config *cfg, int B, int T) {
 /* Here, not in gpt.c: the activations are this backend's layout (carve
  * above), and the model layer calls no backend. */
 void gpt_memory_estimate(const gpt_config *cfg, int B, int T,
-                         int optim_floats_per_param, gpt_memory *out) {
+                         int optim_floats_per_param, gpt_recompute rc,
+                         gpt_memory *out) {
   uint64_t n = gpt_config_num_params(cfg);
   out->params = out->grads = n * sizeof(float);
   out->optim = n * (uint64_t)optim_floats_per_param * sizeof(float);
-  out->acts = act_bytes(cfg, B, T);
+  out->acts = act_bytes(cfg, rc, B, T);
   out->total = out->params + out->grads + out->optim + out->acts;
 }
 
+/* Layer l's activations: its own, and under recomputation the shared
+ * block's for what it does not keep. */
 static layer_acts layer_at(const gpt *m, const acts *a, int l, int B, int T) {
   size_t C = m->cfg.n_embd, NH = m->cfg.n_head, BT = (size_t)B * T;
-  float *p = a->layers + (size_t)l * a->layer_size;
+  float *own = a->layers + (size_t)l * a->layer_size;
+  float *p = a->rc == GPT_RECOMPUTE_BLOCK ? a->shared : own;
   layer_acts la;
 #define TAKE(field, n)                                                         \
   do {                                                                         \
@@ -189,8 +271,14 @@ static layer_acts layer_at(const gpt *m, const acts *a, int l, int B, int T) {
   TAKE(ln2_mean, BT);
   TAKE(ln2_rstd, BT);
   TAKE(fch, BT * 4 * C);
-  TAKE(fch_gelu, BT * 4 * C);
-  TAKE(res3, BT * C);
+  if (a->rc == GPT_RECOMPUTE_GELU)
+    la.fch_gelu = a->shared;
+  else
+    TAKE(fch_gelu, BT * 4 * C);
+  if (a->rc == GPT_RECOMPUTE_BLOCK)
+    la.res3 = own;
+  else
+    TAKE(res3, BT * C);
 #undef TAKE
   return la;
 }
@@ -706,17 +794,19 @@ int cpu_params_done(gpt *m, int g, int next) {
                        : 0;
 }
 
-/* The activations' floats of GPT-2 at (B,T), as cpu_forward_begin wants
- * them. */
-static size_t gpt2_floats(const gpt_config *cfg, int B, int T) {
+/* The activations' floats of GPT-2 at (B,T) under rc, as
+ * cpu_forward_begin wants them. */
+static size_t gpt2_floats(const gpt_config *cfg, gpt_recompute rc, int B,
+                          int T) {
   acts a;
-  return carve(cfg, NULL, B, T, &a);
+  return carve(cfg, rc, NULL, B, T, &a);
 }
 
 int cpu_forward_begin(gpt *m, const uint32_t *inputs, const uint32_t *targets,
                       int B, int T, size_t widest,
-                      size_t (*floats)(const gpt_config *, int, int), char *err,
-                      size_t errlen) {
+                      size_t (*floats)(const gpt_config *, gpt_recompute, int,
+                                       int),
+                      char *err, size_t errlen) {
   const gpt_config *c = &m->cfg;
   int NH = c->n_head, V = c->vocab_size, Vp = c->padded_vocab;
   /* Whatever happens next, the last forward's results are gone. */
@@ -738,7 +828,7 @@ int cpu_forward_begin(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   if (cpu_check_ids(inputs, N, V, "inputs", err, errlen) != 0 ||
       (targets && cpu_check_ids(targets, N, V, "targets", err, errlen) != 0))
     return -1;
-  if (cpu_ensure_acts(m, floats(c, B, T), B, T, err, errlen) != 0)
+  if (cpu_ensure_acts(m, floats(c, m->recompute, B, T), B, T, err, errlen) != 0)
     return -1;
   memcpy(m->inputs, inputs, N * sizeof(uint32_t));
   /* Dropout in a trainer's forwards only (gpt_dropout_key). */
@@ -773,16 +863,45 @@ void cpu_forward_end(gpt *m, int B, int T, float *logits, float *lse,
   *loss = m->loss;
 }
 
+/* Layer l's forward from its input res (B,T,C) into la, for N = B*T
+ * positions: up to fch_gelu, then with whole the residual out, res3
+ * (the backward's recomputation needs no res3: the next layer is done). */
+static void layer_forward(gpt *m, const acts *a, const layer_acts *la,
+                          const float *res, int l, int B, int T, int whole) {
+  const gpt_config *c = &m->cfg;
+  int C = c->n_embd, NH = c->n_head, N = B * T;
+#define P(k) gpt_p(m, gpt_ti(l, k))
+  /* res (B,T,C) -> ln1 (B,T,C) -> qkv (B,T,3C) -> atty (B,T,C) */
+  gpt_cpu_layernorm(la->ln1, la->ln1_mean, la->ln1_rstd, res, P(GPT_LN1_W),
+                    P(GPT_LN1_B), N, C);
+  matmul_forward(la->qkv, la->ln1, P(GPT_QKV_W), P(GPT_QKV_B), N, C, 3 * C);
+  attention_forward(la->atty, la->att, la->qkv, B, T, C, NH, a->datt,
+                    drop_at(m, l, 0));
+  /* res2 (B,T,C) = res + dropout(atty c_proj + bias) */
+  proj_residual(la->res2, res, la->atty, P(GPT_ATTPROJ_W), P(GPT_ATTPROJ_B), N,
+                C, C, a->dbuf, drop_at(m, l, 1));
+  /* res2 -> ln2 (B,T,C) -> fch (B,T,4C) -> fch_gelu (B,T,4C) */
+  gpt_cpu_layernorm(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, P(GPT_LN2_W),
+                    P(GPT_LN2_B), N, C);
+  matmul_forward(la->fch, la->ln2, P(GPT_FC_W), P(GPT_FC_B), N, C, 4 * C);
+  gpt_cpu_gelu(la->fch_gelu, la->fch, (size_t)N * 4 * C);
+  /* res3 (B,T,C) = res2 + dropout(fch_gelu c_proj + bias) */
+  if (whole)
+    proj_residual(la->res3, la->res2, la->fch_gelu, P(GPT_FCPROJ_W),
+                  P(GPT_FCPROJ_B), N, 4 * C, C, a->dbuf, drop_at(m, l, 2));
+#undef P
+}
+
 static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
                    int B, int T, float *loss, char *err, size_t errlen) {
   const gpt_config *c = &m->cfg;
-  int C = c->n_embd, NH = c->n_head, V = c->vocab_size, Vp = c->padded_vocab;
+  int C = c->n_embd, V = c->vocab_size, Vp = c->padded_vocab;
   acts a;
   if (cpu_forward_begin(m, inputs, targets, B, T, (size_t)4 * C, gpt2_floats,
                         err, errlen) != 0)
     return -1;
   size_t N = (size_t)B * T;
-  carve(&m->cfg, m->acts, B, T, &a);
+  carve(&m->cfg, m->recompute, m->acts, B, T, &a);
 
   int L = c->n_layer;
   if (cpu_params_need(m, 0, 1) != 0)
@@ -795,26 +914,7 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
     if (cpu_params_need(m, 1 + l, 2 + l) != 0)
       goto hook_failed;
     layer_acts la = layer_at(m, &a, l, B, T);
-#define P(k) gpt_p(m, gpt_ti(l, k))
-    /* res (B,T,C) -> ln1 (B,T,C) -> qkv (B,T,3C) -> atty (B,T,C) */
-    gpt_cpu_layernorm(la.ln1, la.ln1_mean, la.ln1_rstd, res, P(GPT_LN1_W),
-                      P(GPT_LN1_B), (int)N, C);
-    matmul_forward(la.qkv, la.ln1, P(GPT_QKV_W), P(GPT_QKV_B), (int)N, C,
-                   3 * C);
-    attention_forward(la.atty, la.att, la.qkv, B, T, C, NH, a.datt,
-                      drop_at(m, l, 0));
-    /* res2 (B,T,C) = res + dropout(atty c_proj + bias) */
-    proj_residual(la.res2, res, la.atty, P(GPT_ATTPROJ_W), P(GPT_ATTPROJ_B),
-                  (int)N, C, C, a.dbuf, drop_at(m, l, 1));
-    /* res2 -> ln2 (B,T,C) -> fch (B,T,4C) -> fch_gelu (B,T,4C) */
-    gpt_cpu_layernorm(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, P(GPT_LN2_W),
-                      P(GPT_LN2_B), (int)N, C);
-    matmul_forward(la.fch, la.ln2, P(GPT_FC_W), P(GPT_FC_B), (int)N, C, 4 * C);
-    gpt_cpu_gelu(la.fch_gelu, la.fch, N * 4 * C);
-    /* res3 (B,T,C) = res2 + dropout(fch_gelu c_proj + bias) */
-    proj_residual(la.res3, la.res2, la.fch_gelu, P(GPT_FCPROJ_W),
-                  P(GPT_FCPROJ_B), (int)N, 4 * C, C, a.dbuf, drop_at(m, l, 2));
-#undef P
+    layer_forward(m, &a, &la, res, l, B, T, 1);
     if (cpu_params_done(m, 1 + l, 2 + l) != 0)
       goto hook_failed;
     res = la.res3;
@@ -846,9 +946,11 @@ hook_failed:
 int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets, int B,
                 int T, float *loss, char *err, size_t errlen) {
   int nb = blas_threads_begin();
+  pass_bf16 = m->autocast == GPT_AUTOCAST_BF16;
   int rc = m->cfg.family == GPT_FAMILY_LLAMA
                ? llama_cpu_forward(m, inputs, targets, B, T, loss, err, errlen)
                : forward(m, inputs, targets, B, T, loss, err, errlen);
+  pass_bf16 = 0;
   blas_threads_end(nb);
   return rc;
 }
@@ -859,7 +961,7 @@ const float *gpt_logits(const gpt *m) {
   if (m->cfg.family == GPT_FAMILY_LLAMA)
     return llama_cpu_logits(m);
   acts a = {0};
-  carve(&m->cfg, m->acts, m->B, m->T, &a);
+  carve(&m->cfg, m->recompute, m->acts, m->B, m->T, &a);
   return a.logits;
 }
 
@@ -881,7 +983,7 @@ static void backward(gpt *m, float scale) {
   int Vp = c->padded_vocab, L = c->n_layer;
   int N = B * T;
   acts a;
-  carve(&m->cfg, m->acts, B, T, &a);
+  carve(&m->cfg, m->recompute, m->acts, B, T, &a);
 
   /* Loss -> dlogits (B,T,Vp): d(scale * mean loss), from the forward's
    * probabilities in place; so a second backward of the same forward
@@ -913,6 +1015,12 @@ static void backward(gpt *m, float scale) {
       return;
     layer_acts la = layer_at(m, &a, l, B, T);
     const float *res = l > 0 ? layer_at(m, &a, l - 1, B, T).res3 : a.encoded;
+    /* Recomputation: the same kernels on the same inputs and masks give
+     * the forward's very bits (the last layer's block is still there). */
+    if (a.rc == GPT_RECOMPUTE_BLOCK && l < L - 1)
+      layer_forward(m, &a, &la, res, l, B, T, 0);
+    else if (a.rc == GPT_RECOMPUTE_GELU)
+      gpt_cpu_gelu(la.fch_gelu, la.fch, (size_t)N * 4 * C);
 #define P(k) gpt_p(m, gpt_ti(l, k))
 #define G(k) gpt_g(m, gpt_ti(l, k))
     /* MLP. dres = d res3 (B,T,C) -> (through its dropout, into dbuf)
@@ -955,14 +1063,47 @@ static void backward(gpt *m, float scale) {
     m->grad_hook(m->grad_hook_arg, 0);
 }
 
+int gpt_set_recompute(gpt *m, gpt_recompute r, char *err, size_t errlen) {
+  if (r != GPT_RECOMPUTE_NONE && r != GPT_RECOMPUTE_GELU &&
+      r != GPT_RECOMPUTE_BLOCK) {
+    snprintf(err, errlen,
+             "recompute: %d is not one of none (0), gelu (1), block (2)",
+             (int)r);
+    return -1;
+  }
+  if (r != GPT_RECOMPUTE_NONE && m->cfg.family == GPT_FAMILY_LLAMA) {
+    snprintf(err, errlen,
+             "recompute: %s is implemented for GPT-2 models on the CPU, not "
+             "Llama ones (use recompute: none)",
+             r == GPT_RECOMPUTE_GELU ? "gelu" : "block");
+    return -1;
+  }
+  m->recompute = r;
+  m->B = m->T = 0; /* the last forward's activations are laid out anew */
+  m->have_loss = 0;
+  return 0;
+}
+
+int gpt_set_autocast(gpt *m, gpt_autocast a, char *err, size_t errlen) {
+  if (a != GPT_AUTOCAST_NONE && a != GPT_AUTOCAST_BF16) {
+    snprintf(err, errlen, "autocast: %d is not one of none (0), bf16 (1)",
+             (int)a);
+    return -1;
+  }
+  m->autocast = a;
+  return 0;
+}
+
 void gpt_backward(gpt *m, float scale) {
   if (!m->have_loss)
     return;
   int nb = blas_threads_begin();
+  pass_bf16 = m->autocast == GPT_AUTOCAST_BF16;
   if (m->cfg.family == GPT_FAMILY_LLAMA)
     llama_cpu_backward(m, scale);
   else
     backward(m, scale);
+  pass_bf16 = 0;
   blas_threads_end(nb);
   m->have_loss = 0; /* the probabilities are spent */
 }

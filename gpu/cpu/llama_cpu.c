@@ -122,7 +122,9 @@ static size_t carve(const gpt_config *cfg, float *base, int B, int T, acts *a) {
   return off;
 }
 
-size_t llama_cpu_act_floats(const gpt_config *cfg, int B, int T) {
+size_t llama_cpu_act_floats(const gpt_config *cfg, gpt_recompute rc, int B,
+                            int T) {
+  (void)rc; /* a Llama model keeps every activation (gpt_set_recompute) */
   acts a;
   return carve(cfg, NULL, B, T, &a);
 }

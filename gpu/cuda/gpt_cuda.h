@@ -41,19 +41,7 @@
 extern "C" {
 #endif
 
-/* Activation recomputation: what the forward pass keeps for backward.
- *   NONE:  every activation of every layer (fastest, most memory).
- *   GELU:  not the GELU output (B,T,4C) of each layer: backward recomputes
- *          it from the kept pre-activation (one elementwise pass a layer).
- *   BLOCK: only each block's input residual (B,T,C); backward runs the
- *          block's forward again before its backward (about one more
- *          forward pass of compute; activations of one layer at a time). */
-typedef enum gpt_recompute {
-  GPT_RECOMPUTE_NONE = 0,
-  GPT_RECOMPUTE_GELU = 1,
-  GPT_RECOMPUTE_BLOCK = 2
-} gpt_recompute;
-
+/* Activation recomputation: gpt.h's gpt_recompute, on the GPU. */
 /* "none", "gelu", "block" -> *out; 0, or -1 for another name. */
 int gpt_recompute_parse(const char *name, gpt_recompute *out);
 const char *gpt_recompute_name(gpt_recompute r);

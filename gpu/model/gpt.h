@@ -175,6 +175,45 @@ void gpt_backward(gpt *m, float scale);
 void gpt_set_dropout(gpt *m, float p, uint64_t seed);
 void gpt_dropout_key(gpt *m, uint64_t key, int active);
 
+/* Activation recomputation: what the forward pass keeps for backward.
+ *   NONE:  every activation of every layer (fastest, most memory).
+ *   GELU:  not the GELU output (B,T,4C) of each layer: backward recomputes
+ *          it from the kept pre-activation (one elementwise pass a layer).
+ *   BLOCK: only each block's input residual (B,T,C); backward runs the
+ *          block's forward again before its backward (about one more
+ *          forward pass of compute; activations of one layer at a time).
+ * The GPU engine takes it in gpt_cuda_options; the CPU engine from
+ * gpt_set_recompute. Either way the gradients are those of NONE. */
+typedef enum gpt_recompute {
+  GPT_RECOMPUTE_NONE = 0,
+  GPT_RECOMPUTE_GELU = 1,
+  GPT_RECOMPUTE_BLOCK = 2
+} gpt_recompute;
+
+/* The CPU engine's recomputation for m's next forwards (the default:
+ * NONE). The recomputed values are made by the very kernels, inputs and
+ * dropout masks of the forward, so the gradients are bitwise those of
+ * NONE. Forgets the last forward (its activations' layout changes).
+ * 0, or -1 with err for a value that is not a gpt_recompute, or GELU or
+ * BLOCK on a Llama model (implemented for GPT-2). */
+int gpt_set_recompute(gpt *m, gpt_recompute r, char *err, size_t errlen);
+
+/* BF16 autocast (CPU engine): with BF16, the operands of the linear
+ * layers' and the head's matrix products, forward and backward, are
+ * rounded to bfloat16 (to nearest, ties to even) and the products summed
+ * and kept in fp32, as AVX-512 BF16's VDPBF16PS and AMX compute them;
+ * weights, gradients, optimizer state, attention's own products,
+ * LayerNorm, GELU, softmax and the loss stay fp32. It is an emulation:
+ * the rounding is done in software before the fp32 GEMM (transient
+ * rounded copies of the two operands, not in gpt_memory_estimate), so it
+ * gives BF16's numerics on any CPU, not its speed. NONE (the default) is
+ * fp32 throughout. 0, or -1 with err for a value that is neither. */
+typedef enum gpt_autocast {
+  GPT_AUTOCAST_NONE = 0,
+  GPT_AUTOCAST_BF16 = 1
+} gpt_autocast;
+int gpt_set_autocast(gpt *m, gpt_autocast a, char *err, size_t errlen);
+
 /* The memory the engine takes to train a model, in bytes. */
 typedef struct gpt_memory {
   uint64_t params, grads; /* the parameter and gradient arrays */
@@ -187,12 +226,14 @@ typedef struct gpt_memory {
  * without allocating anything: parameters, gradients,
  * optim_floats_per_param floats of optimizer state per parameter (optim.h's
  * optim_state_floats_for(kind, 1): 2 for AdamW, 1 for Lion) and the
- * backend's activations for (B,T). It is exactly what gpt_allocated_bytes
+ * backend's activations for (B,T) with recomputation rc (NONE for a
+ * Llama model). It is exactly what gpt_allocated_bytes
  * plus the optimizer's optim_state_floats * 4 come to after a first
  * forward at (B,T); the small tensor table and the C library's own
  * overhead are left out. */
 void gpt_memory_estimate(const gpt_config *cfg, int B, int T,
-                         int optim_floats_per_param, gpt_memory *out);
+                         int optim_floats_per_param, gpt_recompute rc,
+                         gpt_memory *out);
 
 /* The bytes m holds now: parameters, gradients, and the activations and
  * id buffers of the largest batch it has run (none before a forward). */

@@ -95,6 +95,10 @@ struct gpt {
   int drop_active;
   float fwd_drop;
   uint64_t fwd_key;
+
+  /* gpt_set_recompute's: the CPU activations' layout (gpt_cpu.c). */
+  gpt_recompute recompute;
+  gpt_autocast autocast; /* gpt_set_autocast's */
 };
 
 /* The first float of the tensor with index i (gpt.h's order), wherever

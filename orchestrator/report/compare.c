@@ -29,14 +29,19 @@ static int task_name_ok(const char *s) {
   return 1;
 }
 
-/* Whether a larger value of this metric is the better one (compare.h). */
+/* Whether a larger value of this metric is the better one (compare.h),
+ * judged by its name up to a slash: what follows one names a part
+ * (val_loss/<source>: a data source, whatever its name holds). */
 static int higher_is_better(const char *name) {
   static const char *const up[] = {"acc", "score",      "f1",
                                    "auc", "precision",  "recall",
                                    "mfu", "throughput", "per_s"};
-  for (size_t i = 0; i < sizeof up / sizeof up[0]; i++)
-    if (strstr(name, up[i]))
+  size_t own = strcspn(name, "/");
+  for (size_t i = 0; i < sizeof up / sizeof up[0]; i++) {
+    const char *at = strstr(name, up[i]);
+    if (at && (size_t)(at - name) + strlen(up[i]) <= own)
       return 1;
+  }
   return 0;
 }
 

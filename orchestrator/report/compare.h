@@ -10,7 +10,8 @@
  *            {final, final_step, best, best_step, points}; "better" says
  *            which way is best: "higher" for names holding acc, score,
  *            f1, auc, precision, recall, mfu, throughput or a rate
- *            (per_s), "lower" for every other (losses, perplexity, times);
+ *            (per_s), "lower" for every other (losses, perplexity, times),
+ *            judged by the name up to a slash (val_loss/<source>: lower);
  *   outputs  per task and key of the task's outputs, "same" as above.
  * Rows come in the order they are first met, runs in the order given.
  */

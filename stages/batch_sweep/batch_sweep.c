@@ -175,7 +175,7 @@ static int measure(sweep *s, int B) {
   const int T = s->m.T;
   char err[1024];
   gpt_memory est;
-  gpt_memory_estimate(&s->m.cfg, B, T, s->per_param, &est);
+  gpt_memory_estimate(&s->m.cfg, B, T, s->per_param, GPT_RECOMPUTE_NONE, &est);
   if (est.total > s->cap) {
     snprintf(s->why, sizeof s->why,
              "memory_cap: micro-batch %d would take %.1f MiB (params %.1f, "

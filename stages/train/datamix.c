@@ -219,6 +219,8 @@ int datamix_open(dagrun_ctx *ctx, const dagrun_host *h, datamix *m,
     }
     first_file[i] = td->ntrain;
     m->src[i].npaths = part.ntrain;
+    m->val_first[i] = td->nval;
+    m->val_n[i] = part.nval;
     int ok = take_files(td, &part) == 0;
     tokdata_free(&part);
     if (!ok) {
@@ -234,7 +236,7 @@ done:
   return rc;
 }
 
-cJSON *datamix_json(const datamix *m, const loader *l) {
+cJSON *datamix_json(const datamix *m, const loader *l, const double *val_loss) {
   cJSON *o = cJSON_CreateObject();
   double wsum = 0, served = 0;
   for (size_t i = 0; i < m->n; i++) {
@@ -255,6 +257,8 @@ cJSON *datamix_json(const datamix *m, const loader *l) {
       cJSON_AddNumberToObject(e, "tokens", t);
       cJSON_AddNumberToObject(e, "share", served > 0 ? t / served : 0);
     }
+    if (val_loss && isfinite(val_loss[i]))
+      cJSON_AddNumberToObject(e, "val_loss", val_loss[i]);
   }
   return o;
 }

@@ -54,6 +54,9 @@ typedef struct datamix {
    * into the merged tokdata's train files. */
   loader_source src[LOADER_MAX_SOURCES];
   char *dir[LOADER_MAX_SOURCES]; /* each source's directory, resolved */
+  /* Each source's validation files, once opened: val_n of them from
+   * index val_first of the merged tokdata's val list (val_n 0: none). */
+  size_t val_first[LOADER_MAX_SOURCES], val_n[LOADER_MAX_SOURCES];
 } datamix;
 
 /* Reads the params into m (no files opened): names, weights above 0,
@@ -68,10 +71,11 @@ int datamix_open(dagrun_ctx *ctx, const dagrun_host *h, datamix *m,
                  tokdata *td);
 
 /* The mixture as JSON, for the checkpoints' config and summary.json:
- * {name: {dir, weight (normalized), max_tokens or epochs when set, and
- * with a loader, tokens (served so far) and share (of all served)}}.
- * NULL when out of memory. */
-cJSON *datamix_json(const datamix *m, const loader *l);
+ * {name: {dir, weight (normalized), max_tokens or epochs when set, with
+ * a loader, tokens (served so far) and share (of all served), and with
+ * val_loss (one per source), the source's last validation loss when it
+ * is finite}}. NULL when out of memory. */
+cJSON *datamix_json(const datamix *m, const loader *l, const double *val_loss);
 
 void datamix_free(datamix *m);
 

@@ -354,22 +354,20 @@ static int share_loss(void *arg, const uint32_t *in, const uint32_t *tg,
   return rank_loss(g, NULL, in + off, tg + off, loss, err, errlen);
 }
 
-/* Validation at step on every rank (collective): each rank's mean over
- * its share, summed over the ranks and divided by N, is the mean over
- * every window (the shares are equal). m: the model each rank scores on
- * its CPU, or NULL for its GPU. Rank 0 reports; NAN on the others. */
-static double gang_evaluate(trainrun *r, gang *g, gpt *m, int64_t step) {
-  if (g->rank == 0)
-    trainrun_lm_eval(r, m, step);
-  if (!r->val)
-    return NAN;
-  char err[512] = "", e2[512];
-  val_share v = {g, m};
+/* trainrun_validate's fn on every rank (collective): each rank's mean
+ * over its share of ld's batches, summed over the ranks and divided by
+ * N, is the mean over every window (the shares are equal). Every rank
+ * gets the same answer: -1 when any rank failed (a failed rank logs its
+ * reason; rank 0's err counts them). */
+static int gang_score(void *arg, trainrun *r, loader *ld, double *out,
+                      char *err, size_t errlen) {
+  val_share *v = arg;
+  gang *g = v->g;
+  char e2[512];
   double loss = 0;
-  loader_set_pos(r->val, &r->val_start);
-  int rc = engine_eval_batches(r->val, g->N * g->B, g->T,
-                               (uint64_t)r->c.eval_batches, share_loss, &v,
-                               &loss, err, sizeof err);
+  int rc =
+      engine_eval_batches(ld, g->N * g->B, g->T, (uint64_t)r->c.eval_batches,
+                          share_loss, v, &loss, err, errlen);
   /* A rank that failed says so in the sum of failures; the loss is
    * summed in double, as one process sums its batches. */
   float bad = rc != 0 ? 1.0f : 0.0f;
@@ -378,18 +376,25 @@ static double gang_evaluate(trainrun *r, gang *g, gpt *m, int64_t step) {
   if (comm_allreduce_sum(g->c, &bad, 1, e2, sizeof e2) != 0 ||
       comm_allreduce_sum_double(g->c, &loss, e2, sizeof e2) != 0)
     gang_abort(r, g, "validation", e2);
-  if (g->rank != 0) {
-    if (rc != 0) /* into this rank's log; rank 0 reports the failure */
-      r->h->log(r->ctx, DAGRUN_LOG_WARN, "rank %d: validation: %s", g->rank,
-                err);
-    return NAN;
-  }
+  if (rc != 0 && g->rank != 0) /* into this rank's log */
+    r->h->log(r->ctx, DAGRUN_LOG_WARN, "rank %d: validation: %s", g->rank, err);
   if (bad > 0 && rc == 0)
-    snprintf(err, sizeof err,
+    snprintf(err, errlen,
              "%d of the %d ranks failed to score their share (see their "
              "logs)",
              (int)bad, g->N);
-  return trainrun_val_report(r, bad > 0 ? -1 : 0, loss / g->N, err, step);
+  *out = loss / g->N;
+  return bad > 0 ? -1 : 0;
+}
+
+/* Validation at step on every rank (collective). m: the model each rank
+ * scores on its CPU, or NULL for its GPU. Rank 0 reports; NAN on the
+ * others. */
+static double gang_evaluate(trainrun *r, gang *g, gpt *m, int64_t step) {
+  if (g->rank == 0)
+    trainrun_lm_eval(r, m, step);
+  val_share v = {g, m};
+  return trainrun_validate(r, step, g->rank == 0, gang_score, &v);
 }
 
 /* The model validation scores on: the GPU at stages 0-2 (NULL), else the
@@ -571,7 +576,8 @@ static void gather_memory(trainrun *r, gang *g, gangmem *m) {
   }
   gpt_memory gm;
   gpt_memory_estimate(gpt_get_config(r->model), g->B, g->T,
-                      (int)optim_state_floats_for(r->c.opt.kind, 1), &gm);
+                      (int)optim_state_floats_for(r->c.opt.kind, 1),
+                      (gpt_recompute)r->c.recompute, &gm);
   *m = (gangmem){.N = g->N,
                  .stage = g->stage,
                  .gpu = g->zc != NULL,

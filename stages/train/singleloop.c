@@ -15,6 +15,23 @@
 
 /* ---- Before the loop ---- */
 
+/* The CPU engine's recompute and autocast, and its activations at
+ * (batch_size, seq_len) under that recompute beside what no
+ * recomputation takes (gpt_memory_estimate). */
+static void log_cpu_memory(trainrun *r) {
+  gpt_memory with, none;
+  const gpt_config *cfg = gpt_get_config(r->model);
+  gpt_memory_estimate(cfg, r->c.B, r->c.m.T, 0, (gpt_recompute)r->c.recompute,
+                      &with);
+  gpt_memory_estimate(cfg, r->c.B, r->c.m.T, 0, GPT_RECOMPUTE_NONE, &none);
+  r->h->log(r->ctx, DAGRUN_LOG_INFO,
+            "recompute: %s; autocast: %s; activations %.2f MiB a "
+            "micro-batch (%.2f MiB with recompute: none)",
+            engine_recompute_name(r->c.recompute),
+            trainrun_autocast_names[r->c.autocast], with.acts / 1048576.0,
+            none.acts / 1048576.0);
+}
+
 /* Picks the device, sets up the run and makes the engine on it.
  * why gets the device's reason for the summary. Returns 0 or the exit
  * status. */
@@ -30,13 +47,10 @@ static int start_engine(trainrun *r, engine_device *dev, char *why,
   }
   h->log(ctx, DAGRUN_LOG_INFO, "device: %s (%s)",
          *dev == ENGINE_CUDA ? "cuda" : "cpu", why);
-  if (*dev == ENGINE_CPU && r->c.recompute != ENGINE_RECOMPUTE_NONE)
-    h->log(ctx, DAGRUN_LOG_WARN,
-           "recompute: %s is ignored on the CPU: the CPU engine keeps every "
-           "activation (recomputation is the GPU's)",
-           engine_recompute_name(r->c.recompute));
   if (trainrun_setup(r, 1, 0) != 0)
     return EXIT_FAILED;
+  if (*dev == ENGINE_CPU)
+    log_cpu_memory(r);
   engine_options eo = {.B = r->c.B,
                        .T = r->c.m.T,
                        .opt = r->c.opt,
@@ -277,18 +291,19 @@ static int save_checkpoint(trainrun *r, char *err, size_t errlen) {
   return 0;
 }
 
+/* trainrun_validate's fn: ld's batches on the engine's device. */
+static int engine_score(void *arg, trainrun *r, loader *ld, double *loss,
+                        char *err, size_t errlen) {
+  (void)arg;
+  return engine_eval_loss(r->eng, ld, (uint64_t)r->c.eval_batches, loss, err,
+                          errlen);
+}
+
 /* Validation on the engine's device; NAN without validation. */
 static double evaluate(trainrun *r, int64_t step) {
   trainrun_lm_eval(
       r, engine_get_device(r->eng) == ENGINE_CPU ? r->model : NULL, step);
-  if (!r->val)
-    return NAN;
-  loader_set_pos(r->val, &r->val_start);
-  double loss = NAN;
-  char err[512];
-  int rc = engine_eval_loss(r->eng, r->val, (uint64_t)r->c.eval_batches, &loss,
-                            err, sizeof err);
-  return trainrun_val_report(r, rc, loss, err, step);
+  return trainrun_validate(r, step, 1, engine_score, NULL);
 }
 
 /* What a step does after its gradients. */

@@ -58,7 +58,8 @@ static const dagrun_param_spec params[] = {
     {"eval_every", DAGRUN_PARAM_INT, "100", 0,
      "Validation every this many steps (0: only at the end)"},
     {"eval_batches", DAGRUN_PARAM_INT, "20", 0,
-     "Validation batches of batch_size windows (in a gang world_size x "
+     "Validation batches of batch_size windows (with data_mix, each "
+     "source's own: val_loss/<name>; in a gang world_size x "
      "batch_size, shared by the ranks; at most one pass over the "
      "validation shards)"},
     {"eval_text", DAGRUN_PARAM_STRING, "", 0,
@@ -106,9 +107,15 @@ static const dagrun_param_spec params[] = {
      "a gang, one GPU per rank over NCCL), or auto (cuda when dagrun has "
      "CUDA and a GPU is present, in a gang on every rank, else cpu)"},
     {"recompute", DAGRUN_PARAM_STRING, "none", 0,
-     "device cuda: activation recomputation to save memory: none, gelu (the "
-     "MLP's GELU output) or block (each block's forward again in backward); "
-     "the CPU engine keeps every activation and ignores it"},
+     "Activation recomputation to save memory: none, gelu (the MLP's GELU "
+     "output) or block (each block's forward again in backward); on the "
+     "CPU the same gradients bit for bit (GPT-2 models only)"},
+    {"autocast", DAGRUN_PARAM_STRING, "none", 0,
+     "CPU engine: none (fp32) or bf16 (the linear layers' and the head's "
+     "matrix products on operands rounded to bfloat16, fp32 accumulation: "
+     "an emulation of "
+     "AVX-512 BF16's numerics, not its speed); the GPU engine computes in "
+     "BF16 already"},
     {"dropout", DAGRUN_PARAM_FLOAT, "0", 0,
      "Dropout probability on the attention probabilities and the residual "
      "branches, in training steps only (CPU engine: device auto means cpu "
@@ -138,6 +145,7 @@ static const dagrun_param_choice choices[] = {
     {"spike_policy", trainrun_spike_policy_names},
     {"device", engine_device_names},
     {"recompute", engine_recompute_names},
+    {"autocast", trainrun_autocast_names},
     {"zero_stage", trainrun_zero_stage_names},
     {NULL, NULL},
 };

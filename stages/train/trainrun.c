@@ -28,6 +28,7 @@ const char *const trainrun_spike_policy_names[] = {
     [SPIKE_ROLLBACK + 1] = "rollback",
     [SPIKE_ROLLBACK + 2] = NULL};
 const char *const trainrun_zero_stage_names[] = {"0", "1", "2", "3", NULL};
+const char *const trainrun_autocast_names[] = {"none", "bf16", NULL};
 
 /* ---- Params ---- */
 
@@ -159,6 +160,9 @@ static int read_guard_device(dagrun_ctx *ctx, const dagrun_host *h,
   if (stagekit_param_choice(ctx, h, "recompute", engine_recompute_names, &k))
     return -1;
   c->recompute = (engine_recompute)k;
+  if (stagekit_param_choice(ctx, h, "autocast", trainrun_autocast_names, &k))
+    return -1;
+  c->autocast = (gpt_autocast)k;
   h->param_bool(ctx, "deterministic", &c->deterministic);
   return read_dropout(ctx, h, c);
 }
@@ -231,25 +235,48 @@ int trainrun_init(trainrun *r) {
 
 /* ---- Setup and teardown ---- */
 
-/* The validation loader, sequential over the validation files; none,
- * with a warning, when it cannot open (training goes on without). */
-static void open_validation(trainrun *r, int nranks) {
+/* A validation loader, sequential over n of the validation files from
+ * first, into *ld and its start; none (NULL), with a warning naming
+ * what (training goes on without), when it cannot open. */
+static void open_val_loader(trainrun *r, int nranks, size_t first, size_t n,
+                            const char *what, loader **ld, loader_pos *start) {
   char err[1024];
-  if (!r->data.nval)
-    return;
   loader_config vc = {
-      .paths = (const char *const *)r->data.val,
-      .npaths = r->data.nval,
+      .paths = (const char *const *)r->data.val + first,
+      .npaths = n,
       .B = r->c.B * nranks, /* a gang's ranks share each batch */
       .T = r->c.m.T,
       .order = LOADER_SEQUENTIAL,
       .seed = r->c.seed,
   };
-  if (loader_create(&vc, &r->val, err, sizeof err) != 0) {
-    r->h->log(r->ctx, DAGRUN_LOG_WARN, "no validation: %s", err);
-    r->val = NULL;
+  if (loader_create(&vc, ld, err, sizeof err) != 0) {
+    r->h->log(r->ctx, DAGRUN_LOG_WARN, "no validation%s: %s", what, err);
+    *ld = NULL;
   } else {
-    loader_get_pos(r->val, &r->val_start);
+    loader_get_pos(*ld, start);
+  }
+}
+
+/* The validation loaders: one over every validation file, or with two or
+ * more data_mix sources one per source over its own (trainrun_validate). */
+static void open_validation(trainrun *r, int nranks) {
+  for (size_t i = 0; i < LOADER_MAX_SOURCES; i++)
+    r->src_val_loss[i] = NAN;
+  if (r->mix.n < 2) {
+    if (r->data.nval)
+      open_val_loader(r, nranks, 0, r->data.nval, "", &r->val, &r->val_start);
+    return;
+  }
+  for (size_t i = 0; i < r->mix.n; i++) {
+    char what[64];
+    snprintf(what, sizeof what, " of %s", r->mix.src[i].name);
+    if (!r->mix.val_n[i])
+      r->h->log(r->ctx, DAGRUN_LOG_WARN,
+                "data_mix: %s has no validation files: val_loss leaves it out",
+                r->mix.src[i].name);
+    else
+      open_val_loader(r, nranks, r->mix.val_first[i], r->mix.val_n[i], what,
+                      &r->src_val[i], &r->src_val_start[i]);
   }
 }
 
@@ -303,6 +330,13 @@ int trainrun_setup(trainrun *r, int nranks, int gang) {
     return -1;
   /* Training forwards only (trainkit_forward_backward); the CPU engine's. */
   gpt_set_dropout(r->model, (float)r->c.dropout, r->c.seed);
+  /* The CPU engine's recomputation and autocast (the GPU's are its own). */
+  if (gpt_set_recompute(r->model, (gpt_recompute)r->c.recompute, err,
+                        sizeof err) != 0 ||
+      gpt_set_autocast(r->model, r->c.autocast, err, sizeof err) != 0) {
+    h->fail(r->ctx, "%s", err);
+    return -1;
+  }
   if (!gang &&
       trainkit_make_optim(r->model, &r->c.opt, &r->opt, err, sizeof err) != 0) {
     h->fail(r->ctx, "optimizer: %s", err);
@@ -343,6 +377,8 @@ void trainrun_free(trainrun *r) {
   free(r->init_dir);
   loader_destroy(r->train);
   loader_destroy(r->val);
+  for (size_t i = 0; i < LOADER_MAX_SOURCES; i++)
+    loader_destroy(r->src_val[i]);
   engine_destroy(r->eng);
   optim_destroy(r->opt);
   gpt_destroy(r->model);
@@ -367,7 +403,7 @@ void trainrun_set_config(trainrun *r) {
   if (r->data.tokenizer)
     cJSON_AddStringToObject(o, "tokenizer", r->data.tokenizer);
   if (r->mix.n)
-    cJSON_AddItemToObject(o, "data_mix", datamix_json(&r->mix, NULL));
+    cJSON_AddItemToObject(o, "data_mix", datamix_json(&r->mix, NULL, NULL));
   cJSON_AddNumberToObject(o, "batch_size", c->B);
   cJSON_AddNumberToObject(o, "seq_len", c->m.T);
   cJSON_AddNumberToObject(o, "grad_accum", c->accum);
@@ -392,6 +428,7 @@ void trainrun_set_config(trainrun *r) {
   cJSON_AddNumberToObject(o, "grad_clip", c->grad_clip);
   cJSON_AddNumberToObject(o, "seed", (double)c->seed);
   cJSON_AddNumberToObject(o, "dropout", c->dropout);
+  cJSON_AddStringToObject(o, "autocast", trainrun_autocast_names[c->autocast]);
   if (r->eng) {
     cJSON_AddStringToObject(
         o, "device", engine_get_device(r->eng) == ENGINE_CUDA ? "cuda" : "cpu");
@@ -476,6 +513,62 @@ double trainrun_val_report(trainrun *r, int rc, double loss, const char *err,
   }
   r->h->metric(r->ctx, "val_loss", loss, step);
   return loss;
+}
+
+/* trainrun_validate's per-source validation (r->mix.n >= 2). */
+static double validate_sources(trainrun *r, int64_t step, int report,
+                               trainrun_score_fn fn, void *arg) {
+  char err[512], line[2048];
+  double sum = 0, wsum = 0;
+  int n = snprintf(line, sizeof line,
+                   "step %lld: val loss by source:", (long long)step);
+  for (size_t i = 0; i < r->mix.n; i++) {
+    const loader_source *s = &r->mix.src[i];
+    double loss = NAN;
+    r->src_val_loss[i] = NAN;
+    if (!r->src_val[i])
+      continue;
+    loader_set_pos(r->src_val[i], &r->src_val_start[i]);
+    if (fn(arg, r, r->src_val[i], &loss, err, sizeof err) != 0) {
+      if (report)
+        r->h->log(r->ctx, DAGRUN_LOG_WARN, "validation of %s: %s", s->name,
+                  err);
+      continue;
+    }
+    r->src_val_loss[i] = loss;
+    sum += s->weight * loss;
+    wsum += s->weight;
+    if (!report)
+      continue;
+    char name[64];
+    snprintf(name, sizeof name, "val_loss/%s", s->name);
+    r->h->metric(r->ctx, name, loss, step);
+    if (n > 0 && (size_t)n < sizeof line)
+      n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", s->name,
+                    loss);
+  }
+  if (!report)
+    return NAN;
+  if (!(wsum > 0)) {
+    r->h->log(r->ctx, DAGRUN_LOG_WARN,
+              "validation: no data_mix source was scored");
+    return NAN;
+  }
+  r->h->log(r->ctx, DAGRUN_LOG_INFO, "%s", line);
+  return trainrun_val_report(r, 0, sum / wsum, "", step);
+}
+
+double trainrun_validate(trainrun *r, int64_t step, int report,
+                         trainrun_score_fn fn, void *arg) {
+  if (r->mix.n >= 2)
+    return validate_sources(r, step, report, fn, arg);
+  if (!r->val)
+    return NAN;
+  char err[512] = "";
+  double loss = NAN;
+  loader_set_pos(r->val, &r->val_start);
+  int rc = fn(arg, r, r->val, &loss, err, sizeof err);
+  return report ? trainrun_val_report(r, rc, loss, err, step) : NAN;
 }
 
 void trainrun_lm_eval(trainrun *r, gpt *model, int64_t step) {
@@ -691,7 +784,8 @@ cJSON *trainrun_summary_start(const trainrun *r, size_t np) {
   cJSON_AddNumberToObject(s, "tokens", (double)r->st.tokens);
   cJSON_AddNumberToObject(s, "parameters", (double)np);
   if (r->mix.n)
-    cJSON_AddItemToObject(s, "data_mix", datamix_json(&r->mix, r->train));
+    cJSON_AddItemToObject(s, "data_mix",
+                          datamix_json(&r->mix, r->train, r->src_val_loss));
   return s;
 }
 

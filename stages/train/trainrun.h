@@ -48,6 +48,7 @@ extern const char *const trainrun_schedule_names[];     /* lr_decay's */
 extern const char *const trainrun_spike_policy_names[]; /* "none", then
                                                            spike_policy + 1 */
 extern const char *const trainrun_zero_stage_names[];   /* "0" to "3" */
+extern const char *const trainrun_autocast_names[];     /* gpt_autocast's */
 
 /* The params, resolved (defaults applied, ranges checked). */
 typedef struct trainrun_cfg {
@@ -67,6 +68,7 @@ typedef struct trainrun_cfg {
   spike_config spike;
   engine_want device; /* auto becomes cpu with dropout */
   engine_recompute recompute;
+  gpt_autocast autocast; /* the CPU engine's */
   double dropout;
   int deterministic;
 } trainrun_cfg;
@@ -84,6 +86,12 @@ typedef struct trainrun {
   engine *eng; /* one process: the step on the CPU or the GPU (engine.h) */
   loader *train, *val;
   loader_pos val_start;
+  /* With two or more data_mix sources, validation is per source: each
+   * source's own validation files (NULL: it has none), its loader's
+   * start, and its last loss (NAN until scored); r->val is then NULL. */
+  loader *src_val[LOADER_MAX_SOURCES];
+  loader_pos src_val_start[LOADER_MAX_SOURCES];
+  double src_val_loss[LOADER_MAX_SOURCES];
   spike_guard guard;
   train_state st;
   char *config_text; /* config_json's, kept by st; owned */
@@ -150,10 +158,24 @@ void trainrun_peek_batch(trainrun *r);
  * 0 and r->st.init_loss. */
 void trainrun_report_init_loss(trainrun *r, double loss);
 
-/* A validation's result: the loss as the val_loss metric at step, or,
- * when rc is not 0, err as a warning and NAN. */
-double trainrun_val_report(trainrun *r, int rc, double loss, const char *err,
-                           int64_t step);
+/* Scores one validation loader: the mean loss of r->c.eval_batches
+ * batches of ld from where it is (trainrun_validate sets it to its
+ * split's start) into *loss. 0, or -1 with err. In a gang it is
+ * collective, and every rank must get the same answer. */
+typedef int (*trainrun_score_fn)(void *arg, trainrun *r, loader *ld,
+                                 double *loss, char *err, size_t errlen);
+
+/* Validation at step through fn, from each split's start, so that every
+ * validation (and a resumed run's) scores the same windows. One source:
+ * the val split's windows, as the metric val_loss. Two or more data_mix
+ * sources: each source's own windows (the first eval_batches batches of
+ * its validation files) as val_loss/<name>, and val_loss their mean
+ * weighted by data_weights (the loss on data drawn as training draws
+ * it), over the sources that have validation files; the log says each.
+ * report 0 (a gang's other ranks): fn runs, nothing is reported, NAN.
+ * A failed score is a warning, and NAN when nothing was scored. */
+double trainrun_validate(trainrun *r, int64_t step, int report,
+                         trainrun_score_fn fn, void *arg);
 
 /* Fault injection: DAGRUN_FAULT_SPIKE_STEPS="80,120" turns the batches
  * of those steps into bad ones (loss x20, gradients x100), once each, so

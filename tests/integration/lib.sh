@@ -285,6 +285,41 @@ Y
   echo "$(run_dir "data-$1")/tokenize/out"
 }
 
+# tokenize_corpus NAME CORPUS TOKENIZE_PARAMS: CORPUS (documents split by
+# "%") sharded (2 shards, a tenth for validation) and tokenized with
+# TOKENIZE_PARAMS (e.g. "vocab_size: 320", or "tokenizer: \"DIR/
+# tokenizer.json\"") by the DAG tok-NAME; prints the tokenize output.
+tokenize_corpus() {
+  cat > "$T/tok-$1.yaml" <<Y
+dag: tok-$1
+tasks:
+  shard: {stage: shard, with: {input: "$2", separator: "%", shards: 2, val_fraction: 0.1}}
+  tokenize: {stage: tokenize, needs: [shard], with: {shards: "\${tasks.shard.outputs.dir}", $3}}
+Y
+  "$DAGRUN" run "$T/tok-$1.yaml" -q >"$T/tok-$1.log" 2>&1 || fail "tokenizing $1 failed: $(cat "$T/tok-$1.log")"
+  echo "$(run_dir "tok-$1")/tokenize/out"
+}
+
+# kill_at_checkpoint DAG STEP DELAY_MS: runs DAG.yaml, whose train task
+# has cache: false, with each train batch DELAY_MS slower, kills dagrun
+# (-9) once the task has written the checkpoint of STEP, and waits until
+# the orphaned attempt has stopped before that run's end. Sets KILLED (the
+# run's directory) and STOPPED (the step the attempt stopped at).
+kill_at_checkpoint() {
+  local pid ck
+  ck=$(printf 'step-%08d' "$2")
+  DAGRUN_TEST_LOADER_DELAY_MS=$3 "$DAGRUN" run "$1.yaml" --plain >"$1.out" 2>&1 &
+  pid=$!
+  wait_until 60 eval "ls -d \"\$DAGRUN_RUNS_DIR\"/$1/*/train/checkpoints/$ck >/dev/null 2>&1" ||
+    fail "no checkpoint at step $2: $(cat "$1.out")"
+  kill -9 "$pid"
+  wait "$pid" 2>/dev/null || true
+  KILLED=$(run_dir "$1")
+  wait_until 20 grep -q "stopped at step" "$KILLED/train/attempt-1/log" ||
+    fail "the orphaned attempt did not stop: $(tail -5 "$KILLED/train/attempt-1/log")"
+  STOPPED=$(sed -n 's/.*stopped at step \([0-9]*\);.*/\1/p' "$KILLED/train/attempt-1/log")
+}
+
 # start_webhook_server: a webhook endpoint on loopback for alert tests.
 # POSTs to /ok... are answered 200 and their bodies appended, one a line,
 # to $T/bodies.jsonl; /fail500 answers 500, /hang never answers, anything

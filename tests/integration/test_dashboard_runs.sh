@@ -2,7 +2,8 @@
 # cdp.py): the timeline's bar per attempt (a retry's two), a tag typed in
 # and added, then removed with its button, a note
 # written and saved, each read back through the API as the store has it;
-# any metric a task reported charted from the picker; two runs ticked and
+# any metric a task reported charted from the picker (one with a slash
+# in its name too); two runs ticked and
 # compared (the param that differs, each metric's final and best), their
 # loss curves overlaid in one chart.
 . "$(dirname "$0")/lib.sh"
@@ -26,7 +27,7 @@ tasks:
         - -c
         - |
           for s in 1 2 3 4 5; do
-            echo "{\"step\": $s, \"loss\": $(awk -v s=$s -v lr=$1 'BEGIN { print (6 - s) * lr }'), \"accuracy\": 0.$s}" >> "$DAGRUN_METRICS"
+            echo "{\"step\": $s, \"loss\": $(awk -v s=$s -v lr=$1 'BEGIN { print (6 - s) * lr }'), \"accuracy\": 0.$s, \"val_loss/web\": $s}" >> "$DAGRUN_METRICS"
           done
         - train
         - ${params.lr}
@@ -103,15 +104,18 @@ with Browser(chromium, profile) as b:
     b.wait_for("document.getElementById('note-msg').textContent === 'note saved'", "the note saved")
     until(lambda: run_json(a).get("user_note") == "the baseline: lr 0.1", "the note")
 
-    # Any metric: the picker lists what the task reported; accuracy charted.
-    b.wait_for("[...document.getElementById('metric-pick').options].map(o => o.value).includes('train/accuracy')",
-               "train/accuracy in the metric picker")
-    b.js("const p = document.getElementById('metric-pick'); p.value = 'train/accuracy';"
-         "p.dispatchEvent(new Event('change'))")
-    b.wait_for("document.querySelector('#chart-pick svg')?.getAttribute('aria-label') === 'train/accuracy'",
-               "the accuracy chart")
-    n = b.js("document.querySelectorAll('#chart-pick svg circle').length")
-    assert n == 5, f"accuracy chart: {n} points, expected 5"
+    # Any metric: the picker lists what the task reported; accuracy
+    # charted, and a metric whose name has a slash (a data mixture's
+    # val_loss/<source>).
+    for pick in ("train/accuracy", "train/val_loss/web"):
+        b.wait_for(f"[...document.getElementById('metric-pick').options].map(o => o.value).includes('{pick}')",
+                   f"{pick} in the metric picker")
+        b.js(f"{{ const p = document.getElementById('metric-pick'); p.value = '{pick}';"
+             "p.dispatchEvent(new Event('change')); }")
+        b.wait_for(f"document.querySelector('#chart-pick svg')?.getAttribute('aria-label') === '{pick}'",
+                   f"the {pick} chart")
+        n = b.js("document.querySelectorAll('#chart-pick svg circle').length")
+        assert n == 5, f"{pick} chart: {n} points, expected 5"
 
     # Two runs ticked and compared.
     assert b.js("document.getElementById('compare-btn').disabled"), "compare enabled with no run ticked"

@@ -24,18 +24,7 @@ for f in range(2):
             docs.append("\n".join(lines))
         out.write("\n%\n".join(docs) + "\n")
 P
-# tok_data NAME CORPUS TOKENIZER_PARAMS: a tokenize output; prints its dir.
-tok_data() {
-  cat > "$T/tok-$1.yaml" <<Y
-dag: tok-$1
-tasks:
-  shard: {stage: shard, with: {input: "$2", separator: "%", shards: 2, val_fraction: 0.1}}
-  tokenize: {stage: tokenize, needs: [shard], with: {shards: "\${tasks.shard.outputs.dir}", $3}}
-Y
-  "$DAGRUN" run "$T/tok-$1.yaml" -q >"$T/tok-$1.log" 2>&1 || fail "tokenizing $1 failed: $(cat "$T/tok-$1.log")"
-  echo "$(run_dir "tok-$1")/tokenize/out"
-}
-CODE=$(tok_data code "$T/corpus-code" "tokenizer: \"$WEB/tokenizer.json\"")
+CODE=$(tokenize_corpus code "$T/corpus-code" "tokenizer: \"$WEB/tokenizer.json\"")
 
 BASE='n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, batch_size: 4, threads: 1, samples: 0, eval_every: 0, lr: 0.003'
 MIX="data_mix: {web: \"$WEB\", code: \"$CODE\"}, data_weights: {web: 0.8, code: 0.2}"
@@ -86,17 +75,9 @@ P
 # `dagrun resume` (resume: auto): the final weights and optimizer state
 # are the uninterrupted run's, bit for bit.
 mix_dag killed "$RUN" "cache: false,"
-DAGRUN_TEST_LOADER_DELAY_MS=15 "$DAGRUN" run killed.yaml --plain >killed.out 2>&1 &
-PID=$!
-has_ckpt() { ls -d "$DAGRUN_RUNS_DIR"/killed/*/train/checkpoints/step-00000050 >/dev/null 2>&1; }
-wait_until 60 has_ckpt || fail "no checkpoint at step 50: $(cat killed.out)"
-kill -9 "$PID"
-wait "$PID" 2>/dev/null || true
-K=$(run_dir killed)
-wait_until 20 grep -q "stopped at step" "$K/train/attempt-1/log" ||
-  fail "the orphaned attempt did not stop: $(tail -5 "$K/train/attempt-1/log")"
-STOP=$(sed -n 's/.*stopped at step \([0-9]*\);.*/\1/p' "$K/train/attempt-1/log")
-[ -n "$STOP" ] && [ "$STOP" -lt 200 ] || fail "not stopped mid-run: step '$STOP'"
+kill_at_checkpoint killed 50 15
+K=$KILLED
+[ -n "$STOPPED" ] && [ "$STOPPED" -lt 200 ] || fail "not stopped mid-run: step '$STOPPED'"
 run_dagrun resume "$(basename "$K")" --plain
 expect_rc 0
 expect_in "$K/train/attempt-2/log" "resumed from"
@@ -155,7 +136,7 @@ refused both "data_max_tokens: {code: 10}, data_epochs: {code: 1}" "code: data_m
 refused frac "data_max_tokens: {code: 10.5}" "data_max_tokens: code: '10.5' must be a whole number of tokens above 0"
 refused withdata "data: \"$WEB\"" "data and data_mix exclude each other"
 # Another tokenizer: same vocabulary size, other merges; another size.
-OTHER=$(tok_data other "$T/corpus-code" "vocab_size: 320")
+OTHER=$(tokenize_corpus other "$T/corpus-code" "vocab_size: 320")
 SMALL=$(make_token_data small 300)
 code_from() { # NAME DIR MESSAGE: whole.yaml with code from DIR is refused
   sed "s|code: \"$CODE\"|code: \"$2\"|; s/dag: whole/dag: $1/" whole.yaml > "$1.yaml"

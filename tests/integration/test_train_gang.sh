@@ -112,6 +112,18 @@ print("stage %d: step %.2f ms = data %.3f + fwd %.2f + bwd %.2f + opt %.3f + com
     ", overlap %.2f" % (sum(m["comm_overlap"].values()) / n) if stage >= 2 else ""))
 P
 done
+
+# --- recompute: block on CPU ranks at ZeRO stage 3, whose parameters the
+# hooks gather a layer at a time, in the backward's recomputation too:
+# z3's losses and weights, to the bit.
+sed 's/^dag: z3$/dag: z3rc/; s/zero_stage: 3,/zero_stage: 3, recompute: block,/' z3.yaml > z3rc.yaml
+run_dagrun run z3rc.yaml --plain
+expect_rc 0
+losses "$(run_dir z3rc)" > z3rc.losses
+same_losses z3.losses z3rc.losses 0
+cmp "$(run_dir z3)/train/model/step-00000020/model.safetensors" \
+  "$(run_dir z3rc)/train/model/step-00000020/model.safetensors" ||
+  fail "recompute: block in a gang trained other weights"
 Z2=$(run_dir z2)
 
 # train_dag NAME WITH [gang]: runs NAME.yaml, a DAG of one train task
@@ -295,8 +307,9 @@ done
 
 # --- A data mixture in a gang: each rank takes its half of the global
 # batch the one process draws from the mixture (disjoint rows), so two
-# ranks of 2 have the losses and the per-source tokens of one process of 4
-# (source b's budget, 640 tokens, runs out mid-run).
+# ranks of 2 have the losses, the per-source tokens and the per-source
+# validation losses of one process of 4 (source b's budget, 640 tokens,
+# runs out mid-run).
 MIX="${MODEL#data: \"$DATA\", }, data_mix: {a: \"$DATA\", b: \"$DATA\"}, data_weights: {a: 0.7, b: 0.3}, data_max_tokens: {b: 640}"
 cat > mixone.yaml <<Y
 dag: mixone
@@ -318,7 +331,11 @@ same_losses mixone.losses mixgang.losses 1e-4
 "$PY" - "$(run_dir mixone)/train/out/summary.json" "$(run_dir mixgang)/train/out/summary.json" <<'P' || fail "mixture in a gang: see above"
 import json, sys
 a, b = (json.load(open(p))["data_mix"] for p in sys.argv[1:3])
+# Each source's validation loss: the same windows, summed over the ranks
+# in another order than one process sums them.
+va, vb = ({k: v.pop("val_loss") for k, v in m.items()} for m in (a, b))
 assert a == b and a["b"]["tokens"] == 640, (a, b)
+assert va.keys() == {"a", "b"} and all(abs(va[k] - vb[k]) <= 1e-5 * va[k] for k in va), (va, vb)
 P
 
 # --- Refused: ranks that MPI did not start, and dropout in a gang.

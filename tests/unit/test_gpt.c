@@ -3,7 +3,8 @@
  * CPU forward/backward (gpu/model/gpt.h). The math itself is checked
  * against PyTorch in tests/integration/test_gpt_torch.sh; here: what the
  * contract promises (presets, counts, init statistics, gradient
- * accumulation, determinism, refusals) and a finite-difference check.
+ * accumulation, determinism, activation recomputation, refusals) and a
+ * finite-difference check.
  */
 #include <math.h>
 #include <stdint.h>
@@ -771,6 +772,137 @@ static void test_decay_all_2d(void) {
   gpt_destroy(d);
 }
 
+/* Activation recomputation (gpt_set_recompute): gelu and block give the
+ * very losses, gradients and, after plain SGD steps, weights of none,
+ * bit for bit (with BF16 autocast too), over steps with other batches (and
+ * dropout masks), with three layers so that block recomputes a layer between
+ * two others. */
+static void test_recompute(float dropout, gpt_autocast ac) {
+  const int V = 200, B = 3, T = 16, STEPS = 4;
+  gpt *m[3];
+  for (int r = 0; r < 3; r++) {
+    m[r] = make(3, 2, 32, 16, V);
+    if (!m[r])
+      return;
+    gpt_init(m[r], 11);
+    perturb(m[r], 0.05f, 3);
+    gpt_set_dropout(m[r], dropout, 9);
+    CHECK_INT(gpt_set_recompute(m[r], (gpt_recompute)r, err, sizeof err), 0);
+    CHECK_INT(gpt_set_autocast(m[r], ac, err, sizeof err), 0);
+  }
+  size_t n = gpt_num_params(m[0]);
+  uint32_t in[3 * 16], tg[3 * 16];
+  for (int step = 0; step < STEPS; step++) {
+    random_ids(in, B * T, V, 100 + (uint64_t)step);
+    random_ids(tg, B * T, V, 200 + (uint64_t)step);
+    float loss[3];
+    for (int r = 0; r < 3; r++) {
+      gpt_dropout_key(m[r], (uint64_t)step, 1);
+      run_step(m[r], in, tg, B, T, &loss[r]);
+      float *p = gpt_params(m[r]);
+      const float *g = gpt_grads(m[r]);
+      for (size_t i = 0; i < n; i++)
+        p[i] -= 0.05f * g[i];
+    }
+    for (int r = 1; r < 3; r++) {
+      CHECK(memcmp(&loss[0], &loss[r], sizeof(float)) == 0);
+      CHECK(memcmp(gpt_grads(m[0]), gpt_grads(m[r]), n * sizeof(float)) == 0);
+      CHECK(memcmp(gpt_params(m[0]), gpt_params(m[r]), n * sizeof(float)) == 0);
+    }
+    if (step == STEPS - 1)
+      fprintf(stderr,
+              "recompute, dropout %g, autocast %d: step %d loss %.6f (none; "
+              "the others "
+              "checked bitwise)\n",
+              dropout, (int)ac, step + 1, loss[0]);
+  }
+  /* A real difference would show: the gradients are not all zero. */
+  double gsum = 0;
+  for (size_t i = 0; i < n; i++)
+    gsum += fabsf(gpt_grads(m[2])[i]);
+  CHECK(gsum > 1e-3);
+  for (int r = 0; r < 3; r++)
+    gpt_destroy(m[r]);
+}
+
+/* Refused: a value that is not a gpt_recompute, and recomputation of a
+ * Llama model; changing it forgets the last forward (no backward). */
+static void test_recompute_refusals(void) {
+  gpt *m = make(2, 2, 16, 8, 50);
+  if (!m)
+    return;
+  CHECK_INT(gpt_set_recompute(m, (gpt_recompute)3, err, sizeof err), -1);
+  CHECK(strstr(err, "not one of none (0), gelu (1), block (2)") != NULL);
+  uint32_t ids[2 * 8] = {1, 2, 3};
+  float loss;
+  gpt_zero_grad(m);
+  CHECK_INT(gpt_forward(m, ids, ids, 2, 8, &loss, err, sizeof err), 0);
+  CHECK_INT(gpt_set_recompute(m, GPT_RECOMPUTE_BLOCK, err, sizeof err), 0);
+  CHECK(gpt_logits(m) == NULL);
+  gpt_backward(m, 1.0f);
+  double gsum = 0;
+  for (size_t i = 0; i < gpt_num_params(m); i++)
+    gsum += fabsf(gpt_grads(m)[i]);
+  CHECK(gsum == 0);
+  gpt_destroy(m);
+  gpt_config l;
+  CHECK_INT(gpt_config_preset("llama-tiny", &l, err, sizeof err), 0);
+  l.vocab_size = 64;
+  CHECK_INT(gpt_config_finish(&l, err, sizeof err), 0);
+  gpt *lm = NULL;
+  CHECK_INT(gpt_create(&l, &lm, err, sizeof err), 0);
+  if (!lm)
+    return;
+  CHECK_INT(gpt_set_recompute(lm, GPT_RECOMPUTE_NONE, err, sizeof err), 0);
+  CHECK_INT(gpt_set_recompute(lm, GPT_RECOMPUTE_GELU, err, sizeof err), -1);
+  CHECK(strstr(err, "recompute: gelu is implemented for GPT-2 models on the "
+                    "CPU, not Llama ones") != NULL);
+  gpt_destroy(lm);
+}
+
+/* BF16 autocast: the loss and gradients move off fp32's by about BF16's
+ * rounding (2^-9 relative on each operand), not more and not nothing; a
+ * second model gives the same bits; a bad value is refused. */
+static void test_autocast(void) {
+  const int V = 200, B = 3, T = 16;
+  gpt *m[3];
+  for (int i = 0; i < 3; i++) {
+    m[i] = make(2, 2, 32, 16, V);
+    if (!m[i])
+      return;
+    gpt_init(m[i], 11);
+    perturb(m[i], 0.05f, 3);
+  }
+  CHECK_INT(gpt_set_autocast(m[1], GPT_AUTOCAST_BF16, err, sizeof err), 0);
+  CHECK_INT(gpt_set_autocast(m[2], GPT_AUTOCAST_BF16, err, sizeof err), 0);
+  uint32_t in[3 * 16], tg[3 * 16];
+  random_ids(in, B * T, V, 5);
+  random_ids(tg, B * T, V, 6);
+  float loss[3];
+  for (int i = 0; i < 3; i++)
+    run_step(m[i], in, tg, B, T, &loss[i]);
+  size_t n = gpt_num_params(m[0]);
+  double d2 = 0, g2 = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)gpt_grads(m[1])[i] - gpt_grads(m[0])[i];
+    d2 += d * d;
+    g2 += (double)gpt_grads(m[0])[i] * gpt_grads(m[0])[i];
+  }
+  double rel = sqrt(d2 / g2), lrel = fabs(loss[1] - loss[0]) / loss[0];
+  fprintf(stderr,
+          "autocast bf16: loss %.6f (fp32 %.6f, relative %.2g), gradients "
+          "relative %.2g\n",
+          loss[1], loss[0], lrel, rel);
+  CHECK(loss[1] != loss[0] && lrel < 1e-2);
+  CHECK(rel > 1e-4 && rel < 5e-2);
+  CHECK(memcmp(&loss[1], &loss[2], sizeof(float)) == 0);
+  CHECK(memcmp(gpt_grads(m[1]), gpt_grads(m[2]), n * sizeof(float)) == 0);
+  CHECK_INT(gpt_set_autocast(m[0], (gpt_autocast)2, err, sizeof err), -1);
+  CHECK(strstr(err, "autocast: 2 is not one of none (0), bf16 (1)") != NULL);
+  for (int i = 0; i < 3; i++)
+    gpt_destroy(m[i]);
+}
+
 int main(void) {
   test_presets();
   test_llama_config();
@@ -785,5 +917,10 @@ int main(void) {
   test_refusals();
   test_param_groups();
   test_decay_all_2d();
+  test_recompute(0, GPT_AUTOCAST_NONE);
+  test_recompute(0.2f, GPT_AUTOCAST_NONE);
+  test_recompute(0.2f, GPT_AUTOCAST_BF16);
+  test_recompute_refusals();
+  test_autocast();
   TEST_DONE();
 }

@@ -4,7 +4,8 @@
  * allocates) against the real allocations: the sizes the model and the
  * optimizer hold after a forward at (B,T), and the C library's own count
  * of the bytes handed out (mallinfo2), for AdamW and Lion, several shapes
- * and batches, and a batch that grows.
+ * and batches, each recompute mode (and what it saves), and a batch that
+ * grows.
  */
 #include <malloc.h>
 #include <math.h>
@@ -33,7 +34,7 @@ static optim *make_optim(const gpt *m, optim_kind kind) {
 }
 
 static void check_shape(int L, int H, int C, int Tmax, int V, int B, int T,
-                        optim_kind kind) {
+                        optim_kind kind, gpt_recompute rc) {
   gpt_config cfg = {.n_layer = L,
                     .n_head = H,
                     .n_embd = C,
@@ -42,7 +43,7 @@ static void check_shape(int L, int H, int C, int Tmax, int V, int B, int T,
   CHECK_INT(gpt_config_finish(&cfg, err, sizeof err), 0);
   int per = (int)optim_state_floats_for(kind, 1);
   gpt_memory est;
-  gpt_memory_estimate(&cfg, B, T, per, &est);
+  gpt_memory_estimate(&cfg, B, T, per, rc, &est);
   CHECK_INT(est.total, est.params + est.grads + est.optim + est.acts);
 
   uint64_t before = malloc_in_use();
@@ -51,6 +52,7 @@ static void check_shape(int L, int H, int C, int Tmax, int V, int B, int T,
   if (!m)
     return;
   gpt_init(m, 1);
+  CHECK_INT(gpt_set_recompute(m, rc, err, sizeof err), 0);
   CHECK_INT(gpt_config_num_params(&cfg), gpt_num_params(m));
   optim *o = make_optim(m, kind);
   CHECK(o != NULL);
@@ -76,8 +78,9 @@ static void check_shape(int L, int H, int C, int Tmax, int V, int B, int T,
   CHECK(isfinite(loss));
   uint64_t real = gpt_allocated_bytes(m) + optim_state_floats(o) * 4;
   if (real != est.total)
-    fprintf(stderr, "L%d C%d B%d T%d kind %d: estimate %llu, allocated %llu\n",
-            L, C, B, T, (int)kind, (unsigned long long)est.total,
+    fprintf(stderr,
+            "L%d C%d B%d T%d kind %d rc %d: estimate %llu, allocated %llu\n", L,
+            C, B, T, (int)kind, (int)rc, (unsigned long long)est.total,
             (unsigned long long)real);
   CHECK_INT(real, est.total);
 
@@ -117,8 +120,8 @@ static void check_growth(void) {
   uint32_t ids[8 * 32] = {0};
   float loss;
   gpt_memory e2, e8;
-  gpt_memory_estimate(&cfg, 2, 32, 0, &e2);
-  gpt_memory_estimate(&cfg, 8, 32, 0, &e8);
+  gpt_memory_estimate(&cfg, 2, 32, 0, GPT_RECOMPUTE_NONE, &e2);
+  gpt_memory_estimate(&cfg, 8, 32, 0, GPT_RECOMPUTE_NONE, &e8);
   CHECK(e8.acts > 3 * e2.acts);
   CHECK_INT(e8.params, e2.params);
   CHECK_INT(gpt_forward(m, ids, ids, 2, 32, &loss, err, sizeof err), 0);
@@ -130,11 +133,39 @@ static void check_growth(void) {
   gpt_destroy(m);
 }
 
+/* Recomputation's saving, for GPT-2 124M's shape at B=8, T=1024: gelu
+ * drops each layer's GELU output but one shared, (L-1) x B x T x 4C
+ * floats; block keeps one layer's activations and each layer's output,
+ * which is less again and under 1/4 of none's layers. */
+static void check_recompute_saving(void) {
+  gpt_config cfg = {.n_layer = 12,
+                    .n_head = 12,
+                    .n_embd = 768,
+                    .block_size = 1024,
+                    .vocab_size = 50257};
+  CHECK_INT(gpt_config_finish(&cfg, err, sizeof err), 0);
+  gpt_memory e[3];
+  for (int r = 0; r < 3; r++)
+    gpt_memory_estimate(&cfg, 8, 1024, 2, (gpt_recompute)r, &e[r]);
+  uint64_t L = (uint64_t)cfg.n_layer, BT = 8 * 1024, C = (uint64_t)cfg.n_embd;
+  CHECK_INT(e[0].acts - e[1].acts, (L - 1) * BT * 4 * C * sizeof(float));
+  CHECK(e[2].acts < e[1].acts);
+  CHECK_INT(e[2].params + e[2].grads + e[2].optim,
+            e[0].params + e[0].grads + e[0].optim);
+  fprintf(stderr,
+          "GPT-2 124M, 8 x 1024: activations none %.0f MiB, gelu %.0f MiB, "
+          "block %.0f MiB\n",
+          e[0].acts / 1048576.0, e[1].acts / 1048576.0, e[2].acts / 1048576.0);
+}
+
 int main(void) {
-  check_shape(2, 2, 32, 32, 100, 1, 32, OPTIM_ADAMW);
-  check_shape(2, 2, 32, 32, 100, 4, 16, OPTIM_LION);
-  check_shape(4, 4, 128, 128, 320, 8, 128, OPTIM_ADAMW);
-  check_shape(3, 3, 48, 64, 1000, 3, 64, OPTIM_LION);
+  check_shape(2, 2, 32, 32, 100, 1, 32, OPTIM_ADAMW, GPT_RECOMPUTE_NONE);
+  check_shape(2, 2, 32, 32, 100, 4, 16, OPTIM_LION, GPT_RECOMPUTE_NONE);
+  check_shape(4, 4, 128, 128, 320, 8, 128, OPTIM_ADAMW, GPT_RECOMPUTE_NONE);
+  check_shape(3, 3, 48, 64, 1000, 3, 64, OPTIM_LION, GPT_RECOMPUTE_NONE);
+  check_shape(4, 4, 128, 128, 320, 8, 128, OPTIM_ADAMW, GPT_RECOMPUTE_GELU);
+  check_shape(3, 3, 48, 64, 1000, 3, 64, OPTIM_LION, GPT_RECOMPUTE_BLOCK);
+  check_recompute_saving();
   check_growth();
   TEST_DONE();
 }
