@@ -596,19 +596,25 @@ static acd_plan *acd_plan_for(att_cudnn *c, int B, int T, int C, int NH,
   if (p->state == 0) {
     const acd_dims m = acd_dims_of(B, T, C, NH);
     if (acd_build(c, p, &m, backward, msg, sizeof msg) == 0) {
-      p->state = 1;
-      if ((size_t)p->workspace > c->workspace_bytes) {
-        /* cudaFree waits for the device: the old workspace is free */
+      if ((size_t)p->workspace <= c->workspace_bytes) {
+        p->state = 1;
+        return p;
+      }
+      /* The new workspace before the old one goes, so that the plans
+       * built before keep theirs if the device is short; cudaFree waits
+       * for the device, so nothing queued still uses the old one. */
+      void *ws = NULL;
+      if (cudaMalloc(&ws, (size_t)p->workspace) == cudaSuccess) {
         if (c->workspace)
           cudaFree(c->workspace);
-        c->workspace = NULL;
-        c->workspace_bytes = 0;
-        if (kc_cuda(cudaMalloc(&c->workspace, (size_t)p->workspace), op,
-                    "cudaMalloc of cuDNN's attention workspace", err, errlen))
-          return NULL;
+        c->workspace = ws;
         c->workspace_bytes = (size_t)p->workspace;
+        p->state = 1;
+        return p;
       }
-      return p;
+      cudaGetLastError();
+      snprintf(msg, sizeof msg, "no device memory for its %lld-byte workspace",
+               (long long)p->workspace);
     }
     acd_plan_free(c, p);
     p->state = -1;
