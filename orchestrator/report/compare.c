@@ -30,17 +30,31 @@ static int task_name_ok(const char *s) {
 }
 
 /* Whether a larger value of this metric is the better one (compare.h),
- * judged by its name up to a slash: what follows one names a part
- * (val_loss/<source>: a data source, whatever its name holds). */
+ * judged by the words of its name up to a slash (what follows one names a
+ * part: val_loss/<source>, a data source, whatever its name holds); words
+ * are split at '_', '.' and '-', so "accuracy", "val_acc", "eval.f1" and
+ * "tokens_per_s" count, "mix_accounts" or "scores_dropped" do not. */
 static int higher_is_better(const char *name) {
-  static const char *const up[] = {"acc", "score",      "f1",
-                                   "auc", "precision",  "recall",
-                                   "mfu", "throughput", "per_s"};
-  size_t own = strcspn(name, "/");
-  for (size_t i = 0; i < sizeof up / sizeof up[0]; i++) {
-    const char *at = strstr(name, up[i]);
-    if (at && (size_t)(at - name) + strlen(up[i]) <= own)
+  static const char *const up[] = {"acc",  "accuracy",   "score", "f1",
+                                   "auc",  "precision",  "recall", "mfu",
+                                   "bleu", "throughput", NULL};
+  const size_t own = strcspn(name, "/");
+  const char *prev = "";
+  size_t prev_len = 0;
+  for (size_t i = 0; i < own;) {
+    size_t n = strcspn(name + i, "_.-/");
+    if (i + n > own)
+      n = own - i;
+    const char *w = name + i;
+    for (int k = 0; up[k]; k++)
+      if (strlen(up[k]) == n && strncmp(w, up[k], n) == 0)
+        return 1;
+    /* a rate: "<what>_per_s" or "_per_sec" */
+    if (prev_len == 3 && strncmp(prev, "per", 3) == 0 &&
+        ((n == 1 && w[0] == 's') || (n == 3 && strncmp(w, "sec", 3) == 0)))
       return 1;
+    prev = w, prev_len = n;
+    i += n + 1;
   }
   return 0;
 }

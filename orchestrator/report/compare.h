@@ -8,9 +8,10 @@
  * every run has the same value; metrics  per task and metric of the task's
  * metrics.jsonl (metricseries.h: one value a step, a resumed task's last):
  *            {final, final_step, best, best_step, points}; "better" says
- *            which way is best: "higher" for names holding acc, score,
- *            f1, auc, precision, recall, mfu, throughput or a rate
- *            (per_s), "lower" for every other (losses, perplexity, times),
+ *            which way is best: "higher" for names with a word (split
+ *            at _ . -) acc, accuracy, score, f1, auc, precision, recall,
+ *            mfu, bleu, throughput, or a rate (per_s, per_sec), "lower"
+ *            for every other (losses, perplexity, times, mix_accounts),
  *            judged by the name up to a slash (val_loss/<source>: lower);
  *   outputs  per task and key of the task's outputs, "same" as above.
  * Rows come in the order they are first met, runs in the order given.

@@ -39,7 +39,7 @@ tasks:
       command:
         - sh
         - -c
-        - 'printf "{\"step\": 1, \"accuracy\": 0.5}\n{\"step\": 2, \"accuracy\": 0.75}\n{\"step\": 3, \"accuracy\": 0.625}\n" >> "$DAGRUN_METRICS"'
+        - 'printf "{\"step\": 1, \"accuracy\": 0.5, \"mix_accounts\": 2, \"tokens_per_s\": 90}\n{\"step\": 2, \"accuracy\": 0.75}\n{\"step\": 3, \"accuracy\": 0.625}\n" >> "$DAGRUN_METRICS"'
 Y
 run_dagrun run dags/sweep.yaml -p lr=0.1 --plain
 expect_rc 0
@@ -85,6 +85,9 @@ assert [v["best_step"] for v in loss["values"]] == [4, 4], loss
 assert [v["points"] for v in loss["values"]] == [5, 5], loss
 acc = m[("eval", "accuracy")]
 assert acc["better"] == "higher" and acc["values"][0]["best"] == 0.75, acc
+# judged by whole words: a rate is higher-better, "accounts" is no accuracy
+assert m[("eval", "tokens_per_s")]["better"] == "higher", m
+assert m[("eval", "mix_accounts")]["better"] == "lower", m
 o = {(r["task"], r["name"]): r for r in c["outputs"]}
 assert o[("train", "val_loss")]["values"] == ["0.2", "0.6"], o
 P
