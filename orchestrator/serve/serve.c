@@ -42,6 +42,7 @@
 #include "run/workerenv.h"
 #include "store/pause.h"
 #include "store/resume.h"
+#include "store/runqueue.h"
 #include "store/store.h"
 #include "trigger.h"
 
@@ -79,6 +80,7 @@ typedef struct pending {
   char *trigger;   /* "cron", "api", "files" or "dataset" */
   char **params;   /* "NAME=VALUE" overrides, NULL-terminated, or NULL */
   char *info;      /* a data trigger's DAGRUN_TRIGGER_INFO, or NULL */
+  long long seq;   /* its row in the store's queue (runqueue.h), 0: none */
 } pending;
 
 typedef struct dag_entry {
@@ -109,6 +111,7 @@ typedef struct child_run {
   server *srv;
   uv_process_t proc;
   char *run_id, *dag;
+  int64_t at; /* its logical date as started (0: none, or a resume) */
   struct child_run *next;
 } child_run;
 
@@ -147,6 +150,7 @@ struct server {
   store *st;
   api_server *api;
   int stopping;    /* a shutdown signal came */
+  int restored;    /* the store's queued runs were put back (restore_queue) */
   int stop_runs;   /* ... and running runs are to be stopped */
   int no_cron;
   double clock_base, clock_rate, mono0; /* the fake clock, rate 0: none */
@@ -404,13 +408,15 @@ static void child_closed(uv_handle_t *h) {
   free(c);
 }
 
-/* Starts `dagrun ARGS...` for run id of dag as a child in its own session. */
+/* Starts `dagrun ARGS...` for run id of dag (logical date at, 0: none)
+ * as a child in its own session. */
 static int spawn_child(server *s, const char *dag, const char *run_id,
-                       char **args, char **env) {
+                       int64_t at, char **args, char **env) {
   child_run *c = xcalloc(1, sizeof *c);
   c->srv = s;
   c->run_id = xstrdup(run_id);
   c->dag = xstrdup(dag);
+  c->at = at;
   uv_stdio_container_t stdio[3] = {
       {UV_IGNORE, {0}}, {UV_INHERIT_FD, {.fd = 1}}, {UV_INHERIT_FD, {.fd = 2}}};
   uv_process_options_t o = {0};
@@ -497,7 +503,7 @@ static int start_run(server *s, dag_entry *e, const char *trigger, int64_t at,
     args[k++] = "--params-from-env";
   if (np || info)
     env = child_env(params, np, info);
-  int rc = spawn_child(s, e->sp->dag, id, args, env);
+  int rc = spawn_child(s, e->sp->dag, id, at, args, env);
   workerenv_free(env);
   if (rc == 0) {
     e->fired += strcmp(trigger, "cron") == 0;
@@ -580,8 +586,23 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
   }
 }
 
-static void queue_push(dag_entry *e, int64_t at, const char *run_id,
-                       const char *trigger, char **params, const char *info) {
+/* Queues a run of e, recorded in the store's queue (runqueue.h) so that
+ * a restart of serve before its turn still starts it; seq: its row there
+ * already (restore_queue), 0 to record it now. Takes params. */
+static void queue_push(server *s, dag_entry *e, int64_t at, const char *run_id,
+                       const char *trigger, char **params, const char *info,
+                       long long seq) {
+  if (!seq) {
+    char err[512];
+    seq = runqueue_add(s->st, e->sp->dag, at, run_id, trigger, params, info,
+                       clock_wall(), err, sizeof err);
+    if (seq < 0) {
+      say("%s: a queued run is kept in memory only (lost if serve stops "
+          "first): %s",
+          e->sp->dag, err);
+      seq = 0;
+    }
+  }
   if (e->nq == e->capq)
     e->queue = xrealloc(e->queue, (e->capq = e->capq ? 2 * e->capq : 8) *
                                       sizeof *e->queue);
@@ -591,6 +612,20 @@ static void queue_push(dag_entry *e, int64_t at, const char *run_id,
   p->trigger = xstrdup(trigger);
   p->params = params;
   p->info = info ? xstrdup(info) : NULL;
+  p->seq = seq;
+}
+
+/* Takes p out of e's queue (k its index) and forgets its row in the
+ * store: before its run starts (or when it is cancelled), so that a crash
+ * loses it rather than starting it twice. The caller frees *p. */
+static pending queue_take(server *s, dag_entry *e, size_t k) {
+  pending p = e->queue[k];
+  memmove(e->queue + k, e->queue + k + 1, (e->nq - k - 1) * sizeof *e->queue);
+  e->nq--;
+  char err[512];
+  if (p.seq && runqueue_remove(s->st, p.seq, err, sizeof err) != 0)
+    say("%s: a queued run stays in the store's queue: %s", e->sp->dag, err);
+  return p;
 }
 
 /* Whether a queued run may start while its DAG is paused: one a person
@@ -611,9 +646,7 @@ static void queue_pump(server *s, dag_entry *e) {
     k++;
   if (k == e->nq)
     return;
-  pending p = e->queue[k];
-  memmove(e->queue + k, e->queue + k + 1, (e->nq - k - 1) * sizeof *e->queue);
-  e->nq--;
+  pending p = queue_take(s, e, k);
   start_run(s, e, p.trigger, p.at, p.run_id, p.params, p.info, NULL, 0);
   pending_free(&p);
 }
@@ -658,7 +691,7 @@ static void fire_cron(server *s, dag_entry *e) {
       start_run(s, e, "cron", plan.d[i].at, NULL, NULL, NULL, NULL, 0);
       break;
     case TRIGGER_QUEUE:
-      queue_push(e, plan.d[i].at, NULL, "cron", NULL, NULL);
+      queue_push(s, e, plan.d[i].at, NULL, "cron", NULL, NULL, 0);
       say("%s: run for %s queued (%s)", e->sp->dag, when,
           plan.n > 1 ? "catch-up" : "overlap: queue, a run is going");
       break;
@@ -703,7 +736,7 @@ static void fire_data(server *s, dag_entry *e) {
       start_run(s, e, ev[i].trigger, 0, NULL, NULL, ev[i].info, NULL, 0);
       break;
     case TRIGGER_QUEUE:
-      queue_push(e, 0, NULL, ev[i].trigger, NULL, ev[i].info);
+      queue_push(s, e, 0, NULL, ev[i].trigger, NULL, ev[i].info, 0);
       say("%s: %s: run queued (%s)", e->sp->dag, ev[i].what,
           n > 1 ? "several at once" : "overlap: queue, a run is going");
       break;
@@ -1057,7 +1090,7 @@ static void loop_trigger(server *s, api_request *r) {
         free(*q);
       free(kv);
     } else {
-      queue_push(e, 0, id, "api", kv, NULL);
+      queue_push(s, e, 0, id, "api", kv, NULL, 0);
       r->status = 0;
       snprintf(r->run_id, sizeof r->run_id, "%s", id);
       say("%s: API run %s queued (overlap: queue, a run is going)",
@@ -1078,6 +1111,16 @@ static void loop_trigger(server *s, api_request *r) {
 }
 
 /* Whether a run of e for schedule time at is queued already. */
+/* The id of the run of dag for logical date at that serve has started
+ * and is still going, or NULL: its dagrun may not have recorded itself as
+ * running in the store yet. */
+static const char *started_for(const server *s, const char *dag, int64_t at) {
+  for (const child_run *c = s->children; c; c = c->next)
+    if (c->at == at && strcmp(c->dag, dag) == 0)
+      return c->run_id;
+  return NULL;
+}
+
 static int queued_for(const dag_entry *e, int64_t at) {
   for (size_t k = 0; k < e->nq; k++)
     if (e->queue[k].at == at)
@@ -1137,6 +1180,8 @@ static void loop_backfill(server *s, api_request *r) {
     const char *prev = backfill_done_for(done, times[i]);
     if (!prev)
       prev = backfill_done_for(going, times[i]);
+    if (!prev)
+      prev = started_for(s, e->sp->dag, times[i]);
     if (prev || queued_for(e, times[i])) {
       cJSON *o = cJSON_CreateObject();
       cJSON_AddStringToObject(o, "at", when);
@@ -1144,7 +1189,7 @@ static void loop_backfill(server *s, api_request *r) {
       cJSON_AddItemToArray(skipped, o);
       continue;
     }
-    queue_push(e, times[i], NULL, "backfill", NULL, NULL);
+    queue_push(s, e, times[i], NULL, "backfill", NULL, NULL, 0);
     cJSON_AddItemToArray(queued, cJSON_CreateString(when));
   }
   say("%s: backfill from the API: %d run%s queued, %d skipped", e->sp->dag,
@@ -1213,7 +1258,7 @@ static void loop_resume(server *s, api_request *r) {
     if (r->downstream)
       args[k++] = "--downstream";
     const char *dag = cJSON_GetObjectItem(run, "dag")->valuestring;
-    if (r->status == 0 && spawn_child(s, dag, args[2], args, NULL) != 0) {
+    if (r->status == 0 && spawn_child(s, dag, args[2], 0, args, NULL) != 0) {
       r->status = 500;
       snprintf(r->err, sizeof r->err, "cannot start dagrun resume");
     }
@@ -1233,10 +1278,8 @@ static void loop_cancel(server *s, api_request *r) {
     dag_entry *e = s->dags[i];
     for (size_t k = 0; k < e->nq; k++)
       if (e->queue[k].run_id && strcmp(e->queue[k].run_id, r->run_id_in) == 0) {
-        pending_free(&e->queue[k]);
-        memmove(e->queue + k, e->queue + k + 1,
-                (e->nq - k - 1) * sizeof *e->queue);
-        e->nq--;
+        pending p = queue_take(s, e, k);
+        pending_free(&p);
         say("queued run %s of %s cancelled", r->run_id_in, e->sp->dag);
         return;
       }
@@ -1372,12 +1415,74 @@ static void on_wake(uv_async_t *h) {
 
 /* ---- the loop ---- */
 
+/* The loaded DAG named dag, or NULL. */
+static dag_entry *loaded_dag(server *s, const char *dag) {
+  for (size_t i = 0; i < s->n_dags; i++)
+    if (s->dags[i]->sp && strcmp(s->dags[i]->sp->dag, dag) == 0)
+      return s->dags[i];
+  return NULL;
+}
+
+/* params (an array of "NAME=VALUE") as queue_push takes them. */
+static char **params_of(const cJSON *a) {
+  if (!cJSON_IsArray(a))
+    return NULL;
+  int n = cJSON_GetArraySize(a), k = 0;
+  char **out = xcalloc((size_t)n + 1, sizeof *out);
+  const cJSON *v;
+  cJSON_ArrayForEach(v, a) if (cJSON_IsString(v)) out[k++] =
+      xstrdup(v->valuestring);
+  return out;
+}
+
+/* Once, at the first tick (the DAGs scanned): the runs a previous serve
+ * queued and did not start (runqueue.h) back in their DAGs' queues, in
+ * their order, ahead of anything new. A run whose DAG is not loaded now
+ * stays in the store for a later start, said once. */
+static void restore_queue(server *s) {
+  s->restored = 1;
+  char err[512];
+  cJSON *list = runqueue_list(s->st, err, sizeof err);
+  if (!list) {
+    say("the queued runs of the last serve cannot be read: %s", err);
+    return;
+  }
+  size_t back = 0;
+  const cJSON *q;
+  cJSON_ArrayForEach(q, list) {
+    const char *dag = cJSON_GetObjectItem(q, "dag")->valuestring;
+    dag_entry *e = loaded_dag(s, dag);
+    if (!e) {
+      say("%s: a queued run waits in the store: no DAG of that name is "
+          "loaded",
+          dag);
+      continue;
+    }
+    const cJSON *id = cJSON_GetObjectItem(q, "run_id");
+    const cJSON *info = cJSON_GetObjectItem(q, "info");
+    queue_push(s, e, (int64_t)cJSON_GetObjectItem(q, "at")->valuedouble,
+               cJSON_IsString(id) ? id->valuestring : NULL,
+               cJSON_GetObjectItem(q, "trigger")->valuestring,
+               params_of(cJSON_GetObjectItem(q, "params")),
+               cJSON_IsString(info) ? info->valuestring : NULL,
+               (long long)cJSON_GetObjectItem(q, "seq")->valuedouble);
+    back++;
+  }
+  if (back)
+    say("%zu run%s queued before serve's last stop put back in their "
+        "queues",
+        back, back == 1 ? "" : "s");
+  cJSON_Delete(list);
+}
+
 static void on_tick(uv_timer_t *t) {
   server *s = t->data;
   if (s->stopping)
     return;
   scan(s);
   read_paused(s);
+  if (!s->restored)
+    restore_queue(s);
   for (size_t i = 0; i < s->n_dags; i++) {
     dag_entry *e = s->dags[i];
     /* A file that does not load (its previous version kept for what the
@@ -1427,8 +1532,8 @@ static void on_signal(uv_signal_t *h, int signum) {
     close_api(s);
     for (size_t i = 0; i < s->n_dags; i++)
       if (s->dags[i]->nq)
-        say("%s: %zu queued run%s dropped", s->dags[i]->file, s->dags[i]->nq,
-            s->dags[i]->nq == 1 ? "" : "s");
+        say("%s: %zu queued run%s kept for serve's next start",
+            s->dags[i]->file, s->dags[i]->nq, s->dags[i]->nq == 1 ? "" : "s");
     if (s->stop_runs)
       stop_children(s);
     else if (s->children)
@@ -1494,7 +1599,7 @@ static void recover(server *s) {
                     : "its dagrun died");
     char *args[] = {(char *)s->self_exe, "resume", id->valuestring, "-q",
                     NULL};
-    spawn_child(s, dag->valuestring, id->valuestring, args, NULL);
+    spawn_child(s, dag->valuestring, id->valuestring, 0, args, NULL);
   }
   cJSON_Delete(runs);
 }

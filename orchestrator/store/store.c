@@ -217,6 +217,22 @@ struct store {
   "  via TEXT NOT NULL\n"                                                      \
   ");\n"
 
+/* The table version 8 added: the runs dagrun serve has queued and not yet
+ * started (runqueue.h), a row each until it starts or is cancelled. IF
+ * NOT EXISTS: a store made by this version has it before any migration
+ * runs. */
+#define V8_TABLES_SQL                                                          \
+  "CREATE TABLE IF NOT EXISTS serve_queue(\n"                                  \
+  "  seq INTEGER PRIMARY KEY AUTOINCREMENT,\n"                                 \
+  "  dag TEXT NOT NULL,\n"                                                     \
+  "  at INTEGER NOT NULL,\n"                                                   \
+  "  run_id TEXT,\n"                                                           \
+  "  trigger TEXT NOT NULL,\n"                                                 \
+  "  params TEXT,\n"                                                           \
+  "  info TEXT,\n"                                                             \
+  "  queued REAL NOT NULL\n"                                                   \
+  ");\n"
+
 static const char schema_sql[] =
     "CREATE TABLE runs(\n"
     "  id TEXT PRIMARY KEY,\n"
@@ -269,7 +285,8 @@ static const char schema_sql[] =
     "  PRIMARY KEY(run_id, task, n),\n"
     "  FOREIGN KEY(run_id, task) REFERENCES tasks(run_id, name)\n"
     "    ON DELETE CASCADE\n"
-    ");\n" V4_TABLES_SQL V5_TABLES_SQL V6_TABLES_SQL V7_TABLES_SQL;
+    ");\n" V4_TABLES_SQL V5_TABLES_SQL V6_TABLES_SQL V7_TABLES_SQL
+        V8_TABLES_SQL;
 
 /* Version 1 -> 2: who runs a run (the orchestrator's pid and process start
  * time, against pid reuse) and each attempt's process start time. */
@@ -307,6 +324,9 @@ static const char migrate_v5_sql[] =
 
 /* Version 6 -> 7: paused schedules (`dagrun pause`, the API). */
 static const char migrate_v6_sql[] = V7_TABLES_SQL;
+
+/* Version 7 -> 8: serve's queued runs, kept across its restarts. */
+static const char migrate_v7_sql[] = V8_TABLES_SQL;
 
 static int fail(store *st, int rc, char *err, size_t errlen, const char *what) {
   snprintf(err, errlen, "run store %s: %s: %s", st->path, what,
@@ -402,6 +422,8 @@ static int init_schema(store *st, char *err, size_t errlen) {
   if (v >= 1 && v <= 5 && (rc = exec_sql(st, migrate_v5_sql, err, errlen)) != 0)
     goto out;
   if (v >= 1 && v <= 6 && (rc = exec_sql(st, migrate_v6_sql, err, errlen)) != 0)
+    goto out;
+  if (v >= 1 && v <= 7 && (rc = exec_sql(st, migrate_v7_sql, err, errlen)) != 0)
     goto out;
   if (v < STORE_SCHEMA_VERSION) {
     char sql[64];

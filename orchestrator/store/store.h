@@ -58,7 +58,7 @@
 #include <stddef.h>
 
 /* The schema this dagrun writes (PRAGMA user_version). */
-#define STORE_SCHEMA_VERSION 7
+#define STORE_SCHEMA_VERSION 8
 
 typedef struct store store;
 

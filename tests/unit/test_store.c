@@ -9,6 +9,7 @@
 #include "base/util.h"
 #include "lib/clock.h"
 #include "store/pause.h"
+#include "store/runqueue.h"
 #include "store/store.h"
 #include "testlib.h"
 
@@ -704,12 +705,64 @@ static void test_approvals(void) {
   store_close(st);
 }
 
+/* A version-7 store (no serve_queue) migrated to 8 on open: serve's
+ * queue then keeps runs in order across reopening, with their params and
+ * info, and forgets one removed (twice: no error). */
+static void test_runqueue_v7(void) {
+  char err[1024];
+  const char *db = test_path("v7.db");
+  store *st;
+  CHECK_INT(store_open(db, 1, &st, err, sizeof err), 0);
+  if (!st)
+    return;
+  store_close(st);
+  sqlite3 *raw;
+  CHECK_INT(sqlite3_open(db, &raw), SQLITE_OK);
+  CHECK_INT(sqlite3_exec(raw, "DROP TABLE serve_queue; PRAGMA user_version = 7;",
+                         0, 0, 0),
+            SQLITE_OK);
+  sqlite3_close(raw);
+  CHECK_INT(store_open(db, 0, &st, err, sizeof err), 0);
+  if (!st)
+    return;
+  char *params[] = {"lr=0.1", "tag=a b", NULL};
+  long long a = runqueue_add(st, "nightly", 7200, NULL, "cron", NULL, NULL,
+                             1.0, err, sizeof err);
+  long long b = runqueue_add(st, "nightly", 0, "r-api", "api", params,
+                             "{\"files\":[]}", 2.0, err, sizeof err);
+  CHECK(a > 0 && b > a);
+  store_close(st);
+  CHECK_INT(store_open(db, 0, &st, err, sizeof err), 0);
+  if (!st)
+    return;
+  cJSON *l = runqueue_list(st, err, sizeof err);
+  CHECK_INT(cJSON_GetArraySize(l), 2);
+  const cJSON *q0 = cJSON_GetArrayItem(l, 0), *q1 = cJSON_GetArrayItem(l, 1);
+  double at = 0;
+  CHECK(num_key(q0, "at", &at) && at == 7200);
+  CHECK(cJSON_IsNull(cJSON_GetObjectItem(q0, "run_id")));
+  CHECK_STR(str_key(q1, "run_id"), "r-api");
+  CHECK_STR(str_key(q1, "trigger"), "api");
+  CHECK_STR(str_key(q1, "info"), "{\"files\":[]}");
+  const cJSON *p = cJSON_GetObjectItem(q1, "params");
+  CHECK(cJSON_GetArraySize(p) == 2 &&
+        strcmp(cJSON_GetArrayItem(p, 1)->valuestring, "tag=a b") == 0);
+  cJSON_Delete(l);
+  CHECK_INT(runqueue_remove(st, a, err, sizeof err), 0);
+  CHECK_INT(runqueue_remove(st, a, err, sizeof err), 0);
+  l = runqueue_list(st, err, sizeof err);
+  CHECK_INT(cJSON_GetArraySize(l), 1);
+  cJSON_Delete(l);
+  store_close(st);
+}
+
 int main(void) {
   if (test_tmpdir_make("store") != 0)
     return 1;
   test_records();
   test_migrate_v1();
   test_pause_v6();
+  test_runqueue_v7();
   test_not_a_database();
   test_concurrent();
   test_gone();

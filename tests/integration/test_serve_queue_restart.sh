@@ -1,0 +1,90 @@
+# Runs dagrun serve has queued (overlap: queue, behind a going run) outlive
+# serve: queued through the API while a run of the same DAG waits on a
+# gate file, then serve is stopped (SIGTERM: the going run interrupted and
+# resumed at the next start) or killed (kill -9: the going run goes on in
+# its own session); the next serve puts the queued run back in its queue
+# (logged), and once the gate opens it runs, under the id the API gave and
+# with the params it was queued with. Before the run store kept serve's
+# queue, both were lost.
+. "$(dirname "$0")/lib.sh"
+export DAGRUN_HOME="$T/home"
+mkdir -p dags
+write_serve_secrets
+for n in 1 2; do
+  cat > "dags/gated$n.yaml" <<Y
+dag: gated$n
+overlap: queue
+params: {tag: none}
+tasks:
+  wait:
+    stage: exec
+    cache: false
+    with:
+      command: [sh, -c, 'while [ ! -f "$T/open$n" ]; do sleep 0.1; done']
+Y
+done
+
+# trigger DAG BODY: POSTs a run, prints its id.
+trigger() {
+  local out
+  out=$(api POST "/api/dags/$1/runs" "$2" "$TOKEN")
+  case "$out" in 20[12]" "*) ;; *) fail "trigger $1: $out" ;; esac
+  echo "${out#* }" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["run_id"])'
+}
+# run_state ID: the run's state, or "" while the store has no such run.
+run_state() {
+  api GET "/api/runs/$1" | "$PY" -c 'import json,sys
+s = sys.stdin.read(); code, _, body = s.partition(" ")
+print(json.loads(body)["state"] if code == "200" else "")'
+}
+# wait_state ID STATE: up to 60 s.
+wait_state() {
+  for _ in $(seq 600); do
+    [ "$(run_state "$1")" = "$2" ] && return 0
+    sleep 0.1
+  done
+  fail "run $1 never reached $2 (now '$(run_state "$1")'); serve log: $(cat serve*.log)"
+}
+
+for n in 1 2; do
+  serve_start --log "serve$n.log" --no-cron
+  A=$(trigger "gated$n" '{}')
+  wait_state "$A" running
+  B=$(trigger "gated$n" '{"params": {"tag": "queued'$n'"}}')
+  [ "$B" != "$A" ] || fail "the queued run has the going run's id"
+  grep -q "API run $B queued" "serve$n.log" || fail "run $B was not queued: $(cat "serve$n.log")"
+  if [ $n = 1 ]; then
+    serve_stop
+    grep -q "1 queued run kept for serve's next start" "serve$n.log" ||
+      fail "SIGTERM: the queued run not kept: $(cat "serve$n.log")"
+  else
+    kill -9 "$SERVE_PID"
+    wait "$SERVE_PID" 2>/dev/null || true
+    trap - EXIT
+  fi
+  serve_start --log "serve$n-again.log" --no-cron
+  for _ in $(seq 100); do
+    grep -q "1 run queued before serve's last stop put back" "serve$n-again.log" && break
+    sleep 0.1
+  done
+  grep -q "1 run queued before serve's last stop put back" "serve$n-again.log" ||
+    fail "the queued run was not put back: $(cat "serve$n-again.log")"
+  [ -z "$(run_state "$B")" ] || fail "run $B started while $A's gate was shut: $(run_state "$B")"
+  touch "$T/open$n"
+  wait_state "$A" success
+  wait_state "$B" success
+  api GET "/api/runs/$B" | "$PY" -c 'import json,sys
+s = sys.stdin.read(); p = json.loads(s.partition(" ")[2])["params"]
+p = json.loads(p) if isinstance(p, str) else p
+assert p["tag"] == sys.argv[1], p' "queued$n" ||
+    fail "run $B lost its params: $(api GET "/api/runs/$B")"
+  serve_stop
+  echo "$([ $n = 1 ] && echo SIGTERM || echo kill -9): the queued run $B ran after the restart"
+done
+# Nothing is left in the store's queue.
+"$PY" - "$DAGRUN_HOME/state.db" <<'P' || fail "rows left in serve_queue"
+import sqlite3, sys
+n = sqlite3.connect(sys.argv[1]).execute("SELECT count(*) FROM serve_queue").fetchone()[0]
+assert n == 0, n
+P
+pass
