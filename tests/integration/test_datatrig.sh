@@ -206,6 +206,29 @@ w = [d for d in dags["dags"] if d["name"] == "watch"][0] if isinstance(dags, dic
 assert w["on"]["files"]["settle_s"] == 2, w
 P
 
+# The dashboard shows what started a data-triggered run: in the runs
+# table and in the run's view (every file in its tooltip).
+cat >dt_check.py <<'P'
+import sys
+chromium, cdp_dir, profile, port, rid, files = sys.argv[1:7]
+sys.path.insert(0, cdp_dir)
+from cdp import Browser
+with Browser(chromium, profile) as b:
+    b.open(f"http://127.0.0.1:{port}/#dag=watch")
+    sel = f"document.querySelector('.compare-tick[data-run=\"{rid}\"]')"
+    b.wait_for(f"{sel} !== null", "the run in watch's table")
+    cell = b.js(f"{sel}.closest('tr').querySelector('.run-trigger').textContent")
+    assert cell.startswith("files: 3 files: ") and cell.endswith("/incoming/b.txt, ..."), cell
+    tip = b.js(f"{sel}.closest('tr').querySelector('.run-trigger').title")
+    assert tip == files, (tip, files)
+    b.js(f"{sel}.closest('tr').click()")
+    b.wait_for("document.getElementById('run-meta').textContent.includes('triggered by 3 files: ')", "the run's view")
+    assert b.js("document.getElementById('run-meta').title") == files
+    print("dashboard trigger info: ok")
+P
+need_chromium
+browser_check "dashboard trigger info" dt_check.py "$PORT" "$ID" "$(cat want)"
+
 # ---- datasets: prod's success starts cons with the version ----
 run_dagrun run prod.yaml
 expect_rc 0
