@@ -63,7 +63,7 @@
 static const dagrun_param_spec params[] = {
     {"model", DAGRUN_PARAM_STRING, NULL, 1,
      "The model: a checkpoint, a directory of checkpoints, a promoted model "
-     "or a Hugging Face GPT-2 directory, e.g. "
+     "or a Hugging Face GPT-2 or Llama directory, e.g. "
      "\"${tasks.checkpoint.outputs.model}\" (relative: to the DAG file)"},
     {"tokenizer", DAGRUN_PARAM_STRING, "", 0,
      "tokenizer.json (empty: the model's own, or the one its training "
