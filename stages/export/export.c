@@ -375,8 +375,9 @@ static int write_card(exporter *x) {
           nparams / 1e6, x->dtype == ST_BF16 ? "bfloat16" : "float32");
   fprintf(f, "## Where it came from\n\n");
   fprintf(f, "- Source: `%s` (%s", x->info.dir,
-          x->info.kind == MODELDIR_HF ? "a Hugging Face GPT-2 directory"
-                                      : "a dagrun checkpoint");
+          x->info.kind != MODELDIR_HF ? "a dagrun checkpoint"
+          : llama                     ? "a Hugging Face Llama directory"
+                                      : "a Hugging Face GPT-2 directory");
   if (x->info.step >= 0)
     fprintf(f, ", step %lld", (long long)x->info.step);
   fprintf(f, ")\n");
