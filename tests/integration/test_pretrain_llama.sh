@@ -8,21 +8,8 @@
 # the gate is opened for them).
 . "$(dirname "$0")/lib.sh"
 
-[ -d /usr/share/games/fortunes ] || fail "the default corpus is missing: apt-get install fortunes (scripts/setup.sh does)"
-DAG="$DAGRUN_SOURCE_DIR/dags/pretrain-llama.yaml"
-run_dagrun check "$DAG"
-expect_rc 0
-full=1
-if [ -n "${DAGRUN_TEST_SANITIZED:-}" ]; then
-  export DAGRUN_TRAIN_STEPS=10 DAGRUN_MAX_VAL_LOSS=100
-  full=0
-fi
-start=$(date +%s)
-run_dagrun run "$DAG" --plain
-expect_rc 0
-echo "pretrain-llama.yaml took $(( $(date +%s) - start )) s (full training: $full)"
-R=$(run_dir pretrain-llama)
-"$PY" - "$R" "$full" <<'P' || fail "pretrain-llama's model did not learn or pass: $(cat "$R/train/out/summary.json")"
+run_pipeline pretrain-llama 10
+"$PY" - "$R" "$FULL" <<'P' || fail "pretrain-llama's model did not learn or pass: $(cat "$R/train/out/summary.json")"
 import json, sys
 R, full = sys.argv[1], sys.argv[2] == "1"
 s = json.load(open(R + "/train/out/summary.json"))
