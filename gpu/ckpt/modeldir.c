@@ -6,9 +6,10 @@
  * The kind is decided from what the directory holds, in this order: a
  * checkpoint manifest, then step-* entries (a directory of checkpoints,
  * whose latest valid one is taken, ckpt.h's rule), then a Hugging Face
- * config.json. A Hugging Face config is refused, with the key named,
- * when it asks for a variant of GPT-2 that gpt.h does not compute,
- * rather than loaded into a model that would give other logits.
+ * config.json (GPT2LMHeadModel or LlamaForCausalLM). A Hugging Face
+ * config is refused, with the key named, when it asks for a variant that
+ * gpt.h does not compute, rather than loaded into a model that would give
+ * other logits.
  */
 #include "modeldir.h"
 
@@ -210,7 +211,7 @@ static int open_checkpoint(const char *dir, modeldir_info *info, char *err,
   return 0;
 }
 
-/* ---- A Hugging Face GPT-2 directory ---- */
+/* ---- A Hugging Face GPT-2 or Llama directory ---- */
 
 /* An integer field of config.json, or dflt when it is absent (as
  * GPT2Config's defaults); -1 with err when it is not a positive integer. */
@@ -298,6 +299,109 @@ static int hf_check_variant(const cJSON *cfg, int n_embd, const char *path,
   return 0;
 }
 
+/* A positive number field of config.json, or dflt when absent. */
+static int hf_num(const cJSON *cfg, const char *key, double dflt, double *out,
+                  const char *path, char *err, size_t errlen) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(cfg, key);
+  if (!x || cJSON_IsNull(x)) {
+    *out = dflt;
+    return 0;
+  }
+  if (!cJSON_IsNumber(x) || !(x->valuedouble > 0) ||
+      !isfinite(x->valuedouble)) {
+    fileio_seterr(err, errlen, "%s: \"%s\" is not a positive number", path,
+                  key);
+    return -1;
+  }
+  *out = x->valuedouble;
+  return 0;
+}
+
+/* Refuses a LlamaForCausalLM that gpt.h's Llama would compute otherwise:
+ * another activation, biases, scaled RoPE, a head size of its own. */
+static int hf_llama_variant(const cJSON *cfg, const gpt_config *c,
+                            const char *path, char *err, size_t errlen) {
+  const cJSON *act = cJSON_GetObjectItemCaseSensitive(cfg, "hidden_act");
+  if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0)) {
+    fileio_seterr(err, errlen,
+                  "%s: hidden_act \"%s\": dagrun's Llama computes \"silu\" "
+                  "(SwiGLU) only",
+                  path,
+                  cJSON_IsString(act) ? act->valuestring : "(not a string)");
+    return -1;
+  }
+  static const char *const off[] = {"attention_bias", "mlp_bias"};
+  for (int i = 0; i < 2; i++)
+    if (hf_bool(cfg, off[i], 0)) {
+      fileio_seterr(err, errlen, "%s: %s is true: dagrun's Llama has no biases",
+                    path, off[i]);
+      return -1;
+    }
+  const cJSON *rs = cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling");
+  if (rs && !cJSON_IsNull(rs)) {
+    fileio_seterr(err, errlen,
+                  "%s: rope_scaling is set: dagrun's Llama computes plain "
+                  "RoPE (rope_scaling null) only",
+                  path);
+    return -1;
+  }
+  const cJSON *hd = cJSON_GetObjectItemCaseSensitive(cfg, "head_dim");
+  if (hd && !cJSON_IsNull(hd) &&
+      !(cJSON_IsNumber(hd) && c->n_head > 0 &&
+        hd->valuedouble * c->n_head == c->n_embd)) {
+    fileio_seterr(err, errlen,
+                  "%s: head_dim %g: dagrun's Llama has heads of "
+                  "hidden_size / num_attention_heads (%d / %d)",
+                  path, cJSON_IsNumber(hd) ? hd->valuedouble : NAN, c->n_embd,
+                  c->n_head);
+    return -1;
+  }
+  return 0;
+}
+
+/* The Llama of config.json cfg (at path) into *c, unfinished;
+ * LlamaConfig's defaults stand in for absent fields, as transformers
+ * reads the file (num_key_value_heads: num_attention_heads; the head
+ * untied; rms_norm_eps 1e-6). */
+static int hf_llama_config(const cJSON *cfg, const char *path, gpt_config *c,
+                           char *err, size_t errlen) {
+  double theta = 0, eps = 0;
+  c->family = GPT_FAMILY_LLAMA;
+  if (hf_int(cfg, "num_hidden_layers", 32, &c->n_layer, path, err, errlen) ||
+      hf_int(cfg, "num_attention_heads", 32, &c->n_head, path, err, errlen) ||
+      hf_int(cfg, "hidden_size", 4096, &c->n_embd, path, err, errlen) ||
+      hf_int(cfg, "vocab_size", 32000, &c->vocab_size, path, err, errlen) ||
+      hf_int(cfg, "max_position_embeddings", 2048, &c->block_size, path, err,
+             errlen) ||
+      hf_int(cfg, "num_key_value_heads", c->n_head, &c->n_kv_head, path, err,
+             errlen) ||
+      hf_int(cfg, "intermediate_size", 11008, &c->intermediate, path, err,
+             errlen) ||
+      hf_num(cfg, "rope_theta", 10000.0, &theta, path, err, errlen) ||
+      hf_num(cfg, "rms_norm_eps", 1e-6, &eps, path, err, errlen))
+    return -1;
+  c->rope_theta = (float)theta;
+  c->norm_eps = (float)eps;
+  c->untied_head = !hf_bool(cfg, "tie_word_embeddings", 0);
+  return hf_llama_variant(cfg, c, path, err, errlen);
+}
+
+/* The GPT-2 of config.json cfg (at path) into *c, unfinished. */
+static int hf_gpt2_config(const cJSON *cfg, const char *path, gpt_config *c,
+                          char *err, size_t errlen) {
+  /* GPT2Config's defaults stand in for absent fields, as transformers
+   * reads the file. */
+  int n_ctx = 0;
+  if (hf_int(cfg, "n_layer", 12, &c->n_layer, path, err, errlen) ||
+      hf_int(cfg, "n_head", 12, &c->n_head, path, err, errlen) ||
+      hf_int(cfg, "n_embd", 768, &c->n_embd, path, err, errlen) ||
+      hf_int(cfg, "vocab_size", 50257, &c->vocab_size, path, err, errlen) ||
+      hf_int(cfg, "n_ctx", 1024, &n_ctx, path, err, errlen) ||
+      hf_int(cfg, "n_positions", n_ctx, &c->block_size, path, err, errlen))
+    return -1;
+  return hf_check_variant(cfg, c->n_embd, path, err, errlen);
+}
+
 static int open_hf(const char *dir, const cJSON *cfg, modeldir_info *info,
                    char *err, size_t errlen) {
   char path[4096];
@@ -306,27 +410,21 @@ static int open_hf(const char *dir, const cJSON *cfg, modeldir_info *info,
     return -1;
   }
   const cJSON *mt = cJSON_GetObjectItemCaseSensitive(cfg, "model_type");
-  if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "gpt2") != 0) {
-    fileio_seterr(
-        err, errlen,
-        "%s: model_type \"%s\": dagrun reads Hugging Face GPT-2 "
-        "(\"gpt2\") directories only (Llama ones: not yet)",
-        path, cJSON_IsString(mt) ? mt->valuestring : "(none)");
+  const char *type = cJSON_IsString(mt) ? mt->valuestring : "(none)";
+  gpt_config c = {0};
+  if (strcmp(type, "gpt2") == 0) {
+    if (hf_gpt2_config(cfg, path, &c, err, errlen) != 0)
+      return -1;
+  } else if (strcmp(type, "llama") == 0) {
+    if (hf_llama_config(cfg, path, &c, err, errlen) != 0)
+      return -1;
+  } else {
+    fileio_seterr(err, errlen,
+                  "%s: model_type \"%s\": dagrun reads Hugging Face GPT-2 "
+                  "(\"gpt2\") and Llama (\"llama\") directories only",
+                  path, type);
     return -1;
   }
-  /* GPT2Config's defaults stand in for absent fields, as transformers
-   * reads the file. */
-  gpt_config c = {0};
-  int n_ctx = 0;
-  if (hf_int(cfg, "n_layer", 12, &c.n_layer, path, err, errlen) ||
-      hf_int(cfg, "n_head", 12, &c.n_head, path, err, errlen) ||
-      hf_int(cfg, "n_embd", 768, &c.n_embd, path, err, errlen) ||
-      hf_int(cfg, "vocab_size", 50257, &c.vocab_size, path, err, errlen) ||
-      hf_int(cfg, "n_ctx", 1024, &n_ctx, path, err, errlen) ||
-      hf_int(cfg, "n_positions", n_ctx, &c.block_size, path, err, errlen))
-    return -1;
-  if (hf_check_variant(cfg, c.n_embd, path, err, errlen) != 0)
-    return -1;
   char sub[512];
   if (gpt_config_finish(&c, sub, sizeof sub) != 0) {
     fileio_seterr(err, errlen, "%s: %s", path, sub);
@@ -345,10 +443,10 @@ static int open_hf(const char *dir, const cJSON *cfg, modeldir_info *info,
                  "model.safetensors.index.json") != 0 ||
        !is_file(info->weights))) {
     fileio_seterr(err, errlen,
-                  "%s: a GPT-2 config.json without model.safetensors (or the "
+                  "%s: a %s config.json without model.safetensors (or the "
                   "shards' model.safetensors.index.json) beside it (dagrun "
                   "reads safetensors weights, not pytorch_model.bin)",
-                  dir);
+                  dir, type);
     return -1;
   }
   char tok[4096];
@@ -442,12 +540,12 @@ int modeldir_open(const char *path, modeldir_info *info, char *err,
         "%s: a directory of checkpoints with no valid one (newest: %s)", path,
         sk.first);
   else
-    fileio_seterr(
-        err, errlen,
-        "%s: not a model directory: expected a dagrun checkpoint "
-        "(manifest.json), a directory of checkpoints (step-*), or a "
-        "Hugging Face GPT-2 directory (config.json + model.safetensors)",
-        path);
+    fileio_seterr(err, errlen,
+                  "%s: not a model directory: expected a dagrun checkpoint "
+                  "(manifest.json), a directory of checkpoints (step-*), or a "
+                  "Hugging Face GPT-2 or Llama directory (config.json + "
+                  "model.safetensors)",
+                  path);
   return -1;
 }
 

@@ -9,10 +9,13 @@
  *     its latest valid checkpoint;
  *   - a promoted model (the checkpoint stage's models/<name>): a
  *     checkpoint plus tokenizer.json and promotion.json;
- *   - a Hugging Face GPT-2 directory (config.json with model_type "gpt2"
- *     plus model.safetensors, or shards with model.safetensors.index.json;
- *     F32, BF16 or F16), as the export stage writes it and as the Hub has
- *     GPT-2.
+ *   - a Hugging Face GPT-2 or Llama directory (config.json with
+ *     model_type "gpt2" or "llama", plus model.safetensors, or shards with
+ *     model.safetensors.index.json; F32, BF16 or F16), as the export stage
+ *     writes it and as the Hub has GPT-2 and LlamaForCausalLM models (a
+ *     Llama's grouped-query heads, RoPE base, RMSNorm epsilon and tied or
+ *     untied head are read from config.json; rope_scaling, biases and
+ *     activations other than silu are refused).
  * The tokenizer is the directory's tokenizer.json when there is one, else
  * (a checkpoint) the "tokenizer" path in the manifest's state.config, as
  * the train stage records it, if that file exists.
@@ -27,7 +30,7 @@
 
 typedef enum modeldir_kind {
   MODELDIR_CHECKPOINT = 0, /* a dagrun checkpoint (also a promoted one) */
-  MODELDIR_HF = 1          /* a Hugging Face GPT-2 directory */
+  MODELDIR_HF = 1          /* a Hugging Face GPT-2 or Llama directory */
 } modeldir_kind;
 
 typedef struct modeldir_info {

@@ -76,19 +76,31 @@ static void shape_text(const int64_t *shape, int ndim, char *buf, size_t len) {
     snprintf(buf + at, len - at, ")");
 }
 
-/* A tensor of a GPT-2 file that is not a parameter and is not needed:
- * the tied output head and the attention masks. */
+/* What follows "<prefix><digits>" in name, or NULL when name is not
+ * that. */
+static const char *after_layer(const char *name, const char *prefix) {
+  size_t k = strlen(prefix);
+  if (strncmp(name, prefix, k) != 0)
+    return NULL;
+  const char *s = name + k;
+  if (*s < '0' || *s > '9')
+    return NULL;
+  while (*s >= '0' && *s <= '9')
+    s++;
+  return s;
+}
+
+/* A tensor of a Hugging Face file that is not a parameter and is not
+ * needed: the tied output head, GPT-2's attention masks and the RoPE
+ * frequencies older Llama files store (computed here from rope_theta). */
 static int ignorable(const char *name) {
   if (strcmp(name, "lm_head.weight") == 0)
     return 1;
-  if (strncmp(name, "h.", 2) != 0)
-    return 0;
-  const char *s = name + 2;
-  if (*s < '0' || *s > '9')
-    return 0;
-  while (*s >= '0' && *s <= '9')
-    s++;
-  return strcmp(s, ".attn.bias") == 0 || strcmp(s, ".attn.masked_bias") == 0;
+  const char *s = after_layer(name, "h.");
+  if (s)
+    return strcmp(s, ".attn.bias") == 0 || strcmp(s, ".attn.masked_bias") == 0;
+  s = after_layer(name, "model.layers.");
+  return s && strcmp(s, ".self_attn.rotary_emb.inv_freq") == 0;
 }
 
 /* name without the "transformer." prefix. */

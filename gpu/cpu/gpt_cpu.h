@@ -71,4 +71,23 @@ void gpt_cpu_crossentropy_backward(float *probs_dlogits,
                                    const uint32_t *targets, float dloss, int N,
                                    int V, int Vp);
 
+/* The Llama family's kernels (llama_cpu.c), which the decoder reuses so
+ * that its logits are the training forward's:
+ *   rmsnorm:     x (N,C), w (C) -> out (N,C) = x / rms(x) * w, with
+ *                rms(x) = sqrt(mean(x^2) + eps); rs (N) = 1 / rms(x)
+ *                (may be NULL)
+ *   rope_tables: the rotation of positions t0 .. t0+T-1, pair i (channels
+ *                i and i + hs/2, Hugging Face's rotate_half): angle
+ *                t / theta^(2i/hs), computed in double -> cs, sn (T,hs/2)
+ *   rope:        every head of x (B,T,nh*hs) turned in place by the
+ *                tables' row t (B of T rows); dir 1 forward, -1 back
+ *   swiglu:      gate, up (n) -> hid = silu(gate) * up */
+void llama_cpu_rmsnorm(float *out, float *rs, const float *x, const float *w,
+                       int N, int C, float eps);
+void llama_cpu_rope_tables(float *cs, float *sn, int t0, int T, int hs,
+                           double theta);
+void llama_cpu_rope(float *x, const float *cs, const float *sn, int B, int T,
+                    int nh, int hs, int dir);
+void llama_cpu_swiglu(float *hid, const float *gate, const float *up, size_t n);
+
 #endif /* DAGRUN_GPT_CPU_H */

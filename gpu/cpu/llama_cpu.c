@@ -141,8 +141,8 @@ static layer_acts layer_at(const gpt *m, const acts *a, int l, int B, int T) {
 
 /* x (N,C), w (C) -> out (N,C) = x / rms(x) * w, rs (N) = 1 / rms(x),
  * rms(x) = sqrt(mean(x^2) + eps) */
-static void rmsnorm_forward(float *out, float *rs, const float *x,
-                            const float *w, int N, int C, float eps) {
+void llama_cpu_rmsnorm(float *out, float *rs, const float *x, const float *w,
+                       int N, int C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
     const float *xi = x + (size_t)i * C;
@@ -153,7 +153,8 @@ static void rmsnorm_forward(float *out, float *rs, const float *x,
     float *o = out + (size_t)i * C;
     for (int c = 0; c < C; c++)
       o[c] = xi[c] * r * w[c];
-    rs[i] = r;
+    if (rs)
+      rs[i] = r;
   }
 }
 
@@ -187,23 +188,19 @@ static void rmsnorm_backward(float *dx, float *dw, const float *dout,
   }
 }
 
-/* The rotation of position t, pair i (channels i and i + hs/2, as
- * Hugging Face's rotate_half): angle t / theta^(2i/hs), in double until
- * the final rounding. */
-static void rope_tables(float *cs, float *sn, int T, int hs, double theta) {
+void llama_cpu_rope_tables(float *cs, float *sn, int t0, int T, int hs,
+                           double theta) {
   int h2 = hs / 2;
   for (int t = 0; t < T; t++)
     for (int i = 0; i < h2; i++) {
-      double ang = t * pow(theta, -2.0 * i / hs);
+      double ang = (double)(t0 + t) * pow(theta, -2.0 * i / hs);
       cs[(size_t)t * h2 + i] = (float)cos(ang);
       sn[(size_t)t * h2 + i] = (float)sin(ang);
     }
 }
 
-/* Rotates every head of x (B,T,nh*hs) in place; dir 1 forward, -1 the
- * transpose (the backward of the rotation, which is orthogonal). */
-static void rope_apply(float *x, const float *cs, const float *sn, int B, int T,
-                       int nh, int hs, int dir) {
+void llama_cpu_rope(float *x, const float *cs, const float *sn, int B, int T,
+                    int nh, int hs, int dir) {
   int h2 = hs / 2;
   float sg = (float)dir;
 #pragma omp parallel for schedule(static)
@@ -284,9 +281,8 @@ static void attention_backward(float *dq, float *dk, float *dv, float *datt,
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* gate, up (n) -> hid = silu(gate) * up */
-static void swiglu_forward(float *hid, const float *gate, const float *up,
-                           size_t n) {
+void llama_cpu_swiglu(float *hid, const float *gate, const float *up,
+                      size_t n) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++)
     hid[i] = gate[i] * sigmoidf(gate[i]) * up[i];
@@ -341,20 +337,20 @@ static void layer_forward(gpt *m, const layer_acts *la, const float *res,
   int N = B * T, C = (int)d.C, KVD = (int)d.KVD, FF = (int)d.FF;
   float eps = m->cfg.norm_eps;
 #define P(k) gpt_p(m, llama_ti(l, k))
-  rmsnorm_forward(la->xn1, la->rs1, res, P(LLAMA_LN1_W), N, C, eps);
+  llama_cpu_rmsnorm(la->xn1, la->rs1, res, P(LLAMA_LN1_W), N, C, eps);
   linear_forward(la->q, la->xn1, P(LLAMA_Q_W), N, C, C);
   linear_forward(la->k, la->xn1, P(LLAMA_K_W), N, C, KVD);
   linear_forward(la->v, la->xn1, P(LLAMA_V_W), N, C, KVD);
-  rope_apply(la->q, a->cos, a->sin, B, T, (int)d.H, (int)d.hs, 1);
-  rope_apply(la->k, a->cos, a->sin, B, T, (int)d.KV, (int)d.hs, 1);
+  llama_cpu_rope(la->q, a->cos, a->sin, B, T, (int)d.H, (int)d.hs, 1);
+  llama_cpu_rope(la->k, a->cos, a->sin, B, T, (int)d.KV, (int)d.hs, 1);
   attention_forward(la->y, la->att, la->q, la->k, la->v, B, T, d);
   /* res2 = res + y o_proj^T */
   memcpy(la->res2, res, (size_t)N * C * sizeof(float));
   cpu_gemm(0, 1, N, C, C, 1.0f, la->y, C, P(LLAMA_O_W), C, 1.0f, la->res2, C);
-  rmsnorm_forward(la->xn2, la->rs2, la->res2, P(LLAMA_LN2_W), N, C, eps);
+  llama_cpu_rmsnorm(la->xn2, la->rs2, la->res2, P(LLAMA_LN2_W), N, C, eps);
   linear_forward(la->gate, la->xn2, P(LLAMA_GATE_W), N, C, FF);
   linear_forward(la->up, la->xn2, P(LLAMA_UP_W), N, C, FF);
-  swiglu_forward(la->hid, la->gate, la->up, (size_t)N * FF);
+  llama_cpu_swiglu(la->hid, la->gate, la->up, (size_t)N * FF);
   /* res3 = res2 + hid down_proj^T */
   memcpy(la->res3, la->res2, (size_t)N * C * sizeof(float));
   cpu_gemm(0, 1, N, C, FF, 1.0f, la->hid, FF, P(LLAMA_DOWN_W), FF, 1.0f,
@@ -385,8 +381,8 @@ static void layer_backward(gpt *m, const layer_acts *la, const float *res,
                   C, C);
   attention_backward(a->dq, a->dk, a->dv, a->datt, a->dbuf, la->q, la->k, la->v,
                      la->att, B, T, d);
-  rope_apply(a->dq, a->cos, a->sin, B, T, (int)d.H, (int)d.hs, -1);
-  rope_apply(a->dk, a->cos, a->sin, B, T, (int)d.KV, (int)d.hs, -1);
+  llama_cpu_rope(a->dq, a->cos, a->sin, B, T, (int)d.H, (int)d.hs, -1);
+  llama_cpu_rope(a->dk, a->cos, a->sin, B, T, (int)d.KV, (int)d.hs, -1);
   linear_backward(a->dbuf, 0.0f, G(LLAMA_Q_W), a->dq, la->xn1, P(LLAMA_Q_W), N,
                   C, C);
   linear_backward(a->dbuf, 1.0f, G(LLAMA_K_W), a->dk, la->xn1, P(LLAMA_K_W), N,
@@ -419,7 +415,7 @@ int llama_cpu_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   int V = c->vocab_size, Vp = c->padded_vocab, tied = !c->untied_head;
   acts a;
   carve(c, m->acts, B, T, &a);
-  rope_tables(a.cos, a.sin, T, (int)d.hs, c->rope_theta);
+  llama_cpu_rope_tables(a.cos, a.sin, 0, T, (int)d.hs, c->rope_theta);
 
   NEED(0, 1);
   const float *emb = gpt_p(m, 0);
@@ -440,8 +436,8 @@ int llama_cpu_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
    * backward starts with the head's group again. */
   int after = targets ? (tied ? 0 : L + 1) : -1;
   NEED(L + 1, tied ? 0 : after);
-  rmsnorm_forward(a.xf, a.rsf, res, gpt_p(m, norm_tensor(m)), N, C,
-                  c->norm_eps);
+  llama_cpu_rmsnorm(a.xf, a.rsf, res, gpt_p(m, norm_tensor(m)), N, C,
+                    c->norm_eps);
   if (tied) {
     DONE(L + 1, 0);
     NEED(0, after);

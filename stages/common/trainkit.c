@@ -194,7 +194,8 @@ static int init_from_model(dagrun_ctx *ctx, const dagrun_host *h,
   *init_dir = strdup(info->dir);
   char what[64];
   if (info->kind == MODELDIR_HF)
-    snprintf(what, sizeof what, "Hugging Face GPT-2");
+    snprintf(what, sizeof what, "Hugging Face %s",
+             mc->family == GPT_FAMILY_LLAMA ? "Llama" : "GPT-2");
   else
     snprintf(what, sizeof what, "checkpoint of step %lld",
              (long long)info->step);

@@ -57,7 +57,7 @@
        "Tokens per training sequence (0: block_size)"},                        \
       {"init_from", DAGRUN_PARAM_STRING, "", 0,                                \
        "A model directory (a checkpoint, a checkpoints dir, a promoted "       \
-       "model, a Hugging Face GPT-2) whose weights and shape start the run "   \
+       "model, a Hugging Face GPT-2 or Llama) whose weights and shape start the run "   \
        "(model and shape params ignored; optimizer fresh)"}
 
 /* ...the optimizer (not its learning rate) and gradient clipping. */

@@ -49,7 +49,7 @@ static const dagrun_param_spec params[] = {
     {"model", DAGRUN_PARAM_STRING, NULL, 1,
      "The model: a checkpoint (\"${tasks.train.outputs.checkpoint}\"), a "
      "directory of checkpoints (its latest), a promoted model or a Hugging "
-     "Face GPT-2 directory"},
+     "Face GPT-2 or Llama directory"},
     {"text", DAGRUN_PARAM_STRING, "", 0,
      "A text file whose perplexity to take, tokenized with the model's "
      "tokenizer"},

@@ -30,7 +30,7 @@ static const char usage_text[] =
     "Measures a model: its perplexity on a text or on token files, its\n"
     "accuracy on a multiple-choice task. MODEL is a checkpoint, a directory\n"
     "of checkpoints (its latest valid one), a promoted model or a Hugging\n"
-    "Face GPT-2 directory.\n"
+    "Face GPT-2 or Llama directory.\n"
     "\n"
     "  --text FILE          perplexity of a text file (the model's tokenizer)\n"
     "  --data DIR           or of a tokenize stage's output directory ...\n"

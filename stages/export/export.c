@@ -63,7 +63,7 @@
 static const dagrun_param_spec params[] = {
     {"model", DAGRUN_PARAM_STRING, NULL, 1,
      "The model: a checkpoint, a directory of checkpoints, a promoted model "
-     "or a Hugging Face GPT-2 directory, e.g. "
+     "or a Hugging Face GPT-2 or Llama directory, e.g. "
      "\"${tasks.checkpoint.outputs.model}\" (relative: to the DAG file)"},
     {"tokenizer", DAGRUN_PARAM_STRING, "", 0,
      "tokenizer.json (empty: the model's own, or the one its training "
@@ -375,8 +375,9 @@ static int write_card(exporter *x) {
           nparams / 1e6, x->dtype == ST_BF16 ? "bfloat16" : "float32");
   fprintf(f, "## Where it came from\n\n");
   fprintf(f, "- Source: `%s` (%s", x->info.dir,
-          x->info.kind == MODELDIR_HF ? "a Hugging Face GPT-2 directory"
-                                      : "a dagrun checkpoint");
+          x->info.kind != MODELDIR_HF ? "a dagrun checkpoint"
+          : llama                     ? "a Hugging Face Llama directory"
+                                      : "a Hugging Face GPT-2 directory");
   if (x->info.step >= 0)
     fprintf(f, ", step %lld", (long long)x->info.step);
   fprintf(f, ")\n");

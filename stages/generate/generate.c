@@ -54,7 +54,7 @@ static const char usage_text[] =
     "\n"
     "Writes text from a model to stdout, token by token. MODEL_DIR is a\n"
     "checkpoint, a directory of checkpoints (its latest valid one), a\n"
-    "promoted model or a Hugging Face GPT-2 directory.\n"
+    "promoted model or a Hugging Face GPT-2 or Llama directory.\n"
     "\n"
     "  --prompt TEXT        text to continue (default: a new document)\n"
     "  --tokens N           new tokens at most (default 200)\n"
@@ -325,8 +325,10 @@ static int generate_text(args a) {
           "dagrun generate: %s (%s%s; %.2fM parameters: %d layers, %d "
           "heads, width %d, context %d, vocab %d); tokenizer %s\n",
           info->dir,
-          info->kind == MODELDIR_HF ? "Hugging Face GPT-2" : "checkpoint", step,
-          gpt_num_params(m) / 1e6, c->n_layer, c->n_head, c->n_embd,
+          info->kind != MODELDIR_HF       ? "checkpoint"
+          : c->family == GPT_FAMILY_LLAMA ? "Hugging Face Llama"
+                                          : "Hugging Face GPT-2",
+          step, gpt_num_params(m) / 1e6, c->n_layer, c->n_head, c->n_embd,
           c->block_size, c->vocab_size, tpath);
   if (!a.have_seed)
     a.seed = random_seed();

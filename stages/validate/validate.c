@@ -17,7 +17,7 @@
  *
  * Contract. Reads: the model (checkpoint: a train checkpoint, a
  * directory of them and its latest or `step`, a promoted model or a
- * Hugging Face GPT-2 directory, all through ckpt/modeldir.h), the
+ * Hugging Face GPT-2 or Llama directory, all through ckpt/modeldir.h), the
  * tokenize stage's directory (data: its validation token files and its
  * tokenizer, which must have the model's vocabulary), and for
  * min_improvement the models registry (common/registry.h). Writes:

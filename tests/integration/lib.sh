@@ -201,6 +201,27 @@ run_dir() {
   echo "${d%/}"
 }
 
+# run_pipeline DAG STEPS: checks and runs dags/DAG.yaml on the default
+# corpus (Debian's fortunes), in full, or under the sanitizers (slow) for
+# STEPS training steps with the gate opened (DAGRUN_MAX_VAL_LOSS 100).
+# Sets FULL (1 or 0) and R (the run's directory).
+run_pipeline() {
+  [ -d /usr/share/games/fortunes ] || fail "the default corpus is missing: apt-get install fortunes (scripts/setup.sh does)"
+  run_dagrun check "$DAGRUN_SOURCE_DIR/dags/$1.yaml"
+  expect_rc 0
+  FULL=1
+  if [ -n "${DAGRUN_TEST_SANITIZED:-}" ]; then
+    export DAGRUN_TRAIN_STEPS=$2 DAGRUN_MAX_VAL_LOSS=100
+    FULL=0
+  fi
+  local start
+  start=$(date +%s)
+  run_dagrun run "$DAGRUN_SOURCE_DIR/dags/$1.yaml" --plain
+  expect_rc 0
+  echo "$1.yaml took $(( $(date +%s) - start )) s (full training: $FULL)"
+  R=$(run_dir "$1")
+}
+
 # task_field RUN_DIR TASK FIELD: a field of a task in run.json.
 task_field() {
   "$PY" -c '

@@ -8,20 +8,8 @@
 # gate is opened for them).
 . "$(dirname "$0")/lib.sh"
 
-[ -d /usr/share/games/fortunes ] || fail "the default corpus is missing: apt-get install fortunes (scripts/setup.sh does)"
-run_dagrun check "$DAGRUN_SOURCE_DIR/dags/pretrain.yaml"
-expect_rc 0
-
-full=1
-if [ -n "${DAGRUN_TEST_SANITIZED:-}" ]; then
-  export DAGRUN_TRAIN_STEPS=20 DAGRUN_MAX_VAL_LOSS=100
-  full=0
-fi
-start=$(date +%s)
-run_dagrun run "$DAGRUN_SOURCE_DIR/dags/pretrain.yaml" --plain
-expect_rc 0
-echo "pretrain.yaml took $(( $(date +%s) - start )) s (full training: $full)"
-R=$(run_dir pretrain)
+run_pipeline pretrain 20
+full=$FULL
 /usr/bin/python3 - "$R" <<'P' || fail "pretrain's outputs are not what a training run needs"
 import json, sys
 R = sys.argv[1]

@@ -21,6 +21,12 @@
         max|ours - ref| / max|ref| and exits 1 when it is TOL (1e-4: the
         CPU engine's fp32; the GPU's BF16 passes a larger one) or more.
 
+    check_export.py greedy EXPORT_DIR "CONTEXT | DRAWN"
+        The same PyTorch model's greedy continuation of the CONTEXT ids
+        (recomputed over the whole sequence at every step, no cache):
+        every id of DRAWN (`dagrun generate --temperature 0 --ids`'s) must
+        be its argmax.
+
     check_export.py manifest DIR
         A dagrun checkpoint's manifest.json: every file listed has its size
         and SHA-256 (hashlib).
@@ -239,8 +245,9 @@ def check_files(d, ckpt, dtype, src_tok):
     print("files ok: %d tensors, %s" % (len(shapes), dtype))
 
 
-def check_logits(d, ids_path, ours_path, tol="1e-4"):
-    tol = float(tol)
+def reference(d):
+    """The model of Hugging Face directory d in PyTorch float64: a
+    function of a list of ids -> their logits (T, V) as numpy."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch
     import torch_llama
@@ -249,30 +256,46 @@ def check_logits(d, ids_path, ours_path, tol="1e-4"):
     tensors = read_model_tensors(d)
     p = {n: torch.from_numpy(to_float(dt, arr).astype(np.float64))
          for n, (dt, _, arr) in tensors.items()}
+    V = cfg["vocab_size"]
+    if cfg["model_type"] == "llama":
+        # LlamaForCausalLM's config, as torch_llama.py takes it; absent
+        # keys have LlamaConfig's defaults.
+        H = cfg["num_attention_heads"]
+        expect(cfg["architectures"] == ["LlamaForCausalLM"] and
+               cfg.get("hidden_act", "silu") == "silu" and
+               not cfg.get("attention_bias") and
+               not cfg.get("mlp_bias") and
+               cfg.get("rope_scaling") is None and
+               cfg.get("head_dim", cfg["hidden_size"] // H) * H ==
+               cfg["hidden_size"], "config.json: %r" % cfg)
+        lc = dict(kv=cfg.get("num_key_value_heads", H),
+                  theta=cfg.get("rope_theta", 10000.0),
+                  eps=cfg.get("rms_norm_eps", 1e-6),
+                  untied=int(not cfg.get("tie_word_embeddings", False)))
+        expect(("lm_head.weight" in p) == bool(lc["untied"]),
+               "lm_head.weight present: %s, tie_word_embeddings %s" %
+               ("lm_head.weight" in p, not lc["untied"]))
+
+        def run(idx):
+            return torch_llama.forward(p, idx, None,
+                                       cfg["num_hidden_layers"], H, V, lc)[0]
+    else:
+        def run(idx):
+            return forward(p, idx, None, cfg["n_layer"], cfg["n_head"], V)[0]
+
+    def logits(ids):
+        with torch.no_grad():
+            idx = torch.tensor([ids], dtype=torch.int64)
+            return run(idx)[0, :, :V].numpy()
+    return logits
+
+
+def check_logits(d, ids_path, ours_path, tol="1e-4"):
+    tol = float(tol)
     with open(ids_path) as f:
         ids = [int(v) for v in f.read().split()]
-    V = cfg["vocab_size"]
-    idx = torch.tensor([ids], dtype=torch.int64)
-    with torch.no_grad():
-        if cfg["model_type"] == "llama":
-            # LlamaForCausalLM's config, as torch_llama.py takes it.
-            expect(cfg["architectures"] == ["LlamaForCausalLM"] and
-                   cfg["hidden_act"] == "silu" and
-                   not cfg["attention_bias"] and not cfg["mlp_bias"] and
-                   cfg["head_dim"] * cfg["num_attention_heads"] ==
-                   cfg["hidden_size"], "config.json: %r" % cfg)
-            lc = dict(kv=cfg["num_key_value_heads"], theta=cfg["rope_theta"],
-                      eps=cfg["rms_norm_eps"],
-                      untied=int(not cfg["tie_word_embeddings"]))
-            expect(("lm_head.weight" in p) == bool(lc["untied"]),
-                   "lm_head.weight present: %s, tie_word_embeddings %s" %
-                   ("lm_head.weight" in p, cfg["tie_word_embeddings"]))
-            ref, _ = torch_llama.forward(p, idx, None,
-                                         cfg["num_hidden_layers"],
-                                         cfg["num_attention_heads"], V, lc)
-        else:
-            ref, _ = forward(p, idx, None, cfg["n_layer"], cfg["n_head"], V)
-    ref = ref[0, :, :V].numpy()
+    ref = reference(d)(ids)
+    V = ref.shape[1]
     ours = np.fromfile(ours_path, dtype=np.float32).astype(np.float64)
     expect(ours.size == ref.size, "ours has %d logits, the reference %d" %
            (ours.size, ref.size))
@@ -282,6 +305,26 @@ def check_logits(d, ids_path, ours_path, tol="1e-4"):
           (ref.shape[0], V, rel))
     expect(rel < tol, "logits differ from PyTorch's: relative error %.3e "
            "(tolerance %g)" % (rel, tol))
+
+
+def check_greedy(d, ids_line):
+    """ids_line: `dagrun generate --ids`'s "CONTEXT | DRAWN": every drawn
+    id must be the reference's argmax given the context and the ids drawn
+    before it (the whole sequence recomputed each step, no cache)."""
+    ctx, drawn = [[int(v) for v in part.split()]
+                  for part in ids_line.split("|")]
+    expect(drawn, "no ids drawn: %r" % ids_line)
+    logits = reference(d)
+    seq = list(ctx)
+    for i, got in enumerate(drawn):
+        row = logits(seq)[-1]
+        want = int(np.argmax(row))
+        expect(got == want, "drawn id %d is %d, PyTorch's greedy choice %d "
+               "(logit %.6g against %.6g)" % (i, got, want, row[got],
+                                              row[want]))
+        seq.append(got)
+    print("greedy: %d ids after %d of context, all PyTorch's argmax" %
+          (len(drawn), len(ctx)))
 
 
 def check_manifest(d):
@@ -305,6 +348,8 @@ def main():
         check_files(*sys.argv[2:])
     elif cmd == "logits" and len(sys.argv) in (5, 6):
         check_logits(*sys.argv[2:])
+    elif cmd == "greedy" and len(sys.argv) == 4:
+        check_greedy(*sys.argv[2:])
     elif cmd == "manifest" and len(sys.argv) == 3:
         check_manifest(sys.argv[2])
     else:

@@ -14,9 +14,7 @@
 
 static char err[512];
 
-static gpt *make(int L, int H, int C, int T, int V) {
-  gpt_config cfg = {
-      .n_layer = L, .n_head = H, .n_embd = C, .block_size = T, .vocab_size = V};
+static gpt *make_cfg(gpt_config cfg) {
   gpt *m = NULL;
   if (gpt_config_finish(&cfg, err, sizeof err) != 0 ||
       gpt_create(&cfg, &m, err, sizeof err) != 0) {
@@ -24,6 +22,12 @@ static gpt *make(int L, int H, int C, int T, int V) {
     return NULL;
   }
   return m;
+}
+
+static gpt *make(int L, int H, int C, int T, int V) {
+  gpt_config cfg = {
+      .n_layer = L, .n_head = H, .n_embd = C, .block_size = T, .vocab_size = V};
+  return make_cfg(cfg);
 }
 
 static double uniform(uint64_t *s) {
@@ -55,9 +59,11 @@ static double rel_err(const float *a, const float *b, int V) {
 
 /* Every push's logits equal gpt_forward's on the tokens the window holds,
  * over 3.5 windows (so the window slides several times), and reset gives
- * the same logits again. */
-static void test_matches_forward(int L, int H, int C, int T, int V) {
-  gpt *m = make(L, H, C, T, V);
+ * the same logits again. A Llama's cached steps need RoPE at their
+ * positions in the window; its tolerance is 1e-5. */
+static void test_matches(gpt_config cfg, double tol) {
+  int L = cfg.n_layer, C = cfg.n_embd, T = cfg.block_size, V = cfg.vocab_size;
+  gpt *m = make_cfg(cfg);
   CHECK(m != NULL);
   if (!m)
     return;
@@ -100,17 +106,17 @@ static void test_matches_forward(int L, int H, int C, int T, int V) {
     const float *ref = gpt_logits(m) + (w - 1) * (size_t)c->padded_vocab;
     double e = rel_err(lg, ref, V);
     worst = e > worst ? e : worst;
-    if (e >= 1e-4)
+    if (e >= tol)
       fprintf(stderr, "position %d (window %zu): relative error %g\n", i, w, e);
-    CHECK(e < 1e-4);
+    CHECK(e < tol);
     for (int v = V; v < c->padded_vocab; v++)
       CHECK(lg[v] == 0.0f);
     if (i == 0)
       memcpy(first, lg, (size_t)c->padded_vocab * sizeof *first);
   }
   CHECK_INT(slides, 5); /* 56 tokens, T 16: at 17, 25, 33, 41, 49 */
-  fprintf(stderr, "L%d C%d T%d V%d: worst relative error %g, %d slides\n", L, C,
-          T, V, worst, slides);
+  fprintf(stderr, "%s L%d C%d T%d V%d: worst relative error %g, %d slides\n",
+          cfg.family ? "llama" : "gpt2", L, C, T, V, worst, slides);
   decoder_reset(d);
   CHECK_INT(decoder_length(d), 0);
   const float *again = decoder_push(d, seq[0], err, sizeof err);
@@ -138,9 +144,34 @@ static void test_bad_token(void) {
   gpt_destroy(m);
 }
 
+static void test_matches_forward(int L, int H, int C, int T, int V) {
+  gpt_config cfg = {
+      .n_layer = L, .n_head = H, .n_embd = C, .block_size = T, .vocab_size = V};
+  test_matches(cfg, 1e-4);
+}
+
+/* A Llama: grouped-query (KV heads < heads), head size 10, tied or
+ * untied, another RoPE base. */
+static void test_llama(int H, int KV, int C, int untied, float theta) {
+  gpt_config cfg = {.n_layer = 2,
+                    .n_head = H,
+                    .n_embd = C,
+                    .block_size = 16,
+                    .vocab_size = 97,
+                    .family = GPT_FAMILY_LLAMA,
+                    .n_kv_head = KV,
+                    .intermediate = 56,
+                    .rope_theta = theta,
+                    .untied_head = untied};
+  test_matches(cfg, 1e-5);
+}
+
 int main(void) {
   test_matches_forward(2, 2, 32, 16, 100);
   test_matches_forward(3, 4, 64, 16, 321);
+  test_llama(4, 2, 40, 0, 10000.0f);
+  test_llama(4, 1, 40, 1, 500000.0f);
+  test_llama(2, 2, 32, 1, 10000.0f);
   test_bad_token();
   TEST_DONE();
 }

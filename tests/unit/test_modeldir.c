@@ -483,7 +483,7 @@ static void test_open_hf(void) {
       {"reorder_and_upcast_attn", "true", "reorder_and_upcast_attn"},
       {"n_inner", "64", "n_inner"},
       {"tie_word_embeddings", "false", "tie_word_embeddings"},
-      {"model_type", "\"llama\"", "llama"},
+      {"model_type", "\"mistral\"", "mistral"},
   };
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
     const char *d = test_path("hfbad%zu", i);
