@@ -391,6 +391,20 @@ static void test_migrate_v1(void) {
   sqlite3_close(raw);
 }
 
+/* db (closed) made an older store by sql (SQLite, beside the store), then
+ * opened again, which migrates it; NULL (a failed check) if it does not
+ * open. */
+static store *reopen_older(const char *db, const char *sql) {
+  char err[1024];
+  sqlite3 *raw;
+  CHECK_INT(sqlite3_open(db, &raw), SQLITE_OK);
+  CHECK_INT(sqlite3_exec(raw, sql, 0, 0, 0), SQLITE_OK);
+  sqlite3_close(raw);
+  store *st = NULL;
+  CHECK_INT(store_open(db, 0, &st, err, sizeof err), 0);
+  return st;
+}
+
 /* A version 6 store (this one's schema without dag_pauses) migrates to
  * 7: its runs are kept and DAGs can be paused; the pause outlives a
  * reopen; pausing twice keeps the first pauser, unpausing twice changes
@@ -406,13 +420,7 @@ static void test_pause_v6(void) {
                             "cron", 0, NULL, NULL, 0, err, sizeof err),
             0);
   store_close(st);
-  sqlite3 *raw;
-  CHECK_INT(sqlite3_open(db, &raw), SQLITE_OK);
-  CHECK_INT(sqlite3_exec(raw, "DROP TABLE dag_pauses; PRAGMA user_version = 6;",
-                         0, 0, 0),
-            SQLITE_OK);
-  sqlite3_close(raw);
-  CHECK_INT(store_open(db, 0, &st, err, sizeof err), 0);
+  st = reopen_older(db, "DROP TABLE dag_pauses; PRAGMA user_version = 6;");
   if (!st)
     return;
   int rc;
@@ -716,13 +724,7 @@ static void test_runqueue_v7(void) {
   if (!st)
     return;
   store_close(st);
-  sqlite3 *raw;
-  CHECK_INT(sqlite3_open(db, &raw), SQLITE_OK);
-  CHECK_INT(sqlite3_exec(raw, "DROP TABLE serve_queue; PRAGMA user_version = 7;",
-                         0, 0, 0),
-            SQLITE_OK);
-  sqlite3_close(raw);
-  CHECK_INT(store_open(db, 0, &st, err, sizeof err), 0);
+  st = reopen_older(db, "DROP TABLE serve_queue; PRAGMA user_version = 7;");
   if (!st)
     return;
   char *params[] = {"lr=0.1", "tag=a b", NULL};
