@@ -21,8 +21,10 @@
  * started: a crash between the two loses at most those runs, never
  * repeats them. A DAG seen for the first time starts from now (no
  * catch-up of times before the daemon knew it). Queued runs (overlap:
- * queue, catch-up) live in memory: a restart re-derives catch-up runs from
- * the store, but runs queued behind a running run are dropped.
+ * queue, catch-up, backfills, data triggers, API runs behind a going one)
+ * are also in the store (store/runqueue.h) from the moment they are
+ * queued until they start: a restart, after SIGTERM or kill -9, puts them
+ * back in their DAGs' queues in their order.
  *
  * One daemon per store: a lock file beside the store keeps a second one
  * from firing the same schedules.
