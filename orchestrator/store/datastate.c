@@ -278,8 +278,14 @@ static void add_info(sqlite3_stmt *s, cJSON *run) {
   if (sqlite3_step(s) != SQLITE_ROW)
     return;
   cJSON *info = cJSON_Parse(col_text(s, 0));
-  if (info)
-    cJSON_AddItemToObject(run, "trigger_info", info);
+  if (!info)
+    return;
+  cJSON_AddItemToObject(run, "trigger_info", info);
+  /* the CLI's words for it, so that every reader says the same */
+  char sum[512];
+  store_trigger_summary(run, sum, sizeof sum);
+  if (sum[0])
+    cJSON_AddStringToObject(run, "trigger_summary", sum);
 }
 
 void store_runs_trigger_info(store *st, cJSON *runs) {

@@ -60,9 +60,10 @@ int store_dataset_seen_set(store *st, const char *dag, const char *dataset,
  * run_id: info_json, a JSON object. */
 int store_run_trigger_set(store *st, const char *run_id, const char *info_json,
                           char *err, size_t errlen);
-/* Adds "trigger_info" (the parsed JSON) to each run object of runs (an
- * array of runs or one run object) that has one. Errors are not fatal:
- * the key is then left out. */
+/* Adds "trigger_info" (the parsed JSON) and "trigger_summary"
+ * (store_trigger_summary's words) to each run object of runs (an array of
+ * runs or one run object) that has one. Errors are not fatal: the keys
+ * are then left out. */
 void store_runs_trigger_info(store *st, cJSON *runs);
 /* What started a data-triggered run, in a few words for `dagrun runs` and
  * `status`: "dataset tokens v3", "2 files: /in/a.txt, ..."; "" for
