@@ -587,12 +587,29 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
 }
 
 /* Queues a run of e, recorded in the store's queue (runqueue.h) so that
- * a restart of serve before its turn still starts it; seq: its row there
- * already (restore_queue), 0 to record it now. Takes params. */
+ * a restart of serve before its turn still starts it (unless it sets a
+ * secret param); seq: its row there already (restore_queue), 0 to record
+ * it now. Takes params. */
+/* Whether params ("NAME=VALUE") set one of sp's secret params: such a run
+ * is not written to the store's queue, whose rows hold values unmasked. */
+static int sets_secret(const spec *sp, char *const *params) {
+  for (char *const *q = params; q && *q; q++)
+    for (size_t k = 0; k < sp->n_secrets; k++) {
+      size_t n = strlen(sp->secrets[k]);
+      if (strncmp(*q, sp->secrets[k], n) == 0 && (*q)[n] == '=')
+        return 1;
+    }
+  return 0;
+}
+
 static void queue_push(server *s, dag_entry *e, int64_t at, const char *run_id,
                        const char *trigger, char **params, const char *info,
                        long long seq) {
-  if (!seq) {
+  if (!seq && sets_secret(e->sp, params)) {
+    say("%s: a queued run that sets a secret param is kept in memory only "
+        "(lost if serve stops first): the store would hold the secret",
+        e->sp->dag);
+  } else if (!seq) {
     char err[512];
     seq = runqueue_add(s->st, e->sp->dag, at, run_id, trigger, params, info,
                        clock_wall(), err, sizeof err);

@@ -5,7 +5,8 @@
 # its own session); the next serve puts the queued run back in its queue
 # (logged), and once the gate opens it runs, under the id the API gave and
 # with the params it was queued with. Before the run store kept serve's
-# queue, both were lost.
+# queue, both were lost. A run that sets a secret param stays out of the
+# store (and so is not kept).
 . "$(dirname "$0")/lib.sh"
 export DAGRUN_HOME="$T/home"
 mkdir -p dags
@@ -81,6 +82,31 @@ assert p["tag"] == sys.argv[1], p' "queued$n" ||
   serve_stop
   echo "$([ $n = 1 ] && echo SIGTERM || echo kill -9): the queued run $B ran after the restart"
 done
+# A queued run that sets a secret param is kept in memory only, saying
+# so: the store's queue would hold the value unmasked.
+cat > dags/sec.yaml <<Y
+dag: sec
+overlap: queue
+secrets: [token]
+params: {token: none}
+tasks:
+  wait: {stage: exec, cache: false, with: {command: [sh, -c, 'while [ ! -f "$T/open3" ]; do sleep 0.1; done']}}
+Y
+serve_start --log serve3.log --no-cron
+for _ in $(seq 100); do grep -q "loaded dag sec" serve3.log && break; sleep 0.1; done
+A=$(trigger sec '{}')
+wait_state "$A" running
+B=$(trigger sec '{"params": {"token": "queued-secret-4711"}}')
+grep -q "sec: a queued run that sets a secret param is kept in memory only" serve3.log ||
+  fail "no word of the secret run kept in memory: $(cat serve3.log)"
+"$PY" - "$DAGRUN_HOME/state.db" <<'P' || fail "the secret reached serve_queue"
+import sqlite3, sys
+rows = sqlite3.connect(sys.argv[1]).execute("SELECT params FROM serve_queue").fetchall()
+assert not any("queued-secret-4711" in (r[0] or "") for r in rows), rows
+P
+touch "$T/open3"
+wait_state "$B" success
+serve_stop
 # Nothing is left in the store's queue.
 "$PY" - "$DAGRUN_HOME/state.db" <<'P' || fail "rows left in serve_queue"
 import sqlite3, sys
