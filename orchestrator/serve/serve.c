@@ -112,6 +112,10 @@ typedef struct child_run {
   uv_process_t proc;
   char *run_id, *dag;
   int64_t at; /* its logical date as started (0: none, or a resume) */
+  /* A resume asked through the API after the run's end was recorded but
+   * before its dagrun exited (it still writes the report and delivers
+   * alerts): `dagrun ARGS...`, started when this one exits. NULL: none. */
+  char **then_resume;
   struct child_run *next;
 } child_run;
 
@@ -401,8 +405,15 @@ static void scan(server *s) {
 
 static void on_child_exit(uv_process_t *p, int64_t status, int sig);
 
+static void strv_free(char **v) {
+  for (char **q = v; q && *q; q++)
+    free(*q);
+  free(v);
+}
+
 static void child_closed(uv_handle_t *h) {
   child_run *c = h->data;
+  strv_free(c->then_resume);
   free(c->run_id);
   free(c->dag);
   free(c);
@@ -577,6 +588,14 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
       say("%s", err);
     cJSON_Delete(run);
   }
+  if (c->then_resume && s->stopping)
+    say("run %s: the resume asked through the API is dropped: serve is "
+        "stopping",
+        c->run_id);
+  else if (c->then_resume &&
+           spawn_child(s, c->dag, c->run_id, 0, c->then_resume, NULL) == 0)
+    say("run %s: its dagrun exited; the resume asked through the API starts",
+        c->run_id);
   uv_close((uv_handle_t *)p, child_closed);
   if (s->stopping && !s->children) {
     uv_close((uv_handle_t *)&s->tick, NULL);
@@ -586,10 +605,6 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
   }
 }
 
-/* Queues a run of e, recorded in the store's queue (runqueue.h) so that
- * a restart of serve before its turn still starts it (unless it sets a
- * secret param); seq: its row there already (restore_queue), 0 to record
- * it now. Takes params. */
 /* Whether params ("NAME=VALUE") set one of sp's secret params: such a run
  * is not written to the store's queue, whose rows hold values unmasked. */
 static int sets_secret(const spec *sp, char *const *params) {
@@ -602,6 +617,10 @@ static int sets_secret(const spec *sp, char *const *params) {
   return 0;
 }
 
+/* Queues a run of e, recorded in the store's queue (runqueue.h) so that
+ * a restart of serve before its turn still starts it (unless it sets a
+ * secret param); seq: its row there already (restore_queue), 0 to record
+ * it now. Takes params. */
 static void queue_push(server *s, dag_entry *e, int64_t at, const char *run_id,
                        const char *trigger, char **params, const char *info,
                        long long seq) {
@@ -1230,15 +1249,47 @@ static int run_has_task(const cJSON *run, const char *name) {
   return 0;
 }
 
+/* `dagrun resume RUN -q [--clear TASK]... [--downstream]` for r, each
+ * string the caller's to free (strv_free); NULL with r's 400 when the run
+ * has no task of that name. */
+static char **resume_args(server *s, const cJSON *run, api_request *r) {
+  size_t n = (size_t)cJSON_GetArraySize(r->params), k = 0;
+  char **args = xcalloc(6 + 2 * n, sizeof(char *));
+  args[k++] = xstrdup(s->self_exe);
+  args[k++] = xstrdup("resume");
+  args[k++] = xstrdup(cJSON_GetObjectItem(run, "id")->valuestring);
+  args[k++] = xstrdup("-q");
+  const cJSON *t;
+  cJSON_ArrayForEach(t, r->params) {
+    if (!run_has_task(run, t->valuestring)) {
+      r->status = 400;
+      snprintf(r->err, sizeof r->err, "run %s has no task '%.100s'",
+               r->run_id_in, t->valuestring);
+      strv_free(args);
+      return NULL;
+    }
+    args[k++] = xstrdup("--clear");
+    args[k++] = xstrdup(t->valuestring);
+  }
+  if (r->downstream)
+    args[k++] = xstrdup("--downstream");
+  return args;
+}
+
 /* A resume from the API: `dagrun resume RUN [--clear TASK]...
  * [--downstream]` as a child, as a run is started. Refused: an unknown run
  * (404), one going (409), a succeeded one with nothing to clear (409), a
- * task to clear that the run does not have (400). */
+ * task to clear that the run does not have (400). A run whose end is
+ * recorded while its dagrun is still finishing (the report, the alerts)
+ * is resumed when that dagrun exits: the click on a run the dashboard
+ * shows as ended must not meet a 409. */
 static void loop_resume(server *s, api_request *r) {
   char err[512];
   int rc = 0;
   cJSON *run = store_run(s->st, r->run_id_in, &rc, err, sizeof err);
   const char *state = run ? cJSON_GetObjectItem(run, "state")->valuestring : "";
+  child_run *ending = run ? find_child(s, r->run_id_in) : NULL;
+  char **args = NULL;
   r->status = 409;
   if (!run) {
     r->status = rc == DR_ENOENT ? 404 : rc == DR_EINVAL ? 400 : 500;
@@ -1246,46 +1297,37 @@ static void loop_resume(server *s, api_request *r) {
   } else if (s->stopping) {
     r->status = 503;
     snprintf(r->err, sizeof r->err, "dagrun serve is shutting down");
-  } else if (store_state_active(state) || find_child(s, r->run_id_in)) {
+  } else if (store_state_active(state)) {
     snprintf(r->err, sizeof r->err, "run %s is %s: not resuming it",
              r->run_id_in, state);
+  } else if (ending && ending->then_resume) {
+    snprintf(r->err, sizeof r->err,
+             "run %s: a resume already waits for its dagrun to exit",
+             r->run_id_in);
   } else if (strcmp(state, "success") == 0 && !cJSON_GetArraySize(r->params)) {
     snprintf(r->err, sizeof r->err,
              "run %s succeeded: nothing to resume (clear names tasks to run "
              "again)",
              r->run_id_in);
-  } else {
-    size_t n = (size_t)cJSON_GetArraySize(r->params), k = 0;
-    char **args = xcalloc(8 + 2 * n, sizeof(char *));
-    args[k++] = (char *)s->self_exe;
-    args[k++] = "resume";
-    args[k++] = (char *)cJSON_GetObjectItem(run, "id")->valuestring;
-    args[k++] = "-q";
-    const cJSON *t;
-    r->status = 0;
-    cJSON_ArrayForEach(t, r->params) {
-      if (!run_has_task(run, t->valuestring)) {
-        r->status = 400;
-        snprintf(r->err, sizeof r->err, "run %s has no task '%.100s'",
-                 r->run_id_in, t->valuestring);
-      }
-      args[k++] = "--clear";
-      args[k++] = t->valuestring;
-    }
-    if (r->downstream)
-      args[k++] = "--downstream";
+  } else if ((args = resume_args(s, run, r)) != NULL) {
     const char *dag = cJSON_GetObjectItem(run, "dag")->valuestring;
-    if (r->status == 0 && spawn_child(s, dag, args[2], 0, args, NULL) != 0) {
+    r->status = 0;
+    if (ending) {
+      ending->then_resume = args;
+      args = NULL;
+    } else if (spawn_child(s, dag, args[2], 0, args, NULL) != 0) {
       r->status = 500;
       snprintf(r->err, sizeof r->err, "cannot start dagrun resume");
     }
     if (r->status == 0) {
-      snprintf(r->run_id, sizeof r->run_id, "%s", args[2]);
-      say("run %s: resume asked through the API%s", args[2],
-          n ? " (tasks cleared)" : "");
+      snprintf(r->run_id, sizeof r->run_id, "%s", r->run_id_in);
+      say("run %s: resume asked through the API%s%s", r->run_id_in,
+          cJSON_GetArraySize(r->params) ? " (tasks cleared)" : "",
+          ending ? "; it starts when the run's dagrun, still finishing, exits"
+                 : "");
     }
-    free(args);
   }
+  strv_free(args);
   cJSON_Delete(run);
 }
 
@@ -1304,6 +1346,12 @@ static void loop_cancel(server *s, api_request *r) {
   /* One of ours (its dagrun may not have recorded itself yet). */
   child_run *c = find_child(s, r->run_id_in);
   if (c) {
+    if (c->then_resume) {
+      strv_free(c->then_resume);
+      c->then_resume = NULL;
+      say("run %s: the resume waiting for its dagrun is cancelled",
+          r->run_id_in);
+    }
     uv_process_kill(&c->proc, SIGTERM);
     say("run %s: cancel asked through the API", r->run_id_in);
     return;

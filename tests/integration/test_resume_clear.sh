@@ -4,9 +4,13 @@
 # and "+ downstream" buttons in headless Chromium. The cleared task (and
 # with downstream every task after it) gets its next attempt, not from
 # the cache; the others keep theirs. Refused: an unknown task, downstream
-# alone, a run going, a succeeded run with nothing to clear.
+# alone, a run going, a succeeded run with nothing to clear. A resume asked
+# through the API once the run's end is recorded but while its dagrun still
+# delivers an alert is accepted, and starts when that dagrun exits.
 . "$(dirname "$0")/lib.sh"
 need_chromium
+start_webhook_server # its /hang never answers: a run's dagrun lingers 5 s
+HOOK_SERVER=$SERVER HOOK=$BASE/hang
 export DAGRUN_HOME="$T/home"
 mkdir -p dags
 # a -> b -> c, a -> d; e fails until its flag file exists.
@@ -18,6 +22,14 @@ tasks:
   c: {stage: exec, needs: [b], with: {command: [true]}}
   d: {stage: exec, needs: [a], with: {command: [true]}}
   e: {stage: exec, needs: [a], with: {command: [test, -e, "$T/e-ok"]}}
+Y
+# lingers: its dagrun waits 5 s on an alert after the run's end is recorded.
+cat > dags/lingers.yaml <<Y
+dag: lingers
+alerts:
+  - {on: [success], webhook: "$HOOK"}
+tasks:
+  job: {stage: exec, with: {command: [true]}}
 Y
 attempts() { run_dagrun status "$1" --json; "$PY" -c 'import json,sys; r = json.load(open(sys.argv[1])); print(" ".join("%s%d" % (t["name"], t["attempts"]) for t in r["tasks"]))' "$T/out"; }
 run_dagrun run dags/abc.yaml --plain
@@ -51,6 +63,7 @@ expect_rc 0
 # --- the API and the dashboard -----------------------------------------------------
 TOKEN=s3cret-token-0123456789
 serve_start --no-cron
+trap 'kill "$SERVE_PID" "$HOOK_SERVER" 2>/dev/null || true' EXIT
 resume() { api POST "/api/runs/$1/resume" "$2" "${3:-$TOKEN}"; }
 out=$(resume "$R" '{"clear": ["a"]}')
 [ "${out%% *}" = 202 ] || fail "resume with clear a: $out"
@@ -69,6 +82,38 @@ out=$(resume nosuchrun '{"clear": ["a"]}')
 [ "${out%% *}" = 404 ] || fail "an unknown run: $out"
 out=$(resume "$R" '{"clear": ["a"]}' none)
 [ "${out%% *}" = 401 ] || fail "no token: $out"
+
+# A run whose end is recorded while its dagrun still waits on an alert
+# (the 5 s grace for deliveries): the resume is accepted, not refused
+# because that dagrun is alive, and runs once it has exited.
+out=$(api POST /api/dags/lingers/runs '{}' "$TOKEN")
+[ "${out%% *}" = 201 ] || fail "trigger lingers: $out"
+L=$(printf '%s' "${out#* }" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+wait_until 20 store_run_is "$L" success || fail "lingers did not succeed: $(store_run_state "$L")"
+expect_not_in serve.log "run $L of lingers ended"
+out=$(resume "$L" '{"clear": ["job"]}')
+[ "${out%% *}" = 202 ] || fail "resume of a run whose dagrun is still finishing: $out"
+out=$(resume "$L" '{"clear": ["job"]}')
+[ "${out%% *}" = 409 ] || fail "a second resume while the first waits: $out"
+expect_in serve.log "it starts when the run's dagrun, still finishing, exits"
+wait_until 30 sh -c "[ \"\$(\"$DAGRUN\" status $L --json | \"$PY\" -c 'import json,sys; r = json.load(sys.stdin); print(r[\"state\"], r[\"tasks\"][0][\"attempts\"])')\" = 'success 2' ]" ||
+  fail "the waiting resume did not run job again: $(cat serve.log)"
+expect_in serve.log "run $L: its dagrun exited; the resume asked through the API starts"
+# A cancel of such a run drops the resume that waits for its dagrun (once
+# the resume's own dagrun, lingering too, is gone: overlap is skip).
+wait_until 20 sh -c "[ \$(grep -c 'run $L of lingers ended' serve.log) = 2 ]" || fail "the resume of $L did not end: $(cat serve.log)"
+out=$(api POST /api/dags/lingers/runs '{}' "$TOKEN")
+[ "${out%% *}" = 201 ] || fail "trigger lingers (2): $out"
+L2=$(printf '%s' "${out#* }" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+wait_until 20 store_run_is "$L2" success || fail "lingers (2) did not succeed: $(store_run_state "$L2")"
+out=$(resume "$L2" '{"clear": ["job"]}')
+[ "${out%% *}" = 202 ] || fail "resume of lingers (2): $out"
+out=$(api POST "/api/runs/$L2/cancel" '{}' "$TOKEN")
+[ "${out%% *}" = 202 ] || fail "cancel of lingers (2): $out"
+wait_until 20 grep -q "run $L2 of lingers" serve.log || fail "lingers (2) did not end: $(cat serve.log)"
+expect_in serve.log "run $L2: the resume waiting for its dagrun is cancelled"
+expect_not_in serve.log "run $L2: its dagrun exited"
+[ "$(attempts "$L2")" = "job1" ] || fail "a cancelled waiting resume ran: $(attempts "$L2")"
 
 cat >retry_check.py <<'P'
 import json, sys, time, urllib.request
@@ -99,4 +144,5 @@ with Browser(chromium, profile) as b:
 P
 browser_check "dashboard retry" retry_check.py "$PORT" "$R" "$TOKEN"
 serve_stop
+kill "$HOOK_SERVER" 2>/dev/null || true
 pass
