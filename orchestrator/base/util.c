@@ -400,6 +400,14 @@ int proc_alive(int pid, long long start) {
   return t > 0 && (start <= 0 || t == start);
 }
 
+void format_exact_double(double v, char *buf, size_t n) {
+  for (int digits = 15; digits <= 17; digits++) {
+    snprintf(buf, n, "%.*g", digits, v);
+    if (strtod(buf, NULL) == v)
+      return;
+  }
+}
+
 void format_utc(double t, int millis, char *buf, size_t n) {
   time_t sec = (time_t)t;
   struct tm tm;

@@ -139,6 +139,13 @@ int parse_duration(const char *s, double *out);
 /* Formats seconds compactly: "850ms", "12.3s", "4m05s", "2h03m". */
 void format_duration(double s, char *buf, size_t n);
 
+/* The shortest decimal text of a finite v that strtod reads back as v,
+ * bit for bit ("5.0626962184906006", "0.1", "3"), into buf (25 bytes
+ * hold any). cJSON's own printing stops at 15 digits when they come
+ * within DBL_EPSILON of v, which moved a loss written to metrics.jsonl
+ * by one FP64 unit, and a loss at an FP32 tie to the other float. */
+void format_exact_double(double v, char *buf, size_t n);
+
 /* UTC timestamp "2026-11-21T13:53:27Z" (with .mmm if millis) into buf. */
 void format_utc(double t, int millis, char *buf, size_t n);
 

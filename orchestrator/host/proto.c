@@ -138,13 +138,17 @@ static cJSON *new_msg(const char *type) {
   return o;
 }
 
-/* JSON has no NaN or infinity; a diverging loss must still arrive. */
+/* JSON has no NaN or infinity; a diverging loss must still arrive. A
+ * finite value arrives bit for bit (format_exact_double): a stage's
+ * metric is what metrics.jsonl, the store and the comparisons read. */
 static cJSON *add_number(cJSON *o, const char *key, double v) {
   if (isnan(v))
     return cJSON_AddStringToObject(o, key, "NaN");
   if (isinf(v))
     return cJSON_AddStringToObject(o, key, v > 0 ? "Infinity" : "-Infinity");
-  return cJSON_AddNumberToObject(o, key, v);
+  char text[32];
+  format_exact_double(v, text, sizeof text);
+  return cJSON_AddRawToObject(o, key, text);
 }
 
 int proto_send_log(int fd, int level, const char *msg) {
@@ -210,7 +214,11 @@ char *proto_metric_line(double time, int attempt, const char *name,
   cJSON_AddNumberToObject(j, "time", time);
   cJSON_AddNumberToObject(j, "attempt", attempt);
   cJSON_AddStringToObject(j, "name", name);
-  cJSON_AddNumberToObject(j, "value", value);
+  /* A non-finite value as cJSON writes one (null), as readers expect. */
+  if (isfinite(value))
+    add_number(j, "value", value);
+  else
+    cJSON_AddNumberToObject(j, "value", value);
   cJSON_AddNumberToObject(j, "step", (double)step);
   char *line = cJSON_PrintUnformatted(j);
   cJSON_Delete(j);

@@ -6,6 +6,8 @@
 #include "host/proto.h"
 #include "testlib.h"
 
+#include <cjson/cJSON.h>
+
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -86,6 +88,30 @@ static void test_roundtrip(void) {
   CHECK_NEAR(m.number, 2.3125, 0);
   CHECK_INT(m.step, 50);
   proto_msg_free(&m);
+
+  /* Every bit arrives, and metrics.jsonl keeps it: the mean of two FP32
+   * losses at an FP32 tie, which cJSON's 15 digits moved below the tie
+   * (a gang's FP32 loss then differed from one process's), and values
+   * that need 16 and 17 digits. */
+  const double exact[] = {5.0626962184906005859375, 0.1,    1.0 / 3.0,
+                          5.7427535057067871,       1e-300, 123456789.0};
+  for (size_t i = 0; i < sizeof exact / sizeof *exact; i++) {
+    CHECK_INT(proto_send_metric(fds[1], "loss", exact[i], 60), 0);
+    CHECK_INT(roundtrip_line(fds, &m, &len), 0);
+    CHECK(m.number == exact[i]);
+    proto_msg_free(&m);
+    char *line = proto_metric_line(1.5, 1, "loss", exact[i], 60);
+    cJSON *j = cJSON_Parse(line);
+    CHECK(j && cJSON_GetObjectItem(j, "value")->valuedouble == exact[i]);
+    cJSON_Delete(j);
+    free(line);
+  }
+  char text[32];
+  format_exact_double(0.1, text, sizeof text);
+  CHECK_STR(text, "0.1"); /* the shortest: not 0.10000000000000001 */
+  char *nan_line = proto_metric_line(1.5, 1, "loss", NAN, 61);
+  CHECK(strstr(nan_line, "\"value\":null") != NULL);
+  free(nan_line);
 
   /* A diverging loss must still arrive as what it is. */
   CHECK_INT(proto_send_metric(fds[1], "loss", NAN, 51), 0);
