@@ -674,11 +674,37 @@ static int cmd_logits(const char *dir, const char *ids_path, const char *out) {
  * Then the sharded checkpoints of step 10 (zero_cuda_pull, zero_save),
  * stage 2's loaded at stage 1 and at stage 3 and stage 3's at stage 1
  * (zero_load, then zero_cuda_create uploads it), continue with the
- * uninterrupted run's losses of steps 11-20 (relative 1e-5). */
-enum { ZB = 4, ZT = 64, ZSTEPS = 20, ZBUCKET = 1 << 15 };
+ * uninterrupted run's losses of steps 11-20 (relative 1e-5).
+ * Those are the numbers of ZSTEPS_MAX steps; DAGRUN_CHECK_ZERO_STEPS
+ * (zero_steps_from_env) runs fewer, checkpointed at the middle step. */
+enum { ZB = 4, ZT = 64, ZSTEPS_MAX = 20, ZBUCKET = 1 << 15 };
+/* The steps of cmd_zero's and cmd_shards's runs, and the step of the
+ * sharded checkpoints that the resumes load: 20 and 10 on a GPU. */
+static int zsteps = ZSTEPS_MAX, zmid = ZSTEPS_MAX / 2;
+
+/* DAGRUN_CHECK_ZERO_STEPS, an even number from 6 to 20: the emulator's
+ * ctests set 8 (a step there takes most of a second, and the checks
+ * are the same over 8 steps: every stage's path, the buckets, a
+ * checkpoint and its resumes). */
+static void zero_steps_from_env(void) {
+  const char *v = getenv("DAGRUN_CHECK_ZERO_STEPS");
+  if (!v)
+    return;
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (*v == '\0' || *end || n < 6 || n > ZSTEPS_MAX || n % 2) {
+    fprintf(stderr,
+            "gpt_cuda_check: DAGRUN_CHECK_ZERO_STEPS=%s: an even number "
+            "from 6 to %d\n",
+            v, ZSTEPS_MAX);
+    exit(2);
+  }
+  zsteps = (int)n;
+  zmid = zsteps / 2;
+}
 
 typedef struct zrun {
-  float loss[ZSTEPS];
+  float loss[ZSTEPS_MAX];
   float *w; /* the final weights (P) */
   /* zero_step_result's over the steps: the fewest and most buckets, the
    * fewest and most started early */
@@ -700,7 +726,7 @@ static void zero_reference(int N, int device, zrun *out) {
   if (gpt_cuda_create(m, &o, &g, err, sizeof err) != 0)
     die("reference", err);
   uint32_t *in = malloc((size_t)N * ZB * ZT * 4), *tg = malloc((size_t)N * ZB * ZT * 4);
-  for (int k = 0; k < ZSTEPS; k++) {
+  for (int k = 0; k < zsteps; k++) {
     double norm;
     zero_batch(in, tg, N, V, k);
     if (gpt_cuda_zero_grad(g, err, sizeof err) != 0 ||
@@ -854,9 +880,9 @@ static void zero_train(comm *ctl, comm *nc, zero_config zc, const char *ckpt,
     out->bmax = res.buckets > out->bmax ? res.buckets : out->bmax;
     out->emin = res.buckets_early < out->emin ? res.buckets_early : out->emin;
     out->emax = res.buckets_early > out->emax ? res.buckets_early : out->emax;
-    if (save_dir && k + 1 == 10 &&
+    if (save_dir && k + 1 == zmid &&
         (zero_cuda_pull(zg, err, sizeof err) != 0 ||
-         zero_save(z, save_dir, 10, err, sizeof err) != 0))
+         zero_save(z, save_dir, zmid, err, sizeof err) != 0))
       die("sharded checkpoint", err);
   }
   if (st == 3) {
@@ -954,6 +980,7 @@ static double rel_l2(const float *a, const float *b, size_t n) {
 static int cmd_shards(void) {
   enum { NMAX = 8 };
   char err[2048];
+  zero_steps_from_env();
   gpt *host = make_model(7);
   size_t P = gpt_num_params(host);
   int V = gpt_get_config(host)->vocab_size, N = 3;
@@ -975,7 +1002,7 @@ static int cmd_shards(void) {
   uint32_t *in = malloc(N * bt * 4), *tg = malloc(N * bt * 4);
   float *sum = malloc(pad * 4), *tmp = malloc(pad * 4);
   double worst = 0;
-  for (int k = 0; k < ZSTEPS; k++) {
+  for (int k = 0; k < zsteps; k++) {
     zero_batch(in, tg, N, V, k);
     float loss = 0;
     for (int r = 0; r < N; r++) {
@@ -1095,8 +1122,8 @@ static int zero_comms(comm **ctl, comm **nc, char *rdv) {
 }
 
 /* What cmd_zero's checks share: the communicators, this rank's place,
- * the model's sizes, one GPU's run (ref), each stage's run of ZSTEPS and
- * the directories of stage 2's and stage 3's checkpoints of step 10. */
+ * the model's sizes, one GPU's run (ref), each stage's run of zsteps and
+ * the directories of stage 2's and stage 3's checkpoints of step zmid. */
 typedef struct zcheck {
   comm *ctl, *nc;
   int N, r;
@@ -1142,7 +1169,7 @@ static void zero_check_overlap(const zcheck *z, int st) {
 static void zero_check_vs_reference(const zcheck *z, int st) {
   const zrun *run = &z->run[st], *ref = &z->ref;
   double worst = 0, wdiff = 0, d2 = 0, r2 = 0;
-  for (int k = 0; k < ZSTEPS; k++)
+  for (int k = 0; k < zsteps; k++)
     worst = fmax(worst, rel_diff(run->loss[k], ref->loss[k]));
   for (size_t i = 0; i < z->P; i++) {
     double d = (double)run->w[i] - ref->w[i];
@@ -1165,10 +1192,10 @@ static void zero_check_vs_reference(const zcheck *z, int st) {
           "weights %.3g)",
           st, worst, wdiff);
   else
-    CHECK(worst < 1e-3 && wrel < 1e-2 && wdiff < 2.5 * 1e-3 * ZSTEPS,
+    CHECK(worst < 1e-3 && wrel < 1e-2 && wdiff < 2.5 * 1e-3 * zsteps,
           "stage %d, %d ranks: loss %.3g relative (< 1e-3), weights %.3g "
           "relative L2 (< 1e-2), at most %.3g apart (< %.3g)",
-          st, z->N, worst, wrel, wdiff, 2.5 * 1e-3 * ZSTEPS);
+          st, z->N, worst, wrel, wdiff, 2.5 * 1e-3 * zsteps);
   if (z->r == 0)
     printf("stage %d: losses vs one GPU's at worst %.3g relative, weights "
            "%.3g relative L2, at most %.3g apart\n",
@@ -1246,35 +1273,36 @@ static void zero_check_skipped_steps(const zcheck *z) {
   }
 }
 
-/* The checkpoints of step 10 continued at another stage: stage 2's
+/* The checkpoints of step zmid continued at another stage: stage 2's
  * at stage 1 and at stage 3, stage 3's at stage 1. */
 static void zero_check_resumes(const zcheck *z) {
   static const struct { int from, to; } resumes[] = {{2, 1}, {2, 3}, {3, 1}};
   for (size_t i = 0; i < sizeof resumes / sizeof *resumes; i++) {
     int from = resumes[i].from, to = resumes[i].to;
     char dir[4200];
-    snprintf(dir, sizeof dir, "%s/step-%08d", from == 2 ? z->ck : z->ck3, 10);
+    snprintf(dir, sizeof dir, "%s/step-%08d", from == 2 ? z->ck : z->ck3, zmid);
     zrun res;
     memset(&res, 0, sizeof res);
-    zero_train(z->ctl, z->nc, (zero_config){.stage = to}, dir, 10, ZSTEPS, NULL,
-               &res);
+    zero_train(z->ctl, z->nc, (zero_config){.stage = to}, dir, zmid, zsteps,
+               NULL, &res);
     double worst = 0;
-    for (int k = 10; k < ZSTEPS; k++)
+    for (int k = zmid; k < zsteps; k++)
       worst = fmax(worst, rel_diff(res.loss[k], z->run[from].loss[k]));
     CHECK(worst < 1e-5,
-          "resumed at stage %d from stage %d's step 10: "
+          "resumed at stage %d from stage %d's step %d: "
           "losses %.3g relative from the uninterrupted run's",
-          to, from, worst);
+          to, from, zmid, worst);
     if (z->r == 0)
-      printf("resume (stage %d -> %d, step 10): steps 11-20 at worst %.3g "
+      printf("resume (stage %d -> %d, step %d): steps %d-%d at worst %.3g "
              "relative\n",
-             from, to, worst);
+             from, to, zmid, zmid + 1, zsteps, worst);
     free(res.w);
   }
 }
 
 static int cmd_zero(void) {
   char err[2048];
+  zero_steps_from_env();
   zcheck z;
   memset(&z, 0, sizeof z);
   char rdv[] = "/tmp/gpt_cuda_check-nccl-XXXXXX";
@@ -1287,7 +1315,7 @@ static int cmd_zero(void) {
   z.P = gpt_num_params(m0);
   z.ngroups = (int)gpt_group_count(m0);
   gpt_destroy(m0);
-  /* Stage 2's and stage 3's checkpoints of step 10, in directories rank
+  /* Stage 2's and stage 3's checkpoints of step zmid, in directories rank
    * 0 makes and broadcasts. */
   snprintf(z.ck, sizeof z.ck, "%s", "/tmp/gpt_cuda_check-ckpt-XXXXXX");
   snprintf(z.ck3, sizeof z.ck3, "%s", "/tmp/gpt_cuda_check-ckpt3-XXXXXX");
@@ -1298,7 +1326,7 @@ static int cmd_zero(void) {
     die("broadcast", err);
   for (int st = 0; st < 4; st++) {
     zero_config zc = {.stage = st, .bucket_floats = ZBUCKET};
-    zero_train(z.ctl, z.nc, zc, NULL, 0, ZSTEPS,
+    zero_train(z.ctl, z.nc, zc, NULL, 0, zsteps,
                st == 2   ? z.ck
                : st == 3 ? z.ck3
                          : NULL,

@@ -24,8 +24,12 @@ H=$((N / 2))
 # default, 20, unless set): no check here reads the validation loss; the
 # emulator's ctest sets 2 (the same forward, fewer batches).
 EVAL=${GPU_TEST_EVAL_BATCHES:+, eval_batches: $GPU_TEST_EVAL_BATCHES}
+# GPU_TEST_LAYERS: gpt-tiny's layers (4 unless set); the emulator's ctest
+# sets 2: every kernel and collective of a step runs the same, each step
+# costs about two thirds.
+SHAPE=${GPU_TEST_LAYERS:+, n_layer: $GPU_TEST_LAYERS}
 DATA=$(make_token_data gpu 320)
-COMMON="data: \"$DATA\", model: gpt-tiny, seq_len: 64, batch_size: 8, steps: $N, lr: 0.001, warmup: 5, eval_every: 0, samples: 0, spike_policy: none, checkpoint_every: $H, seed: 7$EVAL"
+COMMON="data: \"$DATA\", model: gpt-tiny, seq_len: 64, batch_size: 8, steps: $N, lr: 0.001, warmup: 5, eval_every: 0, samples: 0, spike_policy: none, checkpoint_every: $H, seed: 7$EVAL$SHAPE"
 
 train() { # NAME EXTRA
   cat > "$1.yaml" <<Y
