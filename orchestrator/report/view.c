@@ -204,6 +204,15 @@ view *view_create(uv_loop_t *loop, view_mode mode, const spec *s, FILE *out) {
   return v;
 }
 
+void view_tasks_added(view *v, size_t first, size_t n) {
+  v->t = xrealloc(v->t, (first + n) * sizeof(task_view));
+  memset(v->t + first, 0, n * sizeof(task_view));
+  for (size_t i = first; i < first + n; i++)
+    v->t[i].fraction = -1;
+  v->counts[TASK_WAITING] += n;
+  v->dirty = 1;
+}
+
 static void stamp(view *v) {
   char ts[40];
   format_utc(clock_wall(), 1, ts, sizeof(ts));

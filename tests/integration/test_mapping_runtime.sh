@@ -1,0 +1,151 @@
+# Mapping over a list known only at run time: `map:
+# ${tasks.gen.outputs.lrs}` expands `work` when gen has succeeded, into
+# one instance per item of gen's output (work-0 .. work-4), each with its
+# own attempts; a failed instance retries alone; the downstream task gets
+# the instances' outputs in item order; an output that is no list, or too
+# long a list, fails the mapped task with a message naming the output; an
+# empty list makes no instance; a resume goes on with the instances the
+# run had; `dagrun check` points at a map naming a task that is not
+# upstream.
+. "$(dirname "$0")/lib.sh"
+export DAGRUN_HOME="$T/home"
+
+# task_states RUN_DIR: "name=state/attempts ..." of run.json's tasks.
+task_states() {
+  "$PY" -c '
+import json, sys
+print(" ".join("%s=%s/%s" % (t["name"], t["state"], t["attempts"]) for t in json.load(open(sys.argv[1] + "/run.json"))["tasks"]))
+' "$1"
+}
+
+# gen outputs lrs: the JSON in $T/list.json. The instance of item "c"
+# fails while $T/c.ok is missing, once when $T/c.once is there.
+cat > rt.yaml <<Y
+dag: rtmap
+tasks:
+  gen:
+    stage: exec
+    with:
+      command: [sh, -c, 'printf "{\\"lrs\\": %s}" "\$(cat $T/list.json)" > "\$DAGRUN_OUTPUTS"']
+  work:
+    stage: exec
+    needs: [gen]
+    map: \${tasks.gen.outputs.lrs}
+    retries: 2
+    retry_delay: 0
+    with:
+      command:
+        - sh
+        - -c
+        - |
+          echo "\$1" >> $T/ran.txt
+          if [ "\$1" = c ] && [ ! -e $T/c.ok ]; then
+            if [ -e $T/c.once ]; then touch $T/c.ok; fi
+            exit 3
+          fi
+          printf '{"word": "%s-%s"}' "\$1" "\$2" > "\$DAGRUN_OUTPUTS"
+        - work
+        - \${item}
+        - \${item_index}
+  join:
+    stage: exec
+    needs: [work]
+    with:
+      command: [sh, -c, 'printf "%s\n" "\$1" > $T/join.txt', join, '\${tasks.work.outputs.word|json}']
+Y
+run_dagrun check rt.yaml
+expect_rc 0
+
+# Five items; c's first attempt fails and is retried alone.
+echo '["a", "b", "c", "d", "e"]' > list.json
+touch c.once
+run_dagrun run rt.yaml
+expect_rc 0
+R=$(run_dir rtmap)
+[ "$(task_states "$R")" = "gen=success/1 work=success/0 join=success/1 work-0=success/1 work-1=success/1 work-2=success/2 work-3=success/1 work-4=success/1" ] ||
+  fail "states: $(task_states "$R")"
+[ "$(sort ran.txt | tr '\n' ' ')" = "a b c c d e " ] || fail "ran: $(cat ran.txt)"
+[ "$(cat join.txt)" = '["a-0","b-1","c-2","d-3","e-4"]' ] || fail "join got: $(cat join.txt)"
+[ -d "$R/work-2/attempt-2" ] && [ ! -d "$R/work-1/attempt-2" ] || fail "attempts: $(ls "$R"/work-*)"
+[ "$(task_field "$R" work outputs)" = "{'items': ['a', 'b', 'c', 'd', 'e']}" ] ||
+  fail "recorded list: $(task_field "$R" work outputs)"
+# The store (so the API and dashboard) and the report have the instances.
+RID=$(basename "$R")
+run_dagrun status "$RID"
+grep -E '^work-2 +success +2 ' "$T/out" >/dev/null || fail "status: $(cat "$T/out")"
+[ "$(store_task_state "$RID" work-4)" = success ] || fail "store: $("$DAGRUN" status --json "$RID")"
+grep -q 'work-3' "$R/report.html" || fail "report.html has no work-3"
+
+# An instance that fails for good fails the mapped task as a whole; a
+# resume goes on with the same five instances (the list recorded, not
+# read again) and runs only the failed one and what follows it.
+rm -f c.ok c.once ran.txt join.txt
+sed -i 's/retries: 2/retries: 0/' rt.yaml
+rm -rf "$DAGRUN_RUNS_DIR"
+run_dagrun run rt.yaml
+expect_rc 1
+R=$(run_dir rtmap)
+[ "$(task_states "$R")" = "gen=success/1 work=success/0 join=upstream_failed/0 work-0=success/1 work-1=success/1 work-2=failed/1 work-3=success/1 work-4=success/1" ] ||
+  fail "failed instance: $(task_states "$R")"
+echo '["x", "y"]' > list.json
+touch c.ok
+: > ran.txt
+run_dagrun resume "$(basename "$R")"
+expect_rc 0
+[ "$(task_states "$R")" = "gen=success/1 work=success/0 join=success/1 work-0=success/1 work-1=success/1 work-2=success/2 work-3=success/1 work-4=success/1" ] ||
+  fail "resumed: $(task_states "$R")"
+[ "$(cat ran.txt)" = c ] || fail "the resume ran: $(cat ran.txt)"
+[ "$(cat join.txt)" = '["a-0","b-1","c-2","d-3","e-4"]' ] || fail "join after resume: $(cat join.txt)"
+
+# An empty list makes no instance; join runs and gets [].
+rm -rf "$DAGRUN_RUNS_DIR" join.txt
+echo '[]' > list.json
+run_dagrun run rt.yaml
+expect_rc 0
+R=$(run_dir rtmap)
+[ "$(task_states "$R")" = "gen=success/1 work=success/0 join=success/1" ] || fail "empty: $(task_states "$R")"
+[ "$(cat join.txt)" = '[]' ] || fail "join of none got: $(cat join.txt)"
+
+# An output that is no list fails the mapped task, naming the output and
+# what it held; join is upstream_failed.
+rm -rf "$DAGRUN_RUNS_DIR"
+echo '"abc"' > list.json
+run_dagrun run rt.yaml
+expect_rc 1
+R=$(run_dir rtmap)
+[ "$(task_states "$R")" = "gen=success/1 work=failed/0 join=upstream_failed/0" ] || fail "not a list: $(task_states "$R")"
+[ "$(task_field "$R" work reason)" = "task 'work' maps over \${tasks.gen.outputs.lrs}, which is a string (\"abc\"), not a JSON list" ] ||
+  fail "reason: $(task_field "$R" work reason)"
+expect_in "$T/out" "task 'work' maps over \${tasks.gen.outputs.lrs}, which is a string"
+
+# Over SPEC_MAP_MAX (1024) items: refused, before any instance is made.
+rm -rf "$DAGRUN_RUNS_DIR"
+"$PY" -c 'import json; print(json.dumps(list(range(1025))))' > list.json
+run_dagrun run rt.yaml
+expect_rc 1
+R=$(run_dir rtmap)
+[ "$(task_field "$R" work reason)" = "task 'work' maps over \${tasks.gen.outputs.lrs}, a list of 1025 items: a mapped task has at most 1024 instances" ] ||
+  fail "cap: $(task_field "$R" work reason)"
+
+# dagrun check: a map over a task that is not upstream, over an unknown
+# task, over a task's directory, over an output the task does not
+# declare; a task named like a future instance.
+cat > bad.yaml <<'Y'
+dag: bad
+tasks:
+  a: {stage: exec, outputs: [items], with: {command: [echo, a]}}
+  b: {stage: exec, map: '${tasks.a.outputs.items}', with: {command: [echo, '${item}']}}
+  c: {stage: exec, needs: [a], map: '${tasks.zz.outputs.items}', with: {command: [echo]}}
+  d: {stage: exec, needs: [a], map: '${tasks.a.dir}', with: {command: [echo]}}
+  e: {stage: exec, needs: [a], map: '${tasks.a.outputs.lst}', with: {command: [echo]}}
+  f: {stage: exec, needs: [a], map: '${tasks.a.outputs.items}', with: {command: [echo]}}
+  f-1: {stage: exec, with: {command: [echo]}}
+Y
+run_dagrun check bad.yaml
+expect_rc 2
+expect_in "$T/err" "bad.yaml:4:26: error: task 'b' refers to task 'a' in \${tasks.a.outputs.items}, but 'a' is not upstream of 'b'; add 'a' to the needs of 'b'"
+expect_in "$T/err" "bad.yaml:5:38: error: unknown task 'zz' in \${tasks.zz.outputs.items}"
+expect_in "$T/err" "bad.yaml:6:37: error: 'map' in task 'd': \${tasks.a.dir} is not a task's output"
+expect_in "$T/err" "bad.yaml:7:38: error: task 'a' declares no output 'lst'"
+expect_in "$T/err" "bad.yaml:9:8: error: task name 'f-1' may be taken by an instance of mapped task 'f' (line 8)"
+pass
