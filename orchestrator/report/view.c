@@ -286,7 +286,12 @@ static void plain_event(view *v, const sched_event *e) {
     break;
   case TASK_SUCCESS:
     stamp(v);
-    fprintf(v->out, "%s: success in %s\n", name, dur);
+    if (v->s->tasks[e->task].item_index == SPEC_ITEM_PENDING)
+      /* A map's placeholder ran nothing: it expanded. */
+      fprintf(v->out, "%s: mapped into %zu instances\n", name,
+              v->s->maps[v->s->tasks[e->task].map].n);
+    else
+      fprintf(v->out, "%s: success in %s\n", name, dur);
     break;
   case TASK_CACHED:
     stamp(v);

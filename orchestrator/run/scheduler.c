@@ -497,14 +497,14 @@ static void settle(sched *s, size_t i, task_state st, int exit_code,
 static void approval_begin(sched *s, size_t i);
 
 static void enqueue(sched *s, size_t i) {
-  if (s->sp->tasks[i].approval_node) {
-    approval_begin(s, i);
-    return;
-  }
   if (s->sp->tasks[i].item_index == SPEC_ITEM_PENDING) {
     VEC_PUSH(s->expand, s->n_expand, s->cap_expand, i);
     s->t[i].state = TASK_QUEUED;
     emit(s, i, TASK_QUEUED, -1, 0, 0, NULL);
+    return;
+  }
+  if (s->sp->tasks[i].approval_node) {
+    approval_begin(s, i);
     return;
   }
   size_t pool = s->sp->tasks[i].pool;

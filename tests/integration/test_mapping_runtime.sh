@@ -65,6 +65,7 @@ R=$(run_dir rtmap)
 [ "$(task_states "$R")" = "gen=success/1 work=success/0 join=success/1 work-0=success/1 work-1=success/1 work-2=success/2 work-3=success/1 work-4=success/1" ] ||
   fail "states: $(task_states "$R")"
 [ "$(sort ran.txt | tr '\n' ' ')" = "a b c c d e " ] || fail "ran: $(cat ran.txt)"
+expect_in "$T/out" "work: mapped into 5 instances"
 [ "$(cat join.txt)" = '["a-0","b-1","c-2","d-3","e-4"]' ] || fail "join got: $(cat join.txt)"
 [ -d "$R/work-2/attempt-2" ] && [ ! -d "$R/work-1/attempt-2" ] || fail "attempts: $(ls "$R"/work-*)"
 [ "$(task_field "$R" work outputs)" = "{'items': ['a', 'b', 'c', 'd', 'e']}" ] ||
@@ -127,6 +128,27 @@ R=$(run_dir rtmap)
 [ "$(task_field "$R" work reason)" = "task 'work' maps over \${tasks.gen.outputs.lrs}, a list of 1025 items: a mapped task has at most 1024 instances" ] ||
   fail "cap: $(task_field "$R" work reason)"
 
+# `dagrun cancel` stops the running instances and cancels the others.
+cat > slow.yaml <<'Y'
+dag: slow
+tasks:
+  gen: {stage: exec, with: {command: [sh, -c, 'printf "{\"xs\": [1, 2, 3]}" > "$DAGRUN_OUTPUTS"']}}
+  nap: {stage: exec, needs: [gen], map: '${tasks.gen.outputs.xs}', with: {command: [sleep, '60']}}
+Y
+rm -rf "$DAGRUN_RUNS_DIR"
+"$DAGRUN" run -q -j2 slow.yaml >slow.out 2>&1 &
+PID=$!
+wait_until 10 test -d "$DAGRUN_RUNS_DIR/slow" || fail "the run did not start"
+SID=$(basename "$(run_dir slow)")
+running() { [ "$(store_task_state "$SID" nap-1)" = running ]; }
+wait_until 10 running || fail "nap-1 not running: $("$DAGRUN" status "$SID")"
+run_dagrun cancel "$SID"
+expect_rc 0
+wait "$PID" || true
+[ "$(task_states "$(run_dir slow)")" = "gen=success/1 nap=success/0 nap-0=cancelled/1 nap-1=cancelled/1 nap-2=cancelled/0" ] ||
+  fail "cancelled: $(task_states "$(run_dir slow)")"
+[ "$(store_run_state "$SID")" = cancelled ] || fail "run: $(store_run_state "$SID")"
+
 # dagrun check: a map over a task that is not upstream, over an unknown
 # task, over a task's directory, over an output the task does not
 # declare; a task named like a future instance.
@@ -148,4 +170,26 @@ expect_in "$T/err" "bad.yaml:5:38: error: unknown task 'zz' in \${tasks.zz.outpu
 expect_in "$T/err" "bad.yaml:6:37: error: 'map' in task 'd': \${tasks.a.dir} is not a task's output"
 expect_in "$T/err" "bad.yaml:7:38: error: task 'a' declares no output 'lst'"
 expect_in "$T/err" "bad.yaml:9:8: error: task name 'f-1' may be taken by an instance of mapped task 'f' (line 8)"
+# The example: lr_find's suggestion, a list around it, one train task per
+# rate, the best val_loss picked and promoted.
+make_corpus "$T/corpus" 2
+rm -rf "$DAGRUN_RUNS_DIR"
+DAGRUN_CORPUS="$T/corpus" DAGRUN_TRAIN_STEPS=6 run_dagrun run -j3 "$DAGRUN_SOURCE_DIR/examples/sweep/sweep-found.yaml"
+expect_rc 0
+R=$(run_dir lr-sweep-found)
+[ "$(task_states "$R")" = "shard=success/1 tokenize=success/1 lr_find=success/1 grid=success/1 train=success/0 pick=success/1 validate=success/1 promote=success/1 train-0=success/1 train-1=success/1 train-2=success/1" ] ||
+  fail "sweep-found: $(task_states "$R")"
+"$PY" - "$R" <<'P' || fail "pick did not choose the best of grid's rates"
+import json, sys
+run = json.load(open(sys.argv[1] + "/run.json"))
+out = {t["name"]: t.get("outputs", {}) for t in run["tasks"]}
+lrs = json.loads(out["grid"]["lrs"])
+lr = float(out["lr_find"]["lr"])
+assert [round(x / lr, 6) for x in lrs] == [0.25, 1, 4], (lrs, lr)
+assert out["train"]["items"] == lrs, out["train"]
+losses = [float(out[f"train-{i}"]["val_loss"]) for i in range(3)]
+best = losses.index(min(losses))
+assert float(out["pick"]["lr"]) == lrs[best], (out["pick"], lrs, losses)
+assert out["validate"]["checkpoint"] == out["pick"]["checkpoint"], out["validate"]
+P
 pass
