@@ -8,14 +8,6 @@
 . "$(dirname "$0")/lib.sh"
 export DAGRUN_HOME="$T/home"
 
-# task_states RUN_DIR: "name=state/attempts ..." of run.json's tasks.
-task_states() {
-  "$PY" -c '
-import json, sys
-print(" ".join("%s=%s/%s" % (t["name"], t["state"], t["attempts"]) for t in json.load(open(sys.argv[1] + "/run.json"))["tasks"]))
-' "$1"
-}
-
 # Five items; the instance of item "c" fails its first attempt.
 cat > map.yaml <<Y
 dag: mapped
