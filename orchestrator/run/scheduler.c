@@ -1111,6 +1111,11 @@ static void expand_one(sched *s, size_t p) {
   cJSON_Delete(s->t[p].outputs);
   s->t[p].outputs = cJSON_CreateObject();
   cJSON_AddItemToObject(s->t[p].outputs, "items", items);
+  if (secrets_count(s->opts.secrets)) {
+    /* The instances get the items; the store and files do not. */
+    s->t[p].shown = cJSON_Duplicate(s->t[p].outputs, 1);
+    secrets_mask_json(s->opts.secrets, s->t[p].shown);
+  }
   settle(s, p, TASK_SUCCESS, -1, 0, NULL);
   const spec_map *m = &s->sp->maps[map];
   for (size_t i = m->first; i < m->first + m->n; i++)
