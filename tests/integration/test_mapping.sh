@@ -98,6 +98,18 @@ expect_in "$T/err" "bad.yaml:9:44: error: task 'f' refers to task 'e' in \${task
 expect_in "$T/err" "bad.yaml:10:60: error: unknown param 'nope' for stage 'exec' in task 'h';"
 [ "$(grep -c "unknown param 'nope'" "$T/err")" = 1 ] || fail "repeated: $(cat "$T/err")"
 
+# Each instance owns its copy of what the task's settings hold (produces:,
+# an approval's message): freeing them once each, not crashing.
+cat > own.yaml <<'Y'
+dag: own
+tasks:
+  t: {stage: exec, map: [1, 2], produces: [ds], with: {command: [echo, '${item}']}}
+  ok: {map: [a, b], approval: {message: ship it?}}
+Y
+run_dagrun check own.yaml
+expect_rc 0
+expect_in "$T/out" "own.yaml: ok (dag own, 4 tasks)"
+
 # The example: three learning rates, the best val_loss promoted.
 make_corpus "$T/corpus" 2
 rm -rf "$DAGRUN_RUNS_DIR"
