@@ -120,20 +120,47 @@ R=$(run_dir rtmap)
 [ "$(task_field "$R" work reason)" = "task 'work' maps over \${tasks.gen.outputs.lrs}, a list of 1025 items: a mapped task has at most 1024 instances" ] ||
   fail "cap: $(task_field "$R" work reason)"
 
-# `dagrun cancel` stops the running instances and cancels the others.
-cat > slow.yaml <<'Y'
+# slow.yaml: nap-0 .. nap-2 sleep for as long as $T/nap.s says, after
+# the item is written to $T/naps.txt; at most two at once.
+cat > slow.yaml <<Y
 dag: slow
 tasks:
-  gen: {stage: exec, with: {command: [sh, -c, 'printf "{\"xs\": [1, 2, 3]}" > "$DAGRUN_OUTPUTS"']}}
-  nap: {stage: exec, needs: [gen], map: '${tasks.gen.outputs.xs}', with: {command: [sleep, '60']}}
+  gen: {stage: exec, with: {command: [sh, -c, 'printf "{\\"xs\\": [1, 2, 3]}" > "\$DAGRUN_OUTPUTS"']}}
+  nap:
+    stage: exec
+    needs: [gen]
+    map: \${tasks.gen.outputs.xs}
+    with: {command: [sh, -c, 'echo \$1 >> $T/naps.txt; sleep \$(cat $T/nap.s)', nap, '\${item}']}
 Y
-rm -rf "$DAGRUN_RUNS_DIR"
-"$DAGRUN" run -q -j2 slow.yaml >slow.out 2>&1 &
-PID=$!
-wait_until 10 test -d "$DAGRUN_RUNS_DIR/slow" || fail "the run did not start"
-SID=$(basename "$(run_dir slow)")
-running() { [ "$(store_task_state "$SID" nap-1)" = running ]; }
-wait_until 10 running || fail "nap-1 not running: $("$DAGRUN" status "$SID")"
+# start_slow: starts slow.yaml in the background (PID), sets SID once
+# nap-1 runs.
+start_slow() {
+  rm -rf "$DAGRUN_RUNS_DIR"
+  "$DAGRUN" run -q -j2 slow.yaml >slow.out 2>&1 &
+  PID=$!
+  wait_until 10 test -d "$DAGRUN_RUNS_DIR/slow" || fail "the run did not start"
+  SID=$(basename "$(run_dir slow)")
+  running() { [ "$(store_task_state "$SID" nap-1)" = running ]; }
+  wait_until 10 running || fail "nap-1 not running: $("$DAGRUN" status "$SID")"
+}
+
+# A kill -9 of dagrun after the expansion: the resume has the same three
+# instances, and runs the two it had started and the one it had not.
+echo 60 > nap.s
+start_slow
+kill -9 "$PID"
+wait "$PID" 2>/dev/null || true
+echo 0 > nap.s
+: > naps.txt
+run_dagrun resume "$SID"
+expect_rc 0
+[ "$(task_states "$(run_dir slow)")" = "gen=success/1 nap=success/0 nap-0=success/2 nap-1=success/2 nap-2=success/1" ] ||
+  fail "resumed after kill -9: $(task_states "$(run_dir slow)")"
+[ "$(sort naps.txt | tr '\n' ' ')" = "1 2 3 " ] || fail "the resume ran: $(cat naps.txt)"
+
+# `dagrun cancel` stops the running instances and cancels the others.
+echo 60 > nap.s
+start_slow
 run_dagrun cancel "$SID"
 expect_rc 0
 wait "$PID" || true
