@@ -1147,7 +1147,9 @@ static void pump(sched *s) {
       if (!try_cache(s, (size_t)i) && pool_lease(s, (size_t)i))
         launch(s, (size_t)i);
     }
-  } while (s->pump_again);
+    /* A task settled in this pump (cached, or its launch failed) may
+     * have made a placeholder ready: expanded before the pump ends. */
+  } while (s->pump_again || (s->n_expand && !s->cancelling));
   if (!s->cancelling && !s->done_reported)
     prepare_ahead(s);
   s->pumping = 0;

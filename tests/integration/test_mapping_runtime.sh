@@ -90,6 +90,24 @@ expect_rc 0
 [ "$(cat ran.txt)" = c ] || fail "the resume ran: $(cat ran.txt)"
 [ "$(cat join.txt)" = '["a-0","b-1","c-2","d-3","e-4"]' ] || fail "join after resume: $(cat join.txt)"
 
+# gen taken from the cache (settled while the scheduler starts tasks):
+# work expands all the same.
+cat > cached.yaml <<Y
+dag: cached
+tasks:
+  gen: {stage: exec, cache: true, with: {command: [sh, -c, 'printf "{\\"xs\\": [1, 2]}" > "\$DAGRUN_OUTPUTS"']}}
+  two: {stage: exec, needs: [gen], map: '\${tasks.gen.outputs.xs}', with: {command: ['true']}}
+Y
+run_dagrun run cached.yaml
+expect_rc 0
+set +e
+timeout 20 "$DAGRUN" run cached.yaml >cached.out 2>&1
+RC=$?
+set -e
+[ "$RC" = 0 ] || fail "second run of cached.yaml: exit $RC (124: it hung): $(cat cached.out)"
+[ "$(task_states "$(run_dir cached)")" = "gen=cached/0 two=success/0 two-0=success/1 two-1=success/1" ] ||
+  fail "after a cached gen: $(task_states "$(run_dir cached)")"
+
 # An empty list makes no instance; join runs and gets [].
 rm -rf "$DAGRUN_RUNS_DIR" join.txt
 echo '[]' > list.json
