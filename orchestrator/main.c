@@ -510,6 +510,17 @@ static int obs_pool_acquire(void *ud, size_t task) {
   return ok;
 }
 
+/* A map over a run-time list expanded: its instances are tasks from now
+ * on, for the store first, as for events. */
+static void obs_tasks_added(void *ud, size_t first, size_t n) {
+  run_ctx *r = ud;
+  history_tasks_added(r->h, first, n);
+  view_tasks_added(r->v, first, n);
+  alerts_tasks_added(r->al, first, n);
+  r->pool_waits = xrealloc(r->pool_waits, (first + n) * sizeof(char *));
+  memset(r->pool_waits + first, 0, n * sizeof(char *));
+}
+
 static void obs_pool_release(void *ud, size_t task) {
   history_pool_release(((run_ctx *)ud)->h, task);
 }
@@ -660,7 +671,7 @@ static void stop_signals_block(int block) {
 /* Runs (or, with preset, goes on with) a run whose start or resumption is
  * recorded in h (taken over: finished here), on the default loop. Returns
  * the exit code. */
-static int execute(const spec *sp, const checked *ck, const rundir *run,
+static int execute(const spec *sp, checked *ck, const rundir *run,
                    const cJSON *params, history *h, int max_parallel,
                    view_mode mode, const char *worker_exe,
                    const sched_preset *preset, int no_cache) {
@@ -675,18 +686,18 @@ static int execute(const spec *sp, const checked *ck, const rundir *run,
   if (alerts_create(r.loop, sp, run, params, history_store(h), &r.al, err,
                     sizeof(err)) != 0)
     fprintf(stderr, "dagrun: alerts off for this run: %s\n", err);
-  sched_opts so = {
-      max_parallel,
-      worker_exe,
-      {obs_event, obs_progress, obs_log, obs_done, &r, obs_attempt_start},
-      0,
-      preset,
-      obs_cache_lookup,
-      no_cache,
-      sec,
-      obs_pool_acquire,
-      obs_pool_release,
-      obs_approval_poll};
+  sched_opts so = {max_parallel,
+                   worker_exe,
+                   {obs_event, obs_progress, obs_log, obs_done, &r,
+                    obs_attempt_start, obs_tasks_added},
+                   0,
+                   preset,
+                   obs_cache_lookup,
+                   no_cache,
+                   sec,
+                   obs_pool_acquire,
+                   obs_pool_release,
+                   obs_approval_poll};
   r.s = sched_create(r.loop, ck, run, params, &so);
   rundir_reserve(run);
   write_run_json(sp, run, params, r.s, "running", max_parallel);
@@ -1340,6 +1351,7 @@ static int resume_claim(resume_job *j, history **h) {
     fprintf(stderr, "dagrun: cannot resume run %s: %s\n", j->run_id, err);
     return EXIT_FAILED;
   }
+  resume_expand_maps(j->rec, j->ck);
   if ((j->preset = resume_prepare(j->db, j->rec, j->sp, err, sizeof err)))
     resume_clear(j);
   if (!j->preset || history_resume(j->db, j->sp, j->run_id, j->preset, h, err,

@@ -27,8 +27,24 @@ static int whole_ref(const ynode *v, const char **x, size_t *n) {
 }
 
 static const char map_forms[] =
-    "a list ([a, b, c]) or ${params.NAME} naming a param whose value is a "
-    "list";
+    "a list ([a, b, c]), ${params.NAME} naming a param whose value is a "
+    "list, or ${tasks.TASK.outputs.KEY} naming an upstream task's output "
+    "that is a JSON list";
+
+/* map: ${tasks.TASK.outputs.KEY}: a list known at run time. Only its form
+ * is checked here; that TASK is upstream and may produce KEY is checked
+ * with the task's other templates (check.h), when needs are known. */
+static size_t parse_output(const spec *s, const char *task, const ynode *v,
+                           const char *x, size_t n, diags *d) {
+  const char *dot = memchr(x + 6, '.', n - 6);
+  if (dot && dot > x + 6 && (size_t)(x + n - dot) > 9 &&
+      memcmp(dot, ".outputs.", 9) == 0)
+    return 0;
+  diags_add(d, s->path, v->line, v->col,
+            "'map' in task '%s': ${%.*s} is not a task's output; expected %s",
+            task, (int)n, x, map_forms);
+  return 1;
+}
 
 /* map: ${params.NAME}: the param's value in the file must be a list. */
 static size_t parse_param(const spec *s, const char *task, const ynode *v,
@@ -63,6 +79,7 @@ size_t mapping_parse(const spec *s, const char *task, const ynode *v,
   size_t n;
   m->node = v;
   m->n = 0;
+  m->items = NULL;
   if (v->kind == YNODE_SEQ) {
     m->items = v;
     m->n = v->n;
@@ -71,14 +88,8 @@ size_t mapping_parse(const spec *s, const char *task, const ynode *v,
   if (v->kind == YNODE_SCALAR && whole_ref(v, &x, &n)) {
     if (n > 7 && memcmp(x, "params.", 7) == 0)
       return parse_param(s, task, v, x + 7, n - 7, m, d);
-    if (n > 6 && memcmp(x, "tasks.", 6) == 0) {
-      diags_add(d, s->path, v->line, v->col,
-                "'map' in task '%s': ${%.*s} is known only at run time, and "
-                "mapping over an upstream task's output is not supported "
-                "yet; expected %s",
-                task, (int)n, x, map_forms);
-      return 1;
-    }
+    if (n > 6 && memcmp(x, "tasks.", 6) == 0)
+      return parse_output(s, task, v, x, n, d);
   }
   diags_add(d, s->path, v->line, v->col,
             "'map' in task '%s': expected %s, found %s", task, map_forms,
@@ -103,5 +114,42 @@ int mapping_check_override(const spec *s, const char *name, const cJSON *v,
              m->name, name, m->n, m->n);
     return DR_EINVAL;
   }
+  return 0;
+}
+
+int mapping_items(const spec_map *m, const cJSON *v, cJSON **items, char *err,
+                  size_t errlen) {
+  cJSON *parsed = NULL;
+  *items = NULL;
+  /* A plugin's outputs are strings: one holding a JSON list is a list. */
+  if (cJSON_IsString(v) && (parsed = cJSON_Parse(v->valuestring)) &&
+      cJSON_IsArray(parsed))
+    v = parsed;
+  if (!cJSON_IsArray(v)) {
+    char *text = cJSON_PrintUnformatted(v);
+    size_t len = text ? strlen(text) : 0;
+    snprintf(err, errlen,
+             "task '%s' maps over %s, which is %s (%.80s%s), not a JSON list",
+             m->name, m->node->str,
+             cJSON_IsString(v)   ? "a string"
+             : cJSON_IsNumber(v) ? "a number"
+             : cJSON_IsBool(v)   ? "a bool"
+             : cJSON_IsObject(v) ? "a map"
+                                 : "null",
+             text ? text : "?", len > 80 ? "..." : "");
+    cJSON_free(text);
+    cJSON_Delete(parsed);
+    return DR_EINVAL;
+  }
+  int n = cJSON_GetArraySize(v);
+  if (n > SPEC_MAP_MAX) {
+    snprintf(err, errlen,
+             "task '%s' maps over %s, a list of %d items: a mapped task has "
+             "at most %d instances",
+             m->name, m->node->str, n, SPEC_MAP_MAX);
+    cJSON_Delete(parsed);
+    return DR_EINVAL;
+  }
+  *items = parsed ? parsed : cJSON_Duplicate(v, 1);
   return 0;
 }

@@ -715,6 +715,32 @@ static void task_from_defaults(spec_task *t, const spec_task *def) {
   }
 }
 
+/* Instance `index` of mapped task m, a copy of proto (a parsed task: what
+ * it owns is copied, so that each instance frees its own), named
+ * NAME-INDEX, at the end of s->tasks (room reserved by the caller). */
+static spec_task *add_instance(spec *s, const spec_map *m,
+                               const spec_task *proto, size_t index) {
+  spec_task *t = &s->tasks[s->n_tasks];
+  task_from_defaults(t, proto);
+  t->stage = proto->stage ? xstrdup(proto->stage) : NULL;
+  t->description = proto->description ? xstrdup(proto->description) : NULL;
+  t->approval_message =
+      proto->approval_message ? xstrdup(proto->approval_message) : NULL;
+  if (proto->n_produces) {
+    t->produces = xmalloc(proto->n_produces * sizeof(char *));
+    for (size_t k = 0; k < proto->n_produces; k++)
+      t->produces[k] = xstrdup(proto->produces[k]);
+  }
+  t->needs = NULL;
+  t->need_nodes = NULL;
+  t->n_needs = 0;
+  t->name = xasprintf("%s-%zu", m->name, index);
+  t->label = m->name;
+  t->item_index = index;
+  strmap_put(&s->task_index, t->name, s->n_tasks++);
+  return t;
+}
+
 /* env: the task's map over the defaults' map, as a new map in the tree. */
 static const ynode *merge_env(spec *s, const ynode *def, const ynode *own) {
   if (!def || !own)
@@ -962,8 +988,13 @@ static void add_need(spec_task *t, const ynode *item, size_t idx) {
   t->needs[t->n_needs++] = idx;
 }
 
-/* A need on a mapped task: a need on each of its instances. */
+/* A need on a mapped task: a need on each of its instances, or on its
+ * placeholder while the list is not known (spec_map_expand moves it). */
 static void add_need_map(spec_task *t, const ynode *item, const spec_map *m) {
+  if (m->placeholder != SIZE_MAX) {
+    add_need(t, item, m->placeholder);
+    return;
+  }
   for (size_t k = 0; k < m->n; k++)
     add_need(t, item, m->first + k);
 }
@@ -971,7 +1002,8 @@ static void add_need_map(spec_task *t, const ynode *item, const spec_map *m) {
 /* The instances of a mapped task need what its first one needs: resolved
  * (and its errors reported) once. */
 static int copy_instance_needs(ctx *c, spec_task *t) {
-  if (t->map == SIZE_MAX || t->item_index == 0)
+  if (t->map == SIZE_MAX || t->item_index == 0 ||
+      t->item_index == SPEC_ITEM_PENDING)
     return 0;
   const spec_task *first = &c->s->tasks[c->s->maps[t->map].first];
   size_t n = first->n_needs;
@@ -995,7 +1027,8 @@ static void resolve_needs(ctx *c, spec_task *t) {
     size_t m;
     int mapped = item->kind == YNODE_SCALAR &&
                  strmap_get(&c->s->map_index, item->str, &m);
-    room += mapped ? c->s->maps[m].n : 1;
+    room +=
+        mapped && c->s->maps[m].placeholder == SIZE_MAX ? c->s->maps[m].n : 1;
   }
   t->needs = xmalloc((room ? room : 1) * sizeof(size_t));
   t->need_nodes = xmalloc((room ? room : 1) * sizeof(ynode *));
@@ -1041,6 +1074,29 @@ static int first_line(const ynode *v, size_t i) {
   return 0;
 }
 
+/* The instances of a list known at run time are named when the run has
+ * the list: no task may be named like one of them (T-0, T-1, ...). */
+static void check_pending_names(ctx *c) {
+  const spec *s = c->s;
+  for (size_t i = 0; i < s->n_maps; i++) {
+    const spec_map *m = &s->maps[i];
+    size_t ln = strlen(m->name);
+    if (m->placeholder == SIZE_MAX)
+      continue;
+    for (size_t k = 0; k < s->n_tasks; k++) {
+      const char *z = s->tasks[k].name;
+      if (strncmp(z, m->name, ln) != 0 || z[ln] != '-' || !z[ln + 1] ||
+          strspn(z + ln + 1, "0123456789") != strlen(z + ln + 1))
+        continue;
+      err(c, s->tasks[k].node ? s->tasks[k].node : m->node,
+          "task name '%s' may be taken by an instance of mapped task '%s' "
+          "(line %d), whose instances are named %s-0, %s-1, ...; rename "
+          "the task",
+          z, m->name, m->node->line, m->name, m->name);
+    }
+  }
+}
+
 /* Room in s->tasks for n more. */
 static void reserve_tasks(spec *s, size_t *cap, size_t n) {
   if (s->n_tasks + n <= *cap)
@@ -1057,7 +1113,8 @@ static int name_free(ctx *c, const ynode *v, size_t i) {
   size_t first;
   spec *s = c->s;
   if (strmap_get(&s->task_index, k->str, &first) &&
-      s->tasks[first].map != SIZE_MAX) {
+      s->tasks[first].map != SIZE_MAX &&
+      s->tasks[first].item_index != SPEC_ITEM_PENDING) {
     const spec_map *m = &s->maps[s->tasks[first].map];
     err(c, k,
         "task name '%s' is taken by instance %zu of mapped task '%s' (line "
@@ -1074,15 +1131,38 @@ static int name_free(ctx *c, const ynode *v, size_t i) {
   return 1;
 }
 
+/* A map over a list known at run time: one placeholder task, named as
+ * the mapped task, parsed as its instances will be (spec_map_expand). */
+static void add_placeholder(ctx *c, const ynode *k, const ynode *tv,
+                            const spec_task *def, size_t *cap, spec_map *m) {
+  spec *s = c->s;
+  reserve_tasks(s, cap, 1);
+  spec_task *t = &s->tasks[s->n_tasks];
+  task_from_defaults(t, def);
+  t->name = xstrdup(m->name);
+  t->label = t->name;
+  t->map = s->n_maps;
+  t->item_index = SPEC_ITEM_PENDING;
+  m->placeholder = m->first = s->n_tasks;
+  strmap_put(&s->task_index, t->name, s->n_tasks++);
+  parse_task(c, t, k, tv, def);
+}
+
 /* A task with `map:` (mv): parsed once, then copied into one instance
  * task per item, named NAME-INDEX. */
 static void add_mapped(ctx *c, const ynode *k, const ynode *tv, const ynode *mv,
                        const spec_task *def, size_t *cap) {
   spec *s = c->s;
   spec_map m = {0};
-  c->errors += mapping_parse(s, k->str, mv, &m, c->d);
+  size_t errors = mapping_parse(s, k->str, mv, &m, c->d);
+  c->errors += errors;
   m.name = xstrdup(k->str);
   m.first = s->n_tasks;
+  m.placeholder = SIZE_MAX;
+  if (!errors && !m.items) {
+    add_placeholder(c, k, tv, def, cap, &m);
+    goto add;
+  }
   spec_task proto;
   task_from_defaults(&proto, def);
   proto.name = m.name;
@@ -1103,19 +1183,16 @@ static void add_mapped(ctx *c, const ynode *k, const ynode *tv, const ynode *mv,
       free(name);
       break;
     }
-    spec_task *t = &s->tasks[s->n_tasks];
-    task_from_defaults(t, &proto);
-    t->stage = proto.stage ? xstrdup(proto.stage) : NULL;
-    t->description = proto.description ? xstrdup(proto.description) : NULL;
-    t->name = name;
-    t->label = m.name;
-    t->item_index = i;
-    strmap_put(&s->task_index, t->name, s->n_tasks++);
+    free(name);
+    add_instance(s, &m, &proto, i);
     m.n++;
   }
   free(proto.stage);
   free(proto.description);
   free(proto.retry.on);
+  free(proto.approval_message);
+  ontrig_names_free(proto.produces, proto.n_produces);
+add:
   s->maps = xrealloc(s->maps, (s->n_maps + 1) * sizeof(spec_map));
   s->maps[s->n_maps] = m;
   strmap_put(&s->map_index, m.name, s->n_maps++);
@@ -1172,7 +1249,8 @@ static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
   for (size_t i = 0; i < s->n_tasks; i++) {
     spec_task *t = &s->tasks[i];
     resolve_needs(c, t);
-    if (t->map != SIZE_MAX && t->item_index > 0) {
+    if (t->map != SIZE_MAX && t->item_index > 0 &&
+        t->item_index != SPEC_ITEM_PENDING) {
       /* Checked (and reported) once, at the first instance. */
       t->pool = s->tasks[s->maps[t->map].first].pool;
       continue;
@@ -1196,6 +1274,7 @@ static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
     }
   }
   check_branches(c);
+  check_pending_names(c);
 }
 
 /* One error of the schedule's expression, at its bad token when the
@@ -1384,6 +1463,7 @@ void spec_free(spec *s) {
   for (size_t i = 0; i < s->n_maps; i++) {
     free(s->maps[i].name);
     free(s->maps[i].param);
+    cJSON_Delete(s->maps[i].run_items);
   }
   free(s->maps);
   strmap_free(&s->map_index);
@@ -1433,4 +1513,64 @@ int spec_schedule_open(const spec *s, cron_expr **e, cron_zone **z, char *err,
     *e = NULL;
   }
   return rc;
+}
+
+/* Task t's needs with need `from` replaced by the n tasks first.. (in its
+ * place, written as the need was). */
+static void move_need(spec_task *t, size_t from, size_t first, size_t n) {
+  size_t k = 0;
+  while (k < t->n_needs && t->needs[k] != from)
+    k++;
+  if (k == t->n_needs)
+    return;
+  size_t total = t->n_needs - 1 + n;
+  size_t *needs = xmalloc((total ? total : 1) * sizeof(size_t));
+  const ynode **nodes = xmalloc((total ? total : 1) * sizeof(ynode *));
+  const ynode *written = t->need_nodes[k];
+  size_t w = 0;
+  for (size_t j = 0; j < t->n_needs; j++) {
+    if (j != k) {
+      needs[w] = t->needs[j];
+      nodes[w++] = t->need_nodes[j];
+      continue;
+    }
+    for (size_t i = 0; i < n; i++) {
+      needs[w] = first + i;
+      nodes[w++] = written;
+    }
+  }
+  free(t->needs);
+  free(t->need_nodes);
+  t->needs = needs;
+  t->need_nodes = nodes;
+  t->n_needs = total;
+}
+
+void spec_map_expand(spec *s, size_t map, const cJSON *items) {
+  spec_map *m = &s->maps[map];
+  if (m->placeholder == SIZE_MAX || m->expanded)
+    return;
+  size_t n = (size_t)cJSON_GetArraySize(items), old = s->n_tasks;
+  s->tasks = xrealloc(s->tasks, (old + n ? old + n : 1) * sizeof(spec_task));
+  memset(s->tasks + old, 0, n * sizeof(spec_task));
+  /* The placeholder as parsed is every instance's template. */
+  spec_task proto = s->tasks[m->placeholder];
+  for (size_t i = 0; i < n; i++) {
+    spec_task *t = add_instance(s, m, &proto, i);
+    t->needs = xmalloc((proto.n_needs ? proto.n_needs : 1) * sizeof(size_t));
+    t->need_nodes =
+        xmalloc((proto.n_needs ? proto.n_needs : 1) * sizeof(ynode *));
+    memcpy(t->needs, proto.needs, proto.n_needs * sizeof(size_t));
+    memcpy(t->need_nodes, proto.need_nodes, proto.n_needs * sizeof(ynode *));
+    t->n_needs = proto.n_needs;
+  }
+  m->first = old;
+  m->n = n;
+  m->expanded = 1;
+  m->run_items = cJSON_Duplicate(items, 1);
+  for (size_t i = 0; n && i < old; i++)
+    move_need(&s->tasks[i], m->placeholder, old, n);
+  /* "Is A upstream of B" was answered for the tasks before. */
+  dag_reach_destroy(s->reach);
+  s->reach = NULL;
 }

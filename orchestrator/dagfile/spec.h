@@ -41,6 +41,12 @@
  * naming a param whose value in the file is a list. Instance k of task T
  * is the task "T-k" (a name no other task may take); `needs: [T]` means
  * every instance, and an empty list makes no instance.
+ * A list known only at run time, `map: ${tasks.U.outputs.KEY}`, makes one
+ * placeholder task named T (item_index SPEC_ITEM_PENDING) that stands for
+ * the mapped task until the run has the list: `needs: [T]` needs the
+ * placeholder, and spec_map_expand, called by the scheduler when the
+ * placeholder's turn comes, appends the instances at the end of tasks and
+ * moves those needs onto them.
  * An approval task has `approval:` (a map: timeout, a duration >= 1s,
  * default none; message, a string) instead of `stage:` and has no `with`:
  * it waits for a person (scheduler.h, "Approval").
@@ -145,7 +151,9 @@ typedef struct spec_task {
   int branch;
   const ynode *branch_node; /* as written, or NULL */
   /* An instance of a mapped task: the index of its spec_map and its item's
-   * position in the list; map is SIZE_MAX for a task that is not one. */
+   * position in the list; map is SIZE_MAX for a task that is not one. The
+   * placeholder of a list known at run time has its map and item_index
+   * SPEC_ITEM_PENDING. */
   size_t map;
   size_t item_index;
   /* The name as written, for messages: an instance's is its mapped
@@ -163,15 +171,29 @@ typedef struct spec_task {
   char *approval_message;    /* shown to the approver, or NULL */
 } spec_task;
 
+/* The item_index of a runtime map's placeholder (spec_map.placeholder). */
+#define SPEC_ITEM_PENDING SIZE_MAX
+
+/* The most instances a list known at run time may make: a longer list
+ * fails the mapped task (Airflow's max_map_length is the same). */
+#define SPEC_MAP_MAX 1024
+
 /* A task written with `map:` (mapping.h): its instances are the tasks
  * first .. first + n - 1, one per item, in item order. */
 typedef struct spec_map {
   char *name;         /* the task's name as written */
   const ynode *node;  /* the `map:` value as written */
-  const ynode *items; /* the list: map's own SEQ, or the param's default */
+  const ynode *items; /* the list: map's own SEQ, or the param's default;
+                         NULL for a list known at run time */
   char *param;        /* ${params.NAME}: NAME (items come from the run's
                          value of the param), or NULL for a literal list */
   size_t first, n;
+  /* A list known at run time (`map: ${tasks.U.outputs.KEY}`, node): the
+   * placeholder task, SIZE_MAX for the other maps. Until expanded, n is
+   * 0; spec_map_expand sets first, n and run_items (the list, owned). */
+  size_t placeholder;
+  int expanded;
+  struct cJSON *run_items;
 } spec_map;
 
 /* What a task runs, for people: its stage as written, "approval" for an
@@ -266,6 +288,16 @@ int spec_duration(const ynode *v, double *out);
 long spec_task_find(const spec *s, const char *name);
 /* The mapped task of that name (as written, not an instance), or NULL. */
 const spec_map *spec_map_find(const spec *s, const char *name);
+
+/* Expands map `map`, a list known at run time, over items (a JSON array of
+ * at most SPEC_MAP_MAX items, copied): appends its instances "T-0" ...
+ * (copies of the placeholder, with its needs) at the end of s->tasks,
+ * and every task that needs the placeholder needs the instances instead
+ * (when there are any; with none it keeps needing the placeholder, which
+ * then counts as succeeded). Task indices below the old n_tasks keep their
+ * meaning; pointers into s->tasks do not survive. A map already expanded
+ * is left as it is. */
+void spec_map_expand(spec *s, size_t map, const struct cJSON *items);
 
 /* Whether task t declares output key (the first n bytes of key) in
  * `outputs:`; 1 too when t declares no outputs (anything may come), and

@@ -467,12 +467,21 @@ static int task_ref_value(rctx *r, const ref *f, const task_ref *t, size_t up,
  * item order ([] when it has none). */
 static int map_ref_value(rctx *r, const ref *f, const task_ref *t,
                          const spec_map *m, cJSON **out) {
-  if (r->task != SIZE_MAX && r->task >= m->first && r->task < m->first + m->n) {
+  if (r->task != SIZE_MAX &&
+      ((r->task >= m->first && r->task < m->first + m->n) ||
+       r->task == m->placeholder)) {
     terr(r, f->v, f->off,
          "mapped task '%s' refers to itself in ${%.*s}; a task can use only "
          "the outputs of tasks it needs",
          m->name, (int)f->n, f->x);
     return DR_ETEMPLATE;
+  }
+  if (m->placeholder != SIZE_MAX && !m->expanded) {
+    /* The instances are not known yet: the placeholder stands for them. */
+    int rc = check_task_ref(r, f, t, (long)m->placeholder);
+    if (rc == 0)
+      rc = check_declared_output(r, f, t, m->placeholder);
+    return rc ? rc : DR_EDEFERRED;
   }
   if (m->n == 0) {
     if (r->in_params || r->task == SIZE_MAX)
@@ -503,8 +512,10 @@ static int resolve_task_ref(rctx *r, const ref *f, cJSON **out) {
   int rc = parse_task_ref(r, f, &t);
   if (rc != 0)
     return rc;
-  long up = spec_task_find(r->e->s, t.name);
-  const spec_map *m = up < 0 ? spec_map_find(r->e->s, t.name) : NULL;
+  /* A map over a run-time list is also a task (its placeholder): the map
+   * wins, so that its instances are what the reference names. */
+  const spec_map *m = spec_map_find(r->e->s, t.name);
+  long up = m ? -1 : spec_task_find(r->e->s, t.name);
   if (m) {
     rc = map_ref_value(r, f, &t, m, out);
     free(t.name);
@@ -523,6 +534,10 @@ static int resolve_task_ref(rctx *r, const ref *f, cJSON **out) {
  * m maps over, or the file's item resolved. */
 static cJSON *resolve_node(rctx *r, const ynode *v);
 static int map_item(rctx *r, const spec_map *m, size_t idx, cJSON **out) {
+  if (m->run_items) {
+    *out = cJSON_Duplicate(cJSON_GetArrayItem(m->run_items, (int)idx), 1);
+    return 0;
+  }
   if (!m->param) {
     int errors = r->errors;
     *out = resolve_node(r, m->items->items[idx]);
@@ -560,6 +575,8 @@ static int resolve_item_ref(rctx *r, const ref *f, cJSON **out) {
          t ? "' has no 'map:')" : "");
     return DR_ETEMPLATE;
   }
+  if (t->item_index == SPEC_ITEM_PENDING)
+    return DR_EDEFERRED; /* a list known at run time: not yet */
   if (f->n == 10) {
     *out = cJSON_CreateNumber((double)t->item_index);
     return 0;

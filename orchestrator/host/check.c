@@ -148,7 +148,7 @@ static void dedupe(diags *d, size_t from) {
   strmap_free(&seen);
 }
 
-int check_spec(const spec *s, checked **out, diags *d) {
+int check_spec(spec *s, checked **out, diags *d) {
   size_t before = d->n;
   checked *c = xcalloc(1, sizeof(checked));
   c->s = s;
@@ -183,10 +183,29 @@ int check_spec(const spec *s, checked **out, diags *d) {
     }
     if (t->env)
       check_templates(&e, i, t->env, d);
+    /* map: ${tasks.U.outputs.KEY}: U upstream, KEY one it may output. */
+    if (t->item_index == SPEC_ITEM_PENDING)
+      check_templates(&e, i, s->maps[t->map].node, d);
   }
+  c->n_task_plugin = s->n_tasks;
   stage_cache_free(&sc);
   dedupe(d, before);
   return d->n > before ? DR_ESPEC : 0;
+}
+
+void checked_expand(checked *c, size_t map, const cJSON *items) {
+  spec *s = c->s;
+  spec_map_expand(s, map, items);
+  if (c->n_task_plugin >= s->n_tasks)
+    return;
+  c->task_plugin = xrealloc(c->task_plugin, s->n_tasks * sizeof(size_t));
+  for (size_t i = c->n_task_plugin; i < s->n_tasks; i++) {
+    const spec_task *t = &s->tasks[i];
+    c->task_plugin[i] = t->map == SIZE_MAX
+                            ? SIZE_MAX
+                            : c->task_plugin[s->maps[t->map].placeholder];
+  }
+  c->n_task_plugin = s->n_tasks;
 }
 
 void checked_free(checked *c) {

@@ -15,18 +15,23 @@
 #include "loader.h"
 
 typedef struct checked {
-  const spec *s;            /* borrowed */
+  spec *s; /* borrowed; grows when a map over a run-time list expands */
   loader_plugin **plugins;  /* distinct plugins, described once each */
   size_t n_plugins;
   size_t *task_plugin;      /* per task: index into plugins; SIZE_MAX if bad */
+  size_t n_task_plugin;     /* tasks task_plugin covers */
   cJSON *params;            /* DAG params resolved (env only; no run.*) */
 } checked;
 
 /* Runs every check on a loaded spec. Returns 0 with *out, or DR_ESPEC
  * with every error in d (*out is still set, for partial use, and must be
  * freed). */
-int check_spec(const spec *s, checked **out, diags *d);
+int check_spec(spec *s, checked **out, diags *d);
 void checked_free(checked *c);
+
+/* Expands map `map` of c->s over items (spec_map_expand) and gives each
+ * new instance its placeholder's plugin. */
+void checked_expand(checked *c, size_t map, const cJSON *items);
 
 /* Loads a DAG file and runs every check on it, the alerts' included: what
  * `dagrun check` reports. Returns 0 with *sp and *ck (caller frees), or an

@@ -637,6 +637,15 @@ static void shutdown_all(struct alerts *a) {
   }
 }
 
+void alerts_tasks_added(alerts *a, size_t first, size_t n) {
+  if (!a)
+    return;
+  a->attempt = xrealloc(a->attempt, (first + n) * sizeof(int));
+  a->max_attempts = xrealloc(a->max_attempts, (first + n) * sizeof(int));
+  memset(a->attempt + first, 0, n * sizeof(int));
+  memset(a->max_attempts + first, 0, n * sizeof(int));
+}
+
 void alerts_run_finished(alerts *a, const char *state, size_t n_tasks,
                          double duration_s) {
   if (!a || a->finished)

@@ -58,6 +58,9 @@ int alerts_create(uv_loop_t *loop, const spec *s, const rundir *run,
 /* A task state change from the scheduler's observer; sends `retry` and
  * `failure` alerts, starts and stops per-task deadlines. NULL a: no-op. */
 void alerts_task_event(alerts *a, const sched_event *e);
+/* Tasks first .. first + n - 1 were added to the spec (the sched
+ * observer's tasks_added). NULL a: no-op. */
+void alerts_tasks_added(alerts *a, size_t first, size_t n);
 
 /* The run ended in state ("success", "failed", "cancelled"): stops the
  * deadline timers, sends `success` alerts, and from now on keeps the loop

@@ -204,6 +204,15 @@ view *view_create(uv_loop_t *loop, view_mode mode, const spec *s, FILE *out) {
   return v;
 }
 
+void view_tasks_added(view *v, size_t first, size_t n) {
+  v->t = xrealloc(v->t, (first + n) * sizeof(task_view));
+  memset(v->t + first, 0, n * sizeof(task_view));
+  for (size_t i = first; i < first + n; i++)
+    v->t[i].fraction = -1;
+  v->counts[TASK_WAITING] += n;
+  v->dirty = 1;
+}
+
 static void stamp(view *v) {
   char ts[40];
   format_utc(clock_wall(), 1, ts, sizeof(ts));
@@ -277,7 +286,12 @@ static void plain_event(view *v, const sched_event *e) {
     break;
   case TASK_SUCCESS:
     stamp(v);
-    fprintf(v->out, "%s: success in %s\n", name, dur);
+    if (v->s->tasks[e->task].item_index == SPEC_ITEM_PENDING)
+      /* A map's placeholder ran nothing: it expanded. */
+      fprintf(v->out, "%s: mapped into %zu instances\n", name,
+              v->s->maps[v->s->tasks[e->task].map].n);
+    else
+      fprintf(v->out, "%s: success in %s\n", name, dur);
     break;
   case TASK_CACHED:
     stamp(v);

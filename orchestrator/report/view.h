@@ -29,6 +29,9 @@ typedef struct view view;
 view *view_create(uv_loop_t *loop, view_mode mode, const spec *s, FILE *out);
 void view_run_started(view *v, const rundir *run, int max_parallel);
 void view_task_event(view *v, const sched_event *e);
+/* Tasks first .. first + n - 1 were added to the spec (the sched
+ * observer's tasks_added): shown from now on, waiting. */
+void view_tasks_added(view *v, size_t first, size_t n);
 void view_task_progress(view *v, size_t task, double fraction,
                         const char *msg);
 void view_task_log(view *v, size_t task, int level, const char *msg);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "dagfile/mapping.h"
 #include "dagfile/template.h"
 #include "dirprep.h"
 #include "executor.h"
@@ -66,7 +67,7 @@ typedef struct fifo {
 
 struct sched {
   uv_loop_t *loop;
-  const checked *c;
+  checked *c; /* grows when a map over a run-time list expands */
   const spec *sp;
   const rundir *run;
   const cJSON *params;
@@ -97,6 +98,11 @@ struct sched {
    * downstream tasks while its choice is checked or applied. NULL when the
    * DAG has no branch task. */
   unsigned char *mark;
+  /* Placeholders of maps over run-time lists whose turn came (queued):
+   * expanded by pump, outside release_downstream's walk of the edges that
+   * an expansion rebuilds. */
+  size_t *expand;
+  size_t n_expand, cap_expand;
 };
 
 static const char *const state_names[] = {
@@ -491,6 +497,12 @@ static void settle(sched *s, size_t i, task_state st, int exit_code,
 static void approval_begin(sched *s, size_t i);
 
 static void enqueue(sched *s, size_t i) {
+  if (s->sp->tasks[i].item_index == SPEC_ITEM_PENDING) {
+    VEC_PUSH(s->expand, s->n_expand, s->cap_expand, i);
+    s->t[i].state = TASK_QUEUED;
+    emit(s, i, TASK_QUEUED, -1, 0, 0, NULL);
+    return;
+  }
   if (s->sp->tasks[i].approval_node) {
     approval_begin(s, i);
     return;
@@ -600,6 +612,18 @@ static int write_attempt(sched *s, size_t i, cJSON *params,
   return 0;
 }
 
+/* What templates of the run's tasks see. */
+static void task_tmpl_env(sched *s, const char *(*task_dir)(void *, size_t),
+                          tmpl_env *te) {
+  memset(te, 0, sizeof *te);
+  te->s = s->sp;
+  te->params = s->params;
+  te->task_dir = task_dir;
+  te->task_outputs = tmpl_task_outputs;
+  te->ud = s;
+  rundir_tmpl(s->run, te);
+}
+
 /* Task i's params and env resolved, ${tasks.T.dir} being task_dir's
  * answer (tmpl_task_dir for an attempt, tmpl_fp_dir for a fingerprint):
  * 0 with *params and *task_env (NULL when the task has none; caller
@@ -610,13 +634,8 @@ static int resolve_task(sched *s, size_t i,
                         cJSON **params, cJSON **task_env, char **reason) {
   const spec_task *st = &s->sp->tasks[i];
   const loader_plugin *p = s->c->plugins[s->c->task_plugin[i]];
-  tmpl_env te = {0};
-  te.s = s->sp;
-  te.params = s->params;
-  te.task_dir = task_dir;
-  te.task_outputs = tmpl_task_outputs;
-  te.ud = s;
-  rundir_tmpl(s->run, &te);
+  tmpl_env te;
+  task_tmpl_env(s, task_dir, &te);
   diags d = {0};
   *params = *task_env = NULL;
   int rc = 0;
@@ -985,6 +1004,132 @@ static void prepare_ahead(sched *s) {
   }
 }
 
+/* s->down_start and s->down, the downstream lists, from the spec's
+ * needs. */
+static void build_down(sched *s) {
+  const spec *sp = s->sp;
+  size_t n = sp->n_tasks, n_edges = 0;
+  free(s->down_start);
+  free(s->down);
+  s->down_start = xcalloc(n + 1, sizeof(size_t));
+  for (size_t i = 0; i < n; i++) {
+    for (size_t k = 0; k < sp->tasks[i].n_needs; k++)
+      s->down_start[sp->tasks[i].needs[k] + 1]++;
+    n_edges += sp->tasks[i].n_needs;
+  }
+  for (size_t i = 0; i < n; i++)
+    s->down_start[i + 1] += s->down_start[i];
+  s->down = xcalloc(n_edges ? n_edges : 1, sizeof(size_t));
+  size_t *fill = xcalloc(n ? n : 1, sizeof(size_t));
+  for (size_t i = 0; i < n; i++)
+    for (size_t k = 0; k < sp->tasks[i].n_needs; k++) {
+      size_t up = sp->tasks[i].needs[k];
+      s->down[s->down_start[up] + fill[up]++] = i;
+    }
+  free(fill);
+}
+
+/* ---- maps over run-time lists (mapping.h) ---- */
+
+/* The list placeholder p's map expands over, recorded when p succeeded
+ * before (a resume), else read from the upstream output it names: 0 with
+ * *items (caller frees), or -1 with *reason (caller frees). */
+static int map_list(sched *s, size_t p, cJSON **items, char **reason) {
+  const spec_map *m = &s->sp->maps[s->sp->tasks[p].map];
+  if (m->expanded) {
+    *items = cJSON_Duplicate(m->run_items, 1);
+    return 0;
+  }
+  tmpl_env te;
+  task_tmpl_env(s, tmpl_task_dir, &te);
+  diags d = {0};
+  cJSON *v = NULL;
+  char err[512];
+  int rc = tmpl_resolve(&te, p, m->node, &v, &d);
+  if (rc != 0)
+    *reason = d.n ? diags_join(&d)
+                  : xasprintf("task '%s' maps over %s, which is not known",
+                              m->name, m->node->str);
+  else if (mapping_items(m, v, items, err, sizeof err) != 0)
+    *reason = xstrdup(err);
+  diags_free(&d);
+  cJSON_Delete(v);
+  return rc == 0 && *items ? 0 : -1;
+}
+
+/* The tasks from `old` on were appended to the spec: each gets its state,
+ * waiting with the counts of placeholder p's upstream tasks (the needs
+ * the instances share with it), and the observers hear of them. */
+static void sched_grow(sched *s, size_t old, size_t p) {
+  size_t n = s->sp->n_tasks;
+  s->t = xrealloc(s->t, (n ? n : 1) * sizeof(task_rt));
+  for (size_t i = old; i < n; i++) {
+    task_rt *t = &s->t[i];
+    memset(t, 0, sizeof *t);
+    t->metrics_fd = -1;
+    t->exit_code = -1;
+    t->n_up_ok = s->t[p].n_up_ok;
+    t->n_up_failed = s->t[p].n_up_failed;
+    t->n_up_skipped = s->t[p].n_up_skipped;
+  }
+  if (s->mark) {
+    s->mark = xrealloc(s->mark, n ? n : 1);
+    memset(s->mark + old, 0, n - old);
+  }
+  build_down(s);
+  if (s->opts.obs.tasks_added && n > old)
+    s->opts.obs.tasks_added(s->opts.obs.ud, old, n - old);
+}
+
+/* Placeholder p's turn came: its map expands over the list, the instances
+ * are queued (their trigger rule is p's, on the same upstream tasks), the
+ * tasks that needed p wait for them instead, and p succeeds with the list
+ * as its output `items` (which a resume reads back). A list that cannot
+ * be had fails p, and so the mapped task as a whole. */
+static void expand_one(sched *s, size_t p) {
+  cJSON *items = NULL;
+  char *reason = NULL;
+  s->t[p].started = clock_wall();
+  if (map_list(s, p, &items, &reason) != 0) {
+    settle(s, p, TASK_FAILED, -1, 0, reason);
+    free(reason);
+    return;
+  }
+  size_t map = s->sp->tasks[p].map, old = s->sp->n_tasks;
+  size_t n = (size_t)cJSON_GetArraySize(items);
+  /* Who waits for p: they now wait for the n instances instead. */
+  size_t nd = s->down_start[p + 1] - s->down_start[p];
+  size_t *down = xmalloc((nd ? nd : 1) * sizeof(size_t));
+  memcpy(down, s->down + s->down_start[p], nd * sizeof(size_t));
+  int was = s->sp->maps[map].expanded;
+  checked_expand(s->c, map, items);
+  if (!was)
+    sched_grow(s, old, p);
+  for (size_t e = 0; n && !was && e < nd; e++)
+    s->t[down[e]].n_waiting_up += n - 1;
+  free(down);
+  cJSON_Delete(s->t[p].outputs);
+  s->t[p].outputs = cJSON_CreateObject();
+  cJSON_AddItemToObject(s->t[p].outputs, "items", items);
+  if (secrets_count(s->opts.secrets)) {
+    /* The instances get the items; the store and files do not. */
+    s->t[p].shown = cJSON_Duplicate(s->t[p].outputs, 1);
+    secrets_mask_json(s->opts.secrets, s->t[p].shown);
+  }
+  settle(s, p, TASK_SUCCESS, -1, 0, NULL);
+  const spec_map *m = &s->sp->maps[map];
+  for (size_t i = m->first; i < m->first + m->n; i++)
+    if (s->t[i].state == TASK_WAITING)
+      enqueue(s, i);
+}
+
+static void expand_queued(sched *s) {
+  for (size_t k = 0; k < s->n_expand && !s->cancelling; k++)
+    if (s->t[s->expand[k]].state == TASK_QUEUED)
+      expand_one(s, s->expand[k]);
+  s->n_expand = 0;
+}
+
 static void pump(sched *s) {
   if (s->pumping) {
     s->pump_again = 1;
@@ -994,6 +1139,7 @@ static void pump(sched *s) {
   pool_unblock(s);
   do {
     s->pump_again = 0;
+    expand_queued(s);
     while (!s->cancelling && s->running < s->opts.max_parallel) {
       long i = next_ready(s);
       if (i < 0)
@@ -1001,7 +1147,9 @@ static void pump(sched *s) {
       if (!try_cache(s, (size_t)i) && pool_lease(s, (size_t)i))
         launch(s, (size_t)i);
     }
-  } while (s->pump_again);
+    /* A task settled in this pump (cached, or its launch failed) may
+     * have made a placeholder ready: expanded before the pump ends. */
+  } while (s->pump_again || (s->n_expand && !s->cancelling));
   if (!s->cancelling && !s->done_reported)
     prepare_ahead(s);
   s->pumping = 0;
@@ -1248,7 +1396,7 @@ static void preset_succeeded(sched *s, size_t i, const sched_preset *p) {
   s->n_terminal++;
 }
 
-sched *sched_create(uv_loop_t *loop, const checked *c, const rundir *run,
+sched *sched_create(uv_loop_t *loop, checked *c, const rundir *run,
                     const cJSON *params, const sched_opts *opts) {
   sched *s = xcalloc(1, sizeof(*s));
   const spec *sp = c->s;
@@ -1268,26 +1416,12 @@ sched *sched_create(uv_loop_t *loop, const checked *c, const rundir *run,
   s->x = executor_create(loop, opts->worker_exe, s->run->path, &cb);
   size_t n = sp->n_tasks;
   s->t = xcalloc(n ? n : 1, sizeof(task_rt));
-  s->down_start = xcalloc(n + 1, sizeof(size_t));
-  size_t n_edges = 0;
   for (size_t i = 0; i < n; i++) {
     s->t[i].metrics_fd = -1;
     s->t[i].exit_code = -1;
     s->t[i].n_waiting_up = sp->tasks[i].n_needs;
-    for (size_t k = 0; k < sp->tasks[i].n_needs; k++)
-      s->down_start[sp->tasks[i].needs[k] + 1]++;
-    n_edges += sp->tasks[i].n_needs;
   }
-  for (size_t i = 0; i < n; i++)
-    s->down_start[i + 1] += s->down_start[i];
-  s->down = xcalloc(n_edges ? n_edges : 1, sizeof(size_t));
-  size_t *fill = xcalloc(n ? n : 1, sizeof(size_t));
-  for (size_t i = 0; i < n; i++)
-    for (size_t k = 0; k < sp->tasks[i].n_needs; k++) {
-      size_t up = sp->tasks[i].needs[k];
-      s->down[s->down_start[up] + fill[up]++] = i;
-    }
-  free(fill);
+  build_down(s);
   s->queues = xcalloc(sp->n_pools + 1, sizeof(fifo));
   s->pool_running = xcalloc(sp->n_pools + 1, sizeof(int));
   s->plugin_direct = xmalloc(c->n_plugins + 1);
@@ -1563,6 +1697,7 @@ void sched_destroy(sched *s) {
   free(s->down);
   free(s->t);
   free(s->worklist);
+  free(s->expand);
   dirprep_destroy(s->prep);
   free(s->mark);
   executor_destroy(s->x);

@@ -58,6 +58,20 @@
  * fingerprint, the task does not run: it becomes TASK_CACHED with that
  * task's outputs and out/ directory (which `${tasks.T.dir}` then names).
  *
+ * Mapping over a run-time list (`map: ${tasks.U.outputs.KEY}`, mapping.h):
+ * the mapped task is one placeholder task until its trigger rule is met.
+ * Then, instead of an attempt, the scheduler reads the list, expands the
+ * spec (checked_expand: the instances T-0, T-1, ... are appended to the
+ * task arrays, so the indices of the other tasks never change), tells the
+ * observers (tasks_added), moves the tasks that waited for the
+ * placeholder onto the instances, queues the instances, and settles the
+ * placeholder: success with the list as its output `items`, or failed
+ * (no retry: the same output would give the same answer) when the output
+ * is no JSON list or holds over SPEC_MAP_MAX items. An empty list makes
+ * no instance, and the placeholder's success is then what the tasks that
+ * need it count. On a resume, a placeholder that succeeded keeps its
+ * recorded list (resume.h expands the spec before the sched is made).
+ *
  * Gangs (world_size above 1, or a launcher): each attempt's ranks are
  * prepared by gang.h and run by the executor; the attempt's failure
  * reason names the rank that failed first and the ranks stopped because
@@ -133,6 +147,11 @@ typedef struct sched_observer {
    * failed. log_path is valid during the call. May be NULL. */
   void (*attempt_start)(void *ud, size_t task, int attempt,
                         const char *log_path);
+  /* A map over a run-time list expanded (see "Mapping over a run-time
+   * list"): tasks first .. first + n - 1 were appended to the spec. Called
+   * before any event about them, so that observers grow their per-task
+   * state. May be NULL. */
+  void (*tasks_added)(void *ud, size_t first, size_t n);
 } sched_observer;
 
 /* What an earlier execution of the same run left of a task, for
@@ -203,7 +222,7 @@ typedef struct sched sched;
 
 /* Creates the scheduler for a checked spec, a created run directory and the
  * run's resolved DAG params (borrowed; all must outlive the sched). */
-sched *sched_create(uv_loop_t *loop, const checked *c, const rundir *run,
+sched *sched_create(uv_loop_t *loop, checked *c, const rundir *run,
                     const cJSON *params, const sched_opts *opts);
 /* Queues the tasks without upstream and starts what fits. */
 void sched_start(sched *s);

@@ -117,6 +117,26 @@ int history_resume(store *st, const spec *sp, const char *run_id,
   return 0;
 }
 
+void history_tasks_added(history *h, size_t first, size_t n) {
+  if (!h)
+    return;
+  size_t total = first + n;
+  h->open_attempt = xrealloc(h->open_attempt, total * sizeof(int));
+  h->last_exit = xrealloc(h->last_exit, total * sizeof(int));
+  h->last_error = xrealloc(h->last_error, total * sizeof(char *));
+  const char **names = xcalloc(n ? n : 1, sizeof(char *));
+  for (size_t i = first; i < total; i++) {
+    h->open_attempt[i] = 0;
+    h->last_exit[i] = -1;
+    h->last_error[i] = NULL;
+    names[i - first] = h->sp->tasks[i].name;
+  }
+  if (!h->broken &&
+      store_tasks_add(h->st, h->run_id, names, n, h->err, sizeof h->err) != 0)
+    broke(h);
+  free(names);
+}
+
 void history_attempt_start(history *h, size_t task, int attempt,
                            const char *log_path) {
   if (!h || h->broken)
@@ -206,7 +226,9 @@ void history_task_event(history *h, const sched *s, const sched_event *e) {
   }
   if (rc != 0)
     broke(h);
-  if (rc == 0 && e->state == TASK_SUCCESS)
+  /* A map's placeholder ran nothing: its instances produce the data. */
+  if (rc == 0 && e->state == TASK_SUCCESS &&
+      h->sp->tasks[i].item_index != SPEC_ITEM_PENDING)
     record_datasets(h, &h->sp->tasks[i], outputs);
   cJSON_free(outputs);
 }

@@ -66,6 +66,9 @@ int history_resume(store *st, const spec *sp, const char *run_id,
 void history_task_event(history *h, const sched *s, const sched_event *e);
 void history_attempt_start(history *h, size_t task, int attempt,
                            const char *log_path);
+/* The sched observer's tasks_added: tasks first .. first + n - 1 (a map's
+ * instances, already in the spec) are recorded as the run's, waiting. */
+void history_tasks_added(history *h, size_t first, size_t n);
 /* The fingerprint cache's lookup (sched_opts.cache_lookup): the newest
  * successful task in the store with this fingerprint whose out/ directory
  * and absolute-path outputs still exist. Returns 1 with *from_run,

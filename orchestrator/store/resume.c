@@ -230,3 +230,22 @@ sched_preset *resume_prepare(store *st, cJSON *run, const spec *sp, char *err,
   }
   return pre;
 }
+
+void resume_expand_maps(cJSON *run, checked *ck) {
+  const spec *sp = ck->s;
+  cJSON *tasks = cJSON_GetObjectItemCaseSensitive(run, "tasks");
+  const char *run_dir = str(run, "run_dir");
+  for (size_t i = 0; run_dir && i < sp->n_maps; i++) {
+    const spec_map *m = &sp->maps[i];
+    if (m->placeholder == SIZE_MAX || m->expanded)
+      continue;
+    cJSON *t = find_task(tasks, m->name);
+    const char *state = t ? str(t, "state") : NULL;
+    if (!state || strcmp(state, "success") != 0)
+      continue;
+    const cJSON *o = task_outputs(t, run_dir, m->name);
+    const cJSON *items = cJSON_GetObjectItemCaseSensitive(o, "items");
+    if (cJSON_IsArray(items) && cJSON_GetArraySize(items) <= SPEC_MAP_MAX)
+      checked_expand(ck, i, items);
+  }
+}

@@ -35,6 +35,13 @@ int resume_owner_alive(const cJSON *run, int *pid);
  * from <run_dir>/<task>/outputs.json), the others to run again after
  * their recorded attempts. NULL with a message in err when the DAG's tasks
  * are not the run's or the store cannot be written. */
+/* Before resume_prepare: each map over a run-time list whose placeholder
+ * succeeded in run (a store_run object) is expanded in ck's spec over the
+ * list it recorded (its output `items`), so that the run goes on with the
+ * instances it had. A placeholder that did not succeed expands when its
+ * turn comes again. */
+void resume_expand_maps(cJSON *run, checked *ck);
+
 sched_preset *resume_prepare(store *st, cJSON *run, const spec *sp, char *err,
                              size_t errlen);
 

@@ -609,6 +609,23 @@ static int step_write(store *st, sqlite3_stmt *s, int must_change,
   return 0;
 }
 
+/* Rows in state "waiting" for run id's tasks, inside an open
+ * transaction. */
+static int insert_tasks(store *st, const char *id, const char *const *tasks,
+                        size_t n_tasks, char *err, size_t errlen) {
+  for (size_t i = 0; i < n_tasks; i++) {
+    sqlite3_stmt *s = stmt(st, S_TASK_INSERT, err, errlen);
+    if (!s)
+      return DR_ESTORE;
+    bind_text(s, 1, id);
+    bind_text(s, 2, tasks[i]);
+    int rc = step_write(st, s, 1, "recording a task", err, errlen);
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
+}
+
 int store_run_begin(store *st, const char *id, const char *dag,
                     const char *dag_file, const char *run_dir, double started,
                     const char *params_json, const char *trigger,
@@ -634,17 +651,17 @@ int store_run_begin(store *st, const char *id, const char *dag,
   bind_text(s, 9, dag_sha256);
   if ((rc = step_write(st, s, 1, "recording a run", err, errlen)) != 0)
     goto out;
-  for (size_t i = 0; i < n_tasks; i++) {
-    if (!(s = stmt(st, S_TASK_INSERT, err, errlen))) {
-      rc = DR_ESTORE;
-      goto out;
-    }
-    bind_text(s, 1, id);
-    bind_text(s, 2, tasks[i]);
-    if ((rc = step_write(st, s, 1, "recording a task", err, errlen)) != 0)
-      goto out;
-  }
+  rc = insert_tasks(st, id, tasks, n_tasks, err, errlen);
 out:
+  return commit(st, rc, err, errlen);
+}
+
+int store_tasks_add(store *st, const char *run_id, const char *const *tasks,
+                    size_t n_tasks, char *err, size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  rc = insert_tasks(st, run_id, tasks, n_tasks, err, errlen);
   return commit(st, rc, err, errlen);
 }
 

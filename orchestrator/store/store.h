@@ -100,6 +100,11 @@ int store_run_begin(store *st, const char *id, const char *dag,
                     double logical_date, const char *dag_sha256,
                     const char *const *tasks, size_t n_tasks, char *err,
                     size_t errlen);
+/* Records tasks added to run run_id while it runs (the instances of a map
+ * over a run-time list), in state "waiting", after the run's other tasks
+ * (the order of a run's tasks is the order they were recorded in). */
+int store_tasks_add(store *st, const char *run_id, const char *const *tasks,
+                    size_t n_tasks, char *err, size_t errlen);
 /* Sets the run's final state and end time. */
 int store_run_finish(store *st, const char *id, const char *state,
                      double finished, char *err, size_t errlen);

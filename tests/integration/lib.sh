@@ -222,6 +222,14 @@ run_pipeline() {
   R=$(run_dir "$1")
 }
 
+# task_states RUN_DIR: "name=state/attempts ..." of run.json's tasks.
+task_states() {
+  "$PY" -c '
+import json, sys
+print(" ".join("%s=%s/%s" % (t["name"], t["state"], t["attempts"]) for t in json.load(open(sys.argv[1] + "/run.json"))["tasks"]))
+' "$1"
+}
+
 # task_field RUN_DIR TASK FIELD: a field of a task in run.json.
 task_field() {
   "$PY" -c '

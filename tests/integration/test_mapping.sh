@@ -8,14 +8,6 @@
 . "$(dirname "$0")/lib.sh"
 export DAGRUN_HOME="$T/home"
 
-# task_states RUN_DIR: "name=state/attempts ..." of run.json's tasks.
-task_states() {
-  "$PY" -c '
-import json, sys
-print(" ".join("%s=%s/%s" % (t["name"], t["state"], t["attempts"]) for t in json.load(open(sys.argv[1] + "/run.json"))["tasks"]))
-' "$1"
-}
-
 # Five items; the instance of item "c" fails its first attempt.
 cat > map.yaml <<Y
 dag: mapped
@@ -94,19 +86,29 @@ tasks:
   d: {stage: exec, with: {command: [echo, '${item}']}}
   e: {stage: exec, map: [1, 2], with: {command: [echo]}}
   f: {stage: exec, with: {command: [echo, '${tasks.e.outputs.x|json}']}}
-  g: {stage: exec, needs: a, map: '${tasks.a.outputs.items}', with: {command: [echo]}}
   h: {stage: exec, map: [1, 2, 3], with: {command: [echo], nope: 1}}
 Y
 run_dagrun check bad.yaml
 expect_rc 2
-expect_in "$T/err" "bad.yaml:5:25: error: 'map' in task 'b': expected a list ([a, b, c]) or \${params.NAME} naming a param whose value is a list, found an integer"
+expect_in "$T/err" "bad.yaml:5:25: error: 'map' in task 'b': expected a list ([a, b, c]), \${params.NAME} naming a param whose value is a list, or \${tasks.TASK.outputs.KEY} naming an upstream task's output that is a JSON list, found an integer"
 expect_in "$T/err" "bad.yaml:6:25: error: 'map' in task 'c': param 'lr' is a number at line 2, not a list"
 expect_in "$T/err" "bad.yaml:7:44: error: \${item} is used outside a mapped task"
 expect_in "$T/err" "bad.yaml:9:44: error: task 'f' refers to task 'e' in \${tasks.e.outputs.x}, but 'e' is not upstream of 'f'"
-expect_in "$T/err" "bad.yaml:10:35: error: 'map' in task 'g': \${tasks.a.outputs.items} is known only at run time"
 # One mistake in a mapped task is one message, naming the task as written.
-expect_in "$T/err" "bad.yaml:11:60: error: unknown param 'nope' for stage 'exec' in task 'h';"
+expect_in "$T/err" "bad.yaml:10:60: error: unknown param 'nope' for stage 'exec' in task 'h';"
 [ "$(grep -c "unknown param 'nope'" "$T/err")" = 1 ] || fail "repeated: $(cat "$T/err")"
+
+# Each instance owns its copy of what the task's settings hold (produces:,
+# an approval's message): freeing them once each, not crashing.
+cat > own.yaml <<'Y'
+dag: own
+tasks:
+  t: {stage: exec, map: [1, 2], produces: [ds], with: {command: [echo, '${item}']}}
+  ok: {map: [a, b], approval: {message: ship it?}}
+Y
+run_dagrun check own.yaml
+expect_rc 0
+expect_in "$T/out" "own.yaml: ok (dag own, 4 tasks)"
 
 # The example: three learning rates, the best val_loss promoted.
 make_corpus "$T/corpus" 2

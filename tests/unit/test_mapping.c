@@ -130,6 +130,81 @@ static void test_expansion(void) {
   spec_free(s);
 }
 
+/* A list known at run time: a placeholder until spec_map_expand, which
+ * appends the instances and moves the needs on the placeholder onto
+ * them; mapping_items says what is no list. */
+static void test_runtime(void) {
+  diags d = {0};
+  spec *s = parse("dag: x\n"
+                  "tasks:\n"
+                  "  gen: {stage: exec}\n"
+                  "  work:\n"
+                  "    stage: exec\n"
+                  "    needs: gen\n"
+                  "    map: ${tasks.gen.outputs.lrs}\n"
+                  "    retries: 1\n"
+                  "    with: {lr: '${item}', i: '${item_index}'}\n"
+                  "  join: {stage: exec, needs: [gen, work],\n"
+                  "         with: {w: '${tasks.work.outputs.w}'}}\n",
+                  &d);
+  CHECK_INT(d.n, 0);
+  CHECK_INT(s->n_tasks, 3);
+  const spec_map *m = spec_map_find(s, "work");
+  CHECK_INT(m->placeholder, 1);
+  CHECK_INT(m->n, 0);
+  CHECK_INT(s->tasks[1].item_index, SPEC_ITEM_PENDING);
+  CHECK_INT(s->tasks[2].n_needs, 2);
+  CHECK_INT(s->tasks[2].needs[1], 1);
+  tmpl_env e = {.s = s};
+  char *r = with_of(&e, "work");
+  CHECK_STR(r, "DEFERRED");
+  free(r);
+  r = with_of(&e, "join");
+  CHECK_STR(r, "DEFERRED");
+  free(r);
+
+  char err[512];
+  cJSON *items = NULL;
+  cJSON *v = cJSON_CreateString("[0.1, 0.2, 0.3]");
+  CHECK_INT(mapping_items(m, v, &items, err, sizeof err), 0);
+  cJSON_Delete(v);
+  v = cJSON_CreateNumber(4);
+  cJSON *none = NULL;
+  CHECK_INT(mapping_items(m, v, &none, err, sizeof err), DR_EINVAL);
+  CHECK_STR(err, "task 'work' maps over ${tasks.gen.outputs.lrs}, which is "
+                 "a number (4), not a JSON list");
+  cJSON_Delete(v);
+
+  spec_map_expand(s, 0, items);
+  cJSON_Delete(items);
+  CHECK_INT(s->n_tasks, 6);
+  CHECK_INT(m->first, 3);
+  CHECK_INT(m->n, 3);
+  CHECK_STR(s->tasks[5].name, "work-2");
+  CHECK_INT(s->tasks[5].retry.retries, 1);
+  CHECK_INT(s->tasks[5].n_needs, 1);
+  CHECK_INT(s->tasks[5].needs[0], 0);
+  /* join needs gen and the three instances, no longer the placeholder. */
+  const spec_task *join = &s->tasks[2];
+  CHECK_INT(join->n_needs, 4);
+  CHECK_INT(join->needs[0], 0);
+  for (size_t i = 0; i < 3; i++)
+    CHECK_INT(join->needs[i + 1], i + 3);
+  r = with_of(&e, "work-1");
+  CHECK_STR(r, "{\"lr\":0.2,\"i\":1}");
+  free(r);
+  cJSON *outs = cJSON_Parse("[{}, {}, {}, {\"w\": 1}, {\"w\": 2},"
+                            " {\"w\": 3}]");
+  e.task_outputs = fake_outputs;
+  e.ud = outs;
+  r = with_of(&e, "join");
+  CHECK_STR(r, "{\"w\":[1,2,3]}");
+  free(r);
+  cJSON_Delete(outs);
+  diags_free(&d);
+  spec_free(s);
+}
+
 /* The spec's errors for text, all of them. */
 static char *spec_errors(const char *text) {
   diags d = {0};
@@ -142,19 +217,21 @@ static char *spec_errors(const char *text) {
 }
 
 static void test_bad_map(void) {
-  char *e = spec_errors(
-      "dag: x\n"
-      "params: {lr: 0.1, lrs: [1, 2]}\n"
-      "tasks:\n"
-      "  a: {stage: exec, map: 5}\n"
-      "  b: {stage: exec, map: '${params.lr}'}\n"
-      "  c: {stage: exec, map: '${params.nope}'}\n"
-      "  d: {stage: exec, map: {x: 1}}\n"
-      "  e: {stage: exec, map: 'lr-${params.lrs}'}\n"
-      "  f: {stage: exec, needs: a, map: '${tasks.a.outputs.items}'}\n");
+  char *e =
+      spec_errors("dag: x\n"
+                  "params: {lr: 0.1, lrs: [1, 2]}\n"
+                  "tasks:\n"
+                  "  a: {stage: exec, map: 5}\n"
+                  "  b: {stage: exec, map: '${params.lr}'}\n"
+                  "  c: {stage: exec, map: '${params.nope}'}\n"
+                  "  d: {stage: exec, map: {x: 1}}\n"
+                  "  e: {stage: exec, map: 'lr-${params.lrs}'}\n"
+                  "  f: {stage: exec, needs: a, map: '${tasks.a.dir}'}\n");
   CHECK_STR(e,
             "dag.yaml:4:25: error: 'map' in task 'a': expected a list ([a, b, "
-            "c]) or ${params.NAME} naming a param whose value is a list, "
+            "c]), ${params.NAME} naming a param whose value is a list, or "
+            "${tasks.TASK.outputs.KEY} naming an upstream task's output that "
+            "is a JSON list, "
             "found an integer\n"
             "dag.yaml:5:25: error: 'map' in task 'b': param 'lr' is a number "
             "at line 2, not a list; the number of instances is fixed when "
@@ -163,16 +240,20 @@ static void test_bad_map(void) {
             "dag.yaml:6:25: error: 'map' in task 'c' names unknown param "
             "'nope' (declare it under 'params' as a list)\n"
             "dag.yaml:7:25: error: 'map' in task 'd': expected a list ([a, b, "
-            "c]) or ${params.NAME} naming a param whose value is a list, "
+            "c]), ${params.NAME} naming a param whose value is a list, or "
+            "${tasks.TASK.outputs.KEY} naming an upstream task's output that "
+            "is a JSON list, "
             "found a map\n"
             "dag.yaml:8:25: error: 'map' in task 'e': expected a list ([a, b, "
-            "c]) or ${params.NAME} naming a param whose value is a list, "
+            "c]), ${params.NAME} naming a param whose value is a list, or "
+            "${tasks.TASK.outputs.KEY} naming an upstream task's output that "
+            "is a JSON list, "
             "found a string\n"
-            "dag.yaml:9:35: error: 'map' in task 'f': "
-            "${tasks.a.outputs.items} is known only at run time, and mapping "
-            "over an upstream task's output is not supported yet; expected "
-            "a list ([a, b, c]) or ${params.NAME} naming a param whose value "
-            "is a list\n");
+            "dag.yaml:9:35: error: 'map' in task 'f': ${tasks.a.dir} is not "
+            "a task's output; expected a list ([a, b, c]), ${params.NAME} "
+            "naming a param whose value is a list, or "
+            "${tasks.TASK.outputs.KEY} naming an upstream task's output that "
+            "is a JSON list\n");
   free(e);
 }
 
@@ -258,6 +339,7 @@ static void test_item_errors(void) {
 int main(void) {
   test_expansion();
   test_bad_map();
+  test_runtime();
   test_names();
   test_item_errors();
   TEST_DONE();
