@@ -41,15 +41,14 @@ static int world_size(void) {
   return n > 0 ? n : 0;
 }
 
-/* Whether mpirun, or srun with PMI, started this process. */
-static int launched_by_mpi(void) {
+int gangloop_launched_by_mpi(void) {
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") ||
          getenv("PMIX_RANK");
 }
 
 int gangloop_ranks(void) {
   int n = world_size();
-  return n > 1 || (n == 1 && launched_by_mpi()) ? n : 0;
+  return n > 1 || (n == 1 && gangloop_launched_by_mpi()) ? n : 0;
 }
 
 /* A failure in the middle of the collectives: every rank must stop. */
@@ -81,7 +80,7 @@ static int check_params(trainrun *r, gang *g) {
   dagrun_ctx *ctx = r->ctx;
   const dagrun_host *h = r->h;
   int64_t v;
-  if (!launched_by_mpi()) {
+  if (!gangloop_launched_by_mpi()) {
     h->fail(ctx,
             "world_size %d, but the ranks were not started by mpirun: "
             "the train stage's ranks talk over MPI; set launcher: "

@@ -77,6 +77,9 @@
  * else 0: one process (singleloop.h). */
 int gangloop_ranks(void);
 
+/* Whether mpirun, or srun with PMI, started this process. */
+int gangloop_launched_by_mpi(void);
+
 /* Trains as rank of a gang of N on r (trainrun_init done; the caller
  * frees r). Collective: every rank calls it. Returns the stage's exit
  * status (0, EXIT_BAD_PARAMS, EXIT_FAILED), or aborts the gang (above). */
