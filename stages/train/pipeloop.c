@@ -34,10 +34,7 @@ int pipeloop_param(trainrun *r, int *P) {
 
 static _Noreturn void pipe_abort(trainrun *r, pipe_run *p, const char *what,
                                  const char *err) {
-  r->h->fail(r->ctx, "rank %d: %s: %s", p->rank, what, err);
-  r->h->log(r->ctx, DAGRUN_LOG_ERROR, "rank %d: %s: %s (stopping the gang)",
-            p->rank, what, err);
-  comm_abort(p->c, EXIT_FAILED);
+  gangloop_abort(r, p->c, p->rank, what, err);
 }
 
 /* What pipeline_parallel refuses, before any collective. 0 or
@@ -78,14 +75,7 @@ static int check_params(trainrun *r, pipe_run *p) {
     return EXIT_BAD_PARAMS;
   p->sched = (pipeline_schedule)sc;
   p->m = r->c.accum;
-  int64_t v;
-  if (stagekit_param_int(ctx, h, "threads", 0, 1024, &v))
-    return EXIT_BAD_PARAMS;
-  if (v == 0) { /* the CPUs shared by the ranks (one host) */
-    int n = (int)stagekit_cpu_count() / p->N;
-    trainkit_set_threads(n > 0 ? n : 1);
-  }
-  return 0;
+  return gangloop_threads(r, p->N);
 }
 
 /* The model's shape against P, the communicator and the stage. 0, or
@@ -98,17 +88,8 @@ static int start(trainrun *r, pipe_run *p) {
     r->h->fail(r->ctx, "%s", err);
     return EXIT_BAD_PARAMS;
   }
-  comm_config cc = {.backend = COMM_MPI};
-  if (comm_create(&cc, &p->c, err, sizeof err) != 0) {
-    r->h->fail(r->ctx, "%s", err);
+  if (gangloop_open_mpi(r, p->N, &p->c, &p->rank) != 0)
     return EXIT_FAILED;
-  }
-  p->rank = comm_rank(p->c);
-  if (comm_size(p->c) != p->N) {
-    r->h->fail(r->ctx, "MPI says %d ranks, DAGRUN_WORLD_SIZE %d",
-               comm_size(p->c), p->N);
-    comm_abort(p->c, EXIT_FAILED);
-  }
   pipeline_options o = {.micro = p->m,
                         .schedule = p->sched,
                         .B = r->c.B,
