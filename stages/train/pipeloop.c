@@ -108,13 +108,17 @@ static int start(trainrun *r, pipe_run *p) {
   if (!p->in || !p->tg)
     pipe_abort(r, p, "pipeline", "out of memory for the step's batches");
   int first, last, s = pipeline_stage(p->pl, &first, &last);
+  pipeline_stats st;
+  pipeline_get_stats(p->pl, &st);
   r->h->log(r->ctx, DAGRUN_LOG_INFO,
             "pipeline: rank %d is stage %d of %d (layers %d-%d%s%s), "
-            "schedule %s, %d micro-batches (grad_accum) of %d x %d; "
-            "zero_stage ignored (one data-parallel rank)",
+            "schedule %s, %d micro-batches (grad_accum) of %d x %d, the "
+            "activations of %d of them kept at most; zero_stage ignored "
+            "(one data-parallel rank)",
             p->rank, s, p->P, first, last - 1, s == 0 ? ", embeddings" : "",
             s == p->P - 1 ? ", head and loss" : "",
-            pipeline_schedule_names[p->sched], p->m, r->c.B, r->c.m.T);
+            pipeline_schedule_names[p->sched], p->m, r->c.B, r->c.m.T,
+            st.slots);
   return 0;
 }
 

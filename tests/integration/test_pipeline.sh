@@ -8,7 +8,9 @@
 #   gang's: the only differences are the order of two float sums, wte's
 #   head and lookup parts and the clipping norm's stage sums, which AdamW
 #   carries on for 20 steps; measured below, the test prints it).
-# - The log has the bubble line, measured beside (p-1)/(m+p-1) = 20%.
+# - The log has the bubble line, measured beside (p-1)/(m+p-1) = 20%,
+#   and says how many micro-batches' activations stage 0 keeps: 2 under
+#   1f1b (P - s), 4 (all) under gpipe.
 # - The final checkpoint (rank 0's gather, one process's format) is
 #   validated and exported downstream; one process resumes from the
 #   pipeline's step-10 checkpoint, and a pipeline from one process's,
@@ -34,6 +36,9 @@ pipe_dag() {
   run_dagrun run "$1.yaml" --plain
 }
 
+# Stage 0 keeps the activations of P - 0 = 2 micro-batches under 1f1b,
+# of all 4 under gpipe.
+declare -A SLOTS=([1f1b]=2 [gpipe]=4)
 for sched in 1f1b gpipe; do
   cat > p$sched.yaml <<Y
 dag: p$sched
@@ -51,7 +56,7 @@ Y
   expect_rc 0
   R=$(run_dir p$sched)
   LOG="$R/train/attempt-1/log"
-  expect_in "$LOG" "stage 0 of 2 (layers 0-1, embeddings), schedule $sched, 4 micro-batches"
+  expect_in "$LOG" "stage 0 of 2 (layers 0-1, embeddings), schedule $sched, 4 micro-batches (grad_accum) of 2 x 32, the activations of ${SLOTS[$sched]} of them kept at most"
   expect_in "$LOG" "(p-1)/(m+p-1) = (2-1)/(4+2-1) = 20.0%"
   grep -F "pipeline bubble" "$LOG" | sed 's/^/  /'
   losses "$R" > p$sched.losses
