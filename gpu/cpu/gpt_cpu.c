@@ -1002,11 +1002,11 @@ int gpt_forward_stage(gpt *m, const uint32_t *inputs, const float *x,
   if (m->cfg.family == GPT_FAMILY_LLAMA || has_ids != first || has_x == first ||
       has_tg != last) {
     snprintf(err, errlen,
-             "gpt: stage [%d,%d) of %d layers: %s the ids, %s the stream, "
-             "%s the targets (a GPT-2 model)",
+             "gpt: stage [%d,%d) of %d layers takes %s and %s (GPT-2 "
+             "models only)",
              m->stage_first, m->stage_last, m->cfg.n_layer,
-             first ? "wants" : "takes no", first ? "takes no" : "wants",
-             last ? "wants" : "takes no");
+             first ? "the ids (not a stream)" : "a stream (not the ids)",
+             last ? "the targets" : "no targets");
     return -1;
   }
   int nb = blas_threads_begin();
