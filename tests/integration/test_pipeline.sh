@@ -17,6 +17,8 @@
 #   validated and exported downstream; one process resumes from the
 #   pipeline's step-10 checkpoint, and a pipeline from one process's,
 #   both with one process's losses of steps 11-20.
+# - A timeout stops both ranks, which write a checkpoint first (one
+#   process resumes it).
 # - Refused at start with the numbers: world_size 2 with
 #   pipeline_parallel 3 (data parallel beside it), n_layer 3 with 2
 #   stages, device: cuda, a Llama model, pipeline_parallel without a gang.
@@ -101,6 +103,37 @@ run_dagrun run p2o.yaml --plain
 resumed_as p2o "resumed from $P1/train/checkpoints/step-00000010 at step 10"
 pipe_dag o2p "$MODEL, pipeline_parallel: 2, resume: \"$R1/train/checkpoints/step-00000010\""
 resumed_as o2p "resumed from $R1/train/checkpoints/step-00000010 at step 10"
+
+# A timeout stops the pipeline: the ranks agree on the stop, rank 0
+# gathers and writes a checkpoint, which one process resumes.
+MTO=${MODEL/steps: 20/steps: 100000}
+MTO=${MTO/checkpoint_every: 10/checkpoint_every: 0}
+cat > to.yaml <<Y
+dag: to
+tasks:
+  train:
+    stage: train
+    world_size: 2
+    launcher: mpirun
+    timeout: 4s
+    kill_grace: 20s
+    env: {DAGRUN_TEST_LOADER_DELAY_MS: "20", OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1", LSAN_OPTIONS: "$LSAN_OPTIONS", ASAN_OPTIONS: "$ASAN_OPTIONS"}
+    with: {$MTO, pipeline_parallel: 2}
+Y
+run_dagrun run to.yaml --plain
+expect_rc 1
+expect_in "$T/out" "timed out after 4.0s"
+RT=$(run_dir to)
+expect_in "$RT/train/attempt-1/log" "checkpoint step"
+CK=$(ls -d "$RT/train/checkpoints/"step-* | tail -n 1)
+[ -n "$CK" ] || fail "no checkpoint on stop: $(ls "$RT/train/checkpoints")"
+STOP=$((10#${CK##*step-}))
+[ "$STOP" -gt 0 ] || fail "stopped before the first step: $CK"
+printf 'dag: resto\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
+  "${MODEL/steps: 20/steps: $((STOP + 2))}" "$CK" > resto.yaml
+run_dagrun run resto.yaml --plain
+expect_rc 0
+expect_in "$(run_dir resto)/train/attempt-1/log" "resumed from $CK at step $STOP"
 
 # refused NAME TEXT WITH [WORLD]: NAME fails, saying TEXT.
 refused() {
