@@ -98,10 +98,12 @@ static int start(trainrun *r, pipe_run *p) {
                         .recompute = (gpt_recompute)r->c.recompute,
                         .autocast = r->c.autocast};
   size_t n = (size_t)p->m * r->c.B * r->c.m.T;
+  /* Rank 0's engine: the pre-flight loss and validation, on the whole
+   * model it gathers. */
   engine_options eo = {.B = r->c.B, .T = r->c.m.T, .opt = r->c.opt};
   if (pipeline_create(p->c, r->model, &o, &p->pl, err, sizeof err) != 0 ||
-      engine_create(ENGINE_CPU, r->model, r->opt, &eo, &r->eng, err,
-                    sizeof err) != 0)
+      (p->rank == 0 && engine_create(ENGINE_CPU, r->model, r->opt, &eo,
+                                     &r->eng, err, sizeof err) != 0))
     pipe_abort(r, p, "pipeline", err);
   p->in = malloc(n * sizeof *p->in);
   p->tg = malloc(n * sizeof *p->tg);
@@ -329,6 +331,12 @@ int pipeloop_run(trainrun *r, int N, int P) {
     trainrun_set_config(r);
     r->lnV = log((double)gpt_get_config(r->model)->vocab_size);
     resume(r, &p);
+    /* The one-process optimizer over the whole model is rank 0's, for
+     * the checkpoints it writes; the others needed it only to read one. */
+    if (p.rank != 0) {
+      optim_destroy(r->opt);
+      r->opt = r->st.opt = NULL;
+    }
     if (p.rank == 0 && r->st.step == 0)
       preflight(r, &p);
     status = train_loop(r, &p) == 0 ? finish(r, &p) : EXIT_FAILED;
