@@ -15,8 +15,8 @@
 # - The same with 4 stages of one layer on 4 ranks (1f1b).
 # - The final checkpoint (rank 0's gather, one process's format) is
 #   validated and exported downstream; one process resumes from the
-#   pipeline's step-10 checkpoint, and a pipeline from one process's,
-#   both with one process's losses of steps 11-20.
+#   pipeline's step-10 checkpoint, and a pipeline from one process's and
+#   from a pipeline's, all with one process's losses of steps 11-20.
 # - A timeout stops both ranks, which write a checkpoint first (one
 #   process resumes it).
 # - Refused at start with the numbers: world_size 2 with
@@ -103,6 +103,8 @@ run_dagrun run p2o.yaml --plain
 resumed_as p2o "resumed from $P1/train/checkpoints/step-00000010 at step 10"
 pipe_dag o2p "$MODEL, pipeline_parallel: 2, resume: \"$R1/train/checkpoints/step-00000010\""
 resumed_as o2p "resumed from $R1/train/checkpoints/step-00000010 at step 10"
+pipe_dag p2p "$MODEL, pipeline_parallel: 2, pipeline_schedule: gpipe, resume: \"$P1/train/checkpoints/step-00000010\""
+resumed_as p2p "resumed from $P1/train/checkpoints/step-00000010 at step 10"
 
 # A timeout stops the pipeline: the ranks agree on the stop, rank 0
 # gathers and writes a checkpoint, which one process resumes.
