@@ -125,22 +125,31 @@ static int range_optim(pipeline *p, range *r, char *err, size_t errlen) {
   return rc;
 }
 
-/* The stage's parameter ranges: groups [1 + first, 1 + last) of the
+/* Stage s's own parameters, one contiguous range: the groups of its
  * layers, with group 0 (the embeddings) on the first stage and group
- * n_layer + 1 (ln_f) on the last; the last stage's copy of group 0 as a
- * second range. */
-static int make_ranges(pipeline *p, char *err, size_t errlen) {
-  int L = gpt_get_config(p->model)->n_layer;
-  size_t g0 = p->s == 0 ? 0 : (size_t)(1 + p->first);
-  size_t g1 = p->s == p->P - 1 ? (size_t)L + 1 : (size_t)p->last;
+ * n_layer + 1 (ln_f) on the last. */
+static void stage_range(const pipeline *p, int s, size_t *off, size_t *n) {
+  int L = gpt_get_config(p->model)->n_layer, per = L / p->P;
+  size_t g0 = s == 0 ? 0 : (size_t)(1 + s * per);
+  size_t g1 = s == p->P - 1 ? (size_t)L + 1 : (size_t)((s + 1) * per);
   size_t off0, n0, off1, n1;
   gpt_group_range(p->model, g0, &off0, &n0);
   gpt_group_range(p->model, g1, &off1, &n1);
-  p->rg[0] = (range){off0, off1 + n1 - off0, NULL, 1};
+  *off = off0;
+  *n = off1 + n1 - off0;
+}
+
+/* The stage's parameter ranges, each with its optimizer: its own
+ * (stage_range), and on the last stage its copy of group 0 as a second
+ * one. */
+static int make_ranges(pipeline *p, char *err, size_t errlen) {
+  size_t off, n;
+  stage_range(p, p->s, &off, &n);
+  p->rg[0] = (range){off, n, NULL, 1};
   p->nrg = 1;
   if (p->s == p->P - 1) {
-    gpt_group_range(p->model, 0, &off0, &n0);
-    p->rg[p->nrg++] = (range){off0, n0, NULL, 0};
+    gpt_group_range(p->model, 0, &off, &n);
+    p->rg[p->nrg++] = (range){off, n, NULL, 0};
   }
   for (int i = 0; i < p->nrg; i++)
     if (range_optim(p, &p->rg[i], err, errlen) != 0)
@@ -358,7 +367,7 @@ int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
       comm_broadcast(p->c, loss, sizeof *loss, p->P - 1, err, errlen) != 0)
     return -1;
   /* The bubble over all stages: the sum of their idle times over the
-   * sum of their step times; and the slowest stage's step. */
+   * sum of their step times; and the mean of those step times. */
   float acc[2] = {(float)(step - busy), (float)step};
   if (comm_allreduce_sum(p->c, acc, 2, err, errlen) != 0)
     return -1;
@@ -407,48 +416,53 @@ static size_t per_param(optim *o, size_t n) {
   return n ? optim_state_floats(o) / n : 0;
 }
 
-int pipeline_gather(pipeline *p, optim *full, char *err, size_t errlen) {
-  size_t N = gpt_num_params(p->model);
-  range *r = &p->rg[0];
-  float *params = gpt_params(p->model);
-  if (p->s > 0) {
-    size_t k = per_param(r->opt, r->n);
-    if (comm_send(p->c, params + r->off, r->n * sizeof(float), 0, err,
-                  errlen) != 0 ||
-        comm_send(p->c, optim_state(r->opt), k * r->n * sizeof(float), 0, err,
-                  errlen) != 0)
-      return -1;
+/* Rank 0's part of a gather: stage s's parameters into the model and,
+ * with state, its optimizer state into fs (full's, N parameters). */
+static int gather_stage(pipeline *p, int s, float *fs, size_t k, char *err,
+                        size_t errlen) {
+  size_t N = gpt_num_params(p->model), off, n;
+  stage_range(p, s, &off, &n);
+  if (comm_recv(p->c, gpt_params(p->model) + off, n * sizeof(float), s, err,
+                errlen) != 0)
+    return -1;
+  if (!fs)
     return 0;
+  float *st = malloc(k * n * sizeof(float) + 1);
+  if (!st) {
+    snprintf(err, errlen, "pipeline: out of memory gathering stage %d", s);
+    return -1;
   }
-  size_t k = per_param(r->opt, r->n);
-  float *fs = full ? optim_state(full) : NULL;
+  int rc = comm_recv(p->c, st, k * n * sizeof(float), s, err, errlen);
+  for (size_t j = 0; rc == 0 && j < k; j++)
+    memcpy(fs + j * N + off, st + j * n, n * sizeof(float));
+  free(st);
+  return rc;
+}
+
+int pipeline_gather(pipeline *p, int with_state, optim *full, char *err,
+                    size_t errlen) {
+  range *r = &p->rg[0];
+  size_t k = per_param(r->opt, r->n), N = gpt_num_params(p->model);
+  if (p->s > 0)
+    return comm_send(p->c, gpt_params(p->model) + r->off, r->n * sizeof(float),
+                     0, err, errlen) != 0 ||
+                   (with_state &&
+                    comm_send(p->c, optim_state(r->opt),
+                              k * r->n * sizeof(float), 0, err, errlen) != 0)
+               ? -1
+               : 0;
+  if (with_state && !full) {
+    snprintf(err, errlen, "pipeline: gather: no optimizer for the state");
+    return -1;
+  }
+  float *fs = with_state ? optim_state(full) : NULL;
   for (size_t j = 0; fs && j < k; j++)
     memcpy(fs + j * N + r->off, optim_state(r->opt) + j * r->n,
            r->n * sizeof(float));
-  for (int s = 1; s < p->P; s++) {
-    /* Stage s's range: its layers, and ln_f on the last. */
-    int L = gpt_get_config(p->model)->n_layer, per = L / p->P;
-    size_t off, n, off1, n1;
-    gpt_group_range(p->model, (size_t)(1 + s * per), &off, &n);
-    gpt_group_range(p->model,
-                    s == p->P - 1 ? (size_t)L + 1 : (size_t)((s + 1) * per),
-                    &off1, &n1);
-    n = off1 + n1 - off;
-    float *st = malloc(k * n * sizeof(float) + 1);
-    if (!st) {
-      snprintf(err, errlen, "pipeline: out of memory gathering stage %d", s);
+  for (int s = 1; s < p->P; s++)
+    if (gather_stage(p, s, fs, k, err, errlen) != 0)
       return -1;
-    }
-    int rc = comm_recv(p->c, params + off, n * sizeof(float), s, err, errlen);
-    if (rc == 0)
-      rc = comm_recv(p->c, st, k * n * sizeof(float), s, err, errlen);
-    for (size_t j = 0; rc == 0 && fs && j < k; j++)
-      memcpy(fs + j * N + off, st + j * n, n * sizeof(float));
-    free(st);
-    if (rc != 0)
-      return -1;
-  }
-  if (full)
+  if (fs)
     optim_set_t(full, optim_get_t(r->opt));
   return 0;
 }

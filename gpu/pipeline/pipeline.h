@@ -117,16 +117,19 @@ void pipeline_step(pipeline *p, float lr);
 typedef struct pipeline_stats {
   double idle;    /* the stages' idle time over their step time, summed */
   double formula; /* (P - 1) / (m + P - 1) */
-  double step_s;  /* the step's time, the slowest stage's */
+  double step_s;  /* the mean of the stages' step times */
   int slots;      /* micro-batches' activations this rank keeps */
 } pipeline_stats;
 void pipeline_get_stats(const pipeline *p, pipeline_stats *s);
 
-/* Brings every stage's parameters into rank 0's model and, with full
- * (rank 0's optimizer over the whole model, trainkit_make_optim's
- * layout; NULL elsewhere), their optimizer state and step count: rank 0
- * can then evaluate, save and export the model as one process's. */
-int pipeline_gather(pipeline *p, optim *full, char *err, size_t errlen);
+/* Brings every stage's parameters into rank 0's model and, with
+ * with_state (the same on every rank), their optimizer state and step
+ * count into full (rank 0's optimizer over the whole model,
+ * trainkit_make_optim's layout; NULL elsewhere): rank 0 can then
+ * evaluate (without state), save and export the model as one
+ * process's. */
+int pipeline_gather(pipeline *p, int with_state, optim *full, char *err,
+                    size_t errlen);
 
 /* After every rank loaded the same whole checkpoint into model and
  * full (a one-process optimizer): this stage takes its part of full's

@@ -159,7 +159,7 @@ static void preflight(trainrun *r, pipe_run *p) {
 /* Every stage's weights (and with opt, optimizer state) to rank 0. */
 static void gather(trainrun *r, pipe_run *p, int opt) {
   char err[2048];
-  if (pipeline_gather(p->pl, opt && p->rank == 0 ? r->opt : NULL, err,
+  if (pipeline_gather(p->pl, opt, p->rank == 0 ? r->opt : NULL, err,
                       sizeof err) != 0)
     pipe_abort(r, p, "gathering the model", err);
 }
