@@ -86,25 +86,14 @@ same_losses one.losses p4.losses 1e-4
 same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
   "$R/train/checkpoints/step-00000020/model.safetensors" 1e-4
 
-# resumed_as NAME TEXT: NAME succeeded, its log says TEXT, and its losses
-# are one process's of steps 11-20.
-resumed_as() {
-  expect_rc 0
-  local R
-  R=$(run_dir "$1")
-  expect_in "$R/train/attempt-1/log" "$2"
-  losses "$R" > "$1.losses"
-  grep -E '^(1[1-9]|20) ' one.losses > one.tail
-  same_losses one.tail "$1.losses" 1e-4
-}
 printf 'dag: p2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
   "$MODEL" "$P1/train/checkpoints/step-00000010" > p2o.yaml
 run_dagrun run p2o.yaml --plain
-resumed_as p2o "resumed from $P1/train/checkpoints/step-00000010 at step 10"
+resumed_as one p2o "resumed from $P1/train/checkpoints/step-00000010 at step 10" 1e-4
 pipe_dag o2p "$MODEL, pipeline_parallel: 2, resume: \"$R1/train/checkpoints/step-00000010\""
-resumed_as o2p "resumed from $R1/train/checkpoints/step-00000010 at step 10"
+resumed_as one o2p "resumed from $R1/train/checkpoints/step-00000010 at step 10" 1e-4
 pipe_dag p2p "$MODEL, pipeline_parallel: 2, pipeline_schedule: gpipe, resume: \"$P1/train/checkpoints/step-00000010\""
-resumed_as p2p "resumed from $P1/train/checkpoints/step-00000010 at step 10"
+resumed_as one p2p "resumed from $P1/train/checkpoints/step-00000010 at step 10" 1e-4
 
 # A timeout stops the pipeline: the ranks agree on the stop, rank 0
 # gathers and writes a checkpoint, which one process resumes.
