@@ -522,9 +522,9 @@ static void check_p2p(size_t n, int tag) {
   size_t bytes = n * sizeof(float);
   if (N == 1 || DEV) {
     float x = 0;
-    const char *want = DEV ? "point to point is not in the NCCL backend"
-                           : "peer 0 is not another rank";
-    if (comm_send(C, &x, sizeof x, 0, err, sizeof err) == 0 ||
+    const char *want = N > 1 ? "point to point is not in the NCCL backend"
+                             : "peer 0 is not another rank";
+    if (comm_send(C, &x, sizeof x, (R + 1) % N, err, sizeof err) == 0 ||
         !strstr(err, want)) {
       fprintf(stderr, "comm_check: rank %d: send not refused as \"%s\" (%s)\n",
               R, want, err);
