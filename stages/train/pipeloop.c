@@ -74,6 +74,10 @@ static int check_params(trainrun *r, pipe_run *p) {
                             pipeline_schedule_names, &sc))
     return EXIT_BAD_PARAMS;
   p->sched = (pipeline_schedule)sc;
+  if (r->c.device == ENGINE_WANT_AUTO && engine_built_with_cuda())
+    h->log(ctx, DAGRUN_LOG_INFO,
+           "device: auto is cpu with pipeline_parallel (GPU ranks do not "
+           "run pipeline stages yet)");
   p->m = r->c.accum;
   return gangloop_threads(r, p->N);
 }
