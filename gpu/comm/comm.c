@@ -65,6 +65,10 @@ const char *comm_op_name(comm_op op) {
     return "broadcast";
   case COMM_OP_BARRIER:
     return "barrier";
+  case COMM_OP_SEND:
+    return "send";
+  case COMM_OP_RECV:
+    return "recv";
   }
   return "?";
 }
@@ -107,6 +111,9 @@ static int self_start(comm *c, int slot, comm_op op, const void *send,
   case COMM_OP_BROADCAST:
   case COMM_OP_BARRIER:
     break;
+  case COMM_OP_SEND:
+  case COMM_OP_RECV:
+    break; /* start() refused them: one rank has no peer */
   }
   return 0;
 }
@@ -202,11 +209,20 @@ static int start(comm *c, int async, comm_op op, const void *send, void *recv,
            bn, on);
     return -1;
   }
-  /* A reduce writes recv on its root only. */
-  int recv_used = op != COMM_OP_REDUCE || root == c->rank;
-  if (n > 0 &&
-      ((recv_used && !recv) || (op != COMM_OP_BROADCAST && !send))) {
+  /* A reduce writes recv on its root only; a send has no recv, a recv
+   * no send. */
+  int p2p = op == COMM_OP_SEND || op == COMM_OP_RECV;
+  int recv_used =
+      op != COMM_OP_SEND && (op != COMM_OP_REDUCE || root == c->rank);
+  int send_used = op != COMM_OP_BROADCAST && op != COMM_OP_RECV;
+  if (n > 0 && ((recv_used && !recv) || (send_used && !send))) {
     comm_seterr(err, errlen, "comm %s: %s: NULL buffer for %zu elements", bn, on, n);
+    return -1;
+  }
+  if (p2p && (root < 0 || root >= c->size || root == c->rank)) {
+    comm_seterr(err, errlen,
+                "comm %s: %s: peer %d is not another rank (rank %d of %d)", bn,
+                on, root, c->rank, c->size);
     return -1;
   }
   if ((op == COMM_OP_BROADCAST || op == COMM_OP_REDUCE) &&
@@ -392,6 +408,26 @@ int comm_iallgather_bytes(comm *c, const void *send, void *recv, size_t bytes,
                           comm_req **req, char *err, size_t errlen) {
   return start(c, 1, COMM_OP_ALLGATHER_BYTES, send, recv, bytes, 0, req, err,
                errlen);
+}
+
+int comm_send(comm *c, const void *send, size_t bytes, int peer, char *err,
+              size_t errlen) {
+  return blocking(c, COMM_OP_SEND, send, NULL, bytes, peer, err, errlen);
+}
+
+int comm_recv(comm *c, void *recv, size_t bytes, int peer, char *err,
+              size_t errlen) {
+  return blocking(c, COMM_OP_RECV, NULL, recv, bytes, peer, err, errlen);
+}
+
+int comm_isend(comm *c, const void *send, size_t bytes, int peer,
+               comm_req **req, char *err, size_t errlen) {
+  return start(c, 1, COMM_OP_SEND, send, NULL, bytes, peer, req, err, errlen);
+}
+
+int comm_irecv(comm *c, void *recv, size_t bytes, int peer, comm_req **req,
+               char *err, size_t errlen) {
+  return start(c, 1, COMM_OP_RECV, NULL, recv, bytes, peer, req, err, errlen);
 }
 
 void comm_abort(comm *c, int code) {

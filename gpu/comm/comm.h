@@ -108,6 +108,24 @@ int comm_iallgather(comm *c, const float *send, float *recv, size_t n,
                     comm_req **req, char *err, size_t errlen);
 int comm_iallgather_bytes(comm *c, const void *send, void *recv, size_t bytes,
                           comm_req **req, char *err, size_t errlen);
+/* Point to point, for pipeline parallelism (gpu/pipeline/pipeline.h):
+ * bytes of send to rank peer, and bytes from rank peer into recv. Every
+ * send has its matching recv on the peer, of the same size; between two
+ * ranks, messages arrive in the order they were sent (MPI's
+ * non-overtaking rule), so no tags. peer must be another rank (so the
+ * self backend has none to give). MPI only: NCCL refuses them (not
+ * built yet), with a message that says so. The blocking ones wait up to
+ * the timeout; comm_isend lets a rank go on while its message waits for
+ * the peer's recv (send must stay valid until comm_wait). */
+int comm_send(comm *c, const void *send, size_t bytes, int peer, char *err,
+              size_t errlen);
+int comm_recv(comm *c, void *recv, size_t bytes, int peer, char *err,
+              size_t errlen);
+int comm_isend(comm *c, const void *send, size_t bytes, int peer,
+               comm_req **req, char *err, size_t errlen);
+int comm_irecv(comm *c, void *recv, size_t bytes, int peer, comm_req **req,
+               char *err, size_t errlen);
+
 /* Waits for req (freed), up to the timeout. */
 int comm_wait(comm *c, comm_req *req, char *err, size_t errlen);
 /* Added to the contract: polls req without waiting. *done = 1: it

@@ -22,7 +22,9 @@ typedef enum comm_op {
   COMM_OP_ALLGATHER,
   COMM_OP_ALLGATHER_BYTES,
   COMM_OP_BROADCAST,
-  COMM_OP_BARRIER
+  COMM_OP_BARRIER,
+  COMM_OP_SEND, /* n bytes of send to rank root (the peer) */
+  COMM_OP_RECV  /* n bytes from rank root into recv */
 } comm_op;
 
 /* "allreduce", "reduce_scatter", ...: the operation's name in messages. */
@@ -39,7 +41,8 @@ typedef struct comm_ops {
   /* Starts op in slot: n floats (allreduce: buf = recv; reduce_scatter:
    * send has n*size, recv n; reduce: send n, recv n on root, NULL
    * allowed elsewhere; allgather: send n, recv n*size), or n bytes for
-   * broadcast (buf = recv, root). 0; -1 with err when the library
+   * broadcast (buf = recv, root), or n bytes to or from the peer root for
+   * send (send) and recv (recv). 0; -1 with err when the library
    * failed (the communicator is then unusable); -2 with err for arguments
    * the backend cannot take (nothing was started). */
   int (*start)(comm *c, int slot, comm_op op, const void *send, void *recv,

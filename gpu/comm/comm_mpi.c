@@ -78,6 +78,12 @@ static int mpi_start(comm *c, int slot, comm_op op, const void *send,
   case COMM_OP_BARRIER:
     rc = MPI_Ibarrier(s->comm, r);
     break;
+  case COMM_OP_SEND:
+    rc = MPI_Isend(send, cnt, MPI_BYTE, root, 0, s->comm, r);
+    break;
+  case COMM_OP_RECV:
+    rc = MPI_Irecv(recv, cnt, MPI_BYTE, root, 0, s->comm, r);
+    break;
   }
   if (rc != MPI_SUCCESS) {
     mpierr(err, errlen, comm_op_name(op), rc);

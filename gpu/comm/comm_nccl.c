@@ -138,6 +138,13 @@ static int nccl_start(comm *c, int slot, comm_op op, const void *send,
     r = ncclAllReduce(s->scratch, s->scratch, 1, ncclFloat32, ncclSum, s->comm,
                       s->stream);
     break;
+  case COMM_OP_SEND:
+  case COMM_OP_RECV:
+    comm_seterr(err, errlen,
+                "comm nccl: %s: point to point is not in the NCCL backend "
+                "yet (pipeline parallelism runs on CPU ranks over MPI)",
+                what);
+    return -2;
   }
   if (r != ncclSuccess && r != ncclInProgress) {
     ncclerr(s, r, what, err, errlen);

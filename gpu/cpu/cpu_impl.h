@@ -31,13 +31,13 @@ void cpu_causal_softmax_backward(float *da, const float *a, int T,
 
 /* The start of every forward: forgets the last one, checks (B,T) (widest:
  * the widest activation row, for the int range of the products) and the
- * ids, makes m->acts hold floats(cfg, m->recompute, B, T) floats and
- * copies the ids. 0, or -1 with err. */
+ * ids, makes m->acts hold need floats (the backend's count for (B,T),
+ * computed before the check: plain arithmetic, used only after it) and
+ * copies the ids. inputs NULL: a pipeline stage after the first, which
+ * has none. 0, or -1 with err. */
 int cpu_forward_begin(gpt *m, const uint32_t *inputs, const uint32_t *targets,
-                      int B, int T, size_t widest,
-                      size_t (*floats)(const gpt_config *, gpt_recompute, int,
-                                       int),
-                      char *err, size_t errlen);
+                      int B, int T, size_t widest, size_t need, char *err,
+                      size_t errlen);
 /* The end of every forward that got its logits (B*T,Vp): zeroes their
  * padding columns, records (B,T) as the last forward's, and with targets
  * computes the cross-entropy into lse, losses and probs (the backward's

@@ -185,12 +185,13 @@ static void layer_split(gpt_recompute rc, size_t BT, size_t C, size_t NH,
   *kept = all - *shared;
 }
 
-/* Carves m->acts (which must hold acts_floats()) for (B,T) under rc;
+/* Carves m->acts (which must hold acts_floats()) for (B,T) under rc,
+ * with the activations of nl layers (a pipeline stage's, or all);
  * with base NULL only counts. Returns the floats used. */
-static size_t carve(const gpt_config *cfg, gpt_recompute rc, float *base, int B,
-                    int T, acts *a) {
+static size_t carve(const gpt_config *cfg, gpt_recompute rc, int nl,
+                    float *base, int B, int T, acts *a) {
   size_t C = cfg->n_embd, NH = cfg->n_head, Vp = cfg->padded_vocab;
-  size_t BT = (size_t)B * T, L = cfg->n_layer;
+  size_t BT = (size_t)B * T, L = (size_t)nl;
   size_t off = 0, shared;
   a->rc = rc;
 #define TAKE(field, n)                                                         \
@@ -231,7 +232,7 @@ static uint64_t act_bytes(const gpt_config *cfg, gpt_recompute rc, int B,
   size_t nids = (size_t)B * T;
   size_t floats = cfg->family == GPT_FAMILY_LLAMA
                       ? llama_cpu_act_floats(cfg, rc, B, T)
-                      : carve(cfg, rc, NULL, B, T, &a);
+                      : carve(cfg, rc, cfg->n_layer, NULL, B, T, &a);
   return (uint64_t)floats * sizeof(float) +
          2 * (uint64_t)nids * sizeof(uint32_t);
 }
@@ -252,7 +253,7 @@ void gpt_memory_estimate(const gpt_config *cfg, int B, int T,
  * block's for what it does not keep. */
 static layer_acts layer_at(const gpt *m, const acts *a, int l, int B, int T) {
   size_t C = m->cfg.n_embd, NH = m->cfg.n_head, BT = (size_t)B * T;
-  float *own = a->layers + (size_t)l * a->layer_size;
+  float *own = a->layers + (size_t)(l - m->stage_first) * a->layer_size;
   float *p = a->rc == GPT_RECOMPUTE_BLOCK ? a->shared : own;
   layer_acts la;
 #define TAKE(field, n)                                                         \
@@ -794,24 +795,23 @@ int cpu_params_done(gpt *m, int g, int next) {
                        : 0;
 }
 
-/* The activations' floats of GPT-2 at (B,T) under rc, as
- * cpu_forward_begin wants them. */
-static size_t gpt2_floats(const gpt_config *cfg, gpt_recompute rc, int B,
-                          int T) {
-  acts a;
-  return carve(cfg, rc, NULL, B, T, &a);
+/* The layers whose activations m keeps: its stage's (gpt_set_stage). */
+static int stage_layers(const gpt *m) { return m->stage_last - m->stage_first; }
+
+/* m's activations in m->acts, carved for (B,T). */
+static void carve_m(gpt *m, int B, int T, acts *a) {
+  carve(&m->cfg, m->recompute, stage_layers(m), m->acts, B, T, a);
 }
 
 int cpu_forward_begin(gpt *m, const uint32_t *inputs, const uint32_t *targets,
-                      int B, int T, size_t widest,
-                      size_t (*floats)(const gpt_config *, gpt_recompute, int,
-                                       int),
-                      char *err, size_t errlen) {
+                      int B, int T, size_t widest, size_t need, char *err,
+                      size_t errlen) {
   const gpt_config *c = &m->cfg;
   int NH = c->n_head, V = c->vocab_size, Vp = c->padded_vocab;
   /* Whatever happens next, the last forward's results are gone. */
   m->B = m->T = 0;
   m->have_loss = 0;
+  m->stage_train = 0;
   if (B < 1 || T < 1 || T > c->block_size) {
     snprintf(err, errlen,
              "gpt: batch B=%d T=%d; B must be >= 1 and T between 1 and "
@@ -825,12 +825,13 @@ int cpu_forward_begin(gpt *m, const uint32_t *inputs, const uint32_t *targets,
     snprintf(err, errlen, "gpt: batch B=%d T=%d is too large", B, T);
     return -1;
   }
-  if (cpu_check_ids(inputs, N, V, "inputs", err, errlen) != 0 ||
+  if ((inputs && cpu_check_ids(inputs, N, V, "inputs", err, errlen) != 0) ||
       (targets && cpu_check_ids(targets, N, V, "targets", err, errlen) != 0))
     return -1;
-  if (cpu_ensure_acts(m, floats(c, m->recompute, B, T), B, T, err, errlen) != 0)
+  if (cpu_ensure_acts(m, need, B, T, err, errlen) != 0)
     return -1;
-  memcpy(m->inputs, inputs, N * sizeof(uint32_t));
+  if (inputs)
+    memcpy(m->inputs, inputs, N * sizeof(uint32_t));
   /* Dropout in a trainer's forwards only (gpt_dropout_key). */
   m->fwd_drop = targets && m->drop_active ? m->drop_p : 0.0f;
   m->fwd_key = m->drop_key;
@@ -892,25 +893,66 @@ static void layer_forward(gpt *m, const acts *a, const layer_acts *la,
 #undef P
 }
 
-static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
-                   int B, int T, float *loss, char *err, size_t errlen) {
+/* The stage's input into a.encoded (B,T,C): the embeddings of inputs
+ * on the first stage, else a copy of x, the stream that enters it. */
+static int stage_input(gpt *m, const acts *a, const uint32_t *inputs,
+                       const float *x, int B, int T) {
+  int C = m->cfg.n_embd;
+  if (m->stage_first > 0) {
+    memcpy(a->encoded, x, (size_t)B * T * C * sizeof(float));
+    return 0;
+  }
+  if (cpu_params_need(m, 0, 1) != 0)
+    return -1;
+  encoder_forward(a->encoded, inputs, gpt_p(m, 0), gpt_p(m, 1), B, T, C);
+  return cpu_params_done(m, 0, 1);
+}
+
+/* The head: residual stream res -> ln_f -> logits (B,T,Vp) -> loss. */
+static int head_forward(gpt *m, const acts *a, const float *res,
+                        const uint32_t *targets, int B, int T, float *loss) {
   const gpt_config *c = &m->cfg;
-  int C = c->n_embd, V = c->vocab_size, Vp = c->padded_vocab;
+  int C = c->n_embd, V = c->vocab_size, Vp = c->padded_vocab, L = c->n_layer;
+  size_t N = (size_t)B * T;
+  size_t lf = gpt_ti(L, 0);
+  /* After the tied head, a forward with targets is for training: the
+   * backward starts with the head again (group 0). */
+  int after = targets ? 0 : -1;
+  if (cpu_params_need(m, L + 1, 0) != 0)
+    return -1;
+  gpt_cpu_layernorm(a->lnf, a->lnf_mean, a->lnf_rstd, res, gpt_p(m, lf),
+                    gpt_p(m, lf + 1), (int)N, C);
+  if (cpu_params_done(m, L + 1, 0) != 0 || cpu_params_need(m, 0, after) != 0)
+    return -1;
+  /* lnf (B,T,C), wte (Vp,C) -> logits (B,T,Vp) = lnf wte^T; columns
+   * [V,Vp) are set to zero rather than multiplied by the zero rows. */
+  gemm(0, 1, (int)N, V, C, 1.0f, a->lnf, C, gpt_p(m, 0), C, 0.0f, a->logits,
+       Vp);
+  if (cpu_params_done(m, 0, after) != 0)
+    return -1;
+  cpu_forward_end(m, B, T, a->logits, a->lse, a->losses, a->dlogits, targets,
+                  loss);
+  return 0;
+}
+
+/* The forward of layers [stage_first, stage_last) (all of them but in a
+ * pipeline stage), from inputs' embeddings or x, with the head when the
+ * range ends with the last layer. */
+static int forward(gpt *m, const uint32_t *inputs, const float *x,
+                   const uint32_t *targets, int B, int T, float *loss,
+                   char *err, size_t errlen) {
+  const gpt_config *c = &m->cfg;
+  int C = c->n_embd;
   acts a;
-  if (cpu_forward_begin(m, inputs, targets, B, T, (size_t)4 * C, gpt2_floats,
+  if (cpu_forward_begin(m, inputs, targets, B, T, (size_t)4 * C,
+                        carve(c, m->recompute, stage_layers(m), NULL, B, T, &a),
                         err, errlen) != 0)
     return -1;
-  size_t N = (size_t)B * T;
-  carve(&m->cfg, m->recompute, m->acts, B, T, &a);
-
-  int L = c->n_layer;
-  if (cpu_params_need(m, 0, 1) != 0)
-    goto hook_failed;
-  encoder_forward(a.encoded, inputs, gpt_p(m, 0), gpt_p(m, 1), B, T, C);
-  if (cpu_params_done(m, 0, 1) != 0)
+  carve_m(m, B, T, &a);
+  if (stage_input(m, &a, inputs, x, B, T) != 0)
     goto hook_failed;
   const float *res = a.encoded; /* residual stream (B,T,C) */
-  for (int l = 0; l < L; l++) {
+  for (int l = m->stage_first; l < m->stage_last; l++) {
     if (cpu_params_need(m, 1 + l, 2 + l) != 0)
       goto hook_failed;
     layer_acts la = layer_at(m, &a, l, B, T);
@@ -919,23 +961,13 @@ static int forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
       goto hook_failed;
     res = la.res3;
   }
-  size_t lf = gpt_ti(L, 0);
-  /* After the tied head, a forward with targets is for training: the
-   * backward starts with the head again (group 0). */
-  int after = targets ? 0 : -1;
-  if (cpu_params_need(m, L + 1, 0) != 0)
+  if (m->stage_last < c->n_layer) { /* a pipeline stage before the last */
+    m->B = B;
+    m->T = T;
+    return 0;
+  }
+  if (head_forward(m, &a, res, targets, B, T, loss) != 0)
     goto hook_failed;
-  gpt_cpu_layernorm(a.lnf, a.lnf_mean, a.lnf_rstd, res, gpt_p(m, lf),
-                    gpt_p(m, lf + 1), (int)N, C);
-  if (cpu_params_done(m, L + 1, 0) != 0 || cpu_params_need(m, 0, after) != 0)
-    goto hook_failed;
-  /* lnf (B,T,C), wte (Vp,C) -> logits (B,T,Vp) = lnf wte^T; columns
-   * [V,Vp) are set to zero rather than multiplied by the zero rows. */
-  gemm(0, 1, (int)N, V, C, 1.0f, a.lnf, C, gpt_p(m, 0), C, 0.0f, a.logits, Vp);
-  if (cpu_params_done(m, 0, after) != 0)
-    goto hook_failed;
-  cpu_forward_end(m, B, T, a.logits, a.lse, a.losses, a.dlogits, targets,
-                  loss);
   return 0;
 hook_failed:
   m->B = m->T = 0;
@@ -945,14 +977,61 @@ hook_failed:
 
 int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets, int B,
                 int T, float *loss, char *err, size_t errlen) {
+  if (m->stage_first != 0 || m->stage_last != m->cfg.n_layer) {
+    snprintf(err, errlen,
+             "gpt: this model runs layers [%d,%d) of %d, a pipeline stage: "
+             "use gpt_forward_stage",
+             m->stage_first, m->stage_last, m->cfg.n_layer);
+    return -1;
+  }
   int nb = blas_threads_begin();
   pass_bf16 = m->autocast == GPT_AUTOCAST_BF16;
   int rc = m->cfg.family == GPT_FAMILY_LLAMA
                ? llama_cpu_forward(m, inputs, targets, B, T, loss, err, errlen)
-               : forward(m, inputs, targets, B, T, loss, err, errlen);
+               : forward(m, inputs, NULL, targets, B, T, loss, err, errlen);
   pass_bf16 = 0;
   blas_threads_end(nb);
   return rc;
+}
+
+int gpt_forward_stage(gpt *m, const uint32_t *inputs, const float *x,
+                      const uint32_t *targets, int B, int T, float *loss,
+                      char *err, size_t errlen) {
+  int first = m->stage_first == 0, last = m->stage_last == m->cfg.n_layer;
+  int has_ids = inputs != NULL, has_x = x != NULL, has_tg = targets != NULL;
+  if (m->cfg.family == GPT_FAMILY_LLAMA || has_ids != first || has_x == first ||
+      has_tg != last) {
+    snprintf(err, errlen,
+             "gpt: stage [%d,%d) of %d layers takes %s and %s (GPT-2 "
+             "models only)",
+             m->stage_first, m->stage_last, m->cfg.n_layer,
+             first ? "the ids (not a stream)" : "a stream (not the ids)",
+             last ? "the targets" : "no targets");
+    return -1;
+  }
+  int nb = blas_threads_begin();
+  pass_bf16 = m->autocast == GPT_AUTOCAST_BF16;
+  int rc = forward(m, inputs, x, targets, B, T, loss, err, errlen);
+  pass_bf16 = 0;
+  blas_threads_end(nb);
+  m->stage_train = rc == 0;
+  return rc;
+}
+
+const float *gpt_stage_output(const gpt *m) {
+  if (!m->B || m->stage_last <= m->stage_first)
+    return NULL;
+  acts a = {0};
+  carve(&m->cfg, m->recompute, stage_layers(m), m->acts, m->B, m->T, &a);
+  return layer_at(m, &a, m->stage_last - 1, m->B, m->T).res3;
+}
+
+const float *gpt_stage_input_grad(const gpt *m) {
+  if (!m->B)
+    return NULL;
+  acts a = {0};
+  carve(&m->cfg, m->recompute, stage_layers(m), m->acts, m->B, m->T, &a);
+  return a.dres;
 }
 
 const float *gpt_logits(const gpt *m) {
@@ -961,7 +1040,7 @@ const float *gpt_logits(const gpt *m) {
   if (m->cfg.family == GPT_FAMILY_LLAMA)
     return llama_cpu_logits(m);
   acts a = {0};
-  carve(&m->cfg, m->recompute, m->acts, m->B, m->T, &a);
+  carve(&m->cfg, m->recompute, stage_layers(m), m->acts, m->B, m->T, &a);
   return a.logits;
 }
 
@@ -977,47 +1056,69 @@ static const float *branch_grad(float *scratch, const float *dres, int N, int C,
   return scratch;
 }
 
-static void backward(gpt *m, float scale) {
+/* The head's backward: loss -> dres (B,T,C), the gradient of the
+ * residual stream that leaves the last layer. 0, or -1 when a parameter
+ * hook failed. */
+static int head_backward(gpt *m, const acts *a, float scale) {
   const gpt_config *c = &m->cfg;
-  int B = m->B, T = m->T, C = c->n_embd, NH = c->n_head, V = c->vocab_size;
+  int B = m->B, T = m->T, C = c->n_embd, V = c->vocab_size;
   int Vp = c->padded_vocab, L = c->n_layer;
   int N = B * T;
-  acts a;
-  carve(&m->cfg, m->recompute, m->acts, B, T, &a);
-
   /* Loss -> dlogits (B,T,Vp): d(scale * mean loss), from the forward's
    * probabilities in place; so a second backward of the same forward
    * would be wrong, and gpt_backward allows one. */
-  crossentropy_backward(a.dlogits, m->targets, scale / (float)N, N, V, Vp);
+  crossentropy_backward(a->dlogits, m->targets, scale / (float)N, N, V, Vp);
   /* dlogits (B,T,V) -> dbuf (B,T,C) = dlogits wte; dwte (V,C) +=
    * dlogits^T lnf. The padding rows of dwte are not touched. */
   if (cpu_params_need(m, 0, L + 1) != 0)
-    return;
-  gemm(0, 0, N, C, V, 1.0f, a.dlogits, Vp, gpt_p(m, 0), C, 0.0f, a.dbuf, C);
-  gemm(1, 0, V, C, N, 1.0f, a.dlogits, Vp, a.lnf, C, 1.0f, gpt_g(m, 0), C);
+    return -1;
+  gemm(0, 0, N, C, V, 1.0f, a->dlogits, Vp, gpt_p(m, 0), C, 0.0f, a->dbuf, C);
+  gemm(1, 0, V, C, N, 1.0f, a->dlogits, Vp, a->lnf, C, 1.0f, gpt_g(m, 0), C);
   if (cpu_params_done(m, 0, L + 1) != 0 || cpu_params_need(m, L + 1, L) != 0)
-    return;
+    return -1;
   /* dbuf -> dres (B,T,C), the residual stream's gradient. */
-  memset(a.dres, 0, (size_t)N * C * sizeof(float));
+  memset(a->dres, 0, (size_t)N * C * sizeof(float));
   size_t lf = gpt_ti(L, 0);
-  const float *last = L > 0 ? layer_at(m, &a, L - 1, B, T).res3 : a.encoded;
-  layernorm_backward(a.dres, gpt_g(m, lf), gpt_g(m, lf + 1), a.dbuf, last,
-                     gpt_p(m, lf), a.lnf_mean, a.lnf_rstd, N, C);
+  const float *last =
+      L > m->stage_first ? layer_at(m, a, L - 1, B, T).res3 : a->encoded;
+  layernorm_backward(a->dres, gpt_g(m, lf), gpt_g(m, lf + 1), a->dbuf, last,
+                     gpt_p(m, lf), a->lnf_mean, a->lnf_rstd, N, C);
   if (cpu_params_done(m, L + 1, L) != 0)
-    return;
+    return -1;
   if (m->grad_hook)
     m->grad_hook(m->grad_hook_arg, m->tensors[lf].offset);
+  return 0;
+}
 
-  for (int l = L - 1; l >= 0; l--) {
+/* The backward of the last forward's layers [stage_first, stage_last):
+ * from the loss (dy NULL: the range has the head) or from dy, the
+ * gradient of the stage's output; down to the embeddings' gradients on
+ * the first stage, else to the input's gradient, left in dres. */
+static void backward(gpt *m, float scale, const float *dy_out) {
+  const gpt_config *c = &m->cfg;
+  int B = m->B, T = m->T, C = c->n_embd, NH = c->n_head;
+  int first = m->stage_first, last = m->stage_last;
+  int N = B * T;
+  acts a;
+  carve_m(m, B, T, &a);
+  if (!dy_out) {
+    if (head_backward(m, &a, scale) != 0)
+      return;
+  } else {
+    memcpy(a.dres, dy_out, (size_t)N * C * sizeof(float));
+  }
+
+  for (int l = last - 1; l >= first; l--) {
     /* Layer l is group 1 + l; the next one needed is layer l - 1's. */
-    int next = l > 0 ? l : -1;
+    int next = l > first ? l : -1;
     if (cpu_params_need(m, 1 + l, next) != 0)
       return;
     layer_acts la = layer_at(m, &a, l, B, T);
-    const float *res = l > 0 ? layer_at(m, &a, l - 1, B, T).res3 : a.encoded;
+    const float *res =
+        l > first ? layer_at(m, &a, l - 1, B, T).res3 : a.encoded;
     /* Recomputation: the same kernels on the same inputs and masks give
      * the forward's very bits (the last layer's block is still there). */
-    if (a.rc == GPT_RECOMPUTE_BLOCK && l < L - 1)
+    if (a.rc == GPT_RECOMPUTE_BLOCK && l < last - 1)
       layer_forward(m, &a, &la, res, l, B, T, 0);
     else if (a.rc == GPT_RECOMPUTE_GELU)
       gpt_cpu_gelu(la.fch_gelu, la.fch, (size_t)N * 4 * C);
@@ -1058,6 +1159,8 @@ static void backward(gpt *m, float scale) {
     if (m->grad_hook)
       m->grad_hook(m->grad_hook_arg, m->tensors[gpt_ti(l, 0)].offset);
   }
+  if (first > 0)
+    return; /* dres is the gradient of the stage's input */
   encoder_backward(gpt_g(m, 0), gpt_g(m, 1), a.dres, m->inputs, B, T, C);
   if (m->grad_hook)
     m->grad_hook(m->grad_hook_arg, 0);
@@ -1095,15 +1198,39 @@ int gpt_set_autocast(gpt *m, gpt_autocast a, char *err, size_t errlen) {
 }
 
 void gpt_backward(gpt *m, float scale) {
-  if (!m->have_loss)
+  if (!m->have_loss || m->stage_first != 0 || m->stage_last != m->cfg.n_layer)
     return;
   int nb = blas_threads_begin();
   pass_bf16 = m->autocast == GPT_AUTOCAST_BF16;
   if (m->cfg.family == GPT_FAMILY_LLAMA)
     llama_cpu_backward(m, scale);
   else
-    backward(m, scale);
+    backward(m, scale, NULL);
   pass_bf16 = 0;
   blas_threads_end(nb);
   m->have_loss = 0; /* the probabilities are spent */
+  m->stage_train = 0;
+}
+
+int gpt_backward_stage(gpt *m, const float *dy, float scale, char *err,
+                       size_t errlen) {
+  int last = m->stage_last == m->cfg.n_layer;
+  int has_dy = dy != NULL;
+  if (!m->stage_train || (last ? !m->have_loss : !m->B) || has_dy == last) {
+    snprintf(err, errlen,
+             "gpt: stage [%d,%d): no trainer's forward to go back through, "
+             "or %s",
+             m->stage_first, m->stage_last,
+             last ? "a gradient given to the last stage"
+                  : "no output gradient given");
+    return -1;
+  }
+  int nb = blas_threads_begin();
+  pass_bf16 = m->autocast == GPT_AUTOCAST_BF16;
+  backward(m, scale, dy);
+  pass_bf16 = 0;
+  blas_threads_end(nb);
+  m->have_loss = 0;
+  m->stage_train = 0;
+  return 0;
 }

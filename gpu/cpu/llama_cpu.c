@@ -408,8 +408,9 @@ int llama_cpu_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   const gpt_config *c = &m->cfg;
   dims d = dims_of(c);
   size_t widest = d.FF > d.C ? d.FF : d.C;
-  if (cpu_forward_begin(m, inputs, targets, B, T, widest, llama_cpu_act_floats,
-                        err, errlen) != 0)
+  if (cpu_forward_begin(m, inputs, targets, B, T, widest,
+                        llama_cpu_act_floats(c, m->recompute, B, T), err,
+                        errlen) != 0)
     return -1;
   int N = B * T, C = (int)d.C, L = c->n_layer;
   int V = c->vocab_size, Vp = c->padded_vocab, tied = !c->untied_head;

@@ -285,6 +285,7 @@ int gpt_create(const gpt_config *cfg, gpt **out, char *err, size_t errlen) {
   }
   m->cfg = c;
   int L = c.n_layer;
+  m->stage_last = L;
   m->layer_tensors =
       c.family == GPT_FAMILY_LLAMA ? LLAMA_NLAYER_TENSORS : GPT_NLAYER_TENSORS;
   m->first_layer_tensor = c.family == GPT_FAMILY_LLAMA ? 1 : 2;
@@ -339,6 +340,28 @@ int gpt_create(const gpt_config *cfg, gpt **out, char *err, size_t errlen) {
   m->params_cap = m->grads_cap = off;
   groups_reset(m, GPT_BUF_PARAMS | GPT_BUF_GRADS);
   *out = m;
+  return 0;
+}
+
+int gpt_set_stage(gpt *m, int first, int last, char *err, size_t errlen) {
+  int L = m->cfg.n_layer;
+  if (m->cfg.family == GPT_FAMILY_LLAMA) {
+    snprintf(err, errlen,
+             "gpt: pipeline stages are implemented for GPT-2 models, not "
+             "Llama ones");
+    return -1;
+  }
+  if (first < 0 || last > L || first >= last) {
+    snprintf(err, errlen,
+             "gpt: stage layers [%d,%d) is not a non-empty range of the "
+             "model's %d layers",
+             first, last, L);
+    return -1;
+  }
+  m->stage_first = first;
+  m->stage_last = last;
+  m->B = m->T = 0; /* the activations are laid out anew */
+  m->have_loss = m->stage_train = 0;
   return 0;
 }
 

@@ -306,6 +306,52 @@ enum { GPT_PARAMS_NEED = 1, GPT_PARAMS_DONE = 2 };
 typedef int (*gpt_param_hook_fn)(void *arg, int event, int group, int next);
 void gpt_set_param_hook(gpt *m, gpt_param_hook_fn hook, void *arg);
 
+/* ---- Pipeline stages (gpu/pipeline/pipeline.h) ----
+ * A pipeline-parallel rank runs a contiguous range of the layers, layers
+ * [first, last): the embeddings with the stage that has layer 0, the
+ * final LayerNorm, the tied head and the loss with the stage that has
+ * the last layer. A stage's forward takes the residual stream (B,T,C)
+ * its neighbour before it made (or the ids, on the first stage) and
+ * gives its own (or the loss, on the last); its backward takes the
+ * gradient of its output (or the loss's, on the last) and gives its
+ * input's. The kernels are gpt_forward's and gpt_backward's, in their
+ * order, so a stage's gradients are the bits the whole model's forward
+ * and backward add into those layers (the tied wte excepted: the head's
+ * and the lookup's parts land on two ranks and are summed there).
+ * GPT-2 family only, CPU engine. */
+
+/* Makes m's forwards run layers [first, last), 0 <= first < last <=
+ * n_layer (0, n_layer: the whole model again, gpt_forward's). Forgets
+ * the last forward. The activations kept are those of the range's
+ * layers only. 0, or -1 with err (a range out of bounds, a Llama
+ * model). */
+int gpt_set_stage(gpt *m, int first, int last, char *err, size_t errlen);
+/* A trainer's forward of the stage: inputs (B,T) ids on the first
+ * stage (x NULL), else x (B,T,C) the residual stream that enters layer
+ * first (inputs NULL, x borrowed for the call); targets (B,T) on the
+ * last stage, whose mean loss goes into *loss (else NULL: *loss
+ * untouched). No dropout (refused by the pipeline). 0, or -1 with err.
+ * gpt_forward refuses a model with a stage set to less than the whole
+ * model; this runs the whole range too. */
+int gpt_forward_stage(gpt *m, const uint32_t *inputs, const float *x,
+                      const uint32_t *targets, int B, int T, float *loss,
+                      char *err, size_t errlen);
+/* The stage's output of the last forward, the residual stream (B,T,C)
+ * after layer last - 1 (not meaningful on the last stage); valid until
+ * m's next forward. */
+const float *gpt_stage_output(const gpt *m);
+/* The backward of the last gpt_forward_stage: ADDS d(scale *
+ * loss)/d(params) of the range into gpt_grads(), from the loss on the
+ * last stage (dy NULL), else from dy (B,T,C), the gradient of the
+ * stage's output (borrowed for the call; the loss's scale is already in
+ * it). Once per forward. 0, or -1 with err (no forward to go back
+ * through). */
+int gpt_backward_stage(gpt *m, const float *dy, float scale, char *err,
+                       size_t errlen);
+/* The gradient (B,T,C) of the stage's input x after its backward (not
+ * meaningful on the first stage); valid until m's next forward. */
+const float *gpt_stage_input_grad(const gpt *m);
+
 /* Parameters (floats, with wte's padding rows) of cfg (finished), as
  * gpt_num_params counts them for the model gpt_create would make. */
 size_t gpt_config_num_params(const gpt_config *cfg);

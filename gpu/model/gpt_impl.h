@@ -99,6 +99,14 @@ struct gpt {
   /* gpt_set_recompute's: the CPU activations' layout (gpt_cpu.c). */
   gpt_recompute recompute;
   gpt_autocast autocast; /* gpt_set_autocast's */
+
+  /* gpt_set_stage's: the layers [stage_first, stage_last) a forward
+   * runs (0, n_layer: the whole model); the embeddings with layer 0, the
+   * head with the last layer. A stage without the head keeps the
+   * activations of its layers only, and stage_train says its last
+   * forward was a trainer's (gpt_forward_stage), whose backward may run. */
+  int stage_first, stage_last;
+  int stage_train;
 };
 
 /* The first float of the tensor with index i (gpt.h's order), wherever

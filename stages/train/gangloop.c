@@ -41,24 +41,55 @@ static int world_size(void) {
   return n > 0 ? n : 0;
 }
 
-/* Whether mpirun, or srun with PMI, started this process. */
-static int launched_by_mpi(void) {
+int gangloop_launched_by_mpi(void) {
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") ||
          getenv("PMIX_RANK");
 }
 
 int gangloop_ranks(void) {
   int n = world_size();
-  return n > 1 || (n == 1 && launched_by_mpi()) ? n : 0;
+  return n > 1 || (n == 1 && gangloop_launched_by_mpi()) ? n : 0;
+}
+
+void gangloop_abort(trainrun *r, comm *c, int rank, const char *what,
+                    const char *err) {
+  r->h->fail(r->ctx, "rank %d: %s: %s", rank, what, err);
+  r->h->log(r->ctx, DAGRUN_LOG_ERROR, "rank %d: %s: %s (stopping the gang)",
+            rank, what, err);
+  comm_abort(c, EXIT_FAILED);
 }
 
 /* A failure in the middle of the collectives: every rank must stop. */
 static _Noreturn void gang_abort(trainrun *r, gang *g, const char *what,
                                  const char *err) {
-  r->h->fail(r->ctx, "rank %d: %s: %s", g->rank, what, err);
-  r->h->log(r->ctx, DAGRUN_LOG_ERROR, "rank %d: %s: %s (stopping the gang)",
-            g->rank, what, err);
-  comm_abort(g->c, EXIT_FAILED);
+  gangloop_abort(r, g->c, g->rank, what, err);
+}
+
+int gangloop_open_mpi(trainrun *r, int N, comm **c, int *rank) {
+  char err[2048];
+  comm_config cc = {.backend = COMM_MPI};
+  if (comm_create(&cc, c, err, sizeof err) != 0) {
+    r->h->fail(r->ctx, "%s", err);
+    return -1;
+  }
+  *rank = comm_rank(*c);
+  if (comm_size(*c) != N) {
+    r->h->fail(r->ctx, "MPI says %d ranks, DAGRUN_WORLD_SIZE %d", comm_size(*c),
+               N);
+    comm_abort(*c, EXIT_FAILED);
+  }
+  return 0;
+}
+
+int gangloop_threads(trainrun *r, int N) {
+  int64_t v;
+  if (stagekit_param_int(r->ctx, r->h, "threads", 0, 1024, &v))
+    return EXIT_BAD_PARAMS;
+  if (v == 0) { /* the CPUs shared by the ranks (one host) */
+    int n = (int)stagekit_cpu_count() / N;
+    trainkit_set_threads(n > 0 ? n : 1);
+  }
+  return 0;
 }
 
 /* What a gang frees when it ends (every path). */
@@ -81,7 +112,7 @@ static int check_params(trainrun *r, gang *g) {
   dagrun_ctx *ctx = r->ctx;
   const dagrun_host *h = r->h;
   int64_t v;
-  if (!launched_by_mpi()) {
+  if (!gangloop_launched_by_mpi()) {
     h->fail(ctx,
             "world_size %d, but the ranks were not started by mpirun: "
             "the train stage's ranks talk over MPI; set launcher: "
@@ -107,13 +138,7 @@ static int check_params(trainrun *r, gang *g) {
                  "world_size");
     return EXIT_BAD_PARAMS;
   }
-  if (stagekit_param_int(ctx, h, "threads", 0, 1024, &v))
-    return EXIT_BAD_PARAMS;
-  if (v == 0) { /* the CPUs shared by the ranks (one host) */
-    int n = (int)stagekit_cpu_count() / g->N;
-    trainkit_set_threads(n > 0 ? n : 1);
-  }
-  return 0;
+  return gangloop_threads(r, g->N);
 }
 
 /* The gang's device, the same on every rank (collective): whether every
@@ -188,17 +213,8 @@ static int gpu_accum_refused(trainrun *r, gang *g) {
  * exit status. */
 static int open_comm(trainrun *r, gang *g) {
   char err[2048];
-  comm_config cc = {.backend = COMM_MPI};
-  if (comm_create(&cc, &g->c, err, sizeof err) != 0) {
-    r->h->fail(r->ctx, "%s", err);
+  if (gangloop_open_mpi(r, g->N, &g->c, &g->rank) != 0)
     return EXIT_FAILED;
-  }
-  g->rank = comm_rank(g->c);
-  if (comm_size(g->c) != g->N) {
-    r->h->fail(r->ctx, "MPI says %d ranks, DAGRUN_WORLD_SIZE %d",
-               comm_size(g->c), g->N);
-    comm_abort(g->c, EXIT_FAILED);
-  }
   if (pick_device(r, g) != 0 || gpu_accum_refused(r, g)) {
     comm_destroy(g->c);
     g->c = NULL;

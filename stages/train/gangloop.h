@@ -69,6 +69,7 @@
 #ifndef DAGRUN_TRAIN_GANG_H
 #define DAGRUN_TRAIN_GANG_H
 
+#include "comm/comm.h"
 #include "trainrun.h"
 
 /* The ranks of the gang this process belongs to: DAGRUN_WORLD_SIZE
@@ -76,6 +77,25 @@
  * is above 1, or is 1 and mpirun or srun with PMI started the process;
  * else 0: one process (singleloop.h). */
 int gangloop_ranks(void);
+
+/* Whether mpirun, or srun with PMI, started this process. */
+int gangloop_launched_by_mpi(void);
+
+/* The gang's MPI communicator into *c and this process's rank: 0, or -1
+ * once the task was failed (MPI would not start); MPI's world of another
+ * size than N fails the task and aborts every rank. */
+int gangloop_open_mpi(trainrun *r, int N, comm **c, int *rank);
+
+/* The threads param for a rank of a gang of N on one host: 0 gives each
+ * rank its share of the CPUs. 0, or EXIT_BAD_PARAMS once the task was
+ * failed. */
+int gangloop_threads(trainrun *r, int N);
+
+/* A failure in the middle of the exchanges of rank's gang on c: fails
+ * the task, logs it, and stops every rank (comm_abort, EXIT_FAILED).
+ * Does not return. */
+_Noreturn void gangloop_abort(trainrun *r, comm *c, int rank, const char *what,
+                              const char *err);
 
 /* Trains as rank of a gang of N on r (trainrun_init done; the caller
  * frees r). Collective: every rank calls it. Returns the stage's exit

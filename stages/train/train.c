@@ -29,6 +29,8 @@
 #include "engine.h"
 #include "gangloop.h"
 #include "lib/exitcode.h"
+#include "pipeline/pipeline.h"
+#include "pipeloop.h"
 #include "singleloop.h"
 #include "trainrun.h"
 
@@ -127,6 +129,15 @@ static const dagrun_param_spec params[] = {
      "In a gang (launcher: mpirun or srun): ZeRO stage 0 (plain data "
      "parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ "
      "parameters, gathered a layer at a time); ignored by one process"},
+    {"pipeline_parallel", DAGRUN_PARAM_INT, "1", 0,
+     "Pipeline stages (CPU ranks, GPT-2 models): the layers cut into this "
+     "many contiguous stages, one a rank; world_size must equal it (no "
+     "data parallel beside it yet) and it must divide n_layer; grad_accum "
+     "is the micro-batch count. 1: no pipeline"},
+    {"pipeline_schedule", DAGRUN_PARAM_STRING, "1f1b", 0,
+     "With pipeline_parallel: 1f1b (one forward, one backward; at most "
+     "P - s micro-batches' activations on stage s) or gpipe (all forwards, "
+     "then all backwards)"},
     {"zero_bucket", DAGRUN_PARAM_INT, "0", 0,
      "In a gang at stages 0-1: floats in a gradient bucket, all-reduced "
      "while backward goes on (0: 1048576). Stages 2-3 reduce a layer "
@@ -147,6 +158,7 @@ static const dagrun_param_choice choices[] = {
     {"recompute", engine_recompute_names},
     {"autocast", trainrun_autocast_names},
     {"zero_stage", trainrun_zero_stage_names},
+    {"pipeline_schedule", pipeline_schedule_names},
     {NULL, NULL},
 };
 /* clang-format on */
@@ -156,8 +168,14 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   if (trainrun_init(&r) != 0)
     return EXIT_BAD_PARAMS;
   /* A gang of any size, 1 included, once a launcher started it. */
-  int nranks = gangloop_ranks();
-  int status = nranks ? gangloop_run(&r, nranks) : singleloop_run(&r);
+  int nranks = gangloop_ranks(), P = 1;
+  if (pipeloop_param(&r, &P) != 0) {
+    trainrun_free(&r);
+    return EXIT_BAD_PARAMS;
+  }
+  int status = P > 1    ? pipeloop_run(&r, nranks, P)
+               : nranks ? gangloop_run(&r, nranks)
+                        : singleloop_run(&r);
   trainrun_free(&r);
   return status;
 }

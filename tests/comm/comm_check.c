@@ -514,6 +514,57 @@ static void check_inflight_limit(int tag) {
   bfree(&V);
 }
 
+/* Point to point: around a ring, each rank sends two messages to the
+ * next (isend, both in flight) and receives two from the one before, in
+ * order; then once more with the blocking calls. One rank, or NCCL: the clear
+ * refusal instead, and the communicator stays usable. */
+static void check_p2p(size_t n, int tag) {
+  size_t bytes = n * sizeof(float);
+  if (N == 1 || DEV) {
+    float x = 0;
+    const char *want = N > 1 ? "point to point is not in the NCCL backend"
+                             : "peer 0 is not another rank";
+    if (comm_send(C, &x, sizeof x, (R + 1) % N, err, sizeof err) == 0 ||
+        !strstr(err, want)) {
+      fprintf(stderr, "comm_check: rank %d: send not refused as \"%s\" (%s)\n",
+              R, want, err);
+      comm_abort(C, 1);
+    }
+    nchecks++;
+    CALL("barrier after a refused send", comm_barrier(C, err, sizeof err));
+    return;
+  }
+  int next = (R + 1) % N, prev = (R + N - 1) % N;
+  float *s0 = xmalloc(bytes), *s1 = xmalloc(bytes), *r0 = xmalloc(bytes),
+        *r1 = xmalloc(bytes);
+  fill(s0, R, tag, n);
+  fill(s1, R, tag + 1, n);
+  comm_req *q0, *q1;
+  CALL("isend", comm_isend(C, s0, bytes, next, &q0, err, sizeof err));
+  CALL("isend", comm_isend(C, s1, bytes, next, &q1, err, sizeof err));
+  CALL("recv", comm_recv(C, r0, bytes, prev, err, sizeof err));
+  CALL("recv", comm_recv(C, r1, bytes, prev, err, sizeof err));
+  CALL("wait", comm_wait(C, q1, err, sizeof err));
+  CALL("wait", comm_wait(C, q0, err, sizeof err));
+  for (size_t i = 0; i < n; i++) {
+    expect("recv (first of two)", n, i, r0[i], val(prev, tag, i));
+    expect("recv (second of two)", n, i, r1[i], val(prev, tag + 1, i));
+  }
+  /* Blocking, around the ring: even ranks send first, odd ones receive
+   * first, so that every send meets its recv. */
+  if (R % 2 == 0)
+    CALL("send", comm_send(C, s1, bytes, next, err, sizeof err));
+  CALL("recv", comm_recv(C, r0, bytes, prev, err, sizeof err));
+  if (R % 2 == 1)
+    CALL("send", comm_send(C, s1, bytes, next, err, sizeof err));
+  for (size_t i = 0; i < n; i++)
+    expect("blocking recv", n, i, r0[i], val(prev, tag + 1, i));
+  free(s0);
+  free(s1);
+  free(r0);
+  free(r1);
+}
+
 static int failure_mode(const char *mode) {
   CALL("barrier", comm_barrier(C, err, sizeof err));
   size_t n = 1000;
@@ -630,6 +681,8 @@ int main(int argc, char **argv) {
     check_async(n, tag);
     tag += 6;
     check_test(n, tag);
+    tag += 2;
+    check_p2p(n, tag);
     tag += 2;
   }
   check_allreduce(0, tag++); /* nothing to do, but it must work */

@@ -711,6 +711,19 @@ assert worst <= float(sys.argv[3]) * big, (worst, big)
 P
 }
 
+# resumed_as REF NAME TEXT [TOL]: the run of NAME succeeded, its log says
+# TEXT, and its losses are REF's of steps 11-20 (REF.losses) within TOL
+# relative (1e-5 unless given).
+resumed_as() {
+  expect_rc 0
+  local R
+  R=$(run_dir "$2")
+  expect_in "$R/train/attempt-1/log" "$3"
+  losses "$R" > "$2.losses"
+  grep -E '^(1[1-9]|20) ' "$1.losses" > "$1.tail"
+  same_losses "$1.tail" "$2.losses" "${4:-1e-5}"
+}
+
 # one_process NAME WITH: a DAG NAME of one train task in one process with
 # params WITH, run; it must succeed with 20 steps' losses, written to
 # NAME.losses (the gang tests' reference). Sets R1 to its run directory.

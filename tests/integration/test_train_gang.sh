@@ -138,18 +138,6 @@ train_dag() {
   run_dagrun run "$1.yaml" --plain
 }
 
-# resumed_as REF NAME TEXT: the run of NAME succeeded, its log says TEXT,
-# and its losses are REF's of steps 11-20.
-resumed_as() {
-  expect_rc 0
-  local R
-  R=$(run_dir "$2")
-  expect_in "$R/train/attempt-1/log" "$3"
-  losses "$R" > "$2.losses"
-  grep -E '^(1[1-9]|20) ' "$1.losses" > "$1.tail"
-  same_losses "$1.tail" "$2.losses" 1e-5
-}
-
 # --- Resume across shapes. One process's step-10 checkpoint, on by a
 # gang at stage 3 (the shards cut from the whole state), and the stage-2
 # gang's sharded one, on by one process of the gang's global batch:

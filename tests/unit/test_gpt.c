@@ -903,6 +903,92 @@ static void test_autocast(void) {
     gpt_destroy(m[i]);
 }
 
+/* Pipeline stages (gpt_set_stage): a 4-layer model cut into layers [0,2)
+ * and [2,4), the first's output the second's input and the second's input
+ * gradient the first's output gradient, gives the whole model's loss and
+ * the gradients of every tensor but wte to the bit (wte's two parts, the
+ * lookup's on the first stage and the tied head's on the last, summed in
+ * another order: within 1e-6 of the largest), with recomputation rc. */
+static void test_stages(gpt_recompute rc) {
+  enum { L = 4, B = 2, T = 16, V = 100 };
+  gpt *m[3];
+  for (int i = 0; i < 3; i++) {
+    m[i] = make(L, 2, 32, T, V);
+    gpt_init(m[i], 7);
+    perturb(m[i], 0.05f, 11);
+    CHECK_INT(gpt_set_recompute(m[i], rc, err, sizeof err), 0);
+  }
+  uint32_t in[B * T], tg[B * T];
+  random_ids(in, B * T, V, 1);
+  random_ids(tg, B * T, V, 2);
+  float full = 0, staged = 0;
+  CHECK_INT(gpt_forward(m[0], in, tg, B, T, &full, err, sizeof err), 0);
+  gpt_backward(m[0], 0.5f);
+  CHECK_INT(gpt_set_stage(m[1], 0, 2, err, sizeof err), 0);
+  CHECK_INT(gpt_set_stage(m[2], 2, L, err, sizeof err), 0);
+  CHECK_INT(
+      gpt_forward_stage(m[1], in, NULL, NULL, B, T, NULL, err, sizeof err), 0);
+  CHECK_INT(gpt_forward_stage(m[2], NULL, gpt_stage_output(m[1]), tg, B, T,
+                              &staged, err, sizeof err),
+            0);
+  CHECK_INT(gpt_backward_stage(m[2], NULL, 0.5f, err, sizeof err), 0);
+  CHECK_INT(gpt_backward_stage(m[1], gpt_stage_input_grad(m[2]), 0.5f, err,
+                               sizeof err),
+            0);
+  CHECK(memcmp(&full, &staged, sizeof full) == 0);
+  const gpt_tensor *wte = gpt_tensor_find(m[0], "wte.weight");
+  size_t n = gpt_num_params(m[0]), diff = 0;
+  double big = 0, worst = 0;
+  for (size_t i = 0; i < n; i++) {
+    float g0 = gpt_grads(m[0])[i], g1 = gpt_grads(m[1])[i];
+    float g2 = gpt_grads(m[2])[i];
+    big = fmax(big, fabs(g0));
+    if (i >= wte->offset && i < wte->offset + wte->numel) {
+      worst = fmax(worst, fabs((double)g0 - ((double)g1 + g2)));
+      continue;
+    }
+    /* Every other gradient is one stage's alone. */
+    float g = g1 != 0 ? g1 : g2;
+    diff += memcmp(&g, &g0, sizeof g) != 0 || (g1 != 0 && g2 != 0);
+  }
+  fprintf(stderr,
+          "stages, recompute %d: loss %.6f; %zu gradients off the whole "
+          "model's bits; wte within %.2g of the largest gradient %.3g\n",
+          (int)rc, staged, diff, worst / big, big);
+  CHECK(diff == 0);
+  CHECK(worst <= 1e-6 * big);
+  for (int i = 0; i < 3; i++)
+    gpt_destroy(m[i]);
+}
+
+/* The stage calls' refusals: a range out of bounds, the whole-model calls
+ * on a stage, the ids or the stream where the stage takes the other, a
+ * backward with nothing to go back through. */
+static void test_stage_refusals(void) {
+  gpt *m = make(4, 2, 32, 16, 100);
+  gpt_init(m, 1);
+  uint32_t ids[16] = {0};
+  float x[16 * 32] = {0}, loss = 0;
+  CHECK_INT(gpt_set_stage(m, 2, 2, err, sizeof err), -1);
+  CHECK(strstr(err, "stage layers [2,2) is not a non-empty range of the "
+                    "model's 4 layers") != NULL);
+  CHECK_INT(gpt_set_stage(m, 0, 5, err, sizeof err), -1);
+  CHECK_INT(gpt_set_stage(m, 1, 3, err, sizeof err), 0);
+  CHECK_INT(gpt_forward(m, ids, ids, 1, 16, &loss, err, sizeof err), -1);
+  CHECK(strstr(err, "runs layers [1,3) of 4, a pipeline stage") != NULL);
+  CHECK_INT(gpt_backward_stage(m, x, 1.0f, err, sizeof err), -1);
+  CHECK(strstr(err, "no trainer's forward to go back through") != NULL);
+  CHECK_INT(gpt_forward_stage(m, ids, NULL, NULL, 1, 16, NULL, err, sizeof err),
+            -1);
+  CHECK(strstr(err, "stage [1,3) of 4 layers takes a stream (not the ids) "
+                    "and no targets") != NULL);
+  CHECK_INT(gpt_forward_stage(m, NULL, x, NULL, 1, 16, NULL, err, sizeof err),
+            0);
+  CHECK_INT(gpt_backward_stage(m, NULL, 1.0f, err, sizeof err), -1);
+  CHECK(strstr(err, "no output gradient given") != NULL);
+  gpt_destroy(m);
+}
+
 int main(void) {
   test_presets();
   test_llama_config();
@@ -922,5 +1008,8 @@ int main(void) {
   test_recompute(0.2f, GPT_AUTOCAST_BF16);
   test_recompute_refusals();
   test_autocast();
+  test_stages(GPT_RECOMPUTE_NONE);
+  test_stages(GPT_RECOMPUTE_BLOCK);
+  test_stage_refusals();
   TEST_DONE();
 }

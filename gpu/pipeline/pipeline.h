@@ -1,0 +1,139 @@
+/*
+ * pipeline: pipeline-parallel training of the CPU engine's GPT-2 over the
+ * comm layer's point to point (MPI), one stage per rank.
+ *
+ * The model's n_layer blocks are cut into P contiguous stages of
+ * n_layer / P layers (P must divide n_layer: pipeline_check says so
+ * with the numbers); stage s is rank s. The first stage also has the
+ * embeddings (wte, wpe), the last the final LayerNorm, the head and the
+ * loss. GPT-2's head is tied to wte, so the last stage keeps a copy of
+ * group 0 (the embeddings) too, as Megatron-LM does: after a step's
+ * backward the two copies' gradients are summed between the first and
+ * the last rank and both apply the same update, so the copies stay the
+ * same bits.
+ *
+ * A step trains m micro-batches of (B,T) (the step's batch, m x B
+ * sequences, as one process with grad_accum m and batch_size B draws
+ * it), scheduled by one of:
+ *   1F1B   (the default, PipeDream-Flush / Megatron-LM): stage s runs
+ *          P - s - 1 forwards, then one forward and one backward in turn,
+ *          then the remaining backwards; at most P - s micro-batches'
+ *          activations are kept on stage s.
+ *   GPipe  all m forwards, then all m backwards: m micro-batches'
+ *          activations kept on every stage (the simple reference).
+ * Each micro-batch's residual stream (B,T,C) goes forward from stage s
+ * to s + 1, and its gradient back, by comm_isend / comm_recv. The loss
+ * scale 1/m is the last stage's, so the gradients are those of one
+ * process with grad_accum m (and the same bits but for the order of
+ * the sums of wte's two parts and of the clipping norm's partial sums).
+ *
+ * Ownership: each stage's optimizer state covers only its own
+ * parameters (its layers, plus the embeddings on the first and last
+ * stage); it updates only those, once per step after all micro-batches.
+ * The gpt every rank passes keeps the full parameter array (this
+ * increment does not shrink it): its other stages' parts are stale
+ * until pipeline_gather brings them to rank 0.
+ *
+ * The bubble: each stage's idle time in a step is the step's time minus
+ * the time in its own forwards and backwards (waiting for a neighbour,
+ * and sending); pipeline_stats gives it as a fraction over all stages,
+ * beside the schedule's ideal (P - 1) / (m + P - 1).
+ *
+ * Not here (refused by the train stage): data parallel beside the
+ * pipeline (world_size > P), ZeRO, GPUs (NCCL has no point to point in
+ * comm yet), Llama models, dropout.
+ *
+ * Every function but pipeline_check and pipeline_destroy is collective:
+ * every rank calls it, in the same order. They return 0, or -1 with err;
+ * a failed exchange leaves the communicator unusable (abort the gang).
+ * Threads: the caller's thread only.
+ */
+#ifndef DAGRUN_PIPELINE_H
+#define DAGRUN_PIPELINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+
+typedef enum pipeline_schedule {
+  PIPELINE_1F1B = 0,
+  PIPELINE_GPIPE = 1
+} pipeline_schedule;
+
+/* "1f1b", "gpipe", NULL: indexed by pipeline_schedule. */
+extern const char *const pipeline_schedule_names[];
+
+typedef struct pipeline_options {
+  int micro; /* m: micro-batches a step, >= 1 */
+  pipeline_schedule schedule;
+  int B, T; /* a micro-batch */
+  optim_config opt;
+  gpt_recompute recompute; /* the stage models' (gpt_set_recompute) */
+  gpt_autocast autocast;   /* and gpt_set_autocast */
+} pipeline_options;
+
+/* Whether P stages fit cfg on world ranks: P >= 2, P divides n_layer
+ * and world equals P (data parallel beside it is not built yet), a
+ * GPT-2 model. 0, or -1 with err naming the numbers. Any thread. */
+int pipeline_check(const gpt_config *cfg, int P, int world, char *err,
+                   size_t errlen);
+
+typedef struct pipeline pipeline;
+
+/* The stage of rank comm_rank(c) of comm_size(c) over model (borrowed,
+ * the same weights on every rank; it must outlive the pipeline): its
+ * activation slots (gpt models that share model's arrays), its
+ * optimizer state (zero), its send buffers. */
+int pipeline_create(comm *c, gpt *model, const pipeline_options *o,
+                    pipeline **out, char *err, size_t errlen);
+void pipeline_destroy(pipeline *p); /* NULL is a no-op */
+
+/* This rank's stage and its layers [first, last). */
+int pipeline_stage(const pipeline *p, int *first, int *last);
+
+/* Zeroes the gradients and trains the step's m micro-batches: inputs
+ * and targets (m,B,T), the same on every rank (the first stage reads
+ * the inputs, the last the targets). *loss: the mean over the
+ * micro-batches of the last stage's losses, on every rank. */
+int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
+                              const uint32_t *targets, double *loss, char *err,
+                              size_t errlen);
+
+/* The global L2 norm of the step's gradient over all stages (an
+ * all-reduce of the stages' sums of squares; the tied embeddings
+ * counted once), into *norm, and when max_norm > 0 and the norm is above
+ * it every stage scales its gradients by max_norm / (norm + 1e-6), as
+ * optim_clip_grad_norm does for one process. */
+int pipeline_clip_grad_norm(pipeline *p, double max_norm, double *norm,
+                            char *err, size_t errlen);
+
+/* The update of this stage's parameters at lr (not collective). */
+void pipeline_step(pipeline *p, float lr);
+
+/* The last pipeline_forward_backward's account, the same on every rank. */
+typedef struct pipeline_stats {
+  double idle;    /* the stages' idle time over their step time, summed */
+  double formula; /* (P - 1) / (m + P - 1) */
+  double step_s;  /* the mean of the stages' step times */
+  int slots;      /* micro-batches' activations this rank keeps */
+} pipeline_stats;
+void pipeline_get_stats(const pipeline *p, pipeline_stats *s);
+
+/* Brings every stage's parameters into rank 0's model and, with
+ * with_state (the same on every rank), their optimizer state and step
+ * count into full (rank 0's optimizer over the whole model,
+ * trainkit_make_optim's layout; NULL elsewhere): rank 0 can then
+ * evaluate (without state), save and export the model as one
+ * process's. */
+int pipeline_gather(pipeline *p, int with_state, optim *full, char *err,
+                    size_t errlen);
+
+/* After every rank loaded the same whole checkpoint into model and
+ * full (a one-process optimizer): this stage takes its part of full's
+ * state and step count. */
+int pipeline_load(pipeline *p, optim *full, char *err, size_t errlen);
+
+#endif /* DAGRUN_PIPELINE_H */

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Pipeline parallelism (gpu/pipeline/pipeline.h) in the train stage on
+# CPU ranks under mpirun: pipeline_parallel 2, world_size 2, a 4-layer
+# GPT (width 32), 20 steps of grad_accum 4 micro-batches of batch_size 2.
+# - 1f1b and gpipe: every step's loss within 1e-4 (relative) of one
+#   process with the same batch_size and grad_accum, and the final
+#   weights within 1e-4 of the largest weight (the same bound as the ZeRO
+#   gang's: the only differences are the order of two float sums, wte's
+#   head and lookup parts and the clipping norm's stage sums, which AdamW
+#   carries on for 20 steps; measured: 2.3e-6 at worst of a largest
+#   weight 1.03, in the attention biases, 4 stages and 8 micro-batches).
+# - The log has the bubble line, measured beside (p-1)/(m+p-1) = 20%,
+#   and says how many micro-batches' activations stage 0 keeps: 2 under
+#   1f1b (P - s), 4 (all) under gpipe.
+# - The same with 4 stages of one layer on 4 ranks (1f1b).
+# - The final checkpoint (rank 0's gather, one process's format) is
+#   validated and exported downstream; one process resumes from the
+#   pipeline's step-10 checkpoint, and a pipeline from one process's and
+#   from a pipeline's, all with one process's losses of steps 11-20.
+# - A timeout stops both ranks, which write a checkpoint first (one
+#   process resumes it).
+# - Refused at start with the numbers: world_size 2 with
+#   pipeline_parallel 3 (data parallel beside it), n_layer 3 with 2
+#   stages, device: cuda, a Llama model, pipeline_parallel without a gang.
+. "$(dirname "$0")/lib.sh"
+
+use_train_gang
+ENV=$GANG_ENV
+
+DATA=$(make_token_data pipe 320)
+MODEL="data: \"$DATA\", n_layer: 4, n_head: 2, n_embd: 32, block_size: 32, threads: 1, steps: 20, lr: 0.003, warmup: 2, eval_every: 10, samples: 0, spike_policy: none, batch_size: 2, grad_accum: 4, checkpoint_every: 10"
+
+one_process one "$MODEL"
+
+# pipe_dag NAME WITH [WORLD]: a DAG of one train task (a gang of WORLD
+# ranks, 2 by default, under mpirun) with params WITH, run.
+pipe_dag() {
+  printf 'dag: %s\ntasks:\n  train:\n    stage: train\n    world_size: %s\n    launcher: mpirun\n    %s\n    with: {%s}\n' \
+    "$1" "${3:-2}" "$ENV" "$2" > "$1.yaml"
+  run_dagrun run "$1.yaml" --plain
+}
+
+# Stage 0 keeps the activations of P - 0 = 2 micro-batches under 1f1b,
+# of all 4 under gpipe.
+declare -A SLOTS=([1f1b]=2 [gpipe]=4)
+for sched in 1f1b gpipe; do
+  cat > p$sched.yaml <<Y
+dag: p$sched
+tasks:
+  train:
+    stage: train
+    world_size: 2
+    launcher: mpirun
+    $ENV
+    with: {$MODEL, pipeline_parallel: 2, pipeline_schedule: $sched}
+  validate: {stage: validate, needs: [train], with: {data: "$DATA", threads: 1, max_batches: 4, checkpoint: "\${tasks.train.outputs.checkpoint}"}}
+  export: {stage: export, needs: [train], with: {model: "\${tasks.train.outputs.checkpoints}"}}
+Y
+  run_dagrun run p$sched.yaml --plain
+  expect_rc 0
+  R=$(run_dir p$sched)
+  LOG="$R/train/attempt-1/log"
+  expect_in "$LOG" "stage 0 of 2 (layers 0-1, embeddings), schedule $sched, 4 micro-batches (grad_accum) of 2 x 32, the activations of ${SLOTS[$sched]} of them kept at most"
+  expect_in "$LOG" "(p-1)/(m+p-1) = (2-1)/(4+2-1) = 20.0%"
+  grep -F "pipeline bubble" "$LOG" | sed 's/^/  /'
+  losses "$R" > p$sched.losses
+  same_losses one.losses p$sched.losses 1e-4
+  same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
+    "$R/train/checkpoints/step-00000020/model.safetensors" 1e-4
+  /usr/bin/python3 -c "import json, math, sys; v = json.load(open(sys.argv[1]))['val_loss']; assert math.isfinite(v) and v < 6, v" \
+    "$R/validate/out/metrics.json" || fail "validate: $(cat "$R/validate/out/metrics.json")"
+  ls "$R/export/out/model/"*.safetensors >/dev/null || fail "export: $(ls -R "$R/export/out")"
+done
+P1=$(run_dir p1f1b)
+
+# Four stages of one layer on 4 ranks (oversubscribed): two middle stages
+# that receive the stream and send its gradient back; the same losses and
+# weights.
+pipe_dag p4 "$MODEL, pipeline_parallel: 4" 4
+expect_rc 0
+R=$(run_dir p4)
+expect_in "$R/train/attempt-1/log" "stage 0 of 4 (layers 0-0, embeddings), schedule 1f1b, 4 micro-batches (grad_accum) of 2 x 32, the activations of 4 of them kept at most"
+expect_in "$R/train/attempt-1/log" "(p-1)/(m+p-1) = (4-1)/(4+4-1) = 42.9%"
+losses "$R" > p4.losses
+same_losses one.losses p4.losses 1e-4
+same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
+  "$R/train/checkpoints/step-00000020/model.safetensors" 1e-4
+
+printf 'dag: p2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
+  "$MODEL" "$P1/train/checkpoints/step-00000010" > p2o.yaml
+run_dagrun run p2o.yaml --plain
+resumed_as one p2o "resumed from $P1/train/checkpoints/step-00000010 at step 10" 1e-4
+pipe_dag o2p "$MODEL, pipeline_parallel: 2, resume: \"$R1/train/checkpoints/step-00000010\""
+resumed_as one o2p "resumed from $R1/train/checkpoints/step-00000010 at step 10" 1e-4
+pipe_dag p2p "$MODEL, pipeline_parallel: 2, pipeline_schedule: gpipe, resume: \"$P1/train/checkpoints/step-00000010\""
+resumed_as one p2p "resumed from $P1/train/checkpoints/step-00000010 at step 10" 1e-4
+
+# A timeout stops the pipeline: the ranks agree on the stop, rank 0
+# gathers and writes a checkpoint, which one process resumes.
+MTO=${MODEL/steps: 20/steps: 100000}
+MTO=${MTO/checkpoint_every: 10/checkpoint_every: 0}
+cat > to.yaml <<Y
+dag: to
+tasks:
+  train:
+    stage: train
+    world_size: 2
+    launcher: mpirun
+    timeout: 4s
+    kill_grace: 20s
+    env: {DAGRUN_TEST_LOADER_DELAY_MS: "20", OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1", LSAN_OPTIONS: "$LSAN_OPTIONS", ASAN_OPTIONS: "$ASAN_OPTIONS"}
+    with: {$MTO, pipeline_parallel: 2}
+Y
+run_dagrun run to.yaml --plain
+expect_rc 1
+expect_in "$T/out" "timed out after 4.0s"
+RT=$(run_dir to)
+expect_in "$RT/train/attempt-1/log" "checkpoint step"
+CK=$(ls -d "$RT/train/checkpoints/"step-* | tail -n 1)
+[ -n "$CK" ] || fail "no checkpoint on stop: $(ls "$RT/train/checkpoints")"
+STOP=$((10#${CK##*step-}))
+[ "$STOP" -gt 0 ] || fail "stopped before the first step: $CK"
+printf 'dag: resto\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
+  "${MODEL/steps: 20/steps: $((STOP + 2))}" "$CK" > resto.yaml
+run_dagrun run resto.yaml --plain
+expect_rc 0
+expect_in "$(run_dir resto)/train/attempt-1/log" "resumed from $CK at step $STOP"
+
+# refused NAME TEXT WITH [WORLD]: NAME fails, saying TEXT.
+refused() {
+  pipe_dag "$1" "$3" "${4:-2}"
+  [ "$RC" -ne 0 ] || fail "$1: exit code 0"
+  grep -rqF -- "$2" "$(run_dir "$1")/train" || fail "$1: no \"$2\" in:
+$(cat "$(run_dir "$1")"/train/attempt-*/log)"
+}
+refused dp "pipeline_parallel with data parallel is not supported yet: world_size must equal pipeline_parallel (world_size 2, pipeline_parallel 3)" \
+  "$MODEL, pipeline_parallel: 3"
+refused layers "pipeline_parallel 2 does not divide the model's 3 layers" \
+  "${MODEL/n_layer: 4/n_layer: 3}, pipeline_parallel: 2"
+refused cuda "pipeline_parallel 2 runs on CPU ranks without device: cuda" \
+  "$MODEL, pipeline_parallel: 2, device: cuda"
+refused llama "pipeline stages are implemented for GPT-2 models, not Llama ones" \
+  "${MODEL/n_layer: 4, n_head: 2, n_embd: 32, block_size: 32/model: llama-tiny, n_layer: 2, block_size: 32}, pipeline_parallel: 2"
+printf 'dag: solo\ntasks:\n  train: {stage: train, with: {%s, pipeline_parallel: 2}}\n' "$MODEL" > solo.yaml
+run_dagrun run solo.yaml --plain
+[ "$RC" -ne 0 ] || fail "solo: exit code 0"
+expect_in "$(run_dir solo)/train/attempt-1/log" "pipeline_parallel 2 needs a gang of 2 CPU ranks"
+echo "ok"
