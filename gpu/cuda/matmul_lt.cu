@@ -29,6 +29,13 @@
  * The environment variable DAGRUN_CUDA_NO_GELU_EPILOGUE=1 forces that path
  * (tests).
  *
+ * nn.Linear's weights (the Llama family's, stored (OC, C): y = x W^T),
+ * kern_linear_*: the same products with W's op flipped:
+ *   forward  y^T (OC,N) = W (OC,C) x^T: A = W (C x OC, ld C), op T.
+ *   dinp     dx^T (C,N) = W^T (C,OC) dy^T: A = W (C x OC, ld C), op N.
+ *   dw       dW^T (C,OC) += x^T (C,N) dy (N,OC): A = x (C x N, ld C),
+ *            op N; B = dy (OC x N, ld OC), op T; D = dW (C x OC, ld C).
+ *
  * The bias gradient is kc_colsum (layernorm.cu): FP32, fixed order.
  * Determinism: cuBLAS documents bit-wise identical results from run to
  * run for the same problem on the same architecture and SM count.
@@ -262,6 +269,47 @@ int kern_matmul_backward(const kern_ctx *k, floatX *dinp, float *dw,
   p.A = dout, p.lda = OC;
   p.B = inp, p.ldb = C, p.tb = 1;
   p.D = dw, p.ldd = OC, p.d_f32 = 1;
+  p.epi = CUBLASLT_EPILOGUE_DEFAULT;
+  return lt_matmul_must(k, &p, op, err, errlen);
+}
+
+int kern_linear_forward(const kern_ctx *k, floatX *out, const floatX *inp,
+                        const floatX *w, int N, int C, int OC, char *err,
+                        size_t errlen) {
+  static const char op[] = "kern_linear_forward";
+  if (check_shape(N, C, OC, op, err, errlen))
+    return -1;
+  lt_mm p;
+  memset(&p, 0, sizeof p);
+  p.m = OC, p.n = N, p.k = C;
+  p.A = w, p.lda = C, p.ta = 1;
+  p.B = inp, p.ldb = C;
+  p.D = out, p.ldd = OC;
+  p.epi = CUBLASLT_EPILOGUE_DEFAULT;
+  return lt_matmul_must(k, &p, op, err, errlen);
+}
+
+int kern_linear_backward(const kern_ctx *k, floatX *dinp, float *dw,
+                         const floatX *dout, const floatX *inp,
+                         const floatX *w, int N, int C, int OC, char *err,
+                         size_t errlen) {
+  static const char op[] = "kern_linear_backward";
+  if (check_shape(N, C, OC, op, err, errlen))
+    return -1;
+  lt_mm p;
+  memset(&p, 0, sizeof p);
+  p.m = C, p.n = N, p.k = OC;
+  p.A = w, p.lda = C;
+  p.B = dout, p.ldb = OC;
+  p.D = dinp, p.ldd = C;
+  p.epi = CUBLASLT_EPILOGUE_DEFAULT;
+  if (lt_matmul_must(k, &p, op, err, errlen))
+    return -1;
+  memset(&p, 0, sizeof p);
+  p.m = C, p.n = OC, p.k = N;
+  p.A = inp, p.lda = C;
+  p.B = dout, p.ldb = OC, p.tb = 1;
+  p.D = dw, p.ldd = C, p.d_f32 = 1;
   p.epi = CUBLASLT_EPILOGUE_DEFAULT;
   return lt_matmul_must(k, &p, op, err, errlen);
 }

@@ -29,8 +29,10 @@
  *   gpt_cuda_check zero-oom    stages 2-3's buffers out of GPU memory:
  *                              a clear error, nothing kept; see
  *                              cmd_zero_oom
- *   gpt_cuda_check family      a Llama model refused by name (the kernels
- *                              are GPT-2's), nothing made; see cmd_family
+ *   gpt_cuda_check llama       step on two Llama shapes (GQA, an untied
+ *                              head, a head size for the FP32 attention);
+ *                              see cmd_llama
+ *   gpt_cuda_check llama-recompute  recompute on a Llama shape
  *
  * Tolerances (BF16 compute against FP32): BF16 keeps 8 significant bits,
  * a relative rounding error of 2^-9 = 2e-3 per stored activation; a
@@ -86,10 +88,13 @@ static void die(const char *what, const char *err) {
 }
 
 /* The test model: 2 layers, 4 heads, width 128, context 64, vocabulary
- * 1000 (padded to 1024: the padding rows are exercised). */
+ * 1000 (padded to 1024: the padding rows are exercised). A GPT-2 unless
+ * a command (cmd_llama) sets another. */
+static gpt_config test_cfg = {.n_layer = 2, .n_head = 4, .n_embd = 128,
+                              .block_size = 64, .vocab_size = 1000};
+
 static gpt *make_model(uint64_t seed) {
-  gpt_config c = {.n_layer = 2, .n_head = 4, .n_embd = 128, .block_size = 64,
-                  .vocab_size = 1000};
+  gpt_config c = test_cfg;
   char err[512];
   gpt *m = NULL;
   if (gpt_config_finish(&c, err, sizeof err) != 0 ||
@@ -485,31 +490,67 @@ static int cmd_oom(void) {
   return failures ? 1 : 0;
 }
 
-/* A Llama model: gpt_cuda_create refuses it naming the family, makes
- * nothing, and a GPT-2 is made after it as before. */
-static int cmd_family(void) {
-  char err[4096] = "";
-  gpt_config c = {.vocab_size = 1000};
-  gpt *m = NULL;
-  if (gpt_config_preset("llama-tiny", &c, err, sizeof err) != 0 ||
-      gpt_config_finish(&c, err, sizeof err) != 0 ||
-      gpt_create(&c, &m, err, sizeof err) != 0)
-    die("model", err);
-  gpt_cuda_options o = {.B = 2, .T = 16, .opt = optim_cfg(OPTIM_ADAMW)};
-  gpt_cuda *g = NULL;
-  int rc = gpt_cuda_create(m, &o, &g, err, sizeof err);
-  printf("family: rc %d: %s\n", rc, rc ? err : "(created!)");
-  CHECK(rc != 0 && g == NULL, "a Llama model was made on the GPU");
-  CHECK(strstr(err, "GPT-2 family only") && strstr(err, "Llama family") &&
-            strstr(err, "device: cpu"),
-        "the message does not name the family and the remedy");
+/* The Llama shapes of cmd_llama, each 2 layers at context 64 (the
+ * step's B_ x T_): (a) 4 query heads on 2 key/value heads of 32 channels
+ * (the tensor-core attention), SwiGLU width 384, an untied head; (b) 4
+ * query heads on 1 key/value head of 24 channels (not a multiple of 16:
+ * the FP32 attention), width 96, the head tied. */
+static gpt_config llama_cfg(int which) {
+  gpt_config c = {.n_layer = 2, .n_head = 4, .n_embd = 128, .block_size = 64,
+                  .vocab_size = 1000, .family = GPT_FAMILY_LLAMA,
+                  .n_kv_head = 2, .untied_head = 1};
+  if (which == 1) {
+    c.n_embd = 96;
+    c.n_kv_head = 1;
+    c.untied_head = 0;
+  }
+  return c;
+}
+
+/* Two steps of a deterministic gpt_cuda from one state: the same bits
+ * (loss and every gradient). */
+static void check_deterministic(const char *label) {
+  char err[2048];
+  gpt *m = make_model(5);
+  size_t np = gpt_num_params(m);
+  uint32_t in[B_ * T_], tg[B_ * T_];
+  make_batch(in, tg, B_, T_, gpt_get_config(m)->vocab_size, 17);
+  gpt_cuda_options o = {.B = B_, .T = T_, .opt = optim_cfg(OPTIM_ADAMW),
+                        .deterministic = 1};
+  float loss[2];
+  float *gr[2] = {malloc(np * 4), malloc(np * 4)};
+  for (int r = 0; r < 2; r++) {
+    gpt_cuda *g = NULL;
+    if (gpt_cuda_create(m, &o, &g, err, sizeof err) != 0 ||
+        gpt_cuda_forward(g, in, tg, B_, T_, &loss[r], err, sizeof err) != 0 ||
+        gpt_cuda_backward(g, 1.0f, err, sizeof err) != 0 ||
+        gpt_cuda_download_grads(g, gr[r], err, sizeof err) != 0)
+      die("deterministic", err);
+    gpt_cuda_destroy(g);
+  }
+  printf("%s: deterministic: losses %.9g %.9g\n", label, loss[0], loss[1]);
+  CHECK(loss[0] == loss[1] && memcmp(gr[0], gr[1], np * 4) == 0,
+        "%s: two deterministic runs differ", label);
+  free(gr[0]);
+  free(gr[1]);
   gpt_destroy(m);
-  gpt *small = make_model(3);
-  CHECK(gpt_cuda_create(small, &o, &g, err, sizeof err) == 0,
-        "after the refusal, a GPT-2 fails: %s", err);
-  gpt_cuda_destroy(g);
-  gpt_destroy(small);
-  printf("%s\n", failures ? "family: FAILED" : "family: ok");
+}
+
+/* The Llama family on the GPU: cmd_step's checks (loss, every tensor's
+ * gradient, the AdamW and Lion updates, upload and download, decay, bad
+ * ids) against llama_cpu.c on both llama_cfg shapes, and two
+ * deterministic runs bitwise the same on the first. */
+static int cmd_llama(void) {
+  for (int which = 0; which < 2; which++) {
+    test_cfg = llama_cfg(which);
+    printf("llama shape %c: C=%d NH=%d KV=%d, %s head\n", 'a' + which,
+           test_cfg.n_embd, test_cfg.n_head, test_cfg.n_kv_head,
+           test_cfg.untied_head ? "untied" : "tied");
+    cmd_step();
+    if (which == 0)
+      check_deterministic("llama shape a");
+  }
+  printf("%s\n", failures ? "llama: FAILED" : "llama: ok");
   return failures ? 1 : 0;
 }
 
@@ -1450,8 +1491,12 @@ int main(int argc, char **argv) {
     return cmd_shards();
   if (strcmp(argv[1], "zero-oom") == 0)
     return cmd_zero_oom();
-  if (strcmp(argv[1], "family") == 0)
-    return cmd_family();
+  if (strcmp(argv[1], "llama") == 0)
+    return cmd_llama();
+  if (strcmp(argv[1], "llama-recompute") == 0) {
+    test_cfg = llama_cfg(0);
+    return cmd_recompute();
+  }
   fprintf(stderr, "gpt_cuda_check: unknown command %s\n", argv[1]);
   return 2;
 }
