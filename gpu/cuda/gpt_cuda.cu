@@ -267,9 +267,8 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
     lb.ln2_mean = llama ? NULL : (float *)take(&c, N * 4);
     lb.ln2_rstd = (float *)take(&c, N * 4);
     lb.fch_pre = (floatX *)take(&c, N * w.fc * 2);
-    lb.fch_gelu = rc == GPT_RECOMPUTE_NONE
-                      ? (floatX *)take(&c, N * w.hid * 2)
-                      : shared_gelu;
+    lb.fch_gelu = rc == GPT_RECOMPUTE_NONE ? (floatX *)take(&c, N * w.hid * 2)
+                                           : shared_gelu;
     if (g) {
       if (rc == GPT_RECOMPUTE_BLOCK)
         for (size_t l = 0; l < L; l++)
@@ -584,8 +583,8 @@ static int plan_sizes(gpt_cuda *g, const gpt *host, const gpt_cuda_options *o,
    * before lm_head, whose group is the norm's. */
   g->llama = g->cfg.family == GPT_FAMILY_LLAMA;
   const int untied = g->llama && g->cfg.untied_head;
-  g->norm_t = g->llama ? g->ntensors - 1 - (size_t)untied
-                       : gpt_ti(g->cfg.n_layer, 0);
+  g->norm_t =
+      g->llama ? g->ntensors - 1 - (size_t)untied : gpt_ti(g->cfg.n_layer, 0);
   g->head_t = untied ? g->ntensors - 1 : 0;
   g->head_grp = untied ? g->cfg.n_layer + 1 : 0;
   g->npieces = o->npieces;
@@ -1007,8 +1006,8 @@ static int llama_layer_forward(gpt_cuda *g, int l, const layer_bufs *la,
                           PL(l, LLAMA_LN1_W), eps, N, C, err, errlen));
   KK(kern_linear_forward(k, g->dqkv, la->ln1, PL(l, LLAMA_Q_W), N, C,
                          (int)w.qkv_kv, err, errlen));
-  KK(kern_rope_qkv_forward(k, la->qkv, g->dqkv, g->rope_cs, g->rope_sn, B, T,
-                           C, NH, KV, err, errlen));
+  KK(kern_rope_qkv_forward(k, la->qkv, g->dqkv, g->rope_cs, g->rope_sn, B, T, C,
+                           NH, KV, err, errlen));
   KK(kern_attention_forward(k, la->atty, la->lse, la->qkv, B, T, C, NH, err,
                             errlen));
   /* res2 = in + atty o_proj^T; ln2 = RMSNorm(res2) */
@@ -1023,16 +1022,16 @@ static int llama_layer_forward(gpt_cuda *g, int l, const layer_bufs *la,
   if (!out)
     return 0;
   /* out = res2 + hid down_proj^T */
-  KK(kern_linear_forward(k, g->proj, la->fch_gelu, PL(l, LLAMA_DOWN_W), N, I,
-                         C, err, errlen));
+  KK(kern_linear_forward(k, g->proj, la->fch_gelu, PL(l, LLAMA_DOWN_W), N, I, C,
+                         err, errlen));
   KK(kern_residual_forward(k, out, la->res2, g->proj, (size_t)N * C, err,
                            errlen));
   return 0;
 }
 
 static int layer_forward(gpt_cuda *g, int l, const layer_bufs *la,
-                         const floatX *in, floatX *out, int B, int T,
-                         char *err, size_t errlen) {
+                         const floatX *in, floatX *out, int B, int T, char *err,
+                         size_t errlen) {
   return g->llama ? llama_layer_forward(g, l, la, in, out, B, T, err, errlen)
                   : gpt2_layer_forward(g, l, la, in, out, B, T, err, errlen);
 }
@@ -1045,10 +1044,9 @@ static int final_norm_forward(gpt_cuda *g, int N, char *err, size_t errlen) {
     return kern_rmsnorm_forward(&g->k, NULL, g->lnf, g->lnf_rstd,
                                 resid_at(g, L), NULL, w, g->cfg.norm_eps, N, C,
                                 err, errlen);
-  return kern_layernorm_forward(&g->k, g->lnf, g->lnf_mean, g->lnf_rstd,
-                                resid_at(g, L), w,
-                                param_of(g, L + 1, g->norm_t + 1), N, C, err,
-                                errlen);
+  return kern_layernorm_forward(
+      &g->k, g->lnf, g->lnf_mean, g->lnf_rstd, resid_at(g, L), w,
+      param_of(g, L + 1, g->norm_t + 1), N, C, err, errlen);
 }
 
 static int check_ids(const uint32_t *ids, size_t n, int V, const char *what,
@@ -1114,8 +1112,8 @@ static int forward(gpt_cuda *g, const uint32_t *inputs,
     return -1;
   /* lnf (N,C), head (Vp,C) -> logits (N,Vp) = lnf head^T; the padding
    * rows of the head are zero, so the padding columns are too. */
-  if (gemm_rm(g, 0, 1, (int)N, Vp, C, g->lnf, C, param_of(g, hg, g->head_t),
-              C, g->logits, Vp, 0, 1.0f, 0.0f, err, errlen) != 0 ||
+  if (gemm_rm(g, 0, 1, (int)N, Vp, C, g->lnf, C, param_of(g, hg, g->head_t), C,
+              g->logits, Vp, 0, 1.0f, 0.0f, err, errlen) != 0 ||
       params_done(g, hg, after, err, errlen) != 0)
     return -1;
   g->B = B;
@@ -1209,10 +1207,9 @@ static int gpt2_layer_backward(gpt_cuda *g, int l, const layer_bufs *la,
                          errlen));
   }
   /* MLP. dresid = d out -> d4c (N,4C) = d fch_pre (GELU' fused) */
-  KK(kern_matmul_backward(k, g->d4c, G(l, GPT_FCPROJ_W), G(l, GPT_FCPROJ_B),
-                          g->scratch, g->dresid, la->fch_gelu,
-                          P(l, GPT_FCPROJ_W), la->fch_pre, N, 4 * C, C, err,
-                          errlen));
+  KK(kern_matmul_backward(
+      k, g->d4c, G(l, GPT_FCPROJ_W), G(l, GPT_FCPROJ_B), g->scratch, g->dresid,
+      la->fch_gelu, P(l, GPT_FCPROJ_W), la->fch_pre, N, 4 * C, C, err, errlen));
   /* d fch_pre -> dbuf (N,C) = d ln2 */
   KK(kern_matmul_backward(k, g->dbuf, G(l, GPT_FC_W), G(l, GPT_FC_B),
                           g->scratch, g->d4c, la->ln2, P(l, GPT_FC_W), NULL, N,
@@ -1222,12 +1219,12 @@ static int gpt2_layer_backward(gpt_cuda *g, int l, const layer_bufs *la,
                              g->scratch, g->dbuf, la->res2, P(l, GPT_LN2_W),
                              la->ln2_mean, la->ln2_rstd, N, C, err, errlen));
   /* Attention. dresid = d res2 -> dbuf (N,C) = d atty */
-  KK(kern_matmul_backward(k, g->dbuf, G(l, GPT_ATTPROJ_W),
-                          G(l, GPT_ATTPROJ_B), g->scratch, g->dresid, la->atty,
-                          P(l, GPT_ATTPROJ_W), NULL, N, C, C, err, errlen));
+  KK(kern_matmul_backward(k, g->dbuf, G(l, GPT_ATTPROJ_W), G(l, GPT_ATTPROJ_B),
+                          g->scratch, g->dresid, la->atty, P(l, GPT_ATTPROJ_W),
+                          NULL, N, C, C, err, errlen));
   /* d atty -> dqkv (N,3C) */
-  KK(kern_attention_backward(k, g->dqkv, g->scratch, g->dbuf, la->qkv,
-                             la->atty, la->lse, B, T, C, NH, err, errlen));
+  KK(kern_attention_backward(k, g->dqkv, g->scratch, g->dbuf, la->qkv, la->atty,
+                             la->lse, B, T, C, NH, err, errlen));
   /* dqkv -> dbuf (N,C) = d ln1 */
   KK(kern_matmul_backward(k, g->dbuf, G(l, GPT_QKV_W), G(l, GPT_QKV_B),
                           g->scratch, g->dqkv, la->ln1, P(l, GPT_QKV_W), NULL,
@@ -1260,9 +1257,8 @@ static int llama_layer_backward(gpt_cuda *g, int l, const layer_bufs *la,
   }
   /* MLP. dresid = d out -> dhid (N,I) -> dgu (N,2I) -> dbuf = d ln2 */
   floatX *dhid = g->d4c + (size_t)N * 2 * I;
-  KK(kern_linear_backward(k, dhid, GL(l, LLAMA_DOWN_W), g->dresid,
-                          la->fch_gelu, PL(l, LLAMA_DOWN_W), N, I, C, err,
-                          errlen));
+  KK(kern_linear_backward(k, dhid, GL(l, LLAMA_DOWN_W), g->dresid, la->fch_gelu,
+                          PL(l, LLAMA_DOWN_W), N, I, C, err, errlen));
   KK(kern_swiglu_backward(k, g->d4c, dhid, la->fch_pre, N, I, err, errlen));
   KK(kern_linear_backward(k, g->dbuf, GL(l, LLAMA_GATE_W), g->d4c, la->ln2,
                           PL(l, LLAMA_GATE_W), N, C, 2 * I, err, errlen));
@@ -1274,10 +1270,10 @@ static int llama_layer_backward(gpt_cuda *g, int l, const layer_bufs *la,
    * (N,C+2KVD): RoPE turned back, GQA's heads summed -> dbuf = d ln1 */
   KK(kern_linear_backward(k, g->dbuf, GL(l, LLAMA_O_W), g->dresid, la->atty,
                           PL(l, LLAMA_O_W), N, C, C, err, errlen));
-  KK(kern_attention_backward(k, g->dqkv, g->scratch, g->dbuf, la->qkv,
-                             la->atty, la->lse, B, T, C, NH, err, errlen));
-  KK(kern_rope_qkv_backward(k, g->d4c, g->dqkv, g->rope_cs, g->rope_sn, B, T,
-                            C, NH, KV, err, errlen));
+  KK(kern_attention_backward(k, g->dqkv, g->scratch, g->dbuf, la->qkv, la->atty,
+                             la->lse, B, T, C, NH, err, errlen));
+  KK(kern_rope_qkv_backward(k, g->d4c, g->dqkv, g->rope_cs, g->rope_sn, B, T, C,
+                            NH, KV, err, errlen));
   KK(kern_linear_backward(k, g->dbuf, GL(l, LLAMA_Q_W), g->d4c, la->ln1,
                           PL(l, LLAMA_Q_W), N, C, (int)w.qkv_kv, err, errlen));
   /* d ln1 -> dresid += (now d of the block's input) */
@@ -1337,10 +1333,9 @@ static int embedding_backward(gpt_cuda *g, int B, int T, char *err,
   int untied = g->head_grp != 0, C = g->cfg.n_embd;
   if (untied && params_need(g, 0, -1, 1, err, errlen) != 0)
     return -1;
-  KK(kern_encoder_backward(&g->k, grad_of(g, 0, 0),
-                           g->llama ? NULL : grad_of(g, 0, 1), g->scratch,
-                           g->dresid, g->ids, g->ids_host, B, T, C, err,
-                           errlen));
+  KK(kern_encoder_backward(
+      &g->k, grad_of(g, 0, 0), g->llama ? NULL : grad_of(g, 0, 1), g->scratch,
+      g->dresid, g->ids, g->ids_host, B, T, C, err, errlen));
   if (untied && params_done(g, 0, -1, err, errlen) != 0)
     return -1;
   if (g->grad_hook)
@@ -1398,8 +1393,8 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
      * them: the gradient from layer l on is final (once the stream gets
      * here). */
     if (g->grad_hook)
-      g->grad_hook(g->grad_hook_arg, g->off[g->llama ? llama_ti(l, 0)
-                                                     : gpt_ti(l, 0)]);
+      g->grad_hook(g->grad_hook_arg,
+                   g->off[g->llama ? llama_ti(l, 0) : gpt_ti(l, 0)]);
   }
   return embedding_backward(g, B, T, err, errlen);
 }

@@ -183,15 +183,14 @@ int kern_linear_forward(const kern_ctx *k, floatX *out, const floatX *inp,
 /* dout (N,OC), inp (N,C), w (OC,C) -> dinp (N,C) = dout w (overwritten),
  * dw (OC,C) += dout^T inp (FP32). */
 int kern_linear_backward(const kern_ctx *k, floatX *dinp, float *dw,
-                         const floatX *dout, const floatX *inp,
-                         const floatX *w, int N, int C, int OC, char *err,
-                         size_t errlen);
+                         const floatX *dout, const floatX *inp, const floatX *w,
+                         int N, int C, int OC, char *err, size_t errlen);
 
 /* ---- SwiGLU (the Llama family's MLP activation) ----
  * gu (N,2I): each row gate_proj's I outputs then up_proj's ->
  * hid (N,I) = silu(gate) * up. */
-int kern_swiglu_forward(const kern_ctx *k, floatX *hid, const floatX *gu,
-                        int N, int I, char *err, size_t errlen);
+int kern_swiglu_forward(const kern_ctx *k, floatX *hid, const floatX *gu, int N,
+                        int I, char *err, size_t errlen);
 /* dhid (N,I), gu (N,2I) -> dgu (N,2I) (d gate, d up; overwritten). */
 int kern_swiglu_backward(const kern_ctx *k, floatX *dgu, const floatX *dhid,
                          const floatX *gu, int N, int I, char *err,
@@ -205,15 +204,15 @@ int kern_swiglu_backward(const kern_ctx *k, floatX *dgu, const floatX *dhid,
  * rotate_half: channel i with i + hs/2), query head h given key/value
  * head h / (NH/KV). */
 int kern_rope_qkv_forward(const kern_ctx *k, floatX *qkv, const floatX *qkv_kv,
-                          const float *cs, const float *sn, int B, int T,
-                          int C, int NH, int KV, char *err, size_t errlen);
+                          const float *cs, const float *sn, int B, int T, int C,
+                          int NH, int KV, char *err, size_t errlen);
 /* Its adjoint: dqkv (B,T,3C) -> dqkv_kv (B,T,C+2KVD) (overwritten): dq
  * and dk turned back, each key/value head's dk and dv summed over its
  * query heads in head order (deterministic in every mode). */
 int kern_rope_qkv_backward(const kern_ctx *k, floatX *dqkv_kv,
-                           const floatX *dqkv, const float *cs,
-                           const float *sn, int B, int T, int C, int NH,
-                           int KV, char *err, size_t errlen);
+                           const floatX *dqkv, const float *cs, const float *sn,
+                           int B, int T, int C, int NH, int KV, char *err,
+                           size_t errlen);
 
 /* ---- GELU (tanh approximation), when not fused into a product ---- */
 int kern_gelu_forward(const kern_ctx *k, floatX *out, const floatX *inp,

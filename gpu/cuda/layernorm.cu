@@ -14,8 +14,8 @@
  * RMS: the mean is 0 and 1/std is 1/sqrt(mean(x^2) + eps), RMSNorm's
  * (llama_cpu.c). */
 template <bool RMS, typename Get>
-__device__ __forceinline__ void ln_stats(Get get, int C, float eps,
-                                         float *mean, float *rstd) {
+__device__ __forceinline__ void ln_stats(Get get, int C, float eps, float *mean,
+                                         float *rstd) {
   const int lane = threadIdx.x % 32;
   float m = 0.0f;
   if (!RMS) {
@@ -76,8 +76,8 @@ __global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd,
       }
     } else {
       for (int c = lane; c < C; c += 32)
-        o[c] = kc_x((kc_f(x[c]) - m) * s * kc_f(w[c]) +
-                    (RMS ? 0.0f : kc_f(b[c])));
+        o[c] =
+            kc_x((kc_f(x[c]) - m) * s * kc_f(w[c]) + (RMS ? 0.0f : kc_f(b[c])));
     }
     if (lane == 0 && mean)
       mean[row] = m;
@@ -542,6 +542,6 @@ int kern_rmsnorm_backward(const kern_ctx *k, floatX *dinp, float *dw,
     return -1;
   /* dw is the column sum of dout * x * rstd (the mean taken as 0); the
    * plain column sum beside it is computed and not written. */
-  return colsums(k, NULL, dw, (float *)scratch, dout, inp, NULL, rstd, N, C,
-                 op, err, errlen);
+  return colsums(k, NULL, dw, (float *)scratch, dout, inp, NULL, rstd, N, C, op,
+                 err, errlen);
 }

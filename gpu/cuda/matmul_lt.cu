@@ -290,9 +290,8 @@ int kern_linear_forward(const kern_ctx *k, floatX *out, const floatX *inp,
 }
 
 int kern_linear_backward(const kern_ctx *k, floatX *dinp, float *dw,
-                         const floatX *dout, const floatX *inp,
-                         const floatX *w, int N, int C, int OC, char *err,
-                         size_t errlen) {
+                         const floatX *dout, const floatX *inp, const floatX *w,
+                         int N, int C, int OC, char *err, size_t errlen) {
   static const char op[] = "kern_linear_backward";
   if (check_shape(N, C, OC, op, err, errlen))
     return -1;

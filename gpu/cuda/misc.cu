@@ -136,8 +136,8 @@ int kern_encoder_backward(const kern_ctx *k, float *dwte, float *dwpe,
   if (ids_host && !scratch)
     return kc_fail(err, errlen, op, "no scratch for the token buckets");
   if (dwpe) {
-    wpe_backward_kernel<<<kc_grid((size_t)T * C, BLOCK, k->sm_count), BLOCK,
-                          0, k->stream>>>(dwpe, dout, B, T, C);
+    wpe_backward_kernel<<<kc_grid((size_t)T * C, BLOCK, k->sm_count), BLOCK, 0,
+                          k->stream>>>(dwpe, dout, B, T, C);
     if (kc_check(op, err, errlen))
       return -1;
   }
@@ -261,12 +261,12 @@ __global__ void swiglu_backward_kernel(floatX *dgu, const floatX *dhid,
   }
 }
 
-int kern_swiglu_forward(const kern_ctx *k, floatX *hid, const floatX *gu,
-                        int N, int I, char *err, size_t errlen) {
+int kern_swiglu_forward(const kern_ctx *k, floatX *hid, const floatX *gu, int N,
+                        int I, char *err, size_t errlen) {
   size_t n = (size_t)N * I;
   if (N < 0 || I < 0)
-    return kc_fail(err, errlen, "kern_swiglu_forward", "bad shape N=%d I=%d",
-                   N, I);
+    return kc_fail(err, errlen, "kern_swiglu_forward", "bad shape N=%d I=%d", N,
+                   I);
   if (n == 0)
     return 0;
   swiglu_forward_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0,
@@ -382,8 +382,8 @@ static int rope_check(int B, int T, int C, int NH, int KV, const char *op,
 }
 
 int kern_rope_qkv_forward(const kern_ctx *k, floatX *qkv, const floatX *qkv_kv,
-                          const float *cs, const float *sn, int B, int T,
-                          int C, int NH, int KV, char *err, size_t errlen) {
+                          const float *cs, const float *sn, int B, int T, int C,
+                          int NH, int KV, char *err, size_t errlen) {
   static const char op[] = "kern_rope_qkv_forward";
   if (rope_check(B, T, C, NH, KV, op, err, errlen))
     return -1;
@@ -397,9 +397,9 @@ int kern_rope_qkv_forward(const kern_ctx *k, floatX *qkv, const floatX *qkv_kv,
 }
 
 int kern_rope_qkv_backward(const kern_ctx *k, floatX *dqkv_kv,
-                           const floatX *dqkv, const float *cs,
-                           const float *sn, int B, int T, int C, int NH,
-                           int KV, char *err, size_t errlen) {
+                           const floatX *dqkv, const float *cs, const float *sn,
+                           int B, int T, int C, int NH, int KV, char *err,
+                           size_t errlen) {
   static const char op[] = "kern_rope_qkv_backward";
   if (rope_check(B, T, C, NH, KV, op, err, errlen))
     return -1;

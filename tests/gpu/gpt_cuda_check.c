@@ -90,8 +90,11 @@ static void die(const char *what, const char *err) {
 /* The test model: 2 layers, 4 heads, width 128, context 64, vocabulary
  * 1000 (padded to 1024: the padding rows are exercised). A GPT-2 unless
  * a command (cmd_llama) sets another. */
-static gpt_config test_cfg = {.n_layer = 2, .n_head = 4, .n_embd = 128,
-                              .block_size = 64, .vocab_size = 1000};
+static gpt_config test_cfg = {.n_layer = 2,
+                              .n_head = 4,
+                              .n_embd = 128,
+                              .block_size = 64,
+                              .vocab_size = 1000};
 
 static gpt *make_model(uint64_t seed) {
   gpt_config c = test_cfg;
@@ -496,9 +499,14 @@ static int cmd_oom(void) {
  * query heads on 1 key/value head of 24 channels (not a multiple of 16:
  * the FP32 attention), width 96, the head tied. */
 static gpt_config llama_cfg(int which) {
-  gpt_config c = {.n_layer = 2, .n_head = 4, .n_embd = 128, .block_size = 64,
-                  .vocab_size = 1000, .family = GPT_FAMILY_LLAMA,
-                  .n_kv_head = 2, .untied_head = 1};
+  gpt_config c = {.n_layer = 2,
+                  .n_head = 4,
+                  .n_embd = 128,
+                  .block_size = 64,
+                  .vocab_size = 1000,
+                  .family = GPT_FAMILY_LLAMA,
+                  .n_kv_head = 2,
+                  .untied_head = 1};
   if (which == 1) {
     c.n_embd = 96;
     c.n_kv_head = 1;
@@ -515,8 +523,8 @@ static void check_deterministic(const char *label) {
   size_t np = gpt_num_params(m);
   uint32_t in[B_ * T_], tg[B_ * T_];
   make_batch(in, tg, B_, T_, gpt_get_config(m)->vocab_size, 17);
-  gpt_cuda_options o = {.B = B_, .T = T_, .opt = optim_cfg(OPTIM_ADAMW),
-                        .deterministic = 1};
+  gpt_cuda_options o = {
+      .B = B_, .T = T_, .opt = optim_cfg(OPTIM_ADAMW), .deterministic = 1};
   float loss[2];
   float *gr[2] = {malloc(np * 4), malloc(np * 4)};
   for (int r = 0; r < 2; r++) {
