@@ -34,6 +34,10 @@
  *                              see cmd_llama
  *   gpt_cuda_check llama-recompute  recompute on a Llama shape
  *
+ * GPT_CUDA_CHECK_MODEL=llama in the environment makes every command's
+ * test model the first Llama shape of cmd_llama instead of the GPT-2
+ * (test_zero_cuda.sh runs zero so: ZeRO's stages on a Llama).
+ *
  * Tolerances (BF16 compute against FP32): BF16 keeps 8 significant bits,
  * a relative rounding error of 2^-9 = 2e-3 per stored activation; a
  * forward pass stores each activation a few times per layer and the
@@ -735,8 +739,13 @@ typedef struct zrun {
 } zrun;
 
 /* The global batch of step k (N*ZB rows). */
+/* Step k's global batch. Rank 0's first input is token 0, whose
+ * embedding row holds parameter 0, which nan_step poisons: a tied head
+ * reads it at every position anyway, an untied Llama's forward only
+ * through the lookup. */
 static void zero_batch(uint32_t *in, uint32_t *tg, int N, int V, int k) {
   make_batch(in, tg, N * ZB, ZT, V, 1000 + (uint64_t)k);
+  in[0] = 0;
 }
 
 static void zero_reference(int N, int device, zrun *out) {
@@ -1467,8 +1476,19 @@ static int cmd_nccl_version(void) {
 
 int main(int argc, char **argv) {
   char why[512];
+  const char *model = getenv("GPT_CUDA_CHECK_MODEL");
+  if (model && strcmp(model, "llama") == 0)
+    test_cfg = llama_cfg(0);
+  else if (model && *model && strcmp(model, "gpt2") != 0) {
+    fprintf(stderr,
+            "gpt_cuda_check: GPT_CUDA_CHECK_MODEL=%s: not llama or "
+            "gpt2\n",
+            model);
+    return 2;
+  }
   if (argc < 2) {
     fprintf(stderr, "usage: gpt_cuda_check available|step|recompute|oom|"
+                    "llama|llama-recompute|"
                     "logits MODEL_DIR IDS OUT\n");
     return 2;
   }
@@ -1503,7 +1523,9 @@ int main(int argc, char **argv) {
     return cmd_llama();
   if (strcmp(argv[1], "llama-recompute") == 0) {
     test_cfg = llama_cfg(0);
-    return cmd_recompute();
+    int rc = cmd_recompute();
+    printf("%s\n", rc ? "llama-recompute: FAILED" : "llama-recompute: ok");
+    return rc;
   }
   fprintf(stderr, "gpt_cuda_check: unknown command %s\n", argv[1]);
   return 2;
