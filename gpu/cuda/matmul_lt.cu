@@ -273,42 +273,38 @@ int kern_matmul_backward(const kern_ctx *k, floatX *dinp, float *dw,
   return lt_matmul_must(k, &p, op, err, errlen);
 }
 
+/* One plain product (no epilogue) of lt_mm's fields; D FP32 (beta 1)
+ * with d_f32. */
+static int lt_plain(const kern_ctx *k, int m, int n, int kk, const floatX *A,
+                    int lda, int ta, const floatX *B, int ldb, int tb, void *D,
+                    int ldd, int d_f32, const char *op, char *err,
+                    size_t errlen) {
+  lt_mm p;
+  memset(&p, 0, sizeof p);
+  p.m = m, p.n = n, p.k = kk;
+  p.A = A, p.lda = lda, p.ta = ta;
+  p.B = B, p.ldb = ldb, p.tb = tb;
+  p.D = D, p.ldd = ldd, p.d_f32 = d_f32;
+  p.epi = CUBLASLT_EPILOGUE_DEFAULT;
+  return lt_matmul_must(k, &p, op, err, errlen);
+}
+
 int kern_linear_forward(const kern_ctx *k, floatX *out, const floatX *inp,
                         const floatX *w, int N, int C, int OC, char *err,
                         size_t errlen) {
   static const char op[] = "kern_linear_forward";
   if (check_shape(N, C, OC, op, err, errlen))
     return -1;
-  lt_mm p;
-  memset(&p, 0, sizeof p);
-  p.m = OC, p.n = N, p.k = C;
-  p.A = w, p.lda = C, p.ta = 1;
-  p.B = inp, p.ldb = C;
-  p.D = out, p.ldd = OC;
-  p.epi = CUBLASLT_EPILOGUE_DEFAULT;
-  return lt_matmul_must(k, &p, op, err, errlen);
+  return lt_plain(k, OC, N, C, w, C, 1, inp, C, 0, out, OC, 0, op, err, errlen);
 }
 
 int kern_linear_backward(const kern_ctx *k, floatX *dinp, float *dw,
                          const floatX *dout, const floatX *inp, const floatX *w,
                          int N, int C, int OC, char *err, size_t errlen) {
   static const char op[] = "kern_linear_backward";
-  if (check_shape(N, C, OC, op, err, errlen))
+  if (check_shape(N, C, OC, op, err, errlen) ||
+      lt_plain(k, C, N, OC, w, C, 0, dout, OC, 0, dinp, C, 0, op, err, errlen))
     return -1;
-  lt_mm p;
-  memset(&p, 0, sizeof p);
-  p.m = C, p.n = N, p.k = OC;
-  p.A = w, p.lda = C;
-  p.B = dout, p.ldb = OC;
-  p.D = dinp, p.ldd = C;
-  p.epi = CUBLASLT_EPILOGUE_DEFAULT;
-  if (lt_matmul_must(k, &p, op, err, errlen))
-    return -1;
-  memset(&p, 0, sizeof p);
-  p.m = C, p.n = OC, p.k = N;
-  p.A = inp, p.lda = C;
-  p.B = dout, p.ldb = OC, p.tb = 1;
-  p.D = dw, p.ldd = C, p.d_f32 = 1;
-  p.epi = CUBLASLT_EPILOGUE_DEFAULT;
-  return lt_matmul_must(k, &p, op, err, errlen);
+  return lt_plain(k, C, OC, N, inp, C, 0, dout, OC, 1, dw, C, 1, op, err,
+                  errlen);
 }

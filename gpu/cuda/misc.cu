@@ -381,35 +381,40 @@ static int rope_check(int B, int T, int C, int NH, int KV, const char *op,
   return 0;
 }
 
-int kern_rope_qkv_forward(const kern_ctx *k, floatX *qkv, const floatX *qkv_kv,
-                          const float *cs, const float *sn, int B, int T, int C,
-                          int NH, int KV, char *err, size_t errlen) {
-  static const char op[] = "kern_rope_qkv_forward";
+/* Either direction: out and in as the launchers below take them. */
+static int rope_launch(const kern_ctx *k, bool fwd, floatX *out,
+                       const floatX *in, const float *cs, const float *sn,
+                       int B, int T, int C, int NH, int KV, const char *op,
+                       char *err, size_t errlen) {
   if (rope_check(B, T, C, NH, KV, op, err, errlen))
     return -1;
   rope_dims d = rope_dims_of(T, C, NH, KV);
   size_t n = (size_t)B * T * NH * d.h2;
   if (n == 0)
     return 0;
-  rope_qkv_forward_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0,
-                            k->stream>>>(qkv, qkv_kv, cs, sn, d, n);
+  unsigned grid = kc_grid(n, BLOCK, k->sm_count);
+  if (fwd)
+    rope_qkv_forward_kernel<<<grid, BLOCK, 0, k->stream>>>(out, in, cs, sn, d,
+                                                           n);
+  else
+    rope_qkv_backward_kernel<<<grid, BLOCK, 0, k->stream>>>(out, in, cs, sn, d,
+                                                            n);
   return kc_check(op, err, errlen);
+}
+
+int kern_rope_qkv_forward(const kern_ctx *k, floatX *qkv, const floatX *qkv_kv,
+                          const float *cs, const float *sn, int B, int T, int C,
+                          int NH, int KV, char *err, size_t errlen) {
+  return rope_launch(k, true, qkv, qkv_kv, cs, sn, B, T, C, NH, KV,
+                     "kern_rope_qkv_forward", err, errlen);
 }
 
 int kern_rope_qkv_backward(const kern_ctx *k, floatX *dqkv_kv,
                            const floatX *dqkv, const float *cs, const float *sn,
                            int B, int T, int C, int NH, int KV, char *err,
                            size_t errlen) {
-  static const char op[] = "kern_rope_qkv_backward";
-  if (rope_check(B, T, C, NH, KV, op, err, errlen))
-    return -1;
-  rope_dims d = rope_dims_of(T, C, NH, KV);
-  size_t n = (size_t)B * T * NH * d.h2;
-  if (n == 0)
-    return 0;
-  rope_qkv_backward_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0,
-                             k->stream>>>(dqkv_kv, dqkv, cs, sn, d, n);
-  return kc_check(op, err, errlen);
+  return rope_launch(k, false, dqkv_kv, dqkv, cs, sn, B, T, C, NH, KV,
+                     "kern_rope_qkv_backward", err, errlen);
 }
 
 /* ---- Reductions ----

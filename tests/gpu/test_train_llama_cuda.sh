@@ -10,51 +10,29 @@
 # - deterministic: true: two GPU runs give bitwise identical losses.
 . "$(dirname "$0")/gpu_env.sh"
 
-N=${GPU_TEST_STEPS:-20}
-case $N in *[!0-9]*|'') fail "GPU_TEST_STEPS=$N: an even number of steps" ;; esac
-[ $((N % 2)) -eq 0 ] && [ "$N" -ge 4 ] || fail "GPU_TEST_STEPS=$N: an even number >= 4"
-H=$((N / 2))
-EVAL=${GPU_TEST_EVAL_BATCHES:+, eval_batches: $GPU_TEST_EVAL_BATCHES}
+gpu_steps 20 4
 DATA=$(make_token_data llama 320)
 MODEL='model: llama-tiny, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 64, intermediate_size: 128, head: untied, block_size: 32'
 COMMON="data: \"$DATA\", $MODEL, seq_len: 32, batch_size: 4, steps: $N, lr: 0.003, warmup: 2, eval_every: 0, samples: 0, spike_policy: none, checkpoint_every: $H, seed: 7$EVAL"
 
-train() { # NAME EXTRA
-  cat > "$1.yaml" <<Y
-dag: $1
-tasks:
-  train: {stage: train, with: {$COMMON, $2}}
-Y
-  run_dagrun run "$1.yaml" --plain --no-cache
-  [ "$RC" -eq 0 ] || fail "$1 failed: $(cat "$T/out" "$T/err")"
-}
-
-train cpu "device: cpu"
-train gpu "device: cuda, recompute: block"
-train det1 "device: cuda, deterministic: true"
-train det2 "device: cuda, deterministic: true"
+gpu_train cpu "device: cpu"
+gpu_train gpu "device: cuda, recompute: block"
+gpu_train det1 "device: cuda, deterministic: true"
+gpu_train det2 "device: cuda, deterministic: true"
 GPU=$(run_dir gpu)
 CK=$(printf 'step-%08d' "$H")
-train gpu2cpu "device: cpu, resume: \"$GPU/train/checkpoints/$CK\""
+gpu_train gpu2cpu "device: cpu, resume: \"$GPU/train/checkpoints/$CK\""
 expect_in "$GPU/train/attempt-1/log" "recompute: block"
 
 "$PY" - "$DAGRUN_RUNS_DIR" "$N" <<'P' || fail "the losses differ (above)"
-import glob, json, sys
+import glob, json, os, sys
 runs, N = sys.argv[1], int(sys.argv[2])
 H = N // 2
+sys.path.insert(0, os.environ["DAGRUN_SOURCE_DIR"] + "/tests/gpu")
+import train_losses
 def losses(name):
-    d = glob.glob(f"{runs}/{name}/*/train")[0]
-    out = {}
-    for line in open(d + "/metrics.jsonl"):
-        m = json.loads(line)
-        if m["name"] == "loss":
-            out[m["step"]] = m["value"]
-    return d, out
-def close(name, a, b, steps):
-    rel = [abs(a[s] - b[s]) / abs(b[s]) for s in steps]
-    print(f"{name}: worst relative difference {max(rel):.4f}, mean "
-          f"{sum(rel) / len(rel):.4f}")
-    assert max(rel) < 5e-2 and sum(rel) / len(rel) < 2e-2, name
+    return train_losses.losses(runs, name)
+close = train_losses.close
 _, cpu = losses("cpu")
 gd, gpu = losses("gpu")
 assert sorted(gpu) == list(range(1, N + 1)), sorted(gpu)
