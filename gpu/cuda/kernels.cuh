@@ -10,8 +10,9 @@
  * - Pointers are device pointers; shapes are row-major, named as in
  *   gpt_cpu.c: N = B*T rows, C channels, OC output channels, NH heads,
  *   hs = C/NH, V the vocabulary, Vp it padded to a multiple of 64.
- * - Weight matrices are (in, out) as the CPU engine keeps them:
- *   y = x W + b.
+ * - Weight matrices are (in, out) as the CPU engine keeps GPT-2's:
+ *   y = x W + b; kern_linear_* take nn.Linear's (out, in), the Llama
+ *   family's: y = x W^T.
  * - Every launcher runs on `stream`, checks its launch
  *   (cudaGetLastError) and returns 0, or -1 with a message in err naming
  *   the op and CUDA's error string. Kernels never allocate: scratch comes
