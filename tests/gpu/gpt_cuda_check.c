@@ -571,15 +571,27 @@ static int cmd_llama(void) {
  * gradients (4), AdamW's two FP32 moments (8) or Lion's one (4), each
  * rounded up to 256 bytes; the activations shrink with each recompute
  * mode, block's to under half of none's; the parts add up to the total. */
-static int cmd_estimate(void) {
+/* The preset's config (finished) with vocabulary V. */
+static gpt_config preset_cfg(const char *name, int V) {
   char err[512];
   gpt_config c;
-  if (gpt_config_preset("gpt2-124M", &c, err, sizeof err) != 0)
+  if (gpt_config_preset(name, &c, err, sizeof err) != 0)
     die("preset", err);
-  c.vocab_size = 50257;
+  c.vocab_size = V;
   if (gpt_config_finish(&c, err, sizeof err) != 0)
     die("config", err);
+  return c;
+}
+
+/* c's estimate at 16 x 1024 for AdamW and Lion in each recompute mode:
+ * 6 bytes a parameter of weights, 4 of gradients, 8 or 4 of optimizer
+ * state (each rounded up to 256 bytes), the parts adding up to the
+ * total, and activations shrinking with each mode, block's under half of
+ * none's. */
+static void estimate_modes(const gpt_config *cfg, const char *label) {
+  gpt_config c = *cfg;
   uint64_t np = gpt_config_num_params(&c), acts[3];
+  printf("%s:\n", label);
   for (int kind = 0; kind < 2; kind++)
     for (int r = 0; r < 3; r++) {
       gpt_cuda_options o = {.B = 16, .T = 1024, .opt = optim_cfg(kind),
@@ -605,9 +617,18 @@ static int cmd_estimate(void) {
       acts[r] = m.acts;
     }
   CHECK(acts[1] < acts[0] && acts[2] < acts[1] && 2 * acts[2] < acts[0],
-        "activations none %llu gelu %llu block %llu",
+        "%s: activations none %llu gelu %llu block %llu", label,
         (unsigned long long)acts[0], (unsigned long long)acts[1],
         (unsigned long long)acts[2]);
+}
+
+static int cmd_estimate(void) {
+  gpt_config c = preset_cfg("gpt2-124M", 50257);
+  uint64_t np = gpt_config_num_params(&c);
+  estimate_modes(&c, "gpt2-124M");
+  /* The Llama family's layout (GQA 9 on 3 heads, SwiGLU 1536, tied). */
+  gpt_config l = preset_cfg("smollm-135m-shape", 49152);
+  estimate_modes(&l, "smollm-135m-shape");
   /* A gang rank's shard (ZeRO stages 1-2, 8 ranks): the FP32 master
    * weights and the moments of S = ceil(np/8) parameters, the BF16 copy
    * and the FP32 gradients of all 8 S. */
