@@ -143,9 +143,17 @@ static int trainer_step(trainer *t, const uint32_t *in, const uint32_t *tg,
          gpt_cuda_step(t->g, 6e-4f, err, errlen);
 }
 
+/* 6N + 6*L*C*T, N the weights of the products and the head (GPT-2's:
+ * with its biases and LayerNorms; a Llama's: q, k, v, o, gate, up, down
+ * and its RMSNorms). */
 static double flops_per_token(const gpt_config *c, int T) {
   double C = c->n_embd, L = c->n_layer;
   double N = (double)c->vocab_size * C + L * (12 * C * C + 13 * C) + 2 * C;
+  if (c->family == GPT_FAMILY_LLAMA) {
+    double KVD = (double)c->n_kv_head * (c->n_embd / c->n_head);
+    N = (double)c->vocab_size * C +
+        L * (2 * C * C + 2 * KVD * C + 3.0 * c->intermediate * C + 2 * C) + C;
+  }
   return 6 * N + 6 * L * C * T;
 }
 

@@ -11,6 +11,8 @@
 #        BF16; an H200's is the same) MODEL=gpt2-124M RECOMPUTE=none
 #        SWEEP=1 (0: no sweep) SWEEP_STEPS=5 TORCH=1 (0: dagrun only)
 #        PYTHON=python3
+#   A Llama: MODEL=llama-small or smollm-135m-shape with TORCH=0
+#   (bench/torch_gpt2.py is GPT-2's; the FLOPs are the Llama's).
 #
 # Without a GPU (or a build without CUDA) it says so and exits 0: a
 # benchmark, not a test. Every run's output also goes to bench/out/.

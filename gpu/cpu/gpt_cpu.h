@@ -81,9 +81,19 @@ void gpt_cpu_crossentropy_backward(float *probs_dlogits,
  *                t / theta^(2i/hs), computed in double -> cs, sn (T,hs/2)
  *   rope:        every head of x (B,T,nh*hs) turned in place by the
  *                tables' row t (B of T rows); dir 1 forward, -1 back
- *   swiglu:      gate, up (n) -> hid = silu(gate) * up */
+ *   swiglu:      gate, up (n) -> hid = silu(gate) * up
+ * and, the reference of the CUDA kernels' test (kernel_check.cu):
+ *   rmsnorm_backward: dout, x (N,C), w (C), rs (N) -> dx (N,C) +=,
+ *                dw (C) += (fixed order)
+ *   swiglu_backward:  dhid, gate, up (n) -> dgate, dup (n), overwritten
+ *                (dhid may be dup or dgate) */
 void llama_cpu_rmsnorm(float *out, float *rs, const float *x, const float *w,
                        int N, int C, float eps);
+void llama_cpu_rmsnorm_backward(float *dx, float *dw, const float *dout,
+                                const float *x, const float *w, const float *rs,
+                                int N, int C);
+void llama_cpu_swiglu_backward(float *dgate, float *dup, const float *dhid,
+                               const float *gate, const float *up, size_t n);
 void llama_cpu_rope_tables(float *cs, float *sn, int t0, int T, int hs,
                            double theta);
 void llama_cpu_rope(float *x, const float *cs, const float *sn, int B, int T,

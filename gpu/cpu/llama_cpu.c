@@ -160,9 +160,9 @@ void llama_cpu_rmsnorm(float *out, float *rs, const float *x, const float *w,
 
 /* dout (N,C), x (N,C), w (C), rs (N) -> dx (N,C) +=, dw (C) +=.
  * With g = dout * w: dx = r g - x r^3 mean(g x). */
-static void rmsnorm_backward(float *dx, float *dw, const float *dout,
-                             const float *x, const float *w, const float *rs,
-                             int N, int C) {
+void llama_cpu_rmsnorm_backward(float *dx, float *dw, const float *dout,
+                                const float *x, const float *w, const float *rs,
+                                int N, int C) {
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
     const float *d = dout + (size_t)i * C, *xi = x + (size_t)i * C;
@@ -289,8 +289,8 @@ void llama_cpu_swiglu(float *hid, const float *gate, const float *up,
 }
 
 /* dhid, gate, up (n) -> dgate, dup (n); dhid may be dup or dgate. */
-static void swiglu_backward(float *dgate, float *dup, const float *dhid,
-                            const float *gate, const float *up, size_t n) {
+void llama_cpu_swiglu_backward(float *dgate, float *dup, const float *dhid,
+                               const float *gate, const float *up, size_t n) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) {
     float g = gate[i], s = sigmoidf(g), dh = dhid[i];
@@ -369,13 +369,14 @@ static void layer_backward(gpt *m, const layer_acts *la, const float *res,
   /* MLP: d res3 -> d hid (into dgate's room, then split) */
   linear_backward(a->dup, 0.0f, G(LLAMA_DOWN_W), a->dres, la->hid,
                   P(LLAMA_DOWN_W), N, FF, C);
-  swiglu_backward(a->dgate, a->dup, a->dup, la->gate, la->up, (size_t)N * FF);
+  llama_cpu_swiglu_backward(a->dgate, a->dup, a->dup, la->gate, la->up,
+                            (size_t)N * FF);
   linear_backward(a->dbuf, 0.0f, G(LLAMA_GATE_W), a->dgate, la->xn2,
                   P(LLAMA_GATE_W), N, C, FF);
   linear_backward(a->dbuf, 1.0f, G(LLAMA_UP_W), a->dup, la->xn2, P(LLAMA_UP_W),
                   N, C, FF);
-  rmsnorm_backward(a->dres, G(LLAMA_LN2_W), a->dbuf, la->res2, P(LLAMA_LN2_W),
-                   la->rs2, N, C);
+  llama_cpu_rmsnorm_backward(a->dres, G(LLAMA_LN2_W), a->dbuf, la->res2,
+                             P(LLAMA_LN2_W), la->rs2, N, C);
   /* Attention: d res2 -> d y -> dq, dk, dv (before RoPE) -> d xn1 */
   linear_backward(a->dbuf, 0.0f, G(LLAMA_O_W), a->dres, la->y, P(LLAMA_O_W), N,
                   C, C);
@@ -389,8 +390,8 @@ static void layer_backward(gpt *m, const layer_acts *la, const float *res,
                   C, KVD);
   linear_backward(a->dbuf, 1.0f, G(LLAMA_V_W), a->dv, la->xn1, P(LLAMA_V_W), N,
                   C, KVD);
-  rmsnorm_backward(a->dres, G(LLAMA_LN1_W), a->dbuf, res, P(LLAMA_LN1_W),
-                   la->rs1, N, C);
+  llama_cpu_rmsnorm_backward(a->dres, G(LLAMA_LN1_W), a->dbuf, res,
+                             P(LLAMA_LN1_W), la->rs1, N, C);
 #undef P
 #undef G
 }
@@ -488,8 +489,8 @@ void llama_cpu_backward(gpt *m, float scale) {
   }
   memset(a.dres, 0, (size_t)N * C * sizeof(float));
   const float *last = L > 0 ? layer_at(m, &a, L - 1, B, T).res3 : a.encoded;
-  rmsnorm_backward(a.dres, gpt_g(m, nf), a.dbuf, last, gpt_p(m, nf), a.rsf, N,
-                   C);
+  llama_cpu_rmsnorm_backward(a.dres, gpt_g(m, nf), a.dbuf, last, gpt_p(m, nf),
+                             a.rsf, N, C);
   DONE(L + 1, L);
   if (m->grad_hook)
     m->grad_hook(m->grad_hook_arg, m->tensors[nf].offset);

@@ -1,9 +1,10 @@
 /*
- * gpt_cuda: the GPT-2 model of gpu/model/gpt.h trained on one GPU in
- * mixed precision (see gpt_cuda.h). The passes are gpu/cpu/gpt_cpu.c's,
- * op for op, through the launchers of kernels.cuh; the tied output head's
- * products (which need wte transposed, a shape kernels.cuh's matmuls do
- * not take) go through cuBLASLt here.
+ * gpt_cuda: the models of gpu/model/gpt.h (GPT-2 and Llama families)
+ * trained on one GPU in mixed precision (see gpt_cuda.h). The passes are
+ * gpu/cpu/gpt_cpu.c's and llama_cpu.c's, op for op, through the
+ * launchers of kernels.cuh; the output head's products (which need the
+ * (Vp,C) head transposed, a shape kernels.cuh's matmuls do not take) go
+ * through cuBLASLt here.
  *
  * Device memory is one cudaMalloc, carved (carve below) into:
  *   master (nm) f32, params (padded) bf16, grads (ngrads) f32, optimizer
@@ -24,7 +25,12 @@
  *   lnf (N,C) lnf_mean lnf_rstd (N), logits (N,Vp) bf16, losses (N),
  *   2 device scalars, dresid dbuf (N,C) dqkv (N,3C) d4c (N,4C), the
  *   kernels' scratch, the token ids (N) x 2.
- * with N = B*T of the largest micro-batch.
+ * with N = B*T of the largest micro-batch. The Llama family (widths of
+ * fw_of) has no LayerNorm means; its qkv is the attention's (N,3C) after
+ * RoPE and GQA's layout step, fch_pre the (N,2I) gate and up products,
+ * fch_gelu the (N,I) SwiGLU output, d4c (N, max(3I, C+2KVD)) the MLP's
+ * and the q/k/v product's gradients, and RoPE's cos and sin tables
+ * (T,hs/2) FP32 come last.
  */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -39,6 +45,7 @@
 #include "kernels.cuh"
 
 extern "C" {
+#include "cpu/gpt_cpu.h" /* llama_cpu_rope_tables: the CPU's very angles */
 #include "model/gpt.h"
 #include "model/gpt_impl.h"
 #include "optim/optim.h"
@@ -137,6 +144,11 @@ struct gpt_cuda {
   layer_bufs *layers;       /* L entries (all the same set with block) */
   floatX *proj, *lnf, *logits, *dresid, *dbuf, *dqkv, *d4c;
   float *lnf_mean, *lnf_rstd, *losses, *scalars;
+  float *rope_cs, *rope_sn; /* (o.T, hs/2) each; Llama only */
+  int llama;                /* the Llama family (else GPT-2) */
+  size_t norm_t, head_t;    /* tensor indices of the final norm's weight
+                               and of the head (tied: the embedding) */
+  int head_grp;             /* the head's group: 0 tied, L + 1 untied */
   void *scratch;
   size_t scratch_bytes;
   int *ids, *tgts;          /* device (Nmax) */
@@ -178,6 +190,27 @@ static void *take(carver *c, uint64_t bytes) {
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
+/* A layer's activation widths, per row: fc the MLP's first product
+ * (GPT-2 4C; Llama gate and up, 2I), hid its activation (4C; I), d4c
+ * the backward's wide gradient buffer (4C; Llama the MLP's 2I gate and
+ * up gradients and I hidden gradient, or the q/k/v product's C + 2KVD),
+ * qkv_kv the q/k/v product (3C; C + 2KVD). */
+typedef struct widths {
+  size_t fc, hid, d4c, qkv_kv;
+} widths;
+
+static widths fw_of(const gpt_config *cfg) {
+  size_t C = cfg->n_embd, I = cfg->intermediate;
+  widths w = {4 * C, 4 * C, 4 * C, 3 * C};
+  if (cfg->family == GPT_FAMILY_LLAMA) {
+    w.qkv_kv = C + 2 * (size_t)cfg->n_kv_head * (C / cfg->n_head);
+    w.fc = 2 * I;
+    w.hid = I;
+    w.d4c = max_sz(3 * I, w.qkv_kv);
+  }
+  return w;
+}
+
 /* Scratch the kernels want for (B,T): the largest of their asks, since
  * they run one after the other on one stream. */
 static size_t scratch_need(const gpt_config *cfg, int B, int T, size_t np,
@@ -204,6 +237,8 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
   carver c = {g ? g->base : NULL, 0};
   size_t C = cfg->n_embd, NH = cfg->n_head, Vp = cfg->padded_vocab;
   size_t L = cfg->n_layer, N = (size_t)B * T;
+  const int llama = cfg->family == GPT_FAMILY_LLAMA;
+  const widths w = fw_of(cfg);
   float *master = (float *)take(&c, nm * 4);
   floatX *params = (floatX *)take(&c, padded * 2);
   uint64_t p_bytes = c.off;
@@ -218,23 +253,22 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
   size_t nsets = rc == GPT_RECOMPUTE_BLOCK ? 1 : L;
   floatX *shared_gelu = NULL;
   if (rc != GPT_RECOMPUTE_NONE)
-    shared_gelu = (floatX *)take(&c, N * 4 * C * 2);
+    shared_gelu = (floatX *)take(&c, N * w.hid * 2);
   for (size_t s = 0; s < nsets; s++) {
     layer_bufs lb;
     lb.ln1 = (floatX *)take(&c, N * C * 2);
-    lb.ln1_mean = (float *)take(&c, N * 4);
+    lb.ln1_mean = llama ? NULL : (float *)take(&c, N * 4);
     lb.ln1_rstd = (float *)take(&c, N * 4);
     lb.qkv = (floatX *)take(&c, N * 3 * C * 2);
     lb.atty = (floatX *)take(&c, N * C * 2);
     lb.lse = (float *)take(&c, (size_t)B * NH * T * 4);
     lb.res2 = (floatX *)take(&c, N * C * 2);
     lb.ln2 = (floatX *)take(&c, N * C * 2);
-    lb.ln2_mean = (float *)take(&c, N * 4);
+    lb.ln2_mean = llama ? NULL : (float *)take(&c, N * 4);
     lb.ln2_rstd = (float *)take(&c, N * 4);
-    lb.fch_pre = (floatX *)take(&c, N * 4 * C * 2);
-    lb.fch_gelu = rc == GPT_RECOMPUTE_NONE
-                      ? (floatX *)take(&c, N * 4 * C * 2)
-                      : shared_gelu;
+    lb.fch_pre = (floatX *)take(&c, N * w.fc * 2);
+    lb.fch_gelu = rc == GPT_RECOMPUTE_NONE ? (floatX *)take(&c, N * w.hid * 2)
+                                           : shared_gelu;
     if (g) {
       if (rc == GPT_RECOMPUTE_BLOCK)
         for (size_t l = 0; l < L; l++)
@@ -245,7 +279,7 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
   }
   floatX *proj = (floatX *)take(&c, N * C * 2);
   floatX *lnf = (floatX *)take(&c, N * C * 2);
-  float *lnf_mean = (float *)take(&c, N * 4);
+  float *lnf_mean = llama ? NULL : (float *)take(&c, N * 4);
   float *lnf_rstd = (float *)take(&c, N * 4);
   floatX *logits = (floatX *)take(&c, N * Vp * 2);
   float *losses = (float *)take(&c, N * 4);
@@ -253,11 +287,14 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
   floatX *dresid = (floatX *)take(&c, N * C * 2);
   floatX *dbuf = (floatX *)take(&c, N * C * 2);
   floatX *dqkv = (floatX *)take(&c, N * 3 * C * 2);
-  floatX *d4c = (floatX *)take(&c, N * 4 * C * 2);
+  floatX *d4c = (floatX *)take(&c, N * w.d4c * 2);
   size_t sb = scratch_need(cfg, B, T, ngrads, sm);
   void *scratch = take(&c, sb);
   int *ids = (int *)take(&c, N * 4);
   int *tgts = (int *)take(&c, N * 4);
+  size_t rope_n = llama ? (size_t)T * (C / NH / 2) : 0;
+  float *rope_cs = llama ? (float *)take(&c, rope_n * 4) : NULL;
+  float *rope_sn = llama ? (float *)take(&c, rope_n * 4) : NULL;
   uint64_t total = (c.off + 255) & ~(uint64_t)255;
   if (g) {
     g->master = master;
@@ -280,6 +317,8 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
     g->scratch_bytes = sb;
     g->ids = ids;
     g->tgts = tgts;
+    g->rope_cs = rope_cs;
+    g->rope_sn = rope_sn;
   }
   if (mem) {
     mem->params = p_bytes;
@@ -486,9 +525,10 @@ static int check_batch(const gpt_config *cfg, const gpt_cuda_options *o,
                 "gpt_cuda: batch B=%d T=%d; B must be >= 1 and T between 1 "
                 "and block_size %d",
                 o->B, o->T, cfg->block_size);
-  /* The kernels index rows of (N, 4C) with int; the (N, Vp) logits by
-   * row, in size_t. */
-  if ((double)o->B * o->T * 4 * cfg->n_embd > 2147483647.0)
+  /* The kernels index rows of (N, 4C) (Llama: up to (N, 3I)) with int;
+   * the (N, Vp) logits by row, in size_t. */
+  const widths w = fw_of(cfg);
+  if ((double)o->B * o->T * max_sz(w.d4c, w.fc) > 2147483647.0)
     return fail(err, errlen, "gpt_cuda: batch B=%d T=%d is too large", o->B,
                 o->T);
   /* The fixed-order column sums of the backward (bias and LayerNorm
@@ -538,6 +578,15 @@ static int plan_sizes(gpt_cuda *g, const gpt *host, const gpt_cuda_options *o,
                 o->shard_lo, o->shard_lo + o->shard_n, o->padded);
   g->ntensors = gpt_tensor_count(host);
   g->ngroups = gpt_group_count(host);
+  /* The final norm and the head (gpt.h's layouts): GPT-2's ln_f comes
+   * after the layers, its head is wte; Llama's model.norm is last or
+   * before lm_head, whose group is the norm's. */
+  g->llama = g->cfg.family == GPT_FAMILY_LLAMA;
+  const int untied = g->llama && g->cfg.untied_head;
+  g->norm_t =
+      g->llama ? g->ntensors - 1 - (size_t)untied : gpt_ti(g->cfg.n_layer, 0);
+  g->head_t = untied ? g->ntensors - 1 : 0;
+  g->head_grp = untied ? g->cfg.n_layer + 1 : 0;
   g->npieces = o->npieces;
   g->grad_scale = 1.0f;
   return 0;
@@ -635,6 +684,25 @@ static int alloc_device(gpt_cuda *g, char *err, size_t errlen) {
   return 0;
 }
 
+/* RoPE's cos and sin tables for positions 0 .. o.T - 1, made on the host
+ * by the CPU engine's function (so the angles are its bits) and copied
+ * up (synchronously: the host arrays go). 0, or -1 with *e. */
+static int upload_rope(gpt_cuda *g, cudaError_t *e) {
+  int hs = g->cfg.n_embd / g->cfg.n_head;
+  size_t n = (size_t)g->o.T * (hs / 2);
+  float *t = (float *)malloc(2 * n * sizeof *t);
+  if (!t) {
+    *e = cudaErrorMemoryAllocation;
+    return -1;
+  }
+  llama_cpu_rope_tables(t, t + n, 0, g->o.T, hs, g->cfg.rope_theta);
+  *e = cudaMemcpy(g->rope_cs, t, n * 4, cudaMemcpyHostToDevice);
+  if (*e == cudaSuccess)
+    *e = cudaMemcpy(g->rope_sn, t + n, n * 4, cudaMemcpyHostToDevice);
+  free(t);
+  return *e == cudaSuccess ? 0 : -1;
+}
+
 /* The first state on the device: group pointers, the weights (or a
  * cleared stage-3 shard), zero gradients and a fresh optimizer. Returns
  * once the upload is done. 0, or -1; g is the caller's to destroy. */
@@ -647,6 +715,9 @@ static int init_device(gpt_cuda *g, const gpt *host, char *err, size_t errlen) {
     g->gg[i] = g->o.grad_shard ? NULL : g->grads + g->goff[i];
   }
   cudaError_t e = cudaSuccess;
+  if (g->llama && upload_rope(g, &e) != 0)
+    return fail(err, errlen, "gpt_cuda: %s:%d: RoPE's tables: %s", __FILE__,
+                __LINE__, cudaGetErrorString(e));
   if (g->npieces)
     e = cudaMemsetAsync(g->master, 0, g->nm * 4, g->k.stream);
   if (e == cudaSuccess && g->npieces)
@@ -670,13 +741,6 @@ static int init_device(gpt_cuda *g, const gpt *host, char *err, size_t errlen) {
 extern "C" int gpt_cuda_create(const gpt *host, const gpt_cuda_options *o,
                                gpt_cuda **out, char *err, size_t errlen) {
   *out = NULL;
-  /* The kernels, tables and layout below are GPT-2's: a Llama model is
-   * refused by name until its kernels exist, not run as a GPT-2. */
-  if (gpt_get_config(host)->family != GPT_FAMILY_GPT2)
-    return fail(err, errlen,
-                "gpt_cuda: the CUDA engine trains the GPT-2 family only; "
-                "this model is of the Llama family (train it with device: "
-                "cpu)");
   if (check_batch(gpt_get_config(host), o, err, errlen) != 0 ||
       use_device(o, err, errlen) != 0)
     return -1;
@@ -885,9 +949,9 @@ static floatX *resid_at(gpt_cuda *g, int l) {
 /* Block l on in (B,T,C): its activations into la; out (B,T,C) = its
  * output. out NULL: stop after the MLP's GELU (the recomputation before
  * backward, which needs everything but the output). */
-static int layer_forward(gpt_cuda *g, int l, const layer_bufs *la,
-                         const floatX *in, floatX *out, int B, int T,
-                         char *err, size_t errlen) {
+static int gpt2_layer_forward(gpt_cuda *g, int l, const layer_bufs *la,
+                              const floatX *in, floatX *out, int B, int T,
+                              char *err, size_t errlen) {
   const kern_ctx *k = &g->k;
   int C = g->cfg.n_embd, NH = g->cfg.n_head, N = B * T;
   /* in -> ln1 (N,C) -> qkv (N,3C) -> atty (N,C) -> proj (N,C) */
@@ -917,6 +981,72 @@ static int layer_forward(gpt_cuda *g, int l, const layer_bufs *la,
   KK(kern_residual_forward(k, out, la->res2, g->proj, (size_t)N * C, err,
                            errlen));
   return 0;
+}
+
+/* Llama layer l's tensor kk (LLAMA_*): its parameters and gradients. */
+#define PL(l, kk) param_of(g, 1 + (size_t)(l), llama_ti((l), (kk)))
+#define GL(l, kk) grad_of(g, 1 + (size_t)(l), llama_ti((l), (kk)))
+
+/* The Llama block (llama_cpu.c's layer_forward), as gpt2_layer_forward:
+ * out NULL stops after the SwiGLU. q_proj, k_proj and v_proj are adjacent
+ * (nn.Linear rows), so one product makes the three; gate_proj and
+ * up_proj too. The q/k/v product goes through dqkv (free in forward and
+ * at a layer's start in backward) on its way to RoPE's layout step. */
+static int llama_layer_forward(gpt_cuda *g, int l, const layer_bufs *la,
+                               const floatX *in, floatX *out, int B, int T,
+                               char *err, size_t errlen) {
+  const kern_ctx *k = &g->k;
+  const gpt_config *c = &g->cfg;
+  int C = c->n_embd, NH = c->n_head, KV = c->n_kv_head, N = B * T;
+  int I = c->intermediate;
+  float eps = c->norm_eps;
+  const widths w = fw_of(c);
+  /* in -> ln1 (N,C) -> q|k|v (N,C+2KVD) -> qkv (N,3C) -> atty (N,C) */
+  KK(kern_rmsnorm_forward(k, NULL, la->ln1, la->ln1_rstd, in, NULL,
+                          PL(l, LLAMA_LN1_W), eps, N, C, err, errlen));
+  KK(kern_linear_forward(k, g->dqkv, la->ln1, PL(l, LLAMA_Q_W), N, C,
+                         (int)w.qkv_kv, err, errlen));
+  KK(kern_rope_qkv_forward(k, la->qkv, g->dqkv, g->rope_cs, g->rope_sn, B, T, C,
+                           NH, KV, err, errlen));
+  KK(kern_attention_forward(k, la->atty, la->lse, la->qkv, B, T, C, NH, err,
+                            errlen));
+  /* res2 = in + atty o_proj^T; ln2 = RMSNorm(res2) */
+  KK(kern_linear_forward(k, g->proj, la->atty, PL(l, LLAMA_O_W), N, C, C, err,
+                         errlen));
+  KK(kern_rmsnorm_forward(k, la->res2, la->ln2, la->ln2_rstd, in, g->proj,
+                          PL(l, LLAMA_LN2_W), eps, N, C, err, errlen));
+  /* ln2 -> gate|up (N,2I) -> hid (N,I) = silu(gate) * up */
+  KK(kern_linear_forward(k, la->fch_pre, la->ln2, PL(l, LLAMA_GATE_W), N, C,
+                         2 * I, err, errlen));
+  KK(kern_swiglu_forward(k, la->fch_gelu, la->fch_pre, N, I, err, errlen));
+  if (!out)
+    return 0;
+  /* out = res2 + hid down_proj^T */
+  KK(kern_linear_forward(k, g->proj, la->fch_gelu, PL(l, LLAMA_DOWN_W), N, I, C,
+                         err, errlen));
+  KK(kern_residual_forward(k, out, la->res2, g->proj, (size_t)N * C, err,
+                           errlen));
+  return 0;
+}
+
+static int layer_forward(gpt_cuda *g, int l, const layer_bufs *la,
+                         const floatX *in, floatX *out, int B, int T, char *err,
+                         size_t errlen) {
+  return g->llama ? llama_layer_forward(g, l, la, in, out, B, T, err, errlen)
+                  : gpt2_layer_forward(g, l, la, in, out, B, T, err, errlen);
+}
+
+/* The final norm: resid_at(L) -> lnf (LayerNorm, or Llama's RMSNorm). */
+static int final_norm_forward(gpt_cuda *g, int N, char *err, size_t errlen) {
+  int L = g->cfg.n_layer, C = g->cfg.n_embd;
+  const floatX *w = param_of(g, L + 1, g->norm_t);
+  if (g->llama)
+    return kern_rmsnorm_forward(&g->k, NULL, g->lnf, g->lnf_rstd,
+                                resid_at(g, L), NULL, w, g->cfg.norm_eps, N, C,
+                                err, errlen);
+  return kern_layernorm_forward(
+      &g->k, g->lnf, g->lnf_mean, g->lnf_rstd, resid_at(g, L), w,
+      param_of(g, L + 1, g->norm_t + 1), N, C, err, errlen);
 }
 
 static int check_ids(const uint32_t *ids, size_t n, int V, const char *what,
@@ -959,7 +1089,8 @@ static int forward(gpt_cuda *g, const uint32_t *inputs,
   if (params_need(g, 0, 1, 0, err, errlen) != 0)
     return -1;
   KK(kern_encoder_forward(k, resid_at(g, 0), g->ids, param_of(g, 0, 0),
-                          param_of(g, 0, 1), B, T, C, err, errlen));
+                          g->llama ? NULL : param_of(g, 0, 1), B, T, C, err,
+                          errlen));
   if (params_done(g, 0, 1, err, errlen) != 0)
     return -1;
   for (int l = 0; l < L; l++)
@@ -968,23 +1099,22 @@ static int forward(gpt_cuda *g, const uint32_t *inputs,
                       B, T, err, errlen) != 0 ||
         params_done(g, 1 + l, 2 + l, err, errlen) != 0)
       return -1;
-  size_t lf = gpt_ti(L, 0);
-  if (params_need(g, L + 1, 0, 0, err, errlen) != 0)
+  /* After the head, a forward with targets is for training, and the
+   * backward starts with the head's group again (the CPU engines' order:
+   * a tied head is group 0, needed again after the norm's group; an
+   * untied one is in the norm's group). */
+  const int hg = g->head_grp, after = targets ? hg : -1;
+  if (params_need(g, L + 1, hg == 0 ? 0 : after, 0, err, errlen) != 0 ||
+      final_norm_forward(g, (int)N, err, errlen) != 0)
     return -1;
-  KK(kern_layernorm_forward(k, g->lnf, g->lnf_mean, g->lnf_rstd, resid_at(g, L),
-                            param_of(g, L + 1, lf), param_of(g, L + 1, lf + 1),
-                            (int)N, C, err, errlen));
-  /* The tied head: after it, a forward with targets is for training, and
-   * the backward starts with the head again (group 0). */
-  int after = targets ? 0 : -1;
-  if (params_done(g, L + 1, 0, err, errlen) != 0 ||
-      params_need(g, 0, after, 0, err, errlen) != 0)
+  if (hg == 0 && (params_done(g, L + 1, 0, err, errlen) != 0 ||
+                  params_need(g, 0, after, 0, err, errlen) != 0))
     return -1;
-  /* lnf (N,C), wte (Vp,C) -> logits (N,Vp) = lnf wte^T; the padding rows
-   * of wte are zero, so the padding columns are too. */
-  if (gemm_rm(g, 0, 1, (int)N, Vp, C, g->lnf, C, param_of(g, 0, 0), C,
+  /* lnf (N,C), head (Vp,C) -> logits (N,Vp) = lnf head^T; the padding
+   * rows of the head are zero, so the padding columns are too. */
+  if (gemm_rm(g, 0, 1, (int)N, Vp, C, g->lnf, C, param_of(g, hg, g->head_t), C,
               g->logits, Vp, 0, 1.0f, 0.0f, err, errlen) != 0 ||
-      params_done(g, 0, after, err, errlen) != 0)
+      params_done(g, hg, after, err, errlen) != 0)
     return -1;
   g->B = B;
   g->T = T;
@@ -1061,13 +1191,165 @@ extern "C" int gpt_cuda_zero_grad(gpt_cuda *g, char *err, size_t errlen) {
   return 0;
 }
 
+/* GPT-2 block l's backward: dresid holds d of its output in, d of its
+ * input in out. Its activations are la's (recomputed here for
+ * recompute modes gelu and block). */
+static int gpt2_layer_backward(gpt_cuda *g, int l, const layer_bufs *la,
+                               const floatX *in, int B, int T, char *err,
+                               size_t errlen) {
+  const kern_ctx *k = &g->k;
+  int C = g->cfg.n_embd, NH = g->cfg.n_head, N = B * T;
+  if (g->o.recompute == GPT_RECOMPUTE_BLOCK) {
+    if (layer_forward(g, l, la, in, NULL, B, T, err, errlen) != 0)
+      return -1;
+  } else if (g->o.recompute == GPT_RECOMPUTE_GELU) {
+    KK(kern_gelu_forward(k, la->fch_gelu, la->fch_pre, (size_t)N * 4 * C, err,
+                         errlen));
+  }
+  /* MLP. dresid = d out -> d4c (N,4C) = d fch_pre (GELU' fused) */
+  KK(kern_matmul_backward(
+      k, g->d4c, G(l, GPT_FCPROJ_W), G(l, GPT_FCPROJ_B), g->scratch, g->dresid,
+      la->fch_gelu, P(l, GPT_FCPROJ_W), la->fch_pre, N, 4 * C, C, err, errlen));
+  /* d fch_pre -> dbuf (N,C) = d ln2 */
+  KK(kern_matmul_backward(k, g->dbuf, G(l, GPT_FC_W), G(l, GPT_FC_B),
+                          g->scratch, g->d4c, la->ln2, P(l, GPT_FC_W), NULL, N,
+                          C, 4 * C, err, errlen));
+  /* d ln2 -> dresid += (now d res2) */
+  KK(kern_layernorm_backward(k, g->dresid, G(l, GPT_LN2_W), G(l, GPT_LN2_B),
+                             g->scratch, g->dbuf, la->res2, P(l, GPT_LN2_W),
+                             la->ln2_mean, la->ln2_rstd, N, C, err, errlen));
+  /* Attention. dresid = d res2 -> dbuf (N,C) = d atty */
+  KK(kern_matmul_backward(k, g->dbuf, G(l, GPT_ATTPROJ_W), G(l, GPT_ATTPROJ_B),
+                          g->scratch, g->dresid, la->atty, P(l, GPT_ATTPROJ_W),
+                          NULL, N, C, C, err, errlen));
+  /* d atty -> dqkv (N,3C) */
+  KK(kern_attention_backward(k, g->dqkv, g->scratch, g->dbuf, la->qkv, la->atty,
+                             la->lse, B, T, C, NH, err, errlen));
+  /* dqkv -> dbuf (N,C) = d ln1 */
+  KK(kern_matmul_backward(k, g->dbuf, G(l, GPT_QKV_W), G(l, GPT_QKV_B),
+                          g->scratch, g->dqkv, la->ln1, P(l, GPT_QKV_W), NULL,
+                          N, C, 3 * C, err, errlen));
+  /* d ln1 -> dresid += (now d of the block's input) */
+  KK(kern_layernorm_backward(k, g->dresid, G(l, GPT_LN1_W), G(l, GPT_LN1_B),
+                             g->scratch, g->dbuf, in, P(l, GPT_LN1_W),
+                             la->ln1_mean, la->ln1_rstd, N, C, err, errlen));
+  return 0;
+}
+
+/* The Llama block's backward (llama_cpu.c's layer_backward), as
+ * gpt2_layer_backward. recompute gelu keeps the gate and up products and
+ * makes the SwiGLU output again; block the whole block. d4c holds the
+ * gate and up gradients (N,2I) with the hidden gradient (N,I) after
+ * them, then the q/k/v product's gradient (N,C+2KVD). */
+static int llama_layer_backward(gpt_cuda *g, int l, const layer_bufs *la,
+                                const floatX *in, int B, int T, char *err,
+                                size_t errlen) {
+  const kern_ctx *k = &g->k;
+  const gpt_config *c = &g->cfg;
+  int C = c->n_embd, NH = c->n_head, KV = c->n_kv_head, N = B * T;
+  int I = c->intermediate;
+  const widths w = fw_of(c);
+  if (g->o.recompute == GPT_RECOMPUTE_BLOCK) {
+    if (layer_forward(g, l, la, in, NULL, B, T, err, errlen) != 0)
+      return -1;
+  } else if (g->o.recompute == GPT_RECOMPUTE_GELU) {
+    KK(kern_swiglu_forward(k, la->fch_gelu, la->fch_pre, N, I, err, errlen));
+  }
+  /* MLP. dresid = d out -> dhid (N,I) -> dgu (N,2I) -> dbuf = d ln2 */
+  floatX *dhid = g->d4c + (size_t)N * 2 * I;
+  KK(kern_linear_backward(k, dhid, GL(l, LLAMA_DOWN_W), g->dresid, la->fch_gelu,
+                          PL(l, LLAMA_DOWN_W), N, I, C, err, errlen));
+  KK(kern_swiglu_backward(k, g->d4c, dhid, la->fch_pre, N, I, err, errlen));
+  KK(kern_linear_backward(k, g->dbuf, GL(l, LLAMA_GATE_W), g->d4c, la->ln2,
+                          PL(l, LLAMA_GATE_W), N, C, 2 * I, err, errlen));
+  /* d ln2 -> dresid += (now d res2) */
+  KK(kern_rmsnorm_backward(k, g->dresid, GL(l, LLAMA_LN2_W), g->scratch,
+                           g->dbuf, la->res2, PL(l, LLAMA_LN2_W), la->ln2_rstd,
+                           N, C, err, errlen));
+  /* Attention. d res2 -> dbuf = d atty -> dqkv (N,3C) -> d4c
+   * (N,C+2KVD): RoPE turned back, GQA's heads summed -> dbuf = d ln1 */
+  KK(kern_linear_backward(k, g->dbuf, GL(l, LLAMA_O_W), g->dresid, la->atty,
+                          PL(l, LLAMA_O_W), N, C, C, err, errlen));
+  KK(kern_attention_backward(k, g->dqkv, g->scratch, g->dbuf, la->qkv, la->atty,
+                             la->lse, B, T, C, NH, err, errlen));
+  KK(kern_rope_qkv_backward(k, g->d4c, g->dqkv, g->rope_cs, g->rope_sn, B, T, C,
+                            NH, KV, err, errlen));
+  KK(kern_linear_backward(k, g->dbuf, GL(l, LLAMA_Q_W), g->d4c, la->ln1,
+                          PL(l, LLAMA_Q_W), N, C, (int)w.qkv_kv, err, errlen));
+  /* d ln1 -> dresid += (now d of the block's input) */
+  KK(kern_rmsnorm_backward(k, g->dresid, GL(l, LLAMA_LN1_W), g->scratch,
+                           g->dbuf, in, PL(l, LLAMA_LN1_W), la->ln1_rstd, N, C,
+                           err, errlen));
+  return 0;
+}
+
+/* The head and the final norm's backward: dlogits (in logits; alpha the
+ * scale still to apply) -> dresid = d of the last block's output. The
+ * parameter hook's order as the forward's, reversed (gpt_cpu.c's and
+ * llama_cpu.c's): the head's group, then (tied) the norm's. */
+static int head_backward(gpt_cuda *g, float alpha, int N, char *err,
+                         size_t errlen) {
+  const gpt_config *c = &g->cfg;
+  int C = c->n_embd, Vp = c->padded_vocab, L = c->n_layer, hg = g->head_grp;
+  /* dlogits (N,Vp), head (Vp,C) -> dbuf (N,C) = dlogits head (d lnf);
+   * dhead (Vp,C) += dlogits^T lnf. */
+  if (params_need(g, hg, hg == 0 ? L + 1 : L, 1, err, errlen) != 0)
+    return -1;
+  const floatX *head = param_of(g, hg, g->head_t);
+  if (gemm_rm(g, 0, 0, N, C, Vp, g->logits, Vp, head, C, g->dbuf, C, 0, alpha,
+              0.0f, err, errlen) != 0 ||
+      gemm_rm(g, 1, 0, Vp, C, N, g->logits, Vp, g->lnf, C,
+              grad_of(g, hg, g->head_t), C, 1, alpha, 1.0f, err, errlen) != 0)
+    return -1;
+  if (hg == 0 && (params_done(g, 0, L + 1, err, errlen) != 0 ||
+                  params_need(g, L + 1, L, 1, err, errlen) != 0))
+    return -1;
+  /* d lnf -> dresid (N,C), the residual stream's gradient. */
+  CK(cudaMemsetAsync(g->dresid, 0, (size_t)N * C * sizeof(floatX),
+                     g->k.stream));
+  size_t lf = g->norm_t;
+  if (g->llama)
+    KK(kern_rmsnorm_backward(&g->k, g->dresid, grad_of(g, L + 1, lf),
+                             g->scratch, g->dbuf, resid_at(g, L),
+                             param_of(g, L + 1, lf), g->lnf_rstd, N, C, err,
+                             errlen));
+  else
+    KK(kern_layernorm_backward(&g->k, g->dresid, grad_of(g, L + 1, lf),
+                               grad_of(g, L + 1, lf + 1), g->scratch, g->dbuf,
+                               resid_at(g, L), param_of(g, L + 1, lf),
+                               g->lnf_mean, g->lnf_rstd, N, C, err, errlen));
+  if (params_done(g, L + 1, L, err, errlen) != 0)
+    return -1;
+  if (g->grad_hook)
+    g->grad_hook(g->grad_hook_arg, g->off[lf]);
+  return 0;
+}
+
+/* The embeddings' gradients from dresid: with a tied head their DONE
+ * came after the head (group 0 is still placed); an untied Llama's
+ * embedding group is needed here, last, as llama_cpu.c does. */
+static int embedding_backward(gpt_cuda *g, int B, int T, char *err,
+                              size_t errlen) {
+  int untied = g->head_grp != 0, C = g->cfg.n_embd;
+  if (untied && params_need(g, 0, -1, 1, err, errlen) != 0)
+    return -1;
+  KK(kern_encoder_backward(
+      &g->k, grad_of(g, 0, 0), g->llama ? NULL : grad_of(g, 0, 1), g->scratch,
+      g->dresid, g->ids, g->ids_host, B, T, C, err, errlen));
+  if (untied && params_done(g, 0, -1, err, errlen) != 0)
+    return -1;
+  if (g->grad_hook)
+    g->grad_hook(g->grad_hook_arg, 0);
+  return 0;
+}
+
 extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
                                  size_t errlen) {
   if (!g->have_loss)
     return 0;
   const gpt_config *c = &g->cfg;
   const kern_ctx *k = &g->k;
-  int B = g->B, T = g->T, C = c->n_embd, NH = c->n_head, V = c->vocab_size;
+  int B = g->B, T = g->T, V = c->vocab_size;
   int Vp = c->padded_vocab, L = c->n_layer, N = B * T;
   /* Logits gone with a loss: gpt_cuda_forward_train left their gradient
    * at scale 1 in their place. */
@@ -1092,91 +1374,29 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
   else
     KK(kern_fused_classifier(k, g->logits, g->losses, g->tgts,
                              scale / (float)N, N, V, Vp, err, errlen));
-  /* dlogits (N,Vp), wte (Vp,C) -> dbuf (N,C) = dlogits wte (d lnf);
-   * dwte (Vp,C) += dlogits^T lnf. */
-  if (params_need(g, 0, L + 1, 1, err, errlen) != 0)
+  if (head_backward(g, alpha, N, err, errlen) != 0)
     return -1;
-  const floatX *wte = param_of(g, 0, 0);
-  if (gemm_rm(g, 0, 0, N, C, Vp, g->logits, Vp, wte, C, g->dbuf, C, 0, alpha,
-              0.0f, err, errlen) != 0 ||
-      gemm_rm(g, 1, 0, Vp, C, N, g->logits, Vp, g->lnf, C, grad_of(g, 0, 0), C,
-              1, alpha, 1.0f, err, errlen) != 0)
-    return -1;
-  if (params_done(g, 0, L + 1, err, errlen) != 0 ||
-      params_need(g, L + 1, L, 1, err, errlen) != 0)
-    return -1;
-  /* d lnf -> dresid (N,C), the residual stream's gradient. */
-  CK(cudaMemsetAsync(g->dresid, 0, (size_t)N * C * sizeof(floatX),
-                     k->stream));
-  size_t lf = gpt_ti(L, 0);
-  KK(kern_layernorm_backward(k, g->dresid, grad_of(g, L + 1, lf),
-                             grad_of(g, L + 1, lf + 1), g->scratch, g->dbuf,
-                             resid_at(g, L), param_of(g, L + 1, lf),
-                             g->lnf_mean, g->lnf_rstd, N, C, err, errlen));
-  if (params_done(g, L + 1, L, err, errlen) != 0)
-    return -1;
-  if (g->grad_hook)
-    g->grad_hook(g->grad_hook_arg, g->off[lf]);
   for (int l = L - 1; l >= 0; l--) {
-    /* Layer l is group 1 + l; the next one needed is layer l - 1's. */
-    int next = l > 0 ? l : -1;
+    /* Layer l is group 1 + l; the next one needed is layer l - 1's (or,
+     * after layer 0, an untied head's embedding). */
+    int next = l > 0 ? l : (g->head_grp != 0 ? 0 : -1);
     if (params_need(g, 1 + l, next, 1, err, errlen) != 0)
       return -1;
     const layer_bufs *la = &g->layers[l];
     const floatX *in = resid_at(g, l);
-    if (g->o.recompute == GPT_RECOMPUTE_BLOCK) {
-      if (layer_forward(g, l, la, in, NULL, B, T, err, errlen) != 0)
-        return -1;
-    } else if (g->o.recompute == GPT_RECOMPUTE_GELU) {
-      KK(kern_gelu_forward(k, la->fch_gelu, la->fch_pre, (size_t)N * 4 * C,
-                           err, errlen));
-    }
-    /* MLP. dresid = d out -> d4c (N,4C) = d fch_pre (GELU' fused) */
-    KK(kern_matmul_backward(k, g->d4c, G(l, GPT_FCPROJ_W), G(l, GPT_FCPROJ_B),
-                            g->scratch, g->dresid, la->fch_gelu,
-                            P(l, GPT_FCPROJ_W), la->fch_pre, N, 4 * C, C, err,
-                            errlen));
-    /* d fch_pre -> dbuf (N,C) = d ln2 */
-    KK(kern_matmul_backward(k, g->dbuf, G(l, GPT_FC_W), G(l, GPT_FC_B),
-                            g->scratch, g->d4c, la->ln2, P(l, GPT_FC_W), NULL,
-                            N, C, 4 * C, err, errlen));
-    /* d ln2 -> dresid += (now d res2) */
-    KK(kern_layernorm_backward(k, g->dresid, G(l, GPT_LN2_W),
-                               G(l, GPT_LN2_B), g->scratch, g->dbuf, la->res2,
-                               P(l, GPT_LN2_W), la->ln2_mean, la->ln2_rstd, N,
-                               C, err, errlen));
-    /* Attention. dresid = d res2 -> dbuf (N,C) = d atty */
-    KK(kern_matmul_backward(k, g->dbuf, G(l, GPT_ATTPROJ_W),
-                            G(l, GPT_ATTPROJ_B), g->scratch, g->dresid,
-                            la->atty, P(l, GPT_ATTPROJ_W), NULL, N, C, C, err,
-                            errlen));
-    /* d atty -> dqkv (N,3C) */
-    KK(kern_attention_backward(k, g->dqkv, g->scratch, g->dbuf, la->qkv,
-                               la->atty, la->lse, B, T, C, NH, err, errlen));
-    /* dqkv -> dbuf (N,C) = d ln1 */
-    KK(kern_matmul_backward(k, g->dbuf, G(l, GPT_QKV_W), G(l, GPT_QKV_B),
-                            g->scratch, g->dqkv, la->ln1, P(l, GPT_QKV_W),
-                            NULL, N, C, 3 * C, err, errlen));
-    /* d ln1 -> dresid += (now d of the block's input) */
-    KK(kern_layernorm_backward(k, g->dresid, G(l, GPT_LN1_W),
-                               G(l, GPT_LN1_B), g->scratch, g->dbuf, in,
-                               P(l, GPT_LN1_W), la->ln1_mean, la->ln1_rstd, N,
-                               C, err, errlen));
+    if ((g->llama ? llama_layer_backward(g, l, la, in, B, T, err, errlen)
+                  : gpt2_layer_backward(g, l, la, in, B, T, err, errlen)) != 0)
+      return -1;
     if (params_done(g, 1 + l, next, err, errlen) != 0)
       return -1;
     /* Layer l's tensors are contiguous and nothing after this writes
      * them: the gradient from layer l on is final (once the stream gets
      * here). */
     if (g->grad_hook)
-      g->grad_hook(g->grad_hook_arg, g->off[gpt_ti(l, 0)]);
+      g->grad_hook(g->grad_hook_arg,
+                   g->off[g->llama ? llama_ti(l, 0) : gpt_ti(l, 0)]);
   }
-  /* The embeddings' gradients (their DONE came after the head). */
-  KK(kern_encoder_backward(k, grad_of(g, 0, 0), grad_of(g, 0, 1), g->scratch,
-                           g->dresid, g->ids, g->ids_host, B, T, C, err,
-                           errlen));
-  if (g->grad_hook)
-    g->grad_hook(g->grad_hook_arg, 0);
-  return 0;
+  return embedding_backward(g, B, T, err, errlen);
 }
 
 extern "C" void gpt_cuda_set_grad_hook(gpt_cuda *g,
@@ -1206,6 +1426,8 @@ extern "C" void gpt_cuda_set_param_hook(gpt_cuda *g, gpt_param_hook_fn hook,
 
 #undef P
 #undef G
+#undef PL
+#undef GL
 
 extern "C" int gpt_cuda_scale_grads(gpt_cuda *g, float s, char *err,
                                     size_t errlen) {

@@ -1,8 +1,8 @@
 /*
- * gpt_cuda: the CUDA backend of the GPT-2 model (gpu/model/gpt.h) for
- * training on one GPU in mixed precision: the CPU engine's model, math,
- * parameter layout and optimizer semantics (gpu/cpu/gpt_cpu.c,
- * gpu/optim/optim.h), with
+ * gpt_cuda: the CUDA backend of the models of gpu/model/gpt.h (both
+ * families, GPT-2 and Llama) for training on one GPU in mixed precision:
+ * the CPU engine's model, math, parameter layout and optimizer semantics
+ * (gpu/cpu/gpt_cpu.c, llama_cpu.c, gpu/optim/optim.h), with
  *   - BF16 parameters and activations for the matrix products and the
  *     kernels (gpu/cuda/kernels.cuh),
  *   - FP32 master weights, FP32 gradients, FP32 optimizer state (AdamW:

@@ -10,8 +10,9 @@
  * - Pointers are device pointers; shapes are row-major, named as in
  *   gpt_cpu.c: N = B*T rows, C channels, OC output channels, NH heads,
  *   hs = C/NH, V the vocabulary, Vp it padded to a multiple of 64.
- * - Weight matrices are (in, out) as the CPU engine keeps them:
- *   y = x W + b.
+ * - Weight matrices are (in, out) as the CPU engine keeps GPT-2's:
+ *   y = x W + b; kern_linear_* take nn.Linear's (out, in), the Llama
+ *   family's: y = x W^T.
  * - Every launcher runs on `stream`, checks its launch
  *   (cudaGetLastError) and returns 0, or -1 with a message in err naming
  *   the op and CUDA's error string. Kernels never allocate: scratch comes
@@ -91,11 +92,13 @@ int kern_bf16_to_f32(const kern_ctx *k, float *out, const floatX *in, size_t n,
                      char *err, size_t errlen);
 
 /* ---- Embedding ---- */
-/* ids (N) < V, wte (Vp,C), wpe (T,C) -> out (B,T,C) = wte[id] + wpe[t] */
+/* ids (N) < V, wte (Vp,C), wpe (T,C) -> out (B,T,C) = wte[id] + wpe[t]
+ * (wpe NULL: wte[id] alone, the Llama family's) */
 int kern_encoder_forward(const kern_ctx *k, floatX *out, const int *ids,
                          const floatX *wte, const floatX *wpe, int B, int T,
                          int C, char *err, size_t errlen);
-/* dout (B,T,C) -> dwte (Vp,C) += at ids, dwpe (T,C) += summed over B.
+/* dout (B,T,C) -> dwte (Vp,C) += at ids, dwpe (T,C) += summed over B
+ * (dwpe NULL: none).
  * Deterministic mode adds a token repeated in the batch in a fixed order
  * (scratch: kern_encoder_backward_scratch_bytes). */
 size_t kern_encoder_backward_scratch_bytes(int B, int T, int C);
@@ -131,6 +134,22 @@ int kern_layernorm_backward(const kern_ctx *k, floatX *dinp, float *dw,
                             const float *mean, const float *rstd, int N, int C,
                             char *err, size_t errlen);
 
+/* ---- RMSNorm (the Llama family's) ---- */
+/* inp1 (N,C), w (C) -> out (N,C) = x * rstd * w, rstd (N) = 1 / sqrt(
+ * mean(x^2) + eps) (NULL: not kept), x = inp1; or with residual and inp2
+ * (both or neither) x = residual = inp1 + inp2, the residual add fused
+ * as kern_residual_layernorm_forward's. */
+int kern_rmsnorm_forward(const kern_ctx *k, floatX *residual, floatX *out,
+                         float *rstd, const floatX *inp1, const floatX *inp2,
+                         const floatX *w, float eps, int N, int C, char *err,
+                         size_t errlen);
+/* dout, inp (N,C), w (C), rstd (N) -> dinp (N,C) +=, dw (C) += (fixed
+ * order). scratch: kern_layernorm_backward_scratch_bytes(N, C, sm). */
+int kern_rmsnorm_backward(const kern_ctx *k, floatX *dinp, float *dw,
+                          void *scratch, const floatX *dout, const floatX *inp,
+                          const floatX *w, const float *rstd, int N, int C,
+                          char *err, size_t errlen);
+
 /* ---- Residual ---- */
 /* out = a + b, n elements */
 int kern_residual_forward(const kern_ctx *k, floatX *out, const floatX *a,
@@ -156,6 +175,45 @@ int kern_matmul_backward(const kern_ctx *k, floatX *dinp, float *dw,
                          const floatX *inp, const floatX *w,
                          const floatX *gelu_aux, int N, int C, int OC,
                          char *err, size_t errlen);
+
+/* nn.Linear's layout (the Llama family's weights, (OC, C), no bias):
+ * inp (N,C), w (OC,C) -> out (N,OC) = inp w^T. */
+int kern_linear_forward(const kern_ctx *k, floatX *out, const floatX *inp,
+                        const floatX *w, int N, int C, int OC, char *err,
+                        size_t errlen);
+/* dout (N,OC), inp (N,C), w (OC,C) -> dinp (N,C) = dout w (overwritten),
+ * dw (OC,C) += dout^T inp (FP32). */
+int kern_linear_backward(const kern_ctx *k, floatX *dinp, float *dw,
+                         const floatX *dout, const floatX *inp, const floatX *w,
+                         int N, int C, int OC, char *err, size_t errlen);
+
+/* ---- SwiGLU (the Llama family's MLP activation) ----
+ * gu (N,2I): each row gate_proj's I outputs then up_proj's ->
+ * hid (N,I) = silu(gate) * up. */
+int kern_swiglu_forward(const kern_ctx *k, floatX *hid, const floatX *gu, int N,
+                        int I, char *err, size_t errlen);
+/* dhid (N,I), gu (N,2I) -> dgu (N,2I) (d gate, d up; overwritten). */
+int kern_swiglu_backward(const kern_ctx *k, floatX *dgu, const floatX *dhid,
+                         const floatX *gu, int N, int I, char *err,
+                         size_t errlen);
+
+/* ---- RoPE and grouped-query attention's layout (the Llama family) ----
+ * qkv_kv (B,T,C+2KVD), each row q (C) k (KVD) v (KVD) with KVD = KV*hs,
+ * hs = C/NH even, KV dividing NH; cs, sn (T,hs/2) FP32, the rotation of
+ * each position and pair (llama_cpu_rope_tables) -> qkv (B,T,3C), the
+ * attention kernels' layout: q and k turned by RoPE (Hugging Face's
+ * rotate_half: channel i with i + hs/2), query head h given key/value
+ * head h / (NH/KV). */
+int kern_rope_qkv_forward(const kern_ctx *k, floatX *qkv, const floatX *qkv_kv,
+                          const float *cs, const float *sn, int B, int T, int C,
+                          int NH, int KV, char *err, size_t errlen);
+/* Its adjoint: dqkv (B,T,3C) -> dqkv_kv (B,T,C+2KVD) (overwritten): dq
+ * and dk turned back, each key/value head's dk and dv summed over its
+ * query heads in head order (deterministic in every mode). */
+int kern_rope_qkv_backward(const kern_ctx *k, floatX *dqkv_kv,
+                           const floatX *dqkv, const float *cs, const float *sn,
+                           int B, int T, int C, int NH, int KV, char *err,
+                           size_t errlen);
 
 /* ---- GELU (tanh approximation), when not fused into a product ---- */
 int kern_gelu_forward(const kern_ctx *k, floatX *out, const floatX *inp,

@@ -1,21 +1,29 @@
-/* LayerNorm forward (plain and fused with the residual add) and backward,
- * and the fixed-order column sums that its backward and the bias
- * gradient of matmul_lt.cu share. */
+/* LayerNorm and RMSNorm forward (plain and fused with the residual add)
+ * and backward, and the fixed-order column sums that their backward and
+ * the bias gradient of matmul_lt.cu share. RMSNorm (the Llama family's)
+ * is LayerNorm with the mean taken as 0 and no bias: the same kernels
+ * with RMS set, so both keep one set of vector paths and one summation
+ * order. */
 #include "kernels_common.cuh"
 
 #define LN_EPS 1e-5f
 #define LN_WARPS 8 /* rows per block: one warp a row */
 
 /* Row statistics of x (C floats, this lane's share read by get(c)), over
- * the warp: mean and 1/std, two passes as the CPU engine (gpt_cpu.c). */
-template <typename Get>
-__device__ __forceinline__ void ln_stats(Get get, int C, float *mean,
+ * the warp: mean and 1/std, two passes as the CPU engine (gpt_cpu.c).
+ * RMS: the mean is 0 and 1/std is 1/sqrt(mean(x^2) + eps), RMSNorm's
+ * (llama_cpu.c). */
+template <bool RMS, typename Get>
+__device__ __forceinline__ void ln_stats(Get get, int C, float eps, float *mean,
                                          float *rstd) {
   const int lane = threadIdx.x % 32;
-  float s = 0.0f;
-  for (int c = lane; c < C; c += 32)
-    s += get(c);
-  float m = kc_warp_sum(s) / C;
+  float m = 0.0f;
+  if (!RMS) {
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32)
+      s += get(c);
+    m = kc_warp_sum(s) / C;
+  }
   float v = 0.0f;
   for (int c = lane; c < C; c += 32) {
     float d = get(c) - m;
@@ -23,7 +31,7 @@ __device__ __forceinline__ void ln_stats(Get get, int C, float *mean,
   }
   v = kc_warp_sum(v) / C;
   *mean = m;
-  *rstd = rsqrtf(v + LN_EPS);
+  *rstd = rsqrtf(v + eps);
 }
 
 /* inp (N,C) -> out (N,C), mean (N), rstd (N); one warp a row. mean or
@@ -31,12 +39,14 @@ __device__ __forceinline__ void ln_stats(Get get, int C, float *mean,
  * the first ones). VEC: C is a multiple of 8 and the arrays 16-byte
  * aligned, so the final pass moves 8 BF16 per 128-bit access.
  * residual/inp2 non-NULL: the row is first residual = inp + inp2 (rounded
- * to BF16, then normalized: the backward pass sees the same residual). */
-template <bool VEC>
+ * to BF16, then normalized: the backward pass sees the same residual).
+ * RMS: RMSNorm, out = x * rstd * w (b is not read). */
+template <bool VEC, bool RMS>
 __global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd,
                                          floatX *residual, const floatX *inp,
                                          const floatX *inp2, const floatX *w,
-                                         const floatX *b, int N, int C) {
+                                         const floatX *b, int N, int C,
+                                         float eps) {
   const int lane = threadIdx.x % 32;
   for (long long row = (long long)blockIdx.x * LN_WARPS + threadIdx.x / 32;
        row < N; row += (long long)gridDim.x * LN_WARPS) {
@@ -51,21 +61,23 @@ __global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd,
       x = r;
     }
     float m, s;
-    ln_stats([&](int c) { return kc_f(x[c]); }, C, &m, &s);
+    ln_stats<RMS>([&](int c) { return kc_f(x[c]); }, C, eps, &m, &s);
     floatX *o = out + (size_t)row * C;
     if (VEC) {
       for (int c = lane * 8; c < C; c += 32 * 8) {
-        kc_x8 xv = kc_load8(x + c), wv = kc_load8(w + c), bv = kc_load8(b + c);
+        const kc_x8 xv = kc_load8(x + c), wv = kc_load8(w + c);
+        const kc_x8 bv = RMS ? xv : kc_load8(b + c);
         kc_x8 ov;
 #pragma unroll
         for (int j = 0; j < 8; j++)
-          ov.v[j] =
-              kc_x((kc_f(xv.v[j]) - m) * s * kc_f(wv.v[j]) + kc_f(bv.v[j]));
+          ov.v[j] = kc_x((kc_f(xv.v[j]) - m) * s * kc_f(wv.v[j]) +
+                         (RMS ? 0.0f : kc_f(bv.v[j])));
         kc_store8(o + c, ov);
       }
     } else {
       for (int c = lane; c < C; c += 32)
-        o[c] = kc_x((kc_f(x[c]) - m) * s * kc_f(w[c]) + kc_f(b[c]));
+        o[c] =
+            kc_x((kc_f(x[c]) - m) * s * kc_f(w[c]) + (RMS ? 0.0f : kc_f(b[c])));
     }
     if (lane == 0 && mean)
       mean[row] = m;
@@ -74,10 +86,12 @@ __global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd,
   }
 }
 
+/* b NULL: RMSNorm (with eps); else LayerNorm (LN_EPS). */
 static int ln_forward(const kern_ctx *k, floatX *residual, floatX *out,
                       float *mean, float *rstd, const floatX *inp,
                       const floatX *inp2, const floatX *w, const floatX *b,
-                      int N, int C, const char *op, char *err, size_t errlen) {
+                      float eps, int N, int C, const char *op, char *err,
+                      size_t errlen) {
   if (N <= 0 || C <= 0)
     return N < 0 || C < 0
                ? kc_fail(err, errlen, op, "bad shape N=%d C=%d", N, C)
@@ -85,15 +99,22 @@ static int ln_forward(const kern_ctx *k, floatX *residual, floatX *out,
   /* The vector path's loads go through the read-only cache (__ldg),
    * which must not see data the kernel writes: the fused residual path
    * writes the row it normalizes, so it takes the scalar path. */
+  const bool rms = b == NULL;
   int vec = !residual && C % 8 == 0 && kc_aligned16(inp) && kc_aligned16(out) &&
-            kc_aligned16(w) && kc_aligned16(b);
+            kc_aligned16(w) && (rms || kc_aligned16(b));
   unsigned grid = kc_grid((size_t)N, LN_WARPS, k->sm_count);
-  if (vec)
-    layernorm_forward_kernel<true><<<grid, LN_WARPS * 32, 0, k->stream>>>(
-        out, mean, rstd, residual, inp, inp2, w, b, N, C);
+#define LN_FWD(v, r)                                                           \
+  layernorm_forward_kernel<v, r><<<grid, LN_WARPS * 32, 0, k->stream>>>(       \
+      out, mean, rstd, residual, inp, inp2, w, b, N, C, eps)
+  if (vec && rms)
+    LN_FWD(true, true);
+  else if (vec)
+    LN_FWD(true, false);
+  else if (rms)
+    LN_FWD(false, true);
   else
-    layernorm_forward_kernel<false><<<grid, LN_WARPS * 32, 0, k->stream>>>(
-        out, mean, rstd, residual, inp, inp2, w, b, N, C);
+    LN_FWD(false, false);
+#undef LN_FWD
   return kc_check(op, err, errlen);
 }
 
@@ -101,7 +122,7 @@ int kern_layernorm_forward(const kern_ctx *k, floatX *out, float *mean,
                            float *rstd, const floatX *inp, const floatX *w,
                            const floatX *b, int N, int C, char *err,
                            size_t errlen) {
-  return ln_forward(k, NULL, out, mean, rstd, inp, NULL, w, b, N, C,
+  return ln_forward(k, NULL, out, mean, rstd, inp, NULL, w, b, LN_EPS, N, C,
                     "kern_layernorm_forward", err, errlen);
 }
 
@@ -110,8 +131,19 @@ int kern_residual_layernorm_forward(const kern_ctx *k, floatX *residual,
                                     const floatX *inp1, const floatX *inp2,
                                     const floatX *w, const floatX *b, int N,
                                     int C, char *err, size_t errlen) {
-  return ln_forward(k, residual, out, mean, rstd, inp1, inp2, w, b, N, C,
-                    "kern_residual_layernorm_forward", err, errlen);
+  return ln_forward(k, residual, out, mean, rstd, inp1, inp2, w, b, LN_EPS, N,
+                    C, "kern_residual_layernorm_forward", err, errlen);
+}
+
+int kern_rmsnorm_forward(const kern_ctx *k, floatX *residual, floatX *out,
+                         float *rstd, const floatX *inp1, const floatX *inp2,
+                         const floatX *w, float eps, int N, int C, char *err,
+                         size_t errlen) {
+  static const char op[] = "kern_rmsnorm_forward";
+  if ((residual == NULL) != (inp2 == NULL))
+    return kc_fail(err, errlen, op, "residual and inp2 go together");
+  return ln_forward(k, residual, out, NULL, rstd, inp1, inp2, w, NULL, eps, N,
+                    C, op, err, errlen);
 }
 
 /* ---- Fixed-order column sums ----
@@ -230,7 +262,7 @@ cs_rows(float a[8], float b[8], const floatX *dout, const floatX *inp,
         cs_load<VEC>(d[i], dout + (size_t)r * OC, c0, OC);
         if (LN) {
           cs_load<VEC>(x[LN ? i : 0], inp + (size_t)r * OC, c0, OC);
-          m[i] = mean[r], s[i] = rstd[r];
+          m[i] = mean ? mean[r] : 0.0f, s[i] = rstd[r];
         }
       }
     }
@@ -275,14 +307,16 @@ __device__ void cs_finish(float *out_a, float *out_b, const float *part_a,
   const float tb = LN ? cs_combine<VEC>(b, sh) : 0.0f;
   const int c = c0 + 32 * threadIdx.y + threadIdx.x;
   if (c < OC) {
-    out_a[c] += ta;
+    if (out_a)
+      out_a[c] += ta;
     if (LN)
       out_b[c] += tb;
   }
 }
 
-/* dout (N,OC) -> out_a (OC) += its column sums; with LN also out_b (OC)
- * += those of dout * (inp - mean) * rstd (LayerNorm's dw). part_a,
+/* dout (N,OC) -> out_a (OC) += its column sums (NULL: not written); with
+ * LN also out_b (OC) += those of dout * (inp - mean) * rstd (LayerNorm's
+ * dw; mean NULL: 0, RMSNorm's). part_a,
  * part_b: (gridDim.y chunks, OC). done[blockIdx.x]: 0 at the launch, and
  * again after it (the last block resets it for the next launch). */
 template <bool LN, bool VEC>
@@ -381,7 +415,7 @@ int kc_colsum(const kern_ctx *k, float *db, float *scratch, const floatX *dout,
  * passes. The scalar path alone took 0.26 ms a call in GPT-2 124M's step
  * on an H200 (B=8 T=1024: 50 MB, under 200 GB/s), 21% of the step; the
  * vector one 0.016 ms. */
-template <int NV>
+template <int NV, bool RMS>
 __global__ void layernorm_dinp_kernel(floatX *dinp, const floatX *dout,
                                       const floatX *inp, const floatX *w,
                                       const float *mean, const float *rstd,
@@ -391,7 +425,7 @@ __global__ void layernorm_dinp_kernel(floatX *dinp, const floatX *dout,
        row < N; row += (long long)gridDim.x * LN_WARPS) {
     const floatX *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
     floatX *di = dinp + (size_t)row * C;
-    const float m = mean[row], s = rstd[row];
+    const float m = RMS ? 0.0f : mean[row], s = rstd[row];
     /* The two row sums of w*dout and w*dout*norm, then each element's
      * gradient from them. */
     float dm = 0.0f, dnm = 0.0f;
@@ -425,7 +459,8 @@ __global__ void layernorm_dinp_kernel(floatX *dinp, const floatX *dout,
           sums(wv.v[j], dv[i].v[j], xv[i].v[j]);
       });
     }
-    dm = kc_warp_sum(dm) / C;
+    /* RMSNorm's mean is the constant 0: no gradient through it. */
+    dm = RMS ? 0.0f : kc_warp_sum(dm) / C;
     dnm = kc_warp_sum(dnm) / C;
     if constexpr (NV == 0) {
       for (int c = lane; c < C; c += 32)
@@ -444,7 +479,9 @@ __global__ void layernorm_dinp_kernel(floatX *dinp, const floatX *dout,
   }
 }
 
-/* The input gradient's kernel for C: the vector one where it applies. */
+/* The input gradient's kernel for C: the vector one where it applies.
+ * mean NULL: RMSNorm's. */
+template <bool RMS>
 static void ln_dinp(const kern_ctx *k, floatX *dinp, const floatX *dout,
                     const floatX *inp, const floatX *w, const float *mean,
                     const float *rstd, int N, int C) {
@@ -455,7 +492,7 @@ static void ln_dinp(const kern_ctx *k, floatX *dinp, const floatX *dout,
   switch (vec ? nv : 0) {
 #define LN_DINP_CASE(n)                                                        \
   case n:                                                                      \
-    layernorm_dinp_kernel<n><<<grid, LN_WARPS * 32, 0, k->stream>>>(           \
+    layernorm_dinp_kernel<n, RMS><<<grid, LN_WARPS * 32, 0, k->stream>>>(      \
         dinp, dout, inp, w, mean, rstd, N, C);                                 \
     return;
     LN_DINP_CASE(0) LN_DINP_CASE(1) LN_DINP_CASE(2) LN_DINP_CASE(3)
@@ -483,10 +520,28 @@ int kern_layernorm_backward(const kern_ctx *k, floatX *dinp, float *dw,
     return kc_fail(err, errlen, op, "bad shape N=%d C=%d", N, C);
   if (N == 0 || C == 0)
     return 0;
-  ln_dinp(k, dinp, dout, inp, w, mean, rstd, N, C);
+  ln_dinp<false>(k, dinp, dout, inp, w, mean, rstd, N, C);
   if (kc_check(op, err, errlen))
     return -1;
   /* db is the column sum of dout, dw that of dout * normalized input. */
   return colsums(k, db, dw, (float *)scratch, dout, inp, mean, rstd, N, C, op,
+                 err, errlen);
+}
+
+int kern_rmsnorm_backward(const kern_ctx *k, floatX *dinp, float *dw,
+                          void *scratch, const floatX *dout, const floatX *inp,
+                          const floatX *w, const float *rstd, int N, int C,
+                          char *err, size_t errlen) {
+  static const char op[] = "kern_rmsnorm_backward";
+  if (N < 0 || C < 0)
+    return kc_fail(err, errlen, op, "bad shape N=%d C=%d", N, C);
+  if (N == 0 || C == 0)
+    return 0;
+  ln_dinp<true>(k, dinp, dout, inp, w, NULL, rstd, N, C);
+  if (kc_check(op, err, errlen))
+    return -1;
+  /* dw is the column sum of dout * x * rstd (the mean taken as 0); the
+   * plain column sum beside it is computed and not written. */
+  return colsums(k, NULL, dw, (float *)scratch, dout, inp, NULL, rstd, N, C, op,
                  err, errlen);
 }

@@ -29,6 +29,13 @@
  * The environment variable DAGRUN_CUDA_NO_GELU_EPILOGUE=1 forces that path
  * (tests).
  *
+ * nn.Linear's weights (the Llama family's, stored (OC, C): y = x W^T),
+ * kern_linear_*: the same products with W's op flipped:
+ *   forward  y^T (OC,N) = W (OC,C) x^T: A = W (C x OC, ld C), op T.
+ *   dinp     dx^T (C,N) = W^T (C,OC) dy^T: A = W (C x OC, ld C), op N.
+ *   dw       dW^T (C,OC) += x^T (C,N) dy (N,OC): A = x (C x N, ld C),
+ *            op N; B = dy (OC x N, ld OC), op T; D = dW (C x OC, ld C).
+ *
  * The bias gradient is kc_colsum (layernorm.cu): FP32, fixed order.
  * Determinism: cuBLAS documents bit-wise identical results from run to
  * run for the same problem on the same architecture and SM count.
@@ -264,4 +271,40 @@ int kern_matmul_backward(const kern_ctx *k, floatX *dinp, float *dw,
   p.D = dw, p.ldd = OC, p.d_f32 = 1;
   p.epi = CUBLASLT_EPILOGUE_DEFAULT;
   return lt_matmul_must(k, &p, op, err, errlen);
+}
+
+/* One plain product (no epilogue) of lt_mm's fields; D FP32 (beta 1)
+ * with d_f32. */
+static int lt_plain(const kern_ctx *k, int m, int n, int kk, const floatX *A,
+                    int lda, int ta, const floatX *B, int ldb, int tb, void *D,
+                    int ldd, int d_f32, const char *op, char *err,
+                    size_t errlen) {
+  lt_mm p;
+  memset(&p, 0, sizeof p);
+  p.m = m, p.n = n, p.k = kk;
+  p.A = A, p.lda = lda, p.ta = ta;
+  p.B = B, p.ldb = ldb, p.tb = tb;
+  p.D = D, p.ldd = ldd, p.d_f32 = d_f32;
+  p.epi = CUBLASLT_EPILOGUE_DEFAULT;
+  return lt_matmul_must(k, &p, op, err, errlen);
+}
+
+int kern_linear_forward(const kern_ctx *k, floatX *out, const floatX *inp,
+                        const floatX *w, int N, int C, int OC, char *err,
+                        size_t errlen) {
+  static const char op[] = "kern_linear_forward";
+  if (check_shape(N, C, OC, op, err, errlen))
+    return -1;
+  return lt_plain(k, OC, N, C, w, C, 1, inp, C, 0, out, OC, 0, op, err, errlen);
+}
+
+int kern_linear_backward(const kern_ctx *k, floatX *dinp, float *dw,
+                         const floatX *dout, const floatX *inp, const floatX *w,
+                         int N, int C, int OC, char *err, size_t errlen) {
+  static const char op[] = "kern_linear_backward";
+  if (check_shape(N, C, OC, op, err, errlen) ||
+      lt_plain(k, C, N, OC, w, C, 0, dout, OC, 0, dinp, C, 0, op, err, errlen))
+    return -1;
+  return lt_plain(k, C, OC, N, inp, C, 0, dout, OC, 1, dw, C, 1, op, err,
+                  errlen);
 }

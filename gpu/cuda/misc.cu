@@ -1,5 +1,6 @@
 /* The element-wise and small ops of kernels.cuh: conversions, the
- * embedding, the residual add, GELU, and the fixed-order reductions. */
+ * embedding, the residual add, GELU, SwiGLU, RoPE's layout step, and the
+ * fixed-order reductions. */
 #include <algorithm>
 #include <vector>
 
@@ -41,7 +42,8 @@ int kern_bf16_to_f32(const kern_ctx *k, float *out, const floatX *in, size_t n,
 
 /* ---- Embedding ---- */
 
-/* ids (B,T), wte (Vp,C), wpe (T,C) -> out (B,T,C) */
+/* ids (B,T), wte (Vp,C), wpe (T,C) or NULL (none: the Llama family)
+ * -> out (B,T,C) */
 __global__ void encoder_forward_kernel(floatX *out, const int *ids,
                                        const floatX *wte, const floatX *wpe,
                                        int T, int C, size_t n) {
@@ -49,8 +51,8 @@ __global__ void encoder_forward_kernel(floatX *out, const int *ids,
        i += (size_t)gridDim.x * blockDim.x) {
     size_t bt = i / (size_t)C;
     int c = (int)(i % (size_t)C), t = (int)(bt % (size_t)T);
-    out[i] =
-        kc_x(kc_f(wte[(size_t)ids[bt] * C + c]) + kc_f(wpe[(size_t)t * C + c]));
+    float pos = wpe ? kc_f(wpe[(size_t)t * C + c]) : 0.0f;
+    out[i] = kc_x(kc_f(wte[(size_t)ids[bt] * C + c]) + pos);
   }
 }
 
@@ -133,10 +135,12 @@ int kern_encoder_backward(const kern_ctx *k, float *dwte, float *dwpe,
                    "(ids_host) to add repeated tokens in a fixed order");
   if (ids_host && !scratch)
     return kc_fail(err, errlen, op, "no scratch for the token buckets");
-  wpe_backward_kernel<<<kc_grid((size_t)T * C, BLOCK, k->sm_count), BLOCK, 0,
-                        k->stream>>>(dwpe, dout, B, T, C);
-  if (kc_check(op, err, errlen))
-    return -1;
+  if (dwpe) {
+    wpe_backward_kernel<<<kc_grid((size_t)T * C, BLOCK, k->sm_count), BLOCK, 0,
+                          k->stream>>>(dwpe, dout, B, T, C);
+    if (kc_check(op, err, errlen))
+      return -1;
+  }
   if (!ids_host) {
     wte_backward_atomic_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0,
                                  k->stream>>>(dwte, dout, ids, C, n);
@@ -221,6 +225,196 @@ int kern_gelu_backward(const kern_ctx *k, floatX *dinout, const floatX *inp,
   gelu_backward_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0, k->stream>>>(
       dinout, inp, n);
   return kc_check("kern_gelu_backward", err, errlen);
+}
+
+/* ---- SwiGLU (the Llama family's MLP) ----
+ * gu (N, 2I): each row the gate_proj then the up_proj outputs (one
+ * product over the two adjacent weights). hid = silu(gate) * up, as
+ * llama_cpu.c's llama_cpu_swiglu, in FP32 from the BF16 inputs. */
+__device__ __forceinline__ float kc_sigmoid(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+
+__global__ void swiglu_forward_kernel(floatX *hid, const floatX *gu, int I,
+                                      size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t row = i / (size_t)I, c = i % (size_t)I;
+    const floatX *r = gu + row * 2 * (size_t)I;
+    float g = kc_f(r[c]), u = kc_f(r[I + c]);
+    hid[i] = kc_x(g * kc_sigmoid(g) * u);
+  }
+}
+
+/* dhid (N,I), gu (N,2I) -> dgu (N,2I): d gate then d up of each row. */
+__global__ void swiglu_backward_kernel(floatX *dgu, const floatX *dhid,
+                                       const floatX *gu, int I, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t row = i / (size_t)I, c = i % (size_t)I;
+    const floatX *r = gu + row * 2 * (size_t)I;
+    floatX *d = dgu + row * 2 * (size_t)I;
+    float g = kc_f(r[c]), u = kc_f(r[I + c]), s = kc_sigmoid(g);
+    float dh = kc_f(dhid[i]);
+    d[I + c] = kc_x(dh * g * s);
+    d[c] = kc_x(dh * u * s * (1.0f + g * (1.0f - s)));
+  }
+}
+
+int kern_swiglu_forward(const kern_ctx *k, floatX *hid, const floatX *gu, int N,
+                        int I, char *err, size_t errlen) {
+  size_t n = (size_t)N * I;
+  if (N < 0 || I < 0)
+    return kc_fail(err, errlen, "kern_swiglu_forward", "bad shape N=%d I=%d", N,
+                   I);
+  if (n == 0)
+    return 0;
+  swiglu_forward_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0,
+                          k->stream>>>(hid, gu, I, n);
+  return kc_check("kern_swiglu_forward", err, errlen);
+}
+
+int kern_swiglu_backward(const kern_ctx *k, floatX *dgu, const floatX *dhid,
+                         const floatX *gu, int N, int I, char *err,
+                         size_t errlen) {
+  size_t n = (size_t)N * I;
+  if (N < 0 || I < 0)
+    return kc_fail(err, errlen, "kern_swiglu_backward", "bad shape N=%d I=%d",
+                   N, I);
+  if (n == 0)
+    return 0;
+  swiglu_backward_kernel<<<kc_grid(n, BLOCK, k->sm_count), BLOCK, 0,
+                           k->stream>>>(dgu, dhid, gu, I, n);
+  return kc_check("kern_swiglu_backward", err, errlen);
+}
+
+/* ---- RoPE and GQA: the Llama attention's layout step ----
+ * The q, k, v products come out as one row of C + 2 KVD per position
+ * (q_proj, k_proj, v_proj are adjacent in the layout: one product).
+ * The attention kernels (ours and cuDNN's) take GPT-2's (B,T,3C) with a
+ * q, k and v for every head: this step writes that, turning q and k by
+ * RoPE (Hugging Face's rotate_half: channel i with i + hs/2, the angles
+ * of the tables cs, sn (T, hs/2)) and giving query head h key/value head
+ * h / (NH/KV). Its backward is the adjoint: the inverse turn, and each
+ * key/value head's gradient the sum over its query heads, in head order
+ * (fixed: no atomics). One thread per (position, head, pair i). */
+struct rope_dims {
+  int T, NH, KV, hs, h2, C, KVD;
+};
+
+static rope_dims rope_dims_of(int T, int C, int NH, int KV) {
+  rope_dims d;
+  d.T = T, d.NH = NH, d.KV = KV, d.C = C;
+  d.hs = C / NH, d.h2 = d.hs / 2, d.KVD = KV * d.hs;
+  return d;
+}
+
+__global__ void rope_qkv_forward_kernel(floatX *qkv, const floatX *qkv_kv,
+                                        const float *cs, const float *sn,
+                                        rope_dims d, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    int p = (int)(i % (size_t)d.h2);
+    int h = (int)(i / (size_t)d.h2 % (size_t)d.NH);
+    size_t bt = i / ((size_t)d.h2 * d.NH);
+    int t = (int)(bt % (size_t)d.T), kh = h / (d.NH / d.KV);
+    float c = cs[(size_t)t * d.h2 + p], s = sn[(size_t)t * d.h2 + p];
+    const floatX *src = qkv_kv + bt * (size_t)(d.C + 2 * d.KVD);
+    floatX *dst = qkv + bt * 3 * (size_t)d.C + (size_t)h * d.hs;
+    const floatX *q = src + (size_t)h * d.hs;
+    const floatX *kk = src + d.C + (size_t)kh * d.hs;
+    const floatX *v = kk + d.KVD;
+    float a = kc_f(q[p]), b = kc_f(q[p + d.h2]);
+    dst[p] = kc_x(a * c - b * s);
+    dst[p + d.h2] = kc_x(b * c + a * s);
+    a = kc_f(kk[p]), b = kc_f(kk[p + d.h2]);
+    dst[d.C + p] = kc_x(a * c - b * s);
+    dst[d.C + p + d.h2] = kc_x(b * c + a * s);
+    dst[2 * d.C + p] = v[p];
+    dst[2 * d.C + p + d.h2] = v[p + d.h2];
+  }
+}
+
+/* Thread (position, head h, pair p) turns back dq of head h; the
+ * threads of heads h < KV also make key/value head h's dk, dv. */
+__global__ void rope_qkv_backward_kernel(floatX *dqkv_kv, const floatX *dqkv,
+                                         const float *cs, const float *sn,
+                                         rope_dims d, size_t n) {
+  const int G = d.NH / d.KV;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    int p = (int)(i % (size_t)d.h2);
+    int h = (int)(i / (size_t)d.h2 % (size_t)d.NH);
+    size_t bt = i / ((size_t)d.h2 * d.NH);
+    int t = (int)(bt % (size_t)d.T);
+    float c = cs[(size_t)t * d.h2 + p], s = sn[(size_t)t * d.h2 + p];
+    const floatX *src = dqkv + bt * 3 * (size_t)d.C;
+    floatX *dst = dqkv_kv + bt * (size_t)(d.C + 2 * d.KVD);
+    const floatX *dq = src + (size_t)h * d.hs;
+    float a = kc_f(dq[p]), b = kc_f(dq[p + d.h2]);
+    dst[(size_t)h * d.hs + p] = kc_x(a * c + b * s);
+    dst[(size_t)h * d.hs + p + d.h2] = kc_x(b * c - a * s);
+    if (h >= d.KV)
+      continue;
+    float ka = 0.0f, kb = 0.0f, va = 0.0f, vb = 0.0f;
+    for (int g = 0; g < G; g++) {
+      const floatX *dk = src + d.C + (size_t)(h * G + g) * d.hs;
+      ka += kc_f(dk[p]), kb += kc_f(dk[p + d.h2]);
+      va += kc_f(dk[d.C + p]), vb += kc_f(dk[d.C + p + d.h2]);
+    }
+    floatX *ok = dst + d.C + (size_t)h * d.hs, *ov = ok + d.KVD;
+    ok[p] = kc_x(ka * c + kb * s);
+    ok[p + d.h2] = kc_x(kb * c - ka * s);
+    ov[p] = kc_x(va);
+    ov[p + d.h2] = kc_x(vb);
+  }
+}
+
+static int rope_check(int B, int T, int C, int NH, int KV, const char *op,
+                      char *err, size_t errlen) {
+  if (B < 0 || T < 0 || C < 1 || NH < 1 || KV < 1 || NH % KV != 0 ||
+      C % NH != 0 || (C / NH) % 2 != 0)
+    return kc_fail(err, errlen, op,
+                   "bad shape B=%d T=%d C=%d NH=%d KV=%d (KV must divide NH, "
+                   "the head size C/NH be even)",
+                   B, T, C, NH, KV);
+  return 0;
+}
+
+/* Either direction: out and in as the launchers below take them. */
+static int rope_launch(const kern_ctx *k, bool fwd, floatX *out,
+                       const floatX *in, const float *cs, const float *sn,
+                       int B, int T, int C, int NH, int KV, const char *op,
+                       char *err, size_t errlen) {
+  if (rope_check(B, T, C, NH, KV, op, err, errlen))
+    return -1;
+  rope_dims d = rope_dims_of(T, C, NH, KV);
+  size_t n = (size_t)B * T * NH * d.h2;
+  if (n == 0)
+    return 0;
+  unsigned grid = kc_grid(n, BLOCK, k->sm_count);
+  if (fwd)
+    rope_qkv_forward_kernel<<<grid, BLOCK, 0, k->stream>>>(out, in, cs, sn, d,
+                                                           n);
+  else
+    rope_qkv_backward_kernel<<<grid, BLOCK, 0, k->stream>>>(out, in, cs, sn, d,
+                                                            n);
+  return kc_check(op, err, errlen);
+}
+
+int kern_rope_qkv_forward(const kern_ctx *k, floatX *qkv, const floatX *qkv_kv,
+                          const float *cs, const float *sn, int B, int T, int C,
+                          int NH, int KV, char *err, size_t errlen) {
+  return rope_launch(k, true, qkv, qkv_kv, cs, sn, B, T, C, NH, KV,
+                     "kern_rope_qkv_forward", err, errlen);
+}
+
+int kern_rope_qkv_backward(const kern_ctx *k, floatX *dqkv_kv,
+                           const floatX *dqkv, const float *cs, const float *sn,
+                           int B, int T, int C, int NH, int KV, char *err,
+                           size_t errlen) {
+  return rope_launch(k, false, dqkv_kv, dqkv, cs, sn, B, T, C, NH, KV,
+                     "kern_rope_qkv_backward", err, errlen);
 }
 
 /* ---- Reductions ----

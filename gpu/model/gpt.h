@@ -177,13 +177,15 @@ void gpt_dropout_key(gpt *m, uint64_t key, int active);
 
 /* Activation recomputation: what the forward pass keeps for backward.
  *   NONE:  every activation of every layer (fastest, most memory).
- *   GELU:  not the GELU output (B,T,4C) of each layer: backward recomputes
- *          it from the kept pre-activation (one elementwise pass a layer).
+ *   GELU:  not the GELU output (B,T,4C) of each layer (a Llama's: the
+ *          SwiGLU output (B,T,I)): backward recomputes it from the kept
+ *          pre-activation (one elementwise pass a layer).
  *   BLOCK: only each block's input residual (B,T,C); backward runs the
  *          block's forward again before its backward (about one more
  *          forward pass of compute; activations of one layer at a time).
- * The GPU engine takes it in gpt_cuda_options; the CPU engine from
- * gpt_set_recompute. Either way the gradients are those of NONE. */
+ * The GPU engine takes it in gpt_cuda_options (every mode, both
+ * families); the CPU engine from gpt_set_recompute. Either way the
+ * gradients are those of NONE. */
 typedef enum gpt_recompute {
   GPT_RECOMPUTE_NONE = 0,
   GPT_RECOMPUTE_GELU = 1,

@@ -59,15 +59,8 @@ int engine_choose(engine_want want, int have_gpu, engine_device *out) {
   return 0;
 }
 
-const char *engine_cuda_refuses(const gpt_config *model) {
-  return model->family == GPT_FAMILY_GPT2
-             ? NULL
-             : "the model is a Llama, and the CUDA engine trains the GPT-2 "
-               "family only for now";
-}
-
-int engine_pick(engine_want want, const gpt_config *model, engine_device *out,
-                char *why, size_t whylen, char *err, size_t errlen) {
+int engine_pick(engine_want want, engine_device *out, char *why, size_t whylen,
+                char *err, size_t errlen) {
   /* Before looking for a GPU: that loads and starts the CUDA driver
    * (cudaGetDeviceCount), which device: cpu has no use for. */
   if (want == ENGINE_WANT_CPU) {
@@ -77,17 +70,13 @@ int engine_pick(engine_want want, const gpt_config *model, engine_device *out,
   }
   char gpu[512] = "";
   int have_gpu = 0;
-  const char *refused = engine_cuda_refuses(model);
-  if (refused)
-    snprintf(gpu, sizeof gpu, "%s", refused);
-  else {
 #ifdef DAGRUN_HAVE_CUDA
-    have_gpu = gpt_cuda_available(gpu, sizeof gpu);
+  have_gpu = gpt_cuda_available(gpu, sizeof gpu);
 #else
-    snprintf(gpu, sizeof gpu, "this dagrun was built without CUDA (no nvcc, "
-                              "or -DDAGRUN_CUDA=OFF)");
+  snprintf(gpu, sizeof gpu,
+           "this dagrun was built without CUDA (no nvcc, "
+           "or -DDAGRUN_CUDA=OFF)");
 #endif
-  }
   if (engine_choose(want, have_gpu, out) != 0) {
     snprintf(err, errlen,
              "device: cuda, but %s; use device: cpu or auto (auto trains on "
@@ -99,8 +88,7 @@ int engine_pick(engine_want want, const gpt_config *model, engine_device *out,
     snprintf(why, whylen, "device: %s, and %s",
              want == ENGINE_WANT_AUTO ? "auto" : "cuda", gpu);
   else
-    snprintf(why, whylen, "device: auto, and %s%s", refused ? "" : "no GPU: ",
-             gpu);
+    snprintf(why, whylen, "device: auto, and no GPU: %s", gpu);
   return 0;
 }
 

@@ -62,17 +62,13 @@ int engine_built_with_cuda(void);
  * (gangloop.c). */
 int engine_choose(engine_want want, int have_gpu, engine_device *out);
 
-/* Resolves want to a device for one process (engine_choose): auto is cuda when built with CUDA and a GPU
- * is present, else cpu; why gets the reason in words either way (for
- * the log and the summary). cuda without the build or the GPU: -1 with
- * err saying what is missing and to use device: cpu or auto. A model the
- * CUDA engine cannot train (engine_cuda_refuses) counts as no GPU. */
-int engine_pick(engine_want want, const gpt_config *model, engine_device *out,
-                char *why, size_t whylen, char *err, size_t errlen);
-
-/* Why the CUDA engine cannot train model (a Llama: its kernels are
- * GPT-2's), or NULL when it can. */
-const char *engine_cuda_refuses(const gpt_config *model);
+/* Resolves want to a device for one process (engine_choose): auto is cuda when
+ * built with CUDA and a GPU is present, else cpu; why gets the reason in words
+ * either way (for the log and the summary). cuda without the build or the GPU:
+ * -1 with err saying what is missing and to use device: cpu or auto. (Both
+ * model families train on either engine.) */
+int engine_pick(engine_want want, engine_device *out, char *why, size_t whylen,
+                char *err, size_t errlen);
 
 typedef struct engine_options {
   int B, T;                /* the micro-batch */

@@ -148,10 +148,7 @@ static int check_params(trainrun *r, gang *g) {
  * 0 with g->dev, or -1. */
 static int pick_device(trainrun *r, gang *g) {
   char why[512] = "", err[512];
-  const char *refused = engine_cuda_refuses(&r->c.m.cfg);
-  int have = refused ? 0 : zero_cuda_available(why, sizeof why);
-  if (refused)
-    snprintf(why, sizeof why, "%s", refused);
+  int have = zero_cuda_available(why, sizeof why);
   float n = have ? 1.0f : 0.0f;
   if (comm_allreduce_sum(g->c, &n, 1, err, sizeof err) != 0)
     gang_abort(r, g, "agreeing on the device", err);
@@ -793,7 +790,7 @@ int gangloop_run(trainrun *r, int N) {
     status = open_comm(r, &g);
   if (status != 0)
     return status;
-  if (trainrun_setup(r, N, 1) != 0)
+  if (trainrun_setup(r, N, 1, g.dev) != 0)
     comm_abort(g.c, EXIT_FAILED);
   /* After setup: init_from's model sets the sequence length. */
   g.B = r->c.B;

@@ -86,7 +86,7 @@ static int check_params(trainrun *r, pipe_run *p) {
  * the exit status (before the communicator: every rank fails alike). */
 static int start(trainrun *r, pipe_run *p) {
   char err[2048];
-  if (trainrun_setup(r, 1, 0) != 0)
+  if (trainrun_setup(r, 1, 0, ENGINE_CPU) != 0)
     return EXIT_FAILED;
   if (pipeline_check(gpt_get_config(r->model), p->P, p->N, err, sizeof err)) {
     r->h->fail(r->ctx, "%s", err);

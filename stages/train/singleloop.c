@@ -40,14 +40,13 @@ static int start_engine(trainrun *r, engine_device *dev, char *why,
   dagrun_ctx *ctx = r->ctx;
   const dagrun_host *h = r->h;
   char err[2048];
-  if (engine_pick(r->c.device, &r->c.m.cfg, dev, why, whylen, err,
-                  sizeof err) != 0) {
+  if (engine_pick(r->c.device, dev, why, whylen, err, sizeof err) != 0) {
     h->fail(ctx, "%s", err);
     return EXIT_BAD_PARAMS;
   }
   h->log(ctx, DAGRUN_LOG_INFO, "device: %s (%s)",
          *dev == ENGINE_CUDA ? "cuda" : "cpu", why);
-  if (trainrun_setup(r, 1, 0) != 0)
+  if (trainrun_setup(r, 1, 0, *dev) != 0)
     return EXIT_FAILED;
   if (*dev == ENGINE_CPU)
     log_cpu_memory(r);

@@ -110,8 +110,9 @@ static const dagrun_param_spec params[] = {
      "CUDA and a GPU is present, in a gang on every rank, else cpu)"},
     {"recompute", DAGRUN_PARAM_STRING, "none", 0,
      "Activation recomputation to save memory: none, gelu (the MLP's GELU "
-     "output) or block (each block's forward again in backward); on the "
-     "CPU the same gradients bit for bit (GPT-2 models only)"},
+     "output; a Llama's SwiGLU output) or block (each block's forward again "
+     "in backward); the same gradients (on the CPU bit for bit; the CPU "
+     "engine has gelu and block for GPT-2 models only, the GPU for both)"},
     {"autocast", DAGRUN_PARAM_STRING, "none", 0,
      "CPU engine: none (fp32) or bf16 (the linear layers' and the head's "
      "matrix products on operands rounded to bfloat16, fp32 accumulation: "

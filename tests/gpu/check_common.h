@@ -305,6 +305,121 @@ static layernorm_ref<Vec> layernorm_ref_make(Rng &r, int N, int C) {
   return l;
 }
 
+/* RMSNorm's (the Llama family's) inputs and the CPU's results
+ * (llama_cpu.c): x (N,C) rows as layernorm_ref_make's, w (C), eps 1e-5;
+ * out (N,C), rstd (N); the fused residual res = BF16 of x + x2 and its
+ * RMSNorm (res_out, res_rstd); backward from out's rstd into gradients
+ * that already hold values (dinp0, dw0): dinp, dw. */
+template <class Vec> struct rmsnorm_ref {
+  Vec x, x2, w, out, rstd, res, res_out, res_rstd;
+  Vec dout, dinp0, dw0, dinp, dw;
+};
+
+static const float RMS_EPS = 1e-5f;
+
+template <class Vec>
+static rmsnorm_ref<Vec> rmsnorm_ref_make(Rng &r, int N, int C) {
+  const size_t n = (size_t)N * C;
+  layernorm_ref<Vec> l = layernorm_ref_make<Vec>(r, N, C);
+  rmsnorm_ref<Vec> m;
+  m.x = l.x, m.x2 = l.x2, m.w = l.w, m.res = l.res;
+  m.out.resize(n), m.rstd.resize(N), m.res_out.resize(n), m.res_rstd.resize(N);
+  llama_cpu_rmsnorm(m.out.data(), m.rstd.data(), m.x.data(), m.w.data(), N, C,
+                    RMS_EPS);
+  llama_cpu_rmsnorm(m.res_out.data(), m.res_rstd.data(), m.res.data(),
+                    m.w.data(), N, C, RMS_EPS);
+  m.dout = l.dout, m.dinp0 = l.dinp0, m.dw0 = l.dw0;
+  m.dinp = m.dinp0, m.dw = m.dw0;
+  llama_cpu_rmsnorm_backward(m.dinp.data(), m.dw.data(), m.dout.data(),
+                             m.x.data(), m.w.data(), m.rstd.data(), N, C);
+  return m;
+}
+
+/* SwiGLU's: gu (N,2I), each row the gate's I values then the up's;
+ * hid (N,I) = silu(gate) * up; backward from dhid (N,I): dgu (N,2I). */
+template <class Vec> struct swiglu_ref { Vec gu, hid, dhid, dgu; };
+
+template <class Vec>
+static swiglu_ref<Vec> swiglu_ref_make(Rng &r, int N, int I) {
+  const size_t n = (size_t)N * I;
+  swiglu_ref<Vec> s;
+  s.gu = randn_as<Vec>(r, 2 * n, 0.0f, 2.0f, true);
+  s.dhid = randn_as<Vec>(r, n, 0.0f, 1.0f, true);
+  Vec gate(n), up(n), dgate(n), dup(n);
+  for (int i = 0; i < N; i++)
+    for (int c = 0; c < I; c++) {
+      gate[(size_t)i * I + c] = s.gu[(size_t)i * 2 * I + c];
+      up[(size_t)i * I + c] = s.gu[(size_t)i * 2 * I + I + c];
+    }
+  s.hid.resize(n);
+  llama_cpu_swiglu(s.hid.data(), gate.data(), up.data(), n);
+  llama_cpu_swiglu_backward(dgate.data(), dup.data(), s.dhid.data(),
+                            gate.data(), up.data(), n);
+  s.dgu.resize(2 * n);
+  for (int i = 0; i < N; i++)
+    for (int c = 0; c < I; c++) {
+      s.dgu[(size_t)i * 2 * I + c] = dgate[(size_t)i * I + c];
+      s.dgu[(size_t)i * 2 * I + I + c] = dup[(size_t)i * I + c];
+    }
+  return s;
+}
+
+/* RoPE and GQA's layout step: qkv_kv (B,T,C+2KVD) and the tables cs, sn
+ * (T,hs/2) of theta 10000 -> qkv (B,T,3C): q and k turned by
+ * llama_cpu_rope, key/value head h / (NH/KV) given to query head h.
+ * Backward from dqkv (B,T,3C): dqkv_kv, dk and dv summed over each
+ * key/value head's query heads, then dq and dk turned back. */
+template <class Vec> struct rope_ref {
+  Vec qkv_kv, cs, sn, qkv, dqkv, dqkv_kv;
+};
+
+template <class Vec>
+static rope_ref<Vec> rope_ref_make(Rng &r, int B, int T, int C, int NH,
+                                   int KV) {
+  const int hs = C / NH, KVD = KV * hs, G = NH / KV, W = C + 2 * KVD;
+  const size_t N = (size_t)B * T;
+  rope_ref<Vec> p;
+  p.qkv_kv = randn_as<Vec>(r, N * W, 0.0f, 1.0f, true);
+  p.cs.resize((size_t)T * hs / 2), p.sn.resize((size_t)T * hs / 2);
+  llama_cpu_rope_tables(p.cs.data(), p.sn.data(), 0, T, hs, 10000.0);
+  Vec q(N * C), k(N * KVD);
+  for (size_t i = 0; i < N; i++) {
+    std::copy_n(&p.qkv_kv[i * W], C, &q[i * C]);
+    std::copy_n(&p.qkv_kv[i * W + C], KVD, &k[i * KVD]);
+  }
+  llama_cpu_rope(q.data(), p.cs.data(), p.sn.data(), B, T, NH, hs, 1);
+  llama_cpu_rope(k.data(), p.cs.data(), p.sn.data(), B, T, KV, hs, 1);
+  p.qkv.resize(N * 3 * C);
+  for (size_t i = 0; i < N; i++)
+    for (int h = 0; h < NH; h++)
+      for (int d = 0; d < hs; d++) {
+        size_t o = i * 3 * C + (size_t)h * hs + d, kv = (size_t)(h / G) * hs;
+        p.qkv[o] = q[i * C + (size_t)h * hs + d];
+        p.qkv[o + C] = k[i * KVD + kv + d];
+        p.qkv[o + 2 * C] = p.qkv_kv[i * W + C + KVD + kv + d];
+      }
+  p.dqkv = randn_as<Vec>(r, N * 3 * C, 0.0f, 1.0f, true);
+  Vec dq(N * C), dk(N * KVD, 0.0f), dv(N * KVD, 0.0f);
+  for (size_t i = 0; i < N; i++)
+    for (int h = 0; h < NH; h++)
+      for (int d = 0; d < hs; d++) {
+        size_t o = i * 3 * C + (size_t)h * hs + d;
+        size_t kv = i * KVD + (size_t)(h / G) * hs + d;
+        dq[i * C + (size_t)h * hs + d] = p.dqkv[o];
+        dk[kv] += p.dqkv[o + C];
+        dv[kv] += p.dqkv[o + 2 * C];
+      }
+  llama_cpu_rope(dq.data(), p.cs.data(), p.sn.data(), B, T, NH, hs, -1);
+  llama_cpu_rope(dk.data(), p.cs.data(), p.sn.data(), B, T, KV, hs, -1);
+  p.dqkv_kv.resize(N * W);
+  for (size_t i = 0; i < N; i++) {
+    std::copy_n(&dq[i * C], C, &p.dqkv_kv[i * W]);
+    std::copy_n(&dk[i * KVD], KVD, &p.dqkv_kv[i * W + C]);
+    std::copy_n(&dv[i * KVD], KVD, &p.dqkv_kv[i * W + C + KVD]);
+  }
+  return p;
+}
+
 /* Attention's inputs and the CPU's results: qkv (B,T,3C); out (B,T,C),
  * the probabilities att (B,NH,T,T) and from them lse (B,NH,T); backward
  * from dout (B,T,C): dqkv (B,T,3C). */

@@ -29,8 +29,14 @@
  *   gpt_cuda_check zero-oom    stages 2-3's buffers out of GPU memory:
  *                              a clear error, nothing kept; see
  *                              cmd_zero_oom
- *   gpt_cuda_check family      a Llama model refused by name (the kernels
- *                              are GPT-2's), nothing made; see cmd_family
+ *   gpt_cuda_check llama       step on two Llama shapes (GQA, an untied
+ *                              head, a head size for the FP32 attention);
+ *                              see cmd_llama
+ *   gpt_cuda_check llama-recompute  recompute on a Llama shape
+ *
+ * GPT_CUDA_CHECK_MODEL=llama in the environment makes every command's
+ * test model the first Llama shape of cmd_llama instead of the GPT-2
+ * (test_zero_cuda.sh runs zero so: ZeRO's stages on a Llama).
  *
  * Tolerances (BF16 compute against FP32): BF16 keeps 8 significant bits,
  * a relative rounding error of 2^-9 = 2e-3 per stored activation; a
@@ -86,10 +92,16 @@ static void die(const char *what, const char *err) {
 }
 
 /* The test model: 2 layers, 4 heads, width 128, context 64, vocabulary
- * 1000 (padded to 1024: the padding rows are exercised). */
+ * 1000 (padded to 1024: the padding rows are exercised). A GPT-2 unless
+ * a command (cmd_llama) sets another. */
+static gpt_config test_cfg = {.n_layer = 2,
+                              .n_head = 4,
+                              .n_embd = 128,
+                              .block_size = 64,
+                              .vocab_size = 1000};
+
 static gpt *make_model(uint64_t seed) {
-  gpt_config c = {.n_layer = 2, .n_head = 4, .n_embd = 128, .block_size = 64,
-                  .vocab_size = 1000};
+  gpt_config c = test_cfg;
   char err[512];
   gpt *m = NULL;
   if (gpt_config_finish(&c, err, sizeof err) != 0 ||
@@ -485,31 +497,72 @@ static int cmd_oom(void) {
   return failures ? 1 : 0;
 }
 
-/* A Llama model: gpt_cuda_create refuses it naming the family, makes
- * nothing, and a GPT-2 is made after it as before. */
-static int cmd_family(void) {
-  char err[4096] = "";
-  gpt_config c = {.vocab_size = 1000};
-  gpt *m = NULL;
-  if (gpt_config_preset("llama-tiny", &c, err, sizeof err) != 0 ||
-      gpt_config_finish(&c, err, sizeof err) != 0 ||
-      gpt_create(&c, &m, err, sizeof err) != 0)
-    die("model", err);
-  gpt_cuda_options o = {.B = 2, .T = 16, .opt = optim_cfg(OPTIM_ADAMW)};
-  gpt_cuda *g = NULL;
-  int rc = gpt_cuda_create(m, &o, &g, err, sizeof err);
-  printf("family: rc %d: %s\n", rc, rc ? err : "(created!)");
-  CHECK(rc != 0 && g == NULL, "a Llama model was made on the GPU");
-  CHECK(strstr(err, "GPT-2 family only") && strstr(err, "Llama family") &&
-            strstr(err, "device: cpu"),
-        "the message does not name the family and the remedy");
+/* The Llama shapes of cmd_llama, each 2 layers at context 64 (the
+ * step's B_ x T_): (a) 4 query heads on 2 key/value heads of 32 channels
+ * (the tensor-core attention), SwiGLU width 384, an untied head; (b) 4
+ * query heads on 1 key/value head of 24 channels (not a multiple of 16:
+ * the FP32 attention), width 96, the head tied. */
+static gpt_config llama_cfg(int which) {
+  gpt_config c = {.n_layer = 2,
+                  .n_head = 4,
+                  .n_embd = 128,
+                  .block_size = 64,
+                  .vocab_size = 1000,
+                  .family = GPT_FAMILY_LLAMA,
+                  .n_kv_head = 2,
+                  .untied_head = 1};
+  if (which == 1) {
+    c.n_embd = 96;
+    c.n_kv_head = 1;
+    c.untied_head = 0;
+  }
+  return c;
+}
+
+/* Two steps of a deterministic gpt_cuda from one state: the same bits
+ * (loss and every gradient). */
+static void check_deterministic(const char *label) {
+  char err[2048];
+  gpt *m = make_model(5);
+  size_t np = gpt_num_params(m);
+  uint32_t in[B_ * T_], tg[B_ * T_];
+  make_batch(in, tg, B_, T_, gpt_get_config(m)->vocab_size, 17);
+  gpt_cuda_options o = {
+      .B = B_, .T = T_, .opt = optim_cfg(OPTIM_ADAMW), .deterministic = 1};
+  float loss[2];
+  float *gr[2] = {malloc(np * 4), malloc(np * 4)};
+  for (int r = 0; r < 2; r++) {
+    gpt_cuda *g = NULL;
+    if (gpt_cuda_create(m, &o, &g, err, sizeof err) != 0 ||
+        gpt_cuda_forward(g, in, tg, B_, T_, &loss[r], err, sizeof err) != 0 ||
+        gpt_cuda_backward(g, 1.0f, err, sizeof err) != 0 ||
+        gpt_cuda_download_grads(g, gr[r], err, sizeof err) != 0)
+      die("deterministic", err);
+    gpt_cuda_destroy(g);
+  }
+  printf("%s: deterministic: losses %.9g %.9g\n", label, loss[0], loss[1]);
+  CHECK(loss[0] == loss[1] && memcmp(gr[0], gr[1], np * 4) == 0,
+        "%s: two deterministic runs differ", label);
+  free(gr[0]);
+  free(gr[1]);
   gpt_destroy(m);
-  gpt *small = make_model(3);
-  CHECK(gpt_cuda_create(small, &o, &g, err, sizeof err) == 0,
-        "after the refusal, a GPT-2 fails: %s", err);
-  gpt_cuda_destroy(g);
-  gpt_destroy(small);
-  printf("%s\n", failures ? "family: FAILED" : "family: ok");
+}
+
+/* The Llama family on the GPU: cmd_step's checks (loss, every tensor's
+ * gradient, the AdamW and Lion updates, upload and download, decay, bad
+ * ids) against llama_cpu.c on both llama_cfg shapes, and two
+ * deterministic runs bitwise the same on the first. */
+static int cmd_llama(void) {
+  for (int which = 0; which < 2; which++) {
+    test_cfg = llama_cfg(which);
+    printf("llama shape %c: C=%d NH=%d KV=%d, %s head\n", 'a' + which,
+           test_cfg.n_embd, test_cfg.n_head, test_cfg.n_kv_head,
+           test_cfg.untied_head ? "untied" : "tied");
+    cmd_step();
+    if (which == 0)
+      check_deterministic("llama shape a");
+  }
+  printf("%s\n", failures ? "llama: FAILED" : "llama: ok");
   return failures ? 1 : 0;
 }
 
@@ -518,15 +571,27 @@ static int cmd_family(void) {
  * gradients (4), AdamW's two FP32 moments (8) or Lion's one (4), each
  * rounded up to 256 bytes; the activations shrink with each recompute
  * mode, block's to under half of none's; the parts add up to the total. */
-static int cmd_estimate(void) {
+/* The preset's config (finished) with vocabulary V. */
+static gpt_config preset_cfg(const char *name, int V) {
   char err[512];
   gpt_config c;
-  if (gpt_config_preset("gpt2-124M", &c, err, sizeof err) != 0)
+  if (gpt_config_preset(name, &c, err, sizeof err) != 0)
     die("preset", err);
-  c.vocab_size = 50257;
+  c.vocab_size = V;
   if (gpt_config_finish(&c, err, sizeof err) != 0)
     die("config", err);
+  return c;
+}
+
+/* c's estimate at 16 x 1024 for AdamW and Lion in each recompute mode:
+ * 6 bytes a parameter of weights, 4 of gradients, 8 or 4 of optimizer
+ * state (each rounded up to 256 bytes), the parts adding up to the
+ * total, and activations shrinking with each mode, block's under half of
+ * none's. */
+static void estimate_modes(const gpt_config *cfg, const char *label) {
+  gpt_config c = *cfg;
   uint64_t np = gpt_config_num_params(&c), acts[3];
+  printf("%s:\n", label);
   for (int kind = 0; kind < 2; kind++)
     for (int r = 0; r < 3; r++) {
       gpt_cuda_options o = {.B = 16, .T = 1024, .opt = optim_cfg(kind),
@@ -552,9 +617,18 @@ static int cmd_estimate(void) {
       acts[r] = m.acts;
     }
   CHECK(acts[1] < acts[0] && acts[2] < acts[1] && 2 * acts[2] < acts[0],
-        "activations none %llu gelu %llu block %llu",
+        "%s: activations none %llu gelu %llu block %llu", label,
         (unsigned long long)acts[0], (unsigned long long)acts[1],
         (unsigned long long)acts[2]);
+}
+
+static int cmd_estimate(void) {
+  gpt_config c = preset_cfg("gpt2-124M", 50257);
+  uint64_t np = gpt_config_num_params(&c);
+  estimate_modes(&c, "gpt2-124M");
+  /* The Llama family's layout (GQA 9 on 3 heads, SwiGLU 1536, tied). */
+  gpt_config l = preset_cfg("smollm-135m-shape", 49152);
+  estimate_modes(&l, "smollm-135m-shape");
   /* A gang rank's shard (ZeRO stages 1-2, 8 ranks): the FP32 master
    * weights and the moments of S = ceil(np/8) parameters, the BF16 copy
    * and the FP32 gradients of all 8 S. */
@@ -712,8 +786,13 @@ typedef struct zrun {
 } zrun;
 
 /* The global batch of step k (N*ZB rows). */
+/* Step k's global batch. Rank 0's first input is token 0, whose
+ * embedding row holds parameter 0, which nan_step poisons: a tied head
+ * reads it at every position anyway, an untied Llama's forward only
+ * through the lookup. */
 static void zero_batch(uint32_t *in, uint32_t *tg, int N, int V, int k) {
   make_batch(in, tg, N * ZB, ZT, V, 1000 + (uint64_t)k);
+  in[0] = 0;
 }
 
 static void zero_reference(int N, int device, zrun *out) {
@@ -1446,8 +1525,19 @@ static int cmd_nccl_version(void) {
 
 int main(int argc, char **argv) {
   char why[512];
+  const char *model = getenv("GPT_CUDA_CHECK_MODEL");
+  if (model && strcmp(model, "llama") == 0)
+    test_cfg = llama_cfg(0);
+  else if (model && *model && strcmp(model, "gpt2") != 0) {
+    fprintf(stderr,
+            "gpt_cuda_check: GPT_CUDA_CHECK_MODEL=%s: not llama or "
+            "gpt2\n",
+            model);
+    return 2;
+  }
   if (argc < 2) {
     fprintf(stderr, "usage: gpt_cuda_check available|step|recompute|oom|"
+                    "llama|llama-recompute|"
                     "logits MODEL_DIR IDS OUT\n");
     return 2;
   }
@@ -1478,8 +1568,14 @@ int main(int argc, char **argv) {
     return cmd_shards();
   if (strcmp(argv[1], "zero-oom") == 0)
     return cmd_zero_oom();
-  if (strcmp(argv[1], "family") == 0)
-    return cmd_family();
+  if (strcmp(argv[1], "llama") == 0)
+    return cmd_llama();
+  if (strcmp(argv[1], "llama-recompute") == 0) {
+    test_cfg = llama_cfg(0);
+    int rc = cmd_recompute();
+    printf("%s\n", rc ? "llama-recompute: FAILED" : "llama-recompute: ok");
+    return rc;
+  }
   fprintf(stderr, "gpt_cuda_check: unknown command %s\n", argv[1]);
   return 2;
 }

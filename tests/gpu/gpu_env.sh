@@ -28,3 +28,36 @@ export DAGRUN_TEST_KEEP_GPU=1 # lib.sh would hide the GPU from the CPU tests
 if [ -n "${GPU_STAGE_DIR:-}" ]; then
   export DAGRUN_PLUGIN_PATH="$GPU_STAGE_DIR:$DAGRUN_PLUGIN_PATH"
 fi
+
+# GPU_TEST_LAYERS: gpt-tiny's layers in test_train_cuda and
+# test_train_gang_cuda (4 unless set), as SHAPE, params to append; the
+# emulator's ctest sets 2: every kernel and collective of a step runs the
+# same, each step costs about two thirds.
+SHAPE=${GPU_TEST_LAYERS:+, n_layer: $GPU_TEST_LAYERS}
+
+# gpu_steps DEFAULT MIN: N, the steps of a run (GPU_TEST_STEPS, else
+# DEFAULT; the emulator's ctests train fewer), an even number >= MIN, and
+# H = N / 2, where the resumed runs start; EVAL, the final validation's
+# batches as a param (GPU_TEST_EVAL_BATCHES; unset: the stage's default).
+gpu_steps() {
+  N=${GPU_TEST_STEPS:-$1}
+  case $N in *[!0-9]*|'') fail "GPU_TEST_STEPS=$N: an even number of steps" ;; esac
+  [ $((N % 2)) -eq 0 ] && [ "$N" -ge "$2" ] ||
+    fail "GPU_TEST_STEPS=$N: an even number >= $2"
+  H=$((N / 2))
+  EVAL=${GPU_TEST_EVAL_BATCHES:+, eval_batches: $GPU_TEST_EVAL_BATCHES}
+}
+
+# gpu_train NAME EXTRA: a DAG NAME.yaml of one train task with $COMMON
+# and EXTRA as its params, run; the test fails when it does. --no-cache:
+# two runs of one task (deterministic pairs) must both train, where
+# dagrun would reuse the first's result.
+gpu_train() {
+  cat > "$1.yaml" <<Y
+dag: $1
+tasks:
+  train: {stage: train, with: {$COMMON, $2}}
+Y
+  run_dagrun run "$1.yaml" --plain --no-cache
+  [ "$RC" -eq 0 ] || fail "$1 failed: $(cat "$T/out" "$T/err")"
+}

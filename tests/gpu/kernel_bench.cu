@@ -176,6 +176,58 @@ int main(int argc, char **argv) {
                                                   lse, B, T, C, NH, E);
                  }),
          2.5 * att, 0);
+  /* The Llama family's kernels at this width: SwiGLU of I = 2C (its
+   * (N,2I) gate|up rows fit x4), GQA of 12 query heads on 4 key/value
+   * heads (the (N, C + 2KVD) q|k|v rows in x4 too). */
+  const int I = 2 * C, KV = 4, KVD = KV * (C / NH);
+  float *cs = dev<float>((size_t)T * (C / NH) / 2);
+  float *sn = dev<float>((size_t)T * (C / NH) / 2);
+  report("rmsnorm_forward (residual fused)",
+         time_op(&k,
+                 [&] {
+                   return kern_rmsnorm_forward(&k, y, x4, rstd, x, qkv, lnw,
+                                               1e-5f, (int)N, C, E);
+                 }),
+         0, nc * 2 * 4);
+  report("rmsnorm_backward",
+         time_op(&k,
+                 [&] {
+                   return kern_rmsnorm_backward(&k, y, dw, scratch, x, x, lnw,
+                                                rstd, (int)N, C, E);
+                 }),
+         0, nc * 2 * 3);
+  report("linear_forward gate|up (C -> 2I)",
+         time_op(&k,
+                 [&] {
+                   return kern_linear_forward(&k, aux, x, w, (int)N, C, 2 * I,
+                                              E);
+                 }),
+         2.0 * N * C * 2 * I, 0);
+  report(
+      "swiglu_forward",
+      time_op(&k,
+              [&] { return kern_swiglu_forward(&k, qkv, x4, (int)N, I, E); }),
+      0, (double)N * I * 2 * 3);
+  report("swiglu_backward",
+         time_op(&k,
+                 [&] {
+                   return kern_swiglu_backward(&k, aux, qkv, x4, (int)N, I, E);
+                 }),
+         0, (double)N * I * 2 * 5);
+  report("rope_qkv_forward (GQA 12 on 4)",
+         time_op(&k,
+                 [&] {
+                   return kern_rope_qkv_forward(&k, qkv, x4, cs, sn, B, T, C,
+                                                NH, KV, E);
+                 }),
+         0, (double)N * (C + 2 * KVD + 3 * C) * 2);
+  report("rope_qkv_backward (GQA 12 on 4)",
+         time_op(&k,
+                 [&] {
+                   return kern_rope_qkv_backward(&k, x4, dqkv, cs, sn, B, T, C,
+                                                 NH, KV, E);
+                 }),
+         0, (double)N * (C + 2 * KVD + 3 * C) * 2);
   report("fused_classifier (loss only)",
          time_op(&k,
                  [&] {

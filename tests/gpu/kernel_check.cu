@@ -247,6 +247,99 @@ static void check_layernorm(const kern_ctx *k, Rng &r, int N, int C) {
         "two runs bitwise equal");
 }
 
+/* RMSNorm (the Llama family's): LayerNorm's kernels with the mean 0;
+ * the backward twice, bitwise the same. */
+static void check_rmsnorm(const kern_ctx *k, Rng &r, int N, int C) {
+  std::string s = shape("N=%d C=%d", N, C);
+  const rmsnorm_ref<vecf> ref = rmsnorm_ref_make<vecf>(r, N, C);
+  Dev<floatX> dx(ref.x), dx2(ref.x2), dw(ref.w), out((size_t)N * C),
+      res((size_t)N * C);
+  Dev<float> rstd(N);
+  KR(k, kern_rmsnorm_forward(k, NULL, out.p, rstd.p, dx.p, NULL, dw.p, RMS_EPS,
+                             N, C, E));
+  cmp("rmsnorm_forward out " + s, down(out), ref.out, TOL_BF16);
+  cmp("rmsnorm_forward rstd " + s, down(rstd), ref.rstd, TOL_F32);
+  KR(k, kern_rmsnorm_forward(k, res.p, out.p, rstd.p, dx.p, dx2.p, dw.p,
+                             RMS_EPS, N, C, E));
+  cmp("residual_rmsnorm_forward residual " + s, down(res), ref.res, TOL_BF16);
+  cmp("residual_rmsnorm_forward out " + s, down(out), ref.res_out, TOL_BF16);
+  cmp("residual_rmsnorm_forward rstd " + s, down(rstd), ref.res_rstd, TOL_F32);
+  Dev<floatX> ddout(ref.dout), ddinp(ref.dinp0);
+  Dev<float> dgw(ref.dw0), drstd(ref.rstd);
+  Dev<char> scratch(kern_layernorm_backward_scratch_bytes(N, C, k->sm_count));
+  KR(k, kern_rmsnorm_backward(k, ddinp.p, dgw.p, scratch.p, ddout.p, dx.p, dw.p,
+                              drstd.p, N, C, E));
+  vecf gw_first = down(dgw), dinp_first = down(ddinp);
+  cmp("rmsnorm_backward dinp " + s, dinp_first, ref.dinp, TOL_PRODUCT);
+  cmp("rmsnorm_backward dw " + s, gw_first, ref.dw, TOL_F32_ROWS);
+  up(ddinp, ref.dinp0);
+  up(dgw, ref.dw0);
+  KR(k, kern_rmsnorm_backward(k, ddinp.p, dgw.p, scratch.p, ddout.p, dx.p, dw.p,
+                              drstd.p, N, C, E));
+  check("rmsnorm_backward deterministic " + s,
+        same_bits(gw_first, down(dgw)) && same_bits(dinp_first, down(ddinp)),
+        "two runs bitwise equal");
+}
+
+/* SwiGLU, and RoPE with GQA's layout step (misc.cu), against llama_cpu.c. */
+static void check_swiglu(const kern_ctx *k, Rng &r, int N, int I) {
+  std::string s = shape("N=%d I=%d", N, I);
+  const swiglu_ref<vecf> ref = swiglu_ref_make<vecf>(r, N, I);
+  Dev<floatX> gu(ref.gu), dhid(ref.dhid), hid((size_t)N * I),
+      dgu((size_t)N * 2 * I);
+  KR(k, kern_swiglu_forward(k, hid.p, gu.p, N, I, E));
+  cmp("swiglu_forward " + s, down(hid), ref.hid, TOL_BF16);
+  KR(k, kern_swiglu_backward(k, dgu.p, dhid.p, gu.p, N, I, E));
+  cmp("swiglu_backward " + s, down(dgu), ref.dgu, TOL_BF16);
+}
+
+static void check_rope(const kern_ctx *k, Rng &r, int B, int T, int C, int NH,
+                       int KV) {
+  std::string s = shape("B=%d T=%d C=%d NH=%d KV=%d", B, T, C, NH, KV);
+  const rope_ref<vecf> ref = rope_ref_make<vecf>(r, B, T, C, NH, KV);
+  Dev<floatX> in(ref.qkv_kv), dqkv(ref.dqkv), qkv(ref.qkv.size()),
+      dqkv_kv(ref.dqkv_kv.size());
+  Dev<float> cs(ref.cs), sn(ref.sn);
+  KR(k, kern_rope_qkv_forward(k, qkv.p, in.p, cs.p, sn.p, B, T, C, NH, KV, E));
+  cmp("rope_qkv_forward " + s, down(qkv), ref.qkv, TOL_BF16);
+  KR(k, kern_rope_qkv_backward(k, dqkv_kv.p, dqkv.p, cs.p, sn.p, B, T, C, NH,
+                               KV, E));
+  cmp("rope_qkv_backward " + s, down(dqkv_kv), ref.dqkv_kv, TOL_BF16);
+}
+
+/* nn.Linear's products (kern_linear_*, w (OC,C)): the CPU's matmul on w
+ * transposed. dw accumulates. */
+static void check_linear(const kern_ctx *k, Rng &r, int N, int C, int OC) {
+  std::string s = shape("N=%d C=%d OC=%d", N, C, OC);
+  vecf x = randn(r, (size_t)N * C, 0.0f, 1.0f, true);
+  vecf w = randn(r, (size_t)OC * C, 0.0f, 0.05f, true);
+  vecf wt((size_t)C * OC), zero(OC, 0.0f), y((size_t)N * OC);
+  for (int o = 0; o < OC; o++)
+    for (int c = 0; c < C; c++)
+      wt[(size_t)c * OC + o] = w[(size_t)o * C + c];
+  gpt_cpu_matmul_forward(y.data(), x.data(), wt.data(), zero.data(), N, C, OC);
+  Dev<floatX> dx(x), dw(w), out((size_t)N * OC);
+  KR(k, kern_linear_forward(k, out.p, dx.p, dw.p, N, C, OC, E));
+  cmp("linear_forward out " + s, down(out), y, TOL_PRODUCT);
+  vecf dout = randn(r, (size_t)N * OC, 0.0f, 1.0f, true);
+  vecf gw0 = randn(r, (size_t)OC * C, 0.0f, 1.0f, false);
+  vecf gwt((size_t)C * OC), db(OC, 0.0f), dinp((size_t)N * C), gw = gw0;
+  for (int o = 0; o < OC; o++)
+    for (int c = 0; c < C; c++)
+      gwt[(size_t)c * OC + o] = gw0[(size_t)o * C + c];
+  gpt_cpu_matmul_backward(dinp.data(), gwt.data(), db.data(), dout.data(),
+                          x.data(), wt.data(), N, C, OC);
+  for (int o = 0; o < OC; o++)
+    for (int c = 0; c < C; c++)
+      gw[(size_t)o * C + c] = gwt[(size_t)c * OC + o];
+  Dev<floatX> ddout(dout), ddinp((size_t)N * C);
+  Dev<float> dgw(gw0);
+  KR(k,
+     kern_linear_backward(k, ddinp.p, dgw.p, ddout.p, dx.p, dw.p, N, C, OC, E));
+  cmp("linear_backward dinp " + s, down(ddinp), dinp, TOL_PRODUCT);
+  cmp("linear_backward dw " + s, down(dgw), gw, TOL_F32_ROWS);
+}
+
 /* y = x W + b, optionally GELU'd, and its backward (optionally through
  * the GELU of the layer that made x). */
 static void check_matmul(const kern_ctx *k, Rng &r, int N, int C, int OC,
@@ -528,6 +621,12 @@ static void check_shape_errors(const kern_ctx *k) {
                "kern_encoder_backward");
   expect_error("mean refuses n=0", kern_mean(k, f.p, f.p, f.p, 0, E),
                "kern_mean");
+  expect_error("rope_qkv_forward refuses KV not dividing NH",
+               kern_rope_qkv_forward(k, a.p, a.p, f.p, f.p, 1, 4, 96, 4, 3, E),
+               "kern_rope_qkv_forward");
+  expect_error("linear_forward refuses N=0",
+               kern_linear_forward(k, a.p, a.p, a.p, 0, 8, 8, E),
+               "kern_linear_forward");
 }
 
 /* Runs one group of checks; an abort counts as one failure. After an
@@ -587,6 +686,23 @@ int main(int argc, char **argv) {
   run([&] { check_layernorm(&k, r, 4 * 64, 768); });
   run([&] { check_layernorm(&k, r, 3 * 77, 96); });
   run([&] { check_layernorm(&k, r, 37, 100); });
+  /* The Llama family's: RMSNorm at SmolLM-135M's width (576) and odd
+   * ones; SwiGLU at its 1536; RoPE/GQA at its 9 heads on 3 key/value
+   * heads of 64, at 4 on 2 of 32 and at 4 on 1 of 24; its products
+   * (q|k|v 576 -> 960, gate|up 576 -> 3072, down 1536 -> 576) and an
+   * odd one. */
+  run([&] { check_rmsnorm(&k, r, 4 * 64, 576); });
+  run([&] { check_rmsnorm(&k, r, 3 * 77, 96); });
+  run([&] { check_rmsnorm(&k, r, 37, 100); });
+  run([&] { check_swiglu(&k, r, 4 * 64, 1536); });
+  run([&] { check_swiglu(&k, r, 37, 100); });
+  run([&] { check_rope(&k, r, 4, 64, 576, 9, 3); });
+  run([&] { check_rope(&k, r, 2, 33, 128, 4, 2); });
+  run([&] { check_rope(&k, r, 1, 40, 96, 4, 1); });
+  run([&] { check_linear(&k, r, 256, 576, 960); });
+  run([&] { check_linear(&k, r, 256, 576, 3072); });
+  run([&] { check_linear(&k, r, 256, 1536, 576); });
+  run([&] { check_linear(&k, r, 231, 96, 100); });
   /* A block's products (qkv, fc with GELU, fcproj; attproj is a smaller
    * one of the same kind), the LM head (no bias), and odd widths. */
   struct mm {

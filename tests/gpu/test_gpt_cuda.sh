@@ -11,11 +11,13 @@
 #   the model was made for match the CPU, and scale 0 adds nothing;
 # - oom: gpt2-350M at 256 x 1024 fails with the clear message (naming the
 #   batch and what to change), and the device still works after it;
-# - family: a Llama model is refused naming its family (the kernels are
-#   GPT-2's), and a GPT-2 is made after it.
+# - llama: step's checks on two Llama shapes (GQA 4 on 2 heads of 32 with
+#   an untied head; 4 on 1 of 24, the FP32 attention, tied), and two
+#   deterministic runs bitwise equal;
+# - llama-recompute: recompute's checks on the first Llama shape.
 . "$(dirname "$0")/gpu_env.sh"
 
-for cmd in step recompute oom family; do
+for cmd in step recompute oom llama llama-recompute; do
   "$GPU_CHECK" $cmd >"$T/$cmd.out" 2>&1 || fail "gpt_cuda_check $cmd:
 $(cat "$T/$cmd.out")"
   cat "$T/$cmd.out"

@@ -16,62 +16,33 @@
 #   cuDNN in that build).
 . "$(dirname "$0")/gpu_env.sh"
 
-N=${GPU_TEST_STEPS:-50} # the steps of a run; resumed runs from step N/2
-case $N in *[!0-9]*|'') fail "GPU_TEST_STEPS=$N: an even number of steps" ;; esac
-[ $((N % 2)) -eq 0 ] && [ "$N" -ge 10 ] || fail "GPU_TEST_STEPS=$N: an even number >= 10"
-H=$((N / 2))
-# GPU_TEST_EVAL_BATCHES: the final validation's batches (the stage's
-# default, 20, unless set): no check here reads the validation loss; the
-# emulator's ctest sets 2 (the same forward, fewer batches).
-EVAL=${GPU_TEST_EVAL_BATCHES:+, eval_batches: $GPU_TEST_EVAL_BATCHES}
-# GPU_TEST_LAYERS: gpt-tiny's layers (4 unless set); the emulator's ctest
-# sets 2: every kernel and collective of a step runs the same, each step
-# costs about two thirds.
-SHAPE=${GPU_TEST_LAYERS:+, n_layer: $GPU_TEST_LAYERS}
+# N, the steps of a run (resumed runs from step N/2); EVAL: the final
+# validation's batches (the stage's default, 20, unless set): no check
+# here reads the validation loss; the emulator's ctest sets 2. SHAPE:
+# gpu_env.sh's (GPU_TEST_LAYERS).
+gpu_steps 50 10
 DATA=$(make_token_data gpu 320)
 COMMON="data: \"$DATA\", model: gpt-tiny, seq_len: 64, batch_size: 8, steps: $N, lr: 0.001, warmup: 5, eval_every: 0, samples: 0, spike_policy: none, checkpoint_every: $H, seed: 7$EVAL$SHAPE"
 
-train() { # NAME EXTRA
-  cat > "$1.yaml" <<Y
-dag: $1
-tasks:
-  train: {stage: train, with: {$COMMON, $2}}
-Y
-  # --no-cache: det2 is det1's task exactly, and dagrun would reuse det1's
-  # result (state "cached", no metrics of its own) instead of training.
-  run_dagrun run "$1.yaml" --plain --no-cache
-  [ "$RC" -eq 0 ] || fail "$1 failed: $(cat "$T/out" "$T/err")"
-}
-
-train cpu "device: cpu"
-train gpu "device: cuda"
-train det1 "device: cuda, deterministic: true"
-train det2 "device: cuda, deterministic: true"
+gpu_train cpu "device: cpu"
+gpu_train gpu "device: cuda"
+gpu_train det1 "device: cuda, deterministic: true"
+gpu_train det2 "device: cuda, deterministic: true"
 CPU=$(run_dir cpu) GPU=$(run_dir gpu)
 CK=$(printf 'step-%08d' "$H")
-train cpu2gpu "device: cuda, resume: \"$CPU/train/checkpoints/$CK\""
-train gpu2cpu "device: cpu, resume: \"$GPU/train/checkpoints/$CK\""
+gpu_train cpu2gpu "device: cuda, resume: \"$CPU/train/checkpoints/$CK\""
+gpu_train gpu2cpu "device: cpu, resume: \"$GPU/train/checkpoints/$CK\""
 
 "$PY" - "$DAGRUN_RUNS_DIR" "$N" <<'P' || fail "the losses differ (above)"
-import glob, json, sys
+import glob, json, os, sys
 runs = sys.argv[1]
 N = int(sys.argv[2])
 H = N // 2
+sys.path.insert(0, os.environ["DAGRUN_SOURCE_DIR"] + "/tests/gpu")
+import train_losses
 def losses(name):
-    d = glob.glob(f"{runs}/{name}/*/train")[0]
-    out = {}
-    for line in open(d + "/metrics.jsonl"):
-        m = json.loads(line)
-        if m["name"] == "loss":
-            out[m["step"]] = m["value"]
-    return d, out
-def close(name, a, b, steps):
-    rel = [abs(a[s] - b[s]) / abs(b[s]) for s in steps]
-    worst = max(rel)
-    mean = sum(rel) / len(rel)
-    print(f"{name}: steps {steps[0]}-{steps[-1]}: worst relative difference "
-          f"{worst:.4f} (step {steps[rel.index(worst)]}), mean {mean:.4f}")
-    assert worst < 5e-2 and mean < 2e-2, name
+    return train_losses.losses(runs, name)
+close = train_losses.close
 _, cpu = losses("cpu")
 gd, gpu = losses("gpu")
 assert sorted(cpu) == list(range(1, N + 1)) and sorted(gpu) == list(range(1, N + 1))

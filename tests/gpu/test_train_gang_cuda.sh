@@ -25,10 +25,7 @@ DATA=$(make_token_data gang-gpu 320)
 # read only that stage 3's is finite; the emulator's ctest sets 2 (the
 # same forward on every rank's path, fewer batches).
 EVAL=${GPU_TEST_EVAL_BATCHES:+, eval_batches: $GPU_TEST_EVAL_BATCHES}
-# GPU_TEST_LAYERS: gpt-tiny's layers (4 unless set); the emulator's ctest
-# sets 2: every kernel and collective of a step runs the same, each step
-# costs about two thirds.
-SHAPE=${GPU_TEST_LAYERS:+, n_layer: $GPU_TEST_LAYERS}
+# SHAPE: gpu_env.sh's (GPU_TEST_LAYERS).
 COMMON="data: \"$DATA\", model: gpt-tiny, seq_len: 64, batch_size: 8, lr: 0.001, warmup: 2, eval_every: 10, samples: 0, spike_policy: none, checkpoint_every: 5, seed: 7, deterministic: true$EVAL$SHAPE"
 
 # gang_dag NAME WITH [TASK_KEYS] [STEPS]: a DAG of one train task of

@@ -12,6 +12,8 @@
 
 "$GPU_CHECK" shards || fail "gpt_cuda_check shards (one GPU) failed"
 "$GPU_CHECK" zero || fail "gpt_cuda_check zero (one rank) failed"
+GPT_CUDA_CHECK_MODEL=llama "$GPU_CHECK" zero ||
+  fail "gpt_cuda_check zero on a Llama (one rank) failed"
 
 ngpu=$(nvidia-smi -L | grep -c '^GPU ')
 ver=$("$GPU_CHECK" nccl-version | cut -d. -f1,2)

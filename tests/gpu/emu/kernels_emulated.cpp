@@ -233,6 +233,60 @@ static void check_layernorm(const kern_ctx *k, Rng &r, int N, int C) {
   cmp("layernorm_backward db " + s, ggb, ref.db, TOL_F32_ROWS);
 }
 
+/* RMSNorm (the Llama family's): LayerNorm's kernels with the mean 0. */
+static void check_rmsnorm(const kern_ctx *k, Rng &r, int N, int C) {
+  std::string s = shape("N=%d C=%d", N, C);
+  const rmsnorm_ref<vecf> ref = rmsnorm_ref_make<vecf>(r, N, C);
+  vecx xx = tox(ref.x), xx2 = tox(ref.x2), xw = tox(ref.w);
+  vecx out((size_t)N * C), res((size_t)N * C);
+  vecf rstd(N, NAN);
+  KR(kern_rmsnorm_forward(k, NULL, out.data(), rstd.data(), xx.data(), NULL,
+                          xw.data(), RMS_EPS, N, C, E));
+  cmp("rmsnorm_forward out " + s, tof(out), ref.out, TOL_BF16);
+  cmp("rmsnorm_forward rstd " + s, rstd, ref.rstd, TOL_F32);
+  KR(kern_rmsnorm_forward(k, res.data(), out.data(), rstd.data(), xx.data(),
+                          xx2.data(), xw.data(), RMS_EPS, N, C, E));
+  cmp("residual_rmsnorm_forward residual " + s, tof(res), ref.res, TOL_BF16);
+  cmp("residual_rmsnorm_forward out " + s, tof(out), ref.res_out, TOL_BF16);
+  cmp("residual_rmsnorm_forward rstd " + s, rstd, ref.res_rstd, TOL_F32);
+  vecx xdout = tox(ref.dout), xdinp = tox(ref.dinp0);
+  vecf ggw = ref.dw0;
+  vecf scratch(kern_layernorm_backward_scratch_bytes(N, C, k->sm_count) /
+               sizeof(float));
+  KR(kern_rmsnorm_backward(k, xdinp.data(), ggw.data(), scratch.data(),
+                           xdout.data(), xx.data(), xw.data(), ref.rstd.data(),
+                           N, C, E));
+  cmp("rmsnorm_backward dinp " + s, tof(xdinp), ref.dinp, TOL_PRODUCT);
+  cmp("rmsnorm_backward dw " + s, ggw, ref.dw, TOL_F32_ROWS);
+}
+
+/* SwiGLU forward and backward (misc.cu). */
+static void check_swiglu(const kern_ctx *k, Rng &r, int N, int I) {
+  std::string s = shape("N=%d I=%d", N, I);
+  const swiglu_ref<vecf> ref = swiglu_ref_make<vecf>(r, N, I);
+  vecx gu = tox(ref.gu), dhid = tox(ref.dhid);
+  vecx hid((size_t)N * I), dgu((size_t)N * 2 * I);
+  KR(kern_swiglu_forward(k, hid.data(), gu.data(), N, I, E));
+  cmp("swiglu_forward " + s, tof(hid), ref.hid, TOL_BF16);
+  KR(kern_swiglu_backward(k, dgu.data(), dhid.data(), gu.data(), N, I, E));
+  cmp("swiglu_backward " + s, tof(dgu), ref.dgu, TOL_BF16);
+}
+
+/* RoPE and GQA's layout step, forward and its adjoint (misc.cu). */
+static void check_rope(const kern_ctx *k, Rng &r, int B, int T, int C, int NH,
+                       int KV) {
+  std::string s = shape("B=%d T=%d C=%d NH=%d KV=%d", B, T, C, NH, KV);
+  const rope_ref<vecf> ref = rope_ref_make<vecf>(r, B, T, C, NH, KV);
+  vecx in = tox(ref.qkv_kv), dqkv = tox(ref.dqkv);
+  vecx qkv(ref.qkv.size()), dqkv_kv(ref.dqkv_kv.size());
+  KR(kern_rope_qkv_forward(k, qkv.data(), in.data(), ref.cs.data(),
+                           ref.sn.data(), B, T, C, NH, KV, E));
+  cmp("rope_qkv_forward " + s, tof(qkv), ref.qkv, TOL_BF16);
+  KR(kern_rope_qkv_backward(k, dqkv_kv.data(), dqkv.data(), ref.cs.data(),
+                            ref.sn.data(), B, T, C, NH, KV, E));
+  cmp("rope_qkv_backward " + s, tof(dqkv_kv), ref.dqkv_kv, TOL_BF16);
+}
+
 /* kc_colsum (matmul_lt.cu's bias gradient): db (OC) += column sums of
  * dout (N,OC), against double sums. */
 static void check_colsum(const kern_ctx *k, Rng &r, int N, int OC) {
@@ -437,6 +491,18 @@ static void check_shape_errors(const kern_ctx *k) {
                "kern_layernorm_forward");
   expect_error("mean refuses n=0",
                kern_mean(k, f.data(), f.data(), f.data(), 0, E), "kern_mean");
+  expect_error("rope_qkv_forward refuses KV not dividing NH",
+               kern_rope_qkv_forward(k, a.data(), a.data(), f.data(), f.data(),
+                                     1, 4, 96, 4, 3, E),
+               "kern_rope_qkv_forward");
+  expect_error("rope_qkv_backward refuses an odd head size",
+               kern_rope_qkv_backward(k, a.data(), a.data(), f.data(), f.data(),
+                                      1, 4, 60, 4, 2, E),
+               "kern_rope_qkv_backward");
+  expect_error("rmsnorm_forward refuses a residual without inp2",
+               kern_rmsnorm_forward(k, a.data(), a.data(), f.data(), a.data(),
+                                    NULL, a.data(), 1e-5f, 4, 8, E),
+               "kern_rmsnorm_forward");
 }
 
 int main(void) {
@@ -475,6 +541,18 @@ int main(void) {
   check_layernorm(&k, r, 21, 96);
   check_layernorm(&k, r, 300, 64);
   check_layernorm(&k, r, 9, 520);
+  /* RMSNorm on the same paths: scalar (C=100), 128-bit (C=96), several
+   * column-sum chunks (N=300), three vectors a lane (C=520). */
+  check_rmsnorm(&k, r, 37, 100);
+  check_rmsnorm(&k, r, 21, 96);
+  check_rmsnorm(&k, r, 300, 64);
+  check_rmsnorm(&k, r, 9, 520);
+  check_swiglu(&k, r, 37, 100);
+  /* GQA's groups of 2, 4 and 1 (plain MHA), head sizes 32, 24 and 16
+   * (the pairs of RoPE), T past a grid-stride round. */
+  check_rope(&k, r, 2, 33, 128, 4, 2);
+  check_rope(&k, r, 1, 40, 96, 4, 1);
+  check_rope(&k, r, 3, 7, 64, 4, 4);
   /* The column sums: N=300 and 700, 5 and 11 chunks of 64 rows (more
    * than the 8 warps of the block that adds them up); OC=100 and 300
    * (the 2-byte path; 300: two groups of 256 columns), OC=264 (the
