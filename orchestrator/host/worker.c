@@ -15,6 +15,7 @@
 #include "loader.h"
 #include "paramtypes.h"
 #include "proto.h"
+#include "sentmetrics.h"
 
 #include <cjson/cJSON.h>
 #include <dagrun/plugin.h>
@@ -61,8 +62,13 @@ struct dagrun_ctx {
   char attempt[24];         /* info "attempt" as decimal text */
   int fd;                   /* PROTO_FD, or -1 when it is not open */
   atomic_llong last_msg_ms; /* monotonic time of the last message sent */
-  pthread_mutex_t lock;     /* guards error and produced */
+  pthread_mutex_t lock;     /* guards error, produced, sent, orphaned */
   char *error;              /* last host->fail() text */
+  /* The metrics sent and perhaps never written by dagrun (sentmetrics.h);
+   * orphaned once dagrun is gone and they are written: the worker writes
+   * metrics.jsonl itself from then on. */
+  sentmetrics *sent;
+  int orphaned;
   cJSON *produced;          /* keys given to host->output(), as true */
   const cJSON *declared;    /* "outputs" of doc: the task's declared keys */
 };
@@ -275,31 +281,41 @@ static void host_progress(dagrun_ctx *ctx, double fraction,
     sent(ctx, proto_send_progress(ctx->fd, fraction, message));
 }
 
-/* A metric that could not reach dagrun because dagrun is gone: appended
- * to the task's metrics.jsonl as dagrun would have written it. A stage
+/* Metrics that could not reach dagrun because dagrun is gone: appended
+ * to the task's metrics.jsonl as dagrun would have written them. A stage
  * stopped by dagrun's death still finishes its step and checkpoints it
  * (train: "stopped at step N; checkpoint"); without this the metrics of
  * that step were lost, and `dagrun resume` continued from step N with a
- * hole before it. Rank 0 only, as for outputs. Nobody else writes the
- * file meanwhile: its writer is the dead dagrun. */
-static void orphan_metric(dagrun_ctx *ctx, const char *name, double value,
-                          int64_t step) {
+ * hole before it. The first time, the kept metrics dagrun never wrote
+ * (read by nobody from the pipe) go first; then each one as it comes.
+ * Rank 0 only, as for outputs. Nobody else writes the file meanwhile:
+ * its writer is the dead dagrun. name NULL: only the kept ones (when
+ * the watcher sees dagrun go). */
+static void orphan_metrics(dagrun_ctx *ctx, const char *name, double value,
+                           int64_t step) {
   const char *rank = getenv("DAGRUN_RANK");
   const char *task = ctx->dirs[DAGRUN_DIR_TASK];
-  if ((rank && strcmp(rank, "0") != 0) || !task || !*task)
+  if ((rank && strcmp(rank, "0") != 0) || !task || !*task ||
+      pthread_mutex_lock(&ctx->lock) != 0)
     return;
   char *path = xasprintf("%s/metrics.jsonl", task);
-  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  free(path);
-  if (fd < 0)
-    return;
-  char *line =
-      proto_metric_line(clock_wall(), atoi(ctx->attempt), name, value, step);
-  if (write(fd, line, strlen(line)) < 0) {
+  if (!ctx->orphaned) {
     /* A full disk loses metrics, not the attempt. */
+    (void)sentmetrics_flush(ctx->sent, path, atoi(ctx->attempt));
+    ctx->orphaned = 1;
+  } else if (name) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    char *line =
+        proto_metric_line(clock_wall(), atoi(ctx->attempt), name, value, step);
+    if (fd >= 0 && write(fd, line, strlen(line)) < 0) {
+      /* A full disk loses metrics, not the attempt. */
+    }
+    free(line);
+    if (fd >= 0)
+      close(fd);
   }
-  free(line);
-  close(fd);
+  free(path);
+  pthread_mutex_unlock(&ctx->lock);
 }
 
 /* Whether dagrun's end of fd closed: a send can fail before watch_dagrun
@@ -317,10 +333,21 @@ static void host_metric(dagrun_ctx *ctx, const char *name, double value,
   }
   if (!ctx || ctx->fd < 0)
     return;
+  /* Kept before it is sent: once in the pipe it may never be read. A
+   * kept one is written by the flush of the kept ones (orphan_metrics,
+   * from here or the watcher), a later one by itself. */
+  int kept = 0;
+  if (pthread_mutex_lock(&ctx->lock) == 0) {
+    if (!ctx->orphaned) {
+      sentmetrics_add(ctx->sent, name, value, step);
+      kept = 1;
+    }
+    pthread_mutex_unlock(&ctx->lock);
+  }
   int rc = proto_send_metric(ctx->fd, name, value, step);
   sent(ctx, rc);
   if (rc != 0 && (atomic_load(&dagrun_gone) || peer_closed(ctx->fd)))
-    orphan_metric(ctx, name, value, step);
+    orphan_metrics(ctx, kept ? NULL : name, value, step);
 }
 
 static int host_output(dagrun_ctx *ctx, const char *key, const char *value) {
@@ -899,6 +926,9 @@ int worker_main(const char *attempt_json_path) {
   atomic_init(&ctx.last_msg_ms, 0);
   if (pthread_mutex_init(&ctx.lock, NULL) != 0)
     return setup_failed(-1, "cannot create a mutex");
+  /* A few seconds of a training stage's metrics: more than the pipe's
+   * buffer holds unread. */
+  ctx.sent = sentmetrics_create(4096);
 
   /* Run by hand, fd 3 may be closed: then the attempt runs, silently. */
   int flags = fcntl(PROTO_FD, F_GETFD);
@@ -963,6 +993,10 @@ int worker_main(const char *attempt_json_path) {
   status = ctx.stage->run(&ctx, &host_table);
   double elapsed = clock_monotonic() - t0;
   fflush(stdout);
+  /* dagrun died and the stage sent nothing after: what it sent last may
+   * still be unread in the dead pipe. */
+  if (atomic_load(&dagrun_gone))
+    orphan_metrics(&ctx, NULL, 0, 0);
 
   if (status < 0)
     status = 1;
@@ -1001,6 +1035,7 @@ done:
   loader_close(plugin);
   free(plugin_path);
   free(ctx.error);
+  sentmetrics_free(ctx.sent);
   cJSON_Delete(ctx.produced);
   cJSON_Delete(ctx.doc);
   pthread_mutex_destroy(&ctx.lock);

@@ -574,4 +574,39 @@ expect_result 1 "cancelled"
 expect_log "$TS WARN hang_polite: cancelled, stopping"
 expect_log "$TS ERROR dagrun worker: stage hang_polite failed with status 1 after .*: cancelled"
 
+# --- dagrun dies with metrics unread in the pipe ------------------------------
+# dagrun (here: this script, holding the FIFO's read end and reading
+# nothing) dies: the 50 metrics it never read are written to the task's
+# metrics.jsonl by the worker, once each, in order; with after, the one
+# the stage sends once cancelled follows them (it finds dagrun gone). Not
+# the step before a kill of dagrun lost from the curve (test_train_stop
+# met it under the sanitizers).
+for after in false true; do
+  make_attempt "orphan-$after" "$TP/hang_polite.so" "{\"metrics\": 50, \"after\": $after}"
+  mkfifo "$A/pipe"
+  exec 7<>"$A/pipe" # open both ends: neither open blocks
+  "$DAGRUN" __worker "$A/attempt.json" 3>"$A/pipe" 7<&- >"$A/log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do
+    grep -q "waiting for cancel" "$A/log" && break
+    sleep 0.05
+  done
+  grep -q "waiting for cancel" "$A/log" || fail "$A: the stage did not start: $(cat "$A/log")"
+  [ ! -e "$A/run/task/metrics.jsonl" ] || fail "$A: metrics.jsonl written while dagrun lives"
+  exec 7<&- # dagrun is gone: the only reader closed, unread lines lost
+  RC=0
+  timeout 10 tail --pid="$pid" -f /dev/null || fail "$A: worker still running 10 s after dagrun died"
+  wait "$pid" || RC=$?
+  expect_rc 1
+  expect_log "$TS ERROR dagrun worker: dagrun is gone .*"
+  want=50
+  [ "$after" = true ] && want=51
+  jq -e -s --argjson n "$want" \
+    '[.[] | select(.name == "loss" and .attempt == 1) | .step] == [range(1; $n + 1)]' \
+    "$A/run/task/metrics.jsonl" >/dev/null ||
+    fail "$A: metrics.jsonl does not hold steps 1-$want once each: $(head -c 600 "$A/run/task/metrics.jsonl")"
+  jq -e -s '.[9].value == 1' "$A/run/task/metrics.jsonl" >/dev/null ||
+    fail "$A: step 10's value is not 10/10: $(sed -n 10p "$A/run/task/metrics.jsonl")"
+done
+
 echo ok
