@@ -235,8 +235,8 @@ static const char backfill_usage[] =
     "                       [run options]\n"
     "Runs the DAG once per fire time of its schedule in [--from, --to], one\n"
     "at a time, skipping times that already have a successful run (unless\n"
-    "--rerun); --dry-run only lists them. Run options (see dagrun run\n"
-    "--help) are passed on to each run.\n";
+    "--rerun) and times whose run is going (always); --dry-run only lists\n"
+    "them. Run options (see dagrun run --help) are passed on to each run.\n";
 
 static const char version_usage[] =
     "usage: dagrun version | dagrun --version\n"

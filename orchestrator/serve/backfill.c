@@ -26,6 +26,7 @@
 #include "dagfile/spec.h"
 #include "host/check.h"
 #include "lib/exitcode.h"
+#include "store/resume.h"
 #include "store/store.h"
 
 
@@ -238,6 +239,42 @@ static int backfill_succeeded(const spec *sp, cJSON **done) {
   return 0;
 }
 
+/* The id of a run of sp for logical date t that is going (in the store
+ * as running or queued, its dagrun alive: one started by hand, by serve,
+ * or by another backfill), copied into id; 0 when none (or no store yet).
+ * Asked before each run, not once: a backfill takes hours, and serve may
+ * start a time's run meanwhile; two runs of one logical date at once race
+ * on its outputs, so even --rerun skips it. */
+static int going_for(const spec *sp, int64_t t, char *id, size_t idlen) {
+  char err[512];
+  char *path = store_default_path();
+  store *st;
+  int rc = store_open(path, 0, &st, err, sizeof err);
+  free(path);
+  if (rc != 0)
+    return 0; /* none yet; an unreadable store is said by the run */
+  static const char *const active[] = {"running", "queued"};
+  int found = 0;
+  for (int k = 0; k < 2 && !found; k++) {
+    cJSON *runs = store_runs(st, sp->dag, active[k], 0, err, sizeof err);
+    const cJSON *r;
+    cJSON_ArrayForEach(r, runs) {
+      const cJSON *ld = cJSON_GetObjectItemCaseSensitive(r, "logical_date");
+      const cJSON *rid = cJSON_GetObjectItemCaseSensitive(r, "id");
+      int pid;
+      if (cJSON_IsNumber(ld) && (int64_t)ld->valuedouble == t &&
+          cJSON_IsString(rid) && resume_owner_alive(r, &pid)) {
+        snprintf(id, idlen, "%s", rid->valuestring);
+        found = 1;
+        break;
+      }
+    }
+    cJSON_Delete(runs);
+  }
+  store_close(st);
+  return found;
+}
+
 /* Starts the runs for times[0..n), one at a time, until the end or an
  * interruption. Returns the exit status (see backfill.h) after the
  * summary line. */
@@ -254,6 +291,13 @@ static int backfill_run_all(const spec *sp, const backfill_args *a,
     format_utc((double)times[i], 0, when, sizeof when);
     cron_format(z, times[i], shown, sizeof shown);
     const char *prev = done ? backfill_done_for(done, times[i]) : NULL;
+    char going[128];
+    if (!prev && going_for(sp, times[i], going, sizeof going)) {
+      printf("backfill %ld/%ld: %s: skipped, run %s is going\n", i + 1, n,
+             shown, going);
+      skipped++;
+      continue;
+    }
     if (prev) {
       printf("backfill %ld/%ld: %s: skipped, run %s succeeded (--rerun runs "
              "it again)\n",

@@ -1,8 +1,9 @@
 # `dagrun backfill` runs a scheduled DAG once per schedule time in a range,
 # in its time zone, with ${run.date} the schedule time's date and the run
-# recorded as a backfill for that time; it skips what already succeeded,
-# goes on past a failed run, and refuses bad ranges. Also the run options
-# it is built on: --param, --run-id, --logical-date, --trigger.
+# recorded as a backfill for that time; it skips what already succeeded
+# and a time whose run is going, goes on past a failed run, and refuses
+# bad ranges. Also the run options it is built on: --param, --run-id,
+# --logical-date, --trigger.
 . "$(dirname "$0")/lib.sh"
 export DAGRUN_HOME="$T/home"
 
@@ -93,6 +94,26 @@ run_dagrun backfill s.yaml --from 2026-04-01 --to 2026-04-02T12:00 -q -p n=7
 expect_rc 1
 expect_in "$T/out" "backfill sched: 2 runs, 2 failed, 0 skipped"
 [ "$(ls "$DAGRUN_RUNS_DIR/sched" | wc -l)" -eq $((n_before + 2)) ] || fail "expected 2 more runs"
+
+# A time whose run is going (by hand here; serve's, or another
+# backfill's, alike) is skipped, even with --rerun: two runs of one
+# logical date at once would race on its outputs.
+cat > hold.yaml <<Y
+dag: sched
+schedule: "30 1 * * *"
+timezone: America/New_York
+tasks:
+  a: {stage: exec, with: {command: [sh, -c, 'while [ ! -e "$T/release" ]; do sleep 0.05; done']}}
+Y
+"$DAGRUN" run hold.yaml -q --run-id hold --logical-date 2026-05-01T05:30:00Z --trigger backfill >hold.out 2>&1 &
+HOLD=$!
+wait_until 20 store_run_is hold running || fail "the held run did not start: $(cat hold.out)"
+run_dagrun backfill s.yaml --from 2026-04-30T12:00 --to 2026-05-01T12:00 -q --rerun
+expect_rc 0
+expect_in "$T/out" "backfill 1/1: 2026-05-01T01:30:00-04:00 EDT  (2026-05-01T05:30:00Z): skipped, run hold is going"
+expect_in "$T/out" "backfill sched: 0 runs, 0 failed, 1 skipped"
+touch "$T/release"
+wait "$HOLD" || fail "the held run failed: $(cat hold.out)"
 
 # Bad ranges and DAGs.
 run_dagrun backfill s.yaml --from 2026-03-05 --to 2026-03-01
