@@ -135,6 +135,28 @@ static const comm_ops self_ops = {self_start, self_test, self_abort,
 
 /* ---- the communicator --------------------------------------------------- */
 
+/* A communicator of backend b with its request slots, the self backend's
+ * ops until the backend's constructor sets its own. NULL with err. */
+static comm *comm_alloc(comm_backend b, double timeout_s, char *err,
+                        size_t errlen) {
+  comm *c = calloc(1, sizeof *c);
+  if (!c) {
+    comm_seterr(err, errlen, "comm %s: out of memory", comm_backend_name(b));
+    return NULL;
+  }
+  c->backend = b;
+  c->device = -1;
+  c->timeout_s = timeout_s > 0 ? timeout_s : 300.0;
+  c->ops = &self_ops;
+  c->rank = 0;
+  c->size = 1;
+  for (int i = 0; i < COMM_NSLOTS; i++) {
+    c->req[i].c = c;
+    c->req[i].slot = i;
+  }
+  return c;
+}
+
 int comm_create(const comm_config *cfg, comm **out, char *err, size_t errlen) {
   *out = NULL;
   if (!cfg) {
@@ -146,25 +168,12 @@ int comm_create(const comm_config *cfg, comm **out, char *err, size_t errlen) {
            comm_backend_name(cfg->backend), cfg->timeout_s);
     return -1;
   }
-  comm *c = calloc(1, sizeof *c);
-  if (!c) {
-    comm_seterr(err, errlen, "comm %s: out of memory",
-           comm_backend_name(cfg->backend));
+  comm *c = comm_alloc(cfg->backend, cfg->timeout_s, err, errlen);
+  if (!c)
     return -1;
-  }
-  c->backend = cfg->backend;
-  c->device = -1;
-  c->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300.0;
-  for (int i = 0; i < COMM_NSLOTS; i++) {
-    c->req[i].c = c;
-    c->req[i].slot = i;
-  }
   int rc = -1;
   switch (cfg->backend) {
   case COMM_SELF:
-    c->ops = &self_ops;
-    c->rank = 0;
-    c->size = 1;
     rc = 0;
     break;
   case COMM_MPI:
@@ -190,6 +199,40 @@ int comm_create(const comm_config *cfg, comm **out, char *err, size_t errlen) {
     return -1;
   }
   *out = c;
+  return 0;
+}
+
+int comm_split(comm *c, int color, int key, comm **out, char *err,
+               size_t errlen) {
+  *out = NULL;
+  const char *bn = comm_backend_name(c->backend);
+  if (color < 0) {
+    comm_seterr(err, errlen, "comm %s: split: color %d is negative", bn, color);
+    return -1;
+  }
+  if (c->broken) {
+    comm_seterr(err, errlen,
+                "comm %s: split: the communicator is unusable after an "
+                "earlier failure (abort it)",
+                bn);
+    return -1;
+  }
+  if (c->backend == COMM_NCCL) {
+    comm_seterr(err, errlen,
+                "comm nccl: split: sub-communicators are not in the NCCL "
+                "backend yet (use the mpi backend)");
+    return -1;
+  }
+  comm *n = comm_alloc(c->backend, c->timeout_s, err, errlen);
+  if (!n)
+    return -1;
+  if (c->backend == COMM_MPI &&
+      comm_mpi_split(c, color, key, n, err, errlen) != 0) {
+    free(n);
+    c->broken = 1;
+    return -1;
+  }
+  *out = n;
   return 0;
 }
 

@@ -135,6 +135,17 @@ int comm_wait(comm *c, comm_req *req, char *err, size_t errlen);
  * request with compute, call this now and then (between layers). */
 int comm_test(comm *c, comm_req *req, int *done, char *err, size_t errlen);
 
+/* A communicator over a subset of c's ranks (collective over c): the
+ * ranks that pass the same color (>= 0) form one, ordered by key (ties:
+ * by rank in c), as MPI_Comm_split does. The new one has c's backend and
+ * timeout, and its own request slots, so both can be used in turn by the
+ * same thread. Pipeline parallel with data parallel beside it uses two:
+ * a replica's stages and a stage's replicas. self: a one-rank
+ * communicator. NCCL refuses (not built yet), saying so. Destroy it
+ * before c (the last MPI communicator destroyed finalizes MPI). */
+int comm_split(comm *c, int color, int key, comm **out, char *err,
+               size_t errlen);
+
 /* Stops every rank of the gang (MPI_Abort / ncclCommAbort + exit code):
  * for a rank that found a peer gone or a collective timed out. Does not
  * return. */

@@ -70,6 +70,9 @@ struct comm {
 
 /* Backends' constructors: fill c->ops, c->impl, c->rank, c->size. */
 int comm_mpi_create(comm *c, const comm_config *cfg, char *err, size_t errlen);
+/* parent's ranks of the same color into c (comm_split). */
+int comm_mpi_split(const comm *parent, int color, int key, comm *c, char *err,
+                   size_t errlen);
 #ifdef DAGRUN_COMM_HAVE_NCCL
 int comm_nccl_create(comm *c, const comm_config *cfg, char *err, size_t errlen);
 #endif

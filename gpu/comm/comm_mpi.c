@@ -196,3 +196,34 @@ int comm_mpi_create(comm *c, const comm_config *cfg, char *err, size_t errlen) {
   c->impl = s;
   return 0;
 }
+
+int comm_mpi_split(const comm *parent, int color, int key, comm *c, char *err,
+                   size_t errlen) {
+  const mpi_state *ps = parent->impl;
+  mpi_state *s = calloc(1, sizeof *s);
+  if (!s) {
+    comm_seterr(err, errlen, "comm mpi: split: out of memory");
+    return -1;
+  }
+  for (int i = 0; i < COMM_NSLOTS; i++)
+    s->req[i] = MPI_REQUEST_NULL;
+  /* MPI_Comm_split is blocking: a peer that died makes it hang (no
+   * timeout); it runs once, at the start, right after comm_create. The
+   * new communicator holds no reference on MPI_Init: the parent's
+   * destruction finalizes. */
+  int rc = MPI_Comm_split(ps->comm, color, key, &s->comm);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_rank(s->comm, &c->rank);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_size(s->comm, &c->size);
+  if (rc != MPI_SUCCESS) {
+    mpierr(err, errlen, "split", rc);
+    free(s);
+    return -1;
+  }
+  c->ops = &mpi_ops;
+  c->impl = s;
+  return 0;
+}

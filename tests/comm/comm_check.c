@@ -565,6 +565,47 @@ static void check_p2p(size_t n, int tag) {
   free(r1);
 }
 
+/* comm_split: the ranks of each parity, ordered backwards (key -R):
+ * each sub-communicator's size, this rank's place in it, and a sum over
+ * it only; then the parent still works. A negative color is refused;
+ * NCCL refuses the split, saying so. */
+static void check_split(void) {
+  comm *sub = NULL;
+  if (comm_split(C, -1, 0, &sub, err, sizeof err) == 0 ||
+      !strstr(err, "color -1 is negative")) {
+    fprintf(stderr, "comm_check: rank %d: split color -1 not refused (%s)\n", R,
+            err);
+    comm_abort(C, 1);
+  }
+  nchecks++;
+  if (DEV) {
+    if (comm_split(C, 0, 0, &sub, err, sizeof err) == 0 ||
+        !strstr(err, "not in the NCCL backend")) {
+      fprintf(stderr, "comm_check: rank %d: nccl split not refused (%s)\n", R,
+              err);
+      comm_abort(C, 1);
+    }
+    nchecks++;
+    return;
+  }
+  CALL("split", comm_split(C, R % 2, -R, &sub, err, sizeof err));
+  int size = (N - R % 2 + 1) / 2, want = (N - 1 - R) / 2;
+  if (comm_size(sub) != size || comm_rank(sub) != want) {
+    fprintf(stderr,
+            "comm_check: rank %d: split gave rank %d of %d, not %d of %d\n", R,
+            comm_rank(sub), comm_size(sub), want, size);
+    comm_abort(C, 1);
+  }
+  float x = (float)R, all = 0;
+  for (int r = R % 2; r < N; r += 2)
+    all += (float)r;
+  if (comm_allreduce_sum(sub, &x, 1, err, sizeof err) != 0)
+    die("allreduce on the split");
+  expect("allreduce on the split", 1, 0, x, all);
+  comm_destroy(sub);
+  CALL("barrier after the split", comm_barrier(C, err, sizeof err));
+}
+
 static int failure_mode(const char *mode) {
   CALL("barrier", comm_barrier(C, err, sizeof err));
   size_t n = 1000;
@@ -691,6 +732,7 @@ int main(int argc, char **argv) {
     check_allreduce_double();
   check_inflight_limit(tag);
   tag += 200;
+  check_split();
   CALL("barrier", comm_barrier(C, err, sizeof err));
 
   /* Every rank did the same checks: sum their counts as a last check. */
