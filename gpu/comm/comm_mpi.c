@@ -131,6 +131,34 @@ static void mpi_destroy(comm *c, int broken) {
 
 static const comm_ops mpi_ops = {mpi_start, mpi_test, mpi_abort, mpi_destroy};
 
+/* A backend state with no request in flight; NULL with err. */
+static mpi_state *state_new(const char *what, char *err, size_t errlen) {
+  mpi_state *s = calloc(1, sizeof *s);
+  if (!s) {
+    comm_seterr(err, errlen, "comm mpi: %s: out of memory", what);
+    return NULL;
+  }
+  for (int i = 0; i < COMM_NSLOTS; i++)
+    s->req[i] = MPI_REQUEST_NULL;
+  return s;
+}
+
+/* After s->comm was made (rc: how that went): errors returned, not
+ * fatal, and c's rank and size from it; c takes s. MPI's code. */
+static int attach(comm *c, mpi_state *s, int rc) {
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_rank(s->comm, &c->rank);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_size(s->comm, &c->size);
+  if (rc == MPI_SUCCESS) {
+    c->ops = &mpi_ops;
+    c->impl = s;
+  }
+  return rc;
+}
+
 int comm_mpi_create(comm *c, const comm_config *cfg, char *err, size_t errlen) {
   (void)cfg;
   int inited = 0, finalized = 0, rc;
@@ -139,13 +167,9 @@ int comm_mpi_create(comm *c, const comm_config *cfg, char *err, size_t errlen) {
     comm_seterr(err, errlen, "comm mpi: create: MPI was already finalized");
     return -1;
   }
-  mpi_state *s = calloc(1, sizeof *s);
-  if (!s) {
-    comm_seterr(err, errlen, "comm mpi: create: out of memory");
+  mpi_state *s = state_new("create", err, errlen);
+  if (!s)
     return -1;
-  }
-  for (int i = 0; i < COMM_NSLOTS; i++)
-    s->req[i] = MPI_REQUEST_NULL;
   MPI_Initialized(&inited);
   if (!inited) {
     /* Open MPI's nonblocking reduce (libnbc) cuts a large message into a
@@ -178,13 +202,7 @@ int comm_mpi_create(comm *c, const comm_config *cfg, char *err, size_t errlen) {
     s->owns_init = 1;
     mpi_owned_refs++;
   }
-  rc = MPI_Comm_dup(MPI_COMM_WORLD, &s->comm);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Comm_rank(s->comm, &c->rank);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Comm_size(s->comm, &c->size);
+  rc = attach(c, s, MPI_Comm_dup(MPI_COMM_WORLD, &s->comm));
   if (rc != MPI_SUCCESS) {
     mpierr(err, errlen, "create", rc);
     if (s->owns_init && --mpi_owned_refs == 0)
@@ -192,38 +210,24 @@ int comm_mpi_create(comm *c, const comm_config *cfg, char *err, size_t errlen) {
     free(s);
     return -1;
   }
-  c->ops = &mpi_ops;
-  c->impl = s;
   return 0;
 }
 
 int comm_mpi_split(const comm *parent, int color, int key, comm *c, char *err,
                    size_t errlen) {
   const mpi_state *ps = parent->impl;
-  mpi_state *s = calloc(1, sizeof *s);
-  if (!s) {
-    comm_seterr(err, errlen, "comm mpi: split: out of memory");
+  mpi_state *s = state_new("split", err, errlen);
+  if (!s)
     return -1;
-  }
-  for (int i = 0; i < COMM_NSLOTS; i++)
-    s->req[i] = MPI_REQUEST_NULL;
   /* MPI_Comm_split is blocking: a peer that died makes it hang (no
    * timeout); it runs once, at the start, right after comm_create. The
    * new communicator holds no reference on MPI_Init: the parent's
    * destruction finalizes. */
-  int rc = MPI_Comm_split(ps->comm, color, key, &s->comm);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Comm_rank(s->comm, &c->rank);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Comm_size(s->comm, &c->size);
+  int rc = attach(c, s, MPI_Comm_split(ps->comm, color, key, &s->comm));
   if (rc != MPI_SUCCESS) {
     mpierr(err, errlen, "split", rc);
     free(s);
     return -1;
   }
-  c->ops = &mpi_ops;
-  c->impl = s;
   return 0;
 }

@@ -72,11 +72,11 @@ int pipeline_check(const gpt_config *cfg, int P, int world, char *err,
              P, cfg->n_layer);
     return -1;
   }
-  if (world != P) {
+  if (world < P || world % P != 0) {
     snprintf(err, errlen,
-             "pipeline_parallel with data parallel is not supported yet: "
-             "world_size must equal pipeline_parallel (world_size %d, "
-             "pipeline_parallel %d)",
+             "world_size %d is not a multiple of pipeline_parallel %d (the "
+             "gang is data-parallel replicas of pipeline_parallel stages "
+             "each)",
              world, P);
     return -1;
   }
@@ -350,6 +350,32 @@ static int sum_tied(pipeline *p, char *err, size_t errlen) {
   return rc;
 }
 
+/* Data parallel beside the pipeline: the mean over the stage group
+ * (o.dp) of this stage's gradients, each range's (on the last stage its
+ * copy of the embeddings holds the head's part, which sum_tied adds to
+ * the first stage's after this, so both copies still get the same
+ * bits), and of the last stage's loss. */
+static int dp_mean(pipeline *p, double *loss, char *err, size_t errlen) {
+  comm *dp = p->o.dp;
+  int D = dp ? comm_size(dp) : 1;
+  if (D == 1)
+    return 0;
+  float *grads = gpt_grads(p->model), inv = 1.0f / (float)D;
+  for (int r = 0; r < p->nrg; r++) {
+    float *g = grads + p->rg[r].off;
+    if (comm_allreduce_sum(dp, g, p->rg[r].n, err, errlen) != 0)
+      return -1;
+    for (size_t i = 0; i < p->rg[r].n; i++)
+      g[i] *= inv;
+  }
+  if (p->s != p->P - 1)
+    return 0;
+  if (comm_allreduce_sum_double(dp, loss, err, errlen) != 0)
+    return -1;
+  *loss /= D;
+  return 0;
+}
+
 int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
                               const uint32_t *targets, double *loss, char *err,
                               size_t errlen) {
@@ -363,7 +389,7 @@ int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
     if (wait_oldest(p, err, errlen) != 0)
       return -1;
   double step = clock_monotonic() - t0;
-  if (sum_tied(p, err, errlen) != 0 ||
+  if (dp_mean(p, loss, err, errlen) != 0 || sum_tied(p, err, errlen) != 0 ||
       comm_broadcast(p->c, loss, sizeof *loss, p->P - 1, err, errlen) != 0)
     return -1;
   /* The bubble over all stages: the sum of their idle times over the

@@ -39,8 +39,17 @@
  * and sending); pipeline_stats gives it as a fraction over all stages,
  * beside the schedule's ideal (P - 1) / (m + P - 1).
  *
- * Not here (refused by the train stage): data parallel beside the
- * pipeline (world_size > P), ZeRO, GPUs (NCCL has no point to point in
+ * Data parallel beside it (D x P ranks): the caller splits the gang
+ * into D replicas of P stages (the communicator given to
+ * pipeline_create, one replica's) and P stage groups of D ranks
+ * (pipeline_options.dp); each replica trains its own rows of the global
+ * batch, and the stage groups average the gradients after the
+ * micro-batches. The clipping norm sums over one replica's stages: after
+ * the average every replica holds the same gradient, so it is counted
+ * once, not D times.
+ *
+ * Not here (refused by the train stage): ZeRO (zero_stage is ignored),
+ * GPUs (NCCL has no point to point in
  * comm yet), Llama models, dropout.
  *
  * Every function but pipeline_check and pipeline_destroy is collective:
@@ -73,10 +82,15 @@ typedef struct pipeline_options {
   optim_config opt;
   gpt_recompute recompute; /* the stage models' (gpt_set_recompute) */
   gpt_autocast autocast;   /* and gpt_set_autocast */
+  /* Data parallel beside the pipeline: the stage group, this stage's
+   * ranks in every replica (borrowed; NULL or one rank: none). After a
+   * step's micro-batches the stage's gradients and the loss are averaged
+   * over it; each replica trains its own share of the global batch. */
+  comm *dp;
 } pipeline_options;
 
 /* Whether P stages fit cfg on world ranks: P >= 2, P divides n_layer
- * and world equals P (data parallel beside it is not built yet), a
+ * and world is a multiple of P (world / P data-parallel replicas), a
  * GPT-2 model. 0, or -1 with err naming the numbers. Any thread. */
 int pipeline_check(const gpt_config *cfg, int P, int world, char *err,
                    size_t errlen);

@@ -14,10 +14,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The gang of N = D x P ranks: rank r is stage r % P of data-parallel
+ * replica r / P (a replica's stages are consecutive ranks, so that
+ * mpirun's by-slot placement keeps a pipeline's neighbours on one node
+ * where it can, and their activations off the network). */
 typedef struct pipe_run {
-  comm *c;
+  comm *c;  /* the gang: the stop agreement */
+  comm *pc; /* this replica's P stages: the pipeline's */
+  comm *dc; /* this stage's D replicas: the gradients' mean */
   pipeline *pl;
-  int rank, N, P, m;
+  int rank, N, P, D, m;
   pipeline_schedule sched;
   uint32_t *in, *tg; /* the step's m micro-batches */
   double idle_sum;   /* the bubble over the steps of this run */
@@ -49,14 +55,15 @@ static int check_params(trainrun *r, pipe_run *p) {
             p->P, p->P, p->P);
     return EXIT_BAD_PARAMS;
   }
-  if (p->N != p->P) {
+  if (p->N % p->P != 0) {
     h->fail(ctx,
-            "pipeline_parallel with data parallel is not supported yet: "
-            "world_size must equal pipeline_parallel (world_size %d, "
-            "pipeline_parallel %d)",
+            "world_size %d is not a multiple of pipeline_parallel %d (the "
+            "gang is data-parallel replicas of pipeline_parallel stages "
+            "each)",
             p->N, p->P);
     return EXIT_BAD_PARAMS;
   }
+  p->D = p->N / p->P;
   const char *why = r->c.device == ENGINE_WANT_CUDA ? "device: cuda"
                     : r->c.dropout > 0              ? "dropout"
                     : r->c.overfit                  ? "overfit_one_batch"
@@ -86,7 +93,10 @@ static int check_params(trainrun *r, pipe_run *p) {
  * the exit status (before the communicator: every rank fails alike). */
 static int start(trainrun *r, pipe_run *p) {
   char err[2048];
-  if (trainrun_setup(r, 1, 0, ENGINE_CPU) != 0)
+  /* The loader draws each micro-batch's D x B rows, as a ZeRO gang's
+   * and one process of batch_size D x B do; replica d keeps rows
+   * [d B, (d + 1) B). */
+  if (trainrun_setup(r, p->D, 0, ENGINE_CPU) != 0)
     return EXIT_FAILED;
   if (pipeline_check(gpt_get_config(r->model), p->P, p->N, err, sizeof err)) {
     r->h->fail(r->ctx, "%s", err);
@@ -94,20 +104,24 @@ static int start(trainrun *r, pipe_run *p) {
   }
   if (gangloop_open_mpi(r, p->N, &p->c, &p->rank) != 0)
     return EXIT_FAILED;
+  if (comm_split(p->c, p->rank / p->P, p->rank, &p->pc, err, sizeof err) ||
+      comm_split(p->c, p->rank % p->P, p->rank, &p->dc, err, sizeof err))
+    pipe_abort(r, p, "splitting the gang", err);
   pipeline_options o = {.micro = p->m,
                         .schedule = p->sched,
                         .B = r->c.B,
                         .T = r->c.m.T,
                         .opt = r->c.opt,
                         .recompute = (gpt_recompute)r->c.recompute,
-                        .autocast = r->c.autocast};
+                        .autocast = r->c.autocast,
+                        .dp = p->dc};
   size_t n = (size_t)p->m * r->c.B * r->c.m.T;
   /* Rank 0's engine: the pre-flight loss and validation, on the whole
-   * model it gathers. */
-  engine_options eo = {.B = r->c.B, .T = r->c.m.T, .opt = r->c.opt};
-  if (pipeline_create(p->c, r->model, &o, &p->pl, err, sizeof err) != 0 ||
-      (p->rank == 0 && engine_create(ENGINE_CPU, r->model, r->opt, &eo,
-                                     &r->eng, err, sizeof err) != 0))
+   * model it gathers, over the global batch's D x B rows. */
+  engine_options eo = {.B = r->c.B * p->D, .T = r->c.m.T, .opt = r->c.opt};
+  if (pipeline_create(p->pc, r->model, &o, &p->pl, err, sizeof err) != 0 ||
+      (p->rank == 0 && engine_create(ENGINE_CPU, r->model, r->opt, &eo, &r->eng,
+                                     err, sizeof err) != 0))
     pipe_abort(r, p, "pipeline", err);
   p->in = malloc(n * sizeof *p->in);
   p->tg = malloc(n * sizeof *p->tg);
@@ -119,12 +133,13 @@ static int start(trainrun *r, pipe_run *p) {
   r->h->log(r->ctx, DAGRUN_LOG_INFO,
             "pipeline: rank %d is stage %d of %d (layers %d-%d%s%s), "
             "schedule %s, %d micro-batches (grad_accum) of %d x %d, the "
-            "activations of %d of them kept at most; zero_stage ignored "
-            "(one data-parallel rank)",
+            "activations of %d of them kept at most; data-parallel replica "
+            "%d of %d (global batch %d x %d x %d = %d sequences); "
+            "zero_stage ignored",
             p->rank, s, p->P, first, last - 1, s == 0 ? ", embeddings" : "",
             s == p->P - 1 ? ", head and loss" : "",
-            pipeline_schedule_names[p->sched], p->m, r->c.B, r->c.m.T,
-            st.slots);
+            pipeline_schedule_names[p->sched], p->m, r->c.B, r->c.m.T, st.slots,
+            p->rank / p->P, p->D, p->D, r->c.B, p->m, p->D * r->c.B * p->m);
   return 0;
 }
 
@@ -160,10 +175,12 @@ static void preflight(trainrun *r, pipe_run *p) {
   trainrun_report_init_loss(r, loss);
 }
 
-/* Every stage's weights (and with opt, optimizer state) to rank 0. */
+/* Every stage's weights (and with opt, optimizer state) to rank 0,
+ * from replica 0 (the replicas hold the same weights). */
 static void gather(trainrun *r, pipe_run *p, int opt) {
   char err[2048];
-  if (pipeline_gather(p->pl, opt, p->rank == 0 ? r->opt : NULL, err,
+  if (p->rank < p->P &&
+      pipeline_gather(p->pl, opt, p->rank == 0 ? r->opt : NULL, err,
                       sizeof err) != 0)
     pipe_abort(r, p, "gathering the model", err);
 }
@@ -231,10 +248,13 @@ static void log_bubble(trainrun *r, pipe_run *p, const char *when,
 
 static void train_step(trainrun *r, pipe_run *p) {
   char err[2048];
-  size_t BT = (size_t)r->c.B * r->c.m.T;
+  size_t BT = (size_t)r->c.B * r->c.m.T, mine = (size_t)(p->rank / p->P) * BT;
   double t0 = clock_monotonic();
-  for (int k = 0; k < p->m; k++)
-    loader_next(r->train, p->in + k * BT, p->tg + k * BT);
+  for (int k = 0; k < p->m; k++) {
+    loader_next(r->train, r->inputs, r->targets);
+    memcpy(p->in + k * BT, r->inputs + mine, BT * sizeof *p->in);
+    memcpy(p->tg + k * BT, r->targets + mine, BT * sizeof *p->tg);
+  }
   double t_data = clock_monotonic() - t0, loss = 0, gnorm = 0;
   if (pipeline_forward_backward(p->pl, p->in, p->tg, &loss, err, sizeof err) ||
       pipeline_clip_grad_norm(p->pl, r->c.grad_clip, &gnorm, err, sizeof err))
@@ -267,7 +287,7 @@ static void train_step(trainrun *r, pipe_run *p) {
  * request (agreed on by every rank) checkpoints and fails. 0 or -1. */
 static int train_loop(trainrun *r, pipe_run *p) {
   char err[2048];
-  trainrun_loop_start(r, (size_t)r->c.B * r->c.m.T * p->m);
+  trainrun_loop_start(r, (size_t)p->D * r->c.B * r->c.m.T * p->m);
   while (r->st.step < r->c.steps) {
     float stop = r->h->cancelled(r->ctx) ? 1.0f : 0.0f;
     if (comm_allreduce_sum(p->c, &stop, 1, err, sizeof err) != 0)
@@ -308,12 +328,13 @@ static int finish(trainrun *r, pipe_run *p) {
   trainrun_samples(r, r->model);
   double tps = trainrun_tokens_per_s(r, train_s);
   r->h->log(r->ctx, DAGRUN_LOG_INFO,
-            "done: %lld steps on %d pipeline stages, %.0f tokens/s; loss "
-            "%.4f, val loss %.4f",
-            (long long)r->st.step, p->P, tps, r->last_loss, r->val_loss);
+            "done: %lld steps on %d pipeline stages x %d data-parallel "
+            "replicas, %.0f tokens/s; loss %.4f, val loss %.4f",
+            (long long)r->st.step, p->P, p->D, tps, r->last_loss, r->val_loss);
   cJSON *s = trainrun_summary_start(r, gpt_num_params(r->model));
   cJSON_AddNumberToObject(s, "world_size", p->N);
   cJSON_AddNumberToObject(s, "pipeline_parallel", p->P);
+  cJSON_AddNumberToObject(s, "data_parallel", p->D);
   cJSON_AddStringToObject(s, "pipeline_schedule",
                           pipeline_schedule_names[p->sched]);
   if (p->nsteps)
@@ -346,6 +367,8 @@ int pipeloop_run(trainrun *r, int N, int P) {
     status = train_loop(r, &p) == 0 ? finish(r, &p) : EXIT_FAILED;
   }
   pipeline_destroy(p.pl);
+  comm_destroy(p.dc);
+  comm_destroy(p.pc);
   comm_destroy(p.c);
   free(p.in);
   free(p.tg);

@@ -1,7 +1,12 @@
 /*
  * pipeloop: the train stage's pipeline-parallel loop (pipeline_parallel:
  * P above 1), one stage of gpu/pipeline/pipeline.h per rank of a gang
- * launched by mpirun or srun on CPU ranks.
+ * launched by mpirun or srun on CPU ranks. A gang of D x P ranks is D
+ * data-parallel replicas of the pipeline: rank r is stage r % P of
+ * replica r / P; batch_size is per replica (the loader draws D x
+ * batch_size rows a micro-batch, as one process of that batch does, and
+ * replica d trains rows [d B, (d + 1) B)), and each stage's gradients
+ * are averaged over its D replicas after the micro-batches.
  *
  * The step is one process's with grad_accum m: m micro-batches of
  * batch_size sequences, drawn by every rank from the same loader (the
@@ -12,11 +17,11 @@
  * last step and is the metric pipeline_idle at every step.
  *
  * Refused at start, before any collective, with a message that says so:
- * world_size other than pipeline_parallel (data parallel beside the
- * pipeline is not built yet), n_layer not divisible by it, a Llama model,
- * device: cuda, dropout, overfit_one_batch, a gang not started by a
- * launcher. zero_stage has nothing to shard with one data-parallel rank
- * and is ignored (said in the log). The spike guard's skip and lower_lr
+ * a world_size that is not a multiple of pipeline_parallel, n_layer not
+ * divisible by it, a Llama model, device: cuda, dropout,
+ * overfit_one_batch, a gang not started by a launcher. zero_stage is
+ * ignored (said in the log): sharding the optimizer over a stage's
+ * replicas is not built yet. The spike guard's skip and lower_lr
  * work; reset and rollback skip the update, as in a ZeRO gang.
  *
  * Checkpoints are one process's (trainstate.h): at checkpoint_every, on a
@@ -26,7 +31,8 @@
  * them as they read one process's, and a pipeline run resumes from one
  * (its own, or one process's): every rank reads it whole and keeps its
  * stage's part. Validation and samples are rank 0's, on the gathered
- * model. Rank 0 alone reports.
+ * model (replica 0's stages send theirs; the replicas hold the same
+ * weights). Rank 0 alone reports.
  */
 #ifndef DAGRUN_TRAIN_PIPELOOP_H
 #define DAGRUN_TRAIN_PIPELOOP_H

@@ -13,15 +13,19 @@
 #   and says how many micro-batches' activations stage 0 keeps: 2 under
 #   1f1b (P - s), 4 (all) under gpipe.
 # - The same with 4 stages of one layer on 4 ranks (1f1b).
+# - Data parallel beside the pipeline: 2 replicas of 2 stages on 4 ranks
+#   (rank r is stage r % 2 of replica r / 2), each on its 2 rows of each
+#   micro-batch of a global batch of 4: the losses and final weights of
+#   one process of batch_size 4 with the same grad_accum (which draws
+#   the same rows), within the same bounds.
 # - The final checkpoint (rank 0's gather, one process's format) is
 #   validated and exported downstream; one process resumes from the
 #   pipeline's step-10 checkpoint, and a pipeline from one process's and
 #   from a pipeline's, all with one process's losses of steps 11-20.
 # - A timeout stops both ranks, which write a checkpoint first (one
 #   process resumes it).
-# - Refused at start with the numbers: world_size 2 with
-#   pipeline_parallel 3 (data parallel beside it), n_layer 3 with 2
-#   stages, device: cuda, a Llama model, pipeline_parallel without a gang.
+# - Refused at start with the numbers: world_size 3 with
+#   pipeline_parallel 2 (not a multiple), n_layer 3 with 2 stages, device: cuda, a Llama model, pipeline_parallel without a gang.
 . "$(dirname "$0")/lib.sh"
 
 use_train_gang
@@ -86,6 +90,23 @@ same_losses one.losses p4.losses 1e-4
 same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
   "$R/train/checkpoints/step-00000020/model.safetensors" 1e-4
 
+# Two replicas of two stages: rank r is stage r % 2 of replica r / 2;
+# the loader draws 2 x 2 rows a micro-batch, as one process of
+# batch_size 4 does, and each replica trains its 2.
+ONE=$R1
+one_process one4 "${MODEL/batch_size: 2/batch_size: 4}"
+pipe_dag dp "$MODEL, pipeline_parallel: 2" 4
+expect_rc 0
+R=$(run_dir dp)
+expect_in "$R/train/attempt-1/log" "rank 0 is stage 0 of 2 (layers 0-1, embeddings), schedule 1f1b, 4 micro-batches (grad_accum) of 2 x 32, the activations of 2 of them kept at most; data-parallel replica 0 of 2 (global batch 2 x 2 x 4 = 16 sequences); zero_stage ignored"
+/usr/bin/python3 -c "import json, sys; s = json.load(open(sys.argv[1])); assert (s['data_parallel'], s['tokens']) == (2, 20 * 16 * 32), s" \
+  "$R/train/out/summary.json" || fail "dp: $(cat "$R/train/out/summary.json")"
+losses "$R" > dp.losses
+same_losses one4.losses dp.losses 1e-4
+same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
+  "$R/train/checkpoints/step-00000020/model.safetensors" 1e-4
+R1=$ONE
+
 printf 'dag: p2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
   "$MODEL" "$P1/train/checkpoints/step-00000010" > p2o.yaml
 run_dagrun run p2o.yaml --plain
@@ -133,8 +154,8 @@ refused() {
   grep -rqF -- "$2" "$(run_dir "$1")/train" || fail "$1: no \"$2\" in:
 $(cat "$(run_dir "$1")"/train/attempt-*/log)"
 }
-refused dp "pipeline_parallel with data parallel is not supported yet: world_size must equal pipeline_parallel (world_size 2, pipeline_parallel 3)" \
-  "$MODEL, pipeline_parallel: 3"
+refused dp3 "world_size 3 is not a multiple of pipeline_parallel 2" \
+  "$MODEL, pipeline_parallel: 2" 3
 refused layers "pipeline_parallel 2 does not divide the model's 3 layers" \
   "${MODEL/n_layer: 4/n_layer: 3}, pipeline_parallel: 2"
 refused cuda "pipeline_parallel 2 runs on CPU ranks without device: cuda" \
