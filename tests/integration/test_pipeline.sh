@@ -17,7 +17,9 @@
 #   (rank r is stage r % 2 of replica r / 2), each on its 2 rows of each
 #   micro-batch of a global batch of 4: the losses and final weights of
 #   one process of batch_size 4 with the same grad_accum (which draws
-#   the same rows), within the same bounds.
+#   the same rows), within the same bounds, and its val_loss; one
+#   process of batch_size 4 resumes its step-10 checkpoint and it
+#   resumes one process's, both with one process's losses of steps 11-20.
 # - The final checkpoint (rank 0's gather, one process's format) is
 #   validated and exported downstream; one process resumes from the
 #   pipeline's step-10 checkpoint, and a pipeline from one process's and
@@ -105,6 +107,16 @@ losses "$R" > dp.losses
 same_losses one4.losses dp.losses 1e-4
 same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
   "$R/train/checkpoints/step-00000020/model.safetensors" 1e-4
+# Rank 0 validates the gathered weights over one process's windows.
+/usr/bin/python3 -c "import json, sys; a, b = (json.load(open(f))['val_loss'] for f in sys.argv[1:]); assert abs(a - b) <= 1e-4 * a, (a, b)" \
+  "$R1/train/out/summary.json" "$R/train/out/summary.json" || fail "dp: val_loss differs from one process's"
+# Its checkpoints are one process's of batch_size 4, and it resumes one.
+printf 'dag: dp2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
+  "${MODEL/batch_size: 2/batch_size: 4}" "$R/train/checkpoints/step-00000010" > dp2o.yaml
+run_dagrun run dp2o.yaml --plain
+resumed_as one4 dp2o "resumed from $R/train/checkpoints/step-00000010 at step 10" 1e-4
+pipe_dag o2dp "$MODEL, pipeline_parallel: 2, resume: \"$R1/train/checkpoints/step-00000010\"" 4
+resumed_as one4 o2dp "resumed from $R1/train/checkpoints/step-00000010 at step 10" 1e-4
 R1=$ONE
 
 printf 'dag: p2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
