@@ -1,7 +1,8 @@
 # Running tasks of a finished run again (Airflow's clear): `dagrun resume
 # RUN --clear TASK [--downstream]` from the command line, POST
 # /api/runs/{run}/resume through dagrun serve, and the dashboard's Retry
-# and "+ downstream" buttons in headless Chromium. The cleared task (and
+# and "+ downstream" buttons in headless Chromium (and a failed run's
+# Resume, a running run's Cancel). The cleared task (and
 # with downstream every task after it) gets its next attempt, not from
 # the cache; the others keep theirs. Refused: an unknown task, downstream
 # alone, a run going, a succeeded run with nothing to clear. A resume asked
@@ -30,6 +31,18 @@ alerts:
   - {on: [success], webhook: "$HOOK"}
 tasks:
   job: {stage: exec, with: {command: [true]}}
+Y
+# fl fails until $T/f-ok exists (the dashboard's Resume of a failed run);
+# slow runs until cancelled (the dashboard's Cancel).
+cat > dags/fl.yaml <<Y
+dag: fl
+tasks:
+  f: {stage: exec, with: {command: [test, -e, "$T/f-ok"]}}
+Y
+cat > dags/slow.yaml <<Y
+dag: slow
+tasks:
+  s: {stage: exec, with: {command: [sh, -c, 'while :; do sleep 0.1; done']}}
 Y
 attempts() { run_dagrun status "$1" --json; "$PY" -c 'import json,sys; r = json.load(open(sys.argv[1])); print(" ".join("%s%d" % (t["name"], t["attempts"]) for t in r["tasks"]))' "$T/out"; }
 run_dagrun run dags/abc.yaml --plain
@@ -62,6 +75,10 @@ expect_rc 0
 
 # --- the API and the dashboard -----------------------------------------------------
 TOKEN=s3cret-token-0123456789
+run_dagrun run dags/fl.yaml --plain
+expect_rc 1
+run_dagrun runs fl --json
+F=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["id"])' "$T/out")
 serve_start --no-cron
 trap 'kill "$SERVE_PID" "$HOOK_SERVER" 2>/dev/null || true' EXIT
 resume() { api POST "/api/runs/$1/resume" "$2" "${3:-$TOKEN}"; }
@@ -143,6 +160,45 @@ with Browser(chromium, profile) as b:
     print("dashboard retry: ok")
 P
 browser_check "dashboard retry" retry_check.py "$PORT" "$R" "$TOKEN"
+
+# The run's Resume button on a failed run, and a running run's Cancel
+# button (its confirm() answered yes), each read back through the API.
+out=$(api POST /api/dags/slow/runs '{}' "$TOKEN")
+[ "${out%% *}" = 201 ] || fail "trigger slow: $out"
+S=$(printf '%s' "${out#* }" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+wait_until 20 store_run_is "$S" running || fail "slow did not start: $(store_run_state "$S")"
+touch "$T/f-ok"
+cat >act_check.py <<'P'
+import json, sys, time, urllib.request
+chromium, cdp_dir, profile, port, failed, slow, token = sys.argv[1:8]
+sys.path.insert(0, cdp_dir)
+from cdp import Browser
+base = f"http://127.0.0.1:{port}"
+def run(rid):
+    r = json.load(urllib.request.urlopen(f"{base}/api/runs/{rid}", timeout=10))
+    return r["state"], [t["attempts"] for t in r["tasks"]]
+def until(rid, want, what):
+    end = time.time() + 20
+    while time.time() < end:
+        if run(rid) == want:
+            return
+        time.sleep(0.2)
+    sys.exit(f"{what}: {run(rid)}")
+with Browser(chromium, profile) as b:
+    b.open(f"{base}/#dag=fl&run={failed}")
+    b.js(f"sessionStorage.setItem('dagrun-token', {json.dumps(token)})")
+    b.wait_for("!!document.getElementById('resume-run')", "the failed run's Resume button")
+    b.click("#resume-run")
+    until(failed, ("success", [2]), "Resume")
+    b.open(f"{base}/#dag=slow")
+    b.js(f"sessionStorage.setItem('dagrun-token', {json.dumps(token)})")
+    b.js("window.confirm = () => true")
+    b.wait_for("!!document.querySelector('#runs button.danger')", "the running run's Cancel button")
+    b.click("#runs button.danger")
+    until(slow, ("cancelled", [1]), "Cancel")
+    print("dashboard resume and cancel: ok")
+P
+browser_check "dashboard resume and cancel" act_check.py "$PORT" "$F" "$S" "$TOKEN"
 serve_stop
 kill "$HOOK_SERVER" 2>/dev/null || true
 pass
