@@ -253,26 +253,9 @@ static int going_for(const spec *sp, int64_t t, char *id, size_t idlen) {
   free(path);
   if (rc != 0)
     return 0; /* none yet; an unreadable store is said by the run */
-  static const char *const active[] = {"running", "queued"};
-  int found = 0;
-  for (int k = 0; k < 2 && !found; k++) {
-    cJSON *runs = store_runs(st, sp->dag, active[k], 0, err, sizeof err);
-    const cJSON *r;
-    cJSON_ArrayForEach(r, runs) {
-      const cJSON *ld = cJSON_GetObjectItemCaseSensitive(r, "logical_date");
-      const cJSON *rid = cJSON_GetObjectItemCaseSensitive(r, "id");
-      int pid;
-      if (cJSON_IsNumber(ld) && (int64_t)ld->valuedouble == t &&
-          cJSON_IsString(rid) && resume_owner_alive(r, &pid)) {
-        snprintf(id, idlen, "%s", rid->valuestring);
-        found = 1;
-        break;
-      }
-    }
-    cJSON_Delete(runs);
-  }
+  int found = resume_run_going(st, sp->dag, &t, id, idlen, err, sizeof err);
   store_close(st);
-  return found;
+  return found > 0;
 }
 
 /* Starts the runs for times[0..n), one at a time, until the end or an

@@ -35,6 +35,29 @@ int resume_owner_alive(const cJSON *run, int *pid) {
   return *pid > 0 && start > 0 && proc_alive(*pid, start);
 }
 
+int resume_run_going(store *st, const char *dag, const int64_t *at, char *id,
+                     size_t idlen, char *err, size_t errlen) {
+  static const char *const active[] = {"running", "queued"};
+  for (int k = 0; k < 2; k++) {
+    cJSON *runs = store_runs(st, dag, active[k], 0, err, errlen);
+    if (!runs)
+      return -1;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, runs) {
+      const char *rid = str(r, "id");
+      int pid;
+      if (rid && (!at || (int64_t)num(r, "logical_date") == *at) &&
+          resume_owner_alive(r, &pid)) {
+        snprintf(id, idlen, "%s", rid);
+        cJSON_Delete(runs);
+        return 1;
+      }
+    }
+    cJSON_Delete(runs);
+  }
+  return 0;
+}
+
 static void nap_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {

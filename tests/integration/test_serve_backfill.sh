@@ -77,6 +77,16 @@ for body in '{"from": "2026-03-01", "to": "2026-03-01T23:00"}' '{"from": "2026-0
   echo "${out#* }" | "$PY" -c 'import json,sys; j = json.load(sys.stdin); assert j["queued"] == [] and [k["at"] for k in j["skipped"]] == ["2026-03-01T02:00:00Z"] and j["skipped"][0]["run"] not in ("", "queued already"), j' ||
     fail "backfill of a time whose run is going ($body): $out"
 done
+# A run whose dagrun died (kill -9) is not going: it is interrupted,
+# waits for a resume and blocks nothing, so its time is queued.
+"$DAGRUN" run dags/slow.yaml -q --run-id dead-row --logical-date 2026-03-04T02:00:00Z --trigger backfill >dead.out 2>&1 &
+DEAD=$!
+wait_until 20 store_run_is dead-row running || fail "the run to kill did not start: $(cat dead.out)"
+kill -9 "$DEAD"
+wait "$DEAD" 2>/dev/null || true
+out=$(bf slow '{"from": "2026-03-04", "to": "2026-03-04T23:00"}')
+echo "${out#* }" | "$PY" -c 'import json,sys; j = json.load(sys.stdin); assert j["queued"] == ["2026-03-04T02:00:00Z"] and j["skipped"] == [], j' ||
+  fail "backfill of a time whose run's dagrun died: $out"
 # Refused.
 for case in \
   '400|{"from": "March 1st", "to": "2026-03-03"}|from and to take times' \
