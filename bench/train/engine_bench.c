@@ -2,8 +2,12 @@
  * engine_bench: tokens per second of one training step of dagrun's CPU
  * engine (forward + backward + grad clipping + AdamW), on random tokens.
  *
- *   engine_bench L H C T V B STEPS THREADS
+ *   engine_bench L H C T V B STEPS THREADS [KV I UNTIED]
  *
+ * With KV I UNTIED the model is a Llama (gpt.h's family: KV key/value
+ * heads, SwiGLU width I, UNTIED 1 for an lm_head of its own, 0 for the
+ * head tied to the embedding; rope_theta and norm_eps at their defaults),
+ * else a GPT-2.
  * Prints one JSON line: {"tokens_per_s": ..., "params": ..., ...}.
  * bench/train/run.py runs it next to the same model in PyTorch.
  */
@@ -23,13 +27,20 @@ static double now(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 9) {
-    fprintf(stderr, "usage: engine_bench L H C T V B STEPS THREADS\n");
+  if (argc != 9 && argc != 12) {
+    fprintf(stderr,
+            "usage: engine_bench L H C T V B STEPS THREADS [KV I UNTIED]\n");
     return 2;
   }
   gpt_config c = {.n_layer = atoi(argv[1]), .n_head = atoi(argv[2]),
                   .n_embd = atoi(argv[3]), .block_size = atoi(argv[4]),
                   .vocab_size = atoi(argv[5])};
+  if (argc == 12) {
+    c.family = GPT_FAMILY_LLAMA;
+    c.n_kv_head = atoi(argv[9]);
+    c.intermediate = atoi(argv[10]);
+    c.untied_head = atoi(argv[11]);
+  }
   int B = atoi(argv[6]), steps = atoi(argv[7]), threads = atoi(argv[8]);
   int T = c.block_size;
   char err[512];
