@@ -8,7 +8,8 @@
  * heads, SwiGLU width I, UNTIED 1 for an lm_head of its own, 0 for the
  * head tied to the embedding; rope_theta and norm_eps at their defaults),
  * else a GPT-2.
- * Prints one JSON line: {"tokens_per_s": ..., "params": ..., ...}.
+ * Prints one JSON line: {"tokens_per_s": ..., "params": ...,
+ * "gflops_per_s": ..., ...}.
  * bench/train/run.py runs it next to the same model in PyTorch.
  */
 #include "model/gpt.h"
@@ -90,9 +91,13 @@ int main(int argc, char **argv) {
     optim_step(o, gpt_params(m), gpt_grads(m), 3e-4f);
   }
   double dt = now() - t0;
+  /* gflops_per_s: the model's FLOPs (gpt_flops_per_token: 6N plus
+   * attention's full T x T products) a second, against the CPU's peak. */
+  double tps = (double)steps * B * T / dt;
   printf("{\"tokens_per_s\": %.1f, \"seconds\": %.3f, \"steps\": %d, "
-         "\"params\": %zu, \"loss\": %.4f}\n",
-         (double)steps * B * T / dt, dt, steps, gpt_num_params(m), loss);
+         "\"params\": %zu, \"loss\": %.4f, \"gflops_per_s\": %.1f}\n",
+         tps, dt, steps, gpt_num_params(m), loss,
+         tps * gpt_flops_per_token(m) / 1e9);
   optim_destroy(o);
   gpt_destroy(m);
   free(g);
