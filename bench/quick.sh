@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The quick version of each benchmark (bench/README.md), as the test
 # command runs it after the tests: scheduling against ninja, tokenizing
-# against sentencepiece, training against PyTorch, each small enough for
-# well under a minute, each printing its ratio, so that a regression shows
-# the day it lands. It never fails: a benchmark is not a test, and a slow
-# or busy machine is not a bug. One that cannot run says so.
+# against sentencepiece, training against PyTorch (GPT-2 and Llama), each
+# small enough for well under a minute, each printing its ratio, so that a
+# regression shows the day it lands. It never fails: a benchmark is not a
+# test, and a slow or busy machine is not a bug. One that cannot run says
+# so.
 #
 #   bench/quick.sh [BUILD_DIR]      (default: build)
 set -uo pipefail
@@ -33,4 +34,6 @@ quick tokenize "$PY" bench/tokenize/run.py --dagrun "$BUILD/bin/dagrun" \
   --mb 2 --vocab 2048 --out "$OUT/tokenize"
 quick train "$PY" bench/train/run.py --bench "$BUILD/bin/engine_bench" \
   --configs gpt-tiny --steps 3
+quick train-llama "$PY" bench/train/run.py --bench "$BUILD/bin/engine_bench" \
+  --configs llama-tiny --steps 3
 exit 0

@@ -2,9 +2,14 @@
  * engine_bench: tokens per second of one training step of dagrun's CPU
  * engine (forward + backward + grad clipping + AdamW), on random tokens.
  *
- *   engine_bench L H C T V B STEPS THREADS
+ *   engine_bench L H C T V B STEPS THREADS [KV I UNTIED]
  *
- * Prints one JSON line: {"tokens_per_s": ..., "params": ..., ...}.
+ * With KV I UNTIED the model is a Llama (gpt.h's family: KV key/value
+ * heads, SwiGLU width I, UNTIED 1 for an lm_head of its own, 0 for the
+ * head tied to the embedding; rope_theta and norm_eps at their defaults),
+ * else a GPT-2.
+ * Prints one JSON line: {"tokens_per_s": ..., "params": ...,
+ * "gflops_per_s": ..., ...}.
  * bench/train/run.py runs it next to the same model in PyTorch.
  */
 #include "model/gpt.h"
@@ -23,13 +28,20 @@ static double now(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 9) {
-    fprintf(stderr, "usage: engine_bench L H C T V B STEPS THREADS\n");
+  if (argc != 9 && argc != 12) {
+    fprintf(stderr,
+            "usage: engine_bench L H C T V B STEPS THREADS [KV I UNTIED]\n");
     return 2;
   }
   gpt_config c = {.n_layer = atoi(argv[1]), .n_head = atoi(argv[2]),
                   .n_embd = atoi(argv[3]), .block_size = atoi(argv[4]),
                   .vocab_size = atoi(argv[5])};
+  if (argc == 12) {
+    c.family = GPT_FAMILY_LLAMA;
+    c.n_kv_head = atoi(argv[9]);
+    c.intermediate = atoi(argv[10]);
+    c.untied_head = atoi(argv[11]);
+  }
   int B = atoi(argv[6]), steps = atoi(argv[7]), threads = atoi(argv[8]);
   int T = c.block_size;
   char err[512];
@@ -79,9 +91,13 @@ int main(int argc, char **argv) {
     optim_step(o, gpt_params(m), gpt_grads(m), 3e-4f);
   }
   double dt = now() - t0;
+  /* gflops_per_s: the model's FLOPs (gpt_flops_per_token: 6N plus
+   * attention's full T x T products) a second, against the CPU's peak. */
+  double tps = (double)steps * B * T / dt;
   printf("{\"tokens_per_s\": %.1f, \"seconds\": %.3f, \"steps\": %d, "
-         "\"params\": %zu, \"loss\": %.4f}\n",
-         (double)steps * B * T / dt, dt, steps, gpt_num_params(m), loss);
+         "\"params\": %zu, \"loss\": %.4f, \"gflops_per_s\": %.1f}\n",
+         tps, dt, steps, gpt_num_params(m), loss,
+         tps * gpt_flops_per_token(m) / 1e9);
   optim_destroy(o);
   gpt_destroy(m);
   free(g);
