@@ -13,7 +13,8 @@
 #        tc-sync"): the DAGRUN_CUDA_ATTENTION values that gpu_train (B=16,
 #        dagrun alone) and kernel_bench also run with (kernel_bench runs
 #        the default and cudnn besides); TORCH_PROFILE=0 leaves PyTorch's
-#        profile out
+#        profile out; LLAMA=0 leaves gpu_train's Llama (llama-small,
+#        B=16, dagrun alone) out
 #
 # Unpacks .gpu/dagrun-gpu.tar.xz into /tmp (once per machine), takes its
 # environment (env.sh), then runs the GPU tests (tests/gpu/run.sh) and/or
@@ -95,6 +96,12 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     echo "== DAGRUN_CUDA_ATTENTION=$att" >>"$logs/gpu_train.log"
     DAGRUN_CUDA_ATTENTION=$att B=16 SWEEP=0 TORCH=0 step gpu_train.log 60 bench/gpu_train.sh "$b"
   done
+  # A Llama (issue 26's CUDA kernels: RMSNorm, SwiGLU, RoPE and GQA in
+  # the layout step), dagrun alone: bench/torch_gpt2.py is GPT-2's.
+  if [ "${LLAMA:-1}" = 1 ]; then
+    echo "== MODEL=llama-small" >>"$logs/gpu_train.log"
+    MODEL=llama-small B=16 SWEEP=0 TORCH=0 step gpu_train.log 60 bench/gpu_train.sh "$b"
+  fi
   PYTHON=$DAGRUN_TEST_PYTHON step gpu_profile.log 80 bench/gpu_profile.sh "$b"
   # PyTorch's step at the same batch, kernel by kernel, beside it.
   if [ "${TORCH_PROFILE:-1}" = 1 ]; then
