@@ -16,6 +16,7 @@
 #include "model/gpt.h"
 #include "optim/optim.h"
 #include "testlib.h"
+#include "testllama.h"
 
 static char err[512];
 
@@ -33,14 +34,11 @@ static optim *make_optim(const gpt *m, optim_kind kind) {
   return o;
 }
 
-static void check_shape(int L, int H, int C, int Tmax, int V, int B, int T,
-                        optim_kind kind, gpt_recompute rc) {
-  gpt_config cfg = {.n_layer = L,
-                    .n_head = H,
-                    .n_embd = C,
-                    .block_size = Tmax,
-                    .vocab_size = V};
-  CHECK_INT(gpt_config_finish(&cfg, err, sizeof err), 0);
+/* cfg (finished) trained a step at (B,T) holds what the estimate says. */
+static void check_cfg(const gpt_config *c, int B, int T, optim_kind kind,
+                      gpt_recompute rc) {
+  gpt_config cfg = *c;
+  int L = cfg.n_layer, C = cfg.n_embd, V = cfg.vocab_size;
   int per = (int)optim_state_floats_for(kind, 1);
   gpt_memory est;
   gpt_memory_estimate(&cfg, B, T, per, rc, &est);
@@ -101,6 +99,35 @@ static void check_shape(int L, int H, int C, int Tmax, int V, int B, int T,
   free(tg);
   optim_destroy(o);
   gpt_destroy(m);
+}
+
+static void check_shape(int L, int H, int C, int Tmax, int V, int B, int T,
+                        optim_kind kind, gpt_recompute rc) {
+  gpt_config cfg = {.n_layer = L,
+                    .n_head = H,
+                    .n_embd = C,
+                    .block_size = Tmax,
+                    .vocab_size = V};
+  CHECK_INT(gpt_config_finish(&cfg, err, sizeof err), 0);
+  check_cfg(&cfg, B, T, kind, rc);
+}
+
+/* A Llama model (GQA: KV key/value heads for H, SwiGLU width FF, the head
+ * untied or not) under each recompute mode: the estimate is what it
+ * holds, gelu saves (L-1) SwiGLU outputs, and block less again. */
+static void check_llama(int L, int H, int KV, int C, int FF, int untied, int B,
+                        int T) {
+  gpt_config cfg = testllama_config(L, H, KV, C, FF, T, 300, untied);
+  CHECK_INT(gpt_config_finish(&cfg, err, sizeof err), 0);
+  gpt_memory e[3];
+  for (int r = 0; r < 3; r++) {
+    check_cfg(&cfg, B, T, r == 1 ? OPTIM_LION : OPTIM_ADAMW, (gpt_recompute)r);
+    gpt_memory_estimate(&cfg, B, T, 2, (gpt_recompute)r, &e[r]);
+  }
+  uint64_t BT = (uint64_t)B * T;
+  CHECK_INT(e[0].acts - e[1].acts,
+            (uint64_t)(L - 1) * BT * (uint64_t)FF * sizeof(float));
+  CHECK(e[2].acts < e[1].acts);
 }
 
 /* A batch that grows regrows the activations: the held bytes then match
@@ -165,6 +192,8 @@ int main(void) {
   check_shape(3, 3, 48, 64, 1000, 3, 64, OPTIM_LION, GPT_RECOMPUTE_NONE);
   check_shape(4, 4, 128, 128, 320, 8, 128, OPTIM_ADAMW, GPT_RECOMPUTE_GELU);
   check_shape(3, 3, 48, 64, 1000, 3, 64, OPTIM_LION, GPT_RECOMPUTE_BLOCK);
+  check_llama(3, 4, 2, 40, 100, 0, 3, 16);
+  check_llama(2, 4, 1, 64, 160, 1, 2, 32);
   check_recompute_saving();
   check_growth();
   TEST_DONE();
