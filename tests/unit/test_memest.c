@@ -185,6 +185,26 @@ static void check_recompute_saving(void) {
           e[0].acts / 1048576.0, e[1].acts / 1048576.0, e[2].acts / 1048576.0);
 }
 
+/* The same for SmolLM-135M's shape (30 layers, 9 heads on 3 key/value
+ * heads, width 576, SwiGLU 1536) at B=4, T=2048, estimated only: gelu
+ * saves (L-1) x B x T x 1536 floats, block more again. */
+static void check_llama_saving(void) {
+  gpt_config cfg = {.vocab_size = 49152};
+  CHECK_INT(gpt_config_preset("smollm-135m-shape", &cfg, err, sizeof err), 0);
+  CHECK_INT(gpt_config_finish(&cfg, err, sizeof err), 0);
+  gpt_memory e[3];
+  for (int r = 0; r < 3; r++)
+    gpt_memory_estimate(&cfg, 4, 2048, 2, (gpt_recompute)r, &e[r]);
+  uint64_t L = (uint64_t)cfg.n_layer, BT = 4 * 2048;
+  CHECK_INT(e[0].acts - e[1].acts,
+            (L - 1) * BT * (uint64_t)cfg.intermediate * sizeof(float));
+  CHECK(e[2].acts < e[1].acts / 4);
+  fprintf(stderr,
+          "SmolLM-135M shape, 4 x 2048: activations none %.0f MiB, gelu %.0f "
+          "MiB, block %.0f MiB\n",
+          e[0].acts / 1048576.0, e[1].acts / 1048576.0, e[2].acts / 1048576.0);
+}
+
 int main(void) {
   check_shape(2, 2, 32, 32, 100, 1, 32, OPTIM_ADAMW, GPT_RECOMPUTE_NONE);
   check_shape(2, 2, 32, 32, 100, 4, 16, OPTIM_LION, GPT_RECOMPUTE_NONE);
@@ -195,6 +215,7 @@ int main(void) {
   check_llama(3, 4, 2, 40, 100, 0, 3, 16);
   check_llama(2, 4, 1, 64, 160, 1, 2, 32);
   check_recompute_saving();
+  check_llama_saving();
   check_growth();
   TEST_DONE();
 }
