@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # A Llama (grouped-query heads, head size 10, untied head) trained by a
 # gang of 2 CPU ranks under mpirun with ZeRO, against one process: two
-# ranks of batch_size 2 at zero_stage 1 (optimizer state sharded) and 3
-# (parameters too, gathered a layer at a time by the engine's hooks) give
+# ranks of batch_size 2 at zero_stage 1 (optimizer state sharded), 2
+# (gradients too, reduce-scattered from the backward's gradient hook) and
+# 3 (parameters too, gathered a layer at a time by the engine's hooks) give
 # the 20 per-step losses of one process of batch_size 4 on the same data
 # within 1e-4 relative, and its final weights within 1e-4 of the largest
 # (test_train_gang.sh's tolerances for GPT-2: the same mean gradient,
-# summed in another order). Stage 3 with recompute: block (the backward's
+# summed in another order; measured 1.1e-7 on the losses). Stage 3 with recompute: block (the backward's
 # recomputation gathers the layer's parameters again) gives stage 3's
 # losses and weights to the bit.
 . "$(dirname "$0")/lib.sh"
@@ -19,7 +20,7 @@ MODEL="data: \"$DATA\", model: llama-tiny, n_layer: 2, n_head: 4, n_kv_head: 2, 
 
 one_process one "$MODEL, batch_size: 4"
 
-for z in 1 3 3rc; do
+for z in 1 2 3 3rc; do
   extra="zero_stage: ${z%rc}"
   [ "$z" = 3rc ] && extra="$extra, recompute: block"
   printf 'dag: z%s\ntasks:\n  train:\n    stage: train\n    world_size: 2\n    launcher: mpirun\n    %s\n    with: {%s}\n' \
