@@ -55,7 +55,7 @@ int llama_cpu_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
                       int B, int T, float *loss, char *err, size_t errlen);
 void llama_cpu_backward(gpt *m, float scale);
 const float *llama_cpu_logits(const gpt *m);
-/* Floats of activations and backward scratch at (B,T). */
+/* Floats of activations and backward scratch at (B,T) under rc. */
 size_t llama_cpu_act_floats(const gpt_config *cfg, gpt_recompute rc, int B,
                             int T);
 

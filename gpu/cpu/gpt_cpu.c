@@ -1174,13 +1174,6 @@ int gpt_set_recompute(gpt *m, gpt_recompute r, char *err, size_t errlen) {
              (int)r);
     return -1;
   }
-  if (r != GPT_RECOMPUTE_NONE && m->cfg.family == GPT_FAMILY_LLAMA) {
-    snprintf(err, errlen,
-             "recompute: %s is implemented for GPT-2 models on the CPU, not "
-             "Llama ones (use recompute: none)",
-             r == GPT_RECOMPUTE_GELU ? "gelu" : "block");
-    return -1;
-  }
   m->recompute = r;
   m->B = m->T = 0; /* the last forward's activations are laid out anew */
   m->have_loss = 0;

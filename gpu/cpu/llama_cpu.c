@@ -29,6 +29,15 @@
  *   dres (N,C) dbuf (N,C) dq (N,C) dk (N,KVD) dv (N,KVD)
  *   dgate (N,FF) dup (N,FF) datt (B,H,T,T) dlogits (N,Vp) (the forward's
  *   probabilities until the backward turns them into the gradient)
+ * With recomputation (gpt_set_recompute) the layers keep less and one
+ * shared block, after the backward scratch, holds the rest, as GPT-2's:
+ *   GELU:  a layer keeps all but hid, the SwiGLU output; the block is one
+ *          hid (N,FF), which each layer's forward fills and its backward
+ *          refills from the kept gate and up.
+ *   BLOCK: a layer keeps res3 alone (the next layer's input); the block
+ *          is one layer's other activations, which the forward fills
+ *          layer after layer and the backward refills for each layer
+ *          from its input (the last layer's are still there).
  * --------------------------------------------------------------------- */
 typedef struct layer_acts {
   float *xn1, *rs1, *q, *k, *v, *att, *y, *res2, *xn2, *rs2, *gate, *up, *hid,
@@ -36,10 +45,12 @@ typedef struct layer_acts {
 } layer_acts;
 
 typedef struct acts {
+  gpt_recompute rc;
   float *layers;
-  size_t layer_size;
+  size_t layer_size; /* the floats each layer keeps */
   float *encoded, *xf, *rsf, *logits, *lse, *losses, *cos, *sin;
   float *dres, *dbuf, *dq, *dk, *dv, *dgate, *dup, *datt, *dlogits;
+  float *shared; /* recomputation's block (NULL without) */
 } acts;
 
 /* The widths of cfg: C, KVD, FF, head size. */
@@ -58,41 +69,52 @@ static dims dims_of(const gpt_config *c) {
   return d;
 }
 
-/* Carves layer l's activations from p (NULL: counts only); returns the
- * floats of one layer. */
-static size_t carve_layer(const gpt_config *cfg, float *p, int B, int T,
-                          layer_acts *la) {
+/* Points la at a layer's activations under rc: own, the layer's kept
+ * floats, and shared, recomputation's block (either NULL: counts only).
+ * Returns the floats the layer keeps; *nshared gets the block's. */
+static size_t carve_layer(const gpt_config *cfg, gpt_recompute rc, float *own,
+                          float *shared, int B, int T, layer_acts *la,
+                          size_t *nshared) {
   dims d = dims_of(cfg);
-  size_t N = (size_t)B * T, off = 0;
-#define TAKE(field, n)                                                         \
+  size_t N = (size_t)B * T, kept = 0, sh = 0;
+  /* Each field from the layer's own floats or the shared block's. */
+#define TAKE(field, n, in_shared)                                              \
   do {                                                                         \
-    if (p)                                                                     \
-      la->field = p + off;                                                     \
-    off += (n);                                                                \
+    if (in_shared) {                                                           \
+      la->field = shared ? shared + sh : NULL;                                 \
+      sh += (n);                                                               \
+    } else {                                                                   \
+      la->field = own ? own + kept : NULL;                                     \
+      kept += (n);                                                             \
+    }                                                                          \
   } while (0)
-  TAKE(xn1, N * d.C);
-  TAKE(rs1, N);
-  TAKE(q, N * d.C);
-  TAKE(k, N * d.KVD);
-  TAKE(v, N * d.KVD);
-  TAKE(att, (size_t)B * d.H * T * T);
-  TAKE(y, N * d.C);
-  TAKE(res2, N * d.C);
-  TAKE(xn2, N * d.C);
-  TAKE(rs2, N);
-  TAKE(gate, N * d.FF);
-  TAKE(up, N * d.FF);
-  TAKE(hid, N * d.FF);
-  TAKE(res3, N * d.C);
+  int blk = rc == GPT_RECOMPUTE_BLOCK;
+  TAKE(xn1, N * d.C, blk);
+  TAKE(rs1, N, blk);
+  TAKE(q, N * d.C, blk);
+  TAKE(k, N * d.KVD, blk);
+  TAKE(v, N * d.KVD, blk);
+  TAKE(att, (size_t)B * d.H * T * T, blk);
+  TAKE(y, N * d.C, blk);
+  TAKE(res2, N * d.C, blk);
+  TAKE(xn2, N * d.C, blk);
+  TAKE(rs2, N, blk);
+  TAKE(gate, N * d.FF, blk);
+  TAKE(up, N * d.FF, blk);
+  TAKE(hid, N * d.FF, blk || rc == GPT_RECOMPUTE_GELU);
+  TAKE(res3, N * d.C, 0);
 #undef TAKE
-  return off;
+  *nshared = sh;
+  return kept;
 }
 
-static size_t carve(const gpt_config *cfg, float *base, int B, int T, acts *a) {
+static size_t carve(const gpt_config *cfg, gpt_recompute rc, float *base, int B,
+                    int T, acts *a) {
   dims d = dims_of(cfg);
-  size_t N = (size_t)B * T, Vp = (size_t)cfg->padded_vocab;
+  size_t N = (size_t)B * T, Vp = (size_t)cfg->padded_vocab, nshared;
   layer_acts la;
-  a->layer_size = carve_layer(cfg, NULL, B, T, &la);
+  a->rc = rc;
+  a->layer_size = carve_layer(cfg, rc, NULL, NULL, B, T, &la, &nshared);
   size_t off = 0;
 #define TAKE(field, n)                                                         \
   do {                                                                         \
@@ -118,20 +140,24 @@ static size_t carve(const gpt_config *cfg, float *base, int B, int T, acts *a) {
   TAKE(dup, N * d.FF);
   TAKE(datt, (size_t)B * d.H * T * T);
   TAKE(dlogits, N * Vp);
+  a->shared = NULL;
+  if (nshared)
+    TAKE(shared, nshared);
 #undef TAKE
   return off;
 }
 
 size_t llama_cpu_act_floats(const gpt_config *cfg, gpt_recompute rc, int B,
                             int T) {
-  (void)rc; /* a Llama model keeps every activation (gpt_set_recompute) */
   acts a;
-  return carve(cfg, NULL, B, T, &a);
+  return carve(cfg, rc, NULL, B, T, &a);
 }
 
 static layer_acts layer_at(const gpt *m, const acts *a, int l, int B, int T) {
   layer_acts la;
-  carve_layer(&m->cfg, a->layers + (size_t)l * a->layer_size, B, T, &la);
+  size_t nshared;
+  carve_layer(&m->cfg, a->rc, a->layers + (size_t)l * a->layer_size, a->shared,
+              B, T, &la, &nshared);
   return la;
 }
 
@@ -330,9 +356,10 @@ static size_t norm_tensor(const gpt *m) {
   return m->n_tensors - 1 - (size_t)(m->cfg.untied_head != 0);
 }
 
-/* Layer l forward, res (N,C) -> la.res3. */
+/* Layer l forward, res (N,C) -> la.res3; whole 0: all but res3 (the
+ * backward's recomputation needs no res3: the next layer is done). */
 static void layer_forward(gpt *m, const layer_acts *la, const float *res,
-                          const acts *a, int l, int B, int T) {
+                          const acts *a, int l, int B, int T, int whole) {
   dims d = dims_of(&m->cfg);
   int N = B * T, C = (int)d.C, KVD = (int)d.KVD, FF = (int)d.FF;
   float eps = m->cfg.norm_eps;
@@ -351,6 +378,8 @@ static void layer_forward(gpt *m, const layer_acts *la, const float *res,
   linear_forward(la->gate, la->xn2, P(LLAMA_GATE_W), N, C, FF);
   linear_forward(la->up, la->xn2, P(LLAMA_UP_W), N, C, FF);
   llama_cpu_swiglu(la->hid, la->gate, la->up, (size_t)N * FF);
+  if (!whole)
+    return;
   /* res3 = res2 + hid down_proj^T */
   memcpy(la->res3, la->res2, (size_t)N * C * sizeof(float));
   cpu_gemm(0, 1, N, C, FF, 1.0f, la->hid, FF, P(LLAMA_DOWN_W), FF, 1.0f,
@@ -416,7 +445,7 @@ int llama_cpu_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   int N = B * T, C = (int)d.C, L = c->n_layer;
   int V = c->vocab_size, Vp = c->padded_vocab, tied = !c->untied_head;
   acts a;
-  carve(c, m->acts, B, T, &a);
+  carve(c, m->recompute, m->acts, B, T, &a);
   llama_cpu_rope_tables(a.cos, a.sin, 0, T, (int)d.hs, c->rope_theta);
 
   NEED(0, 1);
@@ -430,7 +459,7 @@ int llama_cpu_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   for (int l = 0; l < L; l++) {
     NEED(1 + l, 2 + l);
     layer_acts la = layer_at(m, &a, l, B, T);
-    layer_forward(m, &la, res, &a, l, B, T);
+    layer_forward(m, &la, res, &a, l, B, T, 1);
     DONE(1 + l, 2 + l);
     res = la.res3;
   }
@@ -460,7 +489,7 @@ hook_failed:
 
 const float *llama_cpu_logits(const gpt *m) {
   acts a = {0};
-  carve(&m->cfg, m->acts, m->B, m->T, &a);
+  carve(&m->cfg, m->recompute, m->acts, m->B, m->T, &a);
   return a.logits;
 }
 
@@ -469,7 +498,7 @@ void llama_cpu_backward(gpt *m, float scale) {
   int B = m->B, T = m->T, C = c->n_embd, V = c->vocab_size;
   int Vp = c->padded_vocab, L = c->n_layer, N = B * T, tied = !c->untied_head;
   acts a;
-  carve(c, m->acts, B, T, &a);
+  carve(c, m->recompute, m->acts, B, T, &a);
   size_t nf = norm_tensor(m);
 
   /* loss -> dlogits, in place of the probabilities (one backward per
@@ -499,6 +528,12 @@ void llama_cpu_backward(gpt *m, float scale) {
     NEED(1 + l, next);
     layer_acts la = layer_at(m, &a, l, B, T);
     const float *res = l > 0 ? layer_at(m, &a, l - 1, B, T).res3 : a.encoded;
+    /* Recomputation: the same kernels on the same inputs give the
+     * forward's very bits (the last layer's block is still there). */
+    if (a.rc == GPT_RECOMPUTE_BLOCK && l < L - 1)
+      layer_forward(m, &la, res, &a, l, B, T, 0);
+    else if (a.rc == GPT_RECOMPUTE_GELU)
+      llama_cpu_swiglu(la.hid, la.gate, la.up, (size_t)N * c->intermediate);
     layer_backward(m, &la, res, &a, l, B, T);
     DONE(1 + l, next);
     if (m->grad_hook)

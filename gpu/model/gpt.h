@@ -196,8 +196,8 @@ typedef enum gpt_recompute {
  * NONE). The recomputed values are made by the very kernels, inputs and
  * dropout masks of the forward, so the gradients are bitwise those of
  * NONE. Forgets the last forward (its activations' layout changes).
- * 0, or -1 with err for a value that is not a gpt_recompute, or GELU or
- * BLOCK on a Llama model (implemented for GPT-2). */
+ * Both families. 0, or -1 with err for a value that is not a
+ * gpt_recompute. */
 int gpt_set_recompute(gpt *m, gpt_recompute r, char *err, size_t errlen);
 
 /* BF16 autocast (CPU engine): with BF16, the operands of the linear
@@ -228,11 +228,10 @@ typedef struct gpt_memory {
  * without allocating anything: parameters, gradients,
  * optim_floats_per_param floats of optimizer state per parameter (optim.h's
  * optim_state_floats_for(kind, 1): 2 for AdamW, 1 for Lion) and the
- * backend's activations for (B,T) with recomputation rc (NONE for a
- * Llama model). It is exactly what gpt_allocated_bytes
- * plus the optimizer's optim_state_floats * 4 come to after a first
- * forward at (B,T); the small tensor table and the C library's own
- * overhead are left out. */
+ * backend's activations for (B,T) with recomputation rc. It is exactly
+ * what gpt_allocated_bytes plus the optimizer's optim_state_floats * 4
+ * come to after a first forward at (B,T); the small tensor table and the
+ * C library's own overhead are left out. */
 void gpt_memory_estimate(const gpt_config *cfg, int B, int T,
                          int optim_floats_per_param, gpt_recompute rc,
                          gpt_memory *out);

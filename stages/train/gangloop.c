@@ -790,7 +790,7 @@ int gangloop_run(trainrun *r, int N) {
     status = open_comm(r, &g);
   if (status != 0)
     return status;
-  if (trainrun_setup(r, N, 1, g.dev) != 0)
+  if (trainrun_setup(r, N, 1) != 0)
     comm_abort(g.c, EXIT_FAILED);
   /* After setup: init_from's model sets the sequence length. */
   g.B = r->c.B;

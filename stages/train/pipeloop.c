@@ -96,7 +96,7 @@ static int start(trainrun *r, pipe_run *p) {
   /* The loader draws each micro-batch's D x B rows, as a ZeRO gang's
    * and one process of batch_size D x B do; replica d keeps rows
    * [d B, (d + 1) B). */
-  if (trainrun_setup(r, p->D, 0, ENGINE_CPU) != 0)
+  if (trainrun_setup(r, p->D, 0) != 0)
     return EXIT_FAILED;
   if (pipeline_check(gpt_get_config(r->model), p->P, p->N, err, sizeof err)) {
     r->h->fail(r->ctx, "%s", err);

@@ -46,7 +46,7 @@ static int start_engine(trainrun *r, engine_device *dev, char *why,
   }
   h->log(ctx, DAGRUN_LOG_INFO, "device: %s (%s)",
          *dev == ENGINE_CUDA ? "cuda" : "cpu", why);
-  if (trainrun_setup(r, 1, 0, *dev) != 0)
+  if (trainrun_setup(r, 1, 0) != 0)
     return EXIT_FAILED;
   if (*dev == ENGINE_CPU)
     log_cpu_memory(r);

@@ -111,8 +111,8 @@ static const dagrun_param_spec params[] = {
     {"recompute", DAGRUN_PARAM_STRING, "none", 0,
      "Activation recomputation to save memory: none, gelu (the MLP's GELU "
      "output; a Llama's SwiGLU output) or block (each block's forward again "
-     "in backward); the same gradients (on the CPU bit for bit; the CPU "
-     "engine has gelu and block for GPT-2 models only, the GPU for both)"},
+     "in backward); the same gradients (on the CPU bit for bit), for both "
+     "model families"},
     {"autocast", DAGRUN_PARAM_STRING, "none", 0,
      "CPU engine: none (fp32) or bf16 (the linear layers' and the head's "
      "matrix products on operands rounded to bfloat16, fp32 accumulation: "

@@ -320,7 +320,7 @@ static int fit_steps(trainrun *r, int gang) {
   return 0;
 }
 
-int trainrun_setup(trainrun *r, int nranks, int gang, engine_device dev) {
+int trainrun_setup(trainrun *r, int nranks, int gang) {
   const dagrun_host *h = r->h;
   char err[1024];
   /* A checkpoint of this task, when resume finds one, replaces
@@ -330,13 +330,9 @@ int trainrun_setup(trainrun *r, int nranks, int gang, engine_device dev) {
     return -1;
   /* Training forwards only (trainkit_forward_backward); the CPU engine's. */
   gpt_set_dropout(r->model, (float)r->c.dropout, r->c.seed);
-  /* The CPU engine's recomputation and autocast (the GPU's are its own;
-   * the CPU engine refuses gelu and block for a Llama, which the GPU
-   * engine recomputes alone). */
-  gpt_recompute cpu_rc = (gpt_recompute)r->c.recompute;
-  if (dev == ENGINE_CUDA && r->c.m.cfg.family == GPT_FAMILY_LLAMA)
-    cpu_rc = GPT_RECOMPUTE_NONE;
-  if (gpt_set_recompute(r->model, cpu_rc, err, sizeof err) != 0 ||
+  /* The CPU engine's recomputation and autocast (the GPU's are its own). */
+  if (gpt_set_recompute(r->model, (gpt_recompute)r->c.recompute, err,
+                        sizeof err) != 0 ||
       gpt_set_autocast(r->model, r->c.autocast, err, sizeof err) != 0) {
     h->fail(r->ctx, "%s", err);
     return -1;

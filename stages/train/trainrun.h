@@ -128,11 +128,8 @@ int trainrun_init(trainrun *r);
  * validation loader (batches of nranks x batch_size windows, the ones one
  * process of that batch scores: in a gang each rank scores its rows; none,
  * with a warning, when it cannot open) and the batch
- * buffers, and points r->st at them. dev: the engine that will train
- * (the CPU engine's recompute is set on the model where it trains, and
- * for a GPT-2 always; a Llama's recompute on the GPU is the GPU
- * engine's alone, the CPU engine having none for it). */
-int trainrun_setup(trainrun *r, int nranks, int gang, engine_device dev);
+ * buffers, and points r->st at them. */
+int trainrun_setup(trainrun *r, int nranks, int gang);
 
 /* With each validation: the perplexity of eval_text and the accuracy
  * on eval_choices of model (lmeval.h), as metrics eval_loss,

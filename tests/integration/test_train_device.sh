@@ -10,7 +10,7 @@
 #   value, naming the choices; one from a template when the task starts;
 # - on the CPU, recompute: gelu and block train to the very weights of
 #   none (dropout on), and the log gives the activations' size against
-#   none's; a Llama model with recompute is refused, saying so;
+#   none's (a Llama's: test_train_llama.sh);
 # - autocast: bf16 on the CPU follows fp32's loss curve within 2%.
 . "$(dirname "$0")/lib.sh"
 
@@ -96,15 +96,6 @@ P
   run_dagrun check badac.yaml
   expect_rc 2
   expect_in "$T/err" "param 'autocast': 'fp16' is not one of none, bf16"
-
-  cat > rcllama.yaml <<Y
-dag: rcllama
-tasks:
-  train: {stage: train, with: {data: "$DATA", model: llama-tiny, n_layer: 2, n_embd: 32, n_head: 2, block_size: 32, batch_size: 4, threads: 1, samples: 0, steps: 2, device: cpu, recompute: block}}
-Y
-  run_dagrun run rcllama.yaml --plain
-  expect_rc 1
-  expect_in "$T/out" "recompute: block is implemented for GPT-2 models on the CPU, not Llama ones (use recompute: none)"
 
   # device: cuda where there is no GPU (or no CUDA in this build).
   train_dag cuda "steps: 5, device: cuda"

@@ -2,7 +2,9 @@
 # The train stage with a Llama model on the CPU: it learns (the loss falls
 # below the unigram entropy), its checkpoint records the family and its
 # knobs, a run resumed from the middle checkpoint ends with the very same
-# weights as one that never stopped, a Llama checkpoint resumed by a GPT-2
+# weights as one that never stopped, recompute: block and gelu train to
+# none's very weights with less activation memory (the log says how
+# much), a Llama checkpoint resumed by a GPT-2
 # run (or by a Llama of other knobs) is refused naming both, and bad Llama
 # params are refused naming the numbers.
 . "$(dirname "$0")/lib.sh"
@@ -68,6 +70,37 @@ cmp "$R/train/checkpoints/step-00000200/model.safetensors" "$R2/train/checkpoint
   fail "the resumed Llama's weights differ from the uninterrupted run's"
 cmp "$R/train/checkpoints/step-00000200/optim.bin" "$R2/train/checkpoints/step-00000200/optim.bin" ||
   fail "the resumed Llama's optimizer state differs"
+
+# Recomputation: three layers (block rebuilds a layer between two
+# others), 12 steps with each mode; gelu and block give none's weights
+# and optimizer state bit for bit, and the log's activations shrink.
+for rc in none gelu block; do
+  train_dag "rc$rc" "${MODEL/n_layer: 2/n_layer: 3}, steps: 12, lr: 0.003, eval_every: 0, samples: 0, recompute: $rc"
+  run_dagrun run "rc$rc.yaml" --plain
+  expect_rc 0
+done
+losses "$(run_dir rcnone)" > rcnone.losses
+[ "$(wc -l < rcnone.losses)" = 12 ] || fail "recompute: none logged $(wc -l < rcnone.losses) losses, not 12"
+for rc in gelu block; do
+  losses "$(run_dir "rc$rc")" | cmp - rcnone.losses || fail "a Llama with recompute: $rc logged other losses than with none"
+  for f in model.safetensors optim.bin; do
+    cmp "$(run_dir rcnone)/train/checkpoints/step-00000012/$f" \
+      "$(run_dir "rc$rc")/train/checkpoints/step-00000012/$f" ||
+      fail "a Llama with recompute: $rc trained another $f than with none"
+  done
+done
+"$PY" - "$(run_dir rcnone)" "$(run_dir rcgelu)" "$(run_dir rcblock)" <<'P' || fail "a Llama's recompute: the log's activations"
+import re, sys
+acts = []
+for d in sys.argv[1:]:
+    log = open(d + "/train/attempt-1/log").read()
+    m = re.search(r"recompute: (\w+); autocast: none; activations ([0-9.]+) MiB a micro-batch \(([0-9.]+) MiB with recompute: none\)", log)
+    assert m, log
+    acts.append(float(m.group(2)))
+    assert float(m.group(3)) == acts[0], (m.group(0), acts)
+assert acts[0] > acts[1] > acts[2], acts
+print("Llama activations: none %.3f, gelu %.3f, block %.3f MiB" % tuple(acts))
+P
 
 # A Llama checkpoint is not a GPT-2's, nor another Llama's.
 CK="$R/train/checkpoints/step-00000100"

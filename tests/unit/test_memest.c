@@ -16,6 +16,7 @@
 #include "model/gpt.h"
 #include "optim/optim.h"
 #include "testlib.h"
+#include "testllama.h"
 
 static char err[512];
 
@@ -33,14 +34,11 @@ static optim *make_optim(const gpt *m, optim_kind kind) {
   return o;
 }
 
-static void check_shape(int L, int H, int C, int Tmax, int V, int B, int T,
-                        optim_kind kind, gpt_recompute rc) {
-  gpt_config cfg = {.n_layer = L,
-                    .n_head = H,
-                    .n_embd = C,
-                    .block_size = Tmax,
-                    .vocab_size = V};
-  CHECK_INT(gpt_config_finish(&cfg, err, sizeof err), 0);
+/* cfg (finished) trained a step at (B,T) holds what the estimate says. */
+static void check_cfg(const gpt_config *c, int B, int T, optim_kind kind,
+                      gpt_recompute rc) {
+  gpt_config cfg = *c;
+  int L = cfg.n_layer, C = cfg.n_embd, V = cfg.vocab_size;
   int per = (int)optim_state_floats_for(kind, 1);
   gpt_memory est;
   gpt_memory_estimate(&cfg, B, T, per, rc, &est);
@@ -103,6 +101,35 @@ static void check_shape(int L, int H, int C, int Tmax, int V, int B, int T,
   gpt_destroy(m);
 }
 
+static void check_shape(int L, int H, int C, int Tmax, int V, int B, int T,
+                        optim_kind kind, gpt_recompute rc) {
+  gpt_config cfg = {.n_layer = L,
+                    .n_head = H,
+                    .n_embd = C,
+                    .block_size = Tmax,
+                    .vocab_size = V};
+  CHECK_INT(gpt_config_finish(&cfg, err, sizeof err), 0);
+  check_cfg(&cfg, B, T, kind, rc);
+}
+
+/* A Llama model (GQA: KV key/value heads for H, SwiGLU width FF, the head
+ * untied or not) under each recompute mode: the estimate is what it
+ * holds, gelu saves (L-1) SwiGLU outputs, and block less again. */
+static void check_llama(int L, int H, int KV, int C, int FF, int untied, int B,
+                        int T) {
+  gpt_config cfg = testllama_config(L, H, KV, C, FF, T, 300, untied);
+  CHECK_INT(gpt_config_finish(&cfg, err, sizeof err), 0);
+  gpt_memory e[3];
+  for (int r = 0; r < 3; r++) {
+    check_cfg(&cfg, B, T, r == 1 ? OPTIM_LION : OPTIM_ADAMW, (gpt_recompute)r);
+    gpt_memory_estimate(&cfg, B, T, 2, (gpt_recompute)r, &e[r]);
+  }
+  uint64_t BT = (uint64_t)B * T;
+  CHECK_INT(e[0].acts - e[1].acts,
+            (uint64_t)(L - 1) * BT * (uint64_t)FF * sizeof(float));
+  CHECK(e[2].acts < e[1].acts);
+}
+
 /* A batch that grows regrows the activations: the held bytes then match
  * the new batch's estimate; a smaller one after it keeps the larger
  * buffers (the estimate is for a fresh engine, as batch_sweep builds). */
@@ -158,6 +185,26 @@ static void check_recompute_saving(void) {
           e[0].acts / 1048576.0, e[1].acts / 1048576.0, e[2].acts / 1048576.0);
 }
 
+/* The same for SmolLM-135M's shape (30 layers, 9 heads on 3 key/value
+ * heads, width 576, SwiGLU 1536) at B=4, T=2048, estimated only: gelu
+ * saves (L-1) x B x T x 1536 floats, block more again. */
+static void check_llama_saving(void) {
+  gpt_config cfg = {.vocab_size = 49152};
+  CHECK_INT(gpt_config_preset("smollm-135m-shape", &cfg, err, sizeof err), 0);
+  CHECK_INT(gpt_config_finish(&cfg, err, sizeof err), 0);
+  gpt_memory e[3];
+  for (int r = 0; r < 3; r++)
+    gpt_memory_estimate(&cfg, 4, 2048, 2, (gpt_recompute)r, &e[r]);
+  uint64_t L = (uint64_t)cfg.n_layer, BT = 4 * 2048;
+  CHECK_INT(e[0].acts - e[1].acts,
+            (L - 1) * BT * (uint64_t)cfg.intermediate * sizeof(float));
+  CHECK(e[2].acts < e[1].acts / 4);
+  fprintf(stderr,
+          "SmolLM-135M shape, 4 x 2048: activations none %.0f MiB, gelu %.0f "
+          "MiB, block %.0f MiB\n",
+          e[0].acts / 1048576.0, e[1].acts / 1048576.0, e[2].acts / 1048576.0);
+}
+
 int main(void) {
   check_shape(2, 2, 32, 32, 100, 1, 32, OPTIM_ADAMW, GPT_RECOMPUTE_NONE);
   check_shape(2, 2, 32, 32, 100, 4, 16, OPTIM_LION, GPT_RECOMPUTE_NONE);
@@ -165,7 +212,10 @@ int main(void) {
   check_shape(3, 3, 48, 64, 1000, 3, 64, OPTIM_LION, GPT_RECOMPUTE_NONE);
   check_shape(4, 4, 128, 128, 320, 8, 128, OPTIM_ADAMW, GPT_RECOMPUTE_GELU);
   check_shape(3, 3, 48, 64, 1000, 3, 64, OPTIM_LION, GPT_RECOMPUTE_BLOCK);
+  check_llama(3, 4, 2, 40, 100, 0, 3, 16);
+  check_llama(2, 4, 1, 64, 160, 1, 2, 32);
   check_recompute_saving();
+  check_llama_saving();
   check_growth();
   TEST_DONE();
 }
