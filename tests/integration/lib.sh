@@ -708,6 +708,7 @@ assert set(a) == set(b), (sorted(a), sorted(b))
 big = max(float(np.abs(v).max()) for v in a.values())
 worst = max(float(np.abs(a[k] - b[k]).max()) for k in a)
 assert worst <= float(sys.argv[3]) * big, (worst, big)
+print("weights: largest difference %.2g of the largest weight (tolerance %s)" % (worst / big, sys.argv[3]))
 P
 }
 

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Tensor parallelism (gpu/tensor/tensor.h) in the train stage on CPU
+# ranks under mpirun: a 2-layer GPT (width 32, 2 heads) on a vocabulary
+# of 300 ids (padded to 320: rank 1's 160 rows of wte hold the 20
+# padding rows), 20 steps.
+# - tensor_parallel 2 on 2 ranks, batch_size 2: every step's loss within
+#   1e-4 (relative) of one process's of batch_size 2, its val_loss within
+#   1e-5 (relative), the final weights within 1e-4 of the largest weight
+#   (the ZeRO and pipeline gangs' bound). The only differences are the
+#   order of float sums (a row-split product is two partial products
+#   added, the softmax's denominator two partial sums), which AdamW
+#   carries on for 20 steps; AdamW divides each gradient by its own
+#   scale, so an element whose gradient is rounding noise (the key
+#   bias's, zero in exact arithmetic) moves up to lr a step whichever
+#   way the noise points. Measured: losses 1.1e-7 apart, weights 1.4e-5
+#   of the largest at worst (one element of an MLP c_proj; the mean
+#   difference 3e-8), where a dropped all-reduce gives losses 1e-2 off.
+# - 2 replicas of tensor groups of 2 on 4 ranks (rank r is shard r % 2
+#   of replica r / 2), batch_size 2 and grad_accum 2: one process of
+#   batch_size 4 and grad_accum 2 (the same global batch, drawn in 2
+#   micro-batches of 4 rows, each replica training its 2 rows of each),
+#   within the same bounds, val_loss too (the windows of batches of 4);
+#   and the losses of one process of batch_size 8 (4x the micro-batch).
+# - The checkpoints are one process's: one process resumes the T=2 run's
+#   step-10 checkpoint and a T=2 run resumes one process's, both with one
+#   process's losses of steps 11-20; the T=2 run's final checkpoint is
+#   validated and exported downstream.
+# - Refused at start with the numbers: n_head 3 with tensor_parallel 2,
+#   a padded vocabulary of 320 with 3, world_size 3 with 2, a Llama
+#   model, dropout, device: cuda, recompute, pipeline_parallel beside
+#   it, tensor_parallel without a gang.
+. "$(dirname "$0")/lib.sh"
+
+use_train_gang
+ENV=$GANG_ENV
+
+DATA=$(make_token_data tp 300)
+MODEL="data: \"$DATA\", n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, threads: 1, steps: 20, lr: 0.003, warmup: 2, eval_every: 10, samples: 0, spike_policy: none, batch_size: 2, checkpoint_every: 10"
+
+one_process one "$MODEL"
+
+# tp_dag NAME WITH [WORLD]: a DAG of one train task (a gang of WORLD
+# ranks, 2 by default, under mpirun) with params WITH, run.
+tp_dag() {
+  printf 'dag: %s\ntasks:\n  train:\n    stage: train\n    world_size: %s\n    launcher: mpirun\n    %s\n    with: {%s}\n' \
+    "$1" "${3:-2}" "$ENV" "$2" > "$1.yaml"
+  run_dagrun run "$1.yaml" --plain
+}
+
+cat > t2.yaml <<Y
+dag: t2
+tasks:
+  train:
+    stage: train
+    world_size: 2
+    launcher: mpirun
+    $ENV
+    with: {$MODEL, tensor_parallel: 2}
+  validate: {stage: validate, needs: [train], with: {data: "$DATA", threads: 1, max_batches: 4, checkpoint: "\${tasks.train.outputs.checkpoint}"}}
+  export: {stage: export, needs: [train], with: {model: "\${tasks.train.outputs.checkpoints}"}}
+Y
+run_dagrun run t2.yaml --plain
+expect_rc 0
+R=$(run_dir t2)
+T2=$R
+expect_in "$R/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 (heads 0-0 of 2, MLP columns 0-63 of 128, vocabulary rows 0-159 of 320; 19104 of the model's 36736 parameters), 1 micro-batches (grad_accum) of 2 x 32; data-parallel replica 0 of 1 (global batch 1 x 2 x 1 = 2 sequences); zero_stage ignored"
+/usr/bin/python3 -c "import json, sys; s = json.load(open(sys.argv[1])); assert (s['tensor_parallel'], s['data_parallel'], s['world_size']) == (2, 1, 2), s" \
+  "$R/train/out/summary.json" || fail "t2: $(cat "$R/train/out/summary.json")"
+losses "$R" > t2.losses
+same_losses one.losses t2.losses 1e-4
+same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
+  "$R/train/checkpoints/step-00000020/model.safetensors" 1e-4
+# same_val A B: the two runs' val_loss within 1e-5 relative.
+same_val() {
+  /usr/bin/python3 -c "import json, sys; a, b = (json.load(open(f))['val_loss'] for f in sys.argv[1:]); assert abs(a - b) <= 1e-5 * a, (a, b)" \
+    "$1/train/out/summary.json" "$2/train/out/summary.json" || fail "val_loss differs: $1 vs $2"
+}
+same_val "$R1" "$R"
+/usr/bin/python3 -c "import json, math, sys; v = json.load(open(sys.argv[1]))['val_loss']; assert math.isfinite(v) and v < 6, v" \
+  "$R/validate/out/metrics.json" || fail "validate: $(cat "$R/validate/out/metrics.json")"
+ls "$R/export/out/model/"*.safetensors >/dev/null || fail "export: $(ls -R "$R/export/out")"
+
+# One process resumes the T=2 run's checkpoint, and T=2 one process's.
+ONE=$R1
+printf 'dag: t2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
+  "$MODEL" "$T2/train/checkpoints/step-00000010" > t2o.yaml
+run_dagrun run t2o.yaml --plain
+resumed_as one t2o "resumed from $T2/train/checkpoints/step-00000010 at step 10" 1e-4
+tp_dag o2t "$MODEL, tensor_parallel: 2, resume: \"$ONE/train/checkpoints/step-00000010\""
+resumed_as one o2t "resumed from $ONE/train/checkpoints/step-00000010 at step 10" 1e-4
+
+# Two replicas of a tensor group of 2, each micro-batch's 4 rows split
+# between them, 2 micro-batches a step: one process of batch_size 4 and
+# grad_accum 2 (its validation windows too: batches of 4), and, the
+# losses, one process of batch_size 8 (the step's 8 rows in one batch).
+one_process one8 "${MODEL/batch_size: 2/batch_size: 8}"
+one_process one4 "${MODEL/batch_size: 2/batch_size: 4}, grad_accum: 2"
+tp_dag dt "$MODEL, grad_accum: 2, tensor_parallel: 2" 4
+expect_rc 0
+R=$(run_dir dt)
+expect_in "$R/train/attempt-1/log" "2 micro-batches (grad_accum) of 2 x 32; data-parallel replica 0 of 2 (global batch 2 x 2 x 2 = 8 sequences); zero_stage ignored"
+/usr/bin/python3 -c "import json, sys; s = json.load(open(sys.argv[1])); assert (s['tensor_parallel'], s['data_parallel'], s['tokens']) == (2, 2, 20 * 8 * 32), s" \
+  "$R/train/out/summary.json" || fail "dt: $(cat "$R/train/out/summary.json")"
+losses "$R" > dt.losses
+same_losses one4.losses dt.losses 1e-4
+same_losses one8.losses dt.losses 1e-4
+same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
+  "$R/train/checkpoints/step-00000020/model.safetensors" 1e-4
+same_val "$R1" "$R"
+
+# refused NAME TEXT WITH [WORLD]: NAME fails, saying TEXT.
+refused() {
+  tp_dag "$1" "$3" "${4:-2}"
+  [ "$RC" -ne 0 ] || fail "$1: exit code 0"
+  grep -rqF -- "$2" "$(run_dir "$1")/train" || fail "$1: no \"$2\" in:
+$(cat "$(run_dir "$1")"/train/attempt-*/log)"
+}
+M3=${MODEL/n_head: 2, n_embd: 32/n_head: 3, n_embd: 48}
+refused heads "tensor_parallel 2 does not divide the model's 3 heads" \
+  "$M3, tensor_parallel: 2"
+refused vocab "tensor_parallel 3 does not divide the padded vocabulary of 320 rows (vocab_size 300" \
+  "$M3, tensor_parallel: 3" 3
+refused world "world_size 3 is not a multiple of tensor_parallel 2" \
+  "$MODEL, tensor_parallel: 2" 3
+refused llama "tensor-parallel shards are implemented for GPT-2 models, not Llama ones" \
+  "${MODEL/n_layer: 2, n_head: 2, n_embd: 32, block_size: 32/model: llama-tiny, n_layer: 2, block_size: 32}, tensor_parallel: 2"
+refused dropout "tensor_parallel 2 runs on CPU ranks without dropout" \
+  "$MODEL, tensor_parallel: 2, dropout: 0.1"
+refused cuda "tensor_parallel 2 runs on CPU ranks without device: cuda" \
+  "$MODEL, tensor_parallel: 2, device: cuda"
+refused recompute "tensor_parallel 2 runs without recompute" \
+  "$MODEL, tensor_parallel: 2, recompute: gelu"
+refused tp_pp "tensor_parallel 2 with pipeline_parallel 2: the two are not composed yet" \
+  "$MODEL, tensor_parallel: 2, pipeline_parallel: 2" 4
+printf 'dag: solo\ntasks:\n  train: {stage: train, with: {%s, tensor_parallel: 2}}\n' "$MODEL" > solo.yaml
+run_dagrun run solo.yaml --plain
+[ "$RC" -ne 0 ] || fail "solo: exit code 0"
+expect_in "$(run_dir solo)/train/attempt-1/log" "tensor_parallel 2 needs a gang of 2 CPU ranks"
+echo "ok"
