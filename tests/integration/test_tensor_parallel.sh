@@ -14,7 +14,14 @@
 #   bias's, zero in exact arithmetic) moves up to lr a step whichever
 #   way the noise points. Measured: losses 1.1e-7 apart, weights 1.4e-5
 #   of the largest at worst (one element of an MLP c_proj; the mean
-#   difference 3e-8), where a dropped all-reduce gives losses 1e-2 off.
+#   difference 3e-8). Each check fails with the thing it checks broken:
+#   without the forward all-reduce of a row-split product the losses
+#   are 6.5e-3 apart, without the MLP's backward one 3e-3, with each
+#   rank's own row maxima in the cross-entropy 8e-4 at the first step;
+#   without the lookup's all-reduce, the replicas' gradient mean, the
+#   second micro-batch, the optimizer state on resume or the gather of
+#   rank 1's shards, the check that covers it fails; and each refusal
+#   removed, its run succeeds (n_head 3 over 2 ranks trains, wrongly).
 # - 2 replicas of tensor groups of 2 on 4 ranks (rank r is shard r % 2
 #   of replica r / 2), batch_size 2 and grad_accum 2: one process of
 #   batch_size 4 and grad_accum 2 (the same global batch, drawn in 2
