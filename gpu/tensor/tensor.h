@@ -51,7 +51,8 @@
  * state) are its own arrays. The gpt every rank passes keeps the full
  * parameter array (this increment does not shrink it): the shards are
  * taken from it at tensor_create and tensor_load, and tensor_gather
- * writes every rank's back into rank 0's.
+ * writes every rank's back into rank 0's. Its gradient array is never
+ * touched (the caller may release it, gpt_release).
  *
  * Not here (refused by tensor_check or the train stage): Llama models,
  * dropout, BF16 autocast, recomputation, GPUs, pipeline stages.

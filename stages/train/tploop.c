@@ -69,6 +69,9 @@ int tploop_run(trainrun *r, int N, int T) {
         .micro = l.m, .B = r->c.B, .T = r->c.m.T, .opt = r->c.opt, .dp = l.dc};
     if (tensor_create(l.kc, r->model, &o, &tp, err, sizeof err) != 0)
       mploop_abort(r, &l, "tensor parallel", err);
+    /* The shards have gradients of their own: the model's full gradient
+     * array is never written (rank 0's engine only evaluates). */
+    gpt_release(r->model, GPT_BUF_GRADS);
     l.eng = (mploop_engine){tp, fb, clip, step, gather, load, NULL, NULL, NULL};
     size_t local, full;
     tensor_sizes(tp, &local, &full);
