@@ -1,4 +1,6 @@
-/* Tensor-parallel training on CPU ranks; see tensor.h. */
+/* Tensor-parallel training on CPU ranks; see tensor.h. Names: T is the
+ * sequence length where it is a kernel's argument (B,T), as in the
+ * engine; the group's size is ranks. */
 #include "tensor.h"
 
 #include "cpu/cpu_impl.h"
@@ -40,7 +42,7 @@ struct tensor_par {
   comm *c;
   gpt *model;
   tensor_options o;
-  int r, T;             /* rank r of the group of T */
+  int r, ranks;         /* rank r of the tensor group */
   int C, Cl, Fl, NHl;   /* widths: the model's, and a shard's */
   int V, Vl, lo, Vv;    /* vocabulary; rows of wte here, from id lo, of
                            which Vv are ids < V (the rest padding) */
@@ -139,8 +141,8 @@ static int make_shards(tensor_par *p) {
     s->cols = t->ndim == 2 ? (size_t)t->shape[1] : t->numel;
     s->kind = split_of(i, L, &s->blocks);
     s->decay = t->decay;
-    s->lrows = s->kind == SPLIT_ROWS ? s->rows / (size_t)p->T : s->rows;
-    s->lcols = s->kind == SPLIT_COLS ? s->cols / (size_t)p->T : s->cols;
+    s->lrows = s->kind == SPLIT_ROWS ? s->rows / (size_t)p->ranks : s->rows;
+    s->lcols = s->kind == SPLIT_COLS ? s->cols / (size_t)p->ranks : s->cols;
   }
   for (int pass = 0; pass < 2; pass++) /* replicated, then split */
     for (size_t i = 0; i < nt; i++) {
@@ -228,7 +230,7 @@ static size_t carve(tensor_par *p, float *base) {
   TAKE(p->lnf_rstd, N);
   TAKE(p->logits, N * p->Vl);
   TAKE(p->red, 2 * N);
-  TAKE(p->maxes, N * p->T);
+  TAKE(p->maxes, N * p->ranks);
   TAKE(p->dres, N * C);
   TAKE(p->dbuf, N * C);
   TAKE(p->dqkv, N * 3 * p->Cl);
@@ -243,8 +245,8 @@ int tensor_create(comm *c, gpt *model, const tensor_options *o,
                   tensor_par **out, char *err, size_t errlen) {
   *out = NULL;
   const gpt_config *cfg = gpt_get_config(model);
-  int T = comm_size(c);
-  if (tensor_check(cfg, T, T, err, errlen) != 0)
+  int ranks = comm_size(c);
+  if (tensor_check(cfg, ranks, ranks, err, errlen) != 0)
     return -1;
   if (o->micro < 1 || o->B < 1 || o->T < 1 || o->T > cfg->block_size) {
     snprintf(err, errlen, "tensor: micro-batches %d of B=%d T=%d", o->micro,
@@ -260,14 +262,14 @@ int tensor_create(comm *c, gpt *model, const tensor_options *o,
   p->c = c;
   p->model = model;
   p->o = *o;
-  p->T = T;
+  p->ranks = ranks;
   p->r = comm_rank(c);
   p->C = cfg->n_embd;
-  p->Cl = cfg->n_embd / T;
-  p->Fl = 4 * cfg->n_embd / T;
-  p->NHl = cfg->n_head / T;
+  p->Cl = cfg->n_embd / ranks;
+  p->Fl = 4 * cfg->n_embd / ranks;
+  p->NHl = cfg->n_head / ranks;
   p->V = cfg->vocab_size;
-  p->Vl = cfg->padded_vocab / T;
+  p->Vl = cfg->padded_vocab / ranks;
   p->lo = p->r * p->Vl;
   p->Vv = p->V - p->lo < 0 ? 0 : p->V - p->lo > p->Vl ? p->Vl : p->V - p->lo;
   if (make_shards(p) != 0 ||
@@ -309,10 +311,10 @@ void tensor_sizes(const tensor_par *p, size_t *local, size_t *full) {
 
 /* The shard of tensor k of layer l (gpt_impl.h's GPT_*): parameters
  * and gradients. */
-static float *P_(tensor_par *p, int l, int k) {
+static float *lp(tensor_par *p, int l, int k) {
   return p->params + p->sh[gpt_ti(l, k)].loff;
 }
-static float *G_(tensor_par *p, int l, int k) {
+static float *lg(tensor_par *p, int l, int k) {
   return p->grads + p->sh[gpt_ti(l, k)].loff;
 }
 
@@ -400,23 +402,23 @@ static int layer_forward(tensor_par *p, int l, const float *res, int B, int T,
                          char *err, size_t errlen) {
   layer_acts *a = &p->la[l];
   int N = B * T, C = p->C;
-  gpt_cpu_layernorm(a->ln1, a->ln1_mean, a->ln1_rstd, res, P_(p, l, GPT_LN1_W),
-                    P_(p, l, GPT_LN1_B), N, C);
+  gpt_cpu_layernorm(a->ln1, a->ln1_mean, a->ln1_rstd, res, lp(p, l, GPT_LN1_W),
+                    lp(p, l, GPT_LN1_B), N, C);
   /* ln1 (N,C) -> qkv (N,3Cl), this rank's heads -> atty (N,Cl) */
-  gpt_cpu_matmul_forward(a->qkv, a->ln1, P_(p, l, GPT_QKV_W),
-                         P_(p, l, GPT_QKV_B), N, C, 3 * p->Cl);
+  gpt_cpu_matmul_forward(a->qkv, a->ln1, lp(p, l, GPT_QKV_W),
+                         lp(p, l, GPT_QKV_B), N, C, 3 * p->Cl);
   gpt_cpu_attention_forward(a->atty, a->att, a->qkv, B, T, p->Cl, p->NHl);
-  if (row_product(p, a->res2, res, a->atty, P_(p, l, GPT_ATTPROJ_W),
-                  P_(p, l, GPT_ATTPROJ_B), N, p->Cl, err, errlen) != 0)
+  if (row_product(p, a->res2, res, a->atty, lp(p, l, GPT_ATTPROJ_W),
+                  lp(p, l, GPT_ATTPROJ_B), N, p->Cl, err, errlen) != 0)
     return -1;
   gpt_cpu_layernorm(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2,
-                    P_(p, l, GPT_LN2_W), P_(p, l, GPT_LN2_B), N, C);
+                    lp(p, l, GPT_LN2_W), lp(p, l, GPT_LN2_B), N, C);
   /* ln2 (N,C) -> fch (N,Fl) -> fch_gelu (N,Fl) */
-  gpt_cpu_matmul_forward(a->fch, a->ln2, P_(p, l, GPT_FC_W), P_(p, l, GPT_FC_B),
+  gpt_cpu_matmul_forward(a->fch, a->ln2, lp(p, l, GPT_FC_W), lp(p, l, GPT_FC_B),
                          N, C, p->Fl);
   gpt_cpu_gelu(a->fch_gelu, a->fch, (size_t)N * p->Fl);
-  return row_product(p, a->res3, a->res2, a->fch_gelu, P_(p, l, GPT_FCPROJ_W),
-                     P_(p, l, GPT_FCPROJ_B), N, p->Fl, err, errlen);
+  return row_product(p, a->res3, a->res2, a->fch_gelu, lp(p, l, GPT_FCPROJ_W),
+                     lp(p, l, GPT_FCPROJ_B), N, p->Fl, err, errlen);
 }
 
 /* The vocabulary-parallel cross-entropy of logits (N,Vl), this rank's
@@ -439,7 +441,7 @@ static int crossentropy(tensor_par *p, const uint32_t *targets, int N,
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
     float mx = p->maxes[i], *x = p->logits + (size_t)i * Vl;
-    for (int r = 1; r < p->T; r++)
+    for (int r = 1; r < p->ranks; r++)
       mx = p->maxes[(size_t)r * N + i] > mx ? p->maxes[(size_t)r * N + i] : mx;
     p->maxes[i] = mx;
     int64_t t = (int64_t)targets[i] - p->lo;
@@ -500,31 +502,31 @@ static int layer_backward(tensor_par *p, int l, const float *res, int B, int T,
   int N = B * T, C = p->C;
   /* MLP: d res3 -> dfl (N,Fl) = d fch_gelu -> d fch; the bias's
    * gradient is the same on every rank (d res3 is). */
-  gpt_cpu_matmul_backward(p->dfl, G_(p, l, GPT_FCPROJ_W),
-                          G_(p, l, GPT_FCPROJ_B), p->dres, a->fch_gelu,
-                          P_(p, l, GPT_FCPROJ_W), N, p->Fl, C);
+  gpt_cpu_matmul_backward(p->dfl, lg(p, l, GPT_FCPROJ_W),
+                          lg(p, l, GPT_FCPROJ_B), p->dres, a->fch_gelu,
+                          lp(p, l, GPT_FCPROJ_W), N, p->Fl, C);
   gpt_cpu_gelu_backward(p->dfl, a->fch, (size_t)N * p->Fl);
   /* d fch -> dbuf (N,C) = d ln2, this rank's part, summed (f) */
-  gpt_cpu_matmul_backward(p->dbuf, G_(p, l, GPT_FC_W), G_(p, l, GPT_FC_B),
-                          p->dfl, a->ln2, P_(p, l, GPT_FC_W), N, C, p->Fl);
+  gpt_cpu_matmul_backward(p->dbuf, lg(p, l, GPT_FC_W), lg(p, l, GPT_FC_B),
+                          p->dfl, a->ln2, lp(p, l, GPT_FC_W), N, C, p->Fl);
   if (allreduce(p, p->dbuf, (size_t)N * C, err, errlen) != 0)
     return -1;
-  gpt_cpu_layernorm_backward(p->dres, G_(p, l, GPT_LN2_W), G_(p, l, GPT_LN2_B),
-                             p->dbuf, a->res2, P_(p, l, GPT_LN2_W), a->ln2_mean,
+  gpt_cpu_layernorm_backward(p->dres, lg(p, l, GPT_LN2_W), lg(p, l, GPT_LN2_B),
+                             p->dbuf, a->res2, lp(p, l, GPT_LN2_W), a->ln2_mean,
                              a->ln2_rstd, N, C);
   /* Attention: d res2 -> dcl (N,Cl) = d atty -> dqkv (N,3Cl) */
-  gpt_cpu_matmul_backward(p->dcl, G_(p, l, GPT_ATTPROJ_W),
-                          G_(p, l, GPT_ATTPROJ_B), p->dres, a->atty,
-                          P_(p, l, GPT_ATTPROJ_W), N, p->Cl, C);
+  gpt_cpu_matmul_backward(p->dcl, lg(p, l, GPT_ATTPROJ_W),
+                          lg(p, l, GPT_ATTPROJ_B), p->dres, a->atty,
+                          lp(p, l, GPT_ATTPROJ_W), N, p->Cl, C);
   gpt_cpu_attention_backward(p->dqkv, p->datt, p->dcl, a->qkv, a->att, B, T,
                              p->Cl, p->NHl);
-  gpt_cpu_matmul_backward(p->dbuf, G_(p, l, GPT_QKV_W), G_(p, l, GPT_QKV_B),
-                          p->dqkv, a->ln1, P_(p, l, GPT_QKV_W), N, C,
+  gpt_cpu_matmul_backward(p->dbuf, lg(p, l, GPT_QKV_W), lg(p, l, GPT_QKV_B),
+                          p->dqkv, a->ln1, lp(p, l, GPT_QKV_W), N, C,
                           3 * p->Cl);
   if (allreduce(p, p->dbuf, (size_t)N * C, err, errlen) != 0)
     return -1;
-  gpt_cpu_layernorm_backward(p->dres, G_(p, l, GPT_LN1_W), G_(p, l, GPT_LN1_B),
-                             p->dbuf, res, P_(p, l, GPT_LN1_W), a->ln1_mean,
+  gpt_cpu_layernorm_backward(p->dres, lg(p, l, GPT_LN1_W), lg(p, l, GPT_LN1_B),
+                             p->dbuf, res, lp(p, l, GPT_LN1_W), a->ln1_mean,
                              a->ln1_rstd, N, C);
   return 0;
 }
@@ -673,7 +675,7 @@ int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
   } else {
     float *fs = with_state ? optim_state(full) : NULL;
     place(p, 0, buf, fs, k);
-    for (int r = 1; r < p->T && rc == 0; r++) {
+    for (int r = 1; r < p->ranks && rc == 0; r++) {
       rc = comm_recv(p->c, buf, (1 + k) * n * sizeof(float), r, err, errlen);
       if (rc == 0)
         place(p, r, buf, fs, k);
