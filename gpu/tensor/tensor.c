@@ -38,6 +38,16 @@ typedef struct layer_acts {
   float *res3;                      /* (N,C) */
 } layer_acts;
 
+/* One micro-batch's activations (a slot): what its backward needs. The
+ * layers of the stage only (the others NULL). */
+typedef struct slot {
+  layer_acts *la; /* n_layer */
+  float *encoded; /* (N,C) the stream entering the stage's first layer */
+  float *lnf, *lnf_mean, *lnf_rstd; /* the last stage's */
+  float *logits; /* (N,Vl), then the softmax, then its gradient */
+  uint32_t *ids; /* (N): the micro-batch's inputs (the first stage's) */
+} slot;
+
 struct tensor_par {
   comm *c;
   gpt *model;
@@ -51,18 +61,19 @@ struct tensor_par {
                            come first, [0, nrepl) */
   float *params, *grads;
   optim *opt;
-  /* Activations of one micro-batch, one allocation. */
+  /* Pipeline stages (tensor_options.pp): stage s of P, layers [first,
+   * last). */
+  int s, P, first, last;
+  /* Activations: nslots micro-batches' (one, or with stages all m of a
+   * step) and the backward's scratch, one allocation. */
   float *acts;
-  layer_acts *la; /* n_layer */
-  float *encoded; /* (N,C) the stream entering layer 0 */
-  float *lnf, *lnf_mean, *lnf_rstd;
-  float *logits;      /* (N,Vl), then the softmax, then its gradient */
+  slot *slots;
+  int nslots;
   float *red;         /* (2N): the sums of exp and the target logits */
   float *maxes;       /* (T,N) every rank's row maxima */
   float *dres, *dbuf; /* (N,C) */
   float *dqkv, *datt; /* (N,3Cl), (B,NHl,T,T) */
   float *dcl, *dfl;   /* (N,Cl), (N,Fl) */
-  uint32_t *ids;      /* (N): the micro-batch's inputs */
 };
 
 int tensor_check(const gpt_config *cfg, int T, int world, char *err,
@@ -196,9 +207,9 @@ static int make_optim(tensor_par *p, char *err, size_t errlen) {
 
 /* ---- Activations ---- */
 
-/* Carves the activations from base (NULL: counts only); the float count. */
+/* Carves the activations from base (NULL: counts only); the float count.
+ * The ids are kept as floats' room: a uint32_t is a float's size. */
 static size_t carve(tensor_par *p, float *base) {
-  const gpt_config *cfg = gpt_get_config(p->model);
   size_t N = (size_t)p->o.B * p->o.T, C = (size_t)p->C,
          at = (size_t)p->o.B * p->NHl * p->o.T * p->o.T;
   size_t n = 0;
@@ -208,27 +219,33 @@ static size_t carve(tensor_par *p, float *base) {
       (x) = base + n;                                                          \
     n += (k);                                                                  \
   } while (0)
-  for (int l = 0; l < cfg->n_layer; l++) {
-    layer_acts *a = &p->la[l];
-    TAKE(a->ln1, N * C);
-    TAKE(a->ln1_mean, N);
-    TAKE(a->ln1_rstd, N);
-    TAKE(a->qkv, N * 3 * p->Cl);
-    TAKE(a->att, at);
-    TAKE(a->atty, N * p->Cl);
-    TAKE(a->res2, N * C);
-    TAKE(a->ln2, N * C);
-    TAKE(a->ln2_mean, N);
-    TAKE(a->ln2_rstd, N);
-    TAKE(a->fch, N * p->Fl);
-    TAKE(a->fch_gelu, N * p->Fl);
-    TAKE(a->res3, N * C);
+  for (int k = 0; k < p->nslots; k++) {
+    slot *sl = &p->slots[k];
+    for (int l = p->first; l < p->last; l++) {
+      layer_acts *a = &sl->la[l];
+      TAKE(a->ln1, N * C);
+      TAKE(a->ln1_mean, N);
+      TAKE(a->ln1_rstd, N);
+      TAKE(a->qkv, N * 3 * p->Cl);
+      TAKE(a->att, at);
+      TAKE(a->atty, N * p->Cl);
+      TAKE(a->res2, N * C);
+      TAKE(a->ln2, N * C);
+      TAKE(a->ln2_mean, N);
+      TAKE(a->ln2_rstd, N);
+      TAKE(a->fch, N * p->Fl);
+      TAKE(a->fch_gelu, N * p->Fl);
+      TAKE(a->res3, N * C);
+    }
+    TAKE(sl->encoded, N * C);
+    TAKE(sl->lnf, N * C);
+    TAKE(sl->lnf_mean, N);
+    TAKE(sl->lnf_rstd, N);
+    TAKE(sl->logits, N * p->Vl);
+    if (base)
+      sl->ids = (uint32_t *)(base + n);
+    n += N;
   }
-  TAKE(p->encoded, N * C);
-  TAKE(p->lnf, N * C);
-  TAKE(p->lnf_mean, N);
-  TAKE(p->lnf_rstd, N);
-  TAKE(p->logits, N * p->Vl);
   TAKE(p->red, 2 * N);
   TAKE(p->maxes, N * p->ranks);
   TAKE(p->dres, N * C);
@@ -241,6 +258,20 @@ static size_t carve(tensor_par *p, float *base) {
   return n;
 }
 
+/* The slots, each with its table of layers, and their activations. */
+static int make_slots(tensor_par *p) {
+  int L = gpt_get_config(p->model)->n_layer;
+  if (!(p->slots = calloc((size_t)p->nslots, sizeof *p->slots)))
+    return -1;
+  for (int k = 0; k < p->nslots; k++)
+    if (!(p->slots[k].la = calloc((size_t)L, sizeof(layer_acts))))
+      return -1;
+  if (!(p->acts = malloc(carve(p, NULL) * sizeof(float))))
+    return -1;
+  carve(p, p->acts);
+  return 0;
+}
+
 int tensor_create(comm *c, gpt *model, const tensor_options *o,
                   tensor_par **out, char *err, size_t errlen) {
   *out = NULL;
@@ -248,6 +279,12 @@ int tensor_create(comm *c, gpt *model, const tensor_options *o,
   int ranks = comm_size(c);
   if (tensor_check(cfg, ranks, ranks, err, errlen) != 0)
     return -1;
+  if (o->pp && (comm_size(o->pp) > cfg->n_layer ||
+                cfg->n_layer % comm_size(o->pp) != 0)) {
+    snprintf(err, errlen, "tensor: %d stages of %d layers", comm_size(o->pp),
+             cfg->n_layer);
+    return -1;
+  }
   if (o->micro < 1 || o->B < 1 || o->T < 1 || o->T > cfg->block_size) {
     snprintf(err, errlen, "tensor: micro-batches %d of B=%d T=%d", o->micro,
              o->B, o->T);
@@ -272,17 +309,18 @@ int tensor_create(comm *c, gpt *model, const tensor_options *o,
   p->Vl = cfg->padded_vocab / ranks;
   p->lo = p->r * p->Vl;
   p->Vv = p->V - p->lo < 0 ? 0 : p->V - p->lo > p->Vl ? p->Vl : p->V - p->lo;
-  if (make_shards(p) != 0 ||
-      !(p->la = calloc((size_t)cfg->n_layer, sizeof *p->la)) ||
-      !(p->params = malloc(p->n * sizeof(float))) ||
-      !(p->grads = calloc(p->n, sizeof(float))) ||
-      !(p->acts = malloc(carve(p, NULL) * sizeof(float))) ||
-      !(p->ids = malloc((size_t)o->B * o->T * sizeof *p->ids))) {
+  p->P = o->pp ? comm_size(o->pp) : 1;
+  p->s = o->pp ? comm_rank(o->pp) : 0;
+  p->first = p->s * (cfg->n_layer / p->P);
+  p->last = p->first + cfg->n_layer / p->P;
+  /* GPipe keeps all m micro-batches' activations; alone, one. */
+  p->nslots = p->P > 1 ? o->micro : 1;
+  if (make_shards(p) != 0 || !(p->params = malloc(p->n * sizeof(float))) ||
+      !(p->grads = calloc(p->n, sizeof(float))) || make_slots(p) != 0) {
     snprintf(err, errlen, "tensor: out of memory for the shards of B=%d T=%d",
              o->B, o->T);
     return -1;
   }
-  carve(p, p->acts);
   for (size_t i = 0; i < p->nsh; i++)
     shard_copy(&p->sh[i], p->r, gpt_params(model) + p->sh[i].foff,
                p->params + p->sh[i].loff, 1);
@@ -293,12 +331,13 @@ void tensor_destroy(tensor_par *p) {
   if (!p)
     return;
   optim_destroy(p->opt);
+  for (int k = 0; p->slots && k < p->nslots; k++)
+    free(p->slots[k].la);
+  free(p->slots);
   free(p->sh);
-  free(p->la);
   free(p->params);
   free(p->grads);
   free(p->acts);
-  free(p->ids);
   free(p);
 }
 
@@ -328,39 +367,40 @@ static int allreduce(tensor_par *p, float *x, size_t n, char *err,
  * wpe[t], each rank adding the rows of its own ids (zeros for the
  * others) and the group summing them: x + 0 is x, so the stream is one
  * process's to the bit. */
-static int embed(tensor_par *p, int N, int T, char *err, size_t errlen) {
+static int embed(tensor_par *p, slot *a, int N, int T, char *err,
+                 size_t errlen) {
   const float *wte = p->params + p->sh[0].loff;
   const float *wpe = p->params + p->sh[1].loff;
   int C = p->C;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
-    int64_t id = (int64_t)p->ids[i] - p->lo;
-    float *o = p->encoded + (size_t)i * C;
+    int64_t id = (int64_t)a->ids[i] - p->lo;
+    float *o = a->encoded + (size_t)i * C;
     if (id >= 0 && id < p->Vl)
       memcpy(o, wte + (size_t)id * C, (size_t)C * sizeof(float));
     else
       memset(o, 0, (size_t)C * sizeof(float));
   }
-  if (allreduce(p, p->encoded, (size_t)N * C, err, errlen) != 0)
+  if (allreduce(p, a->encoded, (size_t)N * C, err, errlen) != 0)
     return -1;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++)
     for (int c = 0; c < C; c++)
-      p->encoded[(size_t)i * C + c] += wpe[(size_t)(i % T) * C + c];
+      a->encoded[(size_t)i * C + c] += wpe[(size_t)(i % T) * C + c];
   return 0;
 }
 
 /* The lookup's backward: dres (N,C) -> dwte += at this rank's ids, dwpe
  * += summed over the batch (each thread its channels, the positions in
  * order, as gpt_cpu_encoder_backward adds them). */
-static void embed_backward(tensor_par *p, int B, int T) {
+static void embed_backward(tensor_par *p, const slot *a, int B, int T) {
   float *dwte = p->grads + p->sh[0].loff, *dwpe = p->grads + p->sh[1].loff;
   int C = p->C, N = B * T;
 #pragma omp parallel for schedule(static)
   for (int c0 = 0; c0 < C; c0 += 16) {
     int c1 = c0 + 16 < C ? c0 + 16 : C;
     for (int i = 0; i < N; i++) {
-      int64_t id = (int64_t)p->ids[i] - p->lo;
+      int64_t id = (int64_t)a->ids[i] - p->lo;
       if (id < 0 || id >= p->Vl)
         continue;
       const float *d = p->dres + (size_t)i * C;
@@ -398,9 +438,9 @@ static int row_product(tensor_par *p, float *out, const float *res,
 }
 
 /* Layer l's forward from res (N,C). */
-static int layer_forward(tensor_par *p, int l, const float *res, int B, int T,
-                         char *err, size_t errlen) {
-  layer_acts *a = &p->la[l];
+static int layer_forward(tensor_par *p, slot *sl, int l, const float *res,
+                         int B, int T, char *err, size_t errlen) {
+  layer_acts *a = &sl->la[l];
   int N = B * T, C = p->C;
   gpt_cpu_layernorm(a->ln1, a->ln1_mean, a->ln1_rstd, res, lp(p, l, GPT_LN1_W),
                     lp(p, l, GPT_LN1_B), N, C);
@@ -424,13 +464,13 @@ static int layer_forward(tensor_par *p, int l, const float *res, int B, int T,
 /* The vocabulary-parallel cross-entropy of logits (N,Vl), this rank's
  * Vv columns: every rank gets each row's loss, and its columns become
  * the softmax's probabilities. The mean loss into *loss. */
-static int crossentropy(tensor_par *p, const uint32_t *targets, int N,
+static int crossentropy(tensor_par *p, slot *a, const uint32_t *targets, int N,
                         float *loss, char *err, size_t errlen) {
   int Vv = p->Vv, Vl = p->Vl;
   float *red = p->red;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
-    const float *x = p->logits + (size_t)i * Vl;
+    const float *x = a->logits + (size_t)i * Vl;
     float mx = -INFINITY;
     for (int j = 0; j < Vv; j++)
       mx = x[j] > mx ? x[j] : mx;
@@ -440,7 +480,7 @@ static int crossentropy(tensor_par *p, const uint32_t *targets, int N,
     return -1;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
-    float mx = p->maxes[i], *x = p->logits + (size_t)i * Vl;
+    float mx = p->maxes[i], *x = a->logits + (size_t)i * Vl;
     for (int r = 1; r < p->ranks; r++)
       mx = p->maxes[(size_t)r * N + i] > mx ? p->maxes[(size_t)r * N + i] : mx;
     p->maxes[i] = mx;
@@ -459,7 +499,7 @@ static int crossentropy(tensor_par *p, const uint32_t *targets, int N,
   for (int i = 0; i < N; i++) {
     float lse = p->maxes[i] + logf(red[i]);
     total += lse - red[N + i];
-    float inv = 1.0f / red[i], *x = p->logits + (size_t)i * Vl;
+    float inv = 1.0f / red[i], *x = a->logits + (size_t)i * Vl;
     for (int j = 0; j < Vv; j++)
       x[j] *= inv;
   }
@@ -467,38 +507,105 @@ static int crossentropy(tensor_par *p, const uint32_t *targets, int N,
   return 0;
 }
 
-/* One micro-batch's forward, inputs and targets (B,T): the loss into
- * *loss. */
-static int forward(tensor_par *p, const uint32_t *inputs,
-                   const uint32_t *targets, float *loss, char *err,
-                   size_t errlen) {
-  int B = p->o.B, T = p->o.T, N = B * T, C = p->C;
-  int L = gpt_get_config(p->model)->n_layer;
-  memcpy(p->ids, inputs, (size_t)N * sizeof *p->ids);
-  if (embed(p, N, T, err, errlen) != 0)
-    return -1;
-  const float *res = p->encoded;
-  for (int l = 0; l < L; l++) {
-    if (layer_forward(p, l, res, B, T, err, errlen) != 0)
-      return -1;
-    res = p->la[l].res3;
-  }
-  size_t lf = gpt_ti(L, 0);
-  gpt_cpu_layernorm(p->lnf, p->lnf_mean, p->lnf_rstd, res,
+/* The stream (N,C) between neighbouring stages (o.pp): this rank's
+ * counterpart in the stage before or after sends what every rank of its
+ * tensor group holds alike. */
+static int stream_send(tensor_par *p, const float *x, int to, char *err,
+                       size_t errlen) {
+  return comm_send(p->o.pp, x, (size_t)p->o.B * p->o.T * p->C * sizeof(float),
+                   to, err, errlen);
+}
+static int stream_recv(tensor_par *p, float *x, int from, char *err,
+                       size_t errlen) {
+  return comm_recv(p->o.pp, x, (size_t)p->o.B * p->o.T * p->C * sizeof(float),
+                   from, err, errlen);
+}
+
+/* The head of the last forward: res (N,C) -> ln_f -> this rank's logits
+ * (N,Vv) -> the loss into *loss. */
+static int head(tensor_par *p, slot *a, const float *res,
+                const uint32_t *targets, float *loss, char *err,
+                size_t errlen) {
+  int N = p->o.B * p->o.T, C = p->C;
+  size_t lf = gpt_ti(gpt_get_config(p->model)->n_layer, 0);
+  gpt_cpu_layernorm(a->lnf, a->lnf_mean, a->lnf_rstd, res,
                     p->params + p->sh[lf].loff, p->params + p->sh[lf + 1].loff,
                     N, C);
   /* lnf (N,C), this rank's wte rows (Vv,C) -> logits (N,Vv) */
   if (p->Vv > 0)
-    cpu_gemm(0, 1, N, p->Vv, C, 1.0f, p->lnf, C, p->params + p->sh[0].loff, C,
-             0.0f, p->logits, p->Vl);
-  return crossentropy(p, targets, N, loss, err, errlen);
+    cpu_gemm(0, 1, N, p->Vv, C, 1.0f, a->lnf, C, p->params + p->sh[0].loff, C,
+             0.0f, a->logits, p->Vl);
+  return crossentropy(p, a, targets, N, loss, err, errlen);
+}
+
+/* One micro-batch's forward of the stage's layers into slot a: from
+ * inputs (B,T) on the first stage, else from the stream the stage
+ * before sends; to the loss (targets (B,T)) into *loss on the last,
+ * else the stream sent on. */
+static int forward(tensor_par *p, slot *a, const uint32_t *inputs,
+                   const uint32_t *targets, float *loss, char *err,
+                   size_t errlen) {
+  int B = p->o.B, T = p->o.T, N = B * T;
+  if (p->s == 0) {
+    memcpy(a->ids, inputs, (size_t)N * sizeof *a->ids);
+    if (embed(p, a, N, T, err, errlen) != 0)
+      return -1;
+  } else if (stream_recv(p, a->encoded, p->s - 1, err, errlen) != 0) {
+    return -1;
+  }
+  const float *res = a->encoded;
+  for (int l = p->first; l < p->last; l++) {
+    if (layer_forward(p, a, l, res, B, T, err, errlen) != 0)
+      return -1;
+    res = a->la[l].res3;
+  }
+  if (p->s < p->P - 1)
+    return stream_send(p, res, p->s + 1, err, errlen);
+  return head(p, a, res, targets, loss, err, errlen);
+}
+
+/* The head's backward: the loss -> dres (N,C), the gradient of the
+ * stream that leaves the last layer. */
+static int head_backward(tensor_par *p, slot *a, const uint32_t *targets,
+                         float scale, char *err, size_t errlen) {
+  int N = p->o.B * p->o.T, C = p->C, Vl = p->Vl;
+  float dloss = scale / (float)N;
+  /* probs -> dlogits = dloss (probs - onehot), this rank's columns */
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    float *d = a->logits + (size_t)i * Vl;
+    for (int j = 0; j < p->Vv; j++)
+      d[j] *= dloss;
+    int64_t t = (int64_t)targets[i] - p->lo;
+    if (t >= 0 && t < p->Vv)
+      d[t] -= dloss;
+  }
+  /* dlogits (N,Vv) -> dbuf (N,C) = dlogits wte, summed (f); dwte +=
+   * dlogits^T lnf */
+  float *wte = p->params + p->sh[0].loff, *dwte = p->grads + p->sh[0].loff;
+  if (p->Vv > 0) {
+    cpu_gemm(0, 0, N, C, p->Vv, 1.0f, a->logits, Vl, wte, C, 0.0f, p->dbuf, C);
+    cpu_gemm(1, 0, p->Vv, C, N, 1.0f, a->logits, Vl, a->lnf, C, 1.0f, dwte, C);
+  } else {
+    memset(p->dbuf, 0, (size_t)N * C * sizeof(float));
+  }
+  if (allreduce(p, p->dbuf, (size_t)N * C, err, errlen) != 0)
+    return -1;
+  memset(p->dres, 0, (size_t)N * C * sizeof(float));
+  size_t lf = gpt_ti(gpt_get_config(p->model)->n_layer, 0);
+  gpt_cpu_layernorm_backward(
+      p->dres, p->grads + p->sh[lf].loff, p->grads + p->sh[lf + 1].loff,
+      p->dbuf, a->la[p->last - 1].res3, p->params + p->sh[lf].loff, a->lnf_mean,
+      a->lnf_rstd, N, C);
+  return 0;
 }
 
 /* Layer l's backward: dres = d res3 in, d of the layer's input res out
  * (in place). */
-static int layer_backward(tensor_par *p, int l, const float *res, int B, int T,
-                          char *err, size_t errlen) {
-  layer_acts *a = &p->la[l];
+static int layer_backward(tensor_par *p, const slot *sl, int l,
+                          const float *res, int B, int T, char *err,
+                          size_t errlen) {
+  layer_acts *a = &sl->la[l];
   int N = B * T, C = p->C;
   /* MLP: d res3 -> dfl (N,Fl) = d fch_gelu -> d fch; the bias's
    * gradient is the same on every rank (d res3 is). */
@@ -531,54 +638,42 @@ static int layer_backward(tensor_par *p, int l, const float *res, int B, int T,
   return 0;
 }
 
-/* The backward of the last forward with targets: adds d(scale *
- * loss)/d(shards) into the gradients. */
-static int backward(tensor_par *p, const uint32_t *targets, float scale,
-                    char *err, size_t errlen) {
-  int B = p->o.B, T = p->o.T, N = B * T, C = p->C, Vl = p->Vl;
-  int L = gpt_get_config(p->model)->n_layer;
-  float dloss = scale / (float)N;
-  /* probs -> dlogits = dloss (probs - onehot), this rank's columns */
-#pragma omp parallel for schedule(static)
-  for (int i = 0; i < N; i++) {
-    float *d = p->logits + (size_t)i * Vl;
-    for (int j = 0; j < p->Vv; j++)
-      d[j] *= dloss;
-    int64_t t = (int64_t)targets[i] - p->lo;
-    if (t >= 0 && t < p->Vv)
-      d[t] -= dloss;
-  }
-  /* dlogits (N,Vv) -> dbuf (N,C) = dlogits wte, summed (f); dwte +=
-   * dlogits^T lnf */
-  float *wte = p->params + p->sh[0].loff, *dwte = p->grads + p->sh[0].loff;
-  if (p->Vv > 0) {
-    cpu_gemm(0, 0, N, C, p->Vv, 1.0f, p->logits, Vl, wte, C, 0.0f, p->dbuf, C);
-    cpu_gemm(1, 0, p->Vv, C, N, 1.0f, p->logits, Vl, p->lnf, C, 1.0f, dwte, C);
-  } else {
-    memset(p->dbuf, 0, (size_t)N * C * sizeof(float));
-  }
-  if (allreduce(p, p->dbuf, (size_t)N * C, err, errlen) != 0)
-    return -1;
-  memset(p->dres, 0, (size_t)N * C * sizeof(float));
-  size_t lf = gpt_ti(L, 0);
-  gpt_cpu_layernorm_backward(
-      p->dres, p->grads + p->sh[lf].loff, p->grads + p->sh[lf + 1].loff,
-      p->dbuf, L > 0 ? p->la[L - 1].res3 : p->encoded,
-      p->params + p->sh[lf].loff, p->lnf_mean, p->lnf_rstd, N, C);
-  for (int l = L - 1; l >= 0; l--)
-    if (layer_backward(p, l, l > 0 ? p->la[l - 1].res3 : p->encoded, B, T, err,
-                       errlen) != 0)
+/* The backward of slot a's forward: adds d(scale * loss)/d(shards) of
+ * the stage's tensors into the gradients, from the loss on the last
+ * stage, else from the gradient the stage after sends; the input's
+ * gradient is sent back, or on the first stage goes to the embeddings. */
+static int backward(tensor_par *p, slot *a, const uint32_t *targets,
+                    float scale, char *err, size_t errlen) {
+  int B = p->o.B, T = p->o.T;
+  if (p->s == p->P - 1) {
+    if (head_backward(p, a, targets, scale, err, errlen) != 0)
       return -1;
-  embed_backward(p, B, T);
+  } else if (stream_recv(p, p->dres, p->s + 1, err, errlen) != 0) {
+    return -1;
+  }
+  for (int l = p->last - 1; l >= p->first; l--)
+    if (layer_backward(p, a, l, l > p->first ? a->la[l - 1].res3 : a->encoded,
+                       B, T, err, errlen) != 0)
+      return -1;
+  if (p->s > 0)
+    return stream_send(p, p->dres, p->s - 1, err, errlen);
+  embed_backward(p, a, B, T);
   return 0;
 }
 
-/* After the micro-batches: the mean over the shard group (dp) of the
- * gradients and the loss; then rank 0's replicated gradients and loss
- * for the whole tensor group (tensor.h says why). */
+/* After the micro-batches: with stages, the sum over them of the
+ * gradients (each tensor's from the stage that has it, wte's lookup and
+ * head parts from the first and the last) and the last stage's loss;
+ * the mean over the shard group (dp) of the gradients and the loss;
+ * then rank 0's replicated gradients and loss for the whole tensor
+ * group (tensor.h says why). */
 static int reduce_step(tensor_par *p, double *loss, char *err, size_t errlen) {
   comm *dp = p->o.dp;
   int D = dp ? comm_size(dp) : 1;
+  if (p->P > 1 &&
+      (comm_allreduce_sum(p->o.pp, p->grads, p->n, err, errlen) != 0 ||
+       comm_broadcast(p->o.pp, loss, sizeof *loss, p->P - 1, err, errlen)))
+    return -1;
   if (D > 1) {
     if (comm_allreduce_sum(dp, p->grads, p->n, err, errlen) != 0 ||
         comm_allreduce_sum_double(dp, loss, err, errlen) != 0)
@@ -598,17 +693,24 @@ int tensor_forward_backward(tensor_par *p, const uint32_t *inputs,
                             const uint32_t *targets, double *loss, char *err,
                             size_t errlen) {
   size_t BT = (size_t)p->o.B * p->o.T;
-  int m = p->o.micro;
+  int m = p->o.micro, rc = 0;
+  float scale = 1.0f / (float)m;
   memset(p->grads, 0, p->n * sizeof(float));
   *loss = 0;
-  int nb = cpu_blas_threads_begin(), rc = 0;
+  int nb = cpu_blas_threads_begin();
+  /* Alone: each micro-batch's forward and backward in turn, in one slot.
+   * With stages, GPipe: all m forwards, then all m backwards, in the
+   * same order on every stage (so each receive meets its send). */
   for (int k = 0; k < m && rc == 0; k++) {
     float l = 0;
-    rc = forward(p, inputs + k * BT, targets + k * BT, &l, err, errlen);
-    if (rc == 0)
-      rc = backward(p, targets + k * BT, 1.0f / (float)m, err, errlen);
+    slot *a = &p->slots[k % p->nslots];
+    rc = forward(p, a, inputs + k * BT, targets + k * BT, &l, err, errlen);
+    if (rc == 0 && p->nslots == 1)
+      rc = backward(p, a, targets + k * BT, scale, err, errlen);
     *loss += l / m; /* as trainkit_forward_backward sums them */
   }
+  for (int k = 0; k < m && rc == 0 && p->nslots > 1; k++)
+    rc = backward(p, &p->slots[k], targets + k * BT, scale, err, errlen);
   cpu_blas_threads_end(nb);
   return rc == 0 ? reduce_step(p, loss, err, errlen) : -1;
 }
@@ -657,6 +759,8 @@ static void place(tensor_par *p, int r, float *buf, float *fs, size_t k) {
 
 int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
                   size_t errlen) {
+  if (p->s > 0)
+    return 0; /* the first stage's group has every shard, as this one */
   size_t k = with_state ? per_param(p->opt, p->n) : 0, n = p->n;
   float *buf = malloc((1 + k) * n * sizeof(float));
   if (!buf) {

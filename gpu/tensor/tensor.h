@@ -54,8 +54,22 @@
  * writes every rank's back into rank 0's. Its gradient array is never
  * touched (the caller may release it, gpt_release).
  *
+ * Pipeline stages beside it (T x P, tensor_options.pp): the replica's
+ * layers are cut into P stages of n_layer / P, each a tensor group of T
+ * ranks; the first has the lookup, the last ln_f, the head and the loss.
+ * Rank t of stage s sends the stream (B,T,C), the same on every rank of
+ * its group, to rank t of stage s + 1, and its gradient comes back, by
+ * point to point; the step is GPipe's: all m micro-batches' forwards,
+ * then all their backwards (m micro-batches' activations kept). This
+ * increment splits the compute and the activations, not the weights:
+ * every stage keeps its shard of every layer, the stages' gradients are
+ * summed once a step (each tensor's is the stage's that has it; wte's
+ * lookup and head parts come from the first and the last) and every
+ * stage applies the same update, so the first stage's group has the
+ * whole model for tensor_gather.
+ *
  * Not here (refused by tensor_check or the train stage): Llama models,
- * dropout, BF16 autocast, recomputation, GPUs, pipeline stages.
+ * dropout, BF16 autocast, recomputation, GPUs.
  *
  * Every function but tensor_check, tensor_step and tensor_destroy is
  * collective over the tensor group (and dp where it says so): every rank
@@ -80,6 +94,9 @@ typedef struct tensor_options {
   /* The shard group: this rank's shard in every replica (borrowed; NULL
    * or one rank: no data parallel). */
   comm *dp;
+  /* Pipeline stages (T x P): this shard's ranks in every stage of the
+   * replica, stage s being rank s (borrowed; NULL or one rank: none). */
+  comm *pp;
 } tensor_options;
 
 /* Whether a tensor group of T ranks fits cfg on world ranks: T >= 2, a

@@ -55,15 +55,16 @@ int mploop_check(trainrun *r, mploop *l) {
 }
 
 int mploop_open(trainrun *r, mploop *l,
-                int (*fits)(const gpt_config *cfg, int K, int N, char *err,
-                            size_t errlen)) {
+                int (*fits)(void *arg, const gpt_config *cfg, int N, char *err,
+                            size_t errlen),
+                void *arg) {
   char err[2048];
   /* The loader draws each micro-batch's D x B rows, as a ZeRO gang's
    * and one process of batch_size D x B do; replica d keeps rows
    * [d B, (d + 1) B). */
   if (trainrun_setup(r, l->D, 0, ENGINE_CPU) != 0)
     return EXIT_FAILED;
-  if (fits(gpt_get_config(r->model), l->K, l->N, err, sizeof err)) {
+  if (fits(arg, gpt_get_config(r->model), l->N, err, sizeof err)) {
     r->h->fail(r->ctx, "%s", err);
     return EXIT_BAD_PARAMS;
   }
@@ -269,7 +270,6 @@ static int finish(trainrun *r, mploop *l) {
             r->val_loss);
   cJSON *s = trainrun_summary_start(r, gpt_num_params(r->model));
   cJSON_AddNumberToObject(s, "world_size", l->N);
-  cJSON_AddNumberToObject(s, l->param, l->K);
   cJSON_AddNumberToObject(s, "data_parallel", l->D);
   if (l->eng.summary)
     l->eng.summary(l->eng.arg, r, s);

@@ -45,7 +45,8 @@ typedef struct mploop_engine {
   /* After each step, on every rank (NULL: nothing): the engine's own
    * metrics and log lines (rank 0 reports). */
   void (*stepped)(void *arg, trainrun *r, int rank);
-  /* On rank 0 at the end (NULL: nothing): its summary fields into s. */
+  /* On rank 0 at the end: its summary fields into s (the layout's
+   * sizes among them; world_size and data_parallel are the loop's). */
   void (*summary)(void *arg, trainrun *r, cJSON *s);
   void *arg;
 } mploop_engine;
@@ -73,14 +74,15 @@ typedef struct mploop {
 int mploop_check(trainrun *r, mploop *l);
 
 /* The setup (the model, the loader of D x batch_size rows), fits (the
- * engine's shape check, tensor_check's signature) against K and N, the
+ * engine's shape check, with arg: 0, or -1 with err) against N, the
  * gang's communicator and its splits, rank 0's one-process engine (the
  * pre-flight loss, validation) and the step's buffers. 0, or the exit
  * status (before the communicator: every rank fails alike); aborts the
  * gang after it. */
 int mploop_open(trainrun *r, mploop *l,
-                int (*fits)(const gpt_config *cfg, int K, int N, char *err,
-                            size_t errlen));
+                int (*fits)(void *arg, const gpt_config *cfg, int N, char *err,
+                            size_t errlen),
+                void *arg);
 
 /* Fails the task and aborts the gang. */
 _Noreturn void mploop_abort(trainrun *r, mploop *l, const char *what,

@@ -43,6 +43,12 @@ static int load(void *e, optim *full, char *err, size_t errlen) {
   return pipeline_load(e, full, err, errlen);
 }
 
+/* pipeline_check, as mploop_open takes it. */
+static int fits(void *arg, const gpt_config *cfg, int N, char *err,
+                size_t errlen) {
+  return pipeline_check(cfg, ((pipe_run *)arg)->l.K, N, err, errlen);
+}
+
 /* The bubble line: this step's measured idle share beside the formula. */
 static void log_bubble(trainrun *r, pipe_run *p, const char *when,
                        double idle) {
@@ -69,6 +75,7 @@ static void stepped(void *arg, trainrun *r, int rank) {
 
 static void summary(void *arg, trainrun *r, cJSON *s) {
   pipe_run *p = arg;
+  cJSON_AddNumberToObject(s, "pipeline_parallel", p->l.K);
   if (p->l.nsteps)
     log_bubble(r, p, "mean over the steps", p->idle_sum / p->l.nsteps);
   cJSON_AddStringToObject(s, "pipeline_schedule",
@@ -120,7 +127,7 @@ int pipeloop_run(trainrun *r, int N, int P) {
     status = EXIT_BAD_PARAMS;
   p.sched = (pipeline_schedule)sc;
   if (status == 0)
-    status = mploop_open(r, &p.l, pipeline_check);
+    status = mploop_open(r, &p.l, fits, &p);
   if (status == 0) {
     start(r, &p);
     status = mploop_train(r, &p.l);

@@ -15,8 +15,13 @@
  * padded vocabulary not divisible by tensor_parallel (the vocabulary is
  * padded to a multiple of 64 already, and that padding is what is split:
  * no more is added), a Llama model, recompute or autocast other than
- * none, and pipeline_parallel above 1 beside it (train.c). zero_stage
- * is ignored, said in the log line that gives the layout.
+ * none. zero_stage is ignored, said in the log line that gives the
+ * layout.
+ *
+ * With pipeline_parallel P beside it (world_size D x P x T), each
+ * replica is P stages of a tensor group each: rank r is shard r % T of
+ * stage (r / T) % P of replica r / (T P), GPipe's schedule over the
+ * grad_accum micro-batches (tensor.h), n_layer divisible by P.
  *
  * Checkpoints, validation and resume are mploop.h's: one process's
  * format, gathered to rank 0, and one process's validation windows.
@@ -34,6 +39,6 @@ int tploop_param(trainrun *r, int *T);
  * caller frees r); N is gangloop_ranks() (0: not in a gang, refused).
  * Collective. Returns the exit status, or aborts the gang through the
  * communicator on a failure in the middle of the exchanges. */
-int tploop_run(trainrun *r, int N, int T);
+int tploop_run(trainrun *r, int N, int T, int P);
 
 #endif /* DAGRUN_TRAIN_TPLOOP_H */

@@ -146,9 +146,11 @@ static const dagrun_param_spec params[] = {
     {"tensor_parallel", DAGRUN_PARAM_INT, "1", 0,
      "Tensor-parallel ranks (CPU ranks, GPT-2 models; Megatron-LM's "
      "split): each block's heads and MLP columns, and the vocabulary, cut "
-     "over this many consecutive ranks; world_size must be a multiple of "
-     "it (world_size / tensor_parallel data-parallel replicas) and it must "
-     "divide n_head and the vocabulary padded to a multiple of 64. 1: none"},
+     "over this many consecutive ranks; it must divide n_head and the "
+     "vocabulary padded to a multiple of 64, and world_size must be a "
+     "multiple of it (of it x pipeline_parallel with pipeline stages of "
+     "tensor groups, GPipe-scheduled): the rest are data-parallel "
+     "replicas. 1: none"},
     {"zero_bucket", DAGRUN_PARAM_INT, "0", 0,
      "In a gang at stages 0-1: floats in a gradient bucket, all-reduced "
      "while backward goes on (0: 1048576). Stages 2-3 reduce a layer "
@@ -184,16 +186,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
     trainrun_free(&r);
     return EXIT_BAD_PARAMS;
   }
-  if (P > 1 && T > 1) {
-    h->fail(ctx,
-            "tensor_parallel %d with pipeline_parallel %d: the two are not "
-            "composed yet; use one of them",
-            T, P);
-    trainrun_free(&r);
-    return EXIT_BAD_PARAMS;
-  }
-  int status = P > 1    ? pipeloop_run(&r, nranks, P)
-               : T > 1  ? tploop_run(&r, nranks, T)
+  int status = T > 1    ? tploop_run(&r, nranks, T, P)
+               : P > 1  ? pipeloop_run(&r, nranks, P)
                : nranks ? gangloop_run(&r, nranks)
                         : singleloop_run(&r);
   trainrun_free(&r);

@@ -29,14 +29,18 @@
 #   micro-batches of 4 rows, each replica training its 2 rows of each),
 #   within the same bounds, val_loss too (the windows of batches of 4);
 #   and the losses of one process of batch_size 8 (4x the micro-batch).
+# - T=2 x P=2 on 4 ranks (GPipe over 2 micro-batches of 4): one process
+#   of batch_size 4 and grad_accum 2, within the same bounds; its
+#   checkpoint resumes as one process and as a ZeRO gang of 4 ranks.
 # - The checkpoints are one process's: one process resumes the T=2 run's
 #   step-10 checkpoint and a T=2 run resumes one process's, both with one
 #   process's losses of steps 11-20; the T=2 run's final checkpoint is
 #   validated and exported downstream.
 # - Refused at start with the numbers: n_head 3 with tensor_parallel 2,
 #   a padded vocabulary of 320 with 3, world_size 3 with 2, a Llama
-#   model, dropout, device: cuda, recompute, pipeline_parallel beside
-#   it, tensor_parallel without a gang.
+#   model, dropout, device: cuda, recompute, n_layer 3 with
+#   pipeline_parallel 2 beside it, world_size 6 for 2 x 2, and
+#   tensor_parallel without a gang.
 . "$(dirname "$0")/lib.sh"
 
 use_train_gang
@@ -127,6 +131,30 @@ same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
   "$R/train/checkpoints/step-00000020/model.safetensors" 1e-4
 same_val "$R1" "$R"
 
+# Two pipeline stages of a tensor group of 2 (4 ranks: rank r is shard
+# r % 2 of stage r / 2), batch_size 4 and grad_accum 2 (GPipe over the 2
+# micro-batches): one4's losses, weights and val_loss; its step-10
+# checkpoint resumes as one process and as a ZeRO gang of 4 ranks of
+# batch_size 1, both with one4's losses of steps 11-20.
+M4="${MODEL/batch_size: 2/batch_size: 4}, grad_accum: 2"
+tp_dag txp "$M4, tensor_parallel: 2, pipeline_parallel: 2" 4
+expect_rc 0
+R=$(run_dir txp)
+expect_in "$R/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 of stage 0 of 2 (layers 0-0, GPipe schedule) (heads 0-1 of 4,"
+/usr/bin/python3 -c "import json, sys; s = json.load(open(sys.argv[1])); assert (s['tensor_parallel'], s['pipeline_parallel'], s['data_parallel']) == (2, 2, 1), s" \
+  "$R/train/out/summary.json" || fail "txp: $(cat "$R/train/out/summary.json")"
+losses "$R" > txp.losses
+same_losses one4.losses txp.losses 1e-4
+same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
+  "$R/train/checkpoints/step-00000020/model.safetensors" 1e-4
+same_val "$R1" "$R"
+printf 'dag: txp2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
+  "$M4" "$R/train/checkpoints/step-00000010" > txp2o.yaml
+run_dagrun run txp2o.yaml --plain
+resumed_as one4 txp2o "resumed from $R/train/checkpoints/step-00000010 at step 10" 1e-4
+tp_dag txp2d "${M4/batch_size: 4/batch_size: 1}, zero_stage: 1, resume: \"$R/train/checkpoints/step-00000010\"" 4
+resumed_as one4 txp2d "resumed from one-process checkpoint $R/train/checkpoints/step-00000010 at step 10" 1e-4
+
 # refused NAME TEXT WITH [WORLD]: NAME fails, saying TEXT.
 refused() {
   tp_dag "$1" "$3" "${4:-2}"
@@ -149,8 +177,10 @@ refused cuda "tensor_parallel 2 runs on CPU ranks without device: cuda" \
   "$MODEL, tensor_parallel: 2, device: cuda"
 refused recompute "tensor_parallel 2 runs without recompute" \
   "$MODEL, tensor_parallel: 2, recompute: gelu"
-refused tp_pp "tensor_parallel 2 with pipeline_parallel 2: the two are not composed yet" \
-  "$MODEL, tensor_parallel: 2, pipeline_parallel: 2" 4
+refused tp_layers "pipeline_parallel 2 does not divide the model's 3 layers" \
+  "${MODEL/n_layer: 2/n_layer: 3}, tensor_parallel: 2, pipeline_parallel: 2" 4
+refused tp_world "world_size 6 is not a multiple of tensor_parallel x pipeline_parallel 4" \
+  "$MODEL, tensor_parallel: 2, pipeline_parallel: 2" 6
 printf 'dag: solo\ntasks:\n  train: {stage: train, with: {%s, tensor_parallel: 2}}\n' "$MODEL" > solo.yaml
 run_dagrun run solo.yaml --plain
 [ "$RC" -ne 0 ] || fail "solo: exit code 0"
