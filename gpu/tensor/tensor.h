@@ -71,9 +71,10 @@
  * Not here (refused by tensor_check or the train stage): Llama models,
  * dropout, BF16 autocast, recomputation, GPUs.
  *
- * Every function but tensor_check, tensor_step and tensor_destroy is
- * collective over the tensor group (and dp where it says so): every rank
- * calls it, in the same order. They return 0, or -1 with err; a failed
+ * Every function but tensor_check, tensor_sizes, tensor_step,
+ * tensor_load and tensor_destroy is collective over the tensor group
+ * (and over dp and pp where it says so): every rank calls it, in the
+ * same order. They return 0, or -1 with err; a failed
  * exchange leaves the communicator unusable (abort the gang). Threads:
  * the caller's thread only.
  */
@@ -122,8 +123,10 @@ void tensor_destroy(tensor_par *p); /* NULL is a no-op */
 void tensor_sizes(const tensor_par *p, size_t *local, size_t *full);
 
 /* Zeroes the gradients and trains the step's m micro-batches: inputs
- * and targets (m,B,T), the same on every rank of the group. With dp,
- * averages the gradients and the loss over it. *loss: the mean over the
+ * and targets (m,B,T), the same on every rank of the group (the first
+ * stage reads the inputs, the last the targets). With pp, exchanges the
+ * streams and sums the gradients over it; with dp, averages the
+ * gradients and the loss over it. *loss: the mean over the
  * micro-batches (and the replicas), on every rank. */
 int tensor_forward_backward(tensor_par *p, const uint32_t *inputs,
                             const uint32_t *targets, double *loss, char *err,
@@ -144,7 +147,8 @@ void tensor_step(tensor_par *p, float lr);
  * (the same on every rank), their optimizer state and step count into
  * full (rank 0's optimizer over the whole model, trainkit_make_optim's
  * layout; NULL elsewhere): rank 0 can then evaluate, save and export
- * the model as one process's. */
+ * the model as one process's. With pp, the first stage's group does it
+ * (it holds every layer's shards); the other stages return 0. */
 int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
                   size_t errlen);
 
