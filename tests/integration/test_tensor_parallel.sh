@@ -21,7 +21,8 @@
 #   rank's own row maxima in the cross-entropy 1.2e-2;
 #   without the lookup's all-reduce, the replicas' gradient mean, the
 #   second micro-batch, the optimizer state on resume or the gather of
-#   rank 1's shards, the check that covers it fails; and each refusal
+#   rank 1's shards, the stages' gradient sum or the first stage's
+#   gather (T x P), the check that covers it fails; and each refusal
 #   removed, its run succeeds (n_head 3 over 2 ranks trains, wrongly).
 # - 2 replicas of tensor groups of 2 on 4 ranks (rank r is shard r % 2
 #   of replica r / 2), batch_size 2 and grad_accum 2: one process of
