@@ -52,14 +52,6 @@ MODEL="data: \"$DATA\", n_layer: 2, n_head: 4, n_embd: 32, block_size: 32, threa
 
 one_process one "$MODEL"
 
-# tp_dag NAME WITH [WORLD]: a DAG of one train task (a gang of WORLD
-# ranks, 2 by default, under mpirun) with params WITH, run.
-tp_dag() {
-  printf 'dag: %s\ntasks:\n  train:\n    stage: train\n    world_size: %s\n    launcher: mpirun\n    %s\n    with: {%s}\n' \
-    "$1" "${3:-2}" "$ENV" "$2" > "$1.yaml"
-  run_dagrun run "$1.yaml" --plain
-}
-
 cat > t2.yaml <<Y
 dag: t2
 tasks:
@@ -96,7 +88,7 @@ ONE=$R1
 
 # Four ranks of one head each (and 80 vocabulary rows, the last rank's
 # 60 ids and 20 padding rows).
-tp_dag t4 "$MODEL, tensor_parallel: 4" 4
+gang_dag t4 "$MODEL, tensor_parallel: 4" 4
 expect_rc 0
 R=$(run_dir t4)
 expect_in "$R/train/attempt-1/log" "rank 0 is shard 0 of 4 (heads 0-0 of 4, MLP columns 0-31 of 128, vocabulary rows 0-79 of 320;"
@@ -110,7 +102,7 @@ printf 'dag: t2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
   "$MODEL" "$T2/train/checkpoints/step-00000010" > t2o.yaml
 run_dagrun run t2o.yaml --plain
 resumed_as one t2o "resumed from $T2/train/checkpoints/step-00000010 at step 10" 1e-4
-tp_dag o2t "$MODEL, tensor_parallel: 2, resume: \"$ONE/train/checkpoints/step-00000010\""
+gang_dag o2t "$MODEL, tensor_parallel: 2, resume: \"$ONE/train/checkpoints/step-00000010\""
 resumed_as one o2t "resumed from $ONE/train/checkpoints/step-00000010 at step 10" 1e-4
 
 # Two replicas of a tensor group of 2, each micro-batch's 4 rows split
@@ -119,7 +111,7 @@ resumed_as one o2t "resumed from $ONE/train/checkpoints/step-00000010 at step 10
 # losses, one process of batch_size 8 (the step's 8 rows in one batch).
 one_process one8 "${MODEL/batch_size: 2/batch_size: 8}"
 one_process one4 "${MODEL/batch_size: 2/batch_size: 4}, grad_accum: 2"
-tp_dag dt "$MODEL, grad_accum: 2, tensor_parallel: 2" 4
+gang_dag dt "$MODEL, grad_accum: 2, tensor_parallel: 2" 4
 expect_rc 0
 R=$(run_dir dt)
 expect_in "$R/train/attempt-1/log" "2 micro-batches (grad_accum) of 2 x 32; data-parallel replica 0 of 2 (global batch 2 x 2 x 2 = 8 sequences); zero_stage ignored"
@@ -138,7 +130,7 @@ same_val "$R1" "$R"
 # checkpoint resumes as one process and as a ZeRO gang of 4 ranks of
 # batch_size 1, both with one4's losses of steps 11-20.
 M4="${MODEL/batch_size: 2/batch_size: 4}, grad_accum: 2"
-tp_dag txp "$M4, tensor_parallel: 2, pipeline_parallel: 2" 4
+gang_dag txp "$M4, tensor_parallel: 2, pipeline_parallel: 2" 4
 expect_rc 0
 R=$(run_dir txp)
 expect_in "$R/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 of stage 0 of 2 (layers 0-0, GPipe schedule) (heads 0-1 of 4,"
@@ -153,34 +145,27 @@ printf 'dag: txp2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n'
   "$M4" "$R/train/checkpoints/step-00000010" > txp2o.yaml
 run_dagrun run txp2o.yaml --plain
 resumed_as one4 txp2o "resumed from $R/train/checkpoints/step-00000010 at step 10" 1e-4
-tp_dag txp2d "${M4/batch_size: 4/batch_size: 1}, zero_stage: 1, resume: \"$R/train/checkpoints/step-00000010\"" 4
+gang_dag txp2d "${M4/batch_size: 4/batch_size: 1}, zero_stage: 1, resume: \"$R/train/checkpoints/step-00000010\"" 4
 resumed_as one4 txp2d "resumed from one-process checkpoint $R/train/checkpoints/step-00000010 at step 10" 1e-4
 
-# refused NAME TEXT WITH [WORLD]: NAME fails, saying TEXT.
-refused() {
-  tp_dag "$1" "$3" "${4:-2}"
-  [ "$RC" -ne 0 ] || fail "$1: exit code 0"
-  grep -rqF -- "$2" "$(run_dir "$1")/train" || fail "$1: no \"$2\" in:
-$(cat "$(run_dir "$1")"/train/attempt-*/log)"
-}
 M3=${MODEL/n_head: 4, n_embd: 32/n_head: 3, n_embd: 48}
-refused heads "tensor_parallel 2 does not divide the model's 3 heads" \
+gang_refused heads "tensor_parallel 2 does not divide the model's 3 heads" \
   "$M3, tensor_parallel: 2"
-refused vocab "tensor_parallel 3 does not divide the padded vocabulary of 320 rows (vocab_size 300" \
+gang_refused vocab "tensor_parallel 3 does not divide the padded vocabulary of 320 rows (vocab_size 300" \
   "$M3, tensor_parallel: 3" 3
-refused world "world_size 3 is not a multiple of tensor_parallel 2" \
+gang_refused world "world_size 3 is not a multiple of tensor_parallel 2" \
   "$MODEL, tensor_parallel: 2" 3
-refused llama "tensor-parallel shards are implemented for GPT-2 models, not Llama ones" \
+gang_refused llama "tensor-parallel shards are implemented for GPT-2 models, not Llama ones" \
   "${MODEL/n_layer: 2, n_head: 4, n_embd: 32, block_size: 32/model: llama-tiny, n_layer: 2, block_size: 32}, tensor_parallel: 2"
-refused dropout "tensor_parallel 2 runs on CPU ranks without dropout" \
+gang_refused dropout "tensor_parallel 2 runs on CPU ranks without dropout" \
   "$MODEL, tensor_parallel: 2, dropout: 0.1"
-refused cuda "tensor_parallel 2 runs on CPU ranks without device: cuda" \
+gang_refused cuda "tensor_parallel 2 runs on CPU ranks without device: cuda" \
   "$MODEL, tensor_parallel: 2, device: cuda"
-refused recompute "tensor_parallel 2 runs without recompute" \
+gang_refused recompute "tensor_parallel 2 runs without recompute" \
   "$MODEL, tensor_parallel: 2, recompute: gelu"
-refused tp_layers "pipeline_parallel 2 does not divide the model's 3 layers" \
+gang_refused tp_layers "pipeline_parallel 2 does not divide the model's 3 layers" \
   "${MODEL/n_layer: 2/n_layer: 3}, tensor_parallel: 2, pipeline_parallel: 2" 4
-refused tp_world "world_size 6 is not a multiple of tensor_parallel x pipeline_parallel 4" \
+gang_refused tp_world "world_size 6 is not a multiple of tensor_parallel x pipeline_parallel 4" \
   "$MODEL, tensor_parallel: 2, pipeline_parallel: 2" 6
 printf 'dag: solo\ntasks:\n  train: {stage: train, with: {%s, tensor_parallel: 2}}\n' "$MODEL" > solo.yaml
 run_dagrun run solo.yaml --plain
