@@ -51,6 +51,32 @@ DATA=$(make_token_data tp 300)
 MODEL="data: \"$DATA\", n_layer: 2, n_head: 4, n_embd: 32, block_size: 32, threads: 1, steps: 20, lr: 0.003, warmup: 2, eval_every: 10, samples: 0, spike_policy: none, batch_size: 2, checkpoint_every: 10"
 
 one_process one "$MODEL"
+ONE=$R1
+
+# like REF NAME: run NAME succeeded with REF's losses (REF.losses) within
+# 1e-4 relative and the final weights of REF's run ($R1) within 1e-4 of
+# the largest weight; sets R to its run directory.
+like() {
+  expect_rc 0
+  R=$(run_dir "$2")
+  losses "$R" > "$2.losses"
+  same_losses "$1.losses" "$2.losses" 1e-4
+  same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
+    "$R/train/checkpoints/step-00000020/model.safetensors" 1e-4
+}
+
+# same_val A B: the two runs' val_loss within 1e-5 relative.
+same_val() {
+  /usr/bin/python3 -c "import json, sys; a, b = (json.load(open(f))['val_loss'] for f in sys.argv[1:]); assert abs(a - b) <= 1e-5 * a, (a, b)" \
+    "$1/train/out/summary.json" "$2/train/out/summary.json" || fail "val_loss differs: $1 vs $2"
+}
+
+# summary_is KEYS VALUES: run $R's summary.json has VALUES (a Python
+# tuple) at KEYS (comma-separated).
+summary_is() {
+  /usr/bin/python3 -c "import json, sys; s = json.load(open(sys.argv[1])); got = tuple(s[k] for k in sys.argv[2].split(',')); assert got == eval(sys.argv[3]), (got, s)" \
+    "$R/train/out/summary.json" "$1" "$2" || fail "$R: summary $1 is not $2"
+}
 
 cat > t2.yaml <<Y
 dag: t2
@@ -65,37 +91,20 @@ tasks:
   export: {stage: export, needs: [train], with: {model: "\${tasks.train.outputs.checkpoints}"}}
 Y
 run_dagrun run t2.yaml --plain
-expect_rc 0
-R=$(run_dir t2)
+like one t2
 T2=$R
 expect_in "$R/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 (heads 0-1 of 4, MLP columns 0-63 of 128, vocabulary rows 0-159 of 320; 19104 of the model's 36736 parameters), 1 micro-batches (grad_accum) of 2 x 32; data-parallel replica 0 of 1 (global batch 1 x 2 x 1 = 2 sequences); zero_stage ignored"
-/usr/bin/python3 -c "import json, sys; s = json.load(open(sys.argv[1])); assert (s['tensor_parallel'], s['data_parallel'], s['world_size']) == (2, 1, 2), s" \
-  "$R/train/out/summary.json" || fail "t2: $(cat "$R/train/out/summary.json")"
-losses "$R" > t2.losses
-same_losses one.losses t2.losses 1e-4
-same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
-  "$R/train/checkpoints/step-00000020/model.safetensors" 1e-4
-# same_val A B: the two runs' val_loss within 1e-5 relative.
-same_val() {
-  /usr/bin/python3 -c "import json, sys; a, b = (json.load(open(f))['val_loss'] for f in sys.argv[1:]); assert abs(a - b) <= 1e-5 * a, (a, b)" \
-    "$1/train/out/summary.json" "$2/train/out/summary.json" || fail "val_loss differs: $1 vs $2"
-}
+summary_is tensor_parallel,data_parallel,world_size "(2, 1, 2)"
 same_val "$R1" "$R"
 /usr/bin/python3 -c "import json, math, sys; v = json.load(open(sys.argv[1]))['val_loss']; assert math.isfinite(v) and v < 6, v" \
   "$R/validate/out/metrics.json" || fail "validate: $(cat "$R/validate/out/metrics.json")"
 ls "$R/export/out/model/"*.safetensors >/dev/null || fail "export: $(ls -R "$R/export/out")"
-ONE=$R1
 
 # Four ranks of one head each (and 80 vocabulary rows, the last rank's
 # 60 ids and 20 padding rows).
 gang_dag t4 "$MODEL, tensor_parallel: 4" 4
-expect_rc 0
-R=$(run_dir t4)
+like one t4
 expect_in "$R/train/attempt-1/log" "rank 0 is shard 0 of 4 (heads 0-0 of 4, MLP columns 0-31 of 128, vocabulary rows 0-79 of 320;"
-losses "$R" > t4.losses
-same_losses one.losses t4.losses 1e-4
-same_weights "$ONE/train/checkpoints/step-00000020/model.safetensors" \
-  "$R/train/checkpoints/step-00000020/model.safetensors" 1e-4
 
 # One process resumes the T=2 run's checkpoint, and T=2 one process's.
 printf 'dag: t2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
@@ -112,16 +121,10 @@ resumed_as one o2t "resumed from $ONE/train/checkpoints/step-00000010 at step 10
 one_process one8 "${MODEL/batch_size: 2/batch_size: 8}"
 one_process one4 "${MODEL/batch_size: 2/batch_size: 4}, grad_accum: 2"
 gang_dag dt "$MODEL, grad_accum: 2, tensor_parallel: 2" 4
-expect_rc 0
-R=$(run_dir dt)
+like one4 dt
 expect_in "$R/train/attempt-1/log" "2 micro-batches (grad_accum) of 2 x 32; data-parallel replica 0 of 2 (global batch 2 x 2 x 2 = 8 sequences); zero_stage ignored"
-/usr/bin/python3 -c "import json, sys; s = json.load(open(sys.argv[1])); assert (s['tensor_parallel'], s['data_parallel'], s['tokens']) == (2, 2, 20 * 8 * 32), s" \
-  "$R/train/out/summary.json" || fail "dt: $(cat "$R/train/out/summary.json")"
-losses "$R" > dt.losses
-same_losses one4.losses dt.losses 1e-4
+summary_is tensor_parallel,data_parallel,tokens "(2, 2, 20 * 8 * 32)"
 same_losses one8.losses dt.losses 1e-4
-same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
-  "$R/train/checkpoints/step-00000020/model.safetensors" 1e-4
 same_val "$R1" "$R"
 
 # Two pipeline stages of a tensor group of 2 (4 ranks: rank r is shard
@@ -131,15 +134,9 @@ same_val "$R1" "$R"
 # batch_size 1, both with one4's losses of steps 11-20.
 M4="${MODEL/batch_size: 2/batch_size: 4}, grad_accum: 2"
 gang_dag txp "$M4, tensor_parallel: 2, pipeline_parallel: 2" 4
-expect_rc 0
-R=$(run_dir txp)
+like one4 txp
 expect_in "$R/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 of stage 0 of 2 (layers 0-0, GPipe schedule) (heads 0-1 of 4,"
-/usr/bin/python3 -c "import json, sys; s = json.load(open(sys.argv[1])); assert (s['tensor_parallel'], s['pipeline_parallel'], s['data_parallel']) == (2, 2, 1), s" \
-  "$R/train/out/summary.json" || fail "txp: $(cat "$R/train/out/summary.json")"
-losses "$R" > txp.losses
-same_losses one4.losses txp.losses 1e-4
-same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
-  "$R/train/checkpoints/step-00000020/model.safetensors" 1e-4
+summary_is tensor_parallel,pipeline_parallel,data_parallel "(2, 2, 1)"
 same_val "$R1" "$R"
 printf 'dag: txp2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
   "$M4" "$R/train/checkpoints/step-00000010" > txp2o.yaml
