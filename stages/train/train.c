@@ -17,9 +17,11 @@
  *
  * This file is the plugin: its params and run(), which reads them
  * (trainrun.h, the run context both loops share) and hands the run to
- * one of two loops: one process (singleloop.h), or, in a gang (launcher:
- * mpirun or srun), a rank training data-parallel with ZeRO (gangloop.h).
- * Both choose the device by one rule (engine_choose, engine.h).
+ * one of its loops: one process (singleloop.h), or, in a gang (launcher:
+ * mpirun or srun), a rank training data-parallel with ZeRO (gangloop.h),
+ * a pipeline stage (pipeloop.h, pipeline_parallel) or a tensor-parallel
+ * shard (tploop.h, tensor_parallel) on CPU ranks. The first two choose
+ * the device by one rule (engine_choose, engine.h).
  */
 #include <dagrun/plugin.h>
 
@@ -32,6 +34,7 @@
 #include "pipeline/pipeline.h"
 #include "pipeloop.h"
 #include "singleloop.h"
+#include "tploop.h"
 #include "trainrun.h"
 
 #include <stddef.h>
@@ -140,6 +143,14 @@ static const dagrun_param_spec params[] = {
      "With pipeline_parallel: 1f1b (one forward, one backward; at most "
      "P - s micro-batches' activations on stage s) or gpipe (all forwards, "
      "then all backwards)"},
+    {"tensor_parallel", DAGRUN_PARAM_INT, "1", 0,
+     "Tensor-parallel ranks (CPU ranks, GPT-2 models; Megatron-LM's "
+     "split): each block's heads and MLP columns, and the vocabulary, cut "
+     "over this many consecutive ranks; it must divide n_head and the "
+     "vocabulary padded to a multiple of 64, and world_size must be a "
+     "multiple of it (of it x pipeline_parallel with pipeline stages of "
+     "tensor groups, GPipe-scheduled): the rest are data-parallel "
+     "replicas. 1: none"},
     {"zero_bucket", DAGRUN_PARAM_INT, "0", 0,
      "In a gang at stages 0-1: floats in a gradient bucket, all-reduced "
      "while backward goes on (0: 1048576). Stages 2-3 reduce a layer "
@@ -170,12 +181,13 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   if (trainrun_init(&r) != 0)
     return EXIT_BAD_PARAMS;
   /* A gang of any size, 1 included, once a launcher started it. */
-  int nranks = gangloop_ranks(), P = 1;
-  if (pipeloop_param(&r, &P) != 0) {
+  int nranks = gangloop_ranks(), P = 1, T = 1;
+  if (pipeloop_param(&r, &P) != 0 || tploop_param(&r, &T) != 0) {
     trainrun_free(&r);
     return EXIT_BAD_PARAMS;
   }
-  int status = P > 1    ? pipeloop_run(&r, nranks, P)
+  int status = T > 1    ? tploop_run(&r, nranks, T, P)
+               : P > 1  ? pipeloop_run(&r, nranks, P)
                : nranks ? gangloop_run(&r, nranks)
                         : singleloop_run(&r);
   trainrun_free(&r);

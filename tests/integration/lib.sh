@@ -708,6 +708,7 @@ assert set(a) == set(b), (sorted(a), sorted(b))
 big = max(float(np.abs(v).max()) for v in a.values())
 worst = max(float(np.abs(a[k] - b[k]).max()) for k in a)
 assert worst <= float(sys.argv[3]) * big, (worst, big)
+print("weights: largest difference %.2g of the largest weight (tolerance %s)" % (worst / big, sys.argv[3]))
 P
 }
 
@@ -734,6 +735,24 @@ one_process() {
   R1=$(run_dir "$1")
   losses "$R1" > "$1.losses"
   [ "$(wc -l < "$1.losses")" -eq 20 ] || fail "one process $1: $(cat "$1.losses")"
+}
+
+# gang_dag NAME WITH [WORLD]: a DAG NAME of one train task, a gang of
+# WORLD ranks (2 by default) under mpirun with GANG_ENV (use_train_gang)
+# and params WITH, run.
+gang_dag() {
+  printf 'dag: %s\ntasks:\n  train:\n    stage: train\n    world_size: %s\n    launcher: mpirun\n    %s\n    with: {%s}\n' \
+    "$1" "${3:-2}" "$GANG_ENV" "$2" > "$1.yaml"
+  run_dagrun run "$1.yaml" --plain
+}
+
+# gang_refused NAME TEXT WITH [WORLD]: gang_dag NAME fails, and its train
+# task's files say TEXT.
+gang_refused() {
+  gang_dag "$1" "$3" "${4:-2}"
+  [ "$RC" -ne 0 ] || fail "$1: exit code 0"
+  grep -rqF -- "$2" "$(run_dir "$1")/train" || fail "$1: no \"$2\" in:
+$(cat "$(run_dir "$1")"/train/attempt-*/log)"
 }
 
 # use_train_gang: the preamble of a test of train gangs under mpirun

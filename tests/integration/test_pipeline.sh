@@ -38,14 +38,6 @@ MODEL="data: \"$DATA\", n_layer: 4, n_head: 2, n_embd: 32, block_size: 32, threa
 
 one_process one "$MODEL"
 
-# pipe_dag NAME WITH [WORLD]: a DAG of one train task (a gang of WORLD
-# ranks, 2 by default, under mpirun) with params WITH, run.
-pipe_dag() {
-  printf 'dag: %s\ntasks:\n  train:\n    stage: train\n    world_size: %s\n    launcher: mpirun\n    %s\n    with: {%s}\n' \
-    "$1" "${3:-2}" "$ENV" "$2" > "$1.yaml"
-  run_dagrun run "$1.yaml" --plain
-}
-
 # Stage 0 keeps the activations of P - 0 = 2 micro-batches under 1f1b,
 # of all 4 under gpipe.
 declare -A SLOTS=([1f1b]=2 [gpipe]=4)
@@ -82,7 +74,7 @@ P1=$(run_dir p1f1b)
 # Four stages of one layer on 4 ranks (oversubscribed): two middle stages
 # that receive the stream and send its gradient back; the same losses and
 # weights.
-pipe_dag p4 "$MODEL, pipeline_parallel: 4" 4
+gang_dag p4 "$MODEL, pipeline_parallel: 4" 4
 expect_rc 0
 R=$(run_dir p4)
 expect_in "$R/train/attempt-1/log" "stage 0 of 4 (layers 0-0, embeddings), schedule 1f1b, 4 micro-batches (grad_accum) of 2 x 32, the activations of 4 of them kept at most"
@@ -97,7 +89,7 @@ same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
 # batch_size 4 does, and each replica trains its 2.
 ONE=$R1
 one_process one4 "${MODEL/batch_size: 2/batch_size: 4}"
-pipe_dag dp "$MODEL, pipeline_parallel: 2" 4
+gang_dag dp "$MODEL, pipeline_parallel: 2" 4
 expect_rc 0
 R=$(run_dir dp)
 expect_in "$R/train/attempt-1/log" "rank 0 is stage 0 of 2 (layers 0-1, embeddings), schedule 1f1b, 4 micro-batches (grad_accum) of 2 x 32, the activations of 2 of them kept at most; data-parallel replica 0 of 2 (global batch 2 x 2 x 4 = 16 sequences); zero_stage ignored"
@@ -115,7 +107,7 @@ printf 'dag: dp2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' 
   "${MODEL/batch_size: 2/batch_size: 4}" "$R/train/checkpoints/step-00000010" > dp2o.yaml
 run_dagrun run dp2o.yaml --plain
 resumed_as one4 dp2o "resumed from $R/train/checkpoints/step-00000010 at step 10" 1e-4
-pipe_dag o2dp "$MODEL, pipeline_parallel: 2, resume: \"$R1/train/checkpoints/step-00000010\"" 4
+gang_dag o2dp "$MODEL, pipeline_parallel: 2, resume: \"$R1/train/checkpoints/step-00000010\"" 4
 resumed_as one4 o2dp "resumed from $R1/train/checkpoints/step-00000010 at step 10" 1e-4
 R1=$ONE
 
@@ -123,9 +115,9 @@ printf 'dag: p2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
   "$MODEL" "$P1/train/checkpoints/step-00000010" > p2o.yaml
 run_dagrun run p2o.yaml --plain
 resumed_as one p2o "resumed from $P1/train/checkpoints/step-00000010 at step 10" 1e-4
-pipe_dag o2p "$MODEL, pipeline_parallel: 2, resume: \"$R1/train/checkpoints/step-00000010\""
+gang_dag o2p "$MODEL, pipeline_parallel: 2, resume: \"$R1/train/checkpoints/step-00000010\""
 resumed_as one o2p "resumed from $R1/train/checkpoints/step-00000010 at step 10" 1e-4
-pipe_dag p2p "$MODEL, pipeline_parallel: 2, pipeline_schedule: gpipe, resume: \"$P1/train/checkpoints/step-00000010\""
+gang_dag p2p "$MODEL, pipeline_parallel: 2, pipeline_schedule: gpipe, resume: \"$P1/train/checkpoints/step-00000010\""
 resumed_as one p2p "resumed from $P1/train/checkpoints/step-00000010 at step 10" 1e-4
 
 # A timeout stops the pipeline: the ranks agree on the stop, rank 0
@@ -159,20 +151,13 @@ run_dagrun run resto.yaml --plain
 expect_rc 0
 expect_in "$(run_dir resto)/train/attempt-1/log" "resumed from $CK at step $STOP"
 
-# refused NAME TEXT WITH [WORLD]: NAME fails, saying TEXT.
-refused() {
-  pipe_dag "$1" "$3" "${4:-2}"
-  [ "$RC" -ne 0 ] || fail "$1: exit code 0"
-  grep -rqF -- "$2" "$(run_dir "$1")/train" || fail "$1: no \"$2\" in:
-$(cat "$(run_dir "$1")"/train/attempt-*/log)"
-}
-refused dp3 "world_size 3 is not a multiple of pipeline_parallel 2" \
+gang_refused dp3 "world_size 3 is not a multiple of pipeline_parallel 2" \
   "$MODEL, pipeline_parallel: 2" 3
-refused layers "pipeline_parallel 2 does not divide the model's 3 layers" \
+gang_refused layers "pipeline_parallel 2 does not divide the model's 3 layers" \
   "${MODEL/n_layer: 4/n_layer: 3}, pipeline_parallel: 2"
-refused cuda "pipeline_parallel 2 runs on CPU ranks without device: cuda" \
+gang_refused cuda "pipeline_parallel 2 runs on CPU ranks without device: cuda" \
   "$MODEL, pipeline_parallel: 2, device: cuda"
-refused llama "pipeline stages are implemented for GPT-2 models, not Llama ones" \
+gang_refused llama "pipeline stages are implemented for GPT-2 models, not Llama ones" \
   "${MODEL/n_layer: 4, n_head: 2, n_embd: 32, block_size: 32/model: llama-tiny, n_layer: 2, block_size: 32}, pipeline_parallel: 2"
 printf 'dag: solo\ntasks:\n  train: {stage: train, with: {%s, pipeline_parallel: 2}}\n' "$MODEL" > solo.yaml
 run_dagrun run solo.yaml --plain

@@ -1,0 +1,809 @@
+/* Tensor-parallel training on CPU ranks; see tensor.h. Names: T is the
+ * sequence length where it is a kernel's argument (B,T), as in the
+ * engine; the group's size is ranks. */
+#include "tensor.h"
+
+#include "cpu/cpu_impl.h"
+#include "cpu/gpt_cpu.h"
+#include "model/gpt_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How a tensor is cut: whole on every rank, by rows (rank r has rows
+ * [r rows/T, (r+1) rows/T)), or by columns in `blocks` equal blocks
+ * (c_attn's q, k and v: rank r has the same slice of each). */
+enum { SPLIT_NONE, SPLIT_ROWS, SPLIT_COLS };
+
+/* One tensor of the model and this rank's shard of it: the full
+ * (rows, cols) at foff in the model's arrays, the shard (lrows, lcols)
+ * at loff in the rank's. */
+typedef struct shard {
+  size_t foff, loff, rows, cols, lrows, lcols;
+  int kind, blocks, decay;
+} shard;
+
+/* A layer's activations, kept from its forward for its backward. Sizes
+ * for N = B*T positions, Cl = C/T, Fl = 4C/T, NHl = NH/T. */
+typedef struct layer_acts {
+  float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
+  float *qkv;                       /* (N,3Cl): this rank's heads */
+  float *att;                       /* (B,NHl,T,T) */
+  float *atty;                      /* (N,Cl) */
+  float *res2;                      /* (N,C) */
+  float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
+  float *fch, *fch_gelu;            /* (N,Fl) each */
+  float *res3;                      /* (N,C) */
+} layer_acts;
+
+/* One micro-batch's activations (a slot): what its backward needs. The
+ * layers of the stage only (the others NULL). */
+typedef struct slot {
+  layer_acts *la; /* n_layer */
+  float *encoded; /* (N,C) the stream entering the stage's first layer */
+  float *lnf, *lnf_mean, *lnf_rstd; /* the last stage's */
+  float *logits; /* (N,Vl), then the softmax, then its gradient */
+  uint32_t *ids; /* (N): the micro-batch's inputs (the first stage's) */
+} slot;
+
+struct tensor_par {
+  comm *c;
+  gpt *model;
+  tensor_options o;
+  int r, ranks;         /* rank r of the tensor group */
+  int C, Cl, Fl, NHl;   /* widths: the model's, and a shard's */
+  int V, Vl, lo, Vv;    /* vocabulary; rows of wte here, from id lo, of
+                           which Vv are ids < V (the rest padding) */
+  shard *sh;            /* one per tensor of the model, in its order */
+  size_t nsh, n, nrepl; /* floats of the shards; the replicated ones
+                           come first, [0, nrepl) */
+  float *params, *grads;
+  optim *opt;
+  /* Pipeline stages (tensor_options.pp): stage s of P, layers [first,
+   * last). */
+  int s, P, first, last;
+  /* Activations: nslots micro-batches' (one, or with stages all m of a
+   * step) and the backward's scratch, one allocation. */
+  float *acts;
+  slot *slots;
+  int nslots;
+  float *red;         /* (2N): the sums of exp and the target logits */
+  float *maxes;       /* (T,N) every rank's row maxima */
+  float *dres, *dbuf; /* (N,C) */
+  float *dqkv, *datt; /* (N,3Cl), (B,NHl,T,T) */
+  float *dcl, *dfl;   /* (N,Cl), (N,Fl) */
+};
+
+int tensor_check(const gpt_config *cfg, int T, int world, char *err,
+                 size_t errlen) {
+  if (cfg->family != GPT_FAMILY_GPT2) {
+    snprintf(err, errlen,
+             "tensor_parallel %d: tensor-parallel shards are implemented "
+             "for GPT-2 models, not Llama ones",
+             T);
+    return -1;
+  }
+  if (T < 2 || cfg->n_head % T != 0) {
+    snprintf(err, errlen,
+             "tensor_parallel %d does not divide the model's %d heads (each "
+             "rank gets n_head / tensor_parallel whole heads)",
+             T, cfg->n_head);
+    return -1;
+  }
+  if (cfg->padded_vocab % T != 0) {
+    snprintf(err, errlen,
+             "tensor_parallel %d does not divide the padded vocabulary of "
+             "%d rows (vocab_size %d rounded up to a multiple of 64; each "
+             "rank gets padded_vocab / tensor_parallel of them)",
+             T, cfg->padded_vocab, cfg->vocab_size);
+    return -1;
+  }
+  if (world < T || world % T != 0) {
+    snprintf(err, errlen,
+             "world_size %d is not a multiple of tensor_parallel %d (the "
+             "gang is data-parallel replicas of tensor_parallel ranks "
+             "each)",
+             world, T);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- The shards ---- */
+
+/* How tensor i (gpt.h's order) of a model of L layers is cut, and in
+ * how many column blocks. */
+static int split_of(size_t i, int L, int *blocks) {
+  *blocks = 1;
+  if (i == 0)
+    return SPLIT_ROWS; /* wte: by vocabulary ids */
+  if (i < 2 || i >= gpt_ti(L, 0))
+    return SPLIT_NONE; /* wpe, ln_f */
+  switch ((i - 2) % GPT_NLAYER_TENSORS) {
+  case GPT_QKV_W:
+  case GPT_QKV_B:
+    *blocks = 3;
+    return SPLIT_COLS;
+  case GPT_FC_W:
+  case GPT_FC_B:
+    return SPLIT_COLS;
+  case GPT_ATTPROJ_W:
+  case GPT_FCPROJ_W:
+    return SPLIT_ROWS;
+  default:
+    return SPLIT_NONE; /* LayerNorms, the row-split products' biases */
+  }
+}
+
+/* The shards of every tensor, the replicated ones laid out first. */
+static int make_shards(tensor_par *p) {
+  size_t nt = gpt_tensor_count(p->model);
+  int L = gpt_get_config(p->model)->n_layer;
+  if (!(p->sh = calloc(nt, sizeof *p->sh)))
+    return -1;
+  p->nsh = nt;
+  for (size_t i = 0; i < nt; i++) {
+    const gpt_tensor *t = gpt_tensor_at(p->model, i);
+    shard *s = &p->sh[i];
+    s->foff = t->offset;
+    s->rows = t->ndim == 2 ? (size_t)t->shape[0] : 1;
+    s->cols = t->ndim == 2 ? (size_t)t->shape[1] : t->numel;
+    s->kind = split_of(i, L, &s->blocks);
+    s->decay = t->decay;
+    s->lrows = s->kind == SPLIT_ROWS ? s->rows / (size_t)p->ranks : s->rows;
+    s->lcols = s->kind == SPLIT_COLS ? s->cols / (size_t)p->ranks : s->cols;
+  }
+  for (int pass = 0; pass < 2; pass++) /* replicated, then split */
+    for (size_t i = 0; i < nt; i++) {
+      shard *s = &p->sh[i];
+      if ((s->kind != SPLIT_NONE) != pass)
+        continue;
+      s->loff = p->n;
+      p->n += s->lrows * s->lcols;
+      if (pass == 0)
+        p->nrepl = p->n;
+    }
+  return 0;
+}
+
+/* Rank r's shard of s between full (the whole tensor's first float)
+ * and loc (the shard's): into loc with to_loc, else into full. */
+static void shard_copy(const shard *s, int r, float *full, float *loc,
+                       int to_loc) {
+  size_t row0 = s->kind == SPLIT_ROWS ? (size_t)r * s->lrows : 0;
+  size_t bw = s->lcols / (size_t)s->blocks, fb = s->cols / (size_t)s->blocks;
+  size_t c0 = s->kind == SPLIT_COLS ? (size_t)r * bw : 0;
+  for (size_t i = 0; i < s->lrows; i++)
+    for (int b = 0; b < s->blocks; b++) {
+      float *f = full + (row0 + i) * s->cols + (size_t)b * fb + c0;
+      float *l = loc + i * s->lcols + (size_t)b * bw;
+      if (to_loc)
+        memcpy(l, f, bw * sizeof(float));
+      else
+        memcpy(f, l, bw * sizeof(float));
+    }
+}
+
+/* The optimizer over the shards, a group each (their decay flags). */
+static int make_optim(tensor_par *p, char *err, size_t errlen) {
+  optim_group *g = calloc(p->nsh, sizeof *g);
+  if (!g) {
+    snprintf(err, errlen, "tensor: out of memory");
+    return -1;
+  }
+  /* optim wants the groups in order of their offsets. */
+  size_t k = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < p->nsh; i++)
+      if ((p->sh[i].kind != SPLIT_NONE) == pass)
+        g[k++] = (optim_group){p->sh[i].loff, p->sh[i].lrows * p->sh[i].lcols,
+                               p->sh[i].decay};
+  int rc = optim_create(&p->o.opt, p->n, g, k, &p->opt, err, errlen);
+  free(g);
+  return rc;
+}
+
+/* ---- Activations ---- */
+
+/* Carves the activations from base (NULL: counts only); the float count.
+ * The ids are kept as floats' room: a uint32_t is a float's size. */
+static size_t carve(tensor_par *p, float *base) {
+  size_t N = (size_t)p->o.B * p->o.T, C = (size_t)p->C,
+         at = (size_t)p->o.B * p->NHl * p->o.T * p->o.T;
+  size_t n = 0;
+#define TAKE(x, k)                                                             \
+  do {                                                                         \
+    if (base)                                                                  \
+      (x) = base + n;                                                          \
+    n += (k);                                                                  \
+  } while (0)
+  for (int k = 0; k < p->nslots; k++) {
+    slot *sl = &p->slots[k];
+    for (int l = p->first; l < p->last; l++) {
+      layer_acts *a = &sl->la[l];
+      TAKE(a->ln1, N * C);
+      TAKE(a->ln1_mean, N);
+      TAKE(a->ln1_rstd, N);
+      TAKE(a->qkv, N * 3 * p->Cl);
+      TAKE(a->att, at);
+      TAKE(a->atty, N * p->Cl);
+      TAKE(a->res2, N * C);
+      TAKE(a->ln2, N * C);
+      TAKE(a->ln2_mean, N);
+      TAKE(a->ln2_rstd, N);
+      TAKE(a->fch, N * p->Fl);
+      TAKE(a->fch_gelu, N * p->Fl);
+      TAKE(a->res3, N * C);
+    }
+    TAKE(sl->encoded, N * C);
+    TAKE(sl->lnf, N * C);
+    TAKE(sl->lnf_mean, N);
+    TAKE(sl->lnf_rstd, N);
+    TAKE(sl->logits, N * p->Vl);
+    if (base)
+      sl->ids = (uint32_t *)(base + n);
+    n += N;
+  }
+  TAKE(p->red, 2 * N);
+  TAKE(p->maxes, N * p->ranks);
+  TAKE(p->dres, N * C);
+  TAKE(p->dbuf, N * C);
+  TAKE(p->dqkv, N * 3 * p->Cl);
+  TAKE(p->datt, at);
+  TAKE(p->dcl, N * p->Cl);
+  TAKE(p->dfl, N * p->Fl);
+#undef TAKE
+  return n;
+}
+
+/* The slots, each with its table of layers, and their activations. */
+static int make_slots(tensor_par *p) {
+  int L = gpt_get_config(p->model)->n_layer;
+  if (!(p->slots = calloc((size_t)p->nslots, sizeof *p->slots)))
+    return -1;
+  for (int k = 0; k < p->nslots; k++)
+    if (!(p->slots[k].la = calloc((size_t)L, sizeof(layer_acts))))
+      return -1;
+  if (!(p->acts = malloc(carve(p, NULL) * sizeof(float))))
+    return -1;
+  carve(p, p->acts);
+  return 0;
+}
+
+int tensor_create(comm *c, gpt *model, const tensor_options *o,
+                  tensor_par **out, char *err, size_t errlen) {
+  *out = NULL;
+  const gpt_config *cfg = gpt_get_config(model);
+  int ranks = comm_size(c);
+  if (tensor_check(cfg, ranks, ranks, err, errlen) != 0)
+    return -1;
+  if (o->pp && (comm_size(o->pp) > cfg->n_layer ||
+                cfg->n_layer % comm_size(o->pp) != 0)) {
+    snprintf(err, errlen, "tensor: %d stages of %d layers", comm_size(o->pp),
+             cfg->n_layer);
+    return -1;
+  }
+  if (o->micro < 1 || o->B < 1 || o->T < 1 || o->T > cfg->block_size) {
+    snprintf(err, errlen, "tensor: micro-batches %d of B=%d T=%d", o->micro,
+             o->B, o->T);
+    return -1;
+  }
+  tensor_par *p = calloc(1, sizeof *p);
+  if (!p) {
+    snprintf(err, errlen, "tensor: out of memory");
+    return -1;
+  }
+  *out = p;
+  p->c = c;
+  p->model = model;
+  p->o = *o;
+  p->ranks = ranks;
+  p->r = comm_rank(c);
+  p->C = cfg->n_embd;
+  p->Cl = cfg->n_embd / ranks;
+  p->Fl = 4 * cfg->n_embd / ranks;
+  p->NHl = cfg->n_head / ranks;
+  p->V = cfg->vocab_size;
+  p->Vl = cfg->padded_vocab / ranks;
+  p->lo = p->r * p->Vl;
+  p->Vv = p->V - p->lo < 0 ? 0 : p->V - p->lo > p->Vl ? p->Vl : p->V - p->lo;
+  p->P = o->pp ? comm_size(o->pp) : 1;
+  p->s = o->pp ? comm_rank(o->pp) : 0;
+  p->first = p->s * (cfg->n_layer / p->P);
+  p->last = p->first + cfg->n_layer / p->P;
+  /* GPipe keeps all m micro-batches' activations; alone, one. */
+  p->nslots = p->P > 1 ? o->micro : 1;
+  if (make_shards(p) != 0 || !(p->params = malloc(p->n * sizeof(float))) ||
+      !(p->grads = calloc(p->n, sizeof(float))) || make_slots(p) != 0) {
+    snprintf(err, errlen, "tensor: out of memory for the shards of B=%d T=%d",
+             o->B, o->T);
+    return -1;
+  }
+  for (size_t i = 0; i < p->nsh; i++)
+    shard_copy(&p->sh[i], p->r, gpt_params(model) + p->sh[i].foff,
+               p->params + p->sh[i].loff, 1);
+  return make_optim(p, err, errlen);
+}
+
+void tensor_destroy(tensor_par *p) {
+  if (!p)
+    return;
+  optim_destroy(p->opt);
+  for (int k = 0; p->slots && k < p->nslots; k++)
+    free(p->slots[k].la);
+  free(p->slots);
+  free(p->sh);
+  free(p->params);
+  free(p->grads);
+  free(p->acts);
+  free(p);
+}
+
+void tensor_sizes(const tensor_par *p, size_t *local, size_t *full) {
+  *local = p->n;
+  *full = gpt_num_params(p->model);
+}
+
+/* ---- The passes ---- */
+
+/* The shard of tensor k of layer l (gpt_impl.h's GPT_*): parameters
+ * and gradients. */
+static float *lp(tensor_par *p, int l, int k) {
+  return p->params + p->sh[gpt_ti(l, k)].loff;
+}
+static float *lg(tensor_par *p, int l, int k) {
+  return p->grads + p->sh[gpt_ti(l, k)].loff;
+}
+
+/* A sum over the group, in place. */
+static int allreduce(tensor_par *p, float *x, size_t n, char *err,
+                     size_t errlen) {
+  return comm_allreduce_sum(p->c, x, n, err, errlen);
+}
+
+/* The vocabulary-parallel lookup: ids (N) -> out (N,C) = wte[id] +
+ * wpe[t], each rank adding the rows of its own ids (zeros for the
+ * others) and the group summing them: x + 0 is x, so the stream is one
+ * process's to the bit. */
+static int embed(tensor_par *p, slot *a, int N, int T, char *err,
+                 size_t errlen) {
+  const float *wte = p->params + p->sh[0].loff;
+  const float *wpe = p->params + p->sh[1].loff;
+  int C = p->C;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    int64_t id = (int64_t)a->ids[i] - p->lo;
+    float *o = a->encoded + (size_t)i * C;
+    if (id >= 0 && id < p->Vl)
+      memcpy(o, wte + (size_t)id * C, (size_t)C * sizeof(float));
+    else
+      memset(o, 0, (size_t)C * sizeof(float));
+  }
+  if (allreduce(p, a->encoded, (size_t)N * C, err, errlen) != 0)
+    return -1;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++)
+    for (int c = 0; c < C; c++)
+      a->encoded[(size_t)i * C + c] += wpe[(size_t)(i % T) * C + c];
+  return 0;
+}
+
+/* The lookup's backward: dres (N,C) -> dwte += at this rank's ids, dwpe
+ * += summed over the batch (each thread its channels, the positions in
+ * order, as gpt_cpu_encoder_backward adds them). */
+static void embed_backward(tensor_par *p, const slot *a, int B, int T) {
+  float *dwte = p->grads + p->sh[0].loff, *dwpe = p->grads + p->sh[1].loff;
+  int C = p->C, N = B * T;
+#pragma omp parallel for schedule(static)
+  for (int c0 = 0; c0 < C; c0 += 16) {
+    int c1 = c0 + 16 < C ? c0 + 16 : C;
+    for (int i = 0; i < N; i++) {
+      int64_t id = (int64_t)a->ids[i] - p->lo;
+      if (id < 0 || id >= p->Vl)
+        continue;
+      const float *d = p->dres + (size_t)i * C;
+      float *we = dwte + (size_t)id * C;
+      for (int c = c0; c < c1; c++)
+        we[c] += d[c];
+    }
+  }
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < T; t++)
+    for (int b = 0; b < B; b++) {
+      const float *d = p->dres + ((size_t)b * T + t) * C;
+      for (int c = 0; c < C; c++)
+        dwpe[(size_t)t * C + c] += d[c];
+    }
+}
+
+/* A row-split product back onto the stream: out (N,C) = res + (inp
+ * (N,K) w (K,C), summed over the group) + bias, the bias added once
+ * (after the sum), in one process's order: (res + bias) + product. */
+static int row_product(tensor_par *p, float *out, const float *res,
+                       const float *inp, const float *w, const float *bias,
+                       int N, int K, char *err, size_t errlen) {
+  int C = p->C;
+  cpu_gemm(0, 0, N, C, K, 1.0f, inp, K, w, C, 0.0f, out, C);
+  if (allreduce(p, out, (size_t)N * C, err, errlen) != 0)
+    return -1;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < C; j++) {
+      size_t k = (size_t)i * C + j;
+      out[k] = (res[k] + bias[j]) + out[k];
+    }
+  return 0;
+}
+
+/* Layer l's forward from res (N,C). */
+static int layer_forward(tensor_par *p, slot *sl, int l, const float *res,
+                         int B, int T, char *err, size_t errlen) {
+  layer_acts *a = &sl->la[l];
+  int N = B * T, C = p->C;
+  gpt_cpu_layernorm(a->ln1, a->ln1_mean, a->ln1_rstd, res, lp(p, l, GPT_LN1_W),
+                    lp(p, l, GPT_LN1_B), N, C);
+  /* ln1 (N,C) -> qkv (N,3Cl), this rank's heads -> atty (N,Cl) */
+  gpt_cpu_matmul_forward(a->qkv, a->ln1, lp(p, l, GPT_QKV_W),
+                         lp(p, l, GPT_QKV_B), N, C, 3 * p->Cl);
+  gpt_cpu_attention_forward(a->atty, a->att, a->qkv, B, T, p->Cl, p->NHl);
+  if (row_product(p, a->res2, res, a->atty, lp(p, l, GPT_ATTPROJ_W),
+                  lp(p, l, GPT_ATTPROJ_B), N, p->Cl, err, errlen) != 0)
+    return -1;
+  gpt_cpu_layernorm(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2,
+                    lp(p, l, GPT_LN2_W), lp(p, l, GPT_LN2_B), N, C);
+  /* ln2 (N,C) -> fch (N,Fl) -> fch_gelu (N,Fl) */
+  gpt_cpu_matmul_forward(a->fch, a->ln2, lp(p, l, GPT_FC_W), lp(p, l, GPT_FC_B),
+                         N, C, p->Fl);
+  gpt_cpu_gelu(a->fch_gelu, a->fch, (size_t)N * p->Fl);
+  return row_product(p, a->res3, a->res2, a->fch_gelu, lp(p, l, GPT_FCPROJ_W),
+                     lp(p, l, GPT_FCPROJ_B), N, p->Fl, err, errlen);
+}
+
+/* The vocabulary-parallel cross-entropy of logits (N,Vl), this rank's
+ * Vv columns: every rank gets each row's loss, and its columns become
+ * the softmax's probabilities. The mean loss into *loss. */
+static int crossentropy(tensor_par *p, slot *a, const uint32_t *targets, int N,
+                        float *loss, char *err, size_t errlen) {
+  int Vv = p->Vv, Vl = p->Vl;
+  float *red = p->red;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    const float *x = a->logits + (size_t)i * Vl;
+    float mx = -INFINITY;
+    for (int j = 0; j < Vv; j++)
+      mx = x[j] > mx ? x[j] : mx;
+    red[i] = mx;
+  }
+  if (comm_allgather(p->c, red, p->maxes, (size_t)N, err, errlen) != 0)
+    return -1;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    float mx = p->maxes[i], *x = a->logits + (size_t)i * Vl;
+    for (int r = 1; r < p->ranks; r++)
+      mx = p->maxes[(size_t)r * N + i] > mx ? p->maxes[(size_t)r * N + i] : mx;
+    p->maxes[i] = mx;
+    int64_t t = (int64_t)targets[i] - p->lo;
+    red[N + i] = t >= 0 && t < Vv ? x[t] : 0.0f;
+    float sum = 0.0f;
+    for (int j = 0; j < Vv; j++) {
+      x[j] = expf(x[j] - mx);
+      sum += x[j];
+    }
+    red[i] = sum;
+  }
+  if (allreduce(p, red, 2 * (size_t)N, err, errlen) != 0)
+    return -1;
+  double total = 0.0;
+  for (int i = 0; i < N; i++) {
+    float lse = p->maxes[i] + logf(red[i]);
+    total += lse - red[N + i];
+    float inv = 1.0f / red[i], *x = a->logits + (size_t)i * Vl;
+    for (int j = 0; j < Vv; j++)
+      x[j] *= inv;
+  }
+  *loss = (float)(total / (double)N);
+  return 0;
+}
+
+/* The stream (N,C) between neighbouring stages (o.pp): this rank's
+ * counterpart in the stage before or after sends what every rank of its
+ * tensor group holds alike. */
+static int stream_send(tensor_par *p, const float *x, int to, char *err,
+                       size_t errlen) {
+  return comm_send(p->o.pp, x, (size_t)p->o.B * p->o.T * p->C * sizeof(float),
+                   to, err, errlen);
+}
+static int stream_recv(tensor_par *p, float *x, int from, char *err,
+                       size_t errlen) {
+  return comm_recv(p->o.pp, x, (size_t)p->o.B * p->o.T * p->C * sizeof(float),
+                   from, err, errlen);
+}
+
+/* The head of the last forward: res (N,C) -> ln_f -> this rank's logits
+ * (N,Vv) -> the loss into *loss. */
+static int head(tensor_par *p, slot *a, const float *res,
+                const uint32_t *targets, float *loss, char *err,
+                size_t errlen) {
+  int N = p->o.B * p->o.T, C = p->C;
+  size_t lf = gpt_ti(gpt_get_config(p->model)->n_layer, 0);
+  gpt_cpu_layernorm(a->lnf, a->lnf_mean, a->lnf_rstd, res,
+                    p->params + p->sh[lf].loff, p->params + p->sh[lf + 1].loff,
+                    N, C);
+  /* lnf (N,C), this rank's wte rows (Vv,C) -> logits (N,Vv) */
+  if (p->Vv > 0)
+    cpu_gemm(0, 1, N, p->Vv, C, 1.0f, a->lnf, C, p->params + p->sh[0].loff, C,
+             0.0f, a->logits, p->Vl);
+  return crossentropy(p, a, targets, N, loss, err, errlen);
+}
+
+/* One micro-batch's forward of the stage's layers into slot a: from
+ * inputs (B,T) on the first stage, else from the stream the stage
+ * before sends; to the loss (targets (B,T)) into *loss on the last,
+ * else the stream sent on. */
+static int forward(tensor_par *p, slot *a, const uint32_t *inputs,
+                   const uint32_t *targets, float *loss, char *err,
+                   size_t errlen) {
+  int B = p->o.B, T = p->o.T, N = B * T;
+  if (p->s == 0) {
+    memcpy(a->ids, inputs, (size_t)N * sizeof *a->ids);
+    if (embed(p, a, N, T, err, errlen) != 0)
+      return -1;
+  } else if (stream_recv(p, a->encoded, p->s - 1, err, errlen) != 0) {
+    return -1;
+  }
+  const float *res = a->encoded;
+  for (int l = p->first; l < p->last; l++) {
+    if (layer_forward(p, a, l, res, B, T, err, errlen) != 0)
+      return -1;
+    res = a->la[l].res3;
+  }
+  if (p->s < p->P - 1)
+    return stream_send(p, res, p->s + 1, err, errlen);
+  return head(p, a, res, targets, loss, err, errlen);
+}
+
+/* The head's backward: the loss -> dres (N,C), the gradient of the
+ * stream that leaves the last layer. */
+static int head_backward(tensor_par *p, slot *a, const uint32_t *targets,
+                         float scale, char *err, size_t errlen) {
+  int N = p->o.B * p->o.T, C = p->C, Vl = p->Vl;
+  float dloss = scale / (float)N;
+  /* probs -> dlogits = dloss (probs - onehot), this rank's columns */
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    float *d = a->logits + (size_t)i * Vl;
+    for (int j = 0; j < p->Vv; j++)
+      d[j] *= dloss;
+    int64_t t = (int64_t)targets[i] - p->lo;
+    if (t >= 0 && t < p->Vv)
+      d[t] -= dloss;
+  }
+  /* dlogits (N,Vv) -> dbuf (N,C) = dlogits wte, summed (f); dwte +=
+   * dlogits^T lnf */
+  float *wte = p->params + p->sh[0].loff, *dwte = p->grads + p->sh[0].loff;
+  if (p->Vv > 0) {
+    cpu_gemm(0, 0, N, C, p->Vv, 1.0f, a->logits, Vl, wte, C, 0.0f, p->dbuf, C);
+    cpu_gemm(1, 0, p->Vv, C, N, 1.0f, a->logits, Vl, a->lnf, C, 1.0f, dwte, C);
+  } else {
+    memset(p->dbuf, 0, (size_t)N * C * sizeof(float));
+  }
+  if (allreduce(p, p->dbuf, (size_t)N * C, err, errlen) != 0)
+    return -1;
+  memset(p->dres, 0, (size_t)N * C * sizeof(float));
+  size_t lf = gpt_ti(gpt_get_config(p->model)->n_layer, 0);
+  gpt_cpu_layernorm_backward(
+      p->dres, p->grads + p->sh[lf].loff, p->grads + p->sh[lf + 1].loff,
+      p->dbuf, a->la[p->last - 1].res3, p->params + p->sh[lf].loff, a->lnf_mean,
+      a->lnf_rstd, N, C);
+  return 0;
+}
+
+/* Layer l's backward: dres = d res3 in, d of the layer's input res out
+ * (in place). */
+static int layer_backward(tensor_par *p, const slot *sl, int l,
+                          const float *res, int B, int T, char *err,
+                          size_t errlen) {
+  layer_acts *a = &sl->la[l];
+  int N = B * T, C = p->C;
+  /* MLP: d res3 -> dfl (N,Fl) = d fch_gelu -> d fch; the bias's
+   * gradient is the same on every rank (d res3 is). */
+  gpt_cpu_matmul_backward(p->dfl, lg(p, l, GPT_FCPROJ_W),
+                          lg(p, l, GPT_FCPROJ_B), p->dres, a->fch_gelu,
+                          lp(p, l, GPT_FCPROJ_W), N, p->Fl, C);
+  gpt_cpu_gelu_backward(p->dfl, a->fch, (size_t)N * p->Fl);
+  /* d fch -> dbuf (N,C) = d ln2, this rank's part, summed (f) */
+  gpt_cpu_matmul_backward(p->dbuf, lg(p, l, GPT_FC_W), lg(p, l, GPT_FC_B),
+                          p->dfl, a->ln2, lp(p, l, GPT_FC_W), N, C, p->Fl);
+  if (allreduce(p, p->dbuf, (size_t)N * C, err, errlen) != 0)
+    return -1;
+  gpt_cpu_layernorm_backward(p->dres, lg(p, l, GPT_LN2_W), lg(p, l, GPT_LN2_B),
+                             p->dbuf, a->res2, lp(p, l, GPT_LN2_W), a->ln2_mean,
+                             a->ln2_rstd, N, C);
+  /* Attention: d res2 -> dcl (N,Cl) = d atty -> dqkv (N,3Cl) */
+  gpt_cpu_matmul_backward(p->dcl, lg(p, l, GPT_ATTPROJ_W),
+                          lg(p, l, GPT_ATTPROJ_B), p->dres, a->atty,
+                          lp(p, l, GPT_ATTPROJ_W), N, p->Cl, C);
+  gpt_cpu_attention_backward(p->dqkv, p->datt, p->dcl, a->qkv, a->att, B, T,
+                             p->Cl, p->NHl);
+  gpt_cpu_matmul_backward(p->dbuf, lg(p, l, GPT_QKV_W), lg(p, l, GPT_QKV_B),
+                          p->dqkv, a->ln1, lp(p, l, GPT_QKV_W), N, C,
+                          3 * p->Cl);
+  if (allreduce(p, p->dbuf, (size_t)N * C, err, errlen) != 0)
+    return -1;
+  gpt_cpu_layernorm_backward(p->dres, lg(p, l, GPT_LN1_W), lg(p, l, GPT_LN1_B),
+                             p->dbuf, res, lp(p, l, GPT_LN1_W), a->ln1_mean,
+                             a->ln1_rstd, N, C);
+  return 0;
+}
+
+/* The backward of slot a's forward: adds d(scale * loss)/d(shards) of
+ * the stage's tensors into the gradients, from the loss on the last
+ * stage, else from the gradient the stage after sends; the input's
+ * gradient is sent back, or on the first stage goes to the embeddings. */
+static int backward(tensor_par *p, slot *a, const uint32_t *targets,
+                    float scale, char *err, size_t errlen) {
+  int B = p->o.B, T = p->o.T;
+  if (p->s == p->P - 1) {
+    if (head_backward(p, a, targets, scale, err, errlen) != 0)
+      return -1;
+  } else if (stream_recv(p, p->dres, p->s + 1, err, errlen) != 0) {
+    return -1;
+  }
+  for (int l = p->last - 1; l >= p->first; l--)
+    if (layer_backward(p, a, l, l > p->first ? a->la[l - 1].res3 : a->encoded,
+                       B, T, err, errlen) != 0)
+      return -1;
+  if (p->s > 0)
+    return stream_send(p, p->dres, p->s - 1, err, errlen);
+  embed_backward(p, a, B, T);
+  return 0;
+}
+
+/* After the micro-batches: with stages, the sum over them of the
+ * gradients (each tensor's from the stage that has it, wte's lookup and
+ * head parts from the first and the last) and the last stage's loss;
+ * the mean over the shard group (dp) of the gradients and the loss;
+ * then rank 0's replicated gradients and loss for the whole tensor
+ * group (tensor.h says why). */
+static int reduce_step(tensor_par *p, double *loss, char *err, size_t errlen) {
+  comm *dp = p->o.dp;
+  int D = dp ? comm_size(dp) : 1;
+  if (p->P > 1 &&
+      (comm_allreduce_sum(p->o.pp, p->grads, p->n, err, errlen) != 0 ||
+       comm_broadcast(p->o.pp, loss, sizeof *loss, p->P - 1, err, errlen)))
+    return -1;
+  if (D > 1) {
+    if (comm_allreduce_sum(dp, p->grads, p->n, err, errlen) != 0 ||
+        comm_allreduce_sum_double(dp, loss, err, errlen) != 0)
+      return -1;
+    float inv = 1.0f / (float)D;
+    for (size_t i = 0; i < p->n; i++)
+      p->grads[i] *= inv;
+    *loss /= D;
+  }
+  if (comm_broadcast(p->c, p->grads, p->nrepl * sizeof(float), 0, err,
+                     errlen) != 0)
+    return -1;
+  return comm_broadcast(p->c, loss, sizeof *loss, 0, err, errlen);
+}
+
+int tensor_forward_backward(tensor_par *p, const uint32_t *inputs,
+                            const uint32_t *targets, double *loss, char *err,
+                            size_t errlen) {
+  size_t BT = (size_t)p->o.B * p->o.T;
+  int m = p->o.micro, rc = 0;
+  float scale = 1.0f / (float)m;
+  memset(p->grads, 0, p->n * sizeof(float));
+  *loss = 0;
+  int nb = cpu_blas_threads_begin();
+  /* Alone: each micro-batch's forward and backward in turn, in one slot.
+   * With stages, GPipe: all m forwards, then all m backwards, in the
+   * same order on every stage (so each receive meets its send). */
+  for (int k = 0; k < m && rc == 0; k++) {
+    float l = 0;
+    slot *a = &p->slots[k % p->nslots];
+    rc = forward(p, a, inputs + k * BT, targets + k * BT, &l, err, errlen);
+    if (rc == 0 && p->nslots == 1)
+      rc = backward(p, a, targets + k * BT, scale, err, errlen);
+    *loss += l / m; /* as trainkit_forward_backward sums them */
+  }
+  for (int k = 0; k < m && rc == 0 && p->nslots > 1; k++)
+    rc = backward(p, &p->slots[k], targets + k * BT, scale, err, errlen);
+  cpu_blas_threads_end(nb);
+  return rc == 0 ? reduce_step(p, loss, err, errlen) : -1;
+}
+
+int tensor_clip_grad_norm(tensor_par *p, double max_norm, double *norm,
+                          char *err, size_t errlen) {
+  double sumsq = 0;
+  for (size_t i = p->r == 0 ? 0 : p->nrepl; i < p->n; i++)
+    sumsq += (double)p->grads[i] * p->grads[i];
+  if (comm_allreduce_sum_double(p->c, &sumsq, err, errlen) != 0)
+    return -1;
+  *norm = sqrt(sumsq);
+  /* optim_clip_grad_norm's rule, on every rank's shards alike. */
+  if (max_norm > 0.0 && isfinite(*norm)) {
+    double coef = max_norm / (*norm + 1e-6);
+    if (coef < 1.0)
+      for (size_t i = 0; i < p->n; i++)
+        p->grads[i] *= (float)coef;
+  }
+  return 0;
+}
+
+void tensor_step(tensor_par *p, float lr) {
+  optim_step(p->opt, p->params, p->grads, lr);
+}
+
+/* The state floats a parameter has in o (AdamW 2, Lion 1). */
+static size_t per_param(optim *o, size_t n) {
+  return n ? optim_state_floats(o) / n : 0;
+}
+
+/* Rank r's shards, params (n) then k state arrays (n each) in buf, into
+ * the model and full's state fs (NULL: the weights only); the
+ * replicated tensors from rank 0 only. */
+static void place(tensor_par *p, int r, float *buf, float *fs, size_t k) {
+  size_t N = gpt_num_params(p->model);
+  for (size_t i = 0; i < p->nsh; i++) {
+    shard *s = &p->sh[i];
+    if (r > 0 && s->kind == SPLIT_NONE)
+      continue;
+    shard_copy(s, r, gpt_params(p->model) + s->foff, buf + s->loff, 0);
+    for (size_t j = 0; fs && j < k; j++)
+      shard_copy(s, r, fs + j * N + s->foff, buf + (1 + j) * p->n + s->loff, 0);
+  }
+}
+
+int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
+                  size_t errlen) {
+  if (p->s > 0)
+    return 0; /* the first stage's group has every shard, as this one */
+  size_t k = with_state ? per_param(p->opt, p->n) : 0, n = p->n;
+  float *buf = malloc((1 + k) * n * sizeof(float));
+  if (!buf) {
+    snprintf(err, errlen, "tensor: out of memory gathering the shards");
+    return -1;
+  }
+  memcpy(buf, p->params, n * sizeof(float));
+  if (k)
+    memcpy(buf + n, optim_state(p->opt), k * n * sizeof(float));
+  int rc = 0;
+  if (p->r > 0) {
+    rc = comm_send(p->c, buf, (1 + k) * n * sizeof(float), 0, err, errlen);
+  } else if (with_state && !full) {
+    snprintf(err, errlen, "tensor: gather: no optimizer for the state");
+    rc = -1;
+  } else {
+    float *fs = with_state ? optim_state(full) : NULL;
+    place(p, 0, buf, fs, k);
+    for (int r = 1; r < p->ranks && rc == 0; r++) {
+      rc = comm_recv(p->c, buf, (1 + k) * n * sizeof(float), r, err, errlen);
+      if (rc == 0)
+        place(p, r, buf, fs, k);
+    }
+    if (fs)
+      optim_set_t(full, optim_get_t(p->opt));
+  }
+  free(buf);
+  return rc;
+}
+
+int tensor_load(tensor_par *p, optim *full, char *err, size_t errlen) {
+  size_t N = gpt_num_params(p->model), k = per_param(p->opt, p->n);
+  if (optim_state_floats(full) != k * N) {
+    snprintf(err, errlen, "tensor: the optimizer is not the whole model's");
+    return -1;
+  }
+  float *fs = optim_state(full), *ls = optim_state(p->opt);
+  for (size_t i = 0; i < p->nsh; i++) {
+    shard *s = &p->sh[i];
+    shard_copy(s, p->r, gpt_params(p->model) + s->foff, p->params + s->loff, 1);
+    for (size_t j = 0; j < k; j++)
+      shard_copy(s, p->r, fs + j * N + s->foff, ls + j * p->n + s->loff, 1);
+  }
+  optim_set_t(p->opt, optim_get_t(full));
+  return 0;
+}

@@ -1,0 +1,160 @@
+/*
+ * tensor: tensor-parallel training of the CPU engine's GPT-2 over the
+ * comm layer (MPI), Megatron-LM's scheme, one shard per rank of a tensor
+ * group of T ranks.
+ *
+ * The split (rank r of T; C the width, NH the heads, Vp the padded
+ * vocabulary, all divided by T):
+ *   attn.c_attn   (C,3C) by columns: rank r has heads [r NH/T, (r+1)
+ *                 NH/T) of q, k and v, (C,3C/T) and its bias (3C/T)
+ *   attn.c_proj   (C,C) by rows: the rows of its heads, (C/T,C)
+ *   mlp.c_fc      (C,4C) by columns, (C,4C/T) and its bias (4C/T)
+ *   mlp.c_proj    (4C,C) by rows, (4C/T,C)
+ *   wte           (Vp,C) by rows, the vocabulary ids [r Vp/T, (r+1)
+ *                 Vp/T): the lookup and the tied head
+ *   wpe, the LayerNorms and the row-split products' biases: replicated.
+ * A block's forward: LayerNorm (replicated input), the column-split
+ * product and attention over the rank's heads (or GELU) on its own
+ * columns, the row-split product into a partial (B,T,C), one all-reduce
+ * of it (Megatron's g), then the bias, once, and the residual. Its
+ * backward: the row-split product's input gradient needs no exchange
+ * (the output gradient is the same on every rank), the column-split
+ * product's input gradient is a partial (B,T,C) summed by one all-reduce
+ * (Megatron's f). So two all-reduces of (B,T,C) a block in each
+ * direction (attention and MLP), one for the lookup (each rank looks up
+ * its own ids, zeros elsewhere) and one for the head's input gradient.
+ *
+ * The loss never gathers the logits: each rank has (B,T,Vp/T) of them;
+ * the row maxima are all-gathered (T x B x T floats) and their maximum
+ * taken, then the sums of exp(logit - max) and the target's logit
+ * (zero on the ranks without it) all-reduced; the loss and the
+ * softmax's gradient follow on each rank for its own columns.
+ *
+ * The replicated tensors get the same gradient on every rank (their
+ * inputs and output gradients are the all-reduced, replicated ones);
+ * rank 0's is broadcast to the group once a step all the same, so that
+ * the copies cannot drift apart through an all-reduce that gives ranks
+ * different bits (MPI does not promise the same sum everywhere). They
+ * are counted once in the clipping norm.
+ *
+ * The sums are one process's in another order (a row-split product is
+ * T partial products added, the softmax's denominator T partial sums),
+ * so the losses match one process's to float rounding, not bit for bit.
+ *
+ * Data parallel beside it (D x T ranks): the caller splits the gang
+ * into D replicas of T ranks (the communicator given to tensor_create)
+ * and T shard groups of D ranks (tensor_options.dp); each replica trains
+ * its own rows of the global batch, and after a step's micro-batches
+ * every shard's gradients and the loss are averaged over its group.
+ *
+ * Ownership: each rank's shards (parameters, gradients, optimizer
+ * state) are its own arrays. The gpt every rank passes keeps the full
+ * parameter array (this increment does not shrink it): the shards are
+ * taken from it at tensor_create and tensor_load, and tensor_gather
+ * writes every rank's back into rank 0's. Its gradient array is never
+ * touched (the caller may release it, gpt_release).
+ *
+ * Pipeline stages beside it (T x P, tensor_options.pp): the replica's
+ * layers are cut into P stages of n_layer / P, each a tensor group of T
+ * ranks; the first has the lookup, the last ln_f, the head and the loss.
+ * Rank t of stage s sends the stream (B,T,C), the same on every rank of
+ * its group, to rank t of stage s + 1, and its gradient comes back, by
+ * point to point; the step is GPipe's: all m micro-batches' forwards,
+ * then all their backwards (m micro-batches' activations kept). This
+ * increment splits the compute and the activations, not the weights:
+ * every stage keeps its shard of every layer, the stages' gradients are
+ * summed once a step (each tensor's is the stage's that has it; wte's
+ * lookup and head parts come from the first and the last) and every
+ * stage applies the same update, so the first stage's group has the
+ * whole model for tensor_gather.
+ *
+ * Not here (refused by tensor_check or the train stage): Llama models,
+ * dropout, BF16 autocast, recomputation, GPUs.
+ *
+ * Every function but tensor_check, tensor_sizes, tensor_step,
+ * tensor_load and tensor_destroy is collective over the tensor group
+ * (and over dp and pp where it says so): every rank calls it, in the
+ * same order. They return 0, or -1 with err; a failed
+ * exchange leaves the communicator unusable (abort the gang). Threads:
+ * the caller's thread only.
+ */
+#ifndef DAGRUN_TENSOR_H
+#define DAGRUN_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+
+typedef struct tensor_options {
+  int micro; /* micro-batches a step (grad_accum), >= 1 */
+  int B, T;  /* a micro-batch */
+  optim_config opt;
+  /* The shard group: this rank's shard in every replica (borrowed; NULL
+   * or one rank: no data parallel). */
+  comm *dp;
+  /* Pipeline stages (T x P): this shard's ranks in every stage of the
+   * replica, stage s being rank s (borrowed; NULL or one rank: none). */
+  comm *pp;
+} tensor_options;
+
+/* Whether a tensor group of T ranks fits cfg on world ranks: T >= 2, a
+ * GPT-2 model, T divides n_head (heads are not cut), the padded
+ * vocabulary padded_vocab (the rows of wte) and world. 0, or -1 with
+ * err naming the numbers. Any thread. */
+int tensor_check(const gpt_config *cfg, int T, int world, char *err,
+                 size_t errlen);
+
+typedef struct tensor_par tensor_par;
+
+/* Rank comm_rank(c) of the tensor group c (comm_size(c) ranks) over
+ * model (borrowed, the same weights on every rank; it must outlive the
+ * tensor_par): its shards taken from model, its optimizer (zero state),
+ * its activations for (B,T). */
+int tensor_create(comm *c, gpt *model, const tensor_options *o,
+                  tensor_par **out, char *err, size_t errlen);
+void tensor_destroy(tensor_par *p); /* NULL is a no-op */
+
+/* Floats of this rank's shards (its parameters, gradients and, times
+ * the optimizer's floats a parameter, its state), and of the whole
+ * model's. */
+void tensor_sizes(const tensor_par *p, size_t *local, size_t *full);
+
+/* Zeroes the gradients and trains the step's m micro-batches: inputs
+ * and targets (m,B,T), the same on every rank of the group (the first
+ * stage reads the inputs, the last the targets). With pp, exchanges the
+ * streams and sums the gradients over it; with dp, averages the
+ * gradients and the loss over it. *loss: the mean over the
+ * micro-batches (and the replicas), on every rank. */
+int tensor_forward_backward(tensor_par *p, const uint32_t *inputs,
+                            const uint32_t *targets, double *loss, char *err,
+                            size_t errlen);
+
+/* The global L2 norm of the step's gradient (the shards' sums of squares
+ * all-reduced over the group, the replicated tensors counted once), into
+ * *norm; when max_norm > 0 and the norm is above it every rank scales
+ * its gradients by max_norm / (norm + 1e-6), as optim_clip_grad_norm
+ * does for one process. */
+int tensor_clip_grad_norm(tensor_par *p, double max_norm, double *norm,
+                          char *err, size_t errlen);
+
+/* The update of this rank's shards at lr (not collective). */
+void tensor_step(tensor_par *p, float lr);
+
+/* Brings every rank's shards into rank 0's model and, with with_state
+ * (the same on every rank), their optimizer state and step count into
+ * full (rank 0's optimizer over the whole model, trainkit_make_optim's
+ * layout; NULL elsewhere): rank 0 can then evaluate, save and export
+ * the model as one process's. With pp, the first stage's group does it
+ * (it holds every layer's shards); the other stages return 0. */
+int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
+                  size_t errlen);
+
+/* After every rank loaded the same whole checkpoint into model and full
+ * (a one-process optimizer): this rank takes its shards of the weights
+ * and of full's state, and its step count. Not collective. */
+int tensor_load(tensor_par *p, optim *full, char *err, size_t errlen);
+
+#endif /* DAGRUN_TENSOR_H */

@@ -1,0 +1,98 @@
+/*
+ * mploop: the train stage's model-parallel loop, which the pipeline
+ * (pipeloop.h) and tensor-parallel (tploop.h) gangs share. A gang of
+ * N = D x K ranks on CPU ranks, launched by mpirun or srun, is D
+ * data-parallel replicas of a model cut over K ranks: rank r is part
+ * r % K of replica r / K (a replica's parts are consecutive ranks, so
+ * that mpirun's by-slot placement keeps them on one node where it can,
+ * and their traffic off the network). batch_size is per replica: the
+ * loader draws D x batch_size rows a micro-batch, as one process of
+ * that batch does, and replica d trains rows [d B, (d + 1) B).
+ *
+ * The loop is the engine's calls (mploop_engine) between the stage's
+ * common parts: the stop agreement, the spike guard (skip and lower_lr;
+ * reset and rollback skip the update, as in a ZeRO gang), validation
+ * and samples by rank 0 on the gathered model, one process's
+ * checkpoints (the engine's gather brings every part's weights and
+ * optimizer state to rank 0, which writes them, so validate, export and
+ * a one-process resume read them as one process's), and resume from
+ * one: every rank reads it whole and the engine keeps its part. Rank 0
+ * alone reports.
+ *
+ * Refused by mploop_check, before any collective, with the numbers: a
+ * gang not started by a launcher, world_size not a multiple of K,
+ * device: cuda, dropout, overfit_one_batch.
+ */
+#ifndef DAGRUN_TRAIN_MPLOOP_H
+#define DAGRUN_TRAIN_MPLOOP_H
+
+#include "trainrun.h"
+
+#include "comm/comm.h"
+
+#include <cjson/cJSON.h>
+
+/* One rank's part of the model, as the loop drives it: pipeline.h's or
+ * tensor.h's calls (their contracts) on e. */
+typedef struct mploop_engine {
+  void *e;
+  int (*fb)(void *e, const uint32_t *inputs, const uint32_t *targets,
+            double *loss, char *err, size_t errlen);
+  int (*clip)(void *e, double max_norm, double *norm, char *err, size_t errlen);
+  void (*step)(void *e, float lr);
+  int (*gather)(void *e, int with_state, optim *full, char *err, size_t errlen);
+  int (*load)(void *e, optim *full, char *err, size_t errlen);
+  /* After each step, on every rank (NULL: nothing): the engine's own
+   * metrics and log lines (rank 0 reports). */
+  void (*stepped)(void *arg, trainrun *r, int rank);
+  /* On rank 0 at the end: its summary fields into s (the layout's
+   * sizes among them; world_size and data_parallel are the loop's). */
+  void (*summary)(void *arg, trainrun *r, cJSON *s);
+  void *arg;
+} mploop_engine;
+
+typedef struct mploop {
+  /* Set by the caller before mploop_check: */
+  const char *param; /* the param, "pipeline_parallel" */
+  const char *part;  /* what a rank holds, plural: "stages" */
+  const char *what;  /* the parts in words: "pipeline stages" */
+  int N, K;          /* gang size (0: not in a gang), parts a replica */
+  /* Set by mploop_check and mploop_open: */
+  int D, m, rank; /* replicas, micro-batches a step, this rank */
+  comm *c;        /* the gang: the stop agreement */
+  comm *kc;       /* this replica's K parts: the engine's */
+  comm *dc;       /* this part's D replicas: the gradients' mean */
+  /* Set by the caller after mploop_open: */
+  mploop_engine eng;
+  /* The loop's own: */
+  uint32_t *in, *tg; /* the step's m micro-batches of this replica */
+  int64_t nsteps;
+} mploop;
+
+/* What every model-parallel gang refuses, before any collective; sets D
+ * and m (grad_accum), and the threads. 0 or EXIT_BAD_PARAMS. */
+int mploop_check(trainrun *r, mploop *l);
+
+/* The setup (the model, the loader of D x batch_size rows), fits (the
+ * engine's shape check, with arg: 0, or -1 with err) against N, the
+ * gang's communicator and its splits, rank 0's one-process engine (the
+ * pre-flight loss, validation) and the step's buffers. 0, or the exit
+ * status (before the communicator: every rank fails alike); aborts the
+ * gang after it. */
+int mploop_open(trainrun *r, mploop *l,
+                int (*fits)(void *arg, const gpt_config *cfg, int N, char *err,
+                            size_t errlen),
+                void *arg);
+
+/* Fails the task and aborts the gang. */
+_Noreturn void mploop_abort(trainrun *r, mploop *l, const char *what,
+                            const char *err);
+
+/* With l->eng set: resume, the pre-flight loss, the steps, the final
+ * validation and checkpoint, rank 0's summary. The exit status. */
+int mploop_train(trainrun *r, mploop *l);
+
+/* Frees what mploop_open made (not the engine). */
+void mploop_close(mploop *l);
+
+#endif /* DAGRUN_TRAIN_MPLOOP_H */

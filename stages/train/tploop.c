@@ -1,0 +1,150 @@
+/* The train stage's tensor-parallel loop; see tploop.h. */
+#include "tploop.h"
+#include "mploop.h"
+
+#include "common/stagekit.h"
+#include "lib/exitcode.h"
+#include "pipeline/pipeline.h"
+#include "tensor/tensor.h"
+
+#include <stdio.h>
+
+/* The gang of N = D x P x T ranks (mploop.h, with K = P x T parts a
+ * replica): rank r is shard r % T of stage (r / T) % P of replica
+ * r / (T P). */
+typedef struct tp_run {
+  mploop l;
+  int T, P;
+  comm *tc; /* this rank's tensor group: its stage's T shards */
+  comm *pc; /* this shard's P stages */
+  tensor_par *tp;
+} tp_run;
+
+int tploop_param(trainrun *r, int *T) {
+  int64_t v;
+  if (stagekit_param_int(r->ctx, r->h, "tensor_parallel", 1, 1024, &v))
+    return -1;
+  *T = (int)v;
+  return 0;
+}
+
+/* The engine's calls, as mploop_engine takes them. */
+static int fb(void *e, const uint32_t *in, const uint32_t *tg, double *loss,
+              char *err, size_t errlen) {
+  return tensor_forward_backward(e, in, tg, loss, err, errlen);
+}
+static int clip(void *e, double max_norm, double *norm, char *err,
+                size_t errlen) {
+  return tensor_clip_grad_norm(e, max_norm, norm, err, errlen);
+}
+static void step(void *e, float lr) { tensor_step(e, lr); }
+static int gather(void *e, int with_state, optim *full, char *err,
+                  size_t errlen) {
+  return tensor_gather(e, with_state, full, err, errlen);
+}
+static int load(void *e, optim *full, char *err, size_t errlen) {
+  return tensor_load(e, full, err, errlen);
+}
+
+static void summary(void *arg, trainrun *r, cJSON *s) {
+  tp_run *t = arg;
+  (void)r;
+  cJSON_AddNumberToObject(s, "tensor_parallel", t->T);
+  cJSON_AddNumberToObject(s, "pipeline_parallel", t->P);
+}
+
+/* The shape against T and P (mploop_open's fits). */
+static int fits(void *arg, const gpt_config *cfg, int N, char *err,
+                size_t errlen) {
+  tp_run *t = arg;
+  if (tensor_check(cfg, t->T, N, err, errlen) != 0)
+    return -1;
+  return t->P > 1 ? pipeline_check(cfg, t->P, N / t->T, err, errlen) : 0;
+}
+
+/* What the tensor-parallel engine does not have, beyond mploop_check's.
+ * 0 or EXIT_BAD_PARAMS. */
+static int check_params(trainrun *r, tp_run *t) {
+  const char *why = r->c.recompute != ENGINE_RECOMPUTE_NONE
+                        ? "recompute (use recompute: none)"
+                    : r->c.autocast != GPT_AUTOCAST_NONE
+                        ? "autocast (use autocast: none)"
+                        : NULL;
+  if (!why)
+    return 0;
+  r->h->fail(r->ctx,
+             "tensor_parallel %d runs without %s: its engine keeps every "
+             "activation in fp32",
+             t->T, why);
+  return EXIT_BAD_PARAMS;
+}
+
+/* The tensor group and the stages out of the replica, the engine over
+ * them, and the layout's line. */
+static void start(trainrun *r, tp_run *t) {
+  char err[2048];
+  mploop *l = &t->l;
+  int T = t->T, pos = l->rank % l->K, sh = pos % T, s = pos / T;
+  if (comm_split(l->kc, s, pos, &t->tc, err, sizeof err) ||
+      comm_split(l->kc, sh, pos, &t->pc, err, sizeof err))
+    mploop_abort(r, l, "splitting the replica", err);
+  tensor_options o = {.micro = l->m,
+                      .B = r->c.B,
+                      .T = r->c.m.T,
+                      .opt = r->c.opt,
+                      .dp = l->dc,
+                      .pp = t->P > 1 ? t->pc : NULL};
+  if (tensor_create(t->tc, r->model, &o, &t->tp, err, sizeof err) != 0)
+    mploop_abort(r, l, "tensor parallel", err);
+  /* The shards have gradients of their own: the model's full gradient
+   * array is never written (rank 0's engine only evaluates). */
+  gpt_release(r->model, GPT_BUF_GRADS);
+  l->eng =
+      (mploop_engine){t->tp, fb, clip, step, gather, load, NULL, summary, t};
+  size_t local, full;
+  tensor_sizes(t->tp, &local, &full);
+  const gpt_config *cfg = gpt_get_config(r->model);
+  int H = cfg->n_head, F = 4 * cfg->n_embd, Vp = cfg->padded_vocab;
+  int L = cfg->n_layer / t->P;
+  char stage[128] = "";
+  if (t->P > 1)
+    snprintf(stage, sizeof stage,
+             " of stage %d of %d (layers %d-%d, GPipe schedule)", s, t->P,
+             s * L, (s + 1) * L - 1);
+  r->h->log(r->ctx, DAGRUN_LOG_INFO,
+            "tensor parallel: rank %d is shard %d of %d%s (heads %d-%d of "
+            "%d, MLP columns %d-%d of %d, vocabulary rows %d-%d of %d; "
+            "%zu of the model's %zu parameters), %d micro-batches "
+            "(grad_accum) of %d x %d; data-parallel replica %d of %d "
+            "(global batch %d x %d x %d = %d sequences); zero_stage "
+            "ignored",
+            l->rank, sh, T, stage, sh * H / T, (sh + 1) * H / T - 1, H,
+            sh * F / T, (sh + 1) * F / T - 1, F, sh * Vp / T,
+            (sh + 1) * Vp / T - 1, Vp, local, full, l->m, r->c.B, r->c.m.T,
+            l->rank / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m);
+}
+
+int tploop_run(trainrun *r, int N, int T, int P) {
+  tp_run t = {.l = {.param = P > 1 ? "tensor_parallel x pipeline_parallel"
+                                   : "tensor_parallel",
+                    .part = "ranks",
+                    .what = "tensor-parallel ranks",
+                    .N = N,
+                    .K = T * P},
+              .T = T,
+              .P = P};
+  int status = mploop_check(r, &t.l);
+  if (status == 0)
+    status = check_params(r, &t);
+  if (status == 0)
+    status = mploop_open(r, &t.l, fits, &t);
+  if (status == 0) {
+    start(r, &t);
+    status = mploop_train(r, &t.l);
+  }
+  tensor_destroy(t.tp);
+  comm_destroy(t.pc);
+  comm_destroy(t.tc);
+  mploop_close(&t.l);
+  return status;
+}

@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# Tensor parallelism (gpu/tensor/tensor.h) in the train stage on CPU
+# ranks under mpirun: a 2-layer GPT (width 32, 4 heads) on a vocabulary
+# of 300 ids (padded to 320: the last rank's rows of wte hold the 20
+# padding rows), 20 steps.
+# - tensor_parallel 2 on 2 ranks (2 heads a rank), batch_size 2, and
+#   tensor_parallel 4 on 4 (one head a rank): every step's loss within
+#   1e-4 (relative) of one process's of batch_size 2, its val_loss within
+#   1e-5 (relative), the final weights within 1e-4 of the largest weight
+#   (the ZeRO and pipeline gangs' bound). The only differences are the
+#   order of float sums (a row-split product is two partial products
+#   added, the softmax's denominator two partial sums), which AdamW
+#   carries on for 20 steps; AdamW divides each gradient by its own
+#   scale, so an element whose gradient is rounding noise (the key
+#   bias's, zero in exact arithmetic) moves up to lr a step whichever
+#   way the noise points. Measured: losses 1e-7 apart, weights 8e-6 of
+#   the largest at worst (single elements; the mean difference is near
+#   3e-8). Each check fails with the thing it checks broken:
+#   without the forward all-reduce of a row-split product the losses
+#   are 6.5e-3 apart, without the MLP's backward one 3e-3, with each
+#   rank's own row maxima in the cross-entropy 1.2e-2;
+#   without the lookup's all-reduce, the replicas' gradient mean, the
+#   second micro-batch, the optimizer state on resume or the gather of
+#   rank 1's shards, the stages' gradient sum or the first stage's
+#   gather (T x P), the check that covers it fails; and each refusal
+#   removed, its run succeeds (n_head 3 over 2 ranks trains, wrongly).
+# - 2 replicas of tensor groups of 2 on 4 ranks (rank r is shard r % 2
+#   of replica r / 2), batch_size 2 and grad_accum 2: one process of
+#   batch_size 4 and grad_accum 2 (the same global batch, drawn in 2
+#   micro-batches of 4 rows, each replica training its 2 rows of each),
+#   within the same bounds, val_loss too (the windows of batches of 4);
+#   and the losses of one process of batch_size 8 (4x the micro-batch).
+# - T=2 x P=2 on 4 ranks (GPipe over 2 micro-batches of 4): one process
+#   of batch_size 4 and grad_accum 2, within the same bounds; its
+#   checkpoint resumes as one process and as a ZeRO gang of 4 ranks.
+# - The checkpoints are one process's: one process resumes the T=2 run's
+#   step-10 checkpoint and a T=2 run resumes one process's, both with one
+#   process's losses of steps 11-20; the T=2 run's final checkpoint is
+#   validated and exported downstream.
+# - Refused at start with the numbers: n_head 3 with tensor_parallel 2,
+#   a padded vocabulary of 320 with 3, world_size 3 with 2, a Llama
+#   model, dropout, device: cuda, recompute, n_layer 3 with
+#   pipeline_parallel 2 beside it, world_size 6 for 2 x 2, and
+#   tensor_parallel without a gang.
+. "$(dirname "$0")/lib.sh"
+
+use_train_gang
+ENV=$GANG_ENV
+
+DATA=$(make_token_data tp 300)
+MODEL="data: \"$DATA\", n_layer: 2, n_head: 4, n_embd: 32, block_size: 32, threads: 1, steps: 20, lr: 0.003, warmup: 2, eval_every: 10, samples: 0, spike_policy: none, batch_size: 2, checkpoint_every: 10"
+
+one_process one "$MODEL"
+ONE=$R1
+
+# like REF NAME: run NAME succeeded with REF's losses (REF.losses) within
+# 1e-4 relative and the final weights of REF's run ($R1) within 1e-4 of
+# the largest weight; sets R to its run directory.
+like() {
+  expect_rc 0
+  R=$(run_dir "$2")
+  losses "$R" > "$2.losses"
+  same_losses "$1.losses" "$2.losses" 1e-4
+  same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
+    "$R/train/checkpoints/step-00000020/model.safetensors" 1e-4
+}
+
+# same_val A B: the two runs' val_loss within 1e-5 relative.
+same_val() {
+  /usr/bin/python3 -c "import json, sys; a, b = (json.load(open(f))['val_loss'] for f in sys.argv[1:]); assert abs(a - b) <= 1e-5 * a, (a, b)" \
+    "$1/train/out/summary.json" "$2/train/out/summary.json" || fail "val_loss differs: $1 vs $2"
+}
+
+# summary_is KEYS VALUES: run $R's summary.json has VALUES (a Python
+# tuple) at KEYS (comma-separated).
+summary_is() {
+  /usr/bin/python3 -c "import json, sys; s = json.load(open(sys.argv[1])); got = tuple(s[k] for k in sys.argv[2].split(',')); assert got == eval(sys.argv[3]), (got, s)" \
+    "$R/train/out/summary.json" "$1" "$2" || fail "$R: summary $1 is not $2"
+}
+
+cat > t2.yaml <<Y
+dag: t2
+tasks:
+  train:
+    stage: train
+    world_size: 2
+    launcher: mpirun
+    $ENV
+    with: {$MODEL, tensor_parallel: 2}
+  validate: {stage: validate, needs: [train], with: {data: "$DATA", threads: 1, max_batches: 4, checkpoint: "\${tasks.train.outputs.checkpoint}"}}
+  export: {stage: export, needs: [train], with: {model: "\${tasks.train.outputs.checkpoints}"}}
+Y
+run_dagrun run t2.yaml --plain
+like one t2
+T2=$R
+expect_in "$R/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 (heads 0-1 of 4, MLP columns 0-63 of 128, vocabulary rows 0-159 of 320; 19104 of the model's 36736 parameters), 1 micro-batches (grad_accum) of 2 x 32; data-parallel replica 0 of 1 (global batch 1 x 2 x 1 = 2 sequences); zero_stage ignored"
+summary_is tensor_parallel,data_parallel,world_size "(2, 1, 2)"
+same_val "$R1" "$R"
+/usr/bin/python3 -c "import json, math, sys; v = json.load(open(sys.argv[1]))['val_loss']; assert math.isfinite(v) and v < 6, v" \
+  "$R/validate/out/metrics.json" || fail "validate: $(cat "$R/validate/out/metrics.json")"
+ls "$R/export/out/model/"*.safetensors >/dev/null || fail "export: $(ls -R "$R/export/out")"
+
+# Four ranks of one head each (and 80 vocabulary rows, the last rank's
+# 60 ids and 20 padding rows).
+gang_dag t4 "$MODEL, tensor_parallel: 4" 4
+like one t4
+expect_in "$R/train/attempt-1/log" "rank 0 is shard 0 of 4 (heads 0-0 of 4, MLP columns 0-31 of 128, vocabulary rows 0-79 of 320;"
+
+# One process resumes the T=2 run's checkpoint, and T=2 one process's.
+printf 'dag: t2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
+  "$MODEL" "$T2/train/checkpoints/step-00000010" > t2o.yaml
+run_dagrun run t2o.yaml --plain
+resumed_as one t2o "resumed from $T2/train/checkpoints/step-00000010 at step 10" 1e-4
+gang_dag o2t "$MODEL, tensor_parallel: 2, resume: \"$ONE/train/checkpoints/step-00000010\""
+resumed_as one o2t "resumed from $ONE/train/checkpoints/step-00000010 at step 10" 1e-4
+
+# Two replicas of a tensor group of 2, each micro-batch's 4 rows split
+# between them, 2 micro-batches a step: one process of batch_size 4 and
+# grad_accum 2 (its validation windows too: batches of 4), and, the
+# losses, one process of batch_size 8 (the step's 8 rows in one batch).
+one_process one8 "${MODEL/batch_size: 2/batch_size: 8}"
+one_process one4 "${MODEL/batch_size: 2/batch_size: 4}, grad_accum: 2"
+gang_dag dt "$MODEL, grad_accum: 2, tensor_parallel: 2" 4
+like one4 dt
+expect_in "$R/train/attempt-1/log" "2 micro-batches (grad_accum) of 2 x 32; data-parallel replica 0 of 2 (global batch 2 x 2 x 2 = 8 sequences); zero_stage ignored"
+summary_is tensor_parallel,data_parallel,tokens "(2, 2, 20 * 8 * 32)"
+same_losses one8.losses dt.losses 1e-4
+same_val "$R1" "$R"
+
+# Two pipeline stages of a tensor group of 2 (4 ranks: rank r is shard
+# r % 2 of stage r / 2), batch_size 4 and grad_accum 2 (GPipe over the 2
+# micro-batches): one4's losses, weights and val_loss; its step-10
+# checkpoint resumes as one process and as a ZeRO gang of 4 ranks of
+# batch_size 1, both with one4's losses of steps 11-20.
+M4="${MODEL/batch_size: 2/batch_size: 4}, grad_accum: 2"
+gang_dag txp "$M4, tensor_parallel: 2, pipeline_parallel: 2" 4
+like one4 txp
+expect_in "$R/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 of stage 0 of 2 (layers 0-0, GPipe schedule) (heads 0-1 of 4,"
+summary_is tensor_parallel,pipeline_parallel,data_parallel "(2, 2, 1)"
+same_val "$R1" "$R"
+printf 'dag: txp2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
+  "$M4" "$R/train/checkpoints/step-00000010" > txp2o.yaml
+run_dagrun run txp2o.yaml --plain
+resumed_as one4 txp2o "resumed from $R/train/checkpoints/step-00000010 at step 10" 1e-4
+gang_dag txp2d "${M4/batch_size: 4/batch_size: 1}, zero_stage: 1, resume: \"$R/train/checkpoints/step-00000010\"" 4
+resumed_as one4 txp2d "resumed from one-process checkpoint $R/train/checkpoints/step-00000010 at step 10" 1e-4
+
+M3=${MODEL/n_head: 4, n_embd: 32/n_head: 3, n_embd: 48}
+gang_refused heads "tensor_parallel 2 does not divide the model's 3 heads" \
+  "$M3, tensor_parallel: 2"
+gang_refused vocab "tensor_parallel 3 does not divide the padded vocabulary of 320 rows (vocab_size 300" \
+  "$M3, tensor_parallel: 3" 3
+gang_refused world "world_size 3 is not a multiple of tensor_parallel 2" \
+  "$MODEL, tensor_parallel: 2" 3
+gang_refused llama "tensor-parallel shards are implemented for GPT-2 models, not Llama ones" \
+  "${MODEL/n_layer: 2, n_head: 4, n_embd: 32, block_size: 32/model: llama-tiny, n_layer: 2, block_size: 32}, tensor_parallel: 2"
+gang_refused dropout "tensor_parallel 2 runs on CPU ranks without dropout" \
+  "$MODEL, tensor_parallel: 2, dropout: 0.1"
+gang_refused cuda "tensor_parallel 2 runs on CPU ranks without device: cuda" \
+  "$MODEL, tensor_parallel: 2, device: cuda"
+gang_refused recompute "tensor_parallel 2 runs without recompute" \
+  "$MODEL, tensor_parallel: 2, recompute: gelu"
+gang_refused tp_layers "pipeline_parallel 2 does not divide the model's 3 layers" \
+  "${MODEL/n_layer: 2/n_layer: 3}, tensor_parallel: 2, pipeline_parallel: 2" 4
+gang_refused tp_world "world_size 6 is not a multiple of tensor_parallel x pipeline_parallel 4" \
+  "$MODEL, tensor_parallel: 2, pipeline_parallel: 2" 6
+printf 'dag: solo\ntasks:\n  train: {stage: train, with: {%s, tensor_parallel: 2}}\n' "$MODEL" > solo.yaml
+run_dagrun run solo.yaml --plain
+[ "$RC" -ne 0 ] || fail "solo: exit code 0"
+expect_in "$(run_dir solo)/train/attempt-1/log" "tensor_parallel 2 needs a gang of 2 CPU ranks"
+echo "ok"
