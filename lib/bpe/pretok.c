@@ -8,6 +8,11 @@
  * PCRE2 call a piece costs more than the rest of encoding, so an ASCII
  * fast path decides the pieces it can from a class table that PCRE2
  * itself filled in, and hands every other case back to PCRE2.
+ *
+ * With Hugging Face's Digits (SmolLM's tokenizer), the matcher first cuts
+ * the text at numeric characters and runs the same code on each stretch
+ * between them, its end standing for the end of the text: GPT-2's path
+ * pays one branch a piece for it.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "pretok.h"

@@ -132,4 +132,14 @@ for tok in smol.json "$out/tokenizer.json"; do
   node "$REF/hf_encode.mjs" "$NM" "$tok" docs.txt > hf.ids 2> hf.err || fail "tokenizers.js failed: $(cat hf.err)"
   cmp -s hf.ids stage.ids || fail "the tokenize stage's ids differ from tokenizers.js's with $tok"
 done
+
+# The stage refuses a Sequence it does not do, naming the member.
+cat > refused.yaml <<Y
+dag: refused
+tasks:
+  tokenize: {stage: tokenize, with: {shards: "$shard_dir", tokenizer: "$T/bad-split.json"}}
+Y
+run_dagrun run refused.yaml --no-cache --plain
+[ "$RC" -ne 0 ] || fail "the tokenize stage took a Sequence with a Split"
+expect_in "$T/out" 'pre_tokenizer Sequence member 2 ("Split") is not supported'
 pass
