@@ -127,8 +127,9 @@ int pretok_set_digits(pretok *p, pretok_digits mode, char *err, size_t errlen) {
     int ec;
     PCRE2_SIZE eo;
     p->num = pcre2_compile((PCRE2_SPTR) "\\p{N}", PCRE2_ZERO_TERMINATED,
-                           PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ec,
-                           &eo, NULL);
+                           PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF |
+                               PCRE2_ANCHORED,
+                           &ec, &eo, NULL);
     if (!p->num) {
       snprintf(err, errlen, "pretok: cannot compile \\p{N}");
       return -1;
@@ -246,29 +247,32 @@ static int fast_piece(const unsigned char *cls, const unsigned char *t,
   return 1;
 }
 
-/* The length of the numeric character at i, or 0 if there is none. */
+/* The length of the numeric character at i, or 0 if there is none. The
+ * subject PCRE2 is given ends a character's most (4 bytes) on: with
+ * invalid UTF-8 allowed, its interpreter checks the UTF-8 of all the
+ * subject it is given, which on the whole text would be quadratic. */
 static size_t numeric_at(pretok_matcher *m, size_t i) {
   const unsigned char *t = (const unsigned char *)m->text;
   if (t[i] < 0x80)
     return m->p->cls[t[i]] == C_NUMBER;
-  if (pcre2_match(m->p->num, t, m->total, i, PCRE2_ANCHORED, m->md, NULL) < 0)
-    return 0;
+  size_t end = m->total - i > 4 ? i + 4 : m->total;
+  if (pcre2_match(m->p->num, t, end, i, 0, m->md, NULL) < 0)
+    return 0; /* no match; \p{N} of one character hits no limit */
   PCRE2_SIZE *ov = pcre2_get_ovector_pointer(m->md);
   return ov[1] - ov[0];
 }
 
-/* Where the next numeric character at or after i starts (total if none):
- * ASCII is looked at here, and from the first other byte on PCRE2
- * searches. */
+/* Where the next numeric character at or after i starts (total if
+ * none): ASCII from the class table, other characters one by one at
+ * their first byte. */
 static size_t next_numeric(pretok_matcher *m, size_t i) {
   const unsigned char *t = (const unsigned char *)m->text;
-  for (; i < m->total && t[i] < 0x80; i++)
-    if (m->p->cls[t[i]] == C_NUMBER)
+  for (; i < m->total; i++) {
+    if (t[i] < 0x80 ? m->p->cls[t[i]] == C_NUMBER
+                    : (t[i] & 0xC0) != 0x80 && numeric_at(m, i))
       return i;
-  if (i == m->total ||
-      pcre2_match(m->p->num, t, m->total, i, 0, m->md, NULL) < 0)
-    return m->total;
-  return pcre2_get_ovector_pointer(m->md)[0];
+  }
+  return m->total;
 }
 
 /* Hugging Face's Digits, at the end of a stretch: returns 1 with the

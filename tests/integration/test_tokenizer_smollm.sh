@@ -87,6 +87,14 @@ printf '2024' > y.txt
 [ "$("$TOOL" encode smol.json y.txt | wc -w)" -eq 4 ] || fail "smol.json did not split 2024 into digits"
 [ "$("$TOOL" encode gpt2.json y.txt | wc -w)" -eq 2 ] || fail "gpt2.json did not give 2024 two tokens"
 
+# Linear in the text: 2 MB of non-ASCII numerals between other
+# characters encodes in well under a second (a PCRE2 call that looked at
+# the whole text for each numeral took minutes).
+"$PY" -c 'open("numerals.txt", "w").write("é\u0663 x\u00b2\u00bd 東京\uff12\uff10 " * 80000)'
+timeout 30 "$TOOL" encode smol.json numerals.txt > numerals.ids \
+  || fail "2 MB of numerals took over 30 s (or failed) to encode"
+[ "$(wc -w < numerals.ids)" -gt 800000 ] || fail "numerals: too few ids"
+
 # Refused, naming the member.
 for c in "bad-split.json:member 2 (\"Split\")" "bad-order.json:member 1 (\"ByteLevel\")" \
          "bad-empty.json:Sequence of 0 members"; do
