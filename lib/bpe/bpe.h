@@ -1,7 +1,8 @@
 /*
  * bpe: a GPT-2 style byte-level BPE tokenizer.
  *
- * Text is split by the GPT-2 pre-tokenizer (pretok.h); each piece's bytes
+ * Text is split by the GPT-2 pre-tokenizer (pretok.h; Hugging Face's
+ * Digits first when a loaded tokenizer.json asks); each piece's bytes
  * are mapped to tokens of one byte each, and merges are applied in rank
  * order, lowest first, as GPT-2 and Hugging Face tokenizers do. Every byte
  * string has an encoding, so decode(encode(x)) == x for any bytes,
@@ -70,17 +71,19 @@ int bpe_decode(const bpe *b, const uint32_t *ids, size_t n, char **out,
  * what was wrong; they return -1 with the message in err. */
 
 /* A Hugging Face tokenizer.json with a BPE model and ByteLevel
- * pre-tokenizer (GPT-2's own, or one we wrote). Merges as "a b" strings
- * or ["a", "b"] pairs; added_tokens become specials. */
+ * pre-tokenizer (GPT-2's own, or one we wrote), alone or after Digits in
+ * a Sequence (SmolLM's). Merges as "a b" strings or ["a", "b"] pairs;
+ * added_tokens become specials. */
 int bpe_load_hf(const char *path, bpe **out, char *err, size_t errlen);
 /* GPT-2's vocab.json (or encoder.json) + merges.txt (or vocab.bpe).
  * "<|endoftext|>" is a special if the vocabulary has it. */
 int bpe_load_gpt2(const char *vocab_path, const char *merges_path, bpe **out,
                   char *err, size_t errlen);
-/* Writes a tokenizer.json that Hugging Face tokenizers loads (BPE model,
- * ByteLevel pre-tokenizer/decoder/post-processor, added_tokens for the
- * specials) and that encodes text to the same ids as bpe_encode_with_
- * specials. Written to a temporary name, fsynced and renamed. */
+/* Writes a tokenizer.json that Hugging Face tokenizers loads (BPE model;
+ * ByteLevel pre-tokenizer, after Digits if b was loaded with them;
+ * ByteLevel decoder and post-processor; added_tokens for the specials)
+ * and that encodes text to the same ids as bpe_encode_with_specials.
+ * Written to a temporary name, fsynced and renamed. */
 int bpe_save_hf(const bpe *b, const char *path, char *err, size_t errlen);
 
 /* Training (bpe_train.c). Feed text with bpe_trainer_add (any thread, but

@@ -8,6 +8,11 @@
  * PCRE2 call a piece costs more than the rest of encoding, so an ASCII
  * fast path decides the pieces it can from a class table that PCRE2
  * itself filled in, and hands every other case back to PCRE2.
+ *
+ * With Hugging Face's Digits (SmolLM's tokenizer), the matcher first cuts
+ * the text at numeric characters and runs the same code on each stretch
+ * between them, its end standing for the end of the text; GPT-2's path
+ * runs the same instructions as without it (but for one compare).
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "pretok.h"
@@ -33,6 +38,10 @@ enum { C_OTHER, C_LETTER, C_NUMBER, C_SPACE };
 struct pretok {
   pcre2_code *code;
   int jit; /* 1 when JIT compilation succeeded */
+  /* Hugging Face's Digits before the pattern (pretok_set_digits): \p{N},
+   * which is Rust's char::is_numeric, finds the numeric characters. */
+  pretok_digits digits;
+  pcre2_code *num;
   /* The class of each ASCII character, as PCRE2 itself sees \p{L},
    * \p{N} and \s with UCP (asked once at creation, so the fast path
    * cannot disagree with the pattern about, say, \v or \x1c). */
@@ -46,6 +55,9 @@ struct pretok_matcher {
   pcre2_jit_stack *stack;
   const char *text;
   size_t len, pos;
+  /* With Digits, len is the end of the stretch without numeric
+   * characters that the pattern now splits; total is the text's end. */
+  size_t total;
   /* A match found past uncovered bytes, returned on the next call. */
   size_t pend_start, pend_end;
   int has_pend;
@@ -106,8 +118,30 @@ void pretok_destroy(pretok *p) {
   if (!p)
     return;
   pcre2_code_free(p->code);
+  pcre2_code_free(p->num);
   free(p);
 }
+
+int pretok_set_digits(pretok *p, pretok_digits mode, char *err, size_t errlen) {
+  if (mode != PRETOK_DIGITS_NONE && !p->num) {
+    int ec;
+    PCRE2_SIZE eo;
+    p->num = pcre2_compile((PCRE2_SPTR) "\\p{N}", PCRE2_ZERO_TERMINATED,
+                           PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF |
+                               PCRE2_ANCHORED,
+                           &ec, &eo, NULL);
+    if (!p->num) {
+      snprintf(err, errlen, "pretok: cannot compile \\p{N}");
+      return -1;
+    }
+    /* pcre2_match uses the JIT code when there is some. */
+    pcre2_jit_compile(p->num, PCRE2_JIT_COMPLETE);
+  }
+  p->digits = mode;
+  return 0;
+}
+
+pretok_digits pretok_get_digits(const pretok *p) { return p->digits; }
 
 pretok_matcher *pretok_matcher_create(const pretok *p) {
   pretok_matcher *m = calloc(1, sizeof *m);
@@ -115,6 +149,7 @@ pretok_matcher *pretok_matcher_create(const pretok *p) {
     return NULL;
   m->p = p;
   m->fast = 1;
+  /* The pattern's match data has room for \p{N}'s one pair too. */
   m->md = pcre2_match_data_create_from_pattern(p->code, NULL);
   m->mctx = pcre2_match_context_create(NULL);
   if (!m->md || !m->mctx)
@@ -142,7 +177,9 @@ void pretok_matcher_destroy(pretok_matcher *m) {
 
 void pretok_begin(pretok_matcher *m, const char *text, size_t len) {
   m->text = text;
-  m->len = len;
+  /* With Digits, the first stretch is found by the first pretok_next. */
+  m->len = m->p->digits ? 0 : len;
+  m->total = len;
   m->pos = 0;
   m->has_pend = 0;
 }
@@ -210,7 +247,66 @@ static int fast_piece(const unsigned char *cls, const unsigned char *t,
   return 1;
 }
 
+/* The length of the numeric character at i, or 0 if there is none. The
+ * subject PCRE2 is given ends a character's most (4 bytes) on: with
+ * invalid UTF-8 allowed, its interpreter checks the UTF-8 of all the
+ * subject it is given, which on the whole text would be quadratic. */
+static size_t numeric_at(pretok_matcher *m, size_t i) {
+  const unsigned char *t = (const unsigned char *)m->text;
+  if (t[i] < 0x80)
+    return m->p->cls[t[i]] == C_NUMBER;
+  size_t end = m->total - i > 4 ? i + 4 : m->total;
+  if (pcre2_match(m->p->num, t, end, i, 0, m->md, NULL) < 0)
+    return 0; /* no match; \p{N} of one character hits no limit */
+  PCRE2_SIZE *ov = pcre2_get_ovector_pointer(m->md);
+  return ov[1] - ov[0];
+}
+
+/* Where the next numeric character at or after i starts (total if
+ * none): ASCII from the class table, other characters one by one at
+ * their first byte. */
+static size_t next_numeric(pretok_matcher *m, size_t i) {
+  const unsigned char *t = (const unsigned char *)m->text;
+  for (; i < m->total; i++) {
+    if (t[i] < 0x80 ? m->p->cls[t[i]] == C_NUMBER
+                    : (t[i] & 0xC0) != 0x80 && numeric_at(m, i))
+      return i;
+  }
+  return m->total;
+}
+
+/* Hugging Face's Digits, at the end of a stretch: returns 1 with the
+ * next piece when it is numeric (one character, or with contiguous
+ * digits the run), 0 when the text is done, or 2 after setting len to
+ * the end of the stretch of other text that starts at pos, which the
+ * pattern then splits on its own (as Sequence runs ByteLevel on each of
+ * Digits' pieces). */
+static int digits_next(pretok_matcher *m, size_t *start, size_t *n) {
+  if (m->pos >= m->total)
+    return 0;
+  size_t k = numeric_at(m, m->pos);
+  if (!k) {
+    m->len = next_numeric(m, m->pos);
+    return 2;
+  }
+  size_t e = m->pos + k;
+  if (m->p->digits == PRETOK_DIGITS_CONTIGUOUS)
+    while (e < m->total && (k = numeric_at(m, e)))
+      e += k;
+  *start = m->pos;
+  *n = e - m->pos;
+  m->pos = m->len = e;
+  return 1;
+}
+
 int pretok_next(pretok_matcher *m, size_t *start, size_t *n) {
+  /* Without Digits, pos reaches len only at the end of the text, so
+   * GPT-2's path pays one compare a piece for Digits. */
+  if (m->pos >= m->len && m->p->digits && !m->has_pend) {
+    int rc = digits_next(m, start, n);
+    if (rc != 2)
+      return rc;
+  }
   if (m->has_pend) {
     m->has_pend = 0;
     *start = m->pend_start;

@@ -12,6 +12,13 @@
  * (a run of such bytes is one piece). So every input byte lies in exactly
  * one piece, and the pieces, in order, concatenate to the input.
  *
+ * Optionally (pretok_set_digits) Hugging Face's Digits pre-tokenizer runs
+ * first, as in a Sequence of [Digits, ByteLevel] (SmolLM's tokenizer):
+ * numeric characters (\p{N}, Rust's char::is_numeric) become pieces of
+ * their own, each one or each run, and the pattern splits the stretches
+ * between them, each on its own (so " 42" is " ", "4", "2", where GPT-2
+ * has " 42").
+ *
  * Threads: a pretok (the compiled pattern) is immutable and may be shared
  * by any number of threads. A pretok_matcher holds PCRE2's match data and
  * JIT stack and belongs to one thread at a time.
@@ -27,6 +34,18 @@ typedef struct pretok_matcher pretok_matcher;
 /* Compiles the pattern (JIT where the platform has it). Returns 0 and a
  * new pretok in *out, or -1 with a message in err. */
 int pretok_create(pretok **out, char *err, size_t errlen);
+/* Hugging Face's Digits before the pattern: off (GPT-2), each numeric
+ * character a piece (individual_digits true), or each run of them. */
+typedef enum pretok_digits {
+  PRETOK_DIGITS_NONE,
+  PRETOK_DIGITS_INDIVIDUAL,
+  PRETOK_DIGITS_CONTIGUOUS
+} pretok_digits;
+/* Sets Digits; before any matcher is made from p (it is not immutable
+ * until then). Returns 0, or -1 with err. */
+int pretok_set_digits(pretok *p, pretok_digits mode, char *err, size_t errlen);
+pretok_digits pretok_get_digits(const pretok *p);
+
 /* Frees the compiled pattern; NULL is a no-op. Every matcher made from it
  * must be destroyed first. */
 void pretok_destroy(pretok *p);

@@ -4,10 +4,11 @@
  * contract of bpe_load_hf, bpe_load_gpt2 and bpe_save_hf.
  *
  * Only what dagrun's BPE computes is accepted: a byte-level BPE model
- * with GPT-2's pre-tokenizer. A file that asks for anything else (another
- * model type, normalizer or pre-tokenizer) is refused with the field
- * named, rather than loaded into a tokenizer that would give other ids
- * than the library that wrote it.
+ * with GPT-2's pre-tokenizer, alone or after Hugging Face's Digits (as
+ * SmolLM's tokenizer.json has them, in a Sequence). A file that asks
+ * for anything else (another model type, normalizer or pre-tokenizer) is
+ * refused with the field named, rather than loaded into a tokenizer that
+ * would give other ids than the library that wrote it.
  *
  * Vocab files spell a token's bytes with GPT-2's byte-to-unicode map
  * (space is "Ġ"); specials are spelled as their own text.
@@ -325,6 +326,69 @@ static const char *type_of(const cJSON *o) {
   return cJSON_IsString(t) ? t->valuestring : "";
 }
 
+/* GPT-2's ByteLevel: its pattern, no space added in front. */
+static int check_byte_level(const cJSON *bl, const char *path, char *err,
+                            size_t errlen) {
+  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bl, "add_prefix_space")) ||
+      cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(bl, "use_regex"))) {
+    snprintf(err, errlen,
+             "%s: ByteLevel with add_prefix_space true or use_regex false "
+             "is not supported",
+             path);
+    return -1;
+  }
+  return 0;
+}
+
+/* The pre-tokenizers pretok does: none or ByteLevel (GPT-2), and a
+ * Sequence of ByteLevel alone or of Digits then ByteLevel (SmolLM's),
+ * which sets *digits. Anything else is refused with what it is named. */
+static int read_pre_tokenizer(const cJSON *pre, const char *path,
+                              pretok_digits *digits, char *err, size_t errlen) {
+  *digits = PRETOK_DIGITS_NONE;
+  if (!pre || cJSON_IsNull(pre))
+    return 0;
+  if (strcmp(type_of(pre), "ByteLevel") == 0)
+    return check_byte_level(pre, path, err, errlen);
+  static const char supported[] =
+      "(only ByteLevel with GPT-2's pattern, alone or after Digits in a "
+      "Sequence)";
+  if (strcmp(type_of(pre), "Sequence") != 0) {
+    snprintf(err, errlen, "%s: pre_tokenizer \"%s\" is not supported %s", path,
+             type_of(pre), supported);
+    return -1;
+  }
+  const cJSON *list = cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers");
+  int n = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : 0;
+  const cJSON *first = cJSON_GetArrayItem(list, 0);
+  const cJSON *last = cJSON_GetArrayItem(list, n - 1);
+  int has_digits = n == 2 && strcmp(type_of(first), "Digits") == 0;
+  if (n < 1 || n > 2) {
+    snprintf(err, errlen,
+             "%s: pre_tokenizer Sequence of %d members is not supported %s",
+             path, n, supported);
+    return -1;
+  }
+  /* Digits then ByteLevel, or ByteLevel alone: the first member that
+   * is not where it should be is named. */
+  int bad = n == 2 && !has_digits                     ? 0
+            : strcmp(type_of(last), "ByteLevel") != 0 ? n - 1
+                                                      : -1;
+  if (bad >= 0) {
+    snprintf(err, errlen,
+             "%s: pre_tokenizer Sequence member %d (\"%s\") is not "
+             "supported %s",
+             path, bad + 1, type_of(cJSON_GetArrayItem(list, bad)), supported);
+    return -1;
+  }
+  if (has_digits)
+    *digits = cJSON_IsTrue(
+                  cJSON_GetObjectItemCaseSensitive(first, "individual_digits"))
+                  ? PRETOK_DIGITS_INDIVIDUAL
+                  : PRETOK_DIGITS_CONTIGUOUS;
+  return check_byte_level(last, path, err, errlen);
+}
+
 int bpe_load_hf(const char *path, bpe **out, char *err, size_t errlen) {
   *out = NULL;
   char *buf;
@@ -366,26 +430,11 @@ int bpe_load_hf(const char *path, bpe **out, char *err, size_t errlen) {
              type_of(norm));
     goto done;
   }
-  const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
-  if (pre && !cJSON_IsNull(pre)) {
-    const cJSON *aps = cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_"
-                                                             "space");
-    const cJSON *ur = cJSON_GetObjectItemCaseSensitive(pre, "use_regex");
-    if (strcmp(type_of(pre), "ByteLevel") != 0) {
-      snprintf(err, errlen,
-               "%s: pre_tokenizer \"%s\" is not supported (only ByteLevel "
-               "with GPT-2's pattern)",
-               path, type_of(pre));
-      goto done;
-    }
-    if (cJSON_IsTrue(aps) || cJSON_IsFalse(ur)) {
-      snprintf(err, errlen,
-               "%s: ByteLevel with add_prefix_space true or use_regex false "
-               "is not supported",
-               path);
-      goto done;
-    }
-  }
+  pretok_digits digits;
+  if (read_pre_tokenizer(
+          cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), path,
+          &digits, err, errlen))
+    goto done;
   static const char *const affixes[] = {"continuing_subword_prefix",
                                         "end_of_word_suffix"};
   for (int i = 0; i < 2; i++) {
@@ -438,6 +487,11 @@ int bpe_load_hf(const char *path, bpe **out, char *err, size_t errlen) {
     r++;
   }
   rc = finish_build(&v, out, err, errlen);
+  if (rc == 0 && pretok_set_digits((*out)->pt, digits, err, errlen) != 0) {
+    bpe_destroy(*out);
+    *out = NULL;
+    rc = -1;
+  }
 done:
   vocab_in_free(&v);
   cJSON_Delete(root);
@@ -546,6 +600,26 @@ static cJSON *byte_level(int add_prefix_space, int trim_offsets) {
   return o;
 }
 
+/* Sequence [Digits, bl] (bl is taken, freed on failure), or NULL. */
+static cJSON *digits_then(cJSON *bl, int individual) {
+  cJSON *seq = cJSON_CreateObject(), *d = cJSON_CreateObject();
+  cJSON *list = cJSON_CreateArray();
+  if (!seq || !d || !list) {
+    cJSON_Delete(seq);
+    cJSON_Delete(d);
+    cJSON_Delete(list);
+    cJSON_Delete(bl);
+    return NULL;
+  }
+  cJSON_AddStringToObject(seq, "type", "Sequence");
+  cJSON_AddItemToObject(seq, "pretokenizers", list);
+  cJSON_AddStringToObject(d, "type", "Digits");
+  cJSON_AddBoolToObject(d, "individual_digits", individual);
+  cJSON_AddItemToArray(list, d);
+  cJSON_AddItemToArray(list, bl);
+  return seq;
+}
+
 /* Writes data to path through a temporary name: fsync, rename, fsync the
  * directory, so a crash leaves the old file or the new one. */
 static int write_atomic(const char *path, const char *data, size_t len,
@@ -640,8 +714,15 @@ int bpe_save_hf(const bpe *b, const char *path, char *err, size_t errlen) {
     cJSON_AddBoolToObject(a, "special", 1);
   }
   cJSON_AddNullToObject(root, "normalizer");
-  /* GPT-2's own settings, as in its tokenizer.json. */
-  cJSON_AddItemToObject(root, "pre_tokenizer", byte_level(0, 1));
+  /* GPT-2's own settings, as in its tokenizer.json; after Digits as
+   * SmolLM's when the tokenizer was loaded with them. */
+  cJSON *pre = byte_level(0, 1);
+  pretok_digits digits = pretok_get_digits(b->pt);
+  if (pre && digits != PRETOK_DIGITS_NONE)
+    pre = digits_then(pre, digits == PRETOK_DIGITS_INDIVIDUAL);
+  if (!pre)
+    goto oom;
+  cJSON_AddItemToObject(root, "pre_tokenizer", pre);
   cJSON_AddItemToObject(root, "post_processor", byte_level(1, 0));
   cJSON_AddItemToObject(root, "decoder", byte_level(1, 1));
   cJSON *model = cJSON_AddObjectToObject(root, "model");

@@ -300,6 +300,18 @@ for f in range(int(sys.argv[2])):
 P
 }
 
+# tokenizer_refs PACKAGE: for the tokenizer reference tests, sets NM (the
+# npm packages), REF (tests/reference) and TOOL (bpe_tool), and fails
+# unless bpe_tool, node and PACKAGE (a path under NM) are there.
+tokenizer_refs() {
+  NM="${DAGRUN_NPM_DIR:?}/node_modules"
+  REF="$DAGRUN_SOURCE_DIR/tests/reference"
+  TOOL="$DAGRUN_BUILD_DIR/bin/bpe_tool"
+  [ -x "$TOOL" ] || fail "no $TOOL (build the bpe_tool target)"
+  [ -e "$NM/$1" ] || fail "no $1 in $NM (run scripts/setup.sh --tests)"
+  command -v node >/dev/null || fail "node is needed for the reference"
+}
+
 # make_token_data NAME VOCAB: a small English-like corpus, sharded and
 # tokenized by the real stages; prints the tokenize task's out/ directory.
 make_token_data() {

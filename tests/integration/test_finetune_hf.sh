@@ -2,7 +2,8 @@
 # examples/finetune-hf/finetune.yaml as its README says to run it, on a
 # random Hugging Face LlamaForCausalLM directory written by Python without
 # dagrun (tests/reference/make_hf_llama.py), with a tokenizer.json beside
-# it, and a small corpus:
+# it laid out as SmolLM's (its pre_tokenizer a Sequence of Digits then
+# ByteLevel), and a small corpus:
 # - the DAG checks, and runs end to end: shard, tokenize with the
 #   directory's tokenizer, the base model's validation, train from its
 #   weights (init_from), validate (gated on the base's loss), export;
@@ -28,7 +29,15 @@ BIN="$DAGRUN_BUILD_DIR/bin"
 # the model's vocabulary would do).
 TOKDATA=$(make_token_data tok 320)
 "$PY" "$REF/make_hf_llama.py" base --ctx 32 --seed 7 || fail "make_hf_llama.py"
-cp "$TOKDATA/tokenizer.json" base/
+# SmolLM's pre_tokenizer: every digit its own piece, then GPT-2's.
+"$PY" - "$TOKDATA/tokenizer.json" base/tokenizer.json <<'P'
+import json, sys
+t = json.load(open(sys.argv[1]))
+t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+    {"type": "Digits", "individual_digits": True},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]}
+json.dump(t, open(sys.argv[2], "w"), ensure_ascii=False)
+P
 make_corpus corpus 2
 
 export DAGRUN_CORPUS="$T/corpus"
@@ -57,7 +66,17 @@ want = dict(model_type="llama", num_hidden_layers=2, num_attention_heads=4,
 for k, v in want.items():
     assert c[k] == v, (k, c)
 P
-cmp "$E/tokenizer.json" base/tokenizer.json || fail "the export's tokenizer is not the base's"
+# The export's tokenizer is the base's, SmolLM's pre_tokenizer included
+# (the tokenize stage wrote it back; JSON the same, not its spacing).
+"$PY" - "$E/tokenizer.json" base/tokenizer.json <<'P' || fail "the export's tokenizer is not the base's"
+import json, sys
+e, b = (json.load(open(p)) for p in sys.argv[1:3])
+for k in ("pre_tokenizer", "added_tokens", "normalizer"):
+    assert e[k] == b[k], (k, e[k], b[k])
+for k in ("type", "vocab", "merges"):
+    assert e["model"][k] == b["model"][k], k
+assert e["pre_tokenizer"]["pretokenizers"][0]["type"] == "Digits"
+P
 echo "3 17 42 99 5 250 7 7 300 1 64 128 2 9 11 13 0 5 6 7" > prompt.ids
 "$BIN/model_logits" "$R/train/checkpoints" prompt.ids ours.bin >/dev/null ||
   fail "model_logits on the fine-tuned checkpoint failed"

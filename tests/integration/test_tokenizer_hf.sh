@@ -4,12 +4,7 @@
 # GPT-2's, converted from its vocab.json + merges.txt.
 . "$(dirname "$0")/lib.sh"
 
-NM="${DAGRUN_NPM_DIR:?}/node_modules"
-REF="$DAGRUN_SOURCE_DIR/tests/reference"
-TOOL="$DAGRUN_BUILD_DIR/bin/bpe_tool"
-[ -x "$TOOL" ] || fail "no $TOOL (build the bpe_tool target)"
-[ -d "$NM/@huggingface/tokenizers" ] || fail "no @huggingface/tokenizers in $NM (run scripts/setup.sh --tests)"
-command -v node >/dev/null || fail "node is needed for the reference"
+tokenizer_refs @huggingface/tokenizers
 
 # Training text: real documents, valid UTF-8.
 for f in /usr/share/common-licenses/* /usr/share/games/fortunes/*; do

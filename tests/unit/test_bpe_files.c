@@ -68,16 +68,23 @@ static char *byte_vocab(const char *extra) {
   return sbuf_take(&s);
 }
 
-static char *hf_json(const char *vocab_extra, const char *merges) {
+/* A tokenizer.json with the given pre_tokenizer (JSON). */
+static char *hf_json_pre(const char *pre, const char *vocab_extra,
+                         const char *merges) {
   char *v = byte_vocab(vocab_extra);
   sbuf s = {0};
   sbuf_printf(&s,
-              "{\"added_tokens\": [], \"pre_tokenizer\": {\"type\": "
-              "\"ByteLevel\", \"add_prefix_space\": false}, \"model\": "
+              "{\"added_tokens\": [], \"pre_tokenizer\": %s, \"model\": "
               "{\"type\": \"BPE\", \"vocab\": %s, \"merges\": %s}}",
-              v, merges);
+              pre, v, merges);
   free(v);
   return sbuf_take(&s);
+}
+
+#define BYTE_LEVEL "{\"type\": \"ByteLevel\", \"add_prefix_space\": false}"
+
+static char *hf_json(const char *vocab_extra, const char *merges) {
+  return hf_json_pre(BYTE_LEVEL, vocab_extra, merges);
 }
 
 static void test_hf(void) {
@@ -154,6 +161,94 @@ static void test_hf(void) {
   }
 }
 
+/* Ids of text with b. */
+static void encode_is(bpe *b, const char *text, const char *want) {
+  bpe_encoder *e = bpe_encoder_create(b);
+  bpe_ids ids = {0};
+  CHECK_INT(bpe_encode(e, text, strlen(text), &ids), 0);
+  sbuf s = {0};
+  for (size_t i = 0; i < ids.n; i++)
+    sbuf_printf(&s, "%s%u", i ? " " : "", ids.v[i]);
+  char *got = sbuf_take(&s);
+  CHECK_STR(got ? got : "", want);
+  free(got);
+  bpe_ids_free(&ids);
+  bpe_encoder_destroy(e);
+}
+
+/* SmolLM's pre_tokenizer, a Sequence of Digits then ByteLevel: loaded,
+ * applied, and written back by bpe_save_hf; other Sequences refused
+ * naming the member. */
+static void test_hf_sequence(void) {
+  static const char *const bad[][2] = {
+      {"{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\", "
+       "\"individual_digits\": true}, {\"type\": \"Split\"}]}",
+       "member 2 (\"Split\")"},
+      {"{\"type\": \"Sequence\", \"pretokenizers\": [" BYTE_LEVEL
+       ", {\"type\": \"Digits\"}]}",
+       "member 1 (\"ByteLevel\")"},
+      {"{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+       "\"Metaspace\"}]}",
+       "member 1 (\"Metaspace\")"},
+      {"{\"type\": \"Sequence\", \"pretokenizers\": []}", "of 0 members"},
+      {"{\"type\": \"Sequence\"}", "of 0 members"},
+      {"{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\"}, "
+       "{\"type\": \"Digits\"}, " BYTE_LEVEL "]}",
+       "of 3 members"},
+      {"{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\"}, "
+       "{\"type\": \"ByteLevel\", \"add_prefix_space\": true}]}",
+       "add_prefix_space true"}};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char *j = hf_json_pre(bad[i][0], "", "[]");
+    hf_fails(j, bad[i][1], "not supported");
+    free(j);
+  }
+  /* "12" is a token, so GPT-2's split keeps it whole; Digits does not
+   * with individual_digits, and does without. */
+  static const char *const good[][3] = {
+      {"{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\", "
+       "\"individual_digits\": true}, " BYTE_LEVEL "]}",
+       "97 49 50 32 49", "\"individual_digits\":\ttrue"},
+      {"{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\", "
+       "\"individual_digits\": false}, " BYTE_LEVEL "]}",
+       "97 256 32 49", "\"individual_digits\":\tfalse"},
+      {"{\"type\": \"Sequence\", \"pretokenizers\": [" BYTE_LEVEL "]}",
+       "97 256 32 49", NULL}};
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+    char *j = hf_json_pre(good[i][0], "\"12\": 256", "[\"1 2\"]");
+    const char *p = put("tokenizer.json", j);
+    free(j);
+    bpe *b = NULL;
+    CHECK_INT(bpe_load_hf(p, &b, err, sizeof err), 0);
+    if (!b)
+      continue;
+    encode_is(b, "a12 1", good[i][1]);
+    /* Saved and loaded again: the same pre_tokenizer, the same ids. */
+    const char *p2 = put("saved.json", "");
+    CHECK_INT(bpe_save_hf(b, p2, err, sizeof err), 0);
+    bpe_destroy(b);
+    char *text = NULL;
+    FILE *f = fopen(p2, "rb");
+    if (f) {
+      if ((text = calloc(1, 1 << 20)) && !fread(text, 1, (1 << 20) - 1, f))
+        text[0] = '\0';
+      fclose(f);
+    }
+    CHECK(text != NULL);
+    if (good[i][2])
+      CHECK(text && strstr(text, "\"Digits\"") &&
+            strstr(text, good[i][2]) != NULL);
+    else
+      CHECK(text && !strstr(text, "Digits") && !strstr(text, "Sequence"));
+    free(text);
+    b = NULL;
+    CHECK_INT(bpe_load_hf(p2, &b, err, sizeof err), 0);
+    if (b)
+      encode_is(b, "a12 1", good[i][1]);
+    bpe_destroy(b);
+  }
+}
+
 static void test_gpt2(void) {
   bpe *b = (bpe *)1;
   const char *v = GPT2_DIR "/encoder.json", *m = GPT2_DIR "/vocab.bpe";
@@ -195,6 +290,7 @@ static void test_gpt2(void) {
 int main(void) {
   CHECK(mkdtemp(dir) != NULL);
   test_hf();
+  test_hf_sequence();
   test_gpt2();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -1,7 +1,8 @@
 /*
  * The GPT-2 pre-tokenizer: the table of tricky splits in
  * tests/reference/pretok_cases.json (which the reference test also runs
- * through gpt-3-encoder's own regex), invalid UTF-8, and long runs.
+ * through gpt-3-encoder's own regex), invalid UTF-8, and long runs; and
+ * the same with Hugging Face's Digits first (SmolLM's Sequence).
  */
 #include "testlib.h"
 
@@ -218,6 +219,41 @@ static void test_fast_path(void) {
   pretok_matcher_destroy(slow);
 }
 
+/* Digits as Hugging Face's Rust tokenizers has it: char::is_numeric
+ * (\p{N}, so "²" and Arabic-Indic digits too), each one a piece or each
+ * run; the pattern then splits what lies between, each stretch alone. */
+static void test_digits(void) {
+  char err[256];
+  CHECK_INT(pretok_get_digits(P), PRETOK_DIGITS_NONE);
+  CHECK_INT(pretok_set_digits(P, PRETOK_DIGITS_INDIVIDUAL, err, sizeof err), 0);
+  CHECK_INT(pretok_get_digits(P), PRETOK_DIGITS_INDIVIDUAL);
+  static const char *const cases[][3] = {
+      {"On 2024-03, pi 3.14",
+       "[On][ ][2][0][2][4][-][0][3][,][ pi][ ][3][.][1][4]",
+       "[On][ ][2024][-][03][,][ pi][ ][3][.][14]"},
+      {"x\xc2\xb2"
+       "3\xc2\xbd \xd9\xa3\xd9\xa4",
+       "[x][\xc2\xb2][3][\xc2\xbd][ ][\xd9\xa3][\xd9\xa4]",
+       "[x][\xc2\xb2"
+       "3\xc2\xbd][ ][\xd9\xa3\xd9\xa4]"},
+      {"a\xff"
+       "1  b 22",
+       "[a][\xff][1][ ][ b][ ][2][2]", "[a][\xff][1][ ][ b][ ][22]"},
+      {"", "", ""},
+      {"9", "[9]", "[9]"},
+      {"abc def", "[abc][ def]", "[abc][ def]"}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    for (int c = 0; c < 2; c++) {
+      pretok_set_digits(P,
+                        c ? PRETOK_DIGITS_CONTIGUOUS : PRETOK_DIGITS_INDIVIDUAL,
+                        err, sizeof err);
+      char *s = pieces_str(cases[i][0], strlen(cases[i][0]));
+      CHECK_STR(s, cases[i][1 + c]);
+      free(s);
+    }
+  }
+}
+
 int main(void) {
   char err[256];
   CHECK_INT(pretok_create(&P, err, sizeof err), 0);
@@ -225,6 +261,19 @@ int main(void) {
   test_invalid_utf8();
   test_long_runs();
   test_fast_path();
+  pretok_destroy(P);
+  /* The same splitter after Digits: the ASCII fast path still agrees
+   * with PCRE2, and invalid UTF-8 and long runs still tile the text. */
+  CHECK_INT(pretok_create(&P, err, sizeof err), 0);
+  test_digits();
+  for (int c = 0; c < 2; c++) {
+    CHECK_INT(pretok_set_digits(
+                  P, c ? PRETOK_DIGITS_CONTIGUOUS : PRETOK_DIGITS_INDIVIDUAL,
+                  err, sizeof err),
+              0);
+    test_long_runs();
+    test_fast_path();
+  }
   pretok_destroy(P);
   pretok_destroy(NULL);
   TEST_DONE();
