@@ -1,6 +1,7 @@
 /* The train stage's pipeline-parallel loop; see pipeloop.h. */
 #include "pipeloop.h"
 #include "gangloop.h"
+#include "gangmem.h"
 
 #include "ckpt/ckpt.h"
 #include "comm/comm.h"
@@ -28,6 +29,7 @@ typedef struct pipe_run {
   uint32_t *in, *tg; /* the step's m micro-batches */
   double idle_sum;   /* the bubble over the steps of this run */
   int64_t nsteps;
+  comm_stats cs; /* the communication of this run's steps */
 } pipe_run;
 
 int pipeloop_param(trainrun *r, int *P) {
@@ -288,6 +290,9 @@ static void train_step(trainrun *r, pipe_run *p) {
 static int train_loop(trainrun *r, pipe_run *p) {
   char err[2048];
   trainrun_loop_start(r, (size_t)p->D * r->c.B * r->c.m.T * p->m);
+  comm_stats_reset(p->c);
+  comm_stats_reset(p->pc);
+  comm_stats_reset(p->dc);
   while (r->st.step < r->c.steps) {
     float stop = r->h->cancelled(r->ctx) ? 1.0f : 0.0f;
     if (comm_allreduce_sum(p->c, &stop, 1, err, sizeof err) != 0)
@@ -318,6 +323,9 @@ static int train_loop(trainrun *r, pipe_run *p) {
  * results. The exit status. */
 static int finish(trainrun *r, pipe_run *p) {
   double train_s = clock_monotonic() - r->t_start;
+  comm_stats_add(p->c, &p->cs);
+  comm_stats_add(p->pc, &p->cs);
+  comm_stats_add(p->dc, &p->cs);
   if (p->nsteps && p->rank == 0)
     log_bubble(r, p, "mean over the steps", p->idle_sum / p->nsteps);
   r->val_loss = evaluate(r, p, r->st.step);
@@ -342,6 +350,7 @@ static int finish(trainrun *r, pipe_run *p) {
   cJSON_AddStringToObject(s, "device", "cpu");
   trainrun_summary_losses(r, s);
   trainrun_summary_rates(r, s, tps);
+  gangmem_comm(r, &p->cs, p->nsteps, s);
   return trainrun_finish(r, s, r->last_ckpt, r->ckpt_dir, NULL, NULL) == 0
              ? 0
              : EXIT_FAILED;
