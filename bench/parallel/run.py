@@ -17,27 +17,28 @@ in-step peak memory (summary.json's memory.ranks: params + grads +
 optimizer + activations; the pipeline does not report it), and rank 0's
 time per step inside each kind of comm call (summary.json's comm: waits
 for slower peers included, so a pipeline stage's bubble shows in its
-send/recv). A benchmark, not a test: exits 0 once the runs succeed.
+send/recv) and the MiB its calls moved a step (each call's buffer). A benchmark, not a test: exits 0 once the runs succeed.
 
   /usr/bin/python3 bench/parallel/run.py [--dagrun build/bin/dagrun]
       [--steps 20] [--repeats 3] [--layers 4] [--width 128] [--quick]
+      [--keep]
 """
 import argparse, glob, json, os, random, shutil, statistics, subprocess, sys, tempfile
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--dagrun", default="build/bin/dagrun")
-ap.add_argument("--steps", type=int, default=20)
-ap.add_argument("--repeats", type=int, default=3)
+ap.add_argument("--steps", type=int, help="steps a run (20; --quick: 5)")
+ap.add_argument("--repeats", type=int, help="runs of each layout (3; --quick: 1)")
 ap.add_argument("--layers", type=int, default=4)
 ap.add_argument("--width", type=int, default=128)
 ap.add_argument("--heads", type=int, default=4)
 ap.add_argument("--context", type=int, default=64)
 ap.add_argument("--vocab", type=int, default=512)
-ap.add_argument("--quick", action="store_true", help="world 2: D=2 against P=2, 5 steps, 1 run")
+ap.add_argument("--quick", action="store_true", help="world 2: D=2 against P=2 (and T=2)")
 ap.add_argument("--keep", action="store_true", help="keep the work directory")
 a = ap.parse_args()
-if a.quick:
-    a.steps, a.repeats = min(a.steps, 5), 1
+a.steps = a.steps or (5 if a.quick else 20)
+a.repeats = a.repeats or (1 if a.quick else 3)
 DAGRUN = os.path.abspath(a.dagrun)
 if not os.access(DAGRUN, os.X_OK):
     sys.exit(f"parallel: no {DAGRUN} (build it: scripts/build.sh)")
@@ -58,6 +59,7 @@ def run_dag(name, text):
     if p.returncode != 0:
         logs = glob.glob(f"{runs}/**/attempt-*/log", recursive=True)
         tail = open(logs[0]).read()[-3000:] if logs else ""
+        shutil.rmtree(work, ignore_errors=True)
         sys.exit(f"parallel: {name} failed (exit {p.returncode}):\n{p.stdout[-2000:]}\n{tail}")
     return runs
 
@@ -89,7 +91,7 @@ MODEL = (f'data: "{DATA}", n_layer: {a.layers}, n_head: {a.heads}, n_embd: {a.wi
 G = 8 if a.quick else 16
 if a.quick:
     layouts = [("one process", 1, f"batch_size: {G // 2}, grad_accum: 2"),
-               ("D=2", 2, f"batch_size: {G // 2}, grad_accum: 1"),
+               ("D=2 zero 0", 2, f"batch_size: {G // 2}, grad_accum: 1, zero_stage: 0"),
                ("P=2 1f1b m=4", 2, f"batch_size: {G // 4}, grad_accum: 4, pipeline_parallel: 2")]
     if HAVE_T:
         layouts.append(("T=2", 2, f"batch_size: {G}, grad_accum: 1, tensor_parallel: 2"))
@@ -133,11 +135,11 @@ if not HAVE_T:
 KINDS = [("allreduce", ("allreduce",)), ("reduce", ("reduce",)), ("red-scat", ("reduce_scatter",)),
          ("allgather", ("allgather",)), ("bcast", ("broadcast", "barrier")), ("send/recv", ("send", "recv"))]
 print(f"{'layout':<20} {'ms/step':>8} {'vs one':>7} {'vs D0':>6}  "
-      + " ".join(f"{k:>9}" for k, _ in KINDS) + "  peak MiB per rank (params+grads+optim+acts)")
-print(f"{'':<20} {'':>8} {'':>7} {'':>6}  " + " ".join(f"{'ms/step':>9}" for _ in KINDS))
+      + " ".join(f"{k:>9}" for k, _ in KINDS) + f" {'comm':>8}  peak MiB per rank (params+grads+optim+acts)")
+print(f"{'':<20} {'':>8} {'':>7} {'':>6}  " + " ".join(f"{'ms/step':>9}" for _ in KINDS) + f" {'MiB/step':>8}")
 ms = {n: statistics.median(r["ms"]) for n, r in res.items()}
 one = ms["one process"]
-d0 = ms.get("D=4 zero 0", ms.get("D=2"))
+d0 = ms.get("D=4 zero 0", ms.get("D=2 zero 0"))
 for name, _, _ in layouts:
     s = res[name]["summary"]
     comm = s.get("comm", {})
@@ -145,6 +147,8 @@ for name, _, _ in layouts:
     for _, ks in KINDS:
         t = sum(comm.get(k, {}).get("seconds", 0) for k in ks)
         cols.append(f"{1000 * t / comm['steps']:9.2f}" if comm.get("steps") and any(k in comm for k in ks) else f"{'-':>9}")
+    kinds = [v for v in comm.values() if isinstance(v, dict)]
+    cols.append(f"{sum(v['bytes'] for v in kinds) / 1048576 / comm['steps']:8.2f}" if kinds else f"{'-':>8}")
     mem = s.get("memory", {}).get("ranks")
     memtxt = " ".join(f"{sum(r['peak'].values()) / 1048576:.1f}" for r in mem) if mem else \
         ("-" if name != "one process" else "(one process: not reported)")
