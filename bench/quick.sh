@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The quick version of each benchmark (bench/README.md), as the test
 # command runs it after the tests: scheduling against ninja, tokenizing
-# against sentencepiece, training against PyTorch (GPT-2 and Llama), each
-# small enough for well under a minute, each printing its ratio, so that a
-# regression shows the day it lands. It never fails: a benchmark is not a
+# against sentencepiece, training against PyTorch (GPT-2 and Llama),
+# parallel layouts on CPU ranks (D=2 against P=2), each small enough for
+# well under a minute, each printing its ratio, so that a regression shows
+# the day it lands. It never fails: a benchmark is not a
 # test, and a slow or busy machine is not a bug. One that cannot run says
 # so.
 #
@@ -34,6 +35,7 @@ quick tokenize "$PY" bench/tokenize/run.py --dagrun "$BUILD/bin/dagrun" \
   --mb 2 --vocab 2048 --out "$OUT/tokenize"
 quick train "$PY" bench/train/run.py --bench "$BUILD/bin/engine_bench" \
   --configs gpt-tiny --steps 3
+quick parallel "$PY" bench/parallel/run.py --dagrun "$BUILD/bin/dagrun" --quick
 quick train-llama "$PY" bench/train/run.py --bench "$BUILD/bin/engine_bench" \
   --configs llama-tiny --steps 3
 exit 0

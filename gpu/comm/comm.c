@@ -73,6 +73,65 @@ const char *comm_op_name(comm_op op) {
   return "?";
 }
 
+static const char *const kind_names[COMM_NKINDS] = {
+    "allreduce", "reduce",  "reduce_scatter", "allgather",
+    "broadcast", "barrier", "send",           "recv"};
+
+const char *comm_kind_name(comm_kind k) {
+  return k >= 0 && k < COMM_NKINDS ? kind_names[k] : "?";
+}
+
+static comm_kind kind_of(comm_op op) {
+  switch (op) {
+  case COMM_OP_ALLREDUCE:
+    return COMM_KIND_ALLREDUCE;
+  case COMM_OP_REDUCE:
+    return COMM_KIND_REDUCE;
+  case COMM_OP_REDUCE_SCATTER:
+    return COMM_KIND_REDUCE_SCATTER;
+  case COMM_OP_ALLGATHER:
+  case COMM_OP_ALLGATHER_BYTES:
+    return COMM_KIND_ALLGATHER;
+  case COMM_OP_BROADCAST:
+    return COMM_KIND_BROADCAST;
+  case COMM_OP_BARRIER:
+    return COMM_KIND_BARRIER;
+  case COMM_OP_SEND:
+    return COMM_KIND_SEND;
+  case COMM_OP_RECV:
+    break;
+  }
+  return COMM_KIND_RECV;
+}
+
+/* The operation's buffer as its caller sees it (comm.h's comm_stats). */
+static double op_bytes(const comm *c, comm_op op, size_t n) {
+  switch (op) {
+  case COMM_OP_ALLREDUCE:
+  case COMM_OP_REDUCE:
+    return 4.0 * (double)n;
+  case COMM_OP_REDUCE_SCATTER:
+  case COMM_OP_ALLGATHER:
+    return 4.0 * (double)n * c->size;
+  case COMM_OP_ALLGATHER_BYTES:
+    return (double)n * c->size;
+  default:
+    return (double)n;
+  }
+}
+
+void comm_stats_add(const comm *c, comm_stats *sum) {
+  if (!c)
+    return;
+  for (int k = 0; k < COMM_NKINDS; k++) {
+    sum->seconds[k] += c->stats.seconds[k];
+    sum->bytes[k] += c->stats.bytes[k];
+    sum->calls[k] += c->stats.calls[k];
+  }
+}
+
+void comm_stats_reset(comm *c) { memset(&c->stats, 0, sizeof c->stats); }
+
 void comm_backoff(unsigned *iter) {
   /* Poll without pausing for a short while (small messages finish in
    * microseconds), then sleep 10 us, 20 us, ... up to 1 ms: ranks that
@@ -274,6 +333,7 @@ static int start(comm *c, int async, comm_op op, const void *send, void *recv,
            bn, on, root, c->size);
     return -1;
   }
+  double t0 = clock_monotonic();
   int slot = COMM_BLOCKING_SLOT;
   if (async) {
     for (slot = 0; slot < COMM_MAX_INFLIGHT && c->req[slot].used; slot++) {
@@ -294,6 +354,10 @@ static int start(comm *c, int async, comm_op op, const void *send, void *recv,
   }
   c->req[slot].op = op;
   c->req[slot].used = 1;
+  comm_kind k = kind_of(op);
+  c->stats.calls[k]++;
+  c->stats.bytes[k] += op_bytes(c, op, n);
+  c->stats.seconds[k] += clock_monotonic() - t0;
   if (async)
     c->ninflight++;
   if (req)
@@ -323,8 +387,10 @@ int comm_wait(comm *c, comm_req *req, char *err, size_t errlen) {
   unsigned iter = 0;
   for (;;) {
     int rc = c->ops->test(c, req->slot, err, errlen);
-    if (rc == 1)
+    if (rc == 1) {
+      c->stats.seconds[kind_of(req->op)] += clock_monotonic() - t0;
       return 0;
+    }
     if (rc < 0) {
       c->broken = 1;
       return -1;
@@ -356,8 +422,11 @@ int comm_test(comm *c, comm_req *req, int *done, char *err, size_t errlen) {
            "comm %s: %s: the communicator is unusable after an earlier "
            "failure (abort it)",
            comm_backend_name(c->backend), comm_op_name(req->op));
-  else
+  else {
+    double t0 = clock_monotonic();
     rc = c->ops->test(c, req->slot, err, errlen);
+    c->stats.seconds[kind_of(req->op)] += clock_monotonic() - t0;
+  }
   if (rc == 0)
     return 0;
   if (req->slot != COMM_BLOCKING_SLOT)

@@ -146,6 +146,39 @@ int comm_test(comm *c, comm_req *req, int *done, char *err, size_t errlen);
 int comm_split(comm *c, int color, int key, comm **out, char *err,
                size_t errlen);
 
+/* What a communicator has spent, per kind of operation, since it was
+ * created (or comm_stats_reset): for a benchmark's split of a step's
+ * communication. seconds is the time the caller spent inside the comm
+ * calls (starting, waiting, testing), not the operations' latency: an
+ * asynchronous operation that overlaps compute costs only its start and
+ * its wait. bytes is each operation's buffer as the caller sees it:
+ * allreduce and reduce n floats, reduce-scatter its input (n x size),
+ * allgather its output (n x size), broadcast, send and recv their bytes.
+ * Counted in start and wait: two clock reads a call. */
+typedef enum comm_kind {
+  COMM_KIND_ALLREDUCE, /* with comm_allreduce_sum_double's */
+  COMM_KIND_REDUCE,
+  COMM_KIND_REDUCE_SCATTER,
+  COMM_KIND_ALLGATHER, /* float and bytes */
+  COMM_KIND_BROADCAST,
+  COMM_KIND_BARRIER,
+  COMM_KIND_SEND,
+  COMM_KIND_RECV,
+  COMM_NKINDS
+} comm_kind;
+typedef struct comm_stats {
+  double seconds[COMM_NKINDS];
+  double bytes[COMM_NKINDS];
+  unsigned long long calls[COMM_NKINDS];
+} comm_stats;
+/* "allreduce", "reduce", "reduce_scatter", "allgather", "broadcast",
+ * "barrier", "send", "recv". */
+const char *comm_kind_name(comm_kind k);
+/* c's figures added to *sum (so that a caller adds up its split
+ * communicators'). */
+void comm_stats_add(const comm *c, comm_stats *sum);
+void comm_stats_reset(comm *c);
+
 /* Stops every rank of the gang (MPI_Abort / ncclCommAbort + exit code):
  * for a rank that found a peer gone or a collective timed out. Does not
  * return. */

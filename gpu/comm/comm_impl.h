@@ -65,6 +65,7 @@ struct comm {
   int device; /* NCCL: the rank's CUDA device; else -1 */
   int ninflight;
   struct comm_req req[COMM_NSLOTS];
+  comm_stats stats;
   void *impl; /* the backend's state */
 };
 

@@ -32,6 +32,8 @@ typedef struct gang {
                     (every rank: each scores its share of the windows) */
   uint32_t *in, *tg; /* this rank's rows of the step's accum batches */
   zero_memory *mem;  /* every rank's memory figures (gather_memory) */
+  comm_stats cs;     /* the communication of this run's steps */
+  int64_t step0;     /* the step this run's loop began at */
 } gang;
 
 /* DAGRUN_WORLD_SIZE: the ranks of this task's gang; 0 when not in one. */
@@ -678,6 +680,10 @@ static int train_loop(trainrun *r, gang *g) {
   g->tg = malloc(n * sizeof *g->tg);
   if (!g->in || !g->tg)
     gang_abort(r, g, "the batches", "out of memory");
+  comm_stats_reset(g->c);
+  if (g->nc)
+    comm_stats_reset(g->nc);
+  g->step0 = r->st.step;
   trainrun_loop_start(r, (size_t)g->N * g->B * g->T * r->c.accum);
   while (r->st.step < r->c.steps) {
     int64_t step = r->st.step;
@@ -758,6 +764,7 @@ static int write_results(trainrun *r, gang *g, gpt *m, const gangmem *mem,
   trainrun_summary_losses(r, s);
   trainrun_summary_rates(r, s, tps);
   gangmem_summary(mem, s);
+  gangmem_comm(r, &g->cs, r->st.step - g->step0, s);
   return trainrun_finish(r, s, final, model_dir, r->last_ckpt, r->ckpt_dir);
 }
 
@@ -765,6 +772,8 @@ static int write_results(trainrun *r, gang *g, gpt *m, const gangmem *mem,
  * rank 0's results. Returns the exit status. */
 static int finish(trainrun *r, gang *g) {
   double train_s = clock_monotonic() - r->t_start;
+  comm_stats_add(g->c, &g->cs);
+  comm_stats_add(g->nc, &g->cs);
   gang_save(r, g);
   gpt *m = gang_model(r, g);
   /* Every rank scores its share: on the GPU at stages 0-2, else on m. */

@@ -122,3 +122,29 @@ void gangmem_summary(const gangmem *m, cJSON *summary) {
   for (int i = 0; i < n; i++)
     cJSON_AddItemToArray(w, cJSON_CreateString(s[i]));
 }
+
+void gangmem_comm(trainrun *r, const comm_stats *cs, int64_t steps,
+                  cJSON *summary) {
+  cJSON *o = cJSON_AddObjectToObject(summary, "comm");
+  cJSON_AddNumberToObject(o, "rank", 0);
+  cJSON_AddNumberToObject(o, "steps", (double)steps);
+  char line[1024];
+  int n = 0;
+  for (int k = 0; k < COMM_NKINDS; k++) {
+    if (!cs->calls[k])
+      continue;
+    cJSON *x = cJSON_AddObjectToObject(o, comm_kind_name((comm_kind)k));
+    cJSON_AddNumberToObject(x, "calls", (double)cs->calls[k]);
+    cJSON_AddNumberToObject(x, "bytes", cs->bytes[k]);
+    cJSON_AddNumberToObject(x, "seconds", cs->seconds[k]);
+    if (n < (int)sizeof line)
+      n += snprintf(line + n, sizeof line - n,
+                    "; %s %llu calls, %.2f MiB, %.3f s",
+                    comm_kind_name((comm_kind)k), cs->calls[k],
+                    cs->bytes[k] / 1048576.0, cs->seconds[k]);
+  }
+  r->h->log(r->ctx, DAGRUN_LOG_INFO,
+            "rank 0's communication over %lld steps (time inside the comm "
+            "calls)%s",
+            (long long)steps, n ? line : ": none");
+}

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/comm.h"
 #include "trainrun.h"
 #include "zero/zero.h"
 
@@ -50,5 +51,15 @@ void gangmem_log(trainrun *r, const gangmem *m);
  * {params, grads, optim, acts}, "peak": {...}}, ...], "worse_than_lower":
  * [sentences]}, in bytes. */
 void gangmem_summary(const gangmem *m, cJSON *summary);
+
+/* Rank 0's communication over the steps of this run (its communicators'
+ * comm_stats summed, taken before the final checkpoint and validation):
+ * a log line and summary.json's "comm": {"rank": 0, "steps",
+ * "<kind>": {"calls", "bytes", "seconds"}, ...} for each kind it used.
+ * The seconds are the rank's time inside the comm calls, waits for
+ * slower peers included (a pipeline stage's bubble shows in its
+ * send/recv). */
+void gangmem_comm(trainrun *r, const comm_stats *cs, int64_t steps,
+                  cJSON *summary);
 
 #endif /* DAGRUN_TRAIN_GANGMEM_H */

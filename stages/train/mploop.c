@@ -1,5 +1,6 @@
 /* The train stage's model-parallel loop; see mploop.h. */
 #include "mploop.h"
+#include "gangmem.h"
 #include "gangloop.h"
 
 #include "ckpt/ckpt.h"
@@ -226,6 +227,10 @@ static void train_step(trainrun *r, mploop *l) {
 static int train_loop(trainrun *r, mploop *l) {
   char err[2048];
   trainrun_loop_start(r, (size_t)l->D * r->c.B * r->c.m.T * l->m);
+  comm *all[] = {l->c, l->kc, l->dc, l->more[0], l->more[1]};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    if (all[i])
+      comm_stats_reset(all[i]);
   while (r->st.step < r->c.steps) {
     float stop = r->h->cancelled(r->ctx) ? 1.0f : 0.0f;
     if (comm_allreduce_sum(l->c, &stop, 1, err, sizeof err) != 0)
@@ -256,6 +261,10 @@ static int train_loop(trainrun *r, mploop *l) {
  * results. The exit status. */
 static int finish(trainrun *r, mploop *l) {
   double train_s = clock_monotonic() - r->t_start;
+  /* The steps' traffic, before validation's and the checkpoint's. */
+  comm *all[] = {l->c, l->kc, l->dc, l->more[0], l->more[1]};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    comm_stats_add(all[i], &l->cs);
   r->val_loss = evaluate(r, l, r->st.step);
   if (save(r, l) != 0)
     return EXIT_FAILED;
@@ -276,6 +285,7 @@ static int finish(trainrun *r, mploop *l) {
   cJSON_AddStringToObject(s, "device", "cpu");
   trainrun_summary_losses(r, s);
   trainrun_summary_rates(r, s, tps);
+  gangmem_comm(r, &l->cs, l->nsteps, s);
   return trainrun_finish(r, s, r->last_ckpt, r->ckpt_dir, NULL, NULL) == 0
              ? 0
              : EXIT_FAILED;

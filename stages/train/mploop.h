@@ -64,9 +64,12 @@ typedef struct mploop {
   comm *dc;       /* this part's D replicas: the gradients' mean */
   /* Set by the caller after mploop_open: */
   mploop_engine eng;
+  comm *more[2]; /* the engine's own splits (NULL: none), whose traffic
+                    summary.json's comm counts with the loop's */
   /* The loop's own: */
   uint32_t *in, *tg; /* the step's m micro-batches of this replica */
   int64_t nsteps;
+  comm_stats cs; /* this run's steps' communication, rank 0's */
 } mploop;
 
 /* What every model-parallel gang refuses, before any collective; sets D

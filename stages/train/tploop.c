@@ -88,6 +88,8 @@ static void start(trainrun *r, tp_run *t) {
   if (comm_split(l->kc, s, pos, &t->tc, err, sizeof err) ||
       comm_split(l->kc, sh, pos, &t->pc, err, sizeof err))
     mploop_abort(r, l, "splitting the replica", err);
+  l->more[0] = t->tc;
+  l->more[1] = t->pc;
   tensor_options o = {.micro = l->m,
                       .B = r->c.B,
                       .T = r->c.m.T,

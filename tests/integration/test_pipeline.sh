@@ -12,6 +12,8 @@
 # - The log has the bubble line, measured beside (p-1)/(m+p-1) = 20%,
 #   and says how many micro-batches' activations stage 0 keeps: 2 under
 #   1f1b (P - s), 4 (all) under gpipe.
+# - summary.json's comm: stage 0's sends and recvs, one or more per
+#   micro-batch each.
 # - The same with 4 stages of one layer on 4 ranks (1f1b).
 # - Data parallel beside the pipeline: 2 replicas of 2 stages on 4 ranks
 #   (rank r is stage r % 2 of replica r / 2), each on its 2 rows of each
@@ -61,6 +63,17 @@ Y
   expect_in "$LOG" "stage 0 of 2 (layers 0-1, embeddings), schedule $sched, 4 micro-batches (grad_accum) of 2 x 32, the activations of ${SLOTS[$sched]} of them kept at most"
   expect_in "$LOG" "(p-1)/(m+p-1) = (2-1)/(4+2-1) = 20.0%"
   grep -F "pipeline bubble" "$LOG" | sed 's/^/  /'
+  # Stage 0's communication (comm_stats): at least one send (activations)
+  # and one recv (their gradients) per micro-batch, its waits for stage 1
+  # counted in the recvs' seconds.
+  /usr/bin/python3 - "$R/train/out/summary.json" <<'P' || fail "p$sched: comm: $(cat "$R/train/out/summary.json")"
+import json, sys
+c = json.load(open(sys.argv[1]))["comm"]
+assert c["steps"] == 20, c
+for k in ("send", "recv"):
+    assert c[k]["calls"] >= 80 and c[k]["bytes"] > 0 and c[k]["seconds"] >= 0, c
+assert c["recv"]["seconds"] > 0, c
+P
   losses "$R" > p$sched.losses
   same_losses one.losses p$sched.losses 1e-4
   same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \

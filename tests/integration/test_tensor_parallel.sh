@@ -95,6 +95,16 @@ like one t2
 T2=$R
 expect_in "$R/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 (heads 0-1 of 4, MLP columns 0-63 of 128, vocabulary rows 0-159 of 320; 19104 of the model's 36736 parameters), 1 micro-batches (grad_accum) of 2 x 32; data-parallel replica 0 of 1 (global batch 1 x 2 x 1 = 2 sequences); zero_stage ignored"
 summary_is tensor_parallel,data_parallel,world_size "(2, 1, 2)"
+# Rank 0's communication over the 20 steps (comm_stats, the tensor
+# group's split counted): per micro-batch, one all-reduce a sublayer each
+# way, the lookup's and the head's, and the loss's sums.
+/usr/bin/python3 - "$R/train/out/summary.json" <<'P' || fail "t2: comm: $(cat "$R/train/out/summary.json")"
+import json, sys
+c = json.load(open(sys.argv[1]))["comm"]
+assert c["steps"] == 20, c
+assert c["allreduce"]["calls"] >= 20 * 2 * 4 and c["allreduce"]["bytes"] > 0, c
+assert "send" not in c or c["send"]["calls"] == 0, c
+P
 same_val "$R1" "$R"
 /usr/bin/python3 -c "import json, math, sys; v = json.load(open(sys.argv[1]))['val_loss']; assert math.isfinite(v) and v < 6, v" \
   "$R/validate/out/metrics.json" || fail "validate: $(cat "$R/validate/out/metrics.json")"

@@ -23,6 +23,9 @@
 #   reduce-scatters started during backward) is 0 at stage 2 (one bucket,
 #   holding the embeddings, final last) and 3 of 4 at stage 3 (one per
 #   group; the embeddings' last).
+# - Rank 0's communication per kind (summary.json's comm and a log
+#   line): the gradients' all-reduces (stages 0-1), reduces (2) or
+#   reduce-scatters (3), stage 3's all-gathers, no send/recv.
 # - Resume across shapes: one process's checkpoint of step 10 (weights,
 #   optimizer, step) continued by a gang of 2 at stage 3, and the stage-2
 #   gang's sharded checkpoint of step 10 continued by one process, give
@@ -83,6 +86,25 @@ Y
   /usr/bin/python3 -c "import json, math, sys; v = json.load(open(sys.argv[1]))['val_loss']; assert math.isfinite(v) and v < 6, v" \
     "$R/validate/out/metrics.json" || fail "validate: $(cat "$R/validate/out/metrics.json")"
   ls "$R/export/out/model/"*.safetensors >/dev/null || fail "export: $(ls -R "$R/export/out")"
+  # Rank 0's communication per kind over the 20 steps (comm_stats): the
+  # gradients' reduction every step (stages 0-1 all-reduces, 2 reduces to
+  # the owners, 3 reduce-scatters), the parameters' all-gathers at stage 3.
+  expect_in "$R/train/attempt-1/log" "rank 0's communication over 20 steps (time inside the comm calls); allreduce "
+  /usr/bin/python3 - "$R/train/out/summary.json" "$stage" <<'P' || fail "stage $stage: comm: $(cat "$R/train/out/summary.json")"
+import json, sys
+c, stage = json.load(open(sys.argv[1]))["comm"], int(sys.argv[2])
+assert c["rank"] == 0 and c["steps"] == 20, c
+kinds = {k: v for k, v in c.items() if isinstance(v, dict)}
+assert all(v["calls"] > 0 and v["bytes"] >= 0 and v["seconds"] >= 0 for v in kinds.values()), c
+assert sum(v["seconds"] for v in kinds.values()) > 0, c
+assert kinds["allreduce"]["calls"] >= 20, c
+if stage == 2:  # each group's gradient reduced to its shards' owners
+    assert kinds["reduce"]["calls"] >= 20 and kinds["reduce"]["bytes"] > 0, c
+if stage == 3:
+    assert kinds["reduce_scatter"]["calls"] >= 20 and kinds["reduce_scatter"]["bytes"] > 0, c
+    assert kinds["allgather"]["calls"] >= 20, c
+assert "send" not in kinds and "recv" not in kinds, c
+P
   # Where the time went, per step.
   /usr/bin/python3 - "$R/train/metrics.jsonl" "$stage" <<'P' || fail "stage $stage: step times: see above"
 import collections, json, sys

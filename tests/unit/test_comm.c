@@ -12,6 +12,52 @@ static int has(const char *s, const char *sub) {
   return s && strstr(s, sub) != NULL;
 }
 
+/* The per-kind accounting (comm_stats) counts each started operation once,
+ * with its buffer's bytes, and not a refused one; the seconds of a wait
+ * go to the waited operation's kind. */
+static void check_stats(comm *c) {
+  char err[256];
+  float a[4] = {1, 2, 3, 4}, b[4] = {0};
+  comm_stats_reset(c);
+  comm_stats s;
+  memset(&s, 0, sizeof s);
+  comm_stats_add(c, &s);
+  for (int k = 0; k < COMM_NKINDS; k++)
+    CHECK(s.calls[k] == 0 && s.bytes[k] == 0 && s.seconds[k] == 0);
+  CHECK_INT(comm_allreduce_sum(c, a, 4, err, sizeof err), 0);
+  CHECK_INT(comm_allreduce_sum(c, a, 2, err, sizeof err), 0);
+  CHECK_INT(comm_allreduce_sum(c, NULL, 3, err, sizeof err), -1); /* refused */
+  CHECK_INT(comm_reduce_scatter_sum(c, a, b, 3, err, sizeof err), 0);
+  CHECK_INT(comm_allgather_bytes(c, a, b, 5, err, sizeof err), 0);
+  comm_req *r;
+  CHECK_INT(comm_iallgather(c, a, b, 4, &r, err, sizeof err), 0);
+  CHECK_INT(comm_wait(c, r, err, sizeof err), 0);
+  CHECK_INT(comm_broadcast(c, a, 7, 0, err, sizeof err), 0);
+  memset(&s, 0, sizeof s);
+  comm_stats_add(c, &s);
+  comm_stats_add(c, &s); /* adds: two communicators' sum */
+  CHECK(s.calls[COMM_KIND_ALLREDUCE] == 4 &&
+        s.bytes[COMM_KIND_ALLREDUCE] == 48);
+  CHECK(s.calls[COMM_KIND_REDUCE_SCATTER] == 2 &&
+        s.bytes[COMM_KIND_REDUCE_SCATTER] == 24);
+  CHECK(s.calls[COMM_KIND_ALLGATHER] == 4 &&
+        s.bytes[COMM_KIND_ALLGATHER] == 42);
+  CHECK(s.calls[COMM_KIND_BROADCAST] == 2 &&
+        s.bytes[COMM_KIND_BROADCAST] == 14);
+  CHECK(s.calls[COMM_KIND_SEND] == 0 && s.calls[COMM_KIND_RECV] == 0);
+  for (int k = 0; k < COMM_NKINDS; k++)
+    CHECK(s.seconds[k] >= 0 && s.seconds[k] < 1);
+  CHECK(s.seconds[COMM_KIND_ALLGATHER] > 0); /* a start and a wait timed */
+  CHECK_STR(comm_kind_name(COMM_KIND_REDUCE_SCATTER), "reduce_scatter");
+  CHECK_STR(comm_kind_name(COMM_KIND_RECV), "recv");
+  CHECK_STR(comm_kind_name(COMM_NKINDS), "?");
+  comm_stats_reset(c);
+  memset(&s, 0, sizeof s);
+  comm_stats_add(c, &s);
+  CHECK(s.calls[COMM_KIND_ALLREDUCE] == 0 && s.bytes[COMM_KIND_ALLGATHER] == 0);
+  comm_stats_add(NULL, &s); /* no communicator: nothing */
+}
+
 int main(void) {
   char err[512] = "";
   comm *c = NULL;
@@ -67,6 +113,7 @@ int main(void) {
   CHECK_INT(comm_allreduce_sum(c, NULL, 3, err, sizeof err), -1);
   CHECK(has(err, "comm self: allreduce: NULL buffer"));
   CHECK_INT(comm_allreduce_sum(c, NULL, 0, err, sizeof err), 0);
+  check_stats(c);
   comm_destroy(c);
   comm_destroy(NULL);
 
