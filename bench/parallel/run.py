@@ -152,8 +152,8 @@ for name, _, _ in layouts:
     mem = s.get("memory", {}).get("ranks")
     memtxt = " ".join(f"{sum(r['peak'].values()) / 1048576:.1f}" for r in mem) if mem else \
         ("-" if name != "one process" else "(one process: not reported)")
-    if not mem and "pipeline_parallel" in s:
-        memtxt = "- (not reported by the pipeline)"
+    if not mem and ("pipeline_parallel" in s or "tensor_parallel" in s):
+        memtxt = "- (not reported by the model-parallel loops)"
     print(f"{name:<20} {ms[name]:8.1f} {ms[name] / one:7.2f} {ms[name] / d0:6.2f}  " + " ".join(cols) + "  " + memtxt)
     if "pipeline_idle" in s:
         P, m = s["pipeline_parallel"], 4  # every P layout here: grad_accum 4
