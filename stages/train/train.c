@@ -134,11 +134,11 @@ static const dagrun_param_spec params[] = {
      "parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ "
      "parameters, gathered a layer at a time); ignored by one process"},
     {"pipeline_parallel", DAGRUN_PARAM_INT, "1", 0,
-     "Pipeline stages (CPU ranks, GPT-2 models): the layers cut into this "
-     "many contiguous stages, one a rank; world_size must be a multiple "
-     "of it (world_size / pipeline_parallel data-parallel replicas of the "
-     "pipeline) and it must divide n_layer; grad_accum is the "
-     "micro-batch count. 1: no pipeline"},
+     "Pipeline stages (CPU ranks, GPT-2 and Llama models): the layers cut "
+     "into this many contiguous stages, one a rank; world_size must be a "
+     "multiple of it (world_size / pipeline_parallel data-parallel "
+     "replicas of the pipeline) and it must divide n_layer; grad_accum is "
+     "the micro-batch count. 1: no pipeline"},
     {"pipeline_schedule", DAGRUN_PARAM_STRING, "1f1b", 0,
      "With pipeline_parallel: 1f1b (one forward, one backward; at most "
      "P - s micro-batches' activations on stage s) or gpipe (all forwards, "
