@@ -255,13 +255,10 @@ void llama_cpu_rope(float *x, const float *cs, const float *sn, int B, int T,
   }
 }
 
-/* q (B,T,H*hs), k, v (B,T,KV*hs) -> att (B,H,T,T), y (B,T,H*hs); query
- * head h reads key/value head h / (H/KV). */
-static void attention_forward(float *y, float *att, const float *q,
-                              const float *k, const float *v, int B, int T,
-                              dims d) {
-  int H = (int)d.H, hs = (int)d.hs, G = (int)(d.H / d.KV);
-  int C = (int)d.C, KVD = (int)d.KVD;
+void llama_cpu_attention_forward(float *y, float *att, const float *q,
+                                 const float *k, const float *v, int B, int T,
+                                 int H, int KV, int hs) {
+  int G = H / KV, C = H * hs, KVD = KV * hs;
   float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * H; bh++) {
@@ -278,15 +275,14 @@ static void attention_forward(float *y, float *att, const float *q,
   }
 }
 
-/* dy (B,T,H*hs) -> dq (B,T,H*hs), dk, dv (B,T,KV*hs), all overwritten;
- * datt (B,H,T,T) scratch. One thread per (b, key/value head) sums its
- * query heads' contributions in order. */
-static void attention_backward(float *dq, float *dk, float *dv, float *datt,
-                               const float *dy, const float *q, const float *k,
-                               const float *v, const float *att, int B, int T,
-                               dims d) {
-  int H = (int)d.H, KV = (int)d.KV, hs = (int)d.hs, G = H / KV;
-  int C = (int)d.C, KVD = (int)d.KVD;
+/* One thread per (b, key/value head) sums its query heads'
+ * contributions in order. */
+void llama_cpu_attention_backward(float *dq, float *dk, float *dv, float *datt,
+                                  const float *dy, const float *q,
+                                  const float *k, const float *v,
+                                  const float *att, int B, int T, int H, int KV,
+                                  int hs) {
+  int G = H / KV, C = H * hs, KVD = KV * hs;
   float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
   for (int bk = 0; bk < B * KV; bk++) {
@@ -336,17 +332,14 @@ void llama_cpu_swiglu_backward(float *dgate, float *dup, const float *dhid,
   }
 }
 
-/* x (N,IC), w (OC,IC), nn.Linear's layout -> out (N,OC) = x w^T */
-static void linear_forward(float *out, const float *x, const float *w, int N,
-                           int IC, int OC) {
+void llama_cpu_linear_forward(float *out, const float *x, const float *w, int N,
+                              int IC, int OC) {
   cpu_gemm(0, 1, N, OC, IC, 1.0f, x, IC, w, IC, 0.0f, out, OC);
 }
 
-/* dout (N,OC), x (N,IC), w (OC,IC) -> dx (N,IC) = dout w, overwritten
- * (beta 0) or added (beta 1); dw (OC,IC) += dout^T x */
-static void linear_backward(float *dx, float beta, float *dw, const float *dout,
-                            const float *x, const float *w, int N, int IC,
-                            int OC) {
+void llama_cpu_linear_backward(float *dx, float beta, float *dw,
+                               const float *dout, const float *x,
+                               const float *w, int N, int IC, int OC) {
   cpu_gemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, beta, dx, IC);
   cpu_gemm(1, 0, OC, IC, N, 1.0f, dout, OC, x, IC, 1.0f, dw, IC);
 }
@@ -376,18 +369,19 @@ static void layer_forward(gpt *m, const layer_acts *la, const float *res,
   float eps = m->cfg.norm_eps;
 #define P(k) gpt_p(m, llama_ti(l, k))
   llama_cpu_rmsnorm(la->xn1, la->rs1, res, P(LLAMA_LN1_W), N, C, eps);
-  linear_forward(la->q, la->xn1, P(LLAMA_Q_W), N, C, C);
-  linear_forward(la->k, la->xn1, P(LLAMA_K_W), N, C, KVD);
-  linear_forward(la->v, la->xn1, P(LLAMA_V_W), N, C, KVD);
+  llama_cpu_linear_forward(la->q, la->xn1, P(LLAMA_Q_W), N, C, C);
+  llama_cpu_linear_forward(la->k, la->xn1, P(LLAMA_K_W), N, C, KVD);
+  llama_cpu_linear_forward(la->v, la->xn1, P(LLAMA_V_W), N, C, KVD);
   llama_cpu_rope(la->q, a->cos, a->sin, B, T, (int)d.H, (int)d.hs, 1);
   llama_cpu_rope(la->k, a->cos, a->sin, B, T, (int)d.KV, (int)d.hs, 1);
-  attention_forward(la->y, la->att, la->q, la->k, la->v, B, T, d);
+  llama_cpu_attention_forward(la->y, la->att, la->q, la->k, la->v, B, T,
+                              (int)d.H, (int)d.KV, (int)d.hs);
   /* res2 = res + y o_proj^T */
   memcpy(la->res2, res, (size_t)N * C * sizeof(float));
   cpu_gemm(0, 1, N, C, C, 1.0f, la->y, C, P(LLAMA_O_W), C, 1.0f, la->res2, C);
   llama_cpu_rmsnorm(la->xn2, la->rs2, la->res2, P(LLAMA_LN2_W), N, C, eps);
-  linear_forward(la->gate, la->xn2, P(LLAMA_GATE_W), N, C, FF);
-  linear_forward(la->up, la->xn2, P(LLAMA_UP_W), N, C, FF);
+  llama_cpu_linear_forward(la->gate, la->xn2, P(LLAMA_GATE_W), N, C, FF);
+  llama_cpu_linear_forward(la->up, la->xn2, P(LLAMA_UP_W), N, C, FF);
   llama_cpu_swiglu(la->hid, la->gate, la->up, (size_t)N * FF);
   if (!whole)
     return;
@@ -407,29 +401,30 @@ static void layer_backward(gpt *m, const layer_acts *la, const float *res,
 #define P(k) gpt_p(m, llama_ti(l, k))
 #define G(k) gpt_g(m, llama_ti(l, k))
   /* MLP: d res3 -> d hid (into dgate's room, then split) */
-  linear_backward(a->dup, 0.0f, G(LLAMA_DOWN_W), a->dres, la->hid,
-                  P(LLAMA_DOWN_W), N, FF, C);
+  llama_cpu_linear_backward(a->dup, 0.0f, G(LLAMA_DOWN_W), a->dres, la->hid,
+                            P(LLAMA_DOWN_W), N, FF, C);
   llama_cpu_swiglu_backward(a->dgate, a->dup, a->dup, la->gate, la->up,
                             (size_t)N * FF);
-  linear_backward(a->dbuf, 0.0f, G(LLAMA_GATE_W), a->dgate, la->xn2,
-                  P(LLAMA_GATE_W), N, C, FF);
-  linear_backward(a->dbuf, 1.0f, G(LLAMA_UP_W), a->dup, la->xn2, P(LLAMA_UP_W),
-                  N, C, FF);
+  llama_cpu_linear_backward(a->dbuf, 0.0f, G(LLAMA_GATE_W), a->dgate, la->xn2,
+                            P(LLAMA_GATE_W), N, C, FF);
+  llama_cpu_linear_backward(a->dbuf, 1.0f, G(LLAMA_UP_W), a->dup, la->xn2,
+                            P(LLAMA_UP_W), N, C, FF);
   llama_cpu_rmsnorm_backward(a->dres, G(LLAMA_LN2_W), a->dbuf, la->res2,
                              P(LLAMA_LN2_W), la->rs2, N, C);
   /* Attention: d res2 -> d y -> dq, dk, dv (before RoPE) -> d xn1 */
-  linear_backward(a->dbuf, 0.0f, G(LLAMA_O_W), a->dres, la->y, P(LLAMA_O_W), N,
-                  C, C);
-  attention_backward(a->dq, a->dk, a->dv, a->datt, a->dbuf, la->q, la->k, la->v,
-                     la->att, B, T, d);
+  llama_cpu_linear_backward(a->dbuf, 0.0f, G(LLAMA_O_W), a->dres, la->y,
+                            P(LLAMA_O_W), N, C, C);
+  llama_cpu_attention_backward(a->dq, a->dk, a->dv, a->datt, a->dbuf, la->q,
+                               la->k, la->v, la->att, B, T, (int)d.H, (int)d.KV,
+                               (int)d.hs);
   llama_cpu_rope(a->dq, a->cos, a->sin, B, T, (int)d.H, (int)d.hs, -1);
   llama_cpu_rope(a->dk, a->cos, a->sin, B, T, (int)d.KV, (int)d.hs, -1);
-  linear_backward(a->dbuf, 0.0f, G(LLAMA_Q_W), a->dq, la->xn1, P(LLAMA_Q_W), N,
-                  C, C);
-  linear_backward(a->dbuf, 1.0f, G(LLAMA_K_W), a->dk, la->xn1, P(LLAMA_K_W), N,
-                  C, KVD);
-  linear_backward(a->dbuf, 1.0f, G(LLAMA_V_W), a->dv, la->xn1, P(LLAMA_V_W), N,
-                  C, KVD);
+  llama_cpu_linear_backward(a->dbuf, 0.0f, G(LLAMA_Q_W), a->dq, la->xn1,
+                            P(LLAMA_Q_W), N, C, C);
+  llama_cpu_linear_backward(a->dbuf, 1.0f, G(LLAMA_K_W), a->dk, la->xn1,
+                            P(LLAMA_K_W), N, C, KVD);
+  llama_cpu_linear_backward(a->dbuf, 1.0f, G(LLAMA_V_W), a->dv, la->xn1,
+                            P(LLAMA_V_W), N, C, KVD);
   llama_cpu_rmsnorm_backward(a->dres, G(LLAMA_LN1_W), a->dbuf, res,
                              P(LLAMA_LN1_W), la->rs1, N, C);
 #undef P

@@ -11,6 +11,11 @@
 #   (the embedding's lookup and head gradients summed between the two
 #   stages), and 2 data-parallel replicas of 2 stages on 4 ranks against
 #   one process of batch_size 4.
+# - tensor_parallel 2: each rank 2 query heads and 1 key/value head (RoPE
+#   on its own), 50 of the 100 SwiGLU columns, 160 of the 320 vocabulary
+#   rows of embed_tokens and lm_head; the same bounds against one
+#   process, untied and tied, and 2 x 2 (tensor groups as 2 pipeline
+#   stages). Refused: n_kv_head 1 with tensor_parallel 2, with the numbers.
 . "$(dirname "$0")/lib.sh"
 
 use_train_gang
@@ -32,10 +37,16 @@ same_as() {
 one_process one "$MODEL"
 same_as one pipe "$MODEL, pipeline_parallel: 2"
 expect_in "$(run_dir pipe)/train/attempt-1/log" "stage 0 of 2 (layers 0-0, embeddings), schedule 1f1b"
+same_as one tp "$MODEL, tensor_parallel: 2"
+expect_in "$(run_dir tp)/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 (heads 0-1 of 4, MLP columns 0-49 of 100, vocabulary rows 0-159 of 320;"
+same_as one txp "$MODEL, tensor_parallel: 2, pipeline_parallel: 2" 4
 TIED=${MODEL/head: untied/head: tied}
 one_process tied "$TIED"
 same_as tied ptied "$TIED, pipeline_parallel: 2"
+same_as tied ttied "$TIED, tensor_parallel: 2"
 one_process one4 "${MODEL/batch_size: 2/batch_size: 4}"
 same_as one4 dp "$MODEL, pipeline_parallel: 2" 4
 expect_in "$(run_dir dp)/train/attempt-1/log" "data-parallel replica 0 of 2"
+gang_refused kv1 "tensor_parallel 2 does not divide the model's 1 key/value heads and its intermediate_size 100" \
+  "${MODEL/n_kv_head: 2/n_kv_head: 1}, tensor_parallel: 2"
 echo "ok"
