@@ -49,4 +49,4 @@ same_as one4 dp "$MODEL, pipeline_parallel: 2" 4
 expect_in "$(run_dir dp)/train/attempt-1/log" "data-parallel replica 0 of 2"
 gang_refused kv1 "tensor_parallel 2 does not divide the model's 1 key/value heads and its intermediate_size 100" \
   "${MODEL/n_kv_head: 2/n_kv_head: 1}, tensor_parallel: 2"
-echo "ok"
+pass
