@@ -45,16 +45,31 @@ int cpu_forward_begin(gpt *m, const uint32_t *inputs, const uint32_t *targets,
 void cpu_forward_end(gpt *m, int B, int T, float *logits, float *lse,
                      float *losses, float *probs, const uint32_t *targets,
                      float *loss);
+/* After a forward's layers: on a pipeline stage before the last,
+ * records (B,T) as the last forward's and returns 1 (the forward is
+ * done: no head); else 0. */
+int cpu_stage_done(gpt *m, int B, int T);
+/* A parameter hook stopped a forward: forgets it, says so in err;
+ * returns -1. */
+int cpu_hook_failed(gpt *m, char *err, size_t errlen);
 /* The parameter hook's calls (gpt.h's gpt_set_param_hook): 0 without a
  * hook. */
 int cpu_params_need(gpt *m, int g, int next);
 int cpu_params_done(gpt *m, int g, int next);
 
-/* The Llama family's passes (llama_cpu.c), as gpt.h's for GPT-2. */
-int llama_cpu_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
-                      int B, int T, float *loss, char *err, size_t errlen);
-void llama_cpu_backward(gpt *m, float scale);
+/* The Llama family's passes (llama_cpu.c), as gpt.h's for GPT-2, over
+ * the model's stage (gpt_set_stage; all layers but in a pipeline): the
+ * forward from inputs on the first stage, else from x (the stream that
+ * enters it), the backward from the loss on the last stage (dy NULL),
+ * else from dy (the gradient of the stage's output). */
+int llama_cpu_forward(gpt *m, const uint32_t *inputs, const float *x,
+                      const uint32_t *targets, int B, int T, float *loss,
+                      char *err, size_t errlen);
+void llama_cpu_backward(gpt *m, float scale, const float *dy);
 const float *llama_cpu_logits(const gpt *m);
+/* gpt_stage_output's and gpt_stage_input_grad's, after a forward. */
+const float *llama_cpu_stage_output(const gpt *m);
+const float *llama_cpu_stage_input_grad(const gpt *m);
 /* Floats of activations and backward scratch at (B,T) under rc. */
 size_t llama_cpu_act_floats(const gpt_config *cfg, gpt_recompute rc, int B,
                             int T);

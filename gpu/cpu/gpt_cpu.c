@@ -795,6 +795,20 @@ int cpu_params_done(gpt *m, int g, int next) {
                        : 0;
 }
 
+int cpu_stage_done(gpt *m, int B, int T) {
+  if (m->stage_last == m->cfg.n_layer)
+    return 0;
+  m->B = B;
+  m->T = T;
+  return 1;
+}
+
+int cpu_hook_failed(gpt *m, char *err, size_t errlen) {
+  m->B = m->T = 0;
+  snprintf(err, errlen, "gpt: a parameter hook failed");
+  return -1;
+}
+
 /* The layers whose activations m keeps: its stage's (gpt_set_stage). */
 static int stage_layers(const gpt *m) { return m->stage_last - m->stage_first; }
 
@@ -961,18 +975,13 @@ static int forward(gpt *m, const uint32_t *inputs, const float *x,
       goto hook_failed;
     res = la.res3;
   }
-  if (m->stage_last < c->n_layer) { /* a pipeline stage before the last */
-    m->B = B;
-    m->T = T;
+  if (cpu_stage_done(m, B, T))
     return 0;
-  }
   if (head_forward(m, &a, res, targets, B, T, loss) != 0)
     goto hook_failed;
   return 0;
 hook_failed:
-  m->B = m->T = 0;
-  snprintf(err, errlen, "gpt: a parameter hook failed");
-  return -1;
+  return cpu_hook_failed(m, err, errlen);
 }
 
 int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets, int B,
@@ -986,9 +995,10 @@ int gpt_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets, int B,
   }
   int nb = blas_threads_begin();
   pass_bf16 = m->autocast == GPT_AUTOCAST_BF16;
-  int rc = m->cfg.family == GPT_FAMILY_LLAMA
-               ? llama_cpu_forward(m, inputs, targets, B, T, loss, err, errlen)
-               : forward(m, inputs, NULL, targets, B, T, loss, err, errlen);
+  int rc =
+      m->cfg.family == GPT_FAMILY_LLAMA
+          ? llama_cpu_forward(m, inputs, NULL, targets, B, T, loss, err, errlen)
+          : forward(m, inputs, NULL, targets, B, T, loss, err, errlen);
   pass_bf16 = 0;
   blas_threads_end(nb);
   return rc;
@@ -999,11 +1009,8 @@ int gpt_forward_stage(gpt *m, const uint32_t *inputs, const float *x,
                       char *err, size_t errlen) {
   int first = m->stage_first == 0, last = m->stage_last == m->cfg.n_layer;
   int has_ids = inputs != NULL, has_x = x != NULL, has_tg = targets != NULL;
-  if (m->cfg.family == GPT_FAMILY_LLAMA || has_ids != first || has_x == first ||
-      has_tg != last) {
-    snprintf(err, errlen,
-             "gpt: stage [%d,%d) of %d layers takes %s and %s (GPT-2 "
-             "models only)",
+  if (has_ids != first || has_x == first || has_tg != last) {
+    snprintf(err, errlen, "gpt: stage [%d,%d) of %d layers takes %s and %s",
              m->stage_first, m->stage_last, m->cfg.n_layer,
              first ? "the ids (not a stream)" : "a stream (not the ids)",
              last ? "the targets" : "no targets");
@@ -1011,7 +1018,10 @@ int gpt_forward_stage(gpt *m, const uint32_t *inputs, const float *x,
   }
   int nb = blas_threads_begin();
   pass_bf16 = m->autocast == GPT_AUTOCAST_BF16;
-  int rc = forward(m, inputs, x, targets, B, T, loss, err, errlen);
+  int rc =
+      m->cfg.family == GPT_FAMILY_LLAMA
+          ? llama_cpu_forward(m, inputs, x, targets, B, T, loss, err, errlen)
+          : forward(m, inputs, x, targets, B, T, loss, err, errlen);
   pass_bf16 = 0;
   blas_threads_end(nb);
   m->stage_train = rc == 0;
@@ -1021,6 +1031,8 @@ int gpt_forward_stage(gpt *m, const uint32_t *inputs, const float *x,
 const float *gpt_stage_output(const gpt *m) {
   if (!m->B || m->stage_last <= m->stage_first)
     return NULL;
+  if (m->cfg.family == GPT_FAMILY_LLAMA)
+    return llama_cpu_stage_output(m);
   acts a = {0};
   carve(&m->cfg, m->recompute, stage_layers(m), m->acts, m->B, m->T, &a);
   return layer_at(m, &a, m->stage_last - 1, m->B, m->T).res3;
@@ -1029,6 +1041,8 @@ const float *gpt_stage_output(const gpt *m) {
 const float *gpt_stage_input_grad(const gpt *m) {
   if (!m->B)
     return NULL;
+  if (m->cfg.family == GPT_FAMILY_LLAMA)
+    return llama_cpu_stage_input_grad(m);
   acts a = {0};
   carve(&m->cfg, m->recompute, stage_layers(m), m->acts, m->B, m->T, &a);
   return a.dres;
@@ -1196,7 +1210,7 @@ void gpt_backward(gpt *m, float scale) {
   int nb = blas_threads_begin();
   pass_bf16 = m->autocast == GPT_AUTOCAST_BF16;
   if (m->cfg.family == GPT_FAMILY_LLAMA)
-    llama_cpu_backward(m, scale);
+    llama_cpu_backward(m, scale, NULL);
   else
     backward(m, scale, NULL);
   pass_bf16 = 0;
@@ -1220,7 +1234,10 @@ int gpt_backward_stage(gpt *m, const float *dy, float scale, char *err,
   }
   int nb = blas_threads_begin();
   pass_bf16 = m->autocast == GPT_AUTOCAST_BF16;
-  backward(m, scale, dy);
+  if (m->cfg.family == GPT_FAMILY_LLAMA)
+    llama_cpu_backward(m, scale, dy);
+  else
+    backward(m, scale, dy);
   pass_bf16 = 0;
   blas_threads_end(nb);
   m->have_loss = 0;

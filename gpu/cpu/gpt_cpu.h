@@ -99,5 +99,29 @@ void llama_cpu_rope_tables(float *cs, float *sn, int t0, int T, int hs,
 void llama_cpu_rope(float *x, const float *cs, const float *sn, int B, int T,
                     int nh, int hs, int dir);
 void llama_cpu_swiglu(float *hid, const float *gate, const float *up, size_t n);
+/* And the tensor-parallel ranks' (gpu/tensor), on their own heads:
+ *   attention_forward:  q (B,T,H*hs), k, v (B,T,KV*hs) -> att (B,H,T,T),
+ *                y (B,T,H*hs); query head h reads key/value head
+ *                h / (H/KV), causal
+ *   attention_backward: dy (B,T,H*hs) -> dq (B,T,H*hs), dk, dv
+ *                (B,T,KV*hs), overwritten; datt (B,H,T,T) scratch
+ *   linear_forward:  x (N,IC), w (OC,IC) (nn.Linear's layout) -> out
+ *                (N,OC) = x w^T
+ *   linear_backward: dout (N,OC), x (N,IC), w (OC,IC) -> dx (N,IC) =
+ *                dout w, overwritten (beta 0) or added (beta 1); dw
+ *                (OC,IC) += dout^T x */
+void llama_cpu_attention_forward(float *y, float *att, const float *q,
+                                 const float *k, const float *v, int B, int T,
+                                 int H, int KV, int hs);
+void llama_cpu_attention_backward(float *dq, float *dk, float *dv, float *datt,
+                                  const float *dy, const float *q,
+                                  const float *k, const float *v,
+                                  const float *att, int B, int T, int H, int KV,
+                                  int hs);
+void llama_cpu_linear_forward(float *out, const float *x, const float *w, int N,
+                              int IC, int OC);
+void llama_cpu_linear_backward(float *dx, float beta, float *dw,
+                               const float *dout, const float *x,
+                               const float *w, int N, int IC, int OC);
 
 #endif /* DAGRUN_GPT_CPU_H */

@@ -108,8 +108,10 @@ static size_t carve_layer(const gpt_config *cfg, gpt_recompute rc, float *own,
   return kept;
 }
 
-static size_t carve(const gpt_config *cfg, gpt_recompute rc, float *base, int B,
-                    int T, acts *a) {
+/* m->acts carved for (B,T) under rc with nl layers' activations (a
+ * pipeline stage's, or all); base NULL: counts only. */
+static size_t carve(const gpt_config *cfg, gpt_recompute rc, int nl,
+                    float *base, int B, int T, acts *a) {
   dims d = dims_of(cfg);
   size_t N = (size_t)B * T, Vp = (size_t)cfg->padded_vocab, nshared;
   layer_acts la;
@@ -122,7 +124,7 @@ static size_t carve(const gpt_config *cfg, gpt_recompute rc, float *base, int B,
       a->field = base + off;                                                   \
     off += (n);                                                                \
   } while (0)
-  TAKE(layers, (size_t)cfg->n_layer * a->layer_size);
+  TAKE(layers, (size_t)nl * a->layer_size);
   TAKE(encoded, N * d.C);
   TAKE(xf, N * d.C);
   TAKE(rsf, N);
@@ -150,14 +152,23 @@ static size_t carve(const gpt_config *cfg, gpt_recompute rc, float *base, int B,
 size_t llama_cpu_act_floats(const gpt_config *cfg, gpt_recompute rc, int B,
                             int T) {
   acts a;
-  return carve(cfg, rc, NULL, B, T, &a);
+  return carve(cfg, rc, cfg->n_layer, NULL, B, T, &a);
+}
+
+/* The layers whose activations m keeps: its stage's (gpt_set_stage). */
+static int stage_layers(const gpt *m) { return m->stage_last - m->stage_first; }
+
+/* m's activations in m->acts, carved for (B,T). */
+static void carve_m(const gpt *m, int B, int T, acts *a) {
+  carve(&m->cfg, m->recompute, stage_layers(m), m->acts, B, T, a);
 }
 
 static layer_acts layer_at(const gpt *m, const acts *a, int l, int B, int T) {
   layer_acts la;
   size_t nshared;
-  carve_layer(&m->cfg, a->rc, a->layers + (size_t)l * a->layer_size, a->shared,
-              B, T, &la, &nshared);
+  carve_layer(&m->cfg, a->rc,
+              a->layers + (size_t)(l - m->stage_first) * a->layer_size,
+              a->shared, B, T, &la, &nshared);
   return la;
 }
 
@@ -244,13 +255,10 @@ void llama_cpu_rope(float *x, const float *cs, const float *sn, int B, int T,
   }
 }
 
-/* q (B,T,H*hs), k, v (B,T,KV*hs) -> att (B,H,T,T), y (B,T,H*hs); query
- * head h reads key/value head h / (H/KV). */
-static void attention_forward(float *y, float *att, const float *q,
-                              const float *k, const float *v, int B, int T,
-                              dims d) {
-  int H = (int)d.H, hs = (int)d.hs, G = (int)(d.H / d.KV);
-  int C = (int)d.C, KVD = (int)d.KVD;
+void llama_cpu_attention_forward(float *y, float *att, const float *q,
+                                 const float *k, const float *v, int B, int T,
+                                 int H, int KV, int hs) {
+  int G = H / KV, C = H * hs, KVD = KV * hs;
   float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * H; bh++) {
@@ -267,15 +275,14 @@ static void attention_forward(float *y, float *att, const float *q,
   }
 }
 
-/* dy (B,T,H*hs) -> dq (B,T,H*hs), dk, dv (B,T,KV*hs), all overwritten;
- * datt (B,H,T,T) scratch. One thread per (b, key/value head) sums its
- * query heads' contributions in order. */
-static void attention_backward(float *dq, float *dk, float *dv, float *datt,
-                               const float *dy, const float *q, const float *k,
-                               const float *v, const float *att, int B, int T,
-                               dims d) {
-  int H = (int)d.H, KV = (int)d.KV, hs = (int)d.hs, G = H / KV;
-  int C = (int)d.C, KVD = (int)d.KVD;
+/* One thread per (b, key/value head) sums its query heads'
+ * contributions in order. */
+void llama_cpu_attention_backward(float *dq, float *dk, float *dv, float *datt,
+                                  const float *dy, const float *q,
+                                  const float *k, const float *v,
+                                  const float *att, int B, int T, int H, int KV,
+                                  int hs) {
+  int G = H / KV, C = H * hs, KVD = KV * hs;
   float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
   for (int bk = 0; bk < B * KV; bk++) {
@@ -325,17 +332,14 @@ void llama_cpu_swiglu_backward(float *dgate, float *dup, const float *dhid,
   }
 }
 
-/* x (N,IC), w (OC,IC), nn.Linear's layout -> out (N,OC) = x w^T */
-static void linear_forward(float *out, const float *x, const float *w, int N,
-                           int IC, int OC) {
+void llama_cpu_linear_forward(float *out, const float *x, const float *w, int N,
+                              int IC, int OC) {
   cpu_gemm(0, 1, N, OC, IC, 1.0f, x, IC, w, IC, 0.0f, out, OC);
 }
 
-/* dout (N,OC), x (N,IC), w (OC,IC) -> dx (N,IC) = dout w, overwritten
- * (beta 0) or added (beta 1); dw (OC,IC) += dout^T x */
-static void linear_backward(float *dx, float beta, float *dw, const float *dout,
-                            const float *x, const float *w, int N, int IC,
-                            int OC) {
+void llama_cpu_linear_backward(float *dx, float beta, float *dw,
+                               const float *dout, const float *x,
+                               const float *w, int N, int IC, int OC) {
   cpu_gemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, beta, dx, IC);
   cpu_gemm(1, 0, OC, IC, N, 1.0f, dout, OC, x, IC, 1.0f, dw, IC);
 }
@@ -365,18 +369,19 @@ static void layer_forward(gpt *m, const layer_acts *la, const float *res,
   float eps = m->cfg.norm_eps;
 #define P(k) gpt_p(m, llama_ti(l, k))
   llama_cpu_rmsnorm(la->xn1, la->rs1, res, P(LLAMA_LN1_W), N, C, eps);
-  linear_forward(la->q, la->xn1, P(LLAMA_Q_W), N, C, C);
-  linear_forward(la->k, la->xn1, P(LLAMA_K_W), N, C, KVD);
-  linear_forward(la->v, la->xn1, P(LLAMA_V_W), N, C, KVD);
+  llama_cpu_linear_forward(la->q, la->xn1, P(LLAMA_Q_W), N, C, C);
+  llama_cpu_linear_forward(la->k, la->xn1, P(LLAMA_K_W), N, C, KVD);
+  llama_cpu_linear_forward(la->v, la->xn1, P(LLAMA_V_W), N, C, KVD);
   llama_cpu_rope(la->q, a->cos, a->sin, B, T, (int)d.H, (int)d.hs, 1);
   llama_cpu_rope(la->k, a->cos, a->sin, B, T, (int)d.KV, (int)d.hs, 1);
-  attention_forward(la->y, la->att, la->q, la->k, la->v, B, T, d);
+  llama_cpu_attention_forward(la->y, la->att, la->q, la->k, la->v, B, T,
+                              (int)d.H, (int)d.KV, (int)d.hs);
   /* res2 = res + y o_proj^T */
   memcpy(la->res2, res, (size_t)N * C * sizeof(float));
   cpu_gemm(0, 1, N, C, C, 1.0f, la->y, C, P(LLAMA_O_W), C, 1.0f, la->res2, C);
   llama_cpu_rmsnorm(la->xn2, la->rs2, la->res2, P(LLAMA_LN2_W), N, C, eps);
-  linear_forward(la->gate, la->xn2, P(LLAMA_GATE_W), N, C, FF);
-  linear_forward(la->up, la->xn2, P(LLAMA_UP_W), N, C, FF);
+  llama_cpu_linear_forward(la->gate, la->xn2, P(LLAMA_GATE_W), N, C, FF);
+  llama_cpu_linear_forward(la->up, la->xn2, P(LLAMA_UP_W), N, C, FF);
   llama_cpu_swiglu(la->hid, la->gate, la->up, (size_t)N * FF);
   if (!whole)
     return;
@@ -396,29 +401,30 @@ static void layer_backward(gpt *m, const layer_acts *la, const float *res,
 #define P(k) gpt_p(m, llama_ti(l, k))
 #define G(k) gpt_g(m, llama_ti(l, k))
   /* MLP: d res3 -> d hid (into dgate's room, then split) */
-  linear_backward(a->dup, 0.0f, G(LLAMA_DOWN_W), a->dres, la->hid,
-                  P(LLAMA_DOWN_W), N, FF, C);
+  llama_cpu_linear_backward(a->dup, 0.0f, G(LLAMA_DOWN_W), a->dres, la->hid,
+                            P(LLAMA_DOWN_W), N, FF, C);
   llama_cpu_swiglu_backward(a->dgate, a->dup, a->dup, la->gate, la->up,
                             (size_t)N * FF);
-  linear_backward(a->dbuf, 0.0f, G(LLAMA_GATE_W), a->dgate, la->xn2,
-                  P(LLAMA_GATE_W), N, C, FF);
-  linear_backward(a->dbuf, 1.0f, G(LLAMA_UP_W), a->dup, la->xn2, P(LLAMA_UP_W),
-                  N, C, FF);
+  llama_cpu_linear_backward(a->dbuf, 0.0f, G(LLAMA_GATE_W), a->dgate, la->xn2,
+                            P(LLAMA_GATE_W), N, C, FF);
+  llama_cpu_linear_backward(a->dbuf, 1.0f, G(LLAMA_UP_W), a->dup, la->xn2,
+                            P(LLAMA_UP_W), N, C, FF);
   llama_cpu_rmsnorm_backward(a->dres, G(LLAMA_LN2_W), a->dbuf, la->res2,
                              P(LLAMA_LN2_W), la->rs2, N, C);
   /* Attention: d res2 -> d y -> dq, dk, dv (before RoPE) -> d xn1 */
-  linear_backward(a->dbuf, 0.0f, G(LLAMA_O_W), a->dres, la->y, P(LLAMA_O_W), N,
-                  C, C);
-  attention_backward(a->dq, a->dk, a->dv, a->datt, a->dbuf, la->q, la->k, la->v,
-                     la->att, B, T, d);
+  llama_cpu_linear_backward(a->dbuf, 0.0f, G(LLAMA_O_W), a->dres, la->y,
+                            P(LLAMA_O_W), N, C, C);
+  llama_cpu_attention_backward(a->dq, a->dk, a->dv, a->datt, a->dbuf, la->q,
+                               la->k, la->v, la->att, B, T, (int)d.H, (int)d.KV,
+                               (int)d.hs);
   llama_cpu_rope(a->dq, a->cos, a->sin, B, T, (int)d.H, (int)d.hs, -1);
   llama_cpu_rope(a->dk, a->cos, a->sin, B, T, (int)d.KV, (int)d.hs, -1);
-  linear_backward(a->dbuf, 0.0f, G(LLAMA_Q_W), a->dq, la->xn1, P(LLAMA_Q_W), N,
-                  C, C);
-  linear_backward(a->dbuf, 1.0f, G(LLAMA_K_W), a->dk, la->xn1, P(LLAMA_K_W), N,
-                  C, KVD);
-  linear_backward(a->dbuf, 1.0f, G(LLAMA_V_W), a->dv, la->xn1, P(LLAMA_V_W), N,
-                  C, KVD);
+  llama_cpu_linear_backward(a->dbuf, 0.0f, G(LLAMA_Q_W), a->dq, la->xn1,
+                            P(LLAMA_Q_W), N, C, C);
+  llama_cpu_linear_backward(a->dbuf, 1.0f, G(LLAMA_K_W), a->dk, la->xn1,
+                            P(LLAMA_K_W), N, C, KVD);
+  llama_cpu_linear_backward(a->dbuf, 1.0f, G(LLAMA_V_W), a->dv, la->xn1,
+                            P(LLAMA_V_W), N, C, KVD);
   llama_cpu_rmsnorm_backward(a->dres, G(LLAMA_LN1_W), a->dbuf, res,
                              P(LLAMA_LN1_W), la->rs1, N, C);
 #undef P
@@ -428,46 +434,42 @@ static void layer_backward(gpt *m, const layer_acts *la, const float *res,
 /* The hook calls of one step; a non-zero return stops the pass. */
 #define NEED(g, next)                                                          \
   if (cpu_params_need(m, (g), (next)) != 0)                                    \
-  goto hook_failed
+  return -1
 #define DONE(g, next)                                                          \
   if (cpu_params_done(m, (g), (next)) != 0)                                    \
-  goto hook_failed
+  return -1
 
-int llama_cpu_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
-                      int B, int T, float *loss, char *err, size_t errlen) {
-  const gpt_config *c = &m->cfg;
-  dims d = dims_of(c);
-  size_t widest = d.FF > d.C ? d.FF : d.C;
-  if (cpu_forward_begin(m, inputs, targets, B, T, widest,
-                        llama_cpu_act_floats(c, m->recompute, B, T), err,
-                        errlen) != 0)
-    return -1;
-  int N = B * T, C = (int)d.C, L = c->n_layer;
-  int V = c->vocab_size, Vp = c->padded_vocab, tied = !c->untied_head;
-  acts a;
-  carve(c, m->recompute, m->acts, B, T, &a);
-  llama_cpu_rope_tables(a.cos, a.sin, 0, T, (int)d.hs, c->rope_theta);
-
+/* The stage's input into a->encoded (N,C): the embedding's rows at
+ * inputs on the first stage, else a copy of x, the stream that enters
+ * it from the stage before. */
+static int stage_input(gpt *m, const acts *a, const uint32_t *inputs,
+                       const float *x, int N, int C) {
+  if (m->stage_first > 0) {
+    memcpy(a->encoded, x, (size_t)N * C * sizeof(float));
+    return 0;
+  }
   NEED(0, 1);
   const float *emb = gpt_p(m, 0);
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++)
-    memcpy(a.encoded + (size_t)i * C, emb + (size_t)inputs[i] * C,
+    memcpy(a->encoded + (size_t)i * C, emb + (size_t)inputs[i] * C,
            (size_t)C * sizeof(float));
   DONE(0, 1);
-  const float *res = a.encoded;
-  for (int l = 0; l < L; l++) {
-    NEED(1 + l, 2 + l);
-    layer_acts la = layer_at(m, &a, l, B, T);
-    layer_forward(m, &la, res, &a, l, B, T, 1);
-    DONE(1 + l, 2 + l);
-    res = la.res3;
-  }
+  return 0;
+}
+
+/* The head: res -> model.norm -> logits (N,Vp) -> with targets, the
+ * loss. */
+static int head_forward(gpt *m, const acts *a, const float *res,
+                        const uint32_t *targets, int B, int T, float *loss) {
+  const gpt_config *c = &m->cfg;
+  int N = B * T, C = c->n_embd, L = c->n_layer;
+  int V = c->vocab_size, Vp = c->padded_vocab, tied = !c->untied_head;
   /* After the head, a forward with targets is for training: the
    * backward starts with the head's group again. */
   int after = targets ? (tied ? 0 : L + 1) : -1;
   NEED(L + 1, tied ? 0 : after);
-  llama_cpu_rmsnorm(a.xf, a.rsf, res, gpt_p(m, norm_tensor(m)), N, C,
+  llama_cpu_rmsnorm(a->xf, a->rsf, res, gpt_p(m, norm_tensor(m)), N, C,
                     c->norm_eps);
   if (tied) {
     DONE(L + 1, 0);
@@ -475,72 +477,107 @@ int llama_cpu_forward(gpt *m, const uint32_t *inputs, const uint32_t *targets,
   }
   /* xf (N,C), head (Vp,C) -> logits (N,Vp) over the real columns; the
    * padding columns are zero. */
-  cpu_gemm(0, 1, N, V, C, 1.0f, a.xf, C, gpt_p(m, head_tensor(m)), C, 0.0f,
-           a.logits, Vp);
+  cpu_gemm(0, 1, N, V, C, 1.0f, a->xf, C, gpt_p(m, head_tensor(m)), C, 0.0f,
+           a->logits, Vp);
   DONE(tied ? 0 : L + 1, after);
-  cpu_forward_end(m, B, T, a.logits, a.lse, a.losses, a.dlogits, targets,
+  cpu_forward_end(m, B, T, a->logits, a->lse, a->losses, a->dlogits, targets,
                   loss);
   return 0;
+}
+
+/* The forward of layers [stage_first, stage_last) (all of them but in a
+ * pipeline stage) from inputs' embeddings or x, with the head when the
+ * range ends with the last layer. */
+int llama_cpu_forward(gpt *m, const uint32_t *inputs, const float *x,
+                      const uint32_t *targets, int B, int T, float *loss,
+                      char *err, size_t errlen) {
+  const gpt_config *c = &m->cfg;
+  dims d = dims_of(c);
+  size_t widest = d.FF > d.C ? d.FF : d.C;
+  acts a;
+  if (cpu_forward_begin(m, inputs, targets, B, T, widest,
+                        carve(c, m->recompute, stage_layers(m), NULL, B, T, &a),
+                        err, errlen) != 0)
+    return -1;
+  carve_m(m, B, T, &a);
+  llama_cpu_rope_tables(a.cos, a.sin, 0, T, (int)d.hs, c->rope_theta);
+  if (stage_input(m, &a, inputs, x, B * T, (int)d.C) != 0)
+    goto hook_failed;
+  const float *res = a.encoded;
+  for (int l = m->stage_first; l < m->stage_last; l++) {
+    if (cpu_params_need(m, 1 + l, 2 + l) != 0)
+      goto hook_failed;
+    layer_acts la = layer_at(m, &a, l, B, T);
+    layer_forward(m, &la, res, &a, l, B, T, 1);
+    if (cpu_params_done(m, 1 + l, 2 + l) != 0)
+      goto hook_failed;
+    res = la.res3;
+  }
+  if (cpu_stage_done(m, B, T))
+    return 0;
+  if (head_forward(m, &a, res, targets, B, T, loss) != 0)
+    goto hook_failed;
+  return 0;
 hook_failed:
-  m->B = m->T = 0;
-  snprintf(err, errlen, "gpt: a parameter hook failed");
-  return -1;
+  return cpu_hook_failed(m, err, errlen);
 }
 
 const float *llama_cpu_logits(const gpt *m) {
   acts a = {0};
-  carve(&m->cfg, m->recompute, m->acts, m->B, m->T, &a);
+  carve_m(m, m->B, m->T, &a);
   return a.logits;
 }
 
-void llama_cpu_backward(gpt *m, float scale) {
+const float *llama_cpu_stage_output(const gpt *m) {
+  acts a = {0};
+  carve_m(m, m->B, m->T, &a);
+  return layer_at(m, &a, m->stage_last - 1, m->B, m->T).res3;
+}
+
+const float *llama_cpu_stage_input_grad(const gpt *m) {
+  acts a = {0};
+  carve_m(m, m->B, m->T, &a);
+  return a.dres;
+}
+
+/* The head's backward: loss -> a->dres, the gradient of the stream that
+ * leaves the last layer. */
+static int head_backward(gpt *m, const acts *a, float scale) {
   const gpt_config *c = &m->cfg;
   int B = m->B, T = m->T, C = c->n_embd, V = c->vocab_size;
   int Vp = c->padded_vocab, L = c->n_layer, N = B * T, tied = !c->untied_head;
-  acts a;
-  carve(c, m->recompute, m->acts, B, T, &a);
   size_t nf = norm_tensor(m);
-
   /* loss -> dlogits, in place of the probabilities (one backward per
    * forward, gpt_backward's rule) */
-  gpt_cpu_crossentropy_backward(a.dlogits, m->targets, scale / (float)N, N, V,
+  gpt_cpu_crossentropy_backward(a->dlogits, m->targets, scale / (float)N, N, V,
                                 Vp);
   /* dlogits -> dbuf = dlogits head; dhead (V,C) += dlogits^T xf */
   int hg = tied ? 0 : L + 1;
   NEED(hg, tied ? L + 1 : L);
   size_t ht = head_tensor(m);
-  cpu_gemm(0, 0, N, C, V, 1.0f, a.dlogits, Vp, gpt_p(m, ht), C, 0.0f, a.dbuf,
+  cpu_gemm(0, 0, N, C, V, 1.0f, a->dlogits, Vp, gpt_p(m, ht), C, 0.0f, a->dbuf,
            C);
-  cpu_gemm(1, 0, V, C, N, 1.0f, a.dlogits, Vp, a.xf, C, 1.0f, gpt_g(m, ht), C);
+  cpu_gemm(1, 0, V, C, N, 1.0f, a->dlogits, Vp, a->xf, C, 1.0f, gpt_g(m, ht),
+           C);
   if (tied) {
     DONE(0, L + 1);
     NEED(L + 1, L);
   }
-  memset(a.dres, 0, (size_t)N * C * sizeof(float));
-  const float *last = L > 0 ? layer_at(m, &a, L - 1, B, T).res3 : a.encoded;
-  llama_cpu_rmsnorm_backward(a.dres, gpt_g(m, nf), a.dbuf, last, gpt_p(m, nf),
-                             a.rsf, N, C);
+  memset(a->dres, 0, (size_t)N * C * sizeof(float));
+  const float *last =
+      L > m->stage_first ? layer_at(m, a, L - 1, B, T).res3 : a->encoded;
+  llama_cpu_rmsnorm_backward(a->dres, gpt_g(m, nf), a->dbuf, last, gpt_p(m, nf),
+                             a->rsf, N, C);
   DONE(L + 1, L);
   if (m->grad_hook)
     m->grad_hook(m->grad_hook_arg, m->tensors[nf].offset);
-  for (int l = L - 1; l >= 0; l--) {
-    int next = l > 0 ? l : (tied ? -1 : 0);
-    NEED(1 + l, next);
-    layer_acts la = layer_at(m, &a, l, B, T);
-    const float *res = l > 0 ? layer_at(m, &a, l - 1, B, T).res3 : a.encoded;
-    /* Recomputation: the same kernels on the same inputs give the
-     * forward's very bits (the last layer's block is still there). */
-    if (a.rc == GPT_RECOMPUTE_BLOCK && l < L - 1)
-      layer_forward(m, &la, res, &a, l, B, T, 0);
-    else if (a.rc == GPT_RECOMPUTE_GELU)
-      llama_cpu_swiglu(la.hid, la.gate, la.up, (size_t)N * c->intermediate);
-    layer_backward(m, &la, res, &a, l, B, T);
-    DONE(1 + l, next);
-    if (m->grad_hook)
-      m->grad_hook(m->grad_hook_arg, m->tensors[llama_ti(l, 0)].offset);
-  }
-  /* The embedding's rows at the ids += dres; each thread owns a range of
-   * channels and walks the positions in order. */
+  return 0;
+}
+
+/* The embedding's rows at the ids += dres; each thread owns a range of
+ * channels and walks the positions in order. */
+static int embedding_backward(gpt *m, const acts *a) {
+  int N = m->B * m->T, C = m->cfg.n_embd, tied = !m->cfg.untied_head;
   if (!tied)
     NEED(0, -1);
   float *demb = gpt_g(m, 0);
@@ -548,7 +585,7 @@ void llama_cpu_backward(gpt *m, float scale) {
   for (int c0 = 0; c0 < C; c0 += 16) {
     int c1 = c0 + 16 < C ? c0 + 16 : C;
     for (int i = 0; i < N; i++) {
-      const float *dr = a.dres + (size_t)i * C;
+      const float *dr = a->dres + (size_t)i * C;
       float *we = demb + (size_t)m->inputs[i] * C;
       for (int cc = c0; cc < c1; cc++)
         we[cc] += dr[cc];
@@ -558,6 +595,44 @@ void llama_cpu_backward(gpt *m, float scale) {
     DONE(0, -1);
   if (m->grad_hook)
     m->grad_hook(m->grad_hook_arg, 0);
-hook_failed:
-  return;
+  return 0;
+}
+
+/* The backward of the last forward's layers [stage_first, stage_last):
+ * from the loss (dy NULL: the range has the head) or from dy, the
+ * gradient of the stage's output; down to the embedding's gradient on
+ * the first stage, else to the input's gradient, left in dres. */
+void llama_cpu_backward(gpt *m, float scale, const float *dy) {
+  const gpt_config *c = &m->cfg;
+  int B = m->B, T = m->T, N = B * T, tied = !c->untied_head;
+  int first = m->stage_first, last = m->stage_last;
+  acts a;
+  carve_m(m, B, T, &a);
+  if (!dy) {
+    if (head_backward(m, &a, scale) != 0)
+      return;
+  } else {
+    memcpy(a.dres, dy, (size_t)N * c->n_embd * sizeof(float));
+  }
+  for (int l = last - 1; l >= first; l--) {
+    int next = l > first ? l : (first > 0 || tied ? -1 : 0);
+    if (cpu_params_need(m, 1 + l, next) != 0)
+      return;
+    layer_acts la = layer_at(m, &a, l, B, T);
+    const float *res =
+        l > first ? layer_at(m, &a, l - 1, B, T).res3 : a.encoded;
+    /* Recomputation: the same kernels on the same inputs give the
+     * forward's very bits (the last layer's block is still there). */
+    if (a.rc == GPT_RECOMPUTE_BLOCK && l < last - 1)
+      layer_forward(m, &la, res, &a, l, B, T, 0);
+    else if (a.rc == GPT_RECOMPUTE_GELU)
+      llama_cpu_swiglu(la.hid, la.gate, la.up, (size_t)N * c->intermediate);
+    layer_backward(m, &la, res, &a, l, B, T);
+    if (cpu_params_done(m, 1 + l, next) != 0)
+      return;
+    if (m->grad_hook)
+      m->grad_hook(m->grad_hook_arg, m->tensors[llama_ti(l, 0)].offset);
+  }
+  if (first == 0)
+    embedding_backward(m, &a);
 }

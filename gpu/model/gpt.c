@@ -345,12 +345,6 @@ int gpt_create(const gpt_config *cfg, gpt **out, char *err, size_t errlen) {
 
 int gpt_set_stage(gpt *m, int first, int last, char *err, size_t errlen) {
   int L = m->cfg.n_layer;
-  if (m->cfg.family == GPT_FAMILY_LLAMA) {
-    snprintf(err, errlen,
-             "gpt: pipeline stages are implemented for GPT-2 models, not "
-             "Llama ones");
-    return -1;
-  }
   if (first < 0 || last > L || first >= last) {
     snprintf(err, errlen,
              "gpt: stage layers [%d,%d) is not a non-empty range of the "

@@ -319,13 +319,13 @@ void gpt_set_param_hook(gpt *m, gpt_param_hook_fn hook, void *arg);
  * order, so a stage's gradients are the bits the whole model's forward
  * and backward add into those layers (the tied wte excepted: the head's
  * and the lookup's parts land on two ranks and are summed there).
- * GPT-2 family only, CPU engine. */
+ * Both families (a Llama's final RMSNorm, head, tied or untied, with
+ * the last stage), CPU engine. */
 
 /* Makes m's forwards run layers [first, last), 0 <= first < last <=
  * n_layer (0, n_layer: the whole model again, gpt_forward's). Forgets
  * the last forward. The activations kept are those of the range's
- * layers only. 0, or -1 with err (a range out of bounds, a Llama
- * model). */
+ * layers only. 0, or -1 with err (a range out of bounds). */
 int gpt_set_stage(gpt *m, int first, int last, char *err, size_t errlen);
 /* A trainer's forward of the stage: inputs (B,T) ids on the first
  * stage (x NULL), else x (B,T,C) the residual stream that enters layer

@@ -57,13 +57,6 @@ struct pipeline {
 
 int pipeline_check(const gpt_config *cfg, int P, int world, char *err,
                    size_t errlen) {
-  if (cfg->family != GPT_FAMILY_GPT2) {
-    snprintf(err, errlen,
-             "pipeline_parallel %d: pipeline stages are implemented for "
-             "GPT-2 models, not Llama ones",
-             P);
-    return -1;
-  }
   if (P < 2 || cfg->n_layer % P != 0) {
     snprintf(err, errlen,
              "pipeline_parallel %d does not divide the model's %d layers "
@@ -139,15 +132,21 @@ static void stage_range(const pipeline *p, int s, size_t *off, size_t *n) {
   *n = off1 + n1 - off0;
 }
 
+/* Whether the head is the embedding (GPT-2's, a tied Llama's): then the
+ * last stage keeps a copy of group 0. */
+static int tied_head(const pipeline *p) {
+  return !gpt_get_config(p->model)->untied_head;
+}
+
 /* The stage's parameter ranges, each with its optimizer: its own
- * (stage_range), and on the last stage its copy of group 0 as a second
- * one. */
+ * (stage_range), and with a tied head on the last stage its copy of
+ * group 0 as a second one. */
 static int make_ranges(pipeline *p, char *err, size_t errlen) {
   size_t off, n;
   stage_range(p, p->s, &off, &n);
   p->rg[0] = (range){off, n, NULL, 1};
   p->nrg = 1;
-  if (p->s == p->P - 1) {
+  if (p->s == p->P - 1 && tied_head(p)) {
     gpt_group_range(p->model, 0, &off, &n);
     p->rg[p->nrg++] = (range){off, n, NULL, 0};
   }
@@ -175,7 +174,7 @@ static int make_slot(pipeline *p, gpt **out, char *err, size_t errlen) {
   for (size_t g = 0; g < ng; g++) {
     int layer = (int)g - 1;
     int used = (layer >= p->first && layer < p->last) ||
-               (g == 0 && (p->s == 0 || p->s == p->P - 1)) ||
+               (g == 0 && (p->s == 0 || (p->s == p->P - 1 && tied_head(p)))) ||
                (g == ng - 1 && p->s == p->P - 1);
     if (!used)
       continue;
@@ -322,8 +321,10 @@ static int run_op(pipeline *p, const op *o, const uint32_t *inputs,
 
 /* The tied embeddings: the first stage's gradient (the lookups') and
  * the last's (the head's) summed on the first and sent back, so that
- * both copies take the same update. */
+ * both copies take the same update. An untied head: nothing to sum. */
 static int sum_tied(pipeline *p, char *err, size_t errlen) {
+  if (!tied_head(p))
+    return 0;
   size_t off, n;
   gpt_group_range(p->model, 0, &off, &n);
   float *g = gpt_grads(p->model) + off;

@@ -1,16 +1,18 @@
 /*
- * pipeline: pipeline-parallel training of the CPU engine's GPT-2 over the
- * comm layer's point to point (MPI), one stage per rank.
+ * pipeline: pipeline-parallel training of the CPU engine's models (GPT-2
+ * and Llama) over the comm layer's point to point (MPI), one stage per
+ * rank.
  *
  * The model's n_layer blocks are cut into P contiguous stages of
  * n_layer / P layers (P must divide n_layer: pipeline_check says so
  * with the numbers); stage s is rank s. The first stage also has the
- * embeddings (wte, wpe), the last the final LayerNorm, the head and the
- * loss. GPT-2's head is tied to wte, so the last stage keeps a copy of
+ * embeddings (wte, wpe; a Llama's embed_tokens), the last the final
+ * LayerNorm (a Llama's RMSNorm), the head and the loss. GPT-2's head is
+ * tied to the embeddings (a Llama's may be), so the last stage keeps a copy of
  * group 0 (the embeddings) too, as Megatron-LM does: after a step's
  * backward the two copies' gradients are summed between the first and
  * the last rank and both apply the same update, so the copies stay the
- * same bits.
+ * same bits. An untied Llama's lm_head is the last stage's alone.
  *
  * A step trains m micro-batches of (B,T) (the step's batch, m x B
  * sequences, as one process with grad_accum m and batch_size B draws
@@ -50,7 +52,7 @@
  *
  * Not here (refused by the train stage): ZeRO (zero_stage is ignored),
  * GPUs (NCCL has no point to point in
- * comm yet), Llama models, dropout.
+ * comm yet), dropout.
  *
  * Every function but pipeline_check and pipeline_destroy is collective:
  * every rank calls it, in the same order. They return 0, or -1 with err;
@@ -90,8 +92,8 @@ typedef struct pipeline_options {
 } pipeline_options;
 
 /* Whether P stages fit cfg on world ranks: P >= 2, P divides n_layer
- * and world is a multiple of P (world / P data-parallel replicas), a
- * GPT-2 model. 0, or -1 with err naming the numbers. Any thread. */
+ * and world is a multiple of P (world / P data-parallel replicas). 0, or -1
+ * with err naming the numbers. Any thread. */
 int pipeline_check(const gpt_config *cfg, int P, int world, char *err,
                    size_t errlen);
 

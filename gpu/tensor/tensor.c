@@ -26,15 +26,18 @@ typedef struct shard {
 } shard;
 
 /* A layer's activations, kept from its forward for its backward. Sizes
- * for N = B*T positions, Cl = C/T, Fl = 4C/T, NHl = NH/T. */
+ * for N = B*T positions, Cl = C/T, Fl = 4C/T, NHl = NH/T. A Llama's in
+ * the same fields: ln1, ln1_rstd its RMSNorm's output and 1/rms, qkv
+ * its q (N,Cl), k and v (N,KVl) after RoPE, fch the gate, fch_gelu the
+ * SwiGLU output, up (N,Fl) the up projection (GPT-2: none), Fl = FF/T. */
 typedef struct layer_acts {
   float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
-  float *qkv;                       /* (N,3Cl): this rank's heads */
+  float *qkv;                       /* (N,QKl): this rank's heads */
   float *att;                       /* (B,NHl,T,T) */
   float *atty;                      /* (N,Cl) */
   float *res2;                      /* (N,C) */
   float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
-  float *fch, *fch_gelu;            /* (N,Fl) each */
+  float *fch, *fch_gelu, *up;       /* (N,Fl) each */
   float *res3;                      /* (N,C) */
 } layer_acts;
 
@@ -54,6 +57,12 @@ struct tensor_par {
   tensor_options o;
   int r, ranks;         /* rank r of the tensor group */
   int C, Cl, Fl, NHl;   /* widths: the model's, and a shard's */
+  /* A Llama (llama): a shard's key/value heads KVHl of KVl floats, its
+   * q, k and v's width QKl (GPT-2: 3 Cl), the head size hs; the shard
+   * indices of the final norm and of the head (the embedding when
+   * tied). */
+  int llama, KVHl, KVl, QKl, hs;
+  size_t nf, ht;
   int V, Vl, lo, Vv;    /* vocabulary; rows of wte here, from id lo, of
                            which Vv are ids < V (the rest padding) */
   shard *sh;            /* one per tensor of the model, in its order */
@@ -74,22 +83,27 @@ struct tensor_par {
   float *dres, *dbuf; /* (N,C) */
   float *dqkv, *datt; /* (N,3Cl), (B,NHl,T,T) */
   float *dcl, *dfl;   /* (N,Cl), (N,Fl) */
+  float *dup;         /* (N,Fl), a Llama's */
+  float *cos, *sin;   /* (T,hs/2), a Llama's RoPE tables */
 };
 
 int tensor_check(const gpt_config *cfg, int T, int world, char *err,
                  size_t errlen) {
-  if (cfg->family != GPT_FAMILY_GPT2) {
-    snprintf(err, errlen,
-             "tensor_parallel %d: tensor-parallel shards are implemented "
-             "for GPT-2 models, not Llama ones",
-             T);
-    return -1;
-  }
   if (T < 2 || cfg->n_head % T != 0) {
     snprintf(err, errlen,
              "tensor_parallel %d does not divide the model's %d heads (each "
              "rank gets n_head / tensor_parallel whole heads)",
              T, cfg->n_head);
+    return -1;
+  }
+  if (cfg->family == GPT_FAMILY_LLAMA &&
+      (cfg->n_kv_head % T != 0 || cfg->intermediate % T != 0)) {
+    snprintf(err, errlen,
+             "tensor_parallel %d does not divide the model's %d key/value "
+             "heads and its intermediate_size %d (each rank gets "
+             "n_kv_head / tensor_parallel whole key/value heads and "
+             "intermediate_size / tensor_parallel SwiGLU columns)",
+             T, cfg->n_kv_head, cfg->intermediate);
     return -1;
   }
   if (cfg->padded_vocab % T != 0) {
@@ -137,10 +151,34 @@ static int split_of(size_t i, int L, int *blocks) {
   }
 }
 
+/* How tensor i of a Llama's nt is cut (nn.Linear's (out,in) layout:
+ * a column-split product's weight by rows, a row-split one's by
+ * columns). */
+static int split_of_llama(size_t i, size_t nt, int untied) {
+  if (i == 0 || (untied && i == nt - 1))
+    return SPLIT_ROWS; /* embed_tokens, lm_head: by vocabulary ids */
+  if (i >= nt - 1 - (size_t)untied)
+    return SPLIT_NONE; /* model.norm */
+  switch ((i - 1) % LLAMA_NLAYER_TENSORS) {
+  case LLAMA_Q_W:
+  case LLAMA_K_W:
+  case LLAMA_V_W:
+  case LLAMA_GATE_W:
+  case LLAMA_UP_W:
+    return SPLIT_ROWS; /* their heads, their SwiGLU columns */
+  case LLAMA_O_W:
+  case LLAMA_DOWN_W:
+    return SPLIT_COLS;
+  default:
+    return SPLIT_NONE; /* the RMSNorms */
+  }
+}
+
 /* The shards of every tensor, the replicated ones laid out first. */
 static int make_shards(tensor_par *p) {
   size_t nt = gpt_tensor_count(p->model);
-  int L = gpt_get_config(p->model)->n_layer;
+  const gpt_config *cfg = gpt_get_config(p->model);
+  int L = cfg->n_layer;
   if (!(p->sh = calloc(nt, sizeof *p->sh)))
     return -1;
   p->nsh = nt;
@@ -150,7 +188,9 @@ static int make_shards(tensor_par *p) {
     s->foff = t->offset;
     s->rows = t->ndim == 2 ? (size_t)t->shape[0] : 1;
     s->cols = t->ndim == 2 ? (size_t)t->shape[1] : t->numel;
-    s->kind = split_of(i, L, &s->blocks);
+    s->blocks = 1;
+    s->kind = p->llama ? split_of_llama(i, nt, cfg->untied_head)
+                       : split_of(i, L, &s->blocks);
     s->decay = t->decay;
     s->lrows = s->kind == SPLIT_ROWS ? s->rows / (size_t)p->ranks : s->rows;
     s->lcols = s->kind == SPLIT_COLS ? s->cols / (size_t)p->ranks : s->cols;
@@ -226,7 +266,7 @@ static size_t carve(tensor_par *p, float *base) {
       TAKE(a->ln1, N * C);
       TAKE(a->ln1_mean, N);
       TAKE(a->ln1_rstd, N);
-      TAKE(a->qkv, N * 3 * p->Cl);
+      TAKE(a->qkv, N * p->QKl);
       TAKE(a->att, at);
       TAKE(a->atty, N * p->Cl);
       TAKE(a->res2, N * C);
@@ -235,6 +275,7 @@ static size_t carve(tensor_par *p, float *base) {
       TAKE(a->ln2_rstd, N);
       TAKE(a->fch, N * p->Fl);
       TAKE(a->fch_gelu, N * p->Fl);
+      TAKE(a->up, p->llama ? N * p->Fl : 0);
       TAKE(a->res3, N * C);
     }
     TAKE(sl->encoded, N * C);
@@ -250,10 +291,13 @@ static size_t carve(tensor_par *p, float *base) {
   TAKE(p->maxes, N * p->ranks);
   TAKE(p->dres, N * C);
   TAKE(p->dbuf, N * C);
-  TAKE(p->dqkv, N * 3 * p->Cl);
+  TAKE(p->dqkv, N * p->QKl);
   TAKE(p->datt, at);
   TAKE(p->dcl, N * p->Cl);
   TAKE(p->dfl, N * p->Fl);
+  TAKE(p->dup, p->llama ? N * p->Fl : 0);
+  TAKE(p->cos, p->llama ? (size_t)p->o.T * p->hs / 2 : 0);
+  TAKE(p->sin, p->llama ? (size_t)p->o.T * p->hs / 2 : 0);
 #undef TAKE
   return n;
 }
@@ -303,8 +347,17 @@ int tensor_create(comm *c, gpt *model, const tensor_options *o,
   p->r = comm_rank(c);
   p->C = cfg->n_embd;
   p->Cl = cfg->n_embd / ranks;
-  p->Fl = 4 * cfg->n_embd / ranks;
+  p->llama = cfg->family == GPT_FAMILY_LLAMA;
+  p->Fl = (p->llama ? cfg->intermediate : 4 * cfg->n_embd) / ranks;
   p->NHl = cfg->n_head / ranks;
+  p->hs = cfg->n_embd / cfg->n_head;
+  p->KVHl = p->llama ? cfg->n_kv_head / ranks : p->NHl;
+  p->KVl = p->KVHl * p->hs;
+  p->QKl = p->Cl + 2 * p->KVl;
+  size_t nt = gpt_tensor_count(model);
+  p->ht = p->llama && cfg->untied_head ? nt - 1 : 0;
+  p->nf = p->llama ? nt - 1 - (size_t)(cfg->untied_head != 0)
+                   : gpt_ti(cfg->n_layer, 0);
   p->V = cfg->vocab_size;
   p->Vl = cfg->padded_vocab / ranks;
   p->lo = p->r * p->Vl;
@@ -321,6 +374,8 @@ int tensor_create(comm *c, gpt *model, const tensor_options *o,
              o->B, o->T);
     return -1;
   }
+  if (p->llama)
+    llama_cpu_rope_tables(p->cos, p->sin, 0, o->T, p->hs, cfg->rope_theta);
   for (size_t i = 0; i < p->nsh; i++)
     shard_copy(&p->sh[i], p->r, gpt_params(model) + p->sh[i].foff,
                p->params + p->sh[i].loff, 1);
@@ -364,9 +419,9 @@ static int allreduce(tensor_par *p, float *x, size_t n, char *err,
 }
 
 /* The vocabulary-parallel lookup: ids (N) -> out (N,C) = wte[id] +
- * wpe[t], each rank adding the rows of its own ids (zeros for the
- * others) and the group summing them: x + 0 is x, so the stream is one
- * process's to the bit. */
+ * wpe[t] (a Llama: embed_tokens[id] alone), each rank adding the rows of its
+ * own ids (zeros for the others) and the group summing them: x + 0 is x, so the
+ * stream is one process's to the bit. */
 static int embed(tensor_par *p, slot *a, int N, int T, char *err,
                  size_t errlen) {
   const float *wte = p->params + p->sh[0].loff;
@@ -383,6 +438,8 @@ static int embed(tensor_par *p, slot *a, int N, int T, char *err,
   }
   if (allreduce(p, a->encoded, (size_t)N * C, err, errlen) != 0)
     return -1;
+  if (p->llama)
+    return 0;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++)
     for (int c = 0; c < C; c++)
@@ -409,6 +466,8 @@ static void embed_backward(tensor_par *p, const slot *a, int B, int T) {
         we[c] += d[c];
     }
   }
+  if (p->llama)
+    return;
 #pragma omp parallel for schedule(static)
   for (int t = 0; t < T; t++)
     for (int b = 0; b < B; b++) {
@@ -459,6 +518,104 @@ static int layer_forward(tensor_par *p, slot *sl, int l, const float *res,
   gpt_cpu_gelu(a->fch_gelu, a->fch, (size_t)N * p->Fl);
   return row_product(p, a->res3, a->res2, a->fch_gelu, lp(p, l, GPT_FCPROJ_W),
                      lp(p, l, GPT_FCPROJ_B), N, p->Fl, err, errlen);
+}
+
+/* A Llama's layer tensor k (LLAMA_*) of layer l: parameters and
+ * gradients. */
+static float *llp(tensor_par *p, int l, int k) {
+  return p->params + p->sh[llama_ti(l, k)].loff;
+}
+static float *llg(tensor_par *p, int l, int k) {
+  return p->grads + p->sh[llama_ti(l, k)].loff;
+}
+
+/* A Llama's row-split product back onto the stream: out (N,C) = res +
+ * (inp (N,K) w^T, w this rank's (C,K) columns, summed over the group). */
+static int llama_rows(tensor_par *p, float *out, const float *res,
+                      const float *inp, const float *w, int N, int K, char *err,
+                      size_t errlen) {
+  int C = p->C;
+  cpu_gemm(0, 1, N, C, K, 1.0f, inp, K, w, K, 0.0f, out, C);
+  if (allreduce(p, out, (size_t)N * C, err, errlen) != 0)
+    return -1;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < (size_t)N * C; i++)
+    out[i] = res[i] + out[i];
+  return 0;
+}
+
+/* A Llama's layer l forward from res (N,C): RMSNorm (replicated), q, k,
+ * v of this rank's heads, RoPE on them, attention, o_proj's rows (g);
+ * RMSNorm, gate and up's columns, SwiGLU, down_proj's rows (g). */
+static int llama_layer_forward(tensor_par *p, slot *sl, int l, const float *res,
+                               int B, int T, char *err, size_t errlen) {
+  layer_acts *a = &sl->la[l];
+  int N = B * T, C = p->C, Cl = p->Cl, KVl = p->KVl, Fl = p->Fl;
+  float eps = gpt_get_config(p->model)->norm_eps;
+  float *q = a->qkv, *k = q + (size_t)N * Cl, *v = k + (size_t)N * KVl;
+  llama_cpu_rmsnorm(a->ln1, a->ln1_rstd, res, llp(p, l, LLAMA_LN1_W), N, C,
+                    eps);
+  llama_cpu_linear_forward(q, a->ln1, llp(p, l, LLAMA_Q_W), N, C, Cl);
+  llama_cpu_linear_forward(k, a->ln1, llp(p, l, LLAMA_K_W), N, C, KVl);
+  llama_cpu_linear_forward(v, a->ln1, llp(p, l, LLAMA_V_W), N, C, KVl);
+  llama_cpu_rope(q, p->cos, p->sin, B, T, p->NHl, p->hs, 1);
+  llama_cpu_rope(k, p->cos, p->sin, B, T, p->KVHl, p->hs, 1);
+  llama_cpu_attention_forward(a->atty, a->att, q, k, v, B, T, p->NHl, p->KVHl,
+                              p->hs);
+  if (llama_rows(p, a->res2, res, a->atty, llp(p, l, LLAMA_O_W), N, Cl, err,
+                 errlen) != 0)
+    return -1;
+  llama_cpu_rmsnorm(a->ln2, a->ln2_rstd, a->res2, llp(p, l, LLAMA_LN2_W), N, C,
+                    eps);
+  llama_cpu_linear_forward(a->fch, a->ln2, llp(p, l, LLAMA_GATE_W), N, C, Fl);
+  llama_cpu_linear_forward(a->up, a->ln2, llp(p, l, LLAMA_UP_W), N, C, Fl);
+  llama_cpu_swiglu(a->fch_gelu, a->fch, a->up, (size_t)N * Fl);
+  return llama_rows(p, a->res3, a->res2, a->fch_gelu, llp(p, l, LLAMA_DOWN_W),
+                    N, Fl, err, errlen);
+}
+
+/* A Llama's layer l backward: dres = d res3 in, d of the layer's input
+ * res out (in place); the column-split products' input gradients summed
+ * over the group (f). */
+static int llama_layer_backward(tensor_par *p, const slot *sl, int l,
+                                const float *res, int B, int T, char *err,
+                                size_t errlen) {
+  layer_acts *a = &sl->la[l];
+  int N = B * T, C = p->C, Cl = p->Cl, KVl = p->KVl, Fl = p->Fl;
+  /* MLP: d res3 -> d hid (N,Fl) -> d gate, d up -> dbuf = d xn2 (f) */
+  llama_cpu_linear_backward(p->dup, 0.0f, llg(p, l, LLAMA_DOWN_W), p->dres,
+                            a->fch_gelu, llp(p, l, LLAMA_DOWN_W), N, Fl, C);
+  llama_cpu_swiglu_backward(p->dfl, p->dup, p->dup, a->fch, a->up,
+                            (size_t)N * Fl);
+  llama_cpu_linear_backward(p->dbuf, 0.0f, llg(p, l, LLAMA_GATE_W), p->dfl,
+                            a->ln2, llp(p, l, LLAMA_GATE_W), N, C, Fl);
+  llama_cpu_linear_backward(p->dbuf, 1.0f, llg(p, l, LLAMA_UP_W), p->dup,
+                            a->ln2, llp(p, l, LLAMA_UP_W), N, C, Fl);
+  if (allreduce(p, p->dbuf, (size_t)N * C, err, errlen) != 0)
+    return -1;
+  llama_cpu_rmsnorm_backward(p->dres, llg(p, l, LLAMA_LN2_W), p->dbuf, a->res2,
+                             llp(p, l, LLAMA_LN2_W), a->ln2_rstd, N, C);
+  /* Attention: d res2 -> dcl = d y -> dq, dk, dv (before RoPE) -> dbuf =
+   * d xn1 (f) */
+  const float *q = a->qkv, *k = q + (size_t)N * Cl, *v = k + (size_t)N * KVl;
+  float *dq = p->dqkv, *dk = dq + (size_t)N * Cl, *dv = dk + (size_t)N * KVl;
+  llama_cpu_linear_backward(p->dcl, 0.0f, llg(p, l, LLAMA_O_W), p->dres,
+                            a->atty, llp(p, l, LLAMA_O_W), N, Cl, C);
+  llama_cpu_attention_backward(dq, dk, dv, p->datt, p->dcl, q, k, v, a->att, B,
+                               T, p->NHl, p->KVHl, p->hs);
+  llama_cpu_rope(dq, p->cos, p->sin, B, T, p->NHl, p->hs, -1);
+  llama_cpu_rope(dk, p->cos, p->sin, B, T, p->KVHl, p->hs, -1);
+  llama_cpu_linear_backward(p->dbuf, 0.0f, llg(p, l, LLAMA_Q_W), dq, a->ln1,
+                            llp(p, l, LLAMA_Q_W), N, C, Cl);
+  llama_cpu_linear_backward(p->dbuf, 1.0f, llg(p, l, LLAMA_K_W), dk, a->ln1,
+                            llp(p, l, LLAMA_K_W), N, C, KVl);
+  llama_cpu_linear_backward(p->dbuf, 1.0f, llg(p, l, LLAMA_V_W), dv, a->ln1,
+                            llp(p, l, LLAMA_V_W), N, C, KVl);
+  if (allreduce(p, p->dbuf, (size_t)N * C, err, errlen) != 0)
+    return -1;
+  llama_cpu_rmsnorm_backward(p->dres, llg(p, l, LLAMA_LN1_W), p->dbuf, res,
+                             llp(p, l, LLAMA_LN1_W), a->ln1_rstd, N, C);
+  return 0;
 }
 
 /* The vocabulary-parallel cross-entropy of logits (N,Vl), this rank's
@@ -521,20 +678,24 @@ static int stream_recv(tensor_par *p, float *x, int from, char *err,
                    from, err, errlen);
 }
 
-/* The head of the last forward: res (N,C) -> ln_f -> this rank's logits
- * (N,Vv) -> the loss into *loss. */
+/* The head of the last forward: res (N,C) -> ln_f (a Llama's
+ * model.norm) -> this rank's logits (N,Vv) -> the loss into *loss. */
 static int head(tensor_par *p, slot *a, const float *res,
                 const uint32_t *targets, float *loss, char *err,
                 size_t errlen) {
   int N = p->o.B * p->o.T, C = p->C;
-  size_t lf = gpt_ti(gpt_get_config(p->model)->n_layer, 0);
-  gpt_cpu_layernorm(a->lnf, a->lnf_mean, a->lnf_rstd, res,
-                    p->params + p->sh[lf].loff, p->params + p->sh[lf + 1].loff,
-                    N, C);
-  /* lnf (N,C), this rank's wte rows (Vv,C) -> logits (N,Vv) */
+  size_t lf = p->nf;
+  if (p->llama)
+    llama_cpu_rmsnorm(a->lnf, a->lnf_rstd, res, p->params + p->sh[lf].loff, N,
+                      C, gpt_get_config(p->model)->norm_eps);
+  else
+    gpt_cpu_layernorm(a->lnf, a->lnf_mean, a->lnf_rstd, res,
+                      p->params + p->sh[lf].loff,
+                      p->params + p->sh[lf + 1].loff, N, C);
+  /* lnf (N,C), this rank's head rows (Vv,C) -> logits (N,Vv) */
   if (p->Vv > 0)
-    cpu_gemm(0, 1, N, p->Vv, C, 1.0f, a->lnf, C, p->params + p->sh[0].loff, C,
-             0.0f, a->logits, p->Vl);
+    cpu_gemm(0, 1, N, p->Vv, C, 1.0f, a->lnf, C, p->params + p->sh[p->ht].loff,
+             C, 0.0f, a->logits, p->Vl);
   return crossentropy(p, a, targets, N, loss, err, errlen);
 }
 
@@ -555,7 +716,8 @@ static int forward(tensor_par *p, slot *a, const uint32_t *inputs,
   }
   const float *res = a->encoded;
   for (int l = p->first; l < p->last; l++) {
-    if (layer_forward(p, a, l, res, B, T, err, errlen) != 0)
+    if ((p->llama ? llama_layer_forward : layer_forward)(p, a, l, res, B, T,
+                                                         err, errlen) != 0)
       return -1;
     res = a->la[l].res3;
   }
@@ -582,7 +744,8 @@ static int head_backward(tensor_par *p, slot *a, const uint32_t *targets,
   }
   /* dlogits (N,Vv) -> dbuf (N,C) = dlogits wte, summed (f); dwte +=
    * dlogits^T lnf */
-  float *wte = p->params + p->sh[0].loff, *dwte = p->grads + p->sh[0].loff;
+  float *wte = p->params + p->sh[p->ht].loff;
+  float *dwte = p->grads + p->sh[p->ht].loff;
   if (p->Vv > 0) {
     cpu_gemm(0, 0, N, C, p->Vv, 1.0f, a->logits, Vl, wte, C, 0.0f, p->dbuf, C);
     cpu_gemm(1, 0, p->Vv, C, N, 1.0f, a->logits, Vl, a->lnf, C, 1.0f, dwte, C);
@@ -592,7 +755,13 @@ static int head_backward(tensor_par *p, slot *a, const uint32_t *targets,
   if (allreduce(p, p->dbuf, (size_t)N * C, err, errlen) != 0)
     return -1;
   memset(p->dres, 0, (size_t)N * C * sizeof(float));
-  size_t lf = gpt_ti(gpt_get_config(p->model)->n_layer, 0);
+  size_t lf = p->nf;
+  if (p->llama) {
+    llama_cpu_rmsnorm_backward(p->dres, p->grads + p->sh[lf].loff, p->dbuf,
+                               a->la[p->last - 1].res3,
+                               p->params + p->sh[lf].loff, a->lnf_rstd, N, C);
+    return 0;
+  }
   gpt_cpu_layernorm_backward(
       p->dres, p->grads + p->sh[lf].loff, p->grads + p->sh[lf + 1].loff,
       p->dbuf, a->la[p->last - 1].res3, p->params + p->sh[lf].loff, a->lnf_mean,
@@ -652,8 +821,9 @@ static int backward(tensor_par *p, slot *a, const uint32_t *targets,
     return -1;
   }
   for (int l = p->last - 1; l >= p->first; l--)
-    if (layer_backward(p, a, l, l > p->first ? a->la[l - 1].res3 : a->encoded,
-                       B, T, err, errlen) != 0)
+    if ((p->llama ? llama_layer_backward : layer_backward)(
+            p, a, l, l > p->first ? a->la[l - 1].res3 : a->encoded, B, T, err,
+            errlen) != 0)
       return -1;
   if (p->s > 0)
     return stream_send(p, p->dres, p->s - 1, err, errlen);

@@ -1,5 +1,5 @@
 /*
- * tensor: tensor-parallel training of the CPU engine's GPT-2 over the
+ * tensor: tensor-parallel training of the CPU engine's models over the
  * comm layer (MPI), Megatron-LM's scheme, one shard per rank of a tensor
  * group of T ranks.
  *
@@ -23,6 +23,14 @@
  * (Megatron's f). So two all-reduces of (B,T,C) a block in each
  * direction (attention and MLP), one for the lookup (each rank looks up
  * its own ids, zeros elsewhere) and one for the head's input gradient.
+ *
+ * A Llama (nn.Linear's (out,in) weights): q_proj, k_proj, v_proj by
+ * their rows (n_head / T query heads, n_kv_head / T key/value heads,
+ * so a rank's query heads read its own key/value heads), RoPE on the
+ * rank's heads; gate_proj and up_proj by rows (intermediate_size / T
+ * SwiGLU columns); o_proj and down_proj by columns (the row-split
+ * products, no bias); the RMSNorms replicated; embed_tokens and an
+ * untied lm_head by vocabulary rows, as wte.
  *
  * The loss never gathers the logits: each rank has (B,T,Vp/T) of them;
  * the row maxima are all-gathered (T x B x T floats) and their maximum
@@ -68,8 +76,8 @@
  * stage applies the same update, so the first stage's group has the
  * whole model for tensor_gather.
  *
- * Not here (refused by tensor_check or the train stage): Llama models,
- * dropout, BF16 autocast, recomputation, GPUs.
+ * Not here (refused by tensor_check or the train stage): dropout, BF16
+ * autocast, recomputation, GPUs.
  *
  * Every function but tensor_check, tensor_sizes, tensor_step,
  * tensor_load and tensor_destroy is collective over the tensor group
@@ -101,8 +109,9 @@ typedef struct tensor_options {
 } tensor_options;
 
 /* Whether a tensor group of T ranks fits cfg on world ranks: T >= 2, a
- * GPT-2 model, T divides n_head (heads are not cut), the padded
- * vocabulary padded_vocab (the rows of wte) and world. 0, or -1 with
+ * T divides n_head (heads are not cut), a Llama's n_kv_head and
+ * intermediate_size, the padded vocabulary padded_vocab (the rows of
+ * wte) and world. 0, or -1 with
  * err naming the numbers. Any thread. */
 int tensor_check(const gpt_config *cfg, int T, int world, char *err,
                  size_t errlen);

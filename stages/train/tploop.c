@@ -106,7 +106,9 @@ static void start(trainrun *r, tp_run *t) {
   size_t local, full;
   tensor_sizes(t->tp, &local, &full);
   const gpt_config *cfg = gpt_get_config(r->model);
-  int H = cfg->n_head, F = 4 * cfg->n_embd, Vp = cfg->padded_vocab;
+  /* The MLP's width: GPT-2's 4C, a Llama's SwiGLU intermediate_size. */
+  int F = cfg->family == GPT_FAMILY_LLAMA ? cfg->intermediate : 4 * cfg->n_embd;
+  int H = cfg->n_head, Vp = cfg->padded_vocab;
   int L = cfg->n_layer / t->P;
   char stage[128] = "";
   if (t->P > 1)

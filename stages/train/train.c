@@ -134,19 +134,20 @@ static const dagrun_param_spec params[] = {
      "parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ "
      "parameters, gathered a layer at a time); ignored by one process"},
     {"pipeline_parallel", DAGRUN_PARAM_INT, "1", 0,
-     "Pipeline stages (CPU ranks, GPT-2 models): the layers cut into this "
-     "many contiguous stages, one a rank; world_size must be a multiple "
-     "of it (world_size / pipeline_parallel data-parallel replicas of the "
-     "pipeline) and it must divide n_layer; grad_accum is the "
-     "micro-batch count. 1: no pipeline"},
+     "Pipeline stages (CPU ranks, GPT-2 and Llama models): the layers cut "
+     "into this many contiguous stages, one a rank; world_size must be a "
+     "multiple of it (world_size / pipeline_parallel data-parallel "
+     "replicas of the pipeline) and it must divide n_layer; grad_accum is "
+     "the micro-batch count. 1: no pipeline"},
     {"pipeline_schedule", DAGRUN_PARAM_STRING, "1f1b", 0,
      "With pipeline_parallel: 1f1b (one forward, one backward; at most "
      "P - s micro-batches' activations on stage s) or gpipe (all forwards, "
      "then all backwards)"},
     {"tensor_parallel", DAGRUN_PARAM_INT, "1", 0,
-     "Tensor-parallel ranks (CPU ranks, GPT-2 models; Megatron-LM's "
-     "split): each block's heads and MLP columns, and the vocabulary, cut "
-     "over this many consecutive ranks; it must divide n_head and the "
+     "Tensor-parallel ranks (CPU ranks, GPT-2 and Llama models; "
+     "Megatron-LM's split): each block's heads and MLP columns, and the "
+     "vocabulary, cut over this many consecutive ranks; it must divide "
+     "n_head (a Llama's n_kv_head and intermediate_size too) and the "
      "vocabulary padded to a multiple of 64, and world_size must be a "
      "multiple of it (of it x pipeline_parallel with pipeline stages of "
      "tensor groups, GPipe-scheduled): the rest are data-parallel "

@@ -38,10 +38,9 @@
 #   process's losses of steps 11-20; the T=2 run's final checkpoint is
 #   validated and exported downstream.
 # - Refused at start with the numbers: n_head 3 with tensor_parallel 2,
-#   a padded vocabulary of 320 with 3, world_size 3 with 2, a Llama
-#   model, dropout, device: cuda, recompute, n_layer 3 with
+#   a padded vocabulary of 320 with 3, world_size 3 with 2, dropout, device: cuda, recompute, n_layer 3 with
 #   pipeline_parallel 2 beside it, world_size 6 for 2 x 2, and
-#   tensor_parallel without a gang.
+#   tensor_parallel without a gang. (A Llama: test_llama_parallel.)
 . "$(dirname "$0")/lib.sh"
 
 use_train_gang
@@ -162,8 +161,6 @@ gang_refused vocab "tensor_parallel 3 does not divide the padded vocabulary of 3
   "$M3, tensor_parallel: 3" 3
 gang_refused world "world_size 3 is not a multiple of tensor_parallel 2" \
   "$MODEL, tensor_parallel: 2" 3
-gang_refused llama "tensor-parallel shards are implemented for GPT-2 models, not Llama ones" \
-  "${MODEL/n_layer: 2, n_head: 4, n_embd: 32, block_size: 32/model: llama-tiny, n_layer: 2, block_size: 32}, tensor_parallel: 2"
 gang_refused dropout "tensor_parallel 2 runs on CPU ranks without dropout" \
   "$MODEL, tensor_parallel: 2, dropout: 0.1"
 gang_refused cuda "tensor_parallel 2 runs on CPU ranks without device: cuda" \
@@ -178,4 +175,4 @@ printf 'dag: solo\ntasks:\n  train: {stage: train, with: {%s, tensor_parallel: 2
 run_dagrun run solo.yaml --plain
 [ "$RC" -ne 0 ] || fail "solo: exit code 0"
 expect_in "$(run_dir solo)/train/attempt-1/log" "tensor_parallel 2 needs a gang of 2 CPU ranks"
-echo "ok"
+pass

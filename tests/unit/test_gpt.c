@@ -914,12 +914,15 @@ static void test_autocast(void) {
  * gradient the first's output gradient, gives the whole model's loss and
  * the gradients of every tensor but wte to the bit (wte's two parts, the
  * lookup's on the first stage and the tied head's on the last, summed in
- * another order: within 1e-6 of the largest), with recomputation rc. */
-static void test_stages(gpt_recompute rc) {
+ * another order: within 1e-6 of the largest), with recomputation rc.
+ * llama: a Llama with GQA in place of GPT-2 (its head untied for llama
+ * 2: the embedding's gradient is then the first stage's alone). */
+static void test_stages(gpt_recompute rc, int llama) {
   enum { L = 4, B = 2, T = 16, V = 100 };
   gpt *m[3];
   for (int i = 0; i < 3; i++) {
-    m[i] = make(L, 2, 32, T, V);
+    m[i] = llama ? make_llama(L, 4, 2, 40, 100, T, V, llama == 2)
+                 : make(L, 2, 32, T, V);
     gpt_init(m[i], 7);
     perturb(m[i], 0.05f, 11);
     CHECK_INT(gpt_set_recompute(m[i], rc, err, sizeof err), 0);
@@ -942,7 +945,7 @@ static void test_stages(gpt_recompute rc) {
                                sizeof err),
             0);
   CHECK(memcmp(&full, &staged, sizeof full) == 0);
-  const gpt_tensor *wte = gpt_tensor_find(m[0], "wte.weight");
+  const gpt_tensor *wte = gpt_tensor_at(m[0], 0); /* wte, embed_tokens */
   size_t n = gpt_num_params(m[0]), diff = 0;
   double big = 0, worst = 0;
   for (size_t i = 0; i < n; i++) {
@@ -957,10 +960,11 @@ static void test_stages(gpt_recompute rc) {
     float g = g1 != 0 ? g1 : g2;
     diff += memcmp(&g, &g0, sizeof g) != 0 || (g1 != 0 && g2 != 0);
   }
-  fprintf(stderr,
-          "stages, recompute %d: loss %.6f; %zu gradients off the whole "
-          "model's bits; wte within %.2g of the largest gradient %.3g\n",
-          (int)rc, staged, diff, worst / big, big);
+  fprintf(
+      stderr,
+      "stages, llama %d, recompute %d: loss %.6f; %zu gradients off the whole "
+      "model's bits; wte within %.2g of the largest gradient %.3g\n",
+      llama, (int)rc, staged, diff, worst / big, big);
   CHECK(diff == 0);
   CHECK(worst <= 1e-6 * big);
   for (int i = 0; i < 3; i++)
@@ -1017,8 +1021,10 @@ int main(void) {
   test_recompute(0, GPT_AUTOCAST_BF16, 1);
   test_recompute_refusals();
   test_autocast();
-  test_stages(GPT_RECOMPUTE_NONE);
-  test_stages(GPT_RECOMPUTE_BLOCK);
+  for (int llama = 0; llama <= 2; llama++) {
+    test_stages(GPT_RECOMPUTE_NONE, llama);
+    test_stages(GPT_RECOMPUTE_BLOCK, llama);
+  }
   test_stage_refusals();
   TEST_DONE();
 }
