@@ -253,9 +253,13 @@ static int going_for(const spec *sp, int64_t t, char *id, size_t idlen) {
   free(path);
   if (rc != 0)
     return 0; /* none yet; an unreadable store is said by the run */
-  int found = resume_run_going(st, sp->dag, &t, id, idlen, err, sizeof err);
+  cJSON *going = resume_runs_going(st, sp->dag, err, sizeof err);
+  const char *run = backfill_done_for(going, t);
+  if (run)
+    snprintf(id, idlen, "%s", run);
+  cJSON_Delete(going);
   store_close(st);
-  return found > 0;
+  return run != NULL;
 }
 
 /* Starts the runs for times[0..n), one at a time, until the end or an

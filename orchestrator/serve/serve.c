@@ -543,14 +543,15 @@ static int dag_busy(server *s, const char *dag) {
   for (child_run *c = s->children; c; c = c->next)
     if (strcmp(c->dag, dag) == 0)
       return 1;
-  char err[512], id[128];
+  char err[512];
   /* A run queued by max_active_runs is going too: overlap decides whether
    * another is started beside it. */
-  int going =
-      resume_run_going(s->st, dag, NULL, id, sizeof id, err, sizeof err);
-  if (going < 0)
+  cJSON *going = resume_runs_going(s->st, dag, err, sizeof err);
+  if (!going)
     say("%s", err); /* unknown: do not start a second run on a guess */
-  return going != 0;
+  int busy = !going || cJSON_GetArraySize(going) > 0;
+  cJSON_Delete(going);
+  return busy;
 }
 
 static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
@@ -1195,6 +1196,10 @@ static void loop_backfill(server *s, api_request *r) {
   cJSON *done =
       r->rerun ? NULL
                : store_runs(s->st, e->sp->dag, "success", 0, err, sizeof err);
+  /* A time whose run is going is never queued again, rerun or not: two
+   * runs of one logical date at once would race on its outputs. A run
+   * whose dagrun died blocks nothing: it waits for a resume. */
+  cJSON *going = resume_runs_going(s->st, e->sp->dag, err, sizeof err);
   r->result = cJSON_CreateObject();
   cJSON_AddStringToObject(r->result, "dag", e->sp->dag);
   cJSON *queued = cJSON_AddArrayToObject(r->result, "queued");
@@ -1203,13 +1208,8 @@ static void loop_backfill(server *s, api_request *r) {
     char when[40];
     iso_utc(times[i], when, sizeof when);
     const char *prev = backfill_done_for(done, times[i]);
-    /* A time whose run is going is never queued again, rerun or not: two
-     * runs of one logical date at once would race on its outputs. A run
-     * whose dagrun died blocks nothing: it waits for a resume. */
-    char going[128];
-    if (!prev && resume_run_going(s->st, e->sp->dag, &times[i], going,
-                                  sizeof going, err, sizeof err) > 0)
-      prev = going;
+    if (!prev)
+      prev = backfill_done_for(going, times[i]);
     if (!prev)
       prev = started_for(s, e->sp->dag, times[i]);
     if (prev || queued_for(e, times[i])) {
@@ -1226,6 +1226,7 @@ static void loop_backfill(server *s, api_request *r) {
       cJSON_GetArraySize(queued), cJSON_GetArraySize(queued) == 1 ? "" : "s",
       cJSON_GetArraySize(skipped));
   cJSON_Delete(done);
+  cJSON_Delete(going);
   free(times);
   queue_pump(s, e);
   r->status = 0;

@@ -35,27 +35,26 @@ int resume_owner_alive(const cJSON *run, int *pid) {
   return *pid > 0 && start > 0 && proc_alive(*pid, start);
 }
 
-int resume_run_going(store *st, const char *dag, const int64_t *at, char *id,
-                     size_t idlen, char *err, size_t errlen) {
+cJSON *resume_runs_going(store *st, const char *dag, char *err, size_t errlen) {
   static const char *const active[] = {"running", "queued"};
+  cJSON *going = cJSON_CreateArray();
   for (int k = 0; k < 2; k++) {
     cJSON *runs = store_runs(st, dag, active[k], 0, err, errlen);
-    if (!runs)
-      return -1;
-    const cJSON *r;
-    cJSON_ArrayForEach(r, runs) {
-      const char *rid = str(r, "id");
+    if (!runs) {
+      cJSON_Delete(going);
+      return NULL;
+    }
+    cJSON *r = runs->child;
+    while (r) {
+      cJSON *next = r->next;
       int pid;
-      if (rid && (!at || (int64_t)num(r, "logical_date") == *at) &&
-          resume_owner_alive(r, &pid)) {
-        snprintf(id, idlen, "%s", rid);
-        cJSON_Delete(runs);
-        return 1;
-      }
+      if (resume_owner_alive(r, &pid))
+        cJSON_AddItemToArray(going, cJSON_DetachItemViaPointer(runs, r));
+      r = next;
     }
     cJSON_Delete(runs);
   }
-  return 0;
+  return going;
 }
 
 static void nap_ms(long ms) {

@@ -16,7 +16,6 @@
 
 #include <cjson/cJSON.h>
 #include <stddef.h>
-#include <stdint.h>
 
 #include "dagfile/spec.h"
 #include "run/scheduler.h"
@@ -26,13 +25,12 @@
  * 1 with its pid in *pid, else 0 (*pid: the recorded pid or 0). */
 int resume_owner_alive(const cJSON *run, int *pid);
 
-/* Whether a run of dag is going: recorded running or queued (queued by
- * max_active_runs) with its dagrun alive, and, when at is given, for
- * logical date *at. A row whose dagrun died is not going: it waits for a
- * resume and blocks nothing. 1 with the run's id copied into id, 0 when
- * none, -1 with a message in err when the store cannot be read. */
-int resume_run_going(store *st, const char *dag, const int64_t *at, char *id,
-                     size_t idlen, char *err, size_t errlen);
+/* The runs of dag (store_run objects, a new array) that are going:
+ * recorded running or queued (queued by max_active_runs) with their
+ * dagrun alive. A run whose dagrun died is not going: it waits for a
+ * resume and blocks nothing. NULL with a message in err when the store
+ * cannot be read. */
+cJSON *resume_runs_going(store *st, const char *dag, char *err, size_t errlen);
 
 /* Prepares run (a store_run object, the run's DAG re-read as sp) to go on.
  * Each attempt recorded "starting" or "running" is orphaned: a worker

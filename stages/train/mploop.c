@@ -222,15 +222,26 @@ static void train_step(trainrun *r, mploop *l) {
     trainrun_progress(r, loss, 1);
 }
 
+/* Over every communicator of the layout (the loop's and the engine's
+ * own): their counters added into sum, or reset when sum is NULL. */
+static void comm_traffic(mploop *l, comm_stats *sum) {
+  comm *all[] = {l->c, l->kc, l->dc, l->more[0], l->more[1]};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+    if (!all[i])
+      continue;
+    if (sum)
+      comm_stats_add(all[i], sum);
+    else
+      comm_stats_reset(all[i]);
+  }
+}
+
 /* The steps, with validation and checkpoints on their cadences; a stop
  * request (agreed on by every rank) checkpoints and fails. 0 or -1. */
 static int train_loop(trainrun *r, mploop *l) {
   char err[2048];
   trainrun_loop_start(r, (size_t)l->D * r->c.B * r->c.m.T * l->m);
-  comm *all[] = {l->c, l->kc, l->dc, l->more[0], l->more[1]};
-  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-    if (all[i])
-      comm_stats_reset(all[i]);
+  comm_traffic(l, NULL);
   while (r->st.step < r->c.steps) {
     float stop = r->h->cancelled(r->ctx) ? 1.0f : 0.0f;
     if (comm_allreduce_sum(l->c, &stop, 1, err, sizeof err) != 0)
@@ -261,10 +272,8 @@ static int train_loop(trainrun *r, mploop *l) {
  * results. The exit status. */
 static int finish(trainrun *r, mploop *l) {
   double train_s = clock_monotonic() - r->t_start;
-  /* The steps' traffic, before validation's and the checkpoint's. */
-  comm *all[] = {l->c, l->kc, l->dc, l->more[0], l->more[1]};
-  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-    comm_stats_add(all[i], &l->cs);
+  comm_traffic(
+      l, &l->cs); /* the steps', before validation's and the checkpoint's */
   r->val_loss = evaluate(r, l, r->st.step);
   if (save(r, l) != 0)
     return EXIT_FAILED;
