@@ -193,12 +193,24 @@ expect_not_in() {
   if grep -qF -- "$2" "$1"; then fail "expected $1 not to contain: $2"; fi
 }
 
-# The one run directory made under $DAGRUN_RUNS_DIR/<dag>/.
+# The newest run directory under $DAGRUN_RUNS_DIR/<dag>/.
 run_dir() {
-  local d
-  d=$(ls -d "$DAGRUN_RUNS_DIR/$1"/*/ 2>/dev/null | tail -n 1)
-  [ -n "$d" ] || fail "no run directory for dag $1"
-  echo "${d%/}"
+  # The newest: by the id's second, then by run.json's started
+  # (milliseconds). An id is its second and a random suffix, so two runs
+  # in one second sort by chance by name. A directory without run.json
+  # yet comes first within its second.
+  local d x id best="" when=""
+  for d in "$DAGRUN_RUNS_DIR/$1"/*/; do
+    [ -d "$d" ] || continue
+    id=$(basename "$d")
+    x=$(jq -r '.started // ""' "$d/run.json" 2>/dev/null) || x=""
+    x="${id%%-*}|$x"
+    if [ -z "$best" ] || [[ ! "$x" < "$when" ]]; then
+      best=$d when=$x
+    fi
+  done
+  [ -n "$best" ] || fail "no run directory for dag $1"
+  echo "${best%/}"
 }
 
 # run_pipeline DAG STEPS: checks and runs dags/DAG.yaml on the default
