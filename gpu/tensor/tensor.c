@@ -6,6 +6,7 @@
 #include "cpu/cpu_impl.h"
 #include "cpu/gpt_cpu.h"
 #include "model/gpt_impl.h"
+#include "zero/zslice.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -68,8 +69,16 @@ struct tensor_par {
   shard *sh;            /* one per tensor of the model, in its order */
   size_t nsh, n, nrepl; /* floats of the shards; the replicated ones
                            come first, [0, nrepl) */
-  float *params, *grads;
-  optim *opt;
+  float *params, *grads; /* zs.D x zs.S floats (the padding zero); the
+                            gradients NULL between steps at zero_stage 2 */
+  optim *opt;            /* over zs's slice: all n without ZeRO */
+  /* ZeRO over dp (tensor_options.zero_stage 1-2): this rank's slice of
+   * the shards' n floats, its reduced gradient gsl (S), and whether the
+   * parameters await the all-gather of the last update (stale). Without
+   * it, one rank's slice: the whole. */
+  zslice zs;
+  float *gsl;
+  int stale;
   /* Pipeline stages (tensor_options.pp): stage s of P, layers [first,
    * last). */
   int s, P, first, last;
@@ -240,7 +249,7 @@ static int make_optim(tensor_par *p, char *err, size_t errlen) {
       if ((p->sh[i].kind != SPLIT_NONE) == pass)
         g[k++] = (optim_group){p->sh[i].loff, p->sh[i].lrows * p->sh[i].lcols,
                                p->sh[i].decay};
-  int rc = optim_create(&p->o.opt, p->n, g, k, &p->opt, err, errlen);
+  int rc = zslice_optim(&p->zs, &p->o.opt, g, k, &p->opt, err, errlen);
   free(g);
   return rc;
 }
@@ -334,6 +343,8 @@ int tensor_create(comm *c, gpt *model, const tensor_options *o,
              o->B, o->T);
     return -1;
   }
+  if (zslice_check_stage(o->zero_stage, "tensor", err, errlen) != 0)
+    return -1;
   tensor_par *p = calloc(1, sizeof *p);
   if (!p) {
     snprintf(err, errlen, "tensor: out of memory");
@@ -368,8 +379,16 @@ int tensor_create(comm *c, gpt *model, const tensor_options *o,
   p->last = p->first + cfg->n_layer / p->P;
   /* GPipe keeps all m micro-batches' activations; alone, one. */
   p->nslots = p->P > 1 ? o->micro : 1;
-  if (make_shards(p) != 0 || !(p->params = malloc(p->n * sizeof(float))) ||
-      !(p->grads = calloc(p->n, sizeof(float))) || make_slots(p) != 0) {
+  int zs = o->zero_stage > 0 && o->dp && comm_size(o->dp) > 1;
+  if (!zs)
+    p->o.zero_stage = 0; /* one replica: nothing to shard over */
+  if (make_shards(p) == 0)
+    zslice_init(&p->zs, zs ? o->dp : NULL, p->n);
+  size_t DS = (size_t)p->zs.D * p->zs.S;
+  if (!p->sh || !(p->params = calloc(DS, sizeof(float))) ||
+      (p->o.zero_stage < 2 && !(p->grads = calloc(DS, sizeof(float)))) ||
+      (zs && !(p->gsl = calloc(p->zs.S, sizeof(float)))) ||
+      make_slots(p) != 0) {
     snprintf(err, errlen, "tensor: out of memory for the shards of B=%d T=%d",
              o->B, o->T);
     return -1;
@@ -392,6 +411,7 @@ void tensor_destroy(tensor_par *p) {
   free(p->sh);
   free(p->params);
   free(p->grads);
+  free(p->gsl);
   free(p->acts);
   free(p);
 }
@@ -399,6 +419,14 @@ void tensor_destroy(tensor_par *p) {
 void tensor_sizes(const tensor_par *p, size_t *local, size_t *full) {
   *local = p->n;
   *full = gpt_num_params(p->model);
+}
+
+void tensor_memory(const tensor_par *p, zslice_memory *m) {
+  uint64_t DS = (uint64_t)p->zs.D * p->zs.S * 4, sl = p->gsl ? p->zs.S * 4 : 0;
+  m->params = DS;
+  m->grads = (p->grads ? DS : 0) + sl;
+  m->optim = (uint64_t)optim_state_floats(p->opt) * 4;
+  m->peak_grads = DS + sl;
 }
 
 /* ---- The passes ---- */
@@ -831,12 +859,40 @@ static int backward(tensor_par *p, slot *a, const uint32_t *targets,
   return 0;
 }
 
+/* The mean over the shard group (dp) of the gradients, into every
+ * rank's whole array, or with ZeRO into its slice gsl (the full array
+ * freed at zero_stage 2); then rank 0's replicated gradients for the
+ * whole tensor group (tensor.h says why): all of them, or the part of
+ * them in the slice, which is the same on every rank of the group. */
+static int dp_mean(tensor_par *p, char *err, size_t errlen) {
+  comm *dp = p->o.dp;
+  int D = dp ? comm_size(dp) : 1;
+  float inv = 1.0f / (float)D, *g = p->grads;
+  size_t nr = p->nrepl;
+  if (p->zs.D > 1) {
+    if (zslice_reduce(&p->zs, p->grads, p->gsl, inv, err, errlen) != 0)
+      return -1;
+    if (p->o.zero_stage == 2) {
+      free(p->grads);
+      p->grads = NULL;
+    }
+    g = p->gsl;
+    nr = p->zs.lo < nr ? nr - p->zs.lo : 0;
+    nr = nr < p->zs.own ? nr : p->zs.own;
+  } else if (D > 1) {
+    if (comm_allreduce_sum(dp, p->grads, p->n, err, errlen) != 0)
+      return -1;
+    for (size_t i = 0; i < p->n; i++)
+      p->grads[i] *= inv;
+  }
+  return nr ? comm_broadcast(p->c, g, nr * sizeof(float), 0, err, errlen) : 0;
+}
+
 /* After the micro-batches: with stages, the sum over them of the
  * gradients (each tensor's from the stage that has it, wte's lookup and
  * head parts from the first and the last) and the last stage's loss;
- * the mean over the shard group (dp) of the gradients and the loss;
- * then rank 0's replicated gradients and loss for the whole tensor
- * group (tensor.h says why). */
+ * the mean over the shard group (dp) of the gradients (dp_mean) and the
+ * loss; then rank 0's loss for the whole tensor group. */
 static int reduce_step(tensor_par *p, double *loss, char *err, size_t errlen) {
   comm *dp = p->o.dp;
   int D = dp ? comm_size(dp) : 1;
@@ -845,18 +901,22 @@ static int reduce_step(tensor_par *p, double *loss, char *err, size_t errlen) {
        comm_broadcast(p->o.pp, loss, sizeof *loss, p->P - 1, err, errlen)))
     return -1;
   if (D > 1) {
-    if (comm_allreduce_sum(dp, p->grads, p->n, err, errlen) != 0 ||
-        comm_allreduce_sum_double(dp, loss, err, errlen) != 0)
+    if (comm_allreduce_sum_double(dp, loss, err, errlen) != 0)
       return -1;
-    float inv = 1.0f / (float)D;
-    for (size_t i = 0; i < p->n; i++)
-      p->grads[i] *= inv;
     *loss /= D;
   }
-  if (comm_broadcast(p->c, p->grads, p->nrepl * sizeof(float), 0, err,
-                     errlen) != 0)
+  if (dp_mean(p, err, errlen) != 0)
     return -1;
   return comm_broadcast(p->c, loss, sizeof *loss, 0, err, errlen);
+}
+
+/* The parameters made whole after a ZeRO update (tensor_step updated
+ * this rank's slice only): every rank's slice from the group. */
+static int make_whole(tensor_par *p, char *err, size_t errlen) {
+  if (!p->stale)
+    return 0;
+  p->stale = 0;
+  return zslice_gather(&p->zs, p->params, err, errlen);
 }
 
 int tensor_forward_backward(tensor_par *p, const uint32_t *inputs,
@@ -865,6 +925,13 @@ int tensor_forward_backward(tensor_par *p, const uint32_t *inputs,
   size_t BT = (size_t)p->o.B * p->o.T;
   int m = p->o.micro, rc = 0;
   float scale = 1.0f / (float)m;
+  if (make_whole(p, err, errlen) != 0)
+    return -1;
+  if (!p->grads &&
+      !(p->grads = calloc((size_t)p->zs.D * p->zs.S, sizeof(float)))) {
+    snprintf(err, errlen, "tensor: out of memory for the gradients");
+    return -1;
+  }
   memset(p->grads, 0, p->n * sizeof(float));
   *loss = 0;
   int nb = cpu_blas_threads_begin();
@@ -887,24 +954,36 @@ int tensor_forward_backward(tensor_par *p, const uint32_t *inputs,
 
 int tensor_clip_grad_norm(tensor_par *p, double max_norm, double *norm,
                           char *err, size_t errlen) {
+  /* This rank's gradients: its slice of the shards' with ZeRO (from
+   * flat index lo), else all of them. */
+  int z = p->zs.D > 1;
+  float *g = z ? p->gsl : p->grads;
+  size_t lo = z ? p->zs.lo : 0, n = z ? p->zs.own : p->n;
+  size_t from = p->r == 0 || p->nrepl <= lo ? 0 : p->nrepl - lo;
   double sumsq = 0;
-  for (size_t i = p->r == 0 ? 0 : p->nrepl; i < p->n; i++)
-    sumsq += (double)p->grads[i] * p->grads[i];
-  if (comm_allreduce_sum_double(p->c, &sumsq, err, errlen) != 0)
+  for (size_t i = from; i < n; i++)
+    sumsq += (double)g[i] * g[i];
+  if (comm_allreduce_sum_double(p->c, &sumsq, err, errlen) != 0 ||
+      (z && comm_allreduce_sum_double(p->zs.c, &sumsq, err, errlen) != 0))
     return -1;
   *norm = sqrt(sumsq);
   /* optim_clip_grad_norm's rule, on every rank's shards alike. */
   if (max_norm > 0.0 && isfinite(*norm)) {
     double coef = max_norm / (*norm + 1e-6);
     if (coef < 1.0)
-      for (size_t i = 0; i < p->n; i++)
-        p->grads[i] *= (float)coef;
+      for (size_t i = 0; i < n; i++)
+        g[i] *= (float)coef;
   }
   return 0;
 }
 
 void tensor_step(tensor_par *p, float lr) {
-  optim_step(p->opt, p->params, p->grads, lr);
+  if (p->zs.D == 1) {
+    optim_step(p->opt, p->params, p->grads, lr);
+    return;
+  }
+  optim_step(p->opt, p->params + p->zs.lo, p->gsl, lr);
+  p->stale = 1; /* the next collective all-gathers the slices */
 }
 
 /* The state floats a parameter has in o (AdamW 2, Lion 1). */
@@ -929,19 +1008,24 @@ static void place(tensor_par *p, int r, float *buf, float *fs, size_t k) {
 
 int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
                   size_t errlen) {
-  if (p->s > 0)
-    return 0; /* the first stage's group has every shard, as this one */
-  size_t k = with_state ? per_param(p->opt, p->n) : 0, n = p->n;
+  /* The first stage's group has every shard, as this one; replica 0's
+   * has the whole state once its group gathered the ZeRO slices. */
+  int dpr = p->o.dp ? comm_rank(p->o.dp) : 0;
+  if (make_whole(p, err, errlen) != 0)
+    return -1;
+  if (p->s > 0 || (dpr > 0 && (!with_state || p->zs.D == 1)))
+    return 0;
+  size_t k = with_state ? per_param(p->opt, p->zs.S) : 0, n = p->n;
   float *buf = malloc((1 + k) * n * sizeof(float));
   if (!buf) {
     snprintf(err, errlen, "tensor: out of memory gathering the shards");
     return -1;
   }
   memcpy(buf, p->params, n * sizeof(float));
-  if (k)
-    memcpy(buf + n, optim_state(p->opt), k * n * sizeof(float));
-  int rc = 0;
-  if (p->r > 0) {
+  int rc = k ? zslice_state_gather(&p->zs, p->opt, buf + n, err, errlen) : 0;
+  if (rc != 0 || dpr > 0) {
+    /* done: another replica's state went to replica 0 */
+  } else if (p->r > 0) {
     rc = comm_send(p->c, buf, (1 + k) * n * sizeof(float), 0, err, errlen);
   } else if (with_state && !full) {
     snprintf(err, errlen, "tensor: gather: no optimizer for the state");
@@ -962,18 +1046,26 @@ int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
 }
 
 int tensor_load(tensor_par *p, optim *full, char *err, size_t errlen) {
-  size_t N = gpt_num_params(p->model), k = per_param(p->opt, p->n);
+  size_t N = gpt_num_params(p->model), k = per_param(p->opt, p->zs.S);
   if (optim_state_floats(full) != k * N) {
     snprintf(err, errlen, "tensor: the optimizer is not the whole model's");
     return -1;
   }
-  float *fs = optim_state(full), *ls = optim_state(p->opt);
+  /* The shards' state (k x n), of which the optimizer keeps its slice. */
+  float *fs = optim_state(full), *ls = malloc(k * p->n * sizeof(float) + 1);
+  if (!ls) {
+    snprintf(err, errlen, "tensor: out of memory loading the state");
+    return -1;
+  }
   for (size_t i = 0; i < p->nsh; i++) {
     shard *s = &p->sh[i];
     shard_copy(s, p->r, gpt_params(p->model) + s->foff, p->params + s->loff, 1);
     for (size_t j = 0; j < k; j++)
       shard_copy(s, p->r, fs + j * N + s->foff, ls + j * p->n + s->loff, 1);
   }
+  zslice_state_take(&p->zs, ls, p->n, p->opt);
+  free(ls);
+  p->stale = 0;
   optim_set_t(p->opt, optim_get_t(full));
   return 0;
 }

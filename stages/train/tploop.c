@@ -95,7 +95,8 @@ static void start(trainrun *r, tp_run *t) {
                       .T = r->c.m.T,
                       .opt = r->c.opt,
                       .dp = l->dc,
-                      .pp = t->P > 1 ? t->pc : NULL};
+                      .pp = t->P > 1 ? t->pc : NULL,
+                      .zero_stage = l->zero};
   if (tensor_create(t->tc, r->model, &o, &t->tp, err, sizeof err) != 0)
     mploop_abort(r, l, "tensor parallel", err);
   /* The shards have gradients of their own: the model's full gradient
@@ -120,12 +121,14 @@ static void start(trainrun *r, tp_run *t) {
             "%d, MLP columns %d-%d of %d, vocabulary rows %d-%d of %d; "
             "%zu of the model's %zu parameters), %d micro-batches "
             "(grad_accum) of %d x %d; data-parallel replica %d of %d "
-            "(global batch %d x %d x %d = %d sequences); zero_stage "
-            "ignored",
+            "(global batch %d x %d x %d = %d sequences)",
             l->rank, sh, T, stage, sh * H / T, (sh + 1) * H / T - 1, H,
             sh * F / T, (sh + 1) * F / T - 1, F, sh * Vp / T,
             (sh + 1) * Vp / T - 1, Vp, local, full, l->m, r->c.B, r->c.m.T,
             l->rank / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m);
+  zslice_memory mem;
+  tensor_memory(t->tp, &mem);
+  mploop_log_memory(r, l, &mem);
 }
 
 int tploop_run(trainrun *r, int N, int T, int P) {
