@@ -11,11 +11,7 @@
 
 const char *const pipeline_schedule_names[] = {"1f1b", "gpipe", NULL};
 
-/* One op of a stage's schedule: the forward or backward of micro-batch
- * mb. */
-typedef struct op {
-  int backward, mb;
-} op;
+typedef pipeline_op op;
 
 /* A send still in flight, with its own copy of the data (so that the
  * activation slot it came from can be used again). */
@@ -86,27 +82,32 @@ int pipeline_check(const gpt_config *cfg, int P, int world, char *err,
   return 0;
 }
 
-/* Stage s's ops under the schedule (pipeline.h). */
-static int make_ops(pipeline *p) {
-  int m = p->o.micro, n = 0;
-  p->ops = malloc(2 * (size_t)m * sizeof *p->ops);
-  if (!p->ops)
-    return -1;
-  int warm = p->o.schedule == PIPELINE_GPIPE ? m : p->P - p->s - 1;
+int pipeline_schedule_ops(pipeline_schedule sched, int P, int s, int m,
+                          pipeline_op *ops) {
+  int n = 0, warm = sched == PIPELINE_GPIPE ? m : P - s - 1;
   if (warm > m)
     warm = m;
   int f = 0, b = 0;
   for (; f < warm; f++)
-    p->ops[n++] = (op){0, f};
+    ops[n++] = (op){0, f};
   for (; f < m; f++) {
-    p->ops[n++] = (op){0, f};
-    p->ops[n++] = (op){1, b++};
+    ops[n++] = (op){0, f};
+    ops[n++] = (op){1, b++};
   }
   for (; b < m; b++)
-    p->ops[n++] = (op){1, b};
-  p->nops = n;
+    ops[n++] = (op){1, b};
   /* In flight on this stage: warm + 1 micro-batches (all m in GPipe). */
-  p->nslots = warm + 1 < m ? warm + 1 : m;
+  return warm + 1 < m ? warm + 1 : m;
+}
+
+/* Stage s's ops under the schedule (pipeline.h). */
+static int make_ops(pipeline *p) {
+  int m = p->o.micro;
+  p->ops = malloc(2 * (size_t)m * sizeof *p->ops);
+  if (!p->ops)
+    return -1;
+  p->nops = 2 * m;
+  p->nslots = pipeline_schedule_ops(p->o.schedule, p->P, p->s, m, p->ops);
   return 0;
 }
 

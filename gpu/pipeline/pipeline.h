@@ -89,6 +89,20 @@ typedef enum pipeline_schedule {
 /* "1f1b", "gpipe", NULL: indexed by pipeline_schedule. */
 extern const char *const pipeline_schedule_names[];
 
+/* One op of a stage's schedule: the forward or backward of micro-batch
+ * mb. */
+typedef struct pipeline_op {
+  int backward, mb;
+} pipeline_op;
+
+/* Stage s of P's 2 m ops for m micro-batches under sched (above), in
+ * order, into ops (room for 2 m); returns how many micro-batches'
+ * activations the stage keeps at most (its slots: micro-batch mb's in
+ * slot mb % slots). The tensor-parallel stages (tensor.h) run the same
+ * schedule. Any thread. */
+int pipeline_schedule_ops(pipeline_schedule sched, int P, int s, int m,
+                          pipeline_op *ops);
+
 typedef struct pipeline_options {
   int micro; /* m: micro-batches a step, >= 1 */
   pipeline_schedule schedule;

@@ -46,6 +46,10 @@ typedef struct layer_acts {
  * layers of the stage only (the others NULL). */
 typedef struct slot {
   layer_acts *la; /* n_layer */
+  /* The streams this slot's micro-batch sent on and still in flight
+   * (its last layer's output forward, its input's gradient back, from
+   * encoded): waited for before the slot takes another micro-batch. */
+  comm_req *sent[2];
   float *encoded; /* (N,C) the stream entering the stage's first layer */
   float *lnf, *lnf_mean, *lnf_rstd; /* the last stage's */
   float *logits; /* (N,Vl), then the softmax, then its gradient */
@@ -87,6 +91,8 @@ struct tensor_par {
   float *acts;
   slot *slots;
   int nslots;
+  pipeline_op *ops;   /* the step's: each micro-batch's forward, backward */
+  int nsent;          /* stream sends in flight (the slots') */
   float *red;         /* (2N): the sums of exp and the target logits */
   float *maxes;       /* (T,N) every rank's row maxima */
   float *dres, *dbuf; /* (N,C) */
@@ -377,8 +383,14 @@ int tensor_create(comm *c, gpt *model, const tensor_options *o,
   p->s = o->pp ? comm_rank(o->pp) : 0;
   p->first = p->s * (cfg->n_layer / p->P);
   p->last = p->first + cfg->n_layer / p->P;
-  /* GPipe keeps all m micro-batches' activations; alone, one. */
-  p->nslots = p->P > 1 ? o->micro : 1;
+  /* The schedule's slots: GPipe's all m micro-batches, 1F1B's P - s at
+   * most; alone, one (forward and backward in turn). */
+  if (!(p->ops = malloc(2 * (size_t)o->micro * sizeof *p->ops))) {
+    snprintf(err, errlen, "tensor: out of memory");
+    return -1;
+  }
+  p->nslots = pipeline_schedule_ops(p->P > 1 ? o->schedule : PIPELINE_1F1B,
+                                    p->P, p->s, o->micro, p->ops);
   int zs = o->zero_stage > 0 && o->dp && comm_size(o->dp) > 1;
   if (!zs)
     p->o.zero_stage = 0; /* one replica: nothing to shard over */
@@ -408,6 +420,7 @@ void tensor_destroy(tensor_par *p) {
   for (int k = 0; p->slots && k < p->nslots; k++)
     free(p->slots[k].la);
   free(p->slots);
+  free(p->ops);
   free(p->sh);
   free(p->params);
   free(p->grads);
@@ -420,6 +433,8 @@ void tensor_sizes(const tensor_par *p, size_t *local, size_t *full) {
   *local = p->n;
   *full = gpt_num_params(p->model);
 }
+
+int tensor_slots(const tensor_par *p) { return p->nslots; }
 
 void tensor_memory(const tensor_par *p, zslice_memory *m) {
   uint64_t DS = (uint64_t)p->zs.D * p->zs.S * 4, sl = p->gsl ? p->zs.S * 4 : 0;
@@ -692,14 +707,37 @@ static int crossentropy(tensor_par *p, slot *a, const uint32_t *targets, int N,
   return 0;
 }
 
+/* Waits for slot a's sends in flight. */
+static int slot_wait(tensor_par *p, slot *a, char *err, size_t errlen) {
+  for (int i = 0; i < 2; i++)
+    if (a->sent[i]) {
+      comm_req *q = a->sent[i];
+      a->sent[i] = NULL;
+      p->nsent--;
+      if (comm_wait(p->o.pp, q, err, errlen) != 0)
+        return -1;
+    }
+  return 0;
+}
+
 /* The stream (N,C) between neighbouring stages (o.pp): this rank's
  * counterpart in the stage before or after sends what every rank of its
- * tensor group holds alike. */
-static int stream_send(tensor_par *p, const float *x, int to, char *err,
-                       size_t errlen) {
-  return comm_send(p->o.pp, x, (size_t)p->o.B * p->o.T * p->C * sizeof(float),
-                   to, err, errlen);
+ * tensor group holds alike. Started (as pipeline.c's sends: 1F1B's
+ * neighbours send to each other at once); x must stay as it is until
+ * slot_wait(a). */
+static int stream_send(tensor_par *p, slot *a, const float *x, int to,
+                       char *err, size_t errlen) {
+  /* Under the comm's limit of requests in flight: at 12, all waited for
+   * (the neighbours receive in order, so they all complete). */
+  for (int k = 0; p->nsent >= 12 && k < p->nslots; k++)
+    if (slot_wait(p, &p->slots[k], err, errlen) != 0)
+      return -1;
+  comm_req **q = &a->sent[a->sent[0] != NULL];
+  p->nsent++;
+  return comm_isend(p->o.pp, x, (size_t)p->o.B * p->o.T * p->C * sizeof(float),
+                    to, q, err, errlen);
 }
+
 static int stream_recv(tensor_par *p, float *x, int from, char *err,
                        size_t errlen) {
   return comm_recv(p->o.pp, x, (size_t)p->o.B * p->o.T * p->C * sizeof(float),
@@ -735,6 +773,8 @@ static int forward(tensor_par *p, slot *a, const uint32_t *inputs,
                    const uint32_t *targets, float *loss, char *err,
                    size_t errlen) {
   int B = p->o.B, T = p->o.T, N = B * T;
+  if (slot_wait(p, a, err, errlen) != 0)
+    return -1;
   if (p->s == 0) {
     memcpy(a->ids, inputs, (size_t)N * sizeof *a->ids);
     if (embed(p, a, N, T, err, errlen) != 0)
@@ -750,7 +790,7 @@ static int forward(tensor_par *p, slot *a, const uint32_t *inputs,
     res = a->la[l].res3;
   }
   if (p->s < p->P - 1)
-    return stream_send(p, res, p->s + 1, err, errlen);
+    return stream_send(p, a, res, p->s + 1, err, errlen);
   return head(p, a, res, targets, loss, err, errlen);
 }
 
@@ -853,8 +893,11 @@ static int backward(tensor_par *p, slot *a, const uint32_t *targets,
             p, a, l, l > p->first ? a->la[l - 1].res3 : a->encoded, B, T, err,
             errlen) != 0)
       return -1;
-  if (p->s > 0)
-    return stream_send(p, p->dres, p->s - 1, err, errlen);
+  if (p->s > 0) {
+    /* encoded is this micro-batch's no more: the gradient goes from it */
+    memcpy(a->encoded, p->dres, (size_t)B * T * p->C * sizeof(float));
+    return stream_send(p, a, a->encoded, p->s - 1, err, errlen);
+  }
   embed_backward(p, a, B, T);
   return 0;
 }
@@ -936,18 +979,23 @@ int tensor_forward_backward(tensor_par *p, const uint32_t *inputs,
   *loss = 0;
   int nb = cpu_blas_threads_begin();
   /* Alone: each micro-batch's forward and backward in turn, in one slot.
-   * With stages, GPipe: all m forwards, then all m backwards, in the
-   * same order on every stage (so each receive meets its send). */
-  for (int k = 0; k < m && rc == 0; k++) {
+   * With stages, the schedule's ops (tensor_options.schedule), the same
+   * order of micro-batches on every stage (so each receive meets its
+   * send). */
+  for (int i = 0; i < 2 * m && rc == 0; i++) {
+    const pipeline_op *op = &p->ops[i];
+    size_t at = (size_t)op->mb * BT;
+    slot *a = &p->slots[op->mb % p->nslots];
     float l = 0;
-    slot *a = &p->slots[k % p->nslots];
-    rc = forward(p, a, inputs + k * BT, targets + k * BT, &l, err, errlen);
-    if (rc == 0 && p->nslots == 1)
-      rc = backward(p, a, targets + k * BT, scale, err, errlen);
+    if (op->backward) {
+      rc = backward(p, a, targets + at, scale, err, errlen);
+      continue;
+    }
+    rc = forward(p, a, inputs + at, targets + at, &l, err, errlen);
     *loss += l / m; /* as trainkit_forward_backward sums them */
   }
-  for (int k = 0; k < m && rc == 0 && p->nslots > 1; k++)
-    rc = backward(p, &p->slots[k], targets + k * BT, scale, err, errlen);
+  for (int k = 0; k < p->nslots && rc == 0 && p->P > 1; k++)
+    rc = slot_wait(p, &p->slots[k], err, errlen);
   cpu_blas_threads_end(nb);
   return rc == 0 ? reduce_step(p, loss, err, errlen) : -1;
 }

@@ -76,8 +76,10 @@
  * ranks; the first has the lookup, the last ln_f, the head and the loss.
  * Rank t of stage s sends the stream (B,T,C), the same on every rank of
  * its group, to rank t of stage s + 1, and its gradient comes back, by
- * point to point; the step is GPipe's: all m micro-batches' forwards,
- * then all their backwards (m micro-batches' activations kept). This
+ * point to point (started, then waited for before the activations it
+ * came from are used again); the micro-batches are scheduled by
+ * pipeline.h's schedule code (pipeline_schedule_ops): 1F1B (at most
+ * P - s micro-batches' activations on stage s) or GPipe (all m). This
  * increment splits the compute and the activations, not the weights:
  * every stage keeps its shard of every layer, the stages' gradients are
  * summed once a step (each tensor's is the stage's that has it; wte's
@@ -88,7 +90,7 @@
  * Not here (refused by tensor_check or the train stage): dropout, BF16
  * autocast, recomputation, GPUs.
  *
- * Every function but tensor_check, tensor_sizes, tensor_memory,
+ * Every function but tensor_check, tensor_sizes, tensor_slots, tensor_memory,
  * tensor_step, tensor_load and tensor_destroy is collective over the tensor
  * group (and over dp and pp where it says so): every rank calls it, in the same
  * order. They return 0, or -1 with err; a failed exchange leaves the
@@ -103,6 +105,7 @@
 #include "comm/comm.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "pipeline/pipeline.h"
 #include "zero/zslice.h"
 
 typedef struct tensor_options {
@@ -115,6 +118,9 @@ typedef struct tensor_options {
   /* Pipeline stages (T x P): this shard's ranks in every stage of the
    * replica, stage s being rank s (borrowed; NULL or one rank: none). */
   comm *pp;
+  /* With pp: pipeline.h's schedule of the micro-batches over the
+   * stages (1F1B or GPipe). */
+  pipeline_schedule schedule;
   /* ZeRO over dp: 0 (every rank the whole optimizer state), 1 or 2
    * (above); ignored without dp. */
   int zero_stage;
@@ -142,6 +148,10 @@ void tensor_destroy(tensor_par *p); /* NULL is a no-op */
  * the optimizer's floats a parameter, its state), and of the whole
  * model's. */
 void tensor_sizes(const tensor_par *p, size_t *local, size_t *full);
+
+/* The micro-batches whose activations this rank keeps at most (the
+ * schedule's slots). Not collective. */
+int tensor_slots(const tensor_par *p);
 
 /* The bytes this rank holds between steps, and its gradients' most
  * during one (zslice.h). Not collective. */

@@ -30,9 +30,17 @@
 #   micro-batches of 4 rows, each replica training its 2 rows of each),
 #   within the same bounds, val_loss too (the windows of batches of 4);
 #   and the losses of one process of batch_size 8 (4x the micro-batch).
-# - T=2 x P=2 on 4 ranks (GPipe over 2 micro-batches of 4): one process
+# - T=2 x P=2 on 4 ranks (1F1B over 2 micro-batches of 4): one process
 #   of batch_size 4 and grad_accum 2, within the same bounds; its
-#   checkpoint resumes as one process and as a ZeRO gang of 4 ranks.
+#   checkpoint resumes as one process and as a ZeRO gang of 4 ranks;
+#   over 4 micro-batches of 2, 1F1B (stage 0 keeping 2 micro-batches'
+#   activations) and GPipe (4) give the same losses to the bit.
+# - D=2 x T=2 at zero_stage 0, 1 and 2 (ZeRO over the replicas: each rank
+#   keeps half its shards' optimizer state, at 2 half their gradient
+#   between steps, the log's figures checked): one process's losses and
+#   weights within the bounds above, and each other's losses; the
+#   zero_stage 1 run's checkpoint (the state's halves gathered to rank
+#   0) resumes as one process with its losses; zero_stage 3 refused.
 # - The checkpoints are one process's: one process resumes the T=2 run's
 #   step-10 checkpoint and a T=2 run resumes one process's, both with one
 #   process's losses of steps 11-20; the T=2 run's final checkpoint is
@@ -159,16 +167,29 @@ run_dagrun run dt2o.yaml --plain
 resumed_as one4 dt2o "resumed from $DT/train/checkpoints/step-00000010 at step 10" 1e-4
 
 # Two pipeline stages of a tensor group of 2 (4 ranks: rank r is shard
-# r % 2 of stage r / 2), batch_size 4 and grad_accum 2 (GPipe over the 2
+# r % 2 of stage r / 2), batch_size 4 and grad_accum 2 (1F1B over the 2
 # micro-batches): one4's losses, weights and val_loss; its step-10
 # checkpoint resumes as one process and as a ZeRO gang of 4 ranks of
 # batch_size 1, both with one4's losses of steps 11-20.
 M4="${MODEL/batch_size: 2/batch_size: 4}, grad_accum: 2"
 gang_dag txp "$M4, tensor_parallel: 2, pipeline_parallel: 2" 4
 like one4 txp
-expect_in "$R/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 of stage 0 of 2 (layers 0-0, GPipe schedule) (heads 0-1 of 4,"
-summary_is tensor_parallel,pipeline_parallel,data_parallel "(2, 2, 1)"
+expect_in "$R/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 of stage 0 of 2 (layers 0-0, 1f1b schedule, the activations of 2 micro-batches kept at most) (heads 0-1 of 4,"
+summary_is tensor_parallel,pipeline_parallel,data_parallel,pipeline_schedule "(2, 2, 1, '1f1b')"
 same_val "$R1" "$R"
+TXP=$R
+# 4 micro-batches of 2 on the 2 stages: under 1F1B stage 0 keeps 2
+# micro-batches' activations (P - s), under GPipe all 4; the gradients
+# are summed in the same order, so the same losses to the bit.
+for sched in 1f1b gpipe; do
+  gang_dag tq$sched "$MODEL, grad_accum: 4, tensor_parallel: 2, pipeline_parallel: 2, pipeline_schedule: $sched" 4
+  expect_rc 0
+  losses "$(run_dir tq$sched)" > tq$sched.losses
+done
+same_losses tq1f1b.losses tqgpipe.losses 0
+expect_in "$(run_dir tq1f1b)/train/attempt-1/log" "(layers 0-0, 1f1b schedule, the activations of 2 micro-batches kept at most)"
+expect_in "$(run_dir tqgpipe)/train/attempt-1/log" "(layers 0-0, gpipe schedule, the activations of 4 micro-batches kept at most)"
+R=$TXP
 printf 'dag: txp2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
   "$M4" "$R/train/checkpoints/step-00000010" > txp2o.yaml
 run_dagrun run txp2o.yaml --plain
