@@ -33,7 +33,11 @@ typedef struct range {
   int counted; /* in the clipping norm (the tied copy on the last stage
                   is not: the first stage counts it) */
   /* ZeRO over dp (pipeline_options.zero_stage): this rank's slice of
-   * the range, its reduced gradient and its parameters (S each). */
+   * the range, its reduced gradient (S), and where the range's padded
+   * D x S floats would run past the model's arrays (the last stage's)
+   * its parameters (S; NULL: the collectives work in the model's
+   * arrays, the padding being later stages' floats, whose gradients are
+   * zero here and whose parameters this stage never reads). */
   zslice zs;
   float *gsl, *psl;
 } range;
@@ -172,12 +176,13 @@ static int make_ranges(pipeline *p, char *err, size_t errlen) {
     if (!p->zero)
       continue;
     size_t DS = (size_t)r->zs.D * r->zs.S;
-    most = DS > most ? DS : most;
     if (!(r->gsl = calloc(r->zs.S, sizeof(float))) ||
-        !(r->psl = calloc(r->zs.S, sizeof(float)))) {
+        (r->off + DS > gpt_num_params(p->model) &&
+         !(r->psl = calloc(r->zs.S, sizeof(float))))) {
       snprintf(err, errlen, "pipeline: out of memory for the ZeRO slices");
       return -1;
     }
+    most = r->psl && DS > most ? DS : most;
   }
   if (most && !(p->scratch = calloc(most, sizeof(float)))) {
     snprintf(err, errlen, "pipeline: out of memory for the ZeRO slices");
@@ -407,9 +412,12 @@ static int dp_mean(pipeline *p, double *loss, char *err, size_t errlen) {
     if (p->zero) {
       if (!rg->opt)
         continue;
-      memset(p->scratch, 0, (size_t)D * rg->zs.S * sizeof(float));
-      memcpy(p->scratch, g, rg->n * sizeof(float));
-      if (zslice_reduce(&rg->zs, p->scratch, rg->gsl, inv, err, errlen) != 0)
+      if (rg->psl) {
+        memset(p->scratch, 0, (size_t)D * rg->zs.S * sizeof(float));
+        memcpy(p->scratch, g, rg->n * sizeof(float));
+      }
+      if (zslice_reduce(&rg->zs, rg->psl ? p->scratch : g, rg->gsl, inv, err,
+                        errlen) != 0)
         return -1;
       continue;
     }
@@ -438,6 +446,11 @@ static int make_whole(pipeline *p, char *err, size_t errlen) {
     range *rg = &p->rg[r];
     if (!rg->opt)
       continue;
+    if (!rg->psl) {
+      if (zslice_gather(&rg->zs, params + rg->off, err, errlen) != 0)
+        return -1;
+      continue;
+    }
     memcpy(p->scratch + rg->zs.lo, rg->psl, rg->zs.S * sizeof(float));
     if (zslice_gather(&rg->zs, p->scratch, err, errlen) != 0)
       return -1;
@@ -532,8 +545,12 @@ void pipeline_step(pipeline *p, float lr) {
       optim_step(r->opt, params + r->off, gpt_grads(p->model) + r->off, lr);
     } else if (r->opt) {
       /* This rank's slice; the next collective call makes it whole. */
-      memcpy(r->psl, params + r->off + r->zs.lo, r->zs.own * sizeof(float));
-      optim_step(r->opt, r->psl, r->gsl, lr);
+      float *w = params + r->off + r->zs.lo;
+      if (r->psl) {
+        memcpy(r->psl, w, r->zs.own * sizeof(float));
+        w = r->psl;
+      }
+      optim_step(r->opt, w, r->gsl, lr);
       p->stale = 1;
     }
   }
@@ -542,17 +559,18 @@ void pipeline_step(pipeline *p, float lr) {
 void pipeline_get_stats(const pipeline *p, pipeline_stats *s) { *s = p->st; }
 
 void pipeline_memory(const pipeline *p, zslice_memory *m) {
-  uint64_t all = (uint64_t)gpt_num_params(p->model) * 4, sl = 0, st = 0,
+  uint64_t all = (uint64_t)gpt_num_params(p->model) * 4, gs = 0, ps = 0, st = 0,
            most = 0;
   for (int i = 0; i < p->nrg; i++) {
     const range *r = &p->rg[i];
     st += r->opt ? (uint64_t)optim_state_floats(r->opt) * 4 : 0;
-    sl += r->gsl ? (uint64_t)r->zs.S * 4 : 0;
-    uint64_t ds = p->zero ? (uint64_t)r->zs.D * r->zs.S * 4 : 0;
+    gs += r->gsl ? (uint64_t)r->zs.S * 4 : 0;
+    ps += r->psl ? (uint64_t)r->zs.S * 4 : 0;
+    uint64_t ds = r->psl ? (uint64_t)r->zs.D * r->zs.S * 4 : 0;
     most = ds > most ? ds : most;
   }
-  m->params = all + sl + most; /* the slices and the gather's array */
-  m->grads = all + sl;
+  m->params = all + ps + most; /* the slices and the gathers' array */
+  m->grads = all + gs;
   m->optim = st;
   m->peak_grads = m->grads;
 }

@@ -22,6 +22,9 @@
 #   the same rows), within the same bounds, and its val_loss; one
 #   process of batch_size 4 resumes its step-10 checkpoint and it
 #   resumes one process's, both with one process's losses of steps 11-20.
+#   It runs at zero_stage 1 (the default: each rank of a stage group
+#   keeps half its stage's optimizer state, the log's figures checked);
+#   zero_stage 0 and 2 give the same losses and weights.
 # - The final checkpoint (rank 0's gather, one process's format) is
 #   validated and exported downstream; one process resumes from the
 #   pipeline's step-10 checkpoint, and a pipeline from one process's and
@@ -137,7 +140,10 @@ for z in 0 2; do
   same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
     "$RZ/train/checkpoints/step-00000020/model.safetensors" 1e-4
 done
-grep -F "rank 0 holds" "$DP/train/attempt-1/log" "$(run_dir dp0)/train/attempt-1/log" | sed 's/^/  /'
+# Stage 0's optimizer state halved (its 36768 floats' AdamW state: 0.280
+# MiB whole); its gradients the model's array and its reduced half.
+expect_in "$DP/train/attempt-1/log" "rank 0 holds 0.237 MiB of parameters, 0.307 MiB of gradients (0.307 MiB at most in a step) and 0.140 MiB of optimizer state between steps (zero_stage 1 over 2 data-parallel replicas)"
+expect_in "$(run_dir dp0)/train/attempt-1/log" "rank 0 holds 0.237 MiB of parameters, 0.237 MiB of gradients (0.237 MiB at most in a step) and 0.280 MiB of optimizer state between steps (zero_stage 0 over 2 data-parallel replicas)"
 R=$DP
 # Its checkpoints are one process's of batch_size 4, and it resumes one.
 printf 'dag: dp2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
