@@ -40,7 +40,8 @@
 #   between steps, the log's figures checked): one process's losses and
 #   weights within the bounds above, and each other's losses; the
 #   zero_stage 1 run's checkpoint (the state's halves gathered to rank
-#   0) resumes as one process with its losses; zero_stage 3 refused.
+#   0) resumes as one process with its losses, and it resumes one
+#   process's; zero_stage 3 refused.
 # - The checkpoints are one process's: one process resumes the T=2 run's
 #   step-10 checkpoint and a T=2 run resumes one process's, both with one
 #   process's losses of steps 11-20; the T=2 run's final checkpoint is
@@ -165,6 +166,9 @@ printf 'dag: dt2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' 
   "${MODEL/batch_size: 2/batch_size: 4}, grad_accum: 2" "$DT/train/checkpoints/step-00000010" > dt2o.yaml
 run_dagrun run dt2o.yaml --plain
 resumed_as one4 dt2o "resumed from $DT/train/checkpoints/step-00000010 at step 10" 1e-4
+# and dt resumes one4's (each rank taking its slice of its shards' state).
+gang_dag o2dt "$MODEL, grad_accum: 2, tensor_parallel: 2, resume: \"$R1/train/checkpoints/step-00000010\"" 4
+resumed_as one4 o2dt "resumed from $R1/train/checkpoints/step-00000010 at step 10" 1e-4
 
 # Two pipeline stages of a tensor group of 2 (4 ranks: rank r is shard
 # r % 2 of stage r / 2), batch_size 4 and grad_accum 2 (1F1B over the 2
