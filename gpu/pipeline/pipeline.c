@@ -2,6 +2,7 @@
 #include "pipeline.h"
 
 #include "lib/clock.h"
+#include "zero/zslice.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,11 +11,7 @@
 
 const char *const pipeline_schedule_names[] = {"1f1b", "gpipe", NULL};
 
-/* One op of a stage's schedule: the forward or backward of micro-batch
- * mb. */
-typedef struct op {
-  int backward, mb;
-} op;
+typedef pipeline_op op;
 
 /* A send still in flight, with its own copy of the data (so that the
  * activation slot it came from can be used again). */
@@ -31,9 +28,18 @@ typedef struct pending {
 /* A contiguous part of the parameter array this stage updates. */
 typedef struct range {
   size_t off, n;
-  optim *opt;
+  optim *opt;  /* over zs's slice (all n without ZeRO); with ZeRO NULL for
+                  the tied copy, which the first stage's update overwrites */
   int counted; /* in the clipping norm (the tied copy on the last stage
                   is not: the first stage counts it) */
+  /* ZeRO over dp (pipeline_options.zero_stage): this rank's slice of
+   * the range, its reduced gradient (S), and where the range's padded
+   * D x S floats would run past the model's arrays (the last stage's)
+   * its parameters (S; NULL: the collectives work in the model's
+   * arrays, the padding being later stages' floats, whose gradients are
+   * zero here and whose parameters this stage never reads). */
+  zslice zs;
+  float *gsl, *psl;
 } range;
 
 struct pipeline {
@@ -53,6 +59,10 @@ struct pipeline {
   pending q[PIPE_MAX_SENDS]; /* FIFO: q[qhead .. qhead + nq) */
   int qhead, nq;
   pipeline_stats st;
+  int zero;       /* ZeRO over dp (1 or 2), else 0 */
+  float *scratch; /* with ZeRO: D x S of the larger range, the padded
+                     array of its collectives */
+  int stale;      /* with ZeRO: the slices are updated, the ranges not */
 };
 
 int pipeline_check(const gpt_config *cfg, int P, int world, char *err,
@@ -76,27 +86,32 @@ int pipeline_check(const gpt_config *cfg, int P, int world, char *err,
   return 0;
 }
 
-/* Stage s's ops under the schedule (pipeline.h). */
-static int make_ops(pipeline *p) {
-  int m = p->o.micro, n = 0;
-  p->ops = malloc(2 * (size_t)m * sizeof *p->ops);
-  if (!p->ops)
-    return -1;
-  int warm = p->o.schedule == PIPELINE_GPIPE ? m : p->P - p->s - 1;
+int pipeline_schedule_ops(pipeline_schedule sched, int P, int s, int m,
+                          pipeline_op *ops) {
+  int n = 0, warm = sched == PIPELINE_GPIPE ? m : P - s - 1;
   if (warm > m)
     warm = m;
   int f = 0, b = 0;
   for (; f < warm; f++)
-    p->ops[n++] = (op){0, f};
+    ops[n++] = (op){0, f};
   for (; f < m; f++) {
-    p->ops[n++] = (op){0, f};
-    p->ops[n++] = (op){1, b++};
+    ops[n++] = (op){0, f};
+    ops[n++] = (op){1, b++};
   }
   for (; b < m; b++)
-    p->ops[n++] = (op){1, b};
-  p->nops = n;
+    ops[n++] = (op){1, b};
   /* In flight on this stage: warm + 1 micro-batches (all m in GPipe). */
-  p->nslots = warm + 1 < m ? warm + 1 : m;
+  return warm + 1 < m ? warm + 1 : m;
+}
+
+/* Stage s's ops under the schedule (pipeline.h). */
+static int make_ops(pipeline *p) {
+  int m = p->o.micro;
+  p->ops = malloc(2 * (size_t)m * sizeof *p->ops);
+  if (!p->ops)
+    return -1;
+  p->nops = 2 * m;
+  p->nslots = pipeline_schedule_ops(p->o.schedule, p->P, p->s, m, p->ops);
   return 0;
 }
 
@@ -113,7 +128,7 @@ static int range_optim(pipeline *p, range *r, char *err, size_t errlen) {
     if (t->offset >= r->off && t->offset < r->off + r->n)
       g[k++] = (optim_group){t->offset - r->off, t->numel, t->decay};
   }
-  int rc = optim_create(&p->o.opt, r->n, g, k, &r->opt, err, errlen);
+  int rc = zslice_optim(&r->zs, &p->o.opt, g, k, &r->opt, err, errlen);
   free(g);
   return rc;
 }
@@ -144,15 +159,35 @@ static int tied_head(const pipeline *p) {
 static int make_ranges(pipeline *p, char *err, size_t errlen) {
   size_t off, n;
   stage_range(p, p->s, &off, &n);
-  p->rg[0] = (range){off, n, NULL, 1};
+  p->rg[0] = (range){.off = off, .n = n, .counted = 1};
   p->nrg = 1;
   if (p->s == p->P - 1 && tied_head(p)) {
     gpt_group_range(p->model, 0, &off, &n);
-    p->rg[p->nrg++] = (range){off, n, NULL, 0};
+    p->rg[p->nrg++] = (range){.off = off, .n = n};
   }
-  for (int i = 0; i < p->nrg; i++)
-    if (range_optim(p, &p->rg[i], err, errlen) != 0)
+  size_t most = 0;
+  for (int i = 0; i < p->nrg; i++) {
+    range *r = &p->rg[i];
+    zslice_init(&r->zs, p->zero && r->counted ? p->o.dp : NULL, r->n);
+    if (p->zero && !r->counted)
+      continue; /* the tied copy: the first stage's update is sent to it */
+    if (range_optim(p, r, err, errlen) != 0)
       return -1;
+    if (!p->zero)
+      continue;
+    size_t DS = (size_t)r->zs.D * r->zs.S;
+    if (!(r->gsl = calloc(r->zs.S, sizeof(float))) ||
+        (r->off + DS > gpt_num_params(p->model) &&
+         !(r->psl = calloc(r->zs.S, sizeof(float))))) {
+      snprintf(err, errlen, "pipeline: out of memory for the ZeRO slices");
+      return -1;
+    }
+    most = r->psl && DS > most ? DS : most;
+  }
+  if (most && !(p->scratch = calloc(most, sizeof(float)))) {
+    snprintf(err, errlen, "pipeline: out of memory for the ZeRO slices");
+    return -1;
+  }
   return 0;
 }
 
@@ -212,6 +247,9 @@ int pipeline_create(comm *c, gpt *model, const pipeline_options *o,
   p->first = p->s * (cfg->n_layer / P);
   p->last = p->first + cfg->n_layer / P;
   p->BTC = (size_t)o->B * o->T * cfg->n_embd;
+  if (zslice_check_stage(o->zero_stage, "pipeline", err, errlen) != 0)
+    return -1;
+  p->zero = o->dp && comm_size(o->dp) > 1 ? o->zero_stage : 0;
   if (make_ops(p) != 0 || !(p->xbuf = malloc(p->BTC * sizeof(float))) ||
       !(p->slot = calloc((size_t)p->nslots, sizeof *p->slot))) {
     snprintf(err, errlen, "pipeline: out of memory");
@@ -237,8 +275,12 @@ void pipeline_destroy(pipeline *p) {
     return;
   for (int i = 0; i < p->nslots && p->slot; i++)
     gpt_destroy(p->slot[i]);
-  for (int i = 0; i < p->nrg; i++)
+  for (int i = 0; i < p->nrg; i++) {
     optim_destroy(p->rg[i].opt);
+    free(p->rg[i].gsl);
+    free(p->rg[i].psl);
+  }
+  free(p->scratch);
   for (int i = 0; i < PIPE_MAX_SENDS; i++)
     free(p->sendbuf[i]);
   free(p->slot);
@@ -355,7 +397,9 @@ static int sum_tied(pipeline *p, char *err, size_t errlen) {
  * (o.dp) of this stage's gradients, each range's (on the last stage its
  * copy of the embeddings holds the head's part, which sum_tied adds to
  * the first stage's after this, so both copies still get the same
- * bits), and of the last stage's loss. */
+ * bits), and of the last stage's loss. With ZeRO, after sum_tied: each
+ * range's mean into this rank's slice of it (the tied copy not reduced:
+ * the first stage's update is sent to it). */
 static int dp_mean(pipeline *p, double *loss, char *err, size_t errlen) {
   comm *dp = p->o.dp;
   int D = dp ? comm_size(dp) : 1;
@@ -363,10 +407,23 @@ static int dp_mean(pipeline *p, double *loss, char *err, size_t errlen) {
     return 0;
   float *grads = gpt_grads(p->model), inv = 1.0f / (float)D;
   for (int r = 0; r < p->nrg; r++) {
-    float *g = grads + p->rg[r].off;
-    if (comm_allreduce_sum(dp, g, p->rg[r].n, err, errlen) != 0)
+    range *rg = &p->rg[r];
+    float *g = grads + rg->off;
+    if (p->zero) {
+      if (!rg->opt)
+        continue;
+      if (rg->psl) {
+        memset(p->scratch, 0, (size_t)D * rg->zs.S * sizeof(float));
+        memcpy(p->scratch, g, rg->n * sizeof(float));
+      }
+      if (zslice_reduce(&rg->zs, rg->psl ? p->scratch : g, rg->gsl, inv, err,
+                        errlen) != 0)
+        return -1;
+      continue;
+    }
+    if (comm_allreduce_sum(dp, g, rg->n, err, errlen) != 0)
       return -1;
-    for (size_t i = 0; i < p->rg[r].n; i++)
+    for (size_t i = 0; i < rg->n; i++)
       g[i] *= inv;
   }
   if (p->s != p->P - 1)
@@ -377,10 +434,44 @@ static int dp_mean(pipeline *p, double *loss, char *err, size_t errlen) {
   return 0;
 }
 
+/* With ZeRO, after pipeline_step updated the slices: every rank's slice
+ * of each range from the stage group into the parameters, and the first
+ * stage's embeddings into the last stage's tied copy. */
+static int make_whole(pipeline *p, char *err, size_t errlen) {
+  if (!p->stale)
+    return 0;
+  p->stale = 0;
+  float *params = gpt_params(p->model);
+  for (int r = 0; r < p->nrg; r++) {
+    range *rg = &p->rg[r];
+    if (!rg->opt)
+      continue;
+    if (!rg->psl) {
+      if (zslice_gather(&rg->zs, params + rg->off, err, errlen) != 0)
+        return -1;
+      continue;
+    }
+    memcpy(p->scratch + rg->zs.lo, rg->psl, rg->zs.S * sizeof(float));
+    if (zslice_gather(&rg->zs, p->scratch, err, errlen) != 0)
+      return -1;
+    memcpy(params + rg->off, p->scratch, rg->n * sizeof(float));
+  }
+  if (!tied_head(p) || (p->s != 0 && p->s != p->P - 1))
+    return 0;
+  size_t off, n;
+  gpt_group_range(p->model, 0, &off, &n);
+  if (p->s == 0)
+    return comm_send(p->c, params + off, n * sizeof(float), p->P - 1, err,
+                     errlen);
+  return comm_recv(p->c, params + off, n * sizeof(float), 0, err, errlen);
+}
+
 int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
                               const uint32_t *targets, double *loss, char *err,
                               size_t errlen) {
   double t0 = clock_monotonic(), busy = 0;
+  if (make_whole(p, err, errlen) != 0)
+    return -1;
   gpt_zero_grad(p->model);
   *loss = 0;
   for (int i = 0; i < p->nops; i++)
@@ -390,7 +481,11 @@ int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
     if (wait_oldest(p, err, errlen) != 0)
       return -1;
   double step = clock_monotonic() - t0;
-  if (dp_mean(p, loss, err, errlen) != 0 || sum_tied(p, err, errlen) != 0 ||
+  /* With ZeRO the tied copies' sum comes first: the first stage's slices
+   * then hold the whole gradient of the embeddings. */
+  int rc = p->zero ? sum_tied(p, err, errlen) || dp_mean(p, loss, err, errlen)
+                   : dp_mean(p, loss, err, errlen) || sum_tied(p, err, errlen);
+  if (rc != 0 ||
       comm_broadcast(p->c, loss, sizeof *loss, p->P - 1, err, errlen) != 0)
     return -1;
   /* The bubble over all stages: the sum of their idle times over the
@@ -403,18 +498,30 @@ int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
   return 0;
 }
 
+/* Range r's gradient as the step uses it, and its floats: with ZeRO
+ * this rank's slice (NULL for the tied copy), else the model's. */
+static float *range_grad(pipeline *p, const range *r, size_t *n) {
+  if (!p->zero) {
+    *n = r->n;
+    return gpt_grads(p->model) + r->off;
+  }
+  *n = r->zs.own;
+  return r->opt ? r->gsl : NULL;
+}
+
 int pipeline_clip_grad_norm(pipeline *p, double max_norm, double *norm,
                             char *err, size_t errlen) {
-  float *grads = gpt_grads(p->model);
   double sumsq = 0;
+  size_t n;
   for (int r = 0; r < p->nrg; r++) {
-    if (!p->rg[r].counted)
+    const float *g = range_grad(p, &p->rg[r], &n);
+    if (!p->rg[r].counted || !g)
       continue;
-    const float *g = grads + p->rg[r].off;
-    for (size_t i = 0; i < p->rg[r].n; i++)
+    for (size_t i = 0; i < n; i++)
       sumsq += (double)g[i] * g[i];
   }
-  if (comm_allreduce_sum_double(p->c, &sumsq, err, errlen) != 0)
+  if (comm_allreduce_sum_double(p->c, &sumsq, err, errlen) != 0 ||
+      (p->zero && comm_allreduce_sum_double(p->o.dp, &sumsq, err, errlen)))
     return -1;
   *norm = sqrt(sumsq);
   /* optim_clip_grad_norm's rule, on every stage's part alike. */
@@ -422,8 +529,8 @@ int pipeline_clip_grad_norm(pipeline *p, double max_norm, double *norm,
     double coef = max_norm / (*norm + 1e-6);
     if (coef < 1.0)
       for (int r = 0; r < p->nrg; r++) {
-        float *g = grads + p->rg[r].off, s = (float)coef;
-        for (size_t i = 0; i < p->rg[r].n; i++)
+        float *g = range_grad(p, &p->rg[r], &n), s = (float)coef;
+        for (size_t i = 0; g && i < n; i++)
           g[i] *= s;
       }
   }
@@ -431,12 +538,42 @@ int pipeline_clip_grad_norm(pipeline *p, double max_norm, double *norm,
 }
 
 void pipeline_step(pipeline *p, float lr) {
-  for (int r = 0; r < p->nrg; r++)
-    optim_step(p->rg[r].opt, gpt_params(p->model) + p->rg[r].off,
-               gpt_grads(p->model) + p->rg[r].off, lr);
+  float *params = gpt_params(p->model);
+  for (int i = 0; i < p->nrg; i++) {
+    range *r = &p->rg[i];
+    if (!p->zero) {
+      optim_step(r->opt, params + r->off, gpt_grads(p->model) + r->off, lr);
+    } else if (r->opt) {
+      /* This rank's slice; the next collective call makes it whole. */
+      float *w = params + r->off + r->zs.lo;
+      if (r->psl) {
+        memcpy(r->psl, w, r->zs.own * sizeof(float));
+        w = r->psl;
+      }
+      optim_step(r->opt, w, r->gsl, lr);
+      p->stale = 1;
+    }
+  }
 }
 
 void pipeline_get_stats(const pipeline *p, pipeline_stats *s) { *s = p->st; }
+
+void pipeline_memory(const pipeline *p, zslice_memory *m) {
+  uint64_t all = (uint64_t)gpt_num_params(p->model) * 4, gs = 0, ps = 0, st = 0,
+           most = 0;
+  for (int i = 0; i < p->nrg; i++) {
+    const range *r = &p->rg[i];
+    st += r->opt ? (uint64_t)optim_state_floats(r->opt) * 4 : 0;
+    gs += r->gsl ? (uint64_t)r->zs.S * 4 : 0;
+    ps += r->psl ? (uint64_t)r->zs.S * 4 : 0;
+    uint64_t ds = r->psl ? (uint64_t)r->zs.D * r->zs.S * 4 : 0;
+    most = ds > most ? ds : most;
+  }
+  m->params = all + ps + most; /* the slices and the gathers' array */
+  m->grads = all + gs;
+  m->optim = st;
+  m->peak_grads = m->grads;
+}
 
 /* The state floats a parameter has in o (AdamW 2, Lion 1). */
 static size_t per_param(optim *o, size_t n) {
@@ -468,30 +605,44 @@ static int gather_stage(pipeline *p, int s, float *fs, size_t k, char *err,
 
 int pipeline_gather(pipeline *p, int with_state, optim *full, char *err,
                     size_t errlen) {
+  /* Replica 0 gathers; with ZeRO its stages take the state's slices
+   * from their groups first. */
+  int dpr = p->o.dp ? comm_rank(p->o.dp) : 0;
+  if (make_whole(p, err, errlen) != 0)
+    return -1;
+  if (dpr > 0 && (!with_state || !p->zero))
+    return 0;
   range *r = &p->rg[0];
-  size_t k = per_param(r->opt, r->n), N = gpt_num_params(p->model);
-  if (p->s > 0)
-    return comm_send(p->c, gpt_params(p->model) + r->off, r->n * sizeof(float),
-                     0, err, errlen) != 0 ||
-                   (with_state &&
-                    comm_send(p->c, optim_state(r->opt),
-                              k * r->n * sizeof(float), 0, err, errlen) != 0)
-               ? -1
-               : 0;
-  if (with_state && !full) {
-    snprintf(err, errlen, "pipeline: gather: no optimizer for the state");
+  size_t k = per_param(r->opt, r->zs.S), N = gpt_num_params(p->model);
+  float *st = with_state ? malloc(k * r->n * sizeof(float) + 1) : NULL;
+  if (with_state && !st) {
+    snprintf(err, errlen, "pipeline: out of memory gathering the state");
     return -1;
   }
-  float *fs = with_state ? optim_state(full) : NULL;
-  for (size_t j = 0; fs && j < k; j++)
-    memcpy(fs + j * N + r->off, optim_state(r->opt) + j * r->n,
-           r->n * sizeof(float));
-  for (int s = 1; s < p->P; s++)
-    if (gather_stage(p, s, fs, k, err, errlen) != 0)
-      return -1;
-  if (fs)
-    optim_set_t(full, optim_get_t(r->opt));
-  return 0;
+  int rc = st ? zslice_state_gather(&r->zs, r->opt, st, err, errlen) : 0;
+  if (rc != 0 || dpr > 0) {
+    /* done: another replica's state went to replica 0 */
+  } else if (p->s > 0) {
+    rc = comm_send(p->c, gpt_params(p->model) + r->off, r->n * sizeof(float), 0,
+                   err, errlen) != 0 ||
+                 (st && comm_send(p->c, st, k * r->n * sizeof(float), 0, err,
+                                  errlen) != 0)
+             ? -1
+             : 0;
+  } else if (with_state && !full) {
+    snprintf(err, errlen, "pipeline: gather: no optimizer for the state");
+    rc = -1;
+  } else {
+    float *fs = with_state ? optim_state(full) : NULL;
+    for (size_t j = 0; fs && j < k; j++)
+      memcpy(fs + j * N + r->off, st + j * r->n, r->n * sizeof(float));
+    for (int s = 1; s < p->P && rc == 0; s++)
+      rc = gather_stage(p, s, fs, k, err, errlen);
+    if (fs && rc == 0)
+      optim_set_t(full, optim_get_t(r->opt));
+  }
+  free(st);
+  return rc;
 }
 
 int pipeline_load(pipeline *p, optim *full, char *err, size_t errlen) {
@@ -503,11 +654,11 @@ int pipeline_load(pipeline *p, optim *full, char *err, size_t errlen) {
   }
   for (int i = 0; i < p->nrg; i++) {
     range *r = &p->rg[i];
-    size_t k = per_param(r->opt, r->n);
-    for (size_t j = 0; j < k; j++)
-      memcpy(optim_state(r->opt) + j * r->n, fs + j * N + r->off,
-             r->n * sizeof(float));
+    if (!r->opt)
+      continue; /* ZeRO's tied copy */
+    zslice_state_take(&r->zs, fs + r->off, N, r->opt);
     optim_set_t(r->opt, optim_get_t(full));
   }
+  p->stale = 0;
   return 0;
 }

@@ -50,9 +50,20 @@
  * the average every replica holds the same gradient, so it is counted
  * once, not D times.
  *
- * Not here (refused by the train stage): ZeRO (zero_stage is ignored),
- * GPUs (NCCL has no point to point in
- * comm yet), dropout.
+ * ZeRO over the stage group (pipeline_options.zero_stage 1 or 2,
+ * zslice.h): each of its D ranks keeps the optimizer state of 1/D of
+ * the stage's range, the tied embeddings' two gradients are summed
+ * first, then each range's gradient is reduce-scattered into the ranks'
+ * slices, each updates its slice, and the next collective call
+ * (pipeline_forward_backward, pipeline_gather) all-gathers them and
+ * sends the first stage's embeddings to the last stage's tied copy
+ * (which has no optimizer of its own). Stage 2 is stage 1 here: the
+ * stage's gradients live in the model's gradient array, which the
+ * activation slots share, so the full gradient is still held
+ * (pipeline_memory says so). Stage 3 is not here.
+ *
+ * Not here (refused by the train stage): GPUs (NCCL has no point to
+ * point in comm yet), dropout.
  *
  * Every function but pipeline_check and pipeline_destroy is collective:
  * every rank calls it, in the same order. They return 0, or -1 with err;
@@ -68,6 +79,7 @@
 #include "comm/comm.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "zero/zslice.h"
 
 typedef enum pipeline_schedule {
   PIPELINE_1F1B = 0,
@@ -76,6 +88,20 @@ typedef enum pipeline_schedule {
 
 /* "1f1b", "gpipe", NULL: indexed by pipeline_schedule. */
 extern const char *const pipeline_schedule_names[];
+
+/* One op of a stage's schedule: the forward or backward of micro-batch
+ * mb. */
+typedef struct pipeline_op {
+  int backward, mb;
+} pipeline_op;
+
+/* Stage s of P's 2 m ops for m micro-batches under sched (above), in
+ * order, into ops (room for 2 m); returns how many micro-batches'
+ * activations the stage keeps at most (its slots: micro-batch mb's in
+ * slot mb % slots). The tensor-parallel stages (tensor.h) run the same
+ * schedule. Any thread. */
+int pipeline_schedule_ops(pipeline_schedule sched, int P, int s, int m,
+                          pipeline_op *ops);
 
 typedef struct pipeline_options {
   int micro; /* m: micro-batches a step, >= 1 */
@@ -89,6 +115,8 @@ typedef struct pipeline_options {
    * step's micro-batches the stage's gradients and the loss are averaged
    * over it; each replica trains its own share of the global batch. */
   comm *dp;
+  /* ZeRO over dp: 0, 1 or 2 (above); ignored without dp. */
+  int zero_stage;
 } pipeline_options;
 
 /* Whether P stages fit cfg on world ranks: P >= 2, P divides n_layer
@@ -126,7 +154,8 @@ int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
 int pipeline_clip_grad_norm(pipeline *p, double max_norm, double *norm,
                             char *err, size_t errlen);
 
-/* The update of this stage's parameters at lr (not collective). */
+/* The update of this stage's parameters (with ZeRO: of its slices) at
+ * lr (not collective). */
 void pipeline_step(pipeline *p, float lr);
 
 /* The last pipeline_forward_backward's account, the same on every rank. */
@@ -137,6 +166,11 @@ typedef struct pipeline_stats {
   int slots;      /* micro-batches' activations this rank keeps */
 } pipeline_stats;
 void pipeline_get_stats(const pipeline *p, pipeline_stats *s);
+
+/* The bytes this rank holds between steps (the model's whole parameter
+ * and gradient arrays among them), and its gradients' most during a
+ * step (zslice.h). Not collective. */
+void pipeline_memory(const pipeline *p, zslice_memory *m);
 
 /* Brings every stage's parameters into rank 0's model and, with
  * with_state (the same on every rank), their optimizer state and step

@@ -54,6 +54,15 @@
  * and T shard groups of D ranks (tensor_options.dp); each replica trains
  * its own rows of the global batch, and after a step's micro-batches
  * every shard's gradients and the loss are averaged over its group.
+ * ZeRO over that group (tensor_options.zero_stage, zslice.h): at stage
+ * 1 each of the D ranks keeps the optimizer state of 1/D of the shards'
+ * floats (its slice), the gradients are reduce-scattered into the
+ * slices, each rank updates its slice and the parameters are
+ * all-gathered (at the next collective call: tensor_forward_backward or
+ * tensor_gather); stage 2 also frees the shards' full gradient after
+ * the reduction (the rank keeps its slice's between steps, and
+ * allocates the full one again for the next backward). Stage 3 is not
+ * here (the parameters are not sharded over the group).
  *
  * Ownership: each rank's shards (parameters, gradients, optimizer
  * state) are its own arrays. The gpt every rank passes keeps the full
@@ -67,8 +76,10 @@
  * ranks; the first has the lookup, the last ln_f, the head and the loss.
  * Rank t of stage s sends the stream (B,T,C), the same on every rank of
  * its group, to rank t of stage s + 1, and its gradient comes back, by
- * point to point; the step is GPipe's: all m micro-batches' forwards,
- * then all their backwards (m micro-batches' activations kept). This
+ * point to point (started, then waited for before the activations it
+ * came from are used again); the micro-batches are scheduled by
+ * pipeline.h's schedule code (pipeline_schedule_ops): 1F1B (at most
+ * P - s micro-batches' activations on stage s) or GPipe (all m). This
  * increment splits the compute and the activations, not the weights:
  * every stage keeps its shard of every layer, the stages' gradients are
  * summed once a step (each tensor's is the stage's that has it; wte's
@@ -79,12 +90,11 @@
  * Not here (refused by tensor_check or the train stage): dropout, BF16
  * autocast, recomputation, GPUs.
  *
- * Every function but tensor_check, tensor_sizes, tensor_step,
- * tensor_load and tensor_destroy is collective over the tensor group
- * (and over dp and pp where it says so): every rank calls it, in the
- * same order. They return 0, or -1 with err; a failed
- * exchange leaves the communicator unusable (abort the gang). Threads:
- * the caller's thread only.
+ * Every function but tensor_check, tensor_sizes, tensor_slots, tensor_memory,
+ * tensor_step, tensor_load and tensor_destroy is collective over the tensor
+ * group (and over dp and pp where it says so): every rank calls it, in the same
+ * order. They return 0, or -1 with err; a failed exchange leaves the
+ * communicator unusable (abort the gang). Threads: the caller's thread only.
  */
 #ifndef DAGRUN_TENSOR_H
 #define DAGRUN_TENSOR_H
@@ -95,6 +105,8 @@
 #include "comm/comm.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "pipeline/pipeline.h"
+#include "zero/zslice.h"
 
 typedef struct tensor_options {
   int micro; /* micro-batches a step (grad_accum), >= 1 */
@@ -106,6 +118,12 @@ typedef struct tensor_options {
   /* Pipeline stages (T x P): this shard's ranks in every stage of the
    * replica, stage s being rank s (borrowed; NULL or one rank: none). */
   comm *pp;
+  /* With pp: pipeline.h's schedule of the micro-batches over the
+   * stages (1F1B or GPipe). */
+  pipeline_schedule schedule;
+  /* ZeRO over dp: 0 (every rank the whole optimizer state), 1 or 2
+   * (above); ignored without dp. */
+  int zero_stage;
 } tensor_options;
 
 /* Whether a tensor group of T ranks fits cfg on world ranks: T >= 2, a
@@ -131,6 +149,14 @@ void tensor_destroy(tensor_par *p); /* NULL is a no-op */
  * model's. */
 void tensor_sizes(const tensor_par *p, size_t *local, size_t *full);
 
+/* The micro-batches whose activations this rank keeps at most (the
+ * schedule's slots). Not collective. */
+int tensor_slots(const tensor_par *p);
+
+/* The bytes this rank holds between steps, and its gradients' most
+ * during one (zslice.h). Not collective. */
+void tensor_memory(const tensor_par *p, zslice_memory *m);
+
 /* Zeroes the gradients and trains the step's m micro-batches: inputs
  * and targets (m,B,T), the same on every rank of the group (the first
  * stage reads the inputs, the last the targets). With pp, exchanges the
@@ -149,7 +175,8 @@ int tensor_forward_backward(tensor_par *p, const uint32_t *inputs,
 int tensor_clip_grad_norm(tensor_par *p, double max_norm, double *norm,
                           char *err, size_t errlen);
 
-/* The update of this rank's shards at lr (not collective). */
+/* The update of this rank's shards (with ZeRO: of its slice of them) at
+ * lr (not collective). */
 void tensor_step(tensor_par *p, float lr);
 
 /* Brings every rank's shards into rank 0's model and, with with_state

@@ -47,6 +47,17 @@ int mploop_check(trainrun *r, mploop *l) {
             l->param, l->K, why, l->param);
     return EXIT_BAD_PARAMS;
   }
+  if (stagekit_param_choice(ctx, h, "zero_stage", trainrun_zero_stage_names,
+                            &l->zero))
+    return EXIT_BAD_PARAMS;
+  if (l->zero == 3 && l->D > 1) {
+    h->fail(ctx,
+            "zero_stage 3 with %s %d: the data-parallel group beside %s "
+            "shards the optimizer state and gradients (zero_stage 1 or 2), "
+            "not the parameters; set zero_stage: 2",
+            l->param, l->K, l->what);
+    return EXIT_BAD_PARAMS;
+  }
   if (r->c.device == ENGINE_WANT_AUTO && engine_built_with_cuda())
     h->log(ctx, DAGRUN_LOG_INFO,
            "device: auto is cpu with %s (GPU ranks do not run %s yet)",
@@ -86,6 +97,17 @@ int mploop_open(trainrun *r, mploop *l,
   if (!l->in || !l->tg)
     mploop_abort(r, l, l->what, "out of memory for the step's batches");
   return 0;
+}
+
+void mploop_log_memory(trainrun *r, mploop *l, const zslice_memory *m) {
+  const double MiB = 1024.0 * 1024.0;
+  r->h->log(r->ctx, DAGRUN_LOG_INFO,
+            "rank %d holds %.3f MiB of parameters, %.3f MiB of gradients "
+            "(%.3f MiB at most in a step) and %.3f MiB of optimizer state "
+            "between steps (zero_stage %d over %d data-parallel replicas)",
+            l->rank, (double)m->params / MiB, (double)m->grads / MiB,
+            (double)m->peak_grads / MiB, (double)m->optim / MiB,
+            l->D > 1 ? l->zero : 0, l->D);
 }
 
 void mploop_close(mploop *l) {
@@ -129,11 +151,12 @@ static void preflight(trainrun *r, mploop *l) {
 }
 
 /* Every part's weights (and with opt, optimizer state) to rank 0, from
- * replica 0 (the replicas hold the same weights). */
+ * replica 0 (the replicas hold the same weights; with ZeRO the other
+ * replicas send their slices of the state to it, and every rank takes
+ * part). */
 static void gather(trainrun *r, mploop *l, int opt) {
   char err[2048];
-  if (l->rank < l->K &&
-      l->eng.gather(l->eng.e, opt, l->rank == 0 ? r->opt : NULL, err,
+  if (l->eng.gather(l->eng.e, opt, l->rank == 0 ? r->opt : NULL, err,
                     sizeof err) != 0)
     mploop_abort(r, l, "gathering the model", err);
 }
@@ -289,6 +312,7 @@ static int finish(trainrun *r, mploop *l) {
   cJSON *s = trainrun_summary_start(r, gpt_num_params(r->model));
   cJSON_AddNumberToObject(s, "world_size", l->N);
   cJSON_AddNumberToObject(s, "data_parallel", l->D);
+  cJSON_AddNumberToObject(s, "zero_stage", l->D > 1 ? l->zero : 0);
   if (l->eng.summary)
     l->eng.summary(l->eng.arg, r, s);
   cJSON_AddStringToObject(s, "device", "cpu");

@@ -17,11 +17,13 @@
  * optimizer state to rank 0, which writes them, so validate, export and
  * a one-process resume read them as one process's), and resume from
  * one: every rank reads it whole and the engine keeps its part. Rank 0
- * alone reports.
+ * alone reports. ZeRO (zero_stage 1 or 2) shards each part's optimizer
+ * state (and at 2 its gradients) over its D replicas: the engine's
+ * gather is called on every rank.
  *
  * Refused by mploop_check, before any collective, with the numbers: a
  * gang not started by a launcher, world_size not a multiple of K,
- * device: cuda, dropout, overfit_one_batch.
+ * device: cuda, dropout, overfit_one_batch, zero_stage 3.
  */
 #ifndef DAGRUN_TRAIN_MPLOOP_H
 #define DAGRUN_TRAIN_MPLOOP_H
@@ -29,6 +31,7 @@
 #include "trainrun.h"
 
 #include "comm/comm.h"
+#include "zero/zslice.h"
 
 #include <cjson/cJSON.h>
 
@@ -59,6 +62,7 @@ typedef struct mploop {
   int N, K;          /* gang size (0: not in a gang), parts a replica */
   /* Set by mploop_check and mploop_open: */
   int D, m, rank; /* replicas, micro-batches a step, this rank */
+  int zero;       /* zero_stage over the D replicas: 0, 1 or 2 */
   comm *c;        /* the gang: the stop agreement */
   comm *kc;       /* this replica's K parts: the engine's */
   comm *dc;       /* this part's D replicas: the gradients' mean */
@@ -94,6 +98,10 @@ _Noreturn void mploop_abort(trainrun *r, mploop *l, const char *what,
 /* With l->eng set: resume, the pre-flight loss, the steps, the final
  * validation and checkpoint, rank 0's summary. The exit status. */
 int mploop_train(trainrun *r, mploop *l);
+
+/* The engine's memory (tensor_memory, pipeline_memory) in the log, one
+ * line, on every rank that calls it. */
+void mploop_log_memory(trainrun *r, mploop *l, const zslice_memory *m);
 
 /* Frees what mploop_open made (not the engine). */
 void mploop_close(mploop *l);

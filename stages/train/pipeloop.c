@@ -95,7 +95,8 @@ static void start(trainrun *r, pipe_run *p) {
                         .opt = r->c.opt,
                         .recompute = (gpt_recompute)r->c.recompute,
                         .autocast = r->c.autocast,
-                        .dp = l->dc};
+                        .dp = l->dc,
+                        .zero_stage = l->zero};
   if (pipeline_create(l->kc, r->model, &o, &p->pl, err, sizeof err) != 0)
     mploop_abort(r, l, "pipeline", err);
   l->eng =
@@ -107,12 +108,14 @@ static void start(trainrun *r, pipe_run *p) {
             "pipeline: rank %d is stage %d of %d (layers %d-%d%s%s), "
             "schedule %s, %d micro-batches (grad_accum) of %d x %d, the "
             "activations of %d of them kept at most; data-parallel replica "
-            "%d of %d (global batch %d x %d x %d = %d sequences); "
-            "zero_stage ignored",
+            "%d of %d (global batch %d x %d x %d = %d sequences)",
             l->rank, s, l->K, first, last - 1, s == 0 ? ", embeddings" : "",
             s == l->K - 1 ? ", head and loss" : "",
             pipeline_schedule_names[p->sched], l->m, r->c.B, r->c.m.T, st.slots,
             l->rank / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m);
+  zslice_memory mem;
+  pipeline_memory(p->pl, &mem);
+  mploop_log_memory(r, l, &mem);
 }
 
 int pipeloop_run(trainrun *r, int N, int P) {

@@ -15,6 +15,7 @@
 typedef struct tp_run {
   mploop l;
   int T, P;
+  pipeline_schedule sched; /* with P > 1 */
   comm *tc; /* this rank's tensor group: its stage's T shards */
   comm *pc; /* this shard's P stages */
   tensor_par *tp;
@@ -51,6 +52,9 @@ static void summary(void *arg, trainrun *r, cJSON *s) {
   (void)r;
   cJSON_AddNumberToObject(s, "tensor_parallel", t->T);
   cJSON_AddNumberToObject(s, "pipeline_parallel", t->P);
+  if (t->P > 1)
+    cJSON_AddStringToObject(s, "pipeline_schedule",
+                            pipeline_schedule_names[t->sched]);
 }
 
 /* The shape against T and P (mploop_open's fits). */
@@ -95,7 +99,9 @@ static void start(trainrun *r, tp_run *t) {
                       .T = r->c.m.T,
                       .opt = r->c.opt,
                       .dp = l->dc,
-                      .pp = t->P > 1 ? t->pc : NULL};
+                      .pp = t->P > 1 ? t->pc : NULL,
+                      .schedule = t->sched,
+                      .zero_stage = l->zero};
   if (tensor_create(t->tc, r->model, &o, &t->tp, err, sizeof err) != 0)
     mploop_abort(r, l, "tensor parallel", err);
   /* The shards have gradients of their own: the model's full gradient
@@ -113,19 +119,23 @@ static void start(trainrun *r, tp_run *t) {
   char stage[128] = "";
   if (t->P > 1)
     snprintf(stage, sizeof stage,
-             " of stage %d of %d (layers %d-%d, GPipe schedule)", s, t->P,
-             s * L, (s + 1) * L - 1);
+             " of stage %d of %d (layers %d-%d, %s schedule, the "
+             "activations of %d micro-batches kept at most)",
+             s, t->P, s * L, (s + 1) * L - 1, pipeline_schedule_names[t->sched],
+             tensor_slots(t->tp));
   r->h->log(r->ctx, DAGRUN_LOG_INFO,
             "tensor parallel: rank %d is shard %d of %d%s (heads %d-%d of "
             "%d, MLP columns %d-%d of %d, vocabulary rows %d-%d of %d; "
             "%zu of the model's %zu parameters), %d micro-batches "
             "(grad_accum) of %d x %d; data-parallel replica %d of %d "
-            "(global batch %d x %d x %d = %d sequences); zero_stage "
-            "ignored",
+            "(global batch %d x %d x %d = %d sequences)",
             l->rank, sh, T, stage, sh * H / T, (sh + 1) * H / T - 1, H,
             sh * F / T, (sh + 1) * F / T - 1, F, sh * Vp / T,
             (sh + 1) * Vp / T - 1, Vp, local, full, l->m, r->c.B, r->c.m.T,
             l->rank / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m);
+  zslice_memory mem;
+  tensor_memory(t->tp, &mem);
+  mploop_log_memory(r, l, &mem);
 }
 
 int tploop_run(trainrun *r, int N, int T, int P) {
@@ -137,7 +147,12 @@ int tploop_run(trainrun *r, int N, int T, int P) {
                     .K = T * P},
               .T = T,
               .P = P};
-  int status = mploop_check(r, &t.l);
+  int status = mploop_check(r, &t.l), sc = 0;
+  if (status == 0 && P > 1 &&
+      stagekit_param_choice(r->ctx, r->h, "pipeline_schedule",
+                            pipeline_schedule_names, &sc))
+    status = EXIT_BAD_PARAMS;
+  t.sched = (pipeline_schedule)sc;
   if (status == 0)
     status = check_params(r, &t);
   if (status == 0)

@@ -132,7 +132,9 @@ static const dagrun_param_spec params[] = {
     {"zero_stage", DAGRUN_PARAM_INT, "1", 0,
      "In a gang (launcher: mpirun or srun): ZeRO stage 0 (plain data "
      "parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ "
-     "parameters, gathered a layer at a time); ignored by one process"},
+     "parameters, gathered a layer at a time); ignored by one process. "
+     "With tensor_parallel or pipeline_parallel, over the data-parallel "
+     "replicas: 0, 1 or 2"},
     {"pipeline_parallel", DAGRUN_PARAM_INT, "1", 0,
      "Pipeline stages (CPU ranks, GPT-2 and Llama models): the layers cut "
      "into this many contiguous stages, one a rank; world_size must be a "
@@ -150,7 +152,8 @@ static const dagrun_param_spec params[] = {
      "n_head (a Llama's n_kv_head and intermediate_size too) and the "
      "vocabulary padded to a multiple of 64, and world_size must be a "
      "multiple of it (of it x pipeline_parallel with pipeline stages of "
-     "tensor groups, GPipe-scheduled): the rest are data-parallel "
+     "tensor groups, scheduled by pipeline_schedule): the rest are "
+     "data-parallel "
      "replicas. 1: none"},
     {"zero_bucket", DAGRUN_PARAM_INT, "0", 0,
      "In a gang at stages 0-1: floats in a gradient bucket, all-reduced "
