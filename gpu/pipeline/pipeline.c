@@ -511,3 +511,18 @@ int pipeline_load(pipeline *p, optim *full, char *err, size_t errlen) {
   }
   return 0;
 }
+
+void pipeline_memory_get(const pipeline *p, gpt_memory *out) {
+  *out = (gpt_memory){0};
+  for (int i = 0; i < p->nrg; i++) {
+    out->params += 4 * (uint64_t)p->rg[i].n;
+    out->optim += 4 * (uint64_t)optim_state_floats(p->rg[i].opt);
+  }
+  out->grads = out->params;
+  /* The slots' parameter and gradient arrays are released (they point
+   * into the model's): what they allocate is activations. */
+  for (int i = 0; i < p->nslots; i++)
+    out->acts += gpt_allocated_bytes(p->slot[i]);
+  out->acts += 4 * (uint64_t)p->BTC * (1 + PIPE_MAX_SENDS);
+  out->total = out->params + out->grads + out->optim + out->acts;
+}

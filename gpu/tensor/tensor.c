@@ -977,3 +977,11 @@ int tensor_load(tensor_par *p, optim *full, char *err, size_t errlen) {
   optim_set_t(p->opt, optim_get_t(full));
   return 0;
 }
+
+void tensor_memory_get(const tensor_par *p, gpt_memory *out) {
+  tensor_par q = *p; /* carve with no base counts and writes nothing */
+  out->params = out->grads = 4 * (uint64_t)p->n;
+  out->optim = 4 * (uint64_t)optim_state_floats(p->opt);
+  out->acts = 4 * (uint64_t)carve(&q, NULL);
+  out->total = out->params + out->grads + out->optim + out->acts;
+}

@@ -166,4 +166,11 @@ int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
  * and of full's state, and its step count. Not collective. */
 int tensor_load(tensor_par *p, optim *full, char *err, size_t errlen);
 
+/* What this rank holds of its own, in bytes (for the train stage's
+ * memory report; the model's arrays are the caller's to count): params
+ * and grads its shards, optim their optimizer state, acts its
+ * activations and the backward's scratch (allocated at tensor_create),
+ * total their sum. Not collective. */
+void tensor_memory_get(const tensor_par *p, gpt_memory *out);
+
 #endif /* DAGRUN_TENSOR_H */
