@@ -21,7 +21,6 @@
 . "$(dirname "$0")/lib.sh"
 
 use_train_gang
-ENV=$GANG_ENV
 
 DATA=$(make_token_data mpl 300)
 MODEL="data: \"$DATA\", n_layer: 2, n_head: 4, n_embd: 32, block_size: 32, threads: 1, steps: 3, lr: 0.003, warmup: 1, eval_every: 0, eval_batches: 2, samples: 0, spike_policy: none, checkpoint_every: 0"
