@@ -57,10 +57,11 @@
  *
  * Ownership: each rank's shards (parameters, gradients, optimizer
  * state) are its own arrays. The gpt every rank passes keeps the full
- * parameter array (this increment does not shrink it): the shards are
- * taken from it at tensor_create and tensor_load, and tensor_gather
- * writes every rank's back into rank 0's. Its gradient array is never
- * touched (the caller may release it, gpt_release).
+ * parameter array while the shards are taken from it (tensor_create,
+ * tensor_load); after, only the rank tensor_gather writes every rank's
+ * into (rank 0 of the first stage's group) reads it, and the others may
+ * release it (gpt_release, as the train stage does). Its gradient array
+ * is never touched (the caller may release it).
  *
  * Pipeline stages beside it (T x P, tensor_options.pp): the replica's
  * layers are cut into P stages of n_layer / P, each a tensor group of T

@@ -8,8 +8,8 @@
 
 #include <stdio.h>
 
-/* The gang of N = D x P ranks (mploop.h): rank r is stage r % P of
- * data-parallel replica r / P. */
+/* The gang of N = D x P ranks (mploop.h): the rank at position p (on
+ * one node, rank p) is stage p % P of data-parallel replica p / P. */
 typedef struct pipe_run {
   mploop l;
   pipeline *pl;

@@ -10,8 +10,8 @@
 #include <stdio.h>
 
 /* The gang of N = D x P x T ranks (mploop.h, with K = P x T parts a
- * replica): rank r is shard r % T of stage (r / T) % P of replica
- * r / (T P). */
+ * replica): the rank at position p (mpplace.h; on one node, rank p) is
+ * shard p % T of stage (p / T) % P of replica p / (T P). */
 typedef struct tp_run {
   mploop l;
   int T, P;
