@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# The model-parallel layouts' memory report, rank placement and
-# check-time shape errors (issue 25), on a 2-layer GPT (width 32, 4
-# heads, vocabulary 300 padded to 320) under mpirun, 3 steps a run.
+# The model-parallel layouts' check-time shape errors, memory report
+# and rank placement (issue 25), on a 2-layer GPT (width 32, 4 heads,
+# vocabulary 300 padded to 320) under mpirun, 3 steps a run.
+# - Check: `dagrun check` refuses, at the value that decides it, heads
+#   that tensor_parallel does not divide (n_head 3; a Llama preset's 6
+#   heads by 4), layers that pipeline_parallel does not divide (gpt-tiny
+#   with n_layer 3), and a world_size that T x P does not divide; a
+#   tensor_parallel of run time (an upstream's output) is left to the
+#   start; `dagrun run` refuses the same before anything runs.
 # - Memory: T=2 and P=2 on 2 ranks write every rank's figures inside the
 #   step (params, grads, optimizer, activations, the whole model's
 #   arrays among them, the process's measured peak resident memory)
@@ -22,8 +28,81 @@
 
 use_train_gang
 
+cat > shapes.yaml <<'Y'
+dag: shapes
+tasks:
+  up: {stage: exec, with: {command: ["true"]}}
+  heads:
+    stage: train
+    world_size: 2
+    launcher: mpirun
+    with: {data: /nowhere, n_head: 3, tensor_parallel: 2}
+  layers:
+    stage: train
+    world_size: 4
+    launcher: mpirun
+    with: {data: /nowhere, model: gpt-tiny, n_layer: 3, pipeline_parallel: 2}
+  world:
+    stage: train
+    world_size: 6
+    launcher: mpirun
+    with: {data: /nowhere, tensor_parallel: 2, pipeline_parallel: 2}
+  llama:
+    stage: train
+    world_size: 4
+    launcher: mpirun
+    with: {data: /nowhere, model: llama-small, tensor_parallel: 4}
+  fine:
+    stage: train
+    world_size: 4
+    launcher: mpirun
+    with: {data: /nowhere, tensor_parallel: 2, pipeline_parallel: 2}
+  later:
+    stage: train
+    needs: [up]
+    world_size: 2
+    launcher: mpirun
+    with: {data: /nowhere, n_head: 3, tensor_parallel: "${tasks.up.outputs.tp}"}
+Y
+run_dagrun check shapes.yaml
+expect_rc 2
+cat > shapes.want <<'W'
+shapes.yaml:8:56: error: task 'heads': tensor_parallel 2 does not divide the model's 3 heads (each rank gets n_head / tensor_parallel whole heads)
+shapes.yaml:13:76: error: task 'layers': pipeline_parallel 2 does not divide the model's 3 layers (each stage gets n_layer / pipeline_parallel contiguous layers)
+shapes.yaml:16:17: error: task 'world': world_size 6 is not a multiple of tensor_parallel x pipeline_parallel 4 (the gang is data-parallel replicas of tensor_parallel x pipeline_parallel ranks each)
+shapes.yaml:23:65: error: task 'llama': tensor_parallel 4 does not divide the model's 6 heads (each rank gets n_head / tensor_parallel whole heads)
+shapes.yaml: 4 errors
+W
+diff shapes.want "$T/err" || fail "check: $(cat "$T/out" "$T/err")"
+printf 'dag: runshape\ntasks:\n  t: {stage: train, world_size: 2, launcher: mpirun, with: {data: /nowhere, n_head: 3, tensor_parallel: 2}}\n' > runshape.yaml
+run_dagrun run runshape.yaml --plain
+[ "$RC" -ne 0 ] || fail "run: exit 0"
+expect_in "$T/err" "runshape.yaml:3:105: error: task 't': tensor_parallel 2 does not divide the model's 3 heads"
+[ ! -e "$DAGRUN_RUNS_DIR/runshape" ] || fail "run: a run was started: $(ls -R "$DAGRUN_RUNS_DIR/runshape")"
+
 DATA=$(make_token_data mpl 300)
 MODEL="data: \"$DATA\", n_layer: 2, n_head: 4, n_embd: 32, block_size: 32, threads: 1, steps: 3, lr: 0.003, warmup: 1, eval_every: 0, eval_batches: 2, samples: 0, spike_policy: none, checkpoint_every: 0"
+
+# A tensor_parallel of run time (tests/plugins/outputs.c's output) passes
+# the check and is refused at start, with the same words.
+cat > later.yaml <<Y
+dag: later
+tasks:
+  tp: {stage: outputs, with: {key: tp, value: "2"}}
+  train:
+    stage: train
+    needs: [tp]
+    world_size: 2
+    launcher: mpirun
+    $GANG_ENV
+    with: {${MODEL/n_head: 4, n_embd: 32/n_head: 3, n_embd: 48}, tensor_parallel: "\${tasks.tp.outputs.tp}"}
+Y
+run_dagrun check later.yaml
+expect_rc 0
+run_dagrun run later.yaml --plain
+[ "$RC" -ne 0 ] || fail "later: exit code 0"
+grep -rqF "tensor_parallel 2 does not divide the model's 3 heads" "$(run_dir later)/train" ||
+  fail "later: not refused at start: $(cat "$(run_dir later)"/train/attempt-*/log)"
 
 # mem_check RUN PY: PY (Python, with s the summary.json, m its memory,
 # ranks its ranks) holds for RUN.
