@@ -86,9 +86,10 @@ int mpmem_worse(const mpmem_rank *all, int N, const gpt_memory *one,
     }
     if (n)
       snprintf(out[nout++], MPMEM_LINE,
-               "rank%s %s: the %s inside the step are no better than one "
+               "rank%s %s: the %s inside the step %s no better than one "
                "process's %.2f MiB for this model (%s)",
-               n > 1 ? "s" : "", who, name[k], mib(kind(one, k)), why[k]);
+               n > 1 ? "s" : "", who, name[k], k == 2 ? "is" : "are",
+               mib(kind(one, k)), why[k]);
   }
   return nout;
 }
