@@ -15,7 +15,8 @@ first of each run, then the median over the repeats; the layouts take
 turns within a round, so that a load that comes and goes falls on all
 alike), the ratio to one process's and to D=4 stage 0's, each rank's
 in-step peak memory (summary.json's memory.ranks: params + grads +
-optimizer + activations; the pipeline does not report it), and rank 0's
+optimizer + activations; for the pipeline and tensor layouts, the whole
+model's arrays among them in brackets), and rank 0's
 time per step inside each kind of comm call (summary.json's comm: waits
 for slower peers included, so a pipeline stage's bubble shows in its
 send/recv) and the MiB its calls moved a step (each call's buffer). A benchmark, not a test: exits 0 once the runs succeed.
@@ -156,8 +157,11 @@ for name, _, _ in layouts:
     mem = s.get("memory", {}).get("ranks")
     memtxt = " ".join(f"{sum(r['peak'].values()) / 1048576:.1f}" for r in mem) if mem else \
         ("-" if name != "one process" else "(one process: not reported)")
-    if not mem and ("pipeline_parallel" in s or "tensor_parallel" in s):
-        memtxt = "- (not reported by the model-parallel loops)"
+    # The model-parallel loops: of which the whole model's arrays every
+    # pipeline stage (and rank 0) keeps, in brackets.
+    if mem and "whole_model" in mem[0]:
+        memtxt = " ".join(f"{sum(r['peak'].values()) / 1048576:.1f}"
+                          f"[{sum(r['whole_model'].values()) / 1048576:.1f}]" for r in mem)
     print(f"{name:<20} {ms[name]:8.1f} {ms[name] / one:7.2f} {ms[name] / d0:6.2f}  " + " ".join(cols) + "  " + memtxt)
     if "pipeline_idle" in s:
         P, m = s["pipeline_parallel"], 4  # every P layout here: grad_accum 4

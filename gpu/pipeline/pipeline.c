@@ -662,3 +662,21 @@ int pipeline_load(pipeline *p, optim *full, char *err, size_t errlen) {
   p->stale = 0;
   return 0;
 }
+
+void pipeline_memory_get(const pipeline *p, gpt_memory *out) {
+  *out = (gpt_memory){0};
+  zslice_memory z; /* the optimizer state and, with ZeRO, the slices */
+  pipeline_memory(p, &z);
+  uint64_t all = (uint64_t)gpt_num_params(p->model) * 4;
+  for (int i = 0; i < p->nrg; i++)
+    out->params += 4 * (uint64_t)p->rg[i].n;
+  out->grads = out->params + (z.grads - all);
+  out->params += z.params - all;
+  out->optim = z.optim;
+  /* The slots' parameter and gradient arrays are released (they point
+   * into the model's): what they allocate is activations. */
+  for (int i = 0; i < p->nslots; i++)
+    out->acts += gpt_allocated_bytes(p->slot[i]);
+  out->acts += 4 * (uint64_t)p->BTC * (1 + PIPE_MAX_SENDS);
+  out->total = out->params + out->grads + out->optim + out->acts;
+}

@@ -186,4 +186,15 @@ int pipeline_gather(pipeline *p, int with_state, optim *full, char *err,
  * state and step count. */
 int pipeline_load(pipeline *p, optim *full, char *err, size_t errlen);
 
+/* What this stage trains and holds, in bytes (for the train stage's
+ * memory report): params and grads the floats of its ranges (its own
+ * parameters, and the last stage's tied copy of the embeddings), which
+ * live in the model's arrays (the model's whole arrays are the
+ * caller's to count), and with ZeRO the slices and the gather's array
+ * of pipeline_memory; optim its ranges' optimizer state; acts its own
+ * allocations for the activations: the slots' (after a first step),
+ * the received stream and the send buffers; total their sum. Not
+ * collective. */
+void pipeline_memory_get(const pipeline *p, gpt_memory *out);
+
 #endif /* DAGRUN_PIPELINE_H */

@@ -1117,3 +1117,14 @@ int tensor_load(tensor_par *p, optim *full, char *err, size_t errlen) {
   optim_set_t(p->opt, optim_get_t(full));
   return 0;
 }
+
+void tensor_memory_get(const tensor_par *p, gpt_memory *out) {
+  tensor_par q = *p; /* carve with no base counts and writes nothing */
+  zslice_memory z;    /* with ZeRO, the slices beside the shards */
+  tensor_memory(p, &z);
+  out->params = z.params;
+  out->grads = z.peak_grads; /* inside the step */
+  out->optim = z.optim;
+  out->acts = 4 * (uint64_t)carve(&q, NULL);
+  out->total = out->params + out->grads + out->optim + out->acts;
+}

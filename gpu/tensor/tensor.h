@@ -66,10 +66,11 @@
  *
  * Ownership: each rank's shards (parameters, gradients, optimizer
  * state) are its own arrays. The gpt every rank passes keeps the full
- * parameter array (this increment does not shrink it): the shards are
- * taken from it at tensor_create and tensor_load, and tensor_gather
- * writes every rank's back into rank 0's. Its gradient array is never
- * touched (the caller may release it, gpt_release).
+ * parameter array while the shards are taken from it (tensor_create,
+ * tensor_load); after, only the rank tensor_gather writes every rank's
+ * into (rank 0 of the first stage's group) reads it, and the others may
+ * release it (gpt_release, as the train stage does). Its gradient array
+ * is never touched (the caller may release it).
  *
  * Pipeline stages beside it (T x P, tensor_options.pp): the replica's
  * layers are cut into P stages of n_layer / P, each a tensor group of T
@@ -192,5 +193,13 @@ int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
  * (a one-process optimizer): this rank takes its shards of the weights
  * and of full's state, and its step count. Not collective. */
 int tensor_load(tensor_par *p, optim *full, char *err, size_t errlen);
+
+/* What this rank holds of its own, in bytes (for the train stage's
+ * memory report; the model's arrays are the caller's to count): params
+ * and grads its shards (with ZeRO, tensor_memory's: the slices beside
+ * them, and the gradients' most inside a step), optim their optimizer state, acts its
+ * activations and the backward's scratch (allocated at tensor_create),
+ * total their sum. Not collective. */
+void tensor_memory_get(const tensor_par *p, gpt_memory *out);
 
 #endif /* DAGRUN_TENSOR_H */

@@ -1,7 +1,9 @@
 /* The train stage's model-parallel loop; see mploop.h. */
 #include "mploop.h"
-#include "gangmem.h"
 #include "gangloop.h"
+#include "gangmem.h"
+#include "mpmem.h"
+#include "mpplace.h"
 
 #include "ckpt/ckpt.h"
 #include "common/stagekit.h"
@@ -66,6 +68,20 @@ int mploop_check(trainrun *r, mploop *l) {
   return gangloop_threads(r, l->N);
 }
 
+/* This rank's position in the layout (mpplace.h), rank 0's line of
+ * the placement. 0, or EXIT_BAD_PARAMS on every rank alike. */
+static int place(trainrun *r, mploop *l) {
+  char err[2048], line[2048];
+  if (mpplace_position(l->c, l->T > 1 ? l->T : 1, &l->pos, line, sizeof line,
+                       err, sizeof err) != 0) {
+    r->h->fail(r->ctx, "%s", err);
+    return EXIT_BAD_PARAMS;
+  }
+  if (l->rank == 0)
+    r->h->log(r->ctx, DAGRUN_LOG_INFO, "%s", line);
+  return 0;
+}
+
 int mploop_open(trainrun *r, mploop *l,
                 int (*fits)(void *arg, const gpt_config *cfg, int N, char *err,
                             size_t errlen),
@@ -82,8 +98,11 @@ int mploop_open(trainrun *r, mploop *l,
   }
   if (gangloop_open_mpi(r, l->N, &l->c, &l->rank) != 0)
     return EXIT_FAILED;
-  if (comm_split(l->c, l->rank / l->K, l->rank, &l->kc, err, sizeof err) ||
-      comm_split(l->c, l->rank % l->K, l->rank, &l->dc, err, sizeof err))
+  int status = place(r, l);
+  if (status != 0)
+    return status;
+  if (comm_split(l->c, l->pos / l->K, l->pos, &l->kc, err, sizeof err) ||
+      comm_split(l->c, l->pos % l->K, l->pos, &l->dc, err, sizeof err))
     mploop_abort(r, l, "splitting the gang", err);
   size_t n = (size_t)l->m * r->c.B * r->c.m.T;
   /* Rank 0's engine: the pre-flight loss and validation, on the whole
@@ -116,6 +135,7 @@ void mploop_close(mploop *l) {
   comm_destroy(l->c);
   free(l->in);
   free(l->tg);
+  free(l->mem);
 }
 
 /* resume: every rank reads the whole checkpoint, the engine keeps its
@@ -211,9 +231,41 @@ static double guard(trainrun *r, mploop *l, double loss, double gnorm) {
   return spike_lr_factor(&r->guard);
 }
 
+/* What one process would hold training the same micro-batch, the
+ * memory report's yardstick. */
+static void one_process(trainrun *r, gpt_memory *one) {
+  gpt_memory_estimate(gpt_get_config(r->model), r->c.B, r->c.m.T,
+                      (int)optim_state_floats_for(r->c.opt.kind, 1),
+                      (gpt_recompute)r->c.recompute, one);
+}
+
+/* After the run's first step: every rank's memory figures (mpmem.h) to
+ * rank 0, which logs them and keeps them for summary.json. */
+static void memory(trainrun *r, mploop *l) {
+  char err[512];
+  if (!l->eng.memory)
+    return;
+  gpt_memory part;
+  int in_model = 0;
+  uint64_t step_bytes = 0;
+  l->eng.memory(l->eng.arg, &part, &in_model, &step_bytes);
+  mpmem_rank mine;
+  mpmem_measure(r->model, l->rank == 0 ? r->opt : NULL, &part, in_model,
+                step_bytes, &mine);
+  if (!l->mem && !(l->mem = calloc((size_t)l->N, sizeof *l->mem)))
+    mploop_abort(r, l, "memory figures", "out of memory");
+  if (mpmem_gather(l->c, &mine, l->mem, err, sizeof err) != 0)
+    mploop_abort(r, l, "memory figures", err);
+  if (l->rank != 0)
+    return;
+  gpt_memory one;
+  one_process(r, &one);
+  mpmem_log(r, l->mem, l->N, &one);
+}
+
 static void train_step(trainrun *r, mploop *l) {
   char err[2048];
-  size_t BT = (size_t)r->c.B * r->c.m.T, mine = (size_t)(l->rank / l->K) * BT;
+  size_t BT = (size_t)r->c.B * r->c.m.T, mine = (size_t)(l->pos / l->K) * BT;
   double t0 = clock_monotonic();
   for (int k = 0; k < l->m; k++) {
     loader_next(r->train, r->inputs, r->targets);
@@ -221,6 +273,9 @@ static void train_step(trainrun *r, mploop *l) {
     memcpy(l->tg + k * BT, r->targets + mine, BT * sizeof *l->tg);
   }
   double t_data = clock_monotonic() - t0, loss = 0, gnorm = 0;
+  int first = r->st.step == r->first_step;
+  if (first)
+    mpmem_step_start();
   if (l->eng.fb(l->eng.e, l->in, l->tg, &loss, err, sizeof err) ||
       l->eng.clip(l->eng.e, r->c.grad_clip, &gnorm, err, sizeof err))
     mploop_abort(r, l, "step", err);
@@ -241,6 +296,8 @@ static void train_step(trainrun *r, mploop *l) {
   }
   if (l->eng.stepped)
     l->eng.stepped(l->eng.arg, r, l->rank);
+  if (first)
+    memory(r, l);
   if (l->rank == 0)
     trainrun_progress(r, loss, 1);
 }
@@ -319,6 +376,11 @@ static int finish(trainrun *r, mploop *l) {
   trainrun_summary_losses(r, s);
   trainrun_summary_rates(r, s, tps);
   gangmem_comm(r, &l->cs, l->nsteps, s);
+  if (l->mem) {
+    gpt_memory one;
+    one_process(r, &one);
+    mpmem_summary(l->mem, l->N, &one, s);
+  }
   return trainrun_finish(r, s, r->last_ckpt, r->ckpt_dir, NULL, NULL) == 0
              ? 0
              : EXIT_FAILED;
@@ -333,6 +395,10 @@ int mploop_train(trainrun *r, mploop *l) {
   if (l->rank != 0) {
     optim_destroy(r->opt);
     r->opt = r->st.opt = NULL;
+    /* Likewise the whole model's weights, where the engine keeps its
+     * part in arrays of its own: only rank 0 gathers into them. */
+    if (l->eng.own_params)
+      gpt_release(r->model, GPT_BUF_PARAMS);
   }
   if (l->rank == 0 && r->st.step == 0)
     preflight(r, l);

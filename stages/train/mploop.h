@@ -2,12 +2,13 @@
  * mploop: the train stage's model-parallel loop, which the pipeline
  * (pipeloop.h) and tensor-parallel (tploop.h) gangs share. A gang of
  * N = D x K ranks on CPU ranks, launched by mpirun or srun, is D
- * data-parallel replicas of a model cut over K ranks: rank r is part
- * r % K of replica r / K (a replica's parts are consecutive ranks, so
- * that mpirun's by-slot placement keeps them on one node where it can,
- * and their traffic off the network). batch_size is per replica: the
- * loader draws D x batch_size rows a micro-batch, as one process of
- * that batch does, and replica d trains rows [d B, (d + 1) B).
+ * data-parallel replicas of a model cut over K ranks: the rank at
+ * position p is part p % K of replica p / K. The positions are dealt by
+ * node (mpplace.h), so that each tensor group is on one node and its
+ * traffic off the network; on one node rank r is at position r.
+ * batch_size is per replica: the loader draws D x batch_size rows a
+ * micro-batch, as one process of that batch does, and replica d trains
+ * rows [d B, (d + 1) B).
  *
  * The loop is the engine's calls (mploop_engine) between the stage's
  * common parts: the stop agreement, the spike guard (skip and lower_lr;
@@ -17,9 +18,10 @@
  * optimizer state to rank 0, which writes them, so validate, export and
  * a one-process resume read them as one process's), and resume from
  * one: every rank reads it whole and the engine keeps its part. Rank 0
- * alone reports. ZeRO (zero_stage 1 or 2) shards each part's optimizer
- * state (and at 2 its gradients) over its D replicas: the engine's
- * gather is called on every rank.
+ * alone reports; after the first step of a run, with every rank's
+ * memory figures (mpmem.h). ZeRO (zero_stage 1 or 2) shards each part's
+ * optimizer state (and at 2 its gradients) over its D replicas: the
+ * engine's gather is called on every rank.
  *
  * Refused by mploop_check, before any collective, with the numbers: a
  * gang not started by a launcher, world_size not a multiple of K,
@@ -52,6 +54,15 @@ typedef struct mploop_engine {
    * sizes among them; world_size and data_parallel are the loop's). */
   void (*summary)(void *arg, trainrun *r, cJSON *s);
   void *arg;
+  /* For the memory report (mpmem.h): what the rank's part holds (its
+   * engine's *_memory_get), with *in_model when its parameters and
+   * gradients are ranges of the model's arrays, and *step_bytes what the
+   * step allocates and frees on this rank besides. */
+  void (*memory)(void *arg, gpt_memory *part, int *in_model,
+                 uint64_t *step_bytes);
+  /* The engine keeps its part's weights in arrays of its own: ranks
+   * other than 0 drop the model's parameter array after resume. */
+  int own_params;
 } mploop_engine;
 
 typedef struct mploop {
@@ -60,9 +71,11 @@ typedef struct mploop {
   const char *part;  /* what a rank holds, plural: "stages" */
   const char *what;  /* the parts in words: "pipeline stages" */
   int N, K;          /* gang size (0: not in a gang), parts a replica */
+  int T;             /* ranks of a tensor group (1: none), for mpplace */
   /* Set by mploop_check and mploop_open: */
   int D, m, rank; /* replicas, micro-batches a step, this rank */
   int zero;       /* zero_stage over the D replicas: 0, 1 or 2 */
+  int pos;        /* this rank's position in the layout (mpplace.h) */
   comm *c;        /* the gang: the stop agreement */
   comm *kc;       /* this replica's K parts: the engine's */
   comm *dc;       /* this part's D replicas: the gradients' mean */
@@ -74,6 +87,7 @@ typedef struct mploop {
   uint32_t *in, *tg; /* the step's m micro-batches of this replica */
   int64_t nsteps;
   comm_stats cs; /* this run's steps' communication, rank 0's */
+  struct mpmem_rank *mem; /* N: every rank's memory figures, rank 0's */
 } mploop;
 
 /* What every model-parallel gang refuses, before any collective; sets D
@@ -82,7 +96,8 @@ int mploop_check(trainrun *r, mploop *l);
 
 /* The setup (the model, the loader of D x batch_size rows), fits (the
  * engine's shape check, with arg: 0, or -1 with err) against N, the
- * gang's communicator and its splits, rank 0's one-process engine (the
+ * gang's communicator, the ranks' positions (mpplace.h: a refusal fails
+ * every rank alike) and its splits, rank 0's one-process engine (the
  * pre-flight loss, validation) and the step's buffers. 0, or the exit
  * status (before the communicator: every rank fails alike); aborts the
  * gang after it. */

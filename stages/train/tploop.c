@@ -10,8 +10,8 @@
 #include <stdio.h>
 
 /* The gang of N = D x P x T ranks (mploop.h, with K = P x T parts a
- * replica): rank r is shard r % T of stage (r / T) % P of replica
- * r / (T P). */
+ * replica): the rank at position p (mpplace.h; on one node, rank p) is
+ * shard p % T of stage (p / T) % P of replica p / (T P). */
 typedef struct tp_run {
   mploop l;
   int T, P;
@@ -57,6 +57,15 @@ static void summary(void *arg, trainrun *r, cJSON *s) {
                             pipeline_schedule_names[t->sched]);
 }
 
+/* The rank's memory (mploop_engine.memory): shards of its own, nothing
+ * allocated in the step. */
+static void memory(void *arg, gpt_memory *part, int *in_model,
+                   uint64_t *step_bytes) {
+  tensor_memory_get(((tp_run *)arg)->tp, part);
+  *in_model = 0;
+  *step_bytes = 0;
+}
+
 /* The shape against T and P (mploop_open's fits). */
 static int fits(void *arg, const gpt_config *cfg, int N, char *err,
                 size_t errlen) {
@@ -88,7 +97,7 @@ static int check_params(trainrun *r, tp_run *t) {
 static void start(trainrun *r, tp_run *t) {
   char err[2048];
   mploop *l = &t->l;
-  int T = t->T, pos = l->rank % l->K, sh = pos % T, s = pos / T;
+  int T = t->T, pos = l->pos % l->K, sh = pos % T, s = pos / T;
   if (comm_split(l->kc, s, pos, &t->tc, err, sizeof err) ||
       comm_split(l->kc, sh, pos, &t->pc, err, sizeof err))
     mploop_abort(r, l, "splitting the replica", err);
@@ -107,8 +116,8 @@ static void start(trainrun *r, tp_run *t) {
   /* The shards have gradients of their own: the model's full gradient
    * array is never written (rank 0's engine only evaluates). */
   gpt_release(r->model, GPT_BUF_GRADS);
-  l->eng =
-      (mploop_engine){t->tp, fb, clip, step, gather, load, NULL, summary, t};
+  l->eng = (mploop_engine){t->tp, fb,      clip, step,   gather, load,
+                           NULL,  summary, t,    memory, 1};
   size_t local, full;
   tensor_sizes(t->tp, &local, &full);
   const gpt_config *cfg = gpt_get_config(r->model);
@@ -132,7 +141,7 @@ static void start(trainrun *r, tp_run *t) {
             l->rank, sh, T, stage, sh * H / T, (sh + 1) * H / T - 1, H,
             sh * F / T, (sh + 1) * F / T - 1, F, sh * Vp / T,
             (sh + 1) * Vp / T - 1, Vp, local, full, l->m, r->c.B, r->c.m.T,
-            l->rank / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m);
+            l->pos / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m);
   zslice_memory mem;
   tensor_memory(t->tp, &mem);
   mploop_log_memory(r, l, &mem);
@@ -144,7 +153,8 @@ int tploop_run(trainrun *r, int N, int T, int P) {
                     .part = "ranks",
                     .what = "tensor-parallel ranks",
                     .N = N,
-                    .K = T * P},
+                    .K = T * P,
+                    .T = T},
               .T = T,
               .P = P};
   int status = mploop_check(r, &t.l), sc = 0;

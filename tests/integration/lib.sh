@@ -771,10 +771,16 @@ gang_dag() {
 }
 
 # gang_refused NAME TEXT WITH [WORLD]: gang_dag NAME fails, and its train
-# task's files say TEXT.
+# task's files say TEXT, or, where dagrun check refused it before the
+# run started (a shape the check knows: plugin.h's check), dagrun's
+# errors do.
 gang_refused() {
   gang_dag "$1" "$3" "${4:-2}"
   [ "$RC" -ne 0 ] || fail "$1: exit code 0"
+  if [ ! -d "$DAGRUN_RUNS_DIR/$1" ]; then
+    grep -qF -- "$2" "$T/err" || fail "$1: no \"$2\" in: $(cat "$T/err")"
+    return
+  fi
   grep -rqF -- "$2" "$(run_dir "$1")/train" || fail "$1: no \"$2\" in:
 $(cat "$(run_dir "$1")"/train/attempt-*/log)"
 }

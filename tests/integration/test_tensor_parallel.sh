@@ -223,5 +223,5 @@ gang_refused tp_world "world_size 6 is not a multiple of tensor_parallel x pipel
 printf 'dag: solo\ntasks:\n  train: {stage: train, with: {%s, tensor_parallel: 2}}\n' "$MODEL" > solo.yaml
 run_dagrun run solo.yaml --plain
 [ "$RC" -ne 0 ] || fail "solo: exit code 0"
-expect_in "$(run_dir solo)/train/attempt-1/log" "tensor_parallel 2 needs a gang of 2 CPU ranks"
+expect_in "$T/err" "tensor_parallel 2 needs a gang of 2 CPU ranks" # dagrun check's
 pass
