@@ -149,8 +149,10 @@ int comm_test(comm *c, comm_req *req, int *done, char *err, size_t errlen);
  * timeout, and its own request slots, so both can be used in turn by the
  * same thread. Pipeline parallel with data parallel beside it uses two:
  * a replica's stages and a stage's replicas. self: a one-rank
- * communicator. NCCL refuses (not built yet), saying so. Destroy it
- * before c (the last MPI communicator destroyed finalizes MPI). */
+ * communicator. NCCL: ncclCommSplit, non-blocking and polled up to the
+ * timeout (c's queued sends and recvs are enqueued first); the new one
+ * has its own CUDA stream on c's device. Destroy it before c (the last
+ * MPI communicator destroyed finalizes MPI). */
 int comm_split(comm *c, int color, int key, comm **out, char *err,
                size_t errlen);
 

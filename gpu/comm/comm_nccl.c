@@ -461,6 +461,58 @@ static int local_rank(void) {
   return 0;
 }
 
+/* s's stream, scratch float and slot events on s->device. */
+static int state_cuda(nccl_state *s, const char *what, char *err,
+                      size_t errlen) {
+  char w[64];
+  snprintf(w, sizeof w, "%s: cudaSetDevice", what);
+  if (!cuda_ok(cudaSetDevice(s->device), w, err, errlen))
+    return -1;
+  snprintf(w, sizeof w, "%s: cudaStreamCreate", what);
+  if (!cuda_ok(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking), w,
+               err, errlen))
+    return -1;
+  snprintf(w, sizeof w, "%s: cudaMalloc", what);
+  if (!cuda_ok(cudaMalloc((void **)&s->scratch, sizeof(float)), w, err,
+               errlen) ||
+      !cuda_ok(cudaMemset(s->scratch, 0, sizeof(float)), w, err, errlen))
+    return -1;
+  snprintf(w, sizeof w, "%s: cudaEventCreate", what);
+  for (; s->nev < COMM_NSLOTS; s->nev++)
+    if (!cuda_ok(
+            cudaEventCreateWithFlags(&s->ev[s->nev], cudaEventDisableTiming), w,
+            err, errlen))
+      return -1;
+  return 0;
+}
+
+/* Polls s->comm, just made (r: what the call that made it returned),
+ * until it is ready; aborts and forgets it when it failed. */
+static int comm_ready(nccl_state *s, ncclResult_t r, const char *what,
+                      double timeout_s, char *err, size_t errlen) {
+  if (r != ncclSuccess && r != ncclInProgress)
+    ncclerr(s, r, what, err, errlen);
+  else if (settle(s, what, timeout_s, err, errlen) == 0)
+    return 0;
+  if (s->comm) {
+    ncclCommAbort(s->comm);
+    s->comm = NULL;
+  }
+  return -1;
+}
+
+/* rc 0: s becomes c's state; else s is freed. Returns rc. */
+static int install(comm *c, nccl_state *s, int rc) {
+  if (rc != 0) {
+    state_free(s, 1, c->timeout_s);
+    return rc;
+  }
+  c->ops = &nccl_ops;
+  c->impl = s;
+  c->device = s->device;
+  return 0;
+}
+
 int comm_nccl_create(comm *c, const comm_config *cfg, char *err,
                      size_t errlen) {
   nccl_state *s = calloc(1, sizeof *s);
@@ -481,20 +533,8 @@ int comm_nccl_create(comm *c, const comm_config *cfg, char *err,
            s->device, ndev, ndev == 1 ? "" : "s");
     goto fail;
   }
-  if (!cuda_ok(cudaSetDevice(s->device), "create: cudaSetDevice", err,
-               errlen) ||
-      !cuda_ok(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking),
-               "create: cudaStreamCreate", err, errlen) ||
-      !cuda_ok(cudaMalloc((void **)&s->scratch, sizeof(float)),
-               "create: cudaMalloc", err, errlen) ||
-      !cuda_ok(cudaMemset(s->scratch, 0, sizeof(float)), "create: cudaMemset",
-               err, errlen))
+  if (state_cuda(s, "create", err, errlen) != 0)
     goto fail;
-  for (; s->nev < COMM_NSLOTS; s->nev++)
-    if (!cuda_ok(
-            cudaEventCreateWithFlags(&s->ev[s->nev], cudaEventDisableTiming),
-            "create: cudaEventCreate", err, errlen))
-      goto fail;
 
   /* Rank, size and the unique id. */
   ncclUniqueId id;
@@ -542,25 +582,46 @@ int comm_nccl_create(comm *c, const comm_config *cfg, char *err,
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   r = ncclCommInitRankConfig(&s->comm, c->size, id, c->rank, &config);
-  if (r != ncclSuccess && r != ncclInProgress) {
-    ncclerr(s, r, "create: ncclCommInitRankConfig", err, errlen);
-    if (s->comm) {
-      ncclCommAbort(s->comm);
-      s->comm = NULL;
-    }
+  if (comm_ready(s, r,
+                 r == ncclSuccess || r == ncclInProgress
+                     ? "create"
+                     : "create: ncclCommInitRankConfig",
+                 c->timeout_s, err, errlen) != 0)
     goto fail;
-  }
-  if (settle(s, "create", c->timeout_s, err, errlen) != 0) {
-    ncclCommAbort(s->comm);
-    s->comm = NULL;
-    goto fail;
-  }
-  c->ops = &nccl_ops;
-  c->impl = s;
-  c->device = s->device;
-  return 0;
+  return install(c, s, 0);
 
 fail:
-  state_free(s, 1, c->timeout_s);
-  return -1;
+  return install(c, s, -1);
+}
+
+int comm_nccl_split(comm *parent, int color, int key, comm *c, char *err,
+                    size_t errlen) {
+  nccl_state *ps = parent->impl;
+  /* What the parent has queued was issued first. */
+  if (flush(parent, -1, "split", err, errlen) != 0)
+    return -1;
+  nccl_state *s = calloc(1, sizeof *s);
+  if (!s) {
+    comm_seterr(err, errlen, "comm nccl: split: out of memory");
+    return -1;
+  }
+  s->device = ps->device;
+  if (state_cuda(s, "split", err, errlen) != 0)
+    goto fail;
+  /* Non-blocking as the parent; NCCL orders the new ranks by key, then
+   * by rank in the parent, as comm.h says. */
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclResult_t r = ncclCommSplit(ps->comm, color, key, &s->comm, &config);
+  if (comm_ready(s, r, "split", c->timeout_s, err, errlen) != 0)
+    goto fail;
+  if ((r = ncclCommCount(s->comm, &c->size)) != ncclSuccess ||
+      (r = ncclCommUserRank(s->comm, &c->rank)) != ncclSuccess) {
+    ncclerr(s, r, "split: the new communicator's rank and size", err, errlen);
+    goto fail;
+  }
+  return install(c, s, 0);
+
+fail:
+  return install(c, s, -1);
 }

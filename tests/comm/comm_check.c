@@ -4,7 +4,7 @@
  * test_comm.sh) or alone:
  *
  *   comm_check mpi|self|nccl [all|die-kill|die-exit|hang|abort|leave|
- *              mismatch|host-buffer|recv-kill|p2p-mismatch]
+ *              mismatch|host-buffer|recv-kill|p2p-mismatch|split-kill]
  *
  * nccl: the buffers the comm layer gets are device memory (cudaMalloc,
  * filled and read back with cudaMemcpy), so that the program is the same
@@ -37,7 +37,8 @@
  * Point to point: recv-kill: the last rank SIGKILLs itself while every
  * other rank receives from it (comm_recv), which must fail;
  * p2p-mismatch: rank 0 sends 1000 bytes to rank 1, which receives 999,
- * and both calls fail (the other ranks wait in a barrier for them).
+ * and both calls fail (the other ranks wait in a barrier for them);
+ * split-kill: the last rank SIGKILLs itself while the others split.
  */
 #include "comm/comm.h"
 
@@ -601,11 +602,25 @@ static void check_p2p(size_t nbytes, int tag) {
   bfree(&r1);
 }
 
+/* x summed over c's ranks, through a buffer of the backend's memory. */
+static float allreduce1(comm *c, float x, const char *what) {
+  buf B = balloc(sizeof x);
+  memcpy(B.h, &x, sizeof x);
+  bput(&B);
+  if (comm_allreduce_sum(c, (float *)B.d, 1, err, sizeof err) != 0)
+    die(what);
+  bget(&B);
+  memcpy(&x, B.h, sizeof x);
+  bfree(&B);
+  return x;
+}
+
 /* comm_split: the ranks of each parity, ordered backwards (key -R):
- * each sub-communicator's size, this rank's place in it, and a sum over
- * it only; then the parent still works. A negative color is refused;
- * NCCL refuses the split, saying so. */
-static void check_split(void) {
+ * each sub-communicator's size, this rank's place in it, a sum over it
+ * only, a sum over the parent while it exists, and a message around its
+ * ring (isend crossing the neighbours', then recv); then the parent still
+ * works. A negative color is refused. */
+static void check_split(int tag) {
   comm *sub = NULL;
   if (comm_split(C, -1, 0, &sub, err, sizeof err) == 0 ||
       !strstr(err, "color -1 is negative")) {
@@ -614,16 +629,6 @@ static void check_split(void) {
     comm_abort(C, 1);
   }
   nchecks++;
-  if (DEV) {
-    if (comm_split(C, 0, 0, &sub, err, sizeof err) == 0 ||
-        !strstr(err, "not in the NCCL backend")) {
-      fprintf(stderr, "comm_check: rank %d: nccl split not refused (%s)\n", R,
-              err);
-      comm_abort(C, 1);
-    }
-    nchecks++;
-    return;
-  }
   CALL("split", comm_split(C, R % 2, -R, &sub, err, sizeof err));
   int size = (N - R % 2 + 1) / 2, want = (N - 1 - R) / 2;
   if (comm_size(sub) != size || comm_rank(sub) != want) {
@@ -632,23 +637,49 @@ static void check_split(void) {
             comm_rank(sub), comm_size(sub), want, size);
     comm_abort(C, 1);
   }
-  float x = (float)R, all = 0;
+  float half = 0, all = (float)N * (float)(N - 1) / 2;
   for (int r = R % 2; r < N; r += 2)
-    all += (float)r;
-  if (comm_allreduce_sum(sub, &x, 1, err, sizeof err) != 0)
-    die("allreduce on the split");
-  expect("allreduce on the split", 1, 0, x, all);
+    half += (float)r;
+  expect("allreduce on the split", 1, 0,
+         allreduce1(sub, (float)R, "allreduce on the split"), half);
+  expect("allreduce on the parent beside the split", 1, 0,
+         allreduce1(C, (float)R, "allreduce on the parent"), all);
+  if (size > 1) {
+    /* sub's rank k is parent rank N-1-... of this parity: the message's
+     * sender is named by its parent rank, which the data encodes. */
+    int sr = comm_rank(sub), next = (sr + 1) % size,
+        prev = (sr + size - 1) % size;
+    int prev_parent = R + 2 * (sr - prev); /* ranks backwards: -2 per step */
+    buf S = pfill(1001, R, tag), Rv = balloc(1001);
+    comm_req *q;
+    CALL("isend on the split",
+         comm_isend(sub, S.d, 1001, next, &q, err, sizeof err));
+    CALL("recv on the split",
+         comm_recv(sub, Rv.d, 1001, prev, err, sizeof err));
+    CALL("wait on the split", comm_wait(sub, q, err, sizeof err));
+    pexpect("recv on the split", &Rv, prev_parent, tag);
+    bfree(&S);
+    bfree(&Rv);
+  } else {
+    nchecks += 1001; /* the byte checks the others did: equal counts */
+  }
   comm_destroy(sub);
   CALL("barrier after the split", comm_barrier(C, err, sizeof err));
 }
 
-/* failure_mode's point-to-point part: the call that must fail, and the
- * message if it returned. */
-static int p2p_failure(const char *mode) {
+/* failure_mode's point-to-point and split part: the call that must
+ * fail, and the message if it returned. */
+static int p2p_split_failure(const char *mode) {
   buf B = pfill(1000, R, 1);
   const char *what = "recv";
   int rc;
-  if (!strcmp(mode, "recv-kill")) {
+  if (!strcmp(mode, "split-kill")) {
+    if (R == N - 1)
+      raise(SIGKILL);
+    comm *sub = NULL;
+    what = "split";
+    rc = comm_split(C, R % 2, R, &sub, err, sizeof err);
+  } else if (!strcmp(mode, "recv-kill")) {
     if (R == N - 1)
       raise(SIGKILL);
     rc = comm_recv(C, B.d, 1000, N - 1, err, sizeof err);
@@ -685,8 +716,9 @@ static int failure_mode(const char *mode) {
     comm_destroy(C); /* broken: aborted, not finalized */
     return 0;
   }
-  if (!strcmp(mode, "recv-kill") || !strcmp(mode, "p2p-mismatch"))
-    return p2p_failure(mode);
+  if (!strcmp(mode, "recv-kill") || !strcmp(mode, "p2p-mismatch") ||
+      !strcmp(mode, "split-kill"))
+    return p2p_split_failure(mode);
   if (R == N - 1 && N > 1) {
     if (!strcmp(mode, "die-kill"))
       raise(SIGKILL);
@@ -729,16 +761,17 @@ int main(int argc, char **argv) {
 #endif
   else
     known = 0;
-  static const char *modes[] = {
-      "all",   "die-kill", "die-exit",    "hang",      "abort",
-      "leave", "mismatch", "host-buffer", "recv-kill", "p2p-mismatch"};
+  static const char *modes[] = {"all",          "die-kill",    "die-exit",
+                                "hang",         "abort",       "leave",
+                                "mismatch",     "host-buffer", "recv-kill",
+                                "p2p-mismatch", "split-kill"};
   int known_mode = 0;
   for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
     known_mode |= !strcmp(mode, modes[i]);
   if (!known || !known_mode) {
     fprintf(stderr,
             "usage: comm_check mpi|self%s [all|die-kill|die-exit|hang|abort|"
-            "leave|mismatch|host-buffer|recv-kill|p2p-mismatch]\n",
+            "leave|mismatch|host-buffer|recv-kill|p2p-mismatch|split-kill]\n",
 #ifdef DAGRUN_COMM_CHECK_CUDA
             "|nccl"
 #else
@@ -800,7 +833,7 @@ int main(int argc, char **argv) {
     check_allreduce_double();
   check_inflight_limit(tag);
   tag += 200;
-  check_split();
+  check_split(tag++);
   CALL("barrier", comm_barrier(C, err, sizeof err));
 
   /* Every rank did the same checks: sum their counts as a last check. */

@@ -83,21 +83,31 @@
  *   first send or recv with each peer returns ncclInProgress (NCCL's
  *   runtime connect), settled by ncclCommGetAsyncError.
  *
+ * - ncclCommSplit: collective over the parent (an AllGather of each
+ *   rank's color, key and a fresh id, which fails as the collectives do
+ *   when a peer is gone or calls something else); the ranks of a color
+ *   form a new communicator, ordered by key, then by rank in the parent,
+ *   over a segment of its own named by its first rank's id, created as
+ *   ncclCommInitRankConfig does (config NULL: the parent's blocking
+ *   mode); NCCL_SPLIT_NOCOLOR gets NULL; other negative colors are
+ *   refused with ncclInvalidArgument. ncclCommCount, ncclCommUserRank.
+ *
  * Not modelled: GPU streams and their overlap (the stream is the host
  * thread: a collective has completed, or failed, when the call returns,
  * so a real NCCL's hung kernel that a caller's timeout must catch
  * appears here as a call that fails after the emulator's own timeout,
  * which is the one to set below the caller's), topology, channels, algorithms
  * and protocols, ranks on more than one host, collectives in groups,
- * split, user-registered buffers and reduction ops,
- * fp16/bf16/fp8 reductions (ncclInvalidArgument), ncclAvg; ncclCommAbort from
- * another thread while a collective of this process blocks (NCCL's way to
- * unblock it: here the blocked call ends at the timeout, or when a peer fails).
- * NCCL_* environment variables do nothing.
+ * splitShare (resources shared with the parent), user-registered buffers and
+ * reduction ops, fp16/bf16/fp8 reductions (ncclInvalidArgument), ncclAvg;
+ * ncclCommAbort from another thread while a collective of this process blocks
+ * (NCCL's way to unblock it: here the blocked call ends at the timeout, or when
+ * a peer fails). NCCL_* environment variables do nothing.
  */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdarg>
@@ -277,10 +287,21 @@ static const char *op_name(int op) {
     return "Broadcast";
   case 4:
     return "Reduce";
+  case 5:
+    return "CommSplit";
   }
   return "?";
 }
-enum { OP_ALLREDUCE, OP_REDUCESCATTER, OP_ALLGATHER, OP_BROADCAST, OP_REDUCE };
+/* OP_SPLIT: ncclCommSplit's exchange of colors and keys, an AllGather of
+ * host memory. */
+enum {
+  OP_ALLREDUCE,
+  OP_REDUCESCATTER,
+  OP_ALLGATHER,
+  OP_BROADCAST,
+  OP_REDUCE,
+  OP_SPLIT
+};
 
 static bool reduces(int op) {
   return op == OP_ALLREDUCE || op == OP_REDUCESCATTER || op == OP_REDUCE;
@@ -760,7 +781,19 @@ struct coll {
   ncclRedOp_t redop;
   int root;
   cudaStream_t stream;
+  bool host = false; /* OP_SPLIT: the buffers are host memory */
 };
+
+/* A copy of one step, through the emulated runtime (which checks device
+ * memory), or plainly for host buffers. */
+static cudaError_t copy(const coll &k, void *dst, const void *src, size_t n,
+                        cudaMemcpyKind kind) {
+  if (k.host) {
+    memcpy(dst, src, n);
+    return cudaSuccess;
+  }
+  return cudaMemcpyAsync(dst, src, n, kind, k.stream);
+}
 
 /* One step: elements [off, off + len) of count. */
 static ncclResult_t step(ncclComm *comm, const coll &k, size_t off,
@@ -785,8 +818,8 @@ static ncclResult_t step(ncclComm *comm, const coll &k, size_t off,
   case OP_ALLREDUCE:
   case OP_REDUCE:
   case OP_ALLGATHER:
-    e = cudaMemcpyAsync(mine, k.send + off * es, len * es,
-                        cudaMemcpyDeviceToHost, k.stream);
+  case OP_SPLIT:
+    e = copy(k, mine, k.send + off * es, len * es, cudaMemcpyDeviceToHost);
     break;
   case OP_REDUCESCATTER: /* rank q's part of this step at q * len */
     for (int q = 0; q < N && e == cudaSuccess; q++)
@@ -841,10 +874,10 @@ static ncclResult_t step(ncclComm *comm, const coll &k, size_t off,
     break;
   }
   case OP_ALLGATHER:
+  case OP_SPLIT:
     for (int q = 0; q < N && e == cudaSuccess; q++)
-      e = cudaMemcpyAsync(k.recv + ((size_t)q * k.count + off) * es,
-                          slot0 + (size_t)q * sb, len * es,
-                          cudaMemcpyHostToDevice, k.stream);
+      e = copy(k, k.recv + ((size_t)q * k.count + off) * es,
+               slot0 + (size_t)q * sb, len * es, cudaMemcpyHostToDevice);
     break;
   case OP_BROADCAST:
     e = cudaMemcpyAsync(k.recv + off * es, slot0 + (size_t)k.root * sb,
@@ -916,14 +949,15 @@ static ncclResult_t run(ncclComm *comm, const coll &k) {
     return ncclSuccess;
   size_t N = (size_t)comm->nranks;
   size_t send_n = k.op == OP_REDUCESCATTER ? k.count * N : k.count;
-  size_t recv_n = k.op == OP_ALLGATHER ? k.count * N : k.count;
-  bool uses_send = k.op != OP_BROADCAST || k.root == comm->rank;
+  size_t recv_n =
+      k.op == OP_ALLGATHER || k.op == OP_SPLIT ? k.count * N : k.count;
+  bool uses_send = !k.host && (k.op != OP_BROADCAST || k.root == comm->rank);
   if (uses_send && !device_range(k.send, send_n * es))
     return fail(comm, ncclInvalidArgument,
                 "emulated NCCL: %s: sendbuff %p (%zu elements) is not device "
                 "memory (the emulated runtime's EMU ERROR says more)",
                 what, (const void *)k.send, send_n);
-  bool uses_recv = k.op != OP_REDUCE || k.root == comm->rank;
+  bool uses_recv = !k.host && (k.op != OP_REDUCE || k.root == comm->rank);
   if (uses_recv && !device_range(k.recv, recv_n * es))
     return fail(comm, ncclInvalidArgument,
                 "emulated NCCL: %s: recvbuff %p (%zu elements) is not device "
@@ -938,7 +972,7 @@ static ncclResult_t run(ncclComm *comm, const coll &k) {
     size_t len = k.count - off < per ? k.count - off : per;
     r = step(comm, k, off, len);
   }
-  if (comm->blocking)
+  if (comm->blocking || k.host)
     return r;
   /* Non-blocking: the call enqueued the work, and what became of it is
    * the communicator's asynchronous state, as with NCCL: a peer lost
@@ -1295,4 +1329,71 @@ ncclResult_t ncclSend(const void *sendbuff, size_t count,
 ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype,
                       int peer, ncclComm_t comm, cudaStream_t stream) {
   return p2p_post(false, recvbuff, count, datatype, peer, comm, stream);
+}
+
+/* ---- split ---- */
+
+struct split_info {
+  int32_t color, key;
+  unsigned char rnd[EMU_ID_RANDOM]; /* the new segment's name, if leader */
+};
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
+                           ncclComm_t *newcomm, ncclConfig_t *config) {
+  if (!newcomm)
+    return fail(comm, ncclInvalidArgument, "ncclCommSplit: NULL newcomm");
+  *newcomm = nullptr;
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+    return fail(comm, ncclInvalidArgument,
+                "emulated NCCL: ncclCommSplit: color %d is negative and not "
+                "NCCL_SPLIT_NOCOLOR",
+                color);
+  /* Every rank of comm takes part (NCCL's split is collective over the
+   * parent): colors, keys and a fresh id from each, gathered. */
+  ncclUniqueId id;
+  ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess)
+    return r;
+  split_info mine = {color, key, {0}};
+  memcpy(mine.rnd, id.internal + sizeof EMU_ID_MAGIC - 1, EMU_ID_RANDOM);
+  std::vector<split_info> all(comm ? (size_t)comm->nranks : 0);
+  r = run(comm,
+          {OP_SPLIT, (const unsigned char *)&mine, (unsigned char *)all.data(),
+           sizeof mine, ncclUint8, ncclSum, 0, nullptr, true});
+  if (r != ncclSuccess)
+    return r;
+  if (color == NCCL_SPLIT_NOCOLOR)
+    return ncclSuccess;
+  /* The ranks of this color, ordered by key, then by rank in comm: the
+   * first one's id names the new communicator. */
+  std::vector<int> members;
+  for (int q = 0; q < comm->nranks; q++)
+    if (all[q].color == color)
+      members.push_back(q);
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[a].key < all[b].key; });
+  int newrank = 0;
+  while (members[newrank] != comm->rank)
+    newrank++;
+  memcpy(id.internal + sizeof EMU_ID_MAGIC - 1, all[members[0]].rnd,
+         EMU_ID_RANDOM);
+  /* No config: the parent's (its blocking mode). */
+  ncclConfig_t inherit = NCCL_CONFIG_INITIALIZER;
+  inherit.blocking = comm->blocking;
+  return ncclCommInitRankConfig(newcomm, (int)members.size(), id, newrank,
+                                config ? config : &inherit);
+}
+
+ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
+  if (!comm || !count)
+    return fail(comm, ncclInvalidArgument, "ncclCommCount: NULL argument");
+  *count = comm->nranks;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
+  if (!comm || !rank)
+    return fail(comm, ncclInvalidArgument, "ncclCommUserRank: NULL argument");
+  *rank = comm->rank;
+  return ncclSuccess;
 }
