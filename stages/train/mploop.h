@@ -21,7 +21,8 @@
  *
  * Refused by mploop_check, before any collective, with the numbers: a
  * gang not started by a launcher, world_size not a multiple of K,
- * device: cuda, dropout, overfit_one_batch.
+ * device: cuda (but where the engine runs on GPU ranks, mploop.gpu_ok:
+ * then with one replica, world_size = K), dropout, overfit_one_batch.
  */
 #ifndef DAGRUN_TRAIN_MPLOOP_H
 #define DAGRUN_TRAIN_MPLOOP_H
@@ -57,8 +58,10 @@ typedef struct mploop {
   const char *part;  /* what a rank holds, plural: "stages" */
   const char *what;  /* the parts in words: "pipeline stages" */
   int N, K;          /* gang size (0: not in a gang), parts a replica */
+  int gpu_ok;        /* the engine runs on GPU ranks (one replica) */
   /* Set by mploop_check and mploop_open: */
   int D, m, rank; /* replicas, micro-batches a step, this rank */
+  int gpu;        /* device: cuda asked for and taken (gpu_ok, D = 1) */
   comm *c;        /* the gang: the stop agreement */
   comm *kc;       /* this replica's K parts: the engine's */
   comm *dc;       /* this part's D replicas: the gradients' mean */
