@@ -30,7 +30,12 @@
  * RoPE and GQA's layout step, fch_pre the (N,2I) gate and up products,
  * fch_gelu the (N,I) SwiGLU output, d4c (N, max(3I, C+2KVD)) the MLP's
  * and the q/k/v product's gradients, and RoPE's cos and sin tables
- * (T,hs/2) FP32 come last.
+ * (T,hs/2) FP32 come last. A tensor shard (gpt_cuda_options.tp, GPT-2)
+ * has the widths of its heads (3C, C and NH above divided by the
+ * ranks), MLP columns (4C) and vocabulary rows (Vp), its parameters the
+ * shard's, and the FP32 buffers of its collectives after the rest:
+ * (N,C), the row maxima (N) and every rank's, their maximum (N) and the
+ * cross-entropy's sums (2N).
  */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -244,7 +249,14 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
   size_t C = cfg->n_embd, NH = cfg->n_head, Vp = cfg->padded_vocab;
   size_t L = cfg->n_layer, N = (size_t)B * T;
   const int llama = cfg->family == GPT_FAMILY_LLAMA;
-  const widths w = fw_of(cfg);
+  widths w = fw_of(cfg);
+  /* A tensor shard's (a GPT-2's) activations are its heads', MLP
+   * columns' and vocabulary rows': Ca, NHa, the widths and Vl of them. */
+  size_t R = tpr > 1 ? (size_t)tpr : 1, Ca = C / R, NHa = NH / R;
+  size_t Vl = Vp / R;
+  w.fc /= R;
+  w.hid /= R;
+  w.d4c /= R;
   float *master = (float *)take(&c, nm * 4);
   floatX *params = (floatX *)take(&c, padded * 2);
   uint64_t p_bytes = c.off;
@@ -265,9 +277,9 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
     lb.ln1 = (floatX *)take(&c, N * C * 2);
     lb.ln1_mean = llama ? NULL : (float *)take(&c, N * 4);
     lb.ln1_rstd = (float *)take(&c, N * 4);
-    lb.qkv = (floatX *)take(&c, N * 3 * C * 2);
-    lb.atty = (floatX *)take(&c, N * C * 2);
-    lb.lse = (float *)take(&c, (size_t)B * NH * T * 4);
+    lb.qkv = (floatX *)take(&c, N * 3 * Ca * 2);
+    lb.atty = (floatX *)take(&c, N * Ca * 2);
+    lb.lse = (float *)take(&c, (size_t)B * NHa * T * 4);
     lb.res2 = (floatX *)take(&c, N * C * 2);
     lb.ln2 = (floatX *)take(&c, N * C * 2);
     lb.ln2_mean = llama ? NULL : (float *)take(&c, N * 4);
@@ -287,12 +299,12 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
   floatX *lnf = (floatX *)take(&c, N * C * 2);
   float *lnf_mean = llama ? NULL : (float *)take(&c, N * 4);
   float *lnf_rstd = (float *)take(&c, N * 4);
-  floatX *logits = (floatX *)take(&c, N * Vp * 2);
+  floatX *logits = (floatX *)take(&c, N * Vl * 2);
   float *losses = (float *)take(&c, N * 4);
   float *scalars = (float *)take(&c, 2 * 4);
   floatX *dresid = (floatX *)take(&c, N * C * 2);
   floatX *dbuf = (floatX *)take(&c, N * C * 2);
-  floatX *dqkv = (floatX *)take(&c, N * 3 * C * 2);
+  floatX *dqkv = (floatX *)take(&c, N * 3 * Ca * 2);
   floatX *d4c = (floatX *)take(&c, N * w.d4c * 2);
   size_t sb = scratch_need(cfg, B, T, ngrads, sm);
   void *scratch = take(&c, sb);
@@ -301,8 +313,7 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
   size_t rope_n = llama ? (size_t)T * (C / NH / 2) : 0;
   float *rope_cs = llama ? (float *)take(&c, rope_n * 4) : NULL;
   float *rope_sn = llama ? (float *)take(&c, rope_n * 4) : NULL;
-  /* Tensor parallel's collectives' buffers (the activations above keep
-   * the whole model's widths: a shard uses part of each). */
+  /* Tensor parallel's collectives' buffers (FP32). */
   size_t tn = tpr > 1 ? N : 0;
   float *tpbuf = (float *)take(&c, tn * C * 4);
   float *tpmax = (float *)take(&c, tn * 4);

@@ -1665,6 +1665,34 @@ static void tp_refusals(comm *nc) {
   printf("tensor: refusals checked: %s\n", err);
 }
 
+/* A shard's device memory (gpt_cuda_memory_estimate) against one GPU's:
+ * its parameters, gradients and optimizer state are its layout's n
+ * floats, and its activations less (its heads', MLP columns' and
+ * vocabulary rows'; the residual stream and the collectives' buffers
+ * are whole). */
+static void tp_memory(const gpt *m, int R) {
+  char err[2048];
+  tensor_layout *lay = NULL;
+  if (tensor_layout_create(m, R, &lay, err, sizeof err) != 0)
+    die("tensor_layout_create", err);
+  size_t n = tensor_layout_floats(lay, NULL), P = gpt_num_params(m);
+  tensor_layout_destroy(lay);
+  gpt_cuda_options o = {.opt = optim_cfg(OPTIM_ADAMW),
+                        .tp = {.ranks = R, .n = n}};
+  gpt_memory sh, one;
+  gpt_cuda_memory_estimate(gpt_get_config(m), TP_B, TP_T, &o, &sh);
+  o.tp.ranks = 0;
+  gpt_cuda_memory_estimate(gpt_get_config(m), TP_B, TP_T, &o, &one);
+  printf("tensor: a shard of %d: %zu of %zu parameters; device bytes: "
+         "params %llu of %llu, grads %llu of %llu, activations %llu of %llu\n",
+         R, n, P, (unsigned long long)sh.params, (unsigned long long)one.params,
+         (unsigned long long)sh.grads, (unsigned long long)one.grads,
+         (unsigned long long)sh.acts, (unsigned long long)one.acts);
+  CHECK(n < P && sh.grads < one.grads && sh.optim < one.optim &&
+            sh.acts < one.acts,
+        "tensor: a shard's memory is not below one GPU's");
+}
+
 /* The gathered checkpoint (rank 0's model and optimizer) to every rank,
  * which loads its shards from it. */
 static void tp_reload(comm *ctl, tensor_cuda *t, gpt *m, optim *o) {
@@ -1696,6 +1724,8 @@ static int cmd_tensor(void) {
   gpt *m = make_model(7), *w0 = make_model(7);
   optim *full = make_optim(m, OPTIM_ADAMW);
   size_t P = gpt_num_params(m);
+  if (r == 0)
+    tp_memory(m, R);
   tensor_cuda_options to = {
       .micro = TP_MICRO, .B = TP_B, .T = TP_T, .opt = optim_cfg(OPTIM_ADAMW)};
   gpt_cuda_options go = {.B = TP_B,
