@@ -182,6 +182,7 @@ struct gpt_cuda {
    * buffers of the collectives: tpbuf (N,C), the row maxima (N) and
    * every rank's (tpr,N), their maximum (N), the sums (2N). */
   int tpr, tpk, Cl, NHl, Fl, Vl, vlo, Vv;
+  int KVl; /* a Llama's key/value heads here */
   float *tpbuf, *tpmax, *tpmax_all, *tpgmax, *tpred;
 };
 
@@ -598,8 +599,7 @@ static int plan_tensor_parallel(gpt_cuda *g, const gpt_cuda_options *o,
   g->tpk = R > 1 ? tp->rank : 0;
   if (R > 1) {
     const char *why =
-        c->family == GPT_FAMILY_LLAMA               ? "the Llama family"
-        : o->shard_n || o->npieces || o->grad_shard ? "ZeRO's shards"
+        o->shard_n || o->npieces || o->grad_shard ? "ZeRO's shards"
         : o->recompute != GPT_RECOMPUTE_NONE ? "recompute (use recompute: none)"
         : !tp->tensors || !tp->allreduce || !tp->allgather
             ? "no shard layout or collectives"
@@ -607,16 +607,20 @@ static int plan_tensor_parallel(gpt_cuda *g, const gpt_cuda_options *o,
     if (why)
       return fail(err, errlen, "gpt_cuda: tensor parallel runs without %s",
                   why);
+    const int llama = c->family == GPT_FAMILY_LLAMA;
     if (tp->rank < 0 || tp->rank >= R || c->n_head % R != 0 ||
-        c->padded_vocab % R != 0)
+        c->padded_vocab % R != 0 ||
+        (llama && (c->n_kv_head % R != 0 || c->intermediate % R != 0)))
       return fail(err, errlen,
-                  "gpt_cuda: tensor-parallel rank %d of %d (n_head %d and "
-                  "padded_vocab %d must divide by the ranks)",
+                  "gpt_cuda: tensor-parallel rank %d of %d (n_head %d, "
+                  "padded_vocab %d and a Llama's n_kv_head and "
+                  "intermediate_size must divide by the ranks)",
                   tp->rank, R, c->n_head, c->padded_vocab);
   }
   g->Cl = c->n_embd / R;
   g->NHl = c->n_head / R;
-  g->Fl = 4 * c->n_embd / R;
+  g->KVl = c->n_kv_head / R;
+  g->Fl = (c->family == GPT_FAMILY_LLAMA ? c->intermediate : 4 * c->n_embd) / R;
   g->Vl = c->padded_vocab / R;
   g->vlo = g->tpk * g->Vl;
   int real = c->vocab_size - g->vlo;
@@ -1136,22 +1140,26 @@ static int llama_layer_forward(gpt_cuda *g, int l, const layer_bufs *la,
                                char *err, size_t errlen) {
   const kern_ctx *k = &g->k;
   const gpt_config *c = &g->cfg;
-  int C = c->n_embd, NH = c->n_head, KV = c->n_kv_head, N = B * T;
-  int I = c->intermediate;
+  /* A tensor shard's widths (gpt2_layer_forward): its query and
+   * key/value heads, its SwiGLU columns; o_proj and down_proj are the
+   * row-split products (no bias), summed over the group. */
+  int C = c->n_embd, Cl = g->Cl, NH = g->NHl, KV = g->KVl, N = B * T;
+  int I = g->Fl, QKV = Cl + 2 * KV * (C / c->n_head);
   float eps = c->norm_eps;
-  const widths w = fw_of(c);
-  /* in -> ln1 (N,C) -> q|k|v (N,C+2KVD) -> qkv (N,3C) -> atty (N,C) */
+  /* in -> ln1 (N,C) -> q|k|v (N,Cl+2KVD) -> qkv (N,3Cl) -> atty (N,Cl) */
   KK(kern_rmsnorm_forward(k, NULL, la->ln1, la->ln1_rstd, in, NULL,
                           PL(l, LLAMA_LN1_W), eps, N, C, err, errlen));
-  KK(kern_linear_forward(k, g->dqkv, la->ln1, PL(l, LLAMA_Q_W), N, C,
-                         (int)w.qkv_kv, err, errlen));
-  KK(kern_rope_qkv_forward(k, la->qkv, g->dqkv, g->rope_cs, g->rope_sn, B, T, C,
-                           NH, KV, err, errlen));
-  KK(kern_attention_forward(k, la->atty, la->lse, la->qkv, B, T, C, NH, err,
+  KK(kern_linear_forward(k, g->dqkv, la->ln1, PL(l, LLAMA_Q_W), N, C, QKV, err,
+                         errlen));
+  KK(kern_rope_qkv_forward(k, la->qkv, g->dqkv, g->rope_cs, g->rope_sn, B, T,
+                           Cl, NH, KV, err, errlen));
+  KK(kern_attention_forward(k, la->atty, la->lse, la->qkv, B, T, Cl, NH, err,
                             errlen));
   /* res2 = in + atty o_proj^T; ln2 = RMSNorm(res2) */
-  KK(kern_linear_forward(k, g->proj, la->atty, PL(l, LLAMA_O_W), N, C, C, err,
+  KK(kern_linear_forward(k, g->proj, la->atty, PL(l, LLAMA_O_W), N, Cl, C, err,
                          errlen));
+  if (tp_sum(g, g->proj, (size_t)N * C, err, errlen) != 0)
+    return -1;
   KK(kern_rmsnorm_forward(k, la->res2, la->ln2, la->ln2_rstd, in, g->proj,
                           PL(l, LLAMA_LN2_W), eps, N, C, err, errlen));
   /* ln2 -> gate|up (N,2I) -> hid (N,I) = silu(gate) * up */
@@ -1163,6 +1171,8 @@ static int llama_layer_forward(gpt_cuda *g, int l, const layer_bufs *la,
   /* out = res2 + hid down_proj^T */
   KK(kern_linear_forward(k, g->proj, la->fch_gelu, PL(l, LLAMA_DOWN_W), N, I, C,
                          err, errlen));
+  if (tp_sum(g, g->proj, (size_t)N * C, err, errlen) != 0)
+    return -1;
   KK(kern_residual_forward(k, out, la->res2, g->proj, (size_t)N * C, err,
                            errlen));
   return 0;
@@ -1399,9 +1409,10 @@ static int llama_layer_backward(gpt_cuda *g, int l, const layer_bufs *la,
                                 size_t errlen) {
   const kern_ctx *k = &g->k;
   const gpt_config *c = &g->cfg;
-  int C = c->n_embd, NH = c->n_head, KV = c->n_kv_head, N = B * T;
-  int I = c->intermediate;
-  const widths w = fw_of(c);
+  /* A tensor shard's widths (llama_layer_forward); the column-split
+   * products' input gradients summed over the group. */
+  int C = c->n_embd, Cl = g->Cl, NH = g->NHl, KV = g->KVl, N = B * T;
+  int I = g->Fl, QKV = Cl + 2 * KV * (C / c->n_head);
   if (g->o.recompute == GPT_RECOMPUTE_BLOCK) {
     if (layer_forward(g, l, la, in, NULL, B, T, err, errlen) != 0)
       return -1;
@@ -1415,6 +1426,8 @@ static int llama_layer_backward(gpt_cuda *g, int l, const layer_bufs *la,
   KK(kern_swiglu_backward(k, g->d4c, dhid, la->fch_pre, N, I, err, errlen));
   KK(kern_linear_backward(k, g->dbuf, GL(l, LLAMA_GATE_W), g->d4c, la->ln2,
                           PL(l, LLAMA_GATE_W), N, C, 2 * I, err, errlen));
+  if (tp_sum(g, g->dbuf, (size_t)N * C, err, errlen) != 0)
+    return -1;
   /* d ln2 -> dresid += (now d res2) */
   KK(kern_rmsnorm_backward(k, g->dresid, GL(l, LLAMA_LN2_W), g->scratch,
                            g->dbuf, la->res2, PL(l, LLAMA_LN2_W), la->ln2_rstd,
@@ -1422,13 +1435,15 @@ static int llama_layer_backward(gpt_cuda *g, int l, const layer_bufs *la,
   /* Attention. d res2 -> dbuf = d atty -> dqkv (N,3C) -> d4c
    * (N,C+2KVD): RoPE turned back, GQA's heads summed -> dbuf = d ln1 */
   KK(kern_linear_backward(k, g->dbuf, GL(l, LLAMA_O_W), g->dresid, la->atty,
-                          PL(l, LLAMA_O_W), N, C, C, err, errlen));
+                          PL(l, LLAMA_O_W), N, Cl, C, err, errlen));
   KK(kern_attention_backward(k, g->dqkv, g->scratch, g->dbuf, la->qkv, la->atty,
-                             la->lse, B, T, C, NH, err, errlen));
-  KK(kern_rope_qkv_backward(k, g->d4c, g->dqkv, g->rope_cs, g->rope_sn, B, T, C,
-                            NH, KV, err, errlen));
+                             la->lse, B, T, Cl, NH, err, errlen));
+  KK(kern_rope_qkv_backward(k, g->d4c, g->dqkv, g->rope_cs, g->rope_sn, B, T,
+                            Cl, NH, KV, err, errlen));
   KK(kern_linear_backward(k, g->dbuf, GL(l, LLAMA_Q_W), g->d4c, la->ln1,
-                          PL(l, LLAMA_Q_W), N, C, (int)w.qkv_kv, err, errlen));
+                          PL(l, LLAMA_Q_W), N, C, QKV, err, errlen));
+  if (tp_sum(g, g->dbuf, (size_t)N * C, err, errlen) != 0)
+    return -1;
   /* d ln1 -> dresid += (now d of the block's input) */
   KK(kern_rmsnorm_backward(k, g->dresid, GL(l, LLAMA_LN1_W), g->scratch,
                            g->dbuf, in, PL(l, LLAMA_LN1_W), la->ln1_rstd, N, C,

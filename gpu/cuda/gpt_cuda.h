@@ -54,28 +54,31 @@ typedef struct gpt_cuda_piece {
 
 /* Tensor parallel (gpt_cuda_options.tp; gpu/tensor/tensor_cuda.h drives
  * it): this gpt_cuda is rank `rank` of a tensor group of `ranks` GPUs,
- * with Megatron-LM's shards of a GPT-2 (gpu/tensor/tensor.h: c_attn and
- * c_fc by columns, attn.c_proj and mlp.c_proj by rows, wte by vocabulary
- * rows, the rest replicated). Its parameter layout is the shard's, n
- * floats, tensor i (gpt.h's order) at tensors[i]: the master weights,
- * the BF16 copy, the gradients and the optimizer state all cover the
- * shard; they move with gpt_cuda_upload_shard / _download_shard (zero
- * after create). The passes run the same kernels on the local widths
- * (n_head / ranks heads, 4C / ranks MLP columns, padded_vocab / ranks
- * vocabulary rows); the row-split products' biases are added by rank 0
- * alone. Between kernels the engine calls the group's collectives on
- * FP32 device buffers, its stream synchronized first, and goes on when
- * they return (complete): allreduce sums n floats in place, allgather
- * puts every rank's n floats into recv (rank r's at r n). They are
- * called, in the same order on every rank: after the lookup and after
- * each row-split product (the BF16 (B,T,C) summed in FP32 and rounded
- * once), between the vocabulary-parallel cross-entropy's kernels (the
+ * with Megatron-LM's shards of the model (gpu/tensor/tensor.h: GPT-2's
+ * c_attn and c_fc by columns, attn.c_proj and mlp.c_proj by rows; a
+ * Llama's q, k, v, gate and up by rows (heads, key/value heads, SwiGLU
+ * columns), o_proj and down_proj by columns; the embedding and an untied
+ * head by vocabulary rows; the rest replicated). The fused q|k|v and
+ * gate|up products read adjacent shards, as tensor.h lays them out. Its
+ * parameter layout is the shard's, n floats, tensor i (gpt.h's order) at
+ * tensors[i]: the master weights, the BF16 copy, the gradients and the
+ * optimizer state all cover the shard; they move with gpt_cuda_upload_shard /
+ * _download_shard (zero after create). The passes run the same kernels on the
+ * local widths (n_head / ranks heads, n_kv_head / ranks key/value heads, 4C or
+ * intermediate_size / ranks MLP columns, padded_vocab / ranks vocabulary
+ * rows); GPT-2's row-split products' biases are added by rank 0 alone. Between
+ * kernels the engine calls the group's collectives on FP32 device buffers, its
+ * stream synchronized first, and goes on when they return (complete): allreduce
+ * sums n floats in place, allgather puts every rank's n floats into recv (rank
+ * r's at r n). They are called, in the same order on every rank: after the
+ * lookup and after each row-split product (the BF16 (B,T,C) summed in FP32 and
+ * rounded once), between the vocabulary-parallel cross-entropy's kernels (the
  * row maxima gathered, the sums of exp and the target's logit summed),
  * and in backward after each column-split product's input gradient and
  * the head's. Hooks, not a comm handle: gpu/cuda does not link the comm
  * layer (the emulator's build swaps it), and a test can sum by hand.
- * Not with ZeRO (shard_n, pieces), recompute or the Llama family
- * (refused by gpt_cuda_create). */
+ * Not with ZeRO (shard_n, pieces) or recompute (refused by
+ * gpt_cuda_create). */
 typedef struct gpt_cuda_tp_tensor {
   size_t offset, numel;
 } gpt_cuda_tp_tensor;

@@ -61,12 +61,6 @@ static int check(comm *c, const gpt_config *cfg, int ranks, char *err,
     snprintf(err, errlen, "tensor parallel on GPUs needs an NCCL communicator");
     return -1;
   }
-  if (cfg->family == GPT_FAMILY_LLAMA) {
-    snprintf(err, errlen,
-             "tensor parallel on GPUs (device: cuda) trains GPT-2 models, "
-             "not the Llama family yet (train it with device: cpu)");
-    return -1;
-  }
   return tensor_check(cfg, ranks, ranks, err, errlen);
 }
 

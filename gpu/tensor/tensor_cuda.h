@@ -1,5 +1,6 @@
 /*
- * tensor_cuda: tensor-parallel training of a GPT-2 on GPU ranks, the
+ * tensor_cuda: tensor-parallel training of a GPT-2 or a Llama on GPU
+ * ranks, the
  * CUDA engine's version of tensor.h: a tensor group of T GPUs over an
  * NCCL communicator, each rank a gpt_cuda in its tensor-shard mode
  * (gpt_cuda.h's gpt_cuda_tp).
@@ -22,9 +23,10 @@
  * rounded once more) and the softmax's denominator summed in another
  * order: the losses match one GPU's to BF16 rounding, not to the bit.
  *
- * Not here (refused by tensor_cuda_create with the reason): the Llama
- * family, recompute, data parallel beside it (D x T needs comm_split on
- * NCCL), pipeline stages, ZeRO.
+ * Not here: recompute (the engine runs without), data parallel beside
+ * it (D x T needs comm_split on NCCL), pipeline stages, ZeRO; a shape
+ * tensor_check refuses is refused by tensor_cuda_create with its
+ * message.
  *
  * Every function but tensor_cuda_step and _destroy is collective over
  * the group. 0, or -1 with err; a failed collective leaves the

@@ -138,13 +138,6 @@ static int fits(void *arg, const gpt_config *cfg, int N, char *err,
   tp_run *t = arg;
   if (tensor_check(cfg, t->T, N, err, errlen) != 0)
     return -1;
-  if (t->l.gpu && cfg->family == GPT_FAMILY_LLAMA) {
-    snprintf(err, errlen,
-             "tensor_parallel %d with device: cuda trains GPT-2 models, not "
-             "the Llama family yet: use device: cpu",
-             t->T);
-    return -1;
-  }
   return t->P > 1 ? pipeline_check(cfg, t->P, N / t->T, err, errlen) : 0;
 }
 

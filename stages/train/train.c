@@ -145,7 +145,7 @@ static const dagrun_param_spec params[] = {
      "then all backwards)"},
     {"tensor_parallel", DAGRUN_PARAM_INT, "1", 0,
      "Tensor-parallel ranks (CPU ranks, GPT-2 and Llama models; with "
-     "device: cuda one group of GPU ranks, GPT-2, world_size = "
+     "device: cuda one group of GPU ranks, world_size = "
      "tensor_parallel; Megatron-LM's split): each block's heads and MLP "
      "columns, and the "
      "vocabulary, cut over this many consecutive ranks; it must divide "

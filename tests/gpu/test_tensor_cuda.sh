@@ -18,4 +18,8 @@ OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   NCCL_MULTI_RANK_GPU_ENABLE=$share \
   mpirun -np 2 --oversubscribe --bind-to none "$GPU_CHECK" tensor ||
   fail "gpt_cuda_check tensor on two ranks failed"
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+  NCCL_MULTI_RANK_GPU_ENABLE=$share \
+  mpirun -np 2 --oversubscribe --bind-to none -x GPT_CUDA_CHECK_MODEL=llama \
+  "$GPU_CHECK" tensor || fail "gpt_cuda_check tensor on a Llama failed"
 pass

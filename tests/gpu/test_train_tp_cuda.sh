@@ -18,8 +18,9 @@
 #   tensor_parallel 2;
 # - the gang's checkpoint of step N/2 resumes as one GPU process with
 #   the gang's losses of the steps after (same bound);
+# - the same for a Llama (GQA, an untied head) against one GPU;
 # - refused at start, saying what to do: device: cuda beside data
-#   parallel (world_size 4 with tensor_parallel 2), a Llama, and T x P.
+#   parallel (world_size 4 with tensor_parallel 2), and T x P.
 # A machine with one GPU skips it (NCCL wants a GPU a rank); the
 # emulator's ctest (gpu/train_tp_cuda_emulated) has as many as asked.
 . "$(dirname "$0")/gpu_env.sh"
@@ -61,10 +62,23 @@ losses "$(run_dir t2one)" > t2one.losses
 awk -v h="$H" '$1 > h' t2.losses > t2.tail
 same_losses t2.tail t2one.losses 5e-4
 
+# A Llama (GQA: 4 query heads on 2 key/value heads, an untied head):
+# tensor_parallel 2 against one GPU, the same bounds.
+LDATA=$(make_token_data tpllama 320)
+LCOMMON="data: \"$LDATA\", model: llama-tiny, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 64, intermediate_size: 128, head: untied, block_size: 32, seq_len: 32, batch_size: 2, steps: $N, lr: 0.003, warmup: 2, eval_every: 0, samples: 0, spike_policy: none, checkpoint_every: $H, seed: 7$EVAL"
+printf 'dag: lone\ntasks:\n  train: {stage: train, with: {%s, device: cuda}}\n' "$LCOMMON" > lone.yaml
+run_dagrun run lone.yaml --plain --no-cache
+expect_rc 0
+losses "$(run_dir lone)" > lone.losses
+gang_dag lt2 "$LCOMMON, tensor_parallel: 2, device: cuda"
+expect_rc 0
+losses "$(run_dir lt2)" > lt2.losses
+same_losses lone.losses lt2.losses 5e-4
+same_weights "$(run_dir lone)/train/checkpoints/$CK/model.safetensors" \
+  "$(run_dir lt2)/train/checkpoints/$CK/model.safetensors" 0.05
+
 gang_refused dp "tensor_parallel 2 runs on CPU ranks without device: cuda beside data parallel (world_size 4 is 2 replicas)" \
   "$COMMON, tensor_parallel: 2, device: cuda" 4
-gang_refused llama "tensor_parallel 2 with device: cuda trains GPT-2 models, not the Llama family yet" \
-  "${COMMON/n_layer: 2/model: llama-tiny, n_layer: 2}, tensor_parallel: 2, device: cuda"
 gang_refused txp "tensor_parallel x pipeline_parallel 4 runs on CPU ranks without device: cuda" \
   "$COMMON, tensor_parallel: 2, pipeline_parallel: 2, device: cuda" 4
 pass
