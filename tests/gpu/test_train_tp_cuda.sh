@@ -19,6 +19,9 @@
 # - the gang's checkpoint of step N/2 resumes as one GPU process with
 #   the gang's losses of the steps after (same bound);
 # - the same for a Llama (GQA, an untied head) against one GPU;
+# - deterministic: true: two gangs' losses bitwise equal (on the
+#   emulator the gang without it gave equal bits too: its float atomics
+#   land in one order there; a GPU's do not);
 # - refused at start, saying what to do: device: cuda beside data
 #   parallel (world_size 4 with tensor_parallel 2), and T x P.
 # A machine with one GPU skips it (NCCL wants a GPU a rank); the
@@ -76,6 +79,18 @@ losses "$(run_dir lt2)" > lt2.losses
 same_losses lone.losses lt2.losses 5e-4
 same_weights "$(run_dir lone)/train/checkpoints/$CK/model.safetensors" \
   "$(run_dir lt2)/train/checkpoints/$CK/model.safetensors" 0.05
+
+# deterministic: true: two runs of the gang (4 steps), the same bits
+# (the emulator runs their threads in another order each call).
+for d in det1 det2; do
+  printf 'dag: %s\ntasks:\n  train:\n    stage: train\n    world_size: 2\n    launcher: mpirun\n    %s\n    with: {%s}\n' \
+    "$d" "$GANG_ENV" "${COMMON/steps: $N/steps: 4}, tensor_parallel: 2, device: cuda, deterministic: true" > "$d.yaml"
+  run_dagrun run "$d.yaml" --plain --no-cache
+  expect_rc 0
+  losses "$(run_dir "$d")" > "$d.losses"
+done
+[ "$(wc -l < det1.losses)" -eq 4 ] && cmp -s det1.losses det2.losses ||
+  fail "deterministic: the two gangs' losses differ: $(diff det1.losses det2.losses | head)"
 
 gang_refused dp "tensor_parallel 2 runs on CPU ranks without device: cuda beside data parallel (world_size 4 is 2 replicas)" \
   "$COMMON, tensor_parallel: 2, device: cuda" 4
