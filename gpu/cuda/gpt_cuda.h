@@ -77,7 +77,11 @@ typedef struct gpt_cuda_piece {
  * and in backward after each column-split product's input gradient and
  * the head's. Hooks, not a comm handle: gpu/cuda does not link the comm
  * layer (the emulator's build swaps it), and a test can sum by hand.
- * Not with ZeRO (shard_n, pieces) or recompute (refused by
+ * What stays the caller's: the group's clipping norm (gpt_cuda_grad_sumsq
+ * of the shard's ranges, summed; gpt_cuda_clip_grad_norm sees one
+ * shard), keeping the replicated tensors' copies equal, and the hooks
+ * (gpt_cuda_set_grad_hook's offsets are the shard layout's, not gpt.h's
+ * flat one). Not with ZeRO (shard_n, pieces) or recompute (refused by
  * gpt_cuda_create). */
 typedef struct gpt_cuda_tp_tensor {
   size_t offset, numel;
