@@ -189,26 +189,33 @@ static int split_of_llama(size_t i, size_t nt, int untied) {
   }
 }
 
+/* The shard layout (tensor.h): the shards of every tensor of a model
+ * over `ranks` ranks, n floats of which the replicated [0, nrepl). */
+struct tensor_layout {
+  shard *sh;
+  size_t nsh, n, nrepl;
+};
+
 /* The shards of every tensor, the replicated ones laid out first. */
-static int make_shards(tensor_par *p) {
-  size_t nt = gpt_tensor_count(p->model);
-  const gpt_config *cfg = gpt_get_config(p->model);
-  int L = cfg->n_layer;
+static int layout_fill(tensor_layout *p, const gpt *model, int ranks) {
+  size_t nt = gpt_tensor_count(model);
+  const gpt_config *cfg = gpt_get_config(model);
+  int L = cfg->n_layer, llama = cfg->family == GPT_FAMILY_LLAMA;
   if (!(p->sh = calloc(nt, sizeof *p->sh)))
     return -1;
   p->nsh = nt;
   for (size_t i = 0; i < nt; i++) {
-    const gpt_tensor *t = gpt_tensor_at(p->model, i);
+    const gpt_tensor *t = gpt_tensor_at(model, i);
     shard *s = &p->sh[i];
     s->foff = t->offset;
     s->rows = t->ndim == 2 ? (size_t)t->shape[0] : 1;
     s->cols = t->ndim == 2 ? (size_t)t->shape[1] : t->numel;
     s->blocks = 1;
-    s->kind = p->llama ? split_of_llama(i, nt, cfg->untied_head)
-                       : split_of(i, L, &s->blocks);
+    s->kind = llama ? split_of_llama(i, nt, cfg->untied_head)
+                    : split_of(i, L, &s->blocks);
     s->decay = t->decay;
-    s->lrows = s->kind == SPLIT_ROWS ? s->rows / (size_t)p->ranks : s->rows;
-    s->lcols = s->kind == SPLIT_COLS ? s->cols / (size_t)p->ranks : s->cols;
+    s->lrows = s->kind == SPLIT_ROWS ? s->rows / (size_t)ranks : s->rows;
+    s->lcols = s->kind == SPLIT_COLS ? s->cols / (size_t)ranks : s->cols;
   }
   for (int pass = 0; pass < 2; pass++) /* replicated, then split */
     for (size_t i = 0; i < nt; i++) {
@@ -221,6 +228,16 @@ static int make_shards(tensor_par *p) {
         p->nrepl = p->n;
     }
   return 0;
+}
+
+static int make_shards(tensor_par *p) {
+  tensor_layout l = {0};
+  int rc = layout_fill(&l, p->model, p->ranks);
+  p->sh = l.sh;
+  p->nsh = l.nsh;
+  p->n = l.n;
+  p->nrepl = l.nrepl;
+  return rc;
 }
 
 /* Rank r's shard of s between full (the whole tensor's first float)
@@ -239,6 +256,61 @@ static void shard_copy(const shard *s, int r, float *full, float *loc,
       else
         memcpy(f, l, bw * sizeof(float));
     }
+}
+
+int tensor_layout_create(const gpt *model, int ranks, tensor_layout **out,
+                         char *err, size_t errlen) {
+  *out = NULL;
+  const gpt_config *cfg = gpt_get_config(model);
+  if (tensor_check(cfg, ranks, ranks, err, errlen) != 0)
+    return -1;
+  tensor_layout *l = calloc(1, sizeof *l);
+  if (!l || layout_fill(l, model, ranks) != 0) {
+    tensor_layout_destroy(l);
+    snprintf(err, errlen, "tensor: out of memory for the shard layout");
+    return -1;
+  }
+  *out = l;
+  return 0;
+}
+
+void tensor_layout_destroy(tensor_layout *l) {
+  if (!l)
+    return;
+  free(l->sh);
+  free(l);
+}
+
+size_t tensor_layout_floats(const tensor_layout *l, size_t *nrepl) {
+  if (nrepl)
+    *nrepl = l->nrepl;
+  return l->n;
+}
+
+void tensor_layout_tensor(const tensor_layout *l, size_t i, size_t *offset,
+                          size_t *numel) {
+  *offset = l->sh[i].loff;
+  *numel = l->sh[i].lrows * l->sh[i].lcols;
+}
+
+void tensor_layout_take(const tensor_layout *l, int r, const float *full,
+                        float *loc) {
+  for (size_t i = 0; i < l->nsh; i++)
+    shard_copy(&l->sh[i], r, (float *)full + l->sh[i].foff, loc + l->sh[i].loff,
+               1);
+}
+
+void tensor_layout_place(const tensor_layout *l, int r, const float *loc,
+                         float *full) {
+  for (size_t i = 0; i < l->nsh; i++)
+    if (r == 0 || l->sh[i].kind != SPLIT_NONE)
+      shard_copy(&l->sh[i], r, full + l->sh[i].foff,
+                 (float *)loc + l->sh[i].loff, 0);
+}
+
+/* tensor_par's shards as a layout (borrowed). */
+static tensor_layout layout_of(const tensor_par *p) {
+  return (tensor_layout){p->sh, p->nsh, p->n, p->nrepl};
 }
 
 /* The optimizer over the shards, a group each (their decay flags). */
@@ -407,9 +479,8 @@ int tensor_create(comm *c, gpt *model, const tensor_options *o,
   }
   if (p->llama)
     llama_cpu_rope_tables(p->cos, p->sin, 0, o->T, p->hs, cfg->rope_theta);
-  for (size_t i = 0; i < p->nsh; i++)
-    shard_copy(&p->sh[i], p->r, gpt_params(model) + p->sh[i].foff,
-               p->params + p->sh[i].loff, 1);
+  tensor_layout l = layout_of(p);
+  tensor_layout_take(&l, p->r, gpt_params(model), p->params);
   return make_optim(p, err, errlen);
 }
 
@@ -1044,14 +1115,10 @@ static size_t per_param(optim *o, size_t n) {
  * replicated tensors from rank 0 only. */
 static void place(tensor_par *p, int r, float *buf, float *fs, size_t k) {
   size_t N = gpt_num_params(p->model);
-  for (size_t i = 0; i < p->nsh; i++) {
-    shard *s = &p->sh[i];
-    if (r > 0 && s->kind == SPLIT_NONE)
-      continue;
-    shard_copy(s, r, gpt_params(p->model) + s->foff, buf + s->loff, 0);
-    for (size_t j = 0; fs && j < k; j++)
-      shard_copy(s, r, fs + j * N + s->foff, buf + (1 + j) * p->n + s->loff, 0);
-  }
+  tensor_layout l = layout_of(p);
+  tensor_layout_place(&l, r, buf, gpt_params(p->model));
+  for (size_t j = 0; fs && j < k; j++)
+    tensor_layout_place(&l, r, buf + (1 + j) * p->n, fs + j * N);
 }
 
 int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
@@ -1105,12 +1172,10 @@ int tensor_load(tensor_par *p, optim *full, char *err, size_t errlen) {
     snprintf(err, errlen, "tensor: out of memory loading the state");
     return -1;
   }
-  for (size_t i = 0; i < p->nsh; i++) {
-    shard *s = &p->sh[i];
-    shard_copy(s, p->r, gpt_params(p->model) + s->foff, p->params + s->loff, 1);
-    for (size_t j = 0; j < k; j++)
-      shard_copy(s, p->r, fs + j * N + s->foff, ls + j * p->n + s->loff, 1);
-  }
+  tensor_layout l = layout_of(p);
+  tensor_layout_take(&l, p->r, gpt_params(p->model), p->params);
+  for (size_t j = 0; j < k; j++)
+    tensor_layout_take(&l, p->r, fs + j * N, ls + j * p->n);
   zslice_state_take(&p->zs, ls, p->n, p->opt);
   free(ls);
   p->stale = 0;

@@ -202,4 +202,35 @@ int tensor_load(tensor_par *p, optim *full, char *err, size_t errlen);
  * total their sum. Not collective. */
 void tensor_memory_get(const tensor_par *p, gpt_memory *out);
 
+/* ---- The shard layout, alone ----
+ * What tensor_par keeps of the split, for another engine's shards (the
+ * CUDA engine's, tensor_cuda.h): one place says how a tensor is cut and
+ * where its shard goes, so that both engines' checkpoints are the same
+ * model. Rank r of T's shards of a model are n floats, the replicated
+ * tensors first ([0, nrepl)), each tensor's shard contiguous (a
+ * column-split tensor's rows of lcols floats, c_attn's q, k, v blocks
+ * each cut alike). Not collective; any thread. */
+typedef struct tensor_layout tensor_layout;
+
+/* The layout of model's shards over T ranks (tensor_check's rules).
+ * 0, or -1 with err. */
+int tensor_layout_create(const gpt *model, int T, tensor_layout **out,
+                         char *err, size_t errlen);
+void tensor_layout_destroy(tensor_layout *l); /* NULL is a no-op */
+/* Floats of a rank's shards (n), and in *nrepl (may be NULL) those of
+ * the replicated tensors, which come first. */
+size_t tensor_layout_floats(const tensor_layout *l, size_t *nrepl);
+/* Tensor i's (gpt.h's order) shard: its offset in the n floats and its
+ * floats. */
+void tensor_layout_tensor(const tensor_layout *l, size_t i, size_t *offset,
+                          size_t *numel);
+/* Rank r's shards of full (an array in the model's layout: the
+ * parameters, or one optimizer state array) into loc (n floats). */
+void tensor_layout_take(const tensor_layout *l, int r, const float *full,
+                        float *loc);
+/* The reverse: rank r's shards loc into full; the replicated tensors
+ * from rank 0 only (every rank has them alike). */
+void tensor_layout_place(const tensor_layout *l, int r, const float *loc,
+                         float *full);
+
 #endif /* DAGRUN_TENSOR_H */

@@ -38,10 +38,20 @@ int mploop_check(trainrun *r, mploop *l) {
     return EXIT_BAD_PARAMS;
   }
   l->D = l->N / l->K;
-  const char *why = r->c.device == ENGINE_WANT_CUDA ? "device: cuda"
-                    : r->c.dropout > 0              ? "dropout"
-                    : r->c.overfit                  ? "overfit_one_batch"
-                                                    : NULL;
+  l->gpu = r->c.device == ENGINE_WANT_CUDA && l->gpu_ok && l->D == 1;
+  if (r->c.device == ENGINE_WANT_CUDA && l->gpu_ok && l->D > 1) {
+    h->fail(ctx,
+            "%s %d runs on CPU ranks without device: cuda beside data "
+            "parallel (world_size %d is %d replicas): on GPUs the gang is "
+            "one group of %d %s (world_size: %d; data parallel beside it "
+            "is not built for GPU ranks yet), or use device: cpu",
+            l->param, l->K, l->N, l->D, l->K, l->part, l->K);
+    return EXIT_BAD_PARAMS;
+  }
+  const char *why = r->c.device == ENGINE_WANT_CUDA && !l->gpu ? "device: cuda"
+                    : r->c.dropout > 0                         ? "dropout"
+                    : r->c.overfit ? "overfit_one_batch"
+                                   : NULL;
   if (why) {
     h->fail(ctx,
             "%s %d runs on CPU ranks without %s (not supported with it "
@@ -372,7 +382,7 @@ static int finish(trainrun *r, mploop *l) {
   cJSON_AddNumberToObject(s, "zero_stage", l->D > 1 ? l->zero : 0);
   if (l->eng.summary)
     l->eng.summary(l->eng.arg, r, s);
-  cJSON_AddStringToObject(s, "device", "cpu");
+  cJSON_AddStringToObject(s, "device", l->gpu ? "cuda" : "cpu");
   trainrun_summary_losses(r, s);
   trainrun_summary_rates(r, s, tps);
   gangmem_comm(r, &l->cs, l->nsteps, s);

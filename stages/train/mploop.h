@@ -25,7 +25,9 @@
  *
  * Refused by mploop_check, before any collective, with the numbers: a
  * gang not started by a launcher, world_size not a multiple of K,
- * device: cuda, dropout, overfit_one_batch, zero_stage 3.
+ * device: cuda (but where the engine runs on GPU ranks, mploop.gpu_ok:
+ * then with one replica, world_size = K), dropout, overfit_one_batch,
+ * zero_stage 3.
  */
 #ifndef DAGRUN_TRAIN_MPLOOP_H
 #define DAGRUN_TRAIN_MPLOOP_H
@@ -72,10 +74,12 @@ typedef struct mploop {
   const char *what;  /* the parts in words: "pipeline stages" */
   int N, K;          /* gang size (0: not in a gang), parts a replica */
   int T;             /* ranks of a tensor group (1: none), for mpplace */
+  int gpu_ok;        /* the engine runs on GPU ranks (one replica) */
   /* Set by mploop_check and mploop_open: */
   int D, m, rank; /* replicas, micro-batches a step, this rank */
   int zero;       /* zero_stage over the D replicas: 0, 1 or 2 */
   int pos;        /* this rank's position in the layout (mpplace.h) */
+  int gpu;        /* device: cuda asked for and taken (gpu_ok, D = 1) */
   comm *c;        /* the gang: the stop agreement */
   comm *kc;       /* this replica's K parts: the engine's */
   comm *dc;       /* this part's D replicas: the gradients' mean */

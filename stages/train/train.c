@@ -148,8 +148,10 @@ static const dagrun_param_spec params[] = {
      "P - s micro-batches' activations on stage s) or gpipe (all forwards, "
      "then all backwards)"},
     {"tensor_parallel", DAGRUN_PARAM_INT, "1", 0,
-     "Tensor-parallel ranks (CPU ranks, GPT-2 and Llama models; "
-     "Megatron-LM's split): each block's heads and MLP columns, and the "
+     "Tensor-parallel ranks (CPU ranks, GPT-2 and Llama models; with "
+     "device: cuda one group of GPU ranks, world_size = "
+     "tensor_parallel; Megatron-LM's split): each block's heads and MLP "
+     "columns, and the "
      "vocabulary, cut over this many ranks of one node; it must divide "
      "n_head (a Llama's n_kv_head and intermediate_size too) and the "
      "vocabulary padded to a multiple of 64, and world_size must be a "
