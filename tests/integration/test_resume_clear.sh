@@ -177,13 +177,15 @@ base = f"http://127.0.0.1:{port}"
 def run(rid):
     r = json.load(urllib.request.urlopen(f"{base}/api/runs/{rid}", timeout=10))
     return r["state"], [t["attempts"] for t in r["tasks"]]
-def until(rid, want, what):
-    end = time.time() + 20
+def until(rid, want, what, wait=20, fail=True):
+    end = time.time() + wait
     while time.time() < end:
         if run(rid) == want:
-            return
+            return True
         time.sleep(0.2)
-    sys.exit(f"{what}: {run(rid)}")
+    if fail:
+        sys.exit(f"{what}: {run(rid)}")
+    return False
 with Browser(chromium, profile) as b:
     b.open(f"{base}/#dag=fl&run={failed}")
     b.js(f"sessionStorage.setItem('dagrun-token', {json.dumps(token)})")
@@ -193,9 +195,16 @@ with Browser(chromium, profile) as b:
     b.open(f"{base}/#dag=slow")
     b.js(f"sessionStorage.setItem('dagrun-token', {json.dumps(token)})")
     b.js("window.confirm = () => true")
-    b.wait_for("!!document.querySelector('#runs button.danger')", "the running run's Cancel button")
-    b.click("#runs button.danger")
-    until(slow, ("cancelled", [1]), "Cancel")
+    # The click is a mouse press at the button's centre: on a loaded
+    # machine the list can re-render between finding the button and the
+    # press, which then lands beside it (CI met this once). A user clicks
+    # again; so does this test, twice at most, the button read anew.
+    for attempt in range(3):
+        b.wait_for("!!document.querySelector('#runs button.danger')", "the running run's Cancel button")
+        b.click("#runs button.danger")
+        if until(slow, ("cancelled", [1]), "Cancel", wait=8, fail=attempt == 2):
+            break
+        print(f"Cancel: still {run(slow)} 8 s after click {attempt + 1}; clicking again")
     print("dashboard resume and cancel: ok")
 P
 browser_check "dashboard resume and cancel" act_check.py "$PORT" "$F" "$S" "$TOKEN"
