@@ -156,6 +156,10 @@ struct gpt_cuda {
   int B, T;                 /* of the last forward; 0 before any */
   int have_loss;            /* the last forward had targets, not yet
                                backpropagated */
+  int stage_first, stage_last; /* forward's layers (gpt_cuda_set_stage;
+                                  0, L: the whole model) */
+  int stage_train;             /* the last pass was a gpt_cuda_forward_stage
+                                  not yet backpropagated */
   int logits_valid;         /* logits hold the last forward's logits */
   float grad_scale;         /* clipping's, for the next step */
   uint64_t t;
@@ -589,6 +593,7 @@ static int plan_sizes(gpt_cuda *g, const gpt *host, const gpt_cuda_options *o,
   g->head_grp = untied ? g->cfg.n_layer + 1 : 0;
   g->npieces = o->npieces;
   g->grad_scale = 1.0f;
+  g->stage_last = g->cfg.n_layer;
   return 0;
 }
 
@@ -1059,14 +1064,69 @@ static int check_ids(const uint32_t *ids, size_t n, int V, const char *what,
   return 0;
 }
 
-/* gpt_cuda_forward, and with train gpt_cuda_forward_train. */
-static int forward(gpt_cuda *g, const uint32_t *inputs,
+/* The first stage's embeddings: ids -> resid_at(0). */
+static int embed_forward(gpt_cuda *g, int B, int T, char *err, size_t errlen) {
+  if (params_need(g, 0, 1, 0, err, errlen) != 0)
+    return -1;
+  KK(kern_encoder_forward(&g->k, resid_at(g, 0), g->ids, param_of(g, 0, 0),
+                          g->llama ? NULL : param_of(g, 0, 1), B, T,
+                          g->cfg.n_embd, err, errlen));
+  return params_done(g, 0, 1, err, errlen);
+}
+
+/* The last stage's end: the final norm, the head and, with targets, the
+ * loss (train: and its gradient in place of the logits). */
+static int head_forward(gpt_cuda *g, const uint32_t *targets, int N,
+                        float *loss, int train, char *err, size_t errlen) {
+  const kern_ctx *k = &g->k;
+  int C = g->cfg.n_embd, V = g->cfg.vocab_size, Vp = g->cfg.padded_vocab;
+  int L = g->cfg.n_layer;
+  /* After the head, a forward with targets is for training, and the
+   * backward starts with the head's group again (the CPU engines' order:
+   * a tied head is group 0, needed again after the norm's group; an
+   * untied one is in the norm's group). */
+  const int hg = g->head_grp, after = targets ? hg : -1;
+  if (params_need(g, L + 1, hg == 0 ? 0 : after, 0, err, errlen) != 0 ||
+      final_norm_forward(g, N, err, errlen) != 0)
+    return -1;
+  if (hg == 0 && (params_done(g, L + 1, 0, err, errlen) != 0 ||
+                  params_need(g, 0, after, 0, err, errlen) != 0))
+    return -1;
+  /* lnf (N,C), head (Vp,C) -> logits (N,Vp) = lnf head^T; the padding
+   * rows of the head are zero, so the padding columns are too. */
+  if (gemm_rm(g, 0, 1, N, Vp, C, g->lnf, C, param_of(g, hg, g->head_t), C,
+              g->logits, Vp, 0, 1.0f, 0.0f, err, errlen) != 0 ||
+      params_done(g, hg, after, err, errlen) != 0)
+    return -1;
+  g->logits_valid = 1;
+  if (!targets)
+    return 0;
+  /* dloss 0: losses only, the logits stay for backward (which runs the
+   * classifier again with its scale). train: the gradient of the mean
+   * loss too, in place of the logits (backward applies its scale in the
+   * head's products). */
+  KK(kern_fused_classifier(k, g->logits, g->losses, g->tgts,
+                           train ? 1.0f / (float)N : 0.0f, N, V, Vp, err,
+                           errlen));
+  if (train)
+    g->logits_valid = 0;
+  KK(kern_mean(k, g->scalars, g->scratch, g->losses, (size_t)N, err, errlen));
+  g->have_loss = 1;
+  return loss ? gpt_cuda_last_loss(g, loss, err, errlen) : 0;
+}
+
+/* The forward of layers [stage_first, stage_last) (all of them but in a
+ * pipeline stage): from the embeddings of inputs on the first stage, else
+ * from x (device BF16 (B,T,C)); through the head on the last.
+ * gpt_cuda_forward, and with train gpt_cuda_forward_train. */
+static int forward(gpt_cuda *g, const uint32_t *inputs, const void *x,
                    const uint32_t *targets, int B, int T, float *loss,
                    int train, char *err, size_t errlen) {
   const gpt_config *c = &g->cfg;
-  int C = c->n_embd, V = c->vocab_size, Vp = c->padded_vocab, L = c->n_layer;
+  int C = c->n_embd, V = c->vocab_size;
+  int first = g->stage_first, last = g->stage_last;
   g->B = g->T = 0;
-  g->have_loss = g->logits_valid = 0;
+  g->have_loss = g->logits_valid = g->stage_train = 0;
   if (B < 1 || T < 1 || B > g->o.B || T > g->o.T ||
       (size_t)B * T > (size_t)g->o.B * g->o.T)
     return fail(err, errlen,
@@ -1074,73 +1134,53 @@ static int forward(gpt_cuda *g, const uint32_t *inputs,
                 "at most B=%d T=%d",
                 B, T, g->o.B, g->o.T);
   size_t N = (size_t)B * T;
-  if (check_ids(inputs, N, V, "inputs", err, errlen) != 0 ||
+  if ((inputs && check_ids(inputs, N, V, "inputs", err, errlen) != 0) ||
       (targets && check_ids(targets, N, V, "targets", err, errlen) != 0))
     return -1;
-  /* The ids are < V < 2^24, so they fit the kernels' int. */
-  for (size_t i = 0; i < N; i++)
-    g->ids_host[i] = (int)inputs[i];
-  CK(cudaMemcpyAsync(g->ids, g->ids_host, N * 4, cudaMemcpyHostToDevice,
-                     g->k.stream));
+  if (inputs) {
+    /* The ids are < V < 2^24, so they fit the kernels' int. */
+    for (size_t i = 0; i < N; i++)
+      g->ids_host[i] = (int)inputs[i];
+    CK(cudaMemcpyAsync(g->ids, g->ids_host, N * 4, cudaMemcpyHostToDevice,
+                       g->k.stream));
+  }
   if (targets)
     CK(cudaMemcpyAsync(g->tgts, targets, N * 4, cudaMemcpyHostToDevice,
                        g->k.stream));
-  const kern_ctx *k = &g->k;
-  if (params_need(g, 0, 1, 0, err, errlen) != 0)
+  if (first == 0 && embed_forward(g, B, T, err, errlen) != 0)
     return -1;
-  KK(kern_encoder_forward(k, resid_at(g, 0), g->ids, param_of(g, 0, 0),
-                          g->llama ? NULL : param_of(g, 0, 1), B, T, C, err,
-                          errlen));
-  if (params_done(g, 0, 1, err, errlen) != 0)
-    return -1;
-  for (int l = 0; l < L; l++)
+  if (first > 0)
+    CK(cudaMemcpyAsync(resid_at(g, first), x, N * C * sizeof(floatX),
+                       cudaMemcpyDeviceToDevice, g->k.stream));
+  for (int l = first; l < last; l++)
     if (params_need(g, 1 + l, 2 + l, 0, err, errlen) != 0 ||
         layer_forward(g, l, &g->layers[l], resid_at(g, l), resid_at(g, l + 1),
                       B, T, err, errlen) != 0 ||
         params_done(g, 1 + l, 2 + l, err, errlen) != 0)
       return -1;
-  /* After the head, a forward with targets is for training, and the
-   * backward starts with the head's group again (the CPU engines' order:
-   * a tied head is group 0, needed again after the norm's group; an
-   * untied one is in the norm's group). */
-  const int hg = g->head_grp, after = targets ? hg : -1;
-  if (params_need(g, L + 1, hg == 0 ? 0 : after, 0, err, errlen) != 0 ||
-      final_norm_forward(g, (int)N, err, errlen) != 0)
-    return -1;
-  if (hg == 0 && (params_done(g, L + 1, 0, err, errlen) != 0 ||
-                  params_need(g, 0, after, 0, err, errlen) != 0))
-    return -1;
-  /* lnf (N,C), head (Vp,C) -> logits (N,Vp) = lnf head^T; the padding
-   * rows of the head are zero, so the padding columns are too. */
-  if (gemm_rm(g, 0, 1, (int)N, Vp, C, g->lnf, C, param_of(g, hg, g->head_t), C,
-              g->logits, Vp, 0, 1.0f, 0.0f, err, errlen) != 0 ||
-      params_done(g, hg, after, err, errlen) != 0)
-    return -1;
   g->B = B;
   g->T = T;
-  g->logits_valid = 1;
-  if (targets) {
-    /* dloss 0: losses only, the logits stay for backward (which runs the
-     * classifier again with its scale). train: the gradient of the mean
-     * loss too, in place of the logits (backward applies its scale in the
-     * head's products). */
-    KK(kern_fused_classifier(k, g->logits, g->losses, g->tgts,
-                             train ? 1.0f / (float)N : 0.0f, (int)N, V, Vp,
-                             err, errlen));
-    if (train)
-      g->logits_valid = 0;
-    KK(kern_mean(k, g->scalars, g->scratch, g->losses, N, err, errlen));
-    g->have_loss = 1;
-    if (loss)
-      return gpt_cuda_last_loss(g, loss, err, errlen);
-  }
-  return 0;
+  if (last < c->n_layer)
+    return 0;
+  return head_forward(g, targets, (int)N, loss, train, err, errlen);
+}
+
+/* gpt_cuda_forward's refusal of a stage (gpt.h's gpt_forward's). */
+static int whole_model(const gpt_cuda *g, char *err, size_t errlen) {
+  if (g->stage_first == 0 && g->stage_last == g->cfg.n_layer)
+    return 0;
+  return fail(err, errlen,
+              "gpt_cuda: this model runs layers [%d,%d) of %d, a pipeline "
+              "stage: use gpt_cuda_forward_stage",
+              g->stage_first, g->stage_last, g->cfg.n_layer);
 }
 
 extern "C" int gpt_cuda_forward(gpt_cuda *g, const uint32_t *inputs,
                                 const uint32_t *targets, int B, int T,
                                 float *loss, char *err, size_t errlen) {
-  return forward(g, inputs, targets, B, T, loss, 0, err, errlen);
+  if (whole_model(g, err, errlen) != 0)
+    return -1;
+  return forward(g, inputs, NULL, targets, B, T, loss, 0, err, errlen);
 }
 
 extern "C" int gpt_cuda_forward_train(gpt_cuda *g, const uint32_t *inputs,
@@ -1148,7 +1188,9 @@ extern "C" int gpt_cuda_forward_train(gpt_cuda *g, const uint32_t *inputs,
                                       float *loss, char *err, size_t errlen) {
   if (!targets)
     return fail(err, errlen, "gpt_cuda_forward_train: no targets");
-  return forward(g, inputs, targets, B, T, loss, 1, err, errlen);
+  if (whole_model(g, err, errlen) != 0)
+    return -1;
+  return forward(g, inputs, NULL, targets, B, T, loss, 1, err, errlen);
 }
 
 extern "C" int gpt_cuda_last_loss(gpt_cuda *g, float *loss, char *err,
@@ -1343,40 +1385,13 @@ static int embedding_backward(gpt_cuda *g, int B, int T, char *err,
   return 0;
 }
 
-extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
-                                 size_t errlen) {
-  if (!g->have_loss)
-    return 0;
-  const gpt_config *c = &g->cfg;
-  const kern_ctx *k = &g->k;
-  int B = g->B, T = g->T, V = c->vocab_size;
-  int Vp = c->padded_vocab, L = c->n_layer, N = B * T;
-  /* Logits gone with a loss: gpt_cuda_forward_train left their gradient
-   * at scale 1 in their place. */
-  const int have_dlogits = !g->logits_valid;
-  g->have_loss = 0;
-  g->logits_valid = 0;
-  /* d(0 * loss) adds nothing, as gpt_backward's zero dlogits add nothing;
-   * and kern_fused_classifier with dloss 0 leaves the logits as they are
-   * instead of writing a zero gradient, so going on would backpropagate
-   * the logits themselves. */
-  if (scale == 0.0f || scale / (float)N == 0.0f) {
-    if (g->grad_hook)
-      g->grad_hook(g->grad_hook_arg, 0);
-    return 0;
-  }
-  /* logits -> dlogits (N,Vp) = d(scale * mean loss), in place; or the
-   * forward's d(mean loss), times scale in the products below (the same
-   * bits where scale is a power of 2: both scalings are exact). */
-  float alpha = 1.0f;
-  if (have_dlogits)
-    alpha = scale;
-  else
-    KK(kern_fused_classifier(k, g->logits, g->losses, g->tgts,
-                             scale / (float)N, N, V, Vp, err, errlen));
-  if (head_backward(g, alpha, N, err, errlen) != 0)
-    return -1;
-  for (int l = L - 1; l >= 0; l--) {
+/* The backward of layers [first, last), from the top: dresid holds the
+ * gradient of layer last - 1's output, and after the loop that of layer
+ * first's input. */
+static int layers_backward(gpt_cuda *g, int first, int last, char *err,
+                           size_t errlen) {
+  int B = g->B, T = g->T;
+  for (int l = last - 1; l >= first; l--) {
     /* Layer l is group 1 + l; the next one needed is layer l - 1's (or,
      * after layer 0, an untied head's embedding). */
     int next = l > 0 ? l : (g->head_grp != 0 ? 0 : -1);
@@ -1396,7 +1411,118 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
       g->grad_hook(g->grad_hook_arg,
                    g->off[g->llama ? llama_ti(l, 0) : gpt_ti(l, 0)]);
   }
-  return embedding_backward(g, B, T, err, errlen);
+  return 0;
+}
+
+/* The backward of the last forward's layers [stage_first, stage_last):
+ * from the loss at scale on the last stage (dy NULL), else from dy
+ * (device BF16 (B,T,C), the gradient of the stage's output); down to the
+ * embeddings' gradients on the first stage, else to the input's
+ * gradient, left in dresid. */
+static int backward(gpt_cuda *g, const void *dy, float scale, char *err,
+                    size_t errlen) {
+  const gpt_config *c = &g->cfg;
+  int V = c->vocab_size, Vp = c->padded_vocab;
+  int N = g->B * g->T;
+  /* Logits gone with a loss: gpt_cuda_forward_train left their gradient
+   * at scale 1 in their place. */
+  const int have_dlogits = !g->logits_valid;
+  g->have_loss = g->logits_valid = g->stage_train = 0;
+  if (dy) {
+    CK(cudaMemcpyAsync(g->dresid, dy, (size_t)N * c->n_embd * sizeof(floatX),
+                       cudaMemcpyDeviceToDevice, g->k.stream));
+  } else {
+    /* logits -> dlogits (N,Vp) = d(scale * mean loss), in place; or the
+     * forward's d(mean loss), times scale in the products below (the
+     * same bits where scale is a power of 2: both scalings are exact). */
+    float alpha = 1.0f;
+    if (have_dlogits)
+      alpha = scale;
+    else
+      KK(kern_fused_classifier(&g->k, g->logits, g->losses, g->tgts,
+                               scale / (float)N, N, V, Vp, err, errlen));
+    if (head_backward(g, alpha, N, err, errlen) != 0)
+      return -1;
+  }
+  if (layers_backward(g, g->stage_first, g->stage_last, err, errlen) != 0)
+    return -1;
+  return g->stage_first == 0 ? embedding_backward(g, g->B, g->T, err, errlen)
+                             : 0;
+}
+
+extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
+                                 size_t errlen) {
+  if (!g->have_loss)
+    return 0;
+  if (whole_model(g, err, errlen) != 0)
+    return -1;
+  /* d(0 * loss) adds nothing, as gpt_backward's zero dlogits add nothing;
+   * and kern_fused_classifier with dloss 0 leaves the logits as they are
+   * instead of writing a zero gradient, so going on would backpropagate
+   * the logits themselves. */
+  if (scale == 0.0f || scale / (float)(g->B * g->T) == 0.0f) {
+    g->have_loss = g->logits_valid = 0;
+    if (g->grad_hook)
+      g->grad_hook(g->grad_hook_arg, 0);
+    return 0;
+  }
+  return backward(g, NULL, scale, err, errlen);
+}
+
+/* ---- Pipeline stages ---- */
+
+extern "C" int gpt_cuda_set_stage(gpt_cuda *g, int first, int last, char *err,
+                                  size_t errlen) {
+  g->B = g->T = 0;
+  g->have_loss = g->logits_valid = g->stage_train = 0;
+  if (first < 0 || first >= last || last > g->cfg.n_layer)
+    return fail(err, errlen,
+                "gpt_cuda: stage [%d,%d) is not a range of the model's %d "
+                "layers",
+                first, last, g->cfg.n_layer);
+  g->stage_first = first;
+  g->stage_last = last;
+  return 0;
+}
+
+extern "C" int gpt_cuda_forward_stage(gpt_cuda *g, const uint32_t *inputs,
+                                      const void *x, const uint32_t *targets,
+                                      int B, int T, float *loss, char *err,
+                                      size_t errlen) {
+  int first = g->stage_first == 0, last = g->stage_last == g->cfg.n_layer;
+  int has_ids = inputs != NULL, has_x = x != NULL, has_tg = targets != NULL;
+  if (has_ids != first || has_x == first || has_tg != last)
+    return fail(err, errlen,
+                "gpt_cuda: stage [%d,%d) of %d layers takes %s and %s",
+                g->stage_first, g->stage_last, g->cfg.n_layer,
+                first ? "the ids (not a stream)" : "a stream (not the ids)",
+                last ? "the targets" : "no targets");
+  int rc = forward(g, inputs, x, targets, B, T, loss, 1, err, errlen);
+  g->stage_train = rc == 0;
+  return rc;
+}
+
+extern "C" const void *gpt_cuda_stage_output(const gpt_cuda *g) {
+  if (!g->B || g->stage_last == g->cfg.n_layer)
+    return NULL;
+  return resid_at((gpt_cuda *)g, g->stage_last);
+}
+
+extern "C" int gpt_cuda_backward_stage(gpt_cuda *g, const void *dy, float scale,
+                                       char *err, size_t errlen) {
+  int last = g->stage_last == g->cfg.n_layer, has_dy = dy != NULL;
+  if (!g->stage_train || (last && !g->have_loss) || has_dy == last)
+    return fail(err, errlen,
+                "gpt_cuda: stage [%d,%d): no trainer's forward to go back "
+                "through, or %s",
+                g->stage_first, g->stage_last,
+                last ? "a gradient given to the last stage"
+                     : "no output gradient given");
+  return backward(g, dy, scale, err, errlen);
+}
+
+extern "C" const void *gpt_cuda_stage_input_grad(const gpt_cuda *g) {
+  return g->stage_first > 0 ? g->dresid : NULL;
 }
 
 extern "C" void gpt_cuda_set_grad_hook(gpt_cuda *g,

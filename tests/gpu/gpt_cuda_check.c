@@ -33,6 +33,9 @@
  *                              head, a head size for the FP32 attention);
  *                              see cmd_llama
  *   gpt_cuda_check llama-recompute  recompute on a Llama shape
+ *   gpt_cuda_check stages      pipeline stages chained against the whole
+ *                              model (GPT-2, both Llama heads); see
+ *                              check_stages
  *
  * GPT_CUDA_CHECK_MODEL=llama in the environment makes every command's
  * test model the first Llama shape of cmd_llama instead of the GPT-2
@@ -563,6 +566,154 @@ static int cmd_llama(void) {
       check_deterministic("llama shape a");
   }
   printf("%s\n", failures ? "llama: FAILED" : "llama: ok");
+  return failures ? 1 : 0;
+}
+
+/* ---- Pipeline stages (gpt_cuda_set_stage and the stage passes) ---- */
+
+/* The stage passes' refusals: a range out of bounds, the wrong inputs
+ * for a stage, a backward without a forward, the whole-model calls
+ * under a stage. */
+static void stage_refusals(gpt_cuda *g, const uint32_t *in, const uint32_t *tg,
+                           int L) {
+  char err[2048];
+  float l;
+  CHECK(gpt_cuda_set_stage(g, 1, 1, err, sizeof err) != 0 &&
+            strstr(err, "not a range"),
+        "stage [1,1) accepted (%s)", err);
+  CHECK(gpt_cuda_set_stage(g, 0, L + 1, err, sizeof err) != 0,
+        "stage [0,L+1) accepted");
+  if (gpt_cuda_set_stage(g, 0, 1, err, sizeof err) != 0)
+    die("set_stage", err);
+  CHECK(gpt_cuda_forward(g, in, tg, B_, T_, &l, err, sizeof err) != 0 &&
+            strstr(err, "use gpt_cuda_forward_stage"),
+        "gpt_cuda_forward under a stage: '%s'", err);
+  CHECK(gpt_cuda_forward_stage(g, in, NULL, tg, B_, T_, &l, err, sizeof err) !=
+                0 &&
+            strstr(err, "no targets"),
+        "targets to the first of two stages: '%s'", err);
+  CHECK(gpt_cuda_backward_stage(g, gpt_cuda_params_ptr(g), 1.0f, err,
+                                sizeof err) != 0 &&
+            strstr(err, "no trainer's forward"),
+        "backward without a forward: '%s'", err);
+  if (gpt_cuda_set_stage(g, 1, L, err, sizeof err) != 0)
+    die("set_stage", err);
+  CHECK(gpt_cuda_forward_stage(g, in, NULL, tg, B_, T_, &l, err, sizeof err) !=
+                0 &&
+            strstr(err, "a stream (not the ids)"),
+        "ids to a later stage: '%s'", err);
+}
+
+/* The whole model's gradients and loss (deterministic) against S stages
+ * chained (bounds[s], bounds[s+1]): on each of two micro-batches at
+ * scale 0.5, every stage's forward from the one before's output, then
+ * every backward from the one after's input gradient, as pipeline.c
+ * does over NCCL. Each stage's groups must be the whole model's bits;
+ * the embeddings' too when only the first stage has them (an untied
+ * Llama head); with a tied head, group 0 is the first stage's part plus
+ * the last's, whose sum the whole model makes in another order over two
+ * micro-batches (head 1, lookups 1, head 2, lookups 2), so it is held to
+ * float rounding, 1e-6 relative. */
+static void check_stages(const int *bounds, int S, const char *label) {
+  char err[2048];
+  gpt *m = make_model(11);
+  const gpt_config *c = gpt_get_config(m);
+  size_t np = gpt_num_params(m), ng = gpt_group_count(m);
+  uint32_t in[2][B_ * T_], tg[2][B_ * T_];
+  for (int k = 0; k < 2; k++)
+    make_batch(in[k], tg[k], B_, T_, c->vocab_size, 31 + (uint64_t)k);
+  gpt_cuda_options o = {
+      .B = B_, .T = T_, .opt = optim_cfg(OPTIM_ADAMW), .deterministic = 1};
+  gpt_cuda *whole = NULL, *st[4] = {0};
+  float lw[2], ls[2];
+  float *gw = malloc(np * 4), *gs = malloc(np * 4), *gt = calloc(np, 4);
+  if (gpt_cuda_create(m, &o, &whole, err, sizeof err) != 0)
+    die("create", err);
+  for (int k = 0; k < 2; k++)
+    if (gpt_cuda_forward_train(whole, in[k], tg[k], B_, T_, &lw[k], err,
+                               sizeof err) != 0 ||
+        gpt_cuda_backward(whole, 0.5f, err, sizeof err) != 0)
+      die("whole", err);
+  if (gpt_cuda_download_grads(whole, gw, err, sizeof err) != 0)
+    die("whole grads", err);
+  for (int s = 0; s < S; s++)
+    if (gpt_cuda_create(m, &o, &st[s], err, sizeof err) != 0 ||
+        gpt_cuda_set_stage(st[s], bounds[s], bounds[s + 1], err, sizeof err))
+      die("stage create", err);
+  for (int k = 0; k < 2; k++) {
+    for (int s = 0; s < S; s++) {
+      const void *x = s ? gpt_cuda_stage_output(st[s - 1]) : NULL;
+      /* Another stream: the one before must have written x. */
+      if ((s && gpt_cuda_synchronize(st[s - 1], err, sizeof err) != 0) ||
+          gpt_cuda_forward_stage(st[s], s ? NULL : in[k], x,
+                                 s == S - 1 ? tg[k] : NULL, B_, T_, &ls[k], err,
+                                 sizeof err) != 0)
+        die("stage forward", err);
+    }
+    for (int s = S - 1; s >= 0; s--) {
+      const void *dy = s < S - 1 ? gpt_cuda_stage_input_grad(st[s + 1]) : NULL;
+      if ((dy && gpt_cuda_synchronize(st[s + 1], err, sizeof err) != 0) ||
+          gpt_cuda_backward_stage(st[s], dy, 0.5f, err, sizeof err) != 0)
+        die("stage backward", err);
+    }
+  }
+  /* Each group from the stage that has it; group 0 from the first, plus
+   * the last's with a tied head. */
+  for (int s = 0; s < S; s++) {
+    if (gpt_cuda_download_grads(st[s], gs, err, sizeof err) != 0)
+      die("stage grads", err);
+    for (size_t grp = 0; grp < ng; grp++) {
+      int layer = (int)grp - 1;
+      int mine = (layer >= bounds[s] && layer < bounds[s + 1]) ||
+                 (grp == 0 && s == 0) || (grp == ng - 1 && s == S - 1);
+      int tied = grp == 0 && s == S - 1 && !c->untied_head;
+      size_t off, n;
+      gpt_group_range(m, grp, &off, &n);
+      for (size_t i = off; (mine || tied) && i < off + n; i++)
+        gt[i] += gs[i];
+    }
+  }
+  size_t off0, n0;
+  gpt_group_range(m, 0, &off0, &n0);
+  double cos, rel;
+  compare(gt, gw, n0, &cos, &rel);
+  int same = memcmp(gt + n0, gw + n0, (np - n0) * 4) == 0;
+  int same0 = memcmp(gt, gw, n0 * 4) == 0;
+  printf("%s: losses whole %.9g %.9g, stages %.9g %.9g; gradients past the "
+         "embeddings %s; embeddings %s (relative %.3g)\n",
+         label, lw[0], lw[1], ls[0], ls[1], same ? "bitwise" : "DIFFER",
+         same0 ? "bitwise" : "differ", rel);
+  CHECK(lw[0] == ls[0] && lw[1] == ls[1], "%s: the stages' losses differ",
+        label);
+  CHECK(same, "%s: the stages' layer gradients are not the whole model's",
+        label);
+  CHECK(c->untied_head ? same0 : rel < 1e-6,
+        "%s: the embeddings' gradient, relative %.3g", label, rel);
+  if (S == 2)
+    stage_refusals(st[0], in[0], tg[0], c->n_layer);
+  for (int s = 0; s < S; s++)
+    gpt_cuda_destroy(st[s]);
+  gpt_cuda_destroy(whole);
+  free(gw);
+  free(gs);
+  free(gt);
+  gpt_destroy(m);
+}
+
+/* GPT-2 in 2 and 3 stages (a middle stage: neither the embeddings nor
+ * the head), and both Llama shapes (untied and tied heads) in 2. */
+static int cmd_stages(void) {
+  gpt_config keep = test_cfg;
+  int two[] = {0, 1, 2}, three[] = {0, 1, 3, 4};
+  check_stages(two, 2, "gpt2 2 stages");
+  test_cfg.n_layer = 4;
+  check_stages(three, 3, "gpt2 3 stages");
+  for (int which = 0; which < 2; which++) {
+    test_cfg = llama_cfg(which);
+    check_stages(two, 2, which ? "llama tied 2 stages" : "llama 2 stages");
+  }
+  test_cfg = keep;
+  printf("%s\n", failures ? "stages: FAILED" : "stages: ok");
   return failures ? 1 : 0;
 }
 
@@ -1537,7 +1688,7 @@ int main(int argc, char **argv) {
   }
   if (argc < 2) {
     fprintf(stderr, "usage: gpt_cuda_check available|step|recompute|oom|"
-                    "llama|llama-recompute|"
+                    "llama|llama-recompute|stages|"
                     "logits MODEL_DIR IDS OUT\n");
     return 2;
   }
@@ -1570,6 +1721,8 @@ int main(int argc, char **argv) {
     return cmd_zero_oom();
   if (strcmp(argv[1], "llama") == 0)
     return cmd_llama();
+  if (strcmp(argv[1], "stages") == 0)
+    return cmd_stages();
   if (strcmp(argv[1], "llama-recompute") == 0) {
     test_cfg = llama_cfg(0);
     int rc = cmd_recompute();
