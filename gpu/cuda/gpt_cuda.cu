@@ -25,7 +25,10 @@
  *   lnf (N,C) lnf_mean lnf_rstd (N), logits (N,Vp) bf16, losses (N),
  *   2 device scalars, dresid dbuf (N,C) dqkv (N,3C) d4c (N,4C), the
  *   kernels' scratch, the token ids (N) x 2.
- * with N = B*T of the largest micro-batch. The Llama family (widths of
+ * with N = B*T of the largest micro-batch. With activation slots
+ * (gpt_cuda_options.slots) each slot has its own resid, layer sets,
+ * lnf, logits, losses, scalars and ids (act_slot); proj, the backward's
+ * buffers and the scratch are shared. The Llama family (widths of
  * fw_of) has no LayerNorm means; its qkv is the attention's (N,3C) after
  * RoPE and GQA's layout step, fch_pre the (N,2I) gate and up products,
  * fch_gelu the (N,I) SwiGLU output, d4c (N, max(3I, C+2KVD)) the MLP's
@@ -113,6 +116,35 @@ typedef struct layer_bufs {
   float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
 } layer_bufs;
 
+/* What one forward keeps for its backward (gpt_cuda_options.slots: a
+ * pipeline stage's micro-batches in flight, each in its own slot): the
+ * activations, the logits, the loss, the ids, and the pass's state. The
+ * gpt_cuda's fields of these names are the current slot's; set_slot
+ * swaps them. The backward's buffers (dresid, dbuf, dqkv, d4c), proj and
+ * the scratch are shared: a pass uses them only while it runs. */
+#define SLOT_FIELDS(X)                                                         \
+  X(floatX *, resid)                                                           \
+  X(layer_bufs *, layers)                                                      \
+  X(floatX *, lnf)                                                             \
+  X(float *, lnf_mean)                                                         \
+  X(float *, lnf_rstd)                                                         \
+  X(floatX *, logits)                                                          \
+  X(float *, losses)                                                           \
+  X(float *, scalars)                                                          \
+  X(int *, ids)                                                                \
+  X(int *, tgts)                                                               \
+  X(int *, ids_host)                                                           \
+  X(int, B)                                                                    \
+  X(int, T)                                                                    \
+  X(int, have_loss)                                                            \
+  X(int, logits_valid)                                                         \
+  X(int, stage_train)
+typedef struct act_slot {
+#define X(type, name) type name;
+  SLOT_FIELDS(X)
+#undef X
+} act_slot;
+
 /* A contiguous run of tensors with one decay flag: one optimizer launch. */
 typedef struct opt_run {
   size_t offset, numel;
@@ -165,6 +197,8 @@ struct gpt_cuda {
   uint64_t t;
   void (*grad_hook)(void *arg, size_t final_from);
   void *grad_hook_arg;
+  act_slot *slots; /* o.slots of them (at least 1); the fields above */
+  int nslots, cur; /* of the current one, cur, are its own */
   /* The parameter groups (gpt.h): each one's flat offset, and where the
    * engine reads its BF16 parameters and adds its gradients. */
   size_t ngroups;
@@ -231,16 +265,103 @@ static size_t scratch_need(const gpt_config *cfg, int B, int T, size_t np,
   return s;
 }
 
-/* Carves (or counts) everything for (B,T); the part sizes go to mem
- * when not NULL. */
-static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
-                      size_t padded, size_t ngrads, int B, int T,
-                      gpt_recompute rc,
-                      optim_kind kind, int sm, struct gpt_cuda *g,
-                      gpt_memory *mem) {
-  carver c = {g ? g->base : NULL, 0};
+/* Carves (or counts, sl NULL) one slot's activations for (B,T) into
+ * sl (whose layers and ids_host are the caller's host arrays). */
+static void carve_slot(carver *c, const gpt_config *cfg, int B, int T,
+                       gpt_recompute rc, act_slot *sl) {
   size_t C = cfg->n_embd, NH = cfg->n_head, Vp = cfg->padded_vocab;
   size_t L = cfg->n_layer, N = (size_t)B * T;
+  const int llama = cfg->family == GPT_FAMILY_LLAMA;
+  const widths w = fw_of(cfg);
+  floatX *resid = (floatX *)take(c, (L + 1) * N * C * 2);
+  size_t nsets = rc == GPT_RECOMPUTE_BLOCK ? 1 : L;
+  floatX *shared_gelu = NULL;
+  if (rc != GPT_RECOMPUTE_NONE)
+    shared_gelu = (floatX *)take(c, N * w.hid * 2);
+  for (size_t s = 0; s < nsets; s++) {
+    layer_bufs lb;
+    lb.ln1 = (floatX *)take(c, N * C * 2);
+    lb.ln1_mean = llama ? NULL : (float *)take(c, N * 4);
+    lb.ln1_rstd = (float *)take(c, N * 4);
+    lb.qkv = (floatX *)take(c, N * 3 * C * 2);
+    lb.atty = (floatX *)take(c, N * C * 2);
+    lb.lse = (float *)take(c, (size_t)B * NH * T * 4);
+    lb.res2 = (floatX *)take(c, N * C * 2);
+    lb.ln2 = (floatX *)take(c, N * C * 2);
+    lb.ln2_mean = llama ? NULL : (float *)take(c, N * 4);
+    lb.ln2_rstd = (float *)take(c, N * 4);
+    lb.fch_pre = (floatX *)take(c, N * w.fc * 2);
+    lb.fch_gelu = rc == GPT_RECOMPUTE_NONE ? (floatX *)take(c, N * w.hid * 2)
+                                           : shared_gelu;
+    if (sl) {
+      if (rc == GPT_RECOMPUTE_BLOCK)
+        for (size_t l = 0; l < L; l++)
+          sl->layers[l] = lb;
+      else
+        sl->layers[s] = lb;
+    }
+  }
+  floatX *lnf = (floatX *)take(c, N * C * 2);
+  float *lnf_mean = llama ? NULL : (float *)take(c, N * 4);
+  float *lnf_rstd = (float *)take(c, N * 4);
+  floatX *logits = (floatX *)take(c, N * Vp * 2);
+  float *losses = (float *)take(c, N * 4);
+  float *scalars = (float *)take(c, 2 * 4);
+  int *ids = (int *)take(c, N * 4);
+  int *tgts = (int *)take(c, N * 4);
+  if (!sl)
+    return;
+  sl->resid = resid;
+  sl->lnf = lnf;
+  sl->lnf_mean = lnf_mean;
+  sl->lnf_rstd = lnf_rstd;
+  sl->logits = logits;
+  sl->losses = losses;
+  sl->scalars = scalars;
+  sl->ids = ids;
+  sl->tgts = tgts;
+}
+
+/* Activation slots of o: o->slots, at least one. */
+static int slots_of(const gpt_cuda_options *o) {
+  return o->slots > 1 ? o->slots : 1;
+}
+
+/* Slot i's fields become g's, the current slot's saved first (save 0:
+ * g's are not a slot's yet, at create). */
+static void load_slot(gpt_cuda *g, int i, int save) {
+  act_slot *cur = &g->slots[g->cur], *to = &g->slots[i];
+#define X(type, name) cur->name = g->name;
+  if (save) {
+    SLOT_FIELDS(X)
+  }
+#undef X
+#define X(type, name) g->name = to->name;
+  SLOT_FIELDS(X)
+#undef X
+  g->cur = i;
+}
+
+/* Every slot's pass forgotten (new weights, a new stage): nothing left
+ * to backpropagate or read. */
+static void forget_passes(gpt_cuda *g) {
+  for (int i = 0; i < g->nslots; i++) {
+    act_slot *sl = i == g->cur ? NULL : &g->slots[i];
+    if (sl)
+      sl->B = sl->T = sl->have_loss = sl->logits_valid = sl->stage_train = 0;
+  }
+  g->B = g->T = 0;
+  g->have_loss = g->logits_valid = g->stage_train = 0;
+}
+
+/* Carves (or counts) everything for (B,T) with nslots activation slots;
+ * the part sizes go to mem when not NULL. */
+static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
+                      size_t padded, size_t ngrads, int B, int T,
+                      gpt_recompute rc, int nslots, optim_kind kind, int sm,
+                      struct gpt_cuda *g, gpt_memory *mem) {
+  carver c = {g ? g->base : NULL, 0};
+  size_t C = cfg->n_embd, NH = cfg->n_head, N = (size_t)B * T;
   const int llama = cfg->family == GPT_FAMILY_LLAMA;
   const widths w = fw_of(cfg);
   float *master = (float *)take(&c, nm * 4);
@@ -253,49 +374,15 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
   uint64_t o_bytes = c.off - p_bytes - g_bytes;
   uint64_t a_start = c.off;
 
-  floatX *resid = (floatX *)take(&c, (L + 1) * N * C * 2);
-  size_t nsets = rc == GPT_RECOMPUTE_BLOCK ? 1 : L;
-  floatX *shared_gelu = NULL;
-  if (rc != GPT_RECOMPUTE_NONE)
-    shared_gelu = (floatX *)take(&c, N * w.hid * 2);
-  for (size_t s = 0; s < nsets; s++) {
-    layer_bufs lb;
-    lb.ln1 = (floatX *)take(&c, N * C * 2);
-    lb.ln1_mean = llama ? NULL : (float *)take(&c, N * 4);
-    lb.ln1_rstd = (float *)take(&c, N * 4);
-    lb.qkv = (floatX *)take(&c, N * 3 * C * 2);
-    lb.atty = (floatX *)take(&c, N * C * 2);
-    lb.lse = (float *)take(&c, (size_t)B * NH * T * 4);
-    lb.res2 = (floatX *)take(&c, N * C * 2);
-    lb.ln2 = (floatX *)take(&c, N * C * 2);
-    lb.ln2_mean = llama ? NULL : (float *)take(&c, N * 4);
-    lb.ln2_rstd = (float *)take(&c, N * 4);
-    lb.fch_pre = (floatX *)take(&c, N * w.fc * 2);
-    lb.fch_gelu = rc == GPT_RECOMPUTE_NONE ? (floatX *)take(&c, N * w.hid * 2)
-                                           : shared_gelu;
-    if (g) {
-      if (rc == GPT_RECOMPUTE_BLOCK)
-        for (size_t l = 0; l < L; l++)
-          g->layers[l] = lb;
-      else
-        g->layers[s] = lb;
-    }
-  }
+  for (int sl = 0; sl < nslots; sl++)
+    carve_slot(&c, cfg, B, T, rc, g ? &g->slots[sl] : NULL);
   floatX *proj = (floatX *)take(&c, N * C * 2);
-  floatX *lnf = (floatX *)take(&c, N * C * 2);
-  float *lnf_mean = llama ? NULL : (float *)take(&c, N * 4);
-  float *lnf_rstd = (float *)take(&c, N * 4);
-  floatX *logits = (floatX *)take(&c, N * Vp * 2);
-  float *losses = (float *)take(&c, N * 4);
-  float *scalars = (float *)take(&c, 2 * 4);
   floatX *dresid = (floatX *)take(&c, N * C * 2);
   floatX *dbuf = (floatX *)take(&c, N * C * 2);
   floatX *dqkv = (floatX *)take(&c, N * 3 * C * 2);
   floatX *d4c = (floatX *)take(&c, N * w.d4c * 2);
   size_t sb = scratch_need(cfg, B, T, ngrads, sm);
   void *scratch = take(&c, sb);
-  int *ids = (int *)take(&c, N * 4);
-  int *tgts = (int *)take(&c, N * 4);
   size_t rope_n = llama ? (size_t)T * (C / NH / 2) : 0;
   float *rope_cs = llama ? (float *)take(&c, rope_n * 4) : NULL;
   float *rope_sn = llama ? (float *)take(&c, rope_n * 4) : NULL;
@@ -305,22 +392,13 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
     g->params = params;
     g->grads = grads;
     g->ostate = ostate;
-    g->resid = resid;
     g->proj = proj;
-    g->lnf = lnf;
-    g->lnf_mean = lnf_mean;
-    g->lnf_rstd = lnf_rstd;
-    g->logits = logits;
-    g->losses = losses;
-    g->scalars = scalars;
     g->dresid = dresid;
     g->dbuf = dbuf;
     g->dqkv = dqkv;
     g->d4c = d4c;
     g->scratch = scratch;
     g->scratch_bytes = sb;
-    g->ids = ids;
-    g->tgts = tgts;
     g->rope_cs = rope_cs;
     g->rope_sn = rope_sn;
   }
@@ -366,8 +444,8 @@ extern "C" void gpt_cuda_memory_estimate(const gpt_config *cfg, int B, int T,
                                          gpt_memory *out) {
   size_t np = gpt_config_num_params(cfg), nm, padded, ngrads;
   shard_sizes(o, np, &nm, &padded, &ngrads);
-  carve(cfg, np, nm, padded, ngrads, B, T, o->recompute, o->opt.kind,
-        device_sms(o->device), NULL, out);
+  carve(cfg, np, nm, padded, ngrads, B, T, o->recompute, slots_of(o),
+        o->opt.kind, device_sms(o->device), NULL, out);
   out->acts += LT_WORKSPACE_BYTES;
   out->total += LT_WORKSPACE_BYTES;
 }
@@ -492,6 +570,13 @@ __global__ void scale_kernel(float *x, size_t n, float s) {
     x[i] *= s;
 }
 
+/* x = y + x (a tied copy's gradient summed in: the CPU's order). */
+__global__ void add_kernel(float *x, const float *y, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    x[i] = y[i] + x[i];
+}
+
 /* ---- Create / destroy ---- */
 
 extern "C" void gpt_cuda_destroy(gpt_cuda *g) {
@@ -509,8 +594,11 @@ extern "C" void gpt_cuda_destroy(gpt_cuda *g) {
   free(g->gg);
   free(g->pieces);
   free(g->runs);
-  free(g->layers);
-  free(g->ids_host);
+  for (int i = 0; g->slots && i < g->nslots; i++) {
+    free(g->slots[i].layers);
+    free(g->slots[i].ids_host);
+  }
+  free(g->slots);
   free(g);
 }
 
@@ -605,15 +693,22 @@ static int build_tables(gpt_cuda *g, const gpt *host, char *err,
   const gpt_cuda_options *o = &g->o;
   g->off = (size_t *)calloc(g->ntensors, sizeof *g->off);
   g->runs = (opt_run *)calloc(g->ntensors, sizeof *g->runs);
-  g->layers = (layer_bufs *)calloc(g->cfg.n_layer, sizeof *g->layers);
-  g->ids_host = (int *)calloc((size_t)o->B * o->T, sizeof(int));
+  g->nslots = slots_of(o);
+  g->slots = (act_slot *)calloc((size_t)g->nslots, sizeof *g->slots);
+  for (int i = 0; g->slots && i < g->nslots; i++) {
+    g->slots[i].layers =
+        (layer_bufs *)calloc(g->cfg.n_layer, sizeof(layer_bufs));
+    g->slots[i].ids_host = (int *)calloc((size_t)o->B * o->T, sizeof(int));
+    if (!g->slots[i].layers || !g->slots[i].ids_host)
+      return fail(err, errlen, "gpt_cuda: out of host memory");
+  }
   g->goff = (size_t *)calloc(g->ngroups, sizeof *g->goff);
   g->gp = (floatX **)calloc(g->ngroups, sizeof *g->gp);
   g->gg = (float **)calloc(g->ngroups, sizeof *g->gg);
   if (o->npieces)
     g->pieces = (gpt_cuda_piece *)malloc(o->npieces * sizeof *g->pieces);
-  if (!g->off || !g->runs || !g->layers || !g->ids_host || !g->goff || !g->gp ||
-      !g->gg || (o->npieces && !g->pieces))
+  if (!g->off || !g->runs || !g->slots || !g->goff || !g->gp || !g->gg ||
+      (o->npieces && !g->pieces))
     return fail(err, errlen, "gpt_cuda: out of host memory");
   for (size_t j = 0; j < o->npieces; j++) {
     g->pieces[j] = o->pieces[j];
@@ -655,8 +750,9 @@ static int alloc_device(gpt_cuda *g, char *err, size_t errlen) {
     return -1;
   g->have_k = 1;
   gpt_memory mem;
-  g->bytes = carve(cfg, g->np, g->nm, g->padded, g->ngrads, o->B, o->T,
-                   o->recompute, o->opt.kind, g->k.sm_count, NULL, &mem);
+  g->bytes =
+      carve(cfg, g->np, g->nm, g->padded, g->ngrads, o->B, o->T, o->recompute,
+            g->nslots, o->opt.kind, g->k.sm_count, NULL, &mem);
   cudaError_t e = cudaMalloc((void **)&g->base, g->bytes);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -681,7 +777,8 @@ static int alloc_device(gpt_cuda *g, char *err, size_t errlen) {
                 cudaGetErrorString(e));
   }
   carve(cfg, g->np, g->nm, g->padded, g->ngrads, o->B, o->T, o->recompute,
-        o->opt.kind, g->k.sm_count, g, NULL);
+        g->nslots, o->opt.kind, g->k.sm_count, g, NULL);
+  load_slot(g, 0, 0);
   /* The steps' shape on cuDNN's attention where it serves (its plans are
    * compiled now, not in the first step); never an error. */
   kern_attention_prepare(&g->k, o->B, o->T, cfg->n_embd, cfg->n_head,
@@ -822,7 +919,7 @@ extern "C" int gpt_cuda_upload(gpt_cuda *g, const gpt *host, optim *opt,
     return -1;
   /* Activations of the old weights must not be backpropagated into the
    * new ones, nor their logits read. */
-  g->have_loss = g->logits_valid = 0;
+  forget_passes(g);
   if (g->o.shard_n == 0) {
     CK(cudaMemcpyAsync(g->master, gpt_params((gpt *)host), g->np * 4,
                        cudaMemcpyHostToDevice, g->k.stream));
@@ -882,7 +979,7 @@ extern "C" int gpt_cuda_upload_shard(gpt_cuda *g, const float *shard,
                                      optim *opt, char *err, size_t errlen) {
   if (check_shard(g, opt, err, errlen) != 0)
     return -1;
-  g->have_loss = g->logits_valid = 0;
+  forget_passes(g);
   CK(cudaMemcpyAsync(g->master, shard, g->nm * 4, cudaMemcpyHostToDevice,
                      g->k.stream));
   KK(kern_f32_to_bf16(&g->k, g->params, g->master, g->nm, err, errlen));
@@ -1473,8 +1570,7 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
 
 extern "C" int gpt_cuda_set_stage(gpt_cuda *g, int first, int last, char *err,
                                   size_t errlen) {
-  g->B = g->T = 0;
-  g->have_loss = g->logits_valid = g->stage_train = 0;
+  forget_passes(g);
   if (first < 0 || first >= last || last > g->cfg.n_layer)
     return fail(err, errlen,
                 "gpt_cuda: stage [%d,%d) is not a range of the model's %d "
@@ -1500,6 +1596,15 @@ extern "C" int gpt_cuda_forward_stage(gpt_cuda *g, const uint32_t *inputs,
   int rc = forward(g, inputs, x, targets, B, T, loss, 1, err, errlen);
   g->stage_train = rc == 0;
   return rc;
+}
+
+extern "C" int gpt_cuda_set_slot(gpt_cuda *g, int slot, char *err,
+                                 size_t errlen) {
+  if (slot < 0 || slot >= g->nslots)
+    return fail(err, errlen, "gpt_cuda: slot %d, but there are %d", slot,
+                g->nslots);
+  load_slot(g, slot, 1);
+  return 0;
 }
 
 extern "C" const void *gpt_cuda_stage_output(const gpt_cuda *g) {
@@ -1560,6 +1665,19 @@ extern "C" int gpt_cuda_scale_grads(gpt_cuda *g, float s, char *err,
   int blocks = g->k.sm_count * 4;
   /* The padding (a gang's) is zero, and stays so. */
   scale_kernel<<<blocks, 256, 0, g->k.stream>>>(g->grads, g->ngrads, s);
+  CK(cudaGetLastError());
+  return 0;
+}
+
+extern "C" int gpt_cuda_add_grads(gpt_cuda *g, size_t at, const float *src,
+                                  size_t n, char *err, size_t errlen) {
+  if (at > g->ngrads || n > g->ngrads - at)
+    return fail(err, errlen,
+                "gpt_cuda: gradients [%zu, %zu) are not in the %zu held", at,
+                at + n, g->ngrads);
+  if (n == 0)
+    return 0;
+  add_kernel<<<g->k.sm_count * 4, 256, 0, g->k.stream>>>(g->grads + at, src, n);
   CK(cudaGetLastError());
   return 0;
 }

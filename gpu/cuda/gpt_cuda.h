@@ -58,6 +58,10 @@ typedef struct gpt_cuda_options {
   gpt_recompute recompute;
   int deterministic;    /* non-zero: fixed-order reductions everywhere */
   int device;           /* CUDA device index */
+  /* Activation slots (0 or 1: one): each keeps one forward for its
+   * backward (gpt_cuda_set_slot), for a pipeline stage's micro-batches in
+   * flight. The weights, gradients and backward buffers are shared. */
+  int slots;
   /* A gang rank's part (gpu/zero/zero_cuda.h, ZeRO stages 1-2). shard_n
    * 0: the FP32 master weights and the optimizer state cover the whole
    * model. Else they cover only the flat range [shard_lo, shard_lo +
@@ -212,6 +216,12 @@ int gpt_cuda_set_stage(gpt_cuda *g, int first, int last, char *err,
 int gpt_cuda_forward_stage(gpt_cuda *g, const uint32_t *inputs, const void *x,
                            const uint32_t *targets, int B, int T, float *loss,
                            char *err, size_t errlen);
+/* Makes slot (0 <= slot < the options' slots) the current one: the
+ * forwards and backwards after this keep and read its activations, and
+ * gpt_cuda_last_loss, _logits, _stage_output read its pass; another
+ * slot's forward is kept until that slot's next forward. 0, or -1 with
+ * err. */
+int gpt_cuda_set_slot(gpt_cuda *g, int slot, char *err, size_t errlen);
 /* The stage's output of the last forward: the device BF16 (B,T,C)
  * stream after layer last - 1, written in stream order; NULL on the last
  * stage or without a forward. Valid until g's next forward. */
@@ -266,6 +276,13 @@ int gpt_cuda_download_shard(gpt_cuda *g, float *shard, optim *opt, char *err,
 
 /* Multiplies every gradient by s (the train stage's fault injection). */
 int gpt_cuda_scale_grads(gpt_cuda *g, float s, char *err, size_t errlen);
+
+/* Gradients [at, at + n) of the held array (gpt_cuda_grads_ptr's) +=
+ * src (device floats, n of them; read in stream order): a pipeline's
+ * tied embeddings, whose two stages' parts are summed on one. 0, or -1
+ * with err (a range past the array). */
+int gpt_cuda_add_grads(gpt_cuda *g, size_t at, const float *src, size_t n,
+                       char *err, size_t errlen);
 
 /* Global L2 norm of the gradients into *norm (synchronizes). If max_norm
  * > 0 and the norm is finite and above it, the next gpt_cuda_step uses

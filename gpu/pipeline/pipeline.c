@@ -1,5 +1,8 @@
-/* Pipeline-parallel training on CPU ranks; see pipeline.h. */
+/* Pipeline-parallel training over either engine; see pipeline.h. The
+ * schedules, exchanges and the step's collectives are here; the stage's
+ * passes and parameters are the engine's (pipeline_engine.h). */
 #include "pipeline.h"
+#include "pipeline_engine.h"
 
 #include "lib/clock.h"
 
@@ -20,7 +23,7 @@ typedef struct op {
  * activation slot it came from can be used again). */
 typedef struct pending {
   comm_req *req;
-  float *buf;
+  void *buf;
 } pending;
 
 /* The most sends a stage keeps in flight, under COMM_MAX_INFLIGHT with
@@ -28,31 +31,27 @@ typedef struct pending {
  * receives a neighbour's messages in the order they were sent). */
 #define PIPE_MAX_SENDS 12
 
-/* A contiguous part of the parameter array this stage updates. */
-typedef struct range {
-  size_t off, n;
-  optim *opt;
-  int counted; /* in the clipping norm (the tied copy on the last stage
-                  is not: the first stage counts it) */
-} range;
-
 struct pipeline {
-  comm *c;
+  comm *c, *ctl; /* the stages: the data (streams, gradients), the scalars */
+  comm *dp, *dp_ctl; /* the stage group (o.dp): the same two; NULL: none */
   gpt *model;
   pipeline_options o;
   int s, P, first, last; /* stage s of P: layers [first, last) */
-  gpt **slot;            /* activation slots */
-  int nslots;
+  int nslots;            /* activation slots */
   op *ops;
   int nops;
-  range rg[2];
-  int nrg;
-  size_t BTC;  /* floats of a micro-batch's stream */
-  float *xbuf; /* a received stream or its gradient */
-  float *sendbuf[PIPE_MAX_SENDS];
+  pipe_setup su; /* the ranges (su.off, su.n, su.nrg) */
+  const pipe_ops *eo;
+  pipe_eng *e;
+  size_t bytes; /* of a micro-batch's stream (B,T,C) */
+  void *xbuf;   /* a received stream or its gradient */
+  float *tied;  /* the first stage's receive buffer for the tied sum */
+  void *sendbuf[PIPE_MAX_SENDS];
   pending q[PIPE_MAX_SENDS]; /* FIFO: q[qhead .. qhead + nq) */
   int qhead, nq;
   pipeline_stats st;
+  int step_failed; /* pipeline_step's error, for the next call to say */
+  char step_err[512];
 };
 
 int pipeline_check(const gpt_config *cfg, int P, int world, char *err,
@@ -100,24 +99,6 @@ static int make_ops(pipeline *p) {
   return 0;
 }
 
-/* One optimizer over the tensors in [off, off + n) of the model. */
-static int range_optim(pipeline *p, range *r, char *err, size_t errlen) {
-  size_t nt = gpt_tensor_count(p->model), k = 0;
-  optim_group *g = calloc(nt, sizeof *g);
-  if (!g) {
-    snprintf(err, errlen, "pipeline: out of memory");
-    return -1;
-  }
-  for (size_t i = 0; i < nt; i++) {
-    const gpt_tensor *t = gpt_tensor_at(p->model, i);
-    if (t->offset >= r->off && t->offset < r->off + r->n)
-      g[k++] = (optim_group){t->offset - r->off, t->numel, t->decay};
-  }
-  int rc = optim_create(&p->o.opt, r->n, g, k, &r->opt, err, errlen);
-  free(g);
-  return rc;
-}
-
 /* Stage s's own parameters, one contiguous range: the groups of its
  * layers, with group 0 (the embeddings) on the first stage and group
  * n_layer + 1 (ln_f) on the last. */
@@ -138,50 +119,51 @@ static int tied_head(const pipeline *p) {
   return !gpt_get_config(p->model)->untied_head;
 }
 
-/* The stage's parameter ranges, each with its optimizer: its own
+/* The stage's parameter ranges (pipeline_engine.h): its own
  * (stage_range), and with a tied head on the last stage its copy of
  * group 0 as a second one. */
-static int make_ranges(pipeline *p, char *err, size_t errlen) {
-  size_t off, n;
-  stage_range(p, p->s, &off, &n);
-  p->rg[0] = (range){off, n, NULL, 1};
-  p->nrg = 1;
+static void make_ranges(pipeline *p) {
+  pipe_setup *su = &p->su;
+  stage_range(p, p->s, &su->off[0], &su->n[0]);
+  su->nrg = 1;
   if (p->s == p->P - 1 && tied_head(p)) {
-    gpt_group_range(p->model, 0, &off, &n);
-    p->rg[p->nrg++] = (range){off, n, NULL, 0};
+    gpt_group_range(p->model, 0, &su->off[1], &su->n[1]);
+    su->nrg = 2;
   }
-  for (int i = 0; i < p->nrg; i++)
-    if (range_optim(p, &p->rg[i], err, errlen) != 0)
-      return -1;
-  return 0;
 }
 
-/* An activation slot: a gpt of the stage's layers whose parameters and
- * gradients are the model's own arrays (the groups the stage reaches;
- * the others stay NULL, which the engine must never reach). */
-static int make_slot(pipeline *p, gpt **out, char *err, size_t errlen) {
-  gpt *m = NULL;
-  if (gpt_create(gpt_get_config(p->model), &m, err, errlen) != 0)
+static int oom(const char *what, char *err, size_t errlen) {
+  snprintf(err, errlen, "pipeline: out of memory for %s", what);
+  return -1;
+}
+
+/* The engine of o (pipeline_engine.h) for this stage, and the buffers
+ * of the exchanges in its memory. */
+static int make_engine(pipeline *p, char *err, size_t errlen) {
+  pipe_setup *su = &p->su;
+  su->model = p->model;
+  su->o = &p->o;
+  su->s = p->s;
+  su->P = p->P;
+  su->first = p->first;
+  su->last = p->last;
+  su->nslots = p->nslots;
+  int rc = p->o.cuda ? pipe_cuda_create(su, &p->eo, &p->e, err, errlen)
+                     : pipe_cpu_create(su, &p->eo, &p->e, err, errlen);
+  if (rc != 0)
     return -1;
-  *out = m;
-  gpt_release(m, GPT_BUF_PARAMS | GPT_BUF_GRADS);
-  if (gpt_set_stage(m, p->first, p->last, err, errlen) != 0 ||
-      gpt_set_recompute(m, p->o.recompute, err, errlen) != 0 ||
-      gpt_set_autocast(m, p->o.autocast, err, errlen) != 0)
-    return -1;
-  float *params = gpt_params(p->model), *grads = gpt_grads(p->model);
-  size_t ng = gpt_group_count(p->model);
-  for (size_t g = 0; g < ng; g++) {
-    int layer = (int)g - 1;
-    int used = (layer >= p->first && layer < p->last) ||
-               (g == 0 && (p->s == 0 || (p->s == p->P - 1 && tied_head(p)))) ||
-               (g == ng - 1 && p->s == p->P - 1);
-    if (!used)
-      continue;
+  size_t C = (size_t)gpt_get_config(p->model)->n_embd;
+  p->bytes = (size_t)p->o.B * p->o.T * C * p->eo->elem;
+  if (!(p->xbuf = p->eo->alloc(p->e, p->bytes)))
+    return oom("the received stream", err, errlen);
+  for (int i = 0; i < PIPE_MAX_SENDS; i++)
+    if (!(p->sendbuf[i] = p->eo->alloc(p->e, p->bytes)))
+      return oom("the send buffers", err, errlen);
+  if (p->s == 0 && tied_head(p)) {
     size_t off, n;
-    gpt_group_range(p->model, g, &off, &n);
-    gpt_set_group_params(m, g, params + off);
-    gpt_set_group_grads(m, g, grads + off);
+    gpt_group_range(p->model, 0, &off, &n);
+    if (!(p->tied = p->eo->alloc(p->e, n * sizeof(float) + 1)))
+      return oom("the tied gradient", err, errlen);
   }
   return 0;
 }
@@ -199,33 +181,23 @@ int pipeline_create(comm *c, gpt *model, const pipeline_options *o,
     return -1;
   }
   pipeline *p = calloc(1, sizeof *p);
-  if (!p) {
-    snprintf(err, errlen, "pipeline: out of memory");
-    return -1;
-  }
+  if (!p)
+    return oom("the pipeline", err, errlen);
   *out = p;
   p->c = c;
+  p->ctl = o->ctl ? o->ctl : c;
+  p->dp = o->dp && comm_size(o->dp) > 1 ? o->dp : NULL;
+  p->dp_ctl = o->dp_ctl ? o->dp_ctl : p->dp;
   p->model = model;
   p->o = *o;
   p->P = P;
   p->s = comm_rank(c);
   p->first = p->s * (cfg->n_layer / P);
   p->last = p->first + cfg->n_layer / P;
-  p->BTC = (size_t)o->B * o->T * cfg->n_embd;
-  if (make_ops(p) != 0 || !(p->xbuf = malloc(p->BTC * sizeof(float))) ||
-      !(p->slot = calloc((size_t)p->nslots, sizeof *p->slot))) {
-    snprintf(err, errlen, "pipeline: out of memory");
-    return -1;
-  }
-  for (int i = 0; i < PIPE_MAX_SENDS; i++)
-    if (!(p->sendbuf[i] = malloc(p->BTC * sizeof(float)))) {
-      snprintf(err, errlen, "pipeline: out of memory for the send buffers");
-      return -1;
-    }
-  for (int i = 0; i < p->nslots; i++)
-    if (make_slot(p, &p->slot[i], err, errlen) != 0)
-      return -1;
-  if (make_ranges(p, err, errlen) != 0)
+  if (make_ops(p) != 0)
+    return oom("the schedule", err, errlen);
+  make_ranges(p);
+  if (make_engine(p, err, errlen) != 0)
     return -1;
   p->st.slots = p->nslots;
   p->st.formula = (double)(P - 1) / (o->micro + P - 1);
@@ -235,15 +207,17 @@ int pipeline_create(comm *c, gpt *model, const pipeline_options *o,
 void pipeline_destroy(pipeline *p) {
   if (!p)
     return;
-  for (int i = 0; i < p->nslots && p->slot; i++)
-    gpt_destroy(p->slot[i]);
-  for (int i = 0; i < p->nrg; i++)
-    optim_destroy(p->rg[i].opt);
-  for (int i = 0; i < PIPE_MAX_SENDS; i++)
-    free(p->sendbuf[i]);
-  free(p->slot);
+  if (p->eo) {
+    for (int i = 0; i < PIPE_MAX_SENDS; i++)
+      if (p->sendbuf[i])
+        p->eo->free(p->e, p->sendbuf[i]);
+    if (p->xbuf)
+      p->eo->free(p->e, p->xbuf);
+    if (p->tied)
+      p->eo->free(p->e, p->tied);
+    p->eo->destroy(p->e);
+  }
   free(p->ops);
-  free(p->xbuf);
   free(p);
 }
 
@@ -262,16 +236,22 @@ static int wait_oldest(pipeline *p, char *err, size_t errlen) {
   return rc;
 }
 
-/* BTC floats of x to rank peer, from a copy of its own. */
-static int send_stream(pipeline *p, const float *x, int peer, char *err,
+/* A micro-batch's stream (or its gradient) x to rank peer, from a copy
+ * of its own. */
+static int send_stream(pipeline *p, const void *x, int peer, char *err,
                        size_t errlen) {
   if (p->nq == PIPE_MAX_SENDS && wait_oldest(p, err, errlen) != 0)
     return -1;
   int i = (p->qhead + p->nq) % PIPE_MAX_SENDS;
-  memcpy(p->sendbuf[i], x, p->BTC * sizeof(float));
+  if (!x) {
+    snprintf(err, errlen, "pipeline: stage %d has no stream to send", p->s);
+    return -1;
+  }
+  if (p->eo->copy(p->e, p->sendbuf[i], x, p->bytes, err, errlen) != 0)
+    return -1;
   p->q[i].buf = p->sendbuf[i];
-  if (comm_isend(p->c, p->sendbuf[i], p->BTC * sizeof(float), peer,
-                 &p->q[i].req, err, errlen) != 0)
+  if (comm_isend(p->c, p->sendbuf[i], p->bytes, peer, &p->q[i].req, err,
+                 errlen) != 0)
     return -1;
   p->nq++;
   return 0;
@@ -283,38 +263,37 @@ static int run_op(pipeline *p, const op *o, const uint32_t *inputs,
                   char *err, size_t errlen) {
   int m = p->o.micro, firsts = p->s == 0, lasts = p->s == p->P - 1;
   size_t BT = (size_t)p->o.B * p->o.T;
-  gpt *g = p->slot[o->mb % p->nslots];
-  int rc;
+  int slot = o->mb % p->nslots, rc;
   double t;
   if (!o->backward) {
-    if (!firsts && comm_recv(p->c, p->xbuf, p->BTC * sizeof(float), p->s - 1,
-                             err, errlen) != 0)
+    if (!firsts &&
+        comm_recv(p->c, p->xbuf, p->bytes, p->s - 1, err, errlen) != 0)
       return -1;
     float l = 0;
     t = clock_monotonic();
-    rc = gpt_forward_stage(
-        g, firsts ? inputs + o->mb * BT : NULL, firsts ? NULL : p->xbuf,
-        lasts ? targets + o->mb * BT : NULL, p->o.B, p->o.T, &l, err, errlen);
+    rc = p->eo->forward(p->e, slot, firsts ? inputs + o->mb * BT : NULL,
+                        firsts ? NULL : p->xbuf,
+                        lasts ? targets + o->mb * BT : NULL, &l, err, errlen);
     *busy += clock_monotonic() - t;
     if (rc != 0)
       return -1;
     if (lasts)
       *loss += l / m; /* as trainkit_forward_backward sums them */
-    else if (send_stream(p, gpt_stage_output(g), p->s + 1, err, errlen) != 0)
+    else if (send_stream(p, p->eo->output(p->e, slot), p->s + 1, err, errlen) !=
+             0)
       return -1;
     return 0;
   }
-  if (!lasts && comm_recv(p->c, p->xbuf, p->BTC * sizeof(float), p->s + 1, err,
-                          errlen) != 0)
+  if (!lasts && comm_recv(p->c, p->xbuf, p->bytes, p->s + 1, err, errlen) != 0)
     return -1;
   t = clock_monotonic();
-  rc = gpt_backward_stage(g, lasts ? NULL : p->xbuf, 1.0f / (float)m, err,
-                          errlen);
+  rc = p->eo->backward(p->e, slot, lasts ? NULL : p->xbuf, 1.0f / (float)m, err,
+                       errlen);
   *busy += clock_monotonic() - t;
   if (rc != 0)
     return -1;
   if (!firsts &&
-      send_stream(p, gpt_stage_input_grad(g), p->s - 1, err, errlen) != 0)
+      send_stream(p, p->eo->input_grad(p->e, slot), p->s - 1, err, errlen) != 0)
     return -1;
   return 0;
 }
@@ -323,32 +302,28 @@ static int run_op(pipeline *p, const op *o, const uint32_t *inputs,
  * the last's (the head's) summed on the first and sent back, so that
  * both copies take the same update. An untied head: nothing to sum. */
 static int sum_tied(pipeline *p, char *err, size_t errlen) {
-  if (!tied_head(p))
+  if (!tied_head(p) || (p->s != 0 && p->s != p->P - 1))
     return 0;
+  int last = p->P - 1, r = p->s == last ? 1 : 0;
   size_t off, n;
   gpt_group_range(p->model, 0, &off, &n);
-  float *g = gpt_grads(p->model) + off;
-  int last = p->P - 1;
-  if (p->s == last)
-    return comm_send(p->c, g, n * sizeof(float), 0, err, errlen) != 0 ||
-                   comm_recv(p->c, g, n * sizeof(float), 0, err, errlen) != 0
-               ? -1
-               : 0;
-  if (p->s != 0)
-    return 0;
-  float *tmp = malloc(n * sizeof(float));
-  if (!tmp) {
-    snprintf(err, errlen, "pipeline: out of memory for the tied gradient");
+  size_t bytes = n * sizeof(float);
+  float *g = p->eo->grads(p->e, r);
+  if (!g) {
+    snprintf(err, errlen, "pipeline: the engine's gradients failed");
     return -1;
   }
-  int rc = comm_recv(p->c, tmp, n * sizeof(float), last, err, errlen);
-  if (rc == 0) {
-    for (size_t i = 0; i < n; i++)
-      g[i] = tmp[i] + g[i];
-    rc = comm_send(p->c, g, n * sizeof(float), last, err, errlen);
-  }
-  free(tmp);
-  return rc;
+  if (p->s == last)
+    return comm_send(p->c, g, bytes, 0, err, errlen) != 0 ||
+                   comm_recv(p->c, g, bytes, 0, err, errlen) != 0
+               ? -1
+               : 0;
+  /* Range 0 of the first stage starts with group 0. */
+  return comm_recv(p->c, p->tied, bytes, last, err, errlen) != 0 ||
+                 p->eo->add(p->e, 0, p->tied, n, err, errlen) != 0 ||
+                 comm_send(p->c, g, bytes, last, err, errlen) != 0
+             ? -1
+             : 0;
 }
 
 /* Data parallel beside the pipeline: the mean over the stage group
@@ -357,21 +332,19 @@ static int sum_tied(pipeline *p, char *err, size_t errlen) {
  * the first stage's after this, so both copies still get the same
  * bits), and of the last stage's loss. */
 static int dp_mean(pipeline *p, double *loss, char *err, size_t errlen) {
-  comm *dp = p->o.dp;
-  int D = dp ? comm_size(dp) : 1;
-  if (D == 1)
+  if (!p->dp)
     return 0;
-  float *grads = gpt_grads(p->model), inv = 1.0f / (float)D;
-  for (int r = 0; r < p->nrg; r++) {
-    float *g = grads + p->rg[r].off;
-    if (comm_allreduce_sum(dp, g, p->rg[r].n, err, errlen) != 0)
+  int D = comm_size(p->dp);
+  for (int r = 0; r < p->su.nrg; r++) {
+    float *g = p->eo->grads(p->e, r);
+    if (!g || comm_allreduce_sum(p->dp, g, p->su.n[r], err, errlen) != 0)
       return -1;
-    for (size_t i = 0; i < p->rg[r].n; i++)
-      g[i] *= inv;
   }
+  if (p->eo->scale(p->e, 1.0f / (float)D, err, errlen) != 0)
+    return -1;
   if (p->s != p->P - 1)
     return 0;
-  if (comm_allreduce_sum_double(dp, loss, err, errlen) != 0)
+  if (comm_allreduce_sum_double(p->dp_ctl, loss, err, errlen) != 0)
     return -1;
   *loss /= D;
   return 0;
@@ -380,8 +353,13 @@ static int dp_mean(pipeline *p, double *loss, char *err, size_t errlen) {
 int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
                               const uint32_t *targets, double *loss, char *err,
                               size_t errlen) {
+  if (p->step_failed) {
+    snprintf(err, errlen, "%s", p->step_err);
+    return -1;
+  }
   double t0 = clock_monotonic(), busy = 0;
-  gpt_zero_grad(p->model);
+  if (p->eo->zero_grad(p->e, err, errlen) != 0)
+    return -1;
   *loss = 0;
   for (int i = 0; i < p->nops; i++)
     if (run_op(p, &p->ops[i], inputs, targets, loss, &busy, err, errlen) != 0)
@@ -391,12 +369,12 @@ int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
       return -1;
   double step = clock_monotonic() - t0;
   if (dp_mean(p, loss, err, errlen) != 0 || sum_tied(p, err, errlen) != 0 ||
-      comm_broadcast(p->c, loss, sizeof *loss, p->P - 1, err, errlen) != 0)
+      comm_broadcast(p->ctl, loss, sizeof *loss, p->P - 1, err, errlen) != 0)
     return -1;
   /* The bubble over all stages: the sum of their idle times over the
    * sum of their step times; and the mean of those step times. */
   float acc[2] = {(float)(step - busy), (float)step};
-  if (comm_allreduce_sum(p->c, acc, 2, err, errlen) != 0)
+  if (comm_allreduce_sum(p->ctl, acc, 2, err, errlen) != 0)
     return -1;
   p->st.idle = acc[1] > 0 ? acc[0] / acc[1] : 0;
   p->st.step_s = acc[1] / p->P;
@@ -405,43 +383,26 @@ int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
 
 int pipeline_clip_grad_norm(pipeline *p, double max_norm, double *norm,
                             char *err, size_t errlen) {
-  float *grads = gpt_grads(p->model);
   double sumsq = 0;
-  for (int r = 0; r < p->nrg; r++) {
-    if (!p->rg[r].counted)
-      continue;
-    const float *g = grads + p->rg[r].off;
-    for (size_t i = 0; i < p->rg[r].n; i++)
-      sumsq += (double)g[i] * g[i];
-  }
-  if (comm_allreduce_sum_double(p->c, &sumsq, err, errlen) != 0)
+  /* The tied copy on the last stage (range 1) is not counted: the first
+   * stage counts it. */
+  if (p->eo->sumsq(p->e, 0, &sumsq, err, errlen) != 0 ||
+      comm_allreduce_sum_double(p->ctl, &sumsq, err, errlen) != 0)
     return -1;
   *norm = sqrt(sumsq);
   /* optim_clip_grad_norm's rule, on every stage's part alike. */
-  if (max_norm > 0.0 && isfinite(*norm)) {
-    double coef = max_norm / (*norm + 1e-6);
-    if (coef < 1.0)
-      for (int r = 0; r < p->nrg; r++) {
-        float *g = grads + p->rg[r].off, s = (float)coef;
-        for (size_t i = 0; i < p->rg[r].n; i++)
-          g[i] *= s;
-      }
-  }
+  if (max_norm > 0.0 && isfinite(*norm))
+    return p->eo->clip(p->e, *norm, max_norm, err, errlen);
   return 0;
 }
 
 void pipeline_step(pipeline *p, float lr) {
-  for (int r = 0; r < p->nrg; r++)
-    optim_step(p->rg[r].opt, gpt_params(p->model) + p->rg[r].off,
-               gpt_grads(p->model) + p->rg[r].off, lr);
+  if (!p->step_failed &&
+      p->eo->step(p->e, lr, p->step_err, sizeof p->step_err) != 0)
+    p->step_failed = 1;
 }
 
 void pipeline_get_stats(const pipeline *p, pipeline_stats *s) { *s = p->st; }
-
-/* The state floats a parameter has in o (AdamW 2, Lion 1). */
-static size_t per_param(optim *o, size_t n) {
-  return n ? optim_state_floats(o) / n : 0;
-}
 
 /* Rank 0's part of a gather: stage s's parameters into the model and,
  * with state, its optimizer state into fs (full's, N parameters). */
@@ -449,65 +410,70 @@ static int gather_stage(pipeline *p, int s, float *fs, size_t k, char *err,
                         size_t errlen) {
   size_t N = gpt_num_params(p->model), off, n;
   stage_range(p, s, &off, &n);
-  if (comm_recv(p->c, gpt_params(p->model) + off, n * sizeof(float), s, err,
+  if (comm_recv(p->ctl, gpt_params(p->model) + off, n * sizeof(float), s, err,
                 errlen) != 0)
     return -1;
   if (!fs)
     return 0;
   float *st = malloc(k * n * sizeof(float) + 1);
-  if (!st) {
-    snprintf(err, errlen, "pipeline: out of memory gathering stage %d", s);
-    return -1;
-  }
-  int rc = comm_recv(p->c, st, k * n * sizeof(float), s, err, errlen);
+  if (!st)
+    return oom("a stage's optimizer state", err, errlen);
+  int rc = comm_recv(p->ctl, st, k * n * sizeof(float), s, err, errlen);
   for (size_t j = 0; rc == 0 && j < k; j++)
     memcpy(fs + j * N + off, st + j * n, n * sizeof(float));
   free(st);
   return rc;
 }
 
+/* A stage > 0's part of a gather: its range's parameters and, with
+ * state, its optimizer state to rank 0 (host memory: over ctl). */
+static int send_stage(pipeline *p, int with_state, size_t k, char *err,
+                      size_t errlen) {
+  size_t n = p->su.n[0];
+  float *buf = malloc((1 + (with_state ? k : 0)) * n * sizeof(float) + 1);
+  uint64_t t = 0;
+  if (!buf)
+    return oom("the gather", err, errlen);
+  int rc = p->eo->pull(p->e, buf, with_state ? buf + n : NULL, &t, err, errlen);
+  if (rc == 0)
+    rc = comm_send(p->ctl, buf, n * sizeof(float), 0, err, errlen);
+  if (rc == 0 && with_state)
+    rc = comm_send(p->ctl, buf + n, k * n * sizeof(float), 0, err, errlen);
+  free(buf);
+  return rc;
+}
+
 int pipeline_gather(pipeline *p, int with_state, optim *full, char *err,
                     size_t errlen) {
-  range *r = &p->rg[0];
-  size_t k = per_param(r->opt, r->n), N = gpt_num_params(p->model);
+  size_t k = optim_state_floats_for(p->o.opt.kind, 1);
   if (p->s > 0)
-    return comm_send(p->c, gpt_params(p->model) + r->off, r->n * sizeof(float),
-                     0, err, errlen) != 0 ||
-                   (with_state &&
-                    comm_send(p->c, optim_state(r->opt),
-                              k * r->n * sizeof(float), 0, err, errlen) != 0)
-               ? -1
-               : 0;
+    return send_stage(p, with_state, k, err, errlen);
   if (with_state && !full) {
     snprintf(err, errlen, "pipeline: gather: no optimizer for the state");
     return -1;
   }
+  size_t N = gpt_num_params(p->model), off = p->su.off[0], n = p->su.n[0];
   float *fs = with_state ? optim_state(full) : NULL;
-  for (size_t j = 0; fs && j < k; j++)
-    memcpy(fs + j * N + r->off, optim_state(r->opt) + j * r->n,
-           r->n * sizeof(float));
-  for (int s = 1; s < p->P; s++)
-    if (gather_stage(p, s, fs, k, err, errlen) != 0)
-      return -1;
-  if (fs)
-    optim_set_t(full, optim_get_t(r->opt));
-  return 0;
+  float *st = with_state ? malloc(k * n * sizeof(float) + 1) : NULL;
+  uint64_t t = 0;
+  if (with_state && !st)
+    return oom("the gather", err, errlen);
+  int rc = p->eo->pull(p->e, gpt_params(p->model) + off, st, &t, err, errlen);
+  for (size_t j = 0; rc == 0 && fs && j < k; j++)
+    memcpy(fs + j * N + off, st + j * n, n * sizeof(float));
+  free(st);
+  for (int s = 1; rc == 0 && s < p->P; s++)
+    rc = gather_stage(p, s, fs, k, err, errlen);
+  if (rc == 0 && fs)
+    optim_set_t(full, t);
+  return rc;
 }
 
 int pipeline_load(pipeline *p, optim *full, char *err, size_t errlen) {
   size_t N = gpt_num_params(p->model);
-  const float *fs = optim_state(full);
-  if (optim_state_floats(full) != per_param(full, N) * N) {
+  if (optim_state_floats(full) != optim_state_floats_for(p->o.opt.kind, N)) {
     snprintf(err, errlen, "pipeline: the optimizer is not the whole model's");
     return -1;
   }
-  for (int i = 0; i < p->nrg; i++) {
-    range *r = &p->rg[i];
-    size_t k = per_param(r->opt, r->n);
-    for (size_t j = 0; j < k; j++)
-      memcpy(optim_state(r->opt) + j * r->n, fs + j * N + r->off,
-             r->n * sizeof(float));
-    optim_set_t(r->opt, optim_get_t(full));
-  }
-  return 0;
+  return p->eo->load(p->e, full, err, errlen);
 }
