@@ -36,10 +36,11 @@ int mploop_check(trainrun *r, mploop *l) {
     return EXIT_BAD_PARAMS;
   }
   l->D = l->N / l->K;
-  const char *why = r->c.device == ENGINE_WANT_CUDA ? "device: cuda"
-                    : r->c.dropout > 0              ? "dropout"
-                    : r->c.overfit                  ? "overfit_one_batch"
-                                                    : NULL;
+  const char *why = r->c.device == ENGINE_WANT_CUDA && !l->gpu_ok
+                        ? "device: cuda"
+                    : r->c.dropout > 0 ? "dropout"
+                    : r->c.overfit     ? "overfit_one_batch"
+                                       : NULL;
   if (why) {
     h->fail(ctx,
             "%s %d runs on CPU ranks without %s (not supported with it "
@@ -47,12 +48,45 @@ int mploop_check(trainrun *r, mploop *l) {
             l->param, l->K, why, l->param);
     return EXIT_BAD_PARAMS;
   }
-  if (r->c.device == ENGINE_WANT_AUTO && engine_built_with_cuda())
+  if (r->c.device == ENGINE_WANT_AUTO && engine_built_with_cuda() && !l->gpu_ok)
     h->log(ctx, DAGRUN_LOG_INFO,
            "device: auto is cpu with %s (GPU ranks do not run %s yet)",
            l->param, l->what);
   l->m = r->c.accum;
   return gangloop_threads(r, l->N);
+}
+
+/* GPU ranks: the device the gang agrees on and, on GPUs, the NCCL gang
+ * and its splits. The emulator's train plugin (DAGRUN_EMU_PIPE_MPI:
+ * tests/gpu/emu, whose device memory is host memory) takes the MPI
+ * splits for the device buffers where NCCL cannot split or has no point
+ * to point yet. 0, or the exit status. */
+static int open_gpu(trainrun *r, mploop *l) {
+  char err[2048];
+  engine_device dev = ENGINE_CPU;
+  if (gangloop_pick_device(r, l->c, l->N, l->rank, &dev) != 0)
+    return EXIT_BAD_PARAMS;
+  if (dev != ENGINE_CUDA)
+    return 0;
+  l->cuda = 1;
+  comm_config nccfg = {.backend = COMM_NCCL, .device = -1};
+  if (comm_create(&nccfg, &l->nc, err, sizeof err) != 0)
+    mploop_abort(r, l, "NCCL", err);
+  l->device = comm_device(l->nc);
+  if (comm_split(l->nc, l->rank / l->K, l->rank, &l->nkc, err, sizeof err) ||
+      comm_split(l->nc, l->rank % l->K, l->rank, &l->ndc, err, sizeof err)) {
+#ifdef DAGRUN_EMU_PIPE_MPI
+    comm_destroy(l->nkc);
+    l->nkc = l->ndc = NULL;
+    if (l->rank == 0)
+      r->h->log(r->ctx, DAGRUN_LOG_INFO,
+                "emulator: the stages' device buffers over MPI (%s)", err);
+    return 0;
+#else
+    mploop_abort(r, l, "splitting the NCCL gang", err);
+#endif
+  }
+  return 0;
 }
 
 int mploop_open(trainrun *r, mploop *l,
@@ -74,6 +108,9 @@ int mploop_open(trainrun *r, mploop *l,
   if (comm_split(l->c, l->rank / l->K, l->rank, &l->kc, err, sizeof err) ||
       comm_split(l->c, l->rank % l->K, l->rank, &l->dc, err, sizeof err))
     mploop_abort(r, l, "splitting the gang", err);
+  int st = l->gpu_ok ? open_gpu(r, l) : 0;
+  if (st != 0)
+    return st;
   size_t n = (size_t)l->m * r->c.B * r->c.m.T;
   /* Rank 0's engine: the pre-flight loss and validation, on the whole
    * model it gathers, over the global batch's D x B rows. */
@@ -89,6 +126,9 @@ int mploop_open(trainrun *r, mploop *l,
 }
 
 void mploop_close(mploop *l) {
+  comm_destroy(l->ndc);
+  comm_destroy(l->nkc);
+  comm_destroy(l->nc);
   comm_destroy(l->dc);
   comm_destroy(l->kc);
   comm_destroy(l->c);
@@ -225,7 +265,8 @@ static void train_step(trainrun *r, mploop *l) {
 /* Over every communicator of the layout (the loop's and the engine's
  * own): their counters added into sum, or reset when sum is NULL. */
 static void comm_traffic(mploop *l, comm_stats *sum) {
-  comm *all[] = {l->c, l->kc, l->dc, l->more[0], l->more[1]};
+  comm *all[] = {l->c,   l->kc, l->dc,      l->nkc,
+                 l->ndc, l->nc, l->more[0], l->more[1]};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
     if (!all[i])
       continue;
@@ -291,7 +332,7 @@ static int finish(trainrun *r, mploop *l) {
   cJSON_AddNumberToObject(s, "data_parallel", l->D);
   if (l->eng.summary)
     l->eng.summary(l->eng.arg, r, s);
-  cJSON_AddStringToObject(s, "device", "cpu");
+  cJSON_AddStringToObject(s, "device", l->cuda ? "cuda" : "cpu");
   trainrun_summary_losses(r, s);
   trainrun_summary_rates(r, s, tps);
   gangmem_comm(r, &l->cs, l->nsteps, s);

@@ -21,7 +21,15 @@
  *
  * Refused by mploop_check, before any collective, with the numbers: a
  * gang not started by a launcher, world_size not a multiple of K,
- * device: cuda, dropout, overfit_one_batch.
+ * device: cuda (unless the engine runs on GPU ranks: gpu_ok), dropout,
+ * overfit_one_batch.
+ *
+ * GPU ranks (gpu_ok, and device cuda, or auto where every rank sees a
+ * GPU: gangloop_pick_device): one GPU a rank (the local rank's, as a
+ * ZeRO gang's), and beside the MPI communicators, which keep the
+ * scalars and the gather, NCCL ones over the same ranks for the
+ * engine's device buffers. Rank 0's pre-flight loss and validation stay
+ * on its CPU, on the gathered model.
  */
 #ifndef DAGRUN_TRAIN_MPLOOP_H
 #define DAGRUN_TRAIN_MPLOOP_H
@@ -57,11 +65,16 @@ typedef struct mploop {
   const char *part;  /* what a rank holds, plural: "stages" */
   const char *what;  /* the parts in words: "pipeline stages" */
   int N, K;          /* gang size (0: not in a gang), parts a replica */
+  int gpu_ok;        /* the engine runs on GPU ranks too */
   /* Set by mploop_check and mploop_open: */
   int D, m, rank; /* replicas, micro-batches a step, this rank */
   comm *c;        /* the gang: the stop agreement */
   comm *kc;       /* this replica's K parts: the engine's */
   comm *dc;       /* this part's D replicas: the gradients' mean */
+  /* GPU ranks (cuda): the NCCL gang and its splits as kc's and dc's,
+   * and this rank's CUDA device; else 0 and NULL. */
+  int cuda, device;
+  comm *nc, *nkc, *ndc;
   /* Set by the caller after mploop_open: */
   mploop_engine eng;
   comm *more[2]; /* the engine's own splits (NULL: none), whose traffic

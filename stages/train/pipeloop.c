@@ -96,7 +96,21 @@ static void start(trainrun *r, pipe_run *p) {
                         .recompute = (gpt_recompute)r->c.recompute,
                         .autocast = r->c.autocast,
                         .dp = l->dc};
-  if (pipeline_create(l->kc, r->model, &o, &p->pl, err, sizeof err) != 0)
+  comm *data = l->kc;
+  if (l->cuda) {
+    /* Device buffers over NCCL (or, on the emulator, the MPI splits:
+     * mploop.c's open_gpu); the scalars and the gather over MPI. */
+    o.cuda = 1;
+    o.device = l->device;
+    o.deterministic = r->c.deterministic;
+    o.ctl = l->kc;
+    o.dp_ctl = l->dc;
+    if (l->nkc) {
+      data = l->nkc;
+      o.dp = l->ndc;
+    }
+  }
+  if (pipeline_create(data, r->model, &o, &p->pl, err, sizeof err) != 0)
     mploop_abort(r, l, "pipeline", err);
   l->eng =
       (mploop_engine){p->pl, fb, clip, step, gather, load, stepped, summary, p};
@@ -108,11 +122,12 @@ static void start(trainrun *r, pipe_run *p) {
             "schedule %s, %d micro-batches (grad_accum) of %d x %d, the "
             "activations of %d of them kept at most; data-parallel replica "
             "%d of %d (global batch %d x %d x %d = %d sequences); "
-            "zero_stage ignored",
+            "zero_stage ignored; %s",
             l->rank, s, l->K, first, last - 1, s == 0 ? ", embeddings" : "",
             s == l->K - 1 ? ", head and loss" : "",
             pipeline_schedule_names[p->sched], l->m, r->c.B, r->c.m.T, st.slots,
-            l->rank / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m);
+            l->rank / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m,
+            l->cuda ? "GPUs (BF16 streams), NCCL" : "CPUs, MPI");
 }
 
 int pipeloop_run(trainrun *r, int N, int P) {
@@ -120,7 +135,8 @@ int pipeloop_run(trainrun *r, int N, int P) {
                       .part = "stages",
                       .what = "pipeline stages",
                       .N = N,
-                      .K = P}};
+                      .K = P,
+                      .gpu_ok = 1}};
   int status = mploop_check(r, &p.l), sc = 0;
   if (status == 0 && stagekit_param_choice(r->ctx, r->h, "pipeline_schedule",
                                            pipeline_schedule_names, &sc))
