@@ -276,17 +276,17 @@ int comm_split(comm *c, int color, int key, comm **out, char *err,
                 bn);
     return -1;
   }
-  if (c->backend == COMM_NCCL) {
-    comm_seterr(err, errlen,
-                "comm nccl: split: sub-communicators are not in the NCCL "
-                "backend yet (use the mpi backend)");
-    return -1;
-  }
   comm *n = comm_alloc(c->backend, c->timeout_s, err, errlen);
   if (!n)
     return -1;
-  if (c->backend == COMM_MPI &&
-      comm_mpi_split(c, color, key, n, err, errlen) != 0) {
+  int rc = 0;
+  if (c->backend == COMM_MPI)
+    rc = comm_mpi_split(c, color, key, n, err, errlen);
+#ifdef DAGRUN_COMM_HAVE_NCCL
+  else if (c->backend == COMM_NCCL)
+    rc = comm_nccl_split(c, color, key, n, err, errlen);
+#endif
+  if (rc != 0) {
     free(n);
     c->broken = 1;
     return -1;

@@ -113,10 +113,18 @@ int comm_iallgather_bytes(comm *c, const void *send, void *recv, size_t bytes,
  * send has its matching recv on the peer, of the same size; between two
  * ranks, messages arrive in the order they were sent (MPI's
  * non-overtaking rule), so no tags. peer must be another rank (so the
- * self backend has none to give). MPI only: NCCL refuses them (not
- * built yet), with a message that says so. The blocking ones wait up to
- * the timeout; comm_isend lets a rank go on while its message waits for
- * the peer's recv (send must stay valid until comm_wait). */
+ * self backend has none to give). The blocking ones wait up to the
+ * timeout; comm_isend lets a rank go on while its message waits for the
+ * peer's recv (send must stay valid until comm_wait). NCCL (device
+ * buffers): ncclSend/ncclRecv, whose kernels a communicator runs one
+ * after the other, so comm_isend/comm_irecv are enqueued only at the
+ * rank's next call on the communicator that needs them (a blocking send
+ * or recv, a collective, comm_wait/comm_test of one of them), grouped
+ * with that call's send or recv so that neighbours that each send and
+ * then receive do not deadlock (comm_nccl.c says how); a peer that
+ * never posts the matching call fails the wait at the timeout. A rank
+ * that waits on another communicator must first start what it has
+ * queued here (comm_test) if the peer needs it to get there. */
 int comm_send(comm *c, const void *send, size_t bytes, int peer, char *err,
               size_t errlen);
 int comm_recv(comm *c, void *recv, size_t bytes, int peer, char *err,
@@ -141,8 +149,10 @@ int comm_test(comm *c, comm_req *req, int *done, char *err, size_t errlen);
  * timeout, and its own request slots, so both can be used in turn by the
  * same thread. Pipeline parallel with data parallel beside it uses two:
  * a replica's stages and a stage's replicas. self: a one-rank
- * communicator. NCCL refuses (not built yet), saying so. Destroy it
- * before c (the last MPI communicator destroyed finalizes MPI). */
+ * communicator. NCCL: ncclCommSplit, non-blocking and polled up to the
+ * timeout (c's queued sends and recvs are enqueued first); the new one
+ * has its own CUDA stream on c's device. Destroy it before c (the last
+ * MPI communicator destroyed finalizes MPI). */
 int comm_split(comm *c, int color, int key, comm **out, char *err,
                size_t errlen);
 

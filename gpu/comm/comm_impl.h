@@ -76,6 +76,10 @@ int comm_mpi_split(const comm *parent, int color, int key, comm *c, char *err,
                    size_t errlen);
 #ifdef DAGRUN_COMM_HAVE_NCCL
 int comm_nccl_create(comm *c, const comm_config *cfg, char *err, size_t errlen);
+/* parent's ranks of the same color into c (comm_split); parent's queued
+ * sends and recvs are enqueued first. */
+int comm_nccl_split(comm *parent, int color, int key, comm *c, char *err,
+                    size_t errlen);
 #endif
 
 /* Sleeps a little longer each call (from 0 up to about 1 ms): the wait

@@ -10,6 +10,23 @@
  * followed by an event in the request's slot; comm.c's wait loop polls
  * the event (and NCCL's asynchronous error) with the same timeout.
  *
+ * Point to point: ncclSend/ncclRecv of bytes (ncclUint8). NCCL runs a
+ * communicator's kernels one after the other, and a send's kernel ends
+ * only when the peer's recv takes the data: two ranks that each send to
+ * the other before receiving would wait for each other forever (NCCL's
+ * p2p documentation: calls that must progress together go in one group).
+ * So comm_isend/comm_irecv are not enqueued at once: they wait in the
+ * request's slot, and the next call on this communicator that needs them
+ * (a blocking send or recv, a collective, comm_wait or comm_test of one
+ * of them) enqueues them in issue order, in groups
+ * (ncclGroupStart/ncclGroupEnd) that hold the first waiting operation of
+ * each peer and direction, with the blocking call's own send or recv:
+ * the neighbours of a pipeline that each send and then receive meet in
+ * one group, and a rank's second message to a peer waits for the peer's
+ * next group instead of holding this one. Messages between two ranks
+ * keep their order (NCCL matches a pair's sends and recvs in the order
+ * they were posted).
+ *
  * Bootstrap (the unique id from rank 0 to the others):
  * - cfg->rendezvous_dir set: rank 0 writes <dir>/nccl-id atomically
  *   (temporary name, fsync, rename, fsync of the directory); the others
@@ -45,6 +62,15 @@ typedef struct nccl_state {
   float *scratch; /* one device float: the barrier's allreduce */
   comm *mpi;      /* the bootstrap communicator, when through MPI */
   int device;
+  /* Async sends and recvs not enqueued yet: the slots, in issue order,
+   * and what each moves. */
+  int pend[COMM_NSLOTS], npend;
+  struct p2p {
+    comm_op op;
+    void *buf;
+    size_t n;
+    int peer;
+  } p2p[COMM_NSLOTS];
 } nccl_state;
 
 /* The rendezvous file: magic, version, header size, gang size, then the
@@ -102,11 +128,90 @@ static int settle(nccl_state *s, const char *what, double timeout_s, char *err,
   }
 }
 
+/* One group of the pending sends and recvs: in issue order, the first
+ * of each peer and direction (a later one to the same peer waits for the
+ * next group: a group ends when all its operations have, and a second
+ * message to a peer may need a recv the peer posts only after this
+ * group). Each is followed by its slot's event (after the group: NCCL
+ * enqueues a group's work as one). Zero bytes move nothing: the event
+ * alone. */
+static int flush_one(comm *c, const char *what, char *err, size_t errlen) {
+  nccl_state *s = c->impl;
+  int take[COMM_NSLOTS], ntake = 0, keep = 0;
+  for (int i = 0; i < s->npend; i++) {
+    struct p2p *p = &s->p2p[s->pend[i]];
+    int first = 1;
+    for (int j = 0; j < i && first; j++) {
+      struct p2p *q = &s->p2p[s->pend[j]];
+      first = q->peer != p->peer || q->op != p->op;
+    }
+    if (first)
+      take[ntake++] = s->pend[i];
+    else
+      s->pend[keep++] = s->pend[i];
+  }
+  s->npend = keep;
+  ncclResult_t r = ncclGroupStart(), r2;
+  for (int i = 0; i < ntake && r == ncclSuccess; i++) {
+    struct p2p *p = &s->p2p[take[i]];
+    if (p->n == 0)
+      continue;
+    if (p->op == COMM_OP_SEND)
+      r = ncclSend(p->buf, p->n, ncclUint8, p->peer, s->comm, s->stream);
+    else
+      r = ncclRecv(p->buf, p->n, ncclUint8, p->peer, s->comm, s->stream);
+  }
+  r2 = ncclGroupEnd(); /* always: it closes the group */
+  if (r == ncclSuccess || r == ncclInProgress)
+    r = r2;
+  if (r != ncclSuccess && r != ncclInProgress) {
+    ncclerr(s, r, what, err, errlen);
+    return -1;
+  }
+  if (r == ncclInProgress && settle(s, what, c->timeout_s, err, errlen) != 0)
+    return -1;
+  for (int i = 0; i < ntake; i++)
+    if (!cuda_ok(cudaEventRecord(s->ev[take[i]], s->stream), what, err, errlen))
+      return -1;
+  return 0;
+}
+
+/* Whether slot's send or recv waits to be enqueued (-1: any does). */
+static int pending(const nccl_state *s, int slot) {
+  for (int i = 0; i < s->npend; i++)
+    if (slot < 0 || s->pend[i] == slot)
+      return 1;
+  return 0;
+}
+
+/* Enqueues groups of the pending sends and recvs until slot's is (-1:
+ * all). */
+static int flush(comm *c, int slot, const char *what, char *err,
+                 size_t errlen) {
+  while (pending(c->impl, slot))
+    if (flush_one(c, what, err, errlen) != 0)
+      return -1;
+  return 0;
+}
+
 static int nccl_start(comm *c, int slot, comm_op op, const void *send,
                       void *recv, size_t n, int root, char *err,
                       size_t errlen) {
   nccl_state *s = c->impl;
   const char *what = comm_op_name(op);
+  if (op == COMM_OP_SEND || op == COMM_OP_RECV) {
+    struct p2p *p = &s->p2p[slot];
+    p->op = op;
+    p->buf = op == COMM_OP_SEND ? (void *)send : recv;
+    p->n = n;
+    p->peer = root;
+    s->pend[s->npend++] = slot;
+    /* Async: enqueued with the next call (above); blocking: now. */
+    return slot == COMM_BLOCKING_SLOT ? flush(c, slot, what, err, errlen) : 0;
+  }
+  /* What was issued before goes first. */
+  if (flush(c, -1, what, err, errlen) != 0)
+    return -1;
   ncclResult_t r = ncclSuccess;
   switch (op) {
   case COMM_OP_ALLREDUCE:
@@ -140,11 +245,7 @@ static int nccl_start(comm *c, int slot, comm_op op, const void *send,
     break;
   case COMM_OP_SEND:
   case COMM_OP_RECV:
-    comm_seterr(err, errlen,
-                "comm nccl: %s: point to point is not in the NCCL backend "
-                "yet (pipeline parallelism runs on CPU ranks over MPI)",
-                what);
-    return -2;
+    break; /* above */
   }
   if (r != ncclSuccess && r != ncclInProgress) {
     ncclerr(s, r, what, err, errlen);
@@ -160,6 +261,8 @@ static int nccl_start(comm *c, int slot, comm_op op, const void *send,
 static int nccl_test(comm *c, int slot, char *err, size_t errlen) {
   nccl_state *s = c->impl;
   const char *what = comm_op_name(c->req[slot].op);
+  if (flush(c, slot, what, err, errlen) != 0)
+    return -1;
   cudaError_t e = cudaEventQuery(s->ev[slot]);
   if (e != cudaSuccess && e != cudaErrorNotReady) {
     cuda_ok(e, what, err, errlen);
@@ -358,6 +461,58 @@ static int local_rank(void) {
   return 0;
 }
 
+/* s's stream, scratch float and slot events on s->device. */
+static int state_cuda(nccl_state *s, const char *what, char *err,
+                      size_t errlen) {
+  char w[64];
+  snprintf(w, sizeof w, "%s: cudaSetDevice", what);
+  if (!cuda_ok(cudaSetDevice(s->device), w, err, errlen))
+    return -1;
+  snprintf(w, sizeof w, "%s: cudaStreamCreate", what);
+  if (!cuda_ok(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking), w,
+               err, errlen))
+    return -1;
+  snprintf(w, sizeof w, "%s: cudaMalloc", what);
+  if (!cuda_ok(cudaMalloc((void **)&s->scratch, sizeof(float)), w, err,
+               errlen) ||
+      !cuda_ok(cudaMemset(s->scratch, 0, sizeof(float)), w, err, errlen))
+    return -1;
+  snprintf(w, sizeof w, "%s: cudaEventCreate", what);
+  for (; s->nev < COMM_NSLOTS; s->nev++)
+    if (!cuda_ok(
+            cudaEventCreateWithFlags(&s->ev[s->nev], cudaEventDisableTiming), w,
+            err, errlen))
+      return -1;
+  return 0;
+}
+
+/* Polls s->comm, just made (r: what the call that made it returned),
+ * until it is ready; aborts and forgets it when it failed. */
+static int comm_ready(nccl_state *s, ncclResult_t r, const char *what,
+                      double timeout_s, char *err, size_t errlen) {
+  if (r != ncclSuccess && r != ncclInProgress)
+    ncclerr(s, r, what, err, errlen);
+  else if (settle(s, what, timeout_s, err, errlen) == 0)
+    return 0;
+  if (s->comm) {
+    ncclCommAbort(s->comm);
+    s->comm = NULL;
+  }
+  return -1;
+}
+
+/* rc 0: s becomes c's state; else s is freed. Returns rc. */
+static int install(comm *c, nccl_state *s, int rc) {
+  if (rc != 0) {
+    state_free(s, 1, c->timeout_s);
+    return rc;
+  }
+  c->ops = &nccl_ops;
+  c->impl = s;
+  c->device = s->device;
+  return 0;
+}
+
 int comm_nccl_create(comm *c, const comm_config *cfg, char *err,
                      size_t errlen) {
   nccl_state *s = calloc(1, sizeof *s);
@@ -378,20 +533,8 @@ int comm_nccl_create(comm *c, const comm_config *cfg, char *err,
            s->device, ndev, ndev == 1 ? "" : "s");
     goto fail;
   }
-  if (!cuda_ok(cudaSetDevice(s->device), "create: cudaSetDevice", err,
-               errlen) ||
-      !cuda_ok(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking),
-               "create: cudaStreamCreate", err, errlen) ||
-      !cuda_ok(cudaMalloc((void **)&s->scratch, sizeof(float)),
-               "create: cudaMalloc", err, errlen) ||
-      !cuda_ok(cudaMemset(s->scratch, 0, sizeof(float)), "create: cudaMemset",
-               err, errlen))
+  if (state_cuda(s, "create", err, errlen) != 0)
     goto fail;
-  for (; s->nev < COMM_NSLOTS; s->nev++)
-    if (!cuda_ok(
-            cudaEventCreateWithFlags(&s->ev[s->nev], cudaEventDisableTiming),
-            "create: cudaEventCreate", err, errlen))
-      goto fail;
 
   /* Rank, size and the unique id. */
   ncclUniqueId id;
@@ -439,25 +582,46 @@ int comm_nccl_create(comm *c, const comm_config *cfg, char *err,
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   r = ncclCommInitRankConfig(&s->comm, c->size, id, c->rank, &config);
-  if (r != ncclSuccess && r != ncclInProgress) {
-    ncclerr(s, r, "create: ncclCommInitRankConfig", err, errlen);
-    if (s->comm) {
-      ncclCommAbort(s->comm);
-      s->comm = NULL;
-    }
+  if (comm_ready(s, r,
+                 r == ncclSuccess || r == ncclInProgress
+                     ? "create"
+                     : "create: ncclCommInitRankConfig",
+                 c->timeout_s, err, errlen) != 0)
     goto fail;
-  }
-  if (settle(s, "create", c->timeout_s, err, errlen) != 0) {
-    ncclCommAbort(s->comm);
-    s->comm = NULL;
-    goto fail;
-  }
-  c->ops = &nccl_ops;
-  c->impl = s;
-  c->device = s->device;
-  return 0;
+  return install(c, s, 0);
 
 fail:
-  state_free(s, 1, c->timeout_s);
-  return -1;
+  return install(c, s, -1);
+}
+
+int comm_nccl_split(comm *parent, int color, int key, comm *c, char *err,
+                    size_t errlen) {
+  nccl_state *ps = parent->impl;
+  /* What the parent has queued was issued first. */
+  if (flush(parent, -1, "split", err, errlen) != 0)
+    return -1;
+  nccl_state *s = calloc(1, sizeof *s);
+  if (!s) {
+    comm_seterr(err, errlen, "comm nccl: split: out of memory");
+    return -1;
+  }
+  s->device = ps->device;
+  if (state_cuda(s, "split", err, errlen) != 0)
+    goto fail;
+  /* Non-blocking as the parent; NCCL orders the new ranks by key, then
+   * by rank in the parent, as comm.h says. */
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclResult_t r = ncclCommSplit(ps->comm, color, key, &s->comm, &config);
+  if (comm_ready(s, r, "split", c->timeout_s, err, errlen) != 0)
+    goto fail;
+  if ((r = ncclCommCount(s->comm, &c->size)) != ncclSuccess ||
+      (r = ncclCommUserRank(s->comm, &c->rank)) != ncclSuccess) {
+    ncclerr(s, r, "split: the new communicator's rank and size", err, errlen);
+    goto fail;
+  }
+  return install(c, s, 0);
+
+fail:
+  return install(c, s, -1);
 }

@@ -3,7 +3,8 @@
  * each rank computes alone. Run under mpirun (tests/integration/
  * test_comm.sh) or alone:
  *
- *   comm_check mpi|self|nccl [all|die-kill|die-exit|hang]
+ *   comm_check mpi|self|nccl [all|die-kill|die-exit|hang|abort|leave|
+ *              mismatch|host-buffer|recv-kill|p2p-mismatch|split-kill]
  *
  * nccl: the buffers the comm layer gets are device memory (cudaMalloc,
  * filled and read back with cudaMemcpy), so that the program is the same
@@ -33,6 +34,11 @@
  * only): every rank hands the comm layer host memory, which must be
  * refused ("comm_check: rank R: host buffer refused: <error>", exit 0):
  * what shows that the other modes' buffers really are device memory.
+ * Point to point: recv-kill: the last rank SIGKILLs itself while every
+ * other rank receives from it (comm_recv), which must fail;
+ * p2p-mismatch: rank 0 sends 1000 bytes to rank 1, which receives 999,
+ * and both calls fail (the other ranks wait in a barrier for them);
+ * split-kill: the last rank SIGKILLs itself while the others split.
  */
 #include "comm/comm.h"
 
@@ -514,20 +520,40 @@ static void check_inflight_limit(int tag) {
   bfree(&V);
 }
 
-/* Point to point: around a ring, each rank sends two messages to the
- * next (isend, both in flight) and receives two from the one before, in
- * order; then once more with the blocking calls. One rank, or NCCL: the clear
- * refusal instead, and the communicator stays usable. */
-static void check_p2p(size_t n, int tag) {
-  size_t bytes = n * sizeof(float);
-  if (N == 1 || DEV) {
+/* Byte i of rank r's message tag: what any rank can compute. */
+static unsigned char pbyte(int r, int tag, size_t i) {
+  return (unsigned char)splitmix((uint64_t)(tag * 64 + r) * 1000003 + i);
+}
+
+static buf pfill(size_t bytes, int r, int tag) {
+  buf b = balloc(bytes);
+  for (size_t i = 0; i < bytes; i++)
+    b.h[i] = pbyte(r, tag, i);
+  bput(&b);
+  return b;
+}
+
+/* b holds rank r's message tag (b's device copy read back first). */
+static void pexpect(const char *what, buf *b, int r, int tag) {
+  bget(b);
+  for (size_t i = 0; i < b->bytes; i++)
+    expect(what, b->bytes, i, b->h[i], pbyte(r, tag, i));
+}
+
+/* Point to point, nbytes a message: around a ring, each rank sends two
+ * messages to the next (isend, both in flight) and receives two from the
+ * one before, in order (the isends cross the neighbours' on their way:
+ * NCCL must not deadlock); then the recvs posted first (irecv) and the
+ * sends after, completed by polling (comm_test); then once more with the
+ * blocking calls. One rank: the clear refusal instead, and the
+ * communicator stays usable. */
+static void check_p2p(size_t nbytes, int tag) {
+  if (N == 1) {
     float x = 0;
-    const char *want = N > 1 ? "point to point is not in the NCCL backend"
-                             : "peer 0 is not another rank";
-    if (comm_send(C, &x, sizeof x, (R + 1) % N, err, sizeof err) == 0 ||
-        !strstr(err, want)) {
-      fprintf(stderr, "comm_check: rank %d: send not refused as \"%s\" (%s)\n",
-              R, want, err);
+    if (comm_send(C, &x, sizeof x, 0, err, sizeof err) == 0 ||
+        !strstr(err, "peer 0 is not another rank")) {
+      fprintf(stderr, "comm_check: rank %d: send to itself not refused (%s)\n",
+              R, err);
       comm_abort(C, 1);
     }
     nchecks++;
@@ -535,41 +561,66 @@ static void check_p2p(size_t n, int tag) {
     return;
   }
   int next = (R + 1) % N, prev = (R + N - 1) % N;
-  float *s0 = xmalloc(bytes), *s1 = xmalloc(bytes), *r0 = xmalloc(bytes),
-        *r1 = xmalloc(bytes);
-  fill(s0, R, tag, n);
-  fill(s1, R, tag + 1, n);
-  comm_req *q0, *q1;
-  CALL("isend", comm_isend(C, s0, bytes, next, &q0, err, sizeof err));
-  CALL("isend", comm_isend(C, s1, bytes, next, &q1, err, sizeof err));
-  CALL("recv", comm_recv(C, r0, bytes, prev, err, sizeof err));
-  CALL("recv", comm_recv(C, r1, bytes, prev, err, sizeof err));
-  CALL("wait", comm_wait(C, q1, err, sizeof err));
-  CALL("wait", comm_wait(C, q0, err, sizeof err));
-  for (size_t i = 0; i < n; i++) {
-    expect("recv (first of two)", n, i, r0[i], val(prev, tag, i));
-    expect("recv (second of two)", n, i, r1[i], val(prev, tag + 1, i));
-  }
+  buf s0 = pfill(nbytes, R, tag), s1 = pfill(nbytes, R, tag + 1),
+      r0 = balloc(nbytes), r1 = balloc(nbytes);
+  comm_req *q[4];
+  CALL("isend", comm_isend(C, s0.d, nbytes, next, &q[0], err, sizeof err));
+  CALL("isend", comm_isend(C, s1.d, nbytes, next, &q[1], err, sizeof err));
+  CALL("recv", comm_recv(C, r0.d, nbytes, prev, err, sizeof err));
+  CALL("recv", comm_recv(C, r1.d, nbytes, prev, err, sizeof err));
+  CALL("wait", comm_wait(C, q[1], err, sizeof err));
+  CALL("wait", comm_wait(C, q[0], err, sizeof err));
+  pexpect("recv (first of two)", &r0, prev, tag);
+  pexpect("recv (second of two)", &r1, prev, tag + 1);
+
+  CALL("irecv", comm_irecv(C, r1.d, nbytes, prev, &q[0], err, sizeof err));
+  CALL("irecv", comm_irecv(C, r0.d, nbytes, prev, &q[1], err, sizeof err));
+  CALL("isend", comm_isend(C, s1.d, nbytes, next, &q[2], err, sizeof err));
+  CALL("isend", comm_isend(C, s0.d, nbytes, next, &q[3], err, sizeof err));
+  for (int left = 4; left > 0;)
+    for (int k = 0; k < 4; k++) {
+      int done = 0;
+      if (q[k] && comm_test(C, q[k], &done, err, sizeof err) != 0)
+        die("test of a send or recv");
+      if (done)
+        q[k] = NULL, left--;
+    }
+  pexpect("irecv (first of two)", &r1, prev, tag + 1);
+  pexpect("irecv (second of two)", &r0, prev, tag);
+
   /* Blocking, around the ring: even ranks send first, odd ones receive
    * first, so that every send meets its recv. */
   if (R % 2 == 0)
-    CALL("send", comm_send(C, s1, bytes, next, err, sizeof err));
-  CALL("recv", comm_recv(C, r0, bytes, prev, err, sizeof err));
+    CALL("send", comm_send(C, s1.d, nbytes, next, err, sizeof err));
+  CALL("recv", comm_recv(C, r0.d, nbytes, prev, err, sizeof err));
   if (R % 2 == 1)
-    CALL("send", comm_send(C, s1, bytes, next, err, sizeof err));
-  for (size_t i = 0; i < n; i++)
-    expect("blocking recv", n, i, r0[i], val(prev, tag + 1, i));
-  free(s0);
-  free(s1);
-  free(r0);
-  free(r1);
+    CALL("send", comm_send(C, s1.d, nbytes, next, err, sizeof err));
+  pexpect("blocking recv", &r0, prev, tag + 1);
+  bfree(&s0);
+  bfree(&s1);
+  bfree(&r0);
+  bfree(&r1);
+}
+
+/* x summed over c's ranks, through a buffer of the backend's memory. */
+static float allreduce1(comm *c, float x, const char *what) {
+  buf B = balloc(sizeof x);
+  memcpy(B.h, &x, sizeof x);
+  bput(&B);
+  if (comm_allreduce_sum(c, (float *)B.d, 1, err, sizeof err) != 0)
+    die(what);
+  bget(&B);
+  memcpy(&x, B.h, sizeof x);
+  bfree(&B);
+  return x;
 }
 
 /* comm_split: the ranks of each parity, ordered backwards (key -R):
- * each sub-communicator's size, this rank's place in it, and a sum over
- * it only; then the parent still works. A negative color is refused;
- * NCCL refuses the split, saying so. */
-static void check_split(void) {
+ * each sub-communicator's size, this rank's place in it, a sum over it
+ * only, a sum over the parent while it exists, and a message around its
+ * ring (isend crossing the neighbours', then recv); then the parent still
+ * works. A negative color is refused. */
+static void check_split(int tag) {
   comm *sub = NULL;
   if (comm_split(C, -1, 0, &sub, err, sizeof err) == 0 ||
       !strstr(err, "color -1 is negative")) {
@@ -578,16 +629,6 @@ static void check_split(void) {
     comm_abort(C, 1);
   }
   nchecks++;
-  if (DEV) {
-    if (comm_split(C, 0, 0, &sub, err, sizeof err) == 0 ||
-        !strstr(err, "not in the NCCL backend")) {
-      fprintf(stderr, "comm_check: rank %d: nccl split not refused (%s)\n", R,
-              err);
-      comm_abort(C, 1);
-    }
-    nchecks++;
-    return;
-  }
   CALL("split", comm_split(C, R % 2, -R, &sub, err, sizeof err));
   int size = (N - R % 2 + 1) / 2, want = (N - 1 - R) / 2;
   if (comm_size(sub) != size || comm_rank(sub) != want) {
@@ -596,14 +637,67 @@ static void check_split(void) {
             comm_rank(sub), comm_size(sub), want, size);
     comm_abort(C, 1);
   }
-  float x = (float)R, all = 0;
+  float half = 0, all = (float)N * (float)(N - 1) / 2;
   for (int r = R % 2; r < N; r += 2)
-    all += (float)r;
-  if (comm_allreduce_sum(sub, &x, 1, err, sizeof err) != 0)
-    die("allreduce on the split");
-  expect("allreduce on the split", 1, 0, x, all);
+    half += (float)r;
+  expect("allreduce on the split", 1, 0,
+         allreduce1(sub, (float)R, "allreduce on the split"), half);
+  expect("allreduce on the parent beside the split", 1, 0,
+         allreduce1(C, (float)R, "allreduce on the parent"), all);
+  if (size > 1) {
+    /* sub's rank k is parent rank N-1-... of this parity: the message's
+     * sender is named by its parent rank, which the data encodes. */
+    int sr = comm_rank(sub), next = (sr + 1) % size,
+        prev = (sr + size - 1) % size;
+    int prev_parent = R + 2 * (sr - prev); /* ranks backwards: -2 per step */
+    buf S = pfill(1001, R, tag), Rv = balloc(1001);
+    comm_req *q;
+    CALL("isend on the split",
+         comm_isend(sub, S.d, 1001, next, &q, err, sizeof err));
+    CALL("recv on the split",
+         comm_recv(sub, Rv.d, 1001, prev, err, sizeof err));
+    CALL("wait on the split", comm_wait(sub, q, err, sizeof err));
+    pexpect("recv on the split", &Rv, prev_parent, tag);
+    bfree(&S);
+    bfree(&Rv);
+  } else {
+    nchecks += 1001; /* the byte checks the others did: equal counts */
+  }
   comm_destroy(sub);
   CALL("barrier after the split", comm_barrier(C, err, sizeof err));
+}
+
+/* failure_mode's point-to-point and split part: the call that must
+ * fail, and the message if it returned. */
+static int p2p_split_failure(const char *mode) {
+  buf B = pfill(1000, R, 1);
+  const char *what = "recv";
+  int rc;
+  if (!strcmp(mode, "split-kill")) {
+    if (R == N - 1)
+      raise(SIGKILL);
+    comm *sub = NULL;
+    what = "split";
+    rc = comm_split(C, R % 2, R, &sub, err, sizeof err);
+  } else if (!strcmp(mode, "recv-kill")) {
+    if (R == N - 1)
+      raise(SIGKILL);
+    rc = comm_recv(C, B.d, 1000, N - 1, err, sizeof err);
+  } else if (R < 2) {
+    what = R == 0 ? "send" : "recv";
+    rc = R == 0 ? comm_send(C, B.d, 1000, 1, err, sizeof err)
+                : comm_recv(C, B.d, 999, 0, err, sizeof err);
+  } else {
+    what = "barrier";
+    rc = comm_barrier(C, err, sizeof err);
+  }
+  if (rc != 0)
+    die(what);
+  fprintf(stderr,
+          "comm_check: rank %d: the %s returned, with a rank gone or sizes "
+          "that differ\n",
+          R, what);
+  return 1;
 }
 
 static int failure_mode(const char *mode) {
@@ -622,6 +716,9 @@ static int failure_mode(const char *mode) {
     comm_destroy(C); /* broken: aborted, not finalized */
     return 0;
   }
+  if (!strcmp(mode, "recv-kill") || !strcmp(mode, "p2p-mismatch") ||
+      !strcmp(mode, "split-kill"))
+    return p2p_split_failure(mode);
   if (R == N - 1 && N > 1) {
     if (!strcmp(mode, "die-kill"))
       raise(SIGKILL);
@@ -664,15 +761,17 @@ int main(int argc, char **argv) {
 #endif
   else
     known = 0;
-  static const char *modes[] = {"all",   "die-kill", "die-exit", "hang",
-                                "abort", "leave",    "mismatch", "host-buffer"};
+  static const char *modes[] = {"all",          "die-kill",    "die-exit",
+                                "hang",         "abort",       "leave",
+                                "mismatch",     "host-buffer", "recv-kill",
+                                "p2p-mismatch", "split-kill"};
   int known_mode = 0;
   for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
     known_mode |= !strcmp(mode, modes[i]);
   if (!known || !known_mode) {
     fprintf(stderr,
             "usage: comm_check mpi|self%s [all|die-kill|die-exit|hang|abort|"
-            "leave|mismatch|host-buffer]\n",
+            "leave|mismatch|host-buffer|recv-kill|p2p-mismatch|split-kill]\n",
 #ifdef DAGRUN_COMM_CHECK_CUDA
             "|nccl"
 #else
@@ -723,7 +822,9 @@ int main(int argc, char **argv) {
     tag += 6;
     check_test(n, tag);
     tag += 2;
-    check_p2p(n, tag);
+    /* 1 byte, then odd sizes up to 4 MB (more than one of the emulated
+     * NCCL's 1 MiB slots). */
+    check_p2p(k == 0 ? 1 : n * sizeof(float) + 3, tag);
     tag += 2;
   }
   check_allreduce(0, tag++); /* nothing to do, but it must work */
@@ -732,7 +833,7 @@ int main(int argc, char **argv) {
     check_allreduce_double();
   check_inflight_limit(tag);
   tag += 200;
-  check_split();
+  check_split(tag++);
   CALL("barrier", comm_barrier(C, err, sizeof err));
 
   /* Every rank did the same checks: sum their counts as a last check. */

@@ -59,21 +59,55 @@
  *   is refused by the call itself with ncclInvalidArgument, before any
  *   rank waits for this one.
  *
+ * - Send and Recv (any type), and ncclGroupStart/ncclGroupEnd (nested;
+ *   only sends and recvs inside: a collective there is refused with
+ *   ncclInvalidUsage). Each ordered pair of ranks has a channel in the
+ *   segment (its header and a buffer of a slot's size): the sender posts
+ *   the message's count and type, the receiver its own; once both are
+ *   there (a send is matched only by its recv posted, as NCCL's send
+ *   kernel ends when the receiver has the data; NCCL can end one that
+ *   fits in the peer's buffer sooner, which no caller may count on) each
+ *   compares them, and counts or types that differ fail both with
+ *   ncclInvalidUsage; then the data goes through the buffer in chunks.
+ *   A pair's messages match in the order they were posted, per
+ *   direction. A call outside a group is a group of its own. The
+ *   operations of a group progress together until all are done (two
+ *   ranks that send to each other and receive in one group do not
+ *   deadlock; outside a group, or a second message to one peer that
+ *   needs a recv the peer posts after its group, they do, and fail at
+ *   the timeout as a hung NCCL would hang). A failed call inside a group
+ *   makes ncclGroupEnd return its error and run nothing of the group. A
+ *   peer gone, aborted or silent past the timeout fails the group with
+ *   ncclRemoteError as the collectives do; buffers must be device
+ *   memory; count 0 returns at once. On a non-blocking communicator the
+ *   first send or recv with each peer returns ncclInProgress (NCCL's
+ *   runtime connect), settled by ncclCommGetAsyncError.
+ *
+ * - ncclCommSplit: collective over the parent (an AllGather of each
+ *   rank's color, key and a fresh id, which fails as the collectives do
+ *   when a peer is gone or calls something else); the ranks of a color
+ *   form a new communicator, ordered by key, then by rank in the parent,
+ *   over a segment of its own named by its first rank's id, created as
+ *   ncclCommInitRankConfig does (config NULL: the parent's blocking
+ *   mode); NCCL_SPLIT_NOCOLOR gets NULL; other negative colors are
+ *   refused with ncclInvalidArgument. ncclCommCount, ncclCommUserRank.
+ *
  * Not modelled: GPU streams and their overlap (the stream is the host
  * thread: a collective has completed, or failed, when the call returns,
  * so a real NCCL's hung kernel that a caller's timeout must catch
  * appears here as a call that fails after the emulator's own timeout,
  * which is the one to set below the caller's), topology, channels, algorithms
- * and protocols, ranks on more than one host, groups (ncclGroupStart/End),
- * point-to-point, split, user-registered buffers and reduction ops,
- * fp16/bf16/fp8 reductions (ncclInvalidArgument), ncclAvg; ncclCommAbort from
- * another thread while a collective of this process blocks (NCCL's way to
- * unblock it: here the blocked call ends at the timeout, or when a peer fails).
- * NCCL_* environment variables do nothing.
+ * and protocols, ranks on more than one host, collectives in groups,
+ * splitShare (resources shared with the parent), user-registered buffers and
+ * reduction ops, fp16/bf16/fp8 reductions (ncclInvalidArgument), ncclAvg;
+ * ncclCommAbort from another thread while a collective of this process blocks
+ * (NCCL's way to unblock it: here the blocked call ends at the timeout, or when
+ * a peer fails). NCCL_* environment variables do nothing.
  */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdarg>
@@ -87,11 +121,12 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <vector>
 
 #define EMU_ID_MAGIC "DGEMUNCCL1"
 #define EMU_ID_RANDOM 16                    /* random bytes after the magic */
 #define EMU_SEG_MAGIC 0x4c43434e554d4544ULL /* "DEMUNCCL" */
-#define EMU_SEG_VERSION 1u
+#define EMU_SEG_VERSION 2u
 
 enum { ST_ABSENT = 0, ST_JOINED = 1, ST_LEFT = 2, ST_ABORTED = 3 };
 
@@ -104,6 +139,17 @@ struct rank_hdr {
   /* The collective of the step being posted: every rank must agree. */
   uint64_t seq, count;
   int32_t op, dtype, redop, root;
+};
+
+/* One ordered pair's point-to-point channel (src to dst): the message
+ * each side has posted (count and type, then the sequence number that
+ * publishes them) and the chunks of the pair's buffer filled by src and
+ * drained by dst, counted over the pair's whole life. */
+struct pair_hdr {
+  std::atomic<uint64_t> sseq, rseq; /* sends / recvs posted */
+  std::atomic<uint64_t> filled, drained;
+  uint64_t scount, rcount;
+  int32_t stype, rtype;
 };
 
 struct ctrl {
@@ -126,6 +172,8 @@ struct ncclComm {
   int unlinked;
   ctrl *c;
   unsigned char *slots; /* nranks slots of slot_bytes */
+  pair_hdr *pairs;      /* nranks x nranks: [src * nranks + dst] */
+  unsigned char *pbuf;  /* nranks x nranks buffers of slot_bytes */
   size_t map_bytes, slot_bytes;
   unsigned char *tmp; /* slot_bytes: a reduction's result before the copy */
   uint64_t step;      /* steps done */
@@ -134,6 +182,10 @@ struct ncclComm {
   ncclResult_t async; /* ncclCommGetAsyncError's answer */
   int ready;          /* every rank joined */
   int connected;      /* a collective has run */
+  /* Point to point: messages posted to / from each peer, and the peers
+   * connected (NCCL connects a pair at its first send or recv). */
+  std::vector<uint64_t> nsend, nrecv;
+  std::vector<char> p2p_connected;
   char last[512];
 };
 
@@ -235,10 +287,21 @@ static const char *op_name(int op) {
     return "Broadcast";
   case 4:
     return "Reduce";
+  case 5:
+    return "CommSplit";
   }
   return "?";
 }
-enum { OP_ALLREDUCE, OP_REDUCESCATTER, OP_ALLGATHER, OP_BROADCAST, OP_REDUCE };
+/* OP_SPLIT: ncclCommSplit's exchange of colors and keys, an AllGather of
+ * host memory. */
+enum {
+  OP_ALLREDUCE,
+  OP_REDUCESCATTER,
+  OP_ALLGATHER,
+  OP_BROADCAST,
+  OP_REDUCE,
+  OP_SPLIT
+};
 
 static bool reduces(int op) {
   return op == OP_ALLREDUCE || op == OP_REDUCESCATTER || op == OP_REDUCE;
@@ -552,9 +615,12 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks,
   for (int i = 0; i < EMU_ID_RANDOM; i++)
     p += sprintf(p, "%02x", rnd[i]);
 
-  size_t head = sizeof(ctrl) + (size_t)nranks * sizeof(rank_hdr);
+  size_t npairs = (size_t)nranks * (size_t)nranks;
+  size_t head = sizeof(ctrl) + (size_t)nranks * sizeof(rank_hdr) +
+                npairs * sizeof(pair_hdr);
   head = (head + 4095) / 4096 * 4096;
-  comm->map_bytes = head + (size_t)nranks * slot;
+  /* The pairs' buffers are pages nobody touches until a pair talks. */
+  comm->map_bytes = head + ((size_t)nranks + npairs) * slot;
   int fd = shm_open(comm->name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
     ncclResult_t r = fail(nullptr, ncclSystemError,
@@ -591,6 +657,12 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks,
   close(fd);
   if (r == ncclSuccess) {
     comm->slots = (unsigned char *)comm->c + head;
+    comm->pairs = (pair_hdr *)((unsigned char *)comm->c + sizeof(ctrl) +
+                               (size_t)nranks * sizeof(rank_hdr));
+    comm->pbuf = comm->slots + (size_t)nranks * slot;
+    comm->nsend.assign((size_t)nranks, 0);
+    comm->nrecv.assign((size_t)nranks, 0);
+    comm->p2p_connected.assign((size_t)nranks, 0);
     comm->tmp = (unsigned char *)malloc(slot);
     if (!comm->tmp)
       r = fail(nullptr, ncclSystemError, "emulated NCCL: out of memory");
@@ -709,7 +781,19 @@ struct coll {
   ncclRedOp_t redop;
   int root;
   cudaStream_t stream;
+  bool host = false; /* OP_SPLIT: the buffers are host memory */
 };
+
+/* A copy of one step, through the emulated runtime (which checks device
+ * memory), or plainly for host buffers. */
+static cudaError_t copy(const coll &k, void *dst, const void *src, size_t n,
+                        cudaMemcpyKind kind) {
+  if (k.host) {
+    memcpy(dst, src, n);
+    return cudaSuccess;
+  }
+  return cudaMemcpyAsync(dst, src, n, kind, k.stream);
+}
 
 /* One step: elements [off, off + len) of count. */
 static ncclResult_t step(ncclComm *comm, const coll &k, size_t off,
@@ -734,8 +818,8 @@ static ncclResult_t step(ncclComm *comm, const coll &k, size_t off,
   case OP_ALLREDUCE:
   case OP_REDUCE:
   case OP_ALLGATHER:
-    e = cudaMemcpyAsync(mine, k.send + off * es, len * es,
-                        cudaMemcpyDeviceToHost, k.stream);
+  case OP_SPLIT:
+    e = copy(k, mine, k.send + off * es, len * es, cudaMemcpyDeviceToHost);
     break;
   case OP_REDUCESCATTER: /* rank q's part of this step at q * len */
     for (int q = 0; q < N && e == cudaSuccess; q++)
@@ -790,10 +874,10 @@ static ncclResult_t step(ncclComm *comm, const coll &k, size_t off,
     break;
   }
   case OP_ALLGATHER:
+  case OP_SPLIT:
     for (int q = 0; q < N && e == cudaSuccess; q++)
-      e = cudaMemcpyAsync(k.recv + ((size_t)q * k.count + off) * es,
-                          slot0 + (size_t)q * sb, len * es,
-                          cudaMemcpyHostToDevice, k.stream);
+      e = copy(k, k.recv + ((size_t)q * k.count + off) * es,
+               slot0 + (size_t)q * sb, len * es, cudaMemcpyHostToDevice);
     break;
   case OP_BROADCAST:
     e = cudaMemcpyAsync(k.recv + off * es, slot0 + (size_t)k.root * sb,
@@ -817,8 +901,11 @@ static bool device_range(const void *p, size_t bytes) {
          cudaSuccess;
 }
 
-static ncclResult_t run(ncclComm *comm, const coll &k) {
-  const char *what = op_name(k.op);
+static thread_local int t_group; /* ncclGroupStart depth */
+
+/* Whether comm may take an operation now: not NULL, ready, not broken,
+ * not finalized. */
+static ncclResult_t usable(ncclComm *comm, const char *what) {
   if (!comm)
     return fail(nullptr, ncclInvalidArgument, "%s: NULL comm", what);
   if (comm->async != ncclSuccess)
@@ -831,6 +918,19 @@ static ncclResult_t run(ncclComm *comm, const coll &k) {
   if (comm->c->r[comm->rank].state.load() != ST_JOINED)
     return fail(comm, ncclInvalidUsage,
                 "emulated NCCL: %s after ncclCommFinalize", what);
+  return ncclSuccess;
+}
+
+static ncclResult_t run(ncclComm *comm, const coll &k) {
+  const char *what = op_name(k.op);
+  ncclResult_t ur = usable(comm, what);
+  if (ur != ncclSuccess)
+    return ur;
+  if (t_group > 0)
+    return fail(comm, ncclInvalidUsage,
+                "emulated NCCL: %s inside ncclGroupStart/ncclGroupEnd: "
+                "only point to point is emulated in groups",
+                what);
   size_t es = type_size(k.type);
   if (es == 0)
     return fail(comm, ncclInvalidArgument, "emulated NCCL: %s: datatype %d",
@@ -849,14 +949,15 @@ static ncclResult_t run(ncclComm *comm, const coll &k) {
     return ncclSuccess;
   size_t N = (size_t)comm->nranks;
   size_t send_n = k.op == OP_REDUCESCATTER ? k.count * N : k.count;
-  size_t recv_n = k.op == OP_ALLGATHER ? k.count * N : k.count;
-  bool uses_send = k.op != OP_BROADCAST || k.root == comm->rank;
+  size_t recv_n =
+      k.op == OP_ALLGATHER || k.op == OP_SPLIT ? k.count * N : k.count;
+  bool uses_send = !k.host && (k.op != OP_BROADCAST || k.root == comm->rank);
   if (uses_send && !device_range(k.send, send_n * es))
     return fail(comm, ncclInvalidArgument,
                 "emulated NCCL: %s: sendbuff %p (%zu elements) is not device "
                 "memory (the emulated runtime's EMU ERROR says more)",
                 what, (const void *)k.send, send_n);
-  bool uses_recv = k.op != OP_REDUCE || k.root == comm->rank;
+  bool uses_recv = !k.host && (k.op != OP_REDUCE || k.root == comm->rank);
   if (uses_recv && !device_range(k.recv, recv_n * es))
     return fail(comm, ncclInvalidArgument,
                 "emulated NCCL: %s: recvbuff %p (%zu elements) is not device "
@@ -871,7 +972,7 @@ static ncclResult_t run(ncclComm *comm, const coll &k) {
     size_t len = k.count - off < per ? k.count - off : per;
     r = step(comm, k, off, len);
   }
-  if (comm->blocking)
+  if (comm->blocking || k.host)
     return r;
   /* Non-blocking: the call enqueued the work, and what became of it is
    * the communicator's asynchronous state, as with NCCL: a peer lost
@@ -926,4 +1027,373 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
   return run(comm, {OP_BROADCAST, (const unsigned char *)sendbuff,
                     (unsigned char *)recvbuff, count, datatype, ncclSum, root,
                     stream});
+}
+
+/* ---- point to point and groups ---- */
+
+/* A send or recv of a group, and how far it has come. */
+struct p2p_op {
+  ncclComm *comm;
+  bool send;
+  unsigned char *buf;
+  size_t count;
+  ncclDataType_t type;
+  int peer;
+  cudaStream_t stream;
+  int phase;       /* 0: not posted, 1: posted, 2: matched, 3: done */
+  uint64_t m;      /* the message's number on its pair, from 1 */
+  uint64_t chunks; /* of the pair's buffer, moved */
+};
+
+static thread_local std::vector<p2p_op> t_ops; /* the group's, in order */
+/* A call of the group that failed: NCCL's ncclGroupEnd then returns its
+ * error and runs nothing of the group. */
+static thread_local ncclResult_t t_group_error = ncclSuccess;
+
+static pair_hdr *pair_of(const p2p_op &o) {
+  ncclComm *c = o.comm;
+  int src = o.send ? c->rank : o.peer, dst = o.send ? o.peer : c->rank;
+  return &c->pairs[(size_t)src * c->nranks + dst];
+}
+
+static unsigned char *pair_buf(const p2p_op &o) {
+  ncclComm *c = o.comm;
+  int src = o.send ? c->rank : o.peer, dst = o.send ? o.peer : c->rank;
+  return c->pbuf + ((size_t)src * c->nranks + dst) * c->slot_bytes;
+}
+
+static const char *p2p_name(const p2p_op &o) {
+  return o.send ? "Send" : "Recv";
+}
+
+/* One move of o, as far as its peer lets it go without waiting: 1 when it
+ * moved, 0 when it must wait for the peer, an error (o's communicator
+ * broken) when the ranks' calls disagree. A send is matched only by its
+ * recv posted (NCCL's send kernel ends when the receiver has the data, and
+ * code that needs a buffered send deadlocks on a GPU with large
+ * messages), and the chunks go through one buffer per pair. */
+static ncclResult_t p2p_step(p2p_op &o, int *moved) {
+  ncclComm *c = o.comm;
+  pair_hdr *p = pair_of(o);
+  const size_t es = type_size(o.type), bytes = o.count * es;
+  const uint64_t nchunks = (bytes + c->slot_bytes - 1) / c->slot_bytes;
+  *moved = 0;
+  if (o.phase == 0) {
+    /* A sender posts its next message once the receiver has drained the
+     * last (it has compared that one's header: this may overwrite it). */
+    if (o.send && p->drained.load(std::memory_order_acquire) !=
+                      p->filled.load(std::memory_order_acquire))
+      return ncclSuccess;
+    if (o.send) {
+      o.m = ++c->nsend[o.peer];
+      p->scount = o.count;
+      p->stype = o.type;
+      p->sseq.store(o.m, std::memory_order_release);
+    } else {
+      o.m = ++c->nrecv[o.peer];
+      p->rcount = o.count;
+      p->rtype = o.type;
+      p->rseq.store(o.m, std::memory_order_release);
+    }
+    o.phase = 1;
+    *moved = 1;
+  }
+  if (o.phase == 1) {
+    uint64_t theirs = o.send ? p->rseq.load(std::memory_order_acquire)
+                             : p->sseq.load(std::memory_order_acquire);
+    if (theirs < o.m)
+      return ncclSuccess;
+    uint64_t tc = o.send ? p->rcount : p->scount;
+    int32_t tt = o.send ? p->rtype : p->stype;
+    if (tc != o.count || tt != (int32_t)o.type)
+      return broke(c, ncclInvalidUsage,
+                   "emulated NCCL: rank %d: %s #%llu %s peer %d is %llu "
+                   "elements of type %d here, its %s %llu of type %d: a "
+                   "send and its recv must have the same count and type",
+                   c->rank, p2p_name(o), (unsigned long long)o.m,
+                   o.send ? "to" : "from", o.peer, (unsigned long long)o.count,
+                   (int)o.type, o.send ? "Recv" : "Send",
+                   (unsigned long long)tc, (int)tt);
+    o.phase = 2;
+    *moved = 1;
+  }
+  while (o.phase == 2 && o.chunks < nchunks) {
+    uint64_t f = p->filled.load(std::memory_order_acquire),
+             d = p->drained.load(std::memory_order_acquire);
+    if (o.send ? f != d : f == d)
+      return ncclSuccess;
+    size_t off = (size_t)o.chunks * c->slot_bytes;
+    size_t len = bytes - off < c->slot_bytes ? bytes - off : c->slot_bytes;
+    cudaError_t e = o.send ? cudaMemcpyAsync(pair_buf(o), o.buf + off, len,
+                                             cudaMemcpyDeviceToHost, o.stream)
+                           : cudaMemcpyAsync(o.buf + off, pair_buf(o), len,
+                                             cudaMemcpyHostToDevice, o.stream);
+    if (e != cudaSuccess)
+      return broke(c, ncclUnhandledCudaError,
+                   "emulated NCCL: rank %d: %s #%llu: copy %s the buffer: %s",
+                   c->rank, p2p_name(o), (unsigned long long)o.m,
+                   o.send ? "from" : "to", cudaGetErrorString(e));
+    (o.send ? p->filled : p->drained)
+        .store(o.send ? f + 1 : d + 1, std::memory_order_release);
+    o.chunks++;
+    *moved = 1;
+  }
+  if (o.phase == 2) {
+    o.phase = 3;
+    *moved = 1;
+  }
+  return ncclSuccess;
+}
+
+/* Why o's peer cannot answer any more, or NULL: *who gets the rank to
+ * blame. */
+static const char *p2p_peer_problem(const p2p_op &o, int *who) {
+  ctrl *c = o.comm->c;
+  int by = c->aborted_by.load();
+  *who = o.peer;
+  if (by > 0) {
+    *who = by - 1;
+    return "it aborted the communicator (ncclCommAbort)";
+  }
+  int st = c->r[o.peer].state.load();
+  if (st == ST_LEFT)
+    return "it left the communicator (ncclCommFinalize/ncclCommDestroy) "
+           "with this message not matched";
+  if (st == ST_JOINED && !pid_alive(c->r[o.peer].pid.load()))
+    return "its process is gone (exited or killed)";
+  return nullptr;
+}
+
+/* Earlier operations of the group on the same pair and direction go
+ * first: NCCL matches a pair's messages in the order they were posted. */
+static bool blocked_by_earlier(size_t i) {
+  for (size_t j = 0; j < i; j++) {
+    const p2p_op &a = t_ops[j], &b = t_ops[i];
+    if (a.comm == b.comm && a.send == b.send && a.peer == b.peer &&
+        a.phase != 3)
+      return true;
+  }
+  return false;
+}
+
+/* Runs the group's sends and recvs together until all are done; the
+ * first failure breaks its communicator and ends the group. */
+static ncclResult_t p2p_run(void) {
+  double t_moved = now_s();
+  unsigned iter = 0;
+  for (;;) {
+    bool all = true, moved = false;
+    for (size_t i = 0; i < t_ops.size(); i++) {
+      p2p_op &o = t_ops[i];
+      if (o.phase == 3)
+        continue;
+      all = false;
+      if (blocked_by_earlier(i))
+        continue;
+      int m = 0;
+      ncclResult_t r = p2p_step(o, &m);
+      if (r != ncclSuccess) {
+        unlink_name(o.comm);
+        return r;
+      }
+      moved |= m != 0;
+    }
+    if (all)
+      return ncclSuccess;
+    if (moved) {
+      t_moved = now_s();
+      iter = 0;
+      continue;
+    }
+    if (iter >= 32 && iter % 8 == 0) {
+      for (const p2p_op &o : t_ops) {
+        if (o.phase == 3)
+          continue;
+        int who;
+        const char *why = p2p_peer_problem(o, &who);
+        bool late = !why && now_s() - t_moved > o.comm->timeout_s;
+        if (!why && !late)
+          continue;
+        unlink_name(o.comm);
+        if (late)
+          return broke(o.comm, ncclRemoteError,
+                       "emulated NCCL: rank %d: %s #%llu %s peer rank %d "
+                       "(pid %d): it did not answer within %g s "
+                       "(DAGRUN_EMU_NCCL_TIMEOUT_S)",
+                       o.comm->rank, p2p_name(o), (unsigned long long)o.m,
+                       o.send ? "to" : "from", o.peer,
+                       (int)o.comm->c->r[o.peer].pid.load(), o.comm->timeout_s);
+        return broke(o.comm, ncclRemoteError,
+                     "emulated NCCL: rank %d: %s #%llu %s peer rank %d: peer "
+                     "rank %d (pid %d): %s",
+                     o.comm->rank, p2p_name(o), (unsigned long long)o.m,
+                     o.send ? "to" : "from", o.peer, who,
+                     (int)o.comm->c->r[who].pid.load(), why);
+      }
+    }
+    backoff(&iter);
+  }
+}
+
+ncclResult_t ncclGroupStart(void) {
+  t_group++;
+  return ncclSuccess;
+}
+
+/* The group's result as the caller sees it: a blocking communicator
+ * returns its error; a non-blocking one's shows in ncclCommGetAsyncError
+ * only, and a first send or recv with a peer connects it (ncclInProgress,
+ * settled by ncclCommGetAsyncError), as NCCL's runtime connect does. */
+static ncclResult_t group_result(ncclResult_t r) {
+  ncclResult_t out = ncclSuccess;
+  for (const p2p_op &o : t_ops) {
+    ncclComm *c = o.comm;
+    if (c->blocking) {
+      if (r != ncclSuccess)
+        out = r;
+      continue;
+    }
+    if (!c->p2p_connected[o.peer]) {
+      c->p2p_connected[o.peer] = 1;
+      if (c->async == ncclSuccess) {
+        c->async = ncclInProgress;
+        out = out == ncclSuccess ? ncclInProgress : out;
+      }
+    }
+  }
+  return out;
+}
+
+ncclResult_t ncclGroupEnd(void) {
+  if (t_group == 0)
+    return fail(nullptr, ncclInvalidUsage,
+                "ncclGroupEnd without ncclGroupStart");
+  if (--t_group > 0)
+    return ncclSuccess;
+  ncclResult_t out = t_group_error;
+  if (out == ncclSuccess)
+    out = group_result(t_ops.empty() ? ncclSuccess : p2p_run());
+  t_ops.clear();
+  t_group_error = ncclSuccess;
+  return out;
+}
+
+static ncclResult_t p2p_check(bool send, const void *buf, size_t count,
+                              ncclDataType_t type, int peer, ncclComm *comm);
+
+static ncclResult_t p2p_post(bool send, const void *buf, size_t count,
+                             ncclDataType_t type, int peer, ncclComm *comm,
+                             cudaStream_t stream) {
+  ncclResult_t r = p2p_check(send, buf, count, type, peer, comm);
+  if (r != ncclSuccess) {
+    if (t_group > 0 && t_group_error == ncclSuccess)
+      t_group_error = r;
+    return r;
+  }
+  if (count == 0)
+    return ncclSuccess;
+  /* Outside a group, the call is a group of its own. */
+  ncclGroupStart();
+  t_ops.push_back(
+      {comm, send, (unsigned char *)buf, count, type, peer, stream, 0, 0, 0});
+  return ncclGroupEnd();
+}
+
+static ncclResult_t p2p_check(bool send, const void *buf, size_t count,
+                              ncclDataType_t type, int peer, ncclComm *comm) {
+  const char *what = send ? "Send" : "Recv";
+  ncclResult_t r = usable(comm, what);
+  if (r != ncclSuccess)
+    return r;
+  size_t es = type_size(type);
+  if (es == 0)
+    return fail(comm, ncclInvalidArgument, "emulated NCCL: %s: datatype %d",
+                what, (int)type);
+  if (peer < 0 || peer >= comm->nranks)
+    return fail(comm, ncclInvalidArgument, "emulated NCCL: %s: peer %d of %d",
+                what, peer, comm->nranks);
+  if (count > 0 && !device_range(buf, count * es))
+    return fail(comm, ncclInvalidArgument,
+                "emulated NCCL: %s: %s %p (%zu elements) is not device "
+                "memory (the emulated runtime's EMU ERROR says more)",
+                what, send ? "sendbuff" : "recvbuff", buf, count);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclSend(const void *sendbuff, size_t count,
+                      ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  return p2p_post(true, sendbuff, count, datatype, peer, comm, stream);
+}
+
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype,
+                      int peer, ncclComm_t comm, cudaStream_t stream) {
+  return p2p_post(false, recvbuff, count, datatype, peer, comm, stream);
+}
+
+/* ---- split ---- */
+
+struct split_info {
+  int32_t color, key;
+  unsigned char rnd[EMU_ID_RANDOM]; /* the new segment's name, if leader */
+};
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
+                           ncclComm_t *newcomm, ncclConfig_t *config) {
+  if (!newcomm)
+    return fail(comm, ncclInvalidArgument, "ncclCommSplit: NULL newcomm");
+  *newcomm = nullptr;
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+    return fail(comm, ncclInvalidArgument,
+                "emulated NCCL: ncclCommSplit: color %d is negative and not "
+                "NCCL_SPLIT_NOCOLOR",
+                color);
+  /* Every rank of comm takes part (NCCL's split is collective over the
+   * parent): colors, keys and a fresh id from each, gathered. */
+  ncclUniqueId id;
+  ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess)
+    return r;
+  split_info mine = {color, key, {0}};
+  memcpy(mine.rnd, id.internal + sizeof EMU_ID_MAGIC - 1, EMU_ID_RANDOM);
+  std::vector<split_info> all(comm ? (size_t)comm->nranks : 0);
+  r = run(comm,
+          {OP_SPLIT, (const unsigned char *)&mine, (unsigned char *)all.data(),
+           sizeof mine, ncclUint8, ncclSum, 0, nullptr, true});
+  if (r != ncclSuccess)
+    return r;
+  if (color == NCCL_SPLIT_NOCOLOR)
+    return ncclSuccess;
+  /* The ranks of this color, ordered by key, then by rank in comm: the
+   * first one's id names the new communicator. */
+  std::vector<int> members;
+  for (int q = 0; q < comm->nranks; q++)
+    if (all[q].color == color)
+      members.push_back(q);
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[a].key < all[b].key; });
+  int newrank = 0;
+  while (members[newrank] != comm->rank)
+    newrank++;
+  memcpy(id.internal + sizeof EMU_ID_MAGIC - 1, all[members[0]].rnd,
+         EMU_ID_RANDOM);
+  /* No config: the parent's (its blocking mode). */
+  ncclConfig_t inherit = NCCL_CONFIG_INITIALIZER;
+  inherit.blocking = comm->blocking;
+  return ncclCommInitRankConfig(newcomm, (int)members.size(), id, newrank,
+                                config ? config : &inherit);
+}
+
+ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
+  if (!comm || !count)
+    return fail(comm, ncclInvalidArgument, "ncclCommCount: NULL argument");
+  *count = comm->nranks;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
+  if (!comm || !rank)
+    return fail(comm, ncclInvalidArgument, "ncclCommUserRank: NULL argument");
+  *rank = comm->rank;
+  return ncclSuccess;
 }

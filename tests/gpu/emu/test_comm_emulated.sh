@@ -5,7 +5,12 @@
 # (tests/gpu/emu/nccl.cpp: real processes, shared memory) and CUDA
 # runtime: under mpirun with 1, 2 and 4 ranks, with 3 in 4 KiB steps, and
 # with 3 ranks started by hand that meet through comm_nccl.c's rendezvous
-# directory. Then the
+# directory. Point to point too, at 1 byte and at 31, 4003 and 4,000,015
+# bytes (more than one of the emulated NCCL's 1 MiB slots): around the
+# ring, isends crossing the neighbours' before the recvs, irecvs posted
+# first and polled with comm_test, then blocking sends and recvs; and
+# comm_split by parity, with an all-reduce and a ring of messages on each
+# part and an all-reduce on the parent beside them. Then the
 # failure paths, each provoked: one rank of three hangs, SIGKILLs itself,
 # exits, aborts or leaves the communicator before an allreduce the others
 # enter, or never starts, or the ranks' allreduces differ; the gang must
@@ -176,6 +181,45 @@ for r in 0 1 2; do
   expect_in "$T/rdv-mismatch.$r.out" "every rank must call the same collectives in the same order"
 done
 echo "rdv-mismatch: exit 3 3 3 after $SECS s"
+
+# rdv_ended NAME MODE CODES: three ranks through the rendezvous in MODE;
+# the gang ends by itself within 30 s with exit codes CODES.
+rdv_ended() {
+  rdv_run "$1" 3 3 "$2"
+  RC=1
+  ended_in_time "$1"
+  [ "${RCS[*]}" = "$3" ] || fail "$1: exit codes ${RCS[*]}, want $3
+$(cat "$T/$1.out")"
+}
+
+# Point to point: rank 2 is killed while ranks 0 and 1 receive from it:
+# their recvs fail (the peer's process gone, or the other survivor's
+# abort), each says so and exits 3.
+# rdv_killed NAME MODE CALL SAID: rank 2 kills itself in MODE; ranks 0
+# and 1's CALL fails with NCCL's remote error, and the emulator's text
+# after "rank R: " begins with SAID; the gang ends 3 3 137.
+rdv_killed() {
+  local name=$1 call=$3 said=$4 r
+  rdv_ended "$name" "$2" "3 3 137"
+  for r in 0 1; do
+    expect_in "$T/$name.$r.out" "comm_check: rank $r: $call: comm nccl: $call: remote process exited or there was a network error: emulated NCCL: rank $r: $said"
+  done
+  expect_in "$T/$name.out" "$DEAD"
+  echo "$name: exit 3 3 137 after $SECS s"
+}
+rdv_killed rdv-recv-kill recv-kill recv "Recv #1 from peer rank 2"
+
+# Rank 0 sends 1000 bytes, rank 1 receives 999: both calls fail (NCCL
+# would hang or corrupt memory), rank 2's barrier sees their aborts.
+rdv_ended rdv-p2p-mismatch p2p-mismatch "3 3 3"
+expect_in "$T/rdv-p2p-mismatch.0.out" "comm_check: rank 0: send: comm nccl: send: invalid usage: emulated NCCL: rank 0: Send #1 to peer 1 is 1000 elements of type 1 here, its Recv 999"
+expect_in "$T/rdv-p2p-mismatch.1.out" "comm_check: rank 1: recv: comm nccl: recv: invalid usage: emulated NCCL: rank 1: Recv #1 from peer 0 is 999 elements of type 1 here, its Send 1000"
+expect_in "$T/rdv-p2p-mismatch.1.out" "a send and its recv must have the same count and type"
+echo "rdv-p2p-mismatch: exit 3 3 3 after $SECS s"
+
+# Rank 2 is killed while ranks 0 and 1 split the communicator: their
+# split fails (NCCL's is collective over the parent), each says so.
+rdv_killed rdv-split-kill split-kill split "CommSplit #2: peer rank"
 
 # Host memory handed to the NCCL backend is refused on every rank, before
 # any rank waits: what makes the runs above a check that comm_check's
