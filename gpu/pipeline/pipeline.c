@@ -26,10 +26,11 @@ typedef struct pending {
   void *buf;
 } pending;
 
-/* The most sends a stage keeps in flight, under COMM_MAX_INFLIGHT with
- * room to spare; at the limit the oldest is waited for (the peer
- * receives a neighbour's messages in the order they were sent). */
-#define PIPE_MAX_SENDS 12
+/* The most sends a stage keeps in flight to each neighbour, two of them
+ * under COMM_MAX_INFLIGHT with room to spare; at the limit the oldest is
+ * waited for (the peer receives a neighbour's messages in the order they
+ * were sent). */
+#define PIPE_MAX_SENDS 6
 
 struct pipeline {
   comm *c, *ctl; /* the stages: the data (streams, gradients), the scalars */
@@ -46,9 +47,11 @@ struct pipeline {
   size_t bytes; /* of a micro-batch's stream (B,T,C) */
   void *xbuf;   /* a received stream or its gradient */
   float *tied;  /* the first stage's receive buffer for the tied sum */
-  void *sendbuf[PIPE_MAX_SENDS];
-  pending q[PIPE_MAX_SENDS]; /* FIFO: q[qhead .. qhead + nq) */
-  int qhead, nq;
+  /* The sends in flight, one FIFO a direction (0: to stage s - 1, the
+   * gradients; 1: to s + 1, the streams): q[d][qhead[d] .. + nq[d]). */
+  void *sendbuf[2][PIPE_MAX_SENDS];
+  pending q[2][PIPE_MAX_SENDS];
+  int qhead[2], nq[2];
   pipeline_stats st;
   int step_failed; /* pipeline_step's error, for the next call to say */
   char step_err[512];
@@ -156,9 +159,10 @@ static int make_engine(pipeline *p, char *err, size_t errlen) {
   p->bytes = (size_t)p->o.B * p->o.T * C * p->eo->elem;
   if (!(p->xbuf = p->eo->alloc(p->e, p->bytes)))
     return oom("the received stream", err, errlen);
-  for (int i = 0; i < PIPE_MAX_SENDS; i++)
-    if (!(p->sendbuf[i] = p->eo->alloc(p->e, p->bytes)))
-      return oom("the send buffers", err, errlen);
+  for (int d = 0; d < 2; d++)
+    for (int i = 0; i < PIPE_MAX_SENDS; i++)
+      if (!(p->sendbuf[d][i] = p->eo->alloc(p->e, p->bytes)))
+        return oom("the send buffers", err, errlen);
   if (p->s == 0 && tied_head(p)) {
     size_t off, n;
     gpt_group_range(p->model, 0, &off, &n);
@@ -208,9 +212,10 @@ void pipeline_destroy(pipeline *p) {
   if (!p)
     return;
   if (p->eo) {
-    for (int i = 0; i < PIPE_MAX_SENDS; i++)
-      if (p->sendbuf[i])
-        p->eo->free(p->e, p->sendbuf[i]);
+    for (int d = 0; d < 2; d++)
+      for (int i = 0; i < PIPE_MAX_SENDS; i++)
+        if (p->sendbuf[d][i])
+          p->eo->free(p->e, p->sendbuf[d][i]);
     if (p->xbuf)
       p->eo->free(p->e, p->xbuf);
     if (p->tied)
@@ -227,34 +232,53 @@ int pipeline_stage(const pipeline *p, int *first, int *last) {
   return p->s;
 }
 
-/* Waits for the oldest send in flight. */
-static int wait_oldest(pipeline *p, char *err, size_t errlen) {
-  pending *q = &p->q[p->qhead];
+/* Waits for the oldest send in flight in direction d. */
+static int wait_oldest(pipeline *p, int d, char *err, size_t errlen) {
+  pending *q = &p->q[d][p->qhead[d]];
   int rc = comm_wait(p->c, q->req, err, errlen);
-  p->qhead = (p->qhead + 1) % PIPE_MAX_SENDS;
-  p->nq--;
+  p->qhead[d] = (p->qhead[d] + 1) % PIPE_MAX_SENDS;
+  p->nq[d]--;
   return rc;
 }
 
-/* A micro-batch's stream (or its gradient) x to rank peer, from a copy
- * of its own. */
-static int send_stream(pipeline *p, const void *x, int peer, char *err,
+/* A micro-batch's stream (d 1, to stage s + 1) or its gradient (d 0, to
+ * s - 1) x, from a copy of its own. */
+static int send_stream(pipeline *p, const void *x, int d, char *err,
                        size_t errlen) {
-  if (p->nq == PIPE_MAX_SENDS && wait_oldest(p, err, errlen) != 0)
+  if (p->nq[d] == PIPE_MAX_SENDS && wait_oldest(p, d, err, errlen) != 0)
     return -1;
-  int i = (p->qhead + p->nq) % PIPE_MAX_SENDS;
+  int i = (p->qhead[d] + p->nq[d]) % PIPE_MAX_SENDS;
   if (!x) {
     snprintf(err, errlen, "pipeline: stage %d has no stream to send", p->s);
     return -1;
   }
-  if (p->eo->copy(p->e, p->sendbuf[i], x, p->bytes, err, errlen) != 0)
+  void *buf = p->sendbuf[d][i];
+  if (p->eo->copy(p->e, buf, x, p->bytes, err, errlen) != 0)
     return -1;
-  p->q[i].buf = p->sendbuf[i];
-  if (comm_isend(p->c, p->sendbuf[i], p->bytes, peer, &p->q[i].req, err,
-                 errlen) != 0)
+  p->q[d][i].buf = buf;
+  if (comm_isend(p->c, buf, p->bytes, d ? p->s + 1 : p->s - 1, &p->q[d][i].req,
+                 err, errlen) != 0)
     return -1;
-  p->nq++;
+  p->nq[d]++;
   return 0;
+}
+
+/* The next message from the neighbour in direction d into xbuf. Every
+ * send to it but the latest is waited for first: NCCL runs a
+ * communicator's sends and receives one after the other, starting a
+ * queued send only with the next call that needs it, grouped with that
+ * call's receive (comm.h); GPipe's m sends before the first receive
+ * would otherwise leave the later ones unstarted while the peer waits
+ * for them. The peer takes them in order meanwhile (its own receives),
+ * and the latest, grouped with this receive, is 1F1B's pairing of a
+ * send with the receive after it (Megatron-LM's send_forward_recv_
+ * backward). On MPI the sends have started: the waits only come sooner. */
+static int recv_stream(pipeline *p, int d, char *err, size_t errlen) {
+  while (p->nq[d] > 1)
+    if (wait_oldest(p, d, err, errlen) != 0)
+      return -1;
+  return comm_recv(p->c, p->xbuf, p->bytes, d ? p->s + 1 : p->s - 1, err,
+                   errlen);
 }
 
 /* One op; *busy gets the time in the engine. */
@@ -266,8 +290,7 @@ static int run_op(pipeline *p, const op *o, const uint32_t *inputs,
   int slot = o->mb % p->nslots, rc;
   double t;
   if (!o->backward) {
-    if (!firsts &&
-        comm_recv(p->c, p->xbuf, p->bytes, p->s - 1, err, errlen) != 0)
+    if (!firsts && recv_stream(p, 0, err, errlen) != 0)
       return -1;
     float l = 0;
     t = clock_monotonic();
@@ -279,12 +302,11 @@ static int run_op(pipeline *p, const op *o, const uint32_t *inputs,
       return -1;
     if (lasts)
       *loss += l / m; /* as trainkit_forward_backward sums them */
-    else if (send_stream(p, p->eo->output(p->e, slot), p->s + 1, err, errlen) !=
-             0)
+    else if (send_stream(p, p->eo->output(p->e, slot), 1, err, errlen) != 0)
       return -1;
     return 0;
   }
-  if (!lasts && comm_recv(p->c, p->xbuf, p->bytes, p->s + 1, err, errlen) != 0)
+  if (!lasts && recv_stream(p, 1, err, errlen) != 0)
     return -1;
   t = clock_monotonic();
   rc = p->eo->backward(p->e, slot, lasts ? NULL : p->xbuf, 1.0f / (float)m, err,
@@ -293,7 +315,7 @@ static int run_op(pipeline *p, const op *o, const uint32_t *inputs,
   if (rc != 0)
     return -1;
   if (!firsts &&
-      send_stream(p, p->eo->input_grad(p->e, slot), p->s - 1, err, errlen) != 0)
+      send_stream(p, p->eo->input_grad(p->e, slot), 0, err, errlen) != 0)
     return -1;
   return 0;
 }
@@ -364,9 +386,10 @@ int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
   for (int i = 0; i < p->nops; i++)
     if (run_op(p, &p->ops[i], inputs, targets, loss, &busy, err, errlen) != 0)
       return -1;
-  while (p->nq > 0)
-    if (wait_oldest(p, err, errlen) != 0)
-      return -1;
+  for (int d = 0; d < 2; d++)
+    while (p->nq[d] > 0)
+      if (wait_oldest(p, d, err, errlen) != 0)
+        return -1;
   double step = clock_monotonic() - t0;
   if (dp_mean(p, loss, err, errlen) != 0 || sum_tied(p, err, errlen) != 0 ||
       comm_broadcast(p->ctl, loss, sizeof *loss, p->P - 1, err, errlen) != 0)

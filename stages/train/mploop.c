@@ -57,10 +57,7 @@ int mploop_check(trainrun *r, mploop *l) {
 }
 
 /* GPU ranks: the device the gang agrees on and, on GPUs, the NCCL gang
- * and its splits. The emulator's train plugin (DAGRUN_EMU_PIPE_MPI:
- * tests/gpu/emu, whose device memory is host memory) takes the MPI
- * splits for the device buffers where NCCL cannot split or has no point
- * to point yet. 0, or the exit status. */
+ * and its splits. 0, or the exit status. */
 static int open_gpu(trainrun *r, mploop *l) {
   char err[2048];
   engine_device dev = ENGINE_CPU;
@@ -74,18 +71,8 @@ static int open_gpu(trainrun *r, mploop *l) {
     mploop_abort(r, l, "NCCL", err);
   l->device = comm_device(l->nc);
   if (comm_split(l->nc, l->rank / l->K, l->rank, &l->nkc, err, sizeof err) ||
-      comm_split(l->nc, l->rank % l->K, l->rank, &l->ndc, err, sizeof err)) {
-#ifdef DAGRUN_EMU_PIPE_MPI
-    comm_destroy(l->nkc);
-    l->nkc = l->ndc = NULL;
-    if (l->rank == 0)
-      r->h->log(r->ctx, DAGRUN_LOG_INFO,
-                "emulator: the stages' device buffers over MPI (%s)", err);
-    return 0;
-#else
+      comm_split(l->nc, l->rank % l->K, l->rank, &l->ndc, err, sizeof err))
     mploop_abort(r, l, "splitting the NCCL gang", err);
-#endif
-  }
   return 0;
 }
 

@@ -98,17 +98,14 @@ static void start(trainrun *r, pipe_run *p) {
                         .dp = l->dc};
   comm *data = l->kc;
   if (l->cuda) {
-    /* Device buffers over NCCL (or, on the emulator, the MPI splits:
-     * mploop.c's open_gpu); the scalars and the gather over MPI. */
+    /* Device buffers over NCCL; the scalars and the gather over MPI. */
     o.cuda = 1;
     o.device = l->device;
     o.deterministic = r->c.deterministic;
     o.ctl = l->kc;
     o.dp_ctl = l->dc;
-    if (l->nkc) {
-      data = l->nkc;
-      o.dp = l->ndc;
-    }
+    data = l->nkc;
+    o.dp = l->ndc;
   }
   if (pipeline_create(data, r->model, &o, &p->pl, err, sizeof err) != 0)
     mploop_abort(r, l, "pipeline", err);

@@ -1390,8 +1390,10 @@ static int zero_comms(comm **ctl, comm **nc, char *rdv) {
  *     (measured 5e-4), where a broken exchange is off by 1e-2 and more.
  * Then the gathered checkpoint (weights and optimizer state) loads into
  * a new pipeline (pipeline_load), whose next step's loss is within 1e-4
- * of the one GPU's. PIPE_DATA=mpi in the environment: the streams go
- * over MPI (the emulator's device memory is host memory), else NCCL. */
+ * of the one GPU's. The streams go over NCCL; with PIPE_DATA=mpi in
+ * the environment over MPI (on the emulator only, whose device memory is
+ * host memory: a check of the pipeline apart from NCCL's point to
+ * point). */
 enum { PSTEPS = 4, PM = 4, PB = 2, PT = 32 };
 
 /* The reference: one gpt_cuda's step of PM micro-batches, as one
