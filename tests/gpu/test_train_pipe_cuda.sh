@@ -14,10 +14,12 @@
 #   losses, 7.7e-4 of the weights). A stage that sends the wrong tensor
 #   back (its received stream instead of its input's gradient) is off by
 #   1.2e-2 at step 2.
+# - 2 replicas x 2 stages on 4 ranks against one process of batch_size
+#   4 (below, with its bounds).
 # - One GPU process resumes the 1f1b run's step-10 checkpoint (rank 0's
 #   gather, one process's format): its steps 11-20 within 1e-4 of the
 #   pipeline's (on the emulator the same bits: no BF16 copy flipped).
-# About 45 s on the emulator (2 cores).
+# About 70-95 s on the emulator (2 cores).
 # On a GPU machine it needs two GPUs (NCCL puts no two ranks of a
 # communicator on one GPU), and the comm layer's NCCL point to point and
 # split; the emulator (GPU_STAGE_DIR) runs it on the CPU.
@@ -46,6 +48,35 @@ for sched in 1f1b gpipe; do
   same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
     "$R/train/checkpoints/step-00000020/model.safetensors" 5e-3
 done
+
+# Two replicas of two stages on 4 ranks (data parallel beside the
+# pipeline: the stage groups' gradients averaged over NCCL, the loss over
+# MPI): one GPU process of batch_size 4 with the same grad_accum, the
+# losses within the same 3e-4 (measured 3.4e-5), the final weights within
+# 3e-2 of the largest (measured 1.1e-2). Looser than the pipeline
+# alone's: each replica's backward sums its 2 rows where one process sums
+# 4 (the bias and norm gradients' row sums in another order), so the
+# gradients differ by BF16 noise from step 1, not by last bits, and a
+# weight whose gradient is within that noise of zero moves by lr a step
+# either way (20 x 0.003 = 6e-2 at most). On a GPU machine it needs four
+# GPUs.
+ngpu=4
+[ -n "${GPU_STAGE_DIR:-}" ] || ngpu=$(nvidia-smi -L | grep -c '^GPU ')
+if [ "$ngpu" -ge 4 ]; then
+  ONE=$R1
+  one_process one4 "${MODEL/batch_size: 2/batch_size: 4}"
+  gang_dag dp "$MODEL, pipeline_parallel: 2" 4
+  expect_rc 0
+  R=$(run_dir dp)
+  expect_in "$R/train/attempt-1/log" "data-parallel replica 0 of 2 (global batch 2 x 2 x 4 = 16 sequences); zero_stage ignored; GPUs (BF16 streams), NCCL"
+  losses "$R" > dp.losses
+  same_losses one4.losses dp.losses 3e-4
+  same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
+    "$R/train/checkpoints/step-00000020/model.safetensors" 3e-2
+  R1=$ONE
+else
+  echo "SKIPPED: 2 replicas x 2 stages (needs four GPUs; $ngpu here)"
+fi
 
 P1=$(run_dir p1f1b)
 printf 'dag: p2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
