@@ -1390,7 +1390,9 @@ static int zero_comms(comm **ctl, comm **nc, char *rdv) {
  *     (measured 5e-4), where a broken exchange is off by 1e-2 and more.
  * Then the gathered checkpoint (weights and optimizer state) loads into
  * a new pipeline (pipeline_load), whose next step's loss is within 1e-4
- * of the one GPU's. The streams go over NCCL; with PIPE_DATA=mpi in
+ * of the one GPU's. GPT_CUDA_CHECK_MODEL=llama: the first Llama shape
+ * (an untied head: no tied sum; on the emulator every loss is the one
+ * GPU's bits). The streams go over NCCL; with PIPE_DATA=mpi in
  * the environment over MPI (on the emulator only, whose device memory is
  * host memory: a check of the pipeline apart from NCCL's point to
  * point). */
