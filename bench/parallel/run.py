@@ -5,8 +5,9 @@ mpirun, one OpenMP/OpenBLAS thread a rank, the same GPT-2 and the same
 global batch in every layout, against one process.
 
 Layouts (world 4, oversubscribed where the machine has fewer cores):
-D=4 at zero_stage 0-3, P=2 x D=2 (1f1b, gpipe), P=4 (1f1b), and the T
-layouts (T=2 x D=2, T=4, T=2 x P=2) when the train stage has
+D=4 at zero_stage 0-3, P=2 x D=2 (1f1b, gpipe at zero_stage 0; 1f1b at
+1), P=4 (1f1b), and the T layouts (T=2 x D=2 at zero_stage 0-2, T=4,
+T=2 x P=2 under 1f1b and gpipe) when the train stage has
 tensor_parallel; --quick: world 2, D=2 against P=2.
 
 For each: ms/step (the median of step_time_s over the steps after the
@@ -14,7 +15,8 @@ first of each run, then the median over the repeats; the layouts take
 turns within a round, so that a load that comes and goes falls on all
 alike), the ratio to one process's and to D=4 stage 0's, each rank's
 in-step peak memory (summary.json's memory.ranks: params + grads +
-optimizer + activations; the pipeline does not report it), and rank 0's
+optimizer + activations; for the pipeline and tensor layouts, the whole
+model's arrays among them in brackets), and rank 0's
 time per step inside each kind of comm call (summary.json's comm: waits
 for slower peers included, so a pipeline stage's bubble shows in its
 send/recv) and the MiB its calls moved a step (each call's buffer). A benchmark, not a test: exits 0 once the runs succeed.
@@ -98,13 +100,16 @@ if a.quick:
 else:
     layouts = [("one process", 1, "batch_size: 4, grad_accum: 4")]
     layouts += [(f"D=4 zero {z}", 4, f"batch_size: 4, grad_accum: 1, zero_stage: {z}") for z in range(4)]
-    layouts += [(f"P=2xD=2 {s} m=4", 4, f"batch_size: 2, grad_accum: 4, pipeline_parallel: 2, pipeline_schedule: {s}")
+    layouts += [(f"P=2xD=2 {s} m=4 zero 0", 4, f"batch_size: 2, grad_accum: 4, pipeline_parallel: 2, pipeline_schedule: {s}, zero_stage: 0")
                 for s in ("1f1b", "gpipe")]
+    layouts += [("P=2xD=2 1f1b m=4 zero 1", 4, "batch_size: 2, grad_accum: 4, pipeline_parallel: 2, zero_stage: 1")]
     layouts += [("P=4 1f1b m=4", 4, "batch_size: 4, grad_accum: 4, pipeline_parallel: 4")]
     if HAVE_T:
-        layouts += [("T=2xD=2", 4, "batch_size: 8, grad_accum: 1, tensor_parallel: 2"),
-                    ("T=4", 4, "batch_size: 16, grad_accum: 1, tensor_parallel: 4"),
-                    ("T=2xP=2 m=4", 4, "batch_size: 4, grad_accum: 4, tensor_parallel: 2, pipeline_parallel: 2")]
+        layouts += [(f"T=2xD=2 zero {z}", 4, f"batch_size: 8, grad_accum: 1, tensor_parallel: 2, zero_stage: {z}")
+                    for z in range(3)]
+        layouts += [("T=4", 4, "batch_size: 16, grad_accum: 1, tensor_parallel: 4")]
+        layouts += [(f"T=2xP=2 {s} m=4", 4, f"batch_size: 4, grad_accum: 4, tensor_parallel: 2, pipeline_parallel: 2, pipeline_schedule: {s}")
+                    for s in ("1f1b", "gpipe")]
 
 res = {name: {"ms": [], "summary": None} for name, _, _ in layouts}
 for rep in range(a.repeats):
@@ -152,8 +157,11 @@ for name, _, _ in layouts:
     mem = s.get("memory", {}).get("ranks")
     memtxt = " ".join(f"{sum(r['peak'].values()) / 1048576:.1f}" for r in mem) if mem else \
         ("-" if name != "one process" else "(one process: not reported)")
-    if not mem and ("pipeline_parallel" in s or "tensor_parallel" in s):
-        memtxt = "- (not reported by the model-parallel loops)"
+    # The model-parallel loops: of which the whole model's arrays every
+    # pipeline stage (and rank 0) keeps, in brackets.
+    if mem and "whole_model" in mem[0]:
+        memtxt = " ".join(f"{sum(r['peak'].values()) / 1048576:.1f}"
+                          f"[{sum(r['whole_model'].values()) / 1048576:.1f}]" for r in mem)
     print(f"{name:<20} {ms[name]:8.1f} {ms[name] / one:7.2f} {ms[name] / d0:6.2f}  " + " ".join(cols) + "  " + memtxt)
     if "pipeline_idle" in s:
         P, m = s["pipeline_parallel"], 4  # every P layout here: grad_accum 4

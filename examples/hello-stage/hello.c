@@ -123,6 +123,7 @@ static const dagrun_stage stage = {
     params,
     run,
     choices, /* ABI 1.1: params with a fixed set of values, or NULL */
+    NULL,    /* ABI 1.2: no check */
 };
 
 /* The one exported symbol (pkg-config's flags hide everything else). */

@@ -33,7 +33,12 @@
  * RoPE and GQA's layout step, fch_pre the (N,2I) gate and up products,
  * fch_gelu the (N,I) SwiGLU output, d4c (N, max(3I, C+2KVD)) the MLP's
  * and the q/k/v product's gradients, and RoPE's cos and sin tables
- * (T,hs/2) FP32 come last.
+ * (T,hs/2) FP32 come last. A tensor shard (gpt_cuda_options.tp, GPT-2)
+ * has the widths of its heads (3C, C and NH above divided by the
+ * ranks), MLP columns (4C) and vocabulary rows (Vp), its parameters the
+ * shard's, and the FP32 buffers of its collectives after the rest:
+ * (N,C), the row maxima (N) and every rank's, their maximum (N) and the
+ * cross-entropy's sums (2N).
  */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -209,6 +214,14 @@ struct gpt_cuda {
   size_t npieces;
   gpt_param_hook_fn param_hook;
   void *param_hook_arg;
+  /* Tensor parallel (gpt_cuda_options.tp): rank tpk of tpr (1: none);
+   * the local widths: the attention's Cl (NHl heads), the MLP's Fl, the
+   * vocabulary rows Vl from id vlo, of which Vv are real; the FP32
+   * buffers of the collectives: tpbuf (N,C), the row maxima (N) and
+   * every rank's (tpr,N), their maximum (N), the sums (2N). */
+  int tpr, tpk, Cl, NHl, Fl, Vl, vlo, Vv;
+  int KVl; /* a Llama's key/value heads here */
+  float *tpbuf, *tpmax, *tpmax_all, *tpgmax, *tpred;
 };
 
 /* The allocation is carved in this order; with base NULL only counted.
@@ -265,14 +278,30 @@ static size_t scratch_need(const gpt_config *cfg, int B, int T, size_t np,
   return s;
 }
 
+/* A tensor shard's (a GPT-2's) activations are its heads', MLP
+ * columns' and vocabulary rows': Ca, NHa, the widths and Vl of them
+ * (tpr ranks; 1: the whole model's). */
+static void shard_widths(const gpt_config *cfg, int tpr, widths *w, size_t *Ca,
+                         size_t *NHa, size_t *Vl) {
+  size_t R = tpr > 1 ? (size_t)tpr : 1;
+  *w = fw_of(cfg);
+  *Ca = (size_t)cfg->n_embd / R;
+  *NHa = (size_t)cfg->n_head / R;
+  *Vl = (size_t)cfg->padded_vocab / R;
+  w->fc /= R;
+  w->hid /= R;
+  w->d4c /= R;
+}
+
 /* Carves (or counts, sl NULL) one slot's activations for (B,T) into
  * sl (whose layers and ids_host are the caller's host arrays). */
 static void carve_slot(carver *c, const gpt_config *cfg, int B, int T,
-                       gpt_recompute rc, act_slot *sl) {
-  size_t C = cfg->n_embd, NH = cfg->n_head, Vp = cfg->padded_vocab;
-  size_t L = cfg->n_layer, N = (size_t)B * T;
+                       gpt_recompute rc, int tpr, act_slot *sl) {
+  size_t C = cfg->n_embd, L = cfg->n_layer, N = (size_t)B * T;
   const int llama = cfg->family == GPT_FAMILY_LLAMA;
-  const widths w = fw_of(cfg);
+  widths w;
+  size_t Ca, NHa, Vl;
+  shard_widths(cfg, tpr, &w, &Ca, &NHa, &Vl);
   floatX *resid = (floatX *)take(c, (L + 1) * N * C * 2);
   size_t nsets = rc == GPT_RECOMPUTE_BLOCK ? 1 : L;
   floatX *shared_gelu = NULL;
@@ -283,9 +312,9 @@ static void carve_slot(carver *c, const gpt_config *cfg, int B, int T,
     lb.ln1 = (floatX *)take(c, N * C * 2);
     lb.ln1_mean = llama ? NULL : (float *)take(c, N * 4);
     lb.ln1_rstd = (float *)take(c, N * 4);
-    lb.qkv = (floatX *)take(c, N * 3 * C * 2);
-    lb.atty = (floatX *)take(c, N * C * 2);
-    lb.lse = (float *)take(c, (size_t)B * NH * T * 4);
+    lb.qkv = (floatX *)take(c, N * 3 * Ca * 2);
+    lb.atty = (floatX *)take(c, N * Ca * 2);
+    lb.lse = (float *)take(c, (size_t)B * NHa * T * 4);
     lb.res2 = (floatX *)take(c, N * C * 2);
     lb.ln2 = (floatX *)take(c, N * C * 2);
     lb.ln2_mean = llama ? NULL : (float *)take(c, N * 4);
@@ -304,7 +333,7 @@ static void carve_slot(carver *c, const gpt_config *cfg, int B, int T,
   floatX *lnf = (floatX *)take(c, N * C * 2);
   float *lnf_mean = llama ? NULL : (float *)take(c, N * 4);
   float *lnf_rstd = (float *)take(c, N * 4);
-  floatX *logits = (floatX *)take(c, N * Vp * 2);
+  floatX *logits = (floatX *)take(c, N * Vl * 2);
   float *losses = (float *)take(c, N * 4);
   float *scalars = (float *)take(c, 2 * 4);
   int *ids = (int *)take(c, N * 4);
@@ -359,11 +388,13 @@ static void forget_passes(gpt_cuda *g) {
 static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
                       size_t padded, size_t ngrads, int B, int T,
                       gpt_recompute rc, int nslots, optim_kind kind, int sm,
-                      struct gpt_cuda *g, gpt_memory *mem) {
+                      int tpr, struct gpt_cuda *g, gpt_memory *mem) {
   carver c = {g ? g->base : NULL, 0};
   size_t C = cfg->n_embd, NH = cfg->n_head, N = (size_t)B * T;
   const int llama = cfg->family == GPT_FAMILY_LLAMA;
-  const widths w = fw_of(cfg);
+  widths w;
+  size_t Ca, NHa, Vl;
+  shard_widths(cfg, tpr, &w, &Ca, &NHa, &Vl);
   float *master = (float *)take(&c, nm * 4);
   floatX *params = (floatX *)take(&c, padded * 2);
   uint64_t p_bytes = c.off;
@@ -375,17 +406,24 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
   uint64_t a_start = c.off;
 
   for (int sl = 0; sl < nslots; sl++)
-    carve_slot(&c, cfg, B, T, rc, g ? &g->slots[sl] : NULL);
+    carve_slot(&c, cfg, B, T, rc, tpr, g ? &g->slots[sl] : NULL);
   floatX *proj = (floatX *)take(&c, N * C * 2);
   floatX *dresid = (floatX *)take(&c, N * C * 2);
   floatX *dbuf = (floatX *)take(&c, N * C * 2);
-  floatX *dqkv = (floatX *)take(&c, N * 3 * C * 2);
+  floatX *dqkv = (floatX *)take(&c, N * 3 * Ca * 2);
   floatX *d4c = (floatX *)take(&c, N * w.d4c * 2);
   size_t sb = scratch_need(cfg, B, T, ngrads, sm);
   void *scratch = take(&c, sb);
   size_t rope_n = llama ? (size_t)T * (C / NH / 2) : 0;
   float *rope_cs = llama ? (float *)take(&c, rope_n * 4) : NULL;
   float *rope_sn = llama ? (float *)take(&c, rope_n * 4) : NULL;
+  /* Tensor parallel's collectives' buffers (FP32). */
+  size_t tn = tpr > 1 ? N : 0;
+  float *tpbuf = (float *)take(&c, tn * C * 4);
+  float *tpmax = (float *)take(&c, tn * 4);
+  float *tpmax_all = (float *)take(&c, tn * tpr * 4);
+  float *tpgmax = (float *)take(&c, tn * 4);
+  float *tpred = (float *)take(&c, 2 * tn * 4);
   uint64_t total = (c.off + 255) & ~(uint64_t)255;
   if (g) {
     g->master = master;
@@ -401,6 +439,11 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
     g->scratch_bytes = sb;
     g->rope_cs = rope_cs;
     g->rope_sn = rope_sn;
+    g->tpbuf = tpbuf;
+    g->tpmax = tpmax;
+    g->tpmax_all = tpmax_all;
+    g->tpgmax = tpgmax;
+    g->tpred = tpred;
   }
   if (mem) {
     mem->params = p_bytes;
@@ -442,10 +485,11 @@ static void shard_sizes(const gpt_cuda_options *o, size_t np, size_t *nm,
 extern "C" void gpt_cuda_memory_estimate(const gpt_config *cfg, int B, int T,
                                          const gpt_cuda_options *o,
                                          gpt_memory *out) {
-  size_t np = gpt_config_num_params(cfg), nm, padded, ngrads;
+  size_t np = o->tp.ranks > 1 ? o->tp.n : gpt_config_num_params(cfg);
+  size_t nm, padded, ngrads;
   shard_sizes(o, np, &nm, &padded, &ngrads);
   carve(cfg, np, nm, padded, ngrads, B, T, o->recompute, slots_of(o),
-        o->opt.kind, device_sms(o->device), NULL, out);
+        o->opt.kind, device_sms(o->device), o->tp.ranks, NULL, out);
   out->acts += LT_WORKSPACE_BYTES;
   out->total += LT_WORKSPACE_BYTES;
 }
@@ -648,6 +692,46 @@ static int use_device(const gpt_cuda_options *o, char *err, size_t errlen) {
   return 0;
 }
 
+/* Tensor parallel's rank and local widths (the whole model's without
+ * it), and what it does not run with. 0, or -1 with err. */
+static int plan_tensor_parallel(gpt_cuda *g, const gpt_cuda_options *o,
+                                char *err, size_t errlen) {
+  const gpt_config *c = &g->cfg;
+  const gpt_cuda_tp *tp = &o->tp;
+  int R = tp->ranks > 1 ? tp->ranks : 1;
+  g->tpr = R;
+  g->tpk = R > 1 ? tp->rank : 0;
+  if (R > 1) {
+    const char *why =
+        o->shard_n || o->npieces || o->grad_shard ? "ZeRO's shards"
+        : o->recompute != GPT_RECOMPUTE_NONE ? "recompute (use recompute: none)"
+        : !tp->tensors || !tp->allreduce || !tp->allgather
+            ? "no shard layout or collectives"
+            : NULL;
+    if (why)
+      return fail(err, errlen, "gpt_cuda: tensor parallel runs without %s",
+                  why);
+    const int llama = c->family == GPT_FAMILY_LLAMA;
+    if (tp->rank < 0 || tp->rank >= R || c->n_head % R != 0 ||
+        c->padded_vocab % R != 0 ||
+        (llama && (c->n_kv_head % R != 0 || c->intermediate % R != 0)))
+      return fail(err, errlen,
+                  "gpt_cuda: tensor-parallel rank %d of %d (n_head %d, "
+                  "padded_vocab %d and a Llama's n_kv_head and "
+                  "intermediate_size must divide by the ranks)",
+                  tp->rank, R, c->n_head, c->padded_vocab);
+  }
+  g->Cl = c->n_embd / R;
+  g->NHl = c->n_head / R;
+  g->KVl = c->n_kv_head / R;
+  g->Fl = (c->family == GPT_FAMILY_LLAMA ? c->intermediate : 4 * c->n_embd) / R;
+  g->Vl = c->padded_vocab / R;
+  g->vlo = g->tpk * g->Vl;
+  int real = c->vocab_size - g->vlo;
+  g->Vv = real < 0 ? 0 : real > g->Vl ? g->Vl : real;
+  return 0;
+}
+
 /* The sizes of g's arrays from the model and o: the parameters, the
  * master shard [lo, lo + nm), the padded BF16 copy and the gradients.
  * 0, or -1 when the shard does not fit the layout. */
@@ -655,7 +739,9 @@ static int plan_sizes(gpt_cuda *g, const gpt *host, const gpt_cuda_options *o,
                       char *err, size_t errlen) {
   g->cfg = *gpt_get_config(host);
   g->o = *o;
-  g->np = gpt_num_params(host);
+  if (plan_tensor_parallel(g, o, err, errlen) != 0)
+    return -1;
+  g->np = g->tpr > 1 ? o->tp.n : gpt_num_params(host);
   shard_sizes(o, g->np, &g->nm, &g->padded, &g->ngrads);
   /* With stage 3's pieces every array covers the shard alone, so the
    * master weights start at its float 0 and shard_lo is not used. */
@@ -720,7 +806,9 @@ static int build_tables(gpt_cuda *g, const gpt *host, char *err,
                   j, o->pieces[j].flat, o->pieces[j].n, o->pieces[j].local,
                   g->np, o->shard_n);
   }
-  for (size_t i = 0; i < g->ngroups; i++) {
+  /* A tensor shard's tensors are where its layout says (tp.tensors):
+   * every group starts at 0, so that a tensor's place is its offset. */
+  for (size_t i = 0; i < g->ngroups && g->tpr == 1; i++) {
     size_t n;
     gpt_group_range(host, i, &g->goff[i], &n);
   }
@@ -728,13 +816,22 @@ static int build_tables(gpt_cuda *g, const gpt *host, char *err,
    * flag, one launch each (trainkit_make_optim's groups, merged). */
   for (size_t i = 0; i < g->ntensors; i++) {
     const gpt_tensor *t = gpt_tensor_at(host, i);
-    g->off[i] = t->offset;
+    size_t at = t->offset, numel = t->numel;
+    if (g->tpr > 1) {
+      at = o->tp.tensors[i].offset;
+      numel = o->tp.tensors[i].numel;
+      if (at + numel > g->np)
+        return fail(err, errlen,
+                    "gpt_cuda: tensor %zu's shard [%zu, +%zu) is not in the "
+                    "shard's %zu floats",
+                    i, at, numel, g->np);
+    }
+    g->off[i] = at;
     if (g->nruns && g->runs[g->nruns - 1].decay == t->decay &&
-        g->runs[g->nruns - 1].offset + g->runs[g->nruns - 1].numel ==
-            t->offset)
-      g->runs[g->nruns - 1].numel += t->numel;
+        g->runs[g->nruns - 1].offset + g->runs[g->nruns - 1].numel == at)
+      g->runs[g->nruns - 1].numel += numel;
     else
-      g->runs[g->nruns++] = (opt_run){t->offset, t->numel, t->decay};
+      g->runs[g->nruns++] = (opt_run){at, numel, t->decay};
   }
   return 0;
 }
@@ -752,7 +849,7 @@ static int alloc_device(gpt_cuda *g, char *err, size_t errlen) {
   gpt_memory mem;
   g->bytes =
       carve(cfg, g->np, g->nm, g->padded, g->ngrads, o->B, o->T, o->recompute,
-            g->nslots, o->opt.kind, g->k.sm_count, NULL, &mem);
+            g->nslots, o->opt.kind, g->k.sm_count, g->tpr, NULL, &mem);
   cudaError_t e = cudaMalloc((void **)&g->base, g->bytes);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -777,12 +874,12 @@ static int alloc_device(gpt_cuda *g, char *err, size_t errlen) {
                 cudaGetErrorString(e));
   }
   carve(cfg, g->np, g->nm, g->padded, g->ngrads, o->B, o->T, o->recompute,
-        g->nslots, o->opt.kind, g->k.sm_count, g, NULL);
+        g->nslots, o->opt.kind, g->k.sm_count, g->tpr, g, NULL);
   load_slot(g, 0, 0);
   /* The steps' shape on cuDNN's attention where it serves (its plans are
    * compiled now, not in the first step); never an error. */
-  kern_attention_prepare(&g->k, o->B, o->T, cfg->n_embd, cfg->n_head,
-                         g->attention, sizeof g->attention);
+  kern_attention_prepare(&g->k, o->B, o->T, g->Cl, g->NHl, g->attention,
+                         sizeof g->attention);
   return 0;
 }
 
@@ -820,14 +917,16 @@ static int init_device(gpt_cuda *g, const gpt *host, char *err, size_t errlen) {
   if (g->llama && upload_rope(g, &e) != 0)
     return fail(err, errlen, "gpt_cuda: %s:%d: RoPE's tables: %s", __FILE__,
                 __LINE__, cudaGetErrorString(e));
-  if (g->npieces)
+  /* Stage 3's and a tensor shard's weights come with upload_shard. */
+  const int later = g->npieces || g->tpr > 1;
+  if (later)
     e = cudaMemsetAsync(g->master, 0, g->nm * 4, g->k.stream);
-  if (e == cudaSuccess && g->npieces)
+  if (e == cudaSuccess && later)
     e = cudaMemsetAsync(g->params, 0, g->nm * 2, g->k.stream);
   if (e != cudaSuccess)
     return fail(err, errlen, "gpt_cuda: %s:%d: clearing the shard: %s",
                 __FILE__, __LINE__, cudaGetErrorString(e));
-  if ((!g->npieces && gpt_cuda_upload(g, host, NULL, err, errlen) != 0) ||
+  if ((!later && gpt_cuda_upload(g, host, NULL, err, errlen) != 0) ||
       gpt_cuda_zero_grad(g, err, errlen) != 0 ||
       gpt_cuda_optim_reset(g, err, errlen) != 0)
     return -1;
@@ -902,9 +1001,9 @@ static int move_state(gpt_cuda *g, optim *opt, int up, char *err,
 /* host (and opt, may be NULL) have this gpt_cuda's sizes: 0, or -1. */
 static int check_host(const gpt_cuda *g, const gpt *host, optim *opt,
                       char *err, size_t errlen) {
-  if (g->npieces)
+  if (g->npieces || g->tpr > 1)
     return fail(err, errlen,
-                "gpt_cuda: a stage-3 shard's weights move with "
+                "gpt_cuda: a stage-3 or tensor shard's weights move with "
                 "gpt_cuda_upload_shard / _download_shard");
   if (gpt_num_params(host) != g->np)
     return fail(err, errlen,
@@ -968,10 +1067,10 @@ extern "C" int gpt_cuda_download(gpt_cuda *g, gpt *host, optim *opt,
  * -1. */
 static int check_shard(const gpt_cuda *g, optim *opt, char *err,
                        size_t errlen) {
-  if (!g->npieces)
+  if (!g->npieces && g->tpr == 1)
     return fail(err, errlen,
-                "gpt_cuda: not a stage-3 shard (gpt_cuda_upload / _download "
-                "move these weights)");
+                "gpt_cuda: not a stage-3 or tensor shard (gpt_cuda_upload / "
+                "_download move these weights)");
   return check_optim(g, opt, err, errlen);
 }
 
@@ -1048,6 +1147,52 @@ static floatX *resid_at(gpt_cuda *g, int l) {
   return g->resid + (size_t)l * g->o.B * g->o.T * g->cfg.n_embd;
 }
 
+/* ---- Tensor parallel's collectives (gpt_cuda_tp) ---- */
+
+/* x (n BF16) summed over the tensor group: through FP32 (tpbuf), so
+ * that the sum is rounded once, as one GPU's product is; nothing
+ * without tensor parallel. */
+static int tp_sum(gpt_cuda *g, floatX *x, size_t n, char *err, size_t errlen) {
+  if (g->tpr == 1)
+    return 0;
+  KK(kern_bf16_to_f32(&g->k, g->tpbuf, x, n, err, errlen));
+  CK(cudaStreamSynchronize(g->k.stream));
+  if (g->o.tp.allreduce(g->o.tp.arg, g->tpbuf, n, err, errlen) != 0)
+    return -1;
+  KK(kern_f32_to_bf16(&g->k, x, g->tpbuf, n, err, errlen));
+  return 0;
+}
+
+/* The vocabulary-parallel cross-entropy's statistics of the shard's
+ * logits (N,Vl) (kernels.cuh): the row maxima gathered, the sums of exp
+ * and the targets' logits summed over the group, into tpgmax and tpred
+ * (kept for the backward's kern_vp_classifier). */
+static int vp_stats(gpt_cuda *g, int N, char *err, size_t errlen) {
+  const gpt_cuda_tp *tp = &g->o.tp;
+  KK(kern_vp_row_max(&g->k, g->tpmax, g->logits, N, g->Vv, g->Vl, err, errlen));
+  CK(cudaStreamSynchronize(g->k.stream));
+  if (tp->allgather(tp->arg, g->tpmax, g->tpmax_all, (size_t)N, err, errlen) !=
+      0)
+    return -1;
+  KK(kern_vp_row_sums(&g->k, g->tpgmax, g->tpred, g->tpmax_all, g->logits,
+                      g->tgts, g->vlo, N, g->Vv, g->Vl, g->tpr, err, errlen));
+  CK(cudaStreamSynchronize(g->k.stream));
+  return tp->allreduce(tp->arg, g->tpred, 2 * (size_t)N, err, errlen);
+}
+
+/* The losses (N) of the last forward's logits and, with dloss != 0, the
+ * logits' gradient in their place: kern_fused_classifier, or a tensor
+ * shard's kern_vp_classifier from vp_stats' figures. */
+static int classify(gpt_cuda *g, float dloss, int N, char *err, size_t errlen) {
+  if (g->tpr == 1)
+    return kern_fused_classifier(&g->k, g->logits, g->losses, g->tgts, dloss, N,
+                                 g->cfg.vocab_size, g->cfg.padded_vocab, err,
+                                 errlen);
+  return kern_vp_classifier(&g->k, g->logits, g->losses, g->tpgmax, g->tpred,
+                            g->tgts, g->vlo, dloss, N, g->Vv, g->Vl, err,
+                            errlen);
+}
+
 /* Block l on in (B,T,C): its activations into la; out (B,T,C) = its
  * output. out NULL: stop after the MLP's GELU (the recomputation before
  * backward, which needs everything but the output). */
@@ -1055,31 +1200,40 @@ static int gpt2_layer_forward(gpt_cuda *g, int l, const layer_bufs *la,
                               const floatX *in, floatX *out, int B, int T,
                               char *err, size_t errlen) {
   const kern_ctx *k = &g->k;
-  int C = g->cfg.n_embd, NH = g->cfg.n_head, N = B * T;
-  /* in -> ln1 (N,C) -> qkv (N,3C) -> atty (N,C) -> proj (N,C) */
+  /* A tensor shard's widths (Cl = C, Fl = 4C without): its heads, its
+   * MLP columns; the row-split products' partial sums are summed over
+   * the group (tp_sum), their biases added once, by rank 0. */
+  int C = g->cfg.n_embd, Cl = g->Cl, NHl = g->NHl, Fl = g->Fl, N = B * T;
+  const int bias = g->tpk == 0;
+  /* in -> ln1 (N,C) -> qkv (N,3Cl) -> atty (N,Cl) -> proj (N,C) */
   KK(kern_layernorm_forward(k, la->ln1, la->ln1_mean, la->ln1_rstd, in,
                             P(l, GPT_LN1_W), P(l, GPT_LN1_B), N, C, err,
                             errlen));
   KK(kern_matmul_forward(k, la->qkv, NULL, la->ln1, P(l, GPT_QKV_W),
-                         P(l, GPT_QKV_B), N, C, 3 * C, err, errlen));
-  KK(kern_attention_forward(k, la->atty, la->lse, la->qkv, B, T, C, NH, err,
+                         P(l, GPT_QKV_B), N, C, 3 * Cl, err, errlen));
+  KK(kern_attention_forward(k, la->atty, la->lse, la->qkv, B, T, Cl, NHl, err,
                             errlen));
   KK(kern_matmul_forward(k, g->proj, NULL, la->atty, P(l, GPT_ATTPROJ_W),
-                         P(l, GPT_ATTPROJ_B), N, C, C, err, errlen));
+                         bias ? P(l, GPT_ATTPROJ_B) : NULL, N, Cl, C, err,
+                         errlen));
+  if (tp_sum(g, g->proj, (size_t)N * C, err, errlen) != 0)
+    return -1;
   /* res2 = in + proj; ln2 = LayerNorm(res2) */
   KK(kern_residual_layernorm_forward(k, la->res2, la->ln2, la->ln2_mean,
                                      la->ln2_rstd, in, g->proj,
                                      P(l, GPT_LN2_W), P(l, GPT_LN2_B), N, C,
                                      err, errlen));
-  /* ln2 -> fch_pre (N,4C), fch_gelu = GELU(fch_pre) */
-  KK(kern_matmul_forward(k, la->fch_gelu, la->fch_pre, la->ln2,
-                         P(l, GPT_FC_W), P(l, GPT_FC_B), N, C, 4 * C, err,
-                         errlen));
+  /* ln2 -> fch_pre (N,Fl), fch_gelu = GELU(fch_pre) */
+  KK(kern_matmul_forward(k, la->fch_gelu, la->fch_pre, la->ln2, P(l, GPT_FC_W),
+                         P(l, GPT_FC_B), N, C, Fl, err, errlen));
   if (!out)
     return 0;
   /* out = res2 + fch_gelu c_proj + bias */
   KK(kern_matmul_forward(k, g->proj, NULL, la->fch_gelu, P(l, GPT_FCPROJ_W),
-                         P(l, GPT_FCPROJ_B), N, 4 * C, C, err, errlen));
+                         bias ? P(l, GPT_FCPROJ_B) : NULL, N, Fl, C, err,
+                         errlen));
+  if (tp_sum(g, g->proj, (size_t)N * C, err, errlen) != 0)
+    return -1;
   KK(kern_residual_forward(k, out, la->res2, g->proj, (size_t)N * C, err,
                            errlen));
   return 0;
@@ -1099,22 +1253,26 @@ static int llama_layer_forward(gpt_cuda *g, int l, const layer_bufs *la,
                                char *err, size_t errlen) {
   const kern_ctx *k = &g->k;
   const gpt_config *c = &g->cfg;
-  int C = c->n_embd, NH = c->n_head, KV = c->n_kv_head, N = B * T;
-  int I = c->intermediate;
+  /* A tensor shard's widths (gpt2_layer_forward): its query and
+   * key/value heads, its SwiGLU columns; o_proj and down_proj are the
+   * row-split products (no bias), summed over the group. */
+  int C = c->n_embd, Cl = g->Cl, NH = g->NHl, KV = g->KVl, N = B * T;
+  int I = g->Fl, QKV = Cl + 2 * KV * (C / c->n_head);
   float eps = c->norm_eps;
-  const widths w = fw_of(c);
-  /* in -> ln1 (N,C) -> q|k|v (N,C+2KVD) -> qkv (N,3C) -> atty (N,C) */
+  /* in -> ln1 (N,C) -> q|k|v (N,Cl+2KVD) -> qkv (N,3Cl) -> atty (N,Cl) */
   KK(kern_rmsnorm_forward(k, NULL, la->ln1, la->ln1_rstd, in, NULL,
                           PL(l, LLAMA_LN1_W), eps, N, C, err, errlen));
-  KK(kern_linear_forward(k, g->dqkv, la->ln1, PL(l, LLAMA_Q_W), N, C,
-                         (int)w.qkv_kv, err, errlen));
-  KK(kern_rope_qkv_forward(k, la->qkv, g->dqkv, g->rope_cs, g->rope_sn, B, T, C,
-                           NH, KV, err, errlen));
-  KK(kern_attention_forward(k, la->atty, la->lse, la->qkv, B, T, C, NH, err,
+  KK(kern_linear_forward(k, g->dqkv, la->ln1, PL(l, LLAMA_Q_W), N, C, QKV, err,
+                         errlen));
+  KK(kern_rope_qkv_forward(k, la->qkv, g->dqkv, g->rope_cs, g->rope_sn, B, T,
+                           Cl, NH, KV, err, errlen));
+  KK(kern_attention_forward(k, la->atty, la->lse, la->qkv, B, T, Cl, NH, err,
                             errlen));
   /* res2 = in + atty o_proj^T; ln2 = RMSNorm(res2) */
-  KK(kern_linear_forward(k, g->proj, la->atty, PL(l, LLAMA_O_W), N, C, C, err,
+  KK(kern_linear_forward(k, g->proj, la->atty, PL(l, LLAMA_O_W), N, Cl, C, err,
                          errlen));
+  if (tp_sum(g, g->proj, (size_t)N * C, err, errlen) != 0)
+    return -1;
   KK(kern_rmsnorm_forward(k, la->res2, la->ln2, la->ln2_rstd, in, g->proj,
                           PL(l, LLAMA_LN2_W), eps, N, C, err, errlen));
   /* ln2 -> gate|up (N,2I) -> hid (N,I) = silu(gate) * up */
@@ -1126,6 +1284,8 @@ static int llama_layer_forward(gpt_cuda *g, int l, const layer_bufs *la,
   /* out = res2 + hid down_proj^T */
   KK(kern_linear_forward(k, g->proj, la->fch_gelu, PL(l, LLAMA_DOWN_W), N, I, C,
                          err, errlen));
+  if (tp_sum(g, g->proj, (size_t)N * C, err, errlen) != 0)
+    return -1;
   KK(kern_residual_forward(k, out, la->res2, g->proj, (size_t)N * C, err,
                            errlen));
   return 0;
@@ -1165,9 +1325,14 @@ static int check_ids(const uint32_t *ids, size_t n, int V, const char *what,
 static int embed_forward(gpt_cuda *g, int B, int T, char *err, size_t errlen) {
   if (params_need(g, 0, 1, 0, err, errlen) != 0)
     return -1;
+  /* wpe once: by rank 0 of a tensor group (x + 0 is x: the sum is one
+   * GPU's lookup to the bit). */
+  size_t NC = (size_t)B * T * g->cfg.n_embd;
   KK(kern_encoder_forward(&g->k, resid_at(g, 0), g->ids, param_of(g, 0, 0),
-                          g->llama ? NULL : param_of(g, 0, 1), B, T,
-                          g->cfg.n_embd, err, errlen));
+                          g->llama || g->tpk > 0 ? NULL : param_of(g, 0, 1), B,
+                          T, g->cfg.n_embd, err, errlen));
+  if (tp_sum(g, resid_at(g, 0), NC, err, errlen) != 0)
+    return -1;
   return params_done(g, 0, 1, err, errlen);
 }
 
@@ -1176,8 +1341,7 @@ static int embed_forward(gpt_cuda *g, int B, int T, char *err, size_t errlen) {
 static int head_forward(gpt_cuda *g, const uint32_t *targets, int N,
                         float *loss, int train, char *err, size_t errlen) {
   const kern_ctx *k = &g->k;
-  int C = g->cfg.n_embd, V = g->cfg.vocab_size, Vp = g->cfg.padded_vocab;
-  int L = g->cfg.n_layer;
+  int C = g->cfg.n_embd, L = g->cfg.n_layer;
   /* After the head, a forward with targets is for training, and the
    * backward starts with the head's group again (the CPU engines' order:
    * a tied head is group 0, needed again after the norm's group; an
@@ -1189,10 +1353,11 @@ static int head_forward(gpt_cuda *g, const uint32_t *targets, int N,
   if (hg == 0 && (params_done(g, L + 1, 0, err, errlen) != 0 ||
                   params_need(g, 0, after, 0, err, errlen) != 0))
     return -1;
-  /* lnf (N,C), head (Vp,C) -> logits (N,Vp) = lnf head^T; the padding
-   * rows of the head are zero, so the padding columns are too. */
-  if (gemm_rm(g, 0, 1, N, Vp, C, g->lnf, C, param_of(g, hg, g->head_t), C,
-              g->logits, Vp, 0, 1.0f, 0.0f, err, errlen) != 0 ||
+  /* lnf (N,C), head (Vl,C) -> logits (N,Vl) = lnf head^T (Vl = Vp
+   * without tensor parallel); the padding rows of the head are zero, so
+   * the padding columns are too. */
+  if (gemm_rm(g, 0, 1, N, g->Vl, C, g->lnf, C, param_of(g, hg, g->head_t), C,
+              g->logits, g->Vl, 0, 1.0f, 0.0f, err, errlen) != 0 ||
       params_done(g, hg, after, err, errlen) != 0)
     return -1;
   g->logits_valid = 1;
@@ -1202,9 +1367,9 @@ static int head_forward(gpt_cuda *g, const uint32_t *targets, int N,
    * classifier again with its scale). train: the gradient of the mean
    * loss too, in place of the logits (backward applies its scale in the
    * head's products). */
-  KK(kern_fused_classifier(k, g->logits, g->losses, g->tgts,
-                           train ? 1.0f / (float)N : 0.0f, N, V, Vp, err,
-                           errlen));
+  if (g->tpr > 1 && vp_stats(g, N, err, errlen) != 0)
+    return -1;
+  KK(classify(g, train ? 1.0f / (float)N : 0.0f, N, err, errlen));
   if (train)
     g->logits_valid = 0;
   KK(kern_mean(k, g->scalars, g->scratch, g->losses, (size_t)N, err, errlen));
@@ -1220,7 +1385,7 @@ static int forward(gpt_cuda *g, const uint32_t *inputs, const void *x,
                    const uint32_t *targets, int B, int T, float *loss,
                    int train, char *err, size_t errlen) {
   const gpt_config *c = &g->cfg;
-  int C = c->n_embd, V = c->vocab_size;
+  int V = c->vocab_size;
   int first = g->stage_first, last = g->stage_last;
   g->B = g->T = 0;
   g->have_loss = g->logits_valid = g->stage_train = 0;
@@ -1235,9 +1400,13 @@ static int forward(gpt_cuda *g, const uint32_t *inputs, const void *x,
       (targets && check_ids(targets, N, V, "targets", err, errlen) != 0))
     return -1;
   if (inputs) {
-    /* The ids are < V < 2^24, so they fit the kernels' int. */
-    for (size_t i = 0; i < N; i++)
-      g->ids_host[i] = (int)inputs[i];
+    /* The ids are < V < 2^24, so they fit the kernels' int. A tensor
+     * shard looks up its own vocabulary rows' (shifted to them), -1 the
+     * others' (none: the group sums the lookups). */
+    for (size_t i = 0; i < N; i++) {
+      int id = (int)inputs[i] - g->vlo;
+      g->ids_host[i] = id >= 0 && id < g->Vl ? id : -1;
+    }
     CK(cudaMemcpyAsync(g->ids, g->ids_host, N * 4, cudaMemcpyHostToDevice,
                        g->k.stream));
   }
@@ -1247,7 +1416,7 @@ static int forward(gpt_cuda *g, const uint32_t *inputs, const void *x,
   if (first == 0 && embed_forward(g, B, T, err, errlen) != 0)
     return -1;
   if (first > 0)
-    CK(cudaMemcpyAsync(resid_at(g, first), x, N * C * sizeof(floatX),
+    CK(cudaMemcpyAsync(resid_at(g, first), x, N * c->n_embd * sizeof(floatX),
                        cudaMemcpyDeviceToDevice, g->k.stream));
   for (int l = first; l < last; l++)
     if (params_need(g, 1 + l, 2 + l, 0, err, errlen) != 0 ||
@@ -1303,7 +1472,7 @@ extern "C" int gpt_cuda_logits(gpt_cuda *g, float *out, char *err,
   if (!g->logits_valid)
     return fail(err, errlen,
                 "gpt_cuda: no logits (no forward since the last backward)");
-  size_t n = (size_t)g->B * g->T * g->cfg.padded_vocab;
+  size_t n = (size_t)g->B * g->T * g->Vl;
   floatX *tmp = (floatX *)malloc(n * sizeof *tmp);
   if (!tmp)
     return fail(err, errlen, "gpt_cuda: out of host memory for %zu logits",
@@ -1337,7 +1506,9 @@ static int gpt2_layer_backward(gpt_cuda *g, int l, const layer_bufs *la,
                                const floatX *in, int B, int T, char *err,
                                size_t errlen) {
   const kern_ctx *k = &g->k;
-  int C = g->cfg.n_embd, NH = g->cfg.n_head, N = B * T;
+  /* A tensor shard's widths (gpt2_layer_forward); the column-split
+   * products' input gradients are summed over the group. */
+  int C = g->cfg.n_embd, Cl = g->Cl, NHl = g->NHl, Fl = g->Fl, N = B * T;
   if (g->o.recompute == GPT_RECOMPUTE_BLOCK) {
     if (layer_forward(g, l, la, in, NULL, B, T, err, errlen) != 0)
       return -1;
@@ -1345,14 +1516,16 @@ static int gpt2_layer_backward(gpt_cuda *g, int l, const layer_bufs *la,
     KK(kern_gelu_forward(k, la->fch_gelu, la->fch_pre, (size_t)N * 4 * C, err,
                          errlen));
   }
-  /* MLP. dresid = d out -> d4c (N,4C) = d fch_pre (GELU' fused) */
+  /* MLP. dresid = d out -> d4c (N,Fl) = d fch_pre (GELU' fused) */
   KK(kern_matmul_backward(
       k, g->d4c, G(l, GPT_FCPROJ_W), G(l, GPT_FCPROJ_B), g->scratch, g->dresid,
-      la->fch_gelu, P(l, GPT_FCPROJ_W), la->fch_pre, N, 4 * C, C, err, errlen));
+      la->fch_gelu, P(l, GPT_FCPROJ_W), la->fch_pre, N, Fl, C, err, errlen));
   /* d fch_pre -> dbuf (N,C) = d ln2 */
   KK(kern_matmul_backward(k, g->dbuf, G(l, GPT_FC_W), G(l, GPT_FC_B),
                           g->scratch, g->d4c, la->ln2, P(l, GPT_FC_W), NULL, N,
-                          C, 4 * C, err, errlen));
+                          C, Fl, err, errlen));
+  if (tp_sum(g, g->dbuf, (size_t)N * C, err, errlen) != 0)
+    return -1;
   /* d ln2 -> dresid += (now d res2) */
   KK(kern_layernorm_backward(k, g->dresid, G(l, GPT_LN2_W), G(l, GPT_LN2_B),
                              g->scratch, g->dbuf, la->res2, P(l, GPT_LN2_W),
@@ -1360,14 +1533,16 @@ static int gpt2_layer_backward(gpt_cuda *g, int l, const layer_bufs *la,
   /* Attention. dresid = d res2 -> dbuf (N,C) = d atty */
   KK(kern_matmul_backward(k, g->dbuf, G(l, GPT_ATTPROJ_W), G(l, GPT_ATTPROJ_B),
                           g->scratch, g->dresid, la->atty, P(l, GPT_ATTPROJ_W),
-                          NULL, N, C, C, err, errlen));
-  /* d atty -> dqkv (N,3C) */
+                          NULL, N, Cl, C, err, errlen));
+  /* d atty -> dqkv (N,3Cl) */
   KK(kern_attention_backward(k, g->dqkv, g->scratch, g->dbuf, la->qkv, la->atty,
-                             la->lse, B, T, C, NH, err, errlen));
+                             la->lse, B, T, Cl, NHl, err, errlen));
   /* dqkv -> dbuf (N,C) = d ln1 */
   KK(kern_matmul_backward(k, g->dbuf, G(l, GPT_QKV_W), G(l, GPT_QKV_B),
                           g->scratch, g->dqkv, la->ln1, P(l, GPT_QKV_W), NULL,
-                          N, C, 3 * C, err, errlen));
+                          N, C, 3 * Cl, err, errlen));
+  if (tp_sum(g, g->dbuf, (size_t)N * C, err, errlen) != 0)
+    return -1;
   /* d ln1 -> dresid += (now d of the block's input) */
   KK(kern_layernorm_backward(k, g->dresid, G(l, GPT_LN1_W), G(l, GPT_LN1_B),
                              g->scratch, g->dbuf, in, P(l, GPT_LN1_W),
@@ -1385,9 +1560,10 @@ static int llama_layer_backward(gpt_cuda *g, int l, const layer_bufs *la,
                                 size_t errlen) {
   const kern_ctx *k = &g->k;
   const gpt_config *c = &g->cfg;
-  int C = c->n_embd, NH = c->n_head, KV = c->n_kv_head, N = B * T;
-  int I = c->intermediate;
-  const widths w = fw_of(c);
+  /* A tensor shard's widths (llama_layer_forward); the column-split
+   * products' input gradients summed over the group. */
+  int C = c->n_embd, Cl = g->Cl, NH = g->NHl, KV = g->KVl, N = B * T;
+  int I = g->Fl, QKV = Cl + 2 * KV * (C / c->n_head);
   if (g->o.recompute == GPT_RECOMPUTE_BLOCK) {
     if (layer_forward(g, l, la, in, NULL, B, T, err, errlen) != 0)
       return -1;
@@ -1401,6 +1577,8 @@ static int llama_layer_backward(gpt_cuda *g, int l, const layer_bufs *la,
   KK(kern_swiglu_backward(k, g->d4c, dhid, la->fch_pre, N, I, err, errlen));
   KK(kern_linear_backward(k, g->dbuf, GL(l, LLAMA_GATE_W), g->d4c, la->ln2,
                           PL(l, LLAMA_GATE_W), N, C, 2 * I, err, errlen));
+  if (tp_sum(g, g->dbuf, (size_t)N * C, err, errlen) != 0)
+    return -1;
   /* d ln2 -> dresid += (now d res2) */
   KK(kern_rmsnorm_backward(k, g->dresid, GL(l, LLAMA_LN2_W), g->scratch,
                            g->dbuf, la->res2, PL(l, LLAMA_LN2_W), la->ln2_rstd,
@@ -1408,13 +1586,15 @@ static int llama_layer_backward(gpt_cuda *g, int l, const layer_bufs *la,
   /* Attention. d res2 -> dbuf = d atty -> dqkv (N,3C) -> d4c
    * (N,C+2KVD): RoPE turned back, GQA's heads summed -> dbuf = d ln1 */
   KK(kern_linear_backward(k, g->dbuf, GL(l, LLAMA_O_W), g->dresid, la->atty,
-                          PL(l, LLAMA_O_W), N, C, C, err, errlen));
+                          PL(l, LLAMA_O_W), N, Cl, C, err, errlen));
   KK(kern_attention_backward(k, g->dqkv, g->scratch, g->dbuf, la->qkv, la->atty,
-                             la->lse, B, T, C, NH, err, errlen));
-  KK(kern_rope_qkv_backward(k, g->d4c, g->dqkv, g->rope_cs, g->rope_sn, B, T, C,
-                            NH, KV, err, errlen));
+                             la->lse, B, T, Cl, NH, err, errlen));
+  KK(kern_rope_qkv_backward(k, g->d4c, g->dqkv, g->rope_cs, g->rope_sn, B, T,
+                            Cl, NH, KV, err, errlen));
   KK(kern_linear_backward(k, g->dbuf, GL(l, LLAMA_Q_W), g->d4c, la->ln1,
-                          PL(l, LLAMA_Q_W), N, C, (int)w.qkv_kv, err, errlen));
+                          PL(l, LLAMA_Q_W), N, C, QKV, err, errlen));
+  if (tp_sum(g, g->dbuf, (size_t)N * C, err, errlen) != 0)
+    return -1;
   /* d ln1 -> dresid += (now d of the block's input) */
   KK(kern_rmsnorm_backward(k, g->dresid, GL(l, LLAMA_LN1_W), g->scratch,
                            g->dbuf, in, PL(l, LLAMA_LN1_W), la->ln1_rstd, N, C,
@@ -1429,16 +1609,18 @@ static int llama_layer_backward(gpt_cuda *g, int l, const layer_bufs *la,
 static int head_backward(gpt_cuda *g, float alpha, int N, char *err,
                          size_t errlen) {
   const gpt_config *c = &g->cfg;
-  int C = c->n_embd, Vp = c->padded_vocab, L = c->n_layer, hg = g->head_grp;
+  int C = c->n_embd, L = c->n_layer, hg = g->head_grp;
   /* dlogits (N,Vp), head (Vp,C) -> dbuf (N,C) = dlogits head (d lnf);
    * dhead (Vp,C) += dlogits^T lnf. */
   if (params_need(g, hg, hg == 0 ? L + 1 : L, 1, err, errlen) != 0)
     return -1;
   const floatX *head = param_of(g, hg, g->head_t);
-  if (gemm_rm(g, 0, 0, N, C, Vp, g->logits, Vp, head, C, g->dbuf, C, 0, alpha,
+  int Vl = g->Vl; /* a tensor shard's rows; Vp without */
+  if (gemm_rm(g, 0, 0, N, C, Vl, g->logits, Vl, head, C, g->dbuf, C, 0, alpha,
               0.0f, err, errlen) != 0 ||
-      gemm_rm(g, 1, 0, Vp, C, N, g->logits, Vp, g->lnf, C,
-              grad_of(g, hg, g->head_t), C, 1, alpha, 1.0f, err, errlen) != 0)
+      gemm_rm(g, 1, 0, Vl, C, N, g->logits, Vl, g->lnf, C,
+              grad_of(g, hg, g->head_t), C, 1, alpha, 1.0f, err, errlen) != 0 ||
+      tp_sum(g, g->dbuf, (size_t)N * C, err, errlen) != 0)
     return -1;
   if (hg == 0 && (params_done(g, 0, L + 1, err, errlen) != 0 ||
                   params_need(g, L + 1, L, 1, err, errlen) != 0))
@@ -1519,7 +1701,6 @@ static int layers_backward(gpt_cuda *g, int first, int last, char *err,
 static int backward(gpt_cuda *g, const void *dy, float scale, char *err,
                     size_t errlen) {
   const gpt_config *c = &g->cfg;
-  int V = c->vocab_size, Vp = c->padded_vocab;
   int N = g->B * g->T;
   /* Logits gone with a loss: gpt_cuda_forward_train left their gradient
    * at scale 1 in their place. */
@@ -1536,8 +1717,7 @@ static int backward(gpt_cuda *g, const void *dy, float scale, char *err,
     if (have_dlogits)
       alpha = scale;
     else
-      KK(kern_fused_classifier(&g->k, g->logits, g->losses, g->tgts,
-                               scale / (float)N, N, V, Vp, err, errlen));
+      KK(classify(g, scale / (float)N, N, err, errlen));
     if (head_backward(g, alpha, N, err, errlen) != 0)
       return -1;
   }
@@ -1576,6 +1756,11 @@ extern "C" int gpt_cuda_set_stage(gpt_cuda *g, int first, int last, char *err,
                 "gpt_cuda: stage [%d,%d) is not a range of the model's %d "
                 "layers",
                 first, last, g->cfg.n_layer);
+  if (g->tpr > 1 && (first > 0 || last < g->cfg.n_layer))
+    return fail(err, errlen,
+                "gpt_cuda: a pipeline stage [%d,%d) of a tensor shard (rank "
+                "%d of %d): stages and tensor shards together are not built",
+                first, last, g->tpk, g->tpr);
   g->stage_first = first;
   g->stage_last = last;
   return 0;

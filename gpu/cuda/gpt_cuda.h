@@ -52,6 +52,51 @@ typedef struct gpt_cuda_piece {
   size_t flat, n, local;
 } gpt_cuda_piece;
 
+/* Tensor parallel (gpt_cuda_options.tp; gpu/tensor/tensor_cuda.h drives
+ * it): this gpt_cuda is rank `rank` of a tensor group of `ranks` GPUs,
+ * with Megatron-LM's shards of the model (gpu/tensor/tensor.h: GPT-2's
+ * c_attn and c_fc by columns, attn.c_proj and mlp.c_proj by rows; a
+ * Llama's q, k, v, gate and up by rows (heads, key/value heads, SwiGLU
+ * columns), o_proj and down_proj by columns; the embedding and an untied
+ * head by vocabulary rows; the rest replicated). The fused q|k|v and
+ * gate|up products read adjacent shards, as tensor.h lays them out. Its
+ * parameter layout is the shard's, n floats, tensor i (gpt.h's order) at
+ * tensors[i]: the master weights, the BF16 copy, the gradients and the
+ * optimizer state all cover the shard; they move with gpt_cuda_upload_shard /
+ * _download_shard (zero after create). The passes run the same kernels on the
+ * local widths (n_head / ranks heads, n_kv_head / ranks key/value heads, 4C or
+ * intermediate_size / ranks MLP columns, padded_vocab / ranks vocabulary
+ * rows); GPT-2's row-split products' biases are added by rank 0 alone. Between
+ * kernels the engine calls the group's collectives on FP32 device buffers, its
+ * stream synchronized first, and goes on when they return (complete): allreduce
+ * sums n floats in place, allgather puts every rank's n floats into recv (rank
+ * r's at r n). They are called, in the same order on every rank: after the
+ * lookup and after each row-split product (the BF16 (B,T,C) summed in FP32 and
+ * rounded once), between the vocabulary-parallel cross-entropy's kernels (the
+ * row maxima gathered, the sums of exp and the target's logit summed),
+ * and in backward after each column-split product's input gradient and
+ * the head's. Hooks, not a comm handle: gpu/cuda does not link the comm
+ * layer (the emulator's build swaps it), and a test can sum by hand.
+ * What stays the caller's: the group's clipping norm (gpt_cuda_grad_sumsq
+ * of the shard's ranges, summed; gpt_cuda_clip_grad_norm sees one
+ * shard), keeping the replicated tensors' copies equal, and the hooks
+ * (gpt_cuda_set_grad_hook's offsets are the shard layout's, not gpt.h's
+ * flat one). Not with ZeRO (shard_n, pieces) or recompute (refused by
+ * gpt_cuda_create). */
+typedef struct gpt_cuda_tp_tensor {
+  size_t offset, numel;
+} gpt_cuda_tp_tensor;
+
+typedef struct gpt_cuda_tp {
+  int ranks, rank;                   /* ranks 0 or 1: no tensor parallel */
+  const gpt_cuda_tp_tensor *tensors; /* gpt_tensor_count's; copied */
+  size_t n;
+  int (*allreduce)(void *arg, float *buf, size_t n, char *err, size_t errlen);
+  int (*allgather)(void *arg, const float *send, float *recv, size_t n,
+                   char *err, size_t errlen);
+  void *arg;
+} gpt_cuda_tp;
+
 typedef struct gpt_cuda_options {
   int B, T;             /* the largest micro-batch forward will see */
   optim_config opt;     /* as for optim_create (kind, betas, eps, decay) */
@@ -94,6 +139,7 @@ typedef struct gpt_cuda_options {
    * pieces is copied by gpt_cuda_create. */
   const gpt_cuda_piece *pieces;
   size_t npieces;
+  gpt_cuda_tp tp; /* tensor parallel (above); zero: none */
 } gpt_cuda_options;
 
 typedef struct gpt_cuda gpt_cuda;
@@ -152,7 +198,8 @@ int gpt_cuda_forward_train(gpt_cuda *g, const uint32_t *inputs,
 /* The mean loss of the last forward with targets (synchronizes). */
 int gpt_cuda_last_loss(gpt_cuda *g, float *loss, char *err, size_t errlen);
 /* Logits of the last gpt_cuda_forward, (B,T,Vp) as FP32 into host out
- * (B*T*Vp floats; columns >= vocab_size are not meaningful). Valid only
+ * (B*T*Vp floats; columns >= vocab_size are not meaningful; a tensor
+ * shard's (B,T,Vp/ranks), its vocabulary rows'). Valid only
  * before the backward of that forward (which turns them into their
  * gradient), and not after gpt_cuda_forward_train. 0, or -1 with err. */
 int gpt_cuda_logits(gpt_cuda *g, float *out, char *err, size_t errlen);
@@ -263,12 +310,12 @@ void gpt_cuda_set_group_grads(gpt_cuda *g, size_t grp, float *grads);
  * none. */
 void gpt_cuda_set_param_hook(gpt_cuda *g, gpt_param_hook_fn hook, void *arg);
 
-/* Stage 3's weights: the shard's master weights (shard_n floats, in
- * zero.h's stage-3 layout) from or to host floats, and with opt non-NULL
- * the optimizer state and t (of shard_n floats per state array). Upload
- * makes the shard's BF16 copy too. 0, or -1 with err (also for a
- * gpt_cuda without pieces: gpt_cuda_upload / _download move those).
- * Synchronize. */
+/* Stage 3's weights, or a tensor shard's (tp.n floats in its layout):
+ * the shard's master weights (shard_n floats, in zero.h's stage-3 layout) from
+ * or to host floats, and with opt non-NULL the optimizer state and t (of
+ * shard_n floats per state array). Upload makes the shard's BF16 copy too. 0,
+ * or -1 with err (also for a gpt_cuda without pieces or tp: gpt_cuda_upload /
+ * _download move those). Synchronize. */
 int gpt_cuda_upload_shard(gpt_cuda *g, const float *shard, optim *opt,
                           char *err, size_t errlen);
 int gpt_cuda_download_shard(gpt_cuda *g, float *shard, optim *opt, char *err,
@@ -313,7 +360,8 @@ int gpt_cuda_download(gpt_cuda *g, gpt *host, optim *opt, char *err,
  * with opt non-NULL, its state and t -> the GPU's. */
 int gpt_cuda_upload(gpt_cuda *g, const gpt *host, optim *opt, char *err,
                     size_t errlen);
-/* The FP32 gradients -> host floats (gpt_num_params of them). */
+/* The FP32 gradients -> host floats (gpt_num_params of them; a tensor
+ * shard's tp.n). */
 int gpt_cuda_download_grads(gpt_cuda *g, float *out, char *err,
                             size_t errlen);
 

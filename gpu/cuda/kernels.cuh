@@ -93,12 +93,14 @@ int kern_bf16_to_f32(const kern_ctx *k, float *out, const floatX *in, size_t n,
 
 /* ---- Embedding ---- */
 /* ids (N) < V, wte (Vp,C), wpe (T,C) -> out (B,T,C) = wte[id] + wpe[t]
- * (wpe NULL: wte[id] alone, the Llama family's) */
+ * (wpe NULL: wte[id] alone, the Llama family's). An id < 0 adds no row
+ * (a tensor shard's wte has only its own ids: the others are -1, and
+ * the shards' outputs are summed). */
 int kern_encoder_forward(const kern_ctx *k, floatX *out, const int *ids,
                          const floatX *wte, const floatX *wpe, int B, int T,
                          int C, char *err, size_t errlen);
-/* dout (B,T,C) -> dwte (Vp,C) += at ids, dwpe (T,C) += summed over B
- * (dwpe NULL: none).
+/* dout (B,T,C) -> dwte (Vp,C) += at ids (ids < 0 skipped, as in the
+ * forward), dwpe (T,C) += summed over B (dwpe NULL: none).
  * Deterministic mode adds a token repeated in the batch in a fixed order
  * (scratch: kern_encoder_backward_scratch_bytes). */
 size_t kern_encoder_backward_scratch_bytes(int B, int T, int C);
@@ -266,6 +268,30 @@ int kern_attention_backward(const kern_ctx *k, floatX *dqkv, void *scratch,
 int kern_fused_classifier(const kern_ctx *k, floatX *logits, float *losses,
                           const int *targets, float dloss, int N, int V,
                           int Vp, char *err, size_t errlen);
+
+/* ---- The vocabulary-parallel cross-entropy (a tensor shard's) ----
+ * A shard has the logits (N,Vl) of the vocabulary ids [lo, lo + Vl), of
+ * which the first Vv are real (ids < V; the rest padding, ignored). The
+ * caller all-gathers maxes between the first two kernels (every rank's
+ * into maxes_all (ranks,N)) and all-reduces red (2N) between the last
+ * two: the logits are never gathered (classifier_vp.cu).
+ * maxes (N) = each row's maximum over its Vv columns (-inf where Vv 0). */
+int kern_vp_row_max(const kern_ctx *k, float *maxes, const floatX *logits,
+                    int N, int Vv, int Vl, char *err, size_t errlen);
+/* gmax (N) = the maximum over the ranks' maxes; red (2N): red[i] = the
+ * shard's sum of exp(logit - gmax), red[N + i] = the target's logit
+ * where this shard has it, else 0 (both summed over the ranks next). */
+int kern_vp_row_sums(const kern_ctx *k, float *gmax, float *red,
+                     const float *maxes_all, const floatX *logits,
+                     const int *targets, int lo, int N, int Vv, int Vl,
+                     int ranks, char *err, size_t errlen);
+/* With red summed: losses (N) = gmax + log(sum) - logit[target]; if
+ * dloss != 0, logits is overwritten with dloss * (softmax - onehot) on
+ * the shard's columns (padding 0), as kern_fused_classifier does. */
+int kern_vp_classifier(const kern_ctx *k, floatX *logits, float *losses,
+                       const float *gmax, const float *red, const int *targets,
+                       int lo, float dloss, int N, int Vv, int Vl, char *err,
+                       size_t errlen);
 
 /* ---- Reductions ---- */
 /* *out = sum of x[i]^2 over n floats, in a fixed order (deterministic in

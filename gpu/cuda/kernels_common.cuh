@@ -78,20 +78,30 @@ __device__ __forceinline__ float kc_warp_max(float v) {
   return v;
 }
 
-/* Sum over the block (blockDim.x a multiple of 32, at most 1024), the
- * same tree every time: warp sums, then warp 0 sums those. Every thread
- * gets the result. shared: 32 floats. Callers sync before reusing it. */
-__device__ __forceinline__ float kc_block_sum(float v, float *shared) {
+/* A reduction over the block (blockDim.x a multiple of 32, at most
+ * 1024) by warp (kc_warp_sum or kc_warp_max; empty its identity), the
+ * same tree every time: each warp's, then warp 0 over those. Every
+ * thread gets the result. shared: 32 floats. Callers sync before reusing
+ * it. */
+template <float (*warp_op)(float)>
+__device__ __forceinline__ float kc_block_reduce(float v, float *shared,
+                                                 float empty) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int nwarps = blockDim.x / 32;
-  v = kc_warp_sum(v);
+  v = warp_op(v);
   if (lane == 0)
     shared[warp] = v;
   __syncthreads();
-  float r = lane < nwarps ? shared[lane] : 0.0f;
-  r = kc_warp_sum(r);
+  float r = lane < nwarps ? shared[lane] : empty;
+  r = warp_op(r);
   __syncthreads();
   return r;
+}
+__device__ __forceinline__ float kc_block_sum(float v, float *shared) {
+  return kc_block_reduce<kc_warp_sum>(v, shared, 0.0f);
+}
+__device__ __forceinline__ float kc_block_max(float v, float *shared) {
+  return kc_block_reduce<kc_warp_max>(v, shared, -INFINITY);
 }
 
 __device__ __forceinline__ float kc_f(floatX x) { return __bfloat162float(x); }

@@ -43,7 +43,7 @@ int kern_bf16_to_f32(const kern_ctx *k, float *out, const floatX *in, size_t n,
 /* ---- Embedding ---- */
 
 /* ids (B,T), wte (Vp,C), wpe (T,C) or NULL (none: the Llama family)
- * -> out (B,T,C) */
+ * -> out (B,T,C); an id < 0 (another tensor shard's) adds no row. */
 __global__ void encoder_forward_kernel(floatX *out, const int *ids,
                                        const floatX *wte, const floatX *wpe,
                                        int T, int C, size_t n) {
@@ -52,7 +52,8 @@ __global__ void encoder_forward_kernel(floatX *out, const int *ids,
     size_t bt = i / (size_t)C;
     int c = (int)(i % (size_t)C), t = (int)(bt % (size_t)T);
     float pos = wpe ? kc_f(wpe[(size_t)t * C + c]) : 0.0f;
-    out[i] = kc_x(kc_f(wte[(size_t)ids[bt] * C + c]) + pos);
+    float tok = ids[bt] < 0 ? 0.0f : kc_f(wte[(size_t)ids[bt] * C + c]);
+    out[i] = kc_x(tok + pos);
   }
 }
 
@@ -91,6 +92,8 @@ __global__ void wte_backward_bucketed_kernel(float *dwte, const floatX *dout,
                                              const int *pos, int nbuckets,
                                              int C) {
   for (int u = blockIdx.x; u < nbuckets; u += gridDim.x) {
+    if (tok[u] < 0)
+      continue; /* another tensor shard's ids */
     float *row = dwte + (size_t)tok[u] * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
       float acc = 0.0f;
@@ -109,6 +112,8 @@ __global__ void wte_backward_atomic_kernel(float *dwte, const floatX *dout,
        i += (size_t)gridDim.x * blockDim.x) {
     size_t bt = i / (size_t)C;
     int c = (int)(i % (size_t)C);
+    if (ids[bt] < 0)
+      continue;
     atomicAdd(dwte + (size_t)ids[bt] * C + c, kc_f(dout[i]));
   }
 }

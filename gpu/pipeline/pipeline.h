@@ -59,9 +59,22 @@
  * the average every replica holds the same gradient, so it is counted
  * once, not D times.
  *
- * Not here (refused by the train stage): ZeRO (zero_stage is ignored),
- * dropout. GPU ranks need NCCL's point to point in comm (comm_send,
- * comm_recv, comm_isend on device buffers).
+ * ZeRO over the stage group (pipeline_options.zero_stage 1 or 2,
+ * zslice.h): each of its D ranks keeps the optimizer state of 1/D of
+ * the stage's range, the tied embeddings' two gradients are summed
+ * first, then each range's gradient is reduce-scattered into the ranks'
+ * slices, each updates its slice, and the next collective call
+ * (pipeline_forward_backward, pipeline_gather) all-gathers them and
+ * sends the first stage's embeddings to the last stage's tied copy
+ * (which has no optimizer of its own). Stage 2 is stage 1 here: the
+ * stage's gradients live in the model's gradient array, which the
+ * activation slots share, so the full gradient is still held
+ * (pipeline_memory says so). Stage 3 is not here, nor ZeRO on the
+ * CUDA engine (pipeline_create refuses zero_stage > 0 with dp there).
+ *
+ * Not here (refused by the train stage): dropout. GPU ranks need
+ * NCCL's point to point in comm (comm_send, comm_recv, comm_isend on
+ * device buffers).
  *
  * Every function but pipeline_check and pipeline_destroy is collective:
  * every rank calls it, in the same order. They return 0, or -1 with err;
@@ -77,6 +90,7 @@
 #include "comm/comm.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "zero/zslice.h"
 
 typedef enum pipeline_schedule {
   PIPELINE_1F1B = 0,
@@ -85,6 +99,20 @@ typedef enum pipeline_schedule {
 
 /* "1f1b", "gpipe", NULL: indexed by pipeline_schedule. */
 extern const char *const pipeline_schedule_names[];
+
+/* One op of a stage's schedule: the forward or backward of micro-batch
+ * mb. */
+typedef struct pipeline_op {
+  int backward, mb;
+} pipeline_op;
+
+/* Stage s of P's 2 m ops for m micro-batches under sched (above), in
+ * order, into ops (room for 2 m); returns how many micro-batches'
+ * activations the stage keeps at most (its slots: micro-batch mb's in
+ * slot mb % slots). The tensor-parallel stages (tensor.h) run the same
+ * schedule. Any thread. */
+int pipeline_schedule_ops(pipeline_schedule sched, int P, int s, int m,
+                          pipeline_op *ops);
 
 typedef struct pipeline_options {
   int micro; /* m: micro-batches a step, >= 1 */
@@ -110,6 +138,9 @@ typedef struct pipeline_options {
    * gather (MPI beside NCCL); NULL: those two themselves (the CPU
    * engine's). */
   comm *ctl, *dp_ctl;
+  /* ZeRO over dp: 0, 1 or 2 (above), the CPU engine's; ignored
+   * without dp. */
+  int zero_stage;
 } pipeline_options;
 
 /* Whether P stages fit cfg on world ranks: P >= 2, P divides n_layer
@@ -147,9 +178,9 @@ int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
 int pipeline_clip_grad_norm(pipeline *p, double max_norm, double *norm,
                             char *err, size_t errlen);
 
-/* The update of this stage's parameters at lr (not collective). An
- * engine's failure here (a CUDA error) is the next
- * pipeline_forward_backward's error. */
+/* The update of this stage's parameters (with ZeRO: of its slices) at
+ * lr (not collective). An engine's failure here (a CUDA error) is the
+ * next pipeline_forward_backward's error. */
 void pipeline_step(pipeline *p, float lr);
 
 /* The last pipeline_forward_backward's account, the same on every rank. */
@@ -160,6 +191,11 @@ typedef struct pipeline_stats {
   int slots;      /* micro-batches' activations this rank keeps */
 } pipeline_stats;
 void pipeline_get_stats(const pipeline *p, pipeline_stats *s);
+
+/* The bytes this rank holds between steps (the model's whole parameter
+ * and gradient arrays among them), and its gradients' most during a
+ * step (zslice.h). Not collective. */
+void pipeline_memory(const pipeline *p, zslice_memory *m);
 
 /* Brings every stage's parameters into rank 0's model and, with
  * with_state (the same on every rank), their optimizer state and step
@@ -174,5 +210,17 @@ int pipeline_gather(pipeline *p, int with_state, optim *full, char *err,
  * full (a one-process optimizer): this stage takes its part of full's
  * state and step count. */
 int pipeline_load(pipeline *p, optim *full, char *err, size_t errlen);
+
+/* What this stage trains and holds, in bytes (for the train stage's
+ * memory report): params and grads the floats of its ranges (its own
+ * parameters, and the last stage's tied copy of the embeddings), which
+ * live in the model's arrays (the model's whole arrays are the
+ * caller's to count), and with ZeRO the slices and the gather's array
+ * of pipeline_memory; optim its ranges' optimizer state; acts its own
+ * allocations for the activations: the slots' (after a first step),
+ * the received stream and the send buffers; total their sum. On the
+ * CUDA engine these are the host's figures (its activation slots and
+ * device copies are not counted). Not collective. */
+void pipeline_memory_get(const pipeline *p, gpt_memory *out);
 
 #endif /* DAGRUN_PIPELINE_H */

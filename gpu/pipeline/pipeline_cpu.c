@@ -3,6 +3,8 @@
  * the host model's parameters and gradients, one optimizer a range. */
 #include "pipeline_engine.h"
 
+#include "zero/zslice.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,21 +21,29 @@ static int oom(char *err, size_t errlen) {
   return -1;
 }
 
-/* One optimizer over the tensors in [off, off + n) of the model. */
-static int range_optim(pipe_eng *e, int r, char *err, size_t errlen) {
-  size_t nt = gpt_tensor_count(e->model), k = 0;
-  size_t off = e->su.off[r], n = e->su.n[r];
+int pipe_range_optim(gpt *model, size_t off, size_t n, const zslice *z,
+                     const optim_config *oc, optim **out, char *err,
+                     size_t errlen) {
+  size_t nt = gpt_tensor_count(model), k = 0;
   optim_group *g = calloc(nt, sizeof *g);
   if (!g)
     return oom(err, errlen);
   for (size_t i = 0; i < nt; i++) {
-    const gpt_tensor *t = gpt_tensor_at(e->model, i);
+    const gpt_tensor *t = gpt_tensor_at(model, i);
     if (t->offset >= off && t->offset < off + n)
       g[k++] = (optim_group){t->offset - off, t->numel, t->decay};
   }
-  int rc = optim_create(&e->su.o->opt, n, g, k, &e->opt[r], err, errlen);
+  int rc = zslice_optim(z, oc, g, k, out, err, errlen);
   free(g);
   return rc;
+}
+
+/* The range's optimizer, over all of it. */
+static int range_optim(pipe_eng *e, int r, char *err, size_t errlen) {
+  zslice whole;
+  zslice_init(&whole, NULL, e->su.n[r]);
+  return pipe_range_optim(e->model, e->su.off[r], e->su.n[r], &whole,
+                          &e->su.o->opt, &e->opt[r], err, errlen);
 }
 
 /* An activation slot: a gpt of the stage's layers whose parameters and
@@ -164,6 +174,15 @@ static int cpu_load(pipe_eng *e, optim *full, char *err, size_t errlen) {
   return 0;
 }
 
+static uint64_t cpu_act_bytes(pipe_eng *e) {
+  /* The slots' parameter and gradient arrays are released (they point
+   * into the model's): what they allocate is activations. */
+  uint64_t b = 0;
+  for (int i = 0; i < e->su.nslots; i++)
+    b += gpt_allocated_bytes(e->slot[i]);
+  return b;
+}
+
 /* Clipping scales the gradients now (optim_clip_grad_norm's way). */
 static int cpu_clip(pipe_eng *e, double norm, double max_norm, char *err,
                     size_t errlen) {
@@ -190,6 +209,7 @@ static const pipe_ops cpu_ops = {
     .step = cpu_step,
     .pull = cpu_pull,
     .load = cpu_load,
+    .act_bytes = cpu_act_bytes,
 };
 
 int pipe_cpu_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,
@@ -204,7 +224,7 @@ int pipe_cpu_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,
   for (int i = 0; i < su->nslots; i++)
     if (make_slot(e, &e->slot[i], err, errlen) != 0)
       return -1;
-  for (int r = 0; r < su->nrg; r++)
+  for (int r = 0; r < su->nrg && !su->zero; r++)
     if (range_optim(e, r, err, errlen) != 0)
       return -1;
   return 0;

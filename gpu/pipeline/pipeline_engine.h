@@ -24,6 +24,7 @@
 #include "model/gpt.h"
 #include "optim/optim.h"
 #include "pipeline.h"
+#include "zero/zslice.h"
 
 /* What an engine is made for. */
 typedef struct pipe_setup {
@@ -33,6 +34,8 @@ typedef struct pipe_setup {
   int nslots;            /* micro-batches in flight */
   size_t off[2], n[2];   /* the ranges: [off, off + n) of the layout */
   int nrg;               /* 1, or 2 with the tied copy */
+  int zero; /* ZeRO (the CPU engine's only): pipeline.c keeps the slices'
+               optimizers; the engine keeps none (no step, no state) */
 } pipe_setup;
 
 typedef struct pipe_eng pipe_eng;
@@ -84,7 +87,15 @@ typedef struct pipe_ops {
   /* After the host model and full (a one-process optimizer) were loaded:
    * the ranges' parameters from the model, their state and t from full. */
   int (*load)(pipe_eng *e, optim *full, char *err, size_t errlen);
+  /* What the activation slots allocate (NULL: not counted). */
+  uint64_t (*act_bytes)(pipe_eng *e);
 } pipe_ops;
+
+/* One optimizer over z's slice of the tensors in [off, off + n) of
+ * model (z over no group: the whole range). */
+int pipe_range_optim(gpt *model, size_t off, size_t n, const zslice *z,
+                     const optim_config *oc, optim **out, char *err,
+                     size_t errlen);
 
 /* The CPU engine (pipeline_cpu.c). */
 int pipe_cpu_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,

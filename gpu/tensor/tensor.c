@@ -6,6 +6,7 @@
 #include "cpu/cpu_impl.h"
 #include "cpu/gpt_cpu.h"
 #include "model/gpt_impl.h"
+#include "zero/zslice.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -45,6 +46,10 @@ typedef struct layer_acts {
  * layers of the stage only (the others NULL). */
 typedef struct slot {
   layer_acts *la; /* n_layer */
+  /* The streams this slot's micro-batch sent on and still in flight
+   * (its last layer's output forward, its input's gradient back, from
+   * encoded): waited for before the slot takes another micro-batch. */
+  comm_req *sent[2];
   float *encoded; /* (N,C) the stream entering the stage's first layer */
   float *lnf, *lnf_mean, *lnf_rstd; /* the last stage's */
   float *logits; /* (N,Vl), then the softmax, then its gradient */
@@ -68,8 +73,16 @@ struct tensor_par {
   shard *sh;            /* one per tensor of the model, in its order */
   size_t nsh, n, nrepl; /* floats of the shards; the replicated ones
                            come first, [0, nrepl) */
-  float *params, *grads;
-  optim *opt;
+  float *params, *grads; /* zs.D x zs.S floats (the padding zero); the
+                            gradients NULL between steps at zero_stage 2 */
+  optim *opt;            /* over zs's slice: all n without ZeRO */
+  /* ZeRO over dp (tensor_options.zero_stage 1-2): this rank's slice of
+   * the shards' n floats, its reduced gradient gsl (S), and whether the
+   * parameters await the all-gather of the last update (stale). Without
+   * it, one rank's slice: the whole. */
+  zslice zs;
+  float *gsl;
+  int stale;
   /* Pipeline stages (tensor_options.pp): stage s of P, layers [first,
    * last). */
   int s, P, first, last;
@@ -78,6 +91,8 @@ struct tensor_par {
   float *acts;
   slot *slots;
   int nslots;
+  pipeline_op *ops;   /* the step's: each micro-batch's forward, backward */
+  int nsent;          /* stream sends in flight (the slots') */
   float *red;         /* (2N): the sums of exp and the target logits */
   float *maxes;       /* (T,N) every rank's row maxima */
   float *dres, *dbuf; /* (N,C) */
@@ -174,26 +189,33 @@ static int split_of_llama(size_t i, size_t nt, int untied) {
   }
 }
 
+/* The shard layout (tensor.h): the shards of every tensor of a model
+ * over `ranks` ranks, n floats of which the replicated [0, nrepl). */
+struct tensor_layout {
+  shard *sh;
+  size_t nsh, n, nrepl;
+};
+
 /* The shards of every tensor, the replicated ones laid out first. */
-static int make_shards(tensor_par *p) {
-  size_t nt = gpt_tensor_count(p->model);
-  const gpt_config *cfg = gpt_get_config(p->model);
-  int L = cfg->n_layer;
+static int layout_fill(tensor_layout *p, const gpt *model, int ranks) {
+  size_t nt = gpt_tensor_count(model);
+  const gpt_config *cfg = gpt_get_config(model);
+  int L = cfg->n_layer, llama = cfg->family == GPT_FAMILY_LLAMA;
   if (!(p->sh = calloc(nt, sizeof *p->sh)))
     return -1;
   p->nsh = nt;
   for (size_t i = 0; i < nt; i++) {
-    const gpt_tensor *t = gpt_tensor_at(p->model, i);
+    const gpt_tensor *t = gpt_tensor_at(model, i);
     shard *s = &p->sh[i];
     s->foff = t->offset;
     s->rows = t->ndim == 2 ? (size_t)t->shape[0] : 1;
     s->cols = t->ndim == 2 ? (size_t)t->shape[1] : t->numel;
     s->blocks = 1;
-    s->kind = p->llama ? split_of_llama(i, nt, cfg->untied_head)
-                       : split_of(i, L, &s->blocks);
+    s->kind = llama ? split_of_llama(i, nt, cfg->untied_head)
+                    : split_of(i, L, &s->blocks);
     s->decay = t->decay;
-    s->lrows = s->kind == SPLIT_ROWS ? s->rows / (size_t)p->ranks : s->rows;
-    s->lcols = s->kind == SPLIT_COLS ? s->cols / (size_t)p->ranks : s->cols;
+    s->lrows = s->kind == SPLIT_ROWS ? s->rows / (size_t)ranks : s->rows;
+    s->lcols = s->kind == SPLIT_COLS ? s->cols / (size_t)ranks : s->cols;
   }
   for (int pass = 0; pass < 2; pass++) /* replicated, then split */
     for (size_t i = 0; i < nt; i++) {
@@ -206,6 +228,16 @@ static int make_shards(tensor_par *p) {
         p->nrepl = p->n;
     }
   return 0;
+}
+
+static int make_shards(tensor_par *p) {
+  tensor_layout l = {0};
+  int rc = layout_fill(&l, p->model, p->ranks);
+  p->sh = l.sh;
+  p->nsh = l.nsh;
+  p->n = l.n;
+  p->nrepl = l.nrepl;
+  return rc;
 }
 
 /* Rank r's shard of s between full (the whole tensor's first float)
@@ -226,6 +258,61 @@ static void shard_copy(const shard *s, int r, float *full, float *loc,
     }
 }
 
+int tensor_layout_create(const gpt *model, int ranks, tensor_layout **out,
+                         char *err, size_t errlen) {
+  *out = NULL;
+  const gpt_config *cfg = gpt_get_config(model);
+  if (tensor_check(cfg, ranks, ranks, err, errlen) != 0)
+    return -1;
+  tensor_layout *l = calloc(1, sizeof *l);
+  if (!l || layout_fill(l, model, ranks) != 0) {
+    tensor_layout_destroy(l);
+    snprintf(err, errlen, "tensor: out of memory for the shard layout");
+    return -1;
+  }
+  *out = l;
+  return 0;
+}
+
+void tensor_layout_destroy(tensor_layout *l) {
+  if (!l)
+    return;
+  free(l->sh);
+  free(l);
+}
+
+size_t tensor_layout_floats(const tensor_layout *l, size_t *nrepl) {
+  if (nrepl)
+    *nrepl = l->nrepl;
+  return l->n;
+}
+
+void tensor_layout_tensor(const tensor_layout *l, size_t i, size_t *offset,
+                          size_t *numel) {
+  *offset = l->sh[i].loff;
+  *numel = l->sh[i].lrows * l->sh[i].lcols;
+}
+
+void tensor_layout_take(const tensor_layout *l, int r, const float *full,
+                        float *loc) {
+  for (size_t i = 0; i < l->nsh; i++)
+    shard_copy(&l->sh[i], r, (float *)full + l->sh[i].foff, loc + l->sh[i].loff,
+               1);
+}
+
+void tensor_layout_place(const tensor_layout *l, int r, const float *loc,
+                         float *full) {
+  for (size_t i = 0; i < l->nsh; i++)
+    if (r == 0 || l->sh[i].kind != SPLIT_NONE)
+      shard_copy(&l->sh[i], r, full + l->sh[i].foff,
+                 (float *)loc + l->sh[i].loff, 0);
+}
+
+/* tensor_par's shards as a layout (borrowed). */
+static tensor_layout layout_of(const tensor_par *p) {
+  return (tensor_layout){p->sh, p->nsh, p->n, p->nrepl};
+}
+
 /* The optimizer over the shards, a group each (their decay flags). */
 static int make_optim(tensor_par *p, char *err, size_t errlen) {
   optim_group *g = calloc(p->nsh, sizeof *g);
@@ -240,7 +327,7 @@ static int make_optim(tensor_par *p, char *err, size_t errlen) {
       if ((p->sh[i].kind != SPLIT_NONE) == pass)
         g[k++] = (optim_group){p->sh[i].loff, p->sh[i].lrows * p->sh[i].lcols,
                                p->sh[i].decay};
-  int rc = optim_create(&p->o.opt, p->n, g, k, &p->opt, err, errlen);
+  int rc = zslice_optim(&p->zs, &p->o.opt, g, k, &p->opt, err, errlen);
   free(g);
   return rc;
 }
@@ -334,6 +421,8 @@ int tensor_create(comm *c, gpt *model, const tensor_options *o,
              o->B, o->T);
     return -1;
   }
+  if (zslice_check_stage(o->zero_stage, "tensor", err, errlen) != 0)
+    return -1;
   tensor_par *p = calloc(1, sizeof *p);
   if (!p) {
     snprintf(err, errlen, "tensor: out of memory");
@@ -366,19 +455,32 @@ int tensor_create(comm *c, gpt *model, const tensor_options *o,
   p->s = o->pp ? comm_rank(o->pp) : 0;
   p->first = p->s * (cfg->n_layer / p->P);
   p->last = p->first + cfg->n_layer / p->P;
-  /* GPipe keeps all m micro-batches' activations; alone, one. */
-  p->nslots = p->P > 1 ? o->micro : 1;
-  if (make_shards(p) != 0 || !(p->params = malloc(p->n * sizeof(float))) ||
-      !(p->grads = calloc(p->n, sizeof(float))) || make_slots(p) != 0) {
+  /* The schedule's slots: GPipe's all m micro-batches, 1F1B's P - s at
+   * most; alone, one (forward and backward in turn). */
+  if (!(p->ops = malloc(2 * (size_t)o->micro * sizeof *p->ops))) {
+    snprintf(err, errlen, "tensor: out of memory");
+    return -1;
+  }
+  p->nslots = pipeline_schedule_ops(p->P > 1 ? o->schedule : PIPELINE_1F1B,
+                                    p->P, p->s, o->micro, p->ops);
+  int zs = o->zero_stage > 0 && o->dp && comm_size(o->dp) > 1;
+  if (!zs)
+    p->o.zero_stage = 0; /* one replica: nothing to shard over */
+  if (make_shards(p) == 0)
+    zslice_init(&p->zs, zs ? o->dp : NULL, p->n);
+  size_t DS = (size_t)p->zs.D * p->zs.S;
+  if (!p->sh || !(p->params = calloc(DS, sizeof(float))) ||
+      (p->o.zero_stage < 2 && !(p->grads = calloc(DS, sizeof(float)))) ||
+      (zs && !(p->gsl = calloc(p->zs.S, sizeof(float)))) ||
+      make_slots(p) != 0) {
     snprintf(err, errlen, "tensor: out of memory for the shards of B=%d T=%d",
              o->B, o->T);
     return -1;
   }
   if (p->llama)
     llama_cpu_rope_tables(p->cos, p->sin, 0, o->T, p->hs, cfg->rope_theta);
-  for (size_t i = 0; i < p->nsh; i++)
-    shard_copy(&p->sh[i], p->r, gpt_params(model) + p->sh[i].foff,
-               p->params + p->sh[i].loff, 1);
+  tensor_layout l = layout_of(p);
+  tensor_layout_take(&l, p->r, gpt_params(model), p->params);
   return make_optim(p, err, errlen);
 }
 
@@ -389,9 +491,11 @@ void tensor_destroy(tensor_par *p) {
   for (int k = 0; p->slots && k < p->nslots; k++)
     free(p->slots[k].la);
   free(p->slots);
+  free(p->ops);
   free(p->sh);
   free(p->params);
   free(p->grads);
+  free(p->gsl);
   free(p->acts);
   free(p);
 }
@@ -399,6 +503,16 @@ void tensor_destroy(tensor_par *p) {
 void tensor_sizes(const tensor_par *p, size_t *local, size_t *full) {
   *local = p->n;
   *full = gpt_num_params(p->model);
+}
+
+int tensor_slots(const tensor_par *p) { return p->nslots; }
+
+void tensor_memory(const tensor_par *p, zslice_memory *m) {
+  uint64_t DS = (uint64_t)p->zs.D * p->zs.S * 4, sl = p->gsl ? p->zs.S * 4 : 0;
+  m->params = DS;
+  m->grads = (p->grads ? DS : 0) + sl;
+  m->optim = (uint64_t)optim_state_floats(p->opt) * 4;
+  m->peak_grads = DS + sl;
 }
 
 /* ---- The passes ---- */
@@ -664,14 +778,37 @@ static int crossentropy(tensor_par *p, slot *a, const uint32_t *targets, int N,
   return 0;
 }
 
+/* Waits for slot a's sends in flight. */
+static int slot_wait(tensor_par *p, slot *a, char *err, size_t errlen) {
+  for (int i = 0; i < 2; i++)
+    if (a->sent[i]) {
+      comm_req *q = a->sent[i];
+      a->sent[i] = NULL;
+      p->nsent--;
+      if (comm_wait(p->o.pp, q, err, errlen) != 0)
+        return -1;
+    }
+  return 0;
+}
+
 /* The stream (N,C) between neighbouring stages (o.pp): this rank's
  * counterpart in the stage before or after sends what every rank of its
- * tensor group holds alike. */
-static int stream_send(tensor_par *p, const float *x, int to, char *err,
-                       size_t errlen) {
-  return comm_send(p->o.pp, x, (size_t)p->o.B * p->o.T * p->C * sizeof(float),
-                   to, err, errlen);
+ * tensor group holds alike. Started (as pipeline.c's sends: 1F1B's
+ * neighbours send to each other at once); x must stay as it is until
+ * slot_wait(a). */
+static int stream_send(tensor_par *p, slot *a, const float *x, int to,
+                       char *err, size_t errlen) {
+  /* Under the comm's limit of requests in flight: at 12, all waited for
+   * (the neighbours receive in order, so they all complete). */
+  for (int k = 0; p->nsent >= 12 && k < p->nslots; k++)
+    if (slot_wait(p, &p->slots[k], err, errlen) != 0)
+      return -1;
+  comm_req **q = &a->sent[a->sent[0] != NULL];
+  p->nsent++;
+  return comm_isend(p->o.pp, x, (size_t)p->o.B * p->o.T * p->C * sizeof(float),
+                    to, q, err, errlen);
 }
+
 static int stream_recv(tensor_par *p, float *x, int from, char *err,
                        size_t errlen) {
   return comm_recv(p->o.pp, x, (size_t)p->o.B * p->o.T * p->C * sizeof(float),
@@ -707,6 +844,8 @@ static int forward(tensor_par *p, slot *a, const uint32_t *inputs,
                    const uint32_t *targets, float *loss, char *err,
                    size_t errlen) {
   int B = p->o.B, T = p->o.T, N = B * T;
+  if (slot_wait(p, a, err, errlen) != 0)
+    return -1;
   if (p->s == 0) {
     memcpy(a->ids, inputs, (size_t)N * sizeof *a->ids);
     if (embed(p, a, N, T, err, errlen) != 0)
@@ -722,7 +861,7 @@ static int forward(tensor_par *p, slot *a, const uint32_t *inputs,
     res = a->la[l].res3;
   }
   if (p->s < p->P - 1)
-    return stream_send(p, res, p->s + 1, err, errlen);
+    return stream_send(p, a, res, p->s + 1, err, errlen);
   return head(p, a, res, targets, loss, err, errlen);
 }
 
@@ -825,18 +964,49 @@ static int backward(tensor_par *p, slot *a, const uint32_t *targets,
             p, a, l, l > p->first ? a->la[l - 1].res3 : a->encoded, B, T, err,
             errlen) != 0)
       return -1;
-  if (p->s > 0)
-    return stream_send(p, p->dres, p->s - 1, err, errlen);
+  if (p->s > 0) {
+    /* encoded is this micro-batch's no more: the gradient goes from it */
+    memcpy(a->encoded, p->dres, (size_t)B * T * p->C * sizeof(float));
+    return stream_send(p, a, a->encoded, p->s - 1, err, errlen);
+  }
   embed_backward(p, a, B, T);
   return 0;
+}
+
+/* The mean over the shard group (dp) of the gradients, into every
+ * rank's whole array, or with ZeRO into its slice gsl (the full array
+ * freed at zero_stage 2); then rank 0's replicated gradients for the
+ * whole tensor group (tensor.h says why): all of them, or the part of
+ * them in the slice, which is the same on every rank of the group. */
+static int dp_mean(tensor_par *p, char *err, size_t errlen) {
+  comm *dp = p->o.dp;
+  int D = dp ? comm_size(dp) : 1;
+  float inv = 1.0f / (float)D, *g = p->grads;
+  size_t nr = p->nrepl;
+  if (p->zs.D > 1) {
+    if (zslice_reduce(&p->zs, p->grads, p->gsl, inv, err, errlen) != 0)
+      return -1;
+    if (p->o.zero_stage == 2) {
+      free(p->grads);
+      p->grads = NULL;
+    }
+    g = p->gsl;
+    nr = p->zs.lo < nr ? nr - p->zs.lo : 0;
+    nr = nr < p->zs.own ? nr : p->zs.own;
+  } else if (D > 1) {
+    if (comm_allreduce_sum(dp, p->grads, p->n, err, errlen) != 0)
+      return -1;
+    for (size_t i = 0; i < p->n; i++)
+      p->grads[i] *= inv;
+  }
+  return nr ? comm_broadcast(p->c, g, nr * sizeof(float), 0, err, errlen) : 0;
 }
 
 /* After the micro-batches: with stages, the sum over them of the
  * gradients (each tensor's from the stage that has it, wte's lookup and
  * head parts from the first and the last) and the last stage's loss;
- * the mean over the shard group (dp) of the gradients and the loss;
- * then rank 0's replicated gradients and loss for the whole tensor
- * group (tensor.h says why). */
+ * the mean over the shard group (dp) of the gradients (dp_mean) and the
+ * loss; then rank 0's loss for the whole tensor group. */
 static int reduce_step(tensor_par *p, double *loss, char *err, size_t errlen) {
   comm *dp = p->o.dp;
   int D = dp ? comm_size(dp) : 1;
@@ -845,18 +1015,22 @@ static int reduce_step(tensor_par *p, double *loss, char *err, size_t errlen) {
        comm_broadcast(p->o.pp, loss, sizeof *loss, p->P - 1, err, errlen)))
     return -1;
   if (D > 1) {
-    if (comm_allreduce_sum(dp, p->grads, p->n, err, errlen) != 0 ||
-        comm_allreduce_sum_double(dp, loss, err, errlen) != 0)
+    if (comm_allreduce_sum_double(dp, loss, err, errlen) != 0)
       return -1;
-    float inv = 1.0f / (float)D;
-    for (size_t i = 0; i < p->n; i++)
-      p->grads[i] *= inv;
     *loss /= D;
   }
-  if (comm_broadcast(p->c, p->grads, p->nrepl * sizeof(float), 0, err,
-                     errlen) != 0)
+  if (dp_mean(p, err, errlen) != 0)
     return -1;
   return comm_broadcast(p->c, loss, sizeof *loss, 0, err, errlen);
+}
+
+/* The parameters made whole after a ZeRO update (tensor_step updated
+ * this rank's slice only): every rank's slice from the group. */
+static int make_whole(tensor_par *p, char *err, size_t errlen) {
+  if (!p->stale)
+    return 0;
+  p->stale = 0;
+  return zslice_gather(&p->zs, p->params, err, errlen);
 }
 
 int tensor_forward_backward(tensor_par *p, const uint32_t *inputs,
@@ -865,46 +1039,70 @@ int tensor_forward_backward(tensor_par *p, const uint32_t *inputs,
   size_t BT = (size_t)p->o.B * p->o.T;
   int m = p->o.micro, rc = 0;
   float scale = 1.0f / (float)m;
+  if (make_whole(p, err, errlen) != 0)
+    return -1;
+  if (!p->grads &&
+      !(p->grads = calloc((size_t)p->zs.D * p->zs.S, sizeof(float)))) {
+    snprintf(err, errlen, "tensor: out of memory for the gradients");
+    return -1;
+  }
   memset(p->grads, 0, p->n * sizeof(float));
   *loss = 0;
   int nb = cpu_blas_threads_begin();
   /* Alone: each micro-batch's forward and backward in turn, in one slot.
-   * With stages, GPipe: all m forwards, then all m backwards, in the
-   * same order on every stage (so each receive meets its send). */
-  for (int k = 0; k < m && rc == 0; k++) {
+   * With stages, the schedule's ops (tensor_options.schedule), the same
+   * order of micro-batches on every stage (so each receive meets its
+   * send). */
+  for (int i = 0; i < 2 * m && rc == 0; i++) {
+    const pipeline_op *op = &p->ops[i];
+    size_t at = (size_t)op->mb * BT;
+    slot *a = &p->slots[op->mb % p->nslots];
     float l = 0;
-    slot *a = &p->slots[k % p->nslots];
-    rc = forward(p, a, inputs + k * BT, targets + k * BT, &l, err, errlen);
-    if (rc == 0 && p->nslots == 1)
-      rc = backward(p, a, targets + k * BT, scale, err, errlen);
+    if (op->backward) {
+      rc = backward(p, a, targets + at, scale, err, errlen);
+      continue;
+    }
+    rc = forward(p, a, inputs + at, targets + at, &l, err, errlen);
     *loss += l / m; /* as trainkit_forward_backward sums them */
   }
-  for (int k = 0; k < m && rc == 0 && p->nslots > 1; k++)
-    rc = backward(p, &p->slots[k], targets + k * BT, scale, err, errlen);
+  for (int k = 0; k < p->nslots && rc == 0 && p->P > 1; k++)
+    rc = slot_wait(p, &p->slots[k], err, errlen);
   cpu_blas_threads_end(nb);
   return rc == 0 ? reduce_step(p, loss, err, errlen) : -1;
 }
 
 int tensor_clip_grad_norm(tensor_par *p, double max_norm, double *norm,
                           char *err, size_t errlen) {
+  /* This rank's gradients: its slice of the shards' with ZeRO (from
+   * flat index lo), else all of them. */
+  int z = p->zs.D > 1;
+  float *g = z ? p->gsl : p->grads;
+  size_t lo = z ? p->zs.lo : 0, n = z ? p->zs.own : p->n;
+  size_t from = p->r == 0 || p->nrepl <= lo ? 0 : p->nrepl - lo;
   double sumsq = 0;
-  for (size_t i = p->r == 0 ? 0 : p->nrepl; i < p->n; i++)
-    sumsq += (double)p->grads[i] * p->grads[i];
-  if (comm_allreduce_sum_double(p->c, &sumsq, err, errlen) != 0)
+  for (size_t i = from; i < n; i++)
+    sumsq += (double)g[i] * g[i];
+  if (comm_allreduce_sum_double(p->c, &sumsq, err, errlen) != 0 ||
+      (z && comm_allreduce_sum_double(p->zs.c, &sumsq, err, errlen) != 0))
     return -1;
   *norm = sqrt(sumsq);
   /* optim_clip_grad_norm's rule, on every rank's shards alike. */
   if (max_norm > 0.0 && isfinite(*norm)) {
     double coef = max_norm / (*norm + 1e-6);
     if (coef < 1.0)
-      for (size_t i = 0; i < p->n; i++)
-        p->grads[i] *= (float)coef;
+      for (size_t i = 0; i < n; i++)
+        g[i] *= (float)coef;
   }
   return 0;
 }
 
 void tensor_step(tensor_par *p, float lr) {
-  optim_step(p->opt, p->params, p->grads, lr);
+  if (p->zs.D == 1) {
+    optim_step(p->opt, p->params, p->grads, lr);
+    return;
+  }
+  optim_step(p->opt, p->params + p->zs.lo, p->gsl, lr);
+  p->stale = 1; /* the next collective all-gathers the slices */
 }
 
 /* The state floats a parameter has in o (AdamW 2, Lion 1). */
@@ -917,31 +1115,32 @@ static size_t per_param(optim *o, size_t n) {
  * replicated tensors from rank 0 only. */
 static void place(tensor_par *p, int r, float *buf, float *fs, size_t k) {
   size_t N = gpt_num_params(p->model);
-  for (size_t i = 0; i < p->nsh; i++) {
-    shard *s = &p->sh[i];
-    if (r > 0 && s->kind == SPLIT_NONE)
-      continue;
-    shard_copy(s, r, gpt_params(p->model) + s->foff, buf + s->loff, 0);
-    for (size_t j = 0; fs && j < k; j++)
-      shard_copy(s, r, fs + j * N + s->foff, buf + (1 + j) * p->n + s->loff, 0);
-  }
+  tensor_layout l = layout_of(p);
+  tensor_layout_place(&l, r, buf, gpt_params(p->model));
+  for (size_t j = 0; fs && j < k; j++)
+    tensor_layout_place(&l, r, buf + (1 + j) * p->n, fs + j * N);
 }
 
 int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
                   size_t errlen) {
-  if (p->s > 0)
-    return 0; /* the first stage's group has every shard, as this one */
-  size_t k = with_state ? per_param(p->opt, p->n) : 0, n = p->n;
+  /* The first stage's group has every shard, as this one; replica 0's
+   * has the whole state once its group gathered the ZeRO slices. */
+  int dpr = p->o.dp ? comm_rank(p->o.dp) : 0;
+  if (make_whole(p, err, errlen) != 0)
+    return -1;
+  if (p->s > 0 || (dpr > 0 && (!with_state || p->zs.D == 1)))
+    return 0;
+  size_t k = with_state ? per_param(p->opt, p->zs.S) : 0, n = p->n;
   float *buf = malloc((1 + k) * n * sizeof(float));
   if (!buf) {
     snprintf(err, errlen, "tensor: out of memory gathering the shards");
     return -1;
   }
   memcpy(buf, p->params, n * sizeof(float));
-  if (k)
-    memcpy(buf + n, optim_state(p->opt), k * n * sizeof(float));
-  int rc = 0;
-  if (p->r > 0) {
+  int rc = k ? zslice_state_gather(&p->zs, p->opt, buf + n, err, errlen) : 0;
+  if (rc != 0 || dpr > 0) {
+    /* done: another replica's state went to replica 0 */
+  } else if (p->r > 0) {
     rc = comm_send(p->c, buf, (1 + k) * n * sizeof(float), 0, err, errlen);
   } else if (with_state && !full) {
     snprintf(err, errlen, "tensor: gather: no optimizer for the state");
@@ -962,18 +1161,35 @@ int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
 }
 
 int tensor_load(tensor_par *p, optim *full, char *err, size_t errlen) {
-  size_t N = gpt_num_params(p->model), k = per_param(p->opt, p->n);
+  size_t N = gpt_num_params(p->model), k = per_param(p->opt, p->zs.S);
   if (optim_state_floats(full) != k * N) {
     snprintf(err, errlen, "tensor: the optimizer is not the whole model's");
     return -1;
   }
-  float *fs = optim_state(full), *ls = optim_state(p->opt);
-  for (size_t i = 0; i < p->nsh; i++) {
-    shard *s = &p->sh[i];
-    shard_copy(s, p->r, gpt_params(p->model) + s->foff, p->params + s->loff, 1);
-    for (size_t j = 0; j < k; j++)
-      shard_copy(s, p->r, fs + j * N + s->foff, ls + j * p->n + s->loff, 1);
+  /* The shards' state (k x n), of which the optimizer keeps its slice. */
+  float *fs = optim_state(full), *ls = malloc(k * p->n * sizeof(float) + 1);
+  if (!ls) {
+    snprintf(err, errlen, "tensor: out of memory loading the state");
+    return -1;
   }
+  tensor_layout l = layout_of(p);
+  tensor_layout_take(&l, p->r, gpt_params(p->model), p->params);
+  for (size_t j = 0; j < k; j++)
+    tensor_layout_take(&l, p->r, fs + j * N, ls + j * p->n);
+  zslice_state_take(&p->zs, ls, p->n, p->opt);
+  free(ls);
+  p->stale = 0;
   optim_set_t(p->opt, optim_get_t(full));
   return 0;
+}
+
+void tensor_memory_get(const tensor_par *p, gpt_memory *out) {
+  tensor_par q = *p; /* carve with no base counts and writes nothing */
+  zslice_memory z;    /* with ZeRO, the slices beside the shards */
+  tensor_memory(p, &z);
+  out->params = z.params;
+  out->grads = z.peak_grads; /* inside the step */
+  out->optim = z.optim;
+  out->acts = 4 * (uint64_t)carve(&q, NULL);
+  out->total = out->params + out->grads + out->optim + out->acts;
 }

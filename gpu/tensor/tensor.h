@@ -54,21 +54,33 @@
  * and T shard groups of D ranks (tensor_options.dp); each replica trains
  * its own rows of the global batch, and after a step's micro-batches
  * every shard's gradients and the loss are averaged over its group.
+ * ZeRO over that group (tensor_options.zero_stage, zslice.h): at stage
+ * 1 each of the D ranks keeps the optimizer state of 1/D of the shards'
+ * floats (its slice), the gradients are reduce-scattered into the
+ * slices, each rank updates its slice and the parameters are
+ * all-gathered (at the next collective call: tensor_forward_backward or
+ * tensor_gather); stage 2 also frees the shards' full gradient after
+ * the reduction (the rank keeps its slice's between steps, and
+ * allocates the full one again for the next backward). Stage 3 is not
+ * here (the parameters are not sharded over the group).
  *
  * Ownership: each rank's shards (parameters, gradients, optimizer
  * state) are its own arrays. The gpt every rank passes keeps the full
- * parameter array (this increment does not shrink it): the shards are
- * taken from it at tensor_create and tensor_load, and tensor_gather
- * writes every rank's back into rank 0's. Its gradient array is never
- * touched (the caller may release it, gpt_release).
+ * parameter array while the shards are taken from it (tensor_create,
+ * tensor_load); after, only the rank tensor_gather writes every rank's
+ * into (rank 0 of the first stage's group) reads it, and the others may
+ * release it (gpt_release, as the train stage does). Its gradient array
+ * is never touched (the caller may release it).
  *
  * Pipeline stages beside it (T x P, tensor_options.pp): the replica's
  * layers are cut into P stages of n_layer / P, each a tensor group of T
  * ranks; the first has the lookup, the last ln_f, the head and the loss.
  * Rank t of stage s sends the stream (B,T,C), the same on every rank of
  * its group, to rank t of stage s + 1, and its gradient comes back, by
- * point to point; the step is GPipe's: all m micro-batches' forwards,
- * then all their backwards (m micro-batches' activations kept). This
+ * point to point (started, then waited for before the activations it
+ * came from are used again); the micro-batches are scheduled by
+ * pipeline.h's schedule code (pipeline_schedule_ops): 1F1B (at most
+ * P - s micro-batches' activations on stage s) or GPipe (all m). This
  * increment splits the compute and the activations, not the weights:
  * every stage keeps its shard of every layer, the stages' gradients are
  * summed once a step (each tensor's is the stage's that has it; wte's
@@ -79,12 +91,11 @@
  * Not here (refused by tensor_check or the train stage): dropout, BF16
  * autocast, recomputation, GPUs.
  *
- * Every function but tensor_check, tensor_sizes, tensor_step,
- * tensor_load and tensor_destroy is collective over the tensor group
- * (and over dp and pp where it says so): every rank calls it, in the
- * same order. They return 0, or -1 with err; a failed
- * exchange leaves the communicator unusable (abort the gang). Threads:
- * the caller's thread only.
+ * Every function but tensor_check, tensor_sizes, tensor_slots, tensor_memory,
+ * tensor_step, tensor_load and tensor_destroy is collective over the tensor
+ * group (and over dp and pp where it says so): every rank calls it, in the same
+ * order. They return 0, or -1 with err; a failed exchange leaves the
+ * communicator unusable (abort the gang). Threads: the caller's thread only.
  */
 #ifndef DAGRUN_TENSOR_H
 #define DAGRUN_TENSOR_H
@@ -95,6 +106,8 @@
 #include "comm/comm.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "pipeline/pipeline.h"
+#include "zero/zslice.h"
 
 typedef struct tensor_options {
   int micro; /* micro-batches a step (grad_accum), >= 1 */
@@ -106,6 +119,12 @@ typedef struct tensor_options {
   /* Pipeline stages (T x P): this shard's ranks in every stage of the
    * replica, stage s being rank s (borrowed; NULL or one rank: none). */
   comm *pp;
+  /* With pp: pipeline.h's schedule of the micro-batches over the
+   * stages (1F1B or GPipe). */
+  pipeline_schedule schedule;
+  /* ZeRO over dp: 0 (every rank the whole optimizer state), 1 or 2
+   * (above); ignored without dp. */
+  int zero_stage;
 } tensor_options;
 
 /* Whether a tensor group of T ranks fits cfg on world ranks: T >= 2, a
@@ -131,6 +150,14 @@ void tensor_destroy(tensor_par *p); /* NULL is a no-op */
  * model's. */
 void tensor_sizes(const tensor_par *p, size_t *local, size_t *full);
 
+/* The micro-batches whose activations this rank keeps at most (the
+ * schedule's slots). Not collective. */
+int tensor_slots(const tensor_par *p);
+
+/* The bytes this rank holds between steps, and its gradients' most
+ * during one (zslice.h). Not collective. */
+void tensor_memory(const tensor_par *p, zslice_memory *m);
+
 /* Zeroes the gradients and trains the step's m micro-batches: inputs
  * and targets (m,B,T), the same on every rank of the group (the first
  * stage reads the inputs, the last the targets). With pp, exchanges the
@@ -149,7 +176,8 @@ int tensor_forward_backward(tensor_par *p, const uint32_t *inputs,
 int tensor_clip_grad_norm(tensor_par *p, double max_norm, double *norm,
                           char *err, size_t errlen);
 
-/* The update of this rank's shards at lr (not collective). */
+/* The update of this rank's shards (with ZeRO: of its slice of them) at
+ * lr (not collective). */
 void tensor_step(tensor_par *p, float lr);
 
 /* Brings every rank's shards into rank 0's model and, with with_state
@@ -165,5 +193,44 @@ int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
  * (a one-process optimizer): this rank takes its shards of the weights
  * and of full's state, and its step count. Not collective. */
 int tensor_load(tensor_par *p, optim *full, char *err, size_t errlen);
+
+/* What this rank holds of its own, in bytes (for the train stage's
+ * memory report; the model's arrays are the caller's to count): params
+ * and grads its shards (with ZeRO, tensor_memory's: the slices beside
+ * them, and the gradients' most inside a step), optim their optimizer state, acts its
+ * activations and the backward's scratch (allocated at tensor_create),
+ * total their sum. Not collective. */
+void tensor_memory_get(const tensor_par *p, gpt_memory *out);
+
+/* ---- The shard layout, alone ----
+ * What tensor_par keeps of the split, for another engine's shards (the
+ * CUDA engine's, tensor_cuda.h): one place says how a tensor is cut and
+ * where its shard goes, so that both engines' checkpoints are the same
+ * model. Rank r of T's shards of a model are n floats, the replicated
+ * tensors first ([0, nrepl)), each tensor's shard contiguous (a
+ * column-split tensor's rows of lcols floats, c_attn's q, k, v blocks
+ * each cut alike). Not collective; any thread. */
+typedef struct tensor_layout tensor_layout;
+
+/* The layout of model's shards over T ranks (tensor_check's rules).
+ * 0, or -1 with err. */
+int tensor_layout_create(const gpt *model, int T, tensor_layout **out,
+                         char *err, size_t errlen);
+void tensor_layout_destroy(tensor_layout *l); /* NULL is a no-op */
+/* Floats of a rank's shards (n), and in *nrepl (may be NULL) those of
+ * the replicated tensors, which come first. */
+size_t tensor_layout_floats(const tensor_layout *l, size_t *nrepl);
+/* Tensor i's (gpt.h's order) shard: its offset in the n floats and its
+ * floats. */
+void tensor_layout_tensor(const tensor_layout *l, size_t i, size_t *offset,
+                          size_t *numel);
+/* Rank r's shards of full (an array in the model's layout: the
+ * parameters, or one optimizer state array) into loc (n floats). */
+void tensor_layout_take(const tensor_layout *l, int r, const float *full,
+                        float *loc);
+/* The reverse: rank r's shards loc into full; the replicated tensors
+ * from rank 0 only (every rank has them alike). */
+void tensor_layout_place(const tensor_layout *l, int r, const float *loc,
+                         float *full);
 
 #endif /* DAGRUN_TENSOR_H */

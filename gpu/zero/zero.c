@@ -13,6 +13,7 @@
 #include "ckpt/safetensors.h"
 #include "comm_timer.h"
 #include "lib/clock.h"
+#include "zslice.h"
 
 /* Room for the reductions in flight: the comm layer's limit (a stage-2
  * group takes one per rank whose slice it reaches). */
@@ -120,21 +121,20 @@ static int make_groups(gpt *m, const zrange *rg, size_t nrg,
                        optim_group **out, size_t *ng) {
   size_t nt = gpt_tensor_count(m);
   optim_group *g = calloc(nrg * (nt + 1), sizeof *g);
-  if (!g)
+  optim_group *t = calloc(nt, sizeof *t);
+  if (!g || !t) {
+    free(g);
+    free(t);
     return -1;
-  size_t k = 0;
-  for (size_t j = 0; j < nrg; j++) {
-    size_t lo = rg[j].flat, hi = lo + rg[j].n;
-    for (size_t i = 0; i < nt; i++) {
-      const gpt_tensor *t = gpt_tensor_at(m, i);
-      size_t a = t->offset > lo ? t->offset : lo;
-      size_t b = minz(t->offset + t->numel, hi);
-      if (a < b)
-        g[k++] = (optim_group){rg[j].local + (a - lo), b - a, t->decay};
-    }
-    if (rg[j].pad > rg[j].n)
-      g[k++] = (optim_group){rg[j].local + rg[j].n, rg[j].pad - rg[j].n, 0};
   }
+  for (size_t i = 0; i < nt; i++) {
+    const gpt_tensor *x = gpt_tensor_at(m, i);
+    t[i] = (optim_group){x->offset, x->numel, x->decay};
+  }
+  size_t k = 0;
+  for (size_t j = 0; j < nrg; j++)
+    k += zslice_cut(t, nt, rg[j].flat, rg[j].n, rg[j].local, rg[j].pad, g + k);
+  free(t);
   *out = g;
   *ng = k;
   return 0;

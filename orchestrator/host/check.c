@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkhook.h"
 #include "dagfile/alertspec.h"
 #include "dagfile/dag.h"
 #include "dagfile/template.h"
@@ -148,6 +149,91 @@ static void dedupe(diags *d, size_t from) {
   strmap_free(&seen);
 }
 
+/* The tasks of stages with a check of their own (checkhook.h), whose
+ * params are otherwise right: each with params_build's object. */
+typedef struct hooked_task {
+  size_t task;
+  cJSON *params, *deferred; /* owned */
+} hooked_task;
+typedef struct hooked {
+  hooked_task *v;
+  size_t n, cap;
+} hooked;
+
+/* The params of task t that wait for run time: in its with, of the
+ * schema, and not in params_build's object. An array, or NULL. */
+static cJSON *deferred_params(const spec_task *t,
+                              const dagrun_param_spec *schema,
+                              const cJSON *params) {
+  cJSON *a = NULL;
+  for (size_t i = 0; t->with && i < t->with->n; i++) {
+    const ynode *k = t->with->items[2 * i];
+    if (k->kind != YNODE_SCALAR ||
+        cJSON_GetObjectItemCaseSensitive(params, k->str))
+      continue;
+    for (const dagrun_param_spec *p = schema; p && p->name; p++)
+      if (strcmp(p->name, k->str) == 0) {
+        if (!a)
+          a = cJSON_CreateArray();
+        cJSON_AddItemToArray(a, cJSON_CreateString(k->str));
+      }
+  }
+  return a;
+}
+
+/* Where an answer about param of task t goes: the param's value, the
+ * task's world_size, or its stage. */
+static const ynode *answer_at(const spec_task *t, const char *param) {
+  const ynode *at = NULL;
+  if (param && strcmp(param, "world_size") == 0)
+    at = ynode_get(t->node, "world_size");
+  else if (param)
+    at = ynode_get(t->with, param);
+  return at ? at : t->stage_node ? t->stage_node : t->node;
+}
+
+/* Each plugin's checks of its tasks in h, by one helper a plugin, their
+ * refusals into d. Frees h's contents. */
+static void run_hooks(checked *c, hooked *h, diags *d) {
+  for (size_t k = 0; k < c->n_plugins; k++) {
+    size_t n = 0;
+    checkhook_task *tasks = xcalloc(h->n ? h->n : 1, sizeof *tasks);
+    size_t *which = xcalloc(h->n ? h->n : 1, sizeof *which);
+    for (size_t i = 0; i < h->n; i++)
+      if (c->task_plugin[h->v[i].task] == k) {
+        const spec_task *t = &c->s->tasks[h->v[i].task];
+        tasks[n] =
+            (checkhook_task){t->world_size, h->v[i].params, h->v[i].deferred};
+        which[n++] = h->v[i].task;
+      }
+    checkhook_answer *res = xcalloc(n ? n : 1, sizeof *res);
+    char err[2048];
+    const spec_task *t0 = n ? &c->s->tasks[which[0]] : NULL;
+    if (n &&
+        checkhook_run(c->plugins[k]->path, tasks, n, res, err, sizeof err) != 0)
+      diags_add(d, c->s->path, answer_at(t0, NULL)->line,
+                answer_at(t0, NULL)->col, "stage '%s': %s", t0->stage, err);
+    for (size_t i = 0; i < n; i++) {
+      const spec_task *t = &c->s->tasks[which[i]];
+      if (res[i].error) {
+        const ynode *at = answer_at(t, res[i].param);
+        diags_add(d, c->s->path, at->line, at->col, "task '%s': %s", t->label,
+                  res[i].error);
+      }
+      free(res[i].error);
+      free(res[i].param);
+    }
+    free(res);
+    free(tasks);
+    free(which);
+  }
+  for (size_t i = 0; i < h->n; i++) {
+    cJSON_Delete(h->v[i].params);
+    cJSON_Delete(h->v[i].deferred);
+  }
+  free(h->v);
+}
+
 int check_spec(spec *s, checked **out, diags *d) {
   size_t before = d->n;
   checked *c = xcalloc(1, sizeof(checked));
@@ -165,6 +251,7 @@ int check_spec(spec *s, checked **out, diags *d) {
   e.params = c->params;
 
   stage_cache sc = {0};
+  hooked hk = {0};
   describe_stages(s, &sc);
   for (size_t i = 0; i < s->n_tasks; i++) {
     const spec_task *t = &s->tasks[i];
@@ -173,11 +260,15 @@ int check_spec(spec *s, checked **out, diags *d) {
       plugin = resolve_stage(c, &sc, t, d);
     c->task_plugin[i] = plugin;
     if (plugin != SIZE_MAX) {
+      const dagrun_stage *st = c->plugins[plugin]->stage;
       cJSON *params = NULL;
-      (void)params_build(c->plugins[plugin]->stage->params,
-                         loader_choices(c->plugins[plugin]->stage), &e, i,
-                         &params, d);
-      cJSON_Delete(params);
+      int rc = params_build(st->params, loader_choices(st), &e, i, &params, d);
+      if (rc == 0 && loader_check(st)) {
+        hooked_task x = {i, params, deferred_params(t, st->params, params)};
+        VEC_PUSH(hk.v, hk.n, hk.cap, x);
+      } else {
+        cJSON_Delete(params);
+      }
     } else if (t->with) {
       check_templates(&e, i, t->with, d);
     }
@@ -188,6 +279,7 @@ int check_spec(spec *s, checked **out, diags *d) {
       check_templates(&e, i, s->maps[t->map].node, d);
   }
   c->n_task_plugin = s->n_tasks;
+  run_hooks(c, &hk, d);
   stage_cache_free(&sc);
   dedupe(d, before);
   return d->n > before ? DR_ESPEC : 0;

@@ -73,6 +73,8 @@ static cJSON *stage_json(const dagrun_stage *st) {
   cJSON_AddItemToObject(j, "summary", str_or_null(st->summary));
   cJSON_AddItemToObject(j, "params", params_json(st->params));
   cJSON_AddItemToObject(j, "choices", choices_json(loader_choices(st)));
+  if (loader_check(st))
+    cJSON_AddTrueToObject(j, "check");
   return j;
 }
 
@@ -226,6 +228,16 @@ static int take_choices(described *d, const cJSON *a) {
   return 0;
 }
 
+/* A described stage's check: the stand-in that says it has one (the
+ * helper runs the real one, checkhook.h). */
+static int described_check(const dagrun_check_task *t, const char **param,
+                           char *err, size_t errlen) {
+  (void)t;
+  *param = NULL;
+  snprintf(err, errlen, "a described stage's check runs in a helper");
+  return -1;
+}
+
 /* The description text into *out: 0; a loader refusal: its code with
  * its message in err; or DR_EPROTO with what is wrong with the text. */
 static int from_json(const char *path, const char *text, size_t len,
@@ -252,6 +264,8 @@ static int from_json(const char *path, const char *text, size_t len,
              take_choices(d, cJSON_GetObjectItemCaseSensitive(j, "choices"))) {
     snprintf(err, errlen, "a member is missing or of the wrong type");
   } else {
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "check")))
+      d->stage.check = described_check;
     loader_plugin *p = xcalloc(1, sizeof *p);
     p->path = xstrdup(path);
     p->stage = &d->stage;
@@ -280,12 +294,7 @@ typedef struct job {
   sbuf out;
 } job;
 
-/* Starts `helper __describe PATH...` for the job's files, with stdout on
- * a pipe, stdin from /dev/null, in a new process group, every signal at
- * its default and none blocked (serve's loop thread blocks some). 0, or
- * an errno value. */
-static int job_start(job *jb, const char *helper, const char *const *paths,
-                     double limit) {
+int describe_spawn(char *const *argv, int in, pid_t *pid, int *out) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0)
     return errno;
@@ -296,7 +305,9 @@ static int job_start(job *jb, const char *helper, const char *const *paths,
   sigset_t none, all;
   sigemptyset(&none);
   sigfillset(&all);
-  int rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  int rc = in >= 0 ? posix_spawn_file_actions_adddup2(&fa, in, 0)
+                   : posix_spawn_file_actions_addopen(&fa, 0, "/dev/null",
+                                                      O_RDONLY, 0);
   if (rc == 0)
     rc = posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
   if (rc == 0)
@@ -309,23 +320,33 @@ static int job_start(job *jb, const char *helper, const char *const *paths,
     rc = posix_spawnattr_setsigmask(&attr, &none);
   if (rc == 0)
     rc = posix_spawnattr_setsigdefault(&attr, &all);
-  char **argv = xcalloc(jb->n_idx + 3, sizeof *argv);
-  argv[0] = (char *)helper;
-  argv[1] = "__describe";
-  for (size_t i = 0; i < jb->n_idx; i++)
-    argv[2 + i] = (char *)paths[jb->idx[i]];
   if (rc == 0)
-    rc = posix_spawn(&jb->pid, helper, &fa, &attr, argv, environ);
-  free(argv);
+    rc = posix_spawn(pid, argv[0], &fa, &attr, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   close(fds[1]);
   if (rc != 0) {
     close(fds[0]);
-    jb->pid = 0;
+    *pid = 0;
     return rc;
   }
-  jb->fd = fds[0];
+  *out = fds[0];
+  return 0;
+}
+
+/* Starts `helper __describe PATH...` for the job's files
+ * (describe_spawn). 0, or an errno value. */
+static int job_start(job *jb, const char *helper, const char *const *paths,
+                     double limit) {
+  char **argv = xcalloc(jb->n_idx + 3, sizeof *argv);
+  argv[0] = (char *)helper;
+  argv[1] = "__describe";
+  for (size_t i = 0; i < jb->n_idx; i++)
+    argv[2 + i] = (char *)paths[jb->idx[i]];
+  int rc = describe_spawn(argv, -1, &jb->pid, &jb->fd);
+  free(argv);
+  if (rc != 0)
+    return rc;
   jb->pidfd = (int)syscall(SYS_pidfd_open, jb->pid, 0);
   if (jb->pidfd < 0) {
     rc = errno;
@@ -556,9 +577,7 @@ void describe_files_with(const char *helper, double limit,
   free(w.v);
 }
 
-/* $DAGRUN_DESCRIBE_TIMEOUT, else DESCRIBE_TIMEOUT_S: 0, or -1 with the
- * reason in err. */
-static int describe_limit(double *limit, char *err, size_t errlen) {
+int describe_limit(double *limit, char *err, size_t errlen) {
   const char *z = getenv("DAGRUN_DESCRIBE_TIMEOUT");
   *limit = DESCRIBE_TIMEOUT_S;
   if (!z || !*z)

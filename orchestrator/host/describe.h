@@ -44,7 +44,8 @@
  *    or null, "summary": "..." or null, "params": [{"name", "type" (int),
  *    "default" (string or null), "required" (int), "help" (string or
  *    null)}, ...] or null, "choices": [{"param": "...", "values": [...]},
- *    ...] or null}
+ *    ...] or null, and "check": true when the stage has a check (ABI
+ *    1.2; checkhook.h runs it)}
  * or {"error": "P: ...", "code": DR_EPLUGIN or DR_EABI} for a file the
  * loader refuses. A described plugin (loader_plugin.handle NULL) has
  * every member of its descriptor but run, which is NULL: only a worker
@@ -59,6 +60,7 @@
 #define DAGRUN_DESCRIBE_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "loader.h"
 
@@ -95,6 +97,17 @@ void describe_files(const char *const *paths, size_t n, describe_result *res);
 void describe_files_with(const char *helper, double limit,
                          const char *const *paths, const int *shared, size_t n,
                          describe_result *res);
+
+/* Starts argv (argv[0] the helper's path) with stdin from in (-1:
+ * /dev/null) and stdout on a pipe whose reading end goes into *out, in
+ * a new process group, every signal at its default and none blocked
+ * (serve's loop thread blocks some). 0 with *pid, or an errno value
+ * (*pid 0). For the helpers of describe and checkhook.h. */
+int describe_spawn(char *const *argv, int in, pid_t *pid, int *out);
+
+/* $DAGRUN_DESCRIBE_TIMEOUT, else DESCRIBE_TIMEOUT_S (the limit of the
+ * stages' checks too, checkhook.h): 0, or -1 with the reason in err. */
+int describe_limit(double *limit, char *err, size_t errlen);
 
 /* The helper's side: loads each of paths[0..n) in turn (loader_open) and
  * writes its description (or the loader's refusal) on stdout, one line

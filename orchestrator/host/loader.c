@@ -29,6 +29,10 @@
 #define LOADER_STAGE_SIZE_1_1                                                  \
   (offsetof(dagrun_stage, choices) + sizeof(((dagrun_stage *)0)->choices))
 
+/* The size of dagrun_stage up to and including check (ABI 1.2). */
+#define LOADER_STAGE_SIZE_1_2                                                  \
+  (offsetof(dagrun_stage, check) + sizeof(((dagrun_stage *)0)->check))
+
 static const char **search_dirs;
 
 /* realpath() when the path exists, else a copy: the directory may be
@@ -222,6 +226,10 @@ const dagrun_param_choice *loader_choices(const dagrun_stage *st) {
   /* A plugin built for ABI 1.0 has no such member: reading it would read
    * past its descriptor. */
   return st->struct_size >= LOADER_STAGE_SIZE_1_1 ? st->choices : NULL;
+}
+
+dagrun_check_fn loader_check(const dagrun_stage *st) {
+  return st->struct_size >= LOADER_STAGE_SIZE_1_2 ? st->check : NULL;
 }
 
 const char *const *loader_param_choices(const dagrun_param_choice *choices,

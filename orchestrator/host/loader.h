@@ -91,6 +91,12 @@ int loader_check_stage(const dagrun_stage *st, char *err, size_t errlen);
 /* The stage's choices (plugin.h), or NULL when it has none or was built
  * for ABI 1.0, whose descriptor ends before them. Owned by the plugin. */
 const dagrun_param_choice *loader_choices(const dagrun_stage *st);
+/* The stage's check (plugin.h), or NULL when it has none or was built
+ * for an ABI before 1.2. In a described plugin (describe.h) a stand-in
+ * that says the stage has one: checkhook.h runs the real one. */
+typedef int (*dagrun_check_fn)(const dagrun_check_task *t, const char **param,
+                               char *err, size_t errlen);
+dagrun_check_fn loader_check(const dagrun_stage *st);
 /* The NULL-terminated values param may take according to choices (may
  * be NULL), or NULL if it may take any. */
 const char *const *loader_param_choices(const dagrun_param_choice *choices,

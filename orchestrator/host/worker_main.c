@@ -16,8 +16,11 @@
  * `dagrun-worker __describe PLUGIN...` writes what a stage plugin describes
  * itself as, for dagrun, which never loads a plugin itself (describe.h).
  * It ends with _exit: a plugin's destructors and atexit handlers do not
- * run, and cannot change its exit status.
+ * run, and cannot change its exit status. `dagrun-worker __check PLUGIN`
+ * runs the stage's check of the tasks given on stdin (checkhook.h), in
+ * the same way.
  */
+#include "checkhook.h"
 #include "describe.h"
 #include "guard.h"
 #include "worker.h"
@@ -33,6 +36,8 @@ int main(int argc, char **argv) {
     return guard_main(argc == 3 ? argv[2] : NULL);
   if (argc >= 3 && strcmp(argv[1], "__describe") == 0)
     _exit(describe_main(argc - 2, argv + 2));
+  if (argc == 3 && strcmp(argv[1], "__check") == 0)
+    _exit(checkhook_main(argv[2]));
   if (argc != 3 || strcmp(argv[1], "__worker") != 0) {
     fprintf(stderr, "usage: dagrun-worker __worker ATTEMPT_JSON (internal: "
                     "dagrun starts it for each task attempt)\n");

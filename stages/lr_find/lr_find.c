@@ -383,6 +383,7 @@ static const dagrun_stage stage = {
     params,
     run,
     choices,
+    NULL, /* ABI 1.2: no check */
 };
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

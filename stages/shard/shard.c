@@ -1596,6 +1596,7 @@ static const dagrun_stage stage = {
     params,
     run,
     choices,
+    NULL, /* ABI 1.2: no check */
 };
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -990,6 +990,7 @@ static const dagrun_stage stage = {
     params,
     run,
     NULL, /* no choices */
+    NULL, /* ABI 1.2: no check */
 };
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -1,7 +1,9 @@
 /* The train stage's model-parallel loop; see mploop.h. */
 #include "mploop.h"
-#include "gangmem.h"
 #include "gangloop.h"
+#include "gangmem.h"
+#include "mpmem.h"
+#include "mpplace.h"
 
 #include "ckpt/ckpt.h"
 #include "common/stagekit.h"
@@ -16,6 +18,31 @@
 _Noreturn void mploop_abort(trainrun *r, mploop *l, const char *what,
                             const char *err) {
   gangloop_abort(r, l->c, l->rank, what, err);
+}
+
+/* ZeRO over the replicas of GPU ranks (gpu_dp) is not built: refused
+ * with device: cuda; device: auto keeps CPU ranks, saying why. 0, or
+ * -1 having failed the task. */
+static int check_gpu_zero(trainrun *r, mploop *l) {
+  if (!l->gpu_dp || l->D == 1 || l->zero == 0)
+    return 0;
+  if (r->c.device == ENGINE_WANT_CUDA) {
+    r->h->fail(r->ctx,
+               "zero_stage %d with %s %d on GPU ranks: ZeRO over the %d "
+               "data-parallel replicas runs on CPU ranks only; set "
+               "zero_stage: 0 (plain data parallel) or device: cpu",
+               l->zero, l->param, l->K, l->D);
+    return -1;
+  }
+  if (r->c.device == ENGINE_WANT_AUTO && engine_built_with_cuda())
+    r->h->log(r->ctx, DAGRUN_LOG_INFO,
+              "device: auto is cpu with zero_stage %d over %d replicas of "
+              "%s (ZeRO beside %s runs on CPU ranks only; zero_stage: 0 "
+              "takes the GPUs)",
+              l->zero, l->D, l->what, l->param);
+  l->gpu_dp = 0;
+  l->gpu_ok = 0;
+  return 0;
 }
 
 int mploop_check(trainrun *r, mploop *l) {
@@ -36,11 +63,21 @@ int mploop_check(trainrun *r, mploop *l) {
     return EXIT_BAD_PARAMS;
   }
   l->D = l->N / l->K;
-  const char *why = r->c.device == ENGINE_WANT_CUDA && !l->gpu_ok
-                        ? "device: cuda"
-                    : r->c.dropout > 0 ? "dropout"
-                    : r->c.overfit     ? "overfit_one_batch"
-                                       : NULL;
+  l->gpu =
+      r->c.device == ENGINE_WANT_CUDA && l->gpu_ok && (l->D == 1 || l->gpu_dp);
+  if (r->c.device == ENGINE_WANT_CUDA && l->gpu_ok && !l->gpu) {
+    h->fail(ctx,
+            "%s %d runs on CPU ranks without device: cuda beside data "
+            "parallel (world_size %d is %d replicas): on GPUs the gang is "
+            "one group of %d %s (world_size: %d; data parallel beside it "
+            "is not built for GPU ranks yet), or use device: cpu",
+            l->param, l->K, l->N, l->D, l->K, l->part, l->K);
+    return EXIT_BAD_PARAMS;
+  }
+  const char *why = r->c.device == ENGINE_WANT_CUDA && !l->gpu ? "device: cuda"
+                    : r->c.dropout > 0                         ? "dropout"
+                    : r->c.overfit ? "overfit_one_batch"
+                                   : NULL;
   if (why) {
     h->fail(ctx,
             "%s %d runs on CPU ranks without %s (not supported with it "
@@ -48,10 +85,23 @@ int mploop_check(trainrun *r, mploop *l) {
             l->param, l->K, why, l->param);
     return EXIT_BAD_PARAMS;
   }
-  if (r->c.device == ENGINE_WANT_AUTO && engine_built_with_cuda() && !l->gpu_ok)
+  if (stagekit_param_choice(ctx, h, "zero_stage", trainrun_zero_stage_names,
+                            &l->zero))
+    return EXIT_BAD_PARAMS;
+  if (l->zero == 3 && l->D > 1) {
+    h->fail(ctx,
+            "zero_stage 3 with %s %d: the data-parallel group beside %s "
+            "shards the optimizer state and gradients (zero_stage 1 or 2), "
+            "not the parameters; set zero_stage: 2",
+            l->param, l->K, l->what);
+    return EXIT_BAD_PARAMS;
+  }
+  if (r->c.device == ENGINE_WANT_AUTO && engine_built_with_cuda() && !l->gpu_dp)
     h->log(ctx, DAGRUN_LOG_INFO,
            "device: auto is cpu with %s (GPU ranks do not run %s yet)",
            l->param, l->what);
+  if (check_gpu_zero(r, l) != 0)
+    return EXIT_BAD_PARAMS;
   l->m = r->c.accum;
   return gangloop_threads(r, l->N);
 }
@@ -65,14 +115,28 @@ static int open_gpu(trainrun *r, mploop *l) {
     return EXIT_BAD_PARAMS;
   if (dev != ENGINE_CUDA)
     return 0;
-  l->cuda = 1;
+  l->gpu = 1;
   comm_config nccfg = {.backend = COMM_NCCL, .device = -1};
   if (comm_create(&nccfg, &l->nc, err, sizeof err) != 0)
     mploop_abort(r, l, "NCCL", err);
   l->device = comm_device(l->nc);
-  if (comm_split(l->nc, l->rank / l->K, l->rank, &l->nkc, err, sizeof err) ||
-      comm_split(l->nc, l->rank % l->K, l->rank, &l->ndc, err, sizeof err))
+  if (comm_split(l->nc, l->pos / l->K, l->pos, &l->nkc, err, sizeof err) ||
+      comm_split(l->nc, l->pos % l->K, l->pos, &l->ndc, err, sizeof err))
     mploop_abort(r, l, "splitting the NCCL gang", err);
+  return 0;
+}
+
+/* This rank's position in the layout (mpplace.h), rank 0's line of
+ * the placement. 0, or EXIT_BAD_PARAMS on every rank alike. */
+static int place(trainrun *r, mploop *l) {
+  char err[2048], line[2048];
+  if (mpplace_position(l->c, l->T > 1 ? l->T : 1, &l->pos, line, sizeof line,
+                       err, sizeof err) != 0) {
+    r->h->fail(r->ctx, "%s", err);
+    return EXIT_BAD_PARAMS;
+  }
+  if (l->rank == 0)
+    r->h->log(r->ctx, DAGRUN_LOG_INFO, "%s", line);
   return 0;
 }
 
@@ -92,10 +156,13 @@ int mploop_open(trainrun *r, mploop *l,
   }
   if (gangloop_open_mpi(r, l->N, &l->c, &l->rank) != 0)
     return EXIT_FAILED;
-  if (comm_split(l->c, l->rank / l->K, l->rank, &l->kc, err, sizeof err) ||
-      comm_split(l->c, l->rank % l->K, l->rank, &l->dc, err, sizeof err))
+  int status = place(r, l);
+  if (status != 0)
+    return status;
+  if (comm_split(l->c, l->pos / l->K, l->pos, &l->kc, err, sizeof err) ||
+      comm_split(l->c, l->pos % l->K, l->pos, &l->dc, err, sizeof err))
     mploop_abort(r, l, "splitting the gang", err);
-  int st = l->gpu_ok ? open_gpu(r, l) : 0;
+  int st = l->gpu_dp ? open_gpu(r, l) : 0;
   if (st != 0)
     return st;
   size_t n = (size_t)l->m * r->c.B * r->c.m.T;
@@ -112,6 +179,17 @@ int mploop_open(trainrun *r, mploop *l,
   return 0;
 }
 
+void mploop_log_memory(trainrun *r, mploop *l, const zslice_memory *m) {
+  const double MiB = 1024.0 * 1024.0;
+  r->h->log(r->ctx, DAGRUN_LOG_INFO,
+            "rank %d holds %.3f MiB of parameters, %.3f MiB of gradients "
+            "(%.3f MiB at most in a step) and %.3f MiB of optimizer state "
+            "between steps (zero_stage %d over %d data-parallel replicas)",
+            l->rank, (double)m->params / MiB, (double)m->grads / MiB,
+            (double)m->peak_grads / MiB, (double)m->optim / MiB,
+            l->D > 1 ? l->zero : 0, l->D);
+}
+
 void mploop_close(mploop *l) {
   comm_destroy(l->ndc);
   comm_destroy(l->nkc);
@@ -121,6 +199,7 @@ void mploop_close(mploop *l) {
   comm_destroy(l->c);
   free(l->in);
   free(l->tg);
+  free(l->mem);
 }
 
 /* resume: every rank reads the whole checkpoint, the engine keeps its
@@ -156,11 +235,12 @@ static void preflight(trainrun *r, mploop *l) {
 }
 
 /* Every part's weights (and with opt, optimizer state) to rank 0, from
- * replica 0 (the replicas hold the same weights). */
+ * replica 0 (the replicas hold the same weights; with ZeRO the other
+ * replicas send their slices of the state to it, and every rank takes
+ * part). */
 static void gather(trainrun *r, mploop *l, int opt) {
   char err[2048];
-  if (l->rank < l->K &&
-      l->eng.gather(l->eng.e, opt, l->rank == 0 ? r->opt : NULL, err,
+  if (l->eng.gather(l->eng.e, opt, l->rank == 0 ? r->opt : NULL, err,
                     sizeof err) != 0)
     mploop_abort(r, l, "gathering the model", err);
 }
@@ -215,9 +295,41 @@ static double guard(trainrun *r, mploop *l, double loss, double gnorm) {
   return spike_lr_factor(&r->guard);
 }
 
+/* What one process would hold training the same micro-batch, the
+ * memory report's yardstick. */
+static void one_process(trainrun *r, gpt_memory *one) {
+  gpt_memory_estimate(gpt_get_config(r->model), r->c.B, r->c.m.T,
+                      (int)optim_state_floats_for(r->c.opt.kind, 1),
+                      (gpt_recompute)r->c.recompute, one);
+}
+
+/* After the run's first step: every rank's memory figures (mpmem.h) to
+ * rank 0, which logs them and keeps them for summary.json. */
+static void memory(trainrun *r, mploop *l) {
+  char err[512];
+  if (!l->eng.memory)
+    return;
+  gpt_memory part;
+  int in_model = 0;
+  uint64_t step_bytes = 0;
+  l->eng.memory(l->eng.arg, &part, &in_model, &step_bytes);
+  mpmem_rank mine;
+  mpmem_measure(r->model, l->rank == 0 ? r->opt : NULL, &part, in_model,
+                step_bytes, &mine);
+  if (!l->mem && !(l->mem = calloc((size_t)l->N, sizeof *l->mem)))
+    mploop_abort(r, l, "memory figures", "out of memory");
+  if (mpmem_gather(l->c, &mine, l->mem, err, sizeof err) != 0)
+    mploop_abort(r, l, "memory figures", err);
+  if (l->rank != 0)
+    return;
+  gpt_memory one;
+  one_process(r, &one);
+  mpmem_log(r, l->mem, l->N, &one);
+}
+
 static void train_step(trainrun *r, mploop *l) {
   char err[2048];
-  size_t BT = (size_t)r->c.B * r->c.m.T, mine = (size_t)(l->rank / l->K) * BT;
+  size_t BT = (size_t)r->c.B * r->c.m.T, mine = (size_t)(l->pos / l->K) * BT;
   double t0 = clock_monotonic();
   for (int k = 0; k < l->m; k++) {
     loader_next(r->train, r->inputs, r->targets);
@@ -225,6 +337,9 @@ static void train_step(trainrun *r, mploop *l) {
     memcpy(l->tg + k * BT, r->targets + mine, BT * sizeof *l->tg);
   }
   double t_data = clock_monotonic() - t0, loss = 0, gnorm = 0;
+  int first = r->st.step == r->first_step;
+  if (first)
+    mpmem_step_start();
   if (l->eng.fb(l->eng.e, l->in, l->tg, &loss, err, sizeof err) ||
       l->eng.clip(l->eng.e, r->c.grad_clip, &gnorm, err, sizeof err))
     mploop_abort(r, l, "step", err);
@@ -245,6 +360,8 @@ static void train_step(trainrun *r, mploop *l) {
   }
   if (l->eng.stepped)
     l->eng.stepped(l->eng.arg, r, l->rank);
+  if (first)
+    memory(r, l);
   if (l->rank == 0)
     trainrun_progress(r, loss, 1);
 }
@@ -317,12 +434,18 @@ static int finish(trainrun *r, mploop *l) {
   cJSON *s = trainrun_summary_start(r, gpt_num_params(r->model));
   cJSON_AddNumberToObject(s, "world_size", l->N);
   cJSON_AddNumberToObject(s, "data_parallel", l->D);
+  cJSON_AddNumberToObject(s, "zero_stage", l->D > 1 ? l->zero : 0);
   if (l->eng.summary)
     l->eng.summary(l->eng.arg, r, s);
-  cJSON_AddStringToObject(s, "device", l->cuda ? "cuda" : "cpu");
+  cJSON_AddStringToObject(s, "device", l->gpu ? "cuda" : "cpu");
   trainrun_summary_losses(r, s);
   trainrun_summary_rates(r, s, tps);
   gangmem_comm(r, &l->cs, l->nsteps, s);
+  if (l->mem) {
+    gpt_memory one;
+    one_process(r, &one);
+    mpmem_summary(l->mem, l->N, &one, s);
+  }
   return trainrun_finish(r, s, r->last_ckpt, r->ckpt_dir, NULL, NULL) == 0
              ? 0
              : EXIT_FAILED;
@@ -337,6 +460,10 @@ int mploop_train(trainrun *r, mploop *l) {
   if (l->rank != 0) {
     optim_destroy(r->opt);
     r->opt = r->st.opt = NULL;
+    /* Likewise the whole model's weights, where the engine keeps its
+     * part in arrays of its own: only rank 0 gathers into them. */
+    if (l->eng.own_params)
+      gpt_release(r->model, GPT_BUF_PARAMS);
   }
   if (l->rank == 0 && r->st.step == 0)
     preflight(r, l);

@@ -8,11 +8,12 @@
 
 #include <stdio.h>
 
-/* The gang of N = D x P ranks (mploop.h): rank r is stage r % P of
- * data-parallel replica r / P. */
+/* The gang of N = D x P ranks (mploop.h): the rank at position p (on
+ * one node, rank p) is stage p % P of data-parallel replica p / P. */
 typedef struct pipe_run {
   mploop l;
   pipeline *pl;
+  gpt *model; /* borrowed: the trainrun's */
   pipeline_schedule sched;
   double idle_sum; /* the bubble over the steps of this run */
 } pipe_run;
@@ -47,6 +48,24 @@ static int load(void *e, optim *full, char *err, size_t errlen) {
 static int fits(void *arg, const gpt_config *cfg, int N, char *err,
                 size_t errlen) {
   return pipeline_check(cfg, ((pipe_run *)arg)->l.K, N, err, errlen);
+}
+
+/* The stage's memory (mploop_engine.memory): its ranges are the
+ * model's arrays'; the first stage's step allocates the buffer of the
+ * tied embeddings' gradient (pipeline.c's sum_tied). */
+static void memory(void *arg, gpt_memory *part, int *in_model,
+                   uint64_t *step_bytes) {
+  pipe_run *p = arg;
+  int first, last, s = pipeline_stage(p->pl, &first, &last);
+  const gpt_config *cfg = gpt_get_config(p->model);
+  pipeline_memory_get(p->pl, part);
+  *in_model = 1;
+  *step_bytes = 0;
+  if (s == 0 && p->l.K > 1 && !cfg->untied_head) {
+    size_t off, n;
+    gpt_group_range(p->model, 0, &off, &n);
+    *step_bytes = 4 * (uint64_t)n;
+  }
 }
 
 /* The bubble line: this step's measured idle share beside the formula. */
@@ -95,9 +114,10 @@ static void start(trainrun *r, pipe_run *p) {
                         .opt = r->c.opt,
                         .recompute = (gpt_recompute)r->c.recompute,
                         .autocast = r->c.autocast,
-                        .dp = l->dc};
+                        .dp = l->dc,
+                        .zero_stage = l->zero};
   comm *data = l->kc;
-  if (l->cuda) {
+  if (l->gpu) {
     /* Device buffers over NCCL; the scalars and the gather over MPI. */
     o.cuda = 1;
     o.device = l->device;
@@ -109,8 +129,11 @@ static void start(trainrun *r, pipe_run *p) {
   }
   if (pipeline_create(data, r->model, &o, &p->pl, err, sizeof err) != 0)
     mploop_abort(r, l, "pipeline", err);
-  l->eng =
-      (mploop_engine){p->pl, fb, clip, step, gather, load, stepped, summary, p};
+  p->model = r->model;
+  l->eng = (mploop_engine){p->pl,   fb,      clip, step,   gather, load,
+                           stepped, summary, p,    memory, 0};
+  if (l->gpu) /* the CUDA engine's memory is not in these figures yet */
+    l->eng.memory = NULL;
   int first, last, s = pipeline_stage(p->pl, &first, &last);
   pipeline_stats st;
   pipeline_get_stats(p->pl, &st);
@@ -118,13 +141,17 @@ static void start(trainrun *r, pipe_run *p) {
             "pipeline: rank %d is stage %d of %d (layers %d-%d%s%s), "
             "schedule %s, %d micro-batches (grad_accum) of %d x %d, the "
             "activations of %d of them kept at most; data-parallel replica "
-            "%d of %d (global batch %d x %d x %d = %d sequences); "
-            "zero_stage ignored; %s",
+            "%d of %d (global batch %d x %d x %d = %d sequences); %s",
             l->rank, s, l->K, first, last - 1, s == 0 ? ", embeddings" : "",
             s == l->K - 1 ? ", head and loss" : "",
             pipeline_schedule_names[p->sched], l->m, r->c.B, r->c.m.T, st.slots,
-            l->rank / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m,
-            l->cuda ? "GPUs (BF16 streams), NCCL" : "CPUs, MPI");
+            l->pos / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m,
+            l->gpu ? "GPUs (BF16 streams), NCCL" : "CPUs, MPI");
+  if (l->gpu) /* the CUDA engine's memory is not in these figures yet */
+    return;
+  zslice_memory mem;
+  pipeline_memory(p->pl, &mem);
+  mploop_log_memory(r, l, &mem);
 }
 
 int pipeloop_run(trainrun *r, int N, int P) {
@@ -133,7 +160,9 @@ int pipeloop_run(trainrun *r, int N, int P) {
                       .what = "pipeline stages",
                       .N = N,
                       .K = P,
-                      .gpu_ok = 1}};
+                      .T = 1,
+                      .gpu_ok = 1,
+                      .gpu_dp = 1}};
   int status = mploop_check(r, &p.l), sc = 0;
   if (status == 0 && stagekit_param_choice(r->ctx, r->h, "pipeline_schedule",
                                            pipeline_schedule_names, &sc))

@@ -6,18 +6,28 @@
 #include "lib/exitcode.h"
 #include "pipeline/pipeline.h"
 #include "tensor/tensor.h"
+#ifdef DAGRUN_TRAIN_TENSOR_CUDA
+#include "cuda/gpt_cuda.h"
+#include "tensor/tensor_cuda.h"
+#endif
 
 #include <stdio.h>
 
 /* The gang of N = D x P x T ranks (mploop.h, with K = P x T parts a
- * replica): rank r is shard r % T of stage (r / T) % P of replica
- * r / (T P). */
+ * replica): the rank at position p (mpplace.h; on one node, rank p) is
+ * shard p % T of stage (p / T) % P of replica p / (T P). */
 typedef struct tp_run {
   mploop l;
   int T, P;
+  pipeline_schedule sched; /* with P > 1 */
   comm *tc; /* this rank's tensor group: its stage's T shards */
   comm *pc; /* this shard's P stages */
   tensor_par *tp;
+  /* On GPU ranks (mploop.gpu): the tensor group over NCCL, the engine
+   * (tensor_cuda.h), the run for its calls' failures. */
+  comm *nc;
+  struct tensor_cuda *tcu;
+  trainrun *run;
 } tp_run;
 
 int tploop_param(trainrun *r, int *T) {
@@ -51,7 +61,90 @@ static void summary(void *arg, trainrun *r, cJSON *s) {
   (void)r;
   cJSON_AddNumberToObject(s, "tensor_parallel", t->T);
   cJSON_AddNumberToObject(s, "pipeline_parallel", t->P);
+  if (t->P > 1)
+    cJSON_AddStringToObject(s, "pipeline_schedule",
+                            pipeline_schedule_names[t->sched]);
 }
+
+/* The rank's memory (mploop_engine.memory): shards of its own, nothing
+ * allocated in the step. */
+static void memory(void *arg, gpt_memory *part, int *in_model,
+                   uint64_t *step_bytes) {
+  tensor_memory_get(((tp_run *)arg)->tp, part);
+  *in_model = 0;
+  *step_bytes = 0;
+}
+
+#ifdef DAGRUN_TRAIN_TENSOR_CUDA
+/* The GPU engine's calls (tensor_cuda.h), e the tp_run. */
+static int fb_cuda(void *e, const uint32_t *in, const uint32_t *tg,
+                   double *loss, char *err, size_t errlen) {
+  return tensor_cuda_forward_backward(((tp_run *)e)->tcu, in, tg, loss, err,
+                                      errlen);
+}
+static int clip_cuda(void *e, double max_norm, double *norm, char *err,
+                     size_t errlen) {
+  return tensor_cuda_clip_grad_norm(((tp_run *)e)->tcu, max_norm, norm, err,
+                                    errlen);
+}
+static void step_cuda(void *e, float lr) {
+  tp_run *t = e;
+  char err[2048];
+  if (tensor_cuda_step(t->tcu, lr, err, sizeof err) != 0)
+    mploop_abort(t->run, &t->l, "step", err);
+}
+static int gather_cuda(void *e, int with_state, optim *full, char *err,
+                       size_t errlen) {
+  tp_run *t = e;
+  return tensor_cuda_gather(t->tcu, t->run->model, with_state, full, err,
+                            errlen);
+}
+static int load_cuda(void *e, optim *full, char *err, size_t errlen) {
+  tp_run *t = e;
+  return tensor_cuda_load(t->tcu, t->run->model, full, err, errlen);
+}
+
+/* The tensor group on GPU ranks: NCCL over the gang (one group: D = 1),
+ * the CUDA engine's shards. */
+static void start_cuda(trainrun *r, tp_run *t, size_t *local, size_t *full) {
+  char err[2048], why[512];
+  mploop *l = &t->l;
+  /* Every rank a GPU, agreed on over MPI before NCCL is tried (its
+   * failure would not say why). */
+  float n = gpt_cuda_available(why, sizeof why) ? 1.0f : 0.0f;
+  if (comm_allreduce_sum(l->c, &n, 1, err, sizeof err) != 0)
+    mploop_abort(r, l, "agreeing on the device", err);
+  if ((int)n != l->N) {
+    snprintf(err, sizeof err,
+             "%d of the %d ranks see a usable GPU (this one: %s); use "
+             "device: cpu",
+             (int)n, l->N, why);
+    mploop_abort(r, l, "device: cuda", err);
+  }
+  comm_config nccfg = {.backend = COMM_NCCL, .device = -1};
+  if (comm_create(&nccfg, &t->nc, err, sizeof err) != 0)
+    mploop_abort(r, l, "NCCL", err);
+  l->more[0] = t->nc;
+  tensor_cuda_options o = {.micro = l->m,
+                           .B = r->c.B,
+                           .T = r->c.m.T,
+                           .opt = r->c.opt,
+                           .deterministic = r->c.deterministic};
+  if (tensor_cuda_create(t->nc, r->model, &o, &t->tcu, err, sizeof err) != 0)
+    mploop_abort(r, l, "tensor parallel on GPUs", err);
+  t->run = r;
+  l->eng =
+      (mploop_engine){t,         fb_cuda, clip_cuda, step_cuda, gather_cuda,
+                      load_cuda, NULL,    summary,   t,
+                      NULL,      0}; /* no memory report on GPUs yet */
+  tensor_cuda_sizes(t->tcu, local, full);
+  if (l->rank == 0)
+    r->h->log(r->ctx, DAGRUN_LOG_INFO,
+              "device: cuda: one GPU a rank, NCCL between them (the "
+              "validation and the pre-flight loss on rank 0's CPU, over the "
+              "gathered model)");
+}
+#endif
 
 /* The shape against T and P (mploop_open's fits). */
 static int fits(void *arg, const gpt_config *cfg, int N, char *err,
@@ -84,27 +177,35 @@ static int check_params(trainrun *r, tp_run *t) {
 static void start(trainrun *r, tp_run *t) {
   char err[2048];
   mploop *l = &t->l;
-  int T = t->T, pos = l->rank % l->K, sh = pos % T, s = pos / T;
+  int T = t->T, pos = l->pos % l->K, sh = pos % T, s = pos / T;
   if (comm_split(l->kc, s, pos, &t->tc, err, sizeof err) ||
       comm_split(l->kc, sh, pos, &t->pc, err, sizeof err))
     mploop_abort(r, l, "splitting the replica", err);
   l->more[0] = t->tc;
   l->more[1] = t->pc;
-  tensor_options o = {.micro = l->m,
-                      .B = r->c.B,
-                      .T = r->c.m.T,
-                      .opt = r->c.opt,
-                      .dp = l->dc,
-                      .pp = t->P > 1 ? t->pc : NULL};
-  if (tensor_create(t->tc, r->model, &o, &t->tp, err, sizeof err) != 0)
-    mploop_abort(r, l, "tensor parallel", err);
+  size_t local, full;
+#ifdef DAGRUN_TRAIN_TENSOR_CUDA
+  if (l->gpu)
+    start_cuda(r, t, &local, &full);
+#endif
+  if (!l->gpu) {
+    tensor_options o = {.micro = l->m,
+                        .B = r->c.B,
+                        .T = r->c.m.T,
+                        .opt = r->c.opt,
+                        .dp = l->dc,
+                        .pp = t->P > 1 ? t->pc : NULL,
+                        .schedule = t->sched,
+                        .zero_stage = l->zero};
+    if (tensor_create(t->tc, r->model, &o, &t->tp, err, sizeof err) != 0)
+      mploop_abort(r, l, "tensor parallel", err);
+    l->eng = (mploop_engine){t->tp, fb,      clip, step,   gather, load,
+                             NULL,  summary, t,    memory, 1};
+    tensor_sizes(t->tp, &local, &full);
+  }
   /* The shards have gradients of their own: the model's full gradient
    * array is never written (rank 0's engine only evaluates). */
   gpt_release(r->model, GPT_BUF_GRADS);
-  l->eng =
-      (mploop_engine){t->tp, fb, clip, step, gather, load, NULL, summary, t};
-  size_t local, full;
-  tensor_sizes(t->tp, &local, &full);
   const gpt_config *cfg = gpt_get_config(r->model);
   /* The MLP's width: GPT-2's 4C, a Llama's SwiGLU intermediate_size. */
   int F = cfg->family == GPT_FAMILY_LLAMA ? cfg->intermediate : 4 * cfg->n_embd;
@@ -113,19 +214,25 @@ static void start(trainrun *r, tp_run *t) {
   char stage[128] = "";
   if (t->P > 1)
     snprintf(stage, sizeof stage,
-             " of stage %d of %d (layers %d-%d, GPipe schedule)", s, t->P,
-             s * L, (s + 1) * L - 1);
+             " of stage %d of %d (layers %d-%d, %s schedule, the "
+             "activations of %d micro-batches kept at most)",
+             s, t->P, s * L, (s + 1) * L - 1, pipeline_schedule_names[t->sched],
+             tensor_slots(t->tp));
   r->h->log(r->ctx, DAGRUN_LOG_INFO,
             "tensor parallel: rank %d is shard %d of %d%s (heads %d-%d of "
             "%d, MLP columns %d-%d of %d, vocabulary rows %d-%d of %d; "
             "%zu of the model's %zu parameters), %d micro-batches "
             "(grad_accum) of %d x %d; data-parallel replica %d of %d "
-            "(global batch %d x %d x %d = %d sequences); zero_stage "
-            "ignored",
+            "(global batch %d x %d x %d = %d sequences)",
             l->rank, sh, T, stage, sh * H / T, (sh + 1) * H / T - 1, H,
             sh * F / T, (sh + 1) * F / T - 1, F, sh * Vp / T,
             (sh + 1) * Vp / T - 1, Vp, local, full, l->m, r->c.B, r->c.m.T,
-            l->rank / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m);
+            l->pos / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m);
+  if (l->gpu) /* tensor_cuda's memory is not in these figures yet */
+    return;
+  zslice_memory mem;
+  tensor_memory(t->tp, &mem);
+  mploop_log_memory(r, l, &mem);
 }
 
 int tploop_run(trainrun *r, int N, int T, int P) {
@@ -134,10 +241,20 @@ int tploop_run(trainrun *r, int N, int T, int P) {
                     .part = "ranks",
                     .what = "tensor-parallel ranks",
                     .N = N,
-                    .K = T * P},
+                    .K = T * P,
+                    .T = T},
               .T = T,
               .P = P};
-  int status = mploop_check(r, &t.l);
+#ifdef DAGRUN_TRAIN_TENSOR_CUDA
+  /* One tensor group on GPUs (tensor_cuda.h): no stages beside it. */
+  t.l.gpu_ok = P == 1;
+#endif
+  int status = mploop_check(r, &t.l), sc = 0;
+  if (status == 0 && P > 1 &&
+      stagekit_param_choice(r->ctx, r->h, "pipeline_schedule",
+                            pipeline_schedule_names, &sc))
+    status = EXIT_BAD_PARAMS;
+  t.sched = (pipeline_schedule)sc;
   if (status == 0)
     status = check_params(r, &t);
   if (status == 0)
@@ -147,6 +264,10 @@ int tploop_run(trainrun *r, int N, int T, int P) {
     status = mploop_train(r, &t.l);
   }
   tensor_destroy(t.tp);
+#ifdef DAGRUN_TRAIN_TENSOR_CUDA
+  tensor_cuda_destroy(t.tcu);
+  comm_destroy(t.nc);
+#endif
   comm_destroy(t.pc);
   comm_destroy(t.tc);
   mploop_close(&t.l);

@@ -9,14 +9,21 @@
  * shard's gradients are averaged over its D replicas once a step, after
  * the grad_accum micro-batches.
  *
+ * On GPU ranks (device: cuda, where the build has gpu/tensor/
+ * tensor_cuda.h): the gang is one tensor group (world_size =
+ * tensor_parallel; no data parallel or stages beside it yet), one GPU a
+ * rank, NCCL between them once every rank said it sees a GPU; the CUDA
+ * engine's shards (tensor_cuda.h), the same checkpoints.
+ *
  * Refused at start, before any collective, with the numbers: what
  * mploop_check refuses (world_size not a multiple of tensor_parallel,
- * device: cuda, dropout, overfit_one_batch, no launcher), n_head or the
+ * device: cuda beside data parallel or stages or without tensor_cuda,
+ * dropout, overfit_one_batch, no launcher), n_head or the
  * padded vocabulary not divisible by tensor_parallel (the vocabulary is
  * padded to a multiple of 64 already, and that padding is what is split:
- * no more is added), a Llama model, recompute or autocast other than
- * none. zero_stage is ignored, said in the log line that gives the
- * layout.
+ * no more is added), a Llama's n_kv_head or intermediate_size not
+ * divisible by it, recompute or autocast other than none. zero_stage is
+ * ignored, said in the log line that gives the layout.
  *
  * With pipeline_parallel P beside it (world_size D x P x T), each
  * replica is P stages of a tensor group each: rank r is shard r % T of

@@ -38,6 +38,8 @@
 #include "trainrun.h"
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 static const dagrun_param_spec params[] = {
     DATAMIX_PARAMS,
@@ -132,7 +134,9 @@ static const dagrun_param_spec params[] = {
     {"zero_stage", DAGRUN_PARAM_INT, "1", 0,
      "In a gang (launcher: mpirun or srun): ZeRO stage 0 (plain data "
      "parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ "
-     "parameters, gathered a layer at a time); ignored by one process"},
+     "parameters, gathered a layer at a time); ignored by one process. "
+     "With tensor_parallel or pipeline_parallel, over the data-parallel "
+     "replicas: 0, 1 or 2"},
     {"pipeline_parallel", DAGRUN_PARAM_INT, "1", 0,
      "Pipeline stages (CPU or GPU ranks, GPT-2 and Llama models): the "
      "layers cut "
@@ -145,13 +149,16 @@ static const dagrun_param_spec params[] = {
      "P - s micro-batches' activations on stage s) or gpipe (all forwards, "
      "then all backwards)"},
     {"tensor_parallel", DAGRUN_PARAM_INT, "1", 0,
-     "Tensor-parallel ranks (CPU ranks, GPT-2 and Llama models; "
-     "Megatron-LM's split): each block's heads and MLP columns, and the "
-     "vocabulary, cut over this many consecutive ranks; it must divide "
+     "Tensor-parallel ranks (CPU ranks, GPT-2 and Llama models; with "
+     "device: cuda one group of GPU ranks, world_size = "
+     "tensor_parallel; Megatron-LM's split): each block's heads and MLP "
+     "columns, and the "
+     "vocabulary, cut over this many ranks of one node; it must divide "
      "n_head (a Llama's n_kv_head and intermediate_size too) and the "
      "vocabulary padded to a multiple of 64, and world_size must be a "
      "multiple of it (of it x pipeline_parallel with pipeline stages of "
-     "tensor groups, GPipe-scheduled): the rest are data-parallel "
+     "tensor groups, scheduled by pipeline_schedule): the rest are "
+     "data-parallel "
      "replicas. 1: none"},
     {"zero_bucket", DAGRUN_PARAM_INT, "0", 0,
      "In a gang at stages 0-1: floats in a gradient bucket, all-reduced "
@@ -177,6 +184,117 @@ static const dagrun_param_choice choices[] = {
     {NULL, NULL},
 };
 /* clang-format on */
+
+/* An int param's value at check time into *v: 1, or 0 when it is not
+ * known (a value of run time). */
+static int known_int(const dagrun_check_task *t, const char *name, int64_t *v) {
+  const char *z = t->param(t, name, NULL);
+  char *end;
+  if (!z)
+    return 0;
+  long long x = strtoll(z, &end, 10);
+  if (*end)
+    return 0;
+  *v = x;
+  return 1;
+}
+
+/* The model's shape as the check can know it: the preset with the
+ * task's overrides, each field -1 where a value of run time sets it.
+ * 0, or -1 when the shape is the run's to find (init_from, a model of
+ * run time). */
+static int known_shape(const dagrun_check_task *t, gpt_config *cfg) {
+  int deferred = 0;
+  const char *from = t->param(t, "init_from", &deferred);
+  const char *model = t->param(t, "model", NULL);
+  char err[512];
+  if (deferred || (from && *from) || !model ||
+      gpt_config_preset(model, cfg, err, sizeof err) != 0)
+    return -1;
+  static const char *const names[] = {"n_layer", "n_head", "n_kv_head",
+                                      "intermediate_size"};
+  int *fields[] = {&cfg->n_layer, &cfg->n_head, &cfg->n_kv_head,
+                   &cfg->intermediate};
+  for (int i = 0; i < 4; i++) {
+    int64_t v = 0;
+    if (!known_int(t, names[i], &v))
+      *fields[i] = -1;
+    else if (v > 0)
+      *fields[i] = (int)v;
+  }
+  if (cfg->n_kv_head == 0)
+    cfg->n_kv_head = cfg->n_head;
+  return 0;
+}
+
+/* The model-parallel shape against T and P at check time, in
+ * tensor_check's, pipeline_check's and mploop_check's words (plugin.h's
+ * check). A value of run time (a template) is left to the start, which
+ * checks every one of these again on the shape it loads, the padded
+ * vocabulary (the tokenizer's) among them. */
+static int check(const dagrun_check_task *t, const char **param, char *err,
+                 size_t errlen) {
+  int64_t T = 1, P = 1;
+  gpt_config cfg;
+  if (!known_int(t, "tensor_parallel", &T) ||
+      !known_int(t, "pipeline_parallel", &P) || T < 1 || P < 1 ||
+      (T == 1 && P == 1))
+    return 0;
+  /* mploop_check's words: the layout's param and its parts. */
+  const char *name = T > 1 && P > 1 ? "tensor_parallel x pipeline_parallel"
+                     : T > 1        ? "tensor_parallel"
+                                    : "pipeline_parallel";
+  long long K = (long long)(T * P);
+  if (t->world_size == 1 || t->world_size % K != 0) {
+    *param = t->world_size == 1
+                 ? (T > 1 ? "tensor_parallel" : "pipeline_parallel")
+                 : "world_size";
+    if (t->world_size == 1)
+      snprintf(err, errlen,
+               "%s %lld needs a gang of %lld CPU ranks: set world_size: %lld "
+               "and launcher: mpirun (or srun) on this task",
+               name, K, K, K);
+    else
+      snprintf(err, errlen,
+               "world_size %d is not a multiple of %s %lld (the gang is "
+               "data-parallel replicas of %s %s each)",
+               t->world_size, name, K, name, T > 1 ? "ranks" : "stages");
+    return 1;
+  }
+  if (known_shape(t, &cfg) != 0)
+    return 0;
+  int llama = cfg.family == GPT_FAMILY_LLAMA, tp = T > 1;
+  if (tp && cfg.n_head > 0 && cfg.n_head % T != 0) {
+    *param = "tensor_parallel";
+    snprintf(err, errlen,
+             "tensor_parallel %lld does not divide the model's %d heads "
+             "(each rank gets n_head / tensor_parallel whole heads)",
+             (long long)T, cfg.n_head);
+    return 1;
+  }
+  if (tp && llama &&
+      ((cfg.n_kv_head > 0 && cfg.n_kv_head % T != 0) ||
+       (cfg.intermediate > 0 && cfg.intermediate % T != 0))) {
+    *param = "tensor_parallel";
+    snprintf(err, errlen,
+             "tensor_parallel %lld does not divide the model's %d key/value "
+             "heads and its intermediate_size %d (each rank gets "
+             "n_kv_head / tensor_parallel whole key/value heads and "
+             "intermediate_size / tensor_parallel SwiGLU columns)",
+             (long long)T, cfg.n_kv_head, cfg.intermediate);
+    return 1;
+  }
+  if (P > 1 && cfg.n_layer > 0 && cfg.n_layer % P != 0) {
+    *param = "pipeline_parallel";
+    snprintf(err, errlen,
+             "pipeline_parallel %lld does not divide the model's %d layers "
+             "(each stage gets n_layer / pipeline_parallel contiguous "
+             "layers)",
+             (long long)P, cfg.n_layer);
+    return 1;
+  }
+  return 0;
+}
 
 static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   trainrun r = {.ctx = ctx, .h = h};
@@ -207,6 +325,7 @@ static const dagrun_stage stage = {
     params,
     run,
     choices,
+    check,
 };
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

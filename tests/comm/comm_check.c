@@ -561,6 +561,7 @@ static void check_p2p(size_t nbytes, int tag) {
     return;
   }
   int next = (R + 1) % N, prev = (R + N - 1) % N;
+  comm_stats_reset(C);
   buf s0 = pfill(nbytes, R, tag), s1 = pfill(nbytes, R, tag + 1),
       r0 = balloc(nbytes), r1 = balloc(nbytes);
   comm_req *q[4];
@@ -596,6 +597,15 @@ static void check_p2p(size_t nbytes, int tag) {
   if (R % 2 == 1)
     CALL("send", comm_send(C, s1.d, nbytes, next, err, sizeof err));
   pexpect("blocking recv", &r0, prev, tag + 1);
+  /* Per kind: five sends and five recvs of nbytes each. */
+  comm_stats st;
+  memset(&st, 0, sizeof st);
+  comm_stats_add(C, &st);
+  for (int k = COMM_KIND_SEND; k <= COMM_KIND_RECV; k++) {
+    expect("comm_stats calls", 1, (size_t)k, (float)st.calls[k], 5);
+    expect("comm_stats bytes", 1, (size_t)k, (float)st.bytes[k],
+           (float)(5.0 * (double)nbytes));
+  }
   bfree(&s0);
   bfree(&s1);
   bfree(&r0);

@@ -38,6 +38,9 @@
  *                              check_stages
  *   gpt_cuda_check pipeline    pipeline.h over the CUDA engine on 2 ranks
  *                              (mpirun) against one GPU; see pipe_run
+ *   gpt_cuda_check tensor      tensor parallel over the ranks of mpirun
+ *                              against one GPU; see cmd_tensor (built
+ *                              where gpu/tensor/tensor_cuda.c is)
  *
  * GPT_CUDA_CHECK_MODEL=llama in the environment makes every command's
  * test model the first Llama shape of cmd_llama instead of the GPT-2
@@ -1896,6 +1899,273 @@ static int cmd_nccl_version(void) {
   return 0;
 }
 
+#ifdef DAGRUN_CHECK_TENSOR
+/* ---- Tensor parallel (gpu/tensor/tensor_cuda.h) ----
+ * Under mpirun -np R (R dividing the test model's 4 heads): the R ranks
+ * train TP_STEPS AdamW steps of TP_MICRO micro-batches as one tensor
+ * group, rank 0 the same steps as one GPU (the reference), on the same
+ * batches. Checked: each step's loss and gradient norm against the
+ * reference's; at step TP_MID the gathered checkpoint (weights and
+ * optimizer state, tensor_cuda_gather) goes to every rank, which loads
+ * its shards back (tensor_cuda_load) and goes on, while rank 0 resumes
+ * it as one GPU too (gpt_cuda_upload): that one GPU's losses and final
+ * weights against the reference's; the group's final weights, gathered,
+ * against the reference's. And the refusals: heads that R does not
+ * divide, recompute. GPT_CUDA_CHECK_MODEL=llama: the same on the first
+ * Llama shape of cmd_llama (GQA, an untied head).
+ *
+ * Tolerances: both runs are BF16 (gpt_cuda.h); the group's adds
+ * roundings one GPU does not (each row-split product's partial output
+ * is rounded to BF16 before the sum, and the sum rounded again), about
+ * 2^-9 relative each, independent, so the loss (a mean over 2 x 64
+ * positions) moves by far less: measured within 5.3e-5 relative on the
+ * emulator (2 ranks, 6 steps; the Llama 8.1e-5), held to 5e-4; the
+ * norm, a sum over every gradient, measured within 8.8e-4 (the Llama
+ * 1.5e-3), held to 5e-3. Each
+ * collective broken fails it at the first step: without the
+ * activations' all-reduces the losses are 4e-3 off and the norms 5e-2,
+ * without the cross-entropy's sums 1e-1, with each rank's own row
+ * maxima 2.7e-3. The weights: AdamW moves each by about lr a step
+ * whatever the gradient's size, so a gradient within BF16 noise of zero
+ * may move the other way; the change from the start (TP_STEPS x lr) is
+ * held to 0.1 in relative L2 norm against the reference's: measured
+ * 4.1e-2 for the group and 4.1e-2 for the one GPU resumed from its
+ * checkpoint (so that figure is BF16's sign flips, not the group's; the
+ * Llama 4.5e-2 and 4.5e-2). */
+#include "tensor/tensor.h"
+#include "tensor/tensor_cuda.h"
+
+enum { TP_B = 2, TP_T = 32, TP_MICRO = 2, TP_STEPS = 6, TP_MID = 3 };
+#define TP_LR 1e-3f
+
+/* Step s's TP_MICRO micro-batches. */
+static void tp_batch(uint32_t *in, uint32_t *tg, int s) {
+  for (int k = 0; k < TP_MICRO; k++)
+    make_batch(in + k * TP_B * TP_T, tg + k * TP_B * TP_T, TP_B, TP_T,
+               test_cfg.vocab_size, 1000 + 10 * (uint64_t)s + k);
+}
+
+/* One GPU's step of the reference: loss and norm. */
+static void tp_ref_step(gpt_cuda *g, int s, double *loss, double *norm) {
+  char err[2048];
+  uint32_t in[TP_MICRO * TP_B * TP_T], tg[TP_MICRO * TP_B * TP_T];
+  tp_batch(in, tg, s);
+  *loss = 0;
+  if (gpt_cuda_zero_grad(g, err, sizeof err) != 0)
+    die("zero_grad", err);
+  for (int k = 0; k < TP_MICRO; k++) {
+    float l;
+    if (gpt_cuda_forward_train(g, in + k * TP_B * TP_T, tg + k * TP_B * TP_T,
+                               TP_B, TP_T, &l, err, sizeof err) != 0 ||
+        gpt_cuda_backward(g, 1.0f / TP_MICRO, err, sizeof err) != 0)
+      die("reference step", err);
+    *loss += l / TP_MICRO;
+  }
+  if (gpt_cuda_clip_grad_norm(g, 1.0, norm, err, sizeof err) != 0 ||
+      gpt_cuda_step(g, TP_LR, err, sizeof err) != 0)
+    die("reference step", err);
+}
+
+static void tp_group_step(tensor_cuda *t, int s, double *loss, double *norm) {
+  char err[2048];
+  uint32_t in[TP_MICRO * TP_B * TP_T], tg[TP_MICRO * TP_B * TP_T];
+  tp_batch(in, tg, s);
+  if (tensor_cuda_forward_backward(t, in, tg, loss, err, sizeof err) != 0 ||
+      tensor_cuda_clip_grad_norm(t, 1.0, norm, err, sizeof err) != 0 ||
+      tensor_cuda_step(t, TP_LR, err, sizeof err) != 0)
+    die("tensor-parallel step", err);
+}
+
+static void tp_close(const char *what, int s, double got, double want,
+                     double tol) {
+  double rel = fabs(got - want) / fmax(fabs(want), 1e-30);
+  printf("tensor: step %d %s %.7f, one GPU's %.7f (relative %.2e)\n", s, what,
+         got, want, rel);
+  CHECK(rel < tol,
+        "tensor: step %d: %s %.7f against one GPU's %.7f: "
+        "relative %.2e (< %.0e)",
+        s, what, got, want, rel, tol);
+}
+
+/* The change of w from w0 against the reference's (ref from w0). */
+static void tp_weights(const char *what, const float *w, const float *ref,
+                       const float *w0, size_t n) {
+  float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+  for (size_t i = 0; i < n; i++) {
+    a[i] = w[i] - w0[i];
+    b[i] = ref[i] - w0[i];
+  }
+  double rel = rel_l2(a, b, n);
+  printf("tensor: %s: change from the start within %.2e of one GPU's\n", what,
+         rel);
+  CHECK(isfinite(rel) && rel < 0.1,
+        "tensor: %s: the weights' change %.2e (relative L2) from one GPU's "
+        "(< 0.1)",
+        what, rel);
+  free(a);
+  free(b);
+}
+
+/* What tensor parallel on GPUs refuses, before any collective: heads
+ * that do not divide (tensor_check's message), recompute. */
+static void tp_refusals(comm *nc) {
+  char err[2048];
+  tensor_cuda_options to = {
+      .micro = 1, .B = 2, .T = 16, .opt = optim_cfg(OPTIM_ADAMW)};
+  tensor_cuda *t = NULL;
+  gpt_config keep = test_cfg;
+  test_cfg = (gpt_config){.n_layer = 1,
+                          .n_head = 3,
+                          .n_embd = 96,
+                          .block_size = 64,
+                          .vocab_size = 1000};
+  gpt *m = make_model(1);
+  CHECK(tensor_cuda_create(nc, m, &to, &t, err, sizeof err) != 0 &&
+            strstr(err, "does not divide the model's 3 heads"),
+        "tensor: 3 heads: %s", err);
+  gpt_destroy(m);
+  test_cfg = keep;
+  m = make_model(1);
+  gpt_cuda_tp_tensor one = {0, 1};
+  gpt_cuda_options o = {.B = 2,
+                        .T = 16,
+                        .opt = optim_cfg(OPTIM_ADAMW),
+                        .recompute = GPT_RECOMPUTE_BLOCK,
+                        .tp = {.ranks = 2, .tensors = &one, .n = 1}};
+  gpt_cuda *g = NULL;
+  CHECK(gpt_cuda_create(m, &o, &g, err, sizeof err) != 0 &&
+            strstr(err, "tensor parallel runs without recompute"),
+        "tensor: recompute: %s", err);
+  gpt_destroy(m);
+  printf("tensor: refusals checked: %s\n", err);
+}
+
+/* A shard's device memory (gpt_cuda_memory_estimate) against one GPU's:
+ * its parameters, gradients and optimizer state are its layout's n
+ * floats, and its activations less (its heads', MLP columns' and
+ * vocabulary rows'; the residual stream and the collectives' buffers
+ * are whole). */
+static void tp_memory(const gpt *m, int R) {
+  char err[2048];
+  tensor_layout *lay = NULL;
+  if (tensor_layout_create(m, R, &lay, err, sizeof err) != 0)
+    die("tensor_layout_create", err);
+  size_t n = tensor_layout_floats(lay, NULL), P = gpt_num_params(m);
+  tensor_layout_destroy(lay);
+  gpt_cuda_options o = {.opt = optim_cfg(OPTIM_ADAMW),
+                        .tp = {.ranks = R, .n = n}};
+  gpt_memory sh, one;
+  gpt_cuda_memory_estimate(gpt_get_config(m), TP_B, TP_T, &o, &sh);
+  o.tp.ranks = 0;
+  gpt_cuda_memory_estimate(gpt_get_config(m), TP_B, TP_T, &o, &one);
+  printf("tensor: a shard of %d: %zu of %zu parameters; device bytes: "
+         "params %llu of %llu, grads %llu of %llu, activations %llu of %llu\n",
+         R, n, P, (unsigned long long)sh.params, (unsigned long long)one.params,
+         (unsigned long long)sh.grads, (unsigned long long)one.grads,
+         (unsigned long long)sh.acts, (unsigned long long)one.acts);
+  CHECK(n < P && sh.grads < one.grads && sh.optim < one.optim &&
+            sh.acts < one.acts,
+        "tensor: a shard's memory is not below one GPU's");
+}
+
+/* The gathered checkpoint (rank 0's model and optimizer) to every rank,
+ * which loads its shards from it. */
+static void tp_reload(comm *ctl, tensor_cuda *t, gpt *m, optim *o) {
+  char err[2048];
+  if (comm_broadcast(ctl, gpt_params(m), gpt_num_params(m) * 4, 0, err,
+                     sizeof err) != 0 ||
+      comm_broadcast(ctl, optim_state(o), optim_state_floats(o) * 4, 0, err,
+                     sizeof err) != 0)
+    die("broadcast", err);
+  uint64_t step = optim_get_t(o);
+  if (comm_broadcast(ctl, &step, sizeof step, 0, err, sizeof err) != 0)
+    die("broadcast", err);
+  optim_set_t(o, step);
+  if (tensor_cuda_load(t, m, o, err, sizeof err) != 0)
+    die("tensor_cuda_load", err);
+}
+
+static int cmd_tensor(void) {
+  char err[2048], rdv[] = "/tmp/gpt_cuda_check-nccl-XXXXXX";
+  comm *ctl, *nc;
+  if (zero_comms(&ctl, &nc, rdv) != 0)
+    return 77;
+  int R = comm_size(nc), r = comm_rank(nc);
+  if (R < 2) {
+    fprintf(stderr, "gpt_cuda_check tensor: run it under mpirun -np 2\n");
+    return 2;
+  }
+  tp_refusals(nc);
+  gpt *m = make_model(7), *w0 = make_model(7);
+  optim *full = make_optim(m, OPTIM_ADAMW);
+  size_t P = gpt_num_params(m);
+  if (r == 0)
+    tp_memory(m, R);
+  tensor_cuda_options to = {
+      .micro = TP_MICRO, .B = TP_B, .T = TP_T, .opt = optim_cfg(OPTIM_ADAMW)};
+  gpt_cuda_options go = {.B = TP_B,
+                         .T = TP_T,
+                         .opt = optim_cfg(OPTIM_ADAMW),
+                         .device = comm_device(nc)};
+  tensor_cuda *t = NULL;
+  gpt_cuda *ref = NULL, *res = NULL;
+  if (tensor_cuda_create(nc, m, &to, &t, err, sizeof err) != 0 ||
+      (r == 0 && gpt_cuda_create(m, &go, &ref, err, sizeof err) != 0))
+    die("create", err);
+  for (int s = 0; s < TP_STEPS; s++) {
+    double l, n, rl, rn, ql, qn;
+    tp_group_step(t, s, &l, &n);
+    if (r == 0) {
+      tp_ref_step(ref, s, &rl, &rn);
+      tp_close("loss", s, l, rl, 5e-4);
+      tp_close("grad norm", s, n, rn, 5e-3);
+      if (res) {
+        tp_ref_step(res, s, &ql, &qn);
+        tp_close("resumed one GPU's loss", s, ql, rl, 5e-4);
+      }
+    }
+    if (s + 1 != TP_MID)
+      continue;
+    if (tensor_cuda_gather(t, m, 1, r == 0 ? full : NULL, err, sizeof err))
+      die("tensor_cuda_gather", err);
+    if (r == 0 && (gpt_cuda_create(m, &go, &res, err, sizeof err) != 0 ||
+                   gpt_cuda_upload(res, m, full, err, sizeof err) != 0))
+      die("resume as one GPU", err);
+    tp_reload(ctl, t, m, full);
+  }
+  if (tensor_cuda_gather(t, m, 0, NULL, err, sizeof err) != 0)
+    die("tensor_cuda_gather", err);
+  if (r == 0) {
+    gpt *rm = make_model(7), *qm = make_model(7);
+    if (gpt_cuda_download(ref, rm, NULL, err, sizeof err) != 0 ||
+        gpt_cuda_download(res, qm, NULL, err, sizeof err) != 0)
+      die("download", err);
+    tp_weights("the group's gathered weights", gpt_params(m), gpt_params(rm),
+               gpt_params(w0), P);
+    tp_weights("the resumed one GPU's weights", gpt_params(qm), gpt_params(rm),
+               gpt_params(w0), P);
+    gpt_destroy(rm);
+    gpt_destroy(qm);
+  }
+  float bad = (float)failures;
+  if (comm_allreduce_sum(ctl, &bad, 1, err, sizeof err) != 0)
+    die("allreduce", err);
+  if (r == 0)
+    printf("%s\n", bad > 0 ? "tensor: FAILED" : "tensor: ok");
+  tensor_cuda_destroy(t);
+  gpt_cuda_destroy(ref);
+  gpt_cuda_destroy(res);
+  optim_destroy(full);
+  gpt_destroy(m);
+  gpt_destroy(w0);
+  comm_destroy(nc);
+  comm_destroy(ctl);
+  if (rdv[0])
+    rmdir(rdv);
+  return bad > 0 ? 1 : 0;
+}
+#endif
+
 int main(int argc, char **argv) {
   char why[512];
   const char *model = getenv("GPT_CUDA_CHECK_MODEL");
@@ -1941,6 +2211,10 @@ int main(int argc, char **argv) {
     return cmd_shards();
   if (strcmp(argv[1], "zero-oom") == 0)
     return cmd_zero_oom();
+#ifdef DAGRUN_CHECK_TENSOR
+  if (strcmp(argv[1], "tensor") == 0)
+    return cmd_tensor();
+#endif
   if (strcmp(argv[1], "llama") == 0)
     return cmd_llama();
   if (strcmp(argv[1], "stages") == 0)

@@ -14,8 +14,9 @@
 #   losses, 7.7e-4 of the weights). A stage that sends the wrong tensor
 #   back (its received stream instead of its input's gradient) is off by
 #   1.2e-2 at step 2.
-# - 2 replicas x 2 stages on 4 ranks against one process of batch_size
-#   4 (below, with its bounds).
+# - 2 replicas x 2 stages on 4 ranks (zero_stage: 0) against one
+#   process of batch_size 4 (below, with its bounds); zero_stage 1 there
+#   refused at start (ZeRO over the replicas is the CPU engine's).
 # - One GPU process resumes the 1f1b run's step-10 checkpoint (rank 0's
 #   gather, one process's format): its steps 11-20 within 1e-4 of the
 #   pipeline's (on the emulator the same bits: no BF16 copy flipped).
@@ -40,7 +41,7 @@ for sched in 1f1b gpipe; do
   expect_rc 0
   R=$(run_dir p$sched)
   expect_in "$R/train/attempt-1/log" "stage 0 of 2 (layers 0-1, embeddings), schedule $sched"
-  expect_in "$R/train/attempt-1/log" "zero_stage ignored; GPUs (BF16 streams), NCCL"
+  expect_in "$R/train/attempt-1/log" "sequences); GPUs (BF16 streams), NCCL"
   "$PY" -c "import json, sys; s = json.load(open(sys.argv[1])); assert s['device'] == 'cuda' and s['pipeline_parallel'] == 2, s" \
     "$R/train/out/summary.json" || fail "p$sched summary: $(cat "$R/train/out/summary.json")"
   losses "$R" > p$sched.losses
@@ -65,10 +66,13 @@ ngpu=4
 if [ "$ngpu" -ge 4 ]; then
   ONE=$R1
   one_process one4 "${MODEL/batch_size: 2/batch_size: 4}"
-  gang_dag dp "$MODEL, pipeline_parallel: 2" 4
+  # ZeRO over the replicas runs on CPU ranks only: refused at start.
+  gang_refused pz "zero_stage 1 with pipeline_parallel 2 on GPU ranks: ZeRO over the 2 data-parallel replicas runs on CPU ranks only" \
+    "$MODEL, pipeline_parallel: 2, zero_stage: 1" 4
+  gang_dag dp "$MODEL, pipeline_parallel: 2, zero_stage: 0" 4
   expect_rc 0
   R=$(run_dir dp)
-  expect_in "$R/train/attempt-1/log" "data-parallel replica 0 of 2 (global batch 2 x 2 x 4 = 16 sequences); zero_stage ignored; GPUs (BF16 streams), NCCL"
+  expect_in "$R/train/attempt-1/log" "data-parallel replica 0 of 2 (global batch 2 x 2 x 4 = 16 sequences); GPUs (BF16 streams), NCCL"
   losses "$R" > dp.losses
   same_losses one4.losses dp.losses 3e-4
   same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \

@@ -193,12 +193,24 @@ expect_not_in() {
   if grep -qF -- "$2" "$1"; then fail "expected $1 not to contain: $2"; fi
 }
 
-# The one run directory made under $DAGRUN_RUNS_DIR/<dag>/.
+# The newest run directory under $DAGRUN_RUNS_DIR/<dag>/.
 run_dir() {
-  local d
-  d=$(ls -d "$DAGRUN_RUNS_DIR/$1"/*/ 2>/dev/null | tail -n 1)
-  [ -n "$d" ] || fail "no run directory for dag $1"
-  echo "${d%/}"
+  # The newest: by the id's second, then by run.json's started
+  # (milliseconds). An id is its second and a random suffix, so two runs
+  # in one second sort by chance by name. A directory without run.json
+  # yet comes first within its second.
+  local d x id best="" when=""
+  for d in "$DAGRUN_RUNS_DIR/$1"/*/; do
+    [ -d "$d" ] || continue
+    id=$(basename "$d")
+    x=$(jq -r '.started // ""' "$d/run.json" 2>/dev/null) || x=""
+    x="${id%%-*}|$x"
+    if [ -z "$best" ] || [[ ! "$x" < "$when" ]]; then
+      best=$d when=$x
+    fi
+  done
+  [ -n "$best" ] || fail "no run directory for dag $1"
+  echo "${best%/}"
 }
 
 # run_pipeline DAG STEPS: checks and runs dags/DAG.yaml on the default
@@ -759,10 +771,16 @@ gang_dag() {
 }
 
 # gang_refused NAME TEXT WITH [WORLD]: gang_dag NAME fails, and its train
-# task's files say TEXT.
+# task's files say TEXT, or, where dagrun check refused it before the
+# run started (a shape the check knows: plugin.h's check), dagrun's
+# errors do.
 gang_refused() {
   gang_dag "$1" "$3" "${4:-2}"
   [ "$RC" -ne 0 ] || fail "$1: exit code 0"
+  if [ ! -d "$DAGRUN_RUNS_DIR/$1" ]; then
+    grep -qF -- "$2" "$T/err" || fail "$1: no \"$2\" in: $(cat "$T/err")"
+    return
+  fi
   grep -rqF -- "$2" "$(run_dir "$1")/train" || fail "$1: no \"$2\" in:
 $(cat "$(run_dir "$1")"/train/attempt-*/log)"
 }

@@ -22,6 +22,9 @@
 #   the same rows), within the same bounds, and its val_loss; one
 #   process of batch_size 4 resumes its step-10 checkpoint and it
 #   resumes one process's, both with one process's losses of steps 11-20.
+#   It runs at zero_stage 1 (the default: each rank of a stage group
+#   keeps half its stage's optimizer state, the log's figures checked);
+#   zero_stage 0 and 2 give the same losses and weights.
 # - The final checkpoint (rank 0's gather, one process's format) is
 #   validated and exported downstream; one process resumes from the
 #   pipeline's step-10 checkpoint, and a pipeline from one process's and
@@ -106,7 +109,7 @@ one_process one4 "${MODEL/batch_size: 2/batch_size: 4}"
 gang_dag dp "$MODEL, pipeline_parallel: 2" 4
 expect_rc 0
 R=$(run_dir dp)
-expect_in "$R/train/attempt-1/log" "rank 0 is stage 0 of 2 (layers 0-1, embeddings), schedule 1f1b, 4 micro-batches (grad_accum) of 2 x 32, the activations of 2 of them kept at most; data-parallel replica 0 of 2 (global batch 2 x 2 x 4 = 16 sequences); zero_stage ignored"
+expect_in "$R/train/attempt-1/log" "rank 0 is stage 0 of 2 (layers 0-1, embeddings), schedule 1f1b, 4 micro-batches (grad_accum) of 2 x 32, the activations of 2 of them kept at most; data-parallel replica 0 of 2 (global batch 2 x 2 x 4 = 16 sequences)"
 /usr/bin/python3 -c "import json, sys; s = json.load(open(sys.argv[1])); assert (s['data_parallel'], s['tokens']) == (2, 20 * 16 * 32), s" \
   "$R/train/out/summary.json" || fail "dp: $(cat "$R/train/out/summary.json")"
 losses "$R" > dp.losses
@@ -116,6 +119,32 @@ same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
 # Rank 0 validates the gathered weights over one process's windows.
 /usr/bin/python3 -c "import json, sys; a, b = (json.load(open(f))['val_loss'] for f in sys.argv[1:]); assert abs(a - b) <= 1e-4 * a, (a, b)" \
   "$R1/train/out/summary.json" "$R/train/out/summary.json" || fail "dp: val_loss differs from one process's"
+# ZeRO over the stage groups: dp ran at zero_stage 1 (the default), each
+# rank keeping the AdamW state of half its stage's range; at 0 and 2 the
+# same losses and weights (2 is 1 here: the stage keeps the model's
+# gradient array, which the log's figures show).
+summary_is_zero() {
+  /usr/bin/python3 -c "import json, sys; s = json.load(open(sys.argv[1])); assert s['zero_stage'] == int(sys.argv[2]), s" \
+    "$1/train/out/summary.json" "$2" || fail "$1: zero_stage is not $2"
+}
+summary_is_zero "$R" 1
+DP=$R
+for z in 0 2; do
+  gang_dag dp$z "$MODEL, pipeline_parallel: 2, zero_stage: $z" 4
+  expect_rc 0
+  RZ=$(run_dir dp$z)
+  summary_is_zero "$RZ" $z
+  losses "$RZ" > dp$z.losses
+  same_losses one4.losses dp$z.losses 1e-4
+  same_losses dp.losses dp$z.losses 1e-4
+  same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
+    "$RZ/train/checkpoints/step-00000020/model.safetensors" 1e-4
+done
+# Stage 0's optimizer state halved (its 36768 floats' AdamW state: 0.280
+# MiB whole); its gradients the model's array and its reduced half.
+expect_in "$DP/train/attempt-1/log" "rank 0 holds 0.237 MiB of parameters, 0.307 MiB of gradients (0.307 MiB at most in a step) and 0.140 MiB of optimizer state between steps (zero_stage 1 over 2 data-parallel replicas)"
+expect_in "$(run_dir dp0)/train/attempt-1/log" "rank 0 holds 0.237 MiB of parameters, 0.237 MiB of gradients (0.237 MiB at most in a step) and 0.280 MiB of optimizer state between steps (zero_stage 0 over 2 data-parallel replicas)"
+R=$DP
 # Its checkpoints are one process's of batch_size 4, and it resumes one.
 printf 'dag: dp2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
   "${MODEL/batch_size: 2/batch_size: 4}" "$R/train/checkpoints/step-00000010" > dp2o.yaml
@@ -174,5 +203,5 @@ gang_refused cuda "device: cuda in a gang of 2, but 0 of the 2 ranks see a usabl
 printf 'dag: solo\ntasks:\n  train: {stage: train, with: {%s, pipeline_parallel: 2}}\n' "$MODEL" > solo.yaml
 run_dagrun run solo.yaml --plain
 [ "$RC" -ne 0 ] || fail "solo: exit code 0"
-expect_in "$(run_dir solo)/train/attempt-1/log" "pipeline_parallel 2 needs a gang of 2 CPU ranks"
+expect_in "$T/err" "pipeline_parallel 2 needs a gang of 2 CPU ranks" # dagrun check's
 pass

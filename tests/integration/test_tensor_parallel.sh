@@ -30,9 +30,18 @@
 #   micro-batches of 4 rows, each replica training its 2 rows of each),
 #   within the same bounds, val_loss too (the windows of batches of 4);
 #   and the losses of one process of batch_size 8 (4x the micro-batch).
-# - T=2 x P=2 on 4 ranks (GPipe over 2 micro-batches of 4): one process
+# - T=2 x P=2 on 4 ranks (1F1B over 2 micro-batches of 4): one process
 #   of batch_size 4 and grad_accum 2, within the same bounds; its
-#   checkpoint resumes as one process and as a ZeRO gang of 4 ranks.
+#   checkpoint resumes as one process and as a ZeRO gang of 4 ranks;
+#   over 4 micro-batches of 2, 1F1B (stage 0 keeping 2 micro-batches'
+#   activations) and GPipe (4) give the same losses to the bit.
+# - D=2 x T=2 at zero_stage 0, 1 and 2 (ZeRO over the replicas: each rank
+#   keeps half its shards' optimizer state, at 2 half their gradient
+#   between steps, the log's figures checked): one process's losses and
+#   weights within the bounds above, and each other's losses; the
+#   zero_stage 1 run's checkpoint (the state's halves gathered to rank
+#   0) resumes as one process with its losses, and it resumes one
+#   process's; zero_stage 3 refused.
 # - The checkpoints are one process's: one process resumes the T=2 run's
 #   step-10 checkpoint and a T=2 run resumes one process's, both with one
 #   process's losses of steps 11-20; the T=2 run's final checkpoint is
@@ -92,7 +101,7 @@ Y
 run_dagrun run t2.yaml --plain
 like one t2
 T2=$R
-expect_in "$R/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 (heads 0-1 of 4, MLP columns 0-63 of 128, vocabulary rows 0-159 of 320; 19104 of the model's 36736 parameters), 1 micro-batches (grad_accum) of 2 x 32; data-parallel replica 0 of 1 (global batch 1 x 2 x 1 = 2 sequences); zero_stage ignored"
+expect_in "$R/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 (heads 0-1 of 4, MLP columns 0-63 of 128, vocabulary rows 0-159 of 320; 19104 of the model's 36736 parameters), 1 micro-batches (grad_accum) of 2 x 32; data-parallel replica 0 of 1 (global batch 1 x 2 x 1 = 2 sequences)"
 summary_is tensor_parallel,data_parallel,world_size "(2, 1, 2)"
 # Rank 0's communication over the 20 steps (comm_stats, the tensor
 # group's split counted): per micro-batch, one all-reduce a sublayer each
@@ -131,22 +140,60 @@ one_process one8 "${MODEL/batch_size: 2/batch_size: 8}"
 one_process one4 "${MODEL/batch_size: 2/batch_size: 4}, grad_accum: 2"
 gang_dag dt "$MODEL, grad_accum: 2, tensor_parallel: 2" 4
 like one4 dt
-expect_in "$R/train/attempt-1/log" "2 micro-batches (grad_accum) of 2 x 32; data-parallel replica 0 of 2 (global batch 2 x 2 x 2 = 8 sequences); zero_stage ignored"
+expect_in "$R/train/attempt-1/log" "2 micro-batches (grad_accum) of 2 x 32; data-parallel replica 0 of 2 (global batch 2 x 2 x 2 = 8 sequences)"
 summary_is tensor_parallel,data_parallel,tokens "(2, 2, 20 * 8 * 32)"
 same_losses one8.losses dt.losses 1e-4
 same_val "$R1" "$R"
+summary_is zero_stage "(1,)"
+DT=$R
+# ZeRO over the 2 replicas: dt ran at zero_stage 1 (the default), each
+# rank keeping the optimizer state of half its shards' 19104 floats
+# (9552 x AdamW's 2 floats x 4 bytes = 0.073 MiB), its gradients whole
+# (the 19104 floats) and its reduced half. At 0 it keeps all the state,
+# at 2 the half of the gradient alone between steps. The three train as
+# one process (like: losses within 1e-4, weights) and as each other.
+expect_in "$R/train/attempt-1/log" "rank 0 holds 0.073 MiB of parameters, 0.109 MiB of gradients (0.109 MiB at most in a step) and 0.073 MiB of optimizer state between steps (zero_stage 1 over 2 data-parallel replicas)"
+for z in 0 2; do
+  gang_dag dt$z "$MODEL, grad_accum: 2, tensor_parallel: 2, zero_stage: $z" 4
+  like one4 dt$z
+  same_losses dt.losses dt$z.losses 1e-4
+done
+expect_in "$(run_dir dt0)/train/attempt-1/log" "rank 0 holds 0.073 MiB of parameters, 0.073 MiB of gradients (0.073 MiB at most in a step) and 0.146 MiB of optimizer state between steps (zero_stage 0 over 2 data-parallel replicas)"
+expect_in "$R/train/attempt-1/log" "rank 0 holds 0.073 MiB of parameters, 0.036 MiB of gradients (0.109 MiB at most in a step) and 0.073 MiB of optimizer state between steps (zero_stage 2 over 2 data-parallel replicas)"
+# dt's step-10 checkpoint (the state's halves gathered from both
+# replicas) resumes as one process with one4's losses of steps 11-20.
+printf 'dag: dt2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
+  "${MODEL/batch_size: 2/batch_size: 4}, grad_accum: 2" "$DT/train/checkpoints/step-00000010" > dt2o.yaml
+run_dagrun run dt2o.yaml --plain
+resumed_as one4 dt2o "resumed from $DT/train/checkpoints/step-00000010 at step 10" 1e-4
+# and dt resumes one4's (each rank taking its slice of its shards' state).
+gang_dag o2dt "$MODEL, grad_accum: 2, tensor_parallel: 2, resume: \"$R1/train/checkpoints/step-00000010\"" 4
+resumed_as one4 o2dt "resumed from $R1/train/checkpoints/step-00000010 at step 10" 1e-4
 
 # Two pipeline stages of a tensor group of 2 (4 ranks: rank r is shard
-# r % 2 of stage r / 2), batch_size 4 and grad_accum 2 (GPipe over the 2
+# r % 2 of stage r / 2), batch_size 4 and grad_accum 2 (1F1B over the 2
 # micro-batches): one4's losses, weights and val_loss; its step-10
 # checkpoint resumes as one process and as a ZeRO gang of 4 ranks of
 # batch_size 1, both with one4's losses of steps 11-20.
 M4="${MODEL/batch_size: 2/batch_size: 4}, grad_accum: 2"
 gang_dag txp "$M4, tensor_parallel: 2, pipeline_parallel: 2" 4
 like one4 txp
-expect_in "$R/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 of stage 0 of 2 (layers 0-0, GPipe schedule) (heads 0-1 of 4,"
-summary_is tensor_parallel,pipeline_parallel,data_parallel "(2, 2, 1)"
+expect_in "$R/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 of stage 0 of 2 (layers 0-0, 1f1b schedule, the activations of 2 micro-batches kept at most) (heads 0-1 of 4,"
+summary_is tensor_parallel,pipeline_parallel,data_parallel,pipeline_schedule "(2, 2, 1, '1f1b')"
 same_val "$R1" "$R"
+TXP=$R
+# 4 micro-batches of 2 on the 2 stages: under 1F1B stage 0 keeps 2
+# micro-batches' activations (P - s), under GPipe all 4; the gradients
+# are summed in the same order, so the same losses to the bit.
+for sched in 1f1b gpipe; do
+  gang_dag tq$sched "$MODEL, grad_accum: 4, tensor_parallel: 2, pipeline_parallel: 2, pipeline_schedule: $sched" 4
+  expect_rc 0
+  losses "$(run_dir tq$sched)" > tq$sched.losses
+done
+same_losses tq1f1b.losses tqgpipe.losses 0
+expect_in "$(run_dir tq1f1b)/train/attempt-1/log" "(layers 0-0, 1f1b schedule, the activations of 2 micro-batches kept at most)"
+expect_in "$(run_dir tqgpipe)/train/attempt-1/log" "(layers 0-0, gpipe schedule, the activations of 4 micro-batches kept at most)"
+R=$TXP
 printf 'dag: txp2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
   "$M4" "$R/train/checkpoints/step-00000010" > txp2o.yaml
 run_dagrun run txp2o.yaml --plain
@@ -163,16 +210,20 @@ gang_refused world "world_size 3 is not a multiple of tensor_parallel 2" \
   "$MODEL, tensor_parallel: 2" 3
 gang_refused dropout "tensor_parallel 2 runs on CPU ranks without dropout" \
   "$MODEL, tensor_parallel: 2, dropout: 0.1"
+# (world_size 4: where the build has tensor parallel on GPUs,
+# test_train_tp_cuda.sh, device: cuda is refused beside data parallel.)
 gang_refused cuda "tensor_parallel 2 runs on CPU ranks without device: cuda" \
-  "$MODEL, tensor_parallel: 2, device: cuda"
+  "$MODEL, tensor_parallel: 2, device: cuda" 4
 gang_refused recompute "tensor_parallel 2 runs without recompute" \
   "$MODEL, tensor_parallel: 2, recompute: gelu"
 gang_refused tp_layers "pipeline_parallel 2 does not divide the model's 3 layers" \
   "${MODEL/n_layer: 2/n_layer: 3}, tensor_parallel: 2, pipeline_parallel: 2" 4
+gang_refused zero3 "zero_stage 3 with tensor_parallel 2: the data-parallel group beside tensor-parallel ranks shards the optimizer state and gradients (zero_stage 1 or 2), not the parameters" \
+  "$MODEL, tensor_parallel: 2, zero_stage: 3" 4
 gang_refused tp_world "world_size 6 is not a multiple of tensor_parallel x pipeline_parallel 4" \
   "$MODEL, tensor_parallel: 2, pipeline_parallel: 2" 6
 printf 'dag: solo\ntasks:\n  train: {stage: train, with: {%s, tensor_parallel: 2}}\n' "$MODEL" > solo.yaml
 run_dagrun run solo.yaml --plain
 [ "$RC" -ne 0 ] || fail "solo: exit code 0"
-expect_in "$(run_dir solo)/train/attempt-1/log" "tensor_parallel 2 needs a gang of 2 CPU ranks"
+expect_in "$T/err" "tensor_parallel 2 needs a gang of 2 CPU ranks" # dagrun check's
 pass

@@ -428,13 +428,13 @@ expect_log "$TS INFO abort: calling abort\(\)"
 # --- refusals: exit 125 with the reason -----------------------------------
 attempt abi2 "$TP/abi2.so" '{}'
 expect_rc 125
-msg="$TP/abi2.so: built for dagrun plugin ABI 2.0, this dagrun supports ABI 1.1 (rebuild the plugin against this dagrun's <dagrun/plugin.h>)"
+msg="$TP/abi2.so: built for dagrun plugin ABI 2.0, this dagrun supports ABI 1.2 (rebuild the plugin against this dagrun's <dagrun/plugin.h>)"
 expect_result 125 "$msg"
 grep -qF "ERROR dagrun worker: $msg" "$A/log" || fail "$A: refusal not in the log"
 
 attempt minor "$TP/abi_newer_minor.so" '{}'
 expect_rc 125
-expect_result 125 "$TP/abi_newer_minor.so: built for dagrun plugin ABI 1.99, this dagrun supports ABI 1.1 (rebuild the plugin against this dagrun's <dagrun/plugin.h>)"
+expect_result 125 "$TP/abi_newer_minor.so: built for dagrun plugin ABI 1.99, this dagrun supports ABI 1.2 (rebuild the plugin against this dagrun's <dagrun/plugin.h>)"
 
 attempt noentry "$TP/noentry.so" '{}'
 expect_rc 125

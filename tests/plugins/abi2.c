@@ -10,6 +10,7 @@ static const dagrun_stage stage = {sizeof(dagrun_stage),
                                    "Built for ABI 2.0 (tests)",
                                    NULL,
                                    run,
+                                   NULL,
                                    NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

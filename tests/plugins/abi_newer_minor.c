@@ -11,6 +11,7 @@ static const dagrun_stage stage = {sizeof(dagrun_stage),
                                    "Built for ABI 1.99 (tests)",
                                    NULL,
                                    run,
+                                   NULL,
                                    NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

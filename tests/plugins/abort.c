@@ -13,6 +13,7 @@ static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
                                    "Calls abort() (tests)",
                                    NULL,
                                    run,
+                                   NULL,
                                    NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -19,6 +19,7 @@ static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
                                    "A default outside its choices (tests)",
                                    params,
                                    run,
-                                   choices};
+                                   choices,
+                                   NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -93,6 +93,7 @@ static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
                                    "(tests)",
                                    params,
                                    run,
+                                   NULL,
                                    NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

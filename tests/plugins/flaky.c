@@ -51,6 +51,7 @@ static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
                                    "Fails N times, then succeeds (tests)",
                                    params,
                                    run,
+                                   NULL,
                                    NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

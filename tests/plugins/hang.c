@@ -19,6 +19,7 @@ static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
                                    "Hangs forever, ignoring cancel (tests)",
                                    NULL,
                                    run,
+                                   NULL,
                                    NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -69,6 +69,7 @@ static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
                                    "Sets an output, a metric, progress (tests)",
                                    params,
                                    run,
+                                   NULL,
                                    NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

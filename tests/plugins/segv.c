@@ -29,6 +29,7 @@ static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
                                    "Crashes with SIGSEGV (tests)",
                                    NULL,
                                    run,
+                                   NULL,
                                    NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

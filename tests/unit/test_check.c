@@ -251,6 +251,86 @@ static void test_scale(void) {
   diags_free(&d);
 }
 
+/* A stage's own check (plugin.h's check, ABI 1.2; tests/plugins/
+ * checked.c): run for each task whose params are otherwise right, in a
+ * helper, its refusals reported at the param it names (or world_size,
+ * or the stage); a value of run time left to the start; a check that
+ * crashes or hangs is an error of its stage. 1.1 s. */
+static void test_stage_check(void) {
+  const char *y = "dag: hooked\n"
+                  "tasks:\n"
+                  "  up: {stage: exec, with: {command: [\"true\"]}}\n"
+                  "  ok: {stage: checked, world_size: 4, with: {n: 2}}\n"
+                  "  bad:\n"
+                  "    stage: checked\n"
+                  "    world_size: 3\n"
+                  "    with: {n: 2}\n"
+                  "  ws: {stage: checked, world_size: 2, with: {n: 7}}\n"
+                  "  whole: {stage: checked, with: {n: 9}}\n"
+                  "  later:\n"
+                  "    stage: checked\n"
+                  "    needs: [up]\n"
+                  "    with: {n: \"${tasks.up.outputs.n}\"}\n"
+                  "  typo: {stage: checked, world_size: 3, with: {n: x}}\n";
+  diags d = {0};
+  spec *s;
+  CHECK_INT(spec_parse("dag.yaml", y, strlen(y), &s, &d), 0);
+  checked *c = NULL;
+  CHECK_INT(check_spec(s, &c, &d), DR_ESPEC);
+  CHECK_INT(d.n, 4);
+  char *m[4] = {0};
+  for (size_t i = 0; i < d.n && i < 4; i++)
+    m[i] = diag_format(&d.v[i]);
+  CHECK_STR(m[0], "dag.yaml:15:51: error: param 'n' of stage 'checked' in "
+                  "task 'typo': expected an integer, found a string (\"x\")");
+  CHECK_STR(m[1], "dag.yaml:8:15: error: task 'bad': n 2 does not divide "
+                  "world_size 3");
+  CHECK_STR(m[2], "dag.yaml:9:36: error: task 'ws': n 7 is refused "
+                  "(world_size 2)");
+  CHECK_STR(m[3], "dag.yaml:10:18: error: task 'whole': n 9 is refused "
+                  "(world_size 1)");
+  for (size_t i = 0; i < 4; i++)
+    free(m[i]);
+  checked_free(c);
+  spec_free(s);
+  diags_free(&d);
+
+  const char *crash = "dag: crash\n"
+                      "tasks:\n"
+                      "  a: {stage: checked, with: {crash: true}}\n";
+  diags d2 = {0};
+  CHECK_INT(spec_parse("crash.yaml", crash, strlen(crash), &s, &d2), 0);
+  CHECK_INT(check_spec(s, &c, &d2), DR_ESPEC);
+  CHECK_INT(d2.n, 1);
+  char *got = d2.n ? diag_format(&d2.v[0]) : NULL;
+  CHECK(starts_with(got, "crash.yaml:3:14: error: stage 'checked': "));
+  CHECK(got && strstr(got, "checked.so: its check crashed (signal 11)"));
+  free(got);
+  checked_free(c);
+  spec_free(s);
+  diags_free(&d2);
+
+  /* A check that hangs is killed at the describe limit. */
+  const char *hang = "dag: hang\n"
+                     "tasks:\n"
+                     "  a: {stage: checked, with: {hang: true}}\n";
+  setenv("DAGRUN_DESCRIBE_TIMEOUT", "1", 1);
+  diags d3 = {0};
+  CHECK_INT(spec_parse("hang.yaml", hang, strlen(hang), &s, &d3), 0);
+  double t0 = clock_monotonic();
+  CHECK_INT(check_spec(s, &c, &d3), DR_ESPEC);
+  CHECK(clock_monotonic() - t0 < 5);
+  unsetenv("DAGRUN_DESCRIBE_TIMEOUT");
+  CHECK_INT(d3.n, 1);
+  got = d3.n ? diag_format(&d3.v[0]) : NULL;
+  CHECK(got && strstr(got, "checked.so: its check did not answer within 1 s "
+                           "(DAGRUN_DESCRIBE_TIMEOUT sets the limit)"));
+  free(got);
+  checked_free(c);
+  spec_free(s);
+  diags_free(&d3);
+}
+
 int main(void) {
   setenv("DAGRUN_PLUGIN_PATH", TEST_PLUGIN_DIR, 1);
   test_all_errors_at_once();
@@ -258,5 +338,6 @@ int main(void) {
   test_repo_dags();
   test_load_reports_alerts();
   test_scale();
+  test_stage_check();
   TEST_DONE();
 }

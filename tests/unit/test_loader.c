@@ -28,7 +28,7 @@ static void refused(const char *path, int want_rc, const char *want_msg) {
 static void test_refusals(void) {
   char *abi2 = path_join(plugin_dir, "abi2.so");
   char *want = xasprintf(
-      "%s: built for dagrun plugin ABI 2.0, this dagrun supports ABI 1.1 "
+      "%s: built for dagrun plugin ABI 2.0, this dagrun supports ABI 1.2 "
       "(rebuild the plugin against this dagrun's <dagrun/plugin.h>)",
       abi2);
   refused(abi2, DR_EABI, want);
@@ -37,7 +37,7 @@ static void test_refusals(void) {
 
   char *minor = path_join(plugin_dir, "abi_newer_minor.so");
   want = xasprintf(
-      "%s: built for dagrun plugin ABI 1.99, this dagrun supports ABI 1.1 "
+      "%s: built for dagrun plugin ABI 1.99, this dagrun supports ABI 1.2 "
       "(rebuild the plugin against this dagrun's <dagrun/plugin.h>)",
       minor);
   refused(minor, DR_EABI, want);
@@ -85,7 +85,7 @@ static void test_refusals(void) {
   CHECK_INT(chdir(plugin_dir), 0);
   refused("abi2.so", DR_EABI,
           "abi2.so: built for dagrun plugin ABI 2.0, this dagrun supports "
-          "ABI 1.1 (rebuild the plugin against this dagrun's "
+          "ABI 1.2 (rebuild the plugin against this dagrun's "
           "<dagrun/plugin.h>)");
   char err[1024];
   loader_plugin *p = NULL;
@@ -128,7 +128,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h);
 static void check_desc(const dagrun_param_spec *params,
                        const dagrun_param_choice *choices, int want_rc,
                        const char *want_msg) {
-  dagrun_stage st = {DAGRUN_STAGE_HEADER, "s", "1", "", params, run, choices};
+  dagrun_stage st = {
+      DAGRUN_STAGE_HEADER, "s", "1", "", params, run, choices, NULL};
   char err[512] = "";
   CHECK_INT(loader_check_stage(&st, err, sizeof err), want_rc);
   CHECK_STR(err, want_msg);
@@ -238,6 +239,25 @@ static void test_choices(void) {
   CHECK_INT(loader_choice_index(levels, DAGRUN_PARAM_STRING, "+1"), -1);
 }
 
+static int a_check(const dagrun_check_task *t, const char **param, char *err,
+                   size_t errlen) {
+  (void)t;
+  (void)param;
+  (void)err;
+  (void)errlen;
+  return 0;
+}
+
+/* The check (ABI 1.2) is read only from a descriptor whose struct_size
+ * covers it: one built for 1.1 ends before it. */
+static void test_check_member(void) {
+  dagrun_stage st = {
+      DAGRUN_STAGE_HEADER, "s", "1", "", NULL, run, NULL, a_check};
+  CHECK(loader_check(&st) == a_check);
+  st.struct_size = (uint32_t)offsetof(dagrun_stage, check);
+  CHECK(loader_check(&st) == NULL);
+}
+
 static void test_search_path(void) {
   const char *const *dirs = loader_search_path();
   CHECK_STR(dirs[0], plugin_dir);
@@ -338,5 +358,6 @@ int main(void) {
   test_open_good();
   test_find();
   test_choices();
+  test_check_member();
   TEST_DONE();
 }

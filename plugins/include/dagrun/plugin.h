@@ -22,6 +22,8 @@
  * Versions:
  *   1.0  the first.
  *   1.1  dagrun_stage.choices: the fixed set of values a param may take.
+ *   1.2  dagrun_stage.check: a task's params checked together, by `dagrun
+ *        check` (dagrun_check_task).
  *
  * Rules for plugins:
  * - Never call exit(), never print protocol to stdout. Return a status:
@@ -60,7 +62,7 @@ extern "C" {
 #endif
 
 #define DAGRUN_ABI_MAJOR 1
-#define DAGRUN_ABI_MINOR 1
+#define DAGRUN_ABI_MINOR 2
 #define DAGRUN_ABI_VERSION ((uint32_t)((DAGRUN_ABI_MAJOR << 16) | DAGRUN_ABI_MINOR))
 #define DAGRUN_ABI_MAJOR_OF(v) ((uint32_t)(v) >> 16)
 #define DAGRUN_ABI_MINOR_OF(v) ((uint32_t)(v) & 0xffffu)
@@ -118,6 +120,22 @@ typedef struct dagrun_param_choice {
   const char *param;         /* a param of the stage's schema */
   const char *const *values; /* NULL-terminated, at least one */
 } dagrun_param_choice;
+
+/* ABI 1.2: one task as `dagrun check` shows it to a stage's check (see
+ * dagrun_stage.check). */
+typedef struct dagrun_check_task {
+  uint32_t struct_size; /* sizeof(dagrun_check_task) as built into the host */
+  int world_size;       /* the task's ranks (1: not a gang) */
+  /* The value of param name as text (an int in decimal, a float as
+   * %.17g, true or false, a string as it is), its default when the task
+   * does not set it; NULL for a list or a map, a param without a default
+   * that the task does not set, and a value that waits for run time (a
+   * template over an upstream's outputs), which *deferred (may be NULL)
+   * then says with 1. Owned by the host, valid until check returns. */
+  const char *(*param)(const struct dagrun_check_task *t, const char *name,
+                       int *deferred);
+  void *host; /* the host's own */
+} dagrun_check_task;
 
 /* Opaque per-attempt context owned by the host. */
 typedef struct dagrun_ctx dagrun_ctx;
@@ -210,6 +228,19 @@ typedef struct dagrun_stage {
   /* ABI 1.1: params with a fixed set of values (dagrun_param_choice); an
    * array terminated by an entry whose param is NULL, or NULL for none. */
   const dagrun_param_choice *choices;
+  /* ABI 1.2: what the types and choices cannot say, checked before the
+   * run starts anything (a shape that must divide the gang's size): 0,
+   * or non-zero with the message in err (errlen bytes, without the
+   * task's name: the host adds it) and in *param the param it is about
+   * (one of the schema's, or "world_size"; NULL: the task), at whose
+   * value the host reports it. It runs in a helper process of `dagrun
+   * check` (and `run` and `serve`, which check first), not in dagrun,
+   * once for each task of the stage whose params are otherwise right;
+   * it must only read its arguments (no files, no output). A value that
+   * waits for run time cannot be checked here: leave it to run(). NULL:
+   * none. */
+  int (*check)(const dagrun_check_task *t, const char **param, char *err,
+               size_t errlen);
 } dagrun_stage;
 
 /* Fills in the two header fields; use it to define a descriptor:

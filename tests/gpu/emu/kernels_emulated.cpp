@@ -386,6 +386,58 @@ static void check_classifier(const kern_ctx *k, Rng &r, int N, int V, int Vp,
         "two runs bitwise equal");
 }
 
+/* classifier_vp.cu: the vocabulary-parallel cross-entropy of R shards
+ * of the logits (Vl = Vp / R columns each, rank r's from r Vl), the
+ * gather and the sums done by hand between the kernels, against the
+ * CPU's whole cross-entropy (as kern_fused_classifier is checked): the
+ * losses on every rank, the shards' dlogits put together. With V well
+ * under Vp the last ranks have padding only (Vv = 0). */
+static void check_vp_classifier(const kern_ctx *k, Rng &r, int N, int V, int Vp,
+                                int R) {
+  std::string s = shape("N=%d V=%d Vp=%d ranks=%d", N, V, Vp, R);
+  const classifier_ref<vecf> ref = classifier_ref_make<vecf>(r, N, V, Vp);
+  const int Vl = Vp / R;
+  std::vector<vecx> x(R, vecx((size_t)N * Vl));
+  vecf maxes_all((size_t)R * N), gmax((size_t)R * N), red((size_t)R * 2 * N);
+  vecf sum(2 * (size_t)N, 0.0f), got((size_t)N * Vp);
+  for (int q = 0; q < R; q++) {
+    for (int i = 0; i < N; i++)
+      for (int j = 0; j < Vl; j++)
+        x[q][(size_t)i * Vl + j] =
+            __float2bfloat16_rn(ref.logits[(size_t)i * Vp + q * Vl + j]);
+    int Vv = std::max(0, std::min(Vl, V - q * Vl));
+    KR(kern_vp_row_max(k, maxes_all.data() + (size_t)q * N, x[q].data(), N, Vv,
+                       Vl, E));
+  }
+  for (int q = 0; q < R; q++) {
+    int Vv = std::max(0, std::min(Vl, V - q * Vl));
+    float *rq = red.data() + (size_t)q * 2 * N;
+    KR(kern_vp_row_sums(k, gmax.data() + (size_t)q * N, rq, maxes_all.data(),
+                        x[q].data(), ref.tg.data(), q * Vl, N, Vv, Vl, R, E));
+    for (size_t i = 0; i < 2 * (size_t)N; i++)
+      sum[i] += rq[i];
+  }
+  bool same_loss = true;
+  vecf loss0;
+  for (int q = 0; q < R; q++) {
+    int Vv = std::max(0, std::min(Vl, V - q * Vl));
+    vecf loss(N, NAN);
+    KR(kern_vp_classifier(k, x[q].data(), loss.data(),
+                          gmax.data() + (size_t)q * N, sum.data(),
+                          ref.tg.data(), q * Vl, ref.dloss, N, Vv, Vl, E));
+    if (q == 0)
+      loss0 = loss;
+    same_loss = same_loss && same_bits(loss, loss0);
+    for (int i = 0; i < N; i++)
+      for (int j = 0; j < Vl; j++)
+        got[(size_t)i * Vp + q * Vl + j] =
+            __bfloat162float(x[q][(size_t)i * Vl + j]);
+  }
+  cmp("vp_classifier losses " + s, loss0, ref.losses, TOL_F32);
+  check("vp_classifier losses on every rank " + s, same_loss, "bitwise equal");
+  cmp_dlogits("vp " + s, got, ref.probs, N, V, Vp);
+}
+
 /* A NaN logit (not the target) at column col of row 0 of (2,Vp) logits:
  * row 0's loss NaN, row 1's finite. With V <= 16 the lanes that the
  * NaN's state meets first in the warp's tree have no values. */
@@ -600,6 +652,8 @@ int main(void) {
   check_classifier(&k, r, 3, 999, 1001);
   check_classifier(&k, r, 3, 1000, 1024, 1);
   check_classifier_errors(&k);
+  check_vp_classifier(&k, r, 3, 1000, 1024, 2);
+  check_vp_classifier(&k, r, 2, 100, 256, 4);
   for (optim_kind kind : {OPTIM_ADAMW, OPTIM_LION}) {
     check_optim(&k, r, kind, 1, 10007);
     check_optim(&k, r, kind, 0, 333);

@@ -24,6 +24,7 @@ static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
                                    "Hangs when loaded (tests)",
                                    NULL,
                                    run,
+                                   NULL,
                                    NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -32,6 +32,7 @@ static const dagrun_stage stage = {DAGRUN_STAGE_HEADER,
                                    "Crashes when loaded (tests)",
                                    NULL,
                                    run,
+                                   NULL,
                                    NULL};
 
 DAGRUN_EXPORT const dagrun_stage *DAGRUN_STAGE_ENTRY(void) { return &stage; }

@@ -1,0 +1,88 @@
+/*
+ * tensor_cuda: tensor-parallel training of a GPT-2 or a Llama on GPU
+ * ranks, the
+ * CUDA engine's version of tensor.h: a tensor group of T GPUs over an
+ * NCCL communicator, each rank a gpt_cuda in its tensor-shard mode
+ * (gpt_cuda.h's gpt_cuda_tp).
+ *
+ * The split, the passes' collectives and the loss are tensor.h's
+ * (Megatron-LM's columns and rows, the vocabulary-parallel lookup and
+ * cross-entropy that never gathers the logits, the LayerNorms and the
+ * row-split products' biases replicated), run by gpt_cuda's own kernels
+ * on the local widths; this module gives them the group: the shard
+ * layout is tensor.h's tensor_layout (so a checkpoint is the same model
+ * whichever engine wrote it), and the collectives gpt_cuda calls between
+ * its kernels are comm_allreduce_sum and comm_allgather over the group
+ * (device buffers, NCCL). After a step's micro-batches, rank 0's
+ * replicated gradients are broadcast to the group, as tensor.c does (an
+ * all-reduce need not give every rank the same bits), and counted once
+ * in the clipping norm.
+ *
+ * Numerics: BF16 compute like one GPU's, with the row-split products'
+ * partial outputs rounded to BF16 before they are summed (in FP32, then
+ * rounded once more) and the softmax's denominator summed in another
+ * order: the losses match one GPU's to BF16 rounding, not to the bit.
+ *
+ * Not here: recompute (the engine runs without), data parallel beside
+ * it (the replicas' gradient mean is not built here, though comm_split
+ * on NCCL now is), pipeline stages, ZeRO; a shape
+ * tensor_check refuses is refused by tensor_cuda_create with its
+ * message.
+ *
+ * Every function but tensor_cuda_step and _destroy is collective over
+ * the group. 0, or -1 with err; a failed collective leaves the
+ * communicator unusable (abort the gang). The caller's thread only.
+ */
+#ifndef DAGRUN_TENSOR_CUDA_H
+#define DAGRUN_TENSOR_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+
+typedef struct tensor_cuda_options {
+  int micro; /* micro-batches a step (grad_accum), >= 1 */
+  int B, T;  /* a micro-batch */
+  optim_config opt;
+  int deterministic; /* gpt_cuda_options.deterministic */
+} tensor_cuda_options;
+
+typedef struct tensor_cuda tensor_cuda;
+
+/* Rank comm_rank(c) of the tensor group c (an NCCL communicator of
+ * comm_size(c) GPU ranks, on its device comm_device(c)): its shards of
+ * model's weights (the same on every rank; only read), zero optimizer
+ * state. */
+int tensor_cuda_create(comm *c, const gpt *model, const tensor_cuda_options *o,
+                       tensor_cuda **out, char *err, size_t errlen);
+void tensor_cuda_destroy(tensor_cuda *t); /* NULL is a no-op */
+
+/* Floats of this rank's shards and of the whole model. */
+void tensor_cuda_sizes(const tensor_cuda *t, size_t *local, size_t *full);
+
+/* tensor_forward_backward's contract: the gradients zeroed, the m
+ * micro-batches (inputs and targets (m,B,T), the same on every rank)
+ * trained, *loss their mean (rank 0's, on every rank). */
+int tensor_cuda_forward_backward(tensor_cuda *t, const uint32_t *inputs,
+                                 const uint32_t *targets, double *loss,
+                                 char *err, size_t errlen);
+/* tensor_clip_grad_norm's. */
+int tensor_cuda_clip_grad_norm(tensor_cuda *t, double max_norm, double *norm,
+                               char *err, size_t errlen);
+/* The update at lr (not collective). 0, or -1 with err. */
+int tensor_cuda_step(tensor_cuda *t, float lr, char *err, size_t errlen);
+
+/* tensor_gather's: every rank's shards into rank 0's model (and with
+ * with_state their optimizer state and step count into full, a
+ * one-process optimizer over the whole model; NULL elsewhere). */
+int tensor_cuda_gather(tensor_cuda *t, gpt *model, int with_state, optim *full,
+                       char *err, size_t errlen);
+/* tensor_load's: after every rank loaded the same whole checkpoint into
+ * model and full, this rank takes its shards of both (not collective). */
+int tensor_cuda_load(tensor_cuda *t, const gpt *model, optim *full, char *err,
+                     size_t errlen);
+
+#endif /* DAGRUN_TENSOR_CUDA_H */

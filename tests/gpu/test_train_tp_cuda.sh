@@ -1,0 +1,99 @@
+# tensor_parallel on GPU ranks (gpu/tensor/tensor_cuda.h) in the train
+# stage: a gang of 2 ranks under mpirun, one GPU a rank, NCCL between
+# them, a 2-layer GPT-2 (width 32, 4 heads) on a vocabulary of 300 ids
+# (padded to 320: rank 1's rows of wte hold the 20 padding rows),
+# GPU_TEST_STEPS steps (10 unless set; an even number), against one GPU
+# process of the same batch:
+# - every step's loss within 2e-3 (relative) of the one GPU's: both are
+#   BF16; the gang also rounds each row-split product's partial output
+#   to BF16 before the sum and sums the softmax's denominator in another
+#   order (gpt_cuda_emulated_tensor_2ranks measures the engine alone);
+#   without the activations' all-reduces the losses are 4e-3 off at the
+#   first step and more after;
+# - the final weights within 0.1 of the largest weight: AdamW moves each
+#   weight about lr a step whatever its gradient's size, so an element
+#   whose gradient is within BF16 noise of zero may go the other way
+#   (2 lr a step apart at worst);
+# - the log's layout line and device, the summary's device cuda and
+#   tensor_parallel 2;
+# - the gang's checkpoint of step N/2 resumes as one GPU process with
+#   the gang's losses of the steps after (same bound);
+# - the same for a Llama (GQA, an untied head) against one GPU;
+# - deterministic: true: two gangs' losses bitwise equal (on the
+#   emulator the gang without it gave equal bits too: its float atomics
+#   land in one order there; a GPU's do not);
+# - refused at start, saying what to do: device: cuda beside data
+#   parallel (world_size 4 with tensor_parallel 2), and T x P.
+# A machine with one GPU skips it (NCCL wants a GPU a rank); the
+# emulator's ctest (gpu/train_tp_cuda_emulated) has as many as asked.
+. "$(dirname "$0")/gpu_env.sh"
+command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
+if [ -z "${GPU_STAGE_DIR:-}" ] &&
+  [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -lt 2 ]; then
+  echo "skip: tensor_parallel 2 on GPUs needs 2 GPUs"
+  exit 77
+fi
+use_train_gang
+
+gpu_steps 10 4
+DATA=$(make_token_data tpgpu 300)
+COMMON="data: \"$DATA\", n_layer: 2, n_head: 4, n_embd: 32, block_size: 32, seq_len: 32, batch_size: 2, steps: $N, lr: 0.003, warmup: 2, eval_every: 0, samples: 0, spike_policy: none, checkpoint_every: $H, seed: 7$EVAL"
+
+gpu_train one "device: cuda"
+R1=$(run_dir one)
+losses "$R1" > one.losses
+
+gang_dag t2 "$COMMON, tensor_parallel: 2, device: cuda"
+expect_rc 0
+R=$(run_dir t2)
+expect_in "$R/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 (heads 0-1 of 4, MLP columns 0-63 of 128, vocabulary rows 0-159 of 320;"
+expect_in "$R/train/attempt-1/log" "device: cuda: one GPU a rank, NCCL between them"
+"$PY" -c "import json, sys; s = json.load(open(sys.argv[1])); assert (s['device'], s['tensor_parallel'], s['world_size']) == ('cuda', 2, 2), s" \
+  "$R/train/out/summary.json" || fail "t2 summary: $(cat "$R/train/out/summary.json")"
+losses "$R" > t2.losses
+[ "$(wc -l < t2.losses)" -eq "$N" ] || fail "t2: $(cat t2.losses)"
+same_losses one.losses t2.losses 5e-4
+CK=$(printf 'step-%08d' "$N")
+same_weights "$R1/train/checkpoints/$CK/model.safetensors" \
+  "$R/train/checkpoints/$CK/model.safetensors" 0.05
+
+# The gang's checkpoint of step H resumes as one GPU process.
+HK=$(printf 'step-%08d' "$H")
+gpu_train t2one "device: cuda, resume: \"$R/train/checkpoints/$HK\""
+expect_in "$(run_dir t2one)/train/attempt-1/log" "resumed from $R/train/checkpoints/$HK at step $H"
+losses "$(run_dir t2one)" > t2one.losses
+awk -v h="$H" '$1 > h' t2.losses > t2.tail
+same_losses t2.tail t2one.losses 5e-4
+
+# A Llama (GQA: 4 query heads on 2 key/value heads, an untied head):
+# tensor_parallel 2 against one GPU, the same bounds.
+LDATA=$(make_token_data tpllama 320)
+LCOMMON="data: \"$LDATA\", model: llama-tiny, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 64, intermediate_size: 128, head: untied, block_size: 32, seq_len: 32, batch_size: 2, steps: $N, lr: 0.003, warmup: 2, eval_every: 0, samples: 0, spike_policy: none, checkpoint_every: $H, seed: 7$EVAL"
+printf 'dag: lone\ntasks:\n  train: {stage: train, with: {%s, device: cuda}}\n' "$LCOMMON" > lone.yaml
+run_dagrun run lone.yaml --plain --no-cache
+expect_rc 0
+losses "$(run_dir lone)" > lone.losses
+gang_dag lt2 "$LCOMMON, tensor_parallel: 2, device: cuda"
+expect_rc 0
+losses "$(run_dir lt2)" > lt2.losses
+same_losses lone.losses lt2.losses 5e-4
+same_weights "$(run_dir lone)/train/checkpoints/$CK/model.safetensors" \
+  "$(run_dir lt2)/train/checkpoints/$CK/model.safetensors" 0.05
+
+# deterministic: true: two runs of the gang (4 steps), the same bits
+# (the emulator runs their threads in another order each call).
+for d in det1 det2; do
+  printf 'dag: %s\ntasks:\n  train:\n    stage: train\n    world_size: 2\n    launcher: mpirun\n    %s\n    with: {%s}\n' \
+    "$d" "$GANG_ENV" "${COMMON/steps: $N/steps: 4}, tensor_parallel: 2, device: cuda, deterministic: true" > "$d.yaml"
+  run_dagrun run "$d.yaml" --plain --no-cache
+  expect_rc 0
+  losses "$(run_dir "$d")" > "$d.losses"
+done
+[ "$(wc -l < det1.losses)" -eq 4 ] && cmp -s det1.losses det2.losses ||
+  fail "deterministic: the two gangs' losses differ: $(diff det1.losses det2.losses | head)"
+
+gang_refused dp "tensor_parallel 2 runs on CPU ranks without device: cuda beside data parallel (world_size 4 is 2 replicas)" \
+  "$COMMON, tensor_parallel: 2, device: cuda" 4
+gang_refused txp "tensor_parallel x pipeline_parallel 4 runs on CPU ranks without device: cuda" \
+  "$COMMON, tensor_parallel: 2, pipeline_parallel: 2, device: cuda" 4
+pass
