@@ -25,7 +25,10 @@
  *   lnf (N,C) lnf_mean lnf_rstd (N), logits (N,Vp) bf16, losses (N),
  *   2 device scalars, dresid dbuf (N,C) dqkv (N,3C) d4c (N,4C), the
  *   kernels' scratch, the token ids (N) x 2.
- * with N = B*T of the largest micro-batch. The Llama family (widths of
+ * with N = B*T of the largest micro-batch. With activation slots
+ * (gpt_cuda_options.slots) each slot has its own resid, layer sets,
+ * lnf, logits, losses, scalars and ids (act_slot); proj, the backward's
+ * buffers and the scratch are shared. The Llama family (widths of
  * fw_of) has no LayerNorm means; its qkv is the attention's (N,3C) after
  * RoPE and GQA's layout step, fch_pre the (N,2I) gate and up products,
  * fch_gelu the (N,I) SwiGLU output, d4c (N, max(3I, C+2KVD)) the MLP's
@@ -118,6 +121,35 @@ typedef struct layer_bufs {
   float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
 } layer_bufs;
 
+/* What one forward keeps for its backward (gpt_cuda_options.slots: a
+ * pipeline stage's micro-batches in flight, each in its own slot): the
+ * activations, the logits, the loss, the ids, and the pass's state. The
+ * gpt_cuda's fields of these names are the current slot's; set_slot
+ * swaps them. The backward's buffers (dresid, dbuf, dqkv, d4c), proj and
+ * the scratch are shared: a pass uses them only while it runs. */
+#define SLOT_FIELDS(X)                                                         \
+  X(floatX *, resid)                                                           \
+  X(layer_bufs *, layers)                                                      \
+  X(floatX *, lnf)                                                             \
+  X(float *, lnf_mean)                                                         \
+  X(float *, lnf_rstd)                                                         \
+  X(floatX *, logits)                                                          \
+  X(float *, losses)                                                           \
+  X(float *, scalars)                                                          \
+  X(int *, ids)                                                                \
+  X(int *, tgts)                                                               \
+  X(int *, ids_host)                                                           \
+  X(int, B)                                                                    \
+  X(int, T)                                                                    \
+  X(int, have_loss)                                                            \
+  X(int, logits_valid)                                                         \
+  X(int, stage_train)
+typedef struct act_slot {
+#define X(type, name) type name;
+  SLOT_FIELDS(X)
+#undef X
+} act_slot;
+
 /* A contiguous run of tensors with one decay flag: one optimizer launch. */
 typedef struct opt_run {
   size_t offset, numel;
@@ -161,11 +193,17 @@ struct gpt_cuda {
   int B, T;                 /* of the last forward; 0 before any */
   int have_loss;            /* the last forward had targets, not yet
                                backpropagated */
+  int stage_first, stage_last; /* forward's layers (gpt_cuda_set_stage;
+                                  0, L: the whole model) */
+  int stage_train;             /* the last pass was a gpt_cuda_forward_stage
+                                  not yet backpropagated */
   int logits_valid;         /* logits hold the last forward's logits */
   float grad_scale;         /* clipping's, for the next step */
   uint64_t t;
   void (*grad_hook)(void *arg, size_t final_from);
   void *grad_hook_arg;
+  act_slot *slots; /* o.slots of them (at least 1); the fields above */
+  int nslots, cur; /* of the current one, cur, are its own */
   /* The parameter groups (gpt.h): each one's flat offset, and where the
    * engine reads its BF16 parameters and adds its gradients. */
   size_t ngroups;
@@ -240,24 +278,123 @@ static size_t scratch_need(const gpt_config *cfg, int B, int T, size_t np,
   return s;
 }
 
-/* Carves (or counts) everything for (B,T); the part sizes go to mem
- * when not NULL. */
+/* A tensor shard's (a GPT-2's) activations are its heads', MLP
+ * columns' and vocabulary rows': Ca, NHa, the widths and Vl of them
+ * (tpr ranks; 1: the whole model's). */
+static void shard_widths(const gpt_config *cfg, int tpr, widths *w, size_t *Ca,
+                         size_t *NHa, size_t *Vl) {
+  size_t R = tpr > 1 ? (size_t)tpr : 1;
+  *w = fw_of(cfg);
+  *Ca = (size_t)cfg->n_embd / R;
+  *NHa = (size_t)cfg->n_head / R;
+  *Vl = (size_t)cfg->padded_vocab / R;
+  w->fc /= R;
+  w->hid /= R;
+  w->d4c /= R;
+}
+
+/* Carves (or counts, sl NULL) one slot's activations for (B,T) into
+ * sl (whose layers and ids_host are the caller's host arrays). */
+static void carve_slot(carver *c, const gpt_config *cfg, int B, int T,
+                       gpt_recompute rc, int tpr, act_slot *sl) {
+  size_t C = cfg->n_embd, L = cfg->n_layer, N = (size_t)B * T;
+  const int llama = cfg->family == GPT_FAMILY_LLAMA;
+  widths w;
+  size_t Ca, NHa, Vl;
+  shard_widths(cfg, tpr, &w, &Ca, &NHa, &Vl);
+  floatX *resid = (floatX *)take(c, (L + 1) * N * C * 2);
+  size_t nsets = rc == GPT_RECOMPUTE_BLOCK ? 1 : L;
+  floatX *shared_gelu = NULL;
+  if (rc != GPT_RECOMPUTE_NONE)
+    shared_gelu = (floatX *)take(c, N * w.hid * 2);
+  for (size_t s = 0; s < nsets; s++) {
+    layer_bufs lb;
+    lb.ln1 = (floatX *)take(c, N * C * 2);
+    lb.ln1_mean = llama ? NULL : (float *)take(c, N * 4);
+    lb.ln1_rstd = (float *)take(c, N * 4);
+    lb.qkv = (floatX *)take(c, N * 3 * Ca * 2);
+    lb.atty = (floatX *)take(c, N * Ca * 2);
+    lb.lse = (float *)take(c, (size_t)B * NHa * T * 4);
+    lb.res2 = (floatX *)take(c, N * C * 2);
+    lb.ln2 = (floatX *)take(c, N * C * 2);
+    lb.ln2_mean = llama ? NULL : (float *)take(c, N * 4);
+    lb.ln2_rstd = (float *)take(c, N * 4);
+    lb.fch_pre = (floatX *)take(c, N * w.fc * 2);
+    lb.fch_gelu = rc == GPT_RECOMPUTE_NONE ? (floatX *)take(c, N * w.hid * 2)
+                                           : shared_gelu;
+    if (sl) {
+      if (rc == GPT_RECOMPUTE_BLOCK)
+        for (size_t l = 0; l < L; l++)
+          sl->layers[l] = lb;
+      else
+        sl->layers[s] = lb;
+    }
+  }
+  floatX *lnf = (floatX *)take(c, N * C * 2);
+  float *lnf_mean = llama ? NULL : (float *)take(c, N * 4);
+  float *lnf_rstd = (float *)take(c, N * 4);
+  floatX *logits = (floatX *)take(c, N * Vl * 2);
+  float *losses = (float *)take(c, N * 4);
+  float *scalars = (float *)take(c, 2 * 4);
+  int *ids = (int *)take(c, N * 4);
+  int *tgts = (int *)take(c, N * 4);
+  if (!sl)
+    return;
+  sl->resid = resid;
+  sl->lnf = lnf;
+  sl->lnf_mean = lnf_mean;
+  sl->lnf_rstd = lnf_rstd;
+  sl->logits = logits;
+  sl->losses = losses;
+  sl->scalars = scalars;
+  sl->ids = ids;
+  sl->tgts = tgts;
+}
+
+/* Activation slots of o: o->slots, at least one. */
+static int slots_of(const gpt_cuda_options *o) {
+  return o->slots > 1 ? o->slots : 1;
+}
+
+/* Slot i's fields become g's, the current slot's saved first (save 0:
+ * g's are not a slot's yet, at create). */
+static void load_slot(gpt_cuda *g, int i, int save) {
+  act_slot *cur = &g->slots[g->cur], *to = &g->slots[i];
+#define X(type, name) cur->name = g->name;
+  if (save) {
+    SLOT_FIELDS(X)
+  }
+#undef X
+#define X(type, name) g->name = to->name;
+  SLOT_FIELDS(X)
+#undef X
+  g->cur = i;
+}
+
+/* Every slot's pass forgotten (new weights, a new stage): nothing left
+ * to backpropagate or read. */
+static void forget_passes(gpt_cuda *g) {
+  for (int i = 0; i < g->nslots; i++) {
+    act_slot *sl = i == g->cur ? NULL : &g->slots[i];
+    if (sl)
+      sl->B = sl->T = sl->have_loss = sl->logits_valid = sl->stage_train = 0;
+  }
+  g->B = g->T = 0;
+  g->have_loss = g->logits_valid = g->stage_train = 0;
+}
+
+/* Carves (or counts) everything for (B,T) with nslots activation slots;
+ * the part sizes go to mem when not NULL. */
 static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
                       size_t padded, size_t ngrads, int B, int T,
-                      gpt_recompute rc, optim_kind kind, int sm, int tpr,
-                      struct gpt_cuda *g, gpt_memory *mem) {
+                      gpt_recompute rc, int nslots, optim_kind kind, int sm,
+                      int tpr, struct gpt_cuda *g, gpt_memory *mem) {
   carver c = {g ? g->base : NULL, 0};
-  size_t C = cfg->n_embd, NH = cfg->n_head, Vp = cfg->padded_vocab;
-  size_t L = cfg->n_layer, N = (size_t)B * T;
+  size_t C = cfg->n_embd, NH = cfg->n_head, N = (size_t)B * T;
   const int llama = cfg->family == GPT_FAMILY_LLAMA;
-  widths w = fw_of(cfg);
-  /* A tensor shard's (a GPT-2's) activations are its heads', MLP
-   * columns' and vocabulary rows': Ca, NHa, the widths and Vl of them. */
-  size_t R = tpr > 1 ? (size_t)tpr : 1, Ca = C / R, NHa = NH / R;
-  size_t Vl = Vp / R;
-  w.fc /= R;
-  w.hid /= R;
-  w.d4c /= R;
+  widths w;
+  size_t Ca, NHa, Vl;
+  shard_widths(cfg, tpr, &w, &Ca, &NHa, &Vl);
   float *master = (float *)take(&c, nm * 4);
   floatX *params = (floatX *)take(&c, padded * 2);
   uint64_t p_bytes = c.off;
@@ -268,49 +405,15 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
   uint64_t o_bytes = c.off - p_bytes - g_bytes;
   uint64_t a_start = c.off;
 
-  floatX *resid = (floatX *)take(&c, (L + 1) * N * C * 2);
-  size_t nsets = rc == GPT_RECOMPUTE_BLOCK ? 1 : L;
-  floatX *shared_gelu = NULL;
-  if (rc != GPT_RECOMPUTE_NONE)
-    shared_gelu = (floatX *)take(&c, N * w.hid * 2);
-  for (size_t s = 0; s < nsets; s++) {
-    layer_bufs lb;
-    lb.ln1 = (floatX *)take(&c, N * C * 2);
-    lb.ln1_mean = llama ? NULL : (float *)take(&c, N * 4);
-    lb.ln1_rstd = (float *)take(&c, N * 4);
-    lb.qkv = (floatX *)take(&c, N * 3 * Ca * 2);
-    lb.atty = (floatX *)take(&c, N * Ca * 2);
-    lb.lse = (float *)take(&c, (size_t)B * NHa * T * 4);
-    lb.res2 = (floatX *)take(&c, N * C * 2);
-    lb.ln2 = (floatX *)take(&c, N * C * 2);
-    lb.ln2_mean = llama ? NULL : (float *)take(&c, N * 4);
-    lb.ln2_rstd = (float *)take(&c, N * 4);
-    lb.fch_pre = (floatX *)take(&c, N * w.fc * 2);
-    lb.fch_gelu = rc == GPT_RECOMPUTE_NONE ? (floatX *)take(&c, N * w.hid * 2)
-                                           : shared_gelu;
-    if (g) {
-      if (rc == GPT_RECOMPUTE_BLOCK)
-        for (size_t l = 0; l < L; l++)
-          g->layers[l] = lb;
-      else
-        g->layers[s] = lb;
-    }
-  }
+  for (int sl = 0; sl < nslots; sl++)
+    carve_slot(&c, cfg, B, T, rc, tpr, g ? &g->slots[sl] : NULL);
   floatX *proj = (floatX *)take(&c, N * C * 2);
-  floatX *lnf = (floatX *)take(&c, N * C * 2);
-  float *lnf_mean = llama ? NULL : (float *)take(&c, N * 4);
-  float *lnf_rstd = (float *)take(&c, N * 4);
-  floatX *logits = (floatX *)take(&c, N * Vl * 2);
-  float *losses = (float *)take(&c, N * 4);
-  float *scalars = (float *)take(&c, 2 * 4);
   floatX *dresid = (floatX *)take(&c, N * C * 2);
   floatX *dbuf = (floatX *)take(&c, N * C * 2);
   floatX *dqkv = (floatX *)take(&c, N * 3 * Ca * 2);
   floatX *d4c = (floatX *)take(&c, N * w.d4c * 2);
   size_t sb = scratch_need(cfg, B, T, ngrads, sm);
   void *scratch = take(&c, sb);
-  int *ids = (int *)take(&c, N * 4);
-  int *tgts = (int *)take(&c, N * 4);
   size_t rope_n = llama ? (size_t)T * (C / NH / 2) : 0;
   float *rope_cs = llama ? (float *)take(&c, rope_n * 4) : NULL;
   float *rope_sn = llama ? (float *)take(&c, rope_n * 4) : NULL;
@@ -327,22 +430,13 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
     g->params = params;
     g->grads = grads;
     g->ostate = ostate;
-    g->resid = resid;
     g->proj = proj;
-    g->lnf = lnf;
-    g->lnf_mean = lnf_mean;
-    g->lnf_rstd = lnf_rstd;
-    g->logits = logits;
-    g->losses = losses;
-    g->scalars = scalars;
     g->dresid = dresid;
     g->dbuf = dbuf;
     g->dqkv = dqkv;
     g->d4c = d4c;
     g->scratch = scratch;
     g->scratch_bytes = sb;
-    g->ids = ids;
-    g->tgts = tgts;
     g->rope_cs = rope_cs;
     g->rope_sn = rope_sn;
     g->tpbuf = tpbuf;
@@ -394,8 +488,8 @@ extern "C" void gpt_cuda_memory_estimate(const gpt_config *cfg, int B, int T,
   size_t np = o->tp.ranks > 1 ? o->tp.n : gpt_config_num_params(cfg);
   size_t nm, padded, ngrads;
   shard_sizes(o, np, &nm, &padded, &ngrads);
-  carve(cfg, np, nm, padded, ngrads, B, T, o->recompute, o->opt.kind,
-        device_sms(o->device), o->tp.ranks, NULL, out);
+  carve(cfg, np, nm, padded, ngrads, B, T, o->recompute, slots_of(o),
+        o->opt.kind, device_sms(o->device), o->tp.ranks, NULL, out);
   out->acts += LT_WORKSPACE_BYTES;
   out->total += LT_WORKSPACE_BYTES;
 }
@@ -520,6 +614,13 @@ __global__ void scale_kernel(float *x, size_t n, float s) {
     x[i] *= s;
 }
 
+/* x = y + x (a tied copy's gradient summed in: the CPU's order). */
+__global__ void add_kernel(float *x, const float *y, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    x[i] = y[i] + x[i];
+}
+
 /* ---- Create / destroy ---- */
 
 extern "C" void gpt_cuda_destroy(gpt_cuda *g) {
@@ -537,8 +638,11 @@ extern "C" void gpt_cuda_destroy(gpt_cuda *g) {
   free(g->gg);
   free(g->pieces);
   free(g->runs);
-  free(g->layers);
-  free(g->ids_host);
+  for (int i = 0; g->slots && i < g->nslots; i++) {
+    free(g->slots[i].layers);
+    free(g->slots[i].ids_host);
+  }
+  free(g->slots);
   free(g);
 }
 
@@ -663,6 +767,7 @@ static int plan_sizes(gpt_cuda *g, const gpt *host, const gpt_cuda_options *o,
   g->head_grp = untied ? g->cfg.n_layer + 1 : 0;
   g->npieces = o->npieces;
   g->grad_scale = 1.0f;
+  g->stage_last = g->cfg.n_layer;
   return 0;
 }
 
@@ -674,15 +779,22 @@ static int build_tables(gpt_cuda *g, const gpt *host, char *err,
   const gpt_cuda_options *o = &g->o;
   g->off = (size_t *)calloc(g->ntensors, sizeof *g->off);
   g->runs = (opt_run *)calloc(g->ntensors, sizeof *g->runs);
-  g->layers = (layer_bufs *)calloc(g->cfg.n_layer, sizeof *g->layers);
-  g->ids_host = (int *)calloc((size_t)o->B * o->T, sizeof(int));
+  g->nslots = slots_of(o);
+  g->slots = (act_slot *)calloc((size_t)g->nslots, sizeof *g->slots);
+  for (int i = 0; g->slots && i < g->nslots; i++) {
+    g->slots[i].layers =
+        (layer_bufs *)calloc(g->cfg.n_layer, sizeof(layer_bufs));
+    g->slots[i].ids_host = (int *)calloc((size_t)o->B * o->T, sizeof(int));
+    if (!g->slots[i].layers || !g->slots[i].ids_host)
+      return fail(err, errlen, "gpt_cuda: out of host memory");
+  }
   g->goff = (size_t *)calloc(g->ngroups, sizeof *g->goff);
   g->gp = (floatX **)calloc(g->ngroups, sizeof *g->gp);
   g->gg = (float **)calloc(g->ngroups, sizeof *g->gg);
   if (o->npieces)
     g->pieces = (gpt_cuda_piece *)malloc(o->npieces * sizeof *g->pieces);
-  if (!g->off || !g->runs || !g->layers || !g->ids_host || !g->goff || !g->gp ||
-      !g->gg || (o->npieces && !g->pieces))
+  if (!g->off || !g->runs || !g->slots || !g->goff || !g->gp || !g->gg ||
+      (o->npieces && !g->pieces))
     return fail(err, errlen, "gpt_cuda: out of host memory");
   for (size_t j = 0; j < o->npieces; j++) {
     g->pieces[j] = o->pieces[j];
@@ -737,7 +849,7 @@ static int alloc_device(gpt_cuda *g, char *err, size_t errlen) {
   gpt_memory mem;
   g->bytes =
       carve(cfg, g->np, g->nm, g->padded, g->ngrads, o->B, o->T, o->recompute,
-            o->opt.kind, g->k.sm_count, g->tpr, NULL, &mem);
+            g->nslots, o->opt.kind, g->k.sm_count, g->tpr, NULL, &mem);
   cudaError_t e = cudaMalloc((void **)&g->base, g->bytes);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -762,7 +874,8 @@ static int alloc_device(gpt_cuda *g, char *err, size_t errlen) {
                 cudaGetErrorString(e));
   }
   carve(cfg, g->np, g->nm, g->padded, g->ngrads, o->B, o->T, o->recompute,
-        o->opt.kind, g->k.sm_count, g->tpr, g, NULL);
+        g->nslots, o->opt.kind, g->k.sm_count, g->tpr, g, NULL);
+  load_slot(g, 0, 0);
   /* The steps' shape on cuDNN's attention where it serves (its plans are
    * compiled now, not in the first step); never an error. */
   kern_attention_prepare(&g->k, o->B, o->T, g->Cl, g->NHl, g->attention,
@@ -905,7 +1018,7 @@ extern "C" int gpt_cuda_upload(gpt_cuda *g, const gpt *host, optim *opt,
     return -1;
   /* Activations of the old weights must not be backpropagated into the
    * new ones, nor their logits read. */
-  g->have_loss = g->logits_valid = 0;
+  forget_passes(g);
   if (g->o.shard_n == 0) {
     CK(cudaMemcpyAsync(g->master, gpt_params((gpt *)host), g->np * 4,
                        cudaMemcpyHostToDevice, g->k.stream));
@@ -965,7 +1078,7 @@ extern "C" int gpt_cuda_upload_shard(gpt_cuda *g, const float *shard,
                                      optim *opt, char *err, size_t errlen) {
   if (check_shard(g, opt, err, errlen) != 0)
     return -1;
-  g->have_loss = g->logits_valid = 0;
+  forget_passes(g);
   CK(cudaMemcpyAsync(g->master, shard, g->nm * 4, cudaMemcpyHostToDevice,
                      g->k.stream));
   KK(kern_f32_to_bf16(&g->k, g->params, g->master, g->nm, err, errlen));
@@ -1208,60 +1321,34 @@ static int check_ids(const uint32_t *ids, size_t n, int V, const char *what,
   return 0;
 }
 
-/* gpt_cuda_forward, and with train gpt_cuda_forward_train. */
-static int forward(gpt_cuda *g, const uint32_t *inputs,
-                   const uint32_t *targets, int B, int T, float *loss,
-                   int train, char *err, size_t errlen) {
-  const gpt_config *c = &g->cfg;
-  int C = c->n_embd, V = c->vocab_size, L = c->n_layer;
-  g->B = g->T = 0;
-  g->have_loss = g->logits_valid = 0;
-  if (B < 1 || T < 1 || B > g->o.B || T > g->o.T ||
-      (size_t)B * T > (size_t)g->o.B * g->o.T)
-    return fail(err, errlen,
-                "gpt_cuda: batch B=%d T=%d, but the GPU model was made for "
-                "at most B=%d T=%d",
-                B, T, g->o.B, g->o.T);
-  size_t N = (size_t)B * T;
-  if (check_ids(inputs, N, V, "inputs", err, errlen) != 0 ||
-      (targets && check_ids(targets, N, V, "targets", err, errlen) != 0))
-    return -1;
-  /* The ids are < V < 2^24, so they fit the kernels' int. A tensor
-   * shard looks up its own vocabulary rows' (shifted to them), -1 the
-   * others' (none: the group sums the lookups). */
-  for (size_t i = 0; i < N; i++) {
-    int id = (int)inputs[i] - g->vlo;
-    g->ids_host[i] = id >= 0 && id < g->Vl ? id : -1;
-  }
-  CK(cudaMemcpyAsync(g->ids, g->ids_host, N * 4, cudaMemcpyHostToDevice,
-                     g->k.stream));
-  if (targets)
-    CK(cudaMemcpyAsync(g->tgts, targets, N * 4, cudaMemcpyHostToDevice,
-                       g->k.stream));
-  const kern_ctx *k = &g->k;
+/* The first stage's embeddings: ids -> resid_at(0). */
+static int embed_forward(gpt_cuda *g, int B, int T, char *err, size_t errlen) {
   if (params_need(g, 0, 1, 0, err, errlen) != 0)
     return -1;
   /* wpe once: by rank 0 of a tensor group (x + 0 is x: the sum is one
    * GPU's lookup to the bit). */
-  KK(kern_encoder_forward(k, resid_at(g, 0), g->ids, param_of(g, 0, 0),
+  size_t NC = (size_t)B * T * g->cfg.n_embd;
+  KK(kern_encoder_forward(&g->k, resid_at(g, 0), g->ids, param_of(g, 0, 0),
                           g->llama || g->tpk > 0 ? NULL : param_of(g, 0, 1), B,
-                          T, C, err, errlen));
-  if (tp_sum(g, resid_at(g, 0), N * C, err, errlen) != 0 ||
-      params_done(g, 0, 1, err, errlen) != 0)
+                          T, g->cfg.n_embd, err, errlen));
+  if (tp_sum(g, resid_at(g, 0), NC, err, errlen) != 0)
     return -1;
-  for (int l = 0; l < L; l++)
-    if (params_need(g, 1 + l, 2 + l, 0, err, errlen) != 0 ||
-        layer_forward(g, l, &g->layers[l], resid_at(g, l), resid_at(g, l + 1),
-                      B, T, err, errlen) != 0 ||
-        params_done(g, 1 + l, 2 + l, err, errlen) != 0)
-      return -1;
+  return params_done(g, 0, 1, err, errlen);
+}
+
+/* The last stage's end: the final norm, the head and, with targets, the
+ * loss (train: and its gradient in place of the logits). */
+static int head_forward(gpt_cuda *g, const uint32_t *targets, int N,
+                        float *loss, int train, char *err, size_t errlen) {
+  const kern_ctx *k = &g->k;
+  int C = g->cfg.n_embd, L = g->cfg.n_layer;
   /* After the head, a forward with targets is for training, and the
    * backward starts with the head's group again (the CPU engines' order:
    * a tied head is group 0, needed again after the norm's group; an
    * untied one is in the norm's group). */
   const int hg = g->head_grp, after = targets ? hg : -1;
   if (params_need(g, L + 1, hg == 0 ? 0 : after, 0, err, errlen) != 0 ||
-      final_norm_forward(g, (int)N, err, errlen) != 0)
+      final_norm_forward(g, N, err, errlen) != 0)
     return -1;
   if (hg == 0 && (params_done(g, L + 1, 0, err, errlen) != 0 ||
                   params_need(g, 0, after, 0, err, errlen) != 0))
@@ -1269,35 +1356,97 @@ static int forward(gpt_cuda *g, const uint32_t *inputs,
   /* lnf (N,C), head (Vl,C) -> logits (N,Vl) = lnf head^T (Vl = Vp
    * without tensor parallel); the padding rows of the head are zero, so
    * the padding columns are too. */
-  if (gemm_rm(g, 0, 1, (int)N, g->Vl, C, g->lnf, C, param_of(g, hg, g->head_t),
-              C, g->logits, g->Vl, 0, 1.0f, 0.0f, err, errlen) != 0 ||
+  if (gemm_rm(g, 0, 1, N, g->Vl, C, g->lnf, C, param_of(g, hg, g->head_t), C,
+              g->logits, g->Vl, 0, 1.0f, 0.0f, err, errlen) != 0 ||
       params_done(g, hg, after, err, errlen) != 0)
     return -1;
+  g->logits_valid = 1;
+  if (!targets)
+    return 0;
+  /* dloss 0: losses only, the logits stay for backward (which runs the
+   * classifier again with its scale). train: the gradient of the mean
+   * loss too, in place of the logits (backward applies its scale in the
+   * head's products). */
+  if (g->tpr > 1 && vp_stats(g, N, err, errlen) != 0)
+    return -1;
+  KK(classify(g, train ? 1.0f / (float)N : 0.0f, N, err, errlen));
+  if (train)
+    g->logits_valid = 0;
+  KK(kern_mean(k, g->scalars, g->scratch, g->losses, (size_t)N, err, errlen));
+  g->have_loss = 1;
+  return loss ? gpt_cuda_last_loss(g, loss, err, errlen) : 0;
+}
+
+/* The forward of layers [stage_first, stage_last) (all of them but in a
+ * pipeline stage): from the embeddings of inputs on the first stage, else
+ * from x (device BF16 (B,T,C)); through the head on the last.
+ * gpt_cuda_forward, and with train gpt_cuda_forward_train. */
+static int forward(gpt_cuda *g, const uint32_t *inputs, const void *x,
+                   const uint32_t *targets, int B, int T, float *loss,
+                   int train, char *err, size_t errlen) {
+  const gpt_config *c = &g->cfg;
+  int V = c->vocab_size;
+  int first = g->stage_first, last = g->stage_last;
+  g->B = g->T = 0;
+  g->have_loss = g->logits_valid = g->stage_train = 0;
+  if (B < 1 || T < 1 || B > g->o.B || T > g->o.T ||
+      (size_t)B * T > (size_t)g->o.B * g->o.T)
+    return fail(err, errlen,
+                "gpt_cuda: batch B=%d T=%d, but the GPU model was made for "
+                "at most B=%d T=%d",
+                B, T, g->o.B, g->o.T);
+  size_t N = (size_t)B * T;
+  if ((inputs && check_ids(inputs, N, V, "inputs", err, errlen) != 0) ||
+      (targets && check_ids(targets, N, V, "targets", err, errlen) != 0))
+    return -1;
+  if (inputs) {
+    /* The ids are < V < 2^24, so they fit the kernels' int. A tensor
+     * shard looks up its own vocabulary rows' (shifted to them), -1 the
+     * others' (none: the group sums the lookups). */
+    for (size_t i = 0; i < N; i++) {
+      int id = (int)inputs[i] - g->vlo;
+      g->ids_host[i] = id >= 0 && id < g->Vl ? id : -1;
+    }
+    CK(cudaMemcpyAsync(g->ids, g->ids_host, N * 4, cudaMemcpyHostToDevice,
+                       g->k.stream));
+  }
+  if (targets)
+    CK(cudaMemcpyAsync(g->tgts, targets, N * 4, cudaMemcpyHostToDevice,
+                       g->k.stream));
+  if (first == 0 && embed_forward(g, B, T, err, errlen) != 0)
+    return -1;
+  if (first > 0)
+    CK(cudaMemcpyAsync(resid_at(g, first), x, N * c->n_embd * sizeof(floatX),
+                       cudaMemcpyDeviceToDevice, g->k.stream));
+  for (int l = first; l < last; l++)
+    if (params_need(g, 1 + l, 2 + l, 0, err, errlen) != 0 ||
+        layer_forward(g, l, &g->layers[l], resid_at(g, l), resid_at(g, l + 1),
+                      B, T, err, errlen) != 0 ||
+        params_done(g, 1 + l, 2 + l, err, errlen) != 0)
+      return -1;
   g->B = B;
   g->T = T;
-  g->logits_valid = 1;
-  if (targets) {
-    /* dloss 0: losses only, the logits stay for backward (which runs the
-     * classifier again with its scale). train: the gradient of the mean
-     * loss too, in place of the logits (backward applies its scale in the
-     * head's products). */
-    if (g->tpr > 1 && vp_stats(g, (int)N, err, errlen) != 0)
-      return -1;
-    KK(classify(g, train ? 1.0f / (float)N : 0.0f, (int)N, err, errlen));
-    if (train)
-      g->logits_valid = 0;
-    KK(kern_mean(k, g->scalars, g->scratch, g->losses, N, err, errlen));
-    g->have_loss = 1;
-    if (loss)
-      return gpt_cuda_last_loss(g, loss, err, errlen);
-  }
-  return 0;
+  if (last < c->n_layer)
+    return 0;
+  return head_forward(g, targets, (int)N, loss, train, err, errlen);
+}
+
+/* gpt_cuda_forward's refusal of a stage (gpt.h's gpt_forward's). */
+static int whole_model(const gpt_cuda *g, char *err, size_t errlen) {
+  if (g->stage_first == 0 && g->stage_last == g->cfg.n_layer)
+    return 0;
+  return fail(err, errlen,
+              "gpt_cuda: this model runs layers [%d,%d) of %d, a pipeline "
+              "stage: use gpt_cuda_forward_stage",
+              g->stage_first, g->stage_last, g->cfg.n_layer);
 }
 
 extern "C" int gpt_cuda_forward(gpt_cuda *g, const uint32_t *inputs,
                                 const uint32_t *targets, int B, int T,
                                 float *loss, char *err, size_t errlen) {
-  return forward(g, inputs, targets, B, T, loss, 0, err, errlen);
+  if (whole_model(g, err, errlen) != 0)
+    return -1;
+  return forward(g, inputs, NULL, targets, B, T, loss, 0, err, errlen);
 }
 
 extern "C" int gpt_cuda_forward_train(gpt_cuda *g, const uint32_t *inputs,
@@ -1305,7 +1454,9 @@ extern "C" int gpt_cuda_forward_train(gpt_cuda *g, const uint32_t *inputs,
                                       float *loss, char *err, size_t errlen) {
   if (!targets)
     return fail(err, errlen, "gpt_cuda_forward_train: no targets");
-  return forward(g, inputs, targets, B, T, loss, 1, err, errlen);
+  if (whole_model(g, err, errlen) != 0)
+    return -1;
+  return forward(g, inputs, NULL, targets, B, T, loss, 1, err, errlen);
 }
 
 extern "C" int gpt_cuda_last_loss(gpt_cuda *g, float *loss, char *err,
@@ -1513,37 +1664,13 @@ static int embedding_backward(gpt_cuda *g, int B, int T, char *err,
   return 0;
 }
 
-extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
-                                 size_t errlen) {
-  if (!g->have_loss)
-    return 0;
-  const gpt_config *c = &g->cfg;
-  int B = g->B, T = g->T, L = c->n_layer, N = B * T;
-  /* Logits gone with a loss: gpt_cuda_forward_train left their gradient
-   * at scale 1 in their place. */
-  const int have_dlogits = !g->logits_valid;
-  g->have_loss = 0;
-  g->logits_valid = 0;
-  /* d(0 * loss) adds nothing, as gpt_backward's zero dlogits add nothing;
-   * and kern_fused_classifier with dloss 0 leaves the logits as they are
-   * instead of writing a zero gradient, so going on would backpropagate
-   * the logits themselves. */
-  if (scale == 0.0f || scale / (float)N == 0.0f) {
-    if (g->grad_hook)
-      g->grad_hook(g->grad_hook_arg, 0);
-    return 0;
-  }
-  /* logits -> dlogits (N,Vp) = d(scale * mean loss), in place; or the
-   * forward's d(mean loss), times scale in the products below (the same
-   * bits where scale is a power of 2: both scalings are exact). */
-  float alpha = 1.0f;
-  if (have_dlogits)
-    alpha = scale;
-  else
-    KK(classify(g, scale / (float)N, N, err, errlen));
-  if (head_backward(g, alpha, N, err, errlen) != 0)
-    return -1;
-  for (int l = L - 1; l >= 0; l--) {
+/* The backward of layers [first, last), from the top: dresid holds the
+ * gradient of layer last - 1's output, and after the loop that of layer
+ * first's input. */
+static int layers_backward(gpt_cuda *g, int first, int last, char *err,
+                           size_t errlen) {
+  int B = g->B, T = g->T;
+  for (int l = last - 1; l >= first; l--) {
     /* Layer l is group 1 + l; the next one needed is layer l - 1's (or,
      * after layer 0, an untied head's embedding). */
     int next = l > 0 ? l : (g->head_grp != 0 ? 0 : -1);
@@ -1563,7 +1690,129 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
       g->grad_hook(g->grad_hook_arg,
                    g->off[g->llama ? llama_ti(l, 0) : gpt_ti(l, 0)]);
   }
-  return embedding_backward(g, B, T, err, errlen);
+  return 0;
+}
+
+/* The backward of the last forward's layers [stage_first, stage_last):
+ * from the loss at scale on the last stage (dy NULL), else from dy
+ * (device BF16 (B,T,C), the gradient of the stage's output); down to the
+ * embeddings' gradients on the first stage, else to the input's
+ * gradient, left in dresid. */
+static int backward(gpt_cuda *g, const void *dy, float scale, char *err,
+                    size_t errlen) {
+  const gpt_config *c = &g->cfg;
+  int N = g->B * g->T;
+  /* Logits gone with a loss: gpt_cuda_forward_train left their gradient
+   * at scale 1 in their place. */
+  const int have_dlogits = !g->logits_valid;
+  g->have_loss = g->logits_valid = g->stage_train = 0;
+  if (dy) {
+    CK(cudaMemcpyAsync(g->dresid, dy, (size_t)N * c->n_embd * sizeof(floatX),
+                       cudaMemcpyDeviceToDevice, g->k.stream));
+  } else {
+    /* logits -> dlogits (N,Vp) = d(scale * mean loss), in place; or the
+     * forward's d(mean loss), times scale in the products below (the
+     * same bits where scale is a power of 2: both scalings are exact). */
+    float alpha = 1.0f;
+    if (have_dlogits)
+      alpha = scale;
+    else
+      KK(classify(g, scale / (float)N, N, err, errlen));
+    if (head_backward(g, alpha, N, err, errlen) != 0)
+      return -1;
+  }
+  if (layers_backward(g, g->stage_first, g->stage_last, err, errlen) != 0)
+    return -1;
+  return g->stage_first == 0 ? embedding_backward(g, g->B, g->T, err, errlen)
+                             : 0;
+}
+
+extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
+                                 size_t errlen) {
+  if (!g->have_loss)
+    return 0;
+  if (whole_model(g, err, errlen) != 0)
+    return -1;
+  /* d(0 * loss) adds nothing, as gpt_backward's zero dlogits add nothing;
+   * and kern_fused_classifier with dloss 0 leaves the logits as they are
+   * instead of writing a zero gradient, so going on would backpropagate
+   * the logits themselves. */
+  if (scale == 0.0f || scale / (float)(g->B * g->T) == 0.0f) {
+    g->have_loss = g->logits_valid = 0;
+    if (g->grad_hook)
+      g->grad_hook(g->grad_hook_arg, 0);
+    return 0;
+  }
+  return backward(g, NULL, scale, err, errlen);
+}
+
+/* ---- Pipeline stages ---- */
+
+extern "C" int gpt_cuda_set_stage(gpt_cuda *g, int first, int last, char *err,
+                                  size_t errlen) {
+  forget_passes(g);
+  if (first < 0 || first >= last || last > g->cfg.n_layer)
+    return fail(err, errlen,
+                "gpt_cuda: stage [%d,%d) is not a range of the model's %d "
+                "layers",
+                first, last, g->cfg.n_layer);
+  if (g->tpr > 1 && (first > 0 || last < g->cfg.n_layer))
+    return fail(err, errlen,
+                "gpt_cuda: a pipeline stage [%d,%d) of a tensor shard (rank "
+                "%d of %d): stages and tensor shards together are not built",
+                first, last, g->tpk, g->tpr);
+  g->stage_first = first;
+  g->stage_last = last;
+  return 0;
+}
+
+extern "C" int gpt_cuda_forward_stage(gpt_cuda *g, const uint32_t *inputs,
+                                      const void *x, const uint32_t *targets,
+                                      int B, int T, float *loss, char *err,
+                                      size_t errlen) {
+  int first = g->stage_first == 0, last = g->stage_last == g->cfg.n_layer;
+  int has_ids = inputs != NULL, has_x = x != NULL, has_tg = targets != NULL;
+  if (has_ids != first || has_x == first || has_tg != last)
+    return fail(err, errlen,
+                "gpt_cuda: stage [%d,%d) of %d layers takes %s and %s",
+                g->stage_first, g->stage_last, g->cfg.n_layer,
+                first ? "the ids (not a stream)" : "a stream (not the ids)",
+                last ? "the targets" : "no targets");
+  int rc = forward(g, inputs, x, targets, B, T, loss, 1, err, errlen);
+  g->stage_train = rc == 0;
+  return rc;
+}
+
+extern "C" int gpt_cuda_set_slot(gpt_cuda *g, int slot, char *err,
+                                 size_t errlen) {
+  if (slot < 0 || slot >= g->nslots)
+    return fail(err, errlen, "gpt_cuda: slot %d, but there are %d", slot,
+                g->nslots);
+  load_slot(g, slot, 1);
+  return 0;
+}
+
+extern "C" const void *gpt_cuda_stage_output(const gpt_cuda *g) {
+  if (!g->B || g->stage_last == g->cfg.n_layer)
+    return NULL;
+  return resid_at((gpt_cuda *)g, g->stage_last);
+}
+
+extern "C" int gpt_cuda_backward_stage(gpt_cuda *g, const void *dy, float scale,
+                                       char *err, size_t errlen) {
+  int last = g->stage_last == g->cfg.n_layer, has_dy = dy != NULL;
+  if (!g->stage_train || (last && !g->have_loss) || has_dy == last)
+    return fail(err, errlen,
+                "gpt_cuda: stage [%d,%d): no trainer's forward to go back "
+                "through, or %s",
+                g->stage_first, g->stage_last,
+                last ? "a gradient given to the last stage"
+                     : "no output gradient given");
+  return backward(g, dy, scale, err, errlen);
+}
+
+extern "C" const void *gpt_cuda_stage_input_grad(const gpt_cuda *g) {
+  return g->stage_first > 0 ? g->dresid : NULL;
 }
 
 extern "C" void gpt_cuda_set_grad_hook(gpt_cuda *g,
@@ -1601,6 +1850,19 @@ extern "C" int gpt_cuda_scale_grads(gpt_cuda *g, float s, char *err,
   int blocks = g->k.sm_count * 4;
   /* The padding (a gang's) is zero, and stays so. */
   scale_kernel<<<blocks, 256, 0, g->k.stream>>>(g->grads, g->ngrads, s);
+  CK(cudaGetLastError());
+  return 0;
+}
+
+extern "C" int gpt_cuda_add_grads(gpt_cuda *g, size_t at, const float *src,
+                                  size_t n, char *err, size_t errlen) {
+  if (at > g->ngrads || n > g->ngrads - at)
+    return fail(err, errlen,
+                "gpt_cuda: gradients [%zu, %zu) are not in the %zu held", at,
+                at + n, g->ngrads);
+  if (n == 0)
+    return 0;
+  add_kernel<<<g->k.sm_count * 4, 256, 0, g->k.stream>>>(g->grads + at, src, n);
   CK(cudaGetLastError());
   return 0;
 }

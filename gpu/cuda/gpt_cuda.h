@@ -103,6 +103,10 @@ typedef struct gpt_cuda_options {
   gpt_recompute recompute;
   int deterministic;    /* non-zero: fixed-order reductions everywhere */
   int device;           /* CUDA device index */
+  /* Activation slots (0 or 1: one): each keeps one forward for its
+   * backward (gpt_cuda_set_slot), for a pipeline stage's micro-batches in
+   * flight. The weights, gradients and backward buffers are shared. */
+  int slots;
   /* A gang rank's part (gpu/zero/zero_cuda.h, ZeRO stages 1-2). shard_n
    * 0: the FP32 master weights and the optimizer state cover the whole
    * model. Else they cover only the flat range [shard_lo, shard_lo +
@@ -223,6 +227,65 @@ void gpt_cuda_set_grad_hook(gpt_cuda *g,
                             void (*hook)(void *arg, size_t final_from),
                             void *arg);
 
+/* ---- Pipeline stages (gpu/pipeline/pipeline.h), as gpt.h's ----
+ * A pipeline-parallel rank runs layers [first, last): the embeddings
+ * with the stage that has layer 0, the final norm, the head and the loss
+ * with the stage that has the last layer; both families. The kernels and
+ * their order are gpt_cuda_forward_train's and gpt_cuda_backward's, so a
+ * stage adds the bits the whole model adds into its layers' gradients
+ * (the tied embeddings excepted: the lookups' and the head's parts land
+ * on two stages and are summed there).
+ *
+ * The residual stream between stages and its gradient are device
+ * buffers of BF16 (B,T,C), not FP32: the engine keeps both in BF16 (its
+ * residual stream and dresid), so the exchange carries the exact bits
+ * the next layer reads in the whole model (a chained pipeline is bitwise
+ * the one-GPU step), at half the bytes on the link; FP32 would add a
+ * conversion each way and nothing else.
+ *
+ * The activations stay allocated for all n_layer layers (as made by
+ * gpt_cuda_create), and so do the weights, gradients and optimizer state
+ * unless the options shard them (shard_lo / shard_n, or pieces). */
+
+/* Makes g's forwards run layers [first, last), 0 <= first < last <=
+ * n_layer (0, n_layer: the whole model again). Forgets the last forward.
+ * While a stage is set gpt_cuda_forward, _forward_train and _backward
+ * refuse. 0, or -1 with err (a range out of bounds). */
+int gpt_cuda_set_stage(gpt_cuda *g, int first, int last, char *err,
+                       size_t errlen);
+/* A trainer's forward of the stage (gpt_cuda_forward_train's, on the
+ * last stage): inputs (B,T) host ids on the first stage (x NULL), else x
+ * the device BF16 (B,T,C) stream that enters layer first (inputs NULL;
+ * copied in stream order, so x may be reused once the stream gets past
+ * this call); targets (host, B*T) on the last stage, whose mean loss
+ * goes into *loss (synchronizing; NULL: read later with
+ * gpt_cuda_last_loss), else NULL. 0, or -1 with err. */
+int gpt_cuda_forward_stage(gpt_cuda *g, const uint32_t *inputs, const void *x,
+                           const uint32_t *targets, int B, int T, float *loss,
+                           char *err, size_t errlen);
+/* Makes slot (0 <= slot < the options' slots) the current one: the
+ * forwards and backwards after this keep and read its activations, and
+ * gpt_cuda_last_loss, _logits, _stage_output read its pass; another
+ * slot's forward is kept until that slot's next forward. 0, or -1 with
+ * err. */
+int gpt_cuda_set_slot(gpt_cuda *g, int slot, char *err, size_t errlen);
+/* The stage's output of the last forward: the device BF16 (B,T,C)
+ * stream after layer last - 1, written in stream order; NULL on the last
+ * stage or without a forward. Valid until g's next forward. */
+const void *gpt_cuda_stage_output(const gpt_cuda *g);
+/* The backward of the last gpt_cuda_forward_stage: ADDS d(scale *
+ * loss)/d(params) of the stage's layers, from the loss on the last stage
+ * (dy NULL), else from dy (device BF16 (B,T,C), the gradient of the
+ * stage's output, with the loss's scale already in it; copied in stream
+ * order, scale unused). Once per forward. 0, or -1 with err (no forward
+ * to go back through, dy given to the last stage or missing elsewhere). */
+int gpt_cuda_backward_stage(gpt_cuda *g, const void *dy, float scale, char *err,
+                            size_t errlen);
+/* The gradient of the stage's input after its backward: device BF16
+ * (B,T,C), written in stream order; NULL on the first stage. Valid until
+ * g's next backward. */
+const void *gpt_cuda_stage_input_grad(const gpt_cuda *g);
+
 /* ---- Parameter groups (ZeRO stages 2-3), as gpt.h's for the CPU ----
  * The engine reads group grp's BF16 parameters and adds its FP32
  * gradients through two device pointers (the group's first element).
@@ -260,6 +323,13 @@ int gpt_cuda_download_shard(gpt_cuda *g, float *shard, optim *opt, char *err,
 
 /* Multiplies every gradient by s (the train stage's fault injection). */
 int gpt_cuda_scale_grads(gpt_cuda *g, float s, char *err, size_t errlen);
+
+/* Gradients [at, at + n) of the held array (gpt_cuda_grads_ptr's) +=
+ * src (device floats, n of them; read in stream order): a pipeline's
+ * tied embeddings, whose two stages' parts are summed on one. 0, or -1
+ * with err (a range past the array). */
+int gpt_cuda_add_grads(gpt_cuda *g, size_t at, const float *src, size_t n,
+                       char *err, size_t errlen);
 
 /* Global L2 norm of the gradients into *norm (synchronizes). If max_norm
  * > 0 and the norm is finite and above it, the next gpt_cuda_step uses

@@ -1,5 +1,8 @@
-/* Pipeline-parallel training on CPU ranks; see pipeline.h. */
+/* Pipeline-parallel training over either engine; see pipeline.h. The
+ * schedules, exchanges and the step's collectives are here; the stage's
+ * passes and parameters are the engine's (pipeline_engine.h). */
 #include "pipeline.h"
+#include "pipeline_engine.h"
 
 #include "lib/clock.h"
 #include "zero/zslice.h"
@@ -17,49 +20,55 @@ typedef pipeline_op op;
  * activation slot it came from can be used again). */
 typedef struct pending {
   comm_req *req;
-  float *buf;
+  void *buf;
 } pending;
 
-/* The most sends a stage keeps in flight, under COMM_MAX_INFLIGHT with
- * room to spare; at the limit the oldest is waited for (the peer
- * receives a neighbour's messages in the order they were sent). */
-#define PIPE_MAX_SENDS 12
+/* The most sends a stage keeps in flight to each neighbour, two of them
+ * under COMM_MAX_INFLIGHT with room to spare; at the limit the oldest is
+ * waited for (the peer receives a neighbour's messages in the order they
+ * were sent). */
+#define PIPE_MAX_SENDS 6
 
-/* A contiguous part of the parameter array this stage updates. */
+/* With ZeRO (the CPU engine's only): this stage's slice of range r of
+ * the engine's (pipe_setup.off, .n; range 1 the tied copy, which is not
+ * counted in the norm and takes the first stage's update instead). */
 typedef struct range {
-  size_t off, n;
-  optim *opt;  /* over zs's slice (all n without ZeRO); with ZeRO NULL for
-                  the tied copy, which the first stage's update overwrites */
-  int counted; /* in the clipping norm (the tied copy on the last stage
-                  is not: the first stage counts it) */
-  /* ZeRO over dp (pipeline_options.zero_stage): this rank's slice of
-   * the range, its reduced gradient (S), and where the range's padded
-   * D x S floats would run past the model's arrays (the last stage's)
-   * its parameters (S; NULL: the collectives work in the model's
-   * arrays, the padding being later stages' floats, whose gradients are
-   * zero here and whose parameters this stage never reads). */
+  optim *opt; /* over zs's slice; NULL for the tied copy */
+  /* This rank's slice of the range, its reduced gradient (S), and where
+   * the range's padded D x S floats would run past the model's arrays
+   * (the last stage's) its parameters (S; NULL: the collectives work in
+   * the model's arrays, the padding being later stages' floats, whose
+   * gradients are zero here and whose parameters this stage never
+   * reads). */
   zslice zs;
   float *gsl, *psl;
 } range;
 
 struct pipeline {
-  comm *c;
+  comm *c, *ctl; /* the stages: the data (streams, gradients), the scalars */
+  comm *dp, *dp_ctl; /* the stage group (o.dp): the same two; NULL: none */
   gpt *model;
   pipeline_options o;
   int s, P, first, last; /* stage s of P: layers [first, last) */
-  gpt **slot;            /* activation slots */
-  int nslots;
+  int nslots;            /* activation slots */
   op *ops;
   int nops;
-  range rg[2];
-  int nrg;
-  size_t BTC;  /* floats of a micro-batch's stream */
-  float *xbuf; /* a received stream or its gradient */
-  float *sendbuf[PIPE_MAX_SENDS];
-  pending q[PIPE_MAX_SENDS]; /* FIFO: q[qhead .. qhead + nq) */
-  int qhead, nq;
+  pipe_setup su; /* the ranges (su.off, su.n, su.nrg) */
+  const pipe_ops *eo;
+  pipe_eng *e;
+  size_t bytes; /* of a micro-batch's stream (B,T,C) */
+  void *xbuf;   /* a received stream or its gradient */
+  float *tied;  /* the first stage's receive buffer for the tied sum */
+  /* The sends in flight, one FIFO a direction (0: to stage s - 1, the
+   * gradients; 1: to s + 1, the streams): q[d][qhead[d] .. + nq[d]). */
+  void *sendbuf[2][PIPE_MAX_SENDS];
+  pending q[2][PIPE_MAX_SENDS];
+  int qhead[2], nq[2];
   pipeline_stats st;
-  int zero;       /* ZeRO over dp (1 or 2), else 0 */
+  int step_failed; /* pipeline_step's error, for the next call to say */
+  char step_err[512];
+  int zero;       /* ZeRO over dp (1 or 2; the CPU engine), else 0 */
+  range rg[2];    /* with ZeRO: the slices of su's ranges */
   float *scratch; /* with ZeRO: D x S of the larger range, the padded
                      array of its collectives */
   int stale;      /* with ZeRO: the slices are updated, the ranges not */
@@ -115,24 +124,6 @@ static int make_ops(pipeline *p) {
   return 0;
 }
 
-/* One optimizer over the tensors in [off, off + n) of the model. */
-static int range_optim(pipeline *p, range *r, char *err, size_t errlen) {
-  size_t nt = gpt_tensor_count(p->model), k = 0;
-  optim_group *g = calloc(nt, sizeof *g);
-  if (!g) {
-    snprintf(err, errlen, "pipeline: out of memory");
-    return -1;
-  }
-  for (size_t i = 0; i < nt; i++) {
-    const gpt_tensor *t = gpt_tensor_at(p->model, i);
-    if (t->offset >= r->off && t->offset < r->off + r->n)
-      g[k++] = (optim_group){t->offset - r->off, t->numel, t->decay};
-  }
-  int rc = zslice_optim(&r->zs, &p->o.opt, g, k, &r->opt, err, errlen);
-  free(g);
-  return rc;
-}
-
 /* Stage s's own parameters, one contiguous range: the groups of its
  * layers, with group 0 (the embeddings) on the first stage and group
  * n_layer + 1 (ln_f) on the last. */
@@ -153,70 +144,78 @@ static int tied_head(const pipeline *p) {
   return !gpt_get_config(p->model)->untied_head;
 }
 
-/* The stage's parameter ranges, each with its optimizer: its own
+static int oom(const char *what, char *err, size_t errlen) {
+  snprintf(err, errlen, "pipeline: out of memory for %s", what);
+  return -1;
+}
+
+/* The stage's parameter ranges (pipeline_engine.h): its own
  * (stage_range), and with a tied head on the last stage its copy of
  * group 0 as a second one. */
-static int make_ranges(pipeline *p, char *err, size_t errlen) {
-  size_t off, n;
-  stage_range(p, p->s, &off, &n);
-  p->rg[0] = (range){.off = off, .n = n, .counted = 1};
-  p->nrg = 1;
+static void make_ranges(pipeline *p) {
+  pipe_setup *su = &p->su;
+  stage_range(p, p->s, &su->off[0], &su->n[0]);
+  su->nrg = 1;
   if (p->s == p->P - 1 && tied_head(p)) {
-    gpt_group_range(p->model, 0, &off, &n);
-    p->rg[p->nrg++] = (range){.off = off, .n = n};
+    gpt_group_range(p->model, 0, &su->off[1], &su->n[1]);
+    su->nrg = 2;
   }
+  su->zero = p->zero;
+}
+
+/* With ZeRO: each range's slice over dp, its optimizer (not the tied
+ * copy's: the first stage's update is sent to it) and buffers. */
+static int make_slices(pipeline *p, char *err, size_t errlen) {
   size_t most = 0;
-  for (int i = 0; i < p->nrg; i++) {
+  for (int i = 0; p->zero && i < p->su.nrg; i++) {
     range *r = &p->rg[i];
-    zslice_init(&r->zs, p->zero && r->counted ? p->o.dp : NULL, r->n);
-    if (p->zero && !r->counted)
-      continue; /* the tied copy: the first stage's update is sent to it */
-    if (range_optim(p, r, err, errlen) != 0)
-      return -1;
-    if (!p->zero)
+    size_t off = p->su.off[i], n = p->su.n[i];
+    zslice_init(&r->zs, i == 0 ? p->o.dp : NULL, n);
+    if (i > 0)
       continue;
+    if (pipe_range_optim(p->model, off, n, &r->zs, &p->o.opt, &r->opt, err,
+                         errlen) != 0)
+      return -1;
     size_t DS = (size_t)r->zs.D * r->zs.S;
     if (!(r->gsl = calloc(r->zs.S, sizeof(float))) ||
-        (r->off + DS > gpt_num_params(p->model) &&
-         !(r->psl = calloc(r->zs.S, sizeof(float))))) {
-      snprintf(err, errlen, "pipeline: out of memory for the ZeRO slices");
-      return -1;
-    }
+        (off + DS > gpt_num_params(p->model) &&
+         !(r->psl = calloc(r->zs.S, sizeof(float)))))
+      return oom("the ZeRO slices", err, errlen);
     most = r->psl && DS > most ? DS : most;
   }
-  if (most && !(p->scratch = calloc(most, sizeof(float)))) {
-    snprintf(err, errlen, "pipeline: out of memory for the ZeRO slices");
-    return -1;
-  }
+  if (most && !(p->scratch = calloc(most, sizeof(float))))
+    return oom("the ZeRO slices", err, errlen);
   return 0;
 }
 
-/* An activation slot: a gpt of the stage's layers whose parameters and
- * gradients are the model's own arrays (the groups the stage reaches;
- * the others stay NULL, which the engine must never reach). */
-static int make_slot(pipeline *p, gpt **out, char *err, size_t errlen) {
-  gpt *m = NULL;
-  if (gpt_create(gpt_get_config(p->model), &m, err, errlen) != 0)
+/* The engine of o (pipeline_engine.h) for this stage, and the buffers
+ * of the exchanges in its memory. */
+static int make_engine(pipeline *p, char *err, size_t errlen) {
+  pipe_setup *su = &p->su;
+  su->model = p->model;
+  su->o = &p->o;
+  su->s = p->s;
+  su->P = p->P;
+  su->first = p->first;
+  su->last = p->last;
+  su->nslots = p->nslots;
+  int rc = p->o.cuda ? pipe_cuda_create(su, &p->eo, &p->e, err, errlen)
+                     : pipe_cpu_create(su, &p->eo, &p->e, err, errlen);
+  if (rc != 0)
     return -1;
-  *out = m;
-  gpt_release(m, GPT_BUF_PARAMS | GPT_BUF_GRADS);
-  if (gpt_set_stage(m, p->first, p->last, err, errlen) != 0 ||
-      gpt_set_recompute(m, p->o.recompute, err, errlen) != 0 ||
-      gpt_set_autocast(m, p->o.autocast, err, errlen) != 0)
-    return -1;
-  float *params = gpt_params(p->model), *grads = gpt_grads(p->model);
-  size_t ng = gpt_group_count(p->model);
-  for (size_t g = 0; g < ng; g++) {
-    int layer = (int)g - 1;
-    int used = (layer >= p->first && layer < p->last) ||
-               (g == 0 && (p->s == 0 || (p->s == p->P - 1 && tied_head(p)))) ||
-               (g == ng - 1 && p->s == p->P - 1);
-    if (!used)
-      continue;
+  size_t C = (size_t)gpt_get_config(p->model)->n_embd;
+  p->bytes = (size_t)p->o.B * p->o.T * C * p->eo->elem;
+  if (!(p->xbuf = p->eo->alloc(p->e, p->bytes)))
+    return oom("the received stream", err, errlen);
+  for (int d = 0; d < 2; d++)
+    for (int i = 0; i < PIPE_MAX_SENDS; i++)
+      if (!(p->sendbuf[d][i] = p->eo->alloc(p->e, p->bytes)))
+        return oom("the send buffers", err, errlen);
+  if (p->s == 0 && tied_head(p)) {
     size_t off, n;
-    gpt_group_range(p->model, g, &off, &n);
-    gpt_set_group_params(m, g, params + off);
-    gpt_set_group_grads(m, g, grads + off);
+    gpt_group_range(p->model, 0, &off, &n);
+    if (!(p->tied = p->eo->alloc(p->e, n * sizeof(float) + 1)))
+      return oom("the tied gradient", err, errlen);
   }
   return 0;
 }
@@ -234,36 +233,33 @@ int pipeline_create(comm *c, gpt *model, const pipeline_options *o,
     return -1;
   }
   pipeline *p = calloc(1, sizeof *p);
-  if (!p) {
-    snprintf(err, errlen, "pipeline: out of memory");
-    return -1;
-  }
+  if (!p)
+    return oom("the pipeline", err, errlen);
   *out = p;
   p->c = c;
+  p->ctl = o->ctl ? o->ctl : c;
+  p->dp = o->dp && comm_size(o->dp) > 1 ? o->dp : NULL;
+  p->dp_ctl = o->dp_ctl ? o->dp_ctl : p->dp;
   p->model = model;
   p->o = *o;
   p->P = P;
   p->s = comm_rank(c);
   p->first = p->s * (cfg->n_layer / P);
   p->last = p->first + cfg->n_layer / P;
-  p->BTC = (size_t)o->B * o->T * cfg->n_embd;
   if (zslice_check_stage(o->zero_stage, "pipeline", err, errlen) != 0)
     return -1;
-  p->zero = o->dp && comm_size(o->dp) > 1 ? o->zero_stage : 0;
-  if (make_ops(p) != 0 || !(p->xbuf = malloc(p->BTC * sizeof(float))) ||
-      !(p->slot = calloc((size_t)p->nslots, sizeof *p->slot))) {
-    snprintf(err, errlen, "pipeline: out of memory");
+  p->zero = p->dp ? o->zero_stage : 0;
+  if (p->zero && o->cuda) {
+    snprintf(err, errlen,
+             "pipeline: zero_stage %d on the CUDA engine: ZeRO over the "
+             "stage group runs on the CPU engine only (zero_stage 0 on GPUs)",
+             p->zero);
     return -1;
   }
-  for (int i = 0; i < PIPE_MAX_SENDS; i++)
-    if (!(p->sendbuf[i] = malloc(p->BTC * sizeof(float)))) {
-      snprintf(err, errlen, "pipeline: out of memory for the send buffers");
-      return -1;
-    }
-  for (int i = 0; i < p->nslots; i++)
-    if (make_slot(p, &p->slot[i], err, errlen) != 0)
-      return -1;
-  if (make_ranges(p, err, errlen) != 0)
+  if (make_ops(p) != 0)
+    return oom("the schedule", err, errlen);
+  make_ranges(p);
+  if (make_engine(p, err, errlen) != 0 || make_slices(p, err, errlen) != 0)
     return -1;
   p->st.slots = p->nslots;
   p->st.formula = (double)(P - 1) / (o->micro + P - 1);
@@ -273,19 +269,24 @@ int pipeline_create(comm *c, gpt *model, const pipeline_options *o,
 void pipeline_destroy(pipeline *p) {
   if (!p)
     return;
-  for (int i = 0; i < p->nslots && p->slot; i++)
-    gpt_destroy(p->slot[i]);
-  for (int i = 0; i < p->nrg; i++) {
+  if (p->eo) {
+    for (int d = 0; d < 2; d++)
+      for (int i = 0; i < PIPE_MAX_SENDS; i++)
+        if (p->sendbuf[d][i])
+          p->eo->free(p->e, p->sendbuf[d][i]);
+    if (p->xbuf)
+      p->eo->free(p->e, p->xbuf);
+    if (p->tied)
+      p->eo->free(p->e, p->tied);
+    p->eo->destroy(p->e);
+  }
+  for (int i = 0; i < 2; i++) {
     optim_destroy(p->rg[i].opt);
     free(p->rg[i].gsl);
     free(p->rg[i].psl);
   }
   free(p->scratch);
-  for (int i = 0; i < PIPE_MAX_SENDS; i++)
-    free(p->sendbuf[i]);
-  free(p->slot);
   free(p->ops);
-  free(p->xbuf);
   free(p);
 }
 
@@ -295,28 +296,53 @@ int pipeline_stage(const pipeline *p, int *first, int *last) {
   return p->s;
 }
 
-/* Waits for the oldest send in flight. */
-static int wait_oldest(pipeline *p, char *err, size_t errlen) {
-  pending *q = &p->q[p->qhead];
+/* Waits for the oldest send in flight in direction d. */
+static int wait_oldest(pipeline *p, int d, char *err, size_t errlen) {
+  pending *q = &p->q[d][p->qhead[d]];
   int rc = comm_wait(p->c, q->req, err, errlen);
-  p->qhead = (p->qhead + 1) % PIPE_MAX_SENDS;
-  p->nq--;
+  p->qhead[d] = (p->qhead[d] + 1) % PIPE_MAX_SENDS;
+  p->nq[d]--;
   return rc;
 }
 
-/* BTC floats of x to rank peer, from a copy of its own. */
-static int send_stream(pipeline *p, const float *x, int peer, char *err,
+/* A micro-batch's stream (d 1, to stage s + 1) or its gradient (d 0, to
+ * s - 1) x, from a copy of its own. */
+static int send_stream(pipeline *p, const void *x, int d, char *err,
                        size_t errlen) {
-  if (p->nq == PIPE_MAX_SENDS && wait_oldest(p, err, errlen) != 0)
+  if (p->nq[d] == PIPE_MAX_SENDS && wait_oldest(p, d, err, errlen) != 0)
     return -1;
-  int i = (p->qhead + p->nq) % PIPE_MAX_SENDS;
-  memcpy(p->sendbuf[i], x, p->BTC * sizeof(float));
-  p->q[i].buf = p->sendbuf[i];
-  if (comm_isend(p->c, p->sendbuf[i], p->BTC * sizeof(float), peer,
-                 &p->q[i].req, err, errlen) != 0)
+  int i = (p->qhead[d] + p->nq[d]) % PIPE_MAX_SENDS;
+  if (!x) {
+    snprintf(err, errlen, "pipeline: stage %d has no stream to send", p->s);
     return -1;
-  p->nq++;
+  }
+  void *buf = p->sendbuf[d][i];
+  if (p->eo->copy(p->e, buf, x, p->bytes, err, errlen) != 0)
+    return -1;
+  p->q[d][i].buf = buf;
+  if (comm_isend(p->c, buf, p->bytes, d ? p->s + 1 : p->s - 1, &p->q[d][i].req,
+                 err, errlen) != 0)
+    return -1;
+  p->nq[d]++;
   return 0;
+}
+
+/* The next message from the neighbour in direction d into xbuf. Every
+ * send to it but the latest is waited for first: NCCL runs a
+ * communicator's sends and receives one after the other, starting a
+ * queued send only with the next call that needs it, grouped with that
+ * call's receive (comm.h); GPipe's m sends before the first receive
+ * would otherwise leave the later ones unstarted while the peer waits
+ * for them. The peer takes them in order meanwhile (its own receives),
+ * and the latest, grouped with this receive, is 1F1B's pairing of a
+ * send with the receive after it (Megatron-LM's send_forward_recv_
+ * backward). On MPI the sends have started: the waits only come sooner. */
+static int recv_stream(pipeline *p, int d, char *err, size_t errlen) {
+  while (p->nq[d] > 1)
+    if (wait_oldest(p, d, err, errlen) != 0)
+      return -1;
+  return comm_recv(p->c, p->xbuf, p->bytes, d ? p->s + 1 : p->s - 1, err,
+                   errlen);
 }
 
 /* One op; *busy gets the time in the engine. */
@@ -325,38 +351,35 @@ static int run_op(pipeline *p, const op *o, const uint32_t *inputs,
                   char *err, size_t errlen) {
   int m = p->o.micro, firsts = p->s == 0, lasts = p->s == p->P - 1;
   size_t BT = (size_t)p->o.B * p->o.T;
-  gpt *g = p->slot[o->mb % p->nslots];
-  int rc;
+  int slot = o->mb % p->nslots, rc;
   double t;
   if (!o->backward) {
-    if (!firsts && comm_recv(p->c, p->xbuf, p->BTC * sizeof(float), p->s - 1,
-                             err, errlen) != 0)
+    if (!firsts && recv_stream(p, 0, err, errlen) != 0)
       return -1;
     float l = 0;
     t = clock_monotonic();
-    rc = gpt_forward_stage(
-        g, firsts ? inputs + o->mb * BT : NULL, firsts ? NULL : p->xbuf,
-        lasts ? targets + o->mb * BT : NULL, p->o.B, p->o.T, &l, err, errlen);
+    rc = p->eo->forward(p->e, slot, firsts ? inputs + o->mb * BT : NULL,
+                        firsts ? NULL : p->xbuf,
+                        lasts ? targets + o->mb * BT : NULL, &l, err, errlen);
     *busy += clock_monotonic() - t;
     if (rc != 0)
       return -1;
     if (lasts)
       *loss += l / m; /* as trainkit_forward_backward sums them */
-    else if (send_stream(p, gpt_stage_output(g), p->s + 1, err, errlen) != 0)
+    else if (send_stream(p, p->eo->output(p->e, slot), 1, err, errlen) != 0)
       return -1;
     return 0;
   }
-  if (!lasts && comm_recv(p->c, p->xbuf, p->BTC * sizeof(float), p->s + 1, err,
-                          errlen) != 0)
+  if (!lasts && recv_stream(p, 1, err, errlen) != 0)
     return -1;
   t = clock_monotonic();
-  rc = gpt_backward_stage(g, lasts ? NULL : p->xbuf, 1.0f / (float)m, err,
-                          errlen);
+  rc = p->eo->backward(p->e, slot, lasts ? NULL : p->xbuf, 1.0f / (float)m, err,
+                       errlen);
   *busy += clock_monotonic() - t;
   if (rc != 0)
     return -1;
   if (!firsts &&
-      send_stream(p, gpt_stage_input_grad(g), p->s - 1, err, errlen) != 0)
+      send_stream(p, p->eo->input_grad(p->e, slot), 0, err, errlen) != 0)
     return -1;
   return 0;
 }
@@ -365,32 +388,28 @@ static int run_op(pipeline *p, const op *o, const uint32_t *inputs,
  * the last's (the head's) summed on the first and sent back, so that
  * both copies take the same update. An untied head: nothing to sum. */
 static int sum_tied(pipeline *p, char *err, size_t errlen) {
-  if (!tied_head(p))
+  if (!tied_head(p) || (p->s != 0 && p->s != p->P - 1))
     return 0;
+  int last = p->P - 1, r = p->s == last ? 1 : 0;
   size_t off, n;
   gpt_group_range(p->model, 0, &off, &n);
-  float *g = gpt_grads(p->model) + off;
-  int last = p->P - 1;
-  if (p->s == last)
-    return comm_send(p->c, g, n * sizeof(float), 0, err, errlen) != 0 ||
-                   comm_recv(p->c, g, n * sizeof(float), 0, err, errlen) != 0
-               ? -1
-               : 0;
-  if (p->s != 0)
-    return 0;
-  float *tmp = malloc(n * sizeof(float));
-  if (!tmp) {
-    snprintf(err, errlen, "pipeline: out of memory for the tied gradient");
+  size_t bytes = n * sizeof(float);
+  float *g = p->eo->grads(p->e, r);
+  if (!g) {
+    snprintf(err, errlen, "pipeline: the engine's gradients failed");
     return -1;
   }
-  int rc = comm_recv(p->c, tmp, n * sizeof(float), last, err, errlen);
-  if (rc == 0) {
-    for (size_t i = 0; i < n; i++)
-      g[i] = tmp[i] + g[i];
-    rc = comm_send(p->c, g, n * sizeof(float), last, err, errlen);
-  }
-  free(tmp);
-  return rc;
+  if (p->s == last)
+    return comm_send(p->c, g, bytes, 0, err, errlen) != 0 ||
+                   comm_recv(p->c, g, bytes, 0, err, errlen) != 0
+               ? -1
+               : 0;
+  /* Range 0 of the first stage starts with group 0. */
+  return comm_recv(p->c, p->tied, bytes, last, err, errlen) != 0 ||
+                 p->eo->add(p->e, 0, p->tied, n, err, errlen) != 0 ||
+                 comm_send(p->c, g, bytes, last, err, errlen) != 0
+             ? -1
+             : 0;
 }
 
 /* Data parallel beside the pipeline: the mean over the stage group
@@ -401,34 +420,34 @@ static int sum_tied(pipeline *p, char *err, size_t errlen) {
  * range's mean into this rank's slice of it (the tied copy not reduced:
  * the first stage's update is sent to it). */
 static int dp_mean(pipeline *p, double *loss, char *err, size_t errlen) {
-  comm *dp = p->o.dp;
-  int D = dp ? comm_size(dp) : 1;
-  if (D == 1)
+  if (!p->dp)
     return 0;
-  float *grads = gpt_grads(p->model), inv = 1.0f / (float)D;
-  for (int r = 0; r < p->nrg; r++) {
+  int D = comm_size(p->dp);
+  for (int r = 0; r < p->su.nrg; r++) {
+    float *g = p->eo->grads(p->e, r);
     range *rg = &p->rg[r];
-    float *g = grads + rg->off;
-    if (p->zero) {
-      if (!rg->opt)
-        continue;
-      if (rg->psl) {
-        memset(p->scratch, 0, (size_t)D * rg->zs.S * sizeof(float));
-        memcpy(p->scratch, g, rg->n * sizeof(float));
-      }
-      if (zslice_reduce(&rg->zs, rg->psl ? p->scratch : g, rg->gsl, inv, err,
-                        errlen) != 0)
+    if (!g)
+      return -1;
+    if (!p->zero) {
+      if (comm_allreduce_sum(p->dp, g, p->su.n[r], err, errlen) != 0)
         return -1;
       continue;
     }
-    if (comm_allreduce_sum(dp, g, rg->n, err, errlen) != 0)
+    if (!rg->opt)
+      continue;
+    if (rg->psl) {
+      memset(p->scratch, 0, (size_t)D * rg->zs.S * sizeof(float));
+      memcpy(p->scratch, g, p->su.n[r] * sizeof(float));
+    }
+    if (zslice_reduce(&rg->zs, rg->psl ? p->scratch : g, rg->gsl,
+                      1.0f / (float)D, err, errlen) != 0)
       return -1;
-    for (size_t i = 0; i < rg->n; i++)
-      g[i] *= inv;
   }
+  if (!p->zero && p->eo->scale(p->e, 1.0f / (float)D, err, errlen) != 0)
+    return -1;
   if (p->s != p->P - 1)
     return 0;
-  if (comm_allreduce_sum_double(dp, loss, err, errlen) != 0)
+  if (comm_allreduce_sum_double(p->dp_ctl, loss, err, errlen) != 0)
     return -1;
   *loss /= D;
   return 0;
@@ -442,19 +461,15 @@ static int make_whole(pipeline *p, char *err, size_t errlen) {
     return 0;
   p->stale = 0;
   float *params = gpt_params(p->model);
-  for (int r = 0; r < p->nrg; r++) {
-    range *rg = &p->rg[r];
-    if (!rg->opt)
-      continue;
-    if (!rg->psl) {
-      if (zslice_gather(&rg->zs, params + rg->off, err, errlen) != 0)
-        return -1;
-      continue;
-    }
+  range *rg = &p->rg[0]; /* the tied copy has no slice: sent below */
+  if (!rg->psl) {
+    if (zslice_gather(&rg->zs, params + p->su.off[0], err, errlen) != 0)
+      return -1;
+  } else {
     memcpy(p->scratch + rg->zs.lo, rg->psl, rg->zs.S * sizeof(float));
     if (zslice_gather(&rg->zs, p->scratch, err, errlen) != 0)
       return -1;
-    memcpy(params + rg->off, p->scratch, rg->n * sizeof(float));
+    memcpy(params + p->su.off[0], p->scratch, p->su.n[0] * sizeof(float));
   }
   if (!tied_head(p) || (p->s != 0 && p->s != p->P - 1))
     return 0;
@@ -469,91 +484,93 @@ static int make_whole(pipeline *p, char *err, size_t errlen) {
 int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
                               const uint32_t *targets, double *loss, char *err,
                               size_t errlen) {
-  double t0 = clock_monotonic(), busy = 0;
-  if (make_whole(p, err, errlen) != 0)
+  if (p->step_failed) {
+    snprintf(err, errlen, "%s", p->step_err);
     return -1;
-  gpt_zero_grad(p->model);
+  }
+  double t0 = clock_monotonic(), busy = 0;
+  if (make_whole(p, err, errlen) != 0 ||
+      p->eo->zero_grad(p->e, err, errlen) != 0)
+    return -1;
   *loss = 0;
   for (int i = 0; i < p->nops; i++)
     if (run_op(p, &p->ops[i], inputs, targets, loss, &busy, err, errlen) != 0)
       return -1;
-  while (p->nq > 0)
-    if (wait_oldest(p, err, errlen) != 0)
-      return -1;
+  for (int d = 0; d < 2; d++)
+    while (p->nq[d] > 0)
+      if (wait_oldest(p, d, err, errlen) != 0)
+        return -1;
   double step = clock_monotonic() - t0;
   /* With ZeRO the tied copies' sum comes first: the first stage's slices
    * then hold the whole gradient of the embeddings. */
   int rc = p->zero ? sum_tied(p, err, errlen) || dp_mean(p, loss, err, errlen)
                    : dp_mean(p, loss, err, errlen) || sum_tied(p, err, errlen);
   if (rc != 0 ||
-      comm_broadcast(p->c, loss, sizeof *loss, p->P - 1, err, errlen) != 0)
+      comm_broadcast(p->ctl, loss, sizeof *loss, p->P - 1, err, errlen) != 0)
     return -1;
   /* The bubble over all stages: the sum of their idle times over the
    * sum of their step times; and the mean of those step times. */
   float acc[2] = {(float)(step - busy), (float)step};
-  if (comm_allreduce_sum(p->c, acc, 2, err, errlen) != 0)
+  if (comm_allreduce_sum(p->ctl, acc, 2, err, errlen) != 0)
     return -1;
   p->st.idle = acc[1] > 0 ? acc[0] / acc[1] : 0;
   p->st.step_s = acc[1] / p->P;
   return 0;
 }
 
-/* Range r's gradient as the step uses it, and its floats: with ZeRO
- * this rank's slice (NULL for the tied copy), else the model's. */
-static float *range_grad(pipeline *p, const range *r, size_t *n) {
-  if (!p->zero) {
-    *n = r->n;
-    return gpt_grads(p->model) + r->off;
-  }
-  *n = r->zs.own;
-  return r->opt ? r->gsl : NULL;
+/* With ZeRO: the norm over every stage's and replica's slices, and
+ * clipping (optim_clip_grad_norm's rule) of this rank's slice. */
+static int zero_clip(pipeline *p, double max_norm, double *norm, char *err,
+                     size_t errlen) {
+  const range *r = &p->rg[0];
+  double sumsq = 0;
+  for (size_t i = 0; i < r->zs.own; i++)
+    sumsq += (double)r->gsl[i] * r->gsl[i];
+  if (comm_allreduce_sum_double(p->ctl, &sumsq, err, errlen) != 0 ||
+      comm_allreduce_sum_double(p->dp_ctl, &sumsq, err, errlen) != 0)
+    return -1;
+  *norm = sqrt(sumsq);
+  double coef = max_norm / (*norm + 1e-6);
+  if (max_norm > 0.0 && isfinite(*norm) && coef < 1.0)
+    for (size_t i = 0; i < r->zs.own; i++)
+      r->gsl[i] *= (float)coef;
+  return 0;
 }
 
 int pipeline_clip_grad_norm(pipeline *p, double max_norm, double *norm,
                             char *err, size_t errlen) {
   double sumsq = 0;
-  size_t n;
-  for (int r = 0; r < p->nrg; r++) {
-    const float *g = range_grad(p, &p->rg[r], &n);
-    if (!p->rg[r].counted || !g)
-      continue;
-    for (size_t i = 0; i < n; i++)
-      sumsq += (double)g[i] * g[i];
-  }
-  if (comm_allreduce_sum_double(p->c, &sumsq, err, errlen) != 0 ||
-      (p->zero && comm_allreduce_sum_double(p->o.dp, &sumsq, err, errlen)))
+  if (p->zero)
+    return zero_clip(p, max_norm, norm, err, errlen);
+  /* The tied copy on the last stage (range 1) is not counted: the first
+   * stage counts it. */
+  if (p->eo->sumsq(p->e, 0, &sumsq, err, errlen) != 0 ||
+      comm_allreduce_sum_double(p->ctl, &sumsq, err, errlen) != 0)
     return -1;
   *norm = sqrt(sumsq);
   /* optim_clip_grad_norm's rule, on every stage's part alike. */
-  if (max_norm > 0.0 && isfinite(*norm)) {
-    double coef = max_norm / (*norm + 1e-6);
-    if (coef < 1.0)
-      for (int r = 0; r < p->nrg; r++) {
-        float *g = range_grad(p, &p->rg[r], &n), s = (float)coef;
-        for (size_t i = 0; g && i < n; i++)
-          g[i] *= s;
-      }
-  }
+  if (max_norm > 0.0 && isfinite(*norm))
+    return p->eo->clip(p->e, *norm, max_norm, err, errlen);
   return 0;
 }
 
 void pipeline_step(pipeline *p, float lr) {
-  float *params = gpt_params(p->model);
-  for (int i = 0; i < p->nrg; i++) {
-    range *r = &p->rg[i];
-    if (!p->zero) {
-      optim_step(r->opt, params + r->off, gpt_grads(p->model) + r->off, lr);
-    } else if (r->opt) {
-      /* This rank's slice; the next collective call makes it whole. */
-      float *w = params + r->off + r->zs.lo;
-      if (r->psl) {
-        memcpy(r->psl, w, r->zs.own * sizeof(float));
-        w = r->psl;
-      }
-      optim_step(r->opt, w, r->gsl, lr);
-      p->stale = 1;
-    }
+  if (!p->zero) {
+    if (!p->step_failed &&
+        p->eo->step(p->e, lr, p->step_err, sizeof p->step_err) != 0)
+      p->step_failed = 1;
+    return;
   }
+  /* This rank's slice of range 0 (the tied copy takes the first stage's
+   * update); the next collective call makes it whole. */
+  range *r = &p->rg[0];
+  float *w = gpt_params(p->model) + p->su.off[0] + r->zs.lo;
+  if (r->psl) {
+    memcpy(r->psl, w, r->zs.own * sizeof(float));
+    w = r->psl;
+  }
+  optim_step(r->opt, w, r->gsl, lr);
+  p->stale = 1;
 }
 
 void pipeline_get_stats(const pipeline *p, pipeline_stats *s) { *s = p->st; }
@@ -561,8 +578,10 @@ void pipeline_get_stats(const pipeline *p, pipeline_stats *s) { *s = p->st; }
 void pipeline_memory(const pipeline *p, zslice_memory *m) {
   uint64_t all = (uint64_t)gpt_num_params(p->model) * 4, gs = 0, ps = 0, st = 0,
            most = 0;
-  for (int i = 0; i < p->nrg; i++) {
+  for (int i = 0; i < p->su.nrg; i++) {
     const range *r = &p->rg[i];
+    if (!p->zero)
+      st += (uint64_t)optim_state_floats_for(p->o.opt.kind, p->su.n[i]) * 4;
     st += r->opt ? (uint64_t)optim_state_floats(r->opt) * 4 : 0;
     gs += r->gsl ? (uint64_t)r->zs.S * 4 : 0;
     ps += r->psl ? (uint64_t)r->zs.S * 4 : 0;
@@ -575,31 +594,57 @@ void pipeline_memory(const pipeline *p, zslice_memory *m) {
   m->peak_grads = m->grads;
 }
 
-/* The state floats a parameter has in o (AdamW 2, Lion 1). */
-static size_t per_param(optim *o, size_t n) {
-  return n ? optim_state_floats(o) / n : 0;
-}
-
 /* Rank 0's part of a gather: stage s's parameters into the model and,
  * with state, its optimizer state into fs (full's, N parameters). */
 static int gather_stage(pipeline *p, int s, float *fs, size_t k, char *err,
                         size_t errlen) {
   size_t N = gpt_num_params(p->model), off, n;
   stage_range(p, s, &off, &n);
-  if (comm_recv(p->c, gpt_params(p->model) + off, n * sizeof(float), s, err,
+  if (comm_recv(p->ctl, gpt_params(p->model) + off, n * sizeof(float), s, err,
                 errlen) != 0)
     return -1;
   if (!fs)
     return 0;
   float *st = malloc(k * n * sizeof(float) + 1);
-  if (!st) {
-    snprintf(err, errlen, "pipeline: out of memory gathering stage %d", s);
-    return -1;
-  }
-  int rc = comm_recv(p->c, st, k * n * sizeof(float), s, err, errlen);
+  if (!st)
+    return oom("a stage's optimizer state", err, errlen);
+  int rc = comm_recv(p->ctl, st, k * n * sizeof(float), s, err, errlen);
   for (size_t j = 0; rc == 0 && j < k; j++)
     memcpy(fs + j * N + off, st + j * n, n * sizeof(float));
   free(st);
+  return rc;
+}
+
+/* This stage's parameters into params (n[0] floats) and, with st
+ * non-NULL, its optimizer state into st (k arrays of n[0]) and the step
+ * count into *t: the engine's, or with ZeRO the slices' state gathered
+ * over the stage group (collective: every replica calls it). */
+static int pull_stage(pipeline *p, float *params, float *st, uint64_t *t,
+                      char *err, size_t errlen) {
+  if (!p->zero || !st)
+    return p->eo->pull(p->e, params, st, t, err, errlen);
+  if (zslice_state_gather(&p->rg[0].zs, p->rg[0].opt, st, err, errlen) != 0)
+    return -1;
+  *t = optim_get_t(p->rg[0].opt);
+  return p->eo->pull(p->e, params, NULL, t, err, errlen);
+}
+
+/* A stage > 0's part of a gather: its range's parameters and, with
+ * state, its optimizer state to rank 0 (host memory: over ctl); on
+ * other replicas (send 0: ZeRO's state slices) only the pull. */
+static int send_stage(pipeline *p, int with_state, size_t k, int send,
+                      char *err, size_t errlen) {
+  size_t n = p->su.n[0];
+  float *buf = malloc((1 + (with_state ? k : 0)) * n * sizeof(float) + 1);
+  uint64_t t = 0;
+  if (!buf)
+    return oom("the gather", err, errlen);
+  int rc = pull_stage(p, buf, with_state ? buf + n : NULL, &t, err, errlen);
+  if (rc == 0 && send)
+    rc = comm_send(p->ctl, buf, n * sizeof(float), 0, err, errlen);
+  if (rc == 0 && send && with_state)
+    rc = comm_send(p->ctl, buf + n, k * n * sizeof(float), 0, err, errlen);
+  free(buf);
   return rc;
 }
 
@@ -607,58 +652,46 @@ int pipeline_gather(pipeline *p, int with_state, optim *full, char *err,
                     size_t errlen) {
   /* Replica 0 gathers; with ZeRO its stages take the state's slices
    * from their groups first. */
-  int dpr = p->o.dp ? comm_rank(p->o.dp) : 0;
+  int dpr = p->dp ? comm_rank(p->dp) : 0;
   if (make_whole(p, err, errlen) != 0)
     return -1;
   if (dpr > 0 && (!with_state || !p->zero))
     return 0;
-  range *r = &p->rg[0];
-  size_t k = per_param(r->opt, r->zs.S), N = gpt_num_params(p->model);
-  float *st = with_state ? malloc(k * r->n * sizeof(float) + 1) : NULL;
-  if (with_state && !st) {
-    snprintf(err, errlen, "pipeline: out of memory gathering the state");
+  size_t k = optim_state_floats_for(p->o.opt.kind, 1);
+  if (p->s > 0 || dpr > 0)
+    return send_stage(p, with_state, k, dpr == 0, err, errlen);
+  if (with_state && !full) {
+    snprintf(err, errlen, "pipeline: gather: no optimizer for the state");
     return -1;
   }
-  int rc = st ? zslice_state_gather(&r->zs, r->opt, st, err, errlen) : 0;
-  if (rc != 0 || dpr > 0) {
-    /* done: another replica's state went to replica 0 */
-  } else if (p->s > 0) {
-    rc = comm_send(p->c, gpt_params(p->model) + r->off, r->n * sizeof(float), 0,
-                   err, errlen) != 0 ||
-                 (st && comm_send(p->c, st, k * r->n * sizeof(float), 0, err,
-                                  errlen) != 0)
-             ? -1
-             : 0;
-  } else if (with_state && !full) {
-    snprintf(err, errlen, "pipeline: gather: no optimizer for the state");
-    rc = -1;
-  } else {
-    float *fs = with_state ? optim_state(full) : NULL;
-    for (size_t j = 0; fs && j < k; j++)
-      memcpy(fs + j * N + r->off, st + j * r->n, r->n * sizeof(float));
-    for (int s = 1; s < p->P && rc == 0; s++)
-      rc = gather_stage(p, s, fs, k, err, errlen);
-    if (fs && rc == 0)
-      optim_set_t(full, optim_get_t(r->opt));
-  }
+  size_t N = gpt_num_params(p->model), off = p->su.off[0], n = p->su.n[0];
+  float *fs = with_state ? optim_state(full) : NULL;
+  float *st = with_state ? malloc(k * n * sizeof(float) + 1) : NULL;
+  uint64_t t = 0;
+  if (with_state && !st)
+    return oom("the gather", err, errlen);
+  int rc = pull_stage(p, gpt_params(p->model) + off, st, &t, err, errlen);
+  for (size_t j = 0; rc == 0 && fs && j < k; j++)
+    memcpy(fs + j * N + off, st + j * n, n * sizeof(float));
   free(st);
+  for (int s = 1; rc == 0 && s < p->P; s++)
+    rc = gather_stage(p, s, fs, k, err, errlen);
+  if (rc == 0 && fs)
+    optim_set_t(full, t);
   return rc;
 }
 
 int pipeline_load(pipeline *p, optim *full, char *err, size_t errlen) {
   size_t N = gpt_num_params(p->model);
-  const float *fs = optim_state(full);
-  if (optim_state_floats(full) != per_param(full, N) * N) {
+  if (optim_state_floats(full) != optim_state_floats_for(p->o.opt.kind, N)) {
     snprintf(err, errlen, "pipeline: the optimizer is not the whole model's");
     return -1;
   }
-  for (int i = 0; i < p->nrg; i++) {
-    range *r = &p->rg[i];
-    if (!r->opt)
-      continue; /* ZeRO's tied copy */
-    zslice_state_take(&r->zs, fs + r->off, N, r->opt);
-    optim_set_t(r->opt, optim_get_t(full));
-  }
+  if (!p->zero)
+    return p->eo->load(p->e, full, err, errlen);
+  zslice_state_take(&p->rg[0].zs, optim_state(full) + p->su.off[0], N,
+                    p->rg[0].opt);
+  optim_set_t(p->rg[0].opt, optim_get_t(full));
   p->stale = 0;
   return 0;
 }
@@ -668,15 +701,14 @@ void pipeline_memory_get(const pipeline *p, gpt_memory *out) {
   zslice_memory z; /* the optimizer state and, with ZeRO, the slices */
   pipeline_memory(p, &z);
   uint64_t all = (uint64_t)gpt_num_params(p->model) * 4;
-  for (int i = 0; i < p->nrg; i++)
-    out->params += 4 * (uint64_t)p->rg[i].n;
+  for (int i = 0; i < p->su.nrg; i++)
+    out->params += 4 * (uint64_t)p->su.n[i];
   out->grads = out->params + (z.grads - all);
   out->params += z.params - all;
   out->optim = z.optim;
-  /* The slots' parameter and gradient arrays are released (they point
-   * into the model's): what they allocate is activations. */
-  for (int i = 0; i < p->nslots; i++)
-    out->acts += gpt_allocated_bytes(p->slot[i]);
-  out->acts += 4 * (uint64_t)p->BTC * (1 + PIPE_MAX_SENDS);
+  /* The engine's activation slots, the received stream and the sends'
+   * buffers. */
+  out->acts = p->eo->act_bytes ? p->eo->act_bytes(p->e) : 0;
+  out->acts += (uint64_t)p->bytes * (1 + 2 * PIPE_MAX_SENDS);
   out->total = out->params + out->grads + out->optim + out->acts;
 }

@@ -1,7 +1,11 @@
 /*
- * pipeline: pipeline-parallel training of the CPU engine's models (GPT-2
- * and Llama) over the comm layer's point to point (MPI), one stage per
- * rank.
+ * pipeline: pipeline-parallel training of the engines' models (GPT-2
+ * and Llama) over the comm layer's point to point, one stage per rank:
+ * on the CPU engine (gpt.h's stage passes, host floats, MPI) or the CUDA
+ * engine (gpt_cuda.h's, pipeline_options.cuda: device memory, the
+ * stream and its gradient in BF16, NCCL; an MPI communicator beside it
+ * for the scalars). One schedule code drives either through a table of
+ * stage operations (pipeline_engine.h) chosen at create.
  *
  * The model's n_layer blocks are cut into P contiguous stages of
  * n_layer / P layers (P must divide n_layer: pipeline_check says so
@@ -34,7 +38,12 @@
  * stage); it updates only those, once per step after all micro-batches.
  * The gpt every rank passes keeps the full parameter array (this
  * increment does not shrink it): its other stages' parts are stale
- * until pipeline_gather brings them to rank 0.
+ * until pipeline_gather brings them to rank 0. On the CUDA engine the
+ * device holds the stage's parts alone (master weights, BF16 copy,
+ * gradients, optimizer state: gpt_cuda_options' pieces) and one
+ * activation slot per micro-batch in flight (gpt_cuda_set_slot); the
+ * host gpt's are updated by pipeline_gather (rank 0) and read by
+ * pipeline_create and pipeline_load.
  *
  * The bubble: each stage's idle time in a step is the step's time minus
  * the time in its own forwards and backwards (waiting for a neighbour,
@@ -60,10 +69,12 @@
  * (which has no optimizer of its own). Stage 2 is stage 1 here: the
  * stage's gradients live in the model's gradient array, which the
  * activation slots share, so the full gradient is still held
- * (pipeline_memory says so). Stage 3 is not here.
+ * (pipeline_memory says so). Stage 3 is not here, nor ZeRO on the
+ * CUDA engine (pipeline_create refuses zero_stage > 0 with dp there).
  *
- * Not here (refused by the train stage): GPUs (NCCL has no point to
- * point in comm yet), dropout.
+ * Not here (refused by the train stage): dropout. GPU ranks need
+ * NCCL's point to point in comm (comm_send, comm_recv, comm_isend on
+ * device buffers).
  *
  * Every function but pipeline_check and pipeline_destroy is collective:
  * every rank calls it, in the same order. They return 0, or -1 with err;
@@ -115,7 +126,20 @@ typedef struct pipeline_options {
    * step's micro-batches the stage's gradients and the loss are averaged
    * over it; each replica trains its own share of the global batch. */
   comm *dp;
-  /* ZeRO over dp: 0, 1 or 2 (above); ignored without dp. */
+  /* The engine: 0 the CPU engine (gpt.h, host floats); non-zero the CUDA
+   * engine (gpt_cuda.h) on CUDA device `device`, with gpt_cuda_options'
+   * deterministic. Its streams (BF16), gradients and exchanges are in
+   * device memory: the communicator given to pipeline_create and dp
+   * must take device buffers (NCCL's; on the emulator, whose device
+   * memory is host memory, MPI's do too). */
+  int cuda, device, deterministic;
+  /* Host-memory communicators over the same ranks as pipeline_create's
+   * and dp, for the scalars (the loss, the norm, the bubble) and the
+   * gather (MPI beside NCCL); NULL: those two themselves (the CPU
+   * engine's). */
+  comm *ctl, *dp_ctl;
+  /* ZeRO over dp: 0, 1 or 2 (above), the CPU engine's; ignored
+   * without dp. */
   int zero_stage;
 } pipeline_options;
 
@@ -155,7 +179,8 @@ int pipeline_clip_grad_norm(pipeline *p, double max_norm, double *norm,
                             char *err, size_t errlen);
 
 /* The update of this stage's parameters (with ZeRO: of its slices) at
- * lr (not collective). */
+ * lr (not collective). An engine's failure here (a CUDA error) is the
+ * next pipeline_forward_backward's error. */
 void pipeline_step(pipeline *p, float lr);
 
 /* The last pipeline_forward_backward's account, the same on every rank. */
@@ -193,8 +218,9 @@ int pipeline_load(pipeline *p, optim *full, char *err, size_t errlen);
  * caller's to count), and with ZeRO the slices and the gather's array
  * of pipeline_memory; optim its ranges' optimizer state; acts its own
  * allocations for the activations: the slots' (after a first step),
- * the received stream and the send buffers; total their sum. Not
- * collective. */
+ * the received stream and the send buffers; total their sum. On the
+ * CUDA engine these are the host's figures (its activation slots and
+ * device copies are not counted). Not collective. */
 void pipeline_memory_get(const pipeline *p, gpt_memory *out);
 
 #endif /* DAGRUN_PIPELINE_H */

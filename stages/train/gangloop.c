@@ -24,7 +24,7 @@ typedef struct gang {
   comm *nc; /* GPU ranks: NCCL, the gradients and parameters */
   zero *z;
   zero_cuda *zc;     /* GPU ranks: the step on the GPU */
-  engine_device dev; /* agreed on by every rank (pick_device) */
+  engine_device dev; /* agreed on by every rank (gangloop_pick_device) */
   int rank, N, stage;
   int B, T;      /* each rank's micro-batch */
   size_t bucket; /* zero_bucket */
@@ -143,38 +143,33 @@ static int check_params(trainrun *r, gang *g) {
   return gangloop_threads(r, g->N);
 }
 
-/* The gang's device, the same on every rank (collective): whether every
- * rank has a GPU (zero_cuda_available: also that this build has GPU
- * ranks) is summed over the ranks, and engine_choose decides, as it does
- * for one process. cuda without one fails on every rank, saying why.
- * 0 with g->dev, or -1. */
-static int pick_device(trainrun *r, gang *g) {
+int gangloop_pick_device(trainrun *r, comm *c, int N, int rank,
+                         engine_device *dev) {
   char why[512] = "", err[512];
   int have = zero_cuda_available(why, sizeof why);
   float n = have ? 1.0f : 0.0f;
-  if (comm_allreduce_sum(g->c, &n, 1, err, sizeof err) != 0)
-    gang_abort(r, g, "agreeing on the device", err);
-  int all = (int)n == g->N, lead = g->rank == 0;
+  if (comm_allreduce_sum(c, &n, 1, err, sizeof err) != 0)
+    gangloop_abort(r, c, rank, "agreeing on the device", err);
+  int all = (int)n == N, lead = rank == 0;
   const char *asked = engine_device_names[r->c.device];
   char no[768] = "";
   if (!all && have)
-    snprintf(no, sizeof no, "%d of the %d ranks see a usable GPU", (int)n,
-             g->N);
+    snprintf(no, sizeof no, "%d of the %d ranks see a usable GPU", (int)n, N);
   else if (!all)
     snprintf(no, sizeof no,
              "%d of the %d ranks see a usable GPU (this one: "
              "%s)",
-             (int)n, g->N, why);
-  if (engine_choose(r->c.device, all, &g->dev) != 0) {
+             (int)n, N, why);
+  if (engine_choose(r->c.device, all, dev) != 0) {
     r->h->fail(r->ctx,
                "device: cuda in a gang of %d, but %s; use device: "
                "cpu or auto",
-               g->N, no);
+               N, no);
     return -1;
   }
   if (!lead)
     return 0;
-  if (g->dev == ENGINE_CUDA)
+  if (*dev == ENGINE_CUDA)
     r->h->log(r->ctx, DAGRUN_LOG_INFO,
               "device: cuda (device: %s; every rank sees a GPU: one GPU a "
               "rank, NCCL between them)",
@@ -214,7 +209,8 @@ static int open_comm(trainrun *r, gang *g) {
   char err[2048];
   if (gangloop_open_mpi(r, g->N, &g->c, &g->rank) != 0)
     return EXIT_FAILED;
-  if (pick_device(r, g) != 0 || gpu_accum_refused(r, g)) {
+  if (gangloop_pick_device(r, g->c, g->N, g->rank, &g->dev) != 0 ||
+      gpu_accum_refused(r, g)) {
     comm_destroy(g->c);
     g->c = NULL;
     return EXIT_BAD_PARAMS;

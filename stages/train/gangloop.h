@@ -91,6 +91,15 @@ int gangloop_open_mpi(trainrun *r, int N, comm **c, int *rank);
  * failed. */
 int gangloop_threads(trainrun *r, int N);
 
+/* The gang's device, the same on every rank (collective over c, rank
+ * of N): whether every rank has a GPU (zero_cuda_available: also that
+ * this build has GPU ranks) is summed over the ranks, and engine_choose
+ * decides, as it does for one process; rank 0 logs the choice. cuda
+ * without one fails the task on every rank, saying why. 0 with *dev, or
+ * -1. */
+int gangloop_pick_device(trainrun *r, comm *c, int N, int rank,
+                         engine_device *dev);
+
 /* A failure in the middle of the exchanges of rank's gang on c: fails
  * the task, logs it, and stops every rank (comm_abort, EXIT_FAILED).
  * Does not return. */

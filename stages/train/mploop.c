@@ -20,6 +20,31 @@ _Noreturn void mploop_abort(trainrun *r, mploop *l, const char *what,
   gangloop_abort(r, l->c, l->rank, what, err);
 }
 
+/* ZeRO over the replicas of GPU ranks (gpu_dp) is not built: refused
+ * with device: cuda; device: auto keeps CPU ranks, saying why. 0, or
+ * -1 having failed the task. */
+static int check_gpu_zero(trainrun *r, mploop *l) {
+  if (!l->gpu_dp || l->D == 1 || l->zero == 0)
+    return 0;
+  if (r->c.device == ENGINE_WANT_CUDA) {
+    r->h->fail(r->ctx,
+               "zero_stage %d with %s %d on GPU ranks: ZeRO over the %d "
+               "data-parallel replicas runs on CPU ranks only; set "
+               "zero_stage: 0 (plain data parallel) or device: cpu",
+               l->zero, l->param, l->K, l->D);
+    return -1;
+  }
+  if (r->c.device == ENGINE_WANT_AUTO && engine_built_with_cuda())
+    r->h->log(r->ctx, DAGRUN_LOG_INFO,
+              "device: auto is cpu with zero_stage %d over %d replicas of "
+              "%s (ZeRO beside %s runs on CPU ranks only; zero_stage: 0 "
+              "takes the GPUs)",
+              l->zero, l->D, l->what, l->param);
+  l->gpu_dp = 0;
+  l->gpu_ok = 0;
+  return 0;
+}
+
 int mploop_check(trainrun *r, mploop *l) {
   dagrun_ctx *ctx = r->ctx;
   const dagrun_host *h = r->h;
@@ -38,8 +63,9 @@ int mploop_check(trainrun *r, mploop *l) {
     return EXIT_BAD_PARAMS;
   }
   l->D = l->N / l->K;
-  l->gpu = r->c.device == ENGINE_WANT_CUDA && l->gpu_ok && l->D == 1;
-  if (r->c.device == ENGINE_WANT_CUDA && l->gpu_ok && l->D > 1) {
+  l->gpu =
+      r->c.device == ENGINE_WANT_CUDA && l->gpu_ok && (l->D == 1 || l->gpu_dp);
+  if (r->c.device == ENGINE_WANT_CUDA && l->gpu_ok && !l->gpu) {
     h->fail(ctx,
             "%s %d runs on CPU ranks without device: cuda beside data "
             "parallel (world_size %d is %d replicas): on GPUs the gang is "
@@ -70,12 +96,34 @@ int mploop_check(trainrun *r, mploop *l) {
             l->param, l->K, l->what);
     return EXIT_BAD_PARAMS;
   }
-  if (r->c.device == ENGINE_WANT_AUTO && engine_built_with_cuda())
+  if (r->c.device == ENGINE_WANT_AUTO && engine_built_with_cuda() && !l->gpu_dp)
     h->log(ctx, DAGRUN_LOG_INFO,
            "device: auto is cpu with %s (GPU ranks do not run %s yet)",
            l->param, l->what);
+  if (check_gpu_zero(r, l) != 0)
+    return EXIT_BAD_PARAMS;
   l->m = r->c.accum;
   return gangloop_threads(r, l->N);
+}
+
+/* GPU ranks: the device the gang agrees on and, on GPUs, the NCCL gang
+ * and its splits. 0, or the exit status. */
+static int open_gpu(trainrun *r, mploop *l) {
+  char err[2048];
+  engine_device dev = ENGINE_CPU;
+  if (gangloop_pick_device(r, l->c, l->N, l->rank, &dev) != 0)
+    return EXIT_BAD_PARAMS;
+  if (dev != ENGINE_CUDA)
+    return 0;
+  l->gpu = 1;
+  comm_config nccfg = {.backend = COMM_NCCL, .device = -1};
+  if (comm_create(&nccfg, &l->nc, err, sizeof err) != 0)
+    mploop_abort(r, l, "NCCL", err);
+  l->device = comm_device(l->nc);
+  if (comm_split(l->nc, l->pos / l->K, l->pos, &l->nkc, err, sizeof err) ||
+      comm_split(l->nc, l->pos % l->K, l->pos, &l->ndc, err, sizeof err))
+    mploop_abort(r, l, "splitting the NCCL gang", err);
+  return 0;
 }
 
 /* This rank's position in the layout (mpplace.h), rank 0's line of
@@ -114,6 +162,9 @@ int mploop_open(trainrun *r, mploop *l,
   if (comm_split(l->c, l->pos / l->K, l->pos, &l->kc, err, sizeof err) ||
       comm_split(l->c, l->pos % l->K, l->pos, &l->dc, err, sizeof err))
     mploop_abort(r, l, "splitting the gang", err);
+  int st = l->gpu_dp ? open_gpu(r, l) : 0;
+  if (st != 0)
+    return st;
   size_t n = (size_t)l->m * r->c.B * r->c.m.T;
   /* Rank 0's engine: the pre-flight loss and validation, on the whole
    * model it gathers, over the global batch's D x B rows. */
@@ -140,6 +191,9 @@ void mploop_log_memory(trainrun *r, mploop *l, const zslice_memory *m) {
 }
 
 void mploop_close(mploop *l) {
+  comm_destroy(l->ndc);
+  comm_destroy(l->nkc);
+  comm_destroy(l->nc);
   comm_destroy(l->dc);
   comm_destroy(l->kc);
   comm_destroy(l->c);
@@ -315,7 +369,8 @@ static void train_step(trainrun *r, mploop *l) {
 /* Over every communicator of the layout (the loop's and the engine's
  * own): their counters added into sum, or reset when sum is NULL. */
 static void comm_traffic(mploop *l, comm_stats *sum) {
-  comm *all[] = {l->c, l->kc, l->dc, l->more[0], l->more[1]};
+  comm *all[] = {l->c,   l->kc, l->dc,      l->nkc,
+                 l->ndc, l->nc, l->more[0], l->more[1]};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
     if (!all[i])
       continue;

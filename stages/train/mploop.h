@@ -26,8 +26,16 @@
  * Refused by mploop_check, before any collective, with the numbers: a
  * gang not started by a launcher, world_size not a multiple of K,
  * device: cuda (but where the engine runs on GPU ranks, mploop.gpu_ok:
- * then with one replica, world_size = K), dropout, overfit_one_batch,
- * zero_stage 3.
+ * then with one replica, world_size = K, unless gpu_dp), dropout,
+ * overfit_one_batch, zero_stage 3; with gpu_dp, zero_stage 1 or 2 on
+ * GPU ranks beside replicas.
+ *
+ * GPU ranks with replicas (gpu_dp, and device cuda, or auto where every
+ * rank sees a GPU: gangloop_pick_device): one GPU a rank (the local
+ * rank's, as a ZeRO gang's), and beside the MPI communicators, which
+ * keep the scalars and the gather, NCCL ones over the same ranks for
+ * the engine's device buffers. Rank 0's pre-flight loss and validation
+ * stay on its CPU, on the gathered model.
  */
 #ifndef DAGRUN_TRAIN_MPLOOP_H
 #define DAGRUN_TRAIN_MPLOOP_H
@@ -75,14 +83,21 @@ typedef struct mploop {
   int N, K;          /* gang size (0: not in a gang), parts a replica */
   int T;             /* ranks of a tensor group (1: none), for mpplace */
   int gpu_ok;        /* the engine runs on GPU ranks (one replica) */
+  int gpu_dp;        /* with gpu_ok: replicas too, and mploop_open opens
+                        the NCCL gang and its splits (nc, nkc, ndc) */
   /* Set by mploop_check and mploop_open: */
   int D, m, rank; /* replicas, micro-batches a step, this rank */
   int zero;       /* zero_stage over the D replicas: 0, 1 or 2 */
   int pos;        /* this rank's position in the layout (mpplace.h) */
-  int gpu;        /* device: cuda asked for and taken (gpu_ok, D = 1) */
+  int gpu;        /* on GPU ranks: device: cuda taken (gpu_ok, D = 1), or
+                     with gpu_dp the device the gang agreed on at open */
   comm *c;        /* the gang: the stop agreement */
   comm *kc;       /* this replica's K parts: the engine's */
   comm *dc;       /* this part's D replicas: the gradients' mean */
+  /* GPU ranks of gpu_dp: the NCCL gang and its splits as kc's and dc's,
+   * and this rank's CUDA device; else 0 and NULL. */
+  int device;
+  comm *nc, *nkc, *ndc;
   /* Set by the caller after mploop_open: */
   mploop_engine eng;
   comm *more[2]; /* the engine's own splits (NULL: none), whose traffic

@@ -116,11 +116,24 @@ static void start(trainrun *r, pipe_run *p) {
                         .autocast = r->c.autocast,
                         .dp = l->dc,
                         .zero_stage = l->zero};
-  if (pipeline_create(l->kc, r->model, &o, &p->pl, err, sizeof err) != 0)
+  comm *data = l->kc;
+  if (l->gpu) {
+    /* Device buffers over NCCL; the scalars and the gather over MPI. */
+    o.cuda = 1;
+    o.device = l->device;
+    o.deterministic = r->c.deterministic;
+    o.ctl = l->kc;
+    o.dp_ctl = l->dc;
+    data = l->nkc;
+    o.dp = l->ndc;
+  }
+  if (pipeline_create(data, r->model, &o, &p->pl, err, sizeof err) != 0)
     mploop_abort(r, l, "pipeline", err);
   p->model = r->model;
   l->eng = (mploop_engine){p->pl,   fb,      clip, step,   gather, load,
                            stepped, summary, p,    memory, 0};
+  if (l->gpu) /* the CUDA engine's memory is not in these figures yet */
+    l->eng.memory = NULL;
   int first, last, s = pipeline_stage(p->pl, &first, &last);
   pipeline_stats st;
   pipeline_get_stats(p->pl, &st);
@@ -128,11 +141,14 @@ static void start(trainrun *r, pipe_run *p) {
             "pipeline: rank %d is stage %d of %d (layers %d-%d%s%s), "
             "schedule %s, %d micro-batches (grad_accum) of %d x %d, the "
             "activations of %d of them kept at most; data-parallel replica "
-            "%d of %d (global batch %d x %d x %d = %d sequences)",
+            "%d of %d (global batch %d x %d x %d = %d sequences); %s",
             l->rank, s, l->K, first, last - 1, s == 0 ? ", embeddings" : "",
             s == l->K - 1 ? ", head and loss" : "",
             pipeline_schedule_names[p->sched], l->m, r->c.B, r->c.m.T, st.slots,
-            l->pos / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m);
+            l->pos / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m,
+            l->gpu ? "GPUs (BF16 streams), NCCL" : "CPUs, MPI");
+  if (l->gpu) /* the CUDA engine's memory is not in these figures yet */
+    return;
   zslice_memory mem;
   pipeline_memory(p->pl, &mem);
   mploop_log_memory(r, l, &mem);
@@ -144,7 +160,9 @@ int pipeloop_run(trainrun *r, int N, int P) {
                       .what = "pipeline stages",
                       .N = N,
                       .K = P,
-                      .T = 1}};
+                      .T = 1,
+                      .gpu_ok = 1,
+                      .gpu_dp = 1}};
   int status = mploop_check(r, &p.l), sc = 0;
   if (status == 0 && stagekit_param_choice(r->ctx, r->h, "pipeline_schedule",
                                            pipeline_schedule_names, &sc))

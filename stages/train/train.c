@@ -138,7 +138,8 @@ static const dagrun_param_spec params[] = {
      "With tensor_parallel or pipeline_parallel, over the data-parallel "
      "replicas: 0, 1 or 2"},
     {"pipeline_parallel", DAGRUN_PARAM_INT, "1", 0,
-     "Pipeline stages (CPU ranks, GPT-2 and Llama models): the layers cut "
+     "Pipeline stages (CPU or GPU ranks, GPT-2 and Llama models): the "
+     "layers cut "
      "into this many contiguous stages, one a rank; world_size must be a "
      "multiple of it (world_size / pipeline_parallel data-parallel "
      "replicas of the pipeline) and it must divide n_layer; grad_accum is "

@@ -33,6 +33,11 @@
  *                              head, a head size for the FP32 attention);
  *                              see cmd_llama
  *   gpt_cuda_check llama-recompute  recompute on a Llama shape
+ *   gpt_cuda_check stages      pipeline stages chained against the whole
+ *                              model (GPT-2, both Llama heads); see
+ *                              check_stages
+ *   gpt_cuda_check pipeline    pipeline.h over the CUDA engine on 2 ranks
+ *                              (mpirun) against one GPU; see pipe_run
  *   gpt_cuda_check tensor      tensor parallel over the ranks of mpirun
  *                              against one GPU; see cmd_tensor (built
  *                              where gpu/tensor/tensor_cuda.c is)
@@ -74,6 +79,7 @@
 #include "lib/fileio.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "pipeline/pipeline.h"
 #include "zero/zero.h"
 #include "zero/zero_cuda.h"
 
@@ -566,6 +572,171 @@ static int cmd_llama(void) {
       check_deterministic("llama shape a");
   }
   printf("%s\n", failures ? "llama: FAILED" : "llama: ok");
+  return failures ? 1 : 0;
+}
+
+/* ---- Pipeline stages (gpt_cuda_set_stage and the stage passes) ---- */
+
+/* The stage passes' refusals: a range out of bounds, the wrong inputs
+ * for a stage, a backward without a forward, the whole-model calls
+ * under a stage. */
+static void stage_refusals(gpt_cuda *g, const uint32_t *in, const uint32_t *tg,
+                           int L) {
+  char err[2048];
+  float l;
+  CHECK(gpt_cuda_set_stage(g, 1, 1, err, sizeof err) != 0 &&
+            strstr(err, "not a range"),
+        "stage [1,1) accepted (%s)", err);
+  CHECK(gpt_cuda_set_stage(g, 0, L + 1, err, sizeof err) != 0,
+        "stage [0,L+1) accepted");
+  if (gpt_cuda_set_stage(g, 0, 1, err, sizeof err) != 0)
+    die("set_stage", err);
+  CHECK(gpt_cuda_forward(g, in, tg, B_, T_, &l, err, sizeof err) != 0 &&
+            strstr(err, "use gpt_cuda_forward_stage"),
+        "gpt_cuda_forward under a stage: '%s'", err);
+  CHECK(gpt_cuda_forward_stage(g, in, NULL, tg, B_, T_, &l, err, sizeof err) !=
+                0 &&
+            strstr(err, "no targets"),
+        "targets to the first of two stages: '%s'", err);
+  CHECK(gpt_cuda_backward_stage(g, gpt_cuda_params_ptr(g), 1.0f, err,
+                                sizeof err) != 0 &&
+            strstr(err, "no trainer's forward"),
+        "backward without a forward: '%s'", err);
+  if (gpt_cuda_set_stage(g, 1, L, err, sizeof err) != 0)
+    die("set_stage", err);
+  CHECK(gpt_cuda_forward_stage(g, in, NULL, tg, B_, T_, &l, err, sizeof err) !=
+                0 &&
+            strstr(err, "a stream (not the ids)"),
+        "ids to a later stage: '%s'", err);
+}
+
+/* The whole model's gradients and loss (deterministic) against S stages
+ * chained (bounds[s], bounds[s+1]): on each of two micro-batches at
+ * scale 0.5, every stage's forward from the one before's output, then
+ * every backward from the one after's input gradient, as pipeline.c
+ * does over NCCL; with 2 activation slots, both forwards before the
+ * backwards. Each stage's groups must be the whole model's bits;
+ * the embeddings' too when only the first stage has them (an untied
+ * Llama head); with a tied head, group 0 is the first stage's part plus
+ * the last's, whose sum the whole model makes in another order over two
+ * micro-batches (head 1, lookups 1, head 2, lookups 2), so it is held to
+ * float rounding, 1e-6 relative. */
+static void check_stages(const int *bounds, int S, int slots,
+                         const char *label) {
+  char err[2048];
+  gpt *m = make_model(11);
+  const gpt_config *c = gpt_get_config(m);
+  size_t np = gpt_num_params(m), ng = gpt_group_count(m);
+  uint32_t in[2][B_ * T_], tg[2][B_ * T_];
+  for (int k = 0; k < 2; k++)
+    make_batch(in[k], tg[k], B_, T_, c->vocab_size, 31 + (uint64_t)k);
+  gpt_cuda_options o = {
+      .B = B_, .T = T_, .opt = optim_cfg(OPTIM_ADAMW), .deterministic = 1};
+  gpt_cuda *whole = NULL, *st[4] = {0};
+  float lw[2], ls[2];
+  float *gw = malloc(np * 4), *gs = malloc(np * 4), *gt = calloc(np, 4);
+  if (gpt_cuda_create(m, &o, &whole, err, sizeof err) != 0)
+    die("create", err);
+  for (int k = 0; k < 2; k++)
+    if (gpt_cuda_forward_train(whole, in[k], tg[k], B_, T_, &lw[k], err,
+                               sizeof err) != 0 ||
+        gpt_cuda_backward(whole, 0.5f, err, sizeof err) != 0)
+      die("whole", err);
+  if (gpt_cuda_download_grads(whole, gw, err, sizeof err) != 0)
+    die("whole grads", err);
+  o.slots = slots;
+  for (int s = 0; s < S; s++)
+    if (gpt_cuda_create(m, &o, &st[s], err, sizeof err) != 0 ||
+        gpt_cuda_set_stage(st[s], bounds[s], bounds[s + 1], err, sizeof err))
+      die("stage create", err);
+  /* One slot: each micro-batch forward then backward; two: both
+   * forwards (slots 0 and 1), then both backwards (GPipe's order). */
+  for (int k0 = 0; k0 < 2; k0 += slots) {
+    for (int k = k0; k < k0 + slots; k++)
+      for (int s = 0; s < S; s++) {
+        const void *x = s ? gpt_cuda_stage_output(st[s - 1]) : NULL;
+        /* Another stream: the one before must have written x. */
+        if (gpt_cuda_set_slot(st[s], k % slots, err, sizeof err) != 0 ||
+            (s && gpt_cuda_synchronize(st[s - 1], err, sizeof err) != 0) ||
+            gpt_cuda_forward_stage(st[s], s ? NULL : in[k], x,
+                                   s == S - 1 ? tg[k] : NULL, B_, T_, &ls[k],
+                                   err, sizeof err) != 0)
+          die("stage forward", err);
+      }
+    for (int k = k0; k < k0 + slots; k++)
+      for (int s = S - 1; s >= 0; s--) {
+        const void *dy =
+            s < S - 1 ? gpt_cuda_stage_input_grad(st[s + 1]) : NULL;
+        if (gpt_cuda_set_slot(st[s], k % slots, err, sizeof err) != 0 ||
+            (dy && gpt_cuda_synchronize(st[s + 1], err, sizeof err) != 0) ||
+            gpt_cuda_backward_stage(st[s], dy, 0.5f, err, sizeof err) != 0)
+          die("stage backward", err);
+      }
+  }
+  /* Each group from the stage that has it; group 0 from the first, plus
+   * the last's with a tied head. */
+  for (int s = 0; s < S; s++) {
+    if (gpt_cuda_download_grads(st[s], gs, err, sizeof err) != 0)
+      die("stage grads", err);
+    for (size_t grp = 0; grp < ng; grp++) {
+      int layer = (int)grp - 1;
+      int mine = (layer >= bounds[s] && layer < bounds[s + 1]) ||
+                 (grp == 0 && s == 0) || (grp == ng - 1 && s == S - 1);
+      int tied = grp == 0 && s == S - 1 && !c->untied_head;
+      size_t off, n;
+      gpt_group_range(m, grp, &off, &n);
+      for (size_t i = off; (mine || tied) && i < off + n; i++)
+        gt[i] += gs[i];
+    }
+  }
+  size_t off0, n0;
+  gpt_group_range(m, 0, &off0, &n0);
+  double cos, rel;
+  compare(gt, gw, n0, &cos, &rel);
+  int same = memcmp(gt + n0, gw + n0, (np - n0) * 4) == 0;
+  int same0 = memcmp(gt, gw, n0 * 4) == 0;
+  printf("%s: losses whole %.9g %.9g, stages %.9g %.9g; gradients past the "
+         "embeddings %s; embeddings %s (relative %.3g)\n",
+         label, lw[0], lw[1], ls[0], ls[1], same ? "bitwise" : "DIFFER",
+         same0 ? "bitwise" : "differ", rel);
+  CHECK(lw[0] == ls[0] && lw[1] == ls[1], "%s: the stages' losses differ",
+        label);
+  CHECK(same, "%s: the stages' layer gradients are not the whole model's",
+        label);
+  CHECK(c->untied_head ? same0 : rel < 1e-6,
+        "%s: the embeddings' gradient, relative %.3g", label, rel);
+  if (S == 2 && slots == 1)
+    stage_refusals(st[0], in[0], tg[0], c->n_layer);
+  if (slots == 2)
+    CHECK(gpt_cuda_set_slot(st[0], 2, err, sizeof err) != 0 &&
+              strstr(err, "slot 2, but there are 2"),
+          "slot 2 of 2 accepted: '%s'", err);
+  for (int s = 0; s < S; s++)
+    gpt_cuda_destroy(st[s]);
+  gpt_cuda_destroy(whole);
+  free(gw);
+  free(gs);
+  free(gt);
+  gpt_destroy(m);
+}
+
+/* GPT-2 in 2 and 3 stages (a middle stage: neither the embeddings nor
+ * the head), and both Llama shapes (untied and tied heads) in 2; one
+ * and two activation slots. */
+static int cmd_stages(void) {
+  gpt_config keep = test_cfg;
+  int two[] = {0, 1, 2}, three[] = {0, 1, 3, 4};
+  check_stages(two, 2, 1, "gpt2 2 stages");
+  check_stages(two, 2, 2, "gpt2 2 stages, 2 slots");
+  test_cfg.n_layer = 4;
+  check_stages(three, 3, 2, "gpt2 3 stages, 2 slots");
+  for (int which = 0; which < 2; which++) {
+    test_cfg = llama_cfg(which);
+    check_stages(two, 2, 1 + which,
+                 which ? "llama tied 2 stages, 2 slots" : "llama 2 stages");
+  }
+  test_cfg = keep;
+  printf("%s\n", failures ? "stages: FAILED" : "stages: ok");
   return failures ? 1 : 0;
 }
 
@@ -1203,6 +1374,208 @@ static int zero_comms(comm **ctl, comm **nc, char *rdv) {
   return 0;
 }
 
+/* ---- Pipeline parallel on the CUDA engine (gpu/pipeline) ----
+ *
+ * pipeline.h over the CUDA engine on 2 ranks (mpirun; one stage each,
+ * a GPT-2 of 4 layers, 2 a stage), both schedules, PSTEPS steps of PM
+ * micro-batches with clipping at 1 and AdamW, against one gpt_cuda
+ * (rank 0's, deterministic) on the same global batch with grad_accum PM.
+ * The stage passes give the whole model's bits (cmd_stages) but for the
+ * tied embeddings' two parts, summed in another order (2e-8 relative),
+ * and the clipping norm is summed from the stages' partial sums. So:
+ *   - step 1's loss is the one GPU's bits;
+ *   - the weights after it (gathered to rank 0) within 1e-7 in relative
+ *     L2 norm (measured 6e-9: the clip scale's last bits; a stage that
+ *     did not train, or trained on the wrong stream, is off by 1e-2);
+ *   - later, those last bits flip a few BF16 copies of the weights, and
+ *     the runs drift apart by BF16 noise: each later loss within 1e-4
+ *     relative (measured 2e-5) and the final weights within 2e-3
+ *     (measured 5e-4), where a broken exchange is off by 1e-2 and more.
+ * Then the gathered checkpoint (weights and optimizer state) loads into
+ * a new pipeline (pipeline_load), whose next step's loss is within 1e-4
+ * of the one GPU's. GPT_CUDA_CHECK_MODEL=llama: the first Llama shape
+ * (an untied head: no tied sum; on the emulator every loss is the one
+ * GPU's bits). The streams go over NCCL; with PIPE_DATA=mpi in
+ * the environment over MPI (on the emulator only, whose device memory is
+ * host memory: a check of the pipeline apart from NCCL's point to
+ * point). */
+enum { PSTEPS = 4, PM = 4, PB = 2, PT = 32 };
+
+/* The reference: one gpt_cuda's step of PM micro-batches, as one
+ * process with grad_accum PM does it (and the pipeline: the loss a mean
+ * in double). */
+static double ref_step(gpt_cuda *g, const uint32_t *in, const uint32_t *tg,
+                       float lr) {
+  char err[2048];
+  double sum = 0, norm;
+  float l;
+  size_t BT = (size_t)PB * PT;
+  if (gpt_cuda_zero_grad(g, err, sizeof err) != 0)
+    die("ref", err);
+  for (int k = 0; k < PM; k++) {
+    if (gpt_cuda_forward_train(g, in + k * BT, tg + k * BT, PB, PT, &l, err,
+                               sizeof err) != 0 ||
+        gpt_cuda_backward(g, 1.0f / PM, err, sizeof err) != 0)
+      die("ref", err);
+    sum += l / PM;
+  }
+  if (gpt_cuda_clip_grad_norm(g, 1.0, &norm, err, sizeof err) != 0 ||
+      gpt_cuda_step(g, lr, err, sizeof err) != 0)
+    die("ref", err);
+  return sum;
+}
+
+static double pipe_step(pipeline *pl, const uint32_t *in, const uint32_t *tg,
+                        float lr) {
+  char err[2048];
+  double loss, norm;
+  if (pipeline_forward_backward(pl, in, tg, &loss, err, sizeof err) != 0 ||
+      pipeline_clip_grad_norm(pl, 1.0, &norm, err, sizeof err) != 0)
+    die("pipeline", err);
+  pipeline_step(pl, lr);
+  return loss;
+}
+
+/* Rank 0: the gathered weights in m against the one GPU's, within tol
+ * in relative L2 norm. */
+static void check_weights(gpt *m, gpt_cuda *ref, gpt *ref_m, double tol,
+                          const char *when, const char *sn) {
+  char err[2048];
+  double cos, rel;
+  if (gpt_cuda_download(ref, ref_m, NULL, err, sizeof err) != 0)
+    die("ref download", err);
+  compare(gpt_params(m), gpt_params(ref_m), gpt_num_params(m), &cos, &rel);
+  printf("%s: gathered weights %s vs one GPU's: relative L2 %.3g\n", sn, when,
+         rel);
+  CHECK(rel < tol, "%s: weights %s off by %.3g relative (< %.0e)", sn, when,
+        rel, tol);
+}
+
+/* The weights gathered (every rank), and on rank 0 (ref non-NULL)
+ * checked. */
+static void pipe_weights(pipeline *pl, gpt *m, gpt_cuda *ref, gpt *ref_m,
+                         double tol, const char *when, const char *sn) {
+  char err[2048];
+  if (pipeline_gather(pl, 0, NULL, err, sizeof err) != 0)
+    die("gather", err);
+  if (ref)
+    check_weights(m, ref, ref_m, tol, when, sn);
+}
+
+static void pipe_run(comm *data, comm *ctl, pipeline_schedule sched) {
+  char err[2048];
+  const float lr = 1e-3f;
+  int r = comm_rank(ctl);
+  gpt_config keep = test_cfg;
+  test_cfg.n_layer = 4;
+  gpt *m = make_model(21), *ref_m = make_model(21);
+  test_cfg = keep;
+  size_t np = gpt_num_params(m), BT = (size_t)PB * PT;
+  uint32_t *in = malloc(PM * BT * 4 * (PSTEPS + 1));
+  uint32_t *tg = malloc(PM * BT * 4 * (PSTEPS + 1));
+  for (int k = 0; k < PM * (PSTEPS + 1); k++)
+    make_batch(in + k * BT, tg + k * BT, PB, PT, gpt_get_config(m)->vocab_size,
+               50 + (uint64_t)k);
+  pipeline_options po = {.micro = PM,
+                         .schedule = sched,
+                         .B = PB,
+                         .T = PT,
+                         .opt = optim_cfg(OPTIM_ADAMW),
+                         .cuda = 1,
+                         .deterministic = 1,
+                         .ctl = ctl};
+  gpt_cuda_options go = {.B = PB, .T = PT, .opt = po.opt, .deterministic = 1};
+  pipeline *pl = NULL;
+  gpt_cuda *ref = NULL;
+  if (pipeline_create(data, m, &po, &pl, err, sizeof err) != 0 ||
+      (r == 0 && gpt_cuda_create(ref_m, &go, &ref, err, sizeof err) != 0))
+    die("pipeline create", err);
+  const char *sn = pipeline_schedule_names[sched];
+  double worst = 0;
+  for (int st = 0; st < PSTEPS; st++) {
+    double lp = pipe_step(pl, in + st * PM * BT, tg + st * PM * BT, lr);
+    if (r != 0) {
+      if (st == 0)
+        pipe_weights(pl, m, NULL, NULL, 0, NULL, NULL);
+      continue;
+    }
+    double lr1 = ref_step(ref, in + st * PM * BT, tg + st * PM * BT, lr);
+    double d = fabs(lp - lr1) / lr1;
+    worst = fmax(worst, d);
+    printf("%s step %d: loss pipeline %.9g one GPU %.9g\n", sn, st + 1, lp,
+           lr1);
+    CHECK(st > 0 ? d < 1e-4 : lp == lr1,
+          "%s step %d: loss %.9g, one GPU's %.9g", sn, st + 1, lp, lr1);
+    if (st == 0)
+      pipe_weights(pl, m, ref, ref_m, 1e-7, "after step 1", sn);
+  }
+  pipeline_stats ps;
+  pipeline_get_stats(pl, &ps);
+  if (r == 0)
+    printf("%s: losses at worst %.3g relative; bubble %.1f%% measured, %.1f%% "
+           "the formula; %d slots\n",
+           sn, worst, 100 * ps.idle, 100 * ps.formula, ps.slots);
+  /* The checkpoint: gathered on rank 0, every rank loads it. */
+  optim *full = make_optim(m, OPTIM_ADAMW);
+  if (pipeline_gather(pl, 1, r == 0 ? full : NULL, err, sizeof err) != 0)
+    die("gather", err);
+  if (r == 0)
+    check_weights(m, ref, ref_m, 2e-3, "at the end", sn);
+  uint64_t t = optim_get_t(full);
+  if (comm_broadcast(ctl, gpt_params(m), np * 4, 0, err, sizeof err) != 0 ||
+      comm_broadcast(ctl, optim_state(full), optim_state_floats(full) * 4, 0,
+                     err, sizeof err) != 0 ||
+      comm_broadcast(ctl, &t, sizeof t, 0, err, sizeof err) != 0)
+    die("broadcast", err);
+  optim_set_t(full, t);
+  pipeline *p2 = NULL;
+  if (pipeline_create(data, m, &po, &p2, err, sizeof err) != 0 ||
+      pipeline_load(p2, full, err, sizeof err) != 0)
+    die("resume", err);
+  const uint32_t *i5 = in + PSTEPS * PM * BT, *t5 = tg + PSTEPS * PM * BT;
+  double lp = pipe_step(p2, i5, t5, lr);
+  if (r == 0) {
+    double lr1 = ref_step(ref, i5, t5, lr);
+    printf("%s: resumed step %d: loss %.9g, one GPU %.9g\n", sn, PSTEPS + 1, lp,
+           lr1);
+    CHECK(fabs(lp - lr1) / lr1 < 1e-4, "%s: resumed loss %.9g vs %.9g", sn, lp,
+          lr1);
+  }
+  pipeline_destroy(p2);
+  pipeline_destroy(pl);
+  gpt_cuda_destroy(ref);
+  optim_destroy(full);
+  gpt_destroy(m);
+  gpt_destroy(ref_m);
+  free(in);
+  free(tg);
+}
+
+static int cmd_pipeline(void) {
+  char rdv[64] = "/tmp/gpt_cuda_check.XXXXXX";
+  comm *ctl = NULL, *nc = NULL;
+  if (zero_comms(&ctl, &nc, rdv) != 0)
+    return 77;
+  if (comm_size(ctl) != 2) {
+    printf("skip: pipeline needs 2 ranks (mpirun -np 2)\n");
+    return 77;
+  }
+  const char *pd = getenv("PIPE_DATA");
+  comm *data = pd && strcmp(pd, "mpi") == 0 ? ctl : nc;
+  printf("pipeline: streams over %s\n",
+         comm_backend_name(comm_backend_of(data)));
+  for (int sc = 0; sc < 2; sc++)
+    pipe_run(data, ctl, (pipeline_schedule)sc);
+  int r = comm_rank(ctl);
+  comm_destroy(nc);
+  comm_destroy(ctl);
+  if (rdv[0])
+    rmdir(rdv);
+  if (r == 0)
+    printf("%s\n", failures ? "pipeline: FAILED" : "pipeline: ok");
+  return failures ? 1 : 0;
+}
+
 /* What cmd_zero's checks share: the communicators, this rank's place,
  * the model's sizes, one GPU's run (ref), each stage's run of zsteps and
  * the directories of stage 2's and stage 3's checkpoints of step zmid. */
@@ -1807,7 +2180,7 @@ int main(int argc, char **argv) {
   }
   if (argc < 2) {
     fprintf(stderr, "usage: gpt_cuda_check available|step|recompute|oom|"
-                    "llama|llama-recompute|"
+                    "llama|llama-recompute|stages|pipeline|"
                     "logits MODEL_DIR IDS OUT\n");
     return 2;
   }
@@ -1844,6 +2217,10 @@ int main(int argc, char **argv) {
 #endif
   if (strcmp(argv[1], "llama") == 0)
     return cmd_llama();
+  if (strcmp(argv[1], "stages") == 0)
+    return cmd_stages();
+  if (strcmp(argv[1], "pipeline") == 0)
+    return cmd_pipeline();
   if (strcmp(argv[1], "llama-recompute") == 0) {
     test_cfg = llama_cfg(0);
     int rc = cmd_recompute();

@@ -14,10 +14,13 @@
 # - llama: step's checks on two Llama shapes (GQA 4 on 2 heads of 32 with
 #   an untied head; 4 on 1 of 24, the FP32 attention, tied), and two
 #   deterministic runs bitwise equal;
-# - llama-recompute: recompute's checks on the first Llama shape.
+# - llama-recompute: recompute's checks on the first Llama shape;
+# - stages: pipeline stages (gpt_cuda_set_stage) chained, 2 and 3 of a
+#   GPT-2 and 2 of each Llama shape, give the whole model's losses and
+#   gradients bitwise (a tied head's embeddings to float rounding).
 . "$(dirname "$0")/gpu_env.sh"
 
-for cmd in step recompute oom llama llama-recompute; do
+for cmd in step recompute oom llama llama-recompute stages; do
   "$GPU_CHECK" $cmd >"$T/$cmd.out" 2>&1 || fail "gpt_cuda_check $cmd:
 $(cat "$T/$cmd.out")"
   cat "$T/$cmd.out"

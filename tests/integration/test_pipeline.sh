@@ -33,7 +33,7 @@
 #   process resumes it).
 # - Refused at start with the numbers: world_size 3 with
 #   pipeline_parallel 2 (not a multiple), n_layer 3 with 2 stages, device:
-#   cuda, pipeline_parallel without a gang. (A Llama: test_llama_parallel.)
+#   cuda where no rank sees a GPU, pipeline_parallel without a gang. (A Llama: test_llama_parallel.)
 . "$(dirname "$0")/lib.sh"
 
 use_train_gang
@@ -198,7 +198,7 @@ gang_refused dp3 "world_size 3 is not a multiple of pipeline_parallel 2" \
   "$MODEL, pipeline_parallel: 2" 3
 gang_refused layers "pipeline_parallel 2 does not divide the model's 3 layers" \
   "${MODEL/n_layer: 4/n_layer: 3}, pipeline_parallel: 2"
-gang_refused cuda "pipeline_parallel 2 runs on CPU ranks without device: cuda" \
+gang_refused cuda "device: cuda in a gang of 2, but 0 of the 2 ranks see a usable GPU" \
   "$MODEL, pipeline_parallel: 2, device: cuda"
 printf 'dag: solo\ntasks:\n  train: {stage: train, with: {%s, pipeline_parallel: 2}}\n' "$MODEL" > solo.yaml
 run_dagrun run solo.yaml --plain

@@ -1,0 +1,265 @@
+/* The CUDA engine's side of a pipeline stage (pipeline_engine.h):
+ * gpt_cuda.h's stage passes over device memory, on device o->device.
+ * One gpt_cuda with an activation slot per micro-batch in flight; its
+ * master weights, BF16 copy, gradients and optimizer state cover the
+ * stage's ranges alone (gpt_cuda_options' pieces: range 0 at shard
+ * offset 0, the tied copy of group 0 after it), so a stage holds its
+ * part of the model, not all of it. The stream and its gradient are BF16
+ * (gpt_cuda.h says why).
+ * DAGRUN_PIPELINE_CUDA_GPU: this build has the CUDA engine; without it,
+ * pipe_cuda_create says so (at the end of the file). */
+#include "pipeline_engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef DAGRUN_PIPELINE_CUDA_GPU
+#include <cuda_runtime_api.h>
+
+#include "cuda/gpt_cuda.h"
+
+struct pipe_eng {
+  pipe_setup su;
+  gpt_cuda *g;
+  size_t local[2]; /* range r's offset in the shard */
+  size_t nm;       /* the shard's floats */
+  float *shard;    /* host: the shard's weights, on their way */
+  optim *hopt;     /* host: the shard's optimizer state, on its way */
+};
+
+static int cuda_fail(cudaError_t e, const char *what, char *err,
+                     size_t errlen) {
+  snprintf(err, errlen, "pipeline: %s: %s", what, cudaGetErrorString(e));
+  return -1;
+}
+
+static int sync_g(pipe_eng *e, char *err, size_t errlen) {
+  return gpt_cuda_synchronize(e->g, err, errlen);
+}
+
+static void cuda_destroy(pipe_eng *e) {
+  if (!e)
+    return;
+  gpt_cuda_destroy(e->g);
+  optim_destroy(e->hopt);
+  free(e->shard);
+  free(e);
+}
+
+static void *cuda_alloc(pipe_eng *e, size_t bytes) {
+  void *p = NULL;
+  if (cudaSetDevice(e->su.o->device) != cudaSuccess ||
+      cudaMalloc(&p, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return NULL;
+  }
+  return p;
+}
+static void cuda_free(pipe_eng *e, void *buf) {
+  if (buf)
+    cudaFree(buf);
+}
+static int cuda_copy(pipe_eng *e, void *dst, const void *src, size_t bytes,
+                     char *err, size_t errlen) {
+  cudaError_t ce = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                                   (cudaStream_t)gpt_cuda_stream(e->g));
+  if (ce != cudaSuccess)
+    return cuda_fail(ce, "copying the stream", err, errlen);
+  return sync_g(e, err, errlen);
+}
+static int cuda_zero_grad(pipe_eng *e, char *err, size_t errlen) {
+  return gpt_cuda_zero_grad(e->g, err, errlen);
+}
+/* The passes end synchronized: the received buffer they copied from may
+ * take the next message, and the bubble's busy time is the GPU's. */
+static int cuda_forward(pipe_eng *e, int slot, const uint32_t *inputs,
+                        const void *x, const uint32_t *targets, float *loss,
+                        char *err, size_t errlen) {
+  return gpt_cuda_set_slot(e->g, slot, err, errlen) != 0 ||
+                 gpt_cuda_forward_stage(e->g, inputs, x, targets, e->su.o->B,
+                                        e->su.o->T, targets ? loss : NULL, err,
+                                        errlen) != 0 ||
+                 sync_g(e, err, errlen) != 0
+             ? -1
+             : 0;
+}
+static int cuda_backward(pipe_eng *e, int slot, const void *dy, float scale,
+                         char *err, size_t errlen) {
+  return gpt_cuda_set_slot(e->g, slot, err, errlen) != 0 ||
+                 gpt_cuda_backward_stage(e->g, dy, scale, err, errlen) != 0 ||
+                 sync_g(e, err, errlen) != 0
+             ? -1
+             : 0;
+}
+static const void *cuda_output(pipe_eng *e, int slot) {
+  char err[256];
+  if (gpt_cuda_set_slot(e->g, slot, err, sizeof err) != 0)
+    return NULL;
+  return gpt_cuda_stage_output(e->g);
+}
+static const void *cuda_input_grad(pipe_eng *e, int slot) {
+  return gpt_cuda_stage_input_grad(e->g);
+}
+static float *cuda_grads(pipe_eng *e, int r) {
+  char err[256];
+  if (sync_g(e, err, sizeof err) != 0)
+    return NULL;
+  return gpt_cuda_grads_ptr(e->g) + e->local[r];
+}
+static int cuda_add(pipe_eng *e, int r, const float *src, size_t n, char *err,
+                    size_t errlen) {
+  return gpt_cuda_add_grads(e->g, e->local[r], src, n, err, errlen) != 0 ||
+                 sync_g(e, err, errlen) != 0
+             ? -1
+             : 0;
+}
+static int cuda_scale(pipe_eng *e, float s, char *err, size_t errlen) {
+  return gpt_cuda_scale_grads(e->g, s, err, errlen) != 0 ||
+                 sync_g(e, err, errlen) != 0
+             ? -1
+             : 0;
+}
+static int cuda_sumsq(pipe_eng *e, int r, double *ss, char *err,
+                      size_t errlen) {
+  return gpt_cuda_grad_sumsq(e->g, e->local[r], e->su.n[r], ss, err, errlen);
+}
+/* Clipping's scale goes into the next step's update (gpt_cuda_set_clip),
+ * not a pass over the gradients. */
+static int cuda_clip(pipe_eng *e, double norm, double max_norm, char *err,
+                     size_t errlen) {
+  gpt_cuda_set_clip(e->g, norm, max_norm);
+  return 0;
+}
+static int cuda_step(pipe_eng *e, float lr, char *err, size_t errlen) {
+  return gpt_cuda_step(e->g, lr, err, errlen);
+}
+static int cuda_pull(pipe_eng *e, float *params, float *state, uint64_t *t,
+                     char *err, size_t errlen) {
+  if (gpt_cuda_download_shard(e->g, e->shard, state ? e->hopt : NULL, err,
+                              errlen) != 0)
+    return -1;
+  size_t n = e->su.n[0], k = optim_state_floats_for(e->su.o->opt.kind, 1);
+  memcpy(params, e->shard, n * sizeof(float));
+  for (size_t j = 0; state && j < k; j++)
+    memcpy(state + j * n, optim_state(e->hopt) + j * e->nm, n * sizeof(float));
+  if (state)
+    *t = optim_get_t(e->hopt);
+  return 0;
+}
+/* The model's ranges into the shard's host copy; with full, its state
+ * and t into the host optimizer's; then both up. */
+static int cuda_push(pipe_eng *e, optim *full, char *err, size_t errlen) {
+  const float *mp = gpt_params(e->su.model);
+  size_t N = gpt_num_params(e->su.model);
+  size_t k = optim_state_floats_for(e->su.o->opt.kind, 1);
+  for (int r = 0; r < e->su.nrg; r++) {
+    size_t n = e->su.n[r], at = e->local[r];
+    memcpy(e->shard + at, mp + e->su.off[r], n * sizeof(float));
+    for (size_t j = 0; full && j < k; j++)
+      memcpy(optim_state(e->hopt) + j * e->nm + at,
+             optim_state(full) + j * N + e->su.off[r], n * sizeof(float));
+  }
+  if (full)
+    optim_set_t(e->hopt, optim_get_t(full));
+  return gpt_cuda_upload_shard(e->g, e->shard, full ? e->hopt : NULL, err,
+                               errlen);
+}
+static int cuda_load(pipe_eng *e, optim *full, char *err, size_t errlen) {
+  return cuda_push(e, full, err, errlen);
+}
+
+static const pipe_ops cuda_ops = {
+    .elem = 2, /* BF16 */
+    .destroy = cuda_destroy,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .copy = cuda_copy,
+    .zero_grad = cuda_zero_grad,
+    .forward = cuda_forward,
+    .backward = cuda_backward,
+    .output = cuda_output,
+    .input_grad = cuda_input_grad,
+    .grads = cuda_grads,
+    .add = cuda_add,
+    .scale = cuda_scale,
+    .sumsq = cuda_sumsq,
+    .clip = cuda_clip,
+    .step = cuda_step,
+    .pull = cuda_pull,
+    .load = cuda_load,
+};
+
+/* Each group the stage reaches, where it lies in the shard. */
+static void place_groups(pipe_eng *e) {
+  const pipe_setup *su = &e->su;
+  size_t ng = gpt_group_count(su->model);
+  char *params = gpt_cuda_params_ptr(e->g);
+  float *grads = gpt_cuda_grads_ptr(e->g);
+  for (size_t g = 0; g < ng; g++) {
+    size_t off, n;
+    gpt_group_range(su->model, g, &off, &n);
+    for (int r = su->nrg - 1; r >= 0; r--) {
+      /* The tied copy (range 1) is the one the last stage reads. */
+      if (off < su->off[r] || off >= su->off[r] + su->n[r])
+        continue;
+      size_t at = e->local[r] + (off - su->off[r]);
+      gpt_cuda_set_group_params(e->g, g, params + 2 * at);
+      gpt_cuda_set_group_grads(e->g, g, grads + at);
+      break;
+    }
+  }
+}
+
+int pipe_cuda_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,
+                     char *err, size_t errlen) {
+  *ops = &cuda_ops;
+  pipe_eng *e = calloc(1, sizeof *e);
+  *out = e;
+  if (!e) {
+    snprintf(err, errlen, "pipeline: out of memory");
+    return -1;
+  }
+  e->su = *su;
+  gpt_cuda_piece pc[2];
+  for (int r = 0; r < su->nrg; r++) {
+    e->local[r] = e->nm;
+    pc[r] = (gpt_cuda_piece){su->off[r], su->n[r], e->nm};
+    e->nm += su->n[r];
+  }
+  const pipeline_options *o = su->o;
+  gpt_cuda_options go = {.B = o->B,
+                         .T = o->T,
+                         .opt = o->opt,
+                         .recompute = o->recompute,
+                         .deterministic = o->deterministic,
+                         .device = o->device,
+                         .slots = su->nslots,
+                         .shard_n = e->nm,
+                         .pieces = pc,
+                         .npieces = (size_t)su->nrg};
+  optim_group whole = {0, e->nm, 0};
+  if (!(e->shard = malloc(e->nm * sizeof(float)))) {
+    snprintf(err, errlen, "pipeline: out of host memory for the shard");
+    return -1;
+  }
+  if (optim_create(&o->opt, e->nm, &whole, 1, &e->hopt, err, errlen) != 0 ||
+      gpt_cuda_create(su->model, &go, &e->g, err, errlen) != 0 ||
+      gpt_cuda_set_stage(e->g, su->first, su->last, err, errlen) != 0)
+    return -1;
+  place_groups(e);
+  return cuda_push(e, NULL, err, errlen);
+}
+
+#else
+
+int pipe_cuda_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,
+                     char *err, size_t errlen) {
+  *ops = NULL;
+  *out = NULL;
+  snprintf(err, errlen,
+           "pipeline: this build has no CUDA engine (built without CUDA)");
+  return -1;
+}
+
+#endif

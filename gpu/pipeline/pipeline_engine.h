@@ -1,0 +1,108 @@
+/*
+ * pipeline_engine: what a pipeline stage asks of the engine that runs
+ * its layers (internal to gpu/pipeline). pipeline.c has the schedules,
+ * the exchanges, the bubble, the data-parallel mean, the tied sum,
+ * clipping's norm, gather and load once, and calls one of these tables,
+ * chosen at pipeline_create: the CPU engine's (pipeline_cpu.c, gpt.h's
+ * stage passes over host floats) or the CUDA engine's (pipeline_cuda.c,
+ * gpt_cuda.h's, over device memory).
+ *
+ * Ranges: range 0 is the stage's own parameters (stage_range: its
+ * layers, the embeddings on the first stage, the final norm on the last;
+ * contiguous in the layout), range 1 (the last stage with a tied head)
+ * its copy of group 0. Their gradients are the engine's memory (device
+ * memory on the CUDA engine), handed to the comm layer as they are.
+ *
+ * Every int function returns 0, or -1 with err.
+ */
+#ifndef DAGRUN_PIPELINE_ENGINE_H
+#define DAGRUN_PIPELINE_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/gpt.h"
+#include "optim/optim.h"
+#include "pipeline.h"
+#include "zero/zslice.h"
+
+/* What an engine is made for. */
+typedef struct pipe_setup {
+  gpt *model; /* the host model (pipeline_create's) */
+  const pipeline_options *o;
+  int s, P, first, last; /* stage s of P: layers [first, last) */
+  int nslots;            /* micro-batches in flight */
+  size_t off[2], n[2];   /* the ranges: [off, off + n) of the layout */
+  int nrg;               /* 1, or 2 with the tied copy */
+  int zero; /* ZeRO (the CPU engine's only): pipeline.c keeps the slices'
+               optimizers; the engine keeps none (no step, no state) */
+} pipe_setup;
+
+typedef struct pipe_eng pipe_eng;
+
+typedef struct pipe_ops {
+  size_t elem; /* bytes of an element of the stream and its gradient */
+  void (*destroy)(pipe_eng *e);
+  /* A buffer of bytes for the stream (the engine's memory), or NULL. */
+  void *(*alloc)(pipe_eng *e, size_t bytes);
+  void (*free)(pipe_eng *e, void *buf);
+  /* dst = src (bytes), done when it returns: a send may read dst, and
+   * the slot src came from may run again. */
+  int (*copy)(pipe_eng *e, void *dst, const void *src, size_t bytes, char *err,
+              size_t errlen);
+  int (*zero_grad)(pipe_eng *e, char *err, size_t errlen);
+  /* The stage passes (gpt.h's, gpt_cuda.h's) on activation slot slot:
+   * inputs on the first stage, else x; targets and *loss on the last. */
+  int (*forward)(pipe_eng *e, int slot, const uint32_t *inputs, const void *x,
+                 const uint32_t *targets, float *loss, char *err,
+                 size_t errlen);
+  int (*backward)(pipe_eng *e, int slot, const void *dy, float scale, char *err,
+                  size_t errlen);
+  /* The slot's output, and its input's gradient after its backward,
+   * complete (the engine has finished writing them). */
+  const void *(*output)(pipe_eng *e, int slot);
+  const void *(*input_grad)(pipe_eng *e, int slot);
+  /* Range r's gradients, done being written (a collective may read and
+   * write them). */
+  float *(*grads)(pipe_eng *e, int r);
+  /* Range r's first n gradients = src + themselves (src: n floats of
+   * the engine's memory): the tied embeddings' two parts. */
+  int (*add)(pipe_eng *e, int r, const float *src, size_t n, char *err,
+             size_t errlen);
+  /* Every range's gradients times s. */
+  int (*scale)(pipe_eng *e, float s, char *err, size_t errlen);
+  /* Range r's sum of squares of its gradients. */
+  int (*sumsq)(pipe_eng *e, int r, double *ss, char *err, size_t errlen);
+  /* Clipping to max_norm (> 0) of a finite global norm: the next step's
+   * gradients times max_norm / (norm + 1e-6) where that is below 1
+   * (optim_clip_grad_norm's rule). */
+  int (*clip)(pipe_eng *e, double norm, double max_norm, char *err,
+              size_t errlen);
+  int (*step)(pipe_eng *e, float lr, char *err, size_t errlen);
+  /* Range 0's parameters (n[0] floats) into host params and, with state
+   * non-NULL, its optimizer state (k arrays of n[0] floats: AdamW m then
+   * v, Lion m) into state and the step count into *t. */
+  int (*pull)(pipe_eng *e, float *params, float *state, uint64_t *t, char *err,
+              size_t errlen);
+  /* After the host model and full (a one-process optimizer) were loaded:
+   * the ranges' parameters from the model, their state and t from full. */
+  int (*load)(pipe_eng *e, optim *full, char *err, size_t errlen);
+  /* What the activation slots allocate (NULL: not counted). */
+  uint64_t (*act_bytes)(pipe_eng *e);
+} pipe_ops;
+
+/* One optimizer over z's slice of the tensors in [off, off + n) of
+ * model (z over no group: the whole range). */
+int pipe_range_optim(gpt *model, size_t off, size_t n, const zslice *z,
+                     const optim_config *oc, optim **out, char *err,
+                     size_t errlen);
+
+/* The CPU engine (pipeline_cpu.c). */
+int pipe_cpu_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,
+                    char *err, size_t errlen);
+/* The CUDA engine on device su->o->device (pipeline_cuda.c); in a build
+ * without it, -1 saying so. */
+int pipe_cuda_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,
+                     char *err, size_t errlen);
+
+#endif /* DAGRUN_PIPELINE_ENGINE_H */
