@@ -89,7 +89,8 @@
  * whole model for tensor_gather.
  *
  * Not here (refused by tensor_check or the train stage): dropout, BF16
- * autocast, recomputation, GPUs.
+ * autocast, recomputation, GPUs (tensor_cuda.h is the CUDA engine's,
+ * over this layout).
  *
  * Every function but tensor_check, tensor_sizes, tensor_slots, tensor_memory,
  * tensor_step, tensor_load and tensor_destroy is collective over the tensor
