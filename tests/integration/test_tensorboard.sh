@@ -140,11 +140,15 @@ if prefix:
     got = got[:len(want)]
     want = want[:len(got)]
 assert len(got) == len(want), (len(got), len(want))
-for g, m in zip(got, want):
+for i, (g, m) in enumerate(zip(got, want)):
     tag, step, val, wall = g
     assert (tag, step) == (m["name"], m["step"]), (g, m)
     assert same(val, f32(m["value"])), (g, m)
-    assert abs(wall - m["time"]) < 1e-3, (g, m)
+    # After a kill, the last record dagrun wrote may have no line of its
+    # own: the orphaned worker appends that metric itself, at its own
+    # time (CI met 11 ms under ASan). Its tag, step and value still match.
+    if not (prefix and i == len(got) - 1):
+        assert abs(wall - m["time"]) < 1e-3, (g, m)
 zeros = sum(1 for g in got if g[2] == 0.0)
 if "--zeros" in sys.argv:
     assert zeros, "no scalar of exactly 0.0 to check"
