@@ -245,17 +245,29 @@ static void gather(trainrun *r, mploop *l, int opt) {
     mploop_abort(r, l, "gathering the model", err);
 }
 
-/* A one-process checkpoint of the gathered model, by rank 0. */
+/* A one-process checkpoint of the gathered model, by rank 0; 0 on every
+ * rank, or -1 on every rank (the task failed with rank 0's reason) when
+ * rank 0 could not write it. */
 static int save(trainrun *r, mploop *l) {
-  char err[2048];
+  char err[2048], why[2048] = "";
   gather(r, l, 1);
-  if (l->rank != 0)
-    return 0;
-  if (trainstate_save(r->ckpt_dir, &r->st, r->last_ckpt, sizeof r->last_ckpt,
-                      err, sizeof err) != 0) {
-    r->h->fail(r->ctx, "checkpoint: %s", err);
+  if (l->rank == 0 &&
+      trainstate_save(r->ckpt_dir, &r->st, r->last_ckpt, sizeof r->last_ckpt,
+                      why, sizeof why) != 0 &&
+      !why[0])
+    snprintf(why, sizeof why, "not written");
+  /* Rank 0's outcome to all: told nothing, the others would go on into
+   * the next step's collectives and wait there for rank 0 until the
+   * communicator's timeout (300 s); each fails with rank 0's words, so
+   * that whichever rank's exit the gang reports first says why. */
+  if (comm_broadcast(l->c, why, sizeof why, 0, err, sizeof err) != 0)
+    mploop_abort(r, l, "agreeing on the checkpoint", err);
+  if (why[0]) {
+    r->h->fail(r->ctx, "checkpoint: %s", why);
     return -1;
   }
+  if (l->rank != 0)
+    return 0;
   ckpt_prune(r->ckpt_dir, (int)r->c.keep);
   r->h->log(r->ctx, DAGRUN_LOG_INFO, "checkpoint step %lld: %s",
             (long long)r->st.step, r->last_ckpt);

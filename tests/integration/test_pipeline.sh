@@ -31,6 +31,8 @@
 #   from a pipeline's, all with one process's losses of steps 11-20.
 # - A timeout stops both ranks, which write a checkpoint first (one
 #   process resumes it).
+# - A checkpoint rank 0 cannot write fails the task at once on every
+#   rank, with rank 0's reason.
 # - Refused at start with the numbers: world_size 3 with
 #   pipeline_parallel 2 (not a multiple), n_layer 3 with 2 stages, device:
 #   cuda where no rank sees a GPU, pipeline_parallel without a gang. (A Llama: test_llama_parallel.)
@@ -193,6 +195,43 @@ printf 'dag: resto\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n'
 run_dagrun run resto.yaml --plain
 expect_rc 0
 expect_in "$(run_dir resto)/train/attempt-1/log" "resumed from $CK at step $STOP"
+
+# A checkpoint rank 0 cannot write (its directory replaced by a file
+# after the first one) fails the task at once with rank 0's reason, on
+# every rank: before, the other stage went on into the next step and
+# waited for rank 0 until the communicator's timeout (304 s measured).
+MCK=${MTO/steps: 100000/steps: 8}
+cat > ckbad.yaml <<Y
+dag: ckbad
+tasks:
+  train:
+    stage: train
+    world_size: 2
+    launcher: mpirun
+    env: {DAGRUN_TEST_LOADER_DELAY_MS: "300", OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1", LSAN_OPTIONS: "$LSAN_OPTIONS", ASAN_OPTIONS: "$ASAN_OPTIONS"}
+    with: {${MCK/checkpoint_every: 0/checkpoint_every: 1}, pipeline_parallel: 2}
+Y
+(
+  for _ in $(seq 3000); do
+    first=$(ls -d "$DAGRUN_RUNS_DIR"/ckbad/*/train/checkpoints/step-00000001 2>/dev/null || true)
+    if [ -n "$first" ]; then
+      dir=$(dirname "$first")
+      mv "$dir" "$dir.moved" && : > "$dir"
+      exit 0
+    fi
+    sleep 0.02
+  done
+) &
+SWAP=$!
+START=$(date +%s)
+run_dagrun run ckbad.yaml --plain
+wait "$SWAP"
+expect_rc 1
+[ $(($(date +%s) - START)) -lt 60 ] || fail "ckbad: the gang stopped only after $(($(date +%s) - START)) s"
+RC_DIR=$(run_dir ckbad)
+grep -qF "checkpoint: cannot create $RC_DIR/train/checkpoints: Not a directory" "$RC_DIR/run.json" ||
+  fail "ckbad: reason: $(grep reason "$RC_DIR/run.json")"
+[ -d "$RC_DIR/train/checkpoints.moved/step-00000001" ] || fail "ckbad: the first checkpoint is missing"
 
 gang_refused dp3 "world_size 3 is not a multiple of pipeline_parallel 2" \
   "$MODEL, pipeline_parallel: 2" 3
