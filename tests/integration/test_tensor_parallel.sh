@@ -41,7 +41,22 @@
 #   weights within the bounds above, and each other's losses; the
 #   zero_stage 1 run's checkpoint (the state's halves gathered to rank
 #   0) resumes as one process with its losses, and it resumes one
-#   process's; zero_stage 3 refused.
+#   process's.
+# - D=2 x T=2 at zero_stage 3 (FSDP: each rank keeps half of each group
+#   of its shards, a group gathered for its forward and again for its
+#   backward, its gradient reduce-scattered once final): the same bounds
+#   against one process and stage 1 (measured: losses 1.1e-7 apart,
+#   weights 3.4e-6 of the largest); the log's figures and summary.json's
+#   memory.ranks[] against the formula, below stage 2's (rank 0 alone
+#   keeps the whole model beside); its checkpoint resumes as one process
+#   and as D x T at zero_stage 1, and it resumes one process's, all with
+#   one process's losses of steps 11-20; with one layer beside the tied
+#   embedding the log says stage 3's peaks are no better than stage 2's.
+#   Without the micro-batches' sum into the slices, the gather of the
+#   parameters' slices for the checkpoint, the parameters' or the
+#   state's pieces taken on resume, a layer's release after its forward
+#   or the count of the gathered groups, a check fails. zero_stage 3
+#   beside pipeline stages is refused, saying why.
 # - The checkpoints are one process's: one process resumes the T=2 run's
 #   step-10 checkpoint and a T=2 run resumes one process's, both with one
 #   process's losses of steps 11-20; the T=2 run's final checkpoint is
