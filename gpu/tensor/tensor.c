@@ -391,9 +391,9 @@ static int make_groups(tensor_par *p, comm *dp) {
   return 0;
 }
 
-/* The parameters of zero_stage 3's slice from the shards' n floats
- * (in), or back (every rank's pieces gathered over dp): the groups'
- * pieces in turn. tmp: D smax floats. */
+/* zero_stage 3's slice (this rank's piece of each group in turn) of
+ * the shards' n floats (in); or back, every rank's pieces gathered over
+ * dp into out (n floats), through tmp (D smax floats). */
 static void z3_take(const tensor_par *p, const float *in, float *slice) {
   for (size_t g = 0; g < p->nzg; g++)
     zslice_take(&p->zg[g].z, in + p->zg[g].a, slice + p->zg[g].so);
@@ -617,7 +617,8 @@ int tensor_create(comm *c, gpt *model, const tensor_options *o,
              o->B, o->T);
     return -1;
   }
-  if (o->zero_stage == 3 && o->pp && comm_size(o->pp) > 1) {
+  if (o->zero_stage == 3 && o->pp && comm_size(o->pp) > 1 && o->dp &&
+      comm_size(o->dp) > 1) {
     snprintf(err, errlen,
              "tensor: zero_stage 3 beside %d pipeline stages (the stages "
              "keep every layer's shards whole: zero_stage 1 or 2)",

@@ -34,8 +34,8 @@ typedef struct zslice {
 } zslice;
 
 /* Whether a model-parallel engine (who, for the message) takes ZeRO
- * stage `stage` over its data-parallel group: 0, 1 or 2. 0, or -1 with
- * err. */
+ * stage `stage` over its data-parallel group: 0, 1 or 2 (tensor.h's
+ * stage 3 is its own: groups of zslices). 0, or -1 with err. */
 int zslice_check_stage(int stage, const char *who, char *err, size_t errlen);
 
 /* This rank's slice of n floats over c (NULL: one rank, the whole). */

@@ -135,7 +135,9 @@ _Noreturn void mploop_abort(trainrun *r, mploop *l, const char *what,
 int mploop_train(trainrun *r, mploop *l);
 
 /* The engine's memory (tensor_memory, pipeline_memory) in the log, one
- * line, on every rank that calls it. */
+ * line, on every rank that calls it; at zero_stage 3 with the
+ * parameters' most in a step, and a warning for each of the parameters'
+ * and gradients' most that is no better than stage 2's. */
 void mploop_log_memory(trainrun *r, mploop *l, const zslice_memory *m);
 
 /* Frees what mploop_open made (not the engine). */
