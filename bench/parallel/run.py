@@ -6,7 +6,7 @@ global batch in every layout, against one process.
 
 Layouts (world 4, oversubscribed where the machine has fewer cores):
 D=4 at zero_stage 0-3, P=2 x D=2 (1f1b, gpipe at zero_stage 0; 1f1b at
-1), P=4 (1f1b), and the T layouts (T=2 x D=2 at zero_stage 0-2, T=4,
+1), P=4 (1f1b), and the T layouts (T=2 x D=2 at zero_stage 0-3, T=4,
 T=2 x P=2 under 1f1b and gpipe) when the train stage has
 tensor_parallel; --quick: world 2, D=2 against P=2.
 
@@ -106,7 +106,7 @@ else:
     layouts += [("P=4 1f1b m=4", 4, "batch_size: 4, grad_accum: 4, pipeline_parallel: 4")]
     if HAVE_T:
         layouts += [(f"T=2xD=2 zero {z}", 4, f"batch_size: 8, grad_accum: 1, tensor_parallel: 2, zero_stage: {z}")
-                    for z in range(3)]
+                    for z in range(4)]
         layouts += [("T=4", 4, "batch_size: 16, grad_accum: 1, tensor_parallel: 4")]
         layouts += [(f"T=2xP=2 {s} m=4", 4, f"batch_size: 4, grad_accum: 4, tensor_parallel: 2, pipeline_parallel: 2, pipeline_schedule: {s}")
                     for s in ("1f1b", "gpipe")]

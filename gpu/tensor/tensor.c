@@ -26,6 +26,23 @@ typedef struct shard {
   int kind, blocks, decay;
 } shard;
 
+/* ZeRO-3's groups (tensor_options.zero_stage 3): the shards' floats cut
+ * into ranges, each gathered whole over the shard group at once, zero.c's
+ * stage 3 over the shards: the replicated tensors (Z3_REPL, kept whole
+ * through the step: small, and every layer and the head use them), the
+ * embedding's rows (Z3_EMB, the tied head's too), each layer's split
+ * tensors (Z3_LAYER + l), a Llama's untied head's (Z3_LAYER + n_layer). */
+enum { Z3_REPL, Z3_EMB, Z3_LAYER };
+
+/* One of them: [a, a + z.n) of the shards, its piece (z.S floats) at so
+ * in the rank's slice; while in use its gathered parameters (D S floats)
+ * and, in backward, its gradient. */
+typedef struct zgroup {
+  size_t a, so;
+  zslice z;
+  float *full, *grad;
+} zgroup;
+
 /* A layer's activations, kept from its forward for its backward. Sizes
  * for N = B*T positions, Cl = C/T, Fl = 4C/T, NHl = NH/T. A Llama's in
  * the same fields: ln1, ln1_rstd its RMSNorm's output and 1/rms, qkv
@@ -83,6 +100,18 @@ struct tensor_par {
   zslice zs;
   float *gsl;
   int stale;
+  /* ZeRO-3 (zero_stage 3, zgroup above): the nzg groups (NULL at the
+   * other stages), each tensor's gof[i]; params is then this rank's
+   * slice, S3 floats (piece d of every group in turn), grads stays NULL
+   * and gsl is the slice's gradient, each group's reduction added into
+   * it through spare (the largest piece). hg: the head's group. held,
+   * most: the bytes of the groups' parameters [0] and gradients [1] in
+   * use, now and at most (tensor_memory_get's in-step figures). */
+  zgroup *zg;
+  size_t nzg, *gof, S3, smax, hg;
+  float *spare; /* smax floats, in a step of micro-batches (micro > 1) */
+  int accum;    /* gsl holds this step's earlier micro-batches' */
+  uint64_t held[2], most[2];
   /* Pipeline stages (tensor_options.pp): stage s of P, layers [first,
    * last). */
   int s, P, first, last;
@@ -313,6 +342,158 @@ static tensor_layout layout_of(const tensor_par *p) {
   return (tensor_layout){p->sh, p->nsh, p->n, p->nrepl};
 }
 
+/* ---- ZeRO-3's groups ---- */
+
+/* Tensor i's group (Z3_*) in a model of L layers. */
+static size_t z3_group_of(const tensor_par *p, size_t i, int L) {
+  if (p->sh[i].kind == SPLIT_NONE)
+    return Z3_REPL;
+  if (i == 0)
+    return Z3_EMB;
+  if (i == p->ht)
+    return Z3_LAYER + (size_t)L; /* a Llama's untied head */
+  return Z3_LAYER + (p->llama ? (i - 1) / LLAMA_NLAYER_TENSORS
+                              : (i - 2) / GPT_NLAYER_TENSORS);
+}
+
+/* The groups over dp (zgroup): each one's range of the shards (the
+ * layout puts the replicated tensors first, then the split ones in the
+ * model's order, so a group's tensors are one range), its piece of it
+ * and where that lies in the slice. 0, or -1 out of memory. */
+static int make_groups(tensor_par *p, comm *dp) {
+  int L = gpt_get_config(p->model)->n_layer;
+  p->nzg = Z3_LAYER + (size_t)L + (p->ht != 0);
+  p->zg = calloc(p->nzg, sizeof *p->zg);
+  p->gof = calloc(p->nsh, sizeof *p->gof);
+  size_t *end = calloc(p->nzg, sizeof *end);
+  if (!p->zg || !p->gof || !end) {
+    free(end);
+    return -1;
+  }
+  for (size_t g = 0; g < p->nzg; g++)
+    p->zg[g].a = p->n;
+  for (size_t i = 0; i < p->nsh; i++) {
+    const shard *s = &p->sh[i];
+    size_t g = p->gof[i] = z3_group_of(p, i, L);
+    p->zg[g].a = s->loff < p->zg[g].a ? s->loff : p->zg[g].a;
+    if (s->loff + s->lrows * s->lcols > end[g])
+      end[g] = s->loff + s->lrows * s->lcols;
+  }
+  for (size_t g = 0; g < p->nzg; g++) {
+    zgroup *z = &p->zg[g];
+    zslice_init(&z->z, dp, end[g] - z->a);
+    z->so = p->S3;
+    p->S3 += z->z.S;
+    p->smax = z->z.S > p->smax ? z->z.S : p->smax;
+  }
+  free(end);
+  p->hg = p->gof[p->ht];
+  return 0;
+}
+
+/* zero_stage 3's slice (this rank's piece of each group in turn) of
+ * the shards' n floats (in); or back, every rank's pieces gathered over
+ * dp into out (n floats), through tmp (D smax floats). */
+static void z3_take(const tensor_par *p, const float *in, float *slice) {
+  for (size_t g = 0; g < p->nzg; g++)
+    zslice_take(&p->zg[g].z, in + p->zg[g].a, slice + p->zg[g].so);
+}
+static int z3_gather(tensor_par *p, const float *slice, float *out, float *tmp,
+                     char *err, size_t errlen) {
+  int rc = 0;
+  for (size_t g = 0; g < p->nzg && rc == 0; g++) {
+    zgroup *z = &p->zg[g];
+    rc = zslice_gather_to(&z->z, slice + z->so, out + z->a, tmp, err, errlen);
+  }
+  return rc;
+}
+
+/* Rank r's shards of full (the model's layout) into the rank's
+ * parameters: its shard array, or at zero_stage 3 its slice of it. 0,
+ * or -1 out of memory. */
+static int take_params(tensor_par *p, const float *full) {
+  tensor_layout l = layout_of(p);
+  if (!p->zg) {
+    tensor_layout_take(&l, p->r, full, p->params);
+    return 0;
+  }
+  float *loc = malloc(p->n * sizeof(float));
+  if (!loc)
+    return -1;
+  tensor_layout_take(&l, p->r, full, loc);
+  z3_take(p, loc, p->params);
+  free(loc);
+  return 0;
+}
+
+/* The counts of the groups' buffers in use: kind 0 parameters, 1
+ * gradients, bytes added (or, negative, freed). */
+static void z3_count(tensor_par *p, int kind, int64_t bytes) {
+  p->held[kind] = (uint64_t)((int64_t)p->held[kind] + bytes);
+  if (p->held[kind] > p->most[kind])
+    p->most[kind] = p->held[kind];
+}
+
+/* zero_stage 3: group g's parameters gathered whole for the pass about
+ * to use them (a no-op where they are, and at the other stages). */
+static int group_use(tensor_par *p, size_t g, char *err, size_t errlen) {
+  if (!p->zg || p->zg[g].full)
+    return 0;
+  zgroup *z = &p->zg[g];
+  size_t DS = (size_t)z->z.D * z->z.S;
+  if (!(z->full = malloc(DS * sizeof(float)))) {
+    snprintf(err, errlen, "tensor: out of memory gathering a group");
+    return -1;
+  }
+  z3_count(p, 0, 4 * (int64_t)DS);
+  memcpy(z->full + z->z.lo, p->params + z->so, z->z.S * sizeof(float));
+  return zslice_gather(&z->z, z->full, err, errlen);
+}
+
+/* Group g's gathered parameters released (a no-op without them). */
+static void group_drop(tensor_par *p, size_t g) {
+  if (!p->zg || !p->zg[g].full)
+    return;
+  zgroup *z = &p->zg[g];
+  free(z->full);
+  z->full = NULL;
+  z3_count(p, 0, -4 * (int64_t)((size_t)z->z.D * z->z.S));
+}
+
+/* zero_stage 3: group g's gradient, zeroed, for the backward about to
+ * add into it (a no-op where it is, and at the other stages). */
+static int grad_use(tensor_par *p, size_t g, char *err, size_t errlen) {
+  if (!p->zg || p->zg[g].grad)
+    return 0;
+  zgroup *z = &p->zg[g];
+  size_t DS = (size_t)z->z.D * z->z.S;
+  if (!(z->grad = calloc(DS, sizeof(float)))) {
+    snprintf(err, errlen, "tensor: out of memory for a group's gradient");
+    return -1;
+  }
+  z3_count(p, 1, 4 * (int64_t)DS);
+  return 0;
+}
+
+/* Group g's gradient final for this micro-batch (zero_stage 3; a no-op
+ * else): reduce-scattered over dp, this rank's piece of the mean into
+ * the slice's gradient (added after the step's first micro-batch), the
+ * buffer released. */
+static int grad_done(tensor_par *p, size_t g, char *err, size_t errlen) {
+  if (!p->zg || !p->zg[g].grad)
+    return 0;
+  zgroup *z = &p->zg[g];
+  float inv = 1.0f / (float)z->z.D, *to = p->gsl + z->so;
+  int rc =
+      zslice_reduce(&z->z, z->grad, p->accum ? p->spare : to, inv, err, errlen);
+  for (size_t i = 0; rc == 0 && p->accum && i < z->z.S; i++)
+    to[i] += p->spare[i];
+  free(z->grad);
+  z->grad = NULL;
+  z3_count(p, 1, -4 * (int64_t)((size_t)z->z.D * z->z.S));
+  return rc;
+}
+
 /* The optimizer over the shards, a group each (their decay flags). */
 static int make_optim(tensor_par *p, char *err, size_t errlen) {
   optim_group *g = calloc(p->nsh, sizeof *g);
@@ -327,7 +508,22 @@ static int make_optim(tensor_par *p, char *err, size_t errlen) {
       if ((p->sh[i].kind != SPLIT_NONE) == pass)
         g[k++] = (optim_group){p->sh[i].loff, p->sh[i].lrows * p->sh[i].lcols,
                                p->sh[i].decay};
-  int rc = zslice_optim(&p->zs, &p->o.opt, g, k, &p->opt, err, errlen);
+  int rc = -1;
+  optim_group *cut = p->zg ? calloc(p->nzg * (k + 1), sizeof *cut) : NULL;
+  if (!p->zg) {
+    rc = zslice_optim(&p->zs, &p->o.opt, g, k, &p->opt, err, errlen);
+  } else if (!cut) {
+    snprintf(err, errlen, "tensor: out of memory");
+  } else {
+    /* zero_stage 3: each group's piece, at its place in the slice. */
+    size_t nc = 0;
+    for (size_t i = 0; i < p->nzg; i++) {
+      const zgroup *z = &p->zg[i];
+      nc += zslice_cut(g, k, z->a + z->z.lo, z->z.own, z->so, z->z.S, cut + nc);
+    }
+    rc = optim_create(&p->o.opt, p->S3, cut, nc, &p->opt, err, errlen);
+  }
+  free(cut);
   free(g);
   return rc;
 }
@@ -421,7 +617,16 @@ int tensor_create(comm *c, gpt *model, const tensor_options *o,
              o->B, o->T);
     return -1;
   }
-  if (zslice_check_stage(o->zero_stage, "tensor", err, errlen) != 0)
+  if (o->zero_stage == 3 && o->pp && comm_size(o->pp) > 1 && o->dp &&
+      comm_size(o->dp) > 1) {
+    snprintf(err, errlen,
+             "tensor: zero_stage 3 beside %d pipeline stages (the stages "
+             "keep every layer's shards whole: zero_stage 1 or 2)",
+             comm_size(o->pp));
+    return -1;
+  }
+  if (o->zero_stage != 3 &&
+      zslice_check_stage(o->zero_stage, "tensor", err, errlen) != 0)
     return -1;
   tensor_par *p = calloc(1, sizeof *p);
   if (!p) {
@@ -464,23 +669,23 @@ int tensor_create(comm *c, gpt *model, const tensor_options *o,
   p->nslots = pipeline_schedule_ops(p->P > 1 ? o->schedule : PIPELINE_1F1B,
                                     p->P, p->s, o->micro, p->ops);
   int zs = o->zero_stage > 0 && o->dp && comm_size(o->dp) > 1;
+  int z3 = zs && o->zero_stage == 3;
   if (!zs)
     p->o.zero_stage = 0; /* one replica: nothing to shard over */
-  if (make_shards(p) == 0)
-    zslice_init(&p->zs, zs ? o->dp : NULL, p->n);
-  size_t DS = (size_t)p->zs.D * p->zs.S;
-  if (!p->sh || !(p->params = calloc(DS, sizeof(float))) ||
+  /* Stages 1-2 slice the shards' array (zs); 3 slices each group. */
+  int ok = make_shards(p) == 0 && (!z3 || make_groups(p, o->dp) == 0);
+  zslice_init(&p->zs, zs && !z3 ? o->dp : NULL, p->n);
+  size_t DS = (size_t)p->zs.D * p->zs.S, S = z3 ? p->S3 : p->zs.S;
+  if (!ok || !(p->params = calloc(z3 ? S : DS, sizeof(float))) ||
       (p->o.zero_stage < 2 && !(p->grads = calloc(DS, sizeof(float)))) ||
-      (zs && !(p->gsl = calloc(p->zs.S, sizeof(float)))) ||
-      make_slots(p) != 0) {
+      (zs && !(p->gsl = calloc(S, sizeof(float)))) || make_slots(p) != 0 ||
+      take_params(p, gpt_params(model)) != 0) {
     snprintf(err, errlen, "tensor: out of memory for the shards of B=%d T=%d",
              o->B, o->T);
     return -1;
   }
   if (p->llama)
     llama_cpu_rope_tables(p->cos, p->sin, 0, o->T, p->hs, cfg->rope_theta);
-  tensor_layout l = layout_of(p);
-  tensor_layout_take(&l, p->r, gpt_params(model), p->params);
   return make_optim(p, err, errlen);
 }
 
@@ -492,6 +697,13 @@ void tensor_destroy(tensor_par *p) {
     free(p->slots[k].la);
   free(p->slots);
   free(p->ops);
+  for (size_t g = 0; p->zg && g < p->nzg; g++) {
+    free(p->zg[g].full);
+    free(p->zg[g].grad);
+  }
+  free(p->zg);
+  free(p->gof);
+  free(p->spare);
   free(p->sh);
   free(p->params);
   free(p->grads);
@@ -507,24 +719,75 @@ void tensor_sizes(const tensor_par *p, size_t *local, size_t *full) {
 
 int tensor_slots(const tensor_par *p) { return p->nslots; }
 
+/* A group's gathered bytes (D S floats). */
+static uint64_t z3_bytes(const tensor_par *p, size_t g) {
+  return 4 * (uint64_t)p->zg[g].z.D * p->zg[g].z.S;
+}
+
+/* zero_stage 3's bytes: between steps the slices of the parameters and
+ * of their gradient; in a step beside them, the groups' in use at most
+ * (group_use, grad_use): of the parameters, the replicated tensors'
+ * through the step and one group else (a layer's in each pass, the
+ * head's from its forward to its backward); of the gradients, from the
+ * head's backward, the replicated tensors', and a layer's at a time
+ * beside a tied embedding's (kept to the lookup's backward), or an
+ * untied head's, a layer's and the embedding's in turn; and with
+ * micro-batches the spare. */
+static void z3_memory(const tensor_par *p, zslice_memory *m) {
+  uint64_t one = 0, layer = 0, rep = z3_bytes(p, Z3_REPL);
+  uint64_t emb = z3_bytes(p, Z3_EMB), head = z3_bytes(p, p->hg);
+  for (size_t g = Z3_EMB; g < p->nzg; g++) {
+    uint64_t b = z3_bytes(p, g);
+    one = b > one ? b : one;
+    if (g >= Z3_LAYER && g != p->hg)
+      layer = b > layer ? b : layer;
+  }
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+  uint64_t most = p->hg == Z3_EMB ? emb + layer : MAX(MAX(head, layer), emb);
+#undef MAX
+  m->params = m->grads = 4 * (uint64_t)p->S3;
+  m->peak_params = m->params + rep + one;
+  m->peak_grads = m->grads + rep + most +
+                  (p->o.micro > 1 ? 4 * (uint64_t)p->smax : 0); /* spare */
+}
+
 void tensor_memory(const tensor_par *p, zslice_memory *m) {
   uint64_t DS = (uint64_t)p->zs.D * p->zs.S * 4, sl = p->gsl ? p->zs.S * 4 : 0;
-  m->params = DS;
+  m->params = m->peak_params = DS;
   m->grads = (p->grads ? DS : 0) + sl;
   m->optim = (uint64_t)optim_state_floats(p->opt) * 4;
   m->peak_grads = DS + sl;
+  if (p->zg)
+    z3_memory(p, m);
+  /* zero_stage 2 over the same group: the shards whole, their gradient
+   * in the step beside its slice. */
+  uint64_t D = p->o.dp ? (uint64_t)comm_size(p->o.dp) : 1;
+  uint64_t S2 = (p->n + D - 1) / D;
+  m->stage2_params = 4 * D * S2;
+  m->stage2_grads = 4 * (D * S2 + (D > 1 ? S2 : 0));
 }
 
 /* ---- The passes ---- */
 
+/* Tensor i's shard: its parameters and gradients (at zero_stage 3 in
+ * its group's buffers, which group_use and grad_use made). */
+static float *par(tensor_par *p, size_t i) {
+  if (!p->zg)
+    return p->params + p->sh[i].loff;
+  const zgroup *z = &p->zg[p->gof[i]];
+  return z->full + (p->sh[i].loff - z->a);
+}
+static float *grd(tensor_par *p, size_t i) {
+  if (!p->zg)
+    return p->grads + p->sh[i].loff;
+  const zgroup *z = &p->zg[p->gof[i]];
+  return z->grad + (p->sh[i].loff - z->a);
+}
+
 /* The shard of tensor k of layer l (gpt_impl.h's GPT_*): parameters
  * and gradients. */
-static float *lp(tensor_par *p, int l, int k) {
-  return p->params + p->sh[gpt_ti(l, k)].loff;
-}
-static float *lg(tensor_par *p, int l, int k) {
-  return p->grads + p->sh[gpt_ti(l, k)].loff;
-}
+static float *lp(tensor_par *p, int l, int k) { return par(p, gpt_ti(l, k)); }
+static float *lg(tensor_par *p, int l, int k) { return grd(p, gpt_ti(l, k)); }
 
 /* A sum over the group, in place. */
 static int allreduce(tensor_par *p, float *x, size_t n, char *err,
@@ -538,8 +801,8 @@ static int allreduce(tensor_par *p, float *x, size_t n, char *err,
  * stream is one process's to the bit. */
 static int embed(tensor_par *p, slot *a, int N, int T, char *err,
                  size_t errlen) {
-  const float *wte = p->params + p->sh[0].loff;
-  const float *wpe = p->params + p->sh[1].loff;
+  const float *wte = par(p, 0);
+  const float *wpe = p->llama ? NULL : par(p, 1);
   int C = p->C;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
@@ -565,7 +828,7 @@ static int embed(tensor_par *p, slot *a, int N, int T, char *err,
  * += summed over the batch (each thread its channels, the positions in
  * order, as gpt_cpu_encoder_backward adds them). */
 static void embed_backward(tensor_par *p, const slot *a, int B, int T) {
-  float *dwte = p->grads + p->sh[0].loff, *dwpe = p->grads + p->sh[1].loff;
+  float *dwte = grd(p, 0), *dwpe = p->llama ? NULL : grd(p, 1);
   int C = p->C, N = B * T;
 #pragma omp parallel for schedule(static)
   for (int c0 = 0; c0 < C; c0 += 16) {
@@ -637,10 +900,10 @@ static int layer_forward(tensor_par *p, slot *sl, int l, const float *res,
 /* A Llama's layer tensor k (LLAMA_*) of layer l: parameters and
  * gradients. */
 static float *llp(tensor_par *p, int l, int k) {
-  return p->params + p->sh[llama_ti(l, k)].loff;
+  return par(p, llama_ti(l, k));
 }
 static float *llg(tensor_par *p, int l, int k) {
-  return p->grads + p->sh[llama_ti(l, k)].loff;
+  return grd(p, llama_ti(l, k));
 }
 
 /* A Llama's row-split product back onto the stream: out (N,C) = res +
@@ -823,23 +1086,24 @@ static int head(tensor_par *p, slot *a, const float *res,
   int N = p->o.B * p->o.T, C = p->C;
   size_t lf = p->nf;
   if (p->llama)
-    llama_cpu_rmsnorm(a->lnf, a->lnf_rstd, res, p->params + p->sh[lf].loff, N,
-                      C, gpt_get_config(p->model)->norm_eps);
+    llama_cpu_rmsnorm(a->lnf, a->lnf_rstd, res, par(p, lf), N, C,
+                      gpt_get_config(p->model)->norm_eps);
   else
-    gpt_cpu_layernorm(a->lnf, a->lnf_mean, a->lnf_rstd, res,
-                      p->params + p->sh[lf].loff,
-                      p->params + p->sh[lf + 1].loff, N, C);
+    gpt_cpu_layernorm(a->lnf, a->lnf_mean, a->lnf_rstd, res, par(p, lf),
+                      par(p, lf + 1), N, C);
   /* lnf (N,C), this rank's head rows (Vv,C) -> logits (N,Vv) */
   if (p->Vv > 0)
-    cpu_gemm(0, 1, N, p->Vv, C, 1.0f, a->lnf, C, p->params + p->sh[p->ht].loff,
-             C, 0.0f, a->logits, p->Vl);
+    cpu_gemm(0, 1, N, p->Vv, C, 1.0f, a->lnf, C, par(p, p->ht), C, 0.0f,
+             a->logits, p->Vl);
   return crossentropy(p, a, targets, N, loss, err, errlen);
 }
 
 /* One micro-batch's forward of the stage's layers into slot a: from
  * inputs (B,T) on the first stage, else from the stream the stage
  * before sends; to the loss (targets (B,T)) into *loss on the last,
- * else the stream sent on. */
+ * else the stream sent on. At zero_stage 3 each group is gathered for
+ * its use and released after it, but the head's, which its backward
+ * uses next. */
 static int forward(tensor_par *p, slot *a, const uint32_t *inputs,
                    const uint32_t *targets, float *loss, char *err,
                    size_t errlen) {
@@ -848,20 +1112,26 @@ static int forward(tensor_par *p, slot *a, const uint32_t *inputs,
     return -1;
   if (p->s == 0) {
     memcpy(a->ids, inputs, (size_t)N * sizeof *a->ids);
-    if (embed(p, a, N, T, err, errlen) != 0)
+    if (group_use(p, Z3_EMB, err, errlen) != 0 ||
+        embed(p, a, N, T, err, errlen) != 0)
       return -1;
+    group_drop(p, Z3_EMB);
   } else if (stream_recv(p, a->encoded, p->s - 1, err, errlen) != 0) {
     return -1;
   }
   const float *res = a->encoded;
   for (int l = p->first; l < p->last; l++) {
-    if ((p->llama ? llama_layer_forward : layer_forward)(p, a, l, res, B, T,
+    if (group_use(p, Z3_LAYER + (size_t)l, err, errlen) != 0 ||
+        (p->llama ? llama_layer_forward : layer_forward)(p, a, l, res, B, T,
                                                          err, errlen) != 0)
       return -1;
+    group_drop(p, Z3_LAYER + (size_t)l);
     res = a->la[l].res3;
   }
   if (p->s < p->P - 1)
     return stream_send(p, a, res, p->s + 1, err, errlen);
+  if (group_use(p, p->hg, err, errlen) != 0)
+    return -1;
   return head(p, a, res, targets, loss, err, errlen);
 }
 
@@ -883,8 +1153,7 @@ static int head_backward(tensor_par *p, slot *a, const uint32_t *targets,
   }
   /* dlogits (N,Vv) -> dbuf (N,C) = dlogits wte, summed (f); dwte +=
    * dlogits^T lnf */
-  float *wte = p->params + p->sh[p->ht].loff;
-  float *dwte = p->grads + p->sh[p->ht].loff;
+  float *wte = par(p, p->ht), *dwte = grd(p, p->ht);
   if (p->Vv > 0) {
     cpu_gemm(0, 0, N, C, p->Vv, 1.0f, a->logits, Vl, wte, C, 0.0f, p->dbuf, C);
     cpu_gemm(1, 0, p->Vv, C, N, 1.0f, a->logits, Vl, a->lnf, C, 1.0f, dwte, C);
@@ -896,15 +1165,14 @@ static int head_backward(tensor_par *p, slot *a, const uint32_t *targets,
   memset(p->dres, 0, (size_t)N * C * sizeof(float));
   size_t lf = p->nf;
   if (p->llama) {
-    llama_cpu_rmsnorm_backward(p->dres, p->grads + p->sh[lf].loff, p->dbuf,
-                               a->la[p->last - 1].res3,
-                               p->params + p->sh[lf].loff, a->lnf_rstd, N, C);
+    llama_cpu_rmsnorm_backward(p->dres, grd(p, lf), p->dbuf,
+                               a->la[p->last - 1].res3, par(p, lf), a->lnf_rstd,
+                               N, C);
     return 0;
   }
-  gpt_cpu_layernorm_backward(
-      p->dres, p->grads + p->sh[lf].loff, p->grads + p->sh[lf + 1].loff,
-      p->dbuf, a->la[p->last - 1].res3, p->params + p->sh[lf].loff, a->lnf_mean,
-      a->lnf_rstd, N, C);
+  gpt_cpu_layernorm_backward(p->dres, grd(p, lf), grd(p, lf + 1), p->dbuf,
+                             a->la[p->last - 1].res3, par(p, lf), a->lnf_mean,
+                             a->lnf_rstd, N, C);
   return 0;
 }
 
@@ -949,27 +1217,49 @@ static int layer_backward(tensor_par *p, const slot *sl, int l,
 /* The backward of slot a's forward: adds d(scale * loss)/d(shards) of
  * the stage's tensors into the gradients, from the loss on the last
  * stage, else from the gradient the stage after sends; the input's
- * gradient is sent back, or on the first stage goes to the embeddings. */
+ * gradient is sent back, or on the first stage goes to the embeddings.
+ * At zero_stage 3 (no stages) each group is gathered again for its
+ * backward and released after it, and its gradient, once final, goes
+ * to the slices (grad_done): a layer's after its backward, an untied
+ * head's after the head's, the embedding's and the replicated tensors'
+ * (every layer adds into these) after the lookup's. */
 static int backward(tensor_par *p, slot *a, const uint32_t *targets,
                     float scale, char *err, size_t errlen) {
   int B = p->o.B, T = p->o.T;
   if (p->s == p->P - 1) {
-    if (head_backward(p, a, targets, scale, err, errlen) != 0)
+    if (grad_use(p, Z3_REPL, err, errlen) != 0 ||
+        grad_use(p, p->hg, err, errlen) != 0 ||
+        head_backward(p, a, targets, scale, err, errlen) != 0)
+      return -1;
+    group_drop(p, p->hg);
+    if (p->hg != Z3_EMB && grad_done(p, p->hg, err, errlen) != 0)
       return -1;
   } else if (stream_recv(p, p->dres, p->s + 1, err, errlen) != 0) {
     return -1;
   }
-  for (int l = p->last - 1; l >= p->first; l--)
-    if ((p->llama ? llama_layer_backward : layer_backward)(
+  for (int l = p->last - 1; l >= p->first; l--) {
+    size_t g = Z3_LAYER + (size_t)l;
+    if (group_use(p, g, err, errlen) != 0 || grad_use(p, g, err, errlen) != 0 ||
+        (p->llama ? llama_layer_backward : layer_backward)(
             p, a, l, l > p->first ? a->la[l - 1].res3 : a->encoded, B, T, err,
             errlen) != 0)
       return -1;
+    group_drop(p, g);
+    if (grad_done(p, g, err, errlen) != 0)
+      return -1;
+  }
   if (p->s > 0) {
     /* encoded is this micro-batch's no more: the gradient goes from it */
     memcpy(a->encoded, p->dres, (size_t)B * T * p->C * sizeof(float));
     return stream_send(p, a, a->encoded, p->s - 1, err, errlen);
   }
+  if (grad_use(p, Z3_EMB, err, errlen) != 0)
+    return -1;
   embed_backward(p, a, B, T);
+  if (grad_done(p, Z3_EMB, err, errlen) != 0 ||
+      grad_done(p, Z3_REPL, err, errlen) != 0)
+    return -1;
+  p->accum = 1; /* the next micro-batch's add into gsl */
   return 0;
 }
 
@@ -983,7 +1273,12 @@ static int dp_mean(tensor_par *p, char *err, size_t errlen) {
   int D = dp ? comm_size(dp) : 1;
   float inv = 1.0f / (float)D, *g = p->grads;
   size_t nr = p->nrepl;
-  if (p->zs.D > 1) {
+  if (p->zg) {
+    /* zero_stage 3: reduced group by group in backward; the replicated
+     * tensors' piece leads the slice. */
+    g = p->gsl;
+    nr = p->zg[Z3_REPL].z.own;
+  } else if (p->zs.D > 1) {
     if (zslice_reduce(&p->zs, p->grads, p->gsl, inv, err, errlen) != 0)
       return -1;
     if (p->o.zero_stage == 2) {
@@ -1041,12 +1336,26 @@ int tensor_forward_backward(tensor_par *p, const uint32_t *inputs,
   float scale = 1.0f / (float)m;
   if (make_whole(p, err, errlen) != 0)
     return -1;
-  if (!p->grads &&
-      !(p->grads = calloc((size_t)p->zs.D * p->zs.S, sizeof(float)))) {
+  if (p->zg) {
+    /* zero_stage 3: the replicated tensors whole for the step (they are
+     * small, and every layer uses them); the gradients go to gsl. */
+    p->accum = 0;
+    if (p->o.micro > 1) {
+      if (!(p->spare = malloc(p->smax * sizeof(float)))) {
+        snprintf(err, errlen, "tensor: out of memory for the gradients");
+        return -1;
+      }
+      z3_count(p, 1, 4 * (int64_t)p->smax);
+    }
+    if (group_use(p, Z3_REPL, err, errlen) != 0)
+      return -1;
+  } else if (!p->grads &&
+             !(p->grads = calloc((size_t)p->zs.D * p->zs.S, sizeof(float)))) {
     snprintf(err, errlen, "tensor: out of memory for the gradients");
     return -1;
   }
-  memset(p->grads, 0, p->n * sizeof(float));
+  if (p->grads)
+    memset(p->grads, 0, p->n * sizeof(float));
   *loss = 0;
   int nb = cpu_blas_threads_begin();
   /* Alone: each micro-batch's forward and backward in turn, in one slot.
@@ -1067,6 +1376,12 @@ int tensor_forward_backward(tensor_par *p, const uint32_t *inputs,
   }
   for (int k = 0; k < p->nslots && rc == 0 && p->P > 1; k++)
     rc = slot_wait(p, &p->slots[k], err, errlen);
+  group_drop(p, Z3_REPL);
+  if (p->spare) {
+    free(p->spare);
+    p->spare = NULL;
+    z3_count(p, 1, -4 * (int64_t)p->smax);
+  }
   cpu_blas_threads_end(nb);
   return rc == 0 ? reduce_step(p, loss, err, errlen) : -1;
 }
@@ -1075,15 +1390,19 @@ int tensor_clip_grad_norm(tensor_par *p, double max_norm, double *norm,
                           char *err, size_t errlen) {
   /* This rank's gradients: its slice of the shards' with ZeRO (from
    * flat index lo), else all of them. */
-  int z = p->zs.D > 1;
+  int z = p->zs.D > 1 || p->zg;
   float *g = z ? p->gsl : p->grads;
   size_t lo = z ? p->zs.lo : 0, n = z ? p->zs.own : p->n;
   size_t from = p->r == 0 || p->nrepl <= lo ? 0 : p->nrepl - lo;
+  if (p->zg) { /* the slice, led by the replicated tensors' piece */
+    n = p->S3;
+    from = p->r == 0 ? 0 : p->zg[Z3_REPL].z.own;
+  }
   double sumsq = 0;
   for (size_t i = from; i < n; i++)
     sumsq += (double)g[i] * g[i];
   if (comm_allreduce_sum_double(p->c, &sumsq, err, errlen) != 0 ||
-      (z && comm_allreduce_sum_double(p->zs.c, &sumsq, err, errlen) != 0))
+      (z && comm_allreduce_sum_double(p->o.dp, &sumsq, err, errlen) != 0))
     return -1;
   *norm = sqrt(sumsq);
   /* optim_clip_grad_norm's rule, on every rank's shards alike. */
@@ -1097,6 +1416,10 @@ int tensor_clip_grad_norm(tensor_par *p, double max_norm, double *norm,
 }
 
 void tensor_step(tensor_par *p, float lr) {
+  if (p->zg) { /* the slice; the next step gathers the groups */
+    optim_step(p->opt, p->params, p->gsl, lr);
+    return;
+  }
   if (p->zs.D == 1) {
     optim_step(p->opt, p->params, p->grads, lr);
     return;
@@ -1121,25 +1444,51 @@ static void place(tensor_par *p, int r, float *buf, float *fs, size_t k) {
     tensor_layout_place(&l, r, buf + (1 + j) * p->n, fs + j * N);
 }
 
+/* This rank's shards (n floats) and, with k, their optimizer state (k
+ * arrays of n) into buf, gathered over dp where they are sliced (the
+ * state at zero_stage 1-2, everything at 3). Collective over dp there. */
+static int collect(tensor_par *p, size_t k, float *buf, char *err,
+                   size_t errlen) {
+  size_t n = p->n;
+  if (!p->zg) {
+    memcpy(buf, p->params, n * sizeof(float));
+    return k ? zslice_state_gather(&p->zs, p->opt, buf + n, err, errlen) : 0;
+  }
+  float *tmp = malloc((size_t)p->zg[0].z.D * p->smax * sizeof(float));
+  if (!tmp) {
+    snprintf(err, errlen, "tensor: out of memory gathering the slices");
+    return -1;
+  }
+  int rc = 0;
+  for (size_t j = 0; j <= k && rc == 0; j++)
+    rc =
+        z3_gather(p, j == 0 ? p->params : optim_state(p->opt) + (j - 1) * p->S3,
+                  buf + j * n, tmp, err, errlen);
+  free(tmp);
+  return rc;
+}
+
 int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
                   size_t errlen) {
   /* The first stage's group has every shard, as this one; replica 0's
-   * has the whole state once its group gathered the ZeRO slices. */
+   * has the whole state once its group gathered the ZeRO slices, and at
+   * zero_stage 3 the parameters too. */
   int dpr = p->o.dp ? comm_rank(p->o.dp) : 0;
+  int sliced = p->zg || (with_state && p->zs.D > 1);
   if (make_whole(p, err, errlen) != 0)
     return -1;
-  if (p->s > 0 || (dpr > 0 && (!with_state || p->zs.D == 1)))
+  if (p->s > 0 || (dpr > 0 && !sliced))
     return 0;
-  size_t k = with_state ? per_param(p->opt, p->zs.S) : 0, n = p->n;
+  size_t S = p->zg ? p->S3 : p->zs.S, n = p->n;
+  size_t k = with_state ? per_param(p->opt, S) : 0;
   float *buf = malloc((1 + k) * n * sizeof(float));
   if (!buf) {
     snprintf(err, errlen, "tensor: out of memory gathering the shards");
     return -1;
   }
-  memcpy(buf, p->params, n * sizeof(float));
-  int rc = k ? zslice_state_gather(&p->zs, p->opt, buf + n, err, errlen) : 0;
+  int rc = collect(p, k, buf, err, errlen);
   if (rc != 0 || dpr > 0) {
-    /* done: another replica's state went to replica 0 */
+    /* done: another replica's slices went to replica 0 */
   } else if (p->r > 0) {
     rc = comm_send(p->c, buf, (1 + k) * n * sizeof(float), 0, err, errlen);
   } else if (with_state && !full) {
@@ -1161,22 +1510,26 @@ int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
 }
 
 int tensor_load(tensor_par *p, optim *full, char *err, size_t errlen) {
-  size_t N = gpt_num_params(p->model), k = per_param(p->opt, p->zs.S);
+  size_t S = p->zg ? p->S3 : p->zs.S;
+  size_t N = gpt_num_params(p->model), k = per_param(p->opt, S);
   if (optim_state_floats(full) != k * N) {
     snprintf(err, errlen, "tensor: the optimizer is not the whole model's");
     return -1;
   }
   /* The shards' state (k x n), of which the optimizer keeps its slice. */
   float *fs = optim_state(full), *ls = malloc(k * p->n * sizeof(float) + 1);
-  if (!ls) {
+  if (!ls || take_params(p, gpt_params(p->model)) != 0) {
+    free(ls);
     snprintf(err, errlen, "tensor: out of memory loading the state");
     return -1;
   }
   tensor_layout l = layout_of(p);
-  tensor_layout_take(&l, p->r, gpt_params(p->model), p->params);
   for (size_t j = 0; j < k; j++)
     tensor_layout_take(&l, p->r, fs + j * N, ls + j * p->n);
-  zslice_state_take(&p->zs, ls, p->n, p->opt);
+  for (size_t j = 0; p->zg && j < k; j++)
+    z3_take(p, ls + j * p->n, optim_state(p->opt) + j * S);
+  if (!p->zg)
+    zslice_state_take(&p->zs, ls, p->n, p->opt);
   free(ls);
   p->stale = 0;
   optim_set_t(p->opt, optim_get_t(full));
@@ -1187,8 +1540,13 @@ void tensor_memory_get(const tensor_par *p, gpt_memory *out) {
   tensor_par q = *p; /* carve with no base counts and writes nothing */
   zslice_memory z;    /* with ZeRO, the slices beside the shards */
   tensor_memory(p, &z);
-  out->params = z.params;
-  out->grads = z.peak_grads; /* inside the step */
+  if (p->zg && (p->most[0] || p->most[1])) {
+    /* zero_stage 3 after a step: its groups' buffers as they were */
+    z.peak_params = z.params + p->most[0];
+    z.peak_grads = z.grads + p->most[1]; /* the spare's among them */
+  }
+  out->params = z.peak_params; /* inside the step */
+  out->grads = z.peak_grads;
   out->optim = z.optim;
   out->acts = 4 * (uint64_t)carve(&q, NULL);
   out->total = out->params + out->grads + out->optim + out->acts;

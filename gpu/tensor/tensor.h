@@ -61,8 +61,24 @@
  * all-gathered (at the next collective call: tensor_forward_backward or
  * tensor_gather); stage 2 also frees the shards' full gradient after
  * the reduction (the rank keeps its slice's between steps, and
- * allocates the full one again for the next backward). Stage 3 is not
- * here (the parameters are not sharded over the group).
+ * allocates the full one again for the next backward). Stage 3 (FSDP,
+ * zero.h's stage 3 over the shards; not with pp) shards the parameters
+ * too: the shards' floats are cut into groups, the replicated tensors,
+ * wte's rows (a Llama's embed_tokens'), each layer's split tensors and
+ * a Llama's untied lm_head's, and rank d keeps piece d of each (1/D of
+ * it, its slice) with its gradient and optimizer state. In the step a
+ * group is all-gathered whole just before its use and released after:
+ * the replicated tensors for the whole step (small, and every layer
+ * uses them), wte's rows for the lookup and again for the head (kept to
+ * the head's backward), a layer's for its forward and again for its
+ * backward; a group's gradient, once final (a layer's after its
+ * backward, an untied head's after the head's, wte's and the replicated
+ * tensors' after the lookup's backward), is reduce-scattered into the
+ * slices and released, each micro-batch's added up. So between steps a
+ * rank holds its slices, and in the step beside them about one group's
+ * parameters and gradients and the replicated tensors' (tensor_memory;
+ * where that is no better than stage 2's, the train stage says so: a
+ * model whose tied embedding outweighs its few layers).
  *
  * Ownership: each rank's shards (parameters, gradients, optimizer
  * state) are its own arrays. The gpt every rank passes keeps the full
@@ -123,8 +139,8 @@ typedef struct tensor_options {
   /* With pp: pipeline.h's schedule of the micro-batches over the
    * stages (1F1B or GPipe). */
   pipeline_schedule schedule;
-  /* ZeRO over dp: 0 (every rank the whole optimizer state), 1 or 2
-   * (above); ignored without dp. */
+  /* ZeRO over dp: 0 (every rank the whole optimizer state), 1, 2 or,
+   * without pp, 3 (above); ignored without dp. */
   int zero_stage;
 } tensor_options;
 
@@ -156,7 +172,9 @@ void tensor_sizes(const tensor_par *p, size_t *local, size_t *full);
 int tensor_slots(const tensor_par *p);
 
 /* The bytes this rank holds between steps, and its gradients' most
- * during one (zslice.h). Not collective. */
+ * during one (zslice.h); at zero_stage 3 also its parameters' most
+ * during one, and stage 2's figures beside, all by the rule above (the
+ * groups' sizes). Not collective. */
 void tensor_memory(const tensor_par *p, zslice_memory *m);
 
 /* Zeroes the gradients and trains the step's m micro-batches: inputs
@@ -186,7 +204,9 @@ void tensor_step(tensor_par *p, float lr);
  * full (rank 0's optimizer over the whole model, trainkit_make_optim's
  * layout; NULL elsewhere): rank 0 can then evaluate, save and export
  * the model as one process's. With pp, the first stage's group does it
- * (it holds every layer's shards); the other stages return 0. */
+ * (it holds every layer's shards); the other stages return 0. With ZeRO
+ * (the state, with_state) and at zero_stage 3 (the parameters too),
+ * every replica's ranks take part: the slices are gathered over dp. */
 int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
                   size_t errlen);
 
@@ -198,7 +218,9 @@ int tensor_load(tensor_par *p, optim *full, char *err, size_t errlen);
 /* What this rank holds of its own, in bytes (for the train stage's
  * memory report; the model's arrays are the caller's to count): params
  * and grads its shards (with ZeRO, tensor_memory's: the slices beside
- * them, and the gradients' most inside a step), optim their optimizer state, acts its
+ * them, and the gradients' most inside a step; at zero_stage 3 the
+ * parameters' and gradients' most as the steps so far held them, the
+ * groups' buffers counted as allocated), optim their optimizer state, acts its
  * activations and the backward's scratch (allocated at tensor_create),
  * total their sum. Not collective. */
 void tensor_memory_get(const tensor_par *p, gpt_memory *out);

@@ -74,25 +74,36 @@ static size_t per_param(optim *o, size_t S) {
   return S ? optim_state_floats(o) / S : 0;
 }
 
+void zslice_take(const zslice *z, const float *in, float *piece) {
+  if (z->own)
+    memcpy(piece, in + z->lo, z->own * sizeof(float));
+  memset(piece + z->own, 0, (z->S - z->own) * sizeof(float));
+}
+
+int zslice_gather_to(zslice *z, const float *piece, float *out, float *tmp,
+                     char *err, size_t errlen) {
+  if (z->D == 1) {
+    memcpy(out, piece, z->n * sizeof(float));
+    return 0;
+  }
+  if (comm_allgather(z->c, piece, tmp, z->S, err, errlen) != 0)
+    return -1;
+  memcpy(out, tmp, z->n * sizeof(float));
+  return 0;
+}
+
 int zslice_state_gather(zslice *z, optim *o, float *out, char *err,
                         size_t errlen) {
   size_t k = per_param(o, z->S), DS = (size_t)z->D * z->S;
-  if (z->D == 1) {
-    memcpy(out, optim_state(o), k * z->n * sizeof(float));
-    return 0;
-  }
   float *tmp = malloc(DS * sizeof(float) + 1);
   if (!tmp) {
     snprintf(err, errlen, "zslice: out of memory gathering the state");
     return -1;
   }
   int rc = 0;
-  for (size_t j = 0; j < k && rc == 0; j++) {
-    rc =
-        comm_allgather(z->c, optim_state(o) + j * z->S, tmp, z->S, err, errlen);
-    if (rc == 0)
-      memcpy(out + j * z->n, tmp, z->n * sizeof(float));
-  }
+  for (size_t j = 0; j < k && rc == 0; j++)
+    rc = zslice_gather_to(z, optim_state(o) + j * z->S, out + j * z->n, tmp,
+                          err, errlen);
   free(tmp);
   return rc;
 }
@@ -100,9 +111,6 @@ int zslice_state_gather(zslice *z, optim *o, float *out, char *err,
 void zslice_state_take(const zslice *z, const float *state, size_t stride,
                        optim *o) {
   size_t k = per_param(o, z->S);
-  float *st = optim_state(o);
-  for (size_t j = 0; j < k; j++) {
-    memset(st + j * z->S, 0, z->S * sizeof(float));
-    memcpy(st + j * z->S, state + j * stride + z->lo, z->own * sizeof(float));
-  }
+  for (size_t j = 0; j < k; j++)
+    zslice_take(z, state + j * stride, optim_state(o) + j * z->S);
 }

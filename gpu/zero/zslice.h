@@ -13,7 +13,8 @@
  * all-reduce (ZeRO-1).
  *
  * With one rank (c NULL) each is the local part alone. Every function
- * but zslice_init, zslice_cut and zslice_state_take is collective over
+ * but zslice_init, zslice_cut, zslice_take and zslice_state_take is
+ * collective over
  * the group; 0, or -1 with err (a failed exchange leaves
  * the communicator unusable). Threads: the comm's.
  */
@@ -33,8 +34,8 @@ typedef struct zslice {
 } zslice;
 
 /* Whether a model-parallel engine (who, for the message) takes ZeRO
- * stage `stage` over its data-parallel group: 0, 1 or 2. 0, or -1 with
- * err. */
+ * stage `stage` over its data-parallel group: 0, 1 or 2 (tensor.h's
+ * stage 3 is its own: groups of zslices). 0, or -1 with err. */
 int zslice_check_stage(int stage, const char *who, char *err, size_t errlen);
 
 /* This rank's slice of n floats over c (NULL: one rank, the whole). */
@@ -61,6 +62,15 @@ int zslice_reduce(zslice *z, const float *full, float *slice, float scale,
  * into full, in place. */
 int zslice_gather(zslice *z, float *full, char *err, size_t errlen);
 
+/* This rank's piece of an array of n floats (in) into piece (S floats:
+ * its own real ones, then zeros). */
+void zslice_take(const zslice *z, const float *in, float *piece);
+
+/* Every rank's piece (piece: this rank's S floats) gathered into out,
+ * the array's n floats; tmp is D S floats of scratch. */
+int zslice_gather_to(zslice *z, const float *piece, float *out, float *tmp,
+                     char *err, size_t errlen);
+
 /* The optimizer state of every rank (o: this rank's, over S) into out,
  * k arrays of n floats (the whole array's state, as one optimizer over
  * the array has it). */
@@ -74,9 +84,14 @@ void zslice_state_take(const zslice *z, const float *state, size_t stride,
 
 /* A rank's bytes of a model-parallel engine beside the group (tensor.h,
  * pipeline.h): held between steps (params, grads, optim) and its
- * gradients' most during a step. */
+ * gradients' most during a step. Where the engine shards the parameters
+ * too (tensor.h's zero_stage 3; read there only): their most during a
+ * step (peak_params: the slice and the groups gathered at once), and
+ * what a rank of the same layout holds at most in a step at zero_stage
+ * 2 (stage2_params, stage2_grads), the lower stage stage 3 must beat. */
 typedef struct zslice_memory {
   uint64_t params, grads, optim, peak_grads;
+  uint64_t peak_params, stage2_params, stage2_grads;
 } zslice_memory;
 
 #endif /* DAGRUN_ZSLICE_H */

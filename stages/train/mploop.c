@@ -88,12 +88,15 @@ int mploop_check(trainrun *r, mploop *l) {
   if (stagekit_param_choice(ctx, h, "zero_stage", trainrun_zero_stage_names,
                             &l->zero))
     return EXIT_BAD_PARAMS;
-  if (l->zero == 3 && l->D > 1) {
+  /* Stage 3 shards the parameters of tensor shards (tensor.h); pipeline
+   * stages train in the whole model's arrays. */
+  if (l->zero == 3 && l->D > 1 && l->K != l->T) {
     h->fail(ctx,
-            "zero_stage 3 with %s %d: the data-parallel group beside %s "
-            "shards the optimizer state and gradients (zero_stage 1 or 2), "
-            "not the parameters; set zero_stage: 2",
-            l->param, l->K, l->what);
+            "zero_stage 3 with %s %d: pipeline stages train in the whole "
+            "model's parameter and gradient arrays, so the data-parallel "
+            "group beside them shards the optimizer state and gradients "
+            "(zero_stage 1 or 2), not the parameters; set zero_stage: 2",
+            l->param, l->K);
     return EXIT_BAD_PARAMS;
   }
   if (r->c.device == ENGINE_WANT_AUTO && engine_built_with_cuda() && !l->gpu_dp)
@@ -181,13 +184,28 @@ int mploop_open(trainrun *r, mploop *l,
 
 void mploop_log_memory(trainrun *r, mploop *l, const zslice_memory *m) {
   const double MiB = 1024.0 * 1024.0;
+  int z3 = l->D > 1 && l->zero == 3; /* the parameters sharded too */
+  char pp[64] = "";
+  if (z3)
+    snprintf(pp, sizeof pp, " (%.3f MiB at most in a step)",
+             (double)m->peak_params / MiB);
   r->h->log(r->ctx, DAGRUN_LOG_INFO,
-            "rank %d holds %.3f MiB of parameters, %.3f MiB of gradients "
+            "rank %d holds %.3f MiB of parameters%s, %.3f MiB of gradients "
             "(%.3f MiB at most in a step) and %.3f MiB of optimizer state "
             "between steps (zero_stage %d over %d data-parallel replicas)",
-            l->rank, (double)m->params / MiB, (double)m->grads / MiB,
+            l->rank, (double)m->params / MiB, pp, (double)m->grads / MiB,
             (double)m->peak_grads / MiB, (double)m->optim / MiB,
             l->D > 1 ? l->zero : 0, l->D);
+  const uint64_t mine[2] = {m->peak_params, m->peak_grads},
+                 two[2] = {m->stage2_params, m->stage2_grads};
+  for (int k = 0; z3 && k < 2; k++)
+    if (mine[k] >= two[k])
+      r->h->log(r->ctx, DAGRUN_LOG_WARN,
+                "rank %d: zero_stage 3's %s at most in a step (%.3f MiB: "
+                "its slice and the groups in use at once) are no better "
+                "than zero_stage 2's %.3f MiB for this model",
+                l->rank, k ? "gradients" : "parameters", (double)mine[k] / MiB,
+                (double)two[k] / MiB);
 }
 
 void mploop_close(mploop *l) {

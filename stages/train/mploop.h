@@ -20,15 +20,16 @@
  * one: every rank reads it whole and the engine keeps its part. Rank 0
  * alone reports; after the first step of a run, with every rank's
  * memory figures (mpmem.h). ZeRO (zero_stage 1 or 2) shards each part's
- * optimizer state (and at 2 its gradients) over its D replicas: the
- * engine's gather is called on every rank.
+ * optimizer state (and at 2 its gradients) over its D replicas, and at 3
+ * (tensor shards without pipeline stages: tensor.h) their parameters
+ * too: the engine's gather is called on every rank.
  *
  * Refused by mploop_check, before any collective, with the numbers: a
  * gang not started by a launcher, world_size not a multiple of K,
  * device: cuda (but where the engine runs on GPU ranks, mploop.gpu_ok:
  * then with one replica, world_size = K, unless gpu_dp), dropout,
- * overfit_one_batch, zero_stage 3; with gpu_dp, zero_stage 1 or 2 on
- * GPU ranks beside replicas.
+ * overfit_one_batch, zero_stage 3 beside pipeline stages; with gpu_dp,
+ * zero_stage 1 or 2 on GPU ranks beside replicas.
  *
  * GPU ranks with replicas (gpu_dp, and device cuda, or auto where every
  * rank sees a GPU: gangloop_pick_device): one GPU a rank (the local
@@ -87,7 +88,7 @@ typedef struct mploop {
                         the NCCL gang and its splits (nc, nkc, ndc) */
   /* Set by mploop_check and mploop_open: */
   int D, m, rank; /* replicas, micro-batches a step, this rank */
-  int zero;       /* zero_stage over the D replicas: 0, 1 or 2 */
+  int zero;       /* zero_stage over the D replicas: 0-2, 3 with T alone */
   int pos;        /* this rank's position in the layout (mpplace.h) */
   int gpu;        /* on GPU ranks: device: cuda taken (gpu_ok, D = 1), or
                      with gpu_dp the device the gang agreed on at open */
@@ -134,7 +135,9 @@ _Noreturn void mploop_abort(trainrun *r, mploop *l, const char *what,
 int mploop_train(trainrun *r, mploop *l);
 
 /* The engine's memory (tensor_memory, pipeline_memory) in the log, one
- * line, on every rank that calls it. */
+ * line, on every rank that calls it; at zero_stage 3 with the
+ * parameters' most in a step, and a warning for each of the parameters'
+ * and gradients' most that is no better than stage 2's. */
 void mploop_log_memory(trainrun *r, mploop *l, const zslice_memory *m);
 
 /* Frees what mploop_open made (not the engine). */

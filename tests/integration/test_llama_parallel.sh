@@ -16,7 +16,9 @@
 #   rows of embed_tokens and lm_head; the same bounds against one
 #   process, untied and tied, 2 x 2 (tensor groups as 2 pipeline
 #   stages) and 2 data-parallel replicas of 2 shards (against batch_size
-#   4). Refused: n_kv_head 1 with tensor_parallel 2, with the numbers.
+#   4), at zero_stage 1 and 3 (the parameters sharded over the replicas:
+#   the untied lm_head a group of its own, gathered for the head and its
+#   gradient reduced before the layers'). Refused: n_kv_head 1 with tensor_parallel 2, with the numbers.
 . "$(dirname "$0")/lib.sh"
 
 use_train_gang
@@ -49,6 +51,7 @@ one_process one4 "${MODEL/batch_size: 2/batch_size: 4}"
 same_as one4 dp "$MODEL, pipeline_parallel: 2" 4
 expect_in "$(run_dir dp)/train/attempt-1/log" "data-parallel replica 0 of 2"
 same_as one4 dt "$MODEL, tensor_parallel: 2" 4
+same_as one4 dt3 "$MODEL, tensor_parallel: 2, zero_stage: 3" 4
 gang_refused kv1 "tensor_parallel 2 does not divide the model's 1 key/value heads and its intermediate_size 100" \
   "${MODEL/n_kv_head: 2/n_kv_head: 1}, tensor_parallel: 2"
 pass

@@ -41,7 +41,22 @@
 #   weights within the bounds above, and each other's losses; the
 #   zero_stage 1 run's checkpoint (the state's halves gathered to rank
 #   0) resumes as one process with its losses, and it resumes one
-#   process's; zero_stage 3 refused.
+#   process's.
+# - D=2 x T=2 at zero_stage 3 (FSDP: each rank keeps half of each group
+#   of its shards, a group gathered for its forward and again for its
+#   backward, its gradient reduce-scattered once final): the same bounds
+#   against one process and stage 1 (measured: losses 1.1e-7 apart,
+#   weights 3.4e-6 of the largest); the log's figures and summary.json's
+#   memory.ranks[] against the formula, below stage 2's (rank 0 alone
+#   keeps the whole model beside); its checkpoint resumes as one process
+#   and as D x T at zero_stage 1, and it resumes one process's, all with
+#   one process's losses of steps 11-20; with one layer beside the tied
+#   embedding the log says stage 3's peaks are no better than stage 2's.
+#   Without the micro-batches' sum into the slices, the gather of the
+#   parameters' slices for the checkpoint, the parameters' or the
+#   state's pieces taken on resume, a layer's release after its forward
+#   or the count of the gathered groups, a check fails. zero_stage 3
+#   beside pipeline stages is refused, saying why.
 # - The checkpoints are one process's: one process resumes the T=2 run's
 #   step-10 checkpoint and a T=2 run resumes one process's, both with one
 #   process's losses of steps 11-20; the T=2 run's final checkpoint is
@@ -169,6 +184,72 @@ resumed_as one4 dt2o "resumed from $DT/train/checkpoints/step-00000010 at step 1
 # and dt resumes one4's (each rank taking its slice of its shards' state).
 gang_dag o2dt "$MODEL, grad_accum: 2, tensor_parallel: 2, resume: \"$R1/train/checkpoints/step-00000010\"" 4
 resumed_as one4 o2dt "resumed from $R1/train/checkpoints/step-00000010 at step 10" 1e-4
+ONE4=$R1
+
+# zero_stage 3 (FSDP) over the 2 replicas: each rank keeps half of each
+# group of its shards (the replicated tensors, 1472 floats; wte's rows,
+# 5120; each layer's split tensors, 6256), 9552 floats, its parameter
+# and gradient slices between steps. In the step it gathers the
+# replicated group for the whole step, wte's for the lookup and again
+# for the head (to the head's backward), a layer's for its forward and
+# again for its backward; each group's gradient is reduce-scattered
+# into the slices once final (a layer's after its backward, the
+# replicated tensors' and wte's after the lookup's), through a spare of
+# the largest piece (3128) with grad_accum 2. So at most, beside the
+# slice, parameters 1472 + 6256 and gradients 1472 + 5120 + 6256 + 3128
+# floats. The same bounds as stages 0-2 against one4 and dt.
+gang_dag dt3 "$MODEL, grad_accum: 2, tensor_parallel: 2, zero_stage: 3" 4
+like one4 dt3
+same_losses dt.losses dt3.losses 1e-4
+DT3=$R
+expect_in "$R/train/attempt-1/log" "rank 0 holds 0.036 MiB of parameters (0.066 MiB at most in a step), 0.036 MiB of gradients (0.097 MiB at most in a step) and 0.073 MiB of optimizer state between steps (zero_stage 3 over 2 data-parallel replicas)"
+! grep -q "no better than zero_stage 2" "$R/train/attempt-1/log" || fail "dt3: $(grep "no better" "$R/train/attempt-1/log")"
+# summary.json's figures inside the step (the groups' buffers as the
+# first step held them) are the formula's, below zero_stage 2's (dt2:
+# the shards whole, their gradient and its slice); rank 0 keeps the
+# whole model's parameters beside (validation, checkpoints), the others
+# none.
+/usr/bin/python3 - "$R/train/out/summary.json" "$(run_dir dt2)/train/out/summary.json" <<'P' || fail "dt3: memory: $(jq -c .memory "$R/train/out/summary.json")"
+import json, sys
+C, L, Vp, block, T, D = 32, 2, 320, 32, 2, 2
+groups = [block * C + L * 6 * C + 2 * C,          # wpe, LayerNorms, biases
+          Vp // T * C] + [C * 3 * C // T + 3 * C // T + C // T * C
+                          + C * 4 * C // T + 4 * C // T + 4 * C // T * C] * L
+pieces = [(n + D - 1) // D for n in groups]
+S = sum(pieces)
+assert S == 9552 and groups[1:3] == [5120, 6256], (S, groups)
+params = 4 * (S + D * pieces[0] + max(D * p for p in pieces[1:]))
+grads = 4 * (S + D * pieces[0] + D * pieces[1] + D * max(pieces[2:]) + max(pieces))
+whole = 4 * 36736
+ranks = json.load(open(sys.argv[1]))["memory"]["ranks"]
+for r in ranks:
+    mine = whole if r["rank"] == 0 else 0
+    assert r["whole_model"]["params"] == mine, r
+    assert r["peak"]["params"] == mine + params and r["formula"]["params"] == params, (r, params)
+    assert r["peak"]["grads"] == grads and r["formula"]["grads"] == grads, (r, grads)
+two = json.load(open(sys.argv[2]))["memory"]["ranks"][1]
+assert two["peak"]["params"] == 4 * 19104 > params and two["peak"]["grads"] > grads, (two, params, grads)
+P
+# Its step-10 checkpoint (the slices gathered over the replicas) resumes
+# as one process and as D x T at zero_stage 1 with one4's losses of steps
+# 11-20, and it resumes one4's (each rank taking its pieces).
+printf 'dag: dt32o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
+  "${MODEL/batch_size: 2/batch_size: 4}, grad_accum: 2" "$DT3/train/checkpoints/step-00000010" > dt32o.yaml
+run_dagrun run dt32o.yaml --plain
+resumed_as one4 dt32o "resumed from $DT3/train/checkpoints/step-00000010 at step 10" 1e-4
+gang_dag dt32dt "$MODEL, grad_accum: 2, tensor_parallel: 2, zero_stage: 1, resume: \"$DT3/train/checkpoints/step-00000010\"" 4
+resumed_as one4 dt32dt "resumed from $DT3/train/checkpoints/step-00000010 at step 10" 1e-4
+gang_dag o2dt3 "$MODEL, grad_accum: 2, tensor_parallel: 2, zero_stage: 3, resume: \"$ONE4/train/checkpoints/step-00000010\"" 4
+resumed_as one4 o2dt3 "resumed from $ONE4/train/checkpoints/step-00000010 at step 10" 1e-4
+# With one layer the tied embedding's rows dominate: the slice (6328
+# floats) and the groups gathered at once (1280 + 6256) are more than
+# stage 2's whole shards (12656), and the gradients' most (6328 + 1280 +
+# 5120 + 6256) equals stage 2's (12656 + 6328): the log says so.
+M1=${MODEL/n_layer: 2/n_layer: 1}
+gang_dag dt3l1 "${M1/steps: 20/steps: 2}, tensor_parallel: 2, zero_stage: 3" 4
+expect_rc 0
+expect_in "$(run_dir dt3l1)/train/attempt-1/log" "rank 0: zero_stage 3's parameters at most in a step (0.053 MiB: its slice and the groups in use at once) are no better than zero_stage 2's 0.048 MiB for this model"
+expect_in "$(run_dir dt3l1)/train/attempt-1/log" "rank 0: zero_stage 3's gradients at most in a step (0.072 MiB: its slice and the groups in use at once) are no better than zero_stage 2's 0.072 MiB for this model"
 
 # Two pipeline stages of a tensor group of 2 (4 ranks: rank r is shard
 # r % 2 of stage r / 2), batch_size 4 and grad_accum 2 (1F1B over the 2
@@ -218,8 +299,8 @@ gang_refused recompute "tensor_parallel 2 runs without recompute" \
   "$MODEL, tensor_parallel: 2, recompute: gelu"
 gang_refused tp_layers "pipeline_parallel 2 does not divide the model's 3 layers" \
   "${MODEL/n_layer: 2/n_layer: 3}, tensor_parallel: 2, pipeline_parallel: 2" 4
-gang_refused zero3 "zero_stage 3 with tensor_parallel 2: the data-parallel group beside tensor-parallel ranks shards the optimizer state and gradients (zero_stage 1 or 2), not the parameters" \
-  "$MODEL, tensor_parallel: 2, zero_stage: 3" 4
+gang_refused zero3 "zero_stage 3 with pipeline_parallel 2: pipeline stages train in the whole model's parameter and gradient arrays, so the data-parallel group beside them shards the optimizer state and gradients (zero_stage 1 or 2), not the parameters" \
+  "$MODEL, pipeline_parallel: 2, zero_stage: 3" 4
 gang_refused tp_world "world_size 6 is not a multiple of tensor_parallel x pipeline_parallel 4" \
   "$MODEL, tensor_parallel: 2, pipeline_parallel: 2" 6
 printf 'dag: solo\ntasks:\n  train: {stage: train, with: {%s, tensor_parallel: 2}}\n' "$MODEL" > solo.yaml
