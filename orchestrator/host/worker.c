@@ -947,6 +947,14 @@ int worker_main(const char *attempt_json_path) {
   watch.leader = getpgrp() == getpid();
   if (ctx.fd >= 0) {
     pthread_attr_t attr;
+    /* The watcher takes no signals (it inherits this mask): a cancel's
+     * SIGTERM must reach the stage's thread, waking its sleeps and waits
+     * (exec's sigtimedwait) and setting the flag before that thread can
+     * see the command the same SIGTERM killed exit; the SIGCHLD a stage
+     * waits for must not be taken by another thread. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     if (pthread_attr_init(&attr) == 0) {
       pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
       if (pthread_create(&watcher, &attr, watch_dagrun, &watch) != 0)
@@ -955,6 +963,7 @@ int worker_main(const char *attempt_json_path) {
                                   "itself if dagrun dies");
       pthread_attr_destroy(&attr);
     }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
   }
 
   char err[1024];

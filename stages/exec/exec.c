@@ -117,13 +117,29 @@ fail:
 /* 5 reads a second: a killed run loses at most the last 0.2 s of its
  * curve, and a read of files that did not change costs two open(2)s. */
 #define CHAN_POLL_NS 200000000L
+
+/* The group got the same SIGTERM; the command decides when to go. Said
+ * once. */
+static void tell_cancel(dagrun_ctx *ctx, const dagrun_host *host, int *told) {
+  if (*told)
+    return;
+  *told = 1;
+  host->log(ctx, DAGRUN_LOG_WARN,
+            "cancel requested; waiting for the command to exit");
+}
+
 static int wait_child(dagrun_ctx *ctx, const dagrun_host *host, pid_t pid,
                       const sigset_t *chld, chan *ch, int *wstatus) {
   int told_cancel = 0;
   for (;;) {
     pid_t r = waitpid(pid, wstatus, WNOHANG);
-    if (r == pid)
+    if (r == pid) {
+      /* The group's SIGTERM reached this thread before the command's exit
+       * could be seen (its handler ran on the way out of the syscall). */
+      if (host->cancelled(ctx))
+        tell_cancel(ctx, host, &told_cancel);
       return 0;
+    }
     if (r < 0 && errno != EINTR) {
       host->fail(ctx, "waitpid: %s", strerror(errno));
       return -1;
@@ -137,12 +153,8 @@ static int wait_child(dagrun_ctx *ctx, const dagrun_host *host, pid_t pid,
       host->fail(ctx, "sigtimedwait: %s", strerror(errno));
       return -1;
     }
-    /* The group got the same SIGTERM; the command decides when to go. */
-    if (!told_cancel && host->cancelled(ctx)) {
-      told_cancel = 1;
-      host->log(ctx, DAGRUN_LOG_WARN,
-                "cancel requested; waiting for the command to exit");
-    }
+    if (host->cancelled(ctx))
+      tell_cancel(ctx, host, &told_cancel);
   }
 }
 
