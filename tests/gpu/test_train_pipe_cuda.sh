@@ -114,6 +114,11 @@ P
     "${MODEL/batch_size: 2/batch_size: 4}" "$RZ/train/checkpoints/step-00000010" > dzo.yaml
   run_dagrun run dzo.yaml --plain
   resumed_as dz dzo "resumed from $RZ/train/checkpoints/step-00000010 at step 10" 3e-4
+  # And the other way: the ZeRO gang resumes one process's step-10
+  # checkpoint (each rank takes its slice of the state): its steps 11-20
+  # within 3e-4 of one process's.
+  gang_dag dzr "$MODEL, pipeline_parallel: 2, zero_stage: 1, resume: \"$R1/train/checkpoints/step-00000010\"" 4
+  resumed_as one4 dzr "resumed from $R1/train/checkpoints/step-00000010 at step 10" 3e-4
   R1=$ONE
 else
   echo "SKIPPED: 2 replicas x 2 stages (needs four GPUs; $ngpu here)"
