@@ -163,6 +163,8 @@ struct gpt_cuda {
   size_t lo, nm;            /* the master weights and the optimizer state
                                are the flat range [lo, lo + nm): [0, np)
                                or a gang rank's shard */
+  size_t mlo;               /* with pieces: the master weights are the
+                               shard's [mlo, mlo + nm) (master_lo) */
   size_t padded;            /* elements of params (>= np) */
   size_t ngrads;            /* floats of grads: padded, or nm when they
                                are the shard's alone (grad_shard, pieces) */
@@ -474,10 +476,11 @@ static int device_sms(int device) {
 /* The master weights' floats, the BF16 parameters' padded size and the
  * gradients' floats for options o and a model of np parameters
  * (gpt_cuda_options.shard_n, padded, grad_shard; stage 3's pieces: the
- * shard's floats for all three). */
+ * shard's floats for all three, but for the master weights of a window,
+ * master_n). */
 static void shard_sizes(const gpt_cuda_options *o, size_t np, size_t *nm,
                         size_t *padded, size_t *ngrads) {
-  *nm = o->shard_n ? o->shard_n : np;
+  *nm = o->npieces && o->master_n ? o->master_n : o->shard_n ? o->shard_n : np;
   *padded = o->npieces ? o->shard_n : o->padded > np ? o->padded : np;
   *ngrads = o->grad_shard && o->shard_n ? o->shard_n : *padded;
 }
@@ -746,9 +749,16 @@ static int plan_sizes(gpt_cuda *g, const gpt *host, const gpt_cuda_options *o,
   /* With stage 3's pieces every array covers the shard alone, so the
    * master weights start at its float 0 and shard_lo is not used. */
   g->lo = o->shard_n && !o->npieces ? o->shard_lo : 0;
+  g->mlo = o->npieces && o->master_n ? o->master_lo : 0;
   if ((o->npieces || o->grad_shard) && !o->shard_n)
     return fail(err, errlen, "gpt_cuda: %s need shard_n",
                 o->npieces ? "stage 3's pieces" : "sharded gradients");
+  if (o->master_n && (!o->npieces || o->master_lo > o->shard_n ||
+                      o->master_n > o->shard_n - o->master_lo))
+    return fail(err, errlen,
+                "gpt_cuda: the master weights' window [%zu, +%zu) is not in "
+                "a shard of pieces (%zu floats)",
+                o->master_lo, o->master_n, o->npieces ? o->shard_n : 0);
   if (g->lo > g->padded || g->nm > g->padded - g->lo)
     return fail(err, errlen,
                 "gpt_cuda: shard [%zu, %zu) does not fit in %zu padded "
@@ -922,7 +932,7 @@ static int init_device(gpt_cuda *g, const gpt *host, char *err, size_t errlen) {
   if (later)
     e = cudaMemsetAsync(g->master, 0, g->nm * 4, g->k.stream);
   if (e == cudaSuccess && later)
-    e = cudaMemsetAsync(g->params, 0, g->nm * 2, g->k.stream);
+    e = cudaMemsetAsync(g->params, 0, g->padded * 2, g->k.stream);
   if (e != cudaSuccess)
     return fail(err, errlen, "gpt_cuda: %s:%d: clearing the shard: %s",
                 __FILE__, __LINE__, cudaGetErrorString(e));
@@ -1079,6 +1089,18 @@ extern "C" int gpt_cuda_upload_shard(gpt_cuda *g, const float *shard,
   if (check_shard(g, opt, err, errlen) != 0)
     return -1;
   forget_passes(g);
+  if (g->nm < g->padded) {
+    /* A window (master_n): the whole shard goes up through the FP32
+     * gradients (as many floats), which makes the BF16 copy of all of it
+     * and the window's master weights, and is zeroed after. */
+    CK(cudaMemcpyAsync(g->grads, shard, g->padded * 4, cudaMemcpyHostToDevice,
+                       g->k.stream));
+    KK(kern_f32_to_bf16(&g->k, g->params, g->grads, g->padded, err, errlen));
+    CK(cudaMemcpyAsync(g->master, g->grads + g->mlo, g->nm * 4,
+                       cudaMemcpyDeviceToDevice, g->k.stream));
+    CK(cudaMemsetAsync(g->grads, 0, g->ngrads * 4, g->k.stream));
+    return move_state(g, opt, 1, err, errlen);
+  }
   CK(cudaMemcpyAsync(g->master, shard, g->nm * 4, cudaMemcpyHostToDevice,
                      g->k.stream));
   KK(kern_f32_to_bf16(&g->k, g->params, g->master, g->nm, err, errlen));
@@ -1089,8 +1111,8 @@ extern "C" int gpt_cuda_download_shard(gpt_cuda *g, float *shard, optim *opt,
                                        char *err, size_t errlen) {
   if (check_shard(g, opt, err, errlen) != 0)
     return -1;
-  CK(cudaMemcpyAsync(shard, g->master, g->nm * 4, cudaMemcpyDeviceToHost,
-                     g->k.stream));
+  CK(cudaMemcpyAsync(shard + g->mlo, g->master, g->nm * 4,
+                     cudaMemcpyDeviceToHost, g->k.stream));
   return move_state(g, opt, 0, err, errlen);
 }
 
@@ -1922,8 +1944,9 @@ extern "C" int gpt_cuda_step(gpt_cuda *g, float lr, char *err,
    * stage 3's. Each optimizer run's part of a piece is at its offset in
    * the piece from the piece's local offset in the master weights and
    * the moments; in params at its flat offset, or with stage 3 at the
-   * same place as in the master weights; in grads as in params, or where
-   * the gradients are the shard's alone as in the master weights. */
+   * same place as in the master weights (but for a window's offset mlo);
+   * in grads as in params, or where the gradients are the shard's alone
+   * as in the master weights. */
   float *m = g->ostate, *v = g->ostate + g->nm;
   gpt_cuda_piece whole = {g->lo, g->nm, 0};
   size_t np1 = g->npieces ? g->npieces : 1;
@@ -1931,13 +1954,25 @@ extern "C" int gpt_cuda_step(gpt_cuda *g, float lr, char *err,
     const gpt_cuda_piece *pc = g->npieces ? &g->pieces[j] : &whole;
     size_t lo = pc->flat, hi = pc->flat + pc->n;
     size_t at = g->npieces ? pc->local : pc->flat;
+    if (g->npieces) {
+      /* The piece's part in the master weights' window, the shard's
+       * [mlo, mlo + nm) (all of it without master_n). */
+      size_t wa = pc->local > g->mlo ? pc->local : g->mlo;
+      size_t wb = pc->local + pc->n < g->mlo + g->nm ? pc->local + pc->n
+                                                     : g->mlo + g->nm;
+      if (wa >= wb)
+        continue;
+      lo = pc->flat + (wa - pc->local);
+      hi = pc->flat + (wb - pc->local);
+    }
     for (size_t i = 0; i < g->nruns; i++) {
       const opt_run *r = &g->runs[i];
       size_t a = r->offset > lo ? r->offset : lo;
       size_t b = r->offset + r->numel < hi ? r->offset + r->numel : hi;
       if (a >= b)
         continue;
-      size_t mi = pc->local + (a - lo), pi = at + (a - lo);
+      size_t mi = pc->local + (a - pc->flat) - g->mlo;
+      size_t pi = at + (a - pc->flat);
       size_t gi = g->o.grad_shard ? mi : pi;
       float wd = r->decay ? oc->weight_decay : 0.0f;
       if (oc->kind == OPTIM_ADAMW)

@@ -139,6 +139,17 @@ typedef struct gpt_cuda_options {
    * pieces is copied by gpt_cuda_create. */
   const gpt_cuda_piece *pieces;
   size_t npieces;
+  /* With pieces, a ZeRO-1 slice of the shard (gpu/pipeline/
+   * pipeline_cuda.c: a pipeline stage's data-parallel group): master_n
+   * > 0 makes the FP32 master weights and the optimizer state cover the
+   * shard's [master_lo, master_lo + master_n) alone (master_n floats a
+   * state array), the BF16 parameters and the gradients still the whole
+   * shard. gpt_cuda_step updates the pieces' floats in that window (and
+   * their BF16 copy) from the gradients at the same shard offsets;
+   * gpt_cuda_upload_shard takes the whole shard (the BF16 copy of all of
+   * it, the window's master weights), gpt_cuda_download_shard writes the
+   * window's master weights at shard + master_lo. 0: the whole shard. */
+  size_t master_lo, master_n;
   gpt_cuda_tp tp; /* tensor parallel (above); zero: none */
 } gpt_cuda_options;
 

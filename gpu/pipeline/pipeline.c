@@ -29,21 +29,6 @@ typedef struct pending {
  * were sent). */
 #define PIPE_MAX_SENDS 6
 
-/* With ZeRO (the CPU engine's only): this stage's slice of range r of
- * the engine's (pipe_setup.off, .n; range 1 the tied copy, which is not
- * counted in the norm and takes the first stage's update instead). */
-typedef struct range {
-  optim *opt; /* over zs's slice; NULL for the tied copy */
-  /* This rank's slice of the range, its reduced gradient (S), and where
-   * the range's padded D x S floats would run past the model's arrays
-   * (the last stage's) its parameters (S; NULL: the collectives work in
-   * the model's arrays, the padding being later stages' floats, whose
-   * gradients are zero here and whose parameters this stage never
-   * reads). */
-  zslice zs;
-  float *gsl, *psl;
-} range;
-
 struct pipeline {
   comm *c, *ctl; /* the stages: the data (streams, gradients), the scalars */
   comm *dp, *dp_ctl; /* the stage group (o.dp): the same two; NULL: none */
@@ -67,11 +52,8 @@ struct pipeline {
   pipeline_stats st;
   int step_failed; /* pipeline_step's error, for the next call to say */
   char step_err[512];
-  int zero;       /* ZeRO over dp (1 or 2; the CPU engine), else 0 */
-  range rg[2];    /* with ZeRO: the slices of su's ranges */
-  float *scratch; /* with ZeRO: D x S of the larger range, the padded
-                     array of its collectives */
-  int stale;      /* with ZeRO: the slices are updated, the ranges not */
+  int zero;  /* ZeRO over dp (1 or 2; the engine keeps the slices), else 0 */
+  int stale; /* with ZeRO: the slices are updated, the ranges not */
 };
 
 int pipeline_check(const gpt_config *cfg, int P, int world, char *err,
@@ -161,31 +143,8 @@ static void make_ranges(pipeline *p) {
     su->nrg = 2;
   }
   su->zero = p->zero;
-}
-
-/* With ZeRO: each range's slice over dp, its optimizer (not the tied
- * copy's: the first stage's update is sent to it) and buffers. */
-static int make_slices(pipeline *p, char *err, size_t errlen) {
-  size_t most = 0;
-  for (int i = 0; p->zero && i < p->su.nrg; i++) {
-    range *r = &p->rg[i];
-    size_t off = p->su.off[i], n = p->su.n[i];
-    zslice_init(&r->zs, i == 0 ? p->o.dp : NULL, n);
-    if (i > 0)
-      continue;
-    if (pipe_range_optim(p->model, off, n, &r->zs, &p->o.opt, &r->opt, err,
-                         errlen) != 0)
-      return -1;
-    size_t DS = (size_t)r->zs.D * r->zs.S;
-    if (!(r->gsl = calloc(r->zs.S, sizeof(float))) ||
-        (off + DS > gpt_num_params(p->model) &&
-         !(r->psl = calloc(r->zs.S, sizeof(float)))))
-      return oom("the ZeRO slices", err, errlen);
-    most = r->psl && DS > most ? DS : most;
-  }
-  if (most && !(p->scratch = calloc(most, sizeof(float))))
-    return oom("the ZeRO slices", err, errlen);
-  return 0;
+  su->dp = p->zero ? p->dp : NULL;
+  su->dp_ctl = p->zero ? p->dp_ctl : NULL;
 }
 
 /* The engine of o (pipeline_engine.h) for this stage, and the buffers
@@ -249,17 +208,10 @@ int pipeline_create(comm *c, gpt *model, const pipeline_options *o,
   if (zslice_check_stage(o->zero_stage, "pipeline", err, errlen) != 0)
     return -1;
   p->zero = p->dp ? o->zero_stage : 0;
-  if (p->zero && o->cuda) {
-    snprintf(err, errlen,
-             "pipeline: zero_stage %d on the CUDA engine: ZeRO over the "
-             "stage group runs on the CPU engine only (zero_stage 0 on GPUs)",
-             p->zero);
-    return -1;
-  }
   if (make_ops(p) != 0)
     return oom("the schedule", err, errlen);
   make_ranges(p);
-  if (make_engine(p, err, errlen) != 0 || make_slices(p, err, errlen) != 0)
+  if (make_engine(p, err, errlen) != 0)
     return -1;
   p->st.slots = p->nslots;
   p->st.formula = (double)(P - 1) / (o->micro + P - 1);
@@ -280,12 +232,6 @@ void pipeline_destroy(pipeline *p) {
       p->eo->free(p->e, p->tied);
     p->eo->destroy(p->e);
   }
-  for (int i = 0; i < 2; i++) {
-    optim_destroy(p->rg[i].opt);
-    free(p->rg[i].gsl);
-    free(p->rg[i].psl);
-  }
-  free(p->scratch);
   free(p->ops);
   free(p);
 }
@@ -386,7 +332,9 @@ static int run_op(pipeline *p, const op *o, const uint32_t *inputs,
 
 /* The tied embeddings: the first stage's gradient (the lookups') and
  * the last's (the head's) summed on the first and sent back, so that
- * both copies take the same update. An untied head: nothing to sum. */
+ * both copies take the same update (with ZeRO not sent back: the last
+ * stage's copy takes the first's parameters instead, make_whole). An
+ * untied head: nothing to sum. */
 static int sum_tied(pipeline *p, char *err, size_t errlen) {
   if (!tied_head(p) || (p->s != 0 && p->s != p->P - 1))
     return 0;
@@ -401,13 +349,13 @@ static int sum_tied(pipeline *p, char *err, size_t errlen) {
   }
   if (p->s == last)
     return comm_send(p->c, g, bytes, 0, err, errlen) != 0 ||
-                   comm_recv(p->c, g, bytes, 0, err, errlen) != 0
+                   (!p->zero && comm_recv(p->c, g, bytes, 0, err, errlen) != 0)
                ? -1
                : 0;
   /* Range 0 of the first stage starts with group 0. */
   return comm_recv(p->c, p->tied, bytes, last, err, errlen) != 0 ||
                  p->eo->add(p->e, 0, p->tied, n, err, errlen) != 0 ||
-                 comm_send(p->c, g, bytes, last, err, errlen) != 0
+                 (!p->zero && comm_send(p->c, g, bytes, last, err, errlen) != 0)
              ? -1
              : 0;
 }
@@ -416,34 +364,25 @@ static int sum_tied(pipeline *p, char *err, size_t errlen) {
  * (o.dp) of this stage's gradients, each range's (on the last stage its
  * copy of the embeddings holds the head's part, which sum_tied adds to
  * the first stage's after this, so both copies still get the same
- * bits), and of the last stage's loss. With ZeRO, after sum_tied: each
- * range's mean into this rank's slice of it (the tied copy not reduced:
- * the first stage's update is sent to it). */
+ * bits), and of the last stage's loss. With ZeRO, after sum_tied: range
+ * 0's mean into this rank's slice of it (the engine's reduce; the tied
+ * copy not reduced: the first stage's update is sent to it). */
 static int dp_mean(pipeline *p, double *loss, char *err, size_t errlen) {
   if (!p->dp)
     return 0;
   int D = comm_size(p->dp);
-  for (int r = 0; r < p->su.nrg; r++) {
+  for (int r = 0; r < p->su.nrg && !p->zero; r++) {
     float *g = p->eo->grads(p->e, r);
-    range *rg = &p->rg[r];
-    if (!g)
+    if (!g) {
+      snprintf(err, errlen, "pipeline: the engine's gradients failed");
       return -1;
-    if (!p->zero) {
-      if (comm_allreduce_sum(p->dp, g, p->su.n[r], err, errlen) != 0)
-        return -1;
-      continue;
     }
-    if (!rg->opt)
-      continue;
-    if (rg->psl) {
-      memset(p->scratch, 0, (size_t)D * rg->zs.S * sizeof(float));
-      memcpy(p->scratch, g, p->su.n[r] * sizeof(float));
-    }
-    if (zslice_reduce(&rg->zs, rg->psl ? p->scratch : g, rg->gsl,
-                      1.0f / (float)D, err, errlen) != 0)
+    if (comm_allreduce_sum(p->dp, g, p->su.n[r], err, errlen) != 0)
       return -1;
   }
-  if (!p->zero && p->eo->scale(p->e, 1.0f / (float)D, err, errlen) != 0)
+  float mean = 1.0f / (float)D;
+  if (p->zero ? p->eo->reduce(p->e, mean, err, errlen)
+              : p->eo->scale(p->e, mean, err, errlen))
     return -1;
   if (p->s != p->P - 1)
     return 0;
@@ -460,25 +399,16 @@ static int make_whole(pipeline *p, char *err, size_t errlen) {
   if (!p->stale)
     return 0;
   p->stale = 0;
-  float *params = gpt_params(p->model);
-  range *rg = &p->rg[0]; /* the tied copy has no slice: sent below */
-  if (!rg->psl) {
-    if (zslice_gather(&rg->zs, params + p->su.off[0], err, errlen) != 0)
-      return -1;
-  } else {
-    memcpy(p->scratch + rg->zs.lo, rg->psl, rg->zs.S * sizeof(float));
-    if (zslice_gather(&rg->zs, p->scratch, err, errlen) != 0)
-      return -1;
-    memcpy(params + p->su.off[0], p->scratch, p->su.n[0] * sizeof(float));
-  }
+  /* The tied copy has no slice: sent below. */
+  if (p->eo->gather(p->e, err, errlen) != 0)
+    return -1;
   if (!tied_head(p) || (p->s != 0 && p->s != p->P - 1))
     return 0;
-  size_t off, n;
-  gpt_group_range(p->model, 0, &off, &n);
+  size_t bytes;
+  void *w = p->eo->tied(p->e, p->s == 0 ? 0 : 1, &bytes);
   if (p->s == 0)
-    return comm_send(p->c, params + off, n * sizeof(float), p->P - 1, err,
-                     errlen);
-  return comm_recv(p->c, params + off, n * sizeof(float), 0, err, errlen);
+    return comm_send(p->c, w, bytes, p->P - 1, err, errlen);
+  return comm_recv(p->c, w, bytes, 0, err, errlen);
 }
 
 int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
@@ -518,34 +448,16 @@ int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
   return 0;
 }
 
-/* With ZeRO: the norm over every stage's and replica's slices, and
- * clipping (optim_clip_grad_norm's rule) of this rank's slice. */
-static int zero_clip(pipeline *p, double max_norm, double *norm, char *err,
-                     size_t errlen) {
-  const range *r = &p->rg[0];
-  double sumsq = 0;
-  for (size_t i = 0; i < r->zs.own; i++)
-    sumsq += (double)r->gsl[i] * r->gsl[i];
-  if (comm_allreduce_sum_double(p->ctl, &sumsq, err, errlen) != 0 ||
-      comm_allreduce_sum_double(p->dp_ctl, &sumsq, err, errlen) != 0)
-    return -1;
-  *norm = sqrt(sumsq);
-  double coef = max_norm / (*norm + 1e-6);
-  if (max_norm > 0.0 && isfinite(*norm) && coef < 1.0)
-    for (size_t i = 0; i < r->zs.own; i++)
-      r->gsl[i] *= (float)coef;
-  return 0;
-}
-
 int pipeline_clip_grad_norm(pipeline *p, double max_norm, double *norm,
                             char *err, size_t errlen) {
   double sumsq = 0;
-  if (p->zero)
-    return zero_clip(p, max_norm, norm, err, errlen);
   /* The tied copy on the last stage (range 1) is not counted: the first
-   * stage counts it. */
+   * stage counts it. With ZeRO each rank has its slice's part: the sum
+   * goes over the stage group too. */
   if (p->eo->sumsq(p->e, 0, &sumsq, err, errlen) != 0 ||
-      comm_allreduce_sum_double(p->ctl, &sumsq, err, errlen) != 0)
+      comm_allreduce_sum_double(p->ctl, &sumsq, err, errlen) != 0 ||
+      (p->zero &&
+       comm_allreduce_sum_double(p->dp_ctl, &sumsq, err, errlen) != 0))
     return -1;
   *norm = sqrt(sumsq);
   /* optim_clip_grad_norm's rule, on every stage's part alike. */
@@ -555,43 +467,19 @@ int pipeline_clip_grad_norm(pipeline *p, double max_norm, double *norm,
 }
 
 void pipeline_step(pipeline *p, float lr) {
-  if (!p->zero) {
-    if (!p->step_failed &&
-        p->eo->step(p->e, lr, p->step_err, sizeof p->step_err) != 0)
-      p->step_failed = 1;
-    return;
-  }
-  /* This rank's slice of range 0 (the tied copy takes the first stage's
-   * update); the next collective call makes it whole. */
-  range *r = &p->rg[0];
-  float *w = gpt_params(p->model) + p->su.off[0] + r->zs.lo;
-  if (r->psl) {
-    memcpy(r->psl, w, r->zs.own * sizeof(float));
-    w = r->psl;
-  }
-  optim_step(r->opt, w, r->gsl, lr);
-  p->stale = 1;
+  if (!p->step_failed &&
+      p->eo->step(p->e, lr, p->step_err, sizeof p->step_err) != 0)
+    p->step_failed = 1;
+  /* With ZeRO this rank's slice of range 0 (the tied copy takes the first
+   * stage's update): the next collective call makes it whole. */
+  p->stale = p->zero != 0;
 }
 
 void pipeline_get_stats(const pipeline *p, pipeline_stats *s) { *s = p->st; }
 
 void pipeline_memory(const pipeline *p, zslice_memory *m) {
-  uint64_t all = (uint64_t)gpt_num_params(p->model) * 4, gs = 0, ps = 0, st = 0,
-           most = 0;
-  for (int i = 0; i < p->su.nrg; i++) {
-    const range *r = &p->rg[i];
-    if (!p->zero)
-      st += (uint64_t)optim_state_floats_for(p->o.opt.kind, p->su.n[i]) * 4;
-    st += r->opt ? (uint64_t)optim_state_floats(r->opt) * 4 : 0;
-    gs += r->gsl ? (uint64_t)r->zs.S * 4 : 0;
-    ps += r->psl ? (uint64_t)r->zs.S * 4 : 0;
-    uint64_t ds = r->psl ? (uint64_t)r->zs.D * r->zs.S * 4 : 0;
-    most = ds > most ? ds : most;
-  }
-  m->params = all + ps + most; /* the slices and the gathers' array */
-  m->grads = all + gs;
-  m->optim = st;
-  m->peak_grads = m->grads;
+  gpt_memory part;
+  p->eo->memory(p->e, m, &part);
 }
 
 /* Rank 0's part of a gather: stage s's parameters into the model and,
@@ -615,23 +503,9 @@ static int gather_stage(pipeline *p, int s, float *fs, size_t k, char *err,
   return rc;
 }
 
-/* This stage's parameters into params (n[0] floats) and, with st
- * non-NULL, its optimizer state into st (k arrays of n[0]) and the step
- * count into *t: the engine's, or with ZeRO the slices' state gathered
- * over the stage group (collective: every replica calls it). */
-static int pull_stage(pipeline *p, float *params, float *st, uint64_t *t,
-                      char *err, size_t errlen) {
-  if (!p->zero || !st)
-    return p->eo->pull(p->e, params, st, t, err, errlen);
-  if (zslice_state_gather(&p->rg[0].zs, p->rg[0].opt, st, err, errlen) != 0)
-    return -1;
-  *t = optim_get_t(p->rg[0].opt);
-  return p->eo->pull(p->e, params, NULL, t, err, errlen);
-}
-
 /* A stage > 0's part of a gather: its range's parameters and, with
  * state, its optimizer state to rank 0 (host memory: over ctl); on
- * other replicas (send 0: ZeRO's state slices) only the pull. */
+ * other replicas (send 0: ZeRO's slices) only the pull. */
 static int send_stage(pipeline *p, int with_state, size_t k, int send,
                       char *err, size_t errlen) {
   size_t n = p->su.n[0];
@@ -639,7 +513,7 @@ static int send_stage(pipeline *p, int with_state, size_t k, int send,
   uint64_t t = 0;
   if (!buf)
     return oom("the gather", err, errlen);
-  int rc = pull_stage(p, buf, with_state ? buf + n : NULL, &t, err, errlen);
+  int rc = p->eo->pull(p->e, buf, with_state ? buf + n : NULL, &t, err, errlen);
   if (rc == 0 && send)
     rc = comm_send(p->ctl, buf, n * sizeof(float), 0, err, errlen);
   if (rc == 0 && send && with_state)
@@ -650,12 +524,12 @@ static int send_stage(pipeline *p, int with_state, size_t k, int send,
 
 int pipeline_gather(pipeline *p, int with_state, optim *full, char *err,
                     size_t errlen) {
-  /* Replica 0 gathers; with ZeRO its stages take the state's slices
-   * from their groups first. */
+  /* Replica 0 gathers; with ZeRO its stages take the slices from their
+   * groups first (every replica's pull). */
   int dpr = p->dp ? comm_rank(p->dp) : 0;
   if (make_whole(p, err, errlen) != 0)
     return -1;
-  if (dpr > 0 && (!with_state || !p->zero))
+  if (dpr > 0 && !p->zero)
     return 0;
   size_t k = optim_state_floats_for(p->o.opt.kind, 1);
   if (p->s > 0 || dpr > 0)
@@ -670,7 +544,7 @@ int pipeline_gather(pipeline *p, int with_state, optim *full, char *err,
   uint64_t t = 0;
   if (with_state && !st)
     return oom("the gather", err, errlen);
-  int rc = pull_stage(p, gpt_params(p->model) + off, st, &t, err, errlen);
+  int rc = p->eo->pull(p->e, gpt_params(p->model) + off, st, &t, err, errlen);
   for (size_t j = 0; rc == 0 && fs && j < k; j++)
     memcpy(fs + j * N + off, st + j * n, n * sizeof(float));
   free(st);
@@ -687,28 +561,15 @@ int pipeline_load(pipeline *p, optim *full, char *err, size_t errlen) {
     snprintf(err, errlen, "pipeline: the optimizer is not the whole model's");
     return -1;
   }
-  if (!p->zero)
-    return p->eo->load(p->e, full, err, errlen);
-  zslice_state_take(&p->rg[0].zs, optim_state(full) + p->su.off[0], N,
-                    p->rg[0].opt);
-  optim_set_t(p->rg[0].opt, optim_get_t(full));
   p->stale = 0;
-  return 0;
+  return p->eo->load(p->e, full, err, errlen);
 }
 
 void pipeline_memory_get(const pipeline *p, gpt_memory *out) {
-  *out = (gpt_memory){0};
-  zslice_memory z; /* the optimizer state and, with ZeRO, the slices */
-  pipeline_memory(p, &z);
-  uint64_t all = (uint64_t)gpt_num_params(p->model) * 4;
-  for (int i = 0; i < p->su.nrg; i++)
-    out->params += 4 * (uint64_t)p->su.n[i];
-  out->grads = out->params + (z.grads - all);
-  out->params += z.params - all;
-  out->optim = z.optim;
+  zslice_memory held;
+  p->eo->memory(p->e, &held, out);
   /* The engine's activation slots, the received stream and the sends'
    * buffers. */
-  out->acts = p->eo->act_bytes ? p->eo->act_bytes(p->e) : 0;
   out->acts += (uint64_t)p->bytes * (1 + 2 * PIPE_MAX_SENDS);
   out->total = out->params + out->grads + out->optim + out->acts;
 }

@@ -60,17 +60,23 @@
  * once, not D times.
  *
  * ZeRO over the stage group (pipeline_options.zero_stage 1 or 2,
- * zslice.h): each of its D ranks keeps the optimizer state of 1/D of
- * the stage's range, the tied embeddings' two gradients are summed
- * first, then each range's gradient is reduce-scattered into the ranks'
- * slices, each updates its slice, and the next collective call
- * (pipeline_forward_backward, pipeline_gather) all-gathers them and
+ * zslice.h), in either engine: each of its D ranks keeps the optimizer
+ * state of 1/D of the stage's range (on the CUDA engine the FP32 master
+ * weights too: gpt_cuda_options' master window), the tied embeddings'
+ * two gradients are summed first (on the first stage, not sent back),
+ * then the range's gradient is reduce-scattered into the ranks' slices
+ * (over dp: NCCL on the CUDA engine), each updates its slice, and the
+ * next collective call (pipeline_forward_backward, pipeline_gather)
+ * all-gathers them (the CUDA engine its BF16 copies, in place) and
  * sends the first stage's embeddings to the last stage's tied copy
- * (which has no optimizer of its own). Stage 2 is stage 1 here: the
- * stage's gradients live in the model's gradient array, which the
- * activation slots share, so the full gradient is still held
- * (pipeline_memory says so). Stage 3 is not here, nor ZeRO on the
- * CUDA engine (pipeline_create refuses zero_stage > 0 with dp there).
+ * (which has no optimizer of its own). A gather brings the slices'
+ * state (and the CUDA engine's master weights) to replica 0 over
+ * dp_ctl; a load takes each rank's slice of the one-process state.
+ * Stage 2 is stage 1 here: the stage's gradients are whole during the
+ * micro-batches (the CPU engine's in the model's gradient array, which
+ * the activation slots share; the CUDA engine's in its shard's), so
+ * the full gradient is still held (pipeline_memory says so). Stage 3
+ * is not here.
  *
  * Not here (refused by the train stage): dropout. GPU ranks need
  * NCCL's point to point in comm (comm_send, comm_recv, comm_isend on
@@ -138,8 +144,8 @@ typedef struct pipeline_options {
    * gather (MPI beside NCCL); NULL: those two themselves (the CPU
    * engine's). */
   comm *ctl, *dp_ctl;
-  /* ZeRO over dp: 0, 1 or 2 (above), the CPU engine's; ignored
-   * without dp. */
+  /* ZeRO over dp: 0, 1 or 2 (above), either engine; ignored without
+   * dp (or with dp of one rank). */
   int zero_stage;
 } pipeline_options;
 
@@ -193,8 +199,9 @@ typedef struct pipeline_stats {
 void pipeline_get_stats(const pipeline *p, pipeline_stats *s);
 
 /* The bytes this rank holds between steps (the model's whole parameter
- * and gradient arrays among them), and its gradients' most during a
- * step (zslice.h). Not collective. */
+ * and gradient arrays among them; on the CUDA engine the device's
+ * alone), and its gradients' most during a step (zslice.h). Not
+ * collective. */
 void pipeline_memory(const pipeline *p, zslice_memory *m);
 
 /* Brings every stage's parameters into rank 0's model and, with
@@ -219,8 +226,10 @@ int pipeline_load(pipeline *p, optim *full, char *err, size_t errlen);
  * of pipeline_memory; optim its ranges' optimizer state; acts its own
  * allocations for the activations: the slots' (after a first step),
  * the received stream and the send buffers; total their sum. On the
- * CUDA engine these are the host's figures (its activation slots and
- * device copies are not counted). Not collective. */
+ * CUDA engine the device's (gpt_cuda_memory_estimate's figures for
+ * what the stage allocated: params the master weights and the BF16
+ * copy, acts with cuBLASLt's workspace; and the exchanges' buffers).
+ * Not collective. */
 void pipeline_memory_get(const pipeline *p, gpt_memory *out);
 
 #endif /* DAGRUN_PIPELINE_H */

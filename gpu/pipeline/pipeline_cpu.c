@@ -1,6 +1,8 @@
 /* The CPU engine's side of a pipeline stage (pipeline_engine.h): gpt.h's
  * stage passes over host floats, one activation slot a gpt that shares
- * the host model's parameters and gradients, one optimizer a range. */
+ * the host model's parameters and gradients, one optimizer a range, or
+ * with ZeRO one over range 0's slice (zslice.h, over the stage group's
+ * MPI communicator). */
 #include "pipeline_engine.h"
 
 #include "zero/zslice.h"
@@ -9,11 +11,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* With ZeRO: this rank's slice of range 0 (the tied copy has none: it
+ * takes the first stage's parameters). */
+typedef struct zrange {
+  zslice zs;
+  optim *opt; /* over the slice */
+  float *gsl; /* its reduced gradient (S) */
+  /* Where the range's padded D x S floats would run past the model's
+   * arrays (the last stage's): the slice's parameters (S) and the
+   * collectives' padded array (D S). NULL: they work in the model's
+   * arrays, the padding being later stages' floats, whose gradients are
+   * zero here and whose parameters this stage never reads. */
+  float *psl, *scratch;
+} zrange;
+
 struct pipe_eng {
   pipe_setup su;
   gpt *model;
   gpt **slot; /* su.nslots of them */
-  optim *opt[2];
+  optim *opt[2]; /* without ZeRO */
+  zrange z;      /* with ZeRO */
 };
 
 static int oom(char *err, size_t errlen) {
@@ -84,6 +101,10 @@ static void cpu_destroy(pipe_eng *e) {
     gpt_destroy(e->slot[i]);
   for (int r = 0; r < 2; r++)
     optim_destroy(e->opt[r]);
+  optim_destroy(e->z.opt);
+  free(e->z.gsl);
+  free(e->z.psl);
+  free(e->z.scratch);
   free(e->slot);
   free(e);
 }
@@ -134,18 +155,79 @@ static int cpu_scale(pipe_eng *e, float s, char *err, size_t errlen) {
   return 0;
 }
 static int cpu_sumsq(pipe_eng *e, int r, double *ss, char *err, size_t errlen) {
-  const float *g = cpu_grads(e, r);
+  const float *g = e->su.zero ? e->z.gsl : cpu_grads(e, r);
+  size_t n = e->su.zero ? e->z.zs.own : e->su.n[r];
   double sum = 0;
-  for (size_t i = 0; i < e->su.n[r]; i++)
+  for (size_t i = 0; i < n; i++)
     sum += (double)g[i] * g[i];
   *ss = sum;
   return 0;
 }
+
+/* ---- ZeRO over the stage group ---- */
+
+static int make_zero(pipe_eng *e, char *err, size_t errlen) {
+  zrange *z = &e->z;
+  size_t off = e->su.off[0], n = e->su.n[0];
+  zslice_init(&z->zs, e->su.dp, n);
+  if (pipe_range_optim(e->model, off, n, &z->zs, &e->su.o->opt, &z->opt, err,
+                       errlen) != 0)
+    return -1;
+  size_t DS = (size_t)z->zs.D * z->zs.S;
+  if (!(z->gsl = calloc(z->zs.S, sizeof(float))))
+    return oom(err, errlen);
+  if (off + DS > gpt_num_params(e->model) &&
+      (!(z->psl = calloc(z->zs.S, sizeof(float))) ||
+       !(z->scratch = calloc(DS, sizeof(float)))))
+    return oom(err, errlen);
+  return 0;
+}
+
+static int cpu_reduce(pipe_eng *e, float s, char *err, size_t errlen) {
+  zrange *z = &e->z;
+  float *g = cpu_grads(e, 0);
+  if (z->psl) {
+    memset(z->scratch, 0, (size_t)z->zs.D * z->zs.S * sizeof(float));
+    memcpy(z->scratch, g, e->su.n[0] * sizeof(float));
+  }
+  return zslice_reduce(&z->zs, z->psl ? z->scratch : g, z->gsl, s, err, errlen);
+}
+
 static int cpu_step(pipe_eng *e, float lr, char *err, size_t errlen) {
+  zrange *z = &e->z;
+  if (e->su.zero) {
+    float *w = gpt_params(e->model) + e->su.off[0] + z->zs.lo;
+    if (z->psl) {
+      memcpy(z->psl, w, z->zs.own * sizeof(float));
+      w = z->psl;
+    }
+    optim_step(z->opt, w, z->gsl, lr);
+    return 0;
+  }
   for (int r = 0; r < e->su.nrg; r++)
     optim_step(e->opt[r], gpt_params(e->model) + e->su.off[r], cpu_grads(e, r),
                lr);
   return 0;
+}
+
+static int cpu_gather(pipe_eng *e, char *err, size_t errlen) {
+  zrange *z = &e->z;
+  float *params = gpt_params(e->model) + e->su.off[0];
+  if (!z->psl)
+    return zslice_gather(&z->zs, params, err, errlen);
+  memcpy(z->scratch + z->zs.lo, z->psl, z->zs.S * sizeof(float));
+  if (zslice_gather(&z->zs, z->scratch, err, errlen) != 0)
+    return -1;
+  memcpy(params, z->scratch, e->su.n[0] * sizeof(float));
+  return 0;
+}
+
+/* Group 0 is in the model's arrays once, whichever range reads it. */
+static void *cpu_tied(pipe_eng *e, int r, size_t *bytes) {
+  size_t off, n;
+  gpt_group_range(e->model, 0, &off, &n);
+  *bytes = n * sizeof(float);
+  return gpt_params(e->model) + off;
 }
 static int cpu_pull(pipe_eng *e, float *params, float *state, uint64_t *t,
                     char *err, size_t errlen) {
@@ -153,7 +235,11 @@ static int cpu_pull(pipe_eng *e, float *params, float *state, uint64_t *t,
   const float *own = gpt_params(e->model) + e->su.off[0];
   if (params != own) /* rank 0 gathers into the model itself */
     memcpy(params, own, n * sizeof(float));
-  if (state) {
+  if (state && e->su.zero) {
+    if (zslice_state_gather(&e->z.zs, e->z.opt, state, err, errlen) != 0)
+      return -1;
+    *t = optim_get_t(e->z.opt);
+  } else if (state) {
     memcpy(state, optim_state(e->opt[0]),
            optim_state_floats(e->opt[0]) * sizeof(float));
     *t = optim_get_t(e->opt[0]);
@@ -164,6 +250,11 @@ static int cpu_load(pipe_eng *e, optim *full, char *err, size_t errlen) {
   size_t N = gpt_num_params(e->model);
   const float *fs = optim_state(full);
   size_t k = optim_state_floats_for(e->su.o->opt.kind, 1);
+  if (e->su.zero) {
+    zslice_state_take(&e->z.zs, fs + e->su.off[0], N, e->z.opt);
+    optim_set_t(e->z.opt, optim_get_t(full));
+    return 0;
+  }
   for (int r = 0; r < e->su.nrg; r++) {
     size_t n = e->su.n[r];
     for (size_t j = 0; j < k; j++)
@@ -174,20 +265,43 @@ static int cpu_load(pipe_eng *e, optim *full, char *err, size_t errlen) {
   return 0;
 }
 
-static uint64_t cpu_act_bytes(pipe_eng *e) {
+/* The ranges live in the model's arrays (held counts them whole), the
+ * optimizer state and with ZeRO the slices are the engine's own. */
+static void cpu_memory(pipe_eng *e, zslice_memory *held, gpt_memory *part) {
+  const zrange *z = &e->z;
+  uint64_t all = (uint64_t)gpt_num_params(e->model) * 4, ranges = 0, st = 0;
+  for (int i = 0; i < e->su.nrg; i++) {
+    ranges += 4 * (uint64_t)e->su.n[i];
+    if (!e->su.zero)
+      st += (uint64_t)optim_state_floats_for(e->su.o->opt.kind, e->su.n[i]) * 4;
+  }
+  uint64_t S = e->su.zero ? (uint64_t)z->zs.S * 4 : 0;
+  uint64_t ps = z->psl ? S : 0, most = z->psl ? S * (uint64_t)z->zs.D : 0;
+  if (e->su.zero)
+    st = (uint64_t)optim_state_floats(z->opt) * 4;
+  /* The slices and the gathers' array. */
+  *held = (zslice_memory){.params = all + ps + most,
+                          .grads = all + S,
+                          .optim = st,
+                          .peak_grads = all + S};
+  *part = (gpt_memory){
+      .params = ranges + ps + most, .grads = ranges + S, .optim = st};
   /* The slots' parameter and gradient arrays are released (they point
    * into the model's): what they allocate is activations. */
-  uint64_t b = 0;
   for (int i = 0; i < e->su.nslots; i++)
-    b += gpt_allocated_bytes(e->slot[i]);
-  return b;
+    part->acts += gpt_allocated_bytes(e->slot[i]);
 }
 
-/* Clipping scales the gradients now (optim_clip_grad_norm's way). */
+/* Clipping scales the gradients now (optim_clip_grad_norm's way); with
+ * ZeRO the slice's. */
 static int cpu_clip(pipe_eng *e, double norm, double max_norm, char *err,
                     size_t errlen) {
   double coef = max_norm / (norm + 1e-6);
-  return coef < 1.0 ? cpu_scale(e, (float)coef, err, errlen) : 0;
+  if (coef >= 1.0)
+    return 0;
+  for (size_t i = 0; e->su.zero && i < e->z.zs.own; i++)
+    e->z.gsl[i] *= (float)coef;
+  return e->su.zero ? 0 : cpu_scale(e, (float)coef, err, errlen);
 }
 
 static const pipe_ops cpu_ops = {
@@ -204,12 +318,15 @@ static const pipe_ops cpu_ops = {
     .grads = cpu_grads,
     .add = cpu_add,
     .scale = cpu_scale,
+    .reduce = cpu_reduce,
     .sumsq = cpu_sumsq,
     .clip = cpu_clip,
     .step = cpu_step,
+    .gather = cpu_gather,
+    .tied = cpu_tied,
     .pull = cpu_pull,
     .load = cpu_load,
-    .act_bytes = cpu_act_bytes,
+    .memory = cpu_memory,
 };
 
 int pipe_cpu_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,
@@ -224,7 +341,9 @@ int pipe_cpu_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,
   for (int i = 0; i < su->nslots; i++)
     if (make_slot(e, &e->slot[i], err, errlen) != 0)
       return -1;
-  for (int r = 0; r < su->nrg && !su->zero; r++)
+  if (su->zero)
+    return make_zero(e, err, errlen);
+  for (int r = 0; r < su->nrg; r++)
     if (range_optim(e, r, err, errlen) != 0)
       return -1;
   return 0;

@@ -6,6 +6,16 @@
  * offset 0, the tied copy of group 0 after it), so a stage holds its
  * part of the model, not all of it. The stream and its gradient are BF16
  * (gpt_cuda.h says why).
+ *
+ * ZeRO over the stage group (pipeline_engine.h): range 0 is padded to
+ * D S floats in the shard (the tied copy after them), the master weights
+ * and the optimizer state are this rank's slice [d S, d S + S) alone
+ * (gpt_cuda_options' master window), the gradients are reduce-scattered
+ * over dp (NCCL) into a buffer of the slice and copied to its place,
+ * the update writes the slice's BF16 copy, and gather all-gathers the
+ * BF16 slices in place (2 bytes a parameter, as zero_cuda.c's stage 1).
+ * A checkpoint's master weights and state are the slices gathered over
+ * dp_ctl (MPI, host memory).
  * DAGRUN_PIPELINE_CUDA_GPU: this build has the CUDA engine; without it,
  * pipe_cuda_create says so (at the end of the file). */
 #include "pipeline_engine.h"
@@ -22,10 +32,14 @@
 struct pipe_eng {
   pipe_setup su;
   gpt_cuda *g;
+  gpt_cuda_options go;
   size_t local[2]; /* range r's offset in the shard */
   size_t nm;       /* the shard's floats */
   float *shard;    /* host: the shard's weights, on their way */
-  optim *hopt;     /* host: the shard's optimizer state, on its way */
+  optim *hopt;     /* host: the master weights' optimizer state (the
+                      shard's, or with ZeRO the slice's), on its way */
+  zslice zs;       /* with ZeRO: range 0's slice, over dp_ctl */
+  float *gsl;      /* with ZeRO: the slice's reduced gradient (device) */
 };
 
 static int cuda_fail(cudaError_t e, const char *what, char *err,
@@ -42,6 +56,8 @@ static void cuda_destroy(pipe_eng *e) {
   if (!e)
     return;
   gpt_cuda_destroy(e->g);
+  if (e->gsl)
+    cudaFree(e->gsl);
   optim_destroy(e->hopt);
   free(e->shard);
   free(e);
@@ -122,7 +138,40 @@ static int cuda_scale(pipe_eng *e, float s, char *err, size_t errlen) {
 }
 static int cuda_sumsq(pipe_eng *e, int r, double *ss, char *err,
                       size_t errlen) {
+  if (e->su.zero)
+    return gpt_cuda_grad_sumsq(e->g, e->zs.lo, e->zs.own, ss, err, errlen);
   return gpt_cuda_grad_sumsq(e->g, e->local[r], e->su.n[r], ss, err, errlen);
+}
+/* The slice's sum over dp into gsl, then into its place in the
+ * gradients (where the update reads it), all times s. */
+static int cuda_reduce(pipe_eng *e, float s, char *err, size_t errlen) {
+  float *g = gpt_cuda_grads_ptr(e->g);
+  if (sync_g(e, err, errlen) != 0 ||
+      comm_reduce_scatter_sum(e->su.dp, g, e->gsl, e->zs.S, err, errlen) != 0)
+    return -1;
+  cudaError_t ce = cudaMemcpyAsync(g + e->zs.lo, e->gsl, e->zs.S * 4,
+                                   cudaMemcpyDeviceToDevice,
+                                   (cudaStream_t)gpt_cuda_stream(e->g));
+  if (ce != cudaSuccess)
+    return cuda_fail(ce, "placing the reduced slice", err, errlen);
+  return gpt_cuda_scale_grads(e->g, s, err, errlen) != 0 ||
+                 sync_g(e, err, errlen) != 0
+             ? -1
+             : 0;
+}
+/* Every rank's BF16 slice of range 0, in place. */
+static int cuda_gather(pipe_eng *e, char *err, size_t errlen) {
+  char *p = gpt_cuda_params_ptr(e->g);
+  if (sync_g(e, err, errlen) != 0)
+    return -1;
+  return comm_allgather_bytes(e->su.dp, p + e->zs.lo * 2, p, e->zs.S * 2, err,
+                              errlen);
+}
+static void *cuda_tied(pipe_eng *e, int r, size_t *bytes) {
+  size_t off, n;
+  gpt_group_range(e->su.model, 0, &off, &n);
+  *bytes = n * 2;
+  return (char *)gpt_cuda_params_ptr(e->g) + e->local[r] * 2;
 }
 /* Clipping's scale goes into the next step's update (gpt_cuda_set_clip),
  * not a pass over the gradients. */
@@ -134,21 +183,41 @@ static int cuda_clip(pipe_eng *e, double norm, double max_norm, char *err,
 static int cuda_step(pipe_eng *e, float lr, char *err, size_t errlen) {
   return gpt_cuda_step(e->g, lr, err, errlen);
 }
+/* With ZeRO: the slices' master weights (downloaded to their place in
+ * the shard) and with state their state gathered over dp_ctl. */
+static int zero_pull(pipe_eng *e, float *params, float *state, char *err,
+                     size_t errlen) {
+  size_t DS = (size_t)e->zs.D * e->zs.S;
+  float *tmp = malloc(DS * sizeof(float));
+  if (!tmp) {
+    snprintf(err, errlen, "pipeline: out of host memory for the gather");
+    return -1;
+  }
+  int rc =
+      zslice_gather_to(&e->zs, e->shard + e->zs.lo, params, tmp, err, errlen);
+  free(tmp);
+  if (rc != 0 || !state)
+    return rc;
+  return zslice_state_gather(&e->zs, e->hopt, state, err, errlen);
+}
 static int cuda_pull(pipe_eng *e, float *params, float *state, uint64_t *t,
                      char *err, size_t errlen) {
   if (gpt_cuda_download_shard(e->g, e->shard, state ? e->hopt : NULL, err,
                               errlen) != 0)
     return -1;
+  if (state)
+    *t = optim_get_t(e->hopt);
+  if (e->su.zero)
+    return zero_pull(e, params, state, err, errlen);
   size_t n = e->su.n[0], k = optim_state_floats_for(e->su.o->opt.kind, 1);
   memcpy(params, e->shard, n * sizeof(float));
   for (size_t j = 0; state && j < k; j++)
     memcpy(state + j * n, optim_state(e->hopt) + j * e->nm, n * sizeof(float));
-  if (state)
-    *t = optim_get_t(e->hopt);
   return 0;
 }
 /* The model's ranges into the shard's host copy; with full, its state
- * and t into the host optimizer's; then both up. */
+ * (with ZeRO the slice's) and t into the host optimizer's; then both
+ * up. */
 static int cuda_push(pipe_eng *e, optim *full, char *err, size_t errlen) {
   const float *mp = gpt_params(e->su.model);
   size_t N = gpt_num_params(e->su.model);
@@ -156,10 +225,12 @@ static int cuda_push(pipe_eng *e, optim *full, char *err, size_t errlen) {
   for (int r = 0; r < e->su.nrg; r++) {
     size_t n = e->su.n[r], at = e->local[r];
     memcpy(e->shard + at, mp + e->su.off[r], n * sizeof(float));
-    for (size_t j = 0; full && j < k; j++)
+    for (size_t j = 0; full && !e->su.zero && j < k; j++)
       memcpy(optim_state(e->hopt) + j * e->nm + at,
              optim_state(full) + j * N + e->su.off[r], n * sizeof(float));
   }
+  if (full && e->su.zero)
+    zslice_state_take(&e->zs, optim_state(full) + e->su.off[0], N, e->hopt);
   if (full)
     optim_set_t(e->hopt, optim_get_t(full));
   return gpt_cuda_upload_shard(e->g, e->shard, full ? e->hopt : NULL, err,
@@ -167,6 +238,18 @@ static int cuda_push(pipe_eng *e, optim *full, char *err, size_t errlen) {
 }
 static int cuda_load(pipe_eng *e, optim *full, char *err, size_t errlen) {
   return cuda_push(e, full, err, errlen);
+}
+/* The device's bytes (gpt_cuda_memory_estimate of the options it was
+ * made with: what gpt_cuda_create allocated) and the slice's gradient. */
+static void cuda_memory(pipe_eng *e, zslice_memory *held, gpt_memory *part) {
+  gpt_cuda_memory_estimate(gpt_get_config(e->su.model), e->go.B, e->go.T,
+                           &e->go, part);
+  part->grads += e->su.zero ? (uint64_t)e->zs.S * 4 : 0;
+  part->total = part->params + part->grads + part->optim + part->acts;
+  *held = (zslice_memory){.params = part->params,
+                          .grads = part->grads,
+                          .optim = part->optim,
+                          .peak_grads = part->grads};
 }
 
 static const pipe_ops cuda_ops = {
@@ -183,11 +266,15 @@ static const pipe_ops cuda_ops = {
     .grads = cuda_grads,
     .add = cuda_add,
     .scale = cuda_scale,
+    .reduce = cuda_reduce,
     .sumsq = cuda_sumsq,
     .clip = cuda_clip,
     .step = cuda_step,
+    .gather = cuda_gather,
+    .tied = cuda_tied,
     .pull = cuda_pull,
     .load = cuda_load,
+    .memory = cuda_memory,
 };
 
 /* Each group the stage reaches, where it lies in the shard. */
@@ -221,32 +308,47 @@ int pipe_cuda_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,
     return -1;
   }
   e->su = *su;
+  /* With ZeRO range 0 takes D S floats (its slices), the padding zero. */
+  zslice_init(&e->zs, su->zero ? su->dp_ctl : NULL, su->n[0]);
   gpt_cuda_piece pc[2];
   for (int r = 0; r < su->nrg; r++) {
     e->local[r] = e->nm;
     pc[r] = (gpt_cuda_piece){su->off[r], su->n[r], e->nm};
-    e->nm += su->n[r];
+    e->nm += r == 0 ? (size_t)e->zs.D * e->zs.S : su->n[r];
   }
   const pipeline_options *o = su->o;
-  gpt_cuda_options go = {.B = o->B,
-                         .T = o->T,
-                         .opt = o->opt,
-                         .recompute = o->recompute,
-                         .deterministic = o->deterministic,
-                         .device = o->device,
-                         .slots = su->nslots,
-                         .shard_n = e->nm,
-                         .pieces = pc,
-                         .npieces = (size_t)su->nrg};
-  optim_group whole = {0, e->nm, 0};
-  if (!(e->shard = malloc(e->nm * sizeof(float)))) {
+  e->go = (gpt_cuda_options){.B = o->B,
+                             .T = o->T,
+                             .opt = o->opt,
+                             .recompute = o->recompute,
+                             .deterministic = o->deterministic,
+                             .device = o->device,
+                             .slots = su->nslots,
+                             .shard_n = e->nm,
+                             .pieces = pc,
+                             .npieces = (size_t)su->nrg};
+  if (su->zero) {
+    e->go.master_lo = e->zs.lo;
+    e->go.master_n = e->zs.S;
+  }
+  size_t nst = su->zero ? e->zs.S : e->nm; /* the master weights' */
+  optim_group whole = {0, nst, 0};
+  if (!(e->shard = calloc(e->nm, sizeof(float)))) {
     snprintf(err, errlen, "pipeline: out of host memory for the shard");
     return -1;
   }
-  if (optim_create(&o->opt, e->nm, &whole, 1, &e->hopt, err, errlen) != 0 ||
-      gpt_cuda_create(su->model, &go, &e->g, err, errlen) != 0 ||
+  if (optim_create(&o->opt, nst, &whole, 1, &e->hopt, err, errlen) != 0 ||
+      gpt_cuda_create(su->model, &e->go, &e->g, err, errlen) != 0 ||
       gpt_cuda_set_stage(e->g, su->first, su->last, err, errlen) != 0)
     return -1;
+  e->go.pieces = NULL; /* pc goes; only the sizes are read again */
+  if (su->zero && !(e->gsl = cuda_alloc(e, e->zs.S * sizeof(float)))) {
+    snprintf(err, errlen,
+             "pipeline: out of GPU memory for the ZeRO slice's gradient "
+             "(%zu floats)",
+             e->zs.S);
+    return -1;
+  }
   place_groups(e);
   return cuda_push(e, NULL, err, errlen);
 }

@@ -13,6 +13,15 @@
  * its copy of group 0. Their gradients are the engine's memory (device
  * memory on the CUDA engine), handed to the comm layer as they are.
  *
+ * ZeRO over the stage group (pipe_setup.zero, pipeline.h): the engine
+ * keeps the optimizer state of its slice of range 0 alone (zslice.h:
+ * rank d of the D ranks of dp has [d S, d S + S) of the range's n[0]
+ * floats, S = ceil(n[0] / D)) and range 1 none (pipeline.c sends it the
+ * first stage's parameters). Then reduce sums range 0's gradients into
+ * the slice, sumsq, clip and step work on the slice, gather makes range
+ * 0's parameters whole again, pull gathers the slices and load takes
+ * the slice's state.
+ *
  * Every int function returns 0, or -1 with err.
  */
 #ifndef DAGRUN_PIPELINE_ENGINE_H
@@ -34,8 +43,11 @@ typedef struct pipe_setup {
   int nslots;            /* micro-batches in flight */
   size_t off[2], n[2];   /* the ranges: [off, off + n) of the layout */
   int nrg;               /* 1, or 2 with the tied copy */
-  int zero; /* ZeRO (the CPU engine's only): pipeline.c keeps the slices'
-               optimizers; the engine keeps none (no step, no state) */
+  /* ZeRO over the stage group (above): 1 or 2 (the same here), with dp
+   * (the engine's memory) and dp_ctl (host memory) its communicators
+   * over the same D > 1 ranks; 0: none. */
+  int zero;
+  comm *dp, *dp_ctl;
 } pipe_setup;
 
 typedef struct pipe_eng pipe_eng;
@@ -71,7 +83,10 @@ typedef struct pipe_ops {
              size_t errlen);
   /* Every range's gradients times s. */
   int (*scale)(pipe_eng *e, float s, char *err, size_t errlen);
-  /* Range r's sum of squares of its gradients. */
+  /* With ZeRO, after the tied sum: range 0's gradients summed over dp,
+   * this rank's slice of the sum times s kept (collective over dp). */
+  int (*reduce)(pipe_eng *e, float s, char *err, size_t errlen);
+  /* Range r's sum of squares of its gradients (ZeRO: its slice's). */
   int (*sumsq)(pipe_eng *e, int r, double *ss, char *err, size_t errlen);
   /* Clipping to max_norm (> 0) of a finite global norm: the next step's
    * gradients times max_norm / (norm + 1e-6) where that is below 1
@@ -79,16 +94,27 @@ typedef struct pipe_ops {
   int (*clip)(pipe_eng *e, double norm, double max_norm, char *err,
               size_t errlen);
   int (*step)(pipe_eng *e, float lr, char *err, size_t errlen);
+  /* With ZeRO, after a step: every rank's slice into range 0's
+   * parameters (collective over dp). */
+  int (*gather)(pipe_eng *e, char *err, size_t errlen);
+  /* Group 0's parameters in range r as the passes read them (the
+   * engine's memory, *bytes of it): the tied copy's, which the first
+   * stage sends the last after a ZeRO step. */
+  void *(*tied)(pipe_eng *e, int r, size_t *bytes);
   /* Range 0's parameters (n[0] floats) into host params and, with state
    * non-NULL, its optimizer state (k arrays of n[0] floats: AdamW m then
-   * v, Lion m) into state and the step count into *t. */
+   * v, Lion m) into state and the step count into *t. With ZeRO every
+   * replica calls it with the same state (NULL or not): the slices are
+   * gathered over dp_ctl (the CPU engine's state; the CUDA engine's
+   * master weights and state). */
   int (*pull)(pipe_eng *e, float *params, float *state, uint64_t *t, char *err,
               size_t errlen);
   /* After the host model and full (a one-process optimizer) were loaded:
    * the ranges' parameters from the model, their state and t from full. */
   int (*load)(pipe_eng *e, optim *full, char *err, size_t errlen);
-  /* What the activation slots allocate (NULL: not counted). */
-  uint64_t (*act_bytes)(pipe_eng *e);
+  /* What the stage holds: held as pipeline_memory gives it, part as
+   * pipeline_memory_get (acts the engine's alone: its slots). */
+  void (*memory)(pipe_eng *e, zslice_memory *held, gpt_memory *part);
 } pipe_ops;
 
 /* One optimizer over z's slice of the tensors in [off, off + n) of

@@ -20,26 +20,26 @@ _Noreturn void mploop_abort(trainrun *r, mploop *l, const char *what,
   gangloop_abort(r, l->c, l->rank, what, err);
 }
 
-/* ZeRO over the replicas of GPU ranks (gpu_dp) is not built: refused
- * with device: cuda; device: auto keeps CPU ranks, saying why. 0, or
- * -1 having failed the task. */
+/* ZeRO over the replicas of GPU ranks (gpu_dp) above the engine's
+ * gpu_zero is not built: refused with device: cuda; device: auto keeps
+ * CPU ranks, saying why. 0, or -1 having failed the task. */
 static int check_gpu_zero(trainrun *r, mploop *l) {
-  if (!l->gpu_dp || l->D == 1 || l->zero == 0)
+  if (!l->gpu_dp || l->D == 1 || l->zero <= l->gpu_zero)
     return 0;
   if (r->c.device == ENGINE_WANT_CUDA) {
     r->h->fail(r->ctx,
                "zero_stage %d with %s %d on GPU ranks: ZeRO over the %d "
-               "data-parallel replicas runs on CPU ranks only; set "
-               "zero_stage: 0 (plain data parallel) or device: cpu",
-               l->zero, l->param, l->K, l->D);
+               "data-parallel replicas runs on CPU ranks only above "
+               "zero_stage %d; set zero_stage: %d or device: cpu",
+               l->zero, l->param, l->K, l->D, l->gpu_zero, l->gpu_zero);
     return -1;
   }
   if (r->c.device == ENGINE_WANT_AUTO && engine_built_with_cuda())
     r->h->log(r->ctx, DAGRUN_LOG_INFO,
               "device: auto is cpu with zero_stage %d over %d replicas of "
-              "%s (ZeRO beside %s runs on CPU ranks only; zero_stage: 0 "
-              "takes the GPUs)",
-              l->zero, l->D, l->what, l->param);
+              "%s (ZeRO beside %s runs on CPU ranks only above zero_stage "
+              "%d; zero_stage: %d takes the GPUs)",
+              l->zero, l->D, l->what, l->param, l->gpu_zero, l->gpu_zero);
   l->gpu_dp = 0;
   l->gpu_ok = 0;
   return 0;

@@ -29,7 +29,7 @@
  * device: cuda (but where the engine runs on GPU ranks, mploop.gpu_ok:
  * then with one replica, world_size = K, unless gpu_dp), dropout,
  * overfit_one_batch, zero_stage 3 beside pipeline stages; with gpu_dp,
- * zero_stage 1 or 2 on GPU ranks beside replicas.
+ * a zero_stage above gpu_zero on GPU ranks beside replicas.
  *
  * GPU ranks with replicas (gpu_dp, and device cuda, or auto where every
  * rank sees a GPU: gangloop_pick_device): one GPU a rank (the local
@@ -86,6 +86,8 @@ typedef struct mploop {
   int gpu_ok;        /* the engine runs on GPU ranks (one replica) */
   int gpu_dp;        /* with gpu_ok: replicas too, and mploop_open opens
                         the NCCL gang and its splits (nc, nkc, ndc) */
+  int gpu_zero;      /* with gpu_dp: the highest zero_stage the engine
+                        runs over them on GPU ranks (0: none) */
   /* Set by mploop_check and mploop_open: */
   int D, m, rank; /* replicas, micro-batches a step, this rank */
   int zero;       /* zero_stage over the D replicas: 0-2, 3 with T alone */

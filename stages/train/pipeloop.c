@@ -50,16 +50,17 @@ static int fits(void *arg, const gpt_config *cfg, int N, char *err,
   return pipeline_check(cfg, ((pipe_run *)arg)->l.K, N, err, errlen);
 }
 
-/* The stage's memory (mploop_engine.memory): its ranges are the
- * model's arrays'; the first stage's step allocates the buffer of the
- * tied embeddings' gradient (pipeline.c's sum_tied). */
+/* The stage's memory (mploop_engine.memory): on CPU ranks its ranges
+ * are the model's arrays', on GPU ranks device memory beside them; the
+ * first stage's step allocates the buffer of the tied embeddings'
+ * gradient (pipeline.c's sum_tied). */
 static void memory(void *arg, gpt_memory *part, int *in_model,
                    uint64_t *step_bytes) {
   pipe_run *p = arg;
   int first, last, s = pipeline_stage(p->pl, &first, &last);
   const gpt_config *cfg = gpt_get_config(p->model);
   pipeline_memory_get(p->pl, part);
-  *in_model = 1;
+  *in_model = !p->l.gpu;
   *step_bytes = 0;
   if (s == 0 && p->l.K > 1 && !cfg->untied_head) {
     size_t off, n;
@@ -130,10 +131,13 @@ static void start(trainrun *r, pipe_run *p) {
   if (pipeline_create(data, r->model, &o, &p->pl, err, sizeof err) != 0)
     mploop_abort(r, l, "pipeline", err);
   p->model = r->model;
+  /* On GPU ranks the stage's weights are the device's: ranks other than
+   * 0 drop the model's parameter array after resume, and none trains in
+   * its gradient array. */
   l->eng = (mploop_engine){p->pl,   fb,      clip, step,   gather, load,
-                           stepped, summary, p,    memory, 0};
-  if (l->gpu) /* the CUDA engine's memory is not in these figures yet */
-    l->eng.memory = NULL;
+                           stepped, summary, p,    memory, l->gpu};
+  if (l->gpu)
+    gpt_release(r->model, GPT_BUF_GRADS);
   int first, last, s = pipeline_stage(p->pl, &first, &last);
   pipeline_stats st;
   pipeline_get_stats(p->pl, &st);
@@ -147,9 +151,7 @@ static void start(trainrun *r, pipe_run *p) {
             pipeline_schedule_names[p->sched], l->m, r->c.B, r->c.m.T, st.slots,
             l->pos / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m,
             l->gpu ? "GPUs (BF16 streams), NCCL" : "CPUs, MPI");
-  if (l->gpu) /* the CUDA engine's memory is not in these figures yet */
-    return;
-  zslice_memory mem;
+  zslice_memory mem; /* on GPU ranks the device's */
   pipeline_memory(p->pl, &mem);
   mploop_log_memory(r, l, &mem);
 }
@@ -162,7 +164,8 @@ int pipeloop_run(trainrun *r, int N, int P) {
                       .K = P,
                       .T = 1,
                       .gpu_ok = 1,
-                      .gpu_dp = 1}};
+                      .gpu_dp = 1,
+                      .gpu_zero = 2}};
   int status = mploop_check(r, &p.l), sc = 0;
   if (status == 0 && stagekit_param_choice(r->ctx, r->h, "pipeline_schedule",
                                            pipeline_schedule_names, &sc))

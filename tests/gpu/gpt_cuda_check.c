@@ -1451,6 +1451,122 @@ static void check_weights(gpt *m, gpt_cuda *ref, gpt *ref_m, double tol,
         rel, tol);
 }
 
+/* ---- A master window (gpt_cuda_options' master_lo, master_n) ----
+ *
+ * A pipeline stage's ZeRO-1 slice (gpu/pipeline/pipeline_cuda.c): one
+ * shard of pieces (here the whole model at local 0, padded to 2 S
+ * floats as a stage's range over 2 ranks), two gpt_cudas whose master
+ * weights and moments are the halves [r S, r S + S), against one without
+ * a window. The same batches' 2 steps (the windows' BF16 copies
+ * exchanged by hand between them, so that each forward reads the whole
+ * one's weights): each window's master weights, moments and
+ * BF16 copy are the whole one's bits there, download_shard writes the
+ * window alone (the rest of the buffer untouched), and a window outside
+ * the shard is refused. A few seconds on the emulator. */
+static void place_whole(gpt_cuda *g, const gpt *host) {
+  for (size_t i = 0; i < gpt_group_count(host); i++) {
+    size_t off, n;
+    gpt_group_range(host, i, &off, &n);
+    gpt_cuda_set_group_params(g, i, (char *)gpt_cuda_params_ptr(g) + 2 * off);
+    gpt_cuda_set_group_grads(g, i, gpt_cuda_grads_ptr(g) + off);
+  }
+}
+
+static int cmd_window(void) {
+  char err[2048];
+  gpt *host = make_model(7);
+  size_t P = gpt_num_params(host), S = P / 2 + 1, n = 2 * S;
+  int V = gpt_get_config(host)->vocab_size;
+  gpt_cuda_piece pc = {0, P, 0};
+  gpt_cuda_options o = {.B = ZB,
+                        .T = ZT,
+                        .opt = optim_cfg(OPTIM_ADAMW),
+                        .deterministic = 1,
+                        .shard_n = n,
+                        .pieces = &pc,
+                        .npieces = 1};
+  float *shard = calloc(n, 4), *w = malloc(n * 4), *h = malloc(n * 4);
+  uint16_t *bw = malloc(n * 2), *bh = malloc(n * 2);
+  memcpy(shard, gpt_params(host), P * 4);
+  gpt_cuda *g[3];
+  optim *st[3];
+  for (int r = 0; r < 3; r++) {
+    o.master_lo = r < 2 ? (size_t)r * S : 0;
+    o.master_n = r < 2 ? S : 0;
+    optim_group all = {0, r < 2 ? S : n, 0};
+    if (gpt_cuda_create(host, &o, &g[r], err, sizeof err) != 0 ||
+        gpt_cuda_upload_shard(g[r], shard, NULL, err, sizeof err) != 0 ||
+        optim_create(&o.opt, all.numel, &all, 1, &st[r], err, sizeof err))
+      die("window create", err);
+    place_whole(g[r], host);
+  }
+  uint32_t *in = malloc(ZB * ZT * 4), *tg = malloc(ZB * ZT * 4);
+  for (int k = 0; k < 2; k++) {
+    zero_batch(in, tg, 1, V, k);
+    for (int r = 0; r < 3; r++) {
+      float l;
+      if (gpt_cuda_zero_grad(g[r], err, sizeof err) != 0 ||
+          gpt_cuda_forward(g[r], in, tg, ZB, ZT, &l, err, sizeof err) != 0 ||
+          gpt_cuda_backward(g[r], 1.0f, err, sizeof err) != 0 ||
+          gpt_cuda_step(g[r], 1e-3f, err, sizeof err) != 0)
+        die("window step", err);
+    }
+    /* The all-gather of the windows' BF16 copies, by hand. */
+    for (int r = 0; r < 2; r++)
+      cuda_ck(cudaMemcpy((char *)gpt_cuda_params_ptr(g[1 - r]) + r * S * 2,
+                         (char *)gpt_cuda_params_ptr(g[r]) + r * S * 2, S * 2,
+                         cudaMemcpyDeviceToDevice),
+              "window slice");
+  }
+  if (gpt_cuda_download_shard(g[2], w, st[2], err, sizeof err) != 0)
+    die("window download", err);
+  cuda_ck(
+      cudaMemcpy(bw, gpt_cuda_params_ptr(g[2]), n * 2, cudaMemcpyDeviceToHost),
+      "BF16 down");
+  for (int r = 0; r < 2; r++) {
+    size_t lo = (size_t)r * S, own = r ? P - S : S, diff = 0, out = 0;
+    for (size_t i = 0; i < n; i++)
+      h[i] = NAN;
+    if (gpt_cuda_download_shard(g[r], h, st[r], err, sizeof err) != 0)
+      die("window download", err);
+    cuda_ck(cudaMemcpy(bh, gpt_cuda_params_ptr(g[r]), n * 2,
+                       cudaMemcpyDeviceToHost),
+            "BF16 down");
+    const float *mw = optim_state(st[2]), *mh = optim_state(st[r]);
+    for (size_t i = 0; i < own; i++)
+      diff += memcmp(&h[lo + i], &w[lo + i], 4) != 0 ||
+              bh[lo + i] != bw[lo + i] || mh[i] != mw[lo + i] ||
+              mh[S + i] != mw[n + lo + i];
+    for (size_t i = 0; i < n; i++)
+      out += (i < lo || i >= lo + S) && !isnan(h[i]);
+    CHECK(diff == 0,
+          "window: rank %d: %zu of %zu floats not the whole "
+          "shard's bits",
+          r, diff, own);
+    CHECK(out == 0,
+          "window: rank %d: the download wrote %zu floats "
+          "outside its window",
+          r, out);
+    CHECK(optim_get_t(st[r]) == 2, "window: rank %d: t %llu", r,
+          (unsigned long long)optim_get_t(st[r]));
+  }
+  gpt_cuda *bad = NULL;
+  o.master_lo = n - 1;
+  o.master_n = 2;
+  int rc = gpt_cuda_create(host, &o, &bad, err, sizeof err);
+  CHECK(rc != 0 && strstr(err, "window [") != NULL,
+        "window: one past the shard was not refused (%s)", rc ? err : "ok");
+  gpt_cuda_destroy(bad);
+  for (int r = 0; r < 3; r++) {
+    gpt_cuda_destroy(g[r]);
+    optim_destroy(st[r]);
+  }
+  gpt_destroy(host);
+  free(shard), free(w), free(h), free(bw), free(bh), free(in), free(tg);
+  printf("window: %s\n", failures ? "FAILED" : "ok");
+  return failures ? 1 : 0;
+}
+
 /* The weights gathered (every rank), and on rank 0 (ref non-NULL)
  * checked. */
 static void pipe_weights(pipeline *pl, gpt *m, gpt_cuda *ref, gpt *ref_m,
@@ -2180,7 +2296,7 @@ int main(int argc, char **argv) {
   }
   if (argc < 2) {
     fprintf(stderr, "usage: gpt_cuda_check available|step|recompute|oom|"
-                    "llama|llama-recompute|stages|pipeline|"
+                    "llama|llama-recompute|stages|pipeline|window|"
                     "logits MODEL_DIR IDS OUT\n");
     return 2;
   }
@@ -2209,6 +2325,8 @@ int main(int argc, char **argv) {
     return cmd_zero();
   if (strcmp(argv[1], "shards") == 0)
     return cmd_shards();
+  if (strcmp(argv[1], "window") == 0)
+    return cmd_window();
   if (strcmp(argv[1], "zero-oom") == 0)
     return cmd_zero_oom();
 #ifdef DAGRUN_CHECK_TENSOR

@@ -17,10 +17,12 @@
 # - llama-recompute: recompute's checks on the first Llama shape;
 # - stages: pipeline stages (gpt_cuda_set_stage) chained, 2 and 3 of a
 #   GPT-2 and 2 of each Llama shape, give the whole model's losses and
-#   gradients bitwise (a tied head's embeddings to float rounding).
+#   gradients bitwise (a tied head's embeddings to float rounding);
+# - window: a master window of a shard of pieces (a pipeline stage's
+#   ZeRO-1 slice) updates its part to the unwindowed shard's bits.
 . "$(dirname "$0")/gpu_env.sh"
 
-for cmd in step recompute oom llama llama-recompute stages; do
+for cmd in step recompute oom llama llama-recompute stages window; do
   "$GPU_CHECK" $cmd >"$T/$cmd.out" 2>&1 || fail "gpt_cuda_check $cmd:
 $(cat "$T/$cmd.out")"
   cat "$T/$cmd.out"
