@@ -706,7 +706,7 @@ static int plan_tensor_parallel(gpt_cuda *g, const gpt_cuda_options *o,
   g->tpk = R > 1 ? tp->rank : 0;
   if (R > 1) {
     const char *why =
-        o->shard_n || o->npieces || o->grad_shard ? "ZeRO's shards"
+        o->npieces || o->grad_shard ? "ZeRO's stage-2 and stage-3 shards"
         : o->recompute != GPT_RECOMPUTE_NONE ? "recompute (use recompute: none)"
         : !tp->tensors || !tp->allreduce || !tp->allgather
             ? "no shard layout or collectives"
@@ -1073,6 +1073,12 @@ extern "C" int gpt_cuda_download(gpt_cuda *g, gpt *host, optim *opt,
   return move_state(g, opt, 0, err, errlen);
 }
 
+/* Where a shard's master weights start in it: a window's master_lo,
+ * a tensor shard's shard_lo (0 without ZeRO). */
+static size_t window_lo(const gpt_cuda *g) {
+  return g->npieces ? g->mlo : g->lo;
+}
+
 /* A stage-3 shard, and its optimizer (may be NULL) of its size: 0, or
  * -1. */
 static int check_shard(const gpt_cuda *g, optim *opt, char *err,
@@ -1090,13 +1096,14 @@ extern "C" int gpt_cuda_upload_shard(gpt_cuda *g, const float *shard,
     return -1;
   forget_passes(g);
   if (g->nm < g->padded) {
-    /* A window (master_n): the whole shard goes up through the FP32
-     * gradients (as many floats), which makes the BF16 copy of all of it
-     * and the window's master weights, and is zeroed after. */
+    /* A window (master_n, or a tensor shard's shard_lo / shard_n): the
+     * whole shard goes up through the FP32 gradients (as many floats),
+     * which makes the BF16 copy of all of it and the window's master
+     * weights, and is zeroed after. */
     CK(cudaMemcpyAsync(g->grads, shard, g->padded * 4, cudaMemcpyHostToDevice,
                        g->k.stream));
     KK(kern_f32_to_bf16(&g->k, g->params, g->grads, g->padded, err, errlen));
-    CK(cudaMemcpyAsync(g->master, g->grads + g->mlo, g->nm * 4,
+    CK(cudaMemcpyAsync(g->master, g->grads + window_lo(g), g->nm * 4,
                        cudaMemcpyDeviceToDevice, g->k.stream));
     CK(cudaMemsetAsync(g->grads, 0, g->ngrads * 4, g->k.stream));
     return move_state(g, opt, 1, err, errlen);
@@ -1111,7 +1118,7 @@ extern "C" int gpt_cuda_download_shard(gpt_cuda *g, float *shard, optim *opt,
                                        char *err, size_t errlen) {
   if (check_shard(g, opt, err, errlen) != 0)
     return -1;
-  CK(cudaMemcpyAsync(shard + g->mlo, g->master, g->nm * 4,
+  CK(cudaMemcpyAsync(shard + window_lo(g), g->master, g->nm * 4,
                      cudaMemcpyDeviceToHost, g->k.stream));
   return move_state(g, opt, 0, err, errlen);
 }

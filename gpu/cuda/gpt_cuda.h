@@ -81,8 +81,13 @@ typedef struct gpt_cuda_piece {
  * of the shard's ranges, summed; gpt_cuda_clip_grad_norm sees one
  * shard), keeping the replicated tensors' copies equal, and the hooks
  * (gpt_cuda_set_grad_hook's offsets are the shard layout's, not gpt.h's
- * flat one). Not with ZeRO (shard_n, pieces) or recompute (refused by
- * gpt_cuda_create). */
+ * flat one). ZeRO-1 over replicas of the shard (gpu/tensor/
+ * tensor_cuda.c) is shard_lo, shard_n and padded in the shard's layout:
+ * the master weights and optimizer state cover [shard_lo, shard_lo +
+ * shard_n) of it, the BF16 copy and the gradients padded floats, and
+ * upload_shard takes (download_shard writes) padded floats with the
+ * master weights at shard_lo. Not with pieces, grad_shard or recompute
+ * (refused by gpt_cuda_create). */
 typedef struct gpt_cuda_tp_tensor {
   size_t offset, numel;
 } gpt_cuda_tp_tensor;

@@ -14,14 +14,21 @@ struct tensor_cuda {
   comm *c;
   tensor_cuda_options o;
   int r, ranks;
+  int D, d; /* the replicas of the shard (o.dp), this one */
   tensor_layout *lay;
   size_t n, nrepl, full; /* the shard's floats, its replicated ones, the
                             model's */
+  /* The master weights' part of the shard: with ZeRO this rank's slice
+   * over o.dp_ctl, else the whole shard (zs.D 1, zs.S n). */
+  zslice zs;
   gpt_cuda *g;
-  /* A host optimizer of the shard's size: the staging of its state for
-   * gpt_cuda_upload_shard and _download_shard. */
+  gpt_cuda_options go; /* as created (the memory estimate reads it) */
+  /* A host optimizer of the master weights' size (zs.S): the staging of
+   * its state for gpt_cuda_upload_shard and _download_shard. */
   optim *lopt;
-  float *dev2; /* 2 device floats: a host double's sum over the group */
+  float *dev2; /* 2 device floats: a host double's sum over a group */
+  float *gsl;  /* with ZeRO: the slice's reduced gradient (device) */
+  int stale;   /* with ZeRO: the BF16 slices not gathered since the step */
 };
 
 /* gpt_cuda_tp's collectives: the group's, on device buffers. */
@@ -34,15 +41,17 @@ static int tp_allgather(void *arg, const float *send, float *recv, size_t n,
   return comm_allgather(arg, send, recv, n, err, errlen);
 }
 
-/* *x summed over the group, as comm_allreduce_sum_double carries it (two
- * floats), through device memory: NCCL moves no host memory. */
-static int sum_double(tensor_cuda *t, double *x, char *err, size_t errlen) {
+/* *x summed over c (the group or the replicas), as
+ * comm_allreduce_sum_double carries it (two floats), through device
+ * memory: NCCL moves no host memory. */
+static int sum_double(tensor_cuda *t, comm *c, double *x, char *err,
+                      size_t errlen) {
   float hl[2];
   hl[0] = (float)*x;
   hl[1] = (float)(*x - (double)hl[0]);
   cudaError_t e = cudaMemcpy(t->dev2, hl, sizeof hl, cudaMemcpyHostToDevice);
   if (e == cudaSuccess) {
-    if (comm_allreduce_sum(t->c, t->dev2, 2, err, errlen) != 0)
+    if (comm_allreduce_sum(c, t->dev2, 2, err, errlen) != 0)
       return -1;
     e = cudaMemcpy(hl, t->dev2, sizeof hl, cudaMemcpyDeviceToHost);
   }
@@ -55,12 +64,32 @@ static int sum_double(tensor_cuda *t, double *x, char *err, size_t errlen) {
 }
 
 /* What the CUDA engine's tensor parallel takes: 0, or -1 with err. */
-static int check(comm *c, const gpt_config *cfg, int ranks, char *err,
-                 size_t errlen) {
-  if (comm_backend_of(c) != COMM_NCCL) {
-    snprintf(err, errlen, "tensor parallel on GPUs needs an NCCL communicator");
+static int check(comm *c, const gpt_config *cfg, const tensor_cuda_options *o,
+                 char *err, size_t errlen) {
+  int ranks = comm_size(c), D = o->dp ? comm_size(o->dp) : 1;
+  if (comm_backend_of(c) != COMM_NCCL ||
+      (o->dp && comm_backend_of(o->dp) != COMM_NCCL)) {
+    snprintf(err, errlen,
+             "tensor parallel on GPUs needs NCCL communicators (the group "
+             "and its replicas)");
     return -1;
   }
+  if (D > 1 && o->zero_stage > 0 &&
+      (!o->dp_ctl || comm_size(o->dp_ctl) != D ||
+       comm_rank(o->dp_ctl) != comm_rank(o->dp))) {
+    snprintf(err, errlen,
+             "tensor_cuda: ZeRO over %d replicas needs their MPI "
+             "communicator (dp_ctl) in the same order",
+             D);
+    return -1;
+  }
+  if (o->micro < 1) {
+    snprintf(err, errlen, "tensor_cuda: %d micro-batches", o->micro);
+    return -1;
+  }
+  if (zslice_check_stage(o->zero_stage, "tensor parallel on GPUs", err,
+                         errlen) != 0)
+    return -1;
   return tensor_check(cfg, ranks, ranks, err, errlen);
 }
 
@@ -70,7 +99,8 @@ static int make_engine(tensor_cuda *t, const gpt *model, char *err,
                        size_t errlen) {
   size_t nt = gpt_tensor_count(model);
   gpt_cuda_tp_tensor *tt = calloc(nt, sizeof *tt);
-  float *buf = malloc(t->n * sizeof *buf);
+  size_t DS = (size_t)t->zs.D * t->zs.S; /* the shard, padded (ZeRO) */
+  float *buf = calloc(DS, sizeof *buf);
   int rc = -1;
   if (!tt || !buf) {
     snprintf(err, errlen, "tensor_cuda: out of memory");
@@ -90,10 +120,19 @@ static int make_engine(tensor_cuda *t, const gpt *model, char *err,
                                 .allreduce = tp_allreduce,
                                 .allgather = tp_allgather,
                                 .arg = t->c}};
+  if (t->zs.D > 1) { /* ZeRO-1: the master weights of the slice alone */
+    go.shard_lo = t->zs.lo;
+    go.shard_n = t->zs.S;
+    go.padded = DS;
+  }
   if (gpt_cuda_create(model, &go, &t->g, err, errlen) != 0)
     goto out;
+  t->go = go;
+  t->go.tp.tensors = NULL; /* tt goes; only the sizes are read again */
   /* On the engine's device (gpt_cuda_create made it the thread's). */
-  if (cudaMalloc((void **)&t->dev2, 2 * sizeof(float)) != cudaSuccess) {
+  if (cudaMalloc((void **)&t->dev2, 2 * sizeof(float)) != cudaSuccess ||
+      (t->zs.D > 1 &&
+       cudaMalloc((void **)&t->gsl, t->zs.S * sizeof(float)) != cudaSuccess)) {
     cudaGetLastError();
     snprintf(err, errlen, "tensor_cuda: out of device memory");
     goto out;
@@ -110,12 +149,8 @@ int tensor_cuda_create(comm *c, const gpt *model, const tensor_cuda_options *o,
                        tensor_cuda **out, char *err, size_t errlen) {
   *out = NULL;
   int ranks = comm_size(c);
-  if (check(c, gpt_get_config(model), ranks, err, errlen) != 0)
+  if (check(c, gpt_get_config(model), o, err, errlen) != 0)
     return -1;
-  if (o->micro < 1) {
-    snprintf(err, errlen, "tensor_cuda: %d micro-batches", o->micro);
-    return -1;
-  }
   tensor_cuda *t = calloc(1, sizeof *t);
   if (!t) {
     snprintf(err, errlen, "tensor_cuda: out of memory");
@@ -126,12 +161,15 @@ int tensor_cuda_create(comm *c, const gpt *model, const tensor_cuda_options *o,
   t->ranks = ranks;
   t->r = comm_rank(c);
   t->full = gpt_num_params(model);
+  t->D = o->dp ? comm_size(o->dp) : 1;
+  t->d = o->dp ? comm_rank(o->dp) : 0;
   optim_group whole;
   if (tensor_layout_create(model, ranks, &t->lay, err, errlen) != 0)
     goto fail;
   t->n = tensor_layout_floats(t->lay, &t->nrepl);
-  whole = (optim_group){0, t->n, 1};
-  if (optim_create(&o->opt, t->n, &whole, 1, &t->lopt, err, errlen) != 0 ||
+  zslice_init(&t->zs, t->D > 1 && o->zero_stage > 0 ? o->dp_ctl : NULL, t->n);
+  whole = (optim_group){0, t->zs.S, 1};
+  if (optim_create(&o->opt, t->zs.S, &whole, 1, &t->lopt, err, errlen) != 0 ||
       make_engine(t, model, err, errlen) != 0)
     goto fail;
   *out = t;
@@ -147,6 +185,8 @@ void tensor_cuda_destroy(tensor_cuda *t) {
   gpt_cuda_destroy(t->g);
   if (t->dev2)
     cudaFree(t->dev2);
+  if (t->gsl)
+    cudaFree(t->gsl);
   optim_destroy(t->lopt);
   tensor_layout_destroy(t->lay);
   free(t);
@@ -157,13 +197,76 @@ void tensor_cuda_sizes(const tensor_cuda *t, size_t *local, size_t *full) {
   *full = t->full;
 }
 
+void tensor_cuda_memory(const tensor_cuda *t, const gpt_config *cfg,
+                        gpt_memory *part, zslice_memory *held) {
+  gpt_cuda_memory_estimate(cfg, t->go.B, t->go.T, &t->go, part);
+  part->grads += t->gsl ? (uint64_t)t->zs.S * 4 : 0;
+  part->total = part->params + part->grads + part->optim + part->acts;
+  *held = (zslice_memory){.params = part->params,
+                          .grads = part->grads,
+                          .optim = part->optim,
+                          .peak_grads = part->grads};
+}
+
+/* With ZeRO, after an update: every rank's BF16 slice, in place (the
+ * next forward reads the whole shard). */
+static int make_whole(tensor_cuda *t, char *err, size_t errlen) {
+  if (!t->stale)
+    return 0;
+  char *p = gpt_cuda_params_ptr(t->g);
+  if (gpt_cuda_synchronize(t->g, err, errlen) != 0 ||
+      comm_allgather_bytes(t->o.dp, p + t->zs.lo * 2, p, t->zs.S * 2, err,
+                           errlen) != 0)
+    return -1;
+  t->stale = 0;
+  return 0;
+}
+
+/* The mean over the replicas (o.dp) of the gradients: with ZeRO this
+ * rank's slice of it, reduce-scattered into gsl and put at its place in
+ * the gradients (where the update reads it), else all of them; then rank
+ * 0's replicated gradients for the group (tensor.h says why): all of
+ * them, or their part in the slice, the same on every rank of the
+ * group. */
+static int dp_mean(tensor_cuda *t, char *err, size_t errlen) {
+  float *g = gpt_cuda_grads_ptr(t->g);
+  size_t at = 0, nr = t->nrepl;
+  int rc = gpt_cuda_synchronize(t->g, err, errlen);
+  if (rc == 0 && t->zs.D > 1) {
+    rc = comm_reduce_scatter_sum(t->o.dp, g, t->gsl, t->zs.S, err, errlen);
+    cudaError_t e = rc == 0
+                        ? cudaMemcpyAsync(g + t->zs.lo, t->gsl, t->zs.S * 4,
+                                          cudaMemcpyDeviceToDevice,
+                                          (cudaStream_t)gpt_cuda_stream(t->g))
+                        : cudaSuccess;
+    if (e != cudaSuccess) {
+      snprintf(err, errlen, "tensor_cuda: placing the reduced slice: %s",
+               cudaGetErrorString(e));
+      rc = -1;
+    }
+    at = t->zs.lo;
+    nr = at < nr ? nr - at : 0;
+    nr = nr < t->zs.own ? nr : t->zs.own;
+  } else if (rc == 0 && t->D > 1) {
+    rc = comm_allreduce_sum(t->o.dp, g, t->n, err, errlen);
+  }
+  if (rc == 0 && t->D > 1)
+    rc = gpt_cuda_scale_grads(t->g, 1.0f / (float)t->D, err, errlen) != 0 ||
+         gpt_cuda_synchronize(t->g, err, errlen) != 0;
+  if (rc != 0)
+    return -1;
+  return nr ? comm_broadcast(t->c, g + at, nr * sizeof(float), 0, err, errlen)
+            : 0;
+}
+
 int tensor_cuda_forward_backward(tensor_cuda *t, const uint32_t *inputs,
                                  const uint32_t *targets, double *loss,
                                  char *err, size_t errlen) {
   size_t BT = (size_t)t->o.B * t->o.T;
   int m = t->o.micro;
   double sum = 0;
-  if (gpt_cuda_zero_grad(t->g, err, errlen) != 0)
+  if (make_whole(t, err, errlen) != 0 ||
+      gpt_cuda_zero_grad(t->g, err, errlen) != 0)
     return -1;
   for (int k = 0; k < m; k++) {
     float l = 0;
@@ -173,13 +276,13 @@ int tensor_cuda_forward_backward(tensor_cuda *t, const uint32_t *inputs,
       return -1;
     sum += l / m; /* as trainkit_forward_backward sums them */
   }
-  /* Rank 0's replicated gradients and loss for the group (tensor.h
-   * says why). */
-  double x = t->r == 0 ? sum : 0.0;
-  if (gpt_cuda_synchronize(t->g, err, errlen) != 0 ||
-      comm_broadcast(t->c, gpt_cuda_grads_ptr(t->g), t->nrepl * sizeof(float),
-                     0, err, errlen) != 0 ||
-      sum_double(t, &x, err, errlen) != 0)
+  /* The replicas' mean; then rank 0's loss for the group (as its
+   * replicated gradients). */
+  if (dp_mean(t, err, errlen) != 0 ||
+      (t->D > 1 && sum_double(t, t->o.dp, &sum, err, errlen) != 0))
+    return -1;
+  double x = t->r == 0 ? sum / t->D : 0.0;
+  if (sum_double(t, t->c, &x, err, errlen) != 0)
     return -1;
   *loss = x;
   return 0;
@@ -187,10 +290,15 @@ int tensor_cuda_forward_backward(tensor_cuda *t, const uint32_t *inputs,
 
 int tensor_cuda_clip_grad_norm(tensor_cuda *t, double max_norm, double *norm,
                                char *err, size_t errlen) {
-  size_t lo = t->r == 0 ? 0 : t->nrepl;
+  /* This rank's gradients, the slice's with ZeRO; the replicated ones
+   * counted once, on rank 0 of the group. */
+  size_t lo = t->zs.lo, hi = t->zs.lo + t->zs.own;
+  size_t from = t->r == 0 || t->nrepl <= lo ? lo : t->nrepl;
   double ss = 0;
-  if (gpt_cuda_grad_sumsq(t->g, lo, t->n - lo, &ss, err, errlen) != 0 ||
-      sum_double(t, &ss, err, errlen) != 0)
+  if ((from < hi &&
+       gpt_cuda_grad_sumsq(t->g, from, hi - from, &ss, err, errlen) != 0) ||
+      sum_double(t, t->c, &ss, err, errlen) != 0 ||
+      (t->zs.D > 1 && sum_double(t, t->o.dp, &ss, err, errlen) != 0))
     return -1;
   *norm = sqrt(ss);
   gpt_cuda_set_clip(t->g, *norm, max_norm);
@@ -198,12 +306,13 @@ int tensor_cuda_clip_grad_norm(tensor_cuda *t, double max_norm, double *norm,
 }
 
 int tensor_cuda_step(tensor_cuda *t, float lr, char *err, size_t errlen) {
+  t->stale = t->zs.D > 1; /* the update wrote this rank's slice alone */
   return gpt_cuda_step(t->g, lr, err, errlen);
 }
 
 /* The state floats a parameter has (AdamW 2, Lion 1). */
 static size_t per_param(const tensor_cuda *t) {
-  return optim_state_floats(t->lopt) / t->n;
+  return optim_state_floats(t->lopt) / t->zs.S;
 }
 
 /* Rank rr's shards, buf (1 + k arrays of n), into rank 0's model and
@@ -243,28 +352,66 @@ static int collect(tensor_cuda *t, float *buf, void *dev, size_t bytes,
   return 0;
 }
 
+/* This rank's shards (n floats) and with k their optimizer state (k
+ * arrays of n) into buf, gathered over the replicas (dp_ctl) where ZeRO
+ * slices them: collective there. 0, or -1 with err. */
+static int pull(tensor_cuda *t, float *buf, size_t k, char *err,
+                size_t errlen) {
+  optim *st = k ? t->lopt : NULL;
+  if (t->zs.D == 1) {
+    if (gpt_cuda_download_shard(t->g, buf, st, err, errlen) != 0)
+      return -1;
+    if (k)
+      memcpy(buf + t->n, optim_state(t->lopt), k * t->n * sizeof(float));
+    return 0;
+  }
+  /* The download's staging (the padded shard, the slice at lo) and the
+   * gather's scratch, D S floats each. */
+  size_t DS = (size_t)t->zs.D * t->zs.S;
+  float *win = malloc(2 * DS * sizeof(float));
+  if (!win) {
+    snprintf(err, errlen, "tensor_cuda: out of memory gathering the slices");
+    return -1;
+  }
+  int rc = gpt_cuda_download_shard(t->g, win, st, err, errlen);
+  if (rc == 0)
+    rc = zslice_gather_to(&t->zs, win + t->zs.lo, buf, win + DS, err, errlen);
+  if (rc == 0 && k)
+    rc = zslice_state_gather(&t->zs, t->lopt, buf + t->n, err, errlen);
+  free(win);
+  return rc;
+}
+
 int tensor_cuda_gather(tensor_cuda *t, gpt *model, int with_state, optim *full,
                        char *err, size_t errlen) {
   size_t k = with_state ? per_param(t) : 0, n = t->n;
   size_t bytes = (1 + k) * n * sizeof(float);
+  /* Replica 0's group gathers; the others hold the same weights and
+   * state, or with ZeRO send their slices to it first. */
+  if (t->d > 0 && t->zs.D == 1)
+    return 0;
+  float *buf = malloc(bytes);
+  if (!buf) {
+    snprintf(err, errlen, "tensor_cuda: out of memory gathering the shards");
+    return -1;
+  }
+  int rc = pull(t, buf, k, err, errlen);
+  if (rc != 0 || t->d > 0) {
+    free(buf);
+    return rc;
+  }
+  void *dev = NULL;
   if (t->r == 0 && with_state &&
       (!full || optim_state_floats(full) != k * t->full)) {
     snprintf(err, errlen,
              "tensor_cuda: gather: no optimizer of the whole "
              "model for the state");
-    return -1;
-  }
-  float *buf = malloc(bytes);
-  void *dev = NULL;
-  if (!buf || cudaMalloc(&dev, bytes) != cudaSuccess) {
+    rc = -1;
+  } else if (cudaMalloc(&dev, bytes) != cudaSuccess) {
     cudaGetLastError();
-    free(buf);
     snprintf(err, errlen, "tensor_cuda: out of memory gathering the shards");
-    return -1;
+    rc = -1;
   }
-  int rc = gpt_cuda_download_shard(t->g, buf, k ? t->lopt : NULL, err, errlen);
-  if (rc == 0 && k)
-    memcpy(buf + n, optim_state(t->lopt), k * n * sizeof(float));
   if (rc == 0 && t->r == 0) {
     place(t, 0, buf, model, k ? full : NULL, k);
     if (k)
@@ -272,30 +419,39 @@ int tensor_cuda_gather(tensor_cuda *t, gpt *model, int with_state, optim *full,
   }
   if (rc == 0)
     rc = collect(t, buf, dev, bytes, model, k ? full : NULL, k, err, errlen);
-  cudaFree(dev);
+  if (dev)
+    cudaFree(dev);
   free(buf);
   return rc;
 }
 
 int tensor_cuda_load(tensor_cuda *t, const gpt *model, optim *full, char *err,
                      size_t errlen) {
-  size_t k = per_param(t);
+  size_t k = per_param(t), n = t->n;
   if (optim_state_floats(full) != k * t->full) {
     snprintf(err, errlen,
              "tensor_cuda: the optimizer is not the whole model's");
     return -1;
   }
-  float *buf = malloc(t->n * sizeof *buf);
-  if (!buf) {
+  /* The padded shard (zeros past n) and the shard's state, of which the
+   * optimizer keeps its slice (all of it without ZeRO). */
+  float *buf = calloc((size_t)t->zs.D * t->zs.S, sizeof *buf);
+  float *ls = malloc(k * n * sizeof *ls + 1);
+  int rc = -1;
+  if (!buf || !ls) {
     snprintf(err, errlen, "tensor_cuda: out of memory");
-    return -1;
+    goto out;
   }
   tensor_layout_take(t->lay, t->r, gpt_params((gpt *)model), buf);
   for (size_t j = 0; j < k; j++)
     tensor_layout_take(t->lay, t->r, optim_state(full) + j * t->full,
-                       optim_state(t->lopt) + j * t->n);
+                       ls + j * n);
+  zslice_state_take(&t->zs, ls, n, t->lopt);
   optim_set_t(t->lopt, optim_get_t(full));
-  int rc = gpt_cuda_upload_shard(t->g, buf, t->lopt, err, errlen);
+  rc = gpt_cuda_upload_shard(t->g, buf, t->lopt, err, errlen);
+  t->stale = 0; /* the upload made the BF16 copy of the whole shard */
+out:
+  free(ls);
   free(buf);
   return rc;
 }

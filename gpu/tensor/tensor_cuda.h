@@ -23,15 +23,28 @@
  * rounded once more) and the softmax's denominator summed in another
  * order: the losses match one GPU's to BF16 rounding, not to the bit.
  *
- * Not here: recompute (the engine runs without), data parallel beside
- * it (the replicas' gradient mean is not built here, though comm_split
- * on NCCL now is), pipeline stages, ZeRO; a shape
- * tensor_check refuses is refused by tensor_cuda_create with its
- * message.
+ * Data parallel beside the group (tensor_cuda_options.dp: the D ranks
+ * that hold the same shard in the gang's D replicas, over NCCL): the
+ * gradients' mean over them before the replicated broadcast, as
+ * tensor.c's dp_mean; the loss is the replicas' mean. With zero_stage 1
+ * or 2 ZeRO-1 runs over dp (zslice.h's slices of the shard's floats):
+ * each rank keeps the FP32 master weights and optimizer state of its
+ * slice alone on its device (gpt_cuda_options' shard_lo / shard_n in the
+ * shard's layout), the gradients are reduce-scattered into the slices,
+ * each rank updates its slice and its BF16 copy, and the BF16 slices are
+ * all-gathered before the next forward (2 bytes a parameter). Stage 2 is
+ * stage 1 here: the engine's gradient array stays whole on the device.
+ * A checkpoint's weights and state are the slices gathered over dp_ctl
+ * (MPI, host memory), then replica 0's group's shards to rank 0.
  *
- * Every function but tensor_cuda_step and _destroy is collective over
- * the group. 0, or -1 with err; a failed collective leaves the
- * communicator unusable (abort the gang). The caller's thread only.
+ * Not here: recompute (the engine runs without), pipeline stages,
+ * zero_stage 3; a shape tensor_check refuses is refused by
+ * tensor_cuda_create with its message.
+ *
+ * Every function but tensor_cuda_step, _sizes, _memory and _destroy is
+ * collective over the group and, with dp, over the replicas. 0, or -1
+ * with err; a failed collective leaves the communicator unusable (abort
+ * the gang). The caller's thread only.
  */
 #ifndef DAGRUN_TENSOR_CUDA_H
 #define DAGRUN_TENSOR_CUDA_H
@@ -42,12 +55,18 @@
 #include "comm/comm.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "zero/zslice.h"
 
 typedef struct tensor_cuda_options {
   int micro; /* micro-batches a step (grad_accum), >= 1 */
   int B, T;  /* a micro-batch */
   optim_config opt;
   int deterministic; /* gpt_cuda_options.deterministic */
+  /* The replicas of this shard (NULL, or one rank: none): dp over NCCL
+   * (the gradients), dp_ctl the same ranks in the same order over MPI (a
+   * checkpoint's gather, in host memory); zero_stage over them, 0-2. */
+  comm *dp, *dp_ctl;
+  int zero_stage;
 } tensor_cuda_options;
 
 typedef struct tensor_cuda tensor_cuda;
@@ -62,6 +81,13 @@ void tensor_cuda_destroy(tensor_cuda *t); /* NULL is a no-op */
 
 /* Floats of this rank's shards and of the whole model. */
 void tensor_cuda_sizes(const tensor_cuda *t, size_t *local, size_t *full);
+
+/* This rank's device bytes (what gpt_cuda_create allocated, by its
+ * estimate, and ZeRO's slice of the gradient) into part; in held the
+ * same as zslice.h's figures (the device keeps nothing else between
+ * steps). */
+void tensor_cuda_memory(const tensor_cuda *t, const gpt_config *cfg,
+                        gpt_memory *part, zslice_memory *held);
 
 /* tensor_forward_backward's contract: the gradients zeroed, the m
  * micro-batches (inputs and targets (m,B,T), the same on every rank)

@@ -20,11 +20,11 @@ _Noreturn void mploop_abort(trainrun *r, mploop *l, const char *what,
   gangloop_abort(r, l->c, l->rank, what, err);
 }
 
-/* ZeRO over the replicas of GPU ranks (gpu_dp) above the engine's
+/* ZeRO over the replicas of GPU ranks (gpu_ok) above the engine's
  * gpu_zero is not built: refused with device: cuda; device: auto keeps
  * CPU ranks, saying why. 0, or -1 having failed the task. */
 static int check_gpu_zero(trainrun *r, mploop *l) {
-  if (!l->gpu_dp || l->D == 1 || l->zero <= l->gpu_zero)
+  if (!l->gpu_ok || l->D == 1 || l->zero <= l->gpu_zero)
     return 0;
   if (r->c.device == ENGINE_WANT_CUDA) {
     r->h->fail(r->ctx,
@@ -40,7 +40,6 @@ static int check_gpu_zero(trainrun *r, mploop *l) {
               "%s (ZeRO beside %s runs on CPU ranks only above zero_stage "
               "%d; zero_stage: %d takes the GPUs)",
               l->zero, l->D, l->what, l->param, l->gpu_zero, l->gpu_zero);
-  l->gpu_dp = 0;
   l->gpu_ok = 0;
   return 0;
 }
@@ -63,17 +62,7 @@ int mploop_check(trainrun *r, mploop *l) {
     return EXIT_BAD_PARAMS;
   }
   l->D = l->N / l->K;
-  l->gpu =
-      r->c.device == ENGINE_WANT_CUDA && l->gpu_ok && (l->D == 1 || l->gpu_dp);
-  if (r->c.device == ENGINE_WANT_CUDA && l->gpu_ok && !l->gpu) {
-    h->fail(ctx,
-            "%s %d runs on CPU ranks without device: cuda beside data "
-            "parallel (world_size %d is %d replicas): on GPUs the gang is "
-            "one group of %d %s (world_size: %d; data parallel beside it "
-            "is not built for GPU ranks yet), or use device: cpu",
-            l->param, l->K, l->N, l->D, l->K, l->part, l->K);
-    return EXIT_BAD_PARAMS;
-  }
+  l->gpu = r->c.device == ENGINE_WANT_CUDA && l->gpu_ok;
   const char *why = r->c.device == ENGINE_WANT_CUDA && !l->gpu ? "device: cuda"
                     : r->c.dropout > 0                         ? "dropout"
                     : r->c.overfit ? "overfit_one_batch"
@@ -99,7 +88,7 @@ int mploop_check(trainrun *r, mploop *l) {
             l->param, l->K);
     return EXIT_BAD_PARAMS;
   }
-  if (r->c.device == ENGINE_WANT_AUTO && engine_built_with_cuda() && !l->gpu_dp)
+  if (r->c.device == ENGINE_WANT_AUTO && engine_built_with_cuda() && !l->gpu_ok)
     h->log(ctx, DAGRUN_LOG_INFO,
            "device: auto is cpu with %s (GPU ranks do not run %s yet)",
            l->param, l->what);
@@ -165,7 +154,7 @@ int mploop_open(trainrun *r, mploop *l,
   if (comm_split(l->c, l->pos / l->K, l->pos, &l->kc, err, sizeof err) ||
       comm_split(l->c, l->pos % l->K, l->pos, &l->dc, err, sizeof err))
     mploop_abort(r, l, "splitting the gang", err);
-  int st = l->gpu_dp ? open_gpu(r, l) : 0;
+  int st = l->gpu_ok ? open_gpu(r, l) : 0;
   if (st != 0)
     return st;
   size_t n = (size_t)l->m * r->c.B * r->c.m.T;

@@ -26,13 +26,12 @@
  *
  * Refused by mploop_check, before any collective, with the numbers: a
  * gang not started by a launcher, world_size not a multiple of K,
- * device: cuda (but where the engine runs on GPU ranks, mploop.gpu_ok:
- * then with one replica, world_size = K, unless gpu_dp), dropout,
- * overfit_one_batch, zero_stage 3 beside pipeline stages; with gpu_dp,
- * a zero_stage above gpu_zero on GPU ranks beside replicas.
+ * device: cuda (but where the engine runs on GPU ranks, mploop.gpu_ok),
+ * dropout, overfit_one_batch, zero_stage 3 beside pipeline stages; with
+ * gpu_ok, a zero_stage above gpu_zero on GPU ranks beside replicas.
  *
- * GPU ranks with replicas (gpu_dp, and device cuda, or auto where every
- * rank sees a GPU: gangloop_pick_device): one GPU a rank (the local
+ * GPU ranks (gpu_ok, and device cuda, or auto where every rank sees a
+ * GPU: gangloop_pick_device): one GPU a rank (the local
  * rank's, as a ZeRO gang's), and beside the MPI communicators, which
  * keep the scalars and the gather, NCCL ones over the same ranks for
  * the engine's device buffers. Rank 0's pre-flight loss and validation
@@ -83,21 +82,21 @@ typedef struct mploop {
   const char *what;  /* the parts in words: "pipeline stages" */
   int N, K;          /* gang size (0: not in a gang), parts a replica */
   int T;             /* ranks of a tensor group (1: none), for mpplace */
-  int gpu_ok;        /* the engine runs on GPU ranks (one replica) */
-  int gpu_dp;        /* with gpu_ok: replicas too, and mploop_open opens
-                        the NCCL gang and its splits (nc, nkc, ndc) */
-  int gpu_zero;      /* with gpu_dp: the highest zero_stage the engine
+  int gpu_ok;        /* the engine runs on GPU ranks, replicas too:
+                        mploop_open opens the NCCL gang and its splits
+                        (nc, nkc, ndc) */
+  int gpu_zero;      /* with gpu_ok: the highest zero_stage the engine
                         runs over them on GPU ranks (0: none) */
   /* Set by mploop_check and mploop_open: */
   int D, m, rank; /* replicas, micro-batches a step, this rank */
   int zero;       /* zero_stage over the D replicas: 0-2, 3 with T alone */
   int pos;        /* this rank's position in the layout (mpplace.h) */
-  int gpu;        /* on GPU ranks: device: cuda taken (gpu_ok, D = 1), or
-                     with gpu_dp the device the gang agreed on at open */
+  int gpu;        /* on GPU ranks (gpu_ok): device: cuda asked, then the
+                     device the gang agreed on at open */
   comm *c;        /* the gang: the stop agreement */
   comm *kc;       /* this replica's K parts: the engine's */
   comm *dc;       /* this part's D replicas: the gradients' mean */
-  /* GPU ranks of gpu_dp: the NCCL gang and its splits as kc's and dc's,
+  /* GPU ranks: the NCCL gang and its splits as kc's and dc's,
    * and this rank's CUDA device; else 0 and NULL. */
   int device;
   comm *nc, *nkc, *ndc;

@@ -164,7 +164,6 @@ int pipeloop_run(trainrun *r, int N, int P) {
                       .K = P,
                       .T = 1,
                       .gpu_ok = 1,
-                      .gpu_dp = 1,
                       .gpu_zero = 2}};
   int status = mploop_check(r, &p.l), sc = 0;
   if (status == 0 && stagekit_param_choice(r->ctx, r->h, "pipeline_schedule",

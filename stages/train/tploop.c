@@ -23,9 +23,8 @@ typedef struct tp_run {
   comm *tc; /* this rank's tensor group: its stage's T shards */
   comm *pc; /* this shard's P stages */
   tensor_par *tp;
-  /* On GPU ranks (mploop.gpu): the tensor group over NCCL, the engine
-   * (tensor_cuda.h), the run for its calls' failures. */
-  comm *nc;
+  /* On GPU ranks (mploop.gpu): the engine (tensor_cuda.h) over the
+   * loop's NCCL splits, the run for its calls' failures. */
   struct tensor_cuda *tcu;
   trainrun *run;
 } tp_run;
@@ -104,45 +103,49 @@ static int load_cuda(void *e, optim *full, char *err, size_t errlen) {
   return tensor_cuda_load(t->tcu, t->run->model, full, err, errlen);
 }
 
-/* The tensor group on GPU ranks: NCCL over the gang (one group: D = 1),
- * the CUDA engine's shards. */
+/* The GPU rank's memory (mploop_engine.memory): the device's. */
+static void memory_cuda(void *arg, gpt_memory *part, int *in_model,
+                        uint64_t *step_bytes) {
+  tp_run *t = arg;
+  zslice_memory held;
+  tensor_cuda_memory(t->tcu, gpt_get_config(t->run->model), part, &held);
+  *in_model = 0;
+  *step_bytes = 0;
+}
+
+/* The tensor group on GPU ranks (mploop_open agreed on the device and
+ * split the NCCL gang): the CUDA engine's shards over the replica's
+ * group (nkc), the gradients' mean and ZeRO over the shard's replicas
+ * (ndc, and dc for the checkpoints' host gathers). */
 static void start_cuda(trainrun *r, tp_run *t, size_t *local, size_t *full) {
-  char err[2048], why[512];
+  char err[2048];
   mploop *l = &t->l;
-  /* Every rank a GPU, agreed on over MPI before NCCL is tried (its
-   * failure would not say why). */
-  float n = gpt_cuda_available(why, sizeof why) ? 1.0f : 0.0f;
-  if (comm_allreduce_sum(l->c, &n, 1, err, sizeof err) != 0)
-    mploop_abort(r, l, "agreeing on the device", err);
-  if ((int)n != l->N) {
-    snprintf(err, sizeof err,
-             "%d of the %d ranks see a usable GPU (this one: %s); use "
-             "device: cpu",
-             (int)n, l->N, why);
-    mploop_abort(r, l, "device: cuda", err);
-  }
-  comm_config nccfg = {.backend = COMM_NCCL, .device = -1};
-  if (comm_create(&nccfg, &t->nc, err, sizeof err) != 0)
-    mploop_abort(r, l, "NCCL", err);
-  l->more[0] = t->nc;
   tensor_cuda_options o = {.micro = l->m,
                            .B = r->c.B,
                            .T = r->c.m.T,
                            .opt = r->c.opt,
-                           .deterministic = r->c.deterministic};
-  if (tensor_cuda_create(t->nc, r->model, &o, &t->tcu, err, sizeof err) != 0)
+                           .deterministic = r->c.deterministic,
+                           .dp = l->ndc,
+                           .dp_ctl = l->dc,
+                           .zero_stage = l->zero};
+  if (tensor_cuda_create(l->nkc, r->model, &o, &t->tcu, err, sizeof err) != 0)
     mploop_abort(r, l, "tensor parallel on GPUs", err);
   t->run = r;
-  l->eng =
-      (mploop_engine){t,         fb_cuda, clip_cuda, step_cuda, gather_cuda,
-                      load_cuda, NULL,    summary,   t,
-                      NULL,      0}; /* no memory report on GPUs yet */
+  l->eng = (mploop_engine){t,           fb_cuda,     clip_cuda, step_cuda,
+                           gather_cuda, load_cuda,   NULL,      summary,
+                           t,           memory_cuda, 1};
   tensor_cuda_sizes(t->tcu, local, full);
-  if (l->rank == 0)
+  if (l->rank != 0)
+    return;
+  r->h->log(r->ctx, DAGRUN_LOG_INFO,
+            "device: cuda: one GPU a rank, NCCL between them (the "
+            "validation and the pre-flight loss on rank 0's CPU, over the "
+            "gathered model)");
+  if (l->D > 1 && l->zero == 2)
     r->h->log(r->ctx, DAGRUN_LOG_INFO,
-              "device: cuda: one GPU a rank, NCCL between them (the "
-              "validation and the pre-flight loss on rank 0's CPU, over the "
-              "gathered model)");
+              "zero_stage 2 is zero_stage 1 on GPU tensor ranks: the "
+              "engine keeps its shard's gradient array whole on the device "
+              "(the optimizer state and master weights are sliced)");
 }
 #endif
 
@@ -228,10 +231,15 @@ static void start(trainrun *r, tp_run *t) {
             sh * F / T, (sh + 1) * F / T - 1, F, sh * Vp / T,
             (sh + 1) * Vp / T - 1, Vp, local, full, l->m, r->c.B, r->c.m.T,
             l->pos / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m);
-  if (l->gpu) /* tensor_cuda's memory is not in these figures yet */
-    return;
-  zslice_memory mem;
-  tensor_memory(t->tp, &mem);
+  zslice_memory mem; /* on GPU ranks the device's */
+#ifdef DAGRUN_TRAIN_TENSOR_CUDA
+  if (l->gpu) {
+    gpt_memory part;
+    tensor_cuda_memory(t->tcu, cfg, &part, &mem);
+  }
+#endif
+  if (!l->gpu)
+    tensor_memory(t->tp, &mem);
   mploop_log_memory(r, l, &mem);
 }
 
@@ -246,8 +254,10 @@ int tploop_run(trainrun *r, int N, int T, int P) {
               .T = T,
               .P = P};
 #ifdef DAGRUN_TRAIN_TENSOR_CUDA
-  /* One tensor group on GPUs (tensor_cuda.h): no stages beside it. */
+  /* Tensor groups on GPUs (tensor_cuda.h), with replicas and ZeRO 1-2
+   * beside them; no stages. */
   t.l.gpu_ok = P == 1;
+  t.l.gpu_zero = 2;
 #endif
   int status = mploop_check(r, &t.l), sc = 0;
   if (status == 0 && P > 1 &&
@@ -266,7 +276,6 @@ int tploop_run(trainrun *r, int N, int T, int P) {
   tensor_destroy(t.tp);
 #ifdef DAGRUN_TRAIN_TENSOR_CUDA
   tensor_cuda_destroy(t.tcu);
-  comm_destroy(t.nc);
 #endif
   comm_destroy(t.pc);
   comm_destroy(t.tc);

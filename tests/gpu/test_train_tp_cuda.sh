@@ -22,8 +22,13 @@
 # - deterministic: true: two gangs' losses bitwise equal (on the
 #   emulator the gang without it gave equal bits too: its float atomics
 #   land in one order there; a GPU's do not);
-# - refused at start, saying what to do: device: cuda beside data
-#   parallel (world_size 4 with tensor_parallel 2), and T x P.
+# - two replicas of the tensor group on 4 ranks (data parallel beside
+#   it, on GPUs) at zero_stage 0 and, with device: auto, the default
+#   zero_stage 1 (ZeRO-1 over the replicas: below), against one GPU
+#   process of batch_size 4; one GPU process resumes the ZeRO gang's
+#   checkpoint, and the ZeRO gang one process's;
+# - refused at start, saying what to do: zero_stage 3 beside the
+#   replicas on GPUs, and T x P.
 # A machine with one GPU skips it (NCCL wants a GPU a rank); the
 # emulator's ctest (gpu/train_tp_cuda_emulated) has as many as asked.
 . "$(dirname "$0")/gpu_env.sh"
@@ -92,8 +97,82 @@ done
 [ "$(wc -l < det1.losses)" -eq 4 ] && cmp -s det1.losses det2.losses ||
   fail "deterministic: the two gangs' losses differ: $(diff det1.losses det2.losses | head)"
 
-gang_refused dp "tensor_parallel 2 runs on CPU ranks without device: cuda beside data parallel (world_size 4 is 2 replicas)" \
-  "$COMMON, tensor_parallel: 2, device: cuda" 4
+# Two replicas of the tensor group of 2 on 4 ranks: the shards'
+# gradients averaged over NCCL across the replicas, against one GPU
+# process of batch_size 4 (each replica trains 2 of its rows). The
+# losses within 1e-3 (relative), the final weights within 0.1 of the
+# largest: the bounds of the group alone (above) and of the pipeline's
+# replicas (test_train_pipe_cuda.sh: each replica's backward sums its 2
+# rows where one process sums 4, so the bias and norm gradients differ by
+# BF16 noise from step 1).
+# Then ZeRO-1 over the replicas with device: auto and the default
+# zero_stage (1): the GPUs taken; each rank keeps the master weights and
+# AdamW moments of half its shard (summary.json's optimizer bytes at most
+# half of zero_stage 0's), the gradients reduce-scattered, the BF16
+# slices all-gathered; the losses within 1e-4 of zero_stage 0's (the
+# same gradients, the clipping norm summed in another order), the
+# weights within 0.1 of one process's. One GPU process of batch_size 4
+# resumes its step-H checkpoint (the slices gathered to rank 0), and the
+# ZeRO gang one process's (each rank takes its slice): the steps after
+# within 1e-3 of the run they continue.
+ngpu=4
+[ -n "${GPU_STAGE_DIR:-}" ] || ngpu=$(nvidia-smi -L | grep -c '^GPU ')
+if [ "$ngpu" -ge 4 ]; then
+  C2=$COMMON
+  COMMON=${C2/batch_size: 2/batch_size: 4}
+  gpu_train one4 "device: cuda"
+  COMMON=$C2
+  R4=$(run_dir one4)
+  losses "$R4" > one4.losses
+  gang_dag dt0 "$COMMON, tensor_parallel: 2, zero_stage: 0, device: cuda" 4
+  expect_rc 0
+  R=$(run_dir dt0)
+  expect_in "$R/train/attempt-1/log" "data-parallel replica 0 of 2 (global batch 2 x 2 x 1 = 4 sequences)"
+  expect_in "$R/train/attempt-1/log" "device: cuda: one GPU a rank, NCCL between them"
+  losses "$R" > dt0.losses
+  same_losses one4.losses dt0.losses 1e-3
+  same_weights "$R4/train/checkpoints/$CK/model.safetensors" \
+    "$R/train/checkpoints/$CK/model.safetensors" 0.1
+  gang_dag dtz "$COMMON, tensor_parallel: 2, device: auto" 4
+  expect_rc 0
+  RZ=$(run_dir dtz)
+  expect_in "$RZ/train/attempt-1/log" "device: cuda: one GPU a rank, NCCL between them"
+  expect_in "$RZ/train/attempt-1/log" "of optimizer state between steps (zero_stage 1 over 2 data-parallel replicas)"
+  losses "$RZ" > dtz.losses
+  same_losses dt0.losses dtz.losses 1e-4
+  same_losses one4.losses dtz.losses 1e-3
+  same_weights "$R4/train/checkpoints/$CK/model.safetensors" \
+    "$RZ/train/checkpoints/$CK/model.safetensors" 0.1
+  "$PY" - "$R/train/out/summary.json" "$RZ/train/out/summary.json" <<'P' || fail "dtz: the optimizer state is not sliced"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert (b["zero_stage"], b["device"], b["tensor_parallel"]) == (1, "cuda", 2), b
+za = [r["formula"]["optim"] for r in a["memory"]["ranks"]]
+zb = [r["formula"]["optim"] for r in b["memory"]["ranks"]]
+assert len(za) == len(zb) == 4 and all(za), (za, zb)
+for x, y in zip(za, zb):  # the device's arrays are 128-byte aligned
+    assert 0 < 2 * y <= x + 2 * 2 * 128, (za, zb)
+print("optimizer state per rank, zero_stage 0 vs 1:", za, zb)
+P
+  awk -v h="$H" '$1 > h' dtz.losses > dtz.tail
+  awk -v h="$H" '$1 > h' one4.losses > one4.tail
+  C2=$COMMON
+  COMMON=${C2/batch_size: 2/batch_size: 4}
+  gpu_train dtzone "device: cuda, resume: \"$RZ/train/checkpoints/$HK\""
+  COMMON=$C2
+  expect_in "$(run_dir dtzone)/train/attempt-1/log" "resumed from $RZ/train/checkpoints/$HK at step $H"
+  losses "$(run_dir dtzone)" > dtzone.losses
+  same_losses dtz.tail dtzone.losses 1e-3
+  gang_dag dtzr "$COMMON, tensor_parallel: 2, zero_stage: 1, device: cuda, resume: \"$R4/train/checkpoints/$HK\"" 4
+  expect_rc 0
+  expect_in "$(run_dir dtzr)/train/attempt-1/log" "resumed from $R4/train/checkpoints/$HK at step $H"
+  losses "$(run_dir dtzr)" > dtzr.losses
+  same_losses one4.tail dtzr.losses 1e-3
+  gang_refused z3 "zero_stage 3 with tensor_parallel 2 on GPU ranks: ZeRO over the 2 data-parallel replicas runs on CPU ranks only above zero_stage 2; set zero_stage: 2 or device: cpu" \
+    "$COMMON, tensor_parallel: 2, zero_stage: 3, device: cuda" 4
+else
+  echo "SKIPPED: 2 replicas x tensor_parallel 2 (needs four GPUs; $ngpu here)"
+fi
 gang_refused txp "tensor_parallel x pipeline_parallel 4 runs on CPU ranks without device: cuda" \
   "$COMMON, tensor_parallel: 2, pipeline_parallel: 2, device: cuda" 4
 pass

@@ -291,10 +291,18 @@ gang_refused world "world_size 3 is not a multiple of tensor_parallel 2" \
   "$MODEL, tensor_parallel: 2" 3
 gang_refused dropout "tensor_parallel 2 runs on CPU ranks without dropout" \
   "$MODEL, tensor_parallel: 2, dropout: 0.1"
-# (world_size 4: where the build has tensor parallel on GPUs,
-# test_train_tp_cuda.sh, device: cuda is refused beside data parallel.)
-gang_refused cuda "tensor_parallel 2 runs on CPU ranks without device: cuda" \
-  "$MODEL, tensor_parallel: 2, device: cuda" 4
+# device: cuda on 2 replicas: where the build has tensor parallel on
+# GPUs (its train stage links NCCL and the CUDA runtime;
+# test_train_tp_cuda.sh) the gang looks for a GPU a rank and finds none
+# here; without it, device: cuda is refused as not built.
+if readelf -d "$DAGRUN_STAGE_DIR/train.so" | grep -q 'libnccl' &&
+  readelf -d "$DAGRUN_STAGE_DIR/train.so" | grep -q 'libcudart'; then
+  gang_refused cuda "device: cuda in a gang of 4, but 0 of the 4 ranks see a usable GPU" \
+    "$MODEL, tensor_parallel: 2, device: cuda" 4
+else
+  gang_refused cuda "tensor_parallel 2 runs on CPU ranks without device: cuda" \
+    "$MODEL, tensor_parallel: 2, device: cuda" 4
+fi
 gang_refused recompute "tensor_parallel 2 runs without recompute" \
   "$MODEL, tensor_parallel: 2, recompute: gelu"
 gang_refused tp_layers "pipeline_parallel 2 does not divide the model's 3 layers" \
