@@ -1785,11 +1785,6 @@ extern "C" int gpt_cuda_set_stage(gpt_cuda *g, int first, int last, char *err,
                 "gpt_cuda: stage [%d,%d) is not a range of the model's %d "
                 "layers",
                 first, last, g->cfg.n_layer);
-  if (g->tpr > 1 && (first > 0 || last < g->cfg.n_layer))
-    return fail(err, errlen,
-                "gpt_cuda: a pipeline stage [%d,%d) of a tensor shard (rank "
-                "%d of %d): stages and tensor shards together are not built",
-                first, last, g->tpk, g->tpr);
   g->stage_first = first;
   g->stage_last = last;
   return 0;

@@ -266,7 +266,10 @@ void gpt_cuda_set_grad_hook(gpt_cuda *g,
 /* Makes g's forwards run layers [first, last), 0 <= first < last <=
  * n_layer (0, n_layer: the whole model again). Forgets the last forward.
  * While a stage is set gpt_cuda_forward, _forward_train and _backward
- * refuse. 0, or -1 with err (a range out of bounds). */
+ * refuse. A tensor shard's stage (gpt_cuda_tp) runs its layers' shards,
+ * the group's collectives in them as in the whole model (every rank of
+ * the group in the same stage). 0, or -1 with err (a range out of
+ * bounds). */
 int gpt_cuda_set_stage(gpt_cuda *g, int first, int last, char *err,
                        size_t errlen);
 /* A trainer's forward of the stage (gpt_cuda_forward_train's, on the

@@ -3,6 +3,7 @@
  * passes and parameters are the engine's (pipeline_engine.h). */
 #include "pipeline.h"
 #include "pipeline_engine.h"
+#include "pipestream.h"
 
 #include "lib/clock.h"
 #include "zero/zslice.h"
@@ -16,19 +17,6 @@ const char *const pipeline_schedule_names[] = {"1f1b", "gpipe", NULL};
 
 typedef pipeline_op op;
 
-/* A send still in flight, with its own copy of the data (so that the
- * activation slot it came from can be used again). */
-typedef struct pending {
-  comm_req *req;
-  void *buf;
-} pending;
-
-/* The most sends a stage keeps in flight to each neighbour, two of them
- * under COMM_MAX_INFLIGHT with room to spare; at the limit the oldest is
- * waited for (the peer receives a neighbour's messages in the order they
- * were sent). */
-#define PIPE_MAX_SENDS 6
-
 struct pipeline {
   comm *c, *ctl; /* the stages: the data (streams, gradients), the scalars */
   comm *dp, *dp_ctl; /* the stage group (o.dp): the same two; NULL: none */
@@ -41,14 +29,8 @@ struct pipeline {
   pipe_setup su; /* the ranges (su.off, su.n, su.nrg) */
   const pipe_ops *eo;
   pipe_eng *e;
-  size_t bytes; /* of a micro-batch's stream (B,T,C) */
-  void *xbuf;   /* a received stream or its gradient */
-  float *tied;  /* the first stage's receive buffer for the tied sum */
-  /* The sends in flight, one FIFO a direction (0: to stage s - 1, the
-   * gradients; 1: to s + 1, the streams): q[d][qhead[d] .. + nq[d]). */
-  void *sendbuf[2][PIPE_MAX_SENDS];
-  pending q[2][PIPE_MAX_SENDS];
-  int qhead[2], nq[2];
+  pipestream ps; /* the streams and their gradients, over c */
+  float *tied;   /* the first stage's receive buffer for the tied sum */
   pipeline_stats st;
   int step_failed; /* pipeline_step's error, for the next call to say */
   char step_err[512];
@@ -147,6 +129,21 @@ static void make_ranges(pipeline *p) {
   su->dp_ctl = p->zero ? p->dp_ctl : NULL;
 }
 
+/* The engine's memory, as pipestream.h takes it. */
+static void *mem_alloc(void *arg, size_t bytes) {
+  pipeline *p = arg;
+  return p->eo->alloc(p->e, bytes);
+}
+static void mem_free(void *arg, void *buf) {
+  pipeline *p = arg;
+  p->eo->free(p->e, buf);
+}
+static int mem_copy(void *arg, void *dst, const void *src, size_t bytes,
+                    char *err, size_t errlen) {
+  pipeline *p = arg;
+  return p->eo->copy(p->e, dst, src, bytes, err, errlen);
+}
+
 /* The engine of o (pipeline_engine.h) for this stage, and the buffers
  * of the exchanges in its memory. */
 static int make_engine(pipeline *p, char *err, size_t errlen) {
@@ -163,13 +160,10 @@ static int make_engine(pipeline *p, char *err, size_t errlen) {
   if (rc != 0)
     return -1;
   size_t C = (size_t)gpt_get_config(p->model)->n_embd;
-  p->bytes = (size_t)p->o.B * p->o.T * C * p->eo->elem;
-  if (!(p->xbuf = p->eo->alloc(p->e, p->bytes)))
-    return oom("the received stream", err, errlen);
-  for (int d = 0; d < 2; d++)
-    for (int i = 0; i < PIPE_MAX_SENDS; i++)
-      if (!(p->sendbuf[d][i] = p->eo->alloc(p->e, p->bytes)))
-        return oom("the send buffers", err, errlen);
+  pipestream_mem mem = {mem_alloc, mem_free, mem_copy, p};
+  if (pipestream_init(&p->ps, p->c, (size_t)p->o.B * p->o.T * C * p->eo->elem,
+                      &mem, err, errlen) != 0)
+    return -1;
   if (p->s == 0 && tied_head(p)) {
     size_t off, n;
     gpt_group_range(p->model, 0, &off, &n);
@@ -222,12 +216,7 @@ void pipeline_destroy(pipeline *p) {
   if (!p)
     return;
   if (p->eo) {
-    for (int d = 0; d < 2; d++)
-      for (int i = 0; i < PIPE_MAX_SENDS; i++)
-        if (p->sendbuf[d][i])
-          p->eo->free(p->e, p->sendbuf[d][i]);
-    if (p->xbuf)
-      p->eo->free(p->e, p->xbuf);
+    pipestream_release(&p->ps);
     if (p->tied)
       p->eo->free(p->e, p->tied);
     p->eo->destroy(p->e);
@@ -242,55 +231,6 @@ int pipeline_stage(const pipeline *p, int *first, int *last) {
   return p->s;
 }
 
-/* Waits for the oldest send in flight in direction d. */
-static int wait_oldest(pipeline *p, int d, char *err, size_t errlen) {
-  pending *q = &p->q[d][p->qhead[d]];
-  int rc = comm_wait(p->c, q->req, err, errlen);
-  p->qhead[d] = (p->qhead[d] + 1) % PIPE_MAX_SENDS;
-  p->nq[d]--;
-  return rc;
-}
-
-/* A micro-batch's stream (d 1, to stage s + 1) or its gradient (d 0, to
- * s - 1) x, from a copy of its own. */
-static int send_stream(pipeline *p, const void *x, int d, char *err,
-                       size_t errlen) {
-  if (p->nq[d] == PIPE_MAX_SENDS && wait_oldest(p, d, err, errlen) != 0)
-    return -1;
-  int i = (p->qhead[d] + p->nq[d]) % PIPE_MAX_SENDS;
-  if (!x) {
-    snprintf(err, errlen, "pipeline: stage %d has no stream to send", p->s);
-    return -1;
-  }
-  void *buf = p->sendbuf[d][i];
-  if (p->eo->copy(p->e, buf, x, p->bytes, err, errlen) != 0)
-    return -1;
-  p->q[d][i].buf = buf;
-  if (comm_isend(p->c, buf, p->bytes, d ? p->s + 1 : p->s - 1, &p->q[d][i].req,
-                 err, errlen) != 0)
-    return -1;
-  p->nq[d]++;
-  return 0;
-}
-
-/* The next message from the neighbour in direction d into xbuf. Every
- * send to it but the latest is waited for first: NCCL runs a
- * communicator's sends and receives one after the other, starting a
- * queued send only with the next call that needs it, grouped with that
- * call's receive (comm.h); GPipe's m sends before the first receive
- * would otherwise leave the later ones unstarted while the peer waits
- * for them. The peer takes them in order meanwhile (its own receives),
- * and the latest, grouped with this receive, is 1F1B's pairing of a
- * send with the receive after it (Megatron-LM's send_forward_recv_
- * backward). On MPI the sends have started: the waits only come sooner. */
-static int recv_stream(pipeline *p, int d, char *err, size_t errlen) {
-  while (p->nq[d] > 1)
-    if (wait_oldest(p, d, err, errlen) != 0)
-      return -1;
-  return comm_recv(p->c, p->xbuf, p->bytes, d ? p->s + 1 : p->s - 1, err,
-                   errlen);
-}
-
 /* One op; *busy gets the time in the engine. */
 static int run_op(pipeline *p, const op *o, const uint32_t *inputs,
                   const uint32_t *targets, double *loss, double *busy,
@@ -300,32 +240,33 @@ static int run_op(pipeline *p, const op *o, const uint32_t *inputs,
   int slot = o->mb % p->nslots, rc;
   double t;
   if (!o->backward) {
-    if (!firsts && recv_stream(p, 0, err, errlen) != 0)
+    if (!firsts && pipestream_recv(&p->ps, 0, err, errlen) != 0)
       return -1;
     float l = 0;
     t = clock_monotonic();
     rc = p->eo->forward(p->e, slot, firsts ? inputs + o->mb * BT : NULL,
-                        firsts ? NULL : p->xbuf,
+                        firsts ? NULL : p->ps.xbuf,
                         lasts ? targets + o->mb * BT : NULL, &l, err, errlen);
     *busy += clock_monotonic() - t;
     if (rc != 0)
       return -1;
     if (lasts)
       *loss += l / m; /* as trainkit_forward_backward sums them */
-    else if (send_stream(p, p->eo->output(p->e, slot), 1, err, errlen) != 0)
+    else if (pipestream_send(&p->ps, p->eo->output(p->e, slot), 1, err,
+                             errlen) != 0)
       return -1;
     return 0;
   }
-  if (!lasts && recv_stream(p, 1, err, errlen) != 0)
+  if (!lasts && pipestream_recv(&p->ps, 1, err, errlen) != 0)
     return -1;
   t = clock_monotonic();
-  rc = p->eo->backward(p->e, slot, lasts ? NULL : p->xbuf, 1.0f / (float)m, err,
-                       errlen);
+  rc = p->eo->backward(p->e, slot, lasts ? NULL : p->ps.xbuf, 1.0f / (float)m,
+                       err, errlen);
   *busy += clock_monotonic() - t;
   if (rc != 0)
     return -1;
-  if (!firsts &&
-      send_stream(p, p->eo->input_grad(p->e, slot), 0, err, errlen) != 0)
+  if (!firsts && pipestream_send(&p->ps, p->eo->input_grad(p->e, slot), 0, err,
+                                 errlen) != 0)
     return -1;
   return 0;
 }
@@ -426,10 +367,8 @@ int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
   for (int i = 0; i < p->nops; i++)
     if (run_op(p, &p->ops[i], inputs, targets, loss, &busy, err, errlen) != 0)
       return -1;
-  for (int d = 0; d < 2; d++)
-    while (p->nq[d] > 0)
-      if (wait_oldest(p, d, err, errlen) != 0)
-        return -1;
+  if (pipestream_drain(&p->ps, err, errlen) != 0)
+    return -1;
   double step = clock_monotonic() - t0;
   /* With ZeRO the tied copies' sum comes first: the first stage's slices
    * then hold the whole gradient of the embeddings. */
@@ -570,6 +509,6 @@ void pipeline_memory_get(const pipeline *p, gpt_memory *out) {
   p->eo->memory(p->e, &held, out);
   /* The engine's activation slots, the received stream and the sends'
    * buffers. */
-  out->acts += (uint64_t)p->bytes * (1 + 2 * PIPE_MAX_SENDS);
+  out->acts += (uint64_t)pipestream_bytes(&p->ps);
   out->total = out->params + out->grads + out->optim + out->acts;
 }

@@ -2,6 +2,7 @@
 #include "tensor_cuda.h"
 
 #include "cuda/gpt_cuda.h"
+#include "pipeline/pipestream.h"
 #include "tensor.h"
 
 #include <cuda_runtime_api.h>
@@ -15,6 +16,12 @@ struct tensor_cuda {
   tensor_cuda_options o;
   int r, ranks;
   int D, d; /* the replicas of the shard (o.dp), this one */
+  int P, s; /* the shard's stages (o.pp), this one */
+  /* With stages: the step's ops in the schedule's order (2 micro), the
+   * activation slots, the stream between neighbours. */
+  pipeline_op *ops;
+  int nslots;
+  pipestream ps;
   tensor_layout *lay;
   size_t n, nrepl, full; /* the shard's floats, its replicated ones, the
                             model's */
@@ -90,7 +97,56 @@ static int check(comm *c, const gpt_config *cfg, const tensor_cuda_options *o,
   if (zslice_check_stage(o->zero_stage, "tensor parallel on GPUs", err,
                          errlen) != 0)
     return -1;
-  return tensor_check(cfg, ranks, ranks, err, errlen);
+  int P = o->pp ? comm_size(o->pp) : 1;
+  if (P > 1 && comm_backend_of(o->pp) != COMM_NCCL) {
+    snprintf(err, errlen,
+             "tensor parallel on GPUs: the stages need an NCCL communicator");
+    return -1;
+  }
+  if (tensor_check(cfg, ranks, ranks, err, errlen) != 0)
+    return -1;
+  return P > 1 ? pipeline_check(cfg, P, P, err, errlen) : 0;
+}
+
+/* The device's memory, as pipestream.h takes it (on the engine's
+ * device: gpt_cuda_create made it the thread's). */
+static void *dev_alloc(void *arg, size_t bytes) {
+  void *p = NULL;
+  (void)arg;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return NULL;
+  }
+  return p;
+}
+static void dev_free(void *arg, void *buf) {
+  (void)arg;
+  cudaFree(buf);
+}
+static int dev_copy(void *arg, void *dst, const void *src, size_t bytes,
+                    char *err, size_t errlen) {
+  tensor_cuda *t = arg;
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                                  (cudaStream_t)gpt_cuda_stream(t->g));
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "tensor_cuda: copying the stream: %s",
+             cudaGetErrorString(e));
+    return -1;
+  }
+  return gpt_cuda_synchronize(t->g, err, errlen);
+}
+
+/* With stages: the schedule, the engine's stage and the exchange's
+ * buffers. 0, or -1 with err. */
+static int make_stages(tensor_cuda *t, const gpt_config *cfg, char *err,
+                       size_t errlen) {
+  int L = cfg->n_layer / t->P;
+  pipestream_mem mem = {dev_alloc, dev_free, dev_copy, t};
+  if (gpt_cuda_set_stage(t->g, t->s * L, (t->s + 1) * L, err, errlen) != 0)
+    return -1;
+  return pipestream_init(&t->ps, t->o.pp,
+                         (size_t)t->o.B * t->o.T * cfg->n_embd * 2, &mem, err,
+                         errlen);
 }
 
 /* The engine in its tensor-shard mode over t's layout, and its weights.
@@ -113,6 +169,7 @@ static int make_engine(tensor_cuda *t, const gpt *model, char *err,
                          .opt = t->o.opt,
                          .deterministic = t->o.deterministic,
                          .device = comm_device(t->c),
+                         .slots = t->nslots,
                          .tp = {.ranks = t->ranks,
                                 .rank = t->r,
                                 .tensors = tt,
@@ -139,6 +196,8 @@ static int make_engine(tensor_cuda *t, const gpt *model, char *err,
   }
   tensor_layout_take(t->lay, t->r, gpt_params((gpt *)model), buf);
   rc = gpt_cuda_upload_shard(t->g, buf, NULL, err, errlen);
+  if (rc == 0 && t->P > 1)
+    rc = make_stages(t, gpt_get_config(model), err, errlen);
 out:
   free(tt);
   free(buf);
@@ -163,6 +222,17 @@ int tensor_cuda_create(comm *c, const gpt *model, const tensor_cuda_options *o,
   t->full = gpt_num_params(model);
   t->D = o->dp ? comm_size(o->dp) : 1;
   t->d = o->dp ? comm_rank(o->dp) : 0;
+  t->P = o->pp ? comm_size(o->pp) : 1;
+  t->s = o->pp ? comm_rank(o->pp) : 0;
+  t->nslots = 1;
+  if (t->P > 1) {
+    if (!(t->ops = malloc(2 * (size_t)o->micro * sizeof *t->ops))) {
+      snprintf(err, errlen, "tensor_cuda: out of memory");
+      goto fail;
+    }
+    t->nslots =
+        pipeline_schedule_ops(o->schedule, t->P, t->s, o->micro, t->ops);
+  }
   optim_group whole;
   if (tensor_layout_create(model, ranks, &t->lay, err, errlen) != 0)
     goto fail;
@@ -182,6 +252,8 @@ fail:
 void tensor_cuda_destroy(tensor_cuda *t) {
   if (!t)
     return;
+  pipestream_release(&t->ps);
+  free(t->ops);
   gpt_cuda_destroy(t->g);
   if (t->dev2)
     cudaFree(t->dev2);
@@ -197,10 +269,13 @@ void tensor_cuda_sizes(const tensor_cuda *t, size_t *local, size_t *full) {
   *full = t->full;
 }
 
+int tensor_cuda_slots(const tensor_cuda *t) { return t->nslots; }
+
 void tensor_cuda_memory(const tensor_cuda *t, const gpt_config *cfg,
                         gpt_memory *part, zslice_memory *held) {
   gpt_cuda_memory_estimate(cfg, t->go.B, t->go.T, &t->go, part);
   part->grads += t->gsl ? (uint64_t)t->zs.S * 4 : 0;
+  part->acts += t->P > 1 ? (uint64_t)pipestream_bytes(&t->ps) : 0;
   part->total = part->params + part->grads + part->optim + part->acts;
   *held = (zslice_memory){.params = part->params,
                           .grads = part->grads,
@@ -259,6 +334,61 @@ static int dp_mean(tensor_cuda *t, char *err, size_t errlen) {
             : 0;
 }
 
+/* One op of the stage's schedule: micro-batch o->mb's forward (from
+ * the ids on the first stage, else the stream received; to the loss,
+ * added to *sum, on the last, else the stream sent on) or its backward
+ * (from the loss on the last stage, else the gradient received; the
+ * input's gradient sent back but on the first). */
+static int run_op(tensor_cuda *t, const pipeline_op *o, const uint32_t *inputs,
+                  const uint32_t *targets, double *sum, char *err,
+                  size_t errlen) {
+  size_t at = (size_t)o->mb * t->o.B * t->o.T;
+  int firsts = t->s == 0, lasts = t->s == t->P - 1, m = t->o.micro;
+  if (!o->backward) {
+    float l = 0;
+    if ((!firsts && pipestream_recv(&t->ps, 0, err, errlen) != 0) ||
+        gpt_cuda_set_slot(t->g, o->mb % t->nslots, err, errlen) != 0 ||
+        gpt_cuda_forward_stage(t->g, firsts ? inputs + at : NULL,
+                               firsts ? NULL : t->ps.xbuf,
+                               lasts ? targets + at : NULL, t->o.B, t->o.T,
+                               lasts ? &l : NULL, err, errlen) != 0 ||
+        gpt_cuda_synchronize(t->g, err, errlen) != 0)
+      return -1;
+    *sum += l / m;
+    return lasts ? 0
+                 : pipestream_send(&t->ps, gpt_cuda_stage_output(t->g), 1, err,
+                                   errlen);
+  }
+  if ((!lasts && pipestream_recv(&t->ps, 1, err, errlen) != 0) ||
+      gpt_cuda_set_slot(t->g, o->mb % t->nslots, err, errlen) != 0 ||
+      gpt_cuda_backward_stage(t->g, lasts ? NULL : t->ps.xbuf, 1.0f / (float)m,
+                              err, errlen) != 0 ||
+      gpt_cuda_synchronize(t->g, err, errlen) != 0)
+    return -1;
+  return firsts ? 0
+                : pipestream_send(&t->ps, gpt_cuda_stage_input_grad(t->g), 0,
+                                  err, errlen);
+}
+
+/* The micro-batches through the stages (the schedule's ops), then the
+ * stages' gradients summed and the last stage's loss sum for all. */
+static int run_stages(tensor_cuda *t, const uint32_t *inputs,
+                      const uint32_t *targets, double *sum, char *err,
+                      size_t errlen) {
+  for (int i = 0; i < 2 * t->o.micro; i++)
+    if (run_op(t, &t->ops[i], inputs, targets, sum, err, errlen) != 0)
+      return -1;
+  if (t->s != t->P - 1)
+    *sum = 0;
+  return pipestream_drain(&t->ps, err, errlen) != 0 ||
+                 gpt_cuda_synchronize(t->g, err, errlen) != 0 ||
+                 comm_allreduce_sum(t->o.pp, gpt_cuda_grads_ptr(t->g), t->n,
+                                    err, errlen) != 0 ||
+                 sum_double(t, t->o.pp, sum, err, errlen) != 0
+             ? -1
+             : 0;
+}
+
 int tensor_cuda_forward_backward(tensor_cuda *t, const uint32_t *inputs,
                                  const uint32_t *targets, double *loss,
                                  char *err, size_t errlen) {
@@ -268,7 +398,9 @@ int tensor_cuda_forward_backward(tensor_cuda *t, const uint32_t *inputs,
   if (make_whole(t, err, errlen) != 0 ||
       gpt_cuda_zero_grad(t->g, err, errlen) != 0)
     return -1;
-  for (int k = 0; k < m; k++) {
+  if (t->P > 1 && run_stages(t, inputs, targets, &sum, err, errlen) != 0)
+    return -1;
+  for (int k = 0; k < m && t->P == 1; k++) {
     float l = 0;
     if (gpt_cuda_forward_train(t->g, inputs + k * BT, targets + k * BT, t->o.B,
                                t->o.T, &l, err, errlen) != 0 ||
@@ -386,9 +518,10 @@ int tensor_cuda_gather(tensor_cuda *t, gpt *model, int with_state, optim *full,
                        char *err, size_t errlen) {
   size_t k = with_state ? per_param(t) : 0, n = t->n;
   size_t bytes = (1 + k) * n * sizeof(float);
-  /* Replica 0's group gathers; the others hold the same weights and
-   * state, or with ZeRO send their slices to it first. */
-  if (t->d > 0 && t->zs.D == 1)
+  /* Replica 0's first stage's group gathers; the other stages and
+   * replicas hold the same weights and state, or with ZeRO the other
+   * replicas send their slices to it first. */
+  if (t->s > 0 || (t->d > 0 && t->zs.D == 1))
     return 0;
   float *buf = malloc(bytes);
   if (!buf) {

@@ -37,8 +37,21 @@
  * A checkpoint's weights and state are the slices gathered over dp_ctl
  * (MPI, host memory), then replica 0's group's shards to rank 0.
  *
- * Not here: recompute (the engine runs without), pipeline stages,
- * zero_stage 3; a shape tensor_check refuses is refused by
+ * Pipeline stages beside the group (tensor_cuda_options.pp: the P ranks
+ * that hold the same shard in the replica's P stages, over NCCL), as
+ * tensor.c runs them: each rank keeps its whole shard and trains its
+ * stage's layers of it (gpt_cuda_set_stage), one activation slot per
+ * micro-batch in flight, the micro-batches in the schedule's order
+ * (pipeline.h), the BF16 stream and its gradient sent between
+ * neighbours (pipestream.h); after them the stages' gradients are summed
+ * over pp (each tensor's from the stage that has it, the tied
+ * embedding's lookup and head parts from the first and the last) and
+ * the last stage's loss is every stage's, so that the clipping, the
+ * update and a checkpoint (the first stage's group's) are the group's
+ * alone.
+ *
+ * Not here: recompute (the engine runs without), zero_stage 3; a shape
+ * tensor_check or pipeline_check refuses is refused by
  * tensor_cuda_create with its message.
  *
  * Every function but tensor_cuda_step, _sizes, _memory and _destroy is
@@ -55,6 +68,7 @@
 #include "comm/comm.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "pipeline/pipeline.h"
 #include "zero/zslice.h"
 
 typedef struct tensor_cuda_options {
@@ -67,6 +81,10 @@ typedef struct tensor_cuda_options {
    * checkpoint's gather, in host memory); zero_stage over them, 0-2. */
   comm *dp, *dp_ctl;
   int zero_stage;
+  /* The shard's stages (NULL, or one rank: none), over NCCL, and their
+   * schedule. */
+  comm *pp;
+  pipeline_schedule schedule;
 } tensor_cuda_options;
 
 typedef struct tensor_cuda tensor_cuda;
@@ -81,6 +99,9 @@ void tensor_cuda_destroy(tensor_cuda *t); /* NULL is a no-op */
 
 /* Floats of this rank's shards and of the whole model. */
 void tensor_cuda_sizes(const tensor_cuda *t, size_t *local, size_t *full);
+/* The micro-batches whose activations a stage keeps at most (1 without
+ * stages). */
+int tensor_cuda_slots(const tensor_cuda *t);
 
 /* This rank's device bytes (what gpt_cuda_create allocated, by its
  * estimate, and ZeRO's slice of the gradient) into part; in held the

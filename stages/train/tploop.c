@@ -23,8 +23,10 @@ typedef struct tp_run {
   comm *tc; /* this rank's tensor group: its stage's T shards */
   comm *pc; /* this shard's P stages */
   tensor_par *tp;
-  /* On GPU ranks (mploop.gpu): the engine (tensor_cuda.h) over the
-   * loop's NCCL splits, the run for its calls' failures. */
+  /* On GPU ranks (mploop.gpu): tc's and pc's NCCL twins (splits of the
+   * loop's nkc), the engine (tensor_cuda.h) over them, the run for its
+   * calls' failures. */
+  comm *ntc, *npc;
   struct tensor_cuda *tcu;
   trainrun *run;
 } tp_run;
@@ -113,13 +115,20 @@ static void memory_cuda(void *arg, gpt_memory *part, int *in_model,
   *step_bytes = 0;
 }
 
-/* The tensor group on GPU ranks (mploop_open agreed on the device and
- * split the NCCL gang): the CUDA engine's shards over the replica's
- * group (nkc), the gradients' mean and ZeRO over the shard's replicas
- * (ndc, and dc for the checkpoints' host gathers). */
+/* The tensor groups on GPU ranks (mploop_open agreed on the device and
+ * split the NCCL gang): the CUDA engine's shards over the stage's group,
+ * its stages over the shard's (the same splits of nkc as tc and pc of
+ * kc), the gradients' mean and ZeRO over the shard's replicas (ndc, and
+ * dc for the checkpoints' host gathers). */
 static void start_cuda(trainrun *r, tp_run *t, size_t *local, size_t *full) {
   char err[2048];
   mploop *l = &t->l;
+  int pos = l->pos % l->K;
+  if (comm_split(l->nkc, pos / t->T, pos, &t->ntc, err, sizeof err) ||
+      comm_split(l->nkc, pos % t->T, pos, &t->npc, err, sizeof err))
+    mploop_abort(r, l, "splitting the NCCL replica", err);
+  l->more[0] = t->ntc; /* the engine's traffic, for summary.json */
+  l->more[1] = t->npc;
   tensor_cuda_options o = {.micro = l->m,
                            .B = r->c.B,
                            .T = r->c.m.T,
@@ -127,8 +136,10 @@ static void start_cuda(trainrun *r, tp_run *t, size_t *local, size_t *full) {
                            .deterministic = r->c.deterministic,
                            .dp = l->ndc,
                            .dp_ctl = l->dc,
-                           .zero_stage = l->zero};
-  if (tensor_cuda_create(l->nkc, r->model, &o, &t->tcu, err, sizeof err) != 0)
+                           .zero_stage = l->zero,
+                           .pp = t->P > 1 ? t->npc : NULL,
+                           .schedule = t->sched};
+  if (tensor_cuda_create(t->ntc, r->model, &o, &t->tcu, err, sizeof err) != 0)
     mploop_abort(r, l, "tensor parallel on GPUs", err);
   t->run = r;
   l->eng = (mploop_engine){t,           fb_cuda,     clip_cuda, step_cuda,
@@ -173,6 +184,15 @@ static int check_params(trainrun *r, tp_run *t) {
              "activation in fp32",
              t->T, why);
   return EXIT_BAD_PARAMS;
+}
+
+/* The activations of how many micro-batches a stage keeps at most. */
+static int slots(const tp_run *t) {
+#ifdef DAGRUN_TRAIN_TENSOR_CUDA
+  if (t->l.gpu)
+    return tensor_cuda_slots(t->tcu);
+#endif
+  return tensor_slots(t->tp);
 }
 
 /* The tensor group and the stages out of the replica, the engine over
@@ -220,7 +240,7 @@ static void start(trainrun *r, tp_run *t) {
              " of stage %d of %d (layers %d-%d, %s schedule, the "
              "activations of %d micro-batches kept at most)",
              s, t->P, s * L, (s + 1) * L - 1, pipeline_schedule_names[t->sched],
-             tensor_slots(t->tp));
+             slots(t));
   r->h->log(r->ctx, DAGRUN_LOG_INFO,
             "tensor parallel: rank %d is shard %d of %d%s (heads %d-%d of "
             "%d, MLP columns %d-%d of %d, vocabulary rows %d-%d of %d; "
@@ -254,9 +274,9 @@ int tploop_run(trainrun *r, int N, int T, int P) {
               .T = T,
               .P = P};
 #ifdef DAGRUN_TRAIN_TENSOR_CUDA
-  /* Tensor groups on GPUs (tensor_cuda.h), with replicas and ZeRO 1-2
-   * beside them; no stages. */
-  t.l.gpu_ok = P == 1;
+  /* Tensor groups on GPUs (tensor_cuda.h), with stages, replicas and
+   * ZeRO 1-2 beside them. */
+  t.l.gpu_ok = 1;
   t.l.gpu_zero = 2;
 #endif
   int status = mploop_check(r, &t.l), sc = 0;
@@ -276,6 +296,8 @@ int tploop_run(trainrun *r, int N, int T, int P) {
   tensor_destroy(t.tp);
 #ifdef DAGRUN_TRAIN_TENSOR_CUDA
   tensor_cuda_destroy(t.tcu);
+  comm_destroy(t.npc);
+  comm_destroy(t.ntc);
 #endif
   comm_destroy(t.pc);
   comm_destroy(t.tc);

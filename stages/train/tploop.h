@@ -9,26 +9,27 @@
  * shard's gradients are averaged over its D replicas once a step, after
  * the grad_accum micro-batches.
  *
- * On GPU ranks (device: cuda, where the build has gpu/tensor/
- * tensor_cuda.h): the gang is one tensor group (world_size =
- * tensor_parallel; no data parallel or stages beside it yet), one GPU a
- * rank, NCCL between them once every rank said it sees a GPU; the CUDA
- * engine's shards (tensor_cuda.h), the same checkpoints.
+ * On GPU ranks (device: cuda, or auto where every rank sees a GPU,
+ * where the build has gpu/tensor/tensor_cuda.h): the same layouts, one
+ * GPU a rank, the CUDA engine's shards (tensor_cuda.h) over NCCL splits
+ * of the gang as tc's and pc's of the MPI one, the replicas' mean and
+ * ZeRO 1-2 over mploop's NCCL ndc; the same checkpoints.
  *
  * Refused at start, before any collective, with the numbers: what
  * mploop_check refuses (world_size not a multiple of tensor_parallel,
- * device: cuda beside data parallel or stages or without tensor_cuda,
- * dropout, overfit_one_batch, no launcher), n_head or the
+ * device: cuda without tensor_cuda or where a rank sees no GPU,
+ * zero_stage 3 beside stages or on GPU ranks, dropout,
+ * overfit_one_batch, no launcher), n_head or the
  * padded vocabulary not divisible by tensor_parallel (the vocabulary is
  * padded to a multiple of 64 already, and that padding is what is split:
  * no more is added), a Llama's n_kv_head or intermediate_size not
- * divisible by it, recompute or autocast other than none. zero_stage is
- * ignored, said in the log line that gives the layout.
+ * divisible by it, recompute or autocast other than none.
  *
  * With pipeline_parallel P beside it (world_size D x P x T), each
  * replica is P stages of a tensor group each: rank r is shard r % T of
- * stage (r / T) % P of replica r / (T P), GPipe's schedule over the
- * grad_accum micro-batches (tensor.h), n_layer divisible by P.
+ * stage (r / T) % P of replica r / (T P), pipeline_schedule's order
+ * (1F1B or GPipe) over the grad_accum micro-batches (tensor.h,
+ * tensor_cuda.h), n_layer divisible by P.
  *
  * Checkpoints, validation and resume are mploop.h's: one process's
  * format, gathered to rank 0, and one process's validation windows.
