@@ -61,3 +61,24 @@ Y
   run_dagrun run "$1.yaml" --plain --no-cache
   [ "$RC" -eq 0 ] || fail "$1 failed: $(cat "$T/out" "$T/err")"
 }
+
+# optim_halved NAME R0 R1: the run directories R0 (zero_stage 0) and R1
+# (zero_stage 1) of the same 4-rank GPU layout: R1's summary says
+# zero_stage 1 on cuda, and each rank's optimizer state (summary.json's
+# memory formula: the device's bytes) is at most half of R0's, but for
+# the device arrays' alignment (each of AdamW's two arrays is 128-byte
+# aligned: 2 x 2 x 128 bytes of slack on twice R1's).
+optim_halved() {
+  "$PY" - "$2/train/out/summary.json" "$3/train/out/summary.json" <<'P' ||
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert b["zero_stage"] == 1 and b["device"] == "cuda", b
+za = [r["formula"]["optim"] for r in a["memory"]["ranks"]]
+zb = [r["formula"]["optim"] for r in b["memory"]["ranks"]]
+assert len(za) == len(zb) == 4 and all(za), (za, zb)
+for x, y in zip(za, zb):
+    assert 0 < 2 * y <= x + 2 * 2 * 128, (za, zb)
+print("optimizer state per rank, zero_stage 0 vs 1:", za, zb)
+P
+    fail "$1: the optimizer state is not sliced"
+}

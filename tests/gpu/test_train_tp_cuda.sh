@@ -152,17 +152,7 @@ if [ "$ngpu" -ge 4 ]; then
   same_losses one4.losses dtz.losses 1e-3
   same_weights "$R4/train/checkpoints/$CK/model.safetensors" \
     "$RZ/train/checkpoints/$CK/model.safetensors" 0.1
-  "$PY" - "$R/train/out/summary.json" "$RZ/train/out/summary.json" <<'P' || fail "dtz: the optimizer state is not sliced"
-import json, sys
-a, b = (json.load(open(f)) for f in sys.argv[1:])
-assert (b["zero_stage"], b["device"], b["tensor_parallel"]) == (1, "cuda", 2), b
-za = [r["formula"]["optim"] for r in a["memory"]["ranks"]]
-zb = [r["formula"]["optim"] for r in b["memory"]["ranks"]]
-assert len(za) == len(zb) == 4 and all(za), (za, zb)
-for x, y in zip(za, zb):  # the device's arrays are 128-byte aligned
-    assert 0 < 2 * y <= x + 2 * 2 * 128, (za, zb)
-print("optimizer state per rank, zero_stage 0 vs 1:", za, zb)
-P
+  optim_halved dtz "$R" "$RZ"
   awk -v h="$H" '$1 > h' dtz.losses > dtz.tail
   awk -v h="$H" '$1 > h' one4.losses > one4.tail
   C2=$COMMON
