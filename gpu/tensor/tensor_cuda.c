@@ -4,6 +4,7 @@
 #include "cuda/gpt_cuda.h"
 #include "pipeline/pipestream.h"
 #include "tensor.h"
+#include "tensor_stage.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -23,8 +24,13 @@ struct tensor_cuda {
   int nslots;
   pipestream ps;
   tensor_layout *lay;
-  size_t n, nrepl, full; /* the shard's floats, its replicated ones, the
+  /* The part of the shard this rank keeps: its stage's (tensor_stage.h;
+   * without stages the shard). */
+  tensor_stage st;
+  size_t n, nrepl, full; /* the part's floats, its replicated ones, the
                             model's */
+  float *tied;           /* with a tied head over stages: its gradient's sum
+                            (device, st.tied_n floats) */
   /* The master weights' part of the shard: with ZeRO this rank's slice
    * over o.dp_ctl, else the whole shard (zs.D 1, zs.S n). */
   zslice zs;
@@ -98,9 +104,12 @@ static int check(comm *c, const gpt_config *cfg, const tensor_cuda_options *o,
                          errlen) != 0)
     return -1;
   int P = o->pp ? comm_size(o->pp) : 1;
-  if (P > 1 && comm_backend_of(o->pp) != COMM_NCCL) {
+  if (P > 1 &&
+      (comm_backend_of(o->pp) != COMM_NCCL || !o->pp_ctl ||
+       comm_size(o->pp_ctl) != P || comm_rank(o->pp_ctl) != comm_rank(o->pp))) {
     snprintf(err, errlen,
-             "tensor parallel on GPUs: the stages need an NCCL communicator");
+             "tensor parallel on GPUs: the stages need an NCCL communicator "
+             "and its MPI twin (pp_ctl) in the same order");
     return -1;
   }
   if (tensor_check(cfg, ranks, ranks, err, errlen) != 0)
@@ -144,6 +153,10 @@ static int make_stages(tensor_cuda *t, const gpt_config *cfg, char *err,
   pipestream_mem mem = {dev_alloc, dev_free, dev_copy, t};
   if (gpt_cuda_set_stage(t->g, t->s * L, (t->s + 1) * L, err, errlen) != 0)
     return -1;
+  if (t->st.tied_n && !(t->tied = dev_alloc(t, t->st.tied_n * sizeof(float)))) {
+    snprintf(err, errlen, "tensor_cuda: out of device memory");
+    return -1;
+  }
   return pipestream_init(&t->ps, t->o.pp,
                          (size_t)t->o.B * t->o.T * cfg->n_embd * 2, &mem, err,
                          errlen);
@@ -155,15 +168,16 @@ static int make_engine(tensor_cuda *t, const gpt *model, char *err,
                        size_t errlen) {
   size_t nt = gpt_tensor_count(model);
   gpt_cuda_tp_tensor *tt = calloc(nt, sizeof *tt);
-  size_t DS = (size_t)t->zs.D * t->zs.S; /* the shard, padded (ZeRO) */
+  size_t DS = (size_t)t->zs.D * t->zs.S; /* the part, padded (ZeRO) */
   float *buf = calloc(DS, sizeof *buf);
+  float *shard = malloc(t->st.nshard * sizeof *shard + 1);
   int rc = -1;
-  if (!tt || !buf) {
+  if (!tt || !buf || !shard) {
     snprintf(err, errlen, "tensor_cuda: out of memory");
     goto out;
   }
-  for (size_t i = 0; i < nt; i++)
-    tensor_layout_tensor(t->lay, i, &tt[i].offset, &tt[i].numel);
+  for (size_t i = 0; i < nt; i++) /* the stage's tensors; none elsewhere */
+    tt[i] = (gpt_cuda_tp_tensor){t->st.at[i], t->st.numel[i]};
   gpt_cuda_options go = {.B = t->o.B,
                          .T = t->o.T,
                          .opt = t->o.opt,
@@ -194,12 +208,14 @@ static int make_engine(tensor_cuda *t, const gpt *model, char *err,
     snprintf(err, errlen, "tensor_cuda: out of device memory");
     goto out;
   }
-  tensor_layout_take(t->lay, t->r, gpt_params((gpt *)model), buf);
+  tensor_layout_take(t->lay, t->r, gpt_params((gpt *)model), shard);
+  tensor_stage_take(&t->st, shard, buf);
   rc = gpt_cuda_upload_shard(t->g, buf, NULL, err, errlen);
   if (rc == 0 && t->P > 1)
     rc = make_stages(t, gpt_get_config(model), err, errlen);
 out:
   free(tt);
+  free(shard);
   free(buf);
   return rc;
 }
@@ -236,7 +252,10 @@ int tensor_cuda_create(comm *c, const gpt *model, const tensor_cuda_options *o,
   optim_group whole;
   if (tensor_layout_create(model, ranks, &t->lay, err, errlen) != 0)
     goto fail;
-  t->n = tensor_layout_floats(t->lay, &t->nrepl);
+  if (tensor_stage_init(&t->st, model, t->lay, t->s, t->P, err, errlen) != 0)
+    goto fail;
+  t->n = t->st.n;
+  t->nrepl = t->st.nrepl;
   zslice_init(&t->zs, t->D > 1 && o->zero_stage > 0 ? o->dp_ctl : NULL, t->n);
   whole = (optim_group){0, t->zs.S, 1};
   if (optim_create(&o->opt, t->zs.S, &whole, 1, &t->lopt, err, errlen) != 0 ||
@@ -259,7 +278,10 @@ void tensor_cuda_destroy(tensor_cuda *t) {
     cudaFree(t->dev2);
   if (t->gsl)
     cudaFree(t->gsl);
+  if (t->tied)
+    cudaFree(t->tied);
   optim_destroy(t->lopt);
+  tensor_stage_free(&t->st);
   tensor_layout_destroy(t->lay);
   free(t);
 }
@@ -370,8 +392,37 @@ static int run_op(tensor_cuda *t, const pipeline_op *o, const uint32_t *inputs,
                                   err, errlen);
 }
 
+/* A tied head over stages: the first stage's gradient of the embedding
+ * (the lookups') and the last's (the head's) summed over pp into both
+ * (the stages between add zeros), so that both copies take the same
+ * update. */
+static int sum_tied(tensor_cuda *t, char *err, size_t errlen) {
+  if (!t->st.tied_n)
+    return 0;
+  cudaStream_t cs = (cudaStream_t)gpt_cuda_stream(t->g);
+  float *g = gpt_cuda_grads_ptr(t->g) + t->st.tied_at;
+  size_t bytes = t->st.tied_n * sizeof(float);
+  cudaError_t e = t->st.has_tied ? cudaMemcpyAsync(t->tied, g, bytes,
+                                                   cudaMemcpyDeviceToDevice, cs)
+                                 : cudaMemsetAsync(t->tied, 0, bytes, cs);
+  if (e != cudaSuccess || gpt_cuda_synchronize(t->g, err, errlen) != 0 ||
+      comm_allreduce_sum(t->o.pp, t->tied, t->st.tied_n, err, errlen) != 0)
+    goto fail;
+  if (t->st.has_tied)
+    e = cudaMemcpyAsync(g, t->tied, bytes, cudaMemcpyDeviceToDevice, cs);
+  if (e != cudaSuccess)
+    goto fail;
+  return gpt_cuda_synchronize(t->g, err, errlen);
+fail:
+  if (e != cudaSuccess)
+    snprintf(err, errlen, "tensor_cuda: the tied gradient: %s",
+             cudaGetErrorString(e));
+  return -1;
+}
+
 /* The micro-batches through the stages (the schedule's ops), then the
- * stages' gradients summed and the last stage's loss sum for all. */
+ * tied embedding's gradient summed and the last stage's loss sum for
+ * all. */
 static int run_stages(tensor_cuda *t, const uint32_t *inputs,
                       const uint32_t *targets, double *sum, char *err,
                       size_t errlen) {
@@ -381,9 +432,7 @@ static int run_stages(tensor_cuda *t, const uint32_t *inputs,
   if (t->s != t->P - 1)
     *sum = 0;
   return pipestream_drain(&t->ps, err, errlen) != 0 ||
-                 gpt_cuda_synchronize(t->g, err, errlen) != 0 ||
-                 comm_allreduce_sum(t->o.pp, gpt_cuda_grads_ptr(t->g), t->n,
-                                    err, errlen) != 0 ||
+                 sum_tied(t, err, errlen) != 0 ||
                  sum_double(t, t->o.pp, sum, err, errlen) != 0
              ? -1
              : 0;
@@ -420,16 +469,35 @@ int tensor_cuda_forward_backward(tensor_cuda *t, const uint32_t *inputs,
   return 0;
 }
 
+/* The sum of squares of the gradients [a, b) added to *ss. */
+static int add_sumsq(tensor_cuda *t, size_t a, size_t b, double *ss, char *err,
+                     size_t errlen) {
+  double x = 0;
+  if (a >= b)
+    return 0;
+  if (gpt_cuda_grad_sumsq(t->g, a, b - a, &x, err, errlen) != 0)
+    return -1;
+  *ss += x;
+  return 0;
+}
+
 int tensor_cuda_clip_grad_norm(tensor_cuda *t, double max_norm, double *norm,
                                char *err, size_t errlen) {
   /* This rank's gradients, the slice's with ZeRO; the replicated ones
-   * counted once, on rank 0 of the group. */
+   * counted once, on rank 0 of the group, and a tied embedding once, on
+   * the first stage (the last's copy [ca, cb) left out). */
   size_t lo = t->zs.lo, hi = t->zs.lo + t->zs.own;
   size_t from = t->r == 0 || t->nrepl <= lo ? lo : t->nrepl;
+  size_t ca = hi, cb = hi;
+  if (t->st.has_tied && t->s > 0) {
+    ca = t->st.tied_at > from ? t->st.tied_at : from;
+    cb = t->st.tied_at + t->st.tied_n;
+  }
   double ss = 0;
-  if ((from < hi &&
-       gpt_cuda_grad_sumsq(t->g, from, hi - from, &ss, err, errlen) != 0) ||
+  if (add_sumsq(t, from, ca < hi ? ca : hi, &ss, err, errlen) != 0 ||
+      add_sumsq(t, cb > from ? cb : from, hi, &ss, err, errlen) != 0 ||
       sum_double(t, t->c, &ss, err, errlen) != 0 ||
+      (t->P > 1 && sum_double(t, t->o.pp, &ss, err, errlen) != 0) ||
       (t->zs.D > 1 && sum_double(t, t->o.dp, &ss, err, errlen) != 0))
     return -1;
   *norm = sqrt(ss);
@@ -453,7 +521,7 @@ static void place(tensor_cuda *t, int rr, const float *buf, gpt *model,
                   optim *full, size_t k) {
   tensor_layout_place(t->lay, rr, buf, gpt_params(model));
   for (size_t j = 0; full && j < k; j++)
-    tensor_layout_place(t->lay, rr, buf + (1 + j) * t->n,
+    tensor_layout_place(t->lay, rr, buf + (1 + j) * t->st.nshard,
                         optim_state(full) + j * t->full);
 }
 
@@ -514,23 +582,42 @@ static int pull(tensor_cuda *t, float *buf, size_t k, char *err,
   return rc;
 }
 
+/* With stages: every stage's part of the shard's weights (and k state
+ * arrays), part ((1 + k) arrays of n), into shard ((1 + k) arrays of
+ * nshard) on the first stage, summed over pp_ctl (MPI, host memory:
+ * each float is one stage's, the others add zeros). Collective over
+ * pp_ctl. */
+static int join_stages(tensor_cuda *t, const float *part, float *shard,
+                       size_t k, char *err, size_t errlen) {
+  size_t ns = t->st.nshard;
+  memset(shard, 0, (1 + k) * ns * sizeof(float));
+  for (size_t j = 0; j <= k; j++)
+    tensor_stage_put(&t->st, part + j * t->n, shard + j * ns, t->s == t->P - 1);
+  return comm_allreduce_sum(t->o.pp_ctl, shard, (1 + k) * ns, err, errlen);
+}
+
 int tensor_cuda_gather(tensor_cuda *t, gpt *model, int with_state, optim *full,
                        char *err, size_t errlen) {
-  size_t k = with_state ? per_param(t) : 0, n = t->n;
-  size_t bytes = (1 + k) * n * sizeof(float);
-  /* Replica 0's first stage's group gathers; the other stages and
-   * replicas hold the same weights and state, or with ZeRO the other
-   * replicas send their slices to it first. */
-  if (t->s > 0 || (t->d > 0 && t->zs.D == 1))
+  size_t k = with_state ? per_param(t) : 0, n = t->n, ns = t->st.nshard;
+  size_t bytes = (1 + k) * ns * sizeof(float);
+  /* Replica 0's group of the first stage gathers, after the other
+   * stages sent it their parts; the other replicas hold the same weights
+   * and state, or with ZeRO send their slices to their own first. */
+  if (t->d > 0 && t->zs.D == 1)
     return 0;
-  float *buf = malloc(bytes);
-  if (!buf) {
+  float *buf = malloc((1 + k) * n * sizeof(float) + 1);
+  float *sbuf = t->P > 1 ? malloc(bytes) : buf;
+  int rc = buf && sbuf ? 0 : -1;
+  if (rc != 0)
     snprintf(err, errlen, "tensor_cuda: out of memory gathering the shards");
-    return -1;
-  }
-  int rc = pull(t, buf, k, err, errlen);
-  if (rc != 0 || t->d > 0) {
+  if (rc == 0)
+    rc = pull(t, buf, k, err, errlen);
+  if (rc == 0 && t->d == 0 && t->P > 1)
+    rc = join_stages(t, buf, sbuf, k, err, errlen);
+  if (sbuf != buf)
     free(buf);
+  if (rc != 0 || t->d > 0 || t->s > 0) {
+    free(sbuf);
     return rc;
   }
   void *dev = NULL;
@@ -546,15 +633,15 @@ int tensor_cuda_gather(tensor_cuda *t, gpt *model, int with_state, optim *full,
     rc = -1;
   }
   if (rc == 0 && t->r == 0) {
-    place(t, 0, buf, model, k ? full : NULL, k);
+    place(t, 0, sbuf, model, k ? full : NULL, k);
     if (k)
       optim_set_t(full, gpt_cuda_get_t(t->g));
   }
   if (rc == 0)
-    rc = collect(t, buf, dev, bytes, model, k ? full : NULL, k, err, errlen);
+    rc = collect(t, sbuf, dev, bytes, model, k ? full : NULL, k, err, errlen);
   if (dev)
     cudaFree(dev);
-  free(buf);
+  free(sbuf);
   return rc;
 }
 
@@ -566,24 +653,29 @@ int tensor_cuda_load(tensor_cuda *t, const gpt *model, optim *full, char *err,
              "tensor_cuda: the optimizer is not the whole model's");
     return -1;
   }
-  /* The padded shard (zeros past n) and the shard's state, of which the
-   * optimizer keeps its slice (all of it without ZeRO). */
+  /* The padded part (zeros past n) and the part's state, of which the
+   * optimizer keeps its slice (all of it without ZeRO), through the
+   * shard's floats. */
   float *buf = calloc((size_t)t->zs.D * t->zs.S, sizeof *buf);
   float *ls = malloc(k * n * sizeof *ls + 1);
+  float *shard = malloc(t->st.nshard * sizeof *shard + 1);
   int rc = -1;
-  if (!buf || !ls) {
+  if (!buf || !ls || !shard) {
     snprintf(err, errlen, "tensor_cuda: out of memory");
     goto out;
   }
-  tensor_layout_take(t->lay, t->r, gpt_params((gpt *)model), buf);
-  for (size_t j = 0; j < k; j++)
-    tensor_layout_take(t->lay, t->r, optim_state(full) + j * t->full,
-                       ls + j * n);
+  tensor_layout_take(t->lay, t->r, gpt_params((gpt *)model), shard);
+  tensor_stage_take(&t->st, shard, buf);
+  for (size_t j = 0; j < k; j++) {
+    tensor_layout_take(t->lay, t->r, optim_state(full) + j * t->full, shard);
+    tensor_stage_take(&t->st, shard, ls + j * n);
+  }
   zslice_state_take(&t->zs, ls, n, t->lopt);
   optim_set_t(t->lopt, optim_get_t(full));
   rc = gpt_cuda_upload_shard(t->g, buf, t->lopt, err, errlen);
-  t->stale = 0; /* the upload made the BF16 copy of the whole shard */
+  t->stale = 0; /* the upload made the BF16 copy of the whole part */
 out:
+  free(shard);
   free(ls);
   free(buf);
   return rc;

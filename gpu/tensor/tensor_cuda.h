@@ -38,17 +38,20 @@
  * (MPI, host memory), then replica 0's group's shards to rank 0.
  *
  * Pipeline stages beside the group (tensor_cuda_options.pp: the P ranks
- * that hold the same shard in the replica's P stages, over NCCL), as
- * tensor.c runs them: each rank keeps its whole shard and trains its
- * stage's layers of it (gpt_cuda_set_stage), one activation slot per
- * micro-batch in flight, the micro-batches in the schedule's order
- * (pipeline.h), the BF16 stream and its gradient sent between
- * neighbours (pipestream.h); after them the stages' gradients are summed
- * over pp (each tensor's from the stage that has it, the tied
- * embedding's lookup and head parts from the first and the last) and
- * the last stage's loss is every stage's, so that the clipping, the
- * update and a checkpoint (the first stage's group's) are the group's
- * alone.
+ * that hold the same shard in the replica's P stages, over NCCL): each
+ * rank keeps only its stage's part of its shard (tensor_stage.h: its
+ * layers, the embeddings on the first stage, the final norm and the
+ * head on the last; the weights, gradients, optimizer state and BF16
+ * copy on the device are the part's) and trains those layers
+ * (gpt_cuda_set_stage), one activation slot per micro-batch in flight,
+ * the micro-batches in the schedule's order (pipeline.h), the BF16
+ * stream and its gradient sent between neighbours (pipestream.h). A
+ * tied head's embedding is on the first and the last stage: their
+ * gradients are summed over pp after the micro-batches, both copies
+ * take the same update, and the clipping norm counts it once (the
+ * first's). The loss is the last stage's. A checkpoint's gather adds
+ * every stage's part into the first stage's shard over pp_ctl (MPI),
+ * then goes to rank 0 as without stages.
  *
  * Not here: recompute (the engine runs without), zero_stage 3; a shape
  * tensor_check or pipeline_check refuses is refused by
@@ -83,7 +86,7 @@ typedef struct tensor_cuda_options {
   int zero_stage;
   /* The shard's stages (NULL, or one rank: none), over NCCL, and their
    * schedule. */
-  comm *pp;
+  comm *pp, *pp_ctl; /* pp_ctl: the same over MPI (a gather's parts) */
   pipeline_schedule schedule;
 } tensor_cuda_options;
 

@@ -138,6 +138,7 @@ static void start_cuda(trainrun *r, tp_run *t, size_t *local, size_t *full) {
                            .dp_ctl = l->dc,
                            .zero_stage = l->zero,
                            .pp = t->P > 1 ? t->npc : NULL,
+                           .pp_ctl = t->pc,
                            .schedule = t->sched};
   if (tensor_cuda_create(t->ntc, r->model, &o, &t->tcu, err, sizeof err) != 0)
     mploop_abort(r, l, "tensor parallel on GPUs", err);

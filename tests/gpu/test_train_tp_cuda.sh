@@ -27,9 +27,10 @@
 #   zero_stage 1 (ZeRO-1 over the replicas: below), against one GPU
 #   process of batch_size 4; one GPU process resumes the ZeRO gang's
 #   checkpoint, and the ZeRO gang one process's;
-# - T=2 x P=2 on 4 ranks (each tensor group a pipeline stage) with
-#   grad_accum 4, 1f1b and gpipe, against the tensor group alone with
-#   the same grad_accum; one GPU process resumes its checkpoint;
+# - T=2 x P=2 on 4 ranks (each tensor group a pipeline stage, each rank
+#   its stage's part of its shard) with grad_accum 4, 1f1b and gpipe,
+#   against the tensor group alone with the same grad_accum, and the
+#   Llama's; one GPU process resumes its checkpoint;
 # - refused at start, saying what to do: zero_stage 3 beside the
 #   replicas on GPUs.
 # A machine with one GPU skips it (NCCL wants a GPU a rank); the
@@ -194,6 +195,30 @@ if [ "$ngpu" -ge 4 ]; then
     same_weights "$(run_dir ta)/train/checkpoints/$CK/model.safetensors" \
       "$R/train/checkpoints/$CK/model.safetensors" 0.02
   done
+  # Each stage keeps its part of the shard alone: every rank's parameter
+  # bytes on the device (summary.json's memory formula) below the
+  # tensor group's without stages (both stages keep the tied embedding's
+  # shard, the bulk of this small model; a layer's shard is the rest).
+  "$PY" - "$(run_dir ta)/train/out/summary.json" "$(run_dir tp1f1b)/train/out/summary.json" <<'P' ||
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+pa = [r["formula"]["params"] for r in a["memory"]["ranks"]]
+pb = [r["formula"]["params"] for r in b["memory"]["ranks"]]
+assert len(pa) == 2 and len(pb) == 4 and max(pb) < min(pa), (pa, pb)
+print("parameter bytes a rank, T=2 vs T=2 x P=2:", pa, pb)
+P
+    fail "tp1f1b: a stage keeps more than its part"
+  # The Llama (an untied head: on the last stage alone, no tied sum) as
+  # T=2 x P=2 against its tensor group alone: the losses within 5e-4, the
+  # weights within 0.05, the group's own bounds against one GPU (measured
+  # 1.1e-4: the clipping norm is the stages' sums added, whose last bits
+  # differ from the group's one sum; a BF16 weight that flips then drifts).
+  gang_dag ltp "$LCOMMON, tensor_parallel: 2, pipeline_parallel: 2, device: cuda" 4
+  expect_rc 0
+  losses "$(run_dir ltp)" > ltp.losses
+  same_losses lt2.losses ltp.losses 5e-4
+  same_weights "$(run_dir lt2)/train/checkpoints/$CK/model.safetensors" \
+    "$(run_dir ltp)/train/checkpoints/$CK/model.safetensors" 0.05
   awk -v h="$H" '$1 > h' tp1f1b.losses > tp1f1b.tail
   gpu_train tpone "grad_accum: 4, device: cuda, resume: \"$(run_dir tp1f1b)/train/checkpoints/$HK\""
   expect_in "$(run_dir tpone)/train/attempt-1/log" "resumed from $(run_dir tp1f1b)/train/checkpoints/$HK at step $H"
