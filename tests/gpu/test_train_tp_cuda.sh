@@ -30,7 +30,8 @@
 # - T=2 x P=2 on 4 ranks (each tensor group a pipeline stage, each rank
 #   its stage's part of its shard) with grad_accum 4, 1f1b and gpipe,
 #   against the tensor group alone with the same grad_accum, and the
-#   Llama's; one GPU process resumes its checkpoint;
+#   Llama's; one GPU process resumes its checkpoint; and 2 replicas of
+#   it on 8 ranks at zero_stage 1 against it at batch_size 4;
 # - refused at start, saying what to do: zero_stage 3 beside the
 #   replicas on GPUs.
 # A machine with one GPU skips it (NCCL wants a GPU a rank); the
@@ -121,7 +122,7 @@ done
 # resumes its step-H checkpoint (the slices gathered to rank 0), and the
 # ZeRO gang one process's (each rank takes its slice): the steps after
 # within 1e-3 of the run they continue.
-ngpu=4
+ngpu=8 # the emulator: as many as asked
 [ -n "${GPU_STAGE_DIR:-}" ] || ngpu=$(nvidia-smi -L | grep -c '^GPU ')
 if [ "$ngpu" -ge 4 ]; then
   C2=$COMMON
@@ -219,6 +220,36 @@ P
   same_losses lt2.losses ltp.losses 5e-4
   same_weights "$(run_dir lt2)/train/checkpoints/$CK/model.safetensors" \
     "$(run_dir ltp)/train/checkpoints/$CK/model.safetensors" 0.05
+  # All three: 2 replicas of T=2 x P=2 on 8 ranks at zero_stage 1 (each
+  # rank's ZeRO slice is of its stage's part; a checkpoint pulls the
+  # slices over the replicas, then adds the stages' parts) against the
+  # T x P gang of batch_size 4: the losses within 1e-4 (as D x T against
+  # its group above), the weights within 0.02; its checkpoint resumed by
+  # one GPU process of batch_size 4 within 5e-4 of the steps after.
+  if [ "$ngpu" -ge 8 ]; then
+    gang_dag tp4 "${COMMON/batch_size: 2/batch_size: 4}, grad_accum: 4, tensor_parallel: 2, pipeline_parallel: 2, device: cuda" 4
+    expect_rc 0
+    losses "$(run_dir tp4)" > tp4.losses
+    gang_dag dtp "$COMMON, grad_accum: 4, tensor_parallel: 2, pipeline_parallel: 2, zero_stage: 1, device: cuda" 8
+    expect_rc 0
+    R=$(run_dir dtp)
+    expect_in "$R/train/attempt-1/log" "of stage 0 of 2 (layers 0-0, 1f1b schedule"
+    expect_in "$R/train/attempt-1/log" "data-parallel replica 0 of 2"
+    expect_in "$R/train/attempt-1/log" "(zero_stage 1 over 2 data-parallel replicas)"
+    losses "$R" > dtp.losses
+    same_losses tp4.losses dtp.losses 1e-4
+    same_weights "$(run_dir tp4)/train/checkpoints/$CK/model.safetensors" \
+      "$R/train/checkpoints/$CK/model.safetensors" 0.02
+    awk -v h="$H" '$1 > h' dtp.losses > dtp.tail
+    C2=$COMMON
+    COMMON=${C2/batch_size: 2/batch_size: 4}
+    gpu_train dtpone "grad_accum: 4, device: cuda, resume: \"$R/train/checkpoints/$HK\""
+    COMMON=$C2
+    losses "$(run_dir dtpone)" > dtpone.losses
+    same_losses dtp.tail dtpone.losses 5e-4
+  else
+    echo "SKIPPED: 2 replicas x 2 stages x tensor_parallel 2 (needs eight GPUs; $ngpu here)"
+  fi
   awk -v h="$H" '$1 > h' tp1f1b.losses > tp1f1b.tail
   gpu_train tpone "grad_accum: 4, device: cuda, resume: \"$(run_dir tp1f1b)/train/checkpoints/$HK\""
   expect_in "$(run_dir tpone)/train/attempt-1/log" "resumed from $(run_dir tp1f1b)/train/checkpoints/$HK at step $H"
