@@ -6,6 +6,7 @@
 #include "cpu/cpu_impl.h"
 #include "cpu/gpt_cpu.h"
 #include "model/gpt_impl.h"
+#include "tensor_stage.h"
 #include "zero/zslice.h"
 
 #include <math.h>
@@ -88,8 +89,15 @@ struct tensor_par {
   int V, Vl, lo, Vv;    /* vocabulary; rows of wte here, from id lo, of
                            which Vv are ids < V (the rest padding) */
   shard *sh;            /* one per tensor of the model, in its order */
-  size_t nsh, n, nrepl; /* floats of the shards; the replicated ones
-                           come first, [0, nrepl) */
+  size_t nsh, nshard, nrepl_shard; /* floats of the shards; the
+                                      replicated ones come first */
+  /* The part of the shards this rank keeps and trains: its stage's
+   * (tensor_stage.h; without stages all of them), n floats, the
+   * replicated ones first, [0, nrepl). */
+  tensor_stage st;
+  size_t n, nrepl;
+  float *tied;           /* with a tied head over stages: its gradient's sum
+                            (st.tied_n floats) */
   float *params, *grads; /* zs.D x zs.S floats (the padding zero); the
                             gradients NULL between steps at zero_stage 2 */
   optim *opt;            /* over zs's slice: all n without ZeRO */
@@ -339,7 +347,7 @@ void tensor_layout_place(const tensor_layout *l, int r, const float *loc,
 
 /* tensor_par's shards as a layout (borrowed). */
 static tensor_layout layout_of(const tensor_par *p) {
-  return (tensor_layout){p->sh, p->nsh, p->n, p->nrepl};
+  return (tensor_layout){p->sh, p->nsh, p->nshard, p->nrepl_shard};
 }
 
 /* ---- ZeRO-3's groups ---- */
@@ -413,15 +421,14 @@ static int z3_gather(tensor_par *p, const float *slice, float *out, float *tmp,
  * or -1 out of memory. */
 static int take_params(tensor_par *p, const float *full) {
   tensor_layout l = layout_of(p);
-  if (!p->zg) {
-    tensor_layout_take(&l, p->r, full, p->params);
-    return 0;
-  }
-  float *loc = malloc(p->n * sizeof(float));
+  float *loc = malloc(p->nshard * sizeof(float));
   if (!loc)
     return -1;
   tensor_layout_take(&l, p->r, full, loc);
-  z3_take(p, loc, p->params);
+  if (p->zg)
+    z3_take(p, loc, p->params);
+  else
+    tensor_stage_take(&p->st, loc, p->params);
   free(loc);
   return 0;
 }
@@ -501,13 +508,13 @@ static int make_optim(tensor_par *p, char *err, size_t errlen) {
     snprintf(err, errlen, "tensor: out of memory");
     return -1;
   }
-  /* optim wants the groups in order of their offsets. */
+  /* optim wants the groups in order of their offsets: the part's
+   * tensors (the shards' order, the replicated first). */
   size_t k = 0;
   for (int pass = 0; pass < 2; pass++)
     for (size_t i = 0; i < p->nsh; i++)
-      if ((p->sh[i].kind != SPLIT_NONE) == pass)
-        g[k++] = (optim_group){p->sh[i].loff, p->sh[i].lrows * p->sh[i].lcols,
-                               p->sh[i].decay};
+      if ((p->sh[i].kind != SPLIT_NONE) == pass && p->st.numel[i])
+        g[k++] = (optim_group){p->st.at[i], p->st.numel[i], p->sh[i].decay};
   int rc = -1;
   optim_group *cut = p->zg ? calloc(p->nzg * (k + 1), sizeof *cut) : NULL;
   if (!p->zg) {
@@ -620,8 +627,8 @@ int tensor_create(comm *c, gpt *model, const tensor_options *o,
   if (o->zero_stage == 3 && o->pp && comm_size(o->pp) > 1 && o->dp &&
       comm_size(o->dp) > 1) {
     snprintf(err, errlen,
-             "tensor: zero_stage 3 beside %d pipeline stages (the stages "
-             "keep every layer's shards whole: zero_stage 1 or 2)",
+             "tensor: zero_stage 3 beside %d pipeline stages (its groups "
+             "are not cut from a stage's part: zero_stage 1 or 2)",
              comm_size(o->pp));
     return -1;
   }
@@ -674,6 +681,17 @@ int tensor_create(comm *c, gpt *model, const tensor_options *o,
     p->o.zero_stage = 0; /* one replica: nothing to shard over */
   /* Stages 1-2 slice the shards' array (zs); 3 slices each group. */
   int ok = make_shards(p) == 0 && (!z3 || make_groups(p, o->dp) == 0);
+  p->nshard = p->n;
+  p->nrepl_shard = p->nrepl;
+  if (ok) {
+    tensor_layout l = layout_of(p);
+    if (tensor_stage_init(&p->st, model, &l, p->s, p->P, err, errlen) != 0)
+      return -1;
+    p->n = p->st.n; /* this rank's part: its stage's (z3: no stages) */
+    p->nrepl = p->st.nrepl;
+  }
+  if (ok && p->st.tied_n && !(p->tied = malloc(p->st.tied_n * sizeof(float))))
+    ok = 0;
   zslice_init(&p->zs, zs && !z3 ? o->dp : NULL, p->n);
   size_t DS = (size_t)p->zs.D * p->zs.S, S = z3 ? p->S3 : p->zs.S;
   if (!ok || !(p->params = calloc(z3 ? S : DS, sizeof(float))) ||
@@ -709,6 +727,8 @@ void tensor_destroy(tensor_par *p) {
   free(p->grads);
   free(p->gsl);
   free(p->acts);
+  free(p->tied);
+  tensor_stage_free(&p->st);
   free(p);
 }
 
@@ -773,13 +793,13 @@ void tensor_memory(const tensor_par *p, zslice_memory *m) {
  * its group's buffers, which group_use and grad_use made). */
 static float *par(tensor_par *p, size_t i) {
   if (!p->zg)
-    return p->params + p->sh[i].loff;
+    return p->params + p->st.at[i];
   const zgroup *z = &p->zg[p->gof[i]];
   return z->full + (p->sh[i].loff - z->a);
 }
 static float *grd(tensor_par *p, size_t i) {
   if (!p->zg)
-    return p->grads + p->sh[i].loff;
+    return p->grads + p->st.at[i];
   const zgroup *z = &p->zg[p->gof[i]];
   return z->grad + (p->sh[i].loff - z->a);
 }
@@ -1297,16 +1317,34 @@ static int dp_mean(tensor_par *p, char *err, size_t errlen) {
   return nr ? comm_broadcast(p->c, g, nr * sizeof(float), 0, err, errlen) : 0;
 }
 
-/* After the micro-batches: with stages, the sum over them of the
- * gradients (each tensor's from the stage that has it, wte's lookup and
- * head parts from the first and the last) and the last stage's loss;
- * the mean over the shard group (dp) of the gradients (dp_mean) and the
- * loss; then rank 0's loss for the whole tensor group. */
+/* A tied head over stages: the first stage's gradient of wte (the
+ * lookups') and the last's (the head's) summed over pp into both (the
+ * stages between add zeros), so that both copies take the same
+ * update. */
+static int sum_tied(tensor_par *p, char *err, size_t errlen) {
+  size_t n = p->st.tied_n, at = p->st.tied_at;
+  if (!n)
+    return 0;
+  if (p->st.has_tied)
+    memcpy(p->tied, p->grads + at, n * sizeof(float));
+  else
+    memset(p->tied, 0, n * sizeof(float));
+  if (comm_allreduce_sum(p->o.pp, p->tied, n, err, errlen) != 0)
+    return -1;
+  if (p->st.has_tied)
+    memcpy(p->grads + at, p->tied, n * sizeof(float));
+  return 0;
+}
+
+/* After the micro-batches: with stages, the tied embedding's gradient
+ * summed (sum_tied) and the last stage's loss for all; the mean over
+ * the shard group (dp) of the gradients (dp_mean) and the loss; then
+ * rank 0's loss for the whole tensor group. */
 static int reduce_step(tensor_par *p, double *loss, char *err, size_t errlen) {
   comm *dp = p->o.dp;
   int D = dp ? comm_size(dp) : 1;
   if (p->P > 1 &&
-      (comm_allreduce_sum(p->o.pp, p->grads, p->n, err, errlen) != 0 ||
+      (sum_tied(p, err, errlen) != 0 ||
        comm_broadcast(p->o.pp, loss, sizeof *loss, p->P - 1, err, errlen)))
     return -1;
   if (D > 1) {
@@ -1398,10 +1436,18 @@ int tensor_clip_grad_norm(tensor_par *p, double max_norm, double *norm,
     n = p->S3;
     from = p->r == 0 ? 0 : p->zg[Z3_REPL].z.own;
   }
+  /* A tied embedding once, on the first stage (in the part's indices:
+   * g[i] is float lo + i's). */
+  size_t rg[2][2];
+  int nr = tensor_stage_once(&p->st, p->P > 1 && p->s == p->P - 1, lo + from,
+                             lo + n, rg);
   double sumsq = 0;
-  for (size_t i = from; i < n; i++)
-    sumsq += (double)g[i] * g[i];
+  for (int k = 0; k < nr; k++)
+    for (size_t i = rg[k][0] - lo; i < rg[k][1] - lo; i++)
+      sumsq += (double)g[i] * g[i];
   if (comm_allreduce_sum_double(p->c, &sumsq, err, errlen) != 0 ||
+      (p->P > 1 &&
+       comm_allreduce_sum_double(p->o.pp, &sumsq, err, errlen) != 0) ||
       (z && comm_allreduce_sum_double(p->o.dp, &sumsq, err, errlen) != 0))
     return -1;
   *norm = sqrt(sumsq);
@@ -1441,7 +1487,7 @@ static void place(tensor_par *p, int r, float *buf, float *fs, size_t k) {
   tensor_layout l = layout_of(p);
   tensor_layout_place(&l, r, buf, gpt_params(p->model));
   for (size_t j = 0; fs && j < k; j++)
-    tensor_layout_place(&l, r, buf + (1 + j) * p->n, fs + j * N);
+    tensor_layout_place(&l, r, buf + (1 + j) * p->nshard, fs + j * N);
 }
 
 /* This rank's shards (n floats) and, with k, their optimizer state (k
@@ -1470,27 +1516,32 @@ static int collect(tensor_par *p, size_t k, float *buf, char *err,
 
 int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
                   size_t errlen) {
-  /* The first stage's group has every shard, as this one; replica 0's
-   * has the whole state once its group gathered the ZeRO slices, and at
-   * zero_stage 3 the parameters too. */
+  /* Replica 0 has the whole state once its groups gathered the ZeRO
+   * slices, and at zero_stage 3 the parameters too; its first stage's
+   * group has every stage's part once they were joined. */
   int dpr = p->o.dp ? comm_rank(p->o.dp) : 0;
   int sliced = p->zg || (with_state && p->zs.D > 1);
   if (make_whole(p, err, errlen) != 0)
     return -1;
-  if (p->s > 0 || (dpr > 0 && !sliced))
+  if (dpr > 0 && !sliced)
     return 0;
-  size_t S = p->zg ? p->S3 : p->zs.S, n = p->n;
+  size_t S = p->zg ? p->S3 : p->zs.S, n = p->n, ns = p->nshard;
   size_t k = with_state ? per_param(p->opt, S) : 0;
   float *buf = malloc((1 + k) * n * sizeof(float));
-  if (!buf) {
+  float *sbuf = p->P > 1 ? malloc((1 + k) * ns * sizeof(float)) : buf;
+  int rc = buf && sbuf ? collect(p, k, buf, err, errlen) : -1;
+  if (!buf || !sbuf)
     snprintf(err, errlen, "tensor: out of memory gathering the shards");
-    return -1;
-  }
-  int rc = collect(p, k, buf, err, errlen);
-  if (rc != 0 || dpr > 0) {
-    /* done: another replica's slices went to replica 0 */
+  if (rc == 0 && dpr == 0 && p->P > 1)
+    rc = tensor_stage_join(&p->st, p->o.pp, buf, k, sbuf, err, errlen);
+  if (sbuf != buf)
+    free(buf);
+  buf = sbuf;
+  if (rc != 0 || dpr > 0 || p->s > 0) {
+    /* done: another replica's slices went to replica 0, another stage's
+     * part to the first */
   } else if (p->r > 0) {
-    rc = comm_send(p->c, buf, (1 + k) * n * sizeof(float), 0, err, errlen);
+    rc = comm_send(p->c, buf, (1 + k) * ns * sizeof(float), 0, err, errlen);
   } else if (with_state && !full) {
     snprintf(err, errlen, "tensor: gather: no optimizer for the state");
     rc = -1;
@@ -1498,7 +1549,7 @@ int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
     float *fs = with_state ? optim_state(full) : NULL;
     place(p, 0, buf, fs, k);
     for (int r = 1; r < p->ranks && rc == 0; r++) {
-      rc = comm_recv(p->c, buf, (1 + k) * n * sizeof(float), r, err, errlen);
+      rc = comm_recv(p->c, buf, (1 + k) * ns * sizeof(float), r, err, errlen);
       if (rc == 0)
         place(p, r, buf, fs, k);
     }
@@ -1516,20 +1567,27 @@ int tensor_load(tensor_par *p, optim *full, char *err, size_t errlen) {
     snprintf(err, errlen, "tensor: the optimizer is not the whole model's");
     return -1;
   }
-  /* The shards' state (k x n), of which the optimizer keeps its slice. */
-  float *fs = optim_state(full), *ls = malloc(k * p->n * sizeof(float) + 1);
-  if (!ls || take_params(p, gpt_params(p->model)) != 0) {
+  /* The part's state (k x n; at zero_stage 3 the shards', n = nshard),
+   * of which the optimizer keeps its slice, through the shards' (ns). */
+  size_t n = p->n, ns = p->nshard;
+  float *fs = optim_state(full), *ls = malloc(k * n * sizeof(float) + 1);
+  float *loc = malloc(ns * sizeof(float));
+  if (!ls || !loc || take_params(p, gpt_params(p->model)) != 0) {
     free(ls);
+    free(loc);
     snprintf(err, errlen, "tensor: out of memory loading the state");
     return -1;
   }
   tensor_layout l = layout_of(p);
-  for (size_t j = 0; j < k; j++)
-    tensor_layout_take(&l, p->r, fs + j * N, ls + j * p->n);
+  for (size_t j = 0; j < k; j++) {
+    tensor_layout_take(&l, p->r, fs + j * N, loc);
+    tensor_stage_take(&p->st, loc, ls + j * n);
+  }
   for (size_t j = 0; p->zg && j < k; j++)
-    z3_take(p, ls + j * p->n, optim_state(p->opt) + j * S);
+    z3_take(p, ls + j * n, optim_state(p->opt) + j * S);
   if (!p->zg)
-    zslice_state_take(&p->zs, ls, p->n, p->opt);
+    zslice_state_take(&p->zs, ls, n, p->opt);
+  free(loc);
   free(ls);
   p->stale = 0;
   optim_set_t(p->opt, optim_get_t(full));

@@ -96,13 +96,15 @@
  * point to point (started, then waited for before the activations it
  * came from are used again); the micro-batches are scheduled by
  * pipeline.h's schedule code (pipeline_schedule_ops): 1F1B (at most
- * P - s micro-batches' activations on stage s) or GPipe (all m). This
- * increment splits the compute and the activations, not the weights:
- * every stage keeps its shard of every layer, the stages' gradients are
- * summed once a step (each tensor's is the stage's that has it; wte's
- * lookup and head parts come from the first and the last) and every
- * stage applies the same update, so the first stage's group has the
- * whole model for tensor_gather.
+ * P - s micro-batches' activations on stage s) or GPipe (all m). Each
+ * rank keeps only its stage's part of its shards (tensor_stage.h: its
+ * layers, wte and wpe on the first stage, ln_f and the head on the last;
+ * parameters, gradients and optimizer state), and with ZeRO its slice
+ * of that part. A tied wte is on the first and the last stage: their
+ * gradients (the lookups' and the head's) are summed once a step and
+ * both copies take the same update; the clipping norm counts it once.
+ * tensor_gather adds the stages' parts into the first stage's shards
+ * (over pp), which then go to rank 0 as without stages.
  *
  * Not here (refused by tensor_check or the train stage): dropout, BF16
  * autocast, recomputation, GPUs (tensor_cuda.h is the CUDA engine's,

@@ -485,18 +485,15 @@ int tensor_cuda_clip_grad_norm(tensor_cuda *t, double max_norm, double *norm,
                                char *err, size_t errlen) {
   /* This rank's gradients, the slice's with ZeRO; the replicated ones
    * counted once, on rank 0 of the group, and a tied embedding once, on
-   * the first stage (the last's copy [ca, cb) left out). */
-  size_t lo = t->zs.lo, hi = t->zs.lo + t->zs.own;
+   * the first stage. */
+  size_t lo = t->zs.lo, hi = t->zs.lo + t->zs.own, r[2][2];
   size_t from = t->r == 0 || t->nrepl <= lo ? lo : t->nrepl;
-  size_t ca = hi, cb = hi;
-  if (t->st.has_tied && t->s > 0) {
-    ca = t->st.tied_at > from ? t->st.tied_at : from;
-    cb = t->st.tied_at + t->st.tied_n;
-  }
+  int nr = tensor_stage_once(&t->st, t->P > 1 && t->s == t->P - 1, from, hi, r);
   double ss = 0;
-  if (add_sumsq(t, from, ca < hi ? ca : hi, &ss, err, errlen) != 0 ||
-      add_sumsq(t, cb > from ? cb : from, hi, &ss, err, errlen) != 0 ||
-      sum_double(t, t->c, &ss, err, errlen) != 0 ||
+  for (int k = 0; k < nr; k++)
+    if (add_sumsq(t, r[k][0], r[k][1], &ss, err, errlen) != 0)
+      return -1;
+  if (sum_double(t, t->c, &ss, err, errlen) != 0 ||
       (t->P > 1 && sum_double(t, t->o.pp, &ss, err, errlen) != 0) ||
       (t->zs.D > 1 && sum_double(t, t->o.dp, &ss, err, errlen) != 0))
     return -1;
@@ -582,20 +579,6 @@ static int pull(tensor_cuda *t, float *buf, size_t k, char *err,
   return rc;
 }
 
-/* With stages: every stage's part of the shard's weights (and k state
- * arrays), part ((1 + k) arrays of n), into shard ((1 + k) arrays of
- * nshard) on the first stage, summed over pp_ctl (MPI, host memory:
- * each float is one stage's, the others add zeros). Collective over
- * pp_ctl. */
-static int join_stages(tensor_cuda *t, const float *part, float *shard,
-                       size_t k, char *err, size_t errlen) {
-  size_t ns = t->st.nshard;
-  memset(shard, 0, (1 + k) * ns * sizeof(float));
-  for (size_t j = 0; j <= k; j++)
-    tensor_stage_put(&t->st, part + j * t->n, shard + j * ns, t->s == t->P - 1);
-  return comm_allreduce_sum(t->o.pp_ctl, shard, (1 + k) * ns, err, errlen);
-}
-
 int tensor_cuda_gather(tensor_cuda *t, gpt *model, int with_state, optim *full,
                        char *err, size_t errlen) {
   size_t k = with_state ? per_param(t) : 0, n = t->n, ns = t->st.nshard;
@@ -613,7 +596,7 @@ int tensor_cuda_gather(tensor_cuda *t, gpt *model, int with_state, optim *full,
   if (rc == 0)
     rc = pull(t, buf, k, err, errlen);
   if (rc == 0 && t->d == 0 && t->P > 1)
-    rc = join_stages(t, buf, sbuf, k, err, errlen);
+    rc = tensor_stage_join(&t->st, t->o.pp_ctl, buf, k, sbuf, err, errlen);
   if (sbuf != buf)
     free(buf);
   if (rc != 0 || t->d > 0 || t->s > 0) {

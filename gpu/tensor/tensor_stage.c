@@ -100,3 +100,27 @@ void tensor_stage_put(const tensor_stage *st, const float *part, float *shard,
     if (st->numel[i] && !(skip_tied && i == 0 && st->tied_n))
       memcpy(shard + st->sh[i], part + st->at[i], st->numel[i] * sizeof(float));
 }
+
+int tensor_stage_once(const tensor_stage *st, int last, size_t from, size_t hi,
+                      size_t r[2][2]) {
+  if (!st->has_tied || !last) {
+    r[0][0] = from;
+    r[0][1] = hi;
+    return 1;
+  }
+  size_t ca = st->tied_at, cb = st->tied_at + st->tied_n;
+  r[0][0] = from;
+  r[0][1] = ca < hi ? (ca > from ? ca : from) : hi;
+  r[1][0] = cb > from ? (cb < hi ? cb : hi) : from;
+  r[1][1] = hi;
+  return 2;
+}
+
+int tensor_stage_join(const tensor_stage *st, comm *pp, const float *part,
+                      size_t k, float *shard, char *err, size_t errlen) {
+  int last = comm_rank(pp) == comm_size(pp) - 1;
+  memset(shard, 0, (1 + k) * st->nshard * sizeof(float));
+  for (size_t j = 0; j <= k; j++)
+    tensor_stage_put(st, part + j * st->n, shard + j * st->nshard, last);
+  return comm_allreduce_sum(pp, shard, (1 + k) * st->nshard, err, errlen);
+}

@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 
+#include "comm/comm.h"
 #include "model/gpt.h"
 #include "tensor.h"
 
@@ -51,5 +52,20 @@ void tensor_stage_take(const tensor_stage *st, const float *shard, float *part);
  * keeps). */
 void tensor_stage_put(const tensor_stage *st, const float *part, float *shard,
                       int skip_tied);
+
+/* [from, hi) of the part without the last stage's copy of a tied
+ * embedding (last: this is the last of several stages), which the
+ * clipping norm counts on the first: at most two ranges, r[k] = {a, b}.
+ * Their count. */
+int tensor_stage_once(const tensor_stage *st, int last, size_t from, size_t hi,
+                      size_t r[2][2]);
+
+/* Every stage's part (k + 1 arrays of n: the weights, then k optimizer
+ * state arrays) into shard (k + 1 arrays of nshard) on every stage of
+ * pp (the shard's stages, comm_rank(pp) this one's; host memory, MPI),
+ * summed: each float is one stage's, the others add zeros (the last
+ * stage's tied copy left out). Collective over pp. 0, or -1 with err. */
+int tensor_stage_join(const tensor_stage *st, comm *pp, const float *part,
+                      size_t k, float *shard, char *err, size_t errlen);
 
 #endif /* DAGRUN_TENSOR_STAGE_H */
