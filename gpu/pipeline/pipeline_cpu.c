@@ -1,8 +1,11 @@
 /* The CPU engine's side of a pipeline stage (pipeline_engine.h): gpt.h's
- * stage passes over host floats, one activation slot a gpt that shares
- * the host model's parameters and gradients, one optimizer a range, or
- * with ZeRO one over range 0's slice (zslice.h, over the stage group's
- * MPI communicator). */
+ * stage passes over host floats. The stage's parameters and gradients
+ * are arrays of its own, its ranges alone (range 0 at offset 0, padded
+ * to D S floats with ZeRO, the tied copy after it), not the host
+ * model's: one activation slot a gpt whose groups point into them (the
+ * groups the stage reaches; the others stay NULL, which the engine must
+ * never reach), one optimizer a range, or with ZeRO one over range 0's
+ * slice (zslice.h, over the stage group's MPI communicator). */
 #include "pipeline_engine.h"
 
 #include "zero/zslice.h"
@@ -17,18 +20,15 @@ typedef struct zrange {
   zslice zs;
   optim *opt; /* over the slice */
   float *gsl; /* its reduced gradient (S) */
-  /* Where the range's padded D x S floats would run past the model's
-   * arrays (the last stage's): the slice's parameters (S) and the
-   * collectives' padded array (D S). NULL: they work in the model's
-   * arrays, the padding being later stages' floats, whose gradients are
-   * zero here and whose parameters this stage never reads. */
-  float *psl, *scratch;
 } zrange;
 
 struct pipe_eng {
   pipe_setup su;
   gpt *model;
-  gpt **slot; /* su.nslots of them */
+  gpt **slot;      /* su.nslots of them */
+  size_t local[2]; /* range r's offset in the stage's arrays */
+  size_t nm;       /* their floats */
+  float *params, *grads;
   optim *opt[2]; /* without ZeRO */
   zrange z;      /* with ZeRO */
 };
@@ -64,7 +64,8 @@ static int range_optim(pipe_eng *e, int r, char *err, size_t errlen) {
 }
 
 /* An activation slot: a gpt of the stage's layers whose parameters and
- * gradients are the model's own arrays (the groups the stage reaches;
+ * gradients are the stage's arrays (the groups the stage reaches, each
+ * where its range has it: group 0 on the last stage in the tied copy;
  * the others stay NULL, which the engine must never reach). */
 static int make_slot(pipe_eng *e, gpt **out, char *err, size_t errlen) {
   const pipe_setup *su = &e->su;
@@ -77,19 +78,18 @@ static int make_slot(pipe_eng *e, gpt **out, char *err, size_t errlen) {
       gpt_set_recompute(m, su->o->recompute, err, errlen) != 0 ||
       gpt_set_autocast(m, su->o->autocast, err, errlen) != 0)
     return -1;
-  float *params = gpt_params(e->model), *grads = gpt_grads(e->model);
   size_t ng = gpt_group_count(e->model);
   for (size_t g = 0; g < ng; g++) {
-    int layer = (int)g - 1;
-    int used = (layer >= su->first && layer < su->last) ||
-               (g == 0 && (su->s == 0 || su->nrg == 2)) ||
-               (g == ng - 1 && su->s == su->P - 1);
-    if (!used)
-      continue;
     size_t off, n;
     gpt_group_range(e->model, g, &off, &n);
-    gpt_set_group_params(m, g, params + off);
-    gpt_set_group_grads(m, g, grads + off);
+    for (int r = su->nrg - 1; r >= 0; r--) {
+      if (off < su->off[r] || off >= su->off[r] + su->n[r])
+        continue;
+      size_t at = e->local[r] + (off - su->off[r]);
+      gpt_set_group_params(m, g, e->params + at);
+      gpt_set_group_grads(m, g, e->grads + at);
+      break;
+    }
   }
   return 0;
 }
@@ -103,8 +103,8 @@ static void cpu_destroy(pipe_eng *e) {
     optim_destroy(e->opt[r]);
   optim_destroy(e->z.opt);
   free(e->z.gsl);
-  free(e->z.psl);
-  free(e->z.scratch);
+  free(e->params);
+  free(e->grads);
   free(e->slot);
   free(e);
 }
@@ -117,7 +117,7 @@ static int cpu_copy(pipe_eng *e, void *dst, const void *src, size_t bytes,
   return 0;
 }
 static int cpu_zero_grad(pipe_eng *e, char *err, size_t errlen) {
-  gpt_zero_grad(e->model);
+  memset(e->grads, 0, e->nm * sizeof(float));
   return 0;
 }
 static int cpu_forward(pipe_eng *e, int slot, const uint32_t *inputs,
@@ -136,9 +136,7 @@ static const void *cpu_output(pipe_eng *e, int slot) {
 static const void *cpu_input_grad(pipe_eng *e, int slot) {
   return gpt_stage_input_grad(e->slot[slot]);
 }
-static float *cpu_grads(pipe_eng *e, int r) {
-  return gpt_grads(e->model) + e->su.off[r];
-}
+static float *cpu_grads(pipe_eng *e, int r) { return e->grads + e->local[r]; }
 static int cpu_add(pipe_eng *e, int r, const float *src, size_t n, char *err,
                    size_t errlen) {
   float *g = cpu_grads(e, r);
@@ -168,73 +166,47 @@ static int cpu_sumsq(pipe_eng *e, int r, double *ss, char *err, size_t errlen) {
 
 static int make_zero(pipe_eng *e, char *err, size_t errlen) {
   zrange *z = &e->z;
-  size_t off = e->su.off[0], n = e->su.n[0];
-  zslice_init(&z->zs, e->su.dp, n);
-  if (pipe_range_optim(e->model, off, n, &z->zs, &e->su.o->opt, &z->opt, err,
-                       errlen) != 0)
+  if (pipe_range_optim(e->model, e->su.off[0], e->su.n[0], &z->zs,
+                       &e->su.o->opt, &z->opt, err, errlen) != 0)
     return -1;
-  size_t DS = (size_t)z->zs.D * z->zs.S;
   if (!(z->gsl = calloc(z->zs.S, sizeof(float))))
-    return oom(err, errlen);
-  if (off + DS > gpt_num_params(e->model) &&
-      (!(z->psl = calloc(z->zs.S, sizeof(float))) ||
-       !(z->scratch = calloc(DS, sizeof(float)))))
     return oom(err, errlen);
   return 0;
 }
 
+/* Range 0 is padded to D S floats in the stage's arrays (zeros past its
+ * n[0]), so the collectives take it in place. */
 static int cpu_reduce(pipe_eng *e, float s, char *err, size_t errlen) {
   zrange *z = &e->z;
-  float *g = cpu_grads(e, 0);
-  if (z->psl) {
-    memset(z->scratch, 0, (size_t)z->zs.D * z->zs.S * sizeof(float));
-    memcpy(z->scratch, g, e->su.n[0] * sizeof(float));
-  }
-  return zslice_reduce(&z->zs, z->psl ? z->scratch : g, z->gsl, s, err, errlen);
+  return zslice_reduce(&z->zs, cpu_grads(e, 0), z->gsl, s, err, errlen);
 }
 
 static int cpu_step(pipe_eng *e, float lr, char *err, size_t errlen) {
   zrange *z = &e->z;
   if (e->su.zero) {
-    float *w = gpt_params(e->model) + e->su.off[0] + z->zs.lo;
-    if (z->psl) {
-      memcpy(z->psl, w, z->zs.own * sizeof(float));
-      w = z->psl;
-    }
-    optim_step(z->opt, w, z->gsl, lr);
+    optim_step(z->opt, e->params + e->local[0] + z->zs.lo, z->gsl, lr);
     return 0;
   }
   for (int r = 0; r < e->su.nrg; r++)
-    optim_step(e->opt[r], gpt_params(e->model) + e->su.off[r], cpu_grads(e, r),
-               lr);
+    optim_step(e->opt[r], e->params + e->local[r], cpu_grads(e, r), lr);
   return 0;
 }
 
 static int cpu_gather(pipe_eng *e, char *err, size_t errlen) {
-  zrange *z = &e->z;
-  float *params = gpt_params(e->model) + e->su.off[0];
-  if (!z->psl)
-    return zslice_gather(&z->zs, params, err, errlen);
-  memcpy(z->scratch + z->zs.lo, z->psl, z->zs.S * sizeof(float));
-  if (zslice_gather(&z->zs, z->scratch, err, errlen) != 0)
-    return -1;
-  memcpy(params, z->scratch, e->su.n[0] * sizeof(float));
-  return 0;
+  return zslice_gather(&e->z.zs, e->params + e->local[0], err, errlen);
 }
 
-/* Group 0 is in the model's arrays once, whichever range reads it. */
+/* Group 0 where range r has it: the first stage's range 0, the last
+ * stage's tied copy (range 1). */
 static void *cpu_tied(pipe_eng *e, int r, size_t *bytes) {
   size_t off, n;
   gpt_group_range(e->model, 0, &off, &n);
   *bytes = n * sizeof(float);
-  return gpt_params(e->model) + off;
+  return e->params + e->local[r] + (off - e->su.off[r]);
 }
 static int cpu_pull(pipe_eng *e, float *params, float *state, uint64_t *t,
                     char *err, size_t errlen) {
-  size_t n = e->su.n[0];
-  const float *own = gpt_params(e->model) + e->su.off[0];
-  if (params != own) /* rank 0 gathers into the model itself */
-    memcpy(params, own, n * sizeof(float));
+  memcpy(params, e->params + e->local[0], e->su.n[0] * sizeof(float));
   if (state && e->su.zero) {
     if (zslice_state_gather(&e->z.zs, e->z.opt, state, err, errlen) != 0)
       return -1;
@@ -246,10 +218,19 @@ static int cpu_pull(pipe_eng *e, float *params, float *state, uint64_t *t,
   }
   return 0;
 }
+/* The model's weights of the ranges into the stage's arrays. */
+static void take_weights(pipe_eng *e) {
+  const float *mp = gpt_params(e->model);
+  for (int r = 0; r < e->su.nrg; r++)
+    memcpy(e->params + e->local[r], mp + e->su.off[r],
+           e->su.n[r] * sizeof(float));
+}
+
 static int cpu_load(pipe_eng *e, optim *full, char *err, size_t errlen) {
   size_t N = gpt_num_params(e->model);
   const float *fs = optim_state(full);
   size_t k = optim_state_floats_for(e->su.o->opt.kind, 1);
+  take_weights(e);
   if (e->su.zero) {
     zslice_state_take(&e->z.zs, fs + e->su.off[0], N, e->z.opt);
     optim_set_t(e->z.opt, optim_get_t(full));
@@ -265,29 +246,24 @@ static int cpu_load(pipe_eng *e, optim *full, char *err, size_t errlen) {
   return 0;
 }
 
-/* The ranges live in the model's arrays (held counts them whole), the
- * optimizer state and with ZeRO the slices are the engine's own. */
+/* The stage's arrays (its ranges, range 0 padded with ZeRO), the
+ * optimizer state, with ZeRO the slice's gradient: all the engine's
+ * own. */
 static void cpu_memory(pipe_eng *e, zslice_memory *held, gpt_memory *part) {
   const zrange *z = &e->z;
-  uint64_t all = (uint64_t)gpt_num_params(e->model) * 4, ranges = 0, st = 0;
-  for (int i = 0; i < e->su.nrg; i++) {
-    ranges += 4 * (uint64_t)e->su.n[i];
-    if (!e->su.zero)
-      st += (uint64_t)optim_state_floats_for(e->su.o->opt.kind, e->su.n[i]) * 4;
-  }
+  uint64_t arrays = (uint64_t)e->nm * 4, st = 0;
+  for (int i = 0; i < e->su.nrg && !e->su.zero; i++)
+    st += (uint64_t)optim_state_floats_for(e->su.o->opt.kind, e->su.n[i]) * 4;
   uint64_t S = e->su.zero ? (uint64_t)z->zs.S * 4 : 0;
-  uint64_t ps = z->psl ? S : 0, most = z->psl ? S * (uint64_t)z->zs.D : 0;
   if (e->su.zero)
     st = (uint64_t)optim_state_floats(z->opt) * 4;
-  /* The slices and the gathers' array. */
-  *held = (zslice_memory){.params = all + ps + most,
-                          .grads = all + S,
+  *held = (zslice_memory){.params = arrays,
+                          .grads = arrays + S,
                           .optim = st,
-                          .peak_grads = all + S};
-  *part = (gpt_memory){
-      .params = ranges + ps + most, .grads = ranges + S, .optim = st};
+                          .peak_grads = arrays + S};
+  *part = (gpt_memory){.params = arrays, .grads = arrays + S, .optim = st};
   /* The slots' parameter and gradient arrays are released (they point
-   * into the model's): what they allocate is activations. */
+   * into the stage's): what they allocate is activations. */
   for (int i = 0; i < e->su.nslots; i++)
     part->acts += gpt_allocated_bytes(e->slot[i]);
 }
@@ -338,6 +314,17 @@ int pipe_cpu_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,
     return oom(err, errlen);
   e->su = *su;
   e->model = su->model;
+  /* Range 0 takes D S floats with ZeRO (its slices, the padding zero),
+   * the tied copy after it. */
+  zslice_init(&e->z.zs, su->zero ? su->dp : NULL, su->n[0]);
+  for (int r = 0; r < su->nrg; r++) {
+    e->local[r] = e->nm;
+    e->nm += r == 0 ? (size_t)e->z.zs.D * e->z.zs.S : su->n[r];
+  }
+  if (!(e->params = calloc(e->nm, sizeof(float))) ||
+      !(e->grads = calloc(e->nm, sizeof(float))))
+    return oom(err, errlen);
+  take_weights(e);
   for (int i = 0; i < su->nslots; i++)
     if (make_slot(e, &e->slot[i], err, errlen) != 0)
       return -1;

@@ -77,14 +77,14 @@ int mploop_check(trainrun *r, mploop *l) {
   if (stagekit_param_choice(ctx, h, "zero_stage", trainrun_zero_stage_names,
                             &l->zero))
     return EXIT_BAD_PARAMS;
-  /* Stage 3 shards the parameters of tensor shards (tensor.h); pipeline
-   * stages train in the whole model's arrays. */
+  /* Stage 3 shards the parameters of tensor shards (tensor.h); a
+   * pipeline stage's part is not cut into its groups. */
   if (l->zero == 3 && l->D > 1 && l->K != l->T) {
     h->fail(ctx,
-            "zero_stage 3 with %s %d: pipeline stages train in the whole "
-            "model's parameter and gradient arrays, so the data-parallel "
-            "group beside them shards the optimizer state and gradients "
-            "(zero_stage 1 or 2), not the parameters; set zero_stage: 2",
+            "zero_stage 3 with %s %d: each pipeline stage keeps its own "
+            "part of the model, and the data-parallel group beside it "
+            "shards that part's optimizer state and gradients (zero_stage "
+            "1 or 2), not its parameters; set zero_stage: 2",
             l->param, l->K);
     return EXIT_BAD_PARAMS;
   }

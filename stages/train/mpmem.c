@@ -67,9 +67,10 @@ int mpmem_worse(const mpmem_rank *all, int N, const gpt_memory *one,
   static const char *const name[3] = {"parameters", "gradients",
                                       "optimizer state"};
   static const char *const why[3] = {
-      "the whole model's parameter array, which a pipeline stage trains "
-      "in and rank 0 keeps for validation, samples and checkpoints",
-      "the whole model's gradient array, which a pipeline stage adds into",
+      "the whole model's parameter array, which rank 0 keeps for "
+      "validation, samples and checkpoints",
+      "its part's gradients and the step's own buffers: the first "
+      "pipeline stage's of the tied embedding, ZeRO's reduced slice",
       "rank 0's one-process optimizer over the whole model, which the "
       "checkpoints are gathered into"};
   int nout = 0;

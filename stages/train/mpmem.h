@@ -5,16 +5,13 @@
  * gang's.
  *
  * Each rank's figures, by kind, in bytes, what it holds inside a step:
- *   params  its part's parameters (a tensor rank's shards, in arrays of
- *           their own; a pipeline stage's range, inside the model's
- *           array; on GPU ranks the device's bytes) and the whole
- *           model's parameter array where the rank keeps it: rank 0
- *           always (validation, samples and checkpoints run on it), a
- *           CPU pipeline stage always (it trains in it, its slots
- *           pointing there), a tensor rank or a GPU pipeline stage only
- *           until the start
- *   grads   likewise: a CPU pipeline stage adds into the whole model's
- *           gradient array; tensor ranks and GPU stages release it
+ *   params  its part's parameters (a tensor rank's shards, a pipeline
+ *           stage's ranges, in arrays of their own; on GPU ranks the
+ *           device's bytes) and the whole model's parameter array where
+ *           the rank keeps it: rank 0 always (validation, samples and
+ *           checkpoints run on it), the others only until the start
+ *   grads   likewise, its part's: every rank releases the whole model's
+ *           gradient array
  *   optim   its part's optimizer state, and on rank 0 the whole model's
  *           one-process optimizer the checkpoints are gathered into
  *   acts    the engine's activations (tensor: its slots and the

@@ -60,7 +60,7 @@ static void memory(void *arg, gpt_memory *part, int *in_model,
   int first, last, s = pipeline_stage(p->pl, &first, &last);
   const gpt_config *cfg = gpt_get_config(p->model);
   pipeline_memory_get(p->pl, part);
-  *in_model = !p->l.gpu;
+  *in_model = 0; /* the stage's arrays are the engine's own */
   *step_bytes = 0;
   if (s == 0 && p->l.K > 1 && !cfg->untied_head) {
     size_t off, n;
@@ -131,13 +131,12 @@ static void start(trainrun *r, pipe_run *p) {
   if (pipeline_create(data, r->model, &o, &p->pl, err, sizeof err) != 0)
     mploop_abort(r, l, "pipeline", err);
   p->model = r->model;
-  /* On GPU ranks the stage's weights are the device's: ranks other than
-   * 0 drop the model's parameter array after resume, and none trains in
-   * its gradient array. */
+  /* The stage's weights are the engine's own arrays (on GPU ranks the
+   * device's): ranks other than 0 drop the model's parameter array after
+   * resume, and none trains in its gradient array. */
   l->eng = (mploop_engine){p->pl,   fb,      clip, step,   gather, load,
-                           stepped, summary, p,    memory, l->gpu};
-  if (l->gpu)
-    gpt_release(r->model, GPT_BUF_GRADS);
+                           stepped, summary, p,    memory, 1};
+  gpt_release(r->model, GPT_BUF_GRADS);
   int first, last, s = pipeline_stage(p->pl, &first, &last);
   pipeline_stats st;
   pipeline_get_stats(p->pl, &st);

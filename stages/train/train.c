@@ -138,7 +138,7 @@ static const dagrun_param_spec params[] = {
      "With tensor_parallel or pipeline_parallel, over the data-parallel "
      "replicas: 0, 1 or 2, and 3 with tensor_parallel alone (each rank "
      "keeps 1/D of its shards' parameters, gathered a layer at a time; "
-     "pipeline stages keep the whole model's arrays)"},
+     "a pipeline stage's part is not sharded that way)"},
     {"pipeline_parallel", DAGRUN_PARAM_INT, "1", 0,
      "Pipeline stages (CPU or GPU ranks, GPT-2 and Llama models): the "
      "layers cut "

@@ -142,10 +142,12 @@ for z in 0 2; do
   same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
     "$RZ/train/checkpoints/step-00000020/model.safetensors" 1e-4
 done
-# Stage 0's optimizer state halved (its 36768 floats' AdamW state: 0.280
-# MiB whole); its gradients the model's array and its reduced half.
-expect_in "$DP/train/attempt-1/log" "rank 0 holds 0.237 MiB of parameters, 0.307 MiB of gradients (0.307 MiB at most in a step) and 0.140 MiB of optimizer state between steps (zero_stage 1 over 2 data-parallel replicas)"
-expect_in "$(run_dir dp0)/train/attempt-1/log" "rank 0 holds 0.237 MiB of parameters, 0.237 MiB of gradients (0.237 MiB at most in a step) and 0.280 MiB of optimizer state between steps (zero_stage 0 over 2 data-parallel replicas)"
+# Stage 0 keeps its own range alone (36768 floats: 0.140 MiB of
+# parameters and as much of gradients, where the whole model's arrays
+# were 0.237 MiB each), beside its reduced half of the gradient at
+# zero_stage 1; its optimizer state halved (0.280 MiB whole).
+expect_in "$DP/train/attempt-1/log" "rank 0 holds 0.140 MiB of parameters, 0.210 MiB of gradients (0.210 MiB at most in a step) and 0.140 MiB of optimizer state between steps (zero_stage 1 over 2 data-parallel replicas)"
+expect_in "$(run_dir dp0)/train/attempt-1/log" "rank 0 holds 0.140 MiB of parameters, 0.140 MiB of gradients (0.140 MiB at most in a step) and 0.280 MiB of optimizer state between steps (zero_stage 0 over 2 data-parallel replicas)"
 R=$DP
 # Its checkpoints are one process's of batch_size 4, and it resumes one.
 printf 'dag: dp2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \

@@ -321,7 +321,7 @@ gang_refused recompute "tensor_parallel 2 runs without recompute" \
   "$MODEL, tensor_parallel: 2, recompute: gelu"
 gang_refused tp_layers "pipeline_parallel 2 does not divide the model's 3 layers" \
   "${MODEL/n_layer: 2/n_layer: 3}, tensor_parallel: 2, pipeline_parallel: 2" 4
-gang_refused zero3 "zero_stage 3 with pipeline_parallel 2: pipeline stages train in the whole model's parameter and gradient arrays, so the data-parallel group beside them shards the optimizer state and gradients (zero_stage 1 or 2), not the parameters" \
+gang_refused zero3 "zero_stage 3 with pipeline_parallel 2: each pipeline stage keeps its own part of the model, and the data-parallel group beside it shards that part's optimizer state and gradients (zero_stage 1 or 2), not its parameters" \
   "$MODEL, pipeline_parallel: 2, zero_stage: 3" 4
 gang_refused tp_world "world_size 6 is not a multiple of tensor_parallel x pipeline_parallel 4" \
   "$MODEL, tensor_parallel: 2, pipeline_parallel: 2" 6
