@@ -753,8 +753,11 @@ static int plan_sizes(gpt_cuda *g, const gpt *host, const gpt_cuda_options *o,
   if ((o->npieces || o->grad_shard) && !o->shard_n)
     return fail(err, errlen, "gpt_cuda: %s need shard_n",
                 o->npieces ? "stage 3's pieces" : "sharded gradients");
-  if (o->master_n && (!o->npieces || o->master_lo > o->shard_n ||
-                      o->master_n > o->shard_n - o->master_lo))
+  /* A window's gradients are the shard's whole (gpt_cuda_step reads
+   * them at the shard's offsets): not with grad_shard. */
+  if (o->master_n &&
+      (!o->npieces || o->grad_shard || o->master_lo > o->shard_n ||
+       o->master_n > o->shard_n - o->master_lo))
     return fail(err, errlen,
                 "gpt_cuda: the master weights' window [%zu, +%zu) is not in "
                 "a shard of pieces (%zu floats)",

@@ -86,8 +86,9 @@ typedef struct gpt_cuda_piece {
  * the master weights and optimizer state cover [shard_lo, shard_lo +
  * shard_n) of it, the BF16 copy and the gradients padded floats, and
  * upload_shard takes (download_shard writes) padded floats with the
- * master weights at shard_lo. Not with pieces, grad_shard or recompute
- * (refused by gpt_cuda_create). */
+ * master weights at shard_lo; download_shard writes the master weights
+ * alone, [shard_lo, shard_lo + shard_n) of it. Not with pieces,
+ * grad_shard or recompute (refused by gpt_cuda_create). */
 typedef struct gpt_cuda_tp_tensor {
   size_t offset, numel;
 } gpt_cuda_tp_tensor;

@@ -100,8 +100,9 @@ static int check(comm *c, const gpt_config *cfg, const tensor_cuda_options *o,
     snprintf(err, errlen, "tensor_cuda: %d micro-batches", o->micro);
     return -1;
   }
-  if (zslice_check_stage(o->zero_stage, "tensor parallel on GPUs", err,
-                         errlen) != 0)
+  /* One replica: nothing to shard over (tensor_create's rule). */
+  if (D > 1 && zslice_check_stage(o->zero_stage, "tensor parallel on GPUs", err,
+                                  errlen) != 0)
     return -1;
   int P = o->pp ? comm_size(o->pp) : 1;
   if (P > 1 &&
@@ -297,6 +298,7 @@ void tensor_cuda_memory(const tensor_cuda *t, const gpt_config *cfg,
                         gpt_memory *part, zslice_memory *held) {
   gpt_cuda_memory_estimate(cfg, t->go.B, t->go.T, &t->go, part);
   part->grads += t->gsl ? (uint64_t)t->zs.S * 4 : 0;
+  part->grads += t->tied ? (uint64_t)t->st.tied_n * 4 : 0;
   part->acts += t->P > 1 ? (uint64_t)pipestream_bytes(&t->ps) : 0;
   part->total = part->params + part->grads + part->optim + part->acts;
   *held = (zslice_memory){.params = part->params,

@@ -51,16 +51,22 @@
  * take the same update, and the clipping norm counts it once (the
  * first's). The loss is the last stage's. A checkpoint's gather adds
  * every stage's part into the first stage's shard over pp_ctl (MPI),
- * then goes to rank 0 as without stages.
+ * then goes to rank 0 as without stages. What P does not cut: the
+ * engine's activation buffers, which gpt_cuda sizes for every layer
+ * (pipeline_cuda.c's stages alike).
  *
- * Not here: recompute (the engine runs without), zero_stage 3; a shape
+ * Not here: recompute (the engine runs without), zero_stage 3 beside
+ * replicas (with one replica any zero_stage is 0: nothing to shard
+ * over, as tensor_create has it); a shape
  * tensor_check or pipeline_check refuses is refused by
  * tensor_cuda_create with its message.
  *
- * Every function but tensor_cuda_step, _sizes, _memory and _destroy is
- * collective over the group and, with dp, over the replicas. 0, or -1
- * with err; a failed collective leaves the communicator unusable (abort
- * the gang). The caller's thread only.
+ * tensor_cuda_forward_backward and _clip_grad_norm are collective over
+ * the group and, with dp or pp, over the replicas and the stages; _gather over
+ * the group, over pp_ctl with stages and over dp_ctl with ZeRO; _create, _step,
+ * _load, _sizes, _slots, _memory and _destroy are not. 0, or -1 with err; a
+ * failed collective leaves the communicator unusable (abort the gang). The
+ * caller's thread only.
  */
 #ifndef DAGRUN_TENSOR_CUDA_H
 #define DAGRUN_TENSOR_CUDA_H
