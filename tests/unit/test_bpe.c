@@ -592,7 +592,10 @@ static void test_space_run(void) {
     }
   }
   CHECK_INT((int)bpe_space_run("a\t \n", 4, 0), 3);
-  CHECK_INT((int)bpe_space_run(" \xe3\x80\x80" "b ", 6, 1), 4);
+  CHECK_INT((int)bpe_space_run(" \xe3\x80\x80"
+                               "b ",
+                               6, 1),
+            4);
 }
 
 int main(void) {
