@@ -709,10 +709,7 @@ size_t bpe_space_run(const char *text, size_t n, int fwd) {
 static int encode_added(bpe_encoder *e, const char *text, size_t len,
                         bpe_ids *out, int specials) {
   const bpe *b = e->b;
-  size_t nuse = 0;
-  for (size_t k = 0; k < b->nadded; k++)
-    nuse += specials || !(b->added_flags[k] & BPE_ADDED_SPECIAL);
-  if (nuse == 0)
+  if (specials ? b->nadded == 0 : b->nplain == 0)
     return encode_plain(e, text, len, out);
   /* Where each added token next occurs at or after pos (len if nowhere,
    * or not used); recomputed only once pos passes it. */

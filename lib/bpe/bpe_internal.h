@@ -35,6 +35,7 @@ struct bpe {
   uint32_t *added;      /* ids of the added tokens, in the order given */
   uint8_t *added_flags; /* BPE_ADDED_* of each, by the same index */
   size_t nadded;
+  size_t nplain; /* how many of them are not special */
   pretok *pt;
 };
 
@@ -59,7 +60,7 @@ typedef struct bpe_tokdef {
  * that are specials. Checks that every byte has a token, that each merge
  * names existing tokens and that result's bytes are left's then
  * right's. The specials become added tokens with BPE_ADDED_SPECIAL
- * alone (a loader then sets b->added_flags as its file says). Returns 0,
+ * alone (a loader then sets b->added_flags as its file says, and nplain). Returns 0,
  * or -1 with err. */
 int bpe_build(bpe **out, uint32_t nvocab, const bpe_tokdef *toks,
               const bpe_merge *merges, size_t nmerges, const uint32_t *specials,

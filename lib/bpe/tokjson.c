@@ -386,6 +386,8 @@ static int finish_build(vocab_in *v, bpe **out, char *err, size_t errlen) {
     return -1;
   }
   memcpy((*out)->added_flags, v->flags, v->nspecials);
+  for (size_t i = 0; i < v->nspecials; i++)
+    (*out)->nplain += !(v->flags[i] & BPE_ADDED_SPECIAL);
   return 0;
 }
 
