@@ -60,8 +60,8 @@ typedef struct bpe_tokdef {
  * that are specials. Checks that every byte has a token, that each merge
  * names existing tokens and that result's bytes are left's then
  * right's. The specials become added tokens with BPE_ADDED_SPECIAL
- * alone (a loader then sets b->added_flags as its file says, and nplain). Returns 0,
- * or -1 with err. */
+ * alone (a loader then sets b->added_flags as its file says, and nplain).
+ * Returns 0, or -1 with err. */
 int bpe_build(bpe **out, uint32_t nvocab, const bpe_tokdef *toks,
               const bpe_merge *merges, size_t nmerges, const uint32_t *specials,
               size_t nspecials, char *err, size_t errlen);
