@@ -702,34 +702,35 @@ size_t bpe_space_run(const char *text, size_t n, int fwd) {
 }
 
 /* Encodes text, cutting out the added tokens first as Hugging Face's
- * AddedVocabulary does: all of them with specials, else the non-special
- * ones only. At each step the earliest match wins, the longest at one
- * position; an lstrip token takes the whitespace before it (back to the
- * previous token), an rstrip one the whitespace after it. */
+ * AddedVocabulary does. At each step the earliest match wins, the
+ * longest at one position; an lstrip token takes the whitespace before it
+ * (back to the previous token), an rstrip one the whitespace after it.
+ * Without specials, a special's match stays text, joined to the text
+ * around it, and no token is looked for inside it: HF's find_matches
+ * with encode_special_tokens skips the match, not its bytes. */
 static int encode_added(bpe_encoder *e, const char *text, size_t len,
                         bpe_ids *out, int specials) {
   const bpe *b = e->b;
   if (specials ? b->nadded == 0 : b->nplain == 0)
     return encode_plain(e, text, len, out);
-  /* Where each added token next occurs at or after pos (len if nowhere,
-   * or not used); recomputed only once pos passes it. */
+  /* Where each added token next occurs at or after pos (len if
+   * nowhere); recomputed only once pos passes it. */
   size_t stackbuf[8], *nextat = stackbuf;
   if (b->nadded > 8 && !(nextat = malloc(b->nadded * sizeof *nextat)))
     return -1;
   for (size_t k = 0; k < b->nadded; k++)
-    nextat[k] = specials || !(b->added_flags[k] & BPE_ADDED_SPECIAL)
-                    ? (size_t)-1 /* not yet searched */
-                    : len;
-  size_t pos = 0;
+    nextat[k] = (size_t)-1; /* not yet searched */
+  size_t pos = 0, seg = 0;  /* seg: where the text not yet encoded starts */
   int rc = 0;
-  while (pos < len) {
+  for (;;) { /* until the text after the last token is encoded */
     size_t best = len, bestlen = 0, bestk = 0;
     for (size_t k = 0; k < b->nadded; k++) {
       uint32_t id = b->added[k];
       size_t sl = b->tok_len[id];
       if (nextat[k] == (size_t)-1 || nextat[k] < pos) {
-        const char *f =
-            memmem(text + pos, len - pos, b->blob + b->tok_off[id], sl);
+        const char *f = pos < len ? memmem(text + pos, len - pos,
+                                           b->blob + b->tok_off[id], sl)
+                                  : NULL;
         nextat[k] = f ? (size_t)(f - text) : len;
       }
       /* The earliest; at one position, the longest (as HF's matcher). */
@@ -741,10 +742,14 @@ static int encode_added(bpe_encoder *e, const char *text, size_t len,
       }
     }
     uint8_t fl = best < len ? b->added_flags[bestk] : 0;
-    size_t before = best - pos;
+    if (!specials && (fl & BPE_ADDED_SPECIAL)) {
+      pos = best + bestlen;
+      continue;
+    }
+    size_t before = best - seg;
     if (fl & BPE_ADDED_LSTRIP)
-      before -= bpe_space_run(text + pos, before, 0);
-    if ((rc = encode_plain(e, text + pos, before, out)) != 0)
+      before -= bpe_space_run(text + seg, before, 0);
+    if ((rc = encode_plain(e, text + seg, before, out)) != 0)
       break;
     if (best == len)
       break;
@@ -754,6 +759,7 @@ static int encode_added(bpe_encoder *e, const char *text, size_t len,
     pos = best + bestlen;
     if (fl & BPE_ADDED_RSTRIP)
       pos += bpe_space_run(text + pos, len - pos, 1);
+    seg = pos;
   }
   if (nextat != stackbuf)
     free(nextat);

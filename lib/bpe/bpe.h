@@ -72,8 +72,9 @@ void bpe_encoder_destroy(bpe_encoder *e);
  * "<|endoftext|>" does not end there), as tiktoken's encode_ordinary and
  * Hugging Face's encode() with encode_special_tokens set (transformers'
  * split_special_tokens=True): non-special added tokens still become their
- * ids, lstrip and rstrip honoured. Returns 0, or a negative value when
- * out of memory. */
+ * ids, lstrip and rstrip honoured, but none inside a special's text (HF
+ * skips the special's match, not its bytes). Returns 0, or a negative
+ * value when out of memory. */
 int bpe_encode(bpe_encoder *e, const char *text, size_t len, bpe_ids *out);
 /* As bpe_encode, but the text of special tokens becomes their ids too, as
  * Hugging Face tokenizers' encode() does. */

@@ -42,6 +42,7 @@ toks = [("<|im_start|>", {}), ("<|im_end|>", {"special": True}),
         ("<B>", {"special": True, "lstrip": True, "rstrip": True}),
         ("<|im_start|>sys", {})]
 write("added.json", toks)
+write("overlap.json", [("<|im_end|>", {"special": True}), ("im_end", {})])
 write("ordinary.json", toks, keep="")
 write("stage-ref.json", toks, keep="<|endoftext|>")
 sp = ("<sp>", {"lstrip": True})
@@ -95,6 +96,24 @@ grep -qF '<|im_end|>' all.dec || fail "decode dropped a special token"
 
 # bpe_encode: specials as text, the rest cut out.
 same_as_hf ordinary.json text.txt encode
+
+# A non-special token inside a special's text: bpe_encode leaves the
+# special's match as text, "im_end" in it included, as Hugging Face's
+# find_matches with encode_special_tokens skips the match (its test pins
+# "<end_of_text>" as text and "<eot>" cut out). tokenizers.js has no such
+# switch: its ids for the parts are the reference.
+printf 'a<|im_end|>b im_end' > overlap.txt
+printf 'a<|im_end|>b ' > overlap-head.txt
+node "$REF/hf_added.mjs" "$NM" gpt2.json overlap-head.txt /dev/null > head.ids 2> hf.err \
+  || fail "tokenizers.js failed: $(cat hf.err)"
+end_id=$("$PY" -c 'import json; print([a["id"] for a in json.load(open("overlap.json"))["added_tokens"] if a["content"] == "im_end"][0])')
+echo "$(cat head.ids) $end_id" > want.ids
+"$TOOL" encode overlap.json overlap.txt > our.ids || fail "bpe_tool encode failed"
+same_ids want.ids our.ids "bpe_encode split a token inside a special's text"
+node "$REF/hf_added.mjs" "$NM" overlap.json overlap.txt /dev/null > hf.ids 2> hf.err \
+  || fail "tokenizers.js failed: $(cat hf.err)"
+"$TOOL" encode-specials overlap.json overlap.txt > our.ids || fail "bpe_tool encode-specials failed"
+same_ids hf.ids our.ids "encode-specials differs from tokenizers.js with overlap.json"
 
 # The tokenize stage: its ids are bpe_encode's, each document after
 # <|endoftext|>, and the tokenizer.json it writes keeps every flag.
