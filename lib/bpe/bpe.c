@@ -83,10 +83,11 @@ void bpe_destroy(bpe *b) {
   free(b->tok_off);
   free(b->tok_len);
   free(b->blob);
-  free(b->is_special);
+  free(b->is_added);
   free(b->merges);
   free(b->mtab);
-  free(b->specials);
+  free(b->added);
+  free(b->added_flags);
   pretok_destroy(b->pt);
   free(b);
 }
@@ -96,13 +97,20 @@ size_t bpe_merge_count(const bpe *b) { return b->nmerges; }
 
 int64_t bpe_special_id(const bpe *b, const char *content) {
   size_t n = strlen(content);
-  for (size_t i = 0; i < b->nspecials; i++) {
-    uint32_t id = b->specials[i];
+  for (size_t i = 0; i < b->nadded; i++) {
+    uint32_t id = b->added[i];
     if (b->tok_len[id] == n &&
         memcmp(b->blob + b->tok_off[id], content, n) == 0)
       return id;
   }
   return -1;
+}
+
+int bpe_is_special(const bpe *b, uint32_t id) {
+  for (size_t i = 0; id < b->nvocab && b->is_added[id] && i < b->nadded; i++)
+    if (b->added[i] == id)
+      return (b->added_flags[i] & BPE_ADDED_SPECIAL) != 0;
+  return 0;
 }
 
 const char *bpe_token_bytes(const bpe *b, uint32_t id, size_t *len) {
@@ -137,11 +145,12 @@ int bpe_build(bpe **out, uint32_t nvocab, const bpe_tokdef *toks,
   b->tok_off = malloc((nvocab + 1) * sizeof *b->tok_off);
   b->tok_len = malloc((nvocab + 1) * sizeof *b->tok_len);
   b->blob = malloc(total + 1);
-  b->is_special = calloc(nvocab + 1, 1);
+  b->is_added = calloc(nvocab + 1, 1);
   b->merges = malloc((nmerges + 1) * sizeof *b->merges);
-  b->specials = malloc((nspecials + 1) * sizeof *b->specials);
-  if (!b->tok_off || !b->tok_len || !b->blob || !b->is_special || !b->merges ||
-      !b->specials)
+  b->added = malloc((nspecials + 1) * sizeof *b->added);
+  b->added_flags = malloc(nspecials + 1);
+  if (!b->tok_off || !b->tok_len || !b->blob || !b->is_added || !b->merges ||
+      !b->added || !b->added_flags)
     goto oom;
   size_t off = 0;
   for (uint32_t i = 0; i < nvocab; i++) {
@@ -157,15 +166,16 @@ int bpe_build(bpe **out, uint32_t nvocab, const bpe_tokdef *toks,
       snprintf(err, errlen, "special token id %u has no content", id);
       goto fail;
     }
-    b->is_special[id] = 1;
-    b->specials[i] = id;
+    b->is_added[id] = 1;
+    b->added[i] = id;
+    b->added_flags[i] = BPE_ADDED_SPECIAL;
   }
-  b->nspecials = nspecials;
+  b->nadded = nspecials;
 
   /* Byte tokens: the lowest non-special id whose bytes are that byte. */
   uint8_t have[256] = {0};
   for (uint32_t i = 0; i < nvocab; i++) {
-    if (b->tok_len[i] != 1 || b->is_special[i])
+    if (b->tok_len[i] != 1 || b->is_added[i])
       continue;
     uint8_t c = (uint8_t)b->blob[b->tok_off[i]];
     if (!have[c]) {
@@ -640,7 +650,10 @@ static int encode_piece(bpe_encoder *e, const char *p, size_t n, bpe_ids *out) {
   return 0;
 }
 
-int bpe_encode(bpe_encoder *e, const char *text, size_t len, bpe_ids *out) {
+/* The text without added tokens: the pre-tokenizer's pieces, each
+ * through the merges. */
+static int encode_plain(bpe_encoder *e, const char *text, size_t len,
+                        bpe_ids *out) {
   if (len == 0)
     return 0;
   /* Most pieces are a few bytes and give a token or two. */
@@ -655,29 +668,69 @@ int bpe_encode(bpe_encoder *e, const char *text, size_t len, bpe_ids *out) {
   return rc < 0 ? -1 : 0;
 }
 
-int bpe_encode_with_specials(bpe_encoder *e, const char *text, size_t len,
-                             bpe_ids *out) {
+/* Whether p[0..k) is one whitespace character in UTF-8: what Rust's
+ * char::is_whitespace takes (Unicode White_Space), as Hugging Face's
+ * lstrip and rstrip do. */
+static int is_space_seq(const unsigned char *p, size_t k) {
+  if (k == 1)
+    return p[0] == ' ' || (p[0] >= '\t' && p[0] <= '\r');
+  if (k == 2)
+    return p[0] == 0xC2 && (p[1] == 0x85 || p[1] == 0xA0);
+  if (p[0] == 0xE1)
+    return p[1] == 0x9A && p[2] == 0x80; /* U+1680 */
+  if (p[0] == 0xE3)
+    return p[1] == 0x80 && p[2] == 0x80; /* U+3000 */
+  if (p[0] != 0xE2)
+    return 0;
+  if (p[1] == 0x80) /* U+2000..200A, U+2028, U+2029, U+202F */
+    return p[2] <= 0x8A || p[2] == 0xA8 || p[2] == 0xA9 || p[2] == 0xAF;
+  return p[1] == 0x81 && p[2] == 0x9F; /* U+205F */
+}
+
+size_t bpe_space_run(const char *text, size_t n, int fwd) {
+  const unsigned char *p = (const unsigned char *)text;
+  size_t run = 0;
+  for (;;) {
+    size_t k = 1;
+    while (k <= 3 && k <= n - run &&
+           !is_space_seq(fwd ? p + run : p + n - run - k, k))
+      k++;
+    if (k > 3 || k > n - run)
+      return run;
+    run += k;
+  }
+}
+
+/* Encodes text, cutting out the added tokens first as Hugging Face's
+ * AddedVocabulary does. At each step the earliest match wins, the
+ * longest at one position; an lstrip token takes the whitespace before it
+ * (back to the previous token), an rstrip one the whitespace after it.
+ * Without specials, a special's match stays text, joined to the text
+ * around it, and no token is looked for inside it: HF's find_matches
+ * with encode_special_tokens skips the match, not its bytes. */
+static int encode_added(bpe_encoder *e, const char *text, size_t len,
+                        bpe_ids *out, int specials) {
   const bpe *b = e->b;
-  if (b->nspecials == 0)
-    return bpe_encode(e, text, len, out);
-  /* Where each special next occurs at or after pos (len if nowhere);
-   * recomputed only once pos passes it. */
+  if (specials ? b->nadded == 0 : b->nplain == 0)
+    return encode_plain(e, text, len, out);
+  /* Where each added token next occurs at or after pos (len if
+   * nowhere); recomputed only once pos passes it. */
   size_t stackbuf[8], *nextat = stackbuf;
-  if (b->nspecials > 8 && !(nextat = malloc(b->nspecials * sizeof *nextat)))
+  if (b->nadded > 8 && !(nextat = malloc(b->nadded * sizeof *nextat)))
     return -1;
-  for (size_t k = 0; k < b->nspecials; k++)
+  for (size_t k = 0; k < b->nadded; k++)
     nextat[k] = (size_t)-1; /* not yet searched */
-  size_t pos = 0;
+  size_t pos = 0, seg = 0;  /* seg: where the text not yet encoded starts */
   int rc = 0;
-  while (pos < len) {
-    size_t best = len, bestlen = 0;
-    uint32_t bestid = 0;
-    for (size_t k = 0; k < b->nspecials; k++) {
-      uint32_t id = b->specials[k];
+  for (;;) { /* until the text after the last token is encoded */
+    size_t best = len, bestlen = 0, bestk = 0;
+    for (size_t k = 0; k < b->nadded; k++) {
+      uint32_t id = b->added[k];
       size_t sl = b->tok_len[id];
       if (nextat[k] == (size_t)-1 || nextat[k] < pos) {
-        const char *f =
-            memmem(text + pos, len - pos, b->blob + b->tok_off[id], sl);
+        const char *f = pos < len ? memmem(text + pos, len - pos,
+                                           b->blob + b->tok_off[id], sl)
+                                  : NULL;
         nextat[k] = f ? (size_t)(f - text) : len;
       }
       /* The earliest; at one position, the longest (as HF's matcher). */
@@ -685,27 +738,53 @@ int bpe_encode_with_specials(bpe_encoder *e, const char *text, size_t len,
           (nextat[k] == best && nextat[k] < len && sl > bestlen)) {
         best = nextat[k];
         bestlen = sl;
-        bestid = id;
+        bestk = k;
       }
     }
-    if ((rc = bpe_encode(e, text + pos, best - pos, out)) != 0)
+    uint8_t fl = best < len ? b->added_flags[bestk] : 0;
+    if (!specials && (fl & BPE_ADDED_SPECIAL)) {
+      pos = best + bestlen;
+      continue;
+    }
+    size_t before = best - seg;
+    if (fl & BPE_ADDED_LSTRIP)
+      before -= bpe_space_run(text + seg, before, 0);
+    if ((rc = encode_plain(e, text + seg, before, out)) != 0)
       break;
     if (best == len)
       break;
     if ((rc = ids_reserve(out, 1)) != 0)
       break;
-    out->v[out->n++] = bestid;
+    out->v[out->n++] = b->added[bestk];
     pos = best + bestlen;
+    if (fl & BPE_ADDED_RSTRIP)
+      pos += bpe_space_run(text + pos, len - pos, 1);
+    seg = pos;
   }
   if (nextat != stackbuf)
     free(nextat);
   return rc;
 }
 
+int bpe_encode(bpe_encoder *e, const char *text, size_t len, bpe_ids *out) {
+  return encode_added(e, text, len, out, 0);
+}
+
+int bpe_encode_with_specials(bpe_encoder *e, const char *text, size_t len,
+                             bpe_ids *out) {
+  return encode_added(e, text, len, out, 1);
+}
+
 /* ---- decoding ------------------------------------------------------- */
 
 int bpe_decode(const bpe *b, const uint32_t *ids, size_t n, char **out,
                size_t *len, char *err, size_t errlen) {
+  return bpe_decode_skip(b, ids, n, 0, out, len, err, errlen);
+}
+
+int bpe_decode_skip(const bpe *b, const uint32_t *ids, size_t n,
+                    int skip_special, char **out, size_t *len, char *err,
+                    size_t errlen) {
   *out = NULL;
   *len = 0;
   size_t total = 0;
@@ -726,6 +805,8 @@ int bpe_decode(const bpe *b, const uint32_t *ids, size_t n, char **out,
   }
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
+    if (skip_special && b->is_added[ids[i]] && bpe_is_special(b, ids[i]))
+      continue;
     memcpy(s + k, b->blob + b->tok_off[ids[i]], b->tok_len[ids[i]]);
     k += b->tok_len[ids[i]];
   }

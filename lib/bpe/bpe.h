@@ -6,10 +6,22 @@
  * are mapped to tokens of one byte each, and merges are applied in rank
  * order, lowest first, as GPT-2 and Hugging Face tokenizers do. Every byte
  * string has an encoding, so decode(encode(x)) == x for any bytes,
- * invalid UTF-8 included. Special tokens (e.g. "<|endoftext|>") are whole
- * tokens that merges never produce.
+ * invalid UTF-8 included.
  *
- * Ids: the 256 byte tokens, merged tokens and special tokens share one id
+ * Added tokens (Hugging Face's added_tokens) are whole tokens that merges
+ * never produce; their text is cut out of the input before the
+ * pre-tokenizer runs, as Hugging Face's encode() does. Each is special
+ * (e.g. "<|endoftext|>", "<|im_end|>") or not (a chat template's marker
+ * some files leave non-special): bpe_encode leaves specials' text as text
+ * but still cuts out the non-special ones; bpe_encode_with_specials cuts
+ * out both; bpe_decode_skip can drop the specials. A token with lstrip
+ * takes the whitespace before it into itself (that whitespace gives no
+ * ids), one with rstrip the whitespace after it; whitespace is Unicode's
+ * White_Space, as Rust's char::is_whitespace (Hugging Face's tokenizers;
+ * tokenizers.js also strips U+FEFF and not U+0085). Where the input has
+ * two added tokens at one place, the earliest wins, then the longest.
+ *
+ * Ids: the 256 byte tokens, merged tokens and added tokens share one id
  * space [0, bpe_vocab_size). Loaded tokenizers keep the ids of their
  * files; trained ones number bytes 0..255 in GPT-2's byte-to-unicode
  * order, then merges in rank order, then specials.
@@ -37,12 +49,15 @@ void bpe_ids_free(bpe_ids *ids);
 /* Frees a tokenizer; NULL is a no-op. */
 void bpe_destroy(bpe *b);
 
-/* Number of ids, specials included (max id + 1). */
+/* Number of ids, added tokens included (max id + 1). */
 uint32_t bpe_vocab_size(const bpe *b);
 /* Number of merges (ranks 0..n-1). */
 size_t bpe_merge_count(const bpe *b);
-/* Id of a special token, or -1 if the tokenizer has none of that name. */
+/* Id of the added token (special or not) whose text is content, or -1
+ * if the tokenizer has none. */
 int64_t bpe_special_id(const bpe *b, const char *content);
+/* 1 if id is an added token marked special, else 0 (any id). */
+int bpe_is_special(const bpe *b, uint32_t id);
 /* The token's bytes (not NUL-terminated); *len set. NULL for a bad id.
  * Valid while b lives. */
 const char *bpe_token_bytes(const bpe *b, uint32_t id, size_t *len);
@@ -54,10 +69,14 @@ void bpe_encoder_destroy(bpe_encoder *e);
 
 /* Appends the ids of text[0..len) to out. Special tokens' text in the
  * input is encoded as ordinary text (a document that quotes
- * "<|endoftext|>" does not end there), as tiktoken's encode_ordinary.
- * Returns 0, or a negative value when out of memory. */
+ * "<|endoftext|>" does not end there), as tiktoken's encode_ordinary and
+ * Hugging Face's encode() with encode_special_tokens set (transformers'
+ * split_special_tokens=True): non-special added tokens still become their
+ * ids, lstrip and rstrip honoured, but none inside a special's text (HF
+ * skips the special's match, not its bytes). Returns 0, or a negative
+ * value when out of memory. */
 int bpe_encode(bpe_encoder *e, const char *text, size_t len, bpe_ids *out);
-/* As bpe_encode, but the text of special tokens becomes their ids, as
+/* As bpe_encode, but the text of special tokens becomes their ids too, as
  * Hugging Face tokenizers' encode() does. */
 int bpe_encode_with_specials(bpe_encoder *e, const char *text, size_t len,
                              bpe_ids *out);
@@ -66,23 +85,39 @@ int bpe_encode_with_specials(bpe_encoder *e, const char *text, size_t len,
  * Returns 0, or -1 for an id out of range (message in err). */
 int bpe_decode(const bpe *b, const uint32_t *ids, size_t n, char **out,
                size_t *len, char *err, size_t errlen);
+/* As bpe_decode; with skip_special, special tokens give no bytes (non-
+ * special added tokens still do), as Hugging Face's
+ * decode(skip_special_tokens=True). */
+int bpe_decode_skip(const bpe *b, const uint32_t *ids, size_t n,
+                    int skip_special, char **out, size_t *len, char *err,
+                    size_t errlen);
 
 /* Loading and saving (tokjson.c). Errors name the file and, for JSON,
  * what was wrong; they return -1 with the message in err. */
 
 /* A Hugging Face tokenizer.json with a BPE model and ByteLevel
  * pre-tokenizer (GPT-2's own, or one we wrote), alone or after Digits in
- * a Sequence (SmolLM's). Merges as "a b" strings or ["a", "b"] pairs;
- * added_tokens become specials. */
+ * a Sequence (SmolLM's). Merges as "a b" strings or ["a", "b"] pairs.
+ * added_tokens keep their special, lstrip, rstrip and normalized flags
+ * (absent: special, lstrip and rstrip false, normalized not special,
+ * as tokenizers.js reads them). Refused, naming the token and the flag,
+ * because dagrun would give other ids than Hugging Face: single_word
+ * true; lstrip or rstrip while some added token starts or ends with
+ * whitespace (its strip could eat into that token); and a token
+ * with normalized true that can overlap one with normalized false in a
+ * text (Hugging Face's tokenizers matches the normalized: false ones
+ * first, tokenizers.js all at once). */
 int bpe_load_hf(const char *path, bpe **out, char *err, size_t errlen);
 /* GPT-2's vocab.json (or encoder.json) + merges.txt (or vocab.bpe).
- * "<|endoftext|>" is a special if the vocabulary has it. */
+ * "<|endoftext|>" is a special (an added token, special) if the
+ * vocabulary has it. */
 int bpe_load_gpt2(const char *vocab_path, const char *merges_path, bpe **out,
                   char *err, size_t errlen);
 /* Writes a tokenizer.json that Hugging Face tokenizers loads (BPE model;
  * ByteLevel pre-tokenizer, after Digits if b was loaded with them;
- * ByteLevel decoder and post-processor; added_tokens for the specials)
- * and that encodes text to the same ids as bpe_encode_with_specials.
+ * ByteLevel decoder and post-processor; added_tokens with each one's
+ * flags as loaded, single_word false) and that encodes text to the same
+ * ids as bpe_encode_with_specials.
  * Written to a temporary name, fsynced and renamed. */
 int bpe_save_hf(const bpe *b, const char *path, char *err, size_t errlen);
 

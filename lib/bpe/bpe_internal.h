@@ -26,15 +26,25 @@ struct bpe {
   uint32_t nvocab;
   uint32_t *tok_off, *tok_len; /* bytes of id i: blob + tok_off[i] */
   char *blob;
-  uint8_t *is_special;   /* per id */
+  uint8_t *is_added;     /* per id: 1 for an added token (its own text) */
   uint32_t byte_id[256]; /* the token of each single byte */
   bpe_merge *merges;     /* by rank */
   size_t nmerges;
   bpe_mslot *mtab;
   size_t mmask;
-  uint32_t *specials; /* ids of the specials, in the order given */
-  size_t nspecials;
+  uint32_t *added;      /* ids of the added tokens, in the order given */
+  uint8_t *added_flags; /* BPE_ADDED_* of each, by the same index */
+  size_t nadded;
+  size_t nplain; /* how many of them are not special */
   pretok *pt;
+};
+
+/* What an added token does, as Hugging Face's AddedToken flags. */
+enum {
+  BPE_ADDED_SPECIAL = 1,   /* special: true (bpe_encode leaves its text) */
+  BPE_ADDED_LSTRIP = 2,    /* takes the whitespace before it */
+  BPE_ADDED_RSTRIP = 4,    /* takes the whitespace after it */
+  BPE_ADDED_NORMALIZED = 8 /* normalized: true (kept for saving) */
 };
 
 /* A token for bpe_build: its bytes, or len 0 for an id with no token
@@ -49,10 +59,16 @@ typedef struct bpe_tokdef {
  * rank, as GPT-2's and Hugging Face's dict building does), and the ids
  * that are specials. Checks that every byte has a token, that each merge
  * names existing tokens and that result's bytes are left's then
- * right's. Returns 0, or -1 with err. */
+ * right's. The specials become added tokens with BPE_ADDED_SPECIAL
+ * alone (a loader then sets b->added_flags as its file says, and nplain).
+ * Returns 0, or -1 with err. */
 int bpe_build(bpe **out, uint32_t nvocab, const bpe_tokdef *toks,
               const bpe_merge *merges, size_t nmerges, const uint32_t *specials,
               size_t nspecials, char *err, size_t errlen);
+
+/* Bytes of whitespace (Unicode White_Space, UTF-8) at the start of
+ * p[0..n) with fwd, else at its end. */
+size_t bpe_space_run(const char *p, size_t n, int fwd);
 
 /* GPT-2's bytes_to_unicode: the code point that stands for byte b in
  * vocab files. */

@@ -139,7 +139,8 @@ typedef struct vocab_in {
   uint32_t nvocab;
   bpe_merge *merges;
   size_t nmerges;
-  uint32_t *specials;
+  uint32_t *specials; /* the added tokens' ids */
+  uint8_t *flags;     /* and their BPE_ADDED_* */
   size_t nspecials;
 } vocab_in;
 
@@ -149,6 +150,47 @@ static void vocab_in_free(vocab_in *v) {
   free(v->bytes);
   free(v->merges);
   free(v->specials);
+  free(v->flags);
+}
+
+/* An added token's flags (BPE_ADDED_*) into *fl: each true, false or
+ * absent (as tokenizers.js reads them: false, and normalized = not
+ * special); single_word true is refused, dagrun does not do it. */
+static int read_added_flags(const vocab_in *v, const cJSON *tok,
+                            const char *content, uint8_t *fl, char *err,
+                            size_t errlen) {
+  static const struct {
+    const char *name;
+    uint8_t bit;
+  } names[] = {{"special", BPE_ADDED_SPECIAL},
+               {"lstrip", BPE_ADDED_LSTRIP},
+               {"rstrip", BPE_ADDED_RSTRIP},
+               {"normalized", BPE_ADDED_NORMALIZED},
+               {"single_word", 0}};
+  *fl = 0;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(tok, names[i].name);
+    if (f && !cJSON_IsBool(f)) {
+      snprintf(err, errlen,
+               "%s: added token \"%s\": \"%s\" is neither true nor false",
+               v->what, content, names[i].name);
+      return -1;
+    }
+    if (!f && names[i].bit == BPE_ADDED_NORMALIZED)
+      *fl |= *fl & BPE_ADDED_SPECIAL ? 0 : BPE_ADDED_NORMALIZED;
+    if (!cJSON_IsTrue(f))
+      continue;
+    if (!names[i].bit) {
+      snprintf(err, errlen,
+               "%s: added token \"%s\": single_word true is not supported "
+               "(Hugging Face's tokenizers and tokenizers.js match it "
+               "differently)",
+               v->what, content);
+      return -1;
+    }
+    *fl |= names[i].bit;
+  }
+  return 0;
 }
 
 /* Reads a {"token": id, ...} object into v (map and defs). specials,
@@ -196,7 +238,8 @@ static int read_vocab(vocab_in *v, const cJSON *vocab, const cJSON *added,
   if (smap_init(&v->map, n) ||
       !(v->defs = calloc(v->nvocab, sizeof *v->defs)) ||
       !(v->bytes = malloc(total + 1)) ||
-      !(v->specials = malloc((v->nspecials + 1) * sizeof *v->specials))) {
+      !(v->specials = malloc((v->nspecials + 1) * sizeof *v->specials)) ||
+      !(v->flags = malloc(v->nspecials + 1))) {
     snprintf(err, errlen, "%s: out of memory", v->what);
     return -1;
   }
@@ -217,6 +260,8 @@ static int read_vocab(vocab_in *v, const cJSON *vocab, const cJSON *added,
     memcpy(v->bytes + v->nbytes, c, cl);
     v->defs[id] = (bpe_tokdef){v->bytes + v->nbytes, cl};
     v->nbytes += cl;
+    if (read_added_flags(v, it, c, &v->flags[k], err, errlen))
+      return -1;
     v->specials[k++] = id;
   }
   cJSON_ArrayForEach(it, vocab) {
@@ -250,6 +295,51 @@ static int read_vocab(vocab_in *v, const cJSON *vocab, const cJSON *added,
     }
     v->defs[id] = (bpe_tokdef){v->bytes + v->nbytes, (size_t)bl};
     v->nbytes += (size_t)bl;
+  }
+  return 0;
+}
+
+/* Whether a text can hold a and b so that they share bytes: one inside
+ * the other, or an end of one the start of the other. */
+static int tokens_overlap(const bpe_tokdef *a, const bpe_tokdef *b) {
+  if (memmem(a->p, a->len, b->p, b->len) || memmem(b->p, b->len, a->p, a->len))
+    return 1;
+  for (size_t k = 1; k < a->len && k < b->len; k++)
+    if (memcmp(a->p + a->len - k, b->p, k) == 0 ||
+        memcmp(b->p + b->len - k, a->p, k) == 0)
+      return 1;
+  return 0;
+}
+
+/* The added tokens dagrun would split otherwise than Hugging Face: a
+ * strip next to a token that has whitespace at its edge (the strip would
+ * eat into it), and a normalized token that can overlap a not normalized
+ * one (Hugging Face's tokenizers matches the latter first, tokenizers.js
+ * both at once). Refused naming both tokens and the flag. */
+static int check_added(const vocab_in *v, char *err, size_t errlen) {
+  const bpe_tokdef *d = v->defs;
+  for (size_t i = 0; i < v->nspecials; i++) {
+    const bpe_tokdef *a = &d[v->specials[i]];
+    uint8_t fa = v->flags[i];
+    for (size_t j = 0; j < v->nspecials; j++) {
+      const bpe_tokdef *b = &d[v->specials[j]];
+      uint8_t fb = v->flags[j];
+      const char *flag = NULL;
+      if ((fa & BPE_ADDED_LSTRIP) && bpe_space_run(b->p, b->len, 0))
+        flag = "lstrip true next to a token that ends with whitespace";
+      else if ((fa & BPE_ADDED_RSTRIP) && bpe_space_run(b->p, b->len, 1))
+        flag = "rstrip true next to a token that starts with whitespace";
+      else if ((fa & BPE_ADDED_NORMALIZED) && !(fb & BPE_ADDED_NORMALIZED) &&
+               tokens_overlap(a, b))
+        flag = "normalized true, overlapping a normalized false token";
+      if (flag) {
+        snprintf(err, errlen,
+                 "%s: added token \"%.*s\": %s (\"%.*s\") is not "
+                 "supported",
+                 v->what, (int)a->len, a->p, flag, (int)b->len, b->p);
+        return -1;
+      }
+    }
   }
   return 0;
 }
@@ -295,6 +385,9 @@ static int finish_build(vocab_in *v, bpe **out, char *err, size_t errlen) {
     snprintf(err, errlen, "%s: %s", v->what, msg);
     return -1;
   }
+  memcpy((*out)->added_flags, v->flags, v->nspecials);
+  for (size_t i = 0; i < v->nspecials; i++)
+    (*out)->nplain += !(v->flags[i] & BPE_ADDED_SPECIAL);
   return 0;
 }
 
@@ -449,7 +542,8 @@ int bpe_load_hf(const char *path, bpe **out, char *err, size_t errlen) {
     snprintf(err, errlen, "%s: added_tokens is not an array", path);
     goto done;
   }
-  if (read_vocab(&v, vocab, cJSON_IsArray(added) ? added : NULL, err, errlen))
+  if (read_vocab(&v, vocab, cJSON_IsArray(added) ? added : NULL, err, errlen) ||
+      check_added(&v, err, errlen))
     goto done;
   size_t nm = (size_t)cJSON_GetArraySize(merges);
   if (!(v.merges = malloc((nm + 1) * sizeof *v.merges))) {
@@ -528,7 +622,8 @@ int bpe_load_gpt2(const char *vocab_path, const char *merges_path, bpe **out,
       goto oom;
     cJSON_AddItemToArray(added, a);
     if (!cJSON_AddNumberToObject(a, "id", eot->valuedouble) ||
-        !cJSON_AddStringToObject(a, "content", "<|endoftext|>"))
+        !cJSON_AddStringToObject(a, "content", "<|endoftext|>") ||
+        !cJSON_AddTrueToObject(a, "special"))
       goto oom;
   }
   if (read_vocab(&v, root, added, err, errlen))
@@ -697,8 +792,8 @@ int bpe_save_hf(const bpe *b, const char *path, char *err, size_t errlen) {
   cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
   if (!added)
     goto oom;
-  for (size_t i = 0; i < b->nspecials; i++) {
-    uint32_t id = b->specials[i];
+  for (size_t i = 0; i < b->nadded; i++) {
+    uint32_t id = b->added[i];
     cJSON *a = cJSON_CreateObject();
     if (!a)
       goto oom;
@@ -707,11 +802,12 @@ int bpe_save_hf(const bpe *b, const char *path, char *err, size_t errlen) {
     sa[b->tok_len[id]] = '\0';
     cJSON_AddNumberToObject(a, "id", id);
     cJSON_AddStringToObject(a, "content", sa);
+    uint8_t fl = b->added_flags[i];
     cJSON_AddBoolToObject(a, "single_word", 0);
-    cJSON_AddBoolToObject(a, "lstrip", 0);
-    cJSON_AddBoolToObject(a, "rstrip", 0);
-    cJSON_AddBoolToObject(a, "normalized", 0);
-    cJSON_AddBoolToObject(a, "special", 1);
+    cJSON_AddBoolToObject(a, "lstrip", fl & BPE_ADDED_LSTRIP);
+    cJSON_AddBoolToObject(a, "rstrip", fl & BPE_ADDED_RSTRIP);
+    cJSON_AddBoolToObject(a, "normalized", fl & BPE_ADDED_NORMALIZED);
+    cJSON_AddBoolToObject(a, "special", fl & BPE_ADDED_SPECIAL);
   }
   cJSON_AddNullToObject(root, "normalizer");
   /* GPT-2's own settings, as in its tokenizer.json; after Digits as
@@ -743,7 +839,7 @@ int bpe_save_hf(const bpe *b, const char *path, char *err, size_t errlen) {
   for (uint32_t i = 0; i < b->nvocab; i++) {
     if (!b->tok_len[i])
       continue;
-    if (b->is_special[i]) {
+    if (b->is_added[i]) {
       memcpy(sa, b->blob + b->tok_off[i], b->tok_len[i]);
       sa[b->tok_len[i]] = '\0';
     } else {

@@ -324,6 +324,41 @@ tokenizer_refs() {
   command -v node >/dev/null || fail "node is needed for the reference"
 }
 
+# same_ids REF OURS WHAT: fails unless the id files REF (tokenizers.js's)
+# and OURS are the same, saying WHAT and where they first differ.
+same_ids() {
+  cmp -s "$1" "$2" && return 0
+  local d
+  d=$("$PY" -c '
+import sys
+a, b = open(sys.argv[1]).read().split(), open(sys.argv[2]).read().split()
+i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
+print("first difference at token %d: tokenizers.js %s, ours %s" % (i, a[i:i+8], b[i:i+8]))
+' "$1" "$2")
+  fail "$3: $d"
+}
+
+# stage_docs OUT: from the tokenize stage's out/ directory OUT (its
+# shard stage beside it), writes the first shard's tokens to stage.ids
+# and its documents, each after <|endoftext|> as the stage encodes them,
+# to docs.txt (both in the current directory); reads the tokens with the
+# reader in docs/token-shards.md.
+stage_docs() {
+  sed -n '/^```python$/,/^```$/p' "$DAGRUN_SOURCE_DIR/docs/token-shards.md" |
+    awk 'BEGIN{n=0} /^```python$/{n++; next} /^```$/{next} n==1' > reader.py
+  "$PY" - "$1" "$(dirname "$1")/../shard/out" reader.py <<'P' || fail "could not lay out the documents of $1"
+import json, sys
+out, shard_dir, reader = sys.argv[1:4]
+ns = {}
+exec(open(reader).read().split("\ntokens, vocab")[0], ns)
+s = json.load(open(out + "/manifest.json"))["shards"][0]
+tokens = ns["read_tokens"](out + "/" + s["path"])[0]
+open("stage.ids", "w").write(" ".join(map(str, tokens)) + "\n")
+texts = [json.loads(l)["text"] for l in open(shard_dir + "/" + s["source"], encoding="utf-8")]
+open("docs.txt", "w", encoding="utf-8").write("".join("<|endoftext|>" + t for t in texts))
+P
+}
+
 # make_token_data NAME VOCAB: a small English-like corpus, sharded and
 # tokenized by the real stages; prints the tokenize task's out/ directory.
 make_token_data() {

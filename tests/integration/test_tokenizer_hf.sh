@@ -34,15 +34,7 @@ for tok in "$T/trained.json" "$T/gpt2.json"; do
   [ "$(wc -w < "$T/our.ids")" -gt 1000 ] || fail "too few ids"
   grep -qw "$(/usr/bin/python3 -c 'import json,sys; print([t["id"] for t in json.load(open(sys.argv[1]))["added_tokens"]][0])' "$tok")" "$T/our.ids" \
     || fail "the special token's id is not in the encoding"
-  if ! cmp -s "$T/hf.ids" "$T/our.ids"; then
-    /usr/bin/python3 -c '
-import sys
-a, b = open(sys.argv[1]).read().split(), open(sys.argv[2]).read().split()
-i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
-print("first difference at token %d: tokenizers.js %s, ours %s" % (i, a[i:i+8], b[i:i+8]))
-' "$T/hf.ids" "$T/our.ids" > "$T/diff"
-    fail "ids differ from tokenizers.js with $tok: $(cat "$T/diff")"
-  fi
+  same_ids "$T/hf.ids" "$T/our.ids" "ids differ from tokenizers.js with $tok"
   "$TOOL" decode "$tok" < "$T/our.ids" > "$T/back" || fail "decode failed"
   cmp -s "$T/back" "$T/text.txt" || fail "decode(encode(text)) differs with $tok"
 done

@@ -69,15 +69,7 @@ same_as_hf() { # TOKENIZER TEXT
   "$TOOL" encode-specials "$1" "$2" > our.ids 2> our.err \
     || fail "bpe_tool encode failed with $1: $(cat our.err)"
   [ "$(wc -w < our.ids)" -gt 200 ] || fail "too few ids with $1"
-  if ! cmp -s hf.ids our.ids; then
-    "$PY" -c '
-import sys
-a, b = open(sys.argv[1]).read().split(), open(sys.argv[2]).read().split()
-i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
-print("first difference at token %d: tokenizers.js %s, ours %s" % (i, a[i:i+8], b[i:i+8]))
-' hf.ids our.ids > diff
-    fail "ids differ from tokenizers.js with $1: $(cat diff)"
-  fi
+  same_ids hf.ids our.ids "ids differ from tokenizers.js with $1"
   "$TOOL" decode "$1" < our.ids > back || fail "decode failed with $1"
   cmp -s back "$2" || fail "decode(encode(text)) differs with $1"
 }
@@ -121,21 +113,8 @@ assert pre["type"] == "Sequence", pre
 assert [m["type"] for m in pre["pretokenizers"]] == ["Digits", "ByteLevel"], pre
 assert pre["pretokenizers"][0]["individual_digits"] is True, pre
 P
-sed -n '/^```python$/,/^```$/p' "$DAGRUN_SOURCE_DIR/docs/token-shards.md" |
-  awk 'BEGIN{n=0} /^```python$/{n++; next} /^```$/{next} n==1' > reader.py
+stage_docs "$out"
 shard_dir="$(dirname "$out")/../shard/out"
-"$PY" - "$out" "$shard_dir" reader.py <<'P' || fail "could not lay out the documents"
-import json, sys
-out, shard_dir, reader = sys.argv[1:4]
-ns = {}
-exec(open(reader).read().split("\ntokens, vocab")[0], ns)
-man = json.load(open(out + "/manifest.json"))
-s = man["shards"][0]
-tokens = ns["read_tokens"](out + "/" + s["path"])[0]
-open("stage.ids", "w").write(" ".join(map(str, tokens)) + "\n")
-texts = [json.loads(l)["text"] for l in open(shard_dir + "/" + s["source"], encoding="utf-8")]
-open("docs.txt", "w", encoding="utf-8").write("".join("<|endoftext|>" + t for t in texts))
-P
 for tok in smol.json "$out/tokenizer.json"; do
   node "$REF/hf_encode.mjs" "$NM" "$tok" docs.txt > hf.ids 2> hf.err || fail "tokenizers.js failed: $(cat hf.err)"
   cmp -s hf.ids stage.ids || fail "the tokenize stage's ids differ from tokenizers.js's with $tok"

@@ -13,6 +13,7 @@
  *   bpe_tool encode-specials TOK FILE as encode, specials' text -> ids
  *   bpe_tool bench TOK FILE [REPEAT]  single-thread encode speed (stderr)
  *   bpe_tool decode TOK               ids on stdin -> bytes on stdout
+ *   bpe_tool decode-skip TOK          as decode, special tokens dropped
  *
  * TOK is a tokenizer.json, or VOCAB.json,MERGES.txt for GPT-2's files.
  */
@@ -276,7 +277,7 @@ static int cmd_bench(const char *tok, const char *path, int repeat) {
   return rc ? 1 : 0;
 }
 
-static int cmd_decode(const char *tok) {
+static int cmd_decode(const char *tok, int skip_special) {
   bpe *b = load(tok);
   if (!b)
     return 1;
@@ -291,7 +292,8 @@ static int cmd_decode(const char *tok) {
   }
   char *out, err[256];
   size_t len;
-  int rc = bpe_decode(b, ids.v, ids.n, &out, &len, err, sizeof err);
+  int rc = bpe_decode_skip(b, ids.v, ids.n, skip_special, &out, &len, err,
+                           sizeof err);
   if (rc)
     fprintf(stderr, "bpe_tool: %s\n", err);
   else
@@ -317,7 +319,9 @@ int main(int argc, char **argv) {
   if (!strcmp(c, "bench") && (argc == 4 || argc == 5))
     return cmd_bench(argv[2], argv[3], argc == 5 ? atoi(argv[4]) : 1);
   if (!strcmp(c, "decode") && argc == 3)
-    return cmd_decode(argv[2]);
+    return cmd_decode(argv[2], 0);
+  if (!strcmp(c, "decode-skip") && argc == 3)
+    return cmd_decode(argv[2], 1);
   fprintf(stderr, "usage: see the comment at the top of bpe_tool.c\n");
   return 2;
 }

@@ -555,7 +555,51 @@ done:
   bpe_destroy(b);
 }
 
+/* lstrip and rstrip take what Rust's char::is_whitespace takes:
+ * Unicode's White_Space (PropList.txt), here listed by hand, and no
+ * other code point (U+FEFF, which JavaScript's trim() takes, included). */
+static void test_space_run(void) {
+  static const uint32_t ws[] = {0x9,    0xA,    0xB,    0xC,    0xD,
+                                0x20,   0x85,   0xA0,   0x1680, 0x2028,
+                                0x2029, 0x202F, 0x205F, 0x3000};
+  for (uint32_t cp = 1; cp < 0x10000; cp++) {
+    if (cp >= 0xD800 && cp < 0xE000)
+      continue;
+    int want = cp >= 0x2000 && cp <= 0x200A;
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+      want |= ws[i] == cp;
+    char u[8];
+    size_t n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : 3;
+    if (n == 1) {
+      u[0] = (char)cp;
+    } else if (n == 2) {
+      u[0] = (char)(0xC0 | (cp >> 6));
+      u[1] = (char)(0x80 | (cp & 0x3F));
+    } else {
+      u[0] = (char)(0xE0 | (cp >> 12));
+      u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+      u[2] = (char)(0x80 | (cp & 0x3F));
+    }
+    /* Twice, after "x" (backward) or before it (forward). */
+    char t[16] = "x";
+    memcpy(t + 1, u, n);
+    memcpy(t + 1 + n, u, n);
+    if (bpe_space_run(t, 1 + 2 * n, 0) != (want ? 2 * n : 0) ||
+        bpe_space_run(t + 1, 2 * n, 1) != (want ? 2 * n : 0)) {
+      fprintf(stderr, "space_run: U+%04X is %swhitespace\n", cp,
+              want ? "" : "not ");
+      CHECK(0);
+    }
+  }
+  CHECK_INT((int)bpe_space_run("a\t \n", 4, 0), 3);
+  CHECK_INT((int)bpe_space_run(" \xe3\x80\x80"
+                               "b ",
+                               6, 1),
+            4);
+}
+
 int main(void) {
+  test_space_run();
   test_byte_map();
   test_train_by_hand();
   test_train_overlap();
