@@ -784,6 +784,22 @@ resumed_as() {
   same_losses "$1.tail" "$2.losses" "${4:-1e-5}"
 }
 
+# stage_parts_smaller NAME RT RTP: the run directories RT (a tensor
+# group of 2) and RTP (that group as 2 pipeline stages, 4 ranks): every
+# RTP rank's parameter bytes (summary.json's memory formula: the part it
+# keeps) below every RT rank's, as a stage keeps its own part alone.
+stage_parts_smaller() {
+  /usr/bin/python3 - "$2/train/out/summary.json" "$3/train/out/summary.json" <<'P' ||
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+pa = [r["formula"]["params"] for r in a["memory"]["ranks"]]
+pb = [r["formula"]["params"] for r in b["memory"]["ranks"]]
+assert len(pa) == 2 and len(pb) == 4 and max(pb) < min(pa), (pa, pb)
+print("parameter bytes a rank, T=2 vs T=2 x P=2:", pa, pb)
+P
+    fail "$1: a stage keeps more than its part"
+}
+
 # one_process NAME WITH: a DAG NAME of one train task in one process with
 # params WITH, run; it must succeed with 20 steps' losses, written to
 # NAME.losses (the gang tests' reference). Sets R1 to its run directory.
