@@ -197,6 +197,8 @@ struct gpt_cuda {
                                backpropagated */
   int stage_first, stage_last; /* forward's layers (gpt_cuda_set_stage;
                                   0, L: the whole model) */
+  int act_first, act_last;     /* the layers the slots keep activations of
+                                  (gpt_cuda_options.layers_first / _last) */
   int stage_train;             /* the last pass was a gpt_cuda_forward_stage
                                   not yet backpropagated */
   int logits_valid;         /* logits hold the last forward's logits */
@@ -295,11 +297,23 @@ static void shard_widths(const gpt_config *cfg, int tpr, widths *w, size_t *Ca,
   w->d4c /= R;
 }
 
+/* The layers whose activations the slots keep, [*first, *last)
+ * (gpt_cuda_options.layers_first / _last; all of them unless set). */
+static void act_layers(const gpt_config *cfg, const gpt_cuda_options *o,
+                       int *first, int *last) {
+  *first = o->layers_last ? o->layers_first : 0;
+  *last = o->layers_last ? o->layers_last : cfg->n_layer;
+}
+
 /* Carves (or counts, sl NULL) one slot's activations for (B,T) into
- * sl (whose layers and ids_host are the caller's host arrays). */
+ * sl (whose layers and ids_host are the caller's host arrays): the
+ * stream and the layer buffers of layers [first, last), the head's
+ * when last is the model's last. */
 static void carve_slot(carver *c, const gpt_config *cfg, int B, int T,
-                       gpt_recompute rc, int tpr, act_slot *sl) {
-  size_t C = cfg->n_embd, L = cfg->n_layer, N = (size_t)B * T;
+                       gpt_recompute rc, int tpr, int first, int last,
+                       act_slot *sl) {
+  size_t C = cfg->n_embd, L = (size_t)(last - first), N = (size_t)B * T;
+  const int head = last == cfg->n_layer;
   const int llama = cfg->family == GPT_FAMILY_LLAMA;
   widths w;
   size_t Ca, NHa, Vl;
@@ -327,15 +341,15 @@ static void carve_slot(carver *c, const gpt_config *cfg, int B, int T,
     if (sl) {
       if (rc == GPT_RECOMPUTE_BLOCK)
         for (size_t l = 0; l < L; l++)
-          sl->layers[l] = lb;
+          sl->layers[first + l] = lb;
       else
-        sl->layers[s] = lb;
+        sl->layers[first + s] = lb;
     }
   }
-  floatX *lnf = (floatX *)take(c, N * C * 2);
-  float *lnf_mean = llama ? NULL : (float *)take(c, N * 4);
-  float *lnf_rstd = (float *)take(c, N * 4);
-  floatX *logits = (floatX *)take(c, N * Vl * 2);
+  floatX *lnf = head ? (floatX *)take(c, N * C * 2) : NULL;
+  float *lnf_mean = llama || !head ? NULL : (float *)take(c, N * 4);
+  float *lnf_rstd = head ? (float *)take(c, N * 4) : NULL;
+  floatX *logits = head ? (floatX *)take(c, N * Vl * 2) : NULL;
   float *losses = (float *)take(c, N * 4);
   float *scalars = (float *)take(c, 2 * 4);
   int *ids = (int *)take(c, N * 4);
@@ -385,13 +399,18 @@ static void forget_passes(gpt_cuda *g) {
   g->have_loss = g->logits_valid = g->stage_train = 0;
 }
 
-/* Carves (or counts) everything for (B,T) with nslots activation slots;
- * the part sizes go to mem when not NULL. */
-static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
-                      size_t padded, size_t ngrads, int B, int T,
-                      gpt_recompute rc, int nslots, optim_kind kind, int sm,
-                      int tpr, struct gpt_cuda *g, gpt_memory *mem) {
+/* Carves (or counts) everything for (B,T) with o's activation slots
+ * (of its layers), recompute and optimizer; the part sizes go to mem
+ * when not NULL. */
+static uint64_t carve(const gpt_config *cfg, const gpt_cuda_options *o,
+                      size_t np, size_t nm, size_t padded, size_t ngrads, int B,
+                      int T, int sm, int tpr, struct gpt_cuda *g,
+                      gpt_memory *mem) {
   carver c = {g ? g->base : NULL, 0};
+  gpt_recompute rc = o->recompute;
+  int nslots = slots_of(o), first, last;
+  optim_kind kind = o->opt.kind;
+  act_layers(cfg, o, &first, &last);
   size_t C = cfg->n_embd, NH = cfg->n_head, N = (size_t)B * T;
   const int llama = cfg->family == GPT_FAMILY_LLAMA;
   widths w;
@@ -408,7 +427,7 @@ static uint64_t carve(const gpt_config *cfg, size_t np, size_t nm,
   uint64_t a_start = c.off;
 
   for (int sl = 0; sl < nslots; sl++)
-    carve_slot(&c, cfg, B, T, rc, tpr, g ? &g->slots[sl] : NULL);
+    carve_slot(&c, cfg, B, T, rc, tpr, first, last, g ? &g->slots[sl] : NULL);
   floatX *proj = (floatX *)take(&c, N * C * 2);
   floatX *dresid = (floatX *)take(&c, N * C * 2);
   floatX *dbuf = (floatX *)take(&c, N * C * 2);
@@ -491,8 +510,8 @@ extern "C" void gpt_cuda_memory_estimate(const gpt_config *cfg, int B, int T,
   size_t np = o->tp.ranks > 1 ? o->tp.n : gpt_config_num_params(cfg);
   size_t nm, padded, ngrads;
   shard_sizes(o, np, &nm, &padded, &ngrads);
-  carve(cfg, np, nm, padded, ngrads, B, T, o->recompute, slots_of(o),
-        o->opt.kind, device_sms(o->device), o->tp.ranks, NULL, out);
+  carve(cfg, o, np, nm, padded, ngrads, B, T, device_sms(o->device),
+        o->tp.ranks, NULL, out);
   out->acts += LT_WORKSPACE_BYTES;
   out->total += LT_WORKSPACE_BYTES;
 }
@@ -780,7 +799,15 @@ static int plan_sizes(gpt_cuda *g, const gpt *host, const gpt_cuda_options *o,
   g->head_grp = untied ? g->cfg.n_layer + 1 : 0;
   g->npieces = o->npieces;
   g->grad_scale = 1.0f;
-  g->stage_last = g->cfg.n_layer;
+  act_layers(&g->cfg, o, &g->act_first, &g->act_last);
+  if (g->act_first < 0 || g->act_first >= g->act_last ||
+      g->act_last > g->cfg.n_layer)
+    return fail(err, errlen,
+                "gpt_cuda: layers [%d,%d) to keep activations of are not a "
+                "range of the model's %d",
+                o->layers_first, o->layers_last, g->cfg.n_layer);
+  g->stage_first = g->act_first; /* the whole model, or the stage */
+  g->stage_last = g->act_last;
   return 0;
 }
 
@@ -860,9 +887,8 @@ static int alloc_device(gpt_cuda *g, char *err, size_t errlen) {
     return -1;
   g->have_k = 1;
   gpt_memory mem;
-  g->bytes =
-      carve(cfg, g->np, g->nm, g->padded, g->ngrads, o->B, o->T, o->recompute,
-            g->nslots, o->opt.kind, g->k.sm_count, g->tpr, NULL, &mem);
+  g->bytes = carve(cfg, o, g->np, g->nm, g->padded, g->ngrads, o->B, o->T,
+                   g->k.sm_count, g->tpr, NULL, &mem);
   cudaError_t e = cudaMalloc((void **)&g->base, g->bytes);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -886,8 +912,8 @@ static int alloc_device(gpt_cuda *g, char *err, size_t errlen) {
                 gib(fr, b4, sizeof b4), gib(tot, b5, sizeof b5),
                 cudaGetErrorString(e));
   }
-  carve(cfg, g->np, g->nm, g->padded, g->ngrads, o->B, o->T, o->recompute,
-        g->nslots, o->opt.kind, g->k.sm_count, g->tpr, g, NULL);
+  carve(cfg, o, g->np, g->nm, g->padded, g->ngrads, o->B, o->T, g->k.sm_count,
+        g->tpr, g, NULL);
   load_slot(g, 0, 0);
   /* The steps' shape on cuDNN's attention where it serves (its plans are
    * compiled now, not in the first step); never an error. */
@@ -1176,7 +1202,8 @@ static int params_done(gpt_cuda *g, int grp, int next, char *err,
 }
 
 static floatX *resid_at(gpt_cuda *g, int l) {
-  return g->resid + (size_t)l * g->o.B * g->o.T * g->cfg.n_embd;
+  return g->resid +
+         (size_t)(l - g->act_first) * g->o.B * g->o.T * g->cfg.n_embd;
 }
 
 /* ---- Tensor parallel's collectives (gpt_cuda_tp) ---- */
@@ -1783,11 +1810,11 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, float scale, char *err,
 extern "C" int gpt_cuda_set_stage(gpt_cuda *g, int first, int last, char *err,
                                   size_t errlen) {
   forget_passes(g);
-  if (first < 0 || first >= last || last > g->cfg.n_layer)
+  if (first < g->act_first || first >= last || last > g->act_last)
     return fail(err, errlen,
-                "gpt_cuda: stage [%d,%d) is not a range of the model's %d "
-                "layers",
-                first, last, g->cfg.n_layer);
+                "gpt_cuda: stage [%d,%d) is not a range of the %d layers "
+                "[%d,%d) this gpt_cuda keeps activations of",
+                first, last, g->cfg.n_layer, g->act_first, g->act_last);
   g->stage_first = first;
   g->stage_last = last;
   return 0;

@@ -157,6 +157,12 @@ typedef struct gpt_cuda_options {
    * window's master weights at shard + master_lo. 0: the whole shard. */
   size_t master_lo, master_n;
   gpt_cuda_tp tp; /* tensor parallel (above); zero: none */
+  /* A pipeline stage's layers [layers_first, layers_last) (0, 0: all of
+   * them): the activation slots keep the stream and the buffers of
+   * those layers alone, and the head's (the final norm's output, the
+   * logits) only when layers_last is n_layer; the forwards run that
+   * range (gpt_cuda_set_stage may narrow it, not widen it). */
+  int layers_first, layers_last;
 } gpt_cuda_options;
 
 typedef struct gpt_cuda gpt_cuda;

@@ -324,6 +324,8 @@ int pipe_cuda_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,
                              .deterministic = o->deterministic,
                              .device = o->device,
                              .slots = su->nslots,
+                             .layers_first = su->first,
+                             .layers_last = su->last,
                              .shard_n = e->nm,
                              .pieces = pc,
                              .npieces = (size_t)su->nrg};

@@ -168,6 +168,7 @@ static int make_stages(tensor_cuda *t, const gpt_config *cfg, char *err,
 static int make_engine(tensor_cuda *t, const gpt *model, char *err,
                        size_t errlen) {
   size_t nt = gpt_tensor_count(model);
+  int L = gpt_get_config(model)->n_layer / t->P;
   gpt_cuda_tp_tensor *tt = calloc(nt, sizeof *tt);
   size_t DS = (size_t)t->zs.D * t->zs.S; /* the part, padded (ZeRO) */
   float *buf = calloc(DS, sizeof *buf);
@@ -185,6 +186,10 @@ static int make_engine(tensor_cuda *t, const gpt *model, char *err,
                          .deterministic = t->o.deterministic,
                          .device = comm_device(t->c),
                          .slots = t->nslots,
+                         /* With stages, the stage's layers' activations
+                          * alone (0, 0: all). */
+                         .layers_first = t->P > 1 ? t->s * L : 0,
+                         .layers_last = t->P > 1 ? (t->s + 1) * L : 0,
                          .tp = {.ranks = t->ranks,
                                 .rank = t->r,
                                 .tensors = tt,

@@ -51,9 +51,8 @@
  * take the same update, and the clipping norm counts it once (the
  * first's). The loss is the last stage's. A checkpoint's gather adds
  * every stage's part into the first stage's shard over pp_ctl (MPI),
- * then goes to rank 0 as without stages. What P does not cut: the
- * engine's activation buffers, which gpt_cuda sizes for every layer
- * (pipeline_cuda.c's stages alike).
+ * then goes to rank 0 as without stages. The engine's activation slots
+ * are the stage's layers' (gpt_cuda_options.layers_first / _last).
  *
  * Not here: recompute (the engine runs without), zero_stage 3 beside
  * replicas (with one replica any zero_stage is 0: nothing to shard

@@ -796,6 +796,32 @@ static void estimate_modes(const gpt_config *cfg, const char *label) {
         (unsigned long long)acts[2]);
 }
 
+/* A pipeline stage's activation slots (gpt_cuda_options.layers_first /
+ * _last) at 16 x 1024: the first half of c's layers saves at least the
+ * head's logits (16 x 1024 x padded_vocab BF16) against the whole
+ * model's, the second half saves something too, and the two together
+ * hold more than the whole (the backward's buffers are each stage's). */
+static void estimate_stages(const gpt_config *c) {
+  gpt_cuda_options o = {.B = 16, .T = 1024, .opt = optim_cfg(OPTIM_ADAMW)};
+  gpt_memory all, first, last;
+  gpt_cuda_memory_estimate(c, 16, 1024, &o, &all);
+  o.layers_last = c->n_layer / 2;
+  gpt_cuda_memory_estimate(c, 16, 1024, &o, &first);
+  o.layers_first = c->n_layer / 2;
+  o.layers_last = c->n_layer;
+  gpt_cuda_memory_estimate(c, 16, 1024, &o, &last);
+  uint64_t logits = 16ull * 1024 * (uint64_t)c->padded_vocab * 2;
+  printf("stages' activations : all %.1f MiB, layers [0,%d) %.1f, [%d,%d) "
+         "%.1f\n",
+         all.acts / 1048576.0, c->n_layer / 2, first.acts / 1048576.0,
+         c->n_layer / 2, c->n_layer, last.acts / 1048576.0);
+  CHECK(all.acts > first.acts + logits && last.acts < all.acts &&
+            first.acts + last.acts > all.acts,
+        "stages' activations: all %llu, first half %llu, second %llu",
+        (unsigned long long)all.acts, (unsigned long long)first.acts,
+        (unsigned long long)last.acts);
+}
+
 static int cmd_estimate(void) {
   gpt_config c = preset_cfg("gpt2-124M", 50257);
   uint64_t np = gpt_config_num_params(&c);
@@ -831,6 +857,7 @@ static int cmd_estimate(void) {
           "stage-2 shard: grads %llu, want 4S with S %llu",
           (unsigned long long)m.grads, (unsigned long long)S);
   }
+  estimate_stages(&c);
   gpt_recompute rc;
   CHECK(gpt_recompute_parse("block", &rc) == 0 && rc == GPT_RECOMPUTE_BLOCK &&
             gpt_recompute_parse("all", &rc) != 0,
