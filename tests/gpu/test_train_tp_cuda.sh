@@ -207,7 +207,7 @@ if [ "$ngpu" -ge 4 ]; then
   # bytes on the device (summary.json's memory formula) below the
   # tensor group's without stages (both stages keep the tied embedding's
   # shard, the bulk of this small model; a layer's shard is the rest).
-  stage_parts_smaller tp1f1b "$(run_dir ta)" "$(run_dir tp1f1b)"; for x in ta tp1f1b tpgpipe; do "$PY" -c "import json,sys; s=json.load(open(sys.argv[1])); print(sys.argv[2], [r[\"formula\"][\"acts\"] for r in s[\"memory\"][\"ranks\"]])" "$(run_dir $x)/train/out/summary.json" $x; done
+  stage_parts_smaller tp1f1b "$(run_dir ta)" "$(run_dir tp1f1b)"
   # The Llama (an untied head: on the last stage alone, no tied sum) as
   # T=2 x P=2 against its tensor group alone: the losses within 5e-4, the
   # weights within 0.05, the group's own bounds against one GPU (measured
