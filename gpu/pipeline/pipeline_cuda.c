@@ -28,6 +28,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/gpt_cuda.h"
+#include "zero/zslice_cuda.h"
 
 struct pipe_eng {
   pipe_setup su;
@@ -145,27 +146,11 @@ static int cuda_sumsq(pipe_eng *e, int r, double *ss, char *err,
 /* The slice's sum over dp into gsl, then into its place in the
  * gradients (where the update reads it), all times s. */
 static int cuda_reduce(pipe_eng *e, float s, char *err, size_t errlen) {
-  float *g = gpt_cuda_grads_ptr(e->g);
-  if (sync_g(e, err, errlen) != 0 ||
-      comm_reduce_scatter_sum(e->su.dp, g, e->gsl, e->zs.S, err, errlen) != 0)
-    return -1;
-  cudaError_t ce = cudaMemcpyAsync(g + e->zs.lo, e->gsl, e->zs.S * 4,
-                                   cudaMemcpyDeviceToDevice,
-                                   (cudaStream_t)gpt_cuda_stream(e->g));
-  if (ce != cudaSuccess)
-    return cuda_fail(ce, "placing the reduced slice", err, errlen);
-  return gpt_cuda_scale_grads(e->g, s, err, errlen) != 0 ||
-                 sync_g(e, err, errlen) != 0
-             ? -1
-             : 0;
+  return zslice_cuda_reduce(e->g, e->su.dp, &e->zs, e->gsl, s, err, errlen);
 }
 /* Every rank's BF16 slice of range 0, in place. */
 static int cuda_gather(pipe_eng *e, char *err, size_t errlen) {
-  char *p = gpt_cuda_params_ptr(e->g);
-  if (sync_g(e, err, errlen) != 0)
-    return -1;
-  return comm_allgather_bytes(e->su.dp, p + e->zs.lo * 2, p, e->zs.S * 2, err,
-                              errlen);
+  return zslice_cuda_gather(e->g, e->su.dp, &e->zs, err, errlen);
 }
 static void *cuda_tied(pipe_eng *e, int r, size_t *bytes) {
   size_t off, n;

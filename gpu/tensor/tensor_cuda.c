@@ -5,6 +5,7 @@
 #include "pipeline/pipestream.h"
 #include "tensor.h"
 #include "tensor_stage.h"
+#include "zero/zslice_cuda.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -317,10 +318,7 @@ void tensor_cuda_memory(const tensor_cuda *t, const gpt_config *cfg,
 static int make_whole(tensor_cuda *t, char *err, size_t errlen) {
   if (!t->stale)
     return 0;
-  char *p = gpt_cuda_params_ptr(t->g);
-  if (gpt_cuda_synchronize(t->g, err, errlen) != 0 ||
-      comm_allgather_bytes(t->o.dp, p + t->zs.lo * 2, p, t->zs.S * 2, err,
-                           errlen) != 0)
+  if (zslice_cuda_gather(t->g, t->o.dp, &t->zs, err, errlen) != 0)
     return -1;
   t->stale = 0;
   return 0;
@@ -333,32 +331,22 @@ static int make_whole(tensor_cuda *t, char *err, size_t errlen) {
  * them, or their part in the slice, the same on every rank of the
  * group. */
 static int dp_mean(tensor_cuda *t, char *err, size_t errlen) {
-  float *g = gpt_cuda_grads_ptr(t->g);
+  float *g = gpt_cuda_grads_ptr(t->g), inv = 1.0f / (float)t->D;
   size_t at = 0, nr = t->nrepl;
-  int rc = gpt_cuda_synchronize(t->g, err, errlen);
-  if (rc == 0 && t->zs.D > 1) {
-    rc = comm_reduce_scatter_sum(t->o.dp, g, t->gsl, t->zs.S, err, errlen);
-    cudaError_t e = rc == 0
-                        ? cudaMemcpyAsync(g + t->zs.lo, t->gsl, t->zs.S * 4,
-                                          cudaMemcpyDeviceToDevice,
-                                          (cudaStream_t)gpt_cuda_stream(t->g))
-                        : cudaSuccess;
-    if (e != cudaSuccess) {
-      snprintf(err, errlen, "tensor_cuda: placing the reduced slice: %s",
-               cudaGetErrorString(e));
-      rc = -1;
-    }
+  if (t->zs.D > 1) {
+    if (zslice_cuda_reduce(t->g, t->o.dp, &t->zs, t->gsl, inv, err, errlen) !=
+        0)
+      return -1;
     at = t->zs.lo;
     nr = at < nr ? nr - at : 0;
     nr = nr < t->zs.own ? nr : t->zs.own;
-  } else if (rc == 0 && t->D > 1) {
-    rc = comm_allreduce_sum(t->o.dp, g, t->n, err, errlen);
-  }
-  if (rc == 0 && t->D > 1)
-    rc = gpt_cuda_scale_grads(t->g, 1.0f / (float)t->D, err, errlen) != 0 ||
-         gpt_cuda_synchronize(t->g, err, errlen) != 0;
-  if (rc != 0)
+  } else if (t->D > 1 &&
+             (gpt_cuda_synchronize(t->g, err, errlen) != 0 ||
+              comm_allreduce_sum(t->o.dp, g, t->n, err, errlen) != 0 ||
+              gpt_cuda_scale_grads(t->g, inv, err, errlen) != 0 ||
+              gpt_cuda_synchronize(t->g, err, errlen) != 0)) {
     return -1;
+  }
   return nr ? comm_broadcast(t->c, g + at, nr * sizeof(float), 0, err, errlen)
             : 0;
 }
