@@ -19,6 +19,8 @@
  * stopped by SIGHUP (the terminal closed: the run is recorded interrupted).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,7 +88,10 @@
   "                         2026-11-21T02:30:00Z; without an offset, local\n" \
   "                         to the DAG's timezone\n"                         \
   "  --trigger KIND         recorded as what started it: manual, cron,\n"     \
-  "                         api, backfill\n"
+  "                         api, backfill\n"                                  \
+  "  --ready-fd N           write a line to file descriptor N once the run\n" \
+  "                         is recorded, then close it (how serve answers\n" \
+  "                         a trigger only when its run can be seen)\n"
 
 #define STORE_NOTE_TEXT                                                        \
   "Runs are recorded in $DAGRUN_HOME/state.db (default: "                     \
@@ -845,8 +850,36 @@ typedef struct run_args {
   char **overrides;    /* --param "NAME=VALUE" strings, borrowed from argv */
   size_t n_overrides, cap_overrides;
   cJSON *env_params; /* --params-from-env: DAGRUN_RUN_PARAMS, parsed */
+  int ready_fd;      /* --ready-fd, or -1 */
   exec_flags fl;
 } run_args;
+
+/* `--ready-fd N`: an open descriptor, made close-on-exec at once so that
+ * no task inherits it (its holder waits for its end of file otherwise).
+ * 1, or EXIT_USAGE. */
+static int ready_fd_option(const char *v, run_args *ra) {
+  char *end;
+  long fd = strtol(v, &end, 10);
+  if (*end || end == v || fd < 3 || fd > INT_MAX ||
+      fcntl((int)fd, F_SETFD, FD_CLOEXEC) != 0)
+    return cli_usage_error("--ready-fd takes an open file descriptor above "
+                           "2, got '%s'",
+                           v);
+  ra->ready_fd = (int)fd;
+  return 1;
+}
+
+/* Tells whoever holds the other end of --ready-fd that the run is
+ * recorded, and closes it. A reader gone is no reason to stop the run. */
+static void ready_tell(const run_args *ra) {
+  if (ra->ready_fd < 0)
+    return;
+  static const char line[] = "recorded\n";
+  if (write(ra->ready_fd, line, sizeof line - 1) < 0)
+    fprintf(stderr, "dagrun: warning: --ready-fd %d: %s\n", ra->ready_fd,
+            strerror(errno));
+  close(ra->ready_fd);
+}
 
 /* `--params-from-env`: more overrides, from DAGRUN_RUN_PARAMS (a JSON
  * array of "NAME=VALUE" strings), which `serve` sets rather than passing
@@ -898,6 +931,8 @@ static int run_option(int argc, char **argv, int *i, run_args *ra) {
                              "'_', '.' and '-', not starting with '.'",
                              v);
     ra->run_id = v;
+  } else if ((v = cli_value(argc, argv, i, "--ready-fd"))) {
+    return ready_fd_option(v, ra);
   } else if ((v = cli_value(argc, argv, i, "--trigger"))) {
     int known = 0;
     for (size_t k = 0; run_triggers[k]; k++)
@@ -933,7 +968,7 @@ static int run_option(int argc, char **argv, int *i, run_args *ra) {
 static int run_file(const run_args *ra);
 
 static int cmd_run(int argc, char **argv) {
-  run_args ra = {.trigger = "manual"};
+  run_args ra = {.trigger = "manual", .ready_fd = -1};
   ra.overrides = xcalloc((size_t)argc + 1, sizeof(char *));
   ra.cap_overrides = (size_t)argc + 1;
   exec_flags_init(&ra.fl);
@@ -1153,6 +1188,7 @@ static int run_file(const run_args *ra) {
     goto out;
   if (tinfo && store_run_trigger_set(db, run->id, tinfo, err, sizeof err) != 0)
     fprintf(stderr, "dagrun: warning: %s\n", err);
+  ready_tell(ra);
   code = execute(sp, ck, run, params, h, fl.max_parallel, fl.mode, worker_exe,
                  NULL, fl.no_cache);
 out:

@@ -82,10 +82,12 @@ typedef struct api_actions {
    * missing), tasks: [{name, stage, needs: [names]}]}]. Caller frees. */
   cJSON *(*dags)(void *ud);
   /* Starts a run of dag now, with params (an object of param overrides, or
-   * NULL). Returns 0 with the new run's id in run_id, else an HTTP status
-   * with a message in err: 404 (no such DAG), 400 (bad params, a DAG that
-   * does not load), 409 (overlap: skip and a run is going), 503 (shutting
-   * down), 500. */
+   * NULL). Returns 0 with the new run's id in run_id once the run is
+   * recorded in the store (or queued behind a going run), else an HTTP
+   * status with a message in err: 404 (no such DAG), 400 (bad params, a
+   * DAG that does not load), 409 (overlap: skip and a run is going), 503
+   * (shutting down), 500 (among others: its dagrun exited before it
+   * recorded the run). */
   int (*trigger)(void *ud, const char *dag, const cJSON *params, char *run_id,
                  size_t run_id_len, char *err, size_t errlen);
   /* Stops a run (full id). Returns 0, or an HTTP status with err: 404 (no

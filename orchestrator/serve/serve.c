@@ -50,6 +50,12 @@
 #define TICK_MS 500
 /* How long an API request waits for the loop before it gives up. */
 #define API_WAIT_S 30
+/* How long an API trigger waits for its run to be recorded (--ready-fd)
+ * before it is answered anyway: over the store's busy timeout (10 s), so
+ * that a dagrun that gives up on a locked store is answered as failed,
+ * and under API_WAIT_S, so that a slow start is still answered with its
+ * run id. */
+#define RECORD_WAIT_S 20
 
 const char serve_usage[] =
     "usage: dagrun serve PATH... [options]\n"
@@ -106,10 +112,18 @@ typedef struct dag_entry {
 } dag_entry;
 
 typedef struct server server;
+typedef struct api_request api_request;
 
 typedef struct child_run {
   server *srv;
   uv_process_t proc;
+  /* The read end of the run's --ready-fd (an API trigger's run), which
+   * its dagrun writes to once the run is recorded. */
+  uv_pipe_t ready;
+  int handles;       /* proc and ready while open: freed at 0 */
+  api_request *req;  /* an API trigger answered once the run is recorded */
+  double req_since;  /* when req began to wait */
+  char ready_buf[64];
   char *run_id, *dag;
   int64_t at; /* its logical date as started (0: none, or a resume) */
   /* A resume asked through the API after the run's end was recorded but
@@ -120,7 +134,7 @@ typedef struct child_run {
 } child_run;
 
 /* A trigger, cancel or backfill from the API, handed to the loop. */
-typedef struct api_request {
+struct api_request {
   int cancel;
   int resume; /* run_id_in goes on; params: an array of tasks to clear */
   int downstream;
@@ -136,8 +150,11 @@ typedef struct api_request {
   char err[512];
   int status;
   int done, abandoned;
+  /* A trigger whose run started: answered when its dagrun has recorded
+   * it (child_run.req), not when the loop is through with it. */
+  int waiting;
   struct api_request *next;
-} api_request;
+};
 
 struct server {
   uv_loop_t *loop;
@@ -413,30 +430,74 @@ static void strv_free(char **v) {
 
 static void child_closed(uv_handle_t *h) {
   child_run *c = h->data;
+  if (--c->handles > 0)
+    return;
   strv_free(c->then_resume);
   free(c->run_id);
   free(c->dag);
   free(c);
 }
 
+static void request_answer(server *s, api_request *r);
+
+/* The end of c's wait for its run to be recorded: req answered as it
+ * stands, the pipe closed. */
+static void ready_done(child_run *c) {
+  if (c->req) {
+    request_answer(c->srv, c->req);
+    c->req = NULL;
+  }
+  if (c->ready.data && !uv_is_closing((uv_handle_t *)&c->ready))
+    uv_close((uv_handle_t *)&c->ready, child_closed);
+}
+
+static void ready_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+  (void)hint;
+  child_run *c = h->data;
+  *buf = uv_buf_init(c->ready_buf, sizeof c->ready_buf);
+}
+
+/* The run's dagrun wrote its line: the run is recorded. An end of file
+ * before it leaves req to on_child_exit, which knows the exit status. */
+static void ready_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
+  (void)buf;
+  child_run *c = st->data;
+  if (n > 0)
+    ready_done(c);
+  else if (n < 0 && !c->req)
+    ready_done(c);
+  else if (n < 0)
+    uv_read_stop(st);
+}
+
 /* Starts `dagrun ARGS...` for run id of dag (logical date at, 0: none)
- * as a child in its own session. */
+ * as a child in its own session. req: an API trigger answered once the
+ * run is recorded (ARGS then end in "--ready-fd 3"), or NULL. */
 static int spawn_child(server *s, const char *dag, const char *run_id,
-                       int64_t at, char **args, char **env) {
+                       int64_t at, char **args, char **env, api_request *req) {
   child_run *c = xcalloc(1, sizeof *c);
   c->srv = s;
   c->run_id = xstrdup(run_id);
   c->dag = xstrdup(dag);
   c->at = at;
-  uv_stdio_container_t stdio[3] = {
+  c->handles = 1;
+  uv_stdio_container_t stdio[4] = {
       {UV_IGNORE, {0}}, {UV_INHERIT_FD, {.fd = 1}}, {UV_INHERIT_FD, {.fd = 2}}};
+  if (req) {
+    uv_pipe_init(s->loop, &c->ready, 0);
+    c->ready.data = c;
+    c->handles++;
+    /* Flags from the child's side: it writes. */
+    stdio[3].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[3].data.stream = (uv_stream_t *)&c->ready;
+  }
   uv_process_options_t o = {0};
   o.file = s->self_exe;
   o.args = args;
   o.env = env; /* NULL: the daemon's */
   o.exit_cb = on_child_exit;
   o.stdio = stdio;
-  o.stdio_count = 3;
+  o.stdio_count = req ? 4 : 3;
   /* Its own session: a Ctrl-C meant for the daemon's terminal reaches
    * the daemon, which decides what its runs get. */
   o.flags = UV_PROCESS_DETACHED;
@@ -444,8 +505,18 @@ static int spawn_child(server *s, const char *dag, const char *run_id,
   int rc = uv_spawn(s->loop, &c->proc, &o);
   if (rc != 0) {
     say("cannot start a run of %s: %s", dag, uv_strerror(rc));
+    if (req)
+      uv_close((uv_handle_t *)&c->ready, child_closed);
     uv_close((uv_handle_t *)&c->proc, child_closed);
     return -1;
+  }
+  if (req &&
+      uv_read_start((uv_stream_t *)&c->ready, ready_alloc, ready_read) == 0) {
+    c->req = req;
+    c->req_since = clock_wall();
+    req->waiting = 1;
+  } else if (req) {
+    uv_close((uv_handle_t *)&c->ready, child_closed); /* answered now */
   }
   c->next = s->children;
   s->children = c;
@@ -480,10 +551,12 @@ static char **child_env(char *const *params, size_t n, const char *info) {
 }
 
 /* Starts a run of e now: `dagrun run`. run_id NULL: a new one; info: a
- * data trigger's DAGRUN_TRIGGER_INFO, or NULL. */
+ * data trigger's DAGRUN_TRIGGER_INFO, or NULL; req: the API trigger that
+ * asked for it (its run_id set here, and answered once the run is
+ * recorded), or NULL. */
 static int start_run(server *s, dag_entry *e, const char *trigger, int64_t at,
                      const char *run_id, char *const *params, const char *info,
-                     char *id_out, size_t id_len) {
+                     api_request *req) {
   char *id = run_id ? xstrdup(run_id) : rundir_new_id(clock_wall());
   char when[40] = "";
   size_t np = 0;
@@ -514,7 +587,11 @@ static int start_run(server *s, dag_entry *e, const char *trigger, int64_t at,
     args[k++] = "--params-from-env";
   if (np || info)
     env = child_env(params, np, info);
-  int rc = spawn_child(s, e->sp->dag, id, at, args, env);
+  if (req) {
+    args[k++] = "--ready-fd";
+    args[k++] = "3"; /* spawn_child's fourth descriptor */
+  }
+  int rc = spawn_child(s, e->sp->dag, id, at, args, env, req);
   workerenv_free(env);
   if (rc == 0) {
     e->fired += strcmp(trigger, "cron") == 0;
@@ -522,8 +599,8 @@ static int start_run(server *s, dag_entry *e, const char *trigger, int64_t at,
         strcmp(trigger, "files") == 0 || strcmp(trigger, "dataset") == 0;
     say("started run %s of %s (%s%s%s)", id, e->sp->dag, trigger,
         at > 0 ? ", for " : "", when);
-    if (id_out)
-      snprintf(id_out, id_len, "%s", id);
+    if (req)
+      snprintf(req->run_id, sizeof req->run_id, "%s", id);
   }
   free(args);
   free(id);
@@ -567,6 +644,17 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
         sig);
   else
     say("run %s of %s ended (exit %d)", c->run_id, c->dag, (int)status);
+  if (c->req) {
+    /* Its id was never answered: the API says what became of it. */
+    c->req->status = 500;
+    snprintf(c->req->err, sizeof c->req->err,
+             "run %s of %s did not start: its dagrun %s %d before it "
+             "recorded the run (the daemon's log has its message)",
+             c->run_id, c->dag, sig ? "was killed by signal" : "exited with",
+             sig ? sig : (int)status);
+    c->req->run_id[0] = 0;
+  }
+  ready_done(c);
   if (s->stopping && s->stop_runs) {
     /* Stopped by the shutdown: resumed at the next start. */
     char err[512];
@@ -586,7 +674,7 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
         "stopping",
         c->run_id);
   else if (c->then_resume &&
-           spawn_child(s, c->dag, c->run_id, 0, c->then_resume, NULL) == 0)
+           spawn_child(s, c->dag, c->run_id, 0, c->then_resume, NULL, NULL) == 0)
     say("run %s: its dagrun exited; the resume asked through the API starts",
         c->run_id);
   uv_close((uv_handle_t *)p, child_closed);
@@ -676,7 +764,7 @@ static void queue_pump(server *s, dag_entry *e) {
   if (k == e->nq)
     return;
   pending p = queue_take(s, e, k);
-  start_run(s, e, p.trigger, p.at, p.run_id, p.params, p.info, NULL, 0);
+  start_run(s, e, p.trigger, p.at, p.run_id, p.params, p.info, NULL);
   pending_free(&p);
 }
 
@@ -717,7 +805,7 @@ static void fire_cron(server *s, dag_entry *e) {
     cron_format(e->zone, plan.d[i].at, when, sizeof when);
     switch (plan.d[i].action) {
     case TRIGGER_START:
-      start_run(s, e, "cron", plan.d[i].at, NULL, NULL, NULL, NULL, 0);
+      start_run(s, e, "cron", plan.d[i].at, NULL, NULL, NULL, NULL);
       break;
     case TRIGGER_QUEUE:
       queue_push(s, e, plan.d[i].at, NULL, "cron", NULL, NULL, 0);
@@ -762,7 +850,7 @@ static void fire_data(server *s, dag_entry *e) {
     switch (trigger_decide(n, busy, e->sp->overlap)) {
     case TRIGGER_START:
       say("%s: %s", e->sp->dag, ev[i].what);
-      start_run(s, e, ev[i].trigger, 0, NULL, NULL, ev[i].info, NULL, 0);
+      start_run(s, e, ev[i].trigger, 0, NULL, NULL, ev[i].info, NULL);
       break;
     case TRIGGER_QUEUE:
       queue_push(s, e, 0, NULL, ev[i].trigger, NULL, ev[i].info, 0);
@@ -948,6 +1036,18 @@ static void request_free(api_request *r) {
   free(r);
 }
 
+/* Loop: r's answer is final; its API thread takes it (or r is freed, when
+ * that thread gave up waiting). Called with s->mu not held. */
+static void request_answer(server *s, api_request *r) {
+  pthread_mutex_lock(&s->mu);
+  if (r->abandoned)
+    request_free(r);
+  else
+    r->done = 1;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
 /* API thread: hands r to the loop and waits for its answer. Returns the
  * status (r is freed here, or by the loop when this gave up waiting); a
  * backfill's answer goes to *result (may be NULL). */
@@ -1128,8 +1228,7 @@ static void loop_trigger(server *s, api_request *r) {
     free(id);
     return;
   }
-  if (start_run(s, e, "api", 0, id, kv, NULL, r->run_id, sizeof r->run_id) !=
-      0) {
+  if (start_run(s, e, "api", 0, id, kv, NULL, r) != 0) {
     r->status = 500;
     snprintf(r->err, sizeof r->err, "cannot start a run of %s", e->sp->dag);
   }
@@ -1309,7 +1408,7 @@ static void loop_resume(server *s, api_request *r) {
     if (ending) {
       ending->then_resume = args;
       args = NULL;
-    } else if (spawn_child(s, dag, args[2], 0, args, NULL) != 0) {
+    } else if (spawn_child(s, dag, args[2], 0, args, NULL, NULL) != 0) {
       r->status = 500;
       snprintf(r->err, sizeof r->err, "cannot start dagrun resume");
     }
@@ -1461,7 +1560,9 @@ static void on_wake(uv_async_t *h) {
   pthread_mutex_lock(&s->mu);
   while (rev) {
     api_request *n = rev->next;
-    if (rev->abandoned) {
+    if (rev->waiting) {
+      /* its child_run answers it */
+    } else if (rev->abandoned) {
       request_free(rev);
     } else {
       rev->done = 1;
@@ -1534,10 +1635,36 @@ static void restore_queue(server *s) {
   cJSON_Delete(list);
 }
 
+/* Answers the API triggers whose runs have not recorded themselves yet:
+ * all of them (stopping: with 503, as the runs may be stopped before
+ * they record), or those waiting over RECORD_WAIT_S (with their id: the
+ * run started; say so in the log). */
+static void answer_unrecorded(server *s, int stopping) {
+  double now = clock_wall();
+  for (child_run *c = s->children; c; c = c->next) {
+    if (!c->req || (!stopping && now - c->req_since < RECORD_WAIT_S))
+      continue;
+    if (stopping) {
+      c->req->status = 503;
+      snprintf(c->req->err, sizeof c->req->err,
+               "dagrun serve is shutting down: run %s had started but may "
+               "be stopped before it is recorded",
+               c->run_id);
+    } else {
+      say("run %s of %s: not recorded after %d s; its id is answered all "
+          "the same",
+          c->run_id, c->dag, RECORD_WAIT_S);
+    }
+    request_answer(s, c->req);
+    c->req = NULL;
+  }
+}
+
 static void on_tick(uv_timer_t *t) {
   server *s = t->data;
   if (s->stopping)
     return;
+  answer_unrecorded(s, 0);
   scan(s);
   read_paused(s);
   if (!s->restored)
@@ -1568,6 +1695,7 @@ static void close_api(server *s) {
   s->closed = 1;
   pthread_mutex_unlock(&s->mu);
   on_wake(&s->wake); /* answers what was waiting */
+  answer_unrecorded(s, 1);
   api_stop(s->api);
   s->api = NULL;
 }
@@ -1658,7 +1786,7 @@ static void recover(server *s) {
                     : "its dagrun died");
     char *args[] = {(char *)s->self_exe, "resume", id->valuestring, "-q",
                     NULL};
-    spawn_child(s, dag->valuestring, id->valuestring, 0, args, NULL);
+    spawn_child(s, dag->valuestring, id->valuestring, 0, args, NULL, NULL);
   }
   cJSON_Delete(runs);
 }

@@ -1,0 +1,145 @@
+# An API trigger is answered once its run is recorded, so the run id it
+# hands out can be looked up at once (a GET right after a 201 once found
+# nothing). The store's write lock, held from here, keeps the run's dagrun
+# from recording itself: the answer waits for it; a dagrun that gives up
+# (exit 2) is a 500 naming the run, not a 201 for a run never seen; one
+# stopped (SIGSTOP) past the wait is answered with its id all the same.
+# Then `dagrun run --ready-fd` by hand: its line, no task inheriting the
+# descriptor, and a descriptor that is not open refused.
+. "$(dirname "$0")/lib.sh"
+export DAGRUN_HOME="$T/home"
+mkdir -p dags
+cat > dags/q.yaml <<'Y'
+dag: q
+overlap: allow
+tasks:
+  a: {stage: exec, cache: false, with: {command: [sh, -c, 'sleep 0.2']}}
+Y
+serve_start --no-cron
+
+"$PY" - "$PORT" "$DAGRUN_HOME/state.db" <<'P' || fail "API triggers against a locked store: see above"
+import json, os, signal, sqlite3, subprocess, sys, threading, time
+import urllib.error, urllib.request
+port, db_path = int(sys.argv[1]), sys.argv[2]
+AUTH = {"Authorization": "Bearer s3cret-token-0123456789",
+        "Content-Type": "application/json"}
+
+def call(method, path, body=None):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
+                                 data=body, method=method, headers=AUTH)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+def trigger_in_background():
+    """POSTs a run of q in a thread; returns (thread, result dict)."""
+    out = {}
+    def go():
+        t0 = time.monotonic()
+        out["status"], out["body"] = call("POST", "/api/dags/q/runs", b"{}")
+        out["s"] = time.monotonic() - t0
+    th = threading.Thread(target=go)
+    th.start()
+    return th, out
+
+def lock_store():
+    db = sqlite3.connect(db_path, timeout=30, isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")  # the write lock: no run records itself
+    return db
+
+def wait_success(rid):
+    for _ in range(200):
+        st, run = call("GET", f"/api/runs/{rid}")
+        if st == 200 and run["state"] == "success":
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"run {rid} did not succeed: {st} {run}")
+
+def run_count():
+    st, runs = call("GET", "/api/runs?dag=q")
+    assert st == 200, (st, runs)
+    return len(runs)
+
+# 1. Held 1.5 s: the 201 comes after the run is recorded, and the run is
+#    there the moment it comes.
+db = lock_store()
+th, out = trigger_in_background()
+time.sleep(1.5)
+assert "status" not in out, f"answered while the run could not be recorded: {out}"
+db.rollback()
+th.join()
+assert out["status"] == 201, out
+rid = out["body"]["run_id"]
+st, run = call("GET", f"/api/runs/{rid}")
+assert st == 200 and run["id"] == rid, (st, run)
+print(f"recorded run answered after {out['s']:.2f} s and found at once")
+wait_success(rid)
+
+# 2. Held past the store's busy timeout (10 s): the run's dagrun gives up
+#    and the trigger says so; no run is listed for it.
+before = run_count()
+db = lock_store()
+th, out = trigger_in_background()
+th.join(timeout=14)
+db.rollback()
+th.join()
+assert out["status"] == 500, out
+err = out["body"]["error"]
+assert "did not start" in err and "exited with 2" in err, err
+assert run_count() == before, "a run that failed to start is listed"
+print(f"unrecorded run answered {out['status']} after {out['s']:.1f} s: {err}")
+
+def store_opener(pids):
+    """The pid among pids that has the store open, or None."""
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == db_path for fd in fds):
+                return pid
+        except OSError:
+            pass
+    return None
+
+# 3. A dagrun stopped before it records (at the locked store, its DAG
+#    loaded): after the wait (20 s), the id is answered; the run records
+#    itself and succeeds once it goes on.
+db = lock_store()
+th, out = trigger_in_background()
+child = None
+for _ in range(200):
+    ps = subprocess.run(["pgrep", "-f", "--", " run .*--ready-fd 3"],
+                        capture_output=True, text=True).stdout.split()
+    child = store_opener(int(p) for p in ps)
+    if child:
+        break
+    time.sleep(0.05)
+assert child, "no dagrun run --ready-fd 3 opened the store"
+os.kill(child, signal.SIGSTOP)
+db.rollback()
+th.join()
+os.kill(child, signal.SIGCONT)
+assert out["status"] == 201 and 19 < out["s"] < 29, out
+wait_success(out["body"]["run_id"])
+print(f"stopped run answered with its id after {out['s']:.1f} s, then ran")
+P
+expect_in serve.log "not recorded after 20 s; its id is answered all the same"
+serve_stop
+
+# ---- --ready-fd by hand ----
+cat > fd.yaml <<Y
+dag: fd
+tasks:
+  a: {stage: exec, cache: false, with: {command: [sh, -c, 'if [ -e /proc/self/fd/7 ]; then echo inherited; else echo closed; fi > $PWD/fd7']}}
+Y
+run_dagrun run fd.yaml -q --ready-fd 7 7>ready.out
+expect_rc 0
+[ "$(cat ready.out)" = recorded ] || fail "--ready-fd wrote '$(cat ready.out)'"
+expect_in fd7 closed
+run_dagrun run fd.yaml -q --ready-fd 9
+expect_rc 2
+expect_in "$T/err" "--ready-fd takes an open file descriptor above 2, got '9'"
+run_dagrun run fd.yaml -q --ready-fd 1
+expect_rc 2
+pass
