@@ -120,9 +120,9 @@ typedef struct child_run {
   /* The read end of the run's --ready-fd (an API trigger's run), which
    * its dagrun writes to once the run is recorded. */
   uv_pipe_t ready;
-  int handles;       /* proc and ready while open: freed at 0 */
-  api_request *req;  /* an API trigger answered once the run is recorded */
-  double req_since;  /* when req began to wait */
+  int handles;      /* proc and ready while open: freed at 0 */
+  api_request *req; /* an API trigger answered once the run is recorded */
+  double req_since; /* when req began to wait */
   char ready_buf[64];
   char *run_id, *dag;
   int64_t at; /* its logical date as started (0: none, or a resume) */
@@ -673,8 +673,8 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
     say("run %s: the resume asked through the API is dropped: serve is "
         "stopping",
         c->run_id);
-  else if (c->then_resume &&
-           spawn_child(s, c->dag, c->run_id, 0, c->then_resume, NULL, NULL) == 0)
+  else if (c->then_resume && spawn_child(s, c->dag, c->run_id, 0,
+                                         c->then_resume, NULL, NULL) == 0)
     say("run %s: its dagrun exited; the resume asked through the API starts",
         c->run_id);
   uv_close((uv_handle_t *)p, child_closed);
