@@ -334,6 +334,116 @@ static unsigned get_dag(api_server *s, const char *name, cJSON **out) {
   return MHD_HTTP_OK;
 }
 
+/* A run row for a run serve knows of and the store does not have yet. */
+static cJSON *unrecorded_row(const char *id, const char *dag, const char *state,
+                             const cJSON *trigger, const cJSON *logical_date,
+                             const char *waiting) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "id", id);
+  cJSON_AddStringToObject(o, "dag", dag);
+  cJSON_AddStringToObject(o, "state", state);
+  cJSON_AddItemToObject(
+      o, "trigger", trigger ? cJSON_Duplicate(trigger, 1) : cJSON_CreateNull());
+  cJSON_AddItemToObject(o, "logical_date",
+                        logical_date ? cJSON_Duplicate(logical_date, 1)
+                                     : cJSON_CreateNull());
+  cJSON_AddStringToObject(o, "waiting", waiting);
+  cJSON_AddItemToObject(o, "tags", cJSON_CreateArray());
+  return o;
+}
+
+/* The runs of dag (NULL: every DAG) that have an id but are not in the
+ * store yet, from serve's snapshot (api.h's dags: queue and starting):
+ * "queued" in serve's queue (an API trigger's id was answered already),
+ * or "starting" while their dagrun records them. */
+static cJSON *unrecorded_runs(api_server *s, const char *dag) {
+  cJSON *rows = cJSON_CreateArray(), *dags = all_dags(s), *d;
+  cJSON_ArrayForEach(d, dags) {
+    const char *name = str_of(d, "name");
+    if (!name || (dag && strcmp(dag, name) != 0))
+      continue;
+    const cJSON *it;
+    int ahead = 0;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(d, "queue")) {
+      const char *id = str_of(it, "run_id");
+      char why[160];
+      snprintf(why, sizeof why,
+               "in dagrun serve's queue behind a going run, %d queued ahead "
+               "of it",
+               ahead++);
+      if (id)
+        cJSON_AddItemToArray(
+            rows,
+            unrecorded_row(id, name, "queued",
+                           cJSON_GetObjectItemCaseSensitive(it, "trigger"),
+                           cJSON_GetObjectItemCaseSensitive(it, "logical_date"),
+                           why));
+    }
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(d, "starting")) {
+      if (cJSON_IsString(it))
+        cJSON_AddItemToArray(
+            rows, unrecorded_row(it->valuestring, name, "starting", NULL, NULL,
+                                 "started by dagrun serve; its dagrun is "
+                                 "recording it"));
+    }
+  }
+  cJSON_Delete(dags);
+  return rows;
+}
+
+/* Whether runs has a row whose id is id. */
+static int has_run(const cJSON *runs, const char *id) {
+  const cJSON *it;
+  cJSON_ArrayForEach(it, runs) {
+    const char *z = str_of(it, "id");
+    if (z && strcmp(z, id) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+/* runs (the store's, newest first) with the unrecorded runs a listing
+ * with these filters shows put first, as the newest, at most limit in
+ * all. Unrecorded runs have no tags; "starting" ones are not "queued". */
+static cJSON *with_unrecorded(api_server *s, cJSON *runs, const char *dag,
+                              const char *state, const char *tag, int limit) {
+  if (tag)
+    return runs;
+  cJSON *rows = unrecorded_runs(s, dag), *all = cJSON_CreateArray(), *it;
+  while ((it = cJSON_DetachItemFromArray(rows, 0))) {
+    const char *st = str_of(it, "state"), *id = str_of(it, "id");
+    if ((!state || strcmp(state, st) == 0) && !has_run(runs, id) &&
+        cJSON_GetArraySize(all) < limit)
+      cJSON_AddItemToArray(all, it);
+    else
+      cJSON_Delete(it);
+  }
+  cJSON_Delete(rows);
+  while ((it = cJSON_DetachItemFromArray(runs, 0))) {
+    if (cJSON_GetArraySize(all) < limit)
+      cJSON_AddItemToArray(all, it);
+    else
+      cJSON_Delete(it);
+  }
+  cJSON_Delete(runs);
+  return all;
+}
+
+/* The unrecorded run (unrecorded_runs) whose id is id or starts with it,
+ * when exactly one is; else NULL. */
+static cJSON *find_unrecorded(api_server *s, const char *id) {
+  cJSON *rows = unrecorded_runs(s, NULL), *found = NULL, *it;
+  int n = 0;
+  cJSON_ArrayForEach(it, rows) {
+    const char *z = str_of(it, "id");
+    if (z && strncmp(z, id, strlen(id)) == 0 && n++ == 0)
+      found = it;
+  }
+  found = n == 1 ? cJSON_DetachItemViaPointer(rows, found) : NULL;
+  cJSON_Delete(rows);
+  return found;
+}
+
 static unsigned get_runs(api_server *s, struct MHD_Connection *c, cJSON **out) {
   long long limit;
   if (query_int(c, "limit", API_RUNS_DEFAULT, 1, API_RUNS_MAX, &limit)) {
@@ -344,18 +454,18 @@ static unsigned get_runs(api_server *s, struct MHD_Connection *c, cJSON **out) {
   unsigned status = open_store(s, &st, out);
   if (status)
     return status;
-  if (!st) {
-    *out = cJSON_CreateArray();
-    return MHD_HTTP_OK;
+  const char *dag = query_str(c, "dag"), *state = query_str(c, "state"),
+             *tag = query_str(c, "tag");
+  cJSON *runs = NULL;
+  if (st) {
+    char err[1024];
+    runs = store_runs_tagged(st, dag, state, tag, (int)limit, err, sizeof err);
+    store_close(st);
+    if (!runs)
+      return server_error(out, "cannot read the run store", err);
   }
-  char err[1024];
-  cJSON *runs =
-      store_runs_tagged(st, query_str(c, "dag"), query_str(c, "state"),
-                        query_str(c, "tag"), (int)limit, err, sizeof err);
-  store_close(st);
-  if (!runs)
-    return server_error(out, "cannot read the run store", err);
-  *out = runs;
+  *out = with_unrecorded(s, runs ? runs : cJSON_CreateArray(), dag, state, tag,
+                         (int)limit);
   return MHD_HTTP_OK;
 }
 
@@ -363,6 +473,12 @@ static unsigned get_run(api_server *s, const char *id, cJSON **out) {
   store *st;
   cJSON *run;
   unsigned status = find_run(s, id, &st, &run, out);
+  if (status == MHD_HTTP_NOT_FOUND && (run = find_unrecorded(s, id))) {
+    cJSON_Delete(*out);
+    cJSON_AddItemToObject(run, "tasks", cJSON_CreateArray());
+    *out = run;
+    return MHD_HTTP_OK;
+  }
   if (status)
     return status;
   store_close(st);

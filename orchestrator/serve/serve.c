@@ -117,9 +117,10 @@ typedef struct api_request api_request;
 typedef struct child_run {
   server *srv;
   uv_process_t proc;
-  /* The read end of the run's --ready-fd (an API trigger's run), which
-   * its dagrun writes to once the run is recorded. */
+  /* The read end of a new run's --ready-fd, which its dagrun writes to
+   * once the run is recorded. */
   uv_pipe_t ready;
+  int recorded;     /* the run is in the store: what the API shows of it */
   int handles;      /* proc and ready while open: freed at 0 */
   api_request *req; /* an API trigger answered once the run is recorded */
   double req_since; /* when req began to wait */
@@ -421,6 +422,7 @@ static void scan(server *s) {
 /* ---- runs ---- */
 
 static void on_child_exit(uv_process_t *p, int64_t status, int sig);
+static void publish_dags(server *s);
 
 static void strv_free(char **v) {
   for (char **q = v; q && *q; q++)
@@ -463,6 +465,8 @@ static void ready_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
   (void)buf;
   child_run *c = st->data;
   if (n > 0)
+    c->recorded = 1;
+  if (n > 0)
     ready_done(c);
   else if (n < 0 && !c->req)
     ready_done(c);
@@ -471,19 +475,22 @@ static void ready_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
 }
 
 /* Starts `dagrun ARGS...` for run id of dag (logical date at, 0: none)
- * as a child in its own session. req: an API trigger answered once the
- * run is recorded (ARGS then end in "--ready-fd 3"), or NULL. */
+ * as a child in its own session. ready: a new run, whose ARGS end in
+ * "--ready-fd 3" (0: a run recorded already); req: an API trigger
+ * answered once the run is recorded, or NULL. */
 static int spawn_child(server *s, const char *dag, const char *run_id,
-                       int64_t at, char **args, char **env, api_request *req) {
+                       int64_t at, char **args, char **env, int ready,
+                       api_request *req) {
   child_run *c = xcalloc(1, sizeof *c);
   c->srv = s;
   c->run_id = xstrdup(run_id);
   c->dag = xstrdup(dag);
   c->at = at;
   c->handles = 1;
+  c->recorded = !ready;
   uv_stdio_container_t stdio[4] = {
       {UV_IGNORE, {0}}, {UV_INHERIT_FD, {.fd = 1}}, {UV_INHERIT_FD, {.fd = 2}}};
-  if (req) {
+  if (ready) {
     uv_pipe_init(s->loop, &c->ready, 0);
     c->ready.data = c;
     c->handles++;
@@ -497,7 +504,7 @@ static int spawn_child(server *s, const char *dag, const char *run_id,
   o.env = env; /* NULL: the daemon's */
   o.exit_cb = on_child_exit;
   o.stdio = stdio;
-  o.stdio_count = req ? 4 : 3;
+  o.stdio_count = ready ? 4 : 3;
   /* Its own session: a Ctrl-C meant for the daemon's terminal reaches
    * the daemon, which decides what its runs get. */
   o.flags = UV_PROCESS_DETACHED;
@@ -505,18 +512,19 @@ static int spawn_child(server *s, const char *dag, const char *run_id,
   int rc = uv_spawn(s->loop, &c->proc, &o);
   if (rc != 0) {
     say("cannot start a run of %s: %s", dag, uv_strerror(rc));
-    if (req)
+    if (ready)
       uv_close((uv_handle_t *)&c->ready, child_closed);
     uv_close((uv_handle_t *)&c->proc, child_closed);
     return -1;
   }
-  if (req &&
-      uv_read_start((uv_stream_t *)&c->ready, ready_alloc, ready_read) == 0) {
+  if (ready &&
+      uv_read_start((uv_stream_t *)&c->ready, ready_alloc, ready_read) != 0) {
+    c->recorded = 1; /* unknown: not shown as starting for ever */
+    uv_close((uv_handle_t *)&c->ready, child_closed); /* req answered now */
+  } else if (req) {
     c->req = req;
     c->req_since = clock_wall();
     req->waiting = 1;
-  } else if (req) {
-    uv_close((uv_handle_t *)&c->ready, child_closed); /* answered now */
   }
   c->next = s->children;
   s->children = c;
@@ -587,11 +595,9 @@ static int start_run(server *s, dag_entry *e, const char *trigger, int64_t at,
     args[k++] = "--params-from-env";
   if (np || info)
     env = child_env(params, np, info);
-  if (req) {
-    args[k++] = "--ready-fd";
-    args[k++] = "3"; /* spawn_child's fourth descriptor */
-  }
-  int rc = spawn_child(s, e->sp->dag, id, at, args, env, req);
+  args[k++] = "--ready-fd";
+  args[k++] = "3"; /* spawn_child's fourth descriptor */
+  int rc = spawn_child(s, e->sp->dag, id, at, args, env, 1, req);
   workerenv_free(env);
   if (rc == 0) {
     e->fired += strcmp(trigger, "cron") == 0;
@@ -644,6 +650,7 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
         sig);
   else
     say("run %s of %s ended (exit %d)", c->run_id, c->dag, (int)status);
+  publish_dags(s); /* before req's answer: the API no longer shows it */
   if (c->req) {
     /* Its id was never answered: the API says what became of it. */
     c->req->status = 500;
@@ -674,7 +681,7 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
         "stopping",
         c->run_id);
   else if (c->then_resume && spawn_child(s, c->dag, c->run_id, 0,
-                                         c->then_resume, NULL, NULL) == 0)
+                                         c->then_resume, NULL, 0, NULL) == 0)
     say("run %s: its dagrun exited; the resume asked through the API starts",
         c->run_id);
   uv_close((uv_handle_t *)p, child_closed);
@@ -974,13 +981,34 @@ static cJSON *dag_json(const server *s, const dag_entry *e) {
   }
   add_paused(j, e);
   cJSON_AddNumberToObject(j, "queued", (double)e->nq);
+  /* In order: what the API shows of runs not yet started (an API run's
+   * id is its caller's already). */
+  cJSON *queue = cJSON_AddArrayToObject(j, "queue");
+  for (size_t k = 0; k < e->nq; k++) {
+    const pending *p = &e->queue[k];
+    cJSON *o = cJSON_CreateObject();
+    if (p->run_id)
+      cJSON_AddStringToObject(o, "run_id", p->run_id);
+    else
+      cJSON_AddNullToObject(o, "run_id");
+    cJSON_AddStringToObject(o, "trigger", p->trigger);
+    if (p->at > 0)
+      cJSON_AddNumberToObject(o, "logical_date", (double)p->at);
+    else
+      cJSON_AddNullToObject(o, "logical_date");
+    cJSON_AddItemToArray(queue, o);
+  }
   cJSON_AddNumberToObject(j, "fired", (double)e->fired);
   cJSON_AddNumberToObject(j, "skipped", (double)e->skipped);
   cJSON_AddNumberToObject(j, "dropped", (double)e->dropped);
   cJSON *running = cJSON_AddArrayToObject(j, "running");
+  cJSON *starting = cJSON_AddArrayToObject(j, "starting");
   for (child_run *c = s->children; c; c = c->next)
-    if (strcmp(c->dag, sp->dag) == 0)
+    if (strcmp(c->dag, sp->dag) == 0) {
       cJSON_AddItemToArray(running, cJSON_CreateString(c->run_id));
+      if (!c->recorded)
+        cJSON_AddItemToArray(starting, cJSON_CreateString(c->run_id));
+    }
   cJSON_AddItemToObject(j, "params", params_json(sp));
   cJSON *tasks = cJSON_AddArrayToObject(j, "tasks");
   for (size_t i = 0; i < sp->n_tasks; i++) {
@@ -1408,7 +1436,7 @@ static void loop_resume(server *s, api_request *r) {
     if (ending) {
       ending->then_resume = args;
       args = NULL;
-    } else if (spawn_child(s, dag, args[2], 0, args, NULL, NULL) != 0) {
+    } else if (spawn_child(s, dag, args[2], 0, args, NULL, 0, NULL) != 0) {
       r->status = 500;
       snprintf(r->err, sizeof r->err, "cannot start dagrun resume");
     }
@@ -1786,7 +1814,7 @@ static void recover(server *s) {
                     : "its dagrun died");
     char *args[] = {(char *)s->self_exe, "resume", id->valuestring, "-q",
                     NULL};
-    spawn_child(s, dag->valuestring, id->valuestring, 0, args, NULL, NULL);
+    spawn_child(s, dag->valuestring, id->valuestring, 0, args, NULL, 0, NULL);
   }
   cJSON_Delete(runs);
 }

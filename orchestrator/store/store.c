@@ -392,10 +392,17 @@ static int read_version(store *st, int *v, char *err, size_t errlen) {
 }
 
 /* Creates the schema in an empty database, or checks the version of an
- * existing one. Under BEGIN IMMEDIATE, so two processes that open a new
- * database at once do not both create it. */
+ * existing one. A store at this version needs nothing written, so that
+ * is read first, without a lock: an open (each API request's) does not
+ * wait for a writer's transaction. Otherwise under BEGIN IMMEDIATE, so
+ * two processes that open a new database at once do not both create it
+ * (the version is read again under it). */
 static int init_schema(store *st, char *err, size_t errlen) {
   int v, rc;
+  if ((rc = read_version(st, &v, err, errlen)) != 0)
+    return rc;
+  if (v == STORE_SCHEMA_VERSION)
+    return 0;
   if ((rc = exec_sql(st, "BEGIN IMMEDIATE", err, errlen)) != 0)
     return rc;
   if ((rc = read_version(st, &v, err, errlen)) != 0)

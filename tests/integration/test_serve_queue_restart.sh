@@ -32,7 +32,8 @@ trigger() {
   case "$out" in 20[12]" "*) ;; *) fail "trigger $1: $out" ;; esac
   echo "${out#* }" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["run_id"])'
 }
-# run_state ID: the run's state, or "" while the store has no such run.
+# run_state ID: the run's state as the API shows it ("queued" while it
+# waits in serve's queue), or "" for a run the API does not know.
 run_state() {
   api GET "/api/runs/$1" | "$PY" -c 'import json,sys
 s = sys.stdin.read(); code, _, body = s.partition(" ")
@@ -70,7 +71,8 @@ for n in 1 2; do
   done
   grep -q "1 run queued before serve's last stop put back" "serve$n-again.log" ||
     fail "the queued run was not put back: $(cat "serve$n-again.log")"
-  [ -z "$(run_state "$B")" ] || fail "run $B started while $A's gate was shut: $(run_state "$B")"
+  # Put back under the id the API gave, and shown waiting, not started.
+  [ "$(run_state "$B")" = queued ] || fail "run $B is not queued while $A's gate is shut: '$(run_state "$B")'"
   touch "$T/open$n"
   wait_state "$A" success
   wait_state "$B" success

@@ -15,6 +15,12 @@ overlap: allow
 tasks:
   a: {stage: exec, cache: false, with: {command: [sh, -c, 'sleep 0.2']}}
 Y
+cat > dags/qq.yaml <<Y
+dag: qq
+overlap: queue
+tasks:
+  a: {stage: exec, cache: false, with: {command: [sh, -c, 'while [ ! -e $T/go ]; do sleep 0.05; done']}}
+Y
 serve_start --no-cron
 
 "$PY" - "$PORT" "$DAGRUN_HOME/state.db" <<'P' || fail "API triggers against a locked store: see above"
@@ -63,17 +69,26 @@ def run_count():
     return len(runs)
 
 # 1. Held 1.5 s: the 201 comes after the run is recorded, and the run is
-#    there the moment it comes.
+#    there the moment it comes; meanwhile the listing shows it "starting".
 db = lock_store()
 th, out = trigger_in_background()
 time.sleep(1.5)
 assert "status" not in out, f"answered while the run could not be recorded: {out}"
+st, runs = call("GET", "/api/runs?dag=q")
+assert st == 200, (st, runs)
+starting = [r for r in runs if r["state"] == "starting"]
+assert st == 200 and len(starting) == 1, (st, runs)
+st, run = call("GET", f"/api/runs/{starting[0]['id']}")
+assert st == 200 and run["state"] == "starting" and run["tasks"] == [], (st, run)
+st, runs = call("GET", "/api/runs?state=running")
+assert st == 200 and runs == [], (st, runs)
 db.rollback()
 th.join()
 assert out["status"] == 201, out
 rid = out["body"]["run_id"]
 st, run = call("GET", f"/api/runs/{rid}")
-assert st == 200 and run["id"] == rid, (st, run)
+assert st == 200 and run["id"] == rid == starting[0]["id"], (st, run, starting)
+assert run["state"] != "starting", run
 print(f"recorded run answered after {out['s']:.2f} s and found at once")
 wait_success(rid)
 
@@ -123,6 +138,36 @@ os.kill(child, signal.SIGCONT)
 assert out["status"] == 201 and 19 < out["s"] < 29, out
 wait_success(out["body"]["run_id"])
 print(f"stopped run answered with its id after {out['s']:.1f} s, then ran")
+
+# 4. overlap: queue: a second API run waits in serve's queue; its id is
+#    listed "queued" from its 201 on, and it never reads as missing until
+#    it has run.
+st, a = call("POST", "/api/dags/qq/runs", b"{}")
+assert st == 201, (st, a)
+st, b = call("POST", "/api/dags/qq/runs", b"{}")
+assert st == 201, (st, b)
+b = b["run_id"]
+st, run = call("GET", f"/api/runs/{b}")
+assert st == 200 and run["state"] == "queued", (st, run)
+assert "in dagrun serve's queue" in run["waiting"] and run["trigger"] == "api", run
+st, runs = call("GET", "/api/runs?dag=qq")
+assert st == 200 and [r["id"] for r in runs][0] == b, (st, runs)
+for query, listed in (("state=queued", True), ("state=running", False),
+                      ("dag=q", False), ("tag=x", False), ("limit=1", True)):
+    st, runs = call("GET", f"/api/runs?{query}")
+    assert st == 200 and (b in [r["id"] for r in runs]) == listed, (query, st, runs)
+open("go", "w").close()  # the test runs in $T
+seen = []
+for _ in range(400):
+    st, run = call("GET", f"/api/runs/{b}")
+    assert st == 200, f"queued run {b} read as {st} {run} after {seen}"
+    if not seen or seen[-1] != run["state"]:
+        seen.append(run["state"])
+    if run["state"] == "success":
+        break
+    time.sleep(0.025)
+assert seen[-1] == "success", seen
+print("queued API run seen as", " -> ".join(seen))
 P
 expect_in serve.log "not recorded after 20 s; its id is answered all the same"
 serve_stop
