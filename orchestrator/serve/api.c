@@ -410,17 +410,20 @@ static cJSON *with_unrecorded(api_server *s, cJSON *runs, const char *dag,
   if (tag)
     return runs;
   cJSON *rows = unrecorded_runs(s, dag), *all = cJSON_CreateArray(), *it;
+  int n = 0;
   while ((it = cJSON_DetachItemFromArray(rows, 0))) {
     const char *st = str_of(it, "state"), *id = str_of(it, "id");
     if ((!state || strcmp(state, st) == 0) && !has_run(runs, id) &&
-        cJSON_GetArraySize(all) < limit)
+        n < limit) {
       cJSON_AddItemToArray(all, it);
-    else
+      n++;
+    } else {
       cJSON_Delete(it);
+    }
   }
   cJSON_Delete(rows);
   while ((it = cJSON_DetachItemFromArray(runs, 0))) {
-    if (cJSON_GetArraySize(all) < limit)
+    if (n++ < limit)
       cJSON_AddItemToArray(all, it);
     else
       cJSON_Delete(it);
