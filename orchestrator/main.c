@@ -1184,8 +1184,10 @@ static int run_file(const run_args *ra) {
     goto out;
   }
   if (cli_helper_exe("dagrun-worker", worker_exe, sizeof worker_exe) != 0 ||
-      run_record_start(db, sp, run, params, ra, &h) != 0)
+      run_record_start(db, sp, run, params, ra, &h) != 0) {
+    rmdir(run->path); /* nothing ran, and no record names the directory */
     goto out;
+  }
   if (tinfo && store_run_trigger_set(db, run->id, tinfo, err, sizeof err) != 0)
     fprintf(stderr, "dagrun: warning: %s\n", err);
   ready_tell(ra);

@@ -93,7 +93,8 @@ print(f"recorded run answered after {out['s']:.2f} s and found at once")
 wait_success(rid)
 
 # 2. Held past the store's busy timeout (10 s): the run's dagrun gives up
-#    and the trigger says so; no run is listed for it.
+#    and the trigger says so; no run is listed for it, and no run
+#    directory is left.
 before = run_count()
 db = lock_store()
 th, out = trigger_in_background()
@@ -104,6 +105,8 @@ assert out["status"] == 500, out
 err = out["body"]["error"]
 assert "did not start" in err and "exited with 2" in err, err
 assert run_count() == before, "a run that failed to start is listed"
+failed = err.split()[1]
+assert not os.path.exists(f"runs/q/{failed}"), f"run {failed} left its directory"
 print(f"unrecorded run answered {out['status']} after {out['s']:.1f} s: {err}")
 
 def store_opener(pids):
