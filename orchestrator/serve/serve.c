@@ -474,6 +474,18 @@ static void ready_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
     uv_read_stop(st);
 }
 
+/* Reads what the run's dagrun wrote to --ready-fd and the loop has not
+ * read yet: its exit may be handled before its last write is (libuv
+ * orders the two events as they come out of one poll). */
+static void ready_drain(child_run *c) {
+  uv_os_fd_t fd;
+  if (c->recorded || !c->ready.data || uv_is_closing((uv_handle_t *)&c->ready) ||
+      uv_fileno((uv_handle_t *)&c->ready, &fd) != 0)
+    return;
+  if (read(fd, c->ready_buf, sizeof c->ready_buf) > 0) /* non-blocking */
+    c->recorded = 1;
+}
+
 /* Starts `dagrun ARGS...` for run id of dag (logical date at, 0: none)
  * as a child in its own session. ready: a new run, whose ARGS end in
  * "--ready-fd 3" (0: a run recorded already); req: an API trigger
@@ -651,15 +663,23 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
   else
     say("run %s of %s ended (exit %d)", c->run_id, c->dag, (int)status);
   publish_dags(s); /* before req's answer: the API no longer shows it */
-  if (c->req) {
-    /* Its id was never answered: the API says what became of it. */
-    c->req->status = 500;
-    snprintf(c->req->err, sizeof c->req->err,
+  ready_drain(c);
+  if (!c->recorded) {
+    /* No record, so no report and no alert: the log and the API caller
+     * are all that can hear of it. */
+    char why[400];
+    snprintf(why, sizeof why,
              "run %s of %s did not start: its dagrun %s %d before it "
-             "recorded the run (the daemon's log has its message)",
+             "recorded the run",
              c->run_id, c->dag, sig ? "was killed by signal" : "exited with",
              sig ? sig : (int)status);
-    c->req->run_id[0] = 0;
+    say("%s (its message is above)", why);
+    if (c->req) {
+      c->req->status = 500;
+      snprintf(c->req->err, sizeof c->req->err,
+               "%s (the daemon's log has its message)", why);
+      c->req->run_id[0] = 0;
+    }
   }
   ready_done(c);
   if (s->stopping && s->stop_runs) {

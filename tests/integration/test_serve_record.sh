@@ -23,7 +23,7 @@ tasks:
 Y
 serve_start --no-cron
 
-"$PY" - "$PORT" "$DAGRUN_HOME/state.db" <<'P' || fail "API triggers against a locked store: see above"
+"$PY" - "$PORT" "$DAGRUN_HOME/state.db" "$SERVE_PID" <<'P' || fail "API triggers against a locked store: see above"
 import json, os, signal, sqlite3, subprocess, sys, threading, time
 import urllib.error, urllib.request
 port, db_path = int(sys.argv[1]), sys.argv[2]
@@ -171,8 +171,37 @@ for _ in range(400):
     time.sleep(0.025)
 assert seen[-1] == "success", seen
 print("queued API run seen as", " -> ".join(seen))
+
+# 5. The daemon stopped (SIGSTOP) while a run records itself and ends: its
+#    exit and its line reach the loop in one poll, in either order; the
+#    trigger is answered 201 all the same.
+serve_pid = int(sys.argv[3])
+ps = lambda: set(subprocess.run(["pgrep", "-f", "--", " run .*--ready-fd 3"],
+                                capture_output=True, text=True).stdout.split())
+old = ps()
+th, out = trigger_in_background()
+for _ in range(200):
+    new = ps() - old
+    if new:
+        break
+    time.sleep(0.005)
+assert new, "no new dagrun run --ready-fd 3"
+os.kill(serve_pid, signal.SIGSTOP)
+child = int(new.pop())
+for _ in range(400):  # until it has ended: a zombie of the stopped daemon
+    with open(f"/proc/{child}/stat") as f:
+        if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+    time.sleep(0.025)
+else:
+    raise AssertionError(f"run {child} did not end while the daemon was stopped")
+os.kill(serve_pid, signal.SIGCONT)
+th.join()
+assert out["status"] == 201, out
+print("a run that recorded itself and ended while the daemon was stopped: 201")
 P
 expect_in serve.log "not recorded after 20 s; its id is answered all the same"
+expect_in serve.log "before it recorded the run (its message is above)"
 serve_stop
 
 # ---- --ready-fd by hand ----
