@@ -163,7 +163,9 @@ int pipeloop_run(trainrun *r, int N, int P) {
                       .K = P,
                       .T = 1,
                       .gpu_ok = 1,
-                      .gpu_zero = 2}};
+                      .gpu_zero = 2,
+                      .z3_in_step = "its stage's arrays, gathered whole "
+                                    "for the step"}};
   int status = mploop_check(r, &p.l), sc = 0;
   if (status == 0 && stagekit_param_choice(r->ctx, r->h, "pipeline_schedule",
                                            pipeline_schedule_names, &sc))
