@@ -212,8 +212,9 @@ void pipeline_get_stats(const pipeline *p, pipeline_stats *s);
 
 /* The bytes this rank holds between steps (the model's whole parameter
  * and gradient arrays among them; on the CUDA engine the device's
- * alone), and its gradients' most during a step (zslice.h). Not
- * collective. */
+ * alone; at zero_stage 3 the stage's arrays only while they are there,
+ * which after a step they are not), and its gradients' most during a
+ * step (zslice.h). Not collective. */
 void pipeline_memory(const pipeline *p, zslice_memory *m);
 
 /* Brings every stage's parameters into rank 0's model and, with

@@ -327,8 +327,9 @@ static void cpu_memory(pipe_eng *e, zslice_memory *held, gpt_memory *part) {
                           .peak_params = arrays,
                           .stage2_params = arrays,
                           .stage2_grads = arrays + S};
-  if (e->su.zero == 3) {
-    held->params = held->grads = S;
+  if (e->su.zero == 3) { /* the arrays where they are still there */
+    held->params = S + (e->params ? arrays : 0);
+    held->grads = S + (e->grads ? arrays : 0);
     held->peak_params = arrays + S;
   }
   *part = (gpt_memory){
