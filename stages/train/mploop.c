@@ -176,6 +176,8 @@ int mploop_open(trainrun *r, mploop *l,
 void mploop_log_memory(trainrun *r, mploop *l, const zslice_memory *m) {
   const double MiB = 1024.0 * 1024.0;
   int z3 = l->D > 1 && l->zero == 3; /* the parameters sharded too */
+  l->held = *m;                      /* for summary.json's between_steps */
+  l->held_set = 1;
   char pp[64] = "";
   if (z3)
     snprintf(pp, sizeof pp, " (%.3f MiB at most in a step)",
@@ -337,7 +339,7 @@ static void memory(trainrun *r, mploop *l) {
   l->eng.memory(l->eng.arg, &part, &in_model, &step_bytes);
   mpmem_rank mine;
   mpmem_measure(r->model, l->rank == 0 ? r->opt : NULL, &part, in_model,
-                step_bytes, &mine);
+                step_bytes, l->held_set ? &l->held : NULL, &mine);
   if (!l->mem && !(l->mem = calloc((size_t)l->N, sizeof *l->mem)))
     mploop_abort(r, l, "memory figures", "out of memory");
   if (mpmem_gather(l->c, &mine, l->mem, err, sizeof err) != 0)

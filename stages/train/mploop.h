@@ -113,6 +113,8 @@ typedef struct mploop {
   int64_t nsteps;
   comm_stats cs; /* this run's steps' communication, rank 0's */
   struct mpmem_rank *mem; /* N: every rank's memory figures, rank 0's */
+  zslice_memory held;     /* this rank's, as mploop_log_memory logged them */
+  int held_set;           /* whether it has */
 } mploop;
 
 /* What every model-parallel gang refuses, before any collective; sets D

@@ -164,9 +164,10 @@ expect_in "$(run_dir dp0)/train/attempt-1/log" "rank 0 holds 0.140 MiB of parame
 # val_loss, dp2's weights (the same sums in the same order: measured
 # 7.8e-8 and 3.1e-6, as dp2's). Between steps stage 0 holds 0.070 MiB of
 # parameters (zero_stage 2: 0.140), the last stage 0.049 (its layers and
-# ln_f halved, no tied copy); every rank less than at zero_stage 2. In
-# the step the arrays and the slice beside them, more than zero_stage
-# 2's: the log says so.
+# ln_f halved, no tied copy); every rank less than at zero_stage 2
+# (summary.json's between_steps, parameters and gradients). In the step
+# the arrays and the slice beside them, more than zero_stage 2's: the
+# log says so, and summary.json's peak is no lower.
 gang_dag dpz3 "$MODEL, pipeline_parallel: 2, zero_stage: 3" 4
 expect_rc 0
 DP3=$(run_dir dpz3)
@@ -178,19 +179,15 @@ same_weights "$(run_dir dp2)/train/checkpoints/step-00000020/model.safetensors" 
 same_val_loss dpz3 "$DP3"
 expect_in "$DP3/train/attempt-1/log" "rank 0 holds 0.070 MiB of parameters (0.210 MiB at most in a step), 0.070 MiB of gradients (0.210 MiB at most in a step) and 0.140 MiB of optimizer state between steps (zero_stage 3 over 2 data-parallel replicas)"
 expect_in "$DP3/train/attempt-1/log" "rank 0: zero_stage 3's parameters at most in a step (0.210 MiB: its slice and its stage's arrays, gathered whole for the step) are no better than zero_stage 2's 0.140 MiB for this model"
-/usr/bin/python3 - "$(run_dir dp2)/train" "$DP3/train" <<'P' || fail "dpz3: parameters between steps not below zero_stage 2's"
-import glob, re, sys
-def held(d):
-    out = {}
-    for f in glob.glob(d + "/attempt-1/**/log", recursive=True):
-        for m in re.finditer(r"rank (\d+) holds ([\d.]+) MiB of parameters", open(f).read()):
-            out[int(m.group(1))] = float(m.group(2))
-    return out
-two, three = held(sys.argv[1]), held(sys.argv[2])
-assert sorted(two) == sorted(three) == [0, 1, 2, 3], (two, three)
-for q in two:
-    assert three[q] < two[q], (q, three[q], two[q])
-print("parameters held between steps, zero_stage 2 vs 3:", two, three)
+/usr/bin/python3 - "$(run_dir dp2)/train/out/summary.json" "$DP3/train/out/summary.json" <<'P' || fail "dpz3: parameters between steps not below zero_stage 2's: $(jq -c .memory "$DP3/train/out/summary.json")"
+import json, sys
+two, three = (json.load(open(f))["memory"]["ranks"] for f in sys.argv[1:])
+assert [r["rank"] for r in two] == [r["rank"] for r in three] == [0, 1, 2, 3], (two, three)
+for a, b in zip(two, three):
+    print("rank %d between steps: parameters %d bytes at zero_stage 2, %d at 3; inside the step %d, %d" % (a["rank"], a["between_steps"]["params"], b["between_steps"]["params"], a["peak"]["params"], b["peak"]["params"]))
+    assert b["between_steps"]["params"] < a["between_steps"]["params"], (a, b)
+    assert b["between_steps"]["grads"] < a["between_steps"]["grads"], (a, b)
+    assert b["peak"]["params"] >= a["peak"]["params"], (a, b)  # the stage gathered whole
 P
 # Its step-10 checkpoint (the slices gathered, one process's format)
 # resumes as one process of batch_size 4, and one4's resumes as the
