@@ -219,10 +219,10 @@ static int cpu_step(pipe_eng *e, float lr, char *err, size_t errlen) {
 /* zero_stage 3: the stage's two arrays anew (zeros), the slots on
  * them. 0, or -1 out of memory. */
 static int acquire(pipe_eng *e, char *err, size_t errlen) {
-  if (e->params)
+  if (e->params && e->grads)
     return 0;
-  if (!(e->params = calloc(e->nm, sizeof(float))) ||
-      !(e->grads = calloc(e->nm, sizeof(float))))
+  if ((!e->params && !(e->params = calloc(e->nm, sizeof(float)))) ||
+      (!e->grads && !(e->grads = calloc(e->nm, sizeof(float)))))
     return oom(err, errlen);
   for (int i = 0; i < e->su.nslots; i++)
     point_slot(e, e->slot[i]);
