@@ -34,8 +34,9 @@ struct pipeline {
   pipeline_stats st;
   int step_failed; /* pipeline_step's error, for the next call to say */
   char step_err[512];
-  int zero;  /* ZeRO over dp (1 or 2; the engine keeps the slices), else 0 */
-  int stale; /* with ZeRO: the slices are updated, the ranges not */
+  int zero;  /* ZeRO over dp (1-3; the engine keeps the slices), else 0 */
+  int stale; /* with ZeRO: the slices are updated, the ranges not (at
+              * zero_stage 3: the ranges are not there) */
 };
 
 int pipeline_check(const gpt_config *cfg, int P, int world, char *err,
@@ -199,9 +200,19 @@ int pipeline_create(comm *c, gpt *model, const pipeline_options *o,
   p->s = comm_rank(c);
   p->first = p->s * (cfg->n_layer / P);
   p->last = p->first + cfg->n_layer / P;
-  if (zslice_check_stage(o->zero_stage, "pipeline", err, errlen) != 0)
+  /* zero_stage 3 is the CPU engine's: the stage's arrays made for each
+   * step from the slices (pipeline_engine.h). */
+  if (o->zero_stage == 3 && o->cuda) {
+    snprintf(err, errlen,
+             "pipeline: zero_stage 3 runs on CPU ranks only (0, 1 or 2 on "
+             "GPU ranks)");
+    return -1;
+  }
+  if (o->zero_stage != 3 &&
+      zslice_check_stage(o->zero_stage, "pipeline", err, errlen) != 0)
     return -1;
   p->zero = p->dp ? o->zero_stage : 0;
+  p->stale = p->zero == 3;
   if (make_ops(p) != 0)
     return oom("the schedule", err, errlen);
   make_ranges(p);
@@ -333,9 +344,20 @@ static int dp_mean(pipeline *p, double *loss, char *err, size_t errlen) {
   return 0;
 }
 
+/* zero_stage 3, once the slices have what the step or the gather took
+ * from the stage's arrays: the arrays go, and the next collective call
+ * makes them again. */
+static void release(pipeline *p) {
+  if (p->zero != 3)
+    return;
+  p->eo->release(p->e);
+  p->stale = 1;
+}
+
 /* With ZeRO, after pipeline_step updated the slices: every rank's slice
  * of each range from the stage group into the parameters, and the first
- * stage's embeddings into the last stage's tied copy. */
+ * stage's embeddings into the last stage's tied copy (at zero_stage 3 into
+ * the arrays the engine makes for it). */
 static int make_whole(pipeline *p, char *err, size_t errlen) {
   if (!p->stale)
     return 0;
@@ -374,6 +396,7 @@ int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
    * then hold the whole gradient of the embeddings. */
   int rc = p->zero ? sum_tied(p, err, errlen) || dp_mean(p, loss, err, errlen)
                    : dp_mean(p, loss, err, errlen) || sum_tied(p, err, errlen);
+  release(p);
   if (rc != 0 ||
       comm_broadcast(p->ctl, loss, sizeof *loss, p->P - 1, err, errlen) != 0)
     return -1;
@@ -471,8 +494,11 @@ int pipeline_gather(pipeline *p, int with_state, optim *full, char *err,
   if (dpr > 0 && !p->zero)
     return 0;
   size_t k = optim_state_floats_for(p->o.opt.kind, 1);
-  if (p->s > 0 || dpr > 0)
-    return send_stage(p, with_state, k, dpr == 0, err, errlen);
+  if (p->s > 0 || dpr > 0) {
+    int rc = send_stage(p, with_state, k, dpr == 0, err, errlen);
+    release(p);
+    return rc;
+  }
   if (with_state && !full) {
     snprintf(err, errlen, "pipeline: gather: no optimizer for the state");
     return -1;
@@ -491,6 +517,7 @@ int pipeline_gather(pipeline *p, int with_state, optim *full, char *err,
     rc = gather_stage(p, s, fs, k, err, errlen);
   if (rc == 0 && fs)
     optim_set_t(full, t);
+  release(p);
   return rc;
 }
 
@@ -500,7 +527,7 @@ int pipeline_load(pipeline *p, optim *full, char *err, size_t errlen) {
     snprintf(err, errlen, "pipeline: the optimizer is not the whole model's");
     return -1;
   }
-  p->stale = 0;
+  p->stale = p->zero == 3; /* the engine keeps the slices alone */
   return p->eo->load(p->e, full, err, errlen);
 }
 

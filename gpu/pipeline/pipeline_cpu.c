@@ -5,7 +5,10 @@
  * model's: one activation slot a gpt whose groups point into them (the
  * groups the stage reaches; the others stay NULL, which the engine must
  * never reach), one optimizer a range, or with ZeRO one over range 0's
- * slice (zslice.h, over the stage group's MPI communicator). */
+ * slice (zslice.h, over the stage group's MPI communicator). At
+ * zero_stage 3 the two arrays exist only inside a step (and a gather):
+ * between steps the rank keeps its slice of range 0's parameters (psl)
+ * and of their gradient (gsl) alone. */
 #include "pipeline_engine.h"
 
 #include "zero/zslice.h"
@@ -20,6 +23,7 @@ typedef struct zrange {
   zslice zs;
   optim *opt; /* over the slice */
   float *gsl; /* its reduced gradient (S) */
+  float *psl; /* zero_stage 3: its parameters (S), which the step updates */
 } zrange;
 
 struct pipe_eng {
@@ -63,21 +67,13 @@ static int range_optim(pipe_eng *e, int r, char *err, size_t errlen) {
                           &e->su.o->opt, &e->opt[r], err, errlen);
 }
 
-/* An activation slot: a gpt of the stage's layers whose parameters and
- * gradients are the stage's arrays (the groups the stage reaches, each
- * where its range has it: group 0 on the last stage in the tied copy;
- * the others stay NULL, which the engine must never reach). */
-static int make_slot(pipe_eng *e, gpt **out, char *err, size_t errlen) {
+/* An activation slot's groups on the stage's arrays (the groups the
+ * stage reaches, each where its range has it: group 0 on the last stage
+ * in the tied copy; the others stay NULL, which the engine must never
+ * reach): at its making, and at zero_stage 3 whenever the arrays are
+ * made anew. */
+static void point_slot(pipe_eng *e, gpt *m) {
   const pipe_setup *su = &e->su;
-  gpt *m = NULL;
-  if (gpt_create(gpt_get_config(e->model), &m, err, errlen) != 0)
-    return -1;
-  *out = m;
-  gpt_release(m, GPT_BUF_PARAMS | GPT_BUF_GRADS);
-  if (gpt_set_stage(m, su->first, su->last, err, errlen) != 0 ||
-      gpt_set_recompute(m, su->o->recompute, err, errlen) != 0 ||
-      gpt_set_autocast(m, su->o->autocast, err, errlen) != 0)
-    return -1;
   size_t ng = gpt_group_count(e->model);
   for (size_t g = 0; g < ng; g++) {
     size_t off, n;
@@ -91,6 +87,22 @@ static int make_slot(pipe_eng *e, gpt **out, char *err, size_t errlen) {
       break;
     }
   }
+}
+
+/* An activation slot: a gpt of the stage's layers whose parameters and
+ * gradients are the stage's arrays. */
+static int make_slot(pipe_eng *e, gpt **out, char *err, size_t errlen) {
+  const pipe_setup *su = &e->su;
+  gpt *m = NULL;
+  if (gpt_create(gpt_get_config(e->model), &m, err, errlen) != 0)
+    return -1;
+  *out = m;
+  gpt_release(m, GPT_BUF_PARAMS | GPT_BUF_GRADS);
+  if (gpt_set_stage(m, su->first, su->last, err, errlen) != 0 ||
+      gpt_set_recompute(m, su->o->recompute, err, errlen) != 0 ||
+      gpt_set_autocast(m, su->o->autocast, err, errlen) != 0)
+    return -1;
+  point_slot(e, m);
   return 0;
 }
 
@@ -103,6 +115,7 @@ static void cpu_destroy(pipe_eng *e) {
     optim_destroy(e->opt[r]);
   optim_destroy(e->z.opt);
   free(e->z.gsl);
+  free(e->z.psl);
   free(e->params);
   free(e->grads);
   free(e->slot);
@@ -171,6 +184,13 @@ static int make_zero(pipe_eng *e, char *err, size_t errlen) {
     return -1;
   if (!(z->gsl = calloc(z->zs.S, sizeof(float))))
     return oom(err, errlen);
+  if (e->su.zero != 3)
+    return 0;
+  /* zero_stage 3: the slice of the weights create took (the arrays go
+   * after, until the first step). */
+  if (!(z->psl = calloc(z->zs.S, sizeof(float))))
+    return oom(err, errlen);
+  zslice_take(&z->zs, e->params + e->local[0], z->psl);
   return 0;
 }
 
@@ -183,6 +203,10 @@ static int cpu_reduce(pipe_eng *e, float s, char *err, size_t errlen) {
 
 static int cpu_step(pipe_eng *e, float lr, char *err, size_t errlen) {
   zrange *z = &e->z;
+  if (e->su.zero == 3) {
+    optim_step(z->opt, z->psl, z->gsl, lr);
+    return 0;
+  }
   if (e->su.zero) {
     optim_step(z->opt, e->params + e->local[0] + z->zs.lo, z->gsl, lr);
     return 0;
@@ -192,8 +216,40 @@ static int cpu_step(pipe_eng *e, float lr, char *err, size_t errlen) {
   return 0;
 }
 
+/* zero_stage 3: the stage's two arrays anew (zeros), the slots on
+ * them. 0, or -1 out of memory. */
+static int acquire(pipe_eng *e, char *err, size_t errlen) {
+  if (e->params && e->grads)
+    return 0;
+  if ((!e->params && !(e->params = calloc(e->nm, sizeof(float)))) ||
+      (!e->grads && !(e->grads = calloc(e->nm, sizeof(float)))))
+    return oom(err, errlen);
+  for (int i = 0; i < e->su.nslots; i++)
+    point_slot(e, e->slot[i]);
+  return 0;
+}
+
+/* At zero_stage 3 range 0 is made from the slices (psl) into arrays
+ * acquired for the step; below it, each rank's slice of the array is the
+ * one its step updated in place. */
 static int cpu_gather(pipe_eng *e, char *err, size_t errlen) {
-  return zslice_gather(&e->z.zs, e->params + e->local[0], err, errlen);
+  zrange *z = &e->z;
+  if (e->su.zero == 3) {
+    if (acquire(e, err, errlen) != 0)
+      return -1;
+    memcpy(e->params + e->local[0] + z->zs.lo, z->psl, z->zs.S * sizeof(float));
+  }
+  return zslice_gather(&z->zs, e->params + e->local[0], err, errlen);
+}
+
+/* zero_stage 3, after the step's reduce or a gather: the arrays go (the
+ * slots' pointers into them dangle until acquire sets them again). */
+static void cpu_release(pipe_eng *e) {
+  if (e->su.zero != 3)
+    return;
+  free(e->params);
+  free(e->grads);
+  e->params = e->grads = NULL;
 }
 
 /* Group 0 where range r has it: the first stage's range 0, the last
@@ -230,7 +286,11 @@ static int cpu_load(pipe_eng *e, optim *full, char *err, size_t errlen) {
   size_t N = gpt_num_params(e->model);
   const float *fs = optim_state(full);
   size_t k = optim_state_floats_for(e->su.o->opt.kind, 1);
-  take_weights(e);
+  if (e->su.zero == 3) {
+    zslice_take(&e->z.zs, gpt_params(e->model) + e->su.off[0], e->z.psl);
+    cpu_release(e);
+  } else
+    take_weights(e);
   if (e->su.zero) {
     zslice_state_take(&e->z.zs, fs + e->su.off[0], N, e->z.opt);
     optim_set_t(e->z.opt, optim_get_t(full));
@@ -257,11 +317,23 @@ static void cpu_memory(pipe_eng *e, zslice_memory *held, gpt_memory *part) {
   uint64_t S = e->su.zero ? (uint64_t)z->zs.S * 4 : 0;
   if (e->su.zero)
     st = (uint64_t)optim_state_floats(z->opt) * 4;
+  /* zero_stage 2's, for stage 3 to beat: the arrays, beside them the
+   * gradient's slice. zero_stage 3's: between steps the two slices; in
+   * a step the arrays beside them (the whole stage gathered at once). */
   *held = (zslice_memory){.params = arrays,
                           .grads = arrays + S,
                           .optim = st,
-                          .peak_grads = arrays + S};
-  *part = (gpt_memory){.params = arrays, .grads = arrays + S, .optim = st};
+                          .peak_grads = arrays + S,
+                          .peak_params = arrays,
+                          .stage2_params = arrays,
+                          .stage2_grads = arrays + S};
+  if (e->su.zero == 3) { /* the arrays where they are still there */
+    held->params = S + (e->params ? arrays : 0);
+    held->grads = S + (e->grads ? arrays : 0);
+    held->peak_params = arrays + S;
+  }
+  *part = (gpt_memory){
+      .params = held->peak_params, .grads = held->peak_grads, .optim = st};
   /* The slots' parameter and gradient arrays are released (they point
    * into the stage's): what they allocate is activations. */
   for (int i = 0; i < e->su.nslots; i++)
@@ -299,6 +371,7 @@ static const pipe_ops cpu_ops = {
     .clip = cpu_clip,
     .step = cpu_step,
     .gather = cpu_gather,
+    .release = cpu_release,
     .tied = cpu_tied,
     .pull = cpu_pull,
     .load = cpu_load,
@@ -328,8 +401,12 @@ int pipe_cpu_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,
   for (int i = 0; i < su->nslots; i++)
     if (make_slot(e, &e->slot[i], err, errlen) != 0)
       return -1;
-  if (su->zero)
-    return make_zero(e, err, errlen);
+  if (su->zero) {
+    if (make_zero(e, err, errlen) != 0)
+      return -1;
+    cpu_release(e);
+    return 0;
+  }
   for (int r = 0; r < su->nrg; r++)
     if (range_optim(e, r, err, errlen) != 0)
       return -1;

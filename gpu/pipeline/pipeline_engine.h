@@ -20,7 +20,12 @@
  * first stage's parameters). Then reduce sums range 0's gradients into
  * the slice, sumsq, clip and step work on the slice, gather makes range
  * 0's parameters whole again, pull gathers the slices and load takes
- * the slice's state.
+ * the slice's state. At zero_stage 3 (the CPU engine's alone) the
+ * stage's parameter and gradient arrays are there only from gather to
+ * release: between steps the engine keeps its slice of range 0's
+ * parameters and of their reduced gradient, the step updates the
+ * parameters' slice, and gather makes the arrays anew (the whole stage
+ * at once) from every rank's slice.
  *
  * Every int function returns 0, or -1 with err.
  */
@@ -43,7 +48,8 @@ typedef struct pipe_setup {
   int nslots;            /* micro-batches in flight */
   size_t off[2], n[2];   /* the ranges: [off, off + n) of the layout */
   int nrg;               /* 1, or 2 with the tied copy */
-  /* ZeRO over the stage group (above): 1 or 2 (the same here), with dp
+  /* ZeRO over the stage group (above): 1 or 2 (the same here), or 3 on
+   * the CPU engine (its parameters sharded too), with dp
    * (the engine's memory) and dp_ctl (host memory) its communicators
    * over the same D > 1 ranks; 0: none. */
   int zero;
@@ -97,6 +103,10 @@ typedef struct pipe_ops {
   /* With ZeRO, after a step: every rank's slice into range 0's
    * parameters (collective over dp). */
   int (*gather)(pipe_eng *e, char *err, size_t errlen);
+  /* At zero_stage 3, once the slices have taken what they need from the
+   * arrays (after reduce, after pull): the arrays freed until the next
+   * gather. A no-op below it; NULL where zero_stage 3 is not run. */
+  void (*release)(pipe_eng *e);
   /* Group 0's parameters in range r as the passes read them (the
    * engine's memory, *bytes of it): the tied copy's, which the first
    * stage sends the last after a ZeRO step. */

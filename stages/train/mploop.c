@@ -77,15 +77,17 @@ int mploop_check(trainrun *r, mploop *l) {
   if (stagekit_param_choice(ctx, h, "zero_stage", trainrun_zero_stage_names,
                             &l->zero))
     return EXIT_BAD_PARAMS;
-  /* Stage 3 shards the parameters of tensor shards (tensor.h); a
-   * pipeline stage's part is not cut into its groups. */
-  if (l->zero == 3 && l->D > 1 && l->K != l->T) {
+  /* Stage 3 shards the parameters of tensor shards (tensor.h) or of a
+   * pipeline stage (pipeline.h), not both: the tensor engine's groups
+   * are not cut from a stage's part. */
+  if (l->zero == 3 && l->D > 1 && l->T > 1 && l->K != l->T) {
     h->fail(ctx,
-            "zero_stage 3 with %s %d: each pipeline stage keeps its own "
-            "part of the model, and the data-parallel group beside it "
-            "shards that part's optimizer state and gradients (zero_stage "
-            "1 or 2), not its parameters; set zero_stage: 2",
-            l->param, l->K);
+            "zero_stage 3 with tensor_parallel %d and pipeline_parallel %d: "
+            "the parameters are sharded over the data-parallel replicas "
+            "beside tensor_parallel alone or pipeline_parallel alone, not "
+            "both (zero_stage 1 or 2 shard the optimizer state and "
+            "gradients there); set zero_stage: 2",
+            l->T, l->K / l->T);
     return EXIT_BAD_PARAMS;
   }
   if (r->c.device == ENGINE_WANT_AUTO && engine_built_with_cuda() && !l->gpu_ok)
@@ -174,6 +176,8 @@ int mploop_open(trainrun *r, mploop *l,
 void mploop_log_memory(trainrun *r, mploop *l, const zslice_memory *m) {
   const double MiB = 1024.0 * 1024.0;
   int z3 = l->D > 1 && l->zero == 3; /* the parameters sharded too */
+  l->held = *m;                      /* for summary.json's between_steps */
+  l->held_set = 1;
   char pp[64] = "";
   if (z3)
     snprintf(pp, sizeof pp, " (%.3f MiB at most in a step)",
@@ -191,9 +195,10 @@ void mploop_log_memory(trainrun *r, mploop *l, const zslice_memory *m) {
     if (mine[k] >= two[k])
       r->h->log(r->ctx, DAGRUN_LOG_WARN,
                 "rank %d: zero_stage 3's %s at most in a step (%.3f MiB: "
-                "its slice and the groups in use at once) are no better "
-                "than zero_stage 2's %.3f MiB for this model",
+                "its slice and %s) are no better than zero_stage 2's %.3f "
+                "MiB for this model",
                 l->rank, k ? "gradients" : "parameters", (double)mine[k] / MiB,
+                l->z3_in_step ? l->z3_in_step : "the groups in use at once",
                 (double)two[k] / MiB);
 }
 
@@ -334,7 +339,7 @@ static void memory(trainrun *r, mploop *l) {
   l->eng.memory(l->eng.arg, &part, &in_model, &step_bytes);
   mpmem_rank mine;
   mpmem_measure(r->model, l->rank == 0 ? r->opt : NULL, &part, in_model,
-                step_bytes, &mine);
+                step_bytes, l->held_set ? &l->held : NULL, &mine);
   if (!l->mem && !(l->mem = calloc((size_t)l->N, sizeof *l->mem)))
     mploop_abort(r, l, "memory figures", "out of memory");
   if (mpmem_gather(l->c, &mine, l->mem, err, sizeof err) != 0)

@@ -87,9 +87,13 @@ typedef struct mploop {
                         (nc, nkc, ndc) */
   int gpu_zero;      /* with gpu_ok: the highest zero_stage the engine
                         runs over them on GPU ranks (0: none) */
+  const char *z3_in_step; /* what a zero_stage 3 rank holds in a step
+                             beside its slice, for mploop_log_memory
+                             (NULL: "the groups in use at once") */
   /* Set by mploop_check and mploop_open: */
   int D, m, rank; /* replicas, micro-batches a step, this rank */
-  int zero;       /* zero_stage over the D replicas: 0-2, 3 with T alone */
+  int zero;       /* zero_stage over the D replicas: 0-3 (3 not with
+                     both T and P) */
   int pos;        /* this rank's position in the layout (mpplace.h) */
   int gpu;        /* on GPU ranks (gpu_ok): device: cuda asked, then the
                      device the gang agreed on at open */
@@ -109,6 +113,8 @@ typedef struct mploop {
   int64_t nsteps;
   comm_stats cs; /* this run's steps' communication, rank 0's */
   struct mpmem_rank *mem; /* N: every rank's memory figures, rank 0's */
+  zslice_memory held;     /* this rank's, as mploop_log_memory logged them */
+  int held_set;           /* whether it has */
 } mploop;
 
 /* What every model-parallel gang refuses, before any collective; sets D

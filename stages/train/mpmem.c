@@ -29,7 +29,8 @@ uint64_t mpmem_rss_peak(void) {
 }
 
 void mpmem_measure(const gpt *model, const optim *full, const gpt_memory *part,
-                   int in_model, uint64_t first_stage_tied, mpmem_rank *out) {
+                   int in_model, uint64_t first_stage_tied,
+                   const zslice_memory *between, mpmem_rank *out) {
   uint64_t wp = 4 * (uint64_t)gpt_capacity(model, GPT_BUF_PARAMS);
   uint64_t wg = 4 * (uint64_t)gpt_capacity(model, GPT_BUF_GRADS);
   *out = (mpmem_rank){.formula = *part, .whole = {wp, wg}};
@@ -42,6 +43,14 @@ void mpmem_measure(const gpt *model, const optim *full, const gpt_memory *part,
   h->total = h->params + h->grads + h->optim + h->acts;
   out->peak_grads = h->grads + first_stage_tied;
   out->rss_peak = mpmem_rss_peak();
+  if (!between)
+    return;
+  gpt_memory *b = &out->between;
+  out->has_between = 1;
+  b->params = wp + between->params;
+  b->grads = wg + between->grads;
+  b->optim = between->optim + (h->optim - part->optim);
+  b->total = b->params + b->grads + b->optim;
 }
 
 int mpmem_gather(comm *c, const mpmem_rank *mine, mpmem_rank *all, char *err,
@@ -144,6 +153,11 @@ void mpmem_summary(const mpmem_rank *all, int N, const gpt_memory *one,
     cJSON_AddNumberToObject(o, "rank", q);
     cJSON_AddItemToObject(o, "peak", kinds(&x->held, x->peak_grads));
     cJSON_AddItemToObject(o, "formula", kinds(&x->formula, x->formula.grads));
+    if (x->has_between) { /* the activations' slots stay: not said */
+      cJSON *b = kinds(&x->between, x->between.grads);
+      cJSON_DeleteItemFromObject(b, "acts");
+      cJSON_AddItemToObject(o, "between_steps", b);
+    }
     cJSON *w = cJSON_AddObjectToObject(o, "whole_model");
     cJSON_AddNumberToObject(w, "params", (double)x->whole[0]);
     cJSON_AddNumberToObject(w, "grads", (double)x->whole[1]);

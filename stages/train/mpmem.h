@@ -42,9 +42,12 @@
 #include "comm/comm.h"
 #include "model/gpt.h"
 #include "trainrun.h"
+#include "zero/zslice.h"
 
 typedef struct mpmem_rank {
   gpt_memory held;     /* inside the step, by kind (above) */
+  gpt_memory between;  /* between steps: params, grads, optim (acts 0) */
+  int has_between;     /* whether the engine said (mpmem_measure) */
   gpt_memory formula;  /* the layout's, for this rank's part */
   uint64_t whole[2];   /* of held: the model's parameter, gradient arrays */
   uint64_t peak_grads; /* held.grads and the step's own buffers */
@@ -63,9 +66,13 @@ uint64_t mpmem_rss_peak(void);
  * elsewhere), part the engine's (pipeline_memory_get,
  * tensor_memory_get) with in_model when its params and grads are the
  * model's arrays' ranges, first_stage_tied the bytes of the tied
- * gradient's buffer the first pipeline stage allocates in the step. */
+ * gradient's buffer the first pipeline stage allocates in the step,
+ * between the engine's holdings between steps (pipeline_memory,
+ * tensor_memory; NULL: not known), to which the whole model's arrays
+ * and rank 0's one-process optimizer are added as to held. */
 void mpmem_measure(const gpt *model, const optim *full, const gpt_memory *part,
-                   int in_model, uint64_t first_stage_tied, mpmem_rank *out);
+                   int in_model, uint64_t first_stage_tied,
+                   const zslice_memory *between, mpmem_rank *out);
 
 /* Every rank's figures into all[N] on rank 0 of c (each broadcasting
  * its own in turn). Collective. 0, or -1 with err. */
@@ -89,7 +96,9 @@ void mpmem_log(trainrun *r, const mpmem_rank *all, int N,
 /* summary.json's "memory": {"one_process": {params, grads, optim, acts},
  * "ranks": [{"rank", "peak": {...}, "formula": {...}, "whole_model":
  * {"params", "grads"}, "rss_peak"}, ...], "worse_than_one_process":
- * [sentences]}, in bytes. */
+ * [sentences]}, in bytes; with the engine's figures between steps, each
+ * rank's "between_steps": {params, grads, optim} too (zero_stage 3's
+ * slices: below "peak"). */
 void mpmem_summary(const mpmem_rank *all, int N, const gpt_memory *one,
                    cJSON *summary);
 

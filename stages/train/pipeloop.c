@@ -80,12 +80,18 @@ static void log_bubble(trainrun *r, pipe_run *p, const char *when,
             when, 100 * idle, p->l.K, p->l.m, p->l.K, 100 * st.formula);
 }
 
-/* After each step: the bubble's metric, and its line after the first. */
+/* After each step: the bubble's metric, and its line after the first;
+ * after the first each rank's holdings too, as the step left them. */
 static void stepped(void *arg, trainrun *r, int rank) {
   pipe_run *p = arg;
   pipeline_stats st;
   pipeline_get_stats(p->pl, &st);
   p->idle_sum += st.idle;
+  if (p->l.nsteps == 1) {
+    zslice_memory mem; /* on GPU ranks the device's */
+    pipeline_memory(p->pl, &mem);
+    mploop_log_memory(r, &p->l, &mem);
+  }
   if (rank != 0)
     return;
   r->h->metric(r->ctx, "pipeline_idle", st.idle, r->st.step);
@@ -150,9 +156,6 @@ static void start(trainrun *r, pipe_run *p) {
             pipeline_schedule_names[p->sched], l->m, r->c.B, r->c.m.T, st.slots,
             l->pos / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m,
             l->gpu ? "GPUs (BF16 streams), NCCL" : "CPUs, MPI");
-  zslice_memory mem; /* on GPU ranks the device's */
-  pipeline_memory(p->pl, &mem);
-  mploop_log_memory(r, l, &mem);
 }
 
 int pipeloop_run(trainrun *r, int N, int P) {
@@ -163,7 +166,9 @@ int pipeloop_run(trainrun *r, int N, int P) {
                       .K = P,
                       .T = 1,
                       .gpu_ok = 1,
-                      .gpu_zero = 2}};
+                      .gpu_zero = 2,
+                      .z3_in_step = "its stage's arrays, gathered whole "
+                                    "for the step"}};
   int status = mploop_check(r, &p.l), sc = 0;
   if (status == 0 && stagekit_param_choice(r->ctx, r->h, "pipeline_schedule",
                                            pipeline_schedule_names, &sc))

@@ -10,7 +10,8 @@
 #   largest weight (test_pipeline's bounds). The same with a tied head
 #   (the embedding's lookup and head gradients summed between the two
 #   stages), and 2 data-parallel replicas of 2 stages on 4 ranks against
-#   one process of batch_size 4.
+#   one process of batch_size 4, also at zero_stage 3 under gpipe (the
+#   stage's parameters sharded over its replicas; no tied copy).
 # - tensor_parallel 2: each rank 2 query heads and 1 key/value head (RoPE
 #   on its own), 50 of the 100 SwiGLU columns, 160 of the 320 vocabulary
 #   rows of embed_tokens and lm_head; the same bounds against one
@@ -52,6 +53,9 @@ same_as one4 dp "$MODEL, pipeline_parallel: 2" 4
 expect_in "$(run_dir dp)/train/attempt-1/log" "data-parallel replica 0 of 2"
 same_as one4 dt "$MODEL, tensor_parallel: 2" 4
 same_as one4 dt3 "$MODEL, tensor_parallel: 2, zero_stage: 3" 4
+# zero_stage 3 beside the stages, untied head (no tied copy on the last
+# stage), under gpipe.
+same_as one4 dp3 "$MODEL, pipeline_parallel: 2, pipeline_schedule: gpipe, zero_stage: 3" 4
 gang_refused kv1 "tensor_parallel 2 does not divide the model's 1 key/value heads and its intermediate_size 100" \
   "${MODEL/n_kv_head: 2/n_kv_head: 1}, tensor_parallel: 2"
 pass

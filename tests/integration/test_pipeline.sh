@@ -24,7 +24,12 @@
 #   resumes one process's, both with one process's losses of steps 11-20.
 #   It runs at zero_stage 1 (the default: each rank of a stage group
 #   keeps half its stage's optimizer state, the log's figures checked);
-#   zero_stage 0 and 2 give the same losses and weights.
+#   zero_stage 0 and 2 give the same losses and weights. At zero_stage 3
+#   (the parameters sharded too: each rank keeps half its stage's
+#   between steps, fewer bytes than at 2, and gathers the stage for the
+#   step) one4's losses and val_loss and zero_stage 2's weights; its
+#   step-10 checkpoint resumes as one process and one process's resumes
+#   as the zero_stage 3 gang.
 # - The final checkpoint (rank 0's gather, one process's format) is
 #   validated and exported downstream; one process resumes from the
 #   pipeline's step-10 checkpoint, and a pipeline from one process's and
@@ -119,8 +124,12 @@ same_losses one4.losses dp.losses 1e-4
 same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
   "$R/train/checkpoints/step-00000020/model.safetensors" 1e-4
 # Rank 0 validates the gathered weights over one process's windows.
-/usr/bin/python3 -c "import json, sys; a, b = (json.load(open(f))['val_loss'] for f in sys.argv[1:]); assert abs(a - b) <= 1e-4 * a, (a, b)" \
-  "$R1/train/out/summary.json" "$R/train/out/summary.json" || fail "dp: val_loss differs from one process's"
+# same_val_loss NAME RUN: RUN's val_loss within 1e-4 of R1's.
+same_val_loss() {
+  /usr/bin/python3 -c "import json, sys; a, b = (json.load(open(f))['val_loss'] for f in sys.argv[1:]); assert abs(a - b) <= 1e-4 * a, (a, b)" \
+    "$R1/train/out/summary.json" "$2/train/out/summary.json" || fail "$1: val_loss differs from one process's"
+}
+same_val_loss dp "$R"
 # ZeRO over the stage groups: dp ran at zero_stage 1 (the default), each
 # rank keeping the AdamW state of half its stage's range; at 0 and 2 the
 # same losses and weights (2 is 1 here: the stage keeps the model's
@@ -148,6 +157,48 @@ done
 # zero_stage 1; its optimizer state halved (0.280 MiB whole).
 expect_in "$DP/train/attempt-1/log" "rank 0 holds 0.140 MiB of parameters, 0.210 MiB of gradients (0.210 MiB at most in a step) and 0.140 MiB of optimizer state between steps (zero_stage 1 over 2 data-parallel replicas)"
 expect_in "$(run_dir dp0)/train/attempt-1/log" "rank 0 holds 0.140 MiB of parameters, 0.140 MiB of gradients (0.140 MiB at most in a step) and 0.280 MiB of optimizer state between steps (zero_stage 0 over 2 data-parallel replicas)"
+# zero_stage 3: each rank keeps its half of its stage's range between
+# steps, of the parameters and of their gradient; the next step gathers
+# the stage whole (and the last stage's copy of the tied wte from the
+# first) and drops it after the reduce-scatter. one4's losses and
+# val_loss, dp2's weights (the same sums in the same order: measured
+# 7.8e-8 and 3.1e-6, as dp2's). Between steps stage 0 holds 0.070 MiB of
+# parameters (zero_stage 2: 0.140), the last stage 0.049 (its layers and
+# ln_f halved, no tied copy); every rank less than at zero_stage 2
+# (summary.json's between_steps, parameters and gradients). In the step
+# the arrays and the slice beside them, more than zero_stage 2's: the
+# log says so, and summary.json's peak is no lower.
+gang_dag dpz3 "$MODEL, pipeline_parallel: 2, zero_stage: 3" 4
+expect_rc 0
+DP3=$(run_dir dpz3)
+summary_is_zero "$DP3" 3
+losses "$DP3" > dpz3.losses
+same_losses one4.losses dpz3.losses 1e-4
+same_weights "$(run_dir dp2)/train/checkpoints/step-00000020/model.safetensors" \
+  "$DP3/train/checkpoints/step-00000020/model.safetensors" 1e-4
+same_val_loss dpz3 "$DP3"
+expect_in "$DP3/train/attempt-1/log" "rank 0 holds 0.070 MiB of parameters (0.210 MiB at most in a step), 0.070 MiB of gradients (0.210 MiB at most in a step) and 0.140 MiB of optimizer state between steps (zero_stage 3 over 2 data-parallel replicas)"
+expect_in "$DP3/train/attempt-1/log" "rank 0: zero_stage 3's parameters at most in a step (0.210 MiB: its slice and its stage's arrays, gathered whole for the step) are no better than zero_stage 2's 0.140 MiB for this model"
+/usr/bin/python3 - "$(run_dir dp2)/train/out/summary.json" "$DP3/train/out/summary.json" <<'P' || fail "dpz3: parameters between steps not below zero_stage 2's: $(jq -c .memory "$DP3/train/out/summary.json")"
+import json, sys
+two, three = (json.load(open(f))["memory"]["ranks"] for f in sys.argv[1:])
+assert [r["rank"] for r in two] == [r["rank"] for r in three] == [0, 1, 2, 3], (two, three)
+for a, b in zip(two, three):
+    print("rank %d between steps: parameters %d bytes at zero_stage 2, %d at 3; inside the step %d, %d" % (a["rank"], a["between_steps"]["params"], b["between_steps"]["params"], a["peak"]["params"], b["peak"]["params"]))
+    assert b["between_steps"]["params"] < a["between_steps"]["params"], (a, b)
+    assert b["between_steps"]["grads"] < a["between_steps"]["grads"], (a, b)
+    assert b["peak"]["params"] >= a["peak"]["params"], (a, b)  # the stage gathered whole
+P
+# Its step-10 checkpoint (the slices gathered, one process's format)
+# resumes as one process of batch_size 4, and one4's resumes as the
+# zero_stage 3 gang (each rank taking its slice), both with one4's
+# losses of steps 11-20.
+printf 'dag: dpz32o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
+  "${MODEL/batch_size: 2/batch_size: 4}" "$DP3/train/checkpoints/step-00000010" > dpz32o.yaml
+run_dagrun run dpz32o.yaml --plain
+resumed_as one4 dpz32o "resumed from $DP3/train/checkpoints/step-00000010 at step 10" 1e-4
+gang_dag o2dpz3 "$MODEL, pipeline_parallel: 2, zero_stage: 3, resume: \"$R1/train/checkpoints/step-00000010\"" 4
+resumed_as one4 o2dpz3 "resumed from $R1/train/checkpoints/step-00000010 at step 10" 1e-4
 R=$DP
 # Its checkpoints are one process's of batch_size 4, and it resumes one.
 printf 'dag: dp2o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \

@@ -56,7 +56,8 @@
 #   parameters' slices for the checkpoint, the parameters' or the
 #   state's pieces taken on resume, a layer's release after its forward
 #   or the count of the gathered groups, a check fails. zero_stage 3
-#   beside pipeline stages is refused, saying why.
+#   beside tensor groups that are pipeline stages too (T x P x D) is
+#   refused, saying why (P x D alone runs it: test_pipeline).
 # - The checkpoints are one process's: one process resumes the T=2 run's
 #   step-10 checkpoint and a T=2 run resumes one process's, both with one
 #   process's losses of steps 11-20; the T=2 run's final checkpoint is
@@ -313,8 +314,10 @@ gang_refused recompute "tensor_parallel 2 runs without recompute" \
   "$MODEL, tensor_parallel: 2, recompute: gelu"
 gang_refused tp_layers "pipeline_parallel 2 does not divide the model's 3 layers" \
   "${MODEL/n_layer: 2/n_layer: 3}, tensor_parallel: 2, pipeline_parallel: 2" 4
-gang_refused zero3 "zero_stage 3 with pipeline_parallel 2: each pipeline stage keeps its own part of the model, and the data-parallel group beside it shards that part's optimizer state and gradients (zero_stage 1 or 2), not its parameters" \
-  "$MODEL, pipeline_parallel: 2, zero_stage: 3" 4
+# zero_stage 3 shards the parameters beside T alone or P alone (P x D at
+# zero_stage 3: test_pipeline), not beside both.
+gang_refused zero3 "zero_stage 3 with tensor_parallel 2 and pipeline_parallel 2: the parameters are sharded over the data-parallel replicas beside tensor_parallel alone or pipeline_parallel alone, not both" \
+  "$MODEL, tensor_parallel: 2, pipeline_parallel: 2, zero_stage: 3" 8
 gang_refused tp_world "world_size 6 is not a multiple of tensor_parallel x pipeline_parallel 4" \
   "$MODEL, tensor_parallel: 2, pipeline_parallel: 2" 6
 printf 'dag: solo\ntasks:\n  train: {stage: train, with: {%s, tensor_parallel: 2}}\n' "$MODEL" > solo.yaml
