@@ -123,7 +123,7 @@ typedef struct child_run {
   int recorded;     /* the run is in the store: what the API shows of it */
   int handles;      /* proc and ready while open: freed at 0 */
   api_request *req; /* an API trigger answered once the run is recorded */
-  double req_since; /* when req began to wait */
+  double req_since; /* when req began to wait (monotonic) */
   char ready_buf[64];
   char *run_id, *dag;
   int64_t at; /* its logical date as started (0: none, or a resume) */
@@ -535,7 +535,7 @@ static int spawn_child(server *s, const char *dag, const char *run_id,
     uv_close((uv_handle_t *)&c->ready, child_closed); /* req answered now */
   } else if (req) {
     c->req = req;
-    c->req_since = clock_wall();
+    c->req_since = clock_monotonic();
     req->waiting = 1;
   }
   c->next = s->children;
@@ -1688,7 +1688,7 @@ static void restore_queue(server *s) {
  * they record), or those waiting over RECORD_WAIT_S (with their id: the
  * run started; say so in the log). */
 static void answer_unrecorded(server *s, int stopping) {
-  double now = clock_wall();
+  double now = clock_monotonic();
   for (child_run *c = s->children; c; c = c->next) {
     if (!c->req || (!stopping && now - c->req_since < RECORD_WAIT_S))
       continue;
