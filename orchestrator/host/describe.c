@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -596,6 +597,100 @@ int describe_limit(double *limit, char *err, size_t errlen) {
   return 0;
 }
 
+/* ---- the cache (describe_cache_keep) ---- */
+
+typedef struct cached {
+  char *path;
+  struct stat id; /* st_dev, st_ino, st_size, st_mtim compared */
+  char *text;     /* the helper's line */
+} cached;
+
+static struct {
+  int on;
+  cached *v;
+  size_t n;
+} cache;
+
+void describe_cache_keep(void) { cache.on = 1; }
+
+static int same_file(const struct stat *a, const struct stat *b) {
+  return a->st_dev == b->st_dev && a->st_ino == b->st_ino &&
+         a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
+         a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+static cached *cache_slot(const char *path) {
+  for (size_t i = 0; i < cache.n; i++)
+    if (strcmp(cache.v[i].path, path) == 0)
+      return &cache.v[i];
+  return NULL;
+}
+
+/* path's description from the cache into *r when its file is as it was
+ * (id: its identity now): 1, else 0. */
+static int cache_answer(const char *path, const struct stat *id,
+                        describe_result *r) {
+  cached *c = cache_slot(path);
+  char why[1024];
+  if (!c || !same_file(&c->id, id) ||
+      from_json(path, c->text, strlen(c->text), &r->plugin, why, sizeof why) !=
+          0)
+    return 0;
+  r->rc = 0;
+  r->error = NULL;
+  return 1;
+}
+
+/* r's description, got for path while its file was id, into the cache. */
+static void cache_store(const char *path, const struct stat *id,
+                        const describe_result *r) {
+  if (r->rc != 0 || !r->plugin || r->plugin->release != described_free)
+    return;
+  cached *c = cache_slot(path);
+  if (!c) {
+    cache.v = xrealloc(cache.v, (cache.n + 1) * sizeof *cache.v);
+    c = &cache.v[cache.n++];
+    c->path = xstrdup(path);
+  } else {
+    free(c->text);
+  }
+  c->id = *id;
+  c->text = cJSON_PrintUnformatted(((described *)r->plugin->storage)->json);
+}
+
+/* describe_files_with for the files the cache cannot answer; what they
+ * get goes into it. The identity is taken before the helper reads the
+ * file, so a file changed meanwhile is described again next time. */
+static void describe_cached(const char *helper, double limit,
+                            const char *const *paths, const int *shared,
+                            size_t n, describe_result *res) {
+  struct stat *ids = xcalloc(n, sizeof *ids);
+  size_t *miss = xcalloc(n, sizeof *miss), n_miss = 0;
+  memset(res, 0, n * sizeof *res);
+  for (size_t i = 0; i < n; i++)
+    if (stat(paths[i], &ids[i]) != 0 ||
+        !cache_answer(paths[i], &ids[i], &res[i]))
+      miss[n_miss++] = i;
+  const char **mpaths = xcalloc(n_miss + 1, sizeof *mpaths);
+  int *mshared = xcalloc(n_miss + 1, sizeof *mshared);
+  describe_result *mres = xcalloc(n_miss + 1, sizeof *mres);
+  for (size_t k = 0; k < n_miss; k++) {
+    mpaths[k] = paths[miss[k]];
+    mshared[k] = shared[miss[k]];
+  }
+  if (n_miss)
+    describe_files_with(helper, limit, mpaths, mshared, n_miss, mres);
+  for (size_t k = 0; k < n_miss; k++) {
+    res[miss[k]] = mres[k];
+    cache_store(paths[miss[k]], &ids[miss[k]], &mres[k]);
+  }
+  free(mres);
+  free(mshared);
+  free(mpaths);
+  free(miss);
+  free(ids);
+}
+
 void describe_files(const char *const *paths, size_t n, describe_result *res) {
   if (n == 0)
     return; /* and no word about a missing helper */
@@ -608,7 +703,10 @@ void describe_files(const char *const *paths, size_t n, describe_result *res) {
     int *shared = xcalloc(n ? n : 1, sizeof *shared);
     for (size_t i = 0; i < n; i++)
       shared[i] = loader_is_builtin_file(paths[i]);
-    describe_files_with(helper, limit, paths, shared, n, res);
+    if (cache.on)
+      describe_cached(helper, limit, paths, shared, n, res);
+    else
+      describe_files_with(helper, limit, paths, shared, n, res);
     free(shared);
     return;
   }

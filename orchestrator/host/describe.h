@@ -85,6 +85,14 @@ typedef struct describe_result {
  */
 void describe_files(const char *const *paths, size_t n, describe_result *res);
 
+/* From now on, describe_files keeps each description it gets under its
+ * file's identity (device, inode, size, modification time) and answers
+ * from it while the file is unchanged, without a helper: for a process
+ * that checks DAG after DAG over its life (serve), which otherwise paid a
+ * helper's start and the stages' loading for every DAG it loaded. A file
+ * that failed to be described is tried again each time. */
+void describe_cache_keep(void);
+
 /* The same with a given helper, run as `HELPER __describe PATH...`, and
  * limit (seconds); the files i with shared[i] non-zero (shared may be
  * NULL: none) are described by one helper, the others by one each. A

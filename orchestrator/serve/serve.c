@@ -35,6 +35,7 @@
 #include "dagfile/template.h"
 #include "datatrig.h"
 #include "host/check.h"
+#include "host/describe.h"
 #include "lib/clock.h"
 #include "lib/exitcode.h"
 #include "lib/fileio.h"
@@ -2128,6 +2129,9 @@ int serve_cmd_serve(int argc, char **argv) {
   int lock_fd = -1;
   if (serve_parse_args(argc, argv, &o, &s) != 0)
     goto out;
+  /* The daemon checks every DAG it loads, and each again when its file
+   * changes: the stages' descriptions are kept (describe.h). */
+  describe_cache_keep();
   const char *fake = getenv("DAGRUN_FAKE_CLOCK");
   if (fake && *fake && parse_fake_clock(&s, fake) != 0) {
     fprintf(stderr,

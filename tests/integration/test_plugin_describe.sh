@@ -156,4 +156,31 @@ P
 pid_alive "$SERVE_PID" || fail "serve died: $(cat serve.log)"
 serve_stop
 
+
+# ---- serve describes a stage once while its file is unchanged ----
+# It loads each DAG file, and each again when it changes; the stages'
+# descriptions are kept under their files' identity (describe.h).
+mkdir -p logdags mystages
+cp "$DAGRUN_TEST_PLUGIN_DIR/load_log.so" mystages/
+for i in 1 2 3 4 5; do
+  printf 'dag: log%s\ntasks:\n  a: {stage: %s/mystages/load_log.so}\n' "$i" "$T" > "logdags/log$i.yaml"
+done
+export DAGRUN_TEST_LOAD_LOG="$T/loads.log"
+serve_start --log serve_log.log --dags logdags --no-cron
+loads() { grep -c '^__describe$' loads.log || true; }
+[ "$(grep -c 'loaded dag log' serve_log.log)" = 5 ] || fail "serve did not load the 5 DAGs: $(cat serve_log.log)"
+[ "$(loads)" = 1 ] || fail "5 DAGs of one stage: $(loads) describe helpers loaded it, expected 1"
+echo "# changed" >> logdags/log1.yaml
+wait_until 10 grep -q "reloaded dag log1" serve_log.log || fail "log1 not reloaded: $(cat serve_log.log)"
+[ "$(loads)" = 1 ] || fail "a DAG reloaded, its stage unchanged: described again ($(loads))"
+# The stage's file rebuilt (a new inode, as a compiler's output is): the
+# next load describes it again.
+cp mystages/load_log.so mystages/new.so && mv mystages/new.so mystages/load_log.so
+echo "# changed" >> logdags/log2.yaml
+wait_until 10 grep -q "reloaded dag log2" serve_log.log || fail "log2 not reloaded: $(cat serve_log.log)"
+[ "$(loads)" = 2 ] || fail "the stage's file changed: $(loads) describe loads, expected 2"
+serve_stop
+unset DAGRUN_TEST_LOAD_LOG
+echo "serve: 5 DAGs and a reload described the stage once; its new file once more"
+
 pass
