@@ -109,6 +109,32 @@ if [ "$ngpu" -ge 4 ]; then
   # within 3e-4 of one process's.
   gang_dag dzr "$MODEL, pipeline_parallel: 2, zero_stage: 1, resume: \"$R1/train/checkpoints/step-00000010\"" 4
   resumed_as one4 dzr "resumed from $R1/train/checkpoints/step-00000010 at step 10" 3e-4
+  # ZeRO-3 over the stage groups: between steps each rank keeps its
+  # slice of its stage's master weights, BF16 copy and reduced gradient
+  # alone (gpu/pipeline/pipeline_cuda.c); the stage's BF16 parameters
+  # and gradients are made for the step from the slices and freed after
+  # the reduce-scatter. The losses within zero_stage 1's bounds (1e-4
+  # of it, 3e-4 of one process), the weights within 3e-2 of one
+  # process's; every rank's device bytes of parameters and of gradients
+  # between steps below zero_stage 1's; its step-10 checkpoint resumed
+  # by one process and one process's by it, within 3e-4.
+  gang_dag dz3 "$MODEL, pipeline_parallel: 2, zero_stage: 3" 4
+  expect_rc 0
+  R3=$(run_dir dz3)
+  expect_in "$R3/train/attempt-1/log" "sequences); GPUs (BF16 streams), NCCL"
+  expect_in "$R3/train/attempt-1/log" "between steps (zero_stage 3 over 2 data-parallel replicas)"
+  losses "$R3" > dz3.losses
+  same_losses dz.losses dz3.losses 1e-4
+  same_losses one4.losses dz3.losses 3e-4
+  same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
+    "$R3/train/checkpoints/step-00000020/model.safetensors" 3e-2
+  between_below dz3 "$RZ" "$R3"
+  printf 'dag: dz3o\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
+    "${MODEL/batch_size: 2/batch_size: 4}" "$R3/train/checkpoints/step-00000010" > dz3o.yaml
+  run_dagrun run dz3o.yaml --plain
+  resumed_as dz3 dz3o "resumed from $R3/train/checkpoints/step-00000010 at step 10" 3e-4
+  gang_dag dz3r "$MODEL, pipeline_parallel: 2, zero_stage: 3, resume: \"$R1/train/checkpoints/step-00000010\"" 4
+  resumed_as one4 dz3r "resumed from $R1/train/checkpoints/step-00000010 at step 10" 3e-4
   R1=$ONE
 else
   echo "SKIPPED: 2 replicas x 2 stages (needs four GPUs; $ngpu here)"
