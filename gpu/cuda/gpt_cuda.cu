@@ -1908,17 +1908,22 @@ extern "C" int gpt_cuda_scale_grads(gpt_cuda *g, float s, char *err,
   return 0;
 }
 
+extern "C" int gpt_cuda_add_floats(gpt_cuda *g, float *dst, const float *src,
+                                   size_t n, char *err, size_t errlen) {
+  if (n == 0)
+    return 0;
+  add_kernel<<<g->k.sm_count * 4, 256, 0, g->k.stream>>>(dst, src, n);
+  CK(cudaGetLastError());
+  return 0;
+}
+
 extern "C" int gpt_cuda_add_grads(gpt_cuda *g, size_t at, const float *src,
                                   size_t n, char *err, size_t errlen) {
   if (at > g->ngrads || n > g->ngrads - at)
     return fail(err, errlen,
                 "gpt_cuda: gradients [%zu, %zu) are not in the %zu held", at,
                 at + n, g->ngrads);
-  if (n == 0)
-    return 0;
-  add_kernel<<<g->k.sm_count * 4, 256, 0, g->k.stream>>>(g->grads + at, src, n);
-  CK(cudaGetLastError());
-  return 0;
+  return gpt_cuda_add_floats(g, g->grads + at, src, n, err, errlen);
 }
 
 /* ---- Optimizer ---- */

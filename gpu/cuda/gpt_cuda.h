@@ -356,6 +356,11 @@ int gpt_cuda_scale_grads(gpt_cuda *g, float s, char *err, size_t errlen);
  * with err (a range past the array). */
 int gpt_cuda_add_grads(gpt_cuda *g, size_t at, const float *src, size_t n,
                        char *err, size_t errlen);
+/* dst += src (device floats, n of each, in g's stream order): the same
+ * sum on gradients the caller holds (a pipeline stage's at ZeRO stage 3,
+ * gpu/pipeline/pipeline_cuda.c). 0, or -1 with err. */
+int gpt_cuda_add_floats(gpt_cuda *g, float *dst, const float *src, size_t n,
+                        char *err, size_t errlen);
 
 /* Global L2 norm of the gradients into *norm (synchronizes). If max_norm
  * > 0 and the norm is finite and above it, the next gpt_cuda_step uses

@@ -200,14 +200,8 @@ int pipeline_create(comm *c, gpt *model, const pipeline_options *o,
   p->s = comm_rank(c);
   p->first = p->s * (cfg->n_layer / P);
   p->last = p->first + cfg->n_layer / P;
-  /* zero_stage 3 is the CPU engine's: the stage's arrays made for each
-   * step from the slices (pipeline_engine.h). */
-  if (o->zero_stage == 3 && o->cuda) {
-    snprintf(err, errlen,
-             "pipeline: zero_stage 3 runs on CPU ranks only (0, 1 or 2 on "
-             "GPU ranks)");
-    return -1;
-  }
+  /* zero_stage 3: the stage's arrays made for each step from the slices
+   * (pipeline_engine.h), on either engine. */
   if (o->zero_stage != 3 &&
       zslice_check_stage(o->zero_stage, "pipeline", err, errlen) != 0)
     return -1;

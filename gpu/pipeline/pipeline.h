@@ -77,18 +77,21 @@
  * the activation slots share; the CUDA engine's in its shard's), so
  * the full gradient is still held (pipeline_memory says so).
  *
- * Stage 3 (the CPU engine only; pipeline_create refuses it with cuda):
- * the parameters sharded too. Between steps each rank of the stage
- * group keeps its slice of the stage's range alone, of the parameters
- * and of their reduced gradient (and the optimizer state's); the next
- * collective call all-gathers the whole stage's parameters into arrays
+ * Stage 3 (either engine): the parameters sharded too. Between steps
+ * each rank of the stage group keeps its slice of the stage's range
+ * alone, of the parameters and of their reduced gradient (and the
+ * optimizer state's); the next collective call all-gathers the whole
+ * stage's parameters into arrays
  * made for the step (the whole stage at once, not a layer at a time:
  * the schedule runs every layer of the stage for each micro-batch, in
  * and out of order with the others), the micro-batches run as at stage
  * 2, and after the reduce-scatter the arrays go. So between steps a
  * rank holds 1/D of its stage's parameters; inside the step as much as
  * stage 2 and the slice beside it (pipeline_memory's peak_params, no
- * better than stage 2's stage2_params).
+ * better than stage 2's stage2_params). On the CUDA engine the slice is
+ * the FP32 master weights, their BF16 copy and the reduced gradient
+ * (pipeline_cuda.c: gpt_cuda's one allocation is the slice's), the
+ * stage's BF16 parameters and FP32 gradients the arrays made per step.
  *
  * Not here (refused by the train stage): dropout. GPU ranks need
  * NCCL's point to point in comm (comm_send, comm_recv, comm_isend on
@@ -156,8 +159,8 @@ typedef struct pipeline_options {
    * gather (MPI beside NCCL); NULL: those two themselves (the CPU
    * engine's). */
   comm *ctl, *dp_ctl;
-  /* ZeRO over dp: 0, 1 or 2 (above), either engine, or 3 on the CPU
-   * engine; ignored without dp (or with dp of one rank). */
+  /* ZeRO over dp: 0-3 (above), either engine; ignored without dp (or
+   * with dp of one rank). */
   int zero_stage;
 } pipeline_options;
 

@@ -16,6 +16,18 @@
  * BF16 slices in place (2 bytes a parameter, as zero_cuda.c's stage 1).
  * A checkpoint's master weights and state are the slices gathered over
  * dp_ctl (MPI, host memory).
+ *
+ * ZeRO stage 3: gpt_cuda's arrays are one allocation (gpt_cuda.cu's
+ * carve), none of which can be freed alone, so the gpt_cuda is made of
+ * the slice alone (its shard one piece, range 0's [d S, d S + own), S
+ * floats: the master weights, their BF16 copy, the reduced gradient and
+ * the optimizer state), and the stage's BF16 parameters and FP32
+ * gradients (range 0 padded to D S, the tied copy after) are this
+ * engine's own device arrays, wp and wg, which the groups point into:
+ * gather makes them (the BF16 slices all-gathered into wp), release
+ * frees them after the reduce-scatter has put the slice's gradient into
+ * the gpt_cuda's. Between steps a rank holds 10 bytes a float of its
+ * slice (and the optimizer state); in a step 6 of the stage's besides.
  * DAGRUN_PIPELINE_CUDA_GPU: this build has the CUDA engine; without it,
  * pipe_cuda_create says so (at the end of the file). */
 #include "pipeline_engine.h"
@@ -40,8 +52,12 @@ struct pipe_eng {
   optim *hopt;     /* host: the master weights' optimizer state (the
                       shard's, or with ZeRO the slice's), on its way */
   zslice zs;       /* with ZeRO: range 0's slice, over dp_ctl */
-  float *gsl;      /* with ZeRO: the slice's reduced gradient (device) */
+  float *gsl;      /* with ZeRO 1-2: the slice's reduced gradient (device) */
+  void *wp;        /* zero_stage 3: the stage's BF16 parameters (nm), */
+  float *wg;       /* and gradients (nm), from gather to release (above) */
 };
+
+static int z3(const pipe_eng *e) { return e->su.zero == 3; }
 
 static int cuda_fail(cudaError_t e, const char *what, char *err,
                      size_t errlen) {
@@ -53,9 +69,12 @@ static int sync_g(pipe_eng *e, char *err, size_t errlen) {
   return gpt_cuda_synchronize(e->g, err, errlen);
 }
 
+static void cuda_release(pipe_eng *e);
+
 static void cuda_destroy(pipe_eng *e) {
   if (!e)
     return;
+  cuda_release(e);
   gpt_cuda_destroy(e->g);
   if (e->gsl)
     cudaFree(e->gsl);
@@ -86,7 +105,16 @@ static int cuda_copy(pipe_eng *e, void *dst, const void *src, size_t bytes,
   return sync_g(e, err, errlen);
 }
 static int cuda_zero_grad(pipe_eng *e, char *err, size_t errlen) {
-  return gpt_cuda_zero_grad(e->g, err, errlen);
+  if (!z3(e))
+    return gpt_cuda_zero_grad(e->g, err, errlen);
+  if (!e->wg) {
+    snprintf(err, errlen, "pipeline: the stage's arrays are not there");
+    return -1;
+  }
+  cudaError_t ce = cudaMemsetAsync(e->wg, 0, e->nm * sizeof(float),
+                                   (cudaStream_t)gpt_cuda_stream(e->g));
+  return ce != cudaSuccess ? cuda_fail(ce, "zeroing the gradients", err, errlen)
+                           : 0;
 }
 /* The passes end synchronized: the received buffer they copied from may
  * take the next message, and the bubble's busy time is the GPU's. */
@@ -120,13 +148,19 @@ static const void *cuda_input_grad(pipe_eng *e, int slot) {
 }
 static float *cuda_grads(pipe_eng *e, int r) {
   char err[256];
-  if (sync_g(e, err, sizeof err) != 0)
+  if (sync_g(e, err, sizeof err) != 0 || (z3(e) && !e->wg))
     return NULL;
-  return gpt_cuda_grads_ptr(e->g) + e->local[r];
+  return (z3(e) ? e->wg : gpt_cuda_grads_ptr(e->g)) + e->local[r];
 }
 static int cuda_add(pipe_eng *e, int r, const float *src, size_t n, char *err,
                     size_t errlen) {
-  return gpt_cuda_add_grads(e->g, e->local[r], src, n, err, errlen) != 0 ||
+  float *to = cuda_grads(e, r);
+  if (!to || n > e->nm - e->local[r]) {
+    snprintf(err, errlen, "pipeline: no gradients [%zu, +%zu) to add to",
+             e->local[r], n);
+    return -1;
+  }
+  return gpt_cuda_add_floats(e->g, to, src, n, err, errlen) != 0 ||
                  sync_g(e, err, errlen) != 0
              ? -1
              : 0;
@@ -139,24 +173,104 @@ static int cuda_scale(pipe_eng *e, float s, char *err, size_t errlen) {
 }
 static int cuda_sumsq(pipe_eng *e, int r, double *ss, char *err,
                       size_t errlen) {
-  if (e->su.zero)
-    return gpt_cuda_grad_sumsq(e->g, e->zs.lo, e->zs.own, ss, err, errlen);
+  if (e->su.zero) /* at stage 3 the gpt_cuda's are the slice's */
+    return gpt_cuda_grad_sumsq(e->g, z3(e) ? 0 : e->zs.lo, e->zs.own, ss, err,
+                               errlen);
   return gpt_cuda_grad_sumsq(e->g, e->local[r], e->su.n[r], ss, err, errlen);
 }
 /* The slice's sum over dp into gsl, then into its place in the
- * gradients (where the update reads it), all times s. */
+ * gradients (where the update reads it), all times s; at stage 3 from
+ * the stage's gradients into the gpt_cuda's (the slice's). */
 static int cuda_reduce(pipe_eng *e, float s, char *err, size_t errlen) {
-  return zslice_cuda_reduce(e->g, e->su.dp, &e->zs, e->gsl, s, err, errlen);
+  if (!z3(e))
+    return zslice_cuda_reduce(e->g, e->su.dp, &e->zs, e->gsl, s, err, errlen);
+  if (!e->wg) {
+    snprintf(err, errlen, "pipeline: the stage's gradients are not there");
+    return -1;
+  }
+  return sync_g(e, err, errlen) != 0 ||
+                 comm_reduce_scatter_sum(e->su.dp, e->wg,
+                                         gpt_cuda_grads_ptr(e->g), e->zs.S, err,
+                                         errlen) != 0 ||
+                 gpt_cuda_scale_grads(e->g, s, err, errlen) != 0 ||
+                 sync_g(e, err, errlen) != 0
+             ? -1
+             : 0;
 }
-/* Every rank's BF16 slice of range 0, in place. */
+
+/* Each group the stage reaches, where it lies in the stage's arrays (the
+ * gpt_cuda's own, or at stage 3 wp and wg; NULL while they are not
+ * there). */
+static void place_groups(pipe_eng *e) {
+  const pipe_setup *su = &e->su;
+  size_t ng = gpt_group_count(su->model);
+  char *params = z3(e) ? e->wp : gpt_cuda_params_ptr(e->g);
+  float *grads = z3(e) ? e->wg : gpt_cuda_grads_ptr(e->g);
+  for (size_t g = 0; g < ng; g++) {
+    size_t off, n;
+    gpt_group_range(su->model, g, &off, &n);
+    for (int r = su->nrg - 1; r >= 0; r--) {
+      /* The tied copy (range 1) is the one the last stage reads. */
+      if (off < su->off[r] || off >= su->off[r] + su->n[r])
+        continue;
+      size_t at = e->local[r] + (off - su->off[r]);
+      gpt_cuda_set_group_params(e->g, g, params ? params + 2 * at : NULL);
+      gpt_cuda_set_group_grads(e->g, g, grads ? grads + at : NULL);
+      break;
+    }
+  }
+}
+
+/* zero_stage 3: the stage's arrays made for a step (or a gather). */
+static int acquire(pipe_eng *e, char *err, size_t errlen) {
+  if (e->wp && e->wg)
+    return 0;
+  if ((!e->wp && !(e->wp = cuda_alloc(e, e->nm * 2))) ||
+      (!e->wg && !(e->wg = cuda_alloc(e, e->nm * sizeof(float))))) {
+    snprintf(err, errlen,
+             "pipeline: out of GPU memory for the stage's parameters and "
+             "gradients (%zu floats; zero_stage 3 gathers the whole stage "
+             "for the step)",
+             e->nm);
+    return -1;
+  }
+  place_groups(e);
+  return 0;
+}
+
+/* zero_stage 3, after the reduce or a gather: the arrays go (the groups
+ * point nowhere until acquire places them again). A no-op below it. */
+static void cuda_release(pipe_eng *e) {
+  if (!z3(e) || (!e->wp && !e->wg))
+    return;
+  char err[256];
+  if (e->g)
+    sync_g(e, err, sizeof err); /* the kernels that read them are done */
+  cudaFree(e->wp);
+  cudaFree(e->wg);
+  e->wp = NULL;
+  e->wg = NULL;
+  if (e->g)
+    place_groups(e);
+}
+
+/* Every rank's BF16 slice of range 0, in place; at stage 3 from the
+ * gpt_cuda's (the slice's) into the stage's arrays, made for it. */
 static int cuda_gather(pipe_eng *e, char *err, size_t errlen) {
-  return zslice_cuda_gather(e->g, e->su.dp, &e->zs, err, errlen);
+  if (!z3(e))
+    return zslice_cuda_gather(e->g, e->su.dp, &e->zs, err, errlen);
+  return acquire(e, err, errlen) != 0 || sync_g(e, err, errlen) != 0 ||
+                 comm_allgather_bytes(e->su.dp, gpt_cuda_params_ptr(e->g),
+                                      e->wp, e->zs.S * 2, err, errlen) != 0
+             ? -1
+             : 0;
 }
 static void *cuda_tied(pipe_eng *e, int r, size_t *bytes) {
   size_t off, n;
   gpt_group_range(e->su.model, 0, &off, &n);
   *bytes = n * 2;
-  return (char *)gpt_cuda_params_ptr(e->g) + e->local[r] * 2;
+  char *params = z3(e) ? e->wp : gpt_cuda_params_ptr(e->g);
+  return params ? params + e->local[r] * 2 : NULL;
 }
 /* Clipping's scale goes into the next step's update (gpt_cuda_set_clip),
  * not a pass over the gradients. */
@@ -178,8 +292,9 @@ static int zero_pull(pipe_eng *e, float *params, float *state, char *err,
     snprintf(err, errlen, "pipeline: out of host memory for the gather");
     return -1;
   }
-  int rc =
-      zslice_gather_to(&e->zs, e->shard + e->zs.lo, params, tmp, err, errlen);
+  /* At stage 3 the shard is the slice alone. */
+  float *mine = z3(e) ? e->shard : e->shard + e->zs.lo;
+  int rc = zslice_gather_to(&e->zs, mine, params, tmp, err, errlen);
   free(tmp);
   if (rc != 0 || !state)
     return rc;
@@ -207,7 +322,9 @@ static int cuda_push(pipe_eng *e, optim *full, char *err, size_t errlen) {
   const float *mp = gpt_params(e->su.model);
   size_t N = gpt_num_params(e->su.model);
   size_t k = optim_state_floats_for(e->su.o->opt.kind, 1);
-  for (int r = 0; r < e->su.nrg; r++) {
+  if (z3(e)) /* the slice alone; the tied copy comes with make_whole */
+    memcpy(e->shard, mp + e->su.off[0] + e->zs.lo, e->zs.own * sizeof(float));
+  for (int r = 0; r < e->su.nrg && !z3(e); r++) {
     size_t n = e->su.n[r], at = e->local[r];
     memcpy(e->shard + at, mp + e->su.off[r], n * sizeof(float));
     for (size_t j = 0; full && !e->su.zero && j < k; j++)
@@ -225,16 +342,32 @@ static int cuda_load(pipe_eng *e, optim *full, char *err, size_t errlen) {
   return cuda_push(e, full, err, errlen);
 }
 /* The device's bytes (gpt_cuda_memory_estimate of the options it was
- * made with: what gpt_cuda_create allocated) and the slice's gradient. */
+ * made with: what gpt_cuda_create allocated) and the slice's gradient;
+ * at stage 3 the stage's arrays beside them while they are there (the
+ * peak with them; zero_stage 2's, to beat: the slice's master weights
+ * beside the stage's BF16 copy, the stage's gradients beside the
+ * slice's). */
 static void cuda_memory(pipe_eng *e, zslice_memory *held, gpt_memory *part) {
   gpt_cuda_memory_estimate(gpt_get_config(e->su.model), e->go.B, e->go.T,
                            &e->go, part);
-  part->grads += e->su.zero ? (uint64_t)e->zs.S * 4 : 0;
-  part->total = part->params + part->grads + part->optim + part->acts;
-  *held = (zslice_memory){.params = part->params,
-                          .grads = part->grads,
+  uint64_t S = e->su.zero ? (uint64_t)e->zs.S : 0, wp = 0, wg = 0;
+  if (z3(e)) {
+    wp = (uint64_t)e->nm * 2;
+    wg = (uint64_t)e->nm * 4;
+  } else
+    part->grads += S * 4;
+  *held = (zslice_memory){.params = part->params + (e->wp ? wp : 0),
+                          .grads = part->grads + (e->wg ? wg : 0),
                           .optim = part->optim,
-                          .peak_grads = part->grads};
+                          .peak_grads = part->grads + wg,
+                          .peak_params = part->params + wp};
+  if (z3(e)) {
+    held->stage2_params = S * 4 + wp;
+    held->stage2_grads = wg + S * 4;
+  }
+  part->params = held->peak_params;
+  part->grads = held->peak_grads;
+  part->total = part->params + part->grads + part->optim + part->acts;
 }
 
 static const pipe_ops cuda_ops = {
@@ -256,32 +389,12 @@ static const pipe_ops cuda_ops = {
     .clip = cuda_clip,
     .step = cuda_step,
     .gather = cuda_gather,
+    .release = cuda_release,
     .tied = cuda_tied,
     .pull = cuda_pull,
     .load = cuda_load,
     .memory = cuda_memory,
 };
-
-/* Each group the stage reaches, where it lies in the shard. */
-static void place_groups(pipe_eng *e) {
-  const pipe_setup *su = &e->su;
-  size_t ng = gpt_group_count(su->model);
-  char *params = gpt_cuda_params_ptr(e->g);
-  float *grads = gpt_cuda_grads_ptr(e->g);
-  for (size_t g = 0; g < ng; g++) {
-    size_t off, n;
-    gpt_group_range(su->model, g, &off, &n);
-    for (int r = su->nrg - 1; r >= 0; r--) {
-      /* The tied copy (range 1) is the one the last stage reads. */
-      if (off < su->off[r] || off >= su->off[r] + su->n[r])
-        continue;
-      size_t at = e->local[r] + (off - su->off[r]);
-      gpt_cuda_set_group_params(e->g, g, params + 2 * at);
-      gpt_cuda_set_group_grads(e->g, g, grads + at);
-      break;
-    }
-  }
-}
 
 int pipe_cuda_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,
                      char *err, size_t errlen) {
@@ -314,13 +427,17 @@ int pipe_cuda_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,
                              .shard_n = e->nm,
                              .pieces = pc,
                              .npieces = (size_t)su->nrg};
-  if (su->zero) {
+  if (z3(e)) { /* the gpt_cuda the slice's alone (above) */
+    pc[0] = (gpt_cuda_piece){su->off[0] + e->zs.lo, e->zs.own, 0};
+    e->go.shard_n = e->zs.S;
+    e->go.npieces = 1;
+  } else if (su->zero) {
     e->go.master_lo = e->zs.lo;
     e->go.master_n = e->zs.S;
   }
   size_t nst = su->zero ? e->zs.S : e->nm; /* the master weights' */
   optim_group whole = {0, nst, 0};
-  if (!(e->shard = calloc(e->nm, sizeof(float)))) {
+  if (!(e->shard = calloc(z3(e) ? nst : e->nm, sizeof(float)))) {
     snprintf(err, errlen, "pipeline: out of host memory for the shard");
     return -1;
   }
@@ -329,14 +446,15 @@ int pipe_cuda_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,
       gpt_cuda_set_stage(e->g, su->first, su->last, err, errlen) != 0)
     return -1;
   e->go.pieces = NULL; /* pc goes; only the sizes are read again */
-  if (su->zero && !(e->gsl = cuda_alloc(e, e->zs.S * sizeof(float)))) {
+  if (su->zero && !z3(e) &&
+      !(e->gsl = cuda_alloc(e, e->zs.S * sizeof(float)))) {
     snprintf(err, errlen,
              "pipeline: out of GPU memory for the ZeRO slice's gradient "
              "(%zu floats)",
              e->zs.S);
     return -1;
   }
-  place_groups(e);
+  place_groups(e); /* at stage 3 nowhere until the first gather */
   return cuda_push(e, NULL, err, errlen);
 }
 

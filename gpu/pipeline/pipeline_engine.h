@@ -20,7 +20,7 @@
  * first stage's parameters). Then reduce sums range 0's gradients into
  * the slice, sumsq, clip and step work on the slice, gather makes range
  * 0's parameters whole again, pull gathers the slices and load takes
- * the slice's state. At zero_stage 3 (the CPU engine's alone) the
+ * the slice's state. At zero_stage 3 (either engine) the
  * stage's parameter and gradient arrays are there only from gather to
  * release: between steps the engine keeps its slice of range 0's
  * parameters and of their reduced gradient, the step updates the
@@ -48,8 +48,8 @@ typedef struct pipe_setup {
   int nslots;            /* micro-batches in flight */
   size_t off[2], n[2];   /* the ranges: [off, off + n) of the layout */
   int nrg;               /* 1, or 2 with the tied copy */
-  /* ZeRO over the stage group (above): 1 or 2 (the same here), or 3 on
-   * the CPU engine (its parameters sharded too), with dp
+  /* ZeRO over the stage group (above): 1 or 2 (the same here), or 3
+   * (its parameters sharded too), with dp
    * (the engine's memory) and dp_ctl (host memory) its communicators
    * over the same D > 1 ranks; 0: none. */
   int zero;
@@ -105,7 +105,7 @@ typedef struct pipe_ops {
   int (*gather)(pipe_eng *e, char *err, size_t errlen);
   /* At zero_stage 3, once the slices have taken what they need from the
    * arrays (after reduce, after pull): the arrays freed until the next
-   * gather. A no-op below it; NULL where zero_stage 3 is not run. */
+   * gather. A no-op below it. */
   void (*release)(pipe_eng *e);
   /* Group 0's parameters in range r as the passes read them (the
    * engine's memory, *bytes of it): the tied copy's, which the first

@@ -166,7 +166,7 @@ int pipeloop_run(trainrun *r, int N, int P) {
                       .K = P,
                       .T = 1,
                       .gpu_ok = 1,
-                      .gpu_zero = 2,
+                      .gpu_zero = 3,
                       .z3_in_step = "its stage's arrays, gathered whole "
                                     "for the step"}};
   int status = mploop_check(r, &p.l), sc = 0;

@@ -82,3 +82,27 @@ print("optimizer state per rank, zero_stage 0 vs 1:", za, zb)
 P
     fail "$1: the optimizer state is not sliced"
 }
+
+# between_below NAME RZ1 RZ3: every rank's device bytes of parameters
+# and of gradients between steps (summary.json's memory.ranks[q].
+# between_steps) in RZ3 (zero_stage 3) below RZ1's (zero_stage 1), and
+# its peak in the step above its between steps (the stage's arrays
+# counted while they are there).
+between_below() {
+  "$PY" - "$2/train/out/summary.json" "$3/train/out/summary.json" <<'P' ||
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert a["zero_stage"] == 1 and b["zero_stage"] == 3 and b["device"] == "cuda", b
+ra, rb = a["memory"]["ranks"], b["memory"]["ranks"]
+assert len(ra) == len(rb) == 4, (ra, rb)
+for x, y in zip(ra, rb):
+    for k in ("params", "grads"):
+        assert y["between_steps"][k] < x["between_steps"][k], (k, x, y)
+        assert y["between_steps"][k] < y["peak"][k], (k, y)
+    print("rank %d between steps, zero_stage 1 vs 3: params %d vs %d, grads %d vs %d (in the step %d, %d)" % (
+        y["rank"], x["between_steps"]["params"], y["between_steps"]["params"],
+        x["between_steps"]["grads"], y["between_steps"]["grads"],
+        y["peak"]["params"], y["peak"]["grads"]))
+P
+    fail "$1: zero_stage 3 holds no less between steps than zero_stage 1"
+}

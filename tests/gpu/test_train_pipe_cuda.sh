@@ -17,11 +17,13 @@
 # - 2 replicas x 2 stages on 4 ranks (zero_stage: 0) against one
 #   process of batch_size 4 (below, with its bounds); the same at
 #   zero_stage 1 (ZeRO over the stage groups: below), whose checkpoint
-#   one process resumes.
+#   one process resumes; and at zero_stage 3 (the stage's parameters
+#   sharded too: below), its device bytes between steps below zero_stage
+#   1's, its checkpoint resumed by one process and one process's by it.
 # - One GPU process resumes the 1f1b run's step-10 checkpoint (rank 0's
 #   gather, one process's format): its steps 11-20 within 1e-4 of the
 #   pipeline's (on the emulator the same bits: no BF16 copy flipped).
-# About 85-110 s on the emulator (2 cores).
+# About 110-135 s on the emulator (2 cores).
 # On a GPU machine it needs two GPUs (NCCL puts no two ranks of a
 # communicator on one GPU), and the comm layer's NCCL point to point and
 # split; the emulator (GPU_STAGE_DIR) runs it on the CPU.
@@ -50,6 +52,31 @@ for sched in 1f1b gpipe; do
   same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
     "$R/train/checkpoints/step-00000020/model.safetensors" 5e-3
 done
+
+# zero_gang NAME WITH STAGE LIKE: a gang of 2 replicas x 2 stages (WITH
+# on 4 ranks) at zero_stage STAGE on the GPUs: its losses within 1e-4
+# of LIKE's and 3e-4 of one4's (one process of batch_size 4), its final
+# weights within 3e-2 of one4's; its step-10 checkpoint resumed by one
+# process and one4's by the gang (NAME"o", NAME"r"), within 3e-4. RG:
+# its run directory.
+zero_gang() {
+  gang_dag "$1" "$2" 4
+  expect_rc 0
+  RG=$(run_dir "$1")
+  expect_in "$RG/train/attempt-1/log" "sequences); GPUs (BF16 streams), NCCL"
+  expect_in "$RG/train/attempt-1/log" "between steps (zero_stage $3 over 2 data-parallel replicas)"
+  losses "$RG" > "$1.losses"
+  same_losses "$4.losses" "$1.losses" 1e-4
+  same_losses one4.losses "$1.losses" 3e-4
+  same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
+    "$RG/train/checkpoints/step-00000020/model.safetensors" 3e-2
+  printf 'dag: %so\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
+    "$1" "${MODEL/batch_size: 2/batch_size: 4}" "$RG/train/checkpoints/step-00000010" > "$1o.yaml"
+  run_dagrun run "$1o.yaml" --plain
+  resumed_as "$1" "$1o" "resumed from $RG/train/checkpoints/step-00000010 at step 10" 3e-4
+  gang_dag "$1r" "$2, resume: \"$R1/train/checkpoints/step-00000010\"" 4
+  resumed_as one4 "$1r" "resumed from $R1/train/checkpoints/step-00000010 at step 10" 3e-4
+}
 
 # Two replicas of two stages on 4 ranks (data parallel beside the
 # pipeline: the stage groups' gradients averaged over NCCL, the loss over
@@ -86,29 +113,25 @@ if [ "$ngpu" -ge 4 ]; then
   # process's. Each rank's optimizer state (summary.json's formula) at
   # most half of zero_stage 0's (the last stage's tied copy has none).
   # With device: auto and the default zero_stage (1): the GPUs taken.
-  gang_dag dz "${MODEL/device: cuda/device: auto}, pipeline_parallel: 2" 4
-  expect_rc 0
-  RZ=$(run_dir dz)
-  expect_in "$RZ/train/attempt-1/log" "sequences); GPUs (BF16 streams), NCCL"
-  expect_in "$RZ/train/attempt-1/log" "of optimizer state between steps (zero_stage 1 over 2 data-parallel replicas)"
-  losses "$RZ" > dz.losses
-  same_losses dp.losses dz.losses 1e-4
-  same_losses one4.losses dz.losses 3e-4
-  same_weights "$R1/train/checkpoints/step-00000020/model.safetensors" \
-    "$RZ/train/checkpoints/step-00000020/model.safetensors" 3e-2
-  optim_halved dz "$R" "$RZ"
   # One process of batch_size 4 resumes the ZeRO gang's step-10
   # checkpoint (the slices gathered to rank 0): its steps 11-20 within
-  # the same 3e-4 of the gang's.
-  printf 'dag: dzo\ntasks:\n  train: {stage: train, with: {%s, resume: "%s"}}\n' \
-    "${MODEL/batch_size: 2/batch_size: 4}" "$RZ/train/checkpoints/step-00000010" > dzo.yaml
-  run_dagrun run dzo.yaml --plain
-  resumed_as dz dzo "resumed from $RZ/train/checkpoints/step-00000010 at step 10" 3e-4
-  # And the other way: the ZeRO gang resumes one process's step-10
-  # checkpoint (each rank takes its slice of the state): its steps 11-20
-  # within 3e-4 of one process's.
-  gang_dag dzr "$MODEL, pipeline_parallel: 2, zero_stage: 1, resume: \"$R1/train/checkpoints/step-00000010\"" 4
-  resumed_as one4 dzr "resumed from $R1/train/checkpoints/step-00000010 at step 10" 3e-4
+  # the same 3e-4 of the gang's. And the other way: the ZeRO gang
+  # resumes one process's step-10 checkpoint (each rank takes its slice
+  # of the state): its steps 11-20 within 3e-4 of one process's.
+  zero_gang dz "${MODEL/device: cuda/device: auto}, pipeline_parallel: 2" 1 dp
+  RZ=$RG
+  optim_halved dz "$R" "$RZ"
+  # ZeRO-3 over the stage groups: between steps each rank keeps its
+  # slice of its stage's master weights, BF16 copy and reduced gradient
+  # alone (gpu/pipeline/pipeline_cuda.c); the stage's BF16 parameters
+  # and gradients are made for the step from the slices and freed after
+  # the reduce-scatter. The losses within zero_stage 1's bounds (1e-4
+  # of it: measured the same bits; 3e-4 of one process), the weights
+  # within 3e-2 of one process's, the two resumes as zero_stage 1's;
+  # every rank's device bytes of parameters and of gradients between
+  # steps below zero_stage 1's (summary.json's between_steps).
+  zero_gang dz3 "$MODEL, pipeline_parallel: 2, zero_stage: 3" 3 dz
+  between_below dz3 "$RZ" "$RG"
   R1=$ONE
 else
   echo "SKIPPED: 2 replicas x 2 stages (needs four GPUs; $ngpu here)"
