@@ -460,16 +460,18 @@ static void ready_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
   *buf = uv_buf_init(c->ready_buf, sizeof c->ready_buf);
 }
 
-/* The run's dagrun wrote its line: the run is recorded. An end of file
- * before it leaves req to on_child_exit, which knows the exit status. */
+/* The run's dagrun wrote its line: the run is recorded (and no longer
+ * shown "starting": the API's snapshot is made again at once). An end of
+ * file before it leaves req to on_child_exit, which knows the exit
+ * status. */
 static void ready_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
   (void)buf;
   child_run *c = st->data;
-  if (n > 0)
+  if (n > 0) {
     c->recorded = 1;
-  if (n > 0)
+    publish_dags(c->srv);
     ready_done(c);
-  else if (n < 0 && !c->req)
+  } else if (n < 0 && !c->req)
     ready_done(c);
   else if (n < 0)
     uv_read_stop(st);
