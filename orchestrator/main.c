@@ -1148,6 +1148,17 @@ static int run_trigger_info(rundir *run, const char *trigger, char **info) {
   return 0;
 }
 
+/* Whether db has run id's row (not another's whose id it begins). */
+static int run_is_recorded(store *db, const char *id) {
+  char err[512];
+  int rc;
+  cJSON *r = store_run(db, id, &rc, err, sizeof err);
+  const cJSON *got = cJSON_GetObjectItemCaseSensitive(r, "id");
+  int yes = cJSON_IsString(got) && strcmp(got->valuestring, id) == 0;
+  cJSON_Delete(r);
+  return yes;
+}
+
 /* `dagrun run` once its command line is read: the DAG, the store, the run
  * directory, the params, the record of the start, then the run. */
 static int run_file(const run_args *ra) {
@@ -1185,7 +1196,10 @@ static int run_file(const run_args *ra) {
   }
   if (cli_helper_exe("dagrun-worker", worker_exe, sizeof worker_exe) != 0 ||
       run_record_start(db, sp, run, params, ra, &h) != 0) {
-    rmdir(run->path); /* nothing ran, and no record names the directory */
+    /* Nothing ran: the directory goes, unless a record names it (the
+     * run's row can be in, its claim not). */
+    if (!run_is_recorded(db, run->id))
+      rmdir(run->path);
     goto out;
   }
   if (tinfo && store_run_trigger_set(db, run->id, tinfo, err, sizeof err) != 0)

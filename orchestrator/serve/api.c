@@ -402,14 +402,13 @@ static int has_run(const cJSON *runs, const char *id) {
   return 0;
 }
 
-/* runs (the store's, newest first) with the unrecorded runs a listing
- * with these filters shows put first, as the newest, at most limit in
- * all. Unrecorded runs have no tags; "starting" ones are not "queued". */
-static cJSON *with_unrecorded(api_server *s, cJSON *runs, const char *dag,
-                              const char *state, const char *tag, int limit) {
-  if (tag)
-    return runs;
-  cJSON *rows = unrecorded_runs(s, dag), *all = cJSON_CreateArray(), *it;
+/* runs (the store's, newest first) with those of rows (unrecorded_runs,
+ * read before the store: a run that records itself in between is in one
+ * of the two, and in both only once) that a listing of state shows put
+ * first, as the newest, at most limit in all. Frees both. */
+static cJSON *with_unrecorded(cJSON *rows, cJSON *runs, const char *state,
+                              int limit) {
+  cJSON *all = cJSON_CreateArray(), *it;
   int n = 0;
   while ((it = cJSON_DetachItemFromArray(rows, 0))) {
     const char *st = str_of(it, "state"), *id = str_of(it, "id");
@@ -453,21 +452,25 @@ static unsigned get_runs(api_server *s, struct MHD_Connection *c, cJSON **out) {
     *out = err_json("limit: expected an integer from 1 to %d", API_RUNS_MAX);
     return MHD_HTTP_BAD_REQUEST;
   }
-  store *st;
-  unsigned status = open_store(s, &st, out);
-  if (status)
-    return status;
   const char *dag = query_str(c, "dag"), *state = query_str(c, "state"),
              *tag = query_str(c, "tag");
+  /* Unrecorded runs have no tags. */
+  cJSON *rows = tag ? cJSON_CreateArray() : unrecorded_runs(s, dag);
+  store *st;
+  unsigned status = open_store(s, &st, out);
   cJSON *runs = NULL;
-  if (st) {
+  if (!status && st) {
     char err[1024];
     runs = store_runs_tagged(st, dag, state, tag, (int)limit, err, sizeof err);
     store_close(st);
     if (!runs)
-      return server_error(out, "cannot read the run store", err);
+      status = server_error(out, "cannot read the run store", err);
   }
-  *out = with_unrecorded(s, runs ? runs : cJSON_CreateArray(), dag, state, tag,
+  if (status) {
+    cJSON_Delete(rows);
+    return status;
+  }
+  *out = with_unrecorded(rows, runs ? runs : cJSON_CreateArray(), state,
                          (int)limit);
   return MHD_HTTP_OK;
 }
@@ -475,13 +478,17 @@ static unsigned get_runs(api_server *s, struct MHD_Connection *c, cJSON **out) {
 static unsigned get_run(api_server *s, const char *id, cJSON **out) {
   store *st;
   cJSON *run;
+  /* Serve's view first: a run that records itself meanwhile is found in
+   * the store. */
+  cJSON *unrecorded = find_unrecorded(s, id);
   unsigned status = find_run(s, id, &st, &run, out);
-  if (status == MHD_HTTP_NOT_FOUND && (run = find_unrecorded(s, id))) {
+  if (status == MHD_HTTP_NOT_FOUND && unrecorded) {
     cJSON_Delete(*out);
-    cJSON_AddItemToObject(run, "tasks", cJSON_CreateArray());
-    *out = run;
+    cJSON_AddItemToObject(unrecorded, "tasks", cJSON_CreateArray());
+    *out = unrecorded;
     return MHD_HTTP_OK;
   }
+  cJSON_Delete(unrecorded);
   if (status)
     return status;
   store_close(st);

@@ -52,10 +52,11 @@
 /* How long an API request waits for the loop before it gives up. */
 #define API_WAIT_S 30
 /* How long an API trigger waits for its run to be recorded (--ready-fd)
- * before it is answered anyway: over the store's busy timeout (10 s), so
+ * before it is answered anyway, counted as API_WAIT_S is, from when the
+ * API thread handed it over: over the store's busy timeout (10 s), so
  * that a dagrun that gives up on a locked store is answered as failed,
- * and under API_WAIT_S, so that a slow start is still answered with its
- * run id. */
+ * and 10 s under API_WAIT_S, so that a slow start (or a loop held up by
+ * a scan) is still answered with its run id. */
 #define RECORD_WAIT_S 20
 
 const char serve_usage[] =
@@ -124,7 +125,6 @@ typedef struct child_run {
   int recorded;     /* the run is in the store: what the API shows of it */
   int handles;      /* proc and ready while open: freed at 0 */
   api_request *req; /* an API trigger answered once the run is recorded */
-  double req_since; /* when req began to wait (monotonic) */
   char ready_buf[64];
   char *run_id, *dag;
   int64_t at; /* its logical date as started (0: none, or a resume) */
@@ -155,6 +155,7 @@ struct api_request {
   /* A trigger whose run started: answered when its dagrun has recorded
    * it (child_run.req), not when the loop is through with it. */
   int waiting;
+  double queued_at; /* clock_monotonic() when the API thread handed it over */
   struct api_request *next;
 };
 
@@ -538,7 +539,6 @@ static int spawn_child(server *s, const char *dag, const char *run_id,
     uv_close((uv_handle_t *)&c->ready, child_closed); /* req answered now */
   } else if (req) {
     c->req = req;
-    c->req_since = clock_monotonic();
     req->waiting = 1;
   }
   c->next = s->children;
@@ -1111,6 +1111,7 @@ static int api_call(server *s, api_request *r, char *run_id, size_t run_id_len,
     request_free(r);
     return 503;
   }
+  r->queued_at = clock_monotonic();
   r->next = s->reqs;
   s->reqs = r;
   uv_async_send(&s->wake);
@@ -1687,21 +1688,27 @@ static void restore_queue(server *s) {
 }
 
 /* Answers the API triggers whose runs have not recorded themselves yet:
- * all of them (stopping: with 503, as the runs may be stopped before
- * they record), or those waiting over RECORD_WAIT_S (with their id: the
- * run started; say so in the log). */
+ * all of them when stopping, or those waiting over RECORD_WAIT_S. A run
+ * whose line is there after all, or that goes on (stopping with
+ * --on-shutdown finish, or not stopping: its id is answered and the log
+ * says why), is answered with its id; one that the shutdown stops may
+ * never be recorded: 503. */
 static void answer_unrecorded(server *s, int stopping) {
   double now = clock_monotonic();
   for (child_run *c = s->children; c; c = c->next) {
-    if (!c->req || (!stopping && now - c->req_since < RECORD_WAIT_S))
+    if (!c->req || (!stopping && now - c->req->queued_at < RECORD_WAIT_S))
       continue;
-    if (stopping) {
+    ready_drain(c);
+    if (c->recorded) {
+      /* answered as recorded */
+    } else if (stopping && s->stop_runs) {
       c->req->status = 503;
       snprintf(c->req->err, sizeof c->req->err,
-               "dagrun serve is shutting down: run %s had started but may "
-               "be stopped before it is recorded",
-               c->run_id);
-    } else {
+               "dagrun serve is shutting down: run %s had started but not "
+               "recorded itself yet; it is stopped, and if it records itself "
+               "first, the next serve resumes it (GET /api/runs/%s says)",
+               c->run_id, c->run_id);
+    } else if (!stopping) {
       say("run %s of %s: not recorded after %d s; its id is answered all "
           "the same",
           c->run_id, c->dag, RECORD_WAIT_S);

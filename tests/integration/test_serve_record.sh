@@ -4,6 +4,10 @@
 # from recording itself: the answer waits for it; a dagrun that gives up
 # (exit 2) is a 500 naming the run, not a 201 for a run never seen; one
 # stopped (SIGSTOP) past the wait is answered with its id all the same.
+# Runs the daemon knows before the store does are listed (starting, and
+# queued behind a going run under the id their 201 gave); a run that
+# records itself and ends while the daemon is stopped is still a 201; a
+# SIGTERM while a run waits for the store leaves it recorded interrupted.
 # Then `dagrun run --ready-fd` by hand: its line, no task inheriting the
 # descriptor, and a descriptor that is not open refused.
 . "$(dirname "$0")/lib.sh"
@@ -199,10 +203,47 @@ os.kill(serve_pid, signal.SIGCONT)
 th.join()
 assert out["status"] == 201, out
 print("a run that recorded itself and ended while the daemon was stopped: 201")
+
+# 6. SIGTERM while a trigger waits for its run's record: the run records
+#    itself once the store is free and is recorded interrupted (the next
+#    serve resumes it), not lost. The trigger's 503 naming it is not
+#    delivered: libmicrohttpd's stop closes connections in flight.
+def trigger_quietly():
+    try:
+        call("POST", "/api/dags/q/runs", b"{}")
+    except Exception:
+        pass
+db = lock_store()
+old = ps()
+th = threading.Thread(target=trigger_quietly)
+th.start()
+child = None
+for _ in range(200):
+    child = store_opener(int(p) for p in ps() - old)
+    if child:
+        break
+    time.sleep(0.01)
+assert child, "no new dagrun run --ready-fd 3 at the store"
+with open(f"/proc/{child}/cmdline") as f:
+    argv = f.read().split("\0")
+rid = argv[argv.index("--run-id") + 1]
+os.kill(serve_pid, signal.SIGTERM)
+time.sleep(1)
+db.rollback()
+th.join()
+with open("stopped_run", "w") as f:
+    f.write(rid)
+print(f"run {rid} waiting for the store at SIGTERM")
 P
 expect_in serve.log "not recorded after 20 s; its id is answered all the same"
 expect_in serve.log "before it recorded the run (its message is above)"
-serve_stop
+# The daemon stopped itself on the SIGTERM above; its last run is
+# recorded interrupted, for the next serve to resume.
+for _ in $(seq 300); do pid_alive "$SERVE_PID" || break; sleep 0.1; done
+pid_alive "$SERVE_PID" && fail "serve did not stop after SIGTERM: $(tail -5 serve.log)"
+trap - EXIT
+state=$(store_run_state "$(cat stopped_run)")
+[ "$state" = interrupted ] || fail "run $(cat stopped_run) after the SIGTERM: '$state', expected interrupted"
 
 # ---- --ready-fd by hand ----
 cat > fd.yaml <<Y
