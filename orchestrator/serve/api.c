@@ -478,17 +478,21 @@ static unsigned get_runs(api_server *s, struct MHD_Connection *c, cJSON **out) {
 static unsigned get_run(api_server *s, const char *id, cJSON **out) {
   store *st;
   cJSON *run;
-  /* Serve's view first: a run that records itself meanwhile is found in
-   * the store. */
-  cJSON *unrecorded = find_unrecorded(s, id);
   unsigned status = find_run(s, id, &st, &run, out);
-  if (status == MHD_HTTP_NOT_FOUND && unrecorded) {
+  /* Not in the store: serve's view, then the store once more, since a
+   * run in serve's view may have recorded itself (and left the view)
+   * since the first look. The store alone answers every recorded run. */
+  cJSON *unrecorded = status == MHD_HTTP_NOT_FOUND ? find_unrecorded(s, id)
+                                                   : NULL;
+  if (status == MHD_HTTP_NOT_FOUND && !unrecorded) {
+    cJSON_Delete(*out);
+    status = find_run(s, id, &st, &run, out);
+  } else if (unrecorded) {
     cJSON_Delete(*out);
     cJSON_AddItemToObject(unrecorded, "tasks", cJSON_CreateArray());
     *out = unrecorded;
     return MHD_HTTP_OK;
   }
-  cJSON_Delete(unrecorded);
   if (status)
     return status;
   store_close(st);
