@@ -101,6 +101,11 @@ wait_state "$A" running
 B=$(trigger sec '{"params": {"token": "queued-secret-4711"}}')
 grep -q "sec: a queued run that sets a secret param is kept in memory only" serve3.log ||
   fail "no word of the secret run kept in memory: $(cat serve3.log)"
+# The API shows it queued, and never its params' values.
+[ "$(run_state "$B")" = queued ] || fail "the secret run is not shown queued: '$(run_state "$B")'"
+for path in "/api/runs/$B" /api/runs "/api/dags/sec" /api/dags; do
+  case "$(api GET "$path")" in *queued-secret-4711*) fail "GET $path shows the secret" ;; esac
+done
 "$PY" - "$DAGRUN_HOME/state.db" <<'P' || fail "the secret reached serve_queue"
 import sqlite3, sys
 rows = sqlite3.connect(sys.argv[1]).execute("SELECT params FROM serve_queue").fetchall()
