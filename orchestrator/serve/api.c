@@ -55,6 +55,10 @@ extern const size_t api_openapi_json_len;
 #define API_CONN_LIMIT 256
 #define API_CONN_PER_IP 16
 #define API_CONN_TIMEOUT 10 /* seconds an idle connection is kept */
+/* At api_stop, the seconds the requests in flight have to send their
+ * answers (a trigger's 503 at shutdown among them) before the
+ * connections are closed: a client that does not read gets no longer. */
+#define API_DRAIN_S 5
 /* Signatures remembered against replays: enough for 27 signed POSTs a
  * second over the 2 * API_AUTH_SKEW window a signature lives in, in
  * 320 KiB. */
@@ -83,6 +87,11 @@ struct api_server {
   pthread_mutex_t log_mu;
   int starting;
   char start_msg[512];
+  /* Requests begun (on_uri) and not yet answered in full (on_completed),
+   * for api_stop's drain. */
+  pthread_mutex_t flight_mu;
+  pthread_cond_t flight_done; /* on the monotonic clock */
+  int in_flight;
 };
 
 /* One request's state across libmicrohttpd's calls, made when its
@@ -1907,8 +1916,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 /* The request line is in: the request's state starts, with the target
  * as sent. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+  api_server *s = cls;
   req *r = xcalloc(1, sizeof *r);
   r->target = xstrdup(uri ? uri : "");
+  pthread_mutex_lock(&s->flight_mu);
+  s->in_flight++;
+  pthread_mutex_unlock(&s->flight_mu);
   return r;
 }
 
@@ -1921,6 +1934,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     free(r->target);
     free(r);
     *con_cls = NULL;
+    pthread_mutex_lock(&s->flight_mu);
+    if (--s->in_flight == 0)
+      pthread_cond_broadcast(&s->flight_done);
+    pthread_mutex_unlock(&s->flight_mu);
   }
   /* Kept alive, the connection's next request has its own deadline. */
   guard_conn *g = conn_guard(c);
@@ -1993,6 +2010,8 @@ static void server_free(api_server *s) {
   free(s->read_token);
   free(s->store_path);
   pthread_mutex_destroy(&s->log_mu);
+  pthread_mutex_destroy(&s->flight_mu);
+  pthread_cond_destroy(&s->flight_done);
   free(s);
 }
 
@@ -2029,6 +2048,12 @@ static api_server *server_new(const api_config *cfg, const api_actions *actions,
     s->act = *actions;
   s->started = clock_monotonic();
   pthread_mutex_init(&s->log_mu, NULL);
+  pthread_mutex_init(&s->flight_mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&s->flight_done, &ca);
+  pthread_condattr_destroy(&ca);
   s->replay = guard_replay_create(API_REPLAY_MAX);
   s->deadlines = guard_deadlines_create(
       cfg->request_timeout > 0 ? cfg->request_timeout : API_REQUEST_TIMEOUT);
@@ -2059,7 +2084,8 @@ int api_start(const api_config *cfg, const api_actions *actions,
   struct sockaddr *sa;
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD |
                    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
-                   MHD_USE_ERROR_LOG;
+                   MHD_USE_ERROR_LOG |
+                   MHD_USE_ITC; /* ITC: api_stop's quiesce */
   memset(&a4, 0, sizeof a4);
   memset(&a6, 0, sizeof a6);
   if (hn < sizeof addr && inet_pton(AF_INET, addr, &a4.sin_addr) == 1) {
@@ -2127,9 +2153,27 @@ int api_start(const api_config *cfg, const api_actions *actions,
 
 int api_port(const api_server *s) { return s ? s->port : 0; }
 
+/* Until the requests in flight are answered, or API_DRAIN_S. */
+static void drain(api_server *s) {
+  struct timespec until;
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_sec += API_DRAIN_S;
+  pthread_mutex_lock(&s->flight_mu);
+  while (s->in_flight > 0 &&
+         pthread_cond_timedwait(&s->flight_done, &s->flight_mu, &until) == 0)
+    ;
+  pthread_mutex_unlock(&s->flight_mu);
+}
+
 void api_stop(api_server *s) {
   if (!s)
     return;
+  /* No new connections; then those in flight send their answers, where
+   * MHD_stop_daemon alone would close them mid-answer. */
+  MHD_socket listener = MHD_quiesce_daemon(s->d);
+  drain(s);
   MHD_stop_daemon(s->d);
+  if (listener != MHD_INVALID_SOCKET)
+    close(listener); /* ours after the quiesce, closed after the stop */
   server_free(s);
 }

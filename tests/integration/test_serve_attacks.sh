@@ -288,7 +288,29 @@ for host in (f"evil.example:{port}", f"[::2]:{port}", f"[::1]:1", f"[::1", None)
     assert st == 421 and "not a name of this server" in body, (host, st, body)
 print("IPv6 Host: ok")
 P
-kill -TERM "$V6_PID"
+# A client that began a request and sends no more does not hold the
+# shutdown past the 5 s the answers in flight are given.
+"$PY" - "$PORT" "$V6_PID" <<'P' || fail "shutdown beside a stalled request: see above"
+import os, signal, socket, sys, time
+port, pid = int(sys.argv[1]), int(sys.argv[2])
+s = socket.create_connection(("::1", port))
+s.sendall(b"GET /api/runs HTTP/1.1\r\n")  # the request line, no headers
+time.sleep(0.3)
+t0 = time.monotonic()
+os.kill(pid, signal.SIGTERM)
+while time.monotonic() - t0 < 20:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        break
+    with open(f"/proc/{pid}/stat") as f:
+        if f.read().split(")")[-1].split()[0] == "Z":
+            break
+    time.sleep(0.05)
+took = time.monotonic() - t0
+assert 4 < took < 9, f"serve stopped {took:.1f} s after SIGTERM beside a stalled request"
+print(f"serve stopped {took:.1f} s after SIGTERM beside a stalled request")
+P
 wait "$V6_PID" 2>/dev/null || true
 trap - EXIT
 pass
