@@ -6,7 +6,7 @@ global batch in every layout, against one process.
 
 Layouts (world 4, oversubscribed where the machine has fewer cores):
 D=4 at zero_stage 0-3, P=2 x D=2 (1f1b, gpipe at zero_stage 0; 1f1b at
-1), P=4 (1f1b), and the T layouts (T=2 x D=2 at zero_stage 0-3, T=4,
+1-3), P=4 (1f1b), and the T layouts (T=2 x D=2 at zero_stage 0-3, T=4,
 T=2 x P=2 under 1f1b and gpipe) when the train stage has
 tensor_parallel; --quick: world 2, D=2 against P=2.
 
@@ -23,9 +23,9 @@ send/recv) and the MiB its calls moved a step (each call's buffer). A benchmark,
 
   /usr/bin/python3 bench/parallel/run.py [--dagrun build/bin/dagrun]
       [--steps 20] [--repeats 3] [--layers 4] [--width 128] [--quick]
-      [--keep]
+      [--keep] [--only REGEX]
 """
-import argparse, glob, json, os, random, shutil, statistics, subprocess, sys, tempfile
+import argparse, glob, json, os, random, re, shutil, statistics, subprocess, sys, tempfile
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--dagrun", default="build/bin/dagrun")
@@ -38,6 +38,8 @@ ap.add_argument("--context", type=int, default=64)
 ap.add_argument("--vocab", type=int, default=512)
 ap.add_argument("--quick", action="store_true", help="world 2: D=2 against P=2 (and T=2)")
 ap.add_argument("--keep", action="store_true", help="keep the work directory")
+ap.add_argument("--only", metavar="REGEX",
+                help="the layouts whose name matches, beside the two baselines (one process, D0)")
 a = ap.parse_args()
 a.steps = a.steps or (5 if a.quick else 20)
 a.repeats = a.repeats or (1 if a.quick else 3)
@@ -102,7 +104,8 @@ else:
     layouts += [(f"D=4 zero {z}", 4, f"batch_size: 4, grad_accum: 1, zero_stage: {z}") for z in range(4)]
     layouts += [(f"P=2xD=2 {s} m=4 zero 0", 4, f"batch_size: 2, grad_accum: 4, pipeline_parallel: 2, pipeline_schedule: {s}, zero_stage: 0")
                 for s in ("1f1b", "gpipe")]
-    layouts += [("P=2xD=2 1f1b m=4 zero 1", 4, "batch_size: 2, grad_accum: 4, pipeline_parallel: 2, zero_stage: 1")]
+    layouts += [(f"P=2xD=2 1f1b m=4 zero {z}", 4, f"batch_size: 2, grad_accum: 4, pipeline_parallel: 2, zero_stage: {z}")
+                for z in (1, 2, 3)]
     layouts += [("P=4 1f1b m=4", 4, "batch_size: 4, grad_accum: 4, pipeline_parallel: 4")]
     if HAVE_T:
         layouts += [(f"T=2xD=2 zero {z}", 4, f"batch_size: 8, grad_accum: 1, tensor_parallel: 2, zero_stage: {z}")
@@ -111,6 +114,9 @@ else:
         layouts += [(f"T=2xP=2 {s} m=4", 4, f"batch_size: 4, grad_accum: 4, tensor_parallel: 2, pipeline_parallel: 2, pipeline_schedule: {s}")
                     for s in ("1f1b", "gpipe")]
 
+if a.only:
+    layouts = [l for l in layouts
+               if l[0] in ("one process", "D=4 zero 0", "D=2 zero 0") or re.search(a.only, l[0])]
 res = {name: {"ms": [], "summary": None} for name, _, _ in layouts}
 for rep in range(a.repeats):
     for i, (name, world, params) in enumerate(layouts):
