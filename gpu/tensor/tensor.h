@@ -114,9 +114,11 @@
  * micro-batches in flight, but each forward and backward runs through
  * all the stage's layers, so a layer's group is gathered for each
  * micro-batch's pass (not kept for the step: that would hold the whole
- * part, stage 2's parameters). The tied wte's pieces on the first and
- * the last stage are cut alike: their gradients are summed over pp as
- * the whole copies' are at the other stages.
+ * part, stage 2's parameters); under GPipe, whose forwards all come
+ * first, the last stage's head group is released by the next forward
+ * and gathered again for its backward. The tied wte's pieces on the
+ * first and the last stage are cut alike: their gradients are summed
+ * over pp as the whole copies' are at the other ZeRO stages.
  *
  * Not here (refused by tensor_check or the train stage): dropout, BF16
  * autocast, recomputation, GPUs (tensor_cuda.h is the CUDA engine's,
