@@ -793,12 +793,17 @@ void tensor_memory(const tensor_par *p, zslice_memory *m) {
   m->peak_grads = DS + sl;
   if (p->zg)
     z3_memory(p, m);
+  /* A tied head over stages: the buffer of its gradient's sum over them
+   * (sum_tied), held through the run. */
+  uint64_t tied = p->tied ? 4 * (uint64_t)tied_floats(p) : 0;
+  m->grads += tied;
+  m->peak_grads += tied;
   /* zero_stage 2 over the same group: the shards whole, their gradient
-   * in the step beside its slice. */
+   * in the step beside its slice, the tied embedding's sum whole. */
   uint64_t D = p->o.dp ? (uint64_t)comm_size(p->o.dp) : 1;
   uint64_t S2 = (p->n + D - 1) / D;
   m->stage2_params = 4 * D * S2;
-  m->stage2_grads = 4 * (D * S2 + (D > 1 ? S2 : 0));
+  m->stage2_grads = 4 * (D * S2 + (D > 1 ? S2 : 0) + (tied ? p->st.tied_n : 0));
 }
 
 /* ---- The passes ---- */

@@ -329,7 +329,9 @@ resumed_as one4 txp2d "resumed from one-process checkpoint $R/train/checkpoints/
 # bit: stage 3 reduces each micro-batch's gradient, stage 2 the step's
 # sum). Every rank keeps fewer parameter bytes between steps than at
 # stage 2 (summary.json's between_steps; rank 0 both times beside the
-# whole model) and its figures inside the step are the formula's; with
+# whole model), its slice's gradient and the buffer of the tied
+# embedding's piece summed over the stages, and its figures inside the
+# step are the formula's; with
 # one layer a stage these are no better than stage 2's (the largest
 # group, a layer's, is half the part), and the log says so. The step-10
 # checkpoint resumes as one process with one4's losses of steps 11-20,
@@ -341,7 +343,7 @@ like one4 tpd3
 TPD3=$R
 same_val "$R1" "$R"
 downstream_ok
-expect_in "$R/train/attempt-1/log" "rank 0 holds 0.024 MiB of parameters (0.053 MiB at most in a step), 0.024 MiB of gradients (0.064 MiB at most in a step) and 0.048 MiB of optimizer state between steps (zero_stage 3 over 2 data-parallel replicas)"
+expect_in "$R/train/attempt-1/log" "rank 0 holds 0.024 MiB of parameters (0.053 MiB at most in a step), 0.034 MiB of gradients (0.074 MiB at most in a step) and 0.048 MiB of optimizer state between steps (zero_stage 3 over 2 data-parallel replicas)"
 expect_in "$R/train/attempt-1/log" "rank 0: zero_stage 3's parameters at most in a step (0.053 MiB: its slice and the groups in use at once) are no better than zero_stage 2's 0.048 MiB for this model"
 gang_dag tpd2 "$MTPD, zero_stage: 2" 8
 expect_rc 0
@@ -361,9 +363,11 @@ for r, t in zip(three, two):
     pieces = [(n + D - 1) // D for n in groups]
     S = sum(pieces)
     params = 4 * (S + D * pieces[0] + max(D * p for p in pieces[1:]))
-    grads = 4 * (S + D * pieces[0] + max(D * p for p in pieces[1:]) + max(pieces))
+    tied = 4 * pieces[1]  # the tied embedding's piece, summed over the stages
+    grads = 4 * (S + D * pieces[0] + max(D * p for p in pieces[1:]) + max(pieces)) + tied
     mine = whole if r["rank"] == 0 else 0
     assert r["between_steps"]["params"] == mine + 4 * S, (r, S)
+    assert r["between_steps"]["grads"] == 4 * S + tied, (r, S)
     assert r["between_steps"]["params"] < t["between_steps"]["params"] == mine + 4 * sum(groups), (r, t)
     assert r["peak"]["params"] == mine + params and r["formula"]["params"] == params, (r, params)
     assert r["peak"]["grads"] == grads and r["formula"]["grads"] == grads, (r, grads)
