@@ -72,7 +72,7 @@
 #   norm, the replicated gradient's reduction on the last stage, the
 #   gather of the parameters or of the state for the checkpoint, the
 #   parameters or the state taken on resume, or with the memory formula
-#   of one stage, a check fails. (8 ranks, these 5 runs: 2 s.)
+#   of one stage, a check fails. (8 ranks, these 5 runs: 2.5 s.)
 # - The checkpoints are one process's: one process resumes the T=2 run's
 #   step-10 checkpoint and a T=2 run resumes one process's, both with one
 #   process's losses of steps 11-20; the T=2 run's final checkpoint is
