@@ -62,19 +62,21 @@
  * tensor_gather); stage 2 also frees the shards' full gradient after
  * the reduction (the rank keeps its slice's between steps, and
  * allocates the full one again for the next backward). Stage 3 (FSDP,
- * zero.h's stage 3 over the shards; not with pp) shards the parameters
- * too: the shards' floats are cut into groups, the replicated tensors,
- * wte's rows (a Llama's embed_tokens'), each layer's split tensors and
- * a Llama's untied lm_head's, and rank d keeps piece d of each (1/D of
- * it, its slice) with its gradient and optimizer state. In the step a
+ * zero.h's stage 3 over the shards; with pp over the stage's part of
+ * them, below) shards the parameters too: the shards' floats are cut
+ * into groups, the replicated tensors, wte's rows (a Llama's
+ * embed_tokens'), each layer's split tensors and a Llama's untied
+ * lm_head's, and rank d keeps piece d of each (1/D of it, its slice)
+ * with its gradient and optimizer state. In the step a
  * group is all-gathered whole just before its use and released after:
  * the replicated tensors for the whole step (small, and every layer
  * uses them), wte's rows for the lookup and again for the head (kept to
  * the head's backward), a layer's for its forward and again for its
  * backward; a group's gradient, once final (a layer's after its
- * backward, an untied head's after the head's, wte's and the replicated
- * tensors' after the lookup's backward), is reduce-scattered into the
- * slices and released, each micro-batch's added up. So between steps a
+ * backward, an untied head's after the head's, wte's after the lookup's
+ * backward, the replicated tensors' at the end of the backward), is
+ * reduce-scattered into the slices and released, each micro-batch's
+ * added up. So between steps a
  * rank holds its slices, and in the step beside them about one group's
  * parameters and gradients and the replicated tensors' (tensor_memory;
  * where that is no better than stage 2's, the train stage says so: a
@@ -104,7 +106,19 @@
  * gradients (the lookups' and the head's) are summed once a step and
  * both copies take the same update; the clipping norm counts it once.
  * tensor_gather adds the stages' parts into the first stage's shards
- * (over pp), which then go to rank 0 as without stages.
+ * (over pp), which then go to rank 0 as without stages. At zero_stage 3
+ * the groups are cut from the stage's part (its layers', wte's on the
+ * first stage, the last stage's head's, or its copy of a tied wte, the
+ * part's replicated tensors; the other stages' groups empty), each
+ * gathered for its pass as without stages: the schedule keeps several
+ * micro-batches in flight, but each forward and backward runs through
+ * all the stage's layers, so a layer's group is gathered for each
+ * micro-batch's pass (not kept for the step: that would hold the whole
+ * part, stage 2's parameters); under GPipe, whose forwards all come
+ * first, the last stage's head group is released by the next forward
+ * and gathered again for its backward. The tied wte's pieces on the
+ * first and the last stage are cut alike: their gradients are summed
+ * over pp as the whole copies' are at the other ZeRO stages.
  *
  * Not here (refused by tensor_check or the train stage): dropout, BF16
  * autocast, recomputation, GPUs (tensor_cuda.h is the CUDA engine's,
@@ -141,8 +155,8 @@ typedef struct tensor_options {
   /* With pp: pipeline.h's schedule of the micro-batches over the
    * stages (1F1B or GPipe). */
   pipeline_schedule schedule;
-  /* ZeRO over dp: 0 (every rank the whole optimizer state), 1, 2 or,
-   * without pp, 3 (above); ignored without dp. */
+  /* ZeRO over dp: 0 (every rank the whole optimizer state), 1, 2 or 3
+   * (above); ignored without dp. */
   int zero_stage;
 } tensor_options;
 

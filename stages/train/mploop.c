@@ -77,19 +77,6 @@ int mploop_check(trainrun *r, mploop *l) {
   if (stagekit_param_choice(ctx, h, "zero_stage", trainrun_zero_stage_names,
                             &l->zero))
     return EXIT_BAD_PARAMS;
-  /* Stage 3 shards the parameters of tensor shards (tensor.h) or of a
-   * pipeline stage (pipeline.h), not both: the tensor engine's groups
-   * are not cut from a stage's part. */
-  if (l->zero == 3 && l->D > 1 && l->T > 1 && l->K != l->T) {
-    h->fail(ctx,
-            "zero_stage 3 with tensor_parallel %d and pipeline_parallel %d: "
-            "the parameters are sharded over the data-parallel replicas "
-            "beside tensor_parallel alone or pipeline_parallel alone, not "
-            "both (zero_stage 1 or 2 shard the optimizer state and "
-            "gradients there); set zero_stage: 2",
-            l->T, l->K / l->T);
-    return EXIT_BAD_PARAMS;
-  }
   if (r->c.device == ENGINE_WANT_AUTO && engine_built_with_cuda() && !l->gpu_ok)
     h->log(ctx, DAGRUN_LOG_INFO,
            "device: auto is cpu with %s (GPU ranks do not run %s yet)",

@@ -21,14 +21,15 @@
  * alone reports; after the first step of a run, with every rank's
  * memory figures (mpmem.h). ZeRO (zero_stage 1 or 2) shards each part's
  * optimizer state (and at 2 its gradients) over its D replicas, and at 3
- * (tensor shards without pipeline stages: tensor.h) their parameters
- * too: the engine's gather is called on every rank.
+ * (tensor.h's shards, with or without pipeline stages; pipeline.h's
+ * stages) their parameters too: the engine's gather is called on every
+ * rank.
  *
  * Refused by mploop_check, before any collective, with the numbers: a
  * gang not started by a launcher, world_size not a multiple of K,
  * device: cuda (but where the engine runs on GPU ranks, mploop.gpu_ok),
- * dropout, overfit_one_batch, zero_stage 3 beside pipeline stages; with
- * gpu_ok, a zero_stage above gpu_zero on GPU ranks beside replicas.
+ * dropout, overfit_one_batch; with gpu_ok, a zero_stage above gpu_zero
+ * on GPU ranks beside replicas.
  *
  * GPU ranks (gpu_ok, and device cuda, or auto where every rank sees a
  * GPU: gangloop_pick_device): one GPU a rank (the local

@@ -18,7 +18,7 @@
  * Refused at start, before any collective, with the numbers: what
  * mploop_check refuses (world_size not a multiple of tensor_parallel,
  * device: cuda without tensor_cuda or where a rank sees no GPU,
- * zero_stage 3 beside stages or on GPU ranks, dropout,
+ * zero_stage 3 beside replicas on GPU ranks, dropout,
  * overfit_one_batch, no launcher), n_head or the
  * padded vocabulary not divisible by tensor_parallel (the vocabulary is
  * padded to a multiple of 64 already, and that padding is what is split:

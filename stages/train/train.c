@@ -136,11 +136,11 @@ static const dagrun_param_spec params[] = {
      "parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ "
      "parameters, gathered a layer at a time); ignored by one process. "
      "With tensor_parallel or pipeline_parallel, over the data-parallel "
-     "replicas: 0, 1 or 2, and 3 with one of them alone (each rank "
-     "keeps 1/D of its part's parameters between steps: beside "
-     "tensor_parallel its shards', gathered a layer at a time, on CPU "
-     "ranks; beside pipeline_parallel its stage's, gathered whole for "
-     "the step, on CPU or GPU ranks), not with both"},
+     "replicas: 0, 1, 2 or 3 (each rank keeps 1/D of its part's "
+     "parameters between steps: beside tensor_parallel its shards', or "
+     "with pipeline_parallel too its stage's part of them, gathered a "
+     "layer at a time, on CPU ranks; beside pipeline_parallel alone its "
+     "stage's, gathered whole for the step, on CPU or GPU ranks)"},
     {"pipeline_parallel", DAGRUN_PARAM_INT, "1", 0,
      "Pipeline stages (CPU or GPU ranks, GPT-2 and Llama models): the "
      "layers cut "

@@ -19,7 +19,9 @@
 #   stages) and 2 data-parallel replicas of 2 shards (against batch_size
 #   4), at zero_stage 1 and 3 (the parameters sharded over the replicas:
 #   the untied lm_head a group of its own, gathered for the head and its
-#   gradient reduced before the layers'). Refused: n_kv_head 1 with tensor_parallel 2, with the numbers.
+#   gradient reduced before the layers'), and 2 data-parallel replicas
+#   of 2 x 2 at zero_stage 3 under gpipe (8 ranks; the figures inside
+#   the step the formula's). Refused: n_kv_head 1 with tensor_parallel 2, with the numbers.
 . "$(dirname "$0")/lib.sh"
 
 use_train_gang
@@ -56,6 +58,32 @@ same_as one4 dt3 "$MODEL, tensor_parallel: 2, zero_stage: 3" 4
 # zero_stage 3 beside the stages, untied head (no tied copy on the last
 # stage), under gpipe.
 same_as one4 dp3 "$MODEL, pipeline_parallel: 2, pipeline_schedule: gpipe, zero_stage: 3" 4
+# T=2 x P=2 x D=2 at zero_stage 3 under gpipe (8 ranks): each rank's
+# groups cut from its stage's part (stage 0: the RMSNorms of layer 0, 80
+# floats; embed_tokens' rows, 6400; layer 0's split tensors, 8400; stage
+# 1: layer 1's RMSNorms and the final one, 120; layer 1's, 8400; the
+# untied lm_head's rows, 6400, a group of its own). The head's gathered
+# group, kept from a forward to its backward under 1f1b, is released by
+# the next forward under gpipe (all the forwards come first) and
+# gathered again for its backward, so that one group is gathered at a
+# time beside the replicated tensors': each rank's parameters inside the
+# step (summary.json's formula, the groups' buffers as the step held
+# them) are its slice, the replicated group and the largest other one.
+same_as one4 dtp3 "$MODEL, tensor_parallel: 2, pipeline_parallel: 2, pipeline_schedule: gpipe, zero_stage: 3" 8
+/usr/bin/python3 - "$(run_dir dtp3)/train/out/summary.json" <<'P' || fail "dtp3: memory: $(jq -c .memory.ranks "$(run_dir dtp3)/train/out/summary.json")"
+import json, sys
+C, F, KVl, Vp, T, D = 40, 100, 10, 320, 2, 2
+layer = 2 * C * C // T + 2 * KVl * C + 3 * F // T * C
+stages = [[2 * C, Vp // T * C, layer], [3 * C, layer, Vp // T * C]]
+ranks = json.load(open(sys.argv[1]))["memory"]["ranks"]
+assert len(ranks) == 8, ranks
+for r in ranks:
+    pieces = [(n + D - 1) // D for n in stages[r["rank"] // T % 2]]
+    S = sum(pieces)
+    params = 4 * (S + D * pieces[0] + max(D * p for p in pieces[1:]))
+    grads = 4 * (S + D * pieces[0] + max(D * p for p in pieces[1:]) + max(pieces))
+    assert r["formula"]["params"] == params and r["formula"]["grads"] == grads, (r, params, grads)
+P
 gang_refused kv1 "tensor_parallel 2 does not divide the model's 1 key/value heads and its intermediate_size 100" \
   "${MODEL/n_kv_head: 2/n_kv_head: 1}, tensor_parallel: 2"
 pass
