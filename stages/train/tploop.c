@@ -129,6 +129,9 @@ static void start_cuda(trainrun *r, tp_run *t, size_t *local, size_t *full) {
     mploop_abort(r, l, "splitting the NCCL replica", err);
   l->more[0] = t->ntc; /* the engine's traffic, for summary.json */
   l->more[1] = t->npc;
+  /* zero_stage 3's step makes the shard's arrays whole (tensor_cuda.h),
+   * not a layer's group at a time as tensor.c's CPU engine does. */
+  l->z3_in_step = "its shard's arrays, gathered whole for the step";
   tensor_cuda_options o = {.micro = l->m,
                            .B = r->c.B,
                            .T = r->c.m.T,
@@ -153,11 +156,6 @@ static void start_cuda(trainrun *r, tp_run *t, size_t *local, size_t *full) {
             "device: cuda: one GPU a rank, NCCL between them (the "
             "validation and the pre-flight loss on rank 0's CPU, over the "
             "gathered model)");
-  if (l->D > 1 && l->zero == 2)
-    r->h->log(r->ctx, DAGRUN_LOG_INFO,
-              "zero_stage 2 is zero_stage 1 on GPU tensor ranks: the "
-              "engine keeps its shard's gradient array whole on the device "
-              "(the optimizer state and master weights are sliced)");
 }
 #endif
 
@@ -276,9 +274,9 @@ int tploop_run(trainrun *r, int N, int T, int P) {
               .P = P};
 #ifdef DAGRUN_TRAIN_TENSOR_CUDA
   /* Tensor groups on GPUs (tensor_cuda.h), with stages, replicas and
-   * ZeRO 1-2 beside them. */
+   * ZeRO beside them: stage 3 without stages. */
   t.l.gpu_ok = 1;
-  t.l.gpu_zero = 2;
+  t.l.gpu_zero = P > 1 ? 2 : 3;
 #endif
   int status = mploop_check(r, &t.l), sc = 0;
   if (status == 0 && P > 1 &&
