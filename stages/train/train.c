@@ -138,9 +138,10 @@ static const dagrun_param_spec params[] = {
      "With tensor_parallel or pipeline_parallel, over the data-parallel "
      "replicas: 0, 1 or 2, and 3 with one of them alone (each rank "
      "keeps 1/D of its part's parameters between steps: beside "
-     "tensor_parallel its shards', gathered a layer at a time, on CPU "
-     "ranks; beside pipeline_parallel its stage's, gathered whole for "
-     "the step, on CPU or GPU ranks), not with both"},
+     "tensor_parallel its shards', gathered a layer at a time on CPU "
+     "ranks, whole for the step on GPU ranks; beside pipeline_parallel "
+     "its stage's, gathered whole for the step, on CPU or GPU ranks), "
+     "not with both"},
     {"pipeline_parallel", DAGRUN_PARAM_INT, "1", 0,
      "Pipeline stages (CPU or GPU ranks, GPT-2 and Llama models): the "
      "layers cut "

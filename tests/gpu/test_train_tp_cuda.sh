@@ -46,6 +46,34 @@ if [ -z "${GPU_STAGE_DIR:-}" ] &&
 fi
 use_train_gang
 
+# gang_like NAME WITH WORLD LINE REF LTOL WREF WTOL: gang_dag NAME (WITH
+# on WORLD ranks) succeeds, its log says LINE, its losses are within
+# LTOL of REF.losses and its final weights within WTOL of run WREF's.
+gang_like() {
+  gang_dag "$1" "$2" "$3"
+  expect_rc 0
+  expect_in "$(run_dir "$1")/train/attempt-1/log" "$4"
+  losses "$(run_dir "$1")" > "$1.losses"
+  same_losses "$5.losses" "$1.losses" "$6"
+  same_weights "$7/train/checkpoints/$CK/model.safetensors" \
+    "$(run_dir "$1")/train/checkpoints/$CK/model.safetensors" "$8"
+}
+
+# one4_resumes NAME FROM TOL [EXTRA]: one GPU process of batch_size 4
+# (EXTRA: more params) resumes run FROM's step-H checkpoint: it says so,
+# and its losses are within TOL of FROM.losses' after step H.
+one4_resumes() {
+  local c2=$COMMON from
+  from=$(run_dir "$2")
+  COMMON=${c2/batch_size: 2/batch_size: 4}
+  gpu_train "$1" "${4:+$4, }device: cuda, resume: \"$from/train/checkpoints/$HK\""
+  COMMON=$c2
+  expect_in "$(run_dir "$1")/train/attempt-1/log" "resumed from $from/train/checkpoints/$HK at step $H"
+  losses "$(run_dir "$1")" > "$1.losses"
+  awk -v h="$H" '$1 > h' "$2.losses" > "$2.tail"
+  same_losses "$2.tail" "$1.losses" "$3"
+}
+
 # tz_memory R1 R2 R3: the run directories of one 4-rank GPU layout at
 # zero_stage 1, 2 and 3 (summary.json's memory.ranks, device bytes):
 # between steps each rank's gradients at 2 below 1's (the slice's alone,
@@ -190,15 +218,8 @@ if [ "$ngpu" -ge 4 ]; then
   same_weights "$R4/train/checkpoints/$CK/model.safetensors" \
     "$RZ/train/checkpoints/$CK/model.safetensors" 0.1
   optim_halved dtz "$R" "$RZ"
-  awk -v h="$H" '$1 > h' dtz.losses > dtz.tail
   awk -v h="$H" '$1 > h' one4.losses > one4.tail
-  C2=$COMMON
-  COMMON=${C2/batch_size: 2/batch_size: 4}
-  gpu_train dtzone "device: cuda, resume: \"$RZ/train/checkpoints/$HK\""
-  COMMON=$C2
-  expect_in "$(run_dir dtzone)/train/attempt-1/log" "resumed from $RZ/train/checkpoints/$HK at step $H"
-  losses "$(run_dir dtzone)" > dtzone.losses
-  same_losses dtz.tail dtzone.losses 1e-3
+  one4_resumes dtzone dtz 1e-3
   gang_dag dtzr "$COMMON, tensor_parallel: 2, zero_stage: 1, device: cuda, resume: \"$R4/train/checkpoints/$HK\"" 4
   expect_rc 0
   expect_in "$(run_dir dtzr)/train/attempt-1/log" "resumed from $R4/train/checkpoints/$HK at step $H"
@@ -217,23 +238,11 @@ if [ "$ngpu" -ge 4 ]; then
   # process of batch_size 4, and one process's by the stage-3 gang: the
   # steps after within 1e-3 of the run each continues.
   for z in 2 3; do
-    gang_dag dtz$z "$COMMON, tensor_parallel: 2, zero_stage: $z, device: cuda" 4
-    expect_rc 0
-    expect_in "$(run_dir dtz$z)/train/attempt-1/log" "between steps (zero_stage $z over 2 data-parallel replicas)"
-    losses "$(run_dir dtz$z)" > dtz$z.losses
-    same_losses dtz.losses dtz$z.losses 1e-4
-    same_weights "$R4/train/checkpoints/$CK/model.safetensors" \
-      "$(run_dir dtz$z)/train/checkpoints/$CK/model.safetensors" 0.1
+    gang_like dtz$z "$COMMON, tensor_parallel: 2, zero_stage: $z, device: cuda" 4 \
+      "between steps (zero_stage $z over 2 data-parallel replicas)" dtz 1e-4 "$R4" 0.1
   done
   tz_memory "$RZ" "$(run_dir dtz2)" "$(run_dir dtz3)"
-  RZ3=$(run_dir dtz3)
-  awk -v h="$H" '$1 > h' dtz3.losses > dtz3.tail
-  C2=$COMMON
-  COMMON=${C2/batch_size: 2/batch_size: 4}
-  gpu_train dtz3one "device: cuda, resume: \"$RZ3/train/checkpoints/$HK\""
-  COMMON=$C2
-  losses "$(run_dir dtz3one)" > dtz3one.losses
-  same_losses dtz3.tail dtz3one.losses 1e-3
+  one4_resumes dtz3one dtz3 1e-3
   gang_dag dtz3r "$COMMON, tensor_parallel: 2, zero_stage: 3, device: cuda, resume: \"$R4/train/checkpoints/$HK\"" 4
   expect_rc 0
   expect_in "$(run_dir dtz3r)/train/attempt-1/log" "resumed from $R4/train/checkpoints/$HK at step $H"
@@ -256,15 +265,10 @@ if [ "$ngpu" -ge 4 ]; then
   expect_rc 0
   losses "$(run_dir ta)" > ta.losses
   for sched in 1f1b gpipe; do
-    gang_dag tp$sched "$COMMON, grad_accum: 4, tensor_parallel: 2, pipeline_parallel: 2, pipeline_schedule: $sched, device: cuda" 4
-    expect_rc 0
-    R=$(run_dir tp$sched)
-    expect_in "$R/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 of stage 0 of 2 (layers 0-0, $sched schedule"
-    expect_in "$R/train/attempt-1/log" "device: cuda: one GPU a rank, NCCL between them"
-    losses "$R" > tp$sched.losses
-    same_losses ta.losses tp$sched.losses 1e-4
-    same_weights "$(run_dir ta)/train/checkpoints/$CK/model.safetensors" \
-      "$R/train/checkpoints/$CK/model.safetensors" 0.02
+    gang_like tp$sched "$COMMON, grad_accum: 4, tensor_parallel: 2, pipeline_parallel: 2, pipeline_schedule: $sched, device: cuda" 4 \
+      "tensor parallel: rank 0 is shard 0 of 2 of stage 0 of 2 (layers 0-0, $sched schedule" \
+      ta 1e-4 "$(run_dir ta)" 0.02
+    expect_in "$(run_dir tp$sched)/train/attempt-1/log" "device: cuda: one GPU a rank, NCCL between them"
   done
   # Each stage keeps its part of the shard alone: every rank's parameter
   # bytes on the device (summary.json's memory formula) below the
@@ -302,13 +306,7 @@ if [ "$ngpu" -ge 4 ]; then
     same_losses tp4.losses dtp.losses 1e-4
     same_weights "$(run_dir tp4)/train/checkpoints/$CK/model.safetensors" \
       "$R/train/checkpoints/$CK/model.safetensors" 0.02
-    awk -v h="$H" '$1 > h' dtp.losses > dtp.tail
-    C2=$COMMON
-    COMMON=${C2/batch_size: 2/batch_size: 4}
-    gpu_train dtpone "grad_accum: 4, device: cuda, resume: \"$R/train/checkpoints/$HK\""
-    COMMON=$C2
-    losses "$(run_dir dtpone)" > dtpone.losses
-    same_losses dtp.tail dtpone.losses 5e-4
+    one4_resumes dtpone dtp 5e-4 "grad_accum: 4"
   else
     echo "SKIPPED: 2 replicas x 2 stages x tensor_parallel 2 (needs eight GPUs; $ngpu here)"
   fi
