@@ -115,6 +115,21 @@ static void memory_cuda(void *arg, gpt_memory *part, int *in_model,
   *step_bytes = 0;
 }
 
+/* After the first step (mploop_engine.stepped), the GPU rank's device
+ * bytes as a step leaves them (the "between steps" line and
+ * summary.json's): at zero_stage 2-3 the whole arrays made for the step
+ * must be gone by then. */
+static void stepped_cuda(void *arg, trainrun *r, int rank) {
+  tp_run *t = arg;
+  (void)rank;
+  if (t->l.nsteps != 1)
+    return;
+  gpt_memory part;
+  zslice_memory held;
+  tensor_cuda_memory(t->tcu, gpt_get_config(r->model), &part, &held);
+  mploop_log_memory(r, &t->l, &held);
+}
+
 /* The tensor groups on GPU ranks (mploop_open agreed on the device and
  * split the NCCL gang): the CUDA engine's shards over the stage's group,
  * its stages over the shard's (the same splits of nkc as tc and pc of
@@ -146,9 +161,10 @@ static void start_cuda(trainrun *r, tp_run *t, size_t *local, size_t *full) {
   if (tensor_cuda_create(t->ntc, r->model, &o, &t->tcu, err, sizeof err) != 0)
     mploop_abort(r, l, "tensor parallel on GPUs", err);
   t->run = r;
-  l->eng = (mploop_engine){t,           fb_cuda,     clip_cuda, step_cuda,
-                           gather_cuda, load_cuda,   NULL,      summary,
-                           t,           memory_cuda, 1};
+  l->eng = (mploop_engine){
+      t,         fb_cuda,      clip_cuda, step_cuda, gather_cuda,
+      load_cuda, stepped_cuda, summary,   t,         memory_cuda,
+      1};
   tensor_cuda_sizes(t->tcu, local, full);
   if (l->rank != 0)
     return;
@@ -250,16 +266,11 @@ static void start(trainrun *r, tp_run *t) {
             sh * F / T, (sh + 1) * F / T - 1, F, sh * Vp / T,
             (sh + 1) * Vp / T - 1, Vp, local, full, l->m, r->c.B, r->c.m.T,
             l->pos / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m);
-  zslice_memory mem; /* on GPU ranks the device's */
-#ifdef DAGRUN_TRAIN_TENSOR_CUDA
-  if (l->gpu) {
-    gpt_memory part;
-    tensor_cuda_memory(t->tcu, cfg, &part, &mem);
-  }
-#endif
-  if (!l->gpu)
+  zslice_memory mem; /* on GPU ranks after the first step (stepped_cuda) */
+  if (!l->gpu) {
     tensor_memory(t->tp, &mem);
-  mploop_log_memory(r, l, &mem);
+    mploop_log_memory(r, l, &mem);
+  }
 }
 
 int tploop_run(trainrun *r, int N, int T, int P) {
