@@ -114,14 +114,6 @@ static int check(comm *c, const gpt_config *cfg, const tensor_cuda_options *o,
                          errlen) != 0)
     return -1;
   int P = o->pp ? comm_size(o->pp) : 1;
-  if (D > 1 && P > 1 && o->zero_stage == 3) {
-    snprintf(err, errlen,
-             "tensor parallel on GPUs: zero_stage 3 beside pipeline stages "
-             "is not built (the whole part's arrays per step are, without "
-             "stages); zero_stage 2 slices the gradients and the optimizer "
-             "state there");
-    return -1;
-  }
   if (P > 1 &&
       (comm_backend_of(o->pp) != COMM_NCCL || !o->pp_ctl ||
        comm_size(o->pp_ctl) != P || comm_rank(o->pp_ctl) != comm_rank(o->pp))) {

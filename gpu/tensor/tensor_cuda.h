@@ -38,7 +38,7 @@
  * array made for the step (zslice_cuda.h's zslice_whole), which the
  * reduce-scatter empties straight into the slice's and which is then
  * freed, so between steps a rank holds its slice's gradient alone. At
- * zero_stage 3 (without stages) the parameters are sliced as well:
+ * zero_stage 3 the parameters are sliced as well:
  * the engine is made over the slice alone (its master weights, BF16
  * copy, gradient and optimizer state S floats each; gpt_cuda.h's
  * ZeRO-3 piece), and the step's first call all-gathers the BF16 slices
@@ -68,11 +68,14 @@
  * then goes to rank 0 as without stages. The engine's activation slots
  * are the stage's layers' (gpt_cuda_options.layers_first / _last).
  *
- * Not here: recompute (the engine runs without), zero_stage 3 beside
- * replicas and stages (refused by tensor_cuda_create: zero_stage 2
- * there; with one replica any zero_stage is 0: nothing to shard over,
- * as tensor_create has it); a shape tensor_check or pipeline_check
- * refuses is refused by tensor_cuda_create with its message.
+ * With stages too (T x P x D) everything above is of the rank's part of
+ * its shard (zs and the whole arrays of the part's floats; the tied
+ * embedding's gradient summed over pp inside the whole array).
+ *
+ * Not here: recompute (the engine runs without); with one replica any
+ * zero_stage is 0 (nothing to shard over, as tensor_create has it); a
+ * shape tensor_check or pipeline_check refuses is refused by
+ * tensor_cuda_create with its message.
  *
  * tensor_cuda_forward_backward and _clip_grad_norm are collective over
  * the group and, with dp or pp, over the replicas and the stages; _gather over
@@ -100,8 +103,7 @@ typedef struct tensor_cuda_options {
   int deterministic; /* gpt_cuda_options.deterministic */
   /* The replicas of this shard (NULL, or one rank: none): dp over NCCL
    * (the gradients), dp_ctl the same ranks in the same order over MPI (a
-   * checkpoint's gather, in host memory); zero_stage over them, 0-3 (3
-   * not with pp). */
+   * checkpoint's gather, in host memory); zero_stage over them, 0-3. */
   comm *dp, *dp_ctl;
   int zero_stage;
   /* The shard's stages (NULL, or one rank: none), over NCCL, and their

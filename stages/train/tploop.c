@@ -285,9 +285,9 @@ int tploop_run(trainrun *r, int N, int T, int P) {
               .P = P};
 #ifdef DAGRUN_TRAIN_TENSOR_CUDA
   /* Tensor groups on GPUs (tensor_cuda.h), with stages, replicas and
-   * ZeRO beside them: stage 3 without stages. */
+   * ZeRO 1-3 beside them (mploop_check has the layouts' own rules). */
   t.l.gpu_ok = 1;
-  t.l.gpu_zero = P > 1 ? 2 : 3;
+  t.l.gpu_zero = 3;
 #endif
   int status = mploop_check(r, &t.l), sc = 0;
   if (status == 0 && P > 1 &&

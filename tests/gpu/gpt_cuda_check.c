@@ -2054,9 +2054,8 @@ static int cmd_nccl_version(void) {
  * it as one GPU too (gpt_cuda_upload): that one GPU's losses and final
  * weights against the reference's; the group's final weights, gathered,
  * against the reference's. And the refusals: heads that R does not
- * divide, recompute, a master weights' window, zero_stage 3 beside
- * both replicas and stages (the group standing in for both: check
- * reads their sizes alone). GPT_CUDA_CHECK_MODEL=llama: the same on the first
+ * divide, recompute, a master weights' window.
+ * GPT_CUDA_CHECK_MODEL=llama: the same on the first
  * Llama shape of cmd_llama (GQA, an untied head).
  *
  * Tolerances: both runs are BF16 (gpt_cuda.h); the group's adds
@@ -2153,7 +2152,7 @@ static void tp_weights(const char *what, const float *w, const float *ref,
 
 /* What tensor parallel on GPUs refuses, before any collective: heads
  * that do not divide (tensor_check's message), recompute. */
-static void tp_refusals(comm *ctl, comm *nc) {
+static void tp_refusals(comm *nc) {
   char err[2048];
   tensor_cuda_options to = {
       .micro = 1, .B = 2, .T = 16, .opt = optim_cfg(OPTIM_ADAMW)};
@@ -2187,12 +2186,6 @@ static void tp_refusals(comm *ctl, comm *nc) {
             strstr(err, "tensor parallel runs without a master weights' "
                         "window"),
         "tensor: master_n: %s", err);
-  to.dp = to.pp = nc;
-  to.dp_ctl = to.pp_ctl = ctl;
-  to.zero_stage = 3;
-  CHECK(tensor_cuda_create(nc, m, &to, &t, err, sizeof err) != 0 &&
-            strstr(err, "zero_stage 3 beside pipeline stages is not built"),
-        "tensor: zero_stage 3 with stages: %s", err);
   gpt_destroy(m);
   printf("tensor: refusals checked: %s\n", err);
 }
@@ -2252,7 +2245,7 @@ static int cmd_tensor(void) {
     fprintf(stderr, "gpt_cuda_check tensor: run it under mpirun -np 2\n");
     return 2;
   }
-  tp_refusals(ctl, nc);
+  tp_refusals(nc);
   gpt *m = make_model(7), *w0 = make_model(7);
   optim *full = make_optim(m, OPTIM_ADAMW);
   size_t P = gpt_num_params(m);

@@ -307,6 +307,24 @@ if [ "$ngpu" -ge 4 ]; then
     same_weights "$(run_dir tp4)/train/checkpoints/$CK/model.safetensors" \
       "$R/train/checkpoints/$CK/model.safetensors" 0.02
     one4_resumes dtpone dtp 5e-4 "grad_accum: 4"
+    # And at zero_stage 3 (each rank's slice of its stage's part; the
+    # part's whole arrays made for the step): zero_stage 1's losses
+    # within 1e-4 (measured the same bits), every rank's parameters and
+    # gradients between steps below zero_stage 1's (between_below), its
+    # checkpoint resumed by one GPU process as zero_stage 1's.
+    # Where the train stage refuses zero_stage 3 beside both tensor and
+    # pipeline parallel on every device (mploop.c, until the CPU engine
+    # runs it), skipped, saying so.
+    gang_dag dtpz3 "$COMMON, grad_accum: 4, tensor_parallel: 2, pipeline_parallel: 2, zero_stage: 3, device: cuda" 8
+    if [ "$RC" -ne 0 ] && grep -rqsF "pipeline_parallel alone, not both" "$T/err" "$DAGRUN_RUNS_DIR/dtpz3"; then
+      echo "SKIPPED: zero_stage 3 with T x P x D (the train stage refuses it on every device)"
+    else
+      expect_rc 0
+      losses "$(run_dir dtpz3)" > dtpz3.losses
+      same_losses dtp.losses dtpz3.losses 1e-4
+      between_below dtpz3 "$R" "$(run_dir dtpz3)"
+      one4_resumes dtpz3one dtpz3 5e-4 "grad_accum: 4"
+    fi
   else
     echo "SKIPPED: 2 replicas x 2 stages x tensor_parallel 2 (needs eight GPUs; $ngpu here)"
   fi
