@@ -31,7 +31,8 @@
 #   its stage's part of its shard) with grad_accum 4, 1f1b and gpipe,
 #   against the tensor group alone with the same grad_accum, and the
 #   Llama's; one GPU process resumes its checkpoint; and 2 replicas of
-#   it on 8 ranks at zero_stage 1 against it at batch_size 4;
+#   it on 8 ranks at zero_stage 1 against it at batch_size 4, and at
+#   zero_stage 3 against zero_stage 1 where the train stage runs it;
 # - the replicas at zero_stage 2 and 3 against zero_stage 1 (below),
 #   the memory between steps lower at each, stage 3's checkpoint resumed
 #   by one GPU process and one process's by the stage-3 gang.
