@@ -401,7 +401,7 @@ static int dp_mean(tensor_cuda *t, char *err, size_t errlen) {
     at = t->zs.lo;
     nr = at < nr ? nr - at : 0;
     nr = nr < t->zs.own ? nr : t->zs.own;
-    at = t->zg ? 0 : at;
+    at = t->zg ? 0 : at; /* there the slice's lo is their float 0 */
   } else if (t->D > 1 &&
              (gpt_cuda_synchronize(t->g, err, errlen) != 0 ||
               comm_allreduce_sum(t->o.dp, g, t->n, err, errlen) != 0 ||
