@@ -724,12 +724,14 @@ static int plan_tensor_parallel(gpt_cuda *g, const gpt_cuda_options *o,
   g->tpr = R;
   g->tpk = R > 1 ? tp->rank : 0;
   if (R > 1) {
-    const char *why =
-        o->npieces || o->grad_shard ? "ZeRO's stage-2 and stage-3 shards"
-        : o->recompute != GPT_RECOMPUTE_NONE ? "recompute (use recompute: none)"
-        : !tp->tensors || !tp->allreduce || !tp->allgather
-            ? "no shard layout or collectives"
-            : NULL;
+    /* A window of pieces would need the pieces' layout in the shard's:
+     * tensor_cuda.c's stage 3 is one piece, all of it the master's. */
+    const char *why = o->master_n ? "a master weights' window (master_n)"
+                      : o->recompute != GPT_RECOMPUTE_NONE
+                          ? "recompute (use recompute: none)"
+                      : !tp->tensors || !tp->allreduce || !tp->allgather
+                          ? "no shard layout or collectives"
+                          : NULL;
     if (why)
       return fail(err, errlen, "gpt_cuda: tensor parallel runs without %s",
                   why);
@@ -1126,14 +1128,22 @@ extern "C" int gpt_cuda_upload_shard(gpt_cuda *g, const float *shard,
   forget_passes(g);
   if (g->nm < g->padded) {
     /* A window (master_n, or a tensor shard's shard_lo / shard_n): the
-     * whole shard goes up through the FP32 gradients (as many floats),
-     * which makes the BF16 copy of all of it and the window's master
-     * weights, and is zeroed after. */
-    CK(cudaMemcpyAsync(g->grads, shard, g->padded * 4, cudaMemcpyHostToDevice,
-                       g->k.stream));
-    KK(kern_f32_to_bf16(&g->k, g->params, g->grads, g->padded, err, errlen));
-    CK(cudaMemcpyAsync(g->master, g->grads + window_lo(g), g->nm * 4,
-                       cudaMemcpyDeviceToDevice, g->k.stream));
+     * whole shard goes up through the FP32 gradients, as much at a time
+     * as they hold (all of it, unless they are the slice's alone:
+     * grad_shard), which makes the BF16 copy of all of it and the
+     * window's master weights, and is zeroed after. Stream order keeps
+     * a chunk until its copies are done. */
+    size_t wl = window_lo(g), wh = wl + g->nm;
+    for (size_t at = 0; at < g->padded; at += g->ngrads) {
+      size_t n = g->padded - at < g->ngrads ? g->padded - at : g->ngrads;
+      CK(cudaMemcpyAsync(g->grads, shard + at, n * 4, cudaMemcpyHostToDevice,
+                         g->k.stream));
+      KK(kern_f32_to_bf16(&g->k, g->params + at, g->grads, n, err, errlen));
+      size_t a = at > wl ? at : wl, b = at + n < wh ? at + n : wh;
+      if (a < b)
+        CK(cudaMemcpyAsync(g->master + (a - wl), g->grads + (a - at),
+                           (b - a) * 4, cudaMemcpyDeviceToDevice, g->k.stream));
+    }
     CK(cudaMemsetAsync(g->grads, 0, g->ngrads * 4, g->k.stream));
     return move_state(g, opt, 1, err, errlen);
   }

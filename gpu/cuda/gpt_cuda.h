@@ -87,8 +87,16 @@ typedef struct gpt_cuda_piece {
  * shard_n) of it, the BF16 copy and the gradients padded floats, and
  * upload_shard takes (download_shard writes) padded floats with the
  * master weights at shard_lo; download_shard writes the master weights
- * alone, [shard_lo, shard_lo + shard_n) of it. Not with pieces,
- * grad_shard or recompute (refused by gpt_cuda_create). */
+ * alone, [shard_lo, shard_lo + shard_n) of it. ZeRO-2 adds grad_shard
+ * (the gradients the slice's shard_n floats; the groups' whole ones
+ * where gpt_cuda_set_group_grads puts them: every group of a shard
+ * starts at its float 0, so one pointer, the whole array's, serves
+ * them all). ZeRO-3 is one piece, {shard_lo, n, 0} of the shard's
+ * layout, with shard_n the slice's floats: every array is the slice's,
+ * upload_shard and download_shard move its shard_n floats, and the
+ * groups' parameters and gradients are where the setters put them (the
+ * same one pointer each). Not with master_n or recompute (refused by
+ * gpt_cuda_create). */
 typedef struct gpt_cuda_tp_tensor {
   size_t offset, numel;
 } gpt_cuda_tp_tensor;

@@ -23,11 +23,12 @@
  * floats: the master weights, their BF16 copy, the reduced gradient and
  * the optimizer state), and the stage's BF16 parameters and FP32
  * gradients (range 0 padded to D S, the tied copy after) are this
- * engine's own device arrays, wp and wg, which the groups point into:
- * gather makes them (the BF16 slices all-gathered into wp), release
- * frees them after the reduce-scatter has put the slice's gradient into
- * the gpt_cuda's. Between steps a rank holds 10 bytes a float of its
- * slice (and the optimizer state); in a step 6 of the stage's besides.
+ * engine's own device arrays (zslice_cuda.h's zslice_whole, wp and wg),
+ * which the groups point into: gather makes them (the BF16 slices
+ * all-gathered into wp), release frees them after the reduce-scatter has
+ * put the slice's gradient into the gpt_cuda's. Between steps a rank
+ * holds 10 bytes a float of its slice (and the optimizer state); in a
+ * step 6 of the stage's besides.
  * DAGRUN_PIPELINE_CUDA_GPU: this build has the CUDA engine; without it,
  * pipe_cuda_create says so (at the end of the file). */
 #include "pipeline_engine.h"
@@ -53,8 +54,8 @@ struct pipe_eng {
                       shard's, or with ZeRO the slice's), on its way */
   zslice zs;       /* with ZeRO: range 0's slice, over dp_ctl */
   float *gsl;      /* with ZeRO 1-2: the slice's reduced gradient (device) */
-  void *wp;        /* zero_stage 3: the stage's BF16 parameters (nm), */
-  float *wg;       /* and gradients (nm), from gather to release (above) */
+  zslice_whole zw; /* zero_stage 3: the stage's BF16 parameters and
+                      gradients (nm each), from gather to release */
 };
 
 static int z3(const pipe_eng *e) { return e->su.zero == 3; }
@@ -105,16 +106,8 @@ static int cuda_copy(pipe_eng *e, void *dst, const void *src, size_t bytes,
   return sync_g(e, err, errlen);
 }
 static int cuda_zero_grad(pipe_eng *e, char *err, size_t errlen) {
-  if (!z3(e))
-    return gpt_cuda_zero_grad(e->g, err, errlen);
-  if (!e->wg) {
-    snprintf(err, errlen, "pipeline: the stage's arrays are not there");
-    return -1;
-  }
-  cudaError_t ce = cudaMemsetAsync(e->wg, 0, e->nm * sizeof(float),
-                                   (cudaStream_t)gpt_cuda_stream(e->g));
-  return ce != cudaSuccess ? cuda_fail(ce, "zeroing the gradients", err, errlen)
-                           : 0;
+  return z3(e) ? zslice_whole_zero_grad(&e->zw, e->g, err, errlen)
+               : gpt_cuda_zero_grad(e->g, err, errlen);
 }
 /* The passes end synchronized: the received buffer they copied from may
  * take the next message, and the bubble's busy time is the GPU's. */
@@ -148,9 +141,9 @@ static const void *cuda_input_grad(pipe_eng *e, int slot) {
 }
 static float *cuda_grads(pipe_eng *e, int r) {
   char err[256];
-  if (sync_g(e, err, sizeof err) != 0 || (z3(e) && !e->wg))
+  if (sync_g(e, err, sizeof err) != 0 || (z3(e) && !e->zw.wg))
     return NULL;
-  return (z3(e) ? e->wg : gpt_cuda_grads_ptr(e->g)) + e->local[r];
+  return (z3(e) ? e->zw.wg : gpt_cuda_grads_ptr(e->g)) + e->local[r];
 }
 static int cuda_add(pipe_eng *e, int r, const float *src, size_t n, char *err,
                     size_t errlen) {
@@ -184,28 +177,18 @@ static int cuda_sumsq(pipe_eng *e, int r, double *ss, char *err,
 static int cuda_reduce(pipe_eng *e, float s, char *err, size_t errlen) {
   if (!z3(e))
     return zslice_cuda_reduce(e->g, e->su.dp, &e->zs, e->gsl, s, err, errlen);
-  if (!e->wg) {
-    snprintf(err, errlen, "pipeline: the stage's gradients are not there");
-    return -1;
-  }
-  return sync_g(e, err, errlen) != 0 ||
-                 comm_reduce_scatter_sum(e->su.dp, e->wg,
-                                         gpt_cuda_grads_ptr(e->g), e->zs.S, err,
-                                         errlen) != 0 ||
-                 gpt_cuda_scale_grads(e->g, s, err, errlen) != 0 ||
-                 sync_g(e, err, errlen) != 0
-             ? -1
-             : 0;
+  return zslice_whole_reduce(&e->zw, e->g, e->su.dp, &e->zs, s, err, errlen);
 }
 
 /* Each group the stage reaches, where it lies in the stage's arrays (the
  * gpt_cuda's own, or at stage 3 wp and wg; NULL while they are not
  * there). */
-static void place_groups(pipe_eng *e) {
+static void place_groups(void *arg) {
+  pipe_eng *e = arg;
   const pipe_setup *su = &e->su;
   size_t ng = gpt_group_count(su->model);
-  char *params = z3(e) ? e->wp : gpt_cuda_params_ptr(e->g);
-  float *grads = z3(e) ? e->wg : gpt_cuda_grads_ptr(e->g);
+  char *params = z3(e) ? e->zw.wp : gpt_cuda_params_ptr(e->g);
+  float *grads = z3(e) ? e->zw.wg : gpt_cuda_grads_ptr(e->g);
   for (size_t g = 0; g < ng; g++) {
     size_t off, n;
     gpt_group_range(su->model, g, &off, &n);
@@ -221,55 +204,23 @@ static void place_groups(pipe_eng *e) {
   }
 }
 
-/* zero_stage 3: the stage's arrays made for a step (or a gather). */
-static int acquire(pipe_eng *e, char *err, size_t errlen) {
-  if (e->wp && e->wg)
-    return 0;
-  if ((!e->wp && !(e->wp = cuda_alloc(e, e->nm * 2))) ||
-      (!e->wg && !(e->wg = cuda_alloc(e, e->nm * sizeof(float))))) {
-    snprintf(err, errlen,
-             "pipeline: out of GPU memory for the stage's parameters and "
-             "gradients (%zu floats; zero_stage 3 gathers the whole stage "
-             "for the step)",
-             e->nm);
-    return -1;
-  }
-  place_groups(e);
-  return 0;
-}
-
 /* zero_stage 3, after the reduce or a gather: the arrays go (the groups
- * point nowhere until acquire places them again). A no-op below it. */
-static void cuda_release(pipe_eng *e) {
-  if (!z3(e) || (!e->wp && !e->wg))
-    return;
-  char err[256];
-  if (e->g)
-    sync_g(e, err, sizeof err); /* the kernels that read them are done */
-  cudaFree(e->wp);
-  cudaFree(e->wg);
-  e->wp = NULL;
-  e->wg = NULL;
-  if (e->g)
-    place_groups(e);
-}
+ * point nowhere until the next gather places them again). A no-op below
+ * it. */
+static void cuda_release(pipe_eng *e) { zslice_whole_release(&e->zw, e->g); }
 
 /* Every rank's BF16 slice of range 0, in place; at stage 3 from the
  * gpt_cuda's (the slice's) into the stage's arrays, made for it. */
 static int cuda_gather(pipe_eng *e, char *err, size_t errlen) {
   if (!z3(e))
     return zslice_cuda_gather(e->g, e->su.dp, &e->zs, err, errlen);
-  return acquire(e, err, errlen) != 0 || sync_g(e, err, errlen) != 0 ||
-                 comm_allgather_bytes(e->su.dp, gpt_cuda_params_ptr(e->g),
-                                      e->wp, e->zs.S * 2, err, errlen) != 0
-             ? -1
-             : 0;
+  return zslice_whole_gather(&e->zw, e->g, e->su.dp, &e->zs, err, errlen);
 }
 static void *cuda_tied(pipe_eng *e, int r, size_t *bytes) {
   size_t off, n;
   gpt_group_range(e->su.model, 0, &off, &n);
   *bytes = n * 2;
-  char *params = z3(e) ? e->wp : gpt_cuda_params_ptr(e->g);
+  char *params = z3(e) ? e->zw.wp : gpt_cuda_params_ptr(e->g);
   return params ? params + e->local[r] * 2 : NULL;
 }
 /* Clipping's scale goes into the next step's update (gpt_cuda_set_clip),
@@ -343,31 +294,21 @@ static int cuda_load(pipe_eng *e, optim *full, char *err, size_t errlen) {
 }
 /* The device's bytes (gpt_cuda_memory_estimate of the options it was
  * made with: what gpt_cuda_create allocated) and the slice's gradient;
- * at stage 3 the stage's arrays beside them while they are there (the
- * peak with them; zero_stage 2's, to beat: the slice's master weights
- * beside the stage's BF16 copy, the stage's gradients beside the
- * slice's). */
+ * at stage 3 the stage's arrays beside them (zslice_whole_memory). */
 static void cuda_memory(pipe_eng *e, zslice_memory *held, gpt_memory *part) {
   gpt_cuda_memory_estimate(gpt_get_config(e->su.model), e->go.B, e->go.T,
                            &e->go, part);
-  uint64_t S = e->su.zero ? (uint64_t)e->zs.S : 0, wp = 0, wg = 0;
   if (z3(e)) {
-    wp = (uint64_t)e->nm * 2;
-    wg = (uint64_t)e->nm * 4;
-  } else
-    part->grads += S * 4;
-  *held = (zslice_memory){.params = part->params + (e->wp ? wp : 0),
-                          .grads = part->grads + (e->wg ? wg : 0),
-                          .optim = part->optim,
-                          .peak_grads = part->grads + wg,
-                          .peak_params = part->params + wp};
-  if (z3(e)) {
-    held->stage2_params = S * 4 + wp;
-    held->stage2_grads = wg + S * 4;
+    zslice_whole_memory(&e->zw, e->zs.S, part, held);
+    return;
   }
-  part->params = held->peak_params;
-  part->grads = held->peak_grads;
+  part->grads += e->su.zero ? (uint64_t)e->zs.S * 4 : 0;
   part->total = part->params + part->grads + part->optim + part->acts;
+  *held = (zslice_memory){.params = part->params,
+                          .grads = part->grads,
+                          .optim = part->optim,
+                          .peak_grads = part->grads,
+                          .peak_params = part->params};
 }
 
 static const pipe_ops cuda_ops = {
@@ -406,6 +347,11 @@ int pipe_cuda_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,
     return -1;
   }
   e->su = *su;
+  e->zw = (zslice_whole){.params = 1,
+                         .device = su->o->device,
+                         .who = "pipeline",
+                         .place = place_groups,
+                         .arg = e};
   /* With ZeRO range 0 takes D S floats (its slices), the padding zero. */
   zslice_init(&e->zs, su->zero ? su->dp_ctl : NULL, su->n[0]);
   gpt_cuda_piece pc[2];
@@ -414,6 +360,7 @@ int pipe_cuda_create(const pipe_setup *su, const pipe_ops **ops, pipe_eng **out,
     pc[r] = (gpt_cuda_piece){su->off[r], su->n[r], e->nm};
     e->nm += r == 0 ? (size_t)e->zs.D * e->zs.S : su->n[r];
   }
+  e->zw.n = e->nm;
   const pipeline_options *o = su->o;
   e->go = (gpt_cuda_options){.B = o->B,
                              .T = o->T,

@@ -41,8 +41,14 @@ struct tensor_cuda {
    * its state for gpt_cuda_upload_shard and _download_shard. */
   optim *lopt;
   float *dev2; /* 2 device floats: a host double's sum over a group */
-  float *gsl;  /* with ZeRO: the slice's reduced gradient (device) */
+  float *gsl;  /* with ZeRO-1: the slice's reduced gradient (device) */
   int stale;   /* with ZeRO: the BF16 slices not gathered since the step */
+  /* With ZeRO 2-3 (zg; z3: 3): the part's whole gradients (and at 3 its
+   * BF16 parameters), made for a step and released after the
+   * reduce-scatter (zslice_cuda.h); the gpt_cuda's are the slice's. */
+  int zg, z3;
+  zslice_whole zw;
+  size_t ngroups; /* the model's parameter groups (gpt.h) */
 };
 
 /* gpt_cuda_tp's collectives: the group's, on device buffers. */
@@ -101,9 +107,11 @@ static int check(comm *c, const gpt_config *cfg, const tensor_cuda_options *o,
     snprintf(err, errlen, "tensor_cuda: %d micro-batches", o->micro);
     return -1;
   }
-  /* One replica: nothing to shard over (tensor_create's rule). */
-  if (D > 1 && zslice_check_stage(o->zero_stage, "tensor parallel on GPUs", err,
-                                  errlen) != 0)
+  /* One replica: nothing to shard over (tensor_create's rule). Stage 3:
+   * the part's whole arrays made for each step (tensor_cuda.h). */
+  if (D > 1 && o->zero_stage != 3 &&
+      zslice_check_stage(o->zero_stage, "tensor parallel on GPUs", err,
+                         errlen) != 0)
     return -1;
   int P = o->pp ? comm_size(o->pp) : 1;
   if (P > 1 &&
@@ -164,6 +172,17 @@ static int make_stages(tensor_cuda *t, const gpt_config *cfg, char *err,
                          errlen);
 }
 
+/* With ZeRO 2-3: every group where the whole arrays are (a shard's
+ * groups all start at its float 0), or nowhere while they are not. */
+static void place_whole(void *arg) {
+  tensor_cuda *t = arg;
+  for (size_t i = 0; i < t->ngroups; i++) {
+    if (t->z3)
+      gpt_cuda_set_group_params(t->g, i, t->zw.wp);
+    gpt_cuda_set_group_grads(t->g, i, t->zw.wg);
+  }
+}
+
 /* The engine in its tensor-shard mode over t's layout, and its weights.
  * 0, or -1 with err. */
 static int make_engine(tensor_cuda *t, const gpt *model, char *err,
@@ -198,18 +217,26 @@ static int make_engine(tensor_cuda *t, const gpt *model, char *err,
                                 .allreduce = tp_allreduce,
                                 .allgather = tp_allgather,
                                 .arg = t->c}};
-  if (t->zs.D > 1) { /* ZeRO-1: the master weights of the slice alone */
+  gpt_cuda_piece pc = {t->zs.lo, t->zs.own, 0};
+  if (t->z3) { /* every array the slice's (gpt_cuda.h's ZeRO-3) */
+    go.pieces = &pc;
+    go.npieces = 1;
+    go.shard_n = t->zs.S;
+  } else if (t->zs.D > 1) { /* the master weights of the slice alone, at
+                               2 its gradients too */
     go.shard_lo = t->zs.lo;
     go.shard_n = t->zs.S;
     go.padded = DS;
+    go.grad_shard = t->zg;
   }
   if (gpt_cuda_create(model, &go, &t->g, err, errlen) != 0)
     goto out;
   t->go = go;
-  t->go.tp.tensors = NULL; /* tt goes; only the sizes are read again */
+  t->go.tp.tensors = NULL; /* tt and pc go; only the sizes are read again */
+  t->go.pieces = NULL;
   /* On the engine's device (gpt_cuda_create made it the thread's). */
   if (cudaMalloc((void **)&t->dev2, 2 * sizeof(float)) != cudaSuccess ||
-      (t->zs.D > 1 &&
+      (t->zs.D > 1 && !t->zg &&
        cudaMalloc((void **)&t->gsl, t->zs.S * sizeof(float)) != cudaSuccess)) {
     cudaGetLastError();
     snprintf(err, errlen, "tensor_cuda: out of device memory");
@@ -217,7 +244,8 @@ static int make_engine(tensor_cuda *t, const gpt *model, char *err,
   }
   tensor_layout_take(t->lay, t->r, gpt_params((gpt *)model), shard);
   tensor_stage_take(&t->st, shard, buf);
-  rc = gpt_cuda_upload_shard(t->g, buf, NULL, err, errlen);
+  rc = gpt_cuda_upload_shard(t->g, t->z3 ? buf + t->zs.lo : buf, NULL, err,
+                             errlen);
   if (rc == 0 && t->P > 1)
     rc = make_stages(t, gpt_get_config(model), err, errlen);
 out:
@@ -243,6 +271,7 @@ int tensor_cuda_create(comm *c, const gpt *model, const tensor_cuda_options *o,
   t->ranks = ranks;
   t->r = comm_rank(c);
   t->full = gpt_num_params(model);
+  t->ngroups = gpt_group_count(model);
   t->D = o->dp ? comm_size(o->dp) : 1;
   t->d = o->dp ? comm_rank(o->dp) : 0;
   t->P = o->pp ? comm_size(o->pp) : 1;
@@ -264,6 +293,14 @@ int tensor_cuda_create(comm *c, const gpt *model, const tensor_cuda_options *o,
   t->n = t->st.n;
   t->nrepl = t->st.nrepl;
   zslice_init(&t->zs, t->D > 1 && o->zero_stage > 0 ? o->dp_ctl : NULL, t->n);
+  t->zg = t->zs.D > 1 && o->zero_stage >= 2;
+  t->z3 = t->zs.D > 1 && o->zero_stage == 3;
+  t->zw = (zslice_whole){.n = (size_t)t->zs.D * t->zs.S,
+                         .params = t->z3,
+                         .device = comm_device(c),
+                         .who = "tensor_cuda",
+                         .place = place_whole,
+                         .arg = t};
   whole = (optim_group){0, t->zs.S, 1};
   if (optim_create(&o->opt, t->zs.S, &whole, 1, &t->lopt, err, errlen) != 0 ||
       make_engine(t, model, err, errlen) != 0)
@@ -280,6 +317,7 @@ void tensor_cuda_destroy(tensor_cuda *t) {
     return;
   pipestream_release(&t->ps);
   free(t->ops);
+  zslice_whole_release(&t->zw, t->g);
   gpt_cuda_destroy(t->g);
   if (t->dev2)
     cudaFree(t->dev2);
@@ -306,22 +344,42 @@ void tensor_cuda_memory(const tensor_cuda *t, const gpt_config *cfg,
   part->grads += t->gsl ? (uint64_t)t->zs.S * 4 : 0;
   part->grads += t->tied ? (uint64_t)t->st.tied_n * 4 : 0;
   part->acts += t->P > 1 ? (uint64_t)pipestream_bytes(&t->ps) : 0;
+  if (t->zg) { /* the whole arrays beside the slice's in the step */
+    zslice_whole_memory(&t->zw, t->zs.S, part, held);
+    return;
+  }
   part->total = part->params + part->grads + part->optim + part->acts;
   *held = (zslice_memory){.params = part->params,
                           .grads = part->grads,
                           .optim = part->optim,
-                          .peak_grads = part->grads};
+                          .peak_grads = part->grads,
+                          .peak_params = part->params};
 }
 
-/* With ZeRO, after an update: every rank's BF16 slice, in place (the
- * next forward reads the whole shard). */
+/* Before a step's passes: with ZeRO 1-2 after an update every rank's
+ * BF16 slice, in place (the next forward reads the whole part), and at
+ * 2 the whole gradients made; at 3 both whole arrays made, the BF16
+ * slices gathered into them. Then the gradients the passes add to
+ * zeroed. */
 static int make_whole(tensor_cuda *t, char *err, size_t errlen) {
-  if (!t->stale)
-    return 0;
-  if (zslice_cuda_gather(t->g, t->o.dp, &t->zs, err, errlen) != 0)
+  if (t->z3
+          ? zslice_whole_gather(&t->zw, t->g, t->o.dp, &t->zs, err, errlen) != 0
+          : t->stale &&
+                zslice_cuda_gather(t->g, t->o.dp, &t->zs, err, errlen) != 0)
     return -1;
   t->stale = 0;
-  return 0;
+  if (!t->zg)
+    return gpt_cuda_zero_grad(t->g, err, errlen);
+  return zslice_whole_make(&t->zw, err, errlen) != 0 ||
+                 zslice_whole_zero_grad(&t->zw, t->g, err, errlen) != 0
+             ? -1
+             : 0;
+}
+
+/* The part's gradients as the passes leave them: with ZeRO 2-3 the
+ * whole array made for the step, else the gpt_cuda's. */
+static float *part_grads(tensor_cuda *t) {
+  return t->zg ? t->zw.wg : gpt_cuda_grads_ptr(t->g);
 }
 
 /* The mean over the replicas (o.dp) of the gradients: with ZeRO this
@@ -334,12 +392,16 @@ static int dp_mean(tensor_cuda *t, char *err, size_t errlen) {
   float *g = gpt_cuda_grads_ptr(t->g), inv = 1.0f / (float)t->D;
   size_t at = 0, nr = t->nrepl;
   if (t->zs.D > 1) {
-    if (zslice_cuda_reduce(t->g, t->o.dp, &t->zs, t->gsl, inv, err, errlen) !=
-        0)
+    /* At 2-3 straight into the gpt_cuda's, the slice's own. */
+    if (t->zg ? zslice_whole_reduce(&t->zw, t->g, t->o.dp, &t->zs, inv, err,
+                                    errlen) != 0
+              : zslice_cuda_reduce(t->g, t->o.dp, &t->zs, t->gsl, inv, err,
+                                   errlen) != 0)
       return -1;
     at = t->zs.lo;
     nr = at < nr ? nr - at : 0;
     nr = nr < t->zs.own ? nr : t->zs.own;
+    at = t->zg ? 0 : at; /* there the slice's lo is their float 0 */
   } else if (t->D > 1 &&
              (gpt_cuda_synchronize(t->g, err, errlen) != 0 ||
               comm_allreduce_sum(t->o.dp, g, t->n, err, errlen) != 0 ||
@@ -395,7 +457,7 @@ static int sum_tied(tensor_cuda *t, char *err, size_t errlen) {
   if (!t->st.tied_n)
     return 0;
   cudaStream_t cs = (cudaStream_t)gpt_cuda_stream(t->g);
-  float *g = gpt_cuda_grads_ptr(t->g) + t->st.tied_at;
+  float *g = part_grads(t) + t->st.tied_at;
   size_t bytes = t->st.tied_n * sizeof(float);
   cudaError_t e = t->st.has_tied ? cudaMemcpyAsync(t->tied, g, bytes,
                                                    cudaMemcpyDeviceToDevice, cs)
@@ -439,8 +501,7 @@ int tensor_cuda_forward_backward(tensor_cuda *t, const uint32_t *inputs,
   size_t BT = (size_t)t->o.B * t->o.T;
   int m = t->o.micro;
   double sum = 0;
-  if (make_whole(t, err, errlen) != 0 ||
-      gpt_cuda_zero_grad(t->g, err, errlen) != 0)
+  if (make_whole(t, err, errlen) != 0)
     return -1;
   if (t->P > 1 && run_stages(t, inputs, targets, &sum, err, errlen) != 0)
     return -1;
@@ -452,10 +513,11 @@ int tensor_cuda_forward_backward(tensor_cuda *t, const uint32_t *inputs,
       return -1;
     sum += l / m; /* as trainkit_forward_backward sums them */
   }
-  /* The replicas' mean; then rank 0's loss for the group (as its
-   * replicated gradients). */
-  if (dp_mean(t, err, errlen) != 0 ||
-      (t->D > 1 && sum_double(t, t->o.dp, &sum, err, errlen) != 0))
+  /* The replicas' mean (after which ZeRO 2-3's whole arrays go); then
+   * rank 0's loss for the group (as its replicated gradients). */
+  int rc = dp_mean(t, err, errlen);
+  zslice_whole_release(&t->zw, t->g);
+  if (rc != 0 || (t->D > 1 && sum_double(t, t->o.dp, &sum, err, errlen) != 0))
     return -1;
   double x = t->r == 0 ? sum / t->D : 0.0;
   if (sum_double(t, t->c, &x, err, errlen) != 0)
@@ -464,13 +526,15 @@ int tensor_cuda_forward_backward(tensor_cuda *t, const uint32_t *inputs,
   return 0;
 }
 
-/* The sum of squares of the gradients [a, b) added to *ss. */
+/* The sum of squares of the gradients [a, b) of the part added to *ss
+ * (with ZeRO 2-3 the gpt_cuda's are the slice's, from its lo). */
 static int add_sumsq(tensor_cuda *t, size_t a, size_t b, double *ss, char *err,
                      size_t errlen) {
   double x = 0;
+  size_t base = t->zg ? t->zs.lo : 0;
   if (a >= b)
     return 0;
-  if (gpt_cuda_grad_sumsq(t->g, a, b - a, &x, err, errlen) != 0)
+  if (gpt_cuda_grad_sumsq(t->g, a - base, b - a, &x, err, errlen) != 0)
     return -1;
   *ss += x;
   return 0;
@@ -566,8 +630,10 @@ static int pull(tensor_cuda *t, float *buf, size_t k, char *err,
     return -1;
   }
   int rc = gpt_cuda_download_shard(t->g, win, st, err, errlen);
+  /* At 3 the gpt_cuda's shard is the slice: at win's float 0. */
   if (rc == 0)
-    rc = zslice_gather_to(&t->zs, win + t->zs.lo, buf, win + DS, err, errlen);
+    rc = zslice_gather_to(&t->zs, t->z3 ? win : win + t->zs.lo, buf, win + DS,
+                          err, errlen);
   if (rc == 0 && k)
     rc = zslice_state_gather(&t->zs, t->lopt, buf + t->n, err, errlen);
   free(win);
@@ -650,7 +716,8 @@ int tensor_cuda_load(tensor_cuda *t, const gpt *model, optim *full, char *err,
   }
   zslice_state_take(&t->zs, ls, n, t->lopt);
   optim_set_t(t->lopt, optim_get_t(full));
-  rc = gpt_cuda_upload_shard(t->g, buf, t->lopt, err, errlen);
+  rc = gpt_cuda_upload_shard(t->g, t->z3 ? buf + t->zs.lo : buf, t->lopt, err,
+                             errlen);
   t->stale = 0; /* the upload made the BF16 copy of the whole part */
 out:
   free(shard);

@@ -32,10 +32,24 @@
  * slice alone on its device (gpt_cuda_options' shard_lo / shard_n in the
  * shard's layout), the gradients are reduce-scattered into the slices,
  * each rank updates its slice and its BF16 copy, and the BF16 slices are
- * all-gathered before the next forward (2 bytes a parameter). Stage 2 is
- * stage 1 here: the engine's gradient array stays whole on the device.
- * A checkpoint's weights and state are the slices gathered over dp_ctl
- * (MPI, host memory), then replica 0's group's shards to rank 0.
+ * all-gathered before the next forward (2 bytes a parameter). At
+ * zero_stage 2 the engine's gradient array is the slice's too
+ * (gpt_cuda_options.grad_shard): the passes add into a whole gradient
+ * array made for the step (zslice_cuda.h's zslice_whole), which the
+ * reduce-scatter empties straight into the slice's and which is then
+ * freed, so between steps a rank holds its slice's gradient alone. At
+ * zero_stage 3 the parameters are sliced as well:
+ * the engine is made over the slice alone (its master weights, BF16
+ * copy, gradient and optimizer state S floats each; gpt_cuda.h's
+ * ZeRO-3 piece), and the step's first call all-gathers the BF16 slices
+ * into a whole parameter array made for it beside the whole gradients,
+ * both freed after the reduce-scatter: between steps 10 bytes a float
+ * of the slice and its optimizer state, in the step zero_stage 2's
+ * (tensor_cuda_memory). The whole part at once, not a layer's group at
+ * a time as tensor.c does: gpt_cuda's passes read the part's weights
+ * through one pointer. A checkpoint's weights and state are the slices
+ * gathered over dp_ctl (MPI, host memory), then replica 0's group's
+ * shards to rank 0.
  *
  * Pipeline stages beside the group (tensor_cuda_options.pp: the P ranks
  * that hold the same shard in the replica's P stages, over NCCL): each
@@ -54,10 +68,13 @@
  * then goes to rank 0 as without stages. The engine's activation slots
  * are the stage's layers' (gpt_cuda_options.layers_first / _last).
  *
- * Not here: recompute (the engine runs without), zero_stage 3 beside
- * replicas (with one replica any zero_stage is 0: nothing to shard
- * over, as tensor_create has it); a shape
- * tensor_check or pipeline_check refuses is refused by
+ * With stages too (T x P x D) everything above is of the rank's part of
+ * its shard (zs and the whole arrays of the part's floats; the tied
+ * embedding's gradient summed over pp inside the whole array).
+ *
+ * Not here: recompute (the engine runs without); with one replica any
+ * zero_stage is 0 (nothing to shard over, as tensor_create has it); a
+ * shape tensor_check or pipeline_check refuses is refused by
  * tensor_cuda_create with its message.
  *
  * tensor_cuda_forward_backward and _clip_grad_norm are collective over
@@ -86,7 +103,7 @@ typedef struct tensor_cuda_options {
   int deterministic; /* gpt_cuda_options.deterministic */
   /* The replicas of this shard (NULL, or one rank: none): dp over NCCL
    * (the gradients), dp_ctl the same ranks in the same order over MPI (a
-   * checkpoint's gather, in host memory); zero_stage over them, 0-2. */
+   * checkpoint's gather, in host memory); zero_stage over them, 0-3. */
   comm *dp, *dp_ctl;
   int zero_stage;
   /* The shard's stages (NULL, or one rank: none), over NCCL, and their
@@ -111,10 +128,12 @@ void tensor_cuda_sizes(const tensor_cuda *t, size_t *local, size_t *full);
  * stages). */
 int tensor_cuda_slots(const tensor_cuda *t);
 
-/* This rank's device bytes (what gpt_cuda_create allocated, by its
- * estimate, and ZeRO's slice of the gradient) into part; in held the
- * same as zslice.h's figures (the device keeps nothing else between
- * steps). */
+/* This rank's device bytes in a step at most into part (what
+ * gpt_cuda_create allocated, by its estimate, ZeRO-1's slice of the
+ * gradient, and at zero_stage 2-3 the whole arrays made for the step);
+ * into held zslice.h's figures: what the device holds now (between
+ * steps at zero_stage 2-3 the slice's alone), the step's most and at
+ * zero_stage 3 zero_stage 2's most for the same layout. */
 void tensor_cuda_memory(const tensor_cuda *t, const gpt_config *cfg,
                         gpt_memory *part, zslice_memory *held);
 

@@ -115,6 +115,21 @@ static void memory_cuda(void *arg, gpt_memory *part, int *in_model,
   *step_bytes = 0;
 }
 
+/* After the first step (mploop_engine.stepped), the GPU rank's device
+ * bytes as a step leaves them (the "between steps" line and
+ * summary.json's): at zero_stage 2-3 the whole arrays made for the step
+ * must be gone by then. */
+static void stepped_cuda(void *arg, trainrun *r, int rank) {
+  tp_run *t = arg;
+  (void)rank;
+  if (t->l.nsteps != 1)
+    return;
+  gpt_memory part;
+  zslice_memory held;
+  tensor_cuda_memory(t->tcu, gpt_get_config(r->model), &part, &held);
+  mploop_log_memory(r, &t->l, &held);
+}
+
 /* The tensor groups on GPU ranks (mploop_open agreed on the device and
  * split the NCCL gang): the CUDA engine's shards over the stage's group,
  * its stages over the shard's (the same splits of nkc as tc and pc of
@@ -129,6 +144,9 @@ static void start_cuda(trainrun *r, tp_run *t, size_t *local, size_t *full) {
     mploop_abort(r, l, "splitting the NCCL replica", err);
   l->more[0] = t->ntc; /* the engine's traffic, for summary.json */
   l->more[1] = t->npc;
+  /* zero_stage 3's step makes the shard's arrays whole (tensor_cuda.h),
+   * not a layer's group at a time as tensor.c's CPU engine does. */
+  l->z3_in_step = "its shard's arrays, gathered whole for the step";
   tensor_cuda_options o = {.micro = l->m,
                            .B = r->c.B,
                            .T = r->c.m.T,
@@ -143,9 +161,10 @@ static void start_cuda(trainrun *r, tp_run *t, size_t *local, size_t *full) {
   if (tensor_cuda_create(t->ntc, r->model, &o, &t->tcu, err, sizeof err) != 0)
     mploop_abort(r, l, "tensor parallel on GPUs", err);
   t->run = r;
-  l->eng = (mploop_engine){t,           fb_cuda,     clip_cuda, step_cuda,
-                           gather_cuda, load_cuda,   NULL,      summary,
-                           t,           memory_cuda, 1};
+  l->eng = (mploop_engine){
+      t,         fb_cuda,      clip_cuda, step_cuda, gather_cuda,
+      load_cuda, stepped_cuda, summary,   t,         memory_cuda,
+      1};
   tensor_cuda_sizes(t->tcu, local, full);
   if (l->rank != 0)
     return;
@@ -153,11 +172,6 @@ static void start_cuda(trainrun *r, tp_run *t, size_t *local, size_t *full) {
             "device: cuda: one GPU a rank, NCCL between them (the "
             "validation and the pre-flight loss on rank 0's CPU, over the "
             "gathered model)");
-  if (l->D > 1 && l->zero == 2)
-    r->h->log(r->ctx, DAGRUN_LOG_INFO,
-              "zero_stage 2 is zero_stage 1 on GPU tensor ranks: the "
-              "engine keeps its shard's gradient array whole on the device "
-              "(the optimizer state and master weights are sliced)");
 }
 #endif
 
@@ -252,16 +266,11 @@ static void start(trainrun *r, tp_run *t) {
             sh * F / T, (sh + 1) * F / T - 1, F, sh * Vp / T,
             (sh + 1) * Vp / T - 1, Vp, local, full, l->m, r->c.B, r->c.m.T,
             l->pos / l->K, l->D, l->D, r->c.B, l->m, l->D * r->c.B * l->m);
-  zslice_memory mem; /* on GPU ranks the device's */
-#ifdef DAGRUN_TRAIN_TENSOR_CUDA
-  if (l->gpu) {
-    gpt_memory part;
-    tensor_cuda_memory(t->tcu, cfg, &part, &mem);
-  }
-#endif
-  if (!l->gpu)
+  zslice_memory mem; /* on GPU ranks after the first step (stepped_cuda) */
+  if (!l->gpu) {
     tensor_memory(t->tp, &mem);
-  mploop_log_memory(r, l, &mem);
+    mploop_log_memory(r, l, &mem);
+  }
 }
 
 int tploop_run(trainrun *r, int N, int T, int P) {
@@ -276,9 +285,9 @@ int tploop_run(trainrun *r, int N, int T, int P) {
               .P = P};
 #ifdef DAGRUN_TRAIN_TENSOR_CUDA
   /* Tensor groups on GPUs (tensor_cuda.h), with stages, replicas and
-   * ZeRO 1-2 beside them. */
+   * ZeRO 1-3 beside them (mploop_check has the layouts' own rules). */
   t.l.gpu_ok = 1;
-  t.l.gpu_zero = 2;
+  t.l.gpu_zero = 3;
 #endif
   int status = mploop_check(r, &t.l), sc = 0;
   if (status == 0 && P > 1 &&

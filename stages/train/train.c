@@ -139,8 +139,9 @@ static const dagrun_param_spec params[] = {
      "replicas: 0, 1, 2 or 3 (each rank keeps 1/D of its part's "
      "parameters between steps: beside tensor_parallel its shards', or "
      "with pipeline_parallel too its stage's part of them, gathered a "
-     "layer at a time, on CPU ranks; beside pipeline_parallel alone its "
-     "stage's, gathered whole for the step, on CPU or GPU ranks)"},
+     "layer at a time on CPU ranks, whole for the step on GPU ranks; "
+     "beside pipeline_parallel alone its stage's, gathered whole for the "
+     "step, on CPU or GPU ranks)"},
     {"pipeline_parallel", DAGRUN_PARAM_INT, "1", 0,
      "Pipeline stages (CPU or GPU ranks, GPT-2 and Llama models): the "
      "layers cut "

@@ -2054,7 +2054,8 @@ static int cmd_nccl_version(void) {
  * it as one GPU too (gpt_cuda_upload): that one GPU's losses and final
  * weights against the reference's; the group's final weights, gathered,
  * against the reference's. And the refusals: heads that R does not
- * divide, recompute. GPT_CUDA_CHECK_MODEL=llama: the same on the first
+ * divide, recompute, a master weights' window.
+ * GPT_CUDA_CHECK_MODEL=llama: the same on the first
  * Llama shape of cmd_llama (GQA, an untied head).
  *
  * Tolerances: both runs are BF16 (gpt_cuda.h); the group's adds
@@ -2179,6 +2180,12 @@ static void tp_refusals(comm *nc) {
   CHECK(gpt_cuda_create(m, &o, &g, err, sizeof err) != 0 &&
             strstr(err, "tensor parallel runs without recompute"),
         "tensor: recompute: %s", err);
+  o.recompute = GPT_RECOMPUTE_NONE;
+  o.master_n = 1;
+  CHECK(gpt_cuda_create(m, &o, &g, err, sizeof err) != 0 &&
+            strstr(err, "tensor parallel runs without a master weights' "
+                        "window"),
+        "tensor: master_n: %s", err);
   gpt_destroy(m);
   printf("tensor: refusals checked: %s\n", err);
 }

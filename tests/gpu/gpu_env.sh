@@ -94,7 +94,7 @@ import json, sys
 a, b = (json.load(open(f)) for f in sys.argv[1:])
 assert a["zero_stage"] == 1 and b["zero_stage"] == 3 and b["device"] == "cuda", b
 ra, rb = a["memory"]["ranks"], b["memory"]["ranks"]
-assert len(ra) == len(rb) == 4, (ra, rb)
+assert len(ra) == len(rb) >= 4, (ra, rb)
 for x, y in zip(ra, rb):
     for k in ("params", "grads"):
         assert y["between_steps"][k] < x["between_steps"][k], (k, x, y)

@@ -31,9 +31,11 @@
 #   its stage's part of its shard) with grad_accum 4, 1f1b and gpipe,
 #   against the tensor group alone with the same grad_accum, and the
 #   Llama's; one GPU process resumes its checkpoint; and 2 replicas of
-#   it on 8 ranks at zero_stage 1 against it at batch_size 4;
-# - refused at start, saying what to do: zero_stage 3 beside the
-#   replicas on GPUs.
+#   it on 8 ranks at zero_stage 1 against it at batch_size 4, and at
+#   zero_stage 3 against zero_stage 1 where the train stage runs it;
+# - the replicas at zero_stage 2 and 3 against zero_stage 1 (below),
+#   the memory between steps lower at each, stage 3's checkpoint resumed
+#   by one GPU process and one process's by the stage-3 gang.
 # A machine with one GPU skips it (NCCL wants a GPU a rank); the
 # emulator's ctest (gpu/train_tp_cuda_emulated) has as many as asked.
 . "$(dirname "$0")/gpu_env.sh"
@@ -44,6 +46,61 @@ if [ -z "${GPU_STAGE_DIR:-}" ] &&
   exit 77
 fi
 use_train_gang
+
+# gang_like NAME WITH WORLD LINE REF LTOL WREF WTOL: gang_dag NAME (WITH
+# on WORLD ranks) succeeds, its log says LINE, its losses are within
+# LTOL of REF.losses and its final weights within WTOL of run WREF's.
+gang_like() {
+  gang_dag "$1" "$2" "$3"
+  expect_rc 0
+  expect_in "$(run_dir "$1")/train/attempt-1/log" "$4"
+  losses "$(run_dir "$1")" > "$1.losses"
+  same_losses "$5.losses" "$1.losses" "$6"
+  same_weights "$7/train/checkpoints/$CK/model.safetensors" \
+    "$(run_dir "$1")/train/checkpoints/$CK/model.safetensors" "$8"
+}
+
+# one4_resumes NAME FROM TOL [EXTRA]: one GPU process of batch_size 4
+# (EXTRA: more params) resumes run FROM's step-H checkpoint: it says so,
+# and its losses are within TOL of FROM.losses' after step H.
+one4_resumes() {
+  local c2=$COMMON from
+  from=$(run_dir "$2")
+  COMMON=${c2/batch_size: 2/batch_size: 4}
+  gpu_train "$1" "${4:+$4, }device: cuda, resume: \"$from/train/checkpoints/$HK\""
+  COMMON=$c2
+  expect_in "$(run_dir "$1")/train/attempt-1/log" "resumed from $from/train/checkpoints/$HK at step $H"
+  losses "$(run_dir "$1")" > "$1.losses"
+  awk -v h="$H" '$1 > h' "$2.losses" > "$2.tail"
+  same_losses "$2.tail" "$1.losses" "$3"
+}
+
+# tz_memory R1 R2 R3: the run directories of one 4-rank GPU layout at
+# zero_stage 1, 2 and 3 (summary.json's memory.ranks, device bytes):
+# between steps each rank's gradients at 2 below 1's (the slice's alone,
+# not the part's whole array) and its parameters at 3 below 2's (the
+# slice's master weights and BF16 copy, not the part's whole BF16 copy),
+# the gradients at 3 no more than 2's; inside the step (peak) both
+# above their between steps at 3, the gradients at 2.
+tz_memory() {
+  "$PY" - "$1/train/out/summary.json" "$2/train/out/summary.json" "$3/train/out/summary.json" <<'P' ||
+import json, sys
+s = [json.load(open(f)) for f in sys.argv[1:]]
+assert [x["zero_stage"] for x in s] == [1, 2, 3] and s[2]["device"] == "cuda", s[2]
+r1, r2, r3 = (x["memory"]["ranks"] for x in s)
+assert len(r1) == len(r2) == len(r3) == 4, (r1, r2, r3)
+for a, b, c in zip(r1, r2, r3):
+    A, B, C = a["between_steps"], b["between_steps"], c["between_steps"]
+    assert B["grads"] < A["grads"] and B["params"] == A["params"], (a, b)
+    assert C["params"] < B["params"] and C["grads"] <= B["grads"], (b, c)
+    assert B["grads"] < b["peak"]["grads"], b
+    assert C["params"] < c["peak"]["params"] and C["grads"] < c["peak"]["grads"], c
+    print("rank %d between steps at zero_stage 1, 2, 3: params %d %d %d, grads %d %d %d (in the step at 3: %d, %d)" % (
+        c["rank"], A["params"], B["params"], C["params"], A["grads"], B["grads"],
+        C["grads"], c["peak"]["params"], c["peak"]["grads"]))
+P
+    fail "zero_stage 2-3 on GPU tensor ranks hold no less between steps"
+}
 
 gpu_steps 10 4
 DATA=$(make_token_data tpgpu 300)
@@ -162,20 +219,36 @@ if [ "$ngpu" -ge 4 ]; then
   same_weights "$R4/train/checkpoints/$CK/model.safetensors" \
     "$RZ/train/checkpoints/$CK/model.safetensors" 0.1
   optim_halved dtz "$R" "$RZ"
-  awk -v h="$H" '$1 > h' dtz.losses > dtz.tail
   awk -v h="$H" '$1 > h' one4.losses > one4.tail
-  C2=$COMMON
-  COMMON=${C2/batch_size: 2/batch_size: 4}
-  gpu_train dtzone "device: cuda, resume: \"$RZ/train/checkpoints/$HK\""
-  COMMON=$C2
-  expect_in "$(run_dir dtzone)/train/attempt-1/log" "resumed from $RZ/train/checkpoints/$HK at step $H"
-  losses "$(run_dir dtzone)" > dtzone.losses
-  same_losses dtz.tail dtzone.losses 1e-3
+  one4_resumes dtzone dtz 1e-3
   gang_dag dtzr "$COMMON, tensor_parallel: 2, zero_stage: 1, device: cuda, resume: \"$R4/train/checkpoints/$HK\"" 4
   expect_rc 0
   expect_in "$(run_dir dtzr)/train/attempt-1/log" "resumed from $R4/train/checkpoints/$HK at step $H"
   losses "$(run_dir dtzr)" > dtzr.losses
   same_losses one4.tail dtzr.losses 1e-3
+  # zero_stage 2 and 3 on the same layout: at 2 the engine's gradient
+  # array is its slice's (the passes add into a whole array made for the
+  # step, freed after the reduce-scatter); at 3 the master weights, BF16
+  # copy and gradient are the slice's alone between steps, the whole BF16
+  # parameters all-gathered into an array made for the step. The losses
+  # within 1e-4 of zero_stage 1's (the same gradients and updates),
+  # the weights within 0.1 of one process's; between steps (summary.json's
+  # between_steps) each rank's gradient bytes at 2 below 1's and its
+  # parameter bytes at 3 below 2's, inside the step (peak) more than
+  # between (tz_memory). Stage 3's step-H checkpoint resumed by one GPU
+  # process of batch_size 4, and one process's by the stage-3 gang: the
+  # steps after within 1e-3 of the run each continues.
+  for z in 2 3; do
+    gang_like dtz$z "$COMMON, tensor_parallel: 2, zero_stage: $z, device: cuda" 4 \
+      "between steps (zero_stage $z over 2 data-parallel replicas)" dtz 1e-4 "$R4" 0.1
+  done
+  tz_memory "$RZ" "$(run_dir dtz2)" "$(run_dir dtz3)"
+  one4_resumes dtz3one dtz3 1e-3
+  gang_dag dtz3r "$COMMON, tensor_parallel: 2, zero_stage: 3, device: cuda, resume: \"$R4/train/checkpoints/$HK\"" 4
+  expect_rc 0
+  expect_in "$(run_dir dtz3r)/train/attempt-1/log" "resumed from $R4/train/checkpoints/$HK at step $H"
+  losses "$(run_dir dtz3r)" > dtz3r.losses
+  same_losses one4.tail dtz3r.losses 1e-3
   # T=2 x P=2: each stage's tensor group runs its layer's shards (one
   # activation slot per micro-batch in flight), the BF16 stream between
   # the stages over NCCL, the stages' gradients summed; against the
@@ -193,15 +266,10 @@ if [ "$ngpu" -ge 4 ]; then
   expect_rc 0
   losses "$(run_dir ta)" > ta.losses
   for sched in 1f1b gpipe; do
-    gang_dag tp$sched "$COMMON, grad_accum: 4, tensor_parallel: 2, pipeline_parallel: 2, pipeline_schedule: $sched, device: cuda" 4
-    expect_rc 0
-    R=$(run_dir tp$sched)
-    expect_in "$R/train/attempt-1/log" "tensor parallel: rank 0 is shard 0 of 2 of stage 0 of 2 (layers 0-0, $sched schedule"
-    expect_in "$R/train/attempt-1/log" "device: cuda: one GPU a rank, NCCL between them"
-    losses "$R" > tp$sched.losses
-    same_losses ta.losses tp$sched.losses 1e-4
-    same_weights "$(run_dir ta)/train/checkpoints/$CK/model.safetensors" \
-      "$R/train/checkpoints/$CK/model.safetensors" 0.02
+    gang_like tp$sched "$COMMON, grad_accum: 4, tensor_parallel: 2, pipeline_parallel: 2, pipeline_schedule: $sched, device: cuda" 4 \
+      "tensor parallel: rank 0 is shard 0 of 2 of stage 0 of 2 (layers 0-0, $sched schedule" \
+      ta 1e-4 "$(run_dir ta)" 0.02
+    expect_in "$(run_dir tp$sched)/train/attempt-1/log" "device: cuda: one GPU a rank, NCCL between them"
   done
   # Each stage keeps its part of the shard alone: every rank's parameter
   # bytes on the device (summary.json's memory formula) below the
@@ -239,13 +307,18 @@ if [ "$ngpu" -ge 4 ]; then
     same_losses tp4.losses dtp.losses 1e-4
     same_weights "$(run_dir tp4)/train/checkpoints/$CK/model.safetensors" \
       "$R/train/checkpoints/$CK/model.safetensors" 0.02
-    awk -v h="$H" '$1 > h' dtp.losses > dtp.tail
-    C2=$COMMON
-    COMMON=${C2/batch_size: 2/batch_size: 4}
-    gpu_train dtpone "grad_accum: 4, device: cuda, resume: \"$R/train/checkpoints/$HK\""
-    COMMON=$C2
-    losses "$(run_dir dtpone)" > dtpone.losses
-    same_losses dtp.tail dtpone.losses 5e-4
+    one4_resumes dtpone dtp 5e-4 "grad_accum: 4"
+    # And at zero_stage 3 (each rank's slice of its stage's part; the
+    # part's whole arrays made for the step): zero_stage 1's losses
+    # within 1e-4 (measured the same bits), every rank's parameters and
+    # gradients between steps below zero_stage 1's (between_below), its
+    # checkpoint resumed by one GPU process as zero_stage 1's.
+    gang_dag dtpz3 "$COMMON, grad_accum: 4, tensor_parallel: 2, pipeline_parallel: 2, zero_stage: 3, device: cuda" 8
+    expect_rc 0
+    losses "$(run_dir dtpz3)" > dtpz3.losses
+    same_losses dtp.losses dtpz3.losses 1e-4
+    between_below dtpz3 "$R" "$(run_dir dtpz3)"
+    one4_resumes dtpz3one dtpz3 5e-4 "grad_accum: 4"
   else
     echo "SKIPPED: 2 replicas x 2 stages x tensor_parallel 2 (needs eight GPUs; $ngpu here)"
   fi
@@ -274,8 +347,6 @@ for line in open(sys.argv[1]):
   expect_in "$(run_dir tpone)/train/attempt-1/log" "resumed from $(run_dir tp1f1b)/train/checkpoints/$HK at step $H"
   losses "$(run_dir tpone)" > tpone.losses
   same_losses tp1f1b.tail tpone.losses 5e-4
-  gang_refused z3 "zero_stage 3 with tensor_parallel 2 on GPU ranks: ZeRO over the 2 data-parallel replicas runs on CPU ranks only above zero_stage 2; set zero_stage: 2 or device: cpu" \
-    "$COMMON, tensor_parallel: 2, zero_stage: 3, device: cuda" 4
 else
   echo "SKIPPED: 2 replicas x tensor_parallel 2 and 2 stages x tensor_parallel 2 (need four GPUs; $ngpu here)"
 fi
