@@ -101,9 +101,12 @@ void ynode_free(ynode *n) {
 
 /* An alias shares its anchor's subtree, so a small file can stand for a
  * huge tree ("billion laughs"); everything downstream walks the expanded
- * tree, so its size is bounded: at most this many nodes, or 8 times the
- * nodes written, whichever is larger. */
-enum { EXPANDED_MIN_LIMIT = 1000000 };
+ * tree and copies its strings, so its size is bounded: at most this many
+ * values, or 8 times the values written, whichever is larger. A value
+ * counts one, and a string one more per SCALAR_UNIT bytes, so that an
+ * alias of a long string counts its bytes (100 aliases of a 1 MiB
+ * string took gigabytes, as 100 values). */
+enum { EXPANDED_MIN_LIMIT = 1000000, SCALAR_UNIT = 16 };
 
 /* Everything downstream walks the tree recursively; a DAG file has no use
  * for deep nesting, and a bound keeps a hostile file from exhausting the
@@ -135,9 +138,12 @@ typedef struct parser {
   strmap anchor_index; /* name -> index into anchors */
   anchor *anchors;
   size_t n_anchors, cap_anchors;
-  uint64_t written; /* nodes written in the file */
+  uint64_t written; /* values written in the file (EXPANDED_MIN_LIMIT) */
   ynode *top;       /* the finished document node */
   uint64_t top_size;
+  /* The alias that stands for the most values, for the error. */
+  uint64_t big_alias;
+  int big_line, big_col;
   int failed;
 } parser;
 
@@ -353,10 +359,11 @@ static void on_scalar(parser *p, const yaml_event_t *e) {
       strcmp((const char *)e->data.scalar.tag, "tag:yaml.org,2002:str") == 0)
     n->quoted = 1;
   n->oneline = e->start_mark.line == e->end_mark.line;
-  p->written++;
+  uint64_t size = 1 + e->data.scalar.length / SCALAR_UNIT;
+  p->written += size;
   if (e->data.scalar.anchor)
-    add_anchor(p, (const char *)e->data.scalar.anchor, n, 1);
-  attach(p, n, 1);
+    add_anchor(p, (const char *)e->data.scalar.anchor, n, size);
+  attach(p, n, size);
 }
 
 static void on_alias(parser *p, const yaml_event_t *e) {
@@ -377,6 +384,11 @@ static void on_alias(parser *p, const yaml_event_t *e) {
   n->line = line;
   n->col = col;
   p->written++;
+  if (p->anchors[i].size > p->big_alias) {
+    p->big_alias = p->anchors[i].size;
+    p->big_line = line;
+    p->big_col = col;
+  }
   attach(p, n, p->anchors[i].size);
 }
 
@@ -517,11 +529,13 @@ int ydoc_parse(const char *name, const char *text, size_t len, ynode **root,
     if (limit < EXPANDED_MIN_LIMIT)
       limit = EXPANDED_MIN_LIMIT;
     if (p.top_size > limit)
-      perr(&p, p.top->line, p.top->col,
-           "aliases expand this document to more than %llu values; "
-           "refusing to expand it (is an alias referring to an alias "
-           "many times over?)",
-           (unsigned long long)limit);
+      perr(&p, p.big_line, p.big_col,
+           "aliases expand this document to more than %llu values (a "
+           "string counts one more per %d bytes; this alias alone stands "
+           "for %llu); refusing to expand it (is an alias referring to an "
+           "alias many times over?)",
+           (unsigned long long)limit, SCALAR_UNIT,
+           (unsigned long long)p.big_alias);
   }
   if (p.failed) {
     ynode_free(&p.doc->root);

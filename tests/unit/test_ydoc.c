@@ -240,10 +240,43 @@ static void test_alias_bomb(void) {
     sbuf_puts(&b, "]\n");
   }
   char *s = parse_error(b.s);
-  CHECK_STR(s, "dag.yaml:1:1: error: aliases expand this document to more "
-               "than 1000000 values; refusing to expand it (is an alias "
-               "referring to an alias many times over?)");
+  CHECK_STR(s, "dag.yaml:10:10: error: aliases expand this document to more "
+               "than 1000000 values (a string counts one more per 16 bytes; "
+               "this alias alone stands for 1111111111); refusing to expand "
+               "it (is an alias referring to an alias many times over?)");
   free(s);
+  sbuf_free(&b);
+}
+
+/* A string's bytes count: 100 aliases of a 1 MiB string were 100 values,
+ * and took gigabytes downstream. Ten of a 64 KiB one are fine. */
+static void test_alias_string_bomb(void) {
+  sbuf b = {0};
+  sbuf_puts(&b, "s: &s \"");
+  for (int i = 0; i < (1 << 20); i++)
+    sbuf_putc(&b, 'A');
+  sbuf_puts(&b, "\"\nl: [");
+  for (int j = 0; j < 100; j++)
+    sbuf_printf(&b, "%s*s", j ? ", " : "");
+  sbuf_puts(&b, "]\n");
+  char *s = parse_error(b.s);
+  CHECK_STR(s, "dag.yaml:2:5: error: aliases expand this document to more "
+               "than 1000000 values (a string counts one more per 16 bytes; "
+               "this alias alone stands for 65537); refusing to expand it "
+               "(is an alias referring to an alias many times over?)");
+  free(s);
+  sbuf_free(&b);
+  sbuf_puts(&b, "s: &s \"");
+  for (int i = 0; i < (1 << 16); i++)
+    sbuf_putc(&b, 'A');
+  sbuf_puts(&b, "\"\nl: [*s, *s, *s, *s, *s, *s, *s, *s, *s, *s]\n");
+  diags d = {0};
+  ynode *root = parse(b.s, &d);
+  CHECK_INT(d.n, 0);
+  const ynode *l = root ? ynode_get(root, "l") : NULL;
+  CHECK(l && l->n == 10);
+  ynode_free(root);
+  diags_free(&d);
   sbuf_free(&b);
 }
 
@@ -313,6 +346,7 @@ int main(void) {
   test_anchors_and_merge();
   test_errors();
   test_alias_bomb();
+  test_alias_string_bomb();
   test_depth_limit();
   test_empty_and_files();
   test_alloc();
