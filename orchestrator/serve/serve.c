@@ -100,6 +100,7 @@ typedef struct dag_entry {
   spec *sp; /* the version in use; NULL when it never loaded */
   checked *ck;
   char *error; /* why the file (its latest version) does not load */
+  int dup;     /* error: its dag's name is another file's (scan) */
   cron_expr *cron;
   cron_zone *zone;
   int64_t last, next; /* schedule times: last handled, next (0: none) */
@@ -313,11 +314,13 @@ static void entry_load(server *s, dag_entry *e) {
   spec *sp;
   checked *ck;
   int rc = check_load(e->file, &sp, &ck, &d);
+  e->dup = 0;
   if (rc == 0) {
     dag_entry *other = find_dag(s, sp->dag);
     if (other && other != e) {
       diags_free(&d);
       free(e->error);
+      e->dup = 1;
       e->error = xasprintf("%s: dag '%s' is already defined in %s", e->file,
                            sp->dag, other->file);
       checked_free(ck);
@@ -357,8 +360,9 @@ static int has_yaml_suffix(const char *n) {
          (l > 4 && strcmp(n + l - 4, ".yml") == 0);
 }
 
-/* A file found by the scan: new, changed or as it was. */
-static void scan_file(server *s, const char *path, const struct stat *sb) {
+/* A file found by the scan: new, changed or as it was. 1 when it was
+ * (re)loaded. */
+static int scan_file(server *s, const char *path, const struct stat *sb) {
   dag_entry *e = NULL;
   for (size_t i = 0; i < s->n_dags && !e; i++)
     if (strcmp(s->dags[i]->file, path) == 0)
@@ -372,17 +376,19 @@ static void scan_file(server *s, const char *path, const struct stat *sb) {
              e->mtime.tv_nsec == sb->st_mtim.tv_nsec &&
              e->size == sb->st_size && e->ino == sb->st_ino) {
     e->seen = 1;
-    return;
+    return 0;
   }
   e->seen = 1;
   e->mtime = sb->st_mtim;
   e->size = sb->st_size;
   e->ino = sb->st_ino;
   entry_load(s, e);
+  return 1;
 }
 
 /* Looks at every path: loads new and changed files, drops gone ones. */
 static void scan(server *s) {
+  int changed = 0; /* a file (re)loaded or gone: a name may be free now */
   for (size_t i = 0; i < s->n_dags; i++)
     s->dags[i]->seen = 0;
   for (int p = 0; p < s->n_paths; p++) {
@@ -390,7 +396,7 @@ static void scan(server *s) {
     if (stat(s->paths[p], &sb) != 0)
       continue;
     if (!S_ISDIR(sb.st_mode)) {
-      scan_file(s, s->paths[p], &sb);
+      changed |= scan_file(s, s->paths[p], &sb);
       continue;
     }
     DIR *dir = opendir(s->paths[p]);
@@ -402,7 +408,7 @@ static void scan(server *s) {
         continue;
       char *f = path_join(s->paths[p], de->d_name);
       if (stat(f, &sb) == 0 && S_ISREG(sb.st_mode))
-        scan_file(s, f, &sb);
+        changed |= scan_file(s, f, &sb);
       free(f);
     }
     closedir(dir);
@@ -416,9 +422,15 @@ static void scan(server *s) {
           s->dags[i]->file,
           entry_name(s->dags[i]) ? entry_name(s->dags[i]) : "?");
       entry_free(s->dags[i]);
+      changed = 1;
     }
   }
   s->n_dags = k;
+  /* A file refused for another's dag name loads once that file is gone
+   * or names another dag, without waiting for its own next change. */
+  for (size_t i = 0; changed && i < s->n_dags; i++)
+    if (s->dags[i]->dup)
+      entry_load(s, s->dags[i]);
 }
 
 /* ---- runs ---- */

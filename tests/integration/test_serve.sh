@@ -226,6 +226,20 @@ out=$(http POST /api/dags/api/runs '{"params":{"n":0}}' token)
 case "$out" in "409 "*"does not load; no run starts until it does"*"ghost"*) ;; *) fail "a run of a broken file: $out" ;; esac
 sleep 1
 [ "$(n_runs)" = "$before" ] || fail "a run of a broken file was recorded"
+# Two files of one dag: the second is refused, naming the first; once
+# the first is gone, the second loads and runs start (they were a 404).
+printf 'dag: twin\ntasks: {a: {stage: exec, with: {command: ["true"]}}}\n' > dags/twin1.yaml
+wait_until 10 grep -qE "loaded dag twin from .*/dags/twin1.yaml" "$T/serve4.log" || fail "twin1 not loaded: $(tail -3 "$T/serve4.log")"
+cp dags/twin1.yaml dags/twin2.yaml
+wait_until 10 grep -qE "twin2.yaml: dag .twin. is already defined in .*/dags/twin1.yaml" "$T/serve4.log" ||
+  fail "twin2 not refused: $(tail -3 "$T/serve4.log")"
+rm dags/twin1.yaml
+wait_until 10 grep -qE "loaded dag twin from .*/dags/twin2.yaml" "$T/serve4.log" ||
+  fail "twin2 did not load once twin1 was gone: $(tail -3 "$T/serve4.log")"
+out=$(http POST /api/dags/twin/runs '{}' token)
+case "$out" in "201 "*) ;; *) fail "a run of twin once twin1 was gone: $out" ;; esac
+out=$(http GET /api/dags)
+case "$out" in *"already defined"*) fail "a stale duplicate error in /api/dags: $out" ;; esac
 # one daemon per store
 run_dagrun serve dags --port 0
 expect_rc 2
