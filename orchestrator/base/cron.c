@@ -787,6 +787,10 @@ int cron_parse_time(const char *s, const cron_zone *z, int64_t *out) {
   tm.tm_min = mi;
   tm.tm_sec = sec;
   int64_t local = (int64_t)timegm(&tm);
+  /* timegm takes 2025-02-30 as March 2: a day the month lacks is a typo.
+   * Years as cron_format has them. */
+  if (tm.tm_mday != d || tm.tm_mon != mo - 1 || y < 1900 || y > 9999)
+    return -1;
   if (*p == 0) {
     *out = cron_zone_to_utc(z, local);
     return 0;

@@ -123,8 +123,9 @@ int64_t cron_zone_to_utc(const cron_zone *z, int64_t local);
 
 /* Parses a time given by a user: "2026-03-08T01:30[:00]" (a local time in
  * z, as cron_zone_to_utc takes it), the same with "Z" or an offset such as
- * "+01:00" (an absolute time), or a date alone (local midnight). Returns 0
- * with UTC seconds in *out, or -1. */
+ * "+01:00" (an absolute time), or a date alone (local midnight), in the
+ * years 1900-9999. Returns 0 with UTC seconds in *out, or -1 (a day the
+ * month lacks, such as 2025-02-30, too). */
 int cron_parse_time(const char *s, const cron_zone *z, int64_t *out);
 
 /* Formats t as "2026-03-08T03:00:00-04:00 EDT  (2026-03-08T07:00:00Z)"

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -307,46 +308,60 @@ const char *closest_match(const char *word, const char *const *candidates) {
 
 /* Parts are summed ("1h30m"), each a number with a unit; a bare number is
  * seconds only when it is the whole string. */
+/* A duration's number at p: digits with an optional fraction (no sign,
+ * exponent or hex, which strtod would take); the end, or NULL. */
+static const char *duration_number(const char *p, double *v) {
+  const char *q = p;
+  while (*q >= '0' && *q <= '9')
+    q++;
+  if (*q == '.')
+    for (q++; *q >= '0' && *q <= '9'; q++)
+      ;
+  char num[64];
+  size_t n = (size_t)(q - p);
+  if (n == 0 || (n == 1 && *p == '.') || n >= sizeof num)
+    return NULL;
+  memcpy(num, p, n);
+  num[n] = '\0';
+  *v = strtod(num, NULL);
+  return q;
+}
+
 int parse_duration(const char *s, double *out) {
+  /* The units, largest first: each at most once, in this order ("1m1h"
+   * and "1d1d" are typos, not 61 minutes and two days). */
+  static const struct {
+    const char *name;
+    double seconds;
+  } units[] = {{"d", 86400}, {"h", 3600}, {"ms", 0.001}, {"m", 60}, {"s", 1}};
+  static const int rank[] = {0, 1, 4, 2, 3}; /* ms after m and s */
   if (!s || !*s)
     return DR_EINVAL;
-  char *end;
   double total = 0;
   const char *p = s;
-  int parts = 0;
+  int last = -1; /* the rank of the last unit */
   while (*p) {
-    if (!(*p >= '0' && *p <= '9') && *p != '.')
+    double v;
+    if (!(p = duration_number(p, &v)))
       return DR_EINVAL;
-    double v = strtod(p, &end);
-    if (end == p || v < 0)
-      return DR_EINVAL;
-    p = end;
-    double unit;
     if (*p == '\0') {
-      if (parts > 0)
+      if (last >= 0)
         return DR_EINVAL; /* "1h30" is ambiguous */
-      unit = 1;
-    } else if (strncmp(p, "ms", 2) == 0) {
-      unit = 0.001;
-      p += 2;
-    } else if (*p == 's') {
-      unit = 1;
-      p++;
-    } else if (*p == 'm') {
-      unit = 60;
-      p++;
-    } else if (*p == 'h') {
-      unit = 3600;
-      p++;
-    } else if (*p == 'd') {
-      unit = 86400;
-      p++;
-    } else {
-      return DR_EINVAL;
+      total = v;
+      break;
     }
-    total += v * unit;
-    parts++;
+    size_t u = 0;
+    while (u < sizeof units / sizeof *units &&
+           strncmp(p, units[u].name, strlen(units[u].name)) != 0)
+      u++;
+    if (u == sizeof units / sizeof *units || rank[u] <= last)
+      return DR_EINVAL;
+    last = rank[u];
+    p += strlen(units[u].name);
+    total += v * units[u].seconds;
   }
+  if (!isfinite(total))
+    return DR_EINVAL;
   *out = total;
   return 0;
 }

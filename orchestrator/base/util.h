@@ -132,9 +132,10 @@ size_t edit_distance(const char *a, const char *b, size_t limit);
  * the result is one of them. */
 const char *closest_match(const char *word, const char *const *candidates);
 
-/* Parses a duration: "500ms", "30s", "5m", "2h", "1d", "1h30m", or a plain
- * non-negative number of seconds ("90", "1.5"). Returns 0 and seconds in
- * *out, or DR_EINVAL. */
+/* Parses a duration: "500ms", "30s", "5m", "2h", "1d", "1h30m" (each unit
+ * at most once, largest first), or a plain non-negative number of seconds
+ * ("90", "1.5"); numbers are digits with an optional fraction (no sign,
+ * exponent or hex). Returns 0 and seconds in *out, or DR_EINVAL. */
 int parse_duration(const char *s, double *out);
 /* Formats seconds compactly: "850ms", "12.3s", "4m05s", "2h03m". */
 void format_duration(double s, char *buf, size_t n);

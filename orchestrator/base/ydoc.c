@@ -14,6 +14,7 @@
 #include <stdalign.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <yaml.h>
 
 /* ---- arena ---------------------------------------------------------- */
@@ -556,16 +557,37 @@ int ydoc_parse(const char *name, const char *text, size_t len, ynode **root,
   return 0;
 }
 
-int ydoc_load(const char *path, ynode **root, diags *d) {
-  char *text;
-  size_t len;
-  *root = NULL;
-  int rc = fileio_read_file(path, &text, &len);
+int ydoc_read(const char *path, char **text, size_t *len, diags *d) {
+  struct stat sb;
+  int rc = stat(path, &sb) == 0 ? 0 : -errno;
+  /* A directory reads as EISDIR ("input/output error" to a user), and a
+   * FIFO would block the reader until someone writes to it. */
+  if (rc == 0 && !S_ISREG(sb.st_mode)) {
+    diags_add(d, path, 0, 0,
+              "cannot read the DAG file: it is %s, not a file (expected a "
+              "DAG file such as dags/pretrain.yaml)",
+              S_ISDIR(sb.st_mode)    ? "a directory"
+              : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                                     : "a device or socket");
+    return DR_EIO;
+  }
+  if (rc == 0)
+    rc = fileio_read_file(path, text, len);
   if (rc != 0) {
     diags_add(d, path, 0, 0, "cannot read the DAG file: %s",
               rc == -ENOENT ? "no such file" : strerror(-rc));
     return rc == -ENOENT ? DR_ENOENT : DR_EIO;
   }
+  return 0;
+}
+
+int ydoc_load(const char *path, ynode **root, diags *d) {
+  char *text;
+  size_t len;
+  *root = NULL;
+  int rc = ydoc_read(path, &text, &len, d);
+  if (rc != 0)
+    return rc;
   rc = ydoc_parse(path, text, len, root, d);
   free(text);
   return rc;

@@ -66,6 +66,10 @@ typedef enum yscalar_type {
  * gives an empty MAP. Multiple documents: error. Unreadable file: DR_ENOENT
  * or DR_EIO with a diagnostic. */
 int ydoc_load(const char *path, ynode **root, diags *d);
+/* A DAG file's bytes (NUL-terminated; the caller frees *text): 0, or
+ * DR_ENOENT / DR_EIO with a diagnostic (a directory, a FIFO or a device
+ * is refused by name, never read). */
+int ydoc_read(const char *path, char **text, size_t *len, diags *d);
 /* Same, from memory; name is used in diagnostics. */
 int ydoc_parse(const char *name, const char *text, size_t len, ynode **root,
                diags *d);

@@ -142,9 +142,12 @@ static int name_char(char ch) {
 }
 
 /* Names that appear in templates (${tasks.NAME...}, ${params.NAME}) and in
- * directory names: letters, digits, '_' and '-'. */
+ * directory names: letters, digits, '_' and '-', at most NAME_MAX_LEN of
+ * them (a directory name has 255 bytes, and a mapped task's adds its
+ * index). */
+enum { NAME_MAX_LEN = 128 };
 static int valid_name(const char *s) {
-  if (!*s)
+  if (!*s || strlen(s) > NAME_MAX_LEN)
     return 0;
   for (; *s; s++)
     if (!name_char(*s))
@@ -154,7 +157,8 @@ static int valid_name(const char *s) {
 
 /* A DAG name also names a directory under runs/; dots are allowed. */
 static int valid_dag_name(const char *s) {
-  if (!*s || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+  if (!*s || strcmp(s, ".") == 0 || strcmp(s, "..") == 0 ||
+      strlen(s) > NAME_MAX_LEN)
     return 0;
   for (; *s; s++)
     if (!name_char(*s) && *s != '.')
@@ -260,7 +264,11 @@ int spec_duration(const ynode *v, double *out) {
   if (v->kind != YNODE_SCALAR || t == YSCALAR_NULL || t == YSCALAR_BOOL)
     return SPEC_DURATION_NOT_SCALAR;
   if (t == YSCALAR_INT || t == YSCALAR_FLOAT) {
-    if (ynode_float(v, &x) != 0 || !(x >= 0) || !isfinite(x))
+    if (ynode_float(v, &x) != 0)
+      return SPEC_DURATION_SYNTAX;
+    if (!isfinite(x)) /* 1e400: beyond any limit, not below zero */
+      return x < 0 ? SPEC_DURATION_NEGATIVE : SPEC_DURATION_TOO_LONG;
+    if (x < 0)
       return SPEC_DURATION_NEGATIVE;
   } else if (parse_duration(v->str, &x) != 0 || !isfinite(x)) {
     return SPEC_DURATION_SYNTAX;
@@ -612,7 +620,9 @@ static void parse_pools(ctx *c, const ynode *v) {
     if (k->kind != YNODE_SCALAR)
       continue;
     if (!valid_name(k->str)) {
-      err(c, k, "invalid pool name '%s': use letters, digits, '_' and '-'",
+      err(c, k,
+          "invalid pool name '%s': use at most 128 letters, digits, '_' and "
+          "'-'",
           k->str);
       continue;
     }
@@ -639,7 +649,8 @@ static void parse_params(ctx *c, const ynode *v) {
     const ynode *k = v->items[2 * i];
     if (k->kind == YNODE_SCALAR && !valid_name(k->str))
       err(c, k,
-          "invalid param name '%s': use letters, digits, '_' and '-' (it "
+          "invalid param name '%s': use at most 128 letters, digits, '_' and "
+          "'-' (it "
           "is referred to as ${params.NAME})",
           k->str);
   }
@@ -1220,7 +1231,8 @@ static void parse_tasks(ctx *c, const ynode *v, const spec_task *def) {
     }
     if (!valid_name(k->str)) {
       err(c, k,
-          "invalid task name '%s': use letters, digits, '_' and '-' (it "
+          "invalid task name '%s': use at most 128 letters, digits, '_' and "
+          "'-' (it "
           "is referred to as ${tasks.NAME...} and names a directory)",
           k->str);
       continue;
@@ -1363,7 +1375,9 @@ static void parse_root(ctx *c) {
   } else {
     const char *name = get_string(c, v, "dag", "", "the DAG's name");
     if (name && !valid_dag_name(name))
-      err(c, v, "invalid DAG name '%s': use letters, digits, '_', '-' and '.'",
+      err(c, v,
+          "invalid DAG name '%s': use at most 128 letters, digits, '_', '-' "
+          "and '.'",
           name);
     else if (name)
       s->dag = xstrdup(name);
@@ -1434,12 +1448,9 @@ int spec_load(const char *path, spec **out, diags *d) {
   char *text;
   size_t len;
   *out = NULL;
-  int rc = fileio_read_file(path, &text, &len);
-  if (rc != 0) {
-    diags_add(d, path, 0, 0, "cannot read the DAG file: %s",
-              rc == -ENOENT ? "no such file" : "input/output error");
-    return rc == -ENOENT ? DR_ENOENT : DR_EIO;
-  }
+  int rc = ydoc_read(path, &text, &len, d);
+  if (rc != 0)
+    return rc;
   rc = spec_parse(path, text, len, out, d);
   free(text);
   return rc;

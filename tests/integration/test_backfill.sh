@@ -128,6 +128,13 @@ expect_in "$T/err" "more than 1000 schedule times"
 run_dagrun backfill s.yaml --from 2026-13-01 --to 2026-03-06
 expect_rc 2
 expect_in "$T/err" "2026-13-01"
+# A day the month lacks was taken as the next month's (2025-02-30 as
+# March 2), and a year before 1900 ended in "time ... is out of range".
+for d in 2025-02-30 2026-04-31 0001-01-01; do
+  run_dagrun backfill s.yaml --from "$d" --to 2026-03-06
+  expect_rc 2
+  expect_in "$T/err" "from and to take times such as 2026-11-01 or 2026-11-01T02:30 (local in the DAG's timezone) or 2026-11-01T01:30:00Z, got '$d'"
+done
 run_dagrun backfill s.yaml --from 2026-03-01 --to 2026-03-02 --run-id x
 expect_rc 2
 cat > plain.yaml <<'Y'

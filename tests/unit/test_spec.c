@@ -238,16 +238,20 @@ static void test_types(void) {
 }
 
 static void test_durations(void) {
-  char *e = errors_of("dag: d\n"
-                      "defaults: {retry_delay: soon}\n"
-                      "tasks:\n"
-                      "  a:\n"
-                      "    stage: exec\n"
-                      "    timeout: 2x\n"
-                      "    kill_grace: -1\n"
-                      "    heartbeat_timeout: 500ms\n"
-                      "    retry_max_delay: true\n"
-                      "  b: {stage: exec, timeout: 1e20, retry_delay: 400d}\n");
+  char *e = errors_of(
+      "dag: d\n"
+      "defaults: {retry_delay: soon}\n"
+      "tasks:\n"
+      "  a:\n"
+      "    stage: exec\n"
+      "    timeout: 2x\n"
+      "    kill_grace: -1\n"
+      "    heartbeat_timeout: 500ms\n"
+      "    retry_max_delay: true\n"
+      "  b: {stage: exec, timeout: 1e20, retry_delay: 400d}\n"
+      "  c: {stage: exec, timeout: 1e400, retry_delay: 0x2}\n"
+      "  d: {stage: exec, timeout: 1m1h, retry_delay: 1d1d}\n"
+      "  e: {stage: exec, timeout: 1h30m, retry_delay: 1.5m30s500ms}\n");
   CHECK_STR(e,
             "dag.yaml:2:25: error: 'retry_delay' in defaults: \"soon\" is not "
             "a duration; expected a number of seconds, or numbers with units "
@@ -266,7 +270,18 @@ static void test_durations(void) {
             "dag.yaml:10:29: error: 'timeout' in task 'b': expected a "
             "duration from 0 to 365d, found 1e20\n"
             "dag.yaml:10:48: error: 'retry_delay' in task 'b': expected a "
-            "duration from 0 to 365d, found 400d\n");
+            "duration from 0 to 365d, found 400d\n"
+            "dag.yaml:11:29: error: 'timeout' in task 'c': expected a "
+            "duration from 0 to 365d, found 1e400\n"
+            "dag.yaml:11:49: error: 'retry_delay' in task 'c': \"0x2\" is not "
+            "a duration; expected a number of seconds, or numbers with units "
+            "ms, s, m, h, d (e.g. 90, 500ms, 30s, 5m, 1h30m)\n"
+            "dag.yaml:12:29: error: 'timeout' in task 'd': \"1m1h\" is not a "
+            "duration; expected a number of seconds, or numbers with units "
+            "ms, s, m, h, d (e.g. 90, 500ms, 30s, 5m, 1h30m)\n"
+            "dag.yaml:12:48: error: 'retry_delay' in task 'd': \"1d1d\" is not "
+            "a duration; expected a number of seconds, or numbers with units "
+            "ms, s, m, h, d (e.g. 90, 500ms, 30s, 5m, 1h30m)\n");
   free(e);
 }
 
@@ -280,18 +295,28 @@ static void test_names_and_needs(void) {
                       "  tokenize:\n"
                       "    stage: exec\n"
                       "  bad.name: {stage: exec}\n"
-                      "  nostage: {needs: train}\n");
+                      "  nostage: {needs: train}\n"
+                      "  t123456789t123456789t123456789t123456789t123456789"
+                      "t123456789t123456789t123456789t123456789t123456789"
+                      "t123456789t123456789t123456789: {stage: exec}\n");
   CHECK_STR(e,
-            "dag.yaml:1:6: error: invalid DAG name 'my dag': use letters, "
-            "digits, '_', '-' and '.'\n"
+            "dag.yaml:1:6: error: invalid DAG name 'my dag': use at most 128 "
+            "letters, digits, '_', '-' and '.'\n"
             "dag.yaml:7:3: error: duplicate task name 'tokenize' (first "
             "defined at line 3)\n"
-            "dag.yaml:9:3: error: invalid task name 'bad.name': use letters, "
-            "digits, '_' and '-' (it is referred to as ${tasks.NAME...} and "
-            "names a directory)\n"
+            "dag.yaml:9:3: error: invalid task name 'bad.name': use at most "
+            "128 letters, digits, '_' and '-' (it is referred to as "
+            "${tasks.NAME...} and names a directory)\n"
+
             "dag.yaml:10:3: error: task 'nostage' has no 'stage'; expected "
             "the name of a stage (e.g. stage: exec) or a path to a stage "
             "plugin, or 'approval' for a task that waits for a person\n"
+            "dag.yaml:11:3: error: invalid task name "
+            "'t123456789t123456789t123456789t123456789t123456789"
+            "t123456789t123456789t123456789t123456789t123456789"
+            "t123456789t123456789t123456789': use at most 128 letters, "
+            "digits, '_' and '-' (it is referred to as ${tasks.NAME...} and "
+            "names a directory)\n"
             "dag.yaml:6:13: error: task 'train' needs unknown task "
             "'tokenise'; did you mean 'tokenize'?\n"
             "dag.yaml:6:23: error: task 'train' needs unknown task "

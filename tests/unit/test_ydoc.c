@@ -1,6 +1,8 @@
 /* ydoc: positions, scalar types, anchors and merges, syntax errors. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/ydoc.h"
 #include "testlib.h"
@@ -317,6 +319,29 @@ static void test_empty_and_files(void) {
                "such file");
   free(s);
   diags_free(&d);
+
+  /* A directory was "input/output error"; a FIFO blocked until written. */
+  char dir[] = "/tmp/dagrun-ydoc.XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char fifo[64];
+  snprintf(fifo, sizeof fifo, "%s/f.yaml", dir);
+  CHECK(mkfifo(fifo, 0600) == 0);
+  const char *const paths[] = {dir, fifo};
+  const char *const what[] = {"a directory", "a FIFO"};
+  for (int i = 0; i < 2; i++) {
+    CHECK_INT(ydoc_load(paths[i], &root, &d), DR_EIO);
+    char want[256];
+    snprintf(want, sizeof want,
+             "%s: error: cannot read the DAG file: it is %s, not a file "
+             "(expected a DAG file such as dags/pretrain.yaml)",
+             paths[i], what[i]);
+    s = diag_format(&d.v[0]);
+    CHECK_STR(s, want);
+    free(s);
+    diags_free(&d);
+  }
+  unlink(fifo);
+  rmdir(dir);
 
   CHECK_INT(
       ydoc_load(TEST_SOURCE_DIR "/tests/unit/fixtures/small.yaml", &root, &d),
