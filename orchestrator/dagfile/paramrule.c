@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <regex.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,11 +21,12 @@ typedef enum shq {
   SHQ_SINGLE,
   SHQ_DOUBLE,
   SHQ_HEREDOC,
+  SHQ_COMMENT,
   SHQ_CODE
 } shq;
-static const char *const shq_names[] = {"unquoted", "inside '...'",
+static const char *const shq_names[] = {"unquoted",       "inside '...'",
                                         "inside \"...\"", "in a heredoc",
-                                        "in the code"};
+                                        "in a comment",   "in the code"};
 
 /* What a raw landing carries: a param, the item of a task mapped over a
  * param, the names of a files trigger, or a value known only at run time
@@ -285,7 +287,8 @@ static int classify_ref(const scan *c, const char *x, size_t n, ukind *kind,
     *kind = U_TRIGGER;
     return 1;
   }
-  if (n > 6 && memcmp(x, "tasks.", 6) == 0 && memmem(x, n, ".outputs.", 9)) {
+  if ((n > 6 && memcmp(x, "tasks.", 6) == 0 && memmem(x, n, ".outputs.", 9)) ||
+      text_is(x, n, "run.trigger_dataset_outputs")) {
     *kind = U_OUTPUT;
     return 1;
   }
@@ -308,6 +311,9 @@ static const char *sh_misplaced(const scan *c, shq q) {
   if (c->reader)
     return "|sh quotes a word for a shell, not for this interpreter; pass "
            "the value as an argument instead";
+  if (q == SHQ_COMMENT)
+    return "a newline in the value would end the comment; take the "
+           "reference out of it";
   if (q == SHQ_HEREDOC)
     return "a heredoc's body reads no quotes (an unquoted one expands "
            "$(...) in the value); pass the value as an argument or in the "
@@ -478,7 +484,24 @@ static void nest_pop(shstate *st) {
     st->q = st->nest[st->depth].q;
 }
 
-/* Character s[i] outside quotes; returns the offset to go on from. */
+/* The comment at s[i] == '#', to the end of its line: a reference in it
+ * still lands raw, as a newline in its value ends the comment. Returns
+ * the offset before the newline (read next), SIZE_MAX at a reference
+ * without its '}'. */
+static size_t scan_comment(scan *c, size_t i) {
+  const char *s = c->v->str;
+  for (; s[i] && s[i] != '\n'; i++) {
+    if (s[i] == '$' && s[i + 1] == '$' && s[i + 2] == '{')
+      i += 2;
+    else if (s[i] == '$' && s[i + 1] == '{' &&
+             !(i = scan_ref(c, i, SHQ_COMMENT)))
+      return SIZE_MAX;
+  }
+  return i - 1;
+}
+
+/* Character s[i] outside quotes; returns the offset to go on from
+ * (SIZE_MAX: stop, at a reference without its '}'). */
 static size_t shell_bare(scan *c, shstate *st, size_t i) {
   const char *s = c->v->str;
   char ch = s[i];
@@ -486,8 +509,7 @@ static size_t shell_bare(scan *c, shstate *st, size_t i) {
   if (ch == '\'' || ch == '"') {
     st->q = ch == '\'' ? SHQ_SINGLE : SHQ_DOUBLE;
   } else if (ch == '#' && (i == 0 || strchr(" \t\n;&|()<>", s[i - 1]))) {
-    /* A comment, to the end of its line (the newline is read next). */
-    return i + strcspn(s + i, "\n") - 1;
+    return scan_comment(c, i);
   } else if (ch == '(' && top) {
     st->nest[st->depth - 1].parens++;
   } else if (ch == ')' && top && st->nest[st->depth - 1].close == ')') {
@@ -522,8 +544,9 @@ static void scan_shell(scan *c) {
         break;
     } else if (st.q == SHQ_SINGLE) {
       st.q = ch == '\'' ? SHQ_BARE : st.q;
-    } else if (ch == '\\' && s[i + 1]) {
-      i++;
+    } else if (ch == '\\' && s[i + 1] &&
+               !(s[i + 1] == '$' && s[i + 2] == '{')) {
+      i++; /* (a "${" after it is still a reference, resolved before sh) */
     } else if (ch == '$' && s[i + 1] == '(') {
       nest_push(&st, ')');
       i++;
@@ -534,7 +557,8 @@ static void scan_shell(scan *c) {
     } else if (st.q == SHQ_DOUBLE) {
       st.q = ch == '"' ? SHQ_BARE : st.q;
     } else {
-      i = shell_bare(c, &st, i);
+      if ((i = shell_bare(c, &st, i)) == SIZE_MAX)
+        break;
     }
     if (!s[i])
       break;
@@ -842,6 +866,10 @@ static void use_fix(const shell_use *u, int warn, char *buf, size_t len) {
   if (u->reader)
     snprintf(buf, len, "pass the value as an argument instead (%s)",
              interp_argv);
+  else if (u->q == SHQ_COMMENT)
+    snprintf(buf, len,
+             "take it out of the comment (a newline in the value would end "
+             "it)");
   else
     snprintf(buf, len, "%s ${%s|sh}%s", warn ? "write" : "quote it there with",
              u->ref,

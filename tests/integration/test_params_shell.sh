@@ -93,6 +93,22 @@ expect_rc 0
 expect_in "$(run_dir comment3)/t/attempt-1/log" "<$INJ>"
 no_injection
 
+# a reference in a comment lands raw (a newline in the value ends the
+# comment), and a backslash before "${" does not hide it
+cat > dags/comment4.yaml <<'Y'
+dag: comment4
+params: {msg: hi, x: hi}
+tasks:
+  t: {stage: exec, with: {command: [sh, -c, "echo a # ${params.msg}\necho \\${params.x}"]}}
+Y
+warns comment4 'dags/comment4.yaml:4:55: warning: ${params.msg} lands raw (in a comment) in a shell script'
+expect_in "$T/err" 'take it out of the comment (a newline in the value would end it)'
+refused comment4 "msg=x
+touch $T/INJECTED" "param 'msg': refused: it lands raw (in a comment)"
+refused comment4 "x=x;touch $T/INJECTED" "param 'x': refused: it lands raw (unquoted)"
+sed 's/comment4/comment5/; s/\${params.msg}/${params.msg|sh}/' dags/comment4.yaml > dags/comment5.yaml
+check_error comment5 "\${params.msg|sh} is in a comment in the shell script: a newline in the value would end the comment"
+
 # ---- M3: heredocs refuse |sh; $(...) and `...` start quoting afresh ----
 cat > dags/heredoc.yaml <<'Y'
 dag: heredoc
