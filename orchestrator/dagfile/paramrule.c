@@ -63,8 +63,6 @@ struct prules {
   size_t n;
   shell_use *u;
   size_t nu;
-  const ynode **seen; /* scripts scanned (a mapped task's instances share) */
-  size_t nseen;
 };
 
 static const char *const rule_keys[] = {"type", "enum", "pattern",
@@ -332,12 +330,11 @@ static size_t scan_ref(scan *c, size_t i, shq q) {
   const char *close = strchr(s + i, '}');
   if (!close)
     return 0;
-  const char *x = s + i + 2, *end = close;
+  const char *x = s + i + 2;
   while (*x == ' ' || *x == '\t')
     x++;
   const char *bar = memchr(x, '|', (size_t)(close - x));
-  const char *f = bar ? bar + 1 : close, *fe = close;
-  end = bar ? bar : close;
+  const char *f = bar ? bar + 1 : close, *fe = close, *end = bar ? bar : close;
   while (end > x && (end[-1] == ' ' || end[-1] == '\t'))
     end--;
   while (f < fe && (*f == ' ' || *f == '\t'))
@@ -567,16 +564,11 @@ static void scan_shell(scan *c) {
     free(st.h[k].delim);
 }
 
-/* Scans script v of task t (reader as in scan), once per scalar. */
+/* Scans script v of task t (reader as in scan). */
 static size_t scan_script(const spec *sp, prules *p, const spec_task *t,
                           const ynode *v, const char *reader, diags *d) {
   if (!v || v->kind != YNODE_SCALAR)
     return 0;
-  for (size_t i = 0; i < p->nseen; i++)
-    if (p->seen[i] == v)
-      return 0;
-  p->seen = xrealloc(p->seen, (p->nseen + 1) * sizeof *p->seen);
-  p->seen[p->nseen++] = v;
   scan c = {sp, p, t, v, reader, d, 0};
   if (reader)
     scan_code(&c);
@@ -674,7 +666,11 @@ static size_t scan_interp(const spec *s, prules *p, const spec_task *t,
 static size_t scan_task(const spec *s, prules *p, const spec_task *t,
                         diags *d) {
   size_t errors = 0;
-  if (!t->stage || strcmp(t->stage, "exec") != 0 || !t->with ||
+  /* A mapped task's instances share its YAML: the first one stands for
+   * all (the placeholder of a map known at run time is its only one). */
+  int later = t->map != SIZE_MAX && t->item_index != 0 &&
+              t->item_index != SPEC_ITEM_PENDING;
+  if (later || !t->stage || strcmp(t->stage, "exec") != 0 || !t->with ||
       t->with->kind != YNODE_MAP)
     return 0;
   const ynode *cmd = ynode_get(t->with, "command");
@@ -747,7 +743,6 @@ void prules_destroy(prules *p) {
   }
   free(p->r);
   free(p->u);
-  free(p->seen);
   free(p);
 }
 

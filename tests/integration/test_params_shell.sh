@@ -12,11 +12,13 @@ INJ="\$(touch $T/INJECTED)"
 no_injection() {
   [ ! -e "$T/INJECTED" ] || fail "the injection ran"
 }
-# dag NAME COMMAND: dags/NAME.yaml, one exec task "t" running COMMAND
-# (YAML flow, on line 4), params msg (a string) and lrs (a list).
-dag() {
-  printf 'dag: %s\nparams: {msg: hi, lrs: [a, b]}\ntasks:\n  t: {stage: exec, with: {command: %s}}\n' "$1" "$2" > "dags/$1.yaml"
+# dag_with NAME: dags/NAME.yaml with params msg and x (strings) and lrs
+# (a list), its tasks (from line 4 on) read from stdin.
+dag_with() {
+  { printf 'dag: %s\nparams: {msg: hi, x: hi, lrs: [a, b]}\ntasks:\n' "$1"; cat; } > "dags/$1.yaml"
 }
+# dag NAME COMMAND: one exec task "t" running COMMAND (YAML flow).
+dag() { printf '  t: {stage: exec, with: {command: %s}}\n' "$2" | dag_with "$1"; }
 # warns NAME TEXT: check passes with TEXT among its warnings.
 warns() {
   run_dagrun check "dags/$1.yaml"
@@ -35,6 +37,17 @@ check_error() {
   run_dagrun check "dags/$1.yaml"
   expect_rc 2
   expect_in "$T/err" "$2"
+}
+# accepted NAME TEXT: check passes without a warning, and a run with
+# msg=$INJ prints TEXT (the value as text) and runs nothing.
+accepted() {
+  run_dagrun check "dags/$1.yaml"
+  expect_rc 0
+  expect_not_in "$T/err" warning
+  run_dagrun run "dags/$1.yaml" -q -p "msg=$INJ"
+  expect_rc 0
+  expect_in "$(run_dir "$1")/t/attempt-1/log" "$2"
+  no_injection
 }
 mkdir dags
 
@@ -70,35 +83,20 @@ expect_rc 0
 expect_in "$(run_dir mapped)/t-1/attempt-1/log" "lr 2e-3"
 
 # ---- H4: comments in the quote scanner ----
-cat > dags/comment.yaml <<'Y'
-dag: comment
-params: {msg: hi}
-tasks:
+dag_with comment <<'Y'
   t: {stage: exec, with: {command: [sh, -c, "# don't touch\necho '${params.msg|sh}'"]}}
 Y
 check_error comment "\${params.msg|sh} is inside '...' in the shell script"
 sed 's/don.t touch/say \\"hi/; s/comment$/comment2/' dags/comment.yaml > dags/comment2.yaml
 check_error comment2 "\${params.msg|sh} is inside '...' in the shell script"
-cat > dags/comment3.yaml <<'Y'
-dag: comment3
-params: {msg: hi}
-tasks:
+dag_with comment3 <<'Y'
   t: {stage: exec, with: {command: [sh, -c, "# don't\necho \"<\"${params.msg|sh}\">\" # it's \"fine\""]}}
 Y
-run_dagrun check dags/comment3.yaml
-expect_rc 0
-expect_not_in "$T/err" warning
-run_dagrun run dags/comment3.yaml -q -p "msg=$INJ"
-expect_rc 0
-expect_in "$(run_dir comment3)/t/attempt-1/log" "<$INJ>"
-no_injection
+accepted comment3 "<$INJ>"
 
 # a reference in a comment lands raw (a newline in the value ends the
 # comment), and a backslash before "${" does not hide it
-cat > dags/comment4.yaml <<'Y'
-dag: comment4
-params: {msg: hi, x: hi}
-tasks:
+dag_with comment4 <<'Y'
   t: {stage: exec, with: {command: [sh, -c, "echo a # ${params.msg}\necho \\${params.x}"]}}
 Y
 warns comment4 'dags/comment4.yaml:4:55: warning: ${params.msg} lands raw (in a comment) in a shell script'
@@ -110,10 +108,7 @@ sed 's/comment4/comment5/; s/\${params.msg}/${params.msg|sh}/' dags/comment4.yam
 check_error comment5 "\${params.msg|sh} is in a comment in the shell script: a newline in the value would end the comment"
 
 # ---- M3: heredocs refuse |sh; $(...) and `...` start quoting afresh ----
-cat > dags/heredoc.yaml <<'Y'
-dag: heredoc
-params: {msg: hi}
-tasks:
+dag_with heredoc <<'Y'
   t: {stage: exec, with: {command: [sh, -c, "cat <<EOF\n${params.msg|sh}\nEOF"]}}
   u: {stage: exec, with: {command: [sh, -c, "cat <<-'EOF'\n\t${params.msg|sh}\n\tEOF\n"]}}
 Y
@@ -122,31 +117,20 @@ check_error heredoc "\${params.msg|sh} is in a heredoc in the shell script: a he
 dag heredoc2 '[sh, -c, "cat <<EOF\n${params.msg}\nEOF\necho ${params.msg|sh}"]'
 warns heredoc2 '${params.msg} lands raw (in a heredoc) in a shell script'
 refused heredoc2 "msg=$INJ" "param 'msg': refused: it lands raw (in a heredoc)"
-cat > dags/subst.yaml <<'Y'
-dag: subst
-params: {msg: hi}
-tasks:
+dag_with subst <<'Y'
   t: {stage: exec, with: {command: [sh, -c, 'echo "<$(printf %s ${params.msg|sh})>" "[`printf %s ${params.msg|sh}`]"']}}
 Y
-run_dagrun check dags/subst.yaml
-expect_rc 0
-expect_not_in "$T/err" warning
-run_dagrun run dags/subst.yaml -q -p "msg=$INJ"
-expect_rc 0
-expect_in "$(run_dir subst)/t/attempt-1/log" "<$INJ> [$INJ]"
-no_injection
+accepted subst "<$INJ> [$INJ]"
 
 # ---- H6: ${run.trigger_files} ----
-cat > dags/files.yaml <<'Y'
-dag: files
-tasks:
+dag_with files <<'Y'
   t: {stage: exec, with: {command: [sh, -c, 'for f in ${run.trigger_files}; do echo "got $f"; done']}}
 Y
-warns files 'dags/files.yaml:3:55: warning: ${run.trigger_files} lands raw (unquoted) in a shell script'
+warns files 'dags/files.yaml:4:55: warning: ${run.trigger_files} lands raw (unquoted) in a shell script'
 expect_in "$T/err" 'write ${run.trigger_files|sh} (each name its own quoted word)'
 DAGRUN_TRIGGER_INFO="{\"files\":[\"/x/incoming/$INJ.txt\"]}" run_dagrun run dags/files.yaml --trigger files
 [ "$RC" != 0 ] || fail "a hostile file name ran"
-expect_in "$T/out" 'dags/files.yaml:3:55: error: refused: ${run.trigger_files} lands raw (unquoted) in the shell script, and its value here (the names of the files that triggered the run) is not a plain word'
+expect_in "$T/out" 'dags/files.yaml:4:55: error: refused: ${run.trigger_files} lands raw (unquoted) in the shell script, and its value here (the names of the files that triggered the run) is not a plain word'
 expect_in "$T/out" 'quote it there with ${run.trigger_files|sh}'
 no_injection
 DAGRUN_TRIGGER_INFO='{"files":["/x/incoming/a.txt"]}' run_dagrun run dags/files.yaml -q --trigger files
@@ -162,10 +146,7 @@ expect_in "$(run_dir filesq)/t/attempt-1/log" "got /x/a b.txt"
 no_injection
 
 # ---- M2: a param laundered through an upstream task's output ----
-cat > dags/outputs.yaml <<'Y'
-dag: outputs
-params: {msg: hi}
-tasks:
+dag_with outputs <<'Y'
   up: {stage: exec, outputs: [o], with: {command: [sh, -c, 'printf "{\"o\": \"%s\"}" "$1" > "$DAGRUN_OUTPUTS"', up, "${params.msg}"]}}
   down: {stage: exec, needs: [up], with: {command: [sh, -c, 'echo ${tasks.up.outputs.o}']}}
   quoted: {stage: exec, needs: [up], with: {command: [sh, -c, 'echo "<"${tasks.up.outputs.o|sh}">"']}}
@@ -178,12 +159,20 @@ expect_in "$(run_dir outputs)/quoted/attempt-1/log" "<$INJ>"
 no_injection
 run_dagrun run dags/outputs.yaml -q -p "msg=plain-word"
 expect_rc 0
+# the item of a map over an output: the same, per instance
+dag_with rmap <<'Y'
+  up: {stage: exec, outputs: [l], with: {command: [sh, -c, 'printf "{\"l\": [\"a\", \"%s\"]}" "$1" > "$DAGRUN_OUTPUTS"', up, "${params.msg}"]}}
+  each: {stage: exec, needs: [up], map: "${tasks.up.outputs.l}", with: {command: [sh, -c, 'echo "got ${item}"']}}
+Y
+warns rmap 'dags/rmap.yaml:5:102: warning: ${item} lands raw (inside "...") in a shell script: a value that is not a plain word fails the task at run time'
+run_dagrun run dags/rmap.yaml -p "msg=$INJ"
+[ "$RC" != 0 ] || fail "a hostile item ran"
+expect_in "$T/out" "each-1 failed: dags/rmap.yaml:5:102: error: refused: \${item} lands raw"
+expect_in "$(run_dir rmap)/each-0/attempt-1/log" "got a"
+no_injection
 
 # ---- M1: interpreters' code ----
-cat > dags/interp.yaml <<'Y'
-dag: interp
-params: {msg: hi}
-tasks:
+dag_with interp <<'Y'
   py: {stage: exec, with: {command: [timeout, 60, python3, -u, -c, 'print("${params.msg}")']}}
   pl: {stage: exec, with: {command: [perl, -le, 'print "${params.msg}"']}}
   nd: {stage: exec, with: {command: [node, --eval, 'console.log("${params.msg}")']}}
@@ -203,24 +192,9 @@ mkdir serve
 cp dags/json.yaml dags/mapped.yaml serve/
 rm -rf "$DAGRUN_RUNS_DIR"
 serve_start --log "$T/serve.log" --dags serve --no-cron
-post() { # post DAG BODY: prints "STATUS BODY"
-  "$PY" - "$PORT" "$1" "$2" <<'P'
-import sys, urllib.error, urllib.request
-port, dag, body = sys.argv[1:4]
-req = urllib.request.Request(f"http://127.0.0.1:{port}/api/dags/{dag}/runs",
-    data=body.encode(), method="POST",
-    headers={"Content-Type": "application/json",
-             "Authorization": "Bearer params-token-0123456789"})
-try:
-    with urllib.request.urlopen(req, timeout=30) as r:
-        print(r.status, r.read().decode())
-except urllib.error.HTTPError as e:
-    print(e.code, e.read().decode())
-P
-}
 api_refused() { # api_refused DAG BODY TEXT
   local out
-  out=$(post "$1" "$2")
+  out=$(api POST "/api/dags/$1/runs" "$2" params-token-0123456789)
   case "$out" in "400 "*"$3"*) ;; *) fail "POST $2 to $1: $out, expected 400 with $3" ;; esac
 }
 api_refused json "{\"params\":{\"msg\":\"$INJ\"}}" "param 'msg': refused"
