@@ -63,6 +63,7 @@ struct prules {
   size_t n;
   shell_use *u;
   size_t nu;
+  strmap late; /* landing_key of a U_TRIGGER or U_OUTPUT use -> its index */
 };
 
 static const char *const rule_keys[] = {"type", "enum", "pattern",
@@ -251,6 +252,12 @@ static size_t parse_rule(spec *s, prules *p, const ynode *k, const ynode *v,
   return errors;
 }
 
+/* The key of the place at offset off of scalar v in prules.late: each
+ * reference resolved at run time looks itself up there. */
+static void landing_key(const ynode *v, size_t off, char *buf, size_t len) {
+  snprintf(buf, len, "%p:%zu", (const void *)v, off);
+}
+
 /* Where an interpreter's code reads its arguments. */
 static const char interp_argv[] = "sys.argv, @ARGV, ARGV, process.argv";
 
@@ -359,6 +366,11 @@ static size_t scan_ref(scan *c, size_t i, shq q) {
                     .v = c->v,
                     .off = i,
                     .q = q};
+    if (kind == U_TRIGGER || kind == U_OUTPUT) {
+      char k[64];
+      landing_key(c->v, i, k, sizeof k);
+      strmap_put(&p->late, k, p->nu - 1);
+    }
     return (size_t)(close - s);
   }
   const char *why = sh_misplaced(c, q);
@@ -743,6 +755,7 @@ void prules_destroy(prules *p) {
   }
   free(p->r);
   free(p->u);
+  strmap_free(&p->late);
   free(p);
 }
 
@@ -941,30 +954,29 @@ static int check_shell(const spec *s, const prule *r, const char *name,
 int prules_check_landing(const spec *s, const ynode *v, size_t off,
                          const cJSON *value, char *err, size_t errlen) {
   const prules *p = s->rules;
-  for (size_t i = 0; p && i < p->nu; i++) {
-    const shell_use *u = &p->u[i];
-    if (u->v != v || u->off != off ||
-        (u->kind != U_TRIGGER && u->kind != U_OUTPUT))
-      continue;
-    char *t = value_text(value);
-    int ok = all_bare_safe(t);
-    free(t);
-    if (ok)
-      return 0;
-    char place[1024], fix[256];
-    use_where(s, u, "the", 0, place, sizeof place);
-    use_fix(u, 0, fix, sizeof fix);
-    snprintf(err, errlen,
-             "refused: ${%s} lands raw %s, and its value here (%s) is not a "
-             "plain word (letters, digits and _.,:/=+@%%-); %s",
-             u->ref, place,
-             u->kind == U_TRIGGER ? "the names of the files that triggered "
-                                    "the run"
-                                  : "made at run time by an upstream task",
-             fix);
-    return DR_EINVAL;
-  }
-  return 0;
+  char k[64];
+  size_t i;
+  landing_key(v, off, k, sizeof k);
+  if (!p || !strmap_get(&p->late, k, &i))
+    return 0;
+  const shell_use *u = &p->u[i];
+  char *t = value_text(value);
+  int ok = all_bare_safe(t);
+  free(t);
+  if (ok)
+    return 0;
+  char place[1024], fix[256];
+  use_where(s, u, "the", 0, place, sizeof place);
+  use_fix(u, 0, fix, sizeof fix);
+  snprintf(err, errlen,
+           "refused: ${%s} lands raw %s, and its value here (%s) is not a "
+           "plain word (letters, digits and _.,:/=+@%%-); %s",
+           u->ref, place,
+           u->kind == U_TRIGGER
+               ? "the names of the files that triggered the run"
+               : "made at run time by an upstream task",
+           fix);
+  return DR_EINVAL;
 }
 
 int prules_check(const spec *s, const char *name, const cJSON *v, int outside,
