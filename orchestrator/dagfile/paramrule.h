@@ -15,16 +15,31 @@
  * (numbers, inclusive). Defaults, values given with `-p` and values given
  * through serve's API are all checked.
  *
- * Shell scripts: an exec task's `command: [sh, -c, SCRIPT, ...]` (any of
- * sh, bash, dash, zsh, ksh, ash, by path or not) or its command with
- * `shell: true`. A `${params.NAME}` in SCRIPT without the `|sh` quoting
- * form lands in the script as raw text. Unless the param is declared safe
- * (type int, float or bool; an enum whose words hold no shell
- * metacharacters; a pattern that refuses the usual injections), `dagrun
- * check` warns at each such place, and a value from outside (-p, the API)
- * that is not a plain word (letters, digits, _.,:/=+@%-) is refused: the
- * quotes around the place are read for messages only, since the script
- * may hand the text to something that parses it again. The DAG's own
+ * Scripts: an exec task's `command: [sh, -c, SCRIPT, ...]` (any of sh,
+ * bash, dash, zsh, ksh, ash, by path or not, with options before the
+ * script: -e, -o pipefail, -O shopt, +o NAME, -euo pipefail, ...), its
+ * command with `shell: true`, and the code of `python -c`, `perl -e/-E`,
+ * `ruby -e`, `node -e/--eval/-p/--print` (each also behind env, timeout,
+ * nohup). A reference in a script without the `|sh` quoting form (bare,
+ * or with another filter such as |json) lands in it as raw text:
+ *   ${params.NAME}        unless the param is declared safe (type int,
+ *                         float or bool; an enum of plain words; a
+ *                         pattern that refuses the usual injections), a
+ *                         value from outside (-p, the API) that is not a
+ *                         plain word (letters, digits, _.,:/=+@%-) is
+ *                         refused;
+ *   ${item} ${item.KEY}   of a task mapped over a param: each item of an
+ *                         outside list must be a plain word there;
+ *   ${run.trigger_files}, ${tasks.T.outputs.K}, the item of a map over an
+ *                         output: made at run time, so a value that is
+ *                         not a plain word fails the task
+ *                         (prules_check_landing).
+ * `dagrun check` warns at each such place. The quotes around the place are
+ * read for messages only, since the script may hand the text to something
+ * that parses it again. The scanner reads sh's quotes, comments, $(...)
+ * and `...` (quoting starts afresh inside) and heredocs, where a `|sh` is
+ * an error: inside quotes or a heredoc's body its quotes would not be
+ * read, and in an interpreter's code they mean nothing. The DAG's own
  * defaults are the author's and are not refused.
  * Single-threaded.
  */
@@ -63,6 +78,14 @@ int prules_check(const spec *s, const char *name, const cJSON *v, int outside,
 /* Checks the resolved defaults in params against the declarations, with
  * diagnostics at the default's file:line:col. Returns their number. */
 size_t prules_check_defaults(const spec *s, const cJSON *params, diags *d);
+
+/* At run time: value (resolved, its filter applied) of the reference at
+ * offset off of scalar v. Where that place is a raw landing in a script
+ * of a value made at run time (${run.trigger_files}, a task's output, the
+ * item of a map over one) and the value is not a plain word: DR_EINVAL
+ * with a message naming the place and the fix in err. Else 0. */
+int prules_check_landing(const spec *s, const ynode *v, size_t off,
+                         const cJSON *value, char *err, size_t errlen);
 
 /* Writes "FILE:LINE:COL: warning: ..." to f for each place where a param
  * not declared safe lands unquoted in a shell script. Returns how many. */

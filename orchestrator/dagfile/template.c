@@ -664,6 +664,41 @@ char *tmpl_sh_quote(const char *s) {
   return sbuf_take(&b);
 }
 
+/* rc and *out of a reference at offset off of v resolved without |sh: at
+ * run time, a value made then (${run.trigger_files}, an output) that
+ * lands raw in a script must be a plain word (paramrule.h). */
+static int landing_check(rctx *r, const ynode *v, size_t off, int rc,
+                         cJSON **out) {
+  char err[1536];
+  if (rc != 0 || !*out ||
+      prules_check_landing(r->e->s, v, off, *out, err, sizeof err) == 0)
+    return rc;
+  terr(r, v, off, "%s", err);
+  cJSON_Delete(*out);
+  *out = NULL;
+  return DR_ETEMPLATE;
+}
+
+/* ${run.trigger_files|sh}: each name (one a line) as its own quoted
+ * word, space-separated ("" for none), so `for f in ${...|sh}` loops over
+ * them. */
+static int sh_words(cJSON **out) {
+  const char *s = cJSON_IsString(*out) ? (*out)->valuestring : "";
+  sbuf b = {0};
+  while (*s) {
+    size_t n = strcspn(s, "\n");
+    char *name = xstrndup(s, n), *q = tmpl_sh_quote(name);
+    sbuf_printf(&b, "%s%s", b.s ? " " : "", q);
+    free(q);
+    free(name);
+    s += n + (s[n] == '\n');
+  }
+  cJSON_Delete(*out);
+  *out = cJSON_CreateString(b.s ? b.s : "");
+  sbuf_free(&b);
+  return 0;
+}
+
 /* A reference with its filter: x[0..n) as resolve_plain_ref takes it, or
  * "REF|sh", REF's value as one POSIX shell word (a string). */
 static int resolve_ref(rctx *r, const ynode *v, size_t off, const char *x,
@@ -677,7 +712,8 @@ static int resolve_ref(rctx *r, const ynode *v, size_t off, const char *x,
       !(n - (size_t)(bar - x) == 3 && memcmp(bar, "|sh", 3) == 0))
     bar = NULL;
   if (!bar)
-    return resolve_plain_ref(r, v, off, x, n, out);
+    return landing_check(r, v, off, resolve_plain_ref(r, v, off, x, n, out),
+                         out);
   const char *f = bar + 1;
   size_t lf = n - (size_t)(f - x), lx = (size_t)(bar - x);
   while (lf > 0 && (*f == ' ' || *f == '\t')) {
@@ -703,8 +739,10 @@ static int resolve_ref(rctx *r, const ynode *v, size_t off, const char *x,
     cJSON_Delete(*out);
     *out = cJSON_CreateString(text);
     cJSON_free(text);
-    return 0;
+    return landing_check(r, v, off, 0, out);
   }
+  if (lx == 17 && memcmp(x, "run.trigger_files", 17) == 0)
+    return sh_words(out);
   char *text = tmpl_scalar_text(*out);
   cJSON_Delete(*out);
   *out = NULL;
