@@ -83,6 +83,24 @@ expect_in "$R/report.html" "gen/out/samples.txt: not embedded (the run has secre
 expect_in "$R/report.html" "gen/out/fig.svg: not embedded (the run has secrets"
 mv report.first "$R/report.html"
 
+# 1b. A secret with a ', a " and a \ written through |sh and |json: the
+# attempt log's "running:" line, attempt.json and report.html show the
+# quoted and escaped forms, which differ from the raw value.
+SJ1=$(hex) SJ2=$(hex)
+cat > dags/sj.yaml <<'Y'
+dag: sj
+secrets: [k]
+params: {k: "unset-secret"}
+tasks:
+  a: {stage: exec, with: {command: [sh, -c, 'echo ${params.k|sh} >/dev/null', sh, 'l=${params.k|json}']}}
+Y
+run_dagrun run dags/sj.yaml -p "k=P1$SJ1'P2$SJ2\"Q\\B"
+expect_rc 0
+RSJ=$(run_dir sj)
+expect_in "$RSJ/a/attempt-1/log" "running: sh -c echo *** >/dev/null sh l=***"
+CORES="$SJ1 $SJ2"
+no_leak "a secret through |sh and |json" "$DAGRUN_RUNS_DIR" "$DAGRUN_HOME" "$T/out" "$T/err"
+
 # 2. The API: the run by hand, its report, and a run started with the
 # secret as a param.
 serve_start --log "$T/serve.log" --no-cron
@@ -132,5 +150,19 @@ CORES="$API_CORE $API_PCORE"
 no_leak "the API's run" "$DAGRUN_RUNS_DIR" "$DAGRUN_HOME" "$T/api.run" "$T/api" "$T/serve.log"
 expect_in "$T/api" "prompt: ***"
 expect_in "$R2/keyed/outputs.json" '"k_***"'
+
+# The |sh and |json forms of a secret POSTed to the API (1b by hand).
+SJ1=$(hex) SJ2=$(hex)
+api POST /api/dags/sj/runs "$(/usr/bin/python3 -c 'import json,sys; print(json.dumps({"params": {"k": "P1%s'"'"'P2%s\"Q\\B" % tuple(sys.argv[1:])}}))' "$SJ1" "$SJ2")"
+expect_in "$T/api" "201 "
+RUN3=$(sed 's/^201 //' "$T/api" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+RUN2=$RUN3
+wait_until 30 done_run || fail "the API's sj run did not succeed: $("$DAGRUN" status "$RUN3" 2>&1)"
+api GET "/api/runs/$RUN3/tasks/a/log"
+expect_in "$T/api" "running: sh -c echo *** >/dev/null sh l=***"
+cp "$T/api" "$T/api.log"
+api GET "/api/runs/$RUN3/report"
+CORES="$SJ1 $SJ2"
+no_leak "the API's |sh and |json run" "$DAGRUN_RUNS_DIR" "$DAGRUN_HOME" "$T/api.log" "$T/api" "$T/serve.log"
 serve_stop
 pass
