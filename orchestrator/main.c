@@ -830,9 +830,13 @@ static int apply_param_overrides(const spec *sp, cJSON *params,
       return cli_usage_error("--param takes NAME=VALUE, got '%s'", kv[i]);
     char *name = xstrndup(kv[i], (size_t)(eq - kv[i]));
     int rc = tmpl_override_param(sp, params, name, eq + 1, err, sizeof err);
+    int secret = spec_param_secret(sp, name);
     free(name);
     if (rc != 0) {
-      fprintf(stderr, "dagrun: --param %s: %s\n", kv[i], err);
+      /* A secret's value is not shown (its name is). */
+      fprintf(stderr, "dagrun: --param %.*s%s: %s\n",
+              secret ? (int)(eq - kv[i] + 1) : (int)strlen(kv[i]), kv[i],
+              secret ? "***" : "", err);
       return EXIT_USAGE;
     }
   }

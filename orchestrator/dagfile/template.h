@@ -108,7 +108,8 @@ int tmpl_resolve_params(const tmpl_env *e, cJSON **out, diags *d);
  * the declaration and the shell scripts it lands in (paramrule.h).
  * Returns 0, or DR_EINVAL with the message in err: an unknown param
  * ("did you mean"), a value of the wrong type, one the declaration or a
- * shell script refuses. */
+ * shell script refuses. A secret param's value is written '***' in err
+ * (spec_hide_value). */
 int tmpl_override_param(const spec *s, cJSON *params, const char *name,
                         const char *text, char *err, size_t errlen);
 

@@ -101,6 +101,38 @@ expect_in "$RSJ/a/attempt-1/log" "running: sh -c echo *** >/dev/null sh l=***"
 CORES="$SJ1 $SJ2"
 no_leak "a secret through |sh and |json" "$DAGRUN_RUNS_DIR" "$DAGRUN_HOME" "$T/out" "$T/err"
 
+# 1c. No error message quotes a secret param's value: a default that its
+# pattern refuses (`dagrun check`, and serve's GET /api/dags below), and
+# values from outside that the pattern or the type refuses.
+DEF_CORE=$(hex) OUT_CORE=$(hex)
+cat > dags/m4def.yaml <<Y
+dag: m4def
+params: {tok: "Def_$DEF_CORE"}
+secrets: [tok]
+param_schema: {tok: {pattern: "[a-z0-9_]+"}}
+tasks:
+  a: {stage: exec, with: {command: [echo, hi]}}
+Y
+cat > dags/m4.yaml <<'Y'
+dag: m4
+params: {tok: "lowercase_default", n: 12345}
+secrets: [tok, n]
+param_schema: {tok: {pattern: "[a-z0-9_]+"}, n: {type: int}}
+tasks:
+  a: {stage: exec, with: {command: [echo, hi]}}
+Y
+run_dagrun check dags/m4def.yaml
+expect_rc 2
+expect_in "$T/err" "default of param 'tok': '***' does not match its pattern"
+run_dagrun run dags/m4.yaml -p "tok=Out_$OUT_CORE"
+expect_rc 2
+expect_in "$T/err" "--param tok=***: param 'tok': '***' does not match its pattern"
+run_dagrun run dags/m4.yaml -p "n=x$OUT_CORE"
+expect_rc 2
+expect_in "$T/err" "param 'n' is declared type: int; '***' is not an integer"
+CORES="$DEF_CORE $OUT_CORE"
+no_leak "errors about secret values" "$T/out" "$T/err"
+
 # 2. The API: the run by hand, its report, and a run started with the
 # secret as a param.
 serve_start --log "$T/serve.log" --no-cron
@@ -120,6 +152,14 @@ except urllib.error.HTTPError as e:
     print(e.code, e.read().decode())
 P
 }
+api GET /api/dags
+expect_in "$T/api" "default of param 'tok': '***' does not match"
+cp "$T/api" "$T/api.dags"
+api POST /api/dags/m4/runs "{\"params\":{\"tok\":\"Out_$OUT_CORE\"}}"
+expect_in "$T/api" "400 "
+expect_in "$T/api" "param 'tok': '***' does not match its pattern"
+CORES="$DEF_CORE $OUT_CORE"
+no_leak "the API's errors about secret values" "$T/api" "$T/api.dags" "$T/serve.log"
 api GET "/api/runs/$RUN_ID"
 expect_in "$T/api" '"k_***"'
 no_leak "GET /api/runs/{id}" "$T/api"
