@@ -970,6 +970,14 @@ static int override_param(const spec *s, cJSON *params, const char *name,
 
 int tmpl_override_param(const spec *s, cJSON *params, const char *name,
                         const char *text, char *err, size_t errlen) {
+  if (strlen(text) > TMPL_PARAM_MAX) {
+    snprintf(err, errlen,
+             "param '%s': a value of %zu bytes; at most %d (a run gets its "
+             "params through its environment, which holds 128 KiB a "
+             "variable)",
+             name, strlen(text), TMPL_PARAM_MAX);
+    return DR_EINVAL;
+  }
   if (!spec_param_secret(s, name))
     return override_param(s, params, name, text, err, errlen);
   /* The message whole, then the secret value hidden in it. */

@@ -107,9 +107,14 @@ int tmpl_resolve_params(const tmpl_env *e, cJSON **out, diags *d);
  * param_schema wins over the default's, and the value is checked against
  * the declaration and the shell scripts it lands in (paramrule.h).
  * Returns 0, or DR_EINVAL with the message in err: an unknown param
- * ("did you mean"), a value of the wrong type, one the declaration or a
- * shell script refuses. A secret param's value is written '***' in err
- * (spec_hide_value). */
+ * ("did you mean"), a value over TMPL_PARAM_MAX bytes or of the wrong
+ * type, one the declaration or a shell script refuses. A secret param's value
+ * is written '***' in err (spec_hide_value). */
+/* The longest value tmpl_override_param takes, in bytes: a run started
+ * by `dagrun serve` gets its params through one environment variable,
+ * which Linux caps at 128 KiB (MAX_ARG_STRLEN), and an exec task's
+ * argument that holds one has the same cap. */
+#define TMPL_PARAM_MAX 65536
 int tmpl_override_param(const spec *s, cJSON *params, const char *name,
                         const char *text, char *err, size_t errlen);
 

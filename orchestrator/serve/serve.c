@@ -546,17 +546,24 @@ static int spawn_child(server *s, const char *dag, const char *run_id,
   return 0;
 }
 
+/* The JSON array of the n "NAME=VALUE" params. Caller frees with
+ * cJSON_free. */
+static char *run_params_json(char *const *params, size_t n) {
+  cJSON *list = cJSON_CreateArray();
+  for (size_t i = 0; i < n; i++)
+    cJSON_AddItemToArray(list, cJSON_CreateString(params[i]));
+  char *json = cJSON_PrintUnformatted(list);
+  cJSON_Delete(list);
+  return json;
+}
+
 /* The daemon's environment and DAGRUN_RUN_PARAMS, a JSON array of the
  * n "NAME=VALUE" params (what `dagrun run --params-from-env` reads), and
  * DAGRUN_TRIGGER_INFO when info is not NULL (a data trigger's).
  * Caller frees with workerenv_free. */
 static char **child_env(char *const *params, size_t n, const char *info) {
   extern char **environ;
-  cJSON *list = cJSON_CreateArray();
-  for (size_t i = 0; i < n; i++)
-    cJSON_AddItemToArray(list, cJSON_CreateString(params[i]));
-  char *json = cJSON_PrintUnformatted(list);
-  cJSON_Delete(list);
+  char *json = run_params_json(params, n);
   size_t n_env = 0;
   while (environ[n_env])
     n_env++;
@@ -1191,6 +1198,9 @@ static int api_pause(void *ud, const char *dag, int paused, const char *by,
   return api_call(ud, r, NULL, 0, result, err, errlen);
 }
 
+/* Linux's MAX_ARG_STRLEN: the most one environment string may hold. */
+#define PARAMS_ENV_MAX (128 * 1024)
+
 /* Params of an API trigger as "NAME=VALUE" overrides, checked against the
  * DAG's params (types kept). NULL-terminated; NULL for none. */
 static int api_params(const dag_entry *e, const cJSON *params, char ***out,
@@ -1221,6 +1231,18 @@ static int api_params(const dag_entry *e, const cJSON *params, char ***out,
     free(text);
   }
   cJSON_Delete(check);
+  /* All of them go in DAGRUN_RUN_PARAMS (child_env), which execve caps at
+   * 128 KiB with its name: past that the run could not start (E2BIG). */
+  char *json = rc == 0 ? run_params_json(kv, n) : NULL;
+  size_t len = json ? strlen("DAGRUN_RUN_PARAMS=") + strlen(json) + 1 : 0;
+  if (len > PARAMS_ENV_MAX) {
+    snprintf(err, errlen,
+             "the params come to %zu bytes as the run's environment passes "
+             "them (JSON): at most %d in all",
+             len, PARAMS_ENV_MAX);
+    rc = -1;
+  }
+  cJSON_free(json);
   if (rc != 0) {
     for (size_t i = 0; i < n; i++)
       free(kv[i]);

@@ -2,7 +2,9 @@
 # `runs` (and `runs --tag`) and `status` show of them, and the same
 # through the API (POST /api/runs/{run}/tags and /note behind the write
 # token, GET /api/runs?tag=); bad tags, notes and requests refused with
-# nothing changed.
+# nothing changed. With them, what would poison the JSON answers or cut
+# a value short (bytes that are not UTF-8, \u0000) and params too long to
+# reach a run, from the CLI and the API.
 . "$(dirname "$0")/lib.sh"
 export DAGRUN_HOME="$T/home"
 mkdir -p dags
@@ -94,6 +96,9 @@ expect_in "$T/err" "the note on stdin holds a NUL byte (at byte 1)"
 run_dagrun run dags/t.yaml --plain -p "x=$(printf 'v\377')"
 expect_rc 2
 expect_in "$T/err" "--param x: the value is not UTF-8 text (byte 0xff at 1)"
+run_dagrun run dags/t.yaml --plain -p "x=$(head -c 65537 /dev/zero | tr '\0' A)"
+expect_rc 2
+expect_in "$T/err" "param 'x': a value of 65537 bytes; at most 65536"
 run_dagrun note "$A" text --clear
 expect_rc 2
 run_dagrun note "$A"
@@ -167,6 +172,18 @@ case "$out" in *"a NUL character"*) ;; *) fail "a note with \\u0000: $out" ;; es
 out=$(call POST "/api/dags/t/runs" '{"params": {"x": "ok\u0000;id"}}')
 [ "${out%% *}" = 400 ] || fail "a param with \\u0000: $out"
 case "$out" in *"a NUL character"*) ;; *) fail "a param with \\u0000: $out" ;; esac
+# A param the run's environment cannot pass: a 400 naming it and the
+# limit, not a 500 once the run fails to start.
+"$PY" -c 'import json; print(json.dumps({"params": {"x": "A" * 200000}}))' > big.json
+out=$(raw_call POST "/api/dags/t/runs" big.json)
+[ "${out%% *}" = 400 ] || fail "a param of 200000 bytes: $out"
+case "$out" in *"param 'x': a value of 200000 bytes; at most 65536"*) ;; *) fail "a param of 200000 bytes: $out" ;; esac
+# 65536 bytes of control characters: each \u00XX in the JSON that
+# carries the params to the run.
+"$PY" -c 'import json; print(json.dumps({"params": {"x": "\x01" * 65536}}))' > big.json
+out=$(raw_call POST "/api/dags/t/runs" big.json)
+[ "${out%% *}" = 400 ] || fail "params of 393216 bytes as JSON: $out"
+case "$out" in *"the params come to 393241 bytes"*"at most 131072 in all"*) ;; *) fail "params of 393216 bytes as JSON: $out" ;; esac
 out=$(call POST "/api/dags/t/pause" '{"by": "a\u0000b"}')
 [ "${out%% *}" = 400 ] || fail "a pause by with \\u0000: $out"
 printf '{"by":"a\377b"}' > bad.json
