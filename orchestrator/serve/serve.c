@@ -10,6 +10,7 @@
  */
 #include "serve.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1874,6 +1875,15 @@ static void recover(server *s) {
 /* Shortest token or HMAC secret taken: a shorter one can be guessed. */
 #define SECRET_MIN 16
 
+/* Whether z is only spaces, tabs and newlines: twenty spaces pass the
+ * length rule and are no secret. */
+static int is_blank(const char *z) {
+  for (; *z; z++)
+    if (!isspace((unsigned char)*z))
+      return 0;
+  return 1;
+}
+
 static char *read_secret_file(const char *path, const char *what) {
   char *data;
   size_t n;
@@ -1896,6 +1906,14 @@ static char *read_secret_file(const char *path, const char *what) {
     data[--n] = '\0';
   if (n == 0 || strlen(data) != n) {
     fprintf(stderr, "dagrun serve: %s %s is empty or not text\n", what, path);
+    free(data);
+    return NULL;
+  }
+  if (is_blank(data)) {
+    fprintf(stderr,
+            "dagrun serve: %s %s holds only whitespace: make one with "
+            "`openssl rand -hex 32 > %s; chmod 600 %s`\n",
+            what, path, path, path);
     free(data);
     return NULL;
   }
@@ -2005,6 +2023,13 @@ static int serve_credential(const char *file, const char *what, const char *env,
   *out = NULL;
   if (file)
     return (*out = read_secret_file(file, what)) ? 0 : EXIT_USAGE;
+  if (v && *v && is_blank(v)) {
+    fprintf(stderr,
+            "dagrun serve: $%s holds only whitespace: set it to a secret "
+            "(`openssl rand -hex 32`) or unset it\n",
+            env);
+    return EXIT_USAGE;
+  }
   if (v && *v)
     *out = xstrdup(v);
   return 0;

@@ -37,6 +37,17 @@ chmod 600 short
 run_dagrun serve dags --port 0 --no-cron --token-file short
 expect_rc 2
 expect_in "$T/err" "is too short (5 bytes, at least 16)"
+# Twenty spaces pass the length rule, and are no secret. (timeout: a
+# daemon that took them would serve on.)
+printf '%20s\n' "" > blank
+chmod 600 blank
+run_dagrun_10s() { RC=0; timeout 10 "$DAGRUN" "$@" >"$T/out" 2>"$T/err" || RC=$?; }
+run_dagrun_10s serve dags --port 0 --no-cron --token-file blank
+expect_rc 2
+expect_in "$T/err" "token file blank holds only whitespace"
+DAGRUN_API_TOKEN="                    " run_dagrun_10s serve dags --port 0 --no-cron
+expect_rc 2
+expect_in "$T/err" "\$DAGRUN_API_TOKEN holds only whitespace"
 
 # ---- the daemon under attack ----
 openssl rand -hex 32 > secret
