@@ -1842,6 +1842,15 @@ static void answering(api_server *s, struct MHD_Connection *c) {
     guard_conn_answering(s->deadlines, g);
 }
 
+static enum MHD_Result count_host(void *cls, enum MHD_ValueKind kind,
+                                  const char *key, const char *value) {
+  (void)kind;
+  (void)value;
+  if (key && strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0)
+    (*(int *)cls)++;
+  return MHD_YES;
+}
+
 /* The checks made once a request's headers are in, before its body is
  * read: 0, or the status with *out the error. */
 static unsigned check_request(api_server *s, struct MHD_Connection *c,
@@ -1851,6 +1860,15 @@ static unsigned check_request(api_server *s, struct MHD_Connection *c,
     *out = err_json("the request path holds a control character (byte "
                     "0x%02x, after percent-decoding): refused",
                     b);
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  /* libmicrohttpd answers the first of several: "Host: 127.0.0.1:P" then
+   * "Host: evil.com" would pass the check, and a proxy in front may read
+   * the other one (RFC 9112 3.2: a 400). */
+  int n_host = 0;
+  MHD_get_connection_values(c, MHD_HEADER_KIND, count_host, &n_host);
+  if (n_host > 1) {
+    *out = err_json("the request has %d Host headers: one is allowed", n_host);
     return MHD_HTTP_BAD_REQUEST;
   }
   const char *host =

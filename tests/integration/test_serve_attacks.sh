@@ -1,10 +1,11 @@
 # `dagrun serve` against the attacks outside testing reproduced (issue
-# 23): secret files others can read or too short, a signed POST replayed
-# or sent to another endpoint (with the HMAC recipe of docs/serve.md run
-# as written), %00 and other control bytes in the path, a foreign Host
-# header (DNS rebinding), machine paths in error bodies, 70 slow
-# connections from one address; then off loopback: the read token GETs
-# need, the Host check on a wildcard and on an IPv6 address.
+# 23): secret files others can read, too short or only whitespace, a
+# signed POST replayed or sent to another endpoint (with the HMAC recipe
+# of docs/serve.md run as written), %00 and other control bytes in the
+# path, a foreign Host header (DNS rebinding) or two Host headers, machine
+# paths in error bodies, 70 slow connections from one address; then off
+# loopback: the read token GETs need, the Host check on a wildcard and on
+# an IPv6 address.
 . "$(dirname "$0")/lib.sh"
 CHROMIUM=$(command -v chromium || true)
 [ -n "$CHROMIUM" ] || fail "chromium is not installed: the dashboard's checks
@@ -84,11 +85,13 @@ done
 "$PY" - "$PORT" "$DAGRUN_HOME" <<'P' || fail "raw requests: see above"
 import http.client, json, sys
 port, home = int(sys.argv[1]), sys.argv[2]
-def get(path, host=f"127.0.0.1:{port}"):
+def get(path, host=f"127.0.0.1:{port}", more_hosts=()):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     c.putrequest("GET", path, skip_host=True)
     if host is not None:
         c.putheader("Host", host)
+    for h in more_hosts:
+        c.putheader("host", h)
     c.endheaders()
     r = c.getresponse()
     body = r.read().decode()
@@ -106,6 +109,10 @@ assert st == 400, (st, body)
 for host in ("evil.example", f"evil.example:{port}", "127.0.0.1:1", "127.0.0.2:%d" % port, "", None):
     st, body = get("/api/runs", host)
     assert st == 421 and "not a name of this server" in json.loads(body)["error"], (host, st, body)
+# Two Host headers: the first was checked, a proxy may read the second.
+for more in (["evil.example"], [f"127.0.0.1:{port}"]):
+    st, body = get("/api/runs", f"127.0.0.1:{port}", more)
+    assert st == 400 and "2 Host headers: one is allowed" in json.loads(body)["error"], (more, st, body)
 for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}", f"[::1]:{port}", "proxy.example", "proxy.example:443"):
     st, body = get("/api/health", host)
     assert st == 200, (host, st, body)
