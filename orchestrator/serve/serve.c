@@ -194,10 +194,28 @@ static void say(const char *fmt, ...) {
   format_utc(clock_wall(), 1, ts, sizeof ts);
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "%s dagrun serve: ", ts);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  sbuf m = {0};
+  sbuf_vprintf(&m, fmt, ap);
   va_end(ap);
+  /* A message holds names from outside (a DAG file named "x\n<time>
+   * dagrun serve: ..."): its lines after the first are indented, so that
+   * only say() starts a line with a time, and other control bytes are
+   * written \xNN (a \r would hide the line's start on a terminal). */
+  sbuf out = {0};
+  sbuf_printf(&out, "%s dagrun serve: ", ts);
+  for (size_t i = 0; i < m.n; i++) {
+    unsigned char c = (unsigned char)m.s[i];
+    if (c == '\n')
+      sbuf_puts(&out, "\n  ");
+    else if ((c < 0x20 && c != '\t') || c == 0x7f)
+      sbuf_printf(&out, "\\x%02x", c);
+    else
+      sbuf_putc(&out, (char)c);
+  }
+  sbuf_putc(&out, '\n');
+  fwrite(out.s, 1, out.n, stderr);
+  sbuf_free(&out);
+  sbuf_free(&m);
 }
 
 /* The daemon's clock: the wall clock, or with DAGRUN_FAKE_CLOCK=T*RATE

@@ -51,6 +51,11 @@ expect_rc 2
 expect_in "$T/err" "\$DAGRUN_API_TOKEN holds only whitespace"
 
 # ---- the daemon under attack ----
+# A DAG file whose name holds a newline and a log line's start: the log
+# must not show that line as the daemon's own.
+FORGED="2000-01-01T00:00:00.000Z dagrun serve: FORGED"
+printf 'dag: forged\ntasks:\n  a: {stage: exec, with: {command: [\"true\"]}}\n' > "dags/x
+$FORGED"$'\r'".yaml"
 openssl rand -hex 32 > secret
 chmod 600 secret
 : >"$T/serve.log"
@@ -58,6 +63,9 @@ chmod 600 secret
   --allow-host proxy.example --request-timeout 2 >"$T/serve.log" 2>&1 &
 SERVE_PID=$!
 serve_port "$T/serve.log" "$SERVE_PID"
+! grep -q "^$FORGED" "$T/serve.log" || fail "a DAG file's name forged a log line: $(cat "$T/serve.log")"
+expect_in "$T/serve.log" "loaded dag forged from $PWD/dags/x"
+expect_in "$T/serve.log" "  $FORGED\\x0d.yaml"
 trap 'kill "$SERVE_PID" 2>/dev/null || true' EXIT
 
 # ---- HMAC: the recipe of docs/serve.md, then its replays ----
