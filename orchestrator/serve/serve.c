@@ -376,8 +376,30 @@ static int has_yaml_suffix(const char *n) {
          (l > 4 && strcmp(n + l - 4, ".yml") == 0);
 }
 
-/* A file found by the scan: new, changed or as it was. */
-static void scan_file(server *s, const char *path, const struct stat *sb) {
+/* Why file f, found in DAG directory dir, is not read, or NULL: a symlink
+ * out of the directory. Its content would reach the open GET /api/dags
+ * in the load error's quotes ("unknown key 'root:$6$...'"): a link to
+ * /etc/shadow or /proc/self/environ would show what the daemon may read
+ * to whoever may write in the directory. */
+static const char *outside_dir(const char *dir, const char *f) {
+  struct stat lsb;
+  if (lstat(f, &lsb) != 0 || !S_ISLNK(lsb.st_mode))
+    return NULL;
+  char *rd = realpath(dir, NULL), *rf = realpath(f, NULL);
+  size_t n = rd ? strlen(rd) : 0;
+  int inside = rd && rf && strncmp(rf, rd, n) == 0 && rf[n] == '/';
+  free(rd);
+  free(rf);
+  return inside ? NULL
+                : "a symlink to a file outside the DAG directory: not read "
+                  "(copy the file in, or give serve its path or its "
+                  "directory)";
+}
+
+/* A file found by the scan: new, changed or as it was. refused: why it is
+ * not read (outside_dir), or NULL. */
+static void scan_file(server *s, const char *path, const struct stat *sb,
+                      const char *refused) {
   dag_entry *e = NULL;
   for (size_t i = 0; i < s->n_dags && !e; i++)
     if (strcmp(s->dags[i]->file, path) == 0)
@@ -397,7 +419,13 @@ static void scan_file(server *s, const char *path, const struct stat *sb) {
   e->mtime = sb->st_mtim;
   e->size = sb->st_size;
   e->ino = sb->st_ino;
-  entry_load(s, e);
+  if (!refused) {
+    entry_load(s, e);
+    return;
+  }
+  free(e->error);
+  e->error = xasprintf("%s: %s", e->file, refused);
+  say("%s", e->error);
 }
 
 /* Looks at every path: loads new and changed files, drops gone ones. */
@@ -409,7 +437,7 @@ static void scan(server *s) {
     if (stat(s->paths[p], &sb) != 0)
       continue;
     if (!S_ISDIR(sb.st_mode)) {
-      scan_file(s, s->paths[p], &sb);
+      scan_file(s, s->paths[p], &sb, NULL);
       continue;
     }
     DIR *dir = opendir(s->paths[p]);
@@ -421,7 +449,7 @@ static void scan(server *s) {
         continue;
       char *f = path_join(s->paths[p], de->d_name);
       if (stat(f, &sb) == 0 && S_ISREG(sb.st_mode))
-        scan_file(s, f, &sb);
+        scan_file(s, f, &sb, outside_dir(s->paths[p], f));
       free(f);
     }
     closedir(dir);

@@ -56,6 +56,14 @@ expect_in "$T/err" "\$DAGRUN_API_TOKEN holds only whitespace"
 FORGED="2000-01-01T00:00:00.000Z dagrun serve: FORGED"
 printf 'dag: forged\ntasks:\n  a: {stage: exec, with: {command: [\"true\"]}}\n' > "dags/x
 $FORGED"$'\r'".yaml"
+# A symlink out of the DAG directory, to a file like /etc/shadow: its
+# lines would be quoted in the load error that GET /api/dags shows anyone.
+# A symlink that stays in the directory loads.
+printf 'root:$6$SHADOWHASH0123:19000:0:99999:7:::\n' > shadow-like
+chmod 600 shadow-like
+ln -s ../shadow-like dags/shadow.yaml
+printf 'dag: linked\ntasks:\n  a: {stage: exec, with: {command: [\"true\"]}}\n' > dags/.linked.yml
+ln -s .linked.yml dags/linked.yaml
 openssl rand -hex 32 > secret
 chmod 600 secret
 : >"$T/serve.log"
@@ -66,6 +74,11 @@ serve_port "$T/serve.log" "$SERVE_PID"
 ! grep -q "^$FORGED" "$T/serve.log" || fail "a DAG file's name forged a log line: $(cat "$T/serve.log")"
 expect_in "$T/serve.log" "loaded dag forged from $PWD/dags/x"
 expect_in "$T/serve.log" "  $FORGED\\x0d.yaml"
+curl -s "http://127.0.0.1:$PORT/api/dags" > dags.json
+expect_in dags.json "shadow.yaml: a symlink to a file outside the DAG directory: not read"
+expect_in dags.json '{"name":"linked","file":"'"$PWD"'/dags/linked.yaml","loaded":true'
+expect_not_in dags.json SHADOWHASH
+expect_not_in "$T/serve.log" SHADOWHASH
 trap 'kill "$SERVE_PID" 2>/dev/null || true' EXIT
 
 # ---- HMAC: the recipe of docs/serve.md, then its replays ----
