@@ -828,11 +828,24 @@ static int apply_param_overrides(const spec *sp, cJSON *params,
     const char *eq = strchr(kv[i], '=');
     if (!eq || eq == kv[i])
       return cli_usage_error("--param takes NAME=VALUE, got '%s'", kv[i]);
+    size_t len = strlen(eq + 1), bad = utf8_bad_at(eq + 1, len);
+    if (bad < len) {
+      /* run.json, the store and every JSON answer would show it. */
+      fprintf(stderr,
+              "dagrun: --param %.*s: the value is not UTF-8 text (byte "
+              "0x%02x at %zu)\n",
+              (int)(eq - kv[i]), kv[i], (unsigned char)eq[1 + bad], bad);
+      return EXIT_USAGE;
+    }
     char *name = xstrndup(kv[i], (size_t)(eq - kv[i]));
     int rc = tmpl_override_param(sp, params, name, eq + 1, err, sizeof err);
+    int secret = spec_param_secret(sp, name);
     free(name);
     if (rc != 0) {
-      fprintf(stderr, "dagrun: --param %s: %s\n", kv[i], err);
+      /* A secret's value is not shown (its name is). */
+      fprintf(stderr, "dagrun: --param %.*s%s: %s\n",
+              secret ? (int)(eq - kv[i] + 1) : (int)strlen(kv[i]), kv[i],
+              secret ? "***" : "", err);
       return EXIT_USAGE;
     }
   }

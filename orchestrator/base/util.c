@@ -473,3 +473,57 @@ int proc_has_env(long pid, const char *entry) {
   fclose(f);
   return found;
 }
+
+/* The length of the valid UTF-8 sequence at p[i] (n bytes in all): 1 to
+ * 4, or 0 for a NUL byte, a stray or cut sequence, an overlong form or a
+ * surrogate. */
+static size_t utf8_len_at(const unsigned char *p, size_t i, size_t n) {
+  unsigned char c = p[i];
+  size_t len = c == 0                   ? 0
+               : c < 0x80               ? 1
+               : c >= 0xC2 && c <= 0xDF ? 2
+               : c >= 0xE0 && c <= 0xEF ? 3
+               : c >= 0xF0 && c <= 0xF4 ? 4
+                                        : 0;
+  if (len == 0 || i + len > n)
+    return 0;
+  uint32_t cp = len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
+  for (size_t k = 1; k < len; k++) {
+    if ((p[i + k] & 0xC0) != 0x80)
+      return 0;
+    cp = (cp << 6) | (p[i + k] & 0x3F);
+  }
+  if (len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF)))
+    return 0;
+  if (len == 4 && (cp < 0x10000 || cp > 0x10FFFF))
+    return 0;
+  return len;
+}
+
+size_t utf8_bad_at(const char *z, size_t n) {
+  const unsigned char *p = (const unsigned char *)z;
+  size_t i = 0, len;
+  while (i < n && (len = utf8_len_at(p, i, n)) > 0)
+    i += len;
+  return i;
+}
+
+char *utf8_clean(const char *z, size_t n) {
+  const unsigned char *p = (const unsigned char *)z;
+  sbuf b = {0};
+  size_t i = 0, run = 0; /* p[run, i) is valid and not yet copied */
+  sbuf_add(&b, "", 0);
+  while (i < n) {
+    size_t len = utf8_len_at(p, i, n);
+    if (len) {
+      i += len;
+      continue;
+    }
+    sbuf_add(&b, z + run, i - run);
+    sbuf_add(&b, "\xEF\xBF\xBD", 3);
+    i++;
+    run = i;
+  }
+  sbuf_add(&b, z + run, i - run);
+  return sbuf_take(&b);
+}

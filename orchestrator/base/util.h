@@ -161,6 +161,13 @@ int proc_alive(int pid, long long start);
  * environment (/proc/PID/environ; 0 when it cannot be read). */
 int proc_has_env(long pid, const char *entry);
 
+/* The offset of the first byte of z[0, n) that is not valid UTF-8 (a NUL
+ * byte counts as not valid), or n when all of it is. */
+size_t utf8_bad_at(const char *z, size_t n);
+/* z[0, n) as valid UTF-8 for JSON: invalid sequences and NUL bytes become
+ * U+FFFD. Caller frees. */
+char *utf8_clean(const char *z, size_t n);
+
 /* Directory part of a path ("." when none); caller frees. */
 char *path_dirname(const char *path);
 /* Joins a and b with one '/'; b absolute returns a copy of b. Caller frees. */

@@ -985,11 +985,19 @@ int prules_check(const spec *s, const char *name, const cJSON *v, int outside,
   char *text = tmpl_scalar_text(v);
   if (!text)
     text = cJSON_PrintUnformatted(v);
+  /* A secret's message is written whole, then its value hidden. */
+  int secret = spec_param_secret(s, name);
+  size_t mlen = secret ? errlen + strlen(text) + 1 : errlen;
+  char *m = secret ? xcalloc(1, mlen) : err;
   int rc = 0;
   if (r)
-    rc = check_rule(r, v, text, err, errlen);
+    rc = check_rule(r, v, text, m, mlen);
   if (rc == 0 && outside)
-    rc = check_shell(s, r, name, v, text, err, errlen);
+    rc = check_shell(s, r, name, v, text, m, mlen);
+  if (secret) {
+    spec_hide_value(m, text, err, errlen);
+    free(m);
+  }
   free(text);
   return rc;
 }

@@ -71,7 +71,8 @@ int prules_from_text(const spec *s, const char *name, const char *text,
 /* Checks value v of param name against its declaration. outside: v comes
  * from `-p` or the API and must also be a plain word where it lands raw
  * in a shell script (unless the param is declared safe). 0, or
- * DR_EINVAL with a message naming the param and the rule in err. */
+ * DR_EINVAL with a message naming the param and the rule in err (a
+ * secret param's value written '***', spec_hide_value). */
 int prules_check(const spec *s, const char *name, const cJSON *v, int outside,
                  char *err, size_t errlen);
 

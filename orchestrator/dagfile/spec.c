@@ -12,6 +12,7 @@
 #include "paramrule.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -1496,6 +1497,53 @@ void spec_free(spec *s) {
   free(s->timezone);
   ontrig_free(&s->on);
   free(s);
+}
+
+/* Whether template text t holds ${params.NAME with nothing of a longer
+ * name after it (the names secrets.c reads from a webhook). */
+static int mentions_param(const char *t, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = strstr(t, "${params."); p;
+       p = strstr(p + 1, "${params.")) {
+    const char *z = p + 9;
+    if (strncmp(z, name, n) == 0 && !isalnum((unsigned char)z[n]) &&
+        z[n] != '_' && z[n] != '-')
+      return 1;
+  }
+  return 0;
+}
+
+int spec_param_secret(const spec *s, const char *name) {
+  for (size_t i = 0; i < s->n_secrets; i++)
+    if (strcmp(s->secrets[i], name) == 0)
+      return 1;
+  const ynode *al = s->alerts;
+  for (size_t i = 0; al && al->kind == YNODE_SEQ && i < al->n; i++) {
+    const ynode *w = ynode_get(al->items[i], "webhook");
+    if (w && w->kind == YNODE_SCALAR && mentions_param(w->str, name))
+      return 1;
+  }
+  return 0;
+}
+
+void spec_hide_value(const char *msg, const char *value, char *err,
+                     size_t errlen) {
+  size_t n = strlen(value);
+  sbuf b = {0};
+  const char *p = msg;
+  for (const char *q; n && (q = strstr(p, value));) {
+    int quoted = q > msg && q[-1] == '\'' && q[n] == '\'';
+    sbuf_add(&b, p, (size_t)(q - p));
+    sbuf_puts(&b, quoted ? "***" : "");
+    if (!quoted)
+      sbuf_add(&b, q, 1);
+    p = quoted ? q + n : q + 1;
+  }
+  sbuf_puts(&b, p);
+  snprintf(err, errlen, "%s", b.s ? b.s : "");
+  if (b.s)
+    memset(b.s, 0, b.n);
+  sbuf_free(&b);
 }
 
 long spec_task_find(const spec *s, const char *name) {

@@ -284,6 +284,15 @@ enum {
  * (file:line:col from v) and what range it needs beyond >= 0. */
 int spec_duration(const ynode *v, double *out);
 
+/* Whether param name's value is a secret (secrets.h): listed under
+ * `secrets:` or used in an alert's webhook. */
+int spec_param_secret(const spec *s, const char *name);
+/* msg, an error message about a value of a secret param, into err (at
+ * most errlen bytes) with each 'value' (as messages quote values) written
+ * '***': no message may show a secret. An empty value is left alone. */
+void spec_hide_value(const char *msg, const char *value, char *err,
+                     size_t errlen);
+
 /* Index of a task by name, or -1. */
 long spec_task_find(const spec *s, const char *name);
 /* The mapped task of that name (as written, not an instance), or NULL. */

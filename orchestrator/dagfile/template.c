@@ -951,8 +951,8 @@ int tmpl_mentions_tasks(const ynode *value) {
   return 0;
 }
 
-int tmpl_override_param(const spec *s, cJSON *params, const char *name,
-                        const char *text, char *err, size_t errlen) {
+static int override_param(const spec *s, cJSON *params, const char *name,
+                          const char *text, char *err, size_t errlen) {
   if (!ynode_get(s->params, name)) {
     sbuf b = {0};
     suggest_param(s, name, &b);
@@ -1004,4 +1004,26 @@ int tmpl_override_param(const spec *s, cJSON *params, const char *name,
   else
     cJSON_AddItemToObject(params, name, v);
   return 0;
+}
+
+int tmpl_override_param(const spec *s, cJSON *params, const char *name,
+                        const char *text, char *err, size_t errlen) {
+  if (strlen(text) > TMPL_PARAM_MAX) {
+    snprintf(err, errlen,
+             "param '%s': a value of %zu bytes; at most %d (a run gets its "
+             "params through its environment, which holds 128 KiB a "
+             "variable)",
+             name, strlen(text), TMPL_PARAM_MAX);
+    return DR_EINVAL;
+  }
+  if (!spec_param_secret(s, name))
+    return override_param(s, params, name, text, err, errlen);
+  /* The message whole, then the secret value hidden in it. */
+  size_t mlen = errlen + strlen(text) + 1;
+  char *m = xcalloc(1, mlen);
+  int rc = override_param(s, params, name, text, m, mlen);
+  if (rc != 0)
+    spec_hide_value(m, text, err, errlen);
+  free(m);
+  return rc;
 }

@@ -98,6 +98,12 @@ int tmpl_resolve(const tmpl_env *e, size_t task, const ynode *value,
  * resolve, so later checks do not repeat the same errors. */
 int tmpl_resolve_params(const tmpl_env *e, cJSON **out, diags *d);
 
+/* The longest value tmpl_override_param takes, in bytes: a run started
+ * by `dagrun serve` gets its params through one environment variable,
+ * which Linux caps at 128 KiB (MAX_ARG_STRLEN), and an exec task's
+ * argument that holds one has the same cap. */
+#define TMPL_PARAM_MAX 65536
+
 /* Sets DAG param name in params (resolved, see above) to text given on
  * the command line or through the API (`--param NAME=VALUE`). The value
  * keeps the param's type in the DAG: a number must parse as one, a bool
@@ -107,8 +113,9 @@ int tmpl_resolve_params(const tmpl_env *e, cJSON **out, diags *d);
  * param_schema wins over the default's, and the value is checked against
  * the declaration and the shell scripts it lands in (paramrule.h).
  * Returns 0, or DR_EINVAL with the message in err: an unknown param
- * ("did you mean"), a value of the wrong type, one the declaration or a
- * shell script refuses. */
+ * ("did you mean"), a value over TMPL_PARAM_MAX bytes or of the wrong
+ * type, one the declaration or a shell script refuses. A secret param's
+ * value is written '***' in err (spec_hide_value). */
 int tmpl_override_param(const spec *s, cJSON *params, const char *name,
                         const char *text, char *err, size_t errlen);
 

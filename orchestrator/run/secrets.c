@@ -197,12 +197,48 @@ typedef struct collect_ctx {
   const cJSON *params;
 } collect_ctx;
 
+/* Adds form (freed here, may be NULL) unless it holds raw whole: then
+ * masking raw hides all of the value in it already, and the text keeps
+ * its quotes around the mask ('***', not ***). */
+static void add_form(secrets *set, const char *raw, char *form) {
+  if (form && !strstr(form, raw))
+    secrets_add(set, form);
+  if (form)
+    memset(form, 0, strlen(form)); /* as secrets_destroy does */
+  free(form);
+}
+
+/* A secret param's value v and every form in which a template writes it
+ * into a command or a file: |sh quotes it ('a'\''b'), |json escapes it
+ * ("a\"b"), and a JSON string holding it escapes it without the quotes.
+ * A value with a ', ", \ or a control character differs in those forms,
+ * and masking only the raw text would let them through. */
+static void add_value(secrets *set, const cJSON *v) {
+  char *raw = value_text(v);
+  if (!raw)
+    return;
+  secrets_add(set, raw);
+  char *scalar = tmpl_scalar_text(v);
+  if (scalar)
+    add_form(set, raw, tmpl_sh_quote(scalar));
+  free(scalar);
+  char *j = cJSON_PrintUnformatted(v);
+  if (j && cJSON_IsString(v)) {
+    size_t n = strlen(j);
+    add_form(set, raw, n >= 2 ? xstrndup(j + 1, n - 2) : NULL);
+  }
+  add_form(set, raw, j ? xstrdup(j) : NULL);
+  if (j)
+    memset(j, 0, strlen(j));
+  cJSON_free(j);
+  memset(raw, 0, strlen(raw));
+  free(raw);
+}
+
 static void collect_param(void *ud, const char *name, const ynode *at) {
   (void)at;
   collect_ctx *c = ud;
-  char *z = value_text(cJSON_GetObjectItemCaseSensitive(c->params, name));
-  secrets_add(c->set, z);
-  free(z);
+  add_value(c->set, cJSON_GetObjectItemCaseSensitive(c->params, name));
 }
 
 /* The values of the ${env:NAME} references in a webhook template. */
@@ -271,9 +307,7 @@ static void redact_param(void *ud, const char *name, const ynode *at) {
   cJSON *v = cJSON_GetObjectItemCaseSensitive(c->params, name);
   if (!v)
     return;
-  char *z = value_text(v);
-  secrets_add(c->set, z);
-  free(z);
+  add_value(c->set, v);
   cJSON_ReplaceItemInObjectCaseSensitive(c->params, name,
                                          cJSON_CreateString(SECRETS_REDACTED));
 }

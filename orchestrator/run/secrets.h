@@ -57,7 +57,10 @@ void secrets_mask_json(const secrets *set, cJSON *j);
 secrets *secrets_with_forms(const secrets *set, char *(*form)(const char *));
 
 /* The set of a run: spec s, its resolved DAG params (borrowed) and its run
- * directory (for ${run.*} in webhooks; may be NULL). Webhooks that do not
+ * directory (for ${run.*} in webhooks; may be NULL). A secret param's
+ * value comes with the forms templates write it in where they differ from
+ * it: ${params.K|sh}'s quoted word, ${params.K|json}'s text and that text
+ * without its quotes (a JSON string holding the value). Webhooks that do not
  * resolve are left out (alerts_create reports them). Caller frees. */
 secrets *secrets_collect(const spec *s, const cJSON *params, const rundir *run);
 

@@ -128,8 +128,13 @@ static cJSON *err_json(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  /* A message may echo what the client sent (a run id from the path):
+   * bytes that are not UTF-8, or a character cut at the end, would make
+   * the answer invalid JSON text. */
+  char *clean = utf8_clean(msg, strlen(msg));
   cJSON *j = cJSON_CreateObject();
-  cJSON_AddStringToObject(j, "error", msg);
+  cJSON_AddStringToObject(j, "error", clean);
+  free(clean);
   return j;
 }
 
@@ -540,44 +545,6 @@ static size_t utf8_whole(const unsigned char *p, size_t n) {
   return need > k + 1 ? i - 1 : n;
 }
 
-/* p[0, n) as valid UTF-8 for JSON: invalid sequences and NUL bytes become
- * U+FFFD. Caller frees. */
-static char *utf8_clean(const unsigned char *p, size_t n) {
-  sbuf b = {0};
-  size_t i = 0, run = 0; /* p[run, i) is valid and not yet copied */
-  sbuf_add(&b, "", 0);
-  while (i < n) {
-    unsigned char c = p[i];
-    size_t len = c == 0                   ? 0
-                 : c < 0x80               ? 1
-                 : c >= 0xC2 && c <= 0xDF ? 2
-                 : c >= 0xE0 && c <= 0xEF ? 3
-                 : c >= 0xF0 && c <= 0xF4 ? 4
-                                          : 0;
-    int ok = len > 0 && i + len <= n;
-    uint32_t cp = len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
-    for (size_t k = 1; ok && k < len; k++) {
-      if ((p[i + k] & 0xC0) != 0x80)
-        ok = 0;
-      cp = (cp << 6) | (p[i + k] & 0x3F);
-    }
-    if (ok && len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF)))
-      ok = 0;
-    if (ok && len == 4 && (cp < 0x10000 || cp > 0x10FFFF))
-      ok = 0;
-    if (ok) {
-      i += len;
-      continue;
-    }
-    sbuf_add(&b, (const char *)p + run, i - run);
-    sbuf_add(&b, "\xEF\xBF\xBD", 3);
-    i++;
-    run = i;
-  }
-  sbuf_add(&b, (const char *)p + run, i - run);
-  return sbuf_take(&b);
-}
-
 /* Up to API_LOG_CHUNK bytes of a log, as GET .../log returns them. */
 typedef struct log_chunk {
   long long offset; /* where it starts (the asked offset, at most size) */
@@ -634,7 +601,7 @@ static int log_read_chunk(const char *log, long long offset, int running,
       got = whole;
     }
   }
-  ck->text = utf8_clean(buf ? buf : (const unsigned char *)"", got);
+  ck->text = utf8_clean(buf ? (const char *)buf : "", got);
   free(buf);
   ck->offset = offset;
   ck->next = next;
@@ -1087,6 +1054,22 @@ static unsigned authorize(const api_server *s, struct MHD_Connection *c,
   return MHD_HTTP_UNAUTHORIZED;
 }
 
+/* The offset of the first \u0000 escape in the strings of JSON text
+ * p[0, n) (which cJSON has read), or n when there is none. */
+static size_t escaped_nul_at(const char *p, size_t n) {
+  int in_string = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] == '"') {
+      in_string = !in_string;
+    } else if (in_string && p[i] == '\\') {
+      if (i + 6 <= n && memcmp(p + i + 1, "u0000", 5) == 0)
+        return i;
+      i++; /* the escaped character, a '"' or a '\\' among them */
+    }
+  }
+  return n;
+}
+
 /* The body as a JSON object (NULL for an empty body): 0 with *body, or 400
  * with *out the error. */
 static unsigned parse_body(const sbuf *b, cJSON **body, cJSON **out) {
@@ -1097,12 +1080,28 @@ static unsigned parse_body(const sbuf *b, cJSON **body, cJSON **out) {
     *out = err_json("malformed JSON body: a NUL byte");
     return MHD_HTTP_BAD_REQUEST;
   }
+  /* JSON text is UTF-8 (RFC 8259): other bytes would be stored as sent
+   * and make every answer that shows them invalid JSON. */
+  size_t bad = utf8_bad_at(b->s, b->n);
+  if (bad < b->n) {
+    *out = err_json("malformed JSON body: invalid UTF-8 at byte %zu", bad);
+    return MHD_HTTP_BAD_REQUEST;
+  }
   const char *end = NULL;
   /* n + 1: the NUL after the body, so that trailing garbage is an error. */
   cJSON *j = cJSON_ParseWithLengthOpts(b->s, b->n + 1, &end, 1);
   if (!j) {
     size_t at = end && end >= b->s ? (size_t)(end - b->s) : 0;
     *out = err_json("malformed JSON body: syntax error at byte %zu", at);
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  /* cJSON ends a string at a \u0000 and keeps what came before: "ok" of
+   * "ok\u0000\u001b]0;..." would pass every check of the rest. */
+  if ((bad = escaped_nul_at(b->s, b->n)) < b->n) {
+    cJSON_Delete(j);
+    *out = err_json("malformed JSON body: a NUL character (\\u0000) in a "
+                    "string at byte %zu: strings may not hold one",
+                    bad);
     return MHD_HTTP_BAD_REQUEST;
   }
   if (!cJSON_IsObject(j)) {
@@ -1843,6 +1842,15 @@ static void answering(api_server *s, struct MHD_Connection *c) {
     guard_conn_answering(s->deadlines, g);
 }
 
+static enum MHD_Result count_host(void *cls, enum MHD_ValueKind kind,
+                                  const char *key, const char *value) {
+  (void)kind;
+  (void)value;
+  if (key && strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0)
+    (*(int *)cls)++;
+  return MHD_YES;
+}
+
 /* The checks made once a request's headers are in, before its body is
  * read: 0, or the status with *out the error. */
 static unsigned check_request(api_server *s, struct MHD_Connection *c,
@@ -1852,6 +1860,15 @@ static unsigned check_request(api_server *s, struct MHD_Connection *c,
     *out = err_json("the request path holds a control character (byte "
                     "0x%02x, after percent-decoding): refused",
                     b);
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  /* libmicrohttpd answers the first of several: "Host: 127.0.0.1:P" then
+   * "Host: evil.com" would pass the check, and a proxy in front may read
+   * the other one (RFC 9112 3.2: a 400). */
+  int n_host = 0;
+  MHD_get_connection_values(c, MHD_HEADER_KIND, count_host, &n_host);
+  if (n_host > 1) {
+    *out = err_json("the request has %d Host headers: one is allowed", n_host);
     return MHD_HTTP_BAD_REQUEST;
   }
   const char *host =

@@ -10,6 +10,7 @@
  */
 #include "serve.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -194,10 +195,28 @@ static void say(const char *fmt, ...) {
   format_utc(clock_wall(), 1, ts, sizeof ts);
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "%s dagrun serve: ", ts);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  sbuf m = {0};
+  sbuf_vprintf(&m, fmt, ap);
   va_end(ap);
+  /* A message holds names from outside (a DAG file named "x\n<time>
+   * dagrun serve: ..."): its lines after the first are indented, so that
+   * only say() starts a line with a time, and other control bytes are
+   * written \xNN (a \r would hide the line's start on a terminal). */
+  sbuf out = {0};
+  sbuf_printf(&out, "%s dagrun serve: ", ts);
+  for (size_t i = 0; i < m.n; i++) {
+    unsigned char c = (unsigned char)m.s[i];
+    if (c == '\n')
+      sbuf_puts(&out, "\n  ");
+    else if ((c < 0x20 && c != '\t') || c == 0x7f)
+      sbuf_printf(&out, "\\x%02x", c);
+    else
+      sbuf_putc(&out, (char)c);
+  }
+  sbuf_putc(&out, '\n');
+  fwrite(out.s, 1, out.n, stderr);
+  sbuf_free(&out);
+  sbuf_free(&m);
 }
 
 /* The daemon's clock: the wall clock, or with DAGRUN_FAKE_CLOCK=T*RATE
@@ -360,9 +379,31 @@ static int has_yaml_suffix(const char *n) {
          (l > 4 && strcmp(n + l - 4, ".yml") == 0);
 }
 
-/* A file found by the scan: new, changed or as it was. 1 when it was
- * (re)loaded. */
-static int scan_file(server *s, const char *path, const struct stat *sb) {
+/* Why file f, found in DAG directory dir, is not read, or NULL: a symlink
+ * out of the directory. Its content would reach the open GET /api/dags
+ * in the load error's quotes ("unknown key 'root:$6$...'"): a link to
+ * /etc/shadow or /proc/self/environ would show what the daemon may read
+ * to whoever may write in the directory. */
+static const char *outside_dir(const char *dir, const char *f) {
+  struct stat lsb;
+  if (lstat(f, &lsb) != 0 || !S_ISLNK(lsb.st_mode))
+    return NULL;
+  char *rd = realpath(dir, NULL), *rf = realpath(f, NULL);
+  size_t n = rd ? strlen(rd) : 0;
+  int inside = rd && rf && strncmp(rf, rd, n) == 0 && rf[n] == '/';
+  free(rd);
+  free(rf);
+  return inside ? NULL
+                : "a symlink to a file outside the DAG directory: not read "
+                  "(copy the file in, or give serve its path or its "
+                  "directory)";
+}
+
+/* A file found by the scan: new, changed or as it was. refused: why it is
+ * not read (outside_dir), or NULL. 1 when it was (re)loaded or refused
+ * anew. */
+static int scan_file(server *s, const char *path, const struct stat *sb,
+                     const char *refused) {
   dag_entry *e = NULL;
   for (size_t i = 0; i < s->n_dags && !e; i++)
     if (strcmp(s->dags[i]->file, path) == 0)
@@ -382,7 +423,14 @@ static int scan_file(server *s, const char *path, const struct stat *sb) {
   e->mtime = sb->st_mtim;
   e->size = sb->st_size;
   e->ino = sb->st_ino;
-  entry_load(s, e);
+  if (!refused) {
+    entry_load(s, e);
+    return 1;
+  }
+  free(e->error);
+  e->error = xasprintf("%s: %s", e->file, refused);
+  e->dup = 0; /* not to be loaded by scan's second look */
+  say("%s", e->error);
   return 1;
 }
 
@@ -396,7 +444,7 @@ static void scan(server *s) {
     if (stat(s->paths[p], &sb) != 0)
       continue;
     if (!S_ISDIR(sb.st_mode)) {
-      changed |= scan_file(s, s->paths[p], &sb);
+      changed |= scan_file(s, s->paths[p], &sb, NULL);
       continue;
     }
     DIR *dir = opendir(s->paths[p]);
@@ -408,7 +456,7 @@ static void scan(server *s) {
         continue;
       char *f = path_join(s->paths[p], de->d_name);
       if (stat(f, &sb) == 0 && S_ISREG(sb.st_mode))
-        changed |= scan_file(s, f, &sb);
+        changed |= scan_file(s, f, &sb, outside_dir(s->paths[p], f));
       free(f);
     }
     closedir(dir);
@@ -558,17 +606,24 @@ static int spawn_child(server *s, const char *dag, const char *run_id,
   return 0;
 }
 
+/* The JSON array of the n "NAME=VALUE" params. Caller frees with
+ * cJSON_free. */
+static char *run_params_json(char *const *params, size_t n) {
+  cJSON *list = cJSON_CreateArray();
+  for (size_t i = 0; i < n; i++)
+    cJSON_AddItemToArray(list, cJSON_CreateString(params[i]));
+  char *json = cJSON_PrintUnformatted(list);
+  cJSON_Delete(list);
+  return json;
+}
+
 /* The daemon's environment and DAGRUN_RUN_PARAMS, a JSON array of the
  * n "NAME=VALUE" params (what `dagrun run --params-from-env` reads), and
  * DAGRUN_TRIGGER_INFO when info is not NULL (a data trigger's).
  * Caller frees with workerenv_free. */
 static char **child_env(char *const *params, size_t n, const char *info) {
   extern char **environ;
-  cJSON *list = cJSON_CreateArray();
-  for (size_t i = 0; i < n; i++)
-    cJSON_AddItemToArray(list, cJSON_CreateString(params[i]));
-  char *json = cJSON_PrintUnformatted(list);
-  cJSON_Delete(list);
+  char *json = run_params_json(params, n);
   size_t n_env = 0;
   while (environ[n_env])
     n_env++;
@@ -1203,6 +1258,9 @@ static int api_pause(void *ud, const char *dag, int paused, const char *by,
   return api_call(ud, r, NULL, 0, result, err, errlen);
 }
 
+/* Linux's MAX_ARG_STRLEN: the most one environment string may hold. */
+#define PARAMS_ENV_MAX (128 * 1024)
+
 /* Params of an API trigger as "NAME=VALUE" overrides, checked against the
  * DAG's params (types kept). NULL-terminated; NULL for none. */
 static int api_params(const dag_entry *e, const cJSON *params, char ***out,
@@ -1233,6 +1291,18 @@ static int api_params(const dag_entry *e, const cJSON *params, char ***out,
     free(text);
   }
   cJSON_Delete(check);
+  /* All of them go in DAGRUN_RUN_PARAMS (child_env), which execve caps at
+   * 128 KiB with its name: past that the run could not start (E2BIG). */
+  char *json = rc == 0 ? run_params_json(kv, n) : NULL;
+  size_t len = json ? strlen("DAGRUN_RUN_PARAMS=") + strlen(json) + 1 : 0;
+  if (len > PARAMS_ENV_MAX) {
+    snprintf(err, errlen,
+             "the params come to %zu bytes as the run's environment passes "
+             "them (JSON): at most %d in all",
+             len, PARAMS_ENV_MAX);
+    rc = -1;
+  }
+  cJSON_free(json);
   if (rc != 0) {
     for (size_t i = 0; i < n; i++)
       free(kv[i]);
@@ -1864,6 +1934,15 @@ static void recover(server *s) {
 /* Shortest token or HMAC secret taken: a shorter one can be guessed. */
 #define SECRET_MIN 16
 
+/* Whether z is only spaces, tabs and newlines: twenty spaces pass the
+ * length rule and are no secret. */
+static int is_blank(const char *z) {
+  for (; *z; z++)
+    if (!isspace((unsigned char)*z))
+      return 0;
+  return 1;
+}
+
 static char *read_secret_file(const char *path, const char *what) {
   char *data;
   size_t n;
@@ -1886,6 +1965,14 @@ static char *read_secret_file(const char *path, const char *what) {
     data[--n] = '\0';
   if (n == 0 || strlen(data) != n) {
     fprintf(stderr, "dagrun serve: %s %s is empty or not text\n", what, path);
+    free(data);
+    return NULL;
+  }
+  if (is_blank(data)) {
+    fprintf(stderr,
+            "dagrun serve: %s %s holds only whitespace: make one with "
+            "`openssl rand -hex 32 > %s; chmod 600 %s`\n",
+            what, path, path, path);
     free(data);
     return NULL;
   }
@@ -1995,6 +2082,13 @@ static int serve_credential(const char *file, const char *what, const char *env,
   *out = NULL;
   if (file)
     return (*out = read_secret_file(file, what)) ? 0 : EXIT_USAGE;
+  if (v && *v && is_blank(v)) {
+    fprintf(stderr,
+            "dagrun serve: $%s holds only whitespace: set it to a secret "
+            "(`openssl rand -hex 32`) or unset it\n",
+            env);
+    return EXIT_USAGE;
+  }
   if (v && *v)
     *out = xstrdup(v);
   return 0;

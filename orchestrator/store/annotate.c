@@ -84,6 +84,31 @@ int annotate_cmd_tag(int argc, char **argv) {
   return rc;
 }
 
+/* A note from stdin, all of it but its last newlines, into *out (caller
+ * frees): 0, or EXIT_USAGE after saying why. A NUL byte would end the note
+ * where it stands and lose the rest without a word. */
+static int read_note(char **out) {
+  sbuf b = {0};
+  char chunk[4096];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, stdin)) > 0)
+    sbuf_add(&b, chunk, n);
+  const char *nul = b.n ? memchr(b.s, '\0', b.n) : NULL;
+  if (nul) {
+    size_t at = (size_t)(nul - b.s);
+    sbuf_free(&b);
+    fprintf(stderr,
+            "dagrun: the note on stdin holds a NUL byte (at byte %zu): a "
+            "note is text\n",
+            at);
+    return EXIT_USAGE;
+  }
+  while (b.n > 0 && b.s[b.n - 1] == '\n')
+    b.s[--b.n] = '\0';
+  *out = sbuf_take(&b);
+  return 0;
+}
+
 int annotate_cmd_note(int argc, char **argv) {
   const char *run = NULL, *text = NULL;
   int clear = 0;
@@ -120,17 +145,13 @@ int annotate_cmd_note(int argc, char **argv) {
     char err[1024];
     /* "-" reads the note from stdin: a long one, or one with newlines. */
     char *in = NULL;
-    if (text && strcmp(text, "-") == 0) {
-      size_t cap = 0;
-      ssize_t n = getdelim(&in, &cap, '\0', stdin);
-      if (n < 0)
-        in = xstrdup("");
-      while (n > 0 && in[n - 1] == '\n')
-        in[--n] = '\0';
+    rc = 0;
+    if (text && strcmp(text, "-") == 0 && (rc = read_note(&in)) == 0)
       text = in;
-    }
-    rc = exit_of(
-        store_run_set_note(st, id, clear ? NULL : text, err, sizeof err), err);
+    if (rc == 0)
+      rc = exit_of(
+          store_run_set_note(st, id, clear ? NULL : text, err, sizeof err),
+          err);
     free(in);
   }
   store_close(st);

@@ -1342,6 +1342,15 @@ int store_note_check(const char *note, char *err, size_t errlen) {
       snprintf(err, errlen, "note: control character 0x%02x", *p);
       return DR_EINVAL;
     }
+  /* Every answer that shows the note is JSON, which is UTF-8. */
+  size_t n = strlen(note), bad = utf8_bad_at(note, n);
+  if (bad < n) {
+    snprintf(err, errlen,
+             "note: invalid UTF-8 at byte %zu (byte 0x%02x): a note is "
+             "UTF-8 text",
+             bad, (unsigned char)note[bad]);
+    return DR_EINVAL;
+  }
   return 0;
 }
 

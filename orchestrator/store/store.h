@@ -193,7 +193,7 @@ cJSON *store_runs_tagged(store *st, const char *dag, const char *state,
  * note`, POST /api/runs/{run}/tags and /note). A tag is 1 to STORE_TAG_MAX
  * letters, digits and _ - . : = / + (so "lr=3e-4" or "baseline"); a run
  * has at most STORE_TAGS_MAX; a note is at most STORE_NOTE_MAX bytes of
- * text (no control characters but newline and tab). */
+ * UTF-8 text (no control characters but newline and tab). */
 #define STORE_TAG_MAX 64
 #define STORE_TAGS_MAX 32
 #define STORE_NOTE_MAX 4096

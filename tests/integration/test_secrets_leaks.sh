@@ -83,6 +83,61 @@ expect_in "$R/report.html" "gen/out/samples.txt: not embedded (the run has secre
 expect_in "$R/report.html" "gen/out/fig.svg: not embedded (the run has secrets"
 mv report.first "$R/report.html"
 
+# 1b. A secret with a ', a " and a \ written through |sh and |json: the
+# attempt log's "running:" line, attempt.json and report.html show the
+# quoted and escaped forms, which differ from the raw value.
+SJ1=$(hex) SJ2=$(hex)
+cat > dags/sj.yaml <<'Y'
+dag: sj
+secrets: [k]
+params: {k: "unset-secret"}
+tasks:
+  a: {stage: exec, with: {command: [sh, -c, 'echo ${params.k|sh} >/dev/null', sh, 'l=${params.k|json}']}}
+  # The "running:" line is cut at 512 bytes, in the middle of the secret.
+  b: {stage: exec, with: {command: [sh, -c, ': PAD ${params.k|sh}']}}
+Y
+sed -i "s/PAD/$(head -c 470 /dev/zero | tr '\0' x)/" dags/sj.yaml
+run_dagrun run dags/sj.yaml -p "k=P1$SJ1'P2$SJ2\"Q\\B"
+expect_rc 0
+RSJ=$(run_dir sj)
+expect_in "$RSJ/a/attempt-1/log" "running: sh -c echo *** >/dev/null sh l=***"
+expect_in "$RSJ/b/attempt-1/log" "xxx ***"
+expect_not_in "$RSJ/b/attempt-1/log" "${SJ1:0:8}"
+CORES="$SJ1 $SJ2"
+no_leak "a secret through |sh and |json" "$DAGRUN_RUNS_DIR" "$DAGRUN_HOME" "$T/out" "$T/err"
+
+# 1c. No error message quotes a secret param's value: a default that its
+# pattern refuses (`dagrun check`, and serve's GET /api/dags below), and
+# values from outside that the pattern or the type refuses.
+DEF_CORE=$(hex) OUT_CORE=$(hex)
+cat > dags/m4def.yaml <<Y
+dag: m4def
+params: {tok: "Def_$DEF_CORE"}
+secrets: [tok]
+param_schema: {tok: {pattern: "[a-z0-9_]+"}}
+tasks:
+  a: {stage: exec, with: {command: [echo, hi]}}
+Y
+cat > dags/m4.yaml <<'Y'
+dag: m4
+params: {tok: "lowercase_default", n: 12345}
+secrets: [tok, n]
+param_schema: {tok: {pattern: "[a-z0-9_]+"}, n: {type: int}}
+tasks:
+  a: {stage: exec, with: {command: [echo, hi]}}
+Y
+run_dagrun check dags/m4def.yaml
+expect_rc 2
+expect_in "$T/err" "default of param 'tok': '***' does not match its pattern"
+run_dagrun run dags/m4.yaml -p "tok=Out_$OUT_CORE"
+expect_rc 2
+expect_in "$T/err" "--param tok=***: param 'tok': '***' does not match its pattern"
+run_dagrun run dags/m4.yaml -p "n=x$OUT_CORE"
+expect_rc 2
+expect_in "$T/err" "param 'n' is declared type: int; '***' is not an integer"
+CORES="$DEF_CORE $OUT_CORE"
+no_leak "errors about secret values" "$T/out" "$T/err"
+
 # 2. The API: the run by hand, its report, and a run started with the
 # secret as a param.
 serve_start --log "$T/serve.log" --no-cron
@@ -102,6 +157,14 @@ except urllib.error.HTTPError as e:
     print(e.code, e.read().decode())
 P
 }
+api GET /api/dags
+expect_in "$T/api" "default of param 'tok': '***' does not match"
+cp "$T/api" "$T/api.dags"
+api POST /api/dags/m4/runs "{\"params\":{\"tok\":\"Out_$OUT_CORE\"}}"
+expect_in "$T/api" "400 "
+expect_in "$T/api" "param 'tok': '***' does not match its pattern"
+CORES="$DEF_CORE $OUT_CORE"
+no_leak "the API's errors about secret values" "$T/api" "$T/api.dags" "$T/serve.log"
 api GET "/api/runs/$RUN_ID"
 expect_in "$T/api" '"k_***"'
 no_leak "GET /api/runs/{id}" "$T/api"
@@ -132,5 +195,19 @@ CORES="$API_CORE $API_PCORE"
 no_leak "the API's run" "$DAGRUN_RUNS_DIR" "$DAGRUN_HOME" "$T/api.run" "$T/api" "$T/serve.log"
 expect_in "$T/api" "prompt: ***"
 expect_in "$R2/keyed/outputs.json" '"k_***"'
+
+# The |sh and |json forms of a secret POSTed to the API (1b by hand).
+SJ1=$(hex) SJ2=$(hex)
+api POST /api/dags/sj/runs "$(/usr/bin/python3 -c 'import json,sys; print(json.dumps({"params": {"k": "P1%s'"'"'P2%s\"Q\\B" % tuple(sys.argv[1:])}}))' "$SJ1" "$SJ2")"
+expect_in "$T/api" "201 "
+RUN3=$(sed 's/^201 //' "$T/api" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+RUN2=$RUN3
+wait_until 30 done_run || fail "the API's sj run did not succeed: $("$DAGRUN" status "$RUN3" 2>&1)"
+api GET "/api/runs/$RUN3/tasks/a/log"
+expect_in "$T/api" "running: sh -c echo *** >/dev/null sh l=***"
+cp "$T/api" "$T/api.log"
+api GET "/api/runs/$RUN3/report"
+CORES="$SJ1 $SJ2"
+no_leak "the API's |sh and |json run" "$DAGRUN_RUNS_DIR" "$DAGRUN_HOME" "$T/api.log" "$T/api" "$T/serve.log"
 serve_stop
 pass

@@ -1,10 +1,11 @@
 # `dagrun serve` against the attacks outside testing reproduced (issue
-# 23): secret files others can read or too short, a signed POST replayed
-# or sent to another endpoint (with the HMAC recipe of docs/serve.md run
-# as written), %00 and other control bytes in the path, a foreign Host
-# header (DNS rebinding), machine paths in error bodies, 70 slow
-# connections from one address; then off loopback: the read token GETs
-# need, the Host check on a wildcard and on an IPv6 address.
+# 23): secret files others can read, too short or only whitespace, a
+# signed POST replayed or sent to another endpoint (with the HMAC recipe
+# of docs/serve.md run as written), %00 and other control bytes in the
+# path, a foreign Host header (DNS rebinding) or two Host headers, machine
+# paths in error bodies, 70 slow connections from one address; then off
+# loopback: the read token GETs need, the Host check on a wildcard and on
+# an IPv6 address.
 . "$(dirname "$0")/lib.sh"
 CHROMIUM=$(command -v chromium || true)
 [ -n "$CHROMIUM" ] || fail "chromium is not installed: the dashboard's checks
@@ -37,8 +38,32 @@ chmod 600 short
 run_dagrun serve dags --port 0 --no-cron --token-file short
 expect_rc 2
 expect_in "$T/err" "is too short (5 bytes, at least 16)"
+# Twenty spaces pass the length rule, and are no secret. (timeout: a
+# daemon that took them would serve on.)
+printf '%20s\n' "" > blank
+chmod 600 blank
+run_dagrun_10s() { RC=0; timeout 10 "$DAGRUN" "$@" >"$T/out" 2>"$T/err" || RC=$?; }
+run_dagrun_10s serve dags --port 0 --no-cron --token-file blank
+expect_rc 2
+expect_in "$T/err" "token file blank holds only whitespace"
+DAGRUN_API_TOKEN="                    " run_dagrun_10s serve dags --port 0 --no-cron
+expect_rc 2
+expect_in "$T/err" "\$DAGRUN_API_TOKEN holds only whitespace"
 
 # ---- the daemon under attack ----
+# A DAG file whose name holds a newline and a log line's start: the log
+# must not show that line as the daemon's own.
+FORGED="2000-01-01T00:00:00.000Z dagrun serve: FORGED"
+printf 'dag: forged\ntasks:\n  a: {stage: exec, with: {command: [\"true\"]}}\n' > "dags/x
+$FORGED"$'\r'".yaml"
+# A symlink out of the DAG directory, to a file like /etc/shadow: its
+# lines would be quoted in the load error that GET /api/dags shows anyone.
+# A symlink that stays in the directory loads.
+printf 'root:$6$SHADOWHASH0123:19000:0:99999:7:::\n' > shadow-like
+chmod 600 shadow-like
+ln -s ../shadow-like dags/shadow.yaml
+printf 'dag: linked\ntasks:\n  a: {stage: exec, with: {command: [\"true\"]}}\n' > dags/.linked.yml
+ln -s .linked.yml dags/linked.yaml
 openssl rand -hex 32 > secret
 chmod 600 secret
 : >"$T/serve.log"
@@ -46,6 +71,14 @@ chmod 600 secret
   --allow-host proxy.example --request-timeout 2 >"$T/serve.log" 2>&1 &
 SERVE_PID=$!
 serve_port "$T/serve.log" "$SERVE_PID"
+! grep -q "^$FORGED" "$T/serve.log" || fail "a DAG file's name forged a log line: $(cat "$T/serve.log")"
+expect_in "$T/serve.log" "loaded dag forged from $PWD/dags/x"
+expect_in "$T/serve.log" "  $FORGED\\x0d.yaml"
+curl -s "http://127.0.0.1:$PORT/api/dags" > dags.json
+expect_in dags.json "shadow.yaml: a symlink to a file outside the DAG directory: not read"
+expect_in dags.json '{"name":"linked","file":"'"$PWD"'/dags/linked.yaml","loaded":true'
+expect_not_in dags.json SHADOWHASH
+expect_not_in "$T/serve.log" SHADOWHASH
 trap 'kill "$SERVE_PID" 2>/dev/null || true' EXIT
 
 # ---- HMAC: the recipe of docs/serve.md, then its replays ----
@@ -73,11 +106,13 @@ done
 "$PY" - "$PORT" "$DAGRUN_HOME" <<'P' || fail "raw requests: see above"
 import http.client, json, sys
 port, home = int(sys.argv[1]), sys.argv[2]
-def get(path, host=f"127.0.0.1:{port}"):
+def get(path, host=f"127.0.0.1:{port}", more_hosts=()):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     c.putrequest("GET", path, skip_host=True)
     if host is not None:
         c.putheader("Host", host)
+    for h in more_hosts:
+        c.putheader("host", h)
     c.endheaders()
     r = c.getresponse()
     body = r.read().decode()
@@ -95,6 +130,10 @@ assert st == 400, (st, body)
 for host in ("evil.example", f"evil.example:{port}", "127.0.0.1:1", "127.0.0.2:%d" % port, "", None):
     st, body = get("/api/runs", host)
     assert st == 421 and "not a name of this server" in json.loads(body)["error"], (host, st, body)
+# Two Host headers: the first was checked, a proxy may read the second.
+for more in (["evil.example"], [f"127.0.0.1:{port}"]):
+    st, body = get("/api/runs", f"127.0.0.1:{port}", more)
+    assert st == 400 and "2 Host headers: one is allowed" in json.loads(body)["error"], (more, st, body)
 for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}", f"[::1]:{port}", "proxy.example", "proxy.example:443"):
     st, body = get("/api/health", host)
     assert st == 200, (host, st, body)

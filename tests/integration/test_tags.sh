@@ -2,12 +2,15 @@
 # `runs` (and `runs --tag`) and `status` show of them, and the same
 # through the API (POST /api/runs/{run}/tags and /note behind the write
 # token, GET /api/runs?tag=); bad tags, notes and requests refused with
-# nothing changed.
+# nothing changed. With them, what would poison the JSON answers or cut
+# a value short (bytes that are not UTF-8, \u0000) and params too long to
+# reach a run, from the CLI and the API.
 . "$(dirname "$0")/lib.sh"
 export DAGRUN_HOME="$T/home"
 mkdir -p dags
 cat > dags/t.yaml <<'Y'
 dag: t
+params: {x: "v"}
 tasks:
   a: {stage: exec, cache: false, with: {command: [true]}}
 Y
@@ -81,6 +84,21 @@ expect_in "$T/err" "control character 0x07"
 run_dagrun note "$A" "$(head -c 4097 /dev/zero | tr '\0' n)"
 expect_rc 2
 expect_in "$T/err" "at most 4096"
+# Bytes that are not UTF-8 would poison every JSON answer that shows the
+# note; a NUL on stdin would cut the note there without a word.
+run_dagrun note "$A" "$(printf 'x\377y')"
+expect_rc 2
+expect_in "$T/err" "note: invalid UTF-8 at byte 1 (byte 0xff)"
+printf 'a\0b' > nul.txt
+run_dagrun note "$A" - < nul.txt
+expect_rc 2
+expect_in "$T/err" "the note on stdin holds a NUL byte (at byte 1)"
+run_dagrun run dags/t.yaml --plain -p "x=$(printf 'v\377')"
+expect_rc 2
+expect_in "$T/err" "--param x: the value is not UTF-8 text (byte 0xff at 1)"
+run_dagrun run dags/t.yaml --plain -p "x=$(head -c 65537 /dev/zero | tr '\0' A)"
+expect_rc 2
+expect_in "$T/err" "param 'x': a value of 65537 bytes; at most 65536"
 run_dagrun note "$A" text --clear
 expect_rc 2
 run_dagrun note "$A"
@@ -122,6 +140,65 @@ echo "${out#* }" | "$PY" -c 'import json,sys; r = json.load(sys.stdin); assert r
   fail "GET run's note: $out"
 out=$(call POST "/api/runs/$B/note" '{"note": "\u0007"}')
 [ "${out%% *}" = 400 ] || fail "a control character: $out"
+# raw_call METHOD PATH FILE: the body's bytes as they are in FILE; prints
+# the status and the answer (flagged when it is not UTF-8).
+raw_call() {
+  "$PY" - "$PORT" "$TOKEN" "$@" <<'P'
+import sys, urllib.error, urllib.request
+port, token, method, path, f = sys.argv[1:6]
+req = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
+                             data=open(f, "rb").read() or None, method=method,
+                             headers={"Content-Type": "application/json",
+                                      "Authorization": "Bearer " + token})
+try:
+    with urllib.request.urlopen(req, timeout=30) as r:
+        status, body = r.status, r.read()
+except urllib.error.HTTPError as e:
+    status, body = e.code, e.read()
+try:
+    print(status, body.decode("utf-8"))
+except UnicodeDecodeError:
+    print(status, "(an answer that is not UTF-8)", body)
+P
+}
+printf '{"note":"\377\376 bad"}' > bad.json
+out=$(raw_call POST "/api/runs/$B/note" bad.json)
+[ "${out%% *}" = 400 ] || fail "a note that is not UTF-8: $out"
+case "$out" in *"invalid UTF-8 at byte 9"*) ;; *) fail "a note that is not UTF-8: $out" ;; esac
+# cJSON ends a string at \u0000: "ok" would pass, the ESC after it unseen.
+out=$(call POST "/api/runs/$B/note" '{"note": "ok\u0000\u001b]0;pwned\u0007"}')
+[ "${out%% *}" = 400 ] || fail "a note with \\u0000: $out"
+case "$out" in *"a NUL character"*) ;; *) fail "a note with \\u0000: $out" ;; esac
+out=$(call POST "/api/dags/t/runs" '{"params": {"x": "ok\u0000;id"}}')
+[ "${out%% *}" = 400 ] || fail "a param with \\u0000: $out"
+case "$out" in *"a NUL character"*) ;; *) fail "a param with \\u0000: $out" ;; esac
+# A param the run's environment cannot pass: a 400 naming it and the
+# limit, not a 500 once the run fails to start.
+"$PY" -c 'import json; print(json.dumps({"params": {"x": "A" * 200000}}))' > big.json
+out=$(raw_call POST "/api/dags/t/runs" big.json)
+[ "${out%% *}" = 400 ] || fail "a param of 200000 bytes: $out"
+case "$out" in *"param 'x': a value of 200000 bytes; at most 65536"*) ;; *) fail "a param of 200000 bytes: $out" ;; esac
+# 65536 bytes of control characters: each \u00XX in the JSON that
+# carries the params to the run.
+"$PY" -c 'import json; print(json.dumps({"params": {"x": "\x01" * 65536}}))' > big.json
+out=$(raw_call POST "/api/dags/t/runs" big.json)
+[ "${out%% *}" = 400 ] || fail "params of 393216 bytes as JSON: $out"
+case "$out" in *"the params come to 393241 bytes"*"at most 131072 in all"*) ;; *) fail "params of 393216 bytes as JSON: $out" ;; esac
+out=$(call POST "/api/dags/t/pause" '{"by": "a\u0000b"}')
+[ "${out%% *}" = 400 ] || fail "a pause by with \\u0000: $out"
+printf '{"by":"a\377b"}' > bad.json
+out=$(raw_call POST "/api/dags/t/pause" bad.json)
+[ "${out%% *}" = 400 ] || fail "a pause by that is not UTF-8: $out"
+# A run id of bytes that are not UTF-8, echoed in the error: as U+FFFD.
+: > empty.json
+out=$(raw_call GET "/api/runs/%C0%AE" empty.json)
+[ "${out%% *}" = 400 ] || fail "a run id that is not UTF-8: $out"
+case "$out" in *"invalid run id '��'"*) ;; *) fail "a run id that is not UTF-8: $out" ;; esac
+for path in /api/runs "/api/runs/$B" /api/dags; do
+  out=$(call GET "$path")
+  echo "${out#* }" | "$PY" -c 'import json,sys; json.loads(sys.stdin.buffer.read().decode("utf-8"))' ||
+    fail "GET $path is not UTF-8 JSON: $out"
+done
 out=$(call POST "/api/runs/$B/note" '{"text": "x"}')
 [ "${out%% *}" = 400 ] || fail "no note member: $out"
 out=$(call POST "/api/runs/$B/note" '{"note": "x"}' none)

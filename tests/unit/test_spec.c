@@ -522,8 +522,38 @@ static void test_trigger_and_branch(void) {
   free(e);
 }
 
+/* Which params are secret, and their values hidden in messages. */
+static void test_secret_params(void) {
+  spec *s = parse_ok("dag: d\nparams: {tok: x, url: y, tokens: z, n: 1}\n"
+                     "secrets: [tok]\n"
+                     "alerts: [{on: failure, webhook: "
+                     "'https://h/${params.url}?q=${params.tok}'}]\n"
+                     "tasks: {a: {stage: noop}}\n");
+  CHECK(spec_param_secret(s, "tok"));
+  CHECK(spec_param_secret(s, "url"));     /* in a webhook */
+  CHECK(!spec_param_secret(s, "tokens")); /* not ${params.tok}'s prefix */
+  CHECK(!spec_param_secret(s, "n"));
+  spec_free(s);
+  char err[64];
+  /* Each quoted occurrence (the name's too, being the same text), not a
+   * longer quoted text that holds it. */
+  spec_hide_value("param 'tok': 'tok' is not 'tok2'", "tok", err, sizeof err);
+  CHECK_STR(err, "param '***': '***' is not 'tok2'");
+  spec_hide_value("param 'p': 'a'b' is bad", "a'b", err, sizeof err);
+  CHECK_STR(err, "param 'p': '***' is bad");
+  /* The message is cut after the value is hidden, not before. */
+  spec_hide_value(
+      "param 'p': 'SECRETSECRETSECRETSECRETSECRETSECRETSECRETSECRETSECRET' "
+      "is bad",
+      "SECRETSECRETSECRETSECRETSECRETSECRETSECRETSECRETSECRET", err, 16);
+  CHECK_STR(err, "param 'p': '***");
+  spec_hide_value("param 'p': '' is bad", "", err, sizeof err);
+  CHECK_STR(err, "param 'p': '' is bad");
+}
+
 int main(void) {
   test_closest();
+  test_secret_params();
   test_valid();
   test_builtin_defaults();
   test_unknown_keys();
