@@ -91,8 +91,9 @@ typedef struct gpt_cuda_piece {
  * (the gradients the slice's shard_n floats; the groups' whole ones
  * where gpt_cuda_set_group_grads puts them: every group of a shard
  * starts at its float 0, so one pointer, the whole array's, serves
- * them all). ZeRO-3 is one piece, {shard_lo, n, 0} of the shard's
- * layout, with shard_n the slice's floats: every array is the slice's,
+ * them all). ZeRO-3 is one piece, {shard_lo, own, 0} of the shard's
+ * layout (own: the slice's floats short of the padding past the
+ * shard's end), with shard_n the slice's floats: every array is the slice's,
  * upload_shard and download_shard move its shard_n floats, and the
  * groups' parameters and gradients are where the setters put them (the
  * same one pointer each). Not with master_n or recompute (refused by

@@ -390,7 +390,11 @@ int pipeline_forward_backward(pipeline *p, const uint32_t *inputs,
    * then hold the whole gradient of the embeddings. */
   int rc = p->zero ? sum_tied(p, err, errlen) || dp_mean(p, loss, err, errlen)
                    : dp_mean(p, loss, err, errlen) || sum_tied(p, err, errlen);
-  release(p);
+  /* Not after a failed collective: on GPU ranks NCCL's kernel may still
+   * read the arrays (cudaFree would wait on it where the gang must
+   * abort); the engine's destroy frees them. */
+  if (rc == 0)
+    release(p);
   if (rc != 0 ||
       comm_broadcast(p->ctl, loss, sizeof *loss, p->P - 1, err, errlen) != 0)
     return -1;

@@ -299,7 +299,7 @@ static void cuda_memory(pipe_eng *e, zslice_memory *held, gpt_memory *part) {
   gpt_cuda_memory_estimate(gpt_get_config(e->su.model), e->go.B, e->go.T,
                            &e->go, part);
   if (z3(e)) {
-    zslice_whole_memory(&e->zw, e->zs.S, part, held);
+    zslice_whole_memory(&e->zw, e->zs.S, 0, part, held);
     return;
   }
   part->grads += e->su.zero ? (uint64_t)e->zs.S * 4 : 0;

@@ -1577,7 +1577,9 @@ int tensor_gather(tensor_par *p, int with_state, optim *full, char *err,
   size_t S = p->zg ? p->S3 : p->zs.S, n = p->n, ns = p->nshard;
   size_t k = with_state ? per_param(p->opt, S) : 0;
   float *buf = malloc((1 + k) * n * sizeof(float));
-  float *sbuf = p->P > 1 ? malloc((1 + k) * ns * sizeof(float)) : buf;
+  /* The join over the stages is replica 0's alone. */
+  float *sbuf =
+      p->P > 1 && dpr == 0 ? malloc((1 + k) * ns * sizeof(float)) : buf;
   int rc = buf && sbuf ? collect(p, k, buf, err, errlen) : -1;
   if (!buf || !sbuf)
     snprintf(err, errlen, "tensor: out of memory gathering the shards");

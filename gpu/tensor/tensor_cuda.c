@@ -345,7 +345,8 @@ void tensor_cuda_memory(const tensor_cuda *t, const gpt_config *cfg,
   part->grads += t->tied ? (uint64_t)t->st.tied_n * 4 : 0;
   part->acts += t->P > 1 ? (uint64_t)pipestream_bytes(&t->ps) : 0;
   if (t->zg) { /* the whole arrays beside the slice's in the step */
-    zslice_whole_memory(&t->zw, t->zs.S, part, held);
+    zslice_whole_memory(&t->zw, t->zs.S,
+                        t->tied ? (uint64_t)t->st.tied_n * 4 : 0, part, held);
     return;
   }
   part->total = part->params + part->grads + part->optim + part->acts;
@@ -516,7 +517,11 @@ int tensor_cuda_forward_backward(tensor_cuda *t, const uint32_t *inputs,
   /* The replicas' mean (after which ZeRO 2-3's whole arrays go); then
    * rank 0's loss for the group (as its replicated gradients). */
   int rc = dp_mean(t, err, errlen);
-  zslice_whole_release(&t->zw, t->g);
+  /* Not after a failed collective: NCCL's kernel may still read the
+   * arrays, and cudaFree would wait on it where the gang must abort;
+   * tensor_cuda_destroy frees them. */
+  if (rc == 0)
+    zslice_whole_release(&t->zw, t->g);
   if (rc != 0 || (t->D > 1 && sum_double(t, t->o.dp, &sum, err, errlen) != 0))
     return -1;
   double x = t->r == 0 ? sum / t->D : 0.0;

@@ -85,8 +85,9 @@ void zslice_state_take(const zslice *z, const float *state, size_t stride,
 /* A rank's bytes of a model-parallel engine beside the group (tensor.h,
  * pipeline.h): held between steps (params, grads, optim) and its
  * gradients' most during a step. Where the engine shards the parameters
- * too (zero_stage 3: tensor.h's, pipeline.h's CPU engine; read there
- * only): their most during a step (peak_params: the slice and what is
+ * too (zero_stage 3: tensor.h's and pipeline.h's engines, CPU and CUDA
+ * (zslice_cuda.h's zslice_whole_memory); the train stage's memory log
+ * reads them): their most during a step (peak_params: the slice and what is
  * gathered at once: tensor.h's groups, a pipeline stage whole), and
  * what a rank of the same layout holds at most in a step at zero_stage
  * 2 (stage2_params, stage2_grads), the lower stage stage 3 must beat. */

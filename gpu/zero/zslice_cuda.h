@@ -10,8 +10,9 @@
  * slices (zslice_whole below).
  *
  * Header-only (static inline): both engines already link the engine and
- * the comm layer, and the emulator's build swaps both. Collective over
- * the group; 0, or -1 with err.
+ * the comm layer, and the emulator's build swaps both. The gathers and
+ * reduces are collective over the group (zslice_whole's _make, _zero_grad,
+ * _release and _memory are not); 0, or -1 with err.
  */
 #ifndef DAGRUN_ZSLICE_CUDA_H
 #define DAGRUN_ZSLICE_CUDA_H
@@ -173,9 +174,12 @@ static inline int zslice_whole_reduce(zslice_whole *w, gpt_cuda *g, comm *dp,
  * they are there), and at stage 3 what zero_stage 2 would hold at most
  * in the step for the same layout (the slice's master weights beside
  * the whole BF16 copy, the whole gradients beside the slice's: S the
- * slice's floats), the figure stage 3 must beat. */
+ * slice's floats, shared the bytes of the engine's gradient buffers that
+ * stage 2 holds as well, such as a tied head's sum), the figure stage 3
+ * must beat. */
 static inline void zslice_whole_memory(const zslice_whole *w, size_t S,
-                                       gpt_memory *part, zslice_memory *held) {
+                                       uint64_t shared, gpt_memory *part,
+                                       zslice_memory *held) {
   uint64_t wp = w->params ? (uint64_t)w->n * 2 : 0, wg = (uint64_t)w->n * 4;
   *held = (zslice_memory){.params = part->params + (w->wp ? wp : 0),
                           .grads = part->grads + (w->wg ? wg : 0),
@@ -184,7 +188,7 @@ static inline void zslice_whole_memory(const zslice_whole *w, size_t S,
                           .peak_params = part->params + wp};
   if (w->params) {
     held->stage2_params = (uint64_t)S * 4 + wp;
-    held->stage2_grads = wg + (uint64_t)S * 4;
+    held->stage2_grads = wg + (uint64_t)S * 4 + shared;
   }
   part->params = held->peak_params;
   part->grads = held->peak_grads;

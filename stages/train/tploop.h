@@ -13,12 +13,11 @@
  * where the build has gpu/tensor/tensor_cuda.h): the same layouts, one
  * GPU a rank, the CUDA engine's shards (tensor_cuda.h) over NCCL splits
  * of the gang as tc's and pc's of the MPI one, the replicas' mean and
- * ZeRO 1-2 over mploop's NCCL ndc; the same checkpoints.
+ * ZeRO 1-3 over mploop's NCCL ndc; the same checkpoints.
  *
  * Refused at start, before any collective, with the numbers: what
  * mploop_check refuses (world_size not a multiple of tensor_parallel,
- * device: cuda without tensor_cuda or where a rank sees no GPU,
- * zero_stage 3 beside replicas on GPU ranks, dropout,
+ * device: cuda without tensor_cuda or where a rank sees no GPU, dropout,
  * overfit_one_batch, no launcher), n_head or the
  * padded vocabulary not divisible by tensor_parallel (the vocabulary is
  * padded to a multiple of 64 already, and that padding is what is split:

@@ -83,6 +83,10 @@ for r in ranks:
     params = 4 * (S + D * pieces[0] + max(D * p for p in pieces[1:]))
     grads = 4 * (S + D * pieces[0] + max(D * p for p in pieces[1:]) + max(pieces))
     assert r["formula"]["params"] == params and r["formula"]["grads"] == grads, (r, params, grads)
+    # As the step held them: rank 0 keeps the whole model beside.
+    mine = r["whole_model"]["params"]
+    assert (mine > 0) == (r["rank"] == 0), r
+    assert r["peak"]["params"] == mine + params, (r, params)
 P
 gang_refused kv1 "tensor_parallel 2 does not divide the model's 1 key/value heads and its intermediate_size 100" \
   "${MODEL/n_kv_head: 2/n_kv_head: 1}, tensor_parallel: 2"
