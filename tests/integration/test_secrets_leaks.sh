@@ -95,14 +95,20 @@ tasks:
   a: {stage: exec, with: {command: [sh, -c, 'echo ${params.k|sh} >/dev/null', sh, 'l=${params.k|json}']}}
   # The "running:" line is cut at 512 bytes, in the middle of the secret.
   b: {stage: exec, with: {command: [sh, -c, ': PAD ${params.k|sh}']}}
+  # The same in a gang of 2, whose ranks' workers log the line.
+  c: {stage: exec, world_size: 2, with: {command: [sh, -c, ': PAD ${params.k|sh}']}}
 Y
-sed -i "s/PAD/$(head -c 470 /dev/zero | tr '\0' x)/" dags/sj.yaml
+sed -i "s/PAD/$(head -c 470 /dev/zero | tr '\0' x)/g" dags/sj.yaml
 run_dagrun run dags/sj.yaml -p "k=P1$SJ1'P2$SJ2\"Q\\B"
 expect_rc 0
 RSJ=$(run_dir sj)
 expect_in "$RSJ/a/attempt-1/log" "running: sh -c echo *** >/dev/null sh l=***"
 expect_in "$RSJ/b/attempt-1/log" "xxx ***"
 expect_not_in "$RSJ/b/attempt-1/log" "${SJ1:0:8}"
+for f in "$RSJ"/c/attempt-1/log "$RSJ"/c/attempt-1/rank-*/log; do
+  expect_in "$f" "xxx ***"
+  expect_not_in "$f" "${SJ1:0:8}"
+done
 CORES="$SJ1 $SJ2"
 no_leak "a secret through |sh and |json" "$DAGRUN_RUNS_DIR" "$DAGRUN_HOME" "$T/out" "$T/err"
 
