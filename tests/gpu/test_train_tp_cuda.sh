@@ -311,12 +311,16 @@ if [ "$ngpu" -ge 4 ]; then
     # And at zero_stage 3 (each rank's slice of its stage's part; the
     # part's whole arrays made for the step): zero_stage 1's losses
     # within 1e-4 (measured the same bits), every rank's parameters and
-    # gradients between steps below zero_stage 1's (between_below), its
-    # checkpoint resumed by one GPU process as zero_stage 1's.
+    # gradients between steps below zero_stage 1's (between_below), the
+    # final weights zero_stage 1's within 1e-6 of the largest (measured
+    # the same bits), its checkpoint resumed by one GPU process as
+    # zero_stage 1's.
     gang_dag dtpz3 "$COMMON, grad_accum: 4, tensor_parallel: 2, pipeline_parallel: 2, zero_stage: 3, device: cuda" 8
     expect_rc 0
     losses "$(run_dir dtpz3)" > dtpz3.losses
     same_losses dtp.losses dtpz3.losses 1e-4
+    same_weights "$R/train/checkpoints/$CK/model.safetensors" \
+      "$(run_dir dtpz3)/train/checkpoints/$CK/model.safetensors" 1e-6
     between_below dtpz3 "$R" "$(run_dir dtpz3)"
     one4_resumes dtpz3one dtpz3 5e-4 "grad_accum: 4"
   else
