@@ -149,17 +149,21 @@ int execcmd_cwd(const char *dag_dir, const char *cwd, char **out, char *msg,
   return 0;
 }
 
-void execcmd_join(const char *const *argv, char *buf, size_t n) {
-  size_t used = 0;
-  buf[0] = '\0';
-  for (size_t i = 0; argv[i] && used + 1 < n; i++) {
-    int w = snprintf(buf + used, n - used, "%s%s", i ? " " : "", argv[i]);
-    if (w < 0)
-      break;
-    used += (size_t)w;
+char *execcmd_join(const char *const *argv) {
+  size_t need = 1;
+  for (size_t i = 0; argv[i]; i++)
+    need += strlen(argv[i]) + 1;
+  char *buf = malloc(need), *at = buf;
+  for (size_t i = 0; buf && argv[i]; i++) {
+    size_t n = strlen(argv[i]);
+    if (i)
+      *at++ = ' ';
+    memcpy(at, argv[i], n);
+    at += n;
   }
-  if (used >= n && n > 4)
-    memcpy(buf + n - 4, "...", 4);
+  if (buf)
+    *at = '\0';
+  return buf;
 }
 
 int execcmd_spawn_failed(const char *prog, int rc, char *msg, size_t msglen) {

@@ -56,8 +56,9 @@ char *execcmd_search_path(const char *prog, const char *path);
 int execcmd_cwd(const char *dag_dir, const char *cwd, char **out, char *msg,
                 size_t msglen);
 
-/* "prog arg1 arg2" for the log, cut to fit buf ("..." at the end). */
-void execcmd_join(const char *const *argv, char *buf, size_t n);
+/* "prog arg1 arg2" for the log, whole (a masker downstream must see a
+ * secret whole): malloc'd, NULL out of memory. */
+char *execcmd_join(const char *const *argv);
 
 /* What posix_spawn's error rc means for prog: the exit status (127 for
  * ENOENT, else 126) with the reason in msg. */

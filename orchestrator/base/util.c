@@ -333,8 +333,12 @@ int parse_duration(const char *s, double *out) {
   static const struct {
     const char *name;
     double seconds;
-  } units[] = {{"d", 86400}, {"h", 3600}, {"ms", 0.001}, {"m", 60}, {"s", 1}};
-  static const int rank[] = {0, 1, 4, 2, 3}; /* ms after m and s */
+    int rank; /* the order they come in: ms (matched before m) last */
+  } units[] = {{"d", 86400, 0},
+               {"h", 3600, 1},
+               {"ms", 0.001, 4},
+               {"m", 60, 2},
+               {"s", 1, 3}};
   if (!s || !*s)
     return DR_EINVAL;
   double total = 0;
@@ -354,9 +358,9 @@ int parse_duration(const char *s, double *out) {
     while (u < sizeof units / sizeof *units &&
            strncmp(p, units[u].name, strlen(units[u].name)) != 0)
       u++;
-    if (u == sizeof units / sizeof *units || rank[u] <= last)
+    if (u == sizeof units / sizeof *units || units[u].rank <= last)
       return DR_EINVAL;
-    last = rank[u];
+    last = units[u].rank;
     p += strlen(units[u].name);
     total += v * units[u].seconds;
   }

@@ -239,17 +239,15 @@ void execdirect_started(execdirect *d) {
   /* The whole command is masked before it is cut to SHOWN_MAX: a secret
    * cut in two at the end would show its first part unmasked. */
   enum { SHOWN_MAX = 512 };
-  size_t need = 1;
-  for (size_t i = 0; d->argv[i]; i++)
-    need += strlen(d->argv[i]) + 1;
-  char *full = xmalloc(need);
-  execcmd_join(d->argv, full, need);
+  char *full = execcmd_join(d->argv);
+  if (!full)
+    return; /* the line is a courtesy; the run goes on */
   char *shown = secrets_mask(d->sec, full);
   if (strlen(shown) >= SHOWN_MAX)
     memcpy(shown + SHOWN_MAX - 4, "...", 4);
   host_log((dagrun_ctx *)d, DAGRUN_LOG_INFO, "running: %s", shown);
   free(shown);
-  memset(full, 0, need); /* as secrets_destroy does */
+  memset(full, 0, strlen(full)); /* as secrets_destroy does */
   free(full);
 }
 

@@ -192,13 +192,9 @@ static const char **build_argv(dagrun_ctx *ctx, const dagrun_host *host) {
  * would leave its first part unmatched, and so shown. */
 static void log_command(dagrun_ctx *ctx, const dagrun_host *host,
                         const char *const *argv) {
-  size_t need = 1;
-  for (size_t i = 0; argv[i]; i++)
-    need += strlen(argv[i]) + 1;
-  char *line = malloc(need);
+  char *line = execcmd_join(argv);
   if (!line)
     return; /* the line is a courtesy; the run goes on */
-  execcmd_join(argv, line, need);
   host->log(ctx, DAGRUN_LOG_INFO, "running: %s", line);
   free(line);
 }
