@@ -2051,6 +2051,27 @@ extern "C" int gpt_cuda_synchronize(gpt_cuda *g, char *err, size_t errlen) {
   return 0;
 }
 
+extern "C" void *gpt_cuda_alloc(gpt_cuda *g, size_t bytes) {
+  void *p = NULL;
+  if (cudaSetDevice(g->o.device) != cudaSuccess ||
+      cudaMalloc(&p, bytes) != cudaSuccess) {
+    cudaGetLastError(); /* not sticky: the next call must not see it */
+    return NULL;
+  }
+  return p;
+}
+
+extern "C" void gpt_cuda_free(void *buf) {
+  if (buf)
+    cudaFree(buf);
+}
+
+extern "C" int gpt_cuda_copy(gpt_cuda *g, void *dst, const void *src,
+                             size_t bytes, char *err, size_t errlen) {
+  CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g->k.stream));
+  return gpt_cuda_synchronize(g, err, errlen);
+}
+
 extern "C" const char *gpt_cuda_attention(const gpt_cuda *g,
                                           uint64_t *extra_bytes) {
   if (extra_bytes)

@@ -409,6 +409,17 @@ int gpt_cuda_download_grads(gpt_cuda *g, float *out, char *err,
  * host clocks around it). */
 int gpt_cuda_synchronize(gpt_cuda *g, char *err, size_t errlen);
 
+/* Device memory beside the engine's, on g's device, for a caller's own
+ * buffers (a pipeline's messages, a ZeRO slice's gradient): bytes of
+ * it, or NULL when the device has none left. The caller frees it with
+ * gpt_cuda_free (NULL is a no-op). */
+void *gpt_cuda_alloc(gpt_cuda *g, size_t bytes);
+void gpt_cuda_free(void *buf);
+/* dst = src (bytes of device memory), in g's stream order, complete on
+ * return. 0, or -1 with err. */
+int gpt_cuda_copy(gpt_cuda *g, void *dst, const void *src, size_t bytes,
+                  char *err, size_t errlen);
+
 /* Device bytes this gpt_cuda allocated at create (all of it but what
  * cuDNN's attention takes: gpt_cuda_attention). */
 uint64_t gpt_cuda_allocated_bytes(const gpt_cuda *g);

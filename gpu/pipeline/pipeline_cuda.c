@@ -60,12 +60,6 @@ struct pipe_eng {
 
 static int z3(const pipe_eng *e) { return e->su.zero == 3; }
 
-static int cuda_fail(cudaError_t e, const char *what, char *err,
-                     size_t errlen) {
-  snprintf(err, errlen, "pipeline: %s: %s", what, cudaGetErrorString(e));
-  return -1;
-}
-
 static int sync_g(pipe_eng *e, char *err, size_t errlen) {
   return gpt_cuda_synchronize(e->g, err, errlen);
 }
@@ -77,33 +71,22 @@ static void cuda_destroy(pipe_eng *e) {
     return;
   cuda_release(e);
   gpt_cuda_destroy(e->g);
-  if (e->gsl)
-    cudaFree(e->gsl);
+  gpt_cuda_free(e->gsl);
   optim_destroy(e->hopt);
   free(e->shard);
   free(e);
 }
 
 static void *cuda_alloc(pipe_eng *e, size_t bytes) {
-  void *p = NULL;
-  if (cudaSetDevice(e->su.o->device) != cudaSuccess ||
-      cudaMalloc(&p, bytes) != cudaSuccess) {
-    cudaGetLastError();
-    return NULL;
-  }
-  return p;
+  return gpt_cuda_alloc(e->g, bytes);
 }
 static void cuda_free(pipe_eng *e, void *buf) {
-  if (buf)
-    cudaFree(buf);
+  (void)e;
+  gpt_cuda_free(buf);
 }
 static int cuda_copy(pipe_eng *e, void *dst, const void *src, size_t bytes,
                      char *err, size_t errlen) {
-  cudaError_t ce = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
-                                   (cudaStream_t)gpt_cuda_stream(e->g));
-  if (ce != cudaSuccess)
-    return cuda_fail(ce, "copying the stream", err, errlen);
-  return sync_g(e, err, errlen);
+  return gpt_cuda_copy(e->g, dst, src, bytes, err, errlen);
 }
 static int cuda_zero_grad(pipe_eng *e, char *err, size_t errlen) {
   return z3(e) ? zslice_whole_zero_grad(&e->zw, e->g, err, errlen)

@@ -127,32 +127,17 @@ static int check(comm *c, const gpt_config *cfg, const tensor_cuda_options *o,
   return P > 1 ? pipeline_check(cfg, P, P, err, errlen) : 0;
 }
 
-/* The device's memory, as pipestream.h takes it (on the engine's
- * device: gpt_cuda_create made it the thread's). */
+/* The device's memory, as pipestream.h takes it. */
 static void *dev_alloc(void *arg, size_t bytes) {
-  void *p = NULL;
-  (void)arg;
-  if (cudaMalloc(&p, bytes) != cudaSuccess) {
-    cudaGetLastError();
-    return NULL;
-  }
-  return p;
+  return gpt_cuda_alloc(((tensor_cuda *)arg)->g, bytes);
 }
 static void dev_free(void *arg, void *buf) {
   (void)arg;
-  cudaFree(buf);
+  gpt_cuda_free(buf);
 }
 static int dev_copy(void *arg, void *dst, const void *src, size_t bytes,
                     char *err, size_t errlen) {
-  tensor_cuda *t = arg;
-  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
-                                  (cudaStream_t)gpt_cuda_stream(t->g));
-  if (e != cudaSuccess) {
-    snprintf(err, errlen, "tensor_cuda: copying the stream: %s",
-             cudaGetErrorString(e));
-    return -1;
-  }
-  return gpt_cuda_synchronize(t->g, err, errlen);
+  return gpt_cuda_copy(((tensor_cuda *)arg)->g, dst, src, bytes, err, errlen);
 }
 
 /* With stages: the schedule, the engine's stage and the exchange's
@@ -234,11 +219,9 @@ static int make_engine(tensor_cuda *t, const gpt *model, char *err,
   t->go = go;
   t->go.tp.tensors = NULL; /* tt and pc go; only the sizes are read again */
   t->go.pieces = NULL;
-  /* On the engine's device (gpt_cuda_create made it the thread's). */
-  if (cudaMalloc((void **)&t->dev2, 2 * sizeof(float)) != cudaSuccess ||
+  if (!(t->dev2 = gpt_cuda_alloc(t->g, 2 * sizeof(float))) ||
       (t->zs.D > 1 && !t->zg &&
-       cudaMalloc((void **)&t->gsl, t->zs.S * sizeof(float)) != cudaSuccess)) {
-    cudaGetLastError();
+       !(t->gsl = gpt_cuda_alloc(t->g, t->zs.S * sizeof(float))))) {
     snprintf(err, errlen, "tensor_cuda: out of device memory");
     goto out;
   }
@@ -319,12 +302,9 @@ void tensor_cuda_destroy(tensor_cuda *t) {
   free(t->ops);
   zslice_whole_release(&t->zw, t->g);
   gpt_cuda_destroy(t->g);
-  if (t->dev2)
-    cudaFree(t->dev2);
-  if (t->gsl)
-    cudaFree(t->gsl);
-  if (t->tied)
-    cudaFree(t->tied);
+  gpt_cuda_free(t->dev2);
+  gpt_cuda_free(t->gsl);
+  gpt_cuda_free(t->tied);
   optim_destroy(t->lopt);
   tensor_stage_free(&t->st);
   tensor_layout_destroy(t->lay);
@@ -676,8 +656,7 @@ int tensor_cuda_gather(tensor_cuda *t, gpt *model, int with_state, optim *full,
              "tensor_cuda: gather: no optimizer of the whole "
              "model for the state");
     rc = -1;
-  } else if (cudaMalloc(&dev, bytes) != cudaSuccess) {
-    cudaGetLastError();
+  } else if (!(dev = gpt_cuda_alloc(t->g, bytes))) {
     snprintf(err, errlen, "tensor_cuda: out of memory gathering the shards");
     rc = -1;
   }
@@ -688,8 +667,7 @@ int tensor_cuda_gather(tensor_cuda *t, gpt *model, int with_state, optim *full,
   }
   if (rc == 0)
     rc = collect(t, sbuf, dev, bytes, model, k ? full : NULL, k, err, errlen);
-  if (dev)
-    cudaFree(dev);
+  gpt_cuda_free(dev);
   free(sbuf);
   return rc;
 }

@@ -122,6 +122,25 @@ void sbuf_free(sbuf *b) {
   b->n = b->cap = 0;
 }
 
+void sbuf_base64(sbuf *b, const void *data, size_t n) {
+  static const char digit[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const unsigned char *p = data;
+  for (size_t i = 0; i < n; i += 3) {
+    /* Three bytes (zeros past the end) make four digits; '=' stands for
+     * the digits of bytes that are not there. */
+    unsigned w = (unsigned)p[i] << 16;
+    if (i + 1 < n)
+      w |= (unsigned)p[i + 1] << 8;
+    if (i + 2 < n)
+      w |= p[i + 2];
+    char q[4] = {digit[w >> 18], digit[(w >> 12) & 63],
+                 i + 1 < n ? digit[(w >> 6) & 63] : '=',
+                 i + 2 < n ? digit[w & 63] : '='};
+    sbuf_add(b, q, 4);
+  }
+}
+
 void diags_vadd(diags *d, const char *file, int line, int col,
                 const char *fmt, va_list ap) {
   sbuf b = {0};

@@ -87,6 +87,8 @@ void sbuf_vprintf(sbuf *b, const char *fmt, va_list ap);
  * the buffer is left empty. */
 char *sbuf_take(sbuf *b);
 void sbuf_free(sbuf *b);
+/* Appends the n bytes at data in base64 (RFC 4648, with padding). */
+void sbuf_base64(sbuf *b, const void *data, size_t n);
 
 /* Diagnostics: user-facing errors with a position. Kept in the order they
  * were added; printed as "file:line:col: error: message". line/col are

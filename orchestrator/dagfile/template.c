@@ -91,7 +91,12 @@ static cJSON *scalar_value(const ynode *v) {
     return cJSON_CreateNumber((double)i);
   case YSCALAR_FLOAT:
     (void)ynode_float(v, &f);
-    return cJSON_CreateNumber(f);
+    if (isfinite(f))
+      return cJSON_CreateNumber(f);
+    /* 1e400: no double holds it, and JSON would carry it as null (a
+     * param "not set"): it stays the text it is, which no number param
+     * takes. */
+    break;
   case YSCALAR_STRING:
     break;
   }
@@ -972,7 +977,7 @@ static int override_param(const spec *s, cJSON *params, const char *name,
   } else if (cJSON_IsNumber(old)) {
     char *end;
     double d = strtod(text, &end);
-    if (*text && !*end && d == d)
+    if (*text && !*end && isfinite(d))
       v = cJSON_CreateNumber(d);
   } else if (cJSON_IsBool(old)) {
     if (strcmp(text, "true") == 0 || strcmp(text, "false") == 0)

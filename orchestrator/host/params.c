@@ -8,6 +8,7 @@
 
 #include "loader.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -24,15 +25,22 @@ static void describe(sbuf *b, const cJSON *v) {
     sbuf_puts(b, "null");
   } else if (cJSON_IsString(v)) {
     size_t n = strlen(v->valuestring);
-    if (n > 60)
+    char *end;
+    double x = strtod(v->valuestring, &end);
+    if (n && !*end && !isfinite(x) && isdigit((unsigned char)end[-1]))
+      sbuf_printf(b, "a number beyond a double's range (%.60s)",
+                  v->valuestring);
+    else if (n > 60)
       sbuf_printf(b, "a string (\"%.57s...\")", v->valuestring);
     else
       sbuf_printf(b, "a string (\"%s\")", v->valuestring);
   } else {
     char *t = tmpl_scalar_text(v);
     const char *kind = cJSON_IsBool(v)                           ? "a boolean"
-                       : v->valuedouble == floor(v->valuedouble) ? "an integer"
-                                                                 : "a number";
+                       : v->valuedouble != floor(v->valuedouble) ? "a number"
+                       : fabs(v->valuedouble) < 9.3e18
+                           ? "an integer"
+                           : "an integer beyond 64 bits";
     sbuf_printf(b, "%s (%s)", kind, t);
     free(t);
   }

@@ -112,7 +112,7 @@ int params_json_is(const cJSON *v, dagrun_param_type t) {
     return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) &&
            fabs(v->valuedouble) < 9.3e18;
   case DAGRUN_PARAM_FLOAT:
-    return cJSON_IsNumber(v);
+    return cJSON_IsNumber(v) && isfinite(v->valuedouble);
   case DAGRUN_PARAM_BOOL:
     return cJSON_IsBool(v);
   case DAGRUN_PARAM_LIST:

@@ -401,6 +401,11 @@ void view_task_event(view *v, const sched_event *e) {
   case VIEW_QUIET:
     break;
   }
+  /* Each line as it happens, also into a pipe or a file (`>> nightly.log`,
+   * `| tee`, a program reading --events json), where stdio would hold it
+   * until the run ends, or lose it with a killed dagrun. */
+  if (v->mode == VIEW_PLAIN || v->mode == VIEW_JSON)
+    fflush(v->out);
 }
 
 void view_task_progress(view *v, size_t task, double fraction,
@@ -445,6 +450,7 @@ void view_task_waiting(view *v, size_t task, const char *what) {
     cJSON_AddStringToObject(j, "waiting", what);
     char *line = cJSON_PrintUnformatted(j);
     fprintf(v->out, "%s\n", line);
+    fflush(v->out);
     cJSON_free(line);
     cJSON_Delete(j);
   }

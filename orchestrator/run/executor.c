@@ -34,6 +34,13 @@ extern char **environ;
  * gets this long to end them its own way and exit before SIGKILL (Open
  * MPI's mpirun kills its ranks 1 s after it forwards the SIGTERM). */
 #define LAUNCHER_STOP_MS 5000
+/* A launcher whose ranks have all ended gets this long to see it and exit
+ * on its own before its SIGTERM. Open MPI 4.1's mpirun, signalled while it
+ * aborts a job whose rank exited non-zero (as a stopped rank does), says
+ * "abort is already in progress" and segfaults in PMIx_Finalize: a stack
+ * trace in the attempt's log. Unsignalled it exits 2.1 s after its ranks
+ * (measured), once its own SIGTERM-then-SIGKILL sweep is over. */
+#define LAUNCHER_EXIT_MS 4000
 /* On a forced stop the ranks are told to die at once; their launcher gets
  * SIGTERM and this long to see them go and end its job before SIGKILL:
  * srun, killed outright, leaves its Slurm job allocated (measured: still
@@ -546,11 +553,13 @@ static void virt_exited(proc *a) {
   uv_timer_stop(&a->heartbeat_timer);
   if (a->stop_reason == EXEC_EXITED && a->exit_status)
     attempt_stop(a->at, EXEC_EXITED, a->rank, 0);
-  /* The last rank the launcher's SIGTERM waited for is gone. */
+  /* The last rank the launcher's SIGTERM waited for is gone: the
+   * launcher normally exits on its own now, and is signalled only if it
+   * has not LAUNCHER_EXIT_MS later. */
   proc *l = a->at->launcher;
   if (l && !l->exited && l->term_deferred && !ranks_listening(a->at)) {
     uv_timer_stop(&l->kill_timer);
-    launcher_term(l);
+    uv_timer_start(&l->kill_timer, on_launcher_grace, LAUNCHER_EXIT_MS, 0);
   }
 }
 

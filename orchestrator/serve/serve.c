@@ -134,6 +134,9 @@ typedef struct child_run {
    * before its dagrun exited (it still writes the report and delivers
    * alerts): `dagrun ARGS...`, started when this one exits. NULL: none. */
   char **then_resume;
+  /* A resume this daemon started because the run's dagrun was killed: if
+   * it is killed too, the run is left interrupted (no resume loop). */
+  int revived;
   struct child_run *next;
 } child_run;
 
@@ -719,6 +722,34 @@ static int dag_busy(server *s, const char *dag) {
   return busy;
 }
 
+/* The run of c, whose dagrun was killed by a signal (the OOM killer, a
+ * kill -9, a crash) with its run recorded and not ended: resumed now, as a
+ * restart of serve would (recover), rather than left for one; once: a run whose
+ * resume is killed as well stays interrupted, said in the log. */
+static void revive(server *s, child_run *c) {
+  char err[512];
+  int rc;
+  cJSON *run = store_run(s->st, c->run_id, &rc, err, sizeof err);
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(run, "state");
+  int going = run && cJSON_IsString(st) &&
+              (store_state_active(st->valuestring) ||
+               strcmp(st->valuestring, "interrupted") == 0);
+  cJSON_Delete(run);
+  if (!going)
+    return; /* it recorded its end before it died: nothing to go on with */
+  if (c->revived) {
+    say("run %s of %s: not resumed again (its resume was killed too): "
+        "left interrupted; `dagrun resume %s` goes on with it",
+        c->run_id, c->dag, c->run_id);
+    return;
+  }
+  char *args[] = {(char *)s->self_exe, "resume", c->run_id, "-q", NULL};
+  if (spawn_child(s, c->dag, c->run_id, 0, args, NULL, 0, NULL) != 0)
+    return;
+  s->children->revived = 1;
+  say("run %s of %s: resuming it", c->run_id, c->dag);
+}
+
 static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
   child_run *c = p->data;
   server *s = c->srv;
@@ -766,6 +797,8 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
       say("%s", err);
     cJSON_Delete(run);
   }
+  if (sig && c->recorded && !s->stopping && !c->then_resume)
+    revive(s, c);
   if (c->then_resume && s->stopping)
     say("run %s: the resume asked through the API is dropped: serve is "
         "stopping",

@@ -747,7 +747,11 @@ P
 }
 
 # same_weights A B TOL: two model.safetensors, max abs difference <= TOL
-# times the largest weight.
+# times the largest weight. The key third of GPT-2's attention bias is
+# left out: its gradient is zero in exact arithmetic (softmax does not
+# see a shift common to every key), so AdamW moves it by its normalised
+# rounding noise alone, which another summation order (a pipeline, an
+# emulated GPU, another CPU's BLAS kernels) changes entirely.
 same_weights() {
   /usr/bin/python3 - "$1" "$2" "$3" <<'P' || fail "weights differ: $1 vs $2"
 import json, struct, sys
@@ -764,6 +768,11 @@ def load(p):
     return out
 a, b = load(sys.argv[1]), load(sys.argv[2])
 assert set(a) == set(b), (sorted(a), sorted(b))
+for k in a:
+    if k.endswith("attn.c_attn.bias"):
+        c = a[k].size // 3
+        a[k] = np.concatenate([a[k][:c], a[k][2 * c:]])
+        b[k] = np.concatenate([b[k][:c], b[k][2 * c:]])
 big = max(float(np.abs(v).max()) for v in a.values())
 worst = max(float(np.abs(a[k] - b[k]).max()) for k in a)
 assert worst <= float(sys.argv[3]) * big, (worst, big)

@@ -254,8 +254,9 @@ run_dagrun report
 expect_rc 2
 
 # Chromium renders it: a copy with the test's own script (the product has
-# none) measures every chart.
-cp "$R/report.html" measure.html
+# none, and its policy would refuse this one) measures every chart.
+sed 's|<meta http-equiv="Content-Security-Policy"[^>]*>||' "$R/report.html" > measure.html
+grep -q 'Content-Security-Policy' measure.html && fail "the measuring copy kept the page's policy"
 cat >> measure.html <<'H'
 <script>
 (function () {
@@ -304,5 +305,64 @@ chrome --screenshot="$T/report.png" "file://$R/report.html" > /dev/null 2>> chro
 if [ -n "${DAGRUN_BUILD_DIR:-}" ]; then
   cp report.png "$DAGRUN_BUILD_DIR/test_report.png"
 fi
+
+# A task's hostile figures (an outside tester's, each of which ran script
+# or fetched from a server in a report opened from disk when figures were
+# markup filtered by a list): Chromium shows each, runs none and fetches
+# nothing (a server on loopback counts the requests).
+LEAK_PORT=$(free_port)
+"$PY" - "$LEAK_PORT" "$T/leaks" <<'P' &
+import http.server, sys
+log = open(sys.argv[2], "a", buffering=1)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        log.write(self.path + "\n")
+        self.send_response(404)
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+P
+leak_pid=$!
+: > "$T/leaks"
+cat > figs.yaml <<Y
+dag: figs
+tasks:
+  plot:
+    stage: exec
+    with:
+      command:
+        - /usr/bin/python3
+        - -c
+        - |
+          import os
+          o, X = os.environ["DAGRUN_OUT_DIR"], "xmlns='http://www.w3.org/2000/svg'"
+          pwn = "document.documentElement.setAttribute('data-pwned','%s')"
+          leak = "http://127.0.0.1:$LEAK_PORT/"
+          figs = {
+              "1-slash": "<svg/onload=" + pwn % "slash" + " " + X + "><rect width='10' height='10'/></svg>",
+              "2-tab": "<svg " + X + "><image href='x' onerror\t=" + pwn % "tab" + " /></svg>",
+              "3-animate": "<svg " + X + "><animate/onbegin=" + pwn % "animate" + " attributeName='x' dur='1s'/></svg>",
+              "4-remote": "<svg " + X + "><image href=" + leak + "unquoted/><image href = '" + leak + "spaces'/></svg>",
+              "5-style": "<svg " + X + "><style>@import url(" + leak + "css);</style><rect width='10' height='10'/></svg>",
+          }
+          for name, text in figs.items():
+              open(os.path.join(o, name + ".svg"), "w").write(text)
+Y
+run_dagrun run figs.yaml --plain
+expect_rc 0
+FR=$(run_dir figs)
+chrome --virtual-time-budget=3000 --dump-dom "file://$FR/report.html" > figs-dom.html 2>> chromium.err ||
+  fail "chromium --dump-dom of the figures' report failed: $(tail -5 chromium.err)"
+sleep 0.5
+kill "$leak_pid" 2>/dev/null || true
+wait "$leak_pid" 2>/dev/null || true
+# (The page shows the task's command, which names the attribute: what
+# would say a figure's script ran is the attribute set on the page.)
+expect_not_in figs-dom.html 'data-pwned="'
+[ ! -s "$T/leaks" ] || fail "the report fetched from a server: $(cat "$T/leaks")"
+for f in 1-slash 2-tab 3-animate 4-remote 5-style; do
+  expect_in figs-dom.html "<img alt=\"$f.svg\" src=\"data:image/svg+xml;base64,"
+done
 
 pass

@@ -120,4 +120,47 @@ import sqlite3, sys
 n = sqlite3.connect(sys.argv[1]).execute("SELECT count(*) FROM serve_queue").fetchone()[0]
 assert n == 0, n
 P
+
+# ---- A run's dagrun killed (kill -9, the OOM killer) under a live serve:
+# the run is resumed at once, not at serve's next start; if its resume is
+# killed as well, the run is left interrupted (said in the log), not
+# resumed in a loop.
+cat > dags/killed.yaml <<Y
+dag: killed
+tasks:
+  wait:
+    stage: exec
+    cache: false
+    with:
+      command: [sh, -c, 'while [ ! -f "$T/open-\$DAGRUN_RUN_ID" ]; do sleep 0.1; done']
+Y
+serve_start --log serve-k.log --no-cron
+# kill_dagrun PATTERN: kill -9 to the dagrun whose command line matches.
+kill_dagrun() {
+  local pid
+  wait_until 30 pgrep -f -- "$1" >/dev/null || fail "no dagrun matches '$1': $(cat serve-k.log)"
+  pid=$(pgrep -f -- "$1" | head -n 1)
+  kill -9 "$pid"
+}
+K=$(trigger killed '{}')
+wait_state "$K" running
+kill_dagrun "--run-id $K"
+wait_until 30 grep -q "run $K of killed: resuming it" serve-k.log ||
+  fail "the killed run was not resumed: $(cat serve-k.log)"
+wait_until 30 pgrep -f -- "resume $K" >/dev/null || fail "no resume of $K runs: $(cat serve-k.log)"
+touch "$T/open-$K"
+wait_state "$K" success
+K2=$(trigger killed '{}')
+wait_state "$K2" running
+kill_dagrun "--run-id $K2"
+wait_until 30 grep -q "run $K2 of killed: resuming it" serve-k.log ||
+  fail "the second killed run was not resumed: $(cat serve-k.log)"
+kill_dagrun "resume $K2"
+wait_until 30 grep -q "run $K2 of killed: not resumed again (its resume was killed too): left interrupted" serve-k.log ||
+  fail "the killed resume: $(cat serve-k.log)"
+wait_state "$K2" interrupted
+sleep 1
+[ "$(grep -c "run $K2 of killed: resuming it" serve-k.log)" = 1 ] ||
+  fail "run $K2 was resumed more than once: $(cat serve-k.log)"
+serve_stop
 pass

@@ -35,4 +35,25 @@ states = [(e["task"], e["state"]) for e in ev if e["event"] == "task"]
 assert ("after2", "upstream_failed") in states
 assert states.index(("cleanup", "running")) > states.index(("other", "success"))
 ' "$T/out" || fail "events: $(cat "$T/out")"
+
+# --plain and --events json into a file (cron's `>> nightly.log`, `| tee`):
+# each line is there as it happens, not when the run ends. b waits for
+# the test to see a's success line.
+cat > live.yaml <<Y
+dag: live
+tasks:
+  a: {stage: exec, with: {command: [echo, a]}}
+  b: {stage: exec, needs: [a], timeout: 30s, with: {command: [sh, -c, 'while [ ! -e "\$1" ]; do sleep 0.05; done', sh, "$T/go"]}}
+Y
+for mode in "--plain" "--events json"; do
+  rm -f "$T/go"
+  # shellcheck disable=SC2086
+  "$DAGRUN" run live.yaml $mode >"$T/live.out" 2>"$T/live.err" &
+  pid=$!
+  seen=0
+  wait_until 15 grep -Eq 'a: success|"task":"a","state":"success"' "$T/live.out" && seen=1
+  touch "$T/go"
+  wait "$pid" || fail "live ($mode) failed: $(cat "$T/live.out" "$T/live.err")"
+  [ "$seen" = 1 ] || fail "$mode into a file: a's success was not there while b ran: $(cat "$T/live.out")"
+done
 pass

@@ -169,6 +169,17 @@ static void test_errors(void) {
          "expected an integer, found a string (\"abc\")\n"
          "dag.yaml:7:54: error: unknown param 'nope' in ${params.nope}; the "
          "params are: steps, word, list\n");
+  /* Numbers no double or int64 holds: an error, not "not set" (1e400
+   * became JSON's null, and the default applied unsaid). */
+  EXPECT(schema,
+         "  t:\n"
+         "    stage: train\n"
+         "    with: {model: m, lr: 1e400, seed: 99999999999999999999}\n",
+         "dag.yaml:7:26: error: param 'lr' of stage 'train' in task 't': "
+         "expected a number, found a number beyond a double's range "
+         "(1e400)\n"
+         "dag.yaml:7:39: error: param 'seed' of stage 'train' in task 't': "
+         "expected an integer, found an integer beyond 64 bits (1e+20)\n");
   /* No with at all: the required params are named at the stage. */
   EXPECT(schema, "  t: {stage: train}\n",
          "dag.yaml:5:14: error: task 't' is missing required param 'model' "

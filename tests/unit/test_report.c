@@ -5,6 +5,7 @@
  * resumed attempt repeating steps; and a finder task's results and
  * figures, a figure with a script left out. Every text escaped.
  */
+#include "base/util.h"
 #include "lib/fileio.h"
 #include "report/report.h"
 #include "testlib.h"
@@ -130,7 +131,22 @@ static void make_run(void) {
   put("train/out/samples.txt", "=== sample 1\n<b>bold</b> & more\n");
 }
 
+/* The figures' encoder against RFC 4648's own examples (section 10). */
+static void check_base64(void) {
+  static const char *const plain[] = {"",     "f",     "fo",    "foo",
+                                      "foob", "fooba", "foobar"};
+  static const char *const coded[] = {"",         "Zg==",     "Zm8=",    "Zm9v",
+                                      "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"};
+  for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+    sbuf b = {0};
+    sbuf_base64(&b, plain[i], strlen(plain[i]));
+    CHECK(strcmp(b.s ? b.s : "", coded[i]) == 0);
+    sbuf_free(&b);
+  }
+}
+
 int main(void) {
+  check_base64();
   snprintf(dir, sizeof dir, "%s/dagrun-report-XXXXXX",
            getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(dir))
@@ -179,14 +195,34 @@ int main(void) {
   /* The spike, on both loss charts. */
   CHECK_INT(count(html, "loss-spike guard fired at step 150"), 2);
 
-  /* The finder: its results, its figure, not the ones that could run. */
+  /* The finder: its results and its figures, each an image of the file
+   * (base64 by Python's encoder), so that one holding a script or a
+   * handler is shown and never runs; none of their markup is in the page,
+   * whose policy lets nothing run or be fetched. */
   CHECK(strstr(html, "suggested_lr") != NULL);
   CHECK(strstr(html, "0.00316") != NULL);
-  CHECK(strstr(html, "figure-from-lr-find") != NULL);
+  CHECK(
+      strstr(
+          html,
+          "<img alt=\"lr_find.svg\" src=\"data:image/svg+xml;base64,"
+          "PHN2ZyB4bWxucz0iaHR0cDovL3d3dy53My5vcmcvMjAwMC9zdmciIGNsYXNzPSJj"
+          "aGFydCIgZGF0YS10aXRsZT0iTFIgcmFuZ2UgdGVzdCIgdmlld0JveD0iMCAwIDEw"
+          "IDEwIj48dGV4dD5maWd1cmUtZnJvbS1sci1maW5kPC90ZXh0Pjwvc3ZnPgo=\">") !=
+      NULL);
+  CHECK(
+      strstr(html,
+             "<img alt=\"evil.svg\" src=\"data:image/svg+xml;base64,"
+             "PHN2ZyB4bWxucz0iaHR0cDovL3d3dy53My5vcmcvMjAwMC9zdmciPjxzY3JpcHQ+"
+             "YWxlcnQoMSk8L3NjcmlwdD48dGV4dD5ldmlsLWZpZ3VyZTwvdGV4dD48L3N2Zz4="
+             "\">") != NULL);
+  CHECK(strstr(html, "<img alt=\"handler.svg\"") != NULL);
+  CHECK(strstr(html, "figure-from-lr-find") == NULL);
   CHECK(strstr(html, "evil-figure") == NULL);
   CHECK(strstr(html, "handler-figure") == NULL);
-  CHECK(strstr(html, "lr_find/out/evil.svg: not embedded") != NULL);
-  CHECK(strstr(html, "lr_find/out/handler.svg: not embedded") != NULL);
+  CHECK(strstr(html, "<meta http-equiv=\"Content-Security-Policy\" "
+                     "content=\"default-src 'none'; style-src 'unsafe-inline'; "
+                     "img-src data:; base-uri 'none'; form-action 'none'\">") !=
+        NULL);
 
   /* The contents name the sections there are. */
   CHECK(strstr(html, "<a href=\"#finders\">") != NULL);
