@@ -38,12 +38,18 @@ static void groups_remove(groups *g, long id) {
   }
 }
 
-/* One line of dagrun's: "+ PGID", "- PGID" or "." (returns 1); anything
- * else is ignored. */
-static int apply(groups *g, const char *line) {
+/* One line of dagrun's: "+ PGID", "- PGID", "~ MS" (the longest goes to
+ * *grace_ms) or "." (returns 1); anything else is ignored. */
+static int apply(groups *g, long long *grace_ms, const char *line) {
   char *end;
   if (strcmp(line, ".") == 0)
     return 1;
+  if (line[0] == '~' && line[1] == ' ') {
+    long long ms = strtoll(line + 2, &end, 10);
+    if (!*end && ms > *grace_ms)
+      *grace_ms = ms;
+    return 0;
+  }
   if ((line[0] != '+' && line[0] != '-') || line[1] != ' ')
     return 0;
   long id = strtol(line + 2, &end, 10);
@@ -88,14 +94,16 @@ static void add_run_processes(groups *g, const char *run_dir) {
   free(entry);
 }
 
-/* dagrun is gone: its attempts stop as a worker's would. */
-static void stop_orphans(groups *g, const char *run_dir) {
+/* dagrun is gone: its attempts stop as a worker's would, within the
+ * longest kill_grace of the run's attempts (grace_ms; < 0: none said). */
+static void stop_orphans(groups *g, long long grace_ms, const char *run_dir) {
   if (run_dir)
     add_run_processes(g, run_dir);
   if (g->n == 0)
     return;
   signal_all(g, SIGTERM);
-  double deadline = clock_monotonic() + GUARD_GRACE_S;
+  double deadline =
+      clock_monotonic() + (grace_ms >= 0 ? grace_ms / 1000.0 : GUARD_GRACE_S);
   while (g->n > 0 && clock_monotonic() < deadline) {
     struct timespec nap = {0, 50 * 1000 * 1000};
     nanosleep(&nap, NULL);
@@ -111,6 +119,7 @@ int guard_main(const char *run_dir) {
   signal(SIGHUP, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
   groups g = {0};
+  long long grace_ms = -1;
   char buf[4096], line[64];
   size_t n_line = 0;
   int ended = 0;
@@ -127,12 +136,12 @@ int guard_main(const char *run_dir) {
         continue;
       }
       line[n_line] = '\0';
-      ended |= apply(&g, line);
+      ended |= apply(&g, &grace_ms, line);
       n_line = 0;
     }
   }
   if (!ended)
-    stop_orphans(&g, run_dir);
+    stop_orphans(&g, grace_ms, run_dir);
   free(g.ids);
   return 0;
 }

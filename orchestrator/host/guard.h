@@ -13,6 +13,7 @@
  * reaped:
  *
  *   + PGID\n     a command now leads process group PGID
+ *   ~ MS\n       an attempt began whose task's kill_grace is MS ms
  *   - PGID\n     that group is over (dagrun killed what was left, reaped)
  *   .\n          the run is over: dagrun is about to exit normally
  *
@@ -20,8 +21,9 @@
  * sends SIGTERM to every group still listed, and to every process whose
  * environment has DAGRUN_RUN_DIR=RUN_DIR (what the run's attempts started
  * and left outside their groups: with dagrun gone, nobody else stops
- * them, run/orphans.h), waits until they are gone or GUARD_GRACE_S
- * passed, sends SIGKILL to those left, and exits 0. After "." it exits at
+ * them, run/orphans.h), waits until they are gone or the longest grace
+ * of the groups it was told of passed (GUARD_GRACE_S when none was), sends
+ * SIGKILL to those left, and exits 0. After "." it exits at
  * once: dagrun stopped its attempts and their orphans itself.
  *
  * Pid reuse: a process group's id cannot be reused while any process is
@@ -32,7 +34,8 @@
 #ifndef DAGRUN_GUARD_H
 #define DAGRUN_GUARD_H
 
-/* As long as a worker waits for its orphaned group (worker.c). */
+/* kill_grace's default, which a worker run by hand (no
+ * DAGRUN_KILL_GRACE_MS) and a guard told of no group also give. */
 #define GUARD_GRACE_S 10
 
 /* The guard's main loop on fd 0; returns the process's exit status.

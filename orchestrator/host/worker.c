@@ -10,6 +10,7 @@
 #include "worker.h"
 
 #include "base/util.h"
+#include "guard.h"
 #include "lib/clock.h"
 #include "lib/fileio.h"
 #include "loader.h"
@@ -34,6 +35,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* heartbeat() calls closer together than this send nothing: any message
@@ -512,15 +514,15 @@ static int check_params(cJSON *params, const dagrun_stage *st, char *err,
   return 0;
 }
 
-/* How long a worker whose dagrun died waits, after SIGTERM to its group,
- * before it kills the group. */
-#define WORKER_ORPHAN_GRACE_S 10
-
 /* What watch_dagrun watches: fd 3, and whether this worker leads its
- * own process group (then the attempt's commands are in it). */
+ * own process group (then the attempt's commands are in it); and how long
+ * it waits, after SIGTERM to its group when dagrun died, before it kills
+ * the group: the task's kill_grace (DAGRUN_KILL_GRACE_MS), as dagrun
+ * alive would give it (a training stage's stop checkpoint). */
 typedef struct watched {
   int fd;
   int leader;
+  long long grace_ms;
 } watched;
 
 /* Cancels the stage as SIGTERM does; a worker that leads its own group
@@ -602,7 +604,10 @@ static void *watch_dagrun(void *arg) {
   cancel_attempt(w);
   if (!w->leader)
     return NULL;
-  sleep(WORKER_ORPHAN_GRACE_S);
+  struct timespec grace = {(time_t)(w->grace_ms / 1000),
+                           (long)(w->grace_ms % 1000) * 1000000};
+  while (nanosleep(&grace, &grace) != 0 && errno == EINTR)
+    ;
   log_line(DAGRUN_LOG_ERROR, "dagrun worker: still running after the grace: "
                              "killing this attempt");
   kill(0, SIGKILL);
@@ -945,6 +950,11 @@ int worker_main(const char *attempt_json_path) {
   pthread_t watcher;
   watch.fd = ctx.fd;
   watch.leader = getpgrp() == getpid();
+  const char *grace = getenv("DAGRUN_KILL_GRACE_MS");
+  char *end = NULL;
+  watch.grace_ms = grace ? strtoll(grace, &end, 10) : -1;
+  if (!grace || *end || watch.grace_ms < 0)
+    watch.grace_ms = 1000LL * GUARD_GRACE_S; /* run by hand: the default */
   if (ctx.fd >= 0) {
     pthread_attr_t attr;
     /* The watcher takes no signals (it inherits this mask): a cancel's

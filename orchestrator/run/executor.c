@@ -292,14 +292,15 @@ static int guard_start(executor *x) {
   return 0;
 }
 
-/* Tells the guard that process group pgid began ('+') or is over ('-').
- * A line is far below PIPE_BUF, and the guard reads as it comes: the
- * write neither splits nor, in practice, waits. */
-static void guard_tell(executor *x, char what, pid_t pgid) {
+/* Tells the guard that process group v began ('+') or is over ('-'), or
+ * that an attempt began whose kill_grace is v ms ('~'). A line is far
+ * below PIPE_BUF, and the guard reads as it comes: the write neither
+ * splits nor, in practice, waits. */
+static void guard_tell(executor *x, char what, long long v) {
   if (x->guard_fd < 0)
     return;
   char line[32];
-  int n = snprintf(line, sizeof line, "%c %d\n", what, (int)pgid);
+  int n = snprintf(line, sizeof line, "%c %lld\n", what, v);
   if (write(x->guard_fd, line, (size_t)n) != n) {
     close(x->guard_fd); /* gone: nothing more to tell it */
     x->guard_fd = -1;
@@ -1388,6 +1389,9 @@ int executor_start(executor *x, const exec_request *rq, char *err,
                    size_t errlen) {
   if (x->guard_fd < 0 && !x->guard_pid && guard_start(x) != 0)
     x->guard_pid = -1; /* tried once: a run without it works on */
+  /* Should dagrun die, the guard gives the run's attempts the longest
+   * grace it was told of, as their workers give theirs. */
+  guard_tell(x, '~', (long long)to_ms(rq->kill_grace_s));
   if (rq->direct) {
     if (start_direct(x, rq) == 0)
       return 0;

@@ -544,6 +544,10 @@ static cJSON *task_facts(sched *s, size_t i) {
                           s->run->interval_end_iso);
   cJSON_AddStringToObject(f, "DAGRUN_TASK", s->sp->tasks[i].name);
   cJSON_AddNumberToObject(f, "DAGRUN_ATTEMPT", s->t[i].attempt);
+  /* The worker's grace for its attempt should dagrun die (worker.c). */
+  cJSON_AddNumberToObject(
+      f, "DAGRUN_KILL_GRACE_MS",
+      (double)(long long)(s->sp->tasks[i].kill_grace_s * 1000));
   cJSON_AddStringToObject(f, "DAGRUN_OUT_DIR", out_dir(s, i));
   /* Also how resume finds an attempt's process whose pid was never
    * recorded (store/resume.c). */
