@@ -820,14 +820,26 @@ static int logs_poll(log_reader *r, int *more) {
   const char *ts = str(t, "state", "");
   int task_over = terminal_name(ts) || run_over;
   int task_ok = strcmp(ts, "success") == 0 || strcmp(ts, "cached") == 0;
-  /* How the attempt ended, e.g. "failed (exit 3)", for the switch. */
+  /* How the attempt ended, e.g. "failed (exit 3)", for the switch and
+   * for the last word of a follow that fails. */
   char how[80] = "";
-  if (over && later) {
+  if (over) {
     int code = (int)num(at, "exit_code", -1);
     snprintf(how, sizeof how, "%.40s", str(at, "state", "ended"));
     if (code >= 0)
       snprintf(how + strlen(how), sizeof how - strlen(how), " (exit %d)", code);
   }
+  /* Why a follow ends without success: said, not only an exit status (a
+   * killed dagrun ended it silently). */
+  char why[256];
+  if (strcmp(str(run, "state", ""), "interrupted") == 0)
+    snprintf(why, sizeof why,
+             "run %.40s was interrupted (its dagrun stopped, or is gone) "
+             "before task '%.60s' ended; `dagrun resume %.40s` goes on with it",
+             run_id, a->task, run_id);
+  else
+    snprintf(why, sizeof why, "task '%.60s' of run %.40s ended %.20s", a->task,
+             run_id, ts);
   cJSON_Delete(run);
   if (r->f)
     copy_new(r->f, &r->off);
@@ -841,8 +853,11 @@ static int logs_poll(log_reader *r, int *more) {
   }
   if (!a->follow)
     return 0;
-  if (a->attempt > 0) /* one attempt followed: its outcome */
+  if (a->attempt > 0) { /* one attempt followed: its outcome */
+    if (!attempt_ok)
+      fprintf(stderr, "dagrun: attempt %d %s\n", r->n, how);
     return attempt_ok ? 0 : EXIT_FAILED;
+  }
   if (later) {
     fprintf(stderr, "dagrun: attempt %d %s; following attempt %d\n", r->n, how,
             r->n + 1);
@@ -861,6 +876,8 @@ static int logs_poll(log_reader *r, int *more) {
     *more = 1;
     return 0;
   }
+  if (!task_ok)
+    fprintf(stderr, "dagrun: %s\n", why);
   return task_ok ? 0 : EXIT_FAILED;
 }
 

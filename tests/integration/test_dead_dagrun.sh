@@ -113,8 +113,14 @@ expect_not_in "$T/run2.out" "killing running tasks"
 
 # ---- 2. kill -9 ----
 start_hup
+# A `logs --follow` of the running task ends, saying why, not silently.
+"$DAGRUN" logs "$RID" long --follow >"$T/follow.out" 2>"$T/follow.err" &
+FOLLOW=$!
 kill -9 "$PID"
 wait "$PID" 2>/dev/null || true
+set +e; timeout 20 tail --pid="$FOLLOW" -f /dev/null; wait "$FOLLOW"; RC=$?; set -e
+expect_rc 1
+expect_in "$T/follow.err" "dagrun: run $RID was interrupted (its dagrun stopped, or is gone) before task 'long' ended; \`dagrun resume $RID\` goes on with it"
 # The worker sees its dagrun go and stops the command by itself.
 for _ in $(seq 50); do [ -z "$(run_procs)" ] && break; sleep 0.1; done
 [ -z "$(run_procs)" ] || fail "left running after kill -9: $(run_procs)"

@@ -202,6 +202,7 @@ expect_in "$T/f1.err" "attempt 2 failed (exit 1); following attempt 3"
 [ "$(grep -x "dud-try-[0-9]" "$T/f2.out" | tr '\n' ' ')" = "dud-try-1 dud-try-2 " ] ||
   fail "logs --follow of dud: $(cat "$T/f2.out") / $(cat "$T/f2.err")"
 [ "$RC2" = 1 ] || fail "logs --follow of dud (failed) exited $RC2: $(cat "$T/f2.err")"
+expect_in "$T/f2.err" "dagrun: task 'dud' of run $FID ended failed"
 # Without --follow, the latest attempt, exit 0; --attempt N --follow: that
 # attempt's outcome.
 run_dagrun logs "$FID" dud
@@ -211,6 +212,7 @@ run_dagrun logs "$FID" flap --attempt 3 --follow
 expect_rc 0
 run_dagrun logs "$FID" flap --attempt 1 --follow
 expect_rc 1
+expect_in "$T/err" "dagrun: attempt 1 failed (exit 1)"
 expect_in "$T/out" "flap-try-1"
 
 # Three runs at once write the same store (WAL, busy timeout): all three
