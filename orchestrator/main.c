@@ -1192,19 +1192,21 @@ static int run_file(const run_args *ra) {
   history *h;
   double logical_date;
   char *tinfo = NULL; /* a data trigger's DAGRUN_TRIGGER_INFO */
-  if (run_logical_date(sp, ra->logical_date, &logical_date) != 0 ||
-      run_store_open(ra->file, &db) != 0)
+  if (run_logical_date(sp, ra->logical_date, &logical_date) != 0)
     goto out;
   if (rundir_create(ra->runs_dir, sp->dag, ra->run_id, logical_date, &run,
                     err, sizeof(err)) != 0) {
     fprintf(stderr, "dagrun: %s\n", err);
     goto out;
   }
+  /* The params need the run's id and dates; a run they refuse leaves no
+   * trace: neither its directories nor a store (opened only after). */
   if (run_set_time(sp, run, ra->trigger, logical_date) != 0 ||
       run_trigger_info(run, ra->trigger, &tinfo) != 0 ||
       !(params = run_params_resolve(sp, run)) ||
-      apply_param_overrides(sp, params, ra->overrides, ra->n_overrides) != 0) {
-    rmdir(run->path); /* nothing ran: no trace of a run */
+      apply_param_overrides(sp, params, ra->overrides, ra->n_overrides) != 0 ||
+      run_store_open(ra->file, &db) != 0) {
+    rundir_discard(run);
     goto out;
   }
   if (cli_helper_exe("dagrun-worker", worker_exe, sizeof worker_exe) != 0 ||
@@ -1212,7 +1214,7 @@ static int run_file(const run_args *ra) {
     /* Nothing ran: the directory goes, unless a record names it (the
      * run's row can be in, its claim not). */
     if (!run_is_recorded(db, run->id))
-      rmdir(run->path);
+      rundir_discard(run);
     goto out;
   }
   if (tinfo && store_run_trigger_set(db, run->id, tinfo, err, sizeof err) != 0)

@@ -550,3 +550,26 @@ char *utf8_clean(const char *z, size_t n) {
   sbuf_add(&b, z + run, i - run);
   return sbuf_take(&b);
 }
+
+void sbuf_put_shown(sbuf *b, const char *z, size_t n, const char *nl) {
+  const unsigned char *p = (const unsigned char *)z;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = p[i];
+    if (c == '\n' && nl)
+      sbuf_puts(b, nl);
+    else if ((c < 0x20 && c != '\t') || c == 0x7f)
+      sbuf_printf(b, "\\x%02x", c);
+    else if (c == 0xc2 && i + 1 < n && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f)
+      sbuf_printf(b, "\\x%02x\\x%02x", c, p[++i]);
+    else
+      sbuf_putc(b, (char)c);
+  }
+}
+
+char *xstrdup_shown(const char *z) {
+  if (!z)
+    return NULL;
+  sbuf b = {0};
+  sbuf_put_shown(&b, z, strlen(z), NULL);
+  return sbuf_take(&b);
+}

@@ -170,6 +170,20 @@ size_t utf8_bad_at(const char *z, size_t n);
  * U+FFFD. Caller frees. */
 char *utf8_clean(const char *z, size_t n);
 
+/* Appends z[0, n) to b as a terminal may show it: the bytes a terminal
+ * acts on are written \xNN (C0 control characters but tab, DEL, and the C1
+ * controls U+0080..U+009F in their UTF-8 form, which some terminals take
+ * as ESC sequences), so that text from outside (a task's error, which may
+ * quote a param; a file's name) cannot set the window title, clear the
+ * screen, move the cursor or forge a line of dagrun's own. A '\n' is
+ * written nl, or \x0a when nl is NULL (one line). Anything else is
+ * copied as it is. */
+void sbuf_put_shown(sbuf *b, const char *z, size_t n, const char *nl);
+/* z written as sbuf_put_shown writes it on one line (nl NULL); NULL for
+ * NULL. Caller frees. For text printed to a terminal; JSON output has its
+ * own escapes and keeps the text as it is. */
+char *xstrdup_shown(const char *z);
+
 /* Directory part of a path ("." when none); caller frees. */
 char *path_dirname(const char *path);
 /* Joins a and b with one '/'; b absolute returns a copy of b. Caller frees. */

@@ -1,6 +1,11 @@
 /*
  * catalog: `dagrun stages`. Describes every plugin on the search path in
  * a helper process (describe.h): dagrun never loads one itself.
+ *
+ * A stage is listed, looked up and shadowed by the name a DAG writes in
+ * `stage:`, its file's name without ".so" (loader.h), not by the name its
+ * descriptor gives itself: a DAG finds files, and a catalog that listed
+ * `wc` for counter.so would name a stage no DAG can use.
  */
 #include "catalog.h"
 
@@ -19,6 +24,7 @@
 
 typedef struct entry {
   char *file;            /* full path */
+  char *name;            /* the stage a DAG names: file's name less .so */
   loader_plugin *plugin; /* NULL when it failed to load */
   char *error;           /* why, when plugin is NULL */
   char **shadows;        /* files of the same stage later in the path */
@@ -43,9 +49,17 @@ static int is_so(const struct dirent *e) {
 
 static entry *find_stage(catalog *c, const char *name) {
   for (size_t i = 0; i < c->n; i++)
-    if (c->v[i].plugin && strcmp(c->v[i].plugin->stage->name, name) == 0)
+    if (c->v[i].plugin && strcmp(c->v[i].name, name) == 0)
       return &c->v[i];
   return NULL;
+}
+
+/* The stage name of a plugin file: its name without the directory and
+ * ".so". Caller frees. */
+static char *stage_name_of(const char *file) {
+  const char *slash = strrchr(file, '/');
+  const char *base = slash ? slash + 1 : file;
+  return xstrndup(base, strlen(base) - 3);
 }
 
 /* The *.so regular files of dir, in name order, appended to files; a
@@ -82,19 +96,21 @@ static void scan_path(catalog *c) {
   describe_files((const char *const *)files, n, res);
   for (size_t i = 0; i < n; i++) {
     loader_plugin *p = res[i].plugin;
+    char *name = stage_name_of(files[i]);
     if (!p) {
-      entry e = {.file = files[i], .error = res[i].error};
+      entry e = {.file = files[i], .name = name, .error = res[i].error};
       VEC_PUSH(c->v, c->n, c->cap, e);
       continue;
     }
     /* A DAG naming this stage gets the first file on the path. */
-    entry *first = find_stage(c, p->stage->name);
+    entry *first = find_stage(c, name);
     if (first) {
       VEC_PUSH(first->shadows, first->nshadows, first->capshadows, files[i]);
       loader_close(p);
+      free(name);
       continue;
     }
-    entry e = {.file = files[i], .plugin = p};
+    entry e = {.file = files[i], .name = name, .plugin = p};
     VEC_PUSH(c->v, c->n, c->cap, e);
   }
   free(res);
@@ -105,7 +121,12 @@ static const char *or_dash(const char *s) { return s && *s ? s : "-"; }
 
 static void print_text_stage(FILE *out, const entry *e) {
   const dagrun_stage *st = e->plugin->stage;
-  fprintf(out, "%s %s  (%s)\n", st->name, or_dash(st->version), e->file);
+  fprintf(out, "%s %s  (%s)\n", e->name, or_dash(st->version), e->file);
+  if (strcmp(st->name, e->name) != 0)
+    fprintf(out,
+            "  (its descriptor calls it '%s': a DAG names it by its file, "
+            "stage: %s)\n",
+            st->name, e->name);
   if (st->summary && *st->summary)
     fprintf(out, "  %s\n", st->summary);
   for (size_t i = 0; i < e->nshadows; i++)
@@ -179,7 +200,8 @@ static cJSON *json_stage(const entry *e) {
     return o;
   }
   const dagrun_stage *st = e->plugin->stage;
-  cJSON_AddStringToObject(o, "name", st->name);
+  cJSON_AddStringToObject(o, "name", e->name);
+  cJSON_AddStringToObject(o, "descriptor_name", st->name);
   if (st->version)
     cJSON_AddStringToObject(o, "version", st->version);
   else
@@ -229,14 +251,9 @@ static int print_json(FILE *out, const catalog *c) {
 
 /* The file that failed to load as stage name (<name>.so), or NULL. */
 static const entry *find_failed(const catalog *c, const char *name) {
-  for (size_t i = 0; i < c->n; i++) {
-    const char *slash = strrchr(c->v[i].file, '/');
-    const char *base = slash ? slash + 1 : c->v[i].file;
-    size_t n = strlen(name);
-    if (!c->v[i].plugin && strncmp(base, name, n) == 0 &&
-        strcmp(base + n, ".so") == 0)
+  for (size_t i = 0; i < c->n; i++)
+    if (!c->v[i].plugin && strcmp(c->v[i].name, name) == 0)
       return &c->v[i];
-  }
   return NULL;
 }
 
@@ -253,7 +270,7 @@ static int print_one(FILE *out, catalog *c, const char *name, int json,
     size_t n = 0;
     for (size_t i = 0; i < c->n; i++)
       if (c->v[i].plugin)
-        names[n++] = c->v[i].plugin->stage->name;
+        names[n++] = c->v[i].name;
     const char *m = closest_match(name, names);
     snprintf(err, errlen,
              "unknown stage '%s'%s%s%s (dagrun stages lists the installed "
@@ -291,6 +308,7 @@ int catalog_print(FILE *out, const char *name, int json, char *err,
     if (!c.v[i].plugin && !name)
       rc = rc ? rc : DR_EPLUGIN;
     free(c.v[i].file);
+    free(c.v[i].name);
     free(c.v[i].error);
     loader_close(c.v[i].plugin);
     for (size_t j = 0; j < c.v[i].nshadows; j++)

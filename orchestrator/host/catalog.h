@@ -6,9 +6,14 @@
  * skipped silently, and the others are listed as usual), and prints, per stage:
  * name, version, file, summary, and a table of params (name, type, default,
  * required, help, and the values a param with choices may take: "(one of: a,
- * b)" after its help; in JSON, "choices": [...] or null). A stage name found in
- * two directories is listed once, from the first (the one a DAG would get),
- * with a note on the shadowed file. `dagrun stages NAME` prints one stage.
+ * b)" after its help; in JSON, "choices": [...] or null). A stage's name is
+ * the one a DAG writes in `stage:`, its file's name without ".so"; where
+ * the descriptor calls the stage otherwise, a line under it says so
+ * ("(its descriptor calls it 'wc': a DAG names it by its file, stage:
+ * counter)"; in JSON, "descriptor_name" is always given). A stage name
+ * found in two directories is listed once, from the first (the one a DAG
+ * would get), with a note on the shadowed file. `dagrun stages NAME`
+ * prints one stage, NAME as a DAG writes it.
  * Single-threaded.
  */
 #ifndef DAGRUN_CATALOG_H

@@ -427,6 +427,28 @@ static char *log_tail(const struct alerts *a, const char *task, int attempt) {
   return out;
 }
 
+/* text for Slack's `text`: its markup starts with '<' (<!channel> pings
+ * everyone, <https://x|label> shows a link under another name) and '&'
+ * starts an entity, so & < > are written &amp; &lt; &gt;, the three
+ * escapes Slack decodes (it would show &quot; as it is). The text is
+ * dagrun's words around a task's error and names, which may quote a
+ * param: dagrun writes no markup of its own in it (the run's link is the
+ * `link` field). Caller frees. */
+static char *slack_escape(const char *text) {
+  sbuf b = {0};
+  for (const char *p = text; *p; p++) {
+    if (*p == '&')
+      sbuf_puts(&b, "&amp;");
+    else if (*p == '<')
+      sbuf_puts(&b, "&lt;");
+    else if (*p == '>')
+      sbuf_puts(&b, "&gt;");
+    else
+      sbuf_putc(&b, *p);
+  }
+  return sbuf_take(&b);
+}
+
 static void send_alert(struct alerts *a, unsigned ev, const char *event,
                        hook *only, const char *task, int attempt,
                        int max_attempts, const char *state, const char *error,
@@ -438,7 +460,13 @@ static void send_alert(struct alerts *a, unsigned ev, const char *event,
       continue;
     if (!b) {
       b = cJSON_CreateObject();
-      cJSON_AddStringToObject(b, "text", text);
+      /* Masked before it is escaped: a secret holding '&' would not be
+       * found once written "&amp;". */
+      char *masked = secrets_mask(a->secret, text);
+      char *shown = slack_escape(masked);
+      cJSON_AddStringToObject(b, "text", shown);
+      free(shown);
+      free(masked);
       cJSON_AddStringToObject(b, "event", event);
       cJSON_AddStringToObject(b, "dag", a->s->dag);
       cJSON_AddStringToObject(b, "run", a->run->id);

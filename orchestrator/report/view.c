@@ -354,7 +354,9 @@ static void json_event(view *v, const sched_event *e) {
   cJSON_Delete(j);
 }
 
-void view_task_event(view *v, const sched_event *e) {
+/* e as it came, and shown: e with its reason as the console shows it. */
+static void view_event(view *v, const sched_event *e,
+                       const sched_event *shown) {
   task_view *t = &v->t[e->task];
   v->counts[t->state]--;
   v->counts[e->state]++;
@@ -365,7 +367,7 @@ void view_task_event(view *v, const sched_event *e) {
     t->took = e->duration_s;
   if (e->state == TASK_FAILED && e->reason) {
     free(t->reason);
-    t->reason = xstrdup(e->reason);
+    t->reason = xstrdup(shown->reason);
   }
   if (e->state != TASK_QUEUED) {
     free(t->waiting);
@@ -387,12 +389,12 @@ void view_task_event(view *v, const sched_event *e) {
     if (e->state == TASK_FAILED || e->state == TASK_RETRY_WAIT ||
         e->state == TASK_WAITING_APPROVAL) {
       clear_block(v);
-      plain_event(v, e);
+      plain_event(v, shown);
     }
     v->dirty = 1;
     break;
   case VIEW_PLAIN:
-    plain_event(v, e);
+    plain_event(v, shown);
     break;
   case VIEW_JSON:
     if (e->state != TASK_WAITING)
@@ -408,12 +410,26 @@ void view_task_event(view *v, const sched_event *e) {
     fflush(v->out);
 }
 
+void view_task_event(view *v, const sched_event *e) {
+  /* Why a task failed quotes what it was given (a param, a path, a
+   * plugin's message): on the console its control bytes are shown, not
+   * obeyed, so that it cannot clear the screen or forge a line. The JSON
+   * events keep it as it is (JSON escapes it). */
+  char *why = xstrdup_shown(e->reason);
+  sched_event shown = *e;
+  shown.reason = why;
+  view_event(v, e, &shown);
+  free(why);
+}
+
 void view_task_progress(view *v, size_t task, double fraction,
                         const char *msg) {
   task_view *t = &v->t[task];
   t->fraction = fraction < 0 ? 0 : fraction > 1 ? 1 : fraction;
   free(t->msg);
-  t->msg = msg ? xstrdup(msg) : NULL;
+  /* The plugin's words: put_line passes its own color escapes through,
+   * so any other must be shown, not obeyed. */
+  t->msg = xstrdup_shown(msg);
   v->dirty = 1;
 }
 
@@ -424,8 +440,10 @@ void view_task_log(view *v, size_t task, int level, const char *msg) {
   if (v->mode == VIEW_TTY)
     clear_block(v);
   stamp(v);
+  char *shown = xstrdup_shown(msg);
   fprintf(v->out, "%s: %s: %s\n", v->s->tasks[task].name,
-          level >= 3 ? "ERROR" : "WARN", msg);
+          level >= 3 ? "ERROR" : "WARN", shown);
+  free(shown);
   v->dirty = 1;
 }
 

@@ -74,6 +74,25 @@ int rundir_set_time(rundir *r, const char *trigger, const char *tz,
   return 0;
 }
 
+/* The outermost directory of path that does not exist (path itself when
+ * only it is missing), or NULL when path exists. Caller frees. */
+static char *outermost_missing(const char *path) {
+  char *missing = NULL, *p = xstrdup(path);
+  struct stat st;
+  while (stat(p, &st) != 0 && errno == ENOENT) {
+    char *up = path_dirname(p);
+    free(missing);
+    missing = p;
+    if (strcmp(up, p) == 0) {
+      free(up);
+      return missing;
+    }
+    p = up;
+  }
+  free(p);
+  return missing;
+}
+
 int rundir_create(const char *base, const char *dag, const char *id,
                   double logical_date, rundir **out, char *err,
                   size_t errlen) {
@@ -98,17 +117,19 @@ int rundir_create(const char *base, const char *dag, const char *id,
   }
   char *dag_dir = path_join(abs_base, dag);
   free(abs_base);
+  char *made = outermost_missing(dag_dir);
   int mrc = fileio_mkdir_p(dag_dir, 0755);
   if (mrc != 0) {
     snprintf(err, errlen, "cannot create %s: %s", dag_dir, strerror(-mrc));
     free(dag_dir);
+    free(made);
     return DR_EIO;
   }
   double t = clock_wall();
   /* The random suffix keeps two runs started in the same second apart;
    * mkdir (not mkdir -p) makes the claim atomic. A given id is tried
    * once. */
-  int freed = 0;
+  int freed = 0, remade = 0;
   for (int tries = 0; tries < (id ? 1 : 64); tries++) {
     char *rid = id ? xstrdup(id) : rundir_new_id(t);
     char *path = path_join(dag_dir, rid);
@@ -117,12 +138,22 @@ int rundir_create(const char *base, const char *dag, const char *id,
       r->path = path;
       r->id = rid;
       r->started = t;
+      r->made = made;
       rundir_set_time(r, NULL, NULL, logical_date, 0, err, errlen);
       free(dag_dir);
       *out = r;
       return 0;
     }
     int e = errno;
+    /* Another dagrun's refused run (rundir_discard) took away the DAG's
+     * directory it had made, between our mkdir -p and this mkdir. */
+    if (e == ENOENT && !remade && fileio_mkdir_p(dag_dir, 0755) == 0) {
+      remade = 1;
+      free(rid);
+      free(path);
+      tries--;
+      continue;
+    }
     /* A given id whose directory is empty names a run that never began
      * (dagrun killed between this mkdir and recording the run): nothing
      * was recorded or written, so the id is free again. */
@@ -139,6 +170,7 @@ int rundir_create(const char *base, const char *dag, const char *id,
       snprintf(err, errlen, "cannot create a run directory in %s: %s",
                dag_dir, strerror(e));
       free(dag_dir);
+      free(made);
       return DR_EIO;
     }
   }
@@ -147,6 +179,7 @@ int rundir_create(const char *base, const char *dag, const char *id,
   else
     snprintf(err, errlen, "cannot find a free run id in %s", dag_dir);
   free(dag_dir);
+  free(made);
   return id ? DR_EEXIST : DR_EIO;
 }
 
@@ -223,7 +256,23 @@ void rundir_destroy(rundir *r) {
   free(r->trigger_dataset);
   free(r->trigger_dataset_version);
   free(r->trigger_dataset_outputs);
+  free(r->made);
   free(r);
+}
+
+void rundir_discard(const rundir *r) {
+  /* Something was written in it: it stays, and so do its parents. */
+  if (rmdir(r->path) != 0 || !r->made)
+    return;
+  /* Then each parent up to the outermost one made; one that is not empty
+   * (another run of the DAG began in it since) stops the walk. */
+  char *d = path_dirname(r->path);
+  while (rmdir(d) == 0 && strcmp(d, r->made) != 0) {
+    char *up = path_dirname(d);
+    free(d);
+    d = up;
+  }
+  free(d);
 }
 
 int rundir_reserve(const rundir *r) {

@@ -41,6 +41,10 @@ typedef struct rundir {
    * ${run.trigger_*}; "" for other runs. */
   char *trigger_files, *trigger_dataset, *trigger_dataset_version,
       *trigger_dataset_outputs;
+  /* The outermost directory rundir_create made on the way to path (the
+   * base, or base/<dag>), NULL when they were there: rundir_discard
+   * takes them away again. */
+  char *made;
 } rundir;
 
 /* A new run id for a run started at t (wall clock): the UTC time and 16
@@ -79,6 +83,11 @@ void rundir_set_trigger_info(rundir *r, const cJSON *info);
  * borrowed from r; r NULL leaves them NULL (deferred). */
 void rundir_tmpl(const rundir *r, tmpl_env *te);
 void rundir_destroy(rundir *r);
+/* For a run refused before it started (a param that fails its check, a
+ * store that cannot be opened): removes r's directory and those
+ * rundir_create made for it (the base, base/<dag>), each only if empty,
+ * so that a refused run leaves no trace. r is still to be destroyed. */
+void rundir_discard(const rundir *r);
 
 /* Space kept for a run's last records (the store's end of the run,
  * run.json, report.html): a task that fills the disk would otherwise

@@ -1220,6 +1220,22 @@ static int retry_worth_it(const spec_retry *r, const exec_result *res) {
   return 0;
 }
 
+/* reason (taken over), and why the attempt that failed with it is not
+ * retried although retries are left: its exit code is not in retry_on.
+ * Without it the run would end with retries to spare and say nothing of
+ * them. */
+static char *not_retried(const spec_retry *r, const exec_result *res,
+                         char *reason) {
+  sbuf b = {0};
+  sbuf_printf(&b, "%s; not retried: exit %d is not in retry_on [", reason,
+              res->exit_code);
+  for (size_t k = 0; k < r->n_on; k++)
+    sbuf_printf(&b, "%s%d", k ? ", " : "", r->on[k]);
+  sbuf_putc(&b, ']');
+  free(reason);
+  return sbuf_take(&b);
+}
+
 static char *failure_reason_1(const spec_task *st, const exec_result *r) {
   char dur[32];
   switch (r->end) {
@@ -1281,8 +1297,11 @@ static void on_attempt_exit(void *ud, size_t i, const exec_result *r) {
   } else if (r->end == EXEC_CANCELLED || s->cancelling) {
     settle(s, i, TASK_CANCELLED, t->exit_code, r->duration_s, "cancelled");
   } else {
-    retry_or_fail(s, i, retry_worth_it(&st->retry, r), r->duration_s,
-                  failure_reason(st, r));
+    char *reason = failure_reason(st, r);
+    int worth_it = retry_worth_it(&st->retry, r);
+    if (!worth_it && t->attempt - t->attempt_base <= st->retry.retries)
+      reason = not_retried(&st->retry, r, reason);
+    retry_or_fail(s, i, worth_it, r->duration_s, reason);
   }
   pump(s);
 }

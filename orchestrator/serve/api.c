@@ -1113,6 +1113,43 @@ static unsigned parse_body(const sbuf *b, cJSON **body, cJSON **out) {
   return 0;
 }
 
+/* text as a JSON string ("[1, 2]" gives "\"[1, 2]\""). Caller frees. */
+static char *json_quoted(const char *text) {
+  cJSON *j = cJSON_CreateString(text);
+  char *z = cJSON_PrintUnformatted(j);
+  cJSON_Delete(j);
+  char *r = xstrdup(z ? z : "\"\"");
+  cJSON_free(z);
+  return r;
+}
+
+/* The answer to param value it, which is not a string, number or boolean.
+ * A list or map param is given as `-p` takes it, JSON text in a string
+ * (docs/serve.md): for one sent as JSON itself, the answer writes it so
+ * (an example instead when it is long). */
+static cJSON *param_value_error(const cJSON *it) {
+  const char *what = cJSON_IsArray(it)    ? "list"
+                     : cJSON_IsObject(it) ? "map"
+                                          : NULL;
+  if (!what)
+    return err_json("params.%.100s: expected a string, number or boolean",
+                    it->string);
+  char *text = cJSON_PrintUnformatted(it);
+  char *quoted = json_quoted(text ? text : "");
+  cJSON_free(text);
+  int long_one = strlen(quoted) > 200;
+  if (long_one) {
+    free(quoted);
+    quoted = json_quoted(*what == 'l' ? "[1, 2]" : "{\"k\": 1}");
+  }
+  cJSON *e = err_json("params.%.100s: expected a string, number or boolean; "
+                      "a %s param is given as a JSON string holding the %s: "
+                      "%s%s",
+                      it->string, what, what, long_one ? "e.g. " : "", quoted);
+  free(quoted);
+  return e;
+}
+
 static unsigned post_trigger(api_server *s, struct MHD_Connection *c,
                              const char *dag, const req *r, cJSON **out) {
   unsigned status = authorize(s, c, r, out);
@@ -1138,8 +1175,7 @@ static unsigned post_trigger(api_server *s, struct MHD_Connection *c,
   }
   cJSON_ArrayForEach(it, params) {
     if (!cJSON_IsString(it) && !cJSON_IsNumber(it) && !cJSON_IsBool(it)) {
-      *out = err_json("params.%.100s: expected a string, number or boolean",
-                      it->string);
+      *out = param_value_error(it);
       cJSON_Delete(body);
       return MHD_HTTP_BAD_REQUEST;
     }

@@ -207,15 +207,7 @@ static void say(const char *fmt, ...) {
    * written \xNN (a \r would hide the line's start on a terminal). */
   sbuf out = {0};
   sbuf_printf(&out, "%s dagrun serve: ", ts);
-  for (size_t i = 0; i < m.n; i++) {
-    unsigned char c = (unsigned char)m.s[i];
-    if (c == '\n')
-      sbuf_puts(&out, "\n  ");
-    else if ((c < 0x20 && c != '\t') || c == 0x7f)
-      sbuf_printf(&out, "\\x%02x", c);
-    else
-      sbuf_putc(&out, (char)c);
-  }
+  sbuf_put_shown(&out, m.s, m.n, "\n  ");
   sbuf_putc(&out, '\n');
   fwrite(out.s, 1, out.n, stderr);
   sbuf_free(&out);

@@ -401,6 +401,15 @@ static void print_json(cJSON *j) {
   cJSON_free(text);
 }
 
+/* What started a data-triggered run (store_trigger_summary), as a
+ * terminal may show it: the files' names are whatever landed in the
+ * watched directory. "" for other runs. Caller frees. */
+static char *trigger_shown(const cJSON *run) {
+  char what[160];
+  store_trigger_summary(run, what, sizeof what);
+  return xstrdup_shown(what);
+}
+
 /* A run's tags as "a, b" into buf ("" for none). */
 static void fmt_tags(const cJSON *run, char *buf, size_t n) {
   size_t used = 0;
@@ -504,11 +513,11 @@ int history_cmd_runs(int argc, char **argv) {
                      fabs(ld - num(r, "started", 0)) >= 1))
         fmt_time(ld, logical, sizeof logical);
       /* A data-triggered run stands for what started it. */
-      char what[160];
-      store_trigger_summary(r, what, sizeof what);
+      char *what = trigger_shown(r);
       printf("%-26s %-16s %-10s %-21s %9s %-6s %-8s %s\n", str(r, "id", "?"),
              str(r, "dag", "?"), str(r, "state", "?"), t, d, tasks,
              str(r, "trigger", "manual"), *what ? what : logical);
+      free(what);
     }
     print_run_notes(runs);
   }
@@ -606,10 +615,10 @@ int history_cmd_status(int argc, char **argv) {
       printf("note: %s\n", str(run, "user_note", ""));
     printf("started %s, %s %s\n", t,
            num(run, "finished", 0) > 0 ? "took" : "running for", d);
-    char what[160];
-    store_trigger_summary(run, what, sizeof what);
+    char *what = trigger_shown(run);
     if (*what)
       printf("triggered by %s\n", what);
+    free(what);
     printf("file %s\ndir  %s\n\n", str(run, "dag_file", "-"),
            str(run, "run_dir", "-"));
     printf("%-20s %-16s %8s %5s %9s  %s\n", "TASK", "STATE", "ATTEMPTS", "EXIT",
@@ -632,10 +641,13 @@ int history_cmd_status(int argc, char **argv) {
       /* A queued task held back by a machine-wide pool: by whom. */
       else if (waiting && strcmp(str(k, "state", ""), "queued") == 0)
         snprintf(note, sizeof note, "waiting for %s", waiting);
-      const char *error = str(k, "error", "");
+      /* The error quotes what the task was given (a param, a path): its
+       * control bytes are shown, not obeyed, and it stays on its row. */
+      char *error = xstrdup_shown(str(k, "error", ""));
       printf("%-20s %-16s %8d %5s %9s  %s%s%s\n", str(k, "name", "?"),
              str(k, "state", "?"), (int)num(k, "attempts", 0), code, d, note,
              note[0] && error[0] ? "; " : "", error);
+      free(error);
     }
   }
   cJSON_Delete(run);

@@ -1,5 +1,6 @@
 # Webhook alerts, delivered to a real HTTP server on loopback: retry and
-# failure alerts with their fields, one success alert, retries on 500, an
+# failure alerts with their fields, a text whose error quotes Slack markup
+# escaped, one success alert, retries on 500, an
 # endpoint that never answers, every try recorded in the run store as in
 # alerts.jsonl, run and per-task deadlines, the webhook URL kept out of
 # every file and output, and `dagrun check` errors for bad alerts.
@@ -77,6 +78,33 @@ if grep -rqF "$SECRET" "$DAGRUN_RUNS_DIR"; then
 fi
 expect_not_in "$T/out" "$SECRET"
 expect_not_in "$T/err" "$SECRET"
+
+# 1b. An error that quotes a param with Slack's markup: in `text` it is
+# plain words (& < > written as Slack wants them: no ping, no disguised
+# link); `error` keeps it as it is.
+rm -f "$T/bodies.jsonl"
+cat > markup.yaml <<Y
+dag: markup
+alerts:
+  - {on: [failure], webhook: "$BASE/ok"}
+params:
+  f: "/nonexistent/<!channel> <https://evil.example|Click> & <@U123>/x"
+tasks:
+  job: {stage: flaky, with: {counter_file: "\${params.f}"}}
+Y
+run_dagrun run markup.yaml --plain
+expect_rc 1
+/usr/bin/python3 - "$T/bodies.jsonl" <<'P' || fail "alert text not escaped: $(cat "$T/bodies.jsonl")"
+import json, sys
+[b] = [json.loads(l) for l in open(sys.argv[1])]
+raw = "/nonexistent/<!channel> <https://evil.example|Click> & <@U123>/x"
+esc = ("/nonexistent/&lt;!channel&gt; &lt;https://evil.example|Click&gt; "
+       "&amp; &lt;@U123&gt;/x")
+assert esc in b["text"], b["text"]
+assert "<" not in b["text"] and ">" not in b["text"], b["text"]
+assert b["text"].count("&") == b["text"].count("&amp;") + b["text"].count("&lt;") + b["text"].count("&gt;"), b["text"]
+assert b["error"].endswith(raw), b["error"]
+P
 
 # 2. A successful run: one success alert. The webhook comes through a
 # param this time, which run.json must not show either.

@@ -137,6 +137,29 @@ assert st["name"] == "train", st
 p = {q["name"]: q for q in st["params"]}
 assert p["device"]["choices"] == ["auto", "cpu", "cuda"], p["device"]
 P
+# A stage is the name a DAG writes, its file's name: a copy of flaky.so
+# as counter.so is the stage counter (its descriptor's name said beside
+# it), found by `stages counter` and by a DAG, and flaky stays flaky.
+mkdir renamed
+cp "$DAGRUN_TEST_PLUGIN_DIR/flaky.so" renamed/counter.so
+export DAGRUN_PLUGIN_PATH="$T/renamed:$DAGRUN_TEST_PLUGIN_DIR"
+run_dagrun stages
+expect_rc 1 # abi2.so and the like
+expect_in "$T/out" "counter 1.0  ($T/renamed/counter.so)
+  (its descriptor calls it 'flaky': a DAG names it by its file, stage: counter)"
+expect_in "$T/out" "flaky 1.0  ($DAGRUN_TEST_PLUGIN_DIR/flaky.so)"
+expect_not_in "$T/out" "also in $DAGRUN_TEST_PLUGIN_DIR/flaky.so"
+run_dagrun stages counter --json
+expect_rc 0
+/usr/bin/python3 - "$T/out" <<'P' || fail "stages counter --json: $(cat "$T/out")"
+import json, sys
+st = json.load(open(sys.argv[1]))
+assert st["name"] == "counter" and st["descriptor_name"] == "flaky", st
+P
+printf 'dag: renamed\ntasks:\n  a: {stage: counter, with: {counter_file: %s/c, fail_times: 0}}\n' "$T" > renamed.yaml
+run_dagrun run renamed.yaml -q
+expect_rc 0
+export DAGRUN_PLUGIN_PATH="$DAGRUN_TEST_PLUGIN_DIR"
 run_dagrun stages trian
 expect_rc 2
 expect_in "$T/err" "unknown stage 'trian'; did you mean 'train'?"

@@ -99,6 +99,16 @@ bad name=abc1 "param 'name': 'abc1' does not match its pattern '[a-z]+'"
 bad "name=$INJ" "does not match its pattern"
 bad on=yes "param 'on' is declared type: bool; 'yes' is not true or false"
 [ -z "$(ls -A "$DAGRUN_RUNS_DIR/typed" 2>/dev/null)" ] || fail "a refused run made a run directory"
+# In a fresh directory, with the defaults (runs/ and .dagrun/state.db
+# here), a refused run leaves nothing at all behind.
+mkdir fresh
+set +e
+(cd fresh && unset DAGRUN_HOME DAGRUN_RUNS_DIR && "$DAGRUN" run ../dags/typed.yaml -p n=0) >fresh.out 2>fresh.err
+RC=$?
+set -e
+[ "$RC" = 2 ] || fail "refused run exited $RC: $(cat fresh.err)"
+expect_in fresh.err "param 'n': '0' is not a number >= 1 and <= 10"
+[ -z "$(ls -A fresh)" ] || fail "a refused run left: $(cd fresh && find . -mindepth 1)"
 run_dagrun run dags/typed.yaml -q -p n=10 -p size=large -p name=xyz -p ratio=1 -p on=false
 expect_rc 0
 expect_in "$(run_dir typed)/t/attempt-1/log" "10 large xyz 1 false"

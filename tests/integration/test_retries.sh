@@ -1,5 +1,6 @@
 # Retries are counted and spaced by the backoff; retry_on limits which exit
-# codes are retried; each attempt has its own log directory.
+# codes are retried, and a task it stops says so; each attempt has its own
+# log directory.
 . "$(dirname "$0")/lib.sh"
 
 cat > rt.yaml <<Y
@@ -52,5 +53,20 @@ waits = [e["retry_in_s"] for e in ev if e.get("task") == "flaky" and e["state"] 
 assert waits == [0.2, 0.4], waits
 fails = [e for e in ev if e.get("task") == "stubborn" and e["state"] == "failed"]
 assert fails[0]["attempt"] == 2 and fails[0]["exit_code"] == 3, fails
+# stubborn used its retries: nothing to explain.
+assert "not retried" not in fails[0]["reason"], fails
 ' "$T/out" || fail "retry events: $(grep flaky "$T/out")"
+# picky failed with retries left: its reason says why they were not used,
+# on the run's line, in its summary and in status.
+NOT='not retried: exit 3 is not in retry_on [75]'
+[ "$(task_field "$R" picky reason)" = "exit 3: flaky: failure 1 of 5 (on purpose); $NOT" ] ||
+  fail "picky reason: $(task_field "$R" picky reason)"
+run_dagrun run rt.yaml --plain --no-cache
+expect_rc 1
+grep "picky: failed (exit 3: " "$T/out" | grep -F "; $NOT) after " | grep -q ", attempt 1/4$" ||
+  fail "picky's line: $(cat "$T/out")"
+expect_in "$T/out" "  picky failed: exit 3: flaky: failure 2 of 5 (on purpose); $NOT"
+run_dagrun status "$(basename "$(run_dir rt)")"
+expect_rc 0
+grep -E "^picky +failed +1 +3 " "$T/out" | grep -qF "(on purpose); $NOT" || fail "status: $(cat "$T/out")"
 pass

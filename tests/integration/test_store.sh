@@ -67,6 +67,41 @@ expect_rc 0
 grep -E "^flaky +success +2 +0 " "$T/out" >/dev/null || fail "status: $(cat "$T/out")"
 grep -E "^bad +failed +1 +4 .*exit 4" "$T/out" >/dev/null || fail "status: $(cat "$T/out")"
 
+# A task's error quotes what it was given: here a param with a terminal's
+# escapes (set the title, clear the screen, and a CSI as the one character
+# U+009B, which some terminals obey) and a line of its own. The
+# run's lines, its summary and status show those bytes escaped, on one
+# line; status --json keeps them as they are (JSON escapes them).
+cat > esc.yaml <<'Y'
+dag: esc
+params:
+  f: "/nonexistent/\e]0;PWNED\a\e[2J\u009b1m\nFAKE: all tasks succeeded\r/x"
+tasks:
+  bad: {stage: flaky, with: {counter_file: "${params.f}"}}
+Y
+run_dagrun run esc.yaml --plain
+expect_rc 1
+cp "$T/out" "$T/esc-run.out"
+EID=$(basename "$(run_dir esc)")
+run_dagrun status "$EID"
+expect_rc 0
+cp "$T/out" "$T/esc-status.out"
+for f in esc-run.out esc-status.out; do
+  ! LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$T/$f" ||
+    fail "control bytes printed raw by dagrun ($f): $(cat -v "$T/$f")"
+  ! grep -q "^FAKE" "$T/$f" || fail "a task's error forged a line ($f): $(cat "$T/$f")"
+done
+expect_in "$T/esc-run.out" 'bad failed: exit 2: flaky: cannot write /nonexistent/\x1b]0;PWNED\x07\x1b[2J\xc2\x9b1m\x0aFAKE: all tasks succeeded\x0d/x'
+grep -E '^bad +failed +1 +2 .*cannot write /nonexistent/\\x1b]0;PWNED\\x07\\x1b\[2J\\xc2\\x9b1m\\x0aFAKE: all tasks succeeded\\x0d/x$' \
+  "$T/esc-status.out" >/dev/null || fail "status: $(cat -v "$T/esc-status.out")"
+run_dagrun status "$EID" --json
+expect_rc 0
+/usr/bin/python3 - "$T/out" <<'P' || fail "status --json changed the error: $(cat "$T/out")"
+import json, sys
+t = json.load(open(sys.argv[1]))["tasks"][0]
+assert t["error"].endswith("/nonexistent/\x1b]0;PWNED\x07\x1b[2J\u009b1m\nFAKE: all tasks succeeded\r/x"), t["error"]
+P
+
 # logs: the latest attempt, or the one asked for.
 run_dagrun logs "$ID" hello
 expect_rc 0

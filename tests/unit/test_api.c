@@ -565,6 +565,39 @@ static void test_trigger(void) {
   }
   CHECK_INT(triggers(), before + 3);
 
+  /* A list or map param sent as JSON: the answer says how to send it, a
+   * JSON string holding it (what `-p` takes), written out. */
+  const char *as_json[][2] = {
+      {"{\"params\": {\"cfgs\": [1, \"a\"]}}",
+       "params.cfgs: expected a string, number or boolean; a list param is "
+       "given as a JSON string holding the list: \"[1,\\\"a\\\"]\""},
+      {"{\"params\": {\"opts\": {\"k\": 2}}}",
+       "params.opts: expected a string, number or boolean; a map param is "
+       "given as a JSON string holding the map: \"{\\\"k\\\":2}\""},
+      {"{\"params\": {\"x\": null}}",
+       "params.x: expected a string, number or boolean"},
+  };
+  for (size_t i = 0; i < sizeof as_json / sizeof as_json[0]; i++) {
+    r = http("POST", path, as_json[i][0], strlen(as_json[i][0]), right);
+    CHECK_INT(r.status, 400);
+    CHECK_STR(jstr(r.json, "error"), as_json[i][1]);
+    resp_free(&r);
+  }
+  /* A long one gets an example instead of itself. */
+  sbuf longer = {0};
+  sbuf_puts(&longer, "{\"params\": {\"cfgs\": [0");
+  for (int k = 1; k < 100; k++)
+    sbuf_printf(&longer, ", %d", k);
+  sbuf_puts(&longer, "]}}");
+  r = http("POST", path, longer.s, longer.n, right);
+  CHECK_INT(r.status, 400);
+  CHECK_STR(jstr(r.json, "error"),
+            "params.cfgs: expected a string, number or boolean; a list param "
+            "is given as a JSON string holding the list: e.g. \"[1, 2]\"");
+  resp_free(&r);
+  sbuf_free(&longer);
+  CHECK_INT(triggers(), before + 3);
+
   /* Over 1 MiB: 413. */
   size_t big_n = (1u << 20) + 100;
   char *big = xmalloc(big_n + 1);

@@ -219,7 +219,10 @@ typedef struct dagrun_host {
 typedef struct dagrun_stage {
   uint32_t struct_size; /* sizeof(dagrun_stage) as built into the plugin */
   uint32_t abi_version; /* DAGRUN_ABI_VERSION the plugin was built with */
-  const char *name;     /* stage name, [a-z0-9_-]+ */
+  /* Stage name, [a-z0-9_-]+. A DAG names a stage by its file (<name>.so
+   * on the search path, or a path): build the plugin as name.so so that
+   * the two agree (`dagrun stages` says where they do not). */
+  const char *name;
   const char *version;  /* plugin version, free text ("1.2.0") */
   const char *summary;  /* one line for `dagrun stages` */
   const dagrun_param_spec *params; /* NULL-name terminated, or NULL */
