@@ -80,9 +80,10 @@ fi
 
 # ---- 2. a live run recorded interrupted ----
 sql "UPDATE runs SET state = 'interrupted' WHERE id = '$R'"
-run_dagrun resume "$R" --plain
-expect_rc 1
-expect_in "$T/err" "dagrun: run $R is still running (dagrun pid $P): not resuming it"
+# Bounded: a resume that took the run over would wait for $T/go.
+run_to host_resume timeout 20 "$DAGRUN" resume "$R" --plain
+[ "$RC" -eq 1 ] || fail "resume of a live run recorded interrupted: rc $RC: $(cat host_resume.out host_resume.err)"
+expect_in host_resume.err "dagrun: run $R is still running (dagrun pid $P): not resuming it"
 touch "$T/go"
 wait "$P" || fail "the run failed: $(cat "$T/slow.out")"
 store_run_is "$R" success || fail "the run ended $(store_run_state "$R")"
