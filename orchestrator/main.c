@@ -704,6 +704,9 @@ static int execute(const spec *sp, checked *ck, const rundir *run,
                    obs_pool_release,
                    obs_approval_poll};
   r.s = sched_create(r.loop, ck, run, params, &so);
+  /* Before any attempt or pool slot: what the run holds stays held while
+   * the guard stops its attempts, should this dagrun die (owner.h). */
+  history_guard(h, sched_guard_pid(r.s));
   rundir_reserve(run);
   write_run_json(sp, run, params, r.s, "running", max_parallel);
   uv_signal_init(r.loop, &r.sigint);
@@ -1250,6 +1253,7 @@ typedef struct resume_job {
   const char **clear;         /* --clear: tasks to run again, succeeded too */
   size_t n_clear;
   int downstream;             /* --downstream: and every task after them */
+  int force;                  /* --force: even if its dagrun is elsewhere */
   const char *run_id, *state; /* in rec */
   int owner;                  /* pid of the dagrun that last ran it */
   spec *sp;
@@ -1271,16 +1275,42 @@ static void resume_job_free(resume_job *j) {
 }
 
 /* Whether the recorded run is not to be resumed: 1 with *code (1: its
- * dagrun is still running it; 0: it succeeded, nothing to do), after
- * saying so; 0 when it may be resumed. */
+ * dagrun is still running it, or may be; 0: it succeeded, nothing to do),
+ * after saying so; 0 when it may be resumed. A live dagrun refuses
+ * whatever the state says: "interrupted" may have been written by a
+ * reader that could not see it (an older dagrun in another container),
+ * and one that recorded the end of its run may still be writing its
+ * report in the run directory. */
 static int resume_refused(resume_job *j, int *code) {
-  int alive = resume_owner_alive(j->rec, &j->owner);
-  if (alive && store_state_active(j->state)) {
+  owner o;
+  owner_of_run(j->rec, &o);
+  owner_state w = owner_judge(&o);
+  j->owner = o.pid > 0 ? o.pid : 0;
+  *code = EXIT_FAILED;
+  if (w == OWNER_ALIVE && !store_state_active(j->state) &&
+      strcmp(j->state, "interrupted") != 0) {
+    fprintf(stderr,
+            "dagrun: run %s is %s, but its dagrun (pid %d) has not exited "
+            "yet: not resuming it until it has\n",
+            j->run_id, j->state, j->owner);
+    return 1;
+  }
+  if (w == OWNER_ALIVE) {
     fprintf(stderr,
             "dagrun: run %s is still running (dagrun pid %d): not resuming "
             "it; `dagrun cancel %s` stops it\n",
             j->run_id, j->owner, j->run_id);
-    *code = EXIT_FAILED;
+    return 1;
+  }
+  if (w == OWNER_ELSEWHERE && store_state_active(j->state) && !j->force) {
+    char where[320];
+    owner_where(&o, where, sizeof where);
+    fprintf(stderr,
+            "dagrun: run %s is recorded running by dagrun (pid %d) %s, "
+            "whose liveness cannot be seen from here: not resuming it. "
+            "Resume it there; or, if you know that dagrun is dead (its "
+            "host or container is gone), `dagrun resume %s --force`\n",
+            j->run_id, j->owner, where, j->run_id);
     return 1;
   }
   if (strcmp(j->state, "success") == 0 && !j->n_clear) {
@@ -1410,9 +1440,8 @@ static int resume_claim(resume_job *j, history **h) {
   char err[1024];
   /* Claimed before the orphans are handled: of two resumes at once, one
    * goes on and the other stops here. */
-  int me = (int)getpid();
   stop_signals_block(1);
-  if (store_run_claim(j->db, j->run_id, me, proc_start_time(me), j->owner,
+  if (store_run_claim(j->db, j->run_id, owner_here(), j->owner,
                       (long long)json_num(j->rec, "orch_start"), err,
                       sizeof err) != 0) {
     fprintf(stderr, "dagrun: cannot resume run %s: %s\n", j->run_id, err);
@@ -1451,6 +1480,8 @@ static int cmd_resume(int argc, char **argv) {
       j.clear[j.n_clear++] = argv[++i];
     else if (strcmp(argv[i], "--downstream") == 0)
       j.downstream = 1;
+    else if (strcmp(argv[i], "--force") == 0)
+      j.force = 1;
     else if (argv[i][0] == '-')
       code = cli_usage_error("unknown option '%s' for resume", argv[i]);
     else if (id)
@@ -1496,10 +1527,10 @@ out:
 /* How long `dagrun cancel` waits for the run to be recorded finished. */
 #define CANCEL_WAIT_S 60.0
 
-/* Waits until run run_id, whose dagrun (pid owner) was sent SIGTERM, is
+/* Waits until run run_id, whose dagrun (pid dagrun_pid) was sent SIGTERM, is
  * recorded finished: 0 after printing its final state, or EXIT_FAILED
  * after saying why not. *rec is replaced by each new reading. */
-static int cancel_wait(store *db, const char *run_id, int owner,
+static int cancel_wait(store *db, const char *run_id, int dagrun_pid,
                        cJSON **rec) {
   double end = clock_monotonic() + CANCEL_WAIT_S;
   int rc;
@@ -1511,7 +1542,8 @@ static int cancel_wait(store *db, const char *run_id, int owner,
       printf("run %s %s\n", run_id, json_str(*rec, "state"));
       return 0;
     }
-    if (!*rec || !proc_alive(owner, (long long)json_num(*rec, "orch_start"))) {
+    if (!*rec ||
+        !proc_alive(dagrun_pid, (long long)json_num(*rec, "orch_start"))) {
       fprintf(stderr,
               "dagrun: run %s: its dagrun ended without recording "
               "the end of the run\n",
@@ -1522,7 +1554,7 @@ static int cancel_wait(store *db, const char *run_id, int owner,
       fprintf(stderr,
               "dagrun: run %s still running %.0fs after SIGTERM "
               "to dagrun pid %d\n",
-              run_id, CANCEL_WAIT_S, owner);
+              run_id, CANCEL_WAIT_S, dagrun_pid);
       return EXIT_FAILED;
     }
     uv_sleep(100);
@@ -1540,10 +1572,11 @@ static int cmd_cancel(int argc, char **argv) {
   if (code != 0)
     return code;
   char *run_id = xstrdup(json_str(rec, "id"));
-  int owner;
+  int dagrun_pid;
+  owner_state w = owner_of_run_judge(rec, &dagrun_pid);
   code = EXIT_FAILED;
-  if (*json_str(rec, "note")) {
-    /* Interrupted: its dagrun is gone (store.h). */
+  if (strcmp(json_str(rec, "state"), "interrupted") == 0) {
+    /* Its dagrun is gone (store.h). */
     fprintf(stderr, "dagrun: run %s is not running (interrupted): %s\n", run_id,
             json_str(rec, "note"));
   } else if (!store_state_active(json_str(rec, "state"))) {
@@ -1551,16 +1584,20 @@ static int cmd_cancel(int argc, char **argv) {
             strcmp(json_str(rec, "state"), "success") == 0
                 ? "succeeded"
                 : json_str(rec, "state"));
-  } else if (!resume_owner_alive(rec, &owner)) {
+  } else if (w == OWNER_ELSEWHERE) {
+    /* Its pid names another process here, or none. */
+    fprintf(stderr, "dagrun: run %s: %s; `dagrun cancel` it there\n", run_id,
+            json_str(rec, "note"));
+  } else if (w != OWNER_ALIVE) {
     fprintf(stderr,
             "dagrun: run %s is not running: the dagrun that ran it is gone; "
             "`dagrun resume %s` finishes it\n",
             run_id, run_id);
-  } else if (kill(owner, SIGTERM) != 0) {
-    fprintf(stderr, "dagrun: cannot signal dagrun pid %d: %s\n", owner,
+  } else if (kill(dagrun_pid, SIGTERM) != 0) {
+    fprintf(stderr, "dagrun: cannot signal dagrun pid %d: %s\n", dagrun_pid,
             strerror(errno));
   } else {
-    code = cancel_wait(db, run_id, owner, &rec);
+    code = cancel_wait(db, run_id, dagrun_pid, &rec);
   }
   free(run_id);
   cJSON_Delete(rec);

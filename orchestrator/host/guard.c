@@ -94,6 +94,16 @@ static void add_run_processes(groups *g, const char *run_dir) {
   free(entry);
 }
 
+/* Waits until every listed process is gone, or secs passed. */
+static void wait_gone(groups *g, double secs) {
+  double deadline = clock_monotonic() + secs;
+  while (g->n > 0 && clock_monotonic() < deadline) {
+    struct timespec nap = {0, 50 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    signal_all(g, 0);
+  }
+}
+
 /* dagrun is gone: its attempts stop as a worker's would, within the
  * longest kill_grace of the run's attempts (grace_ms; < 0: none said). */
 static void stop_orphans(groups *g, long long grace_ms, const char *run_dir) {
@@ -102,14 +112,11 @@ static void stop_orphans(groups *g, long long grace_ms, const char *run_dir) {
   if (g->n == 0)
     return;
   signal_all(g, SIGTERM);
-  double deadline =
-      clock_monotonic() + (grace_ms >= 0 ? grace_ms / 1000.0 : GUARD_GRACE_S);
-  while (g->n > 0 && clock_monotonic() < deadline) {
-    struct timespec nap = {0, 50 * 1000 * 1000};
-    nanosleep(&nap, NULL);
-    signal_all(g, 0);
-  }
+  wait_gone(g, grace_ms >= 0 ? grace_ms / 1000.0 : GUARD_GRACE_S);
   signal_all(g, SIGKILL);
+  /* The run store holds the run's pools while this process lives
+   * (store/owner.h): it exits once the killed are gone, not before. */
+  wait_gone(g, GUARD_KILL_WAIT_S);
 }
 
 int guard_main(const char *run_dir) {

@@ -136,8 +136,8 @@ struct attempt {
 struct executor {
   uv_loop_t *loop;
   char *worker_exe;
-  /* The guard of the worker-less attempts (host/guard.h): the write end
-   * of its stdin, -1 until the first such attempt; its pid. */
+  /* The guard of the run's attempts (host/guard.h): the write end of its
+   * stdin (-1 when it could not start), and its pid. */
   int guard_fd;
   pid_t guard_pid;
   char *run_dir; /* the guard's: what it stops when dagrun dies */
@@ -173,6 +173,8 @@ static int dir_running(void *ud, const char *dir) {
 
 static int any_running(void *ud) { return ((executor *)ud)->n_running > 0; }
 
+static int guard_start(executor *x);
+
 executor *executor_create(uv_loop_t *loop, const char *worker_exe,
                           const char *run_dir, const exec_callbacks *cb) {
   executor *x = xcalloc(1, sizeof(*x));
@@ -181,6 +183,11 @@ executor *executor_create(uv_loop_t *loop, const char *worker_exe,
   x->run_dir = xstrdup(run_dir);
   x->guard_fd = -1;
   x->cb = *cb;
+  /* Started now, not at the first attempt: the run store records it
+   * before any attempt runs or pool slot is taken, so that what a killed
+   * dagrun's attempts hold stays held while they stop (owner.h). */
+  if (guard_start(x) != 0)
+    x->guard_pid = -1; /* a run without it works on */
   orphans_owner owner = {started_here, dir_running, any_running, x};
   x->orphans = orphans_create(loop, &owner);
   return x;
@@ -207,6 +214,10 @@ void executor_destroy(executor *x) {
 }
 
 size_t executor_running(const executor *x) { return x->n_running; }
+
+int executor_guard_pid(const executor *x) {
+  return x->guard_pid > 0 ? (int)x->guard_pid : 0;
+}
 
 static void on_handle_closed(uv_handle_t *h) {
   proc *a = h->data;
@@ -1387,8 +1398,6 @@ static int start_direct(executor *x, const exec_request *rq) {
 
 int executor_start(executor *x, const exec_request *rq, char *err,
                    size_t errlen) {
-  if (x->guard_fd < 0 && !x->guard_pid && guard_start(x) != 0)
-    x->guard_pid = -1; /* tried once: a run without it works on */
   /* Should dagrun die, the guard gives the run's attempts the longest
    * grace it was told of, as their workers give theirs. */
   guard_tell(x, '~', (long long)to_ms(rq->kill_grace_s));

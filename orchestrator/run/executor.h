@@ -164,6 +164,10 @@ void executor_cancel(executor *x, size_t task, int force);
 /* The worker pid of the task's running attempt (rank 0's for a gang), or
  * 0 when none. */
 int executor_pid(const executor *x, size_t task);
+/* The pid of the run's guard (host/guard.h), started with the executor so
+ * that it can be recorded before any attempt starts (owner.h); 0 when it
+ * could not be started. */
+int executor_guard_pid(const executor *x);
 /* Number of attempts still running (or draining their pipe). */
 size_t executor_running(const executor *x);
 /* Frees the executor; only once executor_running() is 0. */

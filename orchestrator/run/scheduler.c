@@ -1622,6 +1622,8 @@ void sched_cancel(sched *s, int force) {
   check_done(s);
 }
 
+int sched_guard_pid(const sched *s) { return executor_guard_pid(s->x); }
+
 void sched_counts(const sched *s, size_t counts[TASK_STATE_COUNT]) {
   memset(counts, 0, sizeof(size_t) * TASK_STATE_COUNT);
   for (size_t i = 0; i < s->sp->n_tasks; i++)

@@ -231,6 +231,8 @@ void sched_start(sched *s);
 void sched_cancel(sched *s, int force);
 /* Per-state counts of the tasks. */
 void sched_counts(const sched *s, size_t counts[TASK_STATE_COUNT]);
+/* The pid of the run's guard (executor_guard_pid), 0 when there is none. */
+int sched_guard_pid(const sched *s);
 task_state sched_task_state(const sched *s, size_t task);
 /* The key/value outputs of the task's current attempt (an object, maybe
  * empty, or NULL before it ran). Borrowed: valid until the next attempt

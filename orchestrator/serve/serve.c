@@ -1609,14 +1609,23 @@ static void loop_cancel(server *s, api_request *r) {
     return;
   }
   int rc, pid = 0;
+  owner_state w = OWNER_GONE;
   cJSON *run = store_run(s->st, r->run_id_in, &rc, r->err, sizeof r->err);
   if (!run) {
     r->status = rc == DR_ENOENT ? 404 : rc == DR_EINVAL ? 400 : 500;
     return;
   }
   const cJSON *state = cJSON_GetObjectItemCaseSensitive(run, "state");
-  if (!cJSON_IsString(state) || !store_state_active(state->valuestring) ||
-      !resume_owner_alive(run, &pid)) {
+  if (run)
+    w = owner_of_run_judge(run, &pid);
+  if (cJSON_IsString(state) && store_state_active(state->valuestring) &&
+      w == OWNER_ELSEWHERE) {
+    /* Its pid names another process here, or none. */
+    r->status = 409;
+    snprintf(r->err, sizeof r->err, "run %s: %s; cancel it there", r->run_id_in,
+             cJSON_GetStringValue(cJSON_GetObjectItem(run, "note")));
+  } else if (!cJSON_IsString(state) ||
+             !store_state_active(state->valuestring) || w != OWNER_ALIVE) {
     r->status = 409;
     snprintf(r->err, sizeof r->err, "run %s is not running (%s)",
              r->run_id_in,
@@ -1935,8 +1944,9 @@ static void recover(server *s) {
       continue;
     int pid;
     int interrupted = strcmp(state->valuestring, "interrupted") == 0;
+    owner_state w = owner_of_run_judge(r, &pid);
     int orphaned = store_state_active(state->valuestring) &&
-                   !resume_owner_alive(r, &pid);
+                   (w == OWNER_GONE || w == OWNER_STOPPING);
     if (!interrupted && !orphaned)
       continue;
     const cJSON *file = cJSON_GetObjectItemCaseSensitive(r, "dag_file");

@@ -92,8 +92,7 @@ int history_begin(store *st, const spec *sp, const rundir *run,
   free(dag_sha);
   free(names);
   if (rc == 0)
-    rc = store_run_claim(st, run->id, (int)getpid(),
-                         proc_start_time((int)getpid()), 0, 0, err, errlen);
+    rc = store_run_claim(st, run->id, owner_here(), 0, 0, err, errlen);
   if (rc != 0)
     return rc;
   *out = history_new(st, sp, run->id);
@@ -115,6 +114,14 @@ int history_resume(store *st, const spec *sp, const char *run_id,
   }
   *out = history_new(st, sp, run_id);
   return 0;
+}
+
+void history_guard(history *h, int guard) {
+  if (!h || h->broken || guard <= 0)
+    return;
+  if (store_run_guard(h->st, h->run_id, h->pid, guard, proc_start_time(guard),
+                      h->err, sizeof h->err) != 0)
+    broke(h);
 }
 
 void history_tasks_added(history *h, size_t first, size_t n) {

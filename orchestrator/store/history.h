@@ -66,6 +66,10 @@ int history_resume(store *st, const spec *sp, const char *run_id,
 void history_task_event(history *h, const sched *s, const sched_event *e);
 void history_attempt_start(history *h, size_t task, int attempt,
                            const char *log_path);
+/* Records guard (the pid of the run's guard, host/guard.h; <= 0: none)
+ * beside this dagrun as the run's owner (store_run_guard). Call before
+ * the scheduler starts anything. */
+void history_guard(history *h, int guard);
 /* The sched observer's tasks_added: tasks first .. first + n - 1 (a map's
  * instances, already in the spec) are recorded as the run's, waiting. */
 void history_tasks_added(history *h, size_t first, size_t n);

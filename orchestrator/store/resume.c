@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "host/guard.h"
 #include "lib/clock.h"
 #include "lib/fileio.h"
 
@@ -29,12 +30,6 @@ static const char *str(const cJSON *o, const char *k) {
   return cJSON_IsString(j) ? j->valuestring : NULL;
 }
 
-int resume_owner_alive(const cJSON *run, int *pid) {
-  *pid = (int)num(run, "orch_pid");
-  long long start = (long long)num(run, "orch_start");
-  return *pid > 0 && start > 0 && proc_alive(*pid, start);
-}
-
 cJSON *resume_runs_going(store *st, const char *dag, char *err, size_t errlen) {
   static const char *const active[] = {"running", "queued"};
   cJSON *going = cJSON_CreateArray();
@@ -48,7 +43,9 @@ cJSON *resume_runs_going(store *st, const char *dag, char *err, size_t errlen) {
     while (r) {
       cJSON *next = r->next;
       int pid;
-      if (resume_owner_alive(r, &pid))
+      owner_state w = owner_of_run_judge(r, &pid);
+      /* One elsewhere may be going: not started beside on a guess. */
+      if (w == OWNER_ALIVE || w == OWNER_ELSEWHERE)
         cJSON_AddItemToArray(going, cJSON_DetachItemViaPointer(runs, r));
       r = next;
     }
@@ -122,14 +119,24 @@ static int find_worker(const char *attempt_json) {
   return found;
 }
 
-/* Ends an orphaned attempt: stops its worker if it lives on and says why
- * in a new string (caller frees). */
-static char *orphan(const cJSON *a, int owner_pid) {
+/* Ends an orphaned attempt (n of task) of run_id: stops its worker if
+ * it lives on and says why in a new string (caller frees). An owner
+ * elsewhere (resumed with --force) ran its workers where their pids mean
+ * nothing here: they are not looked for. */
+static char *orphan(const cJSON *a, const owner *o, const char *run_id,
+                    const char *task) {
   int pid = (int)num(a, "pid");
   long long start = (long long)num(a, "pid_start");
   char who[48] = "its dagrun";
-  if (owner_pid > 0)
-    snprintf(who, sizeof who, "its dagrun (pid %d)", owner_pid);
+  if (o->pid > 0)
+    snprintf(who, sizeof who, "its dagrun (pid %d)", o->pid);
+  if (owner_judge(o) == OWNER_ELSEWHERE) {
+    char where[320];
+    owner_where(o, where, sizeof where);
+    return xasprintf("orphaned: %s ran %s; its worker could not be "
+                     "checked from here",
+                     who, where);
+  }
   if (pid <= 0) {
     const char *log = str(a, "log");
     char *dir = log ? path_dirname(log) : NULL;
@@ -145,6 +152,13 @@ static char *orphan(const cJSON *a, int owner_pid) {
   }
   if (start <= 0 || !proc_alive(pid, start))
     return xasprintf("orphaned: %s died; worker (pid %d) gone", who, pid);
+  /* The wait can take seconds (a command that ignores SIGTERM): said, so
+   * that a silent resume is not taken for a hung one. */
+  fprintf(stderr,
+          "dagrun: run %s: stopping task %s's attempt %d (worker pid %d), "
+          "which %s left running; waiting up to %.0fs for it to end\n",
+          run_id, task, (int)num(a, "n"), pid, who,
+          ORPHAN_TERM_WAIT_S + ORPHAN_KILL_WAIT_S);
   /* The worker leads its own process group (executor.c). */
   kill(-pid, SIGTERM);
   if (group_gone(pid, ORPHAN_TERM_WAIT_S))
@@ -156,6 +170,22 @@ static char *orphan(const cJSON *a, int owner_pid) {
   return xasprintf("orphaned: %s died; worker (pid %d) was still running "
                    "and was killed",
                    who, pid);
+}
+
+/* Waits for the guard of o, a dead dagrun (host/guard.h), to end: it
+ * stops what the run's attempts left outside their process groups, and
+ * the run goes on in the same directory. It ends once they are gone, and
+ * within its grace in any case. */
+static void old_guard_wait(const owner *o, const char *run_id) {
+  if (owner_judge(o) != OWNER_STOPPING)
+    return;
+  fprintf(stderr,
+          "dagrun: run %s: waiting for the guard (pid %d) of its dead dagrun "
+          "to stop what its attempts left running (at most %ds)\n",
+          run_id, o->guard, GUARD_GRACE_S + GUARD_KILL_WAIT_S + 1);
+  double end = clock_monotonic() + GUARD_GRACE_S + GUARD_KILL_WAIT_S + 1;
+  while (proc_alive(o->guard, o->guard_start) && clock_monotonic() < end)
+    nap_ms(50);
 }
 
 /* Outputs of a succeeded task: the recorded ones, else outputs.json in
@@ -217,7 +247,8 @@ sched_preset *resume_prepare(store *st, cJSON *run, const spec *sp, char *err,
              run_id, n_rec, sp->path, sp->n_tasks);
     return NULL;
   }
-  int owner = (int)num(run, "orch_pid");
+  owner o;
+  owner_of_run(run, &o);
   sched_preset *pre = xcalloc(sp->n_tasks ? sp->n_tasks : 1, sizeof(*pre));
   for (size_t i = 0; i < sp->n_tasks; i++) {
     const char *name = sp->tasks[i].name;
@@ -231,7 +262,7 @@ sched_preset *resume_prepare(store *st, cJSON *run, const spec *sp, char *err,
       const char *ast = str(a, "state");
       if (!ast || (strcmp(ast, "starting") != 0 && strcmp(ast, "running") != 0))
         continue;
-      char *why = orphan(a, owner);
+      char *why = orphan(a, &o, run_id, name);
       int rc = store_attempt_end(st, run_id, name, an, "orphaned", -1, why,
                                  clock_wall(), NULL, err, errlen);
       free(why);
@@ -250,6 +281,7 @@ sched_preset *resume_prepare(store *st, cJSON *run, const spec *sp, char *err,
       pre[i].fingerprint = str(t, "fingerprint");
     }
   }
+  old_guard_wait(&o, run_id);
   return pre;
 }
 

@@ -1,13 +1,13 @@
 /*
- * resume: what `dagrun resume` and `dagrun cancel` learn from the run
- * store before they act: whether the dagrun that runs a run is alive,
- * which attempts its death left orphaned, and what each task starts from
- * when the run goes on.
+ * resume: what `dagrun resume` learns from the run store before it acts:
+ * which runs are going, which attempts a dead dagrun left orphaned, and
+ * what each task starts from when the run goes on. Whether a run's
+ * dagrun is alive is owner.h's to tell.
  *
  * A process is named by its pid and its start time (proc_start_time), so
- * that a pid reused since it was recorded is not taken for it. Runs and
- * attempts recorded without a start time (schema version 1) count as
- * gone: their process cannot be told from a stranger with the same pid.
+ * that a pid reused since it was recorded is not taken for it. Attempts
+ * recorded without a start time (schema version 1) count as gone: their
+ * process cannot be told from a stranger with the same pid.
  *
  * Single-threaded; the functions block (they wait for killed processes).
  */
@@ -21,22 +21,25 @@
 #include "run/scheduler.h"
 #include "store.h"
 
-/* Whether the orchestrator recorded for run (a store_run object) is alive:
- * 1 with its pid in *pid, else 0 (*pid: the recorded pid or 0). */
-int resume_owner_alive(const cJSON *run, int *pid);
-
 /* The runs of dag (store_run objects, a new array) that are going:
  * recorded running or queued (queued by max_active_runs) with their
- * dagrun alive. A run whose dagrun died is not going: it waits for a
- * resume and blocks nothing. NULL with a message in err when the store
- * cannot be read. */
+ * dagrun alive, or elsewhere (owner.h: not visible from here, so maybe
+ * alive). A run whose dagrun died is not going: it waits for a resume and
+ * blocks nothing. NULL with a message in err when the store cannot be
+ * read. */
 cJSON *resume_runs_going(store *st, const char *dag, char *err, size_t errlen);
 
-/* Prepares run (a store_run object, the run's DAG re-read as sp) to go on.
- * Each attempt recorded "starting" or "running" is orphaned: a worker
- * still alive has its process group stopped (SIGTERM, SIGKILL after a few
- * seconds) and is waited for, so that no task runs twice at once; the
- * attempt is recorded "orphaned" with the reason. Returns one preset per
+/* Prepares run (a store_run object as read before the claim, the run's
+ * DAG re-read as sp) to go on. Each attempt recorded "starting" or
+ * "running" is orphaned: a worker still alive has its process group
+ * stopped (SIGTERM, SIGKILL after a few seconds) and is waited for, so
+ * that no task runs twice at once, with a line on stderr that says so;
+ * the attempt is recorded "orphaned" with the reason. Then, if the dead
+ * dagrun's guard (host/guard.h) still lives, it is waited for (within its
+ * grace, said on stderr): it stops what the attempts left outside their
+ * groups. A dagrun elsewhere (owner.h; a resume --force) ran its workers
+ * where their pids mean nothing here: they are not looked for. Returns
+ * one preset per
  * task of sp (caller frees the array; outputs point into run, which must
  * outlive it): succeeded tasks with their outputs (recorded, else read
  * from <run_dir>/<task>/outputs.json), the others to run again after

@@ -11,6 +11,7 @@
 
 #include "base/util.h"
 #include "lib/fileio.h"
+#include "owner.h"
 
 /* Statements, prepared once per handle on first use. */
 #define STORE_STMTS(XX)                                                        \
@@ -42,8 +43,12 @@
   XX(ATT_PID, "UPDATE attempts SET pid = ?4, pid_start = ?5, "                 \
               "state = 'running' WHERE run_id = ?1 AND task = ?2 AND n = ?3")  \
   XX(RUN_CLAIM, "UPDATE runs SET state = 'running', finished = NULL, "         \
-                "orch_pid = ?2, orch_start = ?3 WHERE id = ?1 AND "            \
+                "orch_pid = ?2, orch_start = ?3, orch_host = ?6, "             \
+                "orch_boot = ?7, orch_pidns = ?8, orch_guard = NULL, "         \
+                "orch_guard_start = NULL WHERE id = ?1 AND "                   \
                 "orch_pid IS ?4 AND orch_start IS ?5")                         \
+  XX(RUN_GUARD, "UPDATE runs SET orch_guard = ?3, orch_guard_start = ?4 "      \
+                "WHERE id = ?1 AND orch_pid IS ?2")                            \
   XX(ATT_END, "UPDATE attempts SET state = ?4, exit_code = ?5, error = ?6, "   \
               "finished = ?7 WHERE run_id = ?1 AND task = ?2 AND n = ?3")      \
   XX(RUNS_LIST,                                                                \
@@ -55,7 +60,8 @@
      "(SELECT count(*) FROM tasks t WHERE t.run_id = r.id AND "                \
      "t.state = 'cached'), (SELECT group_concat(DISTINCT t.cached_from) "      \
      "FROM tasks t WHERE t.run_id = r.id AND t.state = 'cached'), r.waiting, " \
-     "r.tags, r.user_note "                                                    \
+     "r.tags, r.user_note, r.orch_host, r.orch_boot, r.orch_pidns, "           \
+     "r.orch_guard, r.orch_guard_start "                                       \
      "FROM runs r "                                                            \
      "WHERE (?1 IS NULL OR r.dag = ?1) AND (?3 IS NULL OR r.state = ?3) "      \
      "AND (?4 IS NULL OR EXISTS (SELECT 1 FROM json_each(r.tags) "             \
@@ -63,7 +69,8 @@
      "ORDER BY r.started DESC, r.id DESC LIMIT ?2")                            \
   XX(RUN_FIND, "SELECT id, dag, dag_file, run_dir, state, started, finished, " \
                "params, orch_pid, orch_start, trigger, logical_date, "         \
-               "dag_sha256, waiting, tags, user_note "                         \
+               "dag_sha256, waiting, tags, user_note, orch_host, orch_boot, "  \
+               "orch_pidns, orch_guard, orch_guard_start "                     \
                "FROM runs WHERE substr(id, 1, "                                \
                "length(?1)) = ?1 "                                             \
                "ORDER BY id LIMIT 2")                                          \
@@ -87,7 +94,8 @@
   XX(ALERTS_OF, "SELECT time, event, task, attempt, try, status, error, "      \
                 "duration_s, result, endpoint FROM alert_deliveries "          \
                 "WHERE run_id = ?1 ORDER BY rowid")                            \
-  XX(RUNS_OWNED, "SELECT id, orch_pid, orch_start FROM runs "                  \
+  XX(RUNS_OWNED, "SELECT id, orch_pid, orch_start, orch_host, orch_boot, "     \
+                 "orch_pidns, orch_guard, orch_guard_start FROM runs "         \
                  "WHERE state IN ('running', 'queued') AND orch_pid > 0 AND "  \
                  "(?1 IS NULL OR substr(id, 1, length(?1)) = ?1)")             \
   XX(RUN_GONE, "UPDATE runs SET state = 'interrupted', finished = max("        \
@@ -107,8 +115,12 @@
   XX(CRON_SET, "INSERT INTO cron_state(dag, last_fire, updated) "              \
                "VALUES(?1, ?2, ?3) ON CONFLICT(dag) DO UPDATE SET "            \
                "last_fire = excluded.last_fire, updated = excluded.updated")   \
-  XX(LEASES_OF, "SELECT run_id, task, pid, pid_start FROM pool_leases "        \
-                "WHERE pool = ?1 ORDER BY since, rowid")                       \
+  XX(LEASES_OF, "SELECT l.run_id, l.task, l.pid, l.pid_start, r.orch_host, "   \
+                "r.orch_boot, r.orch_pidns, r.orch_guard, "                    \
+                "r.orch_guard_start, r.orch_pid IS l.pid AND "                 \
+                "r.orch_start IS l.pid_start FROM pool_leases l LEFT JOIN "    \
+                "runs r ON r.id = l.run_id WHERE l.pool = ?1 "                 \
+                "ORDER BY l.since, l.rowid")                                   \
   XX(LEASE_DROP, "DELETE FROM pool_leases WHERE run_id = ?1 AND task = ?2")    \
   XX(LEASE_ADD, "INSERT OR REPLACE INTO pool_leases(pool, run_id, task, pid, " \
                 "pid_start, since) VALUES(?1, ?2, ?3, ?4, ?5, ?6)")            \
@@ -117,8 +129,10 @@
                    "name = ?2 AND waiting IS NOT ?3")                          \
   XX(TASKS_WAIT_CLEAR, "UPDATE tasks SET waiting = NULL WHERE run_id = ?1 "    \
                        "AND waiting IS NOT NULL")                              \
-  XX(RUNS_ACTIVE, "SELECT id, state, orch_pid, orch_start, started FROM runs " \
-                  "WHERE dag = ?1 AND state IN ('running', 'queued') AND "     \
+  XX(RUNS_ACTIVE, "SELECT id, state, orch_pid, orch_start, orch_host, "        \
+                  "orch_boot, orch_pidns, orch_guard, orch_guard_start, "      \
+                  "started FROM runs WHERE dag = ?1 AND state IN "             \
+                  "('running', 'queued', 'interrupted') AND orch_pid > 0 AND " \
                   "id <> ?2 ORDER BY started, id")                             \
   XX(RUN_STARTED, "SELECT started FROM runs WHERE id = ?1")                    \
   XX(RUN_TAGS_GET, "SELECT tags FROM runs WHERE id = ?1")                      \
@@ -250,7 +264,12 @@ static const char schema_sql[] =
     "  dag_sha256 TEXT,\n"
     "  waiting TEXT,\n"
     "  tags TEXT,\n"
-    "  user_note TEXT\n"
+    "  user_note TEXT,\n"
+    "  orch_host TEXT,\n"
+    "  orch_boot TEXT,\n"
+    "  orch_pidns TEXT,\n"
+    "  orch_guard INTEGER,\n"
+    "  orch_guard_start INTEGER\n"
     ");\n"
     "CREATE INDEX runs_dag_started ON runs(dag, started);\n"
     "CREATE INDEX runs_started ON runs(started);\n"
@@ -327,6 +346,16 @@ static const char migrate_v6_sql[] = V7_TABLES_SQL;
 
 /* Version 7 -> 8: serve's queued runs, kept across its restarts. */
 static const char migrate_v7_sql[] = V8_TABLES_SQL;
+
+/* Version 8 -> 9: where a run's dagrun runs (owner.h: its pid is judged
+ * only where it means something) and its guard (a dead dagrun's attempts
+ * hold their pools until the guard has stopped them). */
+static const char migrate_v8_sql[] =
+    "ALTER TABLE runs ADD COLUMN orch_host TEXT;\n"
+    "ALTER TABLE runs ADD COLUMN orch_boot TEXT;\n"
+    "ALTER TABLE runs ADD COLUMN orch_pidns TEXT;\n"
+    "ALTER TABLE runs ADD COLUMN orch_guard INTEGER;\n"
+    "ALTER TABLE runs ADD COLUMN orch_guard_start INTEGER;\n";
 
 static int fail(store *st, int rc, char *err, size_t errlen, const char *what) {
   snprintf(err, errlen, "run store %s: %s: %s", st->path, what,
@@ -431,6 +460,8 @@ static int init_schema(store *st, char *err, size_t errlen) {
   if (v >= 1 && v <= 6 && (rc = exec_sql(st, migrate_v6_sql, err, errlen)) != 0)
     goto out;
   if (v >= 1 && v <= 7 && (rc = exec_sql(st, migrate_v7_sql, err, errlen)) != 0)
+    goto out;
+  if (v >= 1 && v <= 8 && (rc = exec_sql(st, migrate_v8_sql, err, errlen)) != 0)
     goto out;
   if (v < STORE_SCHEMA_VERSION) {
     char sql[64];
@@ -706,9 +737,13 @@ int store_run_finish(store *st, const char *id, const char *state,
   return commit(st, rc, err, errlen);
 }
 
-int store_run_claim(store *st, const char *id, int pid, long long pid_start,
-                    int old_pid, long long old_start, char *err,
-                    size_t errlen) {
+/* Binds z, NULL when it is NULL or empty (an identity not known). */
+static void bind_text_or_null(sqlite3_stmt *s, int i, const char *z) {
+  bind_text(s, i, z && *z ? z : NULL);
+}
+
+int store_run_claim(store *st, const char *id, const owner *me, int old_pid,
+                    long long old_start, char *err, size_t errlen) {
   int rc = begin(st, err, errlen);
   if (rc)
     return rc;
@@ -717,10 +752,13 @@ int store_run_claim(store *st, const char *id, int pid, long long pid_start,
     rc = DR_ESTORE;
   } else {
     bind_text(s, 1, id);
-    sqlite3_bind_int(s, 2, pid);
-    bind_i64(s, 3, pid_start);
+    sqlite3_bind_int(s, 2, me->pid);
+    bind_i64(s, 3, me->start);
     bind_i64(s, 4, old_pid);
     bind_i64(s, 5, old_start);
+    bind_text_or_null(s, 6, me->host);
+    bind_text_or_null(s, 7, me->boot);
+    bind_text_or_null(s, 8, me->pidns);
     rc = sqlite3_step(s);
     sqlite3_reset(s);
     if (rc != SQLITE_DONE) {
@@ -731,6 +769,24 @@ int store_run_claim(store *st, const char *id, int pid, long long pid_start,
     } else {
       rc = 0;
     }
+  }
+  return commit(st, rc, err, errlen);
+}
+
+int store_run_guard(store *st, const char *id, int pid, int guard,
+                    long long guard_start, char *err, size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  sqlite3_stmt *s = stmt(st, S_RUN_GUARD, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+  } else {
+    bind_text(s, 1, id);
+    sqlite3_bind_int(s, 2, pid);
+    sqlite3_bind_int(s, 3, guard);
+    bind_i64(s, 4, guard_start);
+    rc = step_write(st, s, 0, "recording a run's guard", err, errlen);
   }
   return commit(st, rc, err, errlen);
 }
@@ -900,14 +956,29 @@ static int rows_into(store *st, sqlite3_stmt *s, cJSON *arr,
  * (a read-only store, a lock held too long) still shows the run
  * interrupted and leaves the write to the next reader. */
 
-/* Only the recorded pid and start time decide. The run's own start time
- * must not: a run begun before a reboot and resumed after it is owned by
- * the live resume, whose claim (store_run_claim) replaced the owner but
- * not the run's start. After a power cut the recorded pair names no live
- * process unless a new one has the same pid and started at the same tick
- * since boot, which the caller accepts as a chance too small to guard. */
-static int owner_gone(int pid, long long start) {
-  return start <= 0 || !proc_alive(pid, start);
+/* The owner (owner.h) in columns k to k+6 of a row of s (orch_pid,
+ * orch_start, orch_host, orch_boot, orch_pidns, orch_guard,
+ * orch_guard_start, or their like); its strings valid until s steps again.
+ * Only the recorded owner decides. The run's own start time must not: a
+ * run begun before a reboot and resumed after it is owned by the live
+ * resume, whose claim (store_run_claim) replaced the owner but not the
+ * run's start. */
+static void owner_from_row(sqlite3_stmt *s, int k, owner *o) {
+  o->pid = sqlite3_column_int(s, k);
+  o->start = sqlite3_column_int64(s, k + 1);
+  o->host = (const char *)sqlite3_column_text(s, k + 2);
+  o->boot = (const char *)sqlite3_column_text(s, k + 3);
+  o->pidns = (const char *)sqlite3_column_text(s, k + 4);
+  o->guard = sqlite3_column_int(s, k + 5);
+  o->guard_start = sqlite3_column_int64(s, k + 6);
+}
+
+/* Whether the run of owner o is over for its readers: its dagrun is gone
+ * (its guard may still be stopping its attempts). A dagrun elsewhere is
+ * never taken for gone. */
+static int owner_gone(const owner *o) {
+  owner_state w = owner_judge(o);
+  return w == OWNER_GONE || w == OWNER_STOPPING;
 }
 
 /* Records run id "interrupted" if it is still "running" under dagrun
@@ -948,14 +1019,14 @@ static void reap_gone(store *st, const char *prefix) {
   bind_text(s, 1, prefix);
   cJSON *gone = cJSON_CreateArray();
   while (sqlite3_step(s) == SQLITE_ROW) {
-    int pid = sqlite3_column_int(s, 1);
-    long long start = sqlite3_column_int64(s, 2);
-    if (!owner_gone(pid, start))
+    owner o;
+    owner_from_row(s, 1, &o);
+    if (!owner_gone(&o))
       continue;
     cJSON *g = cJSON_CreateObject();
     cJSON_AddStringToObject(g, "id", (const char *)sqlite3_column_text(s, 0));
-    cJSON_AddNumberToObject(g, "pid", pid);
-    cJSON_AddNumberToObject(g, "start", (double)start);
+    cJSON_AddNumberToObject(g, "pid", o.pid);
+    cJSON_AddNumberToObject(g, "start", (double)o.start);
     cJSON_AddItemToArray(gone, g);
   }
   sqlite3_reset(s);
@@ -986,26 +1057,40 @@ static void tags_as_array(cJSON *run) {
     cJSON_AddItemToObject(run, "tags", arr);
 }
 
+/* The note of a run whose dagrun runs elsewhere (owner.h): shown
+ * running, as it may well be. */
+static void note_elsewhere(cJSON *run, const owner *o) {
+  char where[320];
+  owner_where(o, where, sizeof where);
+  char *note = xasprintf("dagrun (pid %d) runs it %s: whether it is still "
+                         "alive cannot be seen from here",
+                         o->pid, where);
+  cJSON_AddStringToObject(run, "note", note);
+  free(note);
+}
+
 static void annotate_run(cJSON *run) {
   tags_as_array(run);
   cJSON *state = cJSON_GetObjectItem(run, "state");
   const cJSON *id = cJSON_GetObjectItem(run, "id");
-  const cJSON *pid = cJSON_GetObjectItem(run, "orch_pid");
-  const cJSON *start = cJSON_GetObjectItem(run, "orch_start");
   if (!cJSON_IsString(state) || !cJSON_IsString(id))
     return;
-  if ((strcmp(state->valuestring, "running") == 0 ||
-       strcmp(state->valuestring, "queued") == 0) &&
-      cJSON_IsNumber(pid) &&
-      pid->valueint > 0 &&
-      owner_gone(pid->valueint,
-                 cJSON_IsNumber(start) ? (long long)start->valuedouble : 0))
-    cJSON_SetValuestring(state, "interrupted");
+  owner o;
+  owner_of_run(run, &o);
+  if (store_state_active(state->valuestring) && o.pid > 0) {
+    owner_state w = owner_judge(&o);
+    if (w == OWNER_ELSEWHERE) {
+      note_elsewhere(run, &o);
+      return;
+    }
+    if (w != OWNER_ALIVE)
+      cJSON_SetValuestring(state, "interrupted");
+  }
   if (strcmp(state->valuestring, "interrupted") != 0)
     return;
   char who[48] = "its dagrun";
-  if (cJSON_IsNumber(pid) && pid->valueint > 0)
-    snprintf(who, sizeof who, "dagrun (pid %d)", pid->valueint);
+  if (o.pid > 0)
+    snprintf(who, sizeof who, "dagrun (pid %d)", o.pid);
   char *note = xasprintf("%s is gone: `dagrun resume %s` goes on with the run",
                          who, id->valuestring);
   cJSON_AddStringToObject(run, "note", note);
@@ -1019,13 +1104,29 @@ cJSON *store_runs(store *st, const char *dag, const char *state, int limit,
 
 cJSON *store_runs_tagged(store *st, const char *dag, const char *state,
                          const char *tag, int limit, char *err, size_t errlen) {
-  static const char *const keys[] = {
-      "id",         "dag",          "dag_file",
-      "run_dir",    "state",        "started",
-      "finished",   "tasks_total",  "tasks_succeeded",
-      "trigger",    "logical_date", "orch_pid",
-      "orch_start", "tasks_cached", "cached_from",
-      "waiting",    "tags",         "user_note"};
+  static const char *const keys[] = {"id",
+                                     "dag",
+                                     "dag_file",
+                                     "run_dir",
+                                     "state",
+                                     "started",
+                                     "finished",
+                                     "tasks_total",
+                                     "tasks_succeeded",
+                                     "trigger",
+                                     "logical_date",
+                                     "orch_pid",
+                                     "orch_start",
+                                     "tasks_cached",
+                                     "cached_from",
+                                     "waiting",
+                                     "tags",
+                                     "user_note",
+                                     "orch_host",
+                                     "orch_boot",
+                                     "orch_pidns",
+                                     "orch_guard",
+                                     "orch_guard_start"};
   reap_gone(st, NULL);
   sqlite3_stmt *s = stmt(st, S_RUNS_LIST, err, errlen);
   if (!s)
@@ -1035,7 +1136,7 @@ cJSON *store_runs_tagged(store *st, const char *dag, const char *state,
   bind_text(s, 3, state);
   bind_text(s, 4, tag);
   cJSON *arr = cJSON_CreateArray();
-  if (rows_into(st, s, arr, keys, 18, -1, "listing runs", err, errlen) != 0) {
+  if (rows_into(st, s, arr, keys, 23, -1, "listing runs", err, errlen) != 0) {
     cJSON_Delete(arr);
     return NULL;
   }
@@ -1071,10 +1172,13 @@ static cJSON *attempts_of(store *st, const char *run_id, const char *task,
 cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
                  size_t errlen) {
   static const char *const keys[] = {
-      "id",         "dag",        "dag_file", "run_dir",
-      "state",      "started",    "finished", "params",
-      "orch_pid",   "orch_start", "trigger",  "logical_date",
-      "dag_sha256", "waiting",    "tags",     "user_note"};
+      "id",         "dag",        "dag_file",
+      "run_dir",    "state",      "started",
+      "finished",   "params",     "orch_pid",
+      "orch_start", "trigger",    "logical_date",
+      "dag_sha256", "waiting",    "tags",
+      "user_note",  "orch_host",  "orch_boot",
+      "orch_pidns", "orch_guard", "orch_guard_start"};
   static const char *const task_keys[] = {
       "name",    "state",    "attempts", "exit_code",   "error",
       "started", "finished", "outputs",  "fingerprint", "cached_from",
@@ -1091,7 +1195,7 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
     goto out;
   bind_text(s, 1, id_prefix);
   cJSON *found = cJSON_CreateArray();
-  if (rows_into(st, s, found, keys, 16, 7, "finding a run", err, errlen) != 0) {
+  if (rows_into(st, s, found, keys, 21, 7, "finding a run", err, errlen) != 0) {
     cJSON_Delete(found);
     goto bad;
   }
@@ -1457,8 +1561,9 @@ int store_run_set_note(store *st, const char *id, const char *note, char *err,
  *
  * Both are decided inside one BEGIN IMMEDIATE transaction, so that two
  * dagruns that ask at once are served one after the other: the second
- * sees what the first took. A holder whose dagrun is gone (owner_gone:
- * the same test the readers use for runs) holds nothing. */
+ * sees what the first took. A holder whose dagrun is gone, and its
+ * attempts with it (owner_judge: the test the readers use for runs),
+ * holds nothing. */
 
 /* Sets what task waits for (NULL: nothing); writes only on a change, so
  * that polling a full pool does not commit a write each time. */
@@ -1471,6 +1576,19 @@ static int task_waiting(store *st, const char *run_id, const char *task,
   bind_text(s, 2, task);
   bind_text(s, 3, why);
   return step_write(st, s, 0, "recording what a task waits for", err, errlen);
+}
+
+/* What holds the lease in a row of LEASES_OF (OWNER_GONE: nothing). Its holder
+ * is judged as its run's owner (owner.h: where it runs, and its guard) while it
+ * is that owner; a holder the run has since been resumed from is judged by its
+ * pid alone (a resume waited for its attempts). */
+static owner_state lease_state(sqlite3_stmt *s) {
+  owner o = {0};
+  if (sqlite3_column_int(s, 9))
+    owner_from_row(s, 2, &o);
+  o.pid = sqlite3_column_int(s, 2);
+  o.start = sqlite3_column_int64(s, 3);
+  return owner_judge(&o);
 }
 
 /* Counts the live leases of pool other than (run_id, task), dropping the
@@ -1492,7 +1610,8 @@ static int leases_count(store *st, const char *pool, const char *run_id,
     const char *t = (const char *)sqlite3_column_text(s, 1);
     if (strcmp(r, run_id) == 0 && strcmp(t, task) == 0)
       continue;
-    if (owner_gone(sqlite3_column_int(s, 2), sqlite3_column_int64(s, 3))) {
+    int w = lease_state(s);
+    if (w == OWNER_GONE) {
       cJSON *d = cJSON_CreateArray();
       cJSON_AddItemToArray(d, cJSON_CreateString(r));
       cJSON_AddItemToArray(d, cJSON_CreateString(t));
@@ -1500,7 +1619,11 @@ static int leases_count(store *st, const char *pool, const char *run_id,
       continue;
     }
     if ((*n)++ == 0)
-      *first = xasprintf("run %s task %s", r, t);
+      *first = xasprintf("run %s task %s%s", r, t,
+                         w == OWNER_STOPPING
+                             ? ", whose dead dagrun's attempts are being "
+                               "stopped"
+                             : "");
   }
   sqlite3_reset(s);
   rc = rc == SQLITE_DONE ? 0 : fail(st, rc, err, errlen, "reading leases");
@@ -1595,10 +1718,17 @@ static int runs_ahead(store *st, const char *dag, const char *id,
   *first = NULL;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     const char *oid = (const char *)sqlite3_column_text(s, 0);
-    int queued =
-        strcmp((const char *)sqlite3_column_text(s, 1), "queued") == 0;
-    double ostarted = sqlite3_column_double(s, 4);
-    if (owner_gone(sqlite3_column_int(s, 2), sqlite3_column_int64(s, 3)))
+    const char *ostate = (const char *)sqlite3_column_text(s, 1);
+    int queued = strcmp(ostate, "queued") == 0;
+    double ostarted = sqlite3_column_double(s, 9);
+    owner o;
+    owner_from_row(s, 2, &o);
+    /* An interrupted run's attempts may still be stopping (its guard
+     * lives): its place is held until they are gone. One recorded
+     * interrupted elsewhere was judged gone there. */
+    owner_state w = owner_judge(&o);
+    if (w == OWNER_GONE ||
+        (w == OWNER_ELSEWHERE && strcmp(ostate, "interrupted") == 0))
       continue;
     if (queued && (ostarted > started ||
                    (ostarted == started && strcmp(oid, id) > 0)))

@@ -5,7 +5,9 @@
  * directory. One row per run, per task of a run and per attempt of a task:
  *
  *   runs     (id, dag, dag_file, run_dir, state, started, finished, params,
- *             orch_pid, orch_start, trigger, logical_date, dag_sha256)
+ *             orch_pid, orch_start, trigger, logical_date, dag_sha256,
+ *             waiting, tags, user_note, orch_host, orch_boot, orch_pidns,
+ *             orch_guard, orch_guard_start)
  *   tasks    (run_id, name, state, attempts, exit_code, error, started,
  *             finished, outputs, fingerprint, cached_from)
  *   attempts (run_id, task, n, pid, state, exit_code, error, started,
@@ -25,7 +27,10 @@
  * the DAG file when the run began, for resume to notice an edited file), the
  * alert_deliveries and cron_state tables; v5 the runs' and tasks' waiting
  * (what a queued run or task waits for) and the pool_leases table (older
- * databases are migrated on open); v6 the approvals table. A run's trigger says
+ * databases are migrated on open); v6 the approvals table; v7 dag_pauses;
+ * v8 serve_queue; v9 where the orchestrator runs (orch_host, orch_boot,
+ * orch_pidns: owner.h) and its guard (orch_guard, orch_guard_start). A
+ * run's trigger says
  * what started it: "manual" (`dagrun run`), "cron" or "api" (`dagrun serve`),
  * "backfill"; its logical_date is the schedule time it stands for (cron and
  * backfill runs), else NULL. A run's state is "queued" (a DAG with
@@ -57,8 +62,10 @@
 #include <cjson/cJSON.h>
 #include <stddef.h>
 
+#include "owner.h"
+
 /* The schema this dagrun writes (PRAGMA user_version). */
-#define STORE_SCHEMA_VERSION 8
+#define STORE_SCHEMA_VERSION 9
 
 typedef struct store store;
 
@@ -112,13 +119,19 @@ int store_run_finish(store *st, const char *id, const char *state,
 /* Whether a run's state is one of a run not over: "running" or "queued". */
 int store_state_active(const char *state);
 
-/* Makes pid (started at pid_start) the run's orchestrator and the run
- * "running" again (finished cleared), provided the recorded orchestrator
- * is still old_pid/old_start (0: none recorded): two dagruns that claim a
- * run at once cannot both win. DR_EBUSY when another claimed it first. */
-int store_run_claim(store *st, const char *id, int pid, long long pid_start,
-                    int old_pid, long long old_start, char *err,
-                    size_t errlen);
+/* Makes me (owner_here(): pid, start time and where they mean something)
+ * the run's orchestrator, with no guard yet, and the run "running" again
+ * (finished cleared), provided the recorded orchestrator is still
+ * old_pid/old_start (0: none recorded): two dagruns that claim a run at
+ * once cannot both win. DR_EBUSY when another claimed it first. */
+int store_run_claim(store *st, const char *id, const owner *me, int old_pid,
+                    long long old_start, char *err, size_t errlen);
+/* Records guard (started at guard_start) as the guard (host/guard.h) of
+ * run id's orchestrator pid, if pid still owns the run: while it lives,
+ * a dead pid's pool leases and max_active_runs place stay held
+ * (owner.h). */
+int store_run_guard(store *st, const char *id, int pid, int guard,
+                    long long guard_start, char *err, size_t errlen);
 
 /* A task's row after a state change. exit_code < 0: none; error,
  * outputs_json may be NULL; started/finished <= 0: left as they are. */
@@ -167,14 +180,19 @@ int store_cache_find(store *st, const char *fingerprint,
  * Times are numbers (seconds), NULL columns are left out.
  *
  * store_runs and store_run first record "interrupted" each run they read
- * that is recorded "running" though its dagrun is gone (its recorded pid
- * and start time name no live process), its unfinished tasks "cancelled"
+ * that is recorded "running" though its dagrun is gone (owner_judge: its
+ * recorded pid and start time name no live process), its unfinished tasks
+ * "cancelled"
  * (attempts are left for
  * resume_prepare): so readers write. The update holds only while the run
  * still names that dagrun, so a resume that claimed it meanwhile wins; a
  * failed write leaves it to the next reader (the run is shown interrupted
  * all the same). An interrupted run has a "note" key: "dagrun (pid N) is
- * gone: `dagrun resume RUN` goes on with the run". */
+ * gone: `dagrun resume RUN` goes on with the run". A run whose dagrun runs
+ * on another host or in another PID namespace (OWNER_ELSEWHERE) is never
+ * recorded interrupted: it is shown as recorded, with a "note": "dagrun
+ * (pid N) runs it on host H: whether it is still alive cannot be seen
+ * from here". */
 
 /* Runs newest first, of one dag (NULL: all), in one state (NULL: any), at
  * most limit (<= 0: all): [{id, dag, dag_file, run_dir, state, started,
@@ -262,11 +280,15 @@ int store_cron_set(store *st, const char *dag, long long last_fire, double now,
  * held by live dagruns: a DAG that declares a smaller size waits while
  * that many are held, one that declares a bigger size may go beyond a
  * smaller one's. In one BEGIN IMMEDIATE transaction, leases whose dagrun
- * is gone (pid and start time, as for runs) are dropped, the rest counted,
- * and the lease inserted for (run_id, task) held by dagrun pid/pid_start.
- * Returns 1 when granted (the task's waiting cleared), 0 when the pool is
- * full, with *why "pool P (held by run R task T)" (caller frees), also
- * recorded as the task's waiting; or DR_ESTORE. */
+ * is gone (owner_judge, as for runs) are dropped, the rest counted, and
+ * the lease inserted for (run_id, task) held by dagrun pid/pid_start. A
+ * lease of a dagrun that died is held until its guard has stopped its
+ * attempts (OWNER_STOPPING), and one of a dagrun elsewhere (another host
+ * or PID namespace) is held. Returns 1 when granted (the task's waiting
+ * cleared), 0 when the pool is full, with *why "pool P (held by run R
+ * task T)" (", whose dead dagrun's attempts are being stopped" added
+ * while they are; caller frees), also recorded as the task's waiting; or
+ * DR_ESTORE. */
 int store_lease_acquire(store *st, const char *pool, int size,
                         const char *run_id, const char *task, int pid,
                         long long pid_start, double now, char **why,
@@ -279,7 +301,9 @@ int store_lease_release(store *st, const char *run_id, const char *task,
 /* max_active_runs: whether run id of dag may start now that at most max
  * runs of dag may be active. In one BEGIN IMMEDIATE transaction, counts
  * the other runs of dag with a live dagrun that are "running", or
- * "queued" and started before id (first come, first served); below max,
+ * "queued" and started before id (first come, first served), and those
+ * whose dagrun died while its guard still stops their attempts (owner.h,
+ * OWNER_STOPPING; recorded "interrupted" or not); below max,
  * the run is recorded "running" and 1 returned; else it is recorded
  * "queued" with waiting "max_active_runs N reached (run X)" (also in
  * *why, caller frees) and 0 returned. DR_ESTORE on error. */

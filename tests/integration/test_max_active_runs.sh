@@ -9,6 +9,11 @@
 #    "cancelled", not left queued, exit 143, its task never ran.
 # 4. A queued run whose dagrun is killed -9 is recorded "interrupted" by
 #    the next reader, and counts no more: a new run starts at once.
+# 5. A running run whose dagrun alone is killed -9, its task ignoring
+#    SIGTERM: the task lives on for its grace, and the run keeps its place
+#    until the task is gone (interrupted or not); a new run waits, saying
+#    for which run, and its task starts after the killed one's last sign
+#    of life.
 . "$(dirname "$0")/lib.sh"
 export DAGRUN_HOME="$T/home"
 
@@ -114,4 +119,28 @@ wait "$P5" || fail "run 5 failed: $(cat "$T/r5.out")"
 run_timed r7 "$DAGRUN" run lim.yaml --plain -p n=7
 [ "$RC" -eq 0 ] || fail "run 7 failed: $(cat "$T/r7.out")"
 expect_not_in "$T/r7.out" "waiting:"
+
+# ---- 5. kill -9 of a running run's dagrun: its place is held while its task lives ----
+cat > stub.yaml <<Y
+dag: stub
+max_active_runs: 1
+params: {n: 0}
+tasks:
+  a: {stage: exec, cache: false, with: {command: [sh, -c, 'echo "\$(date +%s.%N)" > $T/stub-start-\${params.n}; [ \${params.n} = 2 ] && exit 0; trap "" TERM; echo \$\$ > $T/stub.pid; while :; do date +%s.%N > $T/stub-tick; sleep 0.1; done']}}
+Y
+"$DAGRUN" run stub.yaml --plain -p n=1 >"$T/s1.out" 2>&1 &
+S1=$!
+wait_until 10 test -s "$T/stub.pid" || fail "stub run 1 never started: $(cat "$T/s1.out")"
+SR1=$(ls -t "$DAGRUN_RUNS_DIR/stub" | head -n 1)
+kill -KILL "$S1"
+wait "$S1" 2>/dev/null || true
+[ "$(run_state "$SR1")" = interrupted ] || fail "run of a killed dagrun: $(run_state "$SR1")"
+run_timed s2 timeout 40 "$DAGRUN" run stub.yaml --plain -p n=2
+[ "$RC" -eq 0 ] || fail "stub run 2 failed: $(cat "$T/s2.out")"
+expect_in "$T/s2.out" "waiting: max_active_runs 1 reached (run $SR1)"
+! pid_alive "$(cat "$T/stub.pid")" || fail "the stubborn task outlived its grace"
+"$PY" - "$T/stub-start-2" "$T/stub-tick" <<'P' || fail "run 2 started while run 1's task still ran: start $(cat "$T/stub-start-2"), last tick $(cat "$T/stub-tick")"
+import sys
+assert float(open(sys.argv[1]).read()) > float(open(sys.argv[2]).read())
+P
 pass

@@ -8,9 +8,15 @@
 #    task waits, and `dagrun status` and the API say for what and held by
 #    whom; once the holder ends, it runs; no intervals overlap.
 # 3. kill -9 of a dagrun that holds the pool (and of its task's process
-#    group): its lease is freed, and another run gets the pool at once.
+#    group): its lease is freed, and another run gets the pool at once
+#    (as soon as the run's guard has seen its task gone: a wait, if any,
+#    says so).
 # 4. An attempt that times out gives its slot back, and a task waiting to
 #    be retried holds none: another run's task runs in that wait.
+# 5. kill -9 of the dagrun alone, its task ignoring SIGTERM: the task
+#    lives on for its grace (GUARD_GRACE_S), and the pool stays held
+#    until it is gone; another run's tasks wait, saying why, and start
+#    only after the killed task's last sign of life.
 . "$(dirname "$0")/lib.sh"
 export DAGRUN_HOME="$T/home"
 mkdir -p dags
@@ -118,7 +124,9 @@ wait "$HOLD_PID" 2>/dev/null || true
 run_timed after timeout 20 "$DAGRUN" run gpu.yaml --plain
 [ "$RC" -eq 0 ] || fail "a run after the holder's kill -9 failed: $(cat "$T/after.out")"
 [ "$SECS" -le 6 ] || fail "the pool was not freed at once (${SECS}s): $(cat "$T/after.out")"
-expect_not_in "$T/after.out" "waiting for pool"
+if grep -q "waiting for pool" "$T/after.out"; then
+  expect_in "$T/after.out" "whose dead dagrun's attempts are being stopped)"
+fi
 no_overlap 2
 
 # ---- 4. a timeout and a retry's wait hold no slot ----
@@ -141,4 +149,29 @@ wait "$F" || fail "flaky failed: $(cat "$T/flaky.out")"
 expect_in "$T/flaky.out" "timed out after 1.0s"
 expect_in "$T/flaky.out" "retrying in"
 no_overlap 3
+
+# ---- 5. kill -9 of the dagrun alone: the pool is held while its task lives ----
+rm -f "$T/iv.log" "$T/hold.pid" "$T/tick"
+cat > stubborn.yaml <<Y
+dag: stubborn
+pools: {gpu: 1}
+tasks:
+  hold: {stage: exec, cache: false, pool: gpu, with: {command: [sh, -c, 'trap "" TERM; echo \$\$ > $T/hold.pid; while :; do date +%s.%N > $T/tick; sleep 0.1; done']}}
+Y
+"$DAGRUN" run stubborn.yaml --plain >"$T/stubborn.out" 2>&1 &
+S=$!
+wait_until 10 test -s "$T/hold.pid" || fail "stubborn never started: $(cat "$T/stubborn.out")"
+SRUN=$(ls -t "$DAGRUN_RUNS_DIR/stubborn" | head -n 1)
+kill -KILL "$S"
+wait "$S" 2>/dev/null || true
+run_timed after5 timeout 40 "$DAGRUN" run gpu.yaml --plain
+[ "$RC" -eq 0 ] || fail "a run after the stubborn holder's kill -9 failed: $(cat "$T/after5.out")"
+expect_in "$T/after5.out" "waiting for pool gpu (held by run $SRUN task hold, whose dead dagrun's attempts are being stopped)"
+"$PY" - "$T/iv.log" "$T/tick" <<'P' || fail "a task had the pool while the killed run's task still ran: $(cat "$T/iv.log"), its last tick $(cat "$T/tick")"
+import sys
+starts = [float(l.split()[0]) for l in open(sys.argv[1]) if l.strip()]
+last = float(open(sys.argv[2]).read())
+assert len(starts) == 2 and min(starts) > last, (starts, last)
+P
+! pid_alive "$(cat "$T/hold.pid")" || fail "the stubborn task outlived its grace"
 pass

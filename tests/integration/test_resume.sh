@@ -202,6 +202,9 @@ wait "$PID" 2>/dev/null || true
 make_k 10 0 100ms
 run_dagrun resume "$KID" --plain
 expect_rc 0
+# The wait for the worker (seconds: it ignores SIGTERM) is said, not silent.
+expect_in "$T/err" "dagrun: run $KID: stopping task slow's attempt 1 (worker pid"
+expect_in "$T/err" "which its dagrun (pid"
 check_ticks
 status_json "$KID"
 /usr/bin/python3 - "$T/st.json" <<'P' || fail "2b: $(cat "$T/st.json")"

@@ -26,6 +26,16 @@ static const char *str_key(const cJSON *o, const char *k) {
   return cJSON_IsString(j) ? j->valuestring : NULL;
 }
 
+/* store_run_claim of id by pid (started at start) here: this process's
+ * host, boot and PID namespace. */
+static int claim(store *st, const char *id, int pid, long long start,
+                 int old_pid, long long old_start, char *err, size_t errlen) {
+  owner o = *owner_here();
+  o.pid = pid;
+  o.start = start;
+  return store_run_claim(st, id, &o, old_pid, old_start, err, errlen);
+}
+
 /* Two runs begun, the first one's task "a" failed once and then
  * succeeded, and the run finished; the second is left running. */
 static void records_write(store *st, const char *db, const char *id) {
@@ -301,10 +311,9 @@ static void test_migrate_v1(void) {
   CHECK_STR(str_key(run, "state"), "failed");
   CHECK(cJSON_GetObjectItem(run, "orch_pid") == NULL);
   cJSON_Delete(run);
-  CHECK_INT(store_run_claim(st, "old", 1234, 99, 0, 0, err, sizeof err), 0);
+  CHECK_INT(claim(st, "old", 1234, 99, 0, 0, err, sizeof err), 0);
   /* A second claimer that still expects no orchestrator loses. */
-  CHECK_INT(store_run_claim(st, "old", 5678, 98, 0, 0, err, sizeof err),
-            DR_EBUSY);
+  CHECK_INT(claim(st, "old", 5678, 98, 0, 0, err, sizeof err), DR_EBUSY);
   CHECK_INT(store_attempt_pid(st, "old", "t", 1, 77, 4242, err, sizeof err),
             0);
   run = store_run(st, "old", &rc, err, sizeof err);
@@ -391,6 +400,15 @@ static void test_migrate_v1(void) {
   sqlite3_close(raw);
 }
 
+/* SQL that takes this schema's runs back to version 8's (SQLite 3.35 and
+ * later drop columns). */
+#define RUNS_TO_V8                                                             \
+  "ALTER TABLE runs DROP COLUMN orch_host; "                                   \
+  "ALTER TABLE runs DROP COLUMN orch_boot; "                                   \
+  "ALTER TABLE runs DROP COLUMN orch_pidns; "                                  \
+  "ALTER TABLE runs DROP COLUMN orch_guard; "                                  \
+  "ALTER TABLE runs DROP COLUMN orch_guard_start; "
+
 /* db (closed) made an older store by sql (SQLite, beside the store), then
  * opened again, which migrates it; NULL (a failed check) if it does not
  * open. */
@@ -420,7 +438,8 @@ static void test_pause_v6(void) {
                             "cron", 0, NULL, NULL, 0, err, sizeof err),
             0);
   store_close(st);
-  st = reopen_older(db, "DROP TABLE dag_pauses; PRAGMA user_version = 6;");
+  st = reopen_older(db, RUNS_TO_V8
+                    "DROP TABLE dag_pauses; PRAGMA user_version = 6;");
   if (!st)
     return;
   int rc;
@@ -578,13 +597,9 @@ static void test_gone(void) {
    * was reused since). preboot: a run begun before the machine booted and
    * resumed since by this live process: its owner is alive, so it is not
    * gone, whatever its start time says. */
-  CHECK_INT(store_run_claim(st, "live", me, my_start, 0, 0, err, sizeof err),
-            0);
-  CHECK_INT(
-      store_run_claim(st, "reused", me, my_start + 1, 0, 0, err, sizeof err),
-      0);
-  CHECK_INT(store_run_claim(st, "preboot", me, my_start, 0, 0, err, sizeof err),
-            0);
+  CHECK_INT(claim(st, "live", me, my_start, 0, 0, err, sizeof err), 0);
+  CHECK_INT(claim(st, "reused", me, my_start + 1, 0, 0, err, sizeof err), 0);
+  CHECK_INT(claim(st, "preboot", me, my_start, 0, 0, err, sizeof err), 0);
   store_task_update ok = {"success", 1,    0,    NULL, now,
                           now + 1,   NULL, NULL, NULL};
   CHECK_INT(store_task_set(st, "reused", "a", &ok, err, sizeof err), 0);
@@ -640,9 +655,8 @@ static void test_gone(void) {
   cJSON_Delete(runs);
 
   /* A resume claims the interrupted run: running again, no note. */
-  CHECK_INT(store_run_claim(st, "reused", me, my_start, me, my_start + 1, err,
-                            sizeof err),
-            0);
+  CHECK_INT(
+      claim(st, "reused", me, my_start, me, my_start + 1, err, sizeof err), 0);
   run = store_run(st, "reused", &rc2, err, sizeof err);
   CHECK_STR(str_key(run, "state"), "running");
   CHECK(cJSON_GetObjectItem(run, "note") == NULL);
@@ -724,7 +738,8 @@ static void test_runqueue_v7(void) {
   if (!st)
     return;
   store_close(st);
-  st = reopen_older(db, "DROP TABLE serve_queue; PRAGMA user_version = 7;");
+  st = reopen_older(db, RUNS_TO_V8
+                    "DROP TABLE serve_queue; PRAGMA user_version = 7;");
   if (!st)
     return;
   char *params[] = {"lr=0.1", "tag=a b", NULL};
