@@ -118,6 +118,7 @@ typedef struct exporter {
   char *dest, *tmp, *old;
   char *parent; /* dest's directory, a real path */
   modeldir_info info;
+  gpt *model; /* the weights, loaded (and found finite) by open_source */
   bpe *tok;
   int64_t eot;
 } exporter;
@@ -207,19 +208,13 @@ static int copy_in(exporter *x, const char *src, const char *name) {
  * (ckpt/weights.h), so that GPT2LMHeadModel finds every tensor. */
 static int write_weights(exporter *x) {
   char err[1024];
-  gpt *m = NULL;
-  if (modeldir_load(&x->info, &m, err, sizeof err) != 0) {
-    x->h->fail(x->ctx, "model: %s", err);
-    return -1;
-  }
   char *path = fileio_join(x->tmp, "model.safetensors");
-  int rc = path
-               ? weights_save(path, m, x->dtype, NULL, NULL, 0, err, sizeof err)
-               : -1;
+  int rc = path ? weights_save(path, x->model, x->dtype, NULL, NULL, 0, err,
+                               sizeof err)
+                : -1;
   if (rc != 0)
     x->h->fail(x->ctx, "%s", path ? err : "out of memory");
   free(path);
-  gpt_destroy(m);
   return rc;
 }
 
@@ -815,7 +810,16 @@ static int read_params(exporter *x) {
 static int open_source(exporter *x) {
   const dagrun_host *h = x->h;
   char err[2048];
+  /* Loaded for format dagrun too, which copies the files as they are:
+   * a diverged model (NaN weights, checksums and all good) must not go
+   * out as a model others load. */
   if (modeldir_open(x->source, &x->info, err, sizeof err) != 0) {
+    h->fail(x->ctx, "model: %s", err);
+    return -1;
+  }
+  if (x->info.skipped[0])
+    h->log(x->ctx, DAGRUN_LOG_WARN, "model: %s", x->info.skipped);
+  if (modeldir_load(&x->info, &x->model, err, sizeof err) != 0) {
     h->fail(x->ctx, "model: %s", err);
     return -1;
   }
@@ -928,6 +932,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   free(weights);
   status = 0;
 done:
+  gpt_destroy(x.model);
   bpe_destroy(x.tok);
   free(x.source);
   free(x.tokenizer);

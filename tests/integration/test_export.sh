@@ -6,9 +6,9 @@
 # its tokenizer.json encodes text as Hugging Face's tokenizers.js does;
 # format dagrun is a checkpoint train resumes from; and what must be
 # refused is (another vocabulary, a tokenizer without <|endoftext|>, an HF
-# source as format dagrun, bad params), leaving no half-written export;
-# and a dir that holds anything but an earlier export is refused and left
-# as it was.
+# source as format dagrun, NaN weights, bad params), leaving no
+# half-written export; and a dir that holds anything but an earlier
+# export is refused and left as it was.
 # Where transformers is installed, tests/reference/hf_check.py also loads
 # the exports with from_pretrained.
 . "$(dirname "$0")/lib.sh"
@@ -269,6 +269,38 @@ expect_in "$RM/noeot/attempt-1/log" "has no <|endoftext|>"
 cmp "$E16/model.safetensors" keep/model/model.safetensors || fail "the replaced export is not the new one"
 /usr/bin/python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["torch_dtype"] == "bfloat16"' keep/model/config.json ||
   fail "the replaced export's config.json: $(cat keep/model/config.json)"
+# A corrupt newest checkpoint: the one before it is exported, with a
+# warning that names the skipped one and why.
+{ read -r BAD; read -r PREV; } < <(corrupt_newest "$R/train/checkpoints" "$T/cdir")
+cat > skip.yaml <<Y
+dag: skip
+tasks:
+  skip: {stage: export, with: {model: "$T/cdir"}}
+Y
+run_dagrun run skip.yaml --plain
+expect_rc 0
+expect_in "$(run_dir skip)/skip/attempt-1/log" "WARN"
+expect_in "$(run_dir skip)/skip/attempt-1/log" "skipped the newest checkpoint $BAD, which does not verify (model.safetensors: sha256 mismatch"
+expect_in "$(run_dir skip)/skip/attempt-1/log" "using $PREV instead"
+
+# A diverged model (NaN weights, every checksum good) goes out in no
+# format: refused naming the tensor, nothing written.
+set_weights "$CK" nan-step nan
+cat > nan.yaml <<Y
+dag: nan
+tasks:
+  fp32: {stage: export, with: {model: "$T/nan-step"}}
+  bf16: {stage: export, with: {model: "$T/nan-step", dtype: bfloat16}}
+  ckpt: {stage: export, with: {model: "$T/nan-step", format: dagrun}}
+Y
+run_dagrun run nan.yaml --plain
+expect_rc 1
+RN=$(run_dir nan)
+for t in fp32 bf16 ckpt; do
+  expect_in "$RN/$t/attempt-1/log" 'tensor "wte.weight" holds nan at element 0: the weights are not finite numbers'
+  [ -z "$(ls -A "$RN/$t/out")" ] || fail "$t: a refused export left files: $(ls -A "$RN/$t/out")"
+done
+
 # dir is replaced only when it holds an earlier export (its
 # .dagrun-export.json and the files that lists) or nothing. Anything else
 # is refused before anything moves, naming the path and what is in the
