@@ -473,13 +473,17 @@ static int has_step_entries(const char *dir) {
 }
 
 typedef struct skipped {
-  char first[1024]; /* the newest invalid checkpoint and why */
+  char first[1024]; /* the newest invalid checkpoint */
+  char why[1024];   /* and why */
+  int n;            /* how many were skipped */
 } skipped;
 
 static void note_invalid(void *arg, const char *dir, const char *why) {
   skipped *s = arg;
-  if (!s->first[0])
-    snprintf(s->first, sizeof s->first, "%s: %s", dir, why);
+  if (!s->n++) {
+    snprintf(s->first, sizeof s->first, "%s", dir);
+    snprintf(s->why, sizeof s->why, "%s", why);
+  }
 }
 
 int modeldir_open(const char *path, modeldir_info *info, char *err,
@@ -524,7 +528,7 @@ int modeldir_open(const char *path, modeldir_info *info, char *err,
     return rc;
   }
 
-  skipped sk = {{0}};
+  skipped sk = {.n = 0};
   char *latest = NULL, sub[1024];
   if (has_step_entries(path) &&
       ckpt_find_latest(path, &latest, note_invalid, &sk, sub, sizeof sub) ==
@@ -532,13 +536,22 @@ int modeldir_open(const char *path, modeldir_info *info, char *err,
       latest) {
     int rc = open_checkpoint(latest, info, err, errlen);
     free(latest);
+    /* Taking an older step than the newest is the user's to know: that
+     * step's weights are not what training ended with. */
+    if (rc == 0 && sk.n)
+      fileio_seterr(info->skipped, sizeof info->skipped,
+                    "skipped the newest checkpoint %s, which does not "
+                    "verify (%s)%s: using %s instead",
+                    sk.first, sk.why,
+                    sk.n > 1 ? ", and older ones that do not either" : "",
+                    info->dir);
     return rc;
   }
-  if (sk.first[0])
+  if (sk.n)
     fileio_seterr(
         err, errlen,
-        "%s: a directory of checkpoints with no valid one (newest: %s)", path,
-        sk.first);
+        "%s: a directory of checkpoints with no valid one (newest: %s: %s)",
+        path, sk.first, sk.why);
   else
     fileio_seterr(err, errlen,
                   "%s: not a model directory: expected a dagrun checkpoint "
@@ -559,7 +572,8 @@ int modeldir_load(const modeldir_info *info, gpt **out, char *err,
     fileio_seterr(err, errlen, "%s: %s", info->dir, sub);
     return -1;
   }
-  if (weights_load(info->weights, m, err, errlen) != 0) {
+  if (weights_load(info->weights, m, err, errlen) != 0 ||
+      weights_check_finite(m, info->weights, err, errlen) != 0) {
     gpt_destroy(m);
     return -1;
   }

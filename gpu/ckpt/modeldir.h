@@ -40,17 +40,25 @@ typedef struct modeldir_info {
   char tokenizer[4096]; /* its tokenizer.json, or "" when none was found */
   gpt_config config;    /* finished (gpt_config_finish) */
   int64_t step;         /* a checkpoint's step; -1 for HF */
+  /* In a directory of checkpoints, the newer ones skipped as invalid and
+   * why, as a sentence for the caller to show as a warning ("skipped the
+   * newest checkpoint .../step-00000030, which does not verify (...):
+   * using .../step-00000020 instead"); "" when none was. */
+  char skipped[4096];
 } modeldir_info;
 
 /* Resolves path (a directory of one of the kinds above) into info.
  * Verifies a checkpoint's checksums (a corrupt one is refused naming the
- * file; in a directory of checkpoints the latest valid one is taken).
+ * file; in a directory of checkpoints the latest valid one is taken, and
+ * info->skipped says which newer ones were not, for the caller to warn).
  * 0, or -1 with err naming path and what it expected to find. */
 int modeldir_open(const char *path, modeldir_info *info, char *err,
                   size_t errlen);
 
-/* Creates the model of info->config and reads info->weights into it.
- * 0, or -1 with err (*out untouched). */
+/* Creates the model of info->config and reads info->weights into it;
+ * weights that are not all finite numbers (weights_check_finite: a
+ * diverged model) are refused, naming the tensor, so that nothing reads
+ * garbage from them. 0, or -1 with err (*out untouched). */
 int modeldir_load(const modeldir_info *info, gpt **out, char *err,
                   size_t errlen);
 

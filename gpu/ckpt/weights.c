@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -367,4 +368,21 @@ done:
   free(seen);
   files_close(&w);
   return rc;
+}
+
+int weights_check_finite(gpt *m, const char *path, char *err, size_t errlen) {
+  const float *p = gpt_params(m);
+  size_t nt = gpt_tensor_count(m);
+  for (size_t i = 0; i < nt; i++) {
+    const gpt_tensor *t = gpt_tensor_at(m, i);
+    for (size_t k = 0; k < t->numel; k++)
+      if (!isfinite(p[t->offset + k])) {
+        snprintf(err, errlen,
+                 "%s: tensor \"%s\" holds %g at element %zu: the weights are "
+                 "not finite numbers (training diverged?)",
+                 path, t->name, (double)p[t->offset + k], k);
+        return -1;
+      }
+  }
+  return 0;
 }

@@ -34,4 +34,11 @@ int weights_save(const char *path, gpt *m, st_dtype dtype,
  * both shapes and path: the file is another model. 0 or -1 with err. */
 int weights_load(const char *path, gpt *m, char *err, size_t errlen);
 
+/* Whether every parameter of m is a finite number. A model whose
+ * training diverged holds NaN or infinities, with checksums as good as
+ * any: it loads, and every number it gives is garbage. 0, or -1 with err
+ * naming the first tensor that is not finite (its name as weights_save
+ * writes it), the element and its value, prefixed with path. */
+int weights_check_finite(gpt *m, const char *path, char *err, size_t errlen);
+
 #endif /* DAGRUN_WEIGHTS_H */

@@ -11,7 +11,9 @@
  *       keep_last: 3
  *       keep_best: 1
  *
- * The source's checksums are verified, it is copied with its tokenizer
+ * The source's checksums are verified, its weights loaded (weights that
+ * are not finite numbers, a diverged model's, are refused naming the
+ * tensor), it is copied with its tokenizer
  * under a temporary name, the copy verified, and renamed into place;
  * promotion.json records the run, step and validation numbers. Metrics
  * are taken only when they are of this very checkpoint: the numbers of
@@ -20,6 +22,7 @@
 #include <dagrun/plugin.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/modeldir.h"
 #include "common/registry.h"
 #include "lib/exitcode.h"
 #include "lib/fileio.h"
@@ -216,6 +219,23 @@ static int promoted_before(const char *root, const char *name, const char *dag,
   return found;
 }
 
+/* Whether the checkpoint's weights load and are all finite numbers
+ * (modeldir_load): a diverged model's checksums are as good as any, and
+ * promoted it would become latest, for export and serving. 0, or -1 with
+ * the task failed naming the tensor. */
+static int check_weights(const job *j, const char *ckpt) {
+  modeldir_info info;
+  gpt *m = NULL;
+  char err[2048];
+  if (modeldir_open(ckpt, &info, err, sizeof err) != 0 ||
+      modeldir_load(&info, &m, err, sizeof err) != 0) {
+    j->host->fail(j->ctx, "promotion refused: %s", err);
+    return -1;
+  }
+  gpt_destroy(m);
+  return 0;
+}
+
 static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   settings st;
   if (read_settings(ctx, host, &st) != 0)
@@ -233,6 +253,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
     goto done;
   }
   host->progress(ctx, 0.0, "verifying");
+  if (check_weights(&j, ckpt) != 0)
+    goto done;
 
   /* The tokenizer: given, or the one the checkpoint was trained with. */
   if (*st.tokenizer) {

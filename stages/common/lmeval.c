@@ -460,6 +460,15 @@ int lmeval_run(lmeval_job *j, char *err, size_t errlen) {
   }
   if (rc == 0)
     rc = write_summary(j, err, errlen);
+  /* After the summary, so that it keeps the numbers: a loss that is no
+   * number (a diverged model) is a failed evaluation, not a result. */
+  if (rc == 0 && j->have_ppl && !isfinite(j->ppl.loss)) {
+    snprintf(err, errlen,
+             "the loss is %g over %llu tokens, not a finite number: the "
+             "model's outputs are not numbers (did training diverge?)",
+             fabs(j->ppl.loss), (unsigned long long)j->ppl.tokens);
+    rc = -1;
+  }
   bpe_destroy(tok);
   gpt_destroy(m);
   return rc;

@@ -110,7 +110,8 @@ typedef struct lmeval_job {
                             files */
   lmeval_opts o;
   /* Results: */
-  modeldir_info md;
+  modeldir_info md; /* the model opened; its skipped, for the caller to
+                       warn, is set also when lmeval_run then fails */
   int have_ppl, have_mc;
   lmeval_ppl ppl;
   lmeval_mc mc;
@@ -123,7 +124,8 @@ typedef struct lmeval_job {
  * with an out_dir writes eval.json (the summary, atomically) and
  * choices.jsonl there. At least one of text, data and choices must be
  * set, and not both text and data. 0, or -1 with err; a bad input is
- * named in it (the model's path, the file's path:line). Free with
+ * named in it (the model's path, the file's path:line), and a loss that
+ * is not a finite number is an error too (after eval.json). Free with
  * lmeval_job_free either way. */
 int lmeval_run(lmeval_job *j, char *err, size_t errlen);
 void lmeval_job_free(lmeval_job *j);

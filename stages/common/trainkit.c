@@ -168,6 +168,8 @@ static int init_from_model(dagrun_ctx *ctx, const dagrun_host *h,
     h->fail(ctx, "init_from: %s", err);
     goto done;
   }
+  if (info->skipped[0])
+    h->log(ctx, DAGRUN_LOG_WARN, "init_from: %s", info->skipped);
   const gpt_config *mc = &info->config;
   if (mc->vocab_size != m->cfg.vocab_size) {
     h->fail(ctx,

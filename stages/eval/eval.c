@@ -192,9 +192,12 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
     j.o.cancelled = stage_cancelled;
     j.o.arg = &sa;
     char *summary_path = fileio_join(j.out_dir, "eval.json");
+    int rc = summary_path ? lmeval_run(&j, err, sizeof err) : -1;
+    if (j.md.skipped[0])
+      h->log(ctx, DAGRUN_LOG_WARN, "model: %s", j.md.skipped);
     if (!summary_path)
       h->fail(ctx, "out of memory");
-    else if (lmeval_run(&j, err, sizeof err) != 0)
+    else if (rc != 0)
       h->fail(ctx, "%s", err);
     else {
       report(ctx, h, &j, summary_path);

@@ -179,6 +179,8 @@ int main(int argc, char **argv) {
     return EXIT_FAILED;
   }
   rc = lmeval_run(&c.j, err, sizeof err);
+  if (c.j.md.skipped[0])
+    fprintf(stderr, "dagrun eval: warning: %s\n", c.j.md.skipped);
   if (rc != 0) {
     fprintf(stderr, "dagrun eval: %s\n", err);
     /* Nothing to evaluate, or two perplexities: the command line's

@@ -22,6 +22,14 @@
  * Why so careful: other programs load an export, and a half-written
  * directory would load as a broken model instead of failing.
  *
+ * Replacing is what makes dir dangerous: a dir that names the user's
+ * project would take it along. So every export carries a marker,
+ * .dagrun-export.json, listing its files, and only a directory with
+ * that marker and nothing it does not list is replaced (or an empty
+ * one). Anything else at dir, or at the hidden siblings, is refused
+ * before anything moves, naming what is in the way; so is a dir that is
+ * or holds the DAG's directory, the runs directory or the state store.
+ *
  * Contract. Reads: the model param (anything ckpt/modeldir.h opens) and
  * its tokenizer (the tokenizer param, else the model's own or the one
  * its training recorded), which must have the model's vocabulary and an
@@ -29,7 +37,9 @@
  * hidden siblings .<name>.tmp (the new export while it is built) and
  * .<name>.old (the previous one while the new one moves in), both
  * removed at the end and, when a killed attempt left them, at the next
- * start. Outputs: dir, format, and model (dir/model.safetensors, the
+ * start (a .old then goes back to dir when dir is gone). dir is the real
+ * path of its parent plus its name. Outputs: dir, format, and model
+ * (dir/model.safetensors, the
  * weights, which a train checkpoint copied by format dagrun has too).
  * Exit status: EXIT_BAD_PARAMS for a
  * param that makes no sense (no model, a dtype with format dagrun),
@@ -75,8 +85,8 @@ static const dagrun_param_spec params[] = {
      "Weights of format safetensors: float32 or bfloat16"},
     {"dir", DAGRUN_PARAM_STRING, "", 0,
      "Where to write it (empty: <task>/out/model; relative: to the DAG "
-     "file); an export already there is replaced once the new one is "
-     "complete"},
+     "file); an earlier export there (or an empty directory) is replaced "
+     "once the new one is complete, anything else there is refused"},
     {"name", DAGRUN_PARAM_STRING, "", 0,
      "The model's name in its model card (empty: <dag>-<task>)"},
     {NULL, 0, NULL, 0, NULL},
@@ -106,7 +116,9 @@ typedef struct exporter {
   char *source;    /* the model param, resolved */
   char *tokenizer; /* the tokenizer used, resolved */
   char *dest, *tmp, *old;
+  char *parent; /* dest's directory, a real path */
   modeldir_info info;
+  gpt *model; /* the weights, loaded (and found finite) by open_source */
   bpe *tok;
   int64_t eot;
 } exporter;
@@ -196,19 +208,13 @@ static int copy_in(exporter *x, const char *src, const char *name) {
  * (ckpt/weights.h), so that GPT2LMHeadModel finds every tensor. */
 static int write_weights(exporter *x) {
   char err[1024];
-  gpt *m = NULL;
-  if (modeldir_load(&x->info, &m, err, sizeof err) != 0) {
-    x->h->fail(x->ctx, "model: %s", err);
-    return -1;
-  }
   char *path = fileio_join(x->tmp, "model.safetensors");
-  int rc = path
-               ? weights_save(path, m, x->dtype, NULL, NULL, 0, err, sizeof err)
-               : -1;
+  int rc = path ? weights_save(path, x->model, x->dtype, NULL, NULL, 0, err,
+                               sizeof err)
+                : -1;
   if (rc != 0)
     x->h->fail(x->ctx, "%s", path ? err : "out of memory");
   free(path);
-  gpt_destroy(m);
   return rc;
 }
 
@@ -505,38 +511,254 @@ static int export_dagrun(exporter *x) {
   return 0;
 }
 
+/* ---- Where it goes ---- */
+
+/* Every export's marker: written first into the temporary directory,
+ * {"format": "dagrun-export", "version": 1} (an export being built),
+ * and last with "files", the names of everything else in it (a complete
+ * export). Hidden, as format dagrun skips hidden files when it copies a
+ * checkpoint, so an export of an export does not take the old marker. */
+#define MARKER ".dagrun-export.json"
+#define MARKER_FORMAT "dagrun-export"
+
+/* Writes the marker into x->tmp: with complete, listing every file
+ * there. 0 or -1 with the task failed. */
+static int put_marker(exporter *x, int complete) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "format", MARKER_FORMAT);
+  cJSON_AddNumberToObject(o, "version", 1);
+  struct dirent **v = NULL;
+  int n = complete ? scandir(x->tmp, &v, NULL, alphasort) : 0;
+  if (n < 0) {
+    cJSON_Delete(o);
+    x->h->fail(x->ctx, "%s: %s", x->tmp, strerror(errno));
+    return -1;
+  }
+  cJSON *files = complete ? cJSON_AddArrayToObject(o, "files") : NULL;
+  for (int i = 0; i < n; i++) {
+    const char *name = v[i]->d_name;
+    if (strcmp(name, ".") != 0 && strcmp(name, "..") != 0 &&
+        strcmp(name, MARKER) != 0)
+      cJSON_AddItemToArray(files, cJSON_CreateString(name));
+    free(v[i]);
+  }
+  free(v);
+  return put_json(x, MARKER, o);
+}
+
+/* Whether the complete marker m lists name. */
+static int marker_lists(const cJSON *m, const char *name) {
+  const cJSON *f;
+  cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(m, "files")) {
+    if (cJSON_IsString(f) && strcmp(f->valuestring, name) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+/* dir's marker, parsed, when it is one of an export's (NULL otherwise). */
+static cJSON *read_marker(const char *dir) {
+  char err[256];
+  char *path = fileio_join(dir, MARKER);
+  char *text = path && exists(path)
+                   ? fileio_read_all(path, NULL, err, sizeof err)
+                   : NULL;
+  free(path);
+  cJSON *m = text ? cJSON_Parse(text) : NULL;
+  free(text);
+  const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(m, "format");
+  if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, MARKER_FORMAT) != 0) {
+    cJSON_Delete(m);
+    return NULL;
+  }
+  return m;
+}
+
+/* Whether export may replace or remove path: it is absent, an empty
+ * directory, or an export's (its marker, complete, and only files the
+ * marker lists; with building, a marker without the list will do: the
+ * temporary of an export killed while it wrote). 1 when it may, else 0
+ * with why saying what is there. */
+static int is_replaceable(const char *path, int building, char *why, size_t n) {
+  struct stat st;
+  if (lstat(path, &st) != 0) {
+    int e = errno;
+    snprintf(why, n, "%s", strerror(e));
+    return e == ENOENT;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    snprintf(why, n, "%s", S_ISLNK(st.st_mode) ? "a symbolic link" : "a file");
+    return 0;
+  }
+  DIR *d = opendir(path);
+  if (!d) {
+    snprintf(why, n, "%s", strerror(errno));
+    return 0;
+  }
+  cJSON *m = read_marker(path);
+  int complete = cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m, "files"));
+  int ok = 1;
+  struct dirent *e;
+  while (ok && (e = readdir(d)) != NULL) {
+    const char *name = e->d_name;
+    if (!strcmp(name, ".") || !strcmp(name, "..") || !strcmp(name, MARKER))
+      continue;
+    char *sub = fileio_join(path, name);
+    int file = sub && lstat(sub, &st) == 0 && S_ISREG(st.st_mode);
+    free(sub);
+    if (m && (building || (complete && file && marker_lists(m, name))))
+      continue;
+    snprintf(why, n, "a directory that holds %s, which %s", name,
+             m ? "its export did not write" : "no export wrote");
+    ok = 0;
+  }
+  closedir(d);
+  cJSON_Delete(m);
+  return ok;
+}
+
+/* The directories no dir may be or hold, since replacing dir would take
+ * them along: the DAG's, the runs directory (<runs>/<dag>/<run>) and the
+ * state store's ($DAGRUN_HOME, else .dagrun where dagrun runs). 0, or -1
+ * with the task failed naming the one in the way. */
+static int check_keeps(exporter *x) {
+  const char *home = getenv("DAGRUN_HOME");
+  char *runs = fileio_join(x->h->dir(x->ctx, DAGRUN_DIR_RUN), "../..");
+  const struct {
+    const char *what, *path;
+  } keep[] = {
+      {"the DAG's directory", x->h->dir(x->ctx, DAGRUN_DIR_DAG)},
+      {"the runs directory", runs},
+      {"the state store's directory", home && *home ? home : ".dagrun"},
+  };
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < sizeof keep / sizeof *keep; i++) {
+    char real[PATH_MAX];
+    if (keep[i].path && is_within(keep[i].path, x->dest)) {
+      int is = is_within(x->dest, keep[i].path);
+      x->h->fail(x->ctx,
+                 "dir %s %s %s%s%s: an export replaces its dir whole; "
+                 "choose a directory of the export's own",
+                 x->dest, is ? "is" : "holds", keep[i].what, is ? "" : " ",
+                 is                             ? ""
+                 : realpath(keep[i].path, real) ? real
+                                                : keep[i].path);
+      rc = -1;
+    }
+  }
+  free(runs);
+  return rc;
+}
+
+/* dest made the real path of its parent (created when missing) plus its
+ * name, so that the renames below act on what the user named even
+ * through "..", and its siblings' names; then everything in the way is
+ * refused before anything moves. 0, or -1 with the task failed. */
+static int place(exporter *x) {
+  const dagrun_host *h = x->h;
+  char *slash = strrchr(x->dest, '/');
+  const char *base = slash ? slash + 1 : x->dest;
+  /* "." and ".." name a directory that exists: its real name it is. */
+  if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) {
+    char *real = realpath(x->dest, NULL);
+    if (!real) {
+      h->fail(x->ctx, "dir %s: %s", x->dest, strerror(errno));
+      return -1;
+    }
+    free(x->dest);
+    x->dest = real;
+    slash = strrchr(x->dest, '/');
+    base = slash + 1;
+    if (!*base) {
+      h->fail(x->ctx, "dir %s: an export cannot replace /", x->dest);
+      return -1;
+    }
+  }
+  char *parent = !slash ? strdup(".")
+                 : slash == x->dest
+                     ? strdup("/")
+                     : strndup(x->dest, (size_t)(slash - x->dest));
+  char *name = strdup(base), real[PATH_MAX];
+  int rc = parent && name ? fileio_mkdir_p(parent, 0755) : -ENOMEM;
+  if (rc == 0 && !realpath(parent, real))
+    rc = -errno;
+  if (rc != 0) {
+    h->fail(x->ctx, "cannot create %s: %s", parent ? parent : x->dest,
+            strerror(-rc));
+    free(parent);
+    free(name);
+    return -1;
+  }
+  const char *sep = strcmp(real, "/") == 0 ? "" : "/";
+  free(x->dest);
+  x->dest = fileio_xprintf("%s%s%s", real, sep, name);
+  x->tmp = fileio_xprintf("%s%s.%s.tmp", real, sep, name);
+  x->old = fileio_xprintf("%s%s.%s.old", real, sep, name);
+  x->parent = strdup(real);
+  free(parent);
+  free(name);
+  if (!x->dest || !x->tmp || !x->old || !x->parent) {
+    h->fail(x->ctx, "out of memory");
+    return -1;
+  }
+  if (check_keeps(x) != 0)
+    return -1;
+  char why[PATH_MAX + 128];
+  if (!is_replaceable(x->dest, 0, why, sizeof why)) {
+    h->fail(x->ctx,
+            "dir %s is in the way: %s; an export replaces only an earlier "
+            "export (a directory with its " MARKER " and the files that "
+            "lists) or an empty directory: remove it or choose another dir",
+            x->dest, why);
+    return -1;
+  }
+  /* A failed or killed export of an older dagrun may have left the
+   * user's directory at either sibling: never removed unless an
+   * export's. */
+  const char *sibling[] = {x->old, x->tmp};
+  for (int i = 0; i < 2; i++)
+    if (!is_replaceable(sibling[i], i == 1, why, sizeof why)) {
+      h->fail(x->ctx,
+              "%s is in the way: %s, and not an export's, which export "
+              "would remove; it may be a directory an earlier export moved "
+              "aside: look inside, then move it back or remove it",
+              sibling[i], why);
+      return -1;
+    }
+  return 0;
+}
+
 /* ---- The stage ---- */
 
 /* Puts the finished temporary directory in place of dest: the old export
- * is moved aside, the new one renamed in, the old one removed. */
+ * is moved aside, the new one renamed in, the parent fsynced, the old one
+ * removed. A failure on the way puts the old one back (the new one goes
+ * back to x->tmp, which run removes). */
 static int swap_in(exporter *x) {
-  char *parent = strdup(x->dest), *slash = parent ? strrchr(parent, '/') : NULL;
-  if (!slash) {
-    free(parent);
-    x->h->fail(x->ctx, "out of memory");
-    return -1;
-  }
-  *slash = '\0';
   int rc = fileio_fsync_dir(x->tmp);
-  int had_old = 0;
+  int had_old = 0, moved_in = 0;
   if (rc == 0 && exists(x->dest)) {
     rc = rename(x->dest, x->old) == 0 ? 0 : -errno;
     had_old = rc == 0;
   }
-  if (rc == 0 && rename(x->tmp, x->dest) != 0) {
-    rc = -errno;
-    if (had_old) /* the old export back where it was */
-      rename(x->old, x->dest);
+  if (rc == 0) {
+    rc = rename(x->tmp, x->dest) == 0 ? 0 : -errno;
+    moved_in = rc == 0;
   }
   if (rc == 0)
-    rc = fileio_fsync_dir(slash == parent ? "/" : parent);
-  if (rc != 0)
-    x->h->fail(x->ctx, "cannot put %s in place: %s", x->dest, strerror(-rc));
-  else if (had_old && fileio_remove_tree(x->old) != 0)
-    x->h->log(x->ctx, DAGRUN_LOG_WARN, "could not remove the old export %s",
-              x->old);
-  free(parent);
-  return rc == 0 ? 0 : -1;
+    rc = fileio_fsync_dir(x->parent);
+  if (rc == 0) {
+    if (had_old && fileio_remove_tree(x->old) != 0)
+      x->h->log(x->ctx, DAGRUN_LOG_WARN, "could not remove the old export %s",
+                x->old);
+    return 0;
+  }
+  int back = (!moved_in || rename(x->dest, x->tmp) == 0) &&
+             (!had_old || rename(x->old, x->dest) == 0);
+  x->h->fail(x->ctx, "cannot put %s in place: %s%s%s", x->dest, strerror(-rc),
+             back || !had_old ? "" : "; the previous export is ",
+             back || !had_old ? "" : x->old);
+  return -1;
 }
 
 /* Reads the params; exit status 0 or EXIT_BAD_PARAMS. */
@@ -588,7 +810,16 @@ static int read_params(exporter *x) {
 static int open_source(exporter *x) {
   const dagrun_host *h = x->h;
   char err[2048];
+  /* Loaded for format dagrun too, which copies the files as they are:
+   * a diverged model (NaN weights, checksums and all good) must not go
+   * out as a model others load. */
   if (modeldir_open(x->source, &x->info, err, sizeof err) != 0) {
+    h->fail(x->ctx, "model: %s", err);
+    return -1;
+  }
+  if (x->info.skipped[0])
+    h->log(x->ctx, DAGRUN_LOG_WARN, "model: %s", x->info.skipped);
+  if (modeldir_load(&x->info, &x->model, err, sizeof err) != 0) {
     h->fail(x->ctx, "model: %s", err);
     return -1;
   }
@@ -633,17 +864,37 @@ static int open_source(exporter *x) {
   return 0;
 }
 
-/* The stage: params, source, the temporary sibling (stale ones of a
- * killed attempt removed first), the export into it, then swap_in. Any
- * failure before swap_in removes the temporary and leaves dest as it
- * was. */
+/* The temporary directory, made afresh with its marker. What a killed
+ * attempt left goes first (place checked that both are an export's):
+ * its temporary, and its old export, which goes back to dest when dest
+ * is gone (killed between swap_in's two renames). 0, or -1 with the
+ * task failed. */
+static int begin_tmp(exporter *x) {
+  int rc = fileio_remove_tree(x->tmp);
+  if (rc == 0 && exists(x->old))
+    rc = exists(x->dest)                ? fileio_remove_tree(x->old)
+         : rename(x->old, x->dest) == 0 ? 0
+                                        : -errno;
+  if (rc == 0 && mkdir(x->tmp, 0755) != 0)
+    rc = -errno;
+  if (rc != 0) {
+    x->h->fail(x->ctx, "cannot create %s: %s", x->tmp, strerror(-rc));
+    return -1;
+  }
+  return put_marker(x, 0);
+}
+
+/* The stage: params, where it goes (refusing what is in the way), the
+ * source, the temporary sibling, the export into it, its marker, then
+ * swap_in. Any failure before swap_in removes the temporary and leaves
+ * dest as it was. */
 static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   exporter x = {.ctx = ctx, .h = h};
   int status = read_params(&x);
   if (status != 0)
     goto done;
   status = EXIT_FAILED;
-  if (open_source(&x) != 0)
+  if (place(&x) != 0 || open_source(&x) != 0)
     goto done;
   h->log(ctx, DAGRUN_LOG_INFO,
          "exporting %s (%s, step %lld: %d layers, %d heads, width %d, "
@@ -658,40 +909,16 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
                                    : " float32",
          x.dest);
 
-  /* The temporary and the old export are hidden siblings of dest; stale
-   * ones (a killed attempt's) go first. */
-  size_t n = strlen(x.dest) + 16;
-  char *parent = strdup(x.dest), *slash = parent ? strrchr(parent, '/') : NULL;
-  x.tmp = malloc(n);
-  x.old = malloc(n);
-  if (!slash || !x.tmp || !x.old) {
-    free(parent);
-    h->fail(ctx, "out of memory");
+  if (begin_tmp(&x) != 0)
     goto done;
-  }
-  *slash = '\0';
-  const char *pdir = slash == parent ? "" : parent;
-  snprintf(x.tmp, n, "%s/.%s.tmp", pdir, slash + 1);
-  snprintf(x.old, n, "%s/.%s.old", pdir, slash + 1);
-  int rc = *pdir ? fileio_mkdir_p(pdir, 0755) : 0;
-  free(parent);
-  if (rc == 0)
-    rc = fileio_remove_tree(x.tmp);
-  if (rc == 0 && !exists(x.dest))
-    rc = fileio_remove_tree(x.old); /* a crash after moving the old aside */
-  if (rc == 0 && mkdir(x.tmp, 0755) != 0)
-    rc = -errno;
-  if (rc != 0) {
-    h->fail(ctx, "cannot create %s: %s", x.tmp, strerror(-rc));
-    goto done;
-  }
   h->progress(ctx, 0.1, "writing");
-  rc = x.format == FORMAT_DAGRUN ? export_dagrun(&x) : export_safetensors(&x);
+  int rc =
+      x.format == FORMAT_DAGRUN ? export_dagrun(&x) : export_safetensors(&x);
   if (rc == 0 && h->cancelled(ctx)) {
     h->fail(ctx, "stopped before the export was complete; nothing written");
     rc = -1;
   }
-  if (rc != 0 || swap_in(&x) != 0) {
+  if (rc != 0 || put_marker(&x, 1) != 0 || swap_in(&x) != 0) {
     fileio_remove_tree(x.tmp);
     goto done;
   }
@@ -705,12 +932,14 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   free(weights);
   status = 0;
 done:
+  gpt_destroy(x.model);
   bpe_destroy(x.tok);
   free(x.source);
   free(x.tokenizer);
   free(x.dest);
   free(x.tmp);
   free(x.old);
+  free(x.parent);
   return status;
 }
 

@@ -294,8 +294,13 @@ static int generate_text(args a) {
     return EXIT_FAILED;
   }
   rc = EXIT_FAILED;
-  if (modeldir_open(a.model_dir, info, err, sizeof err) != 0 ||
-      modeldir_load(info, &m, err, sizeof err) != 0) {
+  if (modeldir_open(a.model_dir, info, err, sizeof err) != 0) {
+    fprintf(stderr, "dagrun generate: %s\n", err);
+    goto done;
+  }
+  if (info->skipped[0])
+    fprintf(stderr, "dagrun generate: warning: %s\n", info->skipped);
+  if (modeldir_load(info, &m, err, sizeof err) != 0) {
     fprintf(stderr, "dagrun generate: %s\n", err);
     goto done;
   }

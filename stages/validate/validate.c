@@ -205,6 +205,8 @@ static int load(vrun *r) {
     return -1;
   }
   free(path);
+  if (r->md.skipped[0])
+    h->log(r->ctx, DAGRUN_LOG_WARN, "checkpoint: %s", r->md.skipped);
   if (tokdata_open(h->dir(r->ctx, DAGRUN_DIR_DAG), r->c.data, &r->td, err,
                    sizeof err) != 0) {
     h->fail(r->ctx, "data: %s", err);
@@ -327,13 +329,21 @@ static cJSON *previous_model(vrun *r, double *loss) {
   return prev;
 }
 
-/* Checks every gate that is set and records each failure; all of them
- * are checked, so that one message names every limit missed. The
- * comparisons are written as !(value <= limit) so that a NAN loss fails
- * a gate instead of slipping through. */
+/* Checks every gate that is set, and that the loss is a finite number,
+ * and records each failure; all of them are checked, so that one message
+ * names every limit missed. The comparisons are written as
+ * !(value <= limit) so that a NAN loss fails a gate instead of slipping
+ * through. */
 static void check_gates(vrun *r) {
   const vcfg *c = &r->c;
   const eval_result *e = &r->ev;
+  /* Not a gate one sets: a loss that is no number measures nothing (a
+   * diverged model), and without gates it would pass as a result. */
+  if (!isfinite(e->loss))
+    add_failure(r,
+                "val_loss is %g, not a finite number: the model's "
+                "outputs are not numbers (did training diverge?)",
+                fabs(e->loss));
   if (c->max_loss.on && !(e->loss <= c->max_loss.limit))
     add_failure(r, "val_loss %.4f is above max_val_loss %g", e->loss,
                 c->max_loss.limit);

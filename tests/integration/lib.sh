@@ -855,3 +855,49 @@ use_train_gang() {
   export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
   GANG_ENV='env: {OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1", LSAN_OPTIONS: "'"$LSAN_OPTIONS"'", ASAN_OPTIONS: "'"$ASAN_OPTIONS"'"}'
 }
+
+# set_weights SRC DST VALUE [TENSOR]: DST, a copy of the checkpoint SRC
+# whose tensor TENSOR (every one when none is named) holds VALUE in each
+# element ("nan", "inf", "1e38"), with manifest.json's size and sha256
+# made to match: a checkpoint as a diverged training would write it,
+# every checksum good.
+set_weights() {
+  cp -r "$1" "$2"
+  "$PY" - "$2" "$3" "${4:-}" <<'P'
+import array, hashlib, json, os, struct, sys
+d, value, only = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+path = os.path.join(d, "model.safetensors")
+raw = bytearray(open(path, "rb").read())
+(n,) = struct.unpack("<Q", raw[:8])
+hdr = json.loads(raw[8:8 + n])
+done = 0
+for k, v in hdr.items():
+    if k == "__metadata__" or (only and k != only):
+        continue
+    assert v["dtype"] == "F32", v
+    a, b = v["data_offsets"]
+    raw[8 + n + a:8 + n + b] = array.array("f", [value] * ((b - a) // 4)).tobytes()
+    done += 1
+assert done, "no tensor " + only
+open(path, "wb").write(raw)
+mpath = os.path.join(d, "manifest.json")
+m = json.load(open(mpath))
+m["files"]["model.safetensors"] = {"bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+json.dump(m, open(mpath, "w"), indent="\t")
+P
+}
+
+# corrupt_newest CKPTS DIR: DIR, a copy of the directory of checkpoints
+# CKPTS (two or more) whose newest checkpoint has a byte of its weights
+# flipped, so that its sha256 no longer matches. Prints that newest
+# checkpoint's path and, on a second line, the one before it.
+corrupt_newest() {
+  cp -r "$1" "$2"
+  local v
+  v=$(ls -d "$2"/step-* | sort | tail -n 2)
+  [ "$(echo "$v" | wc -l)" = 2 ] || fail "corrupt_newest: fewer than two checkpoints in $1"
+  "$PY" -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(5000); b = f.read(1); f.seek(5000); f.write(bytes([b[0] ^ 0xff]))' \
+    "$(echo "$v" | tail -n 1)/model.safetensors"
+  echo "$v" | tail -n 1
+  echo "$v" | head -n 1
+}

@@ -2,9 +2,10 @@
 # promotions over several runs keep exactly what retention must (keep_last
 # newest + keep_best lowest loss), latest/best point right, promotion.json
 # says where each model came from, the task's outputs name it; a corrupt
-# checkpoint, the metrics of another checkpoint, a missing tokenizer and
-# bad params are refused with the registry untouched; a copy that fails
-# (ulimit -f) leaves nothing half-written and the next promotion works;
+# checkpoint, a diverged one (NaN weights, good checksums), the metrics
+# of another checkpoint, a missing tokenizer and bad params are refused
+# with the registry untouched; a copy that fails (ulimit -f) leaves
+# nothing half-written and the next promotion works;
 # without dir: the registry is models/<dag> beside runs/ (or under
 # $DAGRUN_MODELS_DIR).
 . "$(dirname "$0")/lib.sh"
@@ -176,6 +177,13 @@ truncate -s 1000 "$T/short-step/model.safetensors"
 promote short "$T/short-step" "$(metrics 30 1.0 "$T/short-step")"
 expect_rc 1
 expect_in "$T/out" "model.safetensors: truncated"
+[ "$(snap)" = "$BEFORE" ] || fail "a refused promotion changed the registry"
+# A diverged model (every weight NaN, every checksum good): refused,
+# naming the tensor, not promoted as latest.
+set_weights "$(ck 30)" "$T/nan-step" nan
+promote nan "$T/nan-step" "$(metrics 30 1.0 "$T/nan-step")"
+expect_rc 1
+expect_in "$T/out" 'tensor "wte.weight" holds nan at element 0: the weights are not finite numbers'
 [ "$(snap)" = "$BEFORE" ] || fail "a refused promotion changed the registry"
 
 # The metrics of another checkpoint: refused.

@@ -7,7 +7,8 @@
 # perplexity on held-out text (the val split and another fortunes file)
 # is below the untrained one's, which is near the vocabulary size. The
 # stage writes eval.json, the per-item results and its metrics, and
-# agrees with the command; bad inputs are refused by name.
+# agrees with the command; bad inputs are refused by name, and a
+# diverged model (NaN weights, a loss that is no number) fails it.
 . "$(dirname "$0")/lib.sh"
 
 SRC=/usr/share/games/fortunes/platitudes
@@ -167,6 +168,30 @@ printf '%s\n' '{"endings": ["c", "d"], "label": "1"}' > nc.jsonl
 bad_ev 1 "nc.jsonl:1: needs \"ctx\"" "$CK" --choices nc.jsonl
 printf '%s\n' 'not json' > nj.jsonl
 bad_ev 1 "nj.jsonl:1: not a JSON object" "$CK" --choices nj.jsonl
+# A diverged model: NaN weights (checksums good) refused naming the
+# tensor; finite weights whose loss is no number (a LayerNorm weight of
+# 3e38 overflows the logits) fail on the loss, not print "perplexity nan".
+LAST=$(ls -d "$CK"/step-* | tail -n 1)
+set_weights "$LAST" nan-step nan
+set_weights "$LAST" big-step 3e38 ln_f.weight
+bad_ev 1 'tensor "wte.weight" holds nan at element 0' nan-step --data "$DATA"
+bad_ev 1 "the loss is nan over" big-step --data "$DATA"
+# A corrupt newest checkpoint: the one before it is measured, with a
+# warning that names the skipped one and why.
+{ read -r BAD; read -r PREV; } < <(corrupt_newest "$CK" "$T/cdir")
+ev skip "$T/cdir" --data "$DATA" --max-tokens 64
+[ "$RC" -eq 0 ] || fail "eval with a corrupt newest checkpoint: exit $RC: $(cat skip.err)"
+expect_in skip.err "warning: skipped the newest checkpoint $BAD, which does not verify (model.safetensors: sha256 mismatch"
+expect_in skip.err "using $PREV instead"
+expect_not_in bad.out "perplexity"
+cat > nanloss.yaml <<Y
+dag: nanloss
+tasks:
+  eval: {stage: eval, with: {model: "$T/big-step", text: "$HELD"}}
+Y
+run_dagrun run nanloss.yaml --plain
+expect_rc 1
+expect_in "$(run_dir nanloss)/eval/attempt-1/log" "the loss is nan over"
 # Hugging Face's field forms are accepted: "context", a label string.
 printf '%s\n' '{"context": "The cat", "endings": ["sat", "dog"], "label": "0"}' > hf.jsonl
 ev hf "$CK" --choices hf.jsonl

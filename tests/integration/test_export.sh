@@ -6,7 +6,9 @@
 # its tokenizer.json encodes text as Hugging Face's tokenizers.js does;
 # format dagrun is a checkpoint train resumes from; and what must be
 # refused is (another vocabulary, a tokenizer without <|endoftext|>, an HF
-# source as format dagrun, bad params), leaving no half-written export.
+# source as format dagrun, NaN weights, bad params), leaving no
+# half-written export; and a dir that holds anything but an earlier
+# export is refused and left as it was.
 # Where transformers is installed, tests/reference/hf_check.py also loads
 # the exports with from_pretrained.
 . "$(dirname "$0")/lib.sh"
@@ -267,4 +269,121 @@ expect_in "$RM/noeot/attempt-1/log" "has no <|endoftext|>"
 cmp "$E16/model.safetensors" keep/model/model.safetensors || fail "the replaced export is not the new one"
 /usr/bin/python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["torch_dtype"] == "bfloat16"' keep/model/config.json ||
   fail "the replaced export's config.json: $(cat keep/model/config.json)"
+# A corrupt newest checkpoint: the one before it is exported, with a
+# warning that names the skipped one and why.
+{ read -r BAD; read -r PREV; } < <(corrupt_newest "$R/train/checkpoints" "$T/cdir")
+cat > skip.yaml <<Y
+dag: skip
+tasks:
+  skip: {stage: export, with: {model: "$T/cdir"}}
+Y
+run_dagrun run skip.yaml --plain
+expect_rc 0
+expect_in "$(run_dir skip)/skip/attempt-1/log" "WARN"
+expect_in "$(run_dir skip)/skip/attempt-1/log" "skipped the newest checkpoint $BAD, which does not verify (model.safetensors: sha256 mismatch"
+expect_in "$(run_dir skip)/skip/attempt-1/log" "using $PREV instead"
+
+# A diverged model (NaN weights, every checksum good) goes out in no
+# format: refused naming the tensor, nothing written.
+set_weights "$CK" nan-step nan
+cat > nan.yaml <<Y
+dag: nan
+tasks:
+  fp32: {stage: export, with: {model: "$T/nan-step"}}
+  bf16: {stage: export, with: {model: "$T/nan-step", dtype: bfloat16}}
+  ckpt: {stage: export, with: {model: "$T/nan-step", format: dagrun}}
+Y
+run_dagrun run nan.yaml --plain
+expect_rc 1
+RN=$(run_dir nan)
+for t in fp32 bf16 ckpt; do
+  expect_in "$RN/$t/attempt-1/log" 'tensor "wte.weight" holds nan at element 0: the weights are not finite numbers'
+  [ -z "$(ls -A "$RN/$t/out")" ] || fail "$t: a refused export left files: $(ls -A "$RN/$t/out")"
+done
+
+# dir is replaced only when it holds an earlier export (its
+# .dagrun-export.json and the files that lists) or nothing. Anything else
+# is refused before anything moves, naming the path and what is in the
+# way, and stays as it was: a DAG that exported over its own directory
+# lost the project, logs and state store (dir: "$PWD/proj"), and one
+# with dir: "../sub" moved its directory aside for good.
+mkdir -p proj/sub home user/stuff user/.gone.old user/empty
+echo "my notes" > proj/notes
+echo mine > user/file
+echo mine > user/stuff/a
+echo mine > user/.gone.old/a
+cp -r keep/model user/extra
+echo mine > user/extra/notes
+ln -s "$T/keep/model" user/link
+cat > proj/dag.yaml <<Y
+dag: proj
+tasks:
+  self: {stage: export, with: {model: "$CK", dir: "$T/proj"}}
+  runs: {stage: export, with: {model: "$CK", dir: "$T/runs"}}
+  store: {stage: export, with: {model: "$CK", dir: "$T/home"}}
+  file: {stage: export, with: {model: "$CK", dir: "$T/user/file"}}
+  stuff: {stage: export, with: {model: "$CK", dir: "$T/user/stuff"}}
+  extra: {stage: export, with: {model: "$CK", dir: "$T/user/extra"}}
+  gone: {stage: export, with: {model: "$CK", dir: "$T/user/gone"}}
+  link: {stage: export, with: {model: "$CK", dir: "$T/user/link"}}
+Y
+cat > proj/sub/dag.yaml <<Y
+dag: sub
+tasks:
+  up: {stage: export, with: {model: "$CK", dir: "../sub"}}
+Y
+cp proj/sub/dag.yaml sub.yaml
+export DAGRUN_HOME="$T/home/state"
+cd "$T/proj/sub"
+run_dagrun run dag.yaml --plain
+expect_rc 1
+cd "$T/proj"
+run_dagrun run dag.yaml --plain
+expect_rc 1
+cd "$T"
+unset DAGRUN_HOME
+RP=$(run_dir proj)
+RS=$(run_dir sub)
+expect_in "$RP/self/attempt-1/log" "dir $T/proj is the DAG's directory"
+expect_in "$RP/runs/attempt-1/log" "dir $T/runs is the runs directory"
+expect_in "$RP/store/attempt-1/log" "dir $T/home holds the state store's directory $T/home/state"
+expect_in "$RP/file/attempt-1/log" "dir $T/user/file is in the way: a file;"
+expect_in "$RP/stuff/attempt-1/log" "dir $T/user/stuff is in the way: a directory that holds a, which no export wrote"
+expect_in "$RP/extra/attempt-1/log" "dir $T/user/extra is in the way: a directory that holds notes, which its export did not write"
+expect_in "$RP/gone/attempt-1/log" "$T/user/.gone.old is in the way: a directory that holds a"
+expect_in "$RP/link/attempt-1/log" "dir $T/user/link is in the way: a symbolic link"
+expect_in "$RS/up/attempt-1/log" "dir $T/proj/sub is the DAG's directory"
+for t in self runs store file stuff extra gone link; do
+  [ "$(task_field "$RP" $t exit_code)" = 1 ] || fail "$t: exit code $(task_field "$RP" $t exit_code)"
+done
+[ "$(cat proj/notes)" = "my notes" ] && [ -f proj/dag.yaml ] && cmp sub.yaml proj/sub/dag.yaml ||
+  fail "a refused export changed the DAG's directory: $(ls -AR proj)"
+[ "$(cat user/file)" = mine ] && [ "$(cat user/stuff/a)" = mine ] &&
+  [ "$(cat user/.gone.old/a)" = mine ] && [ "$(cat user/extra/notes)" = mine ] &&
+  [ -f "$T/home/state/state.db" ] && [ -L user/link ] ||
+  fail "a refused export changed what was in the way: $(ls -AR user home)"
+cmp keep/model/model.safetensors user/extra/model.safetensors || fail "a refused export changed user/extra"
+LEFT=$(ls -d .*.old .*.tmp ./*/.*.old ./*/.*.tmp 2>/dev/null || true)
+[ "$LEFT" = ./user/.gone.old ] || fail "a refused export left siblings: $LEFT"
+[ ! -e user/gone ] || fail "a refused export wrote user/gone"
+
+# An empty directory is replaced; so is dir when a killed export left the
+# previous one at .<name>.old and its own half-written .<name>.tmp: the
+# previous one goes back, then the new one replaces it.
+cp -r keep/model user/.prev.old
+mkdir user/.prev.tmp
+echo '{"format": "dagrun-export", "version": 1}' > user/.prev.tmp/.dagrun-export.json
+echo half > user/.prev.tmp/model.safetensors
+cat > again.yaml <<Y
+dag: again
+tasks:
+  empty: {stage: export, with: {model: "$CK", dir: "$T/user/empty"}}
+  prev: {stage: export, with: {model: "$CK", dir: "$T/user/prev"}}
+Y
+run_dagrun run again.yaml --plain
+expect_rc 0
+for d in empty prev; do
+  cmp "$E32/model.safetensors" "user/$d/model.safetensors" || fail "user/$d is not the new export"
+done
+[ ! -e user/.prev.old ] && [ ! -e user/.prev.tmp ] || fail "the killed export's siblings stayed: $(ls -A user)"
 pass

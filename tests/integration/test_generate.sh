@@ -2,8 +2,9 @@
 # with the prompt and goes on, a seed gives the same bytes again and
 # another seed other ones, greedy is deterministic without a seed; the
 # context is the prompt's tokens (<|endoftext|> first only with --bos); a
-# checkpoint, a directory of checkpoints and a missing tokenizer are
-# handled, bad paths and options are refused. And train's init_from: a
+# checkpoint, a directory of checkpoints (a corrupt newest one skipped
+# with a warning) and a missing tokenizer are handled, bad paths and
+# options are refused. And train's init_from: a
 # run that starts from the first one's weights starts at its loss, not at
 # ln(vocab); resume of its own checkpoint comes first; another vocabulary
 # is refused naming both sizes.
@@ -201,6 +202,14 @@ ectx, _ = ids(sys.argv[4])
 assert ectx == [eot], ectx
 print("context ids:", ctx, "with --bos:", bctx, "empty prompt:", ectx)
 P
+
+# A corrupt newest checkpoint in a directory of checkpoints: the one
+# before it is used, with a warning that names the skipped one and why.
+{ read -r BAD; read -r PREV; } < <(corrupt_newest "$CK" "$T/cdir")
+gen skip "$T/cdir" --tokens 3
+[ "$RC" -eq 0 ] || fail "generate with a corrupt newest checkpoint: exit $RC: $(cat skip.err)"
+expect_in skip.err "warning: skipped the newest checkpoint $BAD, which does not verify (model.safetensors: sha256 mismatch"
+expect_in skip.err "using $PREV instead"
 
 # Paths that are no model: exit 1 naming the path. Bad usage: exit 2.
 gen nx /nonexistent/model

@@ -5,7 +5,8 @@
 # writes samples, and its gates stop the pipeline: a model above
 # max_val_loss fails validate with the numbers in the message and
 # checkpoint and export become upstream_failed; min_improvement compares
-# with the previous promoted model. Bad inputs get clear errors.
+# with the previous promoted model. Bad inputs get clear errors, and a
+# diverged model (NaN weights, or a loss that is no number) fails it.
 . "$(dirname "$0")/lib.sh"
 
 DATA=$(make_token_data v 320)
@@ -155,4 +156,30 @@ validate_dag badgate "checkpoint: \"$CKPTS\", max_val_loss: -1"
 run_dagrun run badgate.yaml --no-cache --plain
 expect_rc 1
 expect_in "$(run_dir badgate)/validate/attempt-1/log" "max_val_loss must be above 0"
+
+# A diverged model fails validate with no gate set: NaN weights (every
+# checksum good) are refused naming the tensor; finite weights whose loss
+# is no number (a LayerNorm weight of 3e38 overflows the logits) fail on
+# the loss, with metrics.json keeping it.
+set_weights "$CKPTS/step-00000150" nan-step nan
+set_weights "$CKPTS/step-00000150" big-step 3e38 ln_f.weight
+validate_dag nanw "checkpoint: \"$T/nan-step\""
+run_dagrun run nanw.yaml --no-cache --plain
+expect_rc 1
+expect_in "$(run_dir nanw)/validate/attempt-1/log" 'tensor "wte.weight" holds nan at element 0: the weights are not finite numbers'
+validate_dag nanloss "checkpoint: \"$T/big-step\""
+run_dagrun run nanloss.yaml --no-cache --plain
+expect_rc 1
+expect_in "$(run_dir nanloss)/validate/attempt-1/log" "val_loss is nan, not a finite number"
+[ "$(metric "$(run_dir nanloss)/validate/out/metrics.json" passed)" = False ] || fail "a NaN loss passed"
+
+# A corrupt newest checkpoint: the one before it is validated, with a
+# warning that names the skipped one and why.
+{ read -r BAD; read -r PREV; } < <(corrupt_newest "$CKPTS" "$T/cdir")
+validate_dag skip "checkpoint: \"$T/cdir\""
+run_dagrun run skip.yaml --no-cache --plain
+expect_rc 0
+expect_in "$(run_dir skip)/validate/attempt-1/log" "WARN"
+expect_in "$(run_dir skip)/validate/attempt-1/log" "skipped the newest checkpoint $BAD, which does not verify (model.safetensors: sha256 mismatch"
+expect_in "$(run_dir skip)/validate/attempt-1/log" "using $PREV instead"
 pass
