@@ -340,6 +340,7 @@ static void attempt_finish(attempt *at) {
   r.stopped = at->stopped.s ? at->stopped.s : "";
   r.ranks = at->ends;
   r.rendezvous = at->rdv_addr;
+  r.launcher = at->has_launcher ? &at->launcher_end : NULL;
   const exec_rank_end *e =
       &at->ends[at->failed_rank >= 0 ? at->failed_rank : 0];
   /* Every rank said it succeeded but the launcher failed: its status. */
@@ -387,6 +388,8 @@ static void finish(proc *a) {
   } else {
     e->exit_code = (int)a->exit_status;
   }
+  if (a->rank < 0)
+    e->stopped = a->stop_reason != EXEC_EXITED;
   if (a->rank >= 0 &&
       (a->rank == at->failed_rank || (at->failed_rank < 0 && a->rank == 0))) {
     free(at->error);

@@ -75,8 +75,10 @@ typedef struct exec_result {
   const char *stopped;
   const exec_rank_end *ranks;
   /* A launched gang: the rendezvous address its ranks were given
-   * ("host:port"); else NULL. Valid during on_exit. */
+   * ("host:port"), and how its launcher (mpirun, srun) ended (stopped: by
+   * the executor); else NULL. Valid during on_exit. */
   const char *rendezvous;
+  const exec_rank_end *launcher;
 } exec_result;
 
 typedef struct exec_callbacks {

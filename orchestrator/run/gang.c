@@ -274,6 +274,15 @@ char *gang_failure_reason(const exec_result *r, const char *one) {
   if (*r->stopped)
     sbuf_printf(&b, "; stopped rank%s %s", strchr(r->stopped, ',') ? "s" : "",
                 r->stopped);
+  /* Killed by someone else (kill -9, the OOM killer): likely the cause,
+   * which the ranks, cut off from it, cannot tell. */
+  if (r->launcher && r->launcher->term_signal && !r->launcher->stopped) {
+    const char *abbrev = sigabbrev_np(r->launcher->term_signal);
+    sbuf_printf(&b,
+                "; its launcher was killed by signal %d (SIG%s), not by "
+                "dagrun",
+                r->launcher->term_signal, abbrev ? abbrev : "?");
+  }
   /* A launched rank that never joined is likely the cause, whatever
    * ended the gang first (a timeout, or the launcher stopping the other
    * ranks when it failed): name it. The failed rank's own error says so

@@ -141,6 +141,27 @@ expect_rc 1
 expect_in "$T/out" "timed out after 10.0s; stopped ranks 0, 1; rank 1 never connected to dagrun's rendezvous at 127.0.0.1:"
 all_gone "$T/late-0" "$T/late-pid"
 
+# --- mpirun killed (kill -9, the OOM killer) under a running gang: the
+# ranks stop, and the failure names the launcher's death, which the
+# ranks, cut off from it, cannot tell.
+cat > lk.yaml <<Y
+dag: lk
+tasks:
+  gang: {stage: exec, world_size: 2, launcher: mpirun, with: {command: [sh, -c, 'echo \$\$ > $T/lk-\$DAGRUN_RANK.tmp && mv $T/lk-\$DAGRUN_RANK.tmp $T/lk-\$DAGRUN_RANK; exec sleep 60']}}
+Y
+"$DAGRUN" run lk.yaml --plain >"$T/out" 2>"$T/err" &
+pid=$!
+wait_until 30 test -s "$T/lk-0" -a -s "$T/lk-1" || fail "lk: ranks did not start: $(cat "$T/out" "$T/err")"
+MPIRUN=$(pgrep -P "$pid" -x mpirun) || fail "lk: no mpirun under dagrun $pid"
+kill -9 "$MPIRUN"
+set +e
+wait "$pid"
+RC=$?
+set -e
+expect_rc 1
+expect_in "$T/out" "its launcher was killed by signal 9 (SIGKILL), not by dagrun"
+all_gone "$T/lk-0" "$T/lk-1"
+
 # --- Timeout and Ctrl-C stop every rank.
 cat > to.yaml <<Y
 dag: to
