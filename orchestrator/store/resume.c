@@ -15,9 +15,8 @@
 #include "lib/clock.h"
 #include "lib/fileio.h"
 
-/* How long an orphaned worker's group gets after SIGTERM, then after
- * SIGKILL, to be gone. */
-#define ORPHAN_TERM_WAIT_S 5.0
+/* How long an orphaned worker's group gets after SIGKILL to be gone
+ * (after SIGTERM: its task's kill_grace, as dagrun alive gives it). */
 #define ORPHAN_KILL_WAIT_S 5.0
 
 static double num(const cJSON *o, const char *k) {
@@ -119,12 +118,13 @@ static int find_worker(const char *attempt_json) {
   return found;
 }
 
-/* Ends an orphaned attempt (n of task) of run_id: stops its worker if
- * it lives on and says why in a new string (caller frees). An owner
+/* Ends an orphaned attempt (n of task, whose kill_grace is grace_s) of
+ * run_id: stops its worker if it lives on and says why in a new string
+ * (caller frees). An owner
  * elsewhere (resumed with --force) ran its workers where their pids mean
  * nothing here: they are not looked for. */
 static char *orphan(const cJSON *a, const owner *o, const char *run_id,
-                    const char *task) {
+                    const char *task, double grace_s) {
   int pid = (int)num(a, "pid");
   long long start = (long long)num(a, "pid_start");
   char who[48] = "its dagrun";
@@ -158,10 +158,10 @@ static char *orphan(const cJSON *a, const owner *o, const char *run_id,
           "dagrun: run %s: stopping task %s's attempt %d (worker pid %d), "
           "which %s left running; waiting up to %.0fs for it to end\n",
           run_id, task, (int)num(a, "n"), pid, who,
-          ORPHAN_TERM_WAIT_S + ORPHAN_KILL_WAIT_S);
+          grace_s + ORPHAN_KILL_WAIT_S);
   /* The worker leads its own process group (executor.c). */
   kill(-pid, SIGTERM);
-  if (group_gone(pid, ORPHAN_TERM_WAIT_S))
+  if (group_gone(pid, grace_s))
     return xasprintf("orphaned: %s died; worker (pid %d) was still running "
                      "and was stopped",
                      who, pid);
@@ -175,15 +175,16 @@ static char *orphan(const cJSON *a, const owner *o, const char *run_id,
 /* Waits for the guard of o, a dead dagrun (host/guard.h), to end: it
  * stops what the run's attempts left outside their process groups, and
  * the run goes on in the same directory. It ends once they are gone, and
- * within its grace in any case. */
-static void old_guard_wait(const owner *o, const char *run_id) {
+ * within the longest kill_grace of the run's tasks (grace_s) in any case. */
+static void old_guard_wait(const owner *o, const char *run_id, double grace_s) {
   if (owner_judge(o) != OWNER_STOPPING)
     return;
+  double most = grace_s + GUARD_KILL_WAIT_S + 1;
   fprintf(stderr,
           "dagrun: run %s: waiting for the guard (pid %d) of its dead dagrun "
-          "to stop what its attempts left running (at most %ds)\n",
-          run_id, o->guard, GUARD_GRACE_S + GUARD_KILL_WAIT_S + 1);
-  double end = clock_monotonic() + GUARD_GRACE_S + GUARD_KILL_WAIT_S + 1;
+          "to stop what its attempts left running (at most %.0fs)\n",
+          run_id, o->guard, most);
+  double end = clock_monotonic() + most;
   while (proc_alive(o->guard, o->guard_start) && clock_monotonic() < end)
     nap_ms(50);
 }
@@ -262,7 +263,7 @@ sched_preset *resume_prepare(store *st, cJSON *run, const spec *sp, char *err,
       const char *ast = str(a, "state");
       if (!ast || (strcmp(ast, "starting") != 0 && strcmp(ast, "running") != 0))
         continue;
-      char *why = orphan(a, &o, run_id, name);
+      char *why = orphan(a, &o, run_id, name, sp->tasks[i].kill_grace_s);
       int rc = store_attempt_end(st, run_id, name, an, "orphaned", -1, why,
                                  clock_wall(), NULL, err, errlen);
       free(why);
@@ -281,7 +282,11 @@ sched_preset *resume_prepare(store *st, cJSON *run, const spec *sp, char *err,
       pre[i].fingerprint = str(t, "fingerprint");
     }
   }
-  old_guard_wait(&o, run_id);
+  double grace_s = 0;
+  for (size_t i = 0; i < sp->n_tasks; i++)
+    if (sp->tasks[i].kill_grace_s > grace_s)
+      grace_s = sp->tasks[i].kill_grace_s;
+  old_guard_wait(&o, run_id, grace_s);
   return pre;
 }
 

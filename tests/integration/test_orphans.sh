@@ -83,12 +83,14 @@ wait_until 5 gone "$P" || fail "k: orphan $P outlived a killed dagrun"
 # 5. kill -9 of dagrun: the attempts get their task's kill_grace to stop
 # (a training stage writing its stop checkpoint), not a fixed 10 s: a
 # command run straight from dagrun (the guard stops it) and a gang's
-# ranks (their workers do) that take 12 s after SIGTERM, within 20 s.
+# ranks (their workers do) that take 12 s after SIGTERM, within 20 s. A
+# `dagrun resume` at once waits as long for them, rather than killing them
+# 5 s after its own SIGTERM, then runs the tasks again.
 cat > kg.yaml <<Y
 dag: kg
 tasks:
-  direct: {stage: exec, kill_grace: 20s, with: {command: [sh, -c, 'trap "sleep 12; echo clean > $T/kg-direct; exit 1" TERM; echo \$\$ > $T/kg-direct.pid; while :; do sleep 0.2; done']}}
-  ranks: {stage: exec, world_size: 2, kill_grace: 20s, with: {command: [sh, -c, 'trap "sleep 12; echo clean > $T/kg-rank-\$DAGRUN_RANK; exit 1" TERM; echo \$\$ > $T/kg-rank-\$DAGRUN_RANK.pid; while :; do sleep 0.2; done']}}
+  direct: {stage: exec, kill_grace: 20s, with: {command: [sh, -c, '[ \$DAGRUN_ATTEMPT = 1 ] || exit 0; trap "sleep 12; echo clean > $T/kg-direct; exit 1" TERM; echo \$\$ > $T/kg-direct.pid; while :; do sleep 0.2; done']}}
+  ranks: {stage: exec, world_size: 2, kill_grace: 20s, with: {command: [sh, -c, '[ \$DAGRUN_ATTEMPT = 1 ] || exit 0; trap "sleep 12; echo clean > $T/kg-rank-\$DAGRUN_RANK; exit 1" TERM; echo \$\$ > $T/kg-rank-\$DAGRUN_RANK.pid; while :; do sleep 0.2; done']}}
 Y
 "$DAGRUN" run kg.yaml --plain > kg.out 2>&1 &
 DPID=$!
@@ -96,9 +98,11 @@ wait_until 20 test -s kg-direct.pid -a -s kg-rank-0.pid -a -s kg-rank-1.pid ||
   fail "kg never started: $(cat kg.out)"
 kill -9 "$DPID"
 wait "$DPID" 2>/dev/null || true
+run_dagrun resume "$(ls "$DAGRUN_RUNS_DIR/kg")" --plain
+expect_rc 0
 for f in kg-direct kg-rank-0 kg-rank-1; do
   wait_until 25 test -s "$f" ||
-    fail "$f: killed before its 12 s stop within a kill_grace of 20 s (dagrun killed)"
+    fail "$f: killed before its 12 s stop within a kill_grace of 20 s (dagrun killed, then resumed)"
   P=$(cat "$f.pid")
   wait_until 5 gone "$P" || fail "$f: pid $P outlived its stop"
 done
