@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -309,4 +310,28 @@ int fileio_mkdir_p(const char *path, unsigned mode) {
   if (stat(path, &st) != 0)
     return -errno;
   return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+int fileio_reserve(const char *path, uint64_t bytes) {
+  struct rlimit fl;
+  if (getrlimit(RLIMIT_FSIZE, &fl) == 0 && fl.rlim_cur != RLIM_INFINITY &&
+      fl.rlim_cur < bytes)
+    return -EFBIG;
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return -errno;
+  /* posix_fallocate takes the blocks now; where the file system cannot
+   * (EOPNOTSUPP), written zeros do. */
+  int rc = posix_fallocate(fd, 0, (off_t)bytes);
+  if (rc == EOPNOTSUPP || rc == EINVAL) {
+    static const char zeros[16384];
+    rc = 0;
+    for (uint64_t at = 0; at < bytes && !rc; at += sizeof zeros)
+      if (write(fd, zeros, sizeof zeros) != (ssize_t)sizeof zeros)
+        rc = errno ? errno : ENOSPC;
+  }
+  close(fd);
+  if (rc)
+    unlink(path); /* no part of one: it would hold space */
+  return -rc;
 }

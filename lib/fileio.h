@@ -78,5 +78,11 @@ int fileio_mkdir_p(const char *path, unsigned mode);
  * are removed, not followed). 0 (also when path does not exist) or
  * -errno. */
 int fileio_remove_tree(const char *path);
+/* Holds bytes of disk in a new file at path (created or truncated), for
+ * records that must be written once the disk fills: 0, or a negative
+ * errno (the disk full already, or -EFBIG under a file size limit below
+ * bytes, where writing it would raise SIGXFSZ). A failed reserve leaves
+ * no file. The caller unlinks it to free the space. */
+int fileio_reserve(const char *path, uint64_t bytes);
 
 #endif /* DAGRUN_FILEIO_H */

@@ -465,7 +465,32 @@ typedef struct run_ctx {
   int admitting;
   char *admit_why;
   uv_prepare_t flush; /* commits the store's batch before the loop waits */
+  char *store_reserve; /* see reserve_store; NULL: none */
 } run_ctx;
+
+/* The run store's own reserve, when it is on another file system than
+ * the run's directory (DAGRUN_HOME elsewhere): that disk filling must not
+ * leave a run that succeeded recorded as running, then interrupted, and
+ * resumed from the start. A file beside the store, named for the run (runs
+ * share a store); NULL when none is needed or the disk is full already. */
+static char *reserve_store(store *db, const rundir *run) {
+  const char *db_path = db ? store_path(db) : NULL;
+  if (!db_path)
+    return NULL;
+  char *dir = path_dirname(db_path);
+  struct stat a, b;
+  int apart =
+      stat(dir, &a) == 0 && stat(run->path, &b) == 0 && a.st_dev != b.st_dev;
+  free(dir);
+  if (!apart)
+    return NULL;
+  char *path = xasprintf("%s.reserve-%s", db_path, run->id);
+  if (fileio_reserve(path, RUNDIR_RESERVE_BYTES) != 0) {
+    free(path);
+    return NULL;
+  }
+  return path;
+}
 
 static void obs_event(void *ud, const sched_event *e) {
   /* The store first: what is recorded precedes what is shown or sent. */
@@ -708,6 +733,7 @@ static int execute(const spec *sp, checked *ck, const rundir *run,
    * the guard stops its attempts, should this dagrun die (owner.h). */
   history_guard(h, sched_guard_pid(r.s));
   rundir_reserve(run);
+  r.store_reserve = reserve_store(history_store(r.h), run);
   write_run_json(sp, run, params, r.s, "running", max_parallel);
   uv_signal_init(r.loop, &r.sigint);
   uv_signal_init(r.loop, &r.sigterm);
@@ -743,6 +769,9 @@ static int execute(const spec *sp, checked *ck, const rundir *run,
           : "failed";
   store *db = history_store(r.h); /* the caller's: still open after */
   rundir_release_reserve(run);    /* room for the records below */
+  if (r.store_reserve)
+    unlink(r.store_reserve);
+  free(r.store_reserve);
   history_finish(r.h, state);
   r.h = NULL;
   write_run_json(sp, run, params, r.s, state, max_parallel);

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -276,31 +275,10 @@ void rundir_discard(const rundir *r) {
 }
 
 int rundir_reserve(const rundir *r) {
-  /* Under a file size limit below the reserve (ulimit -f), writing it
-   * would raise SIGXFSZ and kill dagrun: no reserve then. */
-  struct rlimit fl;
-  if (getrlimit(RLIMIT_FSIZE, &fl) == 0 && fl.rlim_cur != RLIM_INFINITY &&
-      fl.rlim_cur < RUNDIR_RESERVE_BYTES)
-    return -EFBIG;
   char *path = path_join(r->path, ".reserve");
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int rc = fileio_reserve(path, RUNDIR_RESERVE_BYTES);
   free(path);
-  if (fd < 0)
-    return -errno;
-  /* posix_fallocate takes the blocks now; where the file system cannot
-   * (EOPNOTSUPP), written zeros do. */
-  int rc = posix_fallocate(fd, 0, RUNDIR_RESERVE_BYTES);
-  if (rc == EOPNOTSUPP || rc == EINVAL) {
-    static const char zeros[16384];
-    rc = 0;
-    for (size_t at = 0; at < RUNDIR_RESERVE_BYTES && !rc; at += sizeof zeros)
-      if (write(fd, zeros, sizeof zeros) != (ssize_t)sizeof zeros)
-        rc = errno ? errno : ENOSPC;
-  }
-  close(fd);
-  if (rc)
-    rundir_release_reserve(r); /* no part of one: it would hold space */
-  return -rc;
+  return rc;
 }
 
 void rundir_release_reserve(const rundir *r) {

@@ -72,5 +72,28 @@ run_dagrun runs
 grep -E "^$(basename "$R") +freed +success " "$T/out" >/dev/null ||
   fail "the store does not say success: $(cat "$T/out")"
 umount -l "$D"
+
+# ---- the store's disk (DAGRUN_HOME elsewhere) fills, the runs' does not:
+# the run that succeeded is recorded success, not left running (then
+# interrupted, and resumed from its first task) ----
+mount -t tmpfs -o size=2m tmpfs "$D" 2>"$T/mount.err" ||
+  fail "cannot mount a tmpfs again: $(cat "$T/mount.err")"
+export DAGRUN_HOME="$D/home" DAGRUN_RUNS_DIR="$T/runs-apart"
+cat > apart.yaml <<Y
+dag: apart
+tasks:
+  fill: {stage: exec, with: {command: [sh, -c, "head -c 4000000 /dev/zero > $D/big; exit 0"]}}
+  after: {stage: exec, needs: [fill], with: {command: [sh, -c, "echo after-ran"]}}
+Y
+run_dagrun run apart.yaml --plain
+expect_rc 0
+R=$(run_dir apart)
+[ "$(run_field "$R" state)" = success ] || fail "run.json state: $(run_field "$R" state)"
+rm -f "$D/big"
+run_dagrun runs
+grep -E "^$(basename "$R") +apart +success " "$T/out" >/dev/null ||
+  fail "the store's disk filled: the store does not say success: $(cat "$T/out")"
+ls "$D/home" | grep -q reserve && fail "the store's reserve was left behind: $(ls "$D/home")"
+umount -l "$D"
 trap - EXIT
 pass
