@@ -21,6 +21,7 @@
 
 #include "ckpt/ckpt.h"
 #include "common/registry.h"
+#include "common/tokdata.h"
 #include "lib/exitcode.h"
 #include "lib/fileio.h"
 
@@ -109,9 +110,11 @@ static const char *not_a_file(const char *path) {
 }
 
 /* The tokenizer the checkpoint's manifest records in state.config, as a
- * malloc'd path, or NULL (none recorded; *why says so). */
-static char *recorded_tokenizer(const job *j, const char *ckpt, char *why,
-                                size_t whylen) {
+ * malloc'd path, or NULL (none recorded; *why says so); sha gets its
+ * identity, "" when not recorded (a checkpoint from before the record). */
+static char *recorded_tokenizer(const job *j, const char *ckpt, char sha[65],
+                                char *why, size_t whylen) {
+  sha[0] = '\0';
   int64_t step;
   char *state = NULL;
   if (ckpt_read_state(ckpt, &step, &state, why, whylen) != 0)
@@ -120,6 +123,10 @@ static char *recorded_tokenizer(const job *j, const char *ckpt, char *why,
   free(state);
   const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(o, "config");
   const cJSON *tok = cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer");
+  const char *ts = cJSON_GetStringValue(
+      cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer_sha256"));
+  if (ts && strlen(ts) == 64)
+    memcpy(sha, ts, 65);
   char *path = NULL;
   if (cJSON_IsString(tok) && *tok->valuestring)
     path = resolve(j, tok->valuestring);
@@ -227,14 +234,17 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   char err[4096] = "", why[2048] = "";
   int status = EXIT_FAILED;
   char *ckpt = resolve(&j, st.checkpoint);
-  char *tok = NULL, *metrics_text = NULL, *root = NULL;
+  char *tok = NULL, *rec = NULL, *metrics_text = NULL, *root = NULL;
   if (!ckpt) {
     host->fail(ctx, "out of memory");
     goto done;
   }
   host->progress(ctx, 0.0, "verifying");
 
-  /* The tokenizer: given, or the one the checkpoint was trained with. */
+  /* The tokenizer: given, or the one the checkpoint was trained with;
+   * either way the one whose identity the checkpoint records. */
+  char rec_sha[65];
+  rec = recorded_tokenizer(&j, ckpt, rec_sha, why, sizeof why);
   if (*st.tokenizer) {
     tok = resolve(&j, st.tokenizer);
     const char *bad = tok ? not_a_file(tok) : "out of memory";
@@ -243,7 +253,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
       goto done;
     }
   } else {
-    tok = recorded_tokenizer(&j, ckpt, why, sizeof why);
+    tok = rec ? strdup(rec) : NULL;
     if (!tok) {
       host->fail(ctx,
                  "no tokenizer to keep beside the model: %s; set "
@@ -260,6 +270,14 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
                  tok, bad);
       goto done;
     }
+  }
+  if (tokdata_file_fits_model(tok, ckpt, rec ? rec : "", rec_sha, err,
+                              sizeof err) != 0) {
+    host->fail(ctx,
+               "%s: set tokenizer: to the tokenizer.json it was trained "
+               "with",
+               err);
+    goto done;
   }
 
   registry_promotion p = {.checkpoint = ckpt,
@@ -351,6 +369,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
 done:
   free(ckpt);
   free(tok);
+  free(rec);
   free(metrics_text);
   free(root);
   return status;

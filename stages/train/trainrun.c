@@ -325,8 +325,9 @@ int trainrun_setup(trainrun *r, int nranks, int gang) {
   char err[1024];
   /* A checkpoint of this task, when resume finds one, replaces
    * init_from's weights later: it was made from them. */
-  if (open_data(r) != 0 || trainkit_make_model(r->ctx, h, &r->c.m, r->c.seed,
-                                               &r->model, &r->init_dir) != 0)
+  if (open_data(r) != 0 ||
+      trainkit_make_model(r->ctx, h, &r->c.m, &r->data, r->c.seed, &r->model,
+                          &r->init_dir) != 0)
     return -1;
   /* Training forwards only (trainkit_forward_backward); the CPU engine's. */
   gpt_set_dropout(r->model, (float)r->c.dropout, r->c.seed);
@@ -392,8 +393,10 @@ void trainrun_free(trainrun *r) {
 }
 
 /* The tokenizer's path lets modeldir.h find the tokenizer of a bare
- * checkpoint; device, recompute and deterministic are one process's
- * (a gang's are in its log and summary). */
+ * checkpoint, and its sha256 is its identity, which every stage that
+ * reads the checkpoint with data or a tokenizer compares (tokdata.h);
+ * device, recompute and deterministic are one process's (a gang's are in
+ * its log and summary). */
 void trainrun_set_config(trainrun *r) {
   const trainrun_cfg *c = &r->c;
   cJSON *o = cJSON_CreateObject();
@@ -402,6 +405,8 @@ void trainrun_set_config(trainrun *r) {
     cJSON_AddStringToObject(o, "init_from", r->init_dir);
   if (r->data.tokenizer)
     cJSON_AddStringToObject(o, "tokenizer", r->data.tokenizer);
+  if (r->data.tokenizer_sha256[0])
+    cJSON_AddStringToObject(o, "tokenizer_sha256", r->data.tokenizer_sha256);
   if (r->mix.n)
     cJSON_AddItemToObject(o, "data_mix", datamix_json(&r->mix, NULL, NULL));
   cJSON_AddNumberToObject(o, "batch_size", c->B);
@@ -439,6 +444,8 @@ void trainrun_set_config(trainrun *r) {
   r->config_text = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   r->st.config_json = r->config_text;
+  r->st.tokenizer = r->data.tokenizer;
+  r->st.tokenizer_sha256 = r->data.tokenizer_sha256;
 }
 
 /* ---- Checkpoints, validation, faults ---- */

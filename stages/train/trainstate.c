@@ -28,6 +28,7 @@
 #include "ckpt/modeldir.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/weights.h"
+#include "common/tokdata.h"
 #include "lib/fileio.h"
 
 #include <cjson/cJSON.h>
@@ -193,6 +194,29 @@ int trainstate_save(const char *parent, const train_state *s, char *path,
   return rc;
 }
 
+/* The checkpoint's tokenizer (its manifest's state st) against the run's.
+ * 0, or -1 with err. */
+static int same_tokenizer(const char *dir, const cJSON *st,
+                          const train_state *s, char *err, size_t errlen) {
+  const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(st, "config");
+  const char *path =
+      cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer"));
+  const char *sha = cJSON_GetStringValue(
+      cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer_sha256"));
+  char owner[4200], sub[8192];
+  snprintf(owner, sizeof owner, "the checkpoint %s", dir);
+  tokdata_tokref ck = {owner, path ? path : "(not recorded)", sha};
+  tokdata_tokref run = {"this run's data", s->tokenizer ? s->tokenizer : "",
+                        s->tokenizer_sha256};
+  if (tokdata_same_tokenizer(&ck, &run, sub, sizeof sub) == 0)
+    return 0;
+  snprintf(err, errlen,
+           "%s: resuming needs the data tokenized with the checkpoint's own "
+           "tokenizer",
+           sub);
+  return -1;
+}
+
 int trainstate_load(const char *dir, train_state *s, char *err, size_t errlen) {
   int64_t step = 0;
   char *text = NULL;
@@ -243,6 +267,8 @@ int trainstate_load(const char *dir, train_state *s, char *err, size_t errlen) {
              (double)c->rope_theta, (double)c->norm_eps);
     goto done;
   }
+  if (same_tokenizer(dir, st, s, err, errlen) != 0)
+    goto done;
   const cJSON *il = cJSON_GetObjectItemCaseSensitive(st, "init_loss");
   s->init_loss = cJSON_IsNumber(il) ? il->valuedouble : NAN;
   uint64_t tokens = 0;

@@ -55,6 +55,8 @@ import json, sys
 m = json.load(open(sys.argv[1]))
 assert "init_loss" in m["state"], m["state"]
 del m["state"]["init_loss"]
+# Nor its tokenizer's identity: still accepted, as before the record.
+assert len(m["state"]["config"].pop("tokenizer_sha256")) == 64, m["state"]
 json.dump(m, open(sys.argv[1], "w"))
 P
 train_dag oldckpt "steps: 110, samples: 0, eval_every: 0, checkpoint_every: 0, resume: \"$T/old-ckpt\""
@@ -66,6 +68,23 @@ first, resumed, old = (json.load(open(p)) for p in sys.argv[1:4])
 assert resumed["init_loss"] == first["init_loss"], (resumed, first)
 assert old["steps"] == 110 and "init_loss" not in old, old
 P
+
+# One tokenizer is not one vocabulary size: with data of another
+# tokenizer of 320 ids, resume and init_from refuse the checkpoint,
+# naming both tokenizer files.
+OTHER=$(other_token_data t 320)
+CK100="$R/train/checkpoints/step-00000100"
+cat > othertok.yaml <<Y
+dag: othertok
+tasks:
+  resume: {stage: train, with: {data: "$OTHER", $MODEL, steps: 110, samples: 0, eval_every: 0, resume: "$CK100"}}
+  init: {stage: train, with: {data: "$OTHER", batch_size: 4, threads: 1, steps: 1, samples: 0, eval_every: 0, init_from: "$CK100"}}
+Y
+run_dagrun run othertok.yaml --plain
+expect_rc 1
+RO=$(run_dir othertok)
+expect_in "$RO/resume/attempt-1/log" "this run's data's tokenizer $OTHER/tokenizer.json is not the checkpoint $CK100's ($DATA/tokenizer.json)"
+expect_in "$RO/init/attempt-1/log" "init_from: the data's tokenizer $OTHER/tokenizer.json is not the model $CK100's ($DATA/tokenizer.json)"
 
 # resume: auto skips a corrupt checkpoint for the previous valid one. The
 # learn attempt is run again by hand in the same task directory, with its
