@@ -634,12 +634,11 @@ static void train_step(trainrun *r, gang *g) {
     gang_abort(r, g, "step", err);
   double t_end = clock_monotonic();
   /* A step whose loss or norm is not finite, or that the spike guard
-   * stopped, moved nothing. */
-  if (g->rank == 0 && res.lr_factor == 0.0 &&
-      (!isfinite(res.loss) || !isfinite(res.norm)))
-    r->h->log(r->ctx, DAGRUN_LOG_WARN,
-              "step %lld: loss %g, grad norm %g: update skipped",
-              (long long)step, res.loss, res.norm);
+   * stopped, moved nothing. Every rank has the global loss and norm:
+   * they stop together. */
+  if (trainrun_count_step(r, step, res.loss, res.norm, g->rank == 0, err,
+                          sizeof err) != 0)
+    gang_abort(r, g, "step", err);
   lr *= res.lr_factor > 0.0 ? res.lr_factor : 1.0;
   /* Rank 0's time, from one chain of clock reads so that the phases add
    * up to the step: the optimizer phase is the rest of the call, as
@@ -741,7 +740,8 @@ static int write_results(trainrun *r, gang *g, gpt *m, const gangmem *mem,
                          double train_s) {
   char model_dir[4096], final[4096];
   if (save_full_model(r, m, model_dir, sizeof model_dir, final, sizeof final) !=
-      0)
+          0 ||
+      trainrun_check_end(r) != 0)
     return -1;
   trainrun_samples(r, m);
   double tps = trainrun_tokens_per_s(r, train_s);

@@ -621,8 +621,9 @@ void trainrun_lm_eval(trainrun *r, gpt *model, int64_t step) {
   }
 }
 
-void trainrun_faults_read(trainrun_faults *f) {
-  const char *z = getenv("DAGRUN_FAULT_SPIKE_STEPS");
+/* A comma-separated list of step numbers from the environment. */
+static void faults_read(trainrun_faults *f, const char *env) {
+  const char *z = getenv(env);
   f->n = 0;
   while (z && *z && f->n < TRAINRUN_MAX_FAULTS) {
     char *end;
@@ -632,6 +633,14 @@ void trainrun_faults_read(trainrun_faults *f) {
     f->step[f->n++] = v;
     z = *end == ',' ? end + 1 : end;
   }
+}
+
+void trainrun_faults_read(trainrun_faults *f) {
+  faults_read(f, "DAGRUN_FAULT_SPIKE_STEPS");
+}
+
+void trainrun_faults_read_nan(trainrun_faults *f) {
+  faults_read(f, "DAGRUN_FAULT_NAN_STEPS");
 }
 
 int trainrun_faults_take(trainrun_faults *f, int64_t step) {
@@ -810,6 +819,63 @@ void trainrun_summary_rates(const trainrun *r, cJSON *s, double tps) {
     cJSON_AddNumberToObject(s, "init_loss", r->st.init_loss);
   cJSON_AddNumberToObject(s, "tokens_per_s", tps);
   cJSON_AddNumberToObject(s, "spike_events", (double)r->guard.events);
+  cJSON_AddNumberToObject(s, "nonfinite_steps", (double)r->nonfinite_steps);
+}
+
+int trainrun_count_step(trainrun *r, int64_t step, double loss, double gnorm,
+                        int report, char *err, size_t errlen) {
+  if (isfinite(loss) && isfinite(gnorm)) {
+    r->nonfinite_run = 0;
+    return 0;
+  }
+  r->nonfinite_steps++;
+  r->nonfinite_run++;
+  if (report)
+    r->h->log(r->ctx, DAGRUN_LOG_WARN,
+              "step %lld: loss %g, grad norm %g: update skipped",
+              (long long)step, loss, gnorm);
+  if (r->nonfinite_run < TRAINRUN_MAX_NONFINITE_RUN)
+    return 0;
+  snprintf(err, errlen,
+           "step %lld: the loss or grad norm was not finite %lld steps in a "
+           "row (%lld in all): the run diverged; lower lr, or raise warmup "
+           "or grad_clip",
+           (long long)step, (long long)r->nonfinite_run,
+           (long long)r->nonfinite_steps);
+  return -1;
+}
+
+/* Whether the run scores a validation split (one of data_mix's sources'
+ * at least); overfit_one_batch scores none. */
+static int has_validation(const trainrun *r) {
+  if (r->c.overfit)
+    return 0;
+  for (size_t i = 0; i < LOADER_MAX_SOURCES; i++)
+    if (r->src_val[i])
+      return 1;
+  return r->val != NULL;
+}
+
+int trainrun_check_end(trainrun *r) {
+  /* A last step whose grad norm was not finite, with a finite loss, is
+   * as broken: its weights or moments overflowed. */
+  if (!isfinite(r->last_loss) || r->nonfinite_run > 0 ||
+      (has_validation(r) && !isfinite(r->val_loss))) {
+    r->h->fail(r->ctx,
+               "the run ended with loss %g, val loss %g, its last %lld steps "
+               "skipped for a loss or grad norm that was not finite (%lld in "
+               "all): its weights are not usable; lower lr, or raise warmup "
+               "or grad_clip",
+               r->last_loss, r->val_loss, (long long)r->nonfinite_run,
+               (long long)r->nonfinite_steps);
+    return -1;
+  }
+  if (isfinite(r->st.init_loss) && r->last_loss > r->st.init_loss)
+    r->h->log(r->ctx, DAGRUN_LOG_WARN,
+              "the final loss %.4f is above the loss at initialization %.4f: "
+              "the run diverged (lower lr, or raise warmup?)",
+              r->last_loss, r->st.init_loss);
+  return 0;
 }
 
 int trainrun_finish(trainrun *r, cJSON *s, const char *ckpt, const char *ckpts,

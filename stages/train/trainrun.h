@@ -106,6 +106,9 @@ typedef struct trainrun {
   double t_start, t_last; /* the loop's start, the last progress */
   int64_t first_step;     /* the step the loop started at (resume) */
   double last_loss, val_loss, lnV; /* init_loss: in st */
+  /* Steps whose loss or grad norm was not finite (their updates
+   * skipped): in all, and in a row up to the last step. */
+  int64_t nonfinite_steps, nonfinite_run;
 
   /* eval_text and eval_choices (common/lmeval.h) resolved, NULL when not
    * asked for; lm_tok the data's tokenizer, loaded at their first use;
@@ -188,6 +191,10 @@ typedef struct trainrun_faults {
   int n;
 } trainrun_faults;
 void trainrun_faults_read(trainrun_faults *f);
+/* The same for DAGRUN_FAULT_NAN_STEPS="5,6" (one process): those steps'
+ * losses become NaN, a step whose loss is not finite (the tests' way to
+ * one, as a diverging run's steps are). */
+void trainrun_faults_read_nan(trainrun_faults *f);
 /* Whether step (numbered as the metrics are) is a listed one not yet
  * used; uses it. */
 int trainrun_faults_take(trainrun_faults *f, int64_t step);
@@ -198,6 +205,28 @@ int trainrun_faults_take(trainrun_faults *f, int64_t step);
  * the step its loss is reported at. */
 void trainrun_spike_report(trainrun *r, int64_t step, double loss, double gnorm,
                            double z, int in_gang);
+
+/* Skipped non-finite steps in a row after which the run fails: a loss
+ * that stays NaN or infinite this long does not come back (its weights
+ * or moments are broken), and training on would only burn the budget. */
+#define TRAINRUN_MAX_NONFINITE_RUN 10
+
+/* The account of non-finite steps, on every rank with the step's
+ * (global) loss and grad norm, after the step numbered step (as its
+ * metrics are): a step with either not finite, whose update was skipped,
+ * is counted and, when report, warned about. 0, or -1 with err when it
+ * is the TRAINRUN_MAX_NONFINITE_RUN-th such step in a row (the caller
+ * fails the task). */
+int trainrun_count_step(trainrun *r, int64_t step, double loss, double gnorm,
+                        int report, char *err, size_t errlen);
+
+/* The end of the loop, before the samples and summary.json (rank 0):
+ * fails the task (h->fail, -1) when the final loss, or the last
+ * validation's loss when there was validation, is not finite, so that
+ * nothing downstream takes its checkpoint; warns when the final loss is
+ * above the loss at initialization (the run diverged), without failing.
+ * 0 otherwise. */
+int trainrun_check_end(trainrun *r);
 
 /* Where a step's time went (seconds), as both loops report it. */
 typedef struct trainrun_times {
@@ -227,7 +256,8 @@ void trainrun_samples(trainrun *r, gpt *model);
  * (steps, tokens, parameters: np, data_mix: datamix_json's), the loop's
  * own, the losses (loss and
  * val_loss, null when there was no validation), then the rates (ln_vocab,
- * init_loss when taken, tokens_per_s: tps, spike_events). */
+ * init_loss when taken, tokens_per_s: tps, spike_events, nonfinite_steps:
+ * the steps skipped for a loss or grad norm that was not finite). */
 cJSON *trainrun_summary_start(const trainrun *r, size_t np);
 void trainrun_summary_losses(const trainrun *r, cJSON *s);
 void trainrun_summary_rates(const trainrun *r, cJSON *s, double tps);

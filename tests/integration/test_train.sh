@@ -123,6 +123,38 @@ expect_rc 1
 expect_in "$T/out" "model.safetensors"
 expect_in "$T/out" "truncated"
 
+# A loss that is not finite fails the run. A diverging run (its loss and
+# grad norm NaN from some step on) fails after 10 such steps in a row,
+# and nothing downstream takes its checkpoint.
+train_dag diverge "steps: 60, lr: 9.9, warmup: 0, grad_clip: 0, spike_policy: none, eps: 1e-30, beta2: 0.0001, eval_every: 0, samples: 0"
+echo '  export: {stage: export, needs: [train], with: {model: "${tasks.train.outputs.checkpoint}"}}' >> diverge.yaml
+run_dagrun run diverge.yaml --plain
+expect_rc 1
+expect_in "$T/out" "not finite 10 steps in a row"
+expect_in "$T/out" "export: upstream_failed"
+# A few skipped steps are counted in summary.json; a run whose last step's
+# loss is not finite fails, whatever came before (DAGRUN_FAULT_NAN_STEPS
+# makes those steps' losses NaN).
+train_dag nanfew "steps: 8, eval_every: 4, samples: 0"
+DAGRUN_FAULT_NAN_STEPS=3,4 run_dagrun run nanfew.yaml --plain
+expect_rc 0
+expect_in "$(run_dir nanfew)/train/attempt-1/log" "step 3: loss nan, grad norm"
+"$PY" - "$(run_dir nanfew)/train/out/summary.json" <<'P' || fail "nonfinite_steps: $(cat "$(run_dir nanfew)/train/out/summary.json")"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["nonfinite_steps"] == 2 and s["steps"] == 8, s
+P
+train_dag nanlast "steps: 8, eval_every: 0, samples: 0"
+DAGRUN_FAULT_NAN_STEPS=8 run_dagrun run nanlast.yaml --plain
+expect_rc 1
+expect_in "$T/out" "the run ended with loss nan, val loss"
+expect_in "$T/out" "its last 1 steps skipped"
+# A finite loss that ends above where it started: a warning, not a failure.
+train_dag rise "steps: 20, lr: 2, warmup: 0, grad_clip: 0, spike_policy: none, eval_every: 0, samples: 0"
+run_dagrun run rise.yaml --plain
+expect_rc 0
+expect_in "$(run_dir rise)/train/attempt-1/log" "is above the loss at initialization"
+
 # overfit_one_batch: the one batch is learned by heart...
 train_dag overfit "steps: 150, lr: 0.01, warmup: 0, overfit_one_batch: true, samples: 0"
 run_dagrun run overfit.yaml --plain
