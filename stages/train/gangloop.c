@@ -480,7 +480,7 @@ static optim *load_whole(trainrun *r, gang *g, const char *dir) {
   if (trainkit_make_optim(r->model, &r->c.opt, &whole, err, sizeof err) != 0)
     gang_abort(r, g, "resume", err);
   ts.opt = whole;
-  if (ckpt_verify(dir, err, sizeof err) != 0 ||
+  if (trainrun_verify_resume(dir, err, sizeof err) != 0 ||
       trainstate_load(dir, &ts, err, sizeof err) != 0)
     gang_abort(r, g, "resume", err);
   r->st.step = ts.step;
@@ -512,6 +512,8 @@ static void start_zero(trainrun *r, gang *g, const char *dir,
     loader_next(r->train, r->inputs, r->targets);
   r->st.step = step;
   r->st.tokens = (uint64_t)step * g->N * g->B * g->T * r->c.accum;
+  if (trainrun_check_resumed(r, dir, err, sizeof err) != 0)
+    gang_abort(r, g, "resume", err);
   snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", dir);
   if (g->rank == 0)
     r->h->log(r->ctx, DAGRUN_LOG_INFO,

@@ -208,7 +208,10 @@ static void resume(trainrun *r, mploop *l) {
   char *dir = trainrun_resume_dir(r);
   if (!dir)
     return;
-  if (trainstate_load(dir, &r->st, err, sizeof err) != 0 ||
+  if ((strcmp(r->c.resume, "auto") != 0 &&
+       trainrun_verify_resume(dir, err, sizeof err) != 0) ||
+      trainstate_load(dir, &r->st, err, sizeof err) != 0 ||
+      trainrun_check_resumed(r, dir, err, sizeof err) != 0 ||
       l->eng.load(l->eng.e, r->opt, err, sizeof err) != 0) {
     char what[4200];
     snprintf(what, sizeof what, "resume from %s", dir);

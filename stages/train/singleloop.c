@@ -168,7 +168,7 @@ static int resume(trainrun *r) {
     return 0;
   /* A checkpoint found by auto passed ckpt_find_latest's checks. */
   if (strcmp(r->c.resume, "auto") != 0 &&
-      ckpt_verify(dir, err, sizeof err) != 0) {
+      trainrun_verify_resume(dir, err, sizeof err) != 0) {
     r->h->fail(r->ctx, "resume: %s", err);
     free(dir);
     return -1;
@@ -177,6 +177,11 @@ static int resume(trainrun *r) {
            ? resume_sharded(r, dir, err, sizeof err)
            : trainstate_load(dir, &r->st, err, sizeof err)) != 0) {
     r->h->fail(r->ctx, "resume from %s: %s", dir, err);
+    free(dir);
+    return -1;
+  }
+  if (trainrun_check_resumed(r, dir, err, sizeof err) != 0) {
+    r->h->fail(r->ctx, "resume: %s", err);
     free(dir);
     return -1;
   }
@@ -474,6 +479,8 @@ static int train_loop(trainrun *r) {
     if (!r->c.overfit && r->c.eval_every && r->st.step % r->c.eval_every == 0 &&
         r->st.step < r->c.steps) {
       r->val_loss = evaluate(r, r->st.step);
+      if (r->val_failed)
+        return -1;
       h->log(r->ctx, DAGRUN_LOG_INFO, "step %lld: loss %.4f, val loss %.4f",
              (long long)r->st.step, r->last_loss, r->val_loss);
     }
@@ -565,6 +572,8 @@ int singleloop_run(trainrun *r) {
   if (!r->c.overfit)
     r->val_loss = evaluate(r, r->st.step);
   else if (check_overfit(r) != 0)
+    return EXIT_FAILED;
+  if (r->val_failed)
     return EXIT_FAILED;
   return finish(r, dev, why, H1, train_s) == 0 ? 0 : EXIT_FAILED;
 }

@@ -109,6 +109,9 @@ typedef struct trainrun {
   /* Steps whose loss or grad norm was not finite (their updates
    * skipped): in all, and in a row up to the last step. */
   int64_t nonfinite_steps, nonfinite_run;
+  /* A validation failed (the task is failed with its message): the loop
+   * stops where it can (one process), or at its end (a gang). */
+  int val_failed;
 
   /* eval_text and eval_choices (common/lmeval.h) resolved, NULL when not
    * asked for; lm_tok the data's tokenizer, loaded at their first use;
@@ -129,9 +132,11 @@ int trainrun_init(trainrun *r);
  * own), the spike guard, the train loader over the global batch (nranks x
  * batch_size sequences: in a gang each rank trains on its own rows of it), the
  * validation loader (batches of nranks x batch_size windows, the ones one
- * process of that batch scores: in a gang each rank scores its rows; none,
- * with a warning, when it cannot open) and the batch
- * buffers, and points r->st at them. */
+ * process of that batch scores: in a gang each rank scores its rows; in
+ * one process a split too small for one batch in fewer or shorter ones,
+ * as the validate stage; none, with a warning, in a gang then or when
+ * there is no validation split; validation files that cannot be read
+ * fail) and the batch buffers, and points r->st at them. */
 int trainrun_setup(trainrun *r, int nranks, int gang);
 
 /* With each validation: the perplexity of eval_text and the accuracy
@@ -153,6 +158,16 @@ void trainrun_set_config(trainrun *r);
  * checkpoint (invalid ones and a failed search are warnings). A named
  * one is joined to the DAG's directory when relative, not checked. */
 char *trainrun_resume_dir(trainrun *r);
+/* A checkpoint that resume names (not auto's, which are checked as they
+ * are found): 0, or -1 with err naming dir and what is wrong (not a
+ * directory: resume is auto, never or a checkpoint directory; or
+ * ckpt_verify's finding). */
+int trainrun_verify_resume(const char *dir, char *err, size_t errlen);
+/* After resuming from dir at r->st.step: 0, or -1 with err when that is
+ * past steps (the run would train nothing and report no loss: steps is
+ * the run's total, not the steps to add). */
+int trainrun_check_resumed(const trainrun *r, const char *dir, char *err,
+                           size_t errlen);
 
 /* The next train batch into r->inputs and r->targets with the loader's
  * position kept, so that training still starts with it (pre-flight). */
@@ -176,7 +191,8 @@ typedef int (*trainrun_score_fn)(void *arg, trainrun *r, loader *ld,
  * weighted by data_weights (the loss on data drawn as training draws
  * it), over the sources that have validation files; the log says each.
  * report 0 (a gang's other ranks): fn runs, nothing is reported, NAN.
- * A failed score is a warning, and NAN when nothing was scored. */
+ * A failed score fails the task (h->fail, r->val_failed set: the
+ * caller stops) and gives NAN, as does nothing scored. */
 double trainrun_validate(trainrun *r, int64_t step, int report,
                          trainrun_score_fn fn, void *arg);
 

@@ -248,15 +248,9 @@ static int load(vrun *r) {
   };
   /* A small validation split may not fill one batch: evaluate what there
    * is with fewer or shorter sequences rather than nothing, and say so. */
-  while (loader_create(&lc, &r->val, err, sizeof err) != 0) {
-    if (lc.B > 1)
-      lc.B /= 2;
-    else if (lc.T > 8)
-      lc.T /= 2;
-    else {
-      h->fail(r->ctx, "validation data: %s", err);
-      return -1;
-    }
+  if (loader_create_fitting(&lc, 1, 8, &r->val, err, sizeof err) != 0) {
+    h->fail(r->ctx, "validation data: %s", err);
+    return -1;
   }
   if (lc.B != r->c.B || lc.T != r->c.T) {
     h->log(r->ctx, DAGRUN_LOG_WARN,
