@@ -138,6 +138,48 @@ static char *recorded_tokenizer(const job *j, const char *ckpt, char sha[65],
   return path;
 }
 
+/* The tokenizer to keep beside the model: given (z, when not ""), or the
+ * one the checkpoint ckpt was trained with; either way the one whose
+ * identity the checkpoint records. Its path (caller frees), or NULL
+ * after host->fail. */
+static char *keep_tokenizer(const job *j, const char *z, const char *ckpt) {
+  const dagrun_host *host = j->host;
+  char why[2048] = "", err[4096], rec_sha[65];
+  char *rec = recorded_tokenizer(j, ckpt, rec_sha, why, sizeof why);
+  char *tok = *z ? resolve(j, z) : rec ? strdup(rec) : NULL;
+  const char *bad = tok ? not_a_file(tok) : NULL;
+  int ok = 0;
+  if (!tok && *z)
+    host->fail(j->ctx, "out of memory");
+  else if (!tok)
+    host->fail(j->ctx,
+               "no tokenizer to keep beside the model: %s; set "
+               "tokenizer: to the tokenizer.json it was trained with",
+               why);
+  else if (bad && *z)
+    host->fail(j->ctx, "tokenizer %s: %s", tok, bad);
+  else if (bad)
+    host->fail(j->ctx,
+               "the tokenizer %s that the checkpoint's manifest "
+               "records: %s; set tokenizer: to the tokenizer.json it "
+               "was trained with",
+               tok, bad);
+  else if (tokdata_file_fits_model(tok, ckpt, rec ? rec : "", rec_sha, err,
+                                   sizeof err) != 0)
+    host->fail(j->ctx,
+               "%s: set tokenizer: to the tokenizer.json it was trained "
+               "with",
+               err);
+  else
+    ok = 1;
+  free(rec);
+  if (!ok) {
+    free(tok);
+    return NULL;
+  }
+  return tok;
+}
+
 static double num_or_nan(const cJSON *o, const char *key) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
   return cJSON_IsNumber(v) ? v->valuedouble : NAN;
@@ -234,51 +276,15 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   char err[4096] = "", why[2048] = "";
   int status = EXIT_FAILED;
   char *ckpt = resolve(&j, st.checkpoint);
-  char *tok = NULL, *rec = NULL, *metrics_text = NULL, *root = NULL;
+  char *tok = NULL, *metrics_text = NULL, *root = NULL;
   if (!ckpt) {
     host->fail(ctx, "out of memory");
     goto done;
   }
   host->progress(ctx, 0.0, "verifying");
 
-  /* The tokenizer: given, or the one the checkpoint was trained with;
-   * either way the one whose identity the checkpoint records. */
-  char rec_sha[65];
-  rec = recorded_tokenizer(&j, ckpt, rec_sha, why, sizeof why);
-  if (*st.tokenizer) {
-    tok = resolve(&j, st.tokenizer);
-    const char *bad = tok ? not_a_file(tok) : "out of memory";
-    if (bad) {
-      host->fail(ctx, "tokenizer %s: %s", tok ? tok : st.tokenizer, bad);
-      goto done;
-    }
-  } else {
-    tok = rec ? strdup(rec) : NULL;
-    if (!tok) {
-      host->fail(ctx,
-                 "no tokenizer to keep beside the model: %s; set "
-                 "tokenizer: to the tokenizer.json it was trained with",
-                 why);
-      goto done;
-    }
-    const char *bad = not_a_file(tok);
-    if (bad) {
-      host->fail(ctx,
-                 "the tokenizer %s that the checkpoint's manifest "
-                 "records: %s; set tokenizer: to the tokenizer.json it "
-                 "was trained with",
-                 tok, bad);
-      goto done;
-    }
-  }
-  if (tokdata_file_fits_model(tok, ckpt, rec ? rec : "", rec_sha, err,
-                              sizeof err) != 0) {
-    host->fail(ctx,
-               "%s: set tokenizer: to the tokenizer.json it was trained "
-               "with",
-               err);
+  if (!(tok = keep_tokenizer(&j, st.tokenizer, ckpt)))
     goto done;
-  }
 
   registry_promotion p = {.checkpoint = ckpt,
                           .tokenizer = tok,
@@ -369,7 +375,6 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
 done:
   free(ckpt);
   free(tok);
-  free(rec);
   free(metrics_text);
   free(root);
   return status;
