@@ -9,7 +9,8 @@
  *
  * The tokenizer is trained on the train shards (or a sample of them), or
  * loaded from a Hugging Face tokenizer.json or GPT-2's vocab.json +
- * merges.txt. Either way it is written to out/tokenizer.json, and every
+ * merges.txt. Either way it is in out/tokenizer.json (a loaded
+ * tokenizer.json byte for byte: write_tokenizer says why), and every
  * shard, train and validation, is encoded in parallel into out/<name>.tok,
  * each document led by <|endoftext|>. out/manifest.json records the
  * tokenizer, each token file's counts and SHA-256, and the timings.
