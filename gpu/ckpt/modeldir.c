@@ -15,6 +15,7 @@
 
 #include "ckpt.h"
 #include "lib/fileio.h"
+#include "lib/sha256.h"
 #include "weights.h"
 
 #include <cJSON.h>
@@ -147,6 +148,13 @@ int modeldir_model_from_json(const cJSON *mj, gpt_config *out, char *err,
   return 0;
 }
 
+/* The tokenizer.json beside a model's weights, and its identity. */
+static void tokenizer_beside(modeldir_info *info, const char *tok) {
+  snprintf(info->tokenizer, sizeof info->tokenizer, "%s", tok);
+  if (sha256_file(tok, info->tokenizer_sha256) != 0)
+    info->tokenizer_sha256[0] = '\0';
+}
+
 /* ---- A dagrun checkpoint ---- */
 
 static int open_checkpoint(const char *dir, modeldir_info *info, char *err,
@@ -202,11 +210,15 @@ static int open_checkpoint(const char *dir, modeldir_info *info, char *err,
   char tok[4096];
   const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(st, "config");
   const cJSON *tp = cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer");
+  const cJSON *ts = cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer_sha256");
   if (join_into(tok, sizeof tok, dir, "tokenizer.json") == 0 && is_file(tok))
-    snprintf(info->tokenizer, sizeof info->tokenizer, "%s", tok);
+    tokenizer_beside(info, tok);
   else if (cJSON_IsString(tp) && is_file(tp->valuestring) &&
            strlen(tp->valuestring) < sizeof info->tokenizer)
     snprintf(info->tokenizer, sizeof info->tokenizer, "%s", tp->valuestring);
+  /* What it was trained with rules over what was put beside it later. */
+  if (cJSON_IsString(ts) && strlen(ts->valuestring) == 64)
+    memcpy(info->tokenizer_sha256, ts->valuestring, 65);
   cJSON_Delete(st);
   return 0;
 }
@@ -451,7 +463,7 @@ static int open_hf(const char *dir, const cJSON *cfg, modeldir_info *info,
   }
   char tok[4096];
   if (join_into(tok, sizeof tok, dir, "tokenizer.json") == 0 && is_file(tok))
-    snprintf(info->tokenizer, sizeof info->tokenizer, "%s", tok);
+    tokenizer_beside(info, tok);
   return 0;
 }
 

@@ -18,7 +18,11 @@
  *     activations other than silu are refused).
  * The tokenizer is the directory's tokenizer.json when there is one, else
  * (a checkpoint) the "tokenizer" path in the manifest's state.config, as
- * the train stage records it, if that file exists.
+ * the train stage records it, if that file exists. Its identity, the
+ * sha256 of the tokenizer.json the model was trained with, is the one
+ * the manifest's state.config records ("tokenizer_sha256"), else that of
+ * the tokenizer.json beside the weights; a checkpoint from before the
+ * record, with no tokenizer beside it, has none ("").
  */
 #ifndef DAGRUN_MODELDIR_H
 #define DAGRUN_MODELDIR_H
@@ -38,6 +42,7 @@ typedef struct modeldir_info {
   char dir[4096];       /* the model's directory (the checkpoint chosen) */
   char weights[4096];   /* its model.safetensors, or the shards' index */
   char tokenizer[4096]; /* its tokenizer.json, or "" when none was found */
+  char tokenizer_sha256[65]; /* its identity (above), or "" */
   gpt_config config;    /* finished (gpt_config_finish) */
   int64_t step;         /* a checkpoint's step; -1 for HF */
   /* In a directory of checkpoints, the newer ones skipped as invalid and

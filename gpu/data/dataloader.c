@@ -624,6 +624,31 @@ int loader_set_pos(loader *l, const loader_pos *pos) {
 
 uint32_t loader_vocab_size(const loader *l) { return l->vocab_size; }
 
+void loader_shape(const loader *l, int *B, int *T) {
+  *B = l->B;
+  *T = l->T;
+}
+
+int loader_create_fitting(loader_config *cfg, int min_B, int min_T,
+                          loader **out, char *err, size_t errlen) {
+  for (;;) {
+    if (loader_create(cfg, out, err, errlen) == 0) {
+      if (loader_batches_per_epoch(*out) > 0)
+        return 0;
+      snprintf(err, errlen, "no whole batch of %d x %d tokens in the files",
+               cfg->B, cfg->T);
+      loader_destroy(*out);
+      *out = NULL;
+    }
+    if (cfg->B / 2 >= min_B && cfg->B > 1)
+      cfg->B /= 2;
+    else if (cfg->T / 2 >= min_T)
+      cfg->T /= 2;
+    else
+      return -1;
+  }
+}
+
 size_t loader_sources(const loader *l) { return l->nsrc; }
 
 uint64_t loader_source_tokens(const loader *l, size_t i) {

@@ -87,6 +87,16 @@ int loader_create(const loader_config *cfg, loader **out, char *err,
                   size_t errlen);
 void loader_destroy(loader *l); /* NULL is a no-op; stops the thread */
 
+/* A LOADER_SEQUENTIAL split that may hold less than one batch (a small
+ * validation split): loader_create of cfg and, while it fails or the
+ * files hold no whole batch, again with cfg->B halved down to min_B,
+ * then cfg->T halved down to min_T, so that what there is gets scored
+ * with fewer or shorter sequences rather than not at all. cfg keeps the
+ * B and T taken; the caller says so when they changed. 0, or -1 with
+ * the last err when even min_B x min_T does not fit. */
+int loader_create_fitting(loader_config *cfg, int min_B, int min_T,
+                          loader **out, char *err, size_t errlen);
+
 /* The next batch into inputs[B*T] and targets[B*T]. Returns 0, or 1
  * when every source has used its budget (loader_max_batches served):
  * nothing is written and the position stays. */
@@ -107,6 +117,8 @@ uint64_t loader_source_tokens(const loader *l, size_t i);
 uint64_t loader_max_batches(const loader *l);
 
 uint32_t loader_vocab_size(const loader *l);
+/* The batch's shape: B sequences of T tokens. */
+void loader_shape(const loader *l, int *B, int *T);
 uint64_t loader_tokens(const loader *l); /* in all files */
 /* LOADER_SEQUENTIAL: batches in one epoch (floor). */
 uint64_t loader_batches_per_epoch(const loader *l);

@@ -473,7 +473,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   }
   trainkit_set_threads(s->threads);
   if (trainkit_open_data(ctx, h, &s->m, &s->data) != 0 ||
-      trainkit_make_model(ctx, h, &s->m, s->seed, &base, &init_dir) != 0)
+      trainkit_make_model(ctx, h, &s->m, &s->data, s->seed, &base, &init_dir))
     goto done;
   /* Every size starts from these weights; the model itself goes, so that
    * only the engine being measured holds memory. */

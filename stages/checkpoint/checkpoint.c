@@ -24,6 +24,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/modeldir.h"
 #include "common/registry.h"
+#include "common/tokdata.h"
 #include "lib/exitcode.h"
 #include "lib/fileio.h"
 
@@ -112,9 +113,11 @@ static const char *not_a_file(const char *path) {
 }
 
 /* The tokenizer the checkpoint's manifest records in state.config, as a
- * malloc'd path, or NULL (none recorded; *why says so). */
-static char *recorded_tokenizer(const job *j, const char *ckpt, char *why,
-                                size_t whylen) {
+ * malloc'd path, or NULL (none recorded; *why says so); sha gets its
+ * identity, "" when not recorded (a checkpoint from before the record). */
+static char *recorded_tokenizer(const job *j, const char *ckpt, char sha[65],
+                                char *why, size_t whylen) {
+  sha[0] = '\0';
   int64_t step;
   char *state = NULL;
   if (ckpt_read_state(ckpt, &step, &state, why, whylen) != 0)
@@ -123,6 +126,10 @@ static char *recorded_tokenizer(const job *j, const char *ckpt, char *why,
   free(state);
   const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(o, "config");
   const cJSON *tok = cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer");
+  const char *ts = cJSON_GetStringValue(
+      cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer_sha256"));
+  if (ts && strlen(ts) == 64)
+    memcpy(sha, ts, 65);
   char *path = NULL;
   if (cJSON_IsString(tok) && *tok->valuestring)
     path = resolve(j, tok->valuestring);
@@ -132,6 +139,48 @@ static char *recorded_tokenizer(const job *j, const char *ckpt, char *why,
              "(state.config.tokenizer)");
   cJSON_Delete(o);
   return path;
+}
+
+/* The tokenizer to keep beside the model: given (z, when not ""), or the
+ * one the checkpoint ckpt was trained with; either way the one whose
+ * identity the checkpoint records. Its path (caller frees), or NULL
+ * after host->fail. */
+static char *keep_tokenizer(const job *j, const char *z, const char *ckpt) {
+  const dagrun_host *host = j->host;
+  char why[2048] = "", err[4096], rec_sha[65];
+  char *rec = recorded_tokenizer(j, ckpt, rec_sha, why, sizeof why);
+  char *tok = *z ? resolve(j, z) : rec ? strdup(rec) : NULL;
+  const char *bad = tok ? not_a_file(tok) : NULL;
+  int ok = 0;
+  if (!tok && *z)
+    host->fail(j->ctx, "out of memory");
+  else if (!tok)
+    host->fail(j->ctx,
+               "no tokenizer to keep beside the model: %s; set "
+               "tokenizer: to the tokenizer.json it was trained with",
+               why);
+  else if (bad && *z)
+    host->fail(j->ctx, "tokenizer %s: %s", tok, bad);
+  else if (bad)
+    host->fail(j->ctx,
+               "the tokenizer %s that the checkpoint's manifest "
+               "records: %s; set tokenizer: to the tokenizer.json it "
+               "was trained with",
+               tok, bad);
+  else if (tokdata_file_fits_model(tok, ckpt, rec ? rec : "", rec_sha, err,
+                                   sizeof err) != 0)
+    host->fail(j->ctx,
+               "%s: set tokenizer: to the tokenizer.json it was trained "
+               "with",
+               err);
+  else
+    ok = 1;
+  free(rec);
+  if (!ok) {
+    free(tok);
+    return NULL;
+  }
+  return tok;
 }
 
 static double num_or_nan(const cJSON *o, const char *key) {
@@ -256,33 +305,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   if (check_weights(&j, ckpt) != 0)
     goto done;
 
-  /* The tokenizer: given, or the one the checkpoint was trained with. */
-  if (*st.tokenizer) {
-    tok = resolve(&j, st.tokenizer);
-    const char *bad = tok ? not_a_file(tok) : "out of memory";
-    if (bad) {
-      host->fail(ctx, "tokenizer %s: %s", tok ? tok : st.tokenizer, bad);
-      goto done;
-    }
-  } else {
-    tok = recorded_tokenizer(&j, ckpt, why, sizeof why);
-    if (!tok) {
-      host->fail(ctx,
-                 "no tokenizer to keep beside the model: %s; set "
-                 "tokenizer: to the tokenizer.json it was trained with",
-                 why);
-      goto done;
-    }
-    const char *bad = not_a_file(tok);
-    if (bad) {
-      host->fail(ctx,
-                 "the tokenizer %s that the checkpoint's manifest "
-                 "records: %s; set tokenizer: to the tokenizer.json it "
-                 "was trained with",
-                 tok, bad);
-      goto done;
-    }
-  }
+  if (!(tok = keep_tokenizer(&j, st.tokenizer, ckpt)))
+    goto done;
 
   registry_promotion p = {.checkpoint = ckpt,
                           .tokenizer = tok,

@@ -106,9 +106,9 @@ static int score_file(gpt *m, const char *path, const lmeval_opts *o,
   return rc;
 }
 
-int lmeval_tokens(gpt *m, const char *base, const char *dir, const char *split,
-                  const lmeval_opts *o, lmeval_ppl *out, char *err,
-                  size_t errlen) {
+int lmeval_tokens(gpt *m, const modeldir_info *md, const char *base,
+                  const char *dir, const char *split, const lmeval_opts *o,
+                  lmeval_ppl *out, char *err, size_t errlen) {
   tokdata td = {0};
   int V = gpt_get_config(m)->vocab_size;
   if (tokdata_open(base, dir, &td, err, errlen) != 0)
@@ -125,6 +125,9 @@ int lmeval_tokens(gpt *m, const char *base, const char *dir, const char *split,
              "%s was tokenized into %d ids but the model has %d: they do "
              "not belong together",
              td.dir, td.vocab_size, V);
+  else if (md && tokdata_fits_model(&td, md->dir, md->tokenizer,
+                                    md->tokenizer_sha256, err, errlen) != 0)
+    ;
   else if (nf == 0)
     snprintf(err, errlen, "%s has no %s files", td.dir, split);
   else {
@@ -393,6 +396,10 @@ static int load(lmeval_job *j, gpt **m, bpe **tok, char *err, size_t errlen) {
     snprintf(err, errlen, "tokenizer: %s", e2);
     return -1;
   }
+  if (set(j->tokenizer) &&
+      tokdata_file_fits_model(tp, j->md.dir, j->md.tokenizer,
+                              j->md.tokenizer_sha256, err, errlen) != 0)
+    return -1;
   if (bpe_vocab_size(*tok) > (uint32_t)j->md.config.vocab_size) {
     snprintf(err, errlen,
              "the tokenizer %s has %u ids but the model %s has %d: it is "
@@ -444,8 +451,9 @@ int lmeval_run(lmeval_job *j, char *err, size_t errlen) {
   if (rc == 0 && set(j->text))
     rc = lmeval_text(m, tok, j->text, &j->o, &j->ppl, err, errlen);
   else if (rc == 0 && set(j->data))
-    rc = lmeval_tokens(m, j->base, j->data, set(j->split) ? j->split : "val",
-                       &j->o, &j->ppl, err, errlen);
+    rc = lmeval_tokens(m, &j->md, j->base, j->data,
+                       set(j->split) ? j->split : "val", &j->o, &j->ppl, err,
+                       errlen);
   j->have_ppl = rc == 0 && (set(j->text) || set(j->data));
   if (rc == 0 && set(j->choices)) {
     if (set(j->out_dir) &&

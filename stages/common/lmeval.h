@@ -70,11 +70,12 @@ int lmeval_text(gpt *m, const bpe *tok, const char *path, const lmeval_opts *o,
 
 /* The perplexity of m on the token files of split ("val" or "train") of
  * the tokenize stage's directory dir (relative to base when not
- * absolute; common/tokdata.h), whose vocabulary must be the model's. 0,
- * or -1 with err. */
-int lmeval_tokens(gpt *m, const char *base, const char *dir, const char *split,
-                  const lmeval_opts *o, lmeval_ppl *out, char *err,
-                  size_t errlen);
+ * absolute; common/tokdata.h), whose vocabulary must be the model's and,
+ * when md (m's directory) is not NULL, whose tokenizer must be md's
+ * (tokdata_fits_model). 0, or -1 with err. */
+int lmeval_tokens(gpt *m, const modeldir_info *md, const char *base,
+                  const char *dir, const char *split, const lmeval_opts *o,
+                  lmeval_ppl *out, char *err, size_t errlen);
 
 /* Scores the multiple-choice JSONL at path (format above) and writes one
  * JSON object a line per item to items_path (NULL: none; replaced

@@ -3,6 +3,7 @@
 
 #include "data/tokfile.h"
 #include "lib/fileio.h"
+#include "lib/sha256.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -62,6 +63,13 @@ int tokdata_open(const char *base, const char *dir, tokdata *td, char *err,
   }
   td->tokenizer = fileio_join(td->dir, tpath->valuestring);
   td->vocab_size = vocab->valueint;
+  /* A manifest written before the record: the file beside it is the one
+   * that tokenized the data, so its digest is as good an identity. */
+  const cJSON *sha = cJSON_GetObjectItemCaseSensitive(tok, "sha256");
+  if (cJSON_IsString(sha) && strlen(sha->valuestring) == 64)
+    memcpy(td->tokenizer_sha256, sha->valuestring, 65);
+  else if (sha256_file(td->tokenizer, td->tokenizer_sha256) != 0)
+    td->tokenizer_sha256[0] = '\0';
   if (cJSON_IsNumber(eot))
     td->eot = (uint32_t)eot->valueint;
   rc = 0;
@@ -84,4 +92,58 @@ void tokdata_free(tokdata *td) {
   free(td->dir);
   memset(td, 0, sizeof *td);
   td->eot = TOKFILE_NO_EOT;
+}
+
+int tokdata_same_tokenizer(const tokdata_tokref *a, const tokdata_tokref *b,
+                           char *err, size_t errlen) {
+  if (!a->sha256 || !a->sha256[0] || !b->sha256 || !b->sha256[0] ||
+      strcmp(a->sha256, b->sha256) == 0)
+    return 0;
+  char bd[4200];
+  if (b->owner)
+    snprintf(bd, sizeof bd, "%s's tokenizer %s", b->owner, b->path);
+  else
+    snprintf(bd, sizeof bd, "the tokenizer %s", b->path);
+  /* A model whose manifest records the identity of a tokenizer.json
+   * that is no longer where it was. */
+  const char *ap = a->path && a->path[0] ? a->path : "the one it recorded";
+  if (a->owner)
+    snprintf(err, errlen, "%s is not %s's (%s)", bd, a->owner, ap);
+  else
+    snprintf(err, errlen, "%s is not %s", bd, ap);
+  return -1;
+}
+
+/* other's tokenizer against a model's (tokdata_fits_model's). */
+static int fits_model(const tokdata_tokref *other, const char *model_dir,
+                      const char *model_tok, const char *model_sha, char *err,
+                      size_t errlen) {
+  size_t n = strlen(model_dir) + 16;
+  char *owner = malloc(n);
+  if (!owner) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  snprintf(owner, n, "the model %s", model_dir);
+  tokdata_tokref mt = {owner, model_tok, model_sha};
+  int rc = tokdata_same_tokenizer(&mt, other, err, errlen);
+  free(owner);
+  return rc;
+}
+
+int tokdata_fits_model(const tokdata *td, const char *model_dir,
+                       const char *model_tok, const char *model_sha, char *err,
+                       size_t errlen) {
+  tokdata_tokref dt = {"the data", td->tokenizer, td->tokenizer_sha256};
+  return fits_model(&dt, model_dir, model_tok, model_sha, err, errlen);
+}
+
+int tokdata_file_fits_model(const char *path, const char *model_dir,
+                            const char *model_tok, const char *model_sha,
+                            char *err, size_t errlen) {
+  char sha[65];
+  if (sha256_file(path, sha) != 0)
+    sha[0] = '\0'; /* what reads the file next says why it cannot */
+  tokdata_tokref given = {NULL, path, sha};
+  return fits_model(&given, model_dir, model_tok, model_sha, err, errlen);
 }

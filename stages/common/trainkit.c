@@ -148,10 +148,11 @@ int trainkit_open_data(dagrun_ctx *ctx, const dagrun_host *h, trainkit_model *m,
 }
 
 /* init_from: the model, its shape and its weights from a model directory
- * (modeldir.h), instead of a preset and gpt_init. The data must have the
- * model's vocabulary. The directory is only read. */
+ * (modeldir.h), instead of a preset and gpt_init. The data (td) must be
+ * tokenized with the model's tokenizer. The directory is only read. */
 static int init_from_model(dagrun_ctx *ctx, const dagrun_host *h,
-                           trainkit_model *m, gpt **out, char **init_dir) {
+                           trainkit_model *m, const tokdata *td, gpt **out,
+                           char **init_dir) {
   char err[2048];
   const char *z = m->init_from;
   char *path =
@@ -177,6 +178,14 @@ static int init_from_model(dagrun_ctx *ctx, const dagrun_host *h,
             "tokenizer has %d: fine-tuning needs the data tokenized with "
             "the model's own tokenizer",
             info->dir, mc->vocab_size, m->cfg.vocab_size);
+    goto done;
+  }
+  if (tokdata_fits_model(td, info->dir, info->tokenizer, info->tokenizer_sha256,
+                         err, sizeof err) != 0) {
+    h->fail(ctx,
+            "init_from: %s: fine-tuning needs the data tokenized with the "
+            "model's own tokenizer",
+            err);
     goto done;
   }
   m->T = m->seq_len ? m->seq_len : mc->block_size;
@@ -215,8 +224,8 @@ done:
 }
 
 int trainkit_make_model(dagrun_ctx *ctx, const dagrun_host *h,
-                        trainkit_model *m, uint64_t seed, gpt **out,
-                        char **init_dir) {
+                        trainkit_model *m, const tokdata *td, uint64_t seed,
+                        gpt **out, char **init_dir) {
   char err[1024];
   *out = NULL;
   *init_dir = NULL;
@@ -225,7 +234,7 @@ int trainkit_make_model(dagrun_ctx *ctx, const dagrun_host *h,
                             &all_2d) != 0)
     return -1;
   if (m->init_from[0]) {
-    if (init_from_model(ctx, h, m, out, init_dir) != 0)
+    if (init_from_model(ctx, h, m, td, out, init_dir) != 0)
       return -1;
   } else {
     if (gpt_config_finish(&m->cfg, err, sizeof err) != 0 ||

@@ -123,14 +123,15 @@ int trainkit_open_data(dagrun_ctx *ctx, const dagrun_host *h, trainkit_model *m,
 
 /* The model to train: with init_from, that directory's weights and shape
  * (m->cfg, m->T and m->name follow it; *init_dir, caller frees, is the
- * resolved directory, which is only read); without, a preset's model
- * initialized by seed (*init_dir NULL). Its tensors decay as the
- * decay_tensors param says (gpt_decay_all_2d). Call after
- * trainkit_open_data.
+ * resolved directory, which is only read), refused when the data td
+ * (borrowed) was tokenized with another tokenizer (tokdata_same_tokenizer);
+ * without, a preset's model initialized by seed (*init_dir NULL). Its
+ * tensors decay as the decay_tensors param says (gpt_decay_all_2d). Call
+ * after trainkit_open_data.
  * Caller destroys *out. */
 int trainkit_make_model(dagrun_ctx *ctx, const dagrun_host *h,
-                        trainkit_model *m, uint64_t seed, gpt **out,
-                        char **init_dir);
+                        trainkit_model *m, const tokdata *td, uint64_t seed,
+                        gpt **out, char **init_dir);
 
 /* An optimizer over model's tensors, weight decay on those that take it.
  * Caller destroys *out. */

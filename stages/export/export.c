@@ -51,6 +51,7 @@
 #include "ckpt/modeldir.h"
 #include "ckpt/weights.h"
 #include "common/stagekit.h"
+#include "common/tokdata.h"
 #include "lib/bpe/bpe.h"
 #include "lib/exitcode.h"
 #include "lib/fileio.h"
@@ -852,6 +853,12 @@ static int open_source(exporter *x) {
             "the tokenizer %s has no %s token, which GPT-2's configs name "
             "as bos/eos/unk",
             x->tokenizer, EOT);
+    return -1;
+  }
+  /* One vocabulary size is not one tokenizer (tokdata.h). */
+  if (tokdata_file_fits_model(x->tokenizer, x->info.dir, x->info.tokenizer,
+                              x->info.tokenizer_sha256, err, sizeof err) != 0) {
+    h->fail(x->ctx, "%s: they do not belong together", err);
     return -1;
   }
   if (exists(x->dest) && is_within(x->info.dir, x->dest)) {

@@ -325,7 +325,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *h) {
   /* The copy that is trained: init_from's weights are read into memory,
    * never written back (see the top of this file). */
   if (trainkit_open_data(ctx, h, &f.m, &f.data) != 0 ||
-      trainkit_make_model(ctx, h, &f.m, f.seed, &model, &init_dir) != 0)
+      trainkit_make_model(ctx, h, &f.m, &f.data, f.seed, &model, &init_dir))
     goto done;
   const gpt_config *mc = &f.m.cfg;
   h->log(ctx, DAGRUN_LOG_INFO,

@@ -9,7 +9,8 @@
  *
  * The tokenizer is trained on the train shards (or a sample of them), or
  * loaded from a Hugging Face tokenizer.json or GPT-2's vocab.json +
- * merges.txt. Either way it is written to out/tokenizer.json, and every
+ * merges.txt. Either way it is in out/tokenizer.json (a loaded
+ * tokenizer.json byte for byte: write_tokenizer says why), and every
  * shard, train and validation, is encoded in parallel into out/<name>.tok,
  * each document led by <|endoftext|>. out/manifest.json records the
  * tokenizer, each token file's counts and SHA-256, and the timings.
@@ -848,6 +849,29 @@ static char *manifest_json(const job *j, const settings *st,
   return out;
 }
 
+/* out/tokenizer.json: a given tokenizer.json byte for byte (src), else
+ * tok as bpe_save_hf writes it. A given file is copied, not written
+ * again, because a tokenizer's identity is its file's sha256 (the
+ * manifest's, which train records in its checkpoints and every stage
+ * that puts a model with data compares): a model trained elsewhere with
+ * that file, such as a Hugging Face directory's, must match the data
+ * tokenized with it. 0, or -1 with err. */
+static int write_tokenizer(const bpe *tok, const char *src, const char *dst,
+                           char *err, size_t errlen) {
+  if (!src)
+    return bpe_save_hf(tok, dst, err, errlen);
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp", dst);
+  if (fileio_copy_durable(src, tmp, err, errlen) != 0)
+    return -1;
+  if (rename(tmp, dst) != 0) {
+    snprintf(err, errlen, "%s: %s", dst, strerror(errno));
+    unlink(tmp);
+    return -1;
+  }
+  return 0;
+}
+
 static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   settings st;
   if (read_settings(ctx, host, &st) != 0) {
@@ -860,7 +884,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   int status = EXIT_FAILED;
   job j = {.ctx = ctx, .host = host, .threads = (int)st.threads};
   pthread_mutex_init(&j.lock, NULL);
-  char *manifest = NULL;
+  char *manifest = NULL, *src_tok = NULL;
   if (load_shard_manifest(st.shards, dag_dir, out_dir, &j.shards, &j.nshards,
                           err, sizeof err) != 0) {
     host->fail(ctx, "%s", err);
@@ -879,7 +903,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
     int rc = st.tokenizer
                  ? bpe_load_hf(paths[0], &j.tok, err, sizeof err)
                  : bpe_load_gpt2(paths[1], paths[2], &j.tok, err, sizeof err);
-    for (int i = 0; i < 3; i++)
+    src_tok = paths[0];
+    for (int i = 1; i < 3; i++)
       free(paths[i]);
     if (rc != 0) {
       host->fail(ctx, "%s", err);
@@ -914,7 +939,8 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
 
   char *tok_path = fileio_join(out_dir, "tokenizer.json");
   char tok_sha[65] = "";
-  if (!tok_path || bpe_save_hf(j.tok, tok_path, err, sizeof err) != 0 ||
+  if (!tok_path ||
+      write_tokenizer(j.tok, src_tok, tok_path, err, sizeof err) != 0 ||
       sha256_file(tok_path, tok_sha) != 0) {
     host->fail(ctx, "writing tokenizer.json: %s", err);
     free(tok_path);
@@ -974,6 +1000,7 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
   status = 0;
 done:
   free(manifest);
+  free(src_tok);
   bpe_destroy(j.tok);
   free_shards(j.shards, j.nshards);
   free(st.specials);

@@ -140,11 +140,10 @@ int datamix_read(dagrun_ctx *ctx, const dagrun_host *h, datamix *m) {
   return 0;
 }
 
-/* Source i's directory against the first's (td): one vocabulary and the
- * same tokenizer file, byte for byte. 0, or -1 with err. */
+/* Source i's directory against the first's (first): one vocabulary and
+ * the same tokenizer. 0, or -1 with err. */
 static int same_tokenizer(const datamix *m, size_t i, const tokdata *first,
-                          const char *first_tok, const tokdata *part, char *err,
-                          size_t errlen) {
+                          const tokdata *part, char *err, size_t errlen) {
   if (part->vocab_size != first->vocab_size) {
     snprintf(err, errlen,
              "data_mix: %s (%s) has a vocabulary of %d tokens, but %s (%s) "
@@ -153,15 +152,15 @@ static int same_tokenizer(const datamix *m, size_t i, const tokdata *first,
              first->dir, first->vocab_size);
     return -1;
   }
-  char ignored[256];
-  char *text = fileio_read_all(part->tokenizer, NULL, ignored, sizeof ignored);
-  int same = text && first_tok && strcmp(text, first_tok) == 0;
-  free(text);
-  if (!same) {
+  tokdata_tokref a = {m->src[0].name, first->tokenizer,
+                      first->tokenizer_sha256};
+  tokdata_tokref b = {m->src[i].name, part->tokenizer, part->tokenizer_sha256};
+  char sub[1024];
+  if (tokdata_same_tokenizer(&a, &b, sub, sizeof sub) != 0) {
     snprintf(err, errlen,
-             "data_mix: %s's tokenizer %s is not %s's (%s): every source "
-             "must be tokenized with one tokenizer",
-             m->src[i].name, part->tokenizer, m->src[0].name, first->tokenizer);
+             "data_mix: %s: every source must be tokenized with one "
+             "tokenizer",
+             sub);
     return -1;
   }
   return 0;
@@ -190,7 +189,6 @@ int datamix_open(dagrun_ctx *ctx, const dagrun_host *h, datamix *m,
                  tokdata *td) {
   char err[2048];
   size_t first_file[LOADER_MAX_SOURCES];
-  char *first_tok = NULL;
   int rc = -1;
   memset(td, 0, sizeof *td);
   for (size_t i = 0; i < m->n; i++) {
@@ -205,14 +203,12 @@ int datamix_open(dagrun_ctx *ctx, const dagrun_host *h, datamix *m,
       td->ntrain = td->nval = 0;
       td->dir = strdup(part.dir);
       td->tokenizer = strdup(part.tokenizer);
-      first_tok = fileio_read_all(part.tokenizer, NULL, err, sizeof err);
-      if (!first_tok || !td->dir || !td->tokenizer) {
-        h->fail(ctx, "data_mix: %s: %s", m->src[0].name,
-                first_tok ? "out of memory" : err);
+      if (!td->dir || !td->tokenizer) {
+        h->fail(ctx, "data_mix: %s: out of memory", m->src[0].name);
         tokdata_free(&part);
         goto done;
       }
-    } else if (same_tokenizer(m, i, td, first_tok, &part, err, sizeof err)) {
+    } else if (same_tokenizer(m, i, td, &part, err, sizeof err)) {
       h->fail(ctx, "%s", err);
       tokdata_free(&part);
       goto done;
@@ -232,7 +228,6 @@ int datamix_open(dagrun_ctx *ctx, const dagrun_host *h, datamix *m,
     m->src[i].paths = (const char *const *)td->train + first_file[i];
   rc = 0;
 done:
-  free(first_tok);
   return rc;
 }
 

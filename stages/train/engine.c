@@ -316,7 +316,10 @@ static int cuda_batch_loss(void *arg, const uint32_t *in, const uint32_t *tg,
 
 int engine_eval_loss(engine *e, loader *ld, uint64_t nb, double *loss,
                      char *err, size_t errlen) {
-  int B = e->o.B, T = e->o.T;
+  /* The loader's batches, which a small validation split makes smaller
+   * than the training ones (loader_create_fitting). */
+  int B, T;
+  loader_shape(ld, &B, &T);
   if (e->dev == ENGINE_CPU) {
     eval_result er;
     if (evaluate_model(e->model, ld, B, T, nb, NULL, NULL, &er, err,

@@ -114,8 +114,9 @@ int engine_sync_to_host(engine *e, char *err, size_t errlen);
 /* model and opt (after trainstate_load) -> the device. */
 int engine_load_from_host(engine *e, char *err, size_t errlen);
 
-/* Mean loss of nb batches of ld on the engine's device (validation; on
- * the CPU, evaluate_model's loss). */
+/* Mean loss of nb batches of ld, of ld's shape (at most the engine's B
+ * x T), on the engine's device (validation; on the CPU, evaluate_model's
+ * loss). */
 int engine_eval_loss(engine *e, loader *ld, uint64_t nb, double *loss,
                      char *err, size_t errlen);
 

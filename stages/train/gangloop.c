@@ -480,7 +480,7 @@ static optim *load_whole(trainrun *r, gang *g, const char *dir) {
   if (trainkit_make_optim(r->model, &r->c.opt, &whole, err, sizeof err) != 0)
     gang_abort(r, g, "resume", err);
   ts.opt = whole;
-  if (ckpt_verify(dir, err, sizeof err) != 0 ||
+  if (trainrun_verify_resume(dir, err, sizeof err) != 0 ||
       trainstate_load(dir, &ts, err, sizeof err) != 0)
     gang_abort(r, g, "resume", err);
   r->st.step = ts.step;
@@ -512,6 +512,8 @@ static void start_zero(trainrun *r, gang *g, const char *dir,
     loader_next(r->train, r->inputs, r->targets);
   r->st.step = step;
   r->st.tokens = (uint64_t)step * g->N * g->B * g->T * r->c.accum;
+  if (trainrun_check_resumed(r, dir, err, sizeof err) != 0)
+    gang_abort(r, g, "resume", err);
   snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", dir);
   if (g->rank == 0)
     r->h->log(r->ctx, DAGRUN_LOG_INFO,
@@ -634,12 +636,11 @@ static void train_step(trainrun *r, gang *g) {
     gang_abort(r, g, "step", err);
   double t_end = clock_monotonic();
   /* A step whose loss or norm is not finite, or that the spike guard
-   * stopped, moved nothing. */
-  if (g->rank == 0 && res.lr_factor == 0.0 &&
-      (!isfinite(res.loss) || !isfinite(res.norm)))
-    r->h->log(r->ctx, DAGRUN_LOG_WARN,
-              "step %lld: loss %g, grad norm %g: update skipped",
-              (long long)step, res.loss, res.norm);
+   * stopped, moved nothing. Every rank has the global loss and norm:
+   * they stop together. */
+  if (trainrun_count_step(r, step, res.loss, res.norm, g->rank == 0, err,
+                          sizeof err) != 0)
+    gang_abort(r, g, "step", err);
   lr *= res.lr_factor > 0.0 ? res.lr_factor : 1.0;
   /* Rank 0's time, from one chain of clock reads so that the phases add
    * up to the step: the optimizer phase is the rest of the call, as
@@ -741,7 +742,8 @@ static int write_results(trainrun *r, gang *g, gpt *m, const gangmem *mem,
                          double train_s) {
   char model_dir[4096], final[4096];
   if (save_full_model(r, m, model_dir, sizeof model_dir, final, sizeof final) !=
-      0)
+          0 ||
+      trainrun_check_end(r) != 0)
     return -1;
   trainrun_samples(r, m);
   double tps = trainrun_tokens_per_s(r, train_s);

@@ -208,7 +208,10 @@ static void resume(trainrun *r, mploop *l) {
   char *dir = trainrun_resume_dir(r);
   if (!dir)
     return;
-  if (trainstate_load(dir, &r->st, err, sizeof err) != 0 ||
+  if ((strcmp(r->c.resume, "auto") != 0 &&
+       trainrun_verify_resume(dir, err, sizeof err) != 0) ||
+      trainstate_load(dir, &r->st, err, sizeof err) != 0 ||
+      trainrun_check_resumed(r, dir, err, sizeof err) != 0 ||
       l->eng.load(l->eng.e, r->opt, err, sizeof err) != 0) {
     char what[4200];
     snprintf(what, sizeof what, "resume from %s", dir);
@@ -357,6 +360,10 @@ static void train_step(trainrun *r, mploop *l) {
   double t_fb = clock_monotonic();
   double lr = lr_at(&r->c.sched, r->st.step);
   double f = guard(r, l, loss, gnorm);
+  /* Every rank has the step's loss and norm: they stop together. */
+  if (trainrun_count_step(r, r->st.step + 1, loss, gnorm, l->rank == 0, err,
+                          sizeof err) != 0)
+    mploop_abort(r, l, "step", err);
   if (f > 0)
     l->eng.step(l->eng.e, (float)(lr * f));
   double t_end = clock_monotonic();
@@ -435,6 +442,8 @@ static int finish(trainrun *r, mploop *l) {
     return EXIT_FAILED;
   if (l->rank != 0)
     return 0;
+  if (trainrun_check_end(r) != 0)
+    return EXIT_FAILED;
   trainrun_samples(r, r->model);
   double tps = trainrun_tokens_per_s(r, train_s);
   r->h->log(r->ctx, DAGRUN_LOG_INFO,

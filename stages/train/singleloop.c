@@ -168,7 +168,7 @@ static int resume(trainrun *r) {
     return 0;
   /* A checkpoint found by auto passed ckpt_find_latest's checks. */
   if (strcmp(r->c.resume, "auto") != 0 &&
-      ckpt_verify(dir, err, sizeof err) != 0) {
+      trainrun_verify_resume(dir, err, sizeof err) != 0) {
     r->h->fail(r->ctx, "resume: %s", err);
     free(dir);
     return -1;
@@ -177,6 +177,11 @@ static int resume(trainrun *r) {
            ? resume_sharded(r, dir, err, sizeof err)
            : trainstate_load(dir, &r->st, err, sizeof err)) != 0) {
     r->h->fail(r->ctx, "resume from %s: %s", dir, err);
+    free(dir);
+    return -1;
+  }
+  if (trainrun_check_resumed(r, dir, err, sizeof err) != 0) {
+    r->h->fail(r->ctx, "resume: %s", err);
     free(dir);
     return -1;
   }
@@ -374,12 +379,12 @@ static int update(trainrun *r, int64_t step, double loss, double *lr,
     return apply;
   /* A non-finite loss or gradient never reaches the weights, whatever
    * the policy (lower_lr would apply it, none would not look). */
-  if (apply && (!isfinite(loss) || !isfinite(*gnorm))) {
-    apply = STEP_SKIP;
-    h->log(r->ctx, DAGRUN_LOG_WARN,
-           "step %lld: loss %g, grad norm %g: update skipped",
-           (long long)(step + 1), loss, *gnorm);
+  if (trainrun_count_step(r, step + 1, loss, *gnorm, 1, err, sizeof err)) {
+    h->fail(r->ctx, "%s", err);
+    return STEP_FAILED;
   }
+  if (!isfinite(loss) || !isfinite(*gnorm))
+    apply = STEP_SKIP;
   if (apply) {
     *lr *= spike_lr_factor(&r->guard);
     if (engine_step(r->eng, (float)*lr, err, sizeof err) != 0) {
@@ -396,7 +401,8 @@ static int update(trainrun *r, int64_t step, double loss, double *lr,
  * CPU and CUDA events on the GPU), optimizer (zeroing the gradients,
  * clipping, the spike guard, the update) and communication (none in one
  * process). 0, 1 when rolled back (no step done), or -1. */
-static int train_step(trainrun *r, trainrun_faults *fault, data_watch *dw) {
+static int train_step(trainrun *r, trainrun_faults *fault,
+                      trainrun_faults *nan_fault, data_watch *dw) {
   const dagrun_host *h = r->h;
   char err[2048];
   int64_t step = r->st.step;
@@ -422,6 +428,8 @@ static int train_step(trainrun *r, trainrun_faults *fault, data_watch *dw) {
     }
     stagekit_lap(&tk); /* fault injection is no phase of a real step */
   }
+  if (trainrun_faults_take(nan_fault, step + 1))
+    loss = NAN;
   double lr = 0, gnorm = 0;
   int rc = update(r, step, loss, &lr, &gnorm);
   if (rc == STEP_FAILED)
@@ -446,8 +454,9 @@ static int train_loop(trainrun *r) {
   const dagrun_host *h = r->h;
   char err[2048];
   data_watch dwatch = {0};
-  trainrun_faults fault;
+  trainrun_faults fault, nan_fault;
   trainrun_faults_read(&fault);
+  trainrun_faults_read_nan(&nan_fault);
   trainrun_loop_start(r, (size_t)r->c.B * r->c.m.T * r->c.accum);
   while (r->st.step < r->c.steps) {
     int64_t step = r->st.step;
@@ -462,7 +471,7 @@ static int train_loop(trainrun *r) {
                 (long long)step, r->last_ckpt);
       return -1;
     }
-    int rc = train_step(r, &fault, &dwatch);
+    int rc = train_step(r, &fault, &nan_fault, &dwatch);
     if (rc < 0)
       return -1;
     if (rc > 0)
@@ -470,6 +479,8 @@ static int train_loop(trainrun *r) {
     if (!r->c.overfit && r->c.eval_every && r->st.step % r->c.eval_every == 0 &&
         r->st.step < r->c.steps) {
       r->val_loss = evaluate(r, r->st.step);
+      if (r->val_failed)
+        return -1;
       h->log(r->ctx, DAGRUN_LOG_INFO, "step %lld: loss %.4f, val loss %.4f",
              (long long)r->st.step, r->last_loss, r->val_loss);
     }
@@ -517,6 +528,8 @@ static int finish(trainrun *r, engine_device dev, const char *why, double H1,
     h->fail(r->ctx, "final checkpoint: %s", err);
     return -1;
   }
+  if (trainrun_check_end(r) != 0)
+    return -1;
   trainrun_samples(r, r->model);
   double tps = trainrun_tokens_per_s(r, train_s);
   h->log(r->ctx, DAGRUN_LOG_INFO,
@@ -559,6 +572,8 @@ int singleloop_run(trainrun *r) {
   if (!r->c.overfit)
     r->val_loss = evaluate(r, r->st.step);
   else if (check_overfit(r) != 0)
+    return EXIT_FAILED;
+  if (r->val_failed)
     return EXIT_FAILED;
   return finish(r, dev, why, H1, train_s) == 0 ? 0 : EXIT_FAILED;
 }

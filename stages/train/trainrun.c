@@ -9,11 +9,12 @@
 #include "lib/clock.h"
 #include "lib/fileio.h"
 
-#include <math.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 const char *const trainrun_schedule_names[] = {[LR_COSINE] = "cosine",
@@ -236,37 +237,64 @@ int trainrun_init(trainrun *r) {
 /* ---- Setup and teardown ---- */
 
 /* A validation loader, sequential over n of the validation files from
- * first, into *ld and its start; none (NULL), with a warning naming
- * what (training goes on without), when it cannot open. */
-static void open_val_loader(trainrun *r, int nranks, size_t first, size_t n,
-                            const char *what, loader **ld, loader_pos *start) {
+ * first, into *ld and its start. Files that cannot be read or hold ids
+ * outside the vocabulary fail the task, as the validate stage fails on
+ * them (-1). A split too small for one batch is scored in fewer or
+ * shorter sequences, as the validate stage scores it
+ * (loader_create_fitting), where one process scores it (fit); a gang's
+ * ranks share each batch and its score functions take the training
+ * shape, so there it is left out (NULL), with a warning naming what
+ * (training goes on without). */
+static int open_val_loader(trainrun *r, int nranks, int fit, size_t first,
+                           size_t n, const char *what, loader **ld,
+                           loader_pos *start) {
   char err[1024];
+  const int B = r->c.B * nranks; /* a gang's ranks share each batch */
   loader_config vc = {
       .paths = (const char *const *)r->data.val + first,
       .npaths = n,
-      .B = r->c.B * nranks, /* a gang's ranks share each batch */
+      .B = B,
       .T = r->c.m.T,
       .order = LOADER_SEQUENTIAL,
       .seed = r->c.seed,
   };
-  if (loader_create(&vc, ld, err, sizeof err) != 0) {
-    r->h->log(r->ctx, DAGRUN_LOG_WARN, "no validation%s: %s", what, err);
-    *ld = NULL;
-  } else {
-    loader_get_pos(*ld, start);
+  if (loader_create_fitting(&vc, 1, 8, ld, err, sizeof err) != 0) {
+    r->h->fail(r->ctx, "validation data%s: %s", what, err);
+    return -1;
   }
+  if ((vc.B != B || vc.T != r->c.m.T) && !fit) {
+    r->h->log(r->ctx, DAGRUN_LOG_WARN,
+              "no validation%s: the split is too small for batches of %dx%d, "
+              "which a gang's ranks share",
+              what, B, r->c.m.T);
+    loader_destroy(*ld);
+    *ld = NULL;
+    return 0;
+  }
+  if (vc.B != B || vc.T != r->c.m.T)
+    r->h->log(r->ctx, DAGRUN_LOG_WARN,
+              "the validation split%s is too small for batches of %dx%d: "
+              "evaluating %dx%d",
+              what, B, r->c.m.T, vc.B, vc.T);
+  loader_get_pos(*ld, start);
+  return 0;
 }
 
 /* The validation loaders: one over every validation file, or with two or
  * more data_mix sources one per source over its own (trainrun_validate). */
-static void open_validation(trainrun *r, int nranks) {
+static int open_validation(trainrun *r, int nranks, int gang) {
   for (size_t i = 0; i < LOADER_MAX_SOURCES; i++)
     r->src_val_loss[i] = NAN;
-  if (r->mix.n < 2) {
-    if (r->data.nval)
-      open_val_loader(r, nranks, 0, r->data.nval, "", &r->val, &r->val_start);
-    return;
+  if (r->mix.n < 2 && !r->data.nval) {
+    r->h->log(r->ctx, DAGRUN_LOG_WARN,
+              "%s has no validation files (the shard stage's val_fraction "
+              "left it none): no val_loss, nothing to tell overfitting by",
+              r->data.dir);
+    return 0;
   }
+  if (r->mix.n < 2)
+    return open_val_loader(r, nranks, !gang, 0, r->data.nval, "", &r->val,
+                           &r->val_start);
   for (size_t i = 0; i < r->mix.n; i++) {
     char what[64];
     snprintf(what, sizeof what, " of %s", r->mix.src[i].name);
@@ -274,10 +302,12 @@ static void open_validation(trainrun *r, int nranks) {
       r->h->log(r->ctx, DAGRUN_LOG_WARN,
                 "data_mix: %s has no validation files: val_loss leaves it out",
                 r->mix.src[i].name);
-    else
-      open_val_loader(r, nranks, r->mix.val_first[i], r->mix.val_n[i], what,
-                      &r->src_val[i], &r->src_val_start[i]);
+    else if (open_val_loader(r, nranks, !gang, r->mix.val_first[i],
+                             r->mix.val_n[i], what, &r->src_val[i],
+                             &r->src_val_start[i]) != 0)
+      return -1;
   }
+  return 0;
 }
 
 /* data_mix's sources, or data's directory, into r->data. */
@@ -325,8 +355,9 @@ int trainrun_setup(trainrun *r, int nranks, int gang) {
   char err[1024];
   /* A checkpoint of this task, when resume finds one, replaces
    * init_from's weights later: it was made from them. */
-  if (open_data(r) != 0 || trainkit_make_model(r->ctx, h, &r->c.m, r->c.seed,
-                                               &r->model, &r->init_dir) != 0)
+  if (open_data(r) != 0 ||
+      trainkit_make_model(r->ctx, h, &r->c.m, &r->data, r->c.seed, &r->model,
+                          &r->init_dir) != 0)
     return -1;
   /* Training forwards only (trainkit_forward_backward); the CPU engine's. */
   gpt_set_dropout(r->model, (float)r->c.dropout, r->c.seed);
@@ -355,7 +386,8 @@ int trainrun_setup(trainrun *r, int nranks, int gang) {
   }
   if (fit_steps(r, gang) != 0)
     return -1;
-  open_validation(r, nranks);
+  if (open_validation(r, nranks, gang) != 0)
+    return -1;
   size_t bt = (size_t)r->c.B * (size_t)nranks * (size_t)r->c.m.T;
   r->inputs = malloc(bt * sizeof(uint32_t));
   r->targets = malloc(bt * sizeof(uint32_t));
@@ -392,8 +424,10 @@ void trainrun_free(trainrun *r) {
 }
 
 /* The tokenizer's path lets modeldir.h find the tokenizer of a bare
- * checkpoint; device, recompute and deterministic are one process's
- * (a gang's are in its log and summary). */
+ * checkpoint, and its sha256 is its identity, which every stage that
+ * reads the checkpoint with data or a tokenizer compares (tokdata.h);
+ * device, recompute and deterministic are one process's (a gang's are in
+ * its log and summary). */
 void trainrun_set_config(trainrun *r) {
   const trainrun_cfg *c = &r->c;
   cJSON *o = cJSON_CreateObject();
@@ -402,6 +436,8 @@ void trainrun_set_config(trainrun *r) {
     cJSON_AddStringToObject(o, "init_from", r->init_dir);
   if (r->data.tokenizer)
     cJSON_AddStringToObject(o, "tokenizer", r->data.tokenizer);
+  if (r->data.tokenizer_sha256[0])
+    cJSON_AddStringToObject(o, "tokenizer_sha256", r->data.tokenizer_sha256);
   if (r->mix.n)
     cJSON_AddItemToObject(o, "data_mix", datamix_json(&r->mix, NULL, NULL));
   cJSON_AddNumberToObject(o, "batch_size", c->B);
@@ -439,6 +475,8 @@ void trainrun_set_config(trainrun *r) {
   r->config_text = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   r->st.config_json = r->config_text;
+  r->st.tokenizer = r->data.tokenizer;
+  r->st.tokenizer_sha256 = r->data.tokenizer_sha256;
 }
 
 /* ---- Checkpoints, validation, faults ---- */
@@ -491,6 +529,34 @@ char *trainrun_resume_dir(trainrun *r) {
              : fileio_join(r->h->dir(r->ctx, DAGRUN_DIR_DAG), r->c.resume);
 }
 
+int trainrun_verify_resume(const char *dir, char *err, size_t errlen) {
+  struct stat st;
+  int found = stat(dir, &st) == 0;
+  if (!found || !S_ISDIR(st.st_mode)) {
+    snprintf(err, errlen,
+             "%s: %s (resume is auto, never, or a checkpoint directory)", dir,
+             found ? "not a directory" : strerror(errno));
+    return -1;
+  }
+  char sub[1024];
+  if (ckpt_verify(dir, sub, sizeof sub) != 0) {
+    snprintf(err, errlen, "%s: %s", dir, sub);
+    return -1;
+  }
+  return 0;
+}
+
+int trainrun_check_resumed(const trainrun *r, const char *dir, char *err,
+                           size_t errlen) {
+  if (r->st.step <= r->c.steps)
+    return 0;
+  snprintf(err, errlen,
+           "%s is at step %lld, past steps: %lld (the run's total, not the "
+           "steps to add): raise steps to train on from it",
+           dir, (long long)r->st.step, (long long)r->c.steps);
+  return -1;
+}
+
 void trainrun_peek_batch(trainrun *r) {
   loader_pos pos;
   loader_get_pos(r->train, &pos);
@@ -505,10 +571,20 @@ void trainrun_report_init_loss(trainrun *r, double loss) {
   r->st.init_loss = loss;
 }
 
+/* A validation that fails (bad ids in the split, out of memory) fails
+ * the run, as the validate stage fails on the same files: a val_loss
+ * left out would pass the model on unmeasured. */
+static void val_failed(trainrun *r, const char *what, const char *err,
+                       int64_t step) {
+  r->h->fail(r->ctx, "validation%s at step %lld: %s", what, (long long)step,
+             err);
+  r->val_failed = 1;
+}
+
 double trainrun_val_report(trainrun *r, int rc, double loss, const char *err,
                            int64_t step) {
   if (rc != 0) {
-    r->h->log(r->ctx, DAGRUN_LOG_WARN, "validation: %s", err);
+    val_failed(r, "", err, step);
     return NAN;
   }
   r->h->metric(r->ctx, "val_loss", loss, step);
@@ -530,9 +606,10 @@ static double validate_sources(trainrun *r, int64_t step, int report,
       continue;
     loader_set_pos(r->src_val[i], &r->src_val_start[i]);
     if (fn(arg, r, r->src_val[i], &loss, err, sizeof err) != 0) {
+      char what[80];
+      snprintf(what, sizeof what, " of %s", s->name);
       if (report)
-        r->h->log(r->ctx, DAGRUN_LOG_WARN, "validation of %s: %s", s->name,
-                  err);
+        val_failed(r, what, err, step);
       continue;
     }
     r->src_val_loss[i] = loss;
@@ -614,8 +691,9 @@ void trainrun_lm_eval(trainrun *r, gpt *model, int64_t step) {
   }
 }
 
-void trainrun_faults_read(trainrun_faults *f) {
-  const char *z = getenv("DAGRUN_FAULT_SPIKE_STEPS");
+/* A comma-separated list of step numbers from the environment. */
+static void faults_read(trainrun_faults *f, const char *env) {
+  const char *z = getenv(env);
   f->n = 0;
   while (z && *z && f->n < TRAINRUN_MAX_FAULTS) {
     char *end;
@@ -625,6 +703,14 @@ void trainrun_faults_read(trainrun_faults *f) {
     f->step[f->n++] = v;
     z = *end == ',' ? end + 1 : end;
   }
+}
+
+void trainrun_faults_read(trainrun_faults *f) {
+  faults_read(f, "DAGRUN_FAULT_SPIKE_STEPS");
+}
+
+void trainrun_faults_read_nan(trainrun_faults *f) {
+  faults_read(f, "DAGRUN_FAULT_NAN_STEPS");
 }
 
 int trainrun_faults_take(trainrun_faults *f, int64_t step) {
@@ -803,6 +889,68 @@ void trainrun_summary_rates(const trainrun *r, cJSON *s, double tps) {
     cJSON_AddNumberToObject(s, "init_loss", r->st.init_loss);
   cJSON_AddNumberToObject(s, "tokens_per_s", tps);
   cJSON_AddNumberToObject(s, "spike_events", (double)r->guard.events);
+  cJSON_AddNumberToObject(s, "nonfinite_steps", (double)r->nonfinite_steps);
+}
+
+int trainrun_count_step(trainrun *r, int64_t step, double loss, double gnorm,
+                        int report, char *err, size_t errlen) {
+  if (isfinite(loss) && isfinite(gnorm)) {
+    r->nonfinite_run = 0;
+    return 0;
+  }
+  r->nonfinite_steps++;
+  r->nonfinite_run++;
+  if (report)
+    r->h->log(r->ctx, DAGRUN_LOG_WARN,
+              "step %lld: loss %g, grad norm %g: update skipped",
+              (long long)step, loss, gnorm);
+  if (r->nonfinite_run < TRAINRUN_MAX_NONFINITE_RUN)
+    return 0;
+  snprintf(err, errlen,
+           "step %lld: the loss or grad norm was not finite %lld steps in a "
+           "row (%lld in all): the run diverged; lower lr, or raise warmup "
+           "or grad_clip",
+           (long long)step, (long long)r->nonfinite_run,
+           (long long)r->nonfinite_steps);
+  return -1;
+}
+
+/* Whether the run scores a validation split (one of data_mix's sources'
+ * at least); overfit_one_batch scores none. */
+static int has_validation(const trainrun *r) {
+  if (r->c.overfit)
+    return 0;
+  for (size_t i = 0; i < LOADER_MAX_SOURCES; i++)
+    if (r->src_val[i])
+      return 1;
+  return r->val != NULL;
+}
+
+int trainrun_check_end(trainrun *r) {
+  if (r->val_failed)
+    return -1; /* it said why */
+  /* A last step whose grad norm was not finite, with a finite loss, is
+   * as broken: its weights or moments overflowed. */
+  /* A resumed run with no step left to take (a retry after its last
+   * step) has no loss of its own. */
+  int stepped = r->st.step > r->first_step;
+  if ((stepped && !isfinite(r->last_loss)) || r->nonfinite_run > 0 ||
+      (has_validation(r) && !isfinite(r->val_loss))) {
+    r->h->fail(r->ctx,
+               "the run ended with loss %g, val loss %g, its last %lld steps "
+               "skipped for a loss or grad norm that was not finite (%lld in "
+               "all): its weights are not usable; lower lr, or raise warmup "
+               "or grad_clip",
+               r->last_loss, r->val_loss, (long long)r->nonfinite_run,
+               (long long)r->nonfinite_steps);
+    return -1;
+  }
+  if (stepped && isfinite(r->st.init_loss) && r->last_loss > r->st.init_loss)
+    r->h->log(r->ctx, DAGRUN_LOG_WARN,
+              "the final loss %.4f is above the loss at initialization %.4f: "
+              "the run diverged (lower lr, or raise warmup?)",
+              r->last_loss, r->st.init_loss);
+  return 0;
 }
 
 int trainrun_finish(trainrun *r, cJSON *s, const char *ckpt, const char *ckpts,

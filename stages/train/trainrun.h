@@ -106,6 +106,12 @@ typedef struct trainrun {
   double t_start, t_last; /* the loop's start, the last progress */
   int64_t first_step;     /* the step the loop started at (resume) */
   double last_loss, val_loss, lnV; /* init_loss: in st */
+  /* Steps whose loss or grad norm was not finite (their updates
+   * skipped): in all, and in a row up to the last step. */
+  int64_t nonfinite_steps, nonfinite_run;
+  /* A validation failed (the task is failed with its message): the loop
+   * stops where it can (one process), or at its end (a gang). */
+  int val_failed;
 
   /* eval_text and eval_choices (common/lmeval.h) resolved, NULL when not
    * asked for; lm_tok the data's tokenizer, loaded at their first use;
@@ -126,9 +132,11 @@ int trainrun_init(trainrun *r);
  * own), the spike guard, the train loader over the global batch (nranks x
  * batch_size sequences: in a gang each rank trains on its own rows of it), the
  * validation loader (batches of nranks x batch_size windows, the ones one
- * process of that batch scores: in a gang each rank scores its rows; none,
- * with a warning, when it cannot open) and the batch
- * buffers, and points r->st at them. */
+ * process of that batch scores: in a gang each rank scores its rows; in
+ * one process a split too small for one batch in fewer or shorter ones,
+ * as the validate stage; none, with a warning, in a gang then or when
+ * there is no validation split; validation files that cannot be read
+ * fail) and the batch buffers, and points r->st at them. */
 int trainrun_setup(trainrun *r, int nranks, int gang);
 
 /* With each validation: the perplexity of eval_text and the accuracy
@@ -150,6 +158,16 @@ void trainrun_set_config(trainrun *r);
  * checkpoint (invalid ones and a failed search are warnings). A named
  * one is joined to the DAG's directory when relative, not checked. */
 char *trainrun_resume_dir(trainrun *r);
+/* A checkpoint that resume names (not auto's, which are checked as they
+ * are found): 0, or -1 with err naming dir and what is wrong (not a
+ * directory: resume is auto, never or a checkpoint directory; or
+ * ckpt_verify's finding). */
+int trainrun_verify_resume(const char *dir, char *err, size_t errlen);
+/* After resuming from dir at r->st.step: 0, or -1 with err when that is
+ * past steps (the run would train nothing and report no loss: steps is
+ * the run's total, not the steps to add). */
+int trainrun_check_resumed(const trainrun *r, const char *dir, char *err,
+                           size_t errlen);
 
 /* The next train batch into r->inputs and r->targets with the loader's
  * position kept, so that training still starts with it (pre-flight). */
@@ -173,7 +191,8 @@ typedef int (*trainrun_score_fn)(void *arg, trainrun *r, loader *ld,
  * weighted by data_weights (the loss on data drawn as training draws
  * it), over the sources that have validation files; the log says each.
  * report 0 (a gang's other ranks): fn runs, nothing is reported, NAN.
- * A failed score is a warning, and NAN when nothing was scored. */
+ * A failed score fails the task (h->fail, r->val_failed set: the
+ * caller stops) and gives NAN, as does nothing scored. */
 double trainrun_validate(trainrun *r, int64_t step, int report,
                          trainrun_score_fn fn, void *arg);
 
@@ -188,6 +207,10 @@ typedef struct trainrun_faults {
   int n;
 } trainrun_faults;
 void trainrun_faults_read(trainrun_faults *f);
+/* The same for DAGRUN_FAULT_NAN_STEPS="5,6" (one process): those steps'
+ * losses become NaN, a step whose loss is not finite (the tests' way to
+ * one, as a diverging run's steps are). */
+void trainrun_faults_read_nan(trainrun_faults *f);
 /* Whether step (numbered as the metrics are) is a listed one not yet
  * used; uses it. */
 int trainrun_faults_take(trainrun_faults *f, int64_t step);
@@ -198,6 +221,28 @@ int trainrun_faults_take(trainrun_faults *f, int64_t step);
  * the step its loss is reported at. */
 void trainrun_spike_report(trainrun *r, int64_t step, double loss, double gnorm,
                            double z, int in_gang);
+
+/* Skipped non-finite steps in a row after which the run fails: a loss
+ * that stays NaN or infinite this long does not come back (its weights
+ * or moments are broken), and training on would only burn the budget. */
+#define TRAINRUN_MAX_NONFINITE_RUN 10
+
+/* The account of non-finite steps, on every rank with the step's
+ * (global) loss and grad norm, after the step numbered step (as its
+ * metrics are): a step with either not finite, whose update was skipped,
+ * is counted and, when report, warned about. 0, or -1 with err when it
+ * is the TRAINRUN_MAX_NONFINITE_RUN-th such step in a row (the caller
+ * fails the task). */
+int trainrun_count_step(trainrun *r, int64_t step, double loss, double gnorm,
+                        int report, char *err, size_t errlen);
+
+/* The end of the loop, before the samples and summary.json (rank 0):
+ * fails the task (h->fail, -1) when the final loss, or the last
+ * validation's loss when there was validation, is not finite, so that
+ * nothing downstream takes its checkpoint; warns when the final loss is
+ * above the loss at initialization (the run diverged), without failing.
+ * 0 otherwise. */
+int trainrun_check_end(trainrun *r);
 
 /* Where a step's time went (seconds), as both loops report it. */
 typedef struct trainrun_times {
@@ -227,7 +272,8 @@ void trainrun_samples(trainrun *r, gpt *model);
  * (steps, tokens, parameters: np, data_mix: datamix_json's), the loop's
  * own, the losses (loss and
  * val_loss, null when there was no validation), then the rates (ln_vocab,
- * init_loss when taken, tokens_per_s: tps, spike_events). */
+ * init_loss when taken, tokens_per_s: tps, spike_events, nonfinite_steps:
+ * the steps skipped for a loss or grad norm that was not finite). */
 cJSON *trainrun_summary_start(const trainrun *r, size_t np);
 void trainrun_summary_losses(const trainrun *r, cJSON *s);
 void trainrun_summary_rates(const trainrun *r, cJSON *s, double tps);

@@ -28,6 +28,7 @@
 #include "ckpt/modeldir.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/weights.h"
+#include "common/tokdata.h"
 #include "lib/fileio.h"
 
 #include <cjson/cJSON.h>
@@ -193,6 +194,68 @@ int trainstate_save(const char *parent, const train_state *s, char *path,
   return rc;
 }
 
+/* optim.bin's n bytes at ob against this run's optimizer of nf floats:
+ * 0, or -1 with err saying which of its checks failed (a file cut short
+ * is not another optimizer). */
+static int check_optim(const uint8_t *ob, size_t n, size_t nf, const char *dir,
+                       char *err, size_t errlen) {
+  optim_header h;
+  if (n < sizeof h) {
+    snprintf(err, errlen,
+             "%s/optim.bin: %zu bytes, shorter than its %u-byte header", dir, n,
+             OPTIM_HEADER);
+    return -1;
+  }
+  memcpy(&h, ob, sizeof h);
+  if (memcmp(h.magic, OPTIM_MAGIC, 8) != 0 || h.header_size != OPTIM_HEADER) {
+    snprintf(err, errlen,
+             "%s/optim.bin: not an optimizer state file (its magic or header "
+             "size is not %s's %u bytes)",
+             dir, OPTIM_MAGIC, OPTIM_HEADER);
+    return -1;
+  }
+  if (h.nfloats != nf) {
+    snprintf(err, errlen,
+             "%s/optim.bin: the state of another optimizer (%" PRIu64
+             " floats; this run's has %zu)",
+             dir, h.nfloats, nf);
+    return -1;
+  }
+  size_t want = OPTIM_HEADER + nf * sizeof(float);
+  if (n != want) {
+    snprintf(err, errlen,
+             "%s/optim.bin: %zu bytes, but its header's %" PRIu64
+             " floats make %zu: %s",
+             dir, n, h.nfloats, want,
+             n < want ? "truncated" : "trailing bytes");
+    return -1;
+  }
+  return 0;
+}
+
+/* The checkpoint's tokenizer (its manifest's state st) against the run's.
+ * 0, or -1 with err. */
+static int same_tokenizer(const char *dir, const cJSON *st,
+                          const train_state *s, char *err, size_t errlen) {
+  const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(st, "config");
+  const char *path =
+      cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer"));
+  const char *sha = cJSON_GetStringValue(
+      cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer_sha256"));
+  char owner[4200], sub[8192];
+  snprintf(owner, sizeof owner, "the checkpoint %s", dir);
+  tokdata_tokref ck = {owner, path ? path : "(not recorded)", sha};
+  tokdata_tokref run = {"this run's data", s->tokenizer ? s->tokenizer : "",
+                        s->tokenizer_sha256};
+  if (tokdata_same_tokenizer(&ck, &run, sub, sizeof sub) == 0)
+    return 0;
+  snprintf(err, errlen,
+           "%s: resuming needs the data tokenized with the checkpoint's own "
+           "tokenizer",
+           sub);
+  return -1;
+}
+
 int trainstate_load(const char *dir, train_state *s, char *err, size_t errlen) {
   int64_t step = 0;
   char *text = NULL;
@@ -243,6 +306,8 @@ int trainstate_load(const char *dir, train_state *s, char *err, size_t errlen) {
              (double)c->rope_theta, (double)c->norm_eps);
     goto done;
   }
+  if (same_tokenizer(dir, st, s, err, errlen) != 0)
+    goto done;
   const cJSON *il = cJSON_GetObjectItemCaseSensitive(st, "init_loss");
   s->init_loss = cJSON_IsNumber(il) ? il->valuedouble : NAN;
   uint64_t tokens = 0;
@@ -274,18 +339,11 @@ int trainstate_load(const char *dir, train_state *s, char *err, size_t errlen) {
   free(path);
   if (!ob)
     goto done;
-  optim_header h;
   size_t nf = optim_state_floats(s->opt);
-  memcpy(&h, ob, n < sizeof h ? n : sizeof h);
-  if (n < sizeof h || memcmp(h.magic, OPTIM_MAGIC, 8) != 0 ||
-      h.header_size != OPTIM_HEADER || h.nfloats != nf ||
-      n != OPTIM_HEADER + nf * sizeof(float)) {
-    snprintf(err, errlen,
-             "%s/optim.bin: not the state of this run's optimizer (%" PRIu64
-             " floats, this one has %zu)",
-             dir, n >= sizeof h ? h.nfloats : 0, nf);
+  if (check_optim(ob, n, nf, dir, err, errlen) != 0)
     goto done;
-  }
+  optim_header h;
+  memcpy(&h, ob, sizeof h);
   memcpy(optim_state(s->opt), ob + OPTIM_HEADER, nf * sizeof(float));
   optim_set_t(s->opt, h.t);
 

@@ -41,6 +41,11 @@ typedef struct train_state {
    * written before the field existed loads as NAN (the field is
    * optional: old readers ignore it, so the format's version stays). */
   double init_loss;
+  /* The run's tokenizer.json and its identity (tokdata.h; borrowed, may
+   * be NULL): trainstate_load refuses a checkpoint whose manifest records
+   * another (state.config.tokenizer_sha256), as its weights learned other
+   * ids for the same strings. Not saved from here: config_json has them. */
+  const char *tokenizer, *tokenizer_sha256;
 } train_state;
 
 /* Writes checkpoint s->step under parent; its path goes to path (may be
@@ -50,7 +55,8 @@ int trainstate_save(const char *parent, const train_state *s, char *path,
 
 /* Loads dir (which must pass ckpt_verify) into s, whose model, optimizer
  * and guard are already created with the run's config: a checkpoint of
- * another model shape or optimizer is refused, naming both. 0 or -1. */
+ * another model shape, optimizer or tokenizer is refused, naming both.
+ * 0 or -1. */
 int trainstate_load(const char *dir, train_state *s, char *err,
                     size_t errlen);
 

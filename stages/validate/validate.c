@@ -192,8 +192,8 @@ static char *model_path(vrun *r) {
 }
 
 /* Opens the model, the token files and the validation loader, and checks
- * that they belong together (one vocabulary, a context long enough for
- * seq_len). 0, or -1 with the task failed. */
+ * that they belong together (one vocabulary and tokenizer, a context long
+ * enough for seq_len). 0, or -1 with the task failed. */
 static int load(vrun *r) {
   const dagrun_host *h = r->h;
   char err[2048];
@@ -218,6 +218,11 @@ static int load(vrun *r) {
             "the model %s has a vocabulary of %d tokens but the data %s was "
             "tokenized into %d: they do not belong together",
             r->md.dir, mc->vocab_size, r->td.dir, r->td.vocab_size);
+    return -1;
+  }
+  if (tokdata_fits_model(&r->td, r->md.dir, r->md.tokenizer,
+                         r->md.tokenizer_sha256, err, sizeof err) != 0) {
+    h->fail(r->ctx, "%s: they do not belong together", err);
     return -1;
   }
   if (r->td.nval == 0) {
@@ -245,15 +250,9 @@ static int load(vrun *r) {
   };
   /* A small validation split may not fill one batch: evaluate what there
    * is with fewer or shorter sequences rather than nothing, and say so. */
-  while (loader_create(&lc, &r->val, err, sizeof err) != 0) {
-    if (lc.B > 1)
-      lc.B /= 2;
-    else if (lc.T > 8)
-      lc.T /= 2;
-    else {
-      h->fail(r->ctx, "validation data: %s", err);
-      return -1;
-    }
+  if (loader_create_fitting(&lc, 1, 8, &r->val, err, sizeof err) != 0) {
+    h->fail(r->ctx, "validation data: %s", err);
+    return -1;
   }
   if (lc.B != r->c.B || lc.T != r->c.T) {
     h->log(r->ctx, DAGRUN_LOG_WARN,

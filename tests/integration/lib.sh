@@ -388,6 +388,24 @@ Y
   echo "$(run_dir "tok-$1")/tokenize/out"
 }
 
+# other_token_data NAME VOCAB: token data of other text than
+# make_token_data's, tokenized by a tokenizer trained on it to VOCAB ids:
+# a vocabulary of the same size, other merges (a model of one must not be
+# used with the other); prints the tokenize output.
+other_token_data() {
+  mkdir -p "$T/corpus-other-$1"
+  "$PY" - "$T/corpus-other-$1" <<'P'
+import random, sys
+rng = random.Random(5)
+words = ["".join(rng.choice("bdfgkmpqvwxz") + rng.choice("aeiouy")
+                 for _ in range(rng.randint(1, 4))) for _ in range(300)]
+docs = [" ".join(rng.choice(words) for _ in range(rng.randint(20, 60)))
+        for _ in range(300)]
+open(sys.argv[1] + "/other.txt", "w").write("\n%\n".join(docs) + "\n")
+P
+  tokenize_corpus "other-$1" "$T/corpus-other-$1" "vocab_size: $2"
+}
+
 # kill_at_checkpoint DAG STEP DELAY_MS: runs DAG.yaml, whose train task
 # has cache: false, with each train batch DELAY_MS slower, kills dagrun
 # (-9) once the task has written the checkpoint of STEP, and waits until

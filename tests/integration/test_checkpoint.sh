@@ -213,6 +213,12 @@ expect_in "$T/out" "set tokenizer:"
 promote badtok "$(ck 30)" "$(metrics 30 1.0)" ", tokenizer: \"$T/nope.json\""
 expect_rc 1
 expect_in "$T/out" "tokenizer $T/nope.json: No such file or directory"
+# A tokenizer of the same 320 ids trained on other text: not the one the
+# checkpoint records, so not kept beside it.
+OTHER=$(other_token_data c 320)
+promote othertok "$(ck 30)" "$(metrics 30 1.0)" ", tokenizer: \"$OTHER/tokenizer.json\""
+expect_rc 1
+expect_in "$T/out" "the tokenizer $OTHER/tokenizer.json is not the model $(ck 30)'s ($TOK): set tokenizer: to the tokenizer.json it was trained with"
 [ "$(snap)" = "$BEFORE" ] || fail "a refused promotion changed the registry"
 
 # A copy that fails half-way: under ulimit -f 140 (KiB) the run's logs, the

@@ -166,6 +166,11 @@ printf '%s\n' '{"context": "a", "endings": ["c"], "label": 0}' > e1.jsonl
 bad_ev 1 "e1.jsonl:1: needs \"endings\", an array of 2 or more strings" "$CK" --choices e1.jsonl
 printf '%s\n' '{"endings": ["c", "d"], "label": "1"}' > nc.jsonl
 bad_ev 1 "nc.jsonl:1: needs \"ctx\"" "$CK" --choices nc.jsonl
+# Another tokenizer of the same 512 ids (trained on other text): its data
+# and the tokenizer itself are refused, both files named.
+OTHER=$(other_token_data e 512)
+bad_ev 1 "the data's tokenizer $OTHER/tokenizer.json is not the model $CK/step-00000600's ($DATA/tokenizer.json)" "$CK" --data "$OTHER"
+bad_ev 1 "the tokenizer $OTHER/tokenizer.json is not the model $CK/step-00000600's ($DATA/tokenizer.json)" "$CK" --text "$HELD" --tokenizer "$OTHER/tokenizer.json"
 printf '%s\n' 'not json' > nj.jsonl
 bad_ev 1 "nj.jsonl:1: not a JSON object" "$CK" --choices nj.jsonl
 # A diverged model: NaN weights (checksums good) refused naming the

@@ -241,6 +241,23 @@ expect_in "$RF/full/attempt-1/log" "model.safetensors: File too large"
 [ "$(ls -A keep)" = model ] || fail "a failed write left files beside dir: $(ls -A keep)"
 cmp "$E32/model.safetensors" keep/model/model.safetensors || fail "a failed write changed the export in dir"
 
+# A tokenizer of the same vocabulary trained on other text is refused, of
+# a checkpoint (whose manifest records its tokenizer) and of an export
+# (whose tokenizer.json is beside it). After the write test above, whose
+# file size limit the state store would outgrow with these runs.
+OTHER=$(other_token_data t 320)
+cat > othertok.yaml <<Y
+dag: othertok
+tasks:
+  ck: {stage: export, with: {model: "$CK", tokenizer: "$OTHER/tokenizer.json"}}
+  hf: {stage: export, with: {model: "$E32", tokenizer: "$OTHER/tokenizer.json"}}
+Y
+run_dagrun run othertok.yaml --plain
+expect_rc 1
+RO=$(run_dir othertok)
+expect_in "$RO/ck/attempt-1/log" "the tokenizer $OTHER/tokenizer.json is not the model $CK's ($TOK): they do not belong together"
+expect_in "$RO/hf/attempt-1/log" "the tokenizer $OTHER/tokenizer.json is not the model $E32's ($E32/tokenizer.json)"
+
 # A tokenizer without <|endoftext|> (renamed, same size) is refused.
 /usr/bin/python3 - "$TOK" noeot.json <<'P'
 import json, sys

@@ -55,6 +55,8 @@ import json, sys
 m = json.load(open(sys.argv[1]))
 assert "init_loss" in m["state"], m["state"]
 del m["state"]["init_loss"]
+# Nor its tokenizer's identity: still accepted, as before the record.
+assert len(m["state"]["config"].pop("tokenizer_sha256")) == 64, m["state"]
 json.dump(m, open(sys.argv[1], "w"))
 P
 train_dag oldckpt "steps: 110, samples: 0, eval_every: 0, checkpoint_every: 0, resume: \"$T/old-ckpt\""
@@ -66,6 +68,23 @@ first, resumed, old = (json.load(open(p)) for p in sys.argv[1:4])
 assert resumed["init_loss"] == first["init_loss"], (resumed, first)
 assert old["steps"] == 110 and "init_loss" not in old, old
 P
+
+# One tokenizer is not one vocabulary size: with data of another
+# tokenizer of 320 ids, resume and init_from refuse the checkpoint,
+# naming both tokenizer files.
+OTHER=$(other_token_data t 320)
+CK100="$R/train/checkpoints/step-00000100"
+cat > othertok.yaml <<Y
+dag: othertok
+tasks:
+  resume: {stage: train, with: {data: "$OTHER", $MODEL, steps: 110, samples: 0, eval_every: 0, resume: "$CK100"}}
+  init: {stage: train, with: {data: "$OTHER", batch_size: 4, threads: 1, steps: 1, samples: 0, eval_every: 0, init_from: "$CK100"}}
+Y
+run_dagrun run othertok.yaml --plain
+expect_rc 1
+RO=$(run_dir othertok)
+expect_in "$RO/resume/attempt-1/log" "this run's data's tokenizer $OTHER/tokenizer.json is not the checkpoint $CK100's ($DATA/tokenizer.json)"
+expect_in "$RO/init/attempt-1/log" "init_from: the data's tokenizer $OTHER/tokenizer.json is not the model $CK100's ($DATA/tokenizer.json)"
 
 # resume: auto skips a corrupt checkpoint for the previous valid one. The
 # learn attempt is run again by hand in the same task directory, with its
@@ -103,6 +122,106 @@ run_dagrun run corrupt.yaml --plain
 expect_rc 1
 expect_in "$T/out" "model.safetensors"
 expect_in "$T/out" "truncated"
+# An optim.bin cut short, its checksum made to match: said so, not taken
+# for another optimizer's state.
+cp -r "$R/train/checkpoints/step-00000100" short-ckpt
+truncate -s -4 short-ckpt/optim.bin
+"$PY" - short-ckpt <<'P'
+import hashlib, json, os, sys
+d = sys.argv[1]
+m = json.load(open(d + "/manifest.json"))
+b = open(d + "/optim.bin", "rb").read()
+m["files"]["optim.bin"] = {"bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()}
+json.dump(m, open(d + "/manifest.json", "w"))
+P
+train_dag shortopt "steps: 200, resume: \"$T/short-ckpt\""
+run_dagrun run shortopt.yaml --plain
+expect_rc 1
+expect_in "$T/out" "short-ckpt/optim.bin: "
+expect_in "$T/out" "bytes, but its header's "
+expect_in "$T/out" ": truncated"
+expect_not_in "$T/out" "another optimizer"
+# A resume that names nothing there (a typo of auto) says which path.
+train_dag resumetypo "steps: 10, resume: sometimes"
+run_dagrun run resumetypo.yaml --plain
+expect_rc 1
+expect_in "$T/out" "resume: ./sometimes: No such file or directory (resume is auto, never, or a checkpoint directory)"
+# A checkpoint past steps (the total, not steps to add) is refused rather
+# than "trained" for no step.
+train_dag pastend "steps: 50, samples: 0, resume: \"$R/train/checkpoints/step-00000100\""
+run_dagrun run pastend.yaml --plain
+expect_rc 1
+expect_in "$T/out" "step-00000100 is at step 100, past steps: 50"
+
+# A loss that is not finite fails the run. A diverging run (its loss and
+# grad norm NaN from some step on) fails after 10 such steps in a row,
+# and nothing downstream takes its checkpoint.
+train_dag diverge "steps: 60, lr: 9.9, warmup: 0, grad_clip: 0, spike_policy: none, eps: 1e-30, beta2: 0.0001, eval_every: 0, samples: 0"
+echo '  export: {stage: export, needs: [train], with: {model: "${tasks.train.outputs.checkpoint}"}}' >> diverge.yaml
+run_dagrun run diverge.yaml --plain
+expect_rc 1
+expect_in "$T/out" "not finite 10 steps in a row"
+expect_in "$T/out" "export: upstream_failed"
+# A few skipped steps are counted in summary.json; a run whose last step's
+# loss is not finite fails, whatever came before (DAGRUN_FAULT_NAN_STEPS
+# makes those steps' losses NaN).
+train_dag nanfew "steps: 8, eval_every: 4, samples: 0"
+DAGRUN_FAULT_NAN_STEPS=3,4 run_dagrun run nanfew.yaml --plain
+expect_rc 0
+expect_in "$(run_dir nanfew)/train/attempt-1/log" "step 3: loss nan, grad norm"
+"$PY" - "$(run_dir nanfew)/train/out/summary.json" <<'P' || fail "nonfinite_steps: $(cat "$(run_dir nanfew)/train/out/summary.json")"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["nonfinite_steps"] == 2 and s["steps"] == 8, s
+P
+train_dag nanlast "steps: 8, eval_every: 0, samples: 0"
+DAGRUN_FAULT_NAN_STEPS=8 run_dagrun run nanlast.yaml --plain
+expect_rc 1
+expect_in "$T/out" "the run ended with loss nan, val loss"
+expect_in "$T/out" "its last 1 steps skipped"
+# A finite loss that ends above where it started: a warning, not a failure.
+train_dag rise "steps: 20, lr: 2, warmup: 0, grad_clip: 0, spike_policy: none, eval_every: 0, samples: 0"
+run_dagrun run rise.yaml --plain
+expect_rc 0
+expect_in "$(run_dir rise)/train/attempt-1/log" "is above the loss at initialization"
+
+# Validation as the validate stage does it. A validation split smaller
+# than one batch is scored in fewer or shorter sequences (a number, not
+# nan); no validation split at all is a warning; a validation that fails
+# (an id outside the vocabulary in the split) fails the task.
+cat > smallval.yaml <<Y
+dag: smallval
+tasks:
+  shard: {stage: shard, with: {input: "$T/corpus-t", separator: "%", shards: 2, val_fraction: 0.002}}
+  noval: {stage: shard, with: {input: "$T/corpus-t", separator: "%", shards: 2, val_fraction: 0}}
+  tokenize: {stage: tokenize, needs: [shard], with: {shards: "\${tasks.shard.outputs.dir}", tokenizer: "$DATA/tokenizer.json"}}
+  tok_noval: {stage: tokenize, needs: [noval], with: {shards: "\${tasks.noval.outputs.dir}", tokenizer: "$DATA/tokenizer.json"}}
+  train: {stage: train, needs: [tokenize], with: {data: "\${tasks.tokenize.outputs.dir}", ${MODEL/batch_size: 4/batch_size: 32}, steps: 4, eval_every: 2, samples: 0}}
+  train_noval: {stage: train, needs: [tok_noval], with: {data: "\${tasks.tok_noval.outputs.dir}", $MODEL, steps: 2, samples: 0}}
+Y
+run_dagrun run smallval.yaml --plain
+expect_rc 0
+RS=$(run_dir smallval)
+expect_in "$RS/train/attempt-1/log" "the validation split is too small for batches of 32x32: evaluating"
+"$PY" - "$RS/train/out/summary.json" <<'P' || fail "small validation split: $(cat "$RS/train/out/summary.json")"
+import json, math, sys
+s = json.load(open(sys.argv[1]))
+assert isinstance(s["val_loss"], float) and math.isfinite(s["val_loss"]), s
+P
+expect_in "$RS/train_noval/attempt-1/log" "has no validation files"
+cp -r "$DATA" badval
+"$PY" - badval/val-00000.tok <<'P'
+import hashlib, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+struct.pack_into("<H", b, 128 + 2 * 40, 900)  # a token id past vocab_size 320
+b[40:72] = hashlib.sha256(b[128:]).digest()
+open(sys.argv[1], "wb").write(b)
+P
+sed "s|data: \"$DATA\"|data: \"$T/badval\"|; s/dag: nanlast/dag: badval/" nanlast.yaml > badval.yaml
+run_dagrun run badval.yaml --plain
+expect_rc 1
+expect_in "$T/out" "validation data: "
+expect_in "$T/out" "has id 900, outside the vocabulary (320)"
 
 # overfit_one_batch: the one batch is learned by heart...
 train_dag overfit "steps: 150, lr: 0.01, warmup: 0, overfit_one_batch: true, samples: 0"

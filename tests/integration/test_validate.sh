@@ -140,6 +140,13 @@ run_dagrun run vocab.yaml --no-cache --plain
 expect_rc 1
 expect_in "$(run_dir vocab)/validate/attempt-1/log" "vocabulary of 320 tokens"
 expect_in "$(run_dir vocab)/validate/attempt-1/log" "tokenized into 300"
+# Another tokenizer of the same 320 ids: refused too, both files named.
+OTHERTOK=$(other_token_data v 320)
+validate_dag othertok "checkpoint: \"$CKPTS\", data: \"$OTHERTOK\""
+sed -i "s|data: \"$DATA\", ||" othertok.yaml
+run_dagrun run othertok.yaml --no-cache --plain
+expect_rc 1
+expect_in "$(run_dir othertok)/validate/attempt-1/log" "the data's tokenizer $OTHERTOK/tokenizer.json is not the model $CKPTS/step-00000150's ($DATA/tokenizer.json): they do not belong together"
 
 validate_dag long "checkpoint: \"$CKPTS\", seq_len: 64"
 run_dagrun run long.yaml --no-cache --plain
