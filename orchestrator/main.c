@@ -1264,16 +1264,6 @@ out:
   return code;
 }
 
-static const char *json_str(const cJSON *o, const char *k) {
-  const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
-  return cJSON_IsString(j) ? j->valuestring : "";
-}
-
-static double json_num(const cJSON *o, const char *k) {
-  const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
-  return cJSON_IsNumber(j) ? j->valuedouble : 0;
-}
-
 /* What `dagrun resume` gathers before the run goes on; all of it is freed
  * in one place (resume_job_free), whichever step fails. */
 typedef struct resume_job {
@@ -1376,7 +1366,7 @@ static cJSON *resume_params(const spec *sp, const rundir *run,
 /* The run's DAG file as it is now, its run directory and its params into
  * j: 0, or EXIT_USAGE after saying why. */
 static int resume_load(resume_job *j) {
-  const char *file = json_str(j->rec, "dag_file");
+  const char *file = store_str(j->rec, "dag_file", "");
   char err[1024];
   if (load_checked(file, &j->sp, &j->ck) != 0) {
     fprintf(stderr,
@@ -1387,7 +1377,7 @@ static int resume_load(resume_job *j) {
   }
   /* Resuming with an edited DAG file is allowed (fixing a task is what
    * resume is for) but never silent. */
-  const char *was = json_str(j->rec, "dag_sha256");
+  const char *was = store_str(j->rec, "dag_sha256", "");
   char *now = history_dag_sha256(file);
   if (was && now && strcmp(was, now) != 0)
     fprintf(stderr,
@@ -1395,15 +1385,16 @@ static int resume_load(resume_job *j) {
             "with the file as it is now\n",
             file, j->run_id);
   free(now);
-  if (rundir_open(json_str(j->rec, "run_dir"), j->run_id,
-                  json_num(j->rec, "started"), json_num(j->rec, "logical_date"),
-                  &j->run, err, sizeof err) != 0) {
+  if (rundir_open(store_str(j->rec, "run_dir", ""), j->run_id,
+                  store_num(j->rec, "started", 0),
+                  store_num(j->rec, "logical_date", 0), &j->run, err,
+                  sizeof err) != 0) {
     fprintf(stderr, "dagrun: cannot resume run %s: %s\n", j->run_id, err);
     return EXIT_USAGE;
   }
-  const char *trigger = json_str(j->rec, "trigger");
+  const char *trigger = store_str(j->rec, "trigger", "");
   if (run_set_time(j->sp, j->run, *trigger ? trigger : NULL,
-                   json_num(j->rec, "logical_date")) != 0)
+                   store_num(j->rec, "logical_date", 0)) != 0)
     return EXIT_USAGE;
   rundir_set_trigger_info(
       j->run, cJSON_GetObjectItemCaseSensitive(j->rec, "trigger_info"));
@@ -1471,7 +1462,7 @@ static int resume_claim(resume_job *j, history **h) {
    * goes on and the other stops here. */
   stop_signals_block(1);
   if (store_run_claim(j->db, j->run_id, owner_here(), j->owner,
-                      (long long)json_num(j->rec, "orch_start"), err,
+                      (long long)store_num(j->rec, "orch_start", 0), err,
                       sizeof err) != 0) {
     fprintf(stderr, "dagrun: cannot resume run %s: %s\n", j->run_id, err);
     return EXIT_FAILED;
@@ -1530,8 +1521,8 @@ static int cmd_resume(int argc, char **argv) {
     free(j.clear);
     return code;
   }
-  j.run_id = json_str(j.rec, "id");
-  j.state = json_str(j.rec, "state");
+  j.run_id = store_str(j.rec, "id", "");
+  j.state = store_str(j.rec, "state", "");
   char worker_exe[4096];
   history *h;
   if (resume_refused(&j, &code) || (code = resume_load(&j)) != 0 ||
@@ -1567,12 +1558,12 @@ static int cancel_wait(store *db, const char *run_id, int dagrun_pid,
   for (;;) {
     cJSON_Delete(*rec);
     *rec = store_run(db, run_id, &rc, err, sizeof err);
-    if (*rec && !store_state_active(json_str(*rec, "state"))) {
-      printf("run %s %s\n", run_id, json_str(*rec, "state"));
+    if (*rec && !store_state_active(store_str(*rec, "state", ""))) {
+      printf("run %s %s\n", run_id, store_str(*rec, "state", ""));
       return 0;
     }
     if (!*rec ||
-        !proc_alive(dagrun_pid, (long long)json_num(*rec, "orch_start"))) {
+        !proc_alive(dagrun_pid, (long long)store_num(*rec, "orch_start", 0))) {
       fprintf(stderr,
               "dagrun: run %s: its dagrun ended without recording "
               "the end of the run\n",
@@ -1600,23 +1591,23 @@ static int cmd_cancel(int argc, char **argv) {
   int code = history_open_run(argv[0], &db, &rec);
   if (code != 0)
     return code;
-  char *run_id = xstrdup(json_str(rec, "id"));
+  char *run_id = xstrdup(store_str(rec, "id", ""));
   int dagrun_pid;
   owner_state w = owner_of_run_judge(rec, &dagrun_pid);
   code = EXIT_FAILED;
-  if (strcmp(json_str(rec, "state"), "interrupted") == 0) {
+  if (strcmp(store_str(rec, "state", ""), "interrupted") == 0) {
     /* Its dagrun is gone (store.h). */
     fprintf(stderr, "dagrun: run %s is not running (interrupted): %s\n", run_id,
-            json_str(rec, "note"));
-  } else if (!store_state_active(json_str(rec, "state"))) {
+            store_str(rec, "note", ""));
+  } else if (!store_state_active(store_str(rec, "state", ""))) {
     fprintf(stderr, "dagrun: run %s is not running (it %s)\n", run_id,
-            strcmp(json_str(rec, "state"), "success") == 0
+            strcmp(store_str(rec, "state", ""), "success") == 0
                 ? "succeeded"
-                : json_str(rec, "state"));
+                : store_str(rec, "state", ""));
   } else if (w == OWNER_ELSEWHERE) {
     /* Its pid names another process here, or none. */
     fprintf(stderr, "dagrun: run %s: %s; `dagrun cancel` it there\n", run_id,
-            json_str(rec, "note"));
+            store_str(rec, "note", ""));
   } else if (w != OWNER_ALIVE) {
     fprintf(stderr,
             "dagrun: run %s is not running: the dagrun that ran it is gone; "

@@ -375,16 +375,6 @@ static int open_for_reading(store **st) {
   return rc;
 }
 
-static double num(const cJSON *o, const char *k, double dflt) {
-  const cJSON *j = cJSON_GetObjectItem(o, k);
-  return cJSON_IsNumber(j) ? j->valuedouble : dflt;
-}
-
-static const char *str(const cJSON *o, const char *k, const char *dflt) {
-  const cJSON *j = cJSON_GetObjectItem(o, k);
-  return cJSON_IsString(j) ? j->valuestring : dflt;
-}
-
 static void fmt_time(double t, char *buf, size_t n) {
   if (t > 0)
     format_utc(t, 0, buf, n);
@@ -394,7 +384,7 @@ static void fmt_time(double t, char *buf, size_t n) {
 
 /* finished - started, or how long it has been going. */
 static void fmt_span(const cJSON *o, char *buf, size_t n) {
-  double a = num(o, "started", 0), b = num(o, "finished", 0);
+  double a = store_num(o, "started", 0), b = store_num(o, "finished", 0);
   if (a <= 0) {
     snprintf(buf, n, "-");
     return;
@@ -433,28 +423,30 @@ static void fmt_tags(const cJSON *run, char *buf, size_t n) {
 static void print_run_notes(const cJSON *runs) {
   /* Runs whose dagrun is gone (store.c): what to do about each. */
   for (cJSON *r = runs->child; r; r = r->next)
-    if (str(r, "note", NULL))
-      printf("%s %s\n", str(r, "id", "?"), str(r, "note", ""));
+    if (store_str(r, "note", NULL))
+      printf("%s %s\n", store_str(r, "id", "?"), store_str(r, "note", ""));
   /* Queued runs (max_active_runs): what each waits for. */
   for (cJSON *r = runs->child; r; r = r->next)
-    if (str(r, "waiting", NULL))
-      printf("%s waiting: %s\n", str(r, "id", "?"), str(r, "waiting", ""));
+    if (store_str(r, "waiting", NULL))
+      printf("%s waiting: %s\n", store_str(r, "id", "?"),
+             store_str(r, "waiting", ""));
   /* Tasks counted as done that did not run in that run. */
   for (cJSON *r = runs->child; r; r = r->next)
-    if (num(r, "tasks_cached", 0) > 0)
-      printf("%s %d of %d tasks cached from %s\n", str(r, "id", "?"),
-             (int)num(r, "tasks_cached", 0), (int)num(r, "tasks_total", 0),
-             str(r, "cached_from", "?"));
+    if (store_num(r, "tasks_cached", 0) > 0)
+      printf("%s %d of %d tasks cached from %s\n", store_str(r, "id", "?"),
+             (int)store_num(r, "tasks_cached", 0),
+             (int)store_num(r, "tasks_total", 0),
+             store_str(r, "cached_from", "?"));
   /* What people wrote on runs: tags, and a note's first line. */
   for (cJSON *r = runs->child; r; r = r->next) {
     char tags[1024];
     fmt_tags(r, tags, sizeof tags);
     if (tags[0])
-      printf("%s tags: %s\n", str(r, "id", "?"), tags);
-    const char *note = str(r, "user_note", NULL);
+      printf("%s tags: %s\n", store_str(r, "id", "?"), tags);
+    const char *note = store_str(r, "user_note", NULL);
     if (note)
-      printf("%s note: %.*s%s\n", str(r, "id", "?"), (int)strcspn(note, "\n"),
-             note, strchr(note, '\n') ? " ..." : "");
+      printf("%s note: %.*s%s\n", store_str(r, "id", "?"),
+             (int)strcspn(note, "\n"), note, strchr(note, '\n') ? " ..." : "");
   }
 }
 
@@ -509,21 +501,23 @@ int history_cmd_runs(int argc, char **argv) {
            "STATE", "STARTED", "DURATION", "TASKS", "TRIGGER", "FOR");
     for (cJSON *r = runs->child; r; r = r->next) {
       char t[40], d[32], tasks[32], logical[40] = "";
-      fmt_time(num(r, "started", 0), t, sizeof t);
+      fmt_time(store_num(r, "started", 0), t, sizeof t);
       fmt_span(r, d, sizeof d);
-      snprintf(tasks, sizeof tasks, "%d/%d", (int)num(r, "tasks_succeeded", 0),
-               (int)num(r, "tasks_total", 0));
+      snprintf(tasks, sizeof tasks, "%d/%d",
+               (int)store_num(r, "tasks_succeeded", 0),
+               (int)store_num(r, "tasks_total", 0));
       /* Every run has a logical date; a manual run's is its start, not
        * worth a column of its own unless it was given. */
-      double ld = num(r, "logical_date", 0);
-      if (ld > 0 && (strcmp(str(r, "trigger", "manual"), "manual") != 0 ||
-                     fabs(ld - num(r, "started", 0)) >= 1))
+      double ld = store_num(r, "logical_date", 0);
+      if (ld > 0 && (strcmp(store_str(r, "trigger", "manual"), "manual") != 0 ||
+                     fabs(ld - store_num(r, "started", 0)) >= 1))
         fmt_time(ld, logical, sizeof logical);
       /* A data-triggered run stands for what started it. */
       char *what = trigger_shown(r);
-      printf("%-26s %-16s %-10s %-21s %9s %-6s %-8s %s\n", str(r, "id", "?"),
-             str(r, "dag", "?"), str(r, "state", "?"), t, d, tasks,
-             str(r, "trigger", "manual"), *what ? what : logical);
+      printf("%-26s %-16s %-10s %-21s %9s %-6s %-8s %s\n",
+             store_str(r, "id", "?"), store_str(r, "dag", "?"),
+             store_str(r, "state", "?"), t, d, tasks,
+             store_str(r, "trigger", "manual"), *what ? what : logical);
       free(what);
     }
     print_run_notes(runs);
@@ -602,58 +596,58 @@ int history_cmd_status(int argc, char **argv) {
     print_json(run);
   } else {
     char t[40], d[32];
-    fmt_time(num(run, "started", 0), t, sizeof t);
+    fmt_time(store_num(run, "started", 0), t, sizeof t);
     fmt_span(run, d, sizeof d);
-    printf("run %s  dag %s  %s\n", str(run, "id", "?"), str(run, "dag", "?"),
-           str(run, "state", "?"));
-    if (str(run, "note", NULL))
-      printf("%s\n", str(run, "note", ""));
+    printf("run %s  dag %s  %s\n", store_str(run, "id", "?"),
+           store_str(run, "dag", "?"), store_str(run, "state", "?"));
+    if (store_str(run, "note", NULL))
+      printf("%s\n", store_str(run, "note", ""));
     char paused[512];
-    pause_say(st, str(run, "dag", ""), paused, sizeof paused);
+    pause_say(st, store_str(run, "dag", ""), paused, sizeof paused);
     if (paused[0])
       printf("%s\n", paused);
-    if (str(run, "waiting", NULL))
-      printf("waiting: %s\n", str(run, "waiting", ""));
+    if (store_str(run, "waiting", NULL))
+      printf("waiting: %s\n", store_str(run, "waiting", ""));
     char tags[1024];
     fmt_tags(run, tags, sizeof tags);
     if (tags[0])
       printf("tags: %s\n", tags);
-    if (str(run, "user_note", NULL))
-      printf("note: %s\n", str(run, "user_note", ""));
+    if (store_str(run, "user_note", NULL))
+      printf("note: %s\n", store_str(run, "user_note", ""));
     printf("started %s, %s %s\n", t,
-           num(run, "finished", 0) > 0 ? "took" : "running for", d);
+           store_num(run, "finished", 0) > 0 ? "took" : "running for", d);
     char *what = trigger_shown(run);
     if (*what)
       printf("triggered by %s\n", what);
     free(what);
-    printf("file %s\ndir  %s\n\n", str(run, "dag_file", "-"),
-           str(run, "run_dir", "-"));
+    printf("file %s\ndir  %s\n\n", store_str(run, "dag_file", "-"),
+           store_str(run, "run_dir", "-"));
     printf("%-20s %-16s %8s %5s %9s  %s\n", "TASK", "STATE", "ATTEMPTS", "EXIT",
            "DURATION", "ERROR");
     cJSON *tasks = cJSON_GetObjectItem(run, "tasks");
     for (cJSON *k = tasks ? tasks->child : NULL; k; k = k->next) {
       char code[16];
-      double ec = num(k, "exit_code", -1);
+      double ec = store_num(k, "exit_code", -1);
       if (ec >= 0)
         snprintf(code, sizeof code, "%d", (int)ec);
       else
         snprintf(code, sizeof code, "-");
       fmt_span(k, d, sizeof d);
       /* A task taken from the cache did not run: say from which run. */
-      const char *from = str(k, "cached_from", NULL);
-      const char *waiting = str(k, "waiting", NULL);
+      const char *from = store_str(k, "cached_from", NULL);
+      const char *waiting = store_str(k, "waiting", NULL);
       char note[320] = "";
       if (from && *from)
         snprintf(note, sizeof note, "cached from %s", from);
       /* A queued task held back by a machine-wide pool: by whom. */
-      else if (waiting && strcmp(str(k, "state", ""), "queued") == 0)
+      else if (waiting && strcmp(store_str(k, "state", ""), "queued") == 0)
         snprintf(note, sizeof note, "waiting for %s", waiting);
       /* The error quotes what the task was given (a param, a path): its
        * control bytes are shown, not obeyed, and it stays on its row. */
-      char *error = xstrdup_shown(str(k, "error", ""));
-      printf("%-20s %-16s %8d %5s %9s  %s%s%s\n", str(k, "name", "?"),
-             str(k, "state", "?"), (int)num(k, "attempts", 0), code, d, note,
-             note[0] && error[0] ? "; " : "", error);
+      char *error = xstrdup_shown(store_str(k, "error", ""));
+      printf("%-20s %-16s %8d %5s %9s  %s%s%s\n", store_str(k, "name", "?"),
+             store_str(k, "state", "?"), (int)store_num(k, "attempts", 0), code,
+             d, note, note[0] && error[0] ? "; " : "", error);
       free(error);
     }
   }
@@ -666,7 +660,7 @@ int history_cmd_status(int argc, char **argv) {
 static cJSON *task_of(cJSON *run, const char *task) {
   cJSON *tasks = cJSON_GetObjectItem(run, "tasks");
   for (cJSON *k = tasks ? tasks->child : NULL; k; k = k->next)
-    if (strcmp(str(k, "name", ""), task) == 0)
+    if (strcmp(store_str(k, "name", ""), task) == 0)
       return k;
   return NULL;
 }
@@ -678,7 +672,7 @@ static cJSON *attempt_of(cJSON *t, int n) {
   if (n <= 0)
     return count ? cJSON_GetArrayItem(al, count - 1) : NULL;
   for (cJSON *a = al ? al->child : NULL; a; a = a->next)
-    if ((int)num(a, "n", 0) == n)
+    if ((int)store_num(a, "n", 0) == n)
       return a;
   return NULL;
 }
@@ -760,8 +754,8 @@ typedef struct log_reader {
  * attempt has no such rank (said, unless following: a gang's ranks may
  * not have started yet). */
 static int logs_set_file(log_reader *r, const cJSON *at) {
-  r->n = (int)num(at, "n", 0);
-  r->log = xstrdup(str(at, "log", ""));
+  r->n = (int)store_num(at, "n", 0);
+  r->log = xstrdup(store_str(at, "log", ""));
   if (r->a->rank == 0)
     return 0;
   /* A gang's rank r logs to rank-<r>/log beside rank 0's log. */
@@ -791,23 +785,23 @@ static int logs_poll(log_reader *r, int *more) {
   *more = 0;
   if ((rc = find_run(r->st, a->id, &run)) != 0)
     return rc;
-  const char *run_id = str(run, "id", a->id);
+  const char *run_id = store_str(run, "id", a->id);
   cJSON *t = task_of(run, a->task);
   if (!t) {
     fprintf(stderr, "dagrun: run %s has no task '%s'\n", run_id, a->task);
     cJSON_Delete(run);
     return EXIT_USAGE;
   }
-  int run_over = strcmp(str(run, "state", ""), "running") != 0;
+  int run_over = strcmp(store_str(run, "state", ""), "running") != 0;
   cJSON *at = attempt_of(t, r->n);
   if (!at && (!a->follow || r->n > 0 || run_over ||
-              terminal_name(str(t, "state", "")))) {
+              terminal_name(store_str(t, "state", "")))) {
     if (r->n > 0)
       fprintf(stderr, "dagrun: task '%s' of run %s has no attempt %d\n",
               a->task, run_id, r->n);
     else
       fprintf(stderr, "dagrun: task '%s' of run %s has not started (%s)\n",
-              a->task, run_id, str(t, "state", "?"));
+              a->task, run_id, store_str(t, "state", "?"));
     cJSON_Delete(run);
     return EXIT_USAGE;
   }
@@ -826,7 +820,7 @@ static int logs_poll(log_reader *r, int *more) {
   }
   /* The attempt's state is read before the file: a final copy after it
    * is seen finished gets everything the attempt wrote. */
-  const char *as = at ? str(at, "state", "") : "";
+  const char *as = at ? store_str(at, "state", "") : "";
   int over = at && strcmp(as, "starting") != 0 && strcmp(as, "running") != 0;
   int attempt_ok = strcmp(as, "success") == 0;
   /* A run that is no longer going (dagrun stopped, or was killed and
@@ -835,23 +829,23 @@ static int logs_poll(log_reader *r, int *more) {
   /* Following the task (no --attempt): a later attempt, a retry, is
    * followed in turn; only the task's final state ends the follow. */
   const cJSON *latest = attempt_of(t, 0);
-  int later = latest && (int)num(latest, "n", 0) > r->n;
-  const char *ts = str(t, "state", "");
+  int later = latest && (int)store_num(latest, "n", 0) > r->n;
+  const char *ts = store_str(t, "state", "");
   int task_over = terminal_name(ts) || run_over;
   int task_ok = strcmp(ts, "success") == 0 || strcmp(ts, "cached") == 0;
   /* How the attempt ended, e.g. "failed (exit 3)", for the switch and
    * for the last word of a follow that fails. */
   char how[80] = "";
   if (over) {
-    int code = (int)num(at, "exit_code", -1);
-    snprintf(how, sizeof how, "%.40s", str(at, "state", "ended"));
+    int code = (int)store_num(at, "exit_code", -1);
+    snprintf(how, sizeof how, "%.40s", store_str(at, "state", "ended"));
     if (code >= 0)
       snprintf(how + strlen(how), sizeof how - strlen(how), " (exit %d)", code);
   }
   /* Why a follow ends without success: said, not only an exit status (a
    * killed dagrun ended it silently). */
   char why[256];
-  if (strcmp(str(run, "state", ""), "interrupted") == 0)
+  if (strcmp(store_str(run, "state", ""), "interrupted") == 0)
     snprintf(why, sizeof why,
              "run %.40s was interrupted (its dagrun stopped, or is gone) "
              "before task '%.60s' ended; `dagrun resume %.40s` goes on with it",

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "store.h"
 
 static owner here;
 static char here_host[256], here_boot[64], here_pidns[64];
@@ -80,24 +81,14 @@ owner_state owner_judge(const owner *o) {
   return OWNER_GONE;
 }
 
-static double num(const cJSON *o, const char *k) {
-  const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
-  return cJSON_IsNumber(j) ? j->valuedouble : 0;
-}
-
-static const char *str(const cJSON *o, const char *k) {
-  const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
-  return cJSON_IsString(j) ? j->valuestring : NULL;
-}
-
 void owner_of_run(const cJSON *run, owner *o) {
-  o->pid = (int)num(run, "orch_pid");
-  o->start = (long long)num(run, "orch_start");
-  o->host = str(run, "orch_host");
-  o->boot = str(run, "orch_boot");
-  o->pidns = str(run, "orch_pidns");
-  o->guard = (int)num(run, "orch_guard");
-  o->guard_start = (long long)num(run, "orch_guard_start");
+  o->pid = (int)store_num(run, "orch_pid", 0);
+  o->start = (long long)store_num(run, "orch_start", 0);
+  o->host = store_str(run, "orch_host", NULL);
+  o->boot = store_str(run, "orch_boot", NULL);
+  o->pidns = store_str(run, "orch_pidns", NULL);
+  o->guard = (int)store_num(run, "orch_guard", 0);
+  o->guard_start = (long long)store_num(run, "orch_guard_start", 0);
 }
 
 owner_state owner_of_run_judge(const cJSON *run, int *pid) {

@@ -19,16 +19,6 @@
  * (after SIGTERM: its task's kill_grace, as dagrun alive gives it). */
 #define ORPHAN_KILL_WAIT_S 5.0
 
-static double num(const cJSON *o, const char *k) {
-  const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
-  return cJSON_IsNumber(j) ? j->valuedouble : 0;
-}
-
-static const char *str(const cJSON *o, const char *k) {
-  const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
-  return cJSON_IsString(j) ? j->valuestring : NULL;
-}
-
 cJSON *resume_runs_going(store *st, const char *dag, char *err, size_t errlen) {
   static const char *const active[] = {"running", "queued"};
   cJSON *going = cJSON_CreateArray();
@@ -125,8 +115,8 @@ static int find_worker(const char *attempt_json) {
  * nothing here: they are not looked for. */
 static char *orphan(const cJSON *a, const owner *o, const char *run_id,
                     const char *task, double grace_s) {
-  int pid = (int)num(a, "pid");
-  long long start = (long long)num(a, "pid_start");
+  int pid = (int)store_num(a, "pid", 0);
+  long long start = (long long)store_num(a, "pid_start", 0);
   char who[48] = "its dagrun";
   if (o->pid > 0)
     snprintf(who, sizeof who, "its dagrun (pid %d)", o->pid);
@@ -138,7 +128,7 @@ static char *orphan(const cJSON *a, const owner *o, const char *run_id,
                      who, where);
   }
   if (pid <= 0) {
-    const char *log = str(a, "log");
+    const char *log = store_str(a, "log", NULL);
     char *dir = log ? path_dirname(log) : NULL;
     char *json = dir ? path_join(dir, "attempt.json") : NULL;
     pid = json ? find_worker(json) : 0;
@@ -157,7 +147,7 @@ static char *orphan(const cJSON *a, const owner *o, const char *run_id,
   fprintf(stderr,
           "dagrun: run %s: stopping task %s's attempt %d (worker pid %d), "
           "which %s left running; waiting up to %.0fs for it to end\n",
-          run_id, task, (int)num(a, "n"), pid, who,
+          run_id, task, (int)store_num(a, "n", 0), pid, who,
           grace_s + ORPHAN_KILL_WAIT_S);
   /* The worker leads its own process group (executor.c). */
   kill(-pid, SIGTERM);
@@ -216,7 +206,7 @@ static const cJSON *task_outputs(cJSON *t, const char *run_dir,
 static cJSON *find_task(cJSON *tasks, const char *name) {
   cJSON *t;
   cJSON_ArrayForEach(t, tasks) {
-    const char *n = str(t, "name");
+    const char *n = store_str(t, "name", NULL);
     if (n && strcmp(n, name) == 0)
       return t;
   }
@@ -226,8 +216,8 @@ static cJSON *find_task(cJSON *tasks, const char *name) {
 sched_preset *resume_prepare(store *st, cJSON *run, const spec *sp, char *err,
                              size_t errlen) {
   cJSON *tasks = cJSON_GetObjectItemCaseSensitive(run, "tasks");
-  const char *run_id = str(run, "id");
-  const char *run_dir = str(run, "run_dir");
+  const char *run_id = store_str(run, "id", NULL);
+  const char *run_dir = store_str(run, "run_dir", NULL);
   int n_rec = cJSON_GetArraySize(tasks);
   if (!run_id || !run_dir) {
     snprintf(err, errlen, "the run's record has no id or run directory");
@@ -254,13 +244,13 @@ sched_preset *resume_prepare(store *st, cJSON *run, const spec *sp, char *err,
   for (size_t i = 0; i < sp->n_tasks; i++) {
     const char *name = sp->tasks[i].name;
     cJSON *t = find_task(tasks, name);
-    int attempts = (int)num(t, "attempts");
+    int attempts = (int)store_num(t, "attempts", 0);
     const cJSON *a;
     cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(t, "attempt_list")) {
-      int an = (int)num(a, "n");
+      int an = (int)store_num(a, "n", 0);
       if (an > attempts)
         attempts = an;
-      const char *ast = str(a, "state");
+      const char *ast = store_str(a, "state", NULL);
       if (!ast || (strcmp(ast, "starting") != 0 && strcmp(ast, "running") != 0))
         continue;
       char *why = orphan(a, &o, run_id, name, sp->tasks[i].kill_grace_s);
@@ -273,13 +263,13 @@ sched_preset *resume_prepare(store *st, cJSON *run, const spec *sp, char *err,
       }
     }
     pre[i].attempts = attempts;
-    pre[i].started = num(t, "started");
-    const char *state = str(t, "state");
+    pre[i].started = store_num(t, "started", 0);
+    const char *state = store_str(t, "state", NULL);
     if (state && strcmp(state, "success") == 0) {
       pre[i].succeeded = 1;
-      pre[i].ended = num(t, "finished");
+      pre[i].ended = store_num(t, "finished", 0);
       pre[i].outputs = task_outputs(t, run_dir, name);
-      pre[i].fingerprint = str(t, "fingerprint");
+      pre[i].fingerprint = store_str(t, "fingerprint", NULL);
     }
   }
   double grace_s = 0;
@@ -293,13 +283,13 @@ sched_preset *resume_prepare(store *st, cJSON *run, const spec *sp, char *err,
 void resume_expand_maps(cJSON *run, checked *ck) {
   const spec *sp = ck->s;
   cJSON *tasks = cJSON_GetObjectItemCaseSensitive(run, "tasks");
-  const char *run_dir = str(run, "run_dir");
+  const char *run_dir = store_str(run, "run_dir", NULL);
   for (size_t i = 0; run_dir && i < sp->n_maps; i++) {
     const spec_map *m = &sp->maps[i];
     if (m->placeholder == SIZE_MAX || m->expanded)
       continue;
     cJSON *t = find_task(tasks, m->name);
-    const char *state = t ? str(t, "state") : NULL;
+    const char *state = t ? store_str(t, "state", NULL) : NULL;
     if (!state || strcmp(state, "success") != 0)
       continue;
     const cJSON *o = task_outputs(t, run_dir, m->name);

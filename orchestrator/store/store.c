@@ -392,6 +392,16 @@ char *store_default_path(void) {
 
 const char *store_path(const store *st) { return st->path; }
 
+double store_num(const cJSON *o, const char *k, double dflt) {
+  const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsNumber(j) ? j->valuedouble : dflt;
+}
+
+const char *store_str(const cJSON *o, const char *k, const char *dflt) {
+  const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsString(j) ? j->valuestring : dflt;
+}
+
 int store_state_active(const char *state) {
   return state &&
          (strcmp(state, "running") == 0 || strcmp(state, "queued") == 0);

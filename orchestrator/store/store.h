@@ -116,6 +116,12 @@ int store_tasks_add(store *st, const char *run_id, const char *const *tasks,
 int store_run_finish(store *st, const char *id, const char *state,
                      double finished, char *err, size_t errlen);
 
+/* A member k of a record read from the store (store_run, store_runs, an
+ * attempt of theirs): its number, or dflt where it is absent or no number;
+ * its string (borrowed from o), or dflt. */
+double store_num(const cJSON *o, const char *k, double dflt);
+const char *store_str(const cJSON *o, const char *k, const char *dflt);
+
 /* Whether a run's state is one of a run not over: "running" or "queued". */
 int store_state_active(const char *state);
 
