@@ -928,6 +928,14 @@ static int run(dagrun_ctx *ctx, const dagrun_host *host) {
     host->log(ctx, DAGRUN_LOG_INFO,
               "trained %zu merges in %.2f s (%u ids)", bpe_merge_count(j.tok),
               train_s, bpe_vocab_size(j.tok));
+    /* The corpus ran out of pairs to merge: the model downstream gets
+     * fewer ids than the DAG asked for, which deserves more than INFO. */
+    if ((int64_t)bpe_vocab_size(j.tok) < st.vocab_size)
+      host->log(ctx, DAGRUN_LOG_WARN,
+                "the tokenizer has %u ids, not the vocab_size %lld asked "
+                "for: the train shards hold no more pairs to merge (a "
+                "corpus too small for that vocabulary)",
+                bpe_vocab_size(j.tok), (long long)st.vocab_size);
     host->metric(ctx, "tokenizer_train_seconds", train_s, 0);
   }
   int64_t eot = bpe_special_id(j.tok, EOT_TEXT);

@@ -89,6 +89,12 @@ static int read_schedule(dagrun_ctx *ctx, const dagrun_host *h,
   c->sched.min_lr = min_lr < 0 ? lr / 10 : min_lr;
   c->sched.warmup_steps = warmup < 0 ? c->steps / 20 : warmup;
   c->sched.total_steps = c->steps;
+  if (c->sched.warmup_steps > c->steps)
+    h->log(ctx, DAGRUN_LOG_WARN,
+           "warmup %lld is longer than steps %lld: the learning rate never "
+           "reaches lr (it peaks at %.0f%% of it)",
+           (long long)c->sched.warmup_steps, (long long)c->steps,
+           100.0 * (double)c->steps / (double)c->sched.warmup_steps);
   c->sched.cooldown_steps = cooldown;
   int k;
   if (stagekit_param_choice(ctx, h, "schedule", trainrun_schedule_names, &k))

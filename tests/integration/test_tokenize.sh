@@ -100,6 +100,15 @@ assert total_docs == 240, total_docs
 assert 0.1 < man["totals"]["tokens_per_byte"] < 0.9, man["totals"]
 P
 
+# Fewer ids than vocab_size asks for (the corpus ran out of pairs to
+# merge) is a warning; tok1, which has them all, says nothing.
+write_dag short 1 ", vocab_size: 60000"
+run_dagrun run short.yaml --no-cache --plain
+expect_rc 0
+expect_in "$(run_dir short)/tokenize/attempt-1/log" "WARN the tokenizer has"
+expect_in "$(run_dir short)/tokenize/attempt-1/log" "ids, not the vocab_size 60000 asked for"
+expect_not_in "$(run_dir tok1)/tokenize/attempt-1/log" "not the vocab_size"
+
 # Deterministic: another run with two threads writes the same bytes.
 write_dag tok2 2 ", vocab_size: 300"
 run_dagrun run tok2.yaml --no-cache --plain

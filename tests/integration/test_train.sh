@@ -174,9 +174,11 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 assert s["nonfinite_steps"] == 2 and s["steps"] == 8, s
 P
-train_dag nanlast "steps: 8, eval_every: 0, samples: 0"
+train_dag nanlast "steps: 8, warmup: 20, eval_every: 0, samples: 0"
 DAGRUN_FAULT_NAN_STEPS=8 run_dagrun run nanlast.yaml --plain
 expect_rc 1
+# (A warmup past the steps is said: the learning rate never reaches lr.)
+expect_in "$(run_dir nanlast)/train/attempt-1/log" "warmup 20 is longer than steps 8: the learning rate never reaches lr (it peaks at 40% of it)"
 expect_in "$T/out" "the run ended with loss nan, val loss"
 expect_in "$T/out" "its last 1 steps skipped"
 # A finite loss that ends above where it started: a warning, not a failure.
