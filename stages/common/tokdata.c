@@ -9,6 +9,31 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+/* Whether the token file at path is as long as the manifest's entry it
+ * says (its tokens of width bytes after the header): a file copied over
+ * it (a validation split over a train one) or cut short would otherwise
+ * be read as data without a word. A stat, not a digest: gigabytes of
+ * tokens are not read twice at every start. 0, or -1 with err; an entry
+ * without a count, or a file not there, is left to the reader. */
+static int shard_length_ok(const cJSON *entry, const char *path, int width,
+                           char *err, size_t errlen) {
+  const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(entry, "tokens");
+  struct stat sb;
+  if (!width || !cJSON_IsNumber(tokens) || tokens->valuedouble < 0 ||
+      stat(path, &sb) != 0)
+    return 0;
+  double want = TOKFILE_HEADER_SIZE + tokens->valuedouble * width;
+  if ((double)sb.st_size == want)
+    return 0;
+  snprintf(err, errlen,
+           "%s holds %lld bytes, where the manifest's %.0f tokens of %d "
+           "bytes make %.0f: it is not the file the tokenize stage wrote "
+           "there (copied over, or cut short)",
+           path, (long long)sb.st_size, tokens->valuedouble, width, want);
+  return -1;
+}
 
 int tokdata_open(const char *base, const char *dir, tokdata *td, char *err,
                  size_t errlen) {
@@ -41,6 +66,11 @@ int tokdata_open(const char *base, const char *dir, tokdata *td, char *err,
     snprintf(err, errlen, "out of memory");
     goto done;
   }
+  const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(m, "dtype");
+  int width = !cJSON_IsString(dtype)                      ? 0
+              : strcmp(dtype->valuestring, "uint16") == 0 ? 2
+              : strcmp(dtype->valuestring, "uint32") == 0 ? 4
+                                                          : 0;
   const cJSON *it;
   cJSON_ArrayForEach(it, shards) {
     const cJSON *split = cJSON_GetObjectItemCaseSensitive(it, "split");
@@ -48,6 +78,10 @@ int tokdata_open(const char *base, const char *dir, tokdata *td, char *err,
     if (!cJSON_IsString(split) || !cJSON_IsString(path))
       continue;
     char *p = fileio_join(td->dir, path->valuestring);
+    if (shard_length_ok(it, p, width, err, errlen) != 0) {
+      free(p);
+      goto done;
+    }
     if (strcmp(split->valuestring, "train") == 0)
       td->train[td->ntrain++] = p;
     else

@@ -181,6 +181,16 @@ expect_rc 1
 expect_in "$(run_dir nanlast)/train/attempt-1/log" "warmup 20 is longer than steps 8: the learning rate never reaches lr (it peaks at 40% of it)"
 expect_in "$T/out" "the run ended with loss nan, val loss"
 expect_in "$T/out" "its last 1 steps skipped"
+# A token file that is not the one its manifest lists (the validation
+# split copied over a train file) is refused by name, not trained on.
+cp -r "$DATA" swapped-data
+cp swapped-data/val-00000.tok swapped-data/train-00000.tok
+sed "s|$DATA|$T/swapped-data|" nanlast.yaml > swapped.yaml
+sed -i 's/^dag: nanlast/dag: swapped/' swapped.yaml
+run_dagrun run swapped.yaml --plain
+expect_rc 1
+expect_in "$T/out" "swapped-data/train-00000.tok holds"
+expect_in "$T/out" "it is not the file the tokenize stage wrote there (copied over, or cut short)"
 # A finite loss that ends above where it started: a warning, not a failure.
 train_dag rise "steps: 20, lr: 2, warmup: 0, grad_clip: 0, spike_policy: none, eval_every: 0, samples: 0"
 run_dagrun run rise.yaml --plain
