@@ -307,10 +307,18 @@ int engine_eval_batches(loader *ld, int B, int T, uint64_t nb,
 }
 
 #ifdef DAGRUN_HAVE_CUDA
+/* The engine and the batch's shape: the loader's, which may be smaller
+ * than the training batch the engine was made for (e->o.B x e->o.T), and
+ * the buffers engine_eval_batches hands over hold that many ids only. */
+typedef struct cuda_eval {
+  engine *e;
+  int B, T;
+} cuda_eval;
+
 static int cuda_batch_loss(void *arg, const uint32_t *in, const uint32_t *tg,
                            float *loss, char *err, size_t errlen) {
-  engine *e = arg;
-  return gpt_cuda_forward(e->g, in, tg, e->o.B, e->o.T, loss, err, errlen);
+  const cuda_eval *c = arg;
+  return gpt_cuda_forward(c->e->g, in, tg, c->B, c->T, loss, err, errlen);
 }
 #endif
 
@@ -329,7 +337,8 @@ int engine_eval_loss(engine *e, loader *ld, uint64_t nb, double *loss,
     return 0;
   }
 #ifdef DAGRUN_HAVE_CUDA
-  return engine_eval_batches(ld, B, T, nb, cuda_batch_loss, e, loss, err,
+  cuda_eval c = {e, B, T};
+  return engine_eval_batches(ld, B, T, nb, cuda_batch_loss, &c, loss, err,
                              errlen);
 #else
   return -1;
