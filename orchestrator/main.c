@@ -466,7 +466,10 @@ typedef struct run_ctx {
   char *admit_why;
   uv_prepare_t flush; /* commits the store's batch before the loop waits */
   char *store_reserve; /* see reserve_store; NULL: none */
+  uv_timer_t beat;     /* history_beat every OWNER_BEAT_S */
 } run_ctx;
+
+static void on_beat(uv_timer_t *t) { history_beat(((run_ctx *)t->data)->h); }
 
 /* The run store's own reserve, when it is on another file system than
  * the run's directory (DAGRUN_HOME elsewhere): that disk filling must not
@@ -744,7 +747,11 @@ static int execute(const spec *sp, checked *ck, const rundir *run,
   uv_signal_start(&r.sighup, on_signal, SIGHUP);
   stop_signals_block(0);
 
-  /* Unreferenced: it never keeps the loop alive by itself. */
+  /* Unreferenced: neither keeps the loop alive by itself. */
+  uv_timer_init(r.loop, &r.beat);
+  r.beat.data = &r;
+  uv_timer_start(&r.beat, on_beat, OWNER_BEAT_S * 1000, OWNER_BEAT_S * 1000);
+  uv_unref((uv_handle_t *)&r.beat);
   uv_prepare_init(r.loop, &r.flush);
   r.flush.data = &r;
   uv_prepare_start(&r.flush, on_flush);
@@ -754,6 +761,7 @@ static int execute(const spec *sp, checked *ck, const rundir *run,
   start_or_queue(&r);
   uv_run(r.loop, UV_RUN_DEFAULT);
   uv_close((uv_handle_t *)&r.flush, NULL);
+  uv_close((uv_handle_t *)&r.beat, NULL);
 
   size_t counts[TASK_STATE_COUNT];
   sched_counts(r.s, counts);

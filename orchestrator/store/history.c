@@ -124,6 +124,13 @@ void history_guard(history *h, int guard) {
     broke(h);
 }
 
+void history_beat(history *h) {
+  char err[256];
+  if (h && !h->broken)
+    (void)store_run_beat(h->st, h->run_id, h->pid, clock_wall(), err,
+                         sizeof err);
+}
+
 void history_tasks_added(history *h, size_t first, size_t n) {
   if (!h)
     return;
@@ -419,6 +426,22 @@ static void fmt_tags(const cJSON *run, char *buf, size_t n) {
   }
 }
 
+/* Prints "PREFIX" then member k of o as a terminal shows text from
+ * outside (sbuf_put_shown: what people wrote through the API, a pool's
+ * holder; its newlines as nl, NULL: one line), then a newline; nothing
+ * when o has no such member. */
+static void print_shown(const char *prefix, const cJSON *o, const char *k,
+                        const char *nl) {
+  const char *z = store_str(o, k, NULL);
+  if (!z)
+    return;
+  sbuf b = {0};
+  sbuf_puts(&b, prefix);
+  sbuf_put_shown(&b, z, strlen(z), nl);
+  printf("%s\n", b.s);
+  sbuf_free(&b);
+}
+
 /* The lines under `dagrun runs`' table: what the columns cannot say. */
 static void print_run_notes(const cJSON *runs) {
   /* Runs whose dagrun is gone (store.c): what to do about each. */
@@ -426,10 +449,11 @@ static void print_run_notes(const cJSON *runs) {
     if (store_str(r, "note", NULL))
       printf("%s %s\n", store_str(r, "id", "?"), store_str(r, "note", ""));
   /* Queued runs (max_active_runs): what each waits for. */
-  for (cJSON *r = runs->child; r; r = r->next)
-    if (store_str(r, "waiting", NULL))
-      printf("%s waiting: %s\n", store_str(r, "id", "?"),
-             store_str(r, "waiting", ""));
+  for (cJSON *r = runs->child; r; r = r->next) {
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "%.80s waiting: ", store_str(r, "id", "?"));
+    print_shown(prefix, r, "waiting", NULL);
+  }
   /* Tasks counted as done that did not run in that run. */
   for (cJSON *r = runs->child; r; r = r->next)
     if (store_num(r, "tasks_cached", 0) > 0)
@@ -444,9 +468,13 @@ static void print_run_notes(const cJSON *runs) {
     if (tags[0])
       printf("%s tags: %s\n", store_str(r, "id", "?"), tags);
     const char *note = store_str(r, "user_note", NULL);
-    if (note)
-      printf("%s note: %.*s%s\n", store_str(r, "id", "?"),
-             (int)strcspn(note, "\n"), note, strchr(note, '\n') ? " ..." : "");
+    if (note) {
+      sbuf b = {0};
+      sbuf_put_shown(&b, note, strcspn(note, "\n"), NULL);
+      printf("%s note: %s%s\n", store_str(r, "id", "?"), b.s ? b.s : "",
+             strchr(note, '\n') ? " ..." : "");
+      sbuf_free(&b);
+    }
   }
 }
 
@@ -606,14 +634,12 @@ int history_cmd_status(int argc, char **argv) {
     pause_say(st, store_str(run, "dag", ""), paused, sizeof paused);
     if (paused[0])
       printf("%s\n", paused);
-    if (store_str(run, "waiting", NULL))
-      printf("waiting: %s\n", store_str(run, "waiting", ""));
+    print_shown("waiting: ", run, "waiting", NULL);
     char tags[1024];
     fmt_tags(run, tags, sizeof tags);
     if (tags[0])
       printf("tags: %s\n", tags);
-    if (store_str(run, "user_note", NULL))
-      printf("note: %s\n", store_str(run, "user_note", ""));
+    print_shown("note: ", run, "user_note", "\n      ");
     printf("started %s, %s %s\n", t,
            store_num(run, "finished", 0) > 0 ? "took" : "running for", d);
     char *what = trigger_shown(run);
@@ -640,8 +666,11 @@ int history_cmd_status(int argc, char **argv) {
       if (from && *from)
         snprintf(note, sizeof note, "cached from %s", from);
       /* A queued task held back by a machine-wide pool: by whom. */
-      else if (waiting && strcmp(store_str(k, "state", ""), "queued") == 0)
-        snprintf(note, sizeof note, "waiting for %s", waiting);
+      else if (waiting && strcmp(store_str(k, "state", ""), "queued") == 0) {
+        char *shown = xstrdup_shown(waiting);
+        snprintf(note, sizeof note, "waiting for %s", shown);
+        free(shown);
+      }
       /* The error quotes what the task was given (a param, a path): its
        * control bytes are shown, not obeyed, and it stays on its row. */
       char *error = xstrdup_shown(store_str(k, "error", ""));

@@ -70,6 +70,10 @@ void history_attempt_start(history *h, size_t task, int attempt,
  * beside this dagrun as the run's owner (store_run_guard). Call before
  * the scheduler starts anything. */
 void history_guard(history *h, int guard);
+/* Records that this dagrun lives (store_run_beat): call every
+ * OWNER_BEAT_S (owner.h) while the run goes. A failed beat is not a
+ * failed record: the next one tries again. */
+void history_beat(history *h);
 /* The sched observer's tasks_added: tasks first .. first + n - 1 (a map's
  * instances, already in the spec) are recorded as the run's, waiting. */
 void history_tasks_added(history *h, size_t first, size_t n);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "lib/clock.h"
 #include "store.h"
 
 static owner here;
@@ -69,6 +70,9 @@ owner_state owner_judge(const owner *o) {
   if (o->pid <= 0 || o->start <= 0)
     return OWNER_GONE;
   int v = visible(o);
+  if (v <= 0 && o->beat > 0)
+    return clock_wall() - o->beat > OWNER_BEAT_STALE_S ? OWNER_GONE
+                                                       : OWNER_ELSEWHERE;
   if (v < 0)
     return OWNER_GONE;
   if (v == 0)
@@ -89,6 +93,7 @@ void owner_of_run(const cJSON *run, owner *o) {
   o->pidns = store_str(run, "orch_pidns", NULL);
   o->guard = (int)store_num(run, "orch_guard", 0);
   o->guard_start = (long long)store_num(run, "orch_guard_start", 0);
+  o->beat = store_num(run, "orch_beat", 0);
 }
 
 owner_state owner_of_run_judge(const cJSON *run, int *pid) {

@@ -21,13 +21,18 @@
  *   pidns  the PID namespace ("pid:[INODE]", readlink /proc/self/ns/pid):
  *          different in each container of a host
  *
- * The pid is judged only by a reader with the same boot and pidns. The
- * hostname alone proves nothing about pids (two hosts may share a name,
- * `unshare --uts` gives one PID namespace two), so it only tells, when
- * the boot differs, a reboot (same host name: the owner died with the
- * kernel, it is gone) from another host (not visible from here). A record
- * without a boot or pidns (schema 8 and older, or a kernel that hides
- * them) is judged here, as before.
+ * The pid is judged only by a reader with the same boot and pidns. From
+ * anywhere else the owner is judged by its heartbeat: a running dagrun
+ * records the time every OWNER_BEAT_S (store_run_beat), and one silent
+ * for OWNER_BEAT_STALE_S is gone (a container killed or restarted, whose
+ * new PID namespace cannot see the old one's pids; a host that died).
+ * Until then it is elsewhere: alive, as far as can be told. The hostname
+ * alone proves nothing about pids (two hosts may share a name, `unshare
+ * --uts` gives one PID namespace two): it only names where the owner runs.
+ * A record without a heartbeat from elsewhere is judged as before it had
+ * one: gone when the boot differs and the host name is the same (a
+ * reboot), elsewhere otherwise. A record without a boot or pidns (schema
+ * 8 and older, or a kernel that hides them) is judged here, as before.
  *
  * The guard (host/guard.h): when a dagrun dies, its attempts do not stop
  * at once: each is given a grace after SIGTERM (GUARD_GRACE_S), and the
@@ -52,7 +57,15 @@ typedef struct owner {
   const char *host, *boot, *pidns;
   int guard; /* its guard's pid, 0 when none was recorded */
   long long guard_start;
+  double beat; /* when it last said it lived (wall clock); 0: never */
 } owner;
+
+/* How often a running dagrun records that it lives, and the silence after
+ * which one that cannot be seen from here is taken for gone: long enough
+ * for a store lock held a while, or a loaded machine, not to pass for a
+ * death. */
+#define OWNER_BEAT_S 30
+#define OWNER_BEAT_STALE_S 180
 
 typedef enum owner_state {
   OWNER_ALIVE,     /* the dagrun is alive, and visible from here */
@@ -72,7 +85,7 @@ owner_state owner_judge(const owner *o);
 
 /* The owner recorded in a run object (store_run, store_runs: orch_pid,
  * orch_start, orch_host, orch_boot, orch_pidns, orch_guard,
- * orch_guard_start); strings borrowed from run. */
+ * orch_guard_start, orch_beat); strings borrowed from run. */
 void owner_of_run(const cJSON *run, owner *o);
 
 /* owner_judge of a run object's owner, with its pid in *pid (0: none). */

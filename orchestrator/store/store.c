@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "lib/clock.h"
 #include "lib/fileio.h"
 #include "owner.h"
 
@@ -45,10 +46,12 @@
   XX(RUN_CLAIM, "UPDATE runs SET state = 'running', finished = NULL, "         \
                 "orch_pid = ?2, orch_start = ?3, orch_host = ?6, "             \
                 "orch_boot = ?7, orch_pidns = ?8, orch_guard = NULL, "         \
-                "orch_guard_start = NULL WHERE id = ?1 AND "                   \
+                "orch_guard_start = NULL, orch_beat = ?9 WHERE id = ?1 AND "   \
                 "orch_pid IS ?4 AND orch_start IS ?5")                         \
   XX(RUN_GUARD, "UPDATE runs SET orch_guard = ?3, orch_guard_start = ?4 "      \
                 "WHERE id = ?1 AND orch_pid IS ?2")                            \
+  XX(RUN_BEAT, "UPDATE runs SET orch_beat = ?3 WHERE id = ?1 AND "             \
+               "orch_pid IS ?2")                                               \
   XX(ATT_END, "UPDATE attempts SET state = ?4, exit_code = ?5, error = ?6, "   \
               "finished = ?7 WHERE run_id = ?1 AND task = ?2 AND n = ?3")      \
   XX(RUNS_LIST,                                                                \
@@ -61,7 +64,7 @@
      "t.state = 'cached'), (SELECT group_concat(DISTINCT t.cached_from) "      \
      "FROM tasks t WHERE t.run_id = r.id AND t.state = 'cached'), r.waiting, " \
      "r.tags, r.user_note, r.orch_host, r.orch_boot, r.orch_pidns, "           \
-     "r.orch_guard, r.orch_guard_start "                                       \
+     "r.orch_guard, r.orch_guard_start, r.orch_beat "                          \
      "FROM runs r "                                                            \
      "WHERE (?1 IS NULL OR r.dag = ?1) AND (?3 IS NULL OR r.state = ?3) "      \
      "AND (?4 IS NULL OR EXISTS (SELECT 1 FROM json_each(r.tags) "             \
@@ -70,7 +73,7 @@
   XX(RUN_FIND, "SELECT id, dag, dag_file, run_dir, state, started, finished, " \
                "params, orch_pid, orch_start, trigger, logical_date, "         \
                "dag_sha256, waiting, tags, user_note, orch_host, orch_boot, "  \
-               "orch_pidns, orch_guard, orch_guard_start "                     \
+               "orch_pidns, orch_guard, orch_guard_start, orch_beat "          \
                "FROM runs WHERE substr(id, 1, "                                \
                "length(?1)) = ?1 "                                             \
                "ORDER BY id LIMIT 2")                                          \
@@ -95,7 +98,8 @@
                 "duration_s, result, endpoint FROM alert_deliveries "          \
                 "WHERE run_id = ?1 ORDER BY rowid")                            \
   XX(RUNS_OWNED, "SELECT id, orch_pid, orch_start, orch_host, orch_boot, "     \
-                 "orch_pidns, orch_guard, orch_guard_start FROM runs "         \
+                 "orch_pidns, orch_guard, orch_guard_start, orch_beat FROM "   \
+                 "runs "                                                       \
                  "WHERE state IN ('running', 'queued') AND orch_pid > 0 AND "  \
                  "(?1 IS NULL OR substr(id, 1, length(?1)) = ?1)")             \
   XX(RUN_GONE, "UPDATE runs SET state = 'interrupted', finished = max("        \
@@ -117,7 +121,7 @@
                "last_fire = excluded.last_fire, updated = excluded.updated")   \
   XX(LEASES_OF, "SELECT l.run_id, l.task, l.pid, l.pid_start, r.orch_host, "   \
                 "r.orch_boot, r.orch_pidns, r.orch_guard, "                    \
-                "r.orch_guard_start, r.orch_pid IS l.pid AND "                 \
+                "r.orch_guard_start, r.orch_beat, r.orch_pid IS l.pid AND "    \
                 "r.orch_start IS l.pid_start FROM pool_leases l LEFT JOIN "    \
                 "runs r ON r.id = l.run_id WHERE l.pool = ?1 "                 \
                 "ORDER BY l.since, l.rowid")                                   \
@@ -131,8 +135,9 @@
                        "AND waiting IS NOT NULL")                              \
   XX(RUNS_ACTIVE, "SELECT id, state, orch_pid, orch_start, orch_host, "        \
                   "orch_boot, orch_pidns, orch_guard, orch_guard_start, "      \
-                  "started FROM runs WHERE dag = ?1 AND state IN "             \
-                  "('running', 'queued', 'interrupted') AND orch_pid > 0 AND " \
+                  "orch_beat, started FROM runs WHERE dag = ?1 AND (state IN " \
+                  "('running', 'queued') OR (state = 'interrupted' AND "       \
+                  "coalesce(orch_beat, started) > ?3)) AND orch_pid > 0 AND "  \
                   "id <> ?2 ORDER BY started, id")                             \
   XX(RUN_STARTED, "SELECT started FROM runs WHERE id = ?1")                    \
   XX(RUN_TAGS_GET, "SELECT tags FROM runs WHERE id = ?1")                      \
@@ -269,7 +274,8 @@ static const char schema_sql[] =
     "  orch_boot TEXT,\n"
     "  orch_pidns TEXT,\n"
     "  orch_guard INTEGER,\n"
-    "  orch_guard_start INTEGER\n"
+    "  orch_guard_start INTEGER,\n"
+    "  orch_beat REAL\n"
     ");\n"
     "CREATE INDEX runs_dag_started ON runs(dag, started);\n"
     "CREATE INDEX runs_started ON runs(started);\n"
@@ -348,14 +354,16 @@ static const char migrate_v6_sql[] = V7_TABLES_SQL;
 static const char migrate_v7_sql[] = V8_TABLES_SQL;
 
 /* Version 8 -> 9: where a run's dagrun runs (owner.h: its pid is judged
- * only where it means something) and its guard (a dead dagrun's attempts
- * hold their pools until the guard has stopped them). */
+ * only where it means something), when it last said it lived (judged from
+ * elsewhere by that), and its guard (a dead dagrun's attempts hold their
+ * pools until the guard has stopped them). */
 static const char migrate_v8_sql[] =
     "ALTER TABLE runs ADD COLUMN orch_host TEXT;\n"
     "ALTER TABLE runs ADD COLUMN orch_boot TEXT;\n"
     "ALTER TABLE runs ADD COLUMN orch_pidns TEXT;\n"
     "ALTER TABLE runs ADD COLUMN orch_guard INTEGER;\n"
-    "ALTER TABLE runs ADD COLUMN orch_guard_start INTEGER;\n";
+    "ALTER TABLE runs ADD COLUMN orch_guard_start INTEGER;\n"
+    "ALTER TABLE runs ADD COLUMN orch_beat REAL;\n";
 
 static int fail(store *st, int rc, char *err, size_t errlen, const char *what) {
   snprintf(err, errlen, "run store %s: %s: %s", st->path, what,
@@ -769,6 +777,7 @@ int store_run_claim(store *st, const char *id, const owner *me, int old_pid,
     bind_text_or_null(s, 6, me->host);
     bind_text_or_null(s, 7, me->boot);
     bind_text_or_null(s, 8, me->pidns);
+    sqlite3_bind_double(s, 9, clock_wall());
     rc = sqlite3_step(s);
     sqlite3_reset(s);
     if (rc != SQLITE_DONE) {
@@ -797,6 +806,24 @@ int store_run_guard(store *st, const char *id, int pid, int guard,
     sqlite3_bind_int(s, 3, guard);
     bind_i64(s, 4, guard_start);
     rc = step_write(st, s, 0, "recording a run's guard", err, errlen);
+  }
+  return commit(st, rc, err, errlen);
+}
+
+int store_run_beat(store *st, const char *id, int pid, double now, char *err,
+                   size_t errlen) {
+  int rc = begin(st, err, errlen);
+  if (rc)
+    return rc;
+  sqlite3_stmt *s = stmt(st, S_RUN_BEAT, err, errlen);
+  if (!s) {
+    rc = DR_ESTORE;
+  } else {
+    bind_text(s, 1, id);
+    sqlite3_bind_int(s, 2, pid);
+    sqlite3_bind_double(s, 3, now);
+    rc = step_write(st, s, 0, "recording that the run's dagrun lives", err,
+                    errlen);
   }
   return commit(st, rc, err, errlen);
 }
@@ -966,10 +993,10 @@ static int rows_into(store *st, sqlite3_stmt *s, cJSON *arr,
  * (a read-only store, a lock held too long) still shows the run
  * interrupted and leaves the write to the next reader. */
 
-/* The owner (owner.h) in columns k to k+6 of a row of s (orch_pid,
+/* The owner (owner.h) in columns k to k+7 of a row of s (orch_pid,
  * orch_start, orch_host, orch_boot, orch_pidns, orch_guard,
- * orch_guard_start, or their like); its strings valid until s steps again.
- * Only the recorded owner decides. The run's own start time must not: a
+ * orch_guard_start, orch_beat, or their like); its strings valid until s steps
+ * again. Only the recorded owner decides. The run's own start time must not: a
  * run begun before a reboot and resumed after it is owned by the live
  * resume, whose claim (store_run_claim) replaced the owner but not the
  * run's start. */
@@ -981,6 +1008,7 @@ static void owner_from_row(sqlite3_stmt *s, int k, owner *o) {
   o->pidns = (const char *)sqlite3_column_text(s, k + 4);
   o->guard = sqlite3_column_int(s, k + 5);
   o->guard_start = sqlite3_column_int64(s, k + 6);
+  o->beat = sqlite3_column_double(s, k + 7);
 }
 
 /* Whether the run of owner o is over for its readers: its dagrun is gone
@@ -1136,7 +1164,8 @@ cJSON *store_runs_tagged(store *st, const char *dag, const char *state,
                                      "orch_boot",
                                      "orch_pidns",
                                      "orch_guard",
-                                     "orch_guard_start"};
+                                     "orch_guard_start",
+                                     "orch_beat"};
   reap_gone(st, NULL);
   sqlite3_stmt *s = stmt(st, S_RUNS_LIST, err, errlen);
   if (!s)
@@ -1146,7 +1175,8 @@ cJSON *store_runs_tagged(store *st, const char *dag, const char *state,
   bind_text(s, 3, state);
   bind_text(s, 4, tag);
   cJSON *arr = cJSON_CreateArray();
-  if (rows_into(st, s, arr, keys, 23, -1, "listing runs", err, errlen) != 0) {
+  if (rows_into(st, s, arr, keys, (int)(sizeof keys / sizeof keys[0]), -1,
+                "listing runs", err, errlen) != 0) {
     cJSON_Delete(arr);
     return NULL;
   }
@@ -1188,7 +1218,8 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
       "orch_start", "trigger",    "logical_date",
       "dag_sha256", "waiting",    "tags",
       "user_note",  "orch_host",  "orch_boot",
-      "orch_pidns", "orch_guard", "orch_guard_start"};
+      "orch_pidns", "orch_guard", "orch_guard_start",
+      "orch_beat"};
   static const char *const task_keys[] = {
       "name",    "state",    "attempts", "exit_code",   "error",
       "started", "finished", "outputs",  "fingerprint", "cached_from",
@@ -1205,7 +1236,8 @@ cJSON *store_run(store *st, const char *id_prefix, int *rc, char *err,
     goto out;
   bind_text(s, 1, id_prefix);
   cJSON *found = cJSON_CreateArray();
-  if (rows_into(st, s, found, keys, 21, 7, "finding a run", err, errlen) != 0) {
+  if (rows_into(st, s, found, keys, (int)(sizeof keys / sizeof keys[0]), 7,
+                "finding a run", err, errlen) != 0) {
     cJSON_Delete(found);
     goto bad;
   }
@@ -1594,7 +1626,7 @@ static int task_waiting(store *st, const char *run_id, const char *task,
  * pid alone (a resume waited for its attempts). */
 static owner_state lease_state(sqlite3_stmt *s) {
   owner o = {0};
-  if (sqlite3_column_int(s, 9))
+  if (sqlite3_column_int(s, 10))
     owner_from_row(s, 2, &o);
   o.pid = sqlite3_column_int(s, 2);
   o.start = sqlite3_column_int64(s, 3);
@@ -1723,6 +1755,10 @@ static int runs_ahead(store *st, const char *dag, const char *id,
     return DR_ESTORE;
   bind_text(s, 1, dag);
   bind_text(s, 2, id);
+  /* An interrupted run holds its place only while its dead dagrun's guard
+   * stops its attempts, within their kill_grace of its death (its last
+   * heartbeat): the day-old ones are not judged again at every poll. */
+  sqlite3_bind_double(s, 3, clock_wall() - 86400);
   int rc;
   *n = 0;
   *first = NULL;
@@ -1730,7 +1766,7 @@ static int runs_ahead(store *st, const char *dag, const char *id,
     const char *oid = (const char *)sqlite3_column_text(s, 0);
     const char *ostate = (const char *)sqlite3_column_text(s, 1);
     int queued = strcmp(ostate, "queued") == 0;
-    double ostarted = sqlite3_column_double(s, 9);
+    double ostarted = sqlite3_column_double(s, 10);
     owner o;
     owner_from_row(s, 2, &o);
     /* An interrupted run's attempts may still be stopping (its guard

@@ -138,6 +138,12 @@ int store_run_claim(store *st, const char *id, const owner *me, int old_pid,
  * (owner.h). */
 int store_run_guard(store *st, const char *id, int pid, int guard,
                     long long guard_start, char *err, size_t errlen);
+/* Records that the dagrun pid running run id lives at now (wall clock):
+ * called every OWNER_BEAT_S while it runs, so that a reader elsewhere,
+ * which cannot see its pid, can tell a dead one by the silence (owner.h).
+ * 0, or DR_ESTORE. */
+int store_run_beat(store *st, const char *id, int pid, double now, char *err,
+                   size_t errlen);
 
 /* A task's row after a state change. exit_code < 0: none; error,
  * outputs_json may be NULL; started/finished <= 0: left as they are. */

@@ -935,22 +935,27 @@ static int has_validation(const trainrun *r) {
 int trainrun_check_end(trainrun *r) {
   if (r->val_failed)
     return -1; /* it said why */
-  /* A last step whose grad norm was not finite, with a finite loss, is
-   * as broken: its weights or moments overflowed. */
   /* A resumed run with no step left to take (a retry after its last
    * step) has no loss of its own. */
   int stepped = r->st.step > r->first_step;
-  if ((stepped && !isfinite(r->last_loss)) || r->nonfinite_run > 0 ||
-      (has_validation(r) && !isfinite(r->val_loss))) {
+  /* The weights are judged by what measures them, the last validation: a
+   * step skipped for a loss or grad norm that was not finite left them as
+   * they were (ten in a row failed the run already, trainrun_count_step),
+   * so a bad batch at the very end is a warning, as anywhere else. */
+  if (has_validation(r) && !isfinite(r->val_loss)) {
     r->h->fail(r->ctx,
-               "the run ended with loss %g, val loss %g, its last %lld steps "
-               "skipped for a loss or grad norm that was not finite (%lld in "
-               "all): its weights are not usable; lower lr, or raise warmup "
-               "or grad_clip",
-               r->last_loss, r->val_loss, (long long)r->nonfinite_run,
-               (long long)r->nonfinite_steps);
+               "the run ended with val loss %g (loss %g; %lld steps skipped "
+               "for a loss or grad norm that was not finite): its weights are "
+               "not usable; lower lr, or raise warmup or grad_clip",
+               r->val_loss, r->last_loss, (long long)r->nonfinite_steps);
     return -1;
   }
+  if (stepped && r->nonfinite_run > 0)
+    r->h->log(r->ctx, DAGRUN_LOG_WARN,
+              "the last %lld steps were skipped for a loss or grad norm that "
+              "was not finite (%lld in all): the weights are those before "
+              "them",
+              (long long)r->nonfinite_run, (long long)r->nonfinite_steps);
   if (stepped && isfinite(r->st.init_loss) && r->last_loss > r->st.init_loss)
     r->h->log(r->ctx, DAGRUN_LOG_WARN,
               "the final loss %.4f is above the loss at initialization %.4f: "

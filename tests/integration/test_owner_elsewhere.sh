@@ -9,11 +9,15 @@
 #    namespace did): `dagrun resume` on its host refuses it, since its
 #    dagrun is alive; the run ends as it would have, each task run once.
 # 3. A run recorded by a dagrun in another PID namespace that died: shown
-#    running; resume refuses it without --force, goes on with it with
-#    --force.
+#    running while its heartbeat is fresh; resume refuses it without
+#    --force, goes on with it with --force. Once its heartbeat is stale (a
+#    container killed: its dagrun stopped beating), it is interrupted, and
+#    resumed without --force.
 # 4. A run recorded before this host's last boot (same host name, another
-#    boot id) is interrupted, even if its pid names a live process now;
-#    a run with no place recorded (a store of schema 8) is judged here.
+#    boot id, a stale heartbeat) is interrupted, even if its pid names a
+#    live process now; with a fresh heartbeat it is another host of the
+#    same name, running; a run with no place recorded (a store of schema 8)
+#    is judged here.
 . "$(dirname "$0")/lib.sh"
 export DAGRUN_HOME="$T/home"
 DB="$DAGRUN_HOME/state.db"
@@ -112,6 +116,17 @@ a = {x["name"]: x for x in st["tasks"]}["a"]["attempt_list"]
 assert [x["state"] for x in a] == ["orphaned", "success"], a
 assert "could not be checked from here" in a[0]["error"], a[0]
 P
+# Its heartbeat stale: gone, as a killed container's dagrun is.
+start_slow
+kill_slow
+sql "UPDATE runs SET state = 'running', orch_pidns = 'pid:[1]', orch_beat = 1000 WHERE id = '$R'"
+run_dagrun runs
+expect_in "$T/out" "$R dagrun (pid $P) is gone: \`dagrun resume $R\` goes on with the run"
+store_run_is "$R" interrupted || fail "a stale run of another namespace: $(store_run_state "$R")"
+touch "$T/go"
+run_dagrun resume "$R" --plain
+expect_rc 0
+store_run_is "$R" success || fail "its resume ended $(store_run_state "$R")"
 
 # ---- 4. a run from before this host's boot; a run of schema 8 ----
 start_slow
@@ -120,6 +135,10 @@ kill_slow
 # boot id says it is another one.
 me_start=$(awk '{print $22}' /proc/$$/stat)
 sql "UPDATE runs SET state = 'running', orch_pid = $$, orch_start = $me_start, orch_boot = '00000000-0000-0000-0000-000000000000' WHERE id = '$R'"
+# A fresh heartbeat: another host that has this one's name, alive.
+run_dagrun runs
+grep -E "^$R +slow +running" "$T/out" >/dev/null || fail "a fresh run of a namesake host: $(cat "$T/out")"
+sql "UPDATE runs SET orch_beat = 1000 WHERE id = '$R'"
 run_dagrun runs
 expect_in "$T/out" "$R dagrun (pid $$) is gone: \`dagrun resume $R\` goes on with the run"
 store_run_is "$R" interrupted || fail "a run from before the boot: $(store_run_state "$R")"

@@ -81,6 +81,15 @@ expect_in "$T/out" "$A note: line one ..."
 run_dagrun note "$A" "$(printf 'bell\a')"
 expect_rc 2
 expect_in "$T/err" "control character 0x07"
+# A C1 control (U+009B, which some terminals take as ESC [) is UTF-8 and
+# kept, and shown, not obeyed, by status and runs.
+run_dagrun note "$A" "$(printf 'csi \302\2332J here')"
+expect_rc 0
+run_dagrun status "$A"
+expect_in "$T/out" 'note: csi \xc2\x9b2J here'
+run_dagrun runs
+expect_in "$T/out" "$A note: csi \\xc2\\x9b2J here"
+printf 'line one\nline two\n' | "$DAGRUN" note "$A" - || fail "note from stdin, again"
 run_dagrun note "$A" "$(head -c 4097 /dev/zero | tr '\0' n)"
 expect_rc 2
 expect_in "$T/err" "at most 4096"

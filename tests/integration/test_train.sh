@@ -163,8 +163,8 @@ expect_rc 1
 expect_in "$T/out" "not finite 10 steps in a row"
 expect_in "$T/out" "export: upstream_failed"
 # A few skipped steps are counted in summary.json; a run whose last step's
-# loss is not finite fails, whatever came before (DAGRUN_FAULT_NAN_STEPS
-# makes those steps' losses NaN).
+# loss is not finite succeeds with the weights from before it, and says so
+# (DAGRUN_FAULT_NAN_STEPS makes those steps' losses NaN).
 train_dag nanfew "steps: 8, eval_every: 4, samples: 0"
 DAGRUN_FAULT_NAN_STEPS=3,4 run_dagrun run nanfew.yaml --plain
 expect_rc 0
@@ -176,11 +176,10 @@ assert s["nonfinite_steps"] == 2 and s["steps"] == 8, s
 P
 train_dag nanlast "steps: 8, warmup: 20, eval_every: 0, samples: 0"
 DAGRUN_FAULT_NAN_STEPS=8 run_dagrun run nanlast.yaml --plain
-expect_rc 1
+expect_rc 0
 # (A warmup past the steps is said: the learning rate never reaches lr.)
 expect_in "$(run_dir nanlast)/train/attempt-1/log" "warmup 20 is longer than steps 8: the learning rate never reaches lr (it peaks at 40% of it)"
-expect_in "$T/out" "the run ended with loss nan, val loss"
-expect_in "$T/out" "its last 1 steps skipped"
+expect_in "$(run_dir nanlast)/train/attempt-1/log" "the last 1 steps were skipped for a loss or grad norm that was not finite (1 in all): the weights are those before them"
 # A token file that is not the one its manifest lists (the validation
 # split copied over a train file) is refused by name, not trained on.
 cp -r "$DATA" swapped-data

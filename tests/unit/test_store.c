@@ -407,7 +407,8 @@ static void test_migrate_v1(void) {
   "ALTER TABLE runs DROP COLUMN orch_boot; "                                   \
   "ALTER TABLE runs DROP COLUMN orch_pidns; "                                  \
   "ALTER TABLE runs DROP COLUMN orch_guard; "                                  \
-  "ALTER TABLE runs DROP COLUMN orch_guard_start; "
+  "ALTER TABLE runs DROP COLUMN orch_guard_start; "                            \
+  "ALTER TABLE runs DROP COLUMN orch_beat; "
 
 /* db (closed) made an older store by sql (SQLite, beside the store), then
  * opened again, which migrates it; NULL (a failed check) if it does not
