@@ -128,6 +128,22 @@ run_dagrun resume "$R" --plain
 expect_rc 0
 store_run_is "$R" success || fail "its resume ended $(store_run_state "$R")"
 
+# ---- 3b. a live dagrun beats: its orch_beat moves on every 30 s ----
+start_slow
+beat() {
+  "$PY" - "$DB" "$R" <<'P'
+import sqlite3, sys
+print(sqlite3.connect(sys.argv[1]).execute("SELECT orch_beat FROM runs WHERE id = ?", (sys.argv[2],)).fetchone()[0])
+P
+}
+b0=$(beat)
+sleep 33
+b1=$(beat)
+"$PY" -c 'import sys; b0, b1 = map(float, sys.argv[1:]); assert 25 < b1 - b0 < 45, (b0, b1)' "$b0" "$b1" ||
+  fail "the live run's heartbeat: $b0 then $b1, 33 s later"
+touch "$T/go"
+wait "$P" || fail "the beating run failed: $(cat "$T/slow.out")"
+
 # ---- 4. a run from before this host's boot; a run of schema 8 ----
 start_slow
 kill_slow
