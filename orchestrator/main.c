@@ -18,6 +18,7 @@
  * running; 130 stopped by SIGINT (Ctrl-C); 143 stopped by SIGTERM; 129
  * stopped by SIGHUP (the terminal closed: the run is recorded interrupted).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -471,6 +472,35 @@ typedef struct run_ctx {
 
 static void on_beat(uv_timer_t *t) { history_beat(((run_ctx *)t->data)->h); }
 
+/* Removes the reserves beside the store (reserve_store) of runs no longer
+ * going: a dagrun killed leaves its reserve, 256 KiB a death, and its
+ * resume makes one again. */
+static void sweep_store_reserves(store *db, const char *dir,
+                                 const char *db_name) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  char *prefix = xasprintf("%s.reserve-", db_name);
+  size_t np = strlen(prefix);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, prefix, np) != 0)
+      continue;
+    char err[256];
+    int rc;
+    cJSON *r = store_run(db, e->d_name + np, &rc, err, sizeof err);
+    if (rc == DR_ENOENT ||
+        (r && !store_state_active(store_str(r, "state", "")))) {
+      char *p = path_join(dir, e->d_name);
+      unlink(p);
+      free(p);
+    }
+    cJSON_Delete(r);
+  }
+  closedir(d);
+  free(prefix);
+}
+
 /* The run store's own reserve, when it is on another file system than
  * the run's directory (DAGRUN_HOME elsewhere): that disk filling must not
  * leave a run that succeeded recorded as running, then interrupted, and
@@ -484,6 +514,10 @@ static char *reserve_store(store *db, const rundir *run) {
   struct stat a, b;
   int apart =
       stat(dir, &a) == 0 && stat(run->path, &b) == 0 && a.st_dev != b.st_dev;
+  if (apart) {
+    const char *slash = strrchr(db_path, '/');
+    sweep_store_reserves(db, dir, slash ? slash + 1 : db_path);
+  }
   free(dir);
   if (!apart)
     return NULL;

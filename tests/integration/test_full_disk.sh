@@ -94,6 +94,12 @@ run_dagrun runs
 grep -E "^$(basename "$R") +apart +success " "$T/out" >/dev/null ||
   fail "the store's disk filled: the store does not say success: $(cat "$T/out")"
 ls "$D/home" | grep -q reserve && fail "the store's reserve was left behind: $(ls "$D/home")"
+# A killed run's reserve (no run ended it) goes at the next run's start.
+head -c 1000 /dev/zero > "$D/home/state.db.reserve-20200101T000000Z-dead"
+run_dagrun run apart.yaml --plain
+expect_rc 0
+[ ! -e "$D/home/state.db.reserve-20200101T000000Z-dead" ] ||
+  fail "a dead run's reserve beside the store was not swept: $(ls "$D/home")"
 umount -l "$D"
 trap - EXIT
 pass
