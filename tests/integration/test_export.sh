@@ -332,6 +332,22 @@ echo mine > user/.gone.old/a
 cp -r keep/model user/extra
 echo mine > user/extra/notes
 ln -s "$T/keep/model" user/link
+# An export of a dagrun from before the marker (an export's files, no
+# marker) is replaced (below), but not with anything else in it: a file
+# (notes), a subdirectory, a symbolic link for one of its files, or only
+# names an export writes without its weights.
+legacy() { cp -r "$1" "$2" && rm "$2/.dagrun-export.json"; }
+legacy keep/model user/oldextra
+echo mine > user/oldextra/notes
+legacy keep/model user/oldsub
+mkdir user/oldsub/sub
+legacy keep/model user/oldlink
+rm user/oldlink/vocab.json
+ln -s "$T/keep/model/vocab.json" user/oldlink/vocab.json
+legacy "$ED" user/oldckpt
+echo mine > user/oldckpt/notes
+mkdir user/oldcard
+cp keep/model/README.md keep/model/config.json user/oldcard/
 cat > proj/dag.yaml <<Y
 dag: proj
 tasks:
@@ -343,6 +359,11 @@ tasks:
   extra: {stage: export, with: {model: "$CK", dir: "$T/user/extra"}}
   gone: {stage: export, with: {model: "$CK", dir: "$T/user/gone"}}
   link: {stage: export, with: {model: "$CK", dir: "$T/user/link"}}
+  oldextra: {stage: export, with: {model: "$CK", dir: "$T/user/oldextra"}}
+  oldsub: {stage: export, with: {model: "$CK", dir: "$T/user/oldsub"}}
+  oldlink: {stage: export, with: {model: "$CK", dir: "$T/user/oldlink"}}
+  oldckpt: {stage: export, with: {model: "$CK", dir: "$T/user/oldckpt"}}
+  oldcard: {stage: export, with: {model: "$CK", dir: "$T/user/oldcard"}}
 Y
 cat > proj/sub/dag.yaml <<Y
 dag: sub
@@ -370,7 +391,12 @@ expect_in "$RP/extra/attempt-1/log" "dir $T/user/extra is in the way: a director
 expect_in "$RP/gone/attempt-1/log" "$T/user/.gone.old is in the way: a directory that holds a"
 expect_in "$RP/link/attempt-1/log" "dir $T/user/link is in the way: a symbolic link"
 expect_in "$RS/up/attempt-1/log" "dir $T/proj/sub is the DAG's directory"
-for t in self runs store file stuff extra gone link; do
+for t in extra sub ckpt; do
+  expect_in "$RP/old$t/attempt-1/log" "dir $T/user/old$t is in the way: a directory that holds $([ $t = sub ] && echo sub || echo notes), which no export wrote"
+done
+expect_in "$RP/oldlink/attempt-1/log" "dir $T/user/oldlink is in the way: a directory that holds vocab.json, which no export wrote"
+expect_in "$RP/oldcard/attempt-1/log" "dir $T/user/oldcard is in the way: a directory without .dagrun-export.json or model.safetensors, which every export has"
+for t in self runs store file stuff extra gone link oldextra oldsub oldlink oldckpt oldcard; do
   [ "$(task_field "$RP" $t exit_code)" = 1 ] || fail "$t: exit code $(task_field "$RP" $t exit_code)"
 done
 [ "$(cat proj/notes)" = "my notes" ] && [ -f proj/dag.yaml ] && cmp sub.yaml proj/sub/dag.yaml ||
@@ -380,13 +406,23 @@ done
   [ -f "$T/home/state/state.db" ] && [ -L user/link ] ||
   fail "a refused export changed what was in the way: $(ls -AR user home)"
 cmp keep/model/model.safetensors user/extra/model.safetensors || fail "a refused export changed user/extra"
+for d in oldextra oldsub oldlink; do
+  cmp keep/model/model.safetensors user/$d/model.safetensors || fail "a refused export changed user/$d"
+done
+[ "$(cat user/oldextra/notes)" = mine ] && [ "$(cat user/oldckpt/notes)" = mine ] &&
+  [ -d user/oldsub/sub ] && [ -L user/oldlink/vocab.json ] && [ -f user/oldcard/README.md ] ||
+  fail "a refused export changed an older export with more in it: $(ls -AR user)"
 LEFT=$(ls -d .*.old .*.tmp ./*/.*.old ./*/.*.tmp 2>/dev/null || true)
 [ "$LEFT" = ./user/.gone.old ] || fail "a refused export left siblings: $LEFT"
 [ ! -e user/gone ] || fail "a refused export wrote user/gone"
 
 # An empty directory is replaced; so is dir when a killed export left the
 # previous one at .<name>.old and its own half-written .<name>.tmp: the
-# previous one goes back, then the new one replaces it.
+# previous one goes back, then the new one replaces it. So is an export
+# of a dagrun from before the marker, of either format: a nightly DAG's
+# fixed dir failed after the upgrade.
+legacy keep/model user/oldhf
+legacy "$ED" user/olddagrun
 cp -r keep/model user/.prev.old
 mkdir user/.prev.tmp
 echo '{"format": "dagrun-export", "version": 1}' > user/.prev.tmp/.dagrun-export.json
@@ -396,10 +432,12 @@ dag: again
 tasks:
   empty: {stage: export, with: {model: "$CK", dir: "$T/user/empty"}}
   prev: {stage: export, with: {model: "$CK", dir: "$T/user/prev"}}
+  oldhf: {stage: export, with: {model: "$CK", dir: "$T/user/oldhf"}}
+  olddagrun: {stage: export, with: {model: "$CK", dir: "$T/user/olddagrun"}}
 Y
 run_dagrun run again.yaml --plain
 expect_rc 0
-for d in empty prev; do
+for d in empty prev oldhf olddagrun; do
   cmp "$E32/model.safetensors" "user/$d/model.safetensors" || fail "user/$d is not the new export"
 done
 [ ! -e user/.prev.old ] && [ ! -e user/.prev.tmp ] || fail "the killed export's siblings stayed: $(ls -A user)"
