@@ -244,19 +244,44 @@ cmp "$E32/model.safetensors" keep/model/model.safetensors || fail "a failed writ
 # A tokenizer of the same vocabulary trained on other text is refused, of
 # a checkpoint (whose manifest records its tokenizer) and of an export
 # (whose tokenizer.json is beside it). After the write test above, whose
-# file size limit the state store would outgrow with these runs.
+# file size limit the state store would outgrow with these runs. The
+# model's own tokenizer.json in other bytes (another layout and key
+# order, as another writer or Hugging Face version has it) is the same
+# tokenizer and is taken, of both.
 OTHER=$(other_token_data t 320)
+/usr/bin/python3 -c 'import json, sys; json.dump(json.load(open(sys.argv[1])), open(sys.argv[2], "w"), indent=2, sort_keys=True)' "$TOK" relaid.json
+cmp -s "$TOK" relaid.json && fail "relaid.json has the bytes of $TOK"
 cat > othertok.yaml <<Y
 dag: othertok
 tasks:
   ck: {stage: export, with: {model: "$CK", tokenizer: "$OTHER/tokenizer.json"}}
   hf: {stage: export, with: {model: "$E32", tokenizer: "$OTHER/tokenizer.json"}}
+  ckrelaid: {stage: export, with: {model: "$CK", tokenizer: "$T/relaid.json"}}
+  hfrelaid: {stage: export, with: {model: "$E32", tokenizer: "$T/relaid.json"}}
 Y
 run_dagrun run othertok.yaml --plain
 expect_rc 1
 RO=$(run_dir othertok)
 expect_in "$RO/ck/attempt-1/log" "the tokenizer $OTHER/tokenizer.json is not the model $CK's ($TOK): they do not belong together"
 expect_in "$RO/hf/attempt-1/log" "the tokenizer $OTHER/tokenizer.json is not the model $E32's ($E32/tokenizer.json)"
+for t in ckrelaid hfrelaid; do
+  [ "$(task_field "$RO" $t state)" = success ] || fail "$t: $(cat "$RO/$t/attempt-1/log")"
+  cmp relaid.json "$RO/$t/out/model/tokenizer.json" || fail "$t: the export's tokenizer.json is not the one given"
+done
+# But a file at the path a checkpoint records, written over since, is
+# not the tokenizer the record names: comparing it would compare the
+# wrong one, so the digests decide there.
+cp "$TOK" tok.orig
+cp relaid.json "$TOK"
+cat > rewritten.yaml <<Y
+dag: rewritten
+tasks:
+  ck: {stage: export, with: {model: "$CK", tokenizer: "$T/relaid.json"}}
+Y
+run_dagrun run rewritten.yaml --no-cache --plain
+expect_rc 1
+cp tok.orig "$TOK"
+expect_in "$(run_dir rewritten)/ck/attempt-1/log" "the tokenizer $T/relaid.json is not the model $CK's ($TOK): they do not belong together"
 
 # A tokenizer without <|endoftext|> (renamed, same size) is refused.
 /usr/bin/python3 - "$TOK" noeot.json <<'P'
