@@ -122,6 +122,40 @@ const char *bpe_token_bytes(const bpe *b, uint32_t id, size_t *len) {
   return b->blob + b->tok_off[id];
 }
 
+/* The flags of the added token id in b, or -1 when id is not one. */
+static int added_flags_of(const bpe *b, uint32_t id) {
+  for (size_t i = 0; i < b->nadded; i++)
+    if (b->added[i] == id)
+      return b->added_flags[i];
+  return -1;
+}
+
+int bpe_same_ids(const bpe *a, const bpe *b) {
+  if (a->nvocab != b->nvocab || a->nmerges != b->nmerges ||
+      a->nadded != b->nadded ||
+      pretok_get_digits(a->pt) != pretok_get_digits(b->pt))
+    return 0;
+  for (uint32_t i = 0; i < a->nvocab; i++)
+    if (a->tok_len[i] != b->tok_len[i] ||
+        memcmp(a->blob + a->tok_off[i], b->blob + b->tok_off[i],
+               a->tok_len[i]) != 0)
+      return 0;
+  for (size_t i = 0; i < a->nmerges; i++)
+    if (a->merges[i].left != b->merges[i].left ||
+        a->merges[i].right != b->merges[i].right ||
+        a->merges[i].result != b->merges[i].result)
+      return 0;
+  /* normalized is kept only to be saved again: the byte-level
+   * tokenizers dagrun loads have no normalizer for it to choose. */
+  const int decides = BPE_ADDED_SPECIAL | BPE_ADDED_LSTRIP | BPE_ADDED_RSTRIP;
+  for (size_t i = 0; i < a->nadded; i++) {
+    int f = added_flags_of(b, a->added[i]);
+    if (f < 0 || (f & decides) != (a->added_flags[i] & decides))
+      return 0;
+  }
+  return 1;
+}
+
 int bpe_build(bpe **out, uint32_t nvocab, const bpe_tokdef *toks,
               const bpe_merge *merges, size_t nmerges, const uint32_t *specials,
               size_t nspecials, char *err, size_t errlen) {

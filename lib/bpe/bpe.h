@@ -62,6 +62,14 @@ int bpe_is_special(const bpe *b, uint32_t id);
  * Valid while b lives. */
 const char *bpe_token_bytes(const bpe *b, uint32_t id, size_t *len);
 
+/* 1 when a and b give every text the same ids, else 0: the same ids
+ * with the same bytes, the same merges by rank, the same added tokens
+ * with the same special, lstrip and rstrip flags, and the same
+ * pre-tokenizer (Digits or not). Two tokenizer.json files that differ
+ * only in their bytes (layout, key order, the writer's version) load
+ * into tokenizers that compare equal. */
+int bpe_same_ids(const bpe *a, const bpe *b);
+
 /* Per-thread encoder with a cache of pieces already encoded. Returns NULL
  * when out of memory. */
 bpe_encoder *bpe_encoder_create(const bpe *b);

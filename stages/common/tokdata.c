@@ -2,6 +2,7 @@
 #include "tokdata.h"
 
 #include "data/tokfile.h"
+#include "lib/bpe/bpe.h"
 #include "lib/fileio.h"
 #include "lib/sha256.h"
 
@@ -128,10 +129,41 @@ void tokdata_free(tokdata *td) {
   td->eot = TOKFILE_NO_EOT;
 }
 
+/* r's tokenizer.json loaded, when it is the file r's identity names (its
+ * digest is r->sha256): a file at a recorded path that was written over
+ * since is not the tokenizer the record names, and comparing it would
+ * compare the wrong one. NULL when there is no such file or it does not
+ * load. */
+static bpe *load_identity(const tokdata_tokref *r) {
+  char sha[65], err[512];
+  bpe *tok = NULL;
+  if (!r->path || !r->path[0] || sha256_file(r->path, sha) != 0 ||
+      strcmp(sha, r->sha256) != 0 ||
+      bpe_load_hf(r->path, &tok, err, sizeof err) != 0)
+    return NULL;
+  return tok;
+}
+
+/* Whether a's and b's tokenizer.json, of other digests, are one tokenizer
+ * all the same: the same ids for every text (bpe_same_ids). The same
+ * vocabulary and merges come in other bytes: another JSON layout or key
+ * order, another Hugging Face version, or an older dagrun's tokenize,
+ * which wrote a given tokenizer.json again in its own layout and
+ * recorded that copy's digest. */
+static int same_content(const tokdata_tokref *a, const tokdata_tokref *b) {
+  bpe *ta = load_identity(a);
+  bpe *tb = ta ? load_identity(b) : NULL;
+  int same = ta && tb && bpe_same_ids(ta, tb);
+  bpe_destroy(ta);
+  bpe_destroy(tb);
+  return same;
+}
+
 int tokdata_same_tokenizer(const tokdata_tokref *a, const tokdata_tokref *b,
                            char *err, size_t errlen) {
+  /* Equal digests need no loading: the common case costs nothing. */
   if (!a->sha256 || !a->sha256[0] || !b->sha256 || !b->sha256[0] ||
-      strcmp(a->sha256, b->sha256) == 0)
+      strcmp(a->sha256, b->sha256) == 0 || same_content(a, b))
     return 0;
   char bd[4200];
   if (b->owner)

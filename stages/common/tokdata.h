@@ -46,7 +46,12 @@ typedef struct tokdata_tokref {
  * tokenizers trained on other text to one vocab_size give the same ids
  * to other strings. 0 when the identities are equal or either is not
  * known (a checkpoint or token directory from before dagrun recorded it
- * is accepted, as it was then); else -1 with err
+ * is accepted, as it was then). Identities that differ are one tokenizer
+ * all the same (0) when both paths hold the files they name (each file's
+ * digest is its identity) and these load (lib/bpe) into tokenizers that
+ * give the same ids (bpe_same_ids: vocabulary, merges, added tokens):
+ * the same tokenizer.json in another layout, key order or Hugging Face
+ * version. Else -1 with err
  * "B's tokenizer PATH_B is not A's (PATH_A)" ("the tokenizer PATH_B" for
  * B without an owner), to which the caller adds what it was doing. */
 int tokdata_same_tokenizer(const tokdata_tokref *a, const tokdata_tokref *b,

@@ -26,7 +26,9 @@
  * project would take it along. So every export carries a marker,
  * .dagrun-export.json, listing its files, and only a directory with
  * that marker and nothing it does not list is replaced (or an empty
- * one). Anything else at dir, or at the hidden siblings, is refused
+ * one, or an export of a dagrun from before the marker: only files such
+ * an export wrote, model.safetensors among them; is_replaceable).
+ * Anything else at dir, or at the hidden siblings, is refused
  * before anything moves, naming what is in the way; so is a dir that is
  * or holds the DAG's directory, the runs directory or the state store.
  *
@@ -557,10 +559,12 @@ static int marker_lists(const cJSON *m, const char *name) {
   return 0;
 }
 
-/* dir's marker, parsed, when it is one of an export's (NULL otherwise). */
-static cJSON *read_marker(const char *dir) {
+/* dir/name parsed, when it is a JSON object whose "format" is format
+ * (NULL otherwise). */
+static cJSON *read_format(const char *dir, const char *name,
+                          const char *format) {
   char err[256];
-  char *path = fileio_join(dir, MARKER);
+  char *path = fileio_join(dir, name);
   char *text = path && exists(path)
                    ? fileio_read_all(path, NULL, err, sizeof err)
                    : NULL;
@@ -568,18 +572,62 @@ static cJSON *read_marker(const char *dir) {
   cJSON *m = text ? cJSON_Parse(text) : NULL;
   free(text);
   const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(m, "format");
-  if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, MARKER_FORMAT) != 0) {
+  if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, format) != 0) {
     cJSON_Delete(m);
     return NULL;
   }
   return m;
 }
 
+/* An export from before the marker (dagrun before 2026-11-29): a
+ * nightly DAG's fixed dir holds one after the upgrade, and refusing it
+ * would fail that DAG's first run. Without a list of its own, such a
+ * directory is recognised by its names: all are files an export of
+ * then wrote, and model.safetensors is there. These lists are what
+ * those versions wrote, not what this one writes: they do not grow.
+ * Format safetensors (either dtype) wrote these. */
+static const char *const legacy_hf_files[] = {"model.safetensors",
+                                              "config.json",
+                                              "generation_config.json",
+                                              "tokenizer.json",
+                                              "tokenizer_config.json",
+                                              "special_tokens_map.json",
+                                              "vocab.json",
+                                              "merges.txt",
+                                              "README.md",
+                                              NULL};
+/* format dagrun copied a checkpoint: the files its manifest.json (of
+ * format "dagrun-checkpoint") lists, the manifest, the tokenizer, and a
+ * promoted model's promotion.json. */
+#define LEGACY_CKPT_MANIFEST "manifest.json"
+static const char *const legacy_ckpt_extra[] = {
+    LEGACY_CKPT_MANIFEST, "tokenizer.json", "promotion.json", NULL};
+
+static int in_list(const char *const *list, const char *name) {
+  for (; *list; list++)
+    if (strcmp(*list, name) == 0)
+      return 1;
+  return 0;
+}
+
+/* Whether a legacy export wrote name: of format dagrun when manifest
+ * (the directory's checkpoint manifest) is not NULL, else of format
+ * safetensors. */
+static int legacy_lists(const cJSON *manifest, const char *name) {
+  if (!manifest)
+    return in_list(legacy_hf_files, name);
+  const cJSON *files = cJSON_GetObjectItemCaseSensitive(manifest, "files");
+  return in_list(legacy_ckpt_extra, name) ||
+         cJSON_GetObjectItemCaseSensitive(files, name) != NULL;
+}
+
 /* Whether export may replace or remove path: it is absent, an empty
  * directory, or an export's (its marker, complete, and only files the
  * marker lists; with building, a marker without the list will do: the
- * temporary of an export killed while it wrote). 1 when it may, else 0
- * with why saying what is there. */
+ * temporary of an export killed while it wrote), or, without a marker,
+ * a legacy export (legacy_lists: only files such an export wrote, and
+ * model.safetensors, which a killed one's temporary may lack). 1 when
+ * it may, else 0 with why saying what is there. */
 static int is_replaceable(const char *path, int building, char *why, size_t n) {
   struct stat st;
   if (lstat(path, &st) != 0) {
@@ -596,9 +644,11 @@ static int is_replaceable(const char *path, int building, char *why, size_t n) {
     snprintf(why, n, "%s", strerror(errno));
     return 0;
   }
-  cJSON *m = read_marker(path);
+  cJSON *m = read_format(path, MARKER, MARKER_FORMAT);
   int complete = cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m, "files"));
-  int ok = 1;
+  cJSON *manifest =
+      m ? NULL : read_format(path, LEGACY_CKPT_MANIFEST, "dagrun-checkpoint");
+  int ok = 1, nlegacy = 0, weights = 0;
   struct dirent *e;
   while (ok && (e = readdir(d)) != NULL) {
     const char *name = e->d_name;
@@ -609,11 +659,25 @@ static int is_replaceable(const char *path, int building, char *why, size_t n) {
     free(sub);
     if (m && (building || (complete && file && marker_lists(m, name))))
       continue;
+    if (!m && file && legacy_lists(manifest, name)) {
+      nlegacy++;
+      weights |= strcmp(name, "model.safetensors") == 0;
+      continue;
+    }
     snprintf(why, n, "a directory that holds %s, which %s", name,
              m ? "its export did not write" : "no export wrote");
     ok = 0;
   }
   closedir(d);
+  /* Names alone, without the weights, are too little to go by: a
+   * README.md and a config.json may well be the user's. */
+  if (ok && nlegacy && !weights && !building) {
+    snprintf(why, n,
+             "a directory without " MARKER " or model.safetensors, which "
+             "every export has");
+    ok = 0;
+  }
+  cJSON_Delete(manifest);
   cJSON_Delete(m);
   return ok;
 }
@@ -709,7 +773,8 @@ static int place(exporter *x) {
     h->fail(x->ctx,
             "dir %s is in the way: %s; an export replaces only an earlier "
             "export (a directory with its " MARKER " and the files that "
-            "lists) or an empty directory: remove it or choose another dir",
+            "lists, or an older dagrun's export: only the files it wrote) "
+            "or an empty directory: remove it or choose another dir",
             x->dest, why);
     return -1;
   }

@@ -244,19 +244,44 @@ cmp "$E32/model.safetensors" keep/model/model.safetensors || fail "a failed writ
 # A tokenizer of the same vocabulary trained on other text is refused, of
 # a checkpoint (whose manifest records its tokenizer) and of an export
 # (whose tokenizer.json is beside it). After the write test above, whose
-# file size limit the state store would outgrow with these runs.
+# file size limit the state store would outgrow with these runs. The
+# model's own tokenizer.json in other bytes (another layout and key
+# order, as another writer or Hugging Face version has it) is the same
+# tokenizer and is taken, of both.
 OTHER=$(other_token_data t 320)
+/usr/bin/python3 -c 'import json, sys; json.dump(json.load(open(sys.argv[1])), open(sys.argv[2], "w"), indent=2, sort_keys=True)' "$TOK" relaid.json
+cmp -s "$TOK" relaid.json && fail "relaid.json has the bytes of $TOK"
 cat > othertok.yaml <<Y
 dag: othertok
 tasks:
   ck: {stage: export, with: {model: "$CK", tokenizer: "$OTHER/tokenizer.json"}}
   hf: {stage: export, with: {model: "$E32", tokenizer: "$OTHER/tokenizer.json"}}
+  ckrelaid: {stage: export, with: {model: "$CK", tokenizer: "$T/relaid.json"}}
+  hfrelaid: {stage: export, with: {model: "$E32", tokenizer: "$T/relaid.json"}}
 Y
 run_dagrun run othertok.yaml --plain
 expect_rc 1
 RO=$(run_dir othertok)
 expect_in "$RO/ck/attempt-1/log" "the tokenizer $OTHER/tokenizer.json is not the model $CK's ($TOK): they do not belong together"
 expect_in "$RO/hf/attempt-1/log" "the tokenizer $OTHER/tokenizer.json is not the model $E32's ($E32/tokenizer.json)"
+for t in ckrelaid hfrelaid; do
+  [ "$(task_field "$RO" $t state)" = success ] || fail "$t: $(cat "$RO/$t/attempt-1/log")"
+  cmp relaid.json "$RO/$t/out/model/tokenizer.json" || fail "$t: the export's tokenizer.json is not the one given"
+done
+# But a file at the path a checkpoint records, written over since, is
+# not the tokenizer the record names: comparing it would compare the
+# wrong one, so the digests decide there.
+cp "$TOK" tok.orig
+cp relaid.json "$TOK"
+cat > rewritten.yaml <<Y
+dag: rewritten
+tasks:
+  ck: {stage: export, with: {model: "$CK", tokenizer: "$T/relaid.json"}}
+Y
+run_dagrun run rewritten.yaml --no-cache --plain
+expect_rc 1
+cp tok.orig "$TOK"
+expect_in "$(run_dir rewritten)/ck/attempt-1/log" "the tokenizer $T/relaid.json is not the model $CK's ($TOK): they do not belong together"
 
 # A tokenizer without <|endoftext|> (renamed, same size) is refused.
 /usr/bin/python3 - "$TOK" noeot.json <<'P'
@@ -332,6 +357,22 @@ echo mine > user/.gone.old/a
 cp -r keep/model user/extra
 echo mine > user/extra/notes
 ln -s "$T/keep/model" user/link
+# An export of a dagrun from before the marker (an export's files, no
+# marker) is replaced (below), but not with anything else in it: a file
+# (notes), a subdirectory, a symbolic link for one of its files, or only
+# names an export writes without its weights.
+legacy() { cp -r "$1" "$2" && rm "$2/.dagrun-export.json"; }
+legacy keep/model user/oldextra
+echo mine > user/oldextra/notes
+legacy keep/model user/oldsub
+mkdir user/oldsub/sub
+legacy keep/model user/oldlink
+rm user/oldlink/vocab.json
+ln -s "$T/keep/model/vocab.json" user/oldlink/vocab.json
+legacy "$ED" user/oldckpt
+echo mine > user/oldckpt/notes
+mkdir user/oldcard
+cp keep/model/README.md keep/model/config.json user/oldcard/
 cat > proj/dag.yaml <<Y
 dag: proj
 tasks:
@@ -343,6 +384,11 @@ tasks:
   extra: {stage: export, with: {model: "$CK", dir: "$T/user/extra"}}
   gone: {stage: export, with: {model: "$CK", dir: "$T/user/gone"}}
   link: {stage: export, with: {model: "$CK", dir: "$T/user/link"}}
+  oldextra: {stage: export, with: {model: "$CK", dir: "$T/user/oldextra"}}
+  oldsub: {stage: export, with: {model: "$CK", dir: "$T/user/oldsub"}}
+  oldlink: {stage: export, with: {model: "$CK", dir: "$T/user/oldlink"}}
+  oldckpt: {stage: export, with: {model: "$CK", dir: "$T/user/oldckpt"}}
+  oldcard: {stage: export, with: {model: "$CK", dir: "$T/user/oldcard"}}
 Y
 cat > proj/sub/dag.yaml <<Y
 dag: sub
@@ -370,7 +416,12 @@ expect_in "$RP/extra/attempt-1/log" "dir $T/user/extra is in the way: a director
 expect_in "$RP/gone/attempt-1/log" "$T/user/.gone.old is in the way: a directory that holds a"
 expect_in "$RP/link/attempt-1/log" "dir $T/user/link is in the way: a symbolic link"
 expect_in "$RS/up/attempt-1/log" "dir $T/proj/sub is the DAG's directory"
-for t in self runs store file stuff extra gone link; do
+for t in extra sub ckpt; do
+  expect_in "$RP/old$t/attempt-1/log" "dir $T/user/old$t is in the way: a directory that holds $([ $t = sub ] && echo sub || echo notes), which no export wrote"
+done
+expect_in "$RP/oldlink/attempt-1/log" "dir $T/user/oldlink is in the way: a directory that holds vocab.json, which no export wrote"
+expect_in "$RP/oldcard/attempt-1/log" "dir $T/user/oldcard is in the way: a directory without .dagrun-export.json or model.safetensors, which every export has"
+for t in self runs store file stuff extra gone link oldextra oldsub oldlink oldckpt oldcard; do
   [ "$(task_field "$RP" $t exit_code)" = 1 ] || fail "$t: exit code $(task_field "$RP" $t exit_code)"
 done
 [ "$(cat proj/notes)" = "my notes" ] && [ -f proj/dag.yaml ] && cmp sub.yaml proj/sub/dag.yaml ||
@@ -380,13 +431,23 @@ done
   [ -f "$T/home/state/state.db" ] && [ -L user/link ] ||
   fail "a refused export changed what was in the way: $(ls -AR user home)"
 cmp keep/model/model.safetensors user/extra/model.safetensors || fail "a refused export changed user/extra"
+for d in oldextra oldsub oldlink; do
+  cmp keep/model/model.safetensors user/$d/model.safetensors || fail "a refused export changed user/$d"
+done
+[ "$(cat user/oldextra/notes)" = mine ] && [ "$(cat user/oldckpt/notes)" = mine ] &&
+  [ -d user/oldsub/sub ] && [ -L user/oldlink/vocab.json ] && [ -f user/oldcard/README.md ] ||
+  fail "a refused export changed an older export with more in it: $(ls -AR user)"
 LEFT=$(ls -d .*.old .*.tmp ./*/.*.old ./*/.*.tmp 2>/dev/null || true)
 [ "$LEFT" = ./user/.gone.old ] || fail "a refused export left siblings: $LEFT"
 [ ! -e user/gone ] || fail "a refused export wrote user/gone"
 
 # An empty directory is replaced; so is dir when a killed export left the
 # previous one at .<name>.old and its own half-written .<name>.tmp: the
-# previous one goes back, then the new one replaces it.
+# previous one goes back, then the new one replaces it. So is an export
+# of a dagrun from before the marker, of either format: a nightly DAG's
+# fixed dir failed after the upgrade.
+legacy keep/model user/oldhf
+legacy "$ED" user/olddagrun
 cp -r keep/model user/.prev.old
 mkdir user/.prev.tmp
 echo '{"format": "dagrun-export", "version": 1}' > user/.prev.tmp/.dagrun-export.json
@@ -396,10 +457,12 @@ dag: again
 tasks:
   empty: {stage: export, with: {model: "$CK", dir: "$T/user/empty"}}
   prev: {stage: export, with: {model: "$CK", dir: "$T/user/prev"}}
+  oldhf: {stage: export, with: {model: "$CK", dir: "$T/user/oldhf"}}
+  olddagrun: {stage: export, with: {model: "$CK", dir: "$T/user/olddagrun"}}
 Y
 run_dagrun run again.yaml --plain
 expect_rc 0
-for d in empty prev; do
+for d in empty prev oldhf olddagrun; do
   cmp "$E32/model.safetensors" "user/$d/model.safetensors" || fail "user/$d is not the new export"
 done
 [ ! -e user/.prev.old ] && [ ! -e user/.prev.tmp ] || fail "the killed export's siblings stayed: $(ls -A user)"

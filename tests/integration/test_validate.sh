@@ -147,6 +147,26 @@ sed -i "s|data: \"$DATA\", ||" othertok.yaml
 run_dagrun run othertok.yaml --no-cache --plain
 expect_rc 1
 expect_in "$(run_dir othertok)/validate/attempt-1/log" "the data's tokenizer $OTHERTOK/tokenizer.json is not the model $CKPTS/step-00000150's ($DATA/tokenizer.json): they do not belong together"
+# The model's tokenizer in other bytes is the same tokenizer: data whose
+# tokenizer.json was written again (another layout and key order, as an
+# older dagrun's tokenize wrote a given tokenizer.json in its own), its
+# manifest recording that copy's sha256, is taken.
+cp -r "$DATA" relaid
+/usr/bin/python3 - relaid <<'P'
+import hashlib, json, sys
+d = sys.argv[1]
+tok = json.load(open(d + "/tokenizer.json"))
+json.dump(tok, open(d + "/tokenizer.json", "w"), indent=2, sort_keys=True)
+m = json.load(open(d + "/manifest.json"))
+old = m["tokenizer"]["sha256"]
+m["tokenizer"]["sha256"] = hashlib.sha256(open(d + "/tokenizer.json", "rb").read()).hexdigest()
+assert m["tokenizer"]["sha256"] != old
+json.dump(m, open(d + "/manifest.json", "w"))
+P
+validate_dag relaid "checkpoint: \"$CKPTS\", data: \"$T/relaid\""
+sed -i "s|data: \"$DATA\", ||" relaid.yaml
+run_dagrun run relaid.yaml --no-cache --plain
+expect_rc 0
 
 validate_dag long "checkpoint: \"$CKPTS\", seq_len: 64"
 run_dagrun run long.yaml --no-cache --plain

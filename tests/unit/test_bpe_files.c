@@ -68,17 +68,24 @@ static char *byte_vocab(const char *extra) {
   return sbuf_take(&s);
 }
 
-/* A tokenizer.json with the given pre_tokenizer (JSON). */
-static char *hf_json_pre(const char *pre, const char *vocab_extra,
-                         const char *merges) {
+/* A tokenizer.json with the given added_tokens and pre_tokenizer
+ * (JSON). */
+static char *hf_json_added(const char *added, const char *pre,
+                           const char *vocab_extra, const char *merges) {
   char *v = byte_vocab(vocab_extra);
   sbuf s = {0};
   sbuf_printf(&s,
-              "{\"added_tokens\": [], \"pre_tokenizer\": %s, \"model\": "
+              "{\"added_tokens\": %s, \"pre_tokenizer\": %s, \"model\": "
               "{\"type\": \"BPE\", \"vocab\": %s, \"merges\": %s}}",
-              pre, v, merges);
+              added, pre, v, merges);
   free(v);
   return sbuf_take(&s);
+}
+
+/* A tokenizer.json with the given pre_tokenizer (JSON). */
+static char *hf_json_pre(const char *pre, const char *vocab_extra,
+                         const char *merges) {
+  return hf_json_added("[]", pre, vocab_extra, merges);
 }
 
 #define BYTE_LEVEL "{\"type\": \"ByteLevel\", \"add_prefix_space\": false}"
@@ -287,11 +294,88 @@ static void test_gpt2(void) {
   }
 }
 
+/* Loads the tokenizer.json of these parts (hf_json_added's), as name. */
+static bpe *load_parts(const char *const part[4], const char *name) {
+  char *j = hf_json_added(part[0], part[1], part[2], part[3]);
+  const char *p = put(name, j);
+  free(j);
+  bpe *b = NULL;
+  CHECK_INT(bpe_load_hf(p, &b, err, sizeof err), 0);
+  return b;
+}
+
+/* bpe_same_ids: one tokenizer in other bytes (layout, key order, merge
+ * spelling, flags spelled out at their defaults, bpe_save_hf's copy) is
+ * the same; a change to anything that decides ids is not. */
+static void test_same_ids(void) {
+#define EOT_AT(id, flags)                                                      \
+  "[{\"id\": " id ", \"content\": \"<|endoftext|>\"" flags "}]"
+#define SPECIAL ", \"special\": true"
+#define DIGITS                                                                 \
+  "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\", "       \
+  "\"individual_digits\": true}, " BYTE_LEVEL "]}"
+  static const char *const base[4] = {
+      EOT_AT("258", SPECIAL), BYTE_LEVEL,
+      "\"ab\": 256, \"abb\": 257, \"<|endoftext|>\": 258, \"bb\": 259",
+      "[\"a b\", \"b b\", \"ab b\"]"};
+  static const struct {
+    const char *part[4], *what;
+    int same;
+  } v[] = {
+      {{"[\n  {\n    \"content\": \"<|endoftext|>\",\n    \"id\": 258,\n    "
+        "\"lstrip\": false,\n    \"rstrip\": false,\n    \"single_word\": "
+        "false,\n    \"special\": true\n  }\n]",
+        "{\"add_prefix_space\": false, \"type\": \"ByteLevel\"}",
+        "\"bb\": 259, \"<|endoftext|>\": 258, \"abb\": 257, \"ab\": 256",
+        "[[\"a\", \"b\"], [\"b\", \"b\"], [\"ab\", \"b\"]]"},
+       "another layout",
+       1},
+      {{EOT_AT("258", SPECIAL), BYTE_LEVEL,
+        "\"ab\": 257, \"abb\": 256, \"<|endoftext|>\": 258, \"bb\": 259",
+        "[\"a b\", \"b b\", \"ab b\"]"},
+       "other ids",
+       0},
+      {{EOT_AT("258", SPECIAL), BYTE_LEVEL, base[2],
+        "[\"a b\", \"b b\", \"a bb\"]"},
+       "other merges",
+       0},
+      {{EOT_AT("258", ""), BYTE_LEVEL, base[2], base[3]}, "not special", 0},
+      {{EOT_AT("258", SPECIAL ", \"lstrip\": true"), BYTE_LEVEL, base[2],
+        base[3]},
+       "lstrip",
+       0},
+      {{"[]", BYTE_LEVEL, base[2], base[3]}, "no added token", 0},
+      {{EOT_AT("258", SPECIAL), DIGITS, base[2], base[3]}, "Digits", 0},
+  };
+  bpe *a = load_parts(base, "a.json");
+  if (!a)
+    return;
+  const char *p = put("saved.json", "");
+  bpe *b = NULL;
+  CHECK_INT(bpe_save_hf(a, p, err, sizeof err), 0);
+  CHECK_INT(bpe_load_hf(p, &b, err, sizeof err), 0);
+  CHECK_INT(b ? bpe_same_ids(a, b) : -1, 1);
+  bpe_destroy(b);
+  for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+    b = load_parts(v[i].part, "b.json");
+    if (b && bpe_same_ids(a, b) != v[i].same)
+      fprintf(stderr, "  (%s: expected %d)\n", v[i].what, v[i].same);
+    CHECK_INT(b ? bpe_same_ids(a, b) : -1, v[i].same);
+    CHECK_INT(b ? bpe_same_ids(b, a) : -1, v[i].same);
+    bpe_destroy(b);
+  }
+  bpe_destroy(a);
+#undef EOT_AT
+#undef SPECIAL
+#undef DIGITS
+}
+
 int main(void) {
   CHECK(mkdtemp(dir) != NULL);
   test_hf();
   test_hf_sequence();
   test_gpt2();
+  test_same_ids();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   CHECK_INT(system(cmd), 0);
