@@ -127,6 +127,11 @@ typedef struct rep {
    * sees only "(redacted)"): the files that would be embedded as they are
    * (samples, figures) are left out rather than shown unmasked. */
   int withhold;
+  /* The run's secrets in every form the page holds them (raw, and escaped
+   * as HTML and SVG write them), or NULL when it has none: mask_page
+   * masks the page with them, and write_figures each figure before it is
+   * encoded, where mask_page cannot see into it. */
+  secrets *masks;
 } rep;
 
 static const char *state_color(const char *s) {
@@ -337,6 +342,7 @@ static void rep_free(rep *r) {
   cJSON_Delete(r->srun);
   cJSON_Delete(r->params_owned);
   sbuf_free(&r->out);
+  secrets_destroy(r->masks);
 }
 
 /* The series' value at step, or NAN (binary search: sorted by step). */
@@ -1294,7 +1300,9 @@ static int write_figures(rep *r, const rtask *t) {
       sbuf_puts(b, "<figure class=\"plot embedded\"><img alt=\"");
       esc(b, names[i]);
       sbuf_puts(b, "\" src=\"data:image/svg+xml;base64,");
-      sbuf_base64(b, text, len);
+      char *masked = r->masks ? secrets_mask(r->masks, text) : NULL;
+      sbuf_base64(b, masked ? masked : text, masked ? strlen(masked) : len);
+      free(masked);
       sbuf_puts(b, "\"><figcaption>");
       esc(b, t->name);
       sbuf_puts(b, "/out/");
@@ -1529,13 +1537,11 @@ static int had_secrets(const cJSON *params) {
  * embeds (samples.txt, figures, validation results) is masked in one
  * place, whichever part of the page took it in. Escaped forms too: a text
  * goes in HTML-escaped, so a secret holding '<' or '&' is written so. */
-static void mask_page(rep *r, const secrets *sec) {
-  if (!secrets_count(sec))
+static void mask_page(rep *r) {
+  if (!r->masks)
     return;
-  secrets *page = secrets_with_forms(sec, svgplot_escape);
   sbuf_putc(&r->out, '\0');
-  char *m = secrets_mask(page, r->out.s);
-  secrets_destroy(page);
+  char *m = secrets_mask(r->masks, r->out.s);
   sbuf_free(&r->out);
   r->out.s = m;
   r->out.n = strlen(m);
@@ -1554,8 +1560,9 @@ int report_write(store *st, const char *run_dir, const char *run_id,
     return rc;
   }
   r.withhold = !sec && had_secrets(r.params);
+  r.masks = secrets_count(sec) ? secrets_with_forms(sec, svgplot_escape) : NULL;
   write_page(&r);
-  mask_page(&r, sec);
+  mask_page(&r);
   char *p = path_join(run_dir, "report.html");
   if (fileio_write_atomic(p, r.out.s, r.out.n, NULL, 0) != 0) {
     snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));

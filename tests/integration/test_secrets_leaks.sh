@@ -39,13 +39,28 @@ tasks:
 Y
 
 # no_leak LABEL FILE...: $CORES in none of the files (recursively, the
-# store's bytes included) nor in the store's SQL dump.
+# store's bytes included), nor in what a page's base64 images decode to
+# (report.html's figures), nor in the store's SQL dump.
 no_leak() {
   local label=$1 core leaks
   shift
   for core in $CORES; do
     leaks=$(grep -rlaF -- "$core" "$@" || true)
     [ -z "$leaks" ] || fail "$label: a secret is in: $leaks"
+    leaks=$(/usr/bin/python3 - "$core" "$@" <<'P'
+import base64, os, re, sys
+core = sys.argv[1].encode()
+for top in sys.argv[2:]:
+    for d, _, fs in os.walk(top) if os.path.isdir(top) else [("", [], [top])]:
+        for f in fs:
+            p = os.path.join(d, f)
+            if p.endswith(".html"):
+                for m in re.finditer(rb"base64,([A-Za-z0-9+/=]+)", open(p, "rb").read()):
+                    if core in base64.b64decode(m.group(1)):
+                        print(p)
+P
+)
+    [ -z "$leaks" ] || fail "$label: a secret is in a base64 image of: $leaks"
     /usr/bin/python3 - "$DAGRUN_HOME/state.db" "$core" <<'P' || fail "$label: a secret is in the store's dump"
 import sqlite3, sys
 dump = "\n".join(sqlite3.connect(sys.argv[1]).iterdump())
@@ -69,7 +84,11 @@ mv own/out "$R/gen/out"
 expect_in "$R/keyed/outputs.json" '"k_***"'
 expect_in "$R/run.json" '"k_***"'
 expect_in "$R/report.html" "prompt: ***"
-expect_in "$R/report.html" "<text>***</text>"
+/usr/bin/python3 - "$R/report.html" <<'P' || fail "the figure in report.html is not there, masked"
+import base64, re, sys
+figs = [base64.b64decode(m) for m in re.findall(rb"data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)", open(sys.argv[1], "rb").read())]
+assert any(b"<text>***</text>" in f for f in figs), figs
+P
 expect_in "$R/report.html" "once upon a time"
 # `dagrun report` again: it cannot know the secrets (run.json and the store
 # hold "(redacted)"), so it leaves those files out.
