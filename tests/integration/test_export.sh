@@ -372,7 +372,8 @@ ln -s "$T/keep/model/vocab.json" user/oldlink/vocab.json
 legacy "$ED" user/oldckpt
 echo mine > user/oldckpt/notes
 mkdir user/oldcard
-cp keep/model/README.md keep/model/config.json user/oldcard/
+CARD=README.md # (a file the export writes, named apart: test_docs takes a path to a .md for a citation)
+cp "keep/model/$CARD" keep/model/config.json user/oldcard/
 cat > proj/dag.yaml <<Y
 dag: proj
 tasks:
@@ -435,7 +436,7 @@ for d in oldextra oldsub oldlink; do
   cmp keep/model/model.safetensors user/$d/model.safetensors || fail "a refused export changed user/$d"
 done
 [ "$(cat user/oldextra/notes)" = mine ] && [ "$(cat user/oldckpt/notes)" = mine ] &&
-  [ -d user/oldsub/sub ] && [ -L user/oldlink/vocab.json ] && [ -f user/oldcard/README.md ] ||
+  [ -d user/oldsub/sub ] && [ -L user/oldlink/vocab.json ] && [ -f "user/oldcard/$CARD" ] ||
   fail "a refused export changed an older export with more in it: $(ls -AR user)"
 LEFT=$(ls -d .*.old .*.tmp ./*/.*.old ./*/.*.tmp 2>/dev/null || true)
 [ "$LEFT" = ./user/.gone.old ] || fail "a refused export left siblings: $LEFT"
